@@ -1,0 +1,10 @@
+//! One module per subcommand; each has an `Args` (or a subcommand enum) and a `run`.
+
+pub mod banks;
+pub mod bench;
+pub mod check;
+pub mod compile;
+pub mod demo;
+pub mod layout;
+pub mod plan;
+pub mod run;

@@ -1,0 +1,53 @@
+//! `kittens`: the command-line face of the project. Each subcommand lives in `cmd/<name>.rs`.
+
+mod cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "kittens", version, about = "Tile kernels for AMD CDNA3/CDNA4 and NVIDIA Hopper, testable on a CPU")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// The main job: on a GPU machine benchmark the suite against the vendor libraries; elsewhere run it
+    /// on the CPU backend, compile it for every target and print the hardware analysis.
+    Demo(cmd::demo::Args),
+    /// Print the lane/register <-> element map of a matrix instruction.
+    Layout(cmd::layout::Args),
+    /// Shared-memory bank conflicts of one tile load or store, phase by phase.
+    Banks(cmd::banks::Args),
+    /// Planners: grid order and cache model, tail KV split, register budgets.
+    #[command(subcommand)]
+    Plan(cmd::plan::PlanCommand),
+    /// Run a kernel on random inputs and report its error against an f64 reference.
+    Run(cmd::run::Args),
+    /// Print the schedule analysis (waits, barriers, races) of a kernel.
+    Check(cmd::check::Args),
+    /// Lower a kernel for a target, compile it and analyse the code object.
+    Compile(cmd::compile::Args),
+    /// Benchmark kernels against the vendor library on the GPU.
+    #[command(subcommand)]
+    Bench(cmd::bench::BenchCommand),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Demo(a) => cmd::demo::run(a),
+        Command::Layout(a) => cmd::layout::run(a),
+        Command::Banks(a) => cmd::banks::run(a),
+        Command::Plan(c) => cmd::plan::run(c),
+        Command::Run(a) => cmd::run::run(a),
+        Command::Check(a) => cmd::check::run(a),
+        Command::Compile(a) => cmd::compile::run(a),
+        Command::Bench(c) => cmd::bench::run(c),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

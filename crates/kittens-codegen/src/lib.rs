@@ -1,0 +1,1 @@
+//! kittens-codegen (being written).

@@ -1,0 +1,1 @@
+//! Shared-memory (LDS / smem) model (being written).

@@ -1,0 +1,11 @@
+//! Hardware facts, as data plus small pure functions, each figure naming its source.
+//!
+//! - [`gpu`]: the GPU catalog (CUs, XCDs, caches, register files, peaks);
+//! - [`mma`]: matrix instructions with their exact lane/register ↔ element maps;
+//! - [`lds`]: shared-memory instructions, their phases and banks, and the conflict function.
+
+pub mod gpu;
+pub mod lds;
+pub mod mma;
+
+pub use gpu::{gpu, Arch, Gpu, L2Scope};

@@ -1,0 +1,1 @@
+//! Matrix-instruction catalog (being written).

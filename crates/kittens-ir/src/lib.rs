@@ -1,0 +1,1 @@
+//! kittens-ir (being written).

@@ -1,0 +1,1 @@
+//! kittens-kernels (being written).

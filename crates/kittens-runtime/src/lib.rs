@@ -1,0 +1,1 @@
+//! kittens-runtime (being written).

@@ -1,0 +1,1 @@
+//! kittens-sched (being written).

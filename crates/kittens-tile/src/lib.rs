@@ -1,0 +1,1 @@
+//! kittens-tile (being written).
