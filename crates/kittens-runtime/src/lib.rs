@@ -1,1 +1,5 @@
-//! kittens-runtime (being written).
+//! Toolchains, code-object analysis and devices: finding or installing the AMDGPU clang and NVRTC,
+//! compiling generated source, reading what the compiler produced, and running kernels on NVIDIA GPUs.
+
+pub mod amd;
+pub mod cuda;

@@ -1,0 +1,1 @@
+//! CUDA lowering for Hopper (being written).

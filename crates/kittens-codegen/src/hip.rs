@@ -1,0 +1,1 @@
+//! HIP lowering for CDNA3/CDNA4 (being written).

@@ -1,0 +1,1 @@
+//! AMDGPU toolchain and code-object analysis (being written).

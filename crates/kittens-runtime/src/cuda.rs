@@ -1,0 +1,1 @@
+//! CUDA runtime and NVRTC (being written).
