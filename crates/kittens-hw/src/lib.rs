@@ -4,6 +4,7 @@
 //! - [`mma`]: matrix instructions with their exact lane/register ↔ element maps;
 //! - [`lds`]: shared-memory instructions, their phases and banks, and the conflict function.
 
+pub mod dtype;
 pub mod gpu;
 pub mod lds;
 pub mod mma;

@@ -1,1 +1,20 @@
-//! kittens-tile (being written).
+//! Tiles, layouts and swizzles, and the bank analysis of moving a tile between shared memory and registers.
+//!
+//! - [`RegTile`]: a register tile — dtype, rows × cols, row or column layout, built from base tiles of one
+//!   matrix-instruction operand shape ([`BaseShape`]), optionally pinned to explicit registers (seed 000 D.3);
+//! - [`SharedTile`]: a shared-memory tile with its [`Swizzle`] (a default per shape, seed 000 §3.2.2);
+//! - [`check_load`]: the rule that a shared tile and a register tile may exchange data only when one shape
+//!   is a multiple of the other (seed 000 D.1).
+
+pub mod error;
+pub mod layout;
+pub mod reg;
+pub mod shared;
+pub mod swizzle;
+
+pub use error::TileError;
+pub use kittens_hw::dtype::DType;
+pub use layout::{BaseShape, Layout};
+pub use reg::{RegFile, RegPin, RegTile};
+pub use shared::{check_load, SharedTile};
+pub use swizzle::Swizzle;

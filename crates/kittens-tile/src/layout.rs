@@ -1,0 +1,50 @@
+//! Register layouts and base shapes.
+
+use serde::Serialize;
+
+/// Which dimension a lane's consecutive elements run along (seed 000 D.1): in a row layout each lane holds
+/// consecutive elements of a row (the reduction dimension of an A operand); in a column layout, of a column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Layout {
+    Row,
+    Col,
+}
+
+impl Layout {
+    pub fn transposed(self) -> Layout {
+        match self {
+            Layout::Row => Layout::Col,
+            Layout::Col => Layout::Row,
+        }
+    }
+}
+
+/// The rows × cols one matrix-instruction operand covers; a register tile is a grid of these
+/// (HipKittens' `rt_16x32_s` and friends, seed 000 §3.2.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct BaseShape {
+    pub rows: u32,
+    pub cols: u32,
+}
+
+impl BaseShape {
+    pub const fn new(rows: u32, cols: u32) -> Self {
+        BaseShape { rows, cols }
+    }
+    /// 16×16: A/B of the bf16 16×16×16 MFMA (CDNA3) and every 16×16 accumulator.
+    pub const S16X16: BaseShape = BaseShape::new(16, 16);
+    /// 16×32: A/B of the bf16 16×16×32 MFMA (CDNA4) — HipKittens' default on CDNA4.
+    pub const S16X32: BaseShape = BaseShape::new(16, 32);
+    /// 32×16: A/B of the bf16 32×32×16 MFMA (CDNA4) seen with K along columns.
+    pub const S32X16: BaseShape = BaseShape::new(32, 16);
+    /// 32×8 / 32×32: the 32×32×8 MFMA's operand and accumulator.
+    pub const S32X8: BaseShape = BaseShape::new(32, 8);
+    pub const S32X32: BaseShape = BaseShape::new(32, 32);
+}
+
+impl std::fmt::Display for BaseShape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}x{}", self.rows, self.cols)
+    }
+}

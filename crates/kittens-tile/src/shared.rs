@@ -1,0 +1,68 @@
+//! Shared-memory tiles and the shared ↔ register shape rule.
+
+use crate::{DType, RegTile, Swizzle, TileError};
+use serde::Serialize;
+
+/// A row-major tile in shared memory (LDS on AMD), stored through its swizzle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct SharedTile {
+    pub dtype: DType,
+    pub rows: u32,
+    pub cols: u32,
+    pub swizzle: Swizzle,
+}
+
+impl SharedTile {
+    /// A shared tile with an explicit swizzle.
+    pub fn with_swizzle(dtype: DType, rows: u32, cols: u32, swizzle: Swizzle) -> Result<Self, TileError> {
+        if rows == 0 || cols == 0 {
+            return Err(TileError::Empty { rows, cols });
+        }
+        Ok(SharedTile { dtype, rows, cols, swizzle })
+    }
+
+    pub fn bytes(&self) -> u32 {
+        self.rows * self.cols * self.dtype.bytes()
+    }
+
+    pub fn row_bytes(&self) -> u32 {
+        self.cols * self.dtype.bytes()
+    }
+
+    /// Physical byte offset of element (row, col).
+    pub fn offset(&self, row: u32, col: u32) -> u32 {
+        self.swizzle.apply(row * self.row_bytes() + col * self.dtype.bytes())
+    }
+}
+
+/// Seed 000 D.1: loads and stores between a shared tile and a register tile are allowed only when one
+/// shape is a multiple of the other (a 16×16 shared tile may fill a 32×16 register tile; a 16×32 one may not).
+pub fn check_load(shared: &SharedTile, reg: &RegTile) -> Result<(), TileError> {
+    if shared.dtype != reg.dtype {
+        return Err(TileError::DTypeMismatch(shared.dtype, reg.dtype));
+    }
+    let divides = |a: &(u32, u32), b: &(u32, u32)| b.0 % a.0 == 0 && b.1 % a.1 == 0;
+    let s = (shared.rows, shared.cols);
+    let r = (reg.rows, reg.cols);
+    if divides(&s, &r) || divides(&r, &s) {
+        Ok(())
+    } else {
+        Err(TileError::IncompatibleShapes { shared_rows: s.0, shared_cols: s.1, reg_rows: r.0, reg_cols: r.1 })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{BaseShape, Layout};
+
+    /// The two examples of seed 000 D.1.
+    #[test]
+    fn d1_examples() {
+        let reg = RegTile::new(DType::Bf16, 32, 16, Layout::Row, BaseShape::S32X16).unwrap();
+        let s16x32 = SharedTile::with_swizzle(DType::Bf16, 16, 32, Swizzle::None).unwrap();
+        let s16x16 = SharedTile::with_swizzle(DType::Bf16, 16, 16, Swizzle::None).unwrap();
+        assert!(matches!(check_load(&s16x32, &reg), Err(TileError::IncompatibleShapes { .. })));
+        assert!(check_load(&s16x16, &reg).is_ok());
+    }
+}
