@@ -1,0 +1,1 @@
+//! The CPU interpreter (being written).
