@@ -1,1 +1,0 @@
-//! Matrix-instruction catalog (being written).
