@@ -1,0 +1,265 @@
+//! Integer index expressions and conditions.
+//!
+//! Every coordinate, loop bound and buffer index in a kernel is an [`Expr`] over run-time parameters
+//! (`M`, `N`, `K`, sequence lengths), loop variables, the block's grid coordinates (after the grid
+//! remap) and the wave id. A lowering prints them as C++ integer expressions; the interpreter evaluates
+//! them per wave. Division and remainder are floor operations on non-negative operands (all indices
+//! are); `CeilDiv` is spelled out because tile counts need it everywhere.
+
+use serde::Serialize;
+
+/// A run-time integer parameter of the kernel (a problem size), by position in [`crate::Kernel::params`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct ParamId(pub u32);
+
+/// A loop variable, by position in [`crate::Kernel::vars`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct VarId(pub u32);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BinOp {
+    Add,
+    Sub,
+    Mul,
+    /// Floor division (operands are non-negative indices).
+    Div,
+    Rem,
+    CeilDiv,
+    Min,
+    Max,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Expr {
+    Const(i64),
+    Param(ParamId),
+    Var(VarId),
+    /// Coordinate `i` of the logical tile this block computes, after the kernel's grid remap
+    /// (for a GEMM `Block(0)` is the row tile, `Block(1)` the column tile).
+    Block(u8),
+    /// Wave (NVIDIA: warp) index inside the block, `0..waves`.
+    Wave,
+    Bin(BinOp, Box<Expr>, Box<Expr>),
+}
+
+/// A boolean over expressions, for conditionals on the wave or warpgroup and on loop counters.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cond {
+    Eq(Expr, Expr),
+    Ne(Expr, Expr),
+    Lt(Expr, Expr),
+    Le(Expr, Expr),
+    And(Box<Cond>, Box<Cond>),
+    Or(Box<Cond>, Box<Cond>),
+    Not(Box<Cond>),
+}
+
+/// The values an expression may read; built by the interpreter (or any host-side evaluator).
+pub struct Env<'a> {
+    pub params: &'a [i64],
+    pub vars: &'a [i64],
+    pub block: &'a [i64],
+    pub wave: i64,
+}
+
+impl Expr {
+    pub fn c(v: i64) -> Expr {
+        Expr::Const(v)
+    }
+    fn bin(op: BinOp, a: Expr, b: Expr) -> Expr {
+        // Fold constants so printed index math stays readable.
+        if let (Expr::Const(x), Expr::Const(y)) = (&a, &b) {
+            if let Some(v) = eval_bin(op, *x, *y) {
+                return Expr::Const(v);
+            }
+        }
+        Expr::Bin(op, Box::new(a), Box::new(b))
+    }
+    pub fn ceil_div(self, b: impl Into<Expr>) -> Expr {
+        Expr::bin(BinOp::CeilDiv, self, b.into())
+    }
+    pub fn min(self, b: impl Into<Expr>) -> Expr {
+        Expr::bin(BinOp::Min, self, b.into())
+    }
+    pub fn max(self, b: impl Into<Expr>) -> Expr {
+        Expr::bin(BinOp::Max, self, b.into())
+    }
+    pub fn eq(self, b: impl Into<Expr>) -> Cond {
+        Cond::Eq(self, b.into())
+    }
+    pub fn ne(self, b: impl Into<Expr>) -> Cond {
+        Cond::Ne(self, b.into())
+    }
+    pub fn lt(self, b: impl Into<Expr>) -> Cond {
+        Cond::Lt(self, b.into())
+    }
+    pub fn le(self, b: impl Into<Expr>) -> Cond {
+        Cond::Le(self, b.into())
+    }
+
+    /// The value under `env`; `None` on division by zero or an out-of-range id.
+    pub fn eval(&self, env: &Env) -> Option<i64> {
+        match self {
+            Expr::Const(v) => Some(*v),
+            Expr::Param(p) => env.params.get(p.0 as usize).copied(),
+            Expr::Var(v) => env.vars.get(v.0 as usize).copied(),
+            Expr::Block(i) => env.block.get(*i as usize).copied(),
+            Expr::Wave => Some(env.wave),
+            Expr::Bin(op, a, b) => eval_bin(*op, a.eval(env)?, b.eval(env)?),
+        }
+    }
+
+    /// The constant value, if the expression has no free variables.
+    pub fn as_const(&self) -> Option<i64> {
+        match self {
+            Expr::Const(v) => Some(*v),
+            _ => None,
+        }
+    }
+}
+
+fn eval_bin(op: BinOp, a: i64, b: i64) -> Option<i64> {
+    Some(match op {
+        BinOp::Add => a.checked_add(b)?,
+        BinOp::Sub => a.checked_sub(b)?,
+        BinOp::Mul => a.checked_mul(b)?,
+        BinOp::Div => a.checked_div_euclid(b)?,
+        BinOp::Rem => a.checked_rem_euclid(b)?,
+        BinOp::CeilDiv => {
+            if b == 0 {
+                return None;
+            }
+            (a + b - 1).div_euclid(b)
+        }
+        BinOp::Min => a.min(b),
+        BinOp::Max => a.max(b),
+    })
+}
+
+impl Cond {
+    pub fn eval(&self, env: &Env) -> Option<bool> {
+        Some(match self {
+            Cond::Eq(a, b) => a.eval(env)? == b.eval(env)?,
+            Cond::Ne(a, b) => a.eval(env)? != b.eval(env)?,
+            Cond::Lt(a, b) => a.eval(env)? < b.eval(env)?,
+            Cond::Le(a, b) => a.eval(env)? <= b.eval(env)?,
+            Cond::And(a, b) => a.eval(env)? && b.eval(env)?,
+            Cond::Or(a, b) => a.eval(env)? || b.eval(env)?,
+            Cond::Not(a) => !a.eval(env)?,
+        })
+    }
+    pub fn and(self, b: Cond) -> Cond {
+        Cond::And(Box::new(self), Box::new(b))
+    }
+    pub fn or(self, b: Cond) -> Cond {
+        Cond::Or(Box::new(self), Box::new(b))
+    }
+    pub fn not(self) -> Cond {
+        Cond::Not(Box::new(self))
+    }
+    /// True when the condition reads only the wave id and constants — a wave/warpgroup conditional,
+    /// which a lowering may turn into a uniform branch on the wave index.
+    pub fn is_wave_uniform(&self) -> bool {
+        fn e(x: &Expr) -> bool {
+            match x {
+                Expr::Const(_) | Expr::Wave => true,
+                Expr::Bin(_, a, b) => e(a) && e(b),
+                _ => false,
+            }
+        }
+        match self {
+            Cond::Eq(a, b) | Cond::Ne(a, b) | Cond::Lt(a, b) | Cond::Le(a, b) => e(a) && e(b),
+            Cond::And(a, b) | Cond::Or(a, b) => a.is_wave_uniform() && b.is_wave_uniform(),
+            Cond::Not(a) => a.is_wave_uniform(),
+        }
+    }
+}
+
+impl From<i64> for Expr {
+    fn from(v: i64) -> Expr {
+        Expr::Const(v)
+    }
+}
+impl From<u32> for Expr {
+    fn from(v: u32) -> Expr {
+        Expr::Const(v as i64)
+    }
+}
+impl From<i32> for Expr {
+    fn from(v: i32) -> Expr {
+        Expr::Const(v as i64)
+    }
+}
+impl From<&Expr> for Expr {
+    fn from(v: &Expr) -> Expr {
+        v.clone()
+    }
+}
+
+macro_rules! arith {
+    ($tr:ident, $f:ident, $op:expr) => {
+        impl<T: Into<Expr>> std::ops::$tr<T> for Expr {
+            type Output = Expr;
+            fn $f(self, b: T) -> Expr {
+                Expr::bin($op, self, b.into())
+            }
+        }
+        impl<T: Into<Expr>> std::ops::$tr<T> for &Expr {
+            type Output = Expr;
+            fn $f(self, b: T) -> Expr {
+                Expr::bin($op, self.clone(), b.into())
+            }
+        }
+    };
+}
+arith!(Add, add, BinOp::Add);
+arith!(Sub, sub, BinOp::Sub);
+arith!(Mul, mul, BinOp::Mul);
+arith!(Div, div, BinOp::Div);
+arith!(Rem, rem, BinOp::Rem);
+
+impl std::fmt::Display for Expr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Expr::Const(v) => write!(f, "{v}"),
+            Expr::Param(p) => write!(f, "p{}", p.0),
+            Expr::Var(v) => write!(f, "v{}", v.0),
+            Expr::Block(i) => write!(f, "block[{i}]"),
+            Expr::Wave => write!(f, "wave"),
+            Expr::Bin(op, a, b) => {
+                let s = match op {
+                    BinOp::Add => "+",
+                    BinOp::Sub => "-",
+                    BinOp::Mul => "*",
+                    BinOp::Div => "/",
+                    BinOp::Rem => "%",
+                    BinOp::CeilDiv => return write!(f, "ceil_div({a}, {b})"),
+                    BinOp::Min => return write!(f, "min({a}, {b})"),
+                    BinOp::Max => return write!(f, "max({a}, {b})"),
+                };
+                write!(f, "({a} {s} {b})")
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn evaluates_index_math() {
+        let m = Expr::Param(ParamId(0));
+        let tiles = m.clone().ceil_div(64) - 2;
+        let env = Env { params: &[200], vars: &[], block: &[], wave: 5 };
+        assert_eq!(tiles.eval(&env), Some(2));
+        let grp = Expr::Wave / 4;
+        assert_eq!(grp.eval(&env), Some(1));
+        assert!(grp.eq(1).is_wave_uniform());
+        assert!(!m.lt(3).is_wave_uniform());
+        assert_eq!((Expr::c(3) * 4 + 1).as_const(), Some(13));
+    }
+}

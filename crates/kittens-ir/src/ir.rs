@@ -1,0 +1,529 @@
+//! The tile IR: what a kernel is after the builder has run.
+//!
+//! A [`Kernel`] is a set of declarations (parameters, global tensors, shared buffers, register tiles and
+//! vectors, loop variables), a [`Grid`] with its remap, a [`Schedule`], and a body of [`Stmt`]s. Every
+//! memory effect is visible in the ops (DESIGN.md principle 3): an async load names the shared buffer it
+//! writes, waits and barriers are explicit ops, and every op that several waves perform together names its
+//! [`Scope`]. The body is stored *after* schedule expansion (`crate::schedule`): the barriers, priority
+//! changes and fences a schedule implies are ordinary ops marked `implied: true`, so lowerings, the
+//! analysis and the interpreter walk one representation.
+//!
+//! Execution model (what every backend must reproduce): a launch runs `grid.blocks()` blocks; each block
+//! runs `waves` waves (NVIDIA: warps) that execute the body; register tiles and vectors are private to each
+//! wave; shared buffers are per block. Coordinates outside a global tensor read as zero and stores to them
+//! are dropped, so shapes need not be multiples of the tile.
+
+use crate::expr::{Cond, Expr, ParamId, VarId};
+use kittens_hw::dtype::DType;
+use kittens_tile::{BaseShape, Layout, RegTile, SharedTile};
+use serde::Serialize;
+
+pub use crate::numerics::Rounding;
+
+/// A global tensor, by position in [`Kernel::globals`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct GlobalId(pub u32);
+/// A shared-memory buffer (ring of `count` tiles), by position in [`Kernel::shared`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct SharedId(pub u32);
+/// A register tile or vector (per wave), by position in [`Kernel::regs`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct RegId(pub u32);
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ParamDecl {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+/// A global tensor: a logical N-d shape with strides in elements, so BSHD and BHSD attention layouts
+/// are the same logical `[B, H, S, D]` tensor with different strides (no copies).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GlobalDecl {
+    pub name: String,
+    pub dtype: DType,
+    /// Logical dimension names (e.g. `["b", "h", "s", "d"]`), for messages and generated code.
+    pub dim_names: Vec<String>,
+    pub dims: Vec<Expr>,
+    /// Stride of each logical dimension, in elements.
+    pub strides: Vec<Expr>,
+    pub access: Access,
+}
+
+/// `count` shared tiles of one shape (a double buffer is `count: 2`), addressed by a run-time index.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SharedDecl {
+    pub name: String,
+    pub tile: SharedTile,
+    pub count: u32,
+}
+
+impl SharedDecl {
+    pub fn bytes(&self) -> u32 {
+        self.tile.bytes() * self.count
+    }
+}
+
+/// Which tile axis a register vector is indexed by: `Rows` holds one value per row (what `row_max`
+/// produces and `sub_row` broadcasts), `Cols` one value per column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Axis {
+    Rows,
+    Cols,
+}
+
+/// A register vector, distributed over a wave's lanes like the rows (or columns) of a tile with the given
+/// layout and base shape — the lowering needs those to know which lanes hold which entries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct RegVec {
+    pub dtype: DType,
+    pub len: u32,
+    pub axis: Axis,
+    pub layout: Layout,
+    pub base: BaseShape,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegKind {
+    Tile(RegTile),
+    Vec(RegVec),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RegDecl {
+    pub name: String,
+    pub kind: RegKind,
+}
+
+impl RegDecl {
+    pub fn dtype(&self) -> DType {
+        match self.kind {
+            RegKind::Tile(t) => t.dtype,
+            RegKind::Vec(v) => v.dtype,
+        }
+    }
+    /// Logical (rows, cols); a vector is `len × 1`.
+    pub fn shape(&self) -> (u32, u32) {
+        match self.kind {
+            RegKind::Tile(t) => (t.rows, t.cols),
+            RegKind::Vec(v) => (v.len, 1),
+        }
+    }
+    pub fn tile(&self) -> Option<&RegTile> {
+        match &self.kind {
+            RegKind::Tile(t) => Some(t),
+            RegKind::Vec(_) => None,
+        }
+    }
+    pub fn vec(&self) -> Option<&RegVec> {
+        match &self.kind {
+            RegKind::Vec(v) => Some(v),
+            RegKind::Tile(_) => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VarDecl {
+    pub name: String,
+}
+
+/// A `rows × cols` window of a global tensor: element `(i, j)` is
+/// `tensor[origin + i·e(row_dim) + j·e(col_dim)]` where `origin` has one coordinate per dimension.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GlobalView {
+    pub tensor: GlobalId,
+    pub origin: Vec<Expr>,
+    pub row_dim: u8,
+    pub col_dim: u8,
+    pub rows: u32,
+    pub cols: u32,
+}
+
+/// A `rows × cols` sub-tile of buffer `index` of a shared ring, starting at element `(row0, col0)`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SharedView {
+    pub buf: SharedId,
+    pub index: Expr,
+    pub row0: Expr,
+    pub col0: Expr,
+    pub rows: u32,
+    pub cols: u32,
+}
+
+/// Who performs an op together. `Wave` is one AMD wavefront (64 lanes) or one NVIDIA warp (32 lanes);
+/// `WarpGroup` is four consecutive waves (a Hopper warpgroup; on AMD one wave per SIMD, the unit the
+/// 8-wave ping-pong alternates); `Block` is every wave of the block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    Wave,
+    WarpGroup,
+    Block,
+}
+
+impl Scope {
+    /// Waves in one instance of the scope, for a block of `waves` waves.
+    pub fn waves(self, block_waves: u32) -> u32 {
+        match self {
+            Scope::Wave => 1,
+            Scope::WarpGroup => 4.min(block_waves),
+            Scope::Block => block_waves,
+        }
+    }
+}
+
+/// The four operand forms of a matrix multiply-accumulate `D = op(A)·op(B) + C`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MmaForm {
+    /// A is M×K, B is K×N.
+    Ab,
+    /// A is M×K, B is N×K (`C = A·Bᵀ`).
+    Abt,
+    /// A is K×M, B is K×N.
+    Atb,
+    /// A is K×M, B is N×K.
+    Atbt,
+}
+
+impl MmaForm {
+    pub fn a_transposed(self) -> bool {
+        matches!(self, MmaForm::Atb | MmaForm::Atbt)
+    }
+    pub fn b_transposed(self) -> bool {
+        matches!(self, MmaForm::Abt | MmaForm::Atbt)
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            MmaForm::Ab => "mma_ab",
+            MmaForm::Abt => "mma_abt",
+            MmaForm::Atb => "mma_atb",
+            MmaForm::Atbt => "mma_atbt",
+        }
+    }
+}
+
+/// An `mma` input: a register tile, or a shared tile (Hopper `wgmma` reads B — and optionally A — from
+/// shared memory; validation refuses shared operands on AMD, whose MFMAs read registers only).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MmaOperand {
+    Reg(RegId),
+    Shared(SharedView),
+}
+
+/// Elementwise functions. Binary ones take two arguments, unary ones one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MapFn {
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Max,
+    Min,
+    Exp,
+    Exp2,
+    Log,
+    Neg,
+    Abs,
+    /// Copy / convert: the value is rounded to the destination dtype with the op's rounding.
+    Copy,
+}
+
+impl MapFn {
+    pub fn arity(self) -> usize {
+        match self {
+            MapFn::Add | MapFn::Sub | MapFn::Mul | MapFn::Div | MapFn::Max | MapFn::Min => 2,
+            _ => 1,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            MapFn::Add => "add",
+            MapFn::Sub => "sub",
+            MapFn::Mul => "mul",
+            MapFn::Div => "div",
+            MapFn::Max => "max",
+            MapFn::Min => "min",
+            MapFn::Exp => "exp",
+            MapFn::Exp2 => "exp2",
+            MapFn::Log => "log",
+            MapFn::Neg => "neg",
+            MapFn::Abs => "abs",
+            MapFn::Copy => "copy",
+        }
+    }
+}
+
+/// An argument of an elementwise map, as seen at element `(i, j)` of the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Arg {
+    /// The same-shaped register tile or vector, element `(i, j)`.
+    Reg(RegId),
+    /// A per-row vector broadcast along each row: element `v[i]` (`sub_row`, `mul_row`, ...).
+    RowBcast(RegId),
+    /// A per-column vector broadcast along each column: element `v[j]` (`sub_col`, `mul_col`, ...).
+    ColBcast(RegId),
+    Scalar(f32),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}
+
+/// Which elements a [`Op::Mask`] keeps (others are set to its value). Coordinates are global: element
+/// `(i, j)` of the tile is `(row0 + i, col0 + j)`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaskRule {
+    /// Keep `col <= row + offset` (causal attention with `offset = seq_k - seq_q` for bottom-right
+    /// alignment, 0 for top-left).
+    Causal { offset: Expr },
+    /// Keep `col < limit` (key columns past the sequence end).
+    ColsBelow(Expr),
+    /// Keep `row < limit`.
+    RowsBelow(Expr),
+}
+
+/// Which asynchronous queue a wait drains. `Async`: global→shared loads (AMD `vmcnt` for
+/// `buffer_load … lds`; Hopper TMA completion on an mbarrier). `Shared`: shared→register loads (AMD
+/// `lgkmcnt`; a no-op on Hopper where `ld.shared` is synchronous to the issuing thread).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitQueue {
+    Async,
+    Shared,
+}
+
+/// How far a wait drains its queue, counted in IR ops issued by this wave (the lowering converts to
+/// instruction counts: one op may be several `buffer_load`s).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitCount {
+    /// Wait until at most `n` of this wave's ops on the queue are outstanding.
+    Outstanding(u32),
+    /// Let the schedule analysis choose the largest safe count; the interpreter treats it as 0.
+    Auto,
+}
+
+/// Instruction-scheduling hints for the compiler (no effect on values).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SchedHint {
+    /// Nothing may be scheduled across this point (AMD `sched_barrier(0)`, seed 000 E.1).
+    Fence,
+    /// Interleave `mma` matrix ops with `other` vector ops, `groups` times (seed 000 E.3
+    /// `sched_barrier_pairs<mma, other, id>`; AMD `sched_group_barrier`).
+    Pairs { mma: u32, other: u32, groups: u32 },
+}
+
+/// One operation. Register ops are performed by each executing wave on its own registers; memory ops that
+/// waves share name their [`Scope`].
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Op {
+    /// Asynchronous global→shared copy of `src` into `dst`, split among the waves of `scope` (each wave
+    /// copies a contiguous band of rows). The data lands when the issuing wave executes a covering
+    /// [`Op::Wait`] on [`WaitQueue::Async`]; others see it after a barrier. AMD: `buffer_load … lds`;
+    /// Hopper: TMA + mbarrier (`scope` then says which waves wait on the barrier).
+    LoadAsync { dst: SharedView, src: GlobalView, scope: Scope },
+    /// Shared→register load; the destination's layout (row or column) decides the instruction
+    /// (AMD `ds_read_b128` or `ds_read_b64_tr_b16`, seed 000 D.1).
+    LoadShared { dst: RegId, src: SharedView },
+    /// Synchronous global→register load.
+    LoadGlobal { dst: RegId, src: GlobalView },
+    /// Register→shared store, rounding to the shared dtype.
+    StoreShared { dst: SharedView, src: RegId, rounding: Rounding },
+    /// Register→global store, rounding to the tensor dtype; elements outside the tensor are dropped.
+    StoreGlobal { dst: GlobalView, src: RegId, rounding: Rounding },
+    /// `d = op(a)·op(b) + c` (`c: None` is zero), f32 accumulation, rounded to `d`'s dtype.
+    Mma { form: MmaForm, d: RegId, a: MmaOperand, b: MmaOperand, c: Option<RegId> },
+    /// Elementwise `dst[i,j] = f(args…)` computed in f32 and rounded to `dst`'s dtype with `rounding`.
+    Map { dst: RegId, f: MapFn, args: Vec<Arg>, rounding: Rounding },
+    /// `dst[k] = op over the axis of src` (with `Rows` one result per row), combined with `acc` if given.
+    Reduce { dst: RegId, src: RegId, axis: Axis, op: ReduceOp, acc: Option<RegId> },
+    /// Set every element to `value` (`zero`, `neg_infty`).
+    Fill { dst: RegId, value: f32 },
+    /// `dst = srcᵀ` with the layout swapped (HipKittens `swap_layout_and_transpose`): the same registers
+    /// reinterpreted, so it is free on the device.
+    Transpose { dst: RegId, src: RegId },
+    /// `dst = src` in the other layout (a register shuffle on the device).
+    SwapLayout { dst: RegId, src: RegId },
+    /// Set elements not kept by `rule` to `value`; `(row0, col0)` is the tile's global origin.
+    Mask { dst: RegId, rule: MaskRule, row0: Expr, col0: Expr, value: f32 },
+    /// Block until this wave has at most `count` outstanding ops on `queue`.
+    Wait { queue: WaitQueue, count: WaitCount },
+    /// Barrier over `scope` (AMD `s_barrier`; NVIDIA `bar.sync`/named barriers). Executed by a subset of
+    /// waves inside a conditional, it is the 8-wave ping-pong's stagger barrier.
+    Barrier { scope: Scope },
+    /// Wave priority (AMD `s_setprio`, 0–3); a no-op on NVIDIA.
+    Priority(u8),
+    Hint(SchedHint),
+    /// Hopper register reallocation (`setmaxnreg`): producers shrink, consumers grow; a no-op on AMD.
+    SetMaxRegs { regs: u32 },
+}
+
+impl Op {
+    /// A short description for error messages and listings.
+    pub fn name(&self) -> String {
+        match self {
+            Op::LoadAsync { .. } => "load_async".into(),
+            Op::LoadShared { .. } => "load (shared→reg)".into(),
+            Op::LoadGlobal { .. } => "load (global→reg)".into(),
+            Op::StoreShared { .. } => "store (reg→shared)".into(),
+            Op::StoreGlobal { .. } => "store (reg→global)".into(),
+            Op::Mma { form, .. } => form.name().into(),
+            Op::Map { f, .. } => f.name().into(),
+            Op::Reduce { axis, op, .. } => {
+                let a = if *axis == Axis::Rows { "row" } else { "col" };
+                format!("{a}_{}", format!("{op:?}").to_lowercase())
+            }
+            Op::Fill { .. } => "fill".into(),
+            Op::Transpose { .. } => "transpose".into(),
+            Op::SwapLayout { .. } => "swap_layout".into(),
+            Op::Mask { .. } => "mask".into(),
+            Op::Wait { queue, count } => format!("wait({queue:?}, {count:?})"),
+            Op::Barrier { scope } => format!("barrier({scope:?})"),
+            Op::Priority(p) => format!("priority({p})"),
+            Op::Hint(h) => format!("hint({h:?})"),
+            Op::SetMaxRegs { regs } => format!("setmaxnreg({regs})"),
+        }
+    }
+}
+
+/// What a cluster does in its schedule (seed 000 §3.3.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClusterKind {
+    /// Matrix work: run at raised priority in the ping-pong.
+    Compute,
+    /// Loads and stores.
+    Memory,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stmt {
+    /// An op; `implied` marks ops the schedule expansion inserted (stagger barriers, priorities, fences).
+    Op { op: Op, implied: bool },
+    /// `for var in start..end` (step 1).
+    For { var: VarId, start: Expr, end: Expr, body: Vec<Stmt> },
+    If { cond: Cond, then: Vec<Stmt>, els: Vec<Stmt> },
+    /// A cluster of the schedule; after expansion its body already holds the implied ops.
+    Cluster { kind: ClusterKind, label: String, body: Vec<Stmt> },
+    /// The region in which the two ping-pong warpgroups run offset by one cluster; expansion puts the
+    /// conditional stagger barrier before it and the re-join barrier after it.
+    Staggered { body: Vec<Stmt> },
+    /// Warp-specialised roles (producer/consumer schedule): expansion turns it into a conditional on the
+    /// warpgroup with the register reallocation of each side.
+    Roles { producer: Vec<Stmt>, consumer: Vec<Stmt> },
+}
+
+/// How the kernel's waves share the work (seed 000 §3.3.2; DESIGN.md principle 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Schedule {
+    /// No implied synchronisation; `waves` waves.
+    Plain { waves: u32 },
+    /// Eight waves, two warpgroups alternating compute and memory clusters with a barrier at each
+    /// cluster end, priority 1 on compute clusters, a conditional stagger barrier (seed 000 E.1).
+    PingPong8,
+    /// Four waves, one per SIMD, each interleaving compute and memory; clusters end in a fence only.
+    Interleave4,
+    /// `producers` warpgroups load, `consumers` warpgroups compute (Hopper warp specialisation);
+    /// register reallocation to `producer_regs` / `consumer_regs`.
+    ProducerConsumer { producers: u32, consumers: u32, producer_regs: u32, consumer_regs: u32 },
+}
+
+impl Schedule {
+    pub fn waves(self) -> u32 {
+        match self {
+            Schedule::Plain { waves } => waves,
+            Schedule::PingPong8 => 8,
+            Schedule::Interleave4 => 4,
+            Schedule::ProducerConsumer { producers, consumers, .. } => 4 * (producers + consumers),
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Schedule::Plain { .. } => "plain",
+            Schedule::PingPong8 => "8-wave ping-pong",
+            Schedule::Interleave4 => "4-wave interleave",
+            Schedule::ProducerConsumer { .. } => "producer/consumer",
+        }
+    }
+}
+
+/// Which logical tile a launched block computes (seed 000 Algorithm 1, seed 001 §4.1); evaluated by
+/// `kittens_sched::remap`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum GridRemap {
+    /// Launch id → coordinates in row-major order of the extents (last coordinate fastest).
+    RowMajor,
+    /// 2-d grid: XCD chunking then group-M windows (Algorithm 1 in full).
+    XcdSwizzle { xcds: u32, window: u32, chunk: u32 },
+    /// 2-d grid: group-M windows only (Algorithm 1 lines 13–21).
+    GroupM { window: u32 },
+    /// 3-d grid `[batch, heads, q_blocks]`: every q block of one (batch, head) on one XCD.
+    HeadFirst { xcds: u32 },
+}
+
+/// The launch: a 1-d grid of `∏ extents` blocks; `remap` maps each launch id to coordinates
+/// `Expr::Block(0..extents.len())`.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Grid {
+    pub extents: Vec<Expr>,
+    pub remap: GridRemap,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Kernel {
+    pub name: String,
+    pub schedule: Schedule,
+    /// Waves per block (= `schedule.waves()`).
+    pub waves: u32,
+    pub params: Vec<ParamDecl>,
+    pub globals: Vec<GlobalDecl>,
+    pub shared: Vec<SharedDecl>,
+    pub regs: Vec<RegDecl>,
+    pub vars: Vec<VarDecl>,
+    pub grid: Grid,
+    /// The expanded body.
+    pub body: Vec<Stmt>,
+}
+
+impl Kernel {
+    pub fn reg(&self, r: RegId) -> &RegDecl {
+        &self.regs[r.0 as usize]
+    }
+    pub fn global(&self, g: GlobalId) -> &GlobalDecl {
+        &self.globals[g.0 as usize]
+    }
+    pub fn shared_decl(&self, s: SharedId) -> &SharedDecl {
+        &self.shared[s.0 as usize]
+    }
+    pub fn param_index(&self, name: &str) -> Option<ParamId> {
+        self.params.iter().position(|p| p.name == name).map(|i| ParamId(i as u32))
+    }
+    /// Shared memory the kernel allocates per block, in bytes.
+    pub fn shared_bytes(&self) -> u32 {
+        self.shared.iter().map(SharedDecl::bytes).sum()
+    }
+}
