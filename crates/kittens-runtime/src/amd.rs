@@ -1,1 +1,0 @@
-//! AMDGPU toolchain and code-object analysis (being written).

@@ -1,0 +1,251 @@
+//! Code-object analysis: what the AMDGPU compiler says a kernel uses.
+//!
+//! Resources come from the AMDHSA metadata block of the assembly (`.vgpr_count`, `.agpr_count`,
+//! `.sgpr_count`, `.vgpr_spill_count`, `.sgpr_spill_count`, `.private_segment_fixed_size`,
+//! `.group_segment_fixed_size`; AMDGPUUsage "Code Object V5 Metadata"), the architected VGPR count from
+//! the kernel's `.amdhsa_accum_offset` (the first AGPR of the unified register file on gfx90a and
+//! later). Waves per SIMD follow from the unified count and the 512 registers per lane per SIMD of
+//! CDNA3/CDNA4 (seed 000 §3.2.1; `regs_per_lane_per_simd` in the GPU catalog), allocated in granules
+//! of 8 (AMDGPUUsage, "VGPR allocation granularity" of gfx90a/gfx942/gfx950), at most 8 waves.
+//!
+//! The hot loop is the body of the innermost backward branch (`s_cbranch_*` or `s_branch` to an earlier
+//! label); when several innermost loops exist, the one issuing the most MFMAs.
+
+use super::{lds_budget_bytes, AmdError};
+use kittens_hw::Arch;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// VGPRs are allocated to a wave in blocks of this many (gfx90a+, unified VGPR/AGPR file).
+const VGPR_GRANULE: u32 = 8;
+/// The most waves one CDNA3/CDNA4 SIMD holds (CDNA3 ISA §2; the compiler's `; Occupancy:` caps there).
+const MAX_WAVES_PER_SIMD: u32 = 8;
+
+/// Counts by instruction class, plus every opcode.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InstructionMix {
+    pub total: u32,
+    pub mfma: u32,
+    pub ds: u32,
+    pub buffer: u32,
+    pub s_waitcnt: u32,
+    pub s_barrier: u32,
+    /// Opcode → count.
+    pub opcodes: BTreeMap<String, u32>,
+}
+
+impl InstructionMix {
+    fn add(&mut self, opcode: &str) {
+        self.total += 1;
+        if opcode.starts_with("v_mfma") {
+            self.mfma += 1;
+        } else if opcode.starts_with("ds_") {
+            self.ds += 1;
+        } else if opcode.starts_with("buffer_") {
+            self.buffer += 1;
+        } else if opcode == "s_waitcnt" {
+            self.s_waitcnt += 1;
+        } else if opcode == "s_barrier" {
+            self.s_barrier += 1;
+        }
+        *self.opcodes.entry(opcode.to_string()).or_insert(0) += 1;
+    }
+}
+
+/// The hot loop: its label and what it issues per iteration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoopReport {
+    pub label: String,
+    pub mix: InstructionMix,
+}
+
+/// Resources and instruction mix of one kernel, as the compiler produced it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CodeObjectReport {
+    pub kernel: String,
+    pub target: String,
+    /// Architected VGPRs.
+    pub vgpr: u32,
+    /// Accumulation VGPRs.
+    pub agpr: u32,
+    /// VGPRs plus AGPRs as allocated from the unified file (`.vgpr_count` on gfx90a+).
+    pub unified_vgpr: u32,
+    pub sgpr: u32,
+    pub vgpr_spill: u32,
+    pub sgpr_spill: u32,
+    pub scratch_bytes: u32,
+    pub lds_bytes: u32,
+    pub lds_budget_bytes: u32,
+    /// Waves one SIMD can hold given the registers (LDS and workgroup size may lower it further).
+    pub waves_per_simd: u32,
+    /// Opcode → count over the whole kernel (`instructions` is the name the CLI's JSON promises).
+    pub instructions: BTreeMap<String, u32>,
+    pub mix: InstructionMix,
+    pub hot_loop: Option<LoopReport>,
+}
+
+impl CodeObjectReport {
+    /// Zero spills, no scratch, LDS within the target's budget.
+    pub fn within_budget(&self) -> bool {
+        self.vgpr_spill == 0 && self.sgpr_spill == 0 && self.scratch_bytes == 0 && self.lds_bytes <= self.lds_budget_bytes
+    }
+}
+
+/// Analyse the assembly of one kernel (`kernel`, or the only kernel when `None`) compiled for `arch`.
+pub fn analyze(asm: &str, arch: Arch, kernel: Option<&str>) -> Result<CodeObjectReport, AmdError> {
+    let meta = kernel_metadata(asm, kernel)?;
+    let name = meta.get("name").cloned().ok_or_else(|| AmdError::Analysis("kernel metadata has no .name".into()))?;
+    let field = |key: &str| -> Result<u32, AmdError> {
+        let v = meta.get(key).ok_or_else(|| AmdError::Analysis(format!("kernel {name}: no .{key} in the metadata")))?;
+        v.parse().map_err(|_| AmdError::Analysis(format!("kernel {name}: .{key} is `{v}`, not a count")))
+    };
+    let unified = field("vgpr_count")?;
+    let agpr = meta.get("agpr_count").map_or(Ok(0), |_| field("agpr_count"))?;
+    let body = kernel_body(asm, &name)?;
+    let vgpr = accum_offset(asm, &name).unwrap_or_else(|| unified.saturating_sub(agpr));
+    let regs = kittens_hw::gpu(if arch == Arch::Cdna4 { "mi355x" } else { "mi300x" })
+        .map(|g| g.regs_per_lane_per_simd)
+        .map_err(|e| AmdError::Analysis(e.to_string()))?;
+    let mix = mix_of(&body);
+    Ok(CodeObjectReport {
+        target: super::toolchain::amd_target(arch)?.to_string(),
+        vgpr,
+        agpr,
+        unified_vgpr: unified,
+        sgpr: field("sgpr_count")?,
+        vgpr_spill: field("vgpr_spill_count")?,
+        sgpr_spill: field("sgpr_spill_count")?,
+        scratch_bytes: field("private_segment_fixed_size")?,
+        lds_bytes: field("group_segment_fixed_size")?,
+        lds_budget_bytes: lds_budget_bytes(arch)?,
+        waves_per_simd: waves_per_simd(unified, regs),
+        instructions: mix.opcodes.clone(),
+        hot_loop: hot_loop(&body),
+        mix,
+        kernel: name,
+    })
+}
+
+/// Register-limited waves per SIMD: `regs / round_up(unified, 8)`, capped at 8.
+pub fn waves_per_simd(unified_vgpr: u32, regs_per_lane_per_simd: u32) -> u32 {
+    let alloc = unified_vgpr.max(1).div_ceil(VGPR_GRANULE) * VGPR_GRANULE;
+    (regs_per_lane_per_simd / alloc).min(MAX_WAVES_PER_SIMD)
+}
+
+/// The `.name`-keyed scalar fields of one kernel's entry in `amdhsa.kernels` (nested lists skipped).
+fn kernel_metadata(asm: &str, kernel: Option<&str>) -> Result<BTreeMap<String, String>, AmdError> {
+    let start = asm.find("amdhsa.kernels:").ok_or_else(|| AmdError::Analysis("no amdhsa.kernels metadata".into()))?;
+    let mut kernels: Vec<BTreeMap<String, String>> = Vec::new();
+    for line in asm[start..].lines().skip(1) {
+        if !line.starts_with(' ') {
+            break; // the next top-level key (amdhsa.target, ...)
+        }
+        // Kernel entries are `  - .key: value`, their fields `    .key: value`; deeper lines are args.
+        let (new_entry, rest) = match (line.strip_prefix("  - "), line.strip_prefix("    ")) {
+            (Some(rest), _) => (true, rest),
+            (None, Some(rest)) if !rest.starts_with(' ') => (false, rest),
+            _ => continue,
+        };
+        if new_entry {
+            kernels.push(BTreeMap::new());
+        }
+        if let (Some(entry), Some((key, value))) = (kernels.last_mut(), rest.split_once(':')) {
+            if let Some(key) = key.strip_prefix('.') {
+                entry.insert(key.to_string(), value.trim().trim_matches('\'').to_string());
+            }
+        }
+    }
+    match kernel {
+        Some(k) => kernels.into_iter().find(|m| m.get("name").map(String::as_str) == Some(k)),
+        None if kernels.len() == 1 => kernels.pop(),
+        None => None,
+    }
+    .ok_or_else(|| AmdError::Analysis(format!("kernel {} not found (or several kernels and none named)", kernel.unwrap_or("?"))))
+}
+
+/// `.amdhsa_accum_offset` of the kernel descriptor (absent before gfx90a).
+fn accum_offset(asm: &str, name: &str) -> Option<u32> {
+    let start = asm.find(&format!(".amdhsa_kernel {name}"))?;
+    let block = &asm[start..];
+    let block = &block[..block.find(".end_amdhsa_kernel")?];
+    block.lines().find_map(|l| l.trim().strip_prefix(".amdhsa_accum_offset")?.trim().parse().ok())
+}
+
+/// One line of a kernel's code: a label or an instruction (opcode and operand text).
+#[derive(Debug, Clone, PartialEq)]
+enum Line<'a> {
+    Label(&'a str),
+    Inst { opcode: &'a str, operands: &'a str },
+}
+
+/// The code lines of `name`, from its label to `.Lfunc_end`.
+fn kernel_body<'a>(asm: &'a str, name: &str) -> Result<Vec<Line<'a>>, AmdError> {
+    let label = format!("{name}:");
+    let mut lines = asm.lines().skip_while(|l| l.trim_end() != label);
+    if lines.next().is_none() {
+        return Err(AmdError::Analysis(format!("no code label `{label}`")));
+    }
+    let mut body = Vec::new();
+    for raw in lines {
+        let line = raw.split(';').next().unwrap_or("").trim_end();
+        let text = line.trim_start();
+        if text.starts_with(".Lfunc_end") {
+            break;
+        }
+        if text.is_empty() || text.starts_with('.') && !text.ends_with(':') {
+            continue; // directives
+        }
+        if let Some(l) = text.strip_suffix(':') {
+            body.push(Line::Label(l));
+        } else if line.starts_with(char::is_whitespace) {
+            let (opcode, operands) = text.split_once(char::is_whitespace).unwrap_or((text, ""));
+            body.push(Line::Inst { opcode, operands: operands.trim() });
+        }
+    }
+    Ok(body)
+}
+
+fn mix_of(lines: &[Line]) -> InstructionMix {
+    let mut mix = InstructionMix::default();
+    for l in lines {
+        if let Line::Inst { opcode, .. } = l {
+            mix.add(opcode);
+        }
+    }
+    mix
+}
+
+/// The innermost backward branch with the most MFMAs: its label and body mix.
+fn hot_loop(body: &[Line]) -> Option<LoopReport> {
+    let label_at: BTreeMap<&str, usize> =
+        body.iter().enumerate().filter_map(|(i, l)| if let Line::Label(n) = l { Some((*n, i)) } else { None }).collect();
+    // (start, end) of every backward branch: the label's index and the branch's.
+    let loops: Vec<(usize, usize)> = body
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| match l {
+            Line::Inst { opcode, operands } if opcode.starts_with("s_cbranch_") || *opcode == "s_branch" => {
+                label_at.get(operands.split(',').next()?.trim()).filter(|&&s| s < i).map(|&s| (s, i))
+            }
+            _ => None,
+        })
+        .collect();
+    let innermost = loops.iter().filter(|&&(s, e)| !loops.iter().any(|&(s2, e2)| (s2, e2) != (s, e) && s <= s2 && e2 <= e));
+    innermost
+        .map(|&(s, e)| (s, mix_of(&body[s..=e])))
+        .max_by_key(|(_, mix)| (mix.mfma, mix.total))
+        .map(|(s, mix)| LoopReport { label: if let Line::Label(n) = body[s] { n.to_string() } else { String::new() }, mix })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waves_follow_the_granule_and_cap() {
+        assert_eq!(waves_per_simd(100, 512), 4); // 104 allocated
+        assert_eq!(waves_per_simd(256, 512), 2);
+        assert_eq!(waves_per_simd(512, 512), 1);
+        assert_eq!(waves_per_simd(8, 512), 8);
+    }
+}

@@ -1,0 +1,72 @@
+//! AMD CDNA toolchain and code-object analysis, with no ROCm install (DESIGN.md principle 5).
+//!
+//! - [`toolchain`]: find an AMDGPU clang ($KITTENS_AMDGPU_CLANG, ROCm's, PyPI `ziglang`'s in the project
+//!   cache, Debian's clang-19 for gfx942), install `ziglang` into the cache, and compile HIP source to
+//!   assembly and a code object;
+//! - [`analysis`]: read the AMDHSA metadata and the assembly listing into a [`CodeObjectReport`]
+//!   (registers, spills, scratch, LDS, waves per SIMD, instruction mix of the whole kernel and of the
+//!   hot loop).
+//!
+//! No AMD GPU exists for this project: everything here is what the compiler says, never a speed.
+
+pub mod analysis;
+pub mod toolchain;
+
+pub use analysis::{analyze, CodeObjectReport, InstructionMix, LoopReport};
+pub use toolchain::{
+    cache_dir, find_clang, install_ziglang, AmdgpuClang, ClangSource, CompiledHip, ToolchainSearch,
+    ZIGLANG_VERSION,
+};
+
+use kittens_hw::Arch;
+use std::path::PathBuf;
+use thiserror::Error;
+
+/// Everything that can go wrong finding a compiler, compiling, or reading its output.
+#[derive(Debug, Error)]
+pub enum AmdError {
+    /// The name is not an AMD target this project supports.
+    #[error("unknown AMD target `{0}`: expected gfx942 or gfx950")]
+    UnknownTarget(String),
+    /// No usable AMDGPU clang was found; the message says what to run.
+    #[error(
+        "no AMDGPU clang for {target} found (looked at: {looked}). Install one with \
+         `scripts/install-amdgpu-clang.sh` (PyPI ziglang {zig} into {cache}), or set \
+         KITTENS_AMDGPU_CLANG to a clang that targets {target}{hint}"
+    )]
+    ClangNotFound { target: &'static str, looked: String, cache: String, zig: &'static str, hint: &'static str },
+    /// A program could not be started.
+    #[error("could not run `{program}`: {source}")]
+    Spawn { program: String, source: std::io::Error },
+    /// A program ran and failed.
+    #[error("`{command}` failed with {status}:\n{stderr}")]
+    ToolFailed { command: String, status: String, stderr: String },
+    /// Reading or writing a temporary or cache file failed.
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    /// The assembly lacks what the analysis needs.
+    #[error("code-object analysis: {0}")]
+    Analysis(String),
+}
+
+/// The AMD architecture named by an LLVM target (`gfx942` → CDNA3, `gfx950` → CDNA4).
+pub fn parse_target(name: &str) -> Result<Arch, AmdError> {
+    match name {
+        "gfx942" => Ok(Arch::Cdna3),
+        "gfx950" => Ok(Arch::Cdna4),
+        other => Err(AmdError::UnknownTarget(other.to_string())),
+    }
+}
+
+/// Shared memory one workgroup may use on a target: 64 KiB on CDNA3, 160 KiB on CDNA4, read from the GPU
+/// catalog (MI300X and MI355X entries) rather than restated here.
+pub fn lds_budget_bytes(arch: Arch) -> Result<u32, AmdError> {
+    let model = match arch {
+        Arch::Cdna3 => "mi300x",
+        Arch::Cdna4 => "mi355x",
+        Arch::Hopper => return Err(AmdError::UnknownTarget(arch.target().to_string())),
+    };
+    kittens_hw::gpu(model)
+        .map(|g| g.shared_bytes_per_block)
+        .map_err(|e| AmdError::Analysis(e.to_string()))
+}
