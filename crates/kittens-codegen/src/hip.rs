@@ -1,1 +1,0 @@
-//! HIP lowering for CDNA3/CDNA4 (being written).

@@ -1,0 +1,230 @@
+// kittens HIP device prelude for CDNA3 (gfx942) and CDNA4 (gfx950).
+//
+// Needs no ROCm headers: it is compiled with `-nogpuinc -nogpulib`, so it defines the few HIP keywords
+// it uses itself. Every wrapper issues exactly one machine instruction and describes its operands with
+// extended-asm constraints ("v" VGPR, "a" AGPR, "s" SGPR, "+v" tied read-write, "=&v" early clobber,
+// "n" immediate), so the compiler keeps register allocation and data-flow tracking while we choose the
+// opcode (seed 001 §2.1). Scheduling hints use the LLVM builtins the compiler understands (seed 000 D.4).
+// Instructions a target lacks are only declared for that target: the assembler rejects them otherwise.
+#ifndef KITTENS_HIP_PRELUDE
+#define KITTENS_HIP_PRELUDE
+
+#if !defined(__gfx942__) && !defined(__gfx950__)
+#error "kittens prelude: compile with --offload-arch=gfx942 or --offload-arch=gfx950"
+#endif
+
+#ifndef __global__
+#define __global__ __attribute__((global))
+#endif
+#ifndef __device__
+#define __device__ __attribute__((device))
+#endif
+#ifndef __shared__
+#define __shared__ __attribute__((shared))
+#endif
+#ifndef __forceinline__
+#define __forceinline__ __inline__ __attribute__((always_inline))
+#endif
+#define KITTENS_DEV static __device__ __forceinline__
+
+namespace kittens {
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef u32 u32x2 __attribute__((ext_vector_type(2)));
+typedef u32 u32x4 __attribute__((ext_vector_type(4)));
+typedef u32 u32x8 __attribute__((ext_vector_type(8)));
+typedef int i32x4 __attribute__((ext_vector_type(4)));
+typedef float f32x2 __attribute__((ext_vector_type(2)));
+typedef float f32x4 __attribute__((ext_vector_type(4)));
+typedef float f32x16 __attribute__((ext_vector_type(16)));
+// bf16 and f16 operands travel as raw 16-bit lanes: the MFMA reads bits, not C++ values.
+typedef unsigned short b16x4 __attribute__((ext_vector_type(4)));
+typedef unsigned short b16x8 __attribute__((ext_vector_type(8)));
+// fp8 operands: 8 bytes (one 64-bit register pair) for the CDNA3 fp8 MFMAs, 32 bytes for f8f6f4.
+typedef u32x2 fp8x8;
+typedef u32x8 fp8x32;
+
+// ---- work-item ids -------------------------------------------------------------------------------
+KITTENS_DEV u32 thread_id() { return __builtin_amdgcn_workitem_id_x(); }
+KITTENS_DEV u32 block_id_x() { return __builtin_amdgcn_workgroup_id_x(); }
+KITTENS_DEV u32 block_id_y() { return __builtin_amdgcn_workgroup_id_y(); }
+KITTENS_DEV u32 wave_id() { return __builtin_amdgcn_workitem_id_x() / 64; }
+KITTENS_DEV u32 lane_id() { return __builtin_amdgcn_workitem_id_x() % 64; }
+
+// ---- MFMA ------------------------------------------------------------------------------------------
+// For each matrix instruction, four forms:
+//   NAME(a, b, c)       c += a*b with c tied to one VGPR range ("+v"): no accumulator rename, no copy;
+//   NAME_zero(a, b)     fresh accumulator: literal 0 as C, result write-only and early-clobber ("=&v");
+//   NAME_acc(a, b, c)   accumulator held in AGPRs ("+a"), A/B in VGPRs;
+//   NAME_ab_agpr(a, b, c)  A/B read straight from AGPRs ("a"), which hardware allows on CDNA3/CDNA4 but
+//                       the compiler never chooses by itself (seed 000 §3.2.1).
+#define KITTENS_MFMA(NAME, OPCODE, AB, CD)                                                          \
+  KITTENS_DEV void NAME(AB a, AB b, CD& c) {                                                         \
+    asm volatile(OPCODE " %0, %1, %2, %0" : "+v"(c) : "v"(a), "v"(b));                               \
+  }                                                                                                  \
+  KITTENS_DEV CD NAME##_zero(AB a, AB b) {                                                           \
+    CD d;                                                                                            \
+    asm volatile(OPCODE " %0, %1, %2, 0" : "=&v"(d) : "v"(a), "v"(b));                               \
+    return d;                                                                                        \
+  }                                                                                                  \
+  KITTENS_DEV void NAME##_acc(AB a, AB b, CD& c) {                                                   \
+    asm volatile(OPCODE " %0, %1, %2, %0" : "+a"(c) : "v"(a), "v"(b));                               \
+  }                                                                                                  \
+  KITTENS_DEV void NAME##_ab_agpr(AB a, AB b, CD& c) {                                               \
+    asm volatile(OPCODE " %0, %1, %2, %0" : "+v"(c) : "a"(a), "a"(b));                               \
+  }
+
+// Both targets (CDNA3 ISA §7.1 table of MFMA opcodes; CDNA4 keeps them).
+KITTENS_MFMA(mfma_f32_16x16x16_bf16, "v_mfma_f32_16x16x16_bf16", b16x4, f32x4)
+KITTENS_MFMA(mfma_f32_32x32x8_bf16, "v_mfma_f32_32x32x8_bf16", b16x4, f32x16)
+KITTENS_MFMA(mfma_f32_16x16x16_f16, "v_mfma_f32_16x16x16_f16", b16x4, f32x4)
+KITTENS_MFMA(mfma_f32_32x32x8_f16, "v_mfma_f32_32x32x8_f16", b16x4, f32x16)
+KITTENS_MFMA(mfma_f32_16x16x32_fp8_fp8, "v_mfma_f32_16x16x32_fp8_fp8", fp8x8, f32x4)
+KITTENS_MFMA(mfma_f32_32x32x16_fp8_fp8, "v_mfma_f32_32x32x16_fp8_fp8", fp8x8, f32x16)
+KITTENS_MFMA(mfma_f32_16x16x4_f32, "v_mfma_f32_16x16x4_f32", float, f32x4)
+#if defined(__gfx942__)
+// xf32 exists on CDNA3 only; CDNA4 removed it.
+KITTENS_MFMA(mfma_f32_16x16x8_xf32, "v_mfma_f32_16x16x8_xf32", f32x2, f32x4)
+#endif
+#if defined(__gfx950__)
+// CDNA4's double-K bf16/f16 shapes and the f8f6f4 family (fp8 e4m3 operands by default).
+KITTENS_MFMA(mfma_f32_16x16x32_bf16, "v_mfma_f32_16x16x32_bf16", b16x8, f32x4)
+KITTENS_MFMA(mfma_f32_32x32x16_bf16, "v_mfma_f32_32x32x16_bf16", b16x8, f32x16)
+KITTENS_MFMA(mfma_f32_16x16x32_f16, "v_mfma_f32_16x16x32_f16", b16x8, f32x4)
+KITTENS_MFMA(mfma_f32_32x32x16_f16, "v_mfma_f32_32x32x16_f16", b16x8, f32x16)
+KITTENS_MFMA(mfma_f32_16x16x128_f8f6f4, "v_mfma_f32_16x16x128_f8f6f4", fp8x32, f32x4)
+KITTENS_MFMA(mfma_f32_32x32x64_f8f6f4, "v_mfma_f32_32x32x64_f8f6f4", fp8x32, f32x16)
+#endif
+#undef KITTENS_MFMA
+
+// Pinned register tiles (seed 000 §3.2.1, D.3): the lowering names registers in the asm text and lists
+// them as clobbers, so the compiler keeps its hands off those ranges. A kernel that pins AGPRs must also
+// reserve them, because the compiler sizes its AGPR budget from the constraints it sees.
+#define KITTENS_STR2(x) #x
+#define KITTENS_STR(x) KITTENS_STR2(x)
+#define KITTENS_RESERVE_AGPRS(LAST) asm volatile("" ::: KITTENS_STR(a##LAST))
+
+// ---- LDS (shared memory) ---------------------------------------------------------------------------
+// LDS byte address of a __shared__ object: the address-space cast yields the 32-bit LDS offset.
+KITTENS_DEV u32 lds_addr(const void* p) {
+  return (u32)(__SIZE_TYPE__)(const __attribute__((address_space(3))) void*)p;
+}
+// OFF is the instruction's 16-bit immediate byte offset: it costs no register and no address math.
+template <int OFF = 0> KITTENS_DEV u32x4 ds_read_b128(u32 addr) {
+  u32x4 r;
+  asm volatile("ds_read_b128 %0, %1 offset:%2" : "=v"(r) : "v"(addr), "n"(OFF) : "memory");
+  return r;
+}
+template <int OFF = 0> KITTENS_DEV u32x2 ds_read_b64(u32 addr) {
+  u32x2 r;
+  asm volatile("ds_read_b64 %0, %1 offset:%2" : "=v"(r) : "v"(addr), "n"(OFF) : "memory");
+  return r;
+}
+template <int OFF = 0> KITTENS_DEV void ds_write_b64(u32 addr, u32x2 v) {
+  asm volatile("ds_write_b64 %0, %1 offset:%2" : : "v"(addr), "v"(v), "n"(OFF) : "memory");
+}
+template <int OFF = 0> KITTENS_DEV void ds_write_b128(u32 addr, u32x4 v) {
+  asm volatile("ds_write_b128 %0, %1 offset:%2" : : "v"(addr), "v"(v), "n"(OFF) : "memory");
+}
+#if defined(__gfx950__)
+// CDNA4's transposing read: each lane gets four 16-bit elements of a column (seed 000 D.1).
+template <int OFF = 0> KITTENS_DEV u32x2 ds_read_b64_tr_b16(u32 addr) {
+  u32x2 r;
+  asm volatile("ds_read_b64_tr_b16 %0, %1 offset:%2" : "=v"(r) : "v"(addr), "n"(OFF) : "memory");
+  return r;
+}
+#endif
+
+// ---- buffer loads (global memory through a buffer resource) ---------------------------------------
+// A buffer resource is four SGPRs: 48-bit base, stride 0, the byte size (loads past it return 0, which
+// handles ragged tiles for free), and dword3 = 0x00020000 (DATA_FORMAT = 32-bit; CDNA3 ISA §9.1.5,
+// the value composable_kernel uses for gfx90a/gfx94x).
+KITTENS_DEV i32x4 make_buffer_rsrc(const void* base, u32 num_bytes) {
+  u64 p = (u64)base;
+  i32x4 r;
+  r.x = (int)(u32)p;
+  r.y = (int)((u32)(p >> 32) & 0xffffu);
+  r.z = (int)num_bytes;
+  r.w = 0x00020000;
+  return r;
+}
+// Straight to LDS: the data skips the register file and lands at M0 + OFF + lane*size. M0 is bound
+// through the "{m0}" constraint, so the compiler sets it and knows it is live.
+template <int OFF = 0> KITTENS_DEV void buffer_load_dword_lds(i32x4 rsrc, u32 voffset, u32 soffset, u32 lds) {
+  asm volatile("buffer_load_dword %0, %1, %2 offen offset:%3 lds"
+               : : "v"(voffset), "s"(rsrc), "s"(soffset), "n"(OFF), "{m0}"(lds) : "memory");
+}
+#if defined(__gfx950__)
+// 16 bytes per lane straight to LDS exists on CDNA4 only.
+template <int OFF = 0> KITTENS_DEV void buffer_load_dwordx4_lds(i32x4 rsrc, u32 voffset, u32 soffset, u32 lds) {
+  asm volatile("buffer_load_dwordx4 %0, %1, %2 offen offset:%3 lds"
+               : : "v"(voffset), "s"(rsrc), "s"(soffset), "n"(OFF), "{m0}"(lds) : "memory");
+}
+#endif
+// To registers: CDNA3's GEMM double-buffers through the register file (seed 000 E.1, MI325X).
+template <int OFF = 0> KITTENS_DEV u32 buffer_load_dword(i32x4 rsrc, u32 voffset, u32 soffset) {
+  u32 r;
+  asm volatile("buffer_load_dword %0, %1, %2, %3 offen offset:%4"
+               : "=v"(r) : "v"(voffset), "s"(rsrc), "s"(soffset), "n"(OFF) : "memory");
+  return r;
+}
+template <int OFF = 0> KITTENS_DEV u32x4 buffer_load_dwordx4(i32x4 rsrc, u32 voffset, u32 soffset) {
+  u32x4 r;
+  asm volatile("buffer_load_dwordx4 %0, %1, %2, %3 offen offset:%4"
+               : "=v"(r) : "v"(voffset), "s"(rsrc), "s"(soffset), "n"(OFF) : "memory");
+  return r;
+}
+template <int OFF = 0> KITTENS_DEV void buffer_store_dword(i32x4 rsrc, u32 voffset, u32 soffset, u32 v) {
+  asm volatile("buffer_store_dword %0, %1, %2, %3 offen offset:%4"
+               : : "v"(v), "v"(voffset), "s"(rsrc), "s"(soffset), "n"(OFF) : "memory");
+}
+
+// ---- waits, barriers, priority, scheduling fences -------------------------------------------------
+// The asm loads above are invisible to the compiler's own wait insertion, so the program waits itself,
+// leaving N operations in flight (seed 001 §2.2, seed 000 D.5).
+template <int N> KITTENS_DEV void s_waitcnt_vmcnt() { asm volatile("s_waitcnt vmcnt(%0)" : : "n"(N) : "memory"); }
+template <int N> KITTENS_DEV void s_waitcnt_lgkmcnt() { asm volatile("s_waitcnt lgkmcnt(%0)" : : "n"(N) : "memory"); }
+KITTENS_DEV void s_barrier() { __builtin_amdgcn_s_barrier(); }
+template <int P> KITTENS_DEV void s_setprio() { __builtin_amdgcn_s_setprio(P); }
+// Instruction-class masks of llvm.amdgcn.sched.barrier / sched.group.barrier (IntrinsicsAMDGPU.td;
+// seed 000 D.4). sched_barrier<SCHED_NONE> lets nothing cross.
+enum : int { SCHED_NONE = 0x0, SCHED_ALU = 0x1, SCHED_VALU = 0x2, SCHED_SALU = 0x4, SCHED_MFMA = 0x8, SCHED_VMEM = 0x10,
+             SCHED_VMEM_READ = 0x20, SCHED_VMEM_WRITE = 0x40, SCHED_DS = 0x80, SCHED_DS_READ = 0x100,
+             SCHED_DS_WRITE = 0x200, SCHED_TRANS = 0x400 };
+template <int MASK> KITTENS_DEV void sched_barrier() { __builtin_amdgcn_sched_barrier(MASK); }
+template <int MASK, int SIZE, int SYNC> KITTENS_DEV void sched_group_barrier() {
+  __builtin_amdgcn_sched_group_barrier(MASK, SIZE, SYNC);
+}
+
+// ---- fp32 -> bf16 packing in three rounding modes (seed 001 §6: RTNE, RTNA, RTZ) ----------------
+// Each packs two floats into one 32-bit register, `lo` in bits 15:0.
+KITTENS_DEV u32 f32_bits(float x) { return __builtin_bit_cast(u32, x); }
+// Selector 0x07060302 picks bytes 3:2 of both sources: the upper halves, i.e. truncation (RTZ).
+KITTENS_DEV u32 perm_hi16(u32 hi, u32 lo) {
+  u32 r;
+  asm volatile("v_perm_b32 %0, %1, %2, %3" : "=v"(r) : "v"(hi), "v"(lo), "s"(0x07060302u));
+  return r;
+}
+KITTENS_DEV u32 pack_bf16_rtz(float lo, float hi) { return perm_hi16(f32_bits(hi), f32_bits(lo)); }
+// Ties away from zero: add half an ulp of bf16 to the magnitude bits; a NaN stays a quiet NaN.
+KITTENS_DEV u32 rtna_bits(float x) { return x != x ? 0x7fc00000u : f32_bits(x) + 0x8000u; }
+KITTENS_DEV u32 pack_bf16_rtna(float lo, float hi) { return perm_hi16(rtna_bits(hi), rtna_bits(lo)); }
+#if defined(__gfx950__)
+// CDNA4 converts with round-to-nearest-even in one instruction.
+KITTENS_DEV u32 pack_bf16_rtne(float lo, float hi) {
+  u32 r;
+  asm volatile("v_cvt_pk_bf16_f32 %0, %1, %2" : "=v"(r) : "v"(lo), "v"(hi));
+  return r;
+}
+#else
+// CDNA3 has no conversion instruction (seed 000 D.4): add 0x7fff plus the lowest kept bit.
+KITTENS_DEV u32 rtne_bits(float x) {
+  u32 u = f32_bits(x);
+  return x != x ? 0x7fc00000u : u + 0x7fffu + ((u >> 16) & 1u);
+}
+KITTENS_DEV u32 pack_bf16_rtne(float lo, float hi) { return perm_hi16(rtne_bits(hi), rtne_bits(lo)); }
+#endif
+
+}  // namespace kittens
+#endif  // KITTENS_HIP_PRELUDE
