@@ -1,0 +1,263 @@
+//! A cache model for GEMM grid orders on chiplet GPUs (per-XCD L2 + shared LLC) and single-L2 GPUs.
+//!
+//! What is simulated (seed 000 §3.4 "Cost model"):
+//! - blocks are launched in id order and handed to XCDs round-robin (`id mod n_xcd`), one block per CU
+//!   per round, so a round is `compute_units` consecutive launch ids; the grid order decides which tile
+//!   each id computes;
+//! - within a round all blocks advance through K in lockstep; at each k-step every block reads its A
+//!   k-slice (`tile_m × tile_k`) and its B k-slice (`tile_n × tile_k`; B is stored N×K, K contiguous,
+//!   as in seed 000 Fig. 21's `mma_ABt`) through its XCD's L2;
+//! - caches are fully associative LRU over **segments**: one segment is one operand k-slice of one tile
+//!   row or column (24 KiB for a 192×64 bf16 A slice). Every line of a slice is touched together by the
+//!   blocks that use it, so at line granularity they would share one recency and hit or miss together;
+//!   treating the slice as the unit is what makes the model fast (14592³ is ~2 M accesses);
+//! - L2 misses go to the LLC (when the GPU has one), LLC misses to HBM;
+//! - modeled bandwidth is seed 000 Eq. 1: `LLC_bw × LLC_hit + L2_bw × L2_hit`.
+//!
+//! What it ignores is listed in docs/grid.md: the C write-back, set conflicts and address hashing,
+//! blocks drifting out of lockstep, prefetch depth, the L1/LDS, and any timing at all.
+
+use crate::SchedError;
+use kittens_hw::Gpu;
+use serde::Serialize;
+
+use crate::remap::GridOrder;
+
+/// A GEMM problem and its block tile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct GemmShape {
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub tile_m: u64,
+    pub tile_n: u64,
+    pub tile_k: u64,
+    /// Bytes per input element (2 for bf16).
+    pub elem_bytes: u64,
+}
+
+impl GemmShape {
+    /// A bf16 GEMM `m × n × k` with a `tile = (tile_m, tile_n, tile_k)` block tile.
+    pub fn bf16(m: u64, n: u64, k: u64, tile: (u64, u64, u64)) -> Self {
+        GemmShape { m, n, k, tile_m: tile.0, tile_n: tile.1, tile_k: tile.2, elem_bytes: 2 }
+    }
+
+    fn validate(&self) -> Result<(), SchedError> {
+        let dims = [self.m, self.n, self.k, self.tile_m, self.tile_n, self.tile_k, self.elem_bytes];
+        if dims.contains(&0) {
+            return Err(SchedError::Invalid("GEMM sizes, tiles and element size must be positive".into()));
+        }
+        Ok(())
+    }
+
+    /// Tile rows along M and columns along N of the output grid (partial edge tiles count).
+    pub fn grid(&self) -> (u64, u64) {
+        (self.m.div_ceil(self.tile_m), self.n.div_ceil(self.tile_n))
+    }
+
+    /// Number of k-steps.
+    pub fn ksteps(&self) -> u64 {
+        self.k.div_ceil(self.tile_k)
+    }
+
+    /// Bytes of an operand k-slice: `extent` rows of the tile (clipped at the matrix edge) × the k-step
+    /// (clipped at K).
+    fn slice_bytes(&self, index: u64, tile: u64, full: u64, kstep: u64) -> u64 {
+        let rows = tile.min(full - index * tile);
+        let ks = self.tile_k.min(self.k - kstep * self.tile_k);
+        rows * ks * self.elem_bytes
+    }
+}
+
+/// The result of one simulation. Hit rates are fractions of requested bytes.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CacheReport {
+    pub gpu: String,
+    pub order: String,
+    /// L2 hits / L2 requests.
+    pub l2_hit: f64,
+    /// LLC hits / LLC requests (the L2 misses); 0 on GPUs without an LLC.
+    pub llc_hit: f64,
+    /// Bytes the L2s requested (all operand reads).
+    pub l2_request_bytes: u64,
+    /// Bytes read from HBM (LLC misses, or L2 misses without an LLC).
+    pub hbm_bytes: u64,
+    /// Compulsory bytes: A and B read once each.
+    pub compulsory_bytes: u64,
+    /// Seed 000 Eq. 1 with the catalog's L2 and LLC peaks, TB/s.
+    pub bandwidth_tbps: f64,
+    pub blocks: u64,
+    pub rounds: u64,
+}
+
+/// Fully associative LRU over dense segment ids with a byte capacity; an intrusive doubly linked list
+/// in arrays, so every access is O(1).
+struct Lru {
+    capacity: u64,
+    used: u64,
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    size: Vec<u32>,
+    present: Vec<bool>,
+    head: u32,
+    tail: u32,
+}
+
+const NIL: u32 = u32::MAX;
+
+impl Lru {
+    fn new(capacity: u64, ids: usize) -> Self {
+        Lru {
+            capacity,
+            used: 0,
+            prev: vec![NIL; ids],
+            next: vec![NIL; ids],
+            size: vec![0; ids],
+            present: vec![false; ids],
+            head: NIL,
+            tail: NIL,
+        }
+    }
+
+    fn unlink(&mut self, id: u32) {
+        let (p, n) = (self.prev[id as usize], self.next[id as usize]);
+        if p == NIL { self.head = n } else { self.next[p as usize] = n }
+        if n == NIL { self.tail = p } else { self.prev[n as usize] = p }
+    }
+
+    fn push_front(&mut self, id: u32) {
+        self.prev[id as usize] = NIL;
+        self.next[id as usize] = self.head;
+        if self.head != NIL {
+            self.prev[self.head as usize] = id;
+        }
+        self.head = id;
+        if self.tail == NIL {
+            self.tail = id;
+        }
+    }
+
+    /// Touch `id` of `bytes`; true on a hit. A miss inserts it and evicts from the cold end.
+    fn access(&mut self, id: u32, bytes: u64) -> bool {
+        if self.present[id as usize] {
+            self.unlink(id);
+            self.push_front(id);
+            return true;
+        }
+        if bytes > self.capacity {
+            return false;
+        }
+        self.present[id as usize] = true;
+        self.size[id as usize] = bytes as u32;
+        self.used += bytes;
+        self.push_front(id);
+        while self.used > self.capacity {
+            let victim = self.tail;
+            self.unlink(victim);
+            self.present[victim as usize] = false;
+            self.used -= self.size[victim as usize] as u64;
+        }
+        false
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    l2_req: u64,
+    l2_hit: u64,
+    llc_req: u64,
+    llc_hit: u64,
+    hbm: u64,
+}
+
+/// The caches of one GPU: one L2 per instance and an optional shared LLC.
+struct Hierarchy {
+    l2: Vec<Lru>,
+    llc: Option<Lru>,
+    c: Counters,
+}
+
+impl Hierarchy {
+    fn new(gpu: &Gpu, ids: usize) -> Self {
+        let l2 = (0..gpu.l2_instances()).map(|_| Lru::new(gpu.l2_bytes, ids)).collect();
+        let llc = (gpu.llc_bytes > 0).then(|| Lru::new(gpu.llc_bytes, ids));
+        Hierarchy { l2, llc, c: Counters::default() }
+    }
+
+    fn read(&mut self, l2: usize, id: u32, bytes: u64) {
+        self.c.l2_req += bytes;
+        if self.l2[l2].access(id, bytes) {
+            self.c.l2_hit += bytes;
+            return;
+        }
+        match self.llc.as_mut() {
+            Some(llc) => {
+                self.c.llc_req += bytes;
+                if llc.access(id, bytes) {
+                    self.c.llc_hit += bytes;
+                } else {
+                    self.c.hbm += bytes;
+                }
+            }
+            None => self.c.hbm += bytes,
+        }
+    }
+}
+
+/// Simulate one GEMM under one grid order on one GPU (see the module doc for the model).
+pub fn simulate(gpu: &Gpu, shape: &GemmShape, order: GridOrder) -> Result<CacheReport, SchedError> {
+    shape.validate()?;
+    let (rows, cols) = shape.grid();
+    let ks = shape.ksteps();
+    let ids = (rows + cols) * ks;
+    if ids >= NIL as u64 || shape.tile_m.max(shape.tile_n) * shape.tile_k * shape.elem_bytes > u32::MAX as u64 {
+        return Err(SchedError::Invalid(format!("problem too large for the model ({ids} segments)")));
+    }
+    let blocks = rows * cols;
+    let cus = gpu.compute_units as u64;
+    let n_xcd = gpu.xcds as u64;
+    let n_l2 = gpu.l2_instances() as u64;
+    let mut h = Hierarchy::new(gpu, ids as usize);
+    let rounds = blocks.div_ceil(cus);
+    // Tiles of the current round, grouped by L2 instance.
+    let mut by_l2: Vec<Vec<(u64, u64)>> = vec![Vec::new(); n_l2 as usize];
+    for round in 0..rounds {
+        by_l2.iter_mut().for_each(Vec::clear);
+        for id in round * cus..((round + 1) * cus).min(blocks) {
+            let l2 = (id % n_xcd) % n_l2;
+            by_l2[l2 as usize].push(order.tile(id, rows, cols, n_xcd));
+        }
+        for k in 0..ks {
+            for (l2, tiles) in by_l2.iter().enumerate() {
+                for &(r, c) in tiles {
+                    h.read(l2, (r * ks + k) as u32, shape.slice_bytes(r, shape.tile_m, shape.m, k));
+                    h.read(l2, ((rows + c) * ks + k) as u32, shape.slice_bytes(c, shape.tile_n, shape.n, k));
+                }
+            }
+        }
+    }
+    Ok(report(gpu, shape, order, &h.c, blocks, rounds))
+}
+
+fn report(gpu: &Gpu, s: &GemmShape, order: GridOrder, c: &Counters, blocks: u64, rounds: u64) -> CacheReport {
+    let frac = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
+    let l2_hit = frac(c.l2_hit, c.l2_req);
+    let llc_hit = frac(c.llc_hit, c.llc_req);
+    CacheReport {
+        gpu: gpu.name.to_string(),
+        order: order.label(),
+        l2_hit,
+        llc_hit,
+        l2_request_bytes: c.l2_req,
+        hbm_bytes: c.hbm,
+        compulsory_bytes: (s.m + s.n) * s.k * s.elem_bytes,
+        bandwidth_tbps: eq1_bandwidth(gpu, l2_hit, llc_hit),
+        blocks,
+        rounds,
+    }
+}
+
+/// Seed 000 Eq. 1: `Bandwidth = LLC_bw × LLC_hit + L2_bw × L2_hit`, with the catalog's peaks.
+pub fn eq1_bandwidth(gpu: &Gpu, l2_hit: f64, llc_hit: f64) -> f64 {
+    gpu.llc_tbps * llc_hit + gpu.l2_tbps * l2_hit
+}

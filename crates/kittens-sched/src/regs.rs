@@ -1,0 +1,187 @@
+//! Register budget planner: does a block of producer and consumer waves with a given output tile fit
+//! the register file? Reproduces the reasoning of seed 000 Table 2 / §3.3.1: CDNA divides each SIMD's
+//! 512 registers statically and evenly among its resident waves, so producer waves cost consumers
+//! registers; Hopper lets producers hand registers to consumers (warpgroup register reallocation,
+//! PTX `setmaxnreg`).
+
+use crate::SchedError;
+use kittens_hw::{Arch, Gpu};
+use serde::Serialize;
+
+/// One block's shape for the planner. Register counts are 32-bit registers per lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct RegsInput {
+    pub producers: u32,
+    pub consumers: u32,
+    /// Output tile per block (fp32 accumulators).
+    pub tile_m: u32,
+    pub tile_n: u32,
+    /// Matrix instruction `m × n × k` (e.g. 16×16×32 bf16 on CDNA4).
+    pub mma: (u32, u32, u32),
+    /// K columns of A and B held in registers per stage (default: the instruction's k).
+    pub k_step: u32,
+    /// Register stages of A/B fragments (1: load a fragment, use it, load the next).
+    pub reg_stages: u32,
+    /// Shared-memory pipeline depth: K tiles of `lds_k` staged in LDS.
+    pub depth: u32,
+    /// K extent of one LDS stage (seed 000 Fig. 21: 64).
+    pub lds_k: u32,
+    /// Bytes per input element (2 for bf16).
+    pub in_bytes: u32,
+    /// Per-lane registers for addresses, loop state and softmax-free scalars kept in vector registers.
+    pub overhead: u32,
+}
+
+/// Which register-file rule applies.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegModel {
+    /// CDNA: 512 per SIMD split evenly among co-resident waves; one wave per SIMD sees 256 VGPR + 256
+    /// AGPR (seed 000 §3.2.1, footnote 1).
+    CdnaStatic,
+    /// Hopper: producers shrink to a floor and consumers grow, per warpgroup (`setmaxnreg`).
+    HopperRealloc,
+}
+
+/// What one consumer wave needs.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ConsumerNeed {
+    /// Consumer waves arranged `rows × cols` over the output tile (the arrangement needing the fewest
+    /// operand registers).
+    pub layout: (u32, u32),
+    /// Each consumer's output sub-tile.
+    pub sub_tile: (u32, u32),
+    pub accumulators: u32,
+    pub operands: u32,
+    pub overhead: u32,
+    pub total: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RegsReport {
+    pub gpu: String,
+    pub model: RegModel,
+    pub waves: u32,
+    pub waves_per_simd: u32,
+    /// Registers per lane a consumer / producer wave gets.
+    pub consumer_budget: u32,
+    pub producer_budget: u32,
+    pub consumer: ConsumerNeed,
+    pub producer_need: u32,
+    pub lds_bytes: u64,
+    pub lds_limit: u64,
+    pub fits: bool,
+    pub reason: String,
+}
+
+/// Register allocation granule on CDNA (VGPRs are allocated in blocks of 8) and `setmaxnreg`'s step.
+const GRANULE: u32 = 8;
+/// `setmaxnreg` lower bound for a shrinking warpgroup (PTX ISA, `setmaxnreg`).
+const HOPPER_PRODUCER_FLOOR: u32 = 24;
+
+fn round_down(x: u32) -> u32 {
+    x / GRANULE * GRANULE
+}
+
+impl RegsInput {
+    fn validate(&self) -> Result<(), SchedError> {
+        let v = [self.consumers, self.tile_m, self.tile_n, self.mma.0, self.mma.1, self.mma.2];
+        if v.contains(&0) || self.k_step == 0 || self.reg_stages == 0 || self.in_bytes == 0 {
+            return Err(SchedError::Invalid("consumers, tile, instruction, k step, stages must be positive".into()));
+        }
+        if self.tile_m % self.mma.0 != 0 || self.tile_n % self.mma.1 != 0 {
+            return Err(SchedError::Invalid(format!(
+                "output tile {}x{} is not a multiple of the {}x{} instruction",
+                self.tile_m, self.tile_n, self.mma.0, self.mma.1
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The consumer arrangement with the fewest operand rows+columns whose sub-tiles the instruction tiles.
+fn consumer_need(s: &RegsInput, lanes: u32, operands_in_regs: bool) -> Result<ConsumerNeed, SchedError> {
+    let c = s.consumers;
+    let layout = (1..=c)
+        .filter(|r| c % r == 0)
+        .map(|r| (r, c / r))
+        .filter(|&(r, q)| s.tile_m % (r * s.mma.0) == 0 && s.tile_n % (q * s.mma.1) == 0)
+        .min_by_key(|&(r, q)| s.tile_m / r + s.tile_n / q)
+        .ok_or_else(|| SchedError::Invalid(format!("{c} consumers cannot tile a {}x{} output", s.tile_m, s.tile_n)))?;
+    let sub = (s.tile_m / layout.0, s.tile_n / layout.1);
+    let accumulators = (sub.0 * sub.1).div_ceil(lanes);
+    let operand_bytes = (sub.0 + sub.1) * s.k_step * s.in_bytes * s.reg_stages;
+    let operands = if operands_in_regs { operand_bytes.div_ceil(4 * lanes) } else { 0 };
+    let total = accumulators + operands + s.overhead;
+    Ok(ConsumerNeed { layout, sub_tile: sub, accumulators, operands, overhead: s.overhead, total })
+}
+
+/// Plan the register budget of one block on `gpu`.
+pub fn plan_regs(gpu: &Gpu, s: &RegsInput) -> Result<RegsReport, SchedError> {
+    s.validate()?;
+    let waves = s.producers + s.consumers;
+    let lanes = gpu.wave_width;
+    let simds = gpu.simds_per_cu;
+    let waves_per_simd = waves.div_ceil(simds);
+    let lds_bytes = s.depth as u64 * (s.tile_m + s.tile_n) as u64 * s.lds_k as u64 * s.in_bytes as u64;
+    let lds_limit = gpu.shared_bytes_per_block as u64;
+    let model = if gpu.arch == Arch::Hopper { RegModel::HopperRealloc } else { RegModel::CdnaStatic };
+    // Hopper's wgmma reads A and B from shared memory; CDNA's MFMA reads them from registers.
+    let consumer = consumer_need(s, lanes, model == RegModel::CdnaStatic)?;
+    let producer_need = s.overhead;
+    let (consumer_budget, producer_budget, split_ok, why) = match model {
+        RegModel::CdnaStatic => {
+            let b = round_down(gpu.regs_per_lane_per_simd / waves_per_simd).min(gpu.max_regs_per_thread);
+            let mut why = format!("{waves} waves, {waves_per_simd} per SIMD: every wave gets {b} of 512");
+            if s.producers > 0 {
+                why += &format!(", the {} producers included", s.producers);
+            }
+            // One wave per SIMD: accumulators may live in AGPRs, but A/B operands and addresses must sit
+            // in the 256 VGPRs (HIPCC does not feed MFMA from AGPRs, seed 000 §3.2.1).
+            let split_ok = match (waves_per_simd, gpu.vgpr_agpr_split) {
+                (1, Some((v, _))) => consumer.operands + consumer.overhead <= v,
+                _ => true,
+            };
+            (b, b, split_ok, why)
+        }
+        RegModel::HopperRealloc => {
+            let total = gpu.regs_per_lane_per_simd * simds * lanes;
+            let p = if s.producers > 0 { HOPPER_PRODUCER_FLOOR } else { 0 };
+            let free = total - s.producers * lanes * p;
+            let c = round_down(free / (s.consumers * lanes)).min(gpu.max_regs_per_thread);
+            (c, p, true, format!("{waves} warps: producers shrink to {p}, consumers grow to {c} (setmaxnreg)"))
+        }
+    };
+    let fits = consumer.total <= consumer_budget
+        && (s.producers == 0 || producer_need <= producer_budget)
+        && split_ok
+        && lds_bytes <= lds_limit;
+    let mut reason = format!(
+        "{} — {why}; a consumer needs {} ({} accumulators + {} operands + {} overhead)",
+        if fits { "fits" } else { "does not fit" },
+        consumer.total,
+        consumer.accumulators,
+        consumer.operands,
+        consumer.overhead
+    );
+    if !split_ok {
+        reason += "; operands and addresses exceed the 256 VGPRs of the one-wave split";
+    }
+    if lds_bytes > lds_limit {
+        reason += &format!("; LDS {lds_bytes} B exceeds {lds_limit} B");
+    }
+    Ok(RegsReport {
+        gpu: gpu.name.to_string(),
+        model,
+        waves,
+        waves_per_simd,
+        consumer_budget,
+        producer_budget,
+        consumer,
+        producer_need,
+        lds_bytes,
+        lds_limit,
+        fits,
+        reason,
+    })
+}

@@ -1,0 +1,138 @@
+//! Grid remaps: which logical tile a launched block computes. Pure integer functions, so a kernel can
+//! evaluate them per block and the cache model and the property tests can evaluate them on the host.
+//!
+//! The hardware hands blocks to XCDs round-robin by launch id (`id mod n_xcd`, seed 000 §3.4 "Cost
+//! model"). A remap chooses the logical tile each launch id works on, so that blocks sharing an XCD's
+//! L2 read the same rows of A and columns of B, and blocks running at the same time on different XCDs
+//! overlap in the last-level cache.
+//!
+//! Seed 000 Algorithm 1 is two steps, and both are exposed separately because kernels use them alone:
+//! - [`xcd_chunk`] (lines 1–12): de-interleave launch ids so each XCD owns runs of `C` consecutive
+//!   logical ids; the tail past the last full `n_xcd × C` cycle keeps its order (lines 5–6);
+//! - [`group_m`] (lines 13–21, also seed 000 Fig. 21 lines 37–44): fold a linear id into vertical
+//!   windows of height `W` rows that sweep across all columns, going down a column first.
+//!
+//! [`xcd_swizzle`] composes them; [`head_first`] is [`xcd_chunk`] with the chunk set to the query blocks
+//! of one (batch, head) — seed 001 §4.1's attention swizzle.
+
+use serde::Serialize;
+
+/// A launch id's place in seed 000 Algorithm 1 lines 1–12: `chunk ∘ interleave`.
+///
+/// Launch id `id` runs on XCD `id mod n_xcd` as that XCD's `id / n_xcd`-th block; the result gives the
+/// XCD its `pos`-th id of chunk `chunk_idx`, so XCD `x` owns logical ids `[cycle·n·C + x·C, … + C)`.
+/// Ids at or past `limit` (the largest multiple of `n_xcd × C` not above `blocks`) are returned as is:
+/// there the XCDs would not receive whole chunks and the de-interleave would not be a bijection. The
+/// paper writes the guard `xy > limit`; `>=` is equivalent (id `limit` maps to itself either way) and
+/// matches how the prefix is described.
+///
+/// `n_xcd` or `chunk` of 0 is treated as 1 (no remap).
+pub fn xcd_chunk(id: u64, blocks: u64, n_xcd: u64, chunk: u64) -> u64 {
+    let (n, c) = (n_xcd.max(1), chunk.max(1));
+    let per_cycle = n * c;
+    let limit = (blocks / per_cycle) * per_cycle;
+    if id >= limit {
+        return id;
+    }
+    let xcd = id % n;
+    let local = id / n;
+    (local / c) * per_cycle + xcd * c + local % c
+}
+
+/// Seed 000 Algorithm 1 lines 13–21 (the "group-M" swizzle of Fig. 21): logical id `xy` of a
+/// `rows × cols` tile grid to `(row, col)`, walking windows of `window` rows; inside a window the row
+/// index moves fastest, so `window` consecutive ids share one column of B and successive columns reuse
+/// the same `window` rows of A. The last window may be shorter (line 18) — still a bijection.
+///
+/// `window` of 0 is treated as 1 (which is column-major inside one-row windows, i.e. row-major order).
+pub fn group_m(xy: u64, rows: u64, cols: u64, window: u64) -> (u64, u64) {
+    let w = window.max(1);
+    let per_group = w * cols;
+    let group = xy / per_group;
+    let first_row = group * w;
+    let win_h = rows.saturating_sub(first_row).min(w).max(1);
+    let l = xy % per_group;
+    (first_row + l % win_h, l / win_h)
+}
+
+/// Seed 000 Algorithm 1 in full: launch id → `(row, col)` tile of a `rows × cols` grid.
+pub fn xcd_swizzle(id: u64, rows: u64, cols: u64, n_xcd: u64, window: u64, chunk: u64) -> (u64, u64) {
+    let xy = xcd_chunk(id, rows * cols, n_xcd, chunk);
+    group_m(xy, rows, cols, window)
+}
+
+/// Row-major order, the default: launch id `id` computes tile `(id / cols, id mod cols)`.
+pub fn row_major(id: u64, cols: u64) -> (u64, u64) {
+    let c = cols.max(1);
+    (id / c, id % c)
+}
+
+/// Seed 001 §4.1's head-first chiplet swizzle for attention forward: launch id → `(batch, head, q_block)`
+/// such that every q block of one (batch, head) runs on one XCD, keeping that head's K and V in one
+/// L2. It is [`xcd_chunk`] with the chunk set to `q_blocks`, applied to the head-first linear order
+/// `(batch · heads + head) · q_blocks + q_block`. The (batch, head) pairs past the last multiple of
+/// `n_xcd` keep launch order (Algorithm 1's tail rule), so the map stays a bijection for every size.
+pub fn head_first(id: u64, batch: u64, heads: u64, q_blocks: u64, n_xcd: u64) -> (u64, u64, u64) {
+    let qb = q_blocks.max(1);
+    let h = heads.max(1);
+    let logical = xcd_chunk(id, batch * h * qb, n_xcd, qb);
+    let bh = logical / qb;
+    (bh / h, bh % h, logical % qb)
+}
+
+/// A GEMM grid order, as a value the cache model, the CLI and kernels can pass around.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "order", rename_all = "snake_case")]
+pub enum GridOrder {
+    /// Launch id order, row by row.
+    RowMajor,
+    /// Group-M windows only (seed 000 Fig. 21 without the chiplet step).
+    GroupM { window: u64 },
+    /// Seed 000 Algorithm 1: XCD chunks of `chunk`, then windows of `window` rows.
+    Xcd { window: u64, chunk: u64 },
+}
+
+impl GridOrder {
+    /// The `(row, col)` tile that launch id `id` computes on a `rows × cols` grid of a GPU with `n_xcd`
+    /// XCDs.
+    pub fn tile(&self, id: u64, rows: u64, cols: u64, n_xcd: u64) -> (u64, u64) {
+        match *self {
+            GridOrder::RowMajor => row_major(id, cols),
+            GridOrder::GroupM { window } => group_m(id, rows, cols, window),
+            GridOrder::Xcd { window, chunk } => xcd_swizzle(id, rows, cols, n_xcd, window, chunk),
+        }
+    }
+
+    /// Short label, as in seed 000 Table 4 ("Row-major", "XCD W5/C25").
+    pub fn label(&self) -> String {
+        match *self {
+            GridOrder::RowMajor => "Row-major".to_string(),
+            GridOrder::GroupM { window } => format!("Group-M W{window}"),
+            GridOrder::Xcd { window, chunk } => format!("XCD W{window}/C{chunk}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Algorithm 1 lines 8–12 by hand for 8 XCDs, C = 2: launch ids 0..16 run on XCDs 0..7 twice; XCD 0
+    /// (ids 0 and 8) must own logical 0 and 1, XCD 1 (ids 1 and 9) logical 2 and 3.
+    #[test]
+    fn chunk_gives_each_xcd_consecutive_ids() {
+        let got: Vec<u64> = (0..16).map(|i| xcd_chunk(i, 16, 8, 2)).collect();
+        for i in 0..16u64 {
+            let xcd = i % 8;
+            assert_eq!(got[i as usize] / 2, xcd, "id {i}");
+        }
+    }
+
+    #[test]
+    fn window_goes_down_first() {
+        // 4 rows × 3 cols, W = 2: ids 0..6 cover rows 0–1, 6..12 rows 2–3.
+        let seq: Vec<(u64, u64)> = (0..12).map(|i| group_m(i, 4, 3, 2)).collect();
+        assert_eq!(&seq[..4], &[(0, 0), (1, 0), (0, 1), (1, 1)]);
+        assert_eq!(seq[6], (2, 0));
+    }
+}

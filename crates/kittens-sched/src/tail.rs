@@ -1,0 +1,167 @@
+//! Tail KV split planner for attention forward (seed 001 §5.2, after Flash-Decoding).
+//!
+//! Workgroups run in rounds of one per CU. When `workgroups mod CUs` is not zero the last round is
+//! partly empty, yet each of its workgroups still walks the whole K/V sequence. Splitting the K/V range
+//! of those stranded workgroups into `G` parts lets idle CUs share the walk; a merge kernel then combines
+//! the partial outputs with the log-sum-exp rescale. Seed 001 gives the decision rule: decline when the
+//! grid divides evenly, when the last round is at least 95% full, or when the sequence is too short for
+//! the merge to pay; otherwise pick `G` minimising `ceil(tail·G / CUs) × ceil(kv_blocks / G)` plus the
+//! merge.
+//!
+//! Time unit: one K/V-block iteration of one workgroup. The merge is converted into that unit with the
+//! GPU's per-CU matrix rate and HBM bandwidth (see [`TailModel`]).
+
+use crate::SchedError;
+use kittens_hw::Gpu;
+use serde::Serialize;
+
+/// The shape of one attention forward launch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TailInput {
+    pub batch: u64,
+    pub heads: u64,
+    pub seq: u64,
+    pub dim: u64,
+    /// Query rows per workgroup (seed 001 §5.1: 384 with three 16-row Q tiles per wave × 8 waves).
+    pub block_rows: u64,
+    /// Keys per K/V block iteration (seed 001 §4.1: the 32 KiB K double buffer holds 2 × 64 rows of
+    /// 128 bf16).
+    pub kv_block: u64,
+}
+
+/// Constants of the cost model; [`TailModel::SEED_001`] documents where each comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct TailModel {
+    /// Fraction of the matrix peak the attention main loop sustains.
+    pub attention_efficiency: f64,
+    /// Fixed cost of launching the merge kernel, seconds.
+    pub merge_launch_s: f64,
+    /// Fraction of HBM peak the merge kernel reaches.
+    pub merge_bw_efficiency: f64,
+    /// Decline when the last round is at least this full (seed 001 §5.2: 95%).
+    pub full_tail: f64,
+    /// Decline unless the predicted speedup reaches this (the merge must pay).
+    pub min_speedup: f64,
+}
+
+impl TailModel {
+    /// attention_efficiency 0.41: seed 001 §6 measures (2, 24, 8192, 128) in 3.083 ms, i.e.
+    /// 4·B·H·S²·D = 1.65 PFLOP → 535 TFLOP/s, 41% of the MI300X's 1307 TFLOP/s. The 5 µs launch and
+    /// 70% of HBM peak for the merge are our estimates for a small memory-bound kernel, not measured
+    /// here. `min_speedup` 1.01 declines splits whose gain is within the model's noise.
+    pub const SEED_001: TailModel = TailModel {
+        attention_efficiency: 0.41,
+        merge_launch_s: 5e-6,
+        merge_bw_efficiency: 0.7,
+        full_tail: 0.95,
+        min_speedup: 1.01,
+    };
+}
+
+/// The planner's answer.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TailPlan {
+    /// K/V parts per stranded workgroup; 1 means no split.
+    pub split: u64,
+    pub reason: String,
+    /// Predicted time without split / with the chosen split (1.0 when declined).
+    pub speedup: f64,
+    pub workgroups: u64,
+    pub full_rounds: u64,
+    /// Workgroups in the last, partial round.
+    pub tail: u64,
+    pub kv_blocks: u64,
+    /// Predicted times in K/V-block iterations.
+    pub time_unsplit: f64,
+    pub time_split: f64,
+    /// The merge's share of `time_split`, in K/V-block iterations.
+    pub merge_cost: f64,
+}
+
+impl TailInput {
+    fn validate(&self) -> Result<(), SchedError> {
+        let v = [self.batch, self.heads, self.seq, self.dim, self.block_rows, self.kv_block];
+        if v.contains(&0) {
+            return Err(SchedError::Invalid("batch, heads, seq, dim, block rows and kv block must be positive".into()));
+        }
+        Ok(())
+    }
+}
+
+/// Seconds for one K/V-block iteration of one workgroup: QKᵀ and PV are `2·R·Bk·D` flops each.
+fn kv_iteration_s(gpu: &Gpu, s: &TailInput, m: &TailModel) -> f64 {
+    let flops = 4.0 * (s.block_rows * s.kv_block * s.dim) as f64;
+    let per_cu = gpu.peak_bf16_tflops * 1e12 / gpu.compute_units as f64;
+    flops / (per_cu * m.attention_efficiency)
+}
+
+/// Merge cost in K/V-block iterations: launch plus reading `tail·G` fp32 partial outputs with their
+/// (max, sum) statistics and writing the bf16 result.
+fn merge_cost(gpu: &Gpu, s: &TailInput, m: &TailModel, tail: u64, g: u64) -> f64 {
+    let rows = (tail * s.block_rows) as f64;
+    let bytes = rows * (g as f64 * (s.dim as f64 * 4.0 + 8.0) + s.dim as f64 * 2.0);
+    let secs = m.merge_launch_s + bytes / (gpu.hbm_tbps * 1e12 * m.merge_bw_efficiency);
+    secs / kv_iteration_s(gpu, s, m)
+}
+
+/// Choose a split `G` for the stranded last round, or decline with the reason (seed 001 §5.2).
+pub fn plan_tail(gpu: &Gpu, s: &TailInput, m: &TailModel) -> Result<TailPlan, SchedError> {
+    s.validate()?;
+    let cus = gpu.compute_units as u64;
+    let workgroups = s.batch * s.heads * s.seq.div_ceil(s.block_rows);
+    let (full_rounds, tail) = (workgroups / cus, workgroups % cus);
+    let kv_blocks = s.seq.div_ceil(s.kv_block);
+    let unsplit = ((full_rounds + u64::from(tail > 0)) * kv_blocks) as f64;
+    let mut plan = TailPlan {
+        split: 1,
+        reason: String::new(),
+        speedup: 1.0,
+        workgroups,
+        full_rounds,
+        tail,
+        kv_blocks,
+        time_unsplit: unsplit,
+        time_split: unsplit,
+        merge_cost: 0.0,
+    };
+    if tail == 0 {
+        plan.reason = format!("declined: {workgroups} workgroups fill {full_rounds} rounds of {cus} CUs exactly");
+        return Ok(plan);
+    }
+    let fill = tail as f64 / cus as f64;
+    if fill >= m.full_tail {
+        plan.reason = format!("declined: the last round is {:.1}% full (>= {:.0}%)", fill * 100.0, m.full_tail * 100.0);
+        return Ok(plan);
+    }
+    let cost = |g: u64| {
+        let merge = merge_cost(gpu, s, m, tail, g);
+        let parts = ((tail * g).div_ceil(cus) * kv_blocks.div_ceil(g)) as f64;
+        ((full_rounds * kv_blocks) as f64 + parts + merge, merge)
+    };
+    let (g, (t, merge)) = (2..=kv_blocks)
+        .map(|g| (g, cost(g)))
+        .min_by(|a, b| a.1 .0.total_cmp(&b.1 .0))
+        .unwrap_or((1, (unsplit, 0.0)));
+    let speedup = unsplit / t;
+    if g < 2 || speedup < m.min_speedup {
+        let merge_free = unsplit / (t - merge);
+        plan.reason = if merge_free < m.min_speedup {
+            format!("declined: with {tail} of {cus} CUs busy no split saves a round's worth of work")
+        } else {
+            format!(
+                "declined: sequence too short for the merge to pay ({kv_blocks} K/V blocks; G={g} would give {speedup:.3}x)"
+            )
+        };
+        return Ok(plan);
+    }
+    plan.split = g;
+    plan.speedup = speedup;
+    plan.time_split = t;
+    plan.merge_cost = merge;
+    plan.reason = format!(
+        "split: the last round holds {tail} of {cus} CUs ({:.1}%); {g} parts of {} K/V blocks each",
+        fill * 100.0,
+        kv_blocks.div_ceil(g)
+    );
+    Ok(plan)
+}
