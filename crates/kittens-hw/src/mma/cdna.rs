@@ -15,10 +15,13 @@
 //! Sources: CDNA3 entries are tested entry for entry against the calculator's output
 //! (`../shared/oracles/cdna3_mfma_layouts.json`, calculator commit 2ef91896). The CDNA4 fp8
 //! 16×16×128 map is the one stated in seed 002 §6 (`k_chunk0 = 16·(lane>>4)`, `k_chunk1 =
-//! k_chunk0 + 64`). The CDNA4 bf16 maps follow AMD's CDNA4 ISA reference guide (§7.1, the
-//! dense MFMA operand layouts: each lane holds 8 consecutive K values, lane groups of M step K
-//! by 8) and agree with LLVM's `gfx950` MFMA lowering, as used by Triton's AMD backend with
-//! `kWidth = 8`; see `tests/mma_cdna4.rs`.
+//! k_chunk0 + 64`, 16 fp8 each); 32×32×64 applies the same two-half rule with two lane groups.
+//! The CDNA4 bf16 maps equal IREE's `getSingleSubgroupLayout` for `MFMA_F32_16x16x32_BF16` /
+//! `MFMA_F32_32x32x16_BF16` (IREEGPUAttrs.cpp: 8 consecutive K per lane, lane groups of M step K
+//! by 8), and their register widths those of LLVM's `llvm/test/MC/AMDGPU/mai-gfx950.s`; see
+//! `tests/mma_cdna4.rs`. IREE gives the f8f6f4 shapes one contiguous run of 32 K per lane
+//! instead; that differs from seed 002 by a K permutation shared by A and B, so both compute
+//! the same unscaled product (the test checks exactly that).
 
 use super::{Family, MmaInstr, Operand};
 use crate::dtype::DType;
@@ -95,8 +98,8 @@ const fn whole(m: u32, k: u32) -> u32 {
 }
 
 const CDNA3_SRC: &str =
-    "AMD CDNA3 ISA guide §7 (MFMA), as printed by AMD's Matrix Instruction Calculator \
-     (cycles: its 'Execution cycles'); tested against ../shared/oracles/cdna3_mfma_layouts.json";
+    "AMD Matrix Instruction Calculator, CDNA3 (layouts and 'Execution cycles'); \
+     tested against ../shared/oracles/cdna3_mfma_layouts.json";
 const FNUZ: &str = "CDNA3 fp8 is the FNUZ variant of E4M3 (bias 8, no -0, no inf)";
 
 /// CDNA3 (`gfx942`): the shapes seed 000 §3 and seed 001 use, plus the two f32-input shapes the
@@ -184,13 +187,12 @@ pub(super) const CDNA3: [MmaInstr; 8] = [
     ),
 ];
 
-const CDNA4_BF16_SRC: &str =
-    "AMD CDNA4 ISA guide §7.1 dense MFMA layouts (8 consecutive K per lane); \
-     LLVM gfx950 MFMA lowering as used by Triton AMD (kWidth 8). Cycles: flops / (MI355X bf16 peak \
-     per SIMD per clock), CDNA4 white paper";
-const CDNA4_F8_SRC: &str = "seed 002 §6 (16x16x128: K chunks 16*(lane>>4) and +64); 32x32x64 by the same \
-     rule with 2 lane groups; AMD CDNA4 ISA guide §7.2 (f8f6f4: two 128-bit halves). Cycles: flops / \
-     (MI355X fp8 peak per SIMD per clock), CDNA4 white paper";
+const CDNA4_BF16_SRC: &str = "IREE getSingleSubgroupLayout (IREEGPUAttrs.cpp) for MFMA_F32_16x16x32_BF16 / \
+     32x32x16_BF16: 8 consecutive K per lane; register widths per LLVM test/MC/AMDGPU/mai-gfx950.s. \
+     Cycles: flops / (MI355X bf16 peak per SIMD per clock), CDNA4 white paper";
+const CDNA4_F8_SRC: &str = "seed 002 §6 (16x16x128: K chunks 16*(lane>>4) and +64, 16 fp8 each); \
+     32x32x64 by the same two-half rule with 2 lane groups; register widths per LLVM \
+     test/MC/AMDGPU/mai-gfx950.s. Cycles: flops / (MI355X fp8 peak per SIMD per clock), CDNA4 white paper";
 const OCP: &str =
     "CDNA4 f8f6f4 with both operand formats fp8 E4M3 (OCP FN); scale operands left at 1";
 
