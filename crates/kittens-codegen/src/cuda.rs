@@ -1,1 +1,0 @@
-//! CUDA lowering for Hopper (being written).

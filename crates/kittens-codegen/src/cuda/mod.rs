@@ -1,0 +1,105 @@
+//! CUDA C++ for NVIDIA Hopper (sm_90a): the device prelude ([`PRELUDE`], one-instruction inline-asm
+//! wrappers for TMA, mbarriers, wgmma, setmaxnreg, ldmatrix/stmatrix and the proxy fences), the wgmma
+//! wrappers generated per instruction shape ([`wgmma_wrappers`]), and the Hopper GEMM ([`gemm`]).
+//!
+//! The source is compiled at run time with NVRTC (`kittens_runtime::cuda::compile`).
+
+pub mod gemm;
+
+pub use gemm::{HopperGemm, HopperGemmError};
+
+/// The hand-written part of the prelude (no CUDA headers needed).
+pub const PRELUDE: &str = include_str!("prelude.cuh");
+
+/// Operand types of a wgmma whose A and B both come from shared memory (PTX ISA §9.7.15.5.2,
+/// "wgmma.mma_async"): bf16 with K = 16 per instruction, fp8 e4m3 with K = 32.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WgmmaInput {
+    Bf16,
+    Fp8E4m3,
+}
+
+impl WgmmaInput {
+    /// K of one instruction: 32 bytes of K per row for every input type.
+    pub fn k(self) -> u32 {
+        match self {
+            WgmmaInput::Bf16 => 16,
+            WgmmaInput::Fp8E4m3 => 32,
+        }
+    }
+    fn ptx(self) -> &'static str {
+        match self {
+            WgmmaInput::Bf16 => "bf16",
+            WgmmaInput::Fp8E4m3 => "e4m3",
+        }
+    }
+    /// The wrapper's C++ name for a given N.
+    pub fn wrapper_name(self, n: u32) -> String {
+        format!("wgmma_m64n{n}k{}_{}_ss", self.k(), self.ptx())
+    }
+}
+
+/// The valid N of a dense wgmma: multiples of 8 up to 256 (PTX ISA, wgmma shapes table).
+pub fn valid_wgmma_n(n: u32) -> bool {
+    n >= 8 && n <= 256 && n % 8 == 0
+}
+
+/// One wrapper `kt::wgmma_m64n{N}k{K}_{type}_ss(float (&d)[N/2], u64 desc_a, u64 desc_b, u32 accumulate)`:
+/// D (64×N fp32, N/2 registers per thread) += A·B with both operands K-major in shared memory. When
+/// `accumulate` is 0 the instruction overwrites D (scale-d = false), so no zeroing pass is needed.
+pub fn wgmma_wrapper(input: WgmmaInput, n: u32) -> String {
+    assert!(valid_wgmma_n(n), "wgmma N must be a multiple of 8 in 8..=256, got {n}");
+    let regs = n / 2;
+    let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+    let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    // bf16 takes the transpose immediates (0 = K-major); fp8 has none (K-major only).
+    let tail = match input {
+        WgmmaInput::Bf16 => ", 1, 1, 0, 0",
+        WgmmaInput::Fp8E4m3 => ", 1, 1",
+    };
+    let ty = input.ptx();
+    format!(
+        "__device__ __forceinline__ void {name}(float (&d)[{regs}], u64 desc_a, u64 desc_b, u32 accumulate) {{\n\
+         asm volatile(\"{{\\n .reg .pred p;\\n setp.ne.b32 p, %{acc}, 0;\\n\"\n\
+         \"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ty}.{ty} {{{list}}}, %{da}, %{db}, p{tail};\\n}}\\n\"\n\
+         : {outs}\n\
+         : \"l\"(desc_a), \"l\"(desc_b), \"r\"(accumulate));\n}}\n",
+        name = input.wrapper_name(n),
+        k = input.k(),
+        list = list.join(", "),
+        da = regs,
+        db = regs + 1,
+        acc = regs + 2,
+        outs = outs.join(", "),
+    )
+}
+
+/// The prelude followed by the wgmma wrappers for the given shapes, inside `namespace kt`.
+pub fn prelude_with(shapes: &[(WgmmaInput, u32)]) -> String {
+    let mut s = String::from(PRELUDE);
+    s.push_str("\nnamespace kt {\n");
+    for &(input, n) in shapes {
+        s.push_str(&wgmma_wrapper(input, n));
+    }
+    s.push_str("} // namespace kt\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wrapper_lists_every_accumulator_once() {
+        let w = wgmma_wrapper(WgmmaInput::Bf16, 256);
+        for i in 0..128 {
+            assert!(w.contains(&format!("\"+f\"(d[{i}])")), "accumulator {i} missing");
+        }
+        assert!(w.contains("m64n256k16.f32.bf16.bf16"));
+        // Descriptors and the accumulate flag follow the 128 outputs.
+        assert!(w.contains("%128, %129, p, 1, 1, 0, 0"));
+        assert!(w.contains("setp.ne.b32 p, %130, 0"));
+        let f = wgmma_wrapper(WgmmaInput::Fp8E4m3, 128);
+        assert!(f.contains("m64n128k32.f32.e4m3.e4m3") && f.contains("%64, %65, p, 1, 1;"));
+    }
+}

@@ -1,0 +1,149 @@
+// Kittens CUDA device prelude for sm_90a (Hopper). Self-contained: NVRTC compiles it with no CUDA
+// headers. Each wrapper is one PTX instruction (or a wait loop around one), with operand constraints that
+// leave register allocation to the compiler (DESIGN.md principle 4, seed 001 §2.1). PTX semantics cited
+// from the PTX ISA 8.x/9.0 sections named beside each group. The wgmma wrappers, whose operand lists
+// depend on N, are generated in Rust (kittens-codegen `cuda::wgmma_wrappers`) and appended after this.
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef unsigned short bf16_t; // raw bf16 bits; arithmetic happens in fp32
+
+// The driver's CUtensorMap: 128 opaque bytes, 64-byte aligned (CUDA Driver API, "Tensor Map Object
+// Management"). Kernels take it as `const __grid_constant__ CUtensorMap` so its address is a param-space
+// address that TMA can read.
+struct __align__(64) CUtensorMap {
+    u64 opaque[16];
+};
+
+namespace kt {
+
+// ---- addresses ------------------------------------------------------------------------------------
+// Shared-window address of a generic pointer (PTX ISA §9.7.9.21 cvta).
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u64 a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (u32)a;
+}
+__device__ __forceinline__ u32 thread_id() { return threadIdx.x; }
+__device__ __forceinline__ u32 lane_id() { return threadIdx.x & 31u; }
+// Index of this thread's warpgroup (4 consecutive warps, 128 threads).
+__device__ __forceinline__ u32 warpgroup_id() { return threadIdx.x / 128u; }
+
+// ---- mbarriers (PTX ISA §9.7.13.15) -----------------------------------------------------------------
+__device__ __forceinline__ void mbarrier_init(u32 bar, u32 arrivals) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Arrive once and announce `bytes` of asynchronous (TMA) traffic that will complete this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(u32 bar, u32 bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(u32 bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+// One probe: true once the phase with parity `phase` has completed. A fresh barrier is in phase 0, so
+// waiting on parity 1 returns at once (the "immediately preceding phase" counts as complete).
+__device__ __forceinline__ bool mbarrier_try_wait(u32 bar, u32 phase) {
+    u32 done;
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}"
+        : "=r"(done) : "r"(bar), "r"(phase) : "memory");
+    return done != 0;
+}
+__device__ __forceinline__ void mbarrier_wait(u32 bar, u32 phase) {
+    while (!mbarrier_try_wait(bar, phase)) {
+    }
+}
+
+// ---- proxy fences (PTX ISA §9.7.12.4 membar/fence) -------------------------------------------------
+// Orders this thread's generic-proxy shared-memory accesses before later async-proxy (TMA, wgmma)
+// accesses: needed after mbarrier.init and after ordinary stores that TMA or wgmma will read.
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void fence_mbarrier_init() {
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// ---- TMA bulk tensor copies (PTX ISA §9.7.9.25) ------------------------------------------------------
+__device__ __forceinline__ void tma_prefetch_descriptor(const CUtensorMap* map) {
+    asm volatile("prefetch.tensormap [%0];" ::"l"((u64)map) : "memory");
+}
+// Global -> shared, box at (c0 = innermost coordinate, c1), completing `bytes` on mbarrier `bar`.
+__device__ __forceinline__ void tma_load_2d(u32 dst, const CUtensorMap* map, u32 bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
+        ::"r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1) : "memory");
+}
+// Shared -> global, tracked by a bulk async-group of this thread.
+__device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, u32 src, int c0, int c1) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
+        ::"l"((u64)map), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Waits until at most N bulk groups still read their shared-memory source.
+template <int N> __device__ __forceinline__ void tma_store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
+}
+
+// ---- warpgroup register reallocation (PTX ISA §9.7.17.1 setmaxnreg) ---------------------------------
+// Takes effect only with a register cap at entry: the kernel needs __launch_bounds__(threads, 1).
+template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+}
+
+// ---- wgmma bookkeeping (PTX ISA §9.7.15.5.x) ----------------------------------------------------------
+// Orders register/shared accesses before the first wgmma of a sequence.
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+// Waits until at most N committed wgmma groups of this warpgroup are pending.
+template <int N> __device__ __forceinline__ void wgmma_wait() {
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// Shared-memory matrix descriptor (PTX ISA §9.7.15.5.1 "Matrix Descriptor Format"): start address,
+// leading and stride byte offsets, all >> 4 in 14-bit fields, and the swizzle mode in bits 62-63
+// (1 = 128B, 2 = 64B, 3 = 32B). For K-major tiles under a swizzle, the stride offset is the distance
+// between 8-row groups (8 rows x swizzle bytes) and the leading offset is unused (set to 1).
+enum Swizzle : u32 { SWIZZLE_NONE = 0, SWIZZLE_128B = 1, SWIZZLE_64B = 2, SWIZZLE_32B = 3 };
+__device__ __forceinline__ u64 smem_desc(u32 addr, u32 lead_bytes, u32 stride_bytes, Swizzle sw) {
+    u64 d = 0;
+    d |= (u64)((addr & 0x3FFFFu) >> 4);
+    d |= (u64)((lead_bytes & 0x3FFFFu) >> 4) << 16;
+    d |= (u64)((stride_bytes & 0x3FFFFu) >> 4) << 32;
+    d |= (u64)sw << 62;
+    return d;
+}
+// A K-major bf16 tile of rows x 64 elements under the 128-byte swizzle, as TMA writes it.
+__device__ __forceinline__ u64 desc_kmajor_sw128(u32 addr) { return smem_desc(addr, 16, 1024, SWIZZLE_128B); }
+__device__ __forceinline__ u64 desc_kmajor_sw64(u32 addr) { return smem_desc(addr, 16, 512, SWIZZLE_64B); }
+__device__ __forceinline__ u64 desc_kmajor_sw32(u32 addr) { return smem_desc(addr, 16, 256, SWIZZLE_32B); }
+
+// ---- ldmatrix / stmatrix (PTX ISA §9.7.14.5.15-16) ----------------------------------------------------
+__device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+        : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3) : "r"(addr));
+}
+__device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u32 r3) {
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};"
+        ::"r"(addr), "r"(r0), "r"(r1), "r"(r2), "r"(r3) : "memory");
+}
+
+// ---- conversions and stores ---------------------------------------------------------------------------
+// Two fp32 to a packed bf16 pair, round to nearest even; `lo` lands in the low half (PTX ISA cvt).
+__device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
+    u32 r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+__device__ __forceinline__ void st_global_b32(void* p, u32 v) {
+    asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+} // namespace kt

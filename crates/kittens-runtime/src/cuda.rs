@@ -1,1 +1,0 @@
-//! CUDA runtime and NVRTC (being written).

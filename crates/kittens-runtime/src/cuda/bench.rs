@@ -1,0 +1,1 @@
+//! The GEMM benchmark (being written).

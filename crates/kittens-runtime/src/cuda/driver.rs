@@ -1,0 +1,394 @@
+//! The CUDA driver API through `cudarc`'s dynamically loaded bindings: a device with its primary
+//! context, device buffers, streams, events, modules loaded from cubins, launches with dynamic shared
+//! memory, and TMA tensor maps (`cuTensorMapEncodeTiled`, CUDA Driver API §6.29 "Tensor Map Object
+//! Management"). Single-threaded by design: [`Device::open`] makes its context current on the calling
+//! thread, and every other call is expected on that thread.
+
+use std::ffi::{c_void, CStr, CString};
+use std::sync::Arc;
+
+use cudarc::driver::sys as cu;
+
+use super::CudaError;
+
+/// Turns a driver status into a typed error naming the call.
+pub(crate) fn check(r: cu::CUresult, call: &'static str) -> Result<(), CudaError> {
+    if r == cu::CUresult::CUDA_SUCCESS {
+        return Ok(());
+    }
+    let mut p: *const std::ffi::c_char = std::ptr::null();
+    // SAFETY: out-parameter; the driver returns a static string or leaves it null.
+    let msg = unsafe {
+        if cu::cuGetErrorString(r, &mut p) == cu::CUresult::CUDA_SUCCESS && !p.is_null() {
+            CStr::from_ptr(p).to_string_lossy().into_owned()
+        } else {
+            format!("{r:?}")
+        }
+    };
+    Err(CudaError::Driver { call, msg })
+}
+
+/// Checks that the NVIDIA driver library exists before `cudarc` is asked to load it (it would panic).
+fn driver_present() -> Result<(), CudaError> {
+    // SAFETY: opening the driver runs its initialisers only.
+    match unsafe { libloading::Library::new("libcuda.so.1") } {
+        Ok(lib) => {
+            // Keep it loaded: cudarc opens the same library by name later.
+            std::mem::forget(lib);
+            Ok(())
+        }
+        Err(e) => Err(CudaError::NoDriver(e.to_string())),
+    }
+}
+
+/// One GPU with its primary context, and the properties kernels and benchmarks need.
+#[derive(Debug)]
+pub struct Device {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub multiprocessors: u32,
+    pub l2_bytes: u64,
+    /// The most dynamic shared memory one block may opt into (227 KB on Hopper).
+    pub max_shared_optin: u32,
+    pub driver_version: i32,
+    ctx: cu::CUcontext,
+}
+
+impl Device {
+    /// Opens GPU `ordinal` and makes its primary context current on this thread.
+    pub fn open(ordinal: usize) -> Result<Arc<Device>, CudaError> {
+        driver_present()?;
+        // SAFETY: plain driver calls with out-parameters.
+        unsafe {
+            let r = cu::cuInit(0);
+            if r != cu::CUresult::CUDA_SUCCESS {
+                return Err(CudaError::NoDevice(format!("cuInit: {r:?}")));
+            }
+            let mut dev = 0;
+            check(cu::cuDeviceGet(&mut dev, ordinal as i32), "cuDeviceGet")
+                .map_err(|e| CudaError::NoDevice(e.to_string()))?;
+            let mut ctx = std::ptr::null_mut();
+            check(cu::cuDevicePrimaryCtxRetain(&mut ctx, dev), "cuDevicePrimaryCtxRetain")?;
+            check(cu::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")?;
+            let mut name = [0 as std::ffi::c_char; 256];
+            check(cu::cuDeviceGetName(name.as_mut_ptr(), 256, dev), "cuDeviceGetName")?;
+            let attr = |a: cu::CUdevice_attribute| -> Result<i32, CudaError> {
+                let mut v = 0;
+                check(cu::cuDeviceGetAttribute(&mut v, a, dev), "cuDeviceGetAttribute").map(|_| v)
+            };
+            use cu::CUdevice_attribute as A;
+            let mut driver_version = 0;
+            check(cu::cuDriverGetVersion(&mut driver_version), "cuDriverGetVersion")?;
+            Ok(Arc::new(Device {
+                ordinal,
+                name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
+                compute_capability: (
+                    attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+                    attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+                ),
+                multiprocessors: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
+                l2_bytes: attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64,
+                max_shared_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32,
+                driver_version,
+                ctx,
+            }))
+        }
+    }
+
+    /// Allocates `bytes` of device memory (plain `cuMemAlloc`, never managed memory).
+    pub fn alloc(self: &Arc<Self>, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+        let mut ptr = 0;
+        // SAFETY: out-parameter; freed in Drop.
+        check(unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }, "cuMemAlloc")?;
+        Ok(DeviceBuffer { ptr, bytes, _dev: self.clone() })
+    }
+
+    /// Waits for all work on the device.
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        // SAFETY: no arguments.
+        check(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize")
+    }
+
+    /// Loads a cubin.
+    pub fn load_module(self: &Arc<Self>, cubin: &[u8]) -> Result<Module, CudaError> {
+        let mut m = std::ptr::null_mut();
+        // SAFETY: the cubin bytes are a complete ELF image that outlives the call.
+        check(unsafe { cu::cuModuleLoadData(&mut m, cubin.as_ptr().cast()) }, "cuModuleLoadData")?;
+        Ok(Module { raw: Arc::new(RawModule(m)), _dev: self.clone() })
+    }
+
+    /// The raw context, for libraries (cuBLAS) that need it current.
+    pub fn make_current(&self) -> Result<(), CudaError> {
+        // SAFETY: the context was retained in `open` and is never released.
+        check(unsafe { cu::cuCtxSetCurrent(self.ctx) }, "cuCtxSetCurrent")
+    }
+}
+
+/// Device memory, freed on drop.
+#[derive(Debug)]
+pub struct DeviceBuffer {
+    ptr: cu::CUdeviceptr,
+    bytes: usize,
+    _dev: Arc<Device>,
+}
+
+impl DeviceBuffer {
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+    pub fn bytes(&self) -> usize {
+        self.bytes
+    }
+    /// Copies host data in; `data` must be exactly as large as the buffer.
+    pub fn upload<T: Copy>(&mut self, data: &[T]) -> Result<(), CudaError> {
+        self.same_size::<T>(data.len())?;
+        // SAFETY: sizes match; the host slice is valid for reads.
+        check(unsafe { cu::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), self.bytes) }, "cuMemcpyHtoD")
+    }
+    /// Copies the buffer out into `out`, which must be exactly as large.
+    pub fn download<T: Copy>(&self, out: &mut [T]) -> Result<(), CudaError> {
+        self.same_size::<T>(out.len())?;
+        // SAFETY: sizes match; the host slice is valid for writes.
+        check(unsafe { cu::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr, self.bytes) }, "cuMemcpyDtoH")
+    }
+    /// Device-to-device copy of a whole buffer of the same size.
+    pub fn copy_from(&mut self, src: &DeviceBuffer) -> Result<(), CudaError> {
+        if src.bytes != self.bytes {
+            return Err(CudaError::Invalid(format!("copy of {} bytes into {}", src.bytes, self.bytes)));
+        }
+        // SAFETY: both allocations are live and of equal size.
+        check(unsafe { cu::cuMemcpyDtoD_v2(self.ptr, src.ptr, self.bytes) }, "cuMemcpyDtoD")
+    }
+    /// Fills the buffer with one 16-bit pattern (used to poison outputs before a check).
+    pub fn fill_u16(&mut self, value: u16) -> Result<(), CudaError> {
+        // SAFETY: writes bytes/2 halves inside the allocation.
+        check(unsafe { cu::cuMemsetD16_v2(self.ptr, value, self.bytes / 2) }, "cuMemsetD16")
+    }
+    fn same_size<T>(&self, len: usize) -> Result<(), CudaError> {
+        let host = len * std::mem::size_of::<T>();
+        if host != self.bytes {
+            return Err(CudaError::Invalid(format!("host side has {host} bytes, device buffer {}", self.bytes)));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: allocated by cuMemAlloc and freed once.
+        unsafe {
+            cu::cuMemFree_v2(self.ptr);
+        }
+    }
+}
+
+/// A CUDA stream.
+pub struct Stream(cu::CUstream);
+
+impl Stream {
+    pub fn new() -> Result<Stream, CudaError> {
+        let mut s = std::ptr::null_mut();
+        // SAFETY: out-parameter; destroyed in Drop.
+        check(unsafe { cu::cuStreamCreate(&mut s, 1) }, "cuStreamCreate")?; // 1 = non-blocking
+        Ok(Stream(s))
+    }
+    pub fn raw(&self) -> cu::CUstream {
+        self.0
+    }
+    pub fn synchronize(&self) -> Result<(), CudaError> {
+        // SAFETY: live stream.
+        check(unsafe { cu::cuStreamSynchronize(self.0) }, "cuStreamSynchronize")
+    }
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, destroyed once.
+        unsafe {
+            cu::cuStreamDestroy_v2(self.0);
+        }
+    }
+}
+
+/// A CUDA event, for timing on the device clock.
+pub struct Event(cu::CUevent);
+
+impl Event {
+    pub fn new() -> Result<Event, CudaError> {
+        let mut e = std::ptr::null_mut();
+        // SAFETY: out-parameter; flags 0 = timing enabled.
+        check(unsafe { cu::cuEventCreate(&mut e, 0) }, "cuEventCreate")?;
+        Ok(Event(e))
+    }
+    pub fn record(&self, stream: &Stream) -> Result<(), CudaError> {
+        // SAFETY: live event and stream.
+        check(unsafe { cu::cuEventRecord(self.0, stream.0) }, "cuEventRecord")
+    }
+    /// Milliseconds from `self` to `end`, waiting for `end` first.
+    pub fn elapsed_ms(&self, end: &Event) -> Result<f32, CudaError> {
+        let mut ms = 0f32;
+        // SAFETY: live events; out-parameter.
+        unsafe {
+            check(cu::cuEventSynchronize(end.0), "cuEventSynchronize")?;
+            check(cu::cuEventElapsedTime_v2(&mut ms, self.0, end.0), "cuEventElapsedTime")?;
+        }
+        Ok(ms)
+    }
+}
+
+impl Drop for Event {
+    fn drop(&mut self) {
+        // SAFETY: created in `new`, destroyed once.
+        unsafe {
+            cu::cuEventDestroy_v2(self.0);
+        }
+    }
+}
+
+struct RawModule(cu::CUmodule);
+
+impl Drop for RawModule {
+    fn drop(&mut self) {
+        // SAFETY: loaded once, unloaded once, after every Function holding it is gone.
+        unsafe {
+            cu::cuModuleUnload(self.0);
+        }
+    }
+}
+
+/// A loaded cubin.
+pub struct Module {
+    raw: Arc<RawModule>,
+    _dev: Arc<Device>,
+}
+
+impl Module {
+    /// Looks up an `extern "C"` kernel and allows it `dynamic_shared_bytes` of dynamic shared memory
+    /// (anything over 48 KB needs the opt-in attribute, CUDA Programming Guide §"Shared Memory").
+    pub fn function(&self, name: &str, dynamic_shared_bytes: u32) -> Result<Function, CudaError> {
+        let c = CString::new(name).map_err(|_| CudaError::Invalid(format!("kernel name {name:?}")))?;
+        let mut f = std::ptr::null_mut();
+        // SAFETY: live module, NUL-terminated name, out-parameter.
+        unsafe {
+            check(cu::cuModuleGetFunction(&mut f, self.raw.0, c.as_ptr()), "cuModuleGetFunction")?;
+            check(
+                cu::cuFuncSetAttribute(
+                    f,
+                    cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    dynamic_shared_bytes as i32,
+                ),
+                "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+            )?;
+        }
+        Ok(Function { raw: f, shared: dynamic_shared_bytes, _module: self.raw.clone() })
+    }
+}
+
+/// A kernel ready to launch.
+pub struct Function {
+    raw: cu::CUfunction,
+    shared: u32,
+    _module: Arc<RawModule>,
+}
+
+impl Function {
+    /// Launches with the dynamic shared memory set in [`Module::function`].
+    ///
+    /// # Safety
+    /// `params` must point at values whose types and order match the kernel's parameters.
+    pub unsafe fn launch(
+        &self,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        stream: &Stream,
+        params: &mut [*mut c_void],
+    ) -> Result<(), CudaError> {
+        check(
+            cu::cuLaunchKernel(
+                self.raw,
+                grid.0,
+                grid.1,
+                grid.2,
+                block.0,
+                block.1,
+                block.2,
+                self.shared,
+                stream.0,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            ),
+            "cuLaunchKernel",
+        )
+    }
+}
+
+/// A TMA tensor map (128 bytes, 64-byte aligned), passed to kernels by value as a
+/// `const __grid_constant__` parameter.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct TensorMap(pub cu::CUtensorMap);
+
+/// Shared-memory swizzle of a TMA box (CUDA Driver API `CUtensorMapSwizzle`): the box's rows must span
+/// at most that many bytes, and the kernel's wgmma descriptors must name the same mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Swizzle {
+    None,
+    B32,
+    B64,
+    B128,
+}
+
+impl TensorMap {
+    /// A 2-D bf16 row-major tensor of `rows` × `cols` (`cols` contiguous) at `buf`, read in boxes of
+    /// `box_rows` × `box_cols`. Out-of-bounds elements of a box read as zero.
+    pub fn bf16_2d(
+        buf: &DeviceBuffer,
+        rows: u64,
+        cols: u64,
+        box_rows: u32,
+        box_cols: u32,
+        swizzle: Swizzle,
+    ) -> Result<TensorMap, CudaError> {
+        if buf.bytes() < (rows * cols * 2) as usize {
+            return Err(CudaError::Invalid(format!("tensor {rows}x{cols} bf16 over a {}-byte buffer", buf.bytes())));
+        }
+        if (cols * 2) % 16 != 0 {
+            return Err(CudaError::Invalid(format!("row pitch {} bytes is not a multiple of 16", cols * 2)));
+        }
+        use cu::CUtensorMapSwizzle_enum as S;
+        let sw = match swizzle {
+            Swizzle::None => S::CU_TENSOR_MAP_SWIZZLE_NONE,
+            Swizzle::B32 => S::CU_TENSOR_MAP_SWIZZLE_32B,
+            Swizzle::B64 => S::CU_TENSOR_MAP_SWIZZLE_64B,
+            Swizzle::B128 => S::CU_TENSOR_MAP_SWIZZLE_128B,
+        };
+        let dims = [cols, rows];
+        let strides = [cols * 2]; // bytes between rows; the innermost stride is implied
+        let boxes = [box_cols, box_rows];
+        let elem = [1u32, 1];
+        // SAFETY: zeroed storage is a valid bit pattern for the opaque struct, filled by the driver.
+        let mut map: cu::CUtensorMap = unsafe { std::mem::zeroed() };
+        // SAFETY: arrays of rank 2 (strides rank-1), valid for the call; the address is a live allocation.
+        check(
+            unsafe {
+                cu::cuTensorMapEncodeTiled(
+                    &mut map,
+                    cu::CUtensorMapDataType_enum::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                    2,
+                    buf.ptr() as *mut c_void,
+                    dims.as_ptr(),
+                    strides.as_ptr(),
+                    boxes.as_ptr(),
+                    elem.as_ptr(),
+                    cu::CUtensorMapInterleave_enum::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                    sw,
+                    cu::CUtensorMapL2promotion_enum::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                    cu::CUtensorMapFloatOOBfill_enum::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+                )
+            },
+            "cuTensorMapEncodeTiled",
+        )?;
+        Ok(TensorMap(map))
+    }
+}

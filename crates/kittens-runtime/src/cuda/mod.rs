@@ -1,0 +1,52 @@
+//! CUDA for NVIDIA Hopper (sm_90a): NVRTC compilation with an on-disk cache ([`nvrtc`]), the driver API
+//! (devices, buffers, streams, events, launches, tensor maps: [`driver`]), cuBLAS for reference GEMMs
+//! ([`cublas`]) and the GEMM benchmark ([`bench`]). Every library is loaded at run time through `cudarc`
+//! (DESIGN.md principle 5): building needs no CUDA, and a machine without a driver gets
+//! [`CudaError::NoDriver`] instead of a crash.
+
+pub mod bench;
+pub mod cublas;
+pub mod driver;
+pub mod nvrtc;
+
+pub use driver::{Device, DeviceBuffer, Event, Function, Module, Stream, TensorMap};
+pub use nvrtc::{compile, nvrtc, parse_ptxas_log, CudaCompileReport, CudaModuleImage, NvrtcInfo};
+
+/// Everything that can go wrong between CUDA source and a timed launch.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CudaError {
+    #[error("NVRTC not found: {0}")]
+    NvrtcMissing(String),
+    #[error("NVRTC: {0}")]
+    Nvrtc(String),
+    #[error("CUDA compilation failed:\n{0}")]
+    Compile(String),
+    #[error("`{0}` is not a CUDA target (expected e.g. sm_90a)")]
+    BadTarget(String),
+    #[error("no NVIDIA driver on this machine ({0})")]
+    NoDriver(String),
+    #[error("the NVIDIA driver found no usable GPU: {0}")]
+    NoDevice(String),
+    #[error("{call} failed: {msg}")]
+    Driver { call: &'static str, msg: String },
+    #[error("cuBLAS: {0}")]
+    Cublas(String),
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+}
+
+/// Compiles `source` for `target` and returns only the report (what `kittens compile --target sm_90a`
+/// prints). `kernel` is the `extern "C"` name of the kernel to report on.
+pub fn compile_report(
+    source: &str,
+    kernel: &str,
+    target: &str,
+    dynamic_shared_bytes: u32,
+) -> Result<CudaCompileReport, CudaError> {
+    compile(source, kernel, target, dynamic_shared_bytes).map(|m| m.report)
+}
+
+/// The report as one JSON document.
+pub fn compile_report_json(report: &CudaCompileReport) -> serde_json::Value {
+    serde_json::to_value(report).unwrap_or(serde_json::Value::Null)
+}
