@@ -1,0 +1,433 @@
+//! The builder kernels are written in (ThunderKittens/HipKittens style, PyTorch-like op names).
+//!
+//! Declarations return ids; ops append to the current body; closures open nested bodies (loops,
+//! conditionals, clusters). Errors in declarations are kept and returned by [`KernelBuilder::finish`], so
+//! kernel code reads like the algorithm without `?` on every line; `finish` then expands the schedule
+//! (`crate::schedule`) and validates every op (`crate::validate`).
+
+use crate::error::BuildError;
+use crate::expr::{Cond, Expr, ParamId, VarId};
+use crate::ir::*;
+use kittens_hw::dtype::DType;
+use kittens_tile::{BaseShape, Layout, RegTile, SharedTile, Swizzle, TileError};
+
+pub struct KernelBuilder {
+    k: Kernel,
+    stack: Vec<Vec<Stmt>>,
+    error: Option<BuildError>,
+    /// Rounding used by maps and stores that do not name one (RTNE, the IEEE default).
+    pub rounding: Rounding,
+}
+
+impl From<RegId> for Arg {
+    fn from(r: RegId) -> Arg {
+        Arg::Reg(r)
+    }
+}
+impl From<f32> for Arg {
+    fn from(v: f32) -> Arg {
+        Arg::Scalar(v)
+    }
+}
+
+impl SharedView {
+    /// The `(ti, tj)`-th `rows × cols` sub-tile of this view (HipKittens `subtile_inplace`).
+    pub fn sub(&self, rows: u32, cols: u32, ti: impl Into<Expr>, tj: impl Into<Expr>) -> SharedView {
+        SharedView {
+            buf: self.buf,
+            index: self.index.clone(),
+            row0: &self.row0 + ti.into() * rows as i64,
+            col0: &self.col0 + tj.into() * cols as i64,
+            rows,
+            cols,
+        }
+    }
+}
+
+impl KernelBuilder {
+    pub fn new(name: &str, schedule: Schedule) -> Self {
+        let k = Kernel {
+            name: name.into(),
+            schedule,
+            waves: schedule.waves(),
+            params: vec![],
+            globals: vec![],
+            shared: vec![],
+            regs: vec![],
+            vars: vec![],
+            grid: Grid { extents: vec![Expr::c(1)], remap: GridRemap::RowMajor },
+            body: vec![],
+        };
+        KernelBuilder { k, stack: vec![vec![]], error: None, rounding: Rounding::Rtne }
+    }
+
+    fn fail(&mut self, e: BuildError) {
+        self.error.get_or_insert(e);
+    }
+
+    // ---- declarations -------------------------------------------------------------------------
+
+    /// A run-time integer parameter (a problem size).
+    pub fn param(&mut self, name: &str) -> Expr {
+        self.k.params.push(ParamDecl { name: name.into() });
+        Expr::Param(ParamId(self.k.params.len() as u32 - 1))
+    }
+
+    /// A global tensor with explicit strides (elements) per logical dimension.
+    pub fn global_strided(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        dims: &[(&str, Expr)],
+        strides: Vec<Expr>,
+        access: Access,
+    ) -> GlobalId {
+        if strides.len() != dims.len() {
+            self.fail(BuildError::Structure(format!("`{name}`: {} dims but {} strides", dims.len(), strides.len())));
+        }
+        self.k.globals.push(GlobalDecl {
+            name: name.into(),
+            dtype,
+            dim_names: dims.iter().map(|d| d.0.to_string()).collect(),
+            dims: dims.iter().map(|d| d.1.clone()).collect(),
+            strides,
+            access,
+        });
+        GlobalId(self.k.globals.len() as u32 - 1)
+    }
+
+    /// A densely packed row-major global tensor (last dimension contiguous).
+    pub fn global(&mut self, name: &str, dtype: DType, dims: &[(&str, Expr)], access: Access) -> GlobalId {
+        let mut strides = vec![Expr::c(1); dims.len()];
+        for i in (0..dims.len().saturating_sub(1)).rev() {
+            strides[i] = &strides[i + 1] * dims[i + 1].1.clone();
+        }
+        self.global_strided(name, dtype, dims, strides, access)
+    }
+
+    /// The launch grid: `∏ extents` blocks, coordinates from `remap`.
+    pub fn grid(&mut self, extents: Vec<Expr>, remap: GridRemap) {
+        self.k.grid = Grid { extents, remap };
+    }
+
+    /// Coordinate `i` of this block's logical tile (after the grid remap).
+    pub fn block(&self, i: u8) -> Expr {
+        Expr::Block(i)
+    }
+    pub fn wave(&self) -> Expr {
+        Expr::Wave
+    }
+    /// The warpgroup (four consecutive waves; the ping-pong half).
+    pub fn warpgroup(&self) -> Expr {
+        Expr::Wave / 4
+    }
+
+    /// `count` shared tiles `rows × cols` with a swizzle.
+    pub fn shared(&mut self, name: &str, dtype: DType, rows: u32, cols: u32, swizzle: Swizzle, count: u32) -> SharedId {
+        let tile = SharedTile::with_swizzle(dtype, rows, cols, swizzle).unwrap_or_else(|source| {
+            self.fail(BuildError::Decl { name: name.into(), source });
+            SharedTile { dtype, rows: rows.max(1), cols: cols.max(1), swizzle }
+        });
+        self.k.shared.push(SharedDecl { name: name.into(), tile, count: count.max(1) });
+        SharedId(self.k.shared.len() as u32 - 1)
+    }
+
+    /// A register tile from the tile layer (use `RegTile::pinned` for explicit registers, seed 000 D.3).
+    pub fn reg_tile(&mut self, name: &str, tile: Result<RegTile, TileError>) -> RegId {
+        let t = tile.unwrap_or_else(|source| {
+            self.fail(BuildError::Decl { name: name.into(), source });
+            RegTile { dtype: DType::F32, rows: 1, cols: 1, layout: Layout::Row, base: BaseShape::S16X16, pin: None }
+        });
+        self.push_reg(name, RegKind::Tile(t))
+    }
+
+    /// A compiler-allocated register tile.
+    pub fn tile(&mut self, name: &str, dtype: DType, rows: u32, cols: u32, layout: Layout, base: BaseShape) -> RegId {
+        self.reg_tile(name, RegTile::new(dtype, rows, cols, layout, base))
+    }
+
+    fn push_reg(&mut self, name: &str, kind: RegKind) -> RegId {
+        self.k.regs.push(RegDecl { name: name.into(), kind });
+        RegId(self.k.regs.len() as u32 - 1)
+    }
+
+    fn vec_of(&mut self, name: &str, of: RegId, dtype: DType, axis: Axis) -> RegId {
+        let t = self.k.regs.get(of.0 as usize).and_then(|r| r.tile().copied());
+        let Some(t) = t else {
+            self.fail(BuildError::Structure(format!("vector `{name}`: register {} is not a tile", of.0)));
+            return self.push_reg(name, RegKind::Vec(RegVec { dtype, len: 1, axis, layout: Layout::Row, base: BaseShape::S16X16 }));
+        };
+        let len = if axis == Axis::Rows { t.rows } else { t.cols };
+        self.push_reg(name, RegKind::Vec(RegVec { dtype, len, axis, layout: t.layout, base: t.base }))
+    }
+    /// One value per row of tile `of` (what `row_max` produces).
+    pub fn row_vec(&mut self, name: &str, of: RegId, dtype: DType) -> RegId {
+        self.vec_of(name, of, dtype, Axis::Rows)
+    }
+    /// One value per column of tile `of`.
+    pub fn col_vec(&mut self, name: &str, of: RegId, dtype: DType) -> RegId {
+        self.vec_of(name, of, dtype, Axis::Cols)
+    }
+
+    // ---- views --------------------------------------------------------------------------------
+
+    /// Buffer `index` of shared ring `buf`, whole.
+    pub fn smem(&self, buf: SharedId, index: impl Into<Expr>) -> SharedView {
+        let t = self.k.shared[buf.0 as usize].tile;
+        SharedView { buf, index: index.into(), row0: Expr::c(0), col0: Expr::c(0), rows: t.rows, cols: t.cols }
+    }
+
+    /// The `(ti, tj)`-th `rows × cols` tile of a 2-d global tensor.
+    pub fn gtile(&self, g: GlobalId, rows: u32, cols: u32, ti: impl Into<Expr>, tj: impl Into<Expr>) -> GlobalView {
+        let origin = vec![ti.into() * rows as i64, tj.into() * cols as i64];
+        GlobalView { tensor: g, origin, row_dim: 0, col_dim: 1, rows, cols }
+    }
+
+    /// A `rows × cols` window of an N-d tensor at element `origin`, rows along `row_dim`.
+    pub fn gview(&self, g: GlobalId, origin: Vec<Expr>, row_dim: u8, col_dim: u8, rows: u32, cols: u32) -> GlobalView {
+        GlobalView { tensor: g, origin, row_dim, col_dim, rows, cols }
+    }
+
+    // ---- ops ----------------------------------------------------------------------------------
+
+    /// Appends one op to the current body.
+    pub fn op(&mut self, op: Op) {
+        self.stack.last_mut().expect("builder body stack is never empty").push(Stmt::Op { op, implied: false });
+    }
+
+    /// Async global→shared load shared by every wave of the block.
+    pub fn load_async(&mut self, dst: SharedView, src: GlobalView) {
+        self.op(Op::LoadAsync { dst, src, scope: Scope::Block });
+    }
+    pub fn load_async_by(&mut self, scope: Scope, dst: SharedView, src: GlobalView) {
+        self.op(Op::LoadAsync { dst, src, scope });
+    }
+    /// Shared→register load.
+    pub fn load(&mut self, dst: RegId, src: SharedView) {
+        self.op(Op::LoadShared { dst, src });
+    }
+    pub fn load_global(&mut self, dst: RegId, src: GlobalView) {
+        self.op(Op::LoadGlobal { dst, src });
+    }
+    pub fn store(&mut self, dst: GlobalView, src: RegId) {
+        self.op(Op::StoreGlobal { dst, src, rounding: self.rounding });
+    }
+    pub fn store_shared(&mut self, dst: SharedView, src: RegId) {
+        self.op(Op::StoreShared { dst, src, rounding: self.rounding });
+    }
+
+    /// The general multiply-accumulate; `c: None` starts from zero.
+    pub fn mma(&mut self, form: MmaForm, d: RegId, a: MmaOperand, b: MmaOperand, c: Option<RegId>) {
+        self.op(Op::Mma { form, d, a, b, c });
+    }
+    /// `d = a·b + c`.
+    pub fn mma_ab(&mut self, d: RegId, a: RegId, b: RegId, c: RegId) {
+        self.mma(MmaForm::Ab, d, MmaOperand::Reg(a), MmaOperand::Reg(b), Some(c));
+    }
+    /// `d = a·bᵀ + c`.
+    pub fn mma_abt(&mut self, d: RegId, a: RegId, b: RegId, c: RegId) {
+        self.mma(MmaForm::Abt, d, MmaOperand::Reg(a), MmaOperand::Reg(b), Some(c));
+    }
+    /// `d = aᵀ·b + c`.
+    pub fn mma_atb(&mut self, d: RegId, a: RegId, b: RegId, c: RegId) {
+        self.mma(MmaForm::Atb, d, MmaOperand::Reg(a), MmaOperand::Reg(b), Some(c));
+    }
+    /// `d = aᵀ·bᵀ + c`.
+    pub fn mma_atbt(&mut self, d: RegId, a: RegId, b: RegId, c: RegId) {
+        self.mma(MmaForm::Atbt, d, MmaOperand::Reg(a), MmaOperand::Reg(b), Some(c));
+    }
+
+    pub fn fill(&mut self, dst: RegId, value: f32) {
+        self.op(Op::Fill { dst, value });
+    }
+    pub fn zero(&mut self, dst: RegId) {
+        self.fill(dst, 0.0);
+    }
+    pub fn neg_infty(&mut self, dst: RegId) {
+        self.fill(dst, f32::NEG_INFINITY);
+    }
+
+    /// `dst = f(args…)` elementwise, rounded with the builder's rounding.
+    pub fn map(&mut self, dst: RegId, f: MapFn, args: Vec<Arg>) {
+        self.op(Op::Map { dst, f, args, rounding: self.rounding });
+    }
+    pub fn add(&mut self, dst: RegId, a: impl Into<Arg>, b: impl Into<Arg>) {
+        self.map(dst, MapFn::Add, vec![a.into(), b.into()]);
+    }
+    pub fn sub(&mut self, dst: RegId, a: impl Into<Arg>, b: impl Into<Arg>) {
+        self.map(dst, MapFn::Sub, vec![a.into(), b.into()]);
+    }
+    pub fn mul(&mut self, dst: RegId, a: impl Into<Arg>, b: impl Into<Arg>) {
+        self.map(dst, MapFn::Mul, vec![a.into(), b.into()]);
+    }
+    pub fn div(&mut self, dst: RegId, a: impl Into<Arg>, b: impl Into<Arg>) {
+        self.map(dst, MapFn::Div, vec![a.into(), b.into()]);
+    }
+    pub fn max(&mut self, dst: RegId, a: impl Into<Arg>, b: impl Into<Arg>) {
+        self.map(dst, MapFn::Max, vec![a.into(), b.into()]);
+    }
+    pub fn min(&mut self, dst: RegId, a: impl Into<Arg>, b: impl Into<Arg>) {
+        self.map(dst, MapFn::Min, vec![a.into(), b.into()]);
+    }
+    pub fn exp(&mut self, dst: RegId, src: RegId) {
+        self.map(dst, MapFn::Exp, vec![Arg::Reg(src)]);
+    }
+    pub fn exp2(&mut self, dst: RegId, src: RegId) {
+        self.map(dst, MapFn::Exp2, vec![Arg::Reg(src)]);
+    }
+    pub fn log(&mut self, dst: RegId, src: RegId) {
+        self.map(dst, MapFn::Log, vec![Arg::Reg(src)]);
+    }
+    /// Copy, converting to `dst`'s dtype with the builder's rounding.
+    pub fn copy(&mut self, dst: RegId, src: RegId) {
+        self.map(dst, MapFn::Copy, vec![Arg::Reg(src)]);
+    }
+    /// Copy, converting with an explicit rounding mode.
+    pub fn convert(&mut self, dst: RegId, src: RegId, rounding: Rounding) {
+        self.op(Op::Map { dst, f: MapFn::Copy, args: vec![Arg::Reg(src)], rounding });
+    }
+    /// `dst[i,j] = src[i,j] - v[i]`.
+    pub fn sub_row(&mut self, dst: RegId, src: RegId, v: RegId) {
+        self.map(dst, MapFn::Sub, vec![Arg::Reg(src), Arg::RowBcast(v)]);
+    }
+    pub fn mul_row(&mut self, dst: RegId, src: RegId, v: RegId) {
+        self.map(dst, MapFn::Mul, vec![Arg::Reg(src), Arg::RowBcast(v)]);
+    }
+    pub fn div_row(&mut self, dst: RegId, src: RegId, v: RegId) {
+        self.map(dst, MapFn::Div, vec![Arg::Reg(src), Arg::RowBcast(v)]);
+    }
+    /// `dst[i,j] = src[i,j] - v[j]`.
+    pub fn sub_col(&mut self, dst: RegId, src: RegId, v: RegId) {
+        self.map(dst, MapFn::Sub, vec![Arg::Reg(src), Arg::ColBcast(v)]);
+    }
+    pub fn mul_col(&mut self, dst: RegId, src: RegId, v: RegId) {
+        self.map(dst, MapFn::Mul, vec![Arg::Reg(src), Arg::ColBcast(v)]);
+    }
+    pub fn div_col(&mut self, dst: RegId, src: RegId, v: RegId) {
+        self.map(dst, MapFn::Div, vec![Arg::Reg(src), Arg::ColBcast(v)]);
+    }
+
+    pub fn reduce(&mut self, axis: Axis, op: ReduceOp, dst: RegId, src: RegId, acc: Option<RegId>) {
+        self.op(Op::Reduce { dst, src, axis, op, acc });
+    }
+    /// `dst[i] = max_j src[i,j]`.
+    pub fn row_max(&mut self, dst: RegId, src: RegId) {
+        self.reduce(Axis::Rows, ReduceOp::Max, dst, src, None);
+    }
+    /// `dst[i] = max(acc[i], max_j src[i,j])`.
+    pub fn row_max_acc(&mut self, dst: RegId, src: RegId, acc: RegId) {
+        self.reduce(Axis::Rows, ReduceOp::Max, dst, src, Some(acc));
+    }
+    pub fn row_sum(&mut self, dst: RegId, src: RegId) {
+        self.reduce(Axis::Rows, ReduceOp::Sum, dst, src, None);
+    }
+    pub fn row_sum_acc(&mut self, dst: RegId, src: RegId, acc: RegId) {
+        self.reduce(Axis::Rows, ReduceOp::Sum, dst, src, Some(acc));
+    }
+    pub fn col_max(&mut self, dst: RegId, src: RegId) {
+        self.reduce(Axis::Cols, ReduceOp::Max, dst, src, None);
+    }
+    pub fn col_sum(&mut self, dst: RegId, src: RegId) {
+        self.reduce(Axis::Cols, ReduceOp::Sum, dst, src, None);
+    }
+    /// `dst = srcᵀ`, layout swapped (free on the device).
+    pub fn transpose(&mut self, dst: RegId, src: RegId) {
+        self.op(Op::Transpose { dst, src });
+    }
+    pub fn swap_layout(&mut self, dst: RegId, src: RegId) {
+        self.op(Op::SwapLayout { dst, src });
+    }
+    /// Elements of `dst` at global `(row0 + i, col0 + j)` that `rule` does not keep become `value`.
+    pub fn mask(&mut self, dst: RegId, rule: MaskRule, row0: impl Into<Expr>, col0: impl Into<Expr>, value: f32) {
+        self.op(Op::Mask { dst, rule, row0: row0.into(), col0: col0.into(), value });
+    }
+
+    // ---- synchronisation and scheduling -------------------------------------------------------
+
+    pub fn barrier(&mut self) {
+        self.op(Op::Barrier { scope: Scope::Block });
+    }
+    pub fn barrier_by(&mut self, scope: Scope) {
+        self.op(Op::Barrier { scope });
+    }
+    /// Wait until at most `n` of this wave's async global→shared loads are in flight.
+    pub fn wait_async(&mut self, n: u32) {
+        self.op(Op::Wait { queue: WaitQueue::Async, count: WaitCount::Outstanding(n) });
+    }
+    /// A wait whose count the schedule analysis computes.
+    pub fn wait_async_auto(&mut self) {
+        self.op(Op::Wait { queue: WaitQueue::Async, count: WaitCount::Auto });
+    }
+    pub fn wait_shared(&mut self, n: u32) {
+        self.op(Op::Wait { queue: WaitQueue::Shared, count: WaitCount::Outstanding(n) });
+    }
+    pub fn prio(&mut self, p: u8) {
+        self.op(Op::Priority(p));
+    }
+    pub fn fence(&mut self) {
+        self.op(Op::Hint(SchedHint::Fence));
+    }
+    pub fn sched_pairs(&mut self, mma: u32, other: u32, groups: u32) {
+        self.op(Op::Hint(SchedHint::Pairs { mma, other, groups }));
+    }
+
+    // ---- control ------------------------------------------------------------------------------
+
+    fn nested(&mut self, f: impl FnOnce(&mut Self)) -> Vec<Stmt> {
+        self.stack.push(vec![]);
+        f(self);
+        self.stack.pop().expect("pushed above")
+    }
+    fn push_stmt(&mut self, s: Stmt) {
+        self.stack.last_mut().expect("builder body stack is never empty").push(s);
+    }
+
+    /// `for i in start..end { f(i) }`.
+    pub fn for_range(&mut self, name: &str, start: impl Into<Expr>, end: impl Into<Expr>, f: impl FnOnce(&mut Self, Expr)) {
+        self.k.vars.push(VarDecl { name: name.into() });
+        let var = VarId(self.k.vars.len() as u32 - 1);
+        let body = self.nested(|b| f(b, Expr::Var(var)));
+        self.push_stmt(Stmt::For { var, start: start.into(), end: end.into(), body });
+    }
+    pub fn if_(&mut self, cond: Cond, f: impl FnOnce(&mut Self)) {
+        let then = self.nested(f);
+        self.push_stmt(Stmt::If { cond, then, els: vec![] });
+    }
+    pub fn if_else(&mut self, cond: Cond, f: impl FnOnce(&mut Self), g: impl FnOnce(&mut Self)) {
+        let then = self.nested(f);
+        let els = self.nested(g);
+        self.push_stmt(Stmt::If { cond, then, els });
+    }
+    /// A compute cluster of the kernel's schedule.
+    pub fn compute(&mut self, label: &str, f: impl FnOnce(&mut Self)) {
+        let body = self.nested(f);
+        self.push_stmt(Stmt::Cluster { kind: ClusterKind::Compute, label: label.into(), body });
+    }
+    /// A memory cluster of the kernel's schedule.
+    pub fn memory(&mut self, label: &str, f: impl FnOnce(&mut Self)) {
+        let body = self.nested(f);
+        self.push_stmt(Stmt::Cluster { kind: ClusterKind::Memory, label: label.into(), body });
+    }
+    /// The region where ping-pong warpgroups run one cluster apart.
+    pub fn staggered(&mut self, f: impl FnOnce(&mut Self)) {
+        let body = self.nested(f);
+        self.push_stmt(Stmt::Staggered { body });
+    }
+    /// Producer and consumer bodies of a warp-specialised schedule.
+    pub fn roles(&mut self, producer: impl FnOnce(&mut Self), consumer: impl FnOnce(&mut Self)) {
+        let producer = self.nested(producer);
+        let consumer = self.nested(consumer);
+        self.push_stmt(Stmt::Roles { producer, consumer });
+    }
+
+    /// Expands the schedule, validates every op and returns the kernel.
+    pub fn finish(mut self) -> Result<Kernel, BuildError> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        let body = self.stack.pop().unwrap_or_default();
+        self.k.body = crate::schedule::expand(self.k.schedule, body)?;
+        crate::validate::validate(&self.k)?;
+        Ok(self.k)
+    }
+}
