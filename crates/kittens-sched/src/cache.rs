@@ -39,13 +39,31 @@ pub struct GemmShape {
 impl GemmShape {
     /// A bf16 GEMM `m × n × k` with a `tile = (tile_m, tile_n, tile_k)` block tile.
     pub fn bf16(m: u64, n: u64, k: u64, tile: (u64, u64, u64)) -> Self {
-        GemmShape { m, n, k, tile_m: tile.0, tile_n: tile.1, tile_k: tile.2, elem_bytes: 2 }
+        GemmShape {
+            m,
+            n,
+            k,
+            tile_m: tile.0,
+            tile_n: tile.1,
+            tile_k: tile.2,
+            elem_bytes: 2,
+        }
     }
 
     fn validate(&self) -> Result<(), SchedError> {
-        let dims = [self.m, self.n, self.k, self.tile_m, self.tile_n, self.tile_k, self.elem_bytes];
+        let dims = [
+            self.m,
+            self.n,
+            self.k,
+            self.tile_m,
+            self.tile_n,
+            self.tile_k,
+            self.elem_bytes,
+        ];
         if dims.contains(&0) {
-            return Err(SchedError::Invalid("GEMM sizes, tiles and element size must be positive".into()));
+            return Err(SchedError::Invalid(
+                "GEMM sizes, tiles and element size must be positive".into(),
+            ));
         }
         Ok(())
     }
@@ -121,8 +139,16 @@ impl Lru {
 
     fn unlink(&mut self, id: u32) {
         let (p, n) = (self.prev[id as usize], self.next[id as usize]);
-        if p == NIL { self.head = n } else { self.next[p as usize] = n }
-        if n == NIL { self.tail = p } else { self.prev[n as usize] = p }
+        if p == NIL {
+            self.head = n
+        } else {
+            self.next[p as usize] = n
+        }
+        if n == NIL {
+            self.tail = p
+        } else {
+            self.prev[n as usize] = p
+        }
     }
 
     fn push_front(&mut self, id: u32) {
@@ -181,7 +207,11 @@ impl Hierarchy {
     fn new(gpu: &Gpu, ids: usize) -> Self {
         let l2 = (0..gpu.l2_instances()).map(|_| Lru::new(gpu.l2_bytes, ids)).collect();
         let llc = (gpu.llc_bytes > 0).then(|| Lru::new(gpu.llc_bytes, ids));
-        Hierarchy { l2, llc, c: Counters::default() }
+        Hierarchy {
+            l2,
+            llc,
+            c: Counters::default(),
+        }
     }
 
     fn read(&mut self, l2: usize, id: u32, bytes: u64) {
@@ -211,7 +241,9 @@ pub fn simulate(gpu: &Gpu, shape: &GemmShape, order: GridOrder) -> Result<CacheR
     let ks = shape.ksteps();
     let ids = (rows + cols) * ks;
     if ids >= NIL as u64 || shape.tile_m.max(shape.tile_n) * shape.tile_k * shape.elem_bytes > u32::MAX as u64 {
-        return Err(SchedError::Invalid(format!("problem too large for the model ({ids} segments)")));
+        return Err(SchedError::Invalid(format!(
+            "problem too large for the model ({ids} segments)"
+        )));
     }
     let blocks = rows * cols;
     let cus = gpu.compute_units as u64;
@@ -231,7 +263,11 @@ pub fn simulate(gpu: &Gpu, shape: &GemmShape, order: GridOrder) -> Result<CacheR
             for (l2, tiles) in by_l2.iter().enumerate() {
                 for &(r, c) in tiles {
                     h.read(l2, (r * ks + k) as u32, shape.slice_bytes(r, shape.tile_m, shape.m, k));
-                    h.read(l2, ((rows + c) * ks + k) as u32, shape.slice_bytes(c, shape.tile_n, shape.n, k));
+                    h.read(
+                        l2,
+                        ((rows + c) * ks + k) as u32,
+                        shape.slice_bytes(c, shape.tile_n, shape.n, k),
+                    );
                 }
             }
         }

@@ -85,9 +85,18 @@ fn round_down(x: u32) -> u32 {
 
 impl RegsInput {
     fn validate(&self) -> Result<(), SchedError> {
-        let v = [self.consumers, self.tile_m, self.tile_n, self.mma.0, self.mma.1, self.mma.2];
+        let v = [
+            self.consumers,
+            self.tile_m,
+            self.tile_n,
+            self.mma.0,
+            self.mma.1,
+            self.mma.2,
+        ];
         if v.contains(&0) || self.k_step == 0 || self.reg_stages == 0 || self.in_bytes == 0 {
-            return Err(SchedError::Invalid("consumers, tile, instruction, k step, stages must be positive".into()));
+            return Err(SchedError::Invalid(
+                "consumers, tile, instruction, k step, stages must be positive".into(),
+            ));
         }
         if self.tile_m % self.mma.0 != 0 || self.tile_n % self.mma.1 != 0 {
             return Err(SchedError::Invalid(format!(
@@ -111,9 +120,20 @@ fn consumer_need(s: &RegsInput, lanes: u32, operands_in_regs: bool) -> Result<Co
     let sub = (s.tile_m / layout.0, s.tile_n / layout.1);
     let accumulators = (sub.0 * sub.1).div_ceil(lanes);
     let operand_bytes = (sub.0 + sub.1) * s.k_step * s.in_bytes * s.reg_stages;
-    let operands = if operands_in_regs { operand_bytes.div_ceil(4 * lanes) } else { 0 };
+    let operands = if operands_in_regs {
+        operand_bytes.div_ceil(4 * lanes)
+    } else {
+        0
+    };
     let total = accumulators + operands + s.overhead;
-    Ok(ConsumerNeed { layout, sub_tile: sub, accumulators, operands, overhead: s.overhead, total })
+    Ok(ConsumerNeed {
+        layout,
+        sub_tile: sub,
+        accumulators,
+        operands,
+        overhead: s.overhead,
+        total,
+    })
 }
 
 /// Plan the register budget of one block on `gpu`.
@@ -125,7 +145,11 @@ pub fn plan_regs(gpu: &Gpu, s: &RegsInput) -> Result<RegsReport, SchedError> {
     let waves_per_simd = waves.div_ceil(simds);
     let lds_bytes = s.depth as u64 * (s.tile_m + s.tile_n) as u64 * s.lds_k as u64 * s.in_bytes as u64;
     let lds_limit = gpu.shared_bytes_per_block as u64;
-    let model = if gpu.arch == Arch::Hopper { RegModel::HopperRealloc } else { RegModel::CdnaStatic };
+    let model = if gpu.arch == Arch::Hopper {
+        RegModel::HopperRealloc
+    } else {
+        RegModel::CdnaStatic
+    };
     // Hopper's wgmma reads A and B from shared memory; CDNA's MFMA reads them from registers.
     let consumer = consumer_need(s, lanes, model == RegModel::CdnaStatic)?;
     let producer_need = s.overhead;
@@ -149,7 +173,12 @@ pub fn plan_regs(gpu: &Gpu, s: &RegsInput) -> Result<RegsReport, SchedError> {
             let p = if s.producers > 0 { HOPPER_PRODUCER_FLOOR } else { 0 };
             let free = total - s.producers * lanes * p;
             let c = round_down(free / (s.consumers * lanes)).min(gpu.max_regs_per_thread);
-            (c, p, true, format!("{waves} warps: producers shrink to {p}, consumers grow to {c} (setmaxnreg)"))
+            (
+                c,
+                p,
+                true,
+                format!("{waves} warps: producers shrink to {p}, consumers grow to {c} (setmaxnreg)"),
+            )
         }
     };
     let fits = consumer.total <= consumer_budget

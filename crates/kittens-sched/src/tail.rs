@@ -80,9 +80,18 @@ pub struct TailPlan {
 
 impl TailInput {
     fn validate(&self) -> Result<(), SchedError> {
-        let v = [self.batch, self.heads, self.seq, self.dim, self.block_rows, self.kv_block];
+        let v = [
+            self.batch,
+            self.heads,
+            self.seq,
+            self.dim,
+            self.block_rows,
+            self.kv_block,
+        ];
         if v.contains(&0) {
-            return Err(SchedError::Invalid("batch, heads, seq, dim, block rows and kv block must be positive".into()));
+            return Err(SchedError::Invalid(
+                "batch, heads, seq, dim, block rows and kv block must be positive".into(),
+            ));
         }
         Ok(())
     }
@@ -130,7 +139,11 @@ pub fn plan_tail(gpu: &Gpu, s: &TailInput, m: &TailModel) -> Result<TailPlan, Sc
     }
     let fill = tail as f64 / cus as f64;
     if fill >= m.full_tail {
-        plan.reason = format!("declined: the last round is {:.1}% full (>= {:.0}%)", fill * 100.0, m.full_tail * 100.0);
+        plan.reason = format!(
+            "declined: the last round is {:.1}% full (>= {:.0}%)",
+            fill * 100.0,
+            m.full_tail * 100.0
+        );
         return Ok(plan);
     }
     let cost = |g: u64| {
