@@ -1,5 +1,6 @@
 //! Register layouts and base shapes.
 
+use crate::TileError;
 use serde::Serialize;
 
 /// Which dimension a lane's consecutive elements run along (seed 000 D.1): in a row layout each lane holds
@@ -11,7 +12,33 @@ pub enum Layout {
     Col,
 }
 
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for Layout {
+    type Err = TileError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().as_str() {
+            "row" => Ok(Layout::Row),
+            "col" | "column" => Ok(Layout::Col),
+            _ => Err(TileError::Other(format!(
+                "unknown layout `{s}`; use row or col"
+            ))),
+        }
+    }
+}
+
 impl Layout {
+    pub fn name(self) -> &'static str {
+        match self {
+            Layout::Row => "row",
+            Layout::Col => "col",
+        }
+    }
+
     pub fn transposed(self) -> Layout {
         match self {
             Layout::Row => Layout::Col,

@@ -4,17 +4,21 @@
 //!   matrix-instruction operand shape ([`BaseShape`]), optionally pinned to explicit registers (seed 000 D.3);
 //! - [`SharedTile`]: a shared-memory tile with its [`Swizzle`] (a default per shape, seed 000 §3.2.2);
 //! - [`check_load`]: the rule that a shared tile and a register tile may exchange data only when one shape
-//!   is a multiple of the other (seed 000 D.1).
+//!   is a multiple of the other (seed 000 D.1);
+//! - [`analyze`]: the byte address every lane issues for each shared-memory instruction of such a move and
+//!   the conflict degree of every phase (`kittens_hw::lds`).
 
+pub mod access;
 pub mod error;
 pub mod layout;
 pub mod reg;
 pub mod shared;
 pub mod swizzle;
 
+pub use access::{access_pattern, analyze, BankReport, Issue, PhaseConflict};
 pub use error::TileError;
 pub use kittens_hw::dtype::DType;
 pub use layout::{BaseShape, Layout};
 pub use reg::{RegFile, RegPin, RegTile};
 pub use shared::{check_load, SharedTile};
-pub use swizzle::Swizzle;
+pub use swizzle::{default_swizzle, Swizzle, XorTerm};

@@ -42,22 +42,52 @@ pub struct RegTile {
 
 impl RegTile {
     /// A compiler-allocated register tile; rows and cols must be multiples of the base shape.
-    pub fn new(dtype: DType, rows: u32, cols: u32, layout: Layout, base: BaseShape) -> Result<Self, TileError> {
+    pub fn new(
+        dtype: DType,
+        rows: u32,
+        cols: u32,
+        layout: Layout,
+        base: BaseShape,
+    ) -> Result<Self, TileError> {
         if rows == 0 || cols == 0 {
             return Err(TileError::Empty { rows, cols });
         }
         if rows % base.rows != 0 || cols % base.cols != 0 {
-            return Err(TileError::NotMultipleOfBase { rows, cols, base_rows: base.rows, base_cols: base.cols });
+            return Err(TileError::NotMultipleOfBase {
+                rows,
+                cols,
+                base_rows: base.rows,
+                base_cols: base.cols,
+            });
         }
-        Ok(RegTile { dtype, rows, cols, layout, base, pin: None })
+        Ok(RegTile {
+            dtype,
+            rows,
+            cols,
+            layout,
+            base,
+            pin: None,
+        })
     }
 
     /// Pin the tile to registers `first..=last` of `file`; the range must hold exactly the tile.
-    pub fn pinned(mut self, file: RegFile, first: u32, last: u32, lanes: u32) -> Result<Self, TileError> {
+    pub fn pinned(
+        mut self,
+        file: RegFile,
+        first: u32,
+        last: u32,
+        lanes: u32,
+    ) -> Result<Self, TileError> {
         let need = self.regs_per_lane(lanes);
         let have = last.saturating_sub(first) + 1;
         if last < first || have != need {
-            return Err(TileError::PinSize { file: file.name(), first, last, have, need });
+            return Err(TileError::PinSize {
+                file: file.name(),
+                first,
+                last,
+                have,
+                need,
+            });
         }
         self.pin = Some(RegPin { file, first, last });
         Ok(self)

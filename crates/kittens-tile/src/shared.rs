@@ -1,5 +1,6 @@
 //! Shared-memory tiles and the shared ↔ register shape rule.
 
+use crate::swizzle::default_swizzle;
 use crate::{DType, RegTile, Swizzle, TileError};
 use serde::Serialize;
 
@@ -13,12 +14,35 @@ pub struct SharedTile {
 }
 
 impl SharedTile {
-    /// A shared tile with an explicit swizzle.
-    pub fn with_swizzle(dtype: DType, rows: u32, cols: u32, swizzle: Swizzle) -> Result<Self, TileError> {
+    /// A shared tile with the default swizzle of its shape ([`default_swizzle`], seed 000 D.1).
+    pub fn new(dtype: DType, rows: u32, cols: u32) -> Result<Self, TileError> {
+        Self::with_swizzle(dtype, rows, cols, default_swizzle(dtype, rows, cols))
+    }
+
+    /// A shared tile with an explicit swizzle, which must map every element of the tile inside the tile.
+    pub fn with_swizzle(
+        dtype: DType,
+        rows: u32,
+        cols: u32,
+        swizzle: Swizzle,
+    ) -> Result<Self, TileError> {
         if rows == 0 || cols == 0 {
             return Err(TileError::Empty { rows, cols });
         }
-        Ok(SharedTile { dtype, rows, cols, swizzle })
+        let tile = SharedTile {
+            dtype,
+            rows,
+            cols,
+            swizzle,
+        };
+        let bytes = tile.bytes();
+        if (0..bytes)
+            .step_by(dtype.bytes() as usize)
+            .any(|off| swizzle.apply(off) >= bytes)
+        {
+            return Err(TileError::SwizzleOutOfTile(swizzle.name(), bytes));
+        }
+        Ok(tile)
     }
 
     pub fn bytes(&self) -> u32 {
@@ -31,7 +55,8 @@ impl SharedTile {
 
     /// Physical byte offset of element (row, col).
     pub fn offset(&self, row: u32, col: u32) -> u32 {
-        self.swizzle.apply(row * self.row_bytes() + col * self.dtype.bytes())
+        self.swizzle
+            .apply(row * self.row_bytes() + col * self.dtype.bytes())
     }
 }
 
@@ -47,7 +72,12 @@ pub fn check_load(shared: &SharedTile, reg: &RegTile) -> Result<(), TileError> {
     if divides(&s, &r) || divides(&r, &s) {
         Ok(())
     } else {
-        Err(TileError::IncompatibleShapes { shared_rows: s.0, shared_cols: s.1, reg_rows: r.0, reg_cols: r.1 })
+        Err(TileError::IncompatibleShapes {
+            shared_rows: s.0,
+            shared_cols: s.1,
+            reg_rows: r.0,
+            reg_cols: r.1,
+        })
     }
 }
 
@@ -62,7 +92,39 @@ mod tests {
         let reg = RegTile::new(DType::Bf16, 32, 16, Layout::Row, BaseShape::S32X16).unwrap();
         let s16x32 = SharedTile::with_swizzle(DType::Bf16, 16, 32, Swizzle::None).unwrap();
         let s16x16 = SharedTile::with_swizzle(DType::Bf16, 16, 16, Swizzle::None).unwrap();
-        assert!(matches!(check_load(&s16x32, &reg), Err(TileError::IncompatibleShapes { .. })));
+        assert!(matches!(
+            check_load(&s16x32, &reg),
+            Err(TileError::IncompatibleShapes { .. })
+        ));
         assert!(check_load(&s16x16, &reg).is_ok());
+    }
+
+    #[test]
+    fn default_swizzle_per_shape_and_tile_bounds() {
+        assert_eq!(
+            SharedTile::new(DType::Bf16, 16, 32).unwrap().swizzle,
+            Swizzle::HK_16X32
+        );
+        assert_eq!(
+            SharedTile::new(DType::F16, 16, 16).unwrap().swizzle,
+            Swizzle::DS_WRITE_B64_16X16
+        );
+        assert_eq!(
+            SharedTile::new(DType::F32, 16, 32).unwrap().swizzle,
+            Swizzle::None
+        );
+        // 48x32 bf16 is 3072 bytes: bit 10 ^= bit 11 sends bytes 2048.. to 3072.. .
+        let e = SharedTile::with_swizzle(
+            DType::Bf16,
+            48,
+            32,
+            Swizzle::Xor {
+                bits: 1,
+                base: 10,
+                shift: 1,
+            },
+        );
+        assert!(matches!(e, Err(TileError::SwizzleOutOfTile(_, 3072))));
+        assert!(SharedTile::with_swizzle(DType::Bf16, 48, 32, Swizzle::HK_16X32).is_ok());
     }
 }
