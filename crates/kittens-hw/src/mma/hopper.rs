@@ -50,7 +50,7 @@ pub(super) fn wgmma_element(op: Operand, lane: u32, slot: u32) -> (u32, u32) {
 
 /// The `wgmma.m64nNk16` accumulator map for any legal N (a multiple of 8 up to 256).
 pub fn wgmma_accumulator(n: u32) -> Result<Vec<super::Entry>, MmaError> {
-    if n == 0 || n % 8 != 0 || n > 256 {
+    if n == 0 || !n.is_multiple_of(8) || n > 256 {
         return Err(MmaError::BadWgmmaN(n));
     }
     let instr = wgmma("wgmma.m64nNk16", n);
