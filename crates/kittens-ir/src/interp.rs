@@ -1,1 +1,0 @@
-//! The CPU interpreter (being written).

@@ -1,0 +1,416 @@
+//! One block: waves in lockstep over the body, their registers, shared memory and pending async loads.
+
+use super::InterpError;
+use crate::expr::{Env, Expr, VarId};
+use crate::ir::*;
+use crate::numerics::round;
+use kittens_hw::dtype::DType;
+use std::collections::VecDeque;
+
+/// The global stores of one block, applied by the driver in block order.
+pub struct Writes {
+    pub block: i64,
+    pub stores: Vec<(usize, usize, f32)>,
+}
+
+/// An async load issued but not yet waited for: shared offsets and the values read at issue.
+struct Pending {
+    buf: usize,
+    data: Vec<(usize, f32)>,
+}
+
+struct Wave {
+    regs: Vec<Vec<f32>>,
+    vars: Vec<i64>,
+    pending: VecDeque<Pending>,
+}
+
+struct Block<'a> {
+    k: &'a Kernel,
+    params: &'a [i64],
+    inputs: &'a [Vec<f32>],
+    coords: &'a [i64],
+    shared: Vec<Vec<f32>>,
+    waves: Vec<Wave>,
+    stores: Vec<(usize, usize, f32)>,
+    ops: u64,
+}
+
+fn err(op: &Op, detail: impl Into<String>) -> InterpError {
+    InterpError::Op { op: op.name(), detail: detail.into() }
+}
+
+fn store_round(x: f32, dt: DType, mode: Rounding) -> f32 {
+    if dt == DType::F32 {
+        x
+    } else {
+        round(x, dt, mode)
+    }
+}
+
+/// Runs one block; returns its global stores and the number of wave-ops executed.
+pub fn run_block(
+    k: &Kernel,
+    params: &[i64],
+    inputs: &[Vec<f32>],
+    coords: &[i64],
+    id: i64,
+) -> Result<(Writes, u64), InterpError> {
+    let shared = k.shared.iter().map(|s| vec![0.0; (s.tile.rows * s.tile.cols * s.count) as usize]).collect();
+    let regs: Vec<Vec<f32>> = k.regs.iter().map(|r| vec![0.0; (r.shape().0 * r.shape().1) as usize]).collect();
+    let waves = (0..k.waves)
+        .map(|_| Wave { regs: regs.clone(), vars: vec![0; k.vars.len()], pending: VecDeque::new() })
+        .collect();
+    let mut b = Block { k, params, inputs, coords, shared, waves, stores: vec![], ops: 0 };
+    let mask = vec![true; k.waves as usize];
+    b.exec(&k.body, &mask)?;
+    Ok((Writes { block: id, stores: b.stores }, b.ops))
+}
+
+impl<'a> Block<'a> {
+    fn eval(&self, w: usize, e: &Expr) -> Result<i64, InterpError> {
+        let env = Env { params: self.params, vars: &self.waves[w].vars, block: self.coords, wave: w as i64 };
+        e.eval(&env).ok_or_else(|| InterpError::Eval { what: format!("index on wave {w}"), expr: e.to_string() })
+    }
+
+    fn exec(&mut self, body: &[Stmt], mask: &[bool]) -> Result<(), InterpError> {
+        for s in body {
+            match s {
+                Stmt::Op { op, .. } => {
+                    for w in (0..mask.len()).filter(|&w| mask[w]) {
+                        self.ops += 1;
+                        self.op(w, op)?;
+                    }
+                }
+                Stmt::For { var, start, end, body } => self.exec_for(*var, start, end, body, mask)?,
+                Stmt::If { cond, then, els } => {
+                    let mut t = vec![false; mask.len()];
+                    for w in (0..mask.len()).filter(|&w| mask[w]) {
+                        let env = Env { params: self.params, vars: &self.waves[w].vars, block: self.coords, wave: w as i64 };
+                        t[w] = cond.eval(&env).ok_or_else(|| InterpError::Eval {
+                            what: "condition".into(),
+                            expr: format!("{cond:?}"),
+                        })?;
+                    }
+                    let e: Vec<bool> = (0..mask.len()).map(|w| mask[w] && !t[w]).collect();
+                    self.exec(then, &t)?;
+                    self.exec(els, &e)?;
+                }
+                Stmt::Cluster { body, .. } | Stmt::Staggered { body } => self.exec(body, mask)?,
+                Stmt::Roles { .. } => {
+                    return Err(InterpError::Op { op: "roles".into(), detail: "unexpanded schedule roles".into() })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn exec_for(&mut self, var: VarId, start: &Expr, end: &Expr, body: &[Stmt], mask: &[bool]) -> Result<(), InterpError> {
+        let v = var.0 as usize;
+        let mut ends = vec![0; mask.len()];
+        for w in (0..mask.len()).filter(|&w| mask[w]) {
+            self.waves[w].vars[v] = self.eval(w, start)?;
+            ends[w] = self.eval(w, end)?;
+        }
+        loop {
+            let act: Vec<bool> = (0..mask.len()).map(|w| mask[w] && self.waves[w].vars[v] < ends[w]).collect();
+            if !act.contains(&true) {
+                return Ok(());
+            }
+            self.exec(body, &act)?;
+            for w in (0..mask.len()).filter(|&w| act[w]) {
+                self.waves[w].vars[v] += 1;
+            }
+        }
+    }
+
+    /// Global offset of view element (i, j), or None when outside the tensor.
+    fn global_offsets(&self, w: usize, v: &GlobalView) -> Result<Vec<Option<usize>>, InterpError> {
+        let g = &self.k.globals[v.tensor.0 as usize];
+        let origin: Vec<i64> = v.origin.iter().map(|e| self.eval(w, e)).collect::<Result<_, _>>()?;
+        let dims: Vec<i64> = g.dims.iter().map(|e| self.eval(w, e)).collect::<Result<_, _>>()?;
+        let strides: Vec<i64> = g.strides.iter().map(|e| self.eval(w, e)).collect::<Result<_, _>>()?;
+        let base_in = |skip: [usize; 2]| (0..dims.len()).all(|d| skip.contains(&d) || (0..dims[d]).contains(&origin[d]));
+        let (rd, cd) = (v.row_dim as usize, v.col_dim as usize);
+        let ok = base_in([rd, cd]);
+        let base: i64 = (0..dims.len()).filter(|&d| d != rd && d != cd).map(|d| origin[d] * strides[d]).sum();
+        let mut out = Vec::with_capacity((v.rows * v.cols) as usize);
+        for i in 0..v.rows as i64 {
+            let r = origin[rd] + i;
+            for j in 0..v.cols as i64 {
+                let c = origin[cd] + j;
+                let inside = ok && (0..dims[rd]).contains(&r) && (0..dims[cd]).contains(&c);
+                out.push(inside.then(|| (base + r * strides[rd] + c * strides[cd]) as usize));
+            }
+        }
+        Ok(out)
+    }
+
+    /// Offsets in the shared vector of buffer `v.buf` for view element (i, j), row-major.
+    fn shared_offsets(&self, w: usize, v: &SharedView) -> Result<Vec<usize>, InterpError> {
+        let d = &self.k.shared[v.buf.0 as usize];
+        let (idx, r0, c0) = (self.eval(w, &v.index)?, self.eval(w, &v.row0)?, self.eval(w, &v.col0)?);
+        let (rows, cols) = (d.tile.rows as i64, d.tile.cols as i64);
+        if !(0..d.count as i64).contains(&idx) || r0 < 0 || c0 < 0 || r0 + v.rows as i64 > rows || c0 + v.cols as i64 > cols {
+            return Err(InterpError::Op {
+                op: "shared view".into(),
+                detail: format!("`{}`[{idx}] at ({r0}, {c0}) size {}x{} is out of bounds", d.name, v.rows, v.cols),
+            });
+        }
+        let base = idx * rows * cols;
+        let mut out = Vec::with_capacity((v.rows * v.cols) as usize);
+        for i in 0..v.rows as i64 {
+            for j in 0..v.cols as i64 {
+                out.push((base + (r0 + i) * cols + c0 + j) as usize);
+            }
+        }
+        Ok(out)
+    }
+
+    fn set_reg(&mut self, w: usize, r: RegId, vals: Vec<f32>, mode: Rounding) {
+        let dt = self.k.regs[r.0 as usize].dtype();
+        let dst = &mut self.waves[w].regs[r.0 as usize];
+        for (d, v) in dst.iter_mut().zip(vals) {
+            *d = store_round(v, dt, mode);
+        }
+    }
+
+    fn op(&mut self, w: usize, op: &Op) -> Result<(), InterpError> {
+        match op {
+            Op::LoadAsync { dst, src, scope } => self.load_async(w, dst, src, *scope),
+            Op::Wait { queue: WaitQueue::Async, count } => {
+                let keep = match count {
+                    WaitCount::Outstanding(n) => *n as usize,
+                    WaitCount::Auto => 0,
+                };
+                while self.waves[w].pending.len() > keep {
+                    let p = self.waves[w].pending.pop_front().expect("len checked");
+                    let buf = &mut self.shared[p.buf];
+                    for (off, v) in p.data {
+                        buf[off] = v;
+                    }
+                }
+                Ok(())
+            }
+            Op::LoadShared { dst, src } => {
+                let offs = self.shared_offsets(w, src)?;
+                let buf = &self.shared[src.buf.0 as usize];
+                let vals = offs.iter().map(|&o| buf[o]).collect();
+                self.set_reg(w, *dst, vals, Rounding::Rtne);
+                Ok(())
+            }
+            Op::LoadGlobal { dst, src } => {
+                let offs = self.global_offsets(w, src)?;
+                let t = &self.inputs[src.tensor.0 as usize];
+                let vals = offs.iter().map(|o| o.map_or(0.0, |o| t[o])).collect();
+                self.set_reg(w, *dst, vals, Rounding::Rtne);
+                Ok(())
+            }
+            Op::StoreShared { dst, src, rounding } => {
+                let offs = self.shared_offsets(w, dst)?;
+                let dt = self.k.shared[dst.buf.0 as usize].tile.dtype;
+                let vals = &self.waves[w].regs[src.0 as usize];
+                let buf = &mut self.shared[dst.buf.0 as usize];
+                for (o, v) in offs.into_iter().zip(vals) {
+                    buf[o] = store_round(*v, dt, *rounding);
+                }
+                Ok(())
+            }
+            Op::StoreGlobal { dst, src, rounding } => {
+                let offs = self.global_offsets(w, dst)?;
+                let g = dst.tensor.0 as usize;
+                let dt = self.k.globals[g].dtype;
+                let vals = &self.waves[w].regs[src.0 as usize];
+                for (o, v) in offs.into_iter().zip(vals) {
+                    if let Some(o) = o {
+                        self.stores.push((g, o, store_round(*v, dt, *rounding)));
+                    }
+                }
+                Ok(())
+            }
+            Op::Mma { form, d, a, b, c } => self.mma(w, op, *form, *d, a, b, *c),
+            Op::Map { dst, f, args, rounding } => self.map(w, op, *dst, *f, args, *rounding),
+            Op::Reduce { dst, src, axis, op: rop, acc } => self.reduce(w, *dst, *src, *axis, *rop, *acc),
+            Op::Fill { dst, value } => {
+                let n = self.waves[w].regs[dst.0 as usize].len();
+                self.set_reg(w, *dst, vec![*value; n], Rounding::Rtne);
+                Ok(())
+            }
+            Op::Transpose { dst, src } => {
+                let (rows, cols) = self.k.regs[src.0 as usize].shape();
+                let s = &self.waves[w].regs[src.0 as usize];
+                let (rows, cols) = (rows as usize, cols as usize);
+                let t = (0..cols * rows).map(|x| s[(x % rows) * cols + x / rows]).collect();
+                self.set_reg(w, *dst, t, Rounding::Rtne);
+                Ok(())
+            }
+            Op::SwapLayout { dst, src } => {
+                let s = self.waves[w].regs[src.0 as usize].clone();
+                self.set_reg(w, *dst, s, Rounding::Rtne);
+                Ok(())
+            }
+            Op::Mask { dst, rule, row0, col0, value } => self.mask(w, *dst, rule, row0, col0, *value),
+            Op::Wait { queue: WaitQueue::Shared, .. }
+            | Op::Barrier { .. }
+            | Op::Priority(_)
+            | Op::Hint(_)
+            | Op::SetMaxRegs { .. } => Ok(()),
+        }
+    }
+
+    /// Wave `w`'s share of a cooperative load: a contiguous band of rows, by its rank in the scope.
+    fn load_async(&mut self, w: usize, dst: &SharedView, src: &GlobalView, scope: Scope) -> Result<(), InterpError> {
+        let n = scope.waves(self.k.waves) as usize;
+        let rank = w % n;
+        let band = (dst.rows as usize).div_ceil(n);
+        let (lo, hi) = ((rank * band).min(dst.rows as usize), ((rank + 1) * band).min(dst.rows as usize));
+        let soffs = self.shared_offsets(w, dst)?;
+        let goffs = self.global_offsets(w, src)?;
+        let t = &self.inputs[src.tensor.0 as usize];
+        let cols = dst.cols as usize;
+        let data = (lo * cols..hi * cols).map(|x| (soffs[x], goffs[x].map_or(0.0, |o| t[o]))).collect();
+        self.waves[w].pending.push_back(Pending { buf: dst.buf.0 as usize, data });
+        Ok(())
+    }
+
+    /// An mma operand as a row-major matrix (rows, cols, values).
+    fn operand(&self, w: usize, o: &MmaOperand) -> Result<(usize, usize, Vec<f32>), InterpError> {
+        match o {
+            MmaOperand::Reg(r) => {
+                let (rows, cols) = self.k.regs[r.0 as usize].shape();
+                Ok((rows as usize, cols as usize, self.waves[w].regs[r.0 as usize].clone()))
+            }
+            MmaOperand::Shared(v) => {
+                let buf = &self.shared[v.buf.0 as usize];
+                let vals = self.shared_offsets(w, v)?.into_iter().map(|o| buf[o]).collect();
+                Ok((v.rows as usize, v.cols as usize, vals))
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn mma(&mut self, w: usize, op: &Op, form: MmaForm, d: RegId, a: &MmaOperand, b: &MmaOperand, c: Option<RegId>) -> Result<(), InterpError> {
+        let (ar, ac, av) = self.operand(w, a)?;
+        let (br, bc, bv) = self.operand(w, b)?;
+        // A as M×K row-major and B as N×K row-major, so the inner loop is two contiguous rows.
+        let (m, kk, a_mk) = if form.a_transposed() { (ac, ar, transpose(&av, ar, ac)) } else { (ar, ac, av) };
+        let (n, b_nk) = if form.b_transposed() { (br, bv) } else { (bc, transpose(&bv, br, bc)) };
+        if b_nk.len() != n * kk {
+            return Err(err(op, "operand shapes disagree"));
+        }
+        let mut out = match c {
+            Some(c) => self.waves[w].regs[c.0 as usize].clone(),
+            None => vec![0.0; m * n],
+        };
+        for i in 0..m {
+            let ar = &a_mk[i * kk..(i + 1) * kk];
+            for j in 0..n {
+                let br = &b_nk[j * kk..(j + 1) * kk];
+                let mut acc = out[i * n + j];
+                for (x, y) in ar.iter().zip(br) {
+                    acc += x * y;
+                }
+                out[i * n + j] = acc;
+            }
+        }
+        self.set_reg(w, d, out, Rounding::Rtne);
+        Ok(())
+    }
+
+    fn map(&mut self, w: usize, op: &Op, dst: RegId, f: MapFn, args: &[Arg], mode: Rounding) -> Result<(), InterpError> {
+        let (rows, cols) = self.k.regs[dst.0 as usize].shape();
+        let (rows, cols) = (rows as usize, cols as usize);
+        let regs = &self.waves[w].regs;
+        let at = |a: &Arg, i: usize, j: usize| match *a {
+            Arg::Reg(r) => regs[r.0 as usize][i * cols + j],
+            Arg::RowBcast(r) => regs[r.0 as usize][i],
+            Arg::ColBcast(r) => regs[r.0 as usize][j],
+            Arg::Scalar(s) => s,
+        };
+        if args.len() != f.arity() {
+            return Err(err(op, "wrong number of arguments"));
+        }
+        let mut out = Vec::with_capacity(rows * cols);
+        for i in 0..rows {
+            for j in 0..cols {
+                let x = at(&args[0], i, j);
+                let y = args.get(1).map_or(0.0, |a| at(a, i, j));
+                out.push(apply(f, x, y));
+            }
+        }
+        self.set_reg(w, dst, out, mode);
+        Ok(())
+    }
+
+    fn reduce(&mut self, w: usize, dst: RegId, src: RegId, axis: Axis, op: ReduceOp, acc: Option<RegId>) -> Result<(), InterpError> {
+        let (rows, cols) = self.k.regs[src.0 as usize].shape();
+        let (rows, cols) = (rows as usize, cols as usize);
+        let s = &self.waves[w].regs[src.0 as usize];
+        let (outer, inner) = if axis == Axis::Rows { (rows, cols) } else { (cols, rows) };
+        let get = |o: usize, x: usize| if axis == Axis::Rows { s[o * cols + x] } else { s[x * cols + o] };
+        let init = |o: usize| match acc {
+            Some(a) => self.waves[w].regs[a.0 as usize][o],
+            None => match op {
+                ReduceOp::Sum => 0.0,
+                ReduceOp::Max => f32::NEG_INFINITY,
+                ReduceOp::Min => f32::INFINITY,
+            },
+        };
+        let out = (0..outer)
+            .map(|o| {
+                (0..inner).fold(init(o), |a, x| match op {
+                    ReduceOp::Sum => a + get(o, x),
+                    ReduceOp::Max => a.max(get(o, x)),
+                    ReduceOp::Min => a.min(get(o, x)),
+                })
+            })
+            .collect();
+        self.set_reg(w, dst, out, Rounding::Rtne);
+        Ok(())
+    }
+
+    fn mask(&mut self, w: usize, dst: RegId, rule: &MaskRule, row0: &Expr, col0: &Expr, value: f32) -> Result<(), InterpError> {
+        let (r0, c0) = (self.eval(w, row0)?, self.eval(w, col0)?);
+        let (keep_kind, bound) = match rule {
+            MaskRule::Causal { offset } => (0, self.eval(w, offset)?),
+            MaskRule::ColsBelow(l) => (1, self.eval(w, l)?),
+            MaskRule::RowsBelow(l) => (2, self.eval(w, l)?),
+        };
+        let (_, cols) = self.k.regs[dst.0 as usize].shape();
+        let v = store_round(value, self.k.regs[dst.0 as usize].dtype(), Rounding::Rtne);
+        let cols = cols as usize;
+        for (x, e) in self.waves[w].regs[dst.0 as usize].iter_mut().enumerate() {
+            let (r, c) = (r0 + (x / cols) as i64, c0 + (x % cols) as i64);
+            let keep = match keep_kind {
+                0 => c <= r + bound,
+                1 => c < bound,
+                _ => r < bound,
+            };
+            if !keep {
+                *e = v;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    (0..rows * cols).map(|x| v[(x % rows) * cols + x / rows]).collect()
+}
+
+fn apply(f: MapFn, x: f32, y: f32) -> f32 {
+    match f {
+        MapFn::Add => x + y,
+        MapFn::Sub => x - y,
+        MapFn::Mul => x * y,
+        MapFn::Div => x / y,
+        MapFn::Max => x.max(y),
+        MapFn::Min => x.min(y),
+        MapFn::Exp => x.exp(),
+        MapFn::Exp2 => x.exp2(),
+        MapFn::Log => x.ln(),
+        MapFn::Neg => -x,
+        MapFn::Abs => x.abs(),
+        MapFn::Copy => x,
+    }
+}

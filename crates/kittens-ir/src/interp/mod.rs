@@ -1,0 +1,164 @@
+//! The CPU interpreter: runs a kernel over its grid on host tensors with the storage numerics of every
+//! tile (the `cpu` backend and the test oracle for every other backend).
+//!
+//! Semantics it fixes for all backends:
+//! - **Numerics.** Every value a register tile, vector, shared tile or global tensor holds is rounded to
+//!   its dtype when written (`crate::numerics::round`, with the op's rounding mode; RTNE unless the
+//!   op names another). Arithmetic is f32; `mma` accumulates in f32 in `k` order, then rounds once.
+//! - **Async loads.** [`crate::Op::LoadAsync`] reads global memory when issued but writes shared memory
+//!   only when the issuing wave executes a covering [`crate::Op::Wait`] on the async queue (oldest
+//!   first, vmcnt-style); a load never waited for never lands, so a missing wait reads stale data.
+//!   `WaitCount::Auto` is executed as a full drain (the analysis computes the real count).
+//! - **Bounds.** Global coordinates outside the tensor read as zero; stores to them are dropped.
+//! - **Waves** of a block run in lockstep, op by op, each under the mask of the enclosing conditionals and
+//!   loops. Barriers therefore order nothing extra here: barrier placement is checked by the analysis.
+//! - **Blocks** run independently (on all host cores); their global stores are applied in block order.
+
+mod exec;
+
+use crate::expr::Env;
+use crate::ir::{GridRemap, Kernel};
+use kittens_hw::dtype::DType;
+use kittens_sched::remap;
+use thiserror::Error;
+
+#[derive(Debug, Clone, PartialEq, Error)]
+pub enum InterpError {
+    #[error("kernel `{kernel}` takes {want} parameters, got {got}")]
+    Params { kernel: String, want: usize, got: usize },
+    #[error("kernel `{kernel}` takes {want} tensors, got {got}")]
+    Tensors { kernel: String, want: usize, got: usize },
+    #[error("tensor `{name}` needs at least {need} elements for its shape and strides, got {got}")]
+    TensorSize { name: String, need: usize, got: usize },
+    #[error("cannot evaluate {what}: {expr}")]
+    Eval { what: String, expr: String },
+    #[error("grid remap {remap:?} needs {want} grid dimensions, the kernel has {got}")]
+    Remap { remap: GridRemap, want: usize, got: usize },
+    #[error("{op}: {detail}")]
+    Op { op: String, detail: String },
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunStats {
+    pub blocks: u64,
+    pub waves_per_block: u32,
+    /// Ops executed, summed over waves and blocks.
+    pub wave_ops: u64,
+}
+
+fn eval(e: &crate::Expr, params: &[i64], what: &str) -> Result<i64, InterpError> {
+    e.eval(&Env { params, vars: &[], block: &[], wave: 0 })
+        .ok_or_else(|| InterpError::Eval { what: what.into(), expr: e.to_string() })
+}
+
+/// Elements a buffer for global `g` must hold: one past the largest offset its shape and strides reach.
+pub fn required_len(k: &Kernel, params: &[i64], g: usize) -> Result<usize, InterpError> {
+    let d = &k.globals[g];
+    let mut last = 0i64;
+    for (i, (dim, st)) in d.dims.iter().zip(&d.strides).enumerate() {
+        let n = eval(dim, params, &format!("dim {i} of `{}`", d.name))?;
+        if n <= 0 {
+            return Ok(0);
+        }
+        last += (n - 1) * eval(st, params, &format!("stride {i} of `{}`", d.name))?;
+    }
+    Ok(last as usize + 1)
+}
+
+/// The grid's coordinates for launch id `id` (seed 000 Algorithm 1 / seed 001 §4.1 via `kittens_sched`).
+pub fn block_coords(remap_kind: GridRemap, extents: &[i64], id: i64) -> Result<Vec<i64>, InterpError> {
+    let need = |want: usize| {
+        if extents.len() == want {
+            Ok(())
+        } else {
+            Err(InterpError::Remap { remap: remap_kind, want, got: extents.len() })
+        }
+    };
+    let u = |x: i64| x.max(0) as u64;
+    Ok(match remap_kind {
+        GridRemap::RowMajor => {
+            let mut rest = id;
+            let mut c = vec![0; extents.len()];
+            for (i, e) in extents.iter().enumerate().rev() {
+                c[i] = rest % e.max(&1);
+                rest /= e.max(&1);
+            }
+            c
+        }
+        GridRemap::XcdSwizzle { xcds, window, chunk } => {
+            need(2)?;
+            let (r, c) = remap::xcd_swizzle(u(id), u(extents[0]), u(extents[1]), xcds as u64, window as u64, chunk as u64);
+            vec![r as i64, c as i64]
+        }
+        GridRemap::GroupM { window } => {
+            need(2)?;
+            let (r, c) = remap::group_m(u(id), u(extents[0]), u(extents[1]), window as u64);
+            vec![r as i64, c as i64]
+        }
+        GridRemap::HeadFirst { xcds } => {
+            need(3)?;
+            let (b, h, q) = remap::head_first(u(id), u(extents[0]), u(extents[1]), u(extents[2]), xcds as u64);
+            vec![b as i64, h as i64, q as i64]
+        }
+    })
+}
+
+/// Runs `k` with `params` over host tensors (one per global, in declaration order, values as f32 laid
+/// out by the global's strides). Inputs are first rounded to their dtypes; outputs are written rounded.
+pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunStats, InterpError> {
+    if params.len() != k.params.len() {
+        return Err(InterpError::Params { kernel: k.name.clone(), want: k.params.len(), got: params.len() });
+    }
+    if tensors.len() != k.globals.len() {
+        return Err(InterpError::Tensors { kernel: k.name.clone(), want: k.globals.len(), got: tensors.len() });
+    }
+    for (g, t) in tensors.iter_mut().enumerate() {
+        let need = required_len(k, params, g)?;
+        if t.len() < need {
+            return Err(InterpError::TensorSize { name: k.globals[g].name.clone(), need, got: t.len() });
+        }
+        let dt = k.globals[g].dtype;
+        if dt != DType::F32 {
+            t.iter_mut().for_each(|x| *x = crate::numerics::round(*x, dt, crate::numerics::Rounding::Rtne));
+        }
+    }
+    let extents: Vec<i64> =
+        k.grid.extents.iter().map(|e| eval(e, params, "grid extent")).collect::<Result<_, _>>()?;
+    let blocks: i64 = extents.iter().map(|e| e.max(&0)).product();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(blocks.max(1) as usize);
+    let inputs: &[Vec<f32>] = tensors;
+    let results: Vec<Result<(Vec<exec::Writes>, u64), InterpError>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let extents = &extents;
+                s.spawn(move || {
+                    let mut out = Vec::new();
+                    let mut ops = 0;
+                    for id in (t as i64..blocks).step_by(threads) {
+                        let coords = block_coords(k.grid.remap, extents, id)?;
+                        let (w, n) = exec::run_block(k, params, inputs, &coords, id)?;
+                        out.push(w);
+                        ops += n;
+                    }
+                    Ok((out, ops))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("interpreter thread panicked")).collect()
+    });
+    let mut all = Vec::new();
+    let mut wave_ops = 0;
+    for r in results {
+        let (w, n) = r?;
+        all.extend(w);
+        wave_ops += n;
+    }
+    all.sort_by_key(|w| w.block);
+    for w in all {
+        for (g, off, v) in w.stores {
+            tensors[g][off] = v;
+        }
+    }
+    Ok(RunStats { blocks: blocks as u64, waves_per_block: k.waves, wave_ops })
+}
