@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
-# The project's test command (README, second command). Installs what the tests need into ./.cache
-# (the AMDGPU clang from PyPI's ziglang, NVRTC from PyPI's nvidia-cuda-nvrtc, Debian's clang-19)
-# and runs the whole workspace's tests.
+# The project's test command (the README's second command). On a fresh machine it installs what the
+# tests need into ./.cache and the system — PyPI's ziglang (clang 22, gfx942 + gfx950), Debian's clang-19
+# (gfx942), PyPI's nvidia-cuda-nvrtc (sm_90a) — then runs every test of the workspace in release mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "== installing toolchains (idempotent)"
+bash scripts/install-amdgpu-clang.sh
+bash scripts/install-nvrtc.sh
+echo "== cargo test --workspace --release"
 cargo test --workspace --release 2>&1
