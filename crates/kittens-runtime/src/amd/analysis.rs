@@ -76,8 +76,11 @@ pub struct CodeObjectReport {
     pub scratch_bytes: u32,
     pub lds_bytes: u32,
     pub lds_budget_bytes: u32,
-    /// Waves one SIMD can hold given the registers (LDS and workgroup size may lower it further).
+    /// Waves one SIMD can hold given the registers alone.
     pub waves_per_simd: u32,
+    /// Waves per SIMD given registers and LDS: whole workgroups of `.max_flat_workgroup_size` threads
+    /// fit `shared_bytes_per_cu / lds_bytes` times in a CU, each putting `ceil(waves / 4)` on a SIMD.
+    pub occupancy: u32,
     /// Opcode → count over the whole kernel (`instructions` is the name the CLI's JSON promises).
     pub instructions: BTreeMap<String, u32>,
     pub mix: InstructionMix,
@@ -87,25 +90,52 @@ pub struct CodeObjectReport {
 impl CodeObjectReport {
     /// Zero spills, no scratch, LDS within the target's budget.
     pub fn within_budget(&self) -> bool {
-        self.vgpr_spill == 0 && self.sgpr_spill == 0 && self.scratch_bytes == 0 && self.lds_bytes <= self.lds_budget_bytes
+        self.vgpr_spill == 0
+            && self.sgpr_spill == 0
+            && self.scratch_bytes == 0
+            && self.lds_bytes <= self.lds_budget_bytes
     }
 }
 
 /// Analyse the assembly of one kernel (`kernel`, or the only kernel when `None`) compiled for `arch`.
 pub fn analyze(asm: &str, arch: Arch, kernel: Option<&str>) -> Result<CodeObjectReport, AmdError> {
     let meta = kernel_metadata(asm, kernel)?;
-    let name = meta.get("name").cloned().ok_or_else(|| AmdError::Analysis("kernel metadata has no .name".into()))?;
+    let name = meta
+        .get("name")
+        .cloned()
+        .ok_or_else(|| AmdError::Analysis("kernel metadata has no .name".into()))?;
     let field = |key: &str| -> Result<u32, AmdError> {
-        let v = meta.get(key).ok_or_else(|| AmdError::Analysis(format!("kernel {name}: no .{key} in the metadata")))?;
-        v.parse().map_err(|_| AmdError::Analysis(format!("kernel {name}: .{key} is `{v}`, not a count")))
+        let v = meta.get(key).ok_or_else(|| {
+            AmdError::Analysis(format!("kernel {name}: no .{key} in the metadata"))
+        })?;
+        v.parse()
+            .map_err(|_| AmdError::Analysis(format!("kernel {name}: .{key} is `{v}`, not a count")))
     };
     let unified = field("vgpr_count")?;
-    let agpr = meta.get("agpr_count").map_or(Ok(0), |_| field("agpr_count"))?;
+    let agpr = meta
+        .get("agpr_count")
+        .map_or(Ok(0), |_| field("agpr_count"))?;
     let body = kernel_body(asm, &name)?;
     let vgpr = accum_offset(asm, &name).unwrap_or_else(|| unified.saturating_sub(agpr));
-    let regs = kittens_hw::gpu(if arch == Arch::Cdna4 { "mi355x" } else { "mi300x" })
-        .map(|g| g.regs_per_lane_per_simd)
-        .map_err(|e| AmdError::Analysis(e.to_string()))?;
+    let gpu = kittens_hw::gpu(if arch == Arch::Cdna4 {
+        "mi355x"
+    } else {
+        "mi300x"
+    })
+    .map_err(|e| AmdError::Analysis(e.to_string()))?;
+    let waves = waves_per_simd(unified, gpu.regs_per_lane_per_simd);
+    let lds_bytes = field("group_segment_fixed_size")?;
+    let threads = meta
+        .get("max_flat_workgroup_size")
+        .map_or(Ok(1024), |_| field("max_flat_workgroup_size"))?;
+    let waves_per_block_per_simd = threads
+        .div_ceil(gpu.wave_width)
+        .div_ceil(gpu.simds_per_cu)
+        .max(1);
+    let lds_waves = match lds_bytes {
+        0 => MAX_WAVES_PER_SIMD,
+        b => (gpu.shared_bytes_per_cu / b) * waves_per_block_per_simd,
+    };
     let mix = mix_of(&body);
     Ok(CodeObjectReport {
         target: super::toolchain::amd_target(arch)?.to_string(),
@@ -116,9 +146,10 @@ pub fn analyze(asm: &str, arch: Arch, kernel: Option<&str>) -> Result<CodeObject
         vgpr_spill: field("vgpr_spill_count")?,
         sgpr_spill: field("sgpr_spill_count")?,
         scratch_bytes: field("private_segment_fixed_size")?,
-        lds_bytes: field("group_segment_fixed_size")?,
+        lds_bytes,
         lds_budget_bytes: lds_budget_bytes(arch)?,
-        waves_per_simd: waves_per_simd(unified, regs),
+        waves_per_simd: waves,
+        occupancy: waves.min(lds_waves),
         instructions: mix.opcodes.clone(),
         hot_loop: hot_loop(&body),
         mix,
@@ -134,7 +165,9 @@ pub fn waves_per_simd(unified_vgpr: u32, regs_per_lane_per_simd: u32) -> u32 {
 
 /// The `.name`-keyed scalar fields of one kernel's entry in `amdhsa.kernels` (nested lists skipped).
 fn kernel_metadata(asm: &str, kernel: Option<&str>) -> Result<BTreeMap<String, String>, AmdError> {
-    let start = asm.find("amdhsa.kernels:").ok_or_else(|| AmdError::Analysis("no amdhsa.kernels metadata".into()))?;
+    let start = asm
+        .find("amdhsa.kernels:")
+        .ok_or_else(|| AmdError::Analysis("no amdhsa.kernels metadata".into()))?;
     let mut kernels: Vec<BTreeMap<String, String>> = Vec::new();
     for line in asm[start..].lines().skip(1) {
         if !line.starts_with(' ') {
@@ -156,11 +189,18 @@ fn kernel_metadata(asm: &str, kernel: Option<&str>) -> Result<BTreeMap<String, S
         }
     }
     match kernel {
-        Some(k) => kernels.into_iter().find(|m| m.get("name").map(String::as_str) == Some(k)),
+        Some(k) => kernels
+            .into_iter()
+            .find(|m| m.get("name").map(String::as_str) == Some(k)),
         None if kernels.len() == 1 => kernels.pop(),
         None => None,
     }
-    .ok_or_else(|| AmdError::Analysis(format!("kernel {} not found (or several kernels and none named)", kernel.unwrap_or("?"))))
+    .ok_or_else(|| {
+        AmdError::Analysis(format!(
+            "kernel {} not found (or several kernels and none named)",
+            kernel.unwrap_or("?")
+        ))
+    })
 }
 
 /// `.amdhsa_accum_offset` of the kernel descriptor (absent before gfx90a).
@@ -168,7 +208,13 @@ fn accum_offset(asm: &str, name: &str) -> Option<u32> {
     let start = asm.find(&format!(".amdhsa_kernel {name}"))?;
     let block = &asm[start..];
     let block = &block[..block.find(".end_amdhsa_kernel")?];
-    block.lines().find_map(|l| l.trim().strip_prefix(".amdhsa_accum_offset")?.trim().parse().ok())
+    block.lines().find_map(|l| {
+        l.trim()
+            .strip_prefix(".amdhsa_accum_offset")?
+            .trim()
+            .parse()
+            .ok()
+    })
 }
 
 /// One line of a kernel's code: a label or an instruction (opcode and operand text).
@@ -181,7 +227,9 @@ enum Line<'a> {
 /// The code lines of `name`, from its label to `.Lfunc_end`.
 fn kernel_body<'a>(asm: &'a str, name: &str) -> Result<Vec<Line<'a>>, AmdError> {
     let label = format!("{name}:");
-    let mut lines = asm.lines().skip_while(|l| l.trim_end() != label);
+    let mut lines = asm
+        .lines()
+        .skip_while(|l| l.split(';').next().unwrap_or("").trim_end() != label);
     if lines.next().is_none() {
         return Err(AmdError::Analysis(format!("no code label `{label}`")));
     }
@@ -199,7 +247,10 @@ fn kernel_body<'a>(asm: &'a str, name: &str) -> Result<Vec<Line<'a>>, AmdError> 
             body.push(Line::Label(l));
         } else if line.starts_with(char::is_whitespace) {
             let (opcode, operands) = text.split_once(char::is_whitespace).unwrap_or((text, ""));
-            body.push(Line::Inst { opcode, operands: operands.trim() });
+            body.push(Line::Inst {
+                opcode,
+                operands: operands.trim(),
+            });
         }
     }
     Ok(body)
@@ -217,24 +268,49 @@ fn mix_of(lines: &[Line]) -> InstructionMix {
 
 /// The innermost backward branch with the most MFMAs: its label and body mix.
 fn hot_loop(body: &[Line]) -> Option<LoopReport> {
-    let label_at: BTreeMap<&str, usize> =
-        body.iter().enumerate().filter_map(|(i, l)| if let Line::Label(n) = l { Some((*n, i)) } else { None }).collect();
+    let label_at: BTreeMap<&str, usize> = body
+        .iter()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            if let Line::Label(n) = l {
+                Some((*n, i))
+            } else {
+                None
+            }
+        })
+        .collect();
     // (start, end) of every backward branch: the label's index and the branch's.
     let loops: Vec<(usize, usize)> = body
         .iter()
         .enumerate()
         .filter_map(|(i, l)| match l {
-            Line::Inst { opcode, operands } if opcode.starts_with("s_cbranch_") || *opcode == "s_branch" => {
-                label_at.get(operands.split(',').next()?.trim()).filter(|&&s| s < i).map(|&s| (s, i))
+            Line::Inst { opcode, operands }
+                if opcode.starts_with("s_cbranch_") || *opcode == "s_branch" =>
+            {
+                label_at
+                    .get(operands.split(',').next()?.trim())
+                    .filter(|&&s| s < i)
+                    .map(|&s| (s, i))
             }
             _ => None,
         })
         .collect();
-    let innermost = loops.iter().filter(|&&(s, e)| !loops.iter().any(|&(s2, e2)| (s2, e2) != (s, e) && s <= s2 && e2 <= e));
+    let innermost = loops.iter().filter(|&&(s, e)| {
+        !loops
+            .iter()
+            .any(|&(s2, e2)| (s2, e2) != (s, e) && s <= s2 && e2 <= e)
+    });
     innermost
         .map(|&(s, e)| (s, mix_of(&body[s..=e])))
         .max_by_key(|(_, mix)| (mix.mfma, mix.total))
-        .map(|(s, mix)| LoopReport { label: if let Line::Label(n) = body[s] { n.to_string() } else { String::new() }, mix })
+        .map(|(s, mix)| LoopReport {
+            label: if let Line::Label(n) = body[s] {
+                n.to_string()
+            } else {
+                String::new()
+            },
+            mix,
+        })
 }
 
 #[cfg(test)]

@@ -34,16 +34,32 @@ pub enum AmdError {
          `scripts/install-amdgpu-clang.sh` (PyPI ziglang {zig} into {cache}), or set \
          KITTENS_AMDGPU_CLANG to a clang that targets {target}{hint}"
     )]
-    ClangNotFound { target: &'static str, looked: String, cache: String, zig: &'static str, hint: &'static str },
+    ClangNotFound {
+        target: &'static str,
+        looked: String,
+        cache: String,
+        zig: &'static str,
+        hint: &'static str,
+    },
     /// A program could not be started.
     #[error("could not run `{program}`: {source}")]
-    Spawn { program: String, source: std::io::Error },
+    Spawn {
+        program: String,
+        source: std::io::Error,
+    },
     /// A program ran and failed.
     #[error("`{command}` failed with {status}:\n{stderr}")]
-    ToolFailed { command: String, status: String, stderr: String },
+    ToolFailed {
+        command: String,
+        status: String,
+        stderr: String,
+    },
     /// Reading or writing a temporary or cache file failed.
     #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     /// The assembly lacks what the analysis needs.
     #[error("code-object analysis: {0}")]
     Analysis(String),

@@ -41,7 +41,10 @@ pub struct Tool {
 
 impl Tool {
     fn plain(program: impl Into<PathBuf>) -> Self {
-        Tool { program: program.into(), prefix: Vec::new() }
+        Tool {
+            program: program.into(),
+            prefix: Vec::new(),
+        }
     }
 
     fn command(&self) -> Command {
@@ -95,7 +98,9 @@ impl ToolchainSearch {
     /// The search the environment asks for.
     pub fn from_env() -> Self {
         ToolchainSearch {
-            env_override: std::env::var_os("KITTENS_AMDGPU_CLANG").filter(|v| !v.is_empty()).map(PathBuf::from),
+            env_override: std::env::var_os("KITTENS_AMDGPU_CLANG")
+                .filter(|v| !v.is_empty())
+                .map(PathBuf::from),
             rocm_clang: PathBuf::from("/opt/rocm/llvm/bin/clang"),
             cache_dir: cache_dir(),
             debian_clang: PathBuf::from("clang-19"),
@@ -126,15 +131,26 @@ impl ToolchainSearch {
         if zig.is_file() {
             return Ok(AmdgpuClang {
                 source: ClangSource::Ziglang,
-                clang: Tool { program: zig.clone(), prefix: vec!["clang".into()] },
-                lld: Tool { program: zig, prefix: vec!["ld.lld".into()] },
+                clang: Tool {
+                    program: zig.clone(),
+                    prefix: vec!["clang".into()],
+                },
+                lld: Tool {
+                    program: zig,
+                    prefix: vec!["ld.lld".into()],
+                },
             });
         }
         if arch == Arch::Cdna3 {
             looked.push(self.debian_clang.display().to_string());
             if let Some(clang) = which(&self.debian_clang) {
-                let lld = which(Path::new("ld.lld-19")).unwrap_or_else(|| PathBuf::from("ld.lld-19"));
-                return Ok(AmdgpuClang { source: ClangSource::DebianClang19, clang: Tool::plain(clang), lld: Tool::plain(lld) });
+                let lld =
+                    which(Path::new("ld.lld-19")).unwrap_or_else(|| PathBuf::from("ld.lld-19"));
+                return Ok(AmdgpuClang {
+                    source: ClangSource::DebianClang19,
+                    clang: Tool::plain(clang),
+                    lld: Tool::plain(lld),
+                });
             }
         }
         Err(AmdError::ClangNotFound {
@@ -142,7 +158,11 @@ impl ToolchainSearch {
             looked: looked.join(", "),
             cache: self.cache_dir.join("ziglang").display().to_string(),
             zig: ZIGLANG_VERSION,
-            hint: if arch == Arch::Cdna3 { " (Debian: apt-get install clang-19 lld-19 llvm-19 also works)" } else { "" },
+            hint: if arch == Arch::Cdna3 {
+                " (Debian: apt-get install clang-19 lld-19 llvm-19 also works)"
+            } else {
+                ""
+            },
         })
     }
 }
@@ -161,13 +181,27 @@ fn from_clang_path(path: &Path, source: ClangSource) -> AmdgpuClang {
     if path.file_name().is_some_and(|n| n == "zig") {
         return AmdgpuClang {
             source,
-            clang: Tool { program: path.to_path_buf(), prefix: vec!["clang".into()] },
-            lld: Tool { program: path.to_path_buf(), prefix: vec!["ld.lld".into()] },
+            clang: Tool {
+                program: path.to_path_buf(),
+                prefix: vec!["clang".into()],
+            },
+            lld: Tool {
+                program: path.to_path_buf(),
+                prefix: vec!["ld.lld".into()],
+            },
         };
     }
     let sibling = path.with_file_name("ld.lld");
-    let lld = if sibling.is_file() { sibling } else { PathBuf::from("ld.lld") };
-    AmdgpuClang { source, clang: Tool::plain(path), lld: Tool::plain(lld) }
+    let lld = if sibling.is_file() {
+        sibling
+    } else {
+        PathBuf::from("ld.lld")
+    };
+    AmdgpuClang {
+        source,
+        clang: Tool::plain(path),
+        lld: Tool::plain(lld),
+    }
 }
 
 /// Resolve a bare program name on `PATH` (a path with a separator is taken as is).
@@ -176,7 +210,11 @@ fn which(program: &Path) -> Option<PathBuf> {
         return program.is_file().then(|| program.to_path_buf());
     }
     std::env::var_os("PATH")
-        .map(|paths| std::env::split_paths(&paths).map(|d| d.join(program)).find(|p| p.is_file()))
+        .map(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join(program))
+                .find(|p| p.is_file())
+        })
         .unwrap_or(None)
 }
 
@@ -188,17 +226,32 @@ pub fn install_ziglang(cache: &Path) -> Result<PathBuf, AmdError> {
     if zig.is_file() && zig_version(&zig).as_deref() == Some(ZIGLANG_VERSION) {
         return Ok(zig);
     }
-    std::fs::create_dir_all(cache).map_err(|source| AmdError::Io { path: cache.to_path_buf(), source })?;
+    std::fs::create_dir_all(cache).map_err(|source| AmdError::Io {
+        path: cache.to_path_buf(),
+        source,
+    })?;
     let mut cmd = Command::new("python3");
-    cmd.args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-deps", "--upgrade", "--target"])
-        .arg(&dest)
-        .arg(format!("ziglang=={ZIGLANG_VERSION}"));
+    cmd.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+        "--no-deps",
+        "--upgrade",
+        "--target",
+    ])
+    .arg(&dest)
+    .arg(format!("ziglang=={ZIGLANG_VERSION}"));
     run(&mut cmd)?;
     if zig.is_file() {
         Ok(zig)
     } else {
         Err(AmdError::ToolFailed {
-            command: format!("python3 -m pip install --target {} ziglang=={ZIGLANG_VERSION}", dest.display()),
+            command: format!(
+                "python3 -m pip install --target {} ziglang=={ZIGLANG_VERSION}",
+                dest.display()
+            ),
             status: "success".into(),
             stderr: format!("{} is missing afterwards", zig.display()),
         })
@@ -207,17 +260,24 @@ pub fn install_ziglang(cache: &Path) -> Result<PathBuf, AmdError> {
 
 fn zig_version(zig: &Path) -> Option<String> {
     let out = Command::new(zig).arg("version").output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
 /// Run a command to completion; a non-zero exit becomes [`AmdError::ToolFailed`] with its stderr.
 fn run(cmd: &mut Command) -> Result<std::process::Output, AmdError> {
     let program = format!("{:?}", cmd.get_program());
-    let out = cmd.output().map_err(|source| AmdError::Spawn { program, source })?;
+    let out = cmd
+        .output()
+        .map_err(|source| AmdError::Spawn { program, source })?;
     if out.status.success() {
         Ok(out)
     } else {
-        let args: Vec<String> = cmd.get_args().map(|a| a.to_string_lossy().into_owned()).collect();
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
         Err(AmdError::ToolFailed {
             command: format!("{} {}", cmd.get_program().to_string_lossy(), args.join(" ")),
             status: out.status.to_string(),
@@ -232,10 +292,17 @@ struct ScratchDir(PathBuf);
 impl ScratchDir {
     fn new() -> Result<Self, AmdError> {
         static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0);
         let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("kittens-amd-{}-{nanos}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|source| AmdError::Io { path: dir.clone(), source })?;
+        let dir =
+            std::env::temp_dir().join(format!("kittens-amd-{}-{nanos}-{n}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|source| AmdError::Io {
+            path: dir.clone(),
+            source,
+        })?;
         Ok(ScratchDir(dir))
     }
 }
@@ -250,7 +317,11 @@ impl AmdgpuClang {
     /// The first line of `clang --version`.
     pub fn version(&self) -> Result<String, AmdError> {
         let out = run(self.clang.command().arg("--version"))?;
-        Ok(String::from_utf8_lossy(&out.stdout).lines().next().unwrap_or_default().to_string())
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string())
     }
 
     /// Compile self-contained HIP device source for `arch` into assembly only (no code object).
@@ -263,26 +334,61 @@ impl AmdgpuClang {
     pub fn compile(&self, source: &str, arch: Arch) -> Result<CompiledHip, AmdError> {
         let dir = ScratchDir::new()?;
         let asm = self.hip_to_asm(&dir, source, arch)?;
-        let (s, o, co) = (dir.0.join("kernel.s"), dir.0.join("kernel.o"), dir.0.join("kernel.hsaco"));
+        let (s, o, co) = (
+            dir.0.join("kernel.s"),
+            dir.0.join("kernel.o"),
+            dir.0.join("kernel.hsaco"),
+        );
         let target = amd_target(arch)?;
-        run(self.clang.command().args(["-cc1as", "-triple", "amdgcn-amd-amdhsa", "-target-cpu", target, "-filetype", "obj", "-o"]).arg(&o).arg(&s))?;
+        run(self
+            .clang
+            .command()
+            .args([
+                "-cc1as",
+                "-triple",
+                "amdgcn-amd-amdhsa",
+                "-target-cpu",
+                target,
+                "-filetype",
+                "obj",
+                "-o",
+            ])
+            .arg(&o)
+            .arg(&s))?;
         run(self.lld.command().args(["-shared", "-o"]).arg(&co).arg(&o))?;
-        let code_object = std::fs::read(&co).map_err(|source| AmdError::Io { path: co.clone(), source })?;
+        let code_object = std::fs::read(&co).map_err(|source| AmdError::Io {
+            path: co.clone(),
+            source,
+        })?;
         Ok(CompiledHip { asm, code_object })
     }
 
     fn hip_to_asm(&self, dir: &ScratchDir, source: &str, arch: Arch) -> Result<String, AmdError> {
         let target = amd_target(arch)?;
         let (hip, s) = (dir.0.join("kernel.hip"), dir.0.join("kernel.s"));
-        std::fs::write(&hip, source).map_err(|e| AmdError::Io { path: hip.clone(), source: e })?;
+        std::fs::write(&hip, source).map_err(|e| AmdError::Io {
+            path: hip.clone(),
+            source: e,
+        })?;
         run(self
             .clang
             .command()
-            .args(["-x", "hip", "--cuda-device-only", "-nogpuinc", "-nogpulib", "-O3", "-S"])
+            .args([
+                "-x",
+                "hip",
+                "--cuda-device-only",
+                "-nogpuinc",
+                "-nogpulib",
+                "-O3",
+                "-S",
+            ])
             .arg(format!("--offload-arch={target}"))
             .arg("-o")
             .arg(&s)
             .arg(&hip))?;
-        std::fs::read_to_string(&s).map_err(|source| AmdError::Io { path: s.clone(), source })
+        std::fs::read_to_string(&s).map_err(|source| AmdError::Io {
+            path: s.clone(),
+            source,
+        })
     }
 }
