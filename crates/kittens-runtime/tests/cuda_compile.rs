@@ -15,7 +15,9 @@ fn ensure_nvrtc() {
 
 fn install_then_check() {
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    if !std::path::Path::new(root).join(".cache/nvrtc/nvidia/cu13/lib/libnvrtc.so.13").exists()
+    if !std::path::Path::new(root)
+        .join(".cache/nvrtc/nvidia/cu13/lib/libnvrtc.so.13")
+        .exists()
         && std::env::var("KITTENS_NVRTC").is_err()
     {
         let status = std::process::Command::new("bash")
@@ -84,8 +86,15 @@ fn prelude_compiles_for_sm_90a_without_spills() {
     eprintln!("prelude_smoke: {r:?}");
     assert!(image.cubin.starts_with(b"\x7fELF"), "NVRTC returned a cubin");
     assert_eq!((r.spill_stores, r.spill_loads), (0, 0));
-    assert!(r.registers > 0 && r.registers <= 168, "launch bounds cap 384 threads at 168 registers");
-    assert!(r.warnings.iter().all(|w| !w.contains("C7508")), "setmaxnreg ignored: {:?}", r.warnings);
+    assert!(
+        r.registers > 0 && r.registers <= 168,
+        "launch bounds cap 384 threads at 168 registers"
+    );
+    assert!(
+        r.warnings.iter().all(|w| !w.contains("C7508")),
+        "setmaxnreg ignored: {:?}",
+        r.warnings
+    );
 }
 
 #[test]
@@ -96,12 +105,26 @@ fn hopper_gemm_compiles_for_sm_90a_without_spills() {
     let image = compile(&src, &g.kernel_name(), "sm_90a", g.dynamic_shared_bytes()).unwrap_or_else(|e| panic!("{e}"));
     let r = &image.report;
     eprintln!("{}: {r:?}", g.kernel_name());
-    assert_eq!((r.spill_stores, r.spill_loads, r.stack_frame), (0, 0, 0), "{:?}", r.warnings);
+    assert_eq!(
+        (r.spill_stores, r.spill_loads, r.stack_frame),
+        (0, 0, 0),
+        "{:?}",
+        r.warnings
+    );
     assert_eq!(r.shared_bytes, 0, "all shared memory is dynamic");
     assert_eq!(r.dynamic_shared_bytes, g.dynamic_shared_bytes());
-    assert!(r.warnings.iter().all(|w| !w.contains("C7508") && !w.contains("serialized")), "{:?}", r.warnings);
+    assert!(
+        r.warnings
+            .iter()
+            .all(|w| !w.contains("C7508") && !w.contains("serialized")),
+        "{:?}",
+        r.warnings
+    );
     // The second compile of the same source comes from the on-disk cache with the same figures.
     let again = compile(&src, &g.kernel_name(), "sm_90a", g.dynamic_shared_bytes()).expect("cached");
     assert!(again.report.cached);
-    assert_eq!((again.report.registers, again.cubin.len()), (r.registers, image.cubin.len()));
+    assert_eq!(
+        (again.report.registers, again.cubin.len()),
+        (r.registers, image.cubin.len())
+    );
 }

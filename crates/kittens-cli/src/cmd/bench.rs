@@ -1,11 +1,186 @@
-//! `kittens bench ...` (being written).
+//! `kittens bench gemm`: the Hopper `gemm_bf16` against cuBLAS on the GPU, measured in the same run
+//! (`kittens_runtime::cuda::bench`). Without an NVIDIA driver it says so and points at the CPU backend.
+
+use anyhow::{bail, Context};
+use kittens_codegen::cuda::HopperGemm;
+use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, GemmBenchReport};
+use kittens_runtime::cuda::CudaError;
 
 #[derive(clap::Subcommand)]
 pub enum BenchCommand {
-    /// GEMM against cuBLAS.
-    Gemm,
+    /// GEMM C = A·Bᵀ against cuBLAS: correctness (vs cuBLAS and f64 spot checks) and TFLOP/s.
+    Gemm(GemmArgs),
 }
 
-pub fn run(_cmd: BenchCommand) -> anyhow::Result<()> {
-    anyhow::bail!("`kittens bench` is not implemented yet")
+#[derive(clap::Args)]
+pub struct GemmArgs {
+    /// Element type (only bf16 so far).
+    #[arg(long, default_value = "bf16")]
+    pub dtype: String,
+    /// Square sizes M = N = K, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "2048,4096,8192")]
+    pub sizes: Vec<usize>,
+    /// Timed launches per implementation and size (median reported).
+    #[arg(long, default_value_t = 100)]
+    pub iters: usize,
+    #[arg(long, default_value_t = 10)]
+    pub warmup: usize,
+    /// Pipeline stages of the Hopper kernel.
+    #[arg(long, default_value_t = HopperGemm::default().stages)]
+    pub stages: u32,
+    /// Tile-rows per group of the L2-friendly tile order.
+    #[arg(long, default_value_t = HopperGemm::default().group_m)]
+    pub group_m: u32,
+    /// With no value: print one JSON document on stdout. With a file: also write it there.
+    #[arg(long, num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<String>,
+}
+
+pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
+    match cmd {
+        BenchCommand::Gemm(a) => gemm(a),
+    }
+}
+
+fn gemm(a: GemmArgs) -> anyhow::Result<()> {
+    if a.dtype != "bf16" {
+        bail!("--dtype {}: only bf16 is benchmarked so far", a.dtype);
+    }
+    let opts = GemmBenchOptions {
+        sizes: a.sizes.clone(),
+        iters: a.iters.max(1),
+        warmup: a.warmup,
+        config: HopperGemm {
+            stages: a.stages,
+            group_m: a.group_m,
+            ..HopperGemm::default()
+        },
+        ..GemmBenchOptions::default()
+    };
+    let report = match run_gemm_bench(&opts) {
+        Ok(r) => r,
+        Err(e @ (CudaError::NoDriver(_) | CudaError::NoDevice(_))) => return no_gpu(&e, a.json.is_some()),
+        Err(e) => return Err(e).context("GEMM benchmark on the GPU"),
+    };
+    let doc = document(&report);
+    match a.json.as_deref() {
+        Some("-") => println!("{}", serde_json::to_string_pretty(&doc)?),
+        Some(path) => {
+            std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+                .with_context(|| format!("writing {path}"))?;
+            print_table(&report);
+        }
+        None => print_table(&report),
+    }
+    if report.rows.iter().any(|r| !r.passed) {
+        bail!("gemm_bf16 failed its correctness check at some size");
+    }
+    Ok(())
+}
+
+/// The GPU is not there: say so plainly. The CPU backend (the tile-language interpreter, `kittens run`)
+/// checks numerics but has no vendor library to race, so there is nothing to benchmark.
+fn no_gpu(e: &CudaError, json: bool) -> anyhow::Result<()> {
+    let msg = format!(
+        "{e}. `kittens bench` needs an NVIDIA Hopper GPU; on this machine use the CPU backend (`kittens run`)."
+    );
+    if json {
+        println!("{}", serde_json::json!({ "status": "no_gpu", "reason": msg }));
+    } else {
+        println!("{msg}");
+    }
+    Ok(())
+}
+
+/// The report plus where and when it was measured.
+fn document(r: &GemmBenchReport) -> serde_json::Value {
+    serde_json::json!({
+        "benchmark": "gemm_bf16 vs cuBLAS (C = A·Bᵀ, bf16 in/out, fp32 accumulation)",
+        "date": utc_now(),
+        "commit": commit(),
+        "report": r,
+    })
+}
+
+/// The commit measured: `$KITTENS_COMMIT` (set when the tree was copied without .git), else git's HEAD.
+fn commit() -> String {
+    if let Ok(c) = std::env::var("KITTENS_COMMIT") {
+        return c;
+    }
+    std::process::Command::new("git")
+        .args(["rev-parse", "HEAD"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// UTC time as ISO 8601, from the civil-from-days algorithm (H. Hinnant, "chrono-Compatible Low-Level
+/// Date Algorithms").
+fn utc_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60
+    )
+}
+
+fn print_table(r: &GemmBenchReport) {
+    println!(
+        "{} ({} SMs, L2 {} MB), kernel {}",
+        r.device,
+        r.multiprocessors,
+        r.l2_bytes >> 20,
+        r.kernel
+    );
+    println!(
+        "  compile: {} registers, {} spill stores, {} spill loads, {} B dynamic shared",
+        r.compile.registers, r.compile.spill_stores, r.compile.spill_loads, r.compile.dynamic_shared_bytes
+    );
+    println!(
+        "{:>6} {:>10} {:>10} {:>7} {:>10} {:>10} {:>6}",
+        "size", "ours TF/s", "cuBLAS", "ratio", "err/cuBLAS", "err/f64", "check"
+    );
+    for row in &r.rows {
+        println!(
+            "{:>6} {:>10.1} {:>10.1} {:>7.3} {:>10.2e} {:>10.2e} {:>6}",
+            row.m,
+            row.ours_tflops,
+            row.cublas_tflops,
+            row.ratio,
+            row.rel_err_vs_cublas,
+            row.spot_err_ours,
+            if row.passed { "ok" } else { "FAIL" }
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn utc_date_is_well_formed_and_recent() {
+        let s = utc_now();
+        assert_eq!(s.len(), 20, "{s}");
+        let year: i32 = s[..4].parse().expect("year");
+        assert!((2024..2100).contains(&year), "{s}");
+        assert!(s.ends_with('Z') && &s[4..5] == "-" && &s[10..11] == "T");
+    }
 }

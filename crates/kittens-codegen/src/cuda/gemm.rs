@@ -44,7 +44,16 @@ pub const MAX_SHARED_PER_BLOCK: u32 = 232_448;
 impl Default for HopperGemm {
     /// 128×256 block tile, two consumers of m64n256k16, K step 64, 4 stages: 4 × 48 KB of shared memory.
     fn default() -> Self {
-        HopperGemm { bm: 128, bn: 256, bk: 64, stages: 4, consumers: 2, group_m: 16, producer_regs: 40, consumer_regs: 232 }
+        HopperGemm {
+            bm: 128,
+            bn: 256,
+            bk: 64,
+            stages: 4,
+            consumers: 2,
+            group_m: 16,
+            producer_regs: 40,
+            consumer_regs: 232,
+        }
     }
 }
 
@@ -88,10 +97,15 @@ impl HopperGemm {
         }
         let regs = 128 * (self.producer_regs + self.consumers * self.consumer_regs);
         if regs > REGISTERS_PER_SM {
-            return bad(format!("{regs} registers after reallocation exceed the SM's {REGISTERS_PER_SM}"));
+            return bad(format!(
+                "{regs} registers after reallocation exceed the SM's {REGISTERS_PER_SM}"
+            ));
         }
         if self.dynamic_shared_bytes() > MAX_SHARED_PER_BLOCK {
-            return bad(format!("{} bytes of shared memory exceed {MAX_SHARED_PER_BLOCK}", self.dynamic_shared_bytes()));
+            return bad(format!(
+                "{} bytes of shared memory exceed {MAX_SHARED_PER_BLOCK}",
+                self.dynamic_shared_bytes()
+            ));
         }
         Ok(())
     }
@@ -168,9 +182,16 @@ mod tests {
 
     #[test]
     fn refuses_what_cannot_run() {
-        let five = HopperGemm { stages: 5, ..HopperGemm::default() };
+        let five = HopperGemm {
+            stages: 5,
+            ..HopperGemm::default()
+        };
         assert!(five.validate().is_err(), "5 x 48 KB exceeds 227 KB");
-        let regs = HopperGemm { consumer_regs: 256, producer_regs: 24, ..HopperGemm::default() };
+        let regs = HopperGemm {
+            consumer_regs: 256,
+            producer_regs: 24,
+            ..HopperGemm::default()
+        };
         assert!(regs.validate().is_err(), "128 x (24 + 512) registers exceed 65536");
         let g = HopperGemm::default();
         assert!(g.check_shape(100, 4096, 4096).is_ok());

@@ -1,1 +1,514 @@
-//! The GEMM benchmark (being written).
+//! The GEMM benchmark behind `kittens bench gemm`: the Hopper `gemm_bf16` against cuBLAS in the same
+//! run. Correctness: our C against cuBLAS's C over every element, and both against an f64 dot product at
+//! a few hundred random entries; the output is poisoned with NaN first, so unwritten elements fail.
+//! Timing (METHOD.md "Time properly"): CUDA events around each launch, warm-up first, the median of many
+//! runs, ours and cuBLAS interleaved launch by launch, rotating among enough input copies that their
+//! total exceeds the L2 several times over, so the L2 cannot serve the inputs.
+
+use std::ffi::c_void;
+use std::sync::Arc;
+
+use kittens_codegen::cuda::HopperGemm;
+use serde::Serialize;
+
+use super::cublas::Cublas;
+use super::driver::{Device, DeviceBuffer, Event, Function, Stream, Swizzle, TensorMap};
+use super::{compile, CudaCompileReport, CudaError};
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct GemmBenchOptions {
+    /// Square problem sizes M = N = K.
+    pub sizes: Vec<usize>,
+    pub warmup: usize,
+    pub iters: usize,
+    pub spot_checks: usize,
+    pub seed: u64,
+    pub config: HopperGemm,
+    /// Input copies are added until A and B together span at least this many L2s.
+    pub l2_multiple: u64,
+    /// Shapes (M, N, K) checked for correctness only, not timed: partial tiles at every edge.
+    pub checks: Vec<(usize, usize, usize)>,
+}
+
+impl Default for GemmBenchOptions {
+    fn default() -> Self {
+        GemmBenchOptions {
+            sizes: vec![2048, 4096, 8192],
+            warmup: 10,
+            iters: 100,
+            spot_checks: 256,
+            seed: 0x6b69_7474_656e_73,
+            config: HopperGemm::default(),
+            l2_multiple: 4,
+            checks: vec![(1000, 1032, 520), (128, 256, 64), (4160, 8184, 1032)],
+        }
+    }
+}
+
+/// One problem size's results.
+#[derive(Clone, Debug, Serialize)]
+pub struct GemmBenchRow {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub ours_ms: f64,
+    pub cublas_ms: f64,
+    pub ours_tflops: f64,
+    pub cublas_tflops: f64,
+    /// ours / cuBLAS throughput, measured in the same run.
+    pub ratio: f64,
+    /// ‖ours − cuBLAS‖_F / ‖cuBLAS‖_F over all of C.
+    pub rel_err_vs_cublas: f64,
+    /// max |ours − cuBLAS| / max |cuBLAS|.
+    pub max_err_vs_cublas: f64,
+    /// max |x − ref| / rms(ref) over the spot-checked entries, ref an f64 dot product.
+    pub spot_err_ours: f64,
+    pub spot_err_cublas: f64,
+    /// Elements of our C still holding the NaN poison (never written) or otherwise not finite.
+    pub non_finite: usize,
+    pub input_copies: usize,
+    pub passed: bool,
+}
+
+/// The whole run.
+#[derive(Clone, Debug, Serialize)]
+pub struct GemmBenchReport {
+    pub device: String,
+    pub compute_capability: (i32, i32),
+    pub multiprocessors: u32,
+    pub l2_bytes: u64,
+    pub driver_version: i32,
+    pub cublas: String,
+    pub kernel: String,
+    pub config: String,
+    pub compile: CudaCompileReport,
+    pub warmup: usize,
+    pub iters: usize,
+    pub rows: Vec<GemmBenchRow>,
+    /// Correctness-only shapes (timings zero).
+    pub checks: Vec<GemmBenchRow>,
+}
+
+/// Errors this loose: bf16 outputs round at 2⁻⁹ relative (METHOD.md: bf16 lands between 1e-3 and 1e-2).
+const TOLERANCE: f64 = 1e-2;
+
+/// f32 → bf16 bits, round to nearest even (NaN stays NaN).
+pub fn f32_to_bf16(x: f32) -> u16 {
+    let b = x.to_bits();
+    if x.is_nan() {
+        return 0x7fc0;
+    }
+    ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
+}
+
+pub fn bf16_to_f32(h: u16) -> f32 {
+    f32::from_bits((h as u32) << 16)
+}
+
+/// Uniform bf16 values in [-1, 1) from a xorshift64* stream, filled on all cores.
+pub fn random_bf16(len: usize, seed: u64) -> Vec<u16> {
+    let mut out = vec![0u16; len];
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let chunk = len.div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        for (i, part) in out.chunks_mut(chunk).enumerate() {
+            s.spawn(move || {
+                let mut x = seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1)) | 1;
+                for v in part {
+                    x ^= x >> 12;
+                    x ^= x << 25;
+                    x ^= x >> 27;
+                    let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+                    let u = (r >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
+                    *v = f32_to_bf16(2.0 * u - 1.0);
+                }
+            });
+        }
+    });
+    out
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        0.5 * (v[n / 2 - 1] + v[n / 2])
+    }
+}
+
+/// The compiled kernel, ready to launch.
+struct Kernel {
+    function: Function,
+    config: HopperGemm,
+    multiprocessors: u32,
+}
+
+impl Kernel {
+    fn launch(
+        &self,
+        stream: &Stream,
+        maps: &(TensorMap, TensorMap),
+        c: &DeviceBuffer,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<(), CudaError> {
+        let (mut ta, mut tb) = *maps;
+        let mut cp = c.ptr();
+        let (mut mm, mut nn, mut kk) = (m as u32, n as u32, k as u32);
+        let mut params: [*mut c_void; 6] = [
+            (&mut ta as *mut TensorMap).cast(),
+            (&mut tb as *mut TensorMap).cast(),
+            (&mut cp as *mut u64).cast(),
+            (&mut mm as *mut u32).cast(),
+            (&mut nn as *mut u32).cast(),
+            (&mut kk as *mut u32).cast(),
+        ];
+        let grid = self.config.grid(m, n, self.multiprocessors);
+        // SAFETY: parameters match `gemm_sm90.cu`: two tensor maps, C's address, M, N, K.
+        unsafe {
+            self.function
+                .launch((grid, 1, 1), (self.config.threads(), 1, 1), stream, &mut params)
+        }
+    }
+}
+
+/// Compiles our kernel for the device, runs every size, returns the report.
+pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaError> {
+    let dev = Device::open(0)?;
+    if dev.compute_capability != (9, 0) {
+        return Err(CudaError::Invalid(format!(
+            "{} is compute capability {:?}; the Hopper kernel needs 9.0 (sm_90a)",
+            dev.name, dev.compute_capability
+        )));
+    }
+    let cfg = opts.config.clone();
+    let src = cfg.source().map_err(|e| CudaError::Invalid(e.to_string()))?;
+    let image = compile(&src, &cfg.kernel_name(), "sm_90a", cfg.dynamic_shared_bytes())?;
+    let module = dev.load_module(&image.cubin)?;
+    let kernel = Kernel {
+        function: module.function(&cfg.kernel_name(), cfg.dynamic_shared_bytes())?,
+        config: cfg.clone(),
+        multiprocessors: dev.multiprocessors,
+    };
+    let stream = Stream::new()?;
+    let cublas = Cublas::new(&stream)?;
+    let mut checks = Vec::new();
+    for (i, &shape) in opts.checks.iter().enumerate() {
+        cfg.check_shape(shape.0, shape.1, shape.2)
+            .map_err(|e| CudaError::Invalid(e.to_string()))?;
+        let row = bench_shape(
+            &dev,
+            &kernel,
+            &cublas,
+            &stream,
+            opts,
+            shape,
+            opts.seed ^ (i as u64 + 77),
+            false,
+        )?;
+        eprintln!(
+            "  check {shape:?}: err vs cuBLAS {:.2e}, vs f64 {:.2e}, {}",
+            row.rel_err_vs_cublas,
+            row.spot_err_ours,
+            if row.passed { "ok" } else { "FAILED" }
+        );
+        checks.push(row);
+    }
+    let mut rows = Vec::new();
+    for (i, &size) in opts.sizes.iter().enumerate() {
+        cfg.check_shape(size, size, size)
+            .map_err(|e| CudaError::Invalid(e.to_string()))?;
+        let shape = (size, size, size);
+        let row = bench_shape(
+            &dev,
+            &kernel,
+            &cublas,
+            &stream,
+            opts,
+            shape,
+            opts.seed.wrapping_add(i as u64),
+            true,
+        )?;
+        eprintln!(
+            "  {size:>6}: ours {:7.1} TFLOP/s, cuBLAS {:7.1} TFLOP/s, ratio {:.3}, err vs cuBLAS {:.2e}, {}",
+            row.ours_tflops,
+            row.cublas_tflops,
+            row.ratio,
+            row.rel_err_vs_cublas,
+            if row.passed { "ok" } else { "FAILED" }
+        );
+        rows.push(row);
+    }
+    Ok(GemmBenchReport {
+        device: dev.name.clone(),
+        compute_capability: dev.compute_capability,
+        multiprocessors: dev.multiprocessors,
+        l2_bytes: dev.l2_bytes,
+        driver_version: dev.driver_version,
+        cublas: cublas.library.clone(),
+        kernel: cfg.kernel_name(),
+        config: format!("{cfg:?}"),
+        compile: image.report,
+        warmup: opts.warmup,
+        iters: opts.iters,
+        rows,
+        checks,
+    })
+}
+
+/// Inputs for one size: `copies` identical sets of A and B (different addresses for the L2 rotation).
+struct Inputs {
+    a_host: Vec<u16>,
+    b_host: Vec<u16>,
+    a: Vec<DeviceBuffer>,
+    b: Vec<DeviceBuffer>,
+    maps: Vec<(TensorMap, TensorMap)>,
+}
+
+fn make_inputs(
+    dev: &Arc<Device>,
+    cfg: &HopperGemm,
+    opts: &GemmBenchOptions,
+    (m, n, k): (usize, usize, usize),
+    seed: u64,
+    timed: bool,
+) -> Result<Inputs, CudaError> {
+    let a_host = random_bf16(m * k, seed);
+    let b_host = random_bf16(n * k, seed ^ 0xA5A5_A5A5);
+    let set_bytes = ((m + n) * k * 2) as u64;
+    let copies = if timed {
+        (opts.l2_multiple * dev.l2_bytes).div_ceil(set_bytes).max(2) as usize
+    } else {
+        1
+    };
+    let (mut a, mut b, mut maps) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..copies {
+        let (mut da, mut db) = (dev.alloc(m * k * 2)?, dev.alloc(n * k * 2)?);
+        if i == 0 {
+            da.upload(&a_host)?;
+            db.upload(&b_host)?;
+        } else {
+            da.copy_from(&a[0])?;
+            db.copy_from(&b[0])?;
+        }
+        let ta = TensorMap::bf16_2d(&da, m as u64, k as u64, cfg.bm, cfg.bk, Swizzle::B128)?;
+        let tb = TensorMap::bf16_2d(&db, n as u64, k as u64, cfg.bn, cfg.bk, Swizzle::B128)?;
+        maps.push((ta, tb));
+        a.push(da);
+        b.push(db);
+    }
+    Ok(Inputs {
+        a_host,
+        b_host,
+        a,
+        b,
+        maps,
+    })
+}
+
+/// Checks one shape and, when `timed`, measures it.
+#[allow(clippy::too_many_arguments)]
+fn bench_shape(
+    dev: &Arc<Device>,
+    kernel: &Kernel,
+    cublas: &Cublas,
+    stream: &Stream,
+    opts: &GemmBenchOptions,
+    (m, n, k): (usize, usize, usize),
+    seed: u64,
+    timed: bool,
+) -> Result<GemmBenchRow, CudaError> {
+    let inp = make_inputs(dev, &kernel.config, opts, (m, n, k), seed, timed)?;
+    let (mut c_ours, mut c_ref) = (dev.alloc(m * n * 2)?, dev.alloc(m * n * 2)?);
+
+    // Correctness on copy 0, outputs poisoned with NaN first.
+    c_ours.fill_u16(0x7fc0)?;
+    c_ref.fill_u16(0x7fc0)?;
+    kernel.launch(stream, &inp.maps[0], &c_ours, m, n, k)?;
+    cublas.gemm_bf16_abt(&inp.a[0], &inp.b[0], &mut c_ref, m, n, k)?;
+    stream.synchronize()?;
+    let (mut ours, mut reference) = (vec![0u16; m * n], vec![0u16; m * n]);
+    c_ours.download(&mut ours)?;
+    c_ref.download(&mut reference)?;
+    let cmp = compare(&ours, &reference);
+    let (spot_err_ours, spot_err_cublas) = spot_check(&inp, &ours, &reference, (m, n, k), opts.spot_checks, seed);
+
+    // Timing: interleaved launches with events, rotating input copies.
+    let copies = inp.a.len();
+    let (warmup, iters) = if timed { (opts.warmup, opts.iters) } else { (0, 0) };
+    let total = warmup + iters;
+    let events: Vec<[Event; 4]> = (0..iters)
+        .map(|_| Ok([Event::new()?, Event::new()?, Event::new()?, Event::new()?]))
+        .collect::<Result<_, CudaError>>()?;
+    for i in 0..total {
+        let set = i % copies;
+        let ev = i.checked_sub(warmup).map(|j| &events[j]);
+        if let Some(e) = ev {
+            e[0].record(stream)?;
+        }
+        kernel.launch(stream, &inp.maps[set], &c_ours, m, n, k)?;
+        if let Some(e) = ev {
+            e[1].record(stream)?;
+            e[2].record(stream)?;
+        }
+        cublas.gemm_bf16_abt(&inp.a[set], &inp.b[set], &mut c_ref, m, n, k)?;
+        if let Some(e) = ev {
+            e[3].record(stream)?;
+        }
+    }
+    stream.synchronize()?;
+    let mut t_ours = Vec::with_capacity(iters);
+    let mut t_ref = Vec::with_capacity(iters);
+    for e in &events {
+        t_ours.push(e[0].elapsed_ms(&e[1])? as f64);
+        t_ref.push(e[2].elapsed_ms(&e[3])? as f64);
+    }
+    let (ours_ms, cublas_ms) = if timed {
+        (median(&mut t_ours), median(&mut t_ref))
+    } else {
+        (f64::NAN, f64::NAN)
+    };
+    let flop = 2.0 * m as f64 * n as f64 * k as f64;
+    let (ours_tflops, cublas_tflops) = (flop / ours_ms * 1e-9, flop / cublas_ms * 1e-9);
+    let passed = cmp.non_finite == 0
+        && cmp.rel_frobenius < TOLERANCE
+        && spot_err_ours < TOLERANCE
+        && spot_err_cublas < TOLERANCE;
+    Ok(GemmBenchRow {
+        m,
+        n,
+        k,
+        ours_ms,
+        cublas_ms,
+        ours_tflops,
+        cublas_tflops,
+        ratio: ours_tflops / cublas_tflops,
+        rel_err_vs_cublas: cmp.rel_frobenius,
+        max_err_vs_cublas: cmp.max_rel,
+        spot_err_ours,
+        spot_err_cublas,
+        non_finite: cmp.non_finite,
+        input_copies: copies,
+        passed,
+    })
+}
+
+/// Elementwise comparison of two bf16 matrices.
+pub struct Comparison {
+    pub rel_frobenius: f64,
+    pub max_rel: f64,
+    pub non_finite: usize,
+}
+
+pub fn compare(ours: &[u16], reference: &[u16]) -> Comparison {
+    let (mut diff2, mut ref2, mut max_diff, mut max_ref, mut non_finite) = (0f64, 0f64, 0f64, 0f64, 0usize);
+    for (&o, &r) in ours.iter().zip(reference) {
+        let (o, r) = (bf16_to_f32(o) as f64, bf16_to_f32(r) as f64);
+        if !o.is_finite() {
+            non_finite += 1;
+            continue;
+        }
+        let d = (o - r).abs();
+        diff2 += d * d;
+        ref2 += r * r;
+        max_diff = max_diff.max(d);
+        max_ref = max_ref.max(r.abs());
+    }
+    let rel = if ref2 > 0.0 {
+        (diff2 / ref2).sqrt()
+    } else {
+        f64::INFINITY
+    };
+    let max_rel = if max_ref > 0.0 {
+        max_diff / max_ref
+    } else {
+        f64::INFINITY
+    };
+    Comparison {
+        rel_frobenius: if non_finite > 0 { f64::NAN } else { rel },
+        max_rel,
+        non_finite,
+    }
+}
+
+/// f64 dot products at `count` random entries; returns (ours, cuBLAS) errors as max|x − ref| / rms(ref).
+fn spot_check(
+    inp: &Inputs,
+    ours: &[u16],
+    reference: &[u16],
+    (m, n, k): (usize, usize, usize),
+    count: usize,
+    seed: u64,
+) -> (f64, f64) {
+    let mut x = seed | 1;
+    let mut next = |bound: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % bound as u64) as usize
+    };
+    let (mut e_ours, mut e_ref, mut sum2) = (0f64, 0f64, 0f64);
+    for _ in 0..count {
+        let (i, j) = (next(m), next(n));
+        let exact: f64 = (0..k)
+            .map(|p| bf16_to_f32(inp.a_host[i * k + p]) as f64 * bf16_to_f32(inp.b_host[j * k + p]) as f64)
+            .sum();
+        sum2 += exact * exact;
+        let o = bf16_to_f32(ours[i * n + j]) as f64;
+        let r = bf16_to_f32(reference[i * n + j]) as f64;
+        e_ours = if o.is_finite() {
+            e_ours.max((o - exact).abs())
+        } else {
+            f64::INFINITY
+        };
+        e_ref = e_ref.max((r - exact).abs());
+    }
+    let rms = (sum2 / count.max(1) as f64).sqrt().max(f64::MIN_POSITIVE);
+    (e_ours / rms, e_ref / rms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bf16_round_trip_and_rounding() {
+        for x in [0.0f32, 1.0, -2.5, 3.140625, 1e-3, -65504.0] {
+            let back = bf16_to_f32(f32_to_bf16(x));
+            assert!((back - x).abs() <= x.abs() * 2f32.powi(-8), "{x} -> {back}");
+        }
+        // 1 + 2^-8 is halfway between two bf16 values: ties go to the even one (1.0).
+        assert_eq!(f32_to_bf16(1.0 + 2f32.powi(-8)), f32_to_bf16(1.0));
+        assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
+    }
+
+    #[test]
+    fn random_inputs_are_uniform_in_range() {
+        let v = random_bf16(100_000, 7);
+        let f: Vec<f64> = v.iter().map(|&h| bf16_to_f32(h) as f64).collect();
+        assert!(f.iter().all(|x| (-1.0..=1.0).contains(x)));
+        let mean = f.iter().sum::<f64>() / f.len() as f64;
+        let var = f.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / f.len() as f64;
+        assert!(
+            mean.abs() < 0.01 && (var - 1.0 / 3.0).abs() < 0.01,
+            "mean {mean} var {var}"
+        );
+    }
+
+    #[test]
+    fn compare_flags_poison_and_measures_error() {
+        let a: Vec<u16> = [1.0f32, -2.0, 4.0].iter().map(|&x| f32_to_bf16(x)).collect();
+        let mut b = a.clone();
+        assert_eq!(compare(&b, &a).rel_frobenius, 0.0);
+        b[1] = f32_to_bf16(-2.5);
+        let c = compare(&b, &a);
+        let expect = (0.25f64 / 21.0).sqrt();
+        assert!((c.rel_frobenius - expect).abs() < 1e-12);
+        b[2] = 0x7fc0;
+        assert_eq!(compare(&b, &a).non_finite, 1);
+    }
+}

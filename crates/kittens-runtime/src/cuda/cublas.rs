@@ -13,7 +13,9 @@ use super::CudaError;
 /// Folders that may hold `libcublas.so.13`, besides the loader's own search path: `$KITTENS_CUBLAS`, the
 /// CUDA toolkit, and PyPI's `nvidia-cublas` inside the GPU machine's PyTorch environment.
 fn candidate_dirs() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var("KITTENS_CUBLAS").map(|p| vec![PathBuf::from(p)]).unwrap_or_default();
+    let mut dirs: Vec<PathBuf> = std::env::var("KITTENS_CUBLAS")
+        .map(|p| vec![PathBuf::from(p)])
+        .unwrap_or_default();
     for d in [
         "/usr/local/cuda/lib64",
         "/usr/local/cuda/targets/x86_64-linux/lib",
@@ -79,7 +81,10 @@ impl Cublas {
         // opaque CUstream_st pointer under two names.
         unsafe {
             check(cb::cublasCreate_v2(&mut handle), "cublasCreate")?;
-            check(cb::cublasSetStream_v2(handle, stream.raw() as cb::cudaStream_t), "cublasSetStream")?;
+            check(
+                cb::cublasSetStream_v2(handle, stream.raw() as cb::cudaStream_t),
+                "cublasSetStream",
+            )?;
         }
         Ok(Cublas { handle, library })
     }

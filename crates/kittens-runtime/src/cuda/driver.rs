@@ -37,7 +37,7 @@ fn driver_present() -> Result<(), CudaError> {
             std::mem::forget(lib);
             Ok(())
         }
-        Err(e) => Err(CudaError::NoDriver(e.to_string())),
+        Err(e) => Err(CudaError::NoDriver(format!("libcuda.so.1 could not be loaded: {e}"))),
     }
 }
 
@@ -101,7 +101,11 @@ impl Device {
         let mut ptr = 0;
         // SAFETY: out-parameter; freed in Drop.
         check(unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }, "cuMemAlloc")?;
-        Ok(DeviceBuffer { ptr, bytes, _dev: self.clone() })
+        Ok(DeviceBuffer {
+            ptr,
+            bytes,
+            _dev: self.clone(),
+        })
     }
 
     /// Waits for all work on the device.
@@ -114,8 +118,14 @@ impl Device {
     pub fn load_module(self: &Arc<Self>, cubin: &[u8]) -> Result<Module, CudaError> {
         let mut m = std::ptr::null_mut();
         // SAFETY: the cubin bytes are a complete ELF image that outlives the call.
-        check(unsafe { cu::cuModuleLoadData(&mut m, cubin.as_ptr().cast()) }, "cuModuleLoadData")?;
-        Ok(Module { raw: Arc::new(RawModule(m)), _dev: self.clone() })
+        check(
+            unsafe { cu::cuModuleLoadData(&mut m, cubin.as_ptr().cast()) },
+            "cuModuleLoadData",
+        )?;
+        Ok(Module {
+            raw: Arc::new(RawModule(m)),
+            _dev: self.clone(),
+        })
     }
 
     /// The raw context, for libraries (cuBLAS) that need it current.
@@ -144,31 +154,49 @@ impl DeviceBuffer {
     pub fn upload<T: Copy>(&mut self, data: &[T]) -> Result<(), CudaError> {
         self.same_size::<T>(data.len())?;
         // SAFETY: sizes match; the host slice is valid for reads.
-        check(unsafe { cu::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), self.bytes) }, "cuMemcpyHtoD")
+        check(
+            unsafe { cu::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), self.bytes) },
+            "cuMemcpyHtoD",
+        )
     }
     /// Copies the buffer out into `out`, which must be exactly as large.
     pub fn download<T: Copy>(&self, out: &mut [T]) -> Result<(), CudaError> {
         self.same_size::<T>(out.len())?;
         // SAFETY: sizes match; the host slice is valid for writes.
-        check(unsafe { cu::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr, self.bytes) }, "cuMemcpyDtoH")
+        check(
+            unsafe { cu::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr, self.bytes) },
+            "cuMemcpyDtoH",
+        )
     }
     /// Device-to-device copy of a whole buffer of the same size.
     pub fn copy_from(&mut self, src: &DeviceBuffer) -> Result<(), CudaError> {
         if src.bytes != self.bytes {
-            return Err(CudaError::Invalid(format!("copy of {} bytes into {}", src.bytes, self.bytes)));
+            return Err(CudaError::Invalid(format!(
+                "copy of {} bytes into {}",
+                src.bytes, self.bytes
+            )));
         }
         // SAFETY: both allocations are live and of equal size.
-        check(unsafe { cu::cuMemcpyDtoD_v2(self.ptr, src.ptr, self.bytes) }, "cuMemcpyDtoD")
+        check(
+            unsafe { cu::cuMemcpyDtoD_v2(self.ptr, src.ptr, self.bytes) },
+            "cuMemcpyDtoD",
+        )
     }
     /// Fills the buffer with one 16-bit pattern (used to poison outputs before a check).
     pub fn fill_u16(&mut self, value: u16) -> Result<(), CudaError> {
         // SAFETY: writes bytes/2 halves inside the allocation.
-        check(unsafe { cu::cuMemsetD16_v2(self.ptr, value, self.bytes / 2) }, "cuMemsetD16")
+        check(
+            unsafe { cu::cuMemsetD16_v2(self.ptr, value, self.bytes / 2) },
+            "cuMemsetD16",
+        )
     }
     fn same_size<T>(&self, len: usize) -> Result<(), CudaError> {
         let host = len * std::mem::size_of::<T>();
         if host != self.bytes {
-            return Err(CudaError::Invalid(format!("host side has {host} bytes, device buffer {}", self.bytes)));
+            return Err(CudaError::Invalid(format!(
+                "host side has {host} bytes, device buffer {}",
+                self.bytes
+            )));
         }
         Ok(())
     }
@@ -271,7 +299,10 @@ impl Module {
         let mut f = std::ptr::null_mut();
         // SAFETY: live module, NUL-terminated name, out-parameter.
         unsafe {
-            check(cu::cuModuleGetFunction(&mut f, self.raw.0, c.as_ptr()), "cuModuleGetFunction")?;
+            check(
+                cu::cuModuleGetFunction(&mut f, self.raw.0, c.as_ptr()),
+                "cuModuleGetFunction",
+            )?;
             check(
                 cu::cuFuncSetAttribute(
                     f,
@@ -281,7 +312,11 @@ impl Module {
                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
             )?;
         }
-        Ok(Function { raw: f, shared: dynamic_shared_bytes, _module: self.raw.clone() })
+        Ok(Function {
+            raw: f,
+            shared: dynamic_shared_bytes,
+            _module: self.raw.clone(),
+        })
     }
 }
 
@@ -351,10 +386,16 @@ impl TensorMap {
         swizzle: Swizzle,
     ) -> Result<TensorMap, CudaError> {
         if buf.bytes() < (rows * cols * 2) as usize {
-            return Err(CudaError::Invalid(format!("tensor {rows}x{cols} bf16 over a {}-byte buffer", buf.bytes())));
+            return Err(CudaError::Invalid(format!(
+                "tensor {rows}x{cols} bf16 over a {}-byte buffer",
+                buf.bytes()
+            )));
         }
         if (cols * 2) % 16 != 0 {
-            return Err(CudaError::Invalid(format!("row pitch {} bytes is not a multiple of 16", cols * 2)));
+            return Err(CudaError::Invalid(format!(
+                "row pitch {} bytes is not a multiple of 16",
+                cols * 2
+            )));
         }
         use cu::CUtensorMapSwizzle_enum as S;
         let sw = match swizzle {

@@ -64,12 +64,20 @@ fn candidate_dirs() -> Vec<PathBuf> {
     let mut dirs = Vec::new();
     if let Ok(p) = std::env::var("KITTENS_NVRTC") {
         let p = PathBuf::from(p);
-        dirs.push(if p.is_file() { p.parent().map(Path::to_path_buf).unwrap_or(p) } else { p });
+        dirs.push(if p.is_file() {
+            p.parent().map(Path::to_path_buf).unwrap_or(p)
+        } else {
+            p
+        });
     }
     let wheel = Path::new(".cache/nvrtc/nvidia/cu13/lib");
     dirs.push(wheel.to_path_buf());
     dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(wheel));
-    for d in ["/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu"] {
+    for d in [
+        "/usr/local/cuda/lib64",
+        "/usr/local/cuda/targets/x86_64-linux/lib",
+        "/usr/lib/x86_64-linux-gnu",
+    ] {
         dirs.push(PathBuf::from(d));
     }
     dirs
@@ -113,7 +121,13 @@ fn finish(path: String, libs: Vec<libloading::Library>) -> Result<Loaded, CudaEr
     let (mut major, mut minor) = (0, 0);
     // SAFETY: plain out-parameters.
     check(unsafe { nv::nvrtcVersion(&mut major, &mut minor) }, "nvrtcVersion")?;
-    Ok(Loaded { info: NvrtcInfo { path, version: (major, minor) }, _libs: libs })
+    Ok(Loaded {
+        info: NvrtcInfo {
+            path,
+            version: (major, minor),
+        },
+        _libs: libs,
+    })
 }
 
 /// Finds and loads NVRTC once per process.
@@ -130,7 +144,9 @@ fn check(r: nv::nvrtcResult, what: &str) -> Result<(), CudaError> {
         return Ok(());
     }
     // SAFETY: NVRTC returns a static string for every result code.
-    let msg = unsafe { CStr::from_ptr(nv::nvrtcGetErrorString(r)) }.to_string_lossy().into_owned();
+    let msg = unsafe { CStr::from_ptr(nv::nvrtcGetErrorString(r)) }
+        .to_string_lossy()
+        .into_owned();
     Err(CudaError::Nvrtc(format!("{what}: {msg}")))
 }
 
@@ -163,7 +179,13 @@ fn cache_dir() -> PathBuf {
 
 fn cache_key(source: &str, kernel: &str, target: &str, opts: &[String], version: (i32, i32)) -> String {
     let mut h = Sha256::new();
-    for part in [source, kernel, target, &opts.join(" "), &format!("nvrtc {}.{}", version.0, version.1)] {
+    for part in [
+        source,
+        kernel,
+        target,
+        &opts.join(" "),
+        &format!("nvrtc {}.{}", version.0, version.1),
+    ] {
         h.update(part.as_bytes());
         h.update([0u8]);
     }
@@ -194,9 +216,8 @@ pub fn compile(
         }
     }
     let (cubin, log) = compile_uncached(source, &opts)?;
-    let mut report = parse_ptxas_log(&log, kernel).ok_or_else(|| {
-        CudaError::Nvrtc(format!("no ptxas report for kernel `{kernel}` in the log:\n{log}"))
-    })?;
+    let mut report = parse_ptxas_log(&log, kernel)
+        .ok_or_else(|| CudaError::Nvrtc(format!("no ptxas report for kernel `{kernel}` in the log:\n{log}")))?;
     report.target = target.to_string();
     report.cubin_bytes = cubin.len();
     report.nvrtc_version = format!("{}.{}", info.version.0, info.version.1);
@@ -214,13 +235,23 @@ pub fn compile(
 fn compile_uncached(source: &str, opts: &[String]) -> Result<(Vec<u8>, String), CudaError> {
     let src = CString::new(source).map_err(|_| CudaError::Nvrtc("source holds a NUL byte".into()))?;
     let name = CString::new("kittens.cu").expect("literal has no NUL");
-    let c_opts: Vec<CString> = opts.iter().map(|o| CString::new(o.as_str()).expect("options have no NUL")).collect();
+    let c_opts: Vec<CString> = opts
+        .iter()
+        .map(|o| CString::new(o.as_str()).expect("options have no NUL"))
+        .collect();
     let ptrs: Vec<*const std::ffi::c_char> = c_opts.iter().map(|o| o.as_ptr()).collect();
     let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
     // SAFETY: valid NUL-terminated strings that outlive the calls; `prog` is destroyed below.
     unsafe {
         check(
-            nv::nvrtcCreateProgram(&mut prog, src.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null()),
+            nv::nvrtcCreateProgram(
+                &mut prog,
+                src.as_ptr(),
+                name.as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            ),
             "nvrtcCreateProgram",
         )?;
         let status = nv::nvrtcCompileProgram(prog, ptrs.len() as i32, ptrs.as_ptr());
@@ -304,7 +335,11 @@ pub fn parse_ptxas_log(log: &str, kernel: &str) -> Option<CudaCompileReport> {
 /// The integer just before `suffix` in `line` ("Used 168 registers" -> 168).
 fn number_before(line: &str, suffix: &str) -> Option<u32> {
     let head = &line[..line.find(suffix)?];
-    head.split(|c: char| !c.is_ascii_digit()).filter(|s| !s.is_empty()).next_back()?.parse().ok()
+    head.split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .next_back()?
+        .parse()
+        .ok()
 }
 
 #[cfg(test)]
