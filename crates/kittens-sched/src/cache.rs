@@ -104,6 +104,10 @@ pub struct CacheReport {
     pub compulsory_bytes: u64,
     /// Seed 000 Eq. 1 with the catalog's L2 and LLC peaks, TB/s.
     pub bandwidth_tbps: f64,
+    /// Eq. 1 with the bandwidths seed 000 Table 4 uses ([`SEED_000_TABLE4_EQ1_TBPS`]), TB/s.
+    pub bandwidth_tbps_table4: f64,
+    /// Phase spread of the CUs of an XCD, as a fraction of one block's duration (0: lockstep).
+    pub stagger: f64,
     pub blocks: u64,
     pub rounds: u64,
 }
@@ -234,9 +238,25 @@ impl Hierarchy {
     }
 }
 
-/// Simulate one GEMM under one grid order on one GPU (see the module doc for the model).
+/// Simulate one GEMM under one grid order on one GPU with the lockstep model (see the module doc).
 pub fn simulate(gpu: &Gpu, shape: &GemmShape, order: GridOrder) -> Result<CacheReport, SchedError> {
+    simulate_staggered(gpu, shape, order, 0.0)
+}
+
+/// As [`simulate`], with the CUs of an XCD out of phase: slot `s` of `S` starts its blocks
+/// `s · stagger · ks / S` k-steps late (`ks` k-steps per block). `stagger = 0` is lockstep rounds;
+/// `stagger = 1` is the fully staggered steady state where some CU of each XCD finishes a block every
+/// `ks / S` k-steps and the next launch id takes its place. Real runs lie between (docs/grid.md).
+pub fn simulate_staggered(
+    gpu: &Gpu,
+    shape: &GemmShape,
+    order: GridOrder,
+    stagger: f64,
+) -> Result<CacheReport, SchedError> {
     shape.validate()?;
+    if !(0.0..=1.0).contains(&stagger) {
+        return Err(SchedError::Invalid(format!("stagger {stagger} outside 0..=1")));
+    }
     let (rows, cols) = shape.grid();
     let ks = shape.ksteps();
     let ids = (rows + cols) * ks;
@@ -249,33 +269,44 @@ pub fn simulate(gpu: &Gpu, shape: &GemmShape, order: GridOrder) -> Result<CacheR
     let cus = gpu.compute_units as u64;
     let n_xcd = gpu.xcds as u64;
     let n_l2 = gpu.l2_instances() as u64;
-    let mut h = Hierarchy::new(gpu, ids as usize);
+    let slots = cus / n_xcd;
     let rounds = blocks.div_ceil(cus);
-    // Tiles of the current round, grouped by L2 instance.
-    let mut by_l2: Vec<Vec<(u64, u64)>> = vec![Vec::new(); n_l2 as usize];
-    for round in 0..rounds {
-        by_l2.iter_mut().for_each(Vec::clear);
-        for id in round * cus..((round + 1) * cus).min(blocks) {
-            let l2 = (id % n_xcd) % n_l2;
-            by_l2[l2 as usize].push(order.tile(id, rows, cols, n_xcd));
-        }
-        for k in 0..ks {
-            for (l2, tiles) in by_l2.iter().enumerate() {
-                for &(r, c) in tiles {
-                    h.read(l2, (r * ks + k) as u32, shape.slice_bytes(r, shape.tile_m, shape.m, k));
-                    h.read(
-                        l2,
-                        ((rows + c) * ks + k) as u32,
-                        shape.slice_bytes(c, shape.tile_n, shape.n, k),
-                    );
+    let mut h = Hierarchy::new(gpu, ids as usize);
+    // Time runs in ticks of 1/q k-step; slot s starts `offset[s]` ticks late.
+    let q = if stagger > 0.0 { slots } else { 1 };
+    let offset: Vec<u64> = (0..slots)
+        .map(|s| (s as f64 * stagger * ks as f64).floor() as u64)
+        .collect();
+    let end = rounds * ks * q + offset.last().copied().unwrap_or(0);
+    // Tile of every launch id, computed once.
+    let tiles: Vec<(u64, u64)> = (0..blocks).map(|id| order.tile(id, rows, cols, n_xcd)).collect();
+    for t in 0..end {
+        for x in 0..n_xcd {
+            let l2 = (x % n_l2) as usize;
+            for (s, &off) in offset.iter().enumerate() {
+                let Some(tau) = t.checked_sub(off) else { break };
+                if tau % q != 0 {
+                    continue;
                 }
+                let (round, k) = (tau / q / ks, tau / q % ks);
+                let id = round * cus + s as u64 * n_xcd + x;
+                let Some(&(r, c)) = tiles.get(id as usize) else {
+                    continue;
+                };
+                h.read(l2, (r * ks + k) as u32, shape.slice_bytes(r, shape.tile_m, shape.m, k));
+                h.read(
+                    l2,
+                    ((rows + c) * ks + k) as u32,
+                    shape.slice_bytes(c, shape.tile_n, shape.n, k),
+                );
             }
         }
     }
-    Ok(report(gpu, shape, order, &h.c, blocks, rounds))
+    Ok(report(gpu, shape, order, &h.c, (blocks, rounds), stagger))
 }
 
-fn report(gpu: &Gpu, s: &GemmShape, order: GridOrder, c: &Counters, blocks: u64, rounds: u64) -> CacheReport {
+fn report(gpu: &Gpu, s: &GemmShape, order: GridOrder, c: &Counters, size: (u64, u64), stagger: f64) -> CacheReport {
+    let (blocks, rounds) = size;
     let frac = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     let l2_hit = frac(c.l2_hit, c.l2_req);
     let llc_hit = frac(c.llc_hit, c.llc_req);
@@ -288,6 +319,8 @@ fn report(gpu: &Gpu, s: &GemmShape, order: GridOrder, c: &Counters, blocks: u64,
         hbm_bytes: c.hbm,
         compulsory_bytes: (s.m + s.n) * s.k * s.elem_bytes,
         bandwidth_tbps: eq1_bandwidth(gpu, l2_hit, llc_hit),
+        bandwidth_tbps_table4: eq1_bandwidth_paper(l2_hit, llc_hit),
+        stagger,
         blocks,
         rounds,
     }
@@ -296,4 +329,61 @@ fn report(gpu: &Gpu, s: &GemmShape, order: GridOrder, c: &Counters, blocks: u64,
 /// Seed 000 Eq. 1: `Bandwidth = LLC_bw × LLC_hit + L2_bw × L2_hit`, with the catalog's peaks.
 pub fn eq1_bandwidth(gpu: &Gpu, l2_hit: f64, llc_hit: f64) -> f64 {
     gpu.llc_tbps * llc_hit + gpu.l2_tbps * l2_hit
+}
+
+/// The (L2, LLC) bandwidths in TB/s that seed 000 Table 4's "Mem. BW" column uses for the MI355X:
+/// a least-squares fit of Eq. 1 to its six rows reproduces every row within 0.05 TB/s
+/// (`tests/table4.rs` recomputes the fit). They are about 0.43× the catalog's peaks (39.3 / 14.7),
+/// so they read as achievable rather than peak rates.
+pub const SEED_000_TABLE4_EQ1_TBPS: (f64, f64) = (17.05, 5.99);
+
+/// Eq. 1 with [`SEED_000_TABLE4_EQ1_TBPS`], for printing beside the paper's column.
+pub fn eq1_bandwidth_paper(l2_hit: f64, llc_hit: f64) -> f64 {
+    SEED_000_TABLE4_EQ1_TBPS.0 * l2_hit + SEED_000_TABLE4_EQ1_TBPS.1 * llc_hit
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{rngs::SmallRng, Rng, SeedableRng};
+
+    /// Reference LRU: a vector ordered most-recent first, searched linearly.
+    fn naive_hits(cap: u64, seq: &[(u32, u64)]) -> Vec<bool> {
+        let mut v: Vec<(u32, u64)> = Vec::new();
+        seq.iter()
+            .map(|&(id, b)| {
+                if let Some(p) = v.iter().position(|e| e.0 == id) {
+                    let e = v.remove(p);
+                    v.insert(0, e);
+                    return true;
+                }
+                if b <= cap {
+                    v.insert(0, (id, b));
+                    while v.iter().map(|e| e.1).sum::<u64>() > cap {
+                        v.pop();
+                    }
+                }
+                false
+            })
+            .collect()
+    }
+
+    #[test]
+    fn lru_matches_reference() {
+        let mut rng = SmallRng::seed_from_u64(7);
+        for _ in 0..50 {
+            let ids = rng.gen_range(2..60u32);
+            let cap = rng.gen_range(1..400u64);
+            let sizes: Vec<u64> = (0..ids).map(|_| rng.gen_range(1..60)).collect();
+            let seq: Vec<(u32, u64)> = (0..500)
+                .map(|_| {
+                    let id = rng.gen_range(0..ids);
+                    (id, sizes[id as usize])
+                })
+                .collect();
+            let mut lru = Lru::new(cap, ids as usize);
+            let got: Vec<bool> = seq.iter().map(|&(id, b)| lru.access(id, b)).collect();
+            assert_eq!(got, naive_hits(cap, &seq));
+        }
+    }
 }
