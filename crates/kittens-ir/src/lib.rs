@@ -10,6 +10,7 @@
 //! - [`numerics`]: storage rounding (bf16, f16, fp8) in the RTNE/RTNA/RTZ modes;
 //! - [`interp`]: the CPU interpreter, the `cpu` backend and the test oracle.
 
+pub mod analysis;
 pub mod builder;
 pub mod error;
 pub mod expr;

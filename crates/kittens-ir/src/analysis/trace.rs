@@ -1,0 +1,365 @@
+//! Symbolic execution of a kernel body for one wave: the straight-line sequence of memory effects, waits
+//! and barriers that wave performs, with loop variables, wave and block coordinates substituted.
+//!
+//! Only effects on shared memory matter to the schedule analysis: global loads and stores touch memory no
+//! other wave of the block synchronises on, and register ops are ordered by the compiler.
+
+use super::{AnalysisError, Region};
+use crate::expr::{Cond, Env, Expr, VarId};
+use crate::ir::{Kernel, MmaOperand, Op, Scope, SharedView, Stmt, WaitCount, WaitQueue};
+use serde::Serialize;
+
+/// Which waves a barrier instance rendezvous: all waves of the block (AMD `s_barrier`, counted per
+/// workgroup) or the four waves of one warpgroup (an NVIDIA named barrier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Domain {
+    Block,
+    Group(u32),
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum EvKind {
+    /// A shared-memory access. `queue: None` completes at issue; otherwise it completes when a wait on
+    /// that queue covers it.
+    Mem {
+        write: bool,
+        region: Region,
+        queue: Option<WaitQueue>,
+    },
+    Wait {
+        queue: WaitQueue,
+        count: WaitCount,
+    },
+    Barrier {
+        domain: Domain,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Event {
+    /// Pre-order op index (as [`Kernel::ops`] numbers them).
+    pub op: usize,
+    pub kind: EvKind,
+    /// Values of the enclosing loop variables, outermost first.
+    pub iter: Vec<(VarId, i64)>,
+    /// Innermost enclosing cluster (index into [`Traces::clusters`]).
+    pub cluster: Option<usize>,
+}
+
+/// How a long loop is shortened (see [`super::Options::head_iters`]).
+#[derive(Debug, Clone, Serialize, PartialEq, Eq)]
+pub struct LoopUnroll {
+    pub var: String,
+    pub trip: i64,
+    /// Iterations executed symbolically (the first `head`, then the last `trip - head - skipped`).
+    pub kept: i64,
+    pub skipped: i64,
+}
+
+pub(crate) struct Traces {
+    pub waves: Vec<Vec<Event>>,
+    /// Cluster labels with their kind ("compute"/"memory").
+    pub clusters: Vec<(String, String)>,
+    pub unrolled: Vec<LoopUnroll>,
+    /// Per wave: (event position when the cluster was entered, cluster index).
+    pub entries: Vec<Vec<(usize, usize)>>,
+}
+
+/// Upper bound on events per wave, so a mistaken parameter cannot exhaust memory.
+const MAX_EVENTS: usize = 2_000_000;
+
+struct Walker<'a> {
+    k: &'a Kernel,
+    params: &'a [i64],
+    block: &'a [i64],
+    wave: u32,
+    vars: Vec<i64>,
+    iter: Vec<(VarId, i64)>,
+    cluster: Option<usize>,
+    head: i64,
+    period: i64,
+    out: Vec<Event>,
+    entries: Vec<(usize, usize)>,
+    clusters: &'a mut Vec<(String, String)>,
+    unrolled: &'a mut Vec<LoopUnroll>,
+}
+
+/// Number of ops in a body, counted as [`Kernel::ops`] does (both branches of conditionals).
+pub(crate) fn count_ops(body: &[Stmt]) -> usize {
+    body.iter()
+        .map(|s| match s {
+            Stmt::Op { .. } => 1,
+            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => count_ops(body),
+            Stmt::If { then, els, .. } => count_ops(then) + count_ops(els),
+            Stmt::Roles { producer, consumer } => count_ops(producer) + count_ops(consumer),
+        })
+        .sum()
+}
+
+impl Walker<'_> {
+    fn env(&self) -> Env<'_> {
+        Env {
+            params: self.params,
+            vars: &self.vars,
+            block: self.block,
+            wave: self.wave as i64,
+        }
+    }
+
+    fn eval(&self, e: &Expr, op: usize) -> Result<i64, AnalysisError> {
+        e.eval(&self.env()).ok_or_else(|| AnalysisError::Eval {
+            op,
+            expr: e.to_string(),
+        })
+    }
+
+    fn cond(&self, c: &Cond, op: usize) -> Result<bool, AnalysisError> {
+        c.eval(&self.env()).ok_or_else(|| AnalysisError::Eval {
+            op,
+            expr: format!("{c:?}"),
+        })
+    }
+
+    /// Walks `body` whose first op has index `idx`; returns the index after it.
+    fn walk(&mut self, body: &[Stmt], mut idx: usize) -> Result<usize, AnalysisError> {
+        for s in body {
+            match s {
+                Stmt::Op { op, .. } => {
+                    self.op(op, idx)?;
+                    idx += 1;
+                }
+                Stmt::For { var, start, end, body } => {
+                    self.for_loop(*var, start, end, body, idx)?;
+                    idx += count_ops(body);
+                }
+                Stmt::If { cond, then, els } => {
+                    if self.cond(cond, idx)? {
+                        self.walk(then, idx)?;
+                    } else {
+                        self.walk(els, idx + count_ops(then))?;
+                    }
+                    idx += count_ops(then) + count_ops(els);
+                }
+                Stmt::Cluster { kind, label, body } => {
+                    let kind = format!("{kind:?}").to_lowercase();
+                    let id = match self.clusters.iter().position(|(l, k)| *l == *label && *k == kind) {
+                        Some(i) => i,
+                        None => {
+                            self.clusters.push((label.clone(), kind));
+                            self.clusters.len() - 1
+                        }
+                    };
+                    let outer = self.cluster.replace(id);
+                    self.entries.push((self.out.len(), id));
+                    idx = self.walk(body, idx)?;
+                    self.cluster = outer;
+                }
+                Stmt::Staggered { body } => idx = self.walk(body, idx)?,
+                Stmt::Roles { producer, consumer } => {
+                    let producers = match self.k.schedule {
+                        crate::ir::Schedule::ProducerConsumer { producers, .. } => producers,
+                        _ => 0,
+                    };
+                    if self.wave / 4 < producers {
+                        self.walk(producer, idx)?;
+                    } else {
+                        self.walk(consumer, idx + count_ops(producer))?;
+                    }
+                    idx += count_ops(producer) + count_ops(consumer);
+                }
+            }
+        }
+        Ok(idx)
+    }
+
+    /// Runs the first `head` iterations and a tail, skipping a multiple of `period` in between when the
+    /// loop is longer than `2·head + period` (the steady state repeats with the ring period).
+    fn for_loop(
+        &mut self,
+        var: VarId,
+        start: &Expr,
+        end: &Expr,
+        body: &[Stmt],
+        idx: usize,
+    ) -> Result<(), AnalysisError> {
+        let (s, e) = (self.eval(start, idx)?, self.eval(end, idx)?);
+        let trip = (e - s).max(0);
+        let skipped = if trip > 2 * self.head + self.period {
+            (trip - 2 * self.head) / self.period * self.period
+        } else {
+            0
+        };
+        if skipped > 0 && self.wave == 0 {
+            let name = self
+                .k
+                .vars
+                .get(var.0 as usize)
+                .map_or(format!("v{}", var.0), |v| v.name.clone());
+            let u = LoopUnroll {
+                var: name,
+                trip,
+                kept: trip - skipped,
+                skipped,
+            };
+            if !self.unrolled.contains(&u) {
+                self.unrolled.push(u);
+            }
+        }
+        let slot = var.0 as usize;
+        if self.vars.len() <= slot {
+            self.vars.resize(slot + 1, 0);
+        }
+        let saved = self.vars[slot];
+        let head = self.head;
+        for i in (0..trip).filter(|&i| i < head || i >= head + skipped) {
+            self.vars[slot] = s + i;
+            self.iter.push((var, s + i));
+            self.walk(body, idx)?;
+            self.iter.pop();
+        }
+        self.vars[slot] = saved;
+        Ok(())
+    }
+
+    fn push(&mut self, op: usize, kind: EvKind) -> Result<(), AnalysisError> {
+        if self.out.len() >= MAX_EVENTS {
+            return Err(AnalysisError::TooLarge {
+                wave: self.wave,
+                events: MAX_EVENTS,
+            });
+        }
+        self.out.push(Event {
+            op,
+            kind,
+            iter: self.iter.clone(),
+            cluster: self.cluster,
+        });
+        Ok(())
+    }
+
+    fn region(&self, v: &SharedView, rows: (i64, i64), op: usize) -> Result<Region, AnalysisError> {
+        let decl = self
+            .k
+            .shared
+            .get(v.buf.0 as usize)
+            .ok_or(AnalysisError::NoSuchBuffer { op })?;
+        let slot = self.eval(&v.index, op)?;
+        if slot < 0 || slot >= decl.count as i64 {
+            return Err(AnalysisError::SlotOutOfRange {
+                op,
+                buffer: decl.name.clone(),
+                slot,
+                count: decl.count,
+            });
+        }
+        let (r0, c0) = (self.eval(&v.row0, op)?, self.eval(&v.col0, op)?);
+        Ok(Region {
+            buf: v.buf,
+            slot,
+            rows: (r0 + rows.0, r0 + rows.1),
+            cols: (c0, c0 + v.cols as i64),
+        })
+    }
+
+    fn op(&mut self, op: &Op, idx: usize) -> Result<(), AnalysisError> {
+        let mem = |write, region, queue| EvKind::Mem { write, region, queue };
+        match op {
+            Op::LoadAsync { dst, scope, .. } => {
+                // Each wave of the scope copies a contiguous band of rows (ir.rs, `Op::LoadAsync`).
+                let n = scope.waves(self.k.waves).max(1) as i64;
+                let i = match scope {
+                    Scope::Wave => 0,
+                    _ => self.wave as i64 % n,
+                };
+                let band = (dst.rows as i64 + n - 1) / n;
+                let rows = ((i * band).min(dst.rows as i64), ((i + 1) * band).min(dst.rows as i64));
+                if rows.0 < rows.1 {
+                    let r = self.region(dst, rows, idx)?;
+                    self.push(idx, mem(true, r, Some(WaitQueue::Async)))?;
+                }
+            }
+            Op::LoadShared { src, .. } => {
+                let r = self.region(src, (0, src.rows as i64), idx)?;
+                self.push(idx, mem(false, r, Some(WaitQueue::Shared)))?;
+            }
+            Op::StoreShared { dst, .. } => {
+                // AMD ds_write is counted by lgkmcnt like ds_read (seed 000 D.5).
+                let r = self.region(dst, (0, dst.rows as i64), idx)?;
+                self.push(idx, mem(true, r, Some(WaitQueue::Shared)))?;
+            }
+            Op::Mma { a, b, .. } => {
+                for v in [a, b].into_iter().filter_map(|o| match o {
+                    MmaOperand::Shared(v) => Some(v),
+                    MmaOperand::Reg(_) => None,
+                }) {
+                    let r = self.region(v, (0, v.rows as i64), idx)?;
+                    self.push(idx, mem(false, r, None))?;
+                }
+            }
+            Op::Wait { queue, count } => self.push(
+                idx,
+                EvKind::Wait {
+                    queue: *queue,
+                    count: *count,
+                },
+            )?,
+            Op::Barrier { scope } => {
+                let domain = match scope {
+                    Scope::Wave => return Ok(()),
+                    Scope::WarpGroup => Domain::Group(self.wave / 4),
+                    Scope::Block => Domain::Block,
+                };
+                self.push(idx, EvKind::Barrier { domain })?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+}
+
+/// The traces of every wave of one block.
+pub(crate) fn trace(k: &Kernel, params: &[i64], block: &[i64], head: i64) -> Result<Traces, AnalysisError> {
+    // The ring period: slot indices are loop counters modulo the ring sizes, so skipping a multiple of
+    // the least common multiple of the ring sizes keeps every slot index where it was.
+    let period = k.shared.iter().map(|s| s.count.max(1) as i64).fold(1, lcm);
+    let (mut clusters, mut unrolled) = (vec![], vec![]);
+    let mut waves = Vec::with_capacity(k.waves as usize);
+    let mut entries = Vec::with_capacity(k.waves as usize);
+    for wave in 0..k.waves {
+        let mut w = Walker {
+            k,
+            params,
+            block,
+            wave,
+            vars: vec![0; k.vars.len()],
+            iter: vec![],
+            cluster: None,
+            head,
+            period,
+            out: vec![],
+            entries: vec![],
+            clusters: &mut clusters,
+            unrolled: &mut unrolled,
+        };
+        w.walk(&k.body, 0)?;
+        waves.push(w.out);
+        entries.push(w.entries);
+    }
+    Ok(Traces {
+        waves,
+        clusters,
+        unrolled,
+        entries,
+    })
+}
+
+fn lcm(a: i64, b: i64) -> i64 {
+    fn gcd(a: i64, b: i64) -> i64 {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
+    a / gcd(a, b) * b
+}
