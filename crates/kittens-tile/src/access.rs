@@ -20,7 +20,7 @@
 //! several shared tiles stored one after the other in row-major tile order (seed 000 D.1; also how TMA
 //! stores a tile as boxes of the swizzle width).
 
-use crate::{check_load, Layout, RegTile, SharedTile, TileError};
+use crate::{check_load, BaseShape, DType, Layout, RegTile, SharedTile, TileError};
 use kittens_hw::lds::{self, DsInstr, Vendor};
 use kittens_hw::mma::{self, Family, Operand};
 use kittens_hw::Arch;
@@ -66,23 +66,51 @@ struct LaneMap {
     map: Vec<Vec<(u32, u32)>>,
 }
 
+/// The operand a register tile of `layout` plays and its shape (rows, cols) in an instruction.
+fn operand_of(layout: Layout) -> (Operand, fn(&mma::MmaInstr) -> (u32, u32)) {
+    match layout {
+        Layout::Row => (Operand::A, |i| (i.m, i.k)),
+        Layout::Col => (Operand::B, |i| (i.k, i.n)),
+    }
+}
+
+/// Catalog instructions whose lane maps a tile of `dtype` and `layout` can use on `vendor`.
+fn candidates(
+    dtype: DType,
+    layout: Layout,
+    vendor: Vendor,
+) -> impl Iterator<Item = &'static mma::MmaInstr> {
+    let (op, _) = operand_of(layout);
+    mma::all().iter().filter(move |i| {
+        let on_vendor = match vendor {
+            Vendor::Amd => matches!(i.arch, Arch::Cdna3 | Arch::Cdna4),
+            Vendor::Nvidia => i.family == Family::MmaSync,
+        };
+        on_vendor && i.dtype(op).bytes() == dtype.bytes()
+    })
+}
+
+/// The base shapes a register tile of `dtype` and `layout` can have on `vendor`: the operand shapes of the
+/// catalog's matrix instructions with elements of the same width, largest first.
+pub fn base_shapes(dtype: DType, layout: Layout, vendor: Vendor) -> Vec<BaseShape> {
+    let (_, shape) = operand_of(layout);
+    let mut out: Vec<BaseShape> = Vec::new();
+    for i in candidates(dtype, layout, vendor) {
+        let (r, c) = shape(i);
+        if !out.contains(&BaseShape::new(r, c)) {
+            out.push(BaseShape::new(r, c));
+        }
+    }
+    out.sort_by_key(|b| std::cmp::Reverse((b.rows * b.cols, b.cols)));
+    out
+}
+
 /// The base tile's lane map: the A operand (row layout) or B operand (column layout) of the first
 /// catalog instruction of `vendor` with that operand shape and element width.
 fn lane_map(reg: &RegTile, vendor: Vendor) -> Result<LaneMap, TileError> {
-    type Shape = fn(&mma::MmaInstr) -> (u32, u32);
-    let (op, want): (Operand, Shape) = match reg.layout {
-        Layout::Row => (Operand::A, |i| (i.m, i.k)),
-        Layout::Col => (Operand::B, |i| (i.k, i.n)),
-    };
-    let on_vendor = |i: &mma::MmaInstr| match vendor {
-        Vendor::Amd => matches!(i.arch, Arch::Cdna3 | Arch::Cdna4),
-        Vendor::Nvidia => i.family == Family::MmaSync,
-    };
-    let found = mma::all().iter().find(|i| {
-        on_vendor(i)
-            && want(i) == (reg.base.rows, reg.base.cols)
-            && i.dtype(op).bytes() == reg.dtype.bytes()
-    });
+    let (op, shape) = operand_of(reg.layout);
+    let found = candidates(reg.dtype, reg.layout, vendor)
+        .find(|&i| shape(i) == (reg.base.rows, reg.base.cols));
     let Some(instr) = found else {
         return Err(TileError::NoLaneMap {
             vendor: if vendor == Vendor::Amd {
@@ -306,4 +334,67 @@ pub fn analyze(
         phases,
         max_conflict,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base_shapes_follow_the_catalog() {
+        let amd_row = base_shapes(DType::Bf16, Layout::Row, Vendor::Amd);
+        for b in [
+            BaseShape::S16X32,
+            BaseShape::S16X16,
+            BaseShape::S32X16,
+            BaseShape::S32X8,
+        ] {
+            assert!(amd_row.contains(&b), "{b} missing from {amd_row:?}");
+        }
+        assert!(
+            base_shapes(DType::Bf16, Layout::Col, Vendor::Amd).contains(&BaseShape::new(16, 32))
+        );
+        assert_eq!(
+            base_shapes(DType::Bf16, Layout::Row, Vendor::Nvidia),
+            vec![BaseShape::S16X16]
+        );
+    }
+
+    #[test]
+    fn refuses_what_the_instruction_cannot_move() {
+        let shared = SharedTile::new(DType::Bf16, 16, 16).unwrap();
+        let reg = RegTile::new(DType::Bf16, 16, 16, Layout::Row, BaseShape::S16X16).unwrap();
+        // 4 elements per lane, a 16-byte access needs 8.
+        assert!(matches!(
+            analyze(&shared, &reg, DsInstr::DsReadB128),
+            Err(TileError::AccessShape { .. })
+        ));
+        // A column layout is not contiguous along rows: plain loads cannot fill it.
+        let col = RegTile::new(DType::Bf16, 16, 16, Layout::Col, BaseShape::S16X16).unwrap();
+        assert!(matches!(
+            analyze(&shared, &col, DsInstr::DsReadB64),
+            Err(TileError::AccessShape { .. })
+        ));
+        // No CDNA instruction has a 48x16 operand.
+        let odd = RegTile::new(DType::Bf16, 48, 16, Layout::Row, BaseShape::new(48, 16)).unwrap();
+        let s48 = SharedTile::new(DType::Bf16, 48, 16).unwrap();
+        assert!(matches!(
+            analyze(&s48, &odd, DsInstr::DsReadB64),
+            Err(TileError::NoLaneMap { .. })
+        ));
+    }
+
+    /// Every element of a larger tile is read exactly once across all issued instructions.
+    #[test]
+    fn covers_each_element_once() {
+        let shared = SharedTile::new(DType::Bf16, 16, 32).unwrap();
+        let reg = RegTile::new(DType::Bf16, 64, 64, Layout::Row, BaseShape::S16X32).unwrap();
+        let issues = access_pattern(&shared, &reg, DsInstr::DsReadB128).unwrap();
+        let mut seen = vec![0u32; 64 * 64];
+        for e in issues.iter().flat_map(|i| i.elems.iter().flatten()) {
+            seen[(e.0 * 64 + e.1) as usize] += 1;
+        }
+        assert!(seen.iter().all(|&n| n == 1));
+        assert_eq!(issues.len(), 8);
+    }
 }

@@ -13,12 +13,14 @@ pub mod error;
 pub mod layout;
 pub mod reg;
 pub mod shared;
+pub mod svg;
 pub mod swizzle;
 
-pub use access::{access_pattern, analyze, BankReport, Issue, PhaseConflict};
+pub use access::{access_pattern, analyze, base_shapes, BankReport, Issue, PhaseConflict};
 pub use error::TileError;
 pub use kittens_hw::dtype::DType;
 pub use layout::{BaseShape, Layout};
 pub use reg::{RegFile, RegPin, RegTile};
 pub use shared::{check_load, SharedTile};
+pub use svg::bank_svg;
 pub use swizzle::{default_swizzle, Swizzle, XorTerm};
