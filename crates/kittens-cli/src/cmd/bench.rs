@@ -31,6 +31,9 @@ pub struct GemmArgs {
     /// Tile-rows per group of the L2-friendly tile order.
     #[arg(long, default_value_t = HopperGemm::default().group_m)]
     pub group_m: u32,
+    /// Correctness-only shapes: `default` (partial tiles at every edge), `none`, or `MxNxK,MxNxK,...`.
+    #[arg(long, default_value = "default")]
+    pub checks: String,
     /// With no value: print one JSON document on stdout. With a file: also write it there.
     #[arg(long, num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
@@ -46,8 +49,15 @@ fn gemm(a: GemmArgs) -> anyhow::Result<()> {
     if a.dtype != "bf16" {
         bail!("--dtype {}: only bf16 is benchmarked so far", a.dtype);
     }
+    let defaults = GemmBenchOptions::default();
+    let checks = match a.checks.as_str() {
+        "default" => defaults.checks.clone(),
+        "none" => Vec::new(),
+        list => list.split(',').map(parse_shape).collect::<anyhow::Result<_>>()?,
+    };
     let opts = GemmBenchOptions {
         sizes: a.sizes.clone(),
+        checks,
         iters: a.iters.max(1),
         warmup: a.warmup,
         config: HopperGemm {
@@ -55,7 +65,7 @@ fn gemm(a: GemmArgs) -> anyhow::Result<()> {
             group_m: a.group_m,
             ..HopperGemm::default()
         },
-        ..GemmBenchOptions::default()
+        ..defaults
     };
     let report = match run_gemm_bench(&opts) {
         Ok(r) => r,
@@ -72,10 +82,23 @@ fn gemm(a: GemmArgs) -> anyhow::Result<()> {
         }
         None => print_table(&report),
     }
-    if report.rows.iter().any(|r| !r.passed) {
+    if report.rows.iter().chain(&report.checks).any(|r| !r.passed) {
         bail!("gemm_bf16 failed its correctness check at some size");
     }
     Ok(())
+}
+
+/// `MxNxK` -> (M, N, K).
+fn parse_shape(s: &str) -> anyhow::Result<(usize, usize, usize)> {
+    let v: Vec<usize> = s
+        .split('x')
+        .map(|p| p.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("shape `{s}` is not MxNxK"))?;
+    match v[..] {
+        [m, n, k] => Ok((m, n, k)),
+        _ => bail!("shape `{s}` is not MxNxK"),
+    }
 }
 
 /// The GPU is not there: say so plainly. The CPU backend (the tile-language interpreter, `kittens run`)
@@ -157,10 +180,14 @@ fn print_table(r: &GemmBenchReport) {
         "{:>6} {:>10} {:>10} {:>7} {:>10} {:>10} {:>6}",
         "size", "ours TF/s", "cuBLAS", "ratio", "err/cuBLAS", "err/f64", "check"
     );
-    for row in &r.rows {
+    for row in r.rows.iter().chain(&r.checks) {
         println!(
             "{:>6} {:>10.1} {:>10.1} {:>7.3} {:>10.2e} {:>10.2e} {:>6}",
-            row.m,
+            if row.m == row.n && row.n == row.k {
+                row.m.to_string()
+            } else {
+                format!("{}x{}x{}", row.m, row.n, row.k)
+            },
             row.ours_tflops,
             row.cublas_tflops,
             row.ratio,
@@ -174,6 +201,12 @@ fn print_table(r: &GemmBenchReport) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shapes_parse() {
+        assert_eq!(parse_shape("1000x1032x520").expect("valid"), (1000, 1032, 520));
+        assert!(parse_shape("10x10").is_err() && parse_shape("axbxc").is_err());
+    }
 
     #[test]
     fn utc_date_is_well_formed_and_recent() {

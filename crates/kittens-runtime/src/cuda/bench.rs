@@ -196,28 +196,6 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
     };
     let stream = Stream::new()?;
     let cublas = Cublas::new(&stream)?;
-    let mut checks = Vec::new();
-    for (i, &shape) in opts.checks.iter().enumerate() {
-        cfg.check_shape(shape.0, shape.1, shape.2)
-            .map_err(|e| CudaError::Invalid(e.to_string()))?;
-        let row = bench_shape(
-            &dev,
-            &kernel,
-            &cublas,
-            &stream,
-            opts,
-            shape,
-            opts.seed ^ (i as u64 + 77),
-            false,
-        )?;
-        eprintln!(
-            "  check {shape:?}: err vs cuBLAS {:.2e}, vs f64 {:.2e}, {}",
-            row.rel_err_vs_cublas,
-            row.spot_err_ours,
-            if row.passed { "ok" } else { "FAILED" }
-        );
-        checks.push(row);
-    }
     let mut rows = Vec::new();
     for (i, &size) in opts.sizes.iter().enumerate() {
         cfg.check_shape(size, size, size)
@@ -242,6 +220,28 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
             if row.passed { "ok" } else { "FAILED" }
         );
         rows.push(row);
+    }
+    let mut checks = Vec::new();
+    for (i, &shape) in opts.checks.iter().enumerate() {
+        cfg.check_shape(shape.0, shape.1, shape.2)
+            .map_err(|e| CudaError::Invalid(e.to_string()))?;
+        let row = bench_shape(
+            &dev,
+            &kernel,
+            &cublas,
+            &stream,
+            opts,
+            shape,
+            opts.seed ^ (i as u64 + 77),
+            false,
+        )?;
+        eprintln!(
+            "  check {shape:?}: err vs cuBLAS {:.2e}, vs f64 {:.2e}, {}",
+            row.rel_err_vs_cublas,
+            row.spot_err_ours,
+            if row.passed { "ok" } else { "FAILED" }
+        );
+        checks.push(row);
     }
     Ok(GemmBenchReport {
         device: dev.name.clone(),
@@ -335,6 +335,9 @@ fn bench_shape(
     c_ours.download(&mut ours)?;
     c_ref.download(&mut reference)?;
     let cmp = compare(&ours, &reference);
+    if cmp.non_finite > 0 || cmp.rel_frobenius >= TOLERANCE {
+        report_mismatches(&ours, &reference, n);
+    }
     let (spot_err_ours, spot_err_cublas) = spot_check(&inp, &ours, &reference, (m, n, k), opts.spot_checks, seed);
 
     // Timing: interleaved launches with events, rotating input copies.
@@ -432,6 +435,22 @@ pub fn compare(ours: &[u16], reference: &[u16]) -> Comparison {
         rel_frobenius: if non_finite > 0 { f64::NAN } else { rel },
         max_rel,
         non_finite,
+    }
+}
+
+/// Prints the first few elements where ours and cuBLAS disagree, with their coordinates, for debugging.
+fn report_mismatches(ours: &[u16], reference: &[u16], n: usize) {
+    let bad = ours.iter().zip(reference).enumerate().filter(|(_, (&o, &r))| {
+        let (o, r) = (bf16_to_f32(o), bf16_to_f32(r));
+        !o.is_finite() || (o - r).abs() > 0.05 * r.abs().max(1.0)
+    });
+    let total = bad.clone().count();
+    eprintln!(
+        "  {total} of {} elements disagree with cuBLAS; first ones (row, col): ours vs cuBLAS",
+        ours.len()
+    );
+    for (i, (&o, &r)) in bad.take(12) {
+        eprintln!("    ({}, {}): {} vs {}", i / n, i % n, bf16_to_f32(o), bf16_to_f32(r));
     }
 }
 
