@@ -396,5 +396,7 @@ mod tests {
         }
         assert!(seen.iter().all(|&n| n == 1));
         assert_eq!(issues.len(), 8);
+        // Contiguous Fig. 4-swizzled subtiles keep every load conflict-free.
+        assert_eq!(analyze(&shared, &reg, DsInstr::DsReadB128).unwrap().max_conflict, 1);
     }
 }
