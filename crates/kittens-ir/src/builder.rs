@@ -132,6 +132,18 @@ impl KernelBuilder {
         SharedId(self.k.shared.len() as u32 - 1)
     }
 
+    /// `count` shared tiles of a tile-layer shape (e.g. `SharedTile::new`, which picks the shape's default
+    /// swizzle, seed 000 D.1).
+    pub fn shared_tile(&mut self, name: &str, tile: Result<SharedTile, TileError>, count: u32) -> SharedId {
+        match tile {
+            Ok(t) => self.shared(name, t.dtype, t.rows, t.cols, t.swizzle, count),
+            Err(source) => {
+                self.fail(BuildError::Decl { name: name.into(), source });
+                self.shared(name, DType::Bf16, 1, 1, Swizzle::None, count)
+            }
+        }
+    }
+
     /// A register tile from the tile layer (use `RegTile::pinned` for explicit registers, seed 000 D.3).
     pub fn reg_tile(&mut self, name: &str, tile: Result<RegTile, TileError>) -> RegId {
         let t = tile.unwrap_or_else(|source| {

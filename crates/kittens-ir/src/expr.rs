@@ -78,26 +78,26 @@ impl Expr {
         }
         Expr::Bin(op, Box::new(a), Box::new(b))
     }
-    pub fn ceil_div(self, b: impl Into<Expr>) -> Expr {
-        Expr::bin(BinOp::CeilDiv, self, b.into())
+    pub fn ceil_div(&self, b: impl Into<Expr>) -> Expr {
+        Expr::bin(BinOp::CeilDiv, self.clone(), b.into())
     }
-    pub fn min(self, b: impl Into<Expr>) -> Expr {
-        Expr::bin(BinOp::Min, self, b.into())
+    pub fn min(&self, b: impl Into<Expr>) -> Expr {
+        Expr::bin(BinOp::Min, self.clone(), b.into())
     }
-    pub fn max(self, b: impl Into<Expr>) -> Expr {
-        Expr::bin(BinOp::Max, self, b.into())
+    pub fn max(&self, b: impl Into<Expr>) -> Expr {
+        Expr::bin(BinOp::Max, self.clone(), b.into())
     }
-    pub fn eq(self, b: impl Into<Expr>) -> Cond {
-        Cond::Eq(self, b.into())
+    pub fn eq(&self, b: impl Into<Expr>) -> Cond {
+        Cond::Eq(self.clone(), b.into())
     }
-    pub fn ne(self, b: impl Into<Expr>) -> Cond {
-        Cond::Ne(self, b.into())
+    pub fn ne(&self, b: impl Into<Expr>) -> Cond {
+        Cond::Ne(self.clone(), b.into())
     }
-    pub fn lt(self, b: impl Into<Expr>) -> Cond {
-        Cond::Lt(self, b.into())
+    pub fn lt(&self, b: impl Into<Expr>) -> Cond {
+        Cond::Lt(self.clone(), b.into())
     }
-    pub fn le(self, b: impl Into<Expr>) -> Cond {
-        Cond::Le(self, b.into())
+    pub fn le(&self, b: impl Into<Expr>) -> Cond {
+        Cond::Le(self.clone(), b.into())
     }
 
     /// The value under `env`; `None` on division by zero or an out-of-range id.

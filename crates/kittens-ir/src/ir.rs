@@ -292,9 +292,12 @@ pub enum ReduceOp {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MaskRule {
-    /// Keep `col <= row + offset` (causal attention with `offset = seq_k - seq_q` for bottom-right
-    /// alignment, 0 for top-left).
+    /// Keep `col <= row + offset`: causal attention on a `queries × keys` score tile (`offset` 0 is
+    /// PyTorch's top-left `is_causal`; `seq_k - seq_q` aligns bottom-right).
     Causal { offset: Expr },
+    /// Keep `row <= col + offset`: the same rule on a transposed `keys × queries` tile (seed 000 E.3
+    /// computes `K·Qᵀ`).
+    CausalT { offset: Expr },
     /// Keep `col < limit` (key columns past the sequence end).
     ColsBelow(Expr),
     /// Keep `row < limit`.

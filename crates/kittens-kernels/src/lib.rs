@@ -1,1 +1,52 @@
-//! kittens-kernels (being written).
+//! The kernels, written once in the tile language (`kittens_ir::KernelBuilder`) and lowered per target.
+//!
+//! Each kernel module has a config and `build(&Config) -> Result<Kernel, KernelError>` that every
+//! backend uses; [`reference`] holds the f64 references; [`cpu`] runs a kernel on the interpreter on
+//! random inputs and reports its error; [`by_name`] is the registry the CLI reads.
+
+pub mod attn_fwd;
+pub mod cpu;
+pub mod gemm_bf16;
+pub mod reference;
+
+use kittens_ir::Kernel;
+use thiserror::Error;
+
+#[derive(Debug, Error)]
+pub enum KernelError {
+    #[error("invalid kernel configuration: {0}")]
+    Config(String),
+    #[error(transparent)]
+    Build(#[from] kittens_ir::BuildError),
+    #[error(transparent)]
+    Interp(#[from] kittens_ir::interp::InterpError),
+    #[error("unknown kernel `{0}`; known: gemm_bf16, attn_fwd")]
+    Unknown(String),
+}
+
+/// Kernels the registry knows.
+pub const NAMES: [&str; 2] = ["gemm_bf16", "attn_fwd"];
+
+/// A registered kernel: its name, a one-line description and its default build.
+pub struct KernelInfo {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub build_default: fn() -> Result<Kernel, KernelError>,
+}
+
+/// The registry: `gemm_bf16` (seed 000 E.1 defaults), `attn_fwd` (seed 000 E.3 defaults, non-causal).
+pub fn by_name(name: &str) -> Option<KernelInfo> {
+    match name {
+        "gemm_bf16" => Some(KernelInfo {
+            name: "gemm_bf16",
+            about: "C = A·Bᵀ, bf16 in/out, fp32 accumulation, 8-wave ping-pong (seed 000 E.1)",
+            build_default: || gemm_bf16::build(&gemm_bf16::GemmConfig::default()),
+        }),
+        "attn_fwd" => Some(KernelInfo {
+            name: "attn_fwd",
+            about: "attention forward, online softmax, GQA, causal option, BSHD/BHSD (seed 000 E.3)",
+            build_default: || attn_fwd::build(&attn_fwd::AttnConfig::default()),
+        }),
+        _ => None,
+    }
+}

@@ -6,7 +6,8 @@
 
 use super::{AnalysisError, Region};
 use crate::expr::{Cond, Env, Expr, VarId};
-use crate::ir::{Kernel, MmaOperand, Op, Scope, SharedView, Stmt, WaitCount, WaitQueue};
+use crate::ir::{Arg, Kernel, MmaOperand, Op, RegId, Scope, SharedView, Stmt, WaitCount, WaitQueue};
+use std::collections::HashSet;
 use serde::Serialize;
 
 /// Which waves a barrier instance rendezvous: all waves of the block (AMD `s_barrier`, counted per
@@ -78,6 +79,8 @@ struct Walker<'a> {
     cluster: Option<usize>,
     head: i64,
     period: i64,
+    /// Registers some shared→register load fills (only their uses need tracking).
+    tracked: &'a HashSet<RegId>,
     out: Vec<Event>,
     entries: Vec<(usize, usize)>,
     clusters: &'a mut Vec<(String, String)>,
@@ -278,9 +281,11 @@ impl Walker<'_> {
                     self.push(idx, mem(true, r, Some(WaitQueue::Async)))?;
                 }
             }
-            Op::LoadShared { src, .. } => {
+            Op::LoadShared { src, dst } => {
                 let r = self.region(src, (0, src.rows as i64), idx)?;
                 self.push(idx, mem(false, r, Some(WaitQueue::Shared)))?;
+                let kind = EvKind::Reg { reg: *dst, write: true, queue: Some(WaitQueue::Shared) };
+                return self.push(idx, kind);
             }
             Op::StoreShared { dst, .. } => {
                 // AMD ds_write is counted by lgkmcnt like ds_read (seed 000 D.5).
@@ -313,7 +318,43 @@ impl Walker<'_> {
             }
             _ => {}
         }
+        let (reads, writes) = reg_effects(op);
+        for (reg, write) in reads.into_iter().map(|r| (r, false)).chain(writes.into_iter().map(|r| (r, true))) {
+            if self.tracked.contains(&reg) {
+                self.push(idx, EvKind::Reg { reg, write, queue: None })?;
+            }
+        }
         Ok(())
+    }
+}
+
+/// The registers an op reads and writes (a private adapter over [`Op`]; a new op kind that touches
+/// registers must be added here for the analysis to see it).
+fn reg_effects(op: &Op) -> (Vec<RegId>, Vec<RegId>) {
+    let operand = |o: &MmaOperand| match o {
+        MmaOperand::Reg(r) => Some(*r),
+        MmaOperand::Shared(_) => None,
+    };
+    match op {
+        Op::LoadShared { dst, .. } | Op::LoadGlobal { dst, .. } | Op::Fill { dst, .. } => (vec![], vec![*dst]),
+        Op::StoreShared { src, .. } | Op::StoreGlobal { src, .. } => (vec![*src], vec![]),
+        Op::Mma { d, a, b, c, .. } => {
+            ([operand(a), operand(b), *c].into_iter().flatten().collect(), vec![*d])
+        }
+        Op::Map { dst, args, .. } => {
+            let reads = args
+                .iter()
+                .filter_map(|a| match a {
+                    Arg::Reg(r) | Arg::RowBcast(r) | Arg::ColBcast(r) => Some(*r),
+                    Arg::Scalar(_) => None,
+                })
+                .collect();
+            (reads, vec![*dst])
+        }
+        Op::Reduce { dst, src, acc, .. } => ([Some(*src), *acc].into_iter().flatten().collect(), vec![*dst]),
+        Op::Transpose { dst, src } | Op::SwapLayout { dst, src } => (vec![*src], vec![*dst]),
+        Op::Mask { dst, .. } => (vec![*dst], vec![*dst]),
+        _ => (vec![], vec![]),
     }
 }
 
@@ -323,6 +364,12 @@ pub(crate) fn trace(k: &Kernel, params: &[i64], block: &[i64], head: i64) -> Res
     // the least common multiple of the ring sizes keeps every slot index where it was.
     let period = k.shared.iter().map(|s| s.count.max(1) as i64).fold(1, lcm);
     let (mut clusters, mut unrolled) = (vec![], vec![]);
+    let mut tracked = HashSet::new();
+    k.for_each_op(|r| {
+        if let Op::LoadShared { dst, .. } = r.op {
+            tracked.insert(*dst);
+        }
+    });
     let mut waves = Vec::with_capacity(k.waves as usize);
     let mut entries = Vec::with_capacity(k.waves as usize);
     for wave in 0..k.waves {
@@ -336,6 +383,7 @@ pub(crate) fn trace(k: &Kernel, params: &[i64], block: &[i64], head: i64) -> Res
             cluster: None,
             head,
             period,
+            tracked: &tracked,
             out: vec![],
             entries: vec![],
             clusters: &mut clusters,

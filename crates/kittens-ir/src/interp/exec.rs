@@ -373,6 +373,7 @@ impl<'a> Block<'a> {
         let (r0, c0) = (self.eval(w, row0)?, self.eval(w, col0)?);
         let (keep_kind, bound) = match rule {
             MaskRule::Causal { offset } => (0, self.eval(w, offset)?),
+            MaskRule::CausalT { offset } => (3, self.eval(w, offset)?),
             MaskRule::ColsBelow(l) => (1, self.eval(w, l)?),
             MaskRule::RowsBelow(l) => (2, self.eval(w, l)?),
         };
@@ -384,7 +385,8 @@ impl<'a> Block<'a> {
             let keep = match keep_kind {
                 0 => c <= r + bound,
                 1 => c < bound,
-                _ => r < bound,
+                2 => r < bound,
+                _ => r <= c + bound,
             };
             if !keep {
                 *e = v;

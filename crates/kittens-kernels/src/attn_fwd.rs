@@ -1,0 +1,150 @@
+//! Attention forward `O = softmax(Q·Kᵀ/√d)·V` with online softmax (seed 000 E.3, seed 001 §3), causal or
+//! not, grouped-query heads (GQA: query head `h` reads KV head `h / (heads / heads_kv)`), BSHD or BHSD
+//! tensors (same logical `[b, h, s, d]` view, different strides — no copies).
+//!
+//! Like seed 000 E.3 the scores are computed transposed, `Sᵀ = K·Qᵀ` (keys × queries), so the
+//! accumulator's column layout feeds the `P·V` multiply directly and the softmax statistics are column
+//! vectors (`col_max`, `sub_col`, `col_sum`, `mul_col`). Q is pre-scaled by `log2(e)/√d` so the softmax
+//! uses `exp2`. Each of the 8 waves owns `q_rows` queries; K and V stream through a double-buffered
+//! shared ring; the loop alternates memory and compute clusters of the 8-wave ping-pong.
+
+use crate::KernelError;
+use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_ir::{Access, Expr, GlobalId, GridRemap, Kernel, KernelBuilder, MaskRule, Schedule};
+use kittens_tile::{BaseShape, Layout, SharedTile};
+
+/// Memory order of the `[batch, heads, seq, dim]` tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttnLayout {
+    /// `[batch, seq, heads, dim]` (PyTorch's usual projection output).
+    Bshd,
+    /// `[batch, heads, seq, dim]`.
+    Bhsd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnConfig {
+    /// Head dimension (a multiple of 32).
+    pub dim: u32,
+    /// Queries per wave (a multiple of 16); a block covers `8 × q_rows`.
+    pub q_rows: u32,
+    /// Keys per pipeline step (a multiple of 32).
+    pub kv_block: u32,
+    pub causal: bool,
+    pub layout: AttnLayout,
+    pub remap: GridRemap,
+}
+
+impl Default for AttnConfig {
+    /// Seed 000 E.3: each wave computes a 32 × 128 output tile; 64-key blocks.
+    fn default() -> Self {
+        AttnConfig {
+            dim: 128,
+            q_rows: 32,
+            kv_block: 64,
+            causal: false,
+            layout: AttnLayout::Bshd,
+            remap: GridRemap::HeadFirst { xcds: 8 },
+        }
+    }
+}
+
+/// Logical `[b, h, s, d]` strides (elements) of a tensor with `heads` heads in `layout`.
+pub fn strides(layout: AttnLayout, heads: &Expr, seq: &Expr, dim: &Expr) -> Vec<Expr> {
+    match layout {
+        AttnLayout::Bshd => vec![seq * heads.clone() * dim.clone(), dim.clone(), heads * dim.clone(), Expr::c(1)],
+        AttnLayout::Bhsd => vec![heads * seq.clone() * dim.clone(), seq * dim.clone(), dim.clone(), Expr::c(1)],
+    }
+}
+
+/// Parameter order: `batch, heads, heads_kv, seq`; tensors `q, k, v, o`.
+pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
+    let (d, qr, kv) = (cfg.dim, cfg.q_rows, cfg.kv_block);
+    if d % 32 != 0 || qr % 16 != 0 || kv % 32 != 0 {
+        return Err(KernelError::Config(format!("attn_fwd: dim {d} and kv_block {kv} must be multiples of 32, q_rows {qr} of 16")));
+    }
+    let mut k = KernelBuilder::new(if cfg.causal { "attn_fwd_causal" } else { "attn_fwd" }, Schedule::PingPong8);
+    let (batch, heads, heads_kv, seq) = (k.param("batch"), k.param("heads"), k.param("heads_kv"), k.param("seq"));
+    let de = Expr::c(d as i64);
+    let tensor = |k: &mut KernelBuilder, name: &str, h: &Expr, access| -> GlobalId {
+        let dims = [("b", batch.clone()), ("h", h.clone()), ("s", seq.clone()), ("d", de.clone())];
+        k.global_strided(name, Bf16, &dims, strides(cfg.layout, h, &seq, &de), access)
+    };
+    let (q, kg, vg) = (tensor(&mut k, "q", &heads, Access::Read), tensor(&mut k, "k", &heads_kv, Access::Read), tensor(&mut k, "v", &heads_kv, Access::Read));
+    let o = tensor(&mut k, "o", &heads, Access::Write);
+    let block_q = 8 * qr as i64;
+    k.grid(vec![batch.clone(), heads.clone(), seq.ceil_div(block_q)], cfg.remap);
+    let (b, h, qb) = (k.block(0), k.block(1), k.block(2));
+    let hk = &h / (&heads / heads_kv.clone()); // GQA
+    let q0 = &qb * block_q + k.wave() * qr as i64; // this wave's first query
+
+    let k_s = k.shared_tile("k_s", SharedTile::new(Bf16, kv, d), 2);
+    let v_s = k.shared_tile("v_s", SharedTile::new(Bf16, kv, d), 2);
+    let q_f = k.tile("q_f", F32, qr, d, Layout::Row, BaseShape::S16X32);
+    let q_r = k.tile("q_r", Bf16, qr, d, Layout::Row, BaseShape::S16X32);
+    let q_t = k.tile("q_t", Bf16, d, qr, Layout::Col, BaseShape::S32X16);
+    let k_r = k.tile("k_r", Bf16, kv, d, Layout::Row, BaseShape::S16X32);
+    let k_t = k.tile("k_t", Bf16, d, kv, Layout::Col, BaseShape::S32X16);
+    let v_r = k.tile("v_r", Bf16, kv, d, Layout::Col, BaseShape::S32X16);
+    let att = k.tile("att", F32, kv, qr, Layout::Col, BaseShape::S16X16);
+    let att_b = k.tile("att_b", Bf16, kv, qr, Layout::Col, BaseShape::S32X16);
+    let o_r = k.tile("o_r", F32, d, qr, Layout::Col, BaseShape::S16X16);
+    let o_q = k.tile("o_q", F32, qr, d, Layout::Row, BaseShape::S16X16);
+    let [max_v, max_prev, scale, norm] = ["max_v", "max_prev", "scale", "norm"].map(|n| k.col_vec(n, att, F32));
+
+    let kv_view = |k: &KernelBuilder, g, j: Expr| k.gview(g, vec![b.clone(), hk.clone(), j * kv as i64, Expr::c(0)], 2, 3, kv, d);
+    let n_kv = if cfg.causal { seq.ceil_div(kv as i64).min(((&qb + 1) * block_q - 1) / kv as i64 + 1) } else { seq.ceil_div(kv as i64) };
+
+    // Prologue: K0, V0 into slot 0; this wave's Q, scaled by log2(e)/√d, transposed for K·Qᵀ.
+    k.load_async(k.smem(k_s, 0), kv_view(&k, kg, Expr::c(0)));
+    k.load_async(k.smem(v_s, 0), kv_view(&k, vg, Expr::c(0)));
+    k.load_global(q_f, k.gview(q, vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)], 2, 3, qr, d));
+    k.mul(q_f, q_f, std::f32::consts::LOG2_E / (d as f32).sqrt());
+    k.copy(q_r, q_f);
+    k.transpose(q_t, q_r);
+    k.zero(o_r);
+    k.zero(norm);
+    k.neg_infty(max_v);
+    k.wait_async(0);
+    k.barrier();
+    k.staggered(|k| {
+        k.for_range("j", 0, n_kv, |k, j| {
+            let (tic, toc) = (&j % 2, (&j + 1) % 2);
+            k.memory("kv to registers, prefetch next", |k| {
+                k.load(k_r, k.smem(k_s, &tic));
+                k.load(v_r, k.smem(v_s, &tic));
+                k.load_async(k.smem(k_s, &toc), kv_view(k, kg, &j + 1));
+                k.load_async(k.smem(v_s, &toc), kv_view(k, vg, &j + 1));
+            });
+            k.compute("K·Qᵀ, softmax", |k| {
+                k.wait_shared(0);
+                k.transpose(k_t, k_r);
+                k.zero(att);
+                k.mma_atb(att, k_t, q_t, att);
+                k.mask(att, MaskRule::RowsBelow(seq.clone()), &j * kv as i64, q0.clone(), f32::NEG_INFINITY);
+                if cfg.causal {
+                    k.mask(att, MaskRule::CausalT { offset: Expr::c(0) }, &j * kv as i64, q0.clone(), f32::NEG_INFINITY);
+                }
+                k.copy(max_prev, max_v);
+                k.reduce(kittens_ir::Axis::Cols, kittens_ir::ReduceOp::Max, max_v, att, Some(max_v));
+                k.sub_col(att, att, max_v);
+                k.exp2(att, att);
+                k.sub(scale, max_prev, max_v);
+                k.exp2(scale, scale);
+                k.mul(norm, norm, scale);
+                k.reduce(kittens_ir::Axis::Cols, kittens_ir::ReduceOp::Sum, norm, att, Some(norm));
+                k.copy(att_b, att);
+            });
+            k.memory("land next kv", |k| k.wait_async(0));
+            k.compute("P·V", |k| {
+                k.mul_col(o_r, o_r, scale);
+                k.mma_atb(o_r, v_r, att_b, o_r);
+            });
+        });
+    });
+    k.div_col(o_r, o_r, norm);
+    k.transpose(o_q, o_r);
+    k.store(k.gview(o, vec![b, h, q0, Expr::c(0)], 2, 3, qr, d), o_q);
+    Ok(k.finish()?)
+}

@@ -1,0 +1,50 @@
+//! The two example kernels on the CPU interpreter against f64 references, on random inputs of several
+//! shapes including ones that are not multiples of the tile.
+
+use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::cpu::{run, Problem};
+use kittens_kernels::gemm_bf16::GemmConfig;
+use kittens_kernels::reference::AttnShape;
+
+/// bf16 output rounding alone is a relative error of up to 2^-9 per element; a Frobenius error of 1e-2
+/// leaves room for fp32 accumulation order and bf16 P in attention, and catches any indexing mistake
+/// (which gives errors of order 1).
+const TOL: f64 = 1e-2;
+
+fn gemm(m: usize, n: usize, k: usize, gemm: GemmConfig) -> f64 {
+    let r = run("gemm_bf16", &Problem { m, n, k, gemm, seed: (m * 31 + n * 7 + k) as u64, ..Problem::default() }).unwrap();
+    assert!(r.error.rel_err < TOL, "gemm {m}x{n}x{k}: {:?}", r.error);
+    r.error.rel_err
+}
+
+#[test]
+fn gemm_small_tiles_several_shapes() {
+    for (m, n, k) in [(128, 128, 64), (200, 136, 100), (64, 300, 32), (129, 257, 33)] {
+        gemm(m, n, k, GemmConfig::small());
+    }
+}
+
+#[test]
+fn gemm_seed_tiles() {
+    let e = gemm(256, 256, 192, GemmConfig::default());
+    assert!(e > 0.0, "bf16 output rounding must show");
+}
+
+fn attn(batch: usize, heads: usize, heads_kv: usize, seq: usize, layout: AttnLayout, causal: bool) {
+    let attn = AttnShape { batch, heads, heads_kv, seq, dim: 64, layout };
+    let p = Problem { attn, causal, seed: seq as u64, ..Problem::default() };
+    let r = run("attn_fwd", &p).unwrap();
+    assert!(r.error.rel_err < TOL, "attn {attn:?} causal={causal}: {:?}", r.error);
+}
+
+#[test]
+fn attention_non_causal_gqa_layouts() {
+    attn(1, 4, 2, 128, AttnLayout::Bshd, false);
+    attn(2, 2, 1, 100, AttnLayout::Bhsd, false);
+}
+
+#[test]
+fn attention_causal_ragged() {
+    attn(1, 2, 2, 150, AttnLayout::Bshd, true);
+    attn(1, 4, 1, 64, AttnLayout::Bhsd, true);
+}
