@@ -104,8 +104,9 @@ pub struct CacheReport {
     pub compulsory_bytes: u64,
     /// Seed 000 Eq. 1 with the catalog's L2 and LLC peaks, TB/s.
     pub bandwidth_tbps: f64,
-    /// Eq. 1 with the bandwidths seed 000 Table 4 uses ([`SEED_000_TABLE4_EQ1_TBPS`]), TB/s.
-    pub bandwidth_tbps_table4: f64,
+    /// Eq. 1 with the bandwidths seed 000 Table 4 uses ([`SEED_000_TABLE4_EQ1_TBPS`]), TB/s; only for
+    /// the MI355X, the GPU they were fitted on.
+    pub bandwidth_tbps_table4: Option<f64>,
     /// Phase spread of the CUs of an XCD, as a fraction of one block's duration (0: lockstep).
     pub stagger: f64,
     pub blocks: u64,
@@ -319,7 +320,7 @@ fn report(gpu: &Gpu, s: &GemmShape, order: GridOrder, c: &Counters, size: (u64, 
         hbm_bytes: c.hbm,
         compulsory_bytes: (s.m + s.n) * s.k * s.elem_bytes,
         bandwidth_tbps: eq1_bandwidth(gpu, l2_hit, llc_hit),
-        bandwidth_tbps_table4: eq1_bandwidth_paper(l2_hit, llc_hit),
+        bandwidth_tbps_table4: (gpu.name == "mi355x").then(|| eq1_bandwidth_paper(l2_hit, llc_hit)),
         stagger,
         blocks,
         rounds,

@@ -175,10 +175,14 @@ fn grid(a: GridArgs) -> anyhow::Result<()> {
         rep.hbm_bytes as f64 / 1e9,
         rep.hbm_bytes as f64 / rep.compulsory_bytes as f64
     );
-    println!(
-        "  modeled bandwidth (seed 000 Eq. 1) {:.1} TB/s with the catalog's peaks, {:.1} TB/s with Table 4's",
-        rep.bandwidth_tbps, rep.bandwidth_tbps_table4
+    print!(
+        "  modeled bandwidth (seed 000 Eq. 1) {:.1} TB/s with the catalog's peaks",
+        rep.bandwidth_tbps
     );
+    match rep.bandwidth_tbps_table4 {
+        Some(t4) => println!(", {t4:.1} TB/s with the constants of Table 4"),
+        None => println!(),
+    }
     println!("First dispatch round, XCD per tile (. = later rounds):");
     print!("{}", draw::text_map(&map));
     if let Some(p) = &a.png {
