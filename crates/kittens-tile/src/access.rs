@@ -66,8 +66,11 @@ struct LaneMap {
     map: Vec<Vec<(u32, u32)>>,
 }
 
+/// An operand's (rows, cols) in an instruction.
+type OperandShape = fn(&mma::MmaInstr) -> (u32, u32);
+
 /// The operand a register tile of `layout` plays and its shape (rows, cols) in an instruction.
-fn operand_of(layout: Layout) -> (Operand, fn(&mma::MmaInstr) -> (u32, u32)) {
+fn operand_of(layout: Layout) -> (Operand, OperandShape) {
     match layout {
         Layout::Row => (Operand::A, |i| (i.m, i.k)),
         Layout::Col => (Operand::B, |i| (i.k, i.n)),
@@ -179,7 +182,7 @@ fn pattern(
         DsInstr::Ldmatrix => 8,
         _ => info.bytes_per_lane / reg.dtype.bytes().min(info.bytes_per_lane),
     };
-    if info.bytes_per_lane % reg.dtype.bytes() != 0 || per_lane % group != 0 {
+    if !info.bytes_per_lane.is_multiple_of(reg.dtype.bytes()) || !per_lane.is_multiple_of(group) {
         let why = format!(
             "each lane of {} holds {per_lane} {}-byte elements per base tile, the instruction moves {} bytes per lane",
             lm.instr,
@@ -397,6 +400,11 @@ mod tests {
         assert!(seen.iter().all(|&n| n == 1));
         assert_eq!(issues.len(), 8);
         // Contiguous Fig. 4-swizzled subtiles keep every load conflict-free.
-        assert_eq!(analyze(&shared, &reg, DsInstr::DsReadB128).unwrap().max_conflict, 1);
+        assert_eq!(
+            analyze(&shared, &reg, DsInstr::DsReadB128)
+                .unwrap()
+                .max_conflict,
+            1
+        );
     }
 }

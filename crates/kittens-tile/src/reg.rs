@@ -52,7 +52,7 @@ impl RegTile {
         if rows == 0 || cols == 0 {
             return Err(TileError::Empty { rows, cols });
         }
-        if rows % base.rows != 0 || cols % base.cols != 0 {
+        if !rows.is_multiple_of(base.rows) || !cols.is_multiple_of(base.cols) {
             return Err(TileError::NotMultipleOfBase {
                 rows,
                 cols,

@@ -66,7 +66,8 @@ pub fn check_load(shared: &SharedTile, reg: &RegTile) -> Result<(), TileError> {
     if shared.dtype != reg.dtype {
         return Err(TileError::DTypeMismatch(shared.dtype, reg.dtype));
     }
-    let divides = |a: &(u32, u32), b: &(u32, u32)| b.0 % a.0 == 0 && b.1 % a.1 == 0;
+    let divides =
+        |a: &(u32, u32), b: &(u32, u32)| b.0.is_multiple_of(a.0) && b.1.is_multiple_of(a.1);
     let s = (shared.rows, shared.cols);
     let r = (reg.rows, reg.cols);
     if divides(&s, &r) || divides(&r, &s) {
