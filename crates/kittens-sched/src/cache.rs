@@ -128,6 +128,10 @@ struct Lru {
 
 const NIL: u32 = u32::MAX;
 
+/// Most operand slices the model tracks: each cache keeps 13 bytes per slice id, so this bounds the
+/// model's memory near 500 MB on a 9-cache GPU (65536³ with 192×256×64 tiles needs 0.6 M).
+const MAX_SEGMENTS: u64 = 1 << 22;
+
 impl Lru {
     fn new(capacity: u64, ids: usize) -> Self {
         Lru {
@@ -261,9 +265,9 @@ pub fn simulate_staggered(
     let (rows, cols) = shape.grid();
     let ks = shape.ksteps();
     let ids = (rows + cols) * ks;
-    if ids >= NIL as u64 || shape.tile_m.max(shape.tile_n) * shape.tile_k * shape.elem_bytes > u32::MAX as u64 {
+    if ids > MAX_SEGMENTS || shape.tile_m.max(shape.tile_n) * shape.tile_k * shape.elem_bytes > u32::MAX as u64 {
         return Err(SchedError::Invalid(format!(
-            "problem too large for the model ({ids} segments)"
+            "problem too large for the model ({ids} segments; at most {MAX_SEGMENTS})"
         )));
     }
     let blocks = rows * cols;
@@ -281,14 +285,16 @@ pub fn simulate_staggered(
     let end = rounds * ks * q + offset.last().copied().unwrap_or(0);
     // Tile of every launch id, computed once.
     let tiles: Vec<(u64, u64)> = (0..blocks).map(|id| order.tile(id, rows, cols, n_xcd)).collect();
+    // Slots grouped by the tick phase at which they start a k-step, so each tick visits only them.
+    let mut by_phase: Vec<Vec<usize>> = vec![Vec::new(); q as usize];
+    for (s, &off) in offset.iter().enumerate() {
+        by_phase[(off % q) as usize].push(s);
+    }
     for t in 0..end {
         for x in 0..n_xcd {
             let l2 = (x % n_l2) as usize;
-            for (s, &off) in offset.iter().enumerate() {
-                let Some(tau) = t.checked_sub(off) else { break };
-                if tau % q != 0 {
-                    continue;
-                }
+            for &s in &by_phase[(t % q) as usize] {
+                let Some(tau) = t.checked_sub(offset[s]) else { break };
                 let (round, k) = (tau / q / ks, tau / q % ks);
                 let id = round * cus + s as u64 * n_xcd + x;
                 let Some(&(r, c)) = tiles.get(id as usize) else {

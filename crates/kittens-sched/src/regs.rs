@@ -98,7 +98,7 @@ impl RegsInput {
                 "consumers, tile, instruction, k step, stages must be positive".into(),
             ));
         }
-        if self.tile_m % self.mma.0 != 0 || self.tile_n % self.mma.1 != 0 {
+        if !self.tile_m.is_multiple_of(self.mma.0) || !self.tile_n.is_multiple_of(self.mma.1) {
             return Err(SchedError::Invalid(format!(
                 "output tile {}x{} is not a multiple of the {}x{} instruction",
                 self.tile_m, self.tile_n, self.mma.0, self.mma.1
@@ -112,9 +112,9 @@ impl RegsInput {
 fn consumer_need(s: &RegsInput, lanes: u32, operands_in_regs: bool) -> Result<ConsumerNeed, SchedError> {
     let c = s.consumers;
     let layout = (1..=c)
-        .filter(|r| c % r == 0)
+        .filter(|r| c.is_multiple_of(*r))
         .map(|r| (r, c / r))
-        .filter(|&(r, q)| s.tile_m % (r * s.mma.0) == 0 && s.tile_n % (q * s.mma.1) == 0)
+        .filter(|&(r, q)| s.tile_m.is_multiple_of(r * s.mma.0) && s.tile_n.is_multiple_of(q * s.mma.1))
         .min_by_key(|&(r, q)| s.tile_m / r + s.tile_n / q)
         .ok_or_else(|| SchedError::Invalid(format!("{c} consumers cannot tile a {}x{} output", s.tile_m, s.tile_n)))?;
     let sub = (s.tile_m / layout.0, s.tile_n / layout.1);
