@@ -11,7 +11,8 @@
 //!
 //! Host-side models and planners:
 //! - [`cache::simulate`]`(gpu, &GemmShape, GridOrder) -> CacheReport`: L2/LLC hit rates, HBM bytes and
-//!   the Eq. 1 bandwidth of a GEMM grid order;
+//!   the Eq. 1 bandwidth of a GEMM grid order, blocks in lockstep rounds;
+//!   [`cache::simulate_staggered`]`(…, stagger)` with the CUs of an XCD out of phase;
 //! - [`tail::plan_tail`]`(gpu, &TailInput, &TailModel) -> TailPlan`: the tail KV split (seed 001 §5.2);
 //! - [`regs::plan_regs`]`(gpu, &RegsInput) -> RegsReport`: register budgets (seed 000 Table 2);
 //! - [`draw`]: the first dispatch round as a text map or a PNG (Fig. 5 style).
