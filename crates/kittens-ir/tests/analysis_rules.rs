@@ -22,12 +22,7 @@ struct Decls {
 fn build(name: &str, schedule: Schedule, slots: u32, f: impl FnOnce(&mut KernelBuilder, &Decls)) -> Kernel {
     let mut b = KernelBuilder::new(name, schedule);
     let s = b.shared("S", DType::Bf16, ROWS, COLS, Swizzle::None, slots);
-    let g = b.global(
-        "g",
-        DType::Bf16,
-        &[("m", Expr::c(4096)), ("n", Expr::c(COLS as i64))],
-        Access::Read,
-    );
+    let g = b.global("g", DType::Bf16, &[("m", Expr::c(4096)), ("n", Expr::c(COLS as i64))], Access::Read);
     let r = b.tile("r", DType::Bf16, ROWS, COLS, Layout::Row, BaseShape::S16X32);
     f(&mut b, &Decls { s, g, r });
     b.finish().expect("test kernel builds")
@@ -55,11 +50,7 @@ fn kinds(r: &Report) -> Vec<(&'static str, usize, usize)> {
 
 /// Ops of a kernel whose name starts with `prefix`, in order.
 fn ops_named(k: &Kernel, prefix: &str) -> Vec<usize> {
-    k.ops()
-        .into_iter()
-        .filter(|r| r.op.name().starts_with(prefix))
-        .map(|r| r.index)
-        .collect()
+    k.ops().into_iter().filter(|r| r.op.name().starts_with(prefix)).map(|r| r.index).collect()
 }
 
 /// load → wait → barrier → read by every wave: the canonical correct pattern.
@@ -88,18 +79,10 @@ fn a_read_before_the_wait_is_a_missing_wait_naming_both_ops() {
     let r = run(&k);
     let (load, read) = (ops_named(&k, "load_async")[0], ops_named(&k, "load (shared")[0]);
     assert_eq!(kinds(&r), vec![("wait", load, read)], "{r}");
-    let Hazard::MissingWait {
-        queue,
-        pending,
-        access,
-        instances,
-    } = &r.hazards[0]
-    else {
-        unreachable!()
-    };
+    let Hazard::MissingWait { queue, pending, access, instances } = &r.hazards[0] else { unreachable!() };
     assert_eq!(*queue, WaitQueue::Async);
-    assert_eq!(pending.access.as_ref().map(|a| a.0.as_str()), Some("write"));
-    assert_eq!(access.access.as_ref().map(|a| a.0.as_str()), Some("read"));
+    assert_eq!(pending.access.as_deref(), Some("write"));
+    assert_eq!(access.access.as_deref(), Some("read"));
     // Each of 2 waves reads the whole tile; each of the 2 bands is un-waited for both readers.
     assert_eq!(*instances, 4);
 }
@@ -108,23 +91,8 @@ fn a_read_before_the_wait_is_a_missing_wait_naming_both_ops() {
 fn a_read_without_barrier_is_a_missing_barrier_across_waves_only() {
     let k = produce_consume(true, false);
     let r = run(&k);
-    assert_eq!(
-        kinds(&r),
-        vec![(
-            "barrier",
-            ops_named(&k, "load_async")[0],
-            ops_named(&k, "load (shared")[0]
-        )],
-        "{r}"
-    );
-    let Hazard::MissingBarrier {
-        first,
-        second,
-        instances,
-    } = &r.hazards[0]
-    else {
-        unreachable!()
-    };
+    assert_eq!(kinds(&r), vec![("barrier", ops_named(&k, "load_async")[0], ops_named(&k, "load (shared")[0])], "{r}");
+    let Hazard::MissingBarrier { first, second, instances } = &r.hazards[0] else { unreachable!() };
     // Wave w's own band is ordered by its wait; only the other wave's band races.
     assert_ne!(first.wave, second.wave);
     assert_eq!(*instances, 2);
@@ -157,13 +125,7 @@ fn overwriting_data_other_waves_read_needs_their_wait_and_a_barrier() {
     // With the barrier but no lgkmcnt wait the reads may still be in flight when the barrier releases.
     let r = run(&read_then_reload(false, true));
     assert_eq!(kinds(&r), vec![("wait", read, reload)], "{r}");
-    assert!(matches!(
-        r.hazards[0],
-        Hazard::MissingWait {
-            queue: WaitQueue::Shared,
-            ..
-        }
-    ));
+    assert!(matches!(r.hazards[0], Hazard::MissingWait { queue: WaitQueue::Shared, .. }));
 }
 
 /// The stagger: group 1 takes a barrier first, so group 0's k-th barrier meets group 1's k-th — one
@@ -203,9 +165,7 @@ fn conditional_barriers_pair_by_count_as_s_barrier_does() {
     let r = run(&k);
     let (store, read) = (ops_named(&k, "store (reg")[0], ops_named(&k, "load (shared")[0]);
     assert_eq!(kinds(&r), vec![("barrier", store, read)], "{r}");
-    let Hazard::MissingBarrier { first, second, .. } = &r.hazards[0] else {
-        unreachable!()
-    };
+    let Hazard::MissingBarrier { first, second, .. } = &r.hazards[0] else { unreachable!() };
     assert!(first.wave == 0 && second.wave >= 4);
     assert_eq!((first.interval, second.interval), (1, 1));
 }
@@ -236,9 +196,7 @@ fn unmatchable_barriers_are_a_deadlock() {
         b.barrier();
     });
     let r = run(&k);
-    let Some(Hazard::Deadlock { waiting }) = r.hazards.first() else {
-        panic!("{r}")
-    };
+    let Some(Hazard::Deadlock { waiting }) = r.hazards.first() else { panic!("{r}") };
     // Wave 0 waits at its warpgroup barrier, waves 1..8 at the block barrier.
     assert_eq!(waiting.len(), 8);
     assert_eq!(waiting[0].op, 0);
@@ -250,9 +208,7 @@ fn pipeline(trip: i64, wait: Option<u32>) -> Kernel {
     build("pipe", plain(4), 2, |b, d| {
         b.load_async(b.smem(d.s, 0), b.gtile(d.g, ROWS, COLS, 0, 0));
         b.for_range("t", 0, trip, |b, t| {
-            b.if_((&t + 1).lt(trip), |b| {
-                b.load_async(b.smem(d.s, (&t + 1) % 2), b.gtile(d.g, ROWS, COLS, &t + 1, 0))
-            });
+            b.if_((&t + 1).lt(trip), |b| b.load_async(b.smem(d.s, (&t + 1) % 2), b.gtile(d.g, ROWS, COLS, &t + 1, 0)));
             b.if_else(
                 (&t + 1).lt(trip),
                 |b| match wait {
@@ -276,14 +232,7 @@ fn long_loops_are_shortened_without_changing_the_verdict() {
         let short = run(&k);
         assert_eq!(short.unrolled.len(), 1, "{short}");
         assert!(short.unrolled[0].skipped > 0);
-        let full = analyze(
-            &k,
-            &Options {
-                head_iters: Some(100),
-                ..Options::default()
-            },
-        )
-        .unwrap();
+        let full = analyze(&k, &Options { head_iters: Some(100), ..Options::default() }).unwrap();
         assert!(full.unrolled.is_empty());
         assert_eq!(kinds(&short), kinds(&full), "wait {wait:?}");
         assert_eq!(short.waits, full.waits, "wait {wait:?}");
@@ -291,10 +240,7 @@ fn long_loops_are_shortened_without_changing_the_verdict() {
     // wait(1) keeps one load (the prefetch) in flight: correct. wait(2) lets the needed one fly.
     assert!(run(&pipeline(41, Some(1))).hazards.is_empty());
     let two = run(&pipeline(41, Some(2)));
-    assert!(
-        !two.hazards.is_empty() && two.hazards.iter().all(|h| matches!(h, Hazard::MissingWait { .. })),
-        "{two}"
-    );
+    assert!(!two.hazards.is_empty() && two.hazards.iter().all(|h| matches!(h, Hazard::MissingWait { .. })), "{two}");
     let auto = run(&pipeline(41, None));
     assert_eq!(auto.auto_counts().into_values().collect::<Vec<_>>(), vec![1]);
 }
@@ -367,11 +313,7 @@ fn automatic_waits_match_an_independent_queue_simulation() {
         let r = run(&k);
         assert!(r.hazards.is_empty(), "case {case}: {r}");
         let got: Vec<u32> = r.auto_counts().into_values().collect();
-        assert_eq!(
-            got,
-            reference_counts(&loads, &reads),
-            "case {case}: loads {loads:?} reads {reads:?}\n{r}"
-        );
+        assert_eq!(got, reference_counts(&loads, &reads), "case {case}: loads {loads:?} reads {reads:?}\n{r}");
         // Writing the counts in keeps the kernel clean, and each is then the largest safe one.
         let fixed = apply_auto_waits(&k, &r.auto_counts());
         let again = run(&fixed);
@@ -380,18 +322,10 @@ fn automatic_waits_match_an_independent_queue_simulation() {
             assert_eq!(WaitCount::Outstanding(w.computed), w.written, "case {case}");
         }
         // One more outstanding load at any auto wait that needed something is a hazard.
-        for w in r
-            .waits
-            .iter()
-            .filter(|w| w.written == WaitCount::Auto && w.computed < w.max_outstanding)
-        {
+        for w in r.waits.iter().filter(|w| w.written == WaitCount::Auto && w.computed < w.max_outstanding) {
             let mut c = r.auto_counts();
             c.insert(w.op, w.computed + 1);
-            assert!(
-                !run(&apply_auto_waits(&k, &c)).hazards.is_empty(),
-                "case {case} op {}",
-                w.op
-            );
+            assert!(!run(&apply_auto_waits(&k, &c)).hazards.is_empty(), "case {case} op {}", w.op);
         }
     }
 }
@@ -402,16 +336,7 @@ fn apply_auto_waits_rewrites_only_auto_waits() {
     let r = run(&k);
     let fixed = apply_auto_waits(&k, &r.auto_counts());
     let counts = |k: &Kernel| -> Vec<WaitCount> {
-        k.ops()
-            .iter()
-            .filter_map(|o| {
-                if let Op::Wait { count, .. } = o.op {
-                    Some(*count)
-                } else {
-                    None
-                }
-            })
-            .collect()
+        k.ops().iter().filter_map(|o| if let Op::Wait { count, .. } = o.op { Some(*count) } else { None }).collect()
     };
     let (before, after) = (counts(&k), counts(&fixed));
     assert_eq!(before.len(), after.len());
@@ -421,4 +346,39 @@ fn apply_auto_waits_rewrites_only_auto_waits() {
             _ => assert_eq!(a, b),
         }
     }
+}
+
+/// Load a tile into registers, then use the registers (store them to another slot).
+fn load_then_use(wait: bool) -> Kernel {
+    build("reg", plain(1), 2, |b, d| {
+        b.load(d.r, b.smem(d.s, 0));
+        if wait {
+            b.wait_shared(0);
+        }
+        b.store_shared(b.smem(d.s, 1), d.r);
+        b.wait_shared(0);
+    })
+}
+
+#[test]
+fn using_registers_before_their_shared_load_lands_is_a_missing_wait() {
+    assert!(run(&load_then_use(true)).hazards.is_empty());
+    let k = load_then_use(false);
+    let r = run(&k);
+    let (load, store) = (ops_named(&k, "load (shared")[0], ops_named(&k, "store (reg")[0]);
+    assert_eq!(kinds(&r), vec![("wait", load, store)], "{r}");
+    let Hazard::MissingWait { queue, access, .. } = &r.hazards[0] else { unreachable!() };
+    assert_eq!(*queue, WaitQueue::Shared);
+    assert_eq!(access.target.as_deref(), Some("register r"));
+    assert_eq!(access.access.as_deref(), Some("read"));
+}
+
+#[test]
+fn trusting_lds_latency_accepts_only_reads_racing_a_later_async_copy() {
+    let trust = Options { trust_lds_latency: true, ..Options::default() };
+    // A shared read still in flight at the barrier, then another wave's async reload: accepted.
+    assert!(analyze(&read_then_reload(false, true), &trust).unwrap().hazards.is_empty());
+    // Without the barrier it is still a race, and so is a register use before the wait.
+    assert_eq!(analyze(&read_then_reload(true, false), &trust).unwrap().hazards.len(), 1);
+    assert_eq!(analyze(&load_then_use(false), &trust).unwrap().hazards.len(), 1);
 }

@@ -1,4 +1,4 @@
-//! Conflicting shared-memory accesses that no wait or barrier orders, and the largest safe wait counts.
+//! Conflicting accesses that no wait or barrier orders, and the largest safe wait counts.
 
 use super::order::{completions, max_outstanding, Order};
 use super::trace::{EvKind, Event, Traces};
@@ -8,28 +8,48 @@ use std::collections::{BTreeMap, HashMap};
 /// One unordered conflicting pair, by (wave, event position).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Race {
-    /// `pending` was issued before `access` is (a wait or barrier orders the issues) but has not
-    /// completed by then: its wave lacks a wait on `queue`.
-    MissingWait {
-        queue: WaitQueue,
-        pending: (usize, usize),
-        access: (usize, usize),
-    },
+    /// `pending` was issued before `access` is (program order, or a barrier orders the issues) but has
+    /// not completed by then: its wave lacks a wait on `queue`.
+    MissingWait { queue: WaitQueue, pending: (usize, usize), access: (usize, usize) },
     /// Neither access is ordered before the other, even by issue: nothing separates them.
     MissingBarrier { a: (usize, usize), b: (usize, usize) },
+}
+
+/// What can conflict: a slot of a shared ring, or one register of one wave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Key {
+    Shared(u32, i64),
+    Reg(usize, u32),
+}
+
+/// The access an event makes: (is a write, queue it completes through, place).
+struct Access<'e> {
+    write: bool,
+    queue: Option<WaitQueue>,
+    region: Option<&'e super::Region>,
+}
+
+fn access(e: &Event) -> Option<Access<'_>> {
+    match &e.kind {
+        EvKind::Mem { write, region, queue } => Some(Access { write: *write, queue: *queue, region: Some(region) }),
+        EvKind::Reg { write, queue, .. } => Some(Access { write: *write, queue: *queue, region: None }),
+        _ => None,
+    }
 }
 
 /// The analysis context that does not depend on wait counts.
 pub(crate) struct Ctx<'a> {
     pub waves: &'a [Vec<Event>],
     pub order: &'a Order,
-    /// Shared accesses grouped by (buffer, slot).
+    /// Accesses grouped by what they touch.
     groups: Vec<Vec<(usize, usize)>>,
     /// Every wait op: its queue and count as written.
     pub written: BTreeMap<usize, (WaitQueue, WaitCount)>,
+    /// See [`super::Options::trust_lds_latency`].
+    trust_lds_latency: bool,
 }
 
-/// Count of wait op `op` as written (`Auto` reads `overrides`, default 0; an override wins).
+/// Counts that replace the written ones, by wait op index (`Auto` waits without one run with 0).
 pub(crate) type Counts = HashMap<usize, u32>;
 
 fn count_of(overrides: &Counts, op: usize, written: WaitCount) -> u32 {
@@ -41,33 +61,25 @@ fn count_of(overrides: &Counts, op: usize, written: WaitCount) -> u32 {
 }
 
 impl<'a> Ctx<'a> {
-    pub fn new(traces: &'a Traces, order: &'a Order) -> Ctx<'a> {
-        let mut by_key: HashMap<(u32, i64), Vec<(usize, usize)>> = HashMap::new();
+    pub fn new(traces: &'a Traces, order: &'a Order, trust_lds_latency: bool) -> Ctx<'a> {
+        let mut by_key: BTreeMap<Key, Vec<(usize, usize)>> = BTreeMap::new();
+        let mut written = BTreeMap::new();
         for (w, wave) in traces.waves.iter().enumerate() {
             for (p, e) in wave.iter().enumerate() {
-                if let EvKind::Mem { region, .. } = &e.kind {
-                    by_key.entry((region.buf.0, region.slot)).or_default().push((w, p));
-                }
+                let key = match &e.kind {
+                    EvKind::Mem { region, .. } => Key::Shared(region.buf.0, region.slot),
+                    EvKind::Reg { reg, .. } => Key::Reg(w, reg.0),
+                    EvKind::Wait { queue, count } => {
+                        written.insert(e.op, (*queue, *count));
+                        continue;
+                    }
+                    EvKind::Barrier { .. } => continue,
+                };
+                by_key.entry(key).or_default().push((w, p));
             }
         }
-        let mut groups: Vec<_> = by_key.into_iter().collect();
-        groups.sort_by_key(|(k, _)| *k);
-        let written = traces
-            .waves
-            .iter()
-            .flatten()
-            .filter_map(|e| match e.kind {
-                EvKind::Wait { queue, count } => Some((e.op, (queue, count))),
-                _ => None,
-            })
-            .collect();
-        let groups = groups.into_iter().map(|(_, v)| v).collect();
-        Ctx {
-            waves: &traces.waves,
-            order,
-            groups,
-            written,
-        }
+        let groups = by_key.into_values().collect();
+        Ctx { waves: &traces.waves, order, groups, written, trust_lds_latency }
     }
 
     /// The count wait `op` runs with.
@@ -77,10 +89,7 @@ impl<'a> Ctx<'a> {
     }
 
     fn completions(&self, overrides: &Counts) -> Vec<Vec<Option<usize>>> {
-        self.waves
-            .iter()
-            .map(|w| completions(w, &|op| self.count(op, overrides)))
-            .collect()
+        self.waves.iter().map(|w| completions(w, &|op| self.count(op, overrides))).collect()
     }
 
     /// Every unordered conflicting pair under the given wait counts.
@@ -89,61 +98,50 @@ impl<'a> Ctx<'a> {
         let mut out = vec![];
         for g in &self.groups {
             for (n, &x) in g.iter().enumerate() {
-                for &y in &g[n + 1..] {
-                    if let Some(r) = self.race(x, y, &done) {
-                        out.push(r);
-                    }
-                }
+                out.extend(g[n + 1..].iter().filter_map(|&y| self.race(x, y, &done)));
             }
         }
         out
     }
 
     fn race(&self, x: (usize, usize), y: (usize, usize), done: &[Vec<Option<usize>>]) -> Option<Race> {
-        let (ex, ey) = (&self.waves[x.0][x.1], &self.waves[y.0][y.1]);
-        let (
-            EvKind::Mem {
-                write: wx,
-                region: rx,
-                queue: qx,
-            },
-            EvKind::Mem {
-                write: wy,
-                region: ry,
-                queue: qy,
-            },
-        ) = (&ex.kind, &ey.kind)
-        else {
-            return None;
+        let (ax, ay) = (access(&self.waves[x.0][x.1])?, access(&self.waves[y.0][y.1])?);
+        let overlap = match (ax.region, ay.region) {
+            (Some(rx), Some(ry)) => rx.overlaps(ry),
+            _ => true, // the same register of the same wave (grouped by key)
         };
-        if !(*wx || *wy) || !rx.overlaps(ry) {
+        if !(ax.write || ay.write) || !overlap {
             return None;
         }
-        // Shared-memory instructions of one wave execute in order (the LDS queue is FIFO), so two of them
-        // need no wait between each other; async global→shared copies take another path.
-        let fifo = x.0 == y.0 && *qx == Some(WaitQueue::Shared) && *qy == Some(WaitQueue::Shared);
+        // Shared-memory instructions of one wave execute in order (and fill registers in order), so two
+        // of them need no wait between each other; an async global→shared copy takes another path and
+        // can pass them (LLVM's AMDGPU memory model orders direct-to-LDS loads only through vmcnt).
+        let fifo = x.0 == y.0 && ax.queue == Some(WaitQueue::Shared) && ay.queue == Some(WaitQueue::Shared);
+        let end = |e: (usize, usize), me: &Access, other: &Access| {
+            let lds_read_vs_copy = !me.write
+                && me.queue == Some(WaitQueue::Shared)
+                && other.write
+                && other.queue == Some(WaitQueue::Async);
+            if fifo || (self.trust_lds_latency && lds_read_vs_copy) {
+                Some(e.1)
+            } else {
+                done[e.0][e.1]
+            }
+        };
         let hb = |a: (usize, usize), b: (usize, usize)| self.order.hb(a.0, a.1, b.0, b.1);
-        let end = |e: (usize, usize)| if fifo { Some(e.1) } else { done[e.0][e.1] };
-        let before = |a: (usize, usize), b: (usize, usize)| end(a).is_some_and(|d| hb((a.0, d), b));
-        if before(x, y) || before(y, x) {
+        let before = |a, b, me: &Access, other: &Access| end(a, me, other).is_some_and(|d| hb((a.0, d), b));
+        if before(x, y, &ax, &ay) || before(y, x, &ay, &ax) {
             return None;
         }
+        let issued_first = |q: Option<WaitQueue>| q.expect("a synchronous access issued first is ordered");
         Some(if hb(x, y) {
-            MissingWait {
-                queue: qx.expect("a synchronous access issued first would be ordered"),
-                pending: x,
-                access: y,
-            }
+            Race::MissingWait { queue: issued_first(ax.queue), pending: x, access: y }
         } else if hb(y, x) {
-            MissingWait {
-                queue: qy.expect("a synchronous access issued first would be ordered"),
-                pending: y,
-                access: x,
-            }
-        } else if *wy && !*wx {
-            MissingBarrier { a: y, b: x }
+            Race::MissingWait { queue: issued_first(ay.queue), pending: y, access: x }
+        } else if ay.write && !ax.write {
+            Race::MissingBarrier { a: y, b: x }
         } else {
-            MissingBarrier { a: x, b: y }
+            Race::MissingBarrier { a: x, b: y }
         })
     }
 
@@ -156,7 +154,7 @@ impl<'a> Ctx<'a> {
         with.insert(op, 0);
         let floor = self.races(&with).len();
         let (mut lo, mut hi_ok) = (0u32, hi);
-        // Invariant: `lo` is safe; find the largest safe in [lo, hi_ok].
+        // Invariant: `lo` is safe; the largest safe count lies in [lo, hi_ok].
         while lo < hi_ok {
             let mid = lo + (hi_ok - lo).div_ceil(2);
             with.insert(op, mid);
@@ -169,5 +167,3 @@ impl<'a> Ctx<'a> {
         (lo, hi)
     }
 }
-
-use Race::{MissingBarrier, MissingWait};

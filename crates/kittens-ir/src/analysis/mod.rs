@@ -38,22 +38,13 @@ use thiserror::Error;
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum AnalysisError {
     #[error("kernel `{kernel}` takes {expected} parameters, {got} given")]
-    Params {
-        kernel: String,
-        expected: usize,
-        got: usize,
-    },
+    Params { kernel: String, expected: usize, got: usize },
     #[error("op #{op}: cannot evaluate `{expr}` (unbound variable or division by zero)")]
     Eval { op: usize, expr: String },
     #[error("op #{op} names a shared buffer the kernel does not declare")]
     NoSuchBuffer { op: usize },
     #[error("op #{op}: slot {slot} of shared ring `{buffer}` which has {count}")]
-    SlotOutOfRange {
-        op: usize,
-        buffer: String,
-        slot: i64,
-        count: u32,
-    },
+    SlotOutOfRange { op: usize, buffer: String, slot: i64, count: u32 },
     #[error("wave {wave} executes more than {events} memory events; use smaller parameters")]
     TooLarge { wave: u32, events: usize },
 }
@@ -67,6 +58,12 @@ pub struct Options {
     pub block: Vec<i64>,
     /// Loop iterations kept at each end of a long loop; default 3 + the deepest shared ring.
     pub head_iters: Option<i64>,
+    /// Assume a shared→register read has read its data before any async global→shared copy issued
+    /// after it (later in its wave, or after a barrier in another wave) lands. The LLVM AMDGPU memory model
+    /// does not promise it (only `lgkmcnt(0)` before the barrier does), but the copy's round trip through
+    /// global memory is far longer than an LDS read, and HipKittens' GEMM relies on it (seed 000 E.1
+    /// waits `lgkmcnt(8)`, not 0, before the barrier that lets the other warpgroup reload the slot).
+    pub trust_lds_latency: bool,
 }
 
 /// A rectangle of one slot of a shared ring, in elements of its tile.
@@ -103,8 +100,12 @@ pub struct Site {
     /// Barriers this wave has passed before the instance.
     pub interval: usize,
     pub cluster: Option<String>,
-    /// "read" or "write" and the region, for memory accesses.
-    pub access: Option<(String, String, Region)>,
+    /// "read" or "write", for accesses.
+    pub access: Option<String>,
+    /// What is accessed: a shared region or a register, in words.
+    pub target: Option<String>,
+    /// The shared region, for shared-memory accesses.
+    pub region: Option<Region>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -112,19 +113,10 @@ pub struct Site {
 pub enum Hazard {
     /// `access` conflicts with `pending`, which was issued before it but whose wave has not waited for
     /// it (on `queue`) before the point that orders the two.
-    MissingWait {
-        queue: WaitQueue,
-        pending: Site,
-        access: Site,
-        instances: usize,
-    },
+    MissingWait { queue: WaitQueue, pending: Site, access: Site, instances: usize },
     /// Two conflicting accesses (the first a write) that nothing orders: a barrier is missing between
     /// them (a write over data another wave may still read, or a read of data being written).
-    MissingBarrier {
-        first: Site,
-        second: Site,
-        instances: usize,
-    },
+    MissingBarrier { first: Site, second: Site, instances: usize },
     /// Barriers that can never all be matched: these waves wait forever.
     Deadlock { waiting: Vec<Site> },
 }
@@ -155,6 +147,7 @@ pub struct Report {
     pub params: Vec<(String, i64)>,
     pub block: Vec<i64>,
     pub head_iters: i64,
+    pub trust_lds_latency: bool,
     pub unrolled: Vec<LoopUnroll>,
     pub clusters: Vec<ClusterInfo>,
     /// Per wave, per barrier interval: indices into `clusters` entered in that interval.
@@ -168,11 +161,7 @@ pub struct Report {
 impl Report {
     /// The counts for the kernel's `Auto` waits, by op index.
     pub fn auto_counts(&self) -> BTreeMap<usize, u32> {
-        self.waits
-            .iter()
-            .filter(|w| w.written == WaitCount::Auto)
-            .map(|w| (w.op, w.computed))
-            .collect()
+        self.waits.iter().filter(|w| w.written == WaitCount::Auto).map(|w| (w.op, w.computed)).collect()
     }
 }
 
@@ -189,7 +178,7 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
     let head = opts.head_iters.unwrap_or(3 + depth).max(1);
     let traces = trace::trace(kernel, &opts.params, &opts.block, head)?;
     let order = order::Order::new(&traces.waves);
-    let ctx = Ctx::new(&traces, &order);
+    let ctx = Ctx::new(&traces, &order, opts.trust_lds_latency);
     let describe = report::Describer::new(kernel, &traces, &order);
 
     let (hazards, waits) = if let Some(stuck) = &order.stuck {
@@ -202,13 +191,7 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
                     WaitCount::Outstanding(n) => n,
                     WaitCount::Auto => 0,
                 };
-                WaitResult {
-                    op,
-                    queue,
-                    written,
-                    computed: n,
-                    max_outstanding: n,
-                }
+                WaitResult { op, queue, written, computed: n, max_outstanding: n }
             })
             .collect();
         (vec![Hazard::Deadlock { waiting }], waits)
@@ -221,13 +204,7 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
             .map(|(&op, &(queue, written))| {
                 let (best, max_outstanding) = ctx.largest_safe(op, &counts);
                 let computed = if written == WaitCount::Auto { counts[&op] } else { best };
-                WaitResult {
-                    op,
-                    queue,
-                    written,
-                    computed,
-                    max_outstanding,
-                }
+                WaitResult { op, queue, written, computed, max_outstanding }
             })
             .collect();
         (hazards, waits)
@@ -237,22 +214,15 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
         kernel: kernel.name.clone(),
         schedule: kernel.schedule.name().to_string(),
         waves: kernel.waves,
-        params: kernel
-            .params
-            .iter()
-            .map(|p| p.name.clone())
-            .zip(opts.params.iter().copied())
-            .collect(),
+        params: kernel.params.iter().map(|p| p.name.clone()).zip(opts.params.iter().copied()).collect(),
         block: opts.block.clone(),
         head_iters: head,
+        trust_lds_latency: opts.trust_lds_latency,
         unrolled: traces.unrolled.clone(),
         clusters: traces
             .clusters
             .iter()
-            .map(|(label, kind)| ClusterInfo {
-                label: label.clone(),
-                kind: kind.clone(),
-            })
+            .map(|(label, kind)| ClusterInfo { label: label.clone(), kind: kind.clone() })
             .collect(),
         timeline: report::timeline(&traces, &order),
         block_barriers: order.block_barriers.clone(),
@@ -266,12 +236,7 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
 /// see a load in flight, and the assignment as a whole adds no hazard.
 fn resolve_auto(ctx: &Ctx) -> Counts {
     let mut counts = Counts::new();
-    let autos: Vec<usize> = ctx
-        .written
-        .iter()
-        .filter(|(_, (_, c))| *c == WaitCount::Auto)
-        .map(|(&op, _)| op)
-        .collect();
+    let autos: Vec<usize> = ctx.written.iter().filter(|(_, (_, c))| *c == WaitCount::Auto).map(|(&op, _)| op).collect();
     for &op in &autos {
         counts.insert(op, 0);
     }
@@ -306,11 +271,9 @@ fn dedupe(races: Vec<Race>, d: &report::Describer) -> Vec<Hazard> {
                 access: d.site(access.0, access.1),
                 instances: 1,
             },
-            Race::MissingBarrier { a, b } => Hazard::MissingBarrier {
-                first: d.site(a.0, a.1),
-                second: d.site(b.0, b.1),
-                instances: 1,
-            },
+            Race::MissingBarrier { a, b } => {
+                Hazard::MissingBarrier { first: d.site(a.0, a.1), second: d.site(b.0, b.1), instances: 1 }
+            }
         });
     }
     out
@@ -323,11 +286,7 @@ pub fn apply_auto_waits(kernel: &Kernel, counts: &BTreeMap<usize, u32>) -> Kerne
         for s in body {
             match s {
                 Stmt::Op { op, .. } => {
-                    if let Op::Wait {
-                        count: c @ WaitCount::Auto,
-                        ..
-                    } = op
-                    {
+                    if let Op::Wait { count: c @ WaitCount::Auto, .. } = op {
                         if let Some(&n) = counts.get(next) {
                             *c = WaitCount::Outstanding(n);
                         }

@@ -98,26 +98,12 @@ impl Order {
             }
             if !progress {
                 let waiting = (0..n).filter(|&w| !done[w]).map(|w| (w, pc[w])).collect();
-                let block_barriers = seen
-                    .iter()
-                    .map(|s| s.get(&Domain::Block).copied().unwrap_or(0))
-                    .collect();
-                return Order {
-                    epochs,
-                    stuck: Some(Stuck { waiting }),
-                    block_barriers,
-                };
+                let block_barriers = seen.iter().map(|s| s.get(&Domain::Block).copied().unwrap_or(0)).collect();
+                return Order { epochs, stuck: Some(Stuck { waiting }), block_barriers };
             }
         }
-        let block_barriers = seen
-            .iter()
-            .map(|s| s.get(&Domain::Block).copied().unwrap_or(0))
-            .collect();
-        Order {
-            epochs,
-            stuck: None,
-            block_barriers,
-        }
+        let block_barriers = seen.iter().map(|s| s.get(&Domain::Block).copied().unwrap_or(0)).collect();
+        Order { epochs, stuck: None, block_barriers }
     }
 
     /// Does position `i` of wave `a` happen before position `j` of wave `b`?
@@ -142,17 +128,26 @@ impl Order {
 /// each wait op runs with (as written, chosen for `Auto`, or a trial value).
 pub(crate) fn completions(wave: &[Event], count_of: &dyn Fn(usize) -> u32) -> Vec<Option<usize>> {
     let mut done = vec![None; wave.len()];
-    let mut queues: HashMap<WaitQueue, VecDeque<usize>> = HashMap::new();
+    // One queue entry per op: its access and, for a shared→register load, its register write.
+    let mut queues: HashMap<WaitQueue, VecDeque<Vec<usize>>> = HashMap::new();
     for (pos, e) in wave.iter().enumerate() {
         match &e.kind {
-            EvKind::Mem { queue: None, .. } => done[pos] = Some(pos),
-            EvKind::Mem { queue: Some(q), .. } => queues.entry(*q).or_default().push_back(pos),
+            EvKind::Mem { queue: None, .. } | EvKind::Reg { queue: None, .. } => done[pos] = Some(pos),
+            EvKind::Mem { queue: Some(q), .. } => queues.entry(*q).or_default().push_back(vec![pos]),
+            EvKind::Reg { queue: Some(q), .. } => {
+                let q = queues.entry(*q).or_default();
+                match q.back_mut() {
+                    Some(entry) if wave[entry[0]].op == e.op => entry.push(pos),
+                    _ => q.push_back(vec![pos]),
+                }
+            }
             EvKind::Wait { queue, .. } => {
                 let n = count_of(e.op) as usize;
                 let q = queues.entry(*queue).or_default();
                 while q.len() > n {
-                    let first = q.pop_front().expect("non-empty");
-                    done[first] = Some(pos);
+                    for p in q.pop_front().expect("non-empty") {
+                        done[p] = Some(pos);
+                    }
                 }
             }
             EvKind::Barrier { .. } => {}

@@ -17,12 +17,7 @@ impl<'a> Describer<'a> {
     pub fn new(k: &'a Kernel, traces: &'a Traces, order: &'a Order) -> Describer<'a> {
         let mut names = vec![String::new(); super::trace::count_ops(&k.body)];
         k.for_each_op(|r| names[r.index] = r.op.name());
-        Describer {
-            k,
-            traces,
-            order,
-            names,
-        }
+        Describer { k, traces, order, names }
     }
 
     pub fn op(&self, at: (usize, usize)) -> usize {
@@ -31,27 +26,20 @@ impl<'a> Describer<'a> {
 
     pub fn region(&self, r: &Region) -> String {
         let name = self.k.shared.get(r.buf.0 as usize).map_or("?", |s| s.name.as_str());
-        format!(
-            "{name}[{}] rows {}..{} cols {}..{}",
-            r.slot, r.rows.0, r.rows.1, r.cols.0, r.cols.1
-        )
+        format!("{name}[{}] rows {}..{} cols {}..{}", r.slot, r.rows.0, r.rows.1, r.cols.0, r.cols.1)
     }
 
     pub fn site(&self, wave: usize, pos: usize) -> Site {
         let e = &self.traces.waves[wave][pos];
-        let var = |v: crate::expr::VarId| {
-            self.k
-                .vars
-                .get(v.0 as usize)
-                .map_or(format!("v{}", v.0), |d| d.name.clone())
-        };
-        let access = match &e.kind {
-            EvKind::Mem { write, region, .. } => Some((
-                if *write { "write" } else { "read" }.to_string(),
-                self.region(region),
-                *region,
-            )),
-            _ => None,
+        let var = |v: crate::expr::VarId| self.k.vars.get(v.0 as usize).map_or(format!("v{}", v.0), |d| d.name.clone());
+        let rw = |w: bool| Some(if w { "write" } else { "read" }.to_string());
+        let (access, target, region) = match &e.kind {
+            EvKind::Mem { write, region, .. } => (rw(*write), Some(self.region(region)), Some(*region)),
+            EvKind::Reg { write, reg, .. } => {
+                let name = self.k.regs.get(reg.0 as usize).map_or("?", |r| r.name.as_str());
+                (rw(*write), Some(format!("register {name}")), None)
+            }
+            _ => (None, None, None),
         };
         Site {
             op: e.op,
@@ -61,6 +49,8 @@ impl<'a> Describer<'a> {
             interval: self.order.interval(wave, pos),
             cluster: e.cluster.map(|c| self.traces.clusters[c].0.clone()),
             access,
+            target,
+            region,
         }
     }
 }
@@ -98,7 +88,7 @@ impl fmt::Display for Site {
             write!(f, ", cluster {c}")?;
         }
         write!(f, ")")?;
-        if let Some((rw, what, _)) = &self.access {
+        if let (Some(rw), Some(what)) = (&self.access, &self.target) {
             write!(f, " {rw}s {what}")?;
         }
         Ok(())
@@ -147,11 +137,7 @@ impl fmt::Display for WaitResult {
             self.computed
         )?;
         if self.computed >= self.max_outstanding && self.written != WaitCount::Auto {
-            write!(
-                f,
-                "  (never more than {} outstanding: the wait is redundant)",
-                self.max_outstanding
-            )?;
+            write!(f, "  (never more than {} outstanding: the wait is redundant)", self.max_outstanding)?;
         }
         Ok(())
     }
@@ -163,14 +149,7 @@ const SHOWN_INTERVALS: usize = 16;
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let params: Vec<String> = self.params.iter().map(|(n, v)| format!("{n}={v}")).collect();
-        writeln!(
-            f,
-            "kernel {} ({}, {} waves), {}",
-            self.kernel,
-            self.schedule,
-            self.waves,
-            params.join(" ")
-        )?;
+        writeln!(f, "kernel {} ({}, {} waves), {}", self.kernel, self.schedule, self.waves, params.join(" "))?;
         for u in &self.unrolled {
             writeln!(
                 f,
@@ -192,19 +171,9 @@ impl fmt::Display for Report {
             if cs.is_empty() {
                 return ".".into();
             }
-            cs.iter()
-                .map(|&c| self.clusters[c].label.as_str())
-                .collect::<Vec<_>>()
-                .join("+")
+            cs.iter().map(|&c| self.clusters[c].label.as_str()).collect::<Vec<_>>().join("+")
         };
-        let width = self
-            .timeline
-            .iter()
-            .flatten()
-            .map(|c| cell(c).len())
-            .max()
-            .unwrap_or(1)
-            .max(3);
+        let width = self.timeline.iter().flatten().map(|c| cell(c).len()).max().unwrap_or(1).max(3);
         for (w, row) in self.timeline.iter().enumerate() {
             write!(f, "  wave {w:<2}")?;
             for i in 0..intervals.min(SHOWN_INTERVALS) {

@@ -7,8 +7,8 @@
 use super::{AnalysisError, Region};
 use crate::expr::{Cond, Env, Expr, VarId};
 use crate::ir::{Arg, Kernel, MmaOperand, Op, RegId, Scope, SharedView, Stmt, WaitCount, WaitQueue};
-use std::collections::HashSet;
 use serde::Serialize;
+use std::collections::HashSet;
 
 /// Which waves a barrier instance rendezvous: all waves of the block (AMD `s_barrier`, counted per
 /// workgroup) or the four waves of one warpgroup (an NVIDIA named barrier).
@@ -25,6 +25,13 @@ pub(crate) enum EvKind {
     Mem {
         write: bool,
         region: Region,
+        queue: Option<WaitQueue>,
+    },
+    /// A use of a wave's register that a shared→register load fills: reading it (or overwriting it)
+    /// before the load's wait is the register form of a missing wait.
+    Reg {
+        reg: RegId,
+        write: bool,
         queue: Option<WaitQueue>,
     },
     Wait {
@@ -101,26 +108,15 @@ pub(crate) fn count_ops(body: &[Stmt]) -> usize {
 
 impl Walker<'_> {
     fn env(&self) -> Env<'_> {
-        Env {
-            params: self.params,
-            vars: &self.vars,
-            block: self.block,
-            wave: self.wave as i64,
-        }
+        Env { params: self.params, vars: &self.vars, block: self.block, wave: self.wave as i64 }
     }
 
     fn eval(&self, e: &Expr, op: usize) -> Result<i64, AnalysisError> {
-        e.eval(&self.env()).ok_or_else(|| AnalysisError::Eval {
-            op,
-            expr: e.to_string(),
-        })
+        e.eval(&self.env()).ok_or_else(|| AnalysisError::Eval { op, expr: e.to_string() })
     }
 
     fn cond(&self, c: &Cond, op: usize) -> Result<bool, AnalysisError> {
-        c.eval(&self.env()).ok_or_else(|| AnalysisError::Eval {
-            op,
-            expr: format!("{c:?}"),
-        })
+        c.eval(&self.env()).ok_or_else(|| AnalysisError::Eval { op, expr: format!("{c:?}") })
     }
 
     /// Walks `body` whose first op has index `idx`; returns the index after it.
@@ -187,23 +183,11 @@ impl Walker<'_> {
     ) -> Result<(), AnalysisError> {
         let (s, e) = (self.eval(start, idx)?, self.eval(end, idx)?);
         let trip = (e - s).max(0);
-        let skipped = if trip > 2 * self.head + self.period {
-            (trip - 2 * self.head) / self.period * self.period
-        } else {
-            0
-        };
+        let skipped =
+            if trip > 2 * self.head + self.period { (trip - 2 * self.head) / self.period * self.period } else { 0 };
         if skipped > 0 && self.wave == 0 {
-            let name = self
-                .k
-                .vars
-                .get(var.0 as usize)
-                .map_or(format!("v{}", var.0), |v| v.name.clone());
-            let u = LoopUnroll {
-                var: name,
-                trip,
-                kept: trip - skipped,
-                skipped,
-            };
+            let name = self.k.vars.get(var.0 as usize).map_or(format!("v{}", var.0), |v| v.name.clone());
+            let u = LoopUnroll { var: name, trip, kept: trip - skipped, skipped };
             if !self.unrolled.contains(&u) {
                 self.unrolled.push(u);
             }
@@ -226,42 +210,20 @@ impl Walker<'_> {
 
     fn push(&mut self, op: usize, kind: EvKind) -> Result<(), AnalysisError> {
         if self.out.len() >= MAX_EVENTS {
-            return Err(AnalysisError::TooLarge {
-                wave: self.wave,
-                events: MAX_EVENTS,
-            });
+            return Err(AnalysisError::TooLarge { wave: self.wave, events: MAX_EVENTS });
         }
-        self.out.push(Event {
-            op,
-            kind,
-            iter: self.iter.clone(),
-            cluster: self.cluster,
-        });
+        self.out.push(Event { op, kind, iter: self.iter.clone(), cluster: self.cluster });
         Ok(())
     }
 
     fn region(&self, v: &SharedView, rows: (i64, i64), op: usize) -> Result<Region, AnalysisError> {
-        let decl = self
-            .k
-            .shared
-            .get(v.buf.0 as usize)
-            .ok_or(AnalysisError::NoSuchBuffer { op })?;
+        let decl = self.k.shared.get(v.buf.0 as usize).ok_or(AnalysisError::NoSuchBuffer { op })?;
         let slot = self.eval(&v.index, op)?;
         if slot < 0 || slot >= decl.count as i64 {
-            return Err(AnalysisError::SlotOutOfRange {
-                op,
-                buffer: decl.name.clone(),
-                slot,
-                count: decl.count,
-            });
+            return Err(AnalysisError::SlotOutOfRange { op, buffer: decl.name.clone(), slot, count: decl.count });
         }
         let (r0, c0) = (self.eval(&v.row0, op)?, self.eval(&v.col0, op)?);
-        Ok(Region {
-            buf: v.buf,
-            slot,
-            rows: (r0 + rows.0, r0 + rows.1),
-            cols: (c0, c0 + v.cols as i64),
-        })
+        Ok(Region { buf: v.buf, slot, rows: (r0 + rows.0, r0 + rows.1), cols: (c0, c0 + v.cols as i64) })
     }
 
     fn op(&mut self, op: &Op, idx: usize) -> Result<(), AnalysisError> {
@@ -301,13 +263,7 @@ impl Walker<'_> {
                     self.push(idx, mem(false, r, None))?;
                 }
             }
-            Op::Wait { queue, count } => self.push(
-                idx,
-                EvKind::Wait {
-                    queue: *queue,
-                    count: *count,
-                },
-            )?,
+            Op::Wait { queue, count } => self.push(idx, EvKind::Wait { queue: *queue, count: *count })?,
             Op::Barrier { scope } => {
                 let domain = match scope {
                     Scope::Wave => return Ok(()),
@@ -338,9 +294,7 @@ fn reg_effects(op: &Op) -> (Vec<RegId>, Vec<RegId>) {
     match op {
         Op::LoadShared { dst, .. } | Op::LoadGlobal { dst, .. } | Op::Fill { dst, .. } => (vec![], vec![*dst]),
         Op::StoreShared { src, .. } | Op::StoreGlobal { src, .. } => (vec![*src], vec![]),
-        Op::Mma { d, a, b, c, .. } => {
-            ([operand(a), operand(b), *c].into_iter().flatten().collect(), vec![*d])
-        }
+        Op::Mma { d, a, b, c, .. } => ([operand(a), operand(b), *c].into_iter().flatten().collect(), vec![*d]),
         Op::Map { dst, args, .. } => {
             let reads = args
                 .iter()
@@ -393,12 +347,7 @@ pub(crate) fn trace(k: &Kernel, params: &[i64], block: &[i64], head: i64) -> Res
         waves.push(w.out);
         entries.push(w.entries);
     }
-    Ok(Traces {
-        waves,
-        clusters,
-        unrolled,
-        entries,
-    })
+    Ok(Traces { waves, clusters, unrolled, entries })
 }
 
 fn lcm(a: i64, b: i64) -> i64 {
