@@ -1,0 +1,60 @@
+//! `kittens demo`: the main job. With an NVIDIA driver it benchmarks the suite against the vendor
+//! libraries; without one it runs the suite on the CPU backend, compiles it for every target and prints
+//! the hardware analysis. Each part is a [`Section`] that prints as it goes (progress on stderr) and
+//! contributes one key to the `--json` document.
+
+mod analysis;
+
+use serde_json::{Map, Value};
+use std::time::Instant;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Print one JSON document on stdout (progress still goes to stderr).
+    #[arg(long)]
+    pub json: bool,
+    /// Skip the GPU benchmark even when a driver is present.
+    #[arg(long)]
+    pub cpu_only: bool,
+}
+
+/// One titled part of the demo's output.
+pub struct Section {
+    quiet: bool,
+}
+
+impl Section {
+    pub fn line(&mut self, text: impl AsRef<str>) {
+        if !self.quiet {
+            println!("  {}", text.as_ref());
+        }
+    }
+}
+
+type Part = fn(&mut Section) -> anyhow::Result<Value>;
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    let parts: Vec<(&str, &str, Part)> = vec![
+        ("catalog", "GPU catalog (sources: crates/kittens-hw/src/gpu.rs)", |s| Ok(analysis::catalog(s))),
+        ("banks", "Shared-memory bank conflicts, seed 000 Fig. 4 and D.1", analysis::banks),
+        ("grid", "Chiplet grid orders on the MI355X cache model, seed 000 Table 4", analysis::grid),
+        ("planners", "Tail KV split (seed 001 §5.2) and register budgets (seed 000 Table 2)", analysis::planners),
+    ];
+    let mut doc = Map::new();
+    let total = parts.len();
+    for (i, (key, title, part)) in parts.into_iter().enumerate() {
+        eprintln!("[{}/{}] {title}", i + 1, total);
+        if !args.json {
+            println!("\n== {title}");
+        }
+        let started = Instant::now();
+        let mut section = Section { quiet: args.json };
+        let value = part(&mut section).map_err(|e| e.context(format!("demo part `{key}`")))?;
+        eprintln!("      done in {:.1} s", started.elapsed().as_secs_f64());
+        doc.insert(key.to_string(), value);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&Value::Object(doc))?);
+    }
+    Ok(())
+}
