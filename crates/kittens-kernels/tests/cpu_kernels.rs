@@ -12,7 +12,18 @@ use kittens_kernels::reference::AttnShape;
 const TOL: f64 = 1e-2;
 
 fn gemm(m: usize, n: usize, k: usize, gemm: GemmConfig) -> f64 {
-    let r = run("gemm_bf16", &Problem { m, n, k, gemm, seed: (m * 31 + n * 7 + k) as u64, ..Problem::default() }).unwrap();
+    let r = run(
+        "gemm_bf16",
+        &Problem {
+            m,
+            n,
+            k,
+            gemm,
+            seed: (m * 31 + n * 7 + k) as u64,
+            ..Problem::default()
+        },
+    )
+    .unwrap();
     assert!(r.error.rel_err < TOL, "gemm {m}x{n}x{k}: {:?}", r.error);
     r.error.rel_err
 }
@@ -31,8 +42,20 @@ fn gemm_seed_tiles() {
 }
 
 fn attn(batch: usize, heads: usize, heads_kv: usize, seq: usize, layout: AttnLayout, causal: bool) {
-    let attn = AttnShape { batch, heads, heads_kv, seq, dim: 64, layout };
-    let p = Problem { attn, causal, seed: seq as u64, ..Problem::default() };
+    let attn = AttnShape {
+        batch,
+        heads,
+        heads_kv,
+        seq,
+        dim: 64,
+        layout,
+    };
+    let p = Problem {
+        attn,
+        causal,
+        seed: seq as u64,
+        ..Problem::default()
+    };
     let r = run("attn_fwd", &p).unwrap();
     assert!(r.error.rel_err < TOL, "attn {attn:?} causal={causal}: {:?}", r.error);
 }

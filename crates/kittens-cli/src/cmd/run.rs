@@ -1,12 +1,107 @@
-//! `kittens run` (being written).
+//! `kittens run <kernel> --backend cpu`: runs a kernel of the tile language on the CPU interpreter on
+//! random inputs (bf16, uniform in [-1, 1)) and reports its error against the f64 reference.
+
+use anyhow::{bail, Context};
+use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::cpu::{self, Problem};
 
 #[derive(clap::Args)]
 pub struct Args {
+    /// Kernel name: gemm_bf16 or attn_fwd.
+    pub kernel: String,
+    /// Where to run. Only `cpu` (the interpreter) runs here; GPU runs are `kittens bench`'s job.
+    #[arg(long, default_value = "cpu")]
+    pub backend: String,
+    /// GEMM rows of A and C.
+    #[arg(long, default_value_t = 256)]
+    pub m: usize,
+    /// GEMM rows of B, columns of C.
+    #[arg(long, default_value_t = 256)]
+    pub n: usize,
+    /// GEMM reduction size.
+    #[arg(long, default_value_t = 192)]
+    pub k: usize,
+    /// GEMM block tile (rows = cols of C per block; seed 000 E.1 uses 256).
+    #[arg(long, default_value_t = 256)]
+    pub block: u32,
+    /// GEMM K step (seed 000 E.1 uses 64).
+    #[arg(long, default_value_t = 64)]
+    pub k_step: u32,
+    /// Attention batch.
+    #[arg(long, default_value_t = 1)]
+    pub batch: usize,
+    /// Attention query heads.
+    #[arg(long, default_value_t = 4)]
+    pub heads: usize,
+    /// Attention key/value heads (GQA when fewer than --heads; must divide it).
+    #[arg(long, default_value_t = 2)]
+    pub heads_kv: usize,
+    /// Attention sequence length (queries = keys).
+    #[arg(long, default_value_t = 256)]
+    pub seq: usize,
+    /// Attention head dimension (a multiple of 32).
+    #[arg(long, default_value_t = 64)]
+    pub dim: usize,
+    /// Causal attention (PyTorch's top-left `is_causal`).
+    #[arg(long)]
+    pub causal: bool,
+    /// Attention tensor layout: bshd or bhsd.
+    #[arg(long, default_value = "bshd")]
+    pub layout: String,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
     /// Print one JSON document on stdout.
     #[arg(long)]
     pub json: bool,
 }
 
-pub fn run(_args: Args) -> anyhow::Result<()> {
-    anyhow::bail!("`kittens run` is not implemented yet")
+fn problem(a: &Args) -> anyhow::Result<Problem> {
+    let layout = match a.layout.to_ascii_lowercase().as_str() {
+        "bshd" => AttnLayout::Bshd,
+        "bhsd" => AttnLayout::Bhsd,
+        other => bail!("unknown layout `{other}`; use bshd or bhsd"),
+    };
+    if a.heads_kv == 0 || a.heads % a.heads_kv != 0 {
+        bail!("--heads-kv {} must divide --heads {}", a.heads_kv, a.heads);
+    }
+    let mut p = Problem { m: a.m, n: a.n, k: a.k, causal: a.causal, seed: a.seed, ..Problem::default() };
+    p.gemm.block = a.block;
+    p.gemm.k_step = a.k_step;
+    p.attn.batch = a.batch;
+    p.attn.heads = a.heads;
+    p.attn.heads_kv = a.heads_kv;
+    p.attn.seq = a.seq;
+    p.attn.dim = a.dim;
+    p.attn.layout = layout;
+    Ok(p)
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    match args.backend.as_str() {
+        "cpu" => {}
+        "gfx942" | "gfx950" | "sm_90a" | "hip" | "cuda" | "gpu" => bail!(
+            "`kittens run` runs the CPU interpreter only; GPU backends are measured by `kittens bench`"
+        ),
+        other => bail!("unknown backend `{other}`; `kittens run` supports `cpu`"),
+    }
+    if kittens_kernels::by_name(&args.kernel).is_none() {
+        bail!("unknown kernel `{}`; known: {}", args.kernel, kittens_kernels::NAMES.join(", "));
+    }
+    let p = problem(&args)?;
+    let r = cpu::run(&args.kernel, &p).with_context(|| format!("running `{}` on the CPU interpreter", args.kernel))?;
+    if args.json {
+        let mut v = serde_json::to_value(&r)?;
+        v["backend"] = "cpu".into();
+        v["rel_err_definition"] = "||out - ref||_F / ||ref||_F against an f64 reference".into();
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("kernel   {} (backend cpu, {} blocks × {} waves)", r.kernel, r.blocks, r.waves_per_block);
+    println!("shape    {}", r.shape);
+    println!("rel_err  {:.3e}   (‖out − ref‖_F / ‖ref‖_F, f64 reference)", r.error.rel_err);
+    println!("max_rel  {:.3e}   (max |out − ref| / max |ref|)", r.error.max_rel);
+    println!("mean_rel {:.3e}   (mean |out − ref| / mean |ref|)", r.error.mean_rel);
+    println!("time     interpreter {:.3} s, reference {:.3} s", r.interp_seconds, r.reference_seconds);
+    Ok(())
 }
