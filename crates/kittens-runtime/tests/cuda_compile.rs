@@ -128,3 +128,20 @@ fn hopper_gemm_compiles_for_sm_90a_without_spills() {
         (r.registers, image.cubin.len())
     );
 }
+
+#[test]
+fn hopper_gemm_variants_compile_without_spills() {
+    install_then_check();
+    let base = HopperGemm::default();
+    let variants = [
+        HopperGemm { stages: 3, ..base.clone() },
+        HopperGemm { bn: 128, stages: 6, ..base.clone() },
+        HopperGemm { group_m: 8, ..base.clone() },
+    ];
+    for g in variants {
+        let r = compile(&g.source().expect("valid"), &g.kernel_name(), "sm_90a", g.dynamic_shared_bytes())
+            .unwrap_or_else(|e| panic!("{}: {e}", g.kernel_name()))
+            .report;
+        assert_eq!((r.spill_stores, r.spill_loads), (0, 0), "{}: {r:?}", g.kernel_name());
+    }
+}

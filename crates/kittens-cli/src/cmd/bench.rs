@@ -25,6 +25,9 @@ pub struct GemmArgs {
     pub iters: usize,
     #[arg(long, default_value_t = 10)]
     pub warmup: usize,
+    /// Block tile columns (the wgmma N) of the Hopper kernel.
+    #[arg(long, default_value_t = HopperGemm::default().bn)]
+    pub bn: u32,
     /// Pipeline stages of the Hopper kernel.
     #[arg(long, default_value_t = HopperGemm::default().stages)]
     pub stages: u32,
@@ -53,7 +56,10 @@ fn gemm(a: GemmArgs) -> anyhow::Result<()> {
     let checks = match a.checks.as_str() {
         "default" => defaults.checks.clone(),
         "none" => Vec::new(),
-        list => list.split(',').map(parse_shape).collect::<anyhow::Result<_>>()?,
+        list => list
+            .split(',')
+            .map(parse_shape)
+            .collect::<anyhow::Result<_>>()?,
     };
     let opts = GemmBenchOptions {
         sizes: a.sizes.clone(),
@@ -61,6 +67,7 @@ fn gemm(a: GemmArgs) -> anyhow::Result<()> {
         iters: a.iters.max(1),
         warmup: a.warmup,
         config: HopperGemm {
+            bn: a.bn,
             stages: a.stages,
             group_m: a.group_m,
             ..HopperGemm::default()
@@ -69,7 +76,9 @@ fn gemm(a: GemmArgs) -> anyhow::Result<()> {
     };
     let report = match run_gemm_bench(&opts) {
         Ok(r) => r,
-        Err(e @ (CudaError::NoDriver(_) | CudaError::NoDevice(_))) => return no_gpu(&e, a.json.is_some()),
+        Err(e @ (CudaError::NoDriver(_) | CudaError::NoDevice(_))) => {
+            return no_gpu(&e, a.json.is_some())
+        }
         Err(e) => return Err(e).context("GEMM benchmark on the GPU"),
     };
     let doc = document(&report);
@@ -108,7 +117,10 @@ fn no_gpu(e: &CudaError, json: bool) -> anyhow::Result<()> {
         "{e}. `kittens bench` needs an NVIDIA Hopper GPU; on this machine use the CPU backend (`kittens run`)."
     );
     if json {
-        println!("{}", serde_json::json!({ "status": "no_gpu", "reason": msg }));
+        println!(
+            "{}",
+            serde_json::json!({ "status": "no_gpu", "reason": msg })
+        );
     } else {
         println!("{msg}");
     }
@@ -174,7 +186,10 @@ fn print_table(r: &GemmBenchReport) {
     );
     println!(
         "  compile: {} registers, {} spill stores, {} spill loads, {} B dynamic shared",
-        r.compile.registers, r.compile.spill_stores, r.compile.spill_loads, r.compile.dynamic_shared_bytes
+        r.compile.registers,
+        r.compile.spill_stores,
+        r.compile.spill_loads,
+        r.compile.dynamic_shared_bytes
     );
     println!(
         "{:>6} {:>10} {:>10} {:>7} {:>10} {:>10} {:>6}",
@@ -204,7 +219,10 @@ mod tests {
 
     #[test]
     fn shapes_parse() {
-        assert_eq!(parse_shape("1000x1032x520").expect("valid"), (1000, 1032, 520));
+        assert_eq!(
+            parse_shape("1000x1032x520").expect("valid"),
+            (1000, 1032, 520)
+        );
         assert!(parse_shape("10x10").is_err() && parse_shape("axbxc").is_err());
     }
 

@@ -109,7 +109,9 @@ pub fn bf16_to_f32(h: u16) -> f32 {
 /// Uniform bf16 values in [-1, 1) from a xorshift64* stream, filled on all cores.
 pub fn random_bf16(len: usize, seed: u64) -> Vec<u16> {
     let mut out = vec![0u16; len];
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
     let chunk = len.div_ceil(threads).max(1);
     std::thread::scope(|s| {
         for (i, part) in out.chunks_mut(chunk).enumerate() {
@@ -170,8 +172,12 @@ impl Kernel {
         let grid = self.config.grid(m, n, self.multiprocessors);
         // SAFETY: parameters match `gemm_sm90.cu`: two tensor maps, C's address, M, N, K.
         unsafe {
-            self.function
-                .launch((grid, 1, 1), (self.config.threads(), 1, 1), stream, &mut params)
+            self.function.launch(
+                (grid, 1, 1),
+                (self.config.threads(), 1, 1),
+                stream,
+                &mut params,
+            )
         }
     }
 }
@@ -186,8 +192,15 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
         )));
     }
     let cfg = opts.config.clone();
-    let src = cfg.source().map_err(|e| CudaError::Invalid(e.to_string()))?;
-    let image = compile(&src, &cfg.kernel_name(), "sm_90a", cfg.dynamic_shared_bytes())?;
+    let src = cfg
+        .source()
+        .map_err(|e| CudaError::Invalid(e.to_string()))?;
+    let image = compile(
+        &src,
+        &cfg.kernel_name(),
+        "sm_90a",
+        cfg.dynamic_shared_bytes(),
+    )?;
     let module = dev.load_module(&image.cubin)?;
     let kernel = Kernel {
         function: module.function(&cfg.kernel_name(), cfg.dynamic_shared_bytes())?,
@@ -301,6 +314,7 @@ fn make_inputs(
         a.push(da);
         b.push(db);
     }
+    dev.synchronize()?;
     Ok(Inputs {
         a_host,
         b_host,
@@ -328,6 +342,7 @@ fn bench_shape(
     // Correctness on copy 0, outputs poisoned with NaN first.
     c_ours.fill_u16(0x7fc0)?;
     c_ref.fill_u16(0x7fc0)?;
+    dev.synchronize()?;
     kernel.launch(stream, &inp.maps[0], &c_ours, m, n, k)?;
     cublas.gemm_bf16_abt(&inp.a[0], &inp.b[0], &mut c_ref, m, n, k)?;
     stream.synchronize()?;
@@ -338,11 +353,16 @@ fn bench_shape(
     if cmp.non_finite > 0 || cmp.rel_frobenius >= TOLERANCE {
         report_mismatches(&ours, &reference, n);
     }
-    let (spot_err_ours, spot_err_cublas) = spot_check(&inp, &ours, &reference, (m, n, k), opts.spot_checks, seed);
+    let (spot_err_ours, spot_err_cublas) =
+        spot_check(&inp, &ours, &reference, (m, n, k), opts.spot_checks, seed);
 
     // Timing: interleaved launches with events, rotating input copies.
     let copies = inp.a.len();
-    let (warmup, iters) = if timed { (opts.warmup, opts.iters) } else { (0, 0) };
+    let (warmup, iters) = if timed {
+        (opts.warmup, opts.iters)
+    } else {
+        (0, 0)
+    };
     let total = warmup + iters;
     let events: Vec<[Event; 4]> = (0..iters)
         .map(|_| Ok([Event::new()?, Event::new()?, Event::new()?, Event::new()?]))
@@ -408,7 +428,8 @@ pub struct Comparison {
 }
 
 pub fn compare(ours: &[u16], reference: &[u16]) -> Comparison {
-    let (mut diff2, mut ref2, mut max_diff, mut max_ref, mut non_finite) = (0f64, 0f64, 0f64, 0f64, 0usize);
+    let (mut diff2, mut ref2, mut max_diff, mut max_ref, mut non_finite) =
+        (0f64, 0f64, 0f64, 0f64, 0usize);
     for (&o, &r) in ours.iter().zip(reference) {
         let (o, r) = (bf16_to_f32(o) as f64, bf16_to_f32(r) as f64);
         if !o.is_finite() {
@@ -440,17 +461,27 @@ pub fn compare(ours: &[u16], reference: &[u16]) -> Comparison {
 
 /// Prints the first few elements where ours and cuBLAS disagree, with their coordinates, for debugging.
 fn report_mismatches(ours: &[u16], reference: &[u16], n: usize) {
-    let bad = ours.iter().zip(reference).enumerate().filter(|(_, (&o, &r))| {
-        let (o, r) = (bf16_to_f32(o), bf16_to_f32(r));
-        !o.is_finite() || (o - r).abs() > 0.05 * r.abs().max(1.0)
-    });
+    let bad = ours
+        .iter()
+        .zip(reference)
+        .enumerate()
+        .filter(|(_, (&o, &r))| {
+            let (o, r) = (bf16_to_f32(o), bf16_to_f32(r));
+            !o.is_finite() || (o - r).abs() > 0.05 * r.abs().max(1.0)
+        });
     let total = bad.clone().count();
     eprintln!(
         "  {total} of {} elements disagree with cuBLAS; first ones (row, col): ours vs cuBLAS",
         ours.len()
     );
     for (i, (&o, &r)) in bad.take(12) {
-        eprintln!("    ({}, {}): {} vs {}", i / n, i % n, bf16_to_f32(o), bf16_to_f32(r));
+        eprintln!(
+            "    ({}, {}): {} vs {}",
+            i / n,
+            i % n,
+            bf16_to_f32(o),
+            bf16_to_f32(r)
+        );
     }
 }
 
@@ -474,7 +505,10 @@ fn spot_check(
     for _ in 0..count {
         let (i, j) = (next(m), next(n));
         let exact: f64 = (0..k)
-            .map(|p| bf16_to_f32(inp.a_host[i * k + p]) as f64 * bf16_to_f32(inp.b_host[j * k + p]) as f64)
+            .map(|p| {
+                bf16_to_f32(inp.a_host[i * k + p]) as f64
+                    * bf16_to_f32(inp.b_host[j * k + p]) as f64
+            })
             .sum();
         sum2 += exact * exact;
         let o = bf16_to_f32(ours[i * n + j]) as f64;
@@ -520,7 +554,10 @@ mod tests {
 
     #[test]
     fn compare_flags_poison_and_measures_error() {
-        let a: Vec<u16> = [1.0f32, -2.0, 4.0].iter().map(|&x| f32_to_bf16(x)).collect();
+        let a: Vec<u16> = [1.0f32, -2.0, 4.0]
+            .iter()
+            .map(|&x| f32_to_bf16(x))
+            .collect();
         let mut b = a.clone();
         assert_eq!(compare(&b, &a).rel_frobenius, 0.0);
         b[1] = f32_to_bf16(-2.5);

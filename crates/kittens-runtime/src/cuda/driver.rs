@@ -37,7 +37,9 @@ fn driver_present() -> Result<(), CudaError> {
             std::mem::forget(lib);
             Ok(())
         }
-        Err(e) => Err(CudaError::NoDriver(format!("libcuda.so.1 could not be loaded: {e}"))),
+        Err(e) => Err(CudaError::NoDriver(format!(
+            "libcuda.so.1 could not be loaded: {e}"
+        ))),
     }
 }
 
@@ -69,17 +71,30 @@ impl Device {
             check(cu::cuDeviceGet(&mut dev, ordinal as i32), "cuDeviceGet")
                 .map_err(|e| CudaError::NoDevice(e.to_string()))?;
             let mut ctx = std::ptr::null_mut();
-            check(cu::cuDevicePrimaryCtxRetain(&mut ctx, dev), "cuDevicePrimaryCtxRetain")?;
+            check(
+                cu::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+                "cuDevicePrimaryCtxRetain",
+            )?;
             check(cu::cuCtxSetCurrent(ctx), "cuCtxSetCurrent")?;
             let mut name = [0 as std::ffi::c_char; 256];
-            check(cu::cuDeviceGetName(name.as_mut_ptr(), 256, dev), "cuDeviceGetName")?;
+            check(
+                cu::cuDeviceGetName(name.as_mut_ptr(), 256, dev),
+                "cuDeviceGetName",
+            )?;
             let attr = |a: cu::CUdevice_attribute| -> Result<i32, CudaError> {
                 let mut v = 0;
-                check(cu::cuDeviceGetAttribute(&mut v, a, dev), "cuDeviceGetAttribute").map(|_| v)
+                check(
+                    cu::cuDeviceGetAttribute(&mut v, a, dev),
+                    "cuDeviceGetAttribute",
+                )
+                .map(|_| v)
             };
             use cu::CUdevice_attribute as A;
             let mut driver_version = 0;
-            check(cu::cuDriverGetVersion(&mut driver_version), "cuDriverGetVersion")?;
+            check(
+                cu::cuDriverGetVersion(&mut driver_version),
+                "cuDriverGetVersion",
+            )?;
             Ok(Arc::new(Device {
                 ordinal,
                 name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
@@ -89,7 +104,8 @@ impl Device {
                 ),
                 multiprocessors: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
                 l2_bytes: attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64,
-                max_shared_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)? as u32,
+                max_shared_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
+                    as u32,
                 driver_version,
                 ctx,
             }))
@@ -100,7 +116,10 @@ impl Device {
     pub fn alloc(self: &Arc<Self>, bytes: usize) -> Result<DeviceBuffer, CudaError> {
         let mut ptr = 0;
         // SAFETY: out-parameter; freed in Drop.
-        check(unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes.max(1)) }, "cuMemAlloc")?;
+        check(
+            unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes.max(1)) },
+            "cuMemAlloc",
+        )?;
         Ok(DeviceBuffer {
             ptr,
             bytes,
@@ -218,7 +237,10 @@ impl Stream {
     pub fn new() -> Result<Stream, CudaError> {
         let mut s = std::ptr::null_mut();
         // SAFETY: out-parameter; destroyed in Drop.
-        check(unsafe { cu::cuStreamCreate(&mut s, 1) }, "cuStreamCreate")?; // 1 = non-blocking
+        // Flags 0: a blocking stream, ordered after work on the legacy default stream (memsets and copies
+        // from `DeviceBuffer`). A non-blocking stream let a NaN-poisoning memset run concurrently with
+        // the kernel it was meant to precede (seen on the H100, 2026-11-22, at 16384³).
+        check(unsafe { cu::cuStreamCreate(&mut s, 0) }, "cuStreamCreate")?;
         Ok(Stream(s))
     }
     pub fn raw(&self) -> cu::CUstream {
@@ -226,7 +248,10 @@ impl Stream {
     }
     pub fn synchronize(&self) -> Result<(), CudaError> {
         // SAFETY: live stream.
-        check(unsafe { cu::cuStreamSynchronize(self.0) }, "cuStreamSynchronize")
+        check(
+            unsafe { cu::cuStreamSynchronize(self.0) },
+            "cuStreamSynchronize",
+        )
     }
 }
 
@@ -251,7 +276,10 @@ impl Event {
     }
     pub fn record(&self, stream: &Stream) -> Result<(), CudaError> {
         // SAFETY: live event and stream.
-        check(unsafe { cu::cuEventRecord(self.0, stream.0) }, "cuEventRecord")
+        check(
+            unsafe { cu::cuEventRecord(self.0, stream.0) },
+            "cuEventRecord",
+        )
     }
     /// Milliseconds from `self` to `end`, waiting for `end` first.
     pub fn elapsed_ms(&self, end: &Event) -> Result<f32, CudaError> {
@@ -259,7 +287,10 @@ impl Event {
         // SAFETY: live events; out-parameter.
         unsafe {
             check(cu::cuEventSynchronize(end.0), "cuEventSynchronize")?;
-            check(cu::cuEventElapsedTime_v2(&mut ms, self.0, end.0), "cuEventElapsedTime")?;
+            check(
+                cu::cuEventElapsedTime_v2(&mut ms, self.0, end.0),
+                "cuEventElapsedTime",
+            )?;
         }
         Ok(ms)
     }
@@ -295,7 +326,8 @@ impl Module {
     /// Looks up an `extern "C"` kernel and allows it `dynamic_shared_bytes` of dynamic shared memory
     /// (anything over 48 KB needs the opt-in attribute, CUDA Programming Guide §"Shared Memory").
     pub fn function(&self, name: &str, dynamic_shared_bytes: u32) -> Result<Function, CudaError> {
-        let c = CString::new(name).map_err(|_| CudaError::Invalid(format!("kernel name {name:?}")))?;
+        let c =
+            CString::new(name).map_err(|_| CudaError::Invalid(format!("kernel name {name:?}")))?;
         let mut f = std::ptr::null_mut();
         // SAFETY: live module, NUL-terminated name, out-parameter.
         unsafe {

@@ -72,7 +72,11 @@ fn candidate_dirs() -> Vec<PathBuf> {
     }
     let wheel = Path::new(".cache/nvrtc/nvidia/cu13/lib");
     dirs.push(wheel.to_path_buf());
-    dirs.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(wheel));
+    dirs.push(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../..")
+            .join(wheel),
+    );
     for d in [
         "/usr/local/cuda/lib64",
         "/usr/local/cuda/targets/x86_64-linux/lib",
@@ -120,7 +124,10 @@ fn load() -> Result<Loaded, CudaError> {
 fn finish(path: String, libs: Vec<libloading::Library>) -> Result<Loaded, CudaError> {
     let (mut major, mut minor) = (0, 0);
     // SAFETY: plain out-parameters.
-    check(unsafe { nv::nvrtcVersion(&mut major, &mut minor) }, "nvrtcVersion")?;
+    check(
+        unsafe { nv::nvrtcVersion(&mut major, &mut minor) },
+        "nvrtcVersion",
+    )?;
     Ok(Loaded {
         info: NvrtcInfo {
             path,
@@ -177,7 +184,13 @@ fn cache_dir() -> PathBuf {
     .join("cuda")
 }
 
-fn cache_key(source: &str, kernel: &str, target: &str, opts: &[String], version: (i32, i32)) -> String {
+fn cache_key(
+    source: &str,
+    kernel: &str,
+    target: &str,
+    opts: &[String],
+    version: (i32, i32),
+) -> String {
     let mut h = Sha256::new();
     for part in [
         source,
@@ -207,8 +220,14 @@ pub fn compile(
     let opts = options(target);
     let key = cache_key(source, kernel, target, &opts, info.version);
     let dir = cache_dir();
-    let (cubin_path, report_path) = (dir.join(format!("{key}.cubin")), dir.join(format!("{key}.json")));
-    if let (Ok(cubin), Ok(json)) = (std::fs::read(&cubin_path), std::fs::read_to_string(&report_path)) {
+    let (cubin_path, report_path) = (
+        dir.join(format!("{key}.cubin")),
+        dir.join(format!("{key}.json")),
+    );
+    if let (Ok(cubin), Ok(json)) = (
+        std::fs::read(&cubin_path),
+        std::fs::read_to_string(&report_path),
+    ) {
         if let Ok(mut report) = serde_json::from_str::<CudaCompileReport>(&json) {
             report.cached = true;
             report.dynamic_shared_bytes = dynamic_shared_bytes;
@@ -216,8 +235,11 @@ pub fn compile(
         }
     }
     let (cubin, log) = compile_uncached(source, &opts)?;
-    let mut report = parse_ptxas_log(&log, kernel)
-        .ok_or_else(|| CudaError::Nvrtc(format!("no ptxas report for kernel `{kernel}` in the log:\n{log}")))?;
+    let mut report = parse_ptxas_log(&log, kernel).ok_or_else(|| {
+        CudaError::Nvrtc(format!(
+            "no ptxas report for kernel `{kernel}` in the log:\n{log}"
+        ))
+    })?;
     report.target = target.to_string();
     report.cubin_bytes = cubin.len();
     report.nvrtc_version = format!("{}.{}", info.version.0, info.version.1);
@@ -233,7 +255,8 @@ pub fn compile(
 
 /// One NVRTC compilation: returns the cubin and the program log.
 fn compile_uncached(source: &str, opts: &[String]) -> Result<(Vec<u8>, String), CudaError> {
-    let src = CString::new(source).map_err(|_| CudaError::Nvrtc("source holds a NUL byte".into()))?;
+    let src =
+        CString::new(source).map_err(|_| CudaError::Nvrtc("source holds a NUL byte".into()))?;
     let name = CString::new("kittens.cu").expect("literal has no NUL");
     let c_opts: Vec<CString> = opts
         .iter()
@@ -262,7 +285,11 @@ fn compile_uncached(source: &str, opts: &[String]) -> Result<(Vec<u8>, String), 
             let mut size = 0usize;
             check(nv::nvrtcGetCUBINSize(prog, &mut size), "nvrtcGetCUBINSize").and_then(|_| {
                 let mut cubin = vec![0u8; size];
-                check(nv::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()), "nvrtcGetCUBIN").map(|_| cubin)
+                check(
+                    nv::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()),
+                    "nvrtcGetCUBIN",
+                )
+                .map(|_| cubin)
             })
         };
         nv::nvrtcDestroyProgram(&mut prog);
@@ -281,7 +308,9 @@ unsafe fn program_log(prog: nv::nvrtcProgram) -> String {
     if nv::nvrtcGetProgramLog(prog, buf.as_mut_ptr().cast()) != nv::nvrtcResult::NVRTC_SUCCESS {
         return String::new();
     }
-    String::from_utf8_lossy(&buf).trim_end_matches('\0').to_string()
+    String::from_utf8_lossy(&buf)
+        .trim_end_matches('\0')
+        .to_string()
 }
 
 /// Reads ptxas's `-v` lines for `kernel` (whose mangled name contains it):
