@@ -144,7 +144,7 @@ impl fmt::Display for WaitResult {
 }
 
 /// Columns of the timeline shown in text; JSON has all of them.
-const SHOWN_INTERVALS: usize = 16;
+const SHOWN_INTERVALS: usize = 24;
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -167,19 +167,24 @@ impl fmt::Display for Report {
                 String::new()
             }
         )?;
+        // Cells name clusters by id (kind initial + index: `M0` memory, `C1` compute); a legend follows.
+        let id = |c: usize| format!("{}{c}", if self.clusters[c].kind == "compute" { 'C' } else { 'M' });
         let cell = |cs: &Vec<usize>| -> String {
             if cs.is_empty() {
                 return ".".into();
             }
-            cs.iter().map(|&c| self.clusters[c].label.as_str()).collect::<Vec<_>>().join("+")
+            cs.iter().map(|&c| id(c)).collect::<Vec<_>>().join("+")
         };
-        let width = self.timeline.iter().flatten().map(|c| cell(c).len()).max().unwrap_or(1).max(3);
+        let width = self.timeline.iter().flatten().map(|c| cell(c).chars().count()).max().unwrap_or(1).max(2);
         for (w, row) in self.timeline.iter().enumerate() {
             write!(f, "  wave {w:<2}")?;
             for i in 0..intervals.min(SHOWN_INTERVALS) {
                 write!(f, " {:<width$}", row.get(i).map_or(".".into(), cell))?;
             }
             writeln!(f)?;
+        }
+        for (c, info) in self.clusters.iter().enumerate() {
+            writeln!(f, "  {:<4} {} ({})", id(c), info.label, info.kind)?;
         }
         if self.block_barriers.iter().any(|&b| b != self.block_barriers[0]) {
             writeln!(
