@@ -27,12 +27,15 @@ struct Access<'e> {
     write: bool,
     queue: Option<WaitQueue>,
     region: Option<&'e super::Region>,
+    coop: Option<u32>,
 }
 
 fn access(e: &Event) -> Option<Access<'_>> {
     match &e.kind {
-        EvKind::Mem { write, region, queue } => Some(Access { write: *write, queue: *queue, region: Some(region) }),
-        EvKind::Reg { write, queue, .. } => Some(Access { write: *write, queue: *queue, region: None }),
+        EvKind::Mem { write, region, queue, coop } => {
+            Some(Access { write: *write, queue: *queue, region: Some(region), coop: *coop })
+        }
+        EvKind::Reg { write, queue, .. } => Some(Access { write: *write, queue: *queue, region: None, coop: None }),
         _ => None,
     }
 }
@@ -112,6 +115,10 @@ impl<'a> Ctx<'a> {
         };
         if !(ax.write || ay.write) || !overlap {
             return None;
+        }
+        let (ex, ey) = (&self.waves[x.0][x.1], &self.waves[y.0][y.1]);
+        if ax.coop.is_some() && ax.coop == ay.coop && ex.op == ey.op && ex.iter == ey.iter && x.0 != y.0 {
+            return None; // two waves' parts of one cooperative copy
         }
         // Shared-memory instructions of one wave execute in order (and fill registers in order), so two
         // of them need no wait between each other; an async global→shared copy takes another path and

@@ -26,6 +26,9 @@ pub(crate) enum EvKind {
         write: bool,
         region: Region,
         queue: Option<WaitQueue>,
+        /// For one wave's part of a cooperative async copy: which instance of the op's scope it belongs
+        /// to (`wave / scope size`); the parts of one instance never conflict with each other.
+        coop: Option<u32>,
     },
     /// A use of a wave's register that a shared→register load fills: reading it (or overwriting it)
     /// before the load's wait is the register form of a missing wait.
@@ -227,21 +230,16 @@ impl Walker<'_> {
     }
 
     fn op(&mut self, op: &Op, idx: usize) -> Result<(), AnalysisError> {
-        let mem = |write, region, queue| EvKind::Mem { write, region, queue };
+        let mem = |write, region, queue| EvKind::Mem { write, region, queue, coop: None };
         match op {
             Op::LoadAsync { dst, scope, .. } => {
-                // Each wave of the scope copies a contiguous band of rows (ir.rs, `Op::LoadAsync`).
-                let n = scope.waves(self.k.waves).max(1) as i64;
-                let i = match scope {
-                    Scope::Wave => 0,
-                    _ => self.wave as i64 % n,
-                };
-                let band = (dst.rows as i64 + n - 1) / n;
-                let rows = ((i * band).min(dst.rows as i64), ((i + 1) * band).min(dst.rows as i64));
-                if rows.0 < rows.1 {
-                    let r = self.region(dst, rows, idx)?;
-                    self.push(idx, mem(true, r, Some(WaitQueue::Async)))?;
-                }
+                // The waves of the scope split the copy, but how is the lowering's choice (a HipKittens
+                // G::load gives each thread 16-byte chunks strided over the tile), so each wave's part
+                // is taken to be anywhere in the view: sound for any split.
+                let n = scope.waves(self.k.waves).max(1);
+                let r = self.region(dst, (0, dst.rows as i64), idx)?;
+                let coop = (n > 1).then_some(self.wave / n);
+                self.push(idx, EvKind::Mem { write: true, region: r, queue: Some(WaitQueue::Async), coop })?;
             }
             Op::LoadShared { src, dst } => {
                 let r = self.region(src, (0, src.rows as i64), idx)?;
