@@ -11,6 +11,24 @@
 
 use kittens_hw::Arch;
 
+mod cexpr;
+pub mod layout;
+mod lower;
+mod ops;
+
+pub use lower::lower;
+
+/// Why a kernel could not be lowered to HIP.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LowerError {
+    /// The IR uses something this lowering does not handle yet (named in the message).
+    #[error("HIP lowering: {0}")]
+    Unsupported(String),
+    /// No matrix instruction or lane map fits a register tile.
+    #[error("HIP lowering, register layout: {0}")]
+    Layout(String),
+}
+
 /// The HIP device prelude, shipped inside the crate.
 pub const PRELUDE: &str = include_str!("prelude.hip");
 
@@ -73,7 +91,11 @@ pub const WRAPPED_OPCODES: &[(&str, Targets)] = &[
 
 /// The opcodes of [`WRAPPED_OPCODES`] that `arch` has.
 pub fn wrapped_opcodes(arch: Arch) -> Vec<&'static str> {
-    WRAPPED_OPCODES.iter().filter(|(_, t)| t.includes(arch)).map(|(op, _)| *op).collect()
+    WRAPPED_OPCODES
+        .iter()
+        .filter(|(_, t)| t.includes(arch))
+        .map(|(op, _)| *op)
+        .collect()
 }
 
 /// The bf16 MFMA a target's GEMM uses: 16x16x16 on CDNA3, the double-K 16x16x32 on CDNA4 (seed 000 §3.2.2:

@@ -226,5 +226,38 @@ KITTENS_DEV u32 rtne_bits(float x) {
 KITTENS_DEV u32 pack_bf16_rtne(float lo, float hi) { return perm_hi16(rtne_bits(hi), rtne_bits(lo)); }
 #endif
 
+// ---- helpers the IR lowering uses ------------------------------------------------------------------
+KITTENS_DEV int imin(int a, int b) { return a < b ? a : b; }
+KITTENS_DEV int imax(int a, int b) { return a > b ? a : b; }
+// One XOR term of a shared-memory swizzle (kittens_tile::Swizzle): the bits it flips in `off`.
+template <int BITS, int BASE, int SHIFT> KITTENS_DEV u32 xor_flips(u32 off) {
+  return (off >> SHIFT) & (((1u << BITS) - 1u) << BASE);
+}
+// Seed 000 Algorithm 1 lines 1-12 (kittens_sched::remap::xcd_chunk is the host twin): de-interleave
+// launch ids so each XCD owns runs of `chunk` consecutive logical ids; the tail keeps its order.
+KITTENS_DEV u32 xcd_chunk(u32 id, u32 blocks, u32 n_xcd, u32 chunk) {
+  const u32 n = n_xcd ? n_xcd : 1, c = chunk ? chunk : 1, per_cycle = n * c;
+  if (id >= (blocks / per_cycle) * per_cycle) return id;
+  const u32 local = id / n;
+  return (local / c) * per_cycle + (id % n) * c + local % c;
+}
+// Seed 000 Algorithm 1 lines 13-21 (host twin kittens_sched::remap::group_m): windows of `window` rows.
+KITTENS_DEV void group_m(u32 xy, u32 rows, u32 cols, u32 window, int& row, int& col) {
+  const u32 w = window ? window : 1, per_group = w * cols, first_row = (xy / per_group) * w;
+  u32 h = rows > first_row ? rows - first_row : 0;
+  h = h < w ? h : w;
+  h = h ? h : 1;
+  const u32 l = xy % per_group;
+  row = (int)(first_row + l % h);
+  col = (int)(l / h);
+}
+// fp32 -> bf16 bits of one value in each rounding mode (the packed forms above take two).
+KITTENS_DEV unsigned short bf16_rtz(float x) { return (unsigned short)(f32_bits(x) >> 16); }
+KITTENS_DEV unsigned short bf16_rtna(float x) { return (unsigned short)(rtna_bits(x) >> 16); }
+KITTENS_DEV unsigned short bf16_rtne(float x) {
+  const u32 u = f32_bits(x);
+  return (unsigned short)((x != x ? 0x7fc00000u : u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
 }  // namespace kittens
 #endif  // KITTENS_HIP_PRELUDE

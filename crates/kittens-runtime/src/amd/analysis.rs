@@ -116,7 +116,12 @@ pub fn analyze(asm: &str, arch: Arch, kernel: Option<&str>) -> Result<CodeObject
         .get("agpr_count")
         .map_or(Ok(0), |_| field("agpr_count"))?;
     let body = kernel_body(asm, &name)?;
-    let vgpr = accum_offset(asm, &name).unwrap_or_else(|| unified.saturating_sub(agpr));
+    // With AGPRs, the architected VGPRs end at the accumulation offset (a multiple of 4); without,
+    // the unified count is the VGPR count.
+    let vgpr = match agpr {
+        0 => unified,
+        _ => accum_offset(asm, &name).unwrap_or_else(|| unified.saturating_sub(agpr)),
+    };
     let gpu = kittens_hw::gpu(if arch == Arch::Cdna4 {
         "mi355x"
     } else {

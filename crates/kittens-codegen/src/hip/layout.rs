@@ -1,0 +1,239 @@
+//! Which lane holds which element of a register base tile, as closed forms the HIP code can compute.
+//!
+//! The maps themselves come from the matrix-instruction catalog (`kittens_hw::mma`, checked there
+//! against AMD's Matrix Instruction Calculator); this module never restates a layout. It picks the
+//! instruction operand a base tile stands for and fits, per slot, the affine form
+//! `row = r0 + ri·(lane % G) + rg·(lane / G)` (same for the column), verifying every lane. The fitted
+//! coefficients are what the lowering prints.
+//!
+//! Convention (seed 000 §3.2.2, D.1): a row-layout base tile of `R × C` is the A operand (M×K) of the
+//! target's MFMA with `M = R, K = C`; a column-layout `f32` base tile of `R × C` is the accumulator
+//! (M×N). A B operand is stored N×K in row layout, which is the A map transposed (checked where used).
+
+use super::LowerError;
+use kittens_hw::mma::{self, MmaInstr, Operand};
+use kittens_hw::{dtype::DType, Arch};
+use kittens_tile::{BaseShape, Layout};
+
+/// `value = base + per_idx·(lane % group) + per_group·(lane / group)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Affine {
+    pub base: u32,
+    pub per_idx: u32,
+    pub per_group: u32,
+}
+
+/// Where slot `s` of every lane sits: `slots[s] = (row, col)`, both affine in the lane.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaneMap {
+    pub instr: &'static str,
+    pub group: u32,
+    pub slots: Vec<(Affine, Affine)>,
+}
+
+impl LaneMap {
+    pub fn elems_per_lane(&self) -> u32 {
+        self.slots.len() as u32
+    }
+
+    /// True when each lane's slots are consecutive columns of one row (one vector LDS access).
+    pub fn row_contiguous(&self) -> bool {
+        self.slots.iter().enumerate().all(|(s, (r, c))| {
+            let (r0, c0) = self.slots[0];
+            *r == r0
+                && c.per_idx == c0.per_idx
+                && c.per_group == c0.per_group
+                && c.base == c0.base + s as u32
+        })
+    }
+
+    /// The (row, col) of `lane`'s slot `s`, evaluated on the host (tests, checks).
+    pub fn at(&self, lane: u32, s: usize) -> (u32, u32) {
+        let (i, g) = (lane % self.group, lane / self.group);
+        let (r, c) = self.slots[s];
+        (
+            r.base + r.per_idx * i + r.per_group * g,
+            c.base + c.per_idx * i + c.per_group * g,
+        )
+    }
+}
+
+/// The MFMA of `arch` whose operand `op` has shape `rows × cols` and element type `dtype`.
+fn find_instr(
+    arch: Arch,
+    dtype: DType,
+    op: Operand,
+    shape: BaseShape,
+) -> Option<&'static MmaInstr> {
+    mma::all().iter().find(|i| {
+        i.arch == arch
+            && i.lanes == 64
+            && i.dtype(op) == dtype
+            && i.rows_cols(op) == (shape.rows, shape.cols)
+            && (op != Operand::D || i.a_dtype == DType::Bf16)
+    })
+}
+
+/// The lane map of a register base tile, or why the lowering cannot place it.
+pub fn lane_map(
+    arch: Arch,
+    dtype: DType,
+    layout: Layout,
+    base: BaseShape,
+) -> Result<LaneMap, LowerError> {
+    let (op, what) = match (layout, dtype) {
+        (Layout::Row, _) => (Operand::A, "row-layout tile as an MFMA A operand"),
+        (Layout::Col, DType::F32) => (Operand::D, "column-layout f32 tile as an MFMA accumulator"),
+        (Layout::Col, _) => {
+            return Err(LowerError::Unsupported(format!(
+                "column-layout {dtype:?} register tiles (transposed B via ds_read_b64_tr_b16) are not lowered yet"
+            )))
+        }
+    };
+    let instr = find_instr(arch, dtype, op, base).ok_or_else(|| {
+        LowerError::Layout(format!(
+            "no {} MFMA fits a {base} {dtype:?} {what}",
+            arch.target()
+        ))
+    })?;
+    fit(instr, op)
+}
+
+/// Fit the per-slot affine forms of `instr`'s operand `op`, trying lane groups of 16 and 32.
+pub fn fit(instr: &'static MmaInstr, op: Operand) -> Result<LaneMap, LowerError> {
+    let per_lane = instr.elems_per_lane(op);
+    for group in [16u32, 32, 64] {
+        let mut slots = Vec::with_capacity(per_lane as usize);
+        for s in 0..per_lane {
+            let at = |lane: u32| instr.element(op, lane, s);
+            let (r0, c0) = at(0);
+            let step = |lane: u32, v0: u32, f: fn((u32, u32)) -> u32| f(at(lane)).checked_sub(v0);
+            let coeffs = (|| {
+                let ri = if group > 1 { step(1, r0, |p| p.0)? } else { 0 };
+                let ci = if group > 1 { step(1, c0, |p| p.1)? } else { 0 };
+                let rg = if group < 64 {
+                    step(group, r0, |p| p.0)?
+                } else {
+                    0
+                };
+                let cg = if group < 64 {
+                    step(group, c0, |p| p.1)?
+                } else {
+                    0
+                };
+                Some((
+                    Affine {
+                        base: r0,
+                        per_idx: ri,
+                        per_group: rg,
+                    },
+                    Affine {
+                        base: c0,
+                        per_idx: ci,
+                        per_group: cg,
+                    },
+                ))
+            })();
+            let Some(c) = coeffs else { break };
+            slots.push(c);
+        }
+        if slots.len() != per_lane as usize {
+            continue;
+        }
+        let map = LaneMap {
+            instr: instr.name,
+            group,
+            slots,
+        };
+        let exact = (0..instr.lanes).all(|l| {
+            (0..per_lane as usize).all(|s| map.at(l, s) == instr.element(op, l, s as u32))
+        });
+        if exact {
+            return Ok(map);
+        }
+    }
+    Err(LowerError::Layout(format!(
+        "{} operand {op}: lane map is not affine in lane groups",
+        instr.name
+    )))
+}
+
+/// The MFMA that multiplies base tiles `a` (row layout, M×K) by `b` (row layout, N×K) into an `f32`
+/// accumulator: checks that B's row-layout map is the instruction's B map transposed.
+pub fn mfma_for_abt(
+    arch: Arch,
+    dtype: DType,
+    a: BaseShape,
+    b: BaseShape,
+    acc: BaseShape,
+) -> Result<&'static MmaInstr, LowerError> {
+    let instr = find_instr(arch, dtype, Operand::A, a)
+        .filter(|i| {
+            i.rows_cols(Operand::D) == (acc.rows, acc.cols) && (i.n, i.k) == (b.rows, b.cols)
+        })
+        .ok_or_else(|| {
+            LowerError::Layout(format!(
+                "no {} MFMA computes {a}·({b})ᵀ into {acc}",
+                arch.target()
+            ))
+        })?;
+    let transposed_b = (0..64).all(|l| {
+        (0..instr.elems_per_lane(Operand::B)).all(|s| {
+            let (k, n) = instr.element(Operand::B, l, s);
+            let (row, col) = instr.element(Operand::A, l, s);
+            instr.m == instr.n && (row, col) == (n, k)
+        })
+    });
+    if transposed_b {
+        Ok(instr)
+    } else {
+        Err(LowerError::Layout(format!(
+            "{}: B's map is not A's transposed; store B differently",
+            instr.name
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The fitted forms reproduce the catalog for every CDNA instruction's every operand.
+    #[test]
+    fn every_cdna_map_fits() {
+        for i in mma::all().iter().filter(|i| i.arch.is_amd()) {
+            for op in [Operand::A, Operand::B, Operand::D] {
+                let m = fit(i, op).unwrap_or_else(|e| panic!("{e}"));
+                assert_eq!(m.elems_per_lane(), i.elems_per_lane(op));
+            }
+        }
+    }
+
+    /// seed 000 §3.2.2: the bf16 base tiles are 16x32 (CDNA4) and 16x16 (CDNA3), each lane holding 8 and
+    /// 4 consecutive K values: one ds_read_b128 / ds_read_b64.
+    #[test]
+    fn bf16_row_tiles_are_row_contiguous() {
+        let m = lane_map(Arch::Cdna4, DType::Bf16, Layout::Row, BaseShape::S16X32).unwrap();
+        assert!(m.row_contiguous() && m.elems_per_lane() == 8);
+        let m = lane_map(Arch::Cdna3, DType::Bf16, Layout::Row, BaseShape::S16X16).unwrap();
+        assert!(m.row_contiguous() && m.elems_per_lane() == 4);
+        let acc = lane_map(Arch::Cdna4, DType::F32, Layout::Col, BaseShape::S16X16).unwrap();
+        assert!(!acc.row_contiguous() && acc.elems_per_lane() == 4);
+        assert!(mfma_for_abt(
+            Arch::Cdna4,
+            DType::Bf16,
+            BaseShape::S16X32,
+            BaseShape::S16X32,
+            BaseShape::S16X16
+        )
+        .is_ok());
+        assert!(mfma_for_abt(
+            Arch::Cdna3,
+            DType::Bf16,
+            BaseShape::S16X16,
+            BaseShape::S16X16,
+            BaseShape::S16X16
+        )
+        .is_ok());
+    }
+}

@@ -1,0 +1,338 @@
+//! Lowering a tile-IR kernel to readable HIP for gfx942 / gfx950 (issue 5, item 2).
+//!
+//! The output is one self-contained translation unit: the prelude, then one `extern "C"` kernel whose
+//! arguments are the global tensors in declaration order (pointers) followed by the integer parameters.
+//! The launch is a 1-d grid of `∏ grid.extents` blocks of `64 · waves` threads; the grid remap turns the
+//! launch id into the block's tile coordinates `blk0, blk1, ...` (seed 000 Algorithm 1).
+//!
+//! Structure is kept: loops stay loops, clusters become commented blocks, conditionals on the wave
+//! become scalar branches (the wave index is `readfirstlane`d). Register tiles become arrays of base
+//! tiles (`b16x8 r_a[4][2]` — 4×2 base tiles of 16×32 bf16), so the compiler allocates them; every
+//! instruction that matters goes through one prelude wrapper (seed 001 §2.1). Op lowering is in
+//! [`super::ops`]; lane maps come from [`super::layout`].
+
+use super::cexpr::{cond, expr, ident, param_name, var_name};
+use super::layout::{lane_map, LaneMap};
+use super::LowerError;
+use kittens_hw::{dtype::DType, Arch};
+use kittens_ir::{Access, GridRemap, Kernel, Op, RegKind, Stmt};
+use std::collections::HashMap;
+
+/// Lower `k` to HIP source for `arch` (gfx942 or gfx950), prelude included.
+pub fn lower(k: &Kernel, arch: Arch) -> Result<String, LowerError> {
+    if !arch.is_amd() {
+        return Err(LowerError::Unsupported(format!(
+            "HIP lowering targets gfx942/gfx950, not {}",
+            arch.target()
+        )));
+    }
+    let mut e = Emitter::new(k, arch)?;
+    e.kernel()?;
+    Ok(super::translation_unit(&e.out))
+}
+
+/// Emission state: output text, indentation, the lane map of every register tile, and the instruction
+/// counts of recently issued async and LDS ops (to turn the IR's op-counted waits into `vmcnt` and
+/// `lgkmcnt` instruction counts).
+pub(super) struct Emitter<'k> {
+    pub k: &'k Kernel,
+    pub arch: Arch,
+    pub out: String,
+    indent: usize,
+    pub maps: HashMap<u32, LaneMap>,
+    pub async_issued: Vec<u32>,
+    pub lds_issued: Vec<u32>,
+    /// Synchronous global loads go through the compiler, whose own loads share `vmcnt`: async waits
+    /// then drain fully instead of counting.
+    pub has_global_loads: bool,
+}
+
+impl<'k> Emitter<'k> {
+    fn new(k: &'k Kernel, arch: Arch) -> Result<Self, LowerError> {
+        let mut maps = HashMap::new();
+        for (i, r) in k.regs.iter().enumerate() {
+            match &r.kind {
+                RegKind::Tile(t) => {
+                    if t.pin.is_some() {
+                        return Err(LowerError::Unsupported(format!(
+                            "register tile `{}` is pinned; explicit registers are not lowered yet",
+                            r.name
+                        )));
+                    }
+                    maps.insert(i as u32, lane_map(arch, t.dtype, t.layout, t.base)?);
+                }
+                RegKind::Vec(_) => {
+                    return Err(LowerError::Unsupported(format!(
+                        "register vector `{}` (not lowered yet)",
+                        r.name
+                    )))
+                }
+            }
+        }
+        let mut has_global_loads = false;
+        kittens_ir_walk(&k.body, &mut |op| {
+            has_global_loads |= matches!(op, Op::LoadGlobal { .. })
+        });
+        Ok(Emitter {
+            k,
+            arch,
+            out: String::new(),
+            indent: 0,
+            maps,
+            async_issued: vec![],
+            lds_issued: vec![],
+            has_global_loads,
+        })
+    }
+
+    /// Append one line at the current indentation.
+    pub fn line(&mut self, text: impl AsRef<str>) {
+        for _ in 0..self.indent {
+            self.out.push_str("  ");
+        }
+        self.out.push_str(text.as_ref());
+        self.out.push('\n');
+    }
+
+    /// `head {`, the body one level deeper, `}`.
+    pub fn block(
+        &mut self,
+        head: impl AsRef<str>,
+        body: impl FnOnce(&mut Self) -> Result<(), LowerError>,
+    ) -> Result<(), LowerError> {
+        let head = head.as_ref();
+        self.line(if head.is_empty() {
+            "{".to_string()
+        } else {
+            format!("{head} {{")
+        });
+        self.indent += 1;
+        body(self)?;
+        self.indent -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    pub fn ex(&self, e: &kittens_ir::Expr) -> String {
+        expr(self.k, e)
+    }
+
+    fn kernel(&mut self) -> Result<(), LowerError> {
+        let k = self.k;
+        let threads = 64 * k.waves;
+        let mut args: Vec<String> = k
+            .globals
+            .iter()
+            .map(|g| {
+                let c = if g.access == Access::Read {
+                    "const "
+                } else {
+                    ""
+                };
+                format!("{c}{}* __restrict__ g_{}", c_elem(g.dtype), ident(&g.name))
+            })
+            .collect();
+        args.extend((0..k.params.len()).map(|p| format!("int {}", param_name(k, p as u32))));
+        self.line(format!(
+            "// {} — lowered from the tile IR ({} schedule, {} waves).",
+            k.name,
+            k.schedule.name(),
+            k.waves
+        ));
+        self.line("using namespace kittens;");
+        self.line(format!("extern \"C\" __global__ __attribute__((amdgpu_flat_work_group_size({threads}, {threads})))"));
+        self.block(
+            format!("void {}({})", ident(&k.name), args.join(", ")),
+            |e| {
+                e.line("const int wave = __builtin_amdgcn_readfirstlane(thread_id() / 64);");
+                e.line("const int lane = lane_id();");
+                e.grid()?;
+                e.declarations();
+                e.stmts(&k.body)
+            },
+        )
+    }
+
+    /// Tile coordinates of this block from the launch id and the kernel's grid remap.
+    fn grid(&mut self) -> Result<(), LowerError> {
+        let ext: Vec<String> = self.k.grid.extents.iter().map(|x| self.ex(x)).collect();
+        let n = ext.len();
+        self.line(format!(
+            "int {};",
+            (0..n)
+                .map(|i| format!("blk{i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+        match (self.k.grid.remap, n) {
+            (GridRemap::RowMajor, _) => {
+                self.line("u32 id = block_id_x();");
+                for i in (0..n).rev() {
+                    self.line(format!(
+                        "blk{i} = (int)(id % (u32)({})); id /= (u32)({});",
+                        ext[i], ext[i]
+                    ));
+                }
+            }
+            (GridRemap::GroupM { window }, 2) => self.line(format!(
+                "group_m(block_id_x(), {}, {}, {window}, blk0, blk1);",
+                ext[0], ext[1]
+            )),
+            (
+                GridRemap::XcdSwizzle {
+                    xcds,
+                    window,
+                    chunk,
+                },
+                2,
+            ) => {
+                self.line(format!("const u32 xy = xcd_chunk(block_id_x(), (u32)({0}) * (u32)({1}), {xcds}, {chunk});", ext[0], ext[1]));
+                self.line(format!(
+                    "group_m(xy, {}, {}, {window}, blk0, blk1);",
+                    ext[0], ext[1]
+                ));
+            }
+            (GridRemap::HeadFirst { xcds }, 3) => {
+                let (b, h, q) = (&ext[0], &ext[1], &ext[2]);
+                self.line(format!("const u32 qb = (u32)({q}) ? (u32)({q}) : 1u, hh = (u32)({h}) ? (u32)({h}) : 1u;"));
+                self.line(format!("const u32 logical = xcd_chunk(block_id_x(), (u32)({b}) * hh * qb, {xcds}, qb);"));
+                self.line("blk0 = (int)(logical / qb / hh); blk1 = (int)(logical / qb % hh); blk2 = (int)(logical % qb);");
+            }
+            (r, n) => {
+                return Err(LowerError::Unsupported(format!(
+                    "grid remap {r:?} over {n} extents"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// Shared buffers, buffer resources for the global tensors, register tiles.
+    fn declarations(&mut self) {
+        let k = self.k;
+        for s in &k.shared {
+            let n = ident(&s.name);
+            self.line(format!(
+                "__shared__ __attribute__((aligned(16))) unsigned char smem_{n}[{}];",
+                s.bytes()
+            ));
+            self.line(format!("const u32 lds_{n} = lds_addr(smem_{n});"));
+        }
+        for g in &k.globals {
+            // Bytes the tensor spans: 1 + Σ (dim - 1) · stride elements; loads past it return 0.
+            let span: Vec<String> = g
+                .dims
+                .iter()
+                .zip(&g.strides)
+                .map(|(d, s)| format!("((u64)({}) - 1) * (u64)({})", self.ex(d), self.ex(s)))
+                .collect();
+            let n = ident(&g.name);
+            self.line(format!(
+                "const i32x4 rsrc_{n} = make_buffer_rsrc(g_{n}, (u32)((1 + {}) * {} < 0xffffffffull ? (1 + {0}) * {1} : 0xffffffffull));",
+                span.join(" + "),
+                g.dtype.bytes()
+            ));
+        }
+        for (i, r) in k.regs.iter().enumerate() {
+            if let (RegKind::Tile(t), Some(m)) = (&r.kind, self.maps.get(&(i as u32))) {
+                let (gr, gc) = t.base_grid();
+                let ty = reg_type(t.dtype, m.elems_per_lane()).unwrap_or("float");
+                self.line(format!("{ty} r_{}[{gr}][{gc}];", ident(&r.name)));
+            }
+        }
+    }
+
+    pub fn stmts(&mut self, body: &[Stmt]) -> Result<(), LowerError> {
+        body.iter().try_for_each(|s| self.stmt(s))
+    }
+
+    fn stmt(&mut self, s: &Stmt) -> Result<(), LowerError> {
+        match s {
+            Stmt::Op { op, implied } => {
+                if *implied && matches!(op, Op::Barrier { .. }) {
+                    self.line("// implied by the schedule:");
+                }
+                self.op(op)
+            }
+            Stmt::For {
+                var,
+                start,
+                end,
+                body,
+            } => {
+                let v = var_name(self.k, var.0);
+                let head = format!(
+                    "for (int {v} = {}; {v} < {}; ++{v})",
+                    self.ex(start),
+                    self.ex(end)
+                );
+                self.block(head, |e| e.stmts(body))
+            }
+            Stmt::If { cond: c, then, els } => {
+                let c = cond(self.k, c);
+                self.block(format!("if {c}"), |e| e.stmts(then))?;
+                if !els.is_empty() {
+                    self.block("else", |e| e.stmts(els))?;
+                }
+                Ok(())
+            }
+            Stmt::Cluster { kind, label, body } => {
+                self.line(format!(
+                    "// {} cluster: {label}",
+                    format!("{kind:?}").to_lowercase()
+                ));
+                self.block("", |e| e.stmts(body))
+            }
+            Stmt::Staggered { body } => {
+                self.line("// staggered region: the two warpgroups run one cluster apart");
+                self.block("", |e| e.stmts(body))
+            }
+            Stmt::Roles { .. } => Err(LowerError::Unsupported(
+                "producer/consumer roles on CDNA".into(),
+            )),
+        }
+    }
+}
+
+/// Every op of a body, nested statements included.
+pub(super) fn kittens_ir_walk(body: &[Stmt], f: &mut dyn FnMut(&Op)) {
+    for s in body {
+        match s {
+            Stmt::Op { op, .. } => f(op),
+            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
+                kittens_ir_walk(body, f)
+            }
+            Stmt::If { then, els, .. } => {
+                kittens_ir_walk(then, f);
+                kittens_ir_walk(els, f);
+            }
+            Stmt::Roles { producer, consumer } => {
+                kittens_ir_walk(producer, f);
+                kittens_ir_walk(consumer, f);
+            }
+        }
+    }
+}
+
+/// C element type of a global tensor (16-bit floats travel as raw bits).
+pub(super) fn c_elem(d: DType) -> &'static str {
+    match d {
+        DType::F32 => "float",
+        DType::Bf16 | DType::F16 => "unsigned short",
+        DType::Fp8E4m3 | DType::Fp8E5m2 => "unsigned char",
+    }
+}
+
+/// Prelude vector type of one base tile's per-lane elements.
+pub(super) fn reg_type(d: DType, elems: u32) -> Option<&'static str> {
+    Some(match (d, elems) {
+        (DType::Bf16 | DType::F16, 4) => "b16x4",
+        (DType::Bf16 | DType::F16, 8) => "b16x8",
+        (DType::F32, 1) => "float",
+        (DType::F32, 4) => "f32x4",
+        (DType::F32, 16) => "f32x16",
+        (DType::Fp8E4m3 | DType::Fp8E5m2, 8) => "fp8x8",
+        (DType::Fp8E4m3 | DType::Fp8E5m2, 32) => "fp8x32",
+        _ => return None,
+    })
+}
