@@ -32,7 +32,13 @@ impl From<f32> for Arg {
 
 impl SharedView {
     /// The `(ti, tj)`-th `rows × cols` sub-tile of this view (HipKittens `subtile_inplace`).
-    pub fn sub(&self, rows: u32, cols: u32, ti: impl Into<Expr>, tj: impl Into<Expr>) -> SharedView {
+    pub fn sub(
+        &self,
+        rows: u32,
+        cols: u32,
+        ti: impl Into<Expr>,
+        tj: impl Into<Expr>,
+    ) -> SharedView {
         SharedView {
             buf: self.buf,
             index: self.index.clone(),
@@ -55,10 +61,18 @@ impl KernelBuilder {
             shared: vec![],
             regs: vec![],
             vars: vec![],
-            grid: Grid { extents: vec![Expr::c(1)], remap: GridRemap::RowMajor },
+            grid: Grid {
+                extents: vec![Expr::c(1)],
+                remap: GridRemap::RowMajor,
+            },
             body: vec![],
         };
-        KernelBuilder { k, stack: vec![vec![]], error: None, rounding: Rounding::Rtne }
+        KernelBuilder {
+            k,
+            stack: vec![vec![]],
+            error: None,
+            rounding: Rounding::Rtne,
+        }
     }
 
     fn fail(&mut self, e: BuildError) {
@@ -83,7 +97,11 @@ impl KernelBuilder {
         access: Access,
     ) -> GlobalId {
         if strides.len() != dims.len() {
-            self.fail(BuildError::Structure(format!("`{name}`: {} dims but {} strides", dims.len(), strides.len())));
+            self.fail(BuildError::Structure(format!(
+                "`{name}`: {} dims but {} strides",
+                dims.len(),
+                strides.len()
+            )));
         }
         self.k.globals.push(GlobalDecl {
             name: name.into(),
@@ -97,7 +115,13 @@ impl KernelBuilder {
     }
 
     /// A densely packed row-major global tensor (last dimension contiguous).
-    pub fn global(&mut self, name: &str, dtype: DType, dims: &[(&str, Expr)], access: Access) -> GlobalId {
+    pub fn global(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        dims: &[(&str, Expr)],
+        access: Access,
+    ) -> GlobalId {
         let mut strides = vec![Expr::c(1); dims.len()];
         for i in (0..dims.len().saturating_sub(1)).rev() {
             strides[i] = &strides[i + 1] * dims[i + 1].1.clone();
@@ -123,22 +147,50 @@ impl KernelBuilder {
     }
 
     /// `count` shared tiles `rows × cols` with a swizzle.
-    pub fn shared(&mut self, name: &str, dtype: DType, rows: u32, cols: u32, swizzle: Swizzle, count: u32) -> SharedId {
+    pub fn shared(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        rows: u32,
+        cols: u32,
+        swizzle: Swizzle,
+        count: u32,
+    ) -> SharedId {
         let tile = SharedTile::with_swizzle(dtype, rows, cols, swizzle).unwrap_or_else(|source| {
-            self.fail(BuildError::Decl { name: name.into(), source });
-            SharedTile { dtype, rows: rows.max(1), cols: cols.max(1), swizzle }
+            self.fail(BuildError::Decl {
+                name: name.into(),
+                source,
+            });
+            SharedTile {
+                dtype,
+                rows: rows.max(1),
+                cols: cols.max(1),
+                swizzle,
+            }
         });
-        self.k.shared.push(SharedDecl { name: name.into(), tile, count: count.max(1) });
+        self.k.shared.push(SharedDecl {
+            name: name.into(),
+            tile,
+            count: count.max(1),
+        });
         SharedId(self.k.shared.len() as u32 - 1)
     }
 
     /// `count` shared tiles of a tile-layer shape (e.g. `SharedTile::new`, which picks the shape's default
     /// swizzle, seed 000 D.1).
-    pub fn shared_tile(&mut self, name: &str, tile: Result<SharedTile, TileError>, count: u32) -> SharedId {
+    pub fn shared_tile(
+        &mut self,
+        name: &str,
+        tile: Result<SharedTile, TileError>,
+        count: u32,
+    ) -> SharedId {
         match tile {
             Ok(t) => self.shared(name, t.dtype, t.rows, t.cols, t.swizzle, count),
             Err(source) => {
-                self.fail(BuildError::Decl { name: name.into(), source });
+                self.fail(BuildError::Decl {
+                    name: name.into(),
+                    source,
+                });
                 self.shared(name, DType::Bf16, 1, 1, Swizzle::None, count)
             }
         }
@@ -147,30 +199,76 @@ impl KernelBuilder {
     /// A register tile from the tile layer (use `RegTile::pinned` for explicit registers, seed 000 D.3).
     pub fn reg_tile(&mut self, name: &str, tile: Result<RegTile, TileError>) -> RegId {
         let t = tile.unwrap_or_else(|source| {
-            self.fail(BuildError::Decl { name: name.into(), source });
-            RegTile { dtype: DType::F32, rows: 1, cols: 1, layout: Layout::Row, base: BaseShape::S16X16, pin: None }
+            self.fail(BuildError::Decl {
+                name: name.into(),
+                source,
+            });
+            RegTile {
+                dtype: DType::F32,
+                rows: 1,
+                cols: 1,
+                layout: Layout::Row,
+                base: BaseShape::S16X16,
+                pin: None,
+            }
         });
         self.push_reg(name, RegKind::Tile(t))
     }
 
     /// A compiler-allocated register tile.
-    pub fn tile(&mut self, name: &str, dtype: DType, rows: u32, cols: u32, layout: Layout, base: BaseShape) -> RegId {
+    pub fn tile(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        rows: u32,
+        cols: u32,
+        layout: Layout,
+        base: BaseShape,
+    ) -> RegId {
         self.reg_tile(name, RegTile::new(dtype, rows, cols, layout, base))
     }
 
     fn push_reg(&mut self, name: &str, kind: RegKind) -> RegId {
-        self.k.regs.push(RegDecl { name: name.into(), kind });
+        self.k.regs.push(RegDecl {
+            name: name.into(),
+            kind,
+        });
         RegId(self.k.regs.len() as u32 - 1)
     }
 
     fn vec_of(&mut self, name: &str, of: RegId, dtype: DType, axis: Axis) -> RegId {
-        let t = self.k.regs.get(of.0 as usize).and_then(|r| r.tile().copied());
+        let t = self
+            .k
+            .regs
+            .get(of.0 as usize)
+            .and_then(|r| r.tile().copied());
         let Some(t) = t else {
-            self.fail(BuildError::Structure(format!("vector `{name}`: register {} is not a tile", of.0)));
-            return self.push_reg(name, RegKind::Vec(RegVec { dtype, len: 1, axis, layout: Layout::Row, base: BaseShape::S16X16 }));
+            self.fail(BuildError::Structure(format!(
+                "vector `{name}`: register {} is not a tile",
+                of.0
+            )));
+            return self.push_reg(
+                name,
+                RegKind::Vec(RegVec {
+                    dtype,
+                    len: 1,
+                    axis,
+                    layout: Layout::Row,
+                    base: BaseShape::S16X16,
+                }),
+            );
         };
         let len = if axis == Axis::Rows { t.rows } else { t.cols };
-        self.push_reg(name, RegKind::Vec(RegVec { dtype, len, axis, layout: t.layout, base: t.base }))
+        self.push_reg(
+            name,
+            RegKind::Vec(RegVec {
+                dtype,
+                len,
+                axis,
+                layout: t.layout,
+                base: t.base,
+            }),
+        )
     }
     /// One value per row of tile `of` (what `row_max` produces).
     pub fn row_vec(&mut self, name: &str, of: RegId, dtype: DType) -> RegId {
@@ -186,30 +284,73 @@ impl KernelBuilder {
     /// Buffer `index` of shared ring `buf`, whole.
     pub fn smem(&self, buf: SharedId, index: impl Into<Expr>) -> SharedView {
         let t = self.k.shared[buf.0 as usize].tile;
-        SharedView { buf, index: index.into(), row0: Expr::c(0), col0: Expr::c(0), rows: t.rows, cols: t.cols }
+        SharedView {
+            buf,
+            index: index.into(),
+            row0: Expr::c(0),
+            col0: Expr::c(0),
+            rows: t.rows,
+            cols: t.cols,
+        }
     }
 
     /// The `(ti, tj)`-th `rows × cols` tile of a 2-d global tensor.
-    pub fn gtile(&self, g: GlobalId, rows: u32, cols: u32, ti: impl Into<Expr>, tj: impl Into<Expr>) -> GlobalView {
+    pub fn gtile(
+        &self,
+        g: GlobalId,
+        rows: u32,
+        cols: u32,
+        ti: impl Into<Expr>,
+        tj: impl Into<Expr>,
+    ) -> GlobalView {
         let origin = vec![ti.into() * rows as i64, tj.into() * cols as i64];
-        GlobalView { tensor: g, origin, row_dim: 0, col_dim: 1, rows, cols }
+        GlobalView {
+            tensor: g,
+            origin,
+            row_dim: 0,
+            col_dim: 1,
+            rows,
+            cols,
+        }
     }
 
     /// A `rows × cols` window of an N-d tensor at element `origin`, rows along `row_dim`.
-    pub fn gview(&self, g: GlobalId, origin: Vec<Expr>, row_dim: u8, col_dim: u8, rows: u32, cols: u32) -> GlobalView {
-        GlobalView { tensor: g, origin, row_dim, col_dim, rows, cols }
+    pub fn gview(
+        &self,
+        g: GlobalId,
+        origin: Vec<Expr>,
+        row_dim: u8,
+        col_dim: u8,
+        rows: u32,
+        cols: u32,
+    ) -> GlobalView {
+        GlobalView {
+            tensor: g,
+            origin,
+            row_dim,
+            col_dim,
+            rows,
+            cols,
+        }
     }
 
     // ---- ops ----------------------------------------------------------------------------------
 
     /// Appends one op to the current body.
     pub fn op(&mut self, op: Op) {
-        self.stack.last_mut().expect("builder body stack is never empty").push(Stmt::Op { op, implied: false });
+        self.stack
+            .last_mut()
+            .expect("builder body stack is never empty")
+            .push(Stmt::Op { op, implied: false });
     }
 
     /// Async global→shared load shared by every wave of the block.
     pub fn load_async(&mut self, dst: SharedView, src: GlobalView) {
-        self.op(Op::LoadAsync { dst, src, scope: Scope::Block });
+        self.op(Op::LoadAsync {
+            dst,
+            src,
+            scope: Scope::Block,
+        });
     }
     pub fn load_async_by(&mut self, scope: Scope, dst: SharedView, src: GlobalView) {
         self.op(Op::LoadAsync { dst, src, scope });
@@ -222,10 +363,18 @@ impl KernelBuilder {
         self.op(Op::LoadGlobal { dst, src });
     }
     pub fn store(&mut self, dst: GlobalView, src: RegId) {
-        self.op(Op::StoreGlobal { dst, src, rounding: self.rounding });
+        self.op(Op::StoreGlobal {
+            dst,
+            src,
+            rounding: self.rounding,
+        });
     }
     pub fn store_shared(&mut self, dst: SharedView, src: RegId) {
-        self.op(Op::StoreShared { dst, src, rounding: self.rounding });
+        self.op(Op::StoreShared {
+            dst,
+            src,
+            rounding: self.rounding,
+        });
     }
 
     /// The general multiply-accumulate; `c: None` starts from zero.
@@ -234,19 +383,43 @@ impl KernelBuilder {
     }
     /// `d = a·b + c`.
     pub fn mma_ab(&mut self, d: RegId, a: RegId, b: RegId, c: RegId) {
-        self.mma(MmaForm::Ab, d, MmaOperand::Reg(a), MmaOperand::Reg(b), Some(c));
+        self.mma(
+            MmaForm::Ab,
+            d,
+            MmaOperand::Reg(a),
+            MmaOperand::Reg(b),
+            Some(c),
+        );
     }
     /// `d = a·bᵀ + c`.
     pub fn mma_abt(&mut self, d: RegId, a: RegId, b: RegId, c: RegId) {
-        self.mma(MmaForm::Abt, d, MmaOperand::Reg(a), MmaOperand::Reg(b), Some(c));
+        self.mma(
+            MmaForm::Abt,
+            d,
+            MmaOperand::Reg(a),
+            MmaOperand::Reg(b),
+            Some(c),
+        );
     }
     /// `d = aᵀ·b + c`.
     pub fn mma_atb(&mut self, d: RegId, a: RegId, b: RegId, c: RegId) {
-        self.mma(MmaForm::Atb, d, MmaOperand::Reg(a), MmaOperand::Reg(b), Some(c));
+        self.mma(
+            MmaForm::Atb,
+            d,
+            MmaOperand::Reg(a),
+            MmaOperand::Reg(b),
+            Some(c),
+        );
     }
     /// `d = aᵀ·bᵀ + c`.
     pub fn mma_atbt(&mut self, d: RegId, a: RegId, b: RegId, c: RegId) {
-        self.mma(MmaForm::Atbt, d, MmaOperand::Reg(a), MmaOperand::Reg(b), Some(c));
+        self.mma(
+            MmaForm::Atbt,
+            d,
+            MmaOperand::Reg(a),
+            MmaOperand::Reg(b),
+            Some(c),
+        );
     }
 
     pub fn fill(&mut self, dst: RegId, value: f32) {
@@ -261,7 +434,12 @@ impl KernelBuilder {
 
     /// `dst = f(args…)` elementwise, rounded with the builder's rounding.
     pub fn map(&mut self, dst: RegId, f: MapFn, args: Vec<Arg>) {
-        self.op(Op::Map { dst, f, args, rounding: self.rounding });
+        self.op(Op::Map {
+            dst,
+            f,
+            args,
+            rounding: self.rounding,
+        });
     }
     pub fn add(&mut self, dst: RegId, a: impl Into<Arg>, b: impl Into<Arg>) {
         self.map(dst, MapFn::Add, vec![a.into(), b.into()]);
@@ -296,7 +474,12 @@ impl KernelBuilder {
     }
     /// Copy, converting with an explicit rounding mode.
     pub fn convert(&mut self, dst: RegId, src: RegId, rounding: Rounding) {
-        self.op(Op::Map { dst, f: MapFn::Copy, args: vec![Arg::Reg(src)], rounding });
+        self.op(Op::Map {
+            dst,
+            f: MapFn::Copy,
+            args: vec![Arg::Reg(src)],
+            rounding,
+        });
     }
     /// `dst[i,j] = src[i,j] - v[i]`.
     pub fn sub_row(&mut self, dst: RegId, src: RegId, v: RegId) {
@@ -320,7 +503,13 @@ impl KernelBuilder {
     }
 
     pub fn reduce(&mut self, axis: Axis, op: ReduceOp, dst: RegId, src: RegId, acc: Option<RegId>) {
-        self.op(Op::Reduce { dst, src, axis, op, acc });
+        self.op(Op::Reduce {
+            dst,
+            src,
+            axis,
+            op,
+            acc,
+        });
     }
     /// `dst[i] = max_j src[i,j]`.
     pub fn row_max(&mut self, dst: RegId, src: RegId) {
@@ -350,28 +539,52 @@ impl KernelBuilder {
         self.op(Op::SwapLayout { dst, src });
     }
     /// Elements of `dst` at global `(row0 + i, col0 + j)` that `rule` does not keep become `value`.
-    pub fn mask(&mut self, dst: RegId, rule: MaskRule, row0: impl Into<Expr>, col0: impl Into<Expr>, value: f32) {
-        self.op(Op::Mask { dst, rule, row0: row0.into(), col0: col0.into(), value });
+    pub fn mask(
+        &mut self,
+        dst: RegId,
+        rule: MaskRule,
+        row0: impl Into<Expr>,
+        col0: impl Into<Expr>,
+        value: f32,
+    ) {
+        self.op(Op::Mask {
+            dst,
+            rule,
+            row0: row0.into(),
+            col0: col0.into(),
+            value,
+        });
     }
 
     // ---- synchronisation and scheduling -------------------------------------------------------
 
     pub fn barrier(&mut self) {
-        self.op(Op::Barrier { scope: Scope::Block });
+        self.op(Op::Barrier {
+            scope: Scope::Block,
+        });
     }
     pub fn barrier_by(&mut self, scope: Scope) {
         self.op(Op::Barrier { scope });
     }
     /// Wait until at most `n` of this wave's async global→shared loads are in flight.
     pub fn wait_async(&mut self, n: u32) {
-        self.op(Op::Wait { queue: WaitQueue::Async, count: WaitCount::Outstanding(n) });
+        self.op(Op::Wait {
+            queue: WaitQueue::Async,
+            count: WaitCount::Outstanding(n),
+        });
     }
     /// A wait whose count the schedule analysis computes.
     pub fn wait_async_auto(&mut self) {
-        self.op(Op::Wait { queue: WaitQueue::Async, count: WaitCount::Auto });
+        self.op(Op::Wait {
+            queue: WaitQueue::Async,
+            count: WaitCount::Auto,
+        });
     }
     pub fn wait_shared(&mut self, n: u32) {
-        self.op(Op::Wait { queue: WaitQueue::Shared, count: WaitCount::Outstanding(n) });
+        self.op(Op::Wait {
+            queue: WaitQueue::Shared,
+            count: WaitCount::Outstanding(n),
+        });
     }
     pub fn prio(&mut self, p: u8) {
         self.op(Op::Priority(p));
@@ -391,19 +604,37 @@ impl KernelBuilder {
         self.stack.pop().expect("pushed above")
     }
     fn push_stmt(&mut self, s: Stmt) {
-        self.stack.last_mut().expect("builder body stack is never empty").push(s);
+        self.stack
+            .last_mut()
+            .expect("builder body stack is never empty")
+            .push(s);
     }
 
     /// `for i in start..end { f(i) }`.
-    pub fn for_range(&mut self, name: &str, start: impl Into<Expr>, end: impl Into<Expr>, f: impl FnOnce(&mut Self, Expr)) {
+    pub fn for_range(
+        &mut self,
+        name: &str,
+        start: impl Into<Expr>,
+        end: impl Into<Expr>,
+        f: impl FnOnce(&mut Self, Expr),
+    ) {
         self.k.vars.push(VarDecl { name: name.into() });
         let var = VarId(self.k.vars.len() as u32 - 1);
         let body = self.nested(|b| f(b, Expr::Var(var)));
-        self.push_stmt(Stmt::For { var, start: start.into(), end: end.into(), body });
+        self.push_stmt(Stmt::For {
+            var,
+            start: start.into(),
+            end: end.into(),
+            body,
+        });
     }
     pub fn if_(&mut self, cond: Cond, f: impl FnOnce(&mut Self)) {
         let then = self.nested(f);
-        self.push_stmt(Stmt::If { cond, then, els: vec![] });
+        self.push_stmt(Stmt::If {
+            cond,
+            then,
+            els: vec![],
+        });
     }
     pub fn if_else(&mut self, cond: Cond, f: impl FnOnce(&mut Self), g: impl FnOnce(&mut Self)) {
         let then = self.nested(f);
@@ -413,12 +644,20 @@ impl KernelBuilder {
     /// A compute cluster of the kernel's schedule.
     pub fn compute(&mut self, label: &str, f: impl FnOnce(&mut Self)) {
         let body = self.nested(f);
-        self.push_stmt(Stmt::Cluster { kind: ClusterKind::Compute, label: label.into(), body });
+        self.push_stmt(Stmt::Cluster {
+            kind: ClusterKind::Compute,
+            label: label.into(),
+            body,
+        });
     }
     /// A memory cluster of the kernel's schedule.
     pub fn memory(&mut self, label: &str, f: impl FnOnce(&mut Self)) {
         let body = self.nested(f);
-        self.push_stmt(Stmt::Cluster { kind: ClusterKind::Memory, label: label.into(), body });
+        self.push_stmt(Stmt::Cluster {
+            kind: ClusterKind::Memory,
+            label: label.into(),
+            body,
+        });
     }
     /// The region where ping-pong warpgroups run one cluster apart.
     pub fn staggered(&mut self, f: impl FnOnce(&mut Self)) {

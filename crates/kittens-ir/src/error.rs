@@ -11,13 +11,32 @@ pub enum OpError {
     #[error(transparent)]
     Tile(#[from] TileError),
     #[error("{what}: expected {expected}, found {found}")]
-    DType { what: &'static str, expected: DType, found: DType },
+    DType {
+        what: &'static str,
+        expected: DType,
+        found: DType,
+    },
     #[error("{what}: shape {found_rows}x{found_cols}, expected {rows}x{cols}")]
-    Shape { what: &'static str, rows: u32, cols: u32, found_rows: u32, found_cols: u32 },
+    Shape {
+        what: &'static str,
+        rows: u32,
+        cols: u32,
+        found_rows: u32,
+        found_cols: u32,
+    },
     #[error("{operand} must be in {expected:?} layout for {form} (its reduction dimension runs along each lane), found {found:?}")]
-    Layout { operand: &'static str, form: &'static str, expected: Layout, found: Layout },
+    Layout {
+        operand: &'static str,
+        form: &'static str,
+        expected: Layout,
+        found: Layout,
+    },
     #[error("{form}: A's base tile has K = {a_k}, B's has K = {b_k}; the matrix instruction needs one K")]
-    BaseK { form: &'static str, a_k: u32, b_k: u32 },
+    BaseK {
+        form: &'static str,
+        a_k: u32,
+        b_k: u32,
+    },
     #[error("{what} must be a register tile, `{name}` is a vector")]
     NotTile { what: &'static str, name: String },
     #[error("{what} must be a register vector, `{name}` is a tile")]
@@ -35,13 +54,26 @@ pub enum BuildError {
     #[error("declaring `{name}`: {source}")]
     Decl { name: String, source: TileError },
     #[error("op #{index} ({desc}): {error}")]
-    Op { index: usize, desc: String, error: OpError },
+    Op {
+        index: usize,
+        desc: String,
+        error: OpError,
+    },
     #[error("{0}")]
     Structure(String),
     #[error("shared memory: the kernel allocates {need} bytes per block, {gpu} allows {have}")]
-    SharedBudget { need: u32, have: u32, gpu: &'static str },
+    SharedBudget {
+        need: u32,
+        have: u32,
+        gpu: &'static str,
+    },
     #[error("registers: about {need} 32-bit registers per lane per wave, {gpu} gives {have} to each of {waves} waves")]
-    RegBudget { need: u32, have: u32, waves: u32, gpu: &'static str },
+    RegBudget {
+        need: u32,
+        have: u32,
+        waves: u32,
+        gpu: &'static str,
+    },
     #[error("{waves} waves of {width} lanes exceed the 1024 threads of a block")]
     BlockSize { waves: u32, width: u32 },
 }

@@ -157,9 +157,6 @@ impl Cond {
     pub fn or(self, b: Cond) -> Cond {
         Cond::Or(Box::new(self), Box::new(b))
     }
-    pub fn not(self) -> Cond {
-        Cond::Not(Box::new(self))
-    }
     /// True when the condition reads only the wave id and constants — a wave/warpgroup conditional,
     /// which a lowering may turn into a uniform branch on the wave index.
     pub fn is_wave_uniform(&self) -> bool {
@@ -175,6 +172,13 @@ impl Cond {
             Cond::And(a, b) | Cond::Or(a, b) => a.is_wave_uniform() && b.is_wave_uniform(),
             Cond::Not(a) => a.is_wave_uniform(),
         }
+    }
+}
+
+impl std::ops::Not for Cond {
+    type Output = Cond;
+    fn not(self) -> Cond {
+        Cond::Not(Box::new(self))
     }
 }
 
@@ -254,7 +258,12 @@ mod tests {
     fn evaluates_index_math() {
         let m = Expr::Param(ParamId(0));
         let tiles = m.clone().ceil_div(64) - 2;
-        let env = Env { params: &[200], vars: &[], block: &[], wave: 5 };
+        let env = Env {
+            params: &[200],
+            vars: &[],
+            block: &[],
+            wave: 5,
+        };
         assert_eq!(tiles.eval(&env), Some(2));
         let grp = Expr::Wave / 4;
         assert_eq!(grp.eval(&env), Some(1));

@@ -345,41 +345,98 @@ pub enum Op {
     /// copies a contiguous band of rows). The data lands when the issuing wave executes a covering
     /// [`Op::Wait`] on [`WaitQueue::Async`]; others see it after a barrier. AMD: `buffer_load … lds`;
     /// Hopper: TMA + mbarrier (`scope` then says which waves wait on the barrier).
-    LoadAsync { dst: SharedView, src: GlobalView, scope: Scope },
+    LoadAsync {
+        dst: SharedView,
+        src: GlobalView,
+        scope: Scope,
+    },
     /// Shared→register load; the destination's layout (row or column) decides the instruction
     /// (AMD `ds_read_b128` or `ds_read_b64_tr_b16`, seed 000 D.1).
-    LoadShared { dst: RegId, src: SharedView },
+    LoadShared {
+        dst: RegId,
+        src: SharedView,
+    },
     /// Synchronous global→register load.
-    LoadGlobal { dst: RegId, src: GlobalView },
+    LoadGlobal {
+        dst: RegId,
+        src: GlobalView,
+    },
     /// Register→shared store, rounding to the shared dtype.
-    StoreShared { dst: SharedView, src: RegId, rounding: Rounding },
+    StoreShared {
+        dst: SharedView,
+        src: RegId,
+        rounding: Rounding,
+    },
     /// Register→global store, rounding to the tensor dtype; elements outside the tensor are dropped.
-    StoreGlobal { dst: GlobalView, src: RegId, rounding: Rounding },
+    StoreGlobal {
+        dst: GlobalView,
+        src: RegId,
+        rounding: Rounding,
+    },
     /// `d = op(a)·op(b) + c` (`c: None` is zero), f32 accumulation, rounded to `d`'s dtype.
-    Mma { form: MmaForm, d: RegId, a: MmaOperand, b: MmaOperand, c: Option<RegId> },
+    Mma {
+        form: MmaForm,
+        d: RegId,
+        a: MmaOperand,
+        b: MmaOperand,
+        c: Option<RegId>,
+    },
     /// Elementwise `dst[i,j] = f(args…)` computed in f32 and rounded to `dst`'s dtype with `rounding`.
-    Map { dst: RegId, f: MapFn, args: Vec<Arg>, rounding: Rounding },
+    Map {
+        dst: RegId,
+        f: MapFn,
+        args: Vec<Arg>,
+        rounding: Rounding,
+    },
     /// `dst[k] = op over the axis of src` (with `Rows` one result per row), combined with `acc` if given.
-    Reduce { dst: RegId, src: RegId, axis: Axis, op: ReduceOp, acc: Option<RegId> },
+    Reduce {
+        dst: RegId,
+        src: RegId,
+        axis: Axis,
+        op: ReduceOp,
+        acc: Option<RegId>,
+    },
     /// Set every element to `value` (`zero`, `neg_infty`).
-    Fill { dst: RegId, value: f32 },
+    Fill {
+        dst: RegId,
+        value: f32,
+    },
     /// `dst = srcᵀ` with the layout swapped (HipKittens `swap_layout_and_transpose`): the same registers
     /// reinterpreted, so it is free on the device.
-    Transpose { dst: RegId, src: RegId },
+    Transpose {
+        dst: RegId,
+        src: RegId,
+    },
     /// `dst = src` in the other layout (a register shuffle on the device).
-    SwapLayout { dst: RegId, src: RegId },
+    SwapLayout {
+        dst: RegId,
+        src: RegId,
+    },
     /// Set elements not kept by `rule` to `value`; `(row0, col0)` is the tile's global origin.
-    Mask { dst: RegId, rule: MaskRule, row0: Expr, col0: Expr, value: f32 },
+    Mask {
+        dst: RegId,
+        rule: MaskRule,
+        row0: Expr,
+        col0: Expr,
+        value: f32,
+    },
     /// Block until this wave has at most `count` outstanding ops on `queue`.
-    Wait { queue: WaitQueue, count: WaitCount },
+    Wait {
+        queue: WaitQueue,
+        count: WaitCount,
+    },
     /// Barrier over `scope` (AMD `s_barrier`; NVIDIA `bar.sync`/named barriers). Executed by a subset of
     /// waves inside a conditional, it is the 8-wave ping-pong's stagger barrier.
-    Barrier { scope: Scope },
+    Barrier {
+        scope: Scope,
+    },
     /// Wave priority (AMD `s_setprio`, 0–3); a no-op on NVIDIA.
     Priority(u8),
     Hint(SchedHint),
     /// Hopper register reallocation (`setmaxnreg`): producers shrink, consumers grow; a no-op on AMD.
-    SetMaxRegs { regs: u32 },
+    SetMaxRegs {
+        regs: u32,
+    },
 }
 
 impl Op {
@@ -426,16 +483,32 @@ pub enum Stmt {
     /// An op; `implied` marks ops the schedule expansion inserted (stagger barriers, priorities, fences).
     Op { op: Op, implied: bool },
     /// `for var in start..end` (step 1).
-    For { var: VarId, start: Expr, end: Expr, body: Vec<Stmt> },
-    If { cond: Cond, then: Vec<Stmt>, els: Vec<Stmt> },
+    For {
+        var: VarId,
+        start: Expr,
+        end: Expr,
+        body: Vec<Stmt>,
+    },
+    If {
+        cond: Cond,
+        then: Vec<Stmt>,
+        els: Vec<Stmt>,
+    },
     /// A cluster of the schedule; after expansion its body already holds the implied ops.
-    Cluster { kind: ClusterKind, label: String, body: Vec<Stmt> },
+    Cluster {
+        kind: ClusterKind,
+        label: String,
+        body: Vec<Stmt>,
+    },
     /// The region in which the two ping-pong warpgroups run offset by one cluster; expansion puts the
     /// conditional stagger barrier before it and the re-join barrier after it.
     Staggered { body: Vec<Stmt> },
     /// Warp-specialised roles (producer/consumer schedule): expansion turns it into a conditional on the
     /// warpgroup with the register reallocation of each side.
-    Roles { producer: Vec<Stmt>, consumer: Vec<Stmt> },
+    Roles {
+        producer: Vec<Stmt>,
+        consumer: Vec<Stmt>,
+    },
 }
 
 /// How the kernel's waves share the work (seed 000 §3.3.2; DESIGN.md principle 2).
@@ -451,7 +524,12 @@ pub enum Schedule {
     Interleave4,
     /// `producers` warpgroups load, `consumers` warpgroups compute (Hopper warp specialisation);
     /// register reallocation to `producer_regs` / `consumer_regs`.
-    ProducerConsumer { producers: u32, consumers: u32, producer_regs: u32, consumer_regs: u32 },
+    ProducerConsumer {
+        producers: u32,
+        consumers: u32,
+        producer_regs: u32,
+        consumer_regs: u32,
+    },
 }
 
 impl Schedule {
@@ -460,7 +538,11 @@ impl Schedule {
             Schedule::Plain { waves } => waves,
             Schedule::PingPong8 => 8,
             Schedule::Interleave4 => 4,
-            Schedule::ProducerConsumer { producers, consumers, .. } => 4 * (producers + consumers),
+            Schedule::ProducerConsumer {
+                producers,
+                consumers,
+                ..
+            } => 4 * (producers + consumers),
         }
     }
     pub fn name(self) -> &'static str {
@@ -523,7 +605,10 @@ impl Kernel {
         &self.shared[s.0 as usize]
     }
     pub fn param_index(&self, name: &str) -> Option<ParamId> {
-        self.params.iter().position(|p| p.name == name).map(|i| ParamId(i as u32))
+        self.params
+            .iter()
+            .position(|p| p.name == name)
+            .map(|i| ParamId(i as u32))
     }
     /// Shared memory the kernel allocates per block, in bytes.
     pub fn shared_bytes(&self) -> u32 {

@@ -15,7 +15,7 @@
 
 use crate::error::BuildError;
 use crate::expr::Expr;
-use crate::ir::{ClusterKind, Op, Schedule, SchedHint, Scope, Stmt};
+use crate::ir::{ClusterKind, Op, SchedHint, Schedule, Scope, Stmt};
 
 fn implied(op: Op) -> Stmt {
     Stmt::Op { op, implied: true }
@@ -33,7 +33,13 @@ fn cluster_end(s: Schedule, kind: ClusterKind, body: Vec<Stmt>) -> Vec<Stmt> {
             if kind == ClusterKind::Compute {
                 v.push(implied(Op::Priority(0)));
             }
-            v.extend([fence(), implied(Op::Barrier { scope: Scope::Block }), fence()]);
+            v.extend([
+                fence(),
+                implied(Op::Barrier {
+                    scope: Scope::Block,
+                }),
+                fence(),
+            ]);
             v
         }
         Schedule::Interleave4 => body.into_iter().chain([fence()]).collect(),
@@ -46,10 +52,22 @@ fn expand_body(s: Schedule, body: Vec<Stmt>) -> Result<Vec<Stmt>, BuildError> {
     for st in body {
         match st {
             Stmt::Op { .. } => out.push(st),
-            Stmt::For { var, start, end, body } => out.push(Stmt::For { var, start, end, body: expand_body(s, body)? }),
-            Stmt::If { cond, then, els } => {
-                out.push(Stmt::If { cond, then: expand_body(s, then)?, els: expand_body(s, els)? })
-            }
+            Stmt::For {
+                var,
+                start,
+                end,
+                body,
+            } => out.push(Stmt::For {
+                var,
+                start,
+                end,
+                body: expand_body(s, body)?,
+            }),
+            Stmt::If { cond, then, els } => out.push(Stmt::If {
+                cond,
+                then: expand_body(s, then)?,
+                els: expand_body(s, els)?,
+            }),
             Stmt::Cluster { kind, label, body } => {
                 let body = cluster_end(s, kind, expand_body(s, body)?);
                 out.push(Stmt::Cluster { kind, label, body });
@@ -58,23 +76,52 @@ fn expand_body(s: Schedule, body: Vec<Stmt>) -> Result<Vec<Stmt>, BuildError> {
                 let body = expand_body(s, body)?;
                 if s == Schedule::PingPong8 {
                     let wg = Expr::Wave / 4;
-                    let bar = || vec![implied(Op::Barrier { scope: Scope::Block })];
-                    out.push(Stmt::If { cond: wg.clone().eq(1), then: bar(), els: vec![] });
+                    let bar = || {
+                        vec![implied(Op::Barrier {
+                            scope: Scope::Block,
+                        })]
+                    };
+                    out.push(Stmt::If {
+                        cond: wg.clone().eq(1),
+                        then: bar(),
+                        els: vec![],
+                    });
                     out.push(Stmt::Staggered { body });
-                    out.push(Stmt::If { cond: wg.eq(0), then: bar(), els: vec![] });
+                    out.push(Stmt::If {
+                        cond: wg.eq(0),
+                        then: bar(),
+                        els: vec![],
+                    });
                 } else {
                     out.push(Stmt::Staggered { body });
                 }
             }
             Stmt::Roles { producer, consumer } => {
-                let Schedule::ProducerConsumer { producers, producer_regs, consumer_regs, .. } = s else {
-                    return Err(BuildError::Structure(format!("producer/consumer roles in a {} schedule", s.name())));
+                let Schedule::ProducerConsumer {
+                    producers,
+                    producer_regs,
+                    consumer_regs,
+                    ..
+                } = s
+                else {
+                    return Err(BuildError::Structure(format!(
+                        "producer/consumer roles in a {} schedule",
+                        s.name()
+                    )));
                 };
-                let mut then = vec![implied(Op::SetMaxRegs { regs: producer_regs })];
+                let mut then = vec![implied(Op::SetMaxRegs {
+                    regs: producer_regs,
+                })];
                 then.extend(expand_body(s, producer)?);
-                let mut els = vec![implied(Op::SetMaxRegs { regs: consumer_regs })];
+                let mut els = vec![implied(Op::SetMaxRegs {
+                    regs: consumer_regs,
+                })];
                 els.extend(expand_body(s, consumer)?);
-                out.push(Stmt::If { cond: (Expr::Wave / 4).lt(producers), then, els });
+                out.push(Stmt::If {
+                    cond: (Expr::Wave / 4).lt(producers),
+                    then,
+                    els,
+                });
             }
         }
     }

@@ -10,26 +10,43 @@ use kittens_tile::{check_load, Layout, RegTile};
 use serde::Serialize;
 
 type R = Result<(), OpError>;
+/// An mma operand's (rows, cols), dtype and register tile (None for a shared operand).
+type Operand = ((u32, u32), DType, Option<RegTile>);
 
-fn reg<'k>(k: &'k Kernel, r: RegId) -> Result<&'k RegDecl, OpError> {
-    k.regs.get(r.0 as usize).ok_or(OpError::Undeclared { what: "register", id: r.0 })
+fn reg(k: &Kernel, r: RegId) -> Result<&RegDecl, OpError> {
+    k.regs.get(r.0 as usize).ok_or(OpError::Undeclared {
+        what: "register",
+        id: r.0,
+    })
 }
 
 fn tile<'k>(k: &'k Kernel, r: RegId, what: &'static str) -> Result<&'k RegTile, OpError> {
     let d = reg(k, r)?;
-    d.tile().ok_or_else(|| OpError::NotTile { what, name: d.name.clone() })
+    d.tile().ok_or_else(|| OpError::NotTile {
+        what,
+        name: d.name.clone(),
+    })
 }
 
 fn vec_of<'k>(k: &'k Kernel, r: RegId, what: &'static str) -> Result<&'k RegVec, OpError> {
     let d = reg(k, r)?;
-    d.vec().ok_or_else(|| OpError::NotVec { what, name: d.name.clone() })
+    d.vec().ok_or_else(|| OpError::NotVec {
+        what,
+        name: d.name.clone(),
+    })
 }
 
 fn shape(what: &'static str, want: (u32, u32), got: (u32, u32)) -> R {
     if want == got {
         Ok(())
     } else {
-        Err(OpError::Shape { what, rows: want.0, cols: want.1, found_rows: got.0, found_cols: got.1 })
+        Err(OpError::Shape {
+            what,
+            rows: want.0,
+            cols: want.1,
+            found_rows: got.0,
+            found_cols: got.1,
+        })
     }
 }
 
@@ -37,34 +54,75 @@ fn dtype(what: &'static str, want: DType, got: DType) -> R {
     if want == got {
         Ok(())
     } else {
-        Err(OpError::DType { what, expected: want, found: got })
+        Err(OpError::DType {
+            what,
+            expected: want,
+            found: got,
+        })
     }
 }
 
 fn invalid(what: &'static str, detail: impl Into<String>) -> OpError {
-    OpError::Invalid { what, detail: detail.into() }
+    OpError::Invalid {
+        what,
+        detail: detail.into(),
+    }
 }
 
 fn shared_view<'k>(k: &'k Kernel, v: &SharedView) -> Result<&'k SharedDecl, OpError> {
-    let d = k.shared.get(v.buf.0 as usize).ok_or(OpError::Undeclared { what: "shared buffer", id: v.buf.0 })?;
+    let d = k.shared.get(v.buf.0 as usize).ok_or(OpError::Undeclared {
+        what: "shared buffer",
+        id: v.buf.0,
+    })?;
     if v.rows > d.tile.rows || v.cols > d.tile.cols {
-        return Err(invalid("shared view", format!("{}x{} is larger than `{}`", v.rows, v.cols, d.name)));
+        return Err(invalid(
+            "shared view",
+            format!("{}x{} is larger than `{}`", v.rows, v.cols, d.name),
+        ));
     }
-    let fits = |e: &Expr, len: u32, span: u32| e.as_const().is_none_or(|c| c >= 0 && c as u32 + len <= span);
+    let fits = |e: &Expr, len: u32, span: u32| {
+        e.as_const()
+            .is_none_or(|c| c >= 0 && c as u32 + len <= span)
+    };
     if !fits(&v.row0, v.rows, d.tile.rows) || !fits(&v.col0, v.cols, d.tile.cols) {
-        return Err(invalid("shared view", format!("sub-tile at ({}, {}) leaves `{}`", v.row0, v.col0, d.name)));
+        return Err(invalid(
+            "shared view",
+            format!("sub-tile at ({}, {}) leaves `{}`", v.row0, v.col0, d.name),
+        ));
     }
-    if v.index.as_const().is_some_and(|i| i < 0 || i as u32 >= d.count) {
-        return Err(invalid("shared view", format!("index {} outside the {} buffers of `{}`", v.index, d.count, d.name)));
+    if v.index
+        .as_const()
+        .is_some_and(|i| i < 0 || i as u32 >= d.count)
+    {
+        return Err(invalid(
+            "shared view",
+            format!(
+                "index {} outside the {} buffers of `{}`",
+                v.index, d.count, d.name
+            ),
+        ));
     }
     Ok(d)
 }
 
 fn global_view<'k>(k: &'k Kernel, v: &GlobalView) -> Result<&'k GlobalDecl, OpError> {
-    let g = k.globals.get(v.tensor.0 as usize).ok_or(OpError::Undeclared { what: "global", id: v.tensor.0 })?;
+    let g = k
+        .globals
+        .get(v.tensor.0 as usize)
+        .ok_or(OpError::Undeclared {
+            what: "global",
+            id: v.tensor.0,
+        })?;
     let n = g.dims.len();
-    if v.origin.len() != n || v.row_dim as usize >= n || v.col_dim as usize >= n || v.row_dim == v.col_dim {
-        return Err(invalid("global view", format!("`{}` has {n} dims; origin has {}", g.name, v.origin.len())));
+    if v.origin.len() != n
+        || v.row_dim as usize >= n
+        || v.col_dim as usize >= n
+        || v.row_dim == v.col_dim
+    {
+        return Err(invalid(
+            "global view",
+            format!("`{}` has {n} dims; origin has {}", g.name, v.origin.len()),
+        ));
     }
     Ok(g)
 }
@@ -78,7 +136,11 @@ fn shared_reg(k: &Kernel, v: &SharedView, r: RegId, what: &'static str) -> R {
     shape(what, (t.rows, t.cols), (v.rows, v.cols))
 }
 
-fn mma_operand(k: &Kernel, o: &MmaOperand, what: &'static str) -> Result<((u32, u32), DType, Option<RegTile>), OpError> {
+fn mma_operand(
+    k: &Kernel,
+    o: &MmaOperand,
+    what: &'static str,
+) -> Result<Operand, OpError> {
     match o {
         MmaOperand::Reg(r) => {
             let t = tile(k, *r, what)?;
@@ -88,41 +150,98 @@ fn mma_operand(k: &Kernel, o: &MmaOperand, what: &'static str) -> Result<((u32, 
     }
 }
 
-fn check_mma(k: &Kernel, form: MmaForm, d: RegId, a: &MmaOperand, b: &MmaOperand, c: Option<RegId>) -> R {
+fn check_mma(
+    k: &Kernel,
+    form: MmaForm,
+    d: RegId,
+    a: &MmaOperand,
+    b: &MmaOperand,
+    c: Option<RegId>,
+) -> R {
     let (sa, da, ta) = mma_operand(k, a, "mma A")?;
     let (sb, db, tb) = mma_operand(k, b, "mma B")?;
     let td = tile(k, d, "mma D")?;
-    let (m, ka) = if form.a_transposed() { (sa.1, sa.0) } else { sa };
-    let (n, kb) = if form.b_transposed() { sb } else { (sb.1, sb.0) };
-    shape("mma B (K must match A)", if form.b_transposed() { (n, ka) } else { (ka, n) }, sb)?;
+    let (m, ka) = if form.a_transposed() {
+        (sa.1, sa.0)
+    } else {
+        sa
+    };
+    let (n, kb) = if form.b_transposed() {
+        sb
+    } else {
+        (sb.1, sb.0)
+    };
+    shape(
+        "mma B (K must match A)",
+        if form.b_transposed() {
+            (n, ka)
+        } else {
+            (ka, n)
+        },
+        sb,
+    )?;
     let _ = kb;
     shape("mma D", (m, n), (td.rows, td.cols))?;
     dtype("mma B", da, db)?;
-    if !matches!(da, DType::Bf16 | DType::F16 | DType::Fp8E4m3 | DType::Fp8E5m2) {
-        return Err(invalid("mma A", format!("{da} inputs have no matrix instruction")));
+    if !matches!(
+        da,
+        DType::Bf16 | DType::F16 | DType::Fp8E4m3 | DType::Fp8E5m2
+    ) {
+        return Err(invalid(
+            "mma A",
+            format!("{da} inputs have no matrix instruction"),
+        ));
     }
     if !matches!(td.dtype, DType::F32 | DType::F16) {
-        return Err(invalid("mma D", format!("accumulates in f32 (or f16), not {}", td.dtype)));
+        return Err(invalid(
+            "mma D",
+            format!("accumulates in f32 (or f16), not {}", td.dtype),
+        ));
     }
     if let Some(c) = c {
         let tc = tile(k, c, "mma C")?;
         shape("mma C", (m, n), (tc.rows, tc.cols))?;
         dtype("mma C", td.dtype, tc.dtype)?;
     }
-    let want_a = if form.a_transposed() { Layout::Col } else { Layout::Row };
-    let want_b = if form.b_transposed() { Layout::Row } else { Layout::Col };
+    let want_a = if form.a_transposed() {
+        Layout::Col
+    } else {
+        Layout::Row
+    };
+    let want_b = if form.b_transposed() {
+        Layout::Row
+    } else {
+        Layout::Col
+    };
     for (t, want, operand) in [(ta, want_a, "A"), (tb, want_b, "B")] {
         if let Some(t) = t {
             if t.layout != want {
-                return Err(OpError::Layout { operand, form: form.name(), expected: want, found: t.layout });
+                return Err(OpError::Layout {
+                    operand,
+                    form: form.name(),
+                    expected: want,
+                    found: t.layout,
+                });
             }
         }
     }
     if let (Some(ta), Some(tb)) = (ta, tb) {
-        let a_k = if form.a_transposed() { ta.base.rows } else { ta.base.cols };
-        let b_k = if form.b_transposed() { tb.base.cols } else { tb.base.rows };
+        let a_k = if form.a_transposed() {
+            ta.base.rows
+        } else {
+            ta.base.cols
+        };
+        let b_k = if form.b_transposed() {
+            tb.base.cols
+        } else {
+            tb.base.rows
+        };
         if a_k != b_k {
-            return Err(OpError::BaseK { form: form.name(), a_k, b_k });
+            return Err(OpError::BaseK {
+                form: form.name(),
+                a_k,
+                b_k,
+            });
         }
     }
     Ok(())
@@ -130,7 +249,15 @@ fn check_mma(k: &Kernel, form: MmaForm, d: RegId, a: &MmaOperand, b: &MmaOperand
 
 fn check_map(k: &Kernel, dst: RegId, f: MapFn, args: &[Arg]) -> R {
     if args.len() != f.arity() {
-        return Err(invalid("map", format!("{} takes {} argument(s), got {}", f.name(), f.arity(), args.len())));
+        return Err(invalid(
+            "map",
+            format!(
+                "{} takes {} argument(s), got {}",
+                f.name(),
+                f.arity(),
+                args.len()
+            ),
+        ));
     }
     let dd = reg(k, dst)?;
     let (rows, cols) = dd.shape();
@@ -140,9 +267,19 @@ fn check_map(k: &Kernel, dst: RegId, f: MapFn, args: &[Arg]) -> R {
             Arg::RowBcast(r) | Arg::ColBcast(r) => {
                 tile(k, dst, "broadcast destination")?;
                 let v = vec_of(k, r, "broadcast argument")?;
-                let (axis, len) = if matches!(a, Arg::RowBcast(_)) { (Axis::Rows, rows) } else { (Axis::Cols, cols) };
+                let (axis, len) = if matches!(a, Arg::RowBcast(_)) {
+                    (Axis::Rows, rows)
+                } else {
+                    (Axis::Cols, cols)
+                };
                 if v.axis != axis || v.len != len {
-                    return Err(invalid("broadcast", format!("needs a {axis:?} vector of {len}, got {:?} of {}", v.axis, v.len)));
+                    return Err(invalid(
+                        "broadcast",
+                        format!(
+                            "needs a {axis:?} vector of {len}, got {:?} of {}",
+                            v.axis, v.len
+                        ),
+                    ));
                 }
             }
             Arg::Scalar(_) => {}
@@ -156,7 +293,13 @@ fn check_reduce(k: &Kernel, dst: RegId, src: RegId, axis: Axis, acc: Option<RegI
     let v = vec_of(k, dst, "reduce destination")?;
     let len = if axis == Axis::Rows { t.rows } else { t.cols };
     if v.axis != axis || v.len != len {
-        return Err(invalid("reduce", format!("needs a {axis:?} vector of {len}, got {:?} of {}", v.axis, v.len)));
+        return Err(invalid(
+            "reduce",
+            format!(
+                "needs a {axis:?} vector of {len}, got {:?} of {}",
+                v.axis, v.len
+            ),
+        ));
     }
     if let Some(a) = acc {
         shape("reduce accumulator", (v.len, 1), reg(k, a)?.shape())?;
@@ -169,37 +312,65 @@ fn check_op(k: &Kernel, op: &Op) -> R {
         Op::LoadAsync { dst, src, scope } => {
             let s = shared_view(k, dst)?;
             let g = global_view(k, src)?;
-            dtype("async load (global → shared copies bytes)", s.tile.dtype, g.dtype)?;
-            if *scope == Scope::WarpGroup && k.waves % 4 != 0 {
-                return Err(invalid("scope", format!("warpgroup scope in a block of {} waves", k.waves)));
+            dtype(
+                "async load (global → shared copies bytes)",
+                s.tile.dtype,
+                g.dtype,
+            )?;
+            if *scope == Scope::WarpGroup && !k.waves.is_multiple_of(4) {
+                return Err(invalid(
+                    "scope",
+                    format!("warpgroup scope in a block of {} waves", k.waves),
+                ));
             }
             shape("async load", (dst.rows, dst.cols), (src.rows, src.cols))
         }
         Op::LoadShared { dst, src } => shared_reg(k, src, *dst, "shared→register load"),
         Op::StoreShared { dst, src, .. } => shared_reg(k, dst, *src, "register→shared store"),
-        Op::LoadGlobal { dst, src } | Op::StoreGlobal { dst: src, src: dst, .. } => {
+        Op::LoadGlobal { dst, src }
+        | Op::StoreGlobal {
+            dst: src, src: dst, ..
+        } => {
             global_view(k, src)?;
             let t = tile(k, *dst, "global load/store register")?;
             shape("global view", (t.rows, t.cols), (src.rows, src.cols))
         }
         Op::Mma { form, d, a, b, c } => check_mma(k, *form, *d, a, b, *c),
         Op::Map { dst, f, args, .. } => check_map(k, *dst, *f, args),
-        Op::Reduce { dst, src, axis, acc, .. } => check_reduce(k, *dst, *src, *axis, *acc),
+        Op::Reduce {
+            dst,
+            src,
+            axis,
+            acc,
+            ..
+        } => check_reduce(k, *dst, *src, *axis, *acc),
         Op::Fill { dst, .. } => reg(k, *dst).map(|_| ()),
         Op::Mask { dst, .. } => tile(k, *dst, "mask").map(|_| ()),
         Op::Transpose { dst, src } | Op::SwapLayout { dst, src } => {
             let (d, s) = (tile(k, *dst, "destination")?, tile(k, *src, "source")?);
             dtype("layout change", s.dtype, d.dtype)?;
             if d.layout == s.layout {
-                return Err(invalid("layout change", format!("source and destination are both {:?} layout", s.layout)));
+                return Err(invalid(
+                    "layout change",
+                    format!("source and destination are both {:?} layout", s.layout),
+                ));
             }
-            let want = if matches!(op, Op::Transpose { .. }) { (s.cols, s.rows) } else { (s.rows, s.cols) };
+            let want = if matches!(op, Op::Transpose { .. }) {
+                (s.cols, s.rows)
+            } else {
+                (s.rows, s.cols)
+            };
             shape("layout change destination", want, (d.rows, d.cols))
         }
-        Op::Priority(p) if *p > 3 => Err(invalid("priority", format!("{p} (wave priority is 0-3)"))),
-        Op::Barrier { scope: Scope::WarpGroup } if k.waves % 4 != 0 => {
-            Err(invalid("scope", format!("warpgroup barrier in a block of {} waves", k.waves)))
+        Op::Priority(p) if *p > 3 => {
+            Err(invalid("priority", format!("{p} (wave priority is 0-3)")))
         }
+        Op::Barrier {
+            scope: Scope::WarpGroup,
+        } if !k.waves.is_multiple_of(4) => Err(invalid(
+            "scope",
+            format!("warpgroup barrier in a block of {} waves", k.waves),
+        )),
         _ => Ok(()),
     }
 }
@@ -207,10 +378,18 @@ fn check_op(k: &Kernel, op: &Op) -> R {
 /// Target-neutral checks of every op; the first failure is returned with the op's index.
 pub fn validate(k: &Kernel) -> Result<(), BuildError> {
     if k.waves == 0 || k.waves != k.schedule.waves() {
-        return Err(BuildError::Structure(format!("{} waves for a {} schedule", k.waves, k.schedule.name())));
+        return Err(BuildError::Structure(format!(
+            "{} waves for a {} schedule",
+            k.waves,
+            k.schedule.name()
+        )));
     }
     for r in k.ops() {
-        check_op(k, r.op).map_err(|error| BuildError::Op { index: r.index, desc: r.op.name(), error })?;
+        check_op(k, r.op).map_err(|error| BuildError::Op {
+            index: r.index,
+            desc: r.op.name(),
+            error,
+        })?;
     }
     Ok(())
 }
@@ -246,28 +425,52 @@ pub fn reg_estimate(k: &Kernel, lanes: u32) -> u32 {
 /// instructions take register operands only.
 pub fn check_target(k: &Kernel, gpu: &Gpu) -> Result<TargetReport, BuildError> {
     if k.waves * gpu.wave_width > 1024 {
-        return Err(BuildError::BlockSize { waves: k.waves, width: gpu.wave_width });
+        return Err(BuildError::BlockSize {
+            waves: k.waves,
+            width: gpu.wave_width,
+        });
     }
     if gpu.arch.is_amd() {
         for r in k.ops() {
             if let Op::Mma { a, b, .. } = r.op {
                 if matches!(a, MmaOperand::Shared(_)) || matches!(b, MmaOperand::Shared(_)) {
-                    let error = OpError::SharedOperand { target: gpu.arch.target() };
-                    return Err(BuildError::Op { index: r.index, desc: r.op.name(), error });
+                    let error = OpError::SharedOperand {
+                        target: gpu.arch.target(),
+                    };
+                    return Err(BuildError::Op {
+                        index: r.index,
+                        desc: r.op.name(),
+                        error,
+                    });
                 }
             }
         }
     }
     let shared_bytes = k.shared_bytes();
     if shared_bytes > gpu.shared_bytes_per_block {
-        return Err(BuildError::SharedBudget { need: shared_bytes, have: gpu.shared_bytes_per_block, gpu: gpu.name });
+        return Err(BuildError::SharedBudget {
+            need: shared_bytes,
+            have: gpu.shared_bytes_per_block,
+            gpu: gpu.name,
+        });
     }
     // Waves resident on one SIMD share its register file (seed 000 §3.3.1: AMD divides registers statically).
     let per_simd = k.waves.div_ceil(gpu.simds_per_cu).max(1);
     let reg_budget = (gpu.regs_per_lane_per_simd / per_simd).min(gpu.max_regs_per_thread);
     let regs_per_wave = reg_estimate(k, gpu.wave_width);
     if regs_per_wave > reg_budget {
-        return Err(BuildError::RegBudget { need: regs_per_wave, have: reg_budget, waves: k.waves, gpu: gpu.name });
+        return Err(BuildError::RegBudget {
+            need: regs_per_wave,
+            have: reg_budget,
+            waves: k.waves,
+            gpu: gpu.name,
+        });
     }
-    Ok(TargetReport { gpu: gpu.name, shared_bytes, shared_budget: gpu.shared_bytes_per_block, regs_per_wave, reg_budget })
+    Ok(TargetReport {
+        gpu: gpu.name,
+        shared_bytes,
+        shared_budget: gpu.shared_bytes_per_block,
+        regs_per_wave,
+        reg_budget,
+    })
 }

@@ -17,7 +17,12 @@ fn walk<'a>(body: &'a [Stmt], depth: usize, next: &mut usize, f: &mut dyn FnMut(
     for s in body {
         match s {
             Stmt::Op { op, implied } => {
-                f(OpRef { index: *next, op, implied: *implied, depth });
+                f(OpRef {
+                    index: *next,
+                    op,
+                    implied: *implied,
+                    depth,
+                });
                 *next += 1;
             }
             Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
@@ -53,7 +58,9 @@ fn remove(body: &mut Vec<Stmt>, next: &mut usize, target: usize) -> bool {
                 remove(body, next, target)
             }
             Stmt::If { then, els, .. } => remove(then, next, target) || remove(els, next, target),
-            Stmt::Roles { producer, consumer } => remove(producer, next, target) || remove(consumer, next, target),
+            Stmt::Roles { producer, consumer } => {
+                remove(producer, next, target) || remove(consumer, next, target)
+            }
         };
         if found {
             return true;
@@ -78,7 +85,10 @@ impl Kernel {
     }
 
     pub fn op(&self, index: usize) -> Option<&Op> {
-        self.ops().into_iter().find(|r| r.index == index).map(|r| r.op)
+        self.ops()
+            .into_iter()
+            .find(|r| r.index == index)
+            .map(|r| r.op)
     }
 
     /// A copy with op `index` deleted (for hazard tests: drop one barrier or one wait); `None` when no op

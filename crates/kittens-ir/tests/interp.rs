@@ -9,7 +9,9 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 fn random(rng: &mut SmallRng, n: usize, dt: DType) -> Vec<f32> {
-    (0..n).map(|_| round(rng.gen_range(-1.0f32..1.0), dt, Rounding::Rtne)).collect()
+    (0..n)
+        .map(|_| round(rng.gen_range(-1.0f32..1.0), dt, Rounding::Rtne))
+        .collect()
 }
 
 fn mat(k: &mut KernelBuilder, name: &str, dt: DType, r: i64, c: i64, access: Access) -> GlobalId {
@@ -22,15 +24,37 @@ fn mma_forms_match_f64() {
     let (m, n, kk) = (32usize, 16usize, 64usize);
     let mut rng = SmallRng::seed_from_u64(1);
     for form in [MmaForm::Ab, MmaForm::Abt, MmaForm::Atb, MmaForm::Atbt] {
-        let (ar, ac) = if form.a_transposed() { (kk, m) } else { (m, kk) };
-        let (br, bc) = if form.b_transposed() { (n, kk) } else { (kk, n) };
-        let la = if form.a_transposed() { Layout::Col } else { Layout::Row };
-        let lb = if form.b_transposed() { Layout::Row } else { Layout::Col };
+        let (ar, ac) = if form.a_transposed() {
+            (kk, m)
+        } else {
+            (m, kk)
+        };
+        let (br, bc) = if form.b_transposed() {
+            (n, kk)
+        } else {
+            (kk, n)
+        };
+        let la = if form.a_transposed() {
+            Layout::Col
+        } else {
+            Layout::Row
+        };
+        let lb = if form.b_transposed() {
+            Layout::Row
+        } else {
+            Layout::Col
+        };
         let mut k = KernelBuilder::new("mma", Schedule::Plain { waves: 1 });
         let ga = mat(&mut k, "a", Bf16, ar as i64, ac as i64, Access::Read);
         let gb = mat(&mut k, "b", Bf16, br as i64, bc as i64, Access::Read);
         let gc = mat(&mut k, "c", F32, m as i64, n as i64, Access::Write);
-        let base = |l| if l == Layout::Row { BaseShape::S16X32 } else { BaseShape::S32X16 };
+        let base = |l| {
+            if l == Layout::Row {
+                BaseShape::S16X32
+            } else {
+                BaseShape::S32X16
+            }
+        };
         let a = k.tile("a", Bf16, ar as u32, ac as u32, la, base(la));
         let b = k.tile("b", Bf16, br as u32, bc as u32, lb, base(lb));
         let c = k.tile("c", F32, m as u32, n as u32, Layout::Col, BaseShape::S16X16);
@@ -39,19 +63,33 @@ fn mma_forms_match_f64() {
         k.mma(form, c, MmaOperand::Reg(a), MmaOperand::Reg(b), None);
         k.store(k.gtile(gc, m as u32, n as u32, 0, 0), c);
         let kernel = k.finish().unwrap();
-        let (va, vb) = (random(&mut rng, ar * ac, Bf16), random(&mut rng, br * bc, Bf16));
+        let (va, vb) = (
+            random(&mut rng, ar * ac, Bf16),
+            random(&mut rng, br * bc, Bf16),
+        );
         let mut t = vec![va.clone(), vb.clone(), vec![0.0; m * n]];
         interp::run(&kernel, &[], &mut t).unwrap();
         for i in 0..m {
             for j in 0..n {
                 let want: f64 = (0..kk)
                     .map(|x| {
-                        let a = if form.a_transposed() { va[x * ac + i] } else { va[i * ac + x] };
-                        let b = if form.b_transposed() { vb[j * bc + x] } else { vb[x * bc + j] };
+                        let a = if form.a_transposed() {
+                            va[x * ac + i]
+                        } else {
+                            va[i * ac + x]
+                        };
+                        let b = if form.b_transposed() {
+                            vb[j * bc + x]
+                        } else {
+                            vb[x * bc + j]
+                        };
                         a as f64 * b as f64
                     })
                     .sum();
-                assert!((t[2][i * n + j] as f64 - want).abs() < 1e-5, "{form:?} ({i},{j})");
+                assert!(
+                    (t[2][i * n + j] as f64 - want).abs() < 1e-5,
+                    "{form:?} ({i},{j})"
+                );
             }
         }
     }
@@ -114,7 +152,10 @@ fn convert_uses_the_rounding_mode() {
         assert_eq!(t[1], want, "{mode:?}");
         outs.push(t.pop().unwrap());
     }
-    assert!(outs[0] != outs[2] && outs[0] != outs[1], "the modes must disagree somewhere on these inputs");
+    assert!(
+        outs[0] != outs[2] && outs[0] != outs[1],
+        "the modes must disagree somewhere on these inputs"
+    );
 }
 
 /// A 16×16 tile at tile (1, 1) of a 20×20 tensor: reads past the edge are zero, stores past it dropped.
@@ -122,7 +163,12 @@ fn convert_uses_the_rounding_mode() {
 fn out_of_bounds_reads_zero_and_stores_drop() {
     let mut k = KernelBuilder::new("edge", Schedule::Plain { waves: 1 });
     let dim = k.param("dim");
-    let gx = k.global("x", F32, &[("r", dim.clone()), ("c", dim.clone())], Access::Read);
+    let gx = k.global(
+        "x",
+        F32,
+        &[("r", dim.clone()), ("c", dim.clone())],
+        Access::Read,
+    );
     let gy = k.global("y", F32, &[("r", dim.clone()), ("c", dim)], Access::Write);
     let x = k.tile("x", F32, 16, 16, Layout::Row, BaseShape::S16X16);
     let sum = k.row_vec("s", x, F32);
@@ -136,7 +182,11 @@ fn out_of_bounds_reads_zero_and_stores_drop() {
     interp::run(&kernel, &[20], &mut t).unwrap();
     for r in 0..20 {
         for c in 0..20 {
-            let want = if r >= 16 && c >= 16 { v[r * 20 + c] + 1.0 } else { -1.0 };
+            let want = if r >= 16 && c >= 16 {
+                v[r * 20 + c] + 1.0
+            } else {
+                -1.0
+            };
             assert_eq!(t[1][r * 20 + c], want, "({r},{c})");
         }
     }
@@ -172,16 +222,35 @@ fn async_loads_land_only_at_a_covering_wait() {
         t.pop().unwrap()
     };
     assert_eq!(run(Some(0)), v, "all landed");
-    assert!(run(None).iter().all(|&x| x == 0.0), "no wait: shared memory still holds its old zeros");
+    assert!(
+        run(None).iter().all(|&x| x == 0.0),
+        "no wait: shared memory still holds its old zeros"
+    );
     let one = run(Some(1));
     assert_eq!(one[..32 * 32], v[..32 * 32], "the older load landed");
-    assert!(one[32 * 32..].iter().all(|&x| x == 0.0), "the newest is still in flight");
+    assert!(
+        one[32 * 32..].iter().all(|&x| x == 0.0),
+        "the newest is still in flight"
+    );
 }
 
 #[test]
 fn wrong_launch_arguments_are_errors() {
     let k = stale_kernel(Some(0));
     let e = interp::run(&k, &[], &mut [vec![0.0; 10], vec![0.0; 64 * 32]]).unwrap_err();
-    assert!(matches!(e, interp::InterpError::TensorSize { need: 2048, got: 10, .. }), "{e}");
-    assert!(matches!(interp::run(&k, &[1], &mut []).unwrap_err(), interp::InterpError::Params { .. }));
+    assert!(
+        matches!(
+            e,
+            interp::InterpError::TensorSize {
+                need: 2048,
+                got: 10,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(matches!(
+        interp::run(&k, &[1], &mut []).unwrap_err(),
+        interp::InterpError::Params { .. }
+    ));
 }

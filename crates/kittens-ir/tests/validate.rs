@@ -7,7 +7,12 @@ use kittens_tile::{BaseShape, Layout, Swizzle, TileError};
 /// A one-wave kernel with a 2-d bf16 input `x` of `rows × cols`.
 fn one_wave(rows: i64, cols: i64) -> (KernelBuilder, GlobalId) {
     let mut k = KernelBuilder::new("t", Schedule::Plain { waves: 1 });
-    let x = k.global("x", Bf16, &[("r", Expr::c(rows)), ("c", Expr::c(cols))], Access::Read);
+    let x = k.global(
+        "x",
+        Bf16,
+        &[("r", Expr::c(rows)), ("c", Expr::c(cols))],
+        Access::Read,
+    );
     (k, x)
 }
 
@@ -28,9 +33,28 @@ fn mma_with_wrong_b_layout_names_the_op() {
     k.mma_abt(c, a, b, c);
     let (index, desc, e) = op_error(k.finish());
     assert_eq!((index, desc.as_str()), (1, "mma_abt"));
-    assert!(matches!(e, OpError::Layout { operand: "B", expected: Layout::Row, found: Layout::Col, .. }), "{e}");
-    let msg = BuildError::Op { index, desc, error: e }.to_string();
-    assert!(msg.starts_with("op #1 (mma_abt): B must be in Row layout"), "{msg}");
+    assert!(
+        matches!(
+            e,
+            OpError::Layout {
+                operand: "B",
+                expected: Layout::Row,
+                found: Layout::Col,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let msg = BuildError::Op {
+        index,
+        desc,
+        error: e,
+    }
+    .to_string();
+    assert!(
+        msg.starts_with("op #1 (mma_abt): B must be in Row layout"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -41,7 +65,19 @@ fn mma_shape_mismatch() {
     let c = k.tile("c", F32, 16, 16, Layout::Col, BaseShape::S16X16);
     k.mma_abt(c, a, b, c);
     let (_, _, e) = op_error(k.finish());
-    assert!(matches!(e, OpError::Shape { rows: 16, cols: 32, found_rows: 16, found_cols: 64, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            OpError::Shape {
+                rows: 16,
+                cols: 32,
+                found_rows: 16,
+                found_cols: 64,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 /// Seed 000 D.1's counter-example: a 16×32 shared tile cannot fill a 32×16 register tile.
@@ -53,7 +89,17 @@ fn shared_16x32_into_register_32x16_is_refused() {
     k.load(r, k.smem(s, 0));
     let (index, _, e) = op_error(k.finish());
     assert_eq!(index, 0);
-    assert!(matches!(e, OpError::Tile(TileError::IncompatibleShapes { shared_rows: 16, reg_rows: 32, .. })), "{e}");
+    assert!(
+        matches!(
+            e,
+            OpError::Tile(TileError::IncompatibleShapes {
+                shared_rows: 16,
+                reg_rows: 32,
+                ..
+            })
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -65,7 +111,18 @@ fn sub_tile_must_match_register_shape() {
     k.load(r, k.smem(s, 0).sub(16, 64, 1, 0));
     let (index, _, e) = op_error(k.finish());
     assert_eq!(index, 1);
-    assert!(matches!(e, OpError::Shape { rows: 16, cols: 32, found_cols: 64, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            OpError::Shape {
+                rows: 16,
+                cols: 32,
+                found_cols: 64,
+                ..
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[test]
@@ -73,11 +130,24 @@ fn async_load_cannot_convert_and_ring_index_is_checked() {
     let (mut k, x) = one_wave(64, 64);
     let s = k.shared("s", F32, 64, 64, Swizzle::None, 2);
     k.load_async(k.smem(s, 0), k.gtile(x, 64, 64, 0, 0));
-    assert!(matches!(op_error(k.finish()).2, OpError::DType { expected: F32, found: Bf16, .. }));
+    assert!(matches!(
+        op_error(k.finish()).2,
+        OpError::DType {
+            expected: F32,
+            found: Bf16,
+            ..
+        }
+    ));
     let (mut k, x) = one_wave(64, 64);
     let s = k.shared("s", Bf16, 64, 64, Swizzle::None, 2);
     k.load_async(k.smem(s, 2), k.gtile(x, 64, 64, 0, 0));
-    assert!(matches!(op_error(k.finish()).2, OpError::Invalid { what: "shared view", .. }));
+    assert!(matches!(
+        op_error(k.finish()).2,
+        OpError::Invalid {
+            what: "shared view",
+            ..
+        }
+    ));
 }
 
 #[test]
@@ -85,7 +155,10 @@ fn declaration_errors_name_the_tile() {
     let (mut k, _) = one_wave(16, 16);
     k.tile("bad", Bf16, 24, 32, Layout::Row, BaseShape::S16X32);
     match k.finish() {
-        Err(BuildError::Decl { name, source: TileError::NotMultipleOfBase { rows: 24, .. } }) => assert_eq!(name, "bad"),
+        Err(BuildError::Decl {
+            name,
+            source: TileError::NotMultipleOfBase { rows: 24, .. },
+        }) => assert_eq!(name, "bad"),
         other => panic!("{other:?}"),
     }
 }
@@ -96,7 +169,11 @@ fn budget_kernel(shared_rows: u32, waves: u32, mma_from_shared: bool) -> Kernel 
     let s = k.shared("s", Bf16, shared_rows, 64, Swizzle::None, 1);
     let a = k.tile("a", Bf16, 64, 64, Layout::Row, BaseShape::S16X32);
     let c = k.tile("c", F32, 64, 64, Layout::Col, BaseShape::S16X16);
-    let b = if mma_from_shared { MmaOperand::Shared(k.smem(s, 0).sub(64, 64, 0, 0)) } else { MmaOperand::Reg(a) };
+    let b = if mma_from_shared {
+        MmaOperand::Shared(k.smem(s, 0).sub(64, 64, 0, 0))
+    } else {
+        MmaOperand::Reg(a)
+    };
     k.mma(MmaForm::Abt, c, MmaOperand::Reg(a), b, None);
     k.finish().unwrap()
 }
@@ -106,9 +183,24 @@ fn shared_budget_per_target() {
     let mi300x = kittens_hw::gpu("mi300x").unwrap();
     let mi355x = kittens_hw::gpu("mi355x").unwrap();
     // 512 rows × 64 bf16 = 64 KiB fits MI300X exactly; 1024 rows (128 KiB) needs CDNA4's 160 KiB.
-    assert_eq!(check_target(&budget_kernel(512, 4, false), mi300x).unwrap().shared_bytes, 64 * 1024);
+    assert_eq!(
+        check_target(&budget_kernel(512, 4, false), mi300x)
+            .unwrap()
+            .shared_bytes,
+        64 * 1024
+    );
     let e = check_target(&budget_kernel(1024, 4, false), mi300x).unwrap_err();
-    assert!(matches!(e, BuildError::SharedBudget { need: 131072, have: 65536, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            BuildError::SharedBudget {
+                need: 131072,
+                have: 65536,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(check_target(&budget_kernel(1024, 4, false), mi355x).is_ok());
 }
 
@@ -119,7 +211,11 @@ fn register_estimate_per_wave() {
     let k = budget_kernel(64, 8, false);
     assert_eq!(validate::reg_estimate(&k, 64), 32 + 64 + 16);
     let r = check_target(&k, mi355x).unwrap();
-    assert_eq!((r.regs_per_wave, r.reg_budget), (112, 256), "8 waves = 2 per SIMD share 512");
+    assert_eq!(
+        (r.regs_per_wave, r.reg_budget),
+        (112, 256),
+        "8 waves = 2 per SIMD share 512"
+    );
     // On a 32-lane warp the same tiles need twice the registers per lane.
     assert_eq!(validate::reg_estimate(&k, 32), 64 + 128 + 16);
 }
@@ -128,7 +224,16 @@ fn register_estimate_per_wave() {
 fn shared_mma_operand_only_on_hopper() {
     let k = budget_kernel(64, 4, true);
     let e = check_target(&k, kittens_hw::gpu("mi355x").unwrap()).unwrap_err();
-    assert!(matches!(e, BuildError::Op { error: OpError::SharedOperand { target: "gfx950" }, .. }), "{e}");
+    assert!(
+        matches!(
+            e,
+            BuildError::Op {
+                error: OpError::SharedOperand { target: "gfx950" },
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(check_target(&k, kittens_hw::gpu("h100").unwrap()).is_ok());
 }
 
@@ -143,7 +248,12 @@ fn ping_pong_expansion_inserts_stagger_priorities_and_barriers() {
         })
     });
     let k = k.finish().unwrap();
-    let implied: Vec<String> = k.ops().iter().filter(|r| r.implied).map(|r| r.op.name()).collect();
+    let implied: Vec<String> = k
+        .ops()
+        .iter()
+        .filter(|r| r.implied)
+        .map(|r| r.op.name())
+        .collect();
     let want = [
         "barrier(Block)",
         "hint(Fence)",
@@ -161,8 +271,18 @@ fn ping_pong_expansion_inserts_stagger_priorities_and_barriers() {
     match &k.body[0] {
         Stmt::If { cond, then, els } => {
             assert!(cond.is_wave_uniform() && els.is_empty() && then.len() == 1);
-            let env = |w| Env { params: &[], vars: &[], block: &[], wave: w };
-            assert_eq!((0..8).filter(|&w| cond.eval(&env(w)) == Some(true)).collect::<Vec<_>>(), vec![4, 5, 6, 7]);
+            let env = |w| Env {
+                params: &[],
+                vars: &[],
+                block: &[],
+                wave: w,
+            };
+            assert_eq!(
+                (0..8)
+                    .filter(|&w| cond.eval(&env(w)) == Some(true))
+                    .collect::<Vec<_>>(),
+                vec![4, 5, 6, 7]
+            );
         }
         other => panic!("{other:?}"),
     }

@@ -53,8 +53,18 @@ impl Default for AttnConfig {
 /// Logical `[b, h, s, d]` strides (elements) of a tensor with `heads` heads in `layout`.
 pub fn strides(layout: AttnLayout, heads: &Expr, seq: &Expr, dim: &Expr) -> Vec<Expr> {
     match layout {
-        AttnLayout::Bshd => vec![seq * heads.clone() * dim.clone(), dim.clone(), heads * dim.clone(), Expr::c(1)],
-        AttnLayout::Bhsd => vec![heads * seq.clone() * dim.clone(), seq * dim.clone(), dim.clone(), Expr::c(1)],
+        AttnLayout::Bshd => vec![
+            seq * heads.clone() * dim.clone(),
+            dim.clone(),
+            heads * dim.clone(),
+            Expr::c(1),
+        ],
+        AttnLayout::Bhsd => vec![
+            heads * seq.clone() * dim.clone(),
+            seq * dim.clone(),
+            dim.clone(),
+            Expr::c(1),
+        ],
     }
 }
 
@@ -62,19 +72,45 @@ pub fn strides(layout: AttnLayout, heads: &Expr, seq: &Expr, dim: &Expr) -> Vec<
 pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let (d, qr, kv) = (cfg.dim, cfg.q_rows, cfg.kv_block);
     if d % 32 != 0 || qr % 16 != 0 || kv % 32 != 0 {
-        return Err(KernelError::Config(format!("attn_fwd: dim {d} and kv_block {kv} must be multiples of 32, q_rows {qr} of 16")));
+        return Err(KernelError::Config(format!(
+            "attn_fwd: dim {d} and kv_block {kv} must be multiples of 32, q_rows {qr} of 16"
+        )));
     }
-    let mut k = KernelBuilder::new(if cfg.causal { "attn_fwd_causal" } else { "attn_fwd" }, Schedule::PingPong8);
-    let (batch, heads, heads_kv, seq) = (k.param("batch"), k.param("heads"), k.param("heads_kv"), k.param("seq"));
+    let mut k = KernelBuilder::new(
+        if cfg.causal {
+            "attn_fwd_causal"
+        } else {
+            "attn_fwd"
+        },
+        Schedule::PingPong8,
+    );
+    let (batch, heads, heads_kv, seq) = (
+        k.param("batch"),
+        k.param("heads"),
+        k.param("heads_kv"),
+        k.param("seq"),
+    );
     let de = Expr::c(d as i64);
     let tensor = |k: &mut KernelBuilder, name: &str, h: &Expr, access| -> GlobalId {
-        let dims = [("b", batch.clone()), ("h", h.clone()), ("s", seq.clone()), ("d", de.clone())];
+        let dims = [
+            ("b", batch.clone()),
+            ("h", h.clone()),
+            ("s", seq.clone()),
+            ("d", de.clone()),
+        ];
         k.global_strided(name, Bf16, &dims, strides(cfg.layout, h, &seq, &de), access)
     };
-    let (q, kg, vg) = (tensor(&mut k, "q", &heads, Access::Read), tensor(&mut k, "k", &heads_kv, Access::Read), tensor(&mut k, "v", &heads_kv, Access::Read));
+    let (q, kg, vg) = (
+        tensor(&mut k, "q", &heads, Access::Read),
+        tensor(&mut k, "k", &heads_kv, Access::Read),
+        tensor(&mut k, "v", &heads_kv, Access::Read),
+    );
     let o = tensor(&mut k, "o", &heads, Access::Write);
     let block_q = 8 * qr as i64;
-    k.grid(vec![batch.clone(), heads.clone(), seq.ceil_div(block_q)], cfg.remap);
+    k.grid(
+        vec![batch.clone(), heads.clone(), seq.ceil_div(block_q)],
+        cfg.remap,
+    );
     let (b, h, qb) = (k.block(0), k.block(1), k.block(2));
     let hk = &h / (&heads / heads_kv.clone()); // GQA
     let q0 = &qb * block_q + k.wave() * qr as i64; // this wave's first query
@@ -91,15 +127,40 @@ pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let att_b = k.tile("att_b", Bf16, kv, qr, Layout::Col, BaseShape::S32X16);
     let o_r = k.tile("o_r", F32, d, qr, Layout::Col, BaseShape::S16X16);
     let o_q = k.tile("o_q", F32, qr, d, Layout::Row, BaseShape::S16X16);
-    let [max_v, max_prev, scale, norm] = ["max_v", "max_prev", "scale", "norm"].map(|n| k.col_vec(n, att, F32));
+    let [max_v, max_prev, scale, norm] =
+        ["max_v", "max_prev", "scale", "norm"].map(|n| k.col_vec(n, att, F32));
 
-    let kv_view = |k: &KernelBuilder, g, j: Expr| k.gview(g, vec![b.clone(), hk.clone(), j * kv as i64, Expr::c(0)], 2, 3, kv, d);
-    let n_kv = if cfg.causal { seq.ceil_div(kv as i64).min(((&qb + 1) * block_q - 1) / kv as i64 + 1) } else { seq.ceil_div(kv as i64) };
+    let kv_view = |k: &KernelBuilder, g, j: Expr| {
+        k.gview(
+            g,
+            vec![b.clone(), hk.clone(), j * kv as i64, Expr::c(0)],
+            2,
+            3,
+            kv,
+            d,
+        )
+    };
+    let n_kv = if cfg.causal {
+        seq.ceil_div(kv as i64)
+            .min(((&qb + 1) * block_q - 1) / kv as i64 + 1)
+    } else {
+        seq.ceil_div(kv as i64)
+    };
 
     // Prologue: K0, V0 into slot 0; this wave's Q, scaled by log2(e)/√d, transposed for K·Qᵀ.
     k.load_async(k.smem(k_s, 0), kv_view(&k, kg, Expr::c(0)));
     k.load_async(k.smem(v_s, 0), kv_view(&k, vg, Expr::c(0)));
-    k.load_global(q_f, k.gview(q, vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)], 2, 3, qr, d));
+    k.load_global(
+        q_f,
+        k.gview(
+            q,
+            vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)],
+            2,
+            3,
+            qr,
+            d,
+        ),
+    );
     k.mul(q_f, q_f, std::f32::consts::LOG2_E / (d as f32).sqrt());
     k.copy(q_r, q_f);
     k.transpose(q_t, q_r);
@@ -122,18 +183,42 @@ pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 k.transpose(k_t, k_r);
                 k.zero(att);
                 k.mma_atb(att, k_t, q_t, att);
-                k.mask(att, MaskRule::RowsBelow(seq.clone()), &j * kv as i64, q0.clone(), f32::NEG_INFINITY);
+                k.mask(
+                    att,
+                    MaskRule::RowsBelow(seq.clone()),
+                    &j * kv as i64,
+                    q0.clone(),
+                    f32::NEG_INFINITY,
+                );
                 if cfg.causal {
-                    k.mask(att, MaskRule::CausalT { offset: Expr::c(0) }, &j * kv as i64, q0.clone(), f32::NEG_INFINITY);
+                    k.mask(
+                        att,
+                        MaskRule::CausalT { offset: Expr::c(0) },
+                        &j * kv as i64,
+                        q0.clone(),
+                        f32::NEG_INFINITY,
+                    );
                 }
                 k.copy(max_prev, max_v);
-                k.reduce(kittens_ir::Axis::Cols, kittens_ir::ReduceOp::Max, max_v, att, Some(max_v));
+                k.reduce(
+                    kittens_ir::Axis::Cols,
+                    kittens_ir::ReduceOp::Max,
+                    max_v,
+                    att,
+                    Some(max_v),
+                );
                 k.sub_col(att, att, max_v);
                 k.exp2(att, att);
                 k.sub(scale, max_prev, max_v);
                 k.exp2(scale, scale);
                 k.mul(norm, norm, scale);
-                k.reduce(kittens_ir::Axis::Cols, kittens_ir::ReduceOp::Sum, norm, att, Some(norm));
+                k.reduce(
+                    kittens_ir::Axis::Cols,
+                    kittens_ir::ReduceOp::Sum,
+                    norm,
+                    att,
+                    Some(norm),
+                );
                 k.copy(att_b, att);
             });
             k.memory("land next kv", |k| k.wait_async(0));

@@ -32,10 +32,21 @@ impl Default for Problem {
             m: 256,
             n: 256,
             k: 192,
-            attn: AttnShape { batch: 1, heads: 4, heads_kv: 2, seq: 256, dim: 64, layout: AttnLayout::Bshd },
+            attn: AttnShape {
+                batch: 1,
+                heads: 4,
+                heads_kv: 2,
+                seq: 256,
+                dim: 64,
+                layout: AttnLayout::Bshd,
+            },
             causal: false,
             gemm: GemmConfig::default(),
-            attn_cfg: AttnConfig { q_rows: 16, kv_block: 32, ..AttnConfig::default() },
+            attn_cfg: AttnConfig {
+                q_rows: 16,
+                kv_block: 32,
+                ..AttnConfig::default()
+            },
             seed: 0,
         }
     }
@@ -55,10 +66,16 @@ pub struct RunReport {
 
 /// Uniform values in [-1, 1) rounded to `dtype` (so the reference sees exactly what the kernel stores).
 pub fn random(rng: &mut SmallRng, len: usize, dtype: DType) -> Vec<f32> {
-    (0..len).map(|_| round(rng.gen_range(-1.0f32..1.0), dtype, Rounding::Rtne)).collect()
+    (0..len)
+        .map(|_| round(rng.gen_range(-1.0f32..1.0), dtype, Rounding::Rtne))
+        .collect()
 }
 
-fn run_interp(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<(interp::RunStats, f64), KernelError> {
+fn run_interp(
+    k: &Kernel,
+    params: &[i64],
+    tensors: &mut [Vec<f32>],
+) -> Result<(interp::RunStats, f64), KernelError> {
     let t = Instant::now();
     let stats = interp::run(k, params, tensors)?;
     Ok((stats, t.elapsed().as_secs_f64()))
@@ -77,11 +94,23 @@ pub fn run(name: &str, p: &Problem) -> Result<RunReport, KernelError> {
             let r0 = Instant::now();
             let r = reference::gemm_abt(&t[0], &t[1], p.m, p.n, p.k);
             let shape = serde_json::json!({"m": p.m, "n": p.n, "k": p.k, "block": p.gemm.block, "k_step": p.gemm.k_step});
-            Ok(report(&k, shape, reference::compare(&t[2], &r), stats, secs, r0.elapsed().as_secs_f64()))
+            Ok(report(
+                &k,
+                shape,
+                reference::compare(&t[2], &r),
+                stats,
+                secs,
+                r0.elapsed().as_secs_f64(),
+            ))
         }
         "attn_fwd" => {
             let sh = p.attn;
-            let cfg = AttnConfig { dim: sh.dim as u32, causal: p.causal, layout: sh.layout, ..p.attn_cfg };
+            let cfg = AttnConfig {
+                dim: sh.dim as u32,
+                causal: p.causal,
+                layout: sh.layout,
+                ..p.attn_cfg
+            };
             let k = crate::attn_fwd::build(&cfg)?;
             let q = random(&mut rng, sh.len(sh.heads), DType::Bf16);
             let kk = random(&mut rng, sh.len(sh.heads_kv), DType::Bf16);
@@ -92,13 +121,27 @@ pub fn run(name: &str, p: &Problem) -> Result<RunReport, KernelError> {
             let r0 = Instant::now();
             let r = reference::attention(&t[0], &t[1], &t[2], &sh, p.causal);
             let shape = serde_json::json!({"attn": sh, "causal": p.causal, "q_rows": cfg.q_rows, "kv_block": cfg.kv_block});
-            Ok(report(&k, shape, reference::compare(&t[3], &r), stats, secs, r0.elapsed().as_secs_f64()))
+            Ok(report(
+                &k,
+                shape,
+                reference::compare(&t[3], &r),
+                stats,
+                secs,
+                r0.elapsed().as_secs_f64(),
+            ))
         }
         _ => Err(KernelError::Unknown(name.into())),
     }
 }
 
-fn report(k: &Kernel, shape: serde_json::Value, error: ErrorReport, s: interp::RunStats, secs: f64, rsecs: f64) -> RunReport {
+fn report(
+    k: &Kernel,
+    shape: serde_json::Value,
+    error: ErrorReport,
+    s: interp::RunStats,
+    secs: f64,
+    rsecs: f64,
+) -> RunReport {
     RunReport {
         kernel: k.name.clone(),
         shape,

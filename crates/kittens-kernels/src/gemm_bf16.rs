@@ -33,14 +33,26 @@ pub struct GemmConfig {
 impl Default for GemmConfig {
     fn default() -> Self {
         // E.1: WGM = 8, chunk WGM·WGM, 8 XCDs.
-        GemmConfig { block: 256, k_step: 64, remap: GridRemap::XcdSwizzle { xcds: 8, window: 8, chunk: 64 } }
+        GemmConfig {
+            block: 256,
+            k_step: 64,
+            remap: GridRemap::XcdSwizzle {
+                xcds: 8,
+                window: 8,
+                chunk: 64,
+            },
+        }
     }
 }
 
 impl GemmConfig {
     /// The smallest instance of the same schedule, for fast tests.
     pub fn small() -> Self {
-        GemmConfig { block: 128, k_step: 32, ..Self::default() }
+        GemmConfig {
+            block: 128,
+            k_step: 32,
+            ..Self::default()
+        }
     }
 }
 
@@ -48,21 +60,60 @@ impl GemmConfig {
 pub fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (bs, ks) = (cfg.block, cfg.k_step);
     if bs % 128 != 0 || ks % 32 != 0 {
-        return Err(KernelError::Config(format!("gemm_bf16: block {bs} must be a multiple of 128, k_step {ks} of 32")));
+        return Err(KernelError::Config(format!(
+            "gemm_bf16: block {bs} must be a multiple of 128, k_step {ks} of 32"
+        )));
     }
     let (half, hm, hn) = (bs / 2, bs / 4, bs / 8); // half-block rows, per-wave accumulator rows and cols
     let mut k = KernelBuilder::new("gemm_bf16", Schedule::PingPong8);
     let (m, n, kd) = (k.param("m"), k.param("n"), k.param("k"));
-    let a = k.global("a", Bf16, &[("m", m.clone()), ("k", kd.clone())], Access::Read);
-    let b = k.global("b", Bf16, &[("n", n.clone()), ("k", kd.clone())], Access::Read);
-    let c = k.global("c", Bf16, &[("m", m.clone()), ("n", n.clone())], Access::Write);
-    k.grid(vec![m.ceil_div(bs as i64), n.ceil_div(bs as i64)], cfg.remap);
+    let a = k.global(
+        "a",
+        Bf16,
+        &[("m", m.clone()), ("k", kd.clone())],
+        Access::Read,
+    );
+    let b = k.global(
+        "b",
+        Bf16,
+        &[("n", n.clone()), ("k", kd.clone())],
+        Access::Read,
+    );
+    let c = k.global(
+        "c",
+        Bf16,
+        &[("m", m.clone()), ("n", n.clone())],
+        Access::Write,
+    );
+    k.grid(
+        vec![m.ceil_div(bs as i64), n.ceil_div(bs as i64)],
+        cfg.remap,
+    );
     let a_s = [0, 1].map(|h| k.shared_tile(&format!("a_s{h}"), SharedTile::new(Bf16, half, ks), 2));
     let b_s = [0, 1].map(|h| k.shared_tile(&format!("b_s{h}"), SharedTile::new(Bf16, half, ks), 2));
     let a_r = k.tile("a_r", Bf16, hm, ks, Layout::Row, BaseShape::S16X32);
-    let b_r = [0, 1].map(|j| k.tile(&format!("b_r{j}"), Bf16, hn, ks, Layout::Row, BaseShape::S16X32));
-    let acc: Vec<RegId> =
-        (0..4).map(|x| k.tile(&format!("c{}{}", x / 2, x % 2), F32, hm, hn, Layout::Col, BaseShape::S16X16)).collect();
+    let b_r = [0, 1].map(|j| {
+        k.tile(
+            &format!("b_r{j}"),
+            Bf16,
+            hn,
+            ks,
+            Layout::Row,
+            BaseShape::S16X32,
+        )
+    });
+    let acc: Vec<RegId> = (0..4)
+        .map(|x| {
+            k.tile(
+                &format!("c{}{}", x / 2, x % 2),
+                F32,
+                hm,
+                hn,
+                Layout::Col,
+                BaseShape::S16X16,
+            )
+        })
+        .collect();
     let (row, col) = (k.block(0), k.block(1));
     let (wr, wc) = (k.wave() / 4, k.wave() % 4);
     let nt = kd.ceil_div(ks as i64);
@@ -116,7 +167,10 @@ pub fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     // Store: accumulator (i, j) of wave (wr, wc) is C tile (row·4 + 2i + wr, col·8 + 4j + wc) of hm × hn.
     for (x, &r) in acc.iter().enumerate() {
         let (i, j) = ((x / 2) as i64, (x % 2) as i64);
-        k.store(k.gtile(c, hm, hn, &row * 4 + &wr + 2 * i, &col * 8 + &wc + 4 * j), r);
+        k.store(
+            k.gtile(c, hm, hn, &row * 4 + &wr + 2 * i, &col * 8 + &wc + 4 * j),
+            r,
+        );
     }
     Ok(k.finish()?)
 }

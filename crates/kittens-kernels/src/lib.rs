@@ -44,7 +44,8 @@ pub fn by_name(name: &str) -> Option<KernelInfo> {
         }),
         "attn_fwd" => Some(KernelInfo {
             name: "attn_fwd",
-            about: "attention forward, online softmax, GQA, causal option, BSHD/BHSD (seed 000 E.3)",
+            about:
+                "attention forward, online softmax, GQA, causal option, BSHD/BHSD (seed 000 E.3)",
             build_default: || attn_fwd::build(&attn_fwd::AttnConfig::default()),
         }),
         _ => None,

@@ -57,7 +57,10 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], sh: &AttnShape, causal: bool) 
                 let keys = if causal { i + 1 } else { s };
                 for (j, pj) in p.iter_mut().enumerate().take(keys) {
                     *pj = (0..dd)
-                        .map(|x| q[sh.offset(sh.heads, b, h, i, x)] as f64 * k[sh.offset(sh.heads_kv, b, hk, j, x)] as f64)
+                        .map(|x| {
+                            q[sh.offset(sh.heads, b, h, i, x)] as f64
+                                * k[sh.offset(sh.heads_kv, b, hk, j, x)] as f64
+                        })
                         .sum::<f64>()
                         * scale;
                 }
@@ -68,7 +71,9 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], sh: &AttnShape, causal: bool) 
                     sum += *pj;
                 }
                 for x in 0..dd {
-                    let acc: f64 = (0..keys).map(|j| p[j] * v[sh.offset(sh.heads_kv, b, hk, j, x)] as f64).sum();
+                    let acc: f64 = (0..keys)
+                        .map(|j| p[j] * v[sh.offset(sh.heads_kv, b, hk, j, x)] as f64)
+                        .sum();
                     o[sh.offset(sh.heads, b, h, i, x)] = acc / sum;
                 }
             }
@@ -88,7 +93,8 @@ pub struct ErrorReport {
 }
 
 pub fn compare(out: &[f32], reference: &[f64]) -> ErrorReport {
-    let (mut d2, mut r2, mut dmax, mut rmax, mut dsum, mut rsum) = (0.0, 0.0, 0.0f64, 0.0f64, 0.0, 0.0);
+    let (mut d2, mut r2, mut dmax, mut rmax, mut dsum, mut rsum) =
+        (0.0, 0.0, 0.0f64, 0.0f64, 0.0, 0.0);
     for (&o, &r) in out.iter().zip(reference) {
         let d = (o as f64 - r).abs();
         d2 += d * d;
@@ -99,7 +105,11 @@ pub fn compare(out: &[f32], reference: &[f64]) -> ErrorReport {
         rsum += r.abs();
     }
     let div = |a: f64, b: f64| if b > 0.0 { a / b } else { a };
-    ErrorReport { rel_err: div(d2.sqrt(), r2.sqrt()), max_rel: div(dmax, rmax), mean_rel: div(dsum, rsum) }
+    ErrorReport {
+        rel_err: div(d2.sqrt(), r2.sqrt()),
+        max_rel: div(dmax, rmax),
+        mean_rel: div(dsum, rsum),
+    }
 }
 
 #[cfg(test)]
@@ -109,7 +119,14 @@ mod tests {
     /// With one key the softmax is 1, so the output is that key's value row.
     #[test]
     fn attention_single_key_returns_value() {
-        let sh = AttnShape { batch: 1, heads: 2, heads_kv: 1, seq: 1, dim: 3, layout: AttnLayout::Bhsd };
+        let sh = AttnShape {
+            batch: 1,
+            heads: 2,
+            heads_kv: 1,
+            seq: 1,
+            dim: 3,
+            layout: AttnLayout::Bhsd,
+        };
         let q = [0.3, -1.0, 2.0, 1.0, 1.0, 1.0];
         let (k, v) = ([0.5, 0.5, 0.5], [1.0, -2.0, 4.0]);
         let o = attention(&q, &k, &v, &sh, false);

@@ -30,7 +30,12 @@ fn gemm(m: usize, n: usize, k: usize, gemm: GemmConfig) -> f64 {
 
 #[test]
 fn gemm_small_tiles_several_shapes() {
-    for (m, n, k) in [(128, 128, 64), (200, 136, 100), (64, 300, 32), (129, 257, 33)] {
+    for (m, n, k) in [
+        (128, 128, 64),
+        (200, 136, 100),
+        (64, 300, 32),
+        (129, 257, 33),
+    ] {
         gemm(m, n, k, GemmConfig::small());
     }
 }
@@ -57,7 +62,11 @@ fn attn(batch: usize, heads: usize, heads_kv: usize, seq: usize, layout: AttnLay
         ..Problem::default()
     };
     let r = run("attn_fwd", &p).unwrap();
-    assert!(r.error.rel_err < TOL, "attn {attn:?} causal={causal}: {:?}", r.error);
+    assert!(
+        r.error.rel_err < TOL,
+        "attn {attn:?} causal={causal}: {:?}",
+        r.error
+    );
 }
 
 #[test]

@@ -22,7 +22,11 @@ fn hazards(k: &Kernel) -> Vec<Hazard> {
 }
 
 fn ops_where(k: &Kernel, f: impl Fn(&Op) -> bool) -> Vec<usize> {
-    k.ops().into_iter().filter(|r| f(r.op)).map(|r| r.index).collect()
+    k.ops()
+        .into_iter()
+        .filter(|r| f(r.op))
+        .map(|r| r.index)
+        .collect()
 }
 
 #[test]
@@ -94,8 +98,12 @@ fn missing_wait_reads_stale_data() {
     });
     let run = |k: &Kernel| {
         let (m, n, kk) = (M as usize, N as usize, K as usize);
-        let a: Vec<f32> = (0..m * kk).map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0).collect();
-        let b: Vec<f32> = (0..n * kk).map(|i| ((i * 5 % 11) as f32 - 5.0) / 8.0).collect();
+        let a: Vec<f32> = (0..m * kk)
+            .map(|i| ((i * 7 % 13) as f32 - 6.0) / 8.0)
+            .collect();
+        let b: Vec<f32> = (0..n * kk)
+            .map(|i| ((i * 5 % 11) as f32 - 5.0) / 8.0)
+            .collect();
         let mut t = vec![a.clone(), b.clone(), vec![0.0; m * n]];
         interp::run(k, &[M, N, K], &mut t).unwrap();
         let r = kittens_kernels::reference::gemm_abt(&a, &b, m, n, kk);

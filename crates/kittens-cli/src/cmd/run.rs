@@ -65,7 +65,14 @@ fn problem(a: &Args) -> anyhow::Result<Problem> {
     if a.heads_kv == 0 || a.heads % a.heads_kv != 0 {
         bail!("--heads-kv {} must divide --heads {}", a.heads_kv, a.heads);
     }
-    let mut p = Problem { m: a.m, n: a.n, k: a.k, causal: a.causal, seed: a.seed, ..Problem::default() };
+    let mut p = Problem {
+        m: a.m,
+        n: a.n,
+        k: a.k,
+        causal: a.causal,
+        seed: a.seed,
+        ..Problem::default()
+    };
     p.gemm.block = a.block;
     p.gemm.k_step = a.k_step;
     p.attn.batch = a.batch;
@@ -86,10 +93,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         other => bail!("unknown backend `{other}`; `kittens run` supports `cpu`"),
     }
     if kittens_kernels::by_name(&args.kernel).is_none() {
-        bail!("unknown kernel `{}`; known: {}", args.kernel, kittens_kernels::NAMES.join(", "));
+        bail!(
+            "unknown kernel `{}`; known: {}",
+            args.kernel,
+            kittens_kernels::NAMES.join(", ")
+        );
     }
     let p = problem(&args)?;
-    let r = cpu::run(&args.kernel, &p).with_context(|| format!("running `{}` on the CPU interpreter", args.kernel))?;
+    let r = cpu::run(&args.kernel, &p)
+        .with_context(|| format!("running `{}` on the CPU interpreter", args.kernel))?;
     if args.json {
         let mut v = serde_json::to_value(&r)?;
         v["backend"] = "cpu".into();
@@ -97,11 +109,26 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
-    println!("kernel   {} (backend cpu, {} blocks × {} waves)", r.kernel, r.blocks, r.waves_per_block);
+    println!(
+        "kernel   {} (backend cpu, {} blocks × {} waves)",
+        r.kernel, r.blocks, r.waves_per_block
+    );
     println!("shape    {}", r.shape);
-    println!("rel_err  {:.3e}   (‖out − ref‖_F / ‖ref‖_F, f64 reference)", r.error.rel_err);
-    println!("max_rel  {:.3e}   (max |out − ref| / max |ref|)", r.error.max_rel);
-    println!("mean_rel {:.3e}   (mean |out − ref| / mean |ref|)", r.error.mean_rel);
-    println!("time     interpreter {:.3} s, reference {:.3} s", r.interp_seconds, r.reference_seconds);
+    println!(
+        "rel_err  {:.3e}   (‖out − ref‖_F / ‖ref‖_F, f64 reference)",
+        r.error.rel_err
+    );
+    println!(
+        "max_rel  {:.3e}   (max |out − ref| / max |ref|)",
+        r.error.max_rel
+    );
+    println!(
+        "mean_rel {:.3e}   (mean |out − ref| / mean |ref|)",
+        r.error.mean_rel
+    );
+    println!(
+        "time     interpreter {:.3} s, reference {:.3} s",
+        r.interp_seconds, r.reference_seconds
+    );
     Ok(())
 }

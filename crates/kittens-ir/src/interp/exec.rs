@@ -37,7 +37,10 @@ struct Block<'a> {
 }
 
 fn err(op: &Op, detail: impl Into<String>) -> InterpError {
-    InterpError::Op { op: op.name(), detail: detail.into() }
+    InterpError::Op {
+        op: op.name(),
+        detail: detail.into(),
+    }
 }
 
 fn store_round(x: f32, dt: DType, mode: Rounding) -> f32 {
@@ -56,21 +59,56 @@ pub fn run_block(
     coords: &[i64],
     id: i64,
 ) -> Result<(Writes, u64), InterpError> {
-    let shared = k.shared.iter().map(|s| vec![0.0; (s.tile.rows * s.tile.cols * s.count) as usize]).collect();
-    let regs: Vec<Vec<f32>> = k.regs.iter().map(|r| vec![0.0; (r.shape().0 * r.shape().1) as usize]).collect();
-    let waves = (0..k.waves)
-        .map(|_| Wave { regs: regs.clone(), vars: vec![0; k.vars.len()], pending: VecDeque::new() })
+    let shared = k
+        .shared
+        .iter()
+        .map(|s| vec![0.0; (s.tile.rows * s.tile.cols * s.count) as usize])
         .collect();
-    let mut b = Block { k, params, inputs, coords, shared, waves, stores: vec![], ops: 0 };
+    let regs: Vec<Vec<f32>> = k
+        .regs
+        .iter()
+        .map(|r| vec![0.0; (r.shape().0 * r.shape().1) as usize])
+        .collect();
+    let waves = (0..k.waves)
+        .map(|_| Wave {
+            regs: regs.clone(),
+            vars: vec![0; k.vars.len()],
+            pending: VecDeque::new(),
+        })
+        .collect();
+    let mut b = Block {
+        k,
+        params,
+        inputs,
+        coords,
+        shared,
+        waves,
+        stores: vec![],
+        ops: 0,
+    };
     let mask = vec![true; k.waves as usize];
     b.exec(&k.body, &mask)?;
-    Ok((Writes { block: id, stores: b.stores }, b.ops))
+    Ok((
+        Writes {
+            block: id,
+            stores: b.stores,
+        },
+        b.ops,
+    ))
 }
 
 impl<'a> Block<'a> {
     fn eval(&self, w: usize, e: &Expr) -> Result<i64, InterpError> {
-        let env = Env { params: self.params, vars: &self.waves[w].vars, block: self.coords, wave: w as i64 };
-        e.eval(&env).ok_or_else(|| InterpError::Eval { what: format!("index on wave {w}"), expr: e.to_string() })
+        let env = Env {
+            params: self.params,
+            vars: &self.waves[w].vars,
+            block: self.coords,
+            wave: w as i64,
+        };
+        e.eval(&env).ok_or_else(|| InterpError::Eval {
+            what: format!("index on wave {w}"),
+            expr: e.to_string(),
+        })
     }
 
     fn exec(&mut self, body: &[Stmt], mask: &[bool]) -> Result<(), InterpError> {
@@ -82,11 +120,21 @@ impl<'a> Block<'a> {
                         self.op(w, op)?;
                     }
                 }
-                Stmt::For { var, start, end, body } => self.exec_for(*var, start, end, body, mask)?,
+                Stmt::For {
+                    var,
+                    start,
+                    end,
+                    body,
+                } => self.exec_for(*var, start, end, body, mask)?,
                 Stmt::If { cond, then, els } => {
                     let mut t = vec![false; mask.len()];
                     for w in (0..mask.len()).filter(|&w| mask[w]) {
-                        let env = Env { params: self.params, vars: &self.waves[w].vars, block: self.coords, wave: w as i64 };
+                        let env = Env {
+                            params: self.params,
+                            vars: &self.waves[w].vars,
+                            block: self.coords,
+                            wave: w as i64,
+                        };
                         t[w] = cond.eval(&env).ok_or_else(|| InterpError::Eval {
                             what: "condition".into(),
                             expr: format!("{cond:?}"),
@@ -98,14 +146,24 @@ impl<'a> Block<'a> {
                 }
                 Stmt::Cluster { body, .. } | Stmt::Staggered { body } => self.exec(body, mask)?,
                 Stmt::Roles { .. } => {
-                    return Err(InterpError::Op { op: "roles".into(), detail: "unexpanded schedule roles".into() })
+                    return Err(InterpError::Op {
+                        op: "roles".into(),
+                        detail: "unexpanded schedule roles".into(),
+                    })
                 }
             }
         }
         Ok(())
     }
 
-    fn exec_for(&mut self, var: VarId, start: &Expr, end: &Expr, body: &[Stmt], mask: &[bool]) -> Result<(), InterpError> {
+    fn exec_for(
+        &mut self,
+        var: VarId,
+        start: &Expr,
+        end: &Expr,
+        body: &[Stmt],
+        mask: &[bool],
+    ) -> Result<(), InterpError> {
         let v = var.0 as usize;
         let mut ends = vec![0; mask.len()];
         for w in (0..mask.len()).filter(|&w| mask[w]) {
@@ -113,7 +171,9 @@ impl<'a> Block<'a> {
             ends[w] = self.eval(w, end)?;
         }
         loop {
-            let act: Vec<bool> = (0..mask.len()).map(|w| mask[w] && self.waves[w].vars[v] < ends[w]).collect();
+            let act: Vec<bool> = (0..mask.len())
+                .map(|w| mask[w] && self.waves[w].vars[v] < ends[w])
+                .collect();
             if !act.contains(&true) {
                 return Ok(());
             }
@@ -127,13 +187,30 @@ impl<'a> Block<'a> {
     /// Global offset of view element (i, j), or None when outside the tensor.
     fn global_offsets(&self, w: usize, v: &GlobalView) -> Result<Vec<Option<usize>>, InterpError> {
         let g = &self.k.globals[v.tensor.0 as usize];
-        let origin: Vec<i64> = v.origin.iter().map(|e| self.eval(w, e)).collect::<Result<_, _>>()?;
-        let dims: Vec<i64> = g.dims.iter().map(|e| self.eval(w, e)).collect::<Result<_, _>>()?;
-        let strides: Vec<i64> = g.strides.iter().map(|e| self.eval(w, e)).collect::<Result<_, _>>()?;
-        let base_in = |skip: [usize; 2]| (0..dims.len()).all(|d| skip.contains(&d) || (0..dims[d]).contains(&origin[d]));
+        let origin: Vec<i64> = v
+            .origin
+            .iter()
+            .map(|e| self.eval(w, e))
+            .collect::<Result<_, _>>()?;
+        let dims: Vec<i64> = g
+            .dims
+            .iter()
+            .map(|e| self.eval(w, e))
+            .collect::<Result<_, _>>()?;
+        let strides: Vec<i64> = g
+            .strides
+            .iter()
+            .map(|e| self.eval(w, e))
+            .collect::<Result<_, _>>()?;
+        let base_in = |skip: [usize; 2]| {
+            (0..dims.len()).all(|d| skip.contains(&d) || (0..dims[d]).contains(&origin[d]))
+        };
         let (rd, cd) = (v.row_dim as usize, v.col_dim as usize);
         let ok = base_in([rd, cd]);
-        let base: i64 = (0..dims.len()).filter(|&d| d != rd && d != cd).map(|d| origin[d] * strides[d]).sum();
+        let base: i64 = (0..dims.len())
+            .filter(|&d| d != rd && d != cd)
+            .map(|d| origin[d] * strides[d])
+            .sum();
         let mut out = Vec::with_capacity((v.rows * v.cols) as usize);
         for i in 0..v.rows as i64 {
             let r = origin[rd] + i;
@@ -149,12 +226,24 @@ impl<'a> Block<'a> {
     /// Offsets in the shared vector of buffer `v.buf` for view element (i, j), row-major.
     fn shared_offsets(&self, w: usize, v: &SharedView) -> Result<Vec<usize>, InterpError> {
         let d = &self.k.shared[v.buf.0 as usize];
-        let (idx, r0, c0) = (self.eval(w, &v.index)?, self.eval(w, &v.row0)?, self.eval(w, &v.col0)?);
+        let (idx, r0, c0) = (
+            self.eval(w, &v.index)?,
+            self.eval(w, &v.row0)?,
+            self.eval(w, &v.col0)?,
+        );
         let (rows, cols) = (d.tile.rows as i64, d.tile.cols as i64);
-        if !(0..d.count as i64).contains(&idx) || r0 < 0 || c0 < 0 || r0 + v.rows as i64 > rows || c0 + v.cols as i64 > cols {
+        if !(0..d.count as i64).contains(&idx)
+            || r0 < 0
+            || c0 < 0
+            || r0 + v.rows as i64 > rows
+            || c0 + v.cols as i64 > cols
+        {
             return Err(InterpError::Op {
                 op: "shared view".into(),
-                detail: format!("`{}`[{idx}] at ({r0}, {c0}) size {}x{} is out of bounds", d.name, v.rows, v.cols),
+                detail: format!(
+                    "`{}`[{idx}] at ({r0}, {c0}) size {}x{} is out of bounds",
+                    d.name, v.rows, v.cols
+                ),
             });
         }
         let base = idx * rows * cols;
@@ -178,7 +267,10 @@ impl<'a> Block<'a> {
     fn op(&mut self, w: usize, op: &Op) -> Result<(), InterpError> {
         match op {
             Op::LoadAsync { dst, src, scope } => self.load_async(w, dst, src, *scope),
-            Op::Wait { queue: WaitQueue::Async, count } => {
+            Op::Wait {
+                queue: WaitQueue::Async,
+                count,
+            } => {
                 let keep = match count {
                     WaitCount::Outstanding(n) => *n as usize,
                     WaitCount::Auto => 0,
@@ -229,8 +321,19 @@ impl<'a> Block<'a> {
                 Ok(())
             }
             Op::Mma { form, d, a, b, c } => self.mma(w, op, *form, *d, a, b, *c),
-            Op::Map { dst, f, args, rounding } => self.map(w, op, *dst, *f, args, *rounding),
-            Op::Reduce { dst, src, axis, op: rop, acc } => self.reduce(w, *dst, *src, *axis, *rop, *acc),
+            Op::Map {
+                dst,
+                f,
+                args,
+                rounding,
+            } => self.map(w, op, *dst, *f, args, *rounding),
+            Op::Reduce {
+                dst,
+                src,
+                axis,
+                op: rop,
+                acc,
+            } => self.reduce(w, *dst, *src, *axis, *rop, *acc),
             Op::Fill { dst, value } => {
                 let n = self.waves[w].regs[dst.0 as usize].len();
                 self.set_reg(w, *dst, vec![*value; n], Rounding::Rtne);
@@ -240,7 +343,9 @@ impl<'a> Block<'a> {
                 let (rows, cols) = self.k.regs[src.0 as usize].shape();
                 let s = &self.waves[w].regs[src.0 as usize];
                 let (rows, cols) = (rows as usize, cols as usize);
-                let t = (0..cols * rows).map(|x| s[(x % rows) * cols + x / rows]).collect();
+                let t = (0..cols * rows)
+                    .map(|x| s[(x % rows) * cols + x / rows])
+                    .collect();
                 self.set_reg(w, *dst, t, Rounding::Rtne);
                 Ok(())
             }
@@ -249,8 +354,17 @@ impl<'a> Block<'a> {
                 self.set_reg(w, *dst, s, Rounding::Rtne);
                 Ok(())
             }
-            Op::Mask { dst, rule, row0, col0, value } => self.mask(w, *dst, rule, row0, col0, *value),
-            Op::Wait { queue: WaitQueue::Shared, .. }
+            Op::Mask {
+                dst,
+                rule,
+                row0,
+                col0,
+                value,
+            } => self.mask(w, *dst, rule, row0, col0, *value),
+            Op::Wait {
+                queue: WaitQueue::Shared,
+                ..
+            }
             | Op::Barrier { .. }
             | Op::Priority(_)
             | Op::Hint(_)
@@ -259,17 +373,31 @@ impl<'a> Block<'a> {
     }
 
     /// Wave `w`'s share of a cooperative load: a contiguous band of rows, by its rank in the scope.
-    fn load_async(&mut self, w: usize, dst: &SharedView, src: &GlobalView, scope: Scope) -> Result<(), InterpError> {
+    fn load_async(
+        &mut self,
+        w: usize,
+        dst: &SharedView,
+        src: &GlobalView,
+        scope: Scope,
+    ) -> Result<(), InterpError> {
         let n = scope.waves(self.k.waves) as usize;
         let rank = w % n;
         let band = (dst.rows as usize).div_ceil(n);
-        let (lo, hi) = ((rank * band).min(dst.rows as usize), ((rank + 1) * band).min(dst.rows as usize));
+        let (lo, hi) = (
+            (rank * band).min(dst.rows as usize),
+            ((rank + 1) * band).min(dst.rows as usize),
+        );
         let soffs = self.shared_offsets(w, dst)?;
         let goffs = self.global_offsets(w, src)?;
         let t = &self.inputs[src.tensor.0 as usize];
         let cols = dst.cols as usize;
-        let data = (lo * cols..hi * cols).map(|x| (soffs[x], goffs[x].map_or(0.0, |o| t[o]))).collect();
-        self.waves[w].pending.push_back(Pending { buf: dst.buf.0 as usize, data });
+        let data = (lo * cols..hi * cols)
+            .map(|x| (soffs[x], goffs[x].map_or(0.0, |o| t[o])))
+            .collect();
+        self.waves[w].pending.push_back(Pending {
+            buf: dst.buf.0 as usize,
+            data,
+        });
         Ok(())
     }
 
@@ -278,23 +406,48 @@ impl<'a> Block<'a> {
         match o {
             MmaOperand::Reg(r) => {
                 let (rows, cols) = self.k.regs[r.0 as usize].shape();
-                Ok((rows as usize, cols as usize, self.waves[w].regs[r.0 as usize].clone()))
+                Ok((
+                    rows as usize,
+                    cols as usize,
+                    self.waves[w].regs[r.0 as usize].clone(),
+                ))
             }
             MmaOperand::Shared(v) => {
                 let buf = &self.shared[v.buf.0 as usize];
-                let vals = self.shared_offsets(w, v)?.into_iter().map(|o| buf[o]).collect();
+                let vals = self
+                    .shared_offsets(w, v)?
+                    .into_iter()
+                    .map(|o| buf[o])
+                    .collect();
                 Ok((v.rows as usize, v.cols as usize, vals))
             }
         }
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn mma(&mut self, w: usize, op: &Op, form: MmaForm, d: RegId, a: &MmaOperand, b: &MmaOperand, c: Option<RegId>) -> Result<(), InterpError> {
+    fn mma(
+        &mut self,
+        w: usize,
+        op: &Op,
+        form: MmaForm,
+        d: RegId,
+        a: &MmaOperand,
+        b: &MmaOperand,
+        c: Option<RegId>,
+    ) -> Result<(), InterpError> {
         let (ar, ac, av) = self.operand(w, a)?;
         let (br, bc, bv) = self.operand(w, b)?;
         // A as M×K row-major and B as N×K row-major, so the inner loop is two contiguous rows.
-        let (m, kk, a_mk) = if form.a_transposed() { (ac, ar, transpose(&av, ar, ac)) } else { (ar, ac, av) };
-        let (n, b_nk) = if form.b_transposed() { (br, bv) } else { (bc, transpose(&bv, br, bc)) };
+        let (m, kk, a_mk) = if form.a_transposed() {
+            (ac, ar, transpose(&av, ar, ac))
+        } else {
+            (ar, ac, av)
+        };
+        let (n, b_nk) = if form.b_transposed() {
+            (br, bv)
+        } else {
+            (bc, transpose(&bv, br, bc))
+        };
         if b_nk.len() != n * kk {
             return Err(err(op, "operand shapes disagree"));
         }
@@ -317,7 +470,15 @@ impl<'a> Block<'a> {
         Ok(())
     }
 
-    fn map(&mut self, w: usize, op: &Op, dst: RegId, f: MapFn, args: &[Arg], mode: Rounding) -> Result<(), InterpError> {
+    fn map(
+        &mut self,
+        w: usize,
+        op: &Op,
+        dst: RegId,
+        f: MapFn,
+        args: &[Arg],
+        mode: Rounding,
+    ) -> Result<(), InterpError> {
         let (rows, cols) = self.k.regs[dst.0 as usize].shape();
         let (rows, cols) = (rows as usize, cols as usize);
         let regs = &self.waves[w].regs;
@@ -342,12 +503,30 @@ impl<'a> Block<'a> {
         Ok(())
     }
 
-    fn reduce(&mut self, w: usize, dst: RegId, src: RegId, axis: Axis, op: ReduceOp, acc: Option<RegId>) -> Result<(), InterpError> {
+    fn reduce(
+        &mut self,
+        w: usize,
+        dst: RegId,
+        src: RegId,
+        axis: Axis,
+        op: ReduceOp,
+        acc: Option<RegId>,
+    ) -> Result<(), InterpError> {
         let (rows, cols) = self.k.regs[src.0 as usize].shape();
         let (rows, cols) = (rows as usize, cols as usize);
         let s = &self.waves[w].regs[src.0 as usize];
-        let (outer, inner) = if axis == Axis::Rows { (rows, cols) } else { (cols, rows) };
-        let get = |o: usize, x: usize| if axis == Axis::Rows { s[o * cols + x] } else { s[x * cols + o] };
+        let (outer, inner) = if axis == Axis::Rows {
+            (rows, cols)
+        } else {
+            (cols, rows)
+        };
+        let get = |o: usize, x: usize| {
+            if axis == Axis::Rows {
+                s[o * cols + x]
+            } else {
+                s[x * cols + o]
+            }
+        };
         let init = |o: usize| match acc {
             Some(a) => self.waves[w].regs[a.0 as usize][o],
             None => match op {
@@ -369,7 +548,15 @@ impl<'a> Block<'a> {
         Ok(())
     }
 
-    fn mask(&mut self, w: usize, dst: RegId, rule: &MaskRule, row0: &Expr, col0: &Expr, value: f32) -> Result<(), InterpError> {
+    fn mask(
+        &mut self,
+        w: usize,
+        dst: RegId,
+        rule: &MaskRule,
+        row0: &Expr,
+        col0: &Expr,
+        value: f32,
+    ) -> Result<(), InterpError> {
         let (r0, c0) = (self.eval(w, row0)?, self.eval(w, col0)?);
         let (keep_kind, bound) = match rule {
             MaskRule::Causal { offset } => (0, self.eval(w, offset)?),
@@ -397,7 +584,9 @@ impl<'a> Block<'a> {
 }
 
 fn transpose(v: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    (0..rows * cols).map(|x| v[(x % rows) * cols + x / rows]).collect()
+    (0..rows * cols)
+        .map(|x| v[(x % rows) * cols + x / rows])
+        .collect()
 }
 
 fn apply(f: MapFn, x: f32, y: f32) -> f32 {

@@ -25,15 +25,31 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum InterpError {
     #[error("kernel `{kernel}` takes {want} parameters, got {got}")]
-    Params { kernel: String, want: usize, got: usize },
+    Params {
+        kernel: String,
+        want: usize,
+        got: usize,
+    },
     #[error("kernel `{kernel}` takes {want} tensors, got {got}")]
-    Tensors { kernel: String, want: usize, got: usize },
+    Tensors {
+        kernel: String,
+        want: usize,
+        got: usize,
+    },
     #[error("tensor `{name}` needs at least {need} elements for its shape and strides, got {got}")]
-    TensorSize { name: String, need: usize, got: usize },
+    TensorSize {
+        name: String,
+        need: usize,
+        got: usize,
+    },
     #[error("cannot evaluate {what}: {expr}")]
     Eval { what: String, expr: String },
     #[error("grid remap {remap:?} needs {want} grid dimensions, the kernel has {got}")]
-    Remap { remap: GridRemap, want: usize, got: usize },
+    Remap {
+        remap: GridRemap,
+        want: usize,
+        got: usize,
+    },
     #[error("{op}: {detail}")]
     Op { op: String, detail: String },
 }
@@ -48,8 +64,16 @@ pub struct RunStats {
 }
 
 fn eval(e: &crate::Expr, params: &[i64], what: &str) -> Result<i64, InterpError> {
-    e.eval(&Env { params, vars: &[], block: &[], wave: 0 })
-        .ok_or_else(|| InterpError::Eval { what: what.into(), expr: e.to_string() })
+    e.eval(&Env {
+        params,
+        vars: &[],
+        block: &[],
+        wave: 0,
+    })
+    .ok_or_else(|| InterpError::Eval {
+        what: what.into(),
+        expr: e.to_string(),
+    })
 }
 
 /// Elements a buffer for global `g` must hold: one past the largest offset its shape and strides reach.
@@ -67,12 +91,20 @@ pub fn required_len(k: &Kernel, params: &[i64], g: usize) -> Result<usize, Inter
 }
 
 /// The grid's coordinates for launch id `id` (seed 000 Algorithm 1 / seed 001 §4.1 via `kittens_sched`).
-pub fn block_coords(remap_kind: GridRemap, extents: &[i64], id: i64) -> Result<Vec<i64>, InterpError> {
+pub fn block_coords(
+    remap_kind: GridRemap,
+    extents: &[i64],
+    id: i64,
+) -> Result<Vec<i64>, InterpError> {
     let need = |want: usize| {
         if extents.len() == want {
             Ok(())
         } else {
-            Err(InterpError::Remap { remap: remap_kind, want, got: extents.len() })
+            Err(InterpError::Remap {
+                remap: remap_kind,
+                want,
+                got: extents.len(),
+            })
         }
     };
     let u = |x: i64| x.max(0) as u64;
@@ -86,9 +118,20 @@ pub fn block_coords(remap_kind: GridRemap, extents: &[i64], id: i64) -> Result<V
             }
             c
         }
-        GridRemap::XcdSwizzle { xcds, window, chunk } => {
+        GridRemap::XcdSwizzle {
+            xcds,
+            window,
+            chunk,
+        } => {
             need(2)?;
-            let (r, c) = remap::xcd_swizzle(u(id), u(extents[0]), u(extents[1]), xcds as u64, window as u64, chunk as u64);
+            let (r, c) = remap::xcd_swizzle(
+                u(id),
+                u(extents[0]),
+                u(extents[1]),
+                xcds as u64,
+                window as u64,
+                chunk as u64,
+            );
             vec![r as i64, c as i64]
         }
         GridRemap::GroupM { window } => {
@@ -98,7 +141,13 @@ pub fn block_coords(remap_kind: GridRemap, extents: &[i64], id: i64) -> Result<V
         }
         GridRemap::HeadFirst { xcds } => {
             need(3)?;
-            let (b, h, q) = remap::head_first(u(id), u(extents[0]), u(extents[1]), u(extents[2]), xcds as u64);
+            let (b, h, q) = remap::head_first(
+                u(id),
+                u(extents[0]),
+                u(extents[1]),
+                u(extents[2]),
+                xcds as u64,
+            );
             vec![b as i64, h as i64, q as i64]
         }
     })
@@ -108,25 +157,44 @@ pub fn block_coords(remap_kind: GridRemap, extents: &[i64], id: i64) -> Result<V
 /// out by the global's strides). Inputs are first rounded to their dtypes; outputs are written rounded.
 pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunStats, InterpError> {
     if params.len() != k.params.len() {
-        return Err(InterpError::Params { kernel: k.name.clone(), want: k.params.len(), got: params.len() });
+        return Err(InterpError::Params {
+            kernel: k.name.clone(),
+            want: k.params.len(),
+            got: params.len(),
+        });
     }
     if tensors.len() != k.globals.len() {
-        return Err(InterpError::Tensors { kernel: k.name.clone(), want: k.globals.len(), got: tensors.len() });
+        return Err(InterpError::Tensors {
+            kernel: k.name.clone(),
+            want: k.globals.len(),
+            got: tensors.len(),
+        });
     }
     for (g, t) in tensors.iter_mut().enumerate() {
         let need = required_len(k, params, g)?;
         if t.len() < need {
-            return Err(InterpError::TensorSize { name: k.globals[g].name.clone(), need, got: t.len() });
+            return Err(InterpError::TensorSize {
+                name: k.globals[g].name.clone(),
+                need,
+                got: t.len(),
+            });
         }
         let dt = k.globals[g].dtype;
         if dt != DType::F32 {
-            t.iter_mut().for_each(|x| *x = crate::numerics::round(*x, dt, crate::numerics::Rounding::Rtne));
+            t.iter_mut()
+                .for_each(|x| *x = crate::numerics::round(*x, dt, crate::numerics::Rounding::Rtne));
         }
     }
-    let extents: Vec<i64> =
-        k.grid.extents.iter().map(|e| eval(e, params, "grid extent")).collect::<Result<_, _>>()?;
+    let extents: Vec<i64> = k
+        .grid
+        .extents
+        .iter()
+        .map(|e| eval(e, params, "grid extent"))
+        .collect::<Result<_, _>>()?;
     let blocks: i64 = extents.iter().map(|e| e.max(&0)).product();
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(blocks.max(1) as usize);
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(blocks.max(1) as usize);
     let inputs: &[Vec<f32>] = tensors;
     let results: Vec<Result<(Vec<exec::Writes>, u64), InterpError>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
@@ -145,7 +213,10 @@ pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunSt
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("interpreter thread panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("interpreter thread panicked"))
+            .collect()
     });
     let mut all = Vec::new();
     let mut wave_ops = 0;
@@ -160,5 +231,9 @@ pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunSt
             tensors[g][off] = v;
         }
     }
-    Ok(RunStats { blocks: blocks as u64, waves_per_block: k.waves, wave_ops })
+    Ok(RunStats {
+        blocks: blocks as u64,
+        waves_per_block: k.waves,
+        wave_ops,
+    })
 }
