@@ -296,7 +296,7 @@ pub fn to_bytes(values: &[f32], dtype: DType, mode: Rounding) -> Vec<u8> {
 /// Decodes a little-endian buffer of `dtype` elements.
 pub fn from_bytes(bytes: &[u8], dtype: DType) -> Result<Vec<f32>, NumericsError> {
     let width = dtype.bytes() as usize;
-    if bytes.len() % width != 0 {
+    if !bytes.len().is_multiple_of(width) {
         return Err(NumericsError::RaggedBuffer {
             dtype,
             elem: width,

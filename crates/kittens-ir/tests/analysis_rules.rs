@@ -382,3 +382,17 @@ fn trusting_lds_latency_accepts_only_reads_racing_a_later_async_copy() {
     assert_eq!(analyze(&read_then_reload(true, false), &trust).unwrap().hazards.len(), 1);
     assert_eq!(analyze(&load_then_use(false), &trust).unwrap().hazards.len(), 1);
 }
+
+#[test]
+fn loops_with_wave_dependent_bounds_run_in_full() {
+    // Wave w runs 20 + w iterations of a barrier-free loop: shortening would be unsafe, so none is.
+    let k = build("wave_loop", plain(2), 1, |b, d| {
+        b.for_range("i", 0, Expr::Wave + 20, |b, _| b.load(d.r, b.smem(d.s, 0)));
+        b.wait_shared(0);
+    });
+    let r = run(&k);
+    assert!(r.unrolled.is_empty());
+    assert!(r.hazards.is_empty(), "{r}");
+    let k = pipeline(41, Some(1));
+    assert_eq!(run(&k).unrolled.len(), 1);
+}

@@ -186,9 +186,15 @@ impl Walker<'_> {
     ) -> Result<(), AnalysisError> {
         let (s, e) = (self.eval(start, idx)?, self.eval(end, idx)?);
         let trip = (e - s).max(0);
-        let skipped =
-            if trip > 2 * self.head + self.period { (trip - 2 * self.head) / self.period * self.period } else { 0 };
-        if skipped > 0 && self.wave == 0 {
+        // Only loops whose bounds are the same for every wave are shortened: every wave must skip the
+        // same number of barriers, or the count-matching of later barriers would shift.
+        let uniform = !mentions_wave(start) && !mentions_wave(end);
+        let skipped = if uniform && trip > 2 * self.head + self.period {
+            (trip - 2 * self.head) / self.period * self.period
+        } else {
+            0
+        };
+        if skipped > 0 {
             let name = self.k.vars.get(var.0 as usize).map_or(format!("v{}", var.0), |v| v.name.clone());
             let u = LoopUnroll { var: name, trip, kept: trip - skipped, skipped };
             if !self.unrolled.contains(&u) {
@@ -346,6 +352,14 @@ pub(crate) fn trace(k: &Kernel, params: &[i64], block: &[i64], head: i64) -> Res
         entries.push(w.entries);
     }
     Ok(Traces { waves, clusters, unrolled, entries })
+}
+
+fn mentions_wave(e: &Expr) -> bool {
+    match e {
+        Expr::Wave => true,
+        Expr::Bin(_, a, b) => mentions_wave(a) || mentions_wave(b),
+        _ => false,
+    }
 }
 
 fn lcm(a: i64, b: i64) -> i64 {
