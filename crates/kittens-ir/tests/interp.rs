@@ -158,6 +158,26 @@ fn convert_uses_the_rounding_mode() {
     );
 }
 
+/// Every storage dtype: a register tile of that dtype holds exactly the RTNE-rounded f32 values, and a
+/// store to an f32 tensor keeps them (fp8 included, seed 000 §4).
+#[test]
+fn register_tiles_hold_their_dtype() {
+    let v = random(&mut SmallRng::seed_from_u64(5), 16 * 16, F32);
+    for dt in [Bf16, DType::F16, DType::Fp8E4m3, DType::Fp8E5m2] {
+        let mut k = KernelBuilder::new("dt", Schedule::Plain { waves: 1 });
+        let gx = mat(&mut k, "x", F32, 16, 16, Access::Read);
+        let gy = mat(&mut k, "y", F32, 16, 16, Access::Write);
+        let y = k.tile("y", dt, 16, 16, Layout::Row, BaseShape::S16X16);
+        k.load_global(y, k.gtile(gx, 16, 16, 0, 0));
+        k.store(k.gtile(gy, 16, 16, 0, 0), y);
+        let mut t = vec![v.clone(), vec![0.0; 256]];
+        interp::run(&k.finish().unwrap(), &[], &mut t).unwrap();
+        let want: Vec<f32> = v.iter().map(|&x| round(x, dt, Rounding::Rtne)).collect();
+        assert_eq!(t[1], want, "{dt}");
+        assert_ne!(t[1], v, "{dt} must lose precision");
+    }
+}
+
 /// A 16×16 tile at tile (1, 1) of a 20×20 tensor: reads past the edge are zero, stores past it dropped.
 #[test]
 fn out_of_bounds_reads_zero_and_stores_drop() {
