@@ -164,7 +164,7 @@ impl Format {
             ((man | (1 << self.man_bits)) as f64, exp as i32 - self.bias)
         };
         // Exact in f64 (≤ 11 significant bits) and exactly representable in f32: every target value is.
-        (sign * significand * 2f64.powi(e - self.man_bits as i32)) as f32
+        (sign * significand * pow2(e - self.man_bits as i32)) as f32
     }
 
     fn encode(self, x: f32, mode: Rounding) -> u32 {
@@ -256,6 +256,12 @@ impl Format {
         let bits = ((biased as u32) << self.man_bits) | man;
         (bits <= self.max_finite_bits()).then_some(bits)
     }
+}
+
+/// `2^k` for the exponents narrow formats reach (|k| < 1023), built from its bits (exact, and cheaper
+/// than `powi` on the interpreter's hot path).
+fn pow2(k: i32) -> f64 {
+    f64::from_bits(((k + 1023) as u64) << 52)
 }
 
 /// Rounds `x` to the nearest value of `dtype` under `mode` and returns that value as f32 (every value of
