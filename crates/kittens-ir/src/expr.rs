@@ -76,6 +76,14 @@ impl Expr {
                 return Expr::Const(v);
             }
         }
+        match (op, a.as_const(), b.as_const()) {
+            (BinOp::Add, _, Some(0)) | (BinOp::Sub, _, Some(0)) => return a,
+            (BinOp::Add, Some(0), _) => return b,
+            (BinOp::Mul, _, Some(1)) | (BinOp::Div, _, Some(1)) => return a,
+            (BinOp::Mul, Some(1), _) => return b,
+            (BinOp::Mul, Some(0), _) | (BinOp::Mul, _, Some(0)) => return Expr::Const(0),
+            _ => {}
+        }
         Expr::Bin(op, Box::new(a), Box::new(b))
     }
     pub fn ceil_div(&self, b: impl Into<Expr>) -> Expr {
@@ -225,15 +233,39 @@ arith!(Mul, mul, BinOp::Mul);
 arith!(Div, div, BinOp::Div);
 arith!(Rem, rem, BinOp::Rem);
 
-impl std::fmt::Display for Expr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl Expr {
+    /// C-like text with parameter and loop-variable names (ids out of range print as `p{i}` / `v{i}`).
+    pub fn show(&self, params: &[&str], vars: &[&str]) -> String {
+        struct Named<'a>(&'a Expr, &'a [&'a str], &'a [&'a str]);
+        impl std::fmt::Display for Named<'_> {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                self.0.write(f, self.1, self.2)
+            }
+        }
+        Named(self, params, vars).to_string()
+    }
+
+    fn write(
+        &self,
+        f: &mut std::fmt::Formatter<'_>,
+        params: &[&str],
+        vars: &[&str],
+    ) -> std::fmt::Result {
+        let sub = |e: &Expr| e.show(params, vars);
         match self {
             Expr::Const(v) => write!(f, "{v}"),
-            Expr::Param(p) => write!(f, "p{}", p.0),
-            Expr::Var(v) => write!(f, "v{}", v.0),
+            Expr::Param(p) => match params.get(p.0 as usize) {
+                Some(n) => f.write_str(n),
+                None => write!(f, "p{}", p.0),
+            },
+            Expr::Var(v) => match vars.get(v.0 as usize) {
+                Some(n) => f.write_str(n),
+                None => write!(f, "v{}", v.0),
+            },
             Expr::Block(i) => write!(f, "block[{i}]"),
             Expr::Wave => write!(f, "wave"),
             Expr::Bin(op, a, b) => {
+                let (a, b) = (sub(a), sub(b));
                 let s = match op {
                     BinOp::Add => "+",
                     BinOp::Sub => "-",
@@ -247,6 +279,12 @@ impl std::fmt::Display for Expr {
                 write!(f, "({a} {s} {b})")
             }
         }
+    }
+}
+
+impl std::fmt::Display for Expr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.write(f, &[], &[])
     }
 }
 

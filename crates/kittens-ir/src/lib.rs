@@ -17,6 +17,7 @@ pub mod expr;
 pub mod interp;
 pub mod ir;
 pub mod numerics;
+pub mod print;
 pub mod schedule;
 pub mod validate;
 pub mod walk;

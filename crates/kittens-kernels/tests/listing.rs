@@ -1,0 +1,29 @@
+//! The kernel listing names every op with its index and marks what the schedule implied.
+
+use kittens_kernels::gemm_bf16::{build, GemmConfig};
+
+#[test]
+fn gemm_listing_shows_the_schedule() {
+    let k = build(&GemmConfig::default()).unwrap();
+    let text = k.to_string();
+    if std::env::var_os("KITTENS_PRINT").is_some() {
+        println!("{text}");
+    }
+    let ops = text
+        .lines()
+        .filter(|l| {
+            l.trim_start()
+                .chars()
+                .next()
+                .is_some_and(|c| c.is_ascii_digit())
+        })
+        .count();
+    assert_eq!(ops, k.ops().len());
+    let implied = text.lines().filter(|l| l.get(4..5) == Some("*")).count();
+    assert_eq!(implied, k.ops().iter().filter(|r| r.implied).count());
+    assert!(
+        text.contains("if wave / 4 == 1") || text.contains("if (wave / 4) == 1"),
+        "{text}"
+    );
+    assert!(text.contains("mma_abt c00 <- a_r, b_r0, c00"));
+}
