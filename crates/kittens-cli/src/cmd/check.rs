@@ -3,7 +3,7 @@
 //! deadlocks) and every wait's written and computed count.
 
 use anyhow::{anyhow, bail, Context};
-use kittens_ir::analysis::{analyze, Options};
+use kittens_ir::analysis::{analyze, Hazard, Options, Report, Site};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -23,6 +23,13 @@ pub struct Args {
     /// (HipKittens' `lgkmcnt(8)`-before-barrier pattern; the LLVM memory model does not promise it).
     #[arg(long)]
     pub trust_lds_latency: bool,
+    /// Delete op N (the index `check` prints) before analysing, to see what a barrier or wait guards
+    /// (repeatable; indices refer to the unmodified kernel).
+    #[arg(long = "drop-op")]
+    pub drop_ops: Vec<usize>,
+    /// Also list every op with its index (what hazards and --drop-op refer to).
+    #[arg(long)]
+    pub ops: bool,
     /// Exit with status 1 when the analysis finds a hazard.
     #[arg(long)]
     pub deny_hazards: bool,
@@ -55,11 +62,45 @@ fn param_values(names: &[String], given: &[String]) -> anyhow::Result<Vec<i64>> 
     Ok(values)
 }
 
+/// Index in the unmodified kernel of op `i` of the kernel with the ops `dropped` (ascending) removed.
+fn original_index(mut i: usize, dropped: &[usize]) -> usize {
+    for &d in dropped {
+        if i >= d {
+            i += 1;
+        }
+    }
+    i
+}
+
+/// Makes a report on a kernel with dropped ops name ops by their index in the unmodified kernel.
+fn renumber(r: &mut Report, dropped: &[usize]) {
+    let fix = |s: &mut Site| s.op = original_index(s.op, dropped);
+    for h in &mut r.hazards {
+        match h {
+            Hazard::MissingWait { pending: a, access: b, .. } | Hazard::MissingBarrier { first: a, second: b, .. } => {
+                fix(a);
+                fix(b);
+            }
+            Hazard::Deadlock { waiting } => waiting.iter_mut().for_each(fix),
+        }
+    }
+    r.waits.iter_mut().for_each(|w| w.op = original_index(w.op, dropped));
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Some(info) = kittens_kernels::by_name(&args.kernel) else {
         bail!("unknown kernel `{}`; known: {}", args.kernel, kittens_kernels::NAMES.join(", "));
     };
-    let kernel = (info.build_default)().with_context(|| format!("building {}", info.name))?;
+    let mut kernel = (info.build_default)().with_context(|| format!("building {}", info.name))?;
+    let mut drops = args.drop_ops.clone();
+    drops.sort_unstable();
+    drops.dedup();
+    for &i in drops.iter().rev() {
+        // Highest first, so the lower indices still name the same ops.
+        let name = kernel.op(i).map(|o| o.name()).with_context(|| format!("--drop-op {i}: no such op"))?;
+        eprintln!("dropping op #{i} {name}");
+        kernel = kernel.without_op(i).with_context(|| format!("--drop-op {i}: no such op"))?;
+    }
     let names: Vec<String> = kernel.params.iter().map(|p| p.name.clone()).collect();
     let opts = Options {
         params: param_values(&names, &args.params)?,
@@ -67,10 +108,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         head_iters: args.head_iters,
         trust_lds_latency: args.trust_lds_latency,
     };
-    let report = analyze(&kernel, &opts).with_context(|| format!("analysing {}", info.name))?;
+    let mut report = analyze(&kernel, &opts).with_context(|| format!("analysing {}", info.name))?;
+    renumber(&mut report, &drops);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
+        if args.ops {
+            println!("ops (* = implied by the schedule):");
+            for o in kernel.ops() {
+                let mark = if o.implied { "*" } else { " " };
+                println!("  #{:<4}{mark} {}{}", o.index, "  ".repeat(o.depth), o.op.name());
+            }
+            println!();
+        }
         print!("{report}");
     }
     if args.deny_hazards && !report.hazards.is_empty() {
@@ -91,5 +141,12 @@ mod tests {
         assert!(param_values(&names, &["q=1".into()]).is_err());
         assert!(param_values(&names, &["k".into()]).is_err());
         assert!(param_values(&names, &["k=x".into()]).is_err());
+    }
+
+    #[test]
+    fn indices_after_dropping_ops_map_back_to_the_original_kernel() {
+        // Original ops 0..8 with 2 and 5 dropped: the remaining ones are 0 1 3 4 6 7.
+        let kept: Vec<usize> = (0..6).map(|i| original_index(i, &[2, 5])).collect();
+        assert_eq!(kept, vec![0, 1, 3, 4, 6, 7]);
     }
 }
