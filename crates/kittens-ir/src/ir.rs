@@ -610,8 +610,39 @@ impl Kernel {
             .position(|p| p.name == name)
             .map(|i| ParamId(i as u32))
     }
-    /// Shared memory the kernel allocates per block, in bytes.
+    /// Shared memory the kernel allocates per block, in bytes (unpadded; see [`Kernel::shared_offsets`]).
     pub fn shared_bytes(&self) -> u32 {
         self.shared.iter().map(SharedDecl::bytes).sum()
+    }
+
+    /// Byte offset of each shared ring in one allocation, each aligned to `align` bytes (a power of two;
+    /// e.g. 1024 for Hopper's 128-byte TMA swizzle, whose pattern repeats every 1024 bytes), and the total.
+    pub fn shared_offsets(&self, align: u32) -> (Vec<u32>, u32) {
+        let a = align.max(1);
+        let mut at = 0u32;
+        let offs = self
+            .shared
+            .iter()
+            .map(|s| {
+                let o = at.div_ceil(a) * a;
+                at = o + s.bytes();
+                o
+            })
+            .collect();
+        (offs, at)
+    }
+
+    /// Blocks a launch with `params` runs (`∏ grid.extents`); `None` if an extent cannot be evaluated.
+    pub fn blocks(&self, params: &[i64]) -> Option<u64> {
+        let env = crate::expr::Env {
+            params,
+            vars: &[],
+            block: &[],
+            wave: 0,
+        };
+        self.grid
+            .extents
+            .iter()
+            .try_fold(1u64, |n, e| Some(n * e.eval(&env)?.max(0) as u64))
     }
 }

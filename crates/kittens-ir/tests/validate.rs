@@ -287,3 +287,17 @@ fn ping_pong_expansion_inserts_stagger_priorities_and_barriers() {
         other => panic!("{other:?}"),
     }
 }
+
+#[test]
+fn launch_size_and_shared_layout() {
+    let mut k = KernelBuilder::new("l", Schedule::Plain { waves: 4 });
+    let m = k.param("m");
+    k.grid(vec![m.ceil_div(64), Expr::c(3)], GridRemap::RowMajor);
+    k.shared("a", Bf16, 16, 16, Swizzle::None, 3); // 1536 bytes
+    k.shared("b", F32, 8, 8, Swizzle::None, 1); // 256 bytes
+    let k = k.finish().unwrap();
+    assert_eq!(k.blocks(&[130]), Some(9));
+    assert_eq!(k.shared_offsets(1024), (vec![0, 2048], 2304));
+    assert_eq!(k.shared_offsets(1), (vec![0, 1536], 1792));
+    assert_eq!(k.shared_bytes(), 1792);
+}

@@ -80,3 +80,15 @@ fn attention_causal_ragged() {
     attn(1, 2, 2, 150, AttnLayout::Bshd, true);
     attn(1, 4, 1, 64, AttnLayout::Bhsd, true);
 }
+
+/// Seed 000 E.3's tile sizes: 32 queries per wave, 64-key blocks, head dimension 128.
+#[test]
+fn attention_seed_tiles() {
+    use kittens_kernels::attn_fwd::AttnConfig;
+    let attn = AttnShape { batch: 1, heads: 2, heads_kv: 1, seq: 320, dim: 128, layout: AttnLayout::Bhsd };
+    for causal in [false, true] {
+        let p = Problem { attn, causal, attn_cfg: AttnConfig::default(), seed: 9, ..Problem::default() };
+        let r = run("attn_fwd", &p).unwrap();
+        assert!(r.error.rel_err < TOL, "causal={causal}: {:?}", r.error);
+    }
+}

@@ -48,6 +48,12 @@ pub struct Args {
     /// Attention tensor layout: bshd or bhsd.
     #[arg(long, default_value = "bshd")]
     pub layout: String,
+    /// Attention queries per wave (seed 000 E.3: 32).
+    #[arg(long, default_value_t = 16)]
+    pub q_rows: u32,
+    /// Attention keys per pipeline step (seed 000 E.3: 64).
+    #[arg(long, default_value_t = 32)]
+    pub kv_block: u32,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -81,6 +87,8 @@ fn problem(a: &Args) -> anyhow::Result<Problem> {
     p.attn.seq = a.seq;
     p.attn.dim = a.dim;
     p.attn.layout = layout;
+    p.attn_cfg.q_rows = a.q_rows;
+    p.attn_cfg.kv_block = a.kv_block;
     Ok(p)
 }
 
