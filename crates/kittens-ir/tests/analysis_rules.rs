@@ -396,3 +396,48 @@ fn loops_with_wave_dependent_bounds_run_in_full() {
     let k = pipeline(41, Some(1));
     assert_eq!(run(&k).unrolled.len(), 1);
 }
+
+/// Warp specialisation: the producer warpgroup copies tiles into a double buffer, the consumer reads
+/// them; block barriers hand slots over in both directions.
+fn producer_consumer(producer_waits: bool) -> Kernel {
+    let schedule = Schedule::ProducerConsumer { producers: 1, consumers: 1, producer_regs: 40, consumer_regs: 232 };
+    build("pc_roles", schedule, 2, |b, d| {
+        b.roles(
+            |b| {
+                b.for_range("t", 0, 6, |b, t| {
+                    b.load_async_by(kittens_ir::Scope::WarpGroup, b.smem(d.s, &t % 2), b.gtile(d.g, ROWS, COLS, &t, 0));
+                    if producer_waits {
+                        b.wait_async(0);
+                    }
+                    b.barrier(); // slot t full
+                    b.barrier(); // slot t consumed
+                });
+                b.wait_async(0);
+            },
+            |b| {
+                b.for_range("t", 0, 6, |b, t| {
+                    b.barrier();
+                    b.load(d.r, b.smem(d.s, &t % 2));
+                    b.wait_shared(0);
+                    b.barrier();
+                });
+            },
+        )
+    })
+}
+
+#[test]
+fn producer_consumer_roles_hand_slots_over_through_barriers() {
+    let r = run(&producer_consumer(true));
+    assert!(r.hazards.is_empty(), "{r}");
+    let k = producer_consumer(false);
+    let r = run(&k);
+    assert!(!r.hazards.is_empty(), "{r}");
+    for h in &r.hazards {
+        let Hazard::MissingWait { queue, pending, access, .. } = h else { panic!("{h}") };
+        assert_eq!(*queue, WaitQueue::Async);
+        // The producer (waves 0-3) did not wait; the consumer (waves 4-7) read, or the producer reloaded.
+        assert!(pending.wave < 4 && pending.op_name == "load_async", "{h}");
+        assert!(access.wave >= 4 || access.op_name == "load_async", "{h}");
+    }
+}
