@@ -7,8 +7,32 @@
 //! - [`builder`]: [`KernelBuilder`], the API kernels are written in;
 //! - [`schedule`]: expansion of a named schedule into barriers, priorities and fences;
 //! - [`validate`]: build-time checks and per-target budgets;
+//! - [`analysis`]: the schedule analysis (hazards, wait counts);
 //! - [`numerics`]: storage rounding (bf16, f16, fp8) in the RTNE/RTNA/RTZ modes;
-//! - [`interp`]: the CPU interpreter, the `cpu` backend and the test oracle.
+//! - [`interp`]: the CPU interpreter, the `cpu` backend and the test oracle;
+//! - [`print`]: the kernel listing (`Display for Kernel`).
+//!
+//! A kernel in brief (a one-wave `y = exp2(x)` over a 16×16 tile):
+//!
+//! ```
+//! use kittens_ir::{Access, Expr, KernelBuilder, Schedule, interp};
+//! use kittens_hw::dtype::DType::F32;
+//! use kittens_tile::{BaseShape, Layout};
+//!
+//! let mut k = KernelBuilder::new("exp2", Schedule::Plain { waves: 1 });
+//! let n = k.param("n");
+//! let x = k.global("x", F32, &[("r", n.clone()), ("c", n.clone())], Access::Read);
+//! let y = k.global("y", F32, &[("r", n.clone()), ("c", n)], Access::Write);
+//! let t = k.tile("t", F32, 16, 16, Layout::Row, BaseShape::S16X16);
+//! k.load_global(t, k.gtile(x, 16, 16, 0, 0));
+//! k.exp2(t, t);
+//! k.store(k.gtile(y, 16, 16, 0, 0), t);
+//! let kernel = k.finish().unwrap();
+//!
+//! let mut tensors = vec![vec![1.0; 16 * 16], vec![0.0; 16 * 16]];
+//! interp::run(&kernel, &[16], &mut tensors).unwrap();
+//! assert!(tensors[1].iter().all(|&v| v == 2.0));
+//! ```
 
 pub mod analysis;
 pub mod builder;
