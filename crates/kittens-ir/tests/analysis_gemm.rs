@@ -1,6 +1,6 @@
 //! The schedule analysis on the real BF16 GEMM (seed 000 E.1's 8-wave ping-pong, small tiles).
 
-use kittens_ir::analysis::{analyze, Hazard, Options, Report};
+use kittens_ir::analysis::{analyze, resolve_auto_waits, Hazard, Options, Report};
 use kittens_ir::{Kernel, Op, Stmt, WaitCount, WaitQueue};
 use kittens_kernels::gemm_bf16::{build, GemmConfig};
 
@@ -159,5 +159,27 @@ fn automatic_waits_reproduce_the_hand_written_counts() {
                 assert_eq!(WaitCount::Outstanding(chosen[&w.op]), w.written, "wait op #{} ({steps} steps)", w.op);
             }
         }
+    }
+}
+
+#[test]
+fn auto_waits_resolved_over_several_sizes_are_safe_for_each() {
+    let k = gemm();
+    let auto = make_auto(&k, &|_, _| true);
+    let cfg = GemmConfig::small();
+    let runs: Vec<Options> = [1i64, 2, 3, 6, 40]
+        .iter()
+        .map(|&s| Options { params: vec![256, 256, s * cfg.k_step as i64], ..Options::default() })
+        .collect();
+    let (counts, resolved) = resolve_auto_waits(&auto, &runs).expect("analysis runs");
+    assert_eq!(counts.len(), check(&k, 6).waits.len());
+    for opts in &runs {
+        let r = analyze(&resolved, opts).unwrap();
+        assert!(r.hazards.is_empty(), "{r}");
+        assert!(r.auto_counts().is_empty(), "every auto wait is resolved");
+    }
+    // The hand-written kernel's counts are what the sizes need.
+    for w in check(&k, 6).waits {
+        assert_eq!(WaitCount::Outstanding(counts[&w.op]), w.written, "op #{}", w.op);
     }
 }

@@ -279,6 +279,20 @@ fn dedupe(races: Vec<Race>, d: &report::Describer) -> Vec<Hazard> {
     out
 }
 
+/// Chooses every `Auto` wait's count for a kernel that runs with several parameter sets (or blocks):
+/// the smallest count chosen over `runs`. A smaller count only waits for more, so the result is safe
+/// for each run. Returns the counts and the kernel with them written in.
+pub fn resolve_auto_waits(kernel: &Kernel, runs: &[Options]) -> Result<(BTreeMap<usize, u32>, Kernel), AnalysisError> {
+    let mut counts: BTreeMap<usize, u32> = BTreeMap::new();
+    for opts in runs {
+        for (op, n) in analyze(kernel, opts)?.auto_counts() {
+            counts.entry(op).and_modify(|c| *c = (*c).min(n)).or_insert(n);
+        }
+    }
+    let k = apply_auto_waits(kernel, &counts);
+    Ok((counts, k))
+}
+
 /// A copy of `kernel` with every `Auto` wait replaced by its count from `counts` (op index → count),
 /// for lowerings that print literal counts. Autos missing from `counts` stay `Auto`.
 pub fn apply_auto_waits(kernel: &Kernel, counts: &BTreeMap<usize, u32>) -> Kernel {
