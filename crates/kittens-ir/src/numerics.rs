@@ -14,7 +14,7 @@
 //!
 //! * **RTNE, RTNA** — a finite input whose rounded magnitude exceeds the largest finite value overflows the
 //!   way IEEE-754 round-to-nearest does: to ±inf for bf16, f16 and e5m2. fp8 e4m3 is the OCP "FN" variant,
-//!   which has no infinity (OCP 8-bit FP spec 2023, §5.2: the all-ones exponent encodes normal values except
+//!   which has no infinity (OCP 8-bit Floating Point Specification, 2023: the all-ones exponent encodes normals except
 //!   S.1111.111, the NaN), so there overflow produces NaN — the OCP "non-saturating" conversion. Note the
 //!   consequence of rounding first: 464 (the midpoint of 448 and the next, unrepresentable step 480) rounds
 //!   to 448 under RTNE (448 = 1.110b·2^8 has an even mantissa) but to NaN under RTNA.
@@ -105,7 +105,7 @@ impl Format {
             DType::F32 => None,
             DType::Bf16 => Some(f(8, 7, 127, true, 0x7fc0)),
             DType::F16 => Some(f(5, 10, 15, true, 0x7e00)),
-            // OCP 8-bit FP spec (2023) Table 1: E4M3 bias 7, NaN S.1111.111; E5M2 bias 15, IEEE-like.
+            // OCP 8-bit Floating Point Specification (2023): E4M3 bias 7, NaN S.1111.111; E5M2 bias 15, IEEE-like.
             DType::Fp8E4m3 => Some(f(4, 3, 7, false, 0x7f)),
             DType::Fp8E5m2 => Some(f(5, 2, 15, true, 0x7e)),
         }
