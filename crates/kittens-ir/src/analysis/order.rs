@@ -4,10 +4,11 @@
 //! Barrier semantics, modelled as AMD hardware executes `s_barrier` (CDNA3 ISA reference, `S_BARRIER`):
 //! the instruction carries no identity, so the k-th barrier a wave executes pairs with the k-th barrier
 //! of every other wave, wherever in the program each one sits. That is exactly what makes the 8-wave
-//! ping-pong's conditional stagger work (seed 000 E.1): the leading warpgroup's barrier inside
-//! `if (warp_row == 1)`... pairs with the other group's next unconditional barrier, offsetting the two
-//! groups by one cluster until the closing conditional barrier re-aligns them. A wave that has ended no
-//! longer holds a barrier back (the ISA waits on the surviving waves only), so it is treated as arrived
+//! ping-pong's conditional stagger work (seed 000 E.1): the barrier warpgroup 1 executes inside
+//! `if (warp_row == 1)` pairs with warpgroup 0's next unconditional barrier, holding group 1 one cluster
+//! behind until group 0's closing conditional barrier re-aligns them. A wave that has ended no longer
+//! holds a barrier back (our reading of `S_BARRIER` in AMD's ISA guides: it waits on the waves still
+//! alive; not verified on hardware here), so it is treated as arrived
 //! at every later instance. Warpgroup-scoped barriers (NVIDIA named barriers) are matched by count per
 //! warpgroup in the same way. A barrier orders execution only: it does not wait for a wave's
 //! outstanding loads (`s_barrier` is not `s_waitcnt`), which is why a load must be waited on by its own
