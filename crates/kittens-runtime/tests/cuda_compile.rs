@@ -2,7 +2,7 @@
 //! every wrapper and the Hopper GEMM compile for sm_90a, with zero spills and the resources we expect.
 //! NVRTC comes from `scripts/install-nvrtc.sh`, which these tests run when no NVRTC is found.
 
-use kittens_codegen::cuda::{prelude_with, HopperGemm, WgmmaInput};
+use kittens_codegen::cuda::{prelude_with, Epilogue, HopperGemm, WgmmaInput};
 use kittens_runtime::cuda::{compile, nvrtc};
 
 /// Finds NVRTC, installing it into the project's cache first if needed.
@@ -84,7 +84,10 @@ fn prelude_compiles_for_sm_90a_without_spills() {
     let image = compile(&src, "prelude_smoke", "sm_90a", 0).unwrap_or_else(|e| panic!("{e}"));
     let r = &image.report;
     eprintln!("prelude_smoke: {r:?}");
-    assert!(image.cubin.starts_with(b"\x7fELF"), "NVRTC returned a cubin");
+    assert!(
+        image.cubin.starts_with(b"\x7fELF"),
+        "NVRTC returned a cubin"
+    );
     assert_eq!((r.spill_stores, r.spill_loads), (0, 0));
     assert!(
         r.registers > 0 && r.registers <= 168,
@@ -102,7 +105,8 @@ fn hopper_gemm_compiles_for_sm_90a_without_spills() {
     install_then_check();
     let g = HopperGemm::default();
     let src = g.source().expect("valid default");
-    let image = compile(&src, &g.kernel_name(), "sm_90a", g.dynamic_shared_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    let image = compile(&src, &g.kernel_name(), "sm_90a", g.dynamic_shared_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
     let r = &image.report;
     eprintln!("{}: {r:?}", g.kernel_name());
     assert_eq!(
@@ -121,7 +125,8 @@ fn hopper_gemm_compiles_for_sm_90a_without_spills() {
         r.warnings
     );
     // The second compile of the same source comes from the on-disk cache with the same figures.
-    let again = compile(&src, &g.kernel_name(), "sm_90a", g.dynamic_shared_bytes()).expect("cached");
+    let again =
+        compile(&src, &g.kernel_name(), "sm_90a", g.dynamic_shared_bytes()).expect("cached");
     assert!(again.report.cached);
     assert_eq!(
         (again.report.registers, again.cubin.len()),
@@ -134,14 +139,49 @@ fn hopper_gemm_variants_compile_without_spills() {
     install_then_check();
     let base = HopperGemm::default();
     let variants = [
-        HopperGemm { stages: 3, ..base.clone() },
-        HopperGemm { bn: 128, stages: 6, ..base.clone() },
-        HopperGemm { group_m: 8, ..base.clone() },
+        HopperGemm {
+            stages: 3,
+            ..base.clone()
+        },
+        HopperGemm {
+            bn: 128,
+            stages: 6,
+            ..base.clone()
+        },
+        HopperGemm {
+            group_m: 8,
+            ..base.clone()
+        },
+        HopperGemm {
+            stages: 3,
+            epilogue: Epilogue::TmaStore,
+            ..base.clone()
+        },
+        HopperGemm {
+            cluster: 2,
+            ..base.clone()
+        },
+        HopperGemm {
+            cluster: 2,
+            stages: 3,
+            epilogue: Epilogue::TmaStore,
+            ..base.clone()
+        },
     ];
     for g in variants {
-        let r = compile(&g.source().expect("valid"), &g.kernel_name(), "sm_90a", g.dynamic_shared_bytes())
-            .unwrap_or_else(|e| panic!("{}: {e}", g.kernel_name()))
-            .report;
-        assert_eq!((r.spill_stores, r.spill_loads), (0, 0), "{}: {r:?}", g.kernel_name());
+        let r = compile(
+            &g.source().expect("valid"),
+            &g.kernel_name(),
+            "sm_90a",
+            g.dynamic_shared_bytes(),
+        )
+        .unwrap_or_else(|e| panic!("{}: {e}", g.kernel_name()))
+        .report;
+        assert_eq!(
+            (r.spill_stores, r.spill_loads),
+            (0, 0),
+            "{}: {r:?}",
+            g.kernel_name()
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! (`kittens_runtime::cuda::bench`). Without an NVIDIA driver it says so and points at the CPU backend.
 
 use anyhow::{bail, Context};
-use kittens_codegen::cuda::HopperGemm;
+use kittens_codegen::cuda::{Epilogue, HopperGemm};
 use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, GemmBenchReport};
 use kittens_runtime::cuda::CudaError;
 
@@ -28,6 +28,13 @@ pub struct GemmArgs {
     /// Block tile columns (the wgmma N) of the Hopper kernel.
     #[arg(long, default_value_t = HopperGemm::default().bn)]
     pub bn: u32,
+    /// Epilogue of the Hopper kernel: `direct` (registers to global) or `tma` (through shared memory
+    /// and a TMA store; needs at most 3 stages at bn 256).
+    #[arg(long, default_value = "direct")]
+    pub epilogue: String,
+    /// CTAs per thread-block cluster (1 or 2; 2 multicasts each B tile to a pair of CTAs).
+    #[arg(long, default_value_t = HopperGemm::default().cluster)]
+    pub cluster: u32,
     /// Pipeline stages of the Hopper kernel.
     #[arg(long, default_value_t = HopperGemm::default().stages)]
     pub stages: u32,
@@ -68,6 +75,12 @@ fn gemm(a: GemmArgs) -> anyhow::Result<()> {
         warmup: a.warmup,
         config: HopperGemm {
             bn: a.bn,
+            cluster: a.cluster,
+            epilogue: match a.epilogue.as_str() {
+                "direct" => Epilogue::Direct,
+                "tma" => Epilogue::TmaStore,
+                e => bail!("--epilogue {e}: expected direct or tma"),
+            },
             stages: a.stages,
             group_m: a.group_m,
             ..HopperGemm::default()

@@ -25,6 +25,20 @@ pub struct HopperGemm {
     /// setmaxnreg targets (multiples of 8 in 24..=256).
     pub producer_regs: u32,
     pub consumer_regs: u32,
+    pub epilogue: Epilogue,
+    /// CTAs per thread-block cluster along M (1 or 2). With 2, the two CTAs compute vertically adjacent
+    /// tiles and each loads half of their shared B tile, multicast to both (halving B's L2 reads).
+    pub cluster: u32,
+}
+
+/// How consumers write C.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Epilogue {
+    /// bf16 pairs straight from the accumulator registers to global memory, predicated on C's edges.
+    Direct,
+    /// Registers → a 128-byte-swizzled shared slab per consumer → TMA store (clipped at C's edges by
+    /// TMA), overlapping the write-out with the next tile's main loop. Needs BN a multiple of 64.
+    TmaStore,
 }
 
 /// Why a configuration or a problem size was refused.
@@ -33,7 +47,12 @@ pub enum HopperGemmError {
     #[error("invalid configuration: {0}")]
     Config(String),
     #[error("unsupported problem {m}x{n}x{k}: {why}")]
-    Shape { m: usize, n: usize, k: usize, why: String },
+    Shape {
+        m: usize,
+        n: usize,
+        k: usize,
+        why: String,
+    },
 }
 
 /// Hopper's register file per SM (CUDA Programming Guide, compute capability 9.0 table).
@@ -53,13 +72,27 @@ impl Default for HopperGemm {
             group_m: 16,
             producer_regs: 40,
             consumer_regs: 232,
+            epilogue: Epilogue::Direct,
+            cluster: 1,
         }
     }
 }
 
 impl HopperGemm {
     pub fn kernel_name(&self) -> String {
-        format!("gemm_bf16_sm90_{}x{}x{}_s{}", self.bm, self.bn, self.bk, self.stages)
+        let epi = match self.epilogue {
+            Epilogue::Direct => "",
+            Epilogue::TmaStore => "_tmastore",
+        };
+        let cl = if self.cluster > 1 {
+            format!("_c{}", self.cluster)
+        } else {
+            String::new()
+        };
+        format!(
+            "gemm_bf16_sm90_{}x{}x{}_s{}{epi}{cl}",
+            self.bm, self.bn, self.bk, self.stages
+        )
     }
     pub fn threads(&self) -> u32 {
         128 * (1 + self.consumers)
@@ -70,29 +103,63 @@ impl HopperGemm {
     pub fn stage_bytes(&self) -> u32 {
         (self.bm + self.bn) * self.bk * 2
     }
-    /// Dynamic shared memory: the stages, 1 KB of slack to align them to 1024 bytes, two mbarriers a stage.
+    /// Bytes of one consumer's C slab (TMA-store epilogue only).
+    pub fn c_slab_bytes(&self) -> u32 {
+        match self.epilogue {
+            Epilogue::Direct => 0,
+            Epilogue::TmaStore => 64 * self.bn * 2,
+        }
+    }
+    /// Dynamic shared memory: the stages, the C slabs, 1 KB of slack to align to 1024 bytes, and two
+    /// mbarriers a stage.
     pub fn dynamic_shared_bytes(&self) -> u32 {
-        self.stages * self.stage_bytes() + 1024 + 16 * self.stages
+        self.stages * self.stage_bytes()
+            + self.consumers * self.c_slab_bytes()
+            + 1024
+            + 16 * self.stages
     }
 
     /// Checks the configuration against wgmma's shapes, the swizzle, registers and shared memory.
     pub fn validate(&self) -> Result<(), HopperGemmError> {
         let bad = |s: String| Err(HopperGemmError::Config(s));
         if self.consumers == 0 || self.bm != 64 * self.consumers {
-            return bad(format!("bm {} must be 64 x consumers ({})", self.bm, self.consumers));
+            return bad(format!(
+                "bm {} must be 64 x consumers ({})",
+                self.bm, self.consumers
+            ));
         }
         if !valid_wgmma_n(self.bn) {
-            return bad(format!("bn {} is not a wgmma N (multiple of 8, at most 256)", self.bn));
+            return bad(format!(
+                "bn {} is not a wgmma N (multiple of 8, at most 256)",
+                self.bn
+            ));
         }
         if self.bk != 64 {
-            return bad(format!("bk {} must be 64: one 128-byte swizzled row of bf16", self.bk));
+            return bad(format!(
+                "bk {} must be 64: one 128-byte swizzled row of bf16",
+                self.bk
+            ));
+        }
+        if self.epilogue == Epilogue::TmaStore && self.bn % 64 != 0 {
+            return bad(format!(
+                "the TMA-store epilogue writes 64-column boxes; bn {} is not a multiple",
+                self.bn
+            ));
+        }
+        if !(1..=2).contains(&self.cluster) || (self.bn / self.cluster) % 8 != 0 {
+            return bad(format!(
+                "cluster {} must be 1 or 2, splitting bn {} into 8-row parts",
+                self.cluster, self.bn
+            ));
         }
         if self.stages < 2 || self.group_m == 0 {
             return bad("at least 2 stages and a group of at least 1 tile-row".into());
         }
         for r in [self.producer_regs, self.consumer_regs] {
             if r % 8 != 0 || !(24..=256).contains(&r) {
-                return bad(format!("setmaxnreg value {r} must be a multiple of 8 in 24..=256"));
+                return bad(format!(
+                    "setmaxnreg value {r} must be a multiple of 8 in 24..=256"
+                ));
             }
         }
         let regs = 128 * (self.producer_regs + self.consumers * self.consumer_regs);
@@ -124,15 +191,22 @@ impl HopperGemm {
             None
         };
         match why {
-            Some(w) => Err(HopperGemmError::Shape { m, n, k, why: w.into() }),
+            Some(w) => Err(HopperGemmError::Shape {
+                m,
+                n,
+                k,
+                why: w.into(),
+            }),
             None => Ok(()),
         }
     }
 
-    /// Blocks to launch: one per SM, or fewer when there are fewer tiles.
-    pub fn grid(&self, m: usize, n: usize, multiprocessors: u32) -> u32 {
-        let tiles = m.div_ceil(self.bm as usize) * n.div_ceil(self.bn as usize);
-        (tiles.min(multiprocessors as usize) as u32).max(1)
+    /// Blocks to launch for a persistent grid: `slots` clusters can be resident at once (the SM count
+    /// when `cluster` is 1); never more clusters than units of work.
+    pub fn grid(&self, m: usize, n: usize, slots: u32) -> u32 {
+        let units = m.div_ceil(self.bm as usize).div_ceil(self.cluster as usize)
+            * n.div_ceil(self.bn as usize);
+        self.cluster * (units.min(slots as usize) as u32).max(1)
     }
 
     /// The whole CUDA source: prelude, wgmma wrapper, constants and kernel.
@@ -145,8 +219,10 @@ impl HopperGemm {
              constexpr u32 GROUP_M = {group_m}, THREADS = {threads};\n\
              constexpr u32 A_BYTES = BM * BK * 2, STAGE_BYTES = (BM + BN) * BK * 2;\n\
              constexpr u32 WG_M = BM / CONSUMERS, WG_A_BYTES = WG_M * BK * 2;\n\
-             constexpr u32 PRODUCER_REGS = {pr}, CONSUMER_REGS = {cr};\n\
-             }}\n#define KERNEL_NAME {name}\n#define WGMMA kt::{wgmma}\n",
+             constexpr u32 PRODUCER_REGS = {pr}, CONSUMER_REGS = {cr}, WG_C_BYTES = {slab};\n\
+             constexpr u32 CLUSTER = {cluster}, EMPTY_ARRIVALS = {empty};\n\
+             }}\n#define KERNEL_NAME {name}\n#define WGMMA kt::{wgmma}\n#define KT_TMA_EPILOGUE {tma}\n\
+             #define KT_CLUSTER_ATTR {attr}\n",
             bm = self.bm,
             bn = self.bn,
             bk = self.bk,
@@ -156,6 +232,12 @@ impl HopperGemm {
             threads = self.threads(),
             pr = self.producer_regs,
             cr = self.consumer_regs,
+            slab = self.c_slab_bytes(),
+            cluster = self.cluster,
+            // Alone: every consumer thread arrives. In a cluster: one lane per consumer warp, per CTA.
+            empty = if self.cluster == 1 { self.consumers * 128 } else { self.cluster * self.consumers * 4 },
+            attr = if self.cluster > 1 { format!("__cluster_dims__({}, 1, 1)", self.cluster) } else { String::new() },
+            tma = u32::from(self.epilogue == Epilogue::TmaStore),
             name = self.kernel_name(),
             wgmma = WgmmaInput::Bf16.wrapper_name(self.bn),
         ));
@@ -178,6 +260,14 @@ mod tests {
         assert_eq!(128 * (g.producer_regs + 2 * g.consumer_regs), 64_512);
         assert_eq!(g.grid(8192, 8192, 132), 132);
         assert_eq!(g.grid(128, 256, 132), 1);
+        // Pairs of tile-rows per cluster: 8192 has 64 x 32 tiles = 1024 units, 66 clusters resident.
+        let c2 = HopperGemm {
+            cluster: 2,
+            ..HopperGemm::default()
+        };
+        c2.validate().expect("cluster of 2 is valid");
+        assert_eq!(c2.grid(8192, 8192, 66), 132);
+        assert_eq!(c2.grid(384, 256, 66), 4, "3 tile-rows make 2 units");
     }
 
     #[test]
@@ -187,12 +277,29 @@ mod tests {
             ..HopperGemm::default()
         };
         assert!(five.validate().is_err(), "5 x 48 KB exceeds 227 KB");
+        let tma4 = HopperGemm {
+            epilogue: Epilogue::TmaStore,
+            ..HopperGemm::default()
+        };
+        assert!(
+            tma4.validate().is_err(),
+            "4 x 48 KB + 2 x 32 KB C slabs exceed 227 KB"
+        );
+        let tma3 = HopperGemm { stages: 3, ..tma4 };
+        assert_eq!(
+            tma3.dynamic_shared_bytes(),
+            3 * 49_152 + 2 * 32_768 + 1024 + 48
+        );
+        tma3.validate().expect("3 stages and the slabs fit");
         let regs = HopperGemm {
             consumer_regs: 256,
             producer_regs: 24,
             ..HopperGemm::default()
         };
-        assert!(regs.validate().is_err(), "128 x (24 + 512) registers exceed 65536");
+        assert!(
+            regs.validate().is_err(),
+            "128 x (24 + 512) registers exceed 65536"
+        );
         let g = HopperGemm::default();
         assert!(g.check_shape(100, 4096, 4096).is_ok());
         assert!(g.check_shape(4096, 4100, 4096).is_err());

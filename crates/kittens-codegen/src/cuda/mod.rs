@@ -6,7 +6,7 @@
 
 pub mod gemm;
 
-pub use gemm::{HopperGemm, HopperGemmError};
+pub use gemm::{Epilogue, HopperGemm, HopperGemmError};
 
 /// The hand-written part of the prelude (no CUDA headers needed).
 pub const PRELUDE: &str = include_str!("prelude.cuh");
@@ -48,7 +48,10 @@ pub fn valid_wgmma_n(n: u32) -> bool {
 /// D (64×N fp32, N/2 registers per thread) += A·B with both operands K-major in shared memory. When
 /// `accumulate` is 0 the instruction overwrites D (scale-d = false), so no zeroing pass is needed.
 pub fn wgmma_wrapper(input: WgmmaInput, n: u32) -> String {
-    assert!(valid_wgmma_n(n), "wgmma N must be a multiple of 8 in 8..=256, got {n}");
+    assert!(
+        valid_wgmma_n(n),
+        "wgmma N must be a multiple of 8 in 8..=256, got {n}"
+    );
     let regs = n / 2;
     let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
     let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
@@ -93,7 +96,10 @@ mod tests {
     fn wrapper_lists_every_accumulator_once() {
         let w = wgmma_wrapper(WgmmaInput::Bf16, 256);
         for i in 0..128 {
-            assert!(w.contains(&format!("\"+f\"(d[{i}])")), "accumulator {i} missing");
+            assert!(
+                w.contains(&format!("\"+f\"(d[{i}])")),
+                "accumulator {i} missing"
+            );
         }
         assert!(w.contains("m64n256k16.f32.bf16.bf16"));
         // Descriptors and the accumulate flag follow the 128 outputs.

@@ -85,6 +85,46 @@ template <int N> __device__ __forceinline__ void tma_store_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
 }
 
+// Full completion (global writes done) of every bulk group of this thread.
+__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+// The same box written into the shared memory of every CTA in `cta_mask` (thread-block cluster), each
+// copy completing on the mbarrier at the same offset in its CTA (PTX ISA, ".multicast::cluster").
+__device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const CUtensorMap* map, u32 bar, int c0, int c1,
+                                                      unsigned short cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%3, %4}], [%2], %5;"
+        ::"r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1), "h"(cta_mask) : "memory");
+}
+
+// ---- thread-block clusters (PTX ISA §9.7.13.4, §9.7.9.19 mapa) ----------------------------------------
+__device__ __forceinline__ u32 cluster_ctarank() {
+    u32 r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+// The address of the same shared-memory offset in CTA `cta` of this cluster.
+__device__ __forceinline__ u32 map_shared_to_cta(u32 addr, u32 cta) {
+    u32 r;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(cta));
+    return r;
+}
+// Arrive on an mbarrier anywhere in the cluster (address from map_shared_to_cta).
+__device__ __forceinline__ void mbarrier_arrive_cluster(u32 cluster_addr) {
+    asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
+}
+// Every non-exited thread of the cluster meets here; orders shared-memory accesses across its CTAs.
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// ---- named barriers (PTX ISA §9.7.13.1 bar.sync) -------------------------------------------------
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads, e.g. one warpgroup.
+__device__ __forceinline__ void named_barrier(u32 id, u32 threads) {
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- warpgroup register reallocation (PTX ISA §9.7.17.1 setmaxnreg) ---------------------------------
 // Takes effect only with a register cap at entry: the kernel needs __launch_bounds__(threads, 1).
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {
@@ -142,6 +182,12 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
+__device__ __forceinline__ void st_shared_b32(u32 addr, u32 v) {
+    asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+// Byte offset `off` inside a 1024-byte-aligned region laid out with the 128-byte swizzle (TMA's and
+// wgmma's "128B" mode): the 16-byte chunk index is XORed with the row index modulo 8.
+__device__ __forceinline__ u32 swizzle128(u32 off) { return off ^ (((off >> 7) & 7u) << 4); }
 __device__ __forceinline__ void st_global_b32(void* p, u32 v) {
     asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }

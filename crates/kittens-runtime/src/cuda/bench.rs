@@ -82,6 +82,8 @@ pub struct GemmBenchReport {
     pub cublas: String,
     pub kernel: String,
     pub config: String,
+    /// Blocks (clusters, for a cluster kernel) of the persistent grid resident at once.
+    pub resident: u32,
     pub compile: CudaCompileReport,
     pub warmup: usize,
     pub iters: usize,
@@ -145,7 +147,8 @@ fn median(v: &mut [f64]) -> f64 {
 struct Kernel {
     function: Function,
     config: HopperGemm,
-    multiprocessors: u32,
+    /// Clusters (blocks when `cluster` is 1) resident at once: the persistent grid's size.
+    slots: u32,
 }
 
 impl Kernel {
@@ -153,24 +156,26 @@ impl Kernel {
         &self,
         stream: &Stream,
         maps: &(TensorMap, TensorMap),
-        c: &DeviceBuffer,
+        c: &(TensorMap, &DeviceBuffer),
         m: usize,
         n: usize,
         k: usize,
     ) -> Result<(), CudaError> {
         let (mut ta, mut tb) = *maps;
-        let mut cp = c.ptr();
+        let mut tc = c.0;
+        let mut cp = c.1.ptr();
         let (mut mm, mut nn, mut kk) = (m as u32, n as u32, k as u32);
-        let mut params: [*mut c_void; 6] = [
+        let mut params: [*mut c_void; 7] = [
             (&mut ta as *mut TensorMap).cast(),
             (&mut tb as *mut TensorMap).cast(),
+            (&mut tc as *mut TensorMap).cast(),
             (&mut cp as *mut u64).cast(),
             (&mut mm as *mut u32).cast(),
             (&mut nn as *mut u32).cast(),
             (&mut kk as *mut u32).cast(),
         ];
-        let grid = self.config.grid(m, n, self.multiprocessors);
-        // SAFETY: parameters match `gemm_sm90.cu`: two tensor maps, C's address, M, N, K.
+        let grid = self.config.grid(m, n, self.slots);
+        // SAFETY: parameters match `gemm_sm90.cu`: tensor maps of A, B and C, C's address, M, N, K.
         unsafe {
             self.function.launch(
                 (grid, 1, 1),
@@ -202,10 +207,36 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
         cfg.dynamic_shared_bytes(),
     )?;
     let module = dev.load_module(&image.cubin)?;
+    let function = module.function(&cfg.kernel_name(), cfg.dynamic_shared_bytes())?;
+    // A cluster needs all its CTAs on one GPC, so fewer than SMs / cluster may fit: ask the driver.
+    let slots = if cfg.cluster == 1 {
+        dev.multiprocessors
+    } else {
+        let whole = dev.multiprocessors / cfg.cluster * cfg.cluster;
+        match function.max_active_clusters(whole, cfg.threads()) {
+            Ok(n) if n > 0 => n,
+            other => {
+                eprintln!(
+                    "  cuOccupancyMaxActiveClusters gave {other:?}; assuming every SM pair fits"
+                );
+                dev.multiprocessors / cfg.cluster
+            }
+        }
+    };
+    eprintln!(
+        "  {}: {} resident {}",
+        cfg.kernel_name(),
+        slots,
+        if cfg.cluster == 1 {
+            "blocks"
+        } else {
+            "clusters"
+        }
+    );
     let kernel = Kernel {
-        function: module.function(&cfg.kernel_name(), cfg.dynamic_shared_bytes())?,
+        function,
         config: cfg.clone(),
-        multiprocessors: dev.multiprocessors,
+        slots,
     };
     let stream = Stream::new()?;
     let cublas = Cublas::new(&stream)?;
@@ -265,6 +296,7 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
         cublas: cublas.library.clone(),
         kernel: cfg.kernel_name(),
         config: format!("{cfg:?}"),
+        resident: kernel.slots,
         compile: image.report,
         warmup: opts.warmup,
         iters: opts.iters,
@@ -309,7 +341,15 @@ fn make_inputs(
             db.copy_from(&b[0])?;
         }
         let ta = TensorMap::bf16_2d(&da, m as u64, k as u64, cfg.bm, cfg.bk, Swizzle::B128)?;
-        let tb = TensorMap::bf16_2d(&db, n as u64, k as u64, cfg.bn, cfg.bk, Swizzle::B128)?;
+        // In a cluster each CTA loads bn / cluster rows of the B tile.
+        let tb = TensorMap::bf16_2d(
+            &db,
+            n as u64,
+            k as u64,
+            cfg.bn / cfg.cluster,
+            cfg.bk,
+            Swizzle::B128,
+        )?;
         maps.push((ta, tb));
         a.push(da);
         b.push(db);
@@ -343,7 +383,9 @@ fn bench_shape(
     c_ours.fill_u16(0x7fc0)?;
     c_ref.fill_u16(0x7fc0)?;
     dev.synchronize()?;
-    kernel.launch(stream, &inp.maps[0], &c_ours, m, n, k)?;
+    // C's map writes 64-row × 64-column boxes (one consumer's rows, 128 swizzled bytes wide).
+    let c_map = TensorMap::bf16_2d(&c_ours, m as u64, n as u64, 64, 64, Swizzle::B128)?;
+    kernel.launch(stream, &inp.maps[0], &(c_map, &c_ours), m, n, k)?;
     cublas.gemm_bf16_abt(&inp.a[0], &inp.b[0], &mut c_ref, m, n, k)?;
     stream.synchronize()?;
     let (mut ours, mut reference) = (vec![0u16; m * n], vec![0u16; m * n]);
@@ -373,7 +415,7 @@ fn bench_shape(
         if let Some(e) = ev {
             e[0].record(stream)?;
         }
-        kernel.launch(stream, &inp.maps[set], &c_ours, m, n, k)?;
+        kernel.launch(stream, &inp.maps[set], &(c_map, &c_ours), m, n, k)?;
         if let Some(e) = ev {
             e[1].record(stream)?;
             e[2].record(stream)?;

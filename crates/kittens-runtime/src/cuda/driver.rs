@@ -360,6 +360,31 @@ pub struct Function {
 }
 
 impl Function {
+    /// How many clusters of this kernel can be resident at once with `block` threads a block and
+    /// `blocks` blocks launched (`cuOccupancyMaxActiveClusters`; the cluster shape is the kernel's own
+    /// `__cluster_dims__`).
+    pub fn max_active_clusters(&self, blocks: u32, block: u32) -> Result<u32, CudaError> {
+        let config = cu::CUlaunchConfig {
+            gridDimX: blocks,
+            gridDimY: 1,
+            gridDimZ: 1,
+            blockDimX: block,
+            blockDimY: 1,
+            blockDimZ: 1,
+            sharedMemBytes: self.shared,
+            hStream: std::ptr::null_mut(),
+            attrs: std::ptr::null_mut(),
+            numAttrs: 0,
+        };
+        let mut n = 0;
+        // SAFETY: a fully initialised config without attributes; out-parameter.
+        check(
+            unsafe { cu::cuOccupancyMaxActiveClusters(&mut n, self.raw, &config) },
+            "cuOccupancyMaxActiveClusters",
+        )?;
+        Ok(n.max(0) as u32)
+    }
+
     /// Launches with the dynamic shared memory set in [`Module::function`].
     ///
     /// # Safety
