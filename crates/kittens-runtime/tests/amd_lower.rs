@@ -136,10 +136,10 @@ fn gemm_lowers_and_compiles_for_gfx942() {
         hot.mix
             .opcodes
             .keys()
-            .any(|o| o.starts_with("global_load_dwordx2")),
+            .any(|o| o.starts_with("global_load_dwordx4")),
         "next tile staged in registers"
     );
-    assert!(hot.mix.opcodes.get("ds_write_b64").copied().unwrap_or(0) > 0);
+    assert!(hot.mix.opcodes.get("ds_write_b128").copied().unwrap_or(0) > 0);
     // DESIGN.md: the gfx942 source also builds with Debian's clang-19 (where installed).
     let debian = ToolchainSearch {
         env_override: None,

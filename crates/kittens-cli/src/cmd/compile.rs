@@ -37,12 +37,7 @@ pub fn run(args: Args) -> Result<()> {
 
 fn run_amd(args: &Args, arch: Arch) -> Result<()> {
     let target = arch.target();
-    let Some(source) = kittens_codegen::hip::builtin_kernel_source(&args.kernel, arch) else {
-        bail!(
-            "kernel `{}` is not available for {target} yet (available: prelude_smoke)",
-            args.kernel
-        );
-    };
+    let source = amd_source(&args.kernel, arch)?;
     match args.emit {
         Some(Emit::Hip) => {
             return emit(&source);
@@ -80,6 +75,24 @@ fn emit(text: &str) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }
+}
+
+/// HIP for a kernel: the built-in `prelude_smoke`, or a registry kernel (`kittens_kernels::by_name`,
+/// default configuration) lowered from the tile IR.
+fn amd_source(name: &str, arch: Arch) -> Result<String> {
+    if let Some(src) = kittens_codegen::hip::builtin_kernel_source(name, arch) {
+        return Ok(src);
+    }
+    let target = arch.target();
+    let Some(info) = kittens_kernels::by_name(name) else {
+        bail!(
+            "kernel `{name}` is not available for {target} (known: prelude_smoke, {})",
+            kittens_kernels::NAMES.join(", ")
+        );
+    };
+    let kernel = (info.build_default)().with_context(|| format!("building `{name}`"))?;
+    kittens_codegen::hip::lower(&kernel, arch)
+        .with_context(|| format!("`{name}` is not available for {target} yet"))
 }
 
 fn print_amd(r: &CodeObjectReport, compiler: &str, code_object_bytes: usize) {

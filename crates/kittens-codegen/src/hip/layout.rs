@@ -90,12 +90,21 @@ pub fn lane_map(
             )))
         }
     };
-    let instr = find_instr(arch, dtype, op, base).ok_or_else(|| {
-        LowerError::Layout(format!(
-            "no {} MFMA fits a {base} {dtype:?} {what}",
-            arch.target()
-        ))
-    })?;
+    // A row tile wider in K than any CDNA3 MFMA (16×32 bf16, HipKittens' default shape) keeps CDNA4's
+    // layout; `mfma_for_abt` then splits its K over several CDNA3 MFMAs.
+    let cdna4_layout = || {
+        (op == Operand::A && arch == Arch::Cdna3)
+            .then(|| find_instr(Arch::Cdna4, dtype, op, base))
+            .flatten()
+    };
+    let instr = find_instr(arch, dtype, op, base)
+        .or_else(cdna4_layout)
+        .ok_or_else(|| {
+            LowerError::Layout(format!(
+                "no {} MFMA fits a {base} {dtype:?} {what}",
+                arch.target()
+            ))
+        })?;
     fit(instr, op)
 }
 
@@ -158,40 +167,72 @@ pub fn fit(instr: &'static MmaInstr, op: Operand) -> Result<LaneMap, LowerError>
     )))
 }
 
-/// The MFMA that multiplies base tiles `a` (row layout, M×K) by `b` (row layout, N×K) into an `f32`
-/// accumulator: checks that B's row-layout map is the instruction's B map transposed.
+/// How one `mma_abt` on base tiles runs: `instr` applied `splits` times, split `h` taking slots
+/// `h·slots .. (h+1)·slots` of each lane's A and B elements.
+#[derive(Debug, Clone, Copy)]
+pub struct AbtPlan {
+    pub instr: &'static MmaInstr,
+    pub splits: u32,
+    pub slots: u32,
+}
+
+/// The MFMA of `arch` that computes base tiles `a` (row layout, M×K) times `b` (row layout, N×K)ᵀ into
+/// an `f32` accumulator of `acc`, given the tiles' lane maps.
+///
+/// An MFMA sums over K in whatever order its lanes present K, so a tile may feed it any permutation of
+/// K as long as A and B use the same one. The check, per split, lane and slot: A's element sits in the
+/// instruction's A row, B's in its B column, and both carry the same K index. This is what lets a 16×32
+/// tile (CDNA4's layout) run as two 16×16×16 MFMAs on CDNA3.
 pub fn mfma_for_abt(
     arch: Arch,
     dtype: DType,
-    a: BaseShape,
-    b: BaseShape,
+    (a, am): (BaseShape, &LaneMap),
+    (b, bm): (BaseShape, &LaneMap),
     acc: BaseShape,
-) -> Result<&'static MmaInstr, LowerError> {
-    let instr = find_instr(arch, dtype, Operand::A, a)
-        .filter(|i| {
-            i.rows_cols(Operand::D) == (acc.rows, acc.cols) && (i.n, i.k) == (b.rows, b.cols)
+) -> Result<AbtPlan, LowerError> {
+    let fits = |i: &&'static MmaInstr| {
+        i.arch == arch
+            && i.lanes == 64
+            && i.a_dtype == dtype
+            && (i.m, i.n) == (a.rows, b.rows)
+            && a.cols % i.k == 0
+            && b.cols == a.cols
+            && i.rows_cols(Operand::D) == (acc.rows, acc.cols)
+    };
+    let consistent = |i: &MmaInstr, splits: u32, slots: u32| {
+        (0..splits).all(|h| {
+            (0..64).all(|l| {
+                (0..slots).all(|s| {
+                    let t = (h * slots + s) as usize;
+                    let ((ar, ak), (bn, bk)) = (am.at(l, t), bm.at(l, t));
+                    let (ir, _) = i.element(Operand::A, l, s);
+                    let (_, ic) = i.element(Operand::B, l, s);
+                    ar == ir && bn == ic && ak == bk
+                })
+            })
+        })
+    };
+    let per_lane = am.elems_per_lane();
+    mma::all()
+        .iter()
+        .filter(fits)
+        .map(|i| (i, a.cols / i.k, i.elems_per_lane(Operand::A)))
+        .find(|&(i, splits, slots)| {
+            splits * slots == per_lane
+                && per_lane == bm.elems_per_lane()
+                && consistent(i, splits, slots)
+        })
+        .map(|(instr, splits, slots)| AbtPlan {
+            instr,
+            splits,
+            slots,
         })
         .ok_or_else(|| {
             LowerError::Layout(format!(
-                "no {} MFMA computes {a}·({b})ᵀ into {acc}",
+                "no {} MFMA computes {a}·({b})ᵀ into {acc} from these maps",
                 arch.target()
             ))
-        })?;
-    let transposed_b = (0..64).all(|l| {
-        (0..instr.elems_per_lane(Operand::B)).all(|s| {
-            let (k, n) = instr.element(Operand::B, l, s);
-            let (row, col) = instr.element(Operand::A, l, s);
-            instr.m == instr.n && (row, col) == (n, k)
         })
-    });
-    if transposed_b {
-        Ok(instr)
-    } else {
-        Err(LowerError::Layout(format!(
-            "{}: B's map is not A's transposed; store B differently",
-            instr.name
-        )))
-    }
 }
 
 #[cfg(test)]
@@ -219,21 +260,19 @@ mod tests {
         assert!(m.row_contiguous() && m.elems_per_lane() == 4);
         let acc = lane_map(Arch::Cdna4, DType::F32, Layout::Col, BaseShape::S16X16).unwrap();
         assert!(!acc.row_contiguous() && acc.elems_per_lane() == 4);
-        assert!(mfma_for_abt(
-            Arch::Cdna4,
-            DType::Bf16,
-            BaseShape::S16X32,
-            BaseShape::S16X32,
-            BaseShape::S16X16
-        )
-        .is_ok());
-        assert!(mfma_for_abt(
-            Arch::Cdna3,
-            DType::Bf16,
-            BaseShape::S16X16,
-            BaseShape::S16X16,
-            BaseShape::S16X16
-        )
-        .is_ok());
+        for (arch, k_splits) in [(Arch::Cdna4, 1), (Arch::Cdna3, 2)] {
+            let t = lane_map(arch, DType::Bf16, Layout::Row, BaseShape::S16X32).unwrap();
+            let s = BaseShape::S16X32;
+            let plan =
+                mfma_for_abt(arch, DType::Bf16, (s, &t), (s, &t), BaseShape::S16X16).unwrap();
+            assert_eq!(plan.splits, k_splits, "{}", arch.target());
+        }
+        let t = lane_map(Arch::Cdna3, DType::Bf16, Layout::Row, BaseShape::S16X16).unwrap();
+        let s = BaseShape::S16X16;
+        let plan = mfma_for_abt(Arch::Cdna3, DType::Bf16, (s, &t), (s, &t), s).unwrap();
+        assert_eq!(
+            (plan.instr.name, plan.splits),
+            ("v_mfma_f32_16x16x16_bf16", 1)
+        );
     }
 }

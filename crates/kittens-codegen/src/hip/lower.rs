@@ -26,6 +26,24 @@ pub fn lower(k: &Kernel, arch: Arch) -> Result<String, LowerError> {
             arch.target()
         )));
     }
+    // Shared memory per block of the target (GPU catalog: MI300X 64 KiB, MI355X 160 KiB).
+    let model = if arch == Arch::Cdna4 {
+        "mi355x"
+    } else {
+        "mi300x"
+    };
+    let budget = kittens_hw::gpu(model)
+        .map(|g| g.shared_bytes_per_block)
+        .unwrap_or(0);
+    if k.shared_bytes() > budget {
+        return Err(LowerError::Unsupported(format!(
+            "`{}` allocates {} B of shared memory; {} has {budget} B per block (on gfx942 stage the next K tile \
+             in registers instead of a second LDS buffer, seed 000 E.1)",
+            k.name,
+            k.shared_bytes(),
+            arch.target()
+        )));
+    }
     let mut e = Emitter::new(k, arch)?;
     e.kernel()?;
     Ok(super::translation_unit(&e.out))

@@ -455,27 +455,62 @@ impl Emitter<'_> {
             )));
         };
         let ((dn, dt), (an, at), (bn, bt)) = (self.reg(d), self.reg(*a), self.reg(*b));
-        let instr = mfma_for_abt(self.arch, at.dtype, at.base, bt.base, dt.base)?;
-        let f = instr.name.trim_start_matches("v_");
+        let (amap, bmap) = (self.map(*a)?, self.map(*b)?);
+        let plan = mfma_for_abt(
+            self.arch,
+            at.dtype,
+            (at.base, &amap),
+            (bt.base, &bmap),
+            dt.base,
+        )?;
+        let f = plan.instr.name.trim_start_matches("v_");
         let (mr, nr, kr) = (dt.base_grid().0, dt.base_grid().1, at.base_grid().1);
+        // Operand of split `h`: the whole register vector, or its slots h·n .. (h+1)·n.
+        let part = |v: &str, h: u32| match plan.splits {
+            1 => v.to_string(),
+            _ => {
+                let idx: Vec<String> = (h * plan.slots..(h + 1) * plan.slots)
+                    .map(|x| x.to_string())
+                    .collect();
+                format!("__builtin_shufflevector({v}, {v}, {})", idx.join(", "))
+            }
+        };
         if let Some(c) = c.filter(|c| *c != d) {
             let (cn, _) = self.reg(c);
             self.line(format!("for (int i = 0; i < {mr}; ++i) for (int j = 0; j < {nr}; ++j) {dn}[i][j] = {cn}[i][j];"));
         }
-        self.line(format!("// {}: {} x {} x {} {f}", form.name(), mr, nr, kr));
+        self.line(format!(
+            "// {}: {mr}x{nr} accumulators, {kr} K tiles of {} {f}",
+            form.name(),
+            plan.splits
+        ));
         self.line("#pragma unroll");
         self.block(format!("for (int i = 0; i < {mr}; ++i)"), |em| {
             em.line("#pragma unroll");
             em.block(format!("for (int j = 0; j < {nr}; ++j)"), |em| {
                 if c.is_none() {
-                    em.line(format!("{dn}[i][j] = {f}_zero({an}[i][0], {bn}[j][0]);"));
-                    em.line("#pragma unroll");
-                    em.line(format!("for (int kk = 1; kk < {kr}; ++kk) {f}({an}[i][kk], {bn}[j][kk], {dn}[i][j]);"));
-                } else {
-                    em.line("#pragma unroll");
-                    em.line(format!("for (int kk = 0; kk < {kr}; ++kk) {f}({an}[i][kk], {bn}[j][kk], {dn}[i][j]);"));
+                    let (a0, b0) = (
+                        part(&format!("{an}[i][0]"), 0),
+                        part(&format!("{bn}[j][0]"), 0),
+                    );
+                    em.line(format!("{dn}[i][j] = {f}_zero({a0}, {b0});"));
                 }
-                Ok(())
+                em.line("#pragma unroll");
+                em.block(format!("for (int kk = 0; kk < {kr}; ++kk)"), |em| {
+                    for h in 0..plan.splits {
+                        let (av, bv) = (
+                            part(&format!("{an}[i][kk]"), h),
+                            part(&format!("{bn}[j][kk]"), h),
+                        );
+                        let skip = if c.is_none() && h == 0 {
+                            "if (kk > 0) "
+                        } else {
+                            ""
+                        };
+                        em.line(format!("{skip}{f}({av}, {bv}, {dn}[i][j]);"));
+                    }
+                    Ok(())
+                })
             })
         })
     }

@@ -48,11 +48,9 @@ pub fn gemm_bf16(arch: Arch) -> Kernel {
             chunk: 64,
         },
     );
-    let base = if arch == Arch::Cdna4 {
-        BaseShape::S16X32
-    } else {
-        BaseShape::S16X16
-    };
+    // HipKittens' 16×32 register base tile on both targets: one MFMA per base-tile pair on CDNA4,
+    // two 16×16×16 MFMAs (K split) on CDNA3.
+    let base = BaseShape::S16X32;
     let ring = if arch == Arch::Cdna4 { 4 } else { 2 };
     let sa = b.shared_tile("As", SharedTile::new(DType::Bf16, HALF, K_STEP), ring);
     let sb = b.shared_tile("Bs", SharedTile::new(DType::Bf16, HALF, K_STEP), ring);
@@ -253,7 +251,7 @@ fn hot_loop_register_buffer(
             16,
             64,
             Layout::Row,
-            BaseShape::S16X16,
+            BaseShape::S16X32,
         )
     });
     let band = |b: &KernelBuilder, which: usize, t: Expr| {
