@@ -11,18 +11,33 @@
 //! load, i.e. 2 and 3 ops). Each memory cluster drains its shared→register loads (`wait_shared(0)`)
 //! before its closing barrier: the seed waits `lgkmcnt(0)` at the start of the next compute cluster
 //! instead, but with the stagger the other warpgroup's async load into the slot just read is issued in
-//! that same barrier interval, which the schedule analysis reports as a race. Where the seed peels the last two K steps into an epilogue, this kernel runs
-//! the loop over every K step: the loads it issues past the end of K read zeros into buffers no later
-//! step reads, which keeps the whole schedule on one screen.
+//! that same barrier interval, which the schedule analysis reports as a race. Where the seed peels the
+//! last two K steps into an epilogue, this kernel runs the loop over every K step: the loads it issues
+//! past the end of K read zeros into buffers no later step reads, which keeps the whole schedule on one
+//! screen.
+//!
+//! [`GemmSchedule::ProducerConsumer`] builds the same GEMM warp-specialised for Hopper instead
+//! (`crate::gemm_bf16_ws`): per-target schedule, one kernel (DESIGN.md principle 2).
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Access, Expr, GridRemap, Kernel, KernelBuilder, RegId, Schedule};
+use kittens_ir::{Access, Expr, GlobalId, GridRemap, Kernel, KernelBuilder, RegId, Schedule};
 use kittens_tile::{BaseShape, Layout, SharedTile};
+
+/// Which schedule the GEMM is built with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmSchedule {
+    /// 8-wave ping-pong (seed 000 E.1), the AMD schedule.
+    PingPong8,
+    /// One producer warpgroup loading, two consumer warpgroups multiplying from shared memory
+    /// (Hopper `wgmma` style; refused on AMD, whose MFMAs read registers only).
+    ProducerConsumer,
+}
 
 /// Tile sizes; the defaults are seed 000 E.1's (256×256 block, K step 64).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GemmConfig {
+    pub schedule: GemmSchedule,
     /// Rows and columns of C per block (the seed's `BLOCK_SIZE`); a multiple of 128.
     pub block: u32,
     /// K per pipeline step (`K_STEP`); a multiple of 32.
@@ -34,6 +49,7 @@ impl Default for GemmConfig {
     fn default() -> Self {
         // E.1: WGM = 8, chunk WGM·WGM, 8 XCDs.
         GemmConfig {
+            schedule: GemmSchedule::PingPong8,
             block: 256,
             k_step: 64,
             remap: GridRemap::XcdSwizzle {
@@ -56,8 +72,35 @@ impl GemmConfig {
     }
 }
 
+/// Declares `m, n, k` and the tensors `a` (M×K), `b` (N×K), `c` (M×N), and a grid of `bm × bn` tiles.
+pub(crate) fn declare(
+    k: &mut KernelBuilder,
+    bm: u32,
+    bn: u32,
+    remap: GridRemap,
+) -> (Expr, [GlobalId; 3]) {
+    let (m, n, kd) = (k.param("m"), k.param("n"), k.param("k"));
+    let mut mat = |name, r: &Expr, c: &Expr, acc| {
+        k.global(name, Bf16, &[("r", r.clone()), ("c", c.clone())], acc)
+    };
+    let g = [
+        mat("a", &m, &kd, Access::Read),
+        mat("b", &n, &kd, Access::Read),
+        mat("c", &m, &n, Access::Write),
+    ];
+    k.grid(vec![m.ceil_div(bm as i64), n.ceil_div(bn as i64)], remap);
+    (kd, g)
+}
+
 /// Parameter order of the built kernel: `m, n, k`; tensors `a, b, c`.
 pub fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
+    match cfg.schedule {
+        GemmSchedule::PingPong8 => ping_pong(cfg),
+        GemmSchedule::ProducerConsumer => crate::gemm_bf16_ws::build(cfg),
+    }
+}
+
+fn ping_pong(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (bs, ks) = (cfg.block, cfg.k_step);
     if bs % 128 != 0 || ks % 32 != 0 {
         return Err(KernelError::Config(format!(
@@ -66,29 +109,7 @@ pub fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     }
     let (half, hm, hn) = (bs / 2, bs / 4, bs / 8); // half-block rows, per-wave accumulator rows and cols
     let mut k = KernelBuilder::new("gemm_bf16", Schedule::PingPong8);
-    let (m, n, kd) = (k.param("m"), k.param("n"), k.param("k"));
-    let a = k.global(
-        "a",
-        Bf16,
-        &[("m", m.clone()), ("k", kd.clone())],
-        Access::Read,
-    );
-    let b = k.global(
-        "b",
-        Bf16,
-        &[("n", n.clone()), ("k", kd.clone())],
-        Access::Read,
-    );
-    let c = k.global(
-        "c",
-        Bf16,
-        &[("m", m.clone()), ("n", n.clone())],
-        Access::Write,
-    );
-    k.grid(
-        vec![m.ceil_div(bs as i64), n.ceil_div(bs as i64)],
-        cfg.remap,
-    );
+    let (kd, [a, b, c]) = declare(&mut k, bs, bs, cfg.remap);
     let a_s = [0, 1].map(|h| k.shared_tile(&format!("a_s{h}"), SharedTile::new(Bf16, half, ks), 2));
     let b_s = [0, 1].map(|h| k.shared_tile(&format!("b_s{h}"), SharedTile::new(Bf16, half, ks), 2));
     let a_r = k.tile("a_r", Bf16, hm, ks, Layout::Row, BaseShape::S16X32);
@@ -102,18 +123,17 @@ pub fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             BaseShape::S16X32,
         )
     });
-    let acc: Vec<RegId> = (0..4)
-        .map(|x| {
-            k.tile(
-                &format!("c{}{}", x / 2, x % 2),
-                F32,
-                hm,
-                hn,
-                Layout::Col,
-                BaseShape::S16X16,
-            )
-        })
-        .collect();
+    let c_tile = |k: &mut KernelBuilder, x: usize| {
+        k.tile(
+            &format!("c{}{}", x / 2, x % 2),
+            F32,
+            hm,
+            hn,
+            Layout::Col,
+            BaseShape::S16X16,
+        )
+    };
+    let acc: Vec<RegId> = (0..4).map(|x| c_tile(&mut k, x)).collect();
     let (row, col) = (k.block(0), k.block(1));
     let (wr, wc) = (k.wave() / 4, k.wave() % 4);
     let nt = kd.ceil_div(ks as i64);

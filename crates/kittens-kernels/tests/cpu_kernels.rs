@@ -85,10 +85,45 @@ fn attention_causal_ragged() {
 #[test]
 fn attention_seed_tiles() {
     use kittens_kernels::attn_fwd::AttnConfig;
-    let attn = AttnShape { batch: 1, heads: 2, heads_kv: 1, seq: 320, dim: 128, layout: AttnLayout::Bhsd };
+    let attn = AttnShape {
+        batch: 1,
+        heads: 2,
+        heads_kv: 1,
+        seq: 320,
+        dim: 128,
+        layout: AttnLayout::Bhsd,
+    };
     for causal in [false, true] {
-        let p = Problem { attn, causal, attn_cfg: AttnConfig::default(), seed: 9, ..Problem::default() };
+        let p = Problem {
+            attn,
+            causal,
+            attn_cfg: AttnConfig::default(),
+            seed: 9,
+            ..Problem::default()
+        };
         let r = run("attn_fwd", &p).unwrap();
         assert!(r.error.rel_err < TOL, "causal={causal}: {:?}", r.error);
     }
+}
+
+/// The same GEMM warp-specialised (the Hopper schedule), on the interpreter.
+#[test]
+fn gemm_producer_consumer() {
+    use kittens_kernels::gemm_bf16::GemmSchedule;
+    let small = GemmConfig {
+        schedule: GemmSchedule::ProducerConsumer,
+        ..GemmConfig::small()
+    };
+    for (m, n, k) in [(128, 128, 64), (200, 136, 100)] {
+        gemm(m, n, k, small);
+    }
+    gemm(
+        256,
+        512,
+        192,
+        GemmConfig {
+            schedule: GemmSchedule::ProducerConsumer,
+            ..GemmConfig::default()
+        },
+    );
 }

@@ -1,7 +1,10 @@
-//! One block: waves in lockstep over the body, their registers, shared memory and pending async loads.
+//! One block: its waves (each on its own program counter over the flattened body, running until it
+//! reaches a barrier; waves between the same two barriers run one after another, in wave order), their
+//! registers, shared memory and pending async loads.
 
+use super::program::{Inst, Program};
 use super::InterpError;
-use crate::expr::{Env, Expr, VarId};
+use crate::expr::{Env, Expr};
 use crate::ir::*;
 use crate::numerics::round;
 use kittens_hw::dtype::DType;
@@ -19,9 +22,21 @@ struct Pending {
     data: Vec<(usize, f32)>,
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Running,
+    /// Stopped at a barrier of this scope.
+    Barrier(Scope),
+    Done,
+}
+
 struct Wave {
     regs: Vec<Vec<f32>>,
     vars: Vec<i64>,
+    /// Loop bounds, one slot per loop of the program.
+    ends: Vec<i64>,
+    pc: usize,
+    state: State,
     pending: VecDeque<Pending>,
 }
 
@@ -54,6 +69,7 @@ fn store_round(x: f32, dt: DType, mode: Rounding) -> f32 {
 /// Runs one block; returns its global stores and the number of wave-ops executed.
 pub fn run_block(
     k: &Kernel,
+    prog: &Program,
     params: &[i64],
     inputs: &[Vec<f32>],
     coords: &[i64],
@@ -73,6 +89,9 @@ pub fn run_block(
         .map(|_| Wave {
             regs: regs.clone(),
             vars: vec![0; k.vars.len()],
+            ends: vec![0; prog.loops],
+            pc: 0,
+            state: State::Running,
             pending: VecDeque::new(),
         })
         .collect();
@@ -86,8 +105,7 @@ pub fn run_block(
         stores: vec![],
         ops: 0,
     };
-    let mask = vec![true; k.waves as usize];
-    b.exec(&k.body, &mask)?;
+    b.run(prog)?;
     Ok((
         Writes {
             block: id,
@@ -111,75 +129,124 @@ impl<'a> Block<'a> {
         })
     }
 
-    fn exec(&mut self, body: &[Stmt], mask: &[bool]) -> Result<(), InterpError> {
-        for s in body {
-            match s {
-                Stmt::Op { op, .. } => {
-                    for w in (0..mask.len()).filter(|&w| mask[w]) {
-                        self.ops += 1;
-                        self.op(w, op)?;
+    /// Runs every wave to its next barrier, releases the barrier, until all waves are done. Barriers
+    /// match by count, as AMD `s_barrier` does: waves that have exited no longer count.
+    fn run(&mut self, prog: &Program) -> Result<(), InterpError> {
+        loop {
+            for w in 0..self.waves.len() {
+                if self.waves[w].state == State::Running {
+                    self.run_wave(prog, w)?;
+                }
+            }
+            if self.waves.iter().all(|x| x.state == State::Done) {
+                return Ok(());
+            }
+            if !self.release() {
+                let at: Vec<String> = self
+                    .waves
+                    .iter()
+                    .enumerate()
+                    .map(|(w, x)| format!("wave {w}: {:?}", x.state))
+                    .collect();
+                return Err(InterpError::Op {
+                    op: "barrier".into(),
+                    detail: format!("deadlock ({})", at.join(", ")),
+                });
+            }
+        }
+    }
+
+    /// Releases a warpgroup whose live waves all wait at warpgroup barriers, else the block when every
+    /// live wave waits at a block barrier; false when neither is possible (a deadlock).
+    fn release(&mut self) -> bool {
+        let n = self.waves.len();
+        let live = |ws: std::ops::Range<usize>, st: &[Wave]| -> Vec<usize> {
+            ws.filter(|&w| st[w].state != State::Done).collect()
+        };
+        let mut any = false;
+        for g in 0..n.div_ceil(4) {
+            let ws = live(g * 4..(g * 4 + 4).min(n), &self.waves);
+            if !ws.is_empty()
+                && ws
+                    .iter()
+                    .all(|&w| self.waves[w].state == State::Barrier(Scope::WarpGroup))
+            {
+                ws.iter()
+                    .for_each(|&w| self.waves[w].state = State::Running);
+                any = true;
+            }
+        }
+        if any {
+            return true;
+        }
+        let ws = live(0..n, &self.waves);
+        if ws
+            .iter()
+            .all(|&w| self.waves[w].state == State::Barrier(Scope::Block))
+        {
+            ws.iter()
+                .for_each(|&w| self.waves[w].state = State::Running);
+            return true;
+        }
+        false
+    }
+
+    /// Runs wave `w` until it stops at a barrier or reaches the end of the program.
+    fn run_wave(&mut self, prog: &Program, w: usize) -> Result<(), InterpError> {
+        loop {
+            let pc = self.waves[w].pc;
+            let Some(inst) = prog.insts.get(pc) else {
+                self.waves[w].state = State::Done;
+                return Ok(());
+            };
+            self.waves[w].pc = pc + 1;
+            match inst {
+                Inst::Op(op) => {
+                    self.ops += 1;
+                    match op {
+                        Op::Barrier { scope: Scope::Wave } => {}
+                        Op::Barrier { scope } => {
+                            self.waves[w].state = State::Barrier(*scope);
+                            return Ok(());
+                        }
+                        _ => self.op(w, op)?,
                     }
                 }
-                Stmt::For {
+                Inst::Enter {
                     var,
                     start,
                     end,
-                    body,
-                } => self.exec_for(*var, start, end, body, mask)?,
-                Stmt::If { cond, then, els } => {
-                    let mut t = vec![false; mask.len()];
-                    for w in (0..mask.len()).filter(|&w| mask[w]) {
-                        let env = Env {
-                            params: self.params,
-                            vars: &self.waves[w].vars,
-                            block: self.coords,
-                            wave: w as i64,
-                        };
-                        t[w] = cond.eval(&env).ok_or_else(|| InterpError::Eval {
-                            what: "condition".into(),
-                            expr: format!("{cond:?}"),
-                        })?;
+                    slot,
+                } => {
+                    let (s, e) = (self.eval(w, start)?, self.eval(w, end)?);
+                    self.waves[w].vars[var.0 as usize] = s;
+                    self.waves[w].ends[*slot] = e;
+                }
+                Inst::Test { var, slot, exit } => {
+                    if self.waves[w].vars[var.0 as usize] >= self.waves[w].ends[*slot] {
+                        self.waves[w].pc = *exit;
                     }
-                    let e: Vec<bool> = (0..mask.len()).map(|w| mask[w] && !t[w]).collect();
-                    self.exec(then, &t)?;
-                    self.exec(els, &e)?;
                 }
-                Stmt::Cluster { body, .. } | Stmt::Staggered { body } => self.exec(body, mask)?,
-                Stmt::Roles { .. } => {
-                    return Err(InterpError::Op {
-                        op: "roles".into(),
-                        detail: "unexpanded schedule roles".into(),
-                    })
+                Inst::Next { var, test } => {
+                    self.waves[w].vars[var.0 as usize] += 1;
+                    self.waves[w].pc = *test;
                 }
-            }
-        }
-        Ok(())
-    }
-
-    fn exec_for(
-        &mut self,
-        var: VarId,
-        start: &Expr,
-        end: &Expr,
-        body: &[Stmt],
-        mask: &[bool],
-    ) -> Result<(), InterpError> {
-        let v = var.0 as usize;
-        let mut ends = vec![0; mask.len()];
-        for w in (0..mask.len()).filter(|&w| mask[w]) {
-            self.waves[w].vars[v] = self.eval(w, start)?;
-            ends[w] = self.eval(w, end)?;
-        }
-        loop {
-            let act: Vec<bool> = (0..mask.len())
-                .map(|w| mask[w] && self.waves[w].vars[v] < ends[w])
-                .collect();
-            if !act.contains(&true) {
-                return Ok(());
-            }
-            self.exec(body, &act)?;
-            for w in (0..mask.len()).filter(|&w| act[w]) {
-                self.waves[w].vars[v] += 1;
+                Inst::Branch { cond, els } => {
+                    let env = Env {
+                        params: self.params,
+                        vars: &self.waves[w].vars,
+                        block: self.coords,
+                        wave: w as i64,
+                    };
+                    let c = cond.eval(&env).ok_or_else(|| InterpError::Eval {
+                        what: "condition".into(),
+                        expr: format!("{cond:?}"),
+                    })?;
+                    if !c {
+                        self.waves[w].pc = *els;
+                    }
+                }
+                Inst::Jump(t) => self.waves[w].pc = *t,
             }
         }
     }

@@ -10,11 +10,15 @@
 //!   first, vmcnt-style); a load never waited for never lands, so a missing wait reads stale data.
 //!   `WaitCount::Auto` is executed as a full drain (the analysis computes the real count).
 //! - **Bounds.** Global coordinates outside the tensor read as zero; stores to them are dropped.
-//! - **Waves** of a block run in lockstep, op by op, each under the mask of the enclosing conditionals and
-//!   loops. Barriers therefore order nothing extra here: barrier placement is checked by the analysis.
+//! - **Waves** of a block each follow their own path through the body (conditionals on the wave or
+//!   warpgroup, warp-specialised roles, the ping-pong's stagger) and stop at every barrier until all live
+//!   waves of its scope have arrived; barriers match by count (AMD `s_barrier`), and waves that have
+//!   finished no longer count. Between two barriers the waves run one after another in wave order — one
+//!   legal interleaving; whether others could differ (a race) is the schedule analysis's question.
 //! - **Blocks** run independently (on all host cores); their global stores are applied in block order.
 
 mod exec;
+mod program;
 
 use crate::expr::Env;
 use crate::ir::{GridRemap, Kernel};
@@ -196,6 +200,8 @@ pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunSt
         .map_or(1, |n| n.get())
         .min(blocks.max(1) as usize);
     let inputs: &[Vec<f32>] = tensors;
+    let program = program::Program::new(&k.body);
+    let prog = &program;
     let results: Vec<Result<(Vec<exec::Writes>, u64), InterpError>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -205,7 +211,7 @@ pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunSt
                     let mut ops = 0;
                     for id in (t as i64..blocks).step_by(threads) {
                         let coords = block_coords(k.grid.remap, extents, id)?;
-                        let (w, n) = exec::run_block(k, params, inputs, &coords, id)?;
+                        let (w, n) = exec::run_block(k, prog, params, inputs, &coords, id)?;
                         out.push(w);
                         ops += n;
                     }

@@ -1,0 +1,58 @@
+//! Schedule analysis of the attention kernel and of the warp-specialised GEMM.
+
+use kittens_ir::analysis::{analyze, Options};
+use kittens_kernels::attn_fwd::{build, AttnConfig};
+
+#[test]
+fn attention_schedule_has_no_hazard() {
+    for causal in [false, true] {
+        let cfg = AttnConfig {
+            dim: 64,
+            q_rows: 16,
+            kv_block: 32,
+            causal,
+            ..AttnConfig::default()
+        };
+        let k = build(&cfg).unwrap();
+        // batch 1, 2 heads sharing one KV head, 200 keys: 7 KV blocks, the last one partial.
+        let r = analyze(
+            &k,
+            &Options {
+                params: vec![1, 2, 1, 200],
+                block: vec![0, 1, 1],
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(r.hazards.is_empty(), "causal={causal}: {:?}", r.hazards);
+        assert!(r.waits.iter().all(|w| w.max_outstanding <= 4));
+    }
+}
+
+/// The warp-specialised GEMM: hazard-free, refused on AMD (shared `mma` operands), within H100 budgets.
+#[test]
+fn producer_consumer_gemm_schedule() {
+    use kittens_kernels::gemm_bf16::{build, GemmConfig, GemmSchedule};
+    let k = build(&GemmConfig {
+        schedule: GemmSchedule::ProducerConsumer,
+        ..GemmConfig::small()
+    })
+    .unwrap();
+    let r = analyze(
+        &k,
+        &Options {
+            params: vec![128, 128, 32 * 5],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(r.hazards.is_empty(), "{:?}", r.hazards);
+    let full = build(&GemmConfig {
+        schedule: GemmSchedule::ProducerConsumer,
+        ..GemmConfig::default()
+    })
+    .unwrap();
+    let h100 = kittens_ir::check_target(&full, kittens_hw::gpu("h100").unwrap()).unwrap();
+    assert_eq!(h100.shared_bytes, 3 * (128 + 256) * 64 * 2);
+    assert!(kittens_ir::check_target(&full, kittens_hw::gpu("mi355x").unwrap()).is_err());
+}
