@@ -274,3 +274,42 @@ fn wrong_launch_arguments_are_errors() {
         interp::InterpError::Params { .. }
     ));
 }
+
+/// Wave 1 writes a shared tile that wave 0 then reads: with the barrier wave 0 sees the data; without
+/// it, wave 0 runs to its end first (waves between two barriers run in wave order) and reads zeros.
+fn handoff(barrier: bool) -> Vec<f32> {
+    let mut k = KernelBuilder::new("handoff", Schedule::Plain { waves: 2 });
+    let gy = mat(&mut k, "y", F32, 16, 16, Access::Write);
+    let s = k.shared("s", F32, 16, 16, Swizzle::None, 1);
+    let r = k.tile("r", F32, 16, 16, Layout::Row, BaseShape::S16X16);
+    k.if_(k.wave().eq(1), |k| {
+        k.fill(r, 7.0);
+        k.store_shared(k.smem(s, 0), r);
+    });
+    if barrier {
+        k.barrier();
+    }
+    k.if_(k.wave().eq(0), |k| {
+        k.load(r, k.smem(s, 0));
+        k.wait_shared(0);
+        k.store(k.gtile(gy, 16, 16, 0, 0), r);
+    });
+    let mut t = vec![vec![0.0; 256]];
+    interp::run(&k.finish().unwrap(), &[], &mut t).unwrap();
+    t.pop().unwrap()
+}
+
+#[test]
+fn barriers_order_waves() {
+    assert!(handoff(true).iter().all(|&x| x == 7.0));
+    assert!(handoff(false).iter().all(|&x| x == 0.0));
+}
+
+/// Barriers that can never all be met are reported, not hung on.
+#[test]
+fn mismatched_barrier_scopes_deadlock() {
+    let mut k = KernelBuilder::new("dead", Schedule::Plain { waves: 4 });
+    k.if_else(k.wave().eq(0), |k| k.barrier_by(Scope::WarpGroup), |k| k.barrier());
+    let e = interp::run(&k.finish().unwrap(), &[], &mut []).unwrap_err();
+    assert!(e.to_string().contains("deadlock"), "{e}");
+}
