@@ -140,12 +140,14 @@ fn hopper_gemm_variants_compile_without_spills() {
     let base = HopperGemm::default();
     let variants = [
         HopperGemm {
-            stages: 3,
+            stages: 4,
+            epilogue: Epilogue::Direct,
             ..base.clone()
         },
         HopperGemm {
             bn: 128,
             stages: 6,
+            epilogue: Epilogue::Direct,
             ..base.clone()
         },
         HopperGemm {
@@ -153,18 +155,13 @@ fn hopper_gemm_variants_compile_without_spills() {
             ..base.clone()
         },
         HopperGemm {
-            stages: 3,
-            epilogue: Epilogue::TmaStore,
-            ..base.clone()
-        },
-        HopperGemm {
             cluster: 2,
             ..base.clone()
         },
         HopperGemm {
             cluster: 2,
-            stages: 3,
-            epilogue: Epilogue::TmaStore,
+            stages: 4,
+            epilogue: Epilogue::Direct,
             ..base.clone()
         },
     ];

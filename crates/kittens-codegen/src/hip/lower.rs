@@ -158,7 +158,9 @@ impl<'k> Emitter<'k> {
             k.waves
         ));
         self.line("using namespace kittens;");
-        self.line(format!("extern \"C\" __global__ __attribute__((amdgpu_flat_work_group_size({threads}, {threads})))"));
+        self.line(format!(
+            "extern \"C\" __global__ KITTENS_LAUNCH_BOUNDS({threads})"
+        ));
         self.block(
             format!("void {}({})", ident(&k.name), args.join(", ")),
             |e| {

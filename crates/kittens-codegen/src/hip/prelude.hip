@@ -26,6 +26,8 @@
 #define __forceinline__ __inline__ __attribute__((always_inline))
 #endif
 #define KITTENS_DEV static __device__ __forceinline__
+// Threads per block a kernel is compiled for (fixes the register budget the compiler plans with).
+#define KITTENS_LAUNCH_BOUNDS(THREADS) __attribute__((amdgpu_flat_work_group_size(THREADS, THREADS)))
 
 namespace kittens {
 

@@ -1,0 +1,157 @@
+// A host (x86-64) stand-in for the kittens HIP prelude, so lowered kernels can run on the CPU: every
+// HIP thread is a host thread, one block at a time. It exists to test the *generated source* (index
+// math, swizzles, lane maps, buffer placement, MFMA operand plumbing) without an AMD GPU.
+//
+// What it models: LDS as static storage shared by the block's threads; `buffer_load … lds` writing lane
+// l's bytes at M0 + l·width with out-of-range reads returning zero; ds_read/ds_write at byte addresses;
+// s_barrier as a block-wide barrier (arrival counts, so conditional barriers pair up as on hardware);
+// MFMAs as wave-collective operations on the lane maps of the CDNA3/CDNA4 ISA (A: lane l holds row
+// l%16, K run (l/16)·kr..; B the same with N; C/D: rows (l/16)·4.., column l%16).
+// What it does not model: asynchrony (loads land at once, waits are no-ops) — the schedule analysis of
+// kittens-ir checks waits and barriers; timing; AGPRs.
+#pragma once
+#include <barrier>
+#include <cstdint>
+#include <cstring>
+
+#define __global__
+#define __device__
+#define __shared__ static
+#define __forceinline__ inline
+#define __builtin_amdgcn_readfirstlane(x) (x)
+#define KITTENS_LAUNCH_BOUNDS(THREADS)
+
+namespace kittens {
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef u32 u32x2 __attribute__((ext_vector_type(2)));
+typedef u32 u32x4 __attribute__((ext_vector_type(4)));
+typedef int i32x4 __attribute__((ext_vector_type(4)));
+typedef float f32x4 __attribute__((ext_vector_type(4)));
+typedef float f32x16 __attribute__((ext_vector_type(16)));
+typedef unsigned short b16x4 __attribute__((ext_vector_type(4)));
+typedef unsigned short b16x8 __attribute__((ext_vector_type(8)));
+
+constexpr int WAVES_MAX = 16;
+inline thread_local int emu_tid = 0;
+inline thread_local int emu_bid = 0;
+inline std::barrier<>* emu_block_barrier = nullptr;
+struct EmuWave {
+  std::barrier<> bar{64};
+  float a[64][8], b[64][8], c[64][16];
+};
+inline EmuWave emu_waves[WAVES_MAX];
+inline unsigned char emu_lds_anchor[16];
+
+inline u32 thread_id() { return (u32)emu_tid; }
+inline u32 lane_id() { return (u32)(emu_tid % 64); }
+inline u32 block_id_x() { return (u32)emu_bid; }
+inline int imin(int a, int b) { return a < b ? a : b; }
+inline int imax(int a, int b) { return a > b ? a : b; }
+template <int BITS, int BASE, int SHIFT> inline u32 xor_flips(u32 off) {
+  return (off >> SHIFT) & (((1u << BITS) - 1u) << BASE);
+}
+
+// LDS addresses are 32-bit offsets from an anchor; static arrays sit within ±2 GiB of it.
+inline u32 lds_addr(const void* p) {
+  intptr_t x = (intptr_t)p;
+  asm volatile("" : "+r"(x) : : "memory");
+  return (u32)(x - (intptr_t)emu_lds_anchor);
+}
+// The integer round trip plus an empty asm hides provenance from the optimiser: without it, -O2
+// assumes accesses through the anchor never touch the `__shared__` arrays and folds their loads.
+inline unsigned char* lds_ptr(u32 a) {
+  uintptr_t x = (uintptr_t)emu_lds_anchor + (intptr_t)(int32_t)a;
+  asm volatile("" : "+r"(x));
+  return (unsigned char*)x;
+}
+
+inline i32x4 make_buffer_rsrc(const void* base, u32 bytes) {
+  u64 p = (u64)base;
+  i32x4 r;
+  r.x = (int)(u32)p;
+  r.y = (int)(u32)(p >> 32);
+  r.z = (int)bytes;
+  r.w = 0;
+  return r;
+}
+inline void buffer_read(i32x4 rsrc, u32 off, void* dst, u32 width) {
+  const unsigned char* base = (const unsigned char*)(((u64)(u32)rsrc.y << 32) | (u32)rsrc.x);
+  if ((u64)off + width > (u32)rsrc.z) memset(dst, 0, width);
+  else memcpy(dst, base + off, width);
+}
+template <int OFF = 0> inline void buffer_load_dword_lds(i32x4 r, u32 voff, u32 soff, u32 lds) {
+  buffer_read(r, voff + soff + OFF, lds_ptr(lds + lane_id() * 4), 4);
+}
+template <int OFF = 0> inline void buffer_load_dwordx4_lds(i32x4 r, u32 voff, u32 soff, u32 lds) {
+  buffer_read(r, voff + soff + OFF, lds_ptr(lds + lane_id() * 16), 16);
+}
+template <int OFF = 0> inline u32x4 ds_read_b128(u32 a) { u32x4 v; memcpy(&v, lds_ptr(a + OFF), 16); return v; }
+template <int OFF = 0> inline u32x2 ds_read_b64(u32 a) { u32x2 v; memcpy(&v, lds_ptr(a + OFF), 8); return v; }
+template <int OFF = 0> inline void ds_write_b128(u32 a, u32x4 v) { memcpy(lds_ptr(a + OFF), &v, 16); }
+template <int OFF = 0> inline void ds_write_b64(u32 a, u32x2 v) { memcpy(lds_ptr(a + OFF), &v, 8); }
+
+template <int N> inline void s_waitcnt_vmcnt() {}
+template <int N> inline void s_waitcnt_lgkmcnt() {}
+inline void s_barrier() { emu_block_barrier->arrive_and_wait(); }
+template <int P> inline void s_setprio() {}
+enum : int { SCHED_NONE = 0, SCHED_VALU = 2, SCHED_MFMA = 8, SCHED_DS_READ = 0x100 };
+template <int M> inline void sched_barrier() {}
+template <int M, int S, int I> inline void sched_group_barrier() {}
+
+inline float bf16_to_f32(unsigned short h) { u32 u = (u32)h << 16; float f; memcpy(&f, &u, 4); return f; }
+inline u32 f32_bits(float x) { u32 u; memcpy(&u, &x, 4); return u; }
+inline unsigned short bf16_rtz(float x) { return (unsigned short)(f32_bits(x) >> 16); }
+inline unsigned short bf16_rtna(float x) { return x != x ? 0x7fc0 : (unsigned short)((f32_bits(x) + 0x8000u) >> 16); }
+inline unsigned short bf16_rtne(float x) {
+  u32 u = f32_bits(x);
+  return x != x ? 0x7fc0 : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+inline u32 xcd_chunk(u32 id, u32 blocks, u32 n_xcd, u32 chunk) {
+  const u32 n = n_xcd ? n_xcd : 1, c = chunk ? chunk : 1, per_cycle = n * c;
+  if (id >= (blocks / per_cycle) * per_cycle) return id;
+  const u32 local = id / n;
+  return (local / c) * per_cycle + (id % n) * c + local % c;
+}
+inline void group_m(u32 xy, u32 rows, u32 cols, u32 window, int& row, int& col) {
+  const u32 w = window ? window : 1, per_group = w * cols, first_row = (xy / per_group) * w;
+  u32 h = rows > first_row ? rows - first_row : 0;
+  h = h < w ? h : w;
+  h = h ? h : 1;
+  const u32 l = xy % per_group;
+  row = (int)(first_row + l % h);
+  col = (int)(l / h);
+}
+
+// D = A·B + C for one 16×16×K bf16 MFMA across the calling wave; `KR` K values per lane.
+template <int KR, typename AB>
+inline void emu_mfma16(const AB& a, const AB& b, f32x4& c, bool zero) {
+  EmuWave& w = emu_waves[emu_tid / 64];
+  const int l = emu_tid % 64;
+  for (int s = 0; s < KR; ++s) { w.a[l][s] = bf16_to_f32(a[s]); w.b[l][s] = bf16_to_f32(b[s]); }
+  for (int s = 0; s < 4; ++s) w.c[l][s] = zero ? 0.0f : c[s];
+  w.bar.arrive_and_wait();
+  if (l == 0) {
+    float A[16][4 * KR], B[4 * KR][16], D[16][16];
+    for (int ln = 0; ln < 64; ++ln)
+      for (int s = 0; s < KR; ++s) { A[ln % 16][(ln / 16) * KR + s] = w.a[ln][s]; B[(ln / 16) * KR + s][ln % 16] = w.b[ln][s]; }
+    for (int ln = 0; ln < 64; ++ln)
+      for (int s = 0; s < 4; ++s) D[(ln / 16) * 4 + s][ln % 16] = w.c[ln][s];
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 16; ++j) {
+        float acc = D[i][j];
+        for (int k = 0; k < 4 * KR; ++k) acc += A[i][k] * B[k][j];
+        D[i][j] = acc;
+      }
+    for (int ln = 0; ln < 64; ++ln)
+      for (int s = 0; s < 4; ++s) w.c[ln][s] = D[(ln / 16) * 4 + s][ln % 16];
+  }
+  w.bar.arrive_and_wait();
+  for (int s = 0; s < 4; ++s) c[s] = w.c[l][s];
+  w.bar.arrive_and_wait();
+}
+inline void mfma_f32_16x16x16_bf16(b16x4 a, b16x4 b, f32x4& c) { emu_mfma16<4>(a, b, c, false); }
+inline f32x4 mfma_f32_16x16x16_bf16_zero(b16x4 a, b16x4 b) { f32x4 c; emu_mfma16<4>(a, b, c, true); return c; }
+inline void mfma_f32_16x16x32_bf16(b16x8 a, b16x8 b, f32x4& c) { emu_mfma16<8>(a, b, c, false); }
+inline f32x4 mfma_f32_16x16x32_bf16_zero(b16x8 a, b16x8 b) { f32x4 c; emu_mfma16<8>(a, b, c, true); return c; }
+}  // namespace kittens
