@@ -331,7 +331,8 @@ impl<'a> Block<'a> {
         }
     }
 
-    fn op(&mut self, w: usize, op: &Op) -> Result<(), InterpError> {
+    /// Memory ops: async loads, waits on them, loads and stores.
+    fn memory(&mut self, w: usize, op: &Op) -> Result<(), InterpError> {
         match op {
             Op::LoadAsync { dst, src, scope } => self.load_async(w, dst, src, *scope),
             Op::Wait {
@@ -387,6 +388,18 @@ impl<'a> Block<'a> {
                 }
                 Ok(())
             }
+            _ => Ok(()),
+        }
+    }
+
+    fn op(&mut self, w: usize, op: &Op) -> Result<(), InterpError> {
+        match op {
+            Op::LoadAsync { .. }
+            | Op::Wait { .. }
+            | Op::LoadShared { .. }
+            | Op::LoadGlobal { .. }
+            | Op::StoreShared { .. }
+            | Op::StoreGlobal { .. } => self.memory(w, op),
             Op::Mma { form, d, a, b, c } => self.mma(w, op, *form, *d, a, b, *c),
             Op::Map {
                 dst,
@@ -408,11 +421,11 @@ impl<'a> Block<'a> {
             }
             Op::Transpose { dst, src } => {
                 let (rows, cols) = self.k.regs[src.0 as usize].shape();
-                let s = &self.waves[w].regs[src.0 as usize];
-                let (rows, cols) = (rows as usize, cols as usize);
-                let t = (0..cols * rows)
-                    .map(|x| s[(x % rows) * cols + x / rows])
-                    .collect();
+                let t = transpose(
+                    &self.waves[w].regs[src.0 as usize],
+                    rows as usize,
+                    cols as usize,
+                );
                 self.set_reg(w, *dst, t, Rounding::Rtne);
                 Ok(())
             }
@@ -428,14 +441,7 @@ impl<'a> Block<'a> {
                 col0,
                 value,
             } => self.mask(w, *dst, rule, row0, col0, *value),
-            Op::Wait {
-                queue: WaitQueue::Shared,
-                ..
-            }
-            | Op::Barrier { .. }
-            | Op::Priority(_)
-            | Op::Hint(_)
-            | Op::SetMaxRegs { .. } => Ok(()),
+            Op::Barrier { .. } | Op::Priority(_) | Op::Hint(_) | Op::SetMaxRegs { .. } => Ok(()),
         }
     }
 
