@@ -3,7 +3,7 @@
 
 use anyhow::{bail, Context};
 use kittens_codegen::cuda::{Epilogue, HopperGemm};
-use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, GemmBenchReport};
+use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, GemmBenchReport, Timing};
 use kittens_runtime::cuda::CudaError;
 
 #[derive(clap::Subcommand)]
@@ -44,6 +44,10 @@ pub struct GemmArgs {
     /// Correctness-only shapes: `default` (partial tiles at every edge), `none`, or `MxNxK,MxNxK,...`.
     #[arg(long, default_value = "default")]
     pub checks: String,
+    /// Launch order while timing: `interleaved` (ours, cuBLAS, ours, …) or `blocked` (all of ours, then
+    /// all of cuBLAS, each with its own warm-up).
+    #[arg(long, default_value = "interleaved")]
+    pub timing: String,
     /// With no value: print one JSON document on stdout. With a file: also write it there.
     #[arg(long, num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
@@ -71,6 +75,11 @@ fn gemm(a: GemmArgs) -> anyhow::Result<()> {
     let opts = GemmBenchOptions {
         sizes: a.sizes.clone(),
         checks,
+        timing: match a.timing.as_str() {
+            "interleaved" => Timing::Interleaved,
+            "blocked" => Timing::Blocked,
+            t => bail!("--timing {t}: expected interleaved or blocked"),
+        },
         iters: a.iters.max(1),
         warmup: a.warmup,
         config: HopperGemm {

@@ -29,6 +29,18 @@ pub struct GemmBenchOptions {
     pub l2_multiple: u64,
     /// Shapes (M, N, K) checked for correctness only, not timed: partial tiles at every edge.
     pub checks: Vec<(usize, usize, usize)>,
+    pub timing: Timing,
+}
+
+/// How the two implementations' launches are ordered while timing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Timing {
+    /// Ours, cuBLAS, ours, cuBLAS, …: both see the same clocks and temperature, but each launch runs
+    /// right after the other's, so the power one draws shapes the clock the other gets.
+    Interleaved,
+    /// All of ours (warm-up, then the timed launches), then all of cuBLAS: each in its own steady state.
+    Blocked,
 }
 
 impl Default for GemmBenchOptions {
@@ -42,6 +54,7 @@ impl Default for GemmBenchOptions {
             config: HopperGemm::default(),
             l2_multiple: 4,
             checks: vec![(1000, 1032, 520), (128, 256, 64), (4160, 8184, 1032)],
+            timing: Timing::Interleaved,
         }
     }
 }
@@ -87,6 +100,7 @@ pub struct GemmBenchReport {
     pub compile: CudaCompileReport,
     pub warmup: usize,
     pub iters: usize,
+    pub timing: Timing,
     pub rows: Vec<GemmBenchRow>,
     /// Correctness-only shapes (timings zero).
     pub checks: Vec<GemmBenchRow>,
@@ -300,6 +314,7 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
         compile: image.report,
         warmup: opts.warmup,
         iters: opts.iters,
+        timing: opts.timing,
         rows,
         checks,
     })
@@ -398,42 +413,22 @@ fn bench_shape(
     let (spot_err_ours, spot_err_cublas) =
         spot_check(&inp, &ours, &reference, (m, n, k), opts.spot_checks, seed);
 
-    // Timing: interleaved launches with events, rotating input copies.
+    // Timing with events, rotating input copies.
     let copies = inp.a.len();
-    let (warmup, iters) = if timed {
-        (opts.warmup, opts.iters)
-    } else {
-        (0, 0)
-    };
-    let total = warmup + iters;
-    let events: Vec<[Event; 4]> = (0..iters)
-        .map(|_| Ok([Event::new()?, Event::new()?, Event::new()?, Event::new()?]))
-        .collect::<Result<_, CudaError>>()?;
-    for i in 0..total {
-        let set = i % copies;
-        let ev = i.checked_sub(warmup).map(|j| &events[j]);
-        if let Some(e) = ev {
-            e[0].record(stream)?;
-        }
-        kernel.launch(stream, &inp.maps[set], &(c_map, &c_ours), m, n, k)?;
-        if let Some(e) = ev {
-            e[1].record(stream)?;
-            e[2].record(stream)?;
-        }
-        cublas.gemm_bf16_abt(&inp.a[set], &inp.b[set], &mut c_ref, m, n, k)?;
-        if let Some(e) = ev {
-            e[3].record(stream)?;
-        }
-    }
-    stream.synchronize()?;
-    let mut t_ours = Vec::with_capacity(iters);
-    let mut t_ref = Vec::with_capacity(iters);
-    for e in &events {
-        t_ours.push(e[0].elapsed_ms(&e[1])? as f64);
-        t_ref.push(e[2].elapsed_ms(&e[3])? as f64);
-    }
     let (ours_ms, cublas_ms) = if timed {
-        (median(&mut t_ours), median(&mut t_ref))
+        let mut ours =
+            |i: usize| kernel.launch(stream, &inp.maps[i % copies], &(c_map, &c_ours), m, n, k);
+        let mut theirs = |i: usize| {
+            cublas.gemm_bf16_abt(&inp.a[i % copies], &inp.b[i % copies], &mut c_ref, m, n, k)
+        };
+        let [a, b] = time_launches(
+            stream,
+            opts.warmup,
+            opts.iters,
+            opts.timing,
+            [&mut ours, &mut theirs],
+        )?;
+        (a, b)
     } else {
         (f64::NAN, f64::NAN)
     };
@@ -460,6 +455,59 @@ fn bench_shape(
         input_copies: copies,
         passed,
     })
+}
+
+/// One launch of an implementation on input copy `i % copies`.
+type Launch<'a> = &'a mut dyn FnMut(usize) -> Result<(), CudaError>;
+
+/// Median milliseconds per launch of each implementation, from events recorded around every launch.
+fn time_launches(
+    stream: &Stream,
+    warmup: usize,
+    iters: usize,
+    timing: Timing,
+    mut fs: [Launch<'_>; 2],
+) -> Result<[f64; 2], CudaError> {
+    let events: Vec<[Event; 2]> = (0..2 * iters)
+        .map(|_| Ok([Event::new()?, Event::new()?]))
+        .collect::<Result<_, CudaError>>()?;
+    // Launch `i` of implementation `w`, timed once past the warm-up.
+    let one = |fs: &mut [Launch<'_>; 2], w: usize, i: usize| -> Result<(), CudaError> {
+        let ev = i.checked_sub(warmup).map(|j| &events[w * iters + j]);
+        if let Some(e) = ev {
+            e[0].record(stream)?;
+        }
+        fs[w](i)?;
+        if let Some(e) = ev {
+            e[1].record(stream)?;
+        }
+        Ok(())
+    };
+    match timing {
+        Timing::Interleaved => {
+            for i in 0..warmup + iters {
+                one(&mut fs, 0, i)?;
+                one(&mut fs, 1, i)?;
+            }
+        }
+        Timing::Blocked => {
+            for w in 0..2 {
+                for i in 0..warmup + iters {
+                    one(&mut fs, w, i)?;
+                }
+            }
+        }
+    }
+    stream.synchronize()?;
+    let mut out = [0f64; 2];
+    for (w, o) in out.iter_mut().enumerate() {
+        let mut t = events[w * iters..(w + 1) * iters]
+            .iter()
+            .map(|e| e[0].elapsed_ms(&e[1]).map(f64::from))
+            .collect::<Result<Vec<_>, _>>()?;
+        *o = median(&mut t);
+    }
+    Ok(out)
 }
 
 /// Elementwise comparison of two bf16 matrices.
