@@ -4,6 +4,7 @@
 use anyhow::{bail, Context};
 use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::cpu::{self, Problem};
+use kittens_kernels::gemm_bf16::GemmSchedule;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -24,6 +25,9 @@ pub struct Args {
     /// GEMM block tile (rows = cols of C per block; seed 000 E.1 uses 256).
     #[arg(long, default_value_t = 256)]
     pub block: u32,
+    /// GEMM schedule: pingpong (8-wave ping-pong, seed 000 E.1) or ws (producer/consumer, Hopper style).
+    #[arg(long, default_value = "pingpong")]
+    pub schedule: String,
     /// GEMM K step (seed 000 E.1 uses 64).
     #[arg(long, default_value_t = 64)]
     pub k_step: u32,
@@ -80,6 +84,11 @@ fn problem(a: &Args) -> anyhow::Result<Problem> {
         ..Problem::default()
     };
     p.gemm.block = a.block;
+    p.gemm.schedule = match a.schedule.as_str() {
+        "pingpong" | "ping-pong" => GemmSchedule::PingPong8,
+        "ws" | "producer-consumer" => GemmSchedule::ProducerConsumer,
+        other => bail!("unknown GEMM schedule `{other}`; use pingpong or ws"),
+    };
     p.gemm.k_step = a.k_step;
     p.attn.batch = a.batch;
     p.attn.heads = a.heads;
