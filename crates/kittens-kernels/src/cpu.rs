@@ -93,7 +93,10 @@ pub fn run(name: &str, p: &Problem) -> Result<RunReport, KernelError> {
             let (stats, secs) = run_interp(&k, &[p.m as i64, p.n as i64, p.k as i64], &mut t)?;
             let r0 = Instant::now();
             let r = reference::gemm_abt(&t[0], &t[1], p.m, p.n, p.k);
-            let shape = serde_json::json!({"m": p.m, "n": p.n, "k": p.k, "block": p.gemm.block, "k_step": p.gemm.k_step});
+            let shape = serde_json::json!({
+                "m": p.m, "n": p.n, "k": p.k, "block": p.gemm.block, "k_step": p.gemm.k_step,
+                "schedule": k.schedule.name(),
+            });
             Ok(report(
                 &k,
                 shape,
