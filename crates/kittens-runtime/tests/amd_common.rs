@@ -17,7 +17,6 @@ pub fn printer_comment(asm: &str, key: &str) -> u32 {
     asm.lines()
         .find_map(|l| {
             l.strip_prefix(&format!("; {key}:"))?
-                .trim()
                 .split_whitespace()
                 .next()?
                 .parse()

@@ -157,7 +157,7 @@ impl Emitter<'_> {
         let (t, e) = (sd.tile, sd.tile.dtype.bytes());
         let region = dst.rows * t.row_bytes();
         if dst.cols != t.cols
-            || region % t.swizzle.period_bytes().max(1) != 0
+            || !region.is_multiple_of(t.swizzle.period_bytes().max(1))
             || !is_involution(t.swizzle, t.bytes())
         {
             return Err(LowerError::Unsupported(format!(
@@ -174,10 +174,10 @@ impl Emitter<'_> {
         let per_wave = region / waves;
         let x4 = self.arch == Arch::Cdna4
             && keeps_granule(t.swizzle, 16, t.bytes())
-            && per_wave % 1024 == 0;
+            && per_wave.is_multiple_of(1024);
         let width = if x4 { 16 } else { 4 };
-        if region % waves != 0
-            || per_wave % (64 * width) != 0
+        if !region.is_multiple_of(waves)
+            || !per_wave.is_multiple_of(64 * width)
             || !keeps_granule(t.swizzle, width, t.bytes())
         {
             return Err(LowerError::Unsupported(format!(

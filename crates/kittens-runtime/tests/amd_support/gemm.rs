@@ -137,24 +137,14 @@ fn hot_loop_lds_double_buffer(
 ) {
     // Ring index of (buffer, half).
     let slot = |buf: Expr, h: i64| buf * 2 + h;
-    for (buf, t) in [(0i64, 0i64)] {
-        let (bs0, as0, bs1, as1) = (
-            b.smem(sb, slot(buf.into(), 0)),
-            b.smem(sa, slot(buf.into(), 0)),
-            b.smem(sb, slot(buf.into(), 1)),
-            b.smem(sa, slot(buf.into(), 1)),
-        );
-        let (s0, s1, s2, s3) = (
-            b_src(b, 0, t.into()),
-            a_src(b, 0, t.into()),
-            b_src(b, 1, t.into()),
-            a_src(b, 1, t.into()),
-        );
-        b.load_async(bs0, s0);
-        b.load_async(as0, s1);
-        b.load_async(bs1, s2);
-        b.load_async(as1, s3);
-    }
+    // Prologue: K step 0 into buffer 0.
+    let (bs0, as0, bs1, as1) = (b.smem(sb, 0), b.smem(sa, 0), b.smem(sb, 1), b.smem(sa, 1));
+    let (s0, s1) = (b_src(b, 0, 0.into()), a_src(b, 0, 0.into()));
+    let (s2, s3) = (b_src(b, 1, 0.into()), a_src(b, 1, 0.into()));
+    b.load_async(bs0, s0);
+    b.load_async(as0, s1);
+    b.load_async(bs1, s2);
+    b.load_async(as1, s3);
     b.staggered(|b| {
         b.wait_async(2);
         b.barrier();
