@@ -74,6 +74,22 @@ pub enum BuildError {
         waves: u32,
         gpu: &'static str,
     },
+    #[error("pinned registers {file}[{first}..={last}] of `{a}` overlap those of `{b}`")]
+    PinOverlap {
+        a: String,
+        b: String,
+        file: &'static str,
+        first: u32,
+        last: u32,
+    },
+    #[error("`{name}` is pinned to {file}[{first}..={last}]: {why}")]
+    PinTarget {
+        name: String,
+        file: &'static str,
+        first: u32,
+        last: u32,
+        why: String,
+    },
     #[error("{waves} waves of {width} lanes exceed the 1024 threads of a block")]
     BlockSize { waves: u32, width: u32 },
 }

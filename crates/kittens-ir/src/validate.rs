@@ -136,11 +136,7 @@ fn shared_reg(k: &Kernel, v: &SharedView, r: RegId, what: &'static str) -> R {
     shape(what, (t.rows, t.cols), (v.rows, v.cols))
 }
 
-fn mma_operand(
-    k: &Kernel,
-    o: &MmaOperand,
-    what: &'static str,
-) -> Result<Operand, OpError> {
+fn mma_operand(k: &Kernel, o: &MmaOperand, what: &'static str) -> Result<Operand, OpError> {
     match o {
         MmaOperand::Reg(r) => {
             let t = tile(k, *r, what)?;
@@ -384,12 +380,75 @@ pub fn validate(k: &Kernel) -> Result<(), BuildError> {
             k.schedule.name()
         )));
     }
+    check_pins(k)?;
     for r in k.ops() {
         check_op(k, r.op).map_err(|error| BuildError::Op {
             index: r.index,
             desc: r.op.name(),
             error,
         })?;
+    }
+    Ok(())
+}
+
+/// Explicitly pinned tiles (seed 000 D.3) must not share registers: the pins are the kernel author's
+/// register allocation, so an overlap is a bug the compiler would not report.
+fn check_pins(k: &Kernel) -> Result<(), BuildError> {
+    let pins: Vec<(&str, kittens_tile::RegPin)> = k
+        .regs
+        .iter()
+        .filter_map(|r| Some((r.name.as_str(), r.tile()?.pin?)))
+        .collect();
+    for (i, (a, p)) in pins.iter().enumerate() {
+        for (b, q) in &pins[i + 1..] {
+            if p.file == q.file && p.first <= q.last && q.first <= p.last {
+                let (first, last) = (p.first.max(q.first), p.last.min(q.last));
+                return Err(BuildError::PinOverlap {
+                    a: a.to_string(),
+                    b: b.to_string(),
+                    file: p.file.name(),
+                    first,
+                    last,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Pins name AMD registers: on CDNA they must fit the VGPR or AGPR half of the file (the 256/256 split
+/// of seed 000 §3.2.1, `Gpu::vgpr_agpr_split`); NVIDIA has no user-visible register names, so a pinned
+/// kernel is refused there (write the Hopper schedule without pins).
+fn check_pins_on(k: &Kernel, gpu: &Gpu) -> Result<(), BuildError> {
+    for r in &k.regs {
+        let Some(p) = r.tile().and_then(|t| t.pin) else {
+            continue;
+        };
+        let fail = |why: String| BuildError::PinTarget {
+            name: r.name.clone(),
+            file: p.file.name(),
+            first: p.first,
+            last: p.last,
+            why,
+        };
+        let Some((v, a)) = gpu.vgpr_agpr_split else {
+            return Err(fail(format!(
+                "{} has no architectural register names to pin",
+                gpu.name
+            )));
+        };
+        let size = if p.file == kittens_tile::RegFile::Vgpr {
+            v
+        } else {
+            a
+        };
+        if p.last >= size {
+            return Err(fail(format!(
+                "{} has {size} {}s per lane",
+                gpu.name,
+                p.file.name()
+            )));
+        }
     }
     Ok(())
 }
@@ -446,6 +505,7 @@ pub fn check_target(k: &Kernel, gpu: &Gpu) -> Result<TargetReport, BuildError> {
             }
         }
     }
+    check_pins_on(k, gpu)?;
     let shared_bytes = k.shared_bytes();
     if shared_bytes > gpu.shared_bytes_per_block {
         return Err(BuildError::SharedBudget {

@@ -301,3 +301,39 @@ fn launch_size_and_shared_layout() {
     assert_eq!(k.shared_offsets(1), (vec![0, 1536], 1792));
     assert_eq!(k.shared_bytes(), 1792);
 }
+
+/// Seed 000 D.3's pinned tile: 16×128 bf16 in v[24..=39]; a second tile over v[36..] overlaps it.
+#[test]
+fn pinned_tiles_are_checked() {
+    use kittens_tile::{RegFile, RegTile};
+    let pin = |first, last| {
+        RegTile::new(Bf16, 16, 128, Layout::Row, BaseShape::S16X32)
+            .and_then(|t| t.pinned(RegFile::Vgpr, first, last, 64))
+    };
+    let mut k = KernelBuilder::new("pins", Schedule::Plain { waves: 4 });
+    k.reg_tile("a", pin(24, 39));
+    k.reg_tile("b", pin(40, 55));
+    let ok = k.finish().unwrap();
+    assert!(check_target(&ok, kittens_hw::gpu("mi355x").unwrap()).is_ok());
+    let e = check_target(&ok, kittens_hw::gpu("h100").unwrap()).unwrap_err();
+    assert!(matches!(e, BuildError::PinTarget { .. }), "{e}");
+
+    let mut k = KernelBuilder::new("pins", Schedule::Plain { waves: 4 });
+    k.reg_tile("a", pin(24, 39));
+    k.reg_tile("b", pin(36, 51));
+    match k.finish() {
+        Err(BuildError::PinOverlap {
+            a,
+            b,
+            first: 36,
+            last: 39,
+            ..
+        }) => assert_eq!((a.as_str(), b.as_str()), ("a", "b")),
+        other => panic!("{other:?}"),
+    }
+
+    let mut k = KernelBuilder::new("pins", Schedule::Plain { waves: 4 });
+    k.reg_tile("high", pin(250, 265));
+    let e = check_target(&k.finish().unwrap(), kittens_hw::gpu("mi300x").unwrap()).unwrap_err();
+    assert!(e.to_string().contains("256 vgprs per lane"), "{e}");
+}
