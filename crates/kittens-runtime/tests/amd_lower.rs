@@ -158,3 +158,70 @@ fn gemm_lowers_and_compiles_for_gfx942() {
         eprintln!("clang-19 not installed: its check skipped");
     }
 }
+
+/// seed 000 §3.2.1, D.3: a pinned tile's base tiles live in consecutive registers of its file, and the
+/// MFMAs read A from (and accumulate into) exactly those AGPRs; on gfx942 the 16×32 A base tile feeds
+/// two 16×16×16 MFMAs from its two register halves.
+#[test]
+fn pinned_tiles_feed_mfma_from_their_registers() {
+    use kittens_hw::dtype::DType;
+    use kittens_ir::{Access, KernelBuilder, Schedule};
+    use kittens_tile::{BaseShape, Layout, RegFile, RegTile};
+    let mut b = KernelBuilder::new("pinned_mma", Schedule::Plain { waves: 4 });
+    let (m, n, k) = (b.param("M"), b.param("N"), b.param("K"));
+    let ga = b.global(
+        "a",
+        DType::Bf16,
+        &[("m", m.clone()), ("k", k.clone())],
+        Access::Read,
+    );
+    let gb = b.global(
+        "b",
+        DType::Bf16,
+        &[("n", n.clone()), ("k", k)],
+        Access::Read,
+    );
+    let gc = b.global("c", DType::F32, &[("m", m), ("n", n)], Access::Write);
+    let tile = |rows, dtype, layout, base| RegTile::new(dtype, rows, 32, layout, base);
+    let a = b.reg_tile(
+        "a_pinned",
+        tile(64, DType::Bf16, Layout::Row, BaseShape::S16X32)
+            .and_then(|t| t.pinned(RegFile::Agpr, 0, 15, 64)),
+    );
+    let bt = b.reg_tile("b", tile(32, DType::Bf16, Layout::Row, BaseShape::S16X32));
+    let c = b.reg_tile(
+        "c_pinned",
+        tile(64, DType::F32, Layout::Col, BaseShape::S16X16)
+            .and_then(|t| t.pinned(RegFile::Agpr, 32, 63, 64)),
+    );
+    let (sa, sb) = (b.gtile(ga, 64, 32, b.wave(), 0), b.gtile(gb, 32, 32, 0, 0));
+    b.load_global(a, sa);
+    b.load_global(bt, sb);
+    b.mma(
+        kittens_ir::MmaForm::Abt,
+        c,
+        kittens_ir::MmaOperand::Reg(a),
+        kittens_ir::MmaOperand::Reg(bt),
+        None,
+    );
+    let dst = b.gtile(gc, 64, 32, b.wave(), 0);
+    b.store(dst, c);
+    let kern = b.finish().expect("builds");
+    for (arch, first) in [
+        (Arch::Cdna4, "v_mfma_f32_16x16x32_bf16 a[32:35], a[0:3], v"),
+        (Arch::Cdna3, "v_mfma_f32_16x16x16_bf16 a[32:35], a[0:1], v"),
+    ] {
+        let src = lower(&kern, arch).expect("lowers");
+        assert!(src.contains("{a[32:35]}\"(r_c_pinned[0][0])"), "{src}");
+        let asm = clang_for(arch).compile_to_asm(&src, arch).unwrap();
+        assert!(
+            asm.lines().any(|l| l.trim().starts_with(first)),
+            "{} lacks `{first}`",
+            arch.target()
+        );
+        let r = analyze(&asm, arch, Some("pinned_mma")).unwrap();
+        assert!(r.agpr >= 64, "pinned AGPRs a0..a63 counted: {}", r.agpr);
+        assert!(r.within_budget());
+        assert_eq!(r.mix.mfma, if arch == Arch::Cdna4 { 8 } else { 16 });
+    }
+}

@@ -71,12 +71,6 @@ impl<'k> Emitter<'k> {
         for (i, r) in k.regs.iter().enumerate() {
             match &r.kind {
                 RegKind::Tile(t) => {
-                    if t.pin.is_some() {
-                        return Err(LowerError::Unsupported(format!(
-                            "register tile `{}` is pinned; explicit registers are not lowered yet",
-                            r.name
-                        )));
-                    }
                     maps.insert(i as u32, lane_map(arch, t.dtype, t.layout, t.base)?);
                 }
                 RegKind::Vec(_) => {

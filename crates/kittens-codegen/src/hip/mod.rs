@@ -15,6 +15,7 @@ mod cexpr;
 pub mod layout;
 mod lower;
 mod ops;
+mod pinned;
 
 pub use lower::lower;
 

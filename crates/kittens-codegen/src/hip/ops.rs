@@ -479,6 +479,16 @@ impl Emitter<'_> {
             let (cn, _) = self.reg(c);
             self.line(format!("for (int i = 0; i < {mr}; ++i) for (int j = 0; j < {nr}; ++j) {dn}[i][j] = {cn}[i][j];"));
         }
+        if [&dt, &at, &bt].iter().any(|t| t.pin.is_some()) {
+            let dmap = self.map(d)?;
+            let ops = super::pinned::AbtOperands {
+                d: (&dn, &dt, dmap.elems_per_lane()),
+                a: (&an, &at, amap.elems_per_lane()),
+                b: (&bn, &bt, bmap.elems_per_lane()),
+            };
+            self.mma_pinned(&plan, &ops, c.is_none());
+            return Ok(());
+        }
         self.line(format!(
             "// {}: {mr}x{nr} accumulators, {kr} K tiles of {} {f}",
             form.name(),
