@@ -142,13 +142,13 @@ impl HopperGemm {
                 self.bk
             ));
         }
-        if self.epilogue == Epilogue::TmaStore && self.bn % 64 != 0 {
+        if self.epilogue == Epilogue::TmaStore && !self.bn.is_multiple_of(64) {
             return bad(format!(
                 "the TMA-store epilogue writes 64-column boxes; bn {} is not a multiple",
                 self.bn
             ));
         }
-        if !(1..=2).contains(&self.cluster) || (self.bn / self.cluster) % 8 != 0 {
+        if !(1..=2).contains(&self.cluster) || !(self.bn / self.cluster).is_multiple_of(8) {
             return bad(format!(
                 "cluster {} must be 1 or 2, splitting bn {} into 8-row parts",
                 self.cluster, self.bn
@@ -185,7 +185,7 @@ impl HopperGemm {
     pub fn check_shape(&self, m: usize, n: usize, k: usize) -> Result<(), HopperGemmError> {
         let why = if m == 0 || n == 0 || k == 0 {
             Some("every dimension must be positive")
-        } else if n % 8 != 0 || k % 8 != 0 {
+        } else if !n.is_multiple_of(8) || !k.is_multiple_of(8) {
             Some("N and K must be multiples of 8 (16-byte TMA row pitch)")
         } else if m > i32::MAX as usize || n > i32::MAX as usize || k > i32::MAX as usize {
             Some("dimensions must fit TMA's 32-bit coordinates")

@@ -41,7 +41,7 @@ impl WgmmaInput {
 
 /// The valid N of a dense wgmma: multiples of 8 up to 256 (PTX ISA, wgmma shapes table).
 pub fn valid_wgmma_n(n: u32) -> bool {
-    n >= 8 && n <= 256 && n % 8 == 0
+    (8..=256).contains(&n) && n.is_multiple_of(8)
 }
 
 /// One wrapper `kt::wgmma_m64n{N}k{K}_{type}_ss(float (&d)[N/2], u64 desc_a, u64 desc_b, u32 accumulate)`:

@@ -6,7 +6,7 @@
 //! total exceeds the L2 several times over, so the L2 cannot serve the inputs.
 
 use std::ffi::c_void;
-use std::sync::Arc;
+use std::rc::Rc;
 
 use kittens_codegen::cuda::HopperGemm;
 use serde::Serialize;
@@ -50,7 +50,7 @@ impl Default for GemmBenchOptions {
             warmup: 10,
             iters: 100,
             spot_checks: 256,
-            seed: 0x6b69_7474_656e_73,
+            seed: 0x006b_6974_7465_6e73,
             config: HopperGemm::default(),
             l2_multiple: 4,
             checks: vec![(1000, 1032, 520), (128, 256, 64), (4160, 8184, 1032)],
@@ -330,7 +330,7 @@ struct Inputs {
 }
 
 fn make_inputs(
-    dev: &Arc<Device>,
+    dev: &Rc<Device>,
     cfg: &HopperGemm,
     opts: &GemmBenchOptions,
     (m, n, k): (usize, usize, usize),
@@ -382,7 +382,7 @@ fn make_inputs(
 /// Checks one shape and, when `timed`, measures it.
 #[allow(clippy::too_many_arguments)]
 fn bench_shape(
-    dev: &Arc<Device>,
+    dev: &Rc<Device>,
     kernel: &Kernel,
     cublas: &Cublas,
     stream: &Stream,

@@ -5,7 +5,7 @@
 //! thread, and every other call is expected on that thread.
 
 use std::ffi::{c_void, CStr, CString};
-use std::sync::Arc;
+use std::rc::Rc;
 
 use cudarc::driver::sys as cu;
 
@@ -59,7 +59,7 @@ pub struct Device {
 
 impl Device {
     /// Opens GPU `ordinal` and makes its primary context current on this thread.
-    pub fn open(ordinal: usize) -> Result<Arc<Device>, CudaError> {
+    pub fn open(ordinal: usize) -> Result<Rc<Device>, CudaError> {
         driver_present()?;
         // SAFETY: plain driver calls with out-parameters.
         unsafe {
@@ -95,7 +95,7 @@ impl Device {
                 cu::cuDriverGetVersion(&mut driver_version),
                 "cuDriverGetVersion",
             )?;
-            Ok(Arc::new(Device {
+            Ok(Rc::new(Device {
                 ordinal,
                 name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
                 compute_capability: (
@@ -113,7 +113,7 @@ impl Device {
     }
 
     /// Allocates `bytes` of device memory (plain `cuMemAlloc`, never managed memory).
-    pub fn alloc(self: &Arc<Self>, bytes: usize) -> Result<DeviceBuffer, CudaError> {
+    pub fn alloc(self: &Rc<Self>, bytes: usize) -> Result<DeviceBuffer, CudaError> {
         let mut ptr = 0;
         // SAFETY: out-parameter; freed in Drop.
         check(
@@ -134,7 +134,7 @@ impl Device {
     }
 
     /// Loads a cubin.
-    pub fn load_module(self: &Arc<Self>, cubin: &[u8]) -> Result<Module, CudaError> {
+    pub fn load_module(self: &Rc<Self>, cubin: &[u8]) -> Result<Module, CudaError> {
         let mut m = std::ptr::null_mut();
         // SAFETY: the cubin bytes are a complete ELF image that outlives the call.
         check(
@@ -142,7 +142,7 @@ impl Device {
             "cuModuleLoadData",
         )?;
         Ok(Module {
-            raw: Arc::new(RawModule(m)),
+            raw: Rc::new(RawModule(m)),
             _dev: self.clone(),
         })
     }
@@ -159,7 +159,7 @@ impl Device {
 pub struct DeviceBuffer {
     ptr: cu::CUdeviceptr,
     bytes: usize,
-    _dev: Arc<Device>,
+    _dev: Rc<Device>,
 }
 
 impl DeviceBuffer {
@@ -318,8 +318,8 @@ impl Drop for RawModule {
 
 /// A loaded cubin.
 pub struct Module {
-    raw: Arc<RawModule>,
-    _dev: Arc<Device>,
+    raw: Rc<RawModule>,
+    _dev: Rc<Device>,
 }
 
 impl Module {
@@ -356,7 +356,7 @@ impl Module {
 pub struct Function {
     raw: cu::CUfunction,
     shared: u32,
-    _module: Arc<RawModule>,
+    _module: Rc<RawModule>,
 }
 
 impl Function {
@@ -448,7 +448,7 @@ impl TensorMap {
                 buf.bytes()
             )));
         }
-        if (cols * 2) % 16 != 0 {
+        if !(cols * 2).is_multiple_of(16) {
             return Err(CudaError::Invalid(format!(
                 "row pitch {} bytes is not a multiple of 16",
                 cols * 2

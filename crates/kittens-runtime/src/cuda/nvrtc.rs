@@ -365,8 +365,7 @@ pub fn parse_ptxas_log(log: &str, kernel: &str) -> Option<CudaCompileReport> {
 fn number_before(line: &str, suffix: &str) -> Option<u32> {
     let head = &line[..line.find(suffix)?];
     head.split(|c: char| !c.is_ascii_digit())
-        .filter(|s| !s.is_empty())
-        .next_back()?
+        .rfind(|s| !s.is_empty())?
         .parse()
         .ok()
 }
