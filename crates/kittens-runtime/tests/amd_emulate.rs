@@ -30,11 +30,10 @@ static std::vector<unsigned short> read_u16(const char* path, size_t n) {
   return v;
 }
 int main(int argc, char** argv) {
-  if (argc != 7) return 2;
-  const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]);
+  if (argc != 8) return 2;
+  const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]), blocks = atoi(argv[7]);
   auto a = read_u16(argv[4], (size_t)M * K), b = read_u16(argv[5], (size_t)N * K);
   std::vector<unsigned short> c((size_t)M * N, 0x7fc0);  // NaN: every element must be written
-  const int blocks = ((M + 255) / 256) * ((N + 255) / 256);
   for (int blk = 0; blk < blocks; ++blk) {
     std::barrier<> bar(THREADS);
     kittens::emu_block_barrier = &bar;
@@ -108,6 +107,22 @@ fn f32_of(h: u16) -> f32 {
 }
 
 /// Run the emulated kernel on random bf16 inputs and check every output against f64.
+/// Blocks the kernel launches for these parameters: the product of its grid extents.
+fn blocks(kernel: &Kernel, params: &[i64]) -> i64 {
+    let env = kittens_ir::Env {
+        params,
+        vars: &[],
+        block: &[],
+        wave: 0,
+    };
+    kernel
+        .grid
+        .extents
+        .iter()
+        .map(|e| e.eval(&env).expect("grid extent evaluates"))
+        .product()
+}
+
 fn check(tag: &str, kernel: &Kernel, arch: Arch, shapes: &[(usize, usize, usize)]) {
     let dir = std::env::temp_dir().join(format!(
         "kittens-emu-{tag}-{}-{}",
@@ -133,6 +148,7 @@ fn check(tag: &str, kernel: &Kernel, arch: Arch, shapes: &[(usize, usize, usize)
         let status = Command::new(&exe)
             .args([m, n, k].map(|x| x.to_string()))
             .args([dir.join("a.bin"), dir.join("b.bin"), dir.join("c.bin")])
+            .arg(blocks(kernel, &[m as i64, n as i64, k as i64]).to_string())
             .status()
             .unwrap();
         assert!(status.success());
@@ -201,4 +217,74 @@ fn registry_gemm_runs_right_gfx950_path() {
         Arch::Cdna4,
         &[(256, 256, 128), (300, 264, 72)],
     );
+}
+
+/// Swizzled shared tiles (HipKittens' 16×32 XOR on a 64×32 A tile, the two-term 32×32 XOR on B): the
+/// async loads fetch each LDS byte's logical element through the inverse swizzle and the LDS reads
+/// apply the swizzle, so the product is still right.
+fn swizzled_gemm() -> Kernel {
+    use kittens_hw::dtype::DType;
+    use kittens_ir::{Access, Expr, GridRemap, KernelBuilder, Schedule};
+    use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
+    let mut b = KernelBuilder::new("swizzled_gemm", Schedule::Plain { waves: 4 });
+    let (m, n, k) = (b.param("M"), b.param("N"), b.param("K"));
+    let ga = b.global(
+        "a",
+        DType::Bf16,
+        &[("m", m.clone()), ("k", k.clone())],
+        Access::Read,
+    );
+    let gb = b.global(
+        "b",
+        DType::Bf16,
+        &[("n", n.clone()), ("k", k.clone())],
+        Access::Read,
+    );
+    let gc = b.global(
+        "c",
+        DType::Bf16,
+        &[("m", m.clone()), ("n", n.clone())],
+        Access::Write,
+    );
+    b.grid(vec![m.ceil_div(64), n.ceil_div(32)], GridRemap::RowMajor);
+    let sa = b.shared("sa", DType::Bf16, 64, 32, Swizzle::HK_16X32, 1);
+    let sb = b.shared_tile("sb", SharedTile::new(DType::Bf16, 32, 32), 1);
+    let ra = b.tile("ra", DType::Bf16, 16, 32, Layout::Row, BaseShape::S16X32);
+    let rb = b.tile("rb", DType::Bf16, 32, 32, Layout::Row, BaseShape::S16X32);
+    let rc = b.tile("rc", DType::F32, 16, 32, Layout::Col, BaseShape::S16X16);
+    b.zero(rc);
+    let (row, col) = (b.block(0), b.block(1));
+    b.for_range("t", 0, k.ceil_div(32), |b, t| {
+        let (da, db) = (b.smem(sa, 0), b.smem(sb, 0));
+        let (srca, srcb) = (
+            b.gtile(ga, 64, 32, row.clone(), t.clone()),
+            b.gtile(gb, 32, 32, col.clone(), t),
+        );
+        b.load_async(da, srca);
+        b.load_async(db, srcb);
+        b.wait_async(0);
+        b.barrier();
+        let (va, vb) = (b.smem(sa, 0).sub(16, 32, Expr::Wave, 0), b.smem(sb, 0));
+        b.load(ra, va);
+        b.load(rb, vb);
+        b.wait_shared(0);
+        b.barrier();
+        b.mma_abt(rc, ra, rb, rc);
+    });
+    let dst = b.gtile(gc, 16, 32, &row * 4 + Expr::Wave, col);
+    b.store(dst, rc);
+    b.finish().expect("builds")
+}
+
+#[test]
+fn swizzled_tiles_run_right_on_both_targets() {
+    let k = swizzled_gemm();
+    for arch in [Arch::Cdna4, Arch::Cdna3] {
+        let src = lower(&k, arch).unwrap();
+        assert!(
+            src.contains("xor_flips<1, 5, 4>") && src.contains("xor_flips<1, 4, 6>"),
+            "both swizzles applied"
+        );
+        check("swizzled", &k, arch, &[(64, 32, 64), (100, 70, 72)]);
+    }
 }
