@@ -6,7 +6,7 @@
 //! - [`walk`]: op indices and traversal;
 //! - [`builder`]: [`KernelBuilder`], the API kernels are written in;
 //! - [`schedule`]: expansion of a named schedule into barriers, priorities and fences;
-//! - [`validate`]: build-time checks and per-target budgets;
+//! - [`validate`]: build-time checks and per-target budgets ([`regs`]: register liveness);
 //! - [`analysis`]: the schedule analysis (hazards, wait counts);
 //! - [`numerics`]: storage rounding (bf16, f16, fp8) in the RTNE/RTNA/RTZ modes;
 //! - [`interp`]: the CPU interpreter, the `cpu` backend and the test oracle;
@@ -42,6 +42,7 @@ pub mod interp;
 pub mod ir;
 pub mod numerics;
 pub mod print;
+pub mod regs;
 pub mod schedule;
 pub mod validate;
 pub mod walk;

@@ -464,20 +464,32 @@ pub struct TargetReport {
     pub reg_budget: u32,
 }
 
-/// Registers per lane a wave needs: every register tile and vector live for the whole kernel (no
-/// liveness analysis, so an upper bound on data registers) plus 16 for addresses, indices and loop
-/// counters. A vector is assumed spread so that 16 consecutive entries share a lane group (true of the
-/// 16-row base tiles of seed 000 §3.2.2), i.e. `ceil(len/16)` values per lane.
+/// Registers per lane a wave needs at its peak: the largest sum over the registers live at one op
+/// ([`crate::regs::live_ranges`]; a register used in a loop is live through the whole loop), plus 16
+/// for addresses, indices and loop counters. The compiler may do better (e.g. `transpose` reuses its
+/// source's registers when the source dies), so this is an estimate on the high side.
 pub fn reg_estimate(k: &Kernel, lanes: u32) -> u32 {
-    let data: u32 = k
+    let ranges = crate::regs::live_ranges(k);
+    let sizes: Vec<u32> = k
         .regs
         .iter()
-        .map(|r| match r.kind {
-            RegKind::Tile(t) => t.regs_per_lane(lanes),
-            RegKind::Vec(v) => (v.len.div_ceil(16) * v.dtype.bytes()).div_ceil(4),
-        })
-        .sum();
-    data + 16
+        .map(|r| crate::regs::regs_per_lane(&r.kind, lanes))
+        .collect();
+    let mut events: Vec<(usize, i64)> = Vec::new();
+    for (r, range) in ranges.iter().enumerate() {
+        if let Some((lo, hi)) = range {
+            events.push((*lo, sizes[r] as i64));
+            events.push((*hi, -(sizes[r] as i64)));
+        }
+    }
+    // Ends before starts at the same index: ranges are half-open.
+    events.sort_by_key(|&(i, d)| (i, d));
+    let (mut live, mut peak) = (0i64, 0i64);
+    for (_, d) in events {
+        live += d;
+        peak = peak.max(live);
+    }
+    peak as u32 + 16
 }
 
 /// Shared memory, register and block-size budgets on `gpu`, and the target rules: AMD matrix

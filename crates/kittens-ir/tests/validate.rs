@@ -337,3 +337,29 @@ fn pinned_tiles_are_checked() {
     let e = check_target(&k.finish().unwrap(), kittens_hw::gpu("mi300x").unwrap()).unwrap_err();
     assert!(e.to_string().contains("256 vgprs per lane"), "{e}");
 }
+
+/// The estimate is a peak over live ranges: tiles used at disjoint points share registers, a tile used
+/// in a loop is live through it.
+#[test]
+fn register_estimate_follows_liveness() {
+    let mut k = KernelBuilder::new("live", Schedule::Plain { waves: 4 });
+    let x = k.global(
+        "x",
+        F32,
+        &[("r", Expr::c(64)), ("c", Expr::c(64))],
+        Access::Read,
+    );
+    let [a, b, c] = ["a", "b", "c"].map(|n| k.tile(n, F32, 64, 64, Layout::Row, BaseShape::S16X16));
+    k.load_global(a, k.gtile(x, 64, 64, 0, 0)); // 0: a live 0..2
+    k.add(a, a, 1.0); // 1
+    k.load_global(b, k.gtile(x, 64, 64, 0, 0)); // 2: b live 2..3
+    k.for_range("i", 0, 4, |k, _| {
+        k.zero(c); // 3: c live through the loop
+        k.fence(); // 4
+    });
+    let k = k.finish().unwrap();
+    // 64×64 f32 on 64 lanes is 64 registers; never more than one tile live at once.
+    assert_eq!(validate::reg_estimate(&k, 64), 64 + 16);
+    let ranges = regs::live_ranges(&k);
+    assert_eq!(ranges, vec![Some((0, 2)), Some((2, 3)), Some((3, 5))]);
+}

@@ -37,12 +37,15 @@ pub struct AttnConfig {
 }
 
 impl Default for AttnConfig {
-    /// Seed 000 E.3: each wave computes a 32 × 128 output tile; 64-key blocks.
+    /// Seed 000 E.3: each wave computes a 32 × 128 output tile. Keys come in 32-key blocks: with 64
+    /// (seed 001's K block) K, Kᵀ and V in registers next to the 128 × 32 f32 output need about 360
+    /// registers per lane by `kittens_ir::validate::reg_estimate`, over the 256 each of 8 waves gets on
+    /// CDNA (seed 001 keeps V in L1 instead); 32 keys need about 240.
     fn default() -> Self {
         AttnConfig {
             dim: 128,
             q_rows: 32,
-            kv_block: 64,
+            kv_block: 32,
             causal: false,
             layout: AttnLayout::Bshd,
             remap: GridRemap::HeadFirst { xcds: 8 },

@@ -62,6 +62,34 @@ impl Default for GemmConfig {
 }
 
 impl GemmConfig {
+    /// The configuration for one target: the warp-specialised schedule on Hopper, the ping-pong on CDNA
+    /// with the largest K step (64, else 32) whose double-buffered A and B tiles fit the GPU's shared
+    /// memory per block — on gfx942's 64 KiB that is 32, where the seed instead stages the next K tile in
+    /// registers (seed 000 E.1, MI325X paragraph); gfx950's 160 KiB takes E.1's 64.
+    pub fn for_gpu(gpu: &kittens_hw::Gpu) -> Self {
+        if !gpu.arch.is_amd() {
+            return GemmConfig {
+                schedule: GemmSchedule::ProducerConsumer,
+                ..Self::default()
+            };
+        }
+        let d = Self::default();
+        let bytes = |ks: u32| 2 * 2 * 2 * (d.block / 2) * ks * 2; // {A,B} × 2 halves × 2 slots, bf16
+        let k_step = [64, 32]
+            .into_iter()
+            .find(|&ks| bytes(ks) <= gpu.shared_bytes_per_block)
+            .unwrap_or(32);
+        GemmConfig {
+            k_step,
+            remap: GridRemap::XcdSwizzle {
+                xcds: gpu.xcds,
+                window: 8,
+                chunk: 64,
+            },
+            ..d
+        }
+    }
+
     /// The smallest instance of the same schedule, for fast tests.
     pub fn small() -> Self {
         GemmConfig {

@@ -56,3 +56,39 @@ fn producer_consumer_gemm_schedule() {
     assert_eq!(h100.shared_bytes, 3 * (128 + 256) * 64 * 2);
     assert!(kittens_ir::check_target(&full, kittens_hw::gpu("mi355x").unwrap()).is_err());
 }
+
+/// Per-target configurations fit their GPU: shared memory, registers, and the schedule's rules.
+#[test]
+fn gemm_config_per_gpu_fits() {
+    use kittens_kernels::gemm_bf16::{build, GemmConfig, GemmSchedule};
+    for g in kittens_hw::gpu::ALL {
+        let cfg = GemmConfig::for_gpu(g);
+        let k = build(&cfg).unwrap();
+        let r = kittens_ir::check_target(&k, g).unwrap_or_else(|e| panic!("{}: {e}", g.name));
+        assert!(r.shared_bytes <= g.shared_bytes_per_block);
+        assert_eq!(
+            cfg.schedule == GemmSchedule::ProducerConsumer,
+            !g.arch.is_amd()
+        );
+    }
+    assert_eq!(
+        GemmConfig::for_gpu(kittens_hw::gpu("mi300x").unwrap()).k_step,
+        32
+    );
+    assert_eq!(
+        GemmConfig::for_gpu(kittens_hw::gpu("mi355x").unwrap()).k_step,
+        64
+    );
+}
+
+/// The default attention tiles fit CDNA3 and CDNA4 (K/V double buffers, registers).
+#[test]
+fn attention_fits_cdna() {
+    use kittens_kernels::attn_fwd::{build, AttnConfig};
+    let k = build(&AttnConfig::default()).unwrap();
+    for name in ["mi300x", "mi355x"] {
+        let r = kittens_ir::check_target(&k, kittens_hw::gpu(name).unwrap()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(r.shared_bytes, 2 * 2 * 32 * 128 * 2);
+        assert!(r.regs_per_wave <= 256, "{name}: {}", r.regs_per_wave);
+    }
+}
