@@ -363,3 +363,72 @@ fn register_estimate_follows_liveness() {
     let ranges = regs::live_ranges(&k);
     assert_eq!(ranges, vec![Some((0, 2)), Some((2, 3)), Some((3, 5))]);
 }
+
+/// The other schedules: 4-wave interleave ends clusters in fences only; producer/consumer turns roles into
+/// a warpgroup conditional with register reallocation; roles outside that schedule are refused.
+#[test]
+fn interleave_and_producer_consumer_expansion() {
+    let body = |k: &mut KernelBuilder| {
+        k.memory("m", |k| k.wait_async(0));
+        k.compute("c", |k| k.prio(2));
+    };
+    let mut k = KernelBuilder::new("i4", Schedule::Interleave4);
+    body(&mut k);
+    let k = k.finish().unwrap();
+    let names: Vec<String> = k.ops().iter().map(|r| r.op.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "wait(Async, Outstanding(0))",
+            "hint(Fence)",
+            "priority(2)",
+            "hint(Fence)"
+        ]
+    );
+
+    let pc = Schedule::ProducerConsumer {
+        producers: 1,
+        consumers: 2,
+        producer_regs: 40,
+        consumer_regs: 232,
+    };
+    let mut k = KernelBuilder::new("pc", pc);
+    k.roles(|k| k.barrier(), |k| k.barrier());
+    let k = k.finish().unwrap();
+    assert_eq!(k.waves, 12);
+    match &k.body[..] {
+        [Stmt::If { cond, then, els }] => {
+            let env = |w| Env {
+                params: &[],
+                vars: &[],
+                block: &[],
+                wave: w,
+            };
+            assert_eq!(
+                (0..12)
+                    .filter(|&w| cond.eval(&env(w)) == Some(true))
+                    .count(),
+                4
+            );
+            assert_eq!(
+                then[0],
+                Stmt::Op {
+                    op: Op::SetMaxRegs { regs: 40 },
+                    implied: true
+                }
+            );
+            assert_eq!(
+                els[0],
+                Stmt::Op {
+                    op: Op::SetMaxRegs { regs: 232 },
+                    implied: true
+                }
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+
+    let mut k = KernelBuilder::new("bad", Schedule::PingPong8);
+    k.roles(|k| k.barrier(), |k| k.barrier());
+    assert!(matches!(k.finish(), Err(BuildError::Structure(_))));
+}
