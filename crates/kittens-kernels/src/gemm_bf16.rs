@@ -22,7 +22,12 @@
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{Access, Expr, GlobalId, GridRemap, Kernel, KernelBuilder, RegId, Schedule};
-use kittens_tile::{BaseShape, Layout, SharedTile};
+use kittens_tile::{BaseShape, Layout::Col, Layout::Row, SharedTile};
+
+/// Base tile of the A and B register tiles (HipKittens `rt_16x32_s`, seed 000 E.1) and of the
+/// accumulators (`rt_16x16_s`).
+const OPERAND: BaseShape = BaseShape::S16X32;
+const ACC: BaseShape = BaseShape::S16X16;
 
 /// Which schedule the GEMM is built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -140,28 +145,11 @@ fn ping_pong(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (kd, [a, b, c]) = declare(&mut k, bs, bs, cfg.remap);
     let a_s = [0, 1].map(|h| k.shared_tile(&format!("a_s{h}"), SharedTile::new(Bf16, half, ks), 2));
     let b_s = [0, 1].map(|h| k.shared_tile(&format!("b_s{h}"), SharedTile::new(Bf16, half, ks), 2));
-    let a_r = k.tile("a_r", Bf16, hm, ks, Layout::Row, BaseShape::S16X32);
-    let b_r = [0, 1].map(|j| {
-        k.tile(
-            &format!("b_r{j}"),
-            Bf16,
-            hn,
-            ks,
-            Layout::Row,
-            BaseShape::S16X32,
-        )
-    });
-    let c_tile = |k: &mut KernelBuilder, x: usize| {
-        k.tile(
-            &format!("c{}{}", x / 2, x % 2),
-            F32,
-            hm,
-            hn,
-            Layout::Col,
-            BaseShape::S16X16,
-        )
-    };
-    let acc: Vec<RegId> = (0..4).map(|x| c_tile(&mut k, x)).collect();
+    let a_r = k.tile("a_r", Bf16, hm, ks, Row, OPERAND);
+    let b_r = [0, 1].map(|j| k.tile(&format!("b_r{j}"), Bf16, hn, ks, Row, OPERAND));
+    let acc: Vec<RegId> = (0..4)
+        .map(|x| k.tile(&format!("c{}{}", x / 2, x % 2), F32, hm, hn, Col, ACC))
+        .collect();
     let (row, col) = (k.block(0), k.block(1));
     let (wr, wc) = (k.wave() / 4, k.wave() % 4);
     let nt = kd.ceil_div(ks as i64);
@@ -215,10 +203,8 @@ fn ping_pong(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     // Store: accumulator (i, j) of wave (wr, wc) is C tile (row·4 + 2i + wr, col·8 + 4j + wc) of hm × hn.
     for (x, &r) in acc.iter().enumerate() {
         let (i, j) = ((x / 2) as i64, (x % 2) as i64);
-        k.store(
-            k.gtile(c, hm, hn, &row * 4 + &wr + 2 * i, &col * 8 + &wc + 4 * j),
-            r,
-        );
+        let at = k.gtile(c, hm, hn, &row * 4 + &wr + 2 * i, &col * 8 + &wc + 4 * j);
+        k.store(at, r);
     }
     Ok(k.finish()?)
 }
