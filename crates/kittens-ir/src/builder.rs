@@ -531,6 +531,22 @@ impl KernelBuilder {
     pub fn col_sum(&mut self, dst: RegId, src: RegId) {
         self.reduce(Axis::Cols, ReduceOp::Sum, dst, src, None);
     }
+    /// `dst[j] = max(acc[j], max_i src[i,j])`.
+    pub fn col_max_acc(&mut self, dst: RegId, src: RegId, acc: RegId) {
+        self.reduce(Axis::Cols, ReduceOp::Max, dst, src, Some(acc));
+    }
+    /// `dst[j] = acc[j] + Σ_i src[i,j]`.
+    pub fn col_sum_acc(&mut self, dst: RegId, src: RegId, acc: RegId) {
+        self.reduce(Axis::Cols, ReduceOp::Sum, dst, src, Some(acc));
+    }
+    /// `dst[i,j] = v[i]` (broadcast a per-row vector along the rows).
+    pub fn broadcast_row(&mut self, dst: RegId, v: RegId) {
+        self.map(dst, MapFn::Copy, vec![Arg::RowBcast(v)]);
+    }
+    /// `dst[i,j] = v[j]`.
+    pub fn broadcast_col(&mut self, dst: RegId, v: RegId) {
+        self.map(dst, MapFn::Copy, vec![Arg::ColBcast(v)]);
+    }
     /// `dst = srcᵀ`, layout swapped (free on the device).
     pub fn transpose(&mut self, dst: RegId, src: RegId) {
         self.op(Op::Transpose { dst, src });

@@ -79,20 +79,13 @@ pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             "attn_fwd: dim {d} and kv_block {kv} must be multiples of 32, q_rows {qr} of 16"
         )));
     }
-    let mut k = KernelBuilder::new(
-        if cfg.causal {
-            "attn_fwd_causal"
-        } else {
-            "attn_fwd"
-        },
-        Schedule::PingPong8,
-    );
-    let (batch, heads, heads_kv, seq) = (
-        k.param("batch"),
-        k.param("heads"),
-        k.param("heads_kv"),
-        k.param("seq"),
-    );
+    let name = if cfg.causal {
+        "attn_fwd_causal"
+    } else {
+        "attn_fwd"
+    };
+    let mut k = KernelBuilder::new(name, Schedule::PingPong8);
+    let [batch, heads, heads_kv, seq] = ["batch", "heads", "heads_kv", "seq"].map(|n| k.param(n));
     let de = Expr::c(d as i64);
     let tensor = |k: &mut KernelBuilder, name: &str, h: &Expr, access| -> GlobalId {
         let dims = [
@@ -103,11 +96,9 @@ pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         ];
         k.global_strided(name, Bf16, &dims, strides(cfg.layout, h, &seq, &de), access)
     };
-    let (q, kg, vg) = (
-        tensor(&mut k, "q", &heads, Access::Read),
-        tensor(&mut k, "k", &heads_kv, Access::Read),
-        tensor(&mut k, "v", &heads_kv, Access::Read),
-    );
+    let q = tensor(&mut k, "q", &heads, Access::Read);
+    let kg = tensor(&mut k, "k", &heads_kv, Access::Read);
+    let vg = tensor(&mut k, "v", &heads_kv, Access::Read);
     let o = tensor(&mut k, "o", &heads, Access::Write);
     let block_q = 8 * qr as i64;
     k.grid(
@@ -133,13 +124,14 @@ pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let [max_v, max_prev, scale, norm] =
         ["max_v", "max_prev", "scale", "norm"].map(|n| k.col_vec(n, att, F32));
 
-    let kv_view = |k: &KernelBuilder, g, j: Expr| {
+    // `rows` rows of head `hh` of tensor `g` from sequence position `s0`, all `d` columns.
+    let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, rows| {
         k.gview(
             g,
-            vec![b.clone(), hk.clone(), j * kv as i64, Expr::c(0)],
+            vec![b.clone(), hh.clone(), s0, Expr::c(0)],
             2,
             3,
-            kv,
+            rows,
             d,
         )
     };
@@ -151,19 +143,9 @@ pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     };
 
     // Prologue: K0, V0 into slot 0; this wave's Q, scaled by log2(e)/√d, transposed for K·Qᵀ.
-    k.load_async(k.smem(k_s, 0), kv_view(&k, kg, Expr::c(0)));
-    k.load_async(k.smem(v_s, 0), kv_view(&k, vg, Expr::c(0)));
-    k.load_global(
-        q_f,
-        k.gview(
-            q,
-            vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)],
-            2,
-            3,
-            qr,
-            d,
-        ),
-    );
+    k.load_async(k.smem(k_s, 0), view(&k, kg, &hk, Expr::c(0), kv));
+    k.load_async(k.smem(v_s, 0), view(&k, vg, &hk, Expr::c(0), kv));
+    k.load_global(q_f, view(&k, q, &h, q0.clone(), qr));
     k.mul(q_f, q_f, std::f32::consts::LOG2_E / (d as f32).sqrt());
     k.copy(q_r, q_f);
     k.transpose(q_t, q_r);
@@ -178,50 +160,39 @@ pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             k.memory("kv to registers, prefetch next", |k| {
                 k.load(k_r, k.smem(k_s, &tic));
                 k.load(v_r, k.smem(v_s, &tic));
-                k.load_async(k.smem(k_s, &toc), kv_view(k, kg, &j + 1));
-                k.load_async(k.smem(v_s, &toc), kv_view(k, vg, &j + 1));
+                k.load_async(
+                    k.smem(k_s, &toc),
+                    view(k, kg, &hk, (&j + 1) * kv as i64, kv),
+                );
+                k.load_async(
+                    k.smem(v_s, &toc),
+                    view(k, vg, &hk, (&j + 1) * kv as i64, kv),
+                );
             });
             k.compute("K·Qᵀ, softmax", |k| {
                 k.wait_shared(0);
                 k.transpose(k_t, k_r);
                 k.zero(att);
                 k.mma_atb(att, k_t, q_t, att);
-                k.mask(
-                    att,
-                    MaskRule::RowsBelow(seq.clone()),
-                    &j * kv as i64,
-                    q0.clone(),
-                    f32::NEG_INFINITY,
-                );
+                let (kv0, inf) = (&j * kv as i64, f32::NEG_INFINITY);
+                k.mask(att, MaskRule::RowsBelow(seq.clone()), &kv0, &q0, inf);
                 if cfg.causal {
                     k.mask(
                         att,
                         MaskRule::CausalT { offset: Expr::c(0) },
-                        &j * kv as i64,
-                        q0.clone(),
-                        f32::NEG_INFINITY,
+                        &kv0,
+                        &q0,
+                        inf,
                     );
                 }
                 k.copy(max_prev, max_v);
-                k.reduce(
-                    kittens_ir::Axis::Cols,
-                    kittens_ir::ReduceOp::Max,
-                    max_v,
-                    att,
-                    Some(max_v),
-                );
+                k.col_max_acc(max_v, att, max_v);
                 k.sub_col(att, att, max_v);
                 k.exp2(att, att);
                 k.sub(scale, max_prev, max_v);
                 k.exp2(scale, scale);
                 k.mul(norm, norm, scale);
-                k.reduce(
-                    kittens_ir::Axis::Cols,
-                    kittens_ir::ReduceOp::Sum,
-                    norm,
-                    att,
-                    Some(norm),
-                );
+                k.col_sum_acc(norm, att, norm);
                 k.copy(att_b, att);
             });
             k.memory("land next kv", |k| k.wait_async(0));
@@ -233,6 +204,6 @@ pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     });
     k.div_col(o_r, o_r, norm);
     k.transpose(o_q, o_r);
-    k.store(k.gview(o, vec![b, h, q0, Expr::c(0)], 2, 3, qr, d), o_q);
+    k.store(view(&k, o, &h, q0.clone(), qr), o_q);
     Ok(k.finish()?)
 }
