@@ -17,7 +17,8 @@
 //! screen.
 //!
 //! [`GemmSchedule::ProducerConsumer`] builds the same GEMM warp-specialised for Hopper instead
-//! (`crate::gemm_bf16_ws`): per-target schedule, one kernel (DESIGN.md principle 2).
+//! (`crate::gemm_bf16_ws`), [`GemmSchedule::Interleave4`] with four waves (`crate::gemm_bf16_i4`):
+//! per-target schedule, one kernel (DESIGN.md principle 2).
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
@@ -34,6 +35,8 @@ const ACC: BaseShape = BaseShape::S16X16;
 pub enum GemmSchedule {
     /// 8-wave ping-pong (seed 000 E.1), the AMD schedule.
     PingPong8,
+    /// 4-wave interleave (seed 000 §3.3.2): one wave per SIMD mixing loads and matrix work.
+    Interleave4,
     /// One producer warpgroup loading, two consumer warpgroups multiplying from shared memory
     /// (Hopper `wgmma` style; refused on AMD, whose MFMAs read registers only).
     ProducerConsumer,
@@ -129,6 +132,7 @@ pub(crate) fn declare(
 pub fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     match cfg.schedule {
         GemmSchedule::PingPong8 => ping_pong(cfg),
+        GemmSchedule::Interleave4 => crate::gemm_bf16_i4::build(cfg),
         GemmSchedule::ProducerConsumer => crate::gemm_bf16_ws::build(cfg),
     }
 }

@@ -7,6 +7,7 @@
 pub mod attn_fwd;
 pub mod cpu;
 pub mod gemm_bf16;
+pub mod gemm_bf16_i4;
 pub mod gemm_bf16_ws;
 pub mod reference;
 

@@ -127,3 +127,25 @@ fn gemm_producer_consumer() {
         },
     );
 }
+
+/// The same GEMM with the 4-wave interleave schedule.
+#[test]
+fn gemm_interleave4() {
+    use kittens_kernels::gemm_bf16::GemmSchedule;
+    let small = GemmConfig {
+        schedule: GemmSchedule::Interleave4,
+        ..GemmConfig::small()
+    };
+    for (m, n, k) in [(128, 128, 64), (200, 136, 100)] {
+        gemm(m, n, k, small);
+    }
+    gemm(
+        256,
+        256,
+        192,
+        GemmConfig {
+            schedule: GemmSchedule::Interleave4,
+            ..GemmConfig::default()
+        },
+    );
+}

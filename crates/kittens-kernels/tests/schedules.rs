@@ -87,8 +87,41 @@ fn attention_fits_cdna() {
     use kittens_kernels::attn_fwd::{build, AttnConfig};
     let k = build(&AttnConfig::default()).unwrap();
     for name in ["mi300x", "mi355x"] {
-        let r = kittens_ir::check_target(&k, kittens_hw::gpu(name).unwrap()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let r = kittens_ir::check_target(&k, kittens_hw::gpu(name).unwrap())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(r.shared_bytes, 2 * 2 * 32 * 128 * 2);
         assert!(r.regs_per_wave <= 256, "{name}: {}", r.regs_per_wave);
     }
+}
+
+/// The 4-wave interleave GEMM: hazard-free, and one wave per SIMD gets the whole 512-register file.
+#[test]
+fn interleave_gemm_schedule() {
+    use kittens_kernels::gemm_bf16::{build, GemmConfig, GemmSchedule};
+    let k = build(&GemmConfig {
+        schedule: GemmSchedule::Interleave4,
+        ..GemmConfig::small()
+    })
+    .unwrap();
+    let r = analyze(
+        &k,
+        &Options {
+            params: vec![128, 128, 32 * 5],
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert!(r.hazards.is_empty(), "{:?}", r.hazards);
+    let full = build(&GemmConfig {
+        schedule: GemmSchedule::Interleave4,
+        ..GemmConfig::default()
+    })
+    .unwrap();
+    let t = kittens_ir::check_target(&full, kittens_hw::gpu("mi355x").unwrap()).unwrap();
+    assert_eq!(t.reg_budget, 512);
+    assert!(
+        t.regs_per_wave > 256,
+        "needs more than a ping-pong wave could have: {}",
+        t.regs_per_wave
+    );
 }

@@ -25,7 +25,7 @@ pub struct Args {
     /// GEMM block tile (rows = cols of C per block; seed 000 E.1 uses 256).
     #[arg(long, default_value_t = 256)]
     pub block: u32,
-    /// GEMM schedule: pingpong (8-wave ping-pong, seed 000 E.1) or ws (producer/consumer, Hopper style).
+    /// GEMM schedule: pingpong (8-wave, seed 000 E.1), interleave (4-wave) or ws (producer/consumer, Hopper).
     #[arg(long, default_value = "pingpong")]
     pub schedule: String,
     /// GEMM K step (seed 000 E.1 uses 64).
@@ -86,8 +86,9 @@ fn problem(a: &Args) -> anyhow::Result<Problem> {
     p.gemm.block = a.block;
     p.gemm.schedule = match a.schedule.as_str() {
         "pingpong" | "ping-pong" => GemmSchedule::PingPong8,
+        "interleave" | "i4" => GemmSchedule::Interleave4,
         "ws" | "producer-consumer" => GemmSchedule::ProducerConsumer,
-        other => bail!("unknown GEMM schedule `{other}`; use pingpong or ws"),
+        other => bail!("unknown GEMM schedule `{other}`; use pingpong, interleave or ws"),
     };
     p.gemm.k_step = a.k_step;
     p.attn.batch = a.batch;
