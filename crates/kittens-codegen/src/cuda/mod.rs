@@ -5,8 +5,22 @@
 //! The source is compiled at run time with NVRTC (`kittens_runtime::cuda::compile`).
 
 pub mod gemm;
+pub mod lower;
 
 pub use gemm::{Epilogue, HopperGemm, HopperGemmError};
+pub use lower::{lower, CudaLowerError, LoweredCuda, TmaMap};
+
+/// `gemm_bf16` as kittens-kernels defines it for the H100 (the producer/consumer tile program,
+/// `GemmConfig::for_gpu`), lowered to CUDA. Kernel arguments: the tensor maps, then `a, b, c`, then
+/// `m, n, k`.
+pub fn gemm_bf16_from_tile_program() -> Result<LoweredCuda, CudaLowerError> {
+    let gpu = kittens_hw::gpu("h100").map_err(|e| CudaLowerError::Unsupported(e.to_string()))?;
+    let cfg = kittens_kernels::gemm_bf16::GemmConfig::for_gpu(gpu);
+    let k = kittens_kernels::gemm_bf16::build(&cfg).map_err(|e| {
+        CudaLowerError::Unsupported(format!("building gemm_bf16 for the H100: {e}"))
+    })?;
+    lower(&k)
+}
 
 /// The hand-written part of the prelude (no CUDA headers needed).
 pub const PRELUDE: &str = include_str!("prelude.cuh");

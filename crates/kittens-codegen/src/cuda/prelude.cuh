@@ -192,4 +192,37 @@ __device__ __forceinline__ void st_global_b32(void* p, u32 v) {
     asm volatile("st.global.b32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+__device__ __forceinline__ void st_global_b16(void* p, u32 v) {
+    asm volatile("st.global.b16 [%0], %1;" ::"l"(p), "h"((unsigned short)v) : "memory");
+}
+
+// ---- the IR's per-wave async queue over mbarriers (used by lowered kernels) ---------------------------
+// A tile-IR `wait_async(n)` means "at most n of my async loads still outstanding" (kittens-ir
+// WaitQueue::Async). TMA completes on mbarriers, not on a counter, so each thread that issues (or shares)
+// a load logs its barrier and phase parity here, and a wait completes the oldest entries in order. A
+// barrier is re-armed only after its previous phase was waited on (push waits first if needed).
+template <int Q> struct AsyncQueue {
+    u32 bar[Q], parity[Q];
+    u32 head = 0, tail = 0;
+    __device__ __forceinline__ void wait_one() {
+        mbarrier_wait(bar[head % Q], parity[head % Q]);
+        ++head;
+    }
+    __device__ __forceinline__ void wait_outstanding(u32 n) {
+        while (tail - head > n) wait_one();
+    }
+    __device__ __forceinline__ void push(u32 b, u32 p) {
+        for (u32 i = head; i < tail; ++i) {
+            if (bar[i % Q] == b) {
+                while (head <= i) wait_one();
+                break;
+            }
+        }
+        if (tail - head == Q) wait_one();
+        bar[tail % Q] = b;
+        parity[tail % Q] = p;
+        ++tail;
+    }
+};
+
 } // namespace kt
