@@ -81,12 +81,31 @@ fn run_interp(
     Ok((stats, t.elapsed().as_secs_f64()))
 }
 
+fn attn_config(p: &Problem) -> AttnConfig {
+    let sh = p.attn;
+    AttnConfig {
+        dim: sh.dim as u32,
+        causal: p.causal,
+        layout: sh.layout,
+        ..p.attn_cfg
+    }
+}
+
+/// The kernel `run` executes for `p`.
+pub fn build(name: &str, p: &Problem) -> Result<Kernel, KernelError> {
+    match name {
+        "gemm_bf16" => crate::gemm_bf16::build(&p.gemm),
+        "attn_fwd" => crate::attn_fwd::build(&attn_config(p)),
+        _ => Err(KernelError::Unknown(name.into())),
+    }
+}
+
 /// Builds kernel `name` for `p`, runs it on the interpreter and compares with the f64 reference.
 pub fn run(name: &str, p: &Problem) -> Result<RunReport, KernelError> {
     let mut rng = SmallRng::seed_from_u64(p.seed);
     match name {
         "gemm_bf16" => {
-            let k = crate::gemm_bf16::build(&p.gemm)?;
+            let k = build(name, p)?;
             let a = random(&mut rng, p.m * p.k, DType::Bf16);
             let b = random(&mut rng, p.n * p.k, DType::Bf16);
             let mut t = vec![a, b, vec![0.0; p.m * p.n]];
@@ -108,13 +127,8 @@ pub fn run(name: &str, p: &Problem) -> Result<RunReport, KernelError> {
         }
         "attn_fwd" => {
             let sh = p.attn;
-            let cfg = AttnConfig {
-                dim: sh.dim as u32,
-                causal: p.causal,
-                layout: sh.layout,
-                ..p.attn_cfg
-            };
-            let k = crate::attn_fwd::build(&cfg)?;
+            let cfg = attn_config(p);
+            let k = build(name, p)?;
             let q = random(&mut rng, sh.len(sh.heads), DType::Bf16);
             let kk = random(&mut rng, sh.len(sh.heads_kv), DType::Bf16);
             let v = random(&mut rng, sh.len(sh.heads_kv), DType::Bf16);

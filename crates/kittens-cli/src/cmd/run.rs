@@ -61,6 +61,9 @@ pub struct Args {
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Also print the kernel's IR listing (op indices, `*` = implied by the schedule); key `ir` in JSON.
+    #[arg(long)]
+    pub ir: bool,
     /// Print one JSON document on stdout.
     #[arg(long)]
     pub json: bool,
@@ -124,8 +127,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         let mut v = serde_json::to_value(&r)?;
         v["backend"] = "cpu".into();
         v["rel_err_definition"] = "||out - ref||_F / ||ref||_F against an f64 reference".into();
+        if args.ir {
+            v["ir"] = cpu::build(&args.kernel, &p)?.to_string().into();
+        }
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
+    }
+    if args.ir {
+        println!("{}", cpu::build(&args.kernel, &p)?);
     }
     println!(
         "kernel   {} (backend cpu, {} blocks × {} waves)",
