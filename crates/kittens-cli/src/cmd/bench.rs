@@ -4,6 +4,7 @@
 use anyhow::{bail, Context};
 use kittens_codegen::cuda::{Epilogue, HopperGemm};
 use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, GemmBenchReport, Timing};
+use kittens_runtime::cuda::gemm_kernel::GemmSource;
 use kittens_runtime::cuda::CudaError;
 
 #[derive(clap::Subcommand)]
@@ -25,6 +26,10 @@ pub struct GemmArgs {
     pub iters: usize,
     #[arg(long, default_value_t = 10)]
     pub warmup: usize,
+    /// `handwritten`: the hand-scheduled Hopper kernel (options below); `ir`: gemm_bf16's tile program
+    /// from kittens-kernels lowered by `kittens_codegen::cuda::lower` (the options below do not apply).
+    #[arg(long, default_value = "handwritten")]
+    pub kernel: String,
     /// Block tile columns (the wgmma N) of the Hopper kernel.
     #[arg(long, default_value_t = HopperGemm::default().bn)]
     pub bn: u32,
@@ -82,17 +87,21 @@ fn gemm(a: GemmArgs) -> anyhow::Result<()> {
         },
         iters: a.iters.max(1),
         warmup: a.warmup,
-        config: HopperGemm {
-            bn: a.bn,
-            cluster: a.cluster,
-            epilogue: match a.epilogue.as_str() {
-                "direct" => Epilogue::Direct,
-                "tma" => Epilogue::TmaStore,
-                e => bail!("--epilogue {e}: expected direct or tma"),
-            },
-            stages: a.stages,
-            group_m: a.group_m,
-            ..HopperGemm::default()
+        kernel: match a.kernel.as_str() {
+            "handwritten" => GemmSource::Handwritten(HopperGemm {
+                bn: a.bn,
+                cluster: a.cluster,
+                epilogue: match a.epilogue.as_str() {
+                    "direct" => Epilogue::Direct,
+                    "tma" => Epilogue::TmaStore,
+                    e => bail!("--epilogue {e}: expected direct or tma"),
+                },
+                stages: a.stages,
+                group_m: a.group_m,
+                ..HopperGemm::default()
+            }),
+            "ir" => GemmSource::TileProgram,
+            k => bail!("--kernel {k}: expected handwritten or ir"),
         },
         ..defaults
     };

@@ -5,15 +5,15 @@
 //! runs, ours and cuBLAS interleaved launch by launch, rotating among enough input copies that their
 //! total exceeds the L2 several times over, so the L2 cannot serve the inputs.
 
-use std::ffi::c_void;
 use std::rc::Rc;
 
 use kittens_codegen::cuda::HopperGemm;
 use serde::Serialize;
 
 use super::cublas::Cublas;
-use super::driver::{Device, DeviceBuffer, Event, Function, Stream, Swizzle, TensorMap};
-use super::{compile, CudaCompileReport, CudaError};
+use super::driver::{Device, DeviceBuffer, Event, Stream, Swizzle, TensorMap};
+use super::gemm_kernel::{GemmKernel, GemmSource};
+use super::{CudaCompileReport, CudaError};
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -24,7 +24,8 @@ pub struct GemmBenchOptions {
     pub iters: usize,
     pub spot_checks: usize,
     pub seed: u64,
-    pub config: HopperGemm,
+    /// The kernel measured against cuBLAS.
+    pub kernel: GemmSource,
     /// Input copies are added until A and B together span at least this many L2s.
     pub l2_multiple: u64,
     /// Shapes (M, N, K) checked for correctness only, not timed: partial tiles at every edge.
@@ -51,7 +52,7 @@ impl Default for GemmBenchOptions {
             iters: 100,
             spot_checks: 256,
             seed: 0x006b_6974_7465_6e73,
-            config: HopperGemm::default(),
+            kernel: GemmSource::Handwritten(HopperGemm::default()),
             l2_multiple: 4,
             checks: vec![(1000, 1032, 520), (128, 256, 64), (4160, 8184, 1032)],
             timing: Timing::Interleaved,
@@ -157,50 +158,6 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// The compiled kernel, ready to launch.
-struct Kernel {
-    function: Function,
-    config: HopperGemm,
-    /// Clusters (blocks when `cluster` is 1) resident at once: the persistent grid's size.
-    slots: u32,
-}
-
-impl Kernel {
-    fn launch(
-        &self,
-        stream: &Stream,
-        maps: &(TensorMap, TensorMap),
-        c: &(TensorMap, &DeviceBuffer),
-        m: usize,
-        n: usize,
-        k: usize,
-    ) -> Result<(), CudaError> {
-        let (mut ta, mut tb) = *maps;
-        let mut tc = c.0;
-        let mut cp = c.1.ptr();
-        let (mut mm, mut nn, mut kk) = (m as u32, n as u32, k as u32);
-        let mut params: [*mut c_void; 7] = [
-            (&mut ta as *mut TensorMap).cast(),
-            (&mut tb as *mut TensorMap).cast(),
-            (&mut tc as *mut TensorMap).cast(),
-            (&mut cp as *mut u64).cast(),
-            (&mut mm as *mut u32).cast(),
-            (&mut nn as *mut u32).cast(),
-            (&mut kk as *mut u32).cast(),
-        ];
-        let grid = self.config.grid(m, n, self.slots);
-        // SAFETY: parameters match `gemm_sm90.cu`: tensor maps of A, B and C, C's address, M, N, K.
-        unsafe {
-            self.function.launch(
-                (grid, 1, 1),
-                (self.config.threads(), 1, 1),
-                stream,
-                &mut params,
-            )
-        }
-    }
-}
-
 /// Compiles our kernel for the device, runs every size, returns the report.
 pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaError> {
     let dev = Device::open(0)?;
@@ -210,54 +167,16 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
             dev.name, dev.compute_capability
         )));
     }
-    let cfg = opts.config.clone();
-    let src = cfg
-        .source()
-        .map_err(|e| CudaError::Invalid(e.to_string()))?;
-    let image = compile(
-        &src,
-        &cfg.kernel_name(),
-        "sm_90a",
-        cfg.dynamic_shared_bytes(),
-    )?;
-    let module = dev.load_module(&image.cubin)?;
-    let function = module.function(&cfg.kernel_name(), cfg.dynamic_shared_bytes())?;
-    // A cluster needs all its CTAs on one GPC, so fewer than SMs / cluster may fit: ask the driver.
-    let slots = if cfg.cluster == 1 {
-        dev.multiprocessors
-    } else {
-        let whole = dev.multiprocessors / cfg.cluster * cfg.cluster;
-        match function.max_active_clusters(whole, cfg.threads()) {
-            Ok(n) if n > 0 => n,
-            other => {
-                eprintln!(
-                    "  cuOccupancyMaxActiveClusters gave {other:?}; assuming every SM pair fits"
-                );
-                dev.multiprocessors / cfg.cluster
-            }
-        }
-    };
+    let kernel = GemmKernel::prepare(&dev, &opts.kernel)?;
     eprintln!(
-        "  {}: {} resident {}",
-        cfg.kernel_name(),
-        slots,
-        if cfg.cluster == 1 {
-            "blocks"
-        } else {
-            "clusters"
-        }
+        "  {}: {} resident blocks or clusters (0: one block per tile)",
+        kernel.name, kernel.resident
     );
-    let kernel = Kernel {
-        function,
-        config: cfg.clone(),
-        slots,
-    };
     let stream = Stream::new()?;
     let cublas = Cublas::new(&stream)?;
     let mut rows = Vec::new();
     for (i, &size) in opts.sizes.iter().enumerate() {
-        cfg.check_shape(size, size, size)
-            .map_err(|e| CudaError::Invalid(e.to_string()))?;
+        kernel.check_shape(size, size, size)?;
         let shape = (size, size, size);
         let row = bench_shape(
             &dev,
@@ -281,8 +200,7 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
     }
     let mut checks = Vec::new();
     for (i, &shape) in opts.checks.iter().enumerate() {
-        cfg.check_shape(shape.0, shape.1, shape.2)
-            .map_err(|e| CudaError::Invalid(e.to_string()))?;
+        kernel.check_shape(shape.0, shape.1, shape.2)?;
         let row = bench_shape(
             &dev,
             &kernel,
@@ -308,10 +226,10 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
         l2_bytes: dev.l2_bytes,
         driver_version: dev.driver_version,
         cublas: cublas.library.clone(),
-        kernel: cfg.kernel_name(),
-        config: format!("{cfg:?}"),
-        resident: kernel.slots,
-        compile: image.report,
+        kernel: kernel.name.clone(),
+        config: kernel.config.clone(),
+        resident: kernel.resident,
+        compile: kernel.compile.clone(),
         warmup: opts.warmup,
         iters: opts.iters,
         timing: opts.timing,
@@ -331,7 +249,7 @@ struct Inputs {
 
 fn make_inputs(
     dev: &Rc<Device>,
-    cfg: &HopperGemm,
+    kernel: &GemmKernel,
     opts: &GemmBenchOptions,
     (m, n, k): (usize, usize, usize),
     seed: u64,
@@ -355,16 +273,9 @@ fn make_inputs(
             da.copy_from(&a[0])?;
             db.copy_from(&b[0])?;
         }
-        let ta = TensorMap::bf16_2d(&da, m as u64, k as u64, cfg.bm, cfg.bk, Swizzle::B128)?;
-        // In a cluster each CTA loads bn / cluster rows of the B tile.
-        let tb = TensorMap::bf16_2d(
-            &db,
-            n as u64,
-            k as u64,
-            cfg.bn / cfg.cluster,
-            cfg.bk,
-            Swizzle::B128,
-        )?;
+        let ((ar, ac), (br, bc)) = (kernel.a_box, kernel.b_box);
+        let ta = TensorMap::bf16_2d(&da, m as u64, k as u64, ar, ac, Swizzle::B128)?;
+        let tb = TensorMap::bf16_2d(&db, n as u64, k as u64, br, bc, Swizzle::B128)?;
         maps.push((ta, tb));
         a.push(da);
         b.push(db);
@@ -383,7 +294,7 @@ fn make_inputs(
 #[allow(clippy::too_many_arguments)]
 fn bench_shape(
     dev: &Rc<Device>,
-    kernel: &Kernel,
+    kernel: &GemmKernel,
     cublas: &Cublas,
     stream: &Stream,
     opts: &GemmBenchOptions,
@@ -391,7 +302,7 @@ fn bench_shape(
     seed: u64,
     timed: bool,
 ) -> Result<GemmBenchRow, CudaError> {
-    let inp = make_inputs(dev, &kernel.config, opts, (m, n, k), seed, timed)?;
+    let inp = make_inputs(dev, kernel, opts, (m, n, k), seed, timed)?;
     let (mut c_ours, mut c_ref) = (dev.alloc(m * n * 2)?, dev.alloc(m * n * 2)?);
 
     // Correctness on copy 0, outputs poisoned with NaN first.
@@ -400,7 +311,16 @@ fn bench_shape(
     dev.synchronize()?;
     // C's map writes 64-row × 64-column boxes (one consumer's rows, 128 swizzled bytes wide).
     let c_map = TensorMap::bf16_2d(&c_ours, m as u64, n as u64, 64, 64, Swizzle::B128)?;
-    kernel.launch(stream, &inp.maps[0], &(c_map, &c_ours), m, n, k)?;
+    kernel.launch(
+        stream,
+        &inp.maps[0],
+        &inp.a[0],
+        &inp.b[0],
+        &(c_map, &c_ours),
+        m,
+        n,
+        k,
+    )?;
     cublas.gemm_bf16_abt(&inp.a[0], &inp.b[0], &mut c_ref, m, n, k)?;
     stream.synchronize()?;
     let (mut ours, mut reference) = (vec![0u16; m * n], vec![0u16; m * n]);
@@ -416,8 +336,19 @@ fn bench_shape(
     // Timing with events, rotating input copies.
     let copies = inp.a.len();
     let (ours_ms, cublas_ms) = if timed {
-        let mut ours =
-            |i: usize| kernel.launch(stream, &inp.maps[i % copies], &(c_map, &c_ours), m, n, k);
+        let mut ours = |i: usize| {
+            let s = i % copies;
+            kernel.launch(
+                stream,
+                &inp.maps[s],
+                &inp.a[s],
+                &inp.b[s],
+                &(c_map, &c_ours),
+                m,
+                n,
+                k,
+            )
+        };
         let mut theirs = |i: usize| {
             cublas.gemm_bf16_abt(&inp.a[i % copies], &inp.b[i % copies], &mut c_ref, m, n, k)
         };

@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod cublas;
 pub mod driver;
+pub mod gemm_kernel;
 pub mod nvrtc;
 
 pub use driver::{Device, DeviceBuffer, Event, Function, Module, Stream, TensorMap};
