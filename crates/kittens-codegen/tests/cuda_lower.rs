@@ -6,38 +6,47 @@ use kittens_kernels::gemm_bf16::{build, GemmConfig};
 
 #[test]
 fn gemm_tile_program_lowers_with_tma_boxes_from_its_loads() {
+    let gpu = kittens_hw::gpu("h100").expect("catalogued");
+    let cfg = GemmConfig::for_gpu(gpu);
+    let ir = build(&cfg).expect("the Hopper gemm builds");
     let l = gemm_bf16_from_tile_program().unwrap_or_else(|e| panic!("{e}"));
-    // A: 128 rows × 64 K of bf16 (128-byte rows, 128B swizzle); B: 256 × 64.
+    // One TMA map per loaded tensor, boxes = the ring tiles the program loads into (A: 128 rows of C per
+    // block, B: `block` columns; K step wide, i.e. 128-byte rows under the 128-byte swizzle).
+    let ks = cfg.k_step;
+    let sw = if ks * 2 == 128 { 128 } else { 64 };
     assert_eq!(
         l.tma_maps,
         vec![
             TmaMap {
                 global: 0,
                 box_rows: 128,
-                box_cols: 64,
-                swizzle_bytes: 128
+                box_cols: ks,
+                swizzle_bytes: sw
             },
             TmaMap {
                 global: 1,
-                box_rows: 256,
-                box_cols: 64,
-                swizzle_bytes: 128
+                box_rows: cfg.block,
+                box_cols: ks,
+                swizzle_bytes: sw
             },
         ]
     );
-    // One block per 128 × 256 tile of C, edges rounded up.
+    // One block per 128 × block tile of C, edges rounded up.
     let blocks = l.blocks(&[("m", 1000), ("n", 1000), ("k", 64)]);
-    assert_eq!(blocks, Some(1000u64.div_ceil(128) * 1000u64.div_ceil(256)));
-    assert_eq!(l.blocks(&[("m", 1000)]), None, "missing parameters");
-    // Three ring slots of A (16 KiB) and B (32 KiB), six mbarriers, 1 KiB of alignment slack.
-    assert_eq!(l.dynamic_shared_bytes, 3 * (16_384 + 32_768) + 6 * 8 + 1024);
-    // The loop body keeps the program's structure: one wait and one block barrier per K step.
-    assert_eq!(l.source.matches("kt_q.wait_outstanding(2u)").count(), 1);
     assert_eq!(
-        l.source.matches("wgmma_m64n256k16_bf16_ss(r_acc").count(),
-        4,
-        "K step 64 = 4 × k16"
+        blocks,
+        Some(1000u64.div_ceil(128) * 1000u64.div_ceil(cfg.block as u64))
     );
+    assert_eq!(l.blocks(&[("m", 1000)]), None, "missing parameters");
+    // The rings, one mbarrier per ring slot, 1 KiB of alignment slack.
+    let slots: u32 = ir.shared.iter().map(|s| s.count).sum();
+    assert_eq!(
+        l.dynamic_shared_bytes,
+        ir.shared_offsets(1024).1 + 8 * slots + 1024
+    );
+    // Each K step is one chain of k16 wgmmas on the whole block-wide accumulator.
+    let chain = format!("wgmma_m64n{}k16_bf16_ss(r_acc", cfg.block);
+    assert_eq!(l.source.matches(&chain).count() as u32, ks / 16);
 }
 
 #[test]
