@@ -4,6 +4,7 @@
 //! contributes one key to the `--json` document.
 
 mod analysis;
+mod suite;
 
 use serde_json::{Map, Value};
 use std::time::Instant;
@@ -35,6 +36,7 @@ type Part = fn(&mut Section) -> anyhow::Result<Value>;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let parts: Vec<(&str, &str, Part)> = vec![
+        ("suite", "The kernel suite on the CPU backend vs f64 references", suite::run),
         ("catalog", "GPU catalog (sources: crates/kittens-hw/src/gpu.rs)", |s| Ok(analysis::catalog(s))),
         ("banks", "Shared-memory bank conflicts, seed 000 Fig. 4 and D.1", analysis::banks),
         ("grid", "Chiplet grid orders on the MI355X cache model, seed 000 Table 4", analysis::grid),

@@ -1,0 +1,58 @@
+//! The kernel suite on the CPU backend: every kernel on fresh random inputs at several shapes (one not a
+//! multiple of the tile), against its f64 reference.
+
+use super::Section;
+use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::cpu::{self, Problem};
+use kittens_kernels::gemm_bf16::{GemmConfig, GemmSchedule};
+use kittens_kernels::reference::AttnShape;
+use serde_json::Value;
+
+/// bf16 outputs with fp32 accumulation land near 1e-3..5e-3; anything above this is a failure.
+const TOLERANCE: f64 = 1e-2;
+
+fn cases() -> Vec<(&'static str, String, Problem)> {
+    let base = Problem::default();
+    let gemm = |m, n, k, schedule| Problem {
+        m,
+        n,
+        k,
+        gemm: GemmConfig { schedule, ..GemmConfig::default() },
+        ..base
+    };
+    let attn = |heads, heads_kv, seq, dim, causal, layout| Problem {
+        attn: AttnShape { batch: 1, heads, heads_kv, seq, dim, layout },
+        causal,
+        ..base
+    };
+    vec![
+        ("gemm_bf16", "256x256x192 ping-pong".into(), gemm(256, 256, 192, GemmSchedule::PingPong8)),
+        ("gemm_bf16", "300x264x100 ping-pong (partial tiles)".into(), gemm(300, 264, 100, GemmSchedule::PingPong8)),
+        ("gemm_bf16", "256x256x128 4-wave interleave".into(), gemm(256, 256, 128, GemmSchedule::Interleave4)),
+        ("gemm_bf16", "256x256x128 producer/consumer".into(), gemm(256, 256, 128, GemmSchedule::ProducerConsumer)),
+        ("attn_fwd", "H=4 HKV=2 N=200 D=64 BSHD".into(), attn(4, 2, 200, 64, false, AttnLayout::Bshd)),
+        ("attn_fwd", "H=4 HKV=1 N=160 D=128 causal BHSD".into(), attn(4, 1, 160, 128, true, AttnLayout::Bhsd)),
+    ]
+}
+
+pub fn run(s: &mut Section) -> anyhow::Result<Value> {
+    let mut out = Vec::new();
+    let mut failed = 0;
+    for (i, (name, label, problem)) in cases().into_iter().enumerate() {
+        let seeded = Problem { seed: 1000 + i as u64, ..problem };
+        let r = cpu::run(name, &seeded).map_err(|e| anyhow::anyhow!("{name} {label}: {e}"))?;
+        let ok = r.error.rel_err < TOLERANCE;
+        failed += usize::from(!ok);
+        s.line(format!(
+            "{:<10} {:<40} rel_err {:.2e}  {}  ({:.1} s)",
+            name,
+            label,
+            r.error.rel_err,
+            if ok { "ok" } else { "FAILED" },
+            r.interp_seconds
+        ));
+        out.push(serde_json::to_value(&r)?);
+    }
+    anyhow::ensure!(failed == 0, "{failed} kernel run(s) exceeded the {TOLERANCE:e} tolerance");
+    Ok(Value::Array(out))
+}
