@@ -170,6 +170,16 @@ impl Emitter<'_> {
                 "load_async from a view whose columns are not contiguous".into(),
             ));
         }
+        // The view must start on a swizzle period (true for `sub` views, whose row0 is a multiple of
+        // their rows; checked here when row0 is a constant).
+        if let Some(r0) = dst.row0.as_const() {
+            if !(r0 as u32 * t.row_bytes()).is_multiple_of(t.swizzle.period_bytes().max(1)) {
+                return Err(LowerError::Unsupported(format!(
+                    "load_async into `{}` at row {r0}: not on a swizzle period",
+                    sd.name
+                )));
+            }
+        }
         let waves = scope.waves(self.k.waves);
         let per_wave = region / waves;
         let x4 = self.arch == Arch::Cdna4
@@ -204,11 +214,9 @@ impl Emitter<'_> {
                 "// load_async: {}x{} -> `{name}`, {n} x {wrapper} per wave",
                 dst.rows, dst.cols
             ));
-            em.line(format!(
-                "const u32 region = (u32)({idx}) * {} + (u32)({row0}) * {};",
-                t.bytes(),
-                t.row_bytes()
-            ));
+            // `region` is the view's first byte inside its tile: the swizzle acts on tile offsets.
+            em.line(format!("const u32 tile = (u32)({idx}) * {};", t.bytes()));
+            em.line(format!("const u32 region = (u32)({row0}) * {};", t.row_bytes()));
             em.line(format!(
                 "const u32 band = (u32){wave_in_scope} * {per_wave};"
             ));
@@ -231,7 +239,7 @@ impl Emitter<'_> {
                     "const u32 voff = {inb} ? (u32)(({addr}) * {e}) : 0x80000000u;"
                 ));
                 em.line(format!(
-                    "{wrapper}<0>({rsrc}, voff, 0, lds_{name} + region + band + (u32)i * {});",
+                    "{wrapper}<0>({rsrc}, voff, 0, lds_{name} + tile + region + band + (u32)i * {});",
                     64 * width
                 ));
                 Ok(())
