@@ -164,3 +164,28 @@ extern "C" __global__ void loopy(f32x4* out, u32 n, u32 m) {
         assert_eq!(r.lds_bytes, 2048);
     }
 }
+
+/// The Rust installer (what `scripts/install-amdgpu-clang.sh` does) into a fresh cache; downloads
+/// ~50 MB from PyPI, hence ignored by default: `cargo test -p kittens-runtime --test amd_toolchain
+/// -- --ignored`.
+#[test]
+#[ignore]
+fn installs_ziglang_into_a_fresh_cache() {
+    let cache = std::env::temp_dir().join(format!("kittens-zig-cache-{}", std::process::id()));
+    let zig = kittens_runtime::amd::install_ziglang(&cache).expect("pip install ziglang");
+    let search = ToolchainSearch {
+        env_override: None,
+        rocm_clang: "/nonexistent".into(),
+        cache_dir: cache.clone(),
+        debian_clang: "/nonexistent".into(),
+    };
+    let clang = search.find(Arch::Cdna4).expect("found in the fresh cache");
+    assert_eq!(
+        (clang.source, clang.clang.program.clone()),
+        (ClangSource::Ziglang, zig.clone())
+    );
+    assert!(clang.version().unwrap().contains("clang version 22"));
+    // Idempotent: a second call finds it without reinstalling.
+    assert_eq!(kittens_runtime::amd::install_ziglang(&cache).unwrap(), zig);
+    std::fs::remove_dir_all(cache).unwrap();
+}
