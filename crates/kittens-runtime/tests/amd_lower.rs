@@ -120,6 +120,9 @@ fn gemm_lowers_and_compiles_for_gfx950() {
         "16-byte loads into LDS"
     );
     assert!(src.contains("buffer_load_dwordx4_lds"));
+    // Seed 000 Fig. 21 hot loop line 9: `s_waitcnt lgkmcnt(8)` after reading B0 and A — the program's
+    // `wait_shared(1)` leaves A's 8 ds_read_b128 (64x64 bf16 as 4x2 16x32 base tiles) in flight.
+    assert!(src.contains("s_waitcnt_lgkmcnt<8>();"));
 }
 
 #[test]
