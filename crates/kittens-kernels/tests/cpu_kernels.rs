@@ -149,3 +149,21 @@ fn gemm_interleave4() {
         },
     );
 }
+
+/// The gfx942 variant (one LDS buffer, the next K step staged in registers, seed 000 E.1 MI325X) on the
+/// interpreter: whole tiles, partial tiles in every dimension, a K shorter than one step.
+#[test]
+fn gemm_register_staging() {
+    use kittens_kernels::gemm_bf16::Staging;
+    let cfg = GemmConfig {
+        staging: Staging::Registers,
+        ..GemmConfig::default()
+    };
+    for (m, n, k) in [(256, 256, 192), (264, 300, 136), (100, 40, 40)] {
+        gemm(m, n, k, cfg);
+    }
+    // What `for_gpu` picks for gfx942 is this variant.
+    let mi300x = GemmConfig::for_gpu(kittens_hw::gpu("mi300x").unwrap());
+    assert_eq!(mi300x.staging, Staging::Registers);
+    gemm(129, 257, 72, mi300x);
+}

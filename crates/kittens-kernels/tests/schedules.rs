@@ -71,14 +71,24 @@ fn gemm_config_per_gpu_fits() {
             !g.arch.is_amd()
         );
     }
-    assert_eq!(
-        GemmConfig::for_gpu(kittens_hw::gpu("mi300x").unwrap()).k_step,
-        32
-    );
-    assert_eq!(
-        GemmConfig::for_gpu(kittens_hw::gpu("mi355x").unwrap()).k_step,
-        64
-    );
+    // Seed 000 E.1: K step 64 on both CDNA targets; MI325X/MI300X (64 KiB LDS) stage the next K step in
+    // registers, MI355X double-buffers it in LDS.
+    use kittens_kernels::gemm_bf16::Staging;
+    for (name, staging) in [
+        ("mi300x", Staging::Registers),
+        ("mi325x", Staging::Registers),
+        ("mi355x", Staging::Lds),
+    ] {
+        let g = kittens_hw::gpu(name).unwrap();
+        let cfg = GemmConfig::for_gpu(g);
+        assert_eq!(
+            (cfg.k_step, cfg.block, cfg.staging),
+            (64, 256, staging),
+            "{name}"
+        );
+        let r = kittens_ir::check_target(&build(&cfg).unwrap(), g).unwrap();
+        assert_eq!(r.shared_bytes, cfg.shared_bytes(), "{name}");
+    }
 }
 
 /// The default attention tiles fit CDNA3 and CDNA4 (K/V double buffers, registers).
