@@ -29,11 +29,13 @@ pub enum KernelError {
 /// Kernels the registry knows.
 pub const NAMES: [&str; 2] = ["gemm_bf16", "attn_fwd"];
 
-/// A registered kernel: its name, a one-line description and its default build.
+/// A registered kernel: its name, a one-line description, its default build and its build for one GPU
+/// (the per-target configuration, e.g. gemm_bf16's LDS or register staging: `GemmConfig::for_gpu`).
 pub struct KernelInfo {
     pub name: &'static str,
     pub about: &'static str,
     pub build_default: fn() -> Result<Kernel, KernelError>,
+    pub build_for: fn(&kittens_hw::Gpu) -> Result<Kernel, KernelError>,
 }
 
 /// The registry: `gemm_bf16` (seed 000 E.1 defaults), `attn_fwd` (seed 000 E.3 defaults, non-causal).
@@ -43,12 +45,15 @@ pub fn by_name(name: &str) -> Option<KernelInfo> {
             name: "gemm_bf16",
             about: "C = A·Bᵀ, bf16 in/out, fp32 accumulation, 8-wave ping-pong (seed 000 E.1)",
             build_default: || gemm_bf16::build(&gemm_bf16::GemmConfig::default()),
+            build_for: |gpu| gemm_bf16::build(&gemm_bf16::GemmConfig::for_gpu(gpu)),
         }),
         "attn_fwd" => Some(KernelInfo {
             name: "attn_fwd",
             about:
                 "attention forward, online softmax, GQA, causal option, BSHD/BHSD (seed 000 E.3)",
             build_default: || attn_fwd::build(&attn_fwd::AttnConfig::default()),
+            // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`).
+            build_for: |_| attn_fwd::build(&attn_fwd::AttnConfig::default()),
         }),
         _ => None,
     }

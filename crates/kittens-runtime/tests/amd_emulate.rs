@@ -205,18 +205,19 @@ fn lowered_gemm_runs_right_gfx942_path() {
     );
 }
 
-/// The registry's gemm_bf16 (kittens-kernels) through the same path, gfx950 (its LDS ring of two
-/// buffers does not fit gfx942's 64 KiB).
+/// The registry's gemm_bf16 (kittens-kernels) through the same path, configured as `kittens compile`
+/// configures it per target (`GemmConfig::for_gpu`): MI355X double-buffers in LDS (gfx950), MI325X
+/// stages the next K step in registers (gfx942, seed 000 E.1).
 #[test]
-fn registry_gemm_runs_right_gfx950_path() {
-    let k = kittens_kernels::gemm_bf16::build(&kittens_kernels::gemm_bf16::GemmConfig::default())
-        .unwrap();
-    check(
-        "registry",
-        &k,
-        Arch::Cdna4,
-        &[(256, 256, 128), (300, 264, 72)],
-    );
+fn registry_gemm_runs_right_both_paths() {
+    use kittens_kernels::gemm_bf16::{build, GemmConfig, Staging};
+    for (gpu, staging) in [("mi355x", Staging::Lds), ("mi325x", Staging::Registers)] {
+        let g = kittens_hw::gpu(gpu).unwrap();
+        let cfg = GemmConfig::for_gpu(g);
+        assert_eq!(cfg.staging, staging);
+        let k = build(&cfg).unwrap();
+        check("registry", &k, g.arch, &[(256, 256, 128), (300, 264, 72)]);
+    }
 }
 
 /// Swizzled shared tiles (HipKittens' 16×32 XOR on a 64×32 A tile, the two-term 32×32 XOR on B): the

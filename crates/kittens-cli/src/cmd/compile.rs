@@ -77,8 +77,9 @@ fn emit(text: &str) -> Result<()> {
     }
 }
 
-/// HIP for a kernel: the built-in `prelude_smoke`, or a registry kernel (`kittens_kernels::by_name`,
-/// default configuration) lowered from the tile IR.
+/// HIP for a kernel: the built-in `prelude_smoke`, or a registry kernel (`kittens_kernels::by_name`)
+/// built for the target's GPU (`KernelInfo::build_for`: on gfx942 gemm_bf16 stages the next K step in
+/// registers, on gfx950 in LDS) and lowered from the tile IR.
 fn amd_source(name: &str, arch: Arch) -> Result<String> {
     if let Some(src) = kittens_codegen::hip::builtin_kernel_source(name, arch) {
         return Ok(src);
@@ -90,9 +91,22 @@ fn amd_source(name: &str, arch: Arch) -> Result<String> {
             kittens_kernels::NAMES.join(", ")
         );
     };
-    let kernel = (info.build_default)().with_context(|| format!("building `{name}`"))?;
+    let gpu = gpu_for(arch)?;
+    let kernel = (info.build_for)(gpu)
+        .with_context(|| format!("building `{name}` for {} ({target})", gpu.name))?;
     kittens_codegen::hip::lower(&kernel, arch)
         .with_context(|| format!("`{name}` is not available for {target} yet"))
+}
+
+/// The GPU a target's kernels are configured for: of the catalog's GPUs with that architecture, the one
+/// with the least shared memory per block, so the code object fits every GPU of the target (gfx942:
+/// MI300X and MI325X, 64 KiB; gfx950: MI350X and MI355X, 160 KiB).
+pub fn gpu_for(arch: Arch) -> Result<&'static kittens_hw::Gpu> {
+    kittens_hw::gpu::ALL
+        .into_iter()
+        .filter(|g| g.arch == arch)
+        .min_by_key(|g| g.shared_bytes_per_block)
+        .with_context(|| format!("no GPU of the catalog has architecture {}", arch.target()))
 }
 
 fn print_amd(r: &CodeObjectReport, compiler: &str, code_object_bytes: usize) {
