@@ -1,7 +1,7 @@
 //! The sm_90a lowering of tile programs: what it derives from the IR (TMA boxes, launch geometry,
 //! shared memory) and what it refuses.
 
-use kittens_codegen::cuda::{gemm_bf16_from_tile_program, lower, CudaLowerError, TmaMap};
+use kittens_codegen::cuda::{gemm_bf16_sm90, lower, CudaLowerError, TmaMap};
 use kittens_kernels::gemm_bf16::{build, GemmConfig};
 
 #[test]
@@ -9,7 +9,7 @@ fn gemm_tile_program_lowers_with_tma_boxes_from_its_loads() {
     let gpu = kittens_hw::gpu("h100").expect("catalogued");
     let cfg = GemmConfig::for_gpu(gpu);
     let ir = build(&cfg).expect("the Hopper gemm builds");
-    let l = gemm_bf16_from_tile_program().unwrap_or_else(|e| panic!("{e}"));
+    let l = gemm_bf16_sm90().unwrap_or_else(|e| panic!("{e}"));
     // One TMA map per loaded tensor, boxes = the ring tiles the program loads into (A: 128 rows of C per
     // block, B: `block` columns; K step wide, i.e. 128-byte rows under the 128-byte swizzle).
     let ks = cfg.k_step;
@@ -29,21 +29,32 @@ fn gemm_tile_program_lowers_with_tma_boxes_from_its_loads() {
                 box_cols: ks,
                 swizzle_bytes: sw
             },
+            // The accumulator store goes out by TMA: one warpgroup's 64 rows, 64 columns (128 bytes).
+            TmaMap {
+                global: 2,
+                box_rows: 64,
+                box_cols: 64,
+                swizzle_bytes: 128
+            },
         ]
     );
-    // One block per 128 × block tile of C, edges rounded up.
-    let blocks = l.blocks(&[("m", 1000), ("n", 1000), ("k", 64)]);
-    assert_eq!(
-        blocks,
-        Some(1000u64.div_ceil(128) * 1000u64.div_ceil(cfg.block as u64))
-    );
+    // One tile per 128 × block of C, edges rounded up; the persistent grid launches at most one block
+    // per resident slot.
+    let p = [("m", 1000), ("n", 1000), ("k", 64)];
+    let tiles = 1000u64.div_ceil(128) * 1000u64.div_ceil(cfg.block as u64);
+    assert_eq!(l.blocks(&p), Some(tiles));
+    assert_eq!(l.grid(&p, 132), Some(tiles.min(132) as u32));
+    assert_eq!(l.grid(&p, 3), Some(3));
     assert_eq!(l.blocks(&[("m", 1000)]), None, "missing parameters");
-    // The rings, one mbarrier per ring slot, 1 KiB of alignment slack.
+    // The rings; a 64 × block bf16 C slab per consumer warpgroup; full and empty mbarriers per ring
+    // slot; 1 KiB of alignment slack.
     let slots: u32 = ir.shared.iter().map(|s| s.count).sum();
     assert_eq!(
         l.dynamic_shared_bytes,
-        ir.shared_offsets(1024).1 + 8 * slots + 1024
+        ir.shared_offsets(1024).1 + 2 * 64 * cfg.block * 2 + 16 * slots + 1024
     );
+    // Empty barriers count one arrival per consumer warp (8).
+    assert!(l.source.contains("kt::mbarrier_init(KT_EMPTY(i), 8);"));
     // Each K step is one chain of k16 wgmmas on the whole block-wide accumulator.
     let chain = format!("wgmma_m64n{}k16_bf16_ss(r_acc", cfg.block);
     assert_eq!(l.source.matches(&chain).count() as u32, ks / 16);

@@ -1,19 +1,26 @@
 //! The BF16 GEMM warp-specialised, the Hopper schedule (seed 000 §3.3.1: TMA, `wgmma` from shared memory,
-//! register reallocation): one producer warpgroup streams A and B into a 3-slot shared ring; two consumer
-//! warpgroups (8 waves, 16 rows of C each — one `wgmma m64` per warpgroup) multiply straight from shared
-//! memory. One barrier per K step hands a slot from producer to consumers; with three slots and a
-//! prefetch distance of one, the slot the producer refills was last read two steps earlier, before the
-//! previous barrier, so no "empty" barrier is needed. Register split 40 / 232 as in ThunderKittens'
-//! H100 GEMM (`warpgroup::decrease_registers<40>` / `increase_registers<232>`).
+//! register reallocation): one producer warpgroup streams A and B into a ring of `STAGES` shared slots;
+//! two consumer warpgroups (8 waves, 16 rows of C each — one `wgmma m64` per warpgroup) multiply straight
+//! from shared memory. K step `t` lives in slot `t % STAGES`; the barrier after each load is the
+//! hand-off of that slot.
+//!
+//! The program states the data flow, not the overlap: on the CPU interpreter the producer waits for each
+//! load before handing it over. The Hopper lowering (`kittens_codegen::cuda::lower`) turns each hand-off
+//! into per-slot full/empty mbarriers, so the producer runs up to `STAGES` K steps ahead of the
+//! consumers, and the consumers keep one wgmma chain in flight. Register split 40 / 232 as in
+//! ThunderKittens' H100 GEMM (`warpgroup::decrease_registers<40>` / `increase_registers<232>`).
 
 use crate::gemm_bf16::{declare, GemmConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Expr, Kernel, KernelBuilder, MmaForm, MmaOperand, Schedule, Scope};
+use kittens_ir::{Kernel, KernelBuilder, MmaForm, MmaOperand, Schedule, Scope};
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// C rows per block: 8 consumer waves × 16.
 const BM: u32 = 128;
+/// Ring slots: 3 × (128 + 256) × 64 bf16 = 144 KiB, leaving room on the H100's 227 KiB for the
+/// lowering's C staging (bench/NOTES.md: 3 and 4 stages measured the same).
+const STAGES: i64 = 3;
 
 pub(crate) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (bn, ks) = (cfg.block, cfg.k_step);
@@ -36,39 +43,37 @@ pub(crate) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     } else {
         Swizzle::NV_64B
     };
-    let a_s = k.shared_tile("a_s", SharedTile::with_swizzle(Bf16, BM, ks, swz), 3);
-    let b_s = k.shared_tile("b_s", SharedTile::with_swizzle(Bf16, bn, ks, swz), 3);
+    let ring = STAGES as u32;
+    let a_s = k.shared_tile("a_s", SharedTile::with_swizzle(Bf16, BM, ks, swz), ring);
+    let b_s = k.shared_tile("b_s", SharedTile::with_swizzle(Bf16, bn, ks, swz), ring);
     let acc = k.tile("acc", F32, 16, bn, Layout::Row, BaseShape::S16X16);
     let (row, col) = (k.block(0), k.block(1));
     let nt = kd.ceil_div(ks as i64);
     let cw = k.wave() - 4; // consumer wave, 0..8
-    let load = |k: &mut KernelBuilder, t: Expr| {
-        k.load_async_by(
-            Scope::WarpGroup,
-            k.smem(a_s, &t % 3),
-            k.gtile(a, BM, ks, &row, &t),
-        );
-        k.load_async_by(
-            Scope::WarpGroup,
-            k.smem(b_s, &t % 3),
-            k.gtile(b, bn, ks, &col, &t),
-        );
-    };
     k.roles(
         |k| {
-            load(k, Expr::c(0));
             k.for_range("t", 0, &nt, |k, t| {
-                load(k, &t + 1);
-                k.wait_async(2); // step t has landed; step t + 1 stays in flight
-                k.barrier(); // slot t % 3 to the consumers
+                let slot = &t % STAGES;
+                k.load_async_by(
+                    Scope::WarpGroup,
+                    k.smem(a_s, slot.clone()),
+                    k.gtile(a, BM, ks, &row, &t),
+                );
+                k.load_async_by(
+                    Scope::WarpGroup,
+                    k.smem(b_s, slot),
+                    k.gtile(b, bn, ks, &col, &t),
+                );
+                k.wait_async(0);
+                k.barrier(); // slot t % STAGES to the consumers
             });
         },
         |k| {
             k.zero(acc);
             k.for_range("t", 0, &nt, |k, t| {
-                k.barrier();
-                let a_v = MmaOperand::Shared(k.smem(a_s, &t % 3).sub(16, ks, &cw, 0));
-                let b_v = MmaOperand::Shared(k.smem(b_s, &t % 3));
+                k.barrier(); // K step t has landed
+                let a_v = MmaOperand::Shared(k.smem(a_s, &t % STAGES).sub(16, ks, &cw, 0));
+                let b_v = MmaOperand::Shared(k.smem(b_s, &t % STAGES));
                 k.mma(MmaForm::Abt, acc, a_v, b_v, Some(acc));
             });
             k.store(k.gtile(c, 16, bn, &row * 8 + &cw, &col), acc);

@@ -2,7 +2,7 @@
 //! by `kittens_codegen::cuda::lower` compiles with NVRTC for sm_90a without spills, and the generated
 //! code holds the Hopper machinery the schedule implies.
 
-use kittens_codegen::cuda::gemm_bf16_from_tile_program;
+use kittens_codegen::cuda::gemm_bf16_sm90;
 use kittens_runtime::cuda::{compile, nvrtc};
 
 fn nvrtc_or_install() {
@@ -20,19 +20,22 @@ fn nvrtc_or_install() {
 #[test]
 fn lowered_gemm_compiles_for_sm_90a() {
     nvrtc_or_install();
-    let l = gemm_bf16_from_tile_program().unwrap_or_else(|e| panic!("{e}"));
+    let l = gemm_bf16_sm90().unwrap_or_else(|e| panic!("{e}"));
     if let Ok(dir) = std::env::var("KITTENS_DUMP") {
         std::fs::write(format!("{dir}/{}.cu", l.name), &l.source).expect("dump");
     }
-    // One TMA map per loaded tensor (A and B); one thread per lane of every wave of the schedule.
-    assert_eq!(l.tma_maps.len(), 2, "{:?}", l.tma_maps);
+    // One TMA map per loaded tensor (A and B) and one for the TMA-store epilogue (C); one thread per
+    // lane of every wave of the schedule.
+    assert_eq!(l.tma_maps.len(), 3, "{:?}", l.tma_maps);
     assert_eq!(l.threads, 32 * l.ir.waves);
     for needle in [
         "setmaxnreg_dec<",
         "setmaxnreg_inc<",
         "kt::tma_load_2d(",
         "kt::wgmma_m64n",
-        "kt_q.wait_outstanding(",
+        "kt::tma_store_2d(",
+        "kt::wgmma_wait<1>()",
+        "kt::mbarrier_wait(KT_EMPTY(slot)",
     ] {
         assert!(l.source.contains(needle), "generated source lacks {needle}");
     }

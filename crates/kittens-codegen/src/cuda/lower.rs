@@ -1,32 +1,38 @@
 //! Lowering a tile-IR kernel with the producer/consumer schedule to CUDA C++ for sm_90a.
 //!
-//! The IR's execution model (kittens-ir `ir.rs`): every wave (here: warp) runs the body; register tiles
-//! are per wave; an async load names the shared ring slot it writes, and a wave's `wait_async(n)` waits
-//! until at most `n` of its loads are outstanding. The lowering keeps the structure (loops stay loops,
-//! the role split stays one if/else on the warpgroup) and maps each op to prelude wrappers:
+//! The IR's execution model (docs/ir.md): every wave (here: warp) runs the body; register tiles are per
+//! wave; an async load names the shared ring slot it writes; a `barrier` orders everything before it in
+//! every wave against everything after it. The tile program says *what* flows (K step `t` in slot
+//! `t % S`, handed over at a barrier); this lowering decides *how*, with the Hopper machinery of seed 000
+//! §3.3.1 and the structure of the hand-written kernel (`gemm_sm90.cu`):
 //!
 //! | IR | CUDA |
 //! |---|---|
-//! | `load_async` (global → shared) | one TMA 2-D box per op, issued by the first thread of the op's scope, completing on an mbarrier per (ring, slot); every thread of the scope logs it in its `kt::AsyncQueue` |
-//! | `wait_async(n)` | `AsyncQueue::wait_outstanding(n)`: waits on the oldest logged mbarrier phases |
-//! | `barrier` (block / warpgroup / wave) | `__syncthreads` / named barrier / `__syncwarp` |
+//! | the role split `if wave/4 < producers { setmaxnreg; P } else { setmaxnreg; C }` | the same branch; each role then runs a **persistent** loop over the grid's tiles (`blockIdx.x`, step `gridDim.x`; launch [`LoweredCuda::grid`]) so that the next tile's loads overlap this tile's epilogue |
+//! | producer `load_async` into ring slot `s` | one elected thread waits on `empty[s]`, arms `full[s]` with the byte count and issues one TMA 2-D box |
+//! | producer `wait_async`, producer `barrier` | nothing: the consumers wait on `full[s]` themselves (docs/ir.md "Hopper notes") |
+//! | consumer `barrier` | the end of a hand-off epoch: every slot read since the previous barrier becomes releasable |
+//! | consumer `mma_abt`, operands in shared | wait on the operands' `full` barriers, then the warpgroup's `wgmma m64nNk16` chain (four waves' 16-row A slices are one 64-row operand); commit; `wait_group 1`, which retires the previous chain, whose releasable slots then go back (`empty`, one arrival per warp) |
+//! | `fill` / `store` of the accumulator | `wait_group 0` first; `store` of a warpgroup's 64×N accumulator goes through a 128-byte-swizzled shared slab and TMA stores (clipped by TMA at C's edges) |
 //! | `set_max_regs` | `setmaxnreg.dec` / `.inc` against the launch cap of `__launch_bounds__(threads, 1)` |
-//! | `mma_abt` with both operands in shared memory | the warpgroup's `wgmma m64nNk16` chain: the four waves' 16-row A slices are one 64-row operand; fence, commit, wait 0 |
-//! | `fill` / `store` of an fp32 accumulator | on the wgmma D fragment (rows 16w + l/4 and + 8, columns 8i + 2(l % 4) and + 1); stores predicated on the tensor's edges |
 //!
-//! Anything else is refused with [`CudaLowerError::Unsupported`] — this is the subset the Hopper GEMM
-//! tile program (`kittens_kernels::gemm_bf16_ws`) uses, not a general CUDA backend yet.
+//! Replacing the barriers by per-slot full/empty mbarriers is sound for programs of the shape checked in
+//! [`check_roles`]: one producer role that only loads, a consumer role that reads shared memory only as
+//! `mma` operands and only after a barrier in the same loop iteration, every fill of a slot read before
+//! the slot's next fill (the race-freedom the schedule analysis checks). Anything else is refused with
+//! [`CudaLowerError::Unsupported`] — this is the subset the Hopper GEMM tile program
+//! (`kittens_kernels::gemm_bf16_ws`) uses, not a general CUDA backend.
 //!
 //! Kernel arguments: one `CUtensorMap` per entry of [`LoweredCuda::tma_maps`], then the global tensors
-//! in declaration order (pointers), then the integer parameters. Launch: a 1-d grid of `∏ grid.extents`
-//! blocks of [`LoweredCuda::threads`] threads with [`LoweredCuda::dynamic_shared_bytes`].
+//! in declaration order (pointers), then the integer parameters. Launch: [`LoweredCuda::grid`] blocks of
+//! [`LoweredCuda::threads`] threads with [`LoweredCuda::dynamic_shared_bytes`].
 
 use std::collections::BTreeSet;
 
 use kittens_hw::dtype::DType;
 use kittens_ir::{
     BinOp, Cond, Env, Expr, GlobalView, GridRemap, Kernel, MmaForm, MmaOperand, Op, RegId,
-    Rounding, Schedule, Scope, SharedView, Stmt, WaitCount, WaitQueue,
+    Schedule, Scope, SharedView, Stmt, WaitQueue,
 };
 use kittens_tile::Swizzle;
 
@@ -38,7 +44,7 @@ pub enum CudaLowerError {
     Unsupported(String),
 }
 
-fn unsupported<T>(what: impl Into<String>) -> Result<T, CudaLowerError> {
+pub(super) fn unsupported<T>(what: impl Into<String>) -> Result<T, CudaLowerError> {
     Err(CudaLowerError::Unsupported(what.into()))
 }
 
@@ -59,14 +65,16 @@ pub struct LoweredCuda {
     pub source: String,
     pub threads: u32,
     pub dynamic_shared_bytes: u32,
+    /// In argument order: the loads' maps first, then (when the accumulator store goes through TMA) the
+    /// stored tensor's map.
     pub tma_maps: Vec<TmaMap>,
     /// The tile program it came from (for the launch geometry).
     pub ir: Kernel,
 }
 
 impl LoweredCuda {
-    /// Blocks of a launch (`∏ grid.extents`) for parameter values given by name; `None` when one is
-    /// missing or an extent cannot be evaluated.
+    /// Tiles of the tile program's grid (`∏ grid.extents`) for parameter values given by name; `None`
+    /// when one is missing or an extent cannot be evaluated.
     pub fn blocks(&self, params: &[(&str, i64)]) -> Option<u64> {
         let values: Option<Vec<i64>> = self
             .ir
@@ -76,25 +84,47 @@ impl LoweredCuda {
             .collect();
         self.ir.blocks(&values?)
     }
+
+    /// Blocks to launch: the grid is persistent (each block loops over tiles `blockIdx.x`,
+    /// `+ gridDim.x`, …), so at most `resident` blocks (one per SM: the kernel takes most of an SM's
+    /// shared memory) and never more than there are tiles.
+    pub fn grid(&self, params: &[(&str, i64)], resident: u32) -> Option<u32> {
+        let tiles = self.blocks(params)?;
+        Some(tiles.min(u64::from(resident.max(1))).max(1) as u32)
+    }
 }
 
 /// Hopper's registers per SM (CUDA Programming Guide, compute capability 9.0).
 const REGISTERS_PER_SM: u32 = 65_536;
-/// Depth of each thread's async-load log (`kt::AsyncQueue`).
-const QUEUE: u32 = 16;
 
 /// Lowers `k` (producer/consumer schedule) to CUDA for sm_90a.
 pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
-    if !matches!(k.schedule, Schedule::ProducerConsumer { .. }) {
+    let Schedule::ProducerConsumer { producers, .. } = k.schedule else {
         return unsupported(format!(
             "the {} schedule (only producer/consumer targets Hopper)",
             k.schedule.name()
         ));
-    }
+    };
+    let roles = check_roles(k)?;
     let threads = 32 * k.waves;
     // `__launch_bounds__(threads, 1)` caps registers at this many per thread (multiple of 8).
     let cap = (REGISTERS_PER_SM / threads) / 8 * 8;
-    let (offsets, shared_total) = k.shared_offsets(1024);
+    let (offsets, ring_bytes) = k.shared_offsets(1024);
+    let mut bar_first = Vec::new();
+    let mut nbars = 0u32;
+    for s in &k.shared {
+        bar_first.push(nbars);
+        nbars += s.count;
+    }
+    if nbars > 32 {
+        return unsupported(format!(
+            "{nbars} ring slots (the lowering tracks phases in a 32-bit mask)"
+        ));
+    }
+    let consumer_wgs = k.waves / 4 - producers;
+    let slab = super::lower_epilogue::slab_bytes(k)?;
+    let slabs_at = ring_bytes;
+    let bars_at = slabs_at + consumer_wgs * slab;
     let mut e = Emit {
         k,
         out: String::new(),
@@ -103,17 +133,21 @@ pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
         wgmma_n: BTreeSet::new(),
         cap,
         offsets,
+        bars: bar_first,
+        nbars,
+        role: Role::None,
+        loops: 0,
+        producers,
+        slab,
+        store_map: None,
+        elected: "threadIdx.x % 128 == 0",
     };
-    let mut bar_first = Vec::new();
-    let mut nbars = 0u32;
-    for s in &k.shared {
-        bar_first.push(nbars);
-        nbars += s.count;
-    }
     e.declare_accumulators()?;
-    e.grid()?;
-    e.stmts(&k.body, &bar_first)?;
+    e.roles(&roles)?;
     let body = std::mem::take(&mut e.out);
+    if let Some(m) = e.store_map {
+        e.maps.push(m);
+    }
 
     let name = format!("{}_sm90_lowered", ident(&k.name));
     let mut args: Vec<String> = (0..e.maps.len())
@@ -130,30 +164,41 @@ pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
     let mut src = prelude_with(&shapes);
     src.push_str(&format!(
         "\n// Lowered from the tile program `{}` by kittens-codegen::cuda::lower.\n\
+         // Slot i of the rings has mbarriers full[i] (TMA landed) and empty[i] (every consumer warp done).\n\
+         #define KT_FULL(i) (kt_bars + 8u * (u32)(i))\n\
+         #define KT_EMPTY(i) (kt_bars + 8u * ({nbars}u + (u32)(i)))\n\
+         // Lane 0 of each consumer warp hands back the slots in `mask` (its warp's wgmmas on them are done).\n\
+         __device__ __forceinline__ void kt_release(u32 kt_bars, u32 mask) {{\n\
+         \x20   if ((threadIdx.x & 31u) != 0u) return;\n\
+         #pragma unroll\n\
+         \x20   for (u32 i = 0; i < {nbars}u; ++i)\n\
+         \x20       if ((mask >> i) & 1u) kt::mbarrier_arrive(KT_EMPTY(i));\n\
+         }}\n\
          extern \"C\" __global__ void __launch_bounds__({threads}, 1)\n{name}({}) {{\n\
          \x20   extern __shared__ __align__(1024) unsigned char kt_smem_raw[];\n\
          \x20   const u32 kt_smem = (kt::smem_u32(kt_smem_raw) + 1023u) & ~1023u;\n\
-         \x20   const u32 kt_bars = kt_smem + {shared_total}u; // one mbarrier per shared ring slot\n\
+         \x20   const u32 kt_slabs = kt_smem + {slabs_at}u; // C staging, {slab} bytes per consumer warpgroup\n\
+         \x20   const u32 kt_bars = kt_smem + {bars_at}u;\n\
          \x20   const int wave = threadIdx.x / 32, kt_lane = threadIdx.x % 32;\n\
          \x20   const int kt_wave0 = (threadIdx.x / 128) * 4; // first wave of this warpgroup\n\
-         \x20   u32 kt_uses[{nb}] = {{}}; // phases armed so far, per mbarrier\n\
-         \x20   kt::AsyncQueue<{QUEUE}> kt_q;\n\
          \x20   if (threadIdx.x == 0) {{\n\
-         \x20       for (u32 i = 0; i < {nbars}u; ++i) kt::mbarrier_init(kt_bars + 8u * i, 1);\n\
+         \x20       for (u32 i = 0; i < {nbars}u; ++i) {{\n\
+         \x20           kt::mbarrier_init(KT_FULL(i), 1);\n\
+         \x20           kt::mbarrier_init(KT_EMPTY(i), {empty});\n\
+         \x20       }}\n\
          \x20       kt::fence_mbarrier_init();\n\
          \x20       kt::fence_proxy_async();\n\
          \x20   }}\n\
-         \x20   __syncthreads();\n{body}\
-         \x20   kt_q.wait_outstanding(0); // no TMA may still write into a finished block's shared memory\n}}\n",
+         \x20   __syncthreads();\n{body}}}\n",
         k.name,
         args.join(", "),
-        nb = nbars.max(1),
+        empty = 4 * consumer_wgs,
     ));
     Ok(LoweredCuda {
         name,
         source: src,
         threads,
-        dynamic_shared_bytes: shared_total + 8 * nbars + 1024,
+        dynamic_shared_bytes: bars_at + 16 * nbars + 1024,
         tma_maps: e.maps,
         ir: k.clone(),
     })
@@ -171,18 +216,138 @@ fn ident(name: &str) -> String {
     s
 }
 
-struct Emit<'k> {
-    k: &'k Kernel,
-    out: String,
-    depth: usize,
-    maps: Vec<TmaMap>,
-    wgmma_n: BTreeSet<u32>,
-    cap: u32,
-    offsets: Vec<u32>,
+/// Which role's code is being emitted.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Role {
+    None,
+    Producer,
+    Consumer,
+}
+
+/// The two role bodies of the expanded `Roles` split (each without its leading `set_max_regs`).
+struct Roles<'k> {
+    cond: &'k Cond,
+    producer: (&'k Op, &'k [Stmt]),
+    consumer: (&'k Op, &'k [Stmt]),
+}
+
+/// The shape the barrier → mbarrier hand-off needs (module docs): the body is the role split alone;
+/// the producer only loads, waits and hands over; the consumer loads nothing asynchronously and reads
+/// shared memory only as `mma` operands inside a loop whose iteration starts with a block barrier.
+fn check_roles(k: &Kernel) -> Result<Roles<'_>, CudaLowerError> {
+    let [Stmt::If { cond, then, els }] = k.body.as_slice() else {
+        return unsupported("a body other than the producer/consumer role split");
+    };
+    let (Some(producer), Some(consumer)) = (split_role(then), split_role(els)) else {
+        return unsupported("roles that do not start with set_max_regs");
+    };
+    walk(producer.1, false, &mut |op, _| match op {
+        Op::LoadAsync { .. }
+        | Op::Wait {
+            queue: WaitQueue::Async,
+            ..
+        }
+        | Op::Hint(_) => Ok(()),
+        Op::Barrier {
+            scope: Scope::Block,
+        } => Ok(()),
+        o => unsupported(format!(
+            "`{}` in the producer role (it only loads and hands over)",
+            o.name()
+        )),
+    })?;
+    walk(consumer.1, false, &mut |op, guarded| match op {
+        Op::LoadAsync { .. } | Op::LoadShared { .. } | Op::StoreShared { .. } => {
+            unsupported(format!("`{}` in the consumer role", op.name()))
+        }
+        Op::Mma { a, b, .. }
+            if !guarded && [a, b].iter().any(|o| matches!(o, MmaOperand::Shared(_))) =>
+        {
+            unsupported("a shared mma operand read outside a loop that starts with a barrier")
+        }
+        Op::Barrier { scope } if *scope != Scope::Block => {
+            unsupported("a wave or warpgroup barrier in the consumer role")
+        }
+        _ => Ok(()),
+    })?;
+    Ok(Roles {
+        cond,
+        producer,
+        consumer,
+    })
+}
+
+/// A role body split into its leading `set_max_regs` and the rest.
+fn split_role(b: &[Stmt]) -> Option<(&Op, &[Stmt])> {
+    match b.split_first() {
+        Some((
+            Stmt::Op {
+                op: op @ Op::SetMaxRegs { .. },
+                ..
+            },
+            rest,
+        )) => Some((op, rest)),
+        _ => None,
+    }
+}
+
+/// Visits every op with whether it sits in a loop whose body starts with a block barrier.
+fn walk(
+    body: &[Stmt],
+    guarded: bool,
+    f: &mut dyn FnMut(&Op, bool) -> Result<(), CudaLowerError>,
+) -> Result<(), CudaLowerError> {
+    for s in body {
+        match s {
+            Stmt::Op { op, .. } => f(op, guarded)?,
+            Stmt::For { body, .. } => {
+                let starts = matches!(
+                    body.first(),
+                    Some(Stmt::Op {
+                        op: Op::Barrier {
+                            scope: Scope::Block
+                        },
+                        ..
+                    })
+                );
+                walk(body, guarded || starts, f)?
+            }
+            Stmt::If { then, els, .. } => {
+                walk(then, guarded, f)?;
+                walk(els, guarded, f)?
+            }
+            Stmt::Cluster { body, .. } | Stmt::Staggered { body } => walk(body, guarded, f)?,
+            Stmt::Roles { .. } => return unsupported("unexpanded roles"),
+        }
+    }
+    Ok(())
+}
+
+pub(super) struct Emit<'k> {
+    pub(super) k: &'k Kernel,
+    pub(super) out: String,
+    pub(super) depth: usize,
+    pub(super) maps: Vec<TmaMap>,
+    pub(super) wgmma_n: BTreeSet<u32>,
+    pub(super) cap: u32,
+    pub(super) offsets: Vec<u32>,
+    /// First mbarrier (= first bit of the phase masks) of each shared ring.
+    pub(super) bars: Vec<u32>,
+    pub(super) nbars: u32,
+    pub(super) role: Role,
+    /// For loops open inside the current role.
+    pub(super) loops: u32,
+    pub(super) producers: u32,
+    /// Bytes of one consumer warpgroup's C staging slab.
+    pub(super) slab: u32,
+    /// The tensor map of the TMA-store epilogue, once a store asked for it.
+    pub(super) store_map: Option<TmaMap>,
+    /// The producer thread that issues the TMA loads.
+    pub(super) elected: &'static str,
 }
 
 impl Emit<'_> {
-    fn line(&mut self, s: impl AsRef<str>) {
+    pub(super) fn line(&mut self, s: impl AsRef<str>) {
         for _ in 0..self.depth {
             self.out.push_str("    ");
         }
@@ -191,7 +356,7 @@ impl Emit<'_> {
     }
 
     /// `e` as a C `int` expression; `wave` names the wave index to use.
-    fn ex_with(&self, e: &Expr, wave: &str) -> String {
+    pub(super) fn ex_with(&self, e: &Expr, wave: &str) -> String {
         match e {
             Expr::Const(v) => v.to_string(),
             Expr::Param(p) => self
@@ -263,16 +428,13 @@ impl Emit<'_> {
     }
 
     /// This block's tile coordinates `blk0, blk1, …` from `blockIdx.x` and the grid remap.
+
+    /// This tile's coordinates `blk0, blk1, …` from the tile index `kt_tile` and the grid remap.
     fn grid(&mut self) -> Result<(), CudaLowerError> {
         let ext: Vec<String> = self.k.grid.extents.iter().map(|x| self.ex(x)).collect();
         let n = ext.len();
-        self.line(format!(
-            "int {};",
-            (0..n)
-                .map(|i| format!("blk{i}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        let names: Vec<String> = (0..n).map(|i| format!("blk{i}")).collect();
+        self.line(format!("int {};", names.join(", ")));
         let window = match self.k.grid.remap {
             GridRemap::RowMajor => None,
             // On a monolithic Hopper die only the group-M window of the chiplet remap matters (the XCD
@@ -284,7 +446,7 @@ impl Emit<'_> {
         };
         match window {
             None => {
-                self.line("{ u32 id = blockIdx.x;");
+                self.line("{ u32 id = kt_tile;");
                 for i in (0..n).rev() {
                     self.line(format!(
                         "  blk{i} = (int)(id % (u32)({0})); id /= (u32)({0});",
@@ -296,7 +458,7 @@ impl Emit<'_> {
             Some(w) => {
                 // Groups of `w` tile-rows, column by column inside a group.
                 self.line(format!(
-                    "{{ const u32 id = blockIdx.x, e0 = (u32)({}), e1 = (u32)({}), per = {w}u * e1;",
+                    "{{ const u32 id = kt_tile, e0 = (u32)({}), e1 = (u32)({}), per = {w}u * e1;",
                     ext[0], ext[1]
                 ));
                 self.line(format!("  const u32 first = id / per * {w}u, rows = min({w}u, e0 - first), r = id % per;"));
@@ -306,10 +468,60 @@ impl Emit<'_> {
         Ok(())
     }
 
-    fn stmts(&mut self, body: &[Stmt], bars: &[u32]) -> Result<(), CudaLowerError> {
+    /// The role split, each role's body in a persistent loop over the grid's tiles.
+    fn roles(&mut self, r: &Roles) -> Result<(), CudaLowerError> {
+        let tiles: Vec<String> = self
+            .k
+            .grid
+            .extents
+            .iter()
+            .map(|x| format!("(u32)({})", self.ex(x)))
+            .collect();
+        self.line(format!("const u32 kt_tiles = {};", tiles.join(" * ")));
+        self.line(format!("if {} {{ // producer", self.cond(r.cond)));
+        self.depth += 1;
+        self.op(r.producer.0)?;
+        self.line("u32 kt_ppar = 0, kt_filled = 0; // per slot: parity of the next fill; filled at least once");
+        self.role = Role::Producer;
+        self.tile_loop(r.producer.1)?;
+        // Only the issuing thread waits: the others would poll for the whole kernel beside the consumers.
+        self.line(
+            "// Every fill has landed before the block may exit (each one is also consumed).",
+        );
+        self.line(format!("if ({}) {{", self.elected));
+        self.line(format!("    for (u32 i = 0; i < {}u; ++i)", self.nbars));
+        self.line("        if ((kt_filled >> i) & 1u) kt::mbarrier_wait(KT_FULL(i), ((kt_ppar >> i) & 1u) ^ 1u);");
+        self.line("}");
+        self.depth -= 1;
+        self.line("} else { // consumers");
+        self.depth += 1;
+        self.op(r.consumer.0)?;
+        self.line("// Per slot: parity of the fill to read next; read since the last barrier; releasable.");
+        self.line("u32 kt_cpar = 0, kt_held = 0, kt_rel = 0;");
+        self.role = Role::Consumer;
+        self.tile_loop(r.consumer.1)?;
+        self.line("kt::wgmma_wait<0>();");
+        self.line("if (threadIdx.x % 128 == 0) kt::tma_store_wait_all();");
+        self.role = Role::None;
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    fn tile_loop(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
+        self.line("for (u32 kt_tile = blockIdx.x; kt_tile < kt_tiles; kt_tile += gridDim.x) {");
+        self.depth += 1;
+        self.grid()?;
+        self.stmts(body)?;
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    fn stmts(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
         for s in body {
             match s {
-                Stmt::Op { op, .. } => self.op(op, bars)?,
+                Stmt::Op { op, .. } => self.op(op)?,
                 Stmt::For {
                     var,
                     start,
@@ -322,23 +534,25 @@ impl Emit<'_> {
                         self.ex(start),
                         self.ex(end)
                     ));
-                    self.nested(body, bars)?;
+                    self.loops += 1;
+                    self.nested(body)?;
+                    self.loops -= 1;
                     self.line("}");
                 }
                 Stmt::If { cond, then, els } => {
                     self.line(format!("if {} {{", self.cond(cond)));
-                    self.nested(then, bars)?;
+                    self.nested(then)?;
                     if !els.is_empty() {
                         self.line("} else {");
-                        self.nested(els, bars)?;
+                        self.nested(els)?;
                     }
                     self.line("}");
                 }
                 Stmt::Cluster { label, body, .. } => {
                     self.line(format!("// cluster: {label}"));
-                    self.stmts(body, bars)?;
+                    self.stmts(body)?;
                 }
-                Stmt::Staggered { body } => self.stmts(body, bars)?,
+                Stmt::Staggered { body } => self.stmts(body)?,
                 Stmt::Roles { .. } => {
                     return unsupported("unexpanded roles (build the kernel with KernelBuilder)")
                 }
@@ -347,43 +561,60 @@ impl Emit<'_> {
         Ok(())
     }
 
-    fn nested(&mut self, body: &[Stmt], bars: &[u32]) -> Result<(), CudaLowerError> {
+    fn nested(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
         self.depth += 1;
-        let r = self.stmts(body, bars);
+        let r = self.stmts(body);
         self.depth -= 1;
         r
     }
 
-    fn op(&mut self, op: &Op, bars: &[u32]) -> Result<(), CudaLowerError> {
-        match op {
-            Op::LoadAsync { dst, src, scope } => self.load_async(dst, src, *scope, bars),
-            Op::Wait {
-                queue: WaitQueue::Async,
-                count,
-            } => {
-                let n = match count {
-                    WaitCount::Outstanding(n) => *n,
-                    WaitCount::Auto => 0,
-                };
-                self.line(format!("kt_q.wait_outstanding({n}u);"));
+    fn op(&mut self, op: &Op) -> Result<(), CudaLowerError> {
+        match (op, self.role) {
+            (Op::LoadAsync { dst, src, scope }, Role::Producer) => {
+                self.load_async(dst, src, *scope)
+            }
+            (
+                Op::Wait {
+                    queue: WaitQueue::Async,
+                    ..
+                },
+                Role::Producer,
+            ) => {
+                self.line(
+                    "// wait_async: the consumers wait on the slots' full barriers themselves",
+                );
+                Ok(())
+            }
+            (
+                Op::Barrier {
+                    scope: Scope::Block,
+                },
+                Role::Producer,
+            ) => {
+                self.line("// barrier: hand-off through full[] (and empty[] before the next fill)");
+                Ok(())
+            }
+            (
+                Op::Barrier {
+                    scope: Scope::Block,
+                },
+                Role::Consumer,
+            ) => {
+                self.line("// barrier: the slots read so far go back once their wgmmas retire");
+                self.line("kt_rel |= kt_held; kt_cpar ^= kt_held; kt_held = 0;");
                 Ok(())
             }
             // ld.shared completes in order for the issuing thread: nothing to wait for.
-            Op::Wait {
-                queue: WaitQueue::Shared,
-                ..
-            }
-            | Op::Priority(_)
-            | Op::Hint(_) => Ok(()),
-            Op::Barrier { scope } => {
-                self.line(match scope {
-                    Scope::Block => "__syncthreads();",
-                    Scope::WarpGroup => "kt::named_barrier(1 + threadIdx.x / 128, 128);",
-                    Scope::Wave => "__syncwarp();",
-                });
-                Ok(())
-            }
-            Op::SetMaxRegs { regs } => {
+            (
+                Op::Wait {
+                    queue: WaitQueue::Shared,
+                    ..
+                }
+                | Op::Priority(_)
+                | Op::Hint(_),
+                _,
+            ) => Ok(()),
+            (Op::SetMaxRegs { regs }, _) => {
                 if *regs < self.cap {
                     self.line(format!("kt::setmaxnreg_dec<{regs}>();"));
                 } else if *regs > self.cap {
@@ -391,7 +622,8 @@ impl Emit<'_> {
                 }
                 Ok(())
             }
-            Op::Fill { dst, value } => {
+            (Op::Fill { dst, value }, Role::Consumer) => {
+                self.retire_all();
                 let (name, n) = self.acc(*dst);
                 self.line("#pragma unroll");
                 self.line(format!(
@@ -399,14 +631,28 @@ impl Emit<'_> {
                 ));
                 Ok(())
             }
-            Op::Mma { form, d, a, b, c } => self.mma(*form, *d, a, b, c.as_ref()),
-            Op::StoreGlobal { dst, src, rounding } => self.store(dst, *src, *rounding),
-            other => unsupported(format!("op `{}`", other.name())),
+            (Op::Mma { form, d, a, b, c }, Role::Consumer) => self.mma(*form, *d, a, b, c.as_ref()),
+            (Op::StoreGlobal { dst, src, rounding }, Role::Consumer) => {
+                self.retire_all();
+                self.store(dst, *src, *rounding)
+            }
+            (other, role) => unsupported(format!("op `{}` in role {role:?}", other.name())),
         }
     }
 
+    /// Before the accumulator is touched by anything but wgmma: every chain retires and its slots go
+    /// back. Outside the loops, no slot is read before the next barrier (checked by `check_roles`), so
+    /// the slots of this epoch go back too — the producer refills them during the epilogue.
+    fn retire_all(&mut self) {
+        self.line("kt::wgmma_wait<0>();");
+        if self.loops == 0 {
+            self.line("kt_rel |= kt_held; kt_cpar ^= kt_held; kt_held = 0;");
+        }
+        self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
+    }
+
     /// Name and float count of an accumulator register.
-    fn acc(&self, r: RegId) -> (String, u32) {
+    pub(super) fn acc(&self, r: RegId) -> (String, u32) {
         let d = self.k.reg(r);
         (format!("r_{}", ident(&d.name)), d.shape().1 / 2)
     }
@@ -425,13 +671,11 @@ impl Emit<'_> {
             s.tile.dtype.bytes()
         )
     }
-
     fn load_async(
         &mut self,
         dst: &SharedView,
         src: &GlobalView,
         scope: Scope,
-        bars: &[u32],
     ) -> Result<(), CudaLowerError> {
         let s = self.k.shared_decl(dst.buf);
         let g = self.k.global(src.tensor);
@@ -440,9 +684,11 @@ impl Emit<'_> {
         }
         if (dst.rows, dst.cols) != (s.tile.rows, s.tile.cols)
             || (src.rows, src.cols) != (dst.rows, dst.cols)
+            || src.rows > 256
+            || src.cols > 256
         {
             return unsupported(format!(
-                "load into part of `{}` (TMA fills whole ring slots)",
+                "load into part of `{}` (one TMA box of at most 256 x 256 fills a whole ring slot)",
                 s.name
             ));
         }
@@ -461,34 +707,33 @@ impl Emit<'_> {
             }
         };
         let elected = match scope {
-            Scope::Block => "threadIdx.x == 0",
-            Scope::WarpGroup => "threadIdx.x % 128 == 0",
-            Scope::Wave => "kt_lane == 0",
+            Scope::Block | Scope::WarpGroup => "threadIdx.x % 128 == 0",
+            Scope::Wave => {
+                return unsupported("wave-scoped loads (one producer thread issues every TMA)")
+            }
         };
-        let slot = format!(
-            "({}u + (u32)({}))",
-            bars[dst.buf.0 as usize],
-            self.ex(&dst.index)
-        );
+        self.elected = elected;
         self.line(format!("{{ // load_async {} -> {}", g.name, s.name));
         self.depth += 1;
         self.line(format!(
-            "const u32 slot = {slot}, bar = kt_bars + 8u * slot;"
+            "const u32 slot = {}u + (u32)({});",
+            self.bars[dst.buf.0 as usize],
+            self.ex(&dst.index)
         ));
         self.line(format!("if ({elected}) {{"));
+        self.line("    kt::mbarrier_wait(KT_EMPTY(slot), ((kt_ppar >> slot) & 1u) ^ 1u); // the previous fill was read");
         self.line(format!(
-            "    kt::mbarrier_arrive_expect_tx(bar, {}u);",
+            "    kt::mbarrier_arrive_expect_tx(KT_FULL(slot), {}u);",
             s.tile.bytes()
         ));
         self.line(format!(
-            "    kt::tma_load_2d({}, &tma{mi}, bar, (int)({}), (int)({}));",
+            "    kt::tma_load_2d({}, &tma{mi}, KT_FULL(slot), (int)({}), (int)({}));",
             self.smem_addr(dst, "wave"),
             self.ex(&src.origin[1]),
             self.ex(&src.origin[0])
         ));
         self.line("}");
-        self.line("kt_q.push(bar, kt_uses[slot] & 1u);");
-        self.line("kt_uses[slot] += 1;");
+        self.line("kt_ppar ^= 1u << slot; kt_filled |= 1u << slot;");
         self.depth -= 1;
         self.line("}");
         Ok(())
@@ -540,10 +785,20 @@ impl Emit<'_> {
         self.line(format!("{{ // {} on the warpgroup's 64 rows", form.name()));
         self.depth += 1;
         self.line(format!(
+            "const u32 sa = {}u + (u32)({}), sb = {}u + (u32)({});",
+            self.bars[av.buf.0 as usize],
+            self.ex_with(&av.index, "kt_wave0"),
+            self.bars[bv.buf.0 as usize],
+            self.ex_with(&bv.index, "kt_wave0")
+        ));
+        self.line(format!(
             "const u32 a0 = {}, b0 = {};",
             self.smem_addr(av, "kt_wave0"),
             self.smem_addr(bv, "kt_wave0")
         ));
+        self.line("kt::mbarrier_wait(KT_FULL(sa), (kt_cpar >> sa) & 1u);");
+        self.line("kt::mbarrier_wait(KT_FULL(sb), (kt_cpar >> sb) & 1u);");
+        self.line("kt_held |= (1u << sa) | (1u << sb);");
         self.line("kt::wgmma_fence();");
         for s in 0..kk / 16 {
             let flag = if accumulate || s > 0 { "1u" } else { "0u" };
@@ -553,7 +808,8 @@ impl Emit<'_> {
             ));
         }
         self.line("kt::wgmma_commit();");
-        self.line("kt::wgmma_wait<0>();");
+        self.line("kt::wgmma_wait<1>(); // the previous chain has retired: its slots can go back");
+        self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
         self.depth -= 1;
         self.line("}");
         Ok(())
@@ -591,70 +847,6 @@ impl Emit<'_> {
                 }
             }
         }
-        Ok(())
-    }
-
-    /// Stores a wave's 16×N accumulator slice to a bf16 tensor, dropping elements outside it.
-    fn store(
-        &mut self,
-        dst: &GlobalView,
-        src: RegId,
-        rounding: Rounding,
-    ) -> Result<(), CudaLowerError> {
-        let g = self.k.global(dst.tensor);
-        let (acc, _) = self.acc(src);
-        let n = self.k.reg(src).shape().1;
-        if rounding != Rounding::Rtne || (dst.rows, dst.cols) != (16, n) {
-            return unsupported(format!(
-                "store of {}x{} with {rounding:?}",
-                dst.rows, dst.cols
-            ));
-        }
-        let (rd, cd) = (dst.row_dim as usize, dst.col_dim as usize);
-        let base: Vec<String> = dst
-            .origin
-            .iter()
-            .zip(&g.strides)
-            .map(|(o, s)| format!("(long long)({}) * ({})", self.ex(o), self.ex(s)))
-            .collect();
-        let gname = format!("g_{}", ident(&g.name));
-        self.line(format!(
-            "{{ // store {} -> {}",
-            self.k.reg(src).name,
-            g.name
-        ));
-        self.depth += 1;
-        self.line(format!(
-            "bf16_t* const p0 = {gname} + {};",
-            base.join(" + ")
-        ));
-        self.line(format!(
-            "const int r0 = {}, c0 = {};",
-            self.ex(&dst.origin[rd]),
-            self.ex(&dst.origin[cd])
-        ));
-        self.line(format!(
-            "const int rows = {}, cols = {}, sr = {}, sc = {};",
-            self.ex(&g.dims[rd]),
-            self.ex(&g.dims[cd]),
-            self.ex(&g.strides[rd]),
-            self.ex(&g.strides[cd])
-        ));
-        self.line("#pragma unroll");
-        self.line(format!("for (int i = 0; i < {}; ++i) {{", n / 8));
-        self.line("#pragma unroll");
-        self.line("    for (int h = 0; h < 2; ++h) {");
-        self.line("        const int rr = kt_lane / 4 + 8 * h, cc = 8 * i + 2 * (kt_lane % 4);");
-        self.line(format!("        const u32 v = kt::pack_bf16x2({acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]);"));
-        self.line("        bf16_t* p = p0 + (long long)rr * sr + (long long)cc * sc;");
-        self.line("        if (r0 + rr >= rows) continue;");
-        self.line("        if (c0 + cc + 1 < cols && sc == 1 && ((u64)p & 3u) == 0) { kt::st_global_b32(p, v); continue; }");
-        self.line("        if (c0 + cc < cols) kt::st_global_b16(p, v & 0xffffu);");
-        self.line("        if (c0 + cc + 1 < cols) kt::st_global_b16(p + sc, v >> 16);");
-        self.line("    }");
-        self.line("}");
-        self.depth -= 1;
-        self.line("}");
         Ok(())
     }
 }

@@ -1,11 +1,11 @@
 //! The GEMM kernels the benchmark runs, behind one launch interface: the hand-scheduled Hopper kernel
 //! (`kittens_codegen::cuda::HopperGemm`, persistent grid) or `gemm_bf16` lowered from its tile program
-//! (`kittens_codegen::cuda::gemm_bf16_from_tile_program`, one block per tile).
+//! (`kittens_codegen::cuda::gemm_bf16_sm90`, persistent grid too).
 
 use std::ffi::c_void;
 use std::rc::Rc;
 
-use kittens_codegen::cuda::{gemm_bf16_from_tile_program, HopperGemm, LoweredCuda};
+use kittens_codegen::cuda::{gemm_bf16_sm90, HopperGemm, LoweredCuda, TmaMap};
 
 use super::driver::{Device, DeviceBuffer, Function, Stream, TensorMap};
 use super::{compile, CudaCompileReport, CudaError};
@@ -20,7 +20,7 @@ pub enum GemmSource {
 
 enum Kind {
     Hand { config: HopperGemm, slots: u32 },
-    Lowered(Box<LoweredCuda>),
+    Lowered { l: Box<LoweredCuda>, slots: u32 },
 }
 
 /// A compiled, loaded GEMM kernel.
@@ -30,8 +30,7 @@ pub struct GemmKernel {
     pub name: String,
     pub config: String,
     pub compile: CudaCompileReport,
-    /// Blocks (clusters for a cluster kernel) of the persistent grid resident at once; 0 when the grid
-    /// is one block per tile.
+    /// Blocks (clusters for a cluster kernel) of the persistent grid resident at once.
     pub resident: u32,
     /// TMA boxes (rows, cols) of A and B.
     pub a_box: (u32, u32),
@@ -73,23 +72,24 @@ impl GemmKernel {
                 })
             }
             GemmSource::TileProgram => {
-                let l = gemm_bf16_from_tile_program().map_err(invalid)?;
+                let l = gemm_bf16_sm90().map_err(invalid)?;
                 let image = compile(&l.source, &l.name, "sm_90a", l.dynamic_shared_bytes)?;
                 let module = dev.load_module(&image.cubin)?;
                 let function = module.function(&l.name, l.dynamic_shared_bytes)?;
-                let boxes: Vec<(u32, u32)> = l
-                    .tma_maps
-                    .iter()
-                    .map(|m| (m.box_rows, m.box_cols))
-                    .collect();
-                let (a_box, b_box) = match (l.tma_maps.as_slice(), boxes.as_slice()) {
-                    ([ma, mb], [a, b])
+                // The harness builds A's and B's maps from these boxes (128-byte swizzle) and C's
+                // with 64 × 64 boxes; anything else is a lowering this launcher does not know.
+                let sw = |m: &TmaMap| m.swizzle_bytes == 128;
+                let (a_box, b_box) = match l.tma_maps.as_slice() {
+                    [ma, mb, mc]
                         if ma.global == 0
                             && mb.global == 1
-                            && ma.swizzle_bytes == 128
-                            && mb.swizzle_bytes == 128 =>
+                            && mc.global == 2
+                            && sw(ma)
+                            && sw(mb)
+                            && sw(mc)
+                            && (mc.box_rows, mc.box_cols) == (64, 64) =>
                     {
-                        (*a, *b)
+                        ((ma.box_rows, ma.box_cols), (mb.box_rows, mb.box_cols))
                     }
                     _ => {
                         return Err(invalid(format!(
@@ -104,10 +104,13 @@ impl GemmKernel {
                     config: "gemm_bf16 tile program (kittens-kernels, producer/consumer), lowered"
                         .into(),
                     compile: image.report,
-                    resident: 0,
+                    resident: dev.multiprocessors,
                     a_box,
                     b_box,
-                    kind: Kind::Lowered(Box::new(l)),
+                    kind: Kind::Lowered {
+                        l: Box::new(l),
+                        slots: dev.multiprocessors,
+                    },
                 })
             }
         }
@@ -117,10 +120,14 @@ impl GemmKernel {
     pub fn check_shape(&self, m: usize, n: usize, k: usize) -> Result<(), CudaError> {
         match &self.kind {
             Kind::Hand { config, .. } => config.check_shape(m, n, k).map_err(invalid),
-            // The lowering stores any shape; TMA needs 16-byte row pitches.
-            Kind::Lowered(_) if k.is_multiple_of(8) && m > 0 && n > 0 => Ok(()),
-            Kind::Lowered(_) => Err(invalid(format!(
-                "{m}x{n}x{k}: K must be a positive multiple of 8"
+            // TMA loads A, B and stores C: 16-byte row pitches.
+            Kind::Lowered { .. }
+                if k.is_multiple_of(8) && n.is_multiple_of(8) && m > 0 && n > 0 && k > 0 =>
+            {
+                Ok(())
+            }
+            Kind::Lowered { .. } => Err(invalid(format!(
+                "{m}x{n}x{k}: N and K must be positive multiples of 8 (TMA row pitch)"
             ))),
         }
     }
@@ -168,8 +175,8 @@ impl GemmKernel {
                     )
                 }
             }
-            Kind::Lowered(l) => {
-                // `lower`'s ABI: the tensor maps (A, B), then globals a, b, c, then params m, n, k.
+            Kind::Lowered { l, slots } => {
+                // `lower`'s ABI: the tensor maps (A, B, C), then globals a, b, c, then params m, n, k.
                 let names: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
                 let params_ir: Vec<&str> = l.ir.params.iter().map(|p| p.name.as_str()).collect();
                 if names != ["a", "b", "c"] || params_ir != ["m", "n", "k"] {
@@ -180,6 +187,7 @@ impl GemmKernel {
                 let mut params = [
                     map(&mut ta),
                     map(&mut tb),
+                    map(&mut tc),
                     ptr(&mut pa),
                     ptr(&mut pb),
                     ptr(&mut pc),
@@ -187,10 +195,9 @@ impl GemmKernel {
                     int(&mut nn),
                     int(&mut kk),
                 ];
-                let blocks = l
-                    .blocks(&[("m", m as i64), ("n", n as i64), ("k", k as i64)])
+                let grid = l
+                    .grid(&[("m", m as i64), ("n", n as i64), ("k", k as i64)], *slots)
                     .ok_or_else(|| invalid("grid extents of the lowered kernel"))?;
-                let grid = u32::try_from(blocks).map_err(invalid)?;
                 // SAFETY: the parameter list matches `lower`'s documented ABI, checked by name above.
                 unsafe {
                     self.function
