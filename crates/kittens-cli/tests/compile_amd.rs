@@ -1,0 +1,117 @@
+//! Issue 5 "Done when", as commands: `kittens compile gemm_bf16 --target gfx950 --json` and
+//! `--target gfx942 --json` report zero spills, LDS within the target's budget and a non-zero count of
+//! the target's bf16 MFMA in the hot loop; the `--emit hip` source for gfx942 builds with Debian's
+//! clang-19 (required when `CI=true`, skipped with a note elsewhere).
+
+use kittens_hw::Arch;
+use kittens_runtime::amd::{analyze, cache_dir, find_clang, install_ziglang, ToolchainSearch};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Command;
+
+fn kittens(args: &[&str]) -> String {
+    // The command finds its compiler itself; install PyPI ziglang's clang first where none is found
+    // (what scripts/install-amdgpu-clang.sh does in CI).
+    if find_clang(Arch::Cdna4).is_err() {
+        install_ziglang(&cache_dir()).expect("installing PyPI ziglang into the project cache");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_kittens"))
+        .args(args)
+        .output()
+        .expect("kittens runs");
+    assert!(
+        out.status.success(),
+        "kittens {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("UTF-8 output")
+}
+
+fn check_report(target: &str, arch: Arch) {
+    let doc: Value = serde_json::from_str(&kittens(&[
+        "compile",
+        "gemm_bf16",
+        "--target",
+        target,
+        "--json",
+    ]))
+    .expect("one JSON document");
+    let n = |v: &Value| {
+        v.as_u64()
+            .unwrap_or_else(|| panic!("{target}: not a number: {v}"))
+    };
+    for key in ["vgpr_spill", "sgpr_spill", "scratch_bytes"] {
+        assert_eq!(n(&doc[key]), 0, "{target}: {key}");
+    }
+    let (lds, budget) = (n(&doc["lds_bytes"]), n(&doc["lds_budget_bytes"]));
+    let gpu_lds = kittens_hw::gpu::ALL
+        .iter()
+        .filter(|g| g.arch == arch)
+        .map(|g| g.shared_bytes_per_block as u64)
+        .min()
+        .unwrap();
+    assert!(
+        lds > 0 && lds <= budget && lds <= gpu_lds,
+        "{target}: LDS {lds} of {budget}"
+    );
+    let mfma = kittens_codegen::hip::bf16_mfma_opcode(arch).unwrap();
+    assert_eq!(doc["bf16_mfma"], mfma, "{target}");
+    let in_loop = &doc["hot_loop"]["mix"]["opcodes"][mfma];
+    assert!(n(in_loop) > 0, "{target}: no {mfma} in the hot loop");
+    eprintln!(
+        "{target}: LDS {lds} of {budget}, {} {mfma} in the hot loop",
+        n(in_loop)
+    );
+}
+
+#[test]
+fn gemm_bf16_compiles_for_gfx950() {
+    check_report("gfx950", Arch::Cdna4);
+}
+
+#[test]
+fn gemm_bf16_compiles_for_gfx942() {
+    check_report("gfx942", Arch::Cdna3);
+}
+
+#[test]
+fn gemm_bf16_gfx942_source_builds_with_clang19() {
+    let only_clang19 = ToolchainSearch {
+        env_override: None,
+        rocm_clang: PathBuf::from("/nonexistent/clang"),
+        cache_dir: PathBuf::from("/nonexistent"),
+        debian_clang: PathBuf::from("clang-19"),
+    };
+    let clang = match only_clang19.find(Arch::Cdna3) {
+        Ok(c) => c,
+        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true but Debian's clang-19 is not usable: {e}")
+        }
+        Err(e) => {
+            eprintln!("clang-19 not found ({e}): skipped outside CI");
+            return;
+        }
+    };
+    let src = kittens(&[
+        "compile",
+        "gemm_bf16",
+        "--target",
+        "gfx942",
+        "--emit",
+        "hip",
+    ]);
+    let out = clang
+        .compile(&src, Arch::Cdna3)
+        .expect("clang-19 compiles the emitted gfx942 source");
+    let r = analyze(&out.asm, Arch::Cdna3, Some("gemm_bf16")).unwrap();
+    assert!(r.within_budget(), "{r:?}");
+    let hot = r.hot_loop.expect("a hot loop");
+    assert!(
+        hot.mix
+            .opcodes
+            .get("v_mfma_f32_16x16x16_bf16")
+            .copied()
+            .unwrap_or(0)
+            > 0
+    );
+}
