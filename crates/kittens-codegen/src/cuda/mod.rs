@@ -7,6 +7,7 @@
 pub mod gemm;
 pub mod lower;
 mod lower_epilogue;
+mod lower_roles;
 
 pub use gemm::{Epilogue, HopperGemm, HopperGemmError};
 pub use lower::{lower, CudaLowerError, LoweredCuda, TmaMap};

@@ -169,7 +169,7 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
     }
     let kernel = GemmKernel::prepare(&dev, &opts.kernel)?;
     eprintln!(
-        "  {}: {} resident blocks or clusters (0: one block per tile)",
+        "  {}: persistent grid of at most {} blocks or clusters",
         kernel.name, kernel.resident
     );
     let stream = Stream::new()?;
