@@ -21,7 +21,7 @@ fi
 run() { # tag, args...
   local tag=$1; shift
   echo "== $tag: $*"
-  timeout 200 $K bench gemm --sizes "$SIZES" --timing blocked "$@" --json "$OUT/gemm_$tag.json" \
+  timeout 150 $K bench gemm --sizes "$SIZES" --timing blocked "$@" --json "$OUT/gemm_$tag.json" \
     && python3 bench/plot_gemm.py "$OUT/gemm_$tag.json" "$OUT/gemm_$tag.png"
 }
 [ -z "${SKIP_IR:-}" ] && run ir --kernel ir --checks "$CHECKS"
