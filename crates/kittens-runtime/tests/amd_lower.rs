@@ -135,11 +135,14 @@ fn gemm_lowers_and_compiles_for_gfx942() {
         "one buffer of A and B halves: all of the 64 KiB"
     );
     let hot = r.hot_loop.unwrap();
+    // gfx942 has no 16-byte buffer load into LDS, so a `buffer_load_dwordx4` here loads registers.
     assert!(
         hot.mix
             .opcodes
-            .keys()
-            .any(|o| o.starts_with("global_load_dwordx4")),
+            .get("buffer_load_dwordx4")
+            .copied()
+            .unwrap_or(0)
+            > 0,
         "next tile staged in registers"
     );
     assert!(hot.mix.opcodes.get("ds_write_b128").copied().unwrap_or(0) > 0);

@@ -241,11 +241,23 @@ impl<'k> Emitter<'k> {
                 .map(|(d, s)| format!("((u64)({}) - 1) * (u64)({})", self.ex(d), self.ex(s)))
                 .collect();
             let n = ident(&g.name);
-            self.line(format!(
-                "const i32x4 rsrc_{n} = make_buffer_rsrc(g_{n}, (u32)((1 + {}) * {} < 0xffffffffull ? (1 + {0}) * {1} : 0xffffffffull));",
+            let bytes = format!(
+                "(u32)((1 + {}) * {} < 0xffffffffull ? (1 + {0}) * {1} : 0xffffffffull)",
                 span.join(" + "),
                 g.dtype.bytes()
+            );
+            self.line(format!(
+                "const i32x4 rsrc_{n} = make_buffer_rsrc(g_{n}, {bytes});"
             ));
+            // Global→register loads go through the builtin's resource type (see the prelude).
+            let loaded_to_regs = k.ops().iter().any(|r| {
+                matches!(r.op, Op::LoadGlobal { src, .. } if k.global(src.tensor).name == g.name)
+            });
+            if loaded_to_regs {
+                self.line(format!(
+                    "const buffer_rsrc_t vrsrc_{n} = make_buffer_rsrc_t(g_{n}, {bytes});"
+                ));
+            }
         }
         for (i, r) in k.regs.iter().enumerate() {
             if let (RegKind::Tile(t), Some(m)) = (&r.kind, self.maps.get(&(i as u32))) {

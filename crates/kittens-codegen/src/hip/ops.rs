@@ -5,6 +5,8 @@
 //!   fetches the logical element that belongs at its physical LDS byte (seed 000 §3.2.2, "swizzling on
 //!   the HBM addresses"). The swizzles here are involutions, so the inverse is the swizzle itself
 //!   (checked). 16-byte loads into LDS exist on gfx950 only.
+//! - `LoadGlobal` → `buffer_load_dword[x2|x4]` to registers through the LLVM builtins (the compiler
+//!   tracks the wait), out-of-range chunks reading zero past the resource's bound.
 //! - `LoadShared` / `StoreShared` → `ds_read_b64/b128`, `ds_write_b64/b128` per base tile: a row-layout
 //!   lane holds consecutive elements of one row (seed 000 D.1).
 //! - `Mma` (`mma_abt`) → the target's MFMA per (row, col, k) base-tile triple with tied accumulators;
@@ -137,8 +139,10 @@ impl Emitter<'_> {
             };
             terms.push(format!("(u64){coord} * (u64)({})", self.ex(s)));
         }
+        // `&`, not `&&`: no short-circuit, so the compiler evaluates both bounds without an exec-masked
+        // region.
         let inb = format!(
-            "({} + {row} < {} && {} + {col} + {col_extent} <= {})",
+            "(({} + {row} < {}) & ({} + {col} + {col_extent} <= {}))",
             self.ex(&v.origin[rd]),
             self.ex(&g.dims[rd]),
             self.ex(&v.origin[cd]),
@@ -370,8 +374,24 @@ impl Emitter<'_> {
             tile.base.cols, col.base, col.per_idx, col.per_group
         );
         let (addr, inb) = self.global_addr(src, &rexpr, &cexpr, epl);
-        let gname = format!("g_{}", ident(&self.k.global(src.tensor).name));
+        let gname = ident(&self.k.global(src.tensor).name);
         let e = tile.dtype.bytes();
+        // Whole 4/8/16-byte chunks per lane: a buffer load (HipKittens' `buffer_load_dwordx4`, seed 000
+        // E.1) whose out-of-range chunks read 0 from the resource's bound, with no branch. Otherwise a
+        // plain load from a 32-bit byte offset (SGPR-base addressing), masked to zero out of range.
+        let bits = epl * e * 8;
+        let load = if matches!(bits, 32 | 64 | 128) {
+            format!(
+                "const u32 voff = inb ? (u32)(({addr}) * {e}) : 0x80000000u;\n\
+                 {name}[bi][bj] = __builtin_bit_cast({ty}, buffer_load_b{bits}(vrsrc_{gname}, voff));"
+            )
+        } else {
+            format!(
+                "const u32 off = inb ? (u32)(({addr}) * {e}) : 0u;\n\
+                 const {ty} v = *(const {ty}*)((const unsigned char*)g_{gname} + off);\n\
+                 {name}[bi][bj] = inb ? v : ({ty}){{}};"
+            )
+        };
         self.line("#pragma unroll");
         self.block(
             format!("for (int bi = 0; bi < {}; ++bi)", tile.base_grid().0),
@@ -380,14 +400,8 @@ impl Emitter<'_> {
                 em.block(
                     format!("for (int bj = 0; bj < {}; ++bj)", tile.base_grid().1),
                     |em| {
-                        // A 32-bit byte offset from the uniform base selects the SGPR-base addressing form;
-                        // out-of-range chunks read offset 0 and are replaced by zero, without a branch.
                         em.line(format!("const bool inb = {inb};"));
-                        em.line(format!("const u32 off = inb ? (u32)(({addr}) * {e}) : 0u;"));
-                        em.line(format!(
-                            "const {ty} v = *(const {ty}*)((const unsigned char*){gname} + off);"
-                        ));
-                        em.line(format!("{name}[bi][bj] = inb ? v : ({ty}){{}};"));
+                        load.lines().for_each(|l| em.line(l));
                         Ok(())
                     },
                 )

@@ -177,6 +177,23 @@ template <int OFF = 0> KITTENS_DEV u32x4 buffer_load_dwordx4(i32x4 rsrc, u32 vof
                : "=v"(r) : "v"(voffset), "s"(rsrc), "s"(soffset), "n"(OFF) : "memory");
   return r;
 }
+// To registers through the LLVM builtins instead of inline asm: the compiler then knows the load is in
+// flight and puts the `s_waitcnt vmcnt` before the data's first use, which it cannot do for an asm
+// statement. Same resource words as make_buffer_rsrc; an offset past `num_bytes` reads 0, so a ragged
+// tile's out-of-range chunks need no branch (the lowering points them at 0x80000000).
+typedef __amdgpu_buffer_rsrc_t buffer_rsrc_t;
+KITTENS_DEV buffer_rsrc_t make_buffer_rsrc_t(const void* base, u32 num_bytes) {
+  return __builtin_amdgcn_make_buffer_rsrc((void*)base, (short)0, (int)num_bytes, 0x00020000);
+}
+KITTENS_DEV u32x4 buffer_load_b128(buffer_rsrc_t r, u32 voffset) {
+  return __builtin_amdgcn_raw_buffer_load_b128(r, voffset, 0, 0);
+}
+KITTENS_DEV u32x2 buffer_load_b64(buffer_rsrc_t r, u32 voffset) {
+  return __builtin_amdgcn_raw_buffer_load_b64(r, voffset, 0, 0);
+}
+KITTENS_DEV u32 buffer_load_b32(buffer_rsrc_t r, u32 voffset) {
+  return __builtin_amdgcn_raw_buffer_load_b32(r, voffset, 0, 0);
+}
 template <int OFF = 0> KITTENS_DEV void buffer_store_dword(i32x4 rsrc, u32 voffset, u32 soffset, u32 v) {
   asm volatile("buffer_store_dword %0, %1, %2, %3 offen offset:%4"
                : : "v"(v), "v"(voffset), "s"(rsrc), "s"(soffset), "n"(OFF) : "memory");

@@ -80,6 +80,11 @@ inline void buffer_read(i32x4 rsrc, u32 off, void* dst, u32 width) {
   if ((u64)off + width > (u32)rsrc.z) memset(dst, 0, width);
   else memcpy(dst, base + off, width);
 }
+typedef i32x4 buffer_rsrc_t;
+inline buffer_rsrc_t make_buffer_rsrc_t(const void* base, u32 bytes) { return make_buffer_rsrc(base, bytes); }
+inline u32x4 buffer_load_b128(buffer_rsrc_t r, u32 off) { u32x4 v; buffer_read(r, off, &v, 16); return v; }
+inline u32x2 buffer_load_b64(buffer_rsrc_t r, u32 off) { u32x2 v; buffer_read(r, off, &v, 8); return v; }
+inline u32 buffer_load_b32(buffer_rsrc_t r, u32 off) { u32 v; buffer_read(r, off, &v, 4); return v; }
 template <int OFF = 0> inline void buffer_load_dword_lds(i32x4 r, u32 voff, u32 soff, u32 lds) {
   buffer_read(r, voff + soff + OFF, lds_ptr(lds + lane_id() * 4), 4);
 }
