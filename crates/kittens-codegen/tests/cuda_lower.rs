@@ -46,15 +46,25 @@ fn gemm_tile_program_lowers_with_tma_boxes_from_its_loads() {
     assert_eq!(l.grid(&p, 132), Some(tiles.min(132) as u32));
     assert_eq!(l.grid(&p, 3), Some(3));
     assert_eq!(l.blocks(&[("m", 1000)]), None, "missing parameters");
-    // The rings; a 64 × block bf16 C slab per consumer warpgroup; full and empty mbarriers per ring
-    // slot; 1 KiB of alignment slack.
-    let slots: u32 = ir.shared.iter().map(|s| s.count).sum();
+    // The rings; a 64 × block bf16 C slab per consumer warpgroup; one full and one empty mbarrier per
+    // stage (A and B are always filled together, so they share them); 1 KiB of alignment slack.
+    let stages = ir.shared[0].count;
+    assert!(ir.shared.iter().all(|s| s.count == stages));
     assert_eq!(
         l.dynamic_shared_bytes,
-        ir.shared_offsets(1024).1 + 2 * 64 * cfg.block * 2 + 16 * slots + 1024
+        ir.shared_offsets(1024).1 + 2 * 64 * cfg.block * 2 + 16 * stages + 1024
     );
-    // Empty barriers count one arrival per consumer warp (8).
-    assert!(l.source.contains("kt::mbarrier_init(KT_EMPTY(i), 8);"));
+    // One fill per stage: `full` armed once with A's and B's bytes together; `empty` counts every
+    // consumer thread (2 warpgroups).
+    let stage_bytes = (128 + cfg.block) * ks * 2;
+    assert!(l.source.contains(&format!(
+        "kt::mbarrier_arrive_expect_tx(KT_FULL(slot), {stage_bytes}u);"
+    )));
+    assert_eq!(
+        l.source.matches("kt::mbarrier_arrive_expect_tx(").count(),
+        1
+    );
+    assert!(l.source.contains("kt::mbarrier_init(KT_EMPTY(i), 256);"));
     // Each K step is one chain of k16 wgmmas on the whole block-wide accumulator.
     let chain = format!("wgmma_m64n{}k16_bf16_ss(r_acc", cfg.block);
     assert_eq!(l.source.matches(&chain).count() as u32, ks / 16);

@@ -9,10 +9,10 @@
 //! | IR | CUDA |
 //! |---|---|
 //! | the role split `if wave/4 < producers { setmaxnreg; P } else { setmaxnreg; C }` | the same branch; each role then runs a **persistent** loop over the grid's tiles (`blockIdx.x`, step `gridDim.x`; launch [`LoweredCuda::grid`]) so that the next tile's loads overlap this tile's epilogue |
-//! | producer `load_async` into ring slot `s` | one elected thread waits on `empty[s]`, arms `full[s]` with the byte count and issues one TMA 2-D box |
+//! | producer `load_async`s into ring slot `s` | one thread (the others leave) waits on `empty[s]`, arms `full[s]` with the bytes and issues one TMA 2-D box per load; consecutive loads into rings always filled together (A and B) share one full/empty pair per slot |
 //! | producer `wait_async`, producer `barrier` | nothing: the consumers wait on `full[s]` themselves (docs/ir.md "Hopper notes") |
 //! | consumer `barrier` | the end of a hand-off epoch: every slot read since the previous barrier becomes releasable |
-//! | consumer `mma_abt`, operands in shared | wait on the operands' `full` barriers, then the warpgroup's `wgmma m64nNk16` chain (four waves' 16-row A slices are one 64-row operand); commit; `wait_group 1`, which retires the previous chain, whose releasable slots then go back (`empty`, one arrival per warp) |
+//! | consumer `mma_abt`, operands in shared | wait on the operands' `full` barriers, then the warpgroup's `wgmma m64nNk16` chain (four waves' 16-row A slices are one 64-row operand); commit; `wait_group 1`, which retires the previous chain, whose releasable slots then go back (`empty`, one arrival per consumer thread) |
 //! | `fill` / `store` of the accumulator | `wait_group 0` first; `store` of a warpgroup's 64×N accumulator goes through a 128-byte-swizzled shared slab and TMA stores (clipped by TMA at C's edges) |
 //! | `set_max_regs` | `setmaxnreg.dec` / `.inc` against the launch cap of `__launch_bounds__(threads, 1)` |
 //!
@@ -36,7 +36,7 @@ use kittens_ir::{
 };
 use kittens_tile::Swizzle;
 
-use super::lower_roles::{check_roles, Roles};
+use super::lower_roles::{check_roles, fill_chunks, ring_barriers, Roles};
 use super::{prelude_with, WgmmaInput};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -111,12 +111,7 @@ pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
     // `__launch_bounds__(threads, 1)` caps registers at this many per thread (multiple of 8).
     let cap = (REGISTERS_PER_SM / threads) / 8 * 8;
     let (offsets, ring_bytes) = k.shared_offsets(1024);
-    let mut bar_first = Vec::new();
-    let mut nbars = 0u32;
-    for s in &k.shared {
-        bar_first.push(nbars);
-        nbars += s.count;
-    }
+    let (bar_first, nbars) = ring_barriers(k, roles.producer.1);
     if nbars > 32 {
         return unsupported(format!(
             "{nbars} ring slots (the lowering tracks phases in a 32-bit mask)"
@@ -141,7 +136,6 @@ pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
         producers,
         slab,
         store_map: None,
-        elected: "threadIdx.x % 128 == 0",
     };
     e.declare_accumulators()?;
     e.roles(&roles)?;
@@ -168,9 +162,8 @@ pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
          // Slot i of the rings has mbarriers full[i] (TMA landed) and empty[i] (every consumer warp done).\n\
          #define KT_FULL(i) (kt_bars + 8u * (u32)(i))\n\
          #define KT_EMPTY(i) (kt_bars + 8u * ({nbars}u + (u32)(i)))\n\
-         // Lane 0 of each consumer warp hands back the slots in `mask` (its warp's wgmmas on them are done).\n\
+         // Every consumer thread hands back the slots in `mask` (its warpgroup's wgmmas on them are done).\n\
          __device__ __forceinline__ void kt_release(u32 kt_bars, u32 mask) {{\n\
-         \x20   if ((threadIdx.x & 31u) != 0u) return;\n\
          #pragma unroll\n\
          \x20   for (u32 i = 0; i < {nbars}u; ++i)\n\
          \x20       if ((mask >> i) & 1u) kt::mbarrier_arrive(KT_EMPTY(i));\n\
@@ -193,7 +186,7 @@ pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
          \x20   __syncthreads();\n{body}}}\n",
         k.name,
         args.join(", "),
-        empty = 4 * consumer_wgs,
+        empty = 128 * consumer_wgs,
     ));
     Ok(LoweredCuda {
         name,
@@ -244,8 +237,6 @@ pub(super) struct Emit<'k> {
     pub(super) slab: u32,
     /// The tensor map of the TMA-store epilogue, once a store asked for it.
     pub(super) store_map: Option<TmaMap>,
-    /// The producer thread that issues the TMA loads.
-    pub(super) elected: &'static str,
 }
 
 impl Emit<'_> {
@@ -383,16 +374,19 @@ impl Emit<'_> {
         self.line(format!("if {} {{ // producer", self.cond(r.cond)));
         self.depth += 1;
         self.op(r.producer.0)?;
+        // The producer role only loads (`check_roles`), and one thread issues every TMA: the others
+        // leave at once instead of spinning beside the consumers.
+        self.line("if (threadIdx.x % 128 == 0) { // the thread that issues the TMA loads");
+        self.depth += 1;
         self.line("u32 kt_ppar = 0, kt_filled = 0; // per slot: parity of the next fill; filled at least once");
         self.role = Role::Producer;
         self.tile_loop(r.producer.1)?;
-        // Only the issuing thread waits: the others would poll for the whole kernel beside the consumers.
         self.line(
             "// Every fill has landed before the block may exit (each one is also consumed).",
         );
-        self.line(format!("if ({}) {{", self.elected));
-        self.line(format!("    for (u32 i = 0; i < {}u; ++i)", self.nbars));
-        self.line("        if ((kt_filled >> i) & 1u) kt::mbarrier_wait(KT_FULL(i), ((kt_ppar >> i) & 1u) ^ 1u);");
+        self.line(format!("for (u32 i = 0; i < {}u; ++i)", self.nbars));
+        self.line("    if ((kt_filled >> i) & 1u) kt::mbarrier_wait(KT_FULL(i), ((kt_ppar >> i) & 1u) ^ 1u);");
+        self.depth -= 1;
         self.line("}");
         self.depth -= 1;
         self.line("} else { // consumers");
@@ -421,7 +415,28 @@ impl Emit<'_> {
     }
 
     fn stmts(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
-        for s in body {
+        let mut run: Vec<&Op> = Vec::new();
+        for (i, s) in body.iter().enumerate() {
+            // A run of consecutive loads (the producer's only loads, `check_roles`) becomes fills.
+            if let Stmt::Op {
+                op: op @ Op::LoadAsync { .. },
+                ..
+            } = s
+            {
+                run.push(op);
+                if !matches!(
+                    body.get(i + 1),
+                    Some(Stmt::Op {
+                        op: Op::LoadAsync { .. },
+                        ..
+                    })
+                ) {
+                    for chunk in fill_chunks(self.k, &std::mem::take(&mut run)) {
+                        self.fills(&chunk)?;
+                    }
+                }
+                continue;
+            }
             match s {
                 Stmt::Op { op, .. } => self.op(op)?,
                 Stmt::For {
@@ -472,9 +487,6 @@ impl Emit<'_> {
 
     fn op(&mut self, op: &Op) -> Result<(), CudaLowerError> {
         match (op, self.role) {
-            (Op::LoadAsync { dst, src, scope }, Role::Producer) => {
-                self.load_async(dst, src, *scope)
-            }
             (
                 Op::Wait {
                     queue: WaitQueue::Async,
@@ -573,12 +585,73 @@ impl Emit<'_> {
             s.tile.dtype.bytes()
         )
     }
-    fn load_async(
+    /// Loads with one ring-slot index: those whose rings share barriers are one fill (one `empty`
+    /// wait, `full` armed once with their summed bytes, one TMA each); the others one fill each.
+    fn fills(&mut self, loads: &[&Op]) -> Result<(), CudaLowerError> {
+        let mut done = vec![false; loads.len()];
+        for i in 0..loads.len() {
+            if done[i] {
+                continue;
+            }
+            let base = |op: &Op| match op {
+                Op::LoadAsync { dst, .. } => self.bars[dst.buf.0 as usize],
+                _ => u32::MAX,
+            };
+            let mut group = Vec::new();
+            for j in i..loads.len() {
+                if !done[j] && base(loads[j]) == base(loads[i]) {
+                    done[j] = true;
+                    group.push(loads[j]);
+                }
+            }
+            self.fill(&group)?;
+        }
+        Ok(())
+    }
+
+    fn fill(&mut self, loads: &[&Op]) -> Result<(), CudaLowerError> {
+        let mut tmas = Vec::new();
+        let (mut bytes, mut slot, mut names) = (0u32, String::new(), Vec::new());
+        for op in loads {
+            let Op::LoadAsync { dst, src, scope } = op else {
+                return unsupported("a fill of something other than load_async");
+            };
+            if *scope == Scope::Wave {
+                return unsupported("wave-scoped loads (one producer thread issues every TMA)");
+            }
+            let (t, b) = self.tma_load(dst, src)?;
+            tmas.push(t);
+            bytes += b;
+            slot = format!(
+                "{}u + (u32)({})",
+                self.bars[dst.buf.0 as usize],
+                self.ex(&dst.index)
+            );
+            let (g, sh) = (self.k.global(src.tensor), self.k.shared_decl(dst.buf));
+            names.push(format!("{} -> {}", g.name, sh.name));
+        }
+        self.line(format!("{{ // load_async {}", names.join(", ")));
+        self.depth += 1;
+        self.line(format!("const u32 slot = {slot};"));
+        self.line("kt::mbarrier_wait(KT_EMPTY(slot), ((kt_ppar >> slot) & 1u) ^ 1u); // the previous fill was read");
+        self.line(format!(
+            "kt::mbarrier_arrive_expect_tx(KT_FULL(slot), {bytes}u);"
+        ));
+        for t in tmas {
+            self.line(t);
+        }
+        self.line("kt_ppar ^= 1u << slot; kt_filled |= 1u << slot;");
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// One TMA box for a load filling a whole ring slot, and its bytes.
+    fn tma_load(
         &mut self,
         dst: &SharedView,
         src: &GlobalView,
-        scope: Scope,
-    ) -> Result<(), CudaLowerError> {
+    ) -> Result<(String, u32), CudaLowerError> {
         let s = self.k.shared_decl(dst.buf);
         let g = self.k.global(src.tensor);
         if g.dims.len() != 2 || src.row_dim != 0 || src.col_dim != 1 || g.strides[1] != Expr::c(1) {
@@ -608,37 +681,13 @@ impl Emit<'_> {
                 self.maps.len() - 1
             }
         };
-        let elected = match scope {
-            Scope::Block | Scope::WarpGroup => "threadIdx.x % 128 == 0",
-            Scope::Wave => {
-                return unsupported("wave-scoped loads (one producer thread issues every TMA)")
-            }
-        };
-        self.elected = elected;
-        self.line(format!("{{ // load_async {} -> {}", g.name, s.name));
-        self.depth += 1;
-        self.line(format!(
-            "const u32 slot = {}u + (u32)({});",
-            self.bars[dst.buf.0 as usize],
-            self.ex(&dst.index)
-        ));
-        self.line(format!("if ({elected}) {{"));
-        self.line("    kt::mbarrier_wait(KT_EMPTY(slot), ((kt_ppar >> slot) & 1u) ^ 1u); // the previous fill was read");
-        self.line(format!(
-            "    kt::mbarrier_arrive_expect_tx(KT_FULL(slot), {}u);",
-            s.tile.bytes()
-        ));
-        self.line(format!(
-            "    kt::tma_load_2d({}, &tma{mi}, KT_FULL(slot), (int)({}), (int)({}));",
+        let line = format!(
+            "kt::tma_load_2d({}, &tma{mi}, KT_FULL(slot), (int)({}), (int)({}));",
             self.smem_addr(dst, "wave"),
             self.ex(&src.origin[1]),
             self.ex(&src.origin[0])
-        ));
-        self.line("}");
-        self.line("kt_ppar ^= 1u << slot; kt_filled |= 1u << slot;");
-        self.depth -= 1;
-        self.line("}");
-        Ok(())
+        );
+        Ok((line, s.tile.bytes()))
     }
 
     /// `d (+)= a·bᵀ` for one warpgroup from shared memory: each wave's 16-row slice of A must be the
@@ -699,7 +748,10 @@ impl Emit<'_> {
             self.smem_addr(bv, "kt_wave0")
         ));
         self.line("kt::mbarrier_wait(KT_FULL(sa), (kt_cpar >> sa) & 1u);");
-        self.line("kt::mbarrier_wait(KT_FULL(sb), (kt_cpar >> sb) & 1u);");
+        // A and B filled together share the slot's barrier: one wait.
+        if self.bars[av.buf.0 as usize] != self.bars[bv.buf.0 as usize] || av.index != bv.index {
+            self.line("kt::mbarrier_wait(KT_FULL(sb), (kt_cpar >> sb) & 1u);");
+        }
         self.line("kt_held |= (1u << sa) | (1u << sb);");
         self.line("kt::wgmma_fence();");
         for s in 0..kk / 16 {

@@ -103,3 +103,107 @@ fn walk(
     }
     Ok(())
 }
+
+/// A chunk of a run of consecutive `load_async` ops: loads with the same ring-slot index into rings of
+/// the same depth. One chunk becomes one fill: one `empty` wait, one `full` barrier armed with the sum
+/// of the bytes, one TMA per load — the hand-written kernel's one barrier pair per stage for A and B.
+pub(super) fn fill_chunks<'k>(k: &Kernel, run: &[&'k Op]) -> Vec<Vec<&'k Op>> {
+    let key = |op: &Op| match op {
+        Op::LoadAsync { dst, .. } => Some((dst.index.clone(), k.shared_decl(dst.buf).count)),
+        _ => None,
+    };
+    let mut chunks: Vec<Vec<&Op>> = Vec::new();
+    for &op in run {
+        match chunks.last_mut() {
+            Some(c) if key(c[0]) == key(op) && key(op).is_some() => c.push(op),
+            _ => chunks.push(vec![op]),
+        }
+    }
+    chunks
+}
+
+/// Maximal runs of consecutive `load_async` statements in one statement list, recursively.
+pub(super) fn load_runs<'k>(body: &'k [Stmt], out: &mut Vec<Vec<&'k Op>>) {
+    let mut run: Vec<&Op> = Vec::new();
+    for s in body {
+        if let Stmt::Op {
+            op: op @ Op::LoadAsync { .. },
+            ..
+        } = s
+        {
+            run.push(op);
+            continue;
+        }
+        if !run.is_empty() {
+            out.push(std::mem::take(&mut run));
+        }
+        match s {
+            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
+                load_runs(body, out)
+            }
+            Stmt::If { then, els, .. } => {
+                load_runs(then, out);
+                load_runs(els, out)
+            }
+            _ => {}
+        }
+    }
+    if !run.is_empty() {
+        out.push(run);
+    }
+}
+
+/// The first mbarrier of each shared ring and the number of mbarriers (per kind, full and empty).
+/// Rings that are always filled together (every fill chunk that loads one of them loads exactly the
+/// same set) share one barrier per slot; any other ring has its own.
+pub(super) fn ring_barriers(k: &Kernel, producer: &[Stmt]) -> (Vec<u32>, u32) {
+    let mut runs = Vec::new();
+    load_runs(producer, &mut runs);
+    let ring = |op: &Op| match op {
+        Op::LoadAsync { dst, .. } => dst.buf.0 as usize,
+        _ => usize::MAX,
+    };
+    // The set of rings filled together with each ring; None = not loaded yet; a ring seen with two
+    // different sets goes alone.
+    let mut set: Vec<Option<Vec<usize>>> = vec![None; k.shared.len()];
+    let mut alone = vec![false; k.shared.len()];
+    for run in &runs {
+        for chunk in fill_chunks(k, run) {
+            let mut rings: Vec<usize> = chunk.iter().map(|o| ring(o)).collect();
+            rings.sort_unstable();
+            let dup = rings.windows(2).any(|w| w[0] == w[1]);
+            for &r in &rings {
+                match &set[r] {
+                    _ if dup => alone[r] = true,
+                    None => set[r] = Some(rings.clone()),
+                    Some(s) if *s != rings => alone[r] = true,
+                    Some(_) => {}
+                }
+            }
+        }
+    }
+    // A set is shared only if none of its members went alone.
+    for r in 0..k.shared.len() {
+        if let Some(s) = &set[r] {
+            if s.iter().any(|&o| alone[o]) {
+                alone[r] = true;
+            }
+        }
+    }
+    let mut first = vec![u32::MAX; k.shared.len()];
+    let mut n = 0u32;
+    for r in 0..k.shared.len() {
+        if first[r] != u32::MAX {
+            continue;
+        }
+        let members = match &set[r] {
+            Some(s) if !alone[r] => s.clone(),
+            _ => vec![r],
+        };
+        for &m in &members {
+            first[m] = n;
+        }
+        n += k.shared[r].count;
+    }
+    (first, n)
+}
