@@ -30,7 +30,7 @@ run handwritten --kernel handwritten --checks none
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$OUT/gpu.txt"
 # The main loops' SASS of both kernels, from the NVRTC cache, when the toolkit's disassembler is there.
 if [ -n "${SASS:-}" ] && command -v cuobjdump >/dev/null; then
-  for f in "${KITTENS_CACHE:-$HOME/.cache/kittens}"/*.cubin; do
-    echo "== $f"; cuobjdump -sass "$f" | grep -E "Function|HGMMA|SYNCS|WARPGROUP|BAR|UTMA|DEPBAR|WARPSYNC|BSYNC|BSSY|EXIT|BRA"
+  find "${KITTENS_CACHE:-$HOME/.cache/kittens}" -name '*.cubin' | while read -r f; do
+    echo "== $f"; cuobjdump -sass "$f"
   done > "$OUT/sass.txt" 2>&1
 fi
