@@ -1,5 +1,7 @@
 //! A BF16 GEMM `C = A·Bᵀ` written in the tile language with the 8-wave ping-pong schedule of seed 000
-//! E.1, for exercising the HIP lowering until `kittens-kernels` ships its own `gemm_bf16`.
+//! E.1, kept as a test program closer to Fig. 21's literal waits (`wait_shared(1)` → `lgkmcnt(8)`) than
+//! the registry's `kittens_kernels::gemm_bf16`, which is what `kittens compile` builds (both targets:
+//! tests/amd_registry.rs).
 //!
 //! 256×256 output tile per block, K step 64, 8 waves as 2×4 (warp_row = wave / 4, warp_col = wave % 4),
 //! each wave owning a 2×2 grid of 64×32 accumulators; chiplet remap (Algorithm 1, window 8, chunk 64).
