@@ -106,22 +106,17 @@ impl GemmConfig {
             };
         }
         let d = Self::default();
-        let choices = [
-            (Staging::Lds, 64),
-            (Staging::Registers, 64),
-            (Staging::Registers, 32),
-        ];
-        let (staging, k_step) = choices
+        let fits = |&(staging, k_step): &(Staging, u32)| {
+            let c = GemmConfig {
+                staging,
+                k_step,
+                ..d
+            };
+            c.shared_bytes() <= gpu.shared_bytes_per_block
+        };
+        let (staging, k_step) = [(Staging::Lds, 64), (Staging::Registers, 64)]
             .into_iter()
-            .find(|&(s, ks)| {
-                GemmConfig {
-                    staging: s,
-                    k_step: ks,
-                    ..d
-                }
-                .shared_bytes()
-                    <= gpu.shared_bytes_per_block
-            })
+            .find(fits)
             .unwrap_or((Staging::Registers, 32));
         GemmConfig {
             k_step,
