@@ -54,6 +54,12 @@ fn check_report(target: &str, arch: Arch) {
         lds > 0 && lds <= budget && lds <= gpu_lds,
         "{target}: LDS {lds} of {budget}"
     );
+    // Configured for the target's GPU with the least shared memory (MI300X for gfx942).
+    let gpu = kittens_hw::gpu(doc["configured_for"].as_str().expect("a GPU name")).unwrap();
+    assert_eq!(
+        (gpu.arch, gpu.shared_bytes_per_block as u64),
+        (arch, gpu_lds)
+    );
     let mfma = kittens_codegen::hip::bf16_mfma_opcode(arch).unwrap();
     assert_eq!(doc["bf16_mfma"], mfma, "{target}");
     let in_loop = &doc["hot_loop"]["mix"]["opcodes"][mfma];

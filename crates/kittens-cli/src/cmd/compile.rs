@@ -37,7 +37,7 @@ pub fn run(args: Args) -> Result<()> {
 
 fn run_amd(args: &Args, arch: Arch) -> Result<()> {
     let target = arch.target();
-    let source = amd_source(&args.kernel, arch)?;
+    let (source, configured_for) = amd_source(&args.kernel, arch)?;
     match args.emit {
         Some(Emit::Hip) => {
             return emit(&source);
@@ -61,8 +61,15 @@ fn run_amd(args: &Args, arch: Arch) -> Result<()> {
         doc["compiler"] = serde_json::json!({ "source": clang.source, "version": version });
         doc["code_object_bytes"] = compiled.code_object.len().into();
         doc["bf16_mfma"] = kittens_codegen::hip::bf16_mfma_opcode(arch).into();
+        doc["configured_for"] = configured_for.map(|g| g.name).into();
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
+        if let Some(g) = configured_for {
+            println!(
+                "configured for {} ({} B shared memory per block)",
+                g.name, g.shared_bytes_per_block
+            );
+        }
         print_amd(&report, &version, compiled.code_object.len());
     }
     Ok(())
@@ -79,10 +86,10 @@ fn emit(text: &str) -> Result<()> {
 
 /// HIP for a kernel: the built-in `prelude_smoke`, or a registry kernel (`kittens_kernels::by_name`)
 /// built for the target's GPU (`KernelInfo::build_for`: on gfx942 gemm_bf16 stages the next K step in
-/// registers, on gfx950 in LDS) and lowered from the tile IR.
-fn amd_source(name: &str, arch: Arch) -> Result<String> {
+/// registers, on gfx950 in LDS) and lowered from the tile IR; with the GPU it was configured for.
+fn amd_source(name: &str, arch: Arch) -> Result<(String, Option<&'static kittens_hw::Gpu>)> {
     if let Some(src) = kittens_codegen::hip::builtin_kernel_source(name, arch) {
-        return Ok(src);
+        return Ok((src, None));
     }
     let target = arch.target();
     let Some(info) = kittens_kernels::by_name(name) else {
@@ -94,8 +101,9 @@ fn amd_source(name: &str, arch: Arch) -> Result<String> {
     let gpu = gpu_for(arch)?;
     let kernel = (info.build_for)(gpu)
         .with_context(|| format!("building `{name}` for {} ({target})", gpu.name))?;
-    kittens_codegen::hip::lower(&kernel, arch)
-        .with_context(|| format!("`{name}` is not available for {target} yet"))
+    let src = kittens_codegen::hip::lower(&kernel, arch)
+        .with_context(|| format!("`{name}` is not available for {target} yet"))?;
+    Ok((src, Some(gpu)))
 }
 
 /// The GPU a target's kernels are configured for: of the catalog's GPUs with that architecture, the one
