@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# One device call: sanity pass, the benchmark, edge-shape checks, the plot, then configuration sweeps.
+# One device call: sanity pass, the benchmark, edge-shape checks, the plot, then configuration sweeps of
+# the hand-written kernel (runs 1-2). The default kernel is now the lowered one (`--kernel ir`), which
+# the sweep flags do not apply to: pass them with `--kernel handwritten` in SWEEP_LIST.
 # Run from the repository root on the GPU machine with the release binary at .carry/kittens and
 # KITTENS_COMMIT set; writes to $OUT.
 set -uo pipefail

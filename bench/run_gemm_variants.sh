@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One device call comparing kernel variants (default list: the default kernel timed interleaved and
-# blocked, and gemm_bf16 lowered from its tile program; run 3 used VARIANTS with the epilogue/cluster flags), each checked (edge shapes too) and timed at every size
+# One device call comparing kernel variants (default list: the lowered gemm_bf16 and the hand-written
+# kernel timed blocked, and the lowered one interleaved; run 3 used VARIANTS with the epilogue/cluster flags
+# and --kernel handwritten, then the default), each checked (edge shapes too) and timed at every size
 # against cuBLAS in its own run. Run from the repository root on the GPU machine with the release binary
 # at .carry/kittens and KITTENS_COMMIT set; writes $OUT/gemm_<tag>.json and .png per variant.
 set -uo pipefail
@@ -17,5 +18,5 @@ while read -r tag args; do
   fi
   timeout 180 $K bench gemm --sizes "$SIZES" $args --json "$OUT/gemm_$tag.json" \
     && python3 bench/plot_gemm.py "$OUT/gemm_$tag.json" "$OUT/gemm_$tag.png"
-done <<< "${VARIANTS:-$'default --timing interleaved\nblocked --timing blocked\nir --kernel ir'}"
+done <<< "${VARIANTS:-$'ir --kernel ir --timing blocked\nhandwritten --kernel handwritten --timing blocked\nir_interleaved --kernel ir --timing interleaved'}"
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$OUT/gpu.txt"

@@ -304,6 +304,28 @@ mod tests {
         assert!(parse_shape("10x10").is_err() && parse_shape("axbxc").is_err());
     }
 
+    /// Without a driver the bench runs the tile program on the CPU backend and records its error
+    /// against the f64 reference (computed here, not assumed).
+    #[test]
+    fn no_gpu_falls_back_to_the_cpu_backend() {
+        let path =
+            std::env::temp_dir().join(format!("kittens_bench_cpu_{}.json", std::process::id()));
+        let p = path.to_str().expect("utf-8 temp path");
+        no_gpu(&CudaError::NoDriver("test: no libcuda".into()), Some(p)).expect("fallback runs");
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("written")).expect("json");
+        let _ = std::fs::remove_file(&path);
+        assert_eq!(doc["status"], "no_gpu");
+        assert_eq!(doc["fallback"]["backend"], "cpu");
+        let err = doc["fallback"]["run"]["rel_err"].as_f64().expect("rel_err");
+        // bf16 output rounding: above 1e-4 (a real comparison happened), under 1e-2.
+        assert!(err > 1e-4 && err < 1e-2, "rel_err {err}");
+        assert_eq!(
+            doc["fallback"]["run"]["shape"]["schedule"],
+            "producer/consumer"
+        );
+    }
+
     #[test]
     fn utc_date_is_well_formed_and_recent() {
         let s = utc_now();
