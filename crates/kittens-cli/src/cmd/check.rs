@@ -33,6 +33,10 @@ pub struct Args {
     /// Exit with status 1 when the analysis finds a hazard.
     #[arg(long)]
     pub deny_hazards: bool,
+    /// Build the kernel as configured for this GPU (e.g. `mi300x` gives gemm_bf16's register-staged
+    /// gfx942 variant); default: the kernel's default configuration.
+    #[arg(long)]
+    pub gpu: Option<String>,
     /// Print one JSON document on stdout.
     #[arg(long)]
     pub json: bool,
@@ -91,7 +95,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let Some(info) = kittens_kernels::by_name(&args.kernel) else {
         bail!("unknown kernel `{}`; known: {}", args.kernel, kittens_kernels::NAMES.join(", "));
     };
-    let mut kernel = (info.build_default)().with_context(|| format!("building {}", info.name))?;
+    let mut kernel = match &args.gpu {
+        Some(name) => (info.build_for)(kittens_hw::gpu(name)?),
+        None => (info.build_default)(),
+    }
+    .with_context(|| format!("building {}", info.name))?;
     let mut drops = args.drop_ops.clone();
     drops.sort_unstable();
     drops.dedup();
