@@ -31,8 +31,8 @@ use std::collections::BTreeSet;
 
 use kittens_hw::dtype::DType;
 use kittens_ir::{
-    BinOp, Cond, Env, Expr, GlobalView, GridRemap, Kernel, MmaForm, MmaOperand, Op, RegId,
-    Schedule, Scope, SharedView, Stmt, WaitQueue,
+    BinOp, Cond, Env, Expr, GridRemap, Kernel, MmaForm, MmaOperand, Op, RegId, Schedule, Scope,
+    SharedView, Stmt, WaitQueue,
 };
 use kittens_tile::Swizzle;
 
@@ -118,7 +118,7 @@ pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
         ));
     }
     let consumer_wgs = k.waves / 4 - producers;
-    let slab = super::lower_epilogue::slab_bytes(k)?;
+    let slab = super::lower_tma::slab_bytes(k)?;
     let slabs_at = ring_bytes;
     let bars_at = slabs_at + consumer_wgs * slab;
     let mut e = Emit {
@@ -275,7 +275,7 @@ impl Emit<'_> {
             }
         }
     }
-    fn ex(&self, e: &Expr) -> String {
+    pub(super) fn ex(&self, e: &Expr) -> String {
         self.ex_with(e, "wave")
     }
     fn var(&self, v: u32) -> String {
@@ -319,8 +319,6 @@ impl Emit<'_> {
         }
         Ok(())
     }
-
-    /// This block's tile coordinates `blk0, blk1, …` from `blockIdx.x` and the grid remap.
 
     /// This tile's coordinates `blk0, blk1, …` from the tile index `kt_tile` and the grid remap.
     fn grid(&mut self) -> Result<(), CudaLowerError> {
@@ -572,7 +570,7 @@ impl Emit<'_> {
     }
 
     /// Shared address of a view (row pitch = the tile's row bytes).
-    fn smem_addr(&self, v: &SharedView, wave: &str) -> String {
+    pub(super) fn smem_addr(&self, v: &SharedView, wave: &str) -> String {
         let s = self.k.shared_decl(v.buf);
         let row_bytes = s.tile.cols * s.tile.dtype.bytes();
         format!(
@@ -585,111 +583,6 @@ impl Emit<'_> {
             s.tile.dtype.bytes()
         )
     }
-    /// Loads with one ring-slot index: those whose rings share barriers are one fill (one `empty`
-    /// wait, `full` armed once with their summed bytes, one TMA each); the others one fill each.
-    fn fills(&mut self, loads: &[&Op]) -> Result<(), CudaLowerError> {
-        let mut done = vec![false; loads.len()];
-        for i in 0..loads.len() {
-            if done[i] {
-                continue;
-            }
-            let base = |op: &Op| match op {
-                Op::LoadAsync { dst, .. } => self.bars[dst.buf.0 as usize],
-                _ => u32::MAX,
-            };
-            let mut group = Vec::new();
-            for j in i..loads.len() {
-                if !done[j] && base(loads[j]) == base(loads[i]) {
-                    done[j] = true;
-                    group.push(loads[j]);
-                }
-            }
-            self.fill(&group)?;
-        }
-        Ok(())
-    }
-
-    fn fill(&mut self, loads: &[&Op]) -> Result<(), CudaLowerError> {
-        let mut tmas = Vec::new();
-        let (mut bytes, mut slot, mut names) = (0u32, String::new(), Vec::new());
-        for op in loads {
-            let Op::LoadAsync { dst, src, scope } = op else {
-                return unsupported("a fill of something other than load_async");
-            };
-            if *scope == Scope::Wave {
-                return unsupported("wave-scoped loads (one producer thread issues every TMA)");
-            }
-            let (t, b) = self.tma_load(dst, src)?;
-            tmas.push(t);
-            bytes += b;
-            slot = format!(
-                "{}u + (u32)({})",
-                self.bars[dst.buf.0 as usize],
-                self.ex(&dst.index)
-            );
-            let (g, sh) = (self.k.global(src.tensor), self.k.shared_decl(dst.buf));
-            names.push(format!("{} -> {}", g.name, sh.name));
-        }
-        self.line(format!("{{ // load_async {}", names.join(", ")));
-        self.depth += 1;
-        self.line(format!("const u32 slot = {slot};"));
-        self.line("kt::mbarrier_wait(KT_EMPTY(slot), ((kt_ppar >> slot) & 1u) ^ 1u); // the previous fill was read");
-        self.line(format!(
-            "kt::mbarrier_arrive_expect_tx(KT_FULL(slot), {bytes}u);"
-        ));
-        for t in tmas {
-            self.line(t);
-        }
-        self.line("kt_ppar ^= 1u << slot; kt_filled |= 1u << slot;");
-        self.depth -= 1;
-        self.line("}");
-        Ok(())
-    }
-
-    /// One TMA box for a load filling a whole ring slot, and its bytes.
-    fn tma_load(
-        &mut self,
-        dst: &SharedView,
-        src: &GlobalView,
-    ) -> Result<(String, u32), CudaLowerError> {
-        let s = self.k.shared_decl(dst.buf);
-        let g = self.k.global(src.tensor);
-        if g.dims.len() != 2 || src.row_dim != 0 || src.col_dim != 1 || g.strides[1] != Expr::c(1) {
-            return unsupported(format!("load of `{}`: only row-major 2-d tensors", g.name));
-        }
-        if (dst.rows, dst.cols) != (s.tile.rows, s.tile.cols)
-            || (src.rows, src.cols) != (dst.rows, dst.cols)
-            || src.rows > 256
-            || src.cols > 256
-        {
-            return unsupported(format!(
-                "load into part of `{}` (one TMA box of at most 256 x 256 fills a whole ring slot)",
-                s.name
-            ));
-        }
-        let swizzle_bytes = swizzle_bytes(s.tile.swizzle, s.tile.cols * s.tile.dtype.bytes())?;
-        let map = TmaMap {
-            global: src.tensor.0,
-            box_rows: src.rows,
-            box_cols: src.cols,
-            swizzle_bytes,
-        };
-        let mi = match self.maps.iter().position(|m| *m == map) {
-            Some(i) => i,
-            None => {
-                self.maps.push(map);
-                self.maps.len() - 1
-            }
-        };
-        let line = format!(
-            "kt::tma_load_2d({}, &tma{mi}, KT_FULL(slot), (int)({}), (int)({}));",
-            self.smem_addr(dst, "wave"),
-            self.ex(&src.origin[1]),
-            self.ex(&src.origin[0])
-        );
-        Ok((line, s.tile.bytes()))
-    }
-
     /// `d (+)= a·bᵀ` for one warpgroup from shared memory: each wave's 16-row slice of A must be the
     /// next 16 rows after the previous wave's, so the four slices form wgmma's 64-row A.
     fn mma(
@@ -807,7 +700,7 @@ impl Emit<'_> {
 
 /// The TMA/wgmma swizzle of a shared tile whose rows are `row_bytes` long: the NVIDIA modes are an XOR
 /// of 16-byte chunks by the row within an 8-row atom, and they require rows of exactly that width.
-fn swizzle_bytes(sw: Swizzle, row_bytes: u32) -> Result<u32, CudaLowerError> {
+pub(super) fn swizzle_bytes(sw: Swizzle, row_bytes: u32) -> Result<u32, CudaLowerError> {
     let bytes = if sw == Swizzle::NV_128B {
         128
     } else if sw == Swizzle::NV_64B {

@@ -6,7 +6,7 @@
 
 pub mod gemm;
 pub mod lower;
-mod lower_epilogue;
+mod lower_tma;
 mod lower_roles;
 
 pub use gemm::{Epilogue, HopperGemm, HopperGemmError};

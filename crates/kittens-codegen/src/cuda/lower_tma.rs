@@ -1,4 +1,7 @@
-//! The accumulator store of the sm_90a lowering (`lower.rs`): a lowering choice, not an IR change. The
+//! The TMA side of the sm_90a lowering (`lower.rs`): the producer's fills of ring slots, and the
+//! accumulator store.
+//!
+//! The store is a lowering choice, not an IR change. The
 //! IR stores each wave's 16×N fp32 slice to a bf16 tensor; on Hopper the four waves of a consumer
 //! warpgroup write their slices, rounded to bf16, into one 64×N shared slab in the 128-byte swizzle, and
 //! one thread hands the slab to TMA stores (64×64 boxes, clipped by TMA at the tensor's edges). The
@@ -6,9 +9,9 @@
 //! over direct predicated global stores at 8192³ (bench/NOTES.md, run 3).
 
 use kittens_hw::dtype::DType;
-use kittens_ir::{Env, Expr, GlobalView, Kernel, Op, RegId, Rounding};
+use kittens_ir::{Env, Expr, GlobalView, Kernel, Op, RegId, Rounding, Scope, SharedView};
 
-use super::lower::{unsupported, CudaLowerError, Emit, TmaMap};
+use super::lower::{swizzle_bytes, unsupported, CudaLowerError, Emit, TmaMap};
 
 /// Columns of one TMA store box: 64 bf16 = one 128-byte swizzled row.
 const BOX_COLS: u32 = 64;
@@ -28,6 +31,111 @@ pub(super) fn slab_bytes(k: &Kernel) -> Result<u32, CudaLowerError> {
 }
 
 impl Emit<'_> {
+    /// Loads with one ring-slot index: those whose rings share barriers are one fill (one `empty`
+    /// wait, `full` armed once with their summed bytes, one TMA each); the others one fill each.
+    pub(super) fn fills(&mut self, loads: &[&Op]) -> Result<(), CudaLowerError> {
+        let mut done = vec![false; loads.len()];
+        for i in 0..loads.len() {
+            if done[i] {
+                continue;
+            }
+            let base = |op: &Op| match op {
+                Op::LoadAsync { dst, .. } => self.bars[dst.buf.0 as usize],
+                _ => u32::MAX,
+            };
+            let mut group = Vec::new();
+            for j in i..loads.len() {
+                if !done[j] && base(loads[j]) == base(loads[i]) {
+                    done[j] = true;
+                    group.push(loads[j]);
+                }
+            }
+            self.fill(&group)?;
+        }
+        Ok(())
+    }
+
+    fn fill(&mut self, loads: &[&Op]) -> Result<(), CudaLowerError> {
+        let mut tmas = Vec::new();
+        let (mut bytes, mut slot, mut names) = (0u32, String::new(), Vec::new());
+        for op in loads {
+            let Op::LoadAsync { dst, src, scope } = op else {
+                return unsupported("a fill of something other than load_async");
+            };
+            if *scope == Scope::Wave {
+                return unsupported("wave-scoped loads (one producer thread issues every TMA)");
+            }
+            let (t, b) = self.tma_load(dst, src)?;
+            tmas.push(t);
+            bytes += b;
+            slot = format!(
+                "{}u + (u32)({})",
+                self.bars[dst.buf.0 as usize],
+                self.ex(&dst.index)
+            );
+            let (g, sh) = (self.k.global(src.tensor), self.k.shared_decl(dst.buf));
+            names.push(format!("{} -> {}", g.name, sh.name));
+        }
+        self.line(format!("{{ // load_async {}", names.join(", ")));
+        self.depth += 1;
+        self.line(format!("const u32 slot = {slot};"));
+        self.line("kt::mbarrier_wait(KT_EMPTY(slot), ((kt_ppar >> slot) & 1u) ^ 1u); // the previous fill was read");
+        self.line(format!(
+            "kt::mbarrier_arrive_expect_tx(KT_FULL(slot), {bytes}u);"
+        ));
+        for t in tmas {
+            self.line(t);
+        }
+        self.line("kt_ppar ^= 1u << slot; kt_filled |= 1u << slot;");
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// One TMA box for a load filling a whole ring slot, and its bytes.
+    fn tma_load(
+        &mut self,
+        dst: &SharedView,
+        src: &GlobalView,
+    ) -> Result<(String, u32), CudaLowerError> {
+        let s = self.k.shared_decl(dst.buf);
+        let g = self.k.global(src.tensor);
+        if g.dims.len() != 2 || src.row_dim != 0 || src.col_dim != 1 || g.strides[1] != Expr::c(1) {
+            return unsupported(format!("load of `{}`: only row-major 2-d tensors", g.name));
+        }
+        if (dst.rows, dst.cols) != (s.tile.rows, s.tile.cols)
+            || (src.rows, src.cols) != (dst.rows, dst.cols)
+            || src.rows > 256
+            || src.cols > 256
+        {
+            return unsupported(format!(
+                "load into part of `{}` (one TMA box of at most 256 x 256 fills a whole ring slot)",
+                s.name
+            ));
+        }
+        let swizzle_bytes = swizzle_bytes(s.tile.swizzle, s.tile.cols * s.tile.dtype.bytes())?;
+        let map = TmaMap {
+            global: src.tensor.0,
+            box_rows: src.rows,
+            box_cols: src.cols,
+            swizzle_bytes,
+        };
+        let mi = match self.maps.iter().position(|m| *m == map) {
+            Some(i) => i,
+            None => {
+                self.maps.push(map);
+                self.maps.len() - 1
+            }
+        };
+        let line = format!(
+            "kt::tma_load_2d({}, &tma{mi}, KT_FULL(slot), (int)({}), (int)({}));",
+            self.smem_addr(dst, "wave"),
+            self.ex(&src.origin[1]),
+            self.ex(&src.origin[0])
+        );
+        Ok((line, s.tile.bytes()))
+    }
+
     /// Stores the warpgroup's 64×N accumulator (the four waves' 16-row slices) through the slab.
     pub(super) fn store(
         &mut self,
@@ -38,7 +146,10 @@ impl Emit<'_> {
         let g = self.k.global(dst.tensor);
         let (acc, _) = self.acc(src);
         let n = self.k.reg(src).shape().1;
-        if rounding != Rounding::Rtne || (dst.rows, dst.cols) != (16, n) || n % BOX_COLS != 0 {
+        if rounding != Rounding::Rtne
+            || (dst.rows, dst.cols) != (16, n)
+            || !n.is_multiple_of(BOX_COLS)
+        {
             return unsupported(format!(
                 "store of {}x{} with {rounding:?} (16 x a multiple of 64, RTNE)",
                 dst.rows, dst.cols
