@@ -37,42 +37,68 @@ pub fn run(args: Args) -> Result<()> {
 
 fn run_amd(args: &Args, arch: Arch) -> Result<()> {
     let target = arch.target();
-    let (source, configured_for) = amd_source(&args.kernel, arch)?;
     match args.emit {
-        Some(Emit::Hip) => {
-            return emit(&source);
-        }
+        Some(Emit::Hip) => return emit(&amd_source(&args.kernel, arch)?.0),
         Some(Emit::Cuda) => {
             bail!("--emit cuda is for --target sm_90a; {target} lowers to HIP (--emit hip)")
         }
-        _ => {}
+        Some(Emit::Asm) => return emit(&amd_compile(&args.kernel, arch)?.asm),
+        None => {}
     }
+    let out = amd_compile(&args.kernel, arch)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&out.json()?)?);
+    } else {
+        if let Some(g) = out.configured_for {
+            println!("configured for {} ({} B shared memory per block)", g.name, g.shared_bytes_per_block);
+        }
+        print_amd(&out.report, &out.version, out.code_object_bytes);
+    }
+    Ok(())
+}
+
+/// What compiling one kernel for one AMD target produced.
+pub struct AmdCompiled {
+    pub report: CodeObjectReport,
+    pub asm: String,
+    pub version: String,
+    pub compiler_source: serde_json::Value,
+    pub code_object_bytes: usize,
+    pub arch: Arch,
+    pub configured_for: Option<&'static kittens_hw::Gpu>,
+}
+
+impl AmdCompiled {
+    /// The `--json` document: the code-object report plus compiler, size and configuration.
+    pub fn json(&self) -> Result<serde_json::Value> {
+        let mut doc = serde_json::to_value(&self.report)?;
+        doc["compiler"] = serde_json::json!({ "source": self.compiler_source, "version": self.version });
+        doc["code_object_bytes"] = self.code_object_bytes.into();
+        doc["bf16_mfma"] = kittens_codegen::hip::bf16_mfma_opcode(self.arch).into();
+        doc["configured_for"] = self.configured_for.map(|g| g.name).into();
+        Ok(doc)
+    }
+}
+
+/// Lower `kernel` for `arch`, compile it with the AMDGPU clang and analyse the code object.
+pub fn amd_compile(kernel: &str, arch: Arch) -> Result<AmdCompiled> {
+    let target = arch.target();
+    let (source, configured_for) = amd_source(kernel, arch)?;
     let clang = amd::find_clang(arch)?;
     let version = clang.version().unwrap_or_else(|e| format!("unknown ({e})"));
     let compiled = clang
         .compile(&source, arch)
-        .with_context(|| format!("compiling `{}` for {target}", args.kernel))?;
-    if args.emit == Some(Emit::Asm) {
-        return emit(&compiled.asm);
-    }
-    let report = amd::analyze(&compiled.asm, arch, Some(&args.kernel))?;
-    if args.json {
-        let mut doc = serde_json::to_value(&report)?;
-        doc["compiler"] = serde_json::json!({ "source": clang.source, "version": version });
-        doc["code_object_bytes"] = compiled.code_object.len().into();
-        doc["bf16_mfma"] = kittens_codegen::hip::bf16_mfma_opcode(arch).into();
-        doc["configured_for"] = configured_for.map(|g| g.name).into();
-        println!("{}", serde_json::to_string_pretty(&doc)?);
-    } else {
-        if let Some(g) = configured_for {
-            println!(
-                "configured for {} ({} B shared memory per block)",
-                g.name, g.shared_bytes_per_block
-            );
-        }
-        print_amd(&report, &version, compiled.code_object.len());
-    }
-    Ok(())
+        .with_context(|| format!("compiling `{kernel}` for {target}"))?;
+    let report = amd::analyze(&compiled.asm, arch, Some(kernel))?;
+    Ok(AmdCompiled {
+        report,
+        code_object_bytes: compiled.code_object.len(),
+        asm: compiled.asm,
+        version,
+        compiler_source: serde_json::to_value(&clang.source)?,
+        arch,
+        configured_for,
+    })
 }
 
 /// Print emitted text; a closed pipe (`| head`) ends quietly instead of panicking.
@@ -160,20 +186,12 @@ fn print_amd(r: &CodeObjectReport, compiler: &str, code_object_bytes: usize) {
     );
 }
 
-/// sm_90a goes through NVRTC in `kittens_runtime::cuda`; the Hopper GEMM is the kernel it has today.
+/// sm_90a goes through NVRTC in `kittens_runtime::cuda`; the kernel is the producer/consumer tile
+/// program lowered by `kittens_codegen::cuda` (the hand-written `HopperGemm` is only `kittens bench`'s
+/// comparison).
 fn run_cuda(args: &Args) -> Result<()> {
-    if args.kernel != "gemm_bf16" {
-        bail!(
-            "kernel `{}` is not available for sm_90a yet (available: gemm_bf16)",
-            args.kernel
-        );
-    }
-    let gemm = kittens_codegen::cuda::gemm::HopperGemm::default();
-    let source = gemm.source()?;
     match args.emit {
-        Some(Emit::Cuda) => {
-            return emit(&source);
-        }
+        Some(Emit::Cuda) => return emit(&cuda_lowered(&args.kernel)?.source),
         Some(Emit::Hip) => {
             bail!("--emit hip is for gfx942/gfx950; sm_90a lowers to CUDA (--emit cuda)")
         }
@@ -182,22 +200,14 @@ fn run_cuda(args: &Args) -> Result<()> {
         }
         None => {}
     }
-    let report = kittens_runtime::cuda::compile_report(
-        &source,
-        &gemm.kernel_name(),
-        "sm_90a",
-        gemm.dynamic_shared_bytes(),
-    )?;
+    let report = cuda_compile(&args.kernel)?;
     if args.json {
         println!(
             "{}",
             serde_json::to_string_pretty(&kittens_runtime::cuda::compile_report_json(&report))?
         );
     } else {
-        println!(
-            "{} for sm_90a — NVRTC {}",
-            report.kernel, report.nvrtc_version
-        );
+        println!("{} for sm_90a — NVRTC {}", report.kernel, report.nvrtc_version);
         println!(
             "  registers {}  spill stores {}  spill loads {}  stack {} B",
             report.registers, report.spill_stores, report.spill_loads, report.stack_frame
@@ -208,4 +218,18 @@ fn run_cuda(args: &Args) -> Result<()> {
         );
     }
     Ok(())
+}
+
+fn cuda_lowered(kernel: &str) -> Result<kittens_codegen::cuda::LoweredCuda> {
+    if kernel != "gemm_bf16" {
+        bail!("kernel `{kernel}` is not available for sm_90a yet (available: gemm_bf16)");
+    }
+    Ok(kittens_codegen::cuda::gemm_bf16_sm90()?)
+}
+
+/// Lower `kernel` for sm_90a and compile it with NVRTC; the report carries registers, spills and
+/// shared memory as ptxas states them.
+pub fn cuda_compile(kernel: &str) -> Result<kittens_runtime::cuda::CudaCompileReport> {
+    let l = cuda_lowered(kernel)?;
+    Ok(kittens_runtime::cuda::compile_report(&l.source, &l.name, "sm_90a", l.dynamic_shared_bytes)?)
 }

@@ -66,20 +66,21 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
         (14592, GridOrder::Xcd { window: 8, chunk: 64 }, (0.78, 0.55, 16.6)),
     ];
     s.line(format!(
-        "{:<6} {:<14} {:>7} {:>7} {:>9}   paper: {:>5} {:>5} {:>6}",
-        "size", "order", "L2 hit", "LLC hit", "TB/s (Eq1)", "L2", "LLC", "TB/s"
+        "{:<6} {:<14} {:>7} {:>7} {:>7}   paper: {:>5} {:>5} {:>6}",
+        "size", "order", "L2 hit", "LLC hit", "Eq.1", "L2", "LLC", "TB/s"
     ));
+    s.line("(lockstep cache model; Eq. 1 with the L2/LLC bandwidths Table 4 implies, docs/grid.md)");
     let mut out = Vec::new();
     for (size, order, paper) in rows {
         let shape = cache::GemmShape::bf16(size, size, size, (192, 256, 64));
         let r = cache::simulate(mi355x, &shape, order)?;
         s.line(format!(
-            "{:<6} {:<14} {:>6.1}% {:>6.1}% {:>9.1}   paper: {:>4.0}% {:>4.0}% {:>6.1}",
+            "{:<6} {:<14} {:>6.1}% {:>6.1}% {:>7.1}   paper: {:>4.0}% {:>4.0}% {:>6.1}",
             size,
             order.label(),
             100.0 * r.l2_hit,
             100.0 * r.llc_hit,
-            r.bandwidth_tbps,
+            r.bandwidth_tbps_table4.unwrap_or(r.bandwidth_tbps),
             100.0 * paper.0,
             100.0 * paper.1,
             paper.2
