@@ -270,20 +270,18 @@ fn print_table(r: &GemmBenchReport) {
         r.compile.dynamic_shared_bytes
     );
     println!(
-        "{:>6} {:>10} {:>10} {:>7} {:>10} {:>10} {:>6}",
-        "size", "ours TF/s", "cuBLAS", "ratio", "err/cuBLAS", "err/f64", "check"
+        "{:>14} {:>10} {:>10} {:>7} {:>10} {:>10} {:>6}",
+        "M x N x K", "ours TF/s", "cuBLAS", "ratio", "err/cuBLAS", "err/f64", "check"
     );
+    // Check-only shapes are not timed: their speed columns print as "-".
+    let timed = |x: f64| if x.is_finite() { format!("{x:.1}") } else { "-".into() };
     for row in r.rows.iter().chain(&r.checks) {
         println!(
-            "{:>6} {:>10.1} {:>10.1} {:>7.3} {:>10.2e} {:>10.2e} {:>6}",
-            if row.m == row.n && row.n == row.k {
-                row.m.to_string()
-            } else {
-                format!("{}x{}x{}", row.m, row.n, row.k)
-            },
-            row.ours_tflops,
-            row.cublas_tflops,
-            row.ratio,
+            "{:>14} {:>10} {:>10} {:>7} {:>10.2e} {:>10.2e} {:>6}",
+            format!("{}x{}x{}", row.m, row.n, row.k),
+            timed(row.ours_tflops),
+            timed(row.cublas_tflops),
+            if row.ratio.is_finite() { format!("{:.3}", row.ratio) } else { "-".into() },
             row.rel_err_vs_cublas,
             row.spot_err_ours,
             if row.passed { "ok" } else { "FAIL" }
