@@ -31,13 +31,14 @@ use std::collections::BTreeSet;
 
 use kittens_hw::dtype::DType;
 use kittens_ir::{
-    BinOp, Cond, Env, Expr, GridRemap, Kernel, MmaForm, MmaOperand, Op, RegId, Schedule, Scope,
+    Cond, Env, Expr, GridRemap, Kernel, MmaForm, MmaOperand, Op, RegId, Schedule, Scope,
     SharedView, Stmt, WaitQueue,
 };
 use kittens_tile::Swizzle;
 
 use super::lower_roles::{check_roles, fill_chunks, ring_barriers, Roles};
 use super::{prelude_with, WgmmaInput};
+use crate::cexpr::{self, ident};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CudaLowerError {
@@ -198,17 +199,6 @@ pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
     })
 }
 
-/// A C identifier from an IR name.
-fn ident(name: &str) -> String {
-    let mut s: String = name
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-        .collect();
-    if s.is_empty() || s.starts_with(|c: char| c.is_ascii_digit()) {
-        s.insert(0, '_');
-    }
-    s
-}
 
 /// Which role's code is being emitted.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -250,53 +240,13 @@ impl Emit<'_> {
 
     /// `e` as a C `int` expression; `wave` names the wave index to use.
     pub(super) fn ex_with(&self, e: &Expr, wave: &str) -> String {
-        match e {
-            Expr::Const(v) => v.to_string(),
-            Expr::Param(p) => self
-                .k
-                .params
-                .get(p.0 as usize)
-                .map_or(format!("p{}", p.0), |d| ident(&d.name)),
-            Expr::Var(v) => self.var(v.0),
-            Expr::Block(i) => format!("blk{i}"),
-            Expr::Wave => wave.to_string(),
-            Expr::Bin(op, a, b) => {
-                let (a, b) = (self.ex_with(a, wave), self.ex_with(b, wave));
-                match op {
-                    BinOp::Add => format!("({a} + {b})"),
-                    BinOp::Sub => format!("({a} - {b})"),
-                    BinOp::Mul => format!("({a} * {b})"),
-                    BinOp::Div => format!("({a} / {b})"),
-                    BinOp::Rem => format!("({a} % {b})"),
-                    BinOp::CeilDiv => format!("(({a} + {b} - 1) / {b})"),
-                    BinOp::Min => format!("min({a}, {b})"),
-                    BinOp::Max => format!("max({a}, {b})"),
-                }
-            }
-        }
+        cexpr::expr_in(self.k, e, &cexpr::CNames { wave, ..cexpr::CUDA })
     }
     pub(super) fn ex(&self, e: &Expr) -> String {
         self.ex_with(e, "wave")
     }
-    fn var(&self, v: u32) -> String {
-        format!(
-            "v{v}_{}",
-            self.k
-                .vars
-                .get(v as usize)
-                .map_or(String::new(), |d| ident(&d.name))
-        )
-    }
     fn cond(&self, c: &Cond) -> String {
-        match c {
-            Cond::Eq(a, b) => format!("({} == {})", self.ex(a), self.ex(b)),
-            Cond::Ne(a, b) => format!("({} != {})", self.ex(a), self.ex(b)),
-            Cond::Lt(a, b) => format!("({} < {})", self.ex(a), self.ex(b)),
-            Cond::Le(a, b) => format!("({} <= {})", self.ex(a), self.ex(b)),
-            Cond::And(a, b) => format!("({} && {})", self.cond(a), self.cond(b)),
-            Cond::Or(a, b) => format!("({} || {})", self.cond(a), self.cond(b)),
-            Cond::Not(a) => format!("(!{})", self.cond(a)),
-        }
+        cexpr::cond_in(self.k, c, &cexpr::CUDA)
     }
 
     /// Every register tile must be an fp32 wgmma accumulator slice: 16 rows (one warp's share of m64)
@@ -443,7 +393,7 @@ impl Emit<'_> {
                     end,
                     body,
                 } => {
-                    let v = self.var(var.0);
+                    let v = cexpr::var_name(self.k, var.0);
                     self.line(format!(
                         "for (int {v} = {}; {v} < {}; ++{v}) {{",
                         self.ex(start),

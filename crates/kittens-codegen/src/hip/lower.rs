@@ -11,7 +11,7 @@
 //! instruction that matters goes through one prelude wrapper (seed 001 §2.1). Op lowering is in
 //! [`super::ops`]; lane maps come from [`super::layout`].
 
-use super::cexpr::{cond, expr, ident, param_name, var_name};
+use crate::cexpr::{cond, expr, ident, param_name, var_name};
 use super::layout::{lane_map, LaneMap};
 use super::LowerError;
 use kittens_hw::{dtype::DType, Arch};

@@ -11,7 +11,6 @@
 
 use kittens_hw::Arch;
 
-mod cexpr;
 pub mod layout;
 mod lower;
 mod ops;
