@@ -75,6 +75,12 @@ fn problem(a: &Args) -> anyhow::Result<Problem> {
         "bhsd" => AttnLayout::Bhsd,
         other => bail!("unknown layout `{other}`; use bshd or bhsd"),
     };
+    // An empty problem would "pass" with zero error: refuse it instead.
+    let dims = [("--m", a.m), ("--n", a.n), ("--k", a.k), ("--batch", a.batch), ("--heads", a.heads)];
+    let dims = dims.into_iter().chain([("--seq", a.seq), ("--dim", a.dim)]);
+    if let Some((flag, _)) = dims.into_iter().find(|&(_, v)| v == 0) {
+        bail!("{flag} must be positive");
+    }
     if a.heads_kv == 0 || a.heads % a.heads_kv != 0 {
         bail!("--heads-kv {} must divide --heads {}", a.heads_kv, a.heads);
     }
