@@ -5,6 +5,7 @@
 //! both targets' code paths; it says nothing about timing, and waits are not modelled (the schedule
 //! analysis checks those). No AMD GPU is involved.
 
+#[path = "amd_support/common.rs"]
 mod amd_common;
 #[path = "amd_support/gemm.rs"]
 mod gemm;
@@ -225,28 +226,10 @@ fn registry_gemm_runs_right_both_paths() {
 /// apply the swizzle, so the product is still right.
 fn swizzled_gemm() -> Kernel {
     use kittens_hw::dtype::DType;
-    use kittens_ir::{Access, Expr, GridRemap, KernelBuilder, Schedule};
+    use kittens_ir::{Expr, GridRemap, KernelBuilder, Schedule};
     use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
     let mut b = KernelBuilder::new("swizzled_gemm", Schedule::Plain { waves: 4 });
-    let (m, n, k) = (b.param("M"), b.param("N"), b.param("K"));
-    let ga = b.global(
-        "a",
-        DType::Bf16,
-        &[("m", m.clone()), ("k", k.clone())],
-        Access::Read,
-    );
-    let gb = b.global(
-        "b",
-        DType::Bf16,
-        &[("n", n.clone()), ("k", k.clone())],
-        Access::Read,
-    );
-    let gc = b.global(
-        "c",
-        DType::Bf16,
-        &[("m", m.clone()), ("n", n.clone())],
-        Access::Write,
-    );
+    let gemm::AbtOperands { m, n, k, a: ga, b: gb, c: gc } = gemm::abt_operands(&mut b, DType::Bf16);
     b.grid(vec![m.ceil_div(64), n.ceil_div(32)], GridRemap::RowMajor);
     let sa = b.shared("sa", DType::Bf16, 64, 32, Swizzle::HK_16X32, 1);
     let sb = b.shared_tile("sb", SharedTile::new(DType::Bf16, 32, 32), 1);

@@ -2,6 +2,7 @@
 //! program is right on the CPU interpreter at small sizes, and the HIP it lowers to compiles for gfx950
 //! and gfx942 with zero spills, LDS within budget and the target's bf16 MFMA in the hot loop.
 
+#[path = "amd_support/common.rs"]
 mod amd_common;
 #[path = "amd_support/gemm.rs"]
 mod gemm;
@@ -171,23 +172,10 @@ fn gemm_lowers_and_compiles_for_gfx942() {
 #[test]
 fn pinned_tiles_feed_mfma_from_their_registers() {
     use kittens_hw::dtype::DType;
-    use kittens_ir::{Access, KernelBuilder, Schedule};
+    use kittens_ir::{KernelBuilder, Schedule};
     use kittens_tile::{BaseShape, Layout, RegFile, RegTile};
     let mut b = KernelBuilder::new("pinned_mma", Schedule::Plain { waves: 4 });
-    let (m, n, k) = (b.param("M"), b.param("N"), b.param("K"));
-    let ga = b.global(
-        "a",
-        DType::Bf16,
-        &[("m", m.clone()), ("k", k.clone())],
-        Access::Read,
-    );
-    let gb = b.global(
-        "b",
-        DType::Bf16,
-        &[("n", n.clone()), ("k", k)],
-        Access::Read,
-    );
-    let gc = b.global("c", DType::F32, &[("m", m), ("n", n)], Access::Write);
+    let gemm::AbtOperands { a: ga, b: gb, c: gc, .. } = gemm::abt_operands(&mut b, DType::F32);
     let tile = |rows, dtype, layout, base| RegTile::new(dtype, rows, 32, layout, base);
     let a = b.reg_tile(
         "a_pinned",

@@ -2,6 +2,7 @@
 //! item 1): each opcode in `kittens_codegen::hip::WRAPPED_OPCODES` for the target, the LDS forms of the
 //! buffer loads, AGPR operands on MFMAs, and the scheduling hints.
 
+#[path = "amd_support/common.rs"]
 mod amd_common;
 
 use amd_common::{clang_for, printer_comment};

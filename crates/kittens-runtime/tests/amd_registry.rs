@@ -4,6 +4,7 @@
 //! compile with zero spills, LDS within the target's budget and the target's bf16 MFMA in the hot loop;
 //! the gfx942 source must also build with Debian's clang-19.
 
+#[path = "amd_support/common.rs"]
 mod amd_common;
 
 use amd_common::clang_for;

@@ -1,6 +1,7 @@
 //! Finding and running the AMDGPU compiler (issue 5, item 3): search order, the error that says what
 //! to install, the code object's ELF header, Debian clang-19 for gfx942, and the analysis of a loop.
 
+#[path = "amd_support/common.rs"]
 mod amd_common;
 
 use amd_common::clang_for;

@@ -14,34 +14,38 @@
 
 use kittens_hw::dtype::DType;
 use kittens_hw::Arch;
-use kittens_ir::{Access, Expr, GridRemap, Kernel, KernelBuilder, Schedule};
+use kittens_ir::{Access, Expr, GlobalId, GridRemap, Kernel, KernelBuilder, Schedule};
 use kittens_tile::{BaseShape, Layout, SharedTile};
 
 pub const BLOCK: i64 = 256;
 pub const HALF: u32 = 128;
 pub const K_STEP: u32 = 64;
 
+/// The operands every GEMM test program here computes on: parameters M, N, K; A (M×K) and B (N×K) bf16,
+/// read; C (M×N) of `c_dtype`, written.
+pub struct AbtOperands {
+    pub m: Expr,
+    pub n: Expr,
+    pub k: Expr,
+    pub a: GlobalId,
+    pub b: GlobalId,
+    pub c: GlobalId,
+}
+
+pub fn abt_operands(b: &mut KernelBuilder, c_dtype: DType) -> AbtOperands {
+    let (m, n, k) = (b.param("M"), b.param("N"), b.param("K"));
+    let mat = |b: &mut KernelBuilder, name: &str, dtype, rows: (&str, &Expr), cols: (&str, &Expr), access| {
+        b.global(name, dtype, &[(rows.0, rows.1.clone()), (cols.0, cols.1.clone())], access)
+    };
+    let a = mat(b, "a", DType::Bf16, ("m", &m), ("k", &k), Access::Read);
+    let bb = mat(b, "b", DType::Bf16, ("n", &n), ("k", &k), Access::Read);
+    let c = mat(b, "c", c_dtype, ("m", &m), ("n", &n), Access::Write);
+    AbtOperands { m, n, k, a, b: bb, c }
+}
+
 pub fn gemm_bf16(arch: Arch) -> Kernel {
     let mut b = KernelBuilder::new("gemm_bf16", Schedule::PingPong8);
-    let (m, n, k) = (b.param("M"), b.param("N"), b.param("K"));
-    let ga = b.global(
-        "a",
-        DType::Bf16,
-        &[("m", m.clone()), ("k", k.clone())],
-        Access::Read,
-    );
-    let gb = b.global(
-        "b",
-        DType::Bf16,
-        &[("n", n.clone()), ("k", k.clone())],
-        Access::Read,
-    );
-    let gc = b.global(
-        "c",
-        DType::Bf16,
-        &[("m", m.clone()), ("n", n.clone())],
-        Access::Write,
-    );
+    let AbtOperands { m, n, k, a: ga, b: gb, c: gc } = abt_operands(&mut b, DType::Bf16);
     b.grid(
         vec![m.ceil_div(BLOCK), n.ceil_div(BLOCK)],
         GridRemap::XcdSwizzle {
