@@ -95,7 +95,7 @@ pub fn amd_compile(kernel: &str, arch: Arch) -> Result<AmdCompiled> {
         code_object_bytes: compiled.code_object.len(),
         asm: compiled.asm,
         version,
-        compiler_source: serde_json::to_value(&clang.source)?,
+        compiler_source: serde_json::to_value(clang.source)?,
         arch,
         configured_for,
     })
