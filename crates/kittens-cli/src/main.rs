@@ -5,7 +5,11 @@ mod cmd;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "kittens", version, about = "Tile kernels for AMD CDNA3/CDNA4 and NVIDIA Hopper, testable on a CPU")]
+#[command(
+    name = "kittens",
+    version,
+    about = "Tile kernels for AMD CDNA3/CDNA4 and NVIDIA Hopper, testable on a CPU"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -43,9 +43,17 @@ pub struct CNames<'a> {
 }
 
 /// The HIP prelude's names.
-pub const HIP: CNames<'static> = CNames { wave: "wave", min: "kittens::imin", max: "kittens::imax" };
+pub const HIP: CNames<'static> = CNames {
+    wave: "wave",
+    min: "kittens::imin",
+    max: "kittens::imax",
+};
 /// CUDA's built-in integer `min` / `max`.
-pub const CUDA: CNames<'static> = CNames { wave: "wave", min: "min", max: "max" };
+pub const CUDA: CNames<'static> = CNames {
+    wave: "wave",
+    min: "min",
+    max: "max",
+};
 
 /// `e` as a C expression with HIP's names.
 pub fn expr(k: &Kernel, e: &Expr) -> String {

@@ -25,7 +25,13 @@ pub enum DType {
 pub struct UnknownDType(pub String);
 
 impl DType {
-    pub const ALL: [DType; 5] = [DType::F32, DType::Bf16, DType::F16, DType::Fp8E4m3, DType::Fp8E5m2];
+    pub const ALL: [DType; 5] = [
+        DType::F32,
+        DType::Bf16,
+        DType::F16,
+        DType::Fp8E4m3,
+        DType::Fp8E5m2,
+    ];
 
     /// Storage size of one element in bytes.
     pub fn bytes(self) -> u32 {
@@ -116,6 +122,9 @@ mod tests {
         // e4m3fn: exponent bias 7, max = 1.75 * 2^8; e5m2: bias 15, max = 1.75 * 2^15; bf16: (2 - 2^-7) * 2^127.
         assert_eq!(DType::Fp8E4m3.max_finite(), 1.75 * 256.0);
         assert_eq!(DType::Fp8E5m2.max_finite(), 1.75 * 32768.0);
-        assert_eq!(DType::Bf16.max_finite(), (2.0 - 2f64.powi(-7)) * 2f64.powi(127));
+        assert_eq!(
+            DType::Bf16.max_finite(),
+            (2.0 - 2f64.powi(-7)) * 2f64.powi(127)
+        );
     }
 }

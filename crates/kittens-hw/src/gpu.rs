@@ -237,7 +237,10 @@ pub struct UnknownGpu(pub String);
 /// Look a GPU up by its short name (case-insensitive).
 pub fn gpu(name: &str) -> Result<&'static Gpu, UnknownGpu> {
     let lower = name.to_ascii_lowercase();
-    ALL.iter().copied().find(|g| g.name == lower).ok_or(UnknownGpu(name.to_string()))
+    ALL.iter()
+        .copied()
+        .find(|g| g.name == lower)
+        .ok_or(UnknownGpu(name.to_string()))
 }
 
 impl Gpu {
@@ -292,8 +295,16 @@ mod tests {
                 Arch::Cdna3 => 2048.0,
                 Arch::Cdna4 | Arch::Hopper => 4096.0,
             };
-            assert!((per_clk / expect - 1.0).abs() < 0.002, "{}: {per_clk}", g.name);
-            assert!((g.peak_fp8_tflops / g.peak_bf16_tflops - 2.0).abs() < 0.01, "{}", g.name);
+            assert!(
+                (per_clk / expect - 1.0).abs() < 0.002,
+                "{}: {per_clk}",
+                g.name
+            );
+            assert!(
+                (g.peak_fp8_tflops / g.peak_bf16_tflops - 2.0).abs() < 0.01,
+                "{}",
+                g.name
+            );
         }
     }
 

@@ -47,8 +47,8 @@ pub mod schedule;
 pub mod validate;
 pub mod walk;
 
-pub use expr::{BinOp, Cond, Env, Expr, ParamId, VarId};
 pub use builder::KernelBuilder;
 pub use error::{BuildError, OpError};
+pub use expr::{BinOp, Cond, Env, Expr, ParamId, VarId};
 pub use ir::*;
 pub use validate::{check_target, validate, TargetReport};

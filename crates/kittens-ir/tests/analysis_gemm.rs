@@ -11,8 +11,19 @@ fn gemm() -> Kernel {
 /// m = n = 2 blocks, k = `steps` K steps of the small config.
 fn check(k: &Kernel, steps: i64) -> Report {
     let cfg = GemmConfig::small();
-    let p = vec![2 * cfg.block as i64, 2 * cfg.block as i64, steps * cfg.k_step as i64];
-    analyze(k, &Options { params: p, ..Options::default() }).expect("analysis runs")
+    let p = vec![
+        2 * cfg.block as i64,
+        2 * cfg.block as i64,
+        steps * cfg.k_step as i64,
+    ];
+    analyze(
+        k,
+        &Options {
+            params: p,
+            ..Options::default()
+        },
+    )
+    .expect("analysis runs")
 }
 
 /// Rewrites waits for which `pick(queue, index)` holds to `Auto`; ops keep their indices.
@@ -65,8 +76,12 @@ fn op_in_cluster(k: &Kernel, label: &str, pred: &dyn Fn(&Op) -> bool) -> Option<
                     }
                     *next += 1;
                 }
-                Stmt::Cluster { label: l, body, .. } => walk(body, next, inside || l == label, label, pred, hit),
-                Stmt::For { body, .. } | Stmt::Staggered { body } => walk(body, next, inside, label, pred, hit),
+                Stmt::Cluster { label: l, body, .. } => {
+                    walk(body, next, inside || l == label, label, pred, hit)
+                }
+                Stmt::For { body, .. } | Stmt::Staggered { body } => {
+                    walk(body, next, inside, label, pred, hit)
+                }
                 Stmt::If { then, els, .. } => {
                     walk(then, next, inside, label, pred, hit);
                     walk(els, next, inside, label, pred, hit);
@@ -91,7 +106,12 @@ fn the_gemm_has_no_hazards_with_short_and_shortened_loops() {
         assert!(r.hazards.is_empty(), "k = {steps} steps:\n{r}");
         assert_eq!(r.unrolled.is_empty(), steps < 20, "{r}");
         // The ping-pong: from the first cluster on, the two warpgroups are one cluster apart.
-        let first = |w: usize| r.timeline[w].iter().position(|c| !c.is_empty()).expect("clusters run");
+        let first = |w: usize| {
+            r.timeline[w]
+                .iter()
+                .position(|c| !c.is_empty())
+                .expect("clusters run")
+        };
         assert_eq!(first(4), first(0) + 1);
         assert!(r.block_barriers.iter().all(|&b| b == r.block_barriers[0]));
     }
@@ -100,7 +120,8 @@ fn the_gemm_has_no_hazards_with_short_and_shortened_loops() {
 #[test]
 fn removing_the_barrier_after_the_first_memory_cluster_is_a_missing_barrier() {
     let k = gemm();
-    let bar = op_in_cluster(&k, "load a0 b0", &|op| matches!(op, Op::Barrier { .. })).expect("cluster barrier");
+    let bar = op_in_cluster(&k, "load a0 b0", &|op| matches!(op, Op::Barrier { .. }))
+        .expect("cluster barrier");
     let r = check(&k.without_op(bar).expect("op exists"), 6);
     let barrier_hazards: Vec<_> = r
         .hazards
@@ -113,9 +134,11 @@ fn removing_the_barrier_after_the_first_memory_cluster_is_a_missing_barrier() {
     assert!(!barrier_hazards.is_empty(), "{r}");
     // The race: one group's async reload of a slot the other group is still reading.
     assert!(
-        barrier_hazards.iter().any(|(w, rd)| w.op_name == "load_async"
-            && rd.op_name.starts_with("load (shared")
-            && (w.wave < 4) != (rd.wave < 4)),
+        barrier_hazards
+            .iter()
+            .any(|(w, rd)| w.op_name == "load_async"
+                && rd.op_name.starts_with("load (shared")
+                && (w.wave < 4) != (rd.wave < 4)),
         "{r}"
     );
 }
@@ -123,11 +146,28 @@ fn removing_the_barrier_after_the_first_memory_cluster_is_a_missing_barrier() {
 #[test]
 fn removing_the_loop_wait_is_a_missing_wait() {
     let k = gemm();
-    let wait = op_in_cluster(&k, "prefetch b1", &|op| matches!(op, Op::Wait { queue: WaitQueue::Async, .. }))
-        .expect("the loop's async wait");
+    let wait = op_in_cluster(&k, "prefetch b1", &|op| {
+        matches!(
+            op,
+            Op::Wait {
+                queue: WaitQueue::Async,
+                ..
+            }
+        )
+    })
+    .expect("the loop's async wait");
     let r = check(&k.without_op(wait).expect("op exists"), 6);
     assert!(!r.hazards.is_empty(), "{r}");
-    assert!(r.hazards.iter().all(|h| matches!(h, Hazard::MissingWait { queue: WaitQueue::Async, .. })), "{r}");
+    assert!(
+        r.hazards.iter().all(|h| matches!(
+            h,
+            Hazard::MissingWait {
+                queue: WaitQueue::Async,
+                ..
+            }
+        )),
+        "{r}"
+    );
 }
 
 #[test]
@@ -137,9 +177,20 @@ fn a_wait_is_needed_exactly_when_removing_it_reports_a_hazard() {
     for w in &r.waits {
         let without = check(&k.without_op(w.op).expect("op exists"), 6);
         let needed = w.computed < w.max_outstanding;
-        assert_eq!(!without.hazards.is_empty(), needed, "wait op #{}: {w}\n{without}", w.op);
+        assert_eq!(
+            !without.hazards.is_empty(),
+            needed,
+            "wait op #{}: {w}\n{without}",
+            w.op
+        );
         if needed {
-            assert!(without.hazards.iter().all(|h| matches!(h, Hazard::MissingWait { .. })), "{without}");
+            assert!(
+                without
+                    .hazards
+                    .iter()
+                    .all(|h| matches!(h, Hazard::MissingWait { .. })),
+                "{without}"
+            );
         }
     }
 }
@@ -148,15 +199,30 @@ fn a_wait_is_needed_exactly_when_removing_it_reports_a_hazard() {
 fn automatic_waits_reproduce_the_hand_written_counts() {
     let k = gemm();
     let written = check(&k, 6);
-    for queues in [&[WaitQueue::Async][..], &[WaitQueue::Async, WaitQueue::Shared][..]] {
+    for queues in [
+        &[WaitQueue::Async][..],
+        &[WaitQueue::Async, WaitQueue::Shared][..],
+    ] {
         let auto = make_auto(&k, &|q, _| queues.contains(&q));
         for steps in [6, 40] {
             let r = check(&auto, steps);
             assert!(r.hazards.is_empty(), "{r}");
             let chosen = r.auto_counts();
-            assert_eq!(chosen.len(), written.waits.iter().filter(|w| queues.contains(&w.queue)).count());
+            assert_eq!(
+                chosen.len(),
+                written
+                    .waits
+                    .iter()
+                    .filter(|w| queues.contains(&w.queue))
+                    .count()
+            );
             for w in written.waits.iter().filter(|w| queues.contains(&w.queue)) {
-                assert_eq!(WaitCount::Outstanding(chosen[&w.op]), w.written, "wait op #{} ({steps} steps)", w.op);
+                assert_eq!(
+                    WaitCount::Outstanding(chosen[&w.op]),
+                    w.written,
+                    "wait op #{} ({steps} steps)",
+                    w.op
+                );
             }
         }
     }
@@ -169,7 +235,10 @@ fn auto_waits_resolved_over_several_sizes_are_safe_for_each() {
     let cfg = GemmConfig::small();
     let runs: Vec<Options> = [1i64, 2, 3, 6, 40]
         .iter()
-        .map(|&s| Options { params: vec![256, 256, s * cfg.k_step as i64], ..Options::default() })
+        .map(|&s| Options {
+            params: vec![256, 256, s * cfg.k_step as i64],
+            ..Options::default()
+        })
         .collect();
     let (counts, resolved) = resolve_auto_waits(&auto, &runs).expect("analysis runs");
     assert_eq!(counts.len(), check(&k, 6).waits.len());
@@ -180,6 +249,11 @@ fn auto_waits_resolved_over_several_sizes_are_safe_for_each() {
     }
     // The hand-written kernel's counts are what the sizes need.
     for w in check(&k, 6).waits {
-        assert_eq!(WaitCount::Outstanding(counts[&w.op]), w.written, "op #{}", w.op);
+        assert_eq!(
+            WaitCount::Outstanding(counts[&w.op]),
+            w.written,
+            "op #{}",
+            w.op
+        );
     }
 }

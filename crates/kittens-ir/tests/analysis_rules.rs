@@ -4,7 +4,10 @@
 
 use kittens_hw::dtype::DType;
 use kittens_ir::analysis::{analyze, apply_auto_waits, Hazard, Options, Report};
-use kittens_ir::{Access, Expr, GlobalId, Kernel, KernelBuilder, Op, RegId, Schedule, SharedId, WaitCount, WaitQueue};
+use kittens_ir::{
+    Access, Expr, GlobalId, Kernel, KernelBuilder, Op, RegId, Schedule, SharedId, WaitCount,
+    WaitQueue,
+};
 use kittens_tile::{BaseShape, Layout, Swizzle};
 use rand::{rngs::SmallRng, seq::SliceRandom, Rng, SeedableRng};
 
@@ -19,10 +22,20 @@ struct Decls {
 
 /// A kernel with `waves` waves, one shared ring of `slots` 32×64 bf16 tiles, a global source and a
 /// register tile of the same shape.
-fn build(name: &str, schedule: Schedule, slots: u32, f: impl FnOnce(&mut KernelBuilder, &Decls)) -> Kernel {
+fn build(
+    name: &str,
+    schedule: Schedule,
+    slots: u32,
+    f: impl FnOnce(&mut KernelBuilder, &Decls),
+) -> Kernel {
     let mut b = KernelBuilder::new(name, schedule);
     let s = b.shared("S", DType::Bf16, ROWS, COLS, Swizzle::None, slots);
-    let g = b.global("g", DType::Bf16, &[("m", Expr::c(4096)), ("n", Expr::c(COLS as i64))], Access::Read);
+    let g = b.global(
+        "g",
+        DType::Bf16,
+        &[("m", Expr::c(4096)), ("n", Expr::c(COLS as i64))],
+        Access::Read,
+    );
     let r = b.tile("r", DType::Bf16, ROWS, COLS, Layout::Row, BaseShape::S16X32);
     f(&mut b, &Decls { s, g, r });
     b.finish().expect("test kernel builds")
@@ -41,7 +54,9 @@ fn kinds(r: &Report) -> Vec<(&'static str, usize, usize)> {
     r.hazards
         .iter()
         .map(|h| match h {
-            Hazard::MissingWait { pending, access, .. } => ("wait", pending.op, access.op),
+            Hazard::MissingWait {
+                pending, access, ..
+            } => ("wait", pending.op, access.op),
             Hazard::MissingBarrier { first, second, .. } => ("barrier", first.op, second.op),
             Hazard::Deadlock { .. } => ("deadlock", 0, 0),
         })
@@ -50,7 +65,11 @@ fn kinds(r: &Report) -> Vec<(&'static str, usize, usize)> {
 
 /// Ops of a kernel whose name starts with `prefix`, in order.
 fn ops_named(k: &Kernel, prefix: &str) -> Vec<usize> {
-    k.ops().into_iter().filter(|r| r.op.name().starts_with(prefix)).map(|r| r.index).collect()
+    k.ops()
+        .into_iter()
+        .filter(|r| r.op.name().starts_with(prefix))
+        .map(|r| r.index)
+        .collect()
 }
 
 /// load → wait → barrier → read by every wave: the canonical correct pattern.
@@ -77,9 +96,20 @@ fn load_wait_barrier_read_is_clean() {
 fn a_read_before_the_wait_is_a_missing_wait_naming_both_ops() {
     let k = produce_consume(false, true);
     let r = run(&k);
-    let (load, read) = (ops_named(&k, "load_async")[0], ops_named(&k, "load (shared")[0]);
+    let (load, read) = (
+        ops_named(&k, "load_async")[0],
+        ops_named(&k, "load (shared")[0],
+    );
     assert_eq!(kinds(&r), vec![("wait", load, read)], "{r}");
-    let Hazard::MissingWait { queue, pending, access, instances } = &r.hazards[0] else { unreachable!() };
+    let Hazard::MissingWait {
+        queue,
+        pending,
+        access,
+        instances,
+    } = &r.hazards[0]
+    else {
+        unreachable!()
+    };
     assert_eq!(*queue, WaitQueue::Async);
     assert_eq!(pending.access.as_deref(), Some("write"));
     assert_eq!(access.access.as_deref(), Some("read"));
@@ -91,8 +121,23 @@ fn a_read_before_the_wait_is_a_missing_wait_naming_both_ops() {
 fn a_read_without_barrier_is_a_missing_barrier_across_waves_only() {
     let k = produce_consume(true, false);
     let r = run(&k);
-    assert_eq!(kinds(&r), vec![("barrier", ops_named(&k, "load_async")[0], ops_named(&k, "load (shared")[0])], "{r}");
-    let Hazard::MissingBarrier { first, second, instances } = &r.hazards[0] else { unreachable!() };
+    assert_eq!(
+        kinds(&r),
+        vec![(
+            "barrier",
+            ops_named(&k, "load_async")[0],
+            ops_named(&k, "load (shared")[0]
+        )],
+        "{r}"
+    );
+    let Hazard::MissingBarrier {
+        first,
+        second,
+        instances,
+    } = &r.hazards[0]
+    else {
+        unreachable!()
+    };
     // Wave w's own band is ordered by its wait; only the other wave's band races.
     assert_ne!(first.wave, second.wave);
     assert_eq!(*instances, 2);
@@ -120,12 +165,21 @@ fn read_then_reload(wait_shared: bool, barrier: bool) -> Kernel {
 fn overwriting_data_other_waves_read_needs_their_wait_and_a_barrier() {
     assert!(run(&read_then_reload(true, true)).hazards.is_empty());
     let k = read_then_reload(true, false);
-    let (read, reload) = (ops_named(&k, "load (shared")[0], ops_named(&k, "load_async")[1]);
+    let (read, reload) = (
+        ops_named(&k, "load (shared")[0],
+        ops_named(&k, "load_async")[1],
+    );
     assert_eq!(kinds(&run(&k)), vec![("barrier", reload, read)]);
     // With the barrier but no lgkmcnt wait the reads may still be in flight when the barrier releases.
     let r = run(&read_then_reload(false, true));
     assert_eq!(kinds(&r), vec![("wait", read, reload)], "{r}");
-    assert!(matches!(r.hazards[0], Hazard::MissingWait { queue: WaitQueue::Shared, .. }));
+    assert!(matches!(
+        r.hazards[0],
+        Hazard::MissingWait {
+            queue: WaitQueue::Shared,
+            ..
+        }
+    ));
 }
 
 /// The stagger: group 1 takes a barrier first, so group 0's k-th barrier meets group 1's k-th — one
@@ -163,9 +217,14 @@ fn conditional_barriers_pair_by_count_as_s_barrier_does() {
     // Store after B: group 0 is past its 1st barrier, group 1's read past its 1st: same interval.
     let k = staggered(true);
     let r = run(&k);
-    let (store, read) = (ops_named(&k, "store (reg")[0], ops_named(&k, "load (shared")[0]);
+    let (store, read) = (
+        ops_named(&k, "store (reg")[0],
+        ops_named(&k, "load (shared")[0],
+    );
     assert_eq!(kinds(&r), vec![("barrier", store, read)], "{r}");
-    let Hazard::MissingBarrier { first, second, .. } = &r.hazards[0] else { unreachable!() };
+    let Hazard::MissingBarrier { first, second, .. } = &r.hazards[0] else {
+        unreachable!()
+    };
     assert!(first.wave == 0 && second.wave >= 4);
     assert_eq!((first.interval, second.interval), (1, 1));
 }
@@ -192,11 +251,15 @@ fn an_exited_wave_releases_later_barriers() {
 #[test]
 fn unmatchable_barriers_are_a_deadlock() {
     let k = build("deadlock", plain(8), 1, |b, _| {
-        b.if_(Expr::Wave.eq(0), |b| b.barrier_by(kittens_ir::Scope::WarpGroup));
+        b.if_(Expr::Wave.eq(0), |b| {
+            b.barrier_by(kittens_ir::Scope::WarpGroup)
+        });
         b.barrier();
     });
     let r = run(&k);
-    let Some(Hazard::Deadlock { waiting }) = r.hazards.first() else { panic!("{r}") };
+    let Some(Hazard::Deadlock { waiting }) = r.hazards.first() else {
+        panic!("{r}")
+    };
     // Wave 0 waits at its warpgroup barrier, waves 1..8 at the block barrier.
     assert_eq!(waiting.len(), 8);
     assert_eq!(waiting[0].op, 0);
@@ -208,7 +271,12 @@ fn pipeline(trip: i64, wait: Option<u32>) -> Kernel {
     build("pipe", plain(4), 2, |b, d| {
         b.load_async(b.smem(d.s, 0), b.gtile(d.g, ROWS, COLS, 0, 0));
         b.for_range("t", 0, trip, |b, t| {
-            b.if_((&t + 1).lt(trip), |b| b.load_async(b.smem(d.s, (&t + 1) % 2), b.gtile(d.g, ROWS, COLS, &t + 1, 0)));
+            b.if_((&t + 1).lt(trip), |b| {
+                b.load_async(
+                    b.smem(d.s, (&t + 1) % 2),
+                    b.gtile(d.g, ROWS, COLS, &t + 1, 0),
+                )
+            });
             b.if_else(
                 (&t + 1).lt(trip),
                 |b| match wait {
@@ -232,7 +300,14 @@ fn long_loops_are_shortened_without_changing_the_verdict() {
         let short = run(&k);
         assert_eq!(short.unrolled.len(), 1, "{short}");
         assert!(short.unrolled[0].skipped > 0);
-        let full = analyze(&k, &Options { head_iters: Some(100), ..Options::default() }).unwrap();
+        let full = analyze(
+            &k,
+            &Options {
+                head_iters: Some(100),
+                ..Options::default()
+            },
+        )
+        .unwrap();
         assert!(full.unrolled.is_empty());
         assert_eq!(kinds(&short), kinds(&full), "wait {wait:?}");
         assert_eq!(short.waits, full.waits, "wait {wait:?}");
@@ -240,9 +315,19 @@ fn long_loops_are_shortened_without_changing_the_verdict() {
     // wait(1) keeps one load (the prefetch) in flight: correct. wait(2) lets the needed one fly.
     assert!(run(&pipeline(41, Some(1))).hazards.is_empty());
     let two = run(&pipeline(41, Some(2)));
-    assert!(!two.hazards.is_empty() && two.hazards.iter().all(|h| matches!(h, Hazard::MissingWait { .. })), "{two}");
+    assert!(
+        !two.hazards.is_empty()
+            && two
+                .hazards
+                .iter()
+                .all(|h| matches!(h, Hazard::MissingWait { .. })),
+        "{two}"
+    );
     let auto = run(&pipeline(41, None));
-    assert_eq!(auto.auto_counts().into_values().collect::<Vec<_>>(), vec![1]);
+    assert_eq!(
+        auto.auto_counts().into_values().collect::<Vec<_>>(),
+        vec![1]
+    );
 }
 
 /// Random straight-line pipelines: segments of loads into random slots, an automatic wait, a barrier,
@@ -260,7 +345,9 @@ fn random_pipeline(rng: &mut SmallRng, slots: u32) -> (Kernel, Vec<Vec<u32>>, Ve
         l.iter().for_each(|&s| loaded[s as usize] = true);
         let ready: Vec<u32> = (0..slots).filter(|&s| loaded[s as usize]).collect();
         let m = rng.gen_range(0..3).min(ready.len());
-        let r: Vec<u32> = (0..m).map(|_| ready[rng.gen_range(0..ready.len())]).collect();
+        let r: Vec<u32> = (0..m)
+            .map(|_| ready[rng.gen_range(0..ready.len())])
+            .collect();
         loads.push(l);
         reads.push(r);
     }
@@ -313,7 +400,11 @@ fn automatic_waits_match_an_independent_queue_simulation() {
         let r = run(&k);
         assert!(r.hazards.is_empty(), "case {case}: {r}");
         let got: Vec<u32> = r.auto_counts().into_values().collect();
-        assert_eq!(got, reference_counts(&loads, &reads), "case {case}: loads {loads:?} reads {reads:?}\n{r}");
+        assert_eq!(
+            got,
+            reference_counts(&loads, &reads),
+            "case {case}: loads {loads:?} reads {reads:?}\n{r}"
+        );
         // Writing the counts in keeps the kernel clean, and each is then the largest safe one.
         let fixed = apply_auto_waits(&k, &r.auto_counts());
         let again = run(&fixed);
@@ -322,10 +413,18 @@ fn automatic_waits_match_an_independent_queue_simulation() {
             assert_eq!(WaitCount::Outstanding(w.computed), w.written, "case {case}");
         }
         // One more outstanding load at any auto wait that needed something is a hazard.
-        for w in r.waits.iter().filter(|w| w.written == WaitCount::Auto && w.computed < w.max_outstanding) {
+        for w in r
+            .waits
+            .iter()
+            .filter(|w| w.written == WaitCount::Auto && w.computed < w.max_outstanding)
+        {
             let mut c = r.auto_counts();
             c.insert(w.op, w.computed + 1);
-            assert!(!run(&apply_auto_waits(&k, &c)).hazards.is_empty(), "case {case} op {}", w.op);
+            assert!(
+                !run(&apply_auto_waits(&k, &c)).hazards.is_empty(),
+                "case {case} op {}",
+                w.op
+            );
         }
     }
 }
@@ -336,7 +435,16 @@ fn apply_auto_waits_rewrites_only_auto_waits() {
     let r = run(&k);
     let fixed = apply_auto_waits(&k, &r.auto_counts());
     let counts = |k: &Kernel| -> Vec<WaitCount> {
-        k.ops().iter().filter_map(|o| if let Op::Wait { count, .. } = o.op { Some(*count) } else { None }).collect()
+        k.ops()
+            .iter()
+            .filter_map(|o| {
+                if let Op::Wait { count, .. } = o.op {
+                    Some(*count)
+                } else {
+                    None
+                }
+            })
+            .collect()
     };
     let (before, after) = (counts(&k), counts(&fixed));
     assert_eq!(before.len(), after.len());
@@ -365,9 +473,14 @@ fn using_registers_before_their_shared_load_lands_is_a_missing_wait() {
     assert!(run(&load_then_use(true)).hazards.is_empty());
     let k = load_then_use(false);
     let r = run(&k);
-    let (load, store) = (ops_named(&k, "load (shared")[0], ops_named(&k, "store (reg")[0]);
+    let (load, store) = (
+        ops_named(&k, "load (shared")[0],
+        ops_named(&k, "store (reg")[0],
+    );
     assert_eq!(kinds(&r), vec![("wait", load, store)], "{r}");
-    let Hazard::MissingWait { queue, access, .. } = &r.hazards[0] else { unreachable!() };
+    let Hazard::MissingWait { queue, access, .. } = &r.hazards[0] else {
+        unreachable!()
+    };
     assert_eq!(*queue, WaitQueue::Shared);
     assert_eq!(access.target.as_deref(), Some("register r"));
     assert_eq!(access.access.as_deref(), Some("read"));
@@ -375,12 +488,30 @@ fn using_registers_before_their_shared_load_lands_is_a_missing_wait() {
 
 #[test]
 fn trusting_lds_latency_accepts_only_reads_racing_a_later_async_copy() {
-    let trust = Options { trust_lds_latency: true, ..Options::default() };
+    let trust = Options {
+        trust_lds_latency: true,
+        ..Options::default()
+    };
     // A shared read still in flight at the barrier, then another wave's async reload: accepted.
-    assert!(analyze(&read_then_reload(false, true), &trust).unwrap().hazards.is_empty());
+    assert!(analyze(&read_then_reload(false, true), &trust)
+        .unwrap()
+        .hazards
+        .is_empty());
     // Without the barrier it is still a race, and so is a register use before the wait.
-    assert_eq!(analyze(&read_then_reload(true, false), &trust).unwrap().hazards.len(), 1);
-    assert_eq!(analyze(&load_then_use(false), &trust).unwrap().hazards.len(), 1);
+    assert_eq!(
+        analyze(&read_then_reload(true, false), &trust)
+            .unwrap()
+            .hazards
+            .len(),
+        1
+    );
+    assert_eq!(
+        analyze(&load_then_use(false), &trust)
+            .unwrap()
+            .hazards
+            .len(),
+        1
+    );
 }
 
 #[test]
@@ -400,12 +531,21 @@ fn loops_with_wave_dependent_bounds_run_in_full() {
 /// Warp specialisation: the producer warpgroup copies tiles into a double buffer, the consumer reads
 /// them; block barriers hand slots over in both directions.
 fn producer_consumer(producer_waits: bool) -> Kernel {
-    let schedule = Schedule::ProducerConsumer { producers: 1, consumers: 1, producer_regs: 40, consumer_regs: 232 };
+    let schedule = Schedule::ProducerConsumer {
+        producers: 1,
+        consumers: 1,
+        producer_regs: 40,
+        consumer_regs: 232,
+    };
     build("pc_roles", schedule, 2, |b, d| {
         b.roles(
             |b| {
                 b.for_range("t", 0, 6, |b, t| {
-                    b.load_async_by(kittens_ir::Scope::WarpGroup, b.smem(d.s, &t % 2), b.gtile(d.g, ROWS, COLS, &t, 0));
+                    b.load_async_by(
+                        kittens_ir::Scope::WarpGroup,
+                        b.smem(d.s, &t % 2),
+                        b.gtile(d.g, ROWS, COLS, &t, 0),
+                    );
                     if producer_waits {
                         b.wait_async(0);
                     }
@@ -434,7 +574,15 @@ fn producer_consumer_roles_hand_slots_over_through_barriers() {
     let r = run(&k);
     assert!(!r.hazards.is_empty(), "{r}");
     for h in &r.hazards {
-        let Hazard::MissingWait { queue, pending, access, .. } = h else { panic!("{h}") };
+        let Hazard::MissingWait {
+            queue,
+            pending,
+            access,
+            ..
+        } = h
+        else {
+            panic!("{h}")
+        };
         assert_eq!(*queue, WaitQueue::Async);
         // The producer (waves 0-3) did not wait; the consumer (waves 4-7) read, or the producer reloaded.
         assert!(pending.wave < 4 && pending.op_name == "load_async", "{h}");

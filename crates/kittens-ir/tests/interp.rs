@@ -309,7 +309,11 @@ fn barriers_order_waves() {
 #[test]
 fn mismatched_barrier_scopes_deadlock() {
     let mut k = KernelBuilder::new("dead", Schedule::Plain { waves: 4 });
-    k.if_else(k.wave().eq(0), |k| k.barrier_by(Scope::WarpGroup), |k| k.barrier());
+    k.if_else(
+        k.wave().eq(0),
+        |k| k.barrier_by(Scope::WarpGroup),
+        |k| k.barrier(),
+    );
     let e = interp::run(&k.finish().unwrap(), &[], &mut []).unwrap_err();
     assert!(e.to_string().contains("deadlock"), "{e}");
 }

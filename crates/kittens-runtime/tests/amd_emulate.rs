@@ -229,7 +229,14 @@ fn swizzled_gemm() -> Kernel {
     use kittens_ir::{Expr, GridRemap, KernelBuilder, Schedule};
     use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
     let mut b = KernelBuilder::new("swizzled_gemm", Schedule::Plain { waves: 4 });
-    let gemm::AbtOperands { m, n, k, a: ga, b: gb, c: gc } = gemm::abt_operands(&mut b, DType::Bf16);
+    let gemm::AbtOperands {
+        m,
+        n,
+        k,
+        a: ga,
+        b: gb,
+        c: gc,
+    } = gemm::abt_operands(&mut b, DType::Bf16);
     b.grid(vec![m.ceil_div(64), n.ceil_div(32)], GridRemap::RowMajor);
     let sa = b.shared("sa", DType::Bf16, 64, 32, Swizzle::HK_16X32, 1);
     let sb = b.shared_tile("sb", SharedTile::new(DType::Bf16, 32, 32), 1);

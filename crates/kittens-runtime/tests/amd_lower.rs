@@ -175,7 +175,12 @@ fn pinned_tiles_feed_mfma_from_their_registers() {
     use kittens_ir::{KernelBuilder, Schedule};
     use kittens_tile::{BaseShape, Layout, RegFile, RegTile};
     let mut b = KernelBuilder::new("pinned_mma", Schedule::Plain { waves: 4 });
-    let gemm::AbtOperands { a: ga, b: gb, c: gc, .. } = gemm::abt_operands(&mut b, DType::F32);
+    let gemm::AbtOperands {
+        a: ga,
+        b: gb,
+        c: gc,
+        ..
+    } = gemm::abt_operands(&mut b, DType::F32);
     let tile = |rows, dtype, layout, base| RegTile::new(dtype, rows, 32, layout, base);
     let a = b.reg_tile(
         "a_pinned",

@@ -214,7 +214,9 @@ struct Hierarchy {
 
 impl Hierarchy {
     fn new(gpu: &Gpu, ids: usize) -> Self {
-        let l2 = (0..gpu.l2_instances()).map(|_| Lru::new(gpu.l2_bytes, ids)).collect();
+        let l2 = (0..gpu.l2_instances())
+            .map(|_| Lru::new(gpu.l2_bytes, ids))
+            .collect();
         let llc = (gpu.llc_bytes > 0).then(|| Lru::new(gpu.llc_bytes, ids));
         Hierarchy {
             l2,
@@ -260,12 +262,16 @@ pub fn simulate_staggered(
 ) -> Result<CacheReport, SchedError> {
     shape.validate()?;
     if !(0.0..=1.0).contains(&stagger) {
-        return Err(SchedError::Invalid(format!("stagger {stagger} outside 0..=1")));
+        return Err(SchedError::Invalid(format!(
+            "stagger {stagger} outside 0..=1"
+        )));
     }
     let (rows, cols) = shape.grid();
     let ks = shape.ksteps();
     let ids = (rows + cols) * ks;
-    if ids > MAX_SEGMENTS || shape.tile_m.max(shape.tile_n) * shape.tile_k * shape.elem_bytes > u32::MAX as u64 {
+    if ids > MAX_SEGMENTS
+        || shape.tile_m.max(shape.tile_n) * shape.tile_k * shape.elem_bytes > u32::MAX as u64
+    {
         return Err(SchedError::Invalid(format!(
             "problem too large for the model ({ids} segments; at most {MAX_SEGMENTS})"
         )));
@@ -284,7 +290,9 @@ pub fn simulate_staggered(
         .collect();
     let end = rounds * ks * q + offset.last().copied().unwrap_or(0);
     // Tile of every launch id, computed once.
-    let tiles: Vec<(u64, u64)> = (0..blocks).map(|id| order.tile(id, rows, cols, n_xcd)).collect();
+    let tiles: Vec<(u64, u64)> = (0..blocks)
+        .map(|id| order.tile(id, rows, cols, n_xcd))
+        .collect();
     // Slots grouped by the tick phase at which they start a k-step, so each tick visits only them.
     let mut by_phase: Vec<Vec<usize>> = vec![Vec::new(); q as usize];
     for (s, &off) in offset.iter().enumerate() {
@@ -294,13 +302,19 @@ pub fn simulate_staggered(
         for x in 0..n_xcd {
             let l2 = (x % n_l2) as usize;
             for &s in &by_phase[(t % q) as usize] {
-                let Some(tau) = t.checked_sub(offset[s]) else { break };
+                let Some(tau) = t.checked_sub(offset[s]) else {
+                    break;
+                };
                 let (round, k) = (tau / q / ks, tau / q % ks);
                 let id = round * cus + s as u64 * n_xcd + x;
                 let Some(&(r, c)) = tiles.get(id as usize) else {
                     continue;
                 };
-                h.read(l2, (r * ks + k) as u32, shape.slice_bytes(r, shape.tile_m, shape.m, k));
+                h.read(
+                    l2,
+                    (r * ks + k) as u32,
+                    shape.slice_bytes(r, shape.tile_m, shape.m, k),
+                );
                 h.read(
                     l2,
                     ((rows + c) * ks + k) as u32,
@@ -312,7 +326,14 @@ pub fn simulate_staggered(
     Ok(report(gpu, shape, order, &h.c, (blocks, rounds), stagger))
 }
 
-fn report(gpu: &Gpu, s: &GemmShape, order: GridOrder, c: &Counters, size: (u64, u64), stagger: f64) -> CacheReport {
+fn report(
+    gpu: &Gpu,
+    s: &GemmShape,
+    order: GridOrder,
+    c: &Counters,
+    size: (u64, u64),
+    stagger: f64,
+) -> CacheReport {
     let (blocks, rounds) = size;
     let frac = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     let l2_hit = frac(c.l2_hit, c.l2_req);

@@ -5,7 +5,13 @@
 use crate::remap::GridOrder;
 
 /// XCD of each tile in the first dispatch round (`None` for tiles of later rounds), row by row.
-pub fn first_round(rows: u64, cols: u64, n_xcd: u64, cus: u64, order: GridOrder) -> Vec<Vec<Option<u64>>> {
+pub fn first_round(
+    rows: u64,
+    cols: u64,
+    n_xcd: u64,
+    cus: u64,
+    order: GridOrder,
+) -> Vec<Vec<Option<u64>>> {
     let mut grid = vec![vec![None; cols as usize]; rows as usize];
     for id in 0..cus.min(rows * cols) {
         let (r, c) = order.tile(id, rows, cols, n_xcd);
@@ -145,7 +151,16 @@ mod tests {
 
     #[test]
     fn first_round_has_one_tile_per_cu() {
-        let g = first_round(48, 36, 8, 256, GridOrder::Xcd { window: 5, chunk: 25 });
+        let g = first_round(
+            48,
+            36,
+            8,
+            256,
+            GridOrder::Xcd {
+                window: 5,
+                chunk: 25,
+            },
+        );
         let coloured: Vec<u64> = g.iter().flatten().flatten().copied().collect();
         assert_eq!(coloured.len(), 256);
         for x in 0..8 {

@@ -109,14 +109,25 @@ impl RegsInput {
 }
 
 /// The consumer arrangement with the fewest operand rows+columns whose sub-tiles the instruction tiles.
-fn consumer_need(s: &RegsInput, lanes: u32, operands_in_regs: bool) -> Result<ConsumerNeed, SchedError> {
+fn consumer_need(
+    s: &RegsInput,
+    lanes: u32,
+    operands_in_regs: bool,
+) -> Result<ConsumerNeed, SchedError> {
     let c = s.consumers;
     let layout = (1..=c)
         .filter(|r| c.is_multiple_of(*r))
         .map(|r| (r, c / r))
-        .filter(|&(r, q)| s.tile_m.is_multiple_of(r * s.mma.0) && s.tile_n.is_multiple_of(q * s.mma.1))
+        .filter(|&(r, q)| {
+            s.tile_m.is_multiple_of(r * s.mma.0) && s.tile_n.is_multiple_of(q * s.mma.1)
+        })
         .min_by_key(|&(r, q)| s.tile_m / r + s.tile_n / q)
-        .ok_or_else(|| SchedError::Invalid(format!("{c} consumers cannot tile a {}x{} output", s.tile_m, s.tile_n)))?;
+        .ok_or_else(|| {
+            SchedError::Invalid(format!(
+                "{c} consumers cannot tile a {}x{} output",
+                s.tile_m, s.tile_n
+            ))
+        })?;
     let sub = (s.tile_m / layout.0, s.tile_n / layout.1);
     let accumulators = (sub.0 * sub.1).div_ceil(lanes);
     let operand_bytes = (sub.0 + sub.1) * s.k_step * s.in_bytes * s.reg_stages;
@@ -143,7 +154,8 @@ pub fn plan_regs(gpu: &Gpu, s: &RegsInput) -> Result<RegsReport, SchedError> {
     let lanes = gpu.wave_width;
     let simds = gpu.simds_per_cu;
     let waves_per_simd = waves.div_ceil(simds);
-    let lds_bytes = s.depth as u64 * (s.tile_m + s.tile_n) as u64 * s.lds_k as u64 * s.in_bytes as u64;
+    let lds_bytes =
+        s.depth as u64 * (s.tile_m + s.tile_n) as u64 * s.lds_k as u64 * s.in_bytes as u64;
     let lds_limit = gpu.shared_bytes_per_block as u64;
     let model = if gpu.arch == Arch::Hopper {
         RegModel::HopperRealloc
@@ -155,8 +167,10 @@ pub fn plan_regs(gpu: &Gpu, s: &RegsInput) -> Result<RegsReport, SchedError> {
     let producer_need = s.overhead;
     let (consumer_budget, producer_budget, split_ok, why) = match model {
         RegModel::CdnaStatic => {
-            let b = round_down(gpu.regs_per_lane_per_simd / waves_per_simd).min(gpu.max_regs_per_thread);
-            let mut why = format!("{waves} waves, {waves_per_simd} per SIMD: every wave gets {b} of 512");
+            let b = round_down(gpu.regs_per_lane_per_simd / waves_per_simd)
+                .min(gpu.max_regs_per_thread);
+            let mut why =
+                format!("{waves} waves, {waves_per_simd} per SIMD: every wave gets {b} of 512");
             if s.producers > 0 {
                 why += &format!(", the {} producers included", s.producers);
             }
@@ -170,14 +184,20 @@ pub fn plan_regs(gpu: &Gpu, s: &RegsInput) -> Result<RegsReport, SchedError> {
         }
         RegModel::HopperRealloc => {
             let total = gpu.regs_per_lane_per_simd * simds * lanes;
-            let p = if s.producers > 0 { HOPPER_PRODUCER_FLOOR } else { 0 };
+            let p = if s.producers > 0 {
+                HOPPER_PRODUCER_FLOOR
+            } else {
+                0
+            };
             let free = total - s.producers * lanes * p;
             let c = round_down(free / (s.consumers * lanes)).min(gpu.max_regs_per_thread);
             (
                 c,
                 p,
                 true,
-                format!("{waves} warps: producers shrink to {p}, consumers grow to {c} (setmaxnreg)"),
+                format!(
+                    "{waves} warps: producers shrink to {p}, consumers grow to {c} (setmaxnreg)"
+                ),
             )
         }
     };

@@ -56,7 +56,14 @@ pub fn group_m(xy: u64, rows: u64, cols: u64, window: u64) -> (u64, u64) {
 }
 
 /// Seed 000 Algorithm 1 in full: launch id → `(row, col)` tile of a `rows × cols` grid.
-pub fn xcd_swizzle(id: u64, rows: u64, cols: u64, n_xcd: u64, window: u64, chunk: u64) -> (u64, u64) {
+pub fn xcd_swizzle(
+    id: u64,
+    rows: u64,
+    cols: u64,
+    n_xcd: u64,
+    window: u64,
+    chunk: u64,
+) -> (u64, u64) {
     let xy = xcd_chunk(id, rows * cols, n_xcd, chunk);
     group_m(xy, rows, cols, window)
 }

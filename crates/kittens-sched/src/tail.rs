@@ -134,7 +134,9 @@ pub fn plan_tail(gpu: &Gpu, s: &TailInput, m: &TailModel) -> Result<TailPlan, Sc
         merge_cost: 0.0,
     };
     if tail == 0 {
-        plan.reason = format!("declined: {workgroups} workgroups fill {full_rounds} rounds of {cus} CUs exactly");
+        plan.reason = format!(
+            "declined: {workgroups} workgroups fill {full_rounds} rounds of {cus} CUs exactly"
+        );
         return Ok(plan);
     }
     let fill = tail as f64 / cus as f64;
@@ -159,7 +161,9 @@ pub fn plan_tail(gpu: &Gpu, s: &TailInput, m: &TailModel) -> Result<TailPlan, Sc
     if g < 2 || speedup < m.min_speedup {
         let merge_free = unsplit / (t - merge);
         plan.reason = if merge_free < m.min_speedup {
-            format!("declined: with {tail} of {cus} CUs busy no split saves a round's worth of work")
+            format!(
+                "declined: with {tail} of {cus} CUs busy no split saves a round's worth of work"
+            )
         } else {
             format!(
                 "declined: sequence too short for the merge to pay ({kv_blocks} K/V blocks; G={g} would give {speedup:.3}x)"

@@ -26,7 +26,11 @@ fn seed_001_shape_splits() {
     println!("{p:#?}");
     assert_eq!((p.workgroups, p.full_rounds, p.tail), (4 * 16 * 43, 9, 16));
     assert!(p.split > 1, "{}", p.reason);
-    assert!(p.speedup > 1.05 && p.speedup < 1.112, "speedup {}", p.speedup);
+    assert!(
+        p.speedup > 1.05 && p.speedup < 1.112,
+        "speedup {}",
+        p.speedup
+    );
     // The chosen G is the minimiser of the stated cost over every G.
     assert!(p.time_split <= p.time_unsplit);
 }
@@ -113,7 +117,11 @@ fn table_2_reasoning() {
     let ws = r(4, 8, (256, 256));
     assert!(!ws.fits, "{}", ws.reason);
     assert_eq!(
-        (ws.waves_per_simd, ws.consumer_budget, ws.consumer.accumulators),
+        (
+            ws.waves_per_simd,
+            ws.consumer_budget,
+            ws.consumer.accumulators
+        ),
         (3, 168, 128)
     );
     let pp = r(0, 8, (256, 256));

@@ -56,13 +56,21 @@ fn tile_orders_are_bijections() {
             |i| enc(xcd_swizzle(i, rows, cols, xcd, window, chunk), cols),
             &format!("xcd {tag}"),
         );
-        assert_bijection(n, |i| enc(row_major(i, cols), cols), &format!("row-major {tag}"));
+        assert_bijection(
+            n,
+            |i| enc(row_major(i, cols), cols),
+            &format!("row-major {tag}"),
+        );
         for o in [
             GridOrder::RowMajor,
             GridOrder::GroupM { window },
             GridOrder::Xcd { window, chunk },
         ] {
-            assert_bijection(n, |i| enc(o.tile(i, rows, cols, xcd), cols), &format!("{o:?} {tag}"));
+            assert_bijection(
+                n,
+                |i| enc(o.tile(i, rows, cols, xcd), cols),
+                &format!("{o:?} {tag}"),
+            );
         }
     }
 }
@@ -71,7 +79,12 @@ fn tile_orders_are_bijections() {
 /// (C25: 1728 = 8·200 + 128), 14592 is 76×57 = 4332 blocks (C64: 4332 = 8·512 + 236; C542: 8·542 > 4332).
 #[test]
 fn paper_shapes_are_bijections() {
-    for (rows, cols, w, c) in [(48, 36, 5, 25), (48, 36, 7, 216), (76, 57, 8, 542), (76, 57, 8, 64)] {
+    for (rows, cols, w, c) in [
+        (48, 36, 5, 25),
+        (48, 36, 7, 216),
+        (76, 57, 8, 542),
+        (76, 57, 8, 64),
+    ] {
         let n = rows * cols;
         assert_bijection(
             n,
@@ -96,7 +109,11 @@ fn tail_keeps_order_and_prefix_is_chunked() {
         }
         for id in 0..limit {
             let logical = xcd_chunk(id, n, xcd, chunk);
-            assert_eq!((logical / chunk) % xcd, id % xcd, "n={n} x={xcd} c={chunk} id={id}");
+            assert_eq!(
+                (logical / chunk) % xcd,
+                id % xcd,
+                "n={n} x={xcd} c={chunk} id={id}"
+            );
         }
     }
 }
@@ -107,7 +124,12 @@ fn tail_keeps_order_and_prefix_is_chunked() {
 fn head_first_keeps_a_head_on_one_xcd() {
     let mut rng = SmallRng::seed_from_u64(4);
     for _ in 0..200 {
-        let (b, h, q, x) = (rng.gen_range(1..5), rng.gen_range(1..40), rng.gen_range(1..50), 8);
+        let (b, h, q, x) = (
+            rng.gen_range(1..5),
+            rng.gen_range(1..40),
+            rng.gen_range(1..50),
+            8,
+        );
         let n = b * h * q;
         assert_bijection(
             n,

@@ -1,14 +1,28 @@
 //! Seed 000 Table 4 on the MI355X: the cache model's hit rates and Eq. 1 bandwidth beside the paper's,
 //! and the directions the issue asks for. Run with `--nocapture` to see the table.
 
-use kittens_sched::cache::{simulate, simulate_staggered, CacheReport, GemmShape, SEED_000_TABLE4_EQ1_TBPS};
+use kittens_sched::cache::{
+    simulate, simulate_staggered, CacheReport, GemmShape, SEED_000_TABLE4_EQ1_TBPS,
+};
 use kittens_sched::remap::{xcd_chunk, GridOrder};
 
 const RM: GridOrder = GridOrder::RowMajor;
-const W7C216: GridOrder = GridOrder::Xcd { window: 7, chunk: 216 };
-const W5C25: GridOrder = GridOrder::Xcd { window: 5, chunk: 25 };
-const W8C542: GridOrder = GridOrder::Xcd { window: 8, chunk: 542 };
-const W8C64: GridOrder = GridOrder::Xcd { window: 8, chunk: 64 };
+const W7C216: GridOrder = GridOrder::Xcd {
+    window: 7,
+    chunk: 216,
+};
+const W5C25: GridOrder = GridOrder::Xcd {
+    window: 5,
+    chunk: 25,
+};
+const W8C542: GridOrder = GridOrder::Xcd {
+    window: 8,
+    chunk: 542,
+};
+const W8C64: GridOrder = GridOrder::Xcd {
+    window: 8,
+    chunk: 64,
+};
 
 /// Seed 000 Table 4: (size, order, L2 %, LLC %, Mem. BW TB/s).
 const PAPER: [(u64, GridOrder, f64, f64, f64); 6] = [
@@ -25,7 +39,13 @@ const STAGGER: f64 = 0.1;
 
 fn run(size: u64, order: GridOrder, stagger: f64) -> CacheReport {
     let gpu = kittens_hw::gpu("mi355x").unwrap();
-    simulate_staggered(gpu, &GemmShape::bf16(size, size, size, (192, 256, 64)), order, stagger).unwrap()
+    simulate_staggered(
+        gpu,
+        &GemmShape::bf16(size, size, size, (192, 256, 64)),
+        order,
+        stagger,
+    )
+    .unwrap()
 }
 
 fn table(stagger: f64) -> Vec<CacheReport> {
@@ -66,8 +86,14 @@ fn failed_directions(r: &[CacheReport]) -> Vec<&'static str> {
             bw(5) > bw(4) && bw(4) > bw(3),
             "14592: W8/C64 > W8/C542 > row-major bandwidth",
         ),
-        (r[0].l2_hit < r[1].l2_hit.min(r[2].l2_hit), "9216: row-major lowest L2"),
-        (r[3].l2_hit < r[4].l2_hit.min(r[5].l2_hit), "14592: row-major lowest L2"),
+        (
+            r[0].l2_hit < r[1].l2_hit.min(r[2].l2_hit),
+            "9216: row-major lowest L2",
+        ),
+        (
+            r[3].l2_hit < r[4].l2_hit.min(r[5].l2_hit),
+            "14592: row-major lowest L2",
+        ),
     ];
     checks.iter().filter(|c| !c.0).map(|c| c.1).collect()
 }
@@ -92,13 +118,24 @@ fn table_4_lockstep() {
     let failed = failed_directions(&r);
     assert_eq!(
         failed,
-        vec!["9216: W5/C25 bandwidth > row-major", "9216: row-major lowest L2"]
+        vec![
+            "9216: W5/C25 bandwidth > row-major",
+            "9216: row-major lowest L2"
+        ]
     );
     assert!((r[2].bandwidth_tbps / r[0].bandwidth_tbps - 1.0).abs() < 0.02);
     assert!((r[2].l2_hit - r[0].l2_hit).abs() < 0.02);
     for i in [3, 5] {
-        assert!((r[i].l2_hit * 100.0 - PAPER[i].2).abs() < 3.0, "{}", r[i].order);
-        assert!((r[i].llc_hit * 100.0 - PAPER[i].3).abs() < 3.0, "{}", r[i].order);
+        assert!(
+            (r[i].l2_hit * 100.0 - PAPER[i].2).abs() < 3.0,
+            "{}",
+            r[i].order
+        );
+        assert!(
+            (r[i].llc_hit * 100.0 - PAPER[i].3).abs() < 3.0,
+            "{}",
+            r[i].order
+        );
     }
 }
 
@@ -109,12 +146,21 @@ fn table_4_bandwidth_column_is_eq1() {
     let (mut s11, mut s12, mut s22, mut t1, mut t2) = (0.0, 0.0, 0.0, 0.0, 0.0);
     for &(_, _, l2, llc, bw) in &PAPER {
         let (a, b) = (l2 / 100.0, llc / 100.0);
-        (s11, s12, s22, t1, t2) = (s11 + a * a, s12 + a * b, s22 + b * b, t1 + a * bw, t2 + b * bw);
+        (s11, s12, s22, t1, t2) = (
+            s11 + a * a,
+            s12 + a * b,
+            s22 + b * b,
+            t1 + a * bw,
+            t2 + b * bw,
+        );
     }
     let det = s11 * s22 - s12 * s12;
     let (l2_bw, llc_bw) = ((t1 * s22 - t2 * s12) / det, (s11 * t2 - s12 * t1) / det);
     println!("fit: L2 {l2_bw:.3} TB/s, LLC {llc_bw:.3} TB/s");
-    assert!((l2_bw - SEED_000_TABLE4_EQ1_TBPS.0).abs() < 0.01 && (llc_bw - SEED_000_TABLE4_EQ1_TBPS.1).abs() < 0.01);
+    assert!(
+        (l2_bw - SEED_000_TABLE4_EQ1_TBPS.0).abs() < 0.01
+            && (llc_bw - SEED_000_TABLE4_EQ1_TBPS.1).abs() < 0.01
+    );
     for &(_, _, l2, llc, bw) in &PAPER {
         assert!((l2_bw * l2 / 100.0 + llc_bw * llc / 100.0 - bw).abs() < 0.06);
     }

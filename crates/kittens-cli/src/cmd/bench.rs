@@ -274,14 +274,24 @@ fn print_table(r: &GemmBenchReport) {
         "M x N x K", "ours TF/s", "cuBLAS", "ratio", "err/cuBLAS", "err/f64", "check"
     );
     // Check-only shapes are not timed: their speed columns print as "-".
-    let timed = |x: f64| if x.is_finite() { format!("{x:.1}") } else { "-".into() };
+    let timed = |x: f64| {
+        if x.is_finite() {
+            format!("{x:.1}")
+        } else {
+            "-".into()
+        }
+    };
     for row in r.rows.iter().chain(&r.checks) {
         println!(
             "{:>14} {:>10} {:>10} {:>7} {:>10.2e} {:>10.2e} {:>6}",
             format!("{}x{}x{}", row.m, row.n, row.k),
             timed(row.ours_tflops),
             timed(row.cublas_tflops),
-            if row.ratio.is_finite() { format!("{:.3}", row.ratio) } else { "-".into() },
+            if row.ratio.is_finite() {
+                format!("{:.3}", row.ratio)
+            } else {
+                "-".into()
+            },
             row.rel_err_vs_cublas,
             row.spot_err_ours,
             if row.passed { "ok" } else { "FAIL" }

@@ -56,12 +56,19 @@ fn default_param(name: &str) -> i64 {
 fn param_values(names: &[String], given: &[String]) -> anyhow::Result<Vec<i64>> {
     let mut values: Vec<i64> = names.iter().map(|n| default_param(n)).collect();
     for g in given {
-        let (name, value) = g.split_once('=').ok_or_else(|| anyhow!("--param `{g}`: expected name=value"))?;
-        let i = names
-            .iter()
-            .position(|n| n == name.trim())
-            .ok_or_else(|| anyhow!("--param `{name}`: the kernel's parameters are {}", names.join(", ")))?;
-        values[i] = value.trim().parse().with_context(|| format!("--param `{g}`: not an integer"))?;
+        let (name, value) = g
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--param `{g}`: expected name=value"))?;
+        let i = names.iter().position(|n| n == name.trim()).ok_or_else(|| {
+            anyhow!(
+                "--param `{name}`: the kernel's parameters are {}",
+                names.join(", ")
+            )
+        })?;
+        values[i] = value
+            .trim()
+            .parse()
+            .with_context(|| format!("--param `{g}`: not an integer"))?;
     }
     Ok(values)
 }
@@ -81,19 +88,34 @@ fn renumber(r: &mut Report, dropped: &[usize]) {
     let fix = |s: &mut Site| s.op = original_index(s.op, dropped);
     for h in &mut r.hazards {
         match h {
-            Hazard::MissingWait { pending: a, access: b, .. } | Hazard::MissingBarrier { first: a, second: b, .. } => {
+            Hazard::MissingWait {
+                pending: a,
+                access: b,
+                ..
+            }
+            | Hazard::MissingBarrier {
+                first: a,
+                second: b,
+                ..
+            } => {
                 fix(a);
                 fix(b);
             }
             Hazard::Deadlock { waiting } => waiting.iter_mut().for_each(fix),
         }
     }
-    r.waits.iter_mut().for_each(|w| w.op = original_index(w.op, dropped));
+    r.waits
+        .iter_mut()
+        .for_each(|w| w.op = original_index(w.op, dropped));
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let Some(info) = kittens_kernels::by_name(&args.kernel) else {
-        bail!("unknown kernel `{}`; known: {}", args.kernel, kittens_kernels::NAMES.join(", "));
+        bail!(
+            "unknown kernel `{}`; known: {}",
+            args.kernel,
+            kittens_kernels::NAMES.join(", ")
+        );
     };
     let mut kernel = match &args.gpu {
         Some(name) => (info.build_for)(kittens_hw::gpu(name)?),
@@ -105,9 +127,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     drops.dedup();
     for &i in drops.iter().rev() {
         // Highest first, so the lower indices still name the same ops.
-        let name = kernel.op(i).map(|o| o.name()).with_context(|| format!("--drop-op {i}: no such op"))?;
+        let name = kernel
+            .op(i)
+            .map(|o| o.name())
+            .with_context(|| format!("--drop-op {i}: no such op"))?;
         eprintln!("dropping op #{i} {name}");
-        kernel = kernel.without_op(i).with_context(|| format!("--drop-op {i}: no such op"))?;
+        kernel = kernel
+            .without_op(i)
+            .with_context(|| format!("--drop-op {i}: no such op"))?;
     }
     let names: Vec<String> = kernel.params.iter().map(|p| p.name.clone()).collect();
     let opts = Options {
@@ -125,7 +152,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             println!("ops (* = implied by the schedule):");
             for o in kernel.ops() {
                 let mark = if o.implied { "*" } else { " " };
-                println!("  #{:<4}{mark} {}{}", o.index, "  ".repeat(o.depth), o.op.name());
+                println!(
+                    "  #{:<4}{mark} {}{}",
+                    o.index,
+                    "  ".repeat(o.depth),
+                    o.op.name()
+                );
             }
             println!();
         }
@@ -145,7 +177,10 @@ mod tests {
     fn params_default_and_override_by_name() {
         let names: Vec<String> = ["m", "n", "k"].map(String::from).into();
         assert_eq!(param_values(&names, &[]).unwrap(), vec![512, 512, 1024]);
-        assert_eq!(param_values(&names, &["k=64".into(), "m = 128".into()]).unwrap(), vec![128, 512, 64]);
+        assert_eq!(
+            param_values(&names, &["k=64".into(), "m = 128".into()]).unwrap(),
+            vec![128, 512, 64]
+        );
         assert!(param_values(&names, &["q=1".into()]).is_err());
         assert!(param_values(&names, &["k".into()]).is_err());
         assert!(param_values(&names, &["k=x".into()]).is_err());

@@ -50,7 +50,10 @@ fn run_amd(args: &Args, arch: Arch) -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&out.json()?)?);
     } else {
         if let Some(g) = out.configured_for {
-            println!("configured for {} ({} B shared memory per block)", g.name, g.shared_bytes_per_block);
+            println!(
+                "configured for {} ({} B shared memory per block)",
+                g.name, g.shared_bytes_per_block
+            );
         }
         print_amd(&out.report, &out.version, out.code_object_bytes);
     }
@@ -72,7 +75,8 @@ impl AmdCompiled {
     /// The `--json` document: the code-object report plus compiler, size and configuration.
     pub fn json(&self) -> Result<serde_json::Value> {
         let mut doc = serde_json::to_value(&self.report)?;
-        doc["compiler"] = serde_json::json!({ "source": self.compiler_source, "version": self.version });
+        doc["compiler"] =
+            serde_json::json!({ "source": self.compiler_source, "version": self.version });
         doc["code_object_bytes"] = self.code_object_bytes.into();
         doc["bf16_mfma"] = kittens_codegen::hip::bf16_mfma_opcode(self.arch).into();
         doc["configured_for"] = self.configured_for.map(|g| g.name).into();
@@ -207,7 +211,10 @@ fn run_cuda(args: &Args) -> Result<()> {
             serde_json::to_string_pretty(&kittens_runtime::cuda::compile_report_json(&report))?
         );
     } else {
-        println!("{} for sm_90a — NVRTC {}", report.kernel, report.nvrtc_version);
+        println!(
+            "{} for sm_90a — NVRTC {}",
+            report.kernel, report.nvrtc_version
+        );
         println!(
             "  registers {}  spill stores {}  spill loads {}  stack {} B",
             report.registers, report.spill_stores, report.spill_loads, report.stack_frame
@@ -231,5 +238,10 @@ fn cuda_lowered(kernel: &str) -> Result<kittens_codegen::cuda::LoweredCuda> {
 /// shared memory as ptxas states them.
 pub fn cuda_compile(kernel: &str) -> Result<kittens_runtime::cuda::CudaCompileReport> {
     let l = cuda_lowered(kernel)?;
-    Ok(kittens_runtime::cuda::compile_report(&l.source, &l.name, "sm_90a", l.dynamic_shared_bytes)?)
+    Ok(kittens_runtime::cuda::compile_report(
+        &l.source,
+        &l.name,
+        "sm_90a",
+        l.dynamic_shared_bytes,
+    )?)
 }

@@ -154,7 +154,8 @@ fn grid(a: GridArgs) -> anyhow::Result<()> {
     let map = draw::first_round(rows, cols, g.xcds as u64, g.compute_units as u64, order);
     if let Some(path) = &a.png {
         let (w, h, px) = draw::render_rgb(&map, a.cell.max(2));
-        std::fs::write(path, draw::encode_png(w, h, &px)).with_context(|| format!("writing {}", path.display()))?;
+        std::fs::write(path, draw::encode_png(w, h, &px))
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     if a.json {
         let mut v = serde_json::to_value(&rep)?;
@@ -233,7 +234,11 @@ fn regs_cmd(a: RegsArgs) -> anyhow::Result<()> {
         consumers: a.consumers,
         tile_m: small(tm, "--tile")?,
         tile_n: small(tn, "--tile")?,
-        mma: (small(mm, "--mma")?, small(mn, "--mma")?, small(mk, "--mma")?),
+        mma: (
+            small(mm, "--mma")?,
+            small(mn, "--mma")?,
+            small(mk, "--mma")?,
+        ),
         k_step: a.k_step.unwrap_or(small(mk, "--mma")?),
         reg_stages: a.reg_stages,
         depth: a.depth,
@@ -266,7 +271,10 @@ fn regs_cmd(a: RegsArgs) -> anyhow::Result<()> {
         rep.consumer_budget
     );
     if a.producers > 0 {
-        println!("  producer needs {} of {}", rep.producer_need, rep.producer_budget);
+        println!(
+            "  producer needs {} of {}",
+            rep.producer_need, rep.producer_budget
+        );
     }
     println!("  LDS {} of {} bytes", rep.lds_bytes, rep.lds_limit);
     println!("  {}", rep.reason);

@@ -76,7 +76,13 @@ fn problem(a: &Args) -> anyhow::Result<Problem> {
         other => bail!("unknown layout `{other}`; use bshd or bhsd"),
     };
     // An empty problem would "pass" with zero error: refuse it instead.
-    let dims = [("--m", a.m), ("--n", a.n), ("--k", a.k), ("--batch", a.batch), ("--heads", a.heads)];
+    let dims = [
+        ("--m", a.m),
+        ("--n", a.n),
+        ("--k", a.k),
+        ("--batch", a.batch),
+        ("--heads", a.heads),
+    ];
     let dims = dims.into_iter().chain([("--seq", a.seq), ("--dim", a.dim)]);
     if let Some((flag, _)) = dims.into_iter().find(|&(_, v)| v == 0) {
         bail!("{flag} must be positive");

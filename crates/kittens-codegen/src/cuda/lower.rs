@@ -199,7 +199,6 @@ pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
     })
 }
 
-
 /// Which role's code is being emitted.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Role {
@@ -240,7 +239,14 @@ impl Emit<'_> {
 
     /// `e` as a C `int` expression; `wave` names the wave index to use.
     pub(super) fn ex_with(&self, e: &Expr, wave: &str) -> String {
-        cexpr::expr_in(self.k, e, &cexpr::CNames { wave, ..cexpr::CUDA })
+        cexpr::expr_in(
+            self.k,
+            e,
+            &cexpr::CNames {
+                wave,
+                ..cexpr::CUDA
+            },
+        )
     }
     pub(super) fn ex(&self, e: &Expr) -> String {
         self.ex_with(e, "wave")

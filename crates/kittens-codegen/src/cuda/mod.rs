@@ -6,8 +6,8 @@
 
 pub mod gemm;
 pub mod lower;
-mod lower_tma;
 mod lower_roles;
+mod lower_tma;
 
 pub use gemm::{Epilogue, HopperGemm, HopperGemmError};
 pub use lower::{lower, CudaLowerError, LoweredCuda, TmaMap};

@@ -11,9 +11,9 @@
 //! instruction that matters goes through one prelude wrapper (seed 001 §2.1). Op lowering is in
 //! [`super::ops`]; lane maps come from [`super::layout`].
 
-use crate::cexpr::{cond, expr, ident, param_name, var_name};
 use super::layout::{lane_map, LaneMap};
 use super::LowerError;
+use crate::cexpr::{cond, expr, ident, param_name, var_name};
 use kittens_hw::{dtype::DType, Arch};
 use kittens_ir::{Access, GridRemap, Kernel, Op, RegKind, Stmt};
 use std::collections::HashMap;

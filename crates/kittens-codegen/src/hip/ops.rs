@@ -13,10 +13,10 @@
 //!   the zero-accumulator form starts a chain when `c` is absent.
 //! - `Wait` → `s_waitcnt vmcnt/lgkmcnt` with the IR's op counts turned into instruction counts.
 
-use crate::cexpr::ident;
 use super::layout::{mfma_for_abt, LaneMap};
 use super::lower::{reg_type, Emitter};
 use super::LowerError;
+use crate::cexpr::ident;
 use kittens_hw::dtype::DType;
 use kittens_hw::Arch;
 use kittens_ir::{

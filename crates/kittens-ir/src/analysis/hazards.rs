@@ -10,9 +10,16 @@ use std::collections::{BTreeMap, HashMap};
 pub(crate) enum Race {
     /// `pending` was issued before `access` is (program order, or a barrier orders the issues) but has
     /// not completed by then: its wave lacks a wait on `queue`.
-    MissingWait { queue: WaitQueue, pending: (usize, usize), access: (usize, usize) },
+    MissingWait {
+        queue: WaitQueue,
+        pending: (usize, usize),
+        access: (usize, usize),
+    },
     /// Neither access is ordered before the other, even by issue: nothing separates them.
-    MissingBarrier { a: (usize, usize), b: (usize, usize) },
+    MissingBarrier {
+        a: (usize, usize),
+        b: (usize, usize),
+    },
 }
 
 /// What can conflict: a slot of a shared ring, or one register of one wave.
@@ -32,10 +39,23 @@ struct Access<'e> {
 
 fn access(e: &Event) -> Option<Access<'_>> {
     match &e.kind {
-        EvKind::Mem { write, region, queue, coop } => {
-            Some(Access { write: *write, queue: *queue, region: Some(region), coop: *coop })
-        }
-        EvKind::Reg { write, queue, .. } => Some(Access { write: *write, queue: *queue, region: None, coop: None }),
+        EvKind::Mem {
+            write,
+            region,
+            queue,
+            coop,
+        } => Some(Access {
+            write: *write,
+            queue: *queue,
+            region: Some(region),
+            coop: *coop,
+        }),
+        EvKind::Reg { write, queue, .. } => Some(Access {
+            write: *write,
+            queue: *queue,
+            region: None,
+            coop: None,
+        }),
         _ => None,
     }
 }
@@ -82,7 +102,13 @@ impl<'a> Ctx<'a> {
             }
         }
         let groups = by_key.into_values().collect();
-        Ctx { waves: &traces.waves, order, groups, written, trust_lds_latency }
+        Ctx {
+            waves: &traces.waves,
+            order,
+            groups,
+            written,
+            trust_lds_latency,
+        }
     }
 
     /// The count wait `op` runs with.
@@ -92,7 +118,10 @@ impl<'a> Ctx<'a> {
     }
 
     fn completions(&self, overrides: &Counts) -> Vec<Vec<Option<usize>>> {
-        self.waves.iter().map(|w| completions(w, &|op| self.count(op, overrides))).collect()
+        self.waves
+            .iter()
+            .map(|w| completions(w, &|op| self.count(op, overrides)))
+            .collect()
     }
 
     /// Every unordered conflicting pair under the given wait counts.
@@ -107,8 +136,16 @@ impl<'a> Ctx<'a> {
         out
     }
 
-    fn race(&self, x: (usize, usize), y: (usize, usize), done: &[Vec<Option<usize>>]) -> Option<Race> {
-        let (ax, ay) = (access(&self.waves[x.0][x.1])?, access(&self.waves[y.0][y.1])?);
+    fn race(
+        &self,
+        x: (usize, usize),
+        y: (usize, usize),
+        done: &[Vec<Option<usize>>],
+    ) -> Option<Race> {
+        let (ax, ay) = (
+            access(&self.waves[x.0][x.1])?,
+            access(&self.waves[y.0][y.1])?,
+        );
         let overlap = match (ax.region, ay.region) {
             (Some(rx), Some(ry)) => rx.overlaps(ry),
             _ => true, // the same register of the same wave (grouped by key)
@@ -117,13 +154,20 @@ impl<'a> Ctx<'a> {
             return None;
         }
         let (ex, ey) = (&self.waves[x.0][x.1], &self.waves[y.0][y.1]);
-        if ax.coop.is_some() && ax.coop == ay.coop && ex.op == ey.op && ex.iter == ey.iter && x.0 != y.0 {
+        if ax.coop.is_some()
+            && ax.coop == ay.coop
+            && ex.op == ey.op
+            && ex.iter == ey.iter
+            && x.0 != y.0
+        {
             return None; // two waves' parts of one cooperative copy
         }
         // Shared-memory instructions of one wave execute in order (and fill registers in order), so two
         // of them need no wait between each other; an async global→shared copy takes another path and
         // can pass them (LLVM's AMDGPU memory model orders direct-to-LDS loads only through vmcnt).
-        let fifo = x.0 == y.0 && ax.queue == Some(WaitQueue::Shared) && ay.queue == Some(WaitQueue::Shared);
+        let fifo = x.0 == y.0
+            && ax.queue == Some(WaitQueue::Shared)
+            && ay.queue == Some(WaitQueue::Shared);
         let end = |e: (usize, usize), me: &Access, other: &Access| {
             let lds_read_vs_copy = !me.write
                 && me.queue == Some(WaitQueue::Shared)
@@ -136,15 +180,25 @@ impl<'a> Ctx<'a> {
             }
         };
         let hb = |a: (usize, usize), b: (usize, usize)| self.order.hb(a.0, a.1, b.0, b.1);
-        let before = |a, b, me: &Access, other: &Access| end(a, me, other).is_some_and(|d| hb((a.0, d), b));
+        let before =
+            |a, b, me: &Access, other: &Access| end(a, me, other).is_some_and(|d| hb((a.0, d), b));
         if before(x, y, &ax, &ay) || before(y, x, &ay, &ax) {
             return None;
         }
-        let issued_first = |q: Option<WaitQueue>| q.expect("a synchronous access issued first is ordered");
+        let issued_first =
+            |q: Option<WaitQueue>| q.expect("a synchronous access issued first is ordered");
         Some(if hb(x, y) {
-            Race::MissingWait { queue: issued_first(ax.queue), pending: x, access: y }
+            Race::MissingWait {
+                queue: issued_first(ax.queue),
+                pending: x,
+                access: y,
+            }
         } else if hb(y, x) {
-            Race::MissingWait { queue: issued_first(ay.queue), pending: y, access: x }
+            Race::MissingWait {
+                queue: issued_first(ay.queue),
+                pending: y,
+                access: x,
+            }
         } else if ay.write && !ax.write {
             Race::MissingBarrier { a: y, b: x }
         } else {

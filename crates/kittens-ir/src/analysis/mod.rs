@@ -38,13 +38,22 @@ use thiserror::Error;
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum AnalysisError {
     #[error("kernel `{kernel}` takes {expected} parameters, {got} given")]
-    Params { kernel: String, expected: usize, got: usize },
+    Params {
+        kernel: String,
+        expected: usize,
+        got: usize,
+    },
     #[error("op #{op}: cannot evaluate `{expr}` (unbound variable or division by zero)")]
     Eval { op: usize, expr: String },
     #[error("op #{op} names a shared buffer the kernel does not declare")]
     NoSuchBuffer { op: usize },
     #[error("op #{op}: slot {slot} of shared ring `{buffer}` which has {count}")]
-    SlotOutOfRange { op: usize, buffer: String, slot: i64, count: u32 },
+    SlotOutOfRange {
+        op: usize,
+        buffer: String,
+        slot: i64,
+        count: u32,
+    },
     #[error("wave {wave} executes more than {events} memory events; use smaller parameters")]
     TooLarge { wave: u32, events: usize },
 }
@@ -113,10 +122,19 @@ pub struct Site {
 pub enum Hazard {
     /// `access` conflicts with `pending`, which was issued before it but whose wave has not waited for
     /// it (on `queue`) before the point that orders the two.
-    MissingWait { queue: WaitQueue, pending: Site, access: Site, instances: usize },
+    MissingWait {
+        queue: WaitQueue,
+        pending: Site,
+        access: Site,
+        instances: usize,
+    },
     /// Two conflicting accesses (the first a write) that nothing orders: a barrier is missing between
     /// them (a write over data another wave may still read, or a read of data being written).
-    MissingBarrier { first: Site, second: Site, instances: usize },
+    MissingBarrier {
+        first: Site,
+        second: Site,
+        instances: usize,
+    },
     /// Barriers that can never all be matched: these waves wait forever.
     Deadlock { waiting: Vec<Site> },
 }
@@ -161,7 +179,11 @@ pub struct Report {
 impl Report {
     /// The counts for the kernel's `Auto` waits, by op index.
     pub fn auto_counts(&self) -> BTreeMap<usize, u32> {
-        self.waits.iter().filter(|w| w.written == WaitCount::Auto).map(|w| (w.op, w.computed)).collect()
+        self.waits
+            .iter()
+            .filter(|w| w.written == WaitCount::Auto)
+            .map(|w| (w.op, w.computed))
+            .collect()
     }
 }
 
@@ -174,7 +196,12 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
             got: opts.params.len(),
         });
     }
-    let depth = kernel.shared.iter().map(|s| s.count as i64).max().unwrap_or(1);
+    let depth = kernel
+        .shared
+        .iter()
+        .map(|s| s.count as i64)
+        .max()
+        .unwrap_or(1);
     let head = opts.head_iters.unwrap_or(3 + depth).max(1);
     let traces = trace::trace(kernel, &opts.params, &opts.block, head)?;
     let order = order::Order::new(&traces.waves);
@@ -182,7 +209,11 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
     let describe = report::Describer::new(kernel, &traces, &order);
 
     let (hazards, waits) = if let Some(stuck) = &order.stuck {
-        let waiting = stuck.waiting.iter().map(|&(w, p)| describe.site(w, p)).collect();
+        let waiting = stuck
+            .waiting
+            .iter()
+            .map(|&(w, p)| describe.site(w, p))
+            .collect();
         let waits = ctx
             .written
             .iter()
@@ -191,7 +222,13 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
                     WaitCount::Outstanding(n) => n,
                     WaitCount::Auto => 0,
                 };
-                WaitResult { op, queue, written, computed: n, max_outstanding: n }
+                WaitResult {
+                    op,
+                    queue,
+                    written,
+                    computed: n,
+                    max_outstanding: n,
+                }
             })
             .collect();
         (vec![Hazard::Deadlock { waiting }], waits)
@@ -203,8 +240,18 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
             .iter()
             .map(|(&op, &(queue, written))| {
                 let (best, max_outstanding) = ctx.largest_safe(op, &counts);
-                let computed = if written == WaitCount::Auto { counts[&op] } else { best };
-                WaitResult { op, queue, written, computed, max_outstanding }
+                let computed = if written == WaitCount::Auto {
+                    counts[&op]
+                } else {
+                    best
+                };
+                WaitResult {
+                    op,
+                    queue,
+                    written,
+                    computed,
+                    max_outstanding,
+                }
             })
             .collect();
         (hazards, waits)
@@ -214,7 +261,12 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
         kernel: kernel.name.clone(),
         schedule: kernel.schedule.name().to_string(),
         waves: kernel.waves,
-        params: kernel.params.iter().map(|p| p.name.clone()).zip(opts.params.iter().copied()).collect(),
+        params: kernel
+            .params
+            .iter()
+            .map(|p| p.name.clone())
+            .zip(opts.params.iter().copied())
+            .collect(),
         block: opts.block.clone(),
         head_iters: head,
         trust_lds_latency: opts.trust_lds_latency,
@@ -222,7 +274,10 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
         clusters: traces
             .clusters
             .iter()
-            .map(|(label, kind)| ClusterInfo { label: label.clone(), kind: kind.clone() })
+            .map(|(label, kind)| ClusterInfo {
+                label: label.clone(),
+                kind: kind.clone(),
+            })
             .collect(),
         timeline: report::timeline(&traces, &order),
         block_barriers: order.block_barriers.clone(),
@@ -236,7 +291,12 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
 /// see a load in flight, and the assignment as a whole adds no hazard.
 fn resolve_auto(ctx: &Ctx) -> Counts {
     let mut counts = Counts::new();
-    let autos: Vec<usize> = ctx.written.iter().filter(|(_, (_, c))| *c == WaitCount::Auto).map(|(&op, _)| op).collect();
+    let autos: Vec<usize> = ctx
+        .written
+        .iter()
+        .filter(|(_, (_, c))| *c == WaitCount::Auto)
+        .map(|(&op, _)| op)
+        .collect();
     for &op in &autos {
         counts.insert(op, 0);
     }
@@ -253,27 +313,36 @@ fn dedupe(races: Vec<Race>, d: &report::Describer) -> Vec<Hazard> {
     let mut out: Vec<Hazard> = vec![];
     for r in races {
         let key = match r {
-            Race::MissingWait { pending, access, .. } => (0, d.op(pending), d.op(access)),
+            Race::MissingWait {
+                pending, access, ..
+            } => (0, d.op(pending), d.op(access)),
             Race::MissingBarrier { a, b } => (1, d.op(a), d.op(b)),
         };
         if let Some(&i) = seen.get(&key) {
             match &mut out[i] {
-                Hazard::MissingWait { instances, .. } | Hazard::MissingBarrier { instances, .. } => *instances += 1,
+                Hazard::MissingWait { instances, .. }
+                | Hazard::MissingBarrier { instances, .. } => *instances += 1,
                 Hazard::Deadlock { .. } => {}
             }
             continue;
         }
         seen.insert(key, out.len());
         out.push(match r {
-            Race::MissingWait { queue, pending, access } => Hazard::MissingWait {
+            Race::MissingWait {
+                queue,
+                pending,
+                access,
+            } => Hazard::MissingWait {
                 queue,
                 pending: d.site(pending.0, pending.1),
                 access: d.site(access.0, access.1),
                 instances: 1,
             },
-            Race::MissingBarrier { a, b } => {
-                Hazard::MissingBarrier { first: d.site(a.0, a.1), second: d.site(b.0, b.1), instances: 1 }
-            }
+            Race::MissingBarrier { a, b } => Hazard::MissingBarrier {
+                first: d.site(a.0, a.1),
+                second: d.site(b.0, b.1),
+                instances: 1,
+            },
         });
     }
     out
@@ -282,11 +351,17 @@ fn dedupe(races: Vec<Race>, d: &report::Describer) -> Vec<Hazard> {
 /// Chooses every `Auto` wait's count for a kernel that runs with several parameter sets (or blocks):
 /// the smallest count chosen over `runs`. A smaller count only waits for more, so the result is safe
 /// for each run. Returns the counts and the kernel with them written in.
-pub fn resolve_auto_waits(kernel: &Kernel, runs: &[Options]) -> Result<(BTreeMap<usize, u32>, Kernel), AnalysisError> {
+pub fn resolve_auto_waits(
+    kernel: &Kernel,
+    runs: &[Options],
+) -> Result<(BTreeMap<usize, u32>, Kernel), AnalysisError> {
     let mut counts: BTreeMap<usize, u32> = BTreeMap::new();
     for opts in runs {
         for (op, n) in analyze(kernel, opts)?.auto_counts() {
-            counts.entry(op).and_modify(|c| *c = (*c).min(n)).or_insert(n);
+            counts
+                .entry(op)
+                .and_modify(|c| *c = (*c).min(n))
+                .or_insert(n);
         }
     }
     let k = apply_auto_waits(kernel, &counts);
@@ -300,7 +375,11 @@ pub fn apply_auto_waits(kernel: &Kernel, counts: &BTreeMap<usize, u32>) -> Kerne
         for s in body {
             match s {
                 Stmt::Op { op, .. } => {
-                    if let Op::Wait { count: c @ WaitCount::Auto, .. } = op {
+                    if let Op::Wait {
+                        count: c @ WaitCount::Auto,
+                        ..
+                    } = op
+                    {
                         if let Some(&n) = counts.get(next) {
                             *c = WaitCount::Outstanding(n);
                         }

@@ -56,7 +56,9 @@ impl Order {
                 if done[w] || arrived[w].is_some() {
                     continue;
                 }
-                while pc[w] < waves[w].len() && !matches!(waves[w][pc[w]].kind, EvKind::Barrier { .. }) {
+                while pc[w] < waves[w].len()
+                    && !matches!(waves[w][pc[w]].kind, EvKind::Barrier { .. })
+                {
                     pc[w] += 1;
                 }
                 progress = true;
@@ -84,7 +86,10 @@ impl Order {
                     if !done[m] {
                         c[m] = pc[m];
                     }
-                    merged.iter_mut().zip(&c).for_each(|(x, y)| *x = (*x).max(*y));
+                    merged
+                        .iter_mut()
+                        .zip(&c)
+                        .for_each(|(x, y)| *x = (*x).max(*y));
                 }
                 for &m in ms.iter().filter(|&&m| !done[m]) {
                     clock[m] = merged.clone();
@@ -99,12 +104,26 @@ impl Order {
             }
             if !progress {
                 let waiting = (0..n).filter(|&w| !done[w]).map(|w| (w, pc[w])).collect();
-                let block_barriers = seen.iter().map(|s| s.get(&Domain::Block).copied().unwrap_or(0)).collect();
-                return Order { epochs, stuck: Some(Stuck { waiting }), block_barriers };
+                let block_barriers = seen
+                    .iter()
+                    .map(|s| s.get(&Domain::Block).copied().unwrap_or(0))
+                    .collect();
+                return Order {
+                    epochs,
+                    stuck: Some(Stuck { waiting }),
+                    block_barriers,
+                };
             }
         }
-        let block_barriers = seen.iter().map(|s| s.get(&Domain::Block).copied().unwrap_or(0)).collect();
-        Order { epochs, stuck: None, block_barriers }
+        let block_barriers = seen
+            .iter()
+            .map(|s| s.get(&Domain::Block).copied().unwrap_or(0))
+            .collect();
+        Order {
+            epochs,
+            stuck: None,
+            block_barriers,
+        }
     }
 
     /// Does position `i` of wave `a` happen before position `j` of wave `b`?
@@ -133,8 +152,12 @@ pub(crate) fn completions(wave: &[Event], count_of: &dyn Fn(usize) -> u32) -> Ve
     let mut queues: HashMap<WaitQueue, VecDeque<Vec<usize>>> = HashMap::new();
     for (pos, e) in wave.iter().enumerate() {
         match &e.kind {
-            EvKind::Mem { queue: None, .. } | EvKind::Reg { queue: None, .. } => done[pos] = Some(pos),
-            EvKind::Mem { queue: Some(q), .. } => queues.entry(*q).or_default().push_back(vec![pos]),
+            EvKind::Mem { queue: None, .. } | EvKind::Reg { queue: None, .. } => {
+                done[pos] = Some(pos)
+            }
+            EvKind::Mem { queue: Some(q), .. } => {
+                queues.entry(*q).or_default().push_back(vec![pos])
+            }
             EvKind::Reg { queue: Some(q), .. } => {
                 let q = queues.entry(*q).or_default();
                 match q.back_mut() {
@@ -158,7 +181,11 @@ pub(crate) fn completions(wave: &[Event], count_of: &dyn Fn(usize) -> u32) -> Ve
 }
 
 /// The number of ops outstanding on `queue` at each instance of wait op `op`, the largest over waves.
-pub(crate) fn max_outstanding(waves: &[Vec<Event>], op: usize, count_of: &dyn Fn(usize) -> u32) -> u32 {
+pub(crate) fn max_outstanding(
+    waves: &[Vec<Event>],
+    op: usize,
+    count_of: &dyn Fn(usize) -> u32,
+) -> u32 {
     let mut best = 0;
     for wave in waves {
         let done = completions(wave, count_of);

@@ -17,7 +17,12 @@ impl<'a> Describer<'a> {
     pub fn new(k: &'a Kernel, traces: &'a Traces, order: &'a Order) -> Describer<'a> {
         let mut names = vec![String::new(); super::trace::count_ops(&k.body)];
         k.for_each_op(|r| names[r.index] = r.op.name());
-        Describer { k, traces, order, names }
+        Describer {
+            k,
+            traces,
+            order,
+            names,
+        }
     }
 
     pub fn op(&self, at: (usize, usize)) -> usize {
@@ -25,18 +30,36 @@ impl<'a> Describer<'a> {
     }
 
     pub fn region(&self, r: &Region) -> String {
-        let name = self.k.shared.get(r.buf.0 as usize).map_or("?", |s| s.name.as_str());
-        format!("{name}[{}] rows {}..{} cols {}..{}", r.slot, r.rows.0, r.rows.1, r.cols.0, r.cols.1)
+        let name = self
+            .k
+            .shared
+            .get(r.buf.0 as usize)
+            .map_or("?", |s| s.name.as_str());
+        format!(
+            "{name}[{}] rows {}..{} cols {}..{}",
+            r.slot, r.rows.0, r.rows.1, r.cols.0, r.cols.1
+        )
     }
 
     pub fn site(&self, wave: usize, pos: usize) -> Site {
         let e = &self.traces.waves[wave][pos];
-        let var = |v: crate::expr::VarId| self.k.vars.get(v.0 as usize).map_or(format!("v{}", v.0), |d| d.name.clone());
+        let var = |v: crate::expr::VarId| {
+            self.k
+                .vars
+                .get(v.0 as usize)
+                .map_or(format!("v{}", v.0), |d| d.name.clone())
+        };
         let rw = |w: bool| Some(if w { "write" } else { "read" }.to_string());
         let (access, target, region) = match &e.kind {
-            EvKind::Mem { write, region, .. } => (rw(*write), Some(self.region(region)), Some(*region)),
+            EvKind::Mem { write, region, .. } => {
+                (rw(*write), Some(self.region(region)), Some(*region))
+            }
             EvKind::Reg { write, reg, .. } => {
-                let name = self.k.regs.get(reg.0 as usize).map_or("?", |r| r.name.as_str());
+                let name = self
+                    .k
+                    .regs
+                    .get(reg.0 as usize)
+                    .map_or("?", |r| r.name.as_str());
                 (rw(*write), Some(format!("register {name}")), None)
             }
             _ => (None, None, None),
@@ -137,7 +160,11 @@ impl fmt::Display for WaitResult {
             self.computed
         )?;
         if self.computed >= self.max_outstanding && self.written != WaitCount::Auto {
-            write!(f, "  (never more than {} outstanding: the wait is redundant)", self.max_outstanding)?;
+            write!(
+                f,
+                "  (never more than {} outstanding: the wait is redundant)",
+                self.max_outstanding
+            )?;
         }
         Ok(())
     }
@@ -148,8 +175,19 @@ const SHOWN_INTERVALS: usize = 24;
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let params: Vec<String> = self.params.iter().map(|(n, v)| format!("{n}={v}")).collect();
-        writeln!(f, "kernel {} ({}, {} waves), {}", self.kernel, self.schedule, self.waves, params.join(" "))?;
+        let params: Vec<String> = self
+            .params
+            .iter()
+            .map(|(n, v)| format!("{n}={v}"))
+            .collect();
+        writeln!(
+            f,
+            "kernel {} ({}, {} waves), {}",
+            self.kernel,
+            self.schedule,
+            self.waves,
+            params.join(" ")
+        )?;
         for u in &self.unrolled {
             writeln!(
                 f,
@@ -168,14 +206,30 @@ impl fmt::Display for Report {
             }
         )?;
         // Cells name clusters by id (kind initial + index: `M0` memory, `C1` compute); a legend follows.
-        let id = |c: usize| format!("{}{c}", if self.clusters[c].kind == "compute" { 'C' } else { 'M' });
+        let id = |c: usize| {
+            format!(
+                "{}{c}",
+                if self.clusters[c].kind == "compute" {
+                    'C'
+                } else {
+                    'M'
+                }
+            )
+        };
         let cell = |cs: &Vec<usize>| -> String {
             if cs.is_empty() {
                 return ".".into();
             }
             cs.iter().map(|&c| id(c)).collect::<Vec<_>>().join("+")
         };
-        let width = self.timeline.iter().flatten().map(|c| cell(c).chars().count()).max().unwrap_or(1).max(2);
+        let width = self
+            .timeline
+            .iter()
+            .flatten()
+            .map(|c| cell(c).chars().count())
+            .max()
+            .unwrap_or(1)
+            .max(2);
         for (w, row) in self.timeline.iter().enumerate() {
             write!(f, "  wave {w:<2}")?;
             for i in 0..intervals.min(SHOWN_INTERVALS) {
@@ -186,7 +240,11 @@ impl fmt::Display for Report {
         for (c, info) in self.clusters.iter().enumerate() {
             writeln!(f, "  {:<4} {} ({})", id(c), info.label, info.kind)?;
         }
-        if self.block_barriers.iter().any(|&b| b != self.block_barriers[0]) {
+        if self
+            .block_barriers
+            .iter()
+            .any(|&b| b != self.block_barriers[0])
+        {
             writeln!(
                 f,
                 "  block barriers per wave differ: {:?} (extra ones pair with other waves' exits)",

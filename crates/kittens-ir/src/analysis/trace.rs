@@ -6,7 +6,9 @@
 
 use super::{AnalysisError, Region};
 use crate::expr::{Cond, Env, Expr, VarId};
-use crate::ir::{Arg, Kernel, MmaOperand, Op, RegId, Scope, SharedView, Stmt, WaitCount, WaitQueue};
+use crate::ir::{
+    Arg, Kernel, MmaOperand, Op, RegId, Scope, SharedView, Stmt, WaitCount, WaitQueue,
+};
 use serde::Serialize;
 use std::collections::HashSet;
 
@@ -102,7 +104,9 @@ pub(crate) fn count_ops(body: &[Stmt]) -> usize {
     body.iter()
         .map(|s| match s {
             Stmt::Op { .. } => 1,
-            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => count_ops(body),
+            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
+                count_ops(body)
+            }
             Stmt::If { then, els, .. } => count_ops(then) + count_ops(els),
             Stmt::Roles { producer, consumer } => count_ops(producer) + count_ops(consumer),
         })
@@ -111,15 +115,26 @@ pub(crate) fn count_ops(body: &[Stmt]) -> usize {
 
 impl Walker<'_> {
     fn env(&self) -> Env<'_> {
-        Env { params: self.params, vars: &self.vars, block: self.block, wave: self.wave as i64 }
+        Env {
+            params: self.params,
+            vars: &self.vars,
+            block: self.block,
+            wave: self.wave as i64,
+        }
     }
 
     fn eval(&self, e: &Expr, op: usize) -> Result<i64, AnalysisError> {
-        e.eval(&self.env()).ok_or_else(|| AnalysisError::Eval { op, expr: e.to_string() })
+        e.eval(&self.env()).ok_or_else(|| AnalysisError::Eval {
+            op,
+            expr: e.to_string(),
+        })
     }
 
     fn cond(&self, c: &Cond, op: usize) -> Result<bool, AnalysisError> {
-        c.eval(&self.env()).ok_or_else(|| AnalysisError::Eval { op, expr: format!("{c:?}") })
+        c.eval(&self.env()).ok_or_else(|| AnalysisError::Eval {
+            op,
+            expr: format!("{c:?}"),
+        })
     }
 
     /// Walks `body` whose first op has index `idx`; returns the index after it.
@@ -130,7 +145,12 @@ impl Walker<'_> {
                     self.op(op, idx)?;
                     idx += 1;
                 }
-                Stmt::For { var, start, end, body } => {
+                Stmt::For {
+                    var,
+                    start,
+                    end,
+                    body,
+                } => {
                     self.for_loop(*var, start, end, body, idx)?;
                     idx += count_ops(body);
                 }
@@ -144,7 +164,11 @@ impl Walker<'_> {
                 }
                 Stmt::Cluster { kind, label, body } => {
                     let kind = format!("{kind:?}").to_lowercase();
-                    let id = match self.clusters.iter().position(|(l, k)| *l == *label && *k == kind) {
+                    let id = match self
+                        .clusters
+                        .iter()
+                        .position(|(l, k)| *l == *label && *k == kind)
+                    {
                         Some(i) => i,
                         None => {
                             self.clusters.push((label.clone(), kind));
@@ -195,8 +219,17 @@ impl Walker<'_> {
             0
         };
         if skipped > 0 {
-            let name = self.k.vars.get(var.0 as usize).map_or(format!("v{}", var.0), |v| v.name.clone());
-            let u = LoopUnroll { var: name, trip, kept: trip - skipped, skipped };
+            let name = self
+                .k
+                .vars
+                .get(var.0 as usize)
+                .map_or(format!("v{}", var.0), |v| v.name.clone());
+            let u = LoopUnroll {
+                var: name,
+                trip,
+                kept: trip - skipped,
+                skipped,
+            };
             if !self.unrolled.contains(&u) {
                 self.unrolled.push(u);
             }
@@ -219,24 +252,51 @@ impl Walker<'_> {
 
     fn push(&mut self, op: usize, kind: EvKind) -> Result<(), AnalysisError> {
         if self.out.len() >= MAX_EVENTS {
-            return Err(AnalysisError::TooLarge { wave: self.wave, events: MAX_EVENTS });
+            return Err(AnalysisError::TooLarge {
+                wave: self.wave,
+                events: MAX_EVENTS,
+            });
         }
-        self.out.push(Event { op, kind, iter: self.iter.clone(), cluster: self.cluster });
+        self.out.push(Event {
+            op,
+            kind,
+            iter: self.iter.clone(),
+            cluster: self.cluster,
+        });
         Ok(())
     }
 
     fn region(&self, v: &SharedView, rows: (i64, i64), op: usize) -> Result<Region, AnalysisError> {
-        let decl = self.k.shared.get(v.buf.0 as usize).ok_or(AnalysisError::NoSuchBuffer { op })?;
+        let decl = self
+            .k
+            .shared
+            .get(v.buf.0 as usize)
+            .ok_or(AnalysisError::NoSuchBuffer { op })?;
         let slot = self.eval(&v.index, op)?;
         if slot < 0 || slot >= decl.count as i64 {
-            return Err(AnalysisError::SlotOutOfRange { op, buffer: decl.name.clone(), slot, count: decl.count });
+            return Err(AnalysisError::SlotOutOfRange {
+                op,
+                buffer: decl.name.clone(),
+                slot,
+                count: decl.count,
+            });
         }
         let (r0, c0) = (self.eval(&v.row0, op)?, self.eval(&v.col0, op)?);
-        Ok(Region { buf: v.buf, slot, rows: (r0 + rows.0, r0 + rows.1), cols: (c0, c0 + v.cols as i64) })
+        Ok(Region {
+            buf: v.buf,
+            slot,
+            rows: (r0 + rows.0, r0 + rows.1),
+            cols: (c0, c0 + v.cols as i64),
+        })
     }
 
     fn op(&mut self, op: &Op, idx: usize) -> Result<(), AnalysisError> {
-        let mem = |write, region, queue| EvKind::Mem { write, region, queue, coop: None };
+        let mem = |write, region, queue| EvKind::Mem {
+            write,
+            region,
+            queue,
+            coop: None,
+        };
         match op {
             Op::LoadAsync { dst, scope, .. } => {
                 // The waves of the scope split the copy, but how is the lowering's choice (a HipKittens
@@ -245,12 +305,24 @@ impl Walker<'_> {
                 let n = scope.waves(self.k.waves).max(1);
                 let r = self.region(dst, (0, dst.rows as i64), idx)?;
                 let coop = (n > 1).then_some(self.wave / n);
-                self.push(idx, EvKind::Mem { write: true, region: r, queue: Some(WaitQueue::Async), coop })?;
+                self.push(
+                    idx,
+                    EvKind::Mem {
+                        write: true,
+                        region: r,
+                        queue: Some(WaitQueue::Async),
+                        coop,
+                    },
+                )?;
             }
             Op::LoadShared { src, dst } => {
                 let r = self.region(src, (0, src.rows as i64), idx)?;
                 self.push(idx, mem(false, r, Some(WaitQueue::Shared)))?;
-                let kind = EvKind::Reg { reg: *dst, write: true, queue: Some(WaitQueue::Shared) };
+                let kind = EvKind::Reg {
+                    reg: *dst,
+                    write: true,
+                    queue: Some(WaitQueue::Shared),
+                };
                 return self.push(idx, kind);
             }
             Op::StoreShared { dst, .. } => {
@@ -267,7 +339,13 @@ impl Walker<'_> {
                     self.push(idx, mem(false, r, None))?;
                 }
             }
-            Op::Wait { queue, count } => self.push(idx, EvKind::Wait { queue: *queue, count: *count })?,
+            Op::Wait { queue, count } => self.push(
+                idx,
+                EvKind::Wait {
+                    queue: *queue,
+                    count: *count,
+                },
+            )?,
             Op::Barrier { scope } => {
                 let domain = match scope {
                     Scope::Wave => return Ok(()),
@@ -279,9 +357,20 @@ impl Walker<'_> {
             _ => {}
         }
         let (reads, writes) = reg_effects(op);
-        for (reg, write) in reads.into_iter().map(|r| (r, false)).chain(writes.into_iter().map(|r| (r, true))) {
+        for (reg, write) in reads
+            .into_iter()
+            .map(|r| (r, false))
+            .chain(writes.into_iter().map(|r| (r, true)))
+        {
             if self.tracked.contains(&reg) {
-                self.push(idx, EvKind::Reg { reg, write, queue: None })?;
+                self.push(
+                    idx,
+                    EvKind::Reg {
+                        reg,
+                        write,
+                        queue: None,
+                    },
+                )?;
             }
         }
         Ok(())
@@ -296,9 +385,14 @@ fn reg_effects(op: &Op) -> (Vec<RegId>, Vec<RegId>) {
         MmaOperand::Shared(_) => None,
     };
     match op {
-        Op::LoadShared { dst, .. } | Op::LoadGlobal { dst, .. } | Op::Fill { dst, .. } => (vec![], vec![*dst]),
+        Op::LoadShared { dst, .. } | Op::LoadGlobal { dst, .. } | Op::Fill { dst, .. } => {
+            (vec![], vec![*dst])
+        }
         Op::StoreShared { src, .. } | Op::StoreGlobal { src, .. } => (vec![*src], vec![]),
-        Op::Mma { d, a, b, c, .. } => ([operand(a), operand(b), *c].into_iter().flatten().collect(), vec![*d]),
+        Op::Mma { d, a, b, c, .. } => (
+            [operand(a), operand(b), *c].into_iter().flatten().collect(),
+            vec![*d],
+        ),
         Op::Map { dst, args, .. } => {
             let reads = args
                 .iter()
@@ -309,7 +403,10 @@ fn reg_effects(op: &Op) -> (Vec<RegId>, Vec<RegId>) {
                 .collect();
             (reads, vec![*dst])
         }
-        Op::Reduce { dst, src, acc, .. } => ([Some(*src), *acc].into_iter().flatten().collect(), vec![*dst]),
+        Op::Reduce { dst, src, acc, .. } => (
+            [Some(*src), *acc].into_iter().flatten().collect(),
+            vec![*dst],
+        ),
         Op::Transpose { dst, src } | Op::SwapLayout { dst, src } => (vec![*src], vec![*dst]),
         Op::Mask { dst, .. } => (vec![*dst], vec![*dst]),
         _ => (vec![], vec![]),
@@ -317,7 +414,12 @@ fn reg_effects(op: &Op) -> (Vec<RegId>, Vec<RegId>) {
 }
 
 /// The traces of every wave of one block.
-pub(crate) fn trace(k: &Kernel, params: &[i64], block: &[i64], head: i64) -> Result<Traces, AnalysisError> {
+pub(crate) fn trace(
+    k: &Kernel,
+    params: &[i64],
+    block: &[i64],
+    head: i64,
+) -> Result<Traces, AnalysisError> {
     // The ring period: slot indices are loop counters modulo the ring sizes, so skipping a multiple of
     // the least common multiple of the ring sizes keeps every slot index where it was.
     let period = k.shared.iter().map(|s| s.count.max(1) as i64).fold(1, lcm);
@@ -351,7 +453,12 @@ pub(crate) fn trace(k: &Kernel, params: &[i64], block: &[i64], head: i64) -> Res
         waves.push(w.out);
         entries.push(w.entries);
     }
-    Ok(Traces { waves, clusters, unrolled, entries })
+    Ok(Traces {
+        waves,
+        clusters,
+        unrolled,
+        entries,
+    })
 }
 
 fn mentions_wave(e: &Expr) -> bool {

@@ -34,18 +34,42 @@ pub struct AbtOperands {
 
 pub fn abt_operands(b: &mut KernelBuilder, c_dtype: DType) -> AbtOperands {
     let (m, n, k) = (b.param("M"), b.param("N"), b.param("K"));
-    let mat = |b: &mut KernelBuilder, name: &str, dtype, rows: (&str, &Expr), cols: (&str, &Expr), access| {
-        b.global(name, dtype, &[(rows.0, rows.1.clone()), (cols.0, cols.1.clone())], access)
+    let mat = |b: &mut KernelBuilder,
+               name: &str,
+               dtype,
+               rows: (&str, &Expr),
+               cols: (&str, &Expr),
+               access| {
+        b.global(
+            name,
+            dtype,
+            &[(rows.0, rows.1.clone()), (cols.0, cols.1.clone())],
+            access,
+        )
     };
     let a = mat(b, "a", DType::Bf16, ("m", &m), ("k", &k), Access::Read);
     let bb = mat(b, "b", DType::Bf16, ("n", &n), ("k", &k), Access::Read);
     let c = mat(b, "c", c_dtype, ("m", &m), ("n", &n), Access::Write);
-    AbtOperands { m, n, k, a, b: bb, c }
+    AbtOperands {
+        m,
+        n,
+        k,
+        a,
+        b: bb,
+        c,
+    }
 }
 
 pub fn gemm_bf16(arch: Arch) -> Kernel {
     let mut b = KernelBuilder::new("gemm_bf16", Schedule::PingPong8);
-    let AbtOperands { m, n, k, a: ga, b: gb, c: gc } = abt_operands(&mut b, DType::Bf16);
+    let AbtOperands {
+        m,
+        n,
+        k,
+        a: ga,
+        b: gb,
+        c: gc,
+    } = abt_operands(&mut b, DType::Bf16);
     b.grid(
         vec![m.ceil_div(BLOCK), n.ceil_div(BLOCK)],
         GridRemap::XcdSwizzle {

@@ -28,7 +28,11 @@ pub fn catalog(s: &mut Section) -> Value {
         ));
     }
     let instrs: Vec<&str> = mma::all().iter().map(|i| i.name).collect();
-    s.line(format!("{} matrix instructions with lane maps: {}", instrs.len(), instrs.join(", ")));
+    s.line(format!(
+        "{} matrix instructions with lane maps: {}",
+        instrs.len(),
+        instrs.join(", ")
+    ));
     json!({ "gpus": gpu::ALL, "instructions": instrs })
 }
 
@@ -39,11 +43,36 @@ pub fn banks(s: &mut Section) -> anyhow::Result<Value> {
     let col16x32 = RegTile::new(bf16, 16, 32, Layout::Col, BaseShape::S16X32)?;
     let row16x16 = RegTile::new(bf16, 16, 16, Layout::Row, BaseShape::S16X16)?;
     let cases = [
-        ("16x32 row, ds_read_b128, unswizzled", SharedTile::with_swizzle(bf16, 16, 32, Swizzle::None)?, row16x32, DsInstr::DsReadB128),
-        ("16x32 row, ds_read_b128, Fig. 4 swizzle", SharedTile::new(bf16, 16, 32)?, row16x32, DsInstr::DsReadB128),
-        ("16x32 col, ds_read_b64_tr_b16, Fig. 4 swizzle", SharedTile::new(bf16, 16, 32)?, col16x32, DsInstr::DsReadB64TrB16),
-        ("16x16 row, ds_write_b64, unswizzled", SharedTile::with_swizzle(bf16, 16, 16, Swizzle::None)?, row16x16, DsInstr::DsWriteB64),
-        ("16x16 row, ds_write_b64, D.1 swizzle", SharedTile::with_swizzle(bf16, 16, 16, Swizzle::DS_WRITE_B64_16X16)?, row16x16, DsInstr::DsWriteB64),
+        (
+            "16x32 row, ds_read_b128, unswizzled",
+            SharedTile::with_swizzle(bf16, 16, 32, Swizzle::None)?,
+            row16x32,
+            DsInstr::DsReadB128,
+        ),
+        (
+            "16x32 row, ds_read_b128, Fig. 4 swizzle",
+            SharedTile::new(bf16, 16, 32)?,
+            row16x32,
+            DsInstr::DsReadB128,
+        ),
+        (
+            "16x32 col, ds_read_b64_tr_b16, Fig. 4 swizzle",
+            SharedTile::new(bf16, 16, 32)?,
+            col16x32,
+            DsInstr::DsReadB64TrB16,
+        ),
+        (
+            "16x16 row, ds_write_b64, unswizzled",
+            SharedTile::with_swizzle(bf16, 16, 16, Swizzle::None)?,
+            row16x16,
+            DsInstr::DsWriteB64,
+        ),
+        (
+            "16x16 row, ds_write_b64, D.1 swizzle",
+            SharedTile::with_swizzle(bf16, 16, 16, Swizzle::DS_WRITE_B64_16X16)?,
+            row16x16,
+            DsInstr::DsWriteB64,
+        ),
     ];
     let mut out = Vec::new();
     for (label, shared, reg, instr) in cases {
@@ -59,17 +88,47 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
     let mi355x = gpu("mi355x")?;
     let rows: [(u64, GridOrder, (f64, f64, f64)); 6] = [
         (9216, GridOrder::RowMajor, (0.55, 0.95, 15.1)),
-        (9216, GridOrder::Xcd { window: 7, chunk: 216 }, (0.79, 0.24, 14.9)),
-        (9216, GridOrder::Xcd { window: 5, chunk: 25 }, (0.75, 0.93, 18.3)),
+        (
+            9216,
+            GridOrder::Xcd {
+                window: 7,
+                chunk: 216,
+            },
+            (0.79, 0.24, 14.9),
+        ),
+        (
+            9216,
+            GridOrder::Xcd {
+                window: 5,
+                chunk: 25,
+            },
+            (0.75, 0.93, 18.3),
+        ),
         (14592, GridOrder::RowMajor, (0.36, 0.76, 10.7)),
-        (14592, GridOrder::Xcd { window: 8, chunk: 542 }, (0.79, 0.07, 13.9)),
-        (14592, GridOrder::Xcd { window: 8, chunk: 64 }, (0.78, 0.55, 16.6)),
+        (
+            14592,
+            GridOrder::Xcd {
+                window: 8,
+                chunk: 542,
+            },
+            (0.79, 0.07, 13.9),
+        ),
+        (
+            14592,
+            GridOrder::Xcd {
+                window: 8,
+                chunk: 64,
+            },
+            (0.78, 0.55, 16.6),
+        ),
     ];
     s.line(format!(
         "{:<6} {:<14} {:>7} {:>7} {:>7}   paper: {:>5} {:>5} {:>6}",
         "size", "order", "L2 hit", "LLC hit", "Eq.1", "L2", "LLC", "TB/s"
     ));
-    s.line("(lockstep cache model; Eq. 1 with the L2/LLC bandwidths Table 4 implies, docs/grid.md)");
+    s.line(
+        "(lockstep cache model; Eq. 1 with the L2/LLC bandwidths Table 4 implies, docs/grid.md)",
+    );
     let mut out = Vec::new();
     for (size, order, paper) in rows {
         let shape = cache::GemmShape::bf16(size, size, size, (192, 256, 64));
@@ -85,8 +144,10 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
             100.0 * paper.1,
             paper.2
         ));
-        out.push(json!({ "size": size, "order": order.label(), "l2_hit": r.l2_hit, "llc_hit": r.llc_hit,
-                         "bandwidth_tbps": r.bandwidth_tbps, "paper": paper }));
+        out.push(
+            json!({ "size": size, "order": order.label(), "l2_hit": r.l2_hit, "llc_hit": r.llc_hit,
+                         "bandwidth_tbps": r.bandwidth_tbps, "paper": paper }),
+        );
     }
     Ok(Value::Array(out))
 }
@@ -96,9 +157,19 @@ pub fn planners(s: &mut Section) -> anyhow::Result<Value> {
     let mi300x = gpu("mi300x")?;
     let mut out = Vec::new();
     for (b, h, rows) in [(4, 16, 384), (1, 19, 256), (2, 24, 384)] {
-        let input = tail::TailInput { batch: b, heads: h, seq: 16384, dim: 128, block_rows: rows, kv_block: 64 };
+        let input = tail::TailInput {
+            batch: b,
+            heads: h,
+            seq: 16384,
+            dim: 128,
+            block_rows: rows,
+            kv_block: 64,
+        };
         let p = tail::plan_tail(mi300x, &input, &tail::TailModel::SEED_001)?;
-        s.line(format!("tail split mi300x B={b} H={h} N=16384 rows={rows}: G={} ({})", p.split, p.reason));
+        s.line(format!(
+            "tail split mi300x B={b} H={h} N=16384 rows={rows}: G={} ({})",
+            p.split, p.reason
+        ));
         out.push(json!({ "batch": b, "heads": h, "split": p.split, "speedup": p.speedup }));
     }
     let mi355x = gpu("mi355x")?;

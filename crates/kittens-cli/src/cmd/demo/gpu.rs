@@ -20,7 +20,10 @@ pub fn run(s: &mut Section) -> anyhow::Result<Value> {
         ..GemmBenchOptions::default()
     };
     let r = run_gemm_bench(&opts)?;
-    s.line(format!("{} — gemm_bf16 (lowered tile program) vs cuBLAS, blocked timing", r.device));
+    s.line(format!(
+        "{} — gemm_bf16 (lowered tile program) vs cuBLAS, blocked timing",
+        r.device
+    ));
     for row in &r.rows {
         s.line(format!(
             "{:>6}^3  ours {:>6.1} TFLOP/s  cuBLAS {:>6.1}  ratio {:.3}  {}",
@@ -31,6 +34,9 @@ pub fn run(s: &mut Section) -> anyhow::Result<Value> {
             if row.passed { "correct" } else { "WRONG" }
         ));
     }
-    anyhow::ensure!(r.rows.iter().chain(&r.checks).all(|x| x.passed), "gemm_bf16 failed a correctness check");
+    anyhow::ensure!(
+        r.rows.iter().chain(&r.checks).all(|x| x.passed),
+        "gemm_bf16 failed a correctness check"
+    );
     Ok(serde_json::to_value(&r)?)
 }

@@ -37,24 +37,56 @@ impl Section {
 type Part = fn(&mut Section) -> anyhow::Result<Value>;
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let gpu = if args.cpu_only { Err("--cpu-only".to_string()) } else { gpu::probe().map_err(|e| e.to_string()) };
+    let gpu = if args.cpu_only {
+        Err("--cpu-only".to_string())
+    } else {
+        gpu::probe().map_err(|e| e.to_string())
+    };
     let mut parts: Vec<(&str, &str, Part)> = Vec::new();
     match &gpu {
         Ok(name) => {
-            eprintln!("NVIDIA GPU found ({name}): benchmarking the suite against the vendor library");
+            eprintln!(
+                "NVIDIA GPU found ({name}): benchmarking the suite against the vendor library"
+            );
             parts.push(("gpu", "gemm_bf16 vs cuBLAS on the GPU", gpu::run));
         }
         Err(why) => {
-            eprintln!("no NVIDIA GPU ({why}): CPU backend, compile for every target, hardware analysis");
-            parts.push(("suite", "The kernel suite on the CPU backend vs f64 references", suite::run));
-            parts.push(("targets", "Every kernel compiled for gfx942, gfx950 (AMDGPU clang) and sm_90a (NVRTC)", targets::run));
+            eprintln!(
+                "no NVIDIA GPU ({why}): CPU backend, compile for every target, hardware analysis"
+            );
+            parts.push((
+                "suite",
+                "The kernel suite on the CPU backend vs f64 references",
+                suite::run,
+            ));
+            parts.push((
+                "targets",
+                "Every kernel compiled for gfx942, gfx950 (AMDGPU clang) and sm_90a (NVRTC)",
+                targets::run,
+            ));
         }
     }
     parts.extend([
-        ("catalog", "GPU catalog (sources: crates/kittens-hw/src/gpu.rs)", (|s: &mut Section| Ok(analysis::catalog(s))) as Part),
-        ("banks", "Shared-memory bank conflicts, seed 000 Fig. 4 and D.1", analysis::banks),
-        ("grid", "Chiplet grid orders on the MI355X cache model, seed 000 Table 4", analysis::grid),
-        ("planners", "Tail KV split (seed 001 §5.2) and register budgets (seed 000 Table 2)", analysis::planners),
+        (
+            "catalog",
+            "GPU catalog (sources: crates/kittens-hw/src/gpu.rs)",
+            (|s: &mut Section| Ok(analysis::catalog(s))) as Part,
+        ),
+        (
+            "banks",
+            "Shared-memory bank conflicts, seed 000 Fig. 4 and D.1",
+            analysis::banks,
+        ),
+        (
+            "grid",
+            "Chiplet grid orders on the MI355X cache model, seed 000 Table 4",
+            analysis::grid,
+        ),
+        (
+            "planners",
+            "Tail KV split (seed 001 §5.2) and register budgets (seed 000 Table 2)",
+            analysis::planners,
+        ),
     ]);
     let mut doc = Map::new();
     let total = parts.len();

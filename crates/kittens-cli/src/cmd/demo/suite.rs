@@ -17,21 +17,55 @@ fn cases() -> Vec<(&'static str, String, Problem)> {
         m,
         n,
         k,
-        gemm: GemmConfig { schedule, ..GemmConfig::default() },
+        gemm: GemmConfig {
+            schedule,
+            ..GemmConfig::default()
+        },
         ..base
     };
     let attn = |heads, heads_kv, seq, dim, causal, layout| Problem {
-        attn: AttnShape { batch: 1, heads, heads_kv, seq, dim, layout },
+        attn: AttnShape {
+            batch: 1,
+            heads,
+            heads_kv,
+            seq,
+            dim,
+            layout,
+        },
         causal,
         ..base
     };
     vec![
-        ("gemm_bf16", "256x256x192 ping-pong".into(), gemm(256, 256, 192, GemmSchedule::PingPong8)),
-        ("gemm_bf16", "300x264x100 ping-pong (partial tiles)".into(), gemm(300, 264, 100, GemmSchedule::PingPong8)),
-        ("gemm_bf16", "256x256x128 4-wave interleave".into(), gemm(256, 256, 128, GemmSchedule::Interleave4)),
-        ("gemm_bf16", "256x256x128 producer/consumer".into(), gemm(256, 256, 128, GemmSchedule::ProducerConsumer)),
-        ("attn_fwd", "H=4 HKV=2 N=200 D=64 BSHD".into(), attn(4, 2, 200, 64, false, AttnLayout::Bshd)),
-        ("attn_fwd", "H=4 HKV=1 N=160 D=128 causal BHSD".into(), attn(4, 1, 160, 128, true, AttnLayout::Bhsd)),
+        (
+            "gemm_bf16",
+            "256x256x192 ping-pong".into(),
+            gemm(256, 256, 192, GemmSchedule::PingPong8),
+        ),
+        (
+            "gemm_bf16",
+            "300x264x100 ping-pong (partial tiles)".into(),
+            gemm(300, 264, 100, GemmSchedule::PingPong8),
+        ),
+        (
+            "gemm_bf16",
+            "256x256x128 4-wave interleave".into(),
+            gemm(256, 256, 128, GemmSchedule::Interleave4),
+        ),
+        (
+            "gemm_bf16",
+            "256x256x128 producer/consumer".into(),
+            gemm(256, 256, 128, GemmSchedule::ProducerConsumer),
+        ),
+        (
+            "attn_fwd",
+            "H=4 HKV=2 N=200 D=64 BSHD".into(),
+            attn(4, 2, 200, 64, false, AttnLayout::Bshd),
+        ),
+        (
+            "attn_fwd",
+            "H=4 HKV=1 N=160 D=128 causal BHSD".into(),
+            attn(4, 1, 160, 128, true, AttnLayout::Bhsd),
+        ),
     ]
 }
 
@@ -39,7 +73,10 @@ pub fn run(s: &mut Section) -> anyhow::Result<Value> {
     let mut out = Vec::new();
     let mut failed = 0;
     for (i, (name, label, problem)) in cases().into_iter().enumerate() {
-        let seeded = Problem { seed: 1000 + i as u64, ..problem };
+        let seeded = Problem {
+            seed: 1000 + i as u64,
+            ..problem
+        };
         let r = cpu::run(name, &seeded).map_err(|e| anyhow::anyhow!("{name} {label}: {e}"))?;
         let ok = r.error.rel_err < TOLERANCE;
         failed += usize::from(!ok);
@@ -53,6 +90,9 @@ pub fn run(s: &mut Section) -> anyhow::Result<Value> {
         ));
         out.push(serde_json::to_value(&r)?);
     }
-    anyhow::ensure!(failed == 0, "{failed} kernel run(s) exceeded the {TOLERANCE:e} tolerance");
+    anyhow::ensure!(
+        failed == 0,
+        "{failed} kernel run(s) exceeded the {TOLERANCE:e} tolerance"
+    );
     Ok(Value::Array(out))
 }

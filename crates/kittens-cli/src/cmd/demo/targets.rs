@@ -21,7 +21,10 @@ fn ensure_toolchains(s: &mut Section) -> anyhow::Result<()> {
         eprintln!("      making sure NVRTC is in the project cache (scripts/install-nvrtc.sh) ...");
         let out = Command::new("bash").arg(&script).output()?;
         if !out.status.success() {
-            s.line(format!("NVRTC install failed: {}", String::from_utf8_lossy(&out.stderr).trim()));
+            s.line(format!(
+                "NVRTC install failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
         }
     }
     Ok(())
@@ -40,7 +43,10 @@ fn amd_line(kernel: &str, arch: Arch) -> (String, Value) {
             );
             (text, c.json().unwrap_or(Value::Null))
         }
-        Err(e) => (format!("not compiled: {e:#}"), json!({ "error": format!("{e:#}") })),
+        Err(e) => (
+            format!("not compiled: {e:#}"),
+            json!({ "error": format!("{e:#}") }),
+        ),
     }
 }
 
@@ -53,7 +59,10 @@ fn cuda_line(kernel: &str) -> (String, Value) {
             ),
             kittens_runtime::cuda::compile_report_json(&r),
         ),
-        Err(e) => (format!("not compiled: {e:#}"), json!({ "error": format!("{e:#}") })),
+        Err(e) => (
+            format!("not compiled: {e:#}"),
+            json!({ "error": format!("{e:#}") }),
+        ),
     }
 }
 
