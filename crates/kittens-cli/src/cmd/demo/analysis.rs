@@ -3,7 +3,7 @@
 
 use super::Section;
 use kittens_hw::{gpu, lds::DsInstr, mma};
-use kittens_sched::{cache, regs, remap::GridOrder, tail};
+use kittens_sched::{cache, draw, regs, remap::GridOrder, tail};
 use kittens_tile::{BaseShape, DType, Layout, RegTile, SharedTile, Swizzle};
 use serde_json::{json, Value};
 
@@ -75,10 +75,17 @@ pub fn banks(s: &mut Section) -> anyhow::Result<Value> {
         ),
     ];
     let mut out = Vec::new();
-    for (label, shared, reg, instr) in cases {
+    for (i, (label, shared, reg, instr)) in cases.into_iter().enumerate() {
         let r = kittens_tile::analyze(&shared, &reg, instr)?;
-        s.line(format!("{label:<48} max conflict {}-way", r.max_conflict));
-        out.push(json!({ "case": label, "max_conflict": r.max_conflict }));
+        let svg = s.picture(
+            &format!("banks_{i}_{}.svg", instr.name()),
+            kittens_tile::bank_svg(&r).as_bytes(),
+        )?;
+        s.line(format!(
+            "{label:<48} max conflict {}-way   {svg}",
+            r.max_conflict
+        ));
+        out.push(json!({ "case": label, "max_conflict": r.max_conflict, "svg": svg }));
     }
     Ok(Value::Array(out))
 }
@@ -133,6 +140,20 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
     for (size, order, paper) in rows {
         let shape = cache::GemmShape::bf16(size, size, size, (192, 256, 64));
         let r = cache::simulate(mi355x, &shape, order)?;
+        let (rows, cols) = shape.grid();
+        let first = draw::first_round(
+            rows,
+            cols,
+            mi355x.xcds as u64,
+            mi355x.compute_units as u64,
+            order,
+        );
+        let (w, h, px) = draw::render_rgb(&first, 8);
+        let label = order.label().replace(['/', ' '], "_").to_lowercase();
+        let png = s.picture(
+            &format!("grid_{size}_{label}.png"),
+            &draw::encode_png(w, h, &px),
+        )?;
         s.line(format!(
             "{:<6} {:<14} {:>6.1}% {:>6.1}% {:>7.1}   paper: {:>4.0}% {:>4.0}% {:>6.1}",
             size,
@@ -146,9 +167,13 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
         ));
         out.push(
             json!({ "size": size, "order": order.label(), "l2_hit": r.l2_hit, "llc_hit": r.llc_hit,
-                         "bandwidth_tbps": r.bandwidth_tbps, "paper": paper }),
+                         "bandwidth_tbps": r.bandwidth_tbps, "paper": paper, "png": png }),
         );
     }
+    s.line(format!(
+        "first dispatch round, one colour per XCD (seed 000 Fig. 5): {}/grid_*.png",
+        s.pictures_dir()
+    ));
     Ok(Value::Array(out))
 }
 

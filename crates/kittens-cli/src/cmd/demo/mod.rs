@@ -19,14 +19,32 @@ pub struct Args {
     /// Skip the GPU benchmark even when a driver is present.
     #[arg(long)]
     pub cpu_only: bool,
+    /// Folder for the pictures (bank SVGs like seed 000 Fig. 4, first-round grid PNGs like Fig. 5).
+    #[arg(long, default_value = "target/kittens-demo")]
+    pub pictures: std::path::PathBuf,
 }
 
 /// One titled part of the demo's output.
 pub struct Section {
     quiet: bool,
+    pictures: std::path::PathBuf,
 }
 
 impl Section {
+    pub fn pictures_dir(&self) -> String {
+        self.pictures.display().to_string()
+    }
+
+    /// Write a picture into the pictures folder and say where it went.
+    pub fn picture(&mut self, name: &str, bytes: &[u8]) -> anyhow::Result<String> {
+        std::fs::create_dir_all(&self.pictures)
+            .map_err(|e| anyhow::anyhow!("creating {}: {e}", self.pictures.display()))?;
+        let path = self.pictures.join(name);
+        std::fs::write(&path, bytes)
+            .map_err(|e| anyhow::anyhow!("writing {}: {e}", path.display()))?;
+        Ok(path.display().to_string())
+    }
+
     pub fn line(&mut self, text: impl AsRef<str>) {
         if !self.quiet {
             println!("  {}", text.as_ref());
@@ -96,7 +114,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             println!("\n== {title}");
         }
         let started = Instant::now();
-        let mut section = Section { quiet: args.json };
+        let mut section = Section {
+            quiet: args.json,
+            pictures: args.pictures.clone(),
+        };
         let value = part(&mut section).map_err(|e| e.context(format!("demo part `{key}`")))?;
         eprintln!("      done in {:.1} s", started.elapsed().as_secs_f64());
         doc.insert(key.to_string(), value);
