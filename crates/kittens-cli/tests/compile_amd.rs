@@ -1,5 +1,5 @@
 //! Issue 5 "Done when", as commands: `kittens compile gemm_bf16 --target gfx950 --json` and
-//! `--target gfx942 --json` report zero spills, LDS within the target's budget and a non-zero count of
+//! `--target gfx942 --json` (and the same for `attn_fwd`, seed 000 E.3) report zero spills, LDS within the target's budget and a non-zero count of
 //! the target's bf16 MFMA in the hot loop; the `--emit hip` source for gfx942 builds with Debian's
 //! clang-19 (required when `CI=true`, skipped with a note elsewhere).
 
@@ -28,14 +28,13 @@ fn kittens(args: &[&str]) -> String {
 }
 
 fn check_report(target: &str, arch: Arch) {
-    let doc: Value = serde_json::from_str(&kittens(&[
-        "compile",
-        "gemm_bf16",
-        "--target",
-        target,
-        "--json",
-    ]))
-    .expect("one JSON document");
+    check_kernel_report("gemm_bf16", target, arch)
+}
+
+fn check_kernel_report(kernel: &str, target: &str, arch: Arch) {
+    let doc: Value =
+        serde_json::from_str(&kittens(&["compile", kernel, "--target", target, "--json"]))
+            .expect("one JSON document");
     let n = |v: &Value| {
         v.as_u64()
             .unwrap_or_else(|| panic!("{target}: not a number: {v}"))
@@ -78,6 +77,16 @@ fn gemm_bf16_compiles_for_gfx950() {
 #[test]
 fn gemm_bf16_compiles_for_gfx942() {
     check_report("gfx942", Arch::Cdna3);
+}
+
+#[test]
+fn attn_fwd_compiles_for_gfx950() {
+    check_kernel_report("attn_fwd", "gfx950", Arch::Cdna4);
+}
+
+#[test]
+fn attn_fwd_compiles_for_gfx942() {
+    check_kernel_report("attn_fwd", "gfx942", Arch::Cdna3);
 }
 
 #[test]

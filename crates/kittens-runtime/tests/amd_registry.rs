@@ -115,3 +115,40 @@ fn registry_gemm_gfx942_builds_with_debian_clang19() {
     assert!(!out.code_object.is_empty());
     check_gfx942(&cfg, &analyze(&out.asm, arch, Some("gemm_bf16")).unwrap());
 }
+
+/// The registry's attn_fwd as `kittens compile` configures it per GPU (`KernelInfo::build_for`), lowered
+/// and compiled for both CDNA targets: zero spills and scratch, LDS = the K/V rings plus the per-wave
+/// scratch of the P remap (f32 scores → bf16 MFMA operand), within the budget; per KV step the hot loop
+/// holds the MFMAs of `Sᵀ = K·Qᵀ` (kv × q_rows over d) and `Oᵀ += Vᵀ·P` (d × q_rows over kv):
+/// 2·kv·q_rows·d / (16·16·k) with k the MFMA's K.
+#[test]
+fn registry_attention_fits_both_targets() {
+    use kittens_kernels::attn_fwd::AttnConfig;
+    let info = kittens_kernels::by_name("attn_fwd").unwrap();
+    for gpu in ["mi355x", "mi300x"] {
+        let g = kittens_hw::gpu(gpu).unwrap();
+        let kernel = (info.build_for)(g).unwrap();
+        let cfg = AttnConfig::default();
+        let src = lower(&kernel, g.arch).expect("attn_fwd lowers");
+        let asm = clang_for(g.arch).compile_to_asm(&src, g.arch).unwrap();
+        let r = analyze(&asm, g.arch, Some("attn_fwd")).unwrap();
+        eprintln!(
+            "{}: {}",
+            g.arch.target(),
+            serde_json::to_string(&r).unwrap()
+        );
+        assert_eq!((r.vgpr_spill, r.sgpr_spill, r.scratch_bytes), (0, 0, 0));
+        assert!(r.lds_bytes <= r.lds_budget_bytes, "{r:?}");
+        let (kv, qr, d) = (cfg.kv_block, cfg.q_rows, cfg.dim);
+        assert_eq!(r.lds_bytes, 2 * 2 * kv * d * 2 + kernel.waves * kv * qr * 2);
+        let k_mfma = if g.arch == Arch::Cdna4 { 32 } else { 16 };
+        let mfma = bf16_mfma_opcode(g.arch).unwrap();
+        let hot = r.hot_loop.as_ref().expect("a hot loop");
+        assert_eq!(
+            hot.mix.opcodes.get(mfma).copied(),
+            Some(2 * kv * qr * d / (16 * 16 * k_mfma)),
+            "{}",
+            g.arch.target()
+        );
+    }
+}

@@ -47,6 +47,21 @@ impl LaneMap {
         })
     }
 
+    /// The same elements with rows and columns exchanged (the map of the transposed tile).
+    pub fn transposed(&self) -> LaneMap {
+        LaneMap {
+            instr: self.instr,
+            group: self.group,
+            slots: self.slots.iter().map(|&(r, c)| (c, r)).collect(),
+        }
+    }
+
+    /// True when both maps put every lane's every slot on the same element.
+    pub fn same_as(&self, o: &LaneMap) -> bool {
+        self.slots.len() == o.slots.len()
+            && (0..64).all(|l| (0..self.slots.len()).all(|s| self.at(l, s) == o.at(l, s)))
+    }
+
     /// The (row, col) of `lane`'s slot `s`, evaluated on the host (tests, checks).
     pub fn at(&self, lane: u32, s: usize) -> (u32, u32) {
         let (i, g) = (lane % self.group, lane / self.group);
@@ -75,20 +90,63 @@ fn find_instr(
 }
 
 /// The lane map of a register base tile, or why the lowering cannot place it.
+///
+/// A row-layout tile is an MFMA A operand; one whose dtype no MFMA takes (an `f32` tile about to be
+/// converted, seed 000 E.3's `q` in f32) borrows the bf16 A map of its shape, so the conversion is
+/// lane-local. A column-layout `f32` tile is an accumulator; any other column-layout tile of `R × C` is
+/// the row map of `C × R` transposed (HipKittens' `swap_layout_and_transpose` is then a register
+/// rename, and `mma_atb` reads it as the A/B operand it stands for).
 pub fn lane_map(
     arch: Arch,
     dtype: DType,
     layout: Layout,
     base: BaseShape,
 ) -> Result<LaneMap, LowerError> {
-    let (op, what) = match (layout, dtype) {
-        (Layout::Row, _) => (Operand::A, "row-layout tile as an MFMA A operand"),
-        (Layout::Col, DType::F32) => (Operand::D, "column-layout f32 tile as an MFMA accumulator"),
-        (Layout::Col, _) => {
-            return Err(LowerError::Unsupported(format!(
-                "column-layout {dtype:?} register tiles (transposed B via ds_read_b64_tr_b16) are not lowered yet"
-            )))
-        }
+    match (layout, dtype) {
+        (Layout::Row, _) => row_map(arch, dtype, base)
+            .or_else(|e| row_map(arch, DType::Bf16, base).map_err(|_| e))
+            .or_else(|e| {
+                // An f32 row tile no A operand fits (gfx950 has no 16x16 bf16 A in the catalog): the
+                // accumulator map transposed, so transposing an accumulator into it is a rename.
+                operand_map(
+                    arch,
+                    DType::F32,
+                    Operand::D,
+                    BaseShape::new(base.cols, base.rows),
+                )
+                .map(|m| m.transposed())
+                .map_err(|_| e)
+            }),
+        (Layout::Col, DType::F32) => operand_map(arch, dtype, Operand::D, base)
+            .or_else(|e| col_as_transposed_row(arch, dtype, base).map_err(|_| e)),
+        (Layout::Col, _) => col_as_transposed_row(arch, dtype, base),
+    }
+}
+
+fn col_as_transposed_row(arch: Arch, dtype: DType, base: BaseShape) -> Result<LaneMap, LowerError> {
+    lane_map(
+        arch,
+        dtype,
+        Layout::Row,
+        BaseShape::new(base.cols, base.rows),
+    )
+    .map(|m| m.transposed())
+}
+
+fn row_map(arch: Arch, dtype: DType, base: BaseShape) -> Result<LaneMap, LowerError> {
+    operand_map(arch, dtype, Operand::A, base)
+}
+
+fn operand_map(
+    arch: Arch,
+    dtype: DType,
+    op: Operand,
+    base: BaseShape,
+) -> Result<LaneMap, LowerError> {
+    let what = if op == Operand::A {
+        "row-layout tile as an MFMA A operand"
+    } else {
+        "column-layout f32 tile as an MFMA accumulator"
     };
     // A row tile wider in K than any CDNA3 MFMA (16×32 bf16, HipKittens' default shape) keeps CDNA4's
     // layout; `mfma_for_abt` then splits its K over several CDNA3 MFMAs.

@@ -12,6 +12,7 @@
 //! [`super::ops`]; lane maps come from [`super::layout`].
 
 use super::layout::{lane_map, LaneMap};
+use super::regops::{scratch_bytes, vec_map, VecMap};
 use super::LowerError;
 use crate::cexpr::{cond, expr, ident, param_name, var_name};
 use kittens_hw::{dtype::DType, Arch};
@@ -35,16 +36,16 @@ pub fn lower(k: &Kernel, arch: Arch) -> Result<String, LowerError> {
     let budget = kittens_hw::gpu(model)
         .map(|g| g.shared_bytes_per_block)
         .unwrap_or(0);
-    if k.shared_bytes() > budget {
+    let mut e = Emitter::new(k, arch)?;
+    let shared = k.shared_bytes() + e.scratch_per_wave * k.waves;
+    if shared > budget {
         return Err(LowerError::Unsupported(format!(
-            "`{}` allocates {} B of shared memory; {} has {budget} B per block (on gfx942 stage the next K tile \
-             in registers instead of a second LDS buffer, seed 000 E.1)",
+            "`{}` allocates {shared} B of shared memory (register remap scratch included); {} has {budget} B \
+             per block (on gfx942 stage the next K tile in registers instead of a second LDS buffer, seed 000 E.1)",
             k.name,
-            k.shared_bytes(),
             arch.target()
         )));
     }
-    let mut e = Emitter::new(k, arch)?;
     e.kernel()?;
     Ok(super::translation_unit(&e.out))
 }
@@ -58,6 +59,10 @@ pub(super) struct Emitter<'k> {
     pub out: String,
     indent: usize,
     pub maps: HashMap<u32, LaneMap>,
+    /// Lane maps of the register vectors.
+    pub vmaps: HashMap<u32, VecMap>,
+    /// Bytes of LDS each wave gets for register remaps (0: none needed).
+    pub scratch_per_wave: u32,
     pub async_issued: Vec<u32>,
     pub lds_issued: Vec<u32>,
     /// Synchronous global loads go through the compiler, whose own loads share `vmcnt`: async waits
@@ -67,23 +72,21 @@ pub(super) struct Emitter<'k> {
 
 impl<'k> Emitter<'k> {
     fn new(k: &'k Kernel, arch: Arch) -> Result<Self, LowerError> {
-        let mut maps = HashMap::new();
+        let (mut maps, mut vmaps) = (HashMap::new(), HashMap::new());
         for (i, r) in k.regs.iter().enumerate() {
             match &r.kind {
                 RegKind::Tile(t) => {
                     maps.insert(i as u32, lane_map(arch, t.dtype, t.layout, t.base)?);
                 }
-                RegKind::Vec(_) => {
-                    return Err(LowerError::Unsupported(format!(
-                        "register vector `{}` (not lowered yet)",
-                        r.name
-                    )))
+                RegKind::Vec(v) => {
+                    vmaps.insert(i as u32, vec_map(arch, v)?);
                 }
             }
         }
-        let mut has_global_loads = false;
+        let (mut has_global_loads, mut scratch_per_wave) = (false, 0);
         kittens_ir_walk(&k.body, &mut |op| {
-            has_global_loads |= matches!(op, Op::LoadGlobal { .. })
+            has_global_loads |= matches!(op, Op::LoadGlobal { .. });
+            scratch_per_wave = scratch_per_wave.max(scratch_bytes(k, &maps, op));
         });
         Ok(Emitter {
             k,
@@ -91,6 +94,8 @@ impl<'k> Emitter<'k> {
             out: String::new(),
             indent: 0,
             maps,
+            vmaps,
+            scratch_per_wave,
             async_issued: vec![],
             lds_issued: vec![],
             has_global_loads,
@@ -259,11 +264,20 @@ impl<'k> Emitter<'k> {
                 ));
             }
         }
+        if self.scratch_per_wave > 0 {
+            self.line(format!(
+                "__shared__ __attribute__((aligned(16))) unsigned char smem_kittens_scratch[{}];",
+                self.scratch_per_wave * k.waves
+            ));
+        }
         for (i, r) in k.regs.iter().enumerate() {
             if let (RegKind::Tile(t), Some(m)) = (&r.kind, self.maps.get(&(i as u32))) {
                 let (gr, gc) = t.base_grid();
                 let ty = reg_type(t.dtype, m.elems_per_lane()).unwrap_or("float");
                 self.line(format!("{ty} r_{}[{gr}][{gc}];", ident(&r.name)));
+            }
+            if let Some(v) = self.vmaps.get(&(i as u32)) {
+                self.line(format!("float r_{}[{}];", ident(&r.name), v.per_lane()));
             }
         }
     }
@@ -356,6 +370,7 @@ pub(super) fn reg_type(d: DType, elems: u32) -> Option<&'static str> {
         (DType::Bf16 | DType::F16, 8) => "b16x8",
         (DType::F32, 1) => "float",
         (DType::F32, 4) => "f32x4",
+        (DType::F32, 8) => "f32x8",
         (DType::F32, 16) => "f32x16",
         (DType::Fp8E4m3 | DType::Fp8E5m2, 8) => "fp8x8",
         (DType::Fp8E4m3 | DType::Fp8E5m2, 32) => "fp8x32",

@@ -15,6 +15,7 @@ pub mod layout;
 mod lower;
 mod ops;
 mod pinned;
+mod regops;
 
 pub use lower::lower;
 

@@ -67,7 +67,32 @@ impl Emitter<'_> {
             Op::LoadGlobal { dst, src } => self.load_global(*dst, src),
             Op::StoreGlobal { dst, src, rounding } => self.store_global(dst, *src, *rounding),
             Op::Mma { form, d, a, b, c } => self.mma(*form, *d, a, b, *c),
+            Op::Fill { dst, value } if self.k.reg(*dst).vec().is_some() => {
+                self.fill_vec(*dst, *value)
+            }
             Op::Fill { dst, value } => self.fill(*dst, *value),
+            Op::Map {
+                dst,
+                f,
+                args,
+                rounding,
+            } => self.map_op(*dst, *f, args, *rounding),
+            Op::Reduce {
+                dst,
+                src,
+                axis,
+                op,
+                acc,
+            } => self.reduce(*dst, *src, *axis, *op, *acc),
+            Op::Transpose { dst, src } => self.relayout(*dst, *src, true),
+            Op::SwapLayout { dst, src } => self.relayout(*dst, *src, false),
+            Op::Mask {
+                dst,
+                rule,
+                row0,
+                col0,
+                value,
+            } => self.mask(*dst, rule, row0, col0, *value),
             Op::Wait { queue, count } => {
                 self.wait(*queue, *count);
                 Ok(())
@@ -265,6 +290,9 @@ impl Emitter<'_> {
             && map.row_contiguous()
             && (bytes == 8 || bytes == 16)
             && tile.dtype == sd.tile.dtype;
+        if !ok && !store && tile.dtype == sd.tile.dtype {
+            return self.lds_read_elements(r, view);
+        }
         if !ok || !keeps_granule(sd.tile.swizzle, bytes, sd.tile.bytes()) {
             return Err(LowerError::Unsupported(format!(
                 "{} of `{}` ({:?}, {:?} layout) through `{}`",
@@ -346,11 +374,66 @@ impl Emitter<'_> {
         Ok(())
     }
 
+    /// Shared→register load of a tile whose lanes do not hold runs of one row (a column-layout bf16
+    /// tile: the transposed operand of `mma_atb`): one 16-bit (32-bit) LDS read per element at its
+    /// swizzled address, through the compiler (which tracks the wait).
+    fn lds_read_elements(&mut self, r: RegId, view: &SharedView) -> Result<(), LowerError> {
+        let (name, tile) = self.reg(r);
+        let map = self.map(r)?;
+        let sd = self.k.shared_decl(view.buf).clone();
+        let e = sd.tile.dtype.bytes();
+        let cty = match e {
+            2 => "unsigned short",
+            4 => "float",
+            _ => {
+                return Err(LowerError::Unsupported(format!(
+                    "element-wise shared load of {:?}",
+                    sd.tile.dtype
+                )))
+            }
+        };
+        if !keeps_granule(sd.tile.swizzle, e, sd.tile.bytes()) {
+            return Err(LowerError::Unsupported(format!(
+                "element-wise load through `{}`: its swizzle splits elements",
+                sd.name
+            )));
+        }
+        let (gr, gc) = tile.base_grid();
+        let epl = map.elems_per_lane();
+        let (row0, col0, idx) = (
+            self.ex(&view.row0),
+            self.ex(&view.col0),
+            self.ex(&view.index),
+        );
+        let smem = format!("smem_{}", ident(&sd.name));
+        self.line(format!(
+            "// load (shared->reg) `{name}`: {epl} element reads per base tile"
+        ));
+        self.line("#pragma unroll");
+        self.block(format!("for (int bi = 0; bi < {gr}; ++bi)"), |em| {
+            em.line("#pragma unroll");
+            em.block(format!("for (int bj = 0; bj < {gc}; ++bj)"), |em| {
+                for (s, (ra, ca)) in map.slots.iter().enumerate() {
+                    let rr = format!("({row0} + bi * {} + {})", tile.base.rows, super::regops::affine_c(*ra, map.group));
+                    let cc = format!("({col0} + bj * {} + {})", tile.base.cols, super::regops::affine_c(*ca, map.group));
+                    em.line(format!(
+                        "{{ const u32 o = (u32)({rr}) * {} + (u32)({cc}) * {e}; {name}[bi][bj][{s}] = *({cty}*)({smem} + (u32)({idx}) * {} + {}); }}",
+                        sd.tile.row_bytes(),
+                        sd.tile.bytes(),
+                        swizzle_c(sd.tile.swizzle, "o")
+                    ));
+                }
+                Ok(())
+            })
+        })
+    }
+
     /// Per-lane vector loads of a row-layout tile straight from global memory, through the compiler
     /// (it tracks these loads and waits for them at their first use: the register double buffer of
     /// seed 000 E.1 on MI325X). Chunks past the tensor's edge read as zero.
     fn load_global(&mut self, r: RegId, src: &GlobalView) -> Result<(), LowerError> {
         let (name, tile) = self.reg(r);
+        let dst = name.clone();
         let map = self.map(r)?;
         let epl = map.elems_per_lane();
         let ty = reg_type(tile.dtype, epl).unwrap_or("float");
@@ -375,7 +458,23 @@ impl Emitter<'_> {
         );
         let (addr, inb) = self.global_addr(src, &rexpr, &cexpr, epl);
         let gname = ident(&self.k.global(src.tensor).name);
-        let e = tile.dtype.bytes();
+        let gdt = self.k.global(src.tensor).dtype;
+        // A bf16 tensor into f32 registers (attention's Q, scaled in f32 before its bf16 copy): load the
+        // bf16 run, widen each element.
+        let widen = tile.dtype == DType::F32 && gdt == DType::Bf16;
+        if tile.dtype != gdt && !widen {
+            return Err(LowerError::Unsupported(format!(
+                "global load of {gdt:?} into {:?} registers",
+                tile.dtype
+            )));
+        }
+        let (name, ty) = if widen {
+            ("wide", reg_type(gdt, epl).unwrap_or("float"))
+        } else {
+            (name.as_str(), ty)
+        };
+        let name = name.to_string();
+        let e = gdt.bytes();
         // Whole 4/8/16-byte chunks per lane: a buffer load (HipKittens' `buffer_load_dwordx4`, seed 000
         // E.1) whose out-of-range chunks read 0 from the resource's bound, with no branch. Otherwise a
         // plain load from a 32-bit byte offset (SGPR-base addressing), masked to zero out of range.
@@ -401,7 +500,14 @@ impl Emitter<'_> {
                     format!("for (int bj = 0; bj < {}; ++bj)", tile.base_grid().1),
                     |em| {
                         em.line(format!("const bool inb = {inb};"));
-                        load.lines().for_each(|l| em.line(l));
+                        if widen {
+                            em.line(format!("{ty} wide[1][1];"));
+                        }
+                        load.lines()
+                            .for_each(|l| em.line(l.replace("wide[bi][bj]", "wide[0][0]")));
+                        if widen {
+                            em.line(format!("for (int s = 0; s < {epl}; ++s) {dst}[bi][bj][s] = bf16_to_f32(wide[0][0][s]);"));
+                        }
                         Ok(())
                     },
                 )
@@ -470,23 +576,42 @@ impl Emitter<'_> {
         b: &MmaOperand,
         c: Option<RegId>,
     ) -> Result<(), LowerError> {
-        let (MmaForm::Abt, MmaOperand::Reg(a), MmaOperand::Reg(b)) = (form, a, b) else {
+        let (MmaOperand::Reg(a), MmaOperand::Reg(b)) = (a, b) else {
             return Err(LowerError::Unsupported(format!(
-                "{} with these operands (mma_abt on registers is lowered)",
+                "{} with a shared-memory operand (CDNA MFMAs read registers)",
                 form.name()
             )));
         };
         let ((dn, dt), (an, at), (bn, bt)) = (self.reg(d), self.reg(*a), self.reg(*b));
-        let (amap, bmap) = (self.map(*a)?, self.map(*b)?);
-        let plan = mfma_for_abt(
-            self.arch,
-            at.dtype,
-            (at.base, &amap),
-            (bt.base, &bmap),
-            dt.base,
-        )?;
+        // Every form runs as A·Bᵀ on row views: a transposed operand (A stored K×M, B stored K×N) is
+        // read through its transposed lane map, its base tiles indexed `[k][m]`.
+        let (ta, tb) = (form.a_transposed(), !form.b_transposed());
+        let view = |m: LaneMap, t: &kittens_tile::RegTile, tr: bool| {
+            if tr {
+                let b = kittens_tile::BaseShape::new(t.base.cols, t.base.rows);
+                (m.transposed(), b, t.base_grid().0)
+            } else {
+                (m, t.base, t.base_grid().1)
+            }
+        };
+        let (amap, abase, kr) = view(self.map(*a)?, &at, ta);
+        let (bmap, bbase, _) = view(self.map(*b)?, &bt, tb);
+        let plan = mfma_for_abt(self.arch, at.dtype, (abase, &amap), (bbase, &bmap), dt.base)?;
+        let ix = |tr: bool, mn: &str, k: &str| {
+            if tr {
+                format!("[{k}][{mn}]")
+            } else {
+                format!("[{mn}][{k}]")
+            }
+        };
+        let (ai0, bj0, aik, bjk) = (
+            ix(ta, "i", "0"),
+            ix(tb, "j", "0"),
+            ix(ta, "i", "kk"),
+            ix(tb, "j", "kk"),
+        );
         let f = plan.instr.name.trim_start_matches("v_");
-        let (mr, nr, kr) = (dt.base_grid().0, dt.base_grid().1, at.base_grid().1);
+        let (mr, nr) = dt.base_grid();
         // Operand of split `h`: the whole register vector, or its slots h·n .. (h+1)·n.
         let part = |v: &str, h: u32| match plan.splits {
             1 => v.to_string(),
@@ -502,6 +627,12 @@ impl Emitter<'_> {
             self.line(format!("for (int i = 0; i < {mr}; ++i) for (int j = 0; j < {nr}; ++j) {dn}[i][j] = {cn}[i][j];"));
         }
         if [&dt, &at, &bt].iter().any(|t| t.pin.is_some()) {
+            if ta || tb {
+                return Err(LowerError::Unsupported(format!(
+                    "{} on pinned registers (only mma_abt)",
+                    form.name()
+                )));
+            }
             let dmap = self.map(d)?;
             let ops = super::pinned::AbtOperands {
                 d: (&dn, &dt, dmap.elems_per_lane()),
@@ -522,8 +653,8 @@ impl Emitter<'_> {
             em.block(format!("for (int j = 0; j < {nr}; ++j)"), |em| {
                 if c.is_none() {
                     let (a0, b0) = (
-                        part(&format!("{an}[i][0]"), 0),
-                        part(&format!("{bn}[j][0]"), 0),
+                        part(&format!("{an}{ai0}"), 0),
+                        part(&format!("{bn}{bj0}"), 0),
                     );
                     em.line(format!("{dn}[i][j] = {f}_zero({a0}, {b0});"));
                 }
@@ -531,8 +662,8 @@ impl Emitter<'_> {
                 em.block(format!("for (int kk = 0; kk < {kr}; ++kk)"), |em| {
                     for h in 0..plan.splits {
                         let (av, bv) = (
-                            part(&format!("{an}[i][kk]"), h),
-                            part(&format!("{bn}[j][kk]"), h),
+                            part(&format!("{an}{aik}"), h),
+                            part(&format!("{bn}{bjk}"), h),
                         );
                         let skip = if c.is_none() && h == 0 {
                             "if (kk > 0) "

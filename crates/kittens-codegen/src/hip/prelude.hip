@@ -39,6 +39,7 @@ typedef u32 u32x8 __attribute__((ext_vector_type(8)));
 typedef int i32x4 __attribute__((ext_vector_type(4)));
 typedef float f32x2 __attribute__((ext_vector_type(2)));
 typedef float f32x4 __attribute__((ext_vector_type(4)));
+typedef float f32x8 __attribute__((ext_vector_type(8)));
 typedef float f32x16 __attribute__((ext_vector_type(16)));
 // bf16 and f16 operands travel as raw 16-bit lanes: the MFMA reads bits, not C++ values.
 typedef unsigned short b16x4 __attribute__((ext_vector_type(4)));
@@ -276,6 +277,24 @@ KITTENS_DEV unsigned short bf16_rtna(float x) { return (unsigned short)(rtna_bit
 KITTENS_DEV unsigned short bf16_rtne(float x) {
   const u32 u = f32_bits(x);
   return (unsigned short)((x != x ? 0x7fc00000u : u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// ---- register-tile math and lane exchanges (softmax in attention, seed 000 E.3) ------------------
+KITTENS_DEV float bf16_to_f32(unsigned short h) { return __builtin_bit_cast(float, (u32)h << 16); }
+// 2^x on v_exp_f32 (the compiler adds the denormal range fix-up); exp2(-inf) is 0.
+KITTENS_DEV float exp2_f32(float x) { return __builtin_exp2f(x); }
+// The value lane (lane ^ M) holds: ds_bpermute (through LDS hardware, no LDS memory), tracked by the
+// compiler's lgkmcnt. Reductions over the lanes that share a row or column use it as a butterfly.
+template <int M> KITTENS_DEV float shfl_xor_f32(float v) {
+  const int src = (int)((lane_id() ^ (u32)M) << 2);
+  return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute(src, __builtin_bit_cast(int, v)));
+}
+// Orders one wave's LDS accesses across lanes (a register remap through a per-wave LDS scratch): a
+// wave's DS instructions execute in order, so only the compiler must not move accesses across it.
+KITTENS_DEV void wave_sync() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "wavefront");
+  __builtin_amdgcn_wave_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "wavefront");
 }
 
 }  // namespace kittens

@@ -12,6 +12,7 @@
 #pragma once
 #include <barrier>
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 
 #define __global__
@@ -28,6 +29,7 @@ typedef u32 u32x2 __attribute__((ext_vector_type(2)));
 typedef u32 u32x4 __attribute__((ext_vector_type(4)));
 typedef int i32x4 __attribute__((ext_vector_type(4)));
 typedef float f32x4 __attribute__((ext_vector_type(4)));
+typedef float f32x8 __attribute__((ext_vector_type(8)));
 typedef float f32x16 __attribute__((ext_vector_type(16)));
 typedef unsigned short b16x4 __attribute__((ext_vector_type(4)));
 typedef unsigned short b16x8 __attribute__((ext_vector_type(8)));
@@ -38,7 +40,7 @@ inline thread_local int emu_bid = 0;
 inline std::barrier<>* emu_block_barrier = nullptr;
 struct EmuWave {
   std::barrier<> bar{64};
-  float a[64][8], b[64][8], c[64][16];
+  float a[64][8], b[64][8], c[64][16], x[64];
 };
 inline EmuWave emu_waves[WAVES_MAX];
 inline unsigned char emu_lds_anchor[16];
@@ -159,4 +161,17 @@ inline void mfma_f32_16x16x16_bf16(b16x4 a, b16x4 b, f32x4& c) { emu_mfma16<4>(a
 inline f32x4 mfma_f32_16x16x16_bf16_zero(b16x4 a, b16x4 b) { f32x4 c; emu_mfma16<4>(a, b, c, true); return c; }
 inline void mfma_f32_16x16x32_bf16(b16x8 a, b16x8 b, f32x4& c) { emu_mfma16<8>(a, b, c, false); }
 inline f32x4 mfma_f32_16x16x32_bf16_zero(b16x8 a, b16x8 b) { f32x4 c; emu_mfma16<8>(a, b, c, true); return c; }
+// Lane exchanges and the wave-level ordering point: each lane is a thread, so both synchronise the
+// wave's 64 threads.
+inline float exp2_f32(float x) { return exp2f(x); }
+inline void wave_sync() { emu_waves[emu_tid / 64].bar.arrive_and_wait(); }
+template <int M> inline float shfl_xor_f32(float v) {
+  EmuWave& w = emu_waves[emu_tid / 64];
+  const int l = emu_tid % 64;
+  w.x[l] = v;
+  w.bar.arrive_and_wait();
+  const float r = w.x[l ^ M];
+  w.bar.arrive_and_wait();
+  return r;
+}
 }  // namespace kittens
