@@ -224,3 +224,47 @@ fn pinned_tiles_feed_mfma_from_their_registers() {
         assert_eq!(r.mix.mfma, if arch == Arch::Cdna4 { 8 } else { 16 });
     }
 }
+
+/// The lowered attention (registry defaults, seed 000 E.3) moves data between lanes only where the lane
+/// maps require it: the column softmax statistics reduce the accumulator's 4 slots, its base tiles and
+/// then the lanes that share a column — the XOR masks are exactly the lane bits the accumulator's
+/// column does not depend on (from `kittens_hw::mma`); the three transposes are register renames; the
+/// f32 scores reach the bf16 `P` operand through one per-wave LDS remap.
+#[test]
+fn attention_exchanges_only_what_lane_maps_require() {
+    use kittens_hw::mma::{self, Operand};
+    let k = kittens_kernels::attn_fwd::build(&Default::default()).unwrap();
+    for arch in [Arch::Cdna4, Arch::Cdna3] {
+        let src = lower(&k, arch).expect("attn_fwd lowers");
+        let acc = mma::all()
+            .iter()
+            .find(|i| i.arch == arch && i.name == bf16_mfma_opcode(arch).unwrap())
+            .unwrap();
+        let col = |l: u32| {
+            (0..4)
+                .map(|s| acc.element(Operand::D, l, s).1)
+                .collect::<Vec<_>>()
+        };
+        for m in [1u32, 2, 4, 8, 16, 32] {
+            let free = (0..64).all(|l| col(l ^ m) == col(l));
+            assert_eq!(
+                src.contains(&format!("shfl_xor_f32<{m}>")),
+                free,
+                "{}: xor {m}",
+                arch.target()
+            );
+        }
+        assert_eq!(
+            src.matches("(a register rename)").count(),
+            3,
+            "q_t, k_t, o_q"
+        );
+        assert_eq!(
+            src.matches("through the wave's LDS scratch").count(),
+            1,
+            "only P"
+        );
+        let scratch = k.waves * 32 * 32 * 2;
+        assert!(src.contains(&format!("smem_kittens_scratch[{scratch}]")));
+    }
+}

@@ -88,23 +88,30 @@ fn registry_gemm_fits_gfx942_with_register_staging() {
 /// DESIGN.md / issue 5 "Done when": the gfx942 source also builds with Debian's clang-19. Only clang-19
 /// is searched for; where it is missing the test skips locally but fails in CI (`CI=true`), where
 /// scripts/install-amdgpu-clang.sh installs it.
-#[test]
-fn registry_gemm_gfx942_builds_with_debian_clang19() {
+/// Debian's clang-19 alone, or `None` (with a note) where it is missing outside CI.
+fn debian_clang19() -> Option<kittens_runtime::amd::AmdgpuClang> {
     let only_clang19 = ToolchainSearch {
         env_override: None,
         rocm_clang: PathBuf::from("/nonexistent/clang"),
         cache_dir: PathBuf::from("/nonexistent"),
         debian_clang: PathBuf::from("clang-19"),
     };
-    let clang = match only_clang19.find(Arch::Cdna3) {
-        Ok(c) => c,
+    match only_clang19.find(Arch::Cdna3) {
+        Ok(c) => Some(c),
         Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
             panic!("CI=true but Debian's clang-19 is not usable: {e}")
         }
         Err(e) => {
             eprintln!("clang-19 not found ({e}): skipped outside CI");
-            return;
+            None
         }
+    }
+}
+
+#[test]
+fn registry_gemm_gfx942_builds_with_debian_clang19() {
+    let Some(clang) = debian_clang19() else {
+        return;
     };
     assert_eq!(clang.source, ClangSource::DebianClang19);
     assert!(clang.version().unwrap().contains("version 19"));
@@ -151,4 +158,31 @@ fn registry_attention_fits_both_targets() {
             g.arch.target()
         );
     }
+}
+
+/// The gfx942 attention source also builds with Debian's clang-19, with no spills and the MFMAs kept.
+#[test]
+fn registry_attention_gfx942_builds_with_debian_clang19() {
+    let Some(clang) = debian_clang19() else {
+        return;
+    };
+    let g = kittens_hw::gpu("mi300x").unwrap();
+    let kernel = (kittens_kernels::by_name("attn_fwd").unwrap().build_for)(g).unwrap();
+    let out = clang
+        .compile(&lower(&kernel, Arch::Cdna3).unwrap(), Arch::Cdna3)
+        .expect("clang-19 compiles the gfx942 attention");
+    let r = analyze(&out.asm, Arch::Cdna3, Some("attn_fwd")).unwrap();
+    assert!(
+        r.within_budget() && r.vgpr_spill == 0 && r.scratch_bytes == 0,
+        "{r:?}"
+    );
+    let hot = r.hot_loop.expect("a hot loop");
+    assert!(
+        hot.mix
+            .opcodes
+            .get("v_mfma_f32_16x16x16_bf16")
+            .copied()
+            .unwrap_or(0)
+            > 0
+    );
 }

@@ -333,4 +333,24 @@ mod tests {
             ("v_mfma_f32_16x16x16_bf16", 1)
         );
     }
+
+    /// Seed 000 E.3's attention transposes cost nothing: a column-layout bf16 tile is the row tile of
+    /// the transposed shape (so `transpose(k_t, k_r)` renames registers and `mma_atb` reads it as the A
+    /// operand), and the f32 accumulator transposed is the f32 row tile `o_q` the output store uses.
+    #[test]
+    fn attention_transposes_are_renames() {
+        for arch in [Arch::Cdna4, Arch::Cdna3] {
+            let col = lane_map(arch, DType::Bf16, Layout::Col, BaseShape::S32X16).unwrap();
+            let row = lane_map(arch, DType::Bf16, Layout::Row, BaseShape::S16X32).unwrap();
+            assert!(col.same_as(&row.transposed()), "{}", arch.target());
+            let acc = lane_map(arch, DType::F32, Layout::Col, BaseShape::S16X16).unwrap();
+            let out = lane_map(arch, DType::F32, Layout::Row, BaseShape::S16X16).unwrap();
+            assert!(out.same_as(&acc.transposed()), "{}", arch.target());
+            // The f32 copy of Q shares the bf16 Q map: scaling and rounding stay lane-local.
+            let qf = lane_map(arch, DType::F32, Layout::Row, BaseShape::S16X32).unwrap();
+            assert!(qf.same_as(&row));
+            // ...but the accumulator is not the bf16 P operand: that copy needs the LDS remap.
+            assert!(!acc.same_as(&col) && acc.elems_per_lane() != col.elems_per_lane());
+        }
+    }
 }
