@@ -157,6 +157,11 @@ fn registry_attention_fits_both_targets() {
             "{}",
             g.arch.target()
         );
+        // gfx950 loads the column-layout V with ds_read_b64_tr_b16: 4 of each lane's 8 keys per
+        // instruction, over the (kv/32)·(d/16) base tiles (seed 000 D.1); gfx942 lacks it.
+        let tr = hot.mix.opcodes.get("ds_read_b64_tr_b16").copied();
+        let want = (g.arch == Arch::Cdna4).then_some(kv / 32 * (d / 16) * 2);
+        assert_eq!(tr, want, "{}", g.arch.target());
     }
 }
 

@@ -12,6 +12,7 @@
 use kittens_hw::Arch;
 
 pub mod layout;
+mod lds_tr;
 mod lower;
 mod ops;
 mod pinned;

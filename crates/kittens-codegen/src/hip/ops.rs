@@ -54,6 +54,14 @@ fn keeps_granule(s: Swizzle, granule: u32, bytes: u32) -> bool {
         .all(|o| (0..granule).all(|i| s.apply(o + i) == s.apply(o) + i))
 }
 
+pub(super) fn keeps_granule_pub(s: Swizzle, granule: u32, bytes: u32) -> bool {
+    keeps_granule(s, granule, bytes)
+}
+
+pub(super) fn swizzle_c_pub(s: Swizzle, off: &str) -> String {
+    swizzle_c(s, off)
+}
+
 fn is_involution(s: Swizzle, bytes: u32) -> bool {
     (0..bytes).all(|o| s.apply(s.apply(o)) == o)
 }
@@ -291,6 +299,9 @@ impl Emitter<'_> {
             && (bytes == 8 || bytes == 16)
             && tile.dtype == sd.tile.dtype;
         if !ok && !store && tile.dtype == sd.tile.dtype {
+            if self.lds_read_tr_b16(r, view)? {
+                return Ok(());
+            }
             return self.lds_read_elements(r, view);
         }
         if !ok || !keeps_granule(sd.tile.swizzle, bytes, sd.tile.bytes()) {

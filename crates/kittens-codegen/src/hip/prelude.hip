@@ -289,6 +289,16 @@ template <int M> KITTENS_DEV float shfl_xor_f32(float v) {
   const int src = (int)((lane_id() ^ (u32)M) << 2);
   return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute(src, __builtin_bit_cast(int, v)));
 }
+#if defined(__gfx950__)
+// ds_read_b64_tr_b16 through the compiler builtin (the compiler tracks its lgkmcnt): `p` points into a
+// `__shared__` array; the lane exchange it performs is described in lds_tr.rs (seed 000 D.1).
+typedef short i16x4 __attribute__((ext_vector_type(4)));
+KITTENS_DEV b16x4 ds_read_tr_b16(const unsigned char* p) {
+  typedef __attribute__((address_space(3))) i16x4 lds_i16x4;
+  typedef __attribute__((address_space(3))) unsigned char lds_u8;
+  return __builtin_bit_cast(b16x4, __builtin_amdgcn_ds_read_tr16_b64_v4i16((lds_i16x4*)(lds_u8*)p));
+}
+#endif
 // Orders one wave's LDS accesses across lanes (a register remap through a per-wave LDS scratch): a
 // wave's DS instructions execute in order, so only the compiler must not move accesses across it.
 KITTENS_DEV void wave_sync() {

@@ -41,6 +41,7 @@ inline std::barrier<>* emu_block_barrier = nullptr;
 struct EmuWave {
   std::barrier<> bar{64};
   float a[64][8], b[64][8], c[64][16], x[64];
+  const unsigned char* p[64];
 };
 inline EmuWave emu_waves[WAVES_MAX];
 inline unsigned char emu_lds_anchor[16];
@@ -171,6 +172,22 @@ template <int M> inline float shfl_xor_f32(float v) {
   w.x[l] = v;
   w.bar.arrive_and_wait();
   const float r = w.x[l ^ M];
+  w.bar.arrive_and_wait();
+  return r;
+}
+// ds_read_b64_tr_b16 (CDNA4): lane j of each 16-lane group receives, as slot q, element j % 4 of the
+// 4 consecutive 16-bit values lane 4q + j / 4 of the group addresses.
+inline b16x4 ds_read_tr_b16(const unsigned char* p) {
+  EmuWave& w = emu_waves[emu_tid / 64];
+  const int l = emu_tid % 64, g0 = l & ~15, j = l & 15;
+  w.p[l] = p;
+  w.bar.arrive_and_wait();
+  b16x4 r;
+  for (int q = 0; q < 4; ++q) {
+    unsigned short v;
+    memcpy(&v, w.p[g0 + 4 * q + j / 4] + 2 * (j % 4), 2);
+    r[q] = v;
+  }
   w.bar.arrive_and_wait();
   return r;
 }
