@@ -177,6 +177,12 @@ fn lane_local(dt: &RegTile, dm: &LaneMap, st: &RegTile, sm: &LaneMap, transpose:
     dt.base == sb && dt.base_grid() == sg && dm.same_as(&sm)
 }
 
+/// Logical `(row, col)` of `lane`'s slot `s` in base tile `(bi, bj)` of `t`.
+fn st_pos(t: &RegTile, m: &LaneMap, lane: u32, s: usize, bi: u32, bj: u32) -> (u32, u32) {
+    let (r, c) = m.at(lane, s);
+    (bi * t.base.rows + r, bj * t.base.cols + c)
+}
+
 impl Emitter<'_> {
     fn tile_of(&self, r: RegId) -> Result<(String, RegTile, LaneMap), LowerError> {
         let d = self.k.reg(r);
@@ -519,6 +525,31 @@ impl Emitter<'_> {
                 format!("{r} * {cols} + {c}")
             }
         };
+        // bf16 destinations whose source slots pair up on consecutive, 4-byte aligned scratch
+        // elements convert two at a time (`v_cvt_pk_bf16_f32` on gfx950) and store 32 bits.
+        let index = |l: u32, s: usize, bi: u32, bj: u32| {
+            let (r, c) = st_pos(&st, &sm, l, s, bi, bj);
+            let (r, c) = if transpose { (c, r) } else { (r, c) };
+            if col_major {
+                c * rows + r
+            } else {
+                r * cols + c
+            }
+        };
+        let (sgr0, sgc0) = st.base_grid();
+        let paired = dt.dtype == DType::Bf16
+            && rounding == Rounding::Rtne
+            && se % 2 == 0
+            && (0..64).all(|l| {
+                (0..se as usize).step_by(2).all(|s| {
+                    (0..sgr0).all(|bi| {
+                        (0..sgc0).all(|bj| {
+                            let i = index(l, s, bi, bj);
+                            i % 2 == 0 && index(l, s + 1, bi, bj) == i + 1
+                        })
+                    })
+                })
+            });
         let scratch = format!(
             "(({cty}*)(smem_kittens_scratch + (u32)wave * {}))",
             self.scratch_per_wave
@@ -533,6 +564,21 @@ impl Emitter<'_> {
                 "for (int bi = 0; bi < {sgr}; ++bi) for (int bj = 0; bj < {sgc}; ++bj)"
             ));
             em.block("", |em| {
+                if paired {
+                    for s in (0..se).step_by(2) {
+                        let (r, c) = pos(&st, &sm, s as usize, "bi", "bj");
+                        let (r, c) = if transpose { (c, r) } else { (r, c) };
+                        let (lo, hi) = (
+                            as_f32(st.dtype, &elem(&sn, se, "bi", "bj", s)),
+                            as_f32(st.dtype, &elem(&sn, se, "bi", "bj", s + 1)),
+                        );
+                        em.line(format!(
+                            "*(u32*)&sc[{}] = pack_bf16_rtne({lo}, {hi});",
+                            at(&r, &c)
+                        ));
+                    }
+                    return Ok(());
+                }
                 for s in 0..se {
                     let (r, c) = pos(&st, &sm, s as usize, "bi", "bj");
                     let (r, c) = if transpose { (c, r) } else { (r, c) };

@@ -115,6 +115,7 @@ inline unsigned short bf16_rtne(float x) {
   u32 u = f32_bits(x);
   return x != x ? 0x7fc0 : (unsigned short)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+inline u32 pack_bf16_rtne(float lo, float hi) { return (u32)bf16_rtne(lo) | ((u32)bf16_rtne(hi) << 16); }
 inline u32 xcd_chunk(u32 id, u32 blocks, u32 n_xcd, u32 chunk) {
   const u32 n = n_xcd ? n_xcd : 1, c = chunk ? chunk : 1, per_cycle = n * c;
   if (id >= (blocks / per_cycle) * per_cycle) return id;
