@@ -48,8 +48,8 @@ impl Emitter<'_> {
         let fits = self.arch == kittens_hw::Arch::Cdna4
             && sd.tile.dtype.bytes() == 2
             && tile.dtype == sd.tile.dtype
-            && epl % 4 == 0
-            && sd.tile.row_bytes() % 8 == 0
+            && epl.is_multiple_of(4)
+            && sd.tile.row_bytes().is_multiple_of(8)
             && super::ops::keeps_granule_pub(sd.tile.swizzle, 8, sd.tile.bytes())
             && (0..epl / 4).all(|h| tr_b16_fits(&map, h));
         if !fits {

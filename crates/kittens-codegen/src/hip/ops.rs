@@ -9,8 +9,12 @@
 //!   tracks the wait), out-of-range chunks reading zero past the resource's bound.
 //! - `LoadShared` / `StoreShared` → `ds_read_b64/b128`, `ds_write_b64/b128` per base tile: a row-layout
 //!   lane holds consecutive elements of one row (seed 000 D.1).
-//! - `Mma` (`mma_abt`) → the target's MFMA per (row, col, k) base-tile triple with tied accumulators;
-//!   the zero-accumulator form starts a chain when `c` is absent.
+//!   A tile whose lanes hold runs of a column (column-layout bf16, the transposed operand of
+//!   `mma_atb`): `ds_read_b64_tr_b16` on gfx950 ([`super::lds_tr`]), one element read each on gfx942.
+//! - `Mma` → the target's MFMA per (row, col, k) base-tile triple with tied accumulators; every form
+//!   runs as `A·Bᵀ` on row views (a transposed operand through its transposed lane map); the
+//!   zero-accumulator form starts a chain when `c` is absent.
+//! - Register-only ops (maps, reductions, masks, transposes) are in [`super::regops`].
 //! - `Wait` → `s_waitcnt vmcnt/lgkmcnt` with the IR's op counts turned into instruction counts.
 
 use super::layout::{mfma_for_abt, LaneMap};

@@ -15,7 +15,7 @@ use super::LowerError;
 use crate::cexpr::ident;
 use kittens_hw::dtype::DType;
 use kittens_ir::{Arg, Axis, Kernel, MapFn, MaskRule, Op, ReduceOp, RegId, RegKind, Rounding};
-use kittens_tile::{BaseShape, Layout, RegTile};
+use kittens_tile::{BaseShape, RegTile};
 
 /// Where a register vector lives: the lane map of the tile it indexes, that tile's base shape, and
 /// whether it is indexed by rows or columns.
@@ -683,6 +683,5 @@ pub(super) fn vec_map(
             }
         )));
     }
-    let _ = Layout::Row;
     Ok(vm)
 }
