@@ -18,7 +18,8 @@ use rand::{rngs::SmallRng, Rng, SeedableRng};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-const DRIVER: &str = r#"
+/// What both host drivers start with: the headers and a reader of the raw bf16 inputs.
+const DRIVER_IO: &str = r#"
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -30,6 +31,9 @@ static std::vector<unsigned short> read_u16(const char* path, size_t n) {
   fclose(f);
   return v;
 }
+"#;
+
+const DRIVER: &str = r#"
 int main(int argc, char** argv) {
   if (argc != 8) return 2;
   const int M = atoi(argv[1]), N = atoi(argv[2]), K = atoi(argv[3]), blocks = atoi(argv[7]);
@@ -82,7 +86,10 @@ fn build_with_driver(kernel: &Kernel, arch: Arch, dir: &Path, driver: &str) -> P
     let cpp = dir.join("emu.cpp");
     std::fs::write(
         &cpp,
-        format!("#include \"{}\"\n{body}\n{driver}", emu.display()),
+        format!(
+            "#include \"{}\"\n{body}\n{DRIVER_IO}{driver}",
+            emu.display()
+        ),
     )
     .unwrap();
     let exe = dir.join("emu");
@@ -286,17 +293,6 @@ fn swizzled_tiles_run_right_on_both_targets() {
 
 /// Host driver for attention: `batch heads heads_kv seq dim q.bin k.bin v.bin o.bin blocks`.
 const ATTN_DRIVER: &str = r#"
-#include <cstdio>
-#include <cstdlib>
-#include <thread>
-#include <vector>
-static std::vector<unsigned short> read_u16(const char* path, size_t n) {
-  std::vector<unsigned short> v(n);
-  FILE* f = fopen(path, "rb");
-  if (!f || fread(v.data(), 2, n, f) != n) { fprintf(stderr, "cannot read %s\n", path); exit(2); }
-  fclose(f);
-  return v;
-}
 int main(int argc, char** argv) {
   if (argc != 11) return 2;
   const int B = atoi(argv[1]), H = atoi(argv[2]), HK = atoi(argv[3]), S = atoi(argv[4]), D = atoi(argv[5]);
