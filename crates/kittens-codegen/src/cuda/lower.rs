@@ -618,20 +618,24 @@ impl Emit<'_> {
         Ok(())
     }
 
-    /// Checks, by evaluating the views for the waves of each warpgroup, that A's slices step by 16 rows
-    /// per wave and B's view is the same for every wave.
-    fn check_slices(&self, av: &SharedView, bv: &SharedView) -> Result<(), CudaLowerError> {
+    /// `e` for `wave` with every parameter, loop variable and block index at 0: how the per-wave shape
+    /// checks compare the views different waves use.
+    pub(super) fn at_origin(&self, e: &Expr, wave: u32) -> Option<i64> {
         let params = vec![0i64; self.k.params.len()];
         let vars = vec![0i64; self.k.vars.len()];
         let block = vec![0i64; self.k.grid.extents.len()];
-        let at = |e: &Expr, wave: u32| {
-            e.eval(&Env {
-                params: &params,
-                vars: &vars,
-                block: &block,
-                wave: wave as i64,
-            })
-        };
+        e.eval(&Env {
+            params: &params,
+            vars: &vars,
+            block: &block,
+            wave: wave as i64,
+        })
+    }
+
+    /// Checks, by evaluating the views for the waves of each warpgroup, that A's slices step by 16 rows
+    /// per wave and B's view is the same for every wave.
+    fn check_slices(&self, av: &SharedView, bv: &SharedView) -> Result<(), CudaLowerError> {
+        let at = |e: &Expr, wave: u32| self.at_origin(e, wave);
         for w0 in (0..self.k.waves).step_by(4) {
             for i in 0..4.min(self.k.waves - w0) {
                 let w = w0 + i;

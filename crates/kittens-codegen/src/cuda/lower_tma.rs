@@ -9,7 +9,7 @@
 //! over direct predicated global stores at 8192³ (bench/NOTES.md, run 3).
 
 use kittens_hw::dtype::DType;
-use kittens_ir::{Env, Expr, GlobalView, Kernel, Op, RegId, Rounding, Scope, SharedView};
+use kittens_ir::{Expr, GlobalView, Kernel, Op, RegId, Rounding, Scope, SharedView};
 
 use super::lower::{swizzle_bytes, unsupported, CudaLowerError, Emit, TmaMap};
 
@@ -225,17 +225,7 @@ impl Emit<'_> {
     /// The four waves of a warpgroup store consecutive 16-row slices at the same columns (evaluated at
     /// block and loop indices 0), so they form one 64-row box.
     fn check_store_slices(&self, dst: &GlobalView) -> Result<(), CudaLowerError> {
-        let params = vec![0i64; self.k.params.len()];
-        let vars = vec![0i64; self.k.vars.len()];
-        let block = vec![0i64; self.k.grid.extents.len()];
-        let at = |e: &Expr, wave: u32| {
-            e.eval(&Env {
-                params: &params,
-                vars: &vars,
-                block: &block,
-                wave: wave as i64,
-            })
-        };
+        let at = |e: &Expr, wave: u32| self.at_origin(e, wave);
         for w0 in (4 * self.producers..self.k.waves).step_by(4) {
             for i in 0..4u32 {
                 let ok = at(&dst.origin[0], w0 + i)
