@@ -8,14 +8,17 @@ use std::sync::OnceLock;
 use cudarc::cublas::sys as cb;
 
 use super::driver::{DeviceBuffer, Stream};
+use super::libs::{env_dir, open_global};
+use super::limits::gemm_abt_dims;
 use super::CudaError;
 
-/// Folders that may hold `libcublas.so.13`, besides the loader's own search path: `$KITTENS_CUBLAS`, the
-/// CUDA toolkit, and PyPI's `nvidia-cublas` inside the GPU machine's PyTorch environment.
-fn candidate_dirs() -> Vec<PathBuf> {
-    let mut dirs: Vec<PathBuf> = std::env::var("KITTENS_CUBLAS")
-        .map(|p| vec![PathBuf::from(p)])
-        .unwrap_or_default();
+/// Folders that may hold `libcublas.so.13`, besides the loader's own search path: `$KITTENS_CUBLAS`
+/// (absolute), the CUDA toolkit, and PyPI's `nvidia-cublas` inside the GPU machine's PyTorch environment.
+fn candidate_dirs() -> Result<Vec<PathBuf>, CudaError> {
+    let mut dirs: Vec<PathBuf> = env_dir("KITTENS_CUBLAS", std::env::var_os("KITTENS_CUBLAS"))
+        .map_err(|e| CudaError::Cublas(e.to_string()))?
+        .into_iter()
+        .collect();
     for d in [
         "/usr/local/cuda/lib64",
         "/usr/local/cuda/targets/x86_64-linux/lib",
@@ -23,13 +26,7 @@ fn candidate_dirs() -> Vec<PathBuf> {
     ] {
         dirs.push(PathBuf::from(d));
     }
-    dirs
-}
-
-fn open_global(path: &Path) -> Result<libloading::Library, libloading::Error> {
-    use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
-    // SAFETY: opening NVIDIA's library runs its initialisers only.
-    unsafe { Library::open(Some(path), RTLD_NOW | RTLD_GLOBAL).map(Into::into) }
+    Ok(dirs)
 }
 
 /// Opens cuBLAS (and cuBLASLt, which it needs) once, by full path where one is found, so that `cudarc`'s
@@ -38,7 +35,7 @@ fn load() -> Result<String, CudaError> {
     static LOADED: OnceLock<Result<String, CudaError>> = OnceLock::new();
     LOADED
         .get_or_init(|| {
-            for dir in candidate_dirs() {
+            for dir in candidate_dirs()? {
                 let (lt, blas) = (dir.join("libcublasLt.so.13"), dir.join("libcublas.so.13"));
                 if lt.is_file() && blas.is_file() {
                     let libs = [open_global(&lt), open_global(&blas)];
@@ -92,6 +89,7 @@ impl Cublas {
     /// C = A·Bᵀ in bf16 with fp32 accumulation, row-major: A is M×K, B is N×K, C is M×N — the same
     /// contract as the project's `gemm_bf16`. cuBLAS is column-major, so this asks for
     /// Cᵀ (N×M) = op(B)·op(A) with B transposed and A as stored ("TN", the layout of a linear layer).
+    /// The sizes are checked against the buffers, and converted to cuBLAS's `int`, before the call.
     pub fn gemm_bf16_abt(
         &self,
         a: &DeviceBuffer,
@@ -102,8 +100,8 @@ impl Cublas {
         k: usize,
     ) -> Result<(), CudaError> {
         let (alpha, beta) = (1f32, 0f32);
-        let (mi, ni, ki) = (m as i32, n as i32, k as i32);
-        // SAFETY: the buffers hold M×K, N×K and M×N bf16 (checked by the caller's allocation sizes).
+        let (mi, ni, ki) = gemm_abt_dims((m, n, k), a.bytes(), b.bytes(), c.bytes())?;
+        // SAFETY: the buffers hold M×K, N×K and M×N bf16 (checked just above).
         check(
             unsafe {
                 cb::cublasGemmEx(

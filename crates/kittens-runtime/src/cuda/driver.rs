@@ -5,10 +5,12 @@
 //! thread, and every other call is expected on that thread.
 
 use std::ffi::{c_void, CStr, CString};
+use std::marker::PhantomData;
 use std::rc::Rc;
 
 use cudarc::driver::sys as cu;
 
+use super::limits::{bytes_of, check_launch, check_tensor_map_2d, to_i32};
 use super::CudaError;
 
 /// Turns a driver status into a typed error naming the call.
@@ -68,7 +70,8 @@ impl Device {
                 return Err(CudaError::NoDevice(format!("cuInit: {r:?}")));
             }
             let mut dev = 0;
-            check(cu::cuDeviceGet(&mut dev, ordinal as i32), "cuDeviceGet")
+            let ordinal_i32 = to_i32("device ordinal", ordinal as u64, 0)?;
+            check(cu::cuDeviceGet(&mut dev, ordinal_i32), "cuDeviceGet")
                 .map_err(|e| CudaError::NoDevice(e.to_string()))?;
             let mut ctx = std::ptr::null_mut();
             check(
@@ -89,6 +92,13 @@ impl Device {
                 )
                 .map(|_| v)
             };
+            // Counts and sizes are never negative; a negative one is a driver fault, not a wrap.
+            let count = |a: cu::CUdevice_attribute| -> Result<u32, CudaError> {
+                let v = attr(a)?;
+                u32::try_from(v).map_err(|_| {
+                    CudaError::Invalid(format!("cuDeviceGetAttribute({a:?}) returned {v}"))
+                })
+            };
             use cu::CUdevice_attribute as A;
             let mut driver_version = 0;
             check(
@@ -102,10 +112,9 @@ impl Device {
                     attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
                     attr(A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
                 ),
-                multiprocessors: attr(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32,
-                l2_bytes: attr(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)? as u64,
-                max_shared_optin: attr(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?
-                    as u32,
+                multiprocessors: count(A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+                l2_bytes: count(A::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)?.into(),
+                max_shared_optin: count(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
                 driver_version,
                 ctx,
             }))
@@ -125,6 +134,17 @@ impl Device {
             bytes,
             _dev: self.clone(),
         })
+    }
+
+    /// Free and total device memory in bytes (`cuMemGetInfo`), for checking a size before allocating.
+    pub fn mem_info(&self) -> Result<(u64, u64), CudaError> {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: out-parameters; the context is current (made so in `open`).
+        check(
+            unsafe { cu::cuMemGetInfo_v2(&mut free, &mut total) },
+            "cuMemGetInfo",
+        )?;
+        Ok((free as u64, total as u64))
     }
 
     /// Waits for all work on the device.
@@ -210,8 +230,8 @@ impl DeviceBuffer {
         )
     }
     fn same_size<T>(&self, len: usize) -> Result<(), CudaError> {
-        let host = len * std::mem::size_of::<T>();
-        if host != self.bytes {
+        let host = bytes_of("host slice", &[len as u64], std::mem::size_of::<T>() as u64)?;
+        if host != self.bytes as u64 {
             return Err(CudaError::Invalid(format!(
                 "host side has {host} bytes, device buffer {}",
                 self.bytes
@@ -339,7 +359,7 @@ impl Module {
                 cu::cuFuncSetAttribute(
                     f,
                     cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    dynamic_shared_bytes as i32,
+                    to_i32("dynamic shared bytes", dynamic_shared_bytes.into(), 0)?,
                 ),
                 "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
             )?;
@@ -382,13 +402,15 @@ impl Function {
             unsafe { cu::cuOccupancyMaxActiveClusters(&mut n, self.raw, &config) },
             "cuOccupancyMaxActiveClusters",
         )?;
-        Ok(n.max(0) as u32)
+        Ok(u32::try_from(n).unwrap_or(0))
     }
 
-    /// Launches with the dynamic shared memory set in [`Module::function`].
+    /// Launches with the dynamic shared memory set in [`Module::function`], after checking the grid and
+    /// block against the driver's limits ([`check_launch`]).
     ///
     /// # Safety
-    /// `params` must point at values whose types and order match the kernel's parameters.
+    /// `params` must point at values whose types and order match the kernel's parameters, and every
+    /// buffer they name must hold what the kernel reads and writes at the launch's sizes.
     pub unsafe fn launch(
         &self,
         grid: (u32, u32, u32),
@@ -396,6 +418,7 @@ impl Function {
         stream: &Stream,
         params: &mut [*mut c_void],
     ) -> Result<(), CudaError> {
+        check_launch(grid, block)?;
         check(
             cu::cuLaunchKernel(
                 self.raw,
@@ -416,10 +439,38 @@ impl Function {
 }
 
 /// A TMA tensor map (128 bytes, 64-byte aligned), passed to kernels by value as a
-/// `const __grid_constant__` parameter.
+/// `const __grid_constant__` parameter. It holds the address of the buffer it was made over, so it
+/// borrows that buffer: the map cannot outlive it (the buffer cannot be dropped, freeing the memory,
+/// while a map that names it is alive).
+///
+/// ```compile_fail
+/// use kittens_runtime::cuda::{driver::Swizzle, Device, TensorMap};
+/// fn dangling(dev: &std::rc::Rc<Device>) -> TensorMap<'static> {
+///     let buf = dev.alloc(64 * 64 * 2).unwrap();
+///     TensorMap::bf16_2d(&buf, 64, 64, 64, 64, Swizzle::B128).unwrap()
+/// } // `buf` is freed here while the returned map would still point at it: rejected.
+/// ```
+///
+/// The same code with the buffer owned by the caller compiles:
+///
+/// ```no_run
+/// use kittens_runtime::cuda::{driver::Swizzle, DeviceBuffer, TensorMap};
+/// fn map(buf: &DeviceBuffer) -> TensorMap<'_> {
+///     TensorMap::bf16_2d(buf, 64, 64, 64, 64, Swizzle::B128).unwrap()
+/// }
+/// ```
 #[derive(Clone, Copy)]
 #[repr(C)]
-pub struct TensorMap(pub cu::CUtensorMap);
+pub struct TensorMap<'buf> {
+    pub map: cu::CUtensorMap,
+    buffer: PhantomData<&'buf DeviceBuffer>,
+}
+
+// The kernel receives the map's bytes: the lifetime marker adds none.
+const _: () = assert!(
+    std::mem::size_of::<TensorMap<'static>>() == std::mem::size_of::<cu::CUtensorMap>()
+        && std::mem::align_of::<TensorMap<'static>>() == std::mem::align_of::<cu::CUtensorMap>()
+);
 
 /// Shared-memory swizzle of a TMA box (CUDA Driver API `CUtensorMapSwizzle`): the box's rows must span
 /// at most that many bytes, and the kernel's wgmma descriptors must name the same mode.
@@ -431,29 +482,19 @@ pub enum Swizzle {
     B128,
 }
 
-impl TensorMap {
+impl<'buf> TensorMap<'buf> {
     /// A 2-D bf16 row-major tensor of `rows` × `cols` (`cols` contiguous) at `buf`, read in boxes of
-    /// `box_rows` × `box_cols`. Out-of-bounds elements of a box read as zero.
+    /// `box_rows` × `box_cols`. Out-of-bounds elements of a box read as zero. The shape is checked
+    /// against the buffer and the driver's limits first ([`check_tensor_map_2d`]).
     pub fn bf16_2d(
-        buf: &DeviceBuffer,
+        buf: &'buf DeviceBuffer,
         rows: u64,
         cols: u64,
         box_rows: u32,
         box_cols: u32,
         swizzle: Swizzle,
-    ) -> Result<TensorMap, CudaError> {
-        if buf.bytes() < (rows * cols * 2) as usize {
-            return Err(CudaError::Invalid(format!(
-                "tensor {rows}x{cols} bf16 over a {}-byte buffer",
-                buf.bytes()
-            )));
-        }
-        if !(cols * 2).is_multiple_of(16) {
-            return Err(CudaError::Invalid(format!(
-                "row pitch {} bytes is not a multiple of 16",
-                cols * 2
-            )));
-        }
+    ) -> Result<TensorMap<'buf>, CudaError> {
+        check_tensor_map_2d(rows, cols, box_rows, box_cols, buf.bytes())?;
         use cu::CUtensorMapSwizzle_enum as S;
         let sw = match swizzle {
             Swizzle::None => S::CU_TENSOR_MAP_SWIZZLE_NONE,
@@ -487,6 +528,9 @@ impl TensorMap {
             },
             "cuTensorMapEncodeTiled",
         )?;
-        Ok(TensorMap(map))
+        Ok(TensorMap {
+            map,
+            buffer: PhantomData,
+        })
     }
 }

@@ -5,13 +5,20 @@
 //! [`CudaError::NoDriver`] instead of a crash.
 
 pub mod bench;
+pub mod cache;
 pub mod cublas;
 pub mod driver;
 pub mod gemm_kernel;
+pub mod libs;
+pub mod limits;
 pub mod nvrtc;
 
+pub use cache::{CacheError, KernelCache};
 pub use driver::{Device, DeviceBuffer, Event, Function, Module, Stream, TensorMap};
-pub use nvrtc::{compile, nvrtc, parse_ptxas_log, CudaCompileReport, CudaModuleImage, NvrtcInfo};
+pub use nvrtc::{
+    compile, compile_with_cache, nvrtc, parse_ptxas_log, CudaCompileReport, CudaModuleImage,
+    NvrtcInfo,
+};
 
 /// Everything that can go wrong between CUDA source and a timed launch.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -34,6 +41,8 @@ pub enum CudaError {
     Cublas(String),
     #[error("invalid argument: {0}")]
     Invalid(String),
+    #[error(transparent)]
+    Size(#[from] limits::SizeError),
 }
 
 /// Compiles `source` for `target` and returns only the report (what `kittens compile --target sm_90a`

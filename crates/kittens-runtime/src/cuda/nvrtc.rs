@@ -1,10 +1,10 @@
 //! NVRTC: finding the library, compiling CUDA C++ to an sm_90a cubin, reading the compiler's resource
-//! report, and an on-disk cache keyed by source, target, options and compiler version.
+//! report, and the on-disk cache ([`super::cache`]) keyed by source, target, options and the compiler's
+//! full version.
 //!
-//! NVRTC is loaded at run time through `cudarc` (DESIGN.md principle 5). `cudarc` opens libraries by their
-//! file name only, so a copy found elsewhere (the PyPI wheel in `.cache/nvrtc`) is opened first by its full
-//! path with `RTLD_GLOBAL`: the dynamic loader then answers `cudarc`'s later `dlopen("libnvrtc.so.13")`
-//! with the library already in the process, matched by its SONAME.
+//! NVRTC is loaded at run time through `cudarc` (DESIGN.md principle 5), from absolute folders only
+//! ([`super::libs`]): `$KITTENS_NVRTC`, the PyPI wheel that `scripts/install-nvrtc.sh` puts in the
+//! project's `.cache/nvrtc`, the CUDA toolkit's places, then the loader's search path.
 
 use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
@@ -14,6 +14,8 @@ use cudarc::nvrtc::sys as nv;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use super::cache::{CacheError, KernelCache};
+use super::libs::{env_dir, open_global, project_cache_dirs};
 use super::CudaError;
 
 /// What NVRTC and ptxas said about one compiled kernel. `shared_bytes` is the kernel's static shared
@@ -48,7 +50,12 @@ pub struct CudaModuleImage {
 #[derive(Debug, Clone, Serialize)]
 pub struct NvrtcInfo {
     pub path: String,
+    /// `nvrtcVersion`: major and minor only.
     pub version: (i32, i32),
+    /// The full version as the compiler writes it into the PTX it generates, e.g. "Compiler Build ID:
+    /// CL-36424714; Cuda compilation tools, release 13.0, V13.0.88": two builds of one minor version
+    /// may generate different code, so the cache key holds this, not `version`.
+    pub full_version: Option<String>,
 }
 
 /// Keeps the preloaded libraries open for the life of the process.
@@ -57,25 +64,17 @@ struct Loaded {
     _libs: Vec<libloading::Library>,
 }
 
-/// NVRTC's candidate folders, in order: `$KITTENS_NVRTC` (a folder or the library itself), the project's
-/// cache (`scripts/install-nvrtc.sh`) under the current folder and under the source tree this binary was
-/// built from, then the CUDA toolkit's usual places.
-fn candidate_dirs() -> Vec<PathBuf> {
-    let mut dirs = Vec::new();
-    if let Ok(p) = std::env::var("KITTENS_NVRTC") {
-        let p = PathBuf::from(p);
-        dirs.push(if p.is_file() {
-            p.parent().map(Path::to_path_buf).unwrap_or(p)
-        } else {
-            p
-        });
-    }
-    let wheel = Path::new(".cache/nvrtc/nvidia/cu13/lib");
-    dirs.push(wheel.to_path_buf());
-    dirs.push(
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../..")
-            .join(wheel),
+/// NVRTC's candidate folders, in order: `$KITTENS_NVRTC` (a folder or the library itself; absolute),
+/// the project's cache (`scripts/install-nvrtc.sh`), then the CUDA toolkit's usual places.
+fn candidate_dirs() -> Result<Vec<PathBuf>, CudaError> {
+    let mut dirs: Vec<PathBuf> = env_dir("KITTENS_NVRTC", std::env::var_os("KITTENS_NVRTC"))
+        .map_err(|e| CudaError::NvrtcMissing(e.to_string()))?
+        .into_iter()
+        .collect();
+    dirs.extend(
+        project_cache_dirs("nvrtc")
+            .into_iter()
+            .map(|d| d.join("nvidia/cu13/lib")),
     );
     for d in [
         "/usr/local/cuda/lib64",
@@ -84,19 +83,12 @@ fn candidate_dirs() -> Vec<PathBuf> {
     ] {
         dirs.push(PathBuf::from(d));
     }
-    dirs
-}
-
-/// Opens a library with `RTLD_GLOBAL`, so later opens by SONAME find it.
-fn open_global(path: &Path) -> Result<libloading::Library, libloading::Error> {
-    use libloading::os::unix::{Library, RTLD_GLOBAL, RTLD_NOW};
-    // SAFETY: loading NVIDIA's libraries runs their initialisers, which have no preconditions.
-    unsafe { Library::open(Some(path), RTLD_NOW | RTLD_GLOBAL).map(Into::into) }
+    Ok(dirs)
 }
 
 fn load() -> Result<Loaded, CudaError> {
     let mut tried = Vec::new();
-    for dir in candidate_dirs() {
+    for dir in candidate_dirs()? {
         let lib = dir.join("libnvrtc.so.13");
         if !lib.is_file() {
             tried.push(lib.display().to_string());
@@ -132,9 +124,37 @@ fn finish(path: String, libs: Vec<libloading::Library>) -> Result<Loaded, CudaEr
         info: NvrtcInfo {
             path,
             version: (major, minor),
+            full_version: full_version(),
         },
         _libs: libs,
     })
+}
+
+/// Compiles an empty kernel to PTX and reads the compiler's identification from the PTX header
+/// (`// Compiler Build ID: ...`, `// Cuda compilation tools, release X.Y, VX.Y.Z`). None when the
+/// header does not say.
+fn full_version() -> Option<String> {
+    let opts = ["--gpu-architecture=compute_90".to_string()];
+    let ptx = compile_to_ptx(
+        "extern \"C\" __global__ void kittens_version_probe() {}",
+        &opts,
+    )
+    .ok()?;
+    parse_ptx_version(&ptx)
+}
+
+/// The compiler identification lines of a PTX header, joined with "; ".
+pub fn parse_ptx_version(ptx: &str) -> Option<String> {
+    let lines: Vec<&str> = ptx
+        .lines()
+        .take_while(|l| l.starts_with("//") || l.trim().is_empty())
+        .filter_map(|l| l.strip_prefix("//").map(str::trim))
+        .filter(|l| l.starts_with("Compiler Build ID") || l.starts_with("Cuda compilation tools"))
+        .collect();
+    lines
+        .iter()
+        .any(|l| l.starts_with("Cuda compilation tools"))
+        .then(|| lines.join("; "))
 }
 
 /// Finds and loads NVRTC once per process.
@@ -169,66 +189,69 @@ fn options(target: &str) -> Vec<String> {
     ]
 }
 
-/// The cache folder: `$KITTENS_CACHE`, else `$XDG_CACHE_HOME/kittens`, else `~/.cache/kittens`.
-fn cache_dir() -> PathBuf {
-    if let Ok(p) = std::env::var("KITTENS_CACHE") {
-        return PathBuf::from(p);
-    }
-    if let Ok(p) = std::env::var("XDG_CACHE_HOME") {
-        return PathBuf::from(p).join("kittens");
-    }
-    match std::env::var("HOME") {
-        Ok(h) => PathBuf::from(h).join(".cache/kittens"),
-        Err(_) => std::env::temp_dir().join("kittens-cache"),
-    }
-    .join("cuda")
-}
-
-fn cache_key(
-    source: &str,
-    kernel: &str,
-    target: &str,
-    opts: &[String],
-    version: (i32, i32),
-) -> String {
+/// The cache key: a SHA-256 over everything that decides the cubin — the source, the kernel reported on,
+/// the target, the options and the compiler's full version.
+fn cache_key(source: &str, kernel: &str, target: &str, opts: &[String], version: &str) -> String {
     let mut h = Sha256::new();
-    for part in [
-        source,
-        kernel,
-        target,
-        &opts.join(" "),
-        &format!("nvrtc {}.{}", version.0, version.1),
-    ] {
+    for part in [source, kernel, target, &opts.join(" "), version] {
         h.update(part.as_bytes());
         h.update([0u8]);
     }
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Compiles `source` for `target` (e.g. `sm_90a`) and reports on `kernel`, using the on-disk cache.
-/// `dynamic_shared_bytes` is copied into the report so it can say the kernel's whole shared footprint.
+/// The cache the environment names, checked once per process; when it cannot be used, compilation goes
+/// on uncached and the reason is printed once.
+fn default_cache() -> Option<&'static KernelCache> {
+    static CACHE: OnceLock<Result<KernelCache, CacheError>> = OnceLock::new();
+    match CACHE.get_or_init(KernelCache::from_env) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            static SAID: OnceLock<()> = OnceLock::new();
+            SAID.get_or_init(|| eprintln!("NVRTC cache not used: {e}"));
+            None
+        }
+    }
+}
+
+/// Compiles `source` for `target` (e.g. `sm_90a`) and reports on `kernel`, using the on-disk cache the
+/// environment names ([`KernelCache::from_env`]). `dynamic_shared_bytes` is copied into the report so
+/// it can say the kernel's whole shared footprint.
 pub fn compile(
     source: &str,
     kernel: &str,
     target: &str,
     dynamic_shared_bytes: u32,
 ) -> Result<CudaModuleImage, CudaError> {
+    compile_with_cache(
+        source,
+        kernel,
+        target,
+        dynamic_shared_bytes,
+        default_cache(),
+    )
+}
+
+/// [`compile`] with an explicit cache, or none.
+pub fn compile_with_cache(
+    source: &str,
+    kernel: &str,
+    target: &str,
+    dynamic_shared_bytes: u32,
+    cache: Option<&KernelCache>,
+) -> Result<CudaModuleImage, CudaError> {
     if !target.starts_with("sm_") {
         return Err(CudaError::BadTarget(target.to_string()));
     }
     let info = nvrtc()?;
     let opts = options(target);
-    let key = cache_key(source, kernel, target, &opts, info.version);
-    let dir = cache_dir();
-    let (cubin_path, report_path) = (
-        dir.join(format!("{key}.cubin")),
-        dir.join(format!("{key}.json")),
-    );
-    if let (Ok(cubin), Ok(json)) = (
-        std::fs::read(&cubin_path),
-        std::fs::read_to_string(&report_path),
-    ) {
-        if let Ok(mut report) = serde_json::from_str::<CudaCompileReport>(&json) {
+    // Without the full version two builds could share a key: no cache then.
+    let version = info.full_version.as_deref();
+    let keyed = cache
+        .zip(version)
+        .map(|(c, v)| (c, cache_key(source, kernel, target, &opts, v)));
+    if let Some((c, key)) = &keyed {
+        if let Some((cubin, mut report)) = c.get(key) {
             report.cached = true;
             report.dynamic_shared_bytes = dynamic_shared_bytes;
             return Ok(CudaModuleImage { cubin, report });
@@ -242,27 +265,50 @@ pub fn compile(
     })?;
     report.target = target.to_string();
     report.cubin_bytes = cubin.len();
-    report.nvrtc_version = format!("{}.{}", info.version.0, info.version.1);
+    report.nvrtc_version = version
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("{}.{}", info.version.0, info.version.1));
     report.dynamic_shared_bytes = dynamic_shared_bytes;
     // A cache that cannot be written only costs a recompile next time.
-    if std::fs::create_dir_all(&dir).is_ok() && std::fs::write(&cubin_path, &cubin).is_ok() {
-        if let Ok(json) = serde_json::to_string(&report) {
-            let _ = std::fs::write(&report_path, json);
-        }
+    if let Some((c, key)) = &keyed {
+        let _ = c.put(key, &cubin, &report);
     }
     Ok(CudaModuleImage { cubin, report })
 }
 
+/// What an NVRTC compilation hands back.
+#[derive(Clone, Copy)]
+enum Output {
+    Cubin,
+    Ptx,
+}
+
 /// One NVRTC compilation: returns the cubin and the program log.
 fn compile_uncached(source: &str, opts: &[String]) -> Result<(Vec<u8>, String), CudaError> {
+    run_nvrtc(source, opts, Output::Cubin)
+}
+
+/// One NVRTC compilation to PTX (text).
+fn compile_to_ptx(source: &str, opts: &[String]) -> Result<String, CudaError> {
+    run_nvrtc(source, opts, Output::Ptx).map(|(ptx, _)| {
+        String::from_utf8_lossy(&ptx)
+            .trim_end_matches('\0')
+            .to_string()
+    })
+}
+
+fn run_nvrtc(source: &str, opts: &[String], out: Output) -> Result<(Vec<u8>, String), CudaError> {
     let src =
         CString::new(source).map_err(|_| CudaError::Nvrtc("source holds a NUL byte".into()))?;
     let name = CString::new("kittens.cu").expect("literal has no NUL");
     let c_opts: Vec<CString> = opts
         .iter()
-        .map(|o| CString::new(o.as_str()).expect("options have no NUL"))
-        .collect();
+        .map(|o| CString::new(o.as_str()))
+        .collect::<Result<_, _>>()
+        .map_err(|_| CudaError::Nvrtc("an option holds a NUL byte".into()))?;
     let ptrs: Vec<*const std::ffi::c_char> = c_opts.iter().map(|o| o.as_ptr()).collect();
+    let n_opts = i32::try_from(ptrs.len())
+        .map_err(|_| CudaError::Nvrtc(format!("{} options", ptrs.len())))?;
     let mut prog: nv::nvrtcProgram = std::ptr::null_mut();
     // SAFETY: valid NUL-terminated strings that outlive the calls; `prog` is destroyed below.
     unsafe {
@@ -277,23 +323,35 @@ fn compile_uncached(source: &str, opts: &[String]) -> Result<(Vec<u8>, String), 
             ),
             "nvrtcCreateProgram",
         )?;
-        let status = nv::nvrtcCompileProgram(prog, ptrs.len() as i32, ptrs.as_ptr());
+        let status = nv::nvrtcCompileProgram(prog, n_opts, ptrs.as_ptr());
         let log = program_log(prog);
         let result = if status != nv::nvrtcResult::NVRTC_SUCCESS {
             Err(CudaError::Compile(log.clone()))
         } else {
             let mut size = 0usize;
-            check(nv::nvrtcGetCUBINSize(prog, &mut size), "nvrtcGetCUBINSize").and_then(|_| {
-                let mut cubin = vec![0u8; size];
-                check(
-                    nv::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()),
-                    "nvrtcGetCUBIN",
-                )
-                .map(|_| cubin)
-            })
+            match out {
+                Output::Cubin => check(nv::nvrtcGetCUBINSize(prog, &mut size), "nvrtcGetCUBINSize")
+                    .and_then(|_| {
+                        let mut bytes = vec![0u8; size];
+                        check(
+                            nv::nvrtcGetCUBIN(prog, bytes.as_mut_ptr().cast()),
+                            "nvrtcGetCUBIN",
+                        )
+                        .map(|_| bytes)
+                    }),
+                Output::Ptx => check(nv::nvrtcGetPTXSize(prog, &mut size), "nvrtcGetPTXSize")
+                    .and_then(|_| {
+                        let mut bytes = vec![0u8; size];
+                        check(
+                            nv::nvrtcGetPTX(prog, bytes.as_mut_ptr().cast()),
+                            "nvrtcGetPTX",
+                        )
+                        .map(|_| bytes)
+                    }),
+            }
         };
         nv::nvrtcDestroyProgram(&mut prog);
-        result.map(|cubin| (cubin, log))
+        result.map(|bytes| (bytes, log))
     }
 }
 
@@ -385,5 +443,17 @@ mod tests {
         assert_eq!((r.registers, r.barriers, r.shared_bytes), (168, 1, 1024));
         assert_eq!((r.stack_frame, r.spill_stores, r.spill_loads), (24, 8, 12));
         assert!(parse_ptxas_log(log, "bar").is_none());
+    }
+
+    #[test]
+    fn reads_the_full_version_from_a_ptx_header() {
+        let ptx = "//\n// Generated by NVIDIA NVVM Compiler\n//\n// Compiler Build ID: CL-1234\n\
+            // Cuda compilation tools, release 13.0, V13.0.88\n// Based on NVVM 7.0.1\n//\n\n\
+            .version 9.0\n// Cuda compilation tools, release 99.9\n";
+        assert_eq!(
+            parse_ptx_version(ptx).as_deref(),
+            Some("Compiler Build ID: CL-1234; Cuda compilation tools, release 13.0, V13.0.88")
+        );
+        assert_eq!(parse_ptx_version(".version 9.0\n"), None);
     }
 }
