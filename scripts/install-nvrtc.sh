@@ -3,11 +3,14 @@
 # compile checks run on a machine with no GPU and no CUDA toolkit (DESIGN.md, "Toolchain facts": PyPI
 # nvidia-cuda-nvrtc 13.0.88 compiles wgmma code for sm_90a on a CPU-only machine).
 # Idempotent: a second run finds the library and does nothing. Prints the library folder on success.
-# The runtime looks for NVRTC in $KITTENS_NVRTC, then this cache, then the system (ldconfig, /usr/local/cuda).
+# The runtime looks for NVRTC in $KITTENS_NVRTC (absolute), then this cache (found from the source tree or
+# the executable's cargo tree, never the current folder), then the system (/usr/local/cuda, ldconfig).
 set -euo pipefail
 VERSION="13.0.88"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 DEST="${KITTENS_NVRTC_CACHE:-$ROOT/.cache/nvrtc}"
+# The runtime loads libraries from absolute paths only: resolve a relative override here, once.
+case "$DEST" in /*) ;; *) DEST="$(pwd)/$DEST" ;; esac
 LIB="$DEST/nvidia/cu13/lib"
 
 if [ -f "$LIB/libnvrtc.so.13" ] && [ -f "$DEST/.version" ] && [ "$(cat "$DEST/.version")" = "$VERSION" ]; then

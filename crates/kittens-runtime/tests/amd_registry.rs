@@ -7,12 +7,11 @@
 #[path = "amd_support/common.rs"]
 mod amd_common;
 
-use amd_common::clang_for;
+use amd_common::{clang_for, debian_clang19};
 use kittens_codegen::hip::{bf16_mfma_opcode, lower};
 use kittens_hw::Arch;
 use kittens_kernels::gemm_bf16::{build, GemmConfig, Staging};
-use kittens_runtime::amd::{analyze, ClangSource, CodeObjectReport, ToolchainSearch};
-use std::path::PathBuf;
+use kittens_runtime::amd::{analyze, ClangSource, CodeObjectReport};
 
 /// The registry kernel as `kittens compile` builds it for a GPU, and its HIP.
 fn registry_source(gpu: &str) -> (GemmConfig, String, Arch) {
@@ -88,26 +87,6 @@ fn registry_gemm_fits_gfx942_with_register_staging() {
 /// DESIGN.md / issue 5 "Done when": the gfx942 source also builds with Debian's clang-19. Only clang-19
 /// is searched for; where it is missing the test skips locally but fails in CI (`CI=true`), where
 /// scripts/install-amdgpu-clang.sh installs it.
-/// Debian's clang-19 alone, or `None` (with a note) where it is missing outside CI.
-fn debian_clang19() -> Option<kittens_runtime::amd::AmdgpuClang> {
-    let only_clang19 = ToolchainSearch {
-        env_override: None,
-        rocm_clang: PathBuf::from("/nonexistent/clang"),
-        cache_dir: PathBuf::from("/nonexistent"),
-        debian_clang: PathBuf::from("clang-19"),
-    };
-    match only_clang19.find(Arch::Cdna3) {
-        Ok(c) => Some(c),
-        Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-            panic!("CI=true but Debian's clang-19 is not usable: {e}")
-        }
-        Err(e) => {
-            eprintln!("clang-19 not found ({e}): skipped outside CI");
-            None
-        }
-    }
-}
-
 #[test]
 fn registry_gemm_gfx942_builds_with_debian_clang19() {
     let Some(clang) = debian_clang19() else {

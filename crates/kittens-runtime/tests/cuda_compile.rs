@@ -2,31 +2,28 @@
 //! every wrapper and the Hopper GEMM compile for sm_90a, with zero spills and the resources we expect.
 //! NVRTC comes from `scripts/install-nvrtc.sh`, which these tests run when no NVRTC is found.
 
+#[path = "cuda_support/common.rs"]
+mod cuda_common;
+
+use cuda_common::{ensure_nvrtc, fresh_cache};
 use kittens_codegen::cuda::{prelude_with, Epilogue, HopperGemm, WgmmaInput};
-use kittens_runtime::cuda::{compile, nvrtc};
+use kittens_runtime::cuda::{compile_with_cache, CudaError, CudaModuleImage};
 
-/// Finds NVRTC, installing it into the project's cache first if needed.
-fn ensure_nvrtc() {
-    if nvrtc().is_ok() {
-        return;
-    }
-    panic!("NVRTC not loadable: {:?}", nvrtc().err());
-}
-
-fn install_then_check() {
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    if !std::path::Path::new(root)
-        .join(".cache/nvrtc/nvidia/cu13/lib/libnvrtc.so.13")
-        .exists()
-        && std::env::var("KITTENS_NVRTC").is_err()
-    {
-        let status = std::process::Command::new("bash")
-            .arg(format!("{root}/scripts/install-nvrtc.sh"))
-            .status()
-            .expect("bash runs");
-        assert!(status.success(), "scripts/install-nvrtc.sh failed");
-    }
-    ensure_nvrtc();
+/// Compiles into a fresh cache of `tag`'s: the figures below come from NVRTC, never from a cubin an
+/// earlier build left on disk.
+fn compile_fresh(
+    tag: &str,
+    source: &str,
+    kernel: &str,
+    dynamic_shared: u32,
+) -> Result<CudaModuleImage, CudaError> {
+    compile_with_cache(
+        source,
+        kernel,
+        "sm_90a",
+        dynamic_shared,
+        Some(&fresh_cache(tag)),
+    )
 }
 
 /// A kernel that touches every prelude wrapper, so each one's PTX is assembled for sm_90a.
@@ -79,9 +76,11 @@ prelude_smoke(const __grid_constant__ CUtensorMap map, float* out) {
 
 #[test]
 fn prelude_compiles_for_sm_90a_without_spills() {
-    install_then_check();
+    ensure_nvrtc();
     let src = prelude_with(&[(WgmmaInput::Bf16, 64), (WgmmaInput::Fp8E4m3, 64)]) + SMOKE;
-    let image = compile(&src, "prelude_smoke", "sm_90a", 0).unwrap_or_else(|e| panic!("{e}"));
+    let image =
+        compile_fresh("prelude-smoke", &src, "prelude_smoke", 0).unwrap_or_else(|e| panic!("{e}"));
+    assert!(!image.report.cached);
     let r = &image.report;
     eprintln!("prelude_smoke: {r:?}");
     assert!(
@@ -102,11 +101,19 @@ fn prelude_compiles_for_sm_90a_without_spills() {
 
 #[test]
 fn hopper_gemm_compiles_for_sm_90a_without_spills() {
-    install_then_check();
+    ensure_nvrtc();
     let g = HopperGemm::default();
     let src = g.source().expect("valid default");
-    let image = compile(&src, &g.kernel_name(), "sm_90a", g.dynamic_shared_bytes())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let cache = fresh_cache("hopper-gemm");
+    let image = compile_with_cache(
+        &src,
+        &g.kernel_name(),
+        "sm_90a",
+        g.dynamic_shared_bytes(),
+        Some(&cache),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!image.report.cached);
     let r = &image.report;
     eprintln!("{}: {r:?}", g.kernel_name());
     assert_eq!(
@@ -125,8 +132,14 @@ fn hopper_gemm_compiles_for_sm_90a_without_spills() {
         r.warnings
     );
     // The second compile of the same source comes from the on-disk cache with the same figures.
-    let again =
-        compile(&src, &g.kernel_name(), "sm_90a", g.dynamic_shared_bytes()).expect("cached");
+    let again = compile_with_cache(
+        &src,
+        &g.kernel_name(),
+        "sm_90a",
+        g.dynamic_shared_bytes(),
+        Some(&cache),
+    )
+    .expect("cached");
     assert!(again.report.cached);
     assert_eq!(
         (again.report.registers, again.cubin.len()),
@@ -136,7 +149,7 @@ fn hopper_gemm_compiles_for_sm_90a_without_spills() {
 
 #[test]
 fn hopper_gemm_variants_compile_without_spills() {
-    install_then_check();
+    ensure_nvrtc();
     let base = HopperGemm::default();
     let variants = [
         HopperGemm {
@@ -165,11 +178,11 @@ fn hopper_gemm_variants_compile_without_spills() {
             ..base.clone()
         },
     ];
-    for g in variants {
-        let r = compile(
+    for (i, g) in variants.into_iter().enumerate() {
+        let r = compile_fresh(
+            &format!("hopper-variant-{i}"),
             &g.source().expect("valid"),
             &g.kernel_name(),
-            "sm_90a",
             g.dynamic_shared_bytes(),
         )
         .unwrap_or_else(|e| panic!("{}: {e}", g.kernel_name()))

@@ -2,24 +2,16 @@
 //! by `kittens_codegen::cuda::lower` compiles with NVRTC for sm_90a without spills, and the generated
 //! code holds the Hopper machinery the schedule implies.
 
-use kittens_codegen::cuda::gemm_bf16_sm90;
-use kittens_runtime::cuda::{compile, nvrtc};
+#[path = "cuda_support/common.rs"]
+mod cuda_common;
 
-fn nvrtc_or_install() {
-    if nvrtc().is_ok() {
-        return;
-    }
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-    let ok = std::process::Command::new("bash")
-        .arg(format!("{root}/scripts/install-nvrtc.sh"))
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "scripts/install-nvrtc.sh failed");
-}
+use cuda_common::{ensure_nvrtc, fresh_cache};
+use kittens_codegen::cuda::gemm_bf16_sm90;
+use kittens_runtime::cuda::compile_with_cache;
 
 #[test]
 fn lowered_gemm_compiles_for_sm_90a() {
-    nvrtc_or_install();
+    ensure_nvrtc();
     let l = gemm_bf16_sm90().unwrap_or_else(|e| panic!("{e}"));
     if let Ok(dir) = std::env::var("KITTENS_DUMP") {
         std::fs::write(format!("{dir}/{}.cu", l.name), &l.source).expect("dump");
@@ -39,8 +31,17 @@ fn lowered_gemm_compiles_for_sm_90a() {
     ] {
         assert!(l.source.contains(needle), "generated source lacks {needle}");
     }
-    let image = compile(&l.source, &l.name, "sm_90a", l.dynamic_shared_bytes)
-        .unwrap_or_else(|e| panic!("{e}"));
+    // A fresh cache: the figures come from this compile, not from a cubin left by an earlier build.
+    let cache = fresh_cache("lowered-gemm");
+    let image = compile_with_cache(
+        &l.source,
+        &l.name,
+        "sm_90a",
+        l.dynamic_shared_bytes,
+        Some(&cache),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(!image.report.cached);
     let r = image.report;
     eprintln!("{}: {r:?}", l.name);
     assert_eq!((r.spill_stores, r.spill_loads), (0, 0), "{r:?}");

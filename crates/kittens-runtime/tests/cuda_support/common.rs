@@ -1,0 +1,51 @@
+//! Shared by the cuda_* tests: NVRTC (installed into the project's cache by scripts/install-nvrtc.sh when
+//! none is found) and a fresh, empty compile cache per test, so that no test trusts a cubin it did not
+//! compile itself.
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+
+use kittens_runtime::cuda::{nvrtc, KernelCache};
+
+/// Finds NVRTC, installing it first if needed; panics (never skips) when it cannot be had.
+pub fn ensure_nvrtc() {
+    if nvrtc().is_ok() {
+        return;
+    }
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+    let ok = std::process::Command::new("bash")
+        .arg(format!("{root}/scripts/install-nvrtc.sh"))
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "scripts/install-nvrtc.sh failed");
+    if let Err(e) = nvrtc() {
+        panic!("NVRTC not loadable after installing it: {e}");
+    }
+}
+
+/// An empty folder of this process, unique per `tag`.
+pub fn fresh_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kittens-test-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+/// A compile cache in a fresh folder, removed when dropped: every first compile in it runs NVRTC.
+pub struct FreshCache(KernelCache);
+
+impl std::ops::Deref for FreshCache {
+    type Target = KernelCache;
+    fn deref(&self) -> &KernelCache {
+        &self.0
+    }
+}
+
+impl Drop for FreshCache {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.0.dir());
+    }
+}
+
+pub fn fresh_cache(tag: &str) -> FreshCache {
+    FreshCache(KernelCache::at(&fresh_dir(tag)).expect("a private temporary cache folder"))
+}
