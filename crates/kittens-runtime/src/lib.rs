@@ -2,4 +2,5 @@
 //! compiling generated source, reading what the compiler produced, and running kernels on NVIDIA GPUs.
 
 pub mod amd;
+pub mod build_info;
 pub mod cuda;
