@@ -218,30 +218,35 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
         stream: &stream,
         opts,
     };
-    let mut rows = Vec::new();
-    for (i, &size) in opts.sizes.iter().enumerate() {
-        let row = run.row((size, size, size), opts.seed.wrapping_add(i as u64), true);
+    let squares = opts.sizes.iter().map(|&s| (s, s, s));
+    let rows = collect_rows(squares, |i, shape| {
+        run.attempt(shape, opts.seed.wrapping_add(i as u64), true)
+    });
+    for row in &rows {
         eprintln!(
-            "  {size:>6}: ours {:7.1} TFLOP/s, cuBLAS {:7.1} TFLOP/s, ratio {:.3}, err vs cuBLAS {:.2e}, {}",
+            "  {:>6}: ours {:7.1} TFLOP/s, cuBLAS {:7.1} TFLOP/s, ratio {:.3}, err vs cuBLAS {:.2e}, {}",
+            row.m,
             row.ours_tflops,
             row.cublas_tflops,
             row.ratio,
             row.rel_err_vs_cublas,
             row.verdict()
         );
-        rows.push(row);
     }
-    let mut checks = Vec::new();
-    for (i, &shape) in opts.checks.iter().enumerate() {
-        let row = run.row(shape, opts.seed ^ (i as u64 + 77), false);
+    let checks = collect_rows(opts.checks.iter().copied(), |i, shape| {
+        run.attempt(shape, opts.seed ^ (i as u64 + 77), false)
+    });
+    for row in &checks {
         eprintln!(
-            "  check {shape:?}: err vs cuBLAS {:.2e}, vs f64 {:.2e} (cuBLAS {:.2e}), {}",
+            "  check {}x{}x{}: err vs cuBLAS {:.2e}, vs f64 {:.2e} (cuBLAS {:.2e}), {}",
+            row.m,
+            row.n,
+            row.k,
             row.rel_err_vs_cublas,
             row.spot_err_ours,
             row.spot_err_cublas,
             row.verdict()
         );
-        checks.push(row);
     }
     Ok(GemmBenchReport {
         device: dev.name.clone(),
@@ -271,28 +276,40 @@ struct Runner<'a> {
     opts: &'a GemmBenchOptions,
 }
 
+/// Runs `one` on every shape in turn; a shape whose run fails becomes a row that says why (status
+/// `error`), and the next shape runs.
+pub fn collect_rows(
+    shapes: impl IntoIterator<Item = (usize, usize, usize)>,
+    mut one: impl FnMut(usize, (usize, usize, usize)) -> Result<GemmBenchRow, CudaError>,
+) -> Vec<GemmBenchRow> {
+    shapes
+        .into_iter()
+        .enumerate()
+        .map(|(i, shape)| one(i, shape).unwrap_or_else(|e| GemmBenchRow::error(shape, &e)))
+        .collect()
+}
+
 impl Runner<'_> {
-    /// One row: the shape checked against the kernel and the memory there is, then run; any error ends
-    /// this row only.
-    fn row(&self, shape: (usize, usize, usize), seed: u64, timed: bool) -> GemmBenchRow {
+    /// One row: the shape checked against the kernel and the memory there is, then run.
+    fn attempt(
+        &self,
+        shape: (usize, usize, usize),
+        seed: u64,
+        timed: bool,
+    ) -> Result<GemmBenchRow, CudaError> {
         let (m, n, k) = shape;
-        let result = self
-            .kernel
-            .check_shape(m, n, k)
-            .and_then(|_| self.copies_that_fit(shape, timed))
-            .and_then(|copies| {
-                bench_shape(
-                    self.dev,
-                    self.kernel,
-                    self.cublas,
-                    self.stream,
-                    self.opts,
-                    shape,
-                    seed,
-                    copies,
-                )
-            });
-        result.unwrap_or_else(|e| GemmBenchRow::error(shape, &e))
+        self.kernel.check_shape(m, n, k)?;
+        let copies = self.copies_that_fit(shape, timed)?;
+        bench_shape(
+            self.dev,
+            self.kernel,
+            self.cublas,
+            self.stream,
+            self.opts,
+            shape,
+            seed,
+            copies,
+        )
     }
 
     /// The input copies a row uses (several for a timed row, for the L2 rotation), after checking that
@@ -724,6 +741,35 @@ mod tests {
         assert_eq!(json["status"], "error");
         assert!(json["error"].as_str().unwrap().contains("777"));
         assert!(json["ours_tflops"].is_null() && json["spot_err_ours"].is_null());
+    }
+
+    /// One shape that cannot run (3000x1000x777 once aborted the whole run) costs its own row only.
+    #[test]
+    fn a_bad_shape_does_not_stop_the_run() {
+        let shapes = [(1000, 1032, 520), (3000, 1000, 777), (128, 256, 64)];
+        let mut ran = Vec::new();
+        let rows = collect_rows(shapes, |i, (m, n, k)| {
+            ran.push(i);
+            if k % 8 != 0 {
+                return Err(CudaError::Invalid(format!(
+                    "{m}x{n}x{k}: K must be a multiple of 8"
+                )));
+            }
+            let mut row = GemmBenchRow::error((m, n, k), &CudaError::Invalid(String::new()));
+            (row.status, row.error, row.passed) = (RowStatus::Ok, None, true);
+            Ok(row)
+        });
+        assert_eq!(ran, [0, 1, 2], "every shape ran");
+        let got: Vec<_> = rows.iter().map(|r| (r.m, r.n, r.k, r.status)).collect();
+        assert_eq!(
+            got,
+            [
+                (1000, 1032, 520, RowStatus::Ok),
+                (3000, 1000, 777, RowStatus::Error),
+                (128, 256, 64, RowStatus::Ok)
+            ]
+        );
+        assert!(rows[1].verdict().contains("multiple of 8"));
     }
 
     #[test]
