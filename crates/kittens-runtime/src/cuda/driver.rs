@@ -443,7 +443,7 @@ impl Function {
 /// borrows that buffer: the map cannot outlive it (the buffer cannot be dropped, freeing the memory,
 /// while a map that names it is alive).
 ///
-/// ```compile_fail
+/// ```compile_fail,E0515
 /// use kittens_runtime::cuda::{driver::Swizzle, Device, TensorMap};
 /// fn dangling(dev: &std::rc::Rc<Device>) -> TensorMap<'static> {
 ///     let buf = dev.alloc(64 * 64 * 2).unwrap();
