@@ -1,4 +1,4 @@
-//! Finding and running the AMDGPU compiler (issue 5, item 3): search order, the error that says what
+//! Finding and running the AMDGPU compiler: search order, the error that says what
 //! to install, the code object's ELF header, Debian clang-19 for gfx942, and the analysis of a loop.
 
 #[path = "amd_support/common.rs"]
@@ -101,7 +101,7 @@ fn code_object_is_an_amdgpu_elf_for_the_target() {
     }
 }
 
-/// DESIGN.md: Debian's clang-19 must build the gfx942 source too. Skipped (with a note) where it is
+/// docs/architecture.md §6: Debian's clang-19 must build the gfx942 source too. Skipped (with a note) where it is
 /// not installed; scripts/install-amdgpu-clang.sh installs it in CI.
 #[test]
 fn debian_clang19_builds_gfx942() {

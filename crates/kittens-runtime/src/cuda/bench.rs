@@ -1,7 +1,7 @@
 //! The GEMM benchmark behind `kittens bench gemm`: the Hopper `gemm_bf16` against cuBLAS in the same
 //! run. Correctness: our C against cuBLAS's C over every element, and both against an f64 dot product at
 //! a few hundred random entries; the output is poisoned with NaN first, so unwritten elements fail.
-//! Timing (METHOD.md "Time properly"): CUDA events around each launch, warm-up first, the median of many
+//! Timing (bench/NOTES.md, "Method"): CUDA events around each launch, warm-up first, the median of many
 //! runs, ours and cuBLAS interleaved launch by launch, rotating among enough input copies that their
 //! total exceeds the L2 several times over, so the L2 cannot serve the inputs.
 
@@ -107,7 +107,7 @@ pub struct GemmBenchReport {
     pub checks: Vec<GemmBenchRow>,
 }
 
-/// Errors this loose: bf16 outputs round at 2⁻⁹ relative (METHOD.md: bf16 lands between 1e-3 and 1e-2).
+/// Errors this loose: bf16 outputs round at 2⁻⁹ relative (bench/NOTES.md: bf16 lands between 1e-3 and 1e-2).
 const TOLERANCE: f64 = 1e-2;
 
 /// f32 → bf16 bits, round to nearest even (NaN stays NaN).

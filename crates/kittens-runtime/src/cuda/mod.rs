@@ -1,7 +1,7 @@
 //! CUDA for NVIDIA Hopper (sm_90a): NVRTC compilation with an on-disk cache ([`nvrtc`]), the driver API
 //! (devices, buffers, streams, events, launches, tensor maps: [`driver`]), cuBLAS for reference GEMMs
 //! ([`cublas`]) and the GEMM benchmark ([`bench`]). Every library is loaded at run time through `cudarc`
-//! (DESIGN.md principle 5): building needs no CUDA, and a machine without a driver gets
+//! (docs/architecture.md principle 5): building needs no CUDA, and a machine without a driver gets
 //! [`CudaError::NoDriver`] instead of a crash.
 
 pub mod bench;

@@ -1,7 +1,7 @@
 //! NVRTC: finding the library, compiling CUDA C++ to an sm_90a cubin, reading the compiler's resource
 //! report, and an on-disk cache keyed by source, target, options and compiler version.
 //!
-//! NVRTC is loaded at run time through `cudarc` (DESIGN.md principle 5). `cudarc` opens libraries by their
+//! NVRTC is loaded at run time through `cudarc` (docs/architecture.md principle 5). `cudarc` opens libraries by their
 //! file name only, so a copy found elsewhere (the PyPI wheel in `.cache/nvrtc`) is opened first by its full
 //! path with `RTLD_GLOBAL`: the dynamic loader then answers `cudarc`'s later `dlopen("libnvrtc.so.13")`
 //! with the library already in the process, matched by its SONAME.
