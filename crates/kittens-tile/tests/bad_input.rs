@@ -54,7 +54,7 @@ fn register_tiles_over_the_budget_are_refused() {
 
 /// A tile inside the budget still analyses. 512x512 bf16 unswizzled: each row is 1 KiB, a multiple of
 /// the 64 banks x 4 bytes, so every row starts in bank 0. In phase 0 of ds_read_b128 (lanes 0-3, 12-15,
-/// 20-27, seed 000 Table 5) lanes 0-3 and 12-15 read bytes 0..16 of rows 0-3 and 12-15 (banks 0-3) and
+/// 20-27, HipKittens Table 5) lanes 0-3 and 12-15 read bytes 0..16 of rows 0-3 and 12-15 (banks 0-3) and
 /// lanes 20-27 bytes 16..32 of rows 4-11 (banks 4-7): 8 distinct words per bank, 8-way.
 #[test]
 fn tiles_inside_the_budget_still_analyse() {

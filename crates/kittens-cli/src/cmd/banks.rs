@@ -229,7 +229,7 @@ mod tests {
         }
     }
 
-    /// The paper's example (seed 000 Fig. 4) through `--json`: 16x32 bf16 row, ds_read_b128: 2-way
+    /// The paper's example (HipKittens Fig. 4) through `--json`: 16x32 bf16 row, ds_read_b128: 2-way
     /// unswizzled, 1 with the default.
     #[test]
     fn done_when_json() {
