@@ -8,8 +8,7 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 fn oracle() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/data/cdna3_mfma_layouts.json");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/cdna3_mfma_layouts.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
             "the CDNA3 layout oracle is missing at {} ({e}); it is part of the repository \
