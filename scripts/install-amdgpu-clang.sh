@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the AMDGPU compilers the gfx942/gfx950 checks use, with no ROCm (DESIGN.md, "Toolchain facts"):
+# Installs the AMDGPU compilers the gfx942/gfx950 checks use, with no ROCm (docs/architecture.md §6):
 #   1. PyPI `ziglang` 0.17.0, which carries clang 22.1 (targets gfx942 and gfx950), into
 #      ${KITTENS_CACHE:-<repo>/.cache}/ziglang;
 #   2. Debian's clang-19, lld-19 and llvm-19 (gfx942 only), when apt-get exists and clang-19 is missing.

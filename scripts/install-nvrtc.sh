@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs NVRTC (NVIDIA's run-time CUDA compiler) from PyPI into <repo>/.cache/nvrtc, so that the sm_90a
-# compile checks run on a machine with no GPU and no CUDA toolkit (DESIGN.md, "Toolchain facts": PyPI
+# compile checks run on a machine with no GPU and no CUDA toolkit (docs/architecture.md §6: PyPI
 # nvidia-cuda-nvrtc 13.0.88 compiles wgmma code for sm_90a on a CPU-only machine).
 # Idempotent: a second run finds the library and does nothing. Prints the library folder on success.
 # The runtime looks for NVRTC in $KITTENS_NVRTC (absolute), then this cache (found from the source tree or

@@ -1,6 +1,6 @@
 //! Every CDNA3 map equals AMD's Matrix Instruction Calculator output, entry for entry
-//! (`../shared/oracles/cdna3_mfma_layouts.json`, beside the repository). The oracle is only read
-//! here; the catalog computes its maps from closed forms.
+//! (`tests/data/cdna3_mfma_layouts.json`, provenance in `tests/data/PROVENANCE.md`). The oracle is
+//! only read by tests; the catalog computes its maps from closed forms.
 
 use kittens_hw::mma::{self, Entry, Operand};
 use kittens_hw::Arch;
@@ -8,12 +8,11 @@ use serde_json::Value;
 use std::path::PathBuf;
 
 fn oracle() -> Value {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/oracles/cdna3_mfma_layouts.json");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/cdna3_mfma_layouts.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
-            "the CDNA3 layout oracle is missing at {} ({e}); it must sit beside the repository as \
-             ../shared/oracles — this test does not skip",
+            "the CDNA3 layout oracle is missing at {} ({e}); it is part of the repository \
+             — this test does not skip",
             path.display()
         )
     });

@@ -2,7 +2,7 @@
 //!
 //! A [`Kernel`] is a set of declarations (parameters, global tensors, shared buffers, register tiles and
 //! vectors, loop variables), a [`Grid`] with its remap, a [`Schedule`], and a body of [`Stmt`]s. Every
-//! memory effect is visible in the ops (DESIGN.md principle 3): an async load names the shared buffer it
+//! memory effect is visible in the ops (docs/architecture.md principle 3): an async load names the shared buffer it
 //! writes, waits and barriers are explicit ops, and every op that several waves perform together names its
 //! [`Scope`]. The body is stored *after* schedule expansion (`crate::schedule`): the barriers, priority
 //! changes and fences a schedule implies are ordinary ops marked `implied: true`, so lowerings, the
@@ -511,7 +511,7 @@ pub enum Stmt {
     },
 }
 
-/// How the kernel's waves share the work (seed 000 §3.3.2; DESIGN.md principle 2).
+/// How the kernel's waves share the work (seed 000 §3.3.2; docs/architecture.md principle 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Schedule {

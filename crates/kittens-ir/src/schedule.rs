@@ -1,5 +1,5 @@
 //! Schedule expansion: a kernel names its [`Schedule`] and writes clusters; this pass inserts what the
-//! schedule implies (DESIGN.md principle 2), marking each inserted op `implied: true`.
+//! schedule implies (docs/architecture.md principle 2), marking each inserted op `implied: true`.
 //!
 //! | schedule | `Staggered { body }` | compute cluster | memory cluster |
 //! |---|---|---|---|

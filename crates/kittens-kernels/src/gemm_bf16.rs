@@ -24,7 +24,7 @@
 //!
 //! [`GemmSchedule::ProducerConsumer`] builds the same GEMM warp-specialised for Hopper instead
 //! (`crate::gemm_bf16_ws`), [`GemmSchedule::Interleave4`] with four waves (`crate::gemm_bf16_i4`):
-//! per-target schedule, one kernel (DESIGN.md principle 2).
+//! per-target schedule, one kernel (docs/architecture.md principle 2).
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};

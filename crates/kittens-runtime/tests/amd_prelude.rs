@@ -1,5 +1,5 @@
-//! The HIP prelude compiles for gfx942 and gfx950 and every wrapper reaches the assembly (issue 5,
-//! item 1): each opcode in `kittens_codegen::hip::WRAPPED_OPCODES` for the target, the LDS forms of the
+//! The HIP prelude compiles for gfx942 and gfx950 and every wrapper reaches the assembly: each
+//! opcode in `kittens_codegen::hip::WRAPPED_OPCODES` for the target, the LDS forms of the
 //! buffer loads, AGPR operands on MFMAs, and the scheduling hints.
 
 #[path = "amd_support/common.rs"]

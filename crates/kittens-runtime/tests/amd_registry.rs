@@ -1,5 +1,5 @@
 //! The registry's `gemm_bf16` (kittens-kernels), configured per GPU by `GemmConfig::for_gpu`, lowered
-//! and compiled for both CDNA targets (issue 5, item 5 and "Done when"): gfx950 (MI355X) double-buffers
+//! and compiled for both CDNA targets: gfx950 (MI355X) double-buffers
 //! the next K step in LDS, gfx942 (MI325X, 64 KiB LDS) stages it in registers (seed 000 E.1). Both must
 //! compile with zero spills, LDS within the target's budget and the target's bf16 MFMA in the hot loop;
 //! the gfx942 source must also build with Debian's clang-19.
@@ -84,7 +84,7 @@ fn registry_gemm_fits_gfx942_with_register_staging() {
     check_gfx942(&cfg, &analyze(&asm, arch, Some("gemm_bf16")).unwrap());
 }
 
-/// DESIGN.md / issue 5 "Done when": the gfx942 source also builds with Debian's clang-19. Only clang-19
+/// docs/architecture.md §6: the gfx942 source also builds with Debian's clang-19. Only clang-19
 /// is searched for; where it is missing the test skips locally but fails in CI (`CI=true`), where
 /// scripts/install-amdgpu-clang.sh installs it.
 #[test]

@@ -1,4 +1,4 @@
-//! sm_90a compile checks with NVRTC on a machine without a GPU (issue 6, deliverable 6): the prelude's
+//! sm_90a compile checks with NVRTC on a machine without a GPU: the prelude's
 //! every wrapper and the Hopper GEMM compile for sm_90a, with zero spills and the resources we expect.
 //! NVRTC comes from `scripts/install-nvrtc.sh`, which these tests run when no NVRTC is found.
 

@@ -130,7 +130,63 @@ const NIL: u32 = u32::MAX;
 
 /// Most operand slices the model tracks: each cache keeps 13 bytes per slice id, so this bounds the
 /// model's memory near 500 MB on a 9-cache GPU (65536³ with 192×256×64 tiles needs 0.6 M).
-const MAX_SEGMENTS: u64 = 1 << 22;
+pub const MAX_SEGMENTS: u64 = 1 << 22;
+/// Most output tiles of a grid: the model keeps 16 bytes per tile (65536² with 64×64 tiles is 2^20).
+pub const MAX_TILES: u64 = 1 << 22;
+/// Most block k-steps (tiles × k-steps), each two cache accesses: this bounds the model's run time to
+/// well under a minute on one core (65536³ with 192×256×64 tiles is 0.67 · 2^27 block k-steps and
+/// took ~20 s on the MI355X model; 14592³ is about 2^20).
+pub const MAX_BLOCK_STEPS: u64 = 1 << 27;
+
+/// Refuse a problem the model cannot hold or would take too long on, before allocating anything:
+/// every count is computed in u128, so nothing wraps.
+fn check_budgets(shape: &GemmShape, order: GridOrder, n_xcd: u64) -> Result<(), SchedError> {
+    const MODEL: &str = "cache model";
+    let (rows, cols) = shape.grid();
+    let ks = shape.ksteps() as u128;
+    let tiles = rows as u128 * cols as u128;
+    let hint = "; use a larger --tile";
+    SchedError::check_budget("a grid", tiles, "tiles", MODEL, MAX_TILES, hint)?;
+    let segments = (rows as u128 + cols as u128) * ks;
+    SchedError::check_budget(
+        "a problem",
+        segments,
+        "operand slices",
+        MODEL,
+        MAX_SEGMENTS,
+        hint,
+    )?;
+    let steps = tiles * ks;
+    SchedError::check_budget(
+        "a run",
+        steps,
+        "block k-steps",
+        MODEL,
+        MAX_BLOCK_STEPS,
+        hint,
+    )?;
+    order.check(rows, cols, n_xcd)?;
+    let slice =
+        shape.tile_m.max(shape.tile_n) as u128 * shape.tile_k as u128 * shape.elem_bytes as u128;
+    if slice > u32::MAX as u128 {
+        return Err(SchedError::overflow(
+            format!("an operand k-slice of {slice} bytes"),
+            32,
+        ));
+    }
+    let compulsory =
+        (shape.m as u128 + shape.n as u128) * shape.k as u128 * shape.elem_bytes as u128;
+    if compulsory > u64::MAX as u128 {
+        return Err(SchedError::overflow(
+            format!(
+                "the compulsory traffic (m + n)·k·{} = {compulsory} bytes",
+                shape.elem_bytes
+            ),
+            64,
+        ));
+    }
+    Ok(())
+}
 
 impl Lru {
     fn new(capacity: u64, ids: usize) -> Self {
@@ -266,16 +322,10 @@ pub fn simulate_staggered(
             "stagger {stagger} outside 0..=1"
         )));
     }
+    check_budgets(shape, order, gpu.xcds as u64)?;
     let (rows, cols) = shape.grid();
     let ks = shape.ksteps();
     let ids = (rows + cols) * ks;
-    if ids > MAX_SEGMENTS
-        || shape.tile_m.max(shape.tile_n) * shape.tile_k * shape.elem_bytes > u32::MAX as u64
-    {
-        return Err(SchedError::Invalid(format!(
-            "problem too large for the model ({ids} segments; at most {MAX_SEGMENTS})"
-        )));
-    }
     let blocks = rows * cols;
     let cus = gpu.compute_units as u64;
     let n_xcd = gpu.xcds as u64;

@@ -3,6 +3,12 @@
 //! an RGB PNG (a minimal encoder with stored deflate blocks, enough for these small images).
 
 use crate::remap::GridOrder;
+use crate::SchedError;
+
+/// Most tiles a map may have (one entry each; a text map prints one character per tile).
+pub const MAX_MAP_TILES: u64 = 1 << 22;
+/// Most pixels a picture may have: 2^24 RGB pixels are 48 MiB, e.g. 4096 × 4096.
+pub const MAX_PIXELS: u64 = 1 << 24;
 
 /// XCD of each tile in the first dispatch round (`None` for tiles of later rounds), row by row.
 pub fn first_round(
@@ -11,13 +17,16 @@ pub fn first_round(
     n_xcd: u64,
     cus: u64,
     order: GridOrder,
-) -> Vec<Vec<Option<u64>>> {
+) -> Result<Vec<Vec<Option<u64>>>, SchedError> {
+    let tiles = rows as u128 * cols as u128;
+    SchedError::check_budget("a map", tiles, "tiles", "grid map", MAX_MAP_TILES, "")?;
+    order.check(rows, cols, n_xcd)?;
     let mut grid = vec![vec![None; cols as usize]; rows as usize];
     for id in 0..cus.min(rows * cols) {
         let (r, c) = order.tile(id, rows, cols, n_xcd);
         grid[r as usize][c as usize] = Some(id % n_xcd.max(1));
     }
-    grid
+    Ok(grid)
 }
 
 /// One character per tile: the XCD number (0–9, then a–z) in the first round, `.` otherwise.
@@ -48,12 +57,25 @@ const PALETTE: [[u8; 3]; 8] = [
     [190, 170, 30],
 ];
 
-/// RGB pixels of the map, `cell` pixels per tile with a one-pixel grid line.
-pub fn render_rgb(grid: &[Vec<Option<u64>>], cell: u32) -> (u32, u32, Vec<u8>) {
-    let rows = grid.len() as u32;
-    let cols = grid.first().map_or(0, |r| r.len()) as u32;
-    let (w, h) = (cols * cell + 1, rows * cell + 1);
-    let mut px = vec![0u8; (w * h * 3) as usize];
+/// RGB pixels of the map, `cell` pixels per tile with a one-pixel grid line; at most [`MAX_PIXELS`].
+pub fn render_rgb(grid: &[Vec<Option<u64>>], cell: u32) -> Result<(u32, u32, Vec<u8>), SchedError> {
+    if cell == 0 {
+        return Err(SchedError::Invalid(
+            "a cell must be at least one pixel".into(),
+        ));
+    }
+    let rows = grid.len() as u64;
+    let cols = grid.first().map_or(0, |r| r.len()) as u64;
+    // In u128 none of these products wraps.
+    let (w, h) = (
+        cols as u128 * cell as u128 + 1,
+        rows as u128 * cell as u128 + 1,
+    );
+    let what = format!("an image of {w}x{h}");
+    let hint = "; use a smaller cell";
+    SchedError::check_budget(what, w * h, "pixels", "picture", MAX_PIXELS, hint)?;
+    let (w, h) = (w as u32, h as u32);
+    let mut px = vec![0u8; (w as usize) * (h as usize) * 3];
     for y in 0..h {
         for x in 0..w {
             let on_line = x % cell == 0 || y % cell == 0;
@@ -69,7 +91,7 @@ pub fn render_rgb(grid: &[Vec<Option<u64>>], cell: u32) -> (u32, u32, Vec<u8>) {
             px[i..i + 3].copy_from_slice(&rgb);
         }
     }
-    (w, h, px)
+    Ok((w, h, px))
 }
 
 /// Encode 8-bit RGB pixels as a PNG file (filter 0 on every scanline, stored deflate blocks).
@@ -160,7 +182,8 @@ mod tests {
                 window: 5,
                 chunk: 25,
             },
-        );
+        )
+        .unwrap();
         let coloured: Vec<u64> = g.iter().flatten().flatten().copied().collect();
         assert_eq!(coloured.len(), 256);
         for x in 0..8 {

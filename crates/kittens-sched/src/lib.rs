@@ -30,4 +30,62 @@ use thiserror::Error;
 pub enum SchedError {
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// An input whose work or memory would exceed what a model or planner allows itself. The budgets
+    /// are far above every real launch; they exist so a typo gives an answer at once instead of an
+    /// allocation failure or a run of hours.
+    #[error(
+        "{what} ({value} {unit}) exceeds the {model}'s budget of {limit} {unit} (2^{log2}){hint}"
+    )]
+    Budget {
+        /// What was counted: "a grid", "an image of 3600001x4800001", "a walk".
+        what: String,
+        /// The count, computed in u128 so that it never wraps.
+        value: u128,
+        unit: &'static str,
+        model: &'static str,
+        limit: u64,
+        log2: u32,
+        /// What to change, when there is one thing to say (starts with "; ").
+        hint: &'static str,
+    },
+    /// A count that does not fit in the integer the model computes it in.
+    #[error("{0}")]
+    Overflow(String),
+}
+
+impl SchedError {
+    /// `value` against the power-of-two `limit`.
+    pub(crate) fn check_budget(
+        what: impl Into<String>,
+        value: u128,
+        unit: &'static str,
+        model: &'static str,
+        limit: u64,
+        hint: &'static str,
+    ) -> Result<(), SchedError> {
+        debug_assert!(limit.is_power_of_two());
+        if value <= limit as u128 {
+            return Ok(());
+        }
+        Err(SchedError::Budget {
+            what: what.into(),
+            value,
+            unit,
+            model,
+            limit,
+            log2: limit.trailing_zeros(),
+            hint,
+        })
+    }
+
+    /// The error for `expr` (a formula with its values) not fitting in `bits` bits.
+    pub(crate) fn overflow(expr: String, bits: u32) -> SchedError {
+        SchedError::Overflow(format!("{expr} does not fit in {bits} bits"))
+    }
+}
+
+/// `a · b` in 64 bits, or the overflow error naming the product.
+pub(crate) fn mul64(a: u64, b: u64, what: &str) -> Result<u64, SchedError> {
+    a.checked_mul(b)
+        .ok_or_else(|| SchedError::overflow(format!("{what} ({a} x {b})"), 64))
 }

@@ -79,12 +79,23 @@ const GRANULE: u32 = 8;
 /// `setmaxnreg` lower bound for a shrinking warpgroup (PTX ISA, `setmaxnreg`).
 const HOPPER_PRODUCER_FLOOR: u32 = 24;
 
+/// Most threads in one block on every GPU modelled (CUDA C++ Programming Guide, compute capability 9.0;
+/// HIP's workgroup limit on CDNA): larger blocks cannot launch, so the planner refuses them.
+pub const MAX_THREADS_PER_BLOCK: u64 = 1024;
+/// Most output elements of one block's tile the planner takes (4096 × 4096): its counts then fit u32.
+pub const MAX_TILE_ELEMS: u64 = 1 << 24;
+
 fn round_down(x: u32) -> u32 {
     x / GRANULE * GRANULE
 }
 
+/// A register or byte count computed in u64 from u32 inputs, back in u32, or the error naming it.
+fn fit32(v: u64, what: &str) -> Result<u32, SchedError> {
+    u32::try_from(v).map_err(|_| SchedError::overflow(format!("{what} ({v})"), 32))
+}
+
 impl RegsInput {
-    fn validate(&self) -> Result<(), SchedError> {
+    fn validate(&self, lanes: u32) -> Result<(), SchedError> {
         let v = [
             self.consumers,
             self.tile_m,
@@ -98,6 +109,23 @@ impl RegsInput {
                 "consumers, tile, instruction, k step, stages must be positive".into(),
             ));
         }
+        let threads = (self.producers as u128 + self.consumers as u128) * lanes as u128;
+        if threads > MAX_THREADS_PER_BLOCK as u128 {
+            return Err(SchedError::Invalid(format!(
+                "{} producer + {} consumer waves of {lanes} lanes are {threads} threads, over the \
+                 {MAX_THREADS_PER_BLOCK} threads a block may have",
+                self.producers, self.consumers
+            )));
+        }
+        let elems = self.tile_m as u128 * self.tile_n as u128;
+        SchedError::check_budget(
+            format!("an output tile of {}x{}", self.tile_m, self.tile_n),
+            elems,
+            "elements",
+            "register planner",
+            MAX_TILE_ELEMS,
+            "",
+        )?;
         if !self.tile_m.is_multiple_of(self.mma.0) || !self.tile_n.is_multiple_of(self.mma.1) {
             return Err(SchedError::Invalid(format!(
                 "output tile {}x{} is not a multiple of the {}x{} instruction",
@@ -129,14 +157,24 @@ fn consumer_need(
             ))
         })?;
     let sub = (s.tile_m / layout.0, s.tile_n / layout.1);
+    // validate() bounds the tile to 2^24 elements; the rest is counted in u64 and checked.
     let accumulators = (sub.0 * sub.1).div_ceil(lanes);
-    let operand_bytes = (sub.0 + sub.1) * s.k_step * s.in_bytes * s.reg_stages;
     let operands = if operands_in_regs {
-        operand_bytes.div_ceil(4 * lanes)
+        let operand_bytes = [s.k_step, s.in_bytes, s.reg_stages]
+            .iter()
+            .try_fold((sub.0 + sub.1) as u64, |acc, &f| acc.checked_mul(f as u64))
+            .ok_or_else(|| SchedError::overflow("the operand bytes of a consumer".into(), 64))?;
+        fit32(
+            operand_bytes.div_ceil(4 * lanes as u64),
+            "operand registers of a consumer",
+        )?
     } else {
         0
     };
-    let total = accumulators + operands + s.overhead;
+    let total = fit32(
+        accumulators as u64 + operands as u64 + s.overhead as u64,
+        "registers of a consumer",
+    )?;
     Ok(ConsumerNeed {
         layout,
         sub_tile: sub,
@@ -149,13 +187,17 @@ fn consumer_need(
 
 /// Plan the register budget of one block on `gpu`.
 pub fn plan_regs(gpu: &Gpu, s: &RegsInput) -> Result<RegsReport, SchedError> {
-    s.validate()?;
-    let waves = s.producers + s.consumers;
     let lanes = gpu.wave_width;
+    s.validate(lanes)?;
+    let waves = s.producers + s.consumers;
     let simds = gpu.simds_per_cu;
     let waves_per_simd = waves.div_ceil(simds);
-    let lds_bytes =
-        s.depth as u64 * (s.tile_m + s.tile_n) as u64 * s.lds_k as u64 * s.in_bytes as u64;
+    let lds_bytes = [s.depth, s.lds_k, s.in_bytes]
+        .iter()
+        .try_fold(s.tile_m as u64 + s.tile_n as u64, |acc, &f| {
+            acc.checked_mul(f as u64)
+        })
+        .ok_or_else(|| SchedError::overflow("the LDS bytes of a block".into(), 64))?;
     let lds_limit = gpu.shared_bytes_per_block as u64;
     let model = if gpu.arch == Arch::Hopper {
         RegModel::HopperRealloc

@@ -110,6 +110,25 @@ impl GridOrder {
         }
     }
 
+    /// Checks that this order's products on a `rows × cols` grid fit the `u64` arithmetic of
+    /// [`GridOrder::tile`] (`rows · cols`, `window · cols`, `n_xcd · chunk`); the remaps themselves stay
+    /// plain integer functions a kernel can evaluate, so the host checks once, here.
+    pub fn check(&self, rows: u64, cols: u64, n_xcd: u64) -> Result<(), crate::SchedError> {
+        use crate::mul64;
+        mul64(rows, cols, "grid rows x columns")?;
+        match *self {
+            GridOrder::RowMajor => {}
+            GridOrder::GroupM { window } => {
+                mul64(window.max(1), cols, "window x grid columns")?;
+            }
+            GridOrder::Xcd { window, chunk } => {
+                mul64(window.max(1), cols, "window x grid columns")?;
+                mul64(n_xcd.max(1), chunk.max(1), "XCDs x chunk")?;
+            }
+        }
+        Ok(())
+    }
+
     /// Short label, as in seed 000 Table 4 ("Row-major", "XCD W5/C25").
     pub fn label(&self) -> String {
         match *self {

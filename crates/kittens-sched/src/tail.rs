@@ -11,9 +11,13 @@
 //! Time unit: one K/V-block iteration of one workgroup. The merge is converted into that unit with the
 //! GPU's per-CU matrix rate and HBM bandwidth (see [`TailModel`]).
 
-use crate::SchedError;
+use crate::{mul64, SchedError};
 use kittens_hw::Gpu;
 use serde::Serialize;
+
+/// Most K/V blocks one workgroup may walk: the planner tries every split `G` up to that count.
+/// 2^20 blocks of 64 keys are 64 M tokens, far past any attention launch.
+pub const MAX_KV_BLOCKS: u64 = 1 << 20;
 
 /// The shape of one attention forward launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -97,9 +101,10 @@ impl TailInput {
     }
 }
 
-/// Seconds for one K/V-block iteration of one workgroup: QKᵀ and PV are `2·R·Bk·D` flops each.
+/// Seconds for one K/V-block iteration of one workgroup: QKᵀ and PV are `2·R·Bk·D` flops each
+/// (in f64: the product of three u64 sizes may not fit in u64).
 fn kv_iteration_s(gpu: &Gpu, s: &TailInput, m: &TailModel) -> f64 {
-    let flops = 4.0 * (s.block_rows * s.kv_block * s.dim) as f64;
+    let flops = 4.0 * s.block_rows as f64 * s.kv_block as f64 * s.dim as f64;
     let per_cu = gpu.peak_bf16_tflops * 1e12 / gpu.compute_units as f64;
     flops / (per_cu * m.attention_efficiency)
 }
@@ -107,7 +112,7 @@ fn kv_iteration_s(gpu: &Gpu, s: &TailInput, m: &TailModel) -> f64 {
 /// Merge cost in K/V-block iterations: launch plus reading `tail·G` fp32 partial outputs with their
 /// (max, sum) statistics and writing the bf16 result.
 fn merge_cost(gpu: &Gpu, s: &TailInput, m: &TailModel, tail: u64, g: u64) -> f64 {
-    let rows = (tail * s.block_rows) as f64;
+    let rows = tail as f64 * s.block_rows as f64;
     let bytes = rows * (g as f64 * (s.dim as f64 * 4.0 + 8.0) + s.dim as f64 * 2.0);
     let secs = m.merge_launch_s + bytes / (gpu.hbm_tbps * 1e12 * m.merge_bw_efficiency);
     secs / kv_iteration_s(gpu, s, m)
@@ -117,10 +122,24 @@ fn merge_cost(gpu: &Gpu, s: &TailInput, m: &TailModel, tail: u64, g: u64) -> f64
 pub fn plan_tail(gpu: &Gpu, s: &TailInput, m: &TailModel) -> Result<TailPlan, SchedError> {
     s.validate()?;
     let cus = gpu.compute_units as u64;
-    let workgroups = s.batch * s.heads * s.seq.div_ceil(s.block_rows);
-    let (full_rounds, tail) = (workgroups / cus, workgroups % cus);
     let kv_blocks = s.seq.div_ceil(s.kv_block);
-    let unsplit = ((full_rounds + u64::from(tail > 0)) * kv_blocks) as f64;
+    SchedError::check_budget(
+        "a walk",
+        kv_blocks as u128,
+        "K/V blocks",
+        "tail planner",
+        MAX_KV_BLOCKS,
+        "; use a larger K/V block",
+    )?;
+    let q_blocks = s.seq.div_ceil(s.block_rows);
+    let workgroups = mul64(
+        mul64(s.batch, s.heads, "batch x heads")?,
+        q_blocks,
+        "batch x heads x query blocks",
+    )?;
+    let (full_rounds, tail) = (workgroups / cus, workgroups % cus);
+    let rounds = full_rounds + u64::from(tail > 0);
+    let unsplit = mul64(rounds, kv_blocks, "rounds x K/V blocks")? as f64;
     let mut plan = TailPlan {
         split: 1,
         reason: String::new(),

@@ -18,8 +18,8 @@ fn mi300x() -> &'static kittens_hw::Gpu {
     kittens_hw::gpu("mi300x").unwrap()
 }
 
-/// Issue 3 "done when": (4, 16, 16384, 128) with 384-row blocks leaves 16 of 304 CUs in the last round
-/// and splits; seed 001 §5.2 measured 0.95x → 1.07x against AITER for it (a 1.13x gain).
+/// The example of MI300X-attn §5.2: (4, 16, 16384, 128) with 384-row blocks leaves 16 of 304 CUs in
+/// the last round and splits; seed 001 §5.2 measured 0.95x → 1.07x against AITER for it (a 1.13x gain).
 #[test]
 fn seed_001_shape_splits() {
     let p = plan_tail(mi300x(), &shape(4, 16, 16384, 384), &TailModel::SEED_001).unwrap();

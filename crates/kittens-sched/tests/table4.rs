@@ -1,5 +1,5 @@
 //! Seed 000 Table 4 on the MI355X: the cache model's hit rates and Eq. 1 bandwidth beside the paper's,
-//! and the directions the issue asks for. Run with `--nocapture` to see the table.
+//! and the paper's directions (which order beats which). Run with `--nocapture` to see the table.
 
 use kittens_sched::cache::{
     simulate, simulate_staggered, CacheReport, GemmShape, SEED_000_TABLE4_EQ1_TBPS,
@@ -71,7 +71,7 @@ fn table(stagger: f64) -> Vec<CacheReport> {
         .collect()
 }
 
-/// Every direction of the issue: 9216: W5/C25 bandwidth > row-major, W7/C216 LLC below both;
+/// Every direction Table 4 shows: 9216: W5/C25 bandwidth > row-major, W7/C216 LLC below both;
 /// 14592: W8/C64 > W8/C542 > row-major bandwidth; row-major the lowest L2 in both. Returns the
 /// claims that fail.
 fn failed_directions(r: &[CacheReport]) -> Vec<&'static str> {

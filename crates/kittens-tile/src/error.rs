@@ -14,6 +14,18 @@ pub enum TileError {
     #[error("tile dimensions must be positive, got {rows}x{cols}")]
     Empty { rows: u32, cols: u32 },
     #[error(
+        "a {rows}x{cols} tile of {elem_bytes}-byte elements is {bytes} bytes, over the tile layer's budget of \
+         {limit} bytes (2^20, more than one block's shared memory or one wave's registers hold on any GPU in the \
+         catalog)"
+    )]
+    TooLarge {
+        rows: u32,
+        cols: u32,
+        elem_bytes: u32,
+        bytes: u128,
+        limit: u32,
+    },
+    #[error(
         "cannot move data between a {shared_rows}x{shared_cols} shared tile and a {reg_rows}x{reg_cols} register \
          tile: one shape must be a multiple of the other (seed 000 D.1)"
     )]

@@ -21,6 +21,6 @@ pub use error::TileError;
 pub use kittens_hw::dtype::DType;
 pub use layout::{BaseShape, Layout};
 pub use reg::{RegFile, RegPin, RegTile};
-pub use shared::{check_load, SharedTile};
+pub use shared::{check_load, SharedTile, MAX_TILE_BYTES};
 pub use svg::bank_svg;
 pub use swizzle::{default_swizzle, Swizzle, XorTerm};

@@ -49,9 +49,7 @@ impl RegTile {
         layout: Layout,
         base: BaseShape,
     ) -> Result<Self, TileError> {
-        if rows == 0 || cols == 0 {
-            return Err(TileError::Empty { rows, cols });
-        }
+        crate::shared::check_size(dtype, rows, cols)?;
         if !rows.is_multiple_of(base.rows) || !cols.is_multiple_of(base.cols) {
             return Err(TileError::NotMultipleOfBase {
                 rows,

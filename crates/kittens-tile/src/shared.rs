@@ -4,6 +4,29 @@ use crate::swizzle::default_swizzle;
 use crate::{DType, RegTile, Swizzle, TileError};
 use serde::Serialize;
 
+/// Most bytes one shared or register tile may hold: 1 MiB, more than one block's shared memory or one
+/// wave's registers on any GPU in the catalog, so every real tile fits while a tile's byte offsets
+/// always fit in `u32` and walking its bytes (the swizzle check, the access patterns) stays cheap.
+pub const MAX_TILE_BYTES: u32 = 1 << 20;
+
+/// Refuse an empty tile, or one over [`MAX_TILE_BYTES`] (its size computed without wrapping).
+pub(crate) fn check_size(dtype: DType, rows: u32, cols: u32) -> Result<(), TileError> {
+    if rows == 0 || cols == 0 {
+        return Err(TileError::Empty { rows, cols });
+    }
+    let bytes = rows as u128 * cols as u128 * dtype.bytes() as u128;
+    if bytes > MAX_TILE_BYTES as u128 {
+        return Err(TileError::TooLarge {
+            rows,
+            cols,
+            elem_bytes: dtype.bytes(),
+            bytes,
+            limit: MAX_TILE_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// A row-major tile in shared memory (LDS on AMD), stored through its swizzle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct SharedTile {
@@ -16,6 +39,7 @@ pub struct SharedTile {
 impl SharedTile {
     /// A shared tile with the default swizzle of its shape ([`default_swizzle`], seed 000 D.1).
     pub fn new(dtype: DType, rows: u32, cols: u32) -> Result<Self, TileError> {
+        check_size(dtype, rows, cols)?;
         Self::with_swizzle(dtype, rows, cols, default_swizzle(dtype, rows, cols))
     }
 
@@ -26,9 +50,7 @@ impl SharedTile {
         cols: u32,
         swizzle: Swizzle,
     ) -> Result<Self, TileError> {
-        if rows == 0 || cols == 0 {
-            return Err(TileError::Empty { rows, cols });
-        }
+        check_size(dtype, rows, cols)?;
         let tile = SharedTile {
             dtype,
             rows,

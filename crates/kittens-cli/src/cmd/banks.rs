@@ -229,7 +229,8 @@ mod tests {
         }
     }
 
-    /// The acceptance check: 16x32 bf16 row, ds_read_b128: 2-way unswizzled, 1 with the default.
+    /// The paper's example (HipKittens Fig. 4) through `--json`: 16x32 bf16 row, ds_read_b128: 2-way
+    /// unswizzled, 1 with the default.
     #[test]
     fn done_when_json() {
         for (sw, want) in [("none", 2), ("default", 1)] {

@@ -1,6 +1,6 @@
 //! `kittens compile <kernel> --target gfx942|gfx950|sm_90a [--emit hip|cuda|asm] [--json]`: lower a
 //! kernel for a target, compile it with a real compiler and print what the compiler produced
-//! (issue 5, item 4). AMD figures come from the code object only: no AMD GPU exists here, so no speed.
+//! AMD figures come from the code object only: no AMD GPU exists here, so no speed.
 
 use anyhow::{bail, Context, Result};
 use kittens_hw::Arch;

@@ -3,7 +3,7 @@
 //!
 //! `--json` prints `{"instruction", "matrix", "entries": [{"lane", "slot", "row", "col"}, ...]}`
 //! with entries lane-major, `slot` counting the lane's elements in register order (low half of
-//! the first register first), the order of `../shared/oracles/cdna3_mfma_layouts.json`.
+//! the first register first), the order of `crates/kittens-hw/tests/data/cdna3_mfma_layouts.json`.
 
 use anyhow::{bail, Context};
 use kittens_hw::mma::{self, Entry, MmaInstr, Operand};
@@ -155,12 +155,12 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    /// The acceptance check: the `--json` document equals the oracle's list, in order,
-    /// for every CDNA3 instruction and operand in `../shared/oracles/cdna3_mfma_layouts.json`.
+    /// The `--json` document equals the oracle's list, in order, for every CDNA3 instruction and
+    /// operand in `crates/kittens-hw/tests/data/cdna3_mfma_layouts.json` (AMD's calculator output).
     #[test]
     fn json_output_equals_the_oracle() {
         let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../shared/oracles/cdna3_mfma_layouts.json");
+            .join("../kittens-hw/tests/data/cdna3_mfma_layouts.json");
         let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
             panic!(
                 "CDNA3 layout oracle missing at {} ({e}); this test does not skip",

@@ -151,9 +151,9 @@ fn grid(a: GridArgs) -> anyhow::Result<()> {
     let rep = cache::simulate_staggered(g, &shape, order, a.stagger)?;
     let secs = t0.elapsed().as_secs_f64();
     let (rows, cols) = shape.grid();
-    let map = draw::first_round(rows, cols, g.xcds as u64, g.compute_units as u64, order);
+    let map = draw::first_round(rows, cols, g.xcds as u64, g.compute_units as u64, order)?;
     if let Some(path) = &a.png {
-        let (w, h, px) = draw::render_rgb(&map, a.cell.max(2));
+        let (w, h, px) = draw::render_rgb(&map, a.cell.max(2))?;
         std::fs::write(path, draw::encode_png(w, h, &px))
             .with_context(|| format!("writing {}", path.display()))?;
     }

@@ -1,4 +1,4 @@
-//! Lowering a tile-IR kernel to readable HIP for gfx942 / gfx950 (issue 5, item 2).
+//! Lowering a tile-IR kernel to readable HIP for gfx942 / gfx950.
 //!
 //! The output is one self-contained translation unit: the prelude, then one `extern "C"` kernel whose
 //! arguments are the global tensors in declaration order (pointers) followed by the integer parameters.

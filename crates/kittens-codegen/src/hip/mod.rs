@@ -1,7 +1,7 @@
 //! HIP lowering for CDNA3 (gfx942) and CDNA4 (gfx950), and the device prelude it targets.
 //!
 //! The prelude ([`PRELUDE`]) is a header of one-instruction inline-asm wrappers whose constraints leave
-//! register allocation to the compiler (seed 001 §2.1; DESIGN.md principle 4). It needs no ROCm headers:
+//! register allocation to the compiler (seed 001 §2.1; docs/architecture.md principle 4). It needs no ROCm headers:
 //! generated sources are self-contained (prelude text followed by the kernel), so the same file compiles
 //! with ROCm's clang, the clang inside PyPI's `ziglang`, or Debian's clang-19 (gfx942).
 //!

@@ -13,7 +13,7 @@
 //! CDNA4 `f8f6f4` shapes); for D it is 4.
 //!
 //! Sources: CDNA3 entries are tested entry for entry against the calculator's output
-//! (`../shared/oracles/cdna3_mfma_layouts.json`, calculator commit 2ef91896). The CDNA4 fp8
+//! (`tests/data/cdna3_mfma_layouts.json`, calculator commit 2ef91896). The CDNA4 fp8
 //! 16×16×128 map is the one stated in seed 002 §6 (`k_chunk0 = 16·(lane>>4)`, `k_chunk1 =
 //! k_chunk0 + 64`, 16 fp8 each); 32×32×64 applies the same two-half rule with two lane groups.
 //! The CDNA4 bf16 maps equal IREE's `getSingleSubgroupLayout` for `MFMA_F32_16x16x32_BF16` /
@@ -99,7 +99,7 @@ const fn whole(m: u32, k: u32) -> u32 {
 
 const CDNA3_SRC: &str =
     "AMD Matrix Instruction Calculator, CDNA3 (layouts and 'Execution cycles'); \
-     tested against ../shared/oracles/cdna3_mfma_layouts.json";
+     tested against tests/data/cdna3_mfma_layouts.json";
 const FNUZ: &str = "CDNA3 fp8 is the FNUZ variant of E4M3 (bias 8, no -0, no inf)";
 
 /// CDNA3 (`gfx942`): the shapes seed 000 §3 and seed 001 use, plus the two f32-input shapes the

@@ -4,7 +4,7 @@
 //! The maps are *computed* from each instruction's structure by small closed-form functions
 //! (lane groups, contiguous K runs per lane, accumulator row groups), never stored as tables:
 //! - CDNA3 / CDNA4 MFMAs: [`cdna`], checked entry for entry against AMD's Matrix Instruction
-//!   Calculator (`../shared/oracles/cdna3_mfma_layouts.json`) for CDNA3, against seed 002 §6 for
+//!   Calculator (`tests/data/cdna3_mfma_layouts.json`) for CDNA3, against seed 002 §6 for
 //!   the CDNA4 fp8 16×16×128 map, and against the sources named in `cdna.rs` for CDNA4 bf16;
 //! - Hopper `mma.sync.m16n8k16` and `wgmma` m64nNk16: [`hopper`], after the PTX ISA sections
 //!   "Matrix Fragments for mma.m16n8k16" and "wgmma Register Fragments".

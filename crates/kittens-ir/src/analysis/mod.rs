@@ -1,5 +1,5 @@
 //! Schedule analysis: runs every wave of one block symbolically through the kernel body and reports
-//! shared-memory hazards and the wait counts a kernel may leave to the framework (DESIGN.md principle 3;
+//! shared-memory hazards and the wait counts a kernel may leave to the framework (docs/architecture.md principle 3;
 //! the schedules of seed 000 §3.3.2 and the GEMM listing of E.1).
 //!
 //! The model:

@@ -1,4 +1,4 @@
-//! AMD CDNA toolchain and code-object analysis, with no ROCm install (DESIGN.md principle 5).
+//! AMD CDNA toolchain and code-object analysis, with no ROCm install (docs/architecture.md principle 5).
 //!
 //! - [`toolchain`]: find an AMDGPU clang ($KITTENS_AMDGPU_CLANG, ROCm's, PyPI `ziglang`'s in the project
 //!   cache, Debian's clang-19 for gfx942), install `ziglang` into the cache, and compile HIP source to

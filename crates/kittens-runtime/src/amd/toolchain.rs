@@ -2,9 +2,9 @@
 //!
 //! Search order (first hit wins): `$KITTENS_AMDGPU_CLANG`, ROCm's `/opt/rocm/llvm/bin/clang`, the clang
 //! inside PyPI's `ziglang` in the project cache (`$KITTENS_CACHE`, else `<repo>/.cache`), and Debian's
-//! `clang-19` — the last only for gfx942, since clang 19 predates gfx950 (DESIGN.md, "Toolchain facts").
+//! `clang-19` — the last only for gfx942, since clang 19 predates gfx950 (docs/architecture.md §6).
 //!
-//! Compilation follows the flags DESIGN.md records: `-x hip --cuda-device-only -nogpuinc -nogpulib
+//! Compilation follows the flags docs/architecture.md §6 records: `-x hip --cuda-device-only -nogpuinc -nogpulib
 //! --offload-arch=<gfx> -O3 -S`. The assembly is the analysed artefact; the code object is then built
 //! from it with the same clang's assembler and `ld.lld -shared`, because zig's clang driver cannot find
 //! a separate `ld.lld` for its own device link.
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// The `ziglang` release whose clang (22.1) was checked to build gfx942 and gfx950 code (DESIGN.md).
+/// The `ziglang` release whose clang (22.1) was checked to build gfx942 and gfx950 code (docs/architecture.md §6).
 pub const ZIGLANG_VERSION: &str = "0.17.0";
 
 /// Where a clang came from.

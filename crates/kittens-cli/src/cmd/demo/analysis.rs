@@ -147,8 +147,8 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
             mi355x.xcds as u64,
             mi355x.compute_units as u64,
             order,
-        );
-        let (w, h, px) = draw::render_rgb(&first, 8);
+        )?;
+        let (w, h, px) = draw::render_rgb(&first, 8)?;
         let label = order.label().replace(['/', ' '], "_").to_lowercase();
         let png = s.picture(
             &format!("grid_{size}_{label}.png"),

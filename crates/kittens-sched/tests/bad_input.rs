@@ -1,0 +1,176 @@
+//! Inputs too large for the models or the planners: each call returns a typed error that names the
+//! limit it broke, without allocating for the input or looping over it, and never prints a wrapped
+//! number. Every case here used to crash (allocation abort, division by zero, index out of range),
+//! hang, or return a report built from wrapped 64-bit or 32-bit arithmetic.
+
+use kittens_sched::cache::{simulate, simulate_staggered, GemmShape};
+use kittens_sched::draw::{first_round, render_rgb};
+use kittens_sched::regs::{plan_regs, RegsInput};
+use kittens_sched::remap::GridOrder;
+use kittens_sched::tail::{plan_tail, TailInput, TailModel};
+use kittens_sched::SchedError;
+
+fn gpu(name: &str) -> &'static kittens_hw::Gpu {
+    kittens_hw::gpu(name).unwrap()
+}
+
+/// The error's message, checked to name `limit`.
+fn limit_error<T: std::fmt::Debug>(r: Result<T, SchedError>, limit: &str) -> String {
+    let msg = r.expect_err("must be refused").to_string();
+    assert!(msg.contains(limit), "`{msg}` does not name `{limit}`");
+    msg
+}
+
+/// 10^6 x 10^6 tiles of 1x1x1: the old model allocated a 16-byte entry per tile (16 TB) and aborted.
+#[test]
+fn cache_model_refuses_a_grid_over_its_tile_budget() {
+    let shape = GemmShape::bf16(1_000_000, 1_000_000, 1, (1, 1, 1));
+    let msg = limit_error(simulate(gpu("mi355x"), &shape, GridOrder::RowMajor), "2^22");
+    assert!(msg.contains("1000000000000 tiles"), "{msg}");
+}
+
+/// Sizes whose tile counts overflow 64 bits are refused by the same budget, with the real count.
+#[test]
+fn cache_model_refuses_sizes_that_overflow() {
+    let shape = GemmShape::bf16(u64::MAX, u64::MAX, u64::MAX, (1, 1, 1));
+    limit_error(simulate(gpu("h100"), &shape, GridOrder::RowMajor), "2^22");
+    // One tile, but one operand k-slice of 2^40 x 2^40 bf16 does not fit the model's u32 sizes
+    // (and (m + n)·k·2 bytes not even in 64 bits).
+    let big = 1u64 << 40;
+    let shape = GemmShape::bf16(big, big, big, (big, big, big));
+    let msg = limit_error(
+        simulate(gpu("h100"), &shape, GridOrder::RowMajor),
+        "32 bits",
+    );
+    assert!(msg.contains(&(1u128 << 81).to_string()), "{msg}");
+}
+
+/// 2048 x 2048 tiles of 1x1 with K = 64 k-steps: within the tile budget (2^22) but 2^28 block k-steps,
+/// over the work budget of 2^27 (the model would run for minutes).
+#[test]
+fn cache_model_refuses_work_over_its_budget() {
+    let shape = GemmShape::bf16(2048, 2048, 64, (1, 1, 1));
+    limit_error(simulate(gpu("mi300x"), &shape, GridOrder::RowMajor), "2^27");
+}
+
+/// A window or chunk so large that `window · cols` or `n_xcd · chunk` wraps used to divide by zero.
+#[test]
+fn grid_orders_whose_products_overflow_are_refused() {
+    let shape = GemmShape::bf16(9216, 9216, 9216, (192, 256, 64));
+    let g = gpu("mi355x");
+    for order in [
+        GridOrder::GroupM { window: u64::MAX },
+        GridOrder::Xcd {
+            window: 4,
+            chunk: u64::MAX,
+        },
+    ] {
+        limit_error(simulate_staggered(g, &shape, order, 0.0), "64");
+        limit_error(first_round(48, 36, 8, 256, order), "64");
+    }
+}
+
+#[test]
+fn the_map_refuses_a_grid_over_its_budget() {
+    limit_error(
+        first_round(1_000_000, 1_000_000, 8, 256, GridOrder::RowMajor),
+        "2^22",
+    );
+}
+
+/// `--cell 100000` on a 48 x 36 grid: 3600001 x 4800001 pixels. The old renderer computed the
+/// size in u32 (wrapping) and then indexed out of range.
+#[test]
+fn the_png_refuses_an_image_over_its_pixel_budget() {
+    let map = first_round(48, 36, 8, 256, GridOrder::RowMajor).unwrap();
+    let msg = limit_error(render_rgb(&map, 100_000), "2^24");
+    assert!(msg.contains("3600001x4800001"), "{msg}");
+    limit_error(render_rgb(&map, u32::MAX), "2^24");
+    // Inside the budget the picture has the size it says: 36·12+1 by 48·12+1, RGB.
+    let (w, h, px) = render_rgb(&map, 12).unwrap();
+    assert_eq!((w, h, px.len()), (433, 577, 433 * 577 * 3));
+}
+
+#[test]
+fn the_png_refuses_cells_without_pixels() {
+    let map = first_round(2, 2, 8, 256, GridOrder::RowMajor).unwrap();
+    assert!(matches!(render_rgb(&map, 0), Err(SchedError::Invalid(_))));
+}
+
+fn tail_input(batch: u64, heads: u64, seq: u64, kv_block: u64) -> TailInput {
+    TailInput {
+        batch,
+        heads,
+        seq,
+        dim: 128,
+        block_rows: 384,
+        kv_block,
+    }
+}
+
+/// 10^9 K/V blocks per workgroup: the old planner tried every split G up to 10^9 (a hang).
+#[test]
+fn tail_planner_refuses_a_walk_over_its_budget() {
+    let r = plan_tail(
+        gpu("mi300x"),
+        &tail_input(4, 16, 1_000_000_000, 1),
+        &TailModel::SEED_001,
+    );
+    let msg = limit_error(r, "2^20");
+    assert!(msg.contains("1000000000 K/V blocks"), "{msg}");
+}
+
+/// batch · heads · query blocks overflows 64 bits: the old planner printed the wrapped count.
+#[test]
+fn tail_planner_refuses_counts_that_overflow() {
+    let r = plan_tail(
+        gpu("mi300x"),
+        &tail_input(1 << 40, 1 << 40, 16384, 64),
+        &TailModel::SEED_001,
+    );
+    limit_error(r, "64");
+}
+
+fn regs_input(producers: u32, consumers: u32) -> RegsInput {
+    RegsInput {
+        producers,
+        consumers,
+        tile_m: 256,
+        tile_n: 256,
+        mma: (16, 16, 32),
+        k_step: 32,
+        reg_stages: 1,
+        depth: 2,
+        lds_k: 64,
+        in_bytes: 2,
+        overhead: 16,
+    }
+}
+
+/// producers + consumers wrapped in u32 (and a block of 2^32 waves walked 2^32 layouts): refused by
+/// the 1024-thread block limit, which the message names.
+#[test]
+fn regs_planner_refuses_blocks_over_the_thread_limit() {
+    let g = gpu("mi355x");
+    for (p, c) in [(u32::MAX, 1), (0, u32::MAX), (12, 8)] {
+        limit_error(plan_regs(g, &regs_input(p, c)), "1024 threads");
+    }
+    // 16 waves of 64 lanes is exactly 1024 threads: planned, not refused.
+    assert!(plan_regs(g, &regs_input(8, 8)).is_ok());
+}
+
+/// Register counts that wrap in u32 used to come out small, and the planner said "fits".
+#[test]
+fn regs_planner_refuses_register_counts_that_overflow() {
+    let g = gpu("mi355x");
+    let mut s = regs_input(0, 8);
+    s.overhead = u32::MAX;
+    limit_error(plan_regs(g, &s), "32");
+    let mut s = regs_input(0, 8);
+    (s.k_step, s.reg_stages, s.in_bytes) = (1 << 20, 1 << 12, 1 << 8);
+    limit_error(plan_regs(g, &s), "32");
+    // An output tile of 2^32 elements: its fp32 accumulators alone wrap a u32 count.
+    let mut s = regs_input(0, 8);
+    (s.tile_m, s.tile_n) = (1 << 16, 1 << 16);
+    limit_error(plan_regs(g, &s), "2^24");
+}
