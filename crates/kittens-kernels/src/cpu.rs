@@ -144,6 +144,8 @@ pub struct RunReport {
     pub tolerance: f64,
     pub checks: Vec<Check>,
     pub input_scale: f32,
+    /// Attention: the largest `|q·k|/√d` the inputs produced (`reference::attention_with_logits`).
+    pub max_abs_logit: Option<f64>,
     pub blocks: u64,
     pub waves_per_block: u32,
     pub interp_seconds: f64,
@@ -330,6 +332,7 @@ pub fn run(name: &str, p: &Problem) -> Result<RunReport, KernelError> {
     let interp_seconds = t0.elapsed().as_secs_f64();
     let out = &t[t.len() - 1];
     let r0 = Instant::now();
+    let mut max_abs_logit = None;
     let (shape, r, baseline) = match name {
         "gemm_bf16" => {
             let r = reference::gemm_abt(&snapshot[0], &snapshot[1], p.m, p.n, p.k);
@@ -342,7 +345,8 @@ pub fn run(name: &str, p: &Problem) -> Result<RunReport, KernelError> {
         _ => {
             let (sh, cfg) = (p.attn, attn_config(p));
             let [q, kk, v] = [&snapshot[0], &snapshot[1], &snapshot[2]];
-            let r = reference::attention(q, kk, v, &sh, p.causal);
+            let (r, logit) = reference::attention_with_logits(q, kk, v, &sh, p.causal);
+            max_abs_logit = Some(logit);
             let b = reference::attention_bf16_baseline(q, kk, v, &sh, p.causal);
             let shape = serde_json::json!({"attn": sh, "causal": p.causal, "q_rows": cfg.q_rows, "kv_block": cfg.kv_block});
             let baseline = reference::compare(&b, &r);
@@ -360,6 +364,7 @@ pub fn run(name: &str, p: &Problem) -> Result<RunReport, KernelError> {
         tolerance: checks[0].verdict.bound,
         checks,
         input_scale: p.input_scale,
+        max_abs_logit,
         blocks: stats.blocks,
         waves_per_block: stats.waves_per_block,
         interp_seconds,

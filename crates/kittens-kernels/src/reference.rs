@@ -48,6 +48,19 @@ impl AttnShape {
 /// `softmax(Q·Kᵀ/√d)·V` in f64 per (batch, head), query head `h` using KV head `h / (heads/heads_kv)`;
 /// `causal` keeps key `j ≤` query `i` (PyTorch's top-left `is_causal`). Output in Q's layout.
 pub fn attention(q: &[f32], k: &[f32], v: &[f32], sh: &AttnShape, causal: bool) -> Vec<f64> {
+    attention_with_logits(q, k, v, sh, causal).0
+}
+
+/// [`attention`] and the largest `|q·k|/√d` over the kept (query, key) pairs: how large the logits of
+/// a test really were.
+pub fn attention_with_logits(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: &AttnShape,
+    causal: bool,
+) -> (Vec<f64>, f64) {
+    let mut max_logit = 0.0f64;
     let (s, dd) = (sh.seq, sh.dim);
     let group = sh.heads / sh.heads_kv.max(1);
     let scale = 1.0 / (dd as f64).sqrt();
@@ -68,6 +81,8 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], sh: &AttnShape, causal: bool) 
                         * scale;
                 }
                 let mx = p[..keys].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                let mn = p[..keys].iter().cloned().fold(f64::INFINITY, f64::min);
+                max_logit = max_logit.max(mx.abs()).max(mn.abs());
                 let mut sum = 0.0;
                 for pj in &mut p[..keys] {
                     *pj = (*pj - mx).exp();
@@ -82,7 +97,7 @@ pub fn attention(q: &[f32], k: &[f32], v: &[f32], sh: &AttnShape, causal: bool) 
             }
         }
     }
-    o
+    (o, max_logit)
 }
 
 /// The same attention as [`attention`] computed the way PyTorch's math path computes it in bf16, the

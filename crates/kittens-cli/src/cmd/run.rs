@@ -206,6 +206,12 @@ fn print_text(args: &Args, p: &Problem, r: &cpu::RunReport) -> anyhow::Result<()
             b.rel_err, b.max_rel
         );
     }
+    if let Some(l) = r.max_abs_logit {
+        println!(
+            "logits   max |q·k|/√d = {l:.1} (input scale {})",
+            r.input_scale
+        );
+    }
     for c in &r.checks {
         let how = match c.verdict.baseline {
             Some(b) => format!("2 × baseline {b:.3e} + floor"),
