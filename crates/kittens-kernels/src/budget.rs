@@ -61,7 +61,7 @@ pub fn check_host_bytes(what: &str, need: Option<u64>) -> Result<(), KernelError
     match need {
         Some(n) if n <= HOST_BYTES => Ok(()),
         _ => Err(over(
-            format!("the host tensors of {what}"),
+            format!("host tensors of {what}"),
             bytes(need),
             format!("{} of host tensors", bytes(Some(HOST_BYTES))),
         )),
@@ -73,7 +73,7 @@ pub fn check_work(what: &str, need: Option<u64>) -> Result<(), KernelError> {
     match need {
         Some(n) if n <= WORK_MACS => Ok(()),
         _ => Err(over(
-            format!("the interpreter's work for {what} (multiply-adds, padded to whole tiles)"),
+            format!("interpreter work of {what} (multiply-adds, padded to whole tiles)"),
             count(need),
             format!("{} multiply-adds (2^34)", WORK_MACS),
         )),
@@ -104,7 +104,7 @@ pub fn check_block_state(k: &kittens_ir::Kernel) -> Result<(), KernelError> {
         Some(n) if n <= BLOCK_BYTES => Ok(()),
         _ => Err(over(
             format!(
-                "the interpreter state of one `{}` block (shared tiles + {} waves' register tiles, as f32)",
+                "interpreter state of one `{}` block (shared tiles + {} waves' register tiles, as f32)",
                 k.name, k.waves
             ),
             bytes(need),

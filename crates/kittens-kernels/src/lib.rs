@@ -28,7 +28,7 @@ pub enum KernelError {
     #[error("invalid problem: {0}")]
     Problem(String),
     /// A size over the CPU run's budget (`budget`), or one whose count overflows 64 bits.
-    #[error("{what} is {need}, over the CPU run's limit of {limit}")]
+    #[error("{what}: {need}, over the CPU run's limit of {limit}")]
     OverBudget {
         what: String,
         need: String,
