@@ -5,6 +5,7 @@
 //! random inputs and reports its error; [`by_name`] is the registry the CLI reads.
 
 pub mod attn_fwd;
+pub mod budget;
 pub mod cpu;
 pub mod gemm_bf16;
 pub mod gemm_bf16_i4;
@@ -24,6 +25,15 @@ pub enum KernelError {
     Interp(#[from] kittens_ir::interp::InterpError),
     #[error("unknown kernel `{0}`; known: gemm_bf16, attn_fwd")]
     Unknown(String),
+    #[error("invalid problem: {0}")]
+    Problem(String),
+    /// A size over the CPU run's budget (`budget`), or one whose count overflows 64 bits.
+    #[error("{what}: {need}, over the CPU run's limit of {limit}")]
+    OverBudget {
+        what: String,
+        need: String,
+        limit: String,
+    },
 }
 
 /// Kernels the registry knows.

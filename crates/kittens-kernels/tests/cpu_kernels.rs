@@ -46,6 +46,33 @@ fn gemm_seed_tiles() {
     assert!(e > 0.0, "bf16 output rounding must show");
 }
 
+/// Runs the attention and judges it by the test rule (`reference::check_rule`: at most 2x the error of
+/// PyTorch-style bf16 attention against the same f64 reference, plus a floor) on `rel_err` and
+/// `max_rel`; at `scale` 8 and head dim 64 the logits must reach ±64.
+fn attn_at(p: Problem, scale: f32) {
+    let p = Problem {
+        input_scale: scale,
+        ..p
+    };
+    let r = run("attn_fwd", &p).unwrap();
+    let what = format!(
+        "attn {:?} causal={} scale {scale}: {:?}, baseline {:?}",
+        p.attn, p.causal, r.error, r.baseline
+    );
+    eprintln!("{what}, max |logit| {:?}", r.max_abs_logit);
+    let metrics: Vec<&str> = r.checks.iter().map(|c| c.metric).collect();
+    assert_eq!(metrics, ["rel_err", "max_rel"], "{what}");
+    for c in &r.checks {
+        assert!(c.verdict.baseline.is_some(), "{what}: judged by the rule");
+        assert!(c.verdict.passed, "{what}: {c:?}");
+    }
+    assert!(r.passed);
+    if scale >= 8.0 {
+        let l = r.max_abs_logit.unwrap();
+        assert!(l >= 64.0, "{what}: logits reach only {l}");
+    }
+}
+
 fn attn(batch: usize, heads: usize, heads_kv: usize, seq: usize, layout: AttnLayout, causal: bool) {
     let attn = AttnShape {
         batch,
@@ -61,24 +88,23 @@ fn attn(batch: usize, heads: usize, heads_kv: usize, seq: usize, layout: AttnLay
         seed: seq as u64,
         ..Problem::default()
     };
-    let r = run("attn_fwd", &p).unwrap();
-    assert!(
-        r.error.rel_err < TOL,
-        "attn {attn:?} causal={causal}: {:?}",
-        r.error
-    );
+    for scale in [1.0, 8.0] {
+        attn_at(p, scale);
+    }
 }
 
 #[test]
 fn attention_non_causal_gqa_layouts() {
     attn(1, 4, 2, 128, AttnLayout::Bshd, false);
     attn(2, 2, 1, 100, AttnLayout::Bhsd, false);
+    attn(1, 4, 2, 77, AttnLayout::Bhsd, false);
 }
 
 #[test]
 fn attention_causal_ragged() {
     attn(1, 2, 2, 150, AttnLayout::Bshd, true);
     attn(1, 4, 1, 64, AttnLayout::Bhsd, true);
+    attn(1, 4, 2, 33, AttnLayout::Bshd, true);
 }
 
 /// The default tile sizes: 32 queries per wave (seed 000 E.3), 32-key blocks, head dimension 128.
@@ -101,9 +127,23 @@ fn attention_seed_tiles() {
             seed: 9,
             ..Problem::default()
         };
-        let r = run("attn_fwd", &p).unwrap();
-        assert!(r.error.rel_err < TOL, "causal={causal}: {:?}", r.error);
+        for scale in [1.0, 8.0] {
+            attn_at(p, scale);
+        }
     }
+}
+
+/// The rule is not loose: the same run judged against a fixed tolerance far below its error fails, and
+/// `passed` says so.
+#[test]
+fn attention_out_of_tolerance_fails() {
+    let p = Problem {
+        tolerance: Some(1e-6),
+        ..Problem::default()
+    };
+    let r = run("attn_fwd", &p).unwrap();
+    assert!(!r.passed && r.tolerance == 1e-6, "{r:?}");
+    assert!(r.error.rel_err > 1e-6);
 }
 
 /// The same GEMM warp-specialised (the Hopper schedule), on the interpreter.

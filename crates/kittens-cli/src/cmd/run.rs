@@ -1,5 +1,7 @@
 //! `kittens run <kernel> --backend cpu`: runs a kernel of the tile language on the CPU interpreter on
-//! random inputs (bf16, uniform in [-1, 1)) and reports its error against the f64 reference.
+//! random inputs (bf16, uniform in [-S, S) for `--input-scale S`) and reports its error against the f64
+//! reference, judged by the kernel's tolerance (`kittens_kernels::cpu::judge`); exits non-zero when a
+//! check fails. Sizes are checked against the CPU run's budget (`kittens_kernels::budget`) first.
 
 use anyhow::{bail, Context};
 use kittens_kernels::attn_fwd::AttnLayout;
@@ -61,6 +63,14 @@ pub struct Args {
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Multiply the random inputs (uniform in [-1, 1)) by S; `8` at head dimension 64 gives attention
+    /// logits of about ±64.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
+    pub input_scale: f32,
+    /// Fixed bound on rel_err instead of the kernel's own (attention: 2x the bf16 baseline's error
+    /// plus a floor; GEMM: 1e-2).
+    #[arg(long)]
+    pub tolerance: Option<f64>,
     /// Also print the kernel's IR listing (op indices, `*` = implied by the schedule); key `ir` in JSON.
     #[arg(long)]
     pub ir: bool,
@@ -96,6 +106,8 @@ fn problem(a: &Args) -> anyhow::Result<Problem> {
         k: a.k,
         causal: a.causal,
         seed: a.seed,
+        input_scale: a.input_scale,
+        tolerance: a.tolerance,
         ..Problem::default()
     };
     p.gemm.block = a.block;
@@ -143,10 +155,33 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             v["ir"] = cpu::build(&args.kernel, &p)?.to_string().into();
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
-        return Ok(());
+    } else {
+        print_text(&args, &p, &r)?;
     }
+    if !r.passed {
+        let failed: Vec<String> = r
+            .checks
+            .iter()
+            .filter(|c| !c.verdict.passed)
+            .map(|c| {
+                format!(
+                    "{} {:.3e} over its bound {:.3e}",
+                    c.metric, c.verdict.error, c.verdict.bound
+                )
+            })
+            .collect();
+        bail!(
+            "`{}` failed its error check: {}",
+            args.kernel,
+            failed.join("; ")
+        );
+    }
+    Ok(())
+}
+
+fn print_text(args: &Args, p: &Problem, r: &cpu::RunReport) -> anyhow::Result<()> {
     if args.ir {
-        println!("{}", cpu::build(&args.kernel, &p)?);
+        println!("{}", cpu::build(&args.kernel, p)?);
     }
     println!(
         "kernel   {} (backend cpu, {} blocks × {} waves)",
@@ -165,6 +200,31 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         "mean_rel {:.3e}   (mean |out − ref| / mean |ref|)",
         r.error.mean_rel
     );
+    if let Some(b) = &r.baseline {
+        println!(
+            "baseline rel_err {:.3e}, max_rel {:.3e}   (PyTorch-style bf16 attention, same reference)",
+            b.rel_err, b.max_rel
+        );
+    }
+    if let Some(l) = r.max_abs_logit {
+        println!(
+            "logits   max |q·k|/√d = {l:.1} (input scale {})",
+            r.input_scale
+        );
+    }
+    for c in &r.checks {
+        let how = match c.verdict.baseline {
+            Some(b) => format!("2 × baseline {b:.3e} + floor"),
+            None => "fixed tolerance".into(),
+        };
+        println!(
+            "check    {:<8} {:.3e} ≤ {:.3e} ({how}): {}",
+            c.metric,
+            c.verdict.error,
+            c.verdict.bound,
+            if c.verdict.passed { "ok" } else { "FAILED" }
+        );
+    }
     println!(
         "time     interpreter {:.3} s, reference {:.3} s",
         r.interp_seconds, r.reference_seconds

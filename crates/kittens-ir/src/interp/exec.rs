@@ -43,7 +43,7 @@ struct Wave {
 struct Block<'a> {
     k: &'a Kernel,
     params: &'a [i64],
-    inputs: &'a [Vec<f32>],
+    inputs: &'a [&'a [f32]],
     coords: &'a [i64],
     shared: Vec<Vec<f32>>,
     waves: Vec<Wave>,
@@ -71,20 +71,33 @@ pub fn run_block(
     k: &Kernel,
     prog: &Program,
     params: &[i64],
-    inputs: &[Vec<f32>],
+    inputs: &[&[f32]],
     coords: &[i64],
     id: i64,
 ) -> Result<(Writes, u64), InterpError> {
+    let elems = |what: &str, dims: &[u32]| {
+        dims.iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d as usize))
+            .ok_or_else(|| InterpError::Overflow {
+                what: format!("the size of {what}"),
+            })
+    };
     let shared = k
         .shared
         .iter()
-        .map(|s| vec![0.0; (s.tile.rows * s.tile.cols * s.count) as usize])
-        .collect();
+        .map(|s| {
+            let n = elems(&s.name, &[s.tile.rows, s.tile.cols, s.count])?;
+            Ok(vec![0.0; n])
+        })
+        .collect::<Result<_, InterpError>>()?;
     let regs: Vec<Vec<f32>> = k
         .regs
         .iter()
-        .map(|r| vec![0.0; (r.shape().0 * r.shape().1) as usize])
-        .collect();
+        .map(|r| {
+            let (rows, cols) = r.shape();
+            Ok(vec![0.0; elems(&r.name, &[rows, cols])?])
+        })
+        .collect::<Result<_, InterpError>>()?;
     let waves = (0..k.waves)
         .map(|_| Wave {
             regs: regs.clone(),
@@ -273,17 +286,22 @@ impl<'a> Block<'a> {
             (0..dims.len()).all(|d| skip.contains(&d) || (0..dims[d]).contains(&origin[d]))
         };
         let (rd, cd) = (v.row_dim as usize, v.col_dim as usize);
-        let ok = base_in([rd, cd]);
+        let n = v.rows as usize * v.cols as usize;
+        if !base_in([rd, cd]) {
+            return Ok(vec![None; n]);
+        }
+        // Every coordinate used below is inside the tensor, so each offset is at most the one
+        // `required_len` computed with checked arithmetic: none of these sums can overflow.
         let base: i64 = (0..dims.len())
             .filter(|&d| d != rd && d != cd)
             .map(|d| origin[d] * strides[d])
             .sum();
-        let mut out = Vec::with_capacity((v.rows * v.cols) as usize);
+        let mut out = Vec::with_capacity(n);
         for i in 0..v.rows as i64 {
-            let r = origin[rd] + i;
+            let r = origin[rd].saturating_add(i);
             for j in 0..v.cols as i64 {
-                let c = origin[cd] + j;
-                let inside = ok && (0..dims[rd]).contains(&r) && (0..dims[cd]).contains(&c);
+                let c = origin[cd].saturating_add(j);
+                let inside = (0..dims[rd]).contains(&r) && (0..dims[cd]).contains(&c);
                 out.push(inside.then(|| (base + r * strides[rd] + c * strides[cd]) as usize));
             }
         }

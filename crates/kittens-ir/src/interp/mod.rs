@@ -10,6 +10,11 @@
 //!   first, vmcnt-style); a load never waited for never lands, so a missing wait reads stale data.
 //!   `WaitCount::Auto` is executed as a full drain (the analysis computes the real count).
 //! - **Bounds.** Global coordinates outside the tensor read as zero; stores to them are dropped.
+//! - **Access.** A kernel with a store to a tensor declared [`Access::Read`] is refused before it runs
+//!   ([`InterpError::WriteToReadOnly`]), and read-only tensors are never modified: where their values
+//!   are not representable in the tensor's dtype, the run reads a rounded private copy.
+//! - **Sizes.** Every length, offset and grid size is computed with checked arithmetic; an overflow is
+//!   an [`InterpError::Overflow`], never a wrapped index.
 //! - **Waves** of a block each follow their own path through the body (conditionals on the wave or
 //!   warpgroup, warp-specialised roles, the ping-pong's stagger) and stop at every barrier until all live
 //!   waves of its scope have arrived; barriers match by count (AMD `s_barrier`), and waves that have
@@ -21,7 +26,7 @@ mod exec;
 mod program;
 
 use crate::expr::Env;
-use crate::ir::{GridRemap, Kernel};
+use crate::ir::{Access, GridRemap, Kernel, Op};
 use kittens_hw::dtype::DType;
 use kittens_sched::remap;
 use thiserror::Error;
@@ -56,6 +61,15 @@ pub enum InterpError {
     },
     #[error("{op}: {detail}")]
     Op { op: String, detail: String },
+    /// The kernel stores to a tensor it declares read-only: its output would overwrite its input.
+    #[error("kernel `{kernel}` op {op}: store to `{tensor}`, which is declared read-only (Access::Read)")]
+    WriteToReadOnly {
+        kernel: String,
+        tensor: String,
+        op: usize,
+    },
+    #[error("{what} overflows 64-bit arithmetic")]
+    Overflow { what: String },
 }
 
 /// What a run did.
@@ -83,15 +97,43 @@ fn eval(e: &crate::Expr, params: &[i64], what: &str) -> Result<i64, InterpError>
 /// Elements a buffer for global `g` must hold: one past the largest offset its shape and strides reach.
 pub fn required_len(k: &Kernel, params: &[i64], g: usize) -> Result<usize, InterpError> {
     let d = &k.globals[g];
+    let overflow = || InterpError::Overflow {
+        what: format!("the extent of tensor `{}`", d.name),
+    };
     let mut last = 0i64;
     for (i, (dim, st)) in d.dims.iter().zip(&d.strides).enumerate() {
         let n = eval(dim, params, &format!("dim {i} of `{}`", d.name))?;
         if n <= 0 {
             return Ok(0);
         }
-        last += (n - 1) * eval(st, params, &format!("stride {i} of `{}`", d.name))?;
+        let st = eval(st, params, &format!("stride {i} of `{}`", d.name))?;
+        last = (n - 1)
+            .checked_mul(st)
+            .and_then(|x| last.checked_add(x))
+            .ok_or_else(overflow)?;
     }
-    Ok(last as usize + 1)
+    usize::try_from(last)
+        .ok()
+        .and_then(|x| x.checked_add(1))
+        .ok_or_else(overflow)
+}
+
+/// The first store to a read-only tensor, as an error.
+fn check_access(k: &Kernel) -> Result<(), InterpError> {
+    let mut bad = None;
+    k.for_each_op(|r| {
+        if let Op::StoreGlobal { dst, .. } = r.op {
+            let g = &k.globals[dst.tensor.0 as usize];
+            if g.access == Access::Read && bad.is_none() {
+                bad = Some(InterpError::WriteToReadOnly {
+                    kernel: k.name.clone(),
+                    tensor: g.name.clone(),
+                    op: r.index,
+                });
+            }
+        }
+    });
+    bad.map_or(Ok(()), Err)
 }
 
 /// The grid's coordinates for launch id `id` (seed 000 Algorithm 1 / seed 001 §4.1 via `kittens_sched`).
@@ -174,6 +216,11 @@ pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunSt
             got: tensors.len(),
         });
     }
+    check_access(k)?;
+    let rnd = |x: f32, dt| crate::numerics::round(x, dt, crate::numerics::Rounding::Rtne);
+    // Read-only tensors that need rounding are read through a rounded copy; the others are rounded
+    // in place (the kernel owns them).
+    let mut copies: Vec<Option<Vec<f32>>> = Vec::with_capacity(tensors.len());
     for (g, t) in tensors.iter_mut().enumerate() {
         let need = required_len(k, params, g)?;
         if t.len() < need {
@@ -184,9 +231,15 @@ pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunSt
             });
         }
         let dt = k.globals[g].dtype;
-        if dt != DType::F32 {
-            t.iter_mut()
-                .for_each(|x| *x = crate::numerics::round(*x, dt, crate::numerics::Rounding::Rtne));
+        let exact = |x: f32| x.is_nan() || rnd(x, dt) == x;
+        copies.push(None);
+        if dt == DType::F32 || t.iter().all(|&x| exact(x)) {
+            continue;
+        }
+        if k.globals[g].access == Access::Read {
+            copies[g] = Some(t.iter().map(|&x| rnd(x, dt)).collect());
+        } else {
+            t.iter_mut().for_each(|x| *x = rnd(*x, dt));
         }
     }
     let extents: Vec<i64> = k
@@ -195,11 +248,21 @@ pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunSt
         .iter()
         .map(|e| eval(e, params, "grid extent"))
         .collect::<Result<_, _>>()?;
-    let blocks: i64 = extents.iter().map(|e| e.max(&0)).product();
+    let blocks: i64 = extents
+        .iter()
+        .try_fold(1i64, |n, e| n.checked_mul(*e.max(&0)))
+        .ok_or_else(|| InterpError::Overflow {
+            what: format!("the grid size of `{}` ({extents:?})", k.name),
+        })?;
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .min(blocks.max(1) as usize);
-    let inputs: &[Vec<f32>] = tensors;
+        .min(usize::try_from(blocks.max(1)).unwrap_or(usize::MAX));
+    let inputs: Vec<&[f32]> = tensors
+        .iter()
+        .zip(&copies)
+        .map(|(t, c)| c.as_deref().unwrap_or(t))
+        .collect();
+    let inputs = &inputs[..];
     let program = program::Program::new(&k.body);
     let prog = &program;
     let results: Vec<Result<(Vec<exec::Writes>, u64), InterpError>> = std::thread::scope(|s| {
@@ -224,6 +287,7 @@ pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunSt
             .map(|h| h.join().expect("interpreter thread panicked"))
             .collect()
     });
+    drop(copies);
     let mut all = Vec::new();
     let mut wave_ops = 0;
     for r in results {
