@@ -147,19 +147,8 @@ fn gemm_lowers_and_compiles_for_gfx942() {
         "next tile staged in registers"
     );
     assert!(hot.mix.opcodes.get("ds_write_b128").copied().unwrap_or(0) > 0);
-<<<<<<< HEAD
-    // DESIGN.md: the gfx942 source also builds with Debian's clang-19 (required when CI=true).
+    // docs/architecture.md §6: the gfx942 source also builds with Debian's clang-19 (required when CI=true).
     if let Some(c) = debian_clang19() {
-=======
-    // docs/architecture.md §6: the gfx942 source also builds with Debian's clang-19 (where installed).
-    let debian = ToolchainSearch {
-        env_override: None,
-        rocm_clang: "/nonexistent".into(),
-        cache_dir: "/nonexistent".into(),
-        debian_clang: "clang-19".into(),
-    };
-    if let Ok(c) = debian.find(Arch::Cdna3) {
->>>>>>> docs
         assert_eq!(c.source, ClangSource::DebianClang19);
         let asm = c
             .compile_to_asm(&src, Arch::Cdna3)

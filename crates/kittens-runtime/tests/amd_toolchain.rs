@@ -101,13 +101,8 @@ fn code_object_is_an_amdgpu_elf_for_the_target() {
     }
 }
 
-<<<<<<< HEAD
-/// DESIGN.md: Debian's clang-19 must build the gfx942 source too. Required when `CI=true`
+/// docs/architecture.md §6: Debian's clang-19 must build the gfx942 source too. Required when `CI=true`
 /// (scripts/install-amdgpu-clang.sh installs it there); skipped with a note elsewhere.
-=======
-/// docs/architecture.md §6: Debian's clang-19 must build the gfx942 source too. Skipped (with a note) where it is
-/// not installed; scripts/install-amdgpu-clang.sh installs it in CI.
->>>>>>> docs
 #[test]
 fn debian_clang19_builds_gfx942() {
     let Some(clang) = debian_clang19() else {

@@ -1,15 +1,10 @@
 //! The GEMM benchmark behind `kittens bench gemm`: the Hopper `gemm_bf16` against cuBLAS in the same
 //! run. Correctness: our C against cuBLAS's C over every element, and both against an f64 dot product at
-<<<<<<< HEAD
 //! a few hundred random entries, judged by [`within_vendor_error`]; the output is poisoned with NaN
 //! first, so unwritten elements fail. Each shape is one row: a shape that fails (or cannot run: too
 //! large for the memory there is, a shape the kernel refuses) is reported in its row and the run goes
 //! on. Host and device memory are checked before anything is allocated.
-//! Timing (METHOD.md "Time properly"): CUDA events around each launch, warm-up first, the median of many
-=======
-//! a few hundred random entries; the output is poisoned with NaN first, so unwritten elements fail.
 //! Timing (bench/NOTES.md, "Method"): CUDA events around each launch, warm-up first, the median of many
->>>>>>> docs
 //! runs, ours and cuBLAS interleaved launch by launch, rotating among enough input copies that their
 //! total exceeds the L2 several times over, so the L2 cannot serve the inputs.
 
@@ -134,12 +129,8 @@ pub struct GemmBenchReport {
     pub checks: Vec<GemmBenchRow>,
 }
 
-<<<<<<< HEAD
 /// Our C against cuBLAS's over all elements: two correct bf16 results differ by at most a rounding step
 /// (2⁻⁸ relative) on some elements, far below this.
-=======
-/// Errors this loose: bf16 outputs round at 2⁻⁹ relative (bench/NOTES.md: bf16 lands between 1e-3 and 1e-2).
->>>>>>> docs
 const TOLERANCE: f64 = 1e-2;
 
 /// f32 → bf16 bits, round to nearest even (NaN stays NaN).

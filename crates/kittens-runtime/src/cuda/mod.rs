@@ -1,18 +1,10 @@
-<<<<<<< HEAD
 //! CUDA for NVIDIA Hopper (sm_90a): NVRTC compilation ([`nvrtc`](mod@nvrtc)) with a checked on-disk cache
 //! ([`cache`]), the driver API (devices, buffers, streams, events, launches, tensor maps: [`driver`]),
 //! cuBLAS for reference GEMMs ([`cublas`]), the GEMM benchmark ([`bench`](mod@bench)) and its correctness rule
 //! ([`check_rule`]). Sizes are checked before they reach the driver ([`limits`]). Every library is
-//! loaded at run time through `cudarc` (DESIGN.md principle 5), from absolute paths only ([`libs`]):
+//! loaded at run time through `cudarc` (docs/architecture.md principle 5), from absolute paths only ([`libs`]):
 //! building needs no CUDA, and a machine without a driver gets [`CudaError::NoDriver`] instead of a
 //! crash.
-=======
-//! CUDA for NVIDIA Hopper (sm_90a): NVRTC compilation with an on-disk cache ([`nvrtc`]), the driver API
-//! (devices, buffers, streams, events, launches, tensor maps: [`driver`]), cuBLAS for reference GEMMs
-//! ([`cublas`]) and the GEMM benchmark ([`bench`]). Every library is loaded at run time through `cudarc`
-//! (docs/architecture.md principle 5): building needs no CUDA, and a machine without a driver gets
-//! [`CudaError::NoDriver`] instead of a crash.
->>>>>>> docs
 
 pub mod bench;
 pub mod cache;

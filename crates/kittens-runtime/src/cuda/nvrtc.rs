@@ -2,16 +2,9 @@
 //! report, and the on-disk cache ([`super::cache`]) keyed by source, target, options and the compiler's
 //! full version.
 //!
-<<<<<<< HEAD
-//! NVRTC is loaded at run time through `cudarc` (DESIGN.md principle 5), from absolute folders only
+//! NVRTC is loaded at run time through `cudarc` (docs/architecture.md principle 5), from absolute folders only
 //! ([`super::libs`]): `$KITTENS_NVRTC`, the PyPI wheel that `scripts/install-nvrtc.sh` puts in the
 //! project's `.cache/nvrtc`, the CUDA toolkit's places, then the loader's search path.
-=======
-//! NVRTC is loaded at run time through `cudarc` (docs/architecture.md principle 5). `cudarc` opens libraries by their
-//! file name only, so a copy found elsewhere (the PyPI wheel in `.cache/nvrtc`) is opened first by its full
-//! path with `RTLD_GLOBAL`: the dynamic loader then answers `cudarc`'s later `dlopen("libnvrtc.so.13")`
-//! with the library already in the process, matched by its SONAME.
->>>>>>> docs
 
 use std::ffi::{CStr, CString};
 use std::path::{Path, PathBuf};
