@@ -5,6 +5,7 @@
 //! [`CudaError::NoDriver`] instead of a crash.
 
 pub mod bench;
+pub mod caller;
 pub mod cublas;
 pub mod driver;
 pub mod gemm_kernel;
