@@ -74,7 +74,7 @@ pub fn attention(
     sh: &AttnShape,
     causal: bool,
 ) -> Result<Vec<f32>, KernelError> {
-    if !ATTN_DIMS.contains(&sh.dim) || sh.dim % 32 != 0 {
+    if !ATTN_DIMS.contains(&sh.dim) || !sh.dim.is_multiple_of(32) {
         return Err(config(format!(
             "head dimension {} is not supported: attn_fwd takes multiples of 32 from {} to {}",
             sh.dim,
@@ -82,7 +82,7 @@ pub fn attention(
             ATTN_DIMS.end()
         )));
     }
-    if sh.heads_kv == 0 || sh.heads % sh.heads_kv != 0 {
+    if sh.heads_kv == 0 || !sh.heads.is_multiple_of(sh.heads_kv) {
         return Err(config(format!(
             "{} query heads cannot be grouped over {} key/value heads (GQA needs a divisor)",
             sh.heads, sh.heads_kv
