@@ -94,7 +94,7 @@ def matmul(a: Any, b: Any, *, out: Any = None):
     or loads the kernel) they can be captured in a CUDA graph.
     """
     if _grad_needed(a, b):
-        return _autograd().MatmulFunction.apply(a, b)
+        return _torch_functions().MatmulFunction.apply(a, b)
     return _matmul(a, b, out)
 
 
@@ -149,7 +149,7 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     if _grad_needed(q, k, v):
         if out is not None:
             raise RuntimeError("kittens.attention(out=...) does not support autograd; use torch.no_grad()")
-        return _autograd().AttentionFunction.apply(q, k, v, causal, scale)
+        return _torch_functions().AttentionFunction.apply(q, k, v, causal, scale)
     return _attention(q, k, v, causal, scale, out)
 
 
@@ -169,7 +169,7 @@ def _attention(q, k, v, causal, scale, out):
 _AUTOGRAD = None
 
 
-def _autograd():
+def _torch_functions():
     """The torch.autograd.Functions, made on first use so that importing kittens needs no torch."""
     global _AUTOGRAD
     if _AUTOGRAD is None:
@@ -181,5 +181,5 @@ def _autograd():
 
 def __getattr__(name: str):
     if name == "AttentionFunction":
-        return _autograd().AttentionFunction
+        return _torch_functions().AttentionFunction
     raise AttributeError(f"module 'kittens' has no attribute {name!r}")
