@@ -37,9 +37,13 @@ fn main() {
             text.push_str(&s);
         }
     }
-    let out = PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("corpus.txt");
+    let out =
+        PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR")).join("corpus.txt");
     std::fs::write(&out, text).expect("OUT_DIR is writable");
-    println!("cargo:rerun-if-changed={}", root.join("README.md").display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        root.join("README.md").display()
+    );
     println!("cargo:rerun-if-changed={}", root.join("docs").display());
     println!("cargo:rerun-if-changed={}", crates.display());
 }

@@ -40,7 +40,11 @@ pub fn describe(load: &KernelLoad) -> String {
 /// The addresses in `p` must be live device arrays of the checked shapes on that device, kept alive by
 /// the caller until the stream has run the launch (PyTorch's caching allocator does this for tensors used
 /// on their own current stream).
-pub unsafe fn matmul(p: &Matmul, ordinal: i32, stream: u64) -> Result<Option<KernelLoad>, ApiError> {
+pub unsafe fn matmul(
+    p: &Matmul,
+    ordinal: i32,
+    stream: u64,
+) -> Result<Option<KernelLoad>, ApiError> {
     let ptrs = GemmPointers {
         a: p.a,
         // b = w.T: the kernel's B (N×K row-major) is w, at b's own address.

@@ -23,7 +23,9 @@ unsafe fn read_bf16(ptr: u64, len: usize) -> Vec<f32> {
     }
     // SAFETY: guaranteed by the caller.
     let bits = unsafe { std::slice::from_raw_parts(ptr as *const u16, len) };
-    bits.iter().map(|&b| f32::from_bits(u32::from(b) << 16)).collect()
+    bits.iter()
+        .map(|&b| f32::from_bits(u32::from(b) << 16))
+        .collect()
 }
 
 /// Writes `values` (bf16-exact f32, as the interpreter stores bf16 outputs) as bf16 at `ptr`.

@@ -29,10 +29,7 @@ fn to_py(e: ApiError) -> PyErr {
 }
 
 /// Runs `f` without the GIL and with panics caught: a bug becomes a RuntimeError, never an abort.
-fn guarded<T: Send>(
-    py: Python<'_>,
-    f: impl FnOnce() -> Result<T, ApiError> + Send,
-) -> PyResult<T> {
+fn guarded<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, ApiError> + Send) -> PyResult<T> {
     let r = py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
     match r {
         Ok(v) => v.map_err(to_py),
@@ -151,7 +148,10 @@ fn verbose() -> bool {
 /// when the wheel was built.
 #[pyfunction]
 fn corpus(py: Python<'_>) -> Bound<'_, PyBytes> {
-    PyBytes::new(py, include_str!(concat!(env!("OUT_DIR"), "/corpus.txt")).as_bytes())
+    PyBytes::new(
+        py,
+        include_str!(concat!(env!("OUT_DIR"), "/corpus.txt")).as_bytes(),
+    )
 }
 
 #[pymodule]

@@ -111,13 +111,17 @@ impl View {
 
     /// Byte range `[start, end)` of a dense array.
     fn bytes(&self) -> Result<(u64, u64), ApiError> {
-        let n = self
-            .elems()
-            .and_then(|e| e.checked_mul(2))
-            .ok_or_else(|| ApiError::Value(format!("{} of shape {} is too large", self.name, self.dims())))?;
-        let end = self.ptr.checked_add(n as u64).ok_or_else(|| {
-            ApiError::Value(format!("{}: address range overflows", self.name))
+        let n = self.elems().and_then(|e| e.checked_mul(2)).ok_or_else(|| {
+            ApiError::Value(format!(
+                "{} of shape {} is too large",
+                self.name,
+                self.dims()
+            ))
         })?;
+        let end = self
+            .ptr
+            .checked_add(n as u64)
+            .ok_or_else(|| ApiError::Value(format!("{}: address range overflows", self.name)))?;
         Ok((self.ptr, end))
     }
 }
