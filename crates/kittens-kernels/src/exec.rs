@@ -38,9 +38,9 @@ fn param(x: usize, what: &str) -> Result<i64, KernelError> {
         .map_err(|_| config(format!("{what} = {x} exceeds the kernel's i64 parameters")))
 }
 
-/// `C = A·Bᵀ` through `gemm_bf16` (seed 000 E.1 tiles, the ping-pong schedule): A is `m × k`, B is `n × k`,
-/// both row-major; returns C, `m × n` row-major. `k = 0` gives zeros without running the kernel (an empty
-/// sum); `m = 0` or `n = 0` an empty C.
+/// `C = A·Bᵀ` through `gemm_bf16` (HipKittens Appendix E.1 tiles, the ping-pong schedule): A is
+/// `m × k`, B is `n × k`, both row-major; returns C, `m × n` row-major. `k = 0` gives zeros without
+/// running the kernel (an empty sum); `m = 0` or `n = 0` an empty C.
 pub fn gemm_abt(
     a: &[f32],
     b: &[f32],
@@ -65,8 +65,9 @@ pub fn gemm_abt(
 /// bounds the register tiles (`q_rows × dim` f32 per wave) to what the kernel was sized for.
 pub const ATTN_DIMS: std::ops::RangeInclusive<usize> = 32..=256;
 
-/// `softmax(Q·Kᵀ/√d)·V` through `attn_fwd` (seed 000 E.3 tiles): Q and the returned O hold `sh.heads` heads,
-/// K and V `sh.heads_kv`, all dense in `sh.layout`. The softmax scale is the kernel's fixed `1/√d`.
+/// `softmax(Q·Kᵀ/√d)·V` through `attn_fwd` (HipKittens Appendix E.3 tiles): Q and the returned O hold
+/// `sh.heads` heads, K and V `sh.heads_kv`, all dense in `sh.layout`. The softmax scale is the
+/// kernel's fixed `1/√d`.
 pub fn attention(
     q: &[f32],
     k: &[f32],
