@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The project's test command (the README's second command). On a fresh machine it installs what the
 # tests need into ./.cache and the system — PyPI's ziglang (clang 22, gfx942 + gfx950), Debian's clang-19
-# (gfx942), PyPI's nvidia-cuda-nvrtc (sm_90a) — then runs every test of the workspace in release mode.
+# (gfx942), PyPI's nvidia-cuda-nvrtc (sm_90a) — then runs every test of the workspace in release mode, and
+# the Python package's tests (scripts/test-python.sh: wheel, fresh virtualenv, pytest on the CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 echo "== installing toolchains (idempotent)"
@@ -9,3 +10,5 @@ bash scripts/install-amdgpu-clang.sh
 bash scripts/install-nvrtc.sh
 echo "== cargo test --workspace --release"
 cargo test --workspace --release 2>&1
+echo "== python package"
+bash scripts/test-python.sh

@@ -2,11 +2,13 @@
 //!
 //! Each kernel module has a config and `build(&Config) -> Result<Kernel, KernelError>` that every
 //! backend uses; [`reference`] holds the f64 references; [`cpu`] runs a kernel on the interpreter on
-//! random inputs and reports its error; [`by_name`] is the registry the CLI reads.
+//! random inputs and reports its error; [`exec`] runs one on the caller's inputs and returns its output;
+//! [`by_name`] is the registry the CLI reads.
 
 pub mod attn_fwd;
 pub mod budget;
 pub mod cpu;
+pub mod exec;
 pub mod gemm_bf16;
 pub mod gemm_bf16_i4;
 pub mod gemm_bf16_ws;

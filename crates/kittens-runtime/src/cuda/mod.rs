@@ -8,6 +8,7 @@
 
 pub mod bench;
 pub mod cache;
+pub mod caller;
 pub mod check_rule;
 pub mod cublas;
 pub mod driver;

@@ -1,0 +1,68 @@
+//! The CUDA path: the caller's device pointers and stream go to `kittens_runtime::cuda::caller`, which
+//! launches the lowered sm_90a GEMM in the device's primary context (PyTorch's). Attention has no sm_90a
+//! kernel yet, so CUDA attention is an error, never a silent trip through the CPU.
+
+use kittens_runtime::cuda::caller::{self, GemmPointers, KernelLoad};
+use kittens_runtime::cuda::CudaError;
+
+use crate::view::{ApiError, Matmul};
+
+fn cuda_error(e: CudaError) -> ApiError {
+    match e {
+        CudaError::Invalid(m) => ApiError::Value(m),
+        other => ApiError::Runtime(format!("CUDA: {other}")),
+    }
+}
+
+/// What a verbose caller is told about the first launch on a device.
+pub fn describe(load: &KernelLoad) -> String {
+    let c = &load.compile;
+    format!(
+        "kittens: {} on {}: {} in {:.2} s (NVRTC {}, {} registers, {} B spills, {} B dynamic shared)",
+        load.kernel,
+        load.device,
+        if c.cached {
+            "loaded from the disk cache"
+        } else {
+            "compiled"
+        },
+        load.seconds,
+        c.nvrtc_version,
+        c.registers,
+        c.spill_stores,
+        c.dynamic_shared_bytes
+    )
+}
+
+/// Enqueues `out = a @ b` on `stream` of device `ordinal`; returns the kernel load on a device's first call.
+///
+/// # Safety
+/// The addresses in `p` must be live device arrays of the checked shapes on that device, kept alive by
+/// the caller until the stream has run the launch (PyTorch's caching allocator does this for tensors used
+/// on their own current stream).
+pub unsafe fn matmul(
+    p: &Matmul,
+    ordinal: i32,
+    stream: u64,
+) -> Result<Option<KernelLoad>, ApiError> {
+    let ptrs = GemmPointers {
+        a: p.a,
+        // b = w.T: the kernel's B (N×K row-major) is w, at b's own address.
+        b: p.b,
+        c: p.c,
+        m: p.m,
+        n: p.n,
+        k: p.k,
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe { caller::gemm_bf16_abt(ordinal, stream, &ptrs) }.map_err(cuda_error)
+}
+
+/// CUDA attention is not there yet.
+pub fn attention() -> ApiError {
+    ApiError::Runtime(
+        "kittens.attention has no CUDA kernel yet (attn_fwd is not lowered to sm_90a); it runs on CPU \
+         arrays only, and CUDA tensors are never moved to the CPU behind your back"
+            .into(),
+    )
+}

@@ -1,0 +1,95 @@
+//! The CPU path: bf16 arrays in host memory, read into f32 (exact), run on the interpreter through
+//! `kittens_kernels::exec`, and the bf16 result written into the output array.
+
+use kittens_kernels::exec;
+use kittens_kernels::reference::AttnShape;
+
+use crate::view::{ApiError, Attention, Matmul};
+
+fn kernel_error(e: kittens_kernels::KernelError) -> ApiError {
+    match e {
+        kittens_kernels::KernelError::Config(m) => ApiError::Value(m),
+        other => ApiError::Runtime(other.to_string()),
+    }
+}
+
+/// Reads `len` bf16 values at `ptr` as f32 (bf16 is the top half of an f32, so this is exact).
+///
+/// # Safety
+/// `ptr` must address `len` readable, 2-byte aligned bf16 values that stay alive during the call.
+unsafe fn read_bf16(ptr: u64, len: usize) -> Vec<f32> {
+    if len == 0 {
+        return Vec::new();
+    }
+    // SAFETY: guaranteed by the caller.
+    let bits = unsafe { std::slice::from_raw_parts(ptr as *const u16, len) };
+    bits.iter()
+        .map(|&b| f32::from_bits(u32::from(b) << 16))
+        .collect()
+}
+
+/// Writes `values` (bf16-exact f32, as the interpreter stores bf16 outputs) as bf16 at `ptr`.
+///
+/// # Safety
+/// `ptr` must address `values.len()` writable, 2-byte aligned bf16 slots that no one else accesses.
+unsafe fn write_bf16(ptr: u64, values: &[f32]) {
+    if values.is_empty() {
+        return;
+    }
+    // SAFETY: guaranteed by the caller.
+    let out = unsafe { std::slice::from_raw_parts_mut(ptr as *mut u16, values.len()) };
+    for (o, v) in out.iter_mut().zip(values) {
+        *o = (v.to_bits() >> 16) as u16;
+    }
+}
+
+fn aligned(ptrs: &[(&str, u64)]) -> Result<(), ApiError> {
+    match ptrs.iter().find(|(_, p)| p % 2 != 0) {
+        Some((name, p)) => Err(ApiError::Value(format!(
+            "{name} at {p:#x} is not 2-byte aligned for bf16"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// `out = a @ b` on the interpreter.
+///
+/// # Safety
+/// The addresses in `p` must be live host arrays of the checked shapes (`crate::view::matmul`).
+pub unsafe fn matmul(p: &Matmul) -> Result<(), ApiError> {
+    aligned(&[("a", p.a), ("b", p.b), ("out", p.c)])?;
+    // SAFETY: dense arrays of these sizes, checked by `view::matmul`; guaranteed live by the caller.
+    let (a, b) = unsafe { (read_bf16(p.a, p.m * p.k), read_bf16(p.b, p.n * p.k)) };
+    let c = exec::gemm_abt(&a, &b, p.m, p.n, p.k).map_err(kernel_error)?;
+    // SAFETY: as above; `out` is disjoint from the inputs (checked).
+    unsafe { write_bf16(p.c, &c) };
+    Ok(())
+}
+
+/// `out = softmax(q·kᵀ/√d)·v` on the interpreter.
+///
+/// # Safety
+/// The addresses in `p` must be live host arrays of the checked shapes (`crate::view::attention`).
+pub unsafe fn attention(p: &Attention, causal: bool) -> Result<(), ApiError> {
+    aligned(&[("q", p.q), ("k", p.k), ("v", p.v), ("out", p.o)])?;
+    let sh = AttnShape {
+        batch: p.batch,
+        heads: p.heads,
+        heads_kv: p.heads_kv,
+        seq: p.seq,
+        dim: p.dim,
+        layout: p.layout,
+    };
+    // SAFETY: dense arrays of these sizes, checked by `view::attention`; live per the caller.
+    let (q, k, v) = unsafe {
+        (
+            read_bf16(p.q, sh.len(sh.heads)),
+            read_bf16(p.k, sh.len(sh.heads_kv)),
+            read_bf16(p.v, sh.len(sh.heads_kv)),
+        )
+    };
+    let o = exec::attention(&q, &k, &v, &sh, causal).map_err(kernel_error)?;
+    // SAFETY: as above; `out` is disjoint from the inputs (checked).
+    unsafe { write_bf16(p.o, &o) };
+    Ok(())
+}

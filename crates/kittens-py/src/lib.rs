@@ -1,0 +1,166 @@
+//! `kittens._kittens`, the extension module under the Python package `kittens` (python/kittens): the
+//! kernels on the caller's own arrays. The Python side reads each array's address, shape, strides, dtype
+//! and device (numpy, torch, DLPack) and allocates outputs; this module checks them ([`view`]), runs the
+//! kernel on the CPU interpreter ([`host`]) or launches it on the caller's CUDA stream ([`gpu`]), and
+//! turns every failure — panics included — into a Python exception.
+//!
+//! No GPU library is linked: the CUDA driver and NVRTC are opened at run time by `kittens-runtime`.
+
+mod gpu;
+mod host;
+mod view;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use view::{ApiError, Device, ViewArgs};
+
+static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+fn to_py(e: ApiError) -> PyErr {
+    match e {
+        ApiError::Type(m) => PyTypeError::new_err(m),
+        ApiError::Value(m) => PyValueError::new_err(m),
+        ApiError::Runtime(m) => PyRuntimeError::new_err(m),
+    }
+}
+
+/// Runs `f` without the GIL and with panics caught: a bug becomes a RuntimeError, never an abort.
+fn guarded<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, ApiError> + Send) -> PyResult<T> {
+    let r = py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
+    match r {
+        Ok(v) => v.map_err(to_py),
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            Err(PyRuntimeError::new_err(format!(
+                "kittens internal error (a Rust panic, caught): {msg}"
+            )))
+        }
+    }
+}
+
+fn say(msg: &str) {
+    if VERBOSE.load(Ordering::Relaxed) {
+        eprintln!("{msg}");
+    }
+}
+
+/// `out = a @ b` for bf16 `a` (M, K) row-major and `b` (K, N) = `w.T` of a row-major (N, K) `w`. CPU
+/// arrays run on the interpreter; CUDA arrays are launched on `stream` (a `CUstream` handle; 0 is the
+/// legacy default stream) and the call returns once the launch is enqueued.
+#[pyfunction]
+fn matmul(py: Python<'_>, a: ViewArgs, b: ViewArgs, out: ViewArgs, stream: u64) -> PyResult<()> {
+    let (a, b, out) = (
+        view::view("a", a).map_err(to_py)?,
+        view::view("b", b).map_err(to_py)?,
+        view::view("out", out).map_err(to_py)?,
+    );
+    let p = view::matmul(&a, &b, &out).map_err(to_py)?;
+    guarded(py, move || match p.device {
+        Device::Cpu => {
+            let t = std::time::Instant::now();
+            // SAFETY: the Python caller holds the arrays alive for the call; shapes checked above.
+            unsafe { host::matmul(&p)? };
+            say(&format!(
+                "kittens: matmul {}x{}x{} on the CPU interpreter in {:.3} s",
+                p.m,
+                p.n,
+                p.k,
+                t.elapsed().as_secs_f64()
+            ));
+            Ok(())
+        }
+        Device::Cuda(ordinal) => {
+            // SAFETY: the Python caller passes live tensors of this device used on their own stream.
+            if let Some(load) = unsafe { gpu::matmul(&p, ordinal, stream)? } {
+                say(&gpu::describe(&load));
+            }
+            Ok(())
+        }
+    })
+}
+
+/// `out = softmax(q·kᵀ·scale)·v` for bf16 (B, H, N, D) `q`/`out` and (B, H_kv, N, D) `k`/`v` (GQA when
+/// H_kv < H), all in (B, H, N, D) or (B, N, H, D) memory order; `causal` masks keys after each query.
+#[pyfunction]
+#[pyo3(signature = (q, k, v, out, causal, scale, stream))]
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    py: Python<'_>,
+    q: ViewArgs,
+    k: ViewArgs,
+    v: ViewArgs,
+    out: ViewArgs,
+    causal: bool,
+    scale: Option<f64>,
+    stream: u64,
+) -> PyResult<()> {
+    let _ = stream; // no CUDA attention yet
+    let views = [
+        view::view("q", q),
+        view::view("k", k),
+        view::view("v", v),
+        view::view("out", out),
+    ];
+    let [q, k, v, out] = views.map(|r| r.map_err(to_py));
+    let (q, k, v, out) = (q?, k?, v?, out?);
+    let p = view::attention(&q, &k, &v, &out, scale).map_err(to_py)?;
+    guarded(py, move || match p.device {
+        Device::Cpu => {
+            let t = std::time::Instant::now();
+            // SAFETY: the Python caller holds the arrays alive for the call; shapes checked above.
+            unsafe { host::attention(&p, causal)? };
+            say(&format!(
+                "kittens: attention B={} H={} H_kv={} N={} D={} causal={causal} on the CPU interpreter \
+                 in {:.3} s",
+                p.batch,
+                p.heads,
+                p.heads_kv,
+                p.seq,
+                p.dim,
+                t.elapsed().as_secs_f64()
+            ));
+            Ok(())
+        }
+        Device::Cuda(_) => Err(gpu::attention()),
+    })
+}
+
+/// Turns the reports of compile times and CPU run times on stderr on or off.
+#[pyfunction]
+fn set_verbose(on: bool) {
+    VERBOSE.store(on, Ordering::Relaxed);
+}
+
+#[pyfunction]
+fn verbose() -> bool {
+    VERBOSE.load(Ordering::Relaxed)
+}
+
+/// The training text shipped in the module: the repository's README, docs and Rust sources as they were
+/// when the wheel was built.
+#[pyfunction]
+fn corpus(py: Python<'_>) -> Bound<'_, PyBytes> {
+    PyBytes::new(
+        py,
+        include_str!(concat!(env!("OUT_DIR"), "/corpus.txt")).as_bytes(),
+    )
+}
+
+#[pymodule]
+fn _kittens(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(matmul, m)?)?;
+    m.add_function(wrap_pyfunction!(attention, m)?)?;
+    m.add_function(wrap_pyfunction!(set_verbose, m)?)?;
+    m.add_function(wrap_pyfunction!(verbose, m)?)?;
+    m.add_function(wrap_pyfunction!(corpus, m)?)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

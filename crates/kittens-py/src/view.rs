@@ -1,0 +1,353 @@
+//! What the Python side hands over for each array (address, shape, strides in elements, dtype, device)
+//! and the checks that turn a call's arrays into a kernel problem — or into an error naming what is wrong.
+//!
+//! The layout rules are the same on the CPU and on the GPU: an array is accepted only where the kernel
+//! reads it in place (on the GPU through TMA, which needs dense 16-byte-aligned rows), so code that runs
+//! on CPU arrays runs unchanged on CUDA tensors, and nothing is ever copied behind the caller's back.
+
+use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::exec::ATTN_DIMS;
+
+/// Errors that become Python exceptions of the matching type.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// `TypeError`: wrong dtype.
+    #[error("{0}")]
+    Type(String),
+    /// `ValueError`: shapes, strides, devices, sizes.
+    #[error("{0}")]
+    Value(String),
+    /// `RuntimeError`: no driver, no kernel for this device, a failed launch.
+    #[error("{0}")]
+    Runtime(String),
+}
+
+/// Where an array lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Device {
+    Cpu,
+    Cuda(i32),
+}
+
+impl std::fmt::Display for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Device::Cpu => write!(f, "cpu"),
+            Device::Cuda(i) => write!(f, "cuda:{i}"),
+        }
+    }
+}
+
+/// One array as the Python side describes it: `(address, shape, strides in elements, dtype name,
+/// device type "cpu"/"cuda", device index)`.
+pub type ViewArgs = (u64, Vec<i64>, Vec<i64>, String, String, i32);
+
+#[derive(Debug, Clone)]
+pub struct View {
+    pub name: &'static str,
+    pub ptr: u64,
+    pub shape: Vec<usize>,
+    pub strides: Vec<i64>,
+    pub device: Device,
+}
+
+/// Reads one array's description, checking the dtype (bf16 only, for now) and the device.
+pub fn view(name: &'static str, args: ViewArgs) -> Result<View, ApiError> {
+    let (ptr, shape, strides, dtype, dev, index) = args;
+    if dtype != "bfloat16" {
+        return Err(ApiError::Type(format!(
+            "{name} has dtype {dtype}; kittens' kernels take bfloat16"
+        )));
+    }
+    if shape.len() != strides.len() {
+        return Err(ApiError::Value(format!(
+            "{name}: {} dimensions but {} strides",
+            shape.len(),
+            strides.len()
+        )));
+    }
+    let shape = shape
+        .iter()
+        .map(|&d| usize::try_from(d))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| ApiError::Value(format!("{name}: negative dimension in {shape:?}")))?;
+    let device = match dev.as_str() {
+        "cpu" => Device::Cpu,
+        "cuda" if index >= 0 => Device::Cuda(index),
+        other => {
+            return Err(ApiError::Value(format!(
+                "{name} is on device `{other}:{index}`; kittens runs on cpu and cuda arrays"
+            )))
+        }
+    };
+    Ok(View {
+        name,
+        ptr,
+        shape,
+        strides,
+        device,
+    })
+}
+
+impl View {
+    fn dims(&self) -> String {
+        format!("{:?}", self.shape)
+    }
+
+    /// Whether the strides are `want` on every dimension longer than 1 (a size-1 dimension's stride is
+    /// never used to address anything, and frameworks set it freely).
+    fn strides_are(&self, want: &[usize]) -> bool {
+        self.shape
+            .iter()
+            .zip(&self.strides)
+            .zip(want)
+            .all(|((&n, &s), &w)| n <= 1 || usize::try_from(s) == Ok(w))
+    }
+
+    /// Elements the array spans, or `None` on overflow (the caller reports it).
+    fn elems(&self) -> Option<usize> {
+        self.shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
+    }
+
+    /// Byte range `[start, end)` of a dense array.
+    fn bytes(&self) -> Result<(u64, u64), ApiError> {
+        let n = self.elems().and_then(|e| e.checked_mul(2)).ok_or_else(|| {
+            ApiError::Value(format!(
+                "{} of shape {} is too large",
+                self.name,
+                self.dims()
+            ))
+        })?;
+        let end = self
+            .ptr
+            .checked_add(n as u64)
+            .ok_or_else(|| ApiError::Value(format!("{}: address range overflows", self.name)))?;
+        Ok((self.ptr, end))
+    }
+}
+
+/// All arrays of one call on one device.
+fn same_device(views: &[&View]) -> Result<Device, ApiError> {
+    let d = views[0].device;
+    if let Some(v) = views.iter().find(|v| v.device != d) {
+        return Err(ApiError::Value(format!(
+            "arrays on different devices: {} is on {}, {} on {}",
+            views[0].name, d, v.name, v.device
+        )));
+    }
+    Ok(d)
+}
+
+/// The output must not share memory with an input (the kernel reads inputs while it writes).
+fn disjoint(out: &View, inputs: &[&View]) -> Result<(), ApiError> {
+    let (o0, o1) = out.bytes()?;
+    for v in inputs {
+        let (i0, i1) = v.bytes()?;
+        if o0 < i1 && i0 < o1 && o0 < o1 && i0 < i1 {
+            return Err(ApiError::Value(format!(
+                "out overlaps {} in memory; pass a separate output array",
+                v.name
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn ndim(v: &View, n: usize, what: &str) -> Result<(), ApiError> {
+    if v.shape.len() == n {
+        Ok(())
+    } else {
+        Err(ApiError::Value(format!(
+            "{} must be {n}-D {what}, got shape {}",
+            v.name,
+            v.dims()
+        )))
+    }
+}
+
+/// A checked `a @ b`: `C = A·Bᵀ` with A = `a` (M×K row-major) and Bᵀ = `b` (K×N, stored as an N×K
+/// row-major matrix, i.e. `b = w.T` for a contiguous `w`), C = `out` (M×N row-major).
+#[derive(Debug, Clone, Copy)]
+pub struct Matmul {
+    pub device: Device,
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+pub fn matmul(a: &View, b: &View, out: &View) -> Result<Matmul, ApiError> {
+    ndim(a, 2, "(M, K)")?;
+    ndim(b, 2, "(K, N)")?;
+    ndim(out, 2, "(M, N)")?;
+    let (m, k, n) = (a.shape[0], a.shape[1], b.shape[1]);
+    if b.shape[0] != k {
+        return Err(ApiError::Value(format!(
+            "a @ b: a is {} (M, K) but b is {}: b needs K = {k} rows",
+            a.dims(),
+            b.dims()
+        )));
+    }
+    if out.shape != [m, n] {
+        return Err(ApiError::Value(format!(
+            "out has shape {}, a @ b has shape [{m}, {n}]",
+            out.dims()
+        )));
+    }
+    let device = same_device(&[a, b, out])?;
+    if !a.strides_are(&[k, 1]) {
+        return Err(ApiError::Value(format!(
+            "a must be row-major and contiguous (strides ({k}, 1)), got strides {:?}; the kernel reads \
+             it in place and kittens makes no hidden copies: pass a contiguous copy",
+            a.strides
+        )));
+    }
+    if !b.strides_are(&[1, k]) {
+        return Err(ApiError::Value(format!(
+            "b must be the transpose of a contiguous (N, K) matrix, i.e. b = w.T with w of shape ({n}, \
+             {k}) and b's strides (1, {k}) — the kernel computes A·Wᵀ — got strides {:?}; a row-major \
+             (K, N) b needs a copy: pass w = b.T made contiguous, as kittens.matmul(a, w.T)",
+            b.strides
+        )));
+    }
+    if !out.strides_are(&[n, 1]) {
+        return Err(ApiError::Value(format!(
+            "out must be row-major and contiguous (strides ({n}, 1)), got strides {:?}",
+            out.strides
+        )));
+    }
+    disjoint(out, &[a, b])?;
+    Ok(Matmul {
+        device,
+        a: a.ptr,
+        b: b.ptr,
+        c: out.ptr,
+        m,
+        n,
+        k,
+    })
+}
+
+/// A checked attention call: `q, out` are (B, H, N, D), `k, v` (B, H_kv, N, D), all in one of the two
+/// dense layouts `attn_fwd` reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Attention {
+    pub device: Device,
+    pub q: u64,
+    pub k: u64,
+    pub v: u64,
+    pub o: u64,
+    pub batch: usize,
+    pub heads: usize,
+    pub heads_kv: usize,
+    pub seq: usize,
+    pub dim: usize,
+    pub layout: AttnLayout,
+}
+
+/// Dense strides of logical (B, H, N, D) in `layout`.
+fn attn_strides(layout: AttnLayout, s: &[usize]) -> [usize; 4] {
+    let (h, n, d) = (s[1], s[2], s[3]);
+    match layout {
+        AttnLayout::Bhsd => [h * n * d, n * d, d, 1],
+        AttnLayout::Bshd => [n * h * d, d, h * d, 1],
+    }
+}
+
+pub fn attention(
+    q: &View,
+    k: &View,
+    v: &View,
+    out: &View,
+    scale: Option<f64>,
+) -> Result<Attention, ApiError> {
+    for t in [q, k, v, out] {
+        ndim(t, 4, "(B, H, N, D) as for F.scaled_dot_product_attention")?;
+    }
+    let [b, h, n, d] = [q.shape[0], q.shape[1], q.shape[2], q.shape[3]];
+    let hk = k.shape[1];
+    if k.shape != v.shape {
+        return Err(ApiError::Value(format!(
+            "k has shape {} but v has shape {}",
+            k.dims(),
+            v.dims()
+        )));
+    }
+    if k.shape[0] != b || k.shape[3] != d {
+        return Err(ApiError::Value(format!(
+            "q is {} but k is {}: batch and head dim must match",
+            q.dims(),
+            k.dims()
+        )));
+    }
+    if k.shape[2] != n {
+        return Err(ApiError::Value(format!(
+            "q has {n} queries but k has {} keys: kittens.attention needs as many keys as queries",
+            k.shape[2]
+        )));
+    }
+    if hk == 0 || !h.is_multiple_of(hk) {
+        return Err(ApiError::Value(format!(
+            "{h} query heads cannot share {hk} key/value heads: GQA needs H divisible by H_kv"
+        )));
+    }
+    if out.shape != q.shape {
+        return Err(ApiError::Value(format!(
+            "out has shape {}, the output has q's shape {}",
+            out.dims(),
+            q.dims()
+        )));
+    }
+    if !ATTN_DIMS.contains(&d) || !d.is_multiple_of(32) {
+        return Err(ApiError::Value(format!(
+            "head dim {d} is not supported: kittens.attention takes multiples of 32 from {} to {}",
+            ATTN_DIMS.start(),
+            ATTN_DIMS.end()
+        )));
+    }
+    // attn_fwd scales Q by log2(e)/√d before the exp2 softmax: that is the only scale it computes.
+    let default = 1.0 / (d as f64).sqrt();
+    if let Some(s) = scale {
+        if (s - default).abs() > 1e-6 * default {
+            return Err(ApiError::Value(format!(
+                "scale={s} is not supported: the kernel applies the default softmax scale 1/sqrt({d}) = \
+                 {default:.6} only; pass scale=None"
+            )));
+        }
+    }
+    let device = same_device(&[q, k, v, out])?;
+    let layout = [AttnLayout::Bshd, AttnLayout::Bhsd]
+        .into_iter()
+        .find(|&l| {
+            [q, k, v, out]
+                .iter()
+                .all(|t| t.strides_are(&attn_strides(l, &t.shape)))
+        })
+        .ok_or_else(|| {
+            let describe = |t: &View| format!("{} strides {:?}", t.name, t.strides);
+            ApiError::Value(format!(
+                "q, k, v and out must all be dense in one layout, (B, H, N, D) strides or the transpose \
+                 of a (B, N, H, D) tensor (q.transpose(1, 2)); got {}, {}, {}, {}",
+                describe(q),
+                describe(k),
+                describe(v),
+                describe(out)
+            ))
+        })?;
+    disjoint(out, &[q, k, v])?;
+    Ok(Attention {
+        device,
+        q: q.ptr,
+        k: k.ptr,
+        v: v.ptr,
+        o: out.ptr,
+        batch: b,
+        heads: h,
+        heads_kv: hk,
+        seq: n,
+        dim: d,
+        layout,
+    })
+}

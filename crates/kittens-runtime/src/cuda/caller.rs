@@ -1,0 +1,469 @@
+//! Launching on memory, streams and contexts a framework owns (PyTorch's tensors and current stream):
+//! the lowered `gemm_bf16` on raw device pointers, enqueued on the caller's stream, in the device's
+//! primary context — the context the CUDA runtime, and so PyTorch, uses (CUDA driver API §"Primary
+//! Context Management"). Nothing here allocates, copies or synchronises, so a launch can be captured
+//! into a CUDA graph once the kernel is loaded.
+//!
+//! The kernel is compiled (NVRTC, on-disk cache: [`super::nvrtc`]) and loaded on first use per device and
+//! kept for the life of the process; the primary context is retained once and never released, so the
+//! loaded module stays valid whatever the framework does with its own reference.
+
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use cudarc::driver::sys as cu;
+use kittens_codegen::cuda::{LoweredCuda, TmaMap};
+
+use super::driver::{check, TensorMap};
+use super::{compile, CudaCompileReport, CudaError};
+
+/// The lowered sm_90a GEMM — the one place this file names how it is obtained. Kernel ABI (checked in
+/// [`load`]): tensor maps in [`LoweredCuda::tma_maps`] order, then globals `a, b, c`, then `m, n, k`.
+fn lowered_gemm() -> Result<LoweredCuda, CudaError> {
+    kittens_codegen::cuda::gemm_bf16_sm90().map_err(|e| invalid(format!("lowering gemm_bf16: {e}")))
+}
+
+fn invalid(msg: impl Into<String>) -> CudaError {
+    CudaError::Invalid(msg.into())
+}
+
+/// What the first call on a device did to get the kernel (for a verbose report).
+#[derive(Debug, Clone)]
+pub struct KernelLoad {
+    pub kernel: String,
+    pub device: String,
+    /// Seconds to lower, compile (or read from the cache) and load the kernel.
+    pub seconds: f64,
+    pub compile: CudaCompileReport,
+}
+
+/// A loaded kernel; the driver handles are plain pointers valid in any thread once the context is current.
+struct Loaded {
+    function: cu::CUfunction,
+    lowered: LoweredCuda,
+    multiprocessors: u32,
+    load: KernelLoad,
+}
+
+// SAFETY: CUfunction/CUcontext handles are process-wide driver objects, usable from any thread with the
+// context current (every use below pushes it first); `Loaded` is never mutated after creation.
+unsafe impl Send for Loaded {}
+unsafe impl Sync for Loaded {}
+
+/// One device's retained primary context and, once loaded, its GEMM.
+struct DeviceState {
+    ordinal: i32,
+    ctx: usize,
+    gemm: Option<Arc<Loaded>>,
+}
+
+static DEVICES: Mutex<Vec<DeviceState>> = Mutex::new(Vec::new());
+
+/// `libcuda.so.1` must be loadable before `cudarc` is asked for a symbol (it would panic otherwise).
+fn driver_present() -> Result<(), CudaError> {
+    // SAFETY: opening the driver runs its initialisers only.
+    match unsafe { libloading::Library::new("libcuda.so.1") } {
+        Ok(lib) => {
+            std::mem::forget(lib); // cudarc opens it again by name; keep it loaded
+            Ok(())
+        }
+        Err(e) => Err(CudaError::NoDriver(format!(
+            "libcuda.so.1 could not be loaded: {e}"
+        ))),
+    }
+}
+
+/// The primary context of device `ordinal`, retained on first use.
+fn primary_context(ordinal: i32) -> Result<cu::CUcontext, CudaError> {
+    let mut devices = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(d) = devices.iter().find(|d| d.ordinal == ordinal) {
+        return Ok(d.ctx as cu::CUcontext);
+    }
+    driver_present()?;
+    // SAFETY: plain driver calls with out-parameters.
+    let ctx = unsafe {
+        let r = cu::cuInit(0);
+        if r != cu::CUresult::CUDA_SUCCESS {
+            return Err(CudaError::NoDevice(format!("cuInit: {r:?}")));
+        }
+        let mut dev = 0;
+        check(cu::cuDeviceGet(&mut dev, ordinal), "cuDeviceGet")
+            .map_err(|e| CudaError::NoDevice(format!("device {ordinal}: {e}")))?;
+        let mut ctx = std::ptr::null_mut();
+        check(
+            cu::cuDevicePrimaryCtxRetain(&mut ctx, dev),
+            "cuDevicePrimaryCtxRetain",
+        )?;
+        ctx
+    };
+    devices.push(DeviceState {
+        ordinal,
+        ctx: ctx as usize,
+        gemm: None,
+    });
+    Ok(ctx)
+}
+
+/// Runs `f` with device `ordinal`'s primary context current, restoring the caller's afterwards.
+fn in_context<T>(ordinal: i32, f: impl FnOnce() -> Result<T, CudaError>) -> Result<T, CudaError> {
+    let ctx = primary_context(ordinal)?;
+    // SAFETY: a retained context; popped below on every path.
+    check(unsafe { cu::cuCtxPushCurrent_v2(ctx) }, "cuCtxPushCurrent")?;
+    let r = f();
+    let mut popped = std::ptr::null_mut();
+    // SAFETY: pops the context pushed above.
+    let p = check(
+        unsafe { cu::cuCtxPopCurrent_v2(&mut popped) },
+        "cuCtxPopCurrent",
+    );
+    r.and_then(|v| p.map(|_| v))
+}
+
+fn attribute(dev: cu::CUdevice, a: cu::CUdevice_attribute) -> Result<i32, CudaError> {
+    let mut v = 0;
+    // SAFETY: out-parameter.
+    check(
+        unsafe { cu::cuDeviceGetAttribute(&mut v, a, dev) },
+        "cuDeviceGetAttribute",
+    )?;
+    Ok(v)
+}
+
+/// Compiles (or reads from the cache) and loads the GEMM on `ordinal`; the context is current.
+fn load(ordinal: i32) -> Result<Loaded, CudaError> {
+    let t = Instant::now();
+    use cu::CUdevice_attribute as A;
+    let mut dev = 0;
+    // SAFETY: out-parameters.
+    let name = unsafe {
+        check(cu::cuDeviceGet(&mut dev, ordinal), "cuDeviceGet")?;
+        let mut name = [0 as std::ffi::c_char; 256];
+        check(
+            cu::cuDeviceGetName(name.as_mut_ptr(), 256, dev),
+            "cuDeviceGetName",
+        )?;
+        std::ffi::CStr::from_ptr(name.as_ptr())
+            .to_string_lossy()
+            .into_owned()
+    };
+    let cc = (
+        attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
+        attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
+    );
+    // sm_90a code runs on compute capability 9.0 only (PTX ISA §"Architecture-specific features").
+    if cc != (9, 0) {
+        return Err(invalid(format!(
+            "{name} (compute capability {}.{}) cannot run kittens' GEMM, which is compiled for sm_90a \
+             (Hopper, compute capability 9.0)",
+            cc.0, cc.1
+        )));
+    }
+    let multiprocessors = attribute(dev, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
+    let l = lowered_gemm()?;
+    let globals: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
+    let params: Vec<&str> = l.ir.params.iter().map(|p| p.name.as_str()).collect();
+    let globals_in_order = l.tma_maps.iter().map(|m| m.global).eq(0..3);
+    if globals != ["a", "b", "c"] || params != ["m", "n", "k"] || !globals_in_order {
+        return Err(invalid(format!(
+            "the lowered GEMM takes globals {globals:?}, params {params:?}, maps {:?}; this launcher \
+             knows a, b, c / m, n, k with one map each",
+            l.tma_maps
+        )));
+    }
+    let image = compile(&l.source, &l.name, "sm_90a", l.dynamic_shared_bytes)?;
+    let mut module = std::ptr::null_mut();
+    let mut function = std::ptr::null_mut();
+    let fname = std::ffi::CString::new(l.name.as_str())
+        .map_err(|_| invalid(format!("kernel name {:?}", l.name)))?;
+    // SAFETY: a complete cubin that outlives the call; out-parameters. The module is never unloaded (it
+    // lives as long as the process, like the retained context).
+    unsafe {
+        check(
+            cu::cuModuleLoadData(&mut module, image.cubin.as_ptr().cast()),
+            "cuModuleLoadData",
+        )?;
+        check(
+            cu::cuModuleGetFunction(&mut function, module, fname.as_ptr()),
+            "cuModuleGetFunction",
+        )?;
+        check(
+            cu::cuFuncSetAttribute(
+                function,
+                cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                l.dynamic_shared_bytes as i32,
+            ),
+            "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
+        )?;
+    }
+    Ok(Loaded {
+        function,
+        multiprocessors,
+        load: KernelLoad {
+            kernel: l.name.clone(),
+            device: name,
+            seconds: t.elapsed().as_secs_f64(),
+            compile: image.report,
+        },
+        lowered: l,
+    })
+}
+
+/// The device's GEMM, loading it on first use; `true` when this call loaded it.
+fn gemm_on(ordinal: i32) -> Result<(Arc<Loaded>, bool), CudaError> {
+    {
+        let devices = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(g) = devices
+            .iter()
+            .find(|d| d.ordinal == ordinal)
+            .and_then(|d| d.gemm.clone())
+        {
+            return Ok((g, false));
+        }
+    }
+    let loaded = Arc::new(load(ordinal)?);
+    let mut devices = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+    let d = devices
+        .iter_mut()
+        .find(|d| d.ordinal == ordinal)
+        .ok_or_else(|| invalid("device state vanished"))?;
+    // Two threads may both have loaded it; keep the first.
+    let kept = d.gemm.get_or_insert(loaded).clone();
+    Ok((kept, true))
+}
+
+/// Checks that `[ptr, ptr + bytes)` lies inside one allocation on device `ordinal`.
+fn check_pointer(what: &str, ptr: u64, bytes: u64, ordinal: i32) -> Result<(), CudaError> {
+    let mut dev: i32 = -1;
+    let (mut start, mut size): (u64, usize) = (0, 0);
+    use cu::CUpointer_attribute as P;
+    // SAFETY: out-parameters of the sizes each attribute documents (int, CUdeviceptr, size_t).
+    let r = unsafe {
+        check(
+            cu::cuPointerGetAttribute(
+                (&mut dev as *mut i32).cast::<c_void>(),
+                P::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                ptr,
+            ),
+            "cuPointerGetAttribute(DEVICE_ORDINAL)",
+        )
+        .and_then(|_| {
+            check(
+                cu::cuPointerGetAttribute(
+                    (&mut start as *mut u64).cast::<c_void>(),
+                    P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                    ptr,
+                ),
+                "cuPointerGetAttribute(RANGE_START_ADDR)",
+            )
+        })
+        .and_then(|_| {
+            check(
+                cu::cuPointerGetAttribute(
+                    (&mut size as *mut usize).cast::<c_void>(),
+                    P::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                    ptr,
+                ),
+                "cuPointerGetAttribute(RANGE_SIZE)",
+            )
+        })
+    };
+    r.map_err(|e| {
+        invalid(format!(
+            "{what} at {ptr:#x} is not CUDA device memory ({e})"
+        ))
+    })?;
+    if dev != ordinal {
+        return Err(invalid(format!(
+            "{what} lives on device {dev}, the launch is on device {ordinal}"
+        )));
+    }
+    let end = ptr.checked_add(bytes);
+    if end.is_none_or(|e| e > start.saturating_add(size as u64)) {
+        return Err(invalid(format!(
+            "{what}: {bytes} bytes at {ptr:#x} run past its allocation ({size} bytes at {start:#x})"
+        )));
+    }
+    Ok(())
+}
+
+/// A TMA map over a dense row-major bf16 `rows × cols` matrix at a raw device address (CUDA driver API
+/// `cuTensorMapEncodeTiled`: 16-byte aligned address, row pitch a multiple of 16 bytes).
+fn map_2d(ptr: u64, rows: u64, cols: u64, m: &TmaMap) -> Result<TensorMap, CudaError> {
+    if !ptr.is_multiple_of(16) || !(cols * 2).is_multiple_of(16) {
+        return Err(invalid(format!(
+            "TMA needs 16-byte aligned rows: address {ptr:#x}, row pitch {} bytes",
+            cols * 2
+        )));
+    }
+    use cu::CUtensorMapSwizzle_enum as S;
+    let swizzle = match m.swizzle_bytes {
+        0 => S::CU_TENSOR_MAP_SWIZZLE_NONE,
+        32 => S::CU_TENSOR_MAP_SWIZZLE_32B,
+        64 => S::CU_TENSOR_MAP_SWIZZLE_64B,
+        128 => S::CU_TENSOR_MAP_SWIZZLE_128B,
+        s => return Err(invalid(format!("TMA swizzle of {s} bytes"))),
+    };
+    let dims = [cols, rows];
+    let strides = [cols * 2];
+    let boxes = [m.box_cols, m.box_rows];
+    let elem = [1u32, 1];
+    // SAFETY: zeroed storage is a valid bit pattern for the opaque struct, which the driver fills.
+    let mut map: cu::CUtensorMap = unsafe { std::mem::zeroed() };
+    // SAFETY: rank-2 arrays valid for the call; the address was checked to be device memory.
+    check(
+        unsafe {
+            cu::cuTensorMapEncodeTiled(
+                &mut map,
+                cu::CUtensorMapDataType_enum::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                2,
+                ptr as *mut c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                elem.as_ptr(),
+                cu::CUtensorMapInterleave_enum::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                swizzle,
+                cu::CUtensorMapL2promotion_enum::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                cu::CUtensorMapFloatOOBfill_enum::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        },
+        "cuTensorMapEncodeTiled",
+    )?;
+    Ok(TensorMap(map))
+}
+
+/// Dense bf16 GEMM operands at raw device addresses: `C = A·Bᵀ` with A `m × k`, B `n × k` and C `m × n`,
+/// all row-major with no padding.
+#[derive(Debug, Clone, Copy)]
+pub struct GemmPointers {
+    pub a: u64,
+    pub b: u64,
+    pub c: u64,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+}
+
+/// Enqueues `C = A·Bᵀ` on `stream` (a `CUstream` handle; 0 is the legacy default stream) of device
+/// `ordinal`, in its primary context. Returns the kernel load when this call loaded it (the first call on
+/// the device), else `None`. Errors name the problem: no driver, not a Hopper GPU, pointers that are not
+/// device memory of that device or too small, sizes TMA cannot address (N and K multiples of 8).
+///
+/// # Safety
+/// The three ranges must stay allocated until the launch has run on `stream`, C must not overlap A or B,
+/// and `stream` must be a live stream of that context (or 0).
+pub unsafe fn gemm_bf16_abt(
+    ordinal: i32,
+    stream: u64,
+    p: &GemmPointers,
+) -> Result<Option<KernelLoad>, CudaError> {
+    let (m, n, k) = (p.m, p.n, p.k);
+    let fits = |x: usize| x > 0 && i32::try_from(x).is_ok();
+    if !(fits(m) && fits(n) && fits(k)) {
+        return Err(invalid(format!(
+            "{m}x{n}x{k}: every dimension must be in 1..=2^31-1"
+        )));
+    }
+    if !n.is_multiple_of(8) || !k.is_multiple_of(8) {
+        return Err(invalid(format!(
+            "{m}x{n}x{k}: N and K must be multiples of 8 (TMA rows are 16-byte multiples)"
+        )));
+    }
+    let bytes = |r: usize, c: usize| (r as u64) * (c as u64) * 2;
+    in_context(ordinal, || {
+        check_pointer("A", p.a, bytes(m, k), ordinal)?;
+        check_pointer("B", p.b, bytes(n, k), ordinal)?;
+        check_pointer("C", p.c, bytes(m, n), ordinal)?;
+        let (g, fresh) = gemm_on(ordinal)?;
+        let maps = &g.lowered.tma_maps;
+        let mut ta = map_2d(p.a, m as u64, k as u64, &maps[0])?;
+        let mut tb = map_2d(p.b, n as u64, k as u64, &maps[1])?;
+        let mut tc = map_2d(p.c, m as u64, n as u64, &maps[2])?;
+        let (mut pa, mut pb, mut pc) = (p.a, p.b, p.c);
+        let (mut mm, mut nn, mut kk) = (m as i32, n as i32, k as i32);
+        let map = |t: &mut TensorMap| (t as *mut TensorMap).cast::<c_void>();
+        let ptr = |v: &mut u64| (v as *mut u64).cast::<c_void>();
+        let int = |v: &mut i32| (v as *mut i32).cast::<c_void>();
+        let mut params = [
+            map(&mut ta),
+            map(&mut tb),
+            map(&mut tc),
+            ptr(&mut pa),
+            ptr(&mut pb),
+            ptr(&mut pc),
+            int(&mut mm),
+            int(&mut nn),
+            int(&mut kk),
+        ];
+        let l = &g.lowered;
+        let grid = l
+            .grid(
+                &[("m", m as i64), ("n", n as i64), ("k", k as i64)],
+                g.multiprocessors,
+            )
+            .ok_or_else(|| invalid("grid extents of the lowered GEMM"))?;
+        // SAFETY: the parameter list follows the ABI checked in `load`; the caller keeps the buffers and
+        // the stream alive.
+        check(
+            unsafe {
+                cu::cuLaunchKernel(
+                    g.function,
+                    grid,
+                    1,
+                    1,
+                    l.threads,
+                    1,
+                    1,
+                    l.dynamic_shared_bytes,
+                    stream as cu::CUstream,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            },
+            "cuLaunchKernel",
+        )?;
+        Ok(fresh.then(|| g.load.clone()))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(m: usize, n: usize, k: usize) -> Result<Option<KernelLoad>, CudaError> {
+        let p = GemmPointers {
+            a: 0x1000,
+            b: 0x2000,
+            c: 0x3000,
+            m,
+            n,
+            k,
+        };
+        // SAFETY: the addresses are never dereferenced on the host; the driver checks refuse them.
+        unsafe { gemm_bf16_abt(0, 0, &p) }
+    }
+
+    #[test]
+    fn refuses_sizes_tma_cannot_address() {
+        let e = launch(16, 12, 64).unwrap_err().to_string();
+        assert!(e.contains("multiples of 8"), "{e}");
+        let e = launch(0, 8, 8).unwrap_err().to_string();
+        assert!(e.contains("1..=2^31-1"), "{e}");
+        let e = launch(1 << 31, 8, 8).unwrap_err().to_string();
+        assert!(e.contains("1..=2^31-1"), "{e}");
+    }
+
+    /// Host addresses are refused on any machine: no driver, no device, or "not CUDA device memory".
+    #[test]
+    fn host_pointers_are_an_error_not_a_crash() {
+        let e = launch(64, 64, 64).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                CudaError::NoDriver(_) | CudaError::NoDevice(_) | CudaError::Invalid(_)
+            ),
+            "{e}"
+        );
+    }
+}

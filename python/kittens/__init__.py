@@ -1,0 +1,185 @@
+"""kittens: the tile-framework kernels on your own arrays, with PyTorch's conventions.
+
+``kittens.matmul(a, b)`` is ``a @ b`` and ``kittens.attention(q, k, v, causal=False)`` is
+``torch.nn.functional.scaled_dot_product_attention``, for bfloat16 arrays:
+
+* torch tensors (CPU or CUDA), numpy arrays of dtype ``ml_dtypes.bfloat16``, and any object with
+  ``__dlpack__`` (CPU ones come back as numpy arrays; CUDA ones go through torch);
+* CPU arrays run on the CPU interpreter (exact storage numerics, slow); CUDA tensors run the kernel
+  lowered for sm_90a (Hopper) on the caller's current stream, in the primary context PyTorch uses;
+* outputs are new arrays of the input's kind and device, or ``out=``;
+* layouts are read in place or refused (no hidden copies): see :func:`matmul` and :func:`attention`.
+
+``kittens.set_verbose(True)`` (or ``KITTENS_VERBOSE=1``) reports on stderr when a GPU kernel is compiled
+(NVRTC, on first use per process; later processes read the disk cache) and how long CPU calls take.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import sys
+from typing import Any, Optional
+
+from . import _kittens
+from ._arrays import Array, adapt, new_like
+
+__all__ = ["matmul", "attention", "set_verbose", "AttentionFunction", "__version__"]
+__version__ = _kittens.__version__
+
+_kittens.set_verbose(os.environ.get("KITTENS_VERBOSE", "") not in ("", "0"))
+
+
+def set_verbose(on: bool = True) -> None:
+    """Report kernel compile times (first CUDA call per device) and CPU run times on stderr."""
+    _kittens.set_verbose(bool(on))
+
+
+def _find_nvrtc() -> None:
+    """Point the runtime at a pip-installed NVRTC 13 (``nvidia-cuda-nvrtc``, which torch may bring along)
+    unless ``KITTENS_NVRTC`` already names one; the runtime also looks in the CUDA toolkit's places."""
+    if os.environ.get("KITTENS_NVRTC"):
+        return
+    for base in sys.path:
+        for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"):
+            hits = glob.glob(os.path.join(base, sub, "libnvrtc.so.13"))
+            if hits:
+                os.environ["KITTENS_NVRTC"] = os.path.dirname(hits[0])
+                return
+
+
+def _stream(a: Array) -> int:
+    """The caller's current CUDA stream on a's device (torch's), as a CUstream handle."""
+    if a.device != "cuda":
+        return 0
+    torch = sys.modules["torch"]
+    _find_nvrtc()
+    return int(torch.cuda.current_stream(a.obj.device).cuda_stream)
+
+
+def _result(ref: Array, out):
+    """Hand back `out` as the caller's kind: CPU DLPack inputs get numpy, CUDA DLPack inputs (imported
+    through torch) go back through their own namespace's ``from_dlpack`` where it has one."""
+    if ref.kind == "torch" and ref.keep:
+        ns = getattr(ref.keep[0], "__array_namespace__", None)
+        if ns is not None:
+            try:
+                return ns().from_dlpack(out)
+            except Exception:
+                return out
+    return out
+
+
+def _grad_needed(*xs) -> bool:
+    torch = sys.modules.get("torch")
+    return (
+        torch is not None
+        and torch.is_grad_enabled()
+        and any(isinstance(x, torch.Tensor) and x.requires_grad for x in xs)
+    )
+
+
+def matmul(a: Any, b: Any, *, out: Any = None):
+    """``a @ b`` for 2-D bfloat16 arrays, fp32 accumulation, bf16 output (M, N).
+
+    The kernel computes ``C = A·Wᵀ`` with A (M, K) and W (N, K) both row-major — a linear layer. So
+    ``a`` must be row-major contiguous (M, K) and ``b`` must be ``w.T`` for a contiguous ``w`` of shape
+    (N, K) (strides (1, K)): ``kittens.matmul(x, weight.T)``. These run without any copy. A row-major
+    (K, N) ``b``, a transposed ``a`` or a strided slice need a copy and are refused with a ValueError
+    (make ``w = b.T.contiguous()`` once and pass ``w.T``). On CUDA, N and K must be multiples of 8 (TMA
+    rows are 16-byte multiples) and the GPU must be a Hopper (sm_90a).
+
+    CUDA calls are enqueued on the current torch stream and return at once; they allocate nothing but
+    the output (none with ``out=``) and synchronise nothing, so after one warm-up call (which compiles
+    or loads the kernel) they can be captured in a CUDA graph.
+    """
+    if _grad_needed(a, b):
+        return _torch_functions().MatmulFunction.apply(a, b)
+    return _matmul(a, b, out)
+
+
+def _matmul(a, b, out):
+    A, B = adapt(a, "a"), adapt(b, "b")
+    if len(A.shape) != 2 or len(B.shape) != 2:
+        raise ValueError(f"kittens.matmul takes 2-D arrays, got shapes {A.shape} and {B.shape}")
+    m, n = A.shape[0], B.shape[1]
+    if out is None:
+        out = new_like(A, (m, n))
+    O = adapt(out, "out", writable=True)
+    same_cuda = A.device == "cuda" and A.where() == B.where() == O.where()
+    if same_cuda and A.shape[1] == B.shape[0] and O.shape == (m, n) and O.strides == (n, 1):
+        # Empty problems, which the kernel does not take: nothing to compute, or an empty sum (zeros,
+        # written on the caller's stream).
+        if m == 0 or n == 0:
+            return _result(A, out)
+        if A.shape[1] == 0:
+            O.obj.zero_()
+            return _result(A, out)
+    _kittens.matmul(A.args(), B.args(), O.args(), _stream(A))
+    return _result(A, out)
+
+
+def _attn_order(q: Array):
+    """(0, 2, 1, 3) when q is a (B, N, H, D) buffer seen as (B, H, N, D), so the output matches it."""
+    if len(q.shape) != 4:
+        return None
+    b, h, n, d = q.shape
+    bshd = (n * h * d, d, h * d, 1)
+    same = all(s == w or size <= 1 for s, w, size in zip(q.strides, bshd, q.shape))
+    bhsd = (h * n * d, n * d, d, 1)
+    also = all(s == w or size <= 1 for s, w, size in zip(q.strides, bhsd, q.shape))
+    return (0, 2, 1, 3) if same and not also else None
+
+
+def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[float] = None, *, out: Any = None):
+    """``F.scaled_dot_product_attention(q, k, v, is_causal=causal)`` for bfloat16 q (B, H, N, D) and
+    k, v (B, H_kv, N, D); grouped-query attention when H_kv divides H (as ``enable_gqa=True``).
+
+    All four arrays must be dense in one memory order: (B, H, N, D), or (B, N, H, D) seen through
+    ``.transpose(1, 2)`` (the usual projection output); the output takes q's order. The head dim must be
+    a multiple of 32 from 32 to 256, queries and keys equally many; ``causal`` masks keys after each
+    query (top-left, PyTorch's ``is_causal``). The kernel applies the default scale ``1/sqrt(D)`` only:
+    another ``scale`` is a ValueError.
+
+    Runs on CPU arrays (the interpreter). CUDA tensors raise RuntimeError: there is no sm_90a attention
+    kernel yet, and kittens never moves CUDA data to the CPU behind the caller's back. For torch tensors
+    this is a ``torch.autograd.Function`` (:class:`AttentionFunction`) whose backward raises
+    NotImplementedError until the attention backward kernel exists.
+    """
+    if _grad_needed(q, k, v):
+        if out is not None:
+            raise RuntimeError("kittens.attention(out=...) does not support autograd; use torch.no_grad()")
+        return _torch_functions().AttentionFunction.apply(q, k, v, causal, scale)
+    return _attention(q, k, v, causal, scale, out)
+
+
+def _attention(q, k, v, causal, scale, out):
+    Q, K, V = adapt(q, "q"), adapt(k, "k"), adapt(v, "v")
+    if out is None:
+        if len(Q.shape) != 4:
+            raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
+        out = new_like(Q, Q.shape, _attn_order(Q))
+    O = adapt(out, "out", writable=True)
+    _kittens.attention(
+        Q.args(), K.args(), V.args(), O.args(), bool(causal), None if scale is None else float(scale), _stream(Q)
+    )
+    return _result(Q, out)
+
+
+_AUTOGRAD = None
+
+
+def _torch_functions():
+    """The torch.autograd.Functions, made on first use so that importing kittens needs no torch."""
+    global _AUTOGRAD
+    if _AUTOGRAD is None:
+        from . import _autograd as m
+
+        _AUTOGRAD = m
+    return _AUTOGRAD
+
+
+def __getattr__(name: str):
+    if name == "AttentionFunction":
+        return _torch_functions().AttentionFunction
+    raise AttributeError(f"module 'kittens' has no attribute {name!r}")

@@ -1,0 +1,185 @@
+"""Reading the caller's arrays (torch tensors, numpy arrays, any ``__dlpack__`` object) into what the
+extension module needs — address, shape, strides in elements, dtype, device — and making outputs of
+the caller's kind.
+
+Nothing here copies data: an array the kernel cannot read in place is refused by the extension module
+with a message saying what layout it needs.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from dataclasses import dataclass, field
+from typing import Any, List, Optional, Tuple
+
+
+def _torch():
+    """torch if the caller has imported it (kittens never imports torch on its own for array checks)."""
+    return sys.modules.get("torch")
+
+
+def _is_torch(x: Any) -> bool:
+    t = _torch()
+    return t is not None and isinstance(x, t.Tensor)
+
+
+@dataclass
+class Array:
+    """One array as the extension module sees it, and how to make outputs like it."""
+
+    obj: Any
+    kind: str  # "torch", "numpy" or "dlpack"
+    ptr: int
+    shape: Tuple[int, ...]
+    strides: Tuple[int, ...]
+    dtype: str
+    device: str  # "cpu", "cuda" or another framework's name (refused later)
+    index: int
+    keep: List[Any] = field(default_factory=list)  # objects that keep the memory alive
+
+    def args(self):
+        return (self.ptr, list(self.shape), list(self.strides), self.dtype, self.device, self.index)
+
+    def where(self) -> str:
+        return self.device if self.device == "cpu" else f"{self.device}:{self.index}"
+
+
+def adapt(x: Any, name: str, writable: bool = False) -> Array:
+    if _is_torch(x):
+        return _from_torch(x, name)
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(x, np.ndarray):
+        return _from_numpy(x, name, writable)
+    if hasattr(x, "__dlpack__"):
+        return _from_dlpack(x, name, writable)
+    raise TypeError(
+        f"{name} is a {type(x).__module__}.{type(x).__qualname__}; kittens takes torch tensors, numpy "
+        "arrays (dtype ml_dtypes.bfloat16) and objects with __dlpack__"
+    )
+
+
+def _from_torch(x, name: str) -> Array:
+    dev = x.device
+    index = dev.index if dev.index is not None else 0
+    if dev.type == "cuda" and dev.index is None:
+        index = _torch().cuda.current_device()
+    dtype = str(x.dtype).replace("torch.", "")
+    ptr = x.data_ptr() if dev.type in ("cpu", "cuda") else 0
+    return Array(x, "torch", ptr, tuple(x.shape), tuple(x.stride()), dtype, dev.type, index)
+
+
+def _numpy_dtype_name(x) -> str:
+    return "bfloat16" if x.dtype.name == "bfloat16" else str(x.dtype)
+
+
+def _from_numpy(x, name: str, writable: bool) -> Array:
+    if writable and not x.flags.writeable:
+        raise ValueError(f"{name} is a read-only numpy array")
+    item = x.itemsize
+    if any(s % item for s in x.strides):
+        raise ValueError(f"{name}: strides {x.strides} bytes are not multiples of the item size {item}")
+    strides = tuple(s // item for s in x.strides)
+    ptr = x.__array_interface__["data"][0]
+    return Array(x, "numpy", ptr, tuple(x.shape), strides, _numpy_dtype_name(x), "cpu", 0)
+
+
+# DLPack (dlpack.h, v0.8 ABI of the unversioned "dltensor" capsule).
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
+_DL_CODES = {0: "int", 1: "uint", 2: "float", 4: "bfloat"}
+
+
+def _dlpack_device(x) -> Tuple[int, int]:
+    try:
+        t, i = x.__dlpack_device__()
+        return int(t), int(i)
+    except Exception:  # an older producer: ask the capsule itself
+        return (-1, -1)
+
+
+def _from_dlpack(x, name: str, writable: bool) -> Array:
+    dev_type, _ = _dlpack_device(x)
+    if dev_type in (_DL_CUDA, _DL_CUDA_MANAGED):
+        # A CUDA array from another framework: torch imports it (honouring the DLPack stream protocol on
+        # torch's current stream) and allocates the output; without torch there is nothing to allocate
+        # the output with.
+        torch = _torch()
+        if torch is None:
+            try:
+                import torch  # noqa: F811
+            except ImportError:
+                raise RuntimeError(
+                    f"{name} is a CUDA array of {type(x).__module__}; kittens needs torch to run on CUDA "
+                    "arrays other than torch tensors"
+                ) from None
+        a = _from_torch(torch.from_dlpack(x), name)
+        a.keep.append(x)
+        return a
+    capsule = x.__dlpack__()
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype = ctypes.c_void_p
+    get.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    ptr = get(capsule, b"dltensor")  # raises ValueError if it is not an unconsumed DLPack capsule
+    t = _DLTensor.from_address(ptr)
+    ndim = t.ndim
+    shape = tuple(t.shape[i] for i in range(ndim))
+    if t.strides:
+        strides = tuple(t.strides[i] for i in range(ndim))
+    else:  # NULL strides: compact row-major
+        strides, acc = [], 1
+        for d in reversed(shape):
+            strides.append(acc)
+            acc *= d
+        strides = tuple(reversed(strides))
+    code = _DL_CODES.get(t.dtype.code, f"code{t.dtype.code}")
+    dtype = f"{code}{t.dtype.bits}" + (f"x{t.dtype.lanes}" if t.dtype.lanes != 1 else "")
+    dt = t.device.device_type
+    device = "cpu" if dt in (_DL_CPU, _DL_CUDA_HOST) else f"dlpack-device-{dt}"
+    data = (t.data or 0) + t.byte_offset
+    # The capsule is not consumed (not renamed): its destructor frees the producer's tensor once the call
+    # is over and the capsule is dropped; until then `keep` holds it.
+    return Array(x, "dlpack", data, shape, strides, dtype, device, t.device.device_id, keep=[capsule])
+
+
+def new_like(ref: Array, shape: Tuple[int, ...], order: Optional[Tuple[int, ...]] = None):
+    """A new bf16 array of `ref`'s kind and device with logical `shape`; `order` is the permutation of
+    a contiguous allocation that gives the wanted strides (e.g. (0, 2, 1, 3) for a (B, N, H, D) buffer
+    seen as (B, H, N, D))."""
+    order = order or tuple(range(len(shape)))
+    storage = tuple(shape[i] for i in _inverse(order))
+    if ref.kind == "torch":
+        torch = _torch()
+        t = torch.empty(storage, dtype=torch.bfloat16, device=ref.obj.device)
+        return t.permute(*order) if order != tuple(range(len(shape))) else t
+    import ml_dtypes
+    import numpy as np
+
+    a = np.empty(storage, dtype=ml_dtypes.bfloat16)
+    return a.transpose(order) if order != tuple(range(len(shape))) else a
+
+
+def _inverse(order: Tuple[int, ...]) -> Tuple[int, ...]:
+    inv = [0] * len(order)
+    for i, o in enumerate(order):
+        inv[o] = i
+    return tuple(inv)

@@ -1,0 +1,360 @@
+"""``python -m kittens.bench gemm|attn [--json F] [--plot F.png]``: kittens against PyTorch's own kernels
+on the same tensors, in one process.
+
+* gemm: ``kittens.matmul(a, w.T)`` against ``torch.matmul(a, w.T)`` (cuBLAS).
+* attn: ``kittens.attention`` against ``F.scaled_dot_product_attention`` (cuDNN / FlashAttention).
+
+Timing: CUDA events around every launch, warm-up first, the median of ``--iters`` launches; the inputs
+rotate over enough copies that together they span 4x the L2 (each launch reads operands the previous
+ones evicted); ``--timing interleaved`` (ours, theirs, ours, ...: the same clocks for both, as
+``kittens bench gemm``'s default) or ``blocked`` (all of ours, then all of theirs).
+
+Correctness, on the first input copy of every shape: ours against theirs (bit-identical or not), and
+both against a float64 reference (all of C up to 4096^2 outputs, else 256 sampled rows): the
+FlashAttention rule, our error <= 2x PyTorch's bf16 error + 1e-5.
+
+Without a CUDA GPU it says so, runs a small correctness check on the CPU interpreter (labelled as such,
+no timing) and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import subprocess
+import sys
+from typing import Callable, Dict, List, Optional
+
+FLOOR = 1e-5
+L2_MULTIPLE = 4
+
+
+def _commit() -> str:
+    if os.environ.get("KITTENS_COMMIT"):
+        return os.environ["KITTENS_COMMIT"]
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        r = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
+        if r.returncode == 0:
+            return r.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return "unknown (set KITTENS_COMMIT)"
+
+
+def _median(xs: List[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+
+def time_pair(torch, ours: Callable[[int], None], theirs: Callable[[int], None], copies: int,
+              warmup: int, iters: int, timing: str):
+    """Median milliseconds per launch of `ours(i)` and `theirs(i)` (i = input copy), from events around
+    every launch on the current stream."""
+    stream = torch.cuda.current_stream()
+
+    def one(fn, i, acc):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(stream)
+        fn(i % copies)
+        e.record(stream)
+        acc.append((s, e))
+
+    times: Dict[str, list] = {"ours": [], "theirs": []}
+    if timing == "interleaved":
+        for i in range(warmup):
+            ours(i % copies)
+            theirs(i % copies)
+        for i in range(iters):
+            one(ours, i, times["ours"])
+            one(theirs, i, times["theirs"])
+    else:
+        for name, fn in (("ours", ours), ("theirs", theirs)):
+            for i in range(warmup):
+                fn(i % copies)
+            for i in range(iters):
+                one(fn, i, times[name])
+    torch.cuda.synchronize()
+    return tuple(_median([s.elapsed_time(e) for s, e in times[k]]) for k in ("ours", "theirs"))
+
+
+def _rel(x, ref) -> float:
+    d = (x.double() - ref).norm().item()
+    r = ref.norm().item()
+    return d / r if r > 0 else d
+
+
+def compare(torch, ours, theirs, ref) -> dict:
+    """Ours vs theirs, and each vs the float64 reference, by the FlashAttention rule."""
+    finite = bool(torch.isfinite(ours).all().item())
+    identical = bool(torch.equal(ours, theirs))
+    e_ours, e_theirs = _rel(ours, ref), _rel(theirs, ref)
+    return {
+        "bit_identical": identical,
+        "rel_err_vs_torch": _rel(ours, theirs.double()),
+        "rel_err_ours": e_ours,
+        "rel_err_torch": e_theirs,
+        "all_finite": finite,
+        "passed": finite and (identical or e_ours <= 2 * e_theirs + FLOOR),
+    }
+
+
+def _l2_bytes(torch) -> int:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return int(getattr(props, "L2_cache_size", 50 * 2**20))
+
+
+def check_gemm(torch, kittens, m, n, k) -> dict:
+    """A correctness-only shape (partial tiles, one K step, ...): all of C against float64."""
+    g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
+    a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+    w = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
+    ours = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    kittens.matmul(a, w.T, out=ours)
+    row = {"shape": f"{m}x{n}x{k}", "m": m, "n": n, "k": k, "ours_ms": None, "torch_ms": None,
+           "ours_tflops": None, "torch_tflops": None, "ratio": None}
+    row.update(compare(torch, ours, torch.matmul(a, w.T), a.double() @ w.double().T))
+    return row
+
+
+def bench_gemm(torch, kittens, args) -> List[dict]:
+    rows = [check_gemm(torch, kittens, *c) for c in args.checks]
+    l2 = _l2_bytes(torch)
+    for size in args.sizes:
+        m = n = k = size
+        g = torch.Generator(device="cuda").manual_seed(size)
+        a0 = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
+        w0 = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
+        copies = max(2, math.ceil(L2_MULTIPLE * l2 / ((m + n) * k * 2)))
+        a = [a0] + [a0.clone() for _ in range(copies - 1)]
+        w = [w0] + [w0.clone() for _ in range(copies - 1)]
+        c_ours = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        c_theirs = torch.empty_like(c_ours)
+        kittens.matmul(a0, w0.T, out=c_ours)
+        torch.matmul(a0, w0.T, out=c_theirs)
+        torch.cuda.synchronize()
+        if m * n <= 4096 * 4096:
+            ours_s, theirs_s, ref = c_ours, c_theirs, a0.double() @ w0.double().T
+        else:
+            rows_idx = torch.randperm(m, device="cuda", generator=g)[:256]
+            ours_s, theirs_s = c_ours[rows_idx], c_theirs[rows_idx]
+            ref = a0[rows_idx].double() @ w0.double().T
+        check = compare(torch, ours_s, theirs_s, ref)
+        del ref
+        t_ours, t_theirs = time_pair(
+            torch,
+            lambda i: kittens.matmul(a[i], w[i].T, out=c_ours),
+            lambda i: torch.matmul(a[i], w[i].T, out=c_theirs),
+            copies, args.warmup, args.iters, args.timing,
+        )
+        flop = 2.0 * m * n * k
+        rows.append({
+            "shape": f"{m}x{n}x{k}", "m": m, "n": n, "k": k,
+            "ours_ms": t_ours, "torch_ms": t_theirs,
+            "ours_tflops": flop / t_ours / 1e9, "torch_tflops": flop / t_theirs / 1e9,
+            "ratio": t_theirs / t_ours, "input_copies": copies, **check,
+        })
+        a = w = None  # free the copies before the next size allocates its own
+        torch.cuda.empty_cache()
+    return rows
+
+
+def attention_ref(torch, q, k, v, causal):
+    group = q.shape[1] // k.shape[1]
+    k = k.double().repeat_interleave(group, 1)
+    v = v.double().repeat_interleave(group, 1)
+    return torch.nn.functional.scaled_dot_product_attention(q.double(), k, v, is_causal=causal)
+
+
+def bench_attn(torch, kittens, args) -> List[dict]:
+    F = torch.nn.functional
+    rows = []
+    l2 = _l2_bytes(torch)
+    for seq in args.seqs:
+        for causal in (False, True):
+            b, h, hk, d = args.batch, args.heads, args.heads_kv, args.dim
+            g = torch.Generator(device="cuda").manual_seed(seq)
+            # (B, N, H, D) buffers seen as (B, H, N, D): the projection layout both sides read in place.
+            mk = lambda hh: torch.randn(b, seq, hh, d, device="cuda", generator=g).to(torch.bfloat16).transpose(1, 2)  # noqa: E731
+            q0, k0, v0 = mk(h), mk(hk), mk(hk)
+            copies = max(2, math.ceil(L2_MULTIPLE * l2 / ((2 * h + 2 * hk) * b * seq * d * 2)))
+            qs = [q0] + [mk(h).copy_(q0) for _ in range(copies - 1)]
+            ks = [k0] + [mk(hk).copy_(k0) for _ in range(copies - 1)]
+            vs = [v0] + [mk(hk).copy_(v0) for _ in range(copies - 1)]
+            gqa = {"enable_gqa": True} if hk != h else {}
+            theirs = lambda i: F.scaled_dot_product_attention(qs[i], ks[i], vs[i], is_causal=causal, **gqa)  # noqa: E731
+            ours = lambda i: kittens.attention(qs[i], ks[i], vs[i], causal=causal)  # noqa: E731
+            flop = 4.0 * b * h * seq * seq * d / (2 if causal else 1)
+            row = {"shape": f"B{b} H{h}/{hk} N{seq} D{d}{' causal' if causal else ''}", "batch": b,
+                   "heads": h, "heads_kv": hk, "seq": seq, "dim": d, "causal": causal, "input_copies": copies}
+            o_theirs = theirs(0)
+            try:
+                o_ours = ours(0)
+            except RuntimeError as e:
+                t_theirs = time_one(torch, theirs, copies, args.warmup, args.iters)
+                row.update({"ours_ms": None, "torch_ms": t_theirs, "ours_tflops": None,
+                            "torch_tflops": flop / t_theirs / 1e9, "ratio": None, "passed": False,
+                            "error": str(e)})
+                rows.append(row)
+                continue
+            # Reference on batch 0's first 512 queries (float64 scores of all of them would not fit).
+            sel = (slice(0, 1), slice(None), slice(0, min(seq, 512)))
+            keys = sel if causal else (slice(0, 1),)  # causal: those queries see only the first keys
+            ref = attention_ref(torch, q0[sel], k0[keys], v0[keys], causal)
+            row.update(compare(torch, o_ours[sel], o_theirs[sel], ref))
+            t_ours, t_theirs = time_pair(torch, ours, theirs, copies, args.warmup, args.iters, args.timing)
+            row.update({"ours_ms": t_ours, "torch_ms": t_theirs, "ours_tflops": flop / t_ours / 1e9,
+                        "torch_tflops": flop / t_theirs / 1e9, "ratio": t_theirs / t_ours})
+            rows.append(row)
+    return rows
+
+
+def time_one(torch, fn, copies, warmup, iters) -> float:
+    for i in range(warmup):
+        fn(i % copies)
+    ev = []
+    stream = torch.cuda.current_stream()
+    for i in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record(stream)
+        fn(i % copies)
+        e.record(stream)
+        ev.append((s, e))
+    torch.cuda.synchronize()
+    return _median([s.elapsed_time(e) for s, e in ev])
+
+
+def _fmt(x, spec):
+    return "-" if x is None else format(x, spec)
+
+
+def print_table(rows: List[dict], theirs: str) -> None:
+    print(f"{'shape':<28} {'ours TF/s':>10} {theirs + ' TF/s':>14} {'ratio':>7}  check")
+    for r in rows:
+        if r.get("error"):
+            check = "ours not run: " + r["error"].split(";")[0]
+        elif r["bit_identical"]:
+            check = "bit-identical" + ("" if r["passed"] else " FAILED")
+        else:
+            check = (f"{'ok' if r['passed'] else 'FAILED'}: err {r['rel_err_ours']:.2e} vs "
+                     f"{theirs} {r['rel_err_torch']:.2e} (diff {r['rel_err_vs_torch']:.1e})")
+        print(f"{r['shape']:<28} {_fmt(r['ours_tflops'], '10.1f')} {_fmt(r['torch_tflops'], '14.1f')} "
+              f"{_fmt(r['ratio'], '7.3f')}  {check}")
+
+
+def plot(rows: List[dict], path: str, title: str, theirs: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [r["shape"] for r in rows]
+    x = list(range(len(rows)))
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(max(6, 1.2 * len(rows) + 2), 7), sharex=True)
+    ours = [r["ours_tflops"] or 0 for r in rows]
+    th = [r["torch_tflops"] or 0 for r in rows]
+    ax.bar([i - 0.2 for i in x], ours, 0.4, label="kittens")  # untimed check shapes plot as 0
+    ax.bar([i + 0.2 for i in x], th, 0.4, label=theirs)
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(title)
+    ax.legend()
+    ax2.plot(x, [r["ratio"] if r["ratio"] is not None else float("nan") for r in rows], "o-")
+    ax2.axhline(1.0, color="gray", lw=0.8)
+    ax2.set_ylabel(f"kittens / {theirs}")
+    ax2.set_xticks(x)
+    ax2.set_xticklabels(labels, rotation=30, ha="right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def cpu_check(kittens) -> None:
+    """No GPU: correctness of the CPU interpreter path on small shapes (no timing)."""
+    import ml_dtypes
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, (67, 96)).astype(ml_dtypes.bfloat16)
+    w = rng.uniform(-1, 1, (40, 96)).astype(ml_dtypes.bfloat16)
+    ref = a.astype(np.float64) @ w.astype(np.float64).T
+    c = kittens.matmul(a, w.T).astype(np.float64)
+    print(f"  CPU interpreter, matmul 67x40x96: rel_err vs float64 {np.linalg.norm(c - ref) / np.linalg.norm(ref):.2e}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kittens.bench", description=__doc__.split("\n\n")[0])
+    p.add_argument("what", choices=["gemm", "attn"])
+    p.add_argument("--sizes", default="2048,4096,8192,16384", help="gemm: square sizes M=N=K")
+    p.add_argument("--checks", default="1000x1032x520,129x264x72,128x256x64,1x8x8,256x8x8192",
+                   help="gemm: correctness-only shapes MxNxK (untimed), or 'none'")
+    p.add_argument("--seqs", default="1024,2048,4096,8192", help="attn: sequence lengths")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--heads-kv", type=int, default=16)
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--iters", type=int, default=100)
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--timing", choices=["interleaved", "blocked"], default="interleaved")
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--plot", help="write a PNG of TFLOP/s and ratio per shape here")
+    args = p.parse_args(argv)
+    args.sizes = [int(s) for s in args.sizes.split(",") if s]
+    args.seqs = [int(s) for s in args.seqs.split(",") if s]
+    args.checks = [] if args.checks == "none" else [
+        tuple(int(x) for x in c.split("x")) for c in args.checks.split(",") if c]
+
+    import kittens
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is None or not torch.cuda.is_available():
+        why = "torch is not installed" if torch is None else "torch sees no CUDA device"
+        print(f"kittens.bench: no GPU benchmark ({why}). Correctness check on the CPU interpreter instead "
+              "(not a benchmark):")
+        cpu_check(kittens)
+        return 2
+    if args.what == "gemm":
+        rows = bench_gemm(torch, kittens, args)
+        theirs, title = "torch.matmul", "bf16 GEMM, C = A·Wᵀ: kittens vs torch.matmul (cuBLAS)"
+    else:
+        rows = bench_attn(torch, kittens, args)
+        theirs, title = "SDPA", "attention forward: kittens vs F.scaled_dot_product_attention"
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    report = {
+        "what": args.what,
+        "commit": _commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "device": props.name,
+        "compute_capability": list(torch.cuda.get_device_capability()),
+        "multiprocessors": props.multi_processor_count,
+        "l2_bytes": _l2_bytes(torch),
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "kittens": kittens.__version__,
+        "timing": args.timing,
+        "warmup": args.warmup,
+        "iters": args.iters,
+        "rule": f"bit-identical, or rel_err(ours, f64) <= 2 * rel_err(torch, f64) + {FLOOR}",
+        "rows": rows,
+    }
+    print(f"{props.name}, torch {torch.__version__}, commit {report['commit']}, {report['date']}, "
+          f"timing {args.timing}, median of {args.iters}")
+    print_table(rows, theirs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    if args.plot:
+        plot(rows, args.plot, f"{title}\n{props.name}, {report['date']}", theirs)
+    ok = all(r.get("passed") for r in rows)
+    if not ok:
+        print("kittens.bench: some shapes failed the check or did not run (see above)", file=sys.stderr)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,68 @@
+"""kittens on torch CPU tensors: outputs of torch's kind, and autograd that refuses to fake a gradient.
+
+Needs torch (not installed by scripts/test-python.sh: torch is large; the H100 run has it).
+"""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the CPU suite runs without it)")
+
+import kittens  # noqa: E402
+from test_cpu import attention_ref  # noqa: E402
+
+
+def rand(*shape, gen):
+    return (torch.rand(*shape, generator=gen, dtype=torch.float32) * 2 - 1).to(torch.bfloat16)
+
+
+def rel_err(out, ref):
+    out = out.to(torch.float64).numpy()
+    return float(np.linalg.norm(out - ref) / np.linalg.norm(ref))
+
+
+def test_matmul_on_torch_cpu_tensors():
+    g = torch.Generator().manual_seed(0)
+    a, w = rand(45, 70, gen=g), rand(33, 70, gen=g)
+    c = kittens.matmul(a, w.T)
+    assert isinstance(c, torch.Tensor) and c.dtype == torch.bfloat16 and c.device.type == "cpu"
+    ref = a.to(torch.float64).numpy() @ w.to(torch.float64).numpy().T
+    assert rel_err(c, ref) < 1e-2
+    out = torch.full((45, 33), float("nan"), dtype=torch.bfloat16)
+    assert kittens.matmul(a, w.T, out=out) is out and torch.equal(out, c)
+    with pytest.raises(ValueError, match="b must be the transpose"):
+        kittens.matmul(a, w.T.contiguous())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_attention_on_torch_cpu_tensors_both_layouts(causal):
+    g = torch.Generator().manual_seed(1)
+    q = rand(2, 40, 4, 64, gen=g).transpose(1, 2)  # (B, N, H, D) seen as (B, H, N, D)
+    k = rand(2, 40, 2, 64, gen=g).transpose(1, 2)
+    v = rand(2, 40, 2, 64, gen=g).transpose(1, 2)
+    o = kittens.attention(q, k, v, causal=causal)
+    assert o.stride() == q.stride()
+    ref = attention_ref(*(x.to(torch.float32).numpy() for x in (q, k, v)), causal)
+    assert rel_err(o, ref) < 1e-2
+    sdpa = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float().repeat_interleave(2, 1), v.float().repeat_interleave(2, 1), is_causal=causal
+    )
+    assert rel_err(sdpa.to(torch.bfloat16), ref) < 1e-2
+
+
+def test_attention_backward_is_not_implemented():
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (rand(1, 2, 16, 32, gen=g).requires_grad_() for _ in range(3))
+    o = kittens.attention(q, k, v)
+    assert o.requires_grad
+    with pytest.raises(NotImplementedError, match="no backward kernel yet"):
+        o.float().sum().backward()
+    with torch.no_grad():
+        assert not kittens.attention(q, k, v).requires_grad
+
+
+def test_matmul_backward_is_not_implemented():
+    g = torch.Generator().manual_seed(3)
+    a, w = rand(8, 16, gen=g).requires_grad_(), rand(8, 16, gen=g)
+    with pytest.raises(NotImplementedError, match="no backward"):
+        kittens.matmul(a, w.T).float().sum().backward()
