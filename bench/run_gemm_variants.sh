@@ -1,8 +1,6 @@
 #!/usr/bin/env bash
-# One device call comparing kernel variants (default list: the lowered gemm_bf16 and the hand-written
-# kernel timed blocked, and the lowered one interleaved; run 3 used VARIANTS with the epilogue/cluster flags
-# and --kernel handwritten, then the default), each checked (edge shapes too) and timed at every size
-# against cuBLAS in its own run. Run from the repository root on the GPU machine with the release binary
+# One device call comparing benchmark variants (default list: the lowered gemm_bf16 timed blocked and
+# interleaved), each checked (edge shapes too) and timed at every size against cuBLAS in its own run. Run from the repository root on the GPU machine with the release binary
 # at .carry/kittens and KITTENS_COMMIT set; writes $OUT/gemm_<tag>.json and .png per variant.
 set -uo pipefail
 OUT="${OUT:-bench/out}"
@@ -18,5 +16,5 @@ while read -r tag args; do
   fi
   timeout 180 $K bench gemm --sizes "$SIZES" $args --json "$OUT/gemm_$tag.json" \
     && python3 bench/plot_gemm.py "$OUT/gemm_$tag.json" "$OUT/gemm_$tag.png"
-done <<< "${VARIANTS:-$'ir --kernel ir --timing blocked\nhandwritten --kernel handwritten --timing blocked\nir_interleaved --kernel ir --timing interleaved'}"
+done <<< "${VARIANTS:-$'ir --timing blocked\nir_interleaved --timing interleaved'}"
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$OUT/gpu.txt"

@@ -41,13 +41,27 @@ fn lowered_gemm_compiles_for_sm_90a() {
     }
     let image = compile(&l.source, &l.name, "sm_90a", l.dynamic_shared_bytes)
         .unwrap_or_else(|e| panic!("{e}"));
-    let r = image.report;
+    let r = &image.report;
     eprintln!("{}: {r:?}", l.name);
-    assert_eq!((r.spill_stores, r.spill_loads), (0, 0), "{r:?}");
-    assert!(r.dynamic_shared_bytes <= kittens_codegen::cuda::gemm::MAX_SHARED_PER_BLOCK);
+    assert_eq!(
+        (r.spill_stores, r.spill_loads, r.stack_frame),
+        (0, 0, 0),
+        "{r:?}"
+    );
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    assert!(r.dynamic_shared_bytes <= h100.shared_bytes_per_block);
     assert!(
-        r.warnings.iter().all(|w| !w.contains("C7508")),
-        "setmaxnreg ignored: {:?}",
         r.warnings
+            .iter()
+            .all(|w| !w.contains("C7508") && !w.contains("serialized")),
+        "setmaxnreg ignored or wgmma serialized: {:?}",
+        r.warnings
+    );
+    // The second compile of the same source comes from the on-disk cache with the same figures.
+    let again = compile(&l.source, &l.name, "sm_90a", l.dynamic_shared_bytes).expect("cached");
+    assert!(again.report.cached);
+    assert_eq!(
+        (again.report.registers, again.cubin.len()),
+        (r.registers, image.cubin.len())
     );
 }

@@ -1,13 +1,11 @@
 //! `kittens bench gemm`: the Hopper `gemm_bf16` against cuBLAS on the GPU, measured in the same run
-//! (`kittens_runtime::cuda::bench`). By default the kernel is `gemm_bf16`'s tile program lowered by
-//! `kittens_codegen::cuda::lower`; `--kernel handwritten` measures the hand-scheduled one instead.
+//! (`kittens_runtime::cuda::bench`). The kernel is `gemm_bf16`'s tile program lowered by
+//! `kittens_codegen::cuda::lower`.
 //! Without an NVIDIA driver it says so and runs the same tile program on the CPU backend (the
 //! interpreter) against the f64 reference: numerics only, no speed.
 
 use anyhow::{bail, Context};
-use kittens_codegen::cuda::{Epilogue, HopperGemm};
 use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, GemmBenchReport, Timing};
-use kittens_runtime::cuda::gemm_kernel::GemmSource;
 use kittens_runtime::cuda::CudaError;
 
 #[derive(clap::Subcommand)]
@@ -29,27 +27,6 @@ pub struct GemmArgs {
     pub iters: usize,
     #[arg(long, default_value_t = 10)]
     pub warmup: usize,
-    /// `ir` (default): gemm_bf16's tile program from kittens-kernels lowered by
-    /// `kittens_codegen::cuda::lower` (the options below do not apply); `handwritten`: the
-    /// hand-scheduled Hopper kernel (`HopperGemm`, options below), for comparison.
-    #[arg(long, default_value = "ir")]
-    pub kernel: String,
-    /// Block tile columns (the wgmma N) of the Hopper kernel.
-    #[arg(long, default_value_t = HopperGemm::default().bn)]
-    pub bn: u32,
-    /// Epilogue of the Hopper kernel: `tma` (through shared memory and a TMA store, `HopperGemm`'s
-    /// default; needs at most 3 stages at bn 256) or `direct` (registers to global).
-    #[arg(long, default_value = "tma")]
-    pub epilogue: String,
-    /// CTAs per thread-block cluster (1 or 2; 2 multicasts each B tile to a pair of CTAs).
-    #[arg(long, default_value_t = HopperGemm::default().cluster)]
-    pub cluster: u32,
-    /// Pipeline stages of the Hopper kernel.
-    #[arg(long, default_value_t = HopperGemm::default().stages)]
-    pub stages: u32,
-    /// Tile-rows per group of the L2-friendly tile order.
-    #[arg(long, default_value_t = HopperGemm::default().group_m)]
-    pub group_m: u32,
     /// Correctness-only shapes: `default` (partial tiles at every edge), `none`, or `MxNxK,MxNxK,...`.
     #[arg(long, default_value = "default")]
     pub checks: String,
@@ -91,22 +68,6 @@ fn gemm(a: GemmArgs) -> anyhow::Result<()> {
         },
         iters: a.iters.max(1),
         warmup: a.warmup,
-        kernel: match a.kernel.as_str() {
-            "handwritten" => GemmSource::Handwritten(HopperGemm {
-                bn: a.bn,
-                cluster: a.cluster,
-                epilogue: match a.epilogue.as_str() {
-                    "direct" => Epilogue::Direct,
-                    "tma" => Epilogue::TmaStore,
-                    e => bail!("--epilogue {e}: expected direct or tma"),
-                },
-                stages: a.stages,
-                group_m: a.group_m,
-                ..HopperGemm::default()
-            }),
-            "ir" => GemmSource::TileProgram,
-            k => bail!("--kernel {k}: expected handwritten or ir"),
-        },
         ..defaults
     };
     let report = match run_gemm_bench(&opts) {

@@ -191,8 +191,7 @@ fn print_amd(r: &CodeObjectReport, compiler: &str, code_object_bytes: usize) {
 }
 
 /// sm_90a goes through NVRTC in `kittens_runtime::cuda`; the kernel is the producer/consumer tile
-/// program lowered by `kittens_codegen::cuda` (the hand-written `HopperGemm` is only `kittens bench`'s
-/// comparison).
+/// program lowered by `kittens_codegen::cuda`.
 fn run_cuda(args: &Args) -> Result<()> {
     match args.emit {
         Some(Emit::Cuda) => return emit(&cuda_lowered(&args.kernel)?.source),

@@ -4,7 +4,7 @@
 //! wave; an async load names the shared ring slot it writes; a `barrier` orders everything before it in
 //! every wave against everything after it. The tile program says *what* flows (K step `t` in slot
 //! `t % S`, handed over at a barrier); this lowering decides *how*, with the Hopper machinery of seed 000
-//! §3.3.1 and the structure of the hand-written kernel (`gemm_sm90.cu`):
+//! §3.3.1 (bench/NOTES.md records what a hand-written Hopper GEMM taught it):
 //!
 //! | IR | CUDA |
 //! |---|---|

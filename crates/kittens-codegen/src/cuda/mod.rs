@@ -1,19 +1,18 @@
 //! CUDA C++ for NVIDIA Hopper (sm_90a): the device prelude ([`PRELUDE`], one-instruction inline-asm
 //! wrappers for TMA, mbarriers, wgmma, setmaxnreg, ldmatrix/stmatrix and the proxy fences), the wgmma
-//! wrappers generated per instruction shape ([`wgmma_wrappers`]), and the Hopper GEMM ([`gemm`]).
+//! wrappers generated per instruction shape ([`wgmma_wrapper`]), and the lowering of tile programs
+//! ([`lower`]).
 //!
 //! The source is compiled at run time with NVRTC (`kittens_runtime::cuda::compile`).
 
-pub mod gemm;
 pub mod lower;
 mod lower_roles;
 mod lower_tma;
 
-pub use gemm::{Epilogue, HopperGemm, HopperGemmError};
 pub use lower::{lower, CudaLowerError, LoweredCuda, TmaMap};
 
-/// The sm_90a `gemm_bf16`: the kernel `kittens bench gemm` measures by default and `kittens compile
-/// gemm_bf16 --target sm_90a` should report (`HopperGemm` stays as the hand-written comparison).
+/// The sm_90a `gemm_bf16`: the kernel `kittens bench gemm` measures and `kittens compile gemm_bf16
+/// --target sm_90a` reports.
 ///
 /// `gemm_bf16` as kittens-kernels defines it for the H100 (the producer/consumer tile program,
 /// `GemmConfig::for_gpu`), lowered to CUDA. Kernel arguments: the tensor maps, then `a, b, c`, then

@@ -7,12 +7,11 @@
 
 use std::rc::Rc;
 
-use kittens_codegen::cuda::HopperGemm;
 use serde::Serialize;
 
 use super::cublas::Cublas;
 use super::driver::{Device, DeviceBuffer, Event, Stream, Swizzle, TensorMap};
-use super::gemm_kernel::{GemmKernel, GemmSource};
+use super::gemm_kernel::GemmKernel;
 use super::{CudaCompileReport, CudaError};
 
 /// What to measure.
@@ -24,8 +23,6 @@ pub struct GemmBenchOptions {
     pub iters: usize,
     pub spot_checks: usize,
     pub seed: u64,
-    /// The kernel measured against cuBLAS.
-    pub kernel: GemmSource,
     /// Input copies are added until A and B together span at least this many L2s.
     pub l2_multiple: u64,
     /// Shapes (M, N, K) checked for correctness only, not timed: partial tiles at every edge.
@@ -52,7 +49,6 @@ impl Default for GemmBenchOptions {
             iters: 100,
             spot_checks: 256,
             seed: 0x006b_6974_7465_6e73,
-            kernel: GemmSource::Handwritten(HopperGemm::default()),
             l2_multiple: 4,
             checks: vec![(1000, 1032, 520), (128, 256, 64), (4160, 8184, 1032)],
             timing: Timing::Interleaved,
@@ -167,7 +163,7 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
             dev.name, dev.compute_capability
         )));
     }
-    let kernel = GemmKernel::prepare(&dev, &opts.kernel)?;
+    let kernel = GemmKernel::prepare(&dev)?;
     eprintln!(
         "  {}: persistent grid of at most {} blocks or clusters",
         kernel.name, kernel.resident

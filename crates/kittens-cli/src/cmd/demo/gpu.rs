@@ -3,7 +3,6 @@
 
 use super::Section;
 use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, Timing};
-use kittens_runtime::cuda::gemm_kernel::GemmSource;
 use kittens_runtime::cuda::CudaError;
 use serde_json::Value;
 
@@ -15,7 +14,6 @@ pub fn probe() -> Result<String, CudaError> {
 pub fn run(s: &mut Section) -> anyhow::Result<Value> {
     let opts = GemmBenchOptions {
         sizes: vec![4096, 8192],
-        kernel: GemmSource::TileProgram,
         timing: Timing::Blocked,
         ..GemmBenchOptions::default()
     };
