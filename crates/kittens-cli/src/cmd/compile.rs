@@ -3,7 +3,7 @@
 //! (issue 5, item 4). AMD figures come from the code object only: no AMD GPU exists here, so no speed.
 
 use anyhow::{bail, Context, Result};
-use kittens_hw::Arch;
+use kittens_hw::{Arch, Backend, Target};
 use kittens_runtime::amd::{self, CodeObjectReport};
 
 #[derive(clap::Args)]
@@ -12,7 +12,7 @@ pub struct Args {
     pub kernel: String,
     /// Compiler target: gfx942 (MI300X/MI325X), gfx950 (MI350X/MI355X) or sm_90a (H100/H200).
     #[arg(long)]
-    pub target: String,
+    pub target: Target,
     /// Print the generated source (hip, cuda) or the compiler's assembly (asm) instead of the report.
     #[arg(long, value_enum)]
     pub emit: Option<Emit>,
@@ -29,9 +29,13 @@ pub enum Emit {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    match args.target.as_str() {
-        "sm_90a" => run_cuda(&args),
-        t => run_amd(&args, amd::parse_target(t)?),
+    match (args.target.backend(), args.target.arch()) {
+        (Backend::Cuda, _) => run_cuda(&args),
+        (Backend::Hip, Some(arch)) => run_amd(&args, arch),
+        _ => bail!(
+            "`kittens compile` needs a GPU target; {} runs kernels with `kittens run`",
+            args.target
+        ),
     }
 }
 
@@ -136,14 +140,10 @@ fn amd_source(name: &str, arch: Arch) -> Result<(String, Option<&'static kittens
     Ok((src, Some(gpu)))
 }
 
-/// The GPU a target's kernels are configured for: of the catalog's GPUs with that architecture, the one
-/// with the least shared memory per block, so the code object fits every GPU of the target (gfx942:
-/// MI300X and MI325X, 64 KiB; gfx950: MI350X and MI355X, 160 KiB).
+/// The GPU a target's kernels are configured for (`Target::gpu`).
 pub fn gpu_for(arch: Arch) -> Result<&'static kittens_hw::Gpu> {
-    kittens_hw::gpu::ALL
-        .into_iter()
-        .filter(|g| g.arch == arch)
-        .min_by_key(|g| g.shared_bytes_per_block)
+    Target::from(arch)
+        .gpu()
         .with_context(|| format!("no GPU of the catalog has architecture {}", arch.target()))
 }
 

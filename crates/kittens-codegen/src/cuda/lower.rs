@@ -29,7 +29,7 @@
 
 use std::collections::BTreeSet;
 
-use kittens_hw::dtype::DType;
+use kittens_hw::{dtype::DType, Target};
 use kittens_ir::{
     Cond, Env, Expr, GridRemap, Kernel, MmaForm, MmaOperand, Op, RegId, Schedule, Scope,
     SharedView, Stmt, WaitQueue,
@@ -96,9 +96,6 @@ impl LoweredCuda {
     }
 }
 
-/// Hopper's registers per SM (CUDA Programming Guide, compute capability 9.0).
-const REGISTERS_PER_SM: u32 = 65_536;
-
 /// Lowers `k` (producer/consumer schedule) to CUDA for sm_90a.
 pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
     let Schedule::ProducerConsumer { producers, .. } = k.schedule else {
@@ -108,9 +105,12 @@ pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
         ));
     };
     let roles = check_roles(k)?;
-    let threads = 32 * k.waves;
+    let sm = Target::Sm90a
+        .gpu()
+        .ok_or_else(|| CudaLowerError::Unsupported("no sm_90a GPU in the catalog".into()))?;
+    let threads = sm.wave_width * k.waves;
     // `__launch_bounds__(threads, 1)` caps registers at this many per thread (multiple of 8).
-    let cap = (REGISTERS_PER_SM / threads) / 8 * 8;
+    let cap = (sm.registers_per_cu() / threads) / 8 * 8;
     let (offsets, ring_bytes) = k.shared_offsets(1024);
     let (bar_first, nbars) = ring_barriers(k, roles.producer.1);
     if nbars > 32 {

@@ -18,7 +18,9 @@ pub use lower::{lower, CudaLowerError, LoweredCuda, TmaMap};
 /// `GemmConfig::for_gpu`), lowered to CUDA. Kernel arguments: the tensor maps, then `a, b, c`, then
 /// `m, n, k`.
 pub fn gemm_bf16_sm90() -> Result<LoweredCuda, CudaLowerError> {
-    let gpu = kittens_hw::gpu("h100").map_err(|e| CudaLowerError::Unsupported(e.to_string()))?;
+    let gpu = kittens_hw::Target::Sm90a
+        .gpu()
+        .ok_or_else(|| CudaLowerError::Unsupported("no sm_90a GPU in the catalog".into()))?;
     let cfg = kittens_kernels::gemm_bf16::GemmConfig::for_gpu(gpu);
     let k = kittens_kernels::gemm_bf16::build(&cfg).map_err(|e| {
         CudaLowerError::Unsupported(format!("building gemm_bf16 for the H100: {e}"))

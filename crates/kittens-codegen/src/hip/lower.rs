@@ -15,7 +15,7 @@ use super::layout::{lane_map, LaneMap};
 use super::regops::{scratch_bytes, vec_map, VecMap};
 use super::LowerError;
 use crate::cexpr::{cond, expr, ident, param_name, var_name};
-use kittens_hw::{dtype::DType, Arch};
+use kittens_hw::{dtype::DType, Arch, Target};
 use kittens_ir::{Access, GridRemap, Kernel, Op, RegKind, Stmt};
 use std::collections::HashMap;
 
@@ -27,15 +27,8 @@ pub fn lower(k: &Kernel, arch: Arch) -> Result<String, LowerError> {
             arch.target()
         )));
     }
-    // Shared memory per block of the target (GPU catalog: MI300X 64 KiB, MI355X 160 KiB).
-    let model = if arch == Arch::Cdna4 {
-        "mi355x"
-    } else {
-        "mi300x"
-    };
-    let budget = kittens_hw::gpu(model)
-        .map(|g| g.shared_bytes_per_block)
-        .unwrap_or(0);
+    // Shared memory per block on every GPU of the target (the catalog, through `Target`).
+    let budget = Target::from(arch).shared_bytes_per_block().unwrap_or(0);
     let mut e = Emitter::new(k, arch)?;
     let shared = k.shared_bytes() + e.scratch_per_wave * k.waves;
     if shared > budget {
