@@ -33,9 +33,8 @@ enum Command {
     Check(cmd::check::Args),
     /// Lower a kernel for a target, compile it and analyse the code object.
     Compile(cmd::compile::Args),
-    /// Benchmark kernels against the vendor library on the GPU.
-    #[command(subcommand)]
-    Bench(cmd::bench::BenchCommand),
+    /// Benchmark a kernel against the vendor library on the GPU.
+    Bench(cmd::bench::Args),
 }
 
 fn main() {
@@ -48,7 +47,7 @@ fn main() {
         Command::Run(a) => cmd::run::run(a),
         Command::Check(a) => cmd::check::run(a),
         Command::Compile(a) => cmd::compile::run(a),
-        Command::Bench(c) => cmd::bench::run(c),
+        Command::Bench(a) => cmd::bench::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -75,7 +75,7 @@ fn build_emulator(kernel: &Kernel, arch: Arch, dir: &Path) -> PathBuf {
 }
 
 fn build_with_driver(kernel: &Kernel, arch: Arch, dir: &Path, driver: &str) -> PathBuf {
-    let src = lower(kernel, arch).expect("lowers");
+    let src = lower(kernel, arch).expect("lowers").source;
     let body = src
         .strip_prefix(PRELUDE)
         .expect("lowered source starts with the prelude");
@@ -282,7 +282,7 @@ fn swizzled_gemm() -> Kernel {
 fn swizzled_tiles_run_right_on_both_targets() {
     let k = swizzled_gemm();
     for arch in [Arch::Cdna4, Arch::Cdna3] {
-        let src = lower(&k, arch).unwrap();
+        let src = lower(&k, arch).unwrap().source;
         assert!(
             src.contains("xor_flips<1, 5, 4>") && src.contains("xor_flips<1, 4, 6>"),
             "both swizzles applied"

@@ -2,7 +2,7 @@
 //! by `kittens_codegen::cuda::lower` compiles with NVRTC for sm_90a without spills, and the generated
 //! code holds the Hopper machinery the schedule implies.
 
-use kittens_codegen::cuda::gemm_bf16_sm90;
+use kittens_hw::Target;
 use kittens_runtime::cuda::{compile, nvrtc};
 
 fn nvrtc_or_install() {
@@ -20,13 +20,18 @@ fn nvrtc_or_install() {
 #[test]
 fn lowered_gemm_compiles_for_sm_90a() {
     nvrtc_or_install();
-    let l = gemm_bf16_sm90().unwrap_or_else(|e| panic!("{e}"));
+    // As `kittens compile gemm_bf16 --target sm_90a` gets it: from the registry, built for the
+    // target, lowered.
+    let k = kittens_kernels::by_name("gemm_bf16")
+        .and_then(|e| e.build_for(Target::Sm90a))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
     if let Ok(dir) = std::env::var("KITTENS_DUMP") {
-        std::fs::write(format!("{dir}/{}.cu", l.name), &l.source).expect("dump");
+        std::fs::write(format!("{dir}/{}.cu", l.entry), &l.source).expect("dump");
     }
     // One TMA map per loaded tensor (A and B) and one for the TMA-store epilogue (C); one thread per
     // lane of every wave of the schedule.
-    assert_eq!(l.tma_maps.len(), 3, "{:?}", l.tma_maps);
+    assert_eq!(l.tma_maps().len(), 3, "{:?}", l.tma_maps());
     assert_eq!(l.threads, 32 * l.ir.waves);
     for needle in [
         "setmaxnreg_dec<",
@@ -39,10 +44,10 @@ fn lowered_gemm_compiles_for_sm_90a() {
     ] {
         assert!(l.source.contains(needle), "generated source lacks {needle}");
     }
-    let image = compile(&l.source, &l.name, "sm_90a", l.dynamic_shared_bytes)
+    let image = compile(&l.source, &l.entry, "sm_90a", l.dynamic_shared_bytes())
         .unwrap_or_else(|e| panic!("{e}"));
     let r = &image.report;
-    eprintln!("{}: {r:?}", l.name);
+    eprintln!("{}: {r:?}", l.entry);
     assert_eq!(
         (r.spill_stores, r.spill_loads, r.stack_frame),
         (0, 0, 0),
@@ -58,7 +63,7 @@ fn lowered_gemm_compiles_for_sm_90a() {
         r.warnings
     );
     // The second compile of the same source comes from the on-disk cache with the same figures.
-    let again = compile(&l.source, &l.name, "sm_90a", l.dynamic_shared_bytes).expect("cached");
+    let again = compile(&l.source, &l.entry, "sm_90a", l.dynamic_shared_bytes()).expect("cached");
     assert!(again.report.cached);
     assert_eq!(
         (again.report.registers, again.cubin.len()),

@@ -5,11 +5,13 @@ use anyhow::{bail, Context};
 use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::cpu::{self, Problem};
 use kittens_kernels::gemm_bf16::GemmSchedule;
+use kittens_kernels::registry::KernelEntry;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Kernel name: gemm_bf16 or attn_fwd.
-    pub kernel: String,
+    /// Kernel name, from the registry (`kittens list`).
+    #[arg(value_parser = kittens_kernels::by_name)]
+    pub kernel: &'static KernelEntry,
     /// Where to run. Only `cpu` (the interpreter) runs here; GPU runs are `kittens bench`'s job.
     #[arg(long, default_value = "cpu")]
     pub backend: String,
@@ -125,28 +127,22 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ),
         other => bail!("unknown backend `{other}`; `kittens run` supports `cpu`"),
     }
-    if kittens_kernels::by_name(&args.kernel).is_none() {
-        bail!(
-            "unknown kernel `{}`; known: {}",
-            args.kernel,
-            kittens_kernels::NAMES.join(", ")
-        );
-    }
+    let name = args.kernel.name;
     let p = problem(&args)?;
-    let r = cpu::run(&args.kernel, &p)
-        .with_context(|| format!("running `{}` on the CPU interpreter", args.kernel))?;
+    let r =
+        cpu::run(name, &p).with_context(|| format!("running `{name}` on the CPU interpreter"))?;
     if args.json {
         let mut v = serde_json::to_value(&r)?;
         v["backend"] = "cpu".into();
         v["rel_err_definition"] = "||out - ref||_F / ||ref||_F against an f64 reference".into();
         if args.ir {
-            v["ir"] = cpu::build(&args.kernel, &p)?.to_string().into();
+            v["ir"] = cpu::build(name, &p)?.to_string().into();
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
         return Ok(());
     }
     if args.ir {
-        println!("{}", cpu::build(&args.kernel, &p)?);
+        println!("{}", cpu::build(name, &p)?);
     }
     println!(
         "kernel   {} (backend cpu, {} blocks × {} waves)",

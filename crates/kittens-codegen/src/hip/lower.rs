@@ -15,12 +15,14 @@ use super::layout::{lane_map, LaneMap};
 use super::regops::{scratch_bytes, vec_map, VecMap};
 use super::LowerError;
 use crate::cexpr::{cond, expr, ident, param_name, var_name};
+use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
 use kittens_hw::{dtype::DType, Arch, Target};
 use kittens_ir::{Access, GridRemap, Kernel, Op, RegKind, Stmt};
 use std::collections::HashMap;
 
-/// Lower `k` to HIP source for `arch` (gfx942 or gfx950), prelude included.
-pub fn lower(k: &Kernel, arch: Arch) -> Result<String, LowerError> {
+/// Lower `k` to HIP for `arch` (gfx942 or gfx950): the source, prelude included, and its launch
+/// contract (one block per tile, `64 · waves` threads, static LDS, globals then parameters).
+pub fn lower(k: &Kernel, arch: Arch) -> Result<Lowered, LowerError> {
     if !arch.is_amd() {
         return Err(LowerError::Unsupported(format!(
             "HIP lowering targets gfx942/gfx950, not {}",
@@ -40,7 +42,27 @@ pub fn lower(k: &Kernel, arch: Arch) -> Result<String, LowerError> {
         )));
     }
     e.kernel()?;
-    Ok(super::translation_unit(&e.out))
+    let mut args: Vec<KernelArg> = k
+        .globals
+        .iter()
+        .map(|g| KernelArg::Global {
+            name: g.name.clone(),
+        })
+        .collect();
+    args.extend(k.params.iter().map(|p| KernelArg::Param {
+        name: p.name.clone(),
+    }));
+    Ok(Lowered {
+        target: Target::from(arch),
+        source: super::translation_unit(&e.out),
+        entry: ident(&k.name),
+        threads: 64 * k.waves,
+        shared_bytes: shared,
+        shared_alloc: SharedAlloc::Static,
+        grid: GridRule::PerTile,
+        args,
+        ir: k.clone(),
+    })
 }
 
 /// Emission state: output text, indentation, the lane map of every register tile, and the instruction

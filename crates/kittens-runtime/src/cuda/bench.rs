@@ -154,8 +154,11 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Compiles our kernel for the device, runs every size, returns the report.
-pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaError> {
+/// Compiles `kernel` (a lowered `gemm_bf16`) for the device, runs every size, returns the report.
+pub fn run_gemm_bench(
+    kernel: &kittens_codegen::Lowered,
+    opts: &GemmBenchOptions,
+) -> Result<GemmBenchReport, CudaError> {
     let dev = Device::open(0)?;
     if dev.compute_capability != (9, 0) {
         return Err(CudaError::Invalid(format!(
@@ -163,7 +166,7 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
             dev.name, dev.compute_capability
         )));
     }
-    let kernel = GemmKernel::prepare(&dev)?;
+    let kernel = GemmKernel::prepare(&dev, kernel)?;
     eprintln!(
         "  {}: persistent grid of at most {} blocks or clusters",
         kernel.name, kernel.resident

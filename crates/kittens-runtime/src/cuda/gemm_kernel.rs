@@ -1,10 +1,11 @@
-//! The GEMM kernel the benchmark runs: `gemm_bf16` lowered from its tile program
-//! (`kittens_codegen::cuda::gemm_bf16_sm90`, persistent grid), compiled, loaded and launched.
+//! The GEMM kernel the benchmark runs: a lowered `gemm_bf16` (`kittens_codegen::Lowered`, persistent
+//! grid) compiled, loaded and launched by its argument list.
 
 use std::ffi::c_void;
 use std::rc::Rc;
 
-use kittens_codegen::cuda::{gemm_bf16_sm90, LoweredCuda, TmaMap};
+use kittens_codegen::cuda::TmaMap;
+use kittens_codegen::{KernelArg, Lowered};
 
 use super::driver::{Device, DeviceBuffer, Function, Stream, TensorMap};
 use super::{compile, CudaCompileReport, CudaError};
@@ -12,7 +13,7 @@ use super::{compile, CudaCompileReport, CudaError};
 /// A compiled, loaded GEMM kernel.
 pub struct GemmKernel {
     function: Function,
-    lowered: LoweredCuda,
+    lowered: Lowered,
     pub name: String,
     pub config: String,
     pub compile: CudaCompileReport,
@@ -28,16 +29,17 @@ fn invalid(e: impl std::fmt::Display) -> CudaError {
 }
 
 impl GemmKernel {
-    /// Generates, compiles (NVRTC, cached) and loads the kernel on `dev`.
-    pub fn prepare(dev: &Rc<Device>) -> Result<GemmKernel, CudaError> {
-        let l = gemm_bf16_sm90().map_err(invalid)?;
-        let image = compile(&l.source, &l.name, "sm_90a", l.dynamic_shared_bytes)?;
+    /// Compiles (NVRTC, cached) and loads the lowered kernel on `dev`.
+    pub fn prepare(dev: &Rc<Device>, l: &Lowered) -> Result<GemmKernel, CudaError> {
+        let shared = l.dynamic_shared_bytes();
+        let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
         let module = dev.load_module(&image.cubin)?;
-        let function = module.function(&l.name, l.dynamic_shared_bytes)?;
+        let function = module.function(&l.entry, shared)?;
         // The harness builds A's and B's maps from these boxes (128-byte swizzle) and C's
         // with 64 × 64 boxes; anything else is a lowering this launcher does not know.
         let sw = |m: &TmaMap| m.swizzle_bytes == 128;
-        let (a_box, b_box) = match l.tma_maps.as_slice() {
+        let tma_maps = l.tma_maps();
+        let (a_box, b_box) = match tma_maps.as_slice() {
             [ma, mb, mc]
                 if ma.global == 0
                     && mb.global == 1
@@ -51,20 +53,19 @@ impl GemmKernel {
             }
             _ => {
                 return Err(invalid(format!(
-                    "lowered gemm_bf16 wants tensor maps {:?}",
-                    l.tma_maps
+                    "lowered gemm_bf16 wants tensor maps {tma_maps:?}"
                 )))
             }
         };
         Ok(GemmKernel {
             function,
-            name: l.name.clone(),
+            name: l.entry.clone(),
             config: "gemm_bf16 tile program (kittens-kernels, producer/consumer), lowered".into(),
             compile: image.report,
             resident: dev.multiprocessors,
             a_box,
             b_box,
-            lowered: l,
+            lowered: l.clone(),
         })
     }
 
@@ -81,7 +82,9 @@ impl GemmKernel {
     }
 
     /// One launch computing C = A·Bᵀ. `maps` are A's and B's tensor maps (boxes `a_box`, `b_box`), `c`
-    /// C's map (64 × 64 boxes, used by the TMA-store epilogue) and buffer.
+    /// C's map (64 × 64 boxes, used by the TMA-store epilogue) and buffer. The arguments follow the
+    /// lowering's list (`Lowered::args`): tensor maps and pointers of the globals `a`, `b`, `c`, and the
+    /// parameters `m`, `n`, `k`; any other name is refused.
     #[allow(clippy::too_many_arguments)]
     pub fn launch(
         &self,
@@ -94,39 +97,63 @@ impl GemmKernel {
         n: usize,
         k: usize,
     ) -> Result<(), CudaError> {
-        let (mut ta, mut tb, mut tc) = (maps.0, maps.1, c.0);
-        let (mut pa, mut pb, mut pc) = (a.ptr(), b.ptr(), c.1.ptr());
-        let (mut mm, mut nn, mut kk) = (m as u32, n as u32, k as u32);
-        let map = |t: &mut TensorMap| (t as *mut TensorMap).cast::<c_void>();
-        let ptr = |p: &mut u64| (p as *mut u64).cast::<c_void>();
-        let int = |v: &mut u32| (v as *mut u32).cast::<c_void>();
         let l = &self.lowered;
-        // `lower`'s ABI: the tensor maps (A, B, C), then globals a, b, c, then params m, n, k.
-        let names: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
-        let params_ir: Vec<&str> = l.ir.params.iter().map(|p| p.name.as_str()).collect();
-        if names != ["a", "b", "c"] || params_ir != ["m", "n", "k"] {
-            return Err(invalid(format!(
-                "lowered kernel takes globals {names:?}, params {params_ir:?}"
-            )));
+        let globals: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
+        // Argument storage, indexed like `l.args`; the pointers below point into it.
+        let (mut tmaps, mut ptrs, mut ints) = (Vec::new(), Vec::new(), Vec::new());
+        let mut slots = Vec::with_capacity(l.args.len());
+        for arg in &l.args {
+            let named = |name: &str| -> Result<usize, CudaError> {
+                ["a", "b", "c"]
+                    .iter()
+                    .position(|x| *x == name)
+                    .ok_or_else(|| {
+                        invalid(format!("lowered GEMM takes an unknown tensor `{name}`"))
+                    })
+            };
+            match arg {
+                KernelArg::TensorMap(t) => {
+                    let g = globals.get(t.global as usize).copied().unwrap_or("?");
+                    tmaps.push([maps.0, maps.1, c.0][named(g)?]);
+                    slots.push((0u8, tmaps.len() - 1));
+                }
+                KernelArg::Global { name } => {
+                    ptrs.push([a.ptr(), b.ptr(), c.1.ptr()][named(name)?]);
+                    slots.push((1, ptrs.len() - 1));
+                }
+                KernelArg::Param { name } => {
+                    let v = match name.as_str() {
+                        "m" => m,
+                        "n" => n,
+                        "k" => k,
+                        other => {
+                            return Err(invalid(format!(
+                                "lowered GEMM takes an unknown parameter `{other}`"
+                            )))
+                        }
+                    };
+                    ints.push(u32::try_from(v).map_err(|_| invalid(format!("{name} = {v}")))?);
+                    slots.push((2, ints.len() - 1));
+                }
+            }
         }
-        let mut params = [
-            map(&mut ta),
-            map(&mut tb),
-            map(&mut tc),
-            ptr(&mut pa),
-            ptr(&mut pb),
-            ptr(&mut pc),
-            int(&mut mm),
-            int(&mut nn),
-            int(&mut kk),
-        ];
+        let mut params: Vec<*mut c_void> = slots
+            .iter()
+            .map(|&(kind, i)| match kind {
+                0 => (&mut tmaps[i] as *mut TensorMap).cast::<c_void>(),
+                1 => (&mut ptrs[i] as *mut u64).cast::<c_void>(),
+                _ => (&mut ints[i] as *mut u32).cast::<c_void>(),
+            })
+            .collect();
         let grid = l
-            .grid(
+            .blocks(
                 &[("m", m as i64), ("n", n as i64), ("k", k as i64)],
                 self.resident,
             )
             .ok_or_else(|| invalid("grid extents of the lowered kernel"))?;
-        // SAFETY: the parameter list matches `lower`'s documented ABI, checked by name above.
+        // SAFETY: one pointer per kernel argument, in the order and with the types of the lowering's
+        // argument list (tensor maps by value, 64-bit device pointers, 32-bit integers); the storage
+        // vectors are not touched again until the launch has returned.
         unsafe {
             self.function
                 .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut params)
