@@ -13,14 +13,14 @@ SIZES="${SIZES:-2048,4096,8192,16384}"
 # loop); K steps not a multiple of the 3 ring slots over many tiles; a single row; N of one 8-column group.
 CHECKS="${CHECKS:-1000x1032x520,128x256x64,4160x8184x1032,8192x8192x64,129x264x72,1x8x8,256x8x8192}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee "$OUT/gpu.txt"
-if ! timeout 60 $K bench gemm --sizes 2048 --iters 3 --warmup 1 --checks 1000x1032x520,128x256x64; then
+if ! timeout 60 $K bench gemm_bf16 --sizes 2048 --iters 3 --warmup 1 --checks 1000x1032x520,128x256x64; then
   echo "ir: sanity failed or hung"
   exit 1
 fi
 run() { # tag, args...
   local tag=$1; shift
   echo "== $tag: $*"
-  timeout 150 $K bench gemm --sizes "$SIZES" --timing blocked "$@" --json "$OUT/gemm_$tag.json" \
+  timeout 150 $K bench gemm_bf16 --sizes "$SIZES" --timing blocked "$@" --json "$OUT/gemm_$tag.json" \
     && python3 bench/plot_gemm.py "$OUT/gemm_$tag.json" "$OUT/gemm_$tag.png"
 }
 run ir --checks "$CHECKS"

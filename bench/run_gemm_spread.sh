@@ -13,7 +13,7 @@ ROUNDS="${ROUNDS:-3}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv,noheader
 for r in $(seq 1 "$ROUNDS"); do
   echo "== round $r"
-  timeout 90 $K bench gemm --sizes "$SIZE" --iters 200 --timing blocked --checks none \
+  timeout 90 $K bench gemm_bf16 --sizes "$SIZE" --iters 200 --timing blocked --checks none \
     --json "$OUT/spread_ir_$r.json" | grep -E "^ *$SIZE "
 done
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader

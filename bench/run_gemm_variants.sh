@@ -11,10 +11,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw 
 while read -r tag args; do
   [ -z "$tag" ] && continue
   echo "== $tag: $args"
-  if ! timeout 60 $K bench gemm --sizes 2048 --iters 3 --warmup 1 --checks none $args; then
+  if ! timeout 60 $K bench gemm_bf16 --sizes 2048 --iters 3 --warmup 1 --checks none $args; then
     echo "$tag: sanity failed or hung, skipped"; continue
   fi
-  timeout 180 $K bench gemm --sizes "$SIZES" $args --json "$OUT/gemm_$tag.json" \
+  timeout 180 $K bench gemm_bf16 --sizes "$SIZES" $args --json "$OUT/gemm_$tag.json" \
     && python3 bench/plot_gemm.py "$OUT/gemm_$tag.json" "$OUT/gemm_$tag.png"
 done <<< "${VARIANTS:-$'ir --timing blocked\nir_interleaved --timing interleaved'}"
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$OUT/gpu.txt"

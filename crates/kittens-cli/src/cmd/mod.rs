@@ -6,5 +6,6 @@ pub mod check;
 pub mod compile;
 pub mod demo;
 pub mod layout;
+pub mod list;
 pub mod plan;
 pub mod run;
