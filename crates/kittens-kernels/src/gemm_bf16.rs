@@ -29,7 +29,7 @@
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Access, Expr, GlobalId, GridRemap, Kernel, KernelBuilder, RegId, Schedule, SharedId, SharedView,
+    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId, Schedule, SharedId, SharedView,
 };
 use kittens_tile::{BaseShape, Layout::Col, Layout::Row, SharedTile};
 
@@ -70,7 +70,7 @@ pub struct GemmConfig {
     pub block: u32,
     /// K per pipeline step (`K_STEP`); a multiple of 32.
     pub k_step: u32,
-    pub remap: GridRemap,
+    pub remap: GridOrder,
     /// Where the next K step is staged; only the ping-pong schedule reads it.
     pub staging: Staging,
 }
@@ -82,7 +82,7 @@ impl Default for GemmConfig {
             schedule: GemmSchedule::PingPong8,
             block: 256,
             k_step: 64,
-            remap: GridRemap::XcdSwizzle {
+            remap: GridOrder::XcdSwizzle {
                 xcds: 8,
                 window: 8,
                 chunk: 64,
@@ -121,7 +121,7 @@ impl GemmConfig {
         GemmConfig {
             k_step,
             staging,
-            remap: GridRemap::XcdSwizzle {
+            remap: GridOrder::XcdSwizzle {
                 xcds: gpu.xcds,
                 window: 8,
                 chunk: 64,
@@ -155,7 +155,7 @@ pub(crate) fn declare(
     k: &mut KernelBuilder,
     bm: u32,
     bn: u32,
-    remap: GridRemap,
+    remap: GridOrder,
 ) -> (Expr, [GlobalId; 3]) {
     let (m, n, kd) = (k.param("m"), k.param("n"), k.param("k"));
     let mut mat = |name, r: &Expr, c: &Expr, acc| {

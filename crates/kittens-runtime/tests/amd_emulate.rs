@@ -237,7 +237,7 @@ fn registry_gemm_runs_right_both_paths() {
 /// apply the swizzle, so the product is still right.
 fn swizzled_gemm() -> Kernel {
     use kittens_hw::dtype::DType;
-    use kittens_ir::{Expr, GridRemap, KernelBuilder, Schedule};
+    use kittens_ir::{Expr, GridOrder, KernelBuilder, Schedule};
     use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
     let mut b = KernelBuilder::new("swizzled_gemm", Schedule::Plain { waves: 4 });
     let gemm::AbtOperands {
@@ -248,7 +248,7 @@ fn swizzled_gemm() -> Kernel {
         b: gb,
         c: gc,
     } = gemm::abt_operands(&mut b, DType::Bf16);
-    b.grid(vec![m.ceil_div(64), n.ceil_div(32)], GridRemap::RowMajor);
+    b.grid(vec![m.ceil_div(64), n.ceil_div(32)], GridOrder::RowMajor);
     let sa = b.shared("sa", DType::Bf16, 64, 32, Swizzle::HK_16X32, 1);
     let sb = b.shared_tile("sb", SharedTile::new(DType::Bf16, 32, 32), 1);
     let ra = b.tile("ra", DType::Bf16, 16, 32, Layout::Row, BaseShape::S16X32);

@@ -291,8 +291,14 @@ pub fn simulate_staggered(
     let end = rounds * ks * q + offset.last().copied().unwrap_or(0);
     // Tile of every launch id, computed once.
     let tiles: Vec<(u64, u64)> = (0..blocks)
-        .map(|id| order.tile(id, rows, cols, n_xcd))
-        .collect();
+        .map(|id| order.tile(id, rows, cols))
+        .collect::<Option<_>>()
+        .ok_or_else(|| {
+            SchedError::Invalid(format!(
+                "{} is not an order of a 2-d GEMM grid",
+                order.label()
+            ))
+        })?;
     // Slots grouped by the tick phase at which they start a k-step, so each tick visits only them.
     let mut by_phase: Vec<Vec<usize>> = vec![Vec::new(); q as usize];
     for (s, &off) in offset.iter().enumerate() {

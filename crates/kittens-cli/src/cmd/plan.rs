@@ -2,7 +2,8 @@
 //! The models live in `kittens_sched`; this module parses, prints and writes the picture.
 
 use anyhow::{bail, Context};
-use kittens_sched::{cache, draw, regs, remap::GridOrder, tail};
+use kittens_draw as draw;
+use kittens_sched::{cache, regs, remap::GridOrder, tail};
 use serde_json::json;
 
 #[derive(clap::Subcommand)]
@@ -33,10 +34,10 @@ pub struct GridArgs {
     pub row_major: bool,
     /// Window height W of Algorithm 1 (alone: group-M only).
     #[arg(long)]
-    pub window: Option<u64>,
+    pub window: Option<u32>,
     /// XCD chunk size C of Algorithm 1 (needs --window).
     #[arg(long, requires = "window")]
-    pub chunk: Option<u64>,
+    pub chunk: Option<u32>,
     /// Write the first dispatch round's XCD assignment as a PNG.
     #[arg(long)]
     pub png: Option<std::path::PathBuf>,
@@ -143,7 +144,11 @@ fn grid(a: GridArgs) -> anyhow::Result<()> {
     let order = match (a.row_major, a.window, a.chunk) {
         (true, _, _) | (false, None, None) => GridOrder::RowMajor,
         (false, Some(window), None) => GridOrder::GroupM { window },
-        (false, Some(window), Some(chunk)) => GridOrder::Xcd { window, chunk },
+        (false, Some(window), Some(chunk)) => GridOrder::XcdSwizzle {
+            xcds: g.xcds,
+            window,
+            chunk,
+        },
         (false, None, Some(_)) => bail!("--chunk needs --window"),
     };
     let shape = cache::GemmShape::bf16(a.m, a.n, a.k, (tm, tn, tk));
@@ -151,7 +156,8 @@ fn grid(a: GridArgs) -> anyhow::Result<()> {
     let rep = cache::simulate_staggered(g, &shape, order, a.stagger)?;
     let secs = t0.elapsed().as_secs_f64();
     let (rows, cols) = shape.grid();
-    let map = draw::first_round(rows, cols, g.xcds as u64, g.compute_units as u64, order);
+    let map = draw::first_round(rows, cols, g.xcds as u64, g.compute_units as u64, order)
+        .context("the grid order is not 2-d")?;
     if let Some(path) = &a.png {
         let (w, h, px) = draw::render_rgb(&map, a.cell.max(2));
         std::fs::write(path, draw::encode_png(w, h, &px))

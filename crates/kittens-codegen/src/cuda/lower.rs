@@ -31,7 +31,7 @@ use std::collections::BTreeSet;
 
 use kittens_hw::{dtype::DType, Target};
 use kittens_ir::{
-    Cond, Env, Expr, GridRemap, Kernel, MmaForm, MmaOperand, Op, RegId, Schedule, Scope,
+    Cond, Env, Expr, GridOrder, Kernel, MmaForm, MmaOperand, Op, RegId, Schedule, Scope,
     SharedView, Stmt, WaitQueue,
 };
 use kittens_tile::Swizzle;
@@ -260,10 +260,10 @@ impl Emit<'_> {
         let names: Vec<String> = (0..n).map(|i| format!("blk{i}")).collect();
         self.line(format!("int {};", names.join(", ")));
         let window = match self.k.grid.remap {
-            GridRemap::RowMajor => None,
+            GridOrder::RowMajor => None,
             // On a monolithic Hopper die only the group-M window of the chiplet remap matters (the XCD
             // chunking spreads work over AMD's dies).
-            GridRemap::GroupM { window } | GridRemap::XcdSwizzle { window, .. } if n == 2 => {
+            GridOrder::GroupM { window } | GridOrder::XcdSwizzle { window, .. } if n == 2 => {
                 Some(window)
             }
             r => return unsupported(format!("grid remap {r:?} over {n} extents")),

@@ -17,7 +17,7 @@ use super::LowerError;
 use crate::cexpr::{cond, expr, ident, param_name, var_name};
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
 use kittens_hw::{dtype::DType, Arch, Target};
-use kittens_ir::{Access, GridRemap, Kernel, Op, RegKind, Stmt};
+use kittens_ir::{Access, GridOrder, Kernel, Op, RegKind, Stmt};
 use std::collections::HashMap;
 
 /// Lower `k` to HIP for `arch` (gfx942 or gfx950): the source, prelude included, and its launch
@@ -199,7 +199,7 @@ impl<'k> Emitter<'k> {
                 .join(", ")
         ));
         match (self.k.grid.remap, n) {
-            (GridRemap::RowMajor, _) => {
+            (GridOrder::RowMajor, _) => {
                 self.line("u32 id = block_id_x();");
                 for i in (0..n).rev() {
                     self.line(format!(
@@ -208,12 +208,12 @@ impl<'k> Emitter<'k> {
                     ));
                 }
             }
-            (GridRemap::GroupM { window }, 2) => self.line(format!(
+            (GridOrder::GroupM { window }, 2) => self.line(format!(
                 "group_m(block_id_x(), {}, {}, {window}, blk0, blk1);",
                 ext[0], ext[1]
             )),
             (
-                GridRemap::XcdSwizzle {
+                GridOrder::XcdSwizzle {
                     xcds,
                     window,
                     chunk,
@@ -226,7 +226,7 @@ impl<'k> Emitter<'k> {
                     ext[0], ext[1]
                 ));
             }
-            (GridRemap::HeadFirst { xcds }, 3) => {
+            (GridOrder::HeadFirst { xcds }, 3) => {
                 let (b, h, q) = (&ext[0], &ext[1], &ext[2]);
                 self.line(format!("const u32 qb = (u32)({q}) ? (u32)({q}) : 1u, hh = (u32)({h}) ? (u32)({h}) : 1u;"));
                 self.line(format!("const u32 logical = xcd_chunk(block_id_x(), (u32)({b}) * hh * qb, {xcds}, qb);"));

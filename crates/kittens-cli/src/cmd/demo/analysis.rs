@@ -2,8 +2,10 @@
 //! planners, each computed live from the library (nothing here is a stored answer).
 
 use super::Section;
+use anyhow::Context;
+use kittens_draw as draw;
 use kittens_hw::{gpu, lds::DsInstr, mma};
-use kittens_sched::{cache, draw, regs, remap::GridOrder, tail};
+use kittens_sched::{cache, regs, remap::GridOrder, tail};
 use kittens_tile::{BaseShape, DType, Layout, RegTile, SharedTile, Swizzle};
 use serde_json::{json, Value};
 
@@ -97,7 +99,8 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
         (9216, GridOrder::RowMajor, (0.55, 0.95, 15.1)),
         (
             9216,
-            GridOrder::Xcd {
+            GridOrder::XcdSwizzle {
+                xcds: mi355x.xcds,
                 window: 7,
                 chunk: 216,
             },
@@ -105,7 +108,8 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
         ),
         (
             9216,
-            GridOrder::Xcd {
+            GridOrder::XcdSwizzle {
+                xcds: mi355x.xcds,
                 window: 5,
                 chunk: 25,
             },
@@ -114,7 +118,8 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
         (14592, GridOrder::RowMajor, (0.36, 0.76, 10.7)),
         (
             14592,
-            GridOrder::Xcd {
+            GridOrder::XcdSwizzle {
+                xcds: mi355x.xcds,
                 window: 8,
                 chunk: 542,
             },
@@ -122,7 +127,8 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
         ),
         (
             14592,
-            GridOrder::Xcd {
+            GridOrder::XcdSwizzle {
+                xcds: mi355x.xcds,
                 window: 8,
                 chunk: 64,
             },
@@ -147,7 +153,8 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
             mi355x.xcds as u64,
             mi355x.compute_units as u64,
             order,
-        );
+        )
+        .context("a 2-d order")?;
         let (w, h, px) = draw::render_rgb(&first, 8);
         let label = order.label().replace(['/', ' '], "_").to_lowercase();
         let png = s.picture(
