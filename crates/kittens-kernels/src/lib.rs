@@ -8,8 +8,6 @@
 pub mod attn_fwd;
 pub mod cpu;
 pub mod gemm_bf16;
-pub mod gemm_bf16_i4;
-pub mod gemm_bf16_ws;
 pub mod reference;
 pub mod registry;
 

@@ -21,7 +21,7 @@
 //! `mma` operands and only after a barrier in the same loop iteration, every fill of a slot read before
 //! the slot's next fill (the race-freedom the schedule analysis checks). Anything else is refused with
 //! [`CudaLowerError::Unsupported`] — this is the subset the Hopper GEMM tile program
-//! (`kittens_kernels::gemm_bf16_ws`) uses, not a general CUDA backend.
+//! (`kittens_kernels::gemm_bf16`, `producer_consumer.rs`) uses, not a general CUDA backend.
 //!
 //! Kernel arguments ([`Lowered::args`]): one `CUtensorMap` per TMA map, then the global tensors in
 //! declaration order (pointers), then the integer parameters. Launch: [`Lowered::blocks`] blocks of
