@@ -233,7 +233,7 @@ pub const H200: Gpu = Gpu {
 pub const ALL: [&Gpu; 6] = [&MI300X, &MI325X, &MI350X, &MI355X, &H100, &H200];
 
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("unknown GPU `{0}`; known: mi300x, mi325x, mi350x, mi355x, h100, h200")]
+#[error("unknown GPU `{0}`; known: {known}", known = ALL.map(|g| g.name).join(", "))]
 pub struct UnknownGpu(pub String);
 
 /// Look a GPU up by its short name (case-insensitive).
@@ -328,6 +328,10 @@ mod tests {
     #[test]
     fn lookup_by_name() {
         assert_eq!(gpu("MI355X").unwrap().compute_units, 256);
-        assert!(gpu("a100").is_err());
+        let msg = gpu("a100").unwrap_err().to_string();
+        assert!(msg.contains("`a100`"), "{msg}");
+        for g in ALL {
+            assert!(msg.contains(g.name), "{msg}");
+        }
     }
 }

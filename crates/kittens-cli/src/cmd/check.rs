@@ -37,8 +37,8 @@ pub struct Args {
     pub deny_hazards: bool,
     /// Build the kernel as configured for this GPU (e.g. `mi300x` gives gemm_bf16's register-staged
     /// gfx942 variant); default: the kernel's default configuration.
-    #[arg(long)]
-    pub gpu: Option<String>,
+    #[arg(long, value_parser = kittens_hw::gpu)]
+    pub gpu: Option<&'static kittens_hw::Gpu>,
     /// Print one JSON document on stdout.
     #[arg(long)]
     pub json: bool,
@@ -114,7 +114,7 @@ fn renumber(r: &mut Report, dropped: &[usize]) {
 pub fn run(args: Args) -> anyhow::Result<()> {
     let info = args.kernel;
     let mut kernel = match &args.gpu {
-        Some(name) => info.build_for_gpu(kittens_hw::gpu(name)?),
+        Some(gpu) => info.build_for_gpu(gpu),
         None => info.build_default(),
     }
     .with_context(|| format!("building {}", info.name))?;

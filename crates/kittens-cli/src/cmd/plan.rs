@@ -18,8 +18,8 @@ pub enum PlanCommand {
 
 #[derive(clap::Args)]
 pub struct GridArgs {
-    #[arg(long, default_value = "mi355x")]
-    pub gpu: String,
+    #[arg(long, default_value = "mi355x", value_parser = kittens_hw::gpu)]
+    pub gpu: &'static kittens_hw::Gpu,
     #[arg(long)]
     pub m: u64,
     #[arg(long)]
@@ -55,8 +55,8 @@ pub struct GridArgs {
 
 #[derive(clap::Args)]
 pub struct TailArgs {
-    #[arg(long, default_value = "mi300x")]
-    pub gpu: String,
+    #[arg(long, default_value = "mi300x", value_parser = kittens_hw::gpu)]
+    pub gpu: &'static kittens_hw::Gpu,
     #[arg(long)]
     pub batch: u64,
     #[arg(long)]
@@ -77,8 +77,8 @@ pub struct TailArgs {
 
 #[derive(clap::Args)]
 pub struct RegsArgs {
-    #[arg(long, default_value = "mi355x")]
-    pub gpu: String,
+    #[arg(long, default_value = "mi355x", value_parser = kittens_hw::gpu)]
+    pub gpu: &'static kittens_hw::Gpu,
     #[arg(long, default_value_t = 0)]
     pub producers: u32,
     #[arg(long, default_value_t = 8)]
@@ -134,12 +134,8 @@ fn dims<const N: usize>(s: &str, what: &str) -> anyhow::Result<[u64; N]> {
     Ok(arr)
 }
 
-fn gpu(name: &str) -> anyhow::Result<&'static kittens_hw::Gpu> {
-    Ok(kittens_hw::gpu(name)?)
-}
-
 fn grid(a: GridArgs) -> anyhow::Result<()> {
-    let g = gpu(&a.gpu)?;
+    let g = a.gpu;
     let [tm, tn, tk] = dims::<3>(&a.tile, "--tile")?;
     let order = match (a.row_major, a.window, a.chunk) {
         (true, _, _) | (false, None, None) => GridOrder::RowMajor,
@@ -199,7 +195,7 @@ fn grid(a: GridArgs) -> anyhow::Result<()> {
 }
 
 fn tail_cmd(a: TailArgs) -> anyhow::Result<()> {
-    let g = gpu(&a.gpu)?;
+    let g = a.gpu;
     let input = tail::TailInput {
         batch: a.batch,
         heads: a.heads,
@@ -231,7 +227,7 @@ fn tail_cmd(a: TailArgs) -> anyhow::Result<()> {
 }
 
 fn regs_cmd(a: RegsArgs) -> anyhow::Result<()> {
-    let g = gpu(&a.gpu)?;
+    let g = a.gpu;
     let [tm, tn] = dims::<2>(&a.tile, "--tile")?;
     let [mm, mn, mk] = dims::<3>(&a.mma, "--mma")?;
     let small = |v: u64, what: &str| u32::try_from(v).with_context(|| format!("{what} too large"));

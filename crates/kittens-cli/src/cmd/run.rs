@@ -1,10 +1,9 @@
 //! `kittens run <kernel> --backend cpu`: runs a kernel of the tile language on the CPU interpreter on
 //! random inputs (bf16, uniform in [-1, 1)) and reports its error against the f64 reference.
 
+use super::flags::{AttnLayoutArg, BackendArg, ScheduleArg};
 use anyhow::{bail, Context};
-use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::cpu::{self, Problem};
-use kittens_kernels::gemm_bf16::GemmSchedule;
 use kittens_kernels::registry::KernelEntry;
 
 #[derive(clap::Args)]
@@ -13,8 +12,8 @@ pub struct Args {
     #[arg(value_parser = kittens_kernels::by_name)]
     pub kernel: &'static KernelEntry,
     /// Where to run. Only `cpu` (the interpreter) runs here; GPU runs are `kittens bench`'s job.
-    #[arg(long, default_value = "cpu")]
-    pub backend: String,
+    #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
+    pub backend: BackendArg,
     /// GEMM rows of A and C.
     #[arg(long, default_value_t = 256)]
     pub m: usize,
@@ -28,8 +27,8 @@ pub struct Args {
     #[arg(long, default_value_t = 256)]
     pub block: u32,
     /// GEMM schedule: pingpong (8-wave, seed 000 E.1), interleave (4-wave) or ws (producer/consumer, Hopper).
-    #[arg(long, default_value = "pingpong")]
-    pub schedule: String,
+    #[arg(long, value_enum, default_value_t = ScheduleArg::Pingpong)]
+    pub schedule: ScheduleArg,
     /// GEMM K step (seed 000 E.1 uses 64).
     #[arg(long, default_value_t = 64)]
     pub k_step: u32,
@@ -51,9 +50,9 @@ pub struct Args {
     /// Causal attention (PyTorch's top-left `is_causal`).
     #[arg(long)]
     pub causal: bool,
-    /// Attention tensor layout: bshd or bhsd.
-    #[arg(long, default_value = "bshd")]
-    pub layout: String,
+    /// Attention tensor layout.
+    #[arg(long, value_enum, ignore_case = true, default_value_t = AttnLayoutArg::Bshd)]
+    pub layout: AttnLayoutArg,
     /// Attention queries per wave (seed 000 E.3: 32).
     #[arg(long, default_value_t = 16)]
     pub q_rows: u32,
@@ -72,11 +71,6 @@ pub struct Args {
 }
 
 fn problem(a: &Args) -> anyhow::Result<Problem> {
-    let layout = match a.layout.to_ascii_lowercase().as_str() {
-        "bshd" => AttnLayout::Bshd,
-        "bhsd" => AttnLayout::Bhsd,
-        other => bail!("unknown layout `{other}`; use bshd or bhsd"),
-    };
     // An empty problem would "pass" with zero error: refuse it instead.
     let dims = [
         ("--m", a.m),
@@ -101,32 +95,21 @@ fn problem(a: &Args) -> anyhow::Result<Problem> {
         ..Problem::default()
     };
     p.gemm.block = a.block;
-    p.gemm.schedule = match a.schedule.as_str() {
-        "pingpong" | "ping-pong" => GemmSchedule::PingPong8,
-        "interleave" | "i4" => GemmSchedule::Interleave4,
-        "ws" | "producer-consumer" => GemmSchedule::ProducerConsumer,
-        other => bail!("unknown GEMM schedule `{other}`; use pingpong, interleave or ws"),
-    };
+    p.gemm.schedule = a.schedule.into();
     p.gemm.k_step = a.k_step;
     p.attn.batch = a.batch;
     p.attn.heads = a.heads;
     p.attn.heads_kv = a.heads_kv;
     p.attn.seq = a.seq;
     p.attn.dim = a.dim;
-    p.attn.layout = layout;
+    p.attn.layout = a.layout.into();
     p.attn_cfg.q_rows = a.q_rows;
     p.attn_cfg.kv_block = a.kv_block;
     Ok(p)
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    match args.backend.as_str() {
-        "cpu" => {}
-        "gfx942" | "gfx950" | "sm_90a" | "hip" | "cuda" | "gpu" => bail!(
-            "`kittens run` runs the CPU interpreter only; GPU backends are measured by `kittens bench`"
-        ),
-        other => bail!("unknown backend `{other}`; `kittens run` supports `cpu`"),
-    }
+    let BackendArg::Cpu = args.backend;
     let name = args.kernel.name;
     let p = problem(&args)?;
     let r =
