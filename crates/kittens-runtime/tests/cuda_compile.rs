@@ -1,4 +1,4 @@
-//! sm_90a compile checks with NVRTC on a machine without a GPU (issue 6, deliverable 6): every wrapper of
+//! sm_90a compile checks with NVRTC on a machine without a GPU: every wrapper of
 //! the prelude compiles for sm_90a, with zero spills and the resources we expect.
 //! NVRTC comes from `scripts/install-nvrtc.sh`, which these tests run when no NVRTC is found.
 

@@ -1,5 +1,5 @@
 //! BF16 GEMM `C = A·Bᵀ` (A M×K, B N×K, C M×N bf16, fp32 accumulation), one kernel with a schedule per
-//! target (DESIGN.md principle 2):
+//! target:
 //!
 //! - [`GemmSchedule::PingPong8`] ([`ping_pong`]): the 8-wave ping-pong of seed 000 E.1 (Fig. 21), the
 //!   AMD schedule, with the next K step staged in LDS or in registers ([`Staging`]);
