@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Run-to-run spread at one size: the lowered kernel (`--kernel ir`) and the hand-written one alternate
-# ROUNDS times, each run timed `--timing blocked` against cuBLAS; then the SASS of both kernels from the
+# Run-to-run spread at one size: the lowered gemm_bf16 runs ROUNDS times, each run timed
+# `--timing blocked` against cuBLAS; then the SASS of the kernel from the
 # NVRTC cache. Run from the repository root on the GPU machine with the release binary at .carry/kittens
-# and KITTENS_COMMIT set; writes $OUT/spread_<kernel>_<round>.json, $OUT/log.txt, $OUT/sass.txt (at most
-# 8 files come back: keep ROUNDS at 3).
+# and KITTENS_COMMIT set; writes $OUT/spread_ir_<round>.json, $OUT/log.txt, $OUT/sass.txt (at most
+# 8 files come back: keep ROUNDS at most 6).
 set -uo pipefail
 OUT="${OUT:-bench/out}"
 mkdir -p "$OUT"
@@ -12,11 +12,9 @@ SIZE="${SIZE:-8192}"
 ROUNDS="${ROUNDS:-3}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv,noheader
 for r in $(seq 1 "$ROUNDS"); do
-  for kern in ir handwritten; do
-    echo "== round $r: $kern"
-    timeout 90 $K bench gemm --kernel "$kern" --sizes "$SIZE" --iters 200 --timing blocked --checks none \
-      --json "$OUT/spread_${kern}_$r.json" | grep -E "^ *$SIZE "
-  done
+  echo "== round $r"
+  timeout 90 $K bench gemm_bf16 --sizes "$SIZE" --iters 200 --timing blocked --checks none \
+    --json "$OUT/spread_ir_$r.json" | grep -E "^ *$SIZE "
 done
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader
 if command -v cuobjdump >/dev/null; then

@@ -20,6 +20,8 @@ enum Command {
     /// The main job: on a GPU machine benchmark the suite against the vendor libraries; elsewhere run it
     /// on the CPU backend, compile it for every target and print the hardware analysis.
     Demo(cmd::demo::Args),
+    /// List the kernels with the targets they lower to, and for each the schedule and status.
+    List(cmd::list::Args),
     /// Print the lane/register <-> element map of a matrix instruction.
     Layout(cmd::layout::Args),
     /// Shared-memory bank conflicts of one tile load or store, phase by phase.
@@ -33,22 +35,22 @@ enum Command {
     Check(cmd::check::Args),
     /// Lower a kernel for a target, compile it and analyse the code object.
     Compile(cmd::compile::Args),
-    /// Benchmark kernels against the vendor library on the GPU.
-    #[command(subcommand)]
-    Bench(cmd::bench::BenchCommand),
+    /// Benchmark a kernel against the vendor library on the GPU.
+    Bench(cmd::bench::Args),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Demo(a) => cmd::demo::run(a),
+        Command::List(a) => cmd::list::run(a),
         Command::Layout(a) => cmd::layout::run(a),
         Command::Banks(a) => cmd::banks::run(a),
         Command::Plan(c) => cmd::plan::run(c),
         Command::Run(a) => cmd::run::run(a),
         Command::Check(a) => cmd::check::run(a),
         Command::Compile(a) => cmd::compile::run(a),
-        Command::Bench(c) => cmd::bench::run(c),
+        Command::Bench(a) => cmd::bench::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

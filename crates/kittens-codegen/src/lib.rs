@@ -1,6 +1,10 @@
 //! Lowering of tile programs to target source: HIP C++ for gfx942/gfx950 ([`hip`]) and CUDA C++ for
-//! sm_90a ([`cuda`]), each with its device prelude shipped inside the crate.
+//! sm_90a ([`cuda`]), each with its device prelude shipped inside the crate. Both return a
+//! [`Lowered`] (source plus launch contract); [`lower`] picks the backend from the target.
 
 pub mod cexpr;
 pub mod cuda;
 pub mod hip;
+mod lowered;
+
+pub use lowered::{lower, GridRule, KernelArg, LowerError, Lowered, SharedAlloc};

@@ -1,7 +1,7 @@
 //! The sm_90a lowering of tile programs: what it derives from the IR (TMA boxes, launch geometry,
 //! shared memory) and what it refuses.
 
-use kittens_codegen::cuda::{gemm_bf16_sm90, lower, CudaLowerError, TmaMap};
+use kittens_codegen::cuda::{lower, CudaLowerError, TmaMap};
 use kittens_kernels::gemm_bf16::{build, GemmConfig};
 
 #[test]
@@ -9,13 +9,13 @@ fn gemm_tile_program_lowers_with_tma_boxes_from_its_loads() {
     let gpu = kittens_hw::gpu("h100").expect("catalogued");
     let cfg = GemmConfig::for_gpu(gpu);
     let ir = build(&cfg).expect("the Hopper gemm builds");
-    let l = gemm_bf16_sm90().unwrap_or_else(|e| panic!("{e}"));
+    let l = lower(&ir).unwrap_or_else(|e| panic!("{e}"));
     // One TMA map per loaded tensor, boxes = the ring tiles the program loads into (A: 128 rows of C per
     // block, B: `block` columns; K step wide, i.e. 128-byte rows under the 128-byte swizzle).
     let ks = cfg.k_step;
     let sw = if ks * 2 == 128 { 128 } else { 64 };
     assert_eq!(
-        l.tma_maps,
+        l.tma_maps(),
         vec![
             TmaMap {
                 global: 0,
@@ -42,16 +42,16 @@ fn gemm_tile_program_lowers_with_tma_boxes_from_its_loads() {
     // per resident slot.
     let p = [("m", 1000), ("n", 1000), ("k", 64)];
     let tiles = 1000u64.div_ceil(128) * 1000u64.div_ceil(cfg.block as u64);
-    assert_eq!(l.blocks(&p), Some(tiles));
-    assert_eq!(l.grid(&p, 132), Some(tiles.min(132) as u32));
-    assert_eq!(l.grid(&p, 3), Some(3));
-    assert_eq!(l.blocks(&[("m", 1000)]), None, "missing parameters");
+    assert_eq!(l.tiles(&p), Some(tiles));
+    assert_eq!(l.blocks(&p, 132), Some(tiles.min(132) as u32));
+    assert_eq!(l.blocks(&p, 3), Some(3));
+    assert_eq!(l.tiles(&[("m", 1000)]), None, "missing parameters");
     // The rings; a 64 × block bf16 C slab per consumer warpgroup; one full and one empty mbarrier per
     // stage (A and B are always filled together, so they share them); 1 KiB of alignment slack.
     let stages = ir.shared[0].count;
     assert!(ir.shared.iter().all(|s| s.count == stages));
     assert_eq!(
-        l.dynamic_shared_bytes,
+        l.dynamic_shared_bytes(),
         ir.shared_offsets(1024).1 + 2 * 64 * cfg.block * 2 + 16 * stages + 1024
     );
     // One fill per stage: `full` armed once with A's and B's bytes together; `empty` counts every

@@ -11,6 +11,7 @@ fn lowered(arch: Arch) -> Result<String, LowerError> {
         &build(&GemmConfig::default()).expect("gemm_bf16 builds"),
         arch,
     )
+    .map(|l| l.source)
 }
 
 /// Seed 000 Fig. 21 lines 68 and 76: `s_waitcnt vmcnt(4)` then `vmcnt(6)` — two and three tile loads

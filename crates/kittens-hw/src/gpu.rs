@@ -27,13 +27,9 @@ pub enum Arch {
 }
 
 impl Arch {
-    /// The compiler target name used throughout the project.
+    /// The compiler target name of the family ([`crate::Target::name`]).
     pub fn target(self) -> &'static str {
-        match self {
-            Arch::Cdna3 => "gfx942",
-            Arch::Cdna4 => "gfx950",
-            Arch::Hopper => "sm_90a",
-        }
+        crate::Target::from(self).name()
     }
 
     /// True for the AMD CDNA families.
@@ -81,6 +77,9 @@ pub struct Gpu {
     pub vgpr_agpr_split: Option<(u32, u32)>,
     /// Most 32-bit registers one thread may address (CDNA: 512 arch VGPR+AGPR; Hopper: 255).
     pub max_regs_per_thread: u32,
+    /// Most threads in one block / workgroup: 1024 on both (CUDA-CC 9.0; the AMDGPU backend's largest
+    /// flat workgroup size, LLVM AMDGPUUsage "amdgpu-flat-work-group-size").
+    pub max_threads_per_block: u32,
     /// L2 capacity of one L2 instance, bytes (per XCD when [`L2Scope::PerXcd`]).
     pub l2_bytes: u64,
     pub l2_scope: L2Scope,
@@ -124,6 +123,7 @@ pub const MI300X: Gpu = Gpu {
     regs_per_lane_per_simd: 512,
     vgpr_agpr_split: Some((256, 256)),
     max_regs_per_thread: 512,
+    max_threads_per_block: 1024,
     l2_bytes: 4 * MIB,
     l2_scope: L2Scope::PerXcd,
     llc_bytes: 256 * MIB,
@@ -164,6 +164,7 @@ pub const MI350X: Gpu = Gpu {
     regs_per_lane_per_simd: 512,
     vgpr_agpr_split: Some((256, 256)),
     max_regs_per_thread: 512,
+    max_threads_per_block: 1024,
     l2_bytes: 4 * MIB,
     l2_scope: L2Scope::PerXcd,
     llc_bytes: 256 * MIB,
@@ -206,6 +207,7 @@ pub const H100: Gpu = Gpu {
     regs_per_lane_per_simd: 512,
     vgpr_agpr_split: None,
     max_regs_per_thread: 255,
+    max_threads_per_block: 1024,
     l2_bytes: 50 * MIB,
     l2_scope: L2Scope::PerGpu,
     llc_bytes: 0,
@@ -231,7 +233,7 @@ pub const H200: Gpu = Gpu {
 pub const ALL: [&Gpu; 6] = [&MI300X, &MI325X, &MI350X, &MI355X, &H100, &H200];
 
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("unknown GPU `{0}`; known: mi300x, mi325x, mi350x, mi355x, h100, h200")]
+#[error("unknown GPU `{0}`; known: {known}", known = ALL.map(|g| g.name).join(", "))]
 pub struct UnknownGpu(pub String);
 
 /// Look a GPU up by its short name (case-insensitive).
@@ -250,6 +252,12 @@ impl Gpu {
             L2Scope::PerXcd => self.xcds,
             L2Scope::PerGpu => 1,
         }
+    }
+
+    /// 32-bit registers of one CU / SM: lanes × registers per lane × SIMDs (CDNA: 64 × 512 × 4 = 128 K,
+    /// the 512 KiB register file per CU; Hopper: 32 × 512 × 4 = 64 K per SM, CUDA-CC 9.0).
+    pub fn registers_per_cu(&self) -> u32 {
+        self.wave_width * self.regs_per_lane_per_simd * self.simds_per_cu
     }
 
     /// Dense BF16 flops per clock per CU / SM, derived from the peak rate.
@@ -308,9 +316,22 @@ mod tests {
         }
     }
 
+    /// CUDA-CC 9.0: 64 K 32-bit registers per SM; CDNA3-WP / CDNA4-WP: 512 KiB of VGPRs per CU.
+    #[test]
+    fn register_files() {
+        assert_eq!(H100.registers_per_cu(), 64 * 1024);
+        for g in [&MI300X, &MI355X] {
+            assert_eq!(g.registers_per_cu() * 4, 512 * 1024);
+        }
+    }
+
     #[test]
     fn lookup_by_name() {
         assert_eq!(gpu("MI355X").unwrap().compute_units, 256);
-        assert!(gpu("a100").is_err());
+        let msg = gpu("a100").unwrap_err().to_string();
+        assert!(msg.contains("`a100`"), "{msg}");
+        for g in ALL {
+            assert!(msg.contains(g.name), "{msg}");
+        }
     }
 }

@@ -63,7 +63,7 @@ impl KernelBuilder {
             vars: vec![],
             grid: Grid {
                 extents: vec![Expr::c(1)],
-                remap: GridRemap::RowMajor,
+                remap: GridOrder::RowMajor,
             },
             body: vec![],
         };
@@ -130,7 +130,7 @@ impl KernelBuilder {
     }
 
     /// The launch grid: `∏ extents` blocks, coordinates from `remap`.
-    pub fn grid(&mut self, extents: Vec<Expr>, remap: GridRemap) {
+    pub fn grid(&mut self, extents: Vec<Expr>, remap: GridOrder) {
         self.k.grid = Grid { extents, remap };
     }
 

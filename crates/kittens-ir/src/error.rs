@@ -90,6 +90,6 @@ pub enum BuildError {
         last: u32,
         why: String,
     },
-    #[error("{waves} waves of {width} lanes exceed the 1024 threads of a block")]
-    BlockSize { waves: u32, width: u32 },
+    #[error("{waves} waves of {width} lanes exceed the {max} threads of a block")]
+    BlockSize { waves: u32, width: u32, max: u32 },
 }

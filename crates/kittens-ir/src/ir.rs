@@ -555,27 +555,16 @@ impl Schedule {
     }
 }
 
-/// Which logical tile a launched block computes (seed 000 Algorithm 1, seed 001 §4.1); evaluated by
-/// `kittens_sched::remap`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case", tag = "kind")]
-pub enum GridRemap {
-    /// Launch id → coordinates in row-major order of the extents (last coordinate fastest).
-    RowMajor,
-    /// 2-d grid: XCD chunking then group-M windows (Algorithm 1 in full).
-    XcdSwizzle { xcds: u32, window: u32, chunk: u32 },
-    /// 2-d grid: group-M windows only (Algorithm 1 lines 13–21).
-    GroupM { window: u32 },
-    /// 3-d grid `[batch, heads, q_blocks]`: every q block of one (batch, head) on one XCD.
-    HeadFirst { xcds: u32 },
-}
+/// Which logical tile a launched block computes: one grid-order type for the whole project, defined
+/// beside the remap functions that evaluate it.
+pub use kittens_sched::remap::GridOrder;
 
 /// The launch: a 1-d grid of `∏ extents` blocks; `remap` maps each launch id to coordinates
 /// `Expr::Block(0..extents.len())`.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Grid {
     pub extents: Vec<Expr>,
-    pub remap: GridRemap,
+    pub remap: GridOrder,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

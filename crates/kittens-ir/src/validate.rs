@@ -495,10 +495,11 @@ pub fn reg_estimate(k: &Kernel, lanes: u32) -> u32 {
 /// Shared memory, register and block-size budgets on `gpu`, and the target rules: AMD matrix
 /// instructions take register operands only.
 pub fn check_target(k: &Kernel, gpu: &Gpu) -> Result<TargetReport, BuildError> {
-    if k.waves * gpu.wave_width > 1024 {
+    if k.waves * gpu.wave_width > gpu.max_threads_per_block {
         return Err(BuildError::BlockSize {
             waves: k.waves,
             width: gpu.wave_width,
+            max: gpu.max_threads_per_block,
         });
     }
     if gpu.arch.is_amd() {

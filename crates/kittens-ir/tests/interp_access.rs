@@ -87,7 +87,7 @@ fn overflowing_sizes_are_errors() {
         Access::Write,
     );
     let t = k.tile("t", F32, R, C, Layout::Row, BaseShape::S16X32);
-    k.grid(vec![n.clone(), n.clone()], GridRemap::RowMajor);
+    k.grid(vec![n.clone(), n.clone()], GridOrder::RowMajor);
     k.zero(t);
     k.store(k.gtile(g, R, C, 0, 0), t);
     let kernel = k.finish().unwrap();
@@ -98,7 +98,7 @@ fn overflowing_sizes_are_errors() {
     let mut k = KernelBuilder::new("grid", Schedule::Plain { waves: 1 });
     let n = k.param("n");
     k.global("x", F32, &[("r", Expr::c(1))], Access::Write);
-    k.grid(vec![n.clone(), n.clone(), n], GridRemap::RowMajor);
+    k.grid(vec![n.clone(), n.clone(), n], GridOrder::RowMajor);
     let kernel = k.finish().unwrap();
     let e = interp::run(&kernel, &[1 << 22], &mut [vec![0.0]]).unwrap_err();
     assert!(

@@ -292,7 +292,7 @@ fn ping_pong_expansion_inserts_stagger_priorities_and_barriers() {
 fn launch_size_and_shared_layout() {
     let mut k = KernelBuilder::new("l", Schedule::Plain { waves: 4 });
     let m = k.param("m");
-    k.grid(vec![m.ceil_div(64), Expr::c(3)], GridRemap::RowMajor);
+    k.grid(vec![m.ceil_div(64), Expr::c(3)], GridOrder::RowMajor);
     k.shared("a", Bf16, 16, 16, Swizzle::None, 3); // 1536 bytes
     k.shared("b", F32, 8, 8, Swizzle::None, 1); // 256 bytes
     let k = k.finish().unwrap();

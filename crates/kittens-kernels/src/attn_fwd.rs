@@ -17,7 +17,7 @@
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Access, Expr, GlobalId, GridRemap, Kernel, KernelBuilder, MaskRule, Schedule};
+use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, Schedule};
 use kittens_tile::{BaseShape, Layout, SharedTile};
 
 /// Memory order of the `[batch, heads, seq, dim]` tensors.
@@ -40,7 +40,7 @@ pub struct AttnConfig {
     pub kv_block: u32,
     pub causal: bool,
     pub layout: AttnLayout,
-    pub remap: GridRemap,
+    pub remap: GridOrder,
 }
 
 impl Default for AttnConfig {
@@ -55,7 +55,7 @@ impl Default for AttnConfig {
             kv_block: 32,
             causal: false,
             layout: AttnLayout::Bshd,
-            remap: GridRemap::HeadFirst { xcds: 8 },
+            remap: GridOrder::HeadFirst { xcds: 8 },
         }
     }
 }

@@ -2,6 +2,7 @@
 //! launches the lowered sm_90a GEMM in the device's primary context (PyTorch's). Attention has no sm_90a
 //! kernel yet, so CUDA attention is an error, never a silent trip through the CPU.
 
+use kittens_hw::Target;
 use kittens_runtime::cuda::caller::{self, GemmPointers, KernelLoad};
 use kittens_runtime::cuda::CudaError;
 
@@ -55,7 +56,18 @@ pub unsafe fn matmul(
         k: p.k,
     };
     // SAFETY: forwarded from the caller.
-    unsafe { caller::gemm_bf16_abt(ordinal, stream, &ptrs) }.map_err(cuda_error)
+    unsafe { caller::gemm_bf16_abt(ordinal, stream, &ptrs, lowered_gemm) }.map_err(cuda_error)
+}
+
+/// The registry's `gemm_bf16`, built for sm_90a and lowered (what `kittens compile gemm_bf16 --target
+/// sm_90a` compiles).
+fn lowered_gemm() -> Result<kittens_codegen::Lowered, CudaError> {
+    let invalid = |e: String| CudaError::Invalid(e);
+    let k = kittens_kernels::by_name("gemm_bf16")
+        .and_then(|e| e.build_for(Target::Sm90a))
+        .map_err(|e| invalid(format!("building gemm_bf16 for sm_90a: {e}")))?;
+    kittens_codegen::lower(&k, Target::Sm90a)
+        .map_err(|e| invalid(format!("lowering gemm_bf16: {e}")))
 }
 
 /// CUDA attention is not there yet.

@@ -75,7 +75,7 @@ fn build_emulator(kernel: &Kernel, arch: Arch, dir: &Path) -> PathBuf {
 }
 
 fn build_with_driver(kernel: &Kernel, arch: Arch, dir: &Path, driver: &str) -> PathBuf {
-    let src = lower(kernel, arch).expect("lowers");
+    let src = lower(kernel, arch).expect("lowers").source;
     let body = src
         .strip_prefix(PRELUDE)
         .expect("lowered source starts with the prelude");
@@ -237,7 +237,7 @@ fn registry_gemm_runs_right_both_paths() {
 /// apply the swizzle, so the product is still right.
 fn swizzled_gemm() -> Kernel {
     use kittens_hw::dtype::DType;
-    use kittens_ir::{Expr, GridRemap, KernelBuilder, Schedule};
+    use kittens_ir::{Expr, GridOrder, KernelBuilder, Schedule};
     use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
     let mut b = KernelBuilder::new("swizzled_gemm", Schedule::Plain { waves: 4 });
     let gemm::AbtOperands {
@@ -248,7 +248,7 @@ fn swizzled_gemm() -> Kernel {
         b: gb,
         c: gc,
     } = gemm::abt_operands(&mut b, DType::Bf16);
-    b.grid(vec![m.ceil_div(64), n.ceil_div(32)], GridRemap::RowMajor);
+    b.grid(vec![m.ceil_div(64), n.ceil_div(32)], GridOrder::RowMajor);
     let sa = b.shared("sa", DType::Bf16, 64, 32, Swizzle::HK_16X32, 1);
     let sb = b.shared_tile("sb", SharedTile::new(DType::Bf16, 32, 32), 1);
     let ra = b.tile("ra", DType::Bf16, 16, 32, Layout::Row, BaseShape::S16X32);
@@ -282,7 +282,7 @@ fn swizzled_gemm() -> Kernel {
 fn swizzled_tiles_run_right_on_both_targets() {
     let k = swizzled_gemm();
     for arch in [Arch::Cdna4, Arch::Cdna3] {
-        let src = lower(&k, arch).unwrap();
+        let src = lower(&k, arch).unwrap().source;
         assert!(
             src.contains("xor_flips<1, 5, 4>") && src.contains("xor_flips<1, 4, 6>"),
             "both swizzles applied"

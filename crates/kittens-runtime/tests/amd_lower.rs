@@ -67,7 +67,7 @@ fn gemm_program_is_right_on_the_interpreter() {
 }
 
 fn compiled(arch: Arch) -> (String, CodeObjectReport) {
-    let src = lower(&gemm::gemm_bf16(arch), arch).expect("lowers");
+    let src = lower(&gemm::gemm_bf16(arch), arch).expect("lowers").source;
     if let Ok(dir) = std::env::var("KITTENS_DUMP_HIP") {
         std::fs::write(format!("{dir}/gemm_bf16_{}.hip", arch.target()), &src).unwrap();
     }
@@ -202,7 +202,7 @@ fn pinned_tiles_feed_mfma_from_their_registers() {
         (Arch::Cdna4, "v_mfma_f32_16x16x32_bf16 a[32:35], a[0:3], v"),
         (Arch::Cdna3, "v_mfma_f32_16x16x16_bf16 a[32:35], a[0:1], v"),
     ] {
-        let src = lower(&kern, arch).expect("lowers");
+        let src = lower(&kern, arch).expect("lowers").source;
         assert!(src.contains("{a[32:35]}\"(r_c_pinned[0][0])"), "{src}");
         let asm = clang_for(arch).compile_to_asm(&src, arch).unwrap();
         assert!(
@@ -227,7 +227,7 @@ fn attention_exchanges_only_what_lane_maps_require() {
     use kittens_hw::mma::{self, Operand};
     let k = kittens_kernels::attn_fwd::build(&Default::default()).unwrap();
     for arch in [Arch::Cdna4, Arch::Cdna3] {
-        let src = lower(&k, arch).expect("attn_fwd lowers");
+        let src = lower(&k, arch).expect("attn_fwd lowers").source;
         let acc = mma::all()
             .iter()
             .find(|i| i.arch == arch && i.name == bf16_mfma_opcode(arch).unwrap())

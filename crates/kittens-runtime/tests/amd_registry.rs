@@ -17,7 +17,7 @@ use kittens_runtime::amd::{analyze, ClangSource, CodeObjectReport};
 fn registry_source(gpu: &str) -> (GemmConfig, String, Arch) {
     let g = kittens_hw::gpu(gpu).unwrap();
     let cfg = GemmConfig::for_gpu(g);
-    let src = lower(&build(&cfg).unwrap(), g.arch).expect("lowers");
+    let src = lower(&build(&cfg).unwrap(), g.arch).expect("lowers").source;
     (cfg, src, g.arch)
 }
 
@@ -102,7 +102,7 @@ fn registry_gemm_gfx942_builds_with_debian_clang19() {
     check_gfx942(&cfg, &analyze(&out.asm, arch, Some("gemm_bf16")).unwrap());
 }
 
-/// The registry's attn_fwd as `kittens compile` configures it per GPU (`KernelInfo::build_for`), lowered
+/// The registry's attn_fwd as `kittens compile` configures it per GPU (`KernelEntry::build_for_gpu`), lowered
 /// and compiled for both CDNA targets: zero spills and scratch, LDS = the K/V rings plus the per-wave
 /// scratch of the P remap (f32 scores → bf16 MFMA operand), within the budget; per KV step the hot loop
 /// holds the MFMAs of `Sᵀ = K·Qᵀ` (kv × q_rows over d) and `Oᵀ += Vᵀ·P` (d × q_rows over kv):
@@ -113,9 +113,9 @@ fn registry_attention_fits_both_targets() {
     let info = kittens_kernels::by_name("attn_fwd").unwrap();
     for gpu in ["mi355x", "mi300x"] {
         let g = kittens_hw::gpu(gpu).unwrap();
-        let kernel = (info.build_for)(g).unwrap();
+        let kernel = info.build_for_gpu(g).unwrap();
         let cfg = AttnConfig::default();
-        let src = lower(&kernel, g.arch).expect("attn_fwd lowers");
+        let src = lower(&kernel, g.arch).expect("attn_fwd lowers").source;
         let asm = clang_for(g.arch).compile_to_asm(&src, g.arch).unwrap();
         let r = analyze(&asm, g.arch, Some("attn_fwd")).unwrap();
         eprintln!(
@@ -151,9 +151,12 @@ fn registry_attention_gfx942_builds_with_debian_clang19() {
         return;
     };
     let g = kittens_hw::gpu("mi300x").unwrap();
-    let kernel = (kittens_kernels::by_name("attn_fwd").unwrap().build_for)(g).unwrap();
+    let kernel = kittens_kernels::by_name("attn_fwd")
+        .unwrap()
+        .build_for_gpu(g)
+        .unwrap();
     let out = clang
-        .compile(&lower(&kernel, Arch::Cdna3).unwrap(), Arch::Cdna3)
+        .compile(&lower(&kernel, Arch::Cdna3).unwrap().source, Arch::Cdna3)
         .expect("clang-19 compiles the gfx942 attention");
     let r = analyze(&out.asm, Arch::Cdna3, Some("attn_fwd")).unwrap();
     assert!(

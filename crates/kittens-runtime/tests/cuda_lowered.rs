@@ -6,19 +6,24 @@
 mod cuda_common;
 
 use cuda_common::{ensure_nvrtc, fresh_cache};
-use kittens_codegen::cuda::gemm_bf16_sm90;
+use kittens_hw::Target;
 use kittens_runtime::cuda::compile_with_cache;
 
 #[test]
 fn lowered_gemm_compiles_for_sm_90a() {
     ensure_nvrtc();
-    let l = gemm_bf16_sm90().unwrap_or_else(|e| panic!("{e}"));
+    // As `kittens compile gemm_bf16 --target sm_90a` gets it: from the registry, built for the
+    // target, lowered.
+    let k = kittens_kernels::by_name("gemm_bf16")
+        .and_then(|e| e.build_for(Target::Sm90a))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
     if let Ok(dir) = std::env::var("KITTENS_DUMP") {
-        std::fs::write(format!("{dir}/{}.cu", l.name), &l.source).expect("dump");
+        std::fs::write(format!("{dir}/{}.cu", l.entry), &l.source).expect("dump");
     }
     // One TMA map per loaded tensor (A and B) and one for the TMA-store epilogue (C); one thread per
     // lane of every wave of the schedule.
-    assert_eq!(l.tma_maps.len(), 3, "{:?}", l.tma_maps);
+    assert_eq!(l.tma_maps().len(), 3, "{:?}", l.tma_maps());
     assert_eq!(l.threads, 32 * l.ir.waves);
     for needle in [
         "setmaxnreg_dec<",
@@ -35,20 +40,41 @@ fn lowered_gemm_compiles_for_sm_90a() {
     let cache = fresh_cache("lowered-gemm");
     let image = compile_with_cache(
         &l.source,
-        &l.name,
+        &l.entry,
         "sm_90a",
-        l.dynamic_shared_bytes,
+        l.dynamic_shared_bytes(),
         Some(&cache),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert!(!image.report.cached);
-    let r = image.report;
-    eprintln!("{}: {r:?}", l.name);
-    assert_eq!((r.spill_stores, r.spill_loads), (0, 0), "{r:?}");
-    assert!(r.dynamic_shared_bytes <= kittens_codegen::cuda::gemm::MAX_SHARED_PER_BLOCK);
+    let r = &image.report;
+    eprintln!("{}: {r:?}", l.entry);
+    assert_eq!(
+        (r.spill_stores, r.spill_loads, r.stack_frame),
+        (0, 0, 0),
+        "{r:?}"
+    );
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    assert!(r.dynamic_shared_bytes <= h100.shared_bytes_per_block);
     assert!(
-        r.warnings.iter().all(|w| !w.contains("C7508")),
-        "setmaxnreg ignored: {:?}",
         r.warnings
+            .iter()
+            .all(|w| !w.contains("C7508") && !w.contains("serialized")),
+        "setmaxnreg ignored or wgmma serialized: {:?}",
+        r.warnings
+    );
+    // The second compile of the same source comes from the on-disk cache with the same figures.
+    let again = compile_with_cache(
+        &l.source,
+        &l.entry,
+        "sm_90a",
+        l.dynamic_shared_bytes(),
+        Some(&cache),
+    )
+    .expect("cached");
+    assert!(again.report.cached);
+    assert_eq!(
+        (again.report.registers, again.cubin.len()),
+        (r.registers, image.cubin.len())
     );
 }

@@ -140,7 +140,7 @@ pub const MAX_BLOCK_STEPS: u64 = 1 << 27;
 
 /// Refuse a problem the model cannot hold or would take too long on, before allocating anything:
 /// every count is computed in u128, so nothing wraps.
-fn check_budgets(shape: &GemmShape, order: GridOrder, n_xcd: u64) -> Result<(), SchedError> {
+fn check_budgets(shape: &GemmShape, order: GridOrder) -> Result<(), SchedError> {
     const MODEL: &str = "cache model";
     let (rows, cols) = shape.grid();
     let ks = shape.ksteps() as u128;
@@ -165,7 +165,7 @@ fn check_budgets(shape: &GemmShape, order: GridOrder, n_xcd: u64) -> Result<(), 
         MAX_BLOCK_STEPS,
         hint,
     )?;
-    order.check(rows, cols, n_xcd)?;
+    order.check(rows, cols)?;
     let slice =
         shape.tile_m.max(shape.tile_n) as u128 * shape.tile_k as u128 * shape.elem_bytes as u128;
     if slice > u32::MAX as u128 {
@@ -322,7 +322,7 @@ pub fn simulate_staggered(
             "stagger {stagger} outside 0..=1"
         )));
     }
-    check_budgets(shape, order, gpu.xcds as u64)?;
+    check_budgets(shape, order)?;
     let (rows, cols) = shape.grid();
     let ks = shape.ksteps();
     let ids = (rows + cols) * ks;
@@ -341,8 +341,14 @@ pub fn simulate_staggered(
     let end = rounds * ks * q + offset.last().copied().unwrap_or(0);
     // Tile of every launch id, computed once.
     let tiles: Vec<(u64, u64)> = (0..blocks)
-        .map(|id| order.tile(id, rows, cols, n_xcd))
-        .collect();
+        .map(|id| order.tile(id, rows, cols))
+        .collect::<Option<_>>()
+        .ok_or_else(|| {
+            SchedError::Invalid(format!(
+                "{} is not an order of a 2-d GEMM grid",
+                order.label()
+            ))
+        })?;
     // Slots grouped by the tick phase at which they start a k-step, so each tick visits only them.
     let mut by_phase: Vec<Vec<usize>> = vec![Vec::new(); q as usize];
     for (s, &off) in offset.iter().enumerate() {

@@ -15,10 +15,8 @@
 //!   [`cache::simulate_staggered`]`(…, stagger)` with the CUs of an XCD out of phase;
 //! - [`tail::plan_tail`]`(gpu, &TailInput, &TailModel) -> TailPlan`: the tail KV split (seed 001 §5.2);
 //! - [`regs::plan_regs`]`(gpu, &RegsInput) -> RegsReport`: register budgets (seed 000 Table 2);
-//! - [`draw`]: the first dispatch round as a text map or a PNG (Fig. 5 style).
 
 pub mod cache;
-pub mod draw;
 pub mod regs;
 pub mod remap;
 pub mod tail;
@@ -55,7 +53,7 @@ pub enum SchedError {
 
 impl SchedError {
     /// `value` against the power-of-two `limit`.
-    pub(crate) fn check_budget(
+    pub fn check_budget(
         what: impl Into<String>,
         value: u128,
         unit: &'static str,

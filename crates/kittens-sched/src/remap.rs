@@ -87,43 +87,100 @@ pub fn head_first(id: u64, batch: u64, heads: u64, q_blocks: u64, n_xcd: u64) ->
     (bh / h, bh % h, logical % qb)
 }
 
-/// A GEMM grid order, as a value the cache model, the CLI and kernels can pass around.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(tag = "order", rename_all = "snake_case")]
+/// A grid order: which logical tile each launch id computes, as a value. Kernels carry one in their
+/// grid (`kittens_ir::Grid`, lowered per target); the interpreter, the cache model and the pictures
+/// evaluate it with the functions above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
 pub enum GridOrder {
-    /// Launch id order, row by row.
+    /// Launch id → coordinates in row-major order of the extents (last coordinate fastest).
     RowMajor,
-    /// Group-M windows only (seed 000 Fig. 21 without the chiplet step).
-    GroupM { window: u64 },
-    /// Seed 000 Algorithm 1: XCD chunks of `chunk`, then windows of `window` rows.
-    Xcd { window: u64, chunk: u64 },
+    /// 2-d grid: XCD chunking then group-M windows (Algorithm 1 in full, [`xcd_swizzle`]).
+    XcdSwizzle { xcds: u32, window: u32, chunk: u32 },
+    /// 2-d grid: group-M windows only (Algorithm 1 lines 13–21, seed 000 Fig. 21; [`group_m`]).
+    GroupM { window: u32 },
+    /// 3-d grid `[batch, heads, q_blocks]`: every q block of one (batch, head) on one XCD
+    /// ([`head_first`]).
+    HeadFirst { xcds: u32 },
 }
 
 impl GridOrder {
-    /// The `(row, col)` tile that launch id `id` computes on a `rows × cols` grid of a GPU with `n_xcd`
-    /// XCDs.
-    pub fn tile(&self, id: u64, rows: u64, cols: u64, n_xcd: u64) -> (u64, u64) {
-        match *self {
-            GridOrder::RowMajor => row_major(id, cols),
-            GridOrder::GroupM { window } => group_m(id, rows, cols, window),
-            GridOrder::Xcd { window, chunk } => xcd_swizzle(id, rows, cols, n_xcd, window, chunk),
+    /// Grid dimensions the order needs; `None` when it takes any number (row-major).
+    pub fn dims(&self) -> Option<usize> {
+        match self {
+            GridOrder::RowMajor => None,
+            GridOrder::XcdSwizzle { .. } | GridOrder::GroupM { .. } => Some(2),
+            GridOrder::HeadFirst { .. } => Some(3),
+        }
+    }
+
+    /// The coordinates launch id `id` computes on a grid of `extents`; `None` when the order needs
+    /// another number of dimensions ([`GridOrder::dims`]).
+    pub fn coords(&self, id: u64, extents: &[u64]) -> Option<Vec<u64>> {
+        if self.dims().is_some_and(|d| d != extents.len()) {
+            return None;
+        }
+        let u = u64::from;
+        Some(match *self {
+            GridOrder::RowMajor => {
+                let mut rest = id;
+                let mut c = vec![0; extents.len()];
+                for (i, e) in extents.iter().enumerate().rev() {
+                    c[i] = rest % e.max(&1);
+                    rest /= e.max(&1);
+                }
+                c
+            }
+            GridOrder::XcdSwizzle {
+                xcds,
+                window,
+                chunk,
+            } => {
+                let (r, c) = xcd_swizzle(id, extents[0], extents[1], u(xcds), u(window), u(chunk));
+                vec![r, c]
+            }
+            GridOrder::GroupM { window } => {
+                let (r, c) = group_m(id, extents[0], extents[1], u(window));
+                vec![r, c]
+            }
+            GridOrder::HeadFirst { xcds } => {
+                let (b, h, q) = head_first(id, extents[0], extents[1], extents[2], u(xcds));
+                vec![b, h, q]
+            }
+        })
+    }
+
+    /// The `(row, col)` tile that launch id `id` computes on a `rows × cols` grid; `None` for an order
+    /// of another dimension.
+    pub fn tile(&self, id: u64, rows: u64, cols: u64) -> Option<(u64, u64)> {
+        match self.coords(id, &[rows, cols])?[..] {
+            [r, c] => Some((r, c)),
+            _ => None,
         }
     }
 
     /// Checks that this order's products on a `rows × cols` grid fit the `u64` arithmetic of
-    /// [`GridOrder::tile`] (`rows · cols`, `window · cols`, `n_xcd · chunk`); the remaps themselves stay
+    /// [`GridOrder::tile`] (`rows · cols`, `window · cols`, `xcds · chunk`); the remaps themselves stay
     /// plain integer functions a kernel can evaluate, so the host checks once, here.
-    pub fn check(&self, rows: u64, cols: u64, n_xcd: u64) -> Result<(), crate::SchedError> {
+    pub fn check(&self, rows: u64, cols: u64) -> Result<(), crate::SchedError> {
         use crate::mul64;
         mul64(rows, cols, "grid rows x columns")?;
         match *self {
-            GridOrder::RowMajor => {}
+            GridOrder::RowMajor | GridOrder::HeadFirst { .. } => {}
             GridOrder::GroupM { window } => {
-                mul64(window.max(1), cols, "window x grid columns")?;
+                mul64(u64::from(window.max(1)), cols, "window x grid columns")?;
             }
-            GridOrder::Xcd { window, chunk } => {
-                mul64(window.max(1), cols, "window x grid columns")?;
-                mul64(n_xcd.max(1), chunk.max(1), "XCDs x chunk")?;
+            GridOrder::XcdSwizzle {
+                xcds,
+                window,
+                chunk,
+            } => {
+                mul64(u64::from(window.max(1)), cols, "window x grid columns")?;
+                mul64(
+                    u64::from(xcds.max(1)),
+                    u64::from(chunk.max(1)),
+                    "XCDs x chunk",
+                )?;
             }
         }
         Ok(())
@@ -134,7 +191,8 @@ impl GridOrder {
         match *self {
             GridOrder::RowMajor => "Row-major".to_string(),
             GridOrder::GroupM { window } => format!("Group-M W{window}"),
-            GridOrder::Xcd { window, chunk } => format!("XCD W{window}/C{chunk}"),
+            GridOrder::XcdSwizzle { window, chunk, .. } => format!("XCD W{window}/C{chunk}"),
+            GridOrder::HeadFirst { xcds } => format!("Head-first over {xcds} XCDs"),
         }
     }
 }
@@ -160,5 +218,28 @@ mod tests {
         let seq: Vec<(u64, u64)> = (0..12).map(|i| group_m(i, 4, 3, 2)).collect();
         assert_eq!(&seq[..4], &[(0, 0), (1, 0), (0, 1), (1, 1)]);
         assert_eq!(seq[6], (2, 0));
+    }
+
+    /// The order as a value evaluates to the functions it names, and refuses grids of another rank.
+    #[test]
+    fn order_values_follow_their_functions() {
+        let hf = GridOrder::HeadFirst { xcds: 8 };
+        for id in 0..2 * 19 * 7 {
+            let (b, h, q) = head_first(id, 2, 19, 7, 8);
+            assert_eq!(hf.coords(id, &[2, 19, 7]), Some(vec![b, h, q]));
+        }
+        // Row-major over three extents: the last coordinate fastest.
+        assert_eq!(
+            GridOrder::RowMajor.coords(23, &[2, 3, 4]),
+            Some(vec![1, 2, 3])
+        );
+        let xs = GridOrder::XcdSwizzle {
+            xcds: 8,
+            window: 5,
+            chunk: 25,
+        };
+        assert_eq!(xs.tile(77, 48, 36), Some(xcd_swizzle(77, 48, 36, 8, 5, 25)));
+        assert_eq!(hf.tile(0, 4, 4), None);
+        assert_eq!(xs.coords(0, &[2, 3, 4]), None);
     }
 }

@@ -63,12 +63,18 @@ fn tile_orders_are_bijections() {
         );
         for o in [
             GridOrder::RowMajor,
-            GridOrder::GroupM { window },
-            GridOrder::Xcd { window, chunk },
+            GridOrder::GroupM {
+                window: window as u32,
+            },
+            GridOrder::XcdSwizzle {
+                xcds: xcd as u32,
+                window: window as u32,
+                chunk: chunk as u32,
+            },
         ] {
             assert_bijection(
                 n,
-                |i| enc(o.tile(i, rows, cols, xcd), cols),
+                |i| enc(o.tile(i, rows, cols).expect("2-d"), cols),
                 &format!("{o:?} {tag}"),
             );
         }

@@ -7,19 +7,23 @@ use kittens_sched::cache::{
 use kittens_sched::remap::{xcd_chunk, GridOrder};
 
 const RM: GridOrder = GridOrder::RowMajor;
-const W7C216: GridOrder = GridOrder::Xcd {
+const W7C216: GridOrder = GridOrder::XcdSwizzle {
+    xcds: 8,
     window: 7,
     chunk: 216,
 };
-const W5C25: GridOrder = GridOrder::Xcd {
+const W5C25: GridOrder = GridOrder::XcdSwizzle {
+    xcds: 8,
     window: 5,
     chunk: 25,
 };
-const W8C542: GridOrder = GridOrder::Xcd {
+const W8C542: GridOrder = GridOrder::XcdSwizzle {
+    xcds: 8,
     window: 8,
     chunk: 542,
 };
-const W8C64: GridOrder = GridOrder::Xcd {
+const W8C64: GridOrder = GridOrder::XcdSwizzle {
+    xcds: 8,
     window: 8,
     chunk: 64,
 };

@@ -14,15 +14,16 @@ pub struct Args {
     /// Shared-memory instruction: ds_read_b128, ds_read_b96, ds_read_b64, ds_write_b64, ds_read_b64_tr_b16,
     /// ld.shared.b32, ld.shared.v2.b32, ld.shared.v4.b32, ldmatrix.
     #[arg(long)]
-    pub instr: String,
+    pub instr: DsInstr,
     /// Tile shape ROWSxCOLS, used for both the shared and the register tile.
     #[arg(long, default_value = "16x32")]
     pub tile: String,
+    /// Element type (bf16, f16, f32, fp8...).
     #[arg(long, default_value = "bf16")]
-    pub dtype: String,
+    pub dtype: DType,
     /// Register layout: row or col.
     #[arg(long, default_value = "row")]
-    pub layout: String,
+    pub layout: Layout,
     /// none, default (the shape's default), hk16x32 (seed 000 Fig. 4), hk16x16 (D.1's ds_write_b64 swizzle),
     /// hk32x32, hk32x16, nv128, nv64, nv32, or xor(bits,base,shift).
     #[arg(long, default_value = "default")]
@@ -103,10 +104,9 @@ fn run_analysis(
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let instr: DsInstr = args.instr.parse()?;
+    let instr = args.instr;
     let (rows, cols) = parse_shape(&args.tile)?;
-    let dtype: DType = args.dtype.parse()?;
-    let layout: Layout = args.layout.parse()?;
+    let (dtype, layout) = (args.dtype, args.layout);
     let shared = shared_tile(dtype, rows, cols, &args.swizzle).context("shared tile")?;
     let report = run_analysis(&args, instr, &shared, layout)
         .with_context(|| format!("{instr} of a {rows}x{cols} {dtype} {layout}-layout tile"))?;
@@ -218,10 +218,10 @@ mod tests {
 
     fn args(swizzle: &str) -> Args {
         Args {
-            instr: "ds_read_b128".into(),
+            instr: DsInstr::DsReadB128,
             tile: "16x32".into(),
-            dtype: "bf16".into(),
-            layout: "row".into(),
+            dtype: DType::Bf16,
+            layout: Layout::Row,
             swizzle: swizzle.into(),
             base: None,
             svg: None,

@@ -1,26 +1,20 @@
-//! `kittens bench gemm`: the Hopper `gemm_bf16` against cuBLAS on the GPU, measured in the same run
-//! (`kittens_runtime::cuda::bench`). By default the kernel is `gemm_bf16`'s tile program lowered by
-//! `kittens_codegen::cuda::lower`; `--kernel handwritten` measures the hand-scheduled one instead.
+//! `kittens bench <kernel>`: a registry kernel lowered for sm_90a against the vendor library on the GPU,
+//! measured in the same run. `gemm_bf16` is measured against cuBLAS (`kittens_runtime::cuda::bench`).
 //! Without an NVIDIA driver it says so and runs the same tile program on the CPU backend (the
 //! interpreter) against the f64 reference: numerics only, no speed.
 
 use anyhow::{bail, Context};
-use kittens_codegen::cuda::{Epilogue, HopperGemm};
+use kittens_hw::Target;
+use kittens_kernels::registry::KernelEntry;
 use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, GemmBenchReport, Timing};
-use kittens_runtime::cuda::gemm_kernel::GemmSource;
 use kittens_runtime::cuda::CudaError;
 
-#[derive(clap::Subcommand)]
-pub enum BenchCommand {
-    /// GEMM C = A·Bᵀ against cuBLAS: correctness (vs cuBLAS and f64 spot checks) and TFLOP/s.
-    Gemm(GemmArgs),
-}
-
 #[derive(clap::Args)]
-pub struct GemmArgs {
-    /// Element type (only bf16 so far).
-    #[arg(long, default_value = "bf16")]
-    pub dtype: String,
+pub struct Args {
+    /// Kernel name, from the registry (`kittens list`); `gemm_bf16` is measured against cuBLAS
+    /// (C = A·Bᵀ: correctness vs cuBLAS and f64 spot checks, and TFLOP/s).
+    #[arg(value_parser = kittens_kernels::by_name)]
+    pub kernel: &'static KernelEntry,
     /// Square sizes M = N = K, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "2048,4096,8192")]
     pub sizes: Vec<usize>,
@@ -29,49 +23,38 @@ pub struct GemmArgs {
     pub iters: usize,
     #[arg(long, default_value_t = 10)]
     pub warmup: usize,
-    /// `ir` (default): gemm_bf16's tile program from kittens-kernels lowered by
-    /// `kittens_codegen::cuda::lower` (the options below do not apply); `handwritten`: the
-    /// hand-scheduled Hopper kernel (`HopperGemm`, options below), for comparison.
-    #[arg(long, default_value = "ir")]
-    pub kernel: String,
-    /// Block tile columns (the wgmma N) of the Hopper kernel.
-    #[arg(long, default_value_t = HopperGemm::default().bn)]
-    pub bn: u32,
-    /// Epilogue of the Hopper kernel: `tma` (through shared memory and a TMA store, `HopperGemm`'s
-    /// default; needs at most 3 stages at bn 256) or `direct` (registers to global).
-    #[arg(long, default_value = "tma")]
-    pub epilogue: String,
-    /// CTAs per thread-block cluster (1 or 2; 2 multicasts each B tile to a pair of CTAs).
-    #[arg(long, default_value_t = HopperGemm::default().cluster)]
-    pub cluster: u32,
-    /// Pipeline stages of the Hopper kernel.
-    #[arg(long, default_value_t = HopperGemm::default().stages)]
-    pub stages: u32,
-    /// Tile-rows per group of the L2-friendly tile order.
-    #[arg(long, default_value_t = HopperGemm::default().group_m)]
-    pub group_m: u32,
     /// Correctness-only shapes: `default` (partial tiles at every edge), `none`, or `MxNxK,MxNxK,...`.
     #[arg(long, default_value = "default")]
     pub checks: String,
-    /// Launch order while timing: `interleaved` (ours, cuBLAS, ours, …) or `blocked` (all of ours, then
-    /// all of cuBLAS, each with its own warm-up).
-    #[arg(long, default_value = "interleaved")]
-    pub timing: String,
+    /// Launch order while timing.
+    #[arg(long, value_enum, default_value_t = TimingArg::Interleaved)]
+    pub timing: TimingArg,
     /// With no value: print one JSON document on stdout. With a file: also write it there.
     #[arg(long, num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
 }
 
-pub fn run(cmd: BenchCommand) -> anyhow::Result<()> {
-    match cmd {
-        BenchCommand::Gemm(a) => gemm(a),
-    }
+/// `--timing`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum TimingArg {
+    /// Ours, cuBLAS, ours, … launch by launch.
+    Interleaved,
+    /// All of ours, then all of cuBLAS, each with its own warm-up.
+    Blocked,
 }
 
-fn gemm(a: GemmArgs) -> anyhow::Result<()> {
-    if a.dtype != "bf16" {
-        bail!("--dtype {}: only bf16 is benchmarked so far", a.dtype);
+pub fn run(a: Args) -> anyhow::Result<()> {
+    // The registry says whether the kernel lowers to the GPU the benchmark runs on.
+    let target = Target::Sm90a;
+    let lowered = super::compile::lowered(a.kernel, target);
+    if a.kernel.name != "gemm_bf16" {
+        lowered?;
+        bail!(
+            "no benchmark harness for `{}` yet (the cuBLAS comparison is a GEMM's)",
+            a.kernel.name
+        );
     }
+    let lowered = lowered?;
     let defaults = GemmBenchOptions::default();
     let checks = match a.checks.as_str() {
         "default" => defaults.checks.clone(),
@@ -84,32 +67,15 @@ fn gemm(a: GemmArgs) -> anyhow::Result<()> {
     let opts = GemmBenchOptions {
         sizes: a.sizes.clone(),
         checks,
-        timing: match a.timing.as_str() {
-            "interleaved" => Timing::Interleaved,
-            "blocked" => Timing::Blocked,
-            t => bail!("--timing {t}: expected interleaved or blocked"),
+        timing: match a.timing {
+            TimingArg::Interleaved => Timing::Interleaved,
+            TimingArg::Blocked => Timing::Blocked,
         },
         iters: a.iters.max(1),
         warmup: a.warmup,
-        kernel: match a.kernel.as_str() {
-            "handwritten" => GemmSource::Handwritten(HopperGemm {
-                bn: a.bn,
-                cluster: a.cluster,
-                epilogue: match a.epilogue.as_str() {
-                    "direct" => Epilogue::Direct,
-                    "tma" => Epilogue::TmaStore,
-                    e => bail!("--epilogue {e}: expected direct or tma"),
-                },
-                stages: a.stages,
-                group_m: a.group_m,
-                ..HopperGemm::default()
-            }),
-            "ir" => GemmSource::TileProgram,
-            k => bail!("--kernel {k}: expected handwritten or ir"),
-        },
         ..defaults
     };
-    let report = match run_gemm_bench(&opts) {
+    let report = match run_gemm_bench(&lowered, &opts) {
         Ok(r) => r,
         Err(e @ (CudaError::NoDriver(_) | CudaError::NoDevice(_))) => {
             return no_gpu(&e, a.json.as_deref())
@@ -172,7 +138,7 @@ fn no_gpu(e: &CudaError, json: Option<&str>) -> anyhow::Result<()> {
         "no NVIDIA GPU: {e}. Falling back to the CPU backend (the tile-language interpreter): \
          gemm_bf16's Hopper tile program against an f64 reference, numerics only, no speed figures."
     );
-    let h100 = kittens_hw::gpu("h100").context("GPU catalog")?;
+    let h100 = Target::Sm90a.gpu().context("GPU catalog")?;
     let (m, n, k) = CPU_SHAPE;
     let p = Problem {
         m,

@@ -4,11 +4,13 @@
 
 use anyhow::{anyhow, bail, Context};
 use kittens_ir::analysis::{analyze, Hazard, Options, Report, Site};
+use kittens_kernels::registry::KernelEntry;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Kernel name (the `kittens_kernels` registry: gemm_bf16, attn_fwd).
-    pub kernel: String,
+    /// Kernel name, from the registry (`kittens list`).
+    #[arg(value_parser = kittens_kernels::by_name)]
+    pub kernel: &'static KernelEntry,
     /// A kernel parameter, `name=value` (repeatable, or comma-separated). Unset parameters take small
     /// defaults: m=n=512, k=1024, batch=1, heads=2, heads_kv=1, seq=512, anything else 256.
     #[arg(long = "param", short = 'p', value_delimiter = ',')]
@@ -35,8 +37,8 @@ pub struct Args {
     pub deny_hazards: bool,
     /// Build the kernel as configured for this GPU (e.g. `mi300x` gives gemm_bf16's register-staged
     /// gfx942 variant); default: the kernel's default configuration.
-    #[arg(long)]
-    pub gpu: Option<String>,
+    #[arg(long, value_parser = kittens_hw::gpu)]
+    pub gpu: Option<&'static kittens_hw::Gpu>,
     /// Print one JSON document on stdout.
     #[arg(long)]
     pub json: bool,
@@ -110,16 +112,10 @@ fn renumber(r: &mut Report, dropped: &[usize]) {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let Some(info) = kittens_kernels::by_name(&args.kernel) else {
-        bail!(
-            "unknown kernel `{}`; known: {}",
-            args.kernel,
-            kittens_kernels::NAMES.join(", ")
-        );
-    };
+    let info = args.kernel;
     let mut kernel = match &args.gpu {
-        Some(name) => (info.build_for)(kittens_hw::gpu(name)?),
-        None => (info.build_default)(),
+        Some(gpu) => info.build_for_gpu(gpu),
+        None => info.build_default(),
     }
     .with_context(|| format!("building {}", info.name))?;
     let mut drops = args.drop_ops.clone();

@@ -1,18 +1,21 @@
-//! `kittens compile <kernel> --target gfx942|gfx950|sm_90a [--emit hip|cuda|asm] [--json]`: lower a
-//! kernel for a target, compile it with a real compiler and print what the compiler produced
-//! AMD figures come from the code object only: no AMD GPU exists here, so no speed.
+//! `kittens compile <kernel> --target gfx942|gfx950|sm_90a [--emit hip|cuda|asm] [--json]`: build a
+//! registry kernel for a target, lower it, compile it with a real compiler and print what the compiler
+//! produced. AMD figures come from the code object only: no AMD GPU exists here, so no speed.
 
 use anyhow::{bail, Context, Result};
-use kittens_hw::Arch;
+use kittens_codegen::Lowered;
+use kittens_hw::{Arch, Backend, Target};
+use kittens_kernels::registry::KernelEntry;
 use kittens_runtime::amd::{self, CodeObjectReport};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Kernel name (e.g. gemm_bf16; `prelude_smoke` exercises every HIP prelude wrapper).
-    pub kernel: String,
+    /// Kernel name, from the registry (`kittens list`).
+    #[arg(value_parser = kittens_kernels::by_name)]
+    pub kernel: &'static KernelEntry,
     /// Compiler target: gfx942 (MI300X/MI325X), gfx950 (MI350X/MI355X) or sm_90a (H100/H200).
     #[arg(long)]
-    pub target: String,
+    pub target: Target,
     /// Print the generated source (hip, cuda) or the compiler's assembly (asm) instead of the report.
     #[arg(long, value_enum)]
     pub emit: Option<Emit>,
@@ -29,23 +32,38 @@ pub enum Emit {
 }
 
 pub fn run(args: Args) -> Result<()> {
-    match args.target.as_str() {
-        "sm_90a" => run_cuda(&args),
-        t => run_amd(&args, amd::parse_target(t)?),
+    match (args.target.backend(), args.target.arch()) {
+        (Backend::Cuda, _) => run_cuda(&args),
+        (Backend::Hip, Some(arch)) => run_amd(&args, arch),
+        _ => bail!(
+            "`kittens compile` needs a GPU target; {} runs kernels with `kittens run`",
+            args.target
+        ),
     }
 }
 
+/// The registry kernel built for `target` (`KernelEntry::build_for`: on gfx942 gemm_bf16 stages the
+/// next K step in registers, on gfx950 in LDS, on sm_90a it is the producer/consumer program) and
+/// lowered (`kittens_codegen::lower`). A target the registry marks as not yet says so and why.
+pub fn lowered(kernel: &KernelEntry, target: Target) -> Result<Lowered> {
+    let k = kernel.build_for(target)?;
+    kittens_codegen::lower(&k, target)
+        .with_context(|| format!("lowering `{}` for {target}", kernel.name))
+}
+
 fn run_amd(args: &Args, arch: Arch) -> Result<()> {
-    let target = arch.target();
     match args.emit {
-        Some(Emit::Hip) => return emit(&amd_source(&args.kernel, arch)?.0),
+        Some(Emit::Hip) => return emit(&lowered(args.kernel, args.target)?.source),
         Some(Emit::Cuda) => {
-            bail!("--emit cuda is for --target sm_90a; {target} lowers to HIP (--emit hip)")
+            bail!(
+                "--emit cuda is for --target sm_90a; {} lowers to HIP (--emit hip)",
+                args.target
+            )
         }
-        Some(Emit::Asm) => return emit(&amd_compile(&args.kernel, arch)?.asm),
+        Some(Emit::Asm) => return emit(&amd_compile(args.kernel, arch)?.asm),
         None => {}
     }
-    let out = amd_compile(&args.kernel, arch)?;
+    let out = amd_compile(args.kernel, arch)?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out.json()?)?);
     } else {
@@ -85,15 +103,15 @@ impl AmdCompiled {
 }
 
 /// Lower `kernel` for `arch`, compile it with the AMDGPU clang and analyse the code object.
-pub fn amd_compile(kernel: &str, arch: Arch) -> Result<AmdCompiled> {
-    let target = arch.target();
-    let (source, configured_for) = amd_source(kernel, arch)?;
+pub fn amd_compile(kernel: &KernelEntry, arch: Arch) -> Result<AmdCompiled> {
+    let target = Target::from(arch);
+    let l = lowered(kernel, target)?;
     let clang = amd::find_clang(arch)?;
     let version = clang.version().unwrap_or_else(|e| format!("unknown ({e})"));
     let compiled = clang
-        .compile(&source, arch)
-        .with_context(|| format!("compiling `{kernel}` for {target}"))?;
-    let report = amd::analyze(&compiled.asm, arch, Some(kernel))?;
+        .compile(&l.source, arch)
+        .with_context(|| format!("compiling `{}` for {target}", kernel.name))?;
+    let report = amd::analyze(&compiled.asm, arch, Some(&l.entry))?;
     Ok(AmdCompiled {
         report,
         code_object_bytes: compiled.code_object.len(),
@@ -101,7 +119,7 @@ pub fn amd_compile(kernel: &str, arch: Arch) -> Result<AmdCompiled> {
         version,
         compiler_source: serde_json::to_value(clang.source)?,
         arch,
-        configured_for,
+        configured_for: target.gpu(),
     })
 }
 
@@ -112,39 +130,6 @@ fn emit(text: &str) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => Ok(other?),
     }
-}
-
-/// HIP for a kernel: the built-in `prelude_smoke`, or a registry kernel (`kittens_kernels::by_name`)
-/// built for the target's GPU (`KernelInfo::build_for`: on gfx942 gemm_bf16 stages the next K step in
-/// registers, on gfx950 in LDS) and lowered from the tile IR; with the GPU it was configured for.
-fn amd_source(name: &str, arch: Arch) -> Result<(String, Option<&'static kittens_hw::Gpu>)> {
-    if let Some(src) = kittens_codegen::hip::builtin_kernel_source(name, arch) {
-        return Ok((src, None));
-    }
-    let target = arch.target();
-    let Some(info) = kittens_kernels::by_name(name) else {
-        bail!(
-            "kernel `{name}` is not available for {target} (known: prelude_smoke, {})",
-            kittens_kernels::NAMES.join(", ")
-        );
-    };
-    let gpu = gpu_for(arch)?;
-    let kernel = (info.build_for)(gpu)
-        .with_context(|| format!("building `{name}` for {} ({target})", gpu.name))?;
-    let src = kittens_codegen::hip::lower(&kernel, arch)
-        .with_context(|| format!("`{name}` is not available for {target} yet"))?;
-    Ok((src, Some(gpu)))
-}
-
-/// The GPU a target's kernels are configured for: of the catalog's GPUs with that architecture, the one
-/// with the least shared memory per block, so the code object fits every GPU of the target (gfx942:
-/// MI300X and MI325X, 64 KiB; gfx950: MI350X and MI355X, 160 KiB).
-pub fn gpu_for(arch: Arch) -> Result<&'static kittens_hw::Gpu> {
-    kittens_hw::gpu::ALL
-        .into_iter()
-        .filter(|g| g.arch == arch)
-        .min_by_key(|g| g.shared_bytes_per_block)
-        .with_context(|| format!("no GPU of the catalog has architecture {}", arch.target()))
 }
 
 fn print_amd(r: &CodeObjectReport, compiler: &str, code_object_bytes: usize) {
@@ -190,12 +175,10 @@ fn print_amd(r: &CodeObjectReport, compiler: &str, code_object_bytes: usize) {
     );
 }
 
-/// sm_90a goes through NVRTC in `kittens_runtime::cuda`; the kernel is the producer/consumer tile
-/// program lowered by `kittens_codegen::cuda` (the hand-written `HopperGemm` is only `kittens bench`'s
-/// comparison).
+/// sm_90a goes through NVRTC in `kittens_runtime::cuda`.
 fn run_cuda(args: &Args) -> Result<()> {
     match args.emit {
-        Some(Emit::Cuda) => return emit(&cuda_lowered(&args.kernel)?.source),
+        Some(Emit::Cuda) => return emit(&lowered(args.kernel, args.target)?.source),
         Some(Emit::Hip) => {
             bail!("--emit hip is for gfx942/gfx950; sm_90a lowers to CUDA (--emit cuda)")
         }
@@ -204,7 +187,7 @@ fn run_cuda(args: &Args) -> Result<()> {
         }
         None => {}
     }
-    let report = cuda_compile(&args.kernel)?;
+    let report = cuda_compile(args.kernel)?;
     if args.json {
         println!(
             "{}",
@@ -227,21 +210,14 @@ fn run_cuda(args: &Args) -> Result<()> {
     Ok(())
 }
 
-fn cuda_lowered(kernel: &str) -> Result<kittens_codegen::cuda::LoweredCuda> {
-    if kernel != "gemm_bf16" {
-        bail!("kernel `{kernel}` is not available for sm_90a yet (available: gemm_bf16)");
-    }
-    Ok(kittens_codegen::cuda::gemm_bf16_sm90()?)
-}
-
 /// Lower `kernel` for sm_90a and compile it with NVRTC; the report carries registers, spills and
 /// shared memory as ptxas states them.
-pub fn cuda_compile(kernel: &str) -> Result<kittens_runtime::cuda::CudaCompileReport> {
-    let l = cuda_lowered(kernel)?;
+pub fn cuda_compile(kernel: &KernelEntry) -> Result<kittens_runtime::cuda::CudaCompileReport> {
+    let l = lowered(kernel, Target::Sm90a)?;
     Ok(kittens_runtime::cuda::compile_report(
         &l.source,
-        &l.name,
-        "sm_90a",
-        l.dynamic_shared_bytes,
+        &l.entry,
+        l.target.name(),
+        l.dynamic_shared_bytes(),
     )?)
 }

@@ -5,6 +5,8 @@ pub mod bench;
 pub mod check;
 pub mod compile;
 pub mod demo;
+pub mod flags;
 pub mod layout;
+pub mod list;
 pub mod plan;
 pub mod run;

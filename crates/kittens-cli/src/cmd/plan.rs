@@ -2,7 +2,8 @@
 //! The models live in `kittens_sched`; this module parses, prints and writes the picture.
 
 use anyhow::{bail, Context};
-use kittens_sched::{cache, draw, regs, remap::GridOrder, tail};
+use kittens_draw as draw;
+use kittens_sched::{cache, regs, remap::GridOrder, tail};
 use serde_json::json;
 
 #[derive(clap::Subcommand)]
@@ -17,8 +18,8 @@ pub enum PlanCommand {
 
 #[derive(clap::Args)]
 pub struct GridArgs {
-    #[arg(long, default_value = "mi355x")]
-    pub gpu: String,
+    #[arg(long, default_value = "mi355x", value_parser = kittens_hw::gpu)]
+    pub gpu: &'static kittens_hw::Gpu,
     #[arg(long)]
     pub m: u64,
     #[arg(long)]
@@ -33,10 +34,10 @@ pub struct GridArgs {
     pub row_major: bool,
     /// Window height W of Algorithm 1 (alone: group-M only).
     #[arg(long)]
-    pub window: Option<u64>,
+    pub window: Option<u32>,
     /// XCD chunk size C of Algorithm 1 (needs --window).
     #[arg(long, requires = "window")]
-    pub chunk: Option<u64>,
+    pub chunk: Option<u32>,
     /// Write the first dispatch round's XCD assignment as a PNG.
     #[arg(long)]
     pub png: Option<std::path::PathBuf>,
@@ -54,8 +55,8 @@ pub struct GridArgs {
 
 #[derive(clap::Args)]
 pub struct TailArgs {
-    #[arg(long, default_value = "mi300x")]
-    pub gpu: String,
+    #[arg(long, default_value = "mi300x", value_parser = kittens_hw::gpu)]
+    pub gpu: &'static kittens_hw::Gpu,
     #[arg(long)]
     pub batch: u64,
     #[arg(long)]
@@ -76,8 +77,8 @@ pub struct TailArgs {
 
 #[derive(clap::Args)]
 pub struct RegsArgs {
-    #[arg(long, default_value = "mi355x")]
-    pub gpu: String,
+    #[arg(long, default_value = "mi355x", value_parser = kittens_hw::gpu)]
+    pub gpu: &'static kittens_hw::Gpu,
     #[arg(long, default_value_t = 0)]
     pub producers: u32,
     #[arg(long, default_value_t = 8)]
@@ -133,17 +134,17 @@ fn dims<const N: usize>(s: &str, what: &str) -> anyhow::Result<[u64; N]> {
     Ok(arr)
 }
 
-fn gpu(name: &str) -> anyhow::Result<&'static kittens_hw::Gpu> {
-    Ok(kittens_hw::gpu(name)?)
-}
-
 fn grid(a: GridArgs) -> anyhow::Result<()> {
-    let g = gpu(&a.gpu)?;
+    let g = a.gpu;
     let [tm, tn, tk] = dims::<3>(&a.tile, "--tile")?;
     let order = match (a.row_major, a.window, a.chunk) {
         (true, _, _) | (false, None, None) => GridOrder::RowMajor,
         (false, Some(window), None) => GridOrder::GroupM { window },
-        (false, Some(window), Some(chunk)) => GridOrder::Xcd { window, chunk },
+        (false, Some(window), Some(chunk)) => GridOrder::XcdSwizzle {
+            xcds: g.xcds,
+            window,
+            chunk,
+        },
         (false, None, Some(_)) => bail!("--chunk needs --window"),
     };
     let shape = cache::GemmShape::bf16(a.m, a.n, a.k, (tm, tn, tk));
@@ -193,7 +194,7 @@ fn grid(a: GridArgs) -> anyhow::Result<()> {
 }
 
 fn tail_cmd(a: TailArgs) -> anyhow::Result<()> {
-    let g = gpu(&a.gpu)?;
+    let g = a.gpu;
     let input = tail::TailInput {
         batch: a.batch,
         heads: a.heads,
@@ -225,7 +226,7 @@ fn tail_cmd(a: TailArgs) -> anyhow::Result<()> {
 }
 
 fn regs_cmd(a: RegsArgs) -> anyhow::Result<()> {
-    let g = gpu(&a.gpu)?;
+    let g = a.gpu;
     let [tm, tn] = dims::<2>(&a.tile, "--tile")?;
     let [mm, mn, mk] = dims::<3>(&a.mma, "--mma")?;
     let small = |v: u64, what: &str| u32::try_from(v).with_context(|| format!("{what} too large"));

@@ -3,18 +3,19 @@
 //! reference, judged by the kernel's tolerance (`kittens_kernels::cpu::judge`); exits non-zero when a
 //! check fails. Sizes are checked against the CPU run's budget (`kittens_kernels::budget`) first.
 
+use super::flags::{AttnLayoutArg, BackendArg, ScheduleArg};
 use anyhow::{bail, Context};
-use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::cpu::{self, Problem};
-use kittens_kernels::gemm_bf16::GemmSchedule;
+use kittens_kernels::registry::KernelEntry;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Kernel name: gemm_bf16 or attn_fwd.
-    pub kernel: String,
+    /// Kernel name, from the registry (`kittens list`).
+    #[arg(value_parser = kittens_kernels::by_name)]
+    pub kernel: &'static KernelEntry,
     /// Where to run. Only `cpu` (the interpreter) runs here; GPU runs are `kittens bench`'s job.
-    #[arg(long, default_value = "cpu")]
-    pub backend: String,
+    #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
+    pub backend: BackendArg,
     /// GEMM rows of A and C.
     #[arg(long, default_value_t = 256)]
     pub m: usize,
@@ -28,8 +29,8 @@ pub struct Args {
     #[arg(long, default_value_t = 256)]
     pub block: u32,
     /// GEMM schedule: pingpong (8-wave, seed 000 E.1), interleave (4-wave) or ws (producer/consumer, Hopper).
-    #[arg(long, default_value = "pingpong")]
-    pub schedule: String,
+    #[arg(long, value_enum, default_value_t = ScheduleArg::Pingpong)]
+    pub schedule: ScheduleArg,
     /// GEMM K step (seed 000 E.1 uses 64).
     #[arg(long, default_value_t = 64)]
     pub k_step: u32,
@@ -51,9 +52,9 @@ pub struct Args {
     /// Causal attention (PyTorch's top-left `is_causal`).
     #[arg(long)]
     pub causal: bool,
-    /// Attention tensor layout: bshd or bhsd.
-    #[arg(long, default_value = "bshd")]
-    pub layout: String,
+    /// Attention tensor layout.
+    #[arg(long, value_enum, ignore_case = true, default_value_t = AttnLayoutArg::Bshd)]
+    pub layout: AttnLayoutArg,
     /// Attention queries per wave (seed 000 E.3: 32).
     #[arg(long, default_value_t = 16)]
     pub q_rows: u32,
@@ -80,11 +81,6 @@ pub struct Args {
 }
 
 fn problem(a: &Args) -> anyhow::Result<Problem> {
-    let layout = match a.layout.to_ascii_lowercase().as_str() {
-        "bshd" => AttnLayout::Bshd,
-        "bhsd" => AttnLayout::Bhsd,
-        other => bail!("unknown layout `{other}`; use bshd or bhsd"),
-    };
     // An empty problem would "pass" with zero error: refuse it instead.
     let dims = [
         ("--m", a.m),
@@ -111,48 +107,31 @@ fn problem(a: &Args) -> anyhow::Result<Problem> {
         ..Problem::default()
     };
     p.gemm.block = a.block;
-    p.gemm.schedule = match a.schedule.as_str() {
-        "pingpong" | "ping-pong" => GemmSchedule::PingPong8,
-        "interleave" | "i4" => GemmSchedule::Interleave4,
-        "ws" | "producer-consumer" => GemmSchedule::ProducerConsumer,
-        other => bail!("unknown GEMM schedule `{other}`; use pingpong, interleave or ws"),
-    };
+    p.gemm.schedule = a.schedule.into();
     p.gemm.k_step = a.k_step;
     p.attn.batch = a.batch;
     p.attn.heads = a.heads;
     p.attn.heads_kv = a.heads_kv;
     p.attn.seq = a.seq;
     p.attn.dim = a.dim;
-    p.attn.layout = layout;
+    p.attn.layout = a.layout.into();
     p.attn_cfg.q_rows = a.q_rows;
     p.attn_cfg.kv_block = a.kv_block;
     Ok(p)
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    match args.backend.as_str() {
-        "cpu" => {}
-        "gfx942" | "gfx950" | "sm_90a" | "hip" | "cuda" | "gpu" => bail!(
-            "`kittens run` runs the CPU interpreter only; GPU backends are measured by `kittens bench`"
-        ),
-        other => bail!("unknown backend `{other}`; `kittens run` supports `cpu`"),
-    }
-    if kittens_kernels::by_name(&args.kernel).is_none() {
-        bail!(
-            "unknown kernel `{}`; known: {}",
-            args.kernel,
-            kittens_kernels::NAMES.join(", ")
-        );
-    }
+    let BackendArg::Cpu = args.backend;
+    let name = args.kernel.name;
     let p = problem(&args)?;
-    let r = cpu::run(&args.kernel, &p)
-        .with_context(|| format!("running `{}` on the CPU interpreter", args.kernel))?;
+    let r =
+        cpu::run(name, &p).with_context(|| format!("running `{name}` on the CPU interpreter"))?;
     if args.json {
         let mut v = serde_json::to_value(&r)?;
         v["backend"] = "cpu".into();
         v["rel_err_definition"] = "||out - ref||_F / ||ref||_F against an f64 reference".into();
         if args.ir {
-            v["ir"] = cpu::build(&args.kernel, &p)?.to_string().into();
+            v["ir"] = cpu::build(name, &p)?.to_string().into();
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
@@ -170,18 +149,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 )
             })
             .collect();
-        bail!(
-            "`{}` failed its error check: {}",
-            args.kernel,
-            failed.join("; ")
-        );
+        bail!("`{name}` failed its error check: {}", failed.join("; "));
     }
     Ok(())
 }
 
 fn print_text(args: &Args, p: &Problem, r: &cpu::RunReport) -> anyhow::Result<()> {
     if args.ir {
-        println!("{}", cpu::build(&args.kernel, p)?);
+        println!("{}", cpu::build(args.kernel.name, p)?);
     }
     println!(
         "kernel   {} (backend cpu, {} blocks × {} waves)",

@@ -4,11 +4,11 @@
 //! wave; an async load names the shared ring slot it writes; a `barrier` orders everything before it in
 //! every wave against everything after it. The tile program says *what* flows (K step `t` in slot
 //! `t % S`, handed over at a barrier); this lowering decides *how*, with the Hopper machinery of seed 000
-//! §3.3.1 and the structure of the hand-written kernel (`gemm_sm90.cu`):
+//! §3.3.1 (bench/NOTES.md records what a hand-written Hopper GEMM taught it):
 //!
 //! | IR | CUDA |
 //! |---|---|
-//! | the role split `if wave/4 < producers { setmaxnreg; P } else { setmaxnreg; C }` | the same branch; each role then runs a **persistent** loop over the grid's tiles (`blockIdx.x`, step `gridDim.x`; launch [`LoweredCuda::grid`]) so that the next tile's loads overlap this tile's epilogue |
+//! | the role split `if wave/4 < producers { setmaxnreg; P } else { setmaxnreg; C }` | the same branch; each role then runs a **persistent** loop over the grid's tiles (`blockIdx.x`, step `gridDim.x`; launch [`Lowered::blocks`]) so that the next tile's loads overlap this tile's epilogue |
 //! | producer `load_async`s into ring slot `s` | one thread (the others leave) waits on `empty[s]`, arms `full[s]` with the bytes and issues one TMA 2-D box per load; consecutive loads into rings always filled together (A and B) share one full/empty pair per slot |
 //! | producer `wait_async`, producer `barrier` | nothing: the consumers wait on `full[s]` themselves (docs/ir.md "Hopper notes") |
 //! | consumer `barrier` | the end of a hand-off epoch: every slot read since the previous barrier becomes releasable |
@@ -21,17 +21,17 @@
 //! `mma` operands and only after a barrier in the same loop iteration, every fill of a slot read before
 //! the slot's next fill (the race-freedom the schedule analysis checks). Anything else is refused with
 //! [`CudaLowerError::Unsupported`] — this is the subset the Hopper GEMM tile program
-//! (`kittens_kernels::gemm_bf16_ws`) uses, not a general CUDA backend.
+//! (`kittens_kernels::gemm_bf16`, `producer_consumer.rs`) uses, not a general CUDA backend.
 //!
-//! Kernel arguments: one `CUtensorMap` per entry of [`LoweredCuda::tma_maps`], then the global tensors
-//! in declaration order (pointers), then the integer parameters. Launch: [`LoweredCuda::grid`] blocks of
-//! [`LoweredCuda::threads`] threads with [`LoweredCuda::dynamic_shared_bytes`].
+//! Kernel arguments ([`Lowered::args`]): one `CUtensorMap` per TMA map, then the global tensors in
+//! declaration order (pointers), then the integer parameters. Launch: [`Lowered::blocks`] blocks of
+//! [`Lowered::threads`] threads with [`Lowered::dynamic_shared_bytes`].
 
 use std::collections::BTreeSet;
 
-use kittens_hw::dtype::DType;
+use kittens_hw::{dtype::DType, Target};
 use kittens_ir::{
-    Cond, Env, Expr, GridRemap, Kernel, MmaForm, MmaOperand, Op, RegId, Schedule, Scope,
+    Cond, Env, Expr, GridOrder, Kernel, MmaForm, MmaOperand, Op, RegId, Schedule, Scope,
     SharedView, Stmt, WaitQueue,
 };
 use kittens_tile::Swizzle;
@@ -39,6 +39,7 @@ use kittens_tile::Swizzle;
 use super::lower_roles::{check_roles, fill_chunks, ring_barriers, Roles};
 use super::{prelude_with, WgmmaInput};
 use crate::cexpr::{self, ident};
+use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CudaLowerError {
@@ -52,7 +53,7 @@ pub(super) fn unsupported<T>(what: impl Into<String>) -> Result<T, CudaLowerErro
 
 /// A tensor map the host builds for one global tensor: boxes of `box_rows × box_cols` elements with
 /// the given shared-memory swizzle (bytes: 128, 64, 32 or 0).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct TmaMap {
     pub global: u32,
     pub box_rows: u32,
@@ -60,47 +61,10 @@ pub struct TmaMap {
     pub swizzle_bytes: u32,
 }
 
-/// The lowered kernel and what the host needs to launch it.
-#[derive(Debug, Clone)]
-pub struct LoweredCuda {
-    pub name: String,
-    pub source: String,
-    pub threads: u32,
-    pub dynamic_shared_bytes: u32,
-    /// In argument order: the loads' maps first, then (when the accumulator store goes through TMA) the
-    /// stored tensor's map.
-    pub tma_maps: Vec<TmaMap>,
-    /// The tile program it came from (for the launch geometry).
-    pub ir: Kernel,
-}
-
-impl LoweredCuda {
-    /// Tiles of the tile program's grid (`∏ grid.extents`) for parameter values given by name; `None`
-    /// when one is missing or an extent cannot be evaluated.
-    pub fn blocks(&self, params: &[(&str, i64)]) -> Option<u64> {
-        let values: Option<Vec<i64>> = self
-            .ir
-            .params
-            .iter()
-            .map(|p| params.iter().find(|(n, _)| *n == p.name).map(|&(_, v)| v))
-            .collect();
-        self.ir.blocks(&values?)
-    }
-
-    /// Blocks to launch: the grid is persistent (each block loops over tiles `blockIdx.x`,
-    /// `+ gridDim.x`, …), so at most `resident` blocks (one per SM: the kernel takes most of an SM's
-    /// shared memory) and never more than there are tiles.
-    pub fn grid(&self, params: &[(&str, i64)], resident: u32) -> Option<u32> {
-        let tiles = self.blocks(params)?;
-        Some(tiles.min(u64::from(resident.max(1))).max(1) as u32)
-    }
-}
-
-/// Hopper's registers per SM (CUDA Programming Guide, compute capability 9.0).
-const REGISTERS_PER_SM: u32 = 65_536;
-
-/// Lowers `k` (producer/consumer schedule) to CUDA for sm_90a.
-pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
+/// Lowers `k` (producer/consumer schedule) to CUDA for sm_90a: the source and its launch contract (a
+/// persistent grid, one block per SM; dynamic shared memory; the tensor maps (the loads' first, then
+/// the stored tensor's when the accumulator store goes through TMA), globals, parameters).
+pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     let Schedule::ProducerConsumer { producers, .. } = k.schedule else {
         return unsupported(format!(
             "the {} schedule (only producer/consumer targets Hopper)",
@@ -108,9 +72,12 @@ pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
         ));
     };
     let roles = check_roles(k)?;
-    let threads = 32 * k.waves;
+    let sm = Target::Sm90a
+        .gpu()
+        .ok_or_else(|| CudaLowerError::Unsupported("no sm_90a GPU in the catalog".into()))?;
+    let threads = sm.wave_width * k.waves;
     // `__launch_bounds__(threads, 1)` caps registers at this many per thread (multiple of 8).
-    let cap = (REGISTERS_PER_SM / threads) / 8 * 8;
+    let cap = (sm.registers_per_cu() / threads) / 8 * 8;
     let (offsets, ring_bytes) = k.shared_offsets(1024);
     let (bar_first, nbars) = ring_barriers(k, roles.producer.1);
     if nbars > 32 {
@@ -189,12 +156,22 @@ pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
         args.join(", "),
         empty = 128 * consumer_wgs,
     ));
-    Ok(LoweredCuda {
-        name,
+    let mut kargs: Vec<KernelArg> = e.maps.into_iter().map(KernelArg::TensorMap).collect();
+    kargs.extend(k.globals.iter().map(|g| KernelArg::Global {
+        name: g.name.clone(),
+    }));
+    kargs.extend(k.params.iter().map(|p| KernelArg::Param {
+        name: p.name.clone(),
+    }));
+    Ok(Lowered {
+        target: Target::Sm90a,
         source: src,
+        entry: name,
         threads,
-        dynamic_shared_bytes: bars_at + 16 * nbars + 1024,
-        tma_maps: e.maps,
+        shared_bytes: bars_at + 16 * nbars + 1024,
+        shared_alloc: SharedAlloc::Dynamic,
+        grid: GridRule::Persistent,
+        args: kargs,
         ir: k.clone(),
     })
 }
@@ -283,10 +260,10 @@ impl Emit<'_> {
         let names: Vec<String> = (0..n).map(|i| format!("blk{i}")).collect();
         self.line(format!("int {};", names.join(", ")));
         let window = match self.k.grid.remap {
-            GridRemap::RowMajor => None,
+            GridOrder::RowMajor => None,
             // On a monolithic Hopper die only the group-M window of the chiplet remap matters (the XCD
             // chunking spreads work over AMD's dies).
-            GridRemap::GroupM { window } | GridRemap::XcdSwizzle { window, .. } if n == 2 => {
+            GridOrder::GroupM { window } | GridOrder::XcdSwizzle { window, .. } if n == 2 => {
                 Some(window)
             }
             r => return unsupported(format!("grid remap {r:?} over {n} extents")),

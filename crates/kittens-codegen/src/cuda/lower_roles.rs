@@ -106,7 +106,7 @@ fn walk(
 
 /// A chunk of a run of consecutive `load_async` ops: loads with the same ring-slot index into rings of
 /// the same depth. One chunk becomes one fill: one `empty` wait, one `full` barrier armed with the sum
-/// of the bytes, one TMA per load — the hand-written kernel's one barrier pair per stage for A and B.
+/// of the bytes, one TMA per load: one barrier pair per stage for A and B together.
 pub(super) fn fill_chunks<'k>(k: &Kernel, run: &[&'k Op]) -> Vec<Vec<&'k Op>> {
     let key = |op: &Op| match op {
         Op::LoadAsync { dst, .. } => Some((dst.index.clone(), k.shared_decl(dst.buf).count)),

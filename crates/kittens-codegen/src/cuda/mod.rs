@@ -1,36 +1,15 @@
 //! CUDA C++ for NVIDIA Hopper (sm_90a): the device prelude ([`PRELUDE`], one-instruction inline-asm
 //! wrappers for TMA, mbarriers, wgmma, setmaxnreg, ldmatrix/stmatrix and the proxy fences), the wgmma
-//! wrappers generated per instruction shape ([`wgmma_wrappers`]), and the Hopper GEMM ([`gemm`]).
+//! wrappers generated per instruction shape ([`wgmma_wrapper`]), and the lowering of tile programs
+//! ([`lower`]).
 //!
 //! The source is compiled at run time with NVRTC (`kittens_runtime::cuda::compile`).
 
-pub mod gemm;
 pub mod lower;
 mod lower_roles;
 mod lower_tma;
 
-pub use gemm::{Epilogue, HopperGemm, HopperGemmError};
-pub use lower::{lower, CudaLowerError, LoweredCuda, TmaMap};
-
-/// The sm_90a `gemm_bf16`: the kernel `kittens bench gemm` measures by default and `kittens compile
-/// gemm_bf16 --target sm_90a` should report (`HopperGemm` stays as the hand-written comparison).
-///
-/// `gemm_bf16` as kittens-kernels defines it for the H100 (the producer/consumer tile program,
-/// `GemmConfig::for_gpu`), lowered to CUDA. Kernel arguments: the tensor maps, then `a, b, c`, then
-/// `m, n, k`.
-pub fn gemm_bf16_sm90() -> Result<LoweredCuda, CudaLowerError> {
-    let gpu = kittens_hw::gpu("h100").map_err(|e| CudaLowerError::Unsupported(e.to_string()))?;
-    let cfg = kittens_kernels::gemm_bf16::GemmConfig::for_gpu(gpu);
-    let k = kittens_kernels::gemm_bf16::build(&cfg).map_err(|e| {
-        CudaLowerError::Unsupported(format!("building gemm_bf16 for the H100: {e}"))
-    })?;
-    lower(&k)
-}
-
-/// The former name of [`gemm_bf16_sm90`].
-pub fn gemm_bf16_from_tile_program() -> Result<LoweredCuda, CudaLowerError> {
-    gemm_bf16_sm90()
-}
+pub use lower::{lower, CudaLowerError, TmaMap};
 
 /// The hand-written part of the prelude (no CUDA headers needed).
 pub const PRELUDE: &str = include_str!("prelude.cuh");

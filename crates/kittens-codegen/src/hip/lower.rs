@@ -15,27 +15,22 @@ use super::layout::{lane_map, LaneMap};
 use super::regops::{scratch_bytes, vec_map, VecMap};
 use super::LowerError;
 use crate::cexpr::{cond, expr, ident, param_name, var_name};
-use kittens_hw::{dtype::DType, Arch};
-use kittens_ir::{Access, GridRemap, Kernel, Op, RegKind, Stmt};
+use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
+use kittens_hw::{dtype::DType, Arch, Target};
+use kittens_ir::{Access, GridOrder, Kernel, Op, RegKind, Stmt};
 use std::collections::HashMap;
 
-/// Lower `k` to HIP source for `arch` (gfx942 or gfx950), prelude included.
-pub fn lower(k: &Kernel, arch: Arch) -> Result<String, LowerError> {
+/// Lower `k` to HIP for `arch` (gfx942 or gfx950): the source, prelude included, and its launch
+/// contract (one block per tile, `64 · waves` threads, static LDS, globals then parameters).
+pub fn lower(k: &Kernel, arch: Arch) -> Result<Lowered, LowerError> {
     if !arch.is_amd() {
         return Err(LowerError::Unsupported(format!(
             "HIP lowering targets gfx942/gfx950, not {}",
             arch.target()
         )));
     }
-    // Shared memory per block of the target (GPU catalog: MI300X 64 KiB, MI355X 160 KiB).
-    let model = if arch == Arch::Cdna4 {
-        "mi355x"
-    } else {
-        "mi300x"
-    };
-    let budget = kittens_hw::gpu(model)
-        .map(|g| g.shared_bytes_per_block)
-        .unwrap_or(0);
+    // Shared memory per block on every GPU of the target (the catalog, through `Target`).
+    let budget = Target::from(arch).shared_bytes_per_block().unwrap_or(0);
     let mut e = Emitter::new(k, arch)?;
     let shared = k.shared_bytes() + e.scratch_per_wave * k.waves;
     if shared > budget {
@@ -47,7 +42,27 @@ pub fn lower(k: &Kernel, arch: Arch) -> Result<String, LowerError> {
         )));
     }
     e.kernel()?;
-    Ok(super::translation_unit(&e.out))
+    let mut args: Vec<KernelArg> = k
+        .globals
+        .iter()
+        .map(|g| KernelArg::Global {
+            name: g.name.clone(),
+        })
+        .collect();
+    args.extend(k.params.iter().map(|p| KernelArg::Param {
+        name: p.name.clone(),
+    }));
+    Ok(Lowered {
+        target: Target::from(arch),
+        source: super::translation_unit(&e.out),
+        entry: ident(&k.name),
+        threads: 64 * k.waves,
+        shared_bytes: shared,
+        shared_alloc: SharedAlloc::Static,
+        grid: GridRule::PerTile,
+        args,
+        ir: k.clone(),
+    })
 }
 
 /// Emission state: output text, indentation, the lane map of every register tile, and the instruction
@@ -184,7 +199,7 @@ impl<'k> Emitter<'k> {
                 .join(", ")
         ));
         match (self.k.grid.remap, n) {
-            (GridRemap::RowMajor, _) => {
+            (GridOrder::RowMajor, _) => {
                 self.line("u32 id = block_id_x();");
                 for i in (0..n).rev() {
                     self.line(format!(
@@ -193,12 +208,12 @@ impl<'k> Emitter<'k> {
                     ));
                 }
             }
-            (GridRemap::GroupM { window }, 2) => self.line(format!(
+            (GridOrder::GroupM { window }, 2) => self.line(format!(
                 "group_m(block_id_x(), {}, {}, {window}, blk0, blk1);",
                 ext[0], ext[1]
             )),
             (
-                GridRemap::XcdSwizzle {
+                GridOrder::XcdSwizzle {
                     xcds,
                     window,
                     chunk,
@@ -211,7 +226,7 @@ impl<'k> Emitter<'k> {
                     ext[0], ext[1]
                 ));
             }
-            (GridRemap::HeadFirst { xcds }, 3) => {
+            (GridOrder::HeadFirst { xcds }, 3) => {
                 let (b, h, q) = (&ext[0], &ext[1], &ext[2]);
                 self.line(format!("const u32 qb = (u32)({q}) ? (u32)({q}) : 1u, hh = (u32)({h}) ? (u32)({h}) : 1u;"));
                 self.line(format!("const u32 logical = xcd_chunk(block_id_x(), (u32)({b}) * hh * qb, {xcds}, qb);"));

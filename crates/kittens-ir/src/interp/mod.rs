@@ -26,9 +26,8 @@ mod exec;
 mod program;
 
 use crate::expr::Env;
-use crate::ir::{Access, GridRemap, Kernel, Op};
+use crate::ir::{Access, GridOrder, Kernel, Op};
 use kittens_hw::dtype::DType;
-use kittens_sched::remap;
 use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -55,7 +54,7 @@ pub enum InterpError {
     Eval { what: String, expr: String },
     #[error("grid remap {remap:?} needs {want} grid dimensions, the kernel has {got}")]
     Remap {
-        remap: GridRemap,
+        remap: GridOrder,
         want: usize,
         got: usize,
     },
@@ -138,65 +137,19 @@ fn check_access(k: &Kernel) -> Result<(), InterpError> {
 
 /// The grid's coordinates for launch id `id` (seed 000 Algorithm 1 / seed 001 §4.1 via `kittens_sched`).
 pub fn block_coords(
-    remap_kind: GridRemap,
+    remap_kind: GridOrder,
     extents: &[i64],
     id: i64,
 ) -> Result<Vec<i64>, InterpError> {
-    let need = |want: usize| {
-        if extents.len() == want {
-            Ok(())
-        } else {
-            Err(InterpError::Remap {
-                remap: remap_kind,
-                want,
-                got: extents.len(),
-            })
-        }
-    };
-    let u = |x: i64| x.max(0) as u64;
-    Ok(match remap_kind {
-        GridRemap::RowMajor => {
-            let mut rest = id;
-            let mut c = vec![0; extents.len()];
-            for (i, e) in extents.iter().enumerate().rev() {
-                c[i] = rest % e.max(&1);
-                rest /= e.max(&1);
-            }
-            c
-        }
-        GridRemap::XcdSwizzle {
-            xcds,
-            window,
-            chunk,
-        } => {
-            need(2)?;
-            let (r, c) = remap::xcd_swizzle(
-                u(id),
-                u(extents[0]),
-                u(extents[1]),
-                xcds as u64,
-                window as u64,
-                chunk as u64,
-            );
-            vec![r as i64, c as i64]
-        }
-        GridRemap::GroupM { window } => {
-            need(2)?;
-            let (r, c) = remap::group_m(u(id), u(extents[0]), u(extents[1]), window as u64);
-            vec![r as i64, c as i64]
-        }
-        GridRemap::HeadFirst { xcds } => {
-            need(3)?;
-            let (b, h, q) = remap::head_first(
-                u(id),
-                u(extents[0]),
-                u(extents[1]),
-                u(extents[2]),
-                xcds as u64,
-            );
-            vec![b as i64, h as i64, q as i64]
-        }
-    })
+    let u: Vec<u64> = extents.iter().map(|&x| x.max(0) as u64).collect();
+    let coords = remap_kind
+        .coords(id.max(0) as u64, &u)
+        .ok_or(InterpError::Remap {
+            remap: remap_kind,
+            want: remap_kind.dims().unwrap_or(extents.len()),
+            got: extents.len(),
+        })?;
+    Ok(coords.into_iter().map(|c| c as i64).collect())
 }
 
 /// Runs `k` with `params` over host tensors (one per global, in declaration order, values as f32 laid

@@ -11,7 +11,7 @@
 //! The hot loop is the body of the innermost backward branch (`s_cbranch_*` or `s_branch` to an earlier
 //! label); when several innermost loops exist, the one issuing the most MFMAs.
 
-use super::{lds_budget_bytes, AmdError};
+use super::{gpu_of, AmdError};
 use kittens_hw::Arch;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -122,12 +122,7 @@ pub fn analyze(asm: &str, arch: Arch, kernel: Option<&str>) -> Result<CodeObject
         0 => unified,
         _ => accum_offset(asm, &name).unwrap_or_else(|| unified.saturating_sub(agpr)),
     };
-    let gpu = kittens_hw::gpu(if arch == Arch::Cdna4 {
-        "mi355x"
-    } else {
-        "mi300x"
-    })
-    .map_err(|e| AmdError::Analysis(e.to_string()))?;
+    let gpu = gpu_of(arch)?;
     let waves = waves_per_simd(unified, gpu.regs_per_lane_per_simd);
     let lds_bytes = field("group_segment_fixed_size")?;
     let threads = meta
@@ -152,7 +147,7 @@ pub fn analyze(asm: &str, arch: Arch, kernel: Option<&str>) -> Result<CodeObject
         sgpr_spill: field("sgpr_spill_count")?,
         scratch_bytes: field("private_segment_fixed_size")?,
         lds_bytes,
-        lds_budget_bytes: lds_budget_bytes(arch)?,
+        lds_budget_bytes: gpu.shared_bytes_per_block,
         waves_per_simd: waves,
         occupancy: waves.min(lds_waves),
         instructions: mix.opcodes.clone(),

@@ -25,8 +25,8 @@ use thiserror::Error;
 /// Everything that can go wrong finding a compiler, compiling, or reading its output.
 #[derive(Debug, Error)]
 pub enum AmdError {
-    /// The name is not an AMD target this project supports.
-    #[error("unknown AMD target `{0}`: expected gfx942 or gfx950")]
+    /// The target is not one of the AMD targets (gfx942, gfx950).
+    #[error("`{0}` is not an AMD target (gfx942 or gfx950)")]
     UnknownTarget(String),
     /// No usable AMDGPU clang was found; the message says what to run.
     #[error(
@@ -65,24 +65,11 @@ pub enum AmdError {
     Analysis(String),
 }
 
-/// The AMD architecture named by an LLVM target (`gfx942` → CDNA3, `gfx950` → CDNA4).
-pub fn parse_target(name: &str) -> Result<Arch, AmdError> {
-    match name {
-        "gfx942" => Ok(Arch::Cdna3),
-        "gfx950" => Ok(Arch::Cdna4),
-        other => Err(AmdError::UnknownTarget(other.to_string())),
+/// The GPU model whose figures the analysis uses for an AMD architecture: the one its target is
+/// configured for (`kittens_hw::Target::gpu`: MI300X for gfx942, MI350X for gfx950).
+pub fn gpu_of(arch: Arch) -> Result<&'static kittens_hw::Gpu, AmdError> {
+    match kittens_hw::Target::from(arch).gpu() {
+        Some(g) if arch.is_amd() => Ok(g),
+        _ => Err(AmdError::UnknownTarget(arch.target().to_string())),
     }
-}
-
-/// Shared memory one workgroup may use on a target: 64 KiB on CDNA3, 160 KiB on CDNA4, read from the GPU
-/// catalog (MI300X and MI355X entries) rather than restated here.
-pub fn lds_budget_bytes(arch: Arch) -> Result<u32, AmdError> {
-    let model = match arch {
-        Arch::Cdna3 => "mi300x",
-        Arch::Cdna4 => "mi355x",
-        Arch::Hopper => return Err(AmdError::UnknownTarget(arch.target().to_string())),
-    };
-    kittens_hw::gpu(model)
-        .map(|g| g.shared_bytes_per_block)
-        .map_err(|e| AmdError::Analysis(e.to_string()))
 }

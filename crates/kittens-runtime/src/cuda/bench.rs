@@ -10,13 +10,12 @@
 
 use std::rc::Rc;
 
-use kittens_codegen::cuda::HopperGemm;
 use serde::Serialize;
 
 use super::check_rule::{within_vendor_error, SPOT_ERROR_FLOOR};
 use super::cublas::Cublas;
 use super::driver::{Device, DeviceBuffer, Event, Stream, Swizzle, TensorMap};
-use super::gemm_kernel::{GemmKernel, GemmSource};
+use super::gemm_kernel::GemmKernel;
 use super::limits::{
     check_memory, gemm_abt_dims, gemm_memory_need, host_mem_available, rotation_copies,
 };
@@ -31,8 +30,6 @@ pub struct GemmBenchOptions {
     pub iters: usize,
     pub spot_checks: usize,
     pub seed: u64,
-    /// The kernel measured against cuBLAS.
-    pub kernel: GemmSource,
     /// Input copies are added until A and B together span at least this many L2s.
     pub l2_multiple: u64,
     /// Shapes (M, N, K) checked for correctness only, not timed: partial tiles at every edge.
@@ -59,7 +56,6 @@ impl Default for GemmBenchOptions {
             iters: 100,
             spot_checks: 256,
             seed: 0x006b_6974_7465_6e73,
-            kernel: GemmSource::Handwritten(HopperGemm::default()),
             l2_multiple: 4,
             checks: vec![(1000, 1032, 520), (128, 256, 64), (4160, 8184, 1032)],
             timing: Timing::Interleaved,
@@ -181,8 +177,11 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-/// Compiles our kernel for the device, runs every size, returns the report.
-pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaError> {
+/// Compiles `kernel` (a lowered `gemm_bf16`) for the device, runs every size, returns the report.
+pub fn run_gemm_bench(
+    kernel: &kittens_codegen::Lowered,
+    opts: &GemmBenchOptions,
+) -> Result<GemmBenchReport, CudaError> {
     let dev = Device::open(0)?;
     if dev.compute_capability != (9, 0) {
         return Err(CudaError::Invalid(format!(
@@ -190,7 +189,7 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
             dev.name, dev.compute_capability
         )));
     }
-    let kernel = GemmKernel::prepare(&dev, &opts.kernel)?;
+    let kernel = GemmKernel::prepare(&dev, kernel)?;
     eprintln!(
         "  {}: persistent grid of at most {} blocks or clusters",
         kernel.name, kernel.resident

@@ -13,20 +13,20 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use cudarc::driver::sys as cu;
-use kittens_codegen::cuda::{LoweredCuda, TmaMap};
+use kittens_codegen::cuda::TmaMap;
+use kittens_codegen::Lowered;
 
-use super::driver::{check, TensorMap};
+use super::driver::check;
+use super::gemm_kernel::GemmArgs;
 use super::{compile, CudaCompileReport, CudaError};
-
-/// The lowered sm_90a GEMM — the one place this file names how it is obtained. Kernel ABI (checked in
-/// [`load`]): tensor maps in [`LoweredCuda::tma_maps`] order, then globals `a, b, c`, then `m, n, k`.
-fn lowered_gemm() -> Result<LoweredCuda, CudaError> {
-    kittens_codegen::cuda::gemm_bf16_sm90().map_err(|e| invalid(format!("lowering gemm_bf16: {e}")))
-}
 
 fn invalid(msg: impl Into<String>) -> CudaError {
     CudaError::Invalid(msg.into())
 }
+
+/// Where the kernel comes from: the caller builds the registry's `gemm_bf16` for sm_90a and lowers it
+/// (the runtime names no kernel). Called once per device, on the first launch there.
+pub type LowerGemm = fn() -> Result<Lowered, CudaError>;
 
 /// What the first call on a device did to get the kernel (for a verbose report).
 #[derive(Debug, Clone)]
@@ -41,7 +41,7 @@ pub struct KernelLoad {
 /// A loaded kernel; the driver handles are plain pointers valid in any thread once the context is current.
 struct Loaded {
     function: cu::CUfunction,
-    lowered: LoweredCuda,
+    lowered: Lowered,
     multiprocessors: u32,
     load: KernelLoad,
 }
@@ -131,7 +131,7 @@ fn attribute(dev: cu::CUdevice, a: cu::CUdevice_attribute) -> Result<i32, CudaEr
 }
 
 /// Compiles (or reads from the cache) and loads the GEMM on `ordinal`; the context is current.
-fn load(ordinal: i32) -> Result<Loaded, CudaError> {
+fn load(ordinal: i32, lower: LowerGemm) -> Result<Loaded, CudaError> {
     let t = Instant::now();
     use cu::CUdevice_attribute as A;
     let mut dev = 0;
@@ -160,22 +160,22 @@ fn load(ordinal: i32) -> Result<Loaded, CudaError> {
         )));
     }
     let multiprocessors = attribute(dev, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
-    let l = lowered_gemm()?;
+    let l = lower()?;
     let globals: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
-    let params: Vec<&str> = l.ir.params.iter().map(|p| p.name.as_str()).collect();
-    let globals_in_order = l.tma_maps.iter().map(|m| m.global).eq(0..3);
-    if globals != ["a", "b", "c"] || params != ["m", "n", "k"] || !globals_in_order {
+    let maps_in_order = l.tma_maps().iter().map(|m| m.global).eq(0..3);
+    if globals != ["a", "b", "c"] || !maps_in_order {
         return Err(invalid(format!(
-            "the lowered GEMM takes globals {globals:?}, params {params:?}, maps {:?}; this launcher \
-             knows a, b, c / m, n, k with one map each",
-            l.tma_maps
+            "the lowered GEMM takes globals {globals:?} with maps {:?}; this launcher knows a, b, c \
+             with one map each",
+            l.tma_maps()
         )));
     }
-    let image = compile(&l.source, &l.name, "sm_90a", l.dynamic_shared_bytes)?;
+    let shared = l.dynamic_shared_bytes();
+    let image = compile(&l.source, &l.entry, "sm_90a", shared)?;
     let mut module = std::ptr::null_mut();
     let mut function = std::ptr::null_mut();
-    let fname = std::ffi::CString::new(l.name.as_str())
-        .map_err(|_| invalid(format!("kernel name {:?}", l.name)))?;
+    let fname = std::ffi::CString::new(l.entry.as_str())
+        .map_err(|_| invalid(format!("kernel name {:?}", l.entry)))?;
     // SAFETY: a complete cubin that outlives the call; out-parameters. The module is never unloaded (it
     // lives as long as the process, like the retained context).
     unsafe {
@@ -191,7 +191,7 @@ fn load(ordinal: i32) -> Result<Loaded, CudaError> {
             cu::cuFuncSetAttribute(
                 function,
                 cu::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                l.dynamic_shared_bytes as i32,
+                i32::try_from(shared).map_err(|_| invalid(format!("{shared} B shared")))?,
             ),
             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
         )?;
@@ -200,7 +200,7 @@ fn load(ordinal: i32) -> Result<Loaded, CudaError> {
         function,
         multiprocessors,
         load: KernelLoad {
-            kernel: l.name.clone(),
+            kernel: l.entry.clone(),
             device: name,
             seconds: t.elapsed().as_secs_f64(),
             compile: image.report,
@@ -210,7 +210,7 @@ fn load(ordinal: i32) -> Result<Loaded, CudaError> {
 }
 
 /// The device's GEMM, loading it on first use; `true` when this call loaded it.
-fn gemm_on(ordinal: i32) -> Result<(Arc<Loaded>, bool), CudaError> {
+fn gemm_on(ordinal: i32, lower: LowerGemm) -> Result<(Arc<Loaded>, bool), CudaError> {
     {
         let devices = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(g) = devices
@@ -221,7 +221,7 @@ fn gemm_on(ordinal: i32) -> Result<(Arc<Loaded>, bool), CudaError> {
             return Ok((g, false));
         }
     }
-    let loaded = Arc::new(load(ordinal)?);
+    let loaded = Arc::new(load(ordinal, lower)?);
     let mut devices = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
     let d = devices
         .iter_mut()
@@ -289,7 +289,7 @@ fn check_pointer(what: &str, ptr: u64, bytes: u64, ordinal: i32) -> Result<(), C
 
 /// A TMA map over a dense row-major bf16 `rows × cols` matrix at a raw device address (CUDA driver API
 /// `cuTensorMapEncodeTiled`: 16-byte aligned address, row pitch a multiple of 16 bytes).
-fn map_2d(ptr: u64, rows: u64, cols: u64, m: &TmaMap) -> Result<TensorMap, CudaError> {
+fn map_2d(ptr: u64, rows: u64, cols: u64, m: &TmaMap) -> Result<cu::CUtensorMap, CudaError> {
     if !ptr.is_multiple_of(16) || !(cols * 2).is_multiple_of(16) {
         return Err(invalid(format!(
             "TMA needs 16-byte aligned rows: address {ptr:#x}, row pitch {} bytes",
@@ -330,7 +330,7 @@ fn map_2d(ptr: u64, rows: u64, cols: u64, m: &TmaMap) -> Result<TensorMap, CudaE
         },
         "cuTensorMapEncodeTiled",
     )?;
-    Ok(TensorMap(map))
+    Ok(map)
 }
 
 /// Dense bf16 GEMM operands at raw device addresses: `C = A·Bᵀ` with A `m × k`, B `n × k` and C `m × n`,
@@ -357,6 +357,7 @@ pub unsafe fn gemm_bf16_abt(
     ordinal: i32,
     stream: u64,
     p: &GemmPointers,
+    lower: LowerGemm,
 ) -> Result<Option<KernelLoad>, CudaError> {
     let (m, n, k) = (p.m, p.n, p.k);
     let fits = |x: usize| x > 0 && i32::try_from(x).is_ok();
@@ -375,36 +376,22 @@ pub unsafe fn gemm_bf16_abt(
         check_pointer("A", p.a, bytes(m, k), ordinal)?;
         check_pointer("B", p.b, bytes(n, k), ordinal)?;
         check_pointer("C", p.c, bytes(m, n), ordinal)?;
-        let (g, fresh) = gemm_on(ordinal)?;
-        let maps = &g.lowered.tma_maps;
-        let mut ta = map_2d(p.a, m as u64, k as u64, &maps[0])?;
-        let mut tb = map_2d(p.b, n as u64, k as u64, &maps[1])?;
-        let mut tc = map_2d(p.c, m as u64, n as u64, &maps[2])?;
-        let (mut pa, mut pb, mut pc) = (p.a, p.b, p.c);
-        let (mut mm, mut nn, mut kk) = (m as i32, n as i32, k as i32);
-        let map = |t: &mut TensorMap| (t as *mut TensorMap).cast::<c_void>();
-        let ptr = |v: &mut u64| (v as *mut u64).cast::<c_void>();
-        let int = |v: &mut i32| (v as *mut i32).cast::<c_void>();
-        let mut params = [
-            map(&mut ta),
-            map(&mut tb),
-            map(&mut tc),
-            ptr(&mut pa),
-            ptr(&mut pb),
-            ptr(&mut pc),
-            int(&mut mm),
-            int(&mut nn),
-            int(&mut kk),
-        ];
+        let (g, fresh) = gemm_on(ordinal, lower)?;
+        let maps = g.lowered.tma_maps();
+        let ta = map_2d(p.a, m as u64, k as u64, &maps[0])?;
+        let tb = map_2d(p.b, n as u64, k as u64, &maps[1])?;
+        let tc = map_2d(p.c, m as u64, n as u64, &maps[2])?;
+        let mut args = GemmArgs::new(&g.lowered, [ta, tb, tc], [p.a, p.b, p.c], [m, n, k])?;
+        let mut params = args.pointers();
         let l = &g.lowered;
         let grid = l
-            .grid(
+            .blocks(
                 &[("m", m as i64), ("n", n as i64), ("k", k as i64)],
                 g.multiprocessors,
             )
             .ok_or_else(|| invalid("grid extents of the lowered GEMM"))?;
-        // SAFETY: the parameter list follows the ABI checked in `load`; the caller keeps the buffers and
-        // the stream alive.
+        // SAFETY: one pointer per argument of the lowering's list (`GemmArgs`), alive until the call
+        // returns; the caller keeps the buffers and the stream alive.
         check(
             unsafe {
                 cu::cuLaunchKernel(
@@ -415,7 +402,7 @@ pub unsafe fn gemm_bf16_abt(
                     l.threads,
                     1,
                     1,
-                    l.dynamic_shared_bytes,
+                    l.dynamic_shared_bytes(),
                     stream as cu::CUstream,
                     params.as_mut_ptr(),
                     std::ptr::null_mut(),
@@ -441,7 +428,8 @@ mod tests {
             k,
         };
         // SAFETY: the addresses are never dereferenced on the host; the driver checks refuse them.
-        unsafe { gemm_bf16_abt(0, 0, &p) }
+        let lower: LowerGemm = || Err(invalid("not lowered in this test"));
+        unsafe { gemm_bf16_abt(0, 0, &p, lower) }
     }
 
     #[test]

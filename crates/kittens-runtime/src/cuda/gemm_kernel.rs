@@ -1,36 +1,24 @@
-//! The GEMM kernels the benchmark runs, behind one launch interface: the hand-scheduled Hopper kernel
-//! (`kittens_codegen::cuda::HopperGemm`, persistent grid) or `gemm_bf16` lowered from its tile program
-//! (`kittens_codegen::cuda::gemm_bf16_sm90`, persistent grid too).
+//! The GEMM kernel the benchmark runs: a lowered `gemm_bf16` (`kittens_codegen::Lowered`, persistent
+//! grid) compiled, loaded and launched by its argument list.
 
 use std::ffi::c_void;
 use std::rc::Rc;
 
-use kittens_codegen::cuda::{gemm_bf16_sm90, HopperGemm, LoweredCuda, TmaMap};
+use cudarc::driver::sys as cu;
+use kittens_codegen::cuda::TmaMap;
+use kittens_codegen::{KernelArg, Lowered};
 
 use super::driver::{Device, DeviceBuffer, Function, Stream, TensorMap};
 use super::{compile, CudaCompileReport, CudaError};
 
-/// Which kernel to build.
-#[derive(Clone, Debug)]
-pub enum GemmSource {
-    Handwritten(HopperGemm),
-    /// kittens-kernels' `gemm_bf16` for the H100, through `kittens_codegen::cuda::lower`.
-    TileProgram,
-}
-
-enum Kind {
-    Hand { config: HopperGemm, slots: u32 },
-    Lowered { l: Box<LoweredCuda>, slots: u32 },
-}
-
 /// A compiled, loaded GEMM kernel.
 pub struct GemmKernel {
     function: Function,
-    kind: Kind,
+    lowered: Lowered,
     pub name: String,
     pub config: String,
     pub compile: CudaCompileReport,
-    /// Blocks (clusters for a cluster kernel) of the persistent grid resident at once.
+    /// Blocks of the persistent grid resident at once.
     pub resident: u32,
     /// TMA boxes (rows, cols) of A and B.
     pub a_box: (u32, u32),
@@ -42,98 +30,62 @@ fn invalid(e: impl std::fmt::Display) -> CudaError {
 }
 
 impl GemmKernel {
-    /// Generates, compiles (NVRTC, cached) and loads the kernel on `dev`.
-    pub fn prepare(dev: &Rc<Device>, source: &GemmSource) -> Result<GemmKernel, CudaError> {
-        match source {
-            GemmSource::Handwritten(cfg) => {
-                let src = cfg.source().map_err(invalid)?;
-                let image = compile(
-                    &src,
-                    &cfg.kernel_name(),
-                    "sm_90a",
-                    cfg.dynamic_shared_bytes(),
-                )?;
-                let module = dev.load_module(&image.cubin)?;
-                let function = module.function(&cfg.kernel_name(), cfg.dynamic_shared_bytes())?;
-                let slots = resident_clusters(dev, &function, cfg);
-                Ok(GemmKernel {
-                    function,
-                    name: cfg.kernel_name(),
-                    config: format!("{cfg:?}"),
-                    compile: image.report,
-                    resident: slots,
-                    a_box: (cfg.bm, cfg.bk),
-                    // In a cluster each CTA loads bn / cluster rows of the B tile.
-                    b_box: (cfg.bn / cfg.cluster, cfg.bk),
-                    kind: Kind::Hand {
-                        config: cfg.clone(),
-                        slots,
-                    },
-                })
+    /// Compiles (NVRTC, cached) and loads the lowered kernel on `dev`.
+    pub fn prepare(dev: &Rc<Device>, l: &Lowered) -> Result<GemmKernel, CudaError> {
+        let shared = l.dynamic_shared_bytes();
+        let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
+        let module = dev.load_module(&image.cubin)?;
+        let function = module.function(&l.entry, shared)?;
+        // The harness builds A's and B's maps from these boxes (128-byte swizzle) and C's
+        // with 64 × 64 boxes; anything else is a lowering this launcher does not know.
+        let sw = |m: &TmaMap| m.swizzle_bytes == 128;
+        let tma_maps = l.tma_maps();
+        let (a_box, b_box) = match tma_maps.as_slice() {
+            [ma, mb, mc]
+                if ma.global == 0
+                    && mb.global == 1
+                    && mc.global == 2
+                    && sw(ma)
+                    && sw(mb)
+                    && sw(mc)
+                    && (mc.box_rows, mc.box_cols) == (64, 64) =>
+            {
+                ((ma.box_rows, ma.box_cols), (mb.box_rows, mb.box_cols))
             }
-            GemmSource::TileProgram => {
-                let l = gemm_bf16_sm90().map_err(invalid)?;
-                let image = compile(&l.source, &l.name, "sm_90a", l.dynamic_shared_bytes)?;
-                let module = dev.load_module(&image.cubin)?;
-                let function = module.function(&l.name, l.dynamic_shared_bytes)?;
-                // The harness builds A's and B's maps from these boxes (128-byte swizzle) and C's
-                // with 64 × 64 boxes; anything else is a lowering this launcher does not know.
-                let sw = |m: &TmaMap| m.swizzle_bytes == 128;
-                let (a_box, b_box) = match l.tma_maps.as_slice() {
-                    [ma, mb, mc]
-                        if ma.global == 0
-                            && mb.global == 1
-                            && mc.global == 2
-                            && sw(ma)
-                            && sw(mb)
-                            && sw(mc)
-                            && (mc.box_rows, mc.box_cols) == (64, 64) =>
-                    {
-                        ((ma.box_rows, ma.box_cols), (mb.box_rows, mb.box_cols))
-                    }
-                    _ => {
-                        return Err(invalid(format!(
-                            "lowered gemm_bf16 wants tensor maps {:?}",
-                            l.tma_maps
-                        )))
-                    }
-                };
-                Ok(GemmKernel {
-                    function,
-                    name: l.name.clone(),
-                    config: "gemm_bf16 tile program (kittens-kernels, producer/consumer), lowered"
-                        .into(),
-                    compile: image.report,
-                    resident: dev.multiprocessors,
-                    a_box,
-                    b_box,
-                    kind: Kind::Lowered {
-                        l: Box::new(l),
-                        slots: dev.multiprocessors,
-                    },
-                })
+            _ => {
+                return Err(invalid(format!(
+                    "lowered gemm_bf16 wants tensor maps {tma_maps:?}"
+                )))
             }
-        }
+        };
+        Ok(GemmKernel {
+            function,
+            name: l.entry.clone(),
+            config: "gemm_bf16 tile program (kittens-kernels, producer/consumer), lowered".into(),
+            compile: image.report,
+            resident: dev.multiprocessors,
+            a_box,
+            b_box,
+            lowered: l.clone(),
+        })
     }
 
-    /// Problem sizes the kernel handles.
+    /// Problem sizes the kernel handles: TMA loads A, B and stores C, so row pitches are 16-byte
+    /// multiples.
     pub fn check_shape(&self, m: usize, n: usize, k: usize) -> Result<(), CudaError> {
-        match &self.kind {
-            Kind::Hand { config, .. } => config.check_shape(m, n, k).map_err(invalid),
-            // TMA loads A, B and stores C: 16-byte row pitches.
-            Kind::Lowered { .. }
-                if k.is_multiple_of(8) && n.is_multiple_of(8) && m > 0 && n > 0 && k > 0 =>
-            {
-                Ok(())
-            }
-            Kind::Lowered { .. } => Err(invalid(format!(
+        if k.is_multiple_of(8) && n.is_multiple_of(8) && m > 0 && n > 0 && k > 0 {
+            Ok(())
+        } else {
+            Err(invalid(format!(
                 "{m}x{n}x{k}: N and K must be positive multiples of 8 (TMA row pitch)"
-            ))),
+            )))
         }
     }
 
     /// One launch computing C = A·Bᵀ. `maps` are A's and B's tensor maps (boxes `a_box`, `b_box`), `c`
-    /// C's map (64 × 64 boxes, used by the TMA-store epilogue) and buffer.
+    /// C's map (64 × 64 boxes, used by the TMA-store epilogue) and buffer. The arguments follow the
+    /// lowering's list (`Lowered::args`): tensor maps and pointers of the globals `a`, `b`, `c`, and the
+    /// parameters `m`, `n`, `k`; any other name is refused.
     #[allow(clippy::too_many_arguments)]
     pub fn launch(
         &self,
@@ -146,80 +98,101 @@ impl GemmKernel {
         n: usize,
         k: usize,
     ) -> Result<(), CudaError> {
-        let (mut ta, mut tb, mut tc) = (maps.0, maps.1, c.0);
-        let (mut pa, mut pb, mut pc) = (a.ptr(), b.ptr(), c.1.ptr());
-        let (mut mm, mut nn, mut kk) = (m as u32, n as u32, k as u32);
-        let map = |t: &mut TensorMap| (t as *mut TensorMap).cast::<c_void>();
-        let ptr = |p: &mut u64| (p as *mut u64).cast::<c_void>();
-        let int = |v: &mut u32| (v as *mut u32).cast::<c_void>();
-        match &self.kind {
-            Kind::Hand { config, slots } => {
-                // `gemm_sm90.cu`: tensor maps of A, B and C, C's address, M, N, K.
-                let mut params = [
-                    map(&mut ta),
-                    map(&mut tb),
-                    map(&mut tc),
-                    ptr(&mut pc),
-                    int(&mut mm),
-                    int(&mut nn),
-                    int(&mut kk),
-                ];
-                let grid = config.grid(m, n, *slots);
-                // SAFETY: the parameter list matches the kernel's signature above.
-                unsafe {
-                    self.function.launch(
-                        (grid, 1, 1),
-                        (config.threads(), 1, 1),
-                        stream,
-                        &mut params,
-                    )
-                }
-            }
-            Kind::Lowered { l, slots } => {
-                // `lower`'s ABI: the tensor maps (A, B, C), then globals a, b, c, then params m, n, k.
-                let names: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
-                let params_ir: Vec<&str> = l.ir.params.iter().map(|p| p.name.as_str()).collect();
-                if names != ["a", "b", "c"] || params_ir != ["m", "n", "k"] {
-                    return Err(invalid(format!(
-                        "lowered kernel takes globals {names:?}, params {params_ir:?}"
-                    )));
-                }
-                let mut params = [
-                    map(&mut ta),
-                    map(&mut tb),
-                    map(&mut tc),
-                    ptr(&mut pa),
-                    ptr(&mut pb),
-                    ptr(&mut pc),
-                    int(&mut mm),
-                    int(&mut nn),
-                    int(&mut kk),
-                ];
-                let grid = l
-                    .grid(&[("m", m as i64), ("n", n as i64), ("k", k as i64)], *slots)
-                    .ok_or_else(|| invalid("grid extents of the lowered kernel"))?;
-                // SAFETY: the parameter list matches `lower`'s documented ABI, checked by name above.
-                unsafe {
-                    self.function
-                        .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut params)
-                }
-            }
+        let l = &self.lowered;
+        let mut args = GemmArgs::new(
+            l,
+            [maps.0.map, maps.1.map, c.0.map],
+            [a.ptr(), b.ptr(), c.1.ptr()],
+            [m, n, k],
+        )?;
+        let mut params = args.pointers();
+        let grid = l
+            .blocks(
+                &[("m", m as i64), ("n", n as i64), ("k", k as i64)],
+                self.resident,
+            )
+            .ok_or_else(|| invalid("grid extents of the lowered kernel"))?;
+        // SAFETY: one pointer per kernel argument, in the order and with the types of the lowering's
+        // argument list (tensor maps by value, 64-bit device pointers, 32-bit integers); the storage
+        // vectors are not touched again until the launch has returned.
+        unsafe {
+            self.function
+                .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut params)
         }
     }
 }
 
-/// Clusters (blocks when `cluster` is 1) resident at once: a cluster needs all its CTAs on one GPC, so
-/// fewer than SMs / cluster may fit; the driver says how many.
-fn resident_clusters(dev: &Rc<Device>, function: &Function, cfg: &HopperGemm) -> u32 {
-    if cfg.cluster == 1 {
-        return dev.multiprocessors;
-    }
-    let whole = dev.multiprocessors / cfg.cluster * cfg.cluster;
-    match function.max_active_clusters(whole, cfg.threads()) {
-        Ok(n) if n > 0 => n,
-        other => {
-            eprintln!("  cuOccupancyMaxActiveClusters gave {other:?}; assuming every SM pair fits");
-            dev.multiprocessors / cfg.cluster
+/// Kernel parameters of a lowered GEMM, stored in the order of its argument list (`Lowered::args`):
+/// the tensor maps and device pointers of the globals `a`, `b`, `c` and the parameters `m`, `n`, `k`.
+/// Any other name is refused, so a lowering whose signature changed cannot be launched with the old one.
+/// Shared by the benchmark's launcher and the launcher on caller-owned memory (`super::caller`).
+pub(crate) struct GemmArgs {
+    maps: Vec<cu::CUtensorMap>,
+    ptrs: Vec<u64>,
+    ints: Vec<u32>,
+    /// Per argument: which store (0 maps, 1 pointers, 2 integers) and the index in it.
+    slots: Vec<(u8, usize)>,
+}
+
+impl GemmArgs {
+    pub(crate) fn new(
+        l: &Lowered,
+        maps: [cu::CUtensorMap; 3],
+        ptrs: [u64; 3],
+        mnk: [usize; 3],
+    ) -> Result<GemmArgs, CudaError> {
+        let globals: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
+        let tensor = |name: &str| -> Result<usize, CudaError> {
+            ["a", "b", "c"]
+                .iter()
+                .position(|x| *x == name)
+                .ok_or_else(|| invalid(format!("lowered GEMM takes an unknown tensor `{name}`")))
+        };
+        let mut out = GemmArgs {
+            maps: Vec::new(),
+            ptrs: Vec::new(),
+            ints: Vec::new(),
+            slots: Vec::with_capacity(l.args.len()),
+        };
+        for arg in &l.args {
+            match arg {
+                KernelArg::TensorMap(t) => {
+                    let g = globals.get(t.global as usize).copied().unwrap_or("?");
+                    out.maps.push(maps[tensor(g)?]);
+                    out.slots.push((0, out.maps.len() - 1));
+                }
+                KernelArg::Global { name } => {
+                    out.ptrs.push(ptrs[tensor(name)?]);
+                    out.slots.push((1, out.ptrs.len() - 1));
+                }
+                KernelArg::Param { name } => {
+                    let i = ["m", "n", "k"]
+                        .iter()
+                        .position(|x| x == name)
+                        .ok_or_else(|| {
+                            invalid(format!("lowered GEMM takes an unknown parameter `{name}`"))
+                        })?;
+                    let v = mnk[i];
+                    out.ints
+                        .push(u32::try_from(v).map_err(|_| invalid(format!("{name} = {v}")))?);
+                    out.slots.push((2, out.ints.len() - 1));
+                }
+            }
         }
+        Ok(out)
+    }
+
+    /// One pointer per kernel argument, into this storage (valid while `self` is neither moved nor
+    /// changed), as `cuLaunchKernel` takes them.
+    pub(crate) fn pointers(&mut self) -> Vec<*mut c_void> {
+        let (maps, ptrs, ints) = (&mut self.maps, &mut self.ptrs, &mut self.ints);
+        self.slots
+            .iter()
+            .map(|&(kind, i)| match kind {
+                0 => (&mut maps[i] as *mut cu::CUtensorMap).cast::<c_void>(),
+                1 => (&mut ptrs[i] as *mut u64).cast::<c_void>(),
+                _ => (&mut ints[i] as *mut u32).cast::<c_void>(),
+            })
+            .collect()
     }
 }

@@ -14,7 +14,7 @@
 
 use kittens_hw::dtype::DType;
 use kittens_hw::Arch;
-use kittens_ir::{Access, Expr, GlobalId, GridRemap, Kernel, KernelBuilder, Schedule};
+use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, Schedule};
 use kittens_tile::{BaseShape, Layout, SharedTile};
 
 pub const BLOCK: i64 = 256;
@@ -72,7 +72,7 @@ pub fn gemm_bf16(arch: Arch) -> Kernel {
     } = abt_operands(&mut b, DType::Bf16);
     b.grid(
         vec![m.ceil_div(BLOCK), n.ceil_div(BLOCK)],
-        GridRemap::XcdSwizzle {
+        GridOrder::XcdSwizzle {
             xcds: 8,
             window: 8,
             chunk: 64,

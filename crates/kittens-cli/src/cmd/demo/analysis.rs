@@ -2,8 +2,9 @@
 //! planners, each computed live from the library (nothing here is a stored answer).
 
 use super::Section;
+use kittens_draw as draw;
 use kittens_hw::{gpu, lds::DsInstr, mma};
-use kittens_sched::{cache, draw, regs, remap::GridOrder, tail};
+use kittens_sched::{cache, regs, remap::GridOrder, tail};
 use kittens_tile::{BaseShape, DType, Layout, RegTile, SharedTile, Swizzle};
 use serde_json::{json, Value};
 
@@ -97,7 +98,8 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
         (9216, GridOrder::RowMajor, (0.55, 0.95, 15.1)),
         (
             9216,
-            GridOrder::Xcd {
+            GridOrder::XcdSwizzle {
+                xcds: mi355x.xcds,
                 window: 7,
                 chunk: 216,
             },
@@ -105,7 +107,8 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
         ),
         (
             9216,
-            GridOrder::Xcd {
+            GridOrder::XcdSwizzle {
+                xcds: mi355x.xcds,
                 window: 5,
                 chunk: 25,
             },
@@ -114,7 +117,8 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
         (14592, GridOrder::RowMajor, (0.36, 0.76, 10.7)),
         (
             14592,
-            GridOrder::Xcd {
+            GridOrder::XcdSwizzle {
+                xcds: mi355x.xcds,
                 window: 8,
                 chunk: 542,
             },
@@ -122,7 +126,8 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
         ),
         (
             14592,
-            GridOrder::Xcd {
+            GridOrder::XcdSwizzle {
+                xcds: mi355x.xcds,
                 window: 8,
                 chunk: 64,
             },

@@ -2,8 +2,8 @@
 //! (`kittens bench`'s harness: checks against cuBLAS and f64, CUDA events, warm-up, medians, rotated inputs).
 
 use super::Section;
+use kittens_hw::Target;
 use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, Timing};
-use kittens_runtime::cuda::gemm_kernel::GemmSource;
 use kittens_runtime::cuda::CudaError;
 use serde_json::Value;
 
@@ -15,11 +15,11 @@ pub fn probe() -> Result<String, CudaError> {
 pub fn run(s: &mut Section) -> anyhow::Result<Value> {
     let opts = GemmBenchOptions {
         sizes: vec![4096, 8192],
-        kernel: GemmSource::TileProgram,
         timing: Timing::Blocked,
         ..GemmBenchOptions::default()
     };
-    let r = run_gemm_bench(&opts)?;
+    let gemm = kittens_kernels::by_name("gemm_bf16")?;
+    let r = run_gemm_bench(&crate::cmd::compile::lowered(gemm, Target::Sm90a)?, &opts)?;
     s.line(format!(
         "{} — gemm_bf16 (lowered tile program) vs cuBLAS, blocked timing",
         r.device

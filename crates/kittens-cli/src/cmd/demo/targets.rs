@@ -3,7 +3,8 @@
 
 use super::Section;
 use crate::cmd::compile;
-use kittens_hw::Arch;
+use kittens_hw::{Arch, Target};
+use kittens_kernels::registry::{self, KernelEntry, Status};
 use kittens_runtime::amd;
 use serde_json::{json, Value};
 use std::path::Path;
@@ -30,7 +31,7 @@ fn ensure_toolchains(s: &mut Section) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn amd_line(kernel: &str, arch: Arch) -> (String, Value) {
+fn amd_line(kernel: &KernelEntry, arch: Arch) -> (String, Value) {
     match compile::amd_compile(kernel, arch) {
         Ok(c) => {
             let r = &c.report;
@@ -50,7 +51,7 @@ fn amd_line(kernel: &str, arch: Arch) -> (String, Value) {
     }
 }
 
-fn cuda_line(kernel: &str) -> (String, Value) {
+fn cuda_line(kernel: &KernelEntry) -> (String, Value) {
     match compile::cuda_compile(kernel) {
         Ok(r) => (
             format!(
@@ -69,16 +70,18 @@ fn cuda_line(kernel: &str) -> (String, Value) {
 pub fn run(s: &mut Section) -> anyhow::Result<Value> {
     ensure_toolchains(s)?;
     let mut out = Vec::new();
-    for kernel in kittens_kernels::NAMES {
-        for target in ["gfx942", "gfx950", "sm_90a"] {
-            eprintln!("      {kernel} -> {target}");
-            let (text, doc) = match target {
-                "gfx942" => amd_line(kernel, Arch::Cdna3),
-                "gfx950" => amd_line(kernel, Arch::Cdna4),
+    for kernel in &registry::ALL {
+        for target in [Target::Gfx942, Target::Gfx950, Target::Sm90a] {
+            eprintln!("      {} -> {target}", kernel.name);
+            let (text, doc) = match (target.arch(), kernel.plan(target).map(|p| p.status)) {
+                (_, Some(Status::NotYet { why })) => {
+                    (format!("not lowered yet: {why}"), json!({ "not_yet": why }))
+                }
+                (Some(arch), _) if arch.is_amd() => amd_line(kernel, arch),
                 _ => cuda_line(kernel),
             };
-            s.line(format!("{kernel:<10} {target:<7} {text}"));
-            out.push(json!({ "kernel": kernel, "target": target, "report": doc }));
+            s.line(format!("{:<10} {:<7} {text}", kernel.name, target.name()));
+            out.push(json!({ "kernel": kernel.name, "target": target, "report": doc }));
         }
     }
     Ok(Value::Array(out))

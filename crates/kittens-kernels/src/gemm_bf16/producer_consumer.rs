@@ -10,7 +10,7 @@
 //! consumers, and the consumers keep one wgmma chain in flight. Register split 40 / 232 as in
 //! ThunderKittens' H100 GEMM (`warpgroup::decrease_registers<40>` / `increase_registers<232>`).
 
-use crate::gemm_bf16::{declare, GemmConfig};
+use super::{declare, GemmConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{Kernel, KernelBuilder, MmaForm, MmaOperand, Schedule, Scope};
@@ -22,7 +22,7 @@ const BM: u32 = 128;
 /// lowering's C staging (bench/NOTES.md: 3 and 4 stages measured the same).
 const STAGES: i64 = 3;
 
-pub(crate) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
+pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (bn, ks) = (cfg.block, cfg.k_step);
     if bn % 64 != 0 || bn > 256 || ks % 32 != 0 {
         return Err(KernelError::Config(format!(

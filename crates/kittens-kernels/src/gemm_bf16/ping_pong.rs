@@ -1,5 +1,4 @@
-//! BF16 GEMM `C = A·Bᵀ` (A M×K, B N×K, C M×N bf16, fp32 accumulation) with the 8-wave ping-pong
-//! schedule of seed 000 E.1 (Fig. 21).
+//! The BF16 GEMM with the 8-wave ping-pong schedule of seed 000 E.1 (Fig. 21).
 //!
 //! Each block computes a `block × block` tile of C with 8 waves arranged 2×4; each wave owns four
 //! `block/4 × block/8` accumulators (`c[i][j]`). A and B reach the waves through half-block shared
@@ -21,16 +20,11 @@
 //! last two K steps into an epilogue, this kernel runs the loop over every K step: the loads it issues
 //! past the end of K read zeros into buffers no later step reads, which keeps the whole schedule on one
 //! screen.
-//!
-//! [`GemmSchedule::ProducerConsumer`] builds the same GEMM warp-specialised for Hopper instead
-//! (`crate::gemm_bf16_ws`), [`GemmSchedule::Interleave4`] with four waves (`crate::gemm_bf16_i4`):
-//! per-target schedule, one kernel (docs/architecture.md principle 2).
 
+use super::{declare, GemmConfig, Staging};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{
-    Access, Expr, GlobalId, GridRemap, Kernel, KernelBuilder, RegId, Schedule, SharedId, SharedView,
-};
+use kittens_ir::{Expr, GlobalId, Kernel, KernelBuilder, RegId, Schedule, SharedId, SharedView};
 use kittens_tile::{BaseShape, Layout::Col, Layout::Row, SharedTile};
 
 /// Base tile of the A and B register tiles (HipKittens `rt_16x32_s`, seed 000 E.1) and of the
@@ -38,154 +32,7 @@ use kittens_tile::{BaseShape, Layout::Col, Layout::Row, SharedTile};
 const OPERAND: BaseShape = BaseShape::S16X32;
 const ACC: BaseShape = BaseShape::S16X16;
 
-/// Which schedule the GEMM is built with.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GemmSchedule {
-    /// 8-wave ping-pong (seed 000 E.1), the AMD schedule.
-    PingPong8,
-    /// 4-wave interleave (seed 000 §3.3.2): one wave per SIMD mixing loads and matrix work.
-    Interleave4,
-    /// One producer warpgroup loading, two consumer warpgroups multiplying from shared memory
-    /// (Hopper `wgmma` style; refused on AMD, whose MFMAs read registers only).
-    ProducerConsumer,
-}
-
-/// Where the ping-pong GEMM keeps the next K step while the current one is multiplied (seed 000 E.1).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Staging {
-    /// Two LDS buffers per operand half, filled by async global→LDS loads two K steps ahead
-    /// (MI355X, Fig. 21): 128 KiB at the seed's tiles.
-    Lds,
-    /// One LDS buffer per operand half; each wave loads its band of the next K step into registers
-    /// and writes it to LDS once the buffer has been read (MI325X: "double buffer using the register
-    /// file"): 64 KiB at the seed's tiles. Needs a block that is a multiple of 256.
-    Registers,
-}
-
-/// Tile sizes; the defaults are seed 000 E.1's (256×256 block, K step 64).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GemmConfig {
-    pub schedule: GemmSchedule,
-    /// Rows and columns of C per block (the seed's `BLOCK_SIZE`); a multiple of 128.
-    pub block: u32,
-    /// K per pipeline step (`K_STEP`); a multiple of 32.
-    pub k_step: u32,
-    pub remap: GridRemap,
-    /// Where the next K step is staged; only the ping-pong schedule reads it.
-    pub staging: Staging,
-}
-
-impl Default for GemmConfig {
-    fn default() -> Self {
-        // E.1: WGM = 8, chunk WGM·WGM, 8 XCDs.
-        GemmConfig {
-            schedule: GemmSchedule::PingPong8,
-            block: 256,
-            k_step: 64,
-            remap: GridRemap::XcdSwizzle {
-                xcds: 8,
-                window: 8,
-                chunk: 64,
-            },
-            staging: Staging::Lds,
-        }
-    }
-}
-
-impl GemmConfig {
-    /// The configuration for one target: the warp-specialised schedule on Hopper, the ping-pong on CDNA
-    /// with E.1's 256×256 block and K step 64, staged in LDS where a double buffer of A and B fits the
-    /// GPU's shared memory per block (gfx950's 160 KiB) and in registers where only one does (gfx942's
-    /// 64 KiB, as HipKittens does on MI325X, seed 000 E.1); a K step of 32 in registers if even that
-    /// does not fit.
-    pub fn for_gpu(gpu: &kittens_hw::Gpu) -> Self {
-        if !gpu.arch.is_amd() {
-            return GemmConfig {
-                schedule: GemmSchedule::ProducerConsumer,
-                ..Self::default()
-            };
-        }
-        let d = Self::default();
-        let fits = |&(staging, k_step): &(Staging, u32)| {
-            let c = GemmConfig {
-                staging,
-                k_step,
-                ..d
-            };
-            c.shared_bytes() <= gpu.shared_bytes_per_block
-        };
-        let (staging, k_step) = [(Staging::Lds, 64), (Staging::Registers, 64)]
-            .into_iter()
-            .find(fits)
-            .unwrap_or((Staging::Registers, 32));
-        GemmConfig {
-            k_step,
-            staging,
-            remap: GridRemap::XcdSwizzle {
-                xcds: gpu.xcds,
-                window: 8,
-                chunk: 64,
-            },
-            ..d
-        }
-    }
-
-    /// Shared memory of the ping-pong kernel: A and B, two halves each of `block/2 × k_step` bf16, in
-    /// two ring slots with LDS staging and one with register staging.
-    pub fn shared_bytes(&self) -> u32 {
-        let slots = match self.staging {
-            Staging::Lds => 2,
-            Staging::Registers => 1,
-        };
-        2 * 2 * slots * (self.block / 2) * self.k_step * 2
-    }
-
-    /// The smallest instance of the same schedule, for fast tests.
-    pub fn small() -> Self {
-        GemmConfig {
-            block: 128,
-            k_step: 32,
-            ..Self::default()
-        }
-    }
-}
-
-/// Declares `m, n, k` and the tensors `a` (M×K), `b` (N×K), `c` (M×N), and a grid of `bm × bn` tiles.
-pub(crate) fn declare(
-    k: &mut KernelBuilder,
-    bm: u32,
-    bn: u32,
-    remap: GridRemap,
-) -> (Expr, [GlobalId; 3]) {
-    let (m, n, kd) = (k.param("m"), k.param("n"), k.param("k"));
-    let mut mat = |name, r: &Expr, c: &Expr, acc| {
-        k.global(name, Bf16, &[("r", r.clone()), ("c", c.clone())], acc)
-    };
-    let g = [
-        mat("a", &m, &kd, Access::Read),
-        mat("b", &n, &kd, Access::Read),
-        mat("c", &m, &n, Access::Write),
-    ];
-    k.grid(vec![m.ceil_div(bm as i64), n.ceil_div(bn as i64)], remap);
-    (kd, g)
-}
-
-/// Parameter order of the built kernel: `m, n, k`; tensors `a, b, c`.
-pub fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
-    if cfg.staging == Staging::Registers && cfg.schedule != GemmSchedule::PingPong8 {
-        return Err(KernelError::Config(format!(
-            "gemm_bf16: register staging is built for the ping-pong schedule, not {:?}",
-            cfg.schedule
-        )));
-    }
-    match cfg.schedule {
-        GemmSchedule::PingPong8 => ping_pong(cfg),
-        GemmSchedule::Interleave4 => crate::gemm_bf16_i4::build(cfg),
-        GemmSchedule::ProducerConsumer => crate::gemm_bf16_ws::build(cfg),
-    }
-}
-
-fn ping_pong(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
+pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (bs, ks) = (cfg.block, cfg.k_step);
     if bs % 128 != 0 || ks % 32 != 0 {
         return Err(KernelError::Config(format!(

@@ -4,13 +4,13 @@
 //! accumulators. One barrier per K step: after it the step's tiles have landed for every wave, and every
 //! wave has finished reading the slot the step's prefetch refills.
 
-use crate::gemm_bf16::{declare, GemmConfig};
+use super::{declare, GemmConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{Expr, Kernel, KernelBuilder, RegId, Schedule};
 use kittens_tile::{BaseShape, Layout::Col, Layout::Row, SharedTile};
 
-pub(crate) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
+pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (bs, ks) = (cfg.block, cfg.k_step);
     if bs % 128 != 0 || ks % 32 != 0 {
         return Err(KernelError::Config(format!(

@@ -1,0 +1,79 @@
+//! Closed-set flags of the CLI as clap `ValueEnum`s, so `--help` lists the values and clap refuses
+//! anything else. Sets a library already names (targets, dtypes, layouts, shared-memory instructions,
+//! operands) are parsed by the library's `FromStr` instead, whose error lists the valid names and which
+//! keeps the library's aliases.
+
+use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::gemm_bf16::GemmSchedule;
+
+/// `kittens run --schedule`: the GEMM's schedule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ScheduleArg {
+    /// 8-wave ping-pong (seed 000 E.1).
+    #[value(alias = "ping-pong")]
+    Pingpong,
+    /// 4-wave interleave.
+    #[value(alias = "i4")]
+    Interleave,
+    /// Producer/consumer (Hopper).
+    #[value(alias = "producer-consumer")]
+    Ws,
+}
+
+impl From<ScheduleArg> for GemmSchedule {
+    fn from(s: ScheduleArg) -> GemmSchedule {
+        match s {
+            ScheduleArg::Pingpong => GemmSchedule::PingPong8,
+            ScheduleArg::Interleave => GemmSchedule::Interleave4,
+            ScheduleArg::Ws => GemmSchedule::ProducerConsumer,
+        }
+    }
+}
+
+/// `kittens run --layout`: the attention tensors' layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttnLayoutArg {
+    /// `[batch, seq, heads, dim]`.
+    Bshd,
+    /// `[batch, heads, seq, dim]`.
+    Bhsd,
+}
+
+impl From<AttnLayoutArg> for AttnLayout {
+    fn from(l: AttnLayoutArg) -> AttnLayout {
+        match l {
+            AttnLayoutArg::Bshd => AttnLayout::Bshd,
+            AttnLayoutArg::Bhsd => AttnLayout::Bhsd,
+        }
+    }
+}
+
+/// `kittens run --backend`: where a kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendArg {
+    /// The tile-language interpreter.
+    Cpu,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::ValueEnum;
+
+    #[test]
+    fn aliases_parse() {
+        assert_eq!(
+            ScheduleArg::from_str("ping-pong", false),
+            Ok(ScheduleArg::Pingpong)
+        );
+        assert_eq!(
+            ScheduleArg::from_str("i4", false),
+            Ok(ScheduleArg::Interleave)
+        );
+        assert_eq!(
+            GemmSchedule::from(ScheduleArg::Ws),
+            GemmSchedule::ProducerConsumer
+        );
+        assert!(BackendArg::from_str("gfx942", false).is_err());
+    }
+}

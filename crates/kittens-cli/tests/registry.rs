@@ -1,0 +1,65 @@
+//! The commands that take a kernel name take exactly the registry's names, and say from the registry
+//! what exists and what does not lower yet.
+
+use std::process::{Command, Output};
+
+fn kittens(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kittens"))
+        .args(args)
+        .output()
+        .expect("kittens runs")
+}
+
+#[test]
+fn list_json_names_the_kernels_and_their_targets() {
+    let out = kittens(&["list", "--json"]);
+    assert!(out.status.success());
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let names: Vec<&str> = doc["kernels"]
+        .as_array()
+        .expect("kernels")
+        .iter()
+        .map(|k| k["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(names, kittens_kernels::registry::names());
+    let attn = &doc["kernels"][1];
+    assert_eq!(attn["name"], "attn_fwd");
+    assert_eq!(attn["lowers_to"], serde_json::json!(["gfx942", "gfx950"]));
+}
+
+/// An unknown kernel is refused by every command that takes one, with the registry's names listed.
+#[test]
+fn unknown_kernels_are_refused_with_the_registry_names() {
+    for cmd in [
+        vec!["run", "gemm_fp8"],
+        vec!["check", "gemm_fp8"],
+        vec!["compile", "gemm_fp8", "--target", "gfx950"],
+        vec!["bench", "gemm_fp8"],
+    ] {
+        let out = kittens(&cmd);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{cmd:?}");
+        for n in kittens_kernels::registry::names() {
+            assert!(err.contains(n), "{cmd:?}: {err}");
+        }
+    }
+}
+
+/// attn_fwd has no Hopper lowering: `compile` says so with the registry's reason, before any compiler.
+#[test]
+fn attention_on_sm_90a_is_not_yet() {
+    let out = kittens(&["compile", "attn_fwd", "--target", "sm_90a"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("`attn_fwd` does not lower to sm_90a yet"),
+        "{err}"
+    );
+    let out = kittens(&["compile", "gemm_bf16", "--target", "sm_80"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("gfx942 (HIP)") && err.contains("sm_90a (CUDA)"),
+        "{err}"
+    );
+}

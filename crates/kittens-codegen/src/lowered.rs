@@ -1,0 +1,126 @@
+//! What every backend's lowering returns: the source and everything a host needs to compile and
+//! launch it, in one shape for HIP and CUDA ([`Lowered`]), reached through one function ([`lower`]).
+
+use kittens_hw::{Backend, Target};
+use kittens_ir::Kernel;
+use serde::Serialize;
+
+use crate::cuda::{CudaLowerError, TmaMap};
+use crate::hip;
+
+/// Why a kernel could not be lowered for a target.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LowerError {
+    #[error(transparent)]
+    Hip(#[from] hip::LowerError),
+    #[error(transparent)]
+    Cuda(#[from] CudaLowerError),
+    /// The target has no source form (the CPU runs the tile IR on the interpreter).
+    #[error("{0} has no generated source: the interpreter runs the tile program itself")]
+    NoSource(Target),
+}
+
+/// How many blocks a launch has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GridRule {
+    /// One block per tile of the tile program's grid (`∏ grid.extents`); the kernel remaps the launch
+    /// id to its tile (HIP).
+    PerTile,
+    /// A persistent grid: at most as many blocks as fit on the GPU at once, each looping over tiles
+    /// `blockIdx.x`, `+ gridDim.x`, … (CUDA).
+    Persistent,
+}
+
+/// Where the kernel's shared memory comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SharedAlloc {
+    /// Declared in the kernel (`__shared__` arrays): the launch asks for none.
+    Static,
+    /// `extern __shared__`: the launch passes the size.
+    Dynamic,
+}
+
+/// One kernel argument, in order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum KernelArg {
+    /// A `CUtensorMap` passed by value (`__grid_constant__`) for one global tensor.
+    TensorMap(TmaMap),
+    /// A pointer to the global tensor of this name (the tile program's declaration order).
+    Global { name: String },
+    /// A 32-bit integer parameter of this name.
+    Param { name: String },
+}
+
+/// A kernel lowered for one target: its source and its launch contract.
+#[derive(Debug, Clone)]
+pub struct Lowered {
+    pub target: Target,
+    /// One self-contained translation unit (prelude included).
+    pub source: String,
+    /// The `extern "C"` name of the kernel in [`Lowered::source`].
+    pub entry: String,
+    /// Threads per block.
+    pub threads: u32,
+    /// Shared memory per block, bytes (for [`SharedAlloc::Dynamic`], what the launch must pass).
+    pub shared_bytes: u32,
+    pub shared_alloc: SharedAlloc,
+    pub grid: GridRule,
+    pub args: Vec<KernelArg>,
+    /// The tile program it came from (grid extents, parameter order).
+    pub ir: Kernel,
+}
+
+impl Lowered {
+    /// Dynamic shared memory the launch passes.
+    pub fn dynamic_shared_bytes(&self) -> u32 {
+        match self.shared_alloc {
+            SharedAlloc::Static => 0,
+            SharedAlloc::Dynamic => self.shared_bytes,
+        }
+    }
+
+    /// The tensor maps among the arguments, in argument order.
+    pub fn tma_maps(&self) -> Vec<TmaMap> {
+        self.args
+            .iter()
+            .filter_map(|a| match a {
+                KernelArg::TensorMap(m) => Some(*m),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Tiles of the tile program's grid (`∏ grid.extents`) for parameter values given by name; `None`
+    /// when one is missing or an extent cannot be evaluated.
+    pub fn tiles(&self, params: &[(&str, i64)]) -> Option<u64> {
+        let values: Option<Vec<i64>> = self
+            .ir
+            .params
+            .iter()
+            .map(|p| params.iter().find(|(n, _)| *n == p.name).map(|&(_, v)| v))
+            .collect();
+        self.ir.blocks(&values?)
+    }
+
+    /// Blocks to launch by the [`GridRule`]: every tile, or for a persistent grid at most `resident`
+    /// blocks (the GPU's SMs) and never more than there are tiles.
+    pub fn blocks(&self, params: &[(&str, i64)], resident: u32) -> Option<u32> {
+        let tiles = self.tiles(params)?;
+        match self.grid {
+            GridRule::PerTile => u32::try_from(tiles).ok(),
+            GridRule::Persistent => Some(tiles.min(u64::from(resident.max(1))).max(1) as u32),
+        }
+    }
+}
+
+/// Lower `k` for `target`: HIP for gfx942 / gfx950, CUDA for sm_90a.
+pub fn lower(k: &Kernel, target: Target) -> Result<Lowered, LowerError> {
+    match (target.backend(), target.arch()) {
+        (Backend::Hip, Some(arch)) => Ok(hip::lower(k, arch)?),
+        (Backend::Cuda, _) => Ok(crate::cuda::lower(k)?),
+        _ => Err(LowerError::NoSource(target)),
+    }
+}

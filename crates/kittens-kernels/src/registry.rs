@@ -1,0 +1,235 @@
+//! The kernel registry: every kernel of the suite, the targets it lowers to and, for each, the schedule
+//! it is built with there and how far it has got. The CLI, the runtime and the tests reach kernels
+//! through it (`registry::by_name(name)?.build_for(target)`); error messages and `kittens list` are
+//! generated from it.
+
+use crate::{attn_fwd, gemm_bf16, KernelError};
+use kittens_hw::{Gpu, Target};
+use kittens_ir::Kernel;
+use serde::Serialize;
+
+/// How far a kernel has got on one target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "status")]
+pub enum Status {
+    /// Runs on the CPU interpreter against an f64 reference.
+    Interpreted,
+    /// Lowers, and the generated source compiles with a real compiler (no device measured it).
+    Compiles,
+    /// Lowers, compiles and was measured on the device; `evidence` is where the results are.
+    Measured { evidence: &'static str },
+    /// Does not lower to this target yet, and why.
+    NotYet { why: &'static str },
+}
+
+impl Status {
+    /// True when the kernel can be built for the target.
+    pub fn available(self) -> bool {
+        !matches!(self, Status::NotYet { .. })
+    }
+
+    /// A few words for tables.
+    pub fn label(self) -> &'static str {
+        match self {
+            Status::Interpreted => "interpreted",
+            Status::Compiles => "compiles",
+            Status::Measured { .. } => "measured",
+            Status::NotYet { .. } => "not yet",
+        }
+    }
+}
+
+/// One target of a kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct TargetPlan {
+    pub target: Target,
+    /// The schedule the kernel is built with for this target (its name starts with the IR schedule's
+    /// name, `kittens_ir::Schedule::name`; a test checks it).
+    pub schedule: &'static str,
+    #[serde(flatten)]
+    pub status: Status,
+}
+
+/// A registered kernel.
+#[derive(Debug, Serialize)]
+pub struct KernelEntry {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub targets: &'static [TargetPlan],
+    #[serde(skip)]
+    build_default: fn() -> Result<Kernel, KernelError>,
+    #[serde(skip)]
+    build_gpu: fn(&Gpu) -> Result<Kernel, KernelError>,
+}
+
+impl KernelEntry {
+    /// The plan for one target, if the kernel lists it.
+    pub fn plan(&self, target: Target) -> Option<&TargetPlan> {
+        self.targets.iter().find(|p| p.target == target)
+    }
+
+    /// The kernel as built for `target`: the default configuration on the CPU, the configuration for
+    /// the target's GPU (`Target::gpu`) elsewhere. A target the kernel does not lower to yet is an
+    /// error that says why.
+    pub fn build_for(&self, target: Target) -> Result<Kernel, KernelError> {
+        let not_yet = |why: &str| KernelError::NotForTarget {
+            kernel: self.name,
+            target,
+            why: why.to_string(),
+        };
+        match self.plan(target).map(|p| p.status) {
+            None => Err(not_yet("the registry lists no plan for this target")),
+            Some(Status::NotYet { why }) => Err(not_yet(why)),
+            Some(_) => match target.gpu() {
+                Some(gpu) => (self.build_gpu)(gpu),
+                None => (self.build_default)(),
+            },
+        }
+    }
+
+    /// The kernel configured for one GPU model, whether or not its target lowers it yet (the schedule
+    /// analysis and the planners read any model of the catalog).
+    pub fn build_for_gpu(&self, gpu: &Gpu) -> Result<Kernel, KernelError> {
+        (self.build_gpu)(gpu)
+    }
+
+    /// The default configuration (the paper's shapes), as the CPU interpreter runs it.
+    pub fn build_default(&self) -> Result<Kernel, KernelError> {
+        (self.build_default)()
+    }
+}
+
+const GEMM_BF16: KernelEntry = KernelEntry {
+    name: "gemm_bf16",
+    about: "C = A·Bᵀ, bf16 in/out, fp32 accumulation (seed 000 E.1; producer/consumer on Hopper)",
+    targets: &[
+        TargetPlan {
+            target: Target::Gfx942,
+            schedule: "8-wave ping-pong, next K step staged in registers (64 KiB LDS)",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Gfx950,
+            schedule: "8-wave ping-pong, LDS double buffer",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Sm90a,
+            schedule: "producer/consumer, 1 TMA warpgroup + 2 wgmma warpgroups",
+            status: Status::Measured {
+                evidence: "bench/results/h100-2026-11-22",
+            },
+        },
+        TargetPlan {
+            target: Target::Cpu,
+            schedule: "8-wave ping-pong (`kittens run --schedule` picks any of the three)",
+            status: Status::Interpreted,
+        },
+    ],
+    build_default: || gemm_bf16::build(&gemm_bf16::GemmConfig::default()),
+    build_gpu: |gpu| gemm_bf16::build(&gemm_bf16::GemmConfig::for_gpu(gpu)),
+};
+
+const ATTN_FWD: KernelEntry = KernelEntry {
+    name: "attn_fwd",
+    about: "attention forward, online softmax, GQA, causal option, BSHD/BHSD (seed 000 E.3)",
+    targets: &[
+        TargetPlan {
+            target: Target::Gfx942,
+            schedule: "8-wave ping-pong",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Gfx950,
+            schedule: "8-wave ping-pong",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Sm90a,
+            schedule: "none yet",
+            status: Status::NotYet {
+                why:
+                    "the sm_90a lowering takes producer/consumer tile programs, and attention has \
+                      only the AMD 8-wave ping-pong so far",
+            },
+        },
+        TargetPlan {
+            target: Target::Cpu,
+            schedule: "8-wave ping-pong",
+            status: Status::Interpreted,
+        },
+    ],
+    build_default: || attn_fwd::build(&attn_fwd::AttnConfig::default()),
+    // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`).
+    build_gpu: |_| attn_fwd::build(&attn_fwd::AttnConfig::default()),
+};
+
+/// Every kernel of the suite, in the order `kittens list` prints them.
+pub static ALL: [KernelEntry; 2] = [GEMM_BF16, ATTN_FWD];
+
+/// The registered names, in registry order.
+pub fn names() -> Vec<&'static str> {
+    ALL.iter().map(|e| e.name).collect()
+}
+
+/// The kernel of this name; the error lists every registered name.
+pub fn by_name(name: &str) -> Result<&'static KernelEntry, KernelError> {
+    ALL.iter()
+        .find(|e| e.name == name)
+        .ok_or_else(|| KernelError::Unknown(name.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_found() {
+        let names = names();
+        for (i, n) in names.iter().enumerate() {
+            assert!(!names[..i].contains(n), "{n} registered twice");
+            assert_eq!(by_name(n).map(|e| e.name).ok(), Some(*n));
+        }
+    }
+
+    #[test]
+    fn unknown_names_list_the_registry() {
+        let msg = by_name("gemm_fp8").unwrap_err().to_string();
+        assert!(msg.contains("`gemm_fp8`"), "{msg}");
+        for n in names() {
+            assert!(msg.contains(n), "{msg}");
+        }
+    }
+
+    /// Every available plan builds for its target with the schedule it names; a target marked not
+    /// yet refuses with the registry's reason.
+    #[test]
+    fn plans_build_with_the_schedule_they_name() {
+        for e in &ALL {
+            for t in Target::ALL {
+                let plan = e
+                    .plan(t)
+                    .unwrap_or_else(|| panic!("{} lists no {t}", e.name));
+                match e.build_for(t) {
+                    Ok(k) => {
+                        assert!(plan.status.available(), "{} {t}", e.name);
+                        assert!(
+                            plan.schedule.starts_with(k.schedule.name()),
+                            "{} on {t}: plan says `{}`, built `{}`",
+                            e.name,
+                            plan.schedule,
+                            k.schedule.name()
+                        );
+                    }
+                    Err(err) => {
+                        let Status::NotYet { why } = plan.status else {
+                            panic!("{} on {t}: {err}", e.name)
+                        };
+                        let msg = err.to_string();
+                        assert!(msg.contains(why) && msg.contains(t.name()), "{msg}");
+                    }
+                }
+            }
+        }
+    }
+}
