@@ -159,7 +159,7 @@ impl KernelBuilder {
         let tile = SharedTile::with_swizzle(dtype, rows, cols, swizzle).unwrap_or_else(|source| {
             self.fail(BuildError::Decl {
                 name: name.into(),
-                source,
+                error: source,
             });
             SharedTile {
                 dtype,
@@ -189,7 +189,7 @@ impl KernelBuilder {
             Err(source) => {
                 self.fail(BuildError::Decl {
                     name: name.into(),
-                    source,
+                    error: source,
                 });
                 self.shared(name, DType::Bf16, 1, 1, Swizzle::None, count)
             }
@@ -201,7 +201,7 @@ impl KernelBuilder {
         let t = tile.unwrap_or_else(|source| {
             self.fail(BuildError::Decl {
                 name: name.into(),
-                source,
+                error: source,
             });
             RegTile {
                 dtype: DType::F32,

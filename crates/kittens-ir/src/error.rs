@@ -51,8 +51,8 @@ pub enum OpError {
 
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum BuildError {
-    #[error("declaring `{name}`: {source}")]
-    Decl { name: String, source: TileError },
+    #[error("declaring `{name}`: {error}")]
+    Decl { name: String, error: TileError },
     #[error("op #{index} ({desc}): {error}")]
     Op {
         index: usize,
