@@ -24,9 +24,11 @@
 
 mod hazards;
 mod order;
+mod period;
 mod report;
 mod trace;
 
+pub use period::Periodicity;
 pub use trace::LoopUnroll;
 
 use crate::ir::{Kernel, Op, SharedId, Stmt, WaitCount, WaitQueue};
@@ -76,7 +78,7 @@ pub struct Options {
 }
 
 /// A rectangle of one slot of a shared ring, in elements of its tile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct Region {
     pub buf: SharedId,
     pub slot: i64,
