@@ -2,8 +2,13 @@
 //! provably repeat the kept ones, and every distinct block of a launch is analysed.
 
 use kittens_hw::dtype::DType;
-use kittens_ir::analysis::{analyze, Hazard, Options, Periodicity, Report};
-use kittens_ir::{Access, Expr, GlobalId, Kernel, KernelBuilder, RegId, Schedule, SharedId};
+use kittens_ir::analysis::{
+    analyze, analyze_launch, verify, AnalysisError, Hazard, LaunchReport, Options, Periodicity,
+    Report, ScheduleError,
+};
+use kittens_ir::{
+    Access, Expr, GlobalId, GridRemap, Kernel, KernelBuilder, RegId, Schedule, SharedId,
+};
 use kittens_tile::{BaseShape, Layout, Swizzle};
 
 const ROWS: u32 = 32;
@@ -119,4 +124,157 @@ fn a_last_step_guard_is_shortened_by_the_traced_proof() {
     assert!(r.hazards.is_empty(), "{r}");
     assert_eq!(r.unrolled.len(), 1, "{r}");
     assert_eq!(r.unrolled[0].proof, Periodicity::Traced);
+}
+
+/// A two-wave kernel over a grid of `ceil(m / 32)` × `cols` blocks (grid order `remap`): each block
+/// copies its tile into shared memory, waits, publishes it with a barrier when `publish(row, col, m)`
+/// holds, and reads it.
+fn blocked(
+    cols: i64,
+    remap: GridRemap,
+    publish: impl Fn(&Expr, &Expr, &Expr) -> kittens_ir::Cond,
+) -> Kernel {
+    let mut b = KernelBuilder::new("blocked", Schedule::Plain { waves: 2 });
+    let m = b.param("m");
+    let s = b.shared("S", DType::Bf16, ROWS, COLS, Swizzle::None, 1);
+    let g = b.global(
+        "g",
+        DType::Bf16,
+        &[("m", m.clone()), ("n", Expr::c(COLS as i64 * cols))],
+        Access::Read,
+    );
+    let r = b.tile("r", DType::Bf16, ROWS, COLS, Layout::Row, BaseShape::S16X32);
+    b.grid(vec![m.ceil_div(ROWS as i64), Expr::c(cols)], remap);
+    let (row, col) = (b.block(0), b.block(1));
+    b.load_async(b.smem(s, 0), b.gtile(g, ROWS, COLS, &row, &col));
+    b.wait_async(0);
+    let c = publish(&row, &col, &m);
+    b.if_(c, |b| b.barrier());
+    b.load(r, b.smem(s, 0));
+    b.finish().expect("test kernel builds")
+}
+
+fn launch(k: &Kernel, m: i64) -> LaunchReport {
+    analyze_launch(
+        k,
+        &Options {
+            params: vec![m],
+            ..Options::default()
+        },
+    )
+    .expect("analysis runs")
+}
+
+/// Blocks (as reported) with a missing barrier.
+fn racing_blocks(r: &LaunchReport) -> Vec<Vec<i64>> {
+    r.hazards()
+        .filter(|(_, h)| matches!(h, Hazard::MissingBarrier { .. }))
+        .map(|(rep, _)| rep.block.clone())
+        .collect()
+}
+
+#[test]
+fn a_race_only_in_block_1_is_caught() {
+    let k = blocked(1, GridRemap::RowMajor, |row, _, _| row.ne(1));
+    let one = analyze(
+        &k,
+        &Options {
+            params: vec![128],
+            ..Options::default()
+        },
+    )
+    .unwrap();
+    assert!(one.hazards.is_empty(), "block 0 alone is clean: {one}");
+    let r = launch(&k, 128);
+    assert_eq!(r.blocks, 4);
+    assert_eq!(r.block_dims, vec![0]);
+    assert!(r.exhaustive);
+    assert_eq!(racing_blocks(&r), vec![vec![1, 0]]);
+    // Blocks 0, 2, 3 share one schedule; block 1 has its own.
+    let mut sizes: Vec<u64> = r.classes.iter().map(|c| c.blocks).collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, vec![1, 3]);
+}
+
+/// The barrier is skipped on a partial last tile (`(row + 1)·32 > m`): only a ragged `m` races, and
+/// only in its last block.
+#[test]
+fn a_race_only_at_a_ragged_last_block_is_caught() {
+    let k = blocked(1, GridRemap::RowMajor, |row, _, m| {
+        ((row + 1) * ROWS as i64).le(m.clone())
+    });
+    assert!(launch(&k, 128).hazards().next().is_none());
+    assert_eq!(racing_blocks(&launch(&k, 100)), vec![vec![3, 0]]);
+    assert_eq!(racing_blocks(&launch(&k, 33)), vec![vec![1, 0]]);
+}
+
+/// Under a remapped grid order every logical block is still analysed: a race in the last column.
+#[test]
+fn a_race_in_the_last_column_of_a_remapped_grid_is_caught() {
+    for remap in [
+        GridRemap::GroupM { window: 2 },
+        GridRemap::XcdSwizzle {
+            xcds: 2,
+            window: 2,
+            chunk: 2,
+        },
+    ] {
+        let k = blocked(5, remap, |_, col, _| col.ne(4));
+        let r = launch(&k, 96);
+        assert_eq!(r.blocks, 15);
+        let mut got = racing_blocks(&r);
+        got.sort();
+        assert_eq!(got, vec![vec![0, 4]], "{remap:?}: one class, first block");
+        let class = r.classes.iter().find(|c| !c.report.hazards.is_empty());
+        assert_eq!(class.map(|c| c.blocks), Some(3), "{remap:?}");
+    }
+}
+
+#[test]
+fn a_grid_the_schedule_does_not_read_is_one_block() {
+    let k = blocked(3, GridRemap::RowMajor, |_, _, _| Expr::c(0).eq(0));
+    let r = launch(&k, 1000);
+    assert_eq!((r.blocks, r.traced_blocks, r.classes.len()), (96, 1, 1));
+    assert!(r.block_dims.is_empty());
+}
+
+#[test]
+fn empty_problems_are_refused() {
+    let k = blocked(1, GridRemap::RowMajor, |_, _, _| Expr::c(0).eq(0));
+    for m in [0, -5] {
+        let opts = Options {
+            params: vec![m],
+            ..Options::default()
+        };
+        let e = analyze(&k, &opts).unwrap_err();
+        assert_eq!(
+            e,
+            AnalysisError::EmptyProblem {
+                name: "m".into(),
+                value: m
+            }
+        );
+        assert!(analyze_launch(&k, &opts).is_err());
+    }
+}
+
+#[test]
+fn verify_refuses_a_block_dependent_race_and_names_where() {
+    let k = blocked(1, GridRemap::RowMajor, |row, _, m| {
+        ((row + 1) * ROWS as i64).le(m.clone())
+    });
+    let e = verify(&k).unwrap_err();
+    let ScheduleError::Hazard { at, hazard, .. } = &e else {
+        panic!("{e}")
+    };
+    assert!(matches!(**hazard, Hazard::MissingBarrier { .. }), "{e}");
+    assert!(at.starts_with("m="), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.contains("missing barrier") && text.contains("`blocked`"),
+        "{text}"
+    );
+    let clean = blocked(1, GridRemap::RowMajor, |row, _, _| row.le(1_000_000));
+    let v = verify(&clean).unwrap();
+    assert!(v.param_sets > 10 && v.classes >= 1, "{v:?}");
 }
