@@ -44,6 +44,9 @@ use crate::cexpr::{self, ident};
 pub enum CudaLowerError {
     #[error("the sm_90a lowering does not support {0}")]
     Unsupported(String),
+    /// The schedule analysis found a hazard: no backend lowers a racy kernel.
+    #[error("sm_90a lowering refused: {0}")]
+    Schedule(#[from] kittens_ir::analysis::ScheduleError),
 }
 
 pub(super) fn unsupported<T>(what: impl Into<String>) -> Result<T, CudaLowerError> {
@@ -101,6 +104,7 @@ const REGISTERS_PER_SM: u32 = 65_536;
 
 /// Lowers `k` (producer/consumer schedule) to CUDA for sm_90a.
 pub fn lower(k: &Kernel) -> Result<LoweredCuda, CudaLowerError> {
+    kittens_ir::analysis::verify(k)?;
     let Schedule::ProducerConsumer { producers, .. } = k.schedule else {
         return unsupported(format!(
             "the {} schedule (only producer/consumer targets Hopper)",

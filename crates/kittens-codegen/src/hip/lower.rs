@@ -21,6 +21,7 @@ use std::collections::HashMap;
 
 /// Lower `k` to HIP source for `arch` (gfx942 or gfx950), prelude included.
 pub fn lower(k: &Kernel, arch: Arch) -> Result<String, LowerError> {
+    kittens_ir::analysis::verify(k)?;
     if !arch.is_amd() {
         return Err(LowerError::Unsupported(format!(
             "HIP lowering targets gfx942/gfx950, not {}",
