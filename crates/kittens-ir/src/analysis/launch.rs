@@ -99,14 +99,16 @@ struct Seen {
 
 /// Analyses every distinct block of the launch with `opts.params` (`opts.block` is ignored).
 pub fn analyze_launch(kernel: &Kernel, opts: &Options) -> Result<LaunchReport, AnalysisError> {
-    launch(kernel, opts, &mut Seen::default(), &mut vec![])
+    launch(kernel, opts, &mut Seen::default(), &mut vec![], true)
 }
 
+/// `detail`: see [`super::report_of`].
 fn launch(
     kernel: &Kernel,
     opts: &Options,
     seen: &mut Seen,
     reports: &mut Vec<Report>,
+    detail: bool,
 ) -> Result<LaunchReport, AnalysisError> {
     super::check_params(kernel, &opts.params)?;
     let head = super::head_iters(kernel, opts);
@@ -171,7 +173,7 @@ fn launch(
             None => {
                 let mut o = opts.clone();
                 o.block = block.clone();
-                let report = super::report_of(kernel, &o, head, &traces);
+                let report = super::report_of(kernel, &o, head, &traces, detail);
                 reports.push(report);
                 seen.insert(traces, reports.len() - 1);
                 reports.len() - 1
@@ -443,7 +445,7 @@ pub fn verify(kernel: &Kernel) -> Result<Verified, ScheduleError> {
             params: params.clone(),
             ..Options::default()
         };
-        let r = launch(kernel, &opts, &mut seen, &mut reports).map_err(|source| {
+        let r = launch(kernel, &opts, &mut seen, &mut reports, false).map_err(|source| {
             ScheduleError::Analysis {
                 kernel: kernel.name.clone(),
                 at: at(&[]),

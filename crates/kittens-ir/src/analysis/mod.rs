@@ -214,7 +214,7 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
     let dims = kernel.grid.extents.len().max(opts.block.len());
     opts.block.resize(dims, 0);
     let traces = trace::trace(kernel, &opts.params, &opts.block, head)?;
-    Ok(report_of(kernel, &opts, head, &traces))
+    Ok(report_of(kernel, &opts, head, &traces, true))
 }
 
 /// The right number of parameters, each a non-empty size.
@@ -246,8 +246,15 @@ fn head_iters(kernel: &Kernel, opts: &Options) -> i64 {
     opts.head_iters.unwrap_or(3 + depth).max(1)
 }
 
-/// The analysis of traced waves.
-fn report_of(kernel: &Kernel, opts: &Options, head: i64, traces: &trace::Traces) -> Report {
+/// The analysis of traced waves; without `detail`, written waits are reported as written (not with the
+/// largest count that would still be safe, which costs a search per wait).
+fn report_of(
+    kernel: &Kernel,
+    opts: &Options,
+    head: i64,
+    traces: &trace::Traces,
+    detail: bool,
+) -> Report {
     let order = order::Order::new(&traces.waves);
     let ctx = Ctx::new(traces, &order, opts.trust_lds_latency);
     let describe = report::Describer::new(kernel, traces, &order);
@@ -283,11 +290,11 @@ fn report_of(kernel: &Kernel, opts: &Options, head: i64, traces: &trace::Traces)
             .written
             .iter()
             .map(|(&op, &(queue, written))| {
-                let (best, max_outstanding) = ctx.largest_safe(op, &counts);
-                let computed = if written == WaitCount::Auto {
-                    counts[&op]
-                } else {
-                    best
+                let (computed, max_outstanding) = match written {
+                    WaitCount::Auto => (counts[&op], ctx.largest_safe(op, &counts).1),
+                    // The largest safe count of a written wait is advice; the hazards do not need it.
+                    WaitCount::Outstanding(n) if !detail => (n, n),
+                    WaitCount::Outstanding(_) => ctx.largest_safe(op, &counts),
                 };
                 WaitResult {
                     op,
