@@ -18,9 +18,12 @@
 //!
 //! Loops longer than `2·h + P` iterations (h = [`Options::head_iters`], default 3 + the deepest shared
 //! ring, P = lcm of the ring sizes) run their first h iterations and a tail of at least h, skipping a
-//! multiple of P in between: slot indices are loop counters modulo ring sizes, so the skipped
-//! iterations repeat the kept ones exactly (the steady state of a pipeline of depth ≤ h − 3 is reached
-//! within the first h iterations). [`Report::unrolled`] says which loops were shortened.
+//! multiple of P in between, where the skipped iterations are proved to repeat the kept ones exactly
+//! and every wave skips matching barriers ([`period`]); otherwise every iteration runs.
+//! [`Report::unrolled`] says which loops were shortened and how it was proved.
+//!
+//! [`analyze`] takes one block; [`analyze_launch`] every distinct block of a launch and [`verify`]
+//! representative launches, the check every lowering runs first ([`launch`]).
 
 mod hazards;
 mod launch;
