@@ -322,28 +322,57 @@ fn block_dims(k: &Kernel) -> BTreeSet<u8> {
     dims
 }
 
+/// The granularities at which sizes and grid coordinates enter an expression: every constant `c ≥ 2`
+/// that divides, takes the remainder of, or multiplies a subexpression reading a parameter or a grid
+/// coordinate (`ceil_div(k, 64)` → 64; `(row + 1)·32 ≤ m` → 32).
+fn units(e: &Expr, out: &mut BTreeSet<i64>) {
+    fn sized(e: &Expr) -> bool {
+        match e {
+            Expr::Param(_) | Expr::Block(_) => true,
+            Expr::Bin(_, a, b) => sized(a) || sized(b),
+            _ => false,
+        }
+    }
+    if let Expr::Bin(op, a, b) = e {
+        use crate::expr::BinOp::{CeilDiv, Div, Mul, Rem};
+        if matches!(op, Div | CeilDiv | Rem | Mul) {
+            if let (Some(c), true) = (b.as_const(), sized(a)) {
+                if c >= 2 {
+                    out.insert(c);
+                }
+            }
+        }
+        if *op == Mul {
+            if let (Some(c), true) = (a.as_const(), sized(b)) {
+                if c >= 2 {
+                    out.insert(c);
+                }
+            }
+        }
+        units(a, out);
+        units(b, out);
+    }
+}
+
 /// Parameter sizes that exercise the schedule of `k` (see [`verify`]).
 ///
 /// Parameters no traced expression reads (nor the extent of a grid dimension one reads) cannot change
 /// any block's schedule: they are 1. The others take 1 and `n·u − 1, n·u, n·u + 1` for
-/// `n = 1..=2h + P + 2`, where `u` is the lcm of the constants in those expressions (the tile sizes
-/// the schedule divides by; their largest if the lcm exceeds 4096), `h` the default kept head and `P`
-/// the ring period: every loop then runs each trip count from 1 to past `2h + P` (where shortening
-/// starts), on and off tile boundaries. Several such parameters vary together (all equal) and one at a
-/// time (the others at the middle value); their full product when it has at most 256 sets.
+/// `n = 1..=2h + P + 2` and every granularity `u` of those expressions ([`units`]; 1 when there is
+/// none), `h` the default kept head and `P` the ring period: every loop bound `ceil(size / u)` then
+/// takes each trip count from 1 to past `2h + P` (where shortening starts), with the size on, just
+/// below and just above a tile boundary. Several such parameters vary together (all equal) and one at
+/// a time (the others at the middle value); their full product when it has at most 256 sets.
 pub fn representative_params(k: &Kernel) -> Vec<Vec<i64>> {
     let dims = block_dims(k);
     let mut used = BTreeSet::new();
-    let mut consts = BTreeSet::new();
+    let mut unit = BTreeSet::new();
     let mut note = |e: &Expr| {
-        leaves(e, &mut |l| match l {
-            Expr::Param(p) => {
+        units(e, &mut unit);
+        leaves(e, &mut |l| {
+            if let Expr::Param(p) = l {
                 used.insert(p.0 as usize);
             }
-            Expr::Const(c) if *c >= 2 => {
-                consts.insert(*c);
-            }
-            _ => {}
         })
     };
     each_traced_expr(k, &mut note);
@@ -351,17 +380,16 @@ pub fn representative_params(k: &Kernel) -> Vec<Vec<i64>> {
         note(&k.grid.extents[d as usize]);
     }
     used.retain(|&p| p < k.params.len());
-    let lcm = consts
-        .iter()
-        .try_fold(1i64, |a, &c| {
-            let l = a / gcd(a, c) * c;
-            (l <= 4096).then_some(l)
-        })
-        .unwrap_or_else(|| consts.last().copied().unwrap_or(1));
+    if unit.is_empty() {
+        unit.insert(1);
+    }
     let (h, p) = (super::head_iters(k, &Options::default()), ring_period(k));
     let n_max = 2 * h + p + 2;
     let mut values: Vec<i64> = std::iter::once(1)
-        .chain((1..=n_max).flat_map(|n| [n * lcm - 1, n * lcm, n * lcm + 1]))
+        .chain(
+            unit.iter()
+                .flat_map(|&u| (1..=n_max).flat_map(move |n| [n * u - 1, n * u, n * u + 1])),
+        )
         .filter(|&v| v >= 1)
         .collect();
     values.sort_unstable();
@@ -408,15 +436,14 @@ pub fn representative_params(k: &Kernel) -> Vec<Vec<i64>> {
     sets
 }
 
-fn gcd(a: i64, b: i64) -> i64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
 fn ring_period(k: &Kernel) -> i64 {
+    fn gcd(a: i64, b: i64) -> i64 {
+        if b == 0 {
+            a
+        } else {
+            gcd(b, a % b)
+        }
+    }
     k.shared
         .iter()
         .map(|s| s.count.max(1) as i64)
