@@ -278,3 +278,71 @@ fn verify_refuses_a_block_dependent_race_and_names_where() {
     let v = verify(&clean).unwrap();
     assert!(v.param_sets > 10 && v.classes >= 1, "{v:?}");
 }
+
+/// A race only when the K loop runs exactly 13 steps (just past where shortening starts), at step 6
+/// (one the shortened loop would skip): the sizes `verify` chooses reach it.
+#[test]
+fn verify_reaches_a_race_at_one_trip_count() {
+    let mut b = KernelBuilder::new("trip13", Schedule::Plain { waves: 2 });
+    let kk = b.param("k");
+    let s = b.shared("S", DType::Bf16, ROWS, COLS, Swizzle::None, 2);
+    let g = b.global(
+        "g",
+        DType::Bf16,
+        &[("m", Expr::c(ROWS as i64)), ("k", kk.clone())],
+        Access::Read,
+    );
+    let r = b.tile("r", DType::Bf16, ROWS, COLS, Layout::Row, BaseShape::S16X32);
+    let steps = kk.ceil_div(COLS as i64);
+    b.for_range("t", 0, &steps, |b, t| {
+        b.load_async(b.smem(s, &t % 2), b.gtile(g, ROWS, COLS, 0, &t));
+        b.wait_async(0);
+        b.if_(steps.ne(13).or(t.ne(6)), |b| b.barrier());
+        b.load(r, b.smem(s, &t % 2));
+        b.wait_shared(0);
+        b.barrier();
+    });
+    let k = b.finish().unwrap();
+    let e = verify(&k).unwrap_err();
+    let ScheduleError::Hazard { at, hazard, .. } = &e else {
+        panic!("{e}")
+    };
+    let Hazard::MissingBarrier { first, .. } = &**hazard else {
+        panic!("{e}")
+    };
+    assert_eq!(first.iter, vec![("t".to_string(), 6)], "{e}");
+    let size: i64 = at["k=".len()..].split(' ').next().unwrap().parse().unwrap();
+    assert_eq!((size + COLS as i64 - 1) / COLS as i64, 13, "{e}");
+}
+
+/// Wave 0 passes 32 barriers one per step, wave 1 the same 32 two per step in a 16-step loop; then
+/// wave 0 hands a tile to wave 1 behind one more barrier. Shortening both loops would skip different
+/// numbers of barriers and pair the hand-off barrier with a loop barrier: the loops must run in full,
+/// and the verdict is that of the full trace (clean).
+#[test]
+fn loops_that_would_skip_different_barriers_run_in_full() {
+    let k = build("uneven", |b, d| {
+        b.if_else(
+            Expr::Wave.eq(0),
+            |b| {
+                b.for_range("i", 0, 32, |b, _| b.barrier());
+                b.store_shared(b.smem(d.s, 0), d.r);
+                b.wait_shared(0);
+                b.barrier();
+            },
+            |b| {
+                b.for_range("j", 0, 16, |b, _| {
+                    b.barrier();
+                    b.barrier();
+                });
+                b.barrier();
+                b.load(d.r, b.smem(d.s, 0));
+                b.wait_shared(0);
+            },
+        );
+    });
+    let r = run(&k);
+    assert!(r.unrolled.is_empty(), "{r}");
+    assert!(r.hazards.is_empty(), "{r}");
+    assert_eq!(r.hazards, full(&k).hazards);
+}

@@ -189,9 +189,17 @@ impl fmt::Display for Report {
             params.join(" ")
         )?;
         for u in &self.unrolled {
+            let proof = match u.proof {
+                super::Periodicity::Program => {
+                    "the body reads the counter only modulo the ring period"
+                }
+                super::Periodicity::Traced => {
+                    "each skipped iteration traced, equal to the one a period later"
+                }
+            };
             writeln!(
                 f,
-                "loop {}: {} iterations, {} analysed ({} skipped: the ring period repeats; bound h = {})",
+                "loop {}: {} iterations, {} analysed ({} skipped: {proof}; bound h = {})",
                 u.var, u.trip, u.kept, u.skipped, self.head_iters
             )?;
         }
