@@ -76,5 +76,6 @@ fn amd_schedule_is_refused() {
     match lower(&k) {
         Err(CudaLowerError::Unsupported(why)) => assert!(why.contains("ping-pong"), "{why}"),
         Ok(_) => panic!("the 8-wave ping-pong has no Hopper lowering"),
+        Err(e) => panic!("expected the schedule to be unsupported, got {e}"),
     }
 }

@@ -157,7 +157,7 @@ fn declaration_errors_name_the_tile() {
     match k.finish() {
         Err(BuildError::Decl {
             name,
-            source: TileError::NotMultipleOfBase { rows: 24, .. },
+            error: TileError::NotMultipleOfBase { rows: 24, .. },
         }) => assert_eq!(name, "bad"),
         other => panic!("{other:?}"),
     }

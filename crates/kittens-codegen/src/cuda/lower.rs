@@ -45,6 +45,9 @@ use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
 pub enum CudaLowerError {
     #[error("the sm_90a lowering does not support {0}")]
     Unsupported(String),
+    /// The schedule analysis found a hazard: no backend lowers a racy kernel.
+    #[error("sm_90a lowering refused: {0}")]
+    Schedule(#[from] kittens_ir::analysis::ScheduleError),
 }
 
 pub(super) fn unsupported<T>(what: impl Into<String>) -> Result<T, CudaLowerError> {
@@ -65,6 +68,7 @@ pub struct TmaMap {
 /// persistent grid, one block per SM; dynamic shared memory; the tensor maps (the loads' first, then
 /// the stored tensor's when the accumulator store goes through TMA), globals, parameters).
 pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
+    kittens_ir::analysis::verify(k)?;
     let Schedule::ProducerConsumer { producers, .. } = k.schedule else {
         return unsupported(format!(
             "the {} schedule (only producer/consumer targets Hopper)",

@@ -23,6 +23,7 @@ use std::collections::HashMap;
 /// Lower `k` to HIP for `arch` (gfx942 or gfx950): the source, prelude included, and its launch
 /// contract (one block per tile, `64 · waves` threads, static LDS, globals then parameters).
 pub fn lower(k: &Kernel, arch: Arch) -> Result<Lowered, LowerError> {
+    kittens_ir::analysis::verify(k)?;
     if !arch.is_amd() {
         return Err(LowerError::Unsupported(format!(
             "HIP lowering targets gfx942/gfx950, not {}",

@@ -29,6 +29,9 @@ pub enum LowerError {
     /// No matrix instruction or lane map fits a register tile.
     #[error("HIP lowering, register layout: {0}")]
     Layout(String),
+    /// The schedule analysis found a hazard: no backend lowers a racy kernel.
+    #[error("HIP lowering refused: {0}")]
+    Schedule(#[from] kittens_ir::analysis::ScheduleError),
 }
 
 /// The HIP device prelude, shipped inside the crate.

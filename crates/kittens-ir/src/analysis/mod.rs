@@ -18,15 +18,25 @@
 //!
 //! Loops longer than `2·h + P` iterations (h = [`Options::head_iters`], default 3 + the deepest shared
 //! ring, P = lcm of the ring sizes) run their first h iterations and a tail of at least h, skipping a
-//! multiple of P in between: slot indices are loop counters modulo ring sizes, so the skipped
-//! iterations repeat the kept ones exactly (the steady state of a pipeline of depth ≤ h − 3 is reached
-//! within the first h iterations). [`Report::unrolled`] says which loops were shortened.
+//! multiple of P in between, where the skipped iterations are proved to repeat the kept ones exactly
+//! and every wave skips matching barriers ([`period`]); otherwise every iteration runs.
+//! [`Report::unrolled`] says which loops were shortened and how it was proved.
+//!
+//! [`analyze`] takes one block; [`analyze_launch`] every distinct block of a launch and [`verify`]
+//! representative launches, the check every lowering runs first ([`launch`]).
 
 mod hazards;
+mod launch;
 mod order;
+mod period;
 mod report;
 mod trace;
 
+pub use launch::{
+    analyze_launch, representative_params, verify, BlockClass, LaunchReport, ScheduleError,
+    Verified, MAX_TRACED_BLOCKS,
+};
+pub use period::Periodicity;
 pub use trace::LoopUnroll;
 
 use crate::ir::{Kernel, Op, SharedId, Stmt, WaitCount, WaitQueue};
@@ -35,7 +45,7 @@ use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use thiserror::Error;
 
-#[derive(Debug, Error, PartialEq, Eq)]
+#[derive(Debug, Clone, Error, PartialEq, Eq)]
 pub enum AnalysisError {
     #[error("kernel `{kernel}` takes {expected} parameters, {got} given")]
     Params {
@@ -56,6 +66,18 @@ pub enum AnalysisError {
     },
     #[error("wave {wave} executes more than {events} memory events; use smaller parameters")]
     TooLarge { wave: u32, events: usize },
+    /// Every parameter is a problem size; one that is not positive makes the problem empty, and an
+    /// empty problem has no schedule to analyse (reporting "no hazards" would claim what was not checked).
+    #[error("parameter `{name}` = {value}: the problem is empty (every size must be at least 1)")]
+    EmptyProblem { name: String, value: i64 },
+    #[error("grid dimension {dim} (`{extent}`) has {value} blocks: the launch is empty")]
+    EmptyGrid {
+        dim: usize,
+        extent: String,
+        value: i64,
+    },
+    #[error("the grid has more than 2^64 blocks")]
+    TooManyBlocks,
 }
 
 /// What to analyse: one block of a launch with concrete parameters.
@@ -76,7 +98,7 @@ pub struct Options {
 }
 
 /// A rectangle of one slot of a shared ring, in elements of its tile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct Region {
     pub buf: SharedId,
     pub slot: i64,
@@ -98,7 +120,7 @@ impl Region {
 }
 
 /// One executed instance of an op, as a hazard names it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Site {
     /// Pre-order op index ([`Kernel::ops`]).
     pub op: usize,
@@ -117,7 +139,7 @@ pub struct Site {
     pub region: Option<Region>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Hazard {
     /// `access` conflicts with `pending`, which was issued before it but whose wave has not waited for
@@ -187,26 +209,58 @@ impl Report {
     }
 }
 
-/// Analyses one block of `kernel`.
+/// Analyses one block of `kernel` (`opts.block`; [`analyze_launch`] analyses every block).
 pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError> {
-    if opts.params.len() != kernel.params.len() {
+    check_params(kernel, &opts.params)?;
+    let head = head_iters(kernel, opts);
+    let mut opts = opts.clone();
+    let dims = kernel.grid.extents.len().max(opts.block.len());
+    opts.block.resize(dims, 0);
+    let traces = trace::trace(kernel, &opts.params, &opts.block, head)?;
+    Ok(report_of(kernel, &opts, head, &traces, true))
+}
+
+/// The right number of parameters, each a non-empty size.
+fn check_params(kernel: &Kernel, params: &[i64]) -> Result<(), AnalysisError> {
+    if params.len() != kernel.params.len() {
         return Err(AnalysisError::Params {
             kernel: kernel.name.clone(),
             expected: kernel.params.len(),
-            got: opts.params.len(),
+            got: params.len(),
         });
     }
+    match kernel.params.iter().zip(params).find(|(_, &v)| v < 1) {
+        Some((p, &value)) => Err(AnalysisError::EmptyProblem {
+            name: p.name.clone(),
+            value,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Loop iterations kept at each end: as given, else 3 + the deepest shared ring.
+fn head_iters(kernel: &Kernel, opts: &Options) -> i64 {
     let depth = kernel
         .shared
         .iter()
         .map(|s| s.count as i64)
         .max()
         .unwrap_or(1);
-    let head = opts.head_iters.unwrap_or(3 + depth).max(1);
-    let traces = trace::trace(kernel, &opts.params, &opts.block, head)?;
+    opts.head_iters.unwrap_or(3 + depth).max(1)
+}
+
+/// The analysis of traced waves; without `detail`, written waits are reported as written (not with the
+/// largest count that would still be safe, which costs a search per wait).
+fn report_of(
+    kernel: &Kernel,
+    opts: &Options,
+    head: i64,
+    traces: &trace::Traces,
+    detail: bool,
+) -> Report {
     let order = order::Order::new(&traces.waves);
-    let ctx = Ctx::new(&traces, &order, opts.trust_lds_latency);
-    let describe = report::Describer::new(kernel, &traces, &order);
+    let ctx = Ctx::new(traces, &order, opts.trust_lds_latency);
+    let describe = report::Describer::new(kernel, traces, &order);
 
     let (hazards, waits) = if let Some(stuck) = &order.stuck {
         let waiting = stuck
@@ -239,11 +293,11 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
             .written
             .iter()
             .map(|(&op, &(queue, written))| {
-                let (best, max_outstanding) = ctx.largest_safe(op, &counts);
-                let computed = if written == WaitCount::Auto {
-                    counts[&op]
-                } else {
-                    best
+                let (computed, max_outstanding) = match written {
+                    WaitCount::Auto => (counts[&op], ctx.largest_safe(op, &counts).1),
+                    // The largest safe count of a written wait is advice; the hazards do not need it.
+                    WaitCount::Outstanding(n) if !detail => (n, n),
+                    WaitCount::Outstanding(_) => ctx.largest_safe(op, &counts),
                 };
                 WaitResult {
                     op,
@@ -257,7 +311,7 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
         (hazards, waits)
     };
 
-    Ok(Report {
+    Report {
         kernel: kernel.name.clone(),
         schedule: kernel.schedule.name().to_string(),
         waves: kernel.waves,
@@ -279,11 +333,11 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
                 kind: kind.clone(),
             })
             .collect(),
-        timeline: report::timeline(&traces, &order),
+        timeline: report::timeline(traces, &order),
         block_barriers: order.block_barriers.clone(),
         hazards,
         waits,
-    })
+    }
 }
 
 /// Chooses the `Auto` waits one at a time in op order, each as large as possible while the later ones

@@ -189,9 +189,17 @@ impl fmt::Display for Report {
             params.join(" ")
         )?;
         for u in &self.unrolled {
+            let proof = match u.proof {
+                super::Periodicity::Program => {
+                    "the body reads the counter only modulo the ring period"
+                }
+                super::Periodicity::Traced => {
+                    "each skipped iteration traced, equal to the one a period later"
+                }
+            };
             writeln!(
                 f,
-                "loop {}: {} iterations, {} analysed ({} skipped: the ring period repeats; bound h = {})",
+                "loop {}: {} iterations, {} analysed ({} skipped: {proof}; bound h = {})",
                 u.var, u.trip, u.kept, u.skipped, self.head_iters
             )?;
         }
@@ -264,6 +272,53 @@ impl fmt::Display for Report {
             writeln!(f, "\nwaits (counts in ops outstanding per wave):")?;
             for w in &self.waits {
                 writeln!(f, "  {w}")?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for super::LaunchReport {
+    /// The first block's report in full, then every class of blocks with its hazards.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(first) = self.classes.first() {
+            write!(f, "{}", first.report)?;
+        }
+        let dims = if self.block_dims.is_empty() {
+            "no grid coordinate".to_string()
+        } else {
+            format!("grid dimension(s) {:?}", self.block_dims)
+        };
+        writeln!(
+            f,
+            "\nblocks: {} in the grid; the schedule reads {dims}; {} traced{}, {} distinct schedule(s):",
+            self.blocks,
+            self.traced_blocks,
+            if self.exhaustive {
+                ""
+            } else {
+                " (a sample: too many to enumerate)"
+            },
+            self.classes.len()
+        )?;
+        for c in &self.classes {
+            let r = &c.report;
+            let loops: Vec<String> = r
+                .unrolled
+                .iter()
+                .map(|u| format!("{} {} steps", u.var, u.trip))
+                .collect();
+            write!(f, "  block {:?} ({} block(s)", r.block, c.blocks)?;
+            if !loops.is_empty() {
+                write!(f, ", {}", loops.join(", "))?;
+            }
+            if r.hazards.is_empty() {
+                writeln!(f, "): no hazards")?;
+            } else {
+                writeln!(f, "): {} hazard(s)", r.hazards.len())?;
+                for h in &r.hazards {
+                    writeln!(f, "    {h}")?;
+                }
             }
         }
         Ok(())

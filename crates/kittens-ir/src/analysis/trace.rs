@@ -4,23 +4,24 @@
 //! Only effects on shared memory matter to the schedule analysis: global loads and stores touch memory no
 //! other wave of the block synchronises on, and register ops are ordered by the compiler.
 
+use super::period::{self, LoopKey, Periodicity, Skip};
 use super::{AnalysisError, Region};
 use crate::expr::{Cond, Env, Expr, VarId};
 use crate::ir::{
     Arg, Kernel, MmaOperand, Op, RegId, Scope, SharedView, Stmt, WaitCount, WaitQueue,
 };
 use serde::Serialize;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// Which waves a barrier instance rendezvous: all waves of the block (AMD `s_barrier`, counted per
 /// workgroup) or the four waves of one warpgroup (an NVIDIA named barrier).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub(crate) enum Domain {
     Block,
     Group(u32),
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) enum EvKind {
     /// A shared-memory access. `queue: None` completes at issue; otherwise it completes when a wait on
     /// that queue covers it.
@@ -67,6 +68,8 @@ pub struct LoopUnroll {
     /// Iterations executed symbolically (the first `head`, then the last `trip - head - skipped`).
     pub kept: i64,
     pub skipped: i64,
+    /// How the skipped iterations were shown to repeat the kept ones.
+    pub proof: Periodicity,
 }
 
 pub(crate) struct Traces {
@@ -97,7 +100,16 @@ struct Walker<'a> {
     entries: Vec<(usize, usize)>,
     clusters: &'a mut Vec<(String, String)>,
     unrolled: &'a mut Vec<LoopUnroll>,
+    /// Loop instances that must run in full.
+    forbid: &'a HashSet<LoopKey>,
+    /// Barriers executed so far per domain, skipped ones included (their ordinals in the full trace).
+    barriers: Counters,
+    skips: Vec<Skip>,
+    /// Loop instances whose skipped iterations turned out not to repeat.
+    nonperiodic: Vec<LoopKey>,
 }
+
+type Counters = HashMap<Domain, usize>;
 
 /// Number of ops in a body, counted as [`Kernel::ops`] does (both branches of conditionals).
 pub(crate) fn count_ops(body: &[Stmt]) -> usize {
@@ -199,7 +211,8 @@ impl Walker<'_> {
     }
 
     /// Runs the first `head` iterations and a tail, skipping a multiple of `period` in between when the
-    /// loop is longer than `2·head + period` (the steady state repeats with the ring period).
+    /// loop is longer than `2·head + period` and the skipped iterations provably repeat the kept ones
+    /// ([`super::period`]); otherwise every iteration.
     fn for_loop(
         &mut self,
         var: VarId,
@@ -209,44 +222,121 @@ impl Walker<'_> {
         idx: usize,
     ) -> Result<(), AnalysisError> {
         let (s, e) = (self.eval(start, idx)?, self.eval(end, idx)?);
-        let trip = (e - s).max(0);
+        let trip = e.saturating_sub(s).max(0);
+        let key = LoopKey {
+            op: idx,
+            outer: self.iter.iter().map(|&(_, x)| x).collect(),
+        };
         // Only loops whose bounds are the same for every wave are shortened: every wave must skip the
-        // same number of barriers, or the count-matching of later barriers would shift.
+        // same barriers, or the count-matching of later barriers would shift.
         let uniform = !mentions_wave(start) && !mentions_wave(end);
-        let skipped = if uniform && trip > 2 * self.head + self.period {
-            (trip - 2 * self.head) / self.period * self.period
+        let (head, period) = (self.head, self.period);
+        let skipped = if uniform && trip > 2 * head + period && !self.forbid.contains(&key) {
+            (trip - 2 * head) / period * period
         } else {
             0
         };
-        if skipped > 0 {
+        let proof = if period::body_is_periodic(body, var, period) {
+            Periodicity::Program
+        } else {
+            Periodicity::Traced
+        };
+        let slot = var.0 as usize;
+        if self.vars.len() <= slot {
+            self.vars.resize(slot + 1, 0);
+        }
+        let saved = self.vars[slot];
+        let depth = self.iter.len();
+        // Barrier ordinals per domain when the skip starts and ends (skipped ones are counted too).
+        // Iterations from `from` on are shown periodic (traced: compared with the one a period later).
+        let from = match proof {
+            Periodicity::Program => 0,
+            Periodicity::Traced => (head - period).max(0),
+        };
+        let mut at_from: Option<Counters> = None;
+        let (mut at_skip, mut after_skip): (Option<Counters>, Option<Counters>) = (None, None);
+        // The last `period` iterations' traces, to compare each skipped one with the one a period later.
+        let mut recent: VecDeque<Vec<Event>> = VecDeque::new();
+        let mut i = 0;
+        while i < trip {
+            let skipping = i >= head && i < head + skipped;
+            if i == from {
+                at_from = Some(self.barriers.clone());
+            }
+            if skipping && at_skip.is_none() {
+                at_skip = Some(self.barriers.clone());
+            }
+            if skipped > 0 && i == head + skipped && after_skip.is_none() {
+                after_skip = Some(self.barriers.clone());
+            }
+            if skipping && proof == Periodicity::Program && i == head + period {
+                // The rest of the skip repeats its first period: count its barriers and jump.
+                let periods = ((head + skipped - i) / period) as usize;
+                let start = at_skip.as_ref().expect("set when the skip starts");
+                for (d, n) in self.barriers.iter_mut() {
+                    *n += (*n - start.get(d).copied().unwrap_or(0)) * periods;
+                }
+                i = head + skipped;
+                continue;
+            }
+            let mark = (self.out.len(), self.entries.len());
+            self.vars[slot] = s + i;
+            self.iter.push((var, s + i));
+            self.walk(body, idx)?;
+            self.iter.pop();
+            if proof == Periodicity::Traced
+                && skipped > 0
+                && i >= from
+                && i < head + skipped + period
+            {
+                let this = self.out[mark.0..].to_vec();
+                if recent.len() == period as usize {
+                    let old = recent.pop_front().expect("non-empty");
+                    if !period::same_iteration(&old, &this, depth) {
+                        // Not periodic: this trace is discarded and redone with the loop in full.
+                        self.nonperiodic.push(key);
+                        self.vars[slot] = saved;
+                        return Ok(());
+                    }
+                }
+                recent.push_back(this);
+            }
+            if skipping {
+                self.out.truncate(mark.0);
+                self.entries.truncate(mark.1);
+            }
+            i += 1;
+        }
+        self.vars[slot] = saved;
+        if let (Some(verified), Some(start), Some(end)) = (at_from, at_skip, after_skip) {
             let name = self
                 .k
                 .vars
-                .get(var.0 as usize)
+                .get(slot)
                 .map_or(format!("v{}", var.0), |v| v.name.clone());
             let u = LoopUnroll {
                 var: name,
                 trip,
                 kept: trip - skipped,
                 skipped,
+                proof,
             };
             if !self.unrolled.contains(&u) {
                 self.unrolled.push(u);
             }
+            for (&domain, &to) in &end {
+                let from = start.get(&domain).copied().unwrap_or(0);
+                if to > from {
+                    self.skips.push(Skip {
+                        key: key.clone(),
+                        domain,
+                        start: from,
+                        count: to - from,
+                        verified_from: verified.get(&domain).copied().unwrap_or(0),
+                    });
+                }
+            }
         }
-        let slot = var.0 as usize;
-        if self.vars.len() <= slot {
-            self.vars.resize(slot + 1, 0);
-        }
-        let saved = self.vars[slot];
-        let head = self.head;
-        for i in (0..trip).filter(|&i| i < head || i >= head + skipped) {
-            self.vars[slot] = s + i;
-            self.iter.push((var, s + i));
-            self.walk(body, idx)?;
-            self.iter.pop();
-        }
-        self.vars[slot] = saved;
         Ok(())
     }
 
@@ -352,6 +442,7 @@ impl Walker<'_> {
                     Scope::WarpGroup => Domain::Group(self.wave / 4),
                     Scope::Block => Domain::Block,
                 };
+                *self.barriers.entry(domain).or_insert(0) += 1;
                 self.push(idx, EvKind::Barrier { domain })?;
             }
             _ => {}
@@ -413,13 +504,34 @@ fn reg_effects(op: &Op) -> (Vec<RegId>, Vec<RegId>) {
     }
 }
 
-/// The traces of every wave of one block.
+/// The traces of every wave of one block. Long loops are shortened where [`super::period`] proves it
+/// exact and every wave of each barrier domain skips the same barrier instances; the waves are traced
+/// again with a loop instance in full whenever one of those fails.
 pub(crate) fn trace(
     k: &Kernel,
     params: &[i64],
     block: &[i64],
     head: i64,
 ) -> Result<Traces, AnalysisError> {
+    let mut forbid = HashSet::new();
+    loop {
+        let (traces, bad) = trace_once(k, params, block, head, &forbid)?;
+        if bad.is_empty() {
+            return Ok(traces);
+        }
+        // Each round forbids at least one more loop instance, so this ends.
+        forbid.extend(bad);
+    }
+}
+
+/// One tracing of every wave; also returns the loop instances that must not be shortened after all.
+fn trace_once(
+    k: &Kernel,
+    params: &[i64],
+    block: &[i64],
+    head: i64,
+    forbid: &HashSet<LoopKey>,
+) -> Result<(Traces, HashSet<LoopKey>), AnalysisError> {
     // The ring period: slot indices are loop counters modulo the ring sizes, so skipping a multiple of
     // the least common multiple of the ring sizes keeps every slot index where it was.
     let period = k.shared.iter().map(|s| s.count.max(1) as i64).fold(1, lcm);
@@ -432,6 +544,8 @@ pub(crate) fn trace(
     });
     let mut waves = Vec::with_capacity(k.waves as usize);
     let mut entries = Vec::with_capacity(k.waves as usize);
+    let mut skips = Vec::with_capacity(k.waves as usize);
+    let mut bad = HashSet::new();
     for wave in 0..k.waves {
         let mut w = Walker {
             k,
@@ -448,17 +562,60 @@ pub(crate) fn trace(
             entries: vec![],
             clusters: &mut clusters,
             unrolled: &mut unrolled,
+            forbid,
+            barriers: Counters::new(),
+            skips: vec![],
+            nonperiodic: vec![],
         };
         w.walk(&k.body, 0)?;
+        bad.extend(w.nonperiodic);
         waves.push(w.out);
         entries.push(w.entries);
+        skips.push(w.skips);
     }
-    Ok(Traces {
+    bad.extend(inconsistent_skips(&skips));
+    let traces = Traces {
         waves,
         clusters,
         unrolled,
         entries,
-    })
+    };
+    Ok((traces, bad))
+}
+
+/// Loop instances whose skipped barriers would change which barriers meet. Per domain, every member
+/// wave must skip the same number of barriers in the same order of skips; where the waves start
+/// skipping at different ordinals (the ping-pong's stagger puts one warpgroup a barrier ahead), the
+/// later ones' barriers between the earliest start and their own must lie in iterations shown
+/// periodic, so that the barrier the shortened trace pairs instead is a copy of the skipped one.
+fn inconsistent_skips(skips: &[Vec<Skip>]) -> HashSet<LoopKey> {
+    let n = skips.len() as u32;
+    let mut domains: Vec<Domain> = skips.iter().flatten().map(|s| s.domain).collect();
+    domains.sort();
+    domains.dedup();
+    let mut bad = HashSet::new();
+    for d in domains {
+        let members: Vec<usize> = match d {
+            Domain::Block => (0..n as usize).collect(),
+            Domain::Group(g) => (4 * g..(4 * g + 4).min(n)).map(|w| w as usize).collect(),
+        };
+        let of = |w: usize| -> Vec<&Skip> { skips[w].iter().filter(|s| s.domain == d).collect() };
+        let first = of(members[0]);
+        let consistent = members.iter().all(|&w| {
+            let mine = of(w);
+            mine.len() == first.len() && mine.iter().zip(&first).all(|(a, b)| a.count == b.count)
+        }) && (0..first.len()).all(|j| {
+            let earliest = members.iter().map(|&w| of(w)[j].start).min();
+            let verified = members.iter().map(|&w| of(w)[j].verified_from).max();
+            earliest >= verified
+        });
+        if !consistent {
+            for &w in &members {
+                bad.extend(of(w).into_iter().map(|s| s.key.clone()));
+            }
+        }
+    }
+    bad
 }
 
 fn mentions_wave(e: &Expr) -> bool {
