@@ -8,3 +8,4 @@ pub mod demo;
 pub mod layout;
 pub mod plan;
 pub mod run;
+pub mod run_emu;

@@ -10,9 +10,13 @@ use kittens_kernels::gemm_bf16::GemmSchedule;
 pub struct Args {
     /// Kernel name: gemm_bf16 or attn_fwd.
     pub kernel: String,
-    /// Where to run. Only `cpu` (the interpreter) runs here; GPU runs are `kittens bench`'s job.
+    /// Where to run: `cpu` (the interpreter) or `hip-emu` (the lowered HIP for --target, compiled for
+    /// and run on this CPU through the emulation header). GPU runs are `kittens bench`'s job.
     #[arg(long, default_value = "cpu")]
     pub backend: String,
+    /// AMD target of `--backend hip-emu`: gfx942 or gfx950.
+    #[arg(long)]
+    pub target: Option<String>,
     /// GEMM rows of A and C.
     #[arg(long, default_value_t = 256)]
     pub m: usize,
@@ -69,7 +73,7 @@ pub struct Args {
     pub json: bool,
 }
 
-fn problem(a: &Args) -> anyhow::Result<Problem> {
+pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     let layout = match a.layout.to_ascii_lowercase().as_str() {
         "bshd" => AttnLayout::Bshd,
         "bhsd" => AttnLayout::Bhsd,
@@ -120,10 +124,11 @@ fn problem(a: &Args) -> anyhow::Result<Problem> {
 pub fn run(args: Args) -> anyhow::Result<()> {
     match args.backend.as_str() {
         "cpu" => {}
+        "hip-emu" => return super::run_emu::run(&args),
         "gfx942" | "gfx950" | "sm_90a" | "hip" | "cuda" | "gpu" => bail!(
             "`kittens run` runs the CPU interpreter only; GPU backends are measured by `kittens bench`"
         ),
-        other => bail!("unknown backend `{other}`; `kittens run` supports `cpu`"),
+        other => bail!("unknown backend `{other}`; `kittens run` supports `cpu` and `hip-emu`"),
     }
     if kittens_kernels::by_name(&args.kernel).is_none() {
         bail!(

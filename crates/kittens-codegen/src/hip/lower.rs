@@ -355,7 +355,7 @@ pub(super) fn kittens_ir_walk(body: &[Stmt], f: &mut dyn FnMut(&Op)) {
 }
 
 /// C element type of a global tensor (16-bit floats travel as raw bits).
-pub(super) fn c_elem(d: DType) -> &'static str {
+pub fn c_elem(d: DType) -> &'static str {
     match d {
         DType::F32 => "float",
         DType::Bf16 | DType::F16 => "unsigned short",

@@ -18,7 +18,7 @@ mod ops;
 mod pinned;
 mod regops;
 
-pub use lower::lower;
+pub use lower::{c_elem, lower};
 
 /// Why a kernel could not be lowered to HIP.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
