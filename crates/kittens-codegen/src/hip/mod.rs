@@ -11,6 +11,7 @@
 
 use kittens_hw::Arch;
 
+mod global;
 pub mod layout;
 mod lds_tr;
 mod lower;

@@ -9,7 +9,8 @@
 //! of 8 (AMDGPUUsage, "VGPR allocation granularity" of gfx90a/gfx942/gfx950), at most 8 waves.
 //!
 //! The hot loop is the body of the innermost backward branch (`s_cbranch_*` or `s_branch` to an earlier
-//! label); when several innermost loops exist, the one issuing the most MFMAs.
+//! label); when several innermost loops exist, the one issuing the most MFMAs. A block placed after a
+//! loop that branches back into its body (a cold path rejoining it) does not count as a loop.
 
 use super::{lds_budget_bytes, AmdError};
 use kittens_hw::Arch;
@@ -300,6 +301,15 @@ fn hot_loop(body: &[Line]) -> Option<LoopReport> {
             _ => None,
         })
         .collect();
+    // A backward branch from a block the compiler placed after a loop's end into that loop's body (a
+    // cold path, e.g. a ragged-edge fix-up, rejoining the loop) is not a loop of its own: its range
+    // starts inside another loop and ends past it.
+    let rejoins = |&(s, e): &(usize, usize)| {
+        loops
+            .iter()
+            .any(|&(s1, e1)| s1 < s && s <= e1 && e1 < e)
+    };
+    let loops: Vec<(usize, usize)> = loops.iter().copied().filter(|l| !rejoins(l)).collect();
     let innermost = loops.iter().filter(|&&(s, e)| {
         !loops
             .iter()
@@ -321,6 +331,41 @@ fn hot_loop(body: &[Line]) -> Option<LoopReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cold block after the loop's back-edge that rejoins the body mid-way is not the hot loop.
+    #[test]
+    fn cold_block_rejoining_a_loop_is_not_a_loop() {
+        let asm = "\
+.LBB0_1:
+  s_cbranch_vccz .LBB0_3
+.LBB0_2:
+  v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], v[0:3]
+  v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], v[0:3]
+  s_cbranch_scc0 .LBB0_1
+  s_endpgm
+.LBB0_3:
+  buffer_load_ushort v8, v9, s[0:3], 0 offen
+  buffer_load_ushort v8, v9, s[0:3], 0 offen
+  s_branch .LBB0_2
+";
+        let body: Vec<Line> = asm
+            .lines()
+            .map(|l| match l.trim().strip_suffix(':') {
+                Some(label) => Line::Label(label),
+                None => {
+                    let (op, rest) = l.trim().split_once(' ').unwrap_or((l.trim(), ""));
+                    Line::Inst {
+                        opcode: op,
+                        operands: rest,
+                    }
+                }
+            })
+            .collect();
+        let hot = hot_loop(&body).expect("a loop");
+        assert_eq!(hot.label, ".LBB0_1");
+        assert_eq!(hot.mix.mfma, 2);
+        assert_eq!(hot.mix.opcodes.get("buffer_load_ushort"), None);
+    }
 
     #[test]
     fn waves_follow_the_granule_and_cap() {

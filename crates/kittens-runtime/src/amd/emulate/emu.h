@@ -134,8 +134,9 @@ typedef i32x4 buffer_rsrc_t;
 inline buffer_rsrc_t make_buffer_rsrc_t(const void* base, u32 bytes) { return make_buffer_rsrc(base, bytes); }
 constexpr u32 OUT_OF_RANGE = 0x80000000u;
 inline u32 rebased_bound(u64 span_bytes, u64 origin_bytes) {
-  const u64 left = span_bytes > origin_bytes ? span_bytes - origin_bytes : 0;
-  return left < 0x7fffffffull ? (u32)left : 0x7fffffffu;
+  const u64 left = span_bytes - origin_bytes;
+  const u32 hi = (u32)(left >> 32), lo = (u32)left;
+  return (hi | (lo >> 31)) != 0 ? 0x7fffffffu : lo;
 }
 inline i32x4 tile_rsrc(const void* tensor, u64 span_bytes, u64 origin_bytes) {
   return make_buffer_rsrc((const unsigned char*)tensor + origin_bytes, rebased_bound(span_bytes, origin_bytes));
