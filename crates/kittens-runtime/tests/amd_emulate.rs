@@ -30,7 +30,9 @@ fn bytes(v: &[u16]) -> Vec<u8> {
 }
 
 fn words(b: &[u8]) -> Vec<u16> {
-    b.chunks(2).map(|p| u16::from_le_bytes([p[0], p[1]])).collect()
+    b.chunks(2)
+        .map(|p| u16::from_le_bytes([p[0], p[1]]))
+        .collect()
 }
 
 /// Bf16 NaN everywhere: every element must be written.

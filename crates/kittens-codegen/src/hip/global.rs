@@ -256,7 +256,7 @@ impl Emitter<'_> {
                         "const buffer_rsrc_t es = tile_rsrc_t({tensor}, {});",
                         a.origin_bytes
                     ));
-                    em.line("s_waitcnt_vmcnt<0>();");
+                    em.line("s_waitcnt_vmcnt<0>(); // ragged edge: the masked chunks' zeros have landed");
                     // Rolled loops, one element in flight: this path must not raise the register
                     // pressure of the loop around it.
                     em.line("#pragma nounroll");
