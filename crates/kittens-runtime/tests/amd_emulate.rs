@@ -272,3 +272,54 @@ fn lowered_attention_matches_f64_both_paths() {
         }
     }
 }
+
+/// Ragged edges at element granularity on both targets' registry GEMM: K not a multiple of the 8-element
+/// (16-byte) chunk a lane loads, and M, N, K down to 1. Before, a chunk crossing the last column was
+/// masked whole: 64x64x68 gave C[0][0] = 1.0703 for 1.7300, 64x64x3 gave C = 0.
+#[test]
+fn registry_gemm_ragged_shapes_both_targets() {
+    use kittens_kernels::gemm_bf16::{build, GemmConfig};
+    for gpu in ["mi355x", "mi325x"] {
+        let g = kittens_hw::gpu(gpu).unwrap();
+        let k = build(&GemmConfig::for_gpu(g)).unwrap();
+        check(
+            "ragged",
+            &k,
+            g.arch,
+            &[
+                (64, 64, 68),
+                (64, 64, 3),
+                (1, 1, 1),
+                (77, 33, 5),
+                (3, 300, 9),
+                (130, 260, 131),
+            ],
+        );
+    }
+}
+
+/// Attention at odd sequence lengths (rows masked at the last key block and query block) and a head dim
+/// other than the default, on both targets, causal and not.
+#[test]
+fn lowered_attention_odd_sequences_both_paths() {
+    use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
+    for arch in [Arch::Cdna4, Arch::Cdna3] {
+        for (causal, layout) in [(false, AttnLayout::Bshd), (true, AttnLayout::Bhsd)] {
+            let cfg = AttnConfig {
+                dim: 64,
+                causal,
+                layout,
+                ..AttnConfig::default()
+            };
+            let sh = |seq| kittens_kernels::reference::AttnShape {
+                batch: 1,
+                heads: 2,
+                heads_kv: 1,
+                seq,
+                dim: 64,
+                layout,
+            };
+            check_attention(&cfg, arch, &[sh(1), sh(3), sh(33)]);
+        }
+    }
+}

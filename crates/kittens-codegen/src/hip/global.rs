@@ -23,7 +23,7 @@ use super::LowerError;
 use crate::cexpr::ident;
 use kittens_hw::dtype::DType;
 use kittens_hw::Arch;
-use kittens_ir::{GlobalView, RegId, Rounding, Scope, SharedView};
+use kittens_ir::{Env, GlobalView, Kernel, Op, RegId, Rounding, Scope, SharedView};
 use kittens_tile::Layout;
 
 /// How one element of a global view is addressed from the view's rebased resource (C strings).
@@ -68,6 +68,53 @@ impl ViewAddr {
             n = self.cols
         )
     }
+}
+
+/// Largest byte offset a lane may take from its tile's rebased resource: under the 2^31 − 1 cap of
+/// `rebased_bound`, less one 16-byte chunk.
+pub const MAX_TILE_SPAN_BYTES: u64 = 0x7fff_fff0;
+
+/// Checks that `k`'s lowered loads can address its tensors at `params`: every loaded tile spans at most
+/// [`MAX_TILE_SPAN_BYTES`] from its origin (`(rows − 1)·row stride + cols·col stride` elements), so its
+/// lanes' 32-bit offsets from the rebased resource neither wrap nor reach `OUT_OF_RANGE`. Tensors
+/// themselves may be as large as the GPU holds.
+pub fn check_launch(k: &Kernel, params: &[i64]) -> Result<(), LowerError> {
+    let env = Env {
+        params,
+        vars: &[],
+        block: &[],
+        wave: 0,
+    };
+    let mut err = None;
+    super::lower::kittens_ir_walk(&k.body, &mut |op| {
+        let v = match op {
+            Op::LoadAsync { src, .. } | Op::LoadGlobal { src, .. } => src,
+            _ => return,
+        };
+        let g = k.global(v.tensor);
+        let stride = |d: u8| g.strides[d as usize].eval(&env).and_then(|s| u64::try_from(s).ok());
+        let span = stride(v.row_dim).zip(stride(v.col_dim)).and_then(|(sr, sc)| {
+            (v.rows as u64 - 1)
+                .checked_mul(sr)?
+                .checked_add((v.cols as u64).checked_mul(sc)?)?
+                .checked_mul(g.dtype.bytes() as u64)
+        });
+        match span {
+            Some(b) if b <= MAX_TILE_SPAN_BYTES => {}
+            _ if err.is_some() => {}
+            _ => {
+                err = Some(LowerError::Launch(format!(
+                    "a {}x{} tile of `{}` spans {} bytes from its origin at these parameters; the limit \
+                     is {MAX_TILE_SPAN_BYTES} (32-bit offsets from the tile's buffer resource)",
+                    v.rows,
+                    v.cols,
+                    g.name,
+                    span.map_or("over 2^64".to_string(), |b| b.to_string())
+                )))
+            }
+        }
+    });
+    err.map_or(Ok(()), Err)
 }
 
 /// The prelude's element load of `bytes`-wide elements.

@@ -19,6 +19,7 @@ mod ops;
 mod pinned;
 mod regops;
 
+pub use global::check_launch;
 pub use lower::{c_elem, lower};
 
 /// Why a kernel could not be lowered to HIP.
@@ -30,6 +31,9 @@ pub enum LowerError {
     /// No matrix instruction or lane map fits a register tile.
     #[error("HIP lowering, register layout: {0}")]
     Layout(String),
+    /// The lowered kernel cannot address these parameters (named in the message).
+    #[error("HIP launch: {0}")]
+    Launch(String),
 }
 
 /// The HIP device prelude, shipped inside the crate.

@@ -356,6 +356,7 @@ impl Emulator {
                 "parameter {p} does not fit the kernel's 32-bit int"
             )));
         }
+        kittens_codegen::hip::check_launch(k, params)?;
         let blocks = self.blocks(params)?;
         let ids: Vec<u64> = match launch_ids {
             Some(ids) => ids.to_vec(),
