@@ -92,13 +92,19 @@ pub fn check_launch(k: &Kernel, params: &[i64]) -> Result<(), LowerError> {
             _ => return,
         };
         let g = k.global(v.tensor);
-        let stride = |d: u8| g.strides[d as usize].eval(&env).and_then(|s| u64::try_from(s).ok());
-        let span = stride(v.row_dim).zip(stride(v.col_dim)).and_then(|(sr, sc)| {
-            (v.rows as u64 - 1)
-                .checked_mul(sr)?
-                .checked_add((v.cols as u64).checked_mul(sc)?)?
-                .checked_mul(g.dtype.bytes() as u64)
-        });
+        let stride = |d: u8| {
+            g.strides[d as usize]
+                .eval(&env)
+                .and_then(|s| u64::try_from(s).ok())
+        };
+        let span = stride(v.row_dim)
+            .zip(stride(v.col_dim))
+            .and_then(|(sr, sc)| {
+                (v.rows as u64 - 1)
+                    .checked_mul(sr)?
+                    .checked_add((v.cols as u64).checked_mul(sc)?)?
+                    .checked_mul(g.dtype.bytes() as u64)
+            });
         match span {
             Some(b) if b <= MAX_TILE_SPAN_BYTES => {}
             _ if err.is_some() => {}
