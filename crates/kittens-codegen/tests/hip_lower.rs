@@ -22,7 +22,8 @@ fn gfx950_waits_match_the_seed() {
     let waits: Vec<&str> = src
         .lines()
         .map(str::trim)
-        .filter(|l| l.starts_with("s_waitcnt_vmcnt<"))
+        // The ragged-edge fix-up's full drain runs only in a tile crossing the last column.
+        .filter(|l| l.starts_with("s_waitcnt_vmcnt<") && !l.contains("ragged edge"))
         .collect();
     assert_eq!(
         &waits[..2],

@@ -53,6 +53,8 @@ impl From<AttnLayoutArg> for AttnLayout {
 pub enum BackendArg {
     /// The tile-language interpreter.
     Cpu,
+    /// The lowered HIP of an AMD target, compiled for this CPU against the emulation header.
+    HipEmu,
 }
 
 #[cfg(test)]

@@ -10,3 +10,4 @@ pub mod layout;
 pub mod list;
 pub mod plan;
 pub mod run;
+pub mod run_emu;

@@ -13,9 +13,13 @@ pub struct Args {
     /// Kernel name, from the registry (`kittens list`).
     #[arg(value_parser = kittens_kernels::by_name)]
     pub kernel: &'static KernelEntry,
-    /// Where to run. Only `cpu` (the interpreter) runs here; GPU runs are `kittens bench`'s job.
+    /// Where to run: `cpu` (the interpreter) or `hip-emu` (the lowered HIP for --target, compiled for
+    /// and run on this CPU through the emulation header). GPU runs are `kittens bench`'s job.
     #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
     pub backend: BackendArg,
+    /// AMD target of `--backend hip-emu`: gfx942 or gfx950.
+    #[arg(long)]
+    pub target: Option<kittens_hw::Target>,
     /// GEMM rows of A and C.
     #[arg(long, default_value_t = 256)]
     pub m: usize,
@@ -80,7 +84,7 @@ pub struct Args {
     pub json: bool,
 }
 
-fn problem(a: &Args) -> anyhow::Result<Problem> {
+pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     // An empty problem would "pass" with zero error: refuse it instead.
     let dims = [
         ("--m", a.m),
@@ -121,7 +125,9 @@ fn problem(a: &Args) -> anyhow::Result<Problem> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let BackendArg::Cpu = args.backend;
+    if args.backend == BackendArg::HipEmu {
+        return super::run_emu::run(&args);
+    }
     let name = args.kernel.name;
     let p = problem(&args)?;
     let r =

@@ -254,31 +254,21 @@ impl<'k> Emitter<'k> {
             self.line(format!("const u32 lds_{n} = lds_addr(smem_{n});"));
         }
         for g in &k.globals {
-            // Bytes the tensor spans: 1 + Σ (dim - 1) · stride elements; loads past it return 0.
+            // Bytes the tensor spans, 64-bit: (1 + Σ (dim - 1) · stride) · element bytes. Each load
+            // builds its buffer resource at its tile's origin with what is left of this as the bound
+            // (`tile_rsrc`, see super::global).
             let span: Vec<String> = g
                 .dims
                 .iter()
                 .zip(&g.strides)
                 .map(|(d, s)| format!("((u64)({}) - 1) * (u64)({})", self.ex(d), self.ex(s)))
                 .collect();
-            let n = ident(&g.name);
-            let bytes = format!(
-                "(u32)((1 + {}) * {} < 0xffffffffull ? (1 + {0}) * {1} : 0xffffffffull)",
+            self.line(format!(
+                "const u64 span_{} = (1 + {}) * {};",
+                ident(&g.name),
                 span.join(" + "),
                 g.dtype.bytes()
-            );
-            self.line(format!(
-                "const i32x4 rsrc_{n} = make_buffer_rsrc(g_{n}, {bytes});"
             ));
-            // Global→register loads go through the builtin's resource type (see the prelude).
-            let loaded_to_regs = k.ops().iter().any(|r| {
-                matches!(r.op, Op::LoadGlobal { src, .. } if k.global(src.tensor).name == g.name)
-            });
-            if loaded_to_regs {
-                self.line(format!(
-                    "const buffer_rsrc_t vrsrc_{n} = make_buffer_rsrc_t(g_{n}, {bytes});"
-                ));
-            }
         }
         if self.scratch_per_wave > 0 {
             self.line(format!(
@@ -371,7 +361,7 @@ pub(super) fn kittens_ir_walk(body: &[Stmt], f: &mut dyn FnMut(&Op)) {
 }
 
 /// C element type of a global tensor (16-bit floats travel as raw bits).
-pub(super) fn c_elem(d: DType) -> &'static str {
+pub fn c_elem(d: DType) -> &'static str {
     match d {
         DType::F32 => "float",
         DType::Bf16 | DType::F16 => "unsigned short",

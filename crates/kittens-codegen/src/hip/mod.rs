@@ -11,6 +11,7 @@
 
 use kittens_hw::Arch;
 
+mod global;
 pub mod layout;
 mod lds_tr;
 mod lower;
@@ -18,7 +19,8 @@ mod ops;
 mod pinned;
 mod regops;
 
-pub use lower::lower;
+pub use global::check_launch;
+pub use lower::{c_elem, lower};
 
 /// Why a kernel could not be lowered to HIP.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -32,6 +34,9 @@ pub enum LowerError {
     /// The schedule analysis found a hazard: no backend lowers a racy kernel.
     #[error("HIP lowering refused: {0}")]
     Schedule(#[from] kittens_ir::analysis::ScheduleError),
+    /// The lowered kernel cannot address these parameters (named in the message).
+    #[error("HIP launch: {0}")]
+    Launch(String),
 }
 
 /// The HIP device prelude, shipped inside the crate.

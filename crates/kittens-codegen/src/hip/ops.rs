@@ -7,6 +7,8 @@
 //!   (checked). 16-byte loads into LDS exist on gfx950 only.
 //! - `LoadGlobal` → `buffer_load_dword[x2|x4]` to registers through the LLVM builtins (the compiler
 //!   tracks the wait), out-of-range chunks reading zero past the resource's bound.
+//! - `StoreGlobal` → per-element stores, masked. The three global-memory ops, their 64-bit addressing
+//!   and their ragged edges are in [`super::global`].
 //! - `LoadShared` / `StoreShared` → `ds_read_b64/b128`, `ds_write_b64/b128` per base tile: a row-layout
 //!   lane holds consecutive elements of one row (seed 000 D.1).
 //!   A tile whose lanes hold runs of a column (column-layout bf16, the transposed operand of
@@ -22,10 +24,8 @@ use super::lower::{reg_type, Emitter};
 use super::LowerError;
 use crate::cexpr::ident;
 use kittens_hw::dtype::DType;
-use kittens_hw::Arch;
 use kittens_ir::{
-    GlobalView, MmaForm, MmaOperand, Op, RegId, Rounding, SchedHint, Scope, SharedView, WaitCount,
-    WaitQueue,
+    MmaForm, MmaOperand, Op, RegId, SchedHint, Scope, SharedView, WaitCount, WaitQueue,
 };
 use kittens_tile::{Layout, Swizzle};
 
@@ -66,7 +66,7 @@ pub(super) fn swizzle_c_pub(s: Swizzle, off: &str) -> String {
     swizzle_c(s, off)
 }
 
-fn is_involution(s: Swizzle, bytes: u32) -> bool {
+pub(super) fn is_involution(s: Swizzle, bytes: u32) -> bool {
     (0..bytes).all(|o| s.apply(s.apply(o)) == o)
 }
 
@@ -142,152 +142,19 @@ impl Emitter<'_> {
         }
     }
 
-    fn map(&self, r: RegId) -> Result<LaneMap, LowerError> {
+    pub(super) fn map(&self, r: RegId) -> Result<LaneMap, LowerError> {
         self.maps
             .get(&r.0)
             .cloned()
             .ok_or_else(|| LowerError::Unsupported(format!("register {} has no lane map", r.0)))
     }
 
-    fn reg(&self, r: RegId) -> (String, kittens_tile::RegTile) {
+    pub(super) fn reg(&self, r: RegId) -> (String, kittens_tile::RegTile) {
         let d = self.k.reg(r);
         (
             format!("r_{}", ident(&d.name)),
             *d.tile().expect("maps exist only for tiles"),
         )
-    }
-
-    /// Element offset of view element `(row, col)` (C strings) in its tensor, and the in-bounds test.
-    fn global_addr(
-        &self,
-        v: &GlobalView,
-        row: &str,
-        col: &str,
-        col_extent: u32,
-    ) -> (String, String) {
-        let g = self.k.global(v.tensor);
-        let (rd, cd) = (v.row_dim as usize, v.col_dim as usize);
-        let mut terms = Vec::new();
-        for (d, (o, s)) in v.origin.iter().zip(&g.strides).enumerate() {
-            let coord = match d {
-                _ if d == rd => format!("({} + {row})", self.ex(o)),
-                _ if d == cd => format!("({} + {col})", self.ex(o)),
-                _ => self.ex(o),
-            };
-            terms.push(format!("(u64){coord} * (u64)({})", self.ex(s)));
-        }
-        // `&`, not `&&`: no short-circuit, so the compiler evaluates both bounds without an exec-masked
-        // region.
-        let inb = format!(
-            "(({} + {row} < {}) & ({} + {col} + {col_extent} <= {}))",
-            self.ex(&v.origin[rd]),
-            self.ex(&g.dims[rd]),
-            self.ex(&v.origin[cd]),
-            self.ex(&g.dims[cd])
-        );
-        (terms.join(" + "), inb)
-    }
-
-    fn load_async(
-        &mut self,
-        dst: &SharedView,
-        src: &GlobalView,
-        scope: Scope,
-    ) -> Result<(), LowerError> {
-        let sd = self.k.shared_decl(dst.buf).clone();
-        let (t, e) = (sd.tile, sd.tile.dtype.bytes());
-        let region = dst.rows * t.row_bytes();
-        if dst.cols != t.cols
-            || !region.is_multiple_of(t.swizzle.period_bytes().max(1))
-            || !is_involution(t.swizzle, t.bytes())
-        {
-            return Err(LowerError::Unsupported(format!(
-                "load_async into `{}`: needs whole rows spanning whole swizzle periods and an involutive swizzle",
-                sd.name
-            )));
-        }
-        if self.k.global(src.tensor).strides[src.col_dim as usize].as_const() != Some(1) {
-            return Err(LowerError::Unsupported(
-                "load_async from a view whose columns are not contiguous".into(),
-            ));
-        }
-        // The view must start on a swizzle period (true for `sub` views, whose row0 is a multiple of
-        // their rows; checked here when row0 is a constant).
-        if let Some(r0) = dst.row0.as_const() {
-            if !(r0 as u32 * t.row_bytes()).is_multiple_of(t.swizzle.period_bytes().max(1)) {
-                return Err(LowerError::Unsupported(format!(
-                    "load_async into `{}` at row {r0}: not on a swizzle period",
-                    sd.name
-                )));
-            }
-        }
-        let waves = scope.waves(self.k.waves);
-        let per_wave = region / waves;
-        let x4 = self.arch == Arch::Cdna4
-            && keeps_granule(t.swizzle, 16, t.bytes())
-            && per_wave.is_multiple_of(1024);
-        let width = if x4 { 16 } else { 4 };
-        if !region.is_multiple_of(waves)
-            || !per_wave.is_multiple_of(64 * width)
-            || !keeps_granule(t.swizzle, width, t.bytes())
-        {
-            return Err(LowerError::Unsupported(format!(
-                "load_async of {region} bytes over {waves} waves"
-            )));
-        }
-        let n = per_wave / (64 * width);
-        let wave_in_scope = match scope {
-            Scope::Block => "wave",
-            Scope::WarpGroup => "(wave % 4)",
-            Scope::Wave => "0",
-        };
-        let name = ident(&sd.name);
-        let (idx, row0) = (self.ex(&dst.index), self.ex(&dst.row0));
-        let rsrc = format!("rsrc_{}", ident(&self.k.global(src.tensor).name));
-        let (addr, inb) = self.global_addr(src, "r", "c", width / e);
-        let wrapper = if x4 {
-            "buffer_load_dwordx4_lds"
-        } else {
-            "buffer_load_dword_lds"
-        };
-        self.block("", |em| {
-            em.line(format!(
-                "// load_async: {}x{} -> `{name}`, {n} x {wrapper} per wave",
-                dst.rows, dst.cols
-            ));
-            // `region` is the view's first byte inside its tile: the swizzle acts on tile offsets.
-            em.line(format!("const u32 tile = (u32)({idx}) * {};", t.bytes()));
-            em.line(format!("const u32 region = (u32)({row0}) * {};", t.row_bytes()));
-            em.line(format!(
-                "const u32 band = (u32){wave_in_scope} * {per_wave};"
-            ));
-            em.line("#pragma unroll");
-            em.block(format!("for (int i = 0; i < {n}; ++i)"), |em| {
-                em.line(format!(
-                    "const u32 p = region + band + (u32)i * {} + (u32)lane * {width};",
-                    64 * width
-                ));
-                em.line(format!(
-                    "const u32 q = {} - region;",
-                    swizzle_c(t.swizzle, "p")
-                ));
-                em.line(format!(
-                    "const int r = (int)(q / {}), c = (int)(q % {} / {e});",
-                    t.row_bytes(),
-                    t.row_bytes()
-                ));
-                em.line(format!(
-                    "const u32 voff = {inb} ? (u32)(({addr}) * {e}) : 0x80000000u;"
-                ));
-                em.line(format!(
-                    "{wrapper}<0>({rsrc}, voff, 0, lds_{name} + tile + region + band + (u32)i * {});",
-                    64 * width
-                ));
-                Ok(())
-            })
-        })?;
-        self.async_issued.push(n);
-        Ok(())
     }
 
     /// `ds_read` (`store == false`) or `ds_write` of a row-layout register tile to/from a shared view.
@@ -436,146 +303,6 @@ impl Emitter<'_> {
                         sd.tile.row_bytes(),
                         sd.tile.bytes(),
                         swizzle_c(sd.tile.swizzle, "o")
-                    ));
-                }
-                Ok(())
-            })
-        })
-    }
-
-    /// Per-lane vector loads of a row-layout tile straight from global memory, through the compiler
-    /// (it tracks these loads and waits for them at their first use: the register double buffer of
-    /// seed 000 E.1 on MI325X). Chunks past the tensor's edge read as zero.
-    fn load_global(&mut self, r: RegId, src: &GlobalView) -> Result<(), LowerError> {
-        let (name, tile) = self.reg(r);
-        let dst = name.clone();
-        let map = self.map(r)?;
-        let epl = map.elems_per_lane();
-        let ty = reg_type(tile.dtype, epl).unwrap_or("float");
-        if tile.layout != Layout::Row
-            || !map.row_contiguous()
-            || self.k.global(src.tensor).strides[src.col_dim as usize].as_const() != Some(1)
-        {
-            return Err(LowerError::Unsupported(format!(
-                "global load into `{}`",
-                self.k.reg(r).name
-            )));
-        }
-        let (row, col) = map.slots[0];
-        let g = map.group;
-        let rexpr = format!(
-            "(bi * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-            tile.base.rows, row.base, row.per_idx, row.per_group
-        );
-        let cexpr = format!(
-            "(bj * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-            tile.base.cols, col.base, col.per_idx, col.per_group
-        );
-        let (addr, inb) = self.global_addr(src, &rexpr, &cexpr, epl);
-        let gname = ident(&self.k.global(src.tensor).name);
-        let gdt = self.k.global(src.tensor).dtype;
-        // A bf16 tensor into f32 registers (attention's Q, scaled in f32 before its bf16 copy): load the
-        // bf16 run, widen each element.
-        let widen = tile.dtype == DType::F32 && gdt == DType::Bf16;
-        if tile.dtype != gdt && !widen {
-            return Err(LowerError::Unsupported(format!(
-                "global load of {gdt:?} into {:?} registers",
-                tile.dtype
-            )));
-        }
-        let (name, ty) = if widen {
-            ("wide", reg_type(gdt, epl).unwrap_or("float"))
-        } else {
-            (name.as_str(), ty)
-        };
-        let name = name.to_string();
-        let e = gdt.bytes();
-        // Whole 4/8/16-byte chunks per lane: a buffer load (HipKittens' `buffer_load_dwordx4`, seed 000
-        // E.1) whose out-of-range chunks read 0 from the resource's bound, with no branch. Otherwise a
-        // plain load from a 32-bit byte offset (SGPR-base addressing), masked to zero out of range.
-        let bits = epl * e * 8;
-        let load = if matches!(bits, 32 | 64 | 128) {
-            format!(
-                "const u32 voff = inb ? (u32)(({addr}) * {e}) : 0x80000000u;\n\
-                 {name}[bi][bj] = __builtin_bit_cast({ty}, buffer_load_b{bits}(vrsrc_{gname}, voff));"
-            )
-        } else {
-            format!(
-                "const u32 off = inb ? (u32)(({addr}) * {e}) : 0u;\n\
-                 const {ty} v = *(const {ty}*)((const unsigned char*)g_{gname} + off);\n\
-                 {name}[bi][bj] = inb ? v : ({ty}){{}};"
-            )
-        };
-        self.line("#pragma unroll");
-        self.block(
-            format!("for (int bi = 0; bi < {}; ++bi)", tile.base_grid().0),
-            |em| {
-                em.line("#pragma unroll");
-                em.block(
-                    format!("for (int bj = 0; bj < {}; ++bj)", tile.base_grid().1),
-                    |em| {
-                        em.line(format!("const bool inb = {inb};"));
-                        if widen {
-                            em.line(format!("{ty} wide[1][1];"));
-                        }
-                        load.lines()
-                            .for_each(|l| em.line(l.replace("wide[bi][bj]", "wide[0][0]")));
-                        if widen {
-                            em.line(format!("for (int s = 0; s < {epl}; ++s) {dst}[bi][bj][s] = bf16_to_f32(wide[0][0][s]);"));
-                        }
-                        Ok(())
-                    },
-                )
-            },
-        )
-    }
-
-    fn store_global(
-        &mut self,
-        dst: &GlobalView,
-        r: RegId,
-        rounding: Rounding,
-    ) -> Result<(), LowerError> {
-        let (name, tile) = self.reg(r);
-        let map = self.map(r)?;
-        let out = self.k.global(dst.tensor).dtype;
-        let convert = match (tile.dtype, out, rounding) {
-            (DType::F32, DType::F32, _) => "v",
-            (DType::F32, DType::Bf16, Rounding::Rtne) => "bf16_rtne(v)",
-            (DType::F32, DType::Bf16, Rounding::Rtna) => "bf16_rtna(v)",
-            (DType::F32, DType::Bf16, Rounding::Rtz) => "bf16_rtz(v)",
-            (a, b, _) if a == b && a != DType::F32 => "v",
-            (a, b, _) => {
-                return Err(LowerError::Unsupported(format!(
-                    "store {a:?} registers to a {b:?} tensor"
-                )))
-            }
-        };
-        let gname = format!("g_{}", ident(&self.k.global(dst.tensor).name));
-        let g = map.group;
-        let (gr, gc) = tile.base_grid();
-        let slots = map.slots.clone();
-        self.line("#pragma unroll");
-        self.block(format!("for (int bi = 0; bi < {gr}; ++bi)"), |em| {
-            em.line("#pragma unroll");
-            em.block(format!("for (int bj = 0; bj < {gc}; ++bj)"), |em| {
-                for (s, (row, col)) in slots.iter().enumerate() {
-                    let re = format!(
-                        "(bi * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-                        tile.base.rows, row.base, row.per_idx, row.per_group
-                    );
-                    let ce = format!(
-                        "(bj * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-                        tile.base.cols, col.base, col.per_idx, col.per_group
-                    );
-                    let (addr, inb) = em.global_addr(dst, &re, &ce, 1);
-                    let v = if map.elems_per_lane() == 1 {
-                        format!("{name}[bi][bj]")
-                    } else {
-                        format!("{name}[bi][bj][{s}]")
-                    };
-                    em.line(format!(
-                        "if {inb} {{ const auto v = {v}; {gname}[{addr}] = {convert}; }}"
                     ));
                 }
                 Ok(())

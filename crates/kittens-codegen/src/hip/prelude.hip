@@ -181,7 +181,7 @@ template <int OFF = 0> KITTENS_DEV u32x4 buffer_load_dwordx4(i32x4 rsrc, u32 vof
 // To registers through the LLVM builtins instead of inline asm: the compiler then knows the load is in
 // flight and puts the `s_waitcnt vmcnt` before the data's first use, which it cannot do for an asm
 // statement. Same resource words as make_buffer_rsrc; an offset past `num_bytes` reads 0, so a ragged
-// tile's out-of-range chunks need no branch (the lowering points them at 0x80000000).
+// tile's out-of-range chunks need no branch (the lowering points them at OUT_OF_RANGE, below).
 typedef __amdgpu_buffer_rsrc_t buffer_rsrc_t;
 KITTENS_DEV buffer_rsrc_t make_buffer_rsrc_t(const void* base, u32 num_bytes) {
   return __builtin_amdgcn_make_buffer_rsrc((void*)base, (short)0, (int)num_bytes, 0x00020000);
@@ -194,6 +194,31 @@ KITTENS_DEV u32x2 buffer_load_b64(buffer_rsrc_t r, u32 voffset) {
 }
 KITTENS_DEV u32 buffer_load_b32(buffer_rsrc_t r, u32 voffset) {
   return __builtin_amdgcn_raw_buffer_load_b32(r, voffset, 0, 0);
+}
+// 16- and 8-bit loads: the element-wise path of a chunk that crosses a tensor's last column.
+KITTENS_DEV unsigned short buffer_load_b16(buffer_rsrc_t r, u32 voffset) {
+  return __builtin_amdgcn_raw_buffer_load_b16(r, voffset, 0, 0);
+}
+KITTENS_DEV unsigned char buffer_load_b8(buffer_rsrc_t r, u32 voffset) {
+  return __builtin_amdgcn_raw_buffer_load_b8(r, voffset, 0, 0);
+}
+// Tensors past 4 GiB: buffer offsets are 32-bit, so each tile load builds its resource at the tile's
+// 64-bit origin, bounded by the bytes left in the tensor capped at 2^31 - 1; lanes address their
+// elements relative to it, and an element outside the tensor takes OUT_OF_RANGE, which is at or past
+// every such bound and so reads 0 (a load wholly past the bound; none straddles it).
+constexpr u32 OUT_OF_RANGE = 0x80000000u;
+// A tile whose origin lies past the tensor's end wraps `left`, which then caps: all its lanes are out of
+// range and read OUT_OF_RANGE, at the cap.
+KITTENS_DEV u32 rebased_bound(u64 span_bytes, u64 origin_bytes) {
+  const u64 left = span_bytes - origin_bytes;
+  const u32 hi = (u32)(left >> 32), lo = (u32)left;
+  return (hi | (lo >> 31)) != 0 ? 0x7fffffffu : lo;
+}
+KITTENS_DEV i32x4 tile_rsrc(const void* tensor, u64 span_bytes, u64 origin_bytes) {
+  return make_buffer_rsrc((const unsigned char*)tensor + origin_bytes, rebased_bound(span_bytes, origin_bytes));
+}
+KITTENS_DEV buffer_rsrc_t tile_rsrc_t(const void* tensor, u64 span_bytes, u64 origin_bytes) {
+  return make_buffer_rsrc_t((const unsigned char*)tensor + origin_bytes, rebased_bound(span_bytes, origin_bytes));
 }
 template <int OFF = 0> KITTENS_DEV void buffer_store_dword(i32x4 rsrc, u32 voffset, u32 soffset, u32 v) {
   asm volatile("buffer_store_dword %0, %1, %2, %3 offen offset:%4"

@@ -8,8 +8,10 @@
 //! CDNA3/CDNA4 (seed 000 §3.2.1; `regs_per_lane_per_simd` in the GPU catalog), allocated in granules
 //! of 8 (AMDGPUUsage, "VGPR allocation granularity" of gfx90a/gfx942/gfx950), at most 8 waves.
 //!
-//! The hot loop is the body of the innermost backward branch (`s_cbranch_*` or `s_branch` to an earlier
-//! label); when several innermost loops exist, the one issuing the most MFMAs.
+//! The hot loop is the body of the backward branch (`s_cbranch_*` or `s_branch` to an earlier label)
+//! issuing the most MFMAs from its own body — loops nested in it are left out (in a hot loop they are
+//! cold element-wise paths), and of equal loops the shortest wins. A block placed after a loop that
+//! branches back into its body (a cold path rejoining it) does not count as a loop.
 
 use super::{gpu_of, AmdError};
 use kittens_hw::Arch;
@@ -218,7 +220,7 @@ fn accum_offset(asm: &str, name: &str) -> Option<u32> {
 }
 
 /// One line of a kernel's code: a label or an instruction (opcode and operand text).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Line<'a> {
     Label(&'a str),
     Inst { opcode: &'a str, operands: &'a str },
@@ -266,7 +268,7 @@ fn mix_of(lines: &[Line]) -> InstructionMix {
     mix
 }
 
-/// The innermost backward branch with the most MFMAs: its label and body mix.
+/// The loop with the most MFMAs in its own body (nested loops excluded): its label and that mix.
 fn hot_loop(body: &[Line]) -> Option<LoopReport> {
     let label_at: BTreeMap<&str, usize> = body
         .iter()
@@ -295,14 +297,29 @@ fn hot_loop(body: &[Line]) -> Option<LoopReport> {
             _ => None,
         })
         .collect();
-    let innermost = loops.iter().filter(|&&(s, e)| {
-        !loops
+    // A backward branch from a block the compiler placed after a loop's end into that loop's body (a
+    // cold path, e.g. a ragged-edge fix-up, rejoining the loop) is not a loop of its own: its range
+    // starts inside another loop and ends past it.
+    let rejoins =
+        |&(s, e): &(usize, usize)| loops.iter().any(|&(s1, e1)| s1 < s && s <= e1 && e1 < e);
+    let loops: Vec<(usize, usize)> = loops.iter().copied().filter(|l| !rejoins(l)).collect();
+    // Each loop's own body: its range less the loops nested in it (inside a hot loop those are cold
+    // element-wise paths, e.g. a ragged-edge fix-up, not the steady state).
+    let own = |&(s, e): &(usize, usize)| -> Vec<Line> {
+        let nested: Vec<(usize, usize)> = loops
             .iter()
-            .any(|&(s2, e2)| (s2, e2) != (s, e) && s <= s2 && e2 <= e)
-    });
-    innermost
-        .map(|&(s, e)| (s, mix_of(&body[s..=e])))
-        .max_by_key(|(_, mix)| (mix.mfma, mix.total))
+            .copied()
+            .filter(|&(s2, e2)| (s2, e2) != (s, e) && s <= s2 && e2 <= e)
+            .collect();
+        (s..=e)
+            .filter(|&i| !nested.iter().any(|&(s2, e2)| s2 <= i && i <= e2))
+            .map(|i| body[i])
+            .collect()
+    };
+    loops
+        .iter()
+        .map(|l| (l.0, mix_of(&own(l))))
+        .max_by_key(|(_, mix)| (mix.mfma, std::cmp::Reverse(mix.total)))
         .map(|(s, mix)| LoopReport {
             label: if let Line::Label(n) = body[s] {
                 n.to_string()
@@ -316,6 +333,65 @@ fn hot_loop(body: &[Line]) -> Option<LoopReport> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lines(asm: &str) -> Vec<Line<'_>> {
+        asm.lines()
+            .map(|l| match l.trim().strip_suffix(':') {
+                Some(label) => Line::Label(label),
+                None => {
+                    let (op, rest) = l.trim().split_once(' ').unwrap_or((l.trim(), ""));
+                    Line::Inst {
+                        opcode: op,
+                        operands: rest,
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// A cold element loop the compiler left inside the hot loop is not the hot loop, and its
+    /// instructions are not the hot loop's.
+    #[test]
+    fn nested_cold_loop_is_left_out() {
+        let asm = "\
+.LBB0_1:
+  v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], v[0:3]
+  s_cbranch_vccz .LBB0_3
+.LBB0_2:
+  buffer_load_ushort v8, v9, s[0:3], 0 offen
+  s_cbranch_execnz .LBB0_2
+.LBB0_3:
+  v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], v[0:3]
+  s_cbranch_scc0 .LBB0_1
+  s_endpgm
+";
+        let hot = hot_loop(&lines(asm)).expect("a loop");
+        assert_eq!(hot.label, ".LBB0_1");
+        assert_eq!(hot.mix.mfma, 2);
+        assert_eq!(hot.mix.opcodes.get("buffer_load_ushort"), None);
+    }
+
+    /// A cold block after the loop's back-edge that rejoins the body mid-way is not the hot loop.
+    #[test]
+    fn cold_block_rejoining_a_loop_is_not_a_loop() {
+        let asm = "\
+.LBB0_1:
+  s_cbranch_vccz .LBB0_3
+.LBB0_2:
+  v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], v[0:3]
+  v_mfma_f32_16x16x16_bf16 v[0:3], v[4:5], v[6:7], v[0:3]
+  s_cbranch_scc0 .LBB0_1
+  s_endpgm
+.LBB0_3:
+  buffer_load_ushort v8, v9, s[0:3], 0 offen
+  buffer_load_ushort v8, v9, s[0:3], 0 offen
+  s_branch .LBB0_2
+";
+        let hot = hot_loop(&lines(asm)).expect("a loop");
+        assert_eq!(hot.label, ".LBB0_1");
+        assert_eq!(hot.mix.mfma, 2);
+        assert_eq!(hot.mix.opcodes.get("buffer_load_ushort"), None);
+    }
 
     #[test]
     fn waves_follow_the_granule_and_cap() {

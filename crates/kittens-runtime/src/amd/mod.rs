@@ -5,11 +5,14 @@
 //!   assembly and a code object;
 //! - [`analysis`]: read the AMDHSA metadata and the assembly listing into a [`CodeObjectReport`]
 //!   (registers, spills, scratch, LDS, waves per SIMD, instruction mix of the whole kernel and of the
-//!   hot loop).
+//!   hot loop);
+//! - [`emulate`]: the lowered HIP compiled for the host against an emulation header and run on given
+//!   tensors (`kittens run --backend hip-emu`).
 //!
 //! No AMD GPU exists for this project: everything here is what the compiler says, never a speed.
 
 pub mod analysis;
+pub mod emulate;
 pub mod toolchain;
 
 pub use analysis::{analyze, CodeObjectReport, InstructionMix, LoopReport};

@@ -2,11 +2,16 @@
 // HIP thread is a host thread, one block at a time. It exists to test the *generated source* (index
 // math, swizzles, lane maps, buffer placement, MFMA operand plumbing) without an AMD GPU.
 //
-// What it models: LDS as static storage shared by the block's threads; `buffer_load … lds` writing lane
-// l's bytes at M0 + l·width with out-of-range reads returning zero; ds_read/ds_write at byte addresses;
-// s_barrier as a block-wide barrier (arrival counts, so conditional barriers pair up as on hardware);
-// MFMAs as wave-collective operations on the lane maps of the CDNA3/CDNA4 ISA (A: lane l holds row
-// l%16, K run (l/16)·kr..; B the same with N; C/D: rows (l/16)·4.., column l%16).
+// What it models: LDS as static storage shared by the block's threads; buffer resources (64-bit base,
+// 32-bit bound): an access at or past the bound reads zero, one that straddles it is a fault (hardware
+// range-checks per dword, and the lowering never relies on that), and every access below the bound
+// must fall inside a tensor the driver registered (what page tables would fault on); `buffer_load … lds`
+// writing lane l's bytes at M0 + l·width; ds_read/ds_write at byte addresses; s_barrier as a
+// block-wide barrier (arrival counts, so conditional barriers pair up as on hardware); MFMAs as
+// wave-collective operations on the lane maps of the CDNA3/CDNA4 ISA (A: lane l holds row l%16, K run
+// (l/16)·kr..; B the same with N; C/D: rows (l/16)·4.., column l%16).
+// Virtual tensors have an address range and no storage: their 16-bit words read as
+// emu_virtual_word(index), so address arithmetic past 4 GiB is tested without allocating the tensor.
 // What it does not model: asynchrony (loads land at once, waits are no-ops) — the schedule analysis of
 // kittens-ir checks waits and barriers; timing; AGPRs.
 #pragma once
@@ -14,6 +19,8 @@
 #include <cstdint>
 #include <cmath>
 #include <cstring>
+#include <cstdio>
+#include <unistd.h>
 
 #define __global__
 #define __device__
@@ -69,6 +76,44 @@ inline unsigned char* lds_ptr(u32 a) {
   return (unsigned char*)x;
 }
 
+// ---- tensors and buffer resources -----------------------------------------------------------------
+struct EmuTensor { u64 base, bytes; bool virt; };
+constexpr int TENSORS_MAX = 16;
+inline EmuTensor emu_tensors[TENSORS_MAX];
+inline int emu_tensor_count = 0;
+[[noreturn]] inline void emu_fault(const char* what, u64 addr, u32 width) {
+  fprintf(stderr, "emulation fault: %s (address 0x%llx, %u bytes)\n", what, addr, width);
+  fflush(stderr);
+  _exit(3);
+}
+inline void emu_register(const void* base, u64 bytes, bool virt) {
+  if (emu_tensor_count == TENSORS_MAX) emu_fault("too many tensors", (u64)base, 0);
+  emu_tensors[emu_tensor_count++] = EmuTensor{(u64)base, bytes, virt};
+}
+// Word `i` of every virtual tensor: a bf16 of magnitude in [1, 2) and a pseudo-random sign and
+// mantissa (kittens_runtime::amd::emulate::virtual_word is the host twin).
+inline unsigned short emu_virtual_word(u64 i) {
+  const u32 h = (u32)(i ^ (i >> 32)) * 2654435761u;
+  return (unsigned short)(((h >> 16) & 0x807fu) | 0x3f80u);
+}
+// Read `width` bytes at a device address: inside a registered tensor, or a fault.
+inline void emu_memory_read(u64 addr, void* dst, u32 width) {
+  for (int t = 0; t < emu_tensor_count; ++t) {
+    const EmuTensor& x = emu_tensors[t];
+    if (addr < x.base || addr - x.base >= x.bytes) continue;
+    if (addr - x.base + width > x.bytes) emu_fault("read crosses the end of a tensor", addr, width);
+    if (!x.virt) { memcpy(dst, (const void*)addr, width); return; }
+    unsigned char* d = (unsigned char*)dst;
+    for (u32 j = 0; j < width; ++j) {
+      const u64 o = addr - x.base + j;
+      const unsigned short w = emu_virtual_word(o / 2);
+      d[j] = (unsigned char)(o % 2 ? w >> 8 : w & 0xff);
+    }
+    return;
+  }
+  emu_fault("read outside every tensor", addr, width);
+}
+
 inline i32x4 make_buffer_rsrc(const void* base, u32 bytes) {
   u64 p = (u64)base;
   i32x4 r;
@@ -79,15 +124,31 @@ inline i32x4 make_buffer_rsrc(const void* base, u32 bytes) {
   return r;
 }
 inline void buffer_read(i32x4 rsrc, u32 off, void* dst, u32 width) {
-  const unsigned char* base = (const unsigned char*)(((u64)(u32)rsrc.y << 32) | (u32)rsrc.x);
-  if ((u64)off + width > (u32)rsrc.z) memset(dst, 0, width);
-  else memcpy(dst, base + off, width);
+  const u64 base = ((u64)(u32)rsrc.y << 32) | (u32)rsrc.x;
+  const u32 bound = (u32)rsrc.z;
+  if (off >= bound) { memset(dst, 0, width); return; }
+  if ((u64)off + width > bound) emu_fault("buffer access straddles its resource's bound", base + off, width);
+  emu_memory_read(base + off, dst, width);
 }
 typedef i32x4 buffer_rsrc_t;
 inline buffer_rsrc_t make_buffer_rsrc_t(const void* base, u32 bytes) { return make_buffer_rsrc(base, bytes); }
+constexpr u32 OUT_OF_RANGE = 0x80000000u;
+inline u32 rebased_bound(u64 span_bytes, u64 origin_bytes) {
+  const u64 left = span_bytes - origin_bytes;
+  const u32 hi = (u32)(left >> 32), lo = (u32)left;
+  return (hi | (lo >> 31)) != 0 ? 0x7fffffffu : lo;
+}
+inline i32x4 tile_rsrc(const void* tensor, u64 span_bytes, u64 origin_bytes) {
+  return make_buffer_rsrc((const unsigned char*)tensor + origin_bytes, rebased_bound(span_bytes, origin_bytes));
+}
+inline buffer_rsrc_t tile_rsrc_t(const void* tensor, u64 span_bytes, u64 origin_bytes) {
+  return tile_rsrc(tensor, span_bytes, origin_bytes);
+}
 inline u32x4 buffer_load_b128(buffer_rsrc_t r, u32 off) { u32x4 v; buffer_read(r, off, &v, 16); return v; }
 inline u32x2 buffer_load_b64(buffer_rsrc_t r, u32 off) { u32x2 v; buffer_read(r, off, &v, 8); return v; }
 inline u32 buffer_load_b32(buffer_rsrc_t r, u32 off) { u32 v; buffer_read(r, off, &v, 4); return v; }
+inline unsigned short buffer_load_b16(buffer_rsrc_t r, u32 off) { unsigned short v; buffer_read(r, off, &v, 2); return v; }
+inline unsigned char buffer_load_b8(buffer_rsrc_t r, u32 off) { unsigned char v; buffer_read(r, off, &v, 1); return v; }
 template <int OFF = 0> inline void buffer_load_dword_lds(i32x4 r, u32 voff, u32 soff, u32 lds) {
   buffer_read(r, voff + soff + OFF, lds_ptr(lds + lane_id() * 4), 4);
 }
