@@ -10,7 +10,7 @@ use kittens_runtime::amd::emulate;
 pub fn run(args: &Args) -> anyhow::Result<()> {
     let target = match args.target {
         Some(t @ (Target::Gfx942 | Target::Gfx950)) => t,
-        Some(t) => bail!("--backend hip-emu runs AMD targets (gfx942, gfx950), not {t}"),
+        Some(t) => bail!("--backend hip-emu runs AMD targets (gfx942 or gfx950), not {t}"),
         None => bail!("--backend hip-emu needs --target gfx942 or --target gfx950"),
     };
     if args.ir {
