@@ -26,7 +26,7 @@ echo "== python -m kittens.bench gemm"
 timeout 150 python3 -m kittens.bench gemm --sizes "$SIZES" --json "$OUT/py_gemm.json" --plot "$OUT/py_gemm.png"
 if [ -x .carry/kittens ]; then
   echo "== kittens bench gemm (Rust, cuBLAS from Rust), same sizes and timing"
-  timeout 150 .carry/kittens bench gemm --sizes "$SIZES" --checks none --json "$OUT/rust_gemm.json" | tail -8
+  timeout 150 .carry/kittens bench gemm_bf16 --sizes "$SIZES" --checks none --json "$OUT/rust_gemm.json" | tail -8
 fi
 echo "== python -m kittens.bench attn (SDPA only until an sm_90a attention exists)"
 timeout 90 python3 -m kittens.bench attn --seqs 1024,4096 --iters 30 --json "$OUT/py_attn.json"
