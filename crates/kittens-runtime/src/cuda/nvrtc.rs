@@ -179,14 +179,22 @@ fn check(r: nv::nvrtcResult, what: &str) -> Result<(), CudaError> {
 
 /// NVRTC options for a target such as `sm_90a`. `-Xptxas=-v` makes ptxas print registers, spills and
 /// shared memory into the program log, which [`parse_ptxas_log`] reads.
-fn options(target: &str) -> Vec<String> {
-    vec![
+fn options(target: &str, version: (i32, i32)) -> Vec<String> {
+    let mut o = vec![
         format!("--gpu-architecture={target}"),
         "-std=c++17".into(),
         "-default-device".into(),
         "-Xptxas=-v".into(),
         "-lineinfo".into(),
-    ]
+    ];
+    // NVRTC 12.9 added a cache of its own: a hit skips ptxas, so the log has no `-v` report (registers,
+    // spills) and the compile could not be checked. Seen on the H100 with NVRTC 13.0: the first compile
+    // of a source on a machine reported, every later one (in a fresh process and with our own cache
+    // empty) came back with an empty log. Our cache (`super::cache`) keeps the cubin with its report.
+    if version >= (12, 9) {
+        o.push("--no-cache".into());
+    }
+    o
 }
 
 /// The cache key: a SHA-256 over everything that decides the cubin — the source, the kernel reported on,
@@ -244,7 +252,7 @@ pub fn compile_with_cache(
         return Err(CudaError::BadTarget(target.to_string()));
     }
     let info = nvrtc()?;
-    let opts = options(target);
+    let opts = options(target, info.version);
     // Without the full version two builds could share a key: no cache then.
     let version = info.full_version.as_deref();
     let keyed = cache
@@ -430,6 +438,16 @@ fn number_before(line: &str, suffix: &str) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+
+    /// NVRTC's own cache (12.9 on) would hide the ptxas report on a hit: it is turned off there, and
+    /// only there (older NVRTCs reject the option).
+    #[test]
+    fn nvrtc_cache_off_where_it_exists() {
+        let has = |v| options("sm_90a", v).iter().any(|o| o == "--no-cache");
+        assert!(has((13, 0)) && has((12, 9)));
+        assert!(!has((12, 8)) && !has((11, 8)));
+    }
+
     use super::*;
 
     #[test]
