@@ -24,7 +24,6 @@ import datetime
 import json
 import math
 import os
-import subprocess
 import sys
 from typing import Callable, Dict, List, Optional
 
@@ -33,16 +32,14 @@ L2_MULTIPLE = 4
 
 
 def _commit() -> str:
+    """The commit the extension was built from (recorded at build time), with `+dirty` when the tree
+    had changes then; `$KITTENS_COMMIT` overrides it."""
     if os.environ.get("KITTENS_COMMIT"):
         return os.environ["KITTENS_COMMIT"]
-    here = os.path.dirname(os.path.abspath(__file__))
-    try:
-        r = subprocess.run(["git", "-C", here, "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10)
-        if r.returncode == 0:
-            return r.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        pass
-    return "unknown (set KITTENS_COMMIT)"
+    from . import _kittens
+
+    commit, dirty = _kittens.build_commit()
+    return commit + ("+dirty" if dirty else "")
 
 
 def _median(xs: List[float]) -> float:
@@ -252,12 +249,16 @@ def plot(rows: List[dict], path: str, title: str, theirs: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # Check-only shapes (correctness, no timing) stay in the table and the JSON, not in the picture.
+    rows = [r for r in rows if r["torch_tflops"] is not None]
+    if not rows:
+        return
     labels = [r["shape"] for r in rows]
     x = list(range(len(rows)))
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(max(6, 1.2 * len(rows) + 2), 7), sharex=True)
     ours = [r["ours_tflops"] or 0 for r in rows]
     th = [r["torch_tflops"] or 0 for r in rows]
-    ax.bar([i - 0.2 for i in x], ours, 0.4, label="kittens")  # untimed check shapes plot as 0
+    ax.bar([i - 0.2 for i in x], ours, 0.4, label="kittens")  # a shape ours did not run plots as 0
     ax.bar([i + 0.2 for i in x], th, 0.4, label=theirs)
     ax.set_ylabel("TFLOP/s")
     ax.set_title(title)

@@ -154,6 +154,14 @@ fn corpus(py: Python<'_>) -> Bound<'_, PyBytes> {
     )
 }
 
+/// The commit the extension was built from and whether the tree was dirty then (`None`: unknown), as
+/// recorded at build time (kittens_runtime::build_info): benchmark records name the measured code.
+#[pyfunction]
+fn build_commit() -> (&'static str, Option<bool>) {
+    let b = kittens_runtime::build_info::BUILD;
+    (b.commit, b.dirty)
+}
+
 #[pymodule]
 fn _kittens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(matmul, m)?)?;
@@ -161,6 +169,7 @@ fn _kittens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_verbose, m)?)?;
     m.add_function(wrap_pyfunction!(verbose, m)?)?;
     m.add_function(wrap_pyfunction!(corpus, m)?)?;
+    m.add_function(wrap_pyfunction!(build_commit, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
