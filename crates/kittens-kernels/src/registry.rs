@@ -1,8 +1,10 @@
 //! The kernel registry: every kernel of the suite, the targets it lowers to and, for each, the schedule
-//! it is built with there and how far it has got. The CLI, the runtime and the tests reach kernels
-//! through it (`registry::by_name(name)?.build_for(target)`); error messages and `kittens list` are
-//! generated from it.
+//! it is built with there and how far it has got, and its problem definition (how it runs at a
+//! problem's sizes: `crate::problem::KernelProblem`). The CLI, the runtime and the tests reach kernels
+//! through it (`registry::by_name(name)?.build_for(target)`, `.problem()`); error messages and
+//! `kittens list` are generated from it.
 
+use crate::problem::KernelProblem;
 use crate::{attn_fwd, gemm_bf16, KernelError};
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
@@ -60,6 +62,8 @@ pub struct KernelEntry {
     build_default: fn() -> Result<Kernel, KernelError>,
     #[serde(skip)]
     build_gpu: fn(&Gpu) -> Result<Kernel, KernelError>,
+    #[serde(skip)]
+    problem: &'static dyn KernelProblem,
 }
 
 impl KernelEntry {
@@ -97,6 +101,11 @@ impl KernelEntry {
     pub fn build_default(&self) -> Result<Kernel, KernelError> {
         (self.build_default)()
     }
+
+    /// How the kernel runs at a problem's sizes: launch, budget, reference, tolerance.
+    pub fn problem(&self) -> &'static dyn KernelProblem {
+        self.problem
+    }
 }
 
 const GEMM_BF16: KernelEntry = KernelEntry {
@@ -128,6 +137,7 @@ const GEMM_BF16: KernelEntry = KernelEntry {
     ],
     build_default: || gemm_bf16::build(&gemm_bf16::GemmConfig::default()),
     build_gpu: |gpu| gemm_bf16::build(&gemm_bf16::GemmConfig::for_gpu(gpu)),
+    problem: &gemm_bf16::problem::GemmProblem,
 };
 
 const ATTN_FWD: KernelEntry = KernelEntry {
@@ -162,6 +172,7 @@ const ATTN_FWD: KernelEntry = KernelEntry {
     build_default: || attn_fwd::build(&attn_fwd::AttnConfig::default()),
     // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`).
     build_gpu: |_| attn_fwd::build(&attn_fwd::AttnConfig::default()),
+    problem: &attn_fwd::problem::AttnProblem,
 };
 
 /// Every kernel of the suite, in the order `kittens list` prints them.
