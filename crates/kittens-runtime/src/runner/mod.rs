@@ -195,3 +195,111 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
         reference_seconds: r0.elapsed().as_secs_f64(),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The interpreter with its output changed afterwards: what a wrong kernel on any backend looks
+    /// like to the runner.
+    struct Tampered(fn(&mut Vec<f32>));
+
+    impl Backend for Tampered {
+        fn name(&self) -> &'static str {
+            "tampered"
+        }
+        fn target(&self) -> Target {
+            Target::Cpu
+        }
+        fn work_limit(&self) -> WorkLimit {
+            budget::INTERPRETER_WORK
+        }
+        fn execute(
+            &self,
+            kernel: &Kernel,
+            launch: &Launch,
+            inputs: &[Vec<f32>],
+        ) -> Result<Execution, RunError> {
+            let mut e = Interpreter.execute(kernel, launch, inputs)?;
+            (self.0)(&mut e.output);
+            Ok(e)
+        }
+    }
+
+    fn small_gemm() -> Problem {
+        Problem {
+            m: 40,
+            n: 24,
+            k: 36,
+            gemm: kittens_kernels::gemm_bf16::GemmConfig::small(),
+            ..Problem::default()
+        }
+    }
+
+    fn gemm() -> &'static KernelEntry {
+        kittens_kernels::by_name("gemm_bf16").unwrap()
+    }
+
+    #[test]
+    fn the_verdict_sees_a_wrong_output() {
+        let p = small_gemm();
+        let good = run(gemm(), &p, &Interpreter).unwrap();
+        assert!(good.passed && good.error.rel_err > 0.0, "{good:?}");
+        // One unwritten element (the output starts as NaN) fails the run.
+        let r = run(gemm(), &p, &Tampered(|o| o[7] = f32::NAN)).unwrap();
+        assert!(!r.passed && r.failures().len() == 1, "{r:?}");
+        // A whole row of zeros fails the fixed tolerance.
+        let r = run(gemm(), &p, &Tampered(|o| o[..24].fill(0.0))).unwrap();
+        assert!(!r.passed && r.error.rel_err > 1e-2, "{r:?}");
+        // An output of the wrong length is an error, not a comparison of the overlap.
+        let e = run(gemm(), &p, &Tampered(|o| o.truncate(5))).unwrap_err();
+        assert!(e.to_string().contains("returned 5 output elements"), "{e}");
+    }
+
+    #[test]
+    fn settings_are_checked_before_anything_runs() {
+        for t in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let p = Problem {
+                tolerance: Some(t),
+                ..small_gemm()
+            };
+            assert!(matches!(
+                validate(gemm(), &p, &Interpreter),
+                Err(RunError::Tolerance(_))
+            ));
+        }
+        let p = Problem {
+            input_scale: f32::NAN,
+            ..small_gemm()
+        };
+        assert!(validate(gemm(), &p, &Interpreter).is_err());
+        let p = Problem {
+            m: 0,
+            ..small_gemm()
+        };
+        let e = validate(gemm(), &p, &Interpreter).unwrap_err().to_string();
+        assert!(e.contains("m must be positive"), "{e}");
+    }
+
+    /// Each backend's work limit applies: a problem the interpreter may run is over the emulation's.
+    #[test]
+    fn work_is_checked_against_the_backends_limit() {
+        let p = Problem {
+            m: 2048,
+            n: 2048,
+            k: 1024,
+            ..Problem::default()
+        };
+        assert!(validate(gemm(), &p, &Interpreter).is_ok());
+        let emu = HipEmu::new(Target::Gfx950).unwrap();
+        let e = validate(gemm(), &p, &emu).unwrap_err().to_string();
+        assert!(
+            e.contains("HIP emulation work") && e.contains("2147483648 multiply-adds"),
+            "{e}"
+        );
+        assert!(matches!(
+            HipEmu::new(Target::Sm90a),
+            Err(RunError::NotAmd(Target::Sm90a))
+        ));
+    }
+}

@@ -1,10 +1,15 @@
-//! The two example kernels on the CPU interpreter against f64 references, on random inputs of several
-//! shapes including ones that are not multiples of the tile.
+//! The two example kernels on the CPU interpreter (the runner's `cpu` backend) against f64 references,
+//! on random inputs of several shapes including ones that are not multiples of the tile.
 
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::cpu::{run, Problem};
 use kittens_kernels::gemm_bf16::GemmConfig;
+use kittens_kernels::problem::Problem;
 use kittens_kernels::reference::AttnShape;
+use kittens_runtime::runner::{self, Interpreter, RunReport};
+
+fn run(name: &str, p: &Problem) -> Result<RunReport, runner::RunError> {
+    runner::run(kittens_kernels::by_name(name)?, p, &Interpreter)
+}
 
 /// bf16 output rounding alone is a relative error of up to 2^-9 per element; a Frobenius error of 1e-2
 /// leaves room for fp32 accumulation order and bf16 P in attention, and catches any indexing mistake
@@ -25,6 +30,7 @@ fn gemm(m: usize, n: usize, k: usize, gemm: GemmConfig) -> f64 {
     )
     .unwrap();
     assert!(r.error.rel_err < TOL, "gemm {m}x{n}x{k}: {:?}", r.error);
+    assert!(r.passed && r.tolerance == TOL, "gemm {m}x{n}x{k}: {r:?}");
     r.error.rel_err
 }
 
