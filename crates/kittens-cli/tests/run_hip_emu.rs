@@ -6,6 +6,16 @@
 use serde_json::Value;
 use std::process::Command;
 
+/// `kittens run <kernel> --backend hip-emu --target gfx950` and then `rest`.
+const GFX950: [&str; 5] = ["run", "--backend", "hip-emu", "--target", "gfx950"];
+
+fn emu_args<'a>(kernel: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut args = GFX950.to_vec();
+    args.insert(1, kernel);
+    args.extend_from_slice(rest);
+    args
+}
+
 fn kittens(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kittens"))
         .args(args)
@@ -15,27 +25,10 @@ fn kittens(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn hip_emu_gemm_ragged_k_passes_on_gfx950() {
-    let out = kittens(&[
-        "run",
+    let doc = json(&emu_args(
         "gemm_bf16",
-        "--backend",
-        "hip-emu",
-        "--target",
-        "gfx950",
-        "--m",
-        "64",
-        "--n",
-        "64",
-        "--k",
-        "68",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        &["--m", "64", "--n", "64", "--k", "68", "--json"],
+    ));
     assert_eq!(doc["passed"], Value::Bool(true), "{doc}");
     assert_eq!(doc["backend"], "hip-emu");
     assert_eq!(doc["target"], "gfx950");
@@ -122,27 +115,10 @@ fn hip_emu_and_cpu_give_the_same_report() {
 /// a size over the host budget is refused before anything is built.
 #[test]
 fn hip_emu_honours_tolerance_and_budget() {
-    let base = [
-        "run",
-        "gemm_bf16",
-        "--backend",
-        "hip-emu",
-        "--target",
-        "gfx950",
-    ];
-    let mut args = base.to_vec();
-    args.extend([
-        "--m",
-        "40",
-        "--n",
-        "40",
-        "--k",
-        "40",
-        "--tolerance",
-        "1e-9",
-        "--json",
-    ]);
-    let out = kittens(&args);
+    let tight: Vec<&str> = "--m 40 --n 40 --k 40 --tolerance 1e-9 --json"
+        .split(' ')
+        .collect();
+    let out = kittens(&emu_args("gemm_bf16", &tight));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(err.contains("failed its error check"), "{err}");
@@ -151,9 +127,8 @@ fn hip_emu_honours_tolerance_and_budget() {
         (&doc["passed"], &doc["tolerance"]),
         (&false.into(), &1e-9.into())
     );
-    let mut args = base.to_vec();
-    args.extend(["--m", "100000", "--n", "100000", "--k", "100000"]);
-    let out = kittens(&args);
+    let big = ["--m", "100000", "--n", "100000", "--k", "100000"];
+    let out = kittens(&emu_args("gemm_bf16", &big));
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(

@@ -243,4 +243,35 @@ mod tests {
             }
         }
     }
+
+    /// Every kernel's problem definition plans and builds, at the default problem, on every target it
+    /// lowers to, the kernel of the entry's name with the schedule its plan names; a kernel's tensors
+    /// are its launch's inputs and one output.
+    #[test]
+    fn problems_build_the_registered_kernel() {
+        let p = crate::problem::Problem::default();
+        for e in &ALL {
+            let def = e.problem();
+            for plan in e.targets.iter().filter(|t| t.status.available()) {
+                let t = plan.target;
+                let k = def
+                    .build(&p, t)
+                    .unwrap_or_else(|err| panic!("{} {t}: {err}", e.name));
+                assert!(
+                    k.name.starts_with(e.name),
+                    "{} {t}: built {}",
+                    e.name,
+                    k.name
+                );
+                assert!(
+                    plan.schedule.starts_with(k.schedule.name()),
+                    "{} {t}",
+                    e.name
+                );
+                let launch = def.plan(&p, t).unwrap().launch;
+                assert_eq!(launch.params.len(), k.params.len(), "{} {t}", e.name);
+                assert_eq!(launch.inputs.len() + 1, k.globals.len(), "{} {t}", e.name);
+            }
+        }
+    }
 }

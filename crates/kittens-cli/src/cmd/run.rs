@@ -148,17 +148,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let entry = args.kernel;
     let p = problem(&args)?;
     let backend = backend(&args)?;
-    if args.ir && backend.target() != Target::Cpu {
+    let target = backend.about().target;
+    if args.ir && target != Target::Cpu {
         bail!("--ir prints the interpreter's kernel; use `kittens compile --emit hip` for the HIP");
     }
-    let on = match backend.target() {
+    let on = match target {
         Target::Cpu => "on the CPU interpreter".to_string(),
         t => format!("for {t} on the HIP emulation"),
     };
     let r = runner::run(entry, &p, backend.as_ref())
         .with_context(|| format!("running `{}` {on}", entry.name))?;
     let ir = match args.ir {
-        true => Some(entry.problem().build(&p, backend.target())?.to_string()),
+        true => Some(entry.problem().build(&p, target)?.to_string()),
         false => None,
     };
     if args.json {

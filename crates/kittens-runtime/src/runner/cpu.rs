@@ -1,12 +1,10 @@
 //! The `cpu` backend: the tile-language interpreter (`kittens_kernels::exec::interpret`), which
 //! executes the kernel's tile program with the storage numerics of its dtypes.
 
-use super::{Backend, Execution, RunError};
+use super::{About, Backend, Execution, Job, RunError};
 use kittens_hw::Target;
-use kittens_ir::Kernel;
-use kittens_kernels::budget::{self, WorkLimit};
+use kittens_kernels::budget;
 use kittens_kernels::exec::interpret;
-use kittens_kernels::problem::Launch;
 use std::time::Instant;
 
 /// The interpreter as a runner backend.
@@ -14,28 +12,19 @@ use std::time::Instant;
 pub struct Interpreter;
 
 impl Backend for Interpreter {
-    fn name(&self) -> &'static str {
-        "cpu"
+    fn about(&self) -> About {
+        About {
+            name: "cpu",
+            target: Target::Cpu,
+            work: budget::INTERPRETER_WORK,
+        }
     }
 
-    fn target(&self) -> Target {
-        Target::Cpu
-    }
-
-    fn work_limit(&self) -> WorkLimit {
-        budget::INTERPRETER_WORK
-    }
-
-    fn execute(
-        &self,
-        kernel: &Kernel,
-        launch: &Launch,
-        inputs: &[Vec<f32>],
-    ) -> Result<Execution, RunError> {
+    fn execute(&self, job: &Job) -> Result<Execution, RunError> {
         // One block's shared and register tiles live on the host while it runs.
-        budget::check_block_state(kernel)?;
-        let t0 = Instant::now();
-        let (output, stats) = interpret(kernel, &launch.params, inputs.to_vec(), launch.output)?;
+        budget::check_block_state(job.kernel)?;
+        let (l, t0) = (job.launch, Instant::now());
+        let (output, stats) = interpret(job.kernel, &l.params, job.inputs.to_vec(), l.output)?;
         Ok(Execution {
             output,
             blocks: stats.blocks,

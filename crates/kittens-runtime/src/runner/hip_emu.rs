@@ -2,12 +2,10 @@
 //! emulation header and run there ([`crate::amd::emulate`]). Tensors travel as bf16 bits; the output is
 //! poisoned with NaN, so an element the kernel does not write fails the comparison.
 
-use super::{Backend, Execution, RunError};
+use super::{About, Backend, Execution, Job, RunError};
 use crate::amd::emulate::{Emulator, HostTensor};
 use kittens_hw::{Arch, Target};
-use kittens_ir::Kernel;
 use kittens_kernels::budget::WorkLimit;
-use kittens_kernels::problem::Launch;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -55,24 +53,20 @@ fn bf16_floats(b: &[u8]) -> Vec<f32> {
 }
 
 impl Backend for HipEmu {
-    fn name(&self) -> &'static str {
-        "hip-emu"
+    fn about(&self) -> About {
+        About {
+            name: "hip-emu",
+            target: self.target,
+            work: EMU_WORK,
+        }
     }
 
-    fn target(&self) -> Target {
-        self.target
-    }
-
-    fn work_limit(&self) -> WorkLimit {
-        EMU_WORK
-    }
-
-    fn execute(
-        &self,
-        kernel: &Kernel,
-        launch: &Launch,
-        inputs: &[Vec<f32>],
-    ) -> Result<Execution, RunError> {
+    fn execute(&self, job: &Job) -> Result<Execution, RunError> {
+        let Job {
+            kernel,
+            launch,
+            inputs,
+        } = *job;
         let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
         let t0 = Instant::now();
         let emu = match built.take() {

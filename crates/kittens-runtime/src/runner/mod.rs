@@ -69,28 +69,38 @@ pub struct Execution {
     pub run_seconds: f64,
 }
 
-/// Where a kernel executes: given the kernel built for [`Backend::target`], its launch and the inputs
-/// (in declaration order), return the output. A backend never sees the reference or the verdict.
-pub trait Backend {
+/// What a backend is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct About {
     /// The name in reports and on the command line (`cpu`, `hip-emu`).
-    fn name(&self) -> &'static str;
-    /// The target the kernel is built for (`Target::Cpu` for the interpreter).
-    fn target(&self) -> Target;
+    pub name: &'static str,
+    /// The target kernels are built for (`Target::Cpu` for the interpreter).
+    pub target: Target,
     /// How much one run may execute on this backend.
-    fn work_limit(&self) -> WorkLimit;
-    fn execute(
-        &self,
-        kernel: &Kernel,
-        launch: &Launch,
-        inputs: &[Vec<f32>],
-    ) -> Result<Execution, RunError>;
+    pub work: WorkLimit,
+}
+
+/// One execution a backend is given: the kernel built for its target, the launch, and the inputs in
+/// declaration order.
+#[derive(Debug, Clone, Copy)]
+pub struct Job<'a> {
+    pub kernel: &'a Kernel,
+    pub launch: &'a Launch,
+    pub inputs: &'a [Vec<f32>],
+}
+
+/// Where a kernel executes: given a [`Job`], return the output. A backend never sees the reference or
+/// the verdict.
+pub trait Backend {
+    fn about(&self) -> About;
+    fn execute(&self, job: &Job) -> Result<Execution, RunError>;
 }
 
 /// The report of one run, the same on every backend (`kittens run --json` prints it).
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct RunReport {
     pub kernel: String,
-    /// [`Backend::name`].
+    /// [`About::name`].
     pub backend: &'static str,
     pub target: Target,
     /// The GPU model the kernel was configured for (its tiles and budgets); `None` on the CPU.
@@ -143,16 +153,17 @@ pub fn validate(
     if let Some(t) = p.tolerance.filter(|t| !(t.is_finite() && *t > 0.0)) {
         return Err(RunError::Tolerance(t));
     }
-    let plan = entry.problem().plan(p, backend.target())?;
-    budget::check_work(&plan.what, plan.work, backend.work_limit())?;
+    let about = backend.about();
+    let plan = entry.problem().plan(p, about.target)?;
+    budget::check_work(&plan.what, plan.work, about.work)?;
     Ok(plan)
 }
 
 /// Runs `entry` at `p` on `backend` and judges it (see the module documentation for the order).
 pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<RunReport, RunError> {
     let plan = validate(entry, p, backend)?;
-    let def = entry.problem();
-    let kernel = def.build(p, backend.target())?;
+    let (def, about) = (entry.problem(), backend.about());
+    let kernel = def.build(p, about.target)?;
     let mut rng = SmallRng::seed_from_u64(p.seed);
     let inputs: Vec<Vec<f32>> = plan
         .launch
@@ -160,10 +171,14 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
         .iter()
         .map(|&len| random_scaled(&mut rng, len, DType::Bf16, p.input_scale))
         .collect();
-    let run = backend.execute(&kernel, &plan.launch, &inputs)?;
+    let run = backend.execute(&Job {
+        kernel: &kernel,
+        launch: &plan.launch,
+        inputs: &inputs,
+    })?;
     if run.output.len() != plan.launch.output {
         return Err(RunError::Output {
-            backend: backend.name(),
+            backend: about.name,
             got: run.output.len(),
             want: plan.launch.output,
         });
@@ -177,9 +192,9 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
     shape["schedule"] = kernel.schedule.name().into();
     Ok(RunReport {
         kernel: kernel.name.clone(),
-        backend: backend.name(),
-        target: backend.target(),
-        configured_for: backend.target().gpu().map(|g| g.name),
+        backend: about.name,
+        target: about.target,
+        configured_for: about.target.gpu().map(|g| g.name),
         shape,
         error,
         baseline,
@@ -205,22 +220,14 @@ mod tests {
     struct Tampered(fn(&mut Vec<f32>));
 
     impl Backend for Tampered {
-        fn name(&self) -> &'static str {
-            "tampered"
+        fn about(&self) -> About {
+            About {
+                name: "tampered",
+                ..Interpreter.about()
+            }
         }
-        fn target(&self) -> Target {
-            Target::Cpu
-        }
-        fn work_limit(&self) -> WorkLimit {
-            budget::INTERPRETER_WORK
-        }
-        fn execute(
-            &self,
-            kernel: &Kernel,
-            launch: &Launch,
-            inputs: &[Vec<f32>],
-        ) -> Result<Execution, RunError> {
-            let mut e = Interpreter.execute(kernel, launch, inputs)?;
+        fn execute(&self, job: &Job) -> Result<Execution, RunError> {
+            let mut e = Interpreter.execute(job)?;
             (self.0)(&mut e.output);
             Ok(e)
         }
