@@ -158,9 +158,10 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     };
     let r = runner::run(entry, &p, backend.as_ref())
         .with_context(|| format!("running `{}` {on}", entry.name))?;
-    let ir = match args.ir {
-        true => Some(entry.problem().build(&p, target)?.to_string()),
-        false => None,
+    let ir = if args.ir {
+        Some(entry.problem().build(&p, target)?.to_string())
+    } else {
+        None
     };
     if args.json {
         let mut v = serde_json::to_value(&r)?;
