@@ -1,9 +1,20 @@
 //! `kittens run --backend hip-emu`: the lowered HIP for an AMD target, run on this CPU through the
-//! emulation header, with the same report as `--backend cpu`. The GEMM shape has K = 68, not a multiple
+//! emulation header, with the same report as `--backend cpu` (one runner: same inputs, references,
+//! verdicts, budget). The GEMM shape has K = 68, not a multiple
 //! of the 8-element chunk a lane loads: before element-granular ragged edges it reported rel_err 0.25.
 
 use serde_json::Value;
 use std::process::Command;
+
+/// `kittens run <kernel> --backend hip-emu --target gfx950` and then `rest`.
+const GFX950: [&str; 5] = ["run", "--backend", "hip-emu", "--target", "gfx950"];
+
+fn emu_args<'a>(kernel: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
+    let mut args = GFX950.to_vec();
+    args.insert(1, kernel);
+    args.extend_from_slice(rest);
+    args
+}
 
 fn kittens(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_kittens"))
@@ -14,27 +25,10 @@ fn kittens(args: &[&str]) -> std::process::Output {
 
 #[test]
 fn hip_emu_gemm_ragged_k_passes_on_gfx950() {
-    let out = kittens(&[
-        "run",
+    let doc = json(&emu_args(
         "gemm_bf16",
-        "--backend",
-        "hip-emu",
-        "--target",
-        "gfx950",
-        "--m",
-        "64",
-        "--n",
-        "64",
-        "--k",
-        "68",
-        "--json",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        &["--m", "64", "--n", "64", "--k", "68", "--json"],
+    ));
     assert_eq!(doc["passed"], Value::Bool(true), "{doc}");
     assert_eq!(doc["backend"], "hip-emu");
     assert_eq!(doc["target"], "gfx950");
@@ -68,4 +62,77 @@ fn hip_emu_needs_an_amd_target() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(needle), "{args:?}: {err}");
     }
+}
+
+fn json(args: &[&str]) -> Value {
+    let out = kittens(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON document")
+}
+
+/// Attention at logits past ±64 on both backends: the same JSON keys, both judged by the test rule on
+/// the same inputs (so the same baseline error and the same largest logit), both passing.
+#[test]
+fn hip_emu_and_cpu_give_the_same_report() {
+    let run = |backend: &[&str]| {
+        let mut args = vec!["run", "attn_fwd", "--seq", "77", "--input-scale", "8"];
+        args.extend_from_slice(backend);
+        args.push("--json");
+        json(&args)
+    };
+    let emu = run(&["--backend", "hip-emu", "--target", "gfx942"]);
+    let cpu = run(&["--backend", "cpu"]);
+    let keys = |v: &Value| {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&emu), keys(&cpu));
+    assert_eq!(
+        (&emu["backend"], &emu["target"]),
+        (&"hip-emu".into(), &"gfx942".into())
+    );
+    assert_eq!(
+        (&cpu["backend"], &cpu["target"]),
+        (&"cpu".into(), &"cpu".into())
+    );
+    for doc in [&emu, &cpu] {
+        assert_eq!(doc["passed"], true, "{doc}");
+        assert!(doc["max_abs_logit"].as_f64().unwrap() >= 64.0, "{doc}");
+        let checks = doc["checks"].as_array().unwrap();
+        assert_eq!(checks.len(), 2, "{doc}");
+        assert!(checks.iter().all(|c| c["baseline"].is_number()), "{doc}");
+    }
+    assert_eq!(emu["baseline"], cpu["baseline"]);
+    assert_eq!(emu["max_abs_logit"], cpu["max_abs_logit"]);
+}
+
+/// `--tolerance` applies on hip-emu as on cpu: a bound below the error fails with exit status 1, and
+/// a size over the host budget is refused before anything is built.
+#[test]
+fn hip_emu_honours_tolerance_and_budget() {
+    let tight: Vec<&str> = "--m 40 --n 40 --k 40 --tolerance 1e-9 --json"
+        .split(' ')
+        .collect();
+    let out = kittens(&emu_args("gemm_bf16", &tight));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("failed its error check"), "{err}");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(
+        (&doc["passed"], &doc["tolerance"]),
+        (&false.into(), &1e-9.into())
+    );
+    let big = ["--m", "100000", "--n", "100000", "--k", "100000"];
+    let out = kittens(&emu_args("gemm_bf16", &big));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("limit of 4294967296 bytes (4.0 GiB) of host tensors"),
+        "{err}"
+    );
 }

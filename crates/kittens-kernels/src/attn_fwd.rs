@@ -15,6 +15,8 @@
 //! 0.1 in the exponent, a 6e-2 relative error of the output, where PyTorch-style bf16 attention (f32
 //! scores) has 4e-3. The running max is kept on unscaled scores (`c > 0` preserves the order).
 
+pub mod problem;
+
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, Schedule};

@@ -1,5 +1,5 @@
-//! The CPU run's size budget: how much a run on the interpreter ([`crate::cpu::run`]) may allocate and
-//! execute. Every amount is computed with overflow-checked arithmetic and checked before anything is
+//! The size budget of a run on random inputs (`kittens_runtime::runner`): how much host memory it may
+//! hold and, per backend, how much it may execute. Every amount is computed with overflow-checked arithmetic and checked before anything is
 //! allocated or built, so a mistyped size is a clear error naming the limit — not an abort after a
 //! 40 GB allocation, a wrapped size, or a run that never ends.
 
@@ -14,6 +14,20 @@ pub const HOST_BYTES: u64 = 4 << 30;
 /// interpreter really computes). The interpreter does about 1.5·10⁸ per second on two cores, so this is
 /// about two minutes; the f64 reference costs about as much again.
 pub const WORK_MACS: u64 = 1 << 34;
+
+/// How much one backend may execute in a run: multiply-adds on the problem padded to whole tiles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WorkLimit {
+    pub macs: u64,
+    /// Who executes them, for the message (`interpreter`, `HIP emulation`).
+    pub executor: &'static str,
+}
+
+/// The interpreter's limit, [`WORK_MACS`].
+pub const INTERPRETER_WORK: WorkLimit = WorkLimit {
+    macs: WORK_MACS,
+    executor: "interpreter",
+};
 
 /// Bytes of interpreter state per block (every shared tile and every wave's register tiles, held as
 /// f32); one block per host thread is live at a time.
@@ -68,14 +82,21 @@ pub fn check_host_bytes(what: &str, need: Option<u64>) -> Result<(), KernelError
     }
 }
 
-/// Refuses `need` multiply-adds (`None`: overflowed) over [`WORK_MACS`].
-pub fn check_work(what: &str, need: Option<u64>) -> Result<(), KernelError> {
+/// Refuses `need` multiply-adds (`None`: overflowed) over `limit`.
+pub fn check_work(what: &str, need: Option<u64>, limit: WorkLimit) -> Result<(), KernelError> {
     match need {
-        Some(n) if n <= WORK_MACS => Ok(()),
+        Some(n) if n <= limit.macs => Ok(()),
         _ => Err(over(
-            format!("interpreter work of {what} (multiply-adds, padded to whole tiles)"),
+            format!(
+                "{} work of {what} (multiply-adds, padded to whole tiles)",
+                limit.executor
+            ),
             count(need),
-            format!("{} multiply-adds (2^34)", WORK_MACS),
+            format!(
+                "{} multiply-adds (2^{:.1})",
+                limit.macs,
+                (limit.macs as f64).log2()
+            ),
         )),
     }
 }
@@ -166,11 +187,12 @@ mod tests {
             e.contains("more than 2^64 bytes") && e.contains("4294967296 bytes"),
             "{e}"
         );
-        let e = check_work("attn_fwd", Some(WORK_MACS + 1))
+        let e = check_work("attn_fwd", Some(WORK_MACS + 1), INTERPRETER_WORK)
             .unwrap_err()
             .to_string();
-        assert!(e.contains("17179869184 multiply-adds"), "{e}");
-        assert!(check_work("x", Some(WORK_MACS)).is_ok());
+        assert!(e.contains("17179869184 multiply-adds (2^34.0)"), "{e}");
+        assert!(e.contains("interpreter work of attn_fwd"), "{e}");
+        assert!(check_work("x", Some(WORK_MACS), INTERPRETER_WORK).is_ok());
         let e = check_tile_side("gemm_bf16", "k_step", 100000)
             .unwrap_err()
             .to_string();

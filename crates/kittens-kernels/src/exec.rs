@@ -1,41 +1,65 @@
-//! Running a kernel on the CPU interpreter on the caller's own inputs and returning its output — what the
-//! Python package's CPU path calls (`crate::cpu` runs kernels on random inputs and checks them instead).
+//! Running a kernel on the CPU interpreter on given inputs and returning its output: [`interpret`] is
+//! the interpreter backend of the runner (`kittens_runtime::runner`), and [`gemm_abt`] / [`attention`]
+//! are the Python package's CPU path on the caller's own inputs, laid out by the kernels' problem
+//! definitions (`crate::problem::KernelProblem::launch`).
 //!
 //! Inputs are f32 values that are already bf16 (the interpreter rounds every input to its dtype anyway;
 //! bf16 values pass unchanged), laid out as the kernel's globals declare them. The output is bf16-exact
-//! f32. Sizes are checked here, with checked arithmetic, before anything is built or allocated.
+//! f32. Sizes are checked, with checked arithmetic, before anything is built or allocated.
 
-use crate::attn_fwd::AttnConfig;
-use crate::gemm_bf16::GemmConfig;
+use crate::attn_fwd::{problem::AttnProblem, AttnConfig};
+use crate::gemm_bf16::{problem::GemmProblem, GemmConfig};
+use crate::problem::{KernelProblem, Launch, Problem};
 use crate::reference::AttnShape;
 use crate::KernelError;
-use kittens_ir::interp;
+use kittens_hw::Target;
+use kittens_ir::interp::{self, RunStats};
+use kittens_ir::Kernel;
 
-fn config(msg: String) -> KernelError {
-    KernelError::Config(msg)
-}
-
-/// `a·b·…` with overflow reported as a configuration error naming `what`.
-fn product(dims: &[usize], what: &str) -> Result<usize, KernelError> {
-    dims.iter()
-        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| config(format!("{what}: {dims:?} overflows the address space")))
+/// Runs `kernel` with `params` on the interpreter: `inputs` are its input tensors in declaration order,
+/// followed by one output of `output` elements, poisoned with NaN so that an element the kernel does
+/// not write shows in any comparison. The interpreter refuses a write to a read-only tensor. Returns
+/// the output and the run's counts.
+pub fn interpret(
+    kernel: &Kernel,
+    params: &[i64],
+    inputs: Vec<Vec<f32>>,
+    output: usize,
+) -> Result<(Vec<f32>, RunStats), KernelError> {
+    let mut t = inputs;
+    t.push(vec![f32::NAN; output]);
+    let stats = interp::run(kernel, params, &mut t)?;
+    Ok((t.pop().unwrap_or_default(), stats))
 }
 
 fn check_len(name: &str, got: usize, want: usize) -> Result<(), KernelError> {
     if got == want {
         Ok(())
     } else {
-        Err(config(format!(
+        Err(KernelError::Config(format!(
             "{name} holds {got} elements, the problem needs {want}"
         )))
     }
 }
 
-/// Kernel parameters are `i64`; a size that does not fit is refused.
-fn param(x: usize, what: &str) -> Result<i64, KernelError> {
-    i64::try_from(x)
-        .map_err(|_| config(format!("{what} = {x} exceeds the kernel's i64 parameters")))
+/// The caller's tensors, named for messages, against the sizes `launch` needs.
+fn check_lens(launch: &Launch, inputs: &[(&str, &[f32])]) -> Result<(), KernelError> {
+    for ((name, t), &want) in inputs.iter().zip(&launch.inputs) {
+        check_len(name, t.len(), want)?;
+    }
+    Ok(())
+}
+
+/// Runs `def`'s kernel for `p` on the interpreter on the caller's (checked) tensors.
+fn run_on(
+    def: &dyn KernelProblem,
+    p: &Problem,
+    launch: Launch,
+    inputs: &[(&str, &[f32])],
+) -> Result<Vec<f32>, KernelError> {
+    let kernel = def.build(p, Target::Cpu)?;
+    let tensors = inputs.iter().map(|(_, t)| t.to_vec()).collect();
+    Ok(interpret(&kernel, &launch.params, tensors, launch.output)?.0)
 }
 
 /// `C = A·Bᵀ` through `gemm_bf16` (HipKittens Appendix E.1 tiles, the ping-pong schedule): A is
@@ -48,17 +72,20 @@ pub fn gemm_abt(
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>, KernelError> {
-    check_len("A", a.len(), product(&[m, k], "A")?)?;
-    check_len("B", b.len(), product(&[n, k], "B")?)?;
-    let c_len = product(&[m, n], "C")?;
-    if c_len == 0 || k == 0 {
-        return Ok(vec![0.0; c_len]);
+    let p = Problem {
+        m,
+        n,
+        k,
+        gemm: GemmConfig::default(),
+        ..Problem::default()
+    };
+    let launch = GemmProblem.launch(&p)?;
+    let inputs = [("A", a), ("B", b)];
+    check_lens(&launch, &inputs)?;
+    if launch.output == 0 || k == 0 {
+        return Ok(vec![0.0; launch.output]);
     }
-    let params = [param(m, "m")?, param(n, "n")?, param(k, "k")?];
-    let kernel = crate::gemm_bf16::build(&GemmConfig::default())?;
-    let mut t = vec![a.to_vec(), b.to_vec(), vec![0.0; c_len]];
-    interp::run(&kernel, &params, &mut t)?;
-    Ok(t.pop().unwrap_or_default())
+    run_on(&GemmProblem, &p, launch, &inputs)
 }
 
 /// Head dimensions `attention` accepts: `attn_fwd` tiles the head dimension in 32-column steps, and 256
@@ -76,50 +103,33 @@ pub fn attention(
     causal: bool,
 ) -> Result<Vec<f32>, KernelError> {
     if !ATTN_DIMS.contains(&sh.dim) || !sh.dim.is_multiple_of(32) {
-        return Err(config(format!(
+        return Err(KernelError::Config(format!(
             "head dimension {} is not supported: attn_fwd takes multiples of 32 from {} to {}",
             sh.dim,
             ATTN_DIMS.start(),
             ATTN_DIMS.end()
         )));
     }
-    if sh.heads_kv == 0 || !sh.heads.is_multiple_of(sh.heads_kv) {
-        return Err(config(format!(
-            "{} query heads cannot be grouped over {} key/value heads (GQA needs a divisor)",
-            sh.heads, sh.heads_kv
-        )));
-    }
-    let len = |h: usize, what: &str| product(&[sh.batch, h, sh.seq, sh.dim], what);
-    check_len("Q", q.len(), len(sh.heads, "Q")?)?;
-    check_len("K", k.len(), len(sh.heads_kv, "K")?)?;
-    check_len("V", v.len(), len(sh.heads_kv, "V")?)?;
-    let o_len = len(sh.heads, "O")?;
-    if o_len == 0 {
+    let p = Problem {
+        attn: *sh,
+        causal,
+        attn_cfg: AttnConfig::default(),
+        ..Problem::default()
+    };
+    let launch = AttnProblem.launch(&p)?;
+    let inputs = [("Q", q), ("K", k), ("V", v)];
+    check_lens(&launch, &inputs)?;
+    if launch.output == 0 {
         return Ok(Vec::new());
     }
-    let cfg = AttnConfig {
-        dim: sh.dim as u32,
-        causal,
-        layout: sh.layout,
-        ..AttnConfig::default()
-    };
-    let kernel = crate::attn_fwd::build(&cfg)?;
-    let params = [
-        param(sh.batch, "batch")?,
-        param(sh.heads, "heads")?,
-        param(sh.heads_kv, "heads_kv")?,
-        param(sh.seq, "seq")?,
-    ];
-    let mut t = vec![q.to_vec(), k.to_vec(), v.to_vec(), vec![0.0; o_len]];
-    interp::run(&kernel, &params, &mut t)?;
-    Ok(t.pop().unwrap_or_default())
+    run_on(&AttnProblem, &p, launch, &inputs)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::attn_fwd::AttnLayout;
-    use crate::cpu::random;
+    use crate::problem::random;
     use crate::reference::{self, compare};
     use kittens_hw::dtype::DType;
     use rand::rngs::SmallRng;

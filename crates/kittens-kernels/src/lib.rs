@@ -1,16 +1,17 @@
 //! The kernels, written once in the tile language (`kittens_ir::KernelBuilder`) and lowered per target.
 //!
 //! Each kernel module has a config and `build(&Config) -> Result<Kernel, KernelError>` that every
-//! backend uses; [`reference`] holds the f64 references; [`cpu`] runs a kernel on the interpreter on
-//! random inputs and reports its error; [`exec`] runs one on the caller's inputs and returns its output;
-//! [`registry`] lists every kernel with its targets, and is how the CLI, the runtime and the tests reach
-//! them.
+//! backend uses, and a `problem` submodule saying how it runs at a problem's sizes ([`problem`]: its
+//! launch, budget, reference and tolerance); [`reference`] holds the f64 references and the check rule;
+//! [`exec`] runs a kernel on the interpreter on the caller's inputs; [`registry`] lists every kernel with
+//! its targets and problem definition, and is how the CLI, the runtime and the tests reach them. The
+//! runner that executes a problem on random inputs on a backend is `kittens_runtime::runner`.
 
 pub mod attn_fwd;
 pub mod budget;
-pub mod cpu;
 pub mod exec;
 pub mod gemm_bf16;
+pub mod problem;
 pub mod reference;
 pub mod registry;
 
@@ -30,8 +31,8 @@ pub enum KernelError {
     Unknown(String),
     #[error("invalid problem: {0}")]
     Problem(String),
-    /// A size over the CPU run's budget (`budget`), or one whose count overflows 64 bits.
-    #[error("{what}: {need}, over the CPU run's limit of {limit}")]
+    /// A size over a run's budget (`budget`), or one whose count overflows 64 bits.
+    #[error("{what}: {need}, over the run's limit of {limit}")]
     OverBudget {
         what: String,
         need: String,

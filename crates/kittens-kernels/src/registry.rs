@@ -1,8 +1,10 @@
 //! The kernel registry: every kernel of the suite, the targets it lowers to and, for each, the schedule
-//! it is built with there and how far it has got. The CLI, the runtime and the tests reach kernels
-//! through it (`registry::by_name(name)?.build_for(target)`); error messages and `kittens list` are
-//! generated from it.
+//! it is built with there and how far it has got, and its problem definition (how it runs at a
+//! problem's sizes: `crate::problem::KernelProblem`). The CLI, the runtime and the tests reach kernels
+//! through it (`registry::by_name(name)?.build_for(target)`, `.problem()`); error messages and
+//! `kittens list` are generated from it.
 
+use crate::problem::KernelProblem;
 use crate::{attn_fwd, gemm_bf16, KernelError};
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
@@ -60,6 +62,8 @@ pub struct KernelEntry {
     build_default: fn() -> Result<Kernel, KernelError>,
     #[serde(skip)]
     build_gpu: fn(&Gpu) -> Result<Kernel, KernelError>,
+    #[serde(skip)]
+    problem: &'static dyn KernelProblem,
 }
 
 impl KernelEntry {
@@ -97,6 +101,11 @@ impl KernelEntry {
     pub fn build_default(&self) -> Result<Kernel, KernelError> {
         (self.build_default)()
     }
+
+    /// How the kernel runs at a problem's sizes: launch, budget, reference, tolerance.
+    pub fn problem(&self) -> &'static dyn KernelProblem {
+        self.problem
+    }
 }
 
 const GEMM_BF16: KernelEntry = KernelEntry {
@@ -128,6 +137,7 @@ const GEMM_BF16: KernelEntry = KernelEntry {
     ],
     build_default: || gemm_bf16::build(&gemm_bf16::GemmConfig::default()),
     build_gpu: |gpu| gemm_bf16::build(&gemm_bf16::GemmConfig::for_gpu(gpu)),
+    problem: &gemm_bf16::problem::GemmProblem,
 };
 
 const ATTN_FWD: KernelEntry = KernelEntry {
@@ -162,6 +172,7 @@ const ATTN_FWD: KernelEntry = KernelEntry {
     build_default: || attn_fwd::build(&attn_fwd::AttnConfig::default()),
     // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`).
     build_gpu: |_| attn_fwd::build(&attn_fwd::AttnConfig::default()),
+    problem: &attn_fwd::problem::AttnProblem,
 };
 
 /// Every kernel of the suite, in the order `kittens list` prints them.
@@ -229,6 +240,37 @@ mod tests {
                         assert!(msg.contains(why) && msg.contains(t.name()), "{msg}");
                     }
                 }
+            }
+        }
+    }
+
+    /// Every kernel's problem definition plans and builds, at the default problem, on every target it
+    /// lowers to, the kernel of the entry's name with the schedule its plan names; a kernel's tensors
+    /// are its launch's inputs and one output.
+    #[test]
+    fn problems_build_the_registered_kernel() {
+        let p = crate::problem::Problem::default();
+        for e in &ALL {
+            let def = e.problem();
+            for plan in e.targets.iter().filter(|t| t.status.available()) {
+                let t = plan.target;
+                let k = def
+                    .build(&p, t)
+                    .unwrap_or_else(|err| panic!("{} {t}: {err}", e.name));
+                assert!(
+                    k.name.starts_with(e.name),
+                    "{} {t}: built {}",
+                    e.name,
+                    k.name
+                );
+                assert!(
+                    plan.schedule.starts_with(k.schedule.name()),
+                    "{} {t}",
+                    e.name
+                );
+                let launch = def.plan(&p, t).unwrap().launch;
+                assert_eq!(launch.params.len(), k.params.len(), "{} {t}", e.name);
+                assert_eq!(launch.inputs.len() + 1, k.globals.len(), "{} {t}", e.name);
             }
         }
     }

@@ -11,7 +11,7 @@ mod amd_common;
 mod gemm;
 
 use kittens_codegen::hip::lower;
-use kittens_hw::Arch;
+use kittens_hw::{Arch, Target};
 use kittens_ir::Kernel;
 use kittens_runtime::amd::emulate::{Emulator, HostTensor};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -183,63 +183,45 @@ fn swizzled_tiles_run_right_on_both_targets() {
     }
 }
 
-/// Run the lowered attention on random bf16 inputs, uniform in [-8, 8) (logits up to about ±90 at
-/// head dim 128), for each shape and judge it against the f64 reference
-/// (`kittens_kernels::reference::attention`) by the test rule (`check_rule`: at most 2x the error of
-/// PyTorch-style bf16 attention, plus a floor) on `rel_err` and `max_rel`; returns the worst `rel_err`
-/// (‖out − ref‖_F / ‖ref‖_F).
+/// Run the registry's attention, lowered for `target` as the runner's `hip-emu` backend builds it (the
+/// target GPU's tiles; head dim, causality and layout from the shape), on random bf16 inputs uniform in
+/// [-8, 8) (`input_scale` 8: logits up to about ±90 at head dim 128) for each shape, and judge it as
+/// every backend is judged (`kittens_kernels::reference::judge`: the test rule `check_rule`, at most 2x
+/// the error of PyTorch-style bf16 attention against the same f64 reference plus a floor, on `rel_err`
+/// and `max_rel`); returns the reports.
 fn check_attention(
-    cfg: &kittens_kernels::attn_fwd::AttnConfig,
-    arch: Arch,
+    target: kittens_hw::Target,
+    causal: bool,
     shapes: &[kittens_kernels::reference::AttnShape],
-) -> f64 {
-    use kittens_kernels::reference::{attention, attention_bf16_baseline, check_rule, compare};
-    let kernel = kittens_kernels::attn_fwd::build(cfg).expect("attn_fwd builds");
-    let emu = Emulator::build(&kernel, arch).expect("lowers and compiles for the host");
-    let mut worst = 0.0f64;
+) -> Vec<kittens_runtime::runner::RunReport> {
+    use kittens_kernels::problem::Problem;
+    use kittens_runtime::runner::{run, HipEmu};
+    let entry = kittens_kernels::by_name("attn_fwd").unwrap();
+    let emu = HipEmu::new(target).unwrap();
+    let mut reports = Vec::new();
     for sh in shapes {
-        assert_eq!(sh.layout, cfg.layout);
-        let mut rng = SmallRng::seed_from_u64((sh.seq * 7 + sh.heads) as u64);
-        let mut gen = |len: usize| {
-            (0..len)
-                .map(|_| bf16_bits(rng.gen_range(-8.0f32..8.0)))
-                .collect::<Vec<u16>>()
+        let p = Problem {
+            attn: *sh,
+            causal,
+            input_scale: 8.0,
+            seed: (sh.seq * 7 + sh.heads) as u64,
+            ..Problem::default()
         };
-        let (q, k, v) = (
-            gen(sh.len(sh.heads)),
-            gen(sh.len(sh.heads_kv)),
-            gen(sh.len(sh.heads_kv)),
-        );
-        let mut t = vec![
-            HostTensor::Data(bytes(&q)),
-            HostTensor::Data(bytes(&k)),
-            HostTensor::Data(bytes(&v)),
-            HostTensor::Data(nan_words(sh.len(sh.heads))),
-        ];
-        let params = [sh.batch, sh.heads, sh.heads_kv, sh.seq].map(|x| x as i64);
-        emu.run(&params, &mut t, None)
-            .unwrap_or_else(|e| panic!("{sh:?}: {e}"));
-        let HostTensor::Data(o) = &t[3] else {
-            unreachable!()
-        };
-        let o: Vec<f32> = words(o).into_iter().map(f32_of).collect();
-        let f = |t: &[u16]| t.iter().map(|&x| f32_of(x)).collect::<Vec<f32>>();
-        let (q, k, v) = (f(&q), f(&k), f(&v));
-        let r = attention(&q, &k, &v, sh, cfg.causal);
-        let e = compare(&o, &r);
-        let b = compare(&attention_bf16_baseline(&q, &k, &v, sh, cfg.causal), &r);
+        let r = run(entry, &p, &emu).unwrap_or_else(|e| panic!("{target} {sh:?}: {e}"));
         eprintln!(
-            "{} {} {sh:?}: {e:?}, baseline {b:?}",
-            kernel.name,
-            arch.target()
+            "{} {target} {sh:?}: {:?}, baseline {:?}, max |logit| {:?}",
+            r.kernel, r.error, r.baseline, r.max_abs_logit
         );
-        for (ours, base) in [(e.rel_err, b.rel_err), (e.max_rel, b.max_rel)] {
-            let v = check_rule(ours, base);
-            assert!(v.passed, "{} {sh:?}: {v:?}", arch.target());
+        let metrics: Vec<&str> = r.checks.iter().map(|c| c.metric).collect();
+        assert_eq!(metrics, ["rel_err", "max_rel"], "{target} {sh:?}");
+        for c in &r.checks {
+            assert!(c.verdict.baseline.is_some(), "{target} {sh:?}: by the rule");
+            assert!(c.verdict.passed, "{target} {sh:?}: {c:?}");
         }
-        worst = worst.max(e.rel_err);
+        assert!(r.passed, "{target} {sh:?}: {r:?}");
+        reports.push(r);
     }
-    worst
+    reports
 }
 
 /// Attention shapes: GQA (4 query heads on 2 KV heads), a sequence that is not a multiple of the
@@ -263,19 +245,14 @@ fn attn_shapes(
 /// target, causal and not, BSHD and BHSD.
 #[test]
 fn lowered_attention_matches_f64_both_paths() {
-    use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
-    for arch in [Arch::Cdna4, Arch::Cdna3] {
+    use kittens_kernels::attn_fwd::AttnLayout;
+    for target in [Target::Gfx950, Target::Gfx942] {
         for (causal, layout) in [(false, AttnLayout::Bshd), (true, AttnLayout::Bhsd)] {
-            let cfg = AttnConfig {
-                causal,
-                layout,
-                ..AttnConfig::default()
-            };
-            let e = check_attention(&cfg, arch, &attn_shapes(layout));
-            eprintln!(
-                "attn_fwd {} causal={causal}: worst rel_err {e:.2e}",
-                arch.target()
-            );
+            for r in check_attention(target, causal, &attn_shapes(layout)) {
+                // The inputs' scale reaches the emulated kernel: logits past ±64.
+                let l = r.max_abs_logit.unwrap();
+                assert!(l >= 64.0, "{target} causal={causal}: logits reach only {l}");
+            }
         }
     }
 }
@@ -309,15 +286,9 @@ fn registry_gemm_ragged_shapes_both_targets() {
 /// other than the default, on both targets, causal and not.
 #[test]
 fn lowered_attention_odd_sequences_both_paths() {
-    use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
-    for arch in [Arch::Cdna4, Arch::Cdna3] {
+    use kittens_kernels::attn_fwd::AttnLayout;
+    for target in [Target::Gfx950, Target::Gfx942] {
         for (causal, layout) in [(false, AttnLayout::Bshd), (true, AttnLayout::Bhsd)] {
-            let cfg = AttnConfig {
-                dim: 64,
-                causal,
-                layout,
-                ..AttnConfig::default()
-            };
             let sh = |seq| kittens_kernels::reference::AttnShape {
                 batch: 1,
                 heads: 2,
@@ -326,7 +297,33 @@ fn lowered_attention_odd_sequences_both_paths() {
                 dim: 64,
                 layout,
             };
-            check_attention(&cfg, arch, &[sh(1), sh(3), sh(33)]);
+            check_attention(target, causal, &[sh(1), sh(3), sh(33)]);
+        }
+    }
+}
+
+/// The same ragged GEMM shapes through the runner's `hip-emu` backend, as `kittens run --backend hip-emu`
+/// runs them: the registry kernel as configured for each target's GPU, judged by the kernel's tolerance.
+#[test]
+fn registry_gemm_ragged_shapes_on_the_runner() {
+    use kittens_kernels::problem::Problem;
+    use kittens_runtime::runner::{run, HipEmu};
+    let entry = kittens_kernels::by_name("gemm_bf16").unwrap();
+    for target in [Target::Gfx950, Target::Gfx942] {
+        let emu = HipEmu::new(target).unwrap();
+        for (m, n, k) in [(64, 64, 68), (64, 64, 3), (1, 1, 1), (77, 33, 5)] {
+            let p = Problem {
+                m,
+                n,
+                k,
+                seed: (m + n + k) as u64,
+                ..Problem::default()
+            };
+            let r = run(entry, &p, &emu).unwrap_or_else(|e| panic!("{target} {m}x{n}x{k}: {e}"));
+            assert!(r.passed, "{target} {m}x{n}x{k}: {r:?}");
+            assert_eq!(r.configured_for, target.gpu().map(|g| g.name));
+            // bf16 output of an fp32 accumulation: about 2^-9 relative at most.
+            assert!(r.error.rel_err < 5e-3, "{target} {m}x{n}x{k}: {r:?}");
         }
     }
 }

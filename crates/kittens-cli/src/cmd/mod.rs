@@ -10,4 +10,3 @@ pub mod layout;
 pub mod list;
 pub mod plan;
 pub mod run;
-pub mod run_emu;

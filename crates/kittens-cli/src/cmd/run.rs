@@ -1,12 +1,16 @@
-//! `kittens run <kernel> --backend cpu`: runs a kernel of the tile language on the CPU interpreter on
-//! random inputs (bf16, uniform in [-S, S) for `--input-scale S`) and reports its error against the f64
-//! reference, judged by the kernel's tolerance (`kittens_kernels::cpu::judge`); exits non-zero when a
-//! check fails. Sizes are checked against the CPU run's budget (`kittens_kernels::budget`) first.
+//! `kittens run <kernel> --backend cpu|hip-emu`: runs a registry kernel on random inputs (bf16, uniform
+//! in [-S, S) for `--input-scale S`) on the interpreter or on the host emulation of its lowered HIP for
+//! `--target`, through the one runner (`kittens_runtime::runner`), and prints its report: the error
+//! against the f64 reference judged by the kernel's tolerance or `--tolerance`, the same on both
+//! backends. Exits non-zero when a check fails. Sizes are checked against the run's budget
+//! (`kittens_kernels::budget`) before anything is built or allocated.
 
 use super::flags::{AttnLayoutArg, BackendArg, ScheduleArg};
 use anyhow::{bail, Context};
-use kittens_kernels::cpu::{self, Problem};
+use kittens_hw::Target;
+use kittens_kernels::problem::Problem;
 use kittens_kernels::registry::KernelEntry;
+use kittens_runtime::runner::{self, Backend, HipEmu, Interpreter, RunReport};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -29,7 +33,9 @@ pub struct Args {
     /// GEMM reduction size.
     #[arg(long, default_value_t = 192)]
     pub k: usize,
-    /// GEMM block tile (rows = cols of C per block; seed 000 E.1 uses 256).
+    /// GEMM block tile (rows = cols of C per block; seed 000 E.1 uses 256). The tile flags (--block,
+    /// --k-step, --schedule, --q-rows, --kv-block) configure the cpu backend; hip-emu builds the kernel
+    /// as configured for the target's GPU.
     #[arg(long, default_value_t = 256)]
     pub block: u32,
     /// GEMM schedule: pingpong (8-wave, seed 000 E.1), interleave (4-wave) or ws (producer/consumer, Hopper).
@@ -124,48 +130,70 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     Ok(p)
 }
 
+/// The backend `--backend` and `--target` name.
+fn backend(args: &Args) -> anyhow::Result<Box<dyn Backend>> {
+    Ok(match (args.backend, args.target) {
+        (BackendArg::Cpu, None | Some(Target::Cpu)) => Box::new(Interpreter),
+        (BackendArg::Cpu, Some(t)) => {
+            bail!("--backend cpu runs the interpreter; --target {t} needs --backend hip-emu")
+        }
+        (BackendArg::HipEmu, None) => {
+            bail!("--backend hip-emu needs --target gfx942 or --target gfx950")
+        }
+        (BackendArg::HipEmu, Some(t)) => Box::new(HipEmu::new(t)?),
+    })
+}
+
 pub fn run(args: Args) -> anyhow::Result<()> {
-    if args.backend == BackendArg::HipEmu {
-        return super::run_emu::run(&args);
-    }
-    let name = args.kernel.name;
+    let entry = args.kernel;
     let p = problem(&args)?;
-    let r =
-        cpu::run(name, &p).with_context(|| format!("running `{name}` on the CPU interpreter"))?;
+    let backend = backend(&args)?;
+    let target = backend.about().target;
+    if args.ir && target != Target::Cpu {
+        bail!("--ir prints the interpreter's kernel; use `kittens compile --emit hip` for the HIP");
+    }
+    let on = match target {
+        Target::Cpu => "on the CPU interpreter".to_string(),
+        t => format!("for {t} on the HIP emulation"),
+    };
+    let r = runner::run(entry, &p, backend.as_ref())
+        .with_context(|| format!("running `{}` {on}", entry.name))?;
+    let ir = if args.ir {
+        Some(entry.problem().build(&p, target)?.to_string())
+    } else {
+        None
+    };
     if args.json {
         let mut v = serde_json::to_value(&r)?;
-        v["backend"] = "cpu".into();
         v["rel_err_definition"] = "||out - ref||_F / ||ref||_F against an f64 reference".into();
-        if args.ir {
-            v["ir"] = cpu::build(name, &p)?.to_string().into();
+        if let Some(ir) = ir {
+            v["ir"] = ir.into();
         }
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        print_text(&args, &p, &r)?;
+        if let Some(ir) = ir {
+            println!("{ir}");
+        }
+        print_text(&r);
     }
     if !r.passed {
-        let failed: Vec<String> = r
-            .checks
-            .iter()
-            .filter(|c| !c.verdict.passed)
-            .map(|c| {
-                format!(
-                    "{} {:.3e} over its bound {:.3e}",
-                    c.metric, c.verdict.error, c.verdict.bound
-                )
-            })
-            .collect();
-        bail!("`{name}` failed its error check: {}", failed.join("; "));
+        bail!(
+            "`{}` failed its error check on {}: {}",
+            entry.name,
+            r.backend,
+            r.failures().join("; ")
+        );
     }
     Ok(())
 }
 
-fn print_text(args: &Args, p: &Problem, r: &cpu::RunReport) -> anyhow::Result<()> {
-    if args.ir {
-        println!("{}", cpu::build(args.kernel.name, p)?);
-    }
+fn print_text(r: &RunReport) {
+    let on = match r.configured_for {
+        Some(gpu) => format!("{}, {} as configured for {gpu}", r.backend, r.target),
+        None => r.backend.to_string(),
+    };
     println!(
-        "kernel   {} (backend cpu, {} blocks × {} waves)",
+        "kernel   {} (backend {on}, {} blocks × {} waves)",
         r.kernel, r.blocks, r.waves_per_block
     );
     println!("shape    {}", r.shape);
@@ -206,9 +234,9 @@ fn print_text(args: &Args, p: &Problem, r: &cpu::RunReport) -> anyhow::Result<()
             if c.verdict.passed { "ok" } else { "FAILED" }
         );
     }
+    println!("passed   {}", r.passed);
     println!(
-        "time     interpreter {:.3} s, reference {:.3} s",
-        r.interp_seconds, r.reference_seconds
+        "time     compile {:.3} s, run {:.3} s, reference {:.3} s",
+        r.compile_seconds, r.run_seconds, r.reference_seconds
     );
-    Ok(())
 }

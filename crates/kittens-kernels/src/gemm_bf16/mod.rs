@@ -11,6 +11,7 @@
 
 mod interleave4;
 mod ping_pong;
+pub mod problem;
 mod producer_consumer;
 
 use crate::KernelError;

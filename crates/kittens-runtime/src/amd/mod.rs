@@ -7,7 +7,7 @@
 //!   (registers, spills, scratch, LDS, waves per SIMD, instruction mix of the whole kernel and of the
 //!   hot loop);
 //! - [`emulate`]: the lowered HIP compiled for the host against an emulation header and run on given
-//!   tensors (`kittens run --backend hip-emu`).
+//!   tensors (the runner's `hip-emu` backend, `kittens run --backend hip-emu`).
 //!
 //! No AMD GPU exists for this project: everything here is what the compiler says, never a speed.
 

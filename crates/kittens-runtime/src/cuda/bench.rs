@@ -1,6 +1,7 @@
 //! The GEMM benchmark behind `kittens bench gemm`: the Hopper `gemm_bf16` against cuBLAS in the same
 //! run. Correctness: our C against cuBLAS's C over every element, and both against an f64 dot product at
-//! a few hundred random entries, judged by [`within_vendor_error`]; the output is poisoned with NaN
+//! a few hundred random entries, judged by the test rule relative to cuBLAS's own error
+//! (`kittens_kernels::reference::check_rule` with its spot-check floor); the output is poisoned with NaN
 //! first, so unwritten elements fail. Each shape is one row: a shape that fails (or cannot run: too
 //! large for the memory there is, a shape the kernel refuses) is reported in its row and the run goes
 //! on. Host and device memory are checked before anything is allocated.
@@ -10,9 +11,9 @@
 
 use std::rc::Rc;
 
+use kittens_kernels::reference::{check_rule, SPOT_RULE_FLOOR};
 use serde::Serialize;
 
-use super::check_rule::{within_vendor_error, SPOT_ERROR_FLOOR};
 use super::cublas::Cublas;
 use super::driver::{Device, DeviceBuffer, Event, Stream, Swizzle, TensorMap};
 use super::gemm_kernel::GemmKernel;
@@ -462,7 +463,7 @@ fn bench_shape(
     let (ours_tflops, cublas_tflops) = (flop / ours_ms * 1e-9, flop / cublas_ms * 1e-9);
     let passed = cmp.non_finite == 0
         && cmp.rel_frobenius < TOLERANCE
-        && within_vendor_error(spot_err_ours, spot_err_cublas, SPOT_ERROR_FLOOR);
+        && check_rule(spot_err_ours, spot_err_cublas, SPOT_RULE_FLOOR).passed;
     Ok(GemmBenchRow {
         status: if passed {
             RowStatus::Ok

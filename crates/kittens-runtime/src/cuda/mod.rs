@@ -1,7 +1,7 @@
 //! CUDA for NVIDIA Hopper (sm_90a): NVRTC compilation ([`nvrtc`](mod@nvrtc)) with a checked on-disk cache
 //! ([`cache`]), the driver API (devices, buffers, streams, events, launches, tensor maps: [`driver`]),
-//! cuBLAS for reference GEMMs ([`cublas`]), the GEMM benchmark ([`bench`](mod@bench)) and its correctness rule
-//! ([`check_rule`]). Sizes are checked before they reach the driver ([`limits`]). Every library is
+//! cuBLAS for reference GEMMs ([`cublas`]), the GEMM benchmark ([`bench`](mod@bench), judged by the one
+//! test rule, `kittens_kernels::reference::check_rule`). Sizes are checked before they reach the driver ([`limits`]). Every library is
 //! loaded at run time through `cudarc` (docs/architecture.md principle 5), from absolute paths only ([`libs`]):
 //! building needs no CUDA, and a machine without a driver gets [`CudaError::NoDriver`] instead of a
 //! crash.
@@ -9,7 +9,6 @@
 pub mod bench;
 pub mod cache;
 pub mod caller;
-pub mod check_rule;
 pub mod cublas;
 pub mod driver;
 pub mod gemm_kernel;

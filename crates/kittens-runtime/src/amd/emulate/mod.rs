@@ -9,11 +9,8 @@
 //!
 //! Every buffer access must fall inside a tensor handed to [`Emulator::run`]; a [`HostTensor::Virtual`]
 //! tensor has an extent but no storage (its 16-bit words read as [`virtual_word`]), so the addressing of
-//! tensors of many GiB is testable without allocating them.
-
-mod problem;
-
-pub use problem::{run_registry, EmuReport, HIP_EMU_TOLERANCE};
+//! tensors of many GiB is testable without allocating them. `kittens run --backend hip-emu` runs a
+//! registry kernel here through the runner (`crate::runner::HipEmu`).
 
 use super::cache_dir;
 use kittens_codegen::hip::{c_elem, lower, LowerError, PRELUDE};

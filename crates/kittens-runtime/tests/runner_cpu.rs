@@ -1,10 +1,15 @@
-//! The two example kernels on the CPU interpreter against f64 references, on random inputs of several
-//! shapes including ones that are not multiples of the tile.
+//! The two example kernels on the CPU interpreter (the runner's `cpu` backend) against f64 references,
+//! on random inputs of several shapes including ones that are not multiples of the tile.
 
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::cpu::{run, Problem};
 use kittens_kernels::gemm_bf16::GemmConfig;
+use kittens_kernels::problem::Problem;
 use kittens_kernels::reference::AttnShape;
+use kittens_runtime::runner::{self, Interpreter, RunReport};
+
+fn run(name: &str, p: &Problem) -> Result<RunReport, runner::RunError> {
+    runner::run(kittens_kernels::by_name(name)?, p, &Interpreter)
+}
 
 /// bf16 output rounding alone is a relative error of up to 2^-9 per element; a Frobenius error of 1e-2
 /// leaves room for fp32 accumulation order and bf16 P in attention, and catches any indexing mistake
@@ -25,6 +30,7 @@ fn gemm(m: usize, n: usize, k: usize, gemm: GemmConfig) -> f64 {
     )
     .unwrap();
     assert!(r.error.rel_err < TOL, "gemm {m}x{n}x{k}: {:?}", r.error);
+    assert!(r.passed && r.tolerance == TOL, "gemm {m}x{n}x{k}: {r:?}");
     r.error.rel_err
 }
 
@@ -146,48 +152,34 @@ fn attention_out_of_tolerance_fails() {
     assert!(r.error.rel_err > 1e-6);
 }
 
-/// The same GEMM warp-specialised (the Hopper schedule), on the interpreter.
-#[test]
-fn gemm_producer_consumer() {
-    use kittens_kernels::gemm_bf16::GemmSchedule;
+/// The GEMM with another schedule: small tiles at whole and partial sizes, then the default tiles.
+fn gemm_schedule(schedule: kittens_kernels::gemm_bf16::GemmSchedule, big: (usize, usize, usize)) {
     let small = GemmConfig {
-        schedule: GemmSchedule::ProducerConsumer,
+        schedule,
         ..GemmConfig::small()
     };
     for (m, n, k) in [(128, 128, 64), (200, 136, 100)] {
         gemm(m, n, k, small);
     }
-    gemm(
-        256,
-        512,
-        192,
-        GemmConfig {
-            schedule: GemmSchedule::ProducerConsumer,
-            ..GemmConfig::default()
-        },
-    );
+    let default = GemmConfig {
+        schedule,
+        ..GemmConfig::default()
+    };
+    gemm(big.0, big.1, big.2, default);
+}
+
+/// The same GEMM warp-specialised (the Hopper schedule), on the interpreter.
+#[test]
+fn gemm_producer_consumer() {
+    use kittens_kernels::gemm_bf16::GemmSchedule;
+    gemm_schedule(GemmSchedule::ProducerConsumer, (256, 512, 192));
 }
 
 /// The same GEMM with the 4-wave interleave schedule.
 #[test]
 fn gemm_interleave4() {
     use kittens_kernels::gemm_bf16::GemmSchedule;
-    let small = GemmConfig {
-        schedule: GemmSchedule::Interleave4,
-        ..GemmConfig::small()
-    };
-    for (m, n, k) in [(128, 128, 64), (200, 136, 100)] {
-        gemm(m, n, k, small);
-    }
-    gemm(
-        256,
-        256,
-        192,
-        GemmConfig {
-            schedule: GemmSchedule::Interleave4,
-            ..GemmConfig::default()
-        },
-    );
+    gemm_schedule(GemmSchedule::Interleave4, (256, 256, 192));
 }
 
 /// The gfx942 variant (one LDS buffer, the next K step staged in registers, seed 000 E.1 MI325X) on the

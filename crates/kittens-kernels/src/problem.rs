@@ -1,0 +1,165 @@
+//! A kernel's problem: the sizes and settings of one run on random inputs ([`Problem`]), and what each
+//! kernel knows about running at them ([`KernelProblem`]: its launch parameters and tensors, its
+//! configuration per target, its size budget, its f64 reference and how its error is judged).
+//!
+//! Each kernel implements [`KernelProblem`] beside its own code (`gemm_bf16::problem`,
+//! `attn_fwd::problem`) and the registry hands it out (`KernelEntry::problem`). The runner that draws
+//! the inputs, executes them on a backend and judges the output is `kittens_runtime::runner`; the
+//! Python package's path on the caller's own inputs is [`crate::exec`]. Neither names a kernel.
+
+use crate::attn_fwd::{AttnConfig, AttnLayout};
+use crate::gemm_bf16::GemmConfig;
+use crate::reference::{AttnShape, Tolerance};
+use crate::KernelError;
+use kittens_hw::dtype::DType;
+use kittens_hw::Target;
+use kittens_ir::numerics::{round, Rounding};
+use kittens_ir::Kernel;
+use rand::rngs::SmallRng;
+use rand::Rng;
+
+/// Problem sizes and tile choices for one run. A kernel reads the fields it needs; on a GPU target the
+/// tiles are the target's (`GemmConfig::for_gpu`), not `gemm` / `attn_cfg`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Problem {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub attn: AttnShape,
+    pub causal: bool,
+    pub gemm: GemmConfig,
+    /// Tile sizes of the attention kernel on the CPU; `dim` is taken from `attn.dim`.
+    pub attn_cfg: AttnConfig,
+    pub seed: u64,
+    /// The random inputs (uniform in [-1, 1)) are multiplied by this before rounding to bf16; large
+    /// scales give attention large logits (`8` at head dimension 64 gives logits of about ±64).
+    pub input_scale: f32,
+    /// A fixed bound on `rel_err` replacing the kernel's own ([`KernelProblem::tolerance`]).
+    pub tolerance: Option<f64>,
+}
+
+impl Default for Problem {
+    fn default() -> Self {
+        Problem {
+            m: 256,
+            n: 256,
+            k: 192,
+            attn: AttnShape {
+                batch: 1,
+                heads: 4,
+                heads_kv: 2,
+                seq: 256,
+                dim: 64,
+                layout: AttnLayout::Bshd,
+            },
+            causal: false,
+            gemm: GemmConfig::default(),
+            attn_cfg: AttnConfig {
+                q_rows: 16,
+                kv_block: 32,
+                ..AttnConfig::default()
+            },
+            seed: 0,
+            input_scale: 1.0,
+            tolerance: None,
+        }
+    }
+}
+
+/// How a kernel is launched at a problem's sizes: its parameters, the element count of each input
+/// tensor (in declaration order) and of the one output tensor, which is declared last.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Launch {
+    pub params: Vec<i64>,
+    pub inputs: Vec<usize>,
+    pub output: usize,
+}
+
+/// A validated run: its launch, what it is called in messages, the multiply-adds it executes on the
+/// problem padded to whole tiles (`None`: over 2^64; each backend has its own limit) and the shape
+/// the report prints.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub launch: Launch,
+    pub what: String,
+    pub work: Option<u64>,
+    pub shape: serde_json::Value,
+}
+
+/// What a kernel's output is judged against, computed from the inputs it ran on.
+#[derive(Debug, Clone)]
+pub struct Reference {
+    /// The exact result in f64.
+    pub values: Vec<f64>,
+    /// The same computation done the plain low-precision way (attention: PyTorch-style bf16), the
+    /// yardstick of the test rule; `None` for kernels judged by a fixed tolerance.
+    pub baseline: Option<Vec<f32>>,
+    /// Attention: the largest `|q·k|/√d` of the inputs (`reference::attention_with_logits`).
+    pub max_abs_logit: Option<f64>,
+}
+
+/// Everything a kernel knows about running at a problem's sizes. Implementations must check every
+/// size with checked arithmetic before anything is built or allocated.
+pub trait KernelProblem: Sync + std::fmt::Debug {
+    /// Parameters and tensor sizes at `p` (zero sizes allowed; overflow and inconsistent shapes are
+    /// errors). No budget: the caller-input path ([`crate::exec`]) uses it too.
+    fn launch(&self, p: &Problem) -> Result<Launch, KernelError>;
+
+    /// Validates `p` for a random-input run on `target`: sizes positive (an empty problem would pass
+    /// with zero error), tile sides and host bytes within [`crate::budget`]; then the launch.
+    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError>;
+
+    /// The kernel a run of `p` on `target` executes: `p`'s tiles on the CPU, the target GPU's
+    /// configuration elsewhere (with `p`'s shape-bound settings, e.g. attention's head dimension).
+    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError>;
+
+    /// The f64 reference (and baseline) of `p` on `inputs`, in [`Launch::inputs`] order.
+    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference;
+
+    /// How the error is judged when the run gives no `--tolerance`.
+    fn tolerance(&self) -> Tolerance;
+}
+
+/// Uniform values in [-1, 1) rounded to `dtype` (so the reference sees exactly what the kernel stores).
+pub fn random(rng: &mut SmallRng, len: usize, dtype: DType) -> Vec<f32> {
+    random_scaled(rng, len, dtype, 1.0)
+}
+
+/// Uniform values in [-scale, scale) rounded to `dtype`.
+pub fn random_scaled(rng: &mut SmallRng, len: usize, dtype: DType, scale: f32) -> Vec<f32> {
+    (0..len)
+        .map(|_| round(rng.gen_range(-1.0f32..1.0) * scale, dtype, Rounding::Rtne))
+        .collect()
+}
+
+/// Bytes the interpreter holds per output element until the blocks' stores are applied.
+pub(crate) const STORE_BYTES: u64 = std::mem::size_of::<(usize, usize, f32)>() as u64;
+
+/// Refuses a zero size: an empty problem would "pass" with zero error.
+pub(crate) fn positive(what: &str, dims: &[(&str, usize)]) -> Result<(), KernelError> {
+    match dims.iter().find(|(_, v)| *v == 0) {
+        Some((name, _)) => Err(KernelError::Problem(format!(
+            "{what}: {name} must be positive"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Kernel parameters are `i64`; a size that does not fit is refused.
+pub(crate) fn param(name: &str, v: usize) -> Result<i64, KernelError> {
+    i64::try_from(v).map_err(|_| KernelError::Problem(format!("{name} {v} exceeds 2^63 - 1")))
+}
+
+/// `∏ dims` in elements, or an error naming the tensor.
+pub(crate) fn elements(tensor: &str, dims: &[usize]) -> Result<usize, KernelError> {
+    dims.iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| {
+            KernelError::Problem(format!("{tensor}: {dims:?} overflows the address space"))
+        })
+}
+
+/// `x` rounded up to a multiple of `to`, `None` on overflow.
+pub(crate) fn round_up(x: u64, to: u64) -> Option<u64> {
+    x.div_ceil(to).checked_mul(to)
+}
