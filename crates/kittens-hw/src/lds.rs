@@ -52,6 +52,10 @@ pub enum DsInstr {
     DsReadB96,
     DsReadB64,
     DsWriteB64,
+    /// CDNA `ds_write_b128` (16 bytes per lane; the register-staged GEMM's store of the next K step).
+    DsWriteB128,
+    /// CDNA `ds_read_u16` (one 16-bit element per lane; column-layout loads where no transposing load exists).
+    DsReadU16,
     /// CDNA4 transposing load of 16-bit elements (seed 000 D.1).
     DsReadB64TrB16,
     /// NVIDIA `ld.shared.b32` / `st.shared.b32`.
@@ -146,6 +150,31 @@ static DS_WRITE_B64: DsInfo = DsInfo {
     source: TABLE5,
 };
 
+/// Table 5 lists no 128-bit write; its phases and banks are assumed to be those of `ds_read_b128`.
+static DS_WRITE_B128: DsInfo = DsInfo {
+    name: "ds_write_b128",
+    vendor: Vendor::Amd,
+    lanes: 64,
+    bytes_per_lane: 16,
+    align: 16,
+    banks: 64,
+    phases: DS_READ_B128.phases,
+    source: "assumed equal to ds_read_b128 (seed 000 Table 5 lists no 128-bit write)",
+};
+
+/// Table 5 lists no 16-bit read: 32 banks (CDNA3 ISA guide, LDS chapter) and half-wave phases (as
+/// Table 5's `ds_read_b64`) are assumed.
+static DS_READ_U16: DsInfo = DsInfo {
+    name: "ds_read_u16",
+    vendor: Vendor::Amd,
+    lanes: 64,
+    bytes_per_lane: 2,
+    align: 2,
+    banks: 32,
+    phases: &[&[(0, 31)], &[(32, 63)]],
+    source: "CDNA3 ISA guide (32 banks); half-wave phases assumed (seed 000 Table 5 lists no 16-bit read)",
+};
+
 static DS_READ_B64_TR_B16: DsInfo = DsInfo {
     name: "ds_read_b64_tr_b16",
     vendor: Vendor::Amd,
@@ -208,11 +237,13 @@ static LDMATRIX: DsInfo = DsInfo {
 };
 
 impl DsInstr {
-    pub const ALL: [DsInstr; 9] = [
+    pub const ALL: [DsInstr; 11] = [
         DsInstr::DsReadB128,
         DsInstr::DsReadB96,
         DsInstr::DsReadB64,
         DsInstr::DsWriteB64,
+        DsInstr::DsWriteB128,
+        DsInstr::DsReadU16,
         DsInstr::DsReadB64TrB16,
         DsInstr::NvShared32,
         DsInstr::NvShared64,
@@ -226,6 +257,8 @@ impl DsInstr {
             DsInstr::DsReadB96 => &DS_READ_B96,
             DsInstr::DsReadB64 => &DS_READ_B64,
             DsInstr::DsWriteB64 => &DS_WRITE_B64,
+            DsInstr::DsWriteB128 => &DS_WRITE_B128,
+            DsInstr::DsReadU16 => &DS_READ_U16,
             DsInstr::DsReadB64TrB16 => &DS_READ_B64_TR_B16,
             DsInstr::NvShared32 => &NV_SHARED32,
             DsInstr::NvShared64 => &NV_SHARED64,
@@ -245,7 +278,7 @@ impl DsInstr {
 
     /// Whether it writes shared memory.
     pub fn is_store(self) -> bool {
-        matches!(self, DsInstr::DsWriteB64)
+        matches!(self, DsInstr::DsWriteB64 | DsInstr::DsWriteB128)
     }
 
     /// The lanes of each phase, expanded.
@@ -284,7 +317,7 @@ impl std::str::FromStr for DsInstr {
 pub enum LdsError {
     #[error(
         "unknown shared-memory instruction `{0}`; known: ds_read_b128, ds_read_b96, ds_read_b64, ds_write_b64, \
-         ds_read_b64_tr_b16, ld.shared.b32, ld.shared.v2.b32, ld.shared.v4.b32, ldmatrix"
+         ds_write_b128, ds_read_u16, ds_read_b64_tr_b16, ld.shared.b32, ld.shared.v2.b32, ld.shared.v4.b32, ldmatrix"
     )]
     UnknownInstr(String),
     #[error("{instr} is issued by {expected} lanes, got {got} addresses")]
@@ -332,13 +365,14 @@ pub fn conflicts(instr: DsInstr, addrs: &[Option<u32>]) -> Result<Vec<u32>, LdsE
         .collect())
 }
 
-/// Max over banks of the number of distinct words the phase's lanes touch in that bank.
+/// Max over banks of the number of distinct words the phase's lanes touch in that bank (an access
+/// narrower than a word touches the word that holds it).
 fn phase_degree(info: &DsInfo, lanes: &[u32], addrs: &[Option<u32>]) -> u32 {
-    let words_per_lane = info.bytes_per_lane / BANK_BYTES;
+    let bytes = info.bytes_per_lane;
     let mut words: Vec<u32> = lanes
         .iter()
         .filter_map(|&l| addrs[l as usize])
-        .flat_map(|a| (0..words_per_lane).map(move |w| a / BANK_BYTES + w))
+        .flat_map(|a| a / BANK_BYTES..=(a + bytes - 1) / BANK_BYTES)
         .collect();
     words.sort_unstable();
     words.dedup();

@@ -8,6 +8,7 @@
 //! - [`schedule`]: expansion of a named schedule into barriers, priorities and fences;
 //! - [`validate`]: build-time checks and per-target budgets ([`regs`]: register liveness);
 //! - [`analysis`]: the schedule analysis (hazards, wait counts);
+//! - [`banks`]: the shared-memory swizzle of every buffer, chosen by the bank solver per AMD target;
 //! - [`numerics`]: storage rounding (bf16, f16, fp8) in the RTNE/RTNA/RTZ modes;
 //! - [`interp`]: the CPU interpreter, the `cpu` backend and the test oracle;
 //! - [`print`]: the kernel listing (`Display for Kernel`).
@@ -35,6 +36,7 @@
 //! ```
 
 pub mod analysis;
+pub mod banks;
 pub mod builder;
 pub mod error;
 pub mod expr;

@@ -307,6 +307,35 @@ fn ldmatrix_rows(held: &[Vec<(u32, u32)>]) -> Result<Vec<Vec<(u32, u32)>>, Strin
     Ok(out)
 }
 
+/// The instruction the HIP lowering moves `reg` with between registers and a shared tile of the same
+/// dtype on `arch` (CDNA3 or CDNA4), or `None` when the bank model has none for it (an element-wise
+/// 32-bit access). Row-layout tiles whose lanes hold 8 or 16 consecutive bytes use one vector access
+/// per base tile (`ds_read_b64/b128`, `ds_write_b64/b128`); other 16-bit loads use the CDNA4
+/// transposing read (HipKittens D.1) where its lane arithmetic fits, else one `ds_read_u16` per element.
+pub fn amd_instr(reg: &RegTile, arch: Arch, store: bool) -> Option<DsInstr> {
+    let e = reg.dtype.bytes();
+    let bytes = reg.base.rows * reg.base.cols / 64 * e;
+    let mut tries: Vec<DsInstr> = Vec::new();
+    if reg.layout == Layout::Row {
+        match (bytes, store) {
+            (16, false) => tries.push(DsInstr::DsReadB128),
+            (8, false) => tries.push(DsInstr::DsReadB64),
+            (16, true) => tries.push(DsInstr::DsWriteB128),
+            (8, true) => tries.push(DsInstr::DsWriteB64),
+            _ => {}
+        }
+    }
+    if !store && e == 2 {
+        if arch == Arch::Cdna4 {
+            tries.push(DsInstr::DsReadB64TrB16);
+        }
+        tries.push(DsInstr::DsReadU16);
+    }
+    let plain =
+        SharedTile::with_swizzle(reg.dtype, reg.rows, reg.cols, crate::Swizzle::None).ok()?;
+    tries.into_iter().find(|&i| pattern(&plain, reg, i).is_ok())
+}
+
 /// The access pattern of `reg` ↔ `shared` with `instr` and the conflict degree of every phase.
 pub fn analyze(
     shared: &SharedTile,

@@ -6,21 +6,26 @@
 //! - [`check_load`]: the rule that a shared tile and a register tile may exchange data only when one shape
 //!   is a multiple of the other (seed 000 D.1);
 //! - [`analyze`]: the byte address every lane issues for each shared-memory instruction of such a move and
-//!   the conflict degree of every phase (`kittens_hw::lds`).
+//!   the conflict degree of every phase (`kittens_hw::lds`);
+//! - [`solve`]: the swizzle of a shared tile that serves every access to it best (HipKittens D.1).
 
 pub mod access;
 pub mod error;
 pub mod layout;
 pub mod reg;
 pub mod shared;
+pub mod solve;
 pub mod svg;
 pub mod swizzle;
 
-pub use access::{access_pattern, analyze, base_shapes, BankReport, Issue, PhaseConflict};
+pub use access::{
+    access_pattern, amd_instr, analyze, base_shapes, BankReport, Issue, PhaseConflict,
+};
 pub use error::TileError;
 pub use kittens_hw::dtype::DType;
 pub use layout::{BaseShape, Layout};
 pub use reg::{RegFile, RegPin, RegTile};
 pub use shared::{check_load, SharedTile, MAX_TILE_BYTES};
+pub use solve::{solve, Choice, Constraints, TileAccess};
 pub use svg::bank_svg;
 pub use swizzle::{default_swizzle, Swizzle, XorTerm};

@@ -11,7 +11,7 @@ use serde_json::json;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Shared-memory instruction: ds_read_b128, ds_read_b96, ds_read_b64, ds_write_b64, ds_read_b64_tr_b16,
+    /// Shared-memory instruction: ds_read_b128, ds_read_b96, ds_read_b64, ds_write_b64, ds_write_b128, ds_read_u16, ds_read_b64_tr_b16,
     /// ld.shared.b32, ld.shared.v2.b32, ld.shared.v4.b32, ldmatrix.
     #[arg(long)]
     pub instr: DsInstr,

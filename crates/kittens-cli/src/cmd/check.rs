@@ -40,6 +40,11 @@ pub struct Args {
     /// gfx942 variant); default: the kernel's default configuration.
     #[arg(long, value_parser = kittens_hw::gpu)]
     pub gpu: Option<&'static kittens_hw::Gpu>,
+    /// Instead of the schedule analysis, list every shared-memory access of the hot loop with the
+    /// instruction the AMD lowering issues, the swizzle the bank solver chose and the worst bank
+    /// conflict (needs an AMD `--gpu`).
+    #[arg(long)]
+    pub banks: bool,
     /// Print one JSON document on stdout.
     #[arg(long)]
     pub json: bool,
@@ -119,6 +124,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         None => info.build_default(),
     }
     .with_context(|| format!("building {}", info.name))?;
+    if args.banks {
+        return super::check_banks::run(&kernel, args.gpu, args.json);
+    }
     let mut drops = args.drop_ops.clone();
     drops.sort_unstable();
     drops.dedup();

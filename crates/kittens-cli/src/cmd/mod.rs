@@ -3,6 +3,7 @@
 pub mod banks;
 pub mod bench;
 pub mod check;
+pub mod check_banks;
 pub mod compile;
 pub mod demo;
 pub mod flags;

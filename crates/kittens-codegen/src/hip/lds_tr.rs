@@ -62,6 +62,7 @@ impl Emitter<'_> {
             self.ex(&view.index),
         );
         let smem = format!("smem_{}", ident(&sd.name));
+        let split = super::lds_addr::splits(&sd.tile, &tile, view);
         self.line(format!(
             "// load (shared->reg) `{name}`: {} x ds_read_b64_tr_b16 per base tile",
             epl / 4
@@ -73,6 +74,32 @@ impl Emitter<'_> {
                 for h in 0..epl / 4 {
                     let (ra, _) = map.slots[4 * h];
                     let (_, ca) = map.slots[4 * h];
+                    if split {
+                        // The lane's part and the base tile's uniform part, swizzled apart (lds_addr).
+                        let lx = format!(
+                            "(u32)({} + (int)(lane % 16) / 4) * {} + (u32){} * 2",
+                            affine_at(ra, map.group, "lane"),
+                            sd.tile.row_bytes(),
+                            affine_at(ca, map.group, "(lane & ~15u) + 4 * (lane & 3u)")
+                        );
+                        let rx = format!(
+                            "(u32)({row0} + bi * {}) * {} + (u32)({col0} + bj * {}) * 2",
+                            tile.base.rows,
+                            sd.tile.row_bytes(),
+                            tile.base.cols
+                        );
+                        em.line(format!(
+                            "{{ const u32 lx = {lx}; const u32 rx = {rx}; const b16x4 t = ds_read_tr_b16({smem} + (u32)({idx}) * {} + ({} ^ {}));",
+                            sd.tile.bytes(),
+                            super::ops::swizzle_c_pub(sd.tile.swizzle, "lx"),
+                            super::ops::swizzle_c_pub(sd.tile.swizzle, "rx")
+                        ));
+                        em.line(format!(
+                            "  for (int q = 0; q < 4; ++q) {name}[bi][bj][{} + q] = t[q]; }}",
+                            4 * h
+                        ));
+                        continue;
+                    }
                     let rr = format!(
                         "({row0} + bi * {} + {} + (int)(lane % 16) / 4)",
                         tile.base.rows,

@@ -22,6 +22,9 @@ use std::collections::HashMap;
 
 /// Lower `k` to HIP for `arch` (gfx942 or gfx950): the source, prelude included, and its launch
 /// contract (one block per tile, `64 · waves` threads, static LDS, globals then parameters).
+///
+/// Every shared buffer gets the swizzle the bank solver chooses for `arch` over all of the kernel's
+/// accesses to it (`kittens_ir::banks`, HipKittens D.1); the declared swizzle only breaks ties.
 pub fn lower(k: &Kernel, arch: Arch) -> Result<Lowered, LowerError> {
     kittens_ir::analysis::verify(k)?;
     if !arch.is_amd() {
@@ -30,6 +33,9 @@ pub fn lower(k: &Kernel, arch: Arch) -> Result<Lowered, LowerError> {
             arch.target()
         )));
     }
+    let solved = kittens_ir::banks::with_chosen_swizzles(k, arch)
+        .map_err(|e| LowerError::Unsupported(e.to_string()))?;
+    let k = &solved;
     // Shared memory per block on every GPU of the target (the catalog, through `Target`).
     let budget = Target::from(arch).shared_bytes_per_block().unwrap_or(0);
     let mut e = Emitter::new(k, arch)?;

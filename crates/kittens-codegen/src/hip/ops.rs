@@ -226,17 +226,33 @@ impl Emitter<'_> {
                 ));
             }
         };
-        // Unswizzled: one lane address, each base tile at an immediate offset (seed 001 §2.1: the offset
-        // rides in the instruction, costing no register and no address math).
-        let imm =
-            |bi: u32, bj: u32| bi * tile.base.rows * sd.tile.row_bytes() + bj * tile.base.cols * e;
-        if sd.tile.swizzle == Swizzle::None && imm(gr - 1, gc - 1) <= u16::MAX as u32 {
-            let base = off.replace("bi * ", "0 * ").replace("bj * ", "0 * ");
+        // One lane address per class of base tiles, each base tile at an immediate offset from its
+        // class's address (MI300X-attn §2.1: the offset rides in the instruction, costing no register
+        // and no address math); without a swizzle a single class (lds_addr).
+        if let Some(super::lds_addr::Classes { reps, at }) =
+            super::lds_addr::classes(&sd.tile, &tile, &map, view)
+        {
+            let base = format!(
+                "lds_{} + (u32)({}) * {}",
+                ident(&sd.name),
+                self.ex(&view.index),
+                sd.tile.bytes()
+            );
             self.block("", |em| {
-                em.line(format!("const u32 o = {base};"));
+                for (k, (ri, rj)) in reps.iter().enumerate() {
+                    let o = off
+                        .replace("bi * ", &format!("{ri} * "))
+                        .replace("bj * ", &format!("{rj} * "));
+                    em.line(format!("const u32 x{k} = {o};"));
+                    em.line(format!(
+                        "const u32 o{k} = {};",
+                        swizzle_c(sd.tile.swizzle, &format!("x{k}"))
+                    ));
+                }
                 for bi in 0..gr {
                     for bj in 0..gc {
-                        access(em, imm(bi, bj), &format!("[{bi}][{bj}]"), &lds);
+                        let (k, imm) = at[(bi * gc + bj) as usize];
+                        access(em, imm, &format!("[{bi}][{bj}]"), &format!("{base} + o{k}"));
                     }
                 }
                 Ok(())
@@ -291,6 +307,38 @@ impl Emitter<'_> {
         self.line(format!(
             "// load (shared->reg) `{name}`: {epl} element reads per base tile"
         ));
+        let (rowb, bytes) = (sd.tile.row_bytes(), sd.tile.bytes());
+        // Per slot, one lane address per class of base tiles, the rest immediates (lds_addr).
+        let imms: Vec<u32> = (0..gr)
+            .flat_map(|bi| (0..gc).map(move |bj| (bi, bj)))
+            .map(|(bi, bj)| bi * tile.base.rows * rowb + bj * tile.base.cols * e)
+            .collect();
+        let per_slot: Option<Vec<_>> = (0..map.slots.len())
+            .map(|s| {
+                super::lds_addr::lane_offsets(&sd.tile, view, |l| map.at(l, s))
+                    .map(|xs| super::lds_addr::group(sd.tile.swizzle, &xs, &imms))
+            })
+            .collect();
+        if let Some(per_slot) = per_slot {
+            return self.block("", |em| {
+                for (s, ((ra, ca), (reps, at))) in map.slots.iter().zip(&per_slot).enumerate() {
+                    for (k, &r) in reps.iter().enumerate() {
+                        let (bi, bj) = (r as u32 / gc, r as u32 % gc);
+                        let rr = format!("({row0} + {bi} * {} + {})", tile.base.rows, super::regops::affine_c(*ra, map.group));
+                        let cc = format!("({col0} + {bj} * {} + {})", tile.base.cols, super::regops::affine_c(*ca, map.group));
+                        em.line(format!("const u32 x{s}_{k} = (u32)({rr}) * {rowb} + (u32)({cc}) * {e};"));
+                        em.line(format!("const u32 o{s}_{k} = {};", swizzle_c(sd.tile.swizzle, &format!("x{s}_{k}"))));
+                    }
+                    for (b, &(k, imm)) in at.iter().enumerate() {
+                        let (bi, bj) = (b as u32 / gc, b as u32 % gc);
+                        em.line(format!(
+                            "{name}[{bi}][{bj}][{s}] = *({cty}*)({smem} + (u32)({idx}) * {bytes} + o{s}_{k} + {imm});"
+                        ));
+                    }
+                }
+                Ok(())
+            });
+        }
         self.line("#pragma unroll");
         self.block(format!("for (int bi = 0; bi < {gr}; ++bi)"), |em| {
             em.line("#pragma unroll");

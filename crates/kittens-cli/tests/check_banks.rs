@@ -1,0 +1,63 @@
+//! `kittens check <kernel> --gpu <gpu> --banks [--json]`: every shared access of the hot loop with its
+//! instruction, the solved swizzle and its worst conflict; refused without an AMD GPU.
+
+use serde_json::Value;
+use std::process::{Command, Output};
+
+fn kittens(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kittens"))
+        .args(args)
+        .output()
+        .expect("kittens runs")
+}
+
+#[test]
+fn banks_json_lists_every_hot_loop_access_conflict_free() {
+    for (kernel, gpu, reads) in [
+        ("gemm_bf16", "mi355x", "ds_read_b128"),
+        ("gemm_bf16", "mi300x", "ds_write_b128"),
+        ("attn_fwd", "mi355x", "ds_read_b64_tr_b16"),
+        ("attn_fwd", "mi300x", "ds_read_u16"),
+    ] {
+        let out = kittens(&["check", kernel, "--gpu", gpu, "--banks", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        let rows = doc["banks"].as_array().expect("a banks array");
+        assert!(rows.len() >= 2, "{kernel} {gpu}: {rows:?}");
+        for r in rows {
+            for key in ["access", "instr", "swizzle"] {
+                assert!(r[key].is_string(), "{kernel} {gpu}: {key} in {r}");
+            }
+            assert_eq!(r["max_conflict"].as_u64(), Some(1), "{kernel} {gpu}: {r}");
+        }
+        assert!(
+            rows.iter().any(|r| r["instr"] == reads),
+            "{kernel} {gpu}: no {reads}"
+        );
+    }
+}
+
+#[test]
+fn banks_text_and_refusals() {
+    let out = kittens(&["check", "gemm_bf16", "--gpu", "mi355x", "--banks"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("ds_read_b128") && text.contains("1-way"),
+        "{text}"
+    );
+    for args in [
+        &["check", "gemm_bf16", "--banks"][..],
+        &["check", "gemm_bf16", "--gpu", "h100", "--banks"][..],
+    ] {
+        let out = kittens(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains("--banks"),
+            "{args:?}: {err}"
+        );
+    }
+}
