@@ -160,8 +160,9 @@ const ATTN_FWD: KernelEntry = KernelEntry {
         },
     ],
     build_default: || attn_fwd::build(&attn_fwd::AttnConfig::default()),
-    // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`).
-    build_gpu: |_| attn_fwd::build(&attn_fwd::AttnConfig::default()),
+    // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`); Hopper gets
+    // the producer/consumer program.
+    build_gpu: |gpu| attn_fwd::build(&attn_fwd::AttnConfig::for_gpu(gpu)),
 };
 
 /// Every kernel of the suite, in the order `kittens list` prints them.
