@@ -146,12 +146,8 @@ const ATTN_FWD: KernelEntry = KernelEntry {
         },
         TargetPlan {
             target: Target::Sm90a,
-            schedule: "none yet",
-            status: Status::NotYet {
-                why:
-                    "the sm_90a lowering takes producer/consumer tile programs, and attention has \
-                      only the AMD 8-wave ping-pong so far",
-            },
+            schedule: "producer/consumer, 1 TMA warpgroup + 2 wgmma warpgroups (P from registers)",
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Cpu,

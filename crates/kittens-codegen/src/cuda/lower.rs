@@ -36,7 +36,7 @@ use kittens_ir::{
 };
 use kittens_tile::Swizzle;
 
-use super::lower_roles::{check_roles, fill_chunks, ring_barriers, Roles};
+use super::lower_roles::{check_roles, fill_chunks, resident_rings, ring_barriers, Roles};
 use super::{prelude_with, WgmmaInput};
 use crate::cexpr::{self, ident};
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
@@ -51,14 +51,30 @@ pub(super) fn unsupported<T>(what: impl Into<String>) -> Result<T, CudaLowerErro
     Err(CudaLowerError::Unsupported(what.into()))
 }
 
-/// A tensor map the host builds for one global tensor: boxes of `box_rows × box_cols` elements with
-/// the given shared-memory swizzle (bytes: 128, 64, 32 or 0).
+/// A tensor map the host builds for one global tensor: boxes of `box_rows × box_cols` elements (rows
+/// along dimension `row_dim`, columns along `col_dim`, one element along every other dimension) with
+/// the given shared-memory swizzle (bytes: 128, 64, 32 or 0). The map's dimensions, innermost first,
+/// are [`TmaMap::dim_order`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct TmaMap {
     pub global: u32,
     pub box_rows: u32,
     pub box_cols: u32,
     pub swizzle_bytes: u32,
+    pub row_dim: u8,
+    pub col_dim: u8,
+}
+
+impl TmaMap {
+    /// The tensor's dimensions in the map's order, innermost first: the column dimension (unit
+    /// stride), the row dimension, then the others in declaration order. A `[b, h, s, d]` attention
+    /// tensor viewed as rows of `s` and columns of `d` is the map `(d, s, b, h)`.
+    pub fn dim_order(dims: usize, row_dim: u8, col_dim: u8) -> Vec<usize> {
+        let (r, c) = (row_dim as usize, col_dim as usize);
+        let mut v = vec![c, r];
+        v.extend((0..dims).filter(|&i| i != r && i != c));
+        v
+    }
 }
 
 /// Lowers `k` (producer/consumer schedule) to CUDA for sm_90a: the source and its launch contract (a
@@ -95,6 +111,10 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         depth: 1,
         maps: Vec::new(),
         wgmma_n: BTreeSet::new(),
+        wgmma_rs: BTreeSet::new(),
+        pending: BTreeSet::new(),
+        unknown: false,
+        resident: resident_rings(k, roles.producer.1),
         cap,
         offsets,
         bars: bar_first,
@@ -105,7 +125,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         slab,
         store_map: None,
     };
-    e.declare_accumulators()?;
+    e.declare_fragments()?;
     e.roles(&roles)?;
     let body = std::mem::take(&mut e.out);
     if let Some(m) = e.store_map {
@@ -125,6 +145,13 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     args.extend(k.params.iter().map(|p| format!("int {}", ident(&p.name))));
     let shapes: Vec<(WgmmaInput, u32)> = e.wgmma_n.iter().map(|&n| (WgmmaInput::Bf16, n)).collect();
     let mut src = prelude_with(&shapes);
+    if !e.wgmma_rs.is_empty() {
+        src.push_str("namespace kt {\n");
+        for &(n, tb) in &e.wgmma_rs {
+            src.push_str(&super::wgmma_rs_wrapper(n, tb));
+        }
+        src.push_str("} // namespace kt\n");
+    }
     src.push_str(&format!(
         "\n// Lowered from the tile program `{}` by kittens-codegen::cuda::lower.\n\
          // Slot i of the rings has mbarriers full[i] (TMA landed) and empty[i] (every consumer warp done).\n\
@@ -190,6 +217,16 @@ pub(super) struct Emit<'k> {
     pub(super) depth: usize,
     pub(super) maps: Vec<TmaMap>,
     pub(super) wgmma_n: BTreeSet<u32>,
+    /// Register-A wgmma wrappers used: (N, B transposed).
+    pub(super) wgmma_rs: BTreeSet<(u32, bool)>,
+    /// Registers a committed, not yet waited-for wgmma chain writes (D) or reads (register A): any
+    /// other op on them waits for the chains first.
+    pub(super) pending: BTreeSet<RegId>,
+    /// Set where emission order does not say what is pending (a loop's head, after a loop).
+    pub(super) unknown: bool,
+    /// Per shared ring: loaded once per tile, outside the producer's loops (attention's Q), so read
+    /// across many hand-off epochs and released when the tile's last chain retires.
+    pub(super) resident: Vec<bool>,
     pub(super) cap: u32,
     pub(super) offsets: Vec<u32>,
     /// First mbarrier (= first bit of the phase masks) of each shared ring.
@@ -230,27 +267,6 @@ impl Emit<'_> {
     }
     fn cond(&self, c: &Cond) -> String {
         cexpr::cond_in(self.k, c, &cexpr::CUDA)
-    }
-
-    /// Every register tile must be an fp32 wgmma accumulator slice: 16 rows (one warp's share of m64)
-    /// by N columns, N a wgmma N; it lives as the N/2 floats of the D fragment.
-    fn declare_accumulators(&mut self) -> Result<(), CudaLowerError> {
-        for r in &self.k.regs {
-            let (rows, cols) = r.shape();
-            let ok = r.tile().is_some()
-                && r.dtype() == DType::F32
-                && rows == 16
-                && super::valid_wgmma_n(cols);
-            if !ok {
-                return unsupported(format!(
-                    "register `{}` ({rows}x{cols} {:?}): only fp32 16xN wgmma accumulators",
-                    r.name,
-                    r.dtype()
-                ));
-            }
-            self.line(format!("float r_{}[{}];", ident(&r.name), cols / 2));
-        }
-        Ok(())
     }
 
     /// This tile's coordinates `blk0, blk1, …` from the tile index `kt_tile` and the grid remap.
@@ -325,6 +341,9 @@ impl Emit<'_> {
         self.op(r.consumer.0)?;
         self.line("// Per slot: parity of the fill to read next; read since the last barrier; releasable.");
         self.line("u32 kt_cpar = 0, kt_held = 0, kt_rel = 0;");
+        if self.resident.iter().any(|&r| r) {
+            self.line("u32 kt_res = 0; // slots of rings read for the whole tile");
+        }
         self.role = Role::Consumer;
         self.tile_loop(r.consumer.1)?;
         self.line("kt::wgmma_wait<0>();");
@@ -383,7 +402,10 @@ impl Emit<'_> {
                         self.ex(end)
                     ));
                     self.loops += 1;
+                    // Whatever the previous iteration left in flight is pending at the head.
+                    self.unknown = true;
                     self.nested(body)?;
+                    self.unknown = true;
                     self.loops -= 1;
                     self.line("}");
                 }
@@ -467,19 +489,35 @@ impl Emit<'_> {
                 }
                 Ok(())
             }
-            (Op::Fill { dst, value }, Role::Consumer) => {
+            (Op::Fill { .. }, Role::Consumer) => {
                 self.retire_all();
-                let (name, n) = self.acc(*dst);
-                self.line("#pragma unroll");
-                self.line(format!(
-                    "for (int i = 0; i < {n}; ++i) {name}[i] = {value:?}f;"
-                ));
+                self.reg_op(op)
+            }
+            (Op::Mma { form, d, a, b, c }, Role::Consumer) => {
+                match a {
+                    MmaOperand::Reg(ar) => self.mma_rs(*form, *d, *ar, b, c.as_ref())?,
+                    MmaOperand::Shared(_) => self.mma(*form, *d, a, b, c.as_ref())?,
+                }
+                self.pending.insert(*d);
+                if let MmaOperand::Reg(ar) = a {
+                    self.pending.insert(*ar);
+                }
                 Ok(())
             }
-            (Op::Mma { form, d, a, b, c }, Role::Consumer) => self.mma(*form, *d, a, b, c.as_ref()),
             (Op::StoreGlobal { dst, src, rounding }, Role::Consumer) => {
                 self.retire_all();
-                self.store(dst, *src, *rounding)
+                if self.k.global(dst.tensor).dims.len() == 2 {
+                    self.store(dst, *src, *rounding)
+                } else {
+                    self.store_direct(dst, *src, *rounding)
+                }
+            }
+            (op @ (Op::Map { .. } | Op::Reduce { .. } | Op::Mask { .. }), Role::Consumer) => {
+                let regs = op.regs();
+                if self.unknown || regs.iter().any(|r| self.pending.contains(r)) {
+                    self.retire_all();
+                }
+                self.reg_op(op)
             }
             (other, role) => unsupported(format!("op `{}` in role {role:?}", other.name())),
         }
@@ -488,18 +526,24 @@ impl Emit<'_> {
     /// Before the accumulator is touched by anything but wgmma: every chain retires and its slots go
     /// back. Outside the loops, no slot is read before the next barrier (checked by `check_roles`), so
     /// the slots of this epoch go back too — the producer refills them during the epilogue.
+    /// Slots of rings read for the whole tile go back at the first retire after the tile's loops.
     fn retire_all(&mut self) {
         self.line("kt::wgmma_wait<0>();");
         if self.loops == 0 {
             self.line("kt_rel |= kt_held; kt_cpar ^= kt_held; kt_held = 0;");
+            if self.resident.iter().any(|&r| r) {
+                self.line("kt_rel |= kt_res; kt_cpar ^= kt_res; kt_res = 0;");
+            }
         }
         self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
+        self.pending.clear();
+        self.unknown = false;
     }
 
     /// Name and float count of an accumulator register.
     pub(super) fn acc(&self, r: RegId) -> (String, u32) {
         let d = self.k.reg(r);
-        (format!("r_{}", ident(&d.name)), d.shape().1 / 2)
+        (format!("r_{}", cname(d)), d.shape().1 / 2)
     }
 
     /// Shared address of a view (row pitch = the tile's row bytes).
@@ -578,13 +622,146 @@ impl Emit<'_> {
         if self.bars[av.buf.0 as usize] != self.bars[bv.buf.0 as usize] || av.index != bv.index {
             self.line("kt::mbarrier_wait(KT_FULL(sb), (kt_cpar >> sb) & 1u);");
         }
-        self.line("kt_held |= (1u << sa) | (1u << sb);");
+        let held = self.hold(&[av, bv]);
+        self.line(held);
         self.line("kt::wgmma_fence();");
         for s in 0..kk / 16 {
             let flag = if accumulate || s > 0 { "1u" } else { "0u" };
             self.line(format!(
                 "kt::{wrapper}({acc}, {da}(a0 + {o}u), {db}(b0 + {o}u), {flag});",
                 o = s * 32
+            ));
+        }
+        self.line("kt::wgmma_commit();");
+        self.line("kt::wgmma_wait<1>(); // the previous chain has retired: its slots can go back");
+        self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// The bookkeeping line after waiting on the slots `sa` (and `sb`) of `views`: slots of
+    /// tile-resident rings go to `kt_res`, the others to this epoch's `kt_held`.
+    fn hold(&self, views: &[&SharedView]) -> String {
+        let names = ["sa", "sb"];
+        let mut held = Vec::new();
+        let mut res = Vec::new();
+        for (v, n) in views.iter().zip(names) {
+            let bit = format!("(1u << {n})");
+            if self.resident[v.buf.0 as usize] {
+                res.push(bit);
+            } else {
+                held.push(bit);
+            }
+        }
+        let mut out = String::new();
+        if !held.is_empty() {
+            out.push_str(&format!("kt_held |= {};", held.join(" | ")));
+        }
+        if !res.is_empty() {
+            out.push_str(&format!(" kt_res |= {};", res.join(" | ")));
+        }
+        out
+    }
+
+    /// `d (+)= a·b` with A from registers (a bf16 fragment, the converted scores of attention) and B
+    /// from shared memory: the warpgroup's register-A `wgmma` chain, `K/16` instructions. `mma_ab`
+    /// reads B as `K × N` with N contiguous (N-major: the transposed-B descriptor), `mma_abt` as
+    /// `N × K` (K-major).
+    fn mma_rs(
+        &mut self,
+        form: MmaForm,
+        d: RegId,
+        a: RegId,
+        b: &MmaOperand,
+        c: Option<&RegId>,
+    ) -> Result<(), CudaLowerError> {
+        use super::lower_frag::Frag;
+        let MmaOperand::Shared(bv) = b else {
+            return unsupported(
+                "mma with both operands in registers (wgmma reads B from shared memory)",
+            );
+        };
+        let (Frag::ABf16(kk), Frag::Acc(n)) = (self.frag(a)?, self.frag(d)?) else {
+            return unsupported("a register-A mma whose A is not a bf16 16xK fragment");
+        };
+        let sb = self.k.shared_decl(bv.buf);
+        let row_bytes = sb.tile.cols * sb.tile.dtype.bytes();
+        let trans_b = match form {
+            MmaForm::Ab => true,
+            MmaForm::Abt => false,
+            f => return unsupported(format!("{} with A from registers", f.name())),
+        };
+        let (bk, bn) = if trans_b {
+            (bv.rows, bv.cols)
+        } else {
+            (bv.cols, bv.rows)
+        };
+        let whole = (bv.rows, bv.cols) == (sb.tile.rows, sb.tile.cols)
+            && self.at_origin(&bv.row0, 4) == Some(0)
+            && self.at_origin(&bv.col0, 4) == Some(0);
+        if bk != kk || bn != n || !whole || kk % 16 != 0 {
+            return unsupported(format!(
+                "register-A mma shapes A 16x{kk}, B {}x{} of a {}x{} slot, D 16x{n}",
+                bv.rows, bv.cols, sb.tile.rows, sb.tile.cols
+            ));
+        }
+        let accumulate = match c {
+            Some(r) if *r == d => true,
+            None => false,
+            Some(_) => return unsupported("mma whose C differs from D"),
+        };
+        let sw = swizzle_bytes(sb.tile.swizzle, row_bytes)?;
+        // Per k16 step: the descriptor's start moves 16 rows (N-major) or 32 bytes (K-major).
+        let (desc, step) = match (trans_b, sw) {
+            (true, 128) => (
+                format!("kt::desc_mnmajor_sw128(b0 + %o, {}u)", sb.tile.bytes()),
+                16 * row_bytes,
+            ),
+            (false, 128) => ("kt::desc_kmajor_sw128(b0 + %o)".to_string(), 32),
+            (false, 64) => ("kt::desc_kmajor_sw64(b0 + %o)".to_string(), 32),
+            _ => {
+                return unsupported(format!(
+                    "register-A mma with B in a {sw}-byte swizzle (128, or 64 K-major)"
+                ))
+            }
+        };
+        self.wgmma_rs.insert((n, trans_b));
+        let wrapper = super::rs_wrapper_name(n, trans_b);
+        let (acc, _) = self.acc(d);
+        let ar = format!("r_{}", cname(self.k.reg(a)));
+        self.line(format!(
+            "{{ // {} on the warpgroup's 64 rows, A from registers",
+            form.name()
+        ));
+        self.depth += 1;
+        self.line(format!(
+            "const u32 sb = {}u + (u32)({});",
+            self.bars[bv.buf.0 as usize],
+            self.ex_with(&bv.index, "kt_wave0")
+        ));
+        self.line(format!(
+            "const u32 b0 = {};",
+            self.smem_addr(bv, "kt_wave0")
+        ));
+        self.line("kt::mbarrier_wait(KT_FULL(sb), (kt_cpar >> sb) & 1u);");
+        let bit = if self.resident[bv.buf.0 as usize] {
+            "kt_res |= 1u << sb;"
+        } else {
+            "kt_held |= 1u << sb;"
+        };
+        self.line(bit);
+        self.line("kt::wgmma_fence();");
+        for st in 0..kk / 16 {
+            let flag = if accumulate || st > 0 { "1u" } else { "0u" };
+            let r = 4 * st;
+            self.line(format!(
+                "kt::{wrapper}({acc}, {ar}[{}], {ar}[{}], {ar}[{}], {ar}[{}], {}, {flag});",
+                r,
+                r + 1,
+                r + 2,
+                r + 3,
+                desc.replace("%o", &format!("{}u", st * step))
             ));
         }
         self.line("kt::wgmma_commit();");
@@ -633,6 +810,11 @@ impl Emit<'_> {
         }
         Ok(())
     }
+}
+
+/// The C name of a register's fragment (without the `r_` prefix).
+pub(super) fn cname(r: &kittens_ir::RegDecl) -> String {
+    ident(&r.name)
 }
 
 /// The TMA/wgmma swizzle of a shared tile whose rows are `row_bytes` long: the NVIDIA modes are an XOR
