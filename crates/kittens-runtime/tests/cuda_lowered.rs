@@ -115,8 +115,9 @@ fn lowered_attention_compiles_for_sm_90a() {
             "_bf16_rs_tb(",
             "kt::desc_mnmajor_sw128(",
             "kt::pack_bf16x2(",
-            "setmaxnreg_dec<24>",
-            "setmaxnreg_inc<240>",
+            "setmaxnreg_dec<40>",
+            "setmaxnreg_inc<232>",
+            "kt::reg_fence(r_s)",
             "__shfl_xor_sync",
         ] {
             assert!(l.source.contains(needle), "generated source lacks {needle}");

@@ -529,6 +529,33 @@ impl Emit<'_> {
     /// Slots of rings read for the whole tile go back at the first retire after the tile's loops.
     fn retire_all(&mut self) {
         self.line("kt::wgmma_wait<0>();");
+        // The registers the retired chains wrote or read, pinned after the wait.
+        let fenced: Vec<RegId> = if self.unknown {
+            self.k
+                .ops()
+                .into_iter()
+                .filter_map(|r| match r.op {
+                    Op::Mma { d, a, .. } => Some([
+                        Some(d),
+                        match a {
+                            MmaOperand::Reg(r) => Some(r),
+                            MmaOperand::Shared(_) => None,
+                        },
+                    ]),
+                    _ => None,
+                })
+                .flatten()
+                .flatten()
+                .copied()
+                .collect::<BTreeSet<RegId>>()
+                .into_iter()
+                .collect()
+        } else {
+            self.pending.iter().copied().collect()
+        };
+        for r in fenced {
+            self.line(format!("kt::reg_fence(r_{});", cname(self.k.reg(r))));
+        }
         if self.loops == 0 {
             self.line("kt_rel |= kt_held; kt_cpar ^= kt_held; kt_held = 0;");
             if self.resident.iter().any(|&r| r) {

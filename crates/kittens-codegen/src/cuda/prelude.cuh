@@ -163,6 +163,19 @@ template <int N> __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 }
 
+// Pins a fragment after a wgmma wait: an empty asm that "reads and writes" every register keeps the
+// compiler from moving reads of the accumulator (or writes of an A operand) above the wait, which it
+// could otherwise do (the wgmma asm is the registers' only visible producer). CUTLASS's
+// `warpgroup_fence_operand` does the same.
+template <int N> __device__ __forceinline__ void reg_fence(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int N> __device__ __forceinline__ void reg_fence(u32 (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
+}
+
 // Shared-memory matrix descriptor (PTX ISA §9.7.15.5.1 "Matrix Descriptor Format"): start address,
 // leading and stride byte offsets, all >> 4 in 14-bit fields, and the swizzle mode in bits 62-63
 // (1 = 128B, 2 = 64B, 3 = 32B). For K-major tiles under a swizzle, the stride offset is the distance

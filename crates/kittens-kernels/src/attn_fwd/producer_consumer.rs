@@ -59,8 +59,8 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let sched = Schedule::ProducerConsumer {
         producers: 1,
         consumers: 2,
-        producer_regs: 24,
-        consumer_regs: 240,
+        producer_regs: 40,
+        consumer_regs: 232,
     };
     let mut k = KernelBuilder::new(super::name(cfg), sched);
     let [batch, heads, heads_kv, seq] = ["batch", "heads", "heads_kv", "seq"].map(|n| k.param(n));
