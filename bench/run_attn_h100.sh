@@ -14,6 +14,9 @@ if ! timeout 90 $K bench attn_fwd --checks only --iters 1 --warmup 0; then
 fi
 if [ -z "${SKIP_SANITIZER:-}" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
   timeout 150 /usr/local/cuda/bin/compute-sanitizer --tool memcheck $K bench attn_fwd --checks only --iters 1 --warmup 0 2>&1 | tail -5
+  if [ -n "${RACECHECK:-}" ]; then
+    timeout 120 /usr/local/cuda/bin/compute-sanitizer --tool racecheck $K bench attn_fwd --checks only --iters 1 --warmup 0 2>&1 | tail -8
+  fi
 fi
-timeout "${TIMEOUT:-240}" $K bench attn_fwd --iters "${ITERS:-20}" --warmup 3 --json "$OUT/attn.json"
+timeout "${TIMEOUT:-240}" $K bench attn_fwd --iters "${ITERS:-20}" --warmup 3 ${VARIANTS:+--variants} --json "$OUT/attn.json"
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$OUT/gpu.txt"

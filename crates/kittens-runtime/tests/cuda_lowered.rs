@@ -93,10 +93,12 @@ fn lowered_attention_compiles_for_sm_90a() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     use kittens_kernels::attn_fwd::{build, AttnConfig};
     let mut kernels = vec![registry];
-    for (dim, causal) in [(64, true), (128, true), (64, false)] {
+    // The last one without the consumer warpgroups' turns (no named barriers).
+    for (dim, causal, pingpong) in [(64, true, true), (128, true, true), (64, false, false)] {
         let cfg = AttnConfig {
             dim,
             causal,
+            pingpong,
             ..AttnConfig::for_gpu(h100)
         };
         kernels.push(build(&cfg).unwrap_or_else(|e| panic!("{e}")));
@@ -144,6 +146,11 @@ fn lowered_attention_compiles_for_sm_90a() {
                 .all(|w| !w.contains("C7508") && !w.contains("serialized")),
             "setmaxnreg ignored or wgmma serialized: {:?}",
             r.warnings
+        );
+        assert_eq!(
+            l.source.contains("kt::named_barrier_arrive("),
+            i < 3,
+            "the warpgroup turns follow AttnConfig::pingpong"
         );
     }
 }

@@ -31,6 +31,9 @@ pub struct Args {
     /// Launch order while timing.
     #[arg(long, value_enum, default_value_t = TimingArg::Interleaved)]
     pub timing: TimingArg,
+    /// attn_fwd: also time every shape without the consumer warpgroups' ping-pong.
+    #[arg(long)]
+    pub variants: bool,
     /// With no value: print one JSON document on stdout. With a file: also write it there.
     #[arg(long, num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,

@@ -16,6 +16,18 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         "default" => {}
         other => bail!("--checks {other}: attn_fwd takes default, none or only"),
     }
+    if a.variants {
+        // Each timed shape again without the warpgroup ping-pong, to measure what it buys.
+        let without: Vec<_> = cases
+            .iter()
+            .filter(|c| c.timed)
+            .map(|c| kittens_runtime::cuda::attn::AttnCase {
+                pingpong: false,
+                ..*c
+            })
+            .collect();
+        cases.extend(without);
+    }
     let opts = AttnBenchOptions {
         cases,
         iters: a.iters.max(1),
@@ -44,7 +56,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     for r in &report.rows {
         let s = r.case.shape;
         println!(
-            "  B{} H{}/{} N{} D{} {:?} {:<8} rel_err {:.2e} (bf16 baseline {:.2e}) max_rel {:.2e} {:<4} {}",
+            "  B{} H{}/{} N{} D{} {:?} {:<8}{} rel_err {:.2e} (bf16 baseline {:.2e}) max_rel {:.2e} {:<4} {}",
             s.batch,
             s.heads,
             s.heads_kv,
@@ -52,6 +64,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             s.dim,
             s.layout,
             if r.case.causal { "causal" } else { "" },
+            if r.case.pingpong { "" } else { " no-pingpong" },
             r.error.rel_err,
             r.baseline.rel_err,
             r.error.max_rel,

@@ -144,6 +144,10 @@ __device__ __forceinline__ void cluster_sync() {
 __device__ __forceinline__ void named_barrier(u32 id, u32 threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrive on barrier `id` without waiting (the producer side of a hand-over between warpgroups).
+__device__ __forceinline__ void named_barrier_arrive(u32 id, u32 threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 // ---- warpgroup register reallocation (PTX ISA §9.7.17.1 setmaxnreg) ---------------------------------
 // Takes effect only with a register cap at entry: the kernel needs __launch_bounds__(threads, 1).

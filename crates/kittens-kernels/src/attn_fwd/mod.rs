@@ -51,6 +51,9 @@ pub struct AttnConfig {
     pub kv_block: u32,
     pub causal: bool,
     pub layout: AttnLayout,
+    /// Producer/consumer only: the two consumer warpgroups take turns on the tensor cores (their
+    /// matrix work in compute clusters), so one's softmax overlaps the other's multiplies.
+    pub pingpong: bool,
     pub remap: GridOrder,
 }
 
@@ -62,6 +65,7 @@ impl Default for AttnConfig {
     fn default() -> Self {
         AttnConfig {
             schedule: AttnSchedule::PingPong8,
+            pingpong: false,
             dim: 128,
             q_rows: 32,
             kv_block: 32,
@@ -81,6 +85,7 @@ impl AttnConfig {
         }
         AttnConfig {
             schedule: AttnSchedule::ProducerConsumer,
+            pingpong: true,
             q_rows: 16,
             kv_block: 128,
             remap: GridOrder::RowMajor,

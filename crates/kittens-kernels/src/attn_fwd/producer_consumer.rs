@@ -137,6 +137,15 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         seq.ceil_div(kv as i64)
     };
     let cw = k.wave() - 4; // consumer wave, 0..8
+                           // With `pingpong`, each warpgroup's matrix work is a compute cluster: its turn on the tensor
+                           // cores, which the Hopper lowering passes between the two consumer warpgroups.
+    let turn = |k: &mut KernelBuilder, label: &str, f: &dyn Fn(&mut KernelBuilder)| {
+        if cfg.pingpong {
+            k.compute(label, |k| f(k));
+        } else {
+            f(k);
+        }
+    };
     let q0 = &q_blk + &cw * 16; // this wave's first query
     k.roles(
         |k| {
@@ -171,16 +180,24 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 k.barrier(); // key block j has landed
                 let slot = &j % ring as i64;
                 // S = Q·Kᵀ over the head dimension, 64 columns at a time.
-                for (i, (&qs, &ks)) in q_s.iter().zip(&k_s).enumerate() {
-                    let a = MmaOperand::Shared(k.smem(qs, 0).sub(16, COLS, &cw, 0));
-                    let b = MmaOperand::Shared(k.smem(ks, slot.clone()));
-                    k.mma(MmaForm::Abt, s, a, b, (i > 0).then_some(s));
-                }
-                let (kv0, inf) = (&j * kv as i64, f32::NEG_INFINITY);
-                k.mask(s, MaskRule::ColsBelow(seq.clone()), &q0, &kv0, inf);
+                turn(k, "S = Q·Kᵀ", &|k: &mut KernelBuilder| {
+                    for (i, (&qs, &ks)) in q_s.iter().zip(&k_s).enumerate() {
+                        let a = MmaOperand::Shared(k.smem(qs, 0).sub(16, COLS, &cw, 0));
+                        let b = MmaOperand::Shared(k.smem(ks, slot.clone()));
+                        k.mma(MmaForm::Abt, s, a, b, (i > 0).then_some(s));
+                    }
+                });
+                // Masks only where a key block reaches past the sequence or the diagonal (whole-block
+                // conditions, the same for every wave).
+                let (kv0, kv_end, inf) = (&j * kv as i64, (&j + 1) * kv as i64, f32::NEG_INFINITY);
+                k.if_(seq.lt(&kv_end), |k| {
+                    k.mask(s, MaskRule::ColsBelow(seq.clone()), &q0, &kv0, inf)
+                });
                 if cfg.causal {
-                    let offset = Expr::c(0);
-                    k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf);
+                    k.if_(q_blk.lt(&kv_end - 1), |k| {
+                        let offset = Expr::c(0);
+                        k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
+                    });
                 }
                 // P = exp2(S·c − max·c) on the f32 scores; the running sums are corrected by
                 // exp2((max_prev − max)·c).
@@ -196,11 +213,15 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 k.mul(norm, norm, scale);
                 k.row_sum_acc(norm, s, norm);
                 k.copy(p, s); // accumulator fragment → A operand, in registers
-                for (&or, &vs) in o_r.iter().zip(&v_s) {
+                for &or in &o_r {
                     k.mul_row(or, or, scale);
-                    let b = MmaOperand::Shared(k.smem(vs, slot.clone()));
-                    k.mma(MmaForm::Ab, or, MmaOperand::Reg(p), b, Some(or));
                 }
+                turn(k, "O += P·V", &|k: &mut KernelBuilder| {
+                    for (&or, &vs) in o_r.iter().zip(&v_s) {
+                        let b = MmaOperand::Shared(k.smem(vs, slot.clone()));
+                        k.mma(MmaForm::Ab, or, MmaOperand::Reg(p), b, Some(or));
+                    }
+                });
             });
             for (i, &or) in o_r.iter().enumerate() {
                 k.div_row(or, or, norm);

@@ -237,6 +237,8 @@ pub struct AttnCase {
     pub input_scale: f32,
     /// Timed, or checked only.
     pub timed: bool,
+    /// The consumer warpgroups take turns on the tensor cores (`AttnConfig::pingpong`).
+    pub pingpong: bool,
 }
 
 /// Options of [`run_attn_bench`].
@@ -282,6 +284,7 @@ pub fn lower_for(case: &AttnCase) -> Result<Lowered, CudaError> {
         dim: case.shape.dim as u32,
         causal: case.causal,
         layout: case.shape.layout,
+        pingpong: case.pingpong,
         ..AttnConfig::for_gpu(h100)
     };
     let k = kittens_kernels::attn_fwd::build(&cfg).map_err(invalid)?;
@@ -299,9 +302,10 @@ pub fn run_attn_bench(opts: &AttnBenchOptions) -> Result<AttnBenchReport, CudaEr
         rows.push(run_case(&dev, &stream, &kernel, case, opts)?);
         let r = rows.last().expect("pushed");
         eprintln!(
-            "{:?} causal={} scale {}: rel_err {:.2e} (baseline {:.2e}) {} {}",
+            "{:?} causal={} pingpong={} scale {}: rel_err {:.2e} (baseline {:.2e}) {} {}",
             case.shape,
             case.causal,
+            case.pingpong,
             case.input_scale,
             r.error.rel_err,
             r.baseline.rel_err,
@@ -474,12 +478,14 @@ pub fn default_cases() -> Vec<AttnCase> {
         causal,
         input_scale: 1.0,
         timed: true,
+        pingpong: true,
     };
     let check = |shape, causal| AttnCase {
         shape,
         causal,
         input_scale: 8.0,
         timed: false,
+        pingpong: true,
     };
     let mut v = Vec::new();
     for causal in [false, true] {
