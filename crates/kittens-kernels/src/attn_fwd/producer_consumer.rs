@@ -216,12 +216,12 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 for &or in &o_r {
                     k.mul_row(or, or, scale);
                 }
-                turn(k, "O += P·V", &|k: &mut KernelBuilder| {
-                    for (&or, &vs) in o_r.iter().zip(&v_s) {
-                        let b = MmaOperand::Shared(k.smem(vs, slot.clone()));
-                        k.mma(MmaForm::Ab, or, MmaOperand::Reg(p), b, Some(or));
-                    }
-                });
+                // Outside the turn: only Q·Kᵀ is ordered between the warpgroups (measured on the
+                // H100: a second turn around P·V serialised them, bench/NOTES.md).
+                for (&or, &vs) in o_r.iter().zip(&v_s) {
+                    let b = MmaOperand::Shared(k.smem(vs, slot.clone()));
+                    k.mma(MmaForm::Ab, or, MmaOperand::Reg(p), b, Some(or));
+                }
             });
             for (i, &or) in o_r.iter().enumerate() {
                 k.div_row(or, or, norm);
