@@ -234,7 +234,12 @@ fn attention_producer_consumer() {
         let p = Problem {
             attn,
             causal,
-            attn_cfg: AttnConfig { kv_block, ..cfg },
+            // The causal ones with the warpgroups' turns on Q·Kᵀ (compute clusters; same values).
+            attn_cfg: AttnConfig {
+                kv_block,
+                pingpong: causal,
+                ..cfg
+            },
             seed: seq as u64 + dim as u64,
             ..Problem::default()
         };

@@ -147,6 +147,7 @@ fn producer_consumer_attention_schedule() {
             let cfg = AttnConfig {
                 dim,
                 causal,
+                pingpong: causal,
                 ..AttnConfig::for_gpu(h100)
             };
             assert_eq!(cfg.schedule, AttnSchedule::ProducerConsumer);

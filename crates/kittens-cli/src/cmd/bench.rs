@@ -31,7 +31,7 @@ pub struct Args {
     /// Launch order while timing.
     #[arg(long, value_enum, default_value_t = TimingArg::Interleaved)]
     pub timing: TimingArg,
-    /// attn_fwd: also time every shape without the consumer warpgroups' ping-pong.
+    /// attn_fwd: also time every shape with the consumer warpgroups' ping-pong (turns on Q·Kᵀ).
     #[arg(long)]
     pub variants: bool,
     /// With no value: print one JSON document on stdout. With a file: also write it there.

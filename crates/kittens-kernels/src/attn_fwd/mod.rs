@@ -51,8 +51,9 @@ pub struct AttnConfig {
     pub kv_block: u32,
     pub causal: bool,
     pub layout: AttnLayout,
-    /// Producer/consumer only: the two consumer warpgroups take turns on the tensor cores (their
-    /// matrix work in compute clusters), so one's softmax overlaps the other's multiplies.
+    /// Producer/consumer only: the two consumer warpgroups take turns on the tensor cores for Q·Kᵀ
+    /// (a compute cluster, lowered to named barriers), so that one's softmax overlaps the other's
+    /// multiplies.
     pub pingpong: bool,
     pub remap: GridOrder,
 }
@@ -85,7 +86,10 @@ impl AttnConfig {
         }
         AttnConfig {
             schedule: AttnSchedule::ProducerConsumer,
-            pingpong: true,
+            // Measured on the H100 (bench/results/h100-2026-11-22-attn, run 3): turns around Q·Kᵀ
+            // give the same geometric mean over the D128 shapes (370 vs 375 TFLOP/s), so the
+            // simpler schedule is the default.
+            pingpong: false,
             q_rows: 16,
             kv_block: 128,
             remap: GridOrder::RowMajor,

@@ -478,14 +478,14 @@ pub fn default_cases() -> Vec<AttnCase> {
         causal,
         input_scale: 1.0,
         timed: true,
-        pingpong: true,
+        pingpong: false,
     };
     let check = |shape, causal| AttnCase {
         shape,
         causal,
         input_scale: 8.0,
         timed: false,
-        pingpong: true,
+        pingpong: false,
     };
     let mut v = Vec::new();
     for causal in [false, true] {
