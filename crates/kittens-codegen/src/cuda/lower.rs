@@ -20,8 +20,10 @@
 //! [`check_roles`]: one producer role that only loads, a consumer role that reads shared memory only as
 //! `mma` operands and only after a barrier in the same loop iteration, every fill of a slot read before
 //! the slot's next fill (the race-freedom the schedule analysis checks). Anything else is refused with
-//! [`CudaLowerError::Unsupported`] — this is the subset the Hopper GEMM tile program
-//! (`kittens_kernels::gemm_bf16`, `producer_consumer.rs`) uses, not a general CUDA backend.
+//! [`CudaLowerError::Unsupported`] — this is the subset the Hopper GEMM and attention tile
+//! programs (`kittens_kernels::gemm_bf16` and `attn_fwd`, `producer_consumer.rs` each) use, not a
+//! general CUDA backend. The consumers' register tiles are `wgmma` fragments (`lower_frag.rs`), the
+//! matrix ops `wgmma` chains (`lower_mma.rs`), the loads TMA boxes (`lower_tma.rs`).
 //!
 //! Kernel arguments ([`Lowered::args`]): one `CUtensorMap` per TMA map, then the global tensors in
 //! declaration order (pointers), then the integer parameters. Launch: [`Lowered::blocks`] blocks of
@@ -170,7 +172,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
          extern \"C\" __global__ void __launch_bounds__({threads}, 1)\n{name}({}) {{\n\
          \x20   extern __shared__ __align__(1024) unsigned char kt_smem_raw[];\n\
          \x20   const u32 kt_smem = (kt::smem_u32(kt_smem_raw) + 1023u) & ~1023u;\n\
-         \x20   const u32 kt_slabs = kt_smem + {slabs_at}u; // C staging, {slab} bytes per consumer warpgroup\n\
+         {slabs}\
          \x20   const u32 kt_bars = kt_smem + {bars_at}u;\n\
          \x20   const int wave = threadIdx.x / 32, kt_lane = threadIdx.x % 32;\n\
          \x20   const int kt_wave0 = (threadIdx.x / 128) * 4; // first wave of this warpgroup\n\
@@ -186,6 +188,14 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         k.name,
         args.join(", "),
         empty = 128 * consumer_wgs,
+        // The C staging slabs, when a store goes through them.
+        slabs = if slab > 0 {
+            format!(
+                "    const u32 kt_slabs = kt_smem + {slabs_at}u; // C staging, {slab} bytes per consumer warpgroup\n"
+            )
+        } else {
+            String::new()
+        },
     ));
     let mut kargs: Vec<KernelArg> = e.maps.into_iter().map(KernelArg::TensorMap).collect();
     kargs.extend(k.globals.iter().map(|g| KernelArg::Global {

@@ -461,7 +461,7 @@ fn run_case(
     })
 }
 
-/// The shape list: B16 H16 D128 at N 1024..16384 causal and not (16384 at B2 H24 to bound the
+/// The benchmark's shapes: B16 H16 D128 at N 1024..16384 causal and not (16384 at B2 H24 to bound the
 /// host reference's memory), D64, GQA H64/KV8, both layouts; plus check-only cases at odd lengths
 /// with logits to ±64.
 pub fn default_cases() -> Vec<AttnCase> {
