@@ -333,20 +333,25 @@ impl Emit<'_> {
             self.ex(&g.strides[rd])
         ));
         let s = self.rname(src);
-        if !inside.is_empty() {
-            self.line(format!("if ({})", inside.join(" && ")));
-        }
-        self.line("#pragma unroll");
-        self.line(format!("for (int i = 0; i < {}; i += 2) {{", n / 2));
-        self.line("    const int row = r0 + 8 * ((i >> 1) & 1), col = c0 + 8 * (i >> 2);");
-        self.line("    if (row >= rows || col >= cols) continue;");
+        // The fixed coordinates inside the tensor (always true for in-range grid blocks).
+        let inside = if inside.is_empty() {
+            "true".to_string()
+        } else {
+            inside.join(" && ")
+        };
+        self.line(format!("if ({inside}) {{"));
+        self.line("    #pragma unroll");
+        self.line(format!("    for (int i = 0; i < {}; i += 2) {{", n / 2));
+        self.line("        const int row = r0 + 8 * ((i >> 1) & 1), col = c0 + 8 * (i >> 2);");
+        self.line("        if (row >= rows || col >= cols) continue;");
         self.line(format!(
-            "    bf16_t* p = {gname} + base + (long long)(row - r0 + (kt_lane / 4)) * rs + (col - c0 + 2 * (kt_lane % 4));"
+            "        bf16_t* p = {gname} + base + (long long)(row - r0 + (kt_lane / 4)) * rs + (col - c0 + 2 * (kt_lane % 4));"
         ));
         self.line(format!(
-            "    const u32 v = kt::pack_bf16x2({s}[i], {s}[i + 1]);"
+            "        const u32 v = kt::pack_bf16x2({s}[i], {s}[i + 1]);"
         ));
-        self.line("    if (col + 1 < cols) kt::st_global_b32(p, v); else kt::st_global_b16(p, v & 0xffffu);");
+        self.line("        if (col + 1 < cols) kt::st_global_b32(p, v); else kt::st_global_b16(p, v & 0xffffu);");
+        self.line("    }");
         self.line("}");
         self.depth -= 1;
         self.line("}");
