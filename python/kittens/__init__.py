@@ -141,8 +141,9 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     query (top-left, PyTorch's ``is_causal``). The kernel applies the default scale ``1/sqrt(D)`` only:
     another ``scale`` is a ValueError.
 
-    Runs on CPU arrays (the interpreter). CUDA tensors raise RuntimeError: there is no sm_90a attention
-    kernel yet, and kittens never moves CUDA data to the CPU behind the caller's back. For torch tensors
+    Runs on CPU arrays (the interpreter). CUDA tensors raise RuntimeError: the sm_90a attention
+    kernel (``kittens bench attn_fwd``) is not launched on the caller's tensors yet, and kittens never
+    moves CUDA data to the CPU behind the caller's back. For torch tensors
     this is a ``torch.autograd.Function`` (:class:`AttentionFunction`) whose backward raises
     NotImplementedError until the attention backward kernel exists.
     """

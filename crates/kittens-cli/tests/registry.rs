@@ -24,7 +24,10 @@ fn list_json_names_the_kernels_and_their_targets() {
     assert_eq!(names, kittens_kernels::registry::names());
     let attn = &doc["kernels"][1];
     assert_eq!(attn["name"], "attn_fwd");
-    assert_eq!(attn["lowers_to"], serde_json::json!(["gfx942", "gfx950"]));
+    assert_eq!(
+        attn["lowers_to"],
+        serde_json::json!(["gfx942", "gfx950", "sm_90a"])
+    );
 }
 
 /// An unknown kernel is refused by every command that takes one, with the registry's names listed.
@@ -45,16 +48,22 @@ fn unknown_kernels_are_refused_with_the_registry_names() {
     }
 }
 
-/// attn_fwd has no Hopper lowering: `compile` says so with the registry's reason, before any compiler.
+/// attn_fwd lowers to sm_90a (the producer/consumer program: TMA, register-A wgmma); an unknown target
+/// is refused with the registry's targets, before any compiler.
 #[test]
-fn attention_on_sm_90a_is_not_yet() {
-    let out = kittens(&["compile", "attn_fwd", "--target", "sm_90a"]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+fn attention_lowers_to_sm_90a() {
+    let out = kittens(&[
+        "compile", "attn_fwd", "--target", "sm_90a", "--emit", "cuda",
+    ]);
+    let src = String::from_utf8_lossy(&out.stdout);
     assert!(
-        err.contains("`attn_fwd` does not lower to sm_90a yet"),
-        "{err}"
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    for needle in ["attn_fwd_sm90_lowered", "kt::tma_load_4d(", "_bf16_rs_tb("] {
+        assert!(src.contains(needle), "the CUDA source lacks {needle}");
+    }
     let out = kittens(&["compile", "gemm_bf16", "--target", "sm_80"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());

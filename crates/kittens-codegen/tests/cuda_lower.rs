@@ -21,20 +21,26 @@ fn gemm_tile_program_lowers_with_tma_boxes_from_its_loads() {
                 global: 0,
                 box_rows: 128,
                 box_cols: ks,
-                swizzle_bytes: sw
+                swizzle_bytes: sw,
+                row_dim: 0,
+                col_dim: 1,
             },
             TmaMap {
                 global: 1,
                 box_rows: cfg.block,
                 box_cols: ks,
-                swizzle_bytes: sw
+                swizzle_bytes: sw,
+                row_dim: 0,
+                col_dim: 1,
             },
             // The accumulator store goes out by TMA: one warpgroup's 64 rows, 64 columns (128 bytes).
             TmaMap {
                 global: 2,
                 box_rows: 64,
                 box_cols: 64,
-                swizzle_bytes: 128
+                swizzle_bytes: 128,
+                row_dim: 0,
+                col_dim: 1,
             },
         ]
     );

@@ -529,7 +529,30 @@ pub fn check_target(k: &Kernel, gpu: &Gpu) -> Result<TargetReport, BuildError> {
     }
     // Waves resident on one SIMD share its register file (seed 000 §3.3.1: AMD divides registers statically).
     let per_simd = k.waves.div_ceil(gpu.simds_per_cu).max(1);
-    let reg_budget = (gpu.regs_per_lane_per_simd / per_simd).min(gpu.max_regs_per_thread);
+    let even = (gpu.regs_per_lane_per_simd / per_simd).min(gpu.max_regs_per_thread);
+    let reg_budget = match k.schedule {
+        // Hopper register reallocation (`setmaxnreg`): the register tiles live in the consumer
+        // warpgroups, which grow to `consumer_regs` while the producers shrink — if the file holds both.
+        Schedule::ProducerConsumer {
+            producers,
+            consumers,
+            producer_regs,
+            consumer_regs,
+        } if !gpu.arch.is_amd() => {
+            let file = gpu.regs_per_lane_per_simd * gpu.simds_per_cu;
+            let need = 4 * (producers * producer_regs + consumers * consumer_regs);
+            if need > file {
+                return Err(BuildError::RegBudget {
+                    need: need / (4 * (producers + consumers)).max(1),
+                    have: file / (4 * (producers + consumers)).max(1),
+                    waves: k.waves,
+                    gpu: gpu.name,
+                });
+            }
+            consumer_regs.min(gpu.max_regs_per_thread)
+        }
+        _ => even,
+    };
     let regs_per_wave = reg_estimate(k, gpu.wave_width);
     if regs_per_wave > reg_budget {
         return Err(BuildError::RegBudget {

@@ -62,43 +62,64 @@ pub fn attention_with_logits(
     causal: bool,
 ) -> (Vec<f64>, f64) {
     let mut max_logit = 0.0f64;
-    let (s, dd) = (sh.seq, sh.dim);
-    let group = sh.heads / sh.heads_kv.max(1);
-    let scale = 1.0 / (dd as f64).sqrt();
     let mut o = vec![0.0; sh.len(sh.heads)];
-    let mut p = vec![0.0; s];
+    let mut p = vec![0.0; sh.seq];
+    let mut row = vec![0.0; sh.dim];
     for b in 0..sh.batch {
         for h in 0..sh.heads {
-            let hk = h / group.max(1);
-            for i in 0..s {
-                let keys = if causal { i + 1 } else { s };
-                for (j, pj) in p.iter_mut().enumerate().take(keys) {
-                    *pj = (0..dd)
-                        .map(|x| {
-                            q[sh.offset(sh.heads, b, h, i, x)] as f64
-                                * k[sh.offset(sh.heads_kv, b, hk, j, x)] as f64
-                        })
-                        .sum::<f64>()
-                        * scale;
-                }
-                let mx = p[..keys].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
-                let mn = p[..keys].iter().cloned().fold(f64::INFINITY, f64::min);
-                max_logit = max_logit.max(mx.abs()).max(mn.abs());
-                let mut sum = 0.0;
-                for pj in &mut p[..keys] {
-                    *pj = (*pj - mx).exp();
-                    sum += *pj;
-                }
-                for x in 0..dd {
-                    let acc: f64 = (0..keys)
-                        .map(|j| p[j] * v[sh.offset(sh.heads_kv, b, hk, j, x)] as f64)
-                        .sum();
-                    o[sh.offset(sh.heads, b, h, i, x)] = acc / sum;
+            for i in 0..sh.seq {
+                let l = attention_row(q, k, v, sh, causal, (b, h, i), &mut p, &mut row);
+                max_logit = max_logit.max(l);
+                for (x, &r) in row.iter().enumerate() {
+                    o[sh.offset(sh.heads, b, h, i, x)] = r;
                 }
             }
         }
     }
     (o, max_logit)
+}
+
+/// One output row `(b, h, i)` of [`attention`] into `out` (`dim` values; `p` is scratch of `seq`);
+/// returns the row's largest `|logit|`. Lets a GPU check compare spot rows of shapes far too large for
+/// a full reference.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_row(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: &AttnShape,
+    causal: bool,
+    (b, h, i): (usize, usize, usize),
+    p: &mut [f64],
+    out: &mut [f64],
+) -> f64 {
+    let dd = sh.dim;
+    let hk = h / (sh.heads / sh.heads_kv.max(1)).max(1);
+    let scale = 1.0 / (dd as f64).sqrt();
+    let keys = if causal { i + 1 } else { sh.seq };
+    for (j, pj) in p.iter_mut().enumerate().take(keys) {
+        *pj = (0..dd)
+            .map(|x| {
+                q[sh.offset(sh.heads, b, h, i, x)] as f64
+                    * k[sh.offset(sh.heads_kv, b, hk, j, x)] as f64
+            })
+            .sum::<f64>()
+            * scale;
+    }
+    let mx = p[..keys].iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let mn = p[..keys].iter().cloned().fold(f64::INFINITY, f64::min);
+    let mut sum = 0.0;
+    for pj in &mut p[..keys] {
+        *pj = (*pj - mx).exp();
+        sum += *pj;
+    }
+    for (x, o) in out.iter_mut().enumerate().take(dd) {
+        let acc: f64 = (0..keys)
+            .map(|j| p[j] * v[sh.offset(sh.heads_kv, b, hk, j, x)] as f64)
+            .sum();
+        *o = acc / sum;
+    }
+    mx.abs().max(mn.abs())
 }
 
 /// The same attention as [`attention`] computed the way PyTorch's math path computes it in bf16, the
@@ -121,43 +142,60 @@ pub fn attention_bf16_baseline(
     sh: &AttnShape,
     causal: bool,
 ) -> Vec<f32> {
-    let (s, dd) = (sh.seq, sh.dim);
-    let group = (sh.heads / sh.heads_kv.max(1)).max(1);
-    let scale = 1.0 / (dd as f32).sqrt();
-    let bf16 = |x: f32| round(x, DType::Bf16, Rounding::Rtne);
     let mut o = vec![0.0f32; sh.len(sh.heads)];
-    let mut p = vec![0.0f32; s];
+    let mut p = vec![0.0f32; sh.seq];
+    let mut row = vec![0.0f32; sh.dim];
     for b in 0..sh.batch {
         for h in 0..sh.heads {
-            let hk = h / group;
-            for i in 0..s {
-                let keys = if causal { i + 1 } else { s };
-                for (j, pj) in p.iter_mut().enumerate().take(keys) {
-                    let dot = (0..dd).fold(0.0f32, |acc, x| {
-                        acc + q[sh.offset(sh.heads, b, h, i, x)]
-                            * k[sh.offset(sh.heads_kv, b, hk, j, x)]
-                    });
-                    *pj = dot * scale;
-                }
-                let mx = p[..keys].iter().cloned().fold(f32::NEG_INFINITY, f32::max);
-                let mut sum = 0.0f32;
-                for pj in &mut p[..keys] {
-                    *pj = (*pj - mx).exp();
-                    sum += *pj;
-                }
-                for pj in &mut p[..keys] {
-                    *pj = bf16(*pj / sum);
-                }
-                for x in 0..dd {
-                    let acc = (0..keys).fold(0.0f32, |acc, j| {
-                        acc + p[j] * v[sh.offset(sh.heads_kv, b, hk, j, x)]
-                    });
-                    o[sh.offset(sh.heads, b, h, i, x)] = bf16(acc);
+            for i in 0..sh.seq {
+                attention_bf16_baseline_row(q, k, v, sh, causal, (b, h, i), &mut p, &mut row);
+                for (x, &r) in row.iter().enumerate() {
+                    o[sh.offset(sh.heads, b, h, i, x)] = r;
                 }
             }
         }
     }
     o
+}
+
+/// One output row `(b, h, i)` of [`attention_bf16_baseline`] into `out` (`p`: scratch of `seq`).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_bf16_baseline_row(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: &AttnShape,
+    causal: bool,
+    (b, h, i): (usize, usize, usize),
+    p: &mut [f32],
+    out: &mut [f32],
+) {
+    let dd = sh.dim;
+    let hk = h / (sh.heads / sh.heads_kv.max(1)).max(1);
+    let scale = 1.0 / (dd as f32).sqrt();
+    let bf16 = |x: f32| round(x, DType::Bf16, Rounding::Rtne);
+    let keys = if causal { i + 1 } else { sh.seq };
+    for (j, pj) in p.iter_mut().enumerate().take(keys) {
+        let dot = (0..dd).fold(0.0f32, |acc, x| {
+            acc + q[sh.offset(sh.heads, b, h, i, x)] * k[sh.offset(sh.heads_kv, b, hk, j, x)]
+        });
+        *pj = dot * scale;
+    }
+    let mx = p[..keys].iter().cloned().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0f32;
+    for pj in &mut p[..keys] {
+        *pj = (*pj - mx).exp();
+        sum += *pj;
+    }
+    for pj in &mut p[..keys] {
+        *pj = bf16(*pj / sum);
+    }
+    for (x, o) in out.iter_mut().enumerate().take(dd) {
+        let acc = (0..keys).fold(0.0f32, |acc, j| {
+            acc + p[j] * v[sh.offset(sh.heads_kv, b, hk, j, x)]
+        });
+        *o = bf16(acc);
+    }
 }
 
 /// Error of `out` against `reference`: `rel_err = ‖out − ref‖_F / ‖ref‖_F`; `max_rel = max|out − ref| /

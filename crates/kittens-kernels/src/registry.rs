@@ -156,11 +156,9 @@ const ATTN_FWD: KernelEntry = KernelEntry {
         },
         TargetPlan {
             target: Target::Sm90a,
-            schedule: "none yet",
-            status: Status::NotYet {
-                why:
-                    "the sm_90a lowering takes producer/consumer tile programs, and attention has \
-                      only the AMD 8-wave ping-pong so far",
+            schedule: "producer/consumer, 1 TMA warpgroup + 2 wgmma warpgroups (P from registers)",
+            status: Status::Measured {
+                evidence: "bench/results/h100-2026-11-22-attn",
             },
         },
         TargetPlan {
@@ -170,8 +168,9 @@ const ATTN_FWD: KernelEntry = KernelEntry {
         },
     ],
     build_default: || attn_fwd::build(&attn_fwd::AttnConfig::default()),
-    // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`).
-    build_gpu: |_| attn_fwd::build(&attn_fwd::AttnConfig::default()),
+    // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`); Hopper gets
+    // the producer/consumer program.
+    build_gpu: |gpu| attn_fwd::build(&attn_fwd::AttnConfig::for_gpu(gpu)),
     problem: &attn_fwd::problem::AttnProblem,
 };
 

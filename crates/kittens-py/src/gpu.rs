@@ -1,6 +1,7 @@
 //! The CUDA path: the caller's device pointers and stream go to `kittens_runtime::cuda::caller`, which
-//! launches the lowered sm_90a GEMM in the device's primary context (PyTorch's). Attention has no sm_90a
-//! kernel yet, so CUDA attention is an error, never a silent trip through the CPU.
+//! launches the lowered sm_90a GEMM in the device's primary context (PyTorch's). The sm_90a attention
+//! is not launched on caller-owned tensors yet, so CUDA attention is an error, never a silent trip
+//! through the CPU.
 
 use kittens_hw::Target;
 use kittens_runtime::cuda::caller::{self, GemmPointers, KernelLoad};
@@ -73,7 +74,8 @@ fn lowered_gemm() -> Result<kittens_codegen::Lowered, CudaError> {
 /// CUDA attention is not there yet.
 pub fn attention() -> ApiError {
     ApiError::Runtime(
-        "kittens.attention has no CUDA kernel yet (attn_fwd is not lowered to sm_90a); it runs on CPU \
+        "kittens.attention has no CUDA kernel yet for the caller's tensors (attn_fwd's sm_90a lowering \
+         runs in `kittens bench attn_fwd` only); it runs on CPU \
          arrays only, and CUDA tensors are never moved to the CPU behind your back"
             .into(),
     )

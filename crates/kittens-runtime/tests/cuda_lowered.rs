@@ -78,3 +78,79 @@ fn lowered_gemm_compiles_for_sm_90a() {
         (r.registers, image.cubin.len())
     );
 }
+
+/// The Hopper attention program (kittens-kernels `attn_fwd`, producer/consumer) lowered for sm_90a
+/// compiles with NVRTC without spills, for both head dimensions, causal or not, and holds the
+/// machinery its schedule implies: 4-d TMA loads (BSHD/BHSD strides), `wgmma` from shared memory for
+/// Q·Kᵀ and with A from registers and B N-major for P·V, register reallocation.
+#[test]
+fn lowered_attention_compiles_for_sm_90a() {
+    ensure_nvrtc();
+    let entry = kittens_kernels::by_name("attn_fwd").unwrap_or_else(|e| panic!("{e}"));
+    let registry = entry
+        .build_for(Target::Sm90a)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    use kittens_kernels::attn_fwd::{build, AttnConfig};
+    let mut kernels = vec![registry];
+    // With and without the consumer warpgroups' turns (named barriers).
+    for (dim, causal, pingpong) in [(64, true, true), (128, true, true), (64, false, false)] {
+        let cfg = AttnConfig {
+            dim,
+            causal,
+            pingpong,
+            ..AttnConfig::for_gpu(h100)
+        };
+        kernels.push(build(&cfg).unwrap_or_else(|e| panic!("{e}")));
+    }
+    let cache = fresh_cache("lowered-attn");
+    for (i, k) in kernels.iter().enumerate() {
+        let l = kittens_codegen::lower(k, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
+        if let Ok(dir) = std::env::var("KITTENS_DUMP") {
+            std::fs::write(format!("{dir}/{}_{i}.cu", l.entry), &l.source).expect("dump");
+        }
+        // Q, K, V each one 4-d map (one box shape per tensor), O stored directly.
+        assert_eq!(l.tma_maps().len(), 3, "{:?}", l.tma_maps());
+        for needle in [
+            "kt::tma_load_4d(",
+            "kt::wgmma_m64n",
+            "_bf16_rs_tb(",
+            "kt::desc_mnmajor_sw128(",
+            "kt::pack_bf16x2(",
+            "setmaxnreg_dec<40>",
+            "setmaxnreg_inc<232>",
+            "kt::reg_fence(r_s)",
+            "__shfl_xor_sync",
+        ] {
+            assert!(l.source.contains(needle), "generated source lacks {needle}");
+        }
+        let image = compile_with_cache(
+            &l.source,
+            &l.entry,
+            "sm_90a",
+            l.dynamic_shared_bytes(),
+            Some(&cache),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let r = &image.report;
+        eprintln!("{} ({}): {r:?}", l.entry, k.shared_bytes());
+        assert_eq!(
+            (r.spill_stores, r.spill_loads, r.stack_frame),
+            (0, 0, 0),
+            "{r:?}"
+        );
+        assert!(r.dynamic_shared_bytes <= h100.shared_bytes_per_block);
+        assert!(
+            r.warnings
+                .iter()
+                .all(|w| !w.contains("C7508") && !w.contains("serialized")),
+            "setmaxnreg ignored or wgmma serialized: {:?}",
+            r.warnings
+        );
+        assert_eq!(
+            l.source.contains("kt::named_barrier_arrive("),
+            i == 1 || i == 2,
+            "the warpgroup turns follow AttnConfig::pingpong (off in the registry's configuration)"
+        );
+    }
+}

@@ -199,3 +199,44 @@ fn gemm_register_staging() {
     assert_eq!(mi300x.staging, Staging::Registers);
     gemm(129, 257, 72, mi300x);
 }
+
+/// The Hopper program (producer/consumer: TMA ring, `wgmma` S = Q·Kᵀ from shared memory, P from
+/// registers for P·V) on the interpreter, by the same rule: odd lengths, causal and not, GQA, head
+/// dimensions 64 and 128, both layouts, logits to ±64.
+#[test]
+fn attention_producer_consumer() {
+    use kittens_kernels::attn_fwd::{AttnConfig, AttnSchedule};
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let cfg = AttnConfig::for_gpu(h100);
+    assert_eq!(cfg.schedule, AttnSchedule::ProducerConsumer);
+    for (dim, seq, heads, heads_kv, layout, causal, kv_block) in [
+        (64, 150, 4, 2, AttnLayout::Bshd, false, 64),
+        (64, 77, 2, 1, AttnLayout::Bhsd, true, 128),
+        (128, 200, 2, 2, AttnLayout::Bhsd, false, 128),
+        (128, 131, 4, 1, AttnLayout::Bshd, true, 64),
+    ] {
+        let attn = AttnShape {
+            batch: 1,
+            heads,
+            heads_kv,
+            seq,
+            dim,
+            layout,
+        };
+        let p = Problem {
+            attn,
+            causal,
+            // The causal ones with the warpgroups' turns on Q·Kᵀ (compute clusters; same values).
+            attn_cfg: AttnConfig {
+                kv_block,
+                pingpong: causal,
+                ..cfg
+            },
+            seed: seq as u64 + dim as u64,
+            ..Problem::default()
+        };
+        for scale in [1.0, 8.0] {
+            attn_at(p, scale);
+        }
+    }
+}

@@ -12,7 +12,9 @@ use kittens_runtime::cuda::CudaError;
 #[derive(clap::Args)]
 pub struct Args {
     /// Kernel name, from the registry (`kittens list`); `gemm_bf16` is measured against cuBLAS
-    /// (C = A·Bᵀ: correctness vs cuBLAS and f64 spot checks, and TFLOP/s).
+    /// (C = A·Bᵀ: correctness vs cuBLAS and f64 spot checks, and TFLOP/s); `attn_fwd` against the f64
+    /// reference on spot rows by the test rule, and TFLOP/s (`--sizes` and `--timing` do not apply;
+    /// `--checks none` leaves out the check-only shapes, `--checks only` runs just those).
     #[arg(value_parser = kittens_kernels::by_name)]
     pub kernel: &'static KernelEntry,
     /// Square sizes M = N = K, comma-separated.
@@ -29,6 +31,9 @@ pub struct Args {
     /// Launch order while timing.
     #[arg(long, value_enum, default_value_t = TimingArg::Interleaved)]
     pub timing: TimingArg,
+    /// attn_fwd: also time every shape with the consumer warpgroups' ping-pong (turns on Q·Kᵀ).
+    #[arg(long)]
+    pub variants: bool,
     /// With no value: print one JSON document on stdout. With a file: also write it there.
     #[arg(long, num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
@@ -47,6 +52,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     // The registry says whether the kernel lowers to the GPU the benchmark runs on.
     let target = Target::Sm90a;
     let lowered = super::compile::lowered(a.kernel, target);
+    if a.kernel.name == "attn_fwd" {
+        lowered?;
+        return super::bench_attn::run(&a);
+    }
     if a.kernel.name != "gemm_bf16" {
         lowered?;
         bail!(
@@ -200,7 +209,7 @@ fn document(r: &GemmBenchReport) -> serde_json::Value {
 
 /// UTC time as ISO 8601, from the civil-from-days algorithm (H. Hinnant, "chrono-Compatible Low-Level
 /// Date Algorithms").
-fn utc_now() -> String {
+pub(super) fn utc_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())

@@ -2,6 +2,7 @@
 
 pub mod banks;
 pub mod bench;
+pub mod bench_attn;
 pub mod check;
 pub mod check_banks;
 pub mod compile;

@@ -20,8 +20,10 @@
 //! [`check_roles`]: one producer role that only loads, a consumer role that reads shared memory only as
 //! `mma` operands and only after a barrier in the same loop iteration, every fill of a slot read before
 //! the slot's next fill (the race-freedom the schedule analysis checks). Anything else is refused with
-//! [`CudaLowerError::Unsupported`] — this is the subset the Hopper GEMM tile program
-//! (`kittens_kernels::gemm_bf16`, `producer_consumer.rs`) uses, not a general CUDA backend.
+//! [`CudaLowerError::Unsupported`] — this is the subset the Hopper GEMM and attention tile
+//! programs (`kittens_kernels::gemm_bf16` and `attn_fwd`, `producer_consumer.rs` each) use, not a
+//! general CUDA backend. The consumers' register tiles are `wgmma` fragments (`lower_frag.rs`), the
+//! matrix ops `wgmma` chains (`lower_mma.rs`), the loads TMA boxes (`lower_tma.rs`).
 //!
 //! Kernel arguments ([`Lowered::args`]): one `CUtensorMap` per TMA map, then the global tensors in
 //! declaration order (pointers), then the integer parameters. Launch: [`Lowered::blocks`] blocks of
@@ -31,12 +33,12 @@ use std::collections::BTreeSet;
 
 use kittens_hw::{dtype::DType, Target};
 use kittens_ir::{
-    Cond, Env, Expr, GridOrder, Kernel, MmaForm, MmaOperand, Op, RegId, Schedule, Scope,
-    SharedView, Stmt, WaitQueue,
+    ClusterKind, Cond, Expr, GridOrder, Kernel, MmaOperand, Op, RegId, Schedule, Scope, SharedView,
+    Stmt, WaitQueue,
 };
 use kittens_tile::Swizzle;
 
-use super::lower_roles::{check_roles, fill_chunks, ring_barriers, Roles};
+use super::lower_roles::{check_roles, fill_chunks, resident_rings, ring_barriers, Roles};
 use super::{prelude_with, WgmmaInput};
 use crate::cexpr::{self, ident};
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
@@ -54,14 +56,30 @@ pub(super) fn unsupported<T>(what: impl Into<String>) -> Result<T, CudaLowerErro
     Err(CudaLowerError::Unsupported(what.into()))
 }
 
-/// A tensor map the host builds for one global tensor: boxes of `box_rows × box_cols` elements with
-/// the given shared-memory swizzle (bytes: 128, 64, 32 or 0).
+/// A tensor map the host builds for one global tensor: boxes of `box_rows × box_cols` elements (rows
+/// along dimension `row_dim`, columns along `col_dim`, one element along every other dimension) with
+/// the given shared-memory swizzle (bytes: 128, 64, 32 or 0). The map's dimensions, innermost first,
+/// are [`TmaMap::dim_order`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 pub struct TmaMap {
     pub global: u32,
     pub box_rows: u32,
     pub box_cols: u32,
     pub swizzle_bytes: u32,
+    pub row_dim: u8,
+    pub col_dim: u8,
+}
+
+impl TmaMap {
+    /// The tensor's dimensions in the map's order, innermost first: the column dimension (unit
+    /// stride), the row dimension, then the others in declaration order. A `[b, h, s, d]` attention
+    /// tensor viewed as rows of `s` and columns of `d` is the map `(d, s, b, h)`.
+    pub fn dim_order(dims: usize, row_dim: u8, col_dim: u8) -> Vec<usize> {
+        let (r, c) = (row_dim as usize, col_dim as usize);
+        let mut v = vec![c, r];
+        v.extend((0..dims).filter(|&i| i != r && i != c));
+        v
+    }
 }
 
 /// Lowers `k` (producer/consumer schedule) to CUDA for sm_90a: the source and its launch contract (a
@@ -99,6 +117,14 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         depth: 1,
         maps: Vec::new(),
         wgmma_n: BTreeSet::new(),
+        wgmma_rs: BTreeSet::new(),
+        pending: BTreeSet::new(),
+        unknown: false,
+        resident: resident_rings(k, roles.producer.1),
+        group_continues: false,
+        group_open: false,
+        in_turn: false,
+        turn_wait: false,
         cap,
         offsets,
         bars: bar_first,
@@ -109,7 +135,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         slab,
         store_map: None,
     };
-    e.declare_accumulators()?;
+    e.declare_fragments()?;
     e.roles(&roles)?;
     let body = std::mem::take(&mut e.out);
     if let Some(m) = e.store_map {
@@ -129,6 +155,13 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     args.extend(k.params.iter().map(|p| format!("int {}", ident(&p.name))));
     let shapes: Vec<(WgmmaInput, u32)> = e.wgmma_n.iter().map(|&n| (WgmmaInput::Bf16, n)).collect();
     let mut src = prelude_with(&shapes);
+    if !e.wgmma_rs.is_empty() {
+        src.push_str("namespace kt {\n");
+        for &(n, tb) in &e.wgmma_rs {
+            src.push_str(&super::wgmma_rs_wrapper(n, tb));
+        }
+        src.push_str("} // namespace kt\n");
+    }
     src.push_str(&format!(
         "\n// Lowered from the tile program `{}` by kittens-codegen::cuda::lower.\n\
          // Slot i of the rings has mbarriers full[i] (TMA landed) and empty[i] (every consumer warp done).\n\
@@ -143,7 +176,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
          extern \"C\" __global__ void __launch_bounds__({threads}, 1)\n{name}({}) {{\n\
          \x20   extern __shared__ __align__(1024) unsigned char kt_smem_raw[];\n\
          \x20   const u32 kt_smem = (kt::smem_u32(kt_smem_raw) + 1023u) & ~1023u;\n\
-         \x20   const u32 kt_slabs = kt_smem + {slabs_at}u; // C staging, {slab} bytes per consumer warpgroup\n\
+         {slabs}\
          \x20   const u32 kt_bars = kt_smem + {bars_at}u;\n\
          \x20   const int wave = threadIdx.x / 32, kt_lane = threadIdx.x % 32;\n\
          \x20   const int kt_wave0 = (threadIdx.x / 128) * 4; // first wave of this warpgroup\n\
@@ -159,6 +192,14 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         k.name,
         args.join(", "),
         empty = 128 * consumer_wgs,
+        // The C staging slabs, when a store goes through them.
+        slabs = if slab > 0 {
+            format!(
+                "    const u32 kt_slabs = kt_smem + {slabs_at}u; // C staging, {slab} bytes per consumer warpgroup\n"
+            )
+        } else {
+            String::new()
+        },
     ));
     let mut kargs: Vec<KernelArg> = e.maps.into_iter().map(KernelArg::TensorMap).collect();
     kargs.extend(k.globals.iter().map(|g| KernelArg::Global {
@@ -194,6 +235,24 @@ pub(super) struct Emit<'k> {
     pub(super) depth: usize,
     pub(super) maps: Vec<TmaMap>,
     pub(super) wgmma_n: BTreeSet<u32>,
+    /// Register-A wgmma wrappers used: (N, B transposed).
+    pub(super) wgmma_rs: BTreeSet<(u32, bool)>,
+    /// Registers a committed, not yet waited-for wgmma chain writes (D) or reads (register A): any
+    /// other op on them waits for the chains first.
+    pub(super) pending: BTreeSet<RegId>,
+    /// Set where emission order does not say what is pending (a loop's head, after a loop).
+    pub(super) unknown: bool,
+    /// Per shared ring: loaded once per tile, outside the producer's loops (attention's Q), so read
+    /// across many hand-off epochs and released when the tile's last chain retires.
+    pub(super) resident: Vec<bool>,
+    /// The `mma` being emitted is followed by another: both go in one commit group.
+    pub(super) group_continues: bool,
+    /// A commit group is open (its `wgmma.fence` issued, not yet committed).
+    pub(super) group_open: bool,
+    /// Inside a consumer compute cluster: the warpgroup's turn on the tensor cores.
+    pub(super) in_turn: bool,
+    /// A group committed during the turn waits (`wait_group 1`) after the turn ends.
+    pub(super) turn_wait: bool,
     pub(super) cap: u32,
     pub(super) offsets: Vec<u32>,
     /// First mbarrier (= first bit of the phase masks) of each shared ring.
@@ -234,27 +293,6 @@ impl Emit<'_> {
     }
     fn cond(&self, c: &Cond) -> String {
         cexpr::cond_in(self.k, c, &cexpr::CUDA)
-    }
-
-    /// Every register tile must be an fp32 wgmma accumulator slice: 16 rows (one warp's share of m64)
-    /// by N columns, N a wgmma N; it lives as the N/2 floats of the D fragment.
-    fn declare_accumulators(&mut self) -> Result<(), CudaLowerError> {
-        for r in &self.k.regs {
-            let (rows, cols) = r.shape();
-            let ok = r.tile().is_some()
-                && r.dtype() == DType::F32
-                && rows == 16
-                && super::valid_wgmma_n(cols);
-            if !ok {
-                return unsupported(format!(
-                    "register `{}` ({rows}x{cols} {:?}): only fp32 16xN wgmma accumulators",
-                    r.name,
-                    r.dtype()
-                ));
-            }
-            self.line(format!("float r_{}[{}];", ident(&r.name), cols / 2));
-        }
-        Ok(())
     }
 
     /// This tile's coordinates `blk0, blk1, …` from the tile index `kt_tile` and the grid remap.
@@ -329,6 +367,21 @@ impl Emit<'_> {
         self.op(r.consumer.0)?;
         self.line("// Per slot: parity of the fill to read next; read since the last barrier; releasable.");
         self.line("u32 kt_cpar = 0, kt_held = 0, kt_rel = 0;");
+        if has_turns(r.consumer.1) && self.consumer_wgs() > 1 {
+            // The turn token starts with the first consumer warpgroup: the last one hands it over.
+            let n = self.consumer_wgs();
+            self.line(format!(
+                "const u32 kt_cwg = threadIdx.x / 128u - {}u; // consumer warpgroup",
+                self.producers
+            ));
+            self.line(format!(
+                "if (kt_cwg == {}u) kt::named_barrier_arrive(1u, 256u);",
+                n - 1
+            ));
+        }
+        if self.resident.iter().any(|&r| r) {
+            self.line("u32 kt_res = 0; // slots of rings read for the whole tile");
+        }
         self.role = Role::Consumer;
         self.tile_loop(r.consumer.1)?;
         self.line("kt::wgmma_wait<0>();");
@@ -373,7 +426,19 @@ impl Emit<'_> {
                 continue;
             }
             match s {
-                Stmt::Op { op, .. } => self.op(op)?,
+                Stmt::Op { op, .. } => {
+                    self.group_continues = self.role == Role::Consumer
+                        && matches!(op, Op::Mma { .. })
+                        && matches!(
+                            body.get(i + 1),
+                            Some(Stmt::Op {
+                                op: Op::Mma { .. },
+                                ..
+                            })
+                        );
+                    self.op(op)?;
+                    self.group_continues = false;
+                }
                 Stmt::For {
                     var,
                     start,
@@ -387,18 +452,35 @@ impl Emit<'_> {
                         self.ex(end)
                     ));
                     self.loops += 1;
+                    // Whatever the previous iteration left in flight is pending at the head.
+                    self.unknown = true;
                     self.nested(body)?;
+                    self.unknown = true;
                     self.loops -= 1;
                     self.line("}");
                 }
                 Stmt::If { cond, then, els } => {
+                    // After the branch, a chain is pending if it is on either path.
+                    let (before, unknown) = (self.pending.clone(), self.unknown);
                     self.line(format!("if {} {{", self.cond(cond)));
                     self.nested(then)?;
+                    let (then_pending, then_unknown) = (self.pending.clone(), self.unknown);
+                    self.pending = before;
+                    self.unknown = unknown;
                     if !els.is_empty() {
                         self.line("} else {");
                         self.nested(els)?;
                     }
                     self.line("}");
+                    self.pending.extend(then_pending);
+                    self.unknown |= then_unknown;
+                }
+                Stmt::Cluster {
+                    kind: ClusterKind::Compute,
+                    label,
+                    body,
+                } if self.role == Role::Consumer && self.consumer_wgs() > 1 => {
+                    self.turn(label, body)?
                 }
                 Stmt::Cluster { label, body, .. } => {
                     self.line(format!("// cluster: {label}"));
@@ -409,6 +491,36 @@ impl Emit<'_> {
                     return unsupported("unexpanded roles (build the kernel with KernelBuilder)")
                 }
             }
+        }
+        Ok(())
+    }
+
+    fn consumer_wgs(&self) -> u32 {
+        self.k.waves / 4 - self.producers
+    }
+
+    /// A compute cluster of the consumer role: this warpgroup's turn on the tensor cores. The consumer
+    /// warpgroups pass one token around a ring of named barriers (FlashAttention-3's warp-scheduler
+    /// barriers): warpgroup `w` waits on barrier `1 + w`, issues its `wgmma` groups, and arrives on
+    /// the next one's, so one warpgroup's softmax runs while the other's matrix work does. The wait
+    /// for the previous group comes after the turn. Values and memory effects are the cluster's body.
+    fn turn(&mut self, label: &str, body: &[Stmt]) -> Result<(), CudaLowerError> {
+        let n = self.consumer_wgs();
+        self.line(format!("// cluster: {label} — this warpgroup's turn"));
+        self.line(format!("kt::named_barrier(1u + kt_cwg, {}u);", 128 * 2));
+        self.in_turn = true;
+        let r = self.stmts(body);
+        self.in_turn = false;
+        r?;
+        self.line(format!(
+            "kt::named_barrier_arrive(1u + (kt_cwg + 1u) % {n}u, {}u);",
+            128 * 2
+        ));
+        if std::mem::take(&mut self.turn_wait) {
+            self.line(
+                "kt::wgmma_wait<1>(); // the previous group has retired: its slots can go back",
+            );
+            self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
         }
         Ok(())
     }
@@ -471,19 +583,35 @@ impl Emit<'_> {
                 }
                 Ok(())
             }
-            (Op::Fill { dst, value }, Role::Consumer) => {
+            (Op::Fill { .. }, Role::Consumer) => {
                 self.retire_all();
-                let (name, n) = self.acc(*dst);
-                self.line("#pragma unroll");
-                self.line(format!(
-                    "for (int i = 0; i < {n}; ++i) {name}[i] = {value:?}f;"
-                ));
+                self.reg_op(op)
+            }
+            (Op::Mma { form, d, a, b, c }, Role::Consumer) => {
+                match a {
+                    MmaOperand::Reg(ar) => self.mma_rs(*form, *d, *ar, b, c.as_ref())?,
+                    MmaOperand::Shared(_) => self.mma(*form, *d, a, b, c.as_ref())?,
+                }
+                self.pending.insert(*d);
+                if let MmaOperand::Reg(ar) = a {
+                    self.pending.insert(*ar);
+                }
                 Ok(())
             }
-            (Op::Mma { form, d, a, b, c }, Role::Consumer) => self.mma(*form, *d, a, b, c.as_ref()),
             (Op::StoreGlobal { dst, src, rounding }, Role::Consumer) => {
                 self.retire_all();
-                self.store(dst, *src, *rounding)
+                if self.k.global(dst.tensor).dims.len() == 2 {
+                    self.store(dst, *src, *rounding)
+                } else {
+                    self.store_direct(dst, *src, *rounding)
+                }
+            }
+            (op @ (Op::Map { .. } | Op::Reduce { .. } | Op::Mask { .. }), Role::Consumer) => {
+                let regs = op.regs();
+                if self.unknown || regs.iter().any(|r| self.pending.contains(r)) {
+                    self.retire_all();
+                }
+                self.reg_op(op)
             }
             (other, role) => unsupported(format!("op `{}` in role {role:?}", other.name())),
         }
@@ -492,18 +620,51 @@ impl Emit<'_> {
     /// Before the accumulator is touched by anything but wgmma: every chain retires and its slots go
     /// back. Outside the loops, no slot is read before the next barrier (checked by `check_roles`), so
     /// the slots of this epoch go back too — the producer refills them during the epilogue.
+    /// Slots of rings read for the whole tile go back at the first retire after the tile's loops.
     fn retire_all(&mut self) {
         self.line("kt::wgmma_wait<0>();");
+        // The registers the retired chains wrote or read, pinned after the wait.
+        let fenced: Vec<RegId> = if self.unknown {
+            self.k
+                .ops()
+                .into_iter()
+                .filter_map(|r| match r.op {
+                    Op::Mma { d, a, .. } => Some([
+                        Some(d),
+                        match a {
+                            MmaOperand::Reg(r) => Some(r),
+                            MmaOperand::Shared(_) => None,
+                        },
+                    ]),
+                    _ => None,
+                })
+                .flatten()
+                .flatten()
+                .copied()
+                .collect::<BTreeSet<RegId>>()
+                .into_iter()
+                .collect()
+        } else {
+            self.pending.iter().copied().collect()
+        };
+        for r in fenced {
+            self.line(format!("kt::reg_fence(r_{});", cname(self.k.reg(r))));
+        }
         if self.loops == 0 {
             self.line("kt_rel |= kt_held; kt_cpar ^= kt_held; kt_held = 0;");
+            if self.resident.iter().any(|&r| r) {
+                self.line("kt_rel |= kt_res; kt_cpar ^= kt_res; kt_res = 0;");
+            }
         }
         self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
+        self.pending.clear();
+        self.unknown = false;
     }
 
     /// Name and float count of an accumulator register.
     pub(super) fn acc(&self, r: RegId) -> (String, u32) {
         let d = self.k.reg(r);
-        (format!("r_{}", ident(&d.name)), d.shape().1 / 2)
+        (format!("r_{}", cname(d)), d.shape().1 / 2)
     }
 
     /// Shared address of a view (row pitch = the tile's row bytes).
@@ -520,123 +681,26 @@ impl Emit<'_> {
             s.tile.dtype.bytes()
         )
     }
-    /// `d (+)= a·bᵀ` for one warpgroup from shared memory: each wave's 16-row slice of A must be the
-    /// next 16 rows after the previous wave's, so the four slices form wgmma's 64-row A.
-    fn mma(
-        &mut self,
-        form: MmaForm,
-        d: RegId,
-        a: &MmaOperand,
-        b: &MmaOperand,
-        c: Option<&RegId>,
-    ) -> Result<(), CudaLowerError> {
-        let (MmaOperand::Shared(av), MmaOperand::Shared(bv)) = (a, b) else {
-            return unsupported("mma with a register operand (wgmma SS form only)");
-        };
-        if form != MmaForm::Abt {
-            return unsupported(format!("{} (K-major A and B only)", form.name()));
-        }
-        let (acc, _) = self.acc(d);
-        let n = self.k.reg(d).shape().1;
-        let kk = av.cols;
-        if av.rows != 16 || bv.rows != n || bv.cols != kk || kk % 16 != 0 {
-            return unsupported(format!(
-                "mma shapes A {}x{}, B {}x{}, D 16x{n}",
-                av.rows, av.cols, bv.rows, bv.cols
-            ));
-        }
-        self.check_slices(av, bv)?;
-        let accumulate = match c {
-            Some(r) if *r == d => true,
-            None => false,
-            Some(_) => return unsupported("mma whose C differs from D"),
-        };
-        let (sa, sb) = (self.k.shared_decl(av.buf), self.k.shared_decl(bv.buf));
-        let desc = |t: &kittens_tile::SharedTile| -> Result<&'static str, CudaLowerError> {
-            match swizzle_bytes(t.swizzle, t.cols * t.dtype.bytes())? {
-                128 => Ok("kt::desc_kmajor_sw128"),
-                64 => Ok("kt::desc_kmajor_sw64"),
-                32 => Ok("kt::desc_kmajor_sw32"),
-                _ => unsupported("wgmma operands without a swizzle"),
-            }
-        };
-        let (da, db) = (desc(&sa.tile)?, desc(&sb.tile)?);
-        self.wgmma_n.insert(n);
-        let wrapper = WgmmaInput::Bf16.wrapper_name(n);
-        self.line(format!("{{ // {} on the warpgroup's 64 rows", form.name()));
-        self.depth += 1;
-        self.line(format!(
-            "const u32 sa = {}u + (u32)({}), sb = {}u + (u32)({});",
-            self.bars[av.buf.0 as usize],
-            self.ex_with(&av.index, "kt_wave0"),
-            self.bars[bv.buf.0 as usize],
-            self.ex_with(&bv.index, "kt_wave0")
-        ));
-        self.line(format!(
-            "const u32 a0 = {}, b0 = {};",
-            self.smem_addr(av, "kt_wave0"),
-            self.smem_addr(bv, "kt_wave0")
-        ));
-        self.line("kt::mbarrier_wait(KT_FULL(sa), (kt_cpar >> sa) & 1u);");
-        // A and B filled together share the slot's barrier: one wait.
-        if self.bars[av.buf.0 as usize] != self.bars[bv.buf.0 as usize] || av.index != bv.index {
-            self.line("kt::mbarrier_wait(KT_FULL(sb), (kt_cpar >> sb) & 1u);");
-        }
-        self.line("kt_held |= (1u << sa) | (1u << sb);");
-        self.line("kt::wgmma_fence();");
-        for s in 0..kk / 16 {
-            let flag = if accumulate || s > 0 { "1u" } else { "0u" };
-            self.line(format!(
-                "kt::{wrapper}({acc}, {da}(a0 + {o}u), {db}(b0 + {o}u), {flag});",
-                o = s * 32
-            ));
-        }
-        self.line("kt::wgmma_commit();");
-        self.line("kt::wgmma_wait<1>(); // the previous chain has retired: its slots can go back");
-        self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
-        self.depth -= 1;
-        self.line("}");
-        Ok(())
-    }
+}
 
-    /// `e` for `wave` with every parameter, loop variable and block index at 0: how the per-wave shape
-    /// checks compare the views different waves use.
-    pub(super) fn at_origin(&self, e: &Expr, wave: u32) -> Option<i64> {
-        let params = vec![0i64; self.k.params.len()];
-        let vars = vec![0i64; self.k.vars.len()];
-        let block = vec![0i64; self.k.grid.extents.len()];
-        e.eval(&Env {
-            params: &params,
-            vars: &vars,
-            block: &block,
-            wave: wave as i64,
-        })
-    }
-
-    /// Checks, by evaluating the views for the waves of each warpgroup, that A's slices step by 16 rows
-    /// per wave and B's view is the same for every wave.
-    fn check_slices(&self, av: &SharedView, bv: &SharedView) -> Result<(), CudaLowerError> {
-        let at = |e: &Expr, wave: u32| self.at_origin(e, wave);
-        for w0 in (0..self.k.waves).step_by(4) {
-            for i in 0..4.min(self.k.waves - w0) {
-                let w = w0 + i;
-                let a_ok = at(&av.row0, w)
-                    .zip(at(&av.row0, w0))
-                    .is_some_and(|(r, r0)| r == r0 + 16 * i as i64)
-                    && at(&av.col0, w) == Some(0)
-                    && at(&av.index, w) == at(&av.index, w0);
-                let b_ok = at(&bv.row0, w) == Some(0)
-                    && at(&bv.col0, w) == Some(0)
-                    && at(&bv.index, w) == at(&bv.index, w0);
-                if !a_ok || !b_ok {
-                    return unsupported(
-                        "mma whose per-wave A slices are not consecutive 16-row blocks of one tile",
-                    );
-                }
-            }
+/// Whether a body holds a compute cluster (a ping-pong turn).
+fn has_turns(body: &[Stmt]) -> bool {
+    body.iter().any(|s| match s {
+        Stmt::Cluster {
+            kind: ClusterKind::Compute,
+            ..
+        } => true,
+        Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
+            has_turns(body)
         }
-        Ok(())
-    }
+        Stmt::If { then, els, .. } => has_turns(then) || has_turns(els),
+        _ => false,
+    })
+}
+
+/// The C name of a register's fragment (without the `r_` prefix).
+pub(super) fn cname(r: &kittens_ir::RegDecl) -> String {
+    ident(&r.name)
 }
 
 /// The TMA/wgmma swizzle of a shared tile whose rows are `row_bytes` long: the NVIDIA modes are an XOR

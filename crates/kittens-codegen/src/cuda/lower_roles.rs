@@ -207,3 +207,29 @@ pub(super) fn ring_barriers(k: &Kernel, producer: &[Stmt]) -> (Vec<u32>, u32) {
     }
     (first, n)
 }
+
+/// Per shared ring: whether the producer fills it outside every loop of its body, once per tile
+/// (attention's Q). Such a slot is read across the tile's hand-off epochs and goes back only when the
+/// tile is done.
+pub(super) fn resident_rings(k: &Kernel, producer: &[Stmt]) -> Vec<bool> {
+    let mut res = vec![false; k.shared.len()];
+    fn visit(body: &[Stmt], in_loop: bool, res: &mut Vec<bool>) {
+        for s in body {
+            match s {
+                Stmt::Op {
+                    op: Op::LoadAsync { dst, .. },
+                    ..
+                } if !in_loop => res[dst.buf.0 as usize] = true,
+                Stmt::For { body, .. } => visit(body, true, res),
+                Stmt::If { then, els, .. } => {
+                    visit(then, in_loop, res);
+                    visit(els, in_loop, res)
+                }
+                Stmt::Cluster { body, .. } | Stmt::Staggered { body } => visit(body, in_loop, res),
+                _ => {}
+            }
+        }
+    }
+    visit(producer, false, &mut res);
+    res
+}

@@ -23,7 +23,11 @@ const WG_ROWS: u32 = 64;
 pub(super) fn slab_bytes(k: &Kernel) -> Result<u32, CudaLowerError> {
     let mut n = 0u32;
     for r in k.ops() {
-        if let Op::StoreGlobal { src, .. } = r.op {
+        // Only row-major matrices are stored through the slab (`store`; others `store_direct`).
+        if let Op::StoreGlobal { src, dst, .. } = r.op {
+            if k.global(dst.tensor).dims.len() != 2 {
+                continue;
+            }
             n = n.max(k.reg(*src).shape().1);
         }
     }
@@ -100,8 +104,12 @@ impl Emit<'_> {
     ) -> Result<(String, u32), CudaLowerError> {
         let s = self.k.shared_decl(dst.buf);
         let g = self.k.global(src.tensor);
-        if g.dims.len() != 2 || src.row_dim != 0 || src.col_dim != 1 || g.strides[1] != Expr::c(1) {
-            return unsupported(format!("load of `{}`: only row-major 2-d tensors", g.name));
+        let (rd, cd) = (src.row_dim as usize, src.col_dim as usize);
+        if g.dims.len() < 2 || g.dims.len() > 5 || rd == cd || g.strides[cd] != Expr::c(1) {
+            return unsupported(format!(
+                "load of `{}`: 2 to 5 dimensions with unit stride along the columns",
+                g.name
+            ));
         }
         if (dst.rows, dst.cols) != (s.tile.rows, s.tile.cols)
             || (src.rows, src.cols) != (dst.rows, dst.cols)
@@ -119,6 +127,8 @@ impl Emit<'_> {
             box_rows: src.rows,
             box_cols: src.cols,
             swizzle_bytes,
+            row_dim: src.row_dim,
+            col_dim: src.col_dim,
         };
         let mi = match self.maps.iter().position(|m| *m == map) {
             Some(i) => i,
@@ -127,11 +137,15 @@ impl Emit<'_> {
                 self.maps.len() - 1
             }
         };
+        let coords: Vec<String> = TmaMap::dim_order(g.dims.len(), src.row_dim, src.col_dim)
+            .into_iter()
+            .map(|i| format!("(int)({})", self.ex(&src.origin[i])))
+            .collect();
         let line = format!(
-            "kt::tma_load_2d({}, &tma{mi}, KT_FULL(slot), (int)({}), (int)({}));",
+            "kt::tma_load_{}d({}, &tma{mi}, KT_FULL(slot), {});",
+            g.dims.len(),
             self.smem_addr(dst, "wave"),
-            self.ex(&src.origin[1]),
-            self.ex(&src.origin[0])
+            coords.join(", ")
         );
         Ok((line, s.tile.bytes()))
     }
@@ -164,6 +178,8 @@ impl Emit<'_> {
             box_rows: WG_ROWS,
             box_cols: BOX_COLS,
             swizzle_bytes: 128,
+            row_dim: 0,
+            col_dim: 1,
         };
         match self.store_map {
             Some(m) if m != map => return unsupported("stores to two different tensors"),

@@ -6,6 +6,8 @@
 //! The source is compiled at run time with NVRTC (`kittens_runtime::cuda::compile`).
 
 pub mod lower;
+mod lower_frag;
+mod lower_mma;
 mod lower_roles;
 mod lower_tma;
 
@@ -80,6 +82,46 @@ pub fn wgmma_wrapper(input: WgmmaInput, n: u32) -> String {
     )
 }
 
+/// One wrapper `kt::wgmma_m64n{N}k16_bf16_rs{_tb}(float (&d)[N/2], u32 a0, u32 a1, u32 a2, u32 a3, u64
+/// desc_b, u32 accumulate)`: D (64×N fp32) += A·B with A, a 64×16 bf16 tile, from registers (PTX ISA
+/// §9.7.15.5.1, "register fragment" of A: per thread `a0 = (r, c..c+1)`, `a1 = (r+8, c..c+1)`,
+/// `a2 = (r, c+8..c+9)`, `a3 = (r+8, c+8..c+9)` with `r = lane/4` in the warp's 16 rows and
+/// `c = 2·(lane%4)` — the layout of two adjacent 8-column blocks of an fp32 accumulator, so an
+/// accumulator packs into an A operand in place) and B from shared memory, K-major or, with `trans_b`
+/// (`_tb`), N-major.
+pub fn wgmma_rs_wrapper(n: u32, trans_b: bool) -> String {
+    assert!(
+        valid_wgmma_n(n),
+        "wgmma N must be a multiple of 8 in 8..=256, got {n}"
+    );
+    let regs = n / 2;
+    let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
+    let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    format!(
+        "__device__ __forceinline__ void {name}(float (&d)[{regs}], u32 a0, u32 a1, u32 a2, u32 a3, u64 desc_b, u32 accumulate) {{\n\
+         asm volatile(\"{{\\n .reg .pred p;\\n setp.ne.b32 p, %{acc}, 0;\\n\"\n\
+         \"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.bf16.bf16 {{{list}}}, {{%{a0}, %{a1}, %{a2}, %{a3}}}, %{db}, p, 1, 1, {tb};\\n}}\\n\"\n\
+         : {outs}\n\
+         : \"r\"(a0), \"r\"(a1), \"r\"(a2), \"r\"(a3), \"l\"(desc_b), \"r\"(accumulate));\n}}\n",
+        name = rs_wrapper_name(n, trans_b),
+        list = list.join(", "),
+        a0 = regs,
+        a1 = regs + 1,
+        a2 = regs + 2,
+        a3 = regs + 3,
+        db = regs + 4,
+        acc = regs + 5,
+        tb = u32::from(trans_b),
+        outs = outs.join(", "),
+    )
+}
+
+/// The C++ name of [`wgmma_rs_wrapper`]'s function.
+pub fn rs_wrapper_name(n: u32, trans_b: bool) -> String {
+    let tb = if trans_b { "_tb" } else { "" };
+    format!("wgmma_m64n{n}k16_bf16_rs{tb}")
+}
+
 /// The prelude followed by the wgmma wrappers for the given shapes, inside `namespace kt`.
 pub fn prelude_with(shapes: &[(WgmmaInput, u32)]) -> String {
     let mut s = String::from(PRELUDE);
@@ -110,5 +152,15 @@ mod tests {
         assert!(w.contains("setp.ne.b32 p, %130, 0"));
         let f = wgmma_wrapper(WgmmaInput::Fp8E4m3, 128);
         assert!(f.contains("m64n128k32.f32.e4m3.e4m3") && f.contains("%64, %65, p, 1, 1;"));
+    }
+    #[test]
+    fn register_a_wrapper_lists_a_fragment_then_descriptor() {
+        let w = wgmma_rs_wrapper(64, true);
+        assert!(w.contains("wgmma_m64n64k16_bf16_rs_tb(float (&d)[32]"));
+        assert!(w.contains("m64n64k16.f32.bf16.bf16 {%0,"));
+        // 32 accumulators, then the four A registers, the B descriptor, the flag; B transposed.
+        assert!(w.contains("{%32, %33, %34, %35}, %36, p, 1, 1, 1;"), "{w}");
+        assert!(w.contains("setp.ne.b32 p, %37, 0"));
+        assert!(wgmma_rs_wrapper(128, false).contains("%68, p, 1, 1, 0;"));
     }
 }

@@ -74,6 +74,23 @@ __device__ __forceinline__ void tma_load_2d(u32 dst, const CUtensorMap* map, u32
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];"
         ::"r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1) : "memory");
 }
+// The same for tensors of 3 to 5 dimensions (a `[b, h, s, d]` attention tensor is one 4-d map whose
+// strides say BSHD or BHSD; out-of-range coordinates in any dimension read as zero).
+__device__ __forceinline__ void tma_load_3d(u32 dst, const CUtensorMap* map, u32 bar, int c0, int c1, int c2) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];"
+        ::"r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+__device__ __forceinline__ void tma_load_4d(u32 dst, const CUtensorMap* map, u32 bar, int c0, int c1, int c2, int c3) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], [%2];"
+        ::"r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+}
+__device__ __forceinline__ void tma_load_5d(u32 dst, const CUtensorMap* map, u32 bar, int c0, int c1, int c2, int c3, int c4) {
+    asm volatile(
+        "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
+        ::"r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
+}
 // Shared -> global, tracked by a bulk async-group of this thread.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, u32 src, int c0, int c1) {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
@@ -127,6 +144,10 @@ __device__ __forceinline__ void cluster_sync() {
 __device__ __forceinline__ void named_barrier(u32 id, u32 threads) {
     asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrive on barrier `id` without waiting (the producer side of a hand-over between warpgroups).
+__device__ __forceinline__ void named_barrier_arrive(u32 id, u32 threads) {
+    asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 // ---- warpgroup register reallocation (PTX ISA §9.7.17.1 setmaxnreg) ---------------------------------
 // Takes effect only with a register cap at entry: the kernel needs __launch_bounds__(threads, 1).
@@ -144,6 +165,19 @@ __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_grou
 // Waits until at most N committed wgmma groups of this warpgroup are pending.
 template <int N> __device__ __forceinline__ void wgmma_wait() {
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+}
+
+// Pins a fragment after a wgmma wait: an empty asm that "reads and writes" every register keeps the
+// compiler from moving reads of the accumulator (or writes of an A operand) above the wait, which it
+// could otherwise do (the wgmma asm is the registers' only visible producer). CUTLASS's
+// `warpgroup_fence_operand` does the same.
+template <int N> __device__ __forceinline__ void reg_fence(float (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+template <int N> __device__ __forceinline__ void reg_fence(u32 (&d)[N]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+r"(d[i])::"memory");
 }
 
 // Shared-memory matrix descriptor (PTX ISA §9.7.15.5.1 "Matrix Descriptor Format"): start address,
@@ -164,6 +198,14 @@ __device__ __forceinline__ u64 desc_kmajor_sw128(u32 addr) { return smem_desc(ad
 __device__ __forceinline__ u64 desc_kmajor_sw64(u32 addr) { return smem_desc(addr, 16, 512, SWIZZLE_64B); }
 __device__ __forceinline__ u64 desc_kmajor_sw32(u32 addr) { return smem_desc(addr, 16, 256, SWIZZLE_32B); }
 
+// An MN-major bf16 tile (rows = K, 64 contiguous elements of N per row) under the 128-byte swizzle, as
+// TMA writes a `K x 64` box: 8-row groups of K are 1024 bytes apart (stride offset); the leading offset
+// would step to the next 64-wide atom of N (one atom here). CUTLASS's `make_gmma_desc` documents the
+// canonical MN-major layout ((8,8,m),(8,k)):((1,8,LBO),(64,SBO)) in 16-byte units.
+__device__ __forceinline__ u64 desc_mnmajor_sw128(u32 addr, u32 atom_bytes) {
+    return smem_desc(addr, atom_bytes, 1024, SWIZZLE_128B);
+}
+
 // ---- ldmatrix / stmatrix (PTX ISA §9.7.14.5.15-16) ----------------------------------------------------
 __device__ __forceinline__ void ldmatrix_x4(u32 addr, u32& r0, u32& r1, u32& r2, u32& r3) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -183,6 +225,12 @@ __device__ __forceinline__ void stmatrix_x4(u32 addr, u32 r0, u32 r1, u32 r2, u3
 __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
     u32 r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// 2^x by the special function unit (PTX ISA ex2.approx.ftz.f32: relative error about 2^-22; 2^-inf = +0).
+__device__ __forceinline__ float exp2_approx(float x) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
 }
 __device__ __forceinline__ void st_shared_b32(u32 addr, u32 v) {

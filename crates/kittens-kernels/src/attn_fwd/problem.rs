@@ -20,7 +20,7 @@ pub struct AttnProblem;
 /// (the registry's for both CDNA targets) elsewhere; head dimension, causality and layout from `p`.
 fn config(p: &Problem, target: Target) -> AttnConfig {
     let tiles = match target.gpu() {
-        Some(_) => AttnConfig::default(),
+        Some(gpu) => AttnConfig::for_gpu(gpu),
         None => p.attn_cfg,
     };
     AttnConfig {

@@ -168,7 +168,7 @@ pub fn random_bf16(len: usize, seed: u64) -> Vec<u16> {
     out
 }
 
-fn median(v: &mut [f64]) -> f64 {
+pub(crate) fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     if n % 2 == 1 {

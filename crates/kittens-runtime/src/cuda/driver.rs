@@ -495,6 +495,38 @@ impl<'buf> TensorMap<'buf> {
         swizzle: Swizzle,
     ) -> Result<TensorMap<'buf>, CudaError> {
         check_tensor_map_2d(rows, cols, box_rows, box_cols, buf.bytes())?;
+        // Bytes between rows; the innermost stride is implied.
+        Self::encode(
+            buf,
+            &[cols, rows],
+            &[cols * 2],
+            &[box_cols, box_rows],
+            swizzle,
+        )
+    }
+
+    /// A bf16 tensor of up to 5 dimensions at `buf`: `dims` innermost first (the first has unit
+    /// stride), `strides` the byte strides of the others, read in boxes of `boxes` elements. What a
+    /// `[b, h, s, d]` attention tensor in BSHD or BHSD order needs (one map, any strides). Checked
+    /// first ([`super::limits::check_tensor_map_nd`]): within the driver's limits and inside `buf`.
+    pub fn bf16_nd(
+        buf: &'buf DeviceBuffer,
+        dims: &[u64],
+        strides: &[u64],
+        boxes: &[u32],
+        swizzle: Swizzle,
+    ) -> Result<TensorMap<'buf>, CudaError> {
+        super::limits::check_tensor_map_nd(dims, strides, boxes, buf.bytes())?;
+        Self::encode(buf, dims, strides, boxes, swizzle)
+    }
+
+    fn encode(
+        buf: &'buf DeviceBuffer,
+        dims: &[u64],
+        strides: &[u64],
+        boxes: &[u32],
+        swizzle: Swizzle,
+    ) -> Result<TensorMap<'buf>, CudaError> {
         use cu::CUtensorMapSwizzle_enum as S;
         let sw = match swizzle {
             Swizzle::None => S::CU_TENSOR_MAP_SWIZZLE_NONE,
@@ -502,19 +534,25 @@ impl<'buf> TensorMap<'buf> {
             Swizzle::B64 => S::CU_TENSOR_MAP_SWIZZLE_64B,
             Swizzle::B128 => S::CU_TENSOR_MAP_SWIZZLE_128B,
         };
-        let dims = [cols, rows];
-        let strides = [cols * 2]; // bytes between rows; the innermost stride is implied
-        let boxes = [box_cols, box_rows];
-        let elem = [1u32, 1];
+        let rank = dims.len();
+        if !(1..=5).contains(&rank) || strides.len() + 1 != rank || boxes.len() != rank {
+            return Err(CudaError::Invalid(format!(
+                "tensor map of rank {rank} with {} strides and {} box sides",
+                strides.len(),
+                boxes.len()
+            )));
+        }
+        let elem = [1u32; 5];
         // SAFETY: zeroed storage is a valid bit pattern for the opaque struct, filled by the driver.
         let mut map: cu::CUtensorMap = unsafe { std::mem::zeroed() };
-        // SAFETY: arrays of rank 2 (strides rank-1), valid for the call; the address is a live allocation.
+        // SAFETY: arrays of `rank` entries (strides rank-1), checked above, valid for the call; the
+        // address is a live allocation.
         check(
             unsafe {
                 cu::cuTensorMapEncodeTiled(
                     &mut map,
                     cu::CUtensorMapDataType_enum::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                    2,
+                    rank as u32,
                     buf.ptr() as *mut c_void,
                     dims.as_ptr(),
                     strides.as_ptr(),

@@ -163,6 +163,71 @@ pub fn check_tensor_map_2d(
     check_buffer("tensor map", rows, cols, 2, buf_bytes)
 }
 
+/// A bf16 tensor map of 1 to 5 dimensions (innermost first, unit stride) within
+/// `cuTensorMapEncodeTiled`'s limits — dimensions 1..=2³², box sides 1..=256, byte strides multiples of
+/// 16 below 2⁴⁰ — whose farthest element lies inside a buffer of `buf_bytes`.
+pub fn check_tensor_map_nd(
+    dims: &[u64],
+    strides: &[u64],
+    boxes: &[u32],
+    buf_bytes: usize,
+) -> Result<(), SizeError> {
+    let rank = dims.len();
+    to_u32("tensor map rank", rank as u64, 1, 5)?;
+    to_u32(
+        "tensor map strides + 1",
+        strides.len() as u64 + 1,
+        rank as u64,
+        rank as u32,
+    )?;
+    to_u32(
+        "tensor map box rank",
+        boxes.len() as u64,
+        rank as u64,
+        rank as u32,
+    )?;
+    for &d in dims {
+        if !(1..=1u64 << 32).contains(&d) {
+            return Err(SizeError::OutOfRange {
+                what: "tensor map dimension".into(),
+                value: d,
+                min: 1,
+                max: 1 << 32,
+            });
+        }
+    }
+    for &b in boxes {
+        to_u32("tensor map box side", b as u64, 1, 256)?;
+    }
+    // The last element's byte offset: (dims[0] - 1) * 2 + Σ (dims[i] - 1) * strides[i - 1].
+    let overflow = || SizeError::Overflow {
+        what: "tensor map extent".into(),
+    };
+    let mut last = (dims[0] - 1).checked_mul(2).ok_or_else(overflow)?;
+    for (&d, &st) in dims[1..].iter().zip(strides) {
+        if !st.is_multiple_of(16) || st >= 1 << 40 {
+            return Err(SizeError::OutOfRange {
+                what: format!("tensor map stride {st} bytes (a multiple of 16)"),
+                value: st,
+                min: 16,
+                max: (1 << 40) - 16,
+            });
+        }
+        last = (d - 1)
+            .checked_mul(st)
+            .and_then(|x| x.checked_add(last))
+            .ok_or_else(overflow)?;
+    }
+    if last + 2 > buf_bytes as u64 {
+        return Err(SizeError::BufferTooSmall {
+            what: "tensor map".into(),
+            need: last + 2,
+            have: buf_bytes as u64,
+        });
+    }
+    Ok(())
+}
+
 /// The memory one benchmark shape needs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct MemoryNeed {
@@ -245,6 +310,26 @@ pub fn host_mem_available() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A BSHD attention tensor `[b=2, s=100, h=3, d=64]` as the 4-d map (d, s, b, h): fits exactly in
+    /// its own buffer, not in one element less; strides must be 16-byte multiples; rank at most 5.
+    #[test]
+    fn tensor_map_nd_limits() {
+        let (b, s, h, d) = (2u64, 100u64, 3u64, 64u64);
+        let dims = [d, s, b, h];
+        let strides = [h * d * 2, s * h * d * 2, d * 2];
+        let bytes = (b * s * h * d * 2) as usize;
+        check_tensor_map_nd(&dims, &strides, &[64, 128, 1, 1], bytes).unwrap();
+        assert!(matches!(
+            check_tensor_map_nd(&dims, &strides, &[64, 128, 1, 1], bytes - 2),
+            Err(SizeError::BufferTooSmall { .. })
+        ));
+        let odd = [h * d * 2 + 2, s * h * d * 2, d * 2];
+        assert!(check_tensor_map_nd(&dims, &odd, &[64, 128, 1, 1], bytes * 2).is_err());
+        assert!(check_tensor_map_nd(&dims, &strides, &[64, 257, 1, 1], bytes).is_err());
+        assert!(check_tensor_map_nd(&[1; 6], &[16; 5], &[1; 6], 1 << 20).is_err());
+        assert!(check_tensor_map_nd(&dims, &strides[..2], &[64, 128, 1, 1], bytes).is_err());
+    }
 
     #[test]
     fn cublas_dimensions_are_checked_against_buffers() {

@@ -6,6 +6,7 @@
 //! building needs no CUDA, and a machine without a driver gets [`CudaError::NoDriver`] instead of a
 //! crash.
 
+pub mod attn;
 pub mod bench;
 pub mod cache;
 pub mod caller;

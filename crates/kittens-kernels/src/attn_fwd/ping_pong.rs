@@ -1,6 +1,4 @@
-//! Attention forward `O = softmax(Q·Kᵀ/√d)·V` with online softmax (seed 000 E.3, seed 001 §3), causal or
-//! not, grouped-query heads (GQA: query head `h` reads KV head `h / (heads / heads_kv)`), BSHD or BHSD
-//! tensors (same logical `[b, h, s, d]` view, different strides — no copies).
+//! The attention forward as the 8-wave ping-pong, the AMD schedule (HipKittens Appendix E.3).
 //!
 //! Like seed 000 E.3 the scores are computed transposed, `Sᵀ = K·Qᵀ` (keys × queries), so the
 //! accumulator's column layout feeds the `P·V` multiply directly and the softmax statistics are column
@@ -15,85 +13,21 @@
 //! 0.1 in the exponent, a 6e-2 relative error of the output, where PyTorch-style bf16 attention (f32
 //! scores) has 4e-3. The running max is kept on unscaled scores (`c > 0` preserves the order).
 
-pub mod problem;
-
+use super::{strides, AttnConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, Schedule};
+use kittens_ir::{Access, Expr, GlobalId, Kernel, KernelBuilder, MaskRule, Schedule};
 use kittens_tile::{BaseShape, Layout, SharedTile};
 
-/// Memory order of the `[batch, heads, seq, dim]` tensors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AttnLayout {
-    /// `[batch, seq, heads, dim]` (PyTorch's usual projection output).
-    Bshd,
-    /// `[batch, heads, seq, dim]`.
-    Bhsd,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct AttnConfig {
-    /// Head dimension (a multiple of 32).
-    pub dim: u32,
-    /// Queries per wave (a multiple of 16); a block covers `8 × q_rows`.
-    pub q_rows: u32,
-    /// Keys per pipeline step (a multiple of 32).
-    pub kv_block: u32,
-    pub causal: bool,
-    pub layout: AttnLayout,
-    pub remap: GridOrder,
-}
-
-impl Default for AttnConfig {
-    /// Seed 000 E.3: each wave computes a 32 × 128 output tile. Keys come in 32-key blocks: with 64
-    /// (seed 001's K block) K, Kᵀ and V in registers next to the 128 × 32 f32 output need about 360
-    /// registers per lane by `kittens_ir::validate::reg_estimate`, over the 256 each of 8 waves gets on
-    /// CDNA (seed 001 keeps V in L1 instead); 32 keys need about 240.
-    fn default() -> Self {
-        AttnConfig {
-            dim: 128,
-            q_rows: 32,
-            kv_block: 32,
-            causal: false,
-            layout: AttnLayout::Bshd,
-            remap: GridOrder::HeadFirst { xcds: 8 },
-        }
-    }
-}
-
-/// Logical `[b, h, s, d]` strides (elements) of a tensor with `heads` heads in `layout`.
-pub fn strides(layout: AttnLayout, heads: &Expr, seq: &Expr, dim: &Expr) -> Vec<Expr> {
-    match layout {
-        AttnLayout::Bshd => vec![
-            seq * heads.clone() * dim.clone(),
-            dim.clone(),
-            heads * dim.clone(),
-            Expr::c(1),
-        ],
-        AttnLayout::Bhsd => vec![
-            heads * seq.clone() * dim.clone(),
-            seq * dim.clone(),
-            dim.clone(),
-            Expr::c(1),
-        ],
-    }
-}
-
-/// Parameter order: `batch, heads, heads_kv, seq`; tensors `q, k, v, o`.
-pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
+/// The 8-wave ping-pong program; parameters and tensors as [`super::build`].
+pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let (d, qr, kv) = (cfg.dim, cfg.q_rows, cfg.kv_block);
     if d % 32 != 0 || qr % 16 != 0 || kv % 32 != 0 {
         return Err(KernelError::Config(format!(
             "attn_fwd: dim {d} and kv_block {kv} must be multiples of 32, q_rows {qr} of 16"
         )));
     }
-    let name = if cfg.causal {
-        "attn_fwd_causal"
-    } else {
-        "attn_fwd"
-    };
-    let mut k = KernelBuilder::new(name, Schedule::PingPong8);
+    let mut k = KernelBuilder::new(super::name(cfg), Schedule::PingPong8);
     let [batch, heads, heads_kv, seq] = ["batch", "heads", "heads_kv", "seq"].map(|n| k.param(n));
     let de = Expr::c(d as i64);
     let tensor = |k: &mut KernelBuilder, name: &str, h: &Expr, access| -> GlobalId {

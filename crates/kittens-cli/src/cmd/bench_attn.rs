@@ -1,0 +1,85 @@
+//! `kittens bench attn_fwd`: the attention tile program lowered for sm_90a on the GPU, every shape
+//! checked on spot rows against the f64 reference by the test rule (`kittens_runtime::cuda::attn`)
+//! and timed with CUDA events. cuDNN is not reachable from Rust: the comparison with PyTorch's SDPA is
+//! the Python package's (`python -m kittens.bench attn`).
+
+use anyhow::{bail, Context};
+use kittens_runtime::cuda::attn::{default_cases, run_attn_bench, AttnBenchOptions};
+
+use super::bench::Args;
+
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    let mut cases = default_cases();
+    match a.checks.as_str() {
+        "none" => cases.retain(|c| c.timed),
+        "only" => cases.retain(|c| !c.timed),
+        "default" => {}
+        other => bail!("--checks {other}: attn_fwd takes default, none or only"),
+    }
+    if a.variants {
+        // Each timed shape again with the warpgroups' turns on Q·Kᵀ, to measure what they buy.
+        let without: Vec<_> = cases
+            .iter()
+            .filter(|c| c.timed)
+            .map(|c| kittens_runtime::cuda::attn::AttnCase {
+                pingpong: true,
+                ..*c
+            })
+            .collect();
+        cases.extend(without);
+    }
+    let opts = AttnBenchOptions {
+        cases,
+        iters: a.iters.max(1),
+        warmup: a.warmup,
+        spot_rows: 48,
+    };
+    let report = run_attn_bench(&opts).context("attention benchmark on the GPU")?;
+    use kittens_runtime::build_info::BUILD;
+    let doc = serde_json::json!({
+        "benchmark": "attn_fwd (producer/consumer tile program, sm_90a) vs the f64 reference on spot rows",
+        "date": super::bench::utc_now(),
+        "commit": BUILD.commit,
+        "dirty": BUILD.dirty,
+        "report": report,
+    });
+    match a.json.as_deref() {
+        Some("-") => println!("{}", serde_json::to_string_pretty(&doc)?),
+        Some(path) => std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("writing {path}"))?,
+        None => {}
+    }
+    println!(
+        "{} — attn_fwd, producer/consumer, lowered for sm_90a",
+        report.device
+    );
+    for r in &report.rows {
+        let s = r.case.shape;
+        println!(
+            "  B{} H{}/{} N{} D{} {:?} {:<8}{} rel_err {:.2e} (bf16 baseline {:.2e}) max_rel {:.2e} {:<4} {}",
+            s.batch,
+            s.heads,
+            s.heads_kv,
+            s.seq,
+            s.dim,
+            s.layout,
+            if r.case.causal { "causal" } else { "" },
+            if r.case.pingpong { " pingpong" } else { "" },
+            r.error.rel_err,
+            r.baseline.rel_err,
+            r.error.max_rel,
+            if r.passed { "ok" } else { "FAIL" },
+            r.tflops
+                .map(|t| format!("{t:7.1} TFLOP/s {:.3} ms", r.ms.unwrap_or(0.0)))
+                .unwrap_or_default()
+        );
+    }
+    let bad = report.rows.iter().filter(|r| !r.passed).count();
+    if bad > 0 {
+        bail!(
+            "{bad} of {} attention shapes failed the test rule",
+            report.rows.len()
+        );
+    }
+    Ok(())
+}

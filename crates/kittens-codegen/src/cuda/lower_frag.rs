@@ -1,0 +1,360 @@
+//! The consumer's register tiles on Hopper (`lower.rs`): every register tile of the program is one
+//! warp's 16-row share of a `wgmma m64` fragment, so elementwise maps, row reductions, masks and the
+//! accumulator → A-operand conversion are per-thread loops over the fragment (PTX ISA §9.7.15.5.1,
+//! "Register fragments"):
+//!
+//! | IR register | CUDA | element `k` of the thread |
+//! |---|---|---|
+//! | f32 tile 16 × N (N a wgmma N) | `float r[N/2]` (the D fragment) | row `lane/4 + 8·((k>>1)&1)`, column `8·(k>>2) + 2·(lane%4) + (k&1)` |
+//! | bf16 tile 16 × N (N a multiple of 16) | `u32 r[N/4]`, two bf16 each | the pair `2k, 2k+1` of the f32 tile above: the A fragment of `N/16` `k16` steps |
+//! | f32 row vector of such a tile | `float r[2]` | rows `lane/4` and `lane/4 + 8` |
+//!
+//! A row is spread over the four lanes `lane/4`: a row reduction combines the thread's elements, then
+//! two `shfl.xor` steps (1 and 2). Anything else (column vectors, other layouts) is refused.
+
+use kittens_hw::dtype::DType;
+use kittens_ir::{Arg, Axis, GlobalView, MapFn, MaskRule, Op, ReduceOp, RegId, Rounding};
+
+use super::lower::{unsupported, CudaLowerError, Emit};
+
+/// How one register lives in the threads of a warp.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(super) enum Frag {
+    /// fp32 16 × N accumulator, N/2 floats.
+    Acc(u32),
+    /// bf16 16 × N A operand, N/4 packed pairs.
+    ABf16(u32),
+    /// fp32 vector over the 16 rows, 2 floats.
+    RowVec,
+}
+
+impl Frag {
+    /// C elements per thread.
+    fn len(self) -> u32 {
+        match self {
+            Frag::Acc(n) => n / 2,
+            Frag::ABf16(n) => n / 4,
+            Frag::RowVec => 2,
+        }
+    }
+}
+
+/// The C spelling of an f32 constant (infinities have no literal without headers).
+pub(super) fn flit(v: f32) -> String {
+    if v == f32::INFINITY {
+        "__int_as_float(0x7f800000)".into()
+    } else if v == f32::NEG_INFINITY {
+        "__int_as_float(0xff800000)".into()
+    } else {
+        format!("{v:?}f")
+    }
+}
+
+impl Emit<'_> {
+    /// The fragment of register `r`, or why it has none.
+    pub(super) fn frag(&self, r: RegId) -> Result<Frag, CudaLowerError> {
+        let d = self.k.reg(r);
+        let (rows, cols) = d.shape();
+        if let Some(v) = d.vec() {
+            if v.axis == Axis::Rows && v.len == 16 && v.dtype == DType::F32 {
+                return Ok(Frag::RowVec);
+            }
+        } else if rows == 16 && d.dtype() == DType::F32 && super::valid_wgmma_n(cols) {
+            return Ok(Frag::Acc(cols));
+        } else if rows == 16 && d.dtype() == DType::Bf16 && cols % 16 == 0 && cols <= 256 {
+            return Ok(Frag::ABf16(cols));
+        }
+        unsupported(format!(
+            "register `{}` ({rows}x{cols} {:?}): only fp32 16xN wgmma accumulators, bf16 16xN A \
+             operands and fp32 row vectors of 16",
+            d.name,
+            d.dtype()
+        ))
+    }
+
+    /// Declares every register of the program as its fragment.
+    pub(super) fn declare_fragments(&mut self) -> Result<(), CudaLowerError> {
+        for (i, r) in self.k.regs.iter().enumerate() {
+            let f = self.frag(RegId(i as u32))?;
+            let ty = if matches!(f, Frag::ABf16(_)) {
+                "u32"
+            } else {
+                "float"
+            };
+            self.line(format!("{ty} r_{}[{}];", super::lower::cname(r), f.len()));
+        }
+        Ok(())
+    }
+
+    /// A consumer register op other than `mma` and `store`.
+    pub(super) fn reg_op(&mut self, op: &Op) -> Result<(), CudaLowerError> {
+        match op {
+            Op::Fill { dst, value } => {
+                let f = self.frag(*dst)?;
+                let v = if matches!(f, Frag::ABf16(_)) {
+                    format!("kt::pack_bf16x2({0}, {0})", flit(*value))
+                } else {
+                    flit(*value)
+                };
+                self.unrolled(f, format!("{}[i] = {v};", self.rname(*dst)));
+                Ok(())
+            }
+            Op::Map {
+                dst,
+                f,
+                args,
+                rounding,
+            } => self.map(*dst, *f, args, *rounding),
+            Op::Reduce {
+                dst,
+                src,
+                axis: Axis::Rows,
+                op,
+                acc,
+            } => self.row_reduce(*dst, *src, *op, *acc),
+            Op::Mask {
+                dst,
+                rule,
+                row0,
+                col0,
+                value,
+            } => self.mask(*dst, rule, row0, col0, *value),
+            o => unsupported(format!("op `{}` on Hopper register fragments", o.name())),
+        }
+    }
+
+    fn rname(&self, r: RegId) -> String {
+        format!("r_{}", super::lower::cname(self.k.reg(r)))
+    }
+
+    fn unrolled(&mut self, f: Frag, body: String) {
+        self.line("#pragma unroll");
+        self.line(format!("for (int i = 0; i < {}; ++i) {body}", f.len()));
+    }
+
+    fn map(
+        &mut self,
+        dst: RegId,
+        f: MapFn,
+        args: &[Arg],
+        rounding: Rounding,
+    ) -> Result<(), CudaLowerError> {
+        let fd = self.frag(dst)?;
+        if let Frag::ABf16(n) = fd {
+            // The accumulator → A operand conversion: pairs of the fp32 fragment packed with RTNE.
+            let ok = f == MapFn::Copy
+                && rounding == Rounding::Rtne
+                && matches!(args, [Arg::Reg(s)] if self.frag(*s)? == Frag::Acc(n));
+            let [Arg::Reg(s)] = args else {
+                return unsupported("a bf16 fragment written by anything but a copy");
+            };
+            if !ok {
+                return unsupported(format!(
+                    "`{}` into a bf16 fragment with {rounding:?} (RTNE copies of a same-shaped accumulator only)",
+                    f.name()
+                ));
+            }
+            let (d, s) = (self.rname(dst), self.rname(*s));
+            self.unrolled(
+                fd,
+                format!("{d}[i] = kt::pack_bf16x2({s}[2 * i], {s}[2 * i + 1]);"),
+            );
+            return Ok(());
+        }
+        let mut a = Vec::new();
+        for arg in args {
+            a.push(match *arg {
+                Arg::Reg(r) if self.frag(r)? == fd => format!("{}[i]", self.rname(r)),
+                Arg::RowBcast(v) if self.frag(v)? == Frag::RowVec && fd != Frag::RowVec => {
+                    format!("{}[(i >> 1) & 1]", self.rname(v))
+                }
+                Arg::Scalar(x) => flit(x),
+                _ => {
+                    return unsupported(format!(
+                        "`{}` argument {arg:?} on a {fd:?} fragment",
+                        f.name()
+                    ))
+                }
+            });
+        }
+        let e = match (f, a.as_slice()) {
+            (MapFn::Add, [x, y]) => format!("{x} + {y}"),
+            (MapFn::Sub, [x, y]) => format!("{x} - {y}"),
+            (MapFn::Mul, [x, y]) => format!("{x} * {y}"),
+            (MapFn::Div, [x, y]) => format!("{x} / {y}"),
+            (MapFn::Max, [x, y]) => format!("fmaxf({x}, {y})"),
+            (MapFn::Min, [x, y]) => format!("fminf({x}, {y})"),
+            (MapFn::Exp2, [x]) => format!("kt::exp2_approx({x})"),
+            (MapFn::Exp, [x]) => format!("kt::exp2_approx({x} * 1.4426950408889634f)"),
+            (MapFn::Log, [x]) => format!("__logf({x})"),
+            (MapFn::Neg, [x]) => format!("-{x}"),
+            (MapFn::Abs, [x]) => format!("fabsf({x})"),
+            (MapFn::Copy, [x]) => x.clone(),
+            _ => return unsupported(format!("`{}` with {} arguments", f.name(), a.len())),
+        };
+        self.unrolled(fd, format!("{}[i] = {e};", self.rname(dst)));
+        Ok(())
+    }
+
+    fn row_reduce(
+        &mut self,
+        dst: RegId,
+        src: RegId,
+        op: ReduceOp,
+        acc: Option<RegId>,
+    ) -> Result<(), CudaLowerError> {
+        let (Frag::RowVec, Frag::Acc(n)) = (self.frag(dst)?, self.frag(src)?) else {
+            return unsupported("a row reduction other than fp32 fragment → row vector");
+        };
+        if let Some(a) = acc {
+            if self.frag(a)? != Frag::RowVec {
+                return unsupported("a row reduction accumulated into a non-row vector");
+            }
+        }
+        let (id, comb) = match op {
+            ReduceOp::Max => (flit(f32::NEG_INFINITY), "fmaxf(%a, %b)"),
+            ReduceOp::Min => (flit(f32::INFINITY), "fminf(%a, %b)"),
+            ReduceOp::Sum => ("0.0f".to_string(), "%a + %b"),
+        };
+        let c = |a: &str, b: &str| comb.replace("%a", a).replace("%b", b);
+        let (d, s) = (self.rname(dst), self.rname(src));
+        self.line(format!("{{ // row {op:?} of {s}"));
+        self.depth += 1;
+        self.line(format!("float t[2] = {{{id}, {id}}};"));
+        self.line("#pragma unroll");
+        self.line(format!(
+            "for (int i = 0; i < {}; ++i) t[(i >> 1) & 1] = {};",
+            n / 2,
+            c("t[(i >> 1) & 1]", &format!("{s}[i]"))
+        ));
+        self.line("#pragma unroll");
+        self.line("for (int h = 0; h < 2; ++h) {");
+        for m in [1, 2] {
+            self.line(format!(
+                "    t[h] = {};",
+                c("t[h]", &format!("__shfl_xor_sync(0xffffffffu, t[h], {m})"))
+            ));
+        }
+        let out = match acc {
+            Some(a) => c("t[h]", &format!("{}[h]", self.rname(a))),
+            None => "t[h]".into(),
+        };
+        self.line(format!("    {d}[h] = {out};"));
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    fn mask(
+        &mut self,
+        dst: RegId,
+        rule: &MaskRule,
+        row0: &kittens_ir::Expr,
+        col0: &kittens_ir::Expr,
+        value: f32,
+    ) -> Result<(), CudaLowerError> {
+        let Frag::Acc(n) = self.frag(dst)? else {
+            return unsupported("a mask of something other than an fp32 fragment");
+        };
+        let keep = match rule {
+            MaskRule::Causal { offset } => format!("col <= row + ({})", self.ex(offset)),
+            MaskRule::CausalT { offset } => format!("row <= col + ({})", self.ex(offset)),
+            MaskRule::ColsBelow(e) => format!("col < ({})", self.ex(e)),
+            MaskRule::RowsBelow(e) => format!("row < ({})", self.ex(e)),
+        };
+        let d = self.rname(dst);
+        self.line(format!("{{ // mask {d}"));
+        self.depth += 1;
+        self.line(format!(
+            "const int r0 = {} + kt_lane / 4, c0 = {} + 2 * (kt_lane % 4);",
+            self.ex(row0),
+            self.ex(col0)
+        ));
+        self.line("#pragma unroll");
+        self.line(format!("for (int i = 0; i < {}; ++i) {{", n / 2));
+        self.line(
+            "    const int row = r0 + 8 * ((i >> 1) & 1), col = c0 + 8 * (i >> 2) + (i & 1);",
+        );
+        self.line("    (void)row; (void)col;");
+        self.line(format!("    if (!({keep})) {d}[i] = {};", flit(value)));
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// A store of a 16 × N fp32 fragment to a tensor of three or more dimensions, by direct bf16 pair
+    /// stores guarded by the tensor's bounds (the TMA-store epilogue handles row-major matrices).
+    pub(super) fn store_direct(
+        &mut self,
+        dst: &GlobalView,
+        src: RegId,
+        rounding: Rounding,
+    ) -> Result<(), CudaLowerError> {
+        let g = self.k.global(dst.tensor);
+        let Frag::Acc(n) = self.frag(src)? else {
+            return unsupported("a store of something other than an fp32 fragment");
+        };
+        let (rd, cd) = (dst.row_dim as usize, dst.col_dim as usize);
+        if rounding != Rounding::Rtne
+            || (dst.rows, dst.cols) != (16, n)
+            || g.strides[cd] != kittens_ir::Expr::c(1)
+            || g.dtype != DType::Bf16
+        {
+            return unsupported(format!(
+                "store of {}x{} to `{}` with {rounding:?} (16 x N fragments, RTNE, bf16 with unit column stride)",
+                dst.rows, dst.cols, g.name
+            ));
+        }
+        let gname = format!("g_{}", crate::cexpr::ident(&g.name));
+        self.line(format!("{{ // store {} -> {}", self.rname(src), g.name));
+        self.depth += 1;
+        // The fixed coordinates must lie inside the tensor; the row and column are checked per pair.
+        let mut base = Vec::new();
+        let mut inside = Vec::new();
+        for (i, o) in dst.origin.iter().enumerate() {
+            let (oe, se, de) = (self.ex(o), self.ex(&g.strides[i]), self.ex(&g.dims[i]));
+            base.push(format!("(long long)({oe}) * (long long)({se})"));
+            if i != rd && i != cd {
+                inside.push(format!("({oe}) >= 0 && ({oe}) < ({de})"));
+            }
+        }
+        self.line(format!(
+            "const int r0 = {} + kt_lane / 4, c0 = {} + 2 * (kt_lane % 4), rows = {}, cols = {};",
+            self.ex(&dst.origin[rd]),
+            self.ex(&dst.origin[cd]),
+            self.ex(&g.dims[rd]),
+            self.ex(&g.dims[cd]),
+        ));
+        self.line(format!(
+            "const long long base = {}, rs = (long long)({});",
+            base.join(" + "),
+            self.ex(&g.strides[rd])
+        ));
+        let s = self.rname(src);
+        // The fixed coordinates inside the tensor (always true for in-range grid blocks).
+        let inside = if inside.is_empty() {
+            "true".to_string()
+        } else {
+            inside.join(" && ")
+        };
+        self.line(format!("if ({inside}) {{"));
+        self.line("    #pragma unroll");
+        self.line(format!("    for (int i = 0; i < {}; i += 2) {{", n / 2));
+        self.line("        const int row = r0 + 8 * ((i >> 1) & 1), col = c0 + 8 * (i >> 2);");
+        self.line("        if (row >= rows || col >= cols) continue;");
+        self.line(format!(
+            "        bf16_t* p = {gname} + base + (long long)(row - r0 + (kt_lane / 4)) * rs + (col - c0 + 2 * (kt_lane % 4));"
+        ));
+        self.line(format!(
+            "        const u32 v = kt::pack_bf16x2({s}[i], {s}[i + 1]);"
+        ));
+        self.line("        if (col + 1 < cols) kt::st_global_b32(p, v); else kt::st_global_b16(p, v & 0xffffu);");
+        self.line("    }");
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+}

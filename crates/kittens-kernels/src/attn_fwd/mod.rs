@@ -1,0 +1,135 @@
+//! Attention forward `O = softmax(Q·Kᵀ/√d)·V` with online softmax (seed 000 E.3, seed 001 §3), causal or
+//! not, grouped-query heads (GQA: query head `h` reads KV head `h / (heads / heads_kv)`), BSHD or BHSD
+//! tensors (same logical `[b, h, s, d]` view, different strides — no copies). One kernel with a schedule
+//! per target:
+//!
+//! - [`AttnSchedule::PingPong8`] ([`ping_pong`]): the 8-wave ping-pong of HipKittens Appendix E.3, the
+//!   AMD schedule;
+//! - [`AttnSchedule::ProducerConsumer`] ([`producer_consumer`]): warp-specialised for Hopper (TMA ring,
+//!   `wgmma` from shared memory and with P from registers).
+//!
+//! Both keep the softmax scale out of the bf16 operands (see [`ping_pong`]): the scores are f32 and the
+//! scale enters inside the `exp2` argument.
+
+mod ping_pong;
+pub mod problem;
+mod producer_consumer;
+
+use crate::KernelError;
+use kittens_ir::{Expr, GridOrder, Kernel};
+
+/// Which schedule the attention is built with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttnSchedule {
+    /// 8-wave ping-pong (HipKittens Appendix E.3), the AMD schedule.
+    PingPong8,
+    /// One producer warpgroup streaming K and V by TMA, two consumer warpgroups of 64 queries each
+    /// multiplying with `wgmma` (refused on AMD, whose MFMAs read registers only).
+    ProducerConsumer,
+}
+
+/// Memory order of the `[batch, heads, seq, dim]` tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AttnLayout {
+    /// `[batch, seq, heads, dim]` (PyTorch's usual projection output).
+    Bshd,
+    /// `[batch, heads, seq, dim]`.
+    Bhsd,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnConfig {
+    /// Which schedule the program is written for.
+    pub schedule: AttnSchedule,
+    /// Head dimension (a multiple of 32; 64 or 128 for the producer/consumer schedule).
+    pub dim: u32,
+    /// Queries per wave (a multiple of 16); a ping-pong block covers `8 × q_rows`. The producer/consumer
+    /// schedule has 16 per consumer wave (one `wgmma m64` per warpgroup) and ignores it.
+    pub q_rows: u32,
+    /// Keys per pipeline step (a multiple of 32).
+    pub kv_block: u32,
+    pub causal: bool,
+    pub layout: AttnLayout,
+    /// Producer/consumer only: the two consumer warpgroups take turns on the tensor cores for Q·Kᵀ
+    /// (a compute cluster, lowered to named barriers), so that one's softmax overlaps the other's
+    /// multiplies.
+    pub pingpong: bool,
+    pub remap: GridOrder,
+}
+
+impl Default for AttnConfig {
+    /// Seed 000 E.3: each wave computes a 32 × 128 output tile. Keys come in 32-key blocks: with 64
+    /// (seed 001's K block) K, Kᵀ and V in registers next to the 128 × 32 f32 output need about 360
+    /// registers per lane by `kittens_ir::validate::reg_estimate`, over the 256 each of 8 waves gets on
+    /// CDNA (seed 001 keeps V in L1 instead); 32 keys need about 240.
+    fn default() -> Self {
+        AttnConfig {
+            schedule: AttnSchedule::PingPong8,
+            pingpong: false,
+            dim: 128,
+            q_rows: 32,
+            kv_block: 32,
+            causal: false,
+            layout: AttnLayout::Bshd,
+            remap: GridOrder::HeadFirst { xcds: 8 },
+        }
+    }
+}
+
+impl AttnConfig {
+    /// The configuration for one GPU: the 8-wave ping-pong with seed 000 E.3's tiles on CDNA, the
+    /// producer/consumer schedule with 128-key blocks on Hopper.
+    pub fn for_gpu(gpu: &kittens_hw::Gpu) -> Self {
+        if gpu.arch.is_amd() {
+            return Self::default();
+        }
+        AttnConfig {
+            schedule: AttnSchedule::ProducerConsumer,
+            // Measured on the H100 (bench/results/h100-2026-11-22-attn, run 3): turns around Q·Kᵀ
+            // give the same geometric mean over the D128 shapes (370 vs 375 TFLOP/s), so the
+            // simpler schedule is the default.
+            pingpong: false,
+            q_rows: 16,
+            kv_block: 128,
+            remap: GridOrder::RowMajor,
+            ..Self::default()
+        }
+    }
+}
+
+/// Logical `[b, h, s, d]` strides (elements) of a tensor with `heads` heads in `layout`.
+pub fn strides(layout: AttnLayout, heads: &Expr, seq: &Expr, dim: &Expr) -> Vec<Expr> {
+    match layout {
+        AttnLayout::Bshd => vec![
+            seq * heads.clone() * dim.clone(),
+            dim.clone(),
+            heads * dim.clone(),
+            Expr::c(1),
+        ],
+        AttnLayout::Bhsd => vec![
+            heads * seq.clone() * dim.clone(),
+            seq * dim.clone(),
+            dim.clone(),
+            Expr::c(1),
+        ],
+    }
+}
+
+/// Parameter order: `batch, heads, heads_kv, seq`; tensors `q, k, v, o`.
+pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
+    match cfg.schedule {
+        AttnSchedule::PingPong8 => ping_pong::build(cfg),
+        AttnSchedule::ProducerConsumer => producer_consumer::build(cfg),
+    }
+}
+
+/// The kernel's name: causal attention is a separate kernel.
+fn name(cfg: &AttnConfig) -> &'static str {
+    if cfg.causal {
+        "attn_fwd_causal"
+    } else {
+        "attn_fwd"
+    }
+}

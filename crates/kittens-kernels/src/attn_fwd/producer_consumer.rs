@@ -1,0 +1,234 @@
+//! The attention forward warp-specialised, the Hopper schedule (HipKittens §3.3.1; the structure of
+//! FlashAttention-3): one producer warpgroup loads this block's 128 queries once and streams K and V
+//! through a ring of `stages` shared slots; two consumer warpgroups (8 waves, 16 queries each — one
+//! `wgmma m64` per warpgroup) compute
+//!
+//! - `S = Q·Kᵀ` with both operands read from shared memory (`mma_abt`, K-major Q and K),
+//! - the online softmax on the f32 scores in registers, in the scores' own row layout (`row_max`,
+//!   `sub_row`, `row_sum`), with `exp2` and the scale folded in on the f32 scores (the module docs of
+//!   the ping-pong program say why Q is never scaled in bf16),
+//! - `O += P·V` with P converted from the score accumulator to bf16 in registers (`copy` of a 16 × keys
+//!   f32 tile into a bf16 tile of the same layout: on Hopper the accumulator fragment of a `wgmma` is
+//!   the A-operand fragment of the next one, so the conversion is a pack, no round trip through shared
+//!   memory) and V read from shared memory as a keys × dim (`K × N`) operand (`mma_ab`).
+//!
+//! Shared tiles are 64 columns wide (128 bytes of bf16 per row, the widest TMA/`wgmma` swizzle): a head
+//! dimension of 128 is two rings per tensor, and the output two accumulators of 64 columns.
+//!
+//! As in the GEMM's producer/consumer program, the program states the data flow and not the overlap:
+//! the barrier after each load is the hand-off of a slot, and the Hopper lowering turns it into
+//! full/empty mbarriers so that the producer runs up to `stages` key blocks ahead. The block order is
+//! written here: query blocks are visited last-first, so that with a causal mask the longest blocks
+//! start first (a persistent grid then fills the tail with short ones).
+
+use super::{strides, AttnConfig};
+use crate::KernelError;
+use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_ir::{
+    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand,
+    Schedule, Scope,
+};
+use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
+
+/// Queries per block: two consumer warpgroups × 64.
+const BLOCK_Q: u32 = 128;
+/// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
+const COLS: u32 = 64;
+
+/// Ring slots for K and V: as many as fit beside Q in the H100's 227 KiB (2 at head dim 128 and
+/// 128-key blocks: 32 KiB of Q + 2 × 64 KiB).
+fn stages(dim: u32, kv: u32) -> u32 {
+    let q = BLOCK_Q * dim * 2;
+    let per_stage = 2 * kv * dim * 2;
+    ((220 * 1024 - q) / per_stage).clamp(2, 4)
+}
+
+pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
+    let (d, kv) = (cfg.dim, cfg.kv_block);
+    if !(d == 64 || d == 128) || kv % 64 != 0 || kv > 256 {
+        return Err(KernelError::Config(format!(
+            "attn_fwd (producer/consumer): dim {d} must be 64 or 128, kv_block {kv} a multiple of 64 up to 256"
+        )));
+    }
+    if cfg.remap != GridOrder::RowMajor {
+        return Err(KernelError::Config(format!(
+            "attn_fwd (producer/consumer): grid order {:?} (the program orders its blocks itself)",
+            cfg.remap
+        )));
+    }
+    let sched = Schedule::ProducerConsumer {
+        producers: 1,
+        consumers: 2,
+        producer_regs: 40,
+        consumer_regs: 232,
+    };
+    let mut k = KernelBuilder::new(super::name(cfg), sched);
+    let [batch, heads, heads_kv, seq] = ["batch", "heads", "heads_kv", "seq"].map(|n| k.param(n));
+    let de = Expr::c(d as i64);
+    let tensor = |k: &mut KernelBuilder, name: &str, h: &Expr, access| -> GlobalId {
+        let dims = [
+            ("b", batch.clone()),
+            ("h", h.clone()),
+            ("s", seq.clone()),
+            ("d", de.clone()),
+        ];
+        k.global_strided(name, Bf16, &dims, strides(cfg.layout, h, &seq, &de), access)
+    };
+    let q = tensor(&mut k, "q", &heads, Access::Read);
+    let kg = tensor(&mut k, "k", &heads_kv, Access::Read);
+    let vg = tensor(&mut k, "v", &heads_kv, Access::Read);
+    let o = tensor(&mut k, "o", &heads, Access::Write);
+    // Launch order: query block first, last block first (the longest under a causal mask).
+    let n_qb = seq.ceil_div(BLOCK_Q as i64);
+    k.grid(
+        vec![n_qb.clone(), batch.clone(), heads.clone()],
+        GridOrder::RowMajor,
+    );
+    let (qb, b, h) = (n_qb - 1 - k.block(0), k.block(1), k.block(2));
+    let hk = &h / (&heads / heads_kv.clone()); // GQA
+
+    let halves = d / COLS;
+    let ring = stages(d, kv);
+    let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
+    let q_s: Vec<_> = (0..halves)
+        .map(|i| k.shared_tile(&format!("q_s{i}"), swz(BLOCK_Q), 1))
+        .collect();
+    let k_s: Vec<_> = (0..halves)
+        .map(|i| k.shared_tile(&format!("k_s{i}"), swz(kv), ring))
+        .collect();
+    let v_s: Vec<_> = (0..halves)
+        .map(|i| k.shared_tile(&format!("v_s{i}"), swz(kv), ring))
+        .collect();
+    let s = k.tile("s", F32, 16, kv, Layout::Row, BaseShape::S16X16);
+    let p = k.tile("p", Bf16, 16, kv, Layout::Row, BaseShape::S16X32);
+    let o_r: Vec<_> = (0..halves)
+        .map(|i| {
+            k.tile(
+                &format!("o{i}"),
+                F32,
+                16,
+                COLS,
+                Layout::Row,
+                BaseShape::S16X16,
+            )
+        })
+        .collect();
+    let [max_v, max_prev, max_c, scale, norm] =
+        ["max_v", "max_prev", "max_c", "scale", "norm"].map(|n| k.row_vec(n, s, F32));
+    // exp(x/√d) = exp2(x·c): the softmax scale in the base-2 exponent.
+    let c = std::f32::consts::LOG2_E / (d as f32).sqrt();
+
+    // `rows × 64` of head `hh` of tensor `g` from sequence position `s0`, columns from `col0`.
+    let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, col0: u32, rows| {
+        k.gview(
+            g,
+            vec![b.clone(), hh.clone(), s0, Expr::c(col0 as i64)],
+            2,
+            3,
+            rows,
+            COLS,
+        )
+    };
+    let q_blk = &qb * BLOCK_Q as i64;
+    let n_kv = if cfg.causal {
+        seq.ceil_div(kv as i64)
+            .min((&q_blk + (BLOCK_Q as i64 - 1)) / kv as i64 + 1)
+    } else {
+        seq.ceil_div(kv as i64)
+    };
+    let cw = k.wave() - 4; // consumer wave, 0..8
+                           // With `pingpong`, each warpgroup's matrix work is a compute cluster: its turn on the tensor
+                           // cores, which the Hopper lowering passes between the two consumer warpgroups.
+    let turn = |k: &mut KernelBuilder, label: &str, f: &dyn Fn(&mut KernelBuilder)| {
+        if cfg.pingpong {
+            k.compute(label, |k| f(k));
+        } else {
+            f(k);
+        }
+    };
+    let q0 = &q_blk + &cw * 16; // this wave's first query
+    k.roles(
+        |k| {
+            for (i, &qs) in q_s.iter().enumerate() {
+                let src = view(k, q, &h, q_blk.clone(), i as u32 * COLS, BLOCK_Q);
+                k.load_async_by(Scope::WarpGroup, k.smem(qs, 0), src);
+            }
+            k.wait_async(0);
+            k.barrier(); // Q to the consumers
+            k.for_range("j", 0, &n_kv, |k, j| {
+                let slot = &j % ring as i64;
+                let s0 = &j * kv as i64;
+                for (i, (&ks, &vs)) in k_s.iter().zip(&v_s).enumerate() {
+                    let col = i as u32 * COLS;
+                    let src = view(k, kg, &hk, s0.clone(), col, kv);
+                    k.load_async_by(Scope::WarpGroup, k.smem(ks, slot.clone()), src);
+                    let src = view(k, vg, &hk, s0.clone(), col, kv);
+                    k.load_async_by(Scope::WarpGroup, k.smem(vs, slot.clone()), src);
+                }
+                k.wait_async(0);
+                k.barrier(); // key block j to the consumers
+            });
+        },
+        |k| {
+            k.barrier(); // Q has landed
+            for &or in &o_r {
+                k.zero(or);
+            }
+            k.zero(norm);
+            k.neg_infty(max_v);
+            k.for_range("j", 0, &n_kv, |k, j| {
+                k.barrier(); // key block j has landed
+                let slot = &j % ring as i64;
+                // S = Q·Kᵀ over the head dimension, 64 columns at a time.
+                turn(k, "S = Q·Kᵀ", &|k: &mut KernelBuilder| {
+                    for (i, (&qs, &ks)) in q_s.iter().zip(&k_s).enumerate() {
+                        let a = MmaOperand::Shared(k.smem(qs, 0).sub(16, COLS, &cw, 0));
+                        let b = MmaOperand::Shared(k.smem(ks, slot.clone()));
+                        k.mma(MmaForm::Abt, s, a, b, (i > 0).then_some(s));
+                    }
+                });
+                // Masks only where a key block reaches past the sequence or the diagonal (whole-block
+                // conditions, the same for every wave).
+                let (kv0, kv_end, inf) = (&j * kv as i64, (&j + 1) * kv as i64, f32::NEG_INFINITY);
+                k.if_(seq.lt(&kv_end), |k| {
+                    k.mask(s, MaskRule::ColsBelow(seq.clone()), &q0, &kv0, inf)
+                });
+                if cfg.causal {
+                    k.if_(q_blk.lt(&kv_end - 1), |k| {
+                        let offset = Expr::c(0);
+                        k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
+                    });
+                }
+                // P = exp2(S·c − max·c) on the f32 scores; the running sums are corrected by
+                // exp2((max_prev − max)·c).
+                k.copy(max_prev, max_v);
+                k.row_max_acc(max_v, s, max_v);
+                k.mul(max_c, max_v, c);
+                k.mul(s, s, c);
+                k.sub_row(s, s, max_c);
+                k.exp2(s, s);
+                k.sub(scale, max_prev, max_v);
+                k.mul(scale, scale, c);
+                k.exp2(scale, scale);
+                k.mul(norm, norm, scale);
+                k.row_sum_acc(norm, s, norm);
+                k.copy(p, s); // accumulator fragment → A operand, in registers
+                for &or in &o_r {
+                    k.mul_row(or, or, scale);
+                }
+                // Outside the turn: only Q·Kᵀ is ordered between the warpgroups (measured on the
+                // H100: a second turn around P·V serialised them, bench/NOTES.md).
+                for (&or, &vs) in o_r.iter().zip(&v_s) {
+                    let b = MmaOperand::Shared(k.smem(vs, slot.clone()));
+                    k.mma(MmaForm::Ab, or, MmaOperand::Reg(p), b, Some(or));
+                }
+            });
+            for (i, &or) in o_r.iter().enumerate() {
+                k.div_row(or, or, norm);
+                let dst = view(k, o, &h, q0.clone(), i as u32 * COLS, 16);
+                k.store(dst, or);
+            }
+        },
+    );
+    Ok(k.finish()?)
+}
