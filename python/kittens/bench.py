@@ -48,6 +48,24 @@ def _median(xs: List[float]) -> float:
     return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
 
 
+SPIN_UP_SECONDS = 0.3
+
+
+def _spin_up(torch, fns, copies: int) -> None:
+    """Launch `fns` in turn until SPIN_UP_SECONDS of wall time have passed: a count of warm-up launches
+    is over in microseconds for a small GEMM, before an idle GPU has raised its clocks (seen on the H100:
+    the first shape timed after start, 2048³, ran at 60-75 % of its later speed for both libraries)."""
+    import time
+
+    t0, i = time.perf_counter(), 0
+    while time.perf_counter() - t0 < SPIN_UP_SECONDS:
+        for _ in range(8):
+            for fn in fns:
+                fn(i % copies)
+            i += 1
+        torch.cuda.synchronize()
+
+
 def time_pair(torch, ours: Callable[[int], None], theirs: Callable[[int], None], copies: int,
               warmup: int, iters: int, timing: str):
     """Median milliseconds per launch of `ours(i)` and `theirs(i)` (i = input copy), from events around
@@ -62,6 +80,7 @@ def time_pair(torch, ours: Callable[[int], None], theirs: Callable[[int], None],
         acc.append((s, e))
 
     times: Dict[str, list] = {"ours": [], "theirs": []}
+    _spin_up(torch, (ours, theirs), copies)
     if timing == "interleaved":
         for i in range(warmup):
             ours(i % copies)
@@ -211,6 +230,7 @@ def bench_attn(torch, kittens, args) -> List[dict]:
 
 
 def time_one(torch, fn, copies, warmup, iters) -> float:
+    _spin_up(torch, (fn,), copies)
     for i in range(warmup):
         fn(i % copies)
     ev = []
