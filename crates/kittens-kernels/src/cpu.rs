@@ -9,7 +9,7 @@
 
 use crate::attn_fwd::{AttnConfig, AttnLayout};
 use crate::budget;
-use crate::gemm_bf16::GemmConfig;
+use crate::gemm_bf16::{GemmConfig, GemmTypes, Scales};
 use crate::reference::{self, AttnShape, ErrorReport, Verdict};
 use crate::KernelError;
 use kittens_hw::dtype::DType;
@@ -174,10 +174,23 @@ fn attn_config(p: &Problem) -> AttnConfig {
     }
 }
 
+/// The GEMM configuration `run` builds for kernel `name`: `p.gemm` as given for `gemm_bf16`; for
+/// `gemm_fp8` the same tiles and schedule with fp8 types (OCP e4m3 and per-tensor scales unless
+/// `p.gemm.types` already names fp8 operands).
+pub fn gemm_config(name: &str, p: &Problem) -> GemmConfig {
+    match name {
+        "gemm_fp8" if !p.gemm.types.input.is_fp8() => GemmConfig {
+            types: GemmTypes::fp8(DType::Fp8E4m3),
+            ..p.gemm
+        },
+        _ => p.gemm,
+    }
+}
+
 /// The kernel `run` executes for `p`.
 pub fn build(name: &str, p: &Problem) -> Result<Kernel, KernelError> {
     match name {
-        "gemm_bf16" => crate::gemm_bf16::build(&p.gemm),
+        "gemm_bf16" | "gemm_fp8" => crate::gemm_bf16::build(&gemm_config(name, p)),
         "attn_fwd" => crate::attn_fwd::build(&attn_config(p)),
         _ => Err(KernelError::Unknown(name.into())),
     }
@@ -228,7 +241,7 @@ fn plan(name: &str, p: &Problem) -> Result<Plan, KernelError> {
     }
     let u = |x: usize| x as u64;
     match name {
-        "gemm_bf16" => {
+        "gemm_bf16" | "gemm_fp8" => {
             let (m, n, k) = (u(p.m), u(p.n), u(p.k));
             positive(name, &[("m", p.m), ("n", p.n), ("k", p.k)])?;
             let (block, k_step) = (u64::from(p.gemm.block), u64::from(p.gemm.k_step));
@@ -240,16 +253,22 @@ fn plan(name: &str, p: &Problem) -> Result<Plan, KernelError> {
                 inputs.and_then(|x| x.checked_mul(2 * 4)),
                 output.and_then(|x| x.checked_mul(4 + STORE_BYTES + 8)),
             ]);
-            let what = format!("gemm_bf16 at m={m} n={n} k={k}");
+            let what = format!("{name} at m={m} n={n} k={k}");
             budget::check_host_bytes(&what, bytes)?;
             let padded = [round_up(m, block), round_up(n, block), round_up(k, k_step)];
             let work = padded
                 .iter()
                 .try_fold(1u64, |acc, x| x.and_then(|x| acc.checked_mul(x)));
             budget::check_work(&what, work)?;
+            let mut inputs = vec![p.m * p.k, p.n * p.k];
+            inputs.extend(match gemm_config(name, p).types.scales {
+                None => vec![],
+                Some(Scales::PerTensor) => vec![1, 1],
+                Some(Scales::PerRowCol) => vec![p.m, p.n],
+            });
             Ok(Plan {
                 params: vec![param("m", m)?, param("n", n)?, param("k", k)?],
-                inputs: vec![p.m * p.k, p.n * p.k],
+                inputs,
                 output: p.m * p.n,
             })
         }
@@ -319,10 +338,16 @@ pub fn run(name: &str, p: &Problem) -> Result<RunReport, KernelError> {
     let k = build(name, p)?;
     budget::check_block_state(&k)?;
     let mut rng = SmallRng::seed_from_u64(p.seed);
+    // Each input in its tensor's dtype (globals are declared inputs first, in plan order); f32 tensors
+    // are the GEMM's scales, drawn in [0.5, 2) so a lost or doubled scale shows.
     let inputs: Vec<Vec<f32>> = plan
         .inputs
         .iter()
-        .map(|&len| random_scaled(&mut rng, len, DType::Bf16, p.input_scale))
+        .zip(&k.globals)
+        .map(|(&len, g)| match g.dtype {
+            DType::F32 => (0..len).map(|_| rng.gen_range(0.5f32..2.0)).collect(),
+            dt => random_scaled(&mut rng, len, dt, p.input_scale),
+        })
         .collect();
     let snapshot = inputs.clone();
     let mut t = inputs;
@@ -334,11 +359,16 @@ pub fn run(name: &str, p: &Problem) -> Result<RunReport, KernelError> {
     let r0 = Instant::now();
     let mut max_abs_logit = None;
     let (shape, r, baseline) = match name {
-        "gemm_bf16" => {
-            let r = reference::gemm_abt(&snapshot[0], &snapshot[1], p.m, p.n, p.k);
+        "gemm_bf16" | "gemm_fp8" => {
+            let mut r = reference::gemm_abt(&snapshot[0], &snapshot[1], p.m, p.n, p.k);
+            let types = gemm_config(name, p).types;
+            if let Some(mode) = types.scales {
+                reference::scale_rows_cols(&mut r, p.n, mode, &snapshot[2], &snapshot[3]);
+            }
             let shape = serde_json::json!({
                 "m": p.m, "n": p.n, "k": p.k, "block": p.gemm.block, "k_step": p.gemm.k_step,
-                "schedule": k.schedule.name(),
+                "schedule": k.schedule.name(), "input": types.input, "output": types.output,
+                "scales": types.scales.map(|s| format!("{s:?}")),
             });
             (shape, r, None)
         }
