@@ -97,7 +97,7 @@ impl GemmTypes {
             return bad(format!("output must be bf16 or f32, got {}", self.output));
         }
         let kb = self.operand_base().cols;
-        if k_step % kb != 0 {
+        if !k_step.is_multiple_of(kb) {
             return bad(format!(
                 "k_step {k_step} must be a multiple of {kb}, the K of one {} base tile",
                 self.input

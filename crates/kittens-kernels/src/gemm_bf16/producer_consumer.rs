@@ -41,7 +41,7 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (kd, [a, b, _]) = (decl.kd.clone(), decl.g);
     let dt = cfg.types.input;
     // Rows of `ks` operands are 64 or 128 bytes: the matching TMA/wgmma swizzle mode.
-    let swz = if ks * dt.bytes() % 128 == 0 {
+    let swz = if (ks * dt.bytes()).is_multiple_of(128) {
         Swizzle::NV_128B
     } else {
         Swizzle::NV_64B

@@ -11,7 +11,7 @@ use kittens_kernels::gemm_bf16::{self, GemmConfig};
 use kittens_kernels::reference::{self, ErrorReport};
 use kittens_kernels::KernelError;
 use rand::rngs::SmallRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 use std::time::Instant;
 
 /// Largest `rel_err` a run may show and still pass: the tolerance of the interpreter's runs (the CLI's
@@ -121,6 +121,7 @@ pub fn run_registry(name: &str, p: &Problem, gpu: &Gpu) -> Result<EmuReport, Emu
                 [compile_seconds, run_seconds, t2.elapsed().as_secs_f64()],
             )?)
         }
+        "gemm_fp8" => run_gemm_fp8(p, gpu, &mut rng),
         "attn_fwd" => {
             let sh = p.attn;
             checked_product(
@@ -168,6 +169,54 @@ pub fn run_registry(name: &str, p: &Problem, gpu: &Gpu) -> Result<EmuReport, Emu
         }
         other => Err(kernel_err(KernelError::Unknown(other.into()))),
     }
+}
+
+/// `gemm_fp8` as `kittens compile` configures it for `gpu` (`GemmConfig::fp8_for_gpu`: the target's
+/// fp8 format, per-tensor scales, bf16 output), on the CPU run's inputs: A and B uniform in [-1, 1)
+/// rounded to that format, then the two scales in [0.5, 2).
+fn run_gemm_fp8(p: &Problem, gpu: &Gpu, rng: &mut SmallRng) -> Result<EmuReport, EmuError> {
+    use kittens_ir::numerics::{to_bytes, Rounding};
+    let name = "gemm_fp8";
+    checked_product(name, &[p.m, p.n, p.k])?;
+    let cfg = GemmConfig::fp8_for_gpu(gpu);
+    let kernel = gemm_bf16::build(&cfg).map_err(|e| too_big(name, e.to_string()))?;
+    let t0 = Instant::now();
+    let emu = Emulator::build(&kernel, gpu.arch)?;
+    let compile_seconds = t0.elapsed().as_secs_f64();
+    let dt = cfg.types.input;
+    let a = random(rng, p.m * p.k, dt);
+    let b = random(rng, p.n * p.k, dt);
+    let (sa, sb) = (rng.gen_range(0.5f32..2.0), rng.gen_range(0.5f32..2.0));
+    let mut t = vec![
+        HostTensor::Data(to_bytes(&a, dt, Rounding::Rtne)),
+        HostTensor::Data(to_bytes(&b, dt, Rounding::Rtne)),
+        HostTensor::Data(sa.to_le_bytes().to_vec()),
+        HostTensor::Data(sb.to_le_bytes().to_vec()),
+        HostTensor::Data(nan_bf16(p.m * p.n)),
+    ];
+    let params = [p.m, p.n, p.k].map(|x| x as i64);
+    let t1 = Instant::now();
+    emu.run(&params, &mut t, None)?;
+    let run_seconds = t1.elapsed().as_secs_f64();
+    let HostTensor::Data(c) = &t[4] else {
+        unreachable!("C is a data tensor")
+    };
+    let t2 = Instant::now();
+    let mut r = reference::gemm_abt(&a, &b, p.m, p.n, p.k);
+    let scales = cfg.types.scales.expect("fp8_for_gpu has scales");
+    reference::scale_rows_cols(&mut r, p.n, scales, &[sa], &[sb]);
+    let shape = serde_json::json!({
+        "m": p.m, "n": p.n, "k": p.k, "block": cfg.block, "k_step": cfg.k_step,
+        "schedule": kernel.schedule.name(), "input": dt, "output": cfg.types.output,
+    });
+    report(
+        &emu,
+        gpu,
+        shape,
+        reference::compare(&floats(c), &r),
+        &params,
+        [compile_seconds, run_seconds, t2.elapsed().as_secs_f64()],
+    )
 }
 
 fn report(
