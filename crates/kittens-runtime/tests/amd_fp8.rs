@@ -118,3 +118,59 @@ fn gemm_fp8_runs_right_on_the_emulation() {
         }
     }
 }
+
+/// Per-row and per-column scales (the element-wise f32 loads from zero-stride tensors) and f32 output,
+/// lowered for both targets and run on the emulation: with f32 output the error left is accumulation
+/// order, so a scale taken from the wrong row or column (drawn in [0.5, 2)) would show at order 0.1.
+#[test]
+fn per_row_col_scales_and_f32_output_on_the_emulation() {
+    use kittens_kernels::cpu::random;
+    use kittens_kernels::gemm_bf16::{GemmTypes, Scales};
+    use kittens_kernels::reference;
+    use kittens_runtime::amd::emulate::{Emulator, HostTensor};
+    use rand::{rngs::SmallRng, Rng, SeedableRng};
+    let f32_bytes = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    for gpu in ["mi355x", "mi325x"] {
+        let g = kittens_hw::gpu(gpu).unwrap();
+        let base = GemmConfig::fp8_for_gpu(g);
+        let cfg = GemmConfig {
+            types: GemmTypes {
+                output: DType::F32,
+                scales: Some(Scales::PerRowCol),
+                ..base.types
+            },
+            ..base
+        };
+        let emu = Emulator::build(&build(&cfg).unwrap(), g.arch).unwrap();
+        let (m, n, k) = (200usize, 136usize, 300usize);
+        let mut rng = SmallRng::seed_from_u64(7);
+        let dt = cfg.types.input;
+        let a = random(&mut rng, m * k, dt);
+        let b = random(&mut rng, n * k, dt);
+        let sa: Vec<f32> = (0..m).map(|_| rng.gen_range(0.5f32..2.0)).collect();
+        let sb: Vec<f32> = (0..n).map(|_| rng.gen_range(0.5f32..2.0)).collect();
+        let enc =
+            |v: &[f32]| kittens_ir::numerics::to_bytes(v, dt, kittens_ir::numerics::Rounding::Rtne);
+        let mut t = vec![
+            HostTensor::Data(enc(&a)),
+            HostTensor::Data(enc(&b)),
+            HostTensor::Data(f32_bytes(&sa)),
+            HostTensor::Data(f32_bytes(&sb)),
+            HostTensor::Data(f32_bytes(&vec![f32::NAN; m * n])),
+        ];
+        emu.run(&[m as i64, n as i64, k as i64], &mut t, None)
+            .unwrap();
+        let HostTensor::Data(c) = &t[4] else {
+            unreachable!()
+        };
+        let out: Vec<f32> = c
+            .chunks_exact(4)
+            .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
+            .collect();
+        let mut r = reference::gemm_abt(&a, &b, m, n, k);
+        reference::scale_rows_cols(&mut r, n, Scales::PerRowCol, &sa, &sb);
+        let e = reference::compare(&out, &r);
+        eprintln!("{gpu}: {e:?}");
+        assert!(e.rel_err < 1e-5, "{gpu}: {e:?}");
+    }
+}
