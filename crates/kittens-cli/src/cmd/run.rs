@@ -41,9 +41,9 @@ pub struct Args {
     /// GEMM schedule: pingpong (8-wave, seed 000 E.1), interleave (4-wave) or ws (producer/consumer, Hopper).
     #[arg(long, value_enum, default_value_t = ScheduleArg::Pingpong)]
     pub schedule: ScheduleArg,
-    /// GEMM K step (seed 000 E.1 uses 64).
-    #[arg(long, default_value_t = 64)]
-    pub k_step: u32,
+    /// GEMM K step (default 64 as seed 000 E.1 for gemm_bf16, 128 for gemm_fp8).
+    #[arg(long)]
+    pub k_step: Option<u32>,
     /// Attention batch.
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
@@ -118,7 +118,9 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     };
     p.gemm.block = a.block;
     p.gemm.schedule = a.schedule.into();
-    p.gemm.k_step = a.k_step;
+    // gemm_fp8's OCP operand tiles are 128 wide in K (the 16x16x128 MFMA's), gemm_bf16's 32.
+    let k_step = if a.kernel.name == "gemm_fp8" { 128 } else { 64 };
+    p.gemm.k_step = a.k_step.unwrap_or(k_step);
     p.attn.batch = a.batch;
     p.attn.heads = a.heads;
     p.attn.heads_kv = a.heads_kv;
