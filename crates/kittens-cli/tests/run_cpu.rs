@@ -165,3 +165,9 @@ fn gemm_fp8_runs_with_its_own_k_step() {
         assert_eq!(v["passed"], true, "{v}");
     }
 }
+
+/// An explicit K step that is not whole fp8 base tiles is refused, naming the limit.
+#[test]
+fn gemm_fp8_k_step_must_hold_whole_base_tiles() {
+    refused(&["gemm_fp8", "--k-step", "64"], "multiple of 128");
+}

@@ -8,6 +8,7 @@
 use super::flags::{AttnLayoutArg, BackendArg, ScheduleArg};
 use anyhow::{bail, Context};
 use kittens_hw::Target;
+use kittens_kernels::gemm_bf16::GemmConfig;
 use kittens_kernels::problem::Problem;
 use kittens_kernels::registry::KernelEntry;
 use kittens_runtime::runner::{self, Backend, HipEmu, Interpreter, RunReport};
@@ -116,11 +117,14 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
         tolerance: a.tolerance,
         ..Problem::default()
     };
+    // gemm_fp8 runs its own CPU configuration (OCP e4m3, K step 128: one 16x16x128 MFMA's K), so an
+    // explicit --k-step that does not fit it is refused rather than rounded.
+    if a.kernel.name == "gemm_fp8" {
+        p.gemm = GemmConfig::fp8_default();
+    }
     p.gemm.block = a.block;
     p.gemm.schedule = a.schedule.into();
-    // gemm_fp8's OCP operand tiles are 128 wide in K (the 16x16x128 MFMA's), gemm_bf16's 32.
-    let k_step = if a.kernel.name == "gemm_fp8" { 128 } else { 64 };
-    p.gemm.k_step = a.k_step.unwrap_or(k_step);
+    p.gemm.k_step = a.k_step.unwrap_or(p.gemm.k_step);
     p.attn.batch = a.batch;
     p.attn.heads = a.heads;
     p.attn.heads_kv = a.heads_kv;

@@ -60,17 +60,22 @@ impl GemmProblem {
         for_gpu: GemmConfig::fp8_for_gpu,
     };
 
-    /// The configuration a run on `target` builds: `p.gemm` on the CPU (with this kernel's default
-    /// types unless `p.gemm.types` already name this kernel, e.g. fp8 with per-row scales), the GPU's
-    /// own elsewhere.
+    /// The configuration a run on `target` builds: `p.gemm` on the CPU when its types name this kernel
+    /// (e.g. fp8 with per-row scales); otherwise (`p.gemm` is another kernel's, as `Problem::default`
+    /// is gemm_bf16's) its tiles with this kernel's types, the K step rounded up to whole operand base
+    /// tiles (gemm_bf16's 64 becomes 128 for OCP fp8); the GPU's own configuration elsewhere.
     pub fn config(&self, p: &Problem, target: Target) -> GemmConfig {
         match target.gpu() {
             Some(gpu) => (self.for_gpu)(gpu),
             None if p.gemm.types.kernel_name() == self.name => p.gemm,
-            None => GemmConfig {
-                types: self.types,
-                ..p.gemm
-            },
+            None => {
+                let kb = self.types.operand_base().cols;
+                GemmConfig {
+                    types: self.types,
+                    k_step: p.gemm.k_step.checked_next_multiple_of(kb).unwrap_or(kb),
+                    ..p.gemm
+                }
+            }
         }
     }
 
