@@ -22,8 +22,12 @@ fn list_json_names_the_kernels_and_their_targets() {
         .map(|k| k["name"].as_str().expect("name"))
         .collect();
     assert_eq!(names, kittens_kernels::registry::names());
-    let attn = &doc["kernels"][1];
-    assert_eq!(attn["name"], "attn_fwd");
+    let attn = doc["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["name"] == "attn_fwd")
+        .expect("attn_fwd is listed");
     assert_eq!(
         attn["lowers_to"],
         serde_json::json!(["gfx942", "gfx950", "sm_90a"])
@@ -34,10 +38,10 @@ fn list_json_names_the_kernels_and_their_targets() {
 #[test]
 fn unknown_kernels_are_refused_with_the_registry_names() {
     for cmd in [
-        vec!["run", "gemm_fp8"],
-        vec!["check", "gemm_fp8"],
-        vec!["compile", "gemm_fp8", "--target", "gfx950"],
-        vec!["bench", "gemm_fp8"],
+        vec!["run", "gemm_fp4"],
+        vec!["check", "gemm_fp4"],
+        vec!["compile", "gemm_fp4", "--target", "gfx950"],
+        vec!["bench", "gemm_fp4"],
     ] {
         let out = kittens(&cmd);
         let err = String::from_utf8_lossy(&out.stderr);

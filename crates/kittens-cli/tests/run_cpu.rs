@@ -148,3 +148,26 @@ fn attention_at_large_logits_passes_the_rule() {
         .iter()
         .all(|c| c["passed"] == true && c["baseline"].is_number()));
 }
+
+/// `kittens run gemm_fp8` on the interpreter: fp8 operands with gemm_fp8's own K step (128, one OCP
+/// MFMA's K) unless `--k-step` says otherwise, passing against f64 at a ragged shape.
+#[test]
+fn gemm_fp8_runs_with_its_own_k_step() {
+    for (extra, k_step) in [(&[][..], 128), (&["--k-step", "256"][..], 256)] {
+        let mut args = vec!["gemm_fp8", "--m", "72", "--n", "40", "--k", "150", "--json"];
+        args.extend_from_slice(extra);
+        let out = kittens_run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(v["shape"]["k_step"], k_step, "{v}");
+        assert_eq!(v["shape"]["input"], "fp8e4m3", "{v}");
+        assert_eq!(v["passed"], true, "{v}");
+    }
+}
+
+/// An explicit K step that is not whole fp8 base tiles is refused, naming the limit.
+#[test]
+fn gemm_fp8_k_step_must_hold_whole_base_tiles() {
+    refused(&["gemm_fp8", "--k-step", "64"], "multiple of 128");
+}

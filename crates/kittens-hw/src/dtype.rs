@@ -2,8 +2,9 @@
 //!
 //! Formats: bf16 and fp16 as IEEE-754 style half-width floats; fp8 e4m3 (OCP "FN" variant: no infinities,
 //! max 448, used by CDNA4 `f8f6f4` MFMAs and Hopper `wgmma` e4m3) and e5m2 (max 57344), per the OCP 8-bit
-//! floating point specification (2023). CDNA3's `fp8` MFMAs use the FNUZ variants (no negative zero, bias
-//! one larger); the catalog records that on the instruction, not here.
+//! floating point specification (2023); and fp8 e4m3 FNUZ (bias 8, no infinities, no negative zero: the one
+//! NaN is the pattern 0x80), the format CDNA3's `fp8` MFMAs read (CDNA3 ISA guide, "FP8" data format; the
+//! name is `ml_dtypes`' `float8_e4m3fnuz`).
 
 use serde::Serialize;
 use thiserror::Error;
@@ -18,19 +19,23 @@ pub enum DType {
     Fp8E4m3,
     /// fp8 with 5 exponent and 2 mantissa bits (OCP E5M2).
     Fp8E5m2,
+    /// fp8 with 4 exponent and 3 mantissa bits, bias 8, no infinities and no negative zero (E4M3FNUZ,
+    /// gfx942's fp8).
+    Fp8E4m3Fnuz,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("unknown dtype `{0}`; known: f32, bf16, f16, fp8e4m3 (or fp8), fp8e5m2")]
+#[error("unknown dtype `{0}`; known: f32, bf16, f16, fp8e4m3 (or fp8), fp8e5m2, fp8e4m3fnuz")]
 pub struct UnknownDType(pub String);
 
 impl DType {
-    pub const ALL: [DType; 5] = [
+    pub const ALL: [DType; 6] = [
         DType::F32,
         DType::Bf16,
         DType::F16,
         DType::Fp8E4m3,
         DType::Fp8E5m2,
+        DType::Fp8E4m3Fnuz,
     ];
 
     /// Storage size of one element in bytes.
@@ -38,7 +43,7 @@ impl DType {
         match self {
             DType::F32 => 4,
             DType::Bf16 | DType::F16 => 2,
-            DType::Fp8E4m3 | DType::Fp8E5m2 => 1,
+            DType::Fp8E4m3 | DType::Fp8E5m2 | DType::Fp8E4m3Fnuz => 1,
         }
     }
 
@@ -55,6 +60,7 @@ impl DType {
             DType::F16 => "f16",
             DType::Fp8E4m3 => "fp8e4m3",
             DType::Fp8E5m2 => "fp8e5m2",
+            DType::Fp8E4m3Fnuz => "fp8e4m3fnuz",
         }
     }
 
@@ -64,7 +70,7 @@ impl DType {
             DType::F32 => 23,
             DType::Bf16 => 7,
             DType::F16 => 10,
-            DType::Fp8E4m3 => 3,
+            DType::Fp8E4m3 | DType::Fp8E4m3Fnuz => 3,
             DType::Fp8E5m2 => 2,
         }
     }
@@ -77,11 +83,12 @@ impl DType {
             DType::F16 => 65504.0,
             DType::Fp8E4m3 => 448.0,
             DType::Fp8E5m2 => 57344.0,
+            DType::Fp8E4m3Fnuz => 240.0,
         }
     }
 
     pub fn is_fp8(self) -> bool {
-        matches!(self, DType::Fp8E4m3 | DType::Fp8E5m2)
+        matches!(self, DType::Fp8E4m3 | DType::Fp8E5m2 | DType::Fp8E4m3Fnuz)
     }
 }
 
@@ -100,6 +107,7 @@ impl std::str::FromStr for DType {
             "f16" | "fp16" | "half" => Ok(DType::F16),
             "fp8" | "fp8e4m3" | "e4m3" | "f8e4m3" => Ok(DType::Fp8E4m3),
             "fp8e5m2" | "e5m2" | "f8e5m2" => Ok(DType::Fp8E5m2),
+            "fp8e4m3fnuz" | "e4m3fnuz" | "f8e4m3fnuz" => Ok(DType::Fp8E4m3Fnuz),
             _ => Err(UnknownDType(s.to_string())),
         }
     }

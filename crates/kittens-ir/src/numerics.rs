@@ -25,8 +25,12 @@
 //! * **NaN inputs** become the format's canonical quiet NaN with the input's sign (bf16 `0x7fc0`, f16
 //!   `0x7e00`, e4m3 `0x7f`, e5m2 `0x7e`, plus the sign bit). Payloads are not preserved.
 //!
-//! Hardware caveat: CDNA3's fp8 MFMAs use the FNUZ variants (seed 000 §2; see `kittens_hw::dtype`). This
-//! module implements the OCP formats only; an FNUZ codec would be a separate `Format` entry.
+//! * **E4M3FNUZ** (gfx942's fp8, `DType::Fp8E4m3Fnuz`): bias 8, every exponent encodes numbers, no
+//!   infinities and no negative zero; the one NaN is 0x80, the pattern that would be −0. A value that
+//!   rounds to zero is +0 whatever its sign; NaN, ±inf and overflow under RTNE/RTNA become 0x80.
+//!
+//! All fp8 behaviour above is checked against `ml_dtypes` (an independent implementation) on every
+//! pattern and on boundary and random inputs: `tests/data/fp8_vectors.txt`.
 
 use kittens_hw::dtype::DType;
 use thiserror::Error;
@@ -85,29 +89,43 @@ struct Format {
     exp_bits: u32,
     man_bits: u32,
     bias: i32,
-    /// IEEE-style: the all-ones exponent encodes inf (mantissa 0) and NaN. False for OCP E4M3FN.
-    has_inf: bool,
-    /// Canonical quiet NaN without the sign bit.
+    /// What the special patterns are.
+    special: Special,
+    /// Canonical quiet NaN without the sign bit (FNUZ: the whole NaN pattern).
     qnan: u32,
+}
+
+/// Where a narrow format keeps its infinities and NaNs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Special {
+    /// IEEE-style: the all-ones exponent encodes ±inf (mantissa 0) and NaNs.
+    Ieee,
+    /// OCP "FN": no infinities; S.1111.111 are the NaNs, every other pattern a number.
+    Fn,
+    /// "FNUZ": no infinities, no negative zero; the sign-only pattern is the one NaN.
+    Fnuz,
 }
 
 impl Format {
     /// `None` for f32, which is stored as is.
     fn of(dtype: DType) -> Option<Format> {
-        let f = |exp_bits, man_bits, bias, has_inf, qnan| Format {
+        let f = |exp_bits, man_bits, bias, special, qnan| Format {
             exp_bits,
             man_bits,
             bias,
-            has_inf,
+            special,
             qnan,
         };
+        use Special::{Fn, Fnuz, Ieee};
         match dtype {
             DType::F32 => None,
-            DType::Bf16 => Some(f(8, 7, 127, true, 0x7fc0)),
-            DType::F16 => Some(f(5, 10, 15, true, 0x7e00)),
+            DType::Bf16 => Some(f(8, 7, 127, Ieee, 0x7fc0)),
+            DType::F16 => Some(f(5, 10, 15, Ieee, 0x7e00)),
             // OCP 8-bit Floating Point Specification (2023): E4M3 bias 7, NaN S.1111.111; E5M2 bias 15, IEEE-like.
-            DType::Fp8E4m3 => Some(f(4, 3, 7, false, 0x7f)),
-            DType::Fp8E5m2 => Some(f(5, 2, 15, true, 0x7e)),
+            DType::Fp8E4m3 => Some(f(4, 3, 7, Fn, 0x7f)),
+            DType::Fp8E5m2 => Some(f(5, 2, 15, Ieee, 0x7e)),
+            // CDNA3 ISA guide ("FP8" format): bias 8, NaN 0x80, no infinities, no −0.
+            DType::Fp8E4m3Fnuz => Some(f(4, 3, 8, Fnuz, 0x80)),
         }
     }
 
@@ -126,11 +144,25 @@ impl Format {
 
     /// Bits of the largest finite magnitude.
     fn max_finite_bits(self) -> u32 {
-        if self.has_inf {
-            ((self.exp_all_ones() - 1) << self.man_bits) | ((1 << self.man_bits) - 1)
-        } else {
+        let man_ones = (1 << self.man_bits) - 1;
+        match self.special {
+            Special::Ieee => ((self.exp_all_ones() - 1) << self.man_bits) | man_ones,
             // E4M3FN: all-ones exponent is used for normals, except the all-ones mantissa (NaN).
-            (self.exp_all_ones() << self.man_bits) | ((1 << self.man_bits) - 2)
+            Special::Fn => (self.exp_all_ones() << self.man_bits) | (man_ones - 1),
+            Special::Fnuz => (self.exp_all_ones() << self.man_bits) | man_ones,
+        }
+    }
+
+    fn has_inf(self) -> bool {
+        self.special == Special::Ieee
+    }
+
+    /// The sign bit an encoded result carries: FNUZ has no signed NaN and no −0, so only its numbers
+    /// other than zero keep the sign.
+    fn signed(self, sign: u32, magnitude: u32) -> u32 {
+        match self.special {
+            Special::Fnuz if magnitude == 0 || magnitude == self.qnan => magnitude,
+            _ => sign | magnitude,
         }
     }
 
@@ -139,6 +171,9 @@ impl Format {
     }
 
     fn decode(self, bits: u32) -> f32 {
+        if self.special == Special::Fnuz && bits == self.qnan {
+            return f32::NAN;
+        }
         let sign = if bits & self.sign_bit() != 0 {
             -1.0f64
         } else {
@@ -146,8 +181,8 @@ impl Format {
         };
         let exp = (bits >> self.man_bits) & self.exp_all_ones();
         let man = bits & ((1 << self.man_bits) - 1);
-        if exp == self.exp_all_ones() {
-            if self.has_inf {
+        if exp == self.exp_all_ones() && self.special != Special::Fnuz {
+            if self.has_inf() {
                 return if man == 0 {
                     (sign * f64::INFINITY) as f32
                 } else {
@@ -174,28 +209,28 @@ impl Format {
             0
         };
         if x.is_nan() {
-            return sign | self.qnan;
+            return self.signed(sign, self.qnan);
         }
         if x.is_infinite() {
-            return sign
-                | if self.has_inf {
-                    self.inf_bits()
-                } else {
-                    self.qnan
-                };
+            let bits = if self.has_inf() {
+                self.inf_bits()
+            } else {
+                self.qnan
+            };
+            return self.signed(sign, bits);
         }
         let Some((n, qe)) = self.round_magnitude(x.abs(), mode) else {
-            return sign; // signed zero
+            return self.signed(sign, 0); // signed zero where the format has one
         };
         match self.pack(n, qe) {
-            Some(bits) => sign | bits,
-            None => sign | self.overflow(mode),
+            Some(bits) => self.signed(sign, bits),
+            None => self.signed(sign, self.overflow(mode)),
         }
     }
 
     /// What a finite input that rounds past the largest finite value becomes (see the module docs).
     fn overflow(self, mode: Rounding) -> u32 {
-        match (mode, self.has_inf) {
+        match (mode, self.has_inf()) {
             (Rounding::Rtz, _) => self.max_finite_bits(),
             (_, true) => self.inf_bits(),
             (_, false) => self.qnan,

@@ -181,7 +181,7 @@ fn check_mma(
     dtype("mma B", da, db)?;
     if !matches!(
         da,
-        DType::Bf16 | DType::F16 | DType::Fp8E4m3 | DType::Fp8E5m2
+        DType::Bf16 | DType::F16 | DType::Fp8E4m3 | DType::Fp8E5m2 | DType::Fp8E4m3Fnuz
     ) {
         return Err(invalid(
             "mma A",

@@ -79,13 +79,13 @@ pub fn gemm_abt(
         gemm: GemmConfig::default(),
         ..Problem::default()
     };
-    let launch = GemmProblem.launch(&p)?;
+    let launch = GemmProblem::BF16.launch(&p)?;
     let inputs = [("A", a), ("B", b)];
     check_lens(&launch, &inputs)?;
     if launch.output == 0 || k == 0 {
         return Ok(vec![0.0; launch.output]);
     }
-    run_on(&GemmProblem, &p, launch, &inputs)
+    run_on(&GemmProblem::BF16, &p, launch, &inputs)
 }
 
 /// Head dimensions `attention` accepts: `attn_fwd` tiles the head dimension in 32-column steps, and 256

@@ -113,11 +113,39 @@ pub trait KernelProblem: Sync + std::fmt::Debug {
     /// configuration elsewhere (with `p`'s shape-bound settings, e.g. attention's head dimension).
     fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError>;
 
+    /// The random inputs of a run of `kernel` (as [`Self::build`] made it) at `launch`, in
+    /// [`Launch::inputs`] order. By default each is uniform in `[-input_scale, input_scale)` rounded to
+    /// its tensor's dtype ([`draw_operands`]); a kernel with other inputs (the GEMM's scales) says so.
+    fn draw(
+        &self,
+        p: &Problem,
+        kernel: &Kernel,
+        launch: &Launch,
+        rng: &mut SmallRng,
+    ) -> Vec<Vec<f32>> {
+        draw_operands(p, kernel, &launch.inputs, rng)
+    }
+
     /// The f64 reference (and baseline) of `p` on `inputs`, in [`Launch::inputs`] order.
     fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference;
 
     /// How the error is judged when the run gives no `--tolerance`.
     fn tolerance(&self) -> Tolerance;
+}
+
+/// One input per length in `lens`, the i-th uniform in `[-input_scale, input_scale)` and rounded to the
+/// dtype of `kernel`'s i-th tensor (inputs are declared first, in launch order), so the reference
+/// sees exactly what the kernel stores.
+pub fn draw_operands(
+    p: &Problem,
+    kernel: &Kernel,
+    lens: &[usize],
+    rng: &mut SmallRng,
+) -> Vec<Vec<f32>> {
+    lens.iter()
+        .zip(&kernel.globals)
+        .map(|(&len, g)| random_scaled(rng, len, g.dtype, p.input_scale))
+        .collect()
 }
 
 /// Uniform values in [-1, 1) rounded to `dtype` (so the reference sees exactly what the kernel stores).

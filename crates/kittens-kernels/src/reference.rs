@@ -19,6 +19,25 @@ pub fn gemm_abt(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> 
     c
 }
 
+/// Applies an FP8 GEMM's scales to its f64 product `c` (M×N row-major, `n` columns) in f64:
+/// `c[i][j] *= sa·sb` per tensor, `sa[i]·sb[j]` per row of A and row of B.
+pub fn scale_rows_cols(
+    c: &mut [f64],
+    n: usize,
+    mode: crate::gemm_bf16::Scales,
+    sa: &[f32],
+    sb: &[f32],
+) {
+    use crate::gemm_bf16::Scales;
+    for (x, v) in c.iter_mut().enumerate() {
+        let (i, j) = match mode {
+            Scales::PerTensor => (0, 0),
+            Scales::PerRowCol => (x / n, x % n),
+        };
+        *v *= sa[i] as f64 * sb[j] as f64;
+    }
+}
+
 /// Sizes of an attention problem; Q/O have `heads` heads, K/V `heads_kv` (GQA when fewer).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct AttnShape {

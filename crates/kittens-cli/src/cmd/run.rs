@@ -8,6 +8,7 @@
 use super::flags::{AttnLayoutArg, BackendArg, ScheduleArg};
 use anyhow::{bail, Context};
 use kittens_hw::Target;
+use kittens_kernels::gemm_bf16::GemmConfig;
 use kittens_kernels::problem::Problem;
 use kittens_kernels::registry::KernelEntry;
 use kittens_runtime::runner::{self, Backend, HipEmu, Interpreter, RunReport};
@@ -41,9 +42,9 @@ pub struct Args {
     /// GEMM schedule: pingpong (8-wave, seed 000 E.1), interleave (4-wave) or ws (producer/consumer, Hopper).
     #[arg(long, value_enum, default_value_t = ScheduleArg::Pingpong)]
     pub schedule: ScheduleArg,
-    /// GEMM K step (seed 000 E.1 uses 64).
-    #[arg(long, default_value_t = 64)]
-    pub k_step: u32,
+    /// GEMM K step (default 64 as seed 000 E.1 for gemm_bf16, 128 for gemm_fp8).
+    #[arg(long)]
+    pub k_step: Option<u32>,
     /// Attention batch.
     #[arg(long, default_value_t = 1)]
     pub batch: usize,
@@ -116,9 +117,14 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
         tolerance: a.tolerance,
         ..Problem::default()
     };
+    // gemm_fp8 runs its own CPU configuration (OCP e4m3, K step 128: one 16x16x128 MFMA's K), so an
+    // explicit --k-step that does not fit it is refused rather than rounded.
+    if a.kernel.name == "gemm_fp8" {
+        p.gemm = GemmConfig::fp8_default();
+    }
     p.gemm.block = a.block;
     p.gemm.schedule = a.schedule.into();
-    p.gemm.k_step = a.k_step;
+    p.gemm.k_step = a.k_step.unwrap_or(p.gemm.k_step);
     p.attn.batch = a.batch;
     p.attn.heads = a.heads;
     p.attn.heads_kv = a.heads_kv;

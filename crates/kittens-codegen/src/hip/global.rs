@@ -347,6 +347,15 @@ impl Emitter<'_> {
         let map = self.map(r)?;
         let epl = map.elems_per_lane();
         let ty = reg_type(tile.dtype, epl).unwrap_or("float");
+        let g = self.k.global(src.tensor);
+        if tile.dtype == DType::F32 && g.dtype == DType::F32 {
+            let vector = tile.layout == Layout::Row
+                && map.row_contiguous()
+                && g.strides[src.col_dim as usize].as_const() == Some(1);
+            if !vector {
+                return self.load_global_elements(r, src);
+            }
+        }
         if tile.layout != Layout::Row
             || !map.row_contiguous()
             || self.k.global(src.tensor).strides[src.col_dim as usize].as_const() != Some(1)
@@ -458,6 +467,63 @@ impl Emitter<'_> {
                     })
                 },
             )
+        })
+    }
+
+    /// An f32 tile in any layout, from a tensor with any strides, one 32-bit buffer load per element,
+    /// zero outside the tensor: the GEMM's scales, read once after the K loop as tiles shaped like the
+    /// accumulator from tensors whose zero strides broadcast one value per tensor, row or column.
+    fn load_global_elements(&mut self, r: RegId, src: &GlobalView) -> Result<(), LowerError> {
+        let (name, tile) = self.reg(r);
+        let map = self.map(r)?;
+        let tensor = self.tensor_args(src);
+        let (gr, gc) = tile.base_grid();
+        let g = map.group;
+        let origin = self.view_addr(src, "0", "0").origin_bytes;
+        let gd = self.k.global(src.tensor);
+        let zero = |d: u8| gd.strides[d as usize].as_const() == Some(0);
+        if zero(src.row_dim) && zero(src.col_dim) {
+            // One value for the whole view (a per-tensor scale): one load, broadcast. The view's
+            // origin is inside the tensor for every tile a kernel stores, and the read is in bounds
+            // wherever the view's first element is.
+            let inside = self.view_addr(src, "0", "0").inside(1);
+            return self.block("", |em| {
+                em.line(format!("const buffer_rsrc_t rs = tile_rsrc_t({tensor}, {origin});"));
+                em.line(format!(
+                    "const float v = __builtin_bit_cast(float, buffer_load_b32(rs, {inside} ? 0u : OUT_OF_RANGE));"
+                ));
+                em.line(format!(
+                    "for (int bi = 0; bi < {gr}; ++bi) for (int bj = 0; bj < {gc}; ++bj) for (int s = 0; s < {}; ++s) {name}[bi][bj][s] = v;",
+                    map.slots.len()
+                ));
+                Ok(())
+            });
+        }
+        self.block("", |em| {
+            em.line(format!("const buffer_rsrc_t rs = tile_rsrc_t({tensor}, {origin});"));
+            em.line("#pragma unroll");
+            em.block(format!("for (int bi = 0; bi < {gr}; ++bi)"), |em| {
+                em.line("#pragma unroll");
+                em.block(format!("for (int bj = 0; bj < {gc}; ++bj)"), |em| {
+                    for (s, (row, col)) in map.slots.iter().enumerate() {
+                        let rexpr = format!(
+                            "(bi * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
+                            tile.base.rows, row.base, row.per_idx, row.per_group
+                        );
+                        let cexpr = format!(
+                            "(bj * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
+                            tile.base.cols, col.base, col.per_idx, col.per_group
+                        );
+                        let a = em.view_addr(src, &rexpr, &cexpr);
+                        em.line(format!(
+                            "{{ const u32 voff = {} ? {} * 4 : OUT_OF_RANGE; {name}[bi][bj][{s}] = __builtin_bit_cast(float, buffer_load_b32(rs, voff)); }}",
+                            a.inside(1),
+                            a.rel
+                        ));
+                    }
+                    Ok(())
+                })
+            })
         })
     }
 

@@ -47,6 +47,28 @@ impl LaneMap {
         })
     }
 
+    /// The length of the runs when each lane's slots are several runs of `len` consecutive columns of
+    /// one row (the fp8 16×128 operand: two runs of 16, FP8-tutorial §6's K chunks `16·(lane/16)` and
+    /// `+64`), each run a vector LDS access; `None` when the slots are not such runs of 8 or 16 bytes.
+    pub fn row_runs(&self, elem_bytes: u32) -> Option<usize> {
+        let n = self.slots.len();
+        [16, 8]
+            .into_iter()
+            .map(|bytes| (bytes / elem_bytes.max(1)) as usize)
+            .filter(|&len| len > 0 && len < n && n.is_multiple_of(len))
+            .find(|&len| {
+                self.slots.chunks(len).all(|run| {
+                    let (r0, c0) = run[0];
+                    run.iter().enumerate().all(|(s, (r, c))| {
+                        *r == r0
+                            && c.per_idx == c0.per_idx
+                            && c.per_group == c0.per_group
+                            && c.base == c0.base + s as u32
+                    })
+                })
+            })
+    }
+
     /// The same elements with rows and columns exchanged (the map of the transposed tile).
     pub fn transposed(&self) -> LaneMap {
         LaneMap {

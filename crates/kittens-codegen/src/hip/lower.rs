@@ -371,7 +371,7 @@ pub fn c_elem(d: DType) -> &'static str {
     match d {
         DType::F32 => "float",
         DType::Bf16 | DType::F16 => "unsigned short",
-        DType::Fp8E4m3 | DType::Fp8E5m2 => "unsigned char",
+        DType::Fp8E4m3 | DType::Fp8E5m2 | DType::Fp8E4m3Fnuz => "unsigned char",
     }
 }
 
@@ -384,8 +384,8 @@ pub(super) fn reg_type(d: DType, elems: u32) -> Option<&'static str> {
         (DType::F32, 4) => "f32x4",
         (DType::F32, 8) => "f32x8",
         (DType::F32, 16) => "f32x16",
-        (DType::Fp8E4m3 | DType::Fp8E5m2, 8) => "fp8x8",
-        (DType::Fp8E4m3 | DType::Fp8E5m2, 32) => "fp8x32",
+        (DType::Fp8E4m3 | DType::Fp8E5m2 | DType::Fp8E4m3Fnuz, 8) => "fp8x8",
+        (DType::Fp8E4m3 | DType::Fp8E5m2 | DType::Fp8E4m3Fnuz, 32) => "fp8x32",
         _ => return None,
     })
 }

@@ -14,6 +14,7 @@ use kittens_hw::Arch;
 mod global;
 pub mod layout;
 mod lds_addr;
+mod lds_runs;
 mod lds_tr;
 mod lower;
 mod ops;

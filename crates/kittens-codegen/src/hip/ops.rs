@@ -169,6 +169,11 @@ impl Emitter<'_> {
             && map.row_contiguous()
             && (bytes == 8 || bytes == 16)
             && tile.dtype == sd.tile.dtype;
+        if !ok && tile.layout == Layout::Row && tile.dtype == sd.tile.dtype {
+            if let Some(len) = map.row_runs(e) {
+                return self.lds_access_runs(r, view, store, len);
+            }
+        }
         if !ok && !store && tile.dtype == sd.tile.dtype {
             if self.lds_read_tr_b16(r, view)? {
                 return Ok(());

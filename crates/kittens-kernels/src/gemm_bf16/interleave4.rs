@@ -4,9 +4,9 @@
 //! accumulators. One barrier per K step: after it the step's tiles have landed for every wave, and every
 //! wave has finished reading the slot the step's prefetch refills.
 
-use super::{declare, GemmConfig};
+use super::{declare, store_scaled, GemmConfig};
 use crate::KernelError;
-use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_hw::dtype::DType::F32;
 use kittens_ir::{Expr, Kernel, KernelBuilder, RegId, Schedule};
 use kittens_tile::{BaseShape, Layout::Col, Layout::Row, SharedTile};
 
@@ -14,16 +14,19 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (bs, ks) = (cfg.block, cfg.k_step);
     if bs % 128 != 0 || ks % 32 != 0 {
         return Err(KernelError::Config(format!(
-            "gemm_bf16 (interleave): block {bs} must be a multiple of 128, k_step {ks} of 32"
+            "{} (interleave): block {bs} must be a multiple of 128, k_step {ks} of 32",
+            cfg.types.kernel_name()
         )));
     }
     let (half, q) = (bs / 2, bs / 4); // half-block rows; per-wave accumulator rows = cols
-    let mut k = KernelBuilder::new("gemm_bf16", Schedule::Interleave4);
-    let (kd, [a, b, c]) = declare(&mut k, bs, bs, cfg.remap);
-    let a_s = [0, 1].map(|h| k.shared_tile(&format!("a_s{h}"), SharedTile::new(Bf16, half, ks), 2));
-    let b_s = [0, 1].map(|h| k.shared_tile(&format!("b_s{h}"), SharedTile::new(Bf16, half, ks), 2));
-    let a_r = k.tile("a_r", Bf16, q, ks, Row, BaseShape::S16X32);
-    let b_r = [0, 1].map(|j| k.tile(&format!("b_r{j}"), Bf16, q, ks, Row, BaseShape::S16X32));
+    let (dt, base) = (cfg.types.input, cfg.types.operand_base());
+    let mut k = KernelBuilder::new(cfg.types.kernel_name(), Schedule::Interleave4);
+    let decl = declare(&mut k, bs, bs, cfg.remap, &cfg.types);
+    let (kd, [a, b, _]) = (decl.kd.clone(), decl.g);
+    let a_s = [0, 1].map(|h| k.shared_tile(&format!("a_s{h}"), SharedTile::new(dt, half, ks), 2));
+    let b_s = [0, 1].map(|h| k.shared_tile(&format!("b_s{h}"), SharedTile::new(dt, half, ks), 2));
+    let a_r = k.tile("a_r", dt, q, ks, Row, base);
+    let b_r = [0, 1].map(|j| k.tile(&format!("b_r{j}"), dt, q, ks, Row, base));
     let acc: Vec<RegId> = (0..4)
         .map(|x| {
             k.tile(
@@ -78,10 +81,13 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
         });
     });
     // Accumulator (i, j) of wave (wr, wc) is C tile (row·4 + 2i + wr, col·4 + 2j + wc) of q × q.
+    let scratch = decl
+        .scales
+        .map(|_| k.tile("scale", F32, q, q, Col, BaseShape::S16X16));
     for (x, &r) in acc.iter().enumerate() {
         let (i, j) = ((x / 2) as i64, (x % 2) as i64);
-        let at = k.gtile(c, q, q, &row * 4 + &wr + 2 * i, &col * 4 + &wc + 2 * j);
-        k.store(at, r);
+        let (ti, tj) = (&row * 4 + &wr + 2 * i, &col * 4 + &wc + 2 * j);
+        store_scaled(&mut k, &decl, scratch, r, q, q, ti, tj);
     }
     Ok(k.finish()?)
 }

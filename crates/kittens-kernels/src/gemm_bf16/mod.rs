@@ -7,7 +7,13 @@
 //! - [`GemmSchedule::ProducerConsumer`] ([`producer_consumer`]): warp-specialised for Hopper.
 //!
 //! This module holds what the three share: the configuration, the declarations of `m, n, k` and
-//! `a, b, c`, and [`build`], which picks the schedule. Each schedule's module reads only these.
+//! `a, b, c`, the epilogue, and [`build`], which picks the schedule. Each schedule's module reads only
+//! these.
+//!
+//! The FP8 GEMM is the same kernel: [`GemmTypes`] in the configuration names the element types (fp8
+//! operands in the target's format, bf16 or f32 output) and the scales. The schedules take their operand
+//! tiles' dtype and base shape from it and end in [`store_scaled`]; nothing else differs, so every
+//! schedule, staging and grid order of the BF16 GEMM exists for FP8 too (`gemm_fp8` in the registry).
 
 mod interleave4;
 mod ping_pong;
@@ -15,8 +21,92 @@ pub mod problem;
 mod producer_consumer;
 
 use crate::KernelError;
-use kittens_hw::dtype::DType::Bf16;
-use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder};
+use kittens_hw::dtype::DType::{self, Bf16, F32};
+use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId};
+use kittens_tile::BaseShape;
+
+/// How the scales of an FP8 GEMM are laid out: `C = (sa ⊙ A)·(sb ⊙ B)ᵀ` computed as
+/// `C[i][j] = sa[i]·sb[j]·Σ_k A[i][k]·B[j][k]` in fp32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scales {
+    /// One f32 for A and one for B (tensors `scale_a`, `scale_b` of one element each).
+    PerTensor,
+    /// One f32 per row of A (`scale_a`, M elements) and per row of B, i.e. per column of C
+    /// (`scale_b`, N elements).
+    PerRowCol,
+}
+
+/// The element types of the GEMM: what makes the same tile program `gemm_bf16` or `gemm_fp8`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GemmTypes {
+    /// Operand dtype of A and B: bf16, or fp8 in the target's format (`Fp8E4m3`, OCP, on gfx950 and
+    /// sm_90a; `Fp8E4m3Fnuz` on gfx942).
+    pub input: DType,
+    /// Dtype of C (bf16 or f32); the fp32 accumulators are rounded to it once, at the store.
+    pub output: DType,
+    /// Scales applied to the fp32 accumulators before the store; `None` for the plain BF16 GEMM.
+    pub scales: Option<Scales>,
+}
+
+impl GemmTypes {
+    pub const BF16: GemmTypes = GemmTypes {
+        input: Bf16,
+        output: Bf16,
+        scales: None,
+    };
+
+    /// fp8 operands, per-tensor scales, bf16 output.
+    pub fn fp8(input: DType) -> GemmTypes {
+        GemmTypes {
+            input,
+            output: Bf16,
+            scales: Some(Scales::PerTensor),
+        }
+    }
+
+    /// The name the built kernel carries.
+    pub fn kernel_name(&self) -> &'static str {
+        if self.input.is_fp8() {
+            "gemm_fp8"
+        } else {
+            "gemm_bf16"
+        }
+    }
+
+    /// Base shape of the A and B register tiles: HipKittens' 16×32 bf16 (the CDNA4 16×16×32 MFMA's A,
+    /// seed 000 E.1); for OCP fp8 the A operand of `v_mfma_f32_16x16x128_f8f6f4` (16×128, FP8-tutorial
+    /// step 3); for FNUZ fp8 that of gfx942's `v_mfma_f32_16x16x32_fp8_fp8` (16×32).
+    pub fn operand_base(&self) -> BaseShape {
+        match self.input {
+            DType::Fp8E4m3 | DType::Fp8E5m2 => BaseShape::new(16, 128),
+            _ => BaseShape::S16X32,
+        }
+    }
+
+    /// Checks the combination; the schedules call it first.
+    fn check(&self, k_step: u32) -> Result<(), KernelError> {
+        let bad = |why: String| {
+            Err(KernelError::Config(format!(
+                "{}: {why}",
+                self.kernel_name()
+            )))
+        };
+        if !matches!(self.input, Bf16) && !self.input.is_fp8() {
+            return bad(format!("operands must be bf16 or fp8, got {}", self.input));
+        }
+        if !matches!(self.output, Bf16 | F32) {
+            return bad(format!("output must be bf16 or f32, got {}", self.output));
+        }
+        let kb = self.operand_base().cols;
+        if !k_step.is_multiple_of(kb) {
+            return bad(format!(
+                "k_step {k_step} must be a multiple of {kb}, the K of one {} base tile",
+                self.input
+            ));
+        }
+        Ok(())
+    }
+}
 
 /// Which schedule the GEMM is built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,6 +143,8 @@ pub struct GemmConfig {
     pub remap: GridOrder,
     /// Where the next K step is staged; only the ping-pong schedule reads it.
     pub staging: Staging,
+    /// Element types and scales (bf16 for `gemm_bf16`, fp8 for `gemm_fp8`).
+    pub types: GemmTypes,
 }
 
 impl Default for GemmConfig {
@@ -68,6 +160,7 @@ impl Default for GemmConfig {
                 chunk: 64,
             },
             staging: Staging::Lds,
+            types: GemmTypes::BF16,
         }
     }
 }
@@ -110,14 +203,57 @@ impl GemmConfig {
         }
     }
 
-    /// Shared memory of the ping-pong kernel: A and B, two halves each of `block/2 × k_step` bf16, in
-    /// two ring slots with LDS staging and one with register staging.
+    /// Shared memory of the ping-pong kernel: A and B, two halves each of `block/2 × k_step` operands,
+    /// in two ring slots with LDS staging and one with register staging.
     pub fn shared_bytes(&self) -> u32 {
         let slots = match self.staging {
             Staging::Lds => 2,
             Staging::Registers => 1,
         };
-        2 * 2 * slots * (self.block / 2) * self.k_step * 2
+        2 * 2 * slots * (self.block / 2) * self.k_step * self.types.input.bytes()
+    }
+
+    /// The FP8 GEMM for one target: the BF16 GEMM's choice of schedule and staging ([`Self::for_gpu`])
+    /// with fp8 operands in the target's format, per-tensor scales, bf16 output, and a K step of 128
+    /// where the LDS double buffer of 128-wide fp8 tiles fits (gfx950: 128 KiB, FP8-tutorial step 3's
+    /// K = 128 per MFMA), else 64 (gfx942's 64 KiB) — the same bytes per step as the BF16 GEMM's 64 / 32.
+    pub fn fp8_for_gpu(gpu: &kittens_hw::Gpu) -> Self {
+        let input = if gpu.arch == kittens_hw::Arch::Cdna3 {
+            DType::Fp8E4m3Fnuz
+        } else {
+            DType::Fp8E4m3
+        };
+        let base = Self::for_gpu(gpu);
+        let with = |k_step, staging| GemmConfig {
+            k_step,
+            staging,
+            types: GemmTypes::fp8(input),
+            ..base
+        };
+        if !gpu.arch.is_amd() {
+            return with(128, base.staging);
+        }
+        [
+            (128, Staging::Lds),
+            (64, Staging::Lds),
+            (64, Staging::Registers),
+        ]
+        .into_iter()
+        .map(|(ks, st)| with(ks, st))
+        .find(|c| {
+            c.shared_bytes() <= gpu.shared_bytes_per_block
+                && c.k_step % c.types.operand_base().cols == 0
+        })
+        .unwrap_or_else(|| with(128, Staging::Registers))
+    }
+
+    /// The default FP8 configuration (the CPU interpreter's): gfx950's, OCP e4m3.
+    pub fn fp8_default() -> Self {
+        GemmConfig {
+            k_step: 128,
+            types: GemmTypes::fp8(DType::Fp8E4m3),
+            ..Self::default()
+        }
     }
 
     /// The smallest instance of the same schedule, for fast tests.
@@ -130,28 +266,82 @@ impl GemmConfig {
     }
 }
 
-/// Declares `m, n, k` and the tensors `a` (M×K), `b` (N×K), `c` (M×N), and a grid of `bm × bn` tiles.
+/// The declared interface: `k` (the K extent), tensors `a, b, c`, and the scales if any.
+pub(crate) struct Decl {
+    pub kd: Expr,
+    pub g: [GlobalId; 3],
+    pub scales: Option<[GlobalId; 2]>,
+}
+
+/// Declares `m, n, k`, the tensors `a` (M×K), `b` (N×K), the f32 scales `scale_a`, `scale_b` when
+/// `types` has them, and `c` (M×N), in that order and in `types`' dtypes, and a grid of `bm × bn` tiles.
+///
+/// Each scale is declared with C's logical shape (M×N) and strides that make it broadcast: `(0, 0)` for
+/// a per-tensor scale (one element serves every position), `(1, 0)` for one per row of A, `(0, 1)` for
+/// one per row of B. The epilogue then reads it as an ordinary tile shaped like the accumulator.
 pub(crate) fn declare(
     k: &mut KernelBuilder,
     bm: u32,
     bn: u32,
     remap: GridOrder,
-) -> (Expr, [GlobalId; 3]) {
+    types: &GemmTypes,
+) -> Decl {
     let (m, n, kd) = (k.param("m"), k.param("n"), k.param("k"));
-    let mut mat = |name, r: &Expr, c: &Expr, acc| {
-        k.global(name, Bf16, &[("r", r.clone()), ("c", c.clone())], acc)
+    let mut mat = |name, dt, r: &Expr, c: &Expr, acc| {
+        k.global(name, dt, &[("r", r.clone()), ("c", c.clone())], acc)
     };
-    let g = [
-        mat("a", &m, &kd, Access::Read),
-        mat("b", &n, &kd, Access::Read),
-        mat("c", &m, &n, Access::Write),
-    ];
+    let a = mat("a", types.input, &m, &kd, Access::Read);
+    let b = mat("b", types.input, &n, &kd, Access::Read);
+    let scales = types.scales.map(|mode| {
+        let (sa, sb) = match mode {
+            Scales::PerTensor => ([0, 0], [0, 0]),
+            Scales::PerRowCol => ([1, 0], [0, 1]),
+        };
+        let dims = [("r", m.clone()), ("c", n.clone())];
+        let mut scale = |name, st: [i64; 2]| {
+            let strides = st.iter().map(|&s| Expr::c(s)).collect();
+            k.global_strided(name, F32, &dims, strides, Access::Read)
+        };
+        [scale("scale_a", sa), scale("scale_b", sb)]
+    });
+    // The output last: inputs first, in the order a caller passes them.
+    let c = k.global(
+        "c",
+        types.output,
+        &[("r", m.clone()), ("c", n.clone())],
+        Access::Write,
+    );
+    let g = [a, b, c];
     k.grid(vec![m.ceil_div(bm as i64), n.ceil_div(bn as i64)], remap);
-    (kd, g)
+    Decl { kd, g, scales }
+}
+
+/// Stores accumulator `acc` as the `(ti, tj)`-th `rows × cols` tile of C, multiplied first by the scales
+/// of that tile when the GEMM has them. `scratch` is an f32 tile shaped like `acc` (dead operand
+/// registers serve: the scales are read once, after the K loop).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn store_scaled(
+    k: &mut KernelBuilder,
+    decl: &Decl,
+    scratch: Option<RegId>,
+    acc: RegId,
+    rows: u32,
+    cols: u32,
+    ti: Expr,
+    tj: Expr,
+) {
+    if let (Some(scales), Some(s)) = (decl.scales, scratch) {
+        for g in scales {
+            k.load_global(s, k.gtile(g, rows, cols, ti.clone(), tj.clone()));
+            k.mul(acc, acc, s);
+        }
+    }
+    k.store(k.gtile(decl.g[2], rows, cols, ti, tj), acc);
 }
 
 /// Parameter order of the built kernel: `m, n, k`; tensors `a, b, c`.
 pub fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
+    cfg.types.check(cfg.k_step)?;
     if cfg.staging == Staging::Registers && cfg.schedule != GemmSchedule::PingPong8 {
         return Err(KernelError::Config(format!(
             "gemm_bf16: register staging is built for the ping-pong schedule, not {:?}",

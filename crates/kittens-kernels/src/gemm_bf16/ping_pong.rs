@@ -21,30 +21,32 @@
 //! past the end of K read zeros into buffers no later step reads, which keeps the whole schedule on one
 //! screen.
 
-use super::{declare, GemmConfig, Staging};
+use super::{declare, store_scaled, GemmConfig, Staging};
 use crate::KernelError;
-use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_hw::dtype::DType::F32;
 use kittens_ir::{Expr, GlobalId, Kernel, KernelBuilder, RegId, Schedule, SharedId, SharedView};
 use kittens_tile::{BaseShape, Layout::Col, Layout::Row, SharedTile};
 
-/// Base tile of the A and B register tiles (HipKittens `rt_16x32_s`, seed 000 E.1) and of the
-/// accumulators (`rt_16x16_s`).
-const OPERAND: BaseShape = BaseShape::S16X32;
+/// Base tile of the accumulators (HipKittens `rt_16x16_s`, seed 000 E.1); the operands' comes from
+/// the element types (`GemmTypes::operand_base`: `rt_16x32_s` for bf16).
 const ACC: BaseShape = BaseShape::S16X16;
 
 pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (bs, ks) = (cfg.block, cfg.k_step);
     if bs % 128 != 0 || ks % 32 != 0 {
         return Err(KernelError::Config(format!(
-            "gemm_bf16: block {bs} must be a multiple of 128, k_step {ks} of 32"
+            "{}: block {bs} must be a multiple of 128, k_step {ks} of 32",
+            cfg.types.kernel_name()
         )));
     }
     let (hm, hn) = (bs / 4, bs / 8); // per-wave accumulator rows and cols
-    let mut k = KernelBuilder::new("gemm_bf16", Schedule::PingPong8);
-    let (kd, g) = declare(&mut k, bs, bs, cfg.remap);
+    let (dt, base) = (cfg.types.input, cfg.types.operand_base());
+    let mut k = KernelBuilder::new(cfg.types.kernel_name(), Schedule::PingPong8);
+    let decl = declare(&mut k, bs, bs, cfg.remap, &cfg.types);
+    let (kd, g) = (decl.kd.clone(), decl.g);
     let ops = Operands::new(&mut k, cfg, g)?;
-    let a_r = k.tile("a_r", Bf16, hm, ks, Row, OPERAND);
-    let b_r = [0, 1].map(|j| k.tile(&format!("b_r{j}"), Bf16, hn, ks, Row, OPERAND));
+    let a_r = k.tile("a_r", dt, hm, ks, Row, base);
+    let b_r = [0, 1].map(|j| k.tile(&format!("b_r{j}"), dt, hn, ks, Row, base));
     let acc: Vec<RegId> = (0..4)
         .map(|x| k.tile(&format!("c{}{}", x / 2, x % 2), F32, hm, hn, Col, ACC))
         .collect();
@@ -118,10 +120,11 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
 
     // Store: accumulator (i, j) of wave (wr, wc) is C tile (row·4 + 2i + wr, col·8 + 4j + wc) of hm × hn.
     let (row, col) = (k.block(0), k.block(1));
+    let scratch = decl.scales.map(|_| k.tile("scale", F32, hm, hn, Col, ACC));
     for (x, &r) in acc.iter().enumerate() {
         let (i, j) = ((x / 2) as i64, (x % 2) as i64);
-        let at = k.gtile(g[2], hm, hn, &row * 4 + &wr + 2 * i, &col * 8 + &wc + 4 * j);
-        k.store(at, r);
+        let (ti, tj) = (&row * 4 + &wr + 2 * i, &col * 8 + &wc + 4 * j);
+        store_scaled(&mut k, &decl, scratch, r, hm, hn, ti, tj);
     }
     Ok(k.finish()?)
 }
@@ -149,20 +152,21 @@ impl Operands {
             Staging::Lds => 2,
             Staging::Registers => 1,
         };
-        let tile = || SharedTile::new(Bf16, half, ks);
+        let (dt, base) = (cfg.types.input, cfg.types.operand_base());
+        let tile = || SharedTile::new(dt, half, ks);
         let s =
             ["a", "b"].map(|op| [0, 1].map(|h| k.shared_tile(&format!("{op}_s{h}"), tile(), ring)));
         let stage = if cfg.staging == Staging::Registers {
             // Eight waves share the copy; a band must hold whole 16-row base tiles.
             if half % (8 * 16) != 0 {
                 return Err(KernelError::Config(format!(
-                    "gemm_bf16: register staging needs a block that is a multiple of 256, got {}",
+                    "{}: register staging needs a block that is a multiple of 256, got {}",
+                    cfg.types.kernel_name(),
                     cfg.block
                 )));
             }
-            let band = |k: &mut KernelBuilder, name: String| {
-                k.tile(&name, Bf16, half / 8, ks, Row, OPERAND)
-            };
+            let band =
+                |k: &mut KernelBuilder, name: String| k.tile(&name, dt, half / 8, ks, Row, base);
             Some(["a", "b"].map(|op| [0, 1].map(|h| band(k, format!("{op}_next{h}")))))
         } else {
             None

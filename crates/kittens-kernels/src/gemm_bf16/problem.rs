@@ -1,53 +1,133 @@
-//! `gemm_bf16` at a problem's sizes: parameters `m, n, k`, inputs A (m×k) and B (n×k), output C (m×n),
-//! the f64 reference `A·Bᵀ` and a fixed tolerance.
+//! The GEMM at a problem's sizes, for both of its element types (`gemm_bf16` and `gemm_fp8`, the same
+//! tile program with different [`GemmTypes`]): parameters `m, n, k`, inputs A (m×k) and B (n×k) in the
+//! operand dtype, then the f32 scales `scale_a`, `scale_b` when the types have them (one element each
+//! per tensor, m and n per row/column), output C (m×n); the f64 reference `A·Bᵀ` with the scales
+//! applied in f64, and a fixed tolerance.
 
-use super::{build, GemmConfig};
+use super::{build, GemmConfig, GemmTypes, Scales};
 use crate::budget;
 use crate::problem::{
-    elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem, Reference,
-    STORE_BYTES,
+    draw_operands, elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem,
+    Reference, STORE_BYTES,
 };
 use crate::reference::{self, Tolerance};
 use crate::KernelError;
+use kittens_hw::dtype::DType;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
+use rand::rngs::SmallRng;
+use rand::Rng;
 
 /// GEMM's fixed bound on `rel_err`: bf16 output rounding alone is a relative error of up to 2^-9 per
 /// element and f32 accumulation adds about √k·2^-24; 1e-2 leaves room for both at any size a run
 /// allows and catches any indexing mistake (which gives errors of order 1). The GEMM's error does not
-/// depend on the scale of its inputs, so no baseline is needed.
+/// depend on the scale of its inputs (the reference multiplies the operands as the kernel read them,
+/// already rounded to their dtype), so no baseline is needed.
 pub const TOLERANCE: f64 = 1e-2;
 
-/// The problem definition the registry hands out for `gemm_bf16`.
-#[derive(Debug)]
-pub struct GemmProblem;
+/// Scales are drawn uniform in this range: far enough from 1 that a lost, doubled or misplaced scale
+/// changes the result by order 0.1 to 1, and never zero.
+pub const SCALE_RANGE: std::ops::Range<f32> = 0.5..2.0;
 
-/// The configuration a run on `target` builds: `p.gemm` on the CPU, the GPU's own elsewhere.
-fn config(p: &Problem, target: Target) -> GemmConfig {
-    match target.gpu() {
-        Some(gpu) => GemmConfig::for_gpu(gpu),
-        None => p.gemm,
+/// The problem definition the registry hands out for one of the GEMM's element types.
+#[derive(Debug)]
+pub struct GemmProblem {
+    /// The registry name, `types.kernel_name()`.
+    name: &'static str,
+    /// The types a CPU run builds unless the problem's own `gemm.types` are of this kernel.
+    types: GemmTypes,
+    /// The configuration for a GPU target.
+    for_gpu: fn(&kittens_hw::Gpu) -> GemmConfig,
+}
+
+impl GemmProblem {
+    /// `gemm_bf16`: bf16 in and out, no scales.
+    pub const BF16: GemmProblem = GemmProblem {
+        name: "gemm_bf16",
+        types: GemmTypes::BF16,
+        for_gpu: GemmConfig::for_gpu,
+    };
+
+    /// `gemm_fp8`: OCP e4m3 operands and per-tensor scales on the CPU (gfx950's format), the target's
+    /// fp8 format on a GPU (`GemmConfig::fp8_for_gpu`).
+    pub const FP8: GemmProblem = GemmProblem {
+        name: "gemm_fp8",
+        types: GemmTypes {
+            input: DType::Fp8E4m3,
+            output: DType::Bf16,
+            scales: Some(Scales::PerTensor),
+        },
+        for_gpu: GemmConfig::fp8_for_gpu,
+    };
+
+    /// The configuration a run on `target` builds: `p.gemm` on the CPU when its types name this kernel
+    /// (e.g. fp8 with per-row scales); otherwise (`p.gemm` is another kernel's, as `Problem::default`
+    /// is gemm_bf16's) its tiles with this kernel's types, the K step rounded up to whole operand base
+    /// tiles (gemm_bf16's 64 becomes 128 for OCP fp8); the GPU's own configuration elsewhere.
+    pub fn config(&self, p: &Problem, target: Target) -> GemmConfig {
+        match target.gpu() {
+            Some(gpu) => (self.for_gpu)(gpu),
+            None if p.gemm.types.kernel_name() == self.name => p.gemm,
+            None => {
+                let kb = self.types.operand_base().cols;
+                GemmConfig {
+                    types: self.types,
+                    k_step: p.gemm.k_step.checked_next_multiple_of(kb).unwrap_or(kb),
+                    ..p.gemm
+                }
+            }
+        }
+    }
+
+    /// Element counts of `scale_a` and `scale_b`, if the types have scales.
+    fn scale_lens(p: &Problem, types: &GemmTypes) -> Option<[usize; 2]> {
+        types.scales.map(|s| match s {
+            Scales::PerTensor => [1, 1],
+            Scales::PerRowCol => [p.m, p.n],
+        })
+    }
+
+    fn launch_for(&self, p: &Problem, types: &GemmTypes) -> Result<Launch, KernelError> {
+        let mut inputs = vec![elements("A", &[p.m, p.k])?, elements("B", &[p.n, p.k])?];
+        inputs.extend(Self::scale_lens(p, types).into_iter().flatten());
+        Ok(Launch {
+            params: vec![param("m", p.m)?, param("n", p.n)?, param("k", p.k)?],
+            inputs,
+            output: elements("C", &[p.m, p.n])?,
+        })
     }
 }
 
 impl KernelProblem for GemmProblem {
+    /// The launch of the CPU configuration; on a GPU target the scale layout may differ, so the runner
+    /// uses [`KernelProblem::plan`]'s.
     fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
-        Ok(Launch {
-            params: vec![param("m", p.m)?, param("n", p.n)?, param("k", p.k)?],
-            inputs: vec![elements("A", &[p.m, p.k])?, elements("B", &[p.n, p.k])?],
-            output: elements("C", &[p.m, p.n])?,
-        })
+        self.launch_for(p, &self.config(p, Target::Cpu).types)
     }
 
     fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
-        let name = "gemm_bf16";
+        let name = self.name;
         positive(name, &[("m", p.m), ("n", p.n), ("k", p.k)])?;
-        let cfg = config(p, target);
+        let cfg = self.config(p, target);
+        let types = cfg.types;
+        // Random operands in [-s, s) must stay finite and not all flush to zero in the operand format.
+        let max = types.input.max_finite();
+        if f64::from(p.input_scale.abs()) > max {
+            return Err(KernelError::Problem(format!(
+                "{name}: input scale {} exceeds {max}, the largest finite {}",
+                p.input_scale, types.input
+            )));
+        }
         let (block, k_step) = (u64::from(cfg.block), u64::from(cfg.k_step));
         budget::check_tile_side(name, "block", block)?;
         budget::check_tile_side(name, "k_step", k_step)?;
         let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
-        let inputs = budget::sum(&[budget::product(&[m, k]), budget::product(&[n, k])]);
+        let scales = if types.scales.is_some() {
+            budget::sum(&[Some(m), Some(n)])
+        } else {
+            Some(0)
+        };
+        let inputs = budget::sum(&[budget::product(&[m, k]), budget::product(&[n, k]), scales]);
         let output = budget::product(&[m, n]);
         let bytes = budget::sum(&[
             // the inputs and their snapshot
@@ -55,29 +135,61 @@ impl KernelProblem for GemmProblem {
             // output, pending stores, f64 reference
             output.and_then(|x| x.checked_mul(4 + STORE_BYTES + 8)),
         ]);
-        let what = format!("gemm_bf16 at m={m} n={n} k={k}");
+        let what = format!("{name} at m={m} n={n} k={k}");
         budget::check_host_bytes(&what, bytes)?;
         let padded = [round_up(m, block), round_up(n, block), round_up(k, k_step)];
         let work = padded
             .iter()
             .try_fold(1u64, |acc, x| x.and_then(|x| acc.checked_mul(x)));
+        let mut shape = serde_json::json!({
+            "m": p.m, "n": p.n, "k": p.k, "block": cfg.block, "k_step": cfg.k_step,
+        });
+        if types != GemmTypes::BF16 {
+            shape["input"] = types.input.name().into();
+            shape["output"] = types.output.name().into();
+            shape["scales"] = types.scales.map(|s| format!("{s:?}")).into();
+        }
         Ok(Plan {
-            launch: self.launch(p)?,
+            launch: self.launch_for(p, &types)?,
             what,
             work,
-            shape: serde_json::json!({
-                "m": p.m, "n": p.n, "k": p.k, "block": cfg.block, "k_step": cfg.k_step,
-            }),
+            shape,
         })
     }
 
     fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
-        build(&config(p, target))
+        build(&self.config(p, target))
     }
 
+    /// A and B in their dtype ([`draw_operands`]); the scales uniform in [`SCALE_RANGE`].
+    fn draw(
+        &self,
+        p: &Problem,
+        kernel: &Kernel,
+        launch: &Launch,
+        rng: &mut SmallRng,
+    ) -> Vec<Vec<f32>> {
+        let mut inputs = draw_operands(p, kernel, &launch.inputs[..2], rng);
+        for &len in &launch.inputs[2..] {
+            inputs.push((0..len).map(|_| rng.gen_range(SCALE_RANGE)).collect());
+        }
+        inputs
+    }
+
+    /// The scale layout is read from the scale tensors' lengths (the plan sized them): one element
+    /// each is per-tensor, which at m = n = 1 is also what per-row/column means.
     fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+        let mut values = reference::gemm_abt(&inputs[0], &inputs[1], p.m, p.n, p.k);
+        if let [_, _, sa, sb] = inputs {
+            let mode = if sa.len() == 1 && sb.len() == 1 {
+                Scales::PerTensor
+            } else {
+                Scales::PerRowCol
+            };
+            reference::scale_rows_cols(&mut values, p.n, mode, sa, sb);
+        }
         Reference {
-            values: reference::gemm_abt(&inputs[0], &inputs[1], p.m, p.n, p.k),
+            values,
             baseline: None,
             max_abs_logit: None,
         }

@@ -10,9 +10,9 @@
 //! consumers, and the consumers keep one wgmma chain in flight. Register split 40 / 232 as in
 //! ThunderKittens' H100 GEMM (`warpgroup::decrease_registers<40>` / `increase_registers<232>`).
 
-use super::{declare, GemmConfig};
+use super::{declare, store_scaled, GemmConfig};
 use crate::KernelError;
-use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_hw::dtype::DType::F32;
 use kittens_ir::{Kernel, KernelBuilder, MmaForm, MmaOperand, Schedule, Scope};
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
@@ -26,7 +26,8 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (bn, ks) = (cfg.block, cfg.k_step);
     if bn % 64 != 0 || bn > 256 || ks % 32 != 0 {
         return Err(KernelError::Config(format!(
-            "gemm_bf16 (producer/consumer): block {bn} must be a multiple of 64 up to 256, k_step {ks} of 32"
+            "{} (producer/consumer): block {bn} must be a multiple of 64 up to 256, k_step {ks} of 32",
+            cfg.types.kernel_name()
         )));
     }
     let sched = Schedule::ProducerConsumer {
@@ -35,18 +36,23 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
         producer_regs: 40,
         consumer_regs: 232,
     };
-    let mut k = KernelBuilder::new("gemm_bf16", sched);
-    let (kd, [a, b, c]) = declare(&mut k, BM, bn, cfg.remap);
-    // Rows of `ks` bf16 are 64 or 128 bytes: the matching TMA/wgmma swizzle mode.
-    let swz = if ks * 2 % 128 == 0 {
+    let mut k = KernelBuilder::new(cfg.types.kernel_name(), sched);
+    let decl = declare(&mut k, BM, bn, cfg.remap, &cfg.types);
+    let (kd, [a, b, _]) = (decl.kd.clone(), decl.g);
+    let dt = cfg.types.input;
+    // Rows of `ks` operands are 64 or 128 bytes: the matching TMA/wgmma swizzle mode.
+    let swz = if (ks * dt.bytes()).is_multiple_of(128) {
         Swizzle::NV_128B
     } else {
         Swizzle::NV_64B
     };
     let ring = STAGES as u32;
-    let a_s = k.shared_tile("a_s", SharedTile::with_swizzle(Bf16, BM, ks, swz), ring);
-    let b_s = k.shared_tile("b_s", SharedTile::with_swizzle(Bf16, bn, ks, swz), ring);
+    let a_s = k.shared_tile("a_s", SharedTile::with_swizzle(dt, BM, ks, swz), ring);
+    let b_s = k.shared_tile("b_s", SharedTile::with_swizzle(dt, bn, ks, swz), ring);
     let acc = k.tile("acc", F32, 16, bn, Layout::Row, BaseShape::S16X16);
+    let scratch = decl
+        .scales
+        .map(|_| k.tile("scale", F32, 16, bn, Layout::Row, BaseShape::S16X16));
     let (row, col) = (k.block(0), k.block(1));
     let nt = kd.ceil_div(ks as i64);
     let cw = k.wave() - 4; // consumer wave, 0..8
@@ -76,7 +82,7 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
                 let b_v = MmaOperand::Shared(k.smem(b_s, &t % STAGES));
                 k.mma(MmaForm::Abt, acc, a_v, b_v, Some(acc));
             });
-            k.store(k.gtile(c, 16, bn, &row * 8 + &cw, &col), acc);
+            store_scaled(k, &decl, scratch, acc, 16, bn, &row * 8 + &cw, col.clone());
         },
     );
     Ok(k.finish()?)

@@ -1,10 +1,13 @@
 //! The `hip-emu` backend: the kernel's lowered HIP for an AMD target, compiled for this CPU against the
-//! emulation header and run there ([`crate::amd::emulate`]). Tensors travel as bf16 bits; the output is
-//! poisoned with NaN, so an element the kernel does not write fails the comparison.
+//! emulation header and run there ([`crate::amd::emulate`]). Tensors travel in their declared dtypes
+//! (bf16, fp8, f32); the output is poisoned with NaN, so an element the kernel does not write fails
+//! the comparison.
 
 use super::{About, Backend, Execution, Job, RunError};
 use crate::amd::emulate::{Emulator, HostTensor};
+use kittens_hw::dtype::DType;
 use kittens_hw::{Arch, Target};
+use kittens_ir::numerics::{from_bytes, to_bytes, Rounding};
 use kittens_kernels::budget::WorkLimit;
 use std::sync::Mutex;
 use std::time::Instant;
@@ -39,17 +42,10 @@ impl HipEmu {
     }
 }
 
-/// Bf16 bits of values that are bf16 already (the runner's inputs are): the upper half of each f32.
-fn bf16_bytes(v: &[f32]) -> Vec<u8> {
-    v.iter()
-        .flat_map(|x| ((x.to_bits() >> 16) as u16).to_le_bytes())
-        .collect()
-}
-
-fn bf16_floats(b: &[u8]) -> Vec<f32> {
-    b.chunks_exact(2)
-        .map(|p| f32::from_bits((u16::from_le_bytes([p[0], p[1]]) as u32) << 16))
-        .collect()
+/// The little-endian storage of `values` in `dtype` (the runner's values are exact in their tensor's
+/// dtype already, so the rounding mode changes nothing).
+fn encode(values: &[f32], dtype: DType) -> Vec<u8> {
+    to_bytes(values, dtype, Rounding::Rtne)
 }
 
 impl Backend for HipEmu {
@@ -74,16 +70,24 @@ impl Backend for HipEmu {
             _ => Emulator::build(kernel, self.arch)?,
         };
         let compile_seconds = t0.elapsed().as_secs_f64();
+        // Inputs are declared first and the output last (`Launch`), each in its own dtype.
+        let dtype = |i: usize| kernel.globals.get(i).map_or(DType::Bf16, |g| g.dtype);
+        let out_dtype = dtype(inputs.len());
         let mut tensors: Vec<HostTensor> = inputs
             .iter()
-            .map(|t| HostTensor::Data(bf16_bytes(t)))
+            .enumerate()
+            .map(|(i, t)| HostTensor::Data(encode(t, dtype(i))))
             .collect();
-        tensors.push(HostTensor::Data(bf16_bytes(&vec![f32::NAN; launch.output])));
+        tensors.push(HostTensor::Data(encode(
+            &vec![f32::NAN; launch.output],
+            out_dtype,
+        )));
         let t1 = Instant::now();
         emu.run(&launch.params, &mut tensors, None)?;
         let run_seconds = t1.elapsed().as_secs_f64();
         let output = match tensors.pop() {
-            Some(HostTensor::Data(o)) => bf16_floats(&o),
+            // A ragged buffer decodes to nothing, which the runner reports as a wrong length.
+            Some(HostTensor::Data(o)) => from_bytes(&o, out_dtype).unwrap_or_default(),
             _ => Vec::new(),
         };
         let blocks = emu.blocks(&launch.params)?;

@@ -12,8 +12,9 @@
 //!
 //! Order of a run ([`run`]): the settings and the problem are validated and sized against the budget
 //! (`kittens_kernels::budget`: host bytes for every backend, work per backend) before anything is built
-//! or allocated; the kernel is built for the backend's target; the inputs are drawn once (seeded,
-//! uniform in `[-input_scale, input_scale)`, rounded to bf16) and handed to the backend by shared
+//! or allocated; the kernel is built for the backend's target; the inputs are drawn once (seeded, by
+//! the kernel's `KernelProblem::draw`: uniform in `[-input_scale, input_scale)` rounded to each
+//! tensor's dtype unless the kernel says otherwise) and handed to the backend by shared
 //! reference, so the vectors the reference is computed from are a snapshot no backend can change;
 //! the backend executes; the f64 reference and the kernel's baseline are computed from that snapshot;
 //! the error is judged once (`kittens_kernels::reference::judge`) into one [`RunReport`].
@@ -25,11 +26,10 @@ pub use cpu::Interpreter;
 pub use hip_emu::HipEmu;
 
 use crate::amd::emulate::EmuError;
-use kittens_hw::dtype::DType;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
 use kittens_kernels::budget::{self, WorkLimit};
-use kittens_kernels::problem::{random_scaled, Launch, Problem};
+use kittens_kernels::problem::{Launch, Problem};
 use kittens_kernels::reference::{compare, judge, Check, ErrorReport};
 use kittens_kernels::registry::KernelEntry;
 use kittens_kernels::KernelError;
@@ -165,12 +165,7 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
     let (def, about) = (entry.problem(), backend.about());
     let kernel = def.build(p, about.target)?;
     let mut rng = SmallRng::seed_from_u64(p.seed);
-    let inputs: Vec<Vec<f32>> = plan
-        .launch
-        .inputs
-        .iter()
-        .map(|&len| random_scaled(&mut rng, len, DType::Bf16, p.input_scale))
-        .collect();
+    let inputs = def.draw(p, &kernel, &plan.launch, &mut rng);
     let run = backend.execute(&Job {
         kernel: &kernel,
         launch: &plan.launch,

@@ -34,12 +34,15 @@ typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef u32 u32x2 __attribute__((ext_vector_type(2)));
 typedef u32 u32x4 __attribute__((ext_vector_type(4)));
+typedef u32 u32x8 __attribute__((ext_vector_type(8)));
 typedef int i32x4 __attribute__((ext_vector_type(4)));
 typedef float f32x4 __attribute__((ext_vector_type(4)));
 typedef float f32x8 __attribute__((ext_vector_type(8)));
 typedef float f32x16 __attribute__((ext_vector_type(16)));
 typedef unsigned short b16x4 __attribute__((ext_vector_type(4)));
 typedef unsigned short b16x8 __attribute__((ext_vector_type(8)));
+typedef u32x2 fp8x8;
+typedef u32x8 fp8x32;
 
 constexpr int WAVES_MAX = 16;
 inline thread_local int emu_tid = 0;
@@ -47,7 +50,7 @@ inline thread_local int emu_bid = 0;
 inline std::barrier<>* emu_block_barrier = nullptr;
 struct EmuWave {
   std::barrier<> bar{64};
-  float a[64][8], b[64][8], c[64][16], x[64];
+  float a[64][32], b[64][32], c[64][16], x[64];
   const unsigned char* p[64];
 };
 inline EmuWave emu_waves[WAVES_MAX];
@@ -224,6 +227,56 @@ inline void mfma_f32_16x16x16_bf16(b16x4 a, b16x4 b, f32x4& c) { emu_mfma16<4>(a
 inline f32x4 mfma_f32_16x16x16_bf16_zero(b16x4 a, b16x4 b) { f32x4 c; emu_mfma16<4>(a, b, c, true); return c; }
 inline void mfma_f32_16x16x32_bf16(b16x8 a, b16x8 b, f32x4& c) { emu_mfma16<8>(a, b, c, false); }
 inline f32x4 mfma_f32_16x16x32_bf16_zero(b16x8 a, b16x8 b) { f32x4 c; emu_mfma16<8>(a, b, c, true); return c; }
+// fp8 e4m3 to f32: OCP E4M3FN (bias 7, S.1111.111 NaN; gfx950's f8f6f4 with fp8 operands) or E4M3FNUZ
+// (bias 8, 0x80 the only NaN, no -0; gfx942's fp8 MFMAs).
+inline float fp8_e4m3_to_f32(unsigned char x, bool fnuz) {
+  if (fnuz ? x == 0x80 : (x & 0x7f) == 0x7f) return NAN;
+  const int bias = fnuz ? 8 : 7, e = (x >> 3) & 15, m = x & 7;
+  const float v = e == 0 ? ldexpf((float)m, 1 - bias - 3) : ldexpf((float)(8 + m), e - bias - 3);
+  return (x & 0x80) ? -v : v;
+}
+// D = A·B + C for one 16×16×K fp8 MFMA across the calling wave: lane l holds KR bytes of row (A) or
+// column (B) l % 16 in runs of RUN consecutive K; run r of lane group g = l / 16 starts at K
+// r·4·RUN + g·RUN (16x16x32 fp8: one run of 8; 16x16x128 f8f6f4: runs of 16 at 16g and 64 + 16g,
+// FP8-tutorial §6).
+template <int KR, int RUN, typename AB>
+inline void emu_mfma16_fp8(const AB& a, const AB& b, f32x4& c, bool zero, bool fnuz) {
+  static_assert(sizeof(AB) == KR, "one byte per fp8 element");
+  EmuWave& w = emu_waves[emu_tid / 64];
+  const int l = emu_tid % 64;
+  unsigned char ab[KR], bb[KR];
+  memcpy(ab, &a, KR);
+  memcpy(bb, &b, KR);
+  for (int s = 0; s < KR; ++s) { w.a[l][s] = fp8_e4m3_to_f32(ab[s], fnuz); w.b[l][s] = fp8_e4m3_to_f32(bb[s], fnuz); }
+  for (int s = 0; s < 4; ++s) w.c[l][s] = zero ? 0.0f : c[s];
+  w.bar.arrive_and_wait();
+  if (l == 0) {
+    float A[16][4 * KR], B[4 * KR][16], D[16][16];
+    for (int ln = 0; ln < 64; ++ln)
+      for (int s = 0; s < KR; ++s) {
+        const int k = (s / RUN) * 4 * RUN + (ln / 16) * RUN + s % RUN;
+        A[ln % 16][k] = w.a[ln][s];
+        B[k][ln % 16] = w.b[ln][s];
+      }
+    for (int ln = 0; ln < 64; ++ln)
+      for (int s = 0; s < 4; ++s) D[(ln / 16) * 4 + s][ln % 16] = w.c[ln][s];
+    for (int i = 0; i < 16; ++i)
+      for (int j = 0; j < 16; ++j) {
+        float acc = D[i][j];
+        for (int k = 0; k < 4 * KR; ++k) acc += A[i][k] * B[k][j];
+        D[i][j] = acc;
+      }
+    for (int ln = 0; ln < 64; ++ln)
+      for (int s = 0; s < 4; ++s) w.c[ln][s] = D[(ln / 16) * 4 + s][ln % 16];
+  }
+  w.bar.arrive_and_wait();
+  for (int s = 0; s < 4; ++s) c[s] = w.c[l][s];
+  w.bar.arrive_and_wait();
+}
+inline void mfma_f32_16x16x32_fp8_fp8(fp8x8 a, fp8x8 b, f32x4& c) { emu_mfma16_fp8<8, 8>(a, b, c, false, true); }
+inline f32x4 mfma_f32_16x16x32_fp8_fp8_zero(fp8x8 a, fp8x8 b) { f32x4 c; emu_mfma16_fp8<8, 8>(a, b, c, true, true); return c; }
+inline void mfma_f32_16x16x128_f8f6f4(fp8x32 a, fp8x32 b, f32x4& c) { emu_mfma16_fp8<32, 16>(a, b, c, false, false); }
+inline f32x4 mfma_f32_16x16x128_f8f6f4_zero(fp8x32 a, fp8x32 b) { f32x4 c; emu_mfma16_fp8<32, 16>(a, b, c, true, false); return c; }
 // Lane exchanges and the wave-level ordering point: each lane is a thread, so both synchronise the
 // wave's 64 threads.
 inline float exp2_f32(float x) { return exp2f(x); }

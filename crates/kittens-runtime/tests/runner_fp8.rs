@@ -1,0 +1,147 @@
+//! `gemm_fp8` (the GEMM tile program with fp8 types) on the CPU interpreter (the runner's `cpu`
+//! backend) against f64 on the fp8-rounded inputs, in both fp8 formats, every schedule, both scale
+//! layouts and both output dtypes, at shapes that are not multiples of the tile.
+
+use kittens_hw::dtype::DType;
+use kittens_kernels::gemm_bf16::{GemmConfig, GemmSchedule, GemmTypes, Scales, Staging};
+use kittens_kernels::problem::Problem;
+use kittens_runtime::runner::{self, Interpreter, RunReport};
+
+fn run(name: &str, p: &Problem) -> Result<RunReport, runner::RunError> {
+    runner::run(kittens_kernels::by_name(name)?, p, &Interpreter)
+}
+
+/// Runs `gemm_fp8` with `cfg` and returns `rel_err` against f64 on the same fp8 inputs and scales.
+fn fp8(m: usize, n: usize, k: usize, cfg: GemmConfig) -> f64 {
+    let r = run(
+        "gemm_fp8",
+        &Problem {
+            m,
+            n,
+            k,
+            gemm: cfg,
+            seed: (m * 31 + n * 7 + k) as u64,
+            ..Problem::default()
+        },
+    )
+    .unwrap_or_else(|e| panic!("gemm_fp8 {m}x{n}x{k} {cfg:?}: {e}"));
+    assert_eq!(r.kernel, "gemm_fp8");
+    r.error.rel_err
+}
+
+fn types(input: DType, output: DType, scales: Scales) -> GemmTypes {
+    GemmTypes {
+        input,
+        output,
+        scales: Some(scales),
+    }
+}
+
+/// The small tiles (128 block) with fp8 operands; the K step is one 128-wide OCP base tile, two
+/// 32-wide FNUZ ones plus another pair (64 would do; 128 also exercises several base tiles in K).
+fn small(schedule: GemmSchedule, t: GemmTypes) -> GemmConfig {
+    GemmConfig {
+        schedule,
+        k_step: 128,
+        types: t,
+        ..GemmConfig::small()
+    }
+}
+
+/// With f32 output the only error left is fp32 accumulation order (about √k·2^-24 relative): the kernel
+/// reads exactly the fp8 values the reference multiplies, and applies both scales. A lost or doubled
+/// scale (drawn in [0.5, 2)) or any wrong element gives errors of order 0.1 to 1.
+const F32_TOL: f64 = 1e-5;
+/// bf16 output: at most 2^-9 relative per element, rounding shows.
+const BF16_TOL: f64 = 1e-2;
+
+#[test]
+fn both_formats_every_schedule_f32_output_exact_up_to_accumulation() {
+    for input in [DType::Fp8E4m3, DType::Fp8E4m3Fnuz] {
+        for sched in [
+            GemmSchedule::PingPong8,
+            GemmSchedule::Interleave4,
+            GemmSchedule::ProducerConsumer,
+        ] {
+            for scales in [Scales::PerTensor, Scales::PerRowCol] {
+                let cfg = small(sched, types(input, DType::F32, scales));
+                for (m, n, k) in [(200, 136, 300), (129, 257, 100)] {
+                    let e = fp8(m, n, k, cfg);
+                    assert!(
+                        e < F32_TOL,
+                        "{input} {sched:?} {scales:?} {m}x{n}x{k}: {e:e}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bf16_output_rounds_once() {
+    let cfg = small(
+        GemmSchedule::PingPong8,
+        types(DType::Fp8E4m3, DType::Bf16, Scales::PerTensor),
+    );
+    let e = fp8(200, 136, 300, cfg);
+    assert!(e > F32_TOL && e < BF16_TOL, "{e:e}");
+}
+
+/// The registry's configurations: gfx950 (OCP e4m3, K step 128, LDS double buffer) and gfx942 (FNUZ,
+/// K step 64 so that the double buffer fits 64 KiB) at the paper's 256 block, ragged in every dim.
+#[test]
+fn per_target_configurations() {
+    let mi355x = GemmConfig::fp8_for_gpu(kittens_hw::gpu("mi355x").unwrap());
+    assert_eq!(
+        (mi355x.types.input, mi355x.k_step, mi355x.staging),
+        (DType::Fp8E4m3, 128, Staging::Lds)
+    );
+    let mi300x = GemmConfig::fp8_for_gpu(kittens_hw::gpu("mi300x").unwrap());
+    assert_eq!(
+        (mi300x.types.input, mi300x.k_step, mi300x.staging),
+        (DType::Fp8E4m3Fnuz, 64, Staging::Lds)
+    );
+    assert_eq!(mi300x.shared_bytes(), 64 * 1024);
+    for cfg in [mi355x, mi300x] {
+        let e = fp8(264, 300, 200, cfg);
+        assert!(e < BF16_TOL, "{cfg:?}: {e:e}");
+    }
+}
+
+/// A K step that is not a whole number of operand base tiles is refused, naming the limit.
+#[test]
+fn k_step_must_hold_whole_fp8_base_tiles() {
+    let cfg = GemmConfig {
+        k_step: 64,
+        ..GemmConfig::fp8_default()
+    };
+    let err = kittens_kernels::gemm_bf16::build(&cfg)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("multiple of 128"), "{err}");
+}
+
+/// Operands scaled past the fp8 format's largest finite value would be NaN before the kernel runs: the
+/// run is refused, naming the limit.
+#[test]
+fn input_scale_past_the_fp8_range_is_refused() {
+    let p = Problem {
+        m: 40,
+        n: 24,
+        k: 36,
+        input_scale: 500.0,
+        gemm: GemmConfig::fp8_default(),
+        ..Problem::default()
+    };
+    let err = run("gemm_fp8", &p).unwrap_err().to_string();
+    assert!(err.contains("exceeds 448"), "{err}");
+    let ok = run(
+        "gemm_fp8",
+        &Problem {
+            input_scale: 400.0,
+            ..p
+        },
+    )
+    .unwrap();
+    assert!(ok.passed, "{ok:?}");
+}
