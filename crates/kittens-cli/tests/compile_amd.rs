@@ -1,5 +1,5 @@
 //! The AMD compile path end to end, as commands: `kittens compile gemm_bf16 --target gfx950 --json` and
-//! `--target gfx942 --json` (and the same for `attn_fwd`, seed 000 E.3) report zero spills, LDS within the target's budget and a non-zero count of
+//! `--target gfx942 --json` (and the same for `attn_fwd`, HipKittens E.3) report zero spills, LDS within the target's budget and a non-zero count of
 //! the target's bf16 MFMA in the hot loop; the `--emit hip` source for gfx942 builds with Debian's
 //! clang-19 (required when `CI=true`, skipped with a note elsewhere).
 

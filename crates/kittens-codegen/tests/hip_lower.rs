@@ -1,4 +1,4 @@
-//! Text-level checks of the HIP lowering on the registry's `gemm_bf16` (kittens-kernels, seed 000
+//! Text-level checks of the HIP lowering on the registry's `gemm_bf16` (kittens-kernels, HipKittens
 //! E.1 defaults): the IR's op-counted waits become the instruction counts HipKittens writes by hand,
 //! and the schedule's implied ops appear where the ping-pong needs them.
 
@@ -14,7 +14,7 @@ fn lowered(arch: Arch) -> Result<String, LowerError> {
     .map(|l| l.source)
 }
 
-/// Seed 000 Fig. 21 lines 68 and 76: `s_waitcnt vmcnt(4)` then `vmcnt(6)` — two and three tile loads
+/// HipKittens Fig. 21 lines 68 and 76: `s_waitcnt vmcnt(4)` then `vmcnt(6)` — two and three tile loads
 /// of 128×64 bf16, each two 16-byte `buffer_load … lds` per wave of 8 (16 KiB / 8 waves / 1 KiB).
 #[test]
 fn gfx950_waits_match_the_seed() {

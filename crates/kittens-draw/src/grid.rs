@@ -1,4 +1,4 @@
-//! Pictures of a grid order in the style of seed 000 Fig. 5 / Fig. 18: the output tile grid with the
+//! Pictures of a grid order in the style of HipKittens Fig. 5 / Fig. 18: the output tile grid with the
 //! tiles of the first dispatch round coloured by the XCD that runs them, as a text map for terminals
 //! or RGB pixels for [`crate::png`].
 

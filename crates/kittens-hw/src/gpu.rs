@@ -1,8 +1,8 @@
 //! The GPU catalog: one table of the figures every other layer reads.
 //!
 //! Each figure names its source. Abbreviations used below:
-//! - **S000** — seed 000 (the HipKittens paper), with section / figure / table;
-//! - **S001** — seed 001 (the MI300X attention write-up);
+//! - **HipKittens** — the HipKittens paper (docs/references.md), with section / figure / table;
+//! - **MI300X-attn** — the MI300X attention write-up (docs/references.md);
 //! - **CDNA3-WP** — AMD, "AMD CDNA 3 Architecture" white paper (2023), and the MI300X / MI325X data sheets;
 //! - **CDNA4-WP** — AMD, "AMD CDNA 4 Architecture" white paper (2025), and the MI350X / MI355X data sheets;
 //! - **H100-WP** — NVIDIA, "NVIDIA H100 Tensor Core GPU Architecture" white paper (2022), H100 SXM5 column;
@@ -42,7 +42,7 @@ impl Arch {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum L2Scope {
-    /// Each XCD (chiplet) has a private L2; all XCDs share the last-level cache (S000 §2.1, §3.4).
+    /// Each XCD (chiplet) has a private L2; all XCDs share the last-level cache (HipKittens §2.1, §3.4).
     PerXcd,
     /// One L2 for the whole GPU.
     PerGpu,
@@ -73,7 +73,7 @@ pub struct Gpu {
     /// 32-bit registers per lane available on one SIMD / sub-partition, shared by its resident waves.
     /// CDNA: 512 (VGPRs + AGPRs); Hopper: 64 K registers per SM / 4 sub-partitions / 32 lanes = 512.
     pub regs_per_lane_per_simd: u32,
-    /// VGPR / AGPR split when one wave occupies a SIMD (CDNA only, S000 §3.2.1).
+    /// VGPR / AGPR split when one wave occupies a SIMD (CDNA only, HipKittens §3.2.1).
     pub vgpr_agpr_split: Option<(u32, u32)>,
     /// Most 32-bit registers one thread may address (CDNA: 512 arch VGPR+AGPR; Hopper: 255).
     pub max_regs_per_thread: u32,
@@ -106,8 +106,8 @@ const MIB: u64 = 1024 * 1024;
 const GB: u64 = 1_000_000_000;
 
 /// MI300X. CU/XCD counts, LDS, L2, Infinity Cache, clock and peaks: CDNA3-WP (304 CUs = 8 XCDs × 38,
-/// S000 §3.4 "38 (CDNA3)"; 64 KiB LDS, S001 §"hardware"; 4 MB L2 per XCD, S000 §2.1; 256 MB Infinity
-/// Cache, S001). L2 bandwidth: 2 KB/clk per XCD (CDNA3-WP) × 8 × 2.1 GHz. Infinity Cache peak 17.2 TB/s
+/// HipKittens §3.4 "38 (CDNA3)"; 64 KiB LDS, MI300X-attn §"hardware"; 4 MB L2 per XCD, HipKittens §2.1; 256 MB Infinity
+/// Cache, MI300X-attn). L2 bandwidth: 2 KB/clk per XCD (CDNA3-WP) × 8 × 2.1 GHz. Infinity Cache peak 17.2 TB/s
 /// (CDNA3-WP). HBM3 192 GB at 5.3 TB/s; BF16 1307.4 and FP8 2614.9 TFLOP/s dense (MI300X data sheet).
 pub const MI300X: Gpu = Gpu {
     name: "mi300x",
@@ -137,7 +137,7 @@ pub const MI300X: Gpu = Gpu {
 };
 
 /// MI325X: the MI300X compute die with HBM3E — 256 GB at 6.0 TB/s (MI325X data sheet); every other figure
-/// as MI300X (CDNA3-WP; S000 evaluates on it, §4).
+/// as MI300X (CDNA3-WP; HipKittens evaluates on it, §4).
 pub const MI325X: Gpu = Gpu {
     name: "mi325x",
     product: "AMD Instinct MI325X",
@@ -146,8 +146,8 @@ pub const MI325X: Gpu = Gpu {
     ..MI300X
 };
 
-/// MI350X. 256 CUs = 8 XCDs × 32 (S000 §2.1, §3.4); 160 KiB LDS per CU (CDNA4-WP); 4 MB L2 per XCD
-/// (S000 §2.1); 256 MB Infinity Cache (CDNA4-WP); 288 GB HBM3E at 8.0 TB/s (S000 Fig. 2); 2.2 GHz;
+/// MI350X. 256 CUs = 8 XCDs × 32 (HipKittens §2.1, §3.4); 160 KiB LDS per CU (CDNA4-WP); 4 MB L2 per XCD
+/// (HipKittens §2.1); 256 MB Infinity Cache (CDNA4-WP); 288 GB HBM3E at 8.0 TB/s (HipKittens Fig. 2); 2.2 GHz;
 /// BF16 2306.9 and FP8 4613.7 TFLOP/s dense (MI350X data sheet: 4096 bf16 flops/clk/CU × 256 × 2.2 GHz).
 /// L2: 2 KB/clk per XCD (CDNA4-WP keeps CDNA3's L2 width) × 8 × 2.2 GHz; Infinity Cache 14.7 TB/s (CDNA4-WP).
 pub const MI350X: Gpu = Gpu {
@@ -177,7 +177,7 @@ pub const MI350X: Gpu = Gpu {
     clock_mhz: 2200,
 };
 
-/// MI355X: MI350X at 2.4 GHz — BF16 2516.6 and FP8 5033.2 TFLOP/s dense (S000 Fig. 2: 2.5 / 5.0 PFLOPs;
+/// MI355X: MI350X at 2.4 GHz — BF16 2516.6 and FP8 5033.2 TFLOP/s dense (HipKittens Fig. 2: 2.5 / 5.0 PFLOPs;
 /// MI355X data sheet), L2 2 KB/clk × 8 × 2.4 GHz.
 pub const MI355X: Gpu = Gpu {
     name: "mi355x",
@@ -277,7 +277,7 @@ mod tests {
         }
     }
 
-    /// S000 §3.4: 32 CUs per XCD on CDNA4, 38 on CDNA3, 8 XCDs each; §2.1: 4 MB L2 per XCD.
+    /// HipKittens §3.4: 32 CUs per XCD on CDNA4, 38 on CDNA3, 8 XCDs each; §2.1: 4 MB L2 per XCD.
     #[test]
     fn matches_seed_000_section_3_4() {
         for g in [&MI300X, &MI325X] {

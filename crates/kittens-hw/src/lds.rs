@@ -4,21 +4,21 @@
 //! # The conflict rule
 //!
 //! A wave (64 lanes) or warp (32 lanes) does not serve one shared-memory instruction in one step: its lanes
-//! are split into *phases*, subsets of lanes that access the banks at the same time (seed 000 §3.2.2 and
+//! are split into *phases*, subsets of lanes that access the banks at the same time (HipKittens §3.2.2 and
 //! footnote 6). Inside one phase, every lane's access covers `bytes_per_lane / 4` consecutive 4-byte words;
 //! word `w` lives in bank `w % banks`. The **conflict degree** of a phase is the largest number of
 //! **distinct** words that fall into one bank: 1 means conflict-free, N means the bank needs N cycles.
 //! Several lanes reading the *same* word are served by one broadcast and do not conflict. That broadcast
 //! rule is the one NVIDIA states in the CUDA C++ Programming Guide (shared-memory section: accesses to the
 //! same 32-bit word never conflict) and the one AMD's LDS follows (CDNA3 ISA reference, LDS chapter: a bank
-//! conflict is distinct addresses in one bank); seed 000 D.2's solver counts conflicts the same way.
+//! conflict is distinct addresses in one bank); HipKittens D.2's solver counts conflicts the same way.
 //! A phase without active lanes has degree 0.
 //!
 //! # Sources of the numbers
 //!
-//! - CDNA `ds_read_b128`, `ds_read_b96`, `ds_write_b64`, `ds_read_b64`: banks and phases are seed 000
+//! - CDNA `ds_read_b128`, `ds_read_b96`, `ds_write_b64`, `ds_read_b64`: banks and phases are HipKittens
 //!   Table 5 (found with the paper's solver, D.2; the CDNA ISA does not document them).
-//! - `ds_read_b64_tr_b16` (CDNA4 only): seed 000 D.1 says it runs in two phases, lanes 0-31 then 32-63.
+//! - `ds_read_b64_tr_b16` (CDNA4 only): HipKittens D.1 says it runs in two phases, lanes 0-31 then 32-63.
 //!   Table 5 gives no bank count for it; we use 64, that of `ds_read_b64` (same 64-bit width). D.1's claim
 //!   that the unswizzled 16×32 column load is conflict-free needs those 64 banks (32 lanes × 2 words).
 //! - NVIDIA: 32 banks of 4 bytes (CUDA C++ Programming Guide, compute capability 5.x and later, which covers
@@ -33,7 +33,7 @@
 use serde::Serialize;
 use thiserror::Error;
 
-/// Bytes per bank on every GPU modelled here (seed 000 Fig. 4 caption; CUDA C++ Programming Guide).
+/// Bytes per bank on every GPU modelled here (HipKittens Fig. 4 caption; CUDA C++ Programming Guide).
 pub const BANK_BYTES: u32 = 4;
 
 /// Which vendor's machine an instruction runs on.
@@ -56,7 +56,7 @@ pub enum DsInstr {
     DsWriteB128,
     /// CDNA `ds_read_u16` (one 16-bit element per lane; column-layout loads where no transposing load exists).
     DsReadU16,
-    /// CDNA4 transposing load of 16-bit elements (seed 000 D.1).
+    /// CDNA4 transposing load of 16-bit elements (HipKittens D.1).
     DsReadB64TrB16,
     /// NVIDIA `ld.shared.b32` / `st.shared.b32`.
     NvShared32,
@@ -90,7 +90,7 @@ pub struct DsInfo {
     pub source: &'static str,
 }
 
-const TABLE5: &str = "seed 000 Table 5";
+const TABLE5: &str = "HipKittens Table 5";
 
 static DS_READ_B128: DsInfo = DsInfo {
     name: "ds_read_b128",
@@ -159,7 +159,7 @@ static DS_WRITE_B128: DsInfo = DsInfo {
     align: 16,
     banks: 64,
     phases: DS_READ_B128.phases,
-    source: "assumed equal to ds_read_b128 (seed 000 Table 5 lists no 128-bit write)",
+    source: "assumed equal to ds_read_b128 (HipKittens Table 5 lists no 128-bit write)",
 };
 
 /// Table 5 lists no 16-bit read: 32 banks (CDNA3 ISA guide, LDS chapter) and half-wave phases (as
@@ -172,7 +172,7 @@ static DS_READ_U16: DsInfo = DsInfo {
     align: 2,
     banks: 32,
     phases: &[&[(0, 31)], &[(32, 63)]],
-    source: "CDNA3 ISA guide (32 banks); half-wave phases assumed (seed 000 Table 5 lists no 16-bit read)",
+    source: "CDNA3 ISA guide (32 banks); half-wave phases assumed (HipKittens Table 5 lists no 16-bit read)",
 };
 
 static DS_READ_B64_TR_B16: DsInfo = DsInfo {
@@ -183,7 +183,7 @@ static DS_READ_B64_TR_B16: DsInfo = DsInfo {
     align: 8,
     banks: 64,
     phases: &[&[(0, 31)], &[(32, 63)]],
-    source: "seed 000 D.1 (phases); banks assumed equal to ds_read_b64 (Table 5)",
+    source: "HipKittens D.1 (phases); banks assumed equal to ds_read_b64 (Table 5)",
 };
 
 const CUDA_GUIDE: &str =

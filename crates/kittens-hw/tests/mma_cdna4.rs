@@ -1,5 +1,5 @@
 //! CDNA4 maps against independent statements of them:
-//! - fp8 `v_mfma_f32_16x16x128_f8f6f4`: the lane mapping of seed 002 §6 ("Wave-lane mapping for
+//! - fp8 `v_mfma_f32_16x16x128_f8f6f4`: the lane mapping of FP8-tutorial step 6 ("Wave-lane mapping for
 //!   16×16×128": `row = lane & 15`, `k_chunk0 = 16·(lane >> 4)`, `k_chunk1 = k_chunk0 + 64`, 16
 //!   fp8 per chunk; output rows `4·(lane >> 4) + i`, column `lane & 15`);
 //! - bf16 `v_mfma_f32_16x16x32_bf16` / `v_mfma_f32_32x32x16_bf16`: IREE's
@@ -157,7 +157,7 @@ fn the_iree_reading_also_reproduces_cdna3() {
     }
 }
 
-/// IREE gives the f8f6f4 shapes one contiguous run of 32 K values per lane; seed 002 §6 splits it
+/// IREE gives the f8f6f4 shapes one contiguous run of 32 K values per lane; FP8-tutorial step 6 splits it
 /// into two runs of 16, 64 apart. For an unscaled product both are valid: they differ by one
 /// permutation of K applied to A and B alike, which leaves `A·B` unchanged. (With block scales
 /// the true hardware order matters; see docs/layouts.md.)

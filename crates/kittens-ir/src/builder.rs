@@ -177,7 +177,7 @@ impl KernelBuilder {
     }
 
     /// `count` shared tiles of a tile-layer shape (e.g. `SharedTile::new`, which picks the shape's default
-    /// swizzle, seed 000 D.1).
+    /// swizzle, HipKittens D.1).
     pub fn shared_tile(
         &mut self,
         name: &str,
@@ -196,7 +196,7 @@ impl KernelBuilder {
         }
     }
 
-    /// A register tile from the tile layer (use `RegTile::pinned` for explicit registers, seed 000 D.3).
+    /// A register tile from the tile layer (use `RegTile::pinned` for explicit registers, HipKittens D.3).
     pub fn reg_tile(&mut self, name: &str, tile: Result<RegTile, TileError>) -> RegId {
         let t = tile.unwrap_or_else(|source| {
             self.fail(BuildError::Decl {

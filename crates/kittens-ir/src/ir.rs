@@ -295,7 +295,7 @@ pub enum MaskRule {
     /// Keep `col <= row + offset`: causal attention on a `queries × keys` score tile (`offset` 0 is
     /// PyTorch's top-left `is_causal`; `seq_k - seq_q` aligns bottom-right).
     Causal { offset: Expr },
-    /// Keep `row <= col + offset`: the same rule on a transposed `keys × queries` tile (seed 000 E.3
+    /// Keep `row <= col + offset`: the same rule on a transposed `keys × queries` tile (HipKittens E.3
     /// computes `K·Qᵀ`).
     CausalT { offset: Expr },
     /// Keep `col < limit` (key columns past the sequence end).
@@ -329,9 +329,9 @@ pub enum WaitCount {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SchedHint {
-    /// Nothing may be scheduled across this point (AMD `sched_barrier(0)`, seed 000 E.1).
+    /// Nothing may be scheduled across this point (AMD `sched_barrier(0)`, HipKittens E.1).
     Fence,
-    /// Interleave `mma` matrix ops with `other` vector ops, `groups` times (seed 000 E.3
+    /// Interleave `mma` matrix ops with `other` vector ops, `groups` times (HipKittens E.3
     /// `sched_barrier_pairs<mma, other, id>`; AMD `sched_group_barrier`).
     Pairs { mma: u32, other: u32, groups: u32 },
 }
@@ -351,7 +351,7 @@ pub enum Op {
         scope: Scope,
     },
     /// Shared→register load; the destination's layout (row or column) decides the instruction
-    /// (AMD `ds_read_b128` or `ds_read_b64_tr_b16`, seed 000 D.1).
+    /// (AMD `ds_read_b128` or `ds_read_b64_tr_b16`, HipKittens D.1).
     LoadShared {
         dst: RegId,
         src: SharedView,
@@ -467,7 +467,7 @@ impl Op {
     }
 }
 
-/// What a cluster does in its schedule (seed 000 §3.3.2).
+/// What a cluster does in its schedule (HipKittens §3.3.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClusterKind {
@@ -511,14 +511,14 @@ pub enum Stmt {
     },
 }
 
-/// How the kernel's waves share the work (seed 000 §3.3.2; docs/architecture.md principle 2).
+/// How the kernel's waves share the work (HipKittens §3.3.2; docs/architecture.md principle 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Schedule {
     /// No implied synchronisation; `waves` waves.
     Plain { waves: u32 },
     /// Eight waves, two warpgroups alternating compute and memory clusters with a barrier at each
-    /// cluster end, priority 1 on compute clusters, a conditional stagger barrier (seed 000 E.1).
+    /// cluster end, priority 1 on compute clusters, a conditional stagger barrier (HipKittens E.1).
     PingPong8,
     /// Four waves, one per SIMD, each interleaving compute and memory; clusters end in a fence only.
     Interleave4,

@@ -1,8 +1,8 @@
 //! Storage rounding of f32 values to bf16, f16, fp8 e4m3 and fp8 e5m2, and the bit-level codecs the
 //! interpreter and the GPU runtime use to build and read buffers.
 //!
-//! Why three modes: the attention kernel of seed 001 packs its fp32 accumulators to bf16 with a selectable
-//! rule (seed 001 §6: "RTNE rounds to nearest even, RTNA rounds to nearest with ties away from zero, AITER's
+//! Why three modes: the attention kernel of MI300X-attn packs its fp32 accumulators to bf16 with a selectable
+//! rule (MI300X-attn §6: "RTNE rounds to nearest even, RTNA rounds to nearest with ties away from zero, AITER's
 //! default, and RTZ truncates toward zero"), and the CPU interpreter must reproduce whichever rule a kernel
 //! asks for bit-exactly.
 //!
@@ -35,7 +35,7 @@
 use kittens_hw::dtype::DType;
 use thiserror::Error;
 
-/// How an f32 value is rounded to a narrower storage format (seed 001 §6).
+/// How an f32 value is rounded to a narrower storage format (MI300X-attn §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Rounding {

@@ -96,7 +96,7 @@ pub fn live_ranges(k: &Kernel) -> Vec<Option<(usize, usize)>> {
 }
 
 /// 32-bit registers per lane one register holds on a wave of `lanes` lanes. A vector is assumed spread
-/// so that 16 consecutive entries share a lane group (the 16-row base tiles of seed 000 §3.2.2).
+/// so that 16 consecutive entries share a lane group (the 16-row base tiles of HipKittens §3.2.2).
 pub fn regs_per_lane(kind: &RegKind, lanes: u32) -> u32 {
     match kind {
         RegKind::Tile(t) => t.regs_per_lane(lanes),

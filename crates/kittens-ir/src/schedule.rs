@@ -3,13 +3,13 @@
 //!
 //! | schedule | `Staggered { body }` | compute cluster | memory cluster |
 //! |---|---|---|---|
-//! | 8-wave ping-pong (seed 000 E.1) | `if wg == 1 { barrier }`, body, `if wg == 0 { barrier }` | `prio 1`, body, `prio 0`, fence, barrier, fence | body, fence, barrier, fence |
+//! | 8-wave ping-pong (HipKittens E.1) | `if wg == 1 { barrier }`, body, `if wg == 0 { barrier }` | `prio 1`, body, `prio 0`, fence, barrier, fence | body, fence, barrier, fence |
 //! | 4-wave interleave | body | body, fence | body, fence |
 //! | producer/consumer, plain | body | body | body |
 //!
 //! `wg` is the warpgroup (`wave / 4`). The stagger barrier holds the second warpgroup back by one
 //! cluster; from then on the two groups meet at every cluster-end barrier with opposite roles, and the
-//! re-join barrier after the region (executed by the first group only) realigns them (seed 000 E.1 lines
+//! re-join barrier after the region (executed by the first group only) realigns them (HipKittens E.1 lines
 //! 63–66 and 54–56 of the epilogue). `Roles { producer, consumer }` becomes
 //! `if wg < producers { setmaxnreg(p); producer } else { setmaxnreg(c); consumer }`.
 

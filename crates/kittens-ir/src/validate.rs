@@ -127,7 +127,7 @@ fn global_view<'k>(k: &'k Kernel, v: &GlobalView) -> Result<&'k GlobalDecl, OpEr
     Ok(g)
 }
 
-/// Seed 000 D.1 plus exact shape: the shared tile and the register tile must be compatible, and the
+/// HipKittens D.1 plus exact shape: the shared tile and the register tile must be compatible, and the
 /// view (after sub-tiling) must have the register tile's shape.
 fn shared_reg(k: &Kernel, v: &SharedView, r: RegId, what: &'static str) -> R {
     let s = shared_view(k, v)?;
@@ -391,7 +391,7 @@ pub fn validate(k: &Kernel) -> Result<(), BuildError> {
     Ok(())
 }
 
-/// Explicitly pinned tiles (seed 000 D.3) must not share registers: the pins are the kernel author's
+/// Explicitly pinned tiles (HipKittens D.3) must not share registers: the pins are the kernel author's
 /// register allocation, so an overlap is a bug the compiler would not report.
 fn check_pins(k: &Kernel) -> Result<(), BuildError> {
     let pins: Vec<(&str, kittens_tile::RegPin)> = k
@@ -417,7 +417,7 @@ fn check_pins(k: &Kernel) -> Result<(), BuildError> {
 }
 
 /// Pins name AMD registers: on CDNA they must fit the VGPR or AGPR half of the file (the 256/256 split
-/// of seed 000 §3.2.1, `Gpu::vgpr_agpr_split`); NVIDIA has no user-visible register names, so a pinned
+/// of HipKittens §3.2.1, `Gpu::vgpr_agpr_split`); NVIDIA has no user-visible register names, so a pinned
 /// kernel is refused there (write the Hopper schedule without pins).
 fn check_pins_on(k: &Kernel, gpu: &Gpu) -> Result<(), BuildError> {
     for r in &k.regs {
@@ -527,7 +527,7 @@ pub fn check_target(k: &Kernel, gpu: &Gpu) -> Result<TargetReport, BuildError> {
             gpu: gpu.name,
         });
     }
-    // Waves resident on one SIMD share its register file (seed 000 §3.3.1: AMD divides registers statically).
+    // Waves resident on one SIMD share its register file (HipKittens §3.3.1: AMD divides registers statically).
     let per_simd = k.waves.div_ceil(gpu.simds_per_cu).max(1);
     let even = (gpu.regs_per_lane_per_simd / per_simd).min(gpu.max_regs_per_thread);
     let reg_budget = match k.schedule {

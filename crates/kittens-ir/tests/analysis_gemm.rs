@@ -1,4 +1,4 @@
-//! The schedule analysis on the real BF16 GEMM (seed 000 E.1's 8-wave ping-pong, small tiles).
+//! The schedule analysis on the real BF16 GEMM (HipKittens E.1's 8-wave ping-pong, small tiles).
 
 use kittens_ir::analysis::{analyze, resolve_auto_waits, Hazard, Options, Report};
 use kittens_ir::{Kernel, Op, Stmt, WaitCount, WaitQueue};

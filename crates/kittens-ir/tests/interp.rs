@@ -159,7 +159,7 @@ fn convert_uses_the_rounding_mode() {
 }
 
 /// Every storage dtype: a register tile of that dtype holds exactly the RTNE-rounded f32 values, and a
-/// store to an f32 tensor keeps them (fp8 included, seed 000 §4).
+/// store to an f32 tensor keeps them (fp8 included, HipKittens §4).
 #[test]
 fn register_tiles_hold_their_dtype() {
     let v = random(&mut SmallRng::seed_from_u64(5), 16 * 16, F32);

@@ -80,7 +80,7 @@ fn mma_shape_mismatch() {
     );
 }
 
-/// Seed 000 D.1's counter-example: a 16×32 shared tile cannot fill a 32×16 register tile.
+/// HipKittens D.1's counter-example: a 16×32 shared tile cannot fill a 32×16 register tile.
 #[test]
 fn shared_16x32_into_register_32x16_is_refused() {
     let (mut k, _) = one_wave(16, 16);
@@ -302,7 +302,7 @@ fn launch_size_and_shared_layout() {
     assert_eq!(k.shared_bytes(), 1792);
 }
 
-/// Seed 000 D.3's pinned tile: 16×128 bf16 in v[24..=39]; a second tile over v[36..] overlaps it.
+/// HipKittens D.3's pinned tile: 16×128 bf16 in v[24..=39]; a second tile over v[36..] overlaps it.
 #[test]
 fn pinned_tiles_are_checked() {
     use kittens_tile::{RegFile, RegTile};

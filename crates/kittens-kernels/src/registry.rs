@@ -110,7 +110,7 @@ impl KernelEntry {
 
 const GEMM_BF16: KernelEntry = KernelEntry {
     name: "gemm_bf16",
-    about: "C = A·Bᵀ, bf16 in/out, fp32 accumulation (seed 000 E.1; producer/consumer on Hopper)",
+    about: "C = A·Bᵀ, bf16 in/out, fp32 accumulation (HipKittens E.1; producer/consumer on Hopper)",
     targets: &[
         TargetPlan {
             target: Target::Gfx942,
@@ -175,7 +175,7 @@ const GEMM_FP8: KernelEntry = KernelEntry {
 
 const ATTN_FWD: KernelEntry = KernelEntry {
     name: "attn_fwd",
-    about: "attention forward, online softmax, GQA, causal option, BSHD/BHSD (seed 000 E.3)",
+    about: "attention forward, online softmax, GQA, causal option, BSHD/BHSD (HipKittens E.3)",
     targets: &[
         TargetPlan {
             target: Target::Gfx942,

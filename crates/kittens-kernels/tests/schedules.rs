@@ -71,7 +71,7 @@ fn gemm_config_per_gpu_fits() {
             !g.arch.is_amd()
         );
     }
-    // Seed 000 E.1: K step 64 on both CDNA targets; MI325X/MI300X (64 KiB LDS) stage the next K step in
+    // HipKittens E.1: K step 64 on both CDNA targets; MI325X/MI300X (64 KiB LDS) stage the next K step in
     // registers, MI355X double-buffers it in LDS.
     use kittens_kernels::gemm_bf16::Staging;
     for (name, staging) in [

@@ -111,7 +111,7 @@ fn lowered_gemm_runs_right_gfx942_path() {
 
 /// The registry's gemm_bf16 (kittens-kernels) through the same path, configured as `kittens compile`
 /// configures it per target (`GemmConfig::for_gpu`): MI355X double-buffers in LDS (gfx950), MI325X
-/// stages the next K step in registers (gfx942, seed 000 E.1).
+/// stages the next K step in registers (gfx942, HipKittens E.1).
 #[test]
 fn registry_gemm_runs_right_both_paths() {
     use kittens_kernels::gemm_bf16::{build, GemmConfig, Staging};
@@ -259,7 +259,7 @@ fn attn_shapes(
     vec![sh(1, 4, 2, 77), sh(2, 2, 1, 300)]
 }
 
-/// The registry's attn_fwd (seed 000 E.3: K·Qᵀ scores in the accumulator layout, column softmax through
+/// The registry's attn_fwd (HipKittens E.3: K·Qᵀ scores in the accumulator layout, column softmax through
 /// lane butterflies, P through the LDS remap into the second MFMA's operand) as configured for each
 /// target, causal and not, BSHD and BHSD.
 #[test]

@@ -121,7 +121,7 @@ fn gemm_lowers_and_compiles_for_gfx950() {
         "16-byte loads into LDS"
     );
     assert!(src.contains("buffer_load_dwordx4_lds"));
-    // Seed 000 Fig. 21 hot loop line 9: `s_waitcnt lgkmcnt(8)` after reading B0 and A — the program's
+    // HipKittens Fig. 21 hot loop line 9: `s_waitcnt lgkmcnt(8)` after reading B0 and A — the program's
     // `wait_shared(1)` leaves A's 8 ds_read_b128 (64x64 bf16 as 4x2 16x32 base tiles) in flight.
     assert!(src.contains("s_waitcnt_lgkmcnt<8>();"));
 }
@@ -158,7 +158,7 @@ fn gemm_lowers_and_compiles_for_gfx942() {
     }
 }
 
-/// seed 000 §3.2.1, D.3: a pinned tile's base tiles live in consecutive registers of its file, and the
+/// HipKittens §3.2.1, D.3: a pinned tile's base tiles live in consecutive registers of its file, and the
 /// MFMAs read A from (and accumulate into) exactly those AGPRs; on gfx942 the 16×32 A base tile feeds
 /// two 16×16×16 MFMAs from its two register halves.
 #[test]
@@ -217,7 +217,7 @@ fn pinned_tiles_feed_mfma_from_their_registers() {
     }
 }
 
-/// The lowered attention (registry defaults, seed 000 E.3) moves data between lanes only where the lane
+/// The lowered attention (registry defaults, HipKittens E.3) moves data between lanes only where the lane
 /// maps require it: the column softmax statistics reduce the accumulator's 4 slots, its base tiles and
 /// then the lanes that share a column — the XOR masks are exactly the lane bits the accumulator's
 /// column does not depend on (from `kittens_hw::mma`); the three transposes are register renames; the

@@ -1,6 +1,6 @@
 //! The registry's `gemm_bf16` (kittens-kernels), configured per GPU by `GemmConfig::for_gpu`, lowered
 //! and compiled for both CDNA targets: gfx950 (MI355X) double-buffers
-//! the next K step in LDS, gfx942 (MI325X, 64 KiB LDS) stages it in registers (seed 000 E.1). Both must
+//! the next K step in LDS, gfx942 (MI325X, 64 KiB LDS) stages it in registers (HipKittens E.1). Both must
 //! compile with zero spills, LDS within the target's budget and the target's bf16 MFMA in the hot loop;
 //! the gfx942 source must also build with Debian's clang-19.
 
@@ -150,7 +150,7 @@ fn registry_attention_fits_both_targets() {
             g.arch.target()
         );
         // gfx950 loads the column-layout V with ds_read_b64_tr_b16: 4 of each lane's 8 keys per
-        // instruction, over the (kv/32)·(d/16) base tiles (seed 000 D.1); gfx942 lacks it.
+        // instruction, over the (kv/32)·(d/16) base tiles (HipKittens D.1); gfx942 lacks it.
         let tr = hot.mix.opcodes.get("ds_read_b64_tr_b16").copied();
         let want = (g.arch == Arch::Cdna4).then_some(kv / 32 * (d / 16) * 2);
         assert_eq!(tr, want, "{}", g.arch.target());

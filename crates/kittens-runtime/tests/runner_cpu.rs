@@ -113,7 +113,7 @@ fn attention_causal_ragged() {
     attn(1, 4, 2, 33, AttnLayout::Bshd, true);
 }
 
-/// The default tile sizes: 32 queries per wave (seed 000 E.3), 32-key blocks, head dimension 128.
+/// The default tile sizes: 32 queries per wave (HipKittens E.3), 32-key blocks, head dimension 128.
 #[test]
 fn attention_seed_tiles() {
     use kittens_kernels::attn_fwd::AttnConfig;
@@ -182,7 +182,7 @@ fn gemm_interleave4() {
     gemm_schedule(GemmSchedule::Interleave4, (256, 256, 192));
 }
 
-/// The gfx942 variant (one LDS buffer, the next K step staged in registers, seed 000 E.1 MI325X) on the
+/// The gfx942 variant (one LDS buffer, the next K step staged in registers, HipKittens E.1 MI325X) on the
 /// interpreter: whole tiles, partial tiles in every dimension, a K shorter than one step.
 #[test]
 fn gemm_register_staging() {

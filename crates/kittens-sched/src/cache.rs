@@ -1,18 +1,18 @@
 //! A cache model for GEMM grid orders on chiplet GPUs (per-XCD L2 + shared LLC) and single-L2 GPUs.
 //!
-//! What is simulated (seed 000 §3.4 "Cost model"):
+//! What is simulated (HipKittens §3.4 "Cost model"):
 //! - blocks are launched in id order and handed to XCDs round-robin (`id mod n_xcd`), one block per CU
 //!   per round, so a round is `compute_units` consecutive launch ids; the grid order decides which tile
 //!   each id computes;
 //! - within a round all blocks advance through K in lockstep; at each k-step every block reads its A
 //!   k-slice (`tile_m × tile_k`) and its B k-slice (`tile_n × tile_k`; B is stored N×K, K contiguous,
-//!   as in seed 000 Fig. 21's `mma_ABt`) through its XCD's L2;
+//!   as in HipKittens Fig. 21's `mma_ABt`) through its XCD's L2;
 //! - caches are fully associative LRU over **segments**: one segment is one operand k-slice of one tile
 //!   row or column (24 KiB for a 192×64 bf16 A slice). Every line of a slice is touched together by the
 //!   blocks that use it, so at line granularity they would share one recency and hit or miss together;
 //!   treating the slice as the unit is what makes the model fast (14592³ is ~2 M accesses);
 //! - L2 misses go to the LLC (when the GPU has one), LLC misses to HBM;
-//! - modeled bandwidth is seed 000 Eq. 1: `LLC_bw × LLC_hit + L2_bw × L2_hit`.
+//! - modeled bandwidth is HipKittens Eq. 1: `LLC_bw × LLC_hit + L2_bw × L2_hit`.
 //!
 //! What it ignores is listed in docs/grid.md: the C write-back, set conflicts and address hashing,
 //! blocks drifting out of lockstep, prefetch depth, the L1/LDS, and any timing at all.
@@ -102,9 +102,9 @@ pub struct CacheReport {
     pub hbm_bytes: u64,
     /// Compulsory bytes: A and B read once each.
     pub compulsory_bytes: u64,
-    /// Seed 000 Eq. 1 with the catalog's L2 and LLC peaks, TB/s.
+    /// HipKittens Eq. 1 with the catalog's L2 and LLC peaks, TB/s.
     pub bandwidth_tbps: f64,
-    /// Eq. 1 with the bandwidths seed 000 Table 4 uses ([`SEED_000_TABLE4_EQ1_TBPS`]), TB/s; only for
+    /// Eq. 1 with the bandwidths HipKittens Table 4 uses ([`SEED_000_TABLE4_EQ1_TBPS`]), TB/s; only for
     /// the MI355X, the GPU they were fitted on.
     pub bandwidth_tbps_table4: Option<f64>,
     /// Phase spread of the CUs of an XCD, as a fraction of one block's duration (0: lockstep).
@@ -410,12 +410,12 @@ fn report(
     }
 }
 
-/// Seed 000 Eq. 1: `Bandwidth = LLC_bw × LLC_hit + L2_bw × L2_hit`, with the catalog's peaks.
+/// HipKittens Eq. 1: `Bandwidth = LLC_bw × LLC_hit + L2_bw × L2_hit`, with the catalog's peaks.
 pub fn eq1_bandwidth(gpu: &Gpu, l2_hit: f64, llc_hit: f64) -> f64 {
     gpu.llc_tbps * llc_hit + gpu.l2_tbps * l2_hit
 }
 
-/// The (L2, LLC) bandwidths in TB/s that seed 000 Table 4's "Mem. BW" column uses for the MI355X:
+/// The (L2, LLC) bandwidths in TB/s that HipKittens Table 4's "Mem. BW" column uses for the MI355X:
 /// a least-squares fit of Eq. 1 to its six rows reproduces every row within 0.05 TB/s
 /// (`tests/table4.rs` recomputes the fit). They are about 0.43× the catalog's peaks (39.3 / 14.7),
 /// so they read as achievable rather than peak rates.

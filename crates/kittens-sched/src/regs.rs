@@ -1,5 +1,5 @@
 //! Register budget planner: does a block of producer and consumer waves with a given output tile fit
-//! the register file? Reproduces the reasoning of seed 000 Table 2 / §3.3.1: CDNA divides each SIMD's
+//! the register file? Reproduces the reasoning of HipKittens Table 2 / §3.3.1: CDNA divides each SIMD's
 //! 512 registers statically and evenly among its resident waves, so producer waves cost consumers
 //! registers; Hopper lets producers hand registers to consumers (warpgroup register reallocation,
 //! PTX `setmaxnreg`).
@@ -24,7 +24,7 @@ pub struct RegsInput {
     pub reg_stages: u32,
     /// Shared-memory pipeline depth: K tiles of `lds_k` staged in LDS.
     pub depth: u32,
-    /// K extent of one LDS stage (seed 000 Fig. 21: 64).
+    /// K extent of one LDS stage (HipKittens Fig. 21: 64).
     pub lds_k: u32,
     /// Bytes per input element (2 for bf16).
     pub in_bytes: u32,
@@ -37,7 +37,7 @@ pub struct RegsInput {
 #[serde(rename_all = "snake_case")]
 pub enum RegModel {
     /// CDNA: 512 per SIMD split evenly among co-resident waves; one wave per SIMD sees 256 VGPR + 256
-    /// AGPR (seed 000 §3.2.1, footnote 1).
+    /// AGPR (HipKittens §3.2.1, footnote 1).
     CdnaStatic,
     /// Hopper: producers shrink to a floor and consumers grow, per warpgroup (`setmaxnreg`).
     HopperRealloc,
@@ -217,7 +217,7 @@ pub fn plan_regs(gpu: &Gpu, s: &RegsInput) -> Result<RegsReport, SchedError> {
                 why += &format!(", the {} producers included", s.producers);
             }
             // One wave per SIMD: accumulators may live in AGPRs, but A/B operands and addresses must sit
-            // in the 256 VGPRs (HIPCC does not feed MFMA from AGPRs, seed 000 §3.2.1).
+            // in the 256 VGPRs (HIPCC does not feed MFMA from AGPRs, HipKittens §3.2.1).
             let split_ok = match (waves_per_simd, gpu.vgpr_agpr_split) {
                 (1, Some((v, _))) => consumer.operands + consumer.overhead <= v,
                 _ => true,

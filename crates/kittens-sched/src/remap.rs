@@ -1,23 +1,23 @@
 //! Grid remaps: which logical tile a launched block computes. Pure integer functions, so a kernel can
 //! evaluate them per block and the cache model and the property tests can evaluate them on the host.
 //!
-//! The hardware hands blocks to XCDs round-robin by launch id (`id mod n_xcd`, seed 000 §3.4 "Cost
+//! The hardware hands blocks to XCDs round-robin by launch id (`id mod n_xcd`, HipKittens §3.4 "Cost
 //! model"). A remap chooses the logical tile each launch id works on, so that blocks sharing an XCD's
 //! L2 read the same rows of A and columns of B, and blocks running at the same time on different XCDs
 //! overlap in the last-level cache.
 //!
-//! Seed 000 Algorithm 1 is two steps, and both are exposed separately because kernels use them alone:
+//! HipKittens Algorithm 1 is two steps, and both are exposed separately because kernels use them alone:
 //! - [`xcd_chunk`] (lines 1–12): de-interleave launch ids so each XCD owns runs of `C` consecutive
 //!   logical ids; the tail past the last full `n_xcd × C` cycle keeps its order (lines 5–6);
-//! - [`group_m`] (lines 13–21, also seed 000 Fig. 21 lines 37–44): fold a linear id into vertical
+//! - [`group_m`] (lines 13–21, also HipKittens Fig. 21 lines 37–44): fold a linear id into vertical
 //!   windows of height `W` rows that sweep across all columns, going down a column first.
 //!
 //! [`xcd_swizzle`] composes them; [`head_first`] is [`xcd_chunk`] with the chunk set to the query blocks
-//! of one (batch, head) — seed 001 §4.1's attention swizzle.
+//! of one (batch, head) — MI300X-attn §4.1's attention swizzle.
 
 use serde::Serialize;
 
-/// A launch id's place in seed 000 Algorithm 1 lines 1–12: `chunk ∘ interleave`.
+/// A launch id's place in HipKittens Algorithm 1 lines 1–12: `chunk ∘ interleave`.
 ///
 /// Launch id `id` runs on XCD `id mod n_xcd` as that XCD's `id / n_xcd`-th block; the result gives the
 /// XCD its `pos`-th id of chunk `chunk_idx`, so XCD `x` owns logical ids `[cycle·n·C + x·C, … + C)`.
@@ -39,7 +39,7 @@ pub fn xcd_chunk(id: u64, blocks: u64, n_xcd: u64, chunk: u64) -> u64 {
     (local / c) * per_cycle + xcd * c + local % c
 }
 
-/// Seed 000 Algorithm 1 lines 13–21 (the "group-M" swizzle of Fig. 21): logical id `xy` of a
+/// HipKittens Algorithm 1 lines 13–21 (the "group-M" swizzle of Fig. 21): logical id `xy` of a
 /// `rows × cols` tile grid to `(row, col)`, walking windows of `window` rows; inside a window the row
 /// index moves fastest, so `window` consecutive ids share one column of B and successive columns reuse
 /// the same `window` rows of A. The last window may be shorter (line 18) — still a bijection.
@@ -55,7 +55,7 @@ pub fn group_m(xy: u64, rows: u64, cols: u64, window: u64) -> (u64, u64) {
     (first_row + l % win_h, l / win_h)
 }
 
-/// Seed 000 Algorithm 1 in full: launch id → `(row, col)` tile of a `rows × cols` grid.
+/// HipKittens Algorithm 1 in full: launch id → `(row, col)` tile of a `rows × cols` grid.
 pub fn xcd_swizzle(
     id: u64,
     rows: u64,
@@ -74,7 +74,7 @@ pub fn row_major(id: u64, cols: u64) -> (u64, u64) {
     (id / c, id % c)
 }
 
-/// Seed 001 §4.1's head-first chiplet swizzle for attention forward: launch id → `(batch, head, q_block)`
+/// MI300X-attn §4.1's head-first chiplet swizzle for attention forward: launch id → `(batch, head, q_block)`
 /// such that every q block of one (batch, head) runs on one XCD, keeping that head's K and V in one
 /// L2. It is [`xcd_chunk`] with the chunk set to `q_blocks`, applied to the head-first linear order
 /// `(batch · heads + head) · q_blocks + q_block`. The (batch, head) pairs past the last multiple of
@@ -97,7 +97,7 @@ pub enum GridOrder {
     RowMajor,
     /// 2-d grid: XCD chunking then group-M windows (Algorithm 1 in full, [`xcd_swizzle`]).
     XcdSwizzle { xcds: u32, window: u32, chunk: u32 },
-    /// 2-d grid: group-M windows only (Algorithm 1 lines 13–21, seed 000 Fig. 21; [`group_m`]).
+    /// 2-d grid: group-M windows only (Algorithm 1 lines 13–21, HipKittens Fig. 21; [`group_m`]).
     GroupM { window: u32 },
     /// 3-d grid `[batch, heads, q_blocks]`: every q block of one (batch, head) on one XCD
     /// ([`head_first`]).
@@ -186,7 +186,7 @@ impl GridOrder {
         Ok(())
     }
 
-    /// Short label, as in seed 000 Table 4 ("Row-major", "XCD W5/C25").
+    /// Short label, as in HipKittens Table 4 ("Row-major", "XCD W5/C25").
     pub fn label(&self) -> String {
         match *self {
             GridOrder::RowMajor => "Row-major".to_string(),

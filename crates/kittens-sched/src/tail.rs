@@ -1,9 +1,9 @@
-//! Tail KV split planner for attention forward (seed 001 §5.2, after Flash-Decoding).
+//! Tail KV split planner for attention forward (MI300X-attn §5.2, after Flash-Decoding).
 //!
 //! Workgroups run in rounds of one per CU. When `workgroups mod CUs` is not zero the last round is
 //! partly empty, yet each of its workgroups still walks the whole K/V sequence. Splitting the K/V range
 //! of those stranded workgroups into `G` parts lets idle CUs share the walk; a merge kernel then combines
-//! the partial outputs with the log-sum-exp rescale. Seed 001 gives the decision rule: decline when the
+//! the partial outputs with the log-sum-exp rescale. MI300X-attn gives the decision rule: decline when the
 //! grid divides evenly, when the last round is at least 95% full, or when the sequence is too short for
 //! the merge to pay; otherwise pick `G` minimising `ceil(tail·G / CUs) × ceil(kv_blocks / G)` plus the
 //! merge.
@@ -26,9 +26,9 @@ pub struct TailInput {
     pub heads: u64,
     pub seq: u64,
     pub dim: u64,
-    /// Query rows per workgroup (seed 001 §5.1: 384 with three 16-row Q tiles per wave × 8 waves).
+    /// Query rows per workgroup (MI300X-attn §5.1: 384 with three 16-row Q tiles per wave × 8 waves).
     pub block_rows: u64,
-    /// Keys per K/V block iteration (seed 001 §4.1: the 32 KiB K double buffer holds 2 × 64 rows of
+    /// Keys per K/V block iteration (MI300X-attn §4.1: the 32 KiB K double buffer holds 2 × 64 rows of
     /// 128 bf16).
     pub kv_block: u64,
 }
@@ -42,14 +42,14 @@ pub struct TailModel {
     pub merge_launch_s: f64,
     /// Fraction of HBM peak the merge kernel reaches.
     pub merge_bw_efficiency: f64,
-    /// Decline when the last round is at least this full (seed 001 §5.2: 95%).
+    /// Decline when the last round is at least this full (MI300X-attn §5.2: 95%).
     pub full_tail: f64,
     /// Decline unless the predicted speedup reaches this (the merge must pay).
     pub min_speedup: f64,
 }
 
 impl TailModel {
-    /// attention_efficiency 0.41: seed 001 §6 measures (2, 24, 8192, 128) in 3.083 ms, i.e.
+    /// attention_efficiency 0.41: MI300X-attn §6 measures (2, 24, 8192, 128) in 3.083 ms, i.e.
     /// 4·B·H·S²·D = 1.65 PFLOP → 535 TFLOP/s, 41% of the MI300X's 1307 TFLOP/s. The 5 µs launch and
     /// 70% of HBM peak for the merge are our estimates for a small memory-bound kernel, not measured
     /// here. `min_speedup` 1.01 declines splits whose gain is within the model's noise.
@@ -118,7 +118,7 @@ fn merge_cost(gpu: &Gpu, s: &TailInput, m: &TailModel, tail: u64, g: u64) -> f64
     secs / kv_iteration_s(gpu, s, m)
 }
 
-/// Choose a split `G` for the stranded last round, or decline with the reason (seed 001 §5.2).
+/// Choose a split `G` for the stranded last round, or decline with the reason (MI300X-attn §5.2).
 pub fn plan_tail(gpu: &Gpu, s: &TailInput, m: &TailModel) -> Result<TailPlan, SchedError> {
     s.validate()?;
     let cus = gpu.compute_units as u64;

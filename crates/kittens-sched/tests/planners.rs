@@ -1,4 +1,4 @@
-//! The tail KV split planner (seed 001 §5.2) and the register budget planner (seed 000 Table 2).
+//! The tail KV split planner (MI300X-attn §5.2) and the register budget planner (HipKittens Table 2).
 
 use kittens_sched::regs::{plan_regs, RegsInput};
 use kittens_sched::tail::{plan_tail, TailInput, TailModel};
@@ -19,7 +19,7 @@ fn mi300x() -> &'static kittens_hw::Gpu {
 }
 
 /// The example of MI300X-attn §5.2: (4, 16, 16384, 128) with 384-row blocks leaves 16 of 304 CUs in
-/// the last round and splits; seed 001 §5.2 measured 0.95x → 1.07x against AITER for it (a 1.13x gain).
+/// the last round and splits; MI300X-attn §5.2 measured 0.95x → 1.07x against AITER for it (a 1.13x gain).
 #[test]
 fn seed_001_shape_splits() {
     let p = plan_tail(mi300x(), &shape(4, 16, 16384, 384), &TailModel::SEED_001).unwrap();
@@ -59,7 +59,7 @@ fn short_sequence_declines() {
     assert!(p.reason.contains("too short"), "{}", p.reason);
 }
 
-/// The planner's G agrees with a brute-force evaluation of seed 001's formula with the merge ignored
+/// The planner's G agrees with a brute-force evaluation of MI300X-attn's formula with the merge ignored
 /// when the merge is free: then G is where `ceil(tail·G/CUs)·ceil(nkb/G)` is smallest.
 #[test]
 fn free_merge_minimises_seed_formula() {
@@ -107,7 +107,7 @@ fn regs(producers: u32, consumers: u32, tile: (u32, u32)) -> RegsInput {
     }
 }
 
-/// Seed 000 Table 2 on the MI355X: 4 producers + 8 consumers cannot hold a 256×256 fp32 tile (3 waves
+/// HipKittens Table 2 on the MI355X: 4 producers + 8 consumers cannot hold a 256×256 fp32 tile (3 waves
 /// per SIMD leave 168 registers, the accumulators alone take 128); 0 + 8 can (256 each); the smaller
 /// tiles the paper did run with producers fit.
 #[test]

@@ -124,7 +124,7 @@ fn tail_keeps_order_and_prefix_is_chunked() {
     }
 }
 
-/// Seed 001 §4.1: the q blocks of one (batch, head) all run on one XCD, for every (batch, head) inside
+/// MI300X-attn §4.1: the q blocks of one (batch, head) all run on one XCD, for every (batch, head) inside
 /// the aligned prefix; the map is a bijection onto (batch, head, q_block) for every size.
 #[test]
 fn head_first_keeps_a_head_on_one_xcd() {

@@ -1,4 +1,4 @@
-//! Seed 000 Table 4 on the MI355X: the cache model's hit rates and Eq. 1 bandwidth beside the paper's,
+//! HipKittens Table 4 on the MI355X: the cache model's hit rates and Eq. 1 bandwidth beside the paper's,
 //! and the paper's directions (which order beats which). Run with `--nocapture` to see the table.
 
 use kittens_sched::cache::{
@@ -28,7 +28,7 @@ const W8C64: GridOrder = GridOrder::XcdSwizzle {
     chunk: 64,
 };
 
-/// Seed 000 Table 4: (size, order, L2 %, LLC %, Mem. BW TB/s).
+/// HipKittens Table 4: (size, order, L2 %, LLC %, Mem. BW TB/s).
 const PAPER: [(u64, GridOrder, f64, f64, f64); 6] = [
     (9216, RM, 55.0, 95.0, 15.1),
     (9216, W7C216, 79.0, 24.0, 14.9),

@@ -7,9 +7,9 @@
 //! rows). How a lane's address relates to those elements depends on the instruction:
 //! - plain loads and stores (`ds_read_b128`, `ds_read_b64`, `ds_write_b64`, …): a lane moves its own next
 //!   `bytes_per_lane` of consecutive row elements, so the address is that of the first;
-//! - `ds_read_b64_tr_b16` (CDNA4 ISA guide §11.4, seed 000 D.1): in each group of 16 lanes, lane `i` reads
+//! - `ds_read_b64_tr_b16` (CDNA4 ISA guide §11.4, HipKittens D.1): in each group of 16 lanes, lane `i` reads
 //!   4 consecutive elements of row `i / 4` of the group's 4-row block, namely the columns held by lanes
-//!   `4·(i % 4) .. +4` of the group, and the hardware hands element `q` of them to those lanes (seed 000 D.1:
+//!   `4·(i % 4) .. +4` of the group, and the hardware hands element `q` of them to those lanes (HipKittens D.1:
 //!   "thread 4 reads the first element in the second row ... into thread 0's register"); the same lane
 //!   arithmetic as HipKittens' column-layout `load`;
 //! - `ldmatrix` (PTX ISA): each 8×8 matrix of the fragment (two consecutive slots per lane, lane `l` holding
@@ -17,7 +17,7 @@
 //!
 //! Shared and register tiles meet on a *region*: when the shared tile is the larger, register tiles are
 //! placed at every multiple of their shape inside it; when it is the smaller, the register tile spans
-//! several shared tiles stored one after the other in row-major tile order (seed 000 D.1; also how TMA
+//! several shared tiles stored one after the other in row-major tile order (HipKittens D.1; also how TMA
 //! stores a tile as boxes of the swizzle width).
 
 use crate::{check_load, BaseShape, DType, Layout, RegTile, SharedTile, TileError};

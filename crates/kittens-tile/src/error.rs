@@ -27,7 +27,7 @@ pub enum TileError {
     },
     #[error(
         "cannot move data between a {shared_rows}x{shared_cols} shared tile and a {reg_rows}x{reg_cols} register \
-         tile: one shape must be a multiple of the other (seed 000 D.1)"
+         tile: one shape must be a multiple of the other (HipKittens D.1)"
     )]
     IncompatibleShapes {
         shared_rows: u32,

@@ -3,7 +3,7 @@
 use crate::TileError;
 use serde::Serialize;
 
-/// Which dimension a lane's consecutive elements run along (seed 000 D.1): in a row layout each lane holds
+/// Which dimension a lane's consecutive elements run along (HipKittens D.1): in a row layout each lane holds
 /// consecutive elements of a row (the reduction dimension of an A operand); in a column layout, of a column.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -48,7 +48,7 @@ impl Layout {
 }
 
 /// The rows × cols one matrix-instruction operand covers; a register tile is a grid of these
-/// (HipKittens' `rt_16x32_s` and friends, seed 000 §3.2.2).
+/// (HipKittens' `rt_16x32_s` and friends, HipKittens §3.2.2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct BaseShape {
     pub rows: u32,

@@ -1,10 +1,10 @@
 //! Tiles, layouts and swizzles, and the bank analysis of moving a tile between shared memory and registers.
 //!
 //! - [`RegTile`]: a register tile — dtype, rows × cols, row or column layout, built from base tiles of one
-//!   matrix-instruction operand shape ([`BaseShape`]), optionally pinned to explicit registers (seed 000 D.3);
-//! - [`SharedTile`]: a shared-memory tile with its [`Swizzle`] (a default per shape, seed 000 §3.2.2);
+//!   matrix-instruction operand shape ([`BaseShape`]), optionally pinned to explicit registers (HipKittens D.3);
+//! - [`SharedTile`]: a shared-memory tile with its [`Swizzle`] (a default per shape, HipKittens §3.2.2);
 //! - [`check_load`]: the rule that a shared tile and a register tile may exchange data only when one shape
-//!   is a multiple of the other (seed 000 D.1);
+//!   is a multiple of the other (HipKittens D.1);
 //! - [`analyze`]: the byte address every lane issues for each shared-memory instruction of such a move and
 //!   the conflict degree of every phase (`kittens_hw::lds`);
 //! - [`solve`]: the swizzle of a shared tile that serves every access to it best (HipKittens D.1).

@@ -3,7 +3,7 @@
 use crate::{BaseShape, DType, Layout, TileError};
 use serde::Serialize;
 
-/// Which register file a pinned tile lives in (seed 000 §3.2.1: AGPRs may feed MFMAs directly).
+/// Which register file a pinned tile lives in (HipKittens §3.2.1: AGPRs may feed MFMAs directly).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RegFile {
@@ -21,7 +21,7 @@ impl RegFile {
 }
 
 /// Explicit registers for a tile: the contiguous range `first..=last` of one register file, split in
-/// order among the tile's base tiles (HipKittens' `split_many_t<type_list<range<24, 39>>, 4>`, seed 000 D.3).
+/// order among the tile's base tiles (HipKittens' `split_many_t<type_list<range<24, 39>>, 4>`, HipKittens D.3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct RegPin {
     pub file: RegFile,
@@ -118,7 +118,7 @@ mod tests {
         assert!(matches!(e, TileError::NotMultipleOfBase { rows: 24, .. }));
     }
 
-    /// Seed 000 D.3: a 16×128 bf16 tile on 64 lanes is 4 base tiles of 4 registers, v[24:39].
+    /// HipKittens D.3: a 16×128 bf16 tile on 64 lanes is 4 base tiles of 4 registers, v[24:39].
     #[test]
     fn pinning_checks_register_count() {
         let t = RegTile::new(DType::Bf16, 16, 128, Layout::Row, BaseShape::S16X32).unwrap();

@@ -37,7 +37,7 @@ pub struct SharedTile {
 }
 
 impl SharedTile {
-    /// A shared tile with the default swizzle of its shape ([`default_swizzle`], seed 000 D.1).
+    /// A shared tile with the default swizzle of its shape ([`default_swizzle`], HipKittens D.1).
     pub fn new(dtype: DType, rows: u32, cols: u32) -> Result<Self, TileError> {
         check_size(dtype, rows, cols)?;
         Self::with_swizzle(dtype, rows, cols, default_swizzle(dtype, rows, cols))
@@ -82,7 +82,7 @@ impl SharedTile {
     }
 }
 
-/// Seed 000 D.1: loads and stores between a shared tile and a register tile are allowed only when one
+/// HipKittens D.1: loads and stores between a shared tile and a register tile are allowed only when one
 /// shape is a multiple of the other (a 16×16 shared tile may fill a 32×16 register tile; a 16×32 one may not).
 pub fn check_load(shared: &SharedTile, reg: &RegTile) -> Result<(), TileError> {
     if shared.dtype != reg.dtype {
@@ -109,7 +109,7 @@ mod tests {
     use super::*;
     use crate::{BaseShape, Layout};
 
-    /// The two examples of seed 000 D.1.
+    /// The two examples of HipKittens D.1.
     #[test]
     fn d1_examples() {
         let reg = RegTile::new(DType::Bf16, 32, 16, Layout::Row, BaseShape::S32X16).unwrap();

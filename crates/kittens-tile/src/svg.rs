@@ -1,4 +1,4 @@
-//! The bank picture of a [`BankReport`], after seed 000 Fig. 4 and Fig. 20: the region's elements as a
+//! The bank picture of a [`BankReport`], after HipKittens Fig. 4 and Fig. 20: the region's elements as a
 //! grid in logical (row, col) order, each cell coloured by the bank its bytes live in after the swizzle and
 //! labelled with the lane whose address reads or writes it; the cells of the first phase of the first
 //! instruction are drawn solid with a dark border, the others faded.

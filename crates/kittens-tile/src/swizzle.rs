@@ -3,7 +3,7 @@
 //! One family covers the swizzles this project uses: `Xor { bits: B, base: M, shift: S }` flips the `B` bits
 //! starting at bit `M` of a byte offset with the `B` bits starting at bit `M + S` — the form of CuTe's
 //! `Swizzle<B, M, S>`. NVIDIA's TMA/wgmma 128-, 64- and 32-byte modes are `(3,4,3)`, `(2,4,3)`, `(1,4,3)`;
-//! seed 000 D.1's `offset ^= ((offset % 512) >> 7) << 3` is `(2,3,4)`; the Fig. 4 swizzle of the 16×32
+//! HipKittens D.1's `offset ^= ((offset % 512) >> 7) << 3` is `(2,3,4)`; the Fig. 4 swizzle of the 16×32
 //! bf16 tile, HipKittens' `st_16x32` (`offset ^= ((offset % 1024) >> 9) << 5`, HazyResearch/HipKittens
 //! `include/types/shared/st_shape.cuh`), is `(1,5,4)`. HipKittens' 32×32 and 32×16 shapes XOR two such
 //! terms, both computed from the unswizzled offset: [`Swizzle::Xor2`].
@@ -71,13 +71,13 @@ impl Swizzle {
         base: 4,
         shift: 3,
     };
-    /// Seed 000 D.1: conflict-free 16×16 bf16 row-layout `ds_write_b64` stores; HipKittens' `st_16x16`.
+    /// HipKittens D.1: conflict-free 16×16 bf16 row-layout `ds_write_b64` stores; HipKittens' `st_16x16`.
     pub const DS_WRITE_B64_16X16: Swizzle = Swizzle::Xor {
         bits: 2,
         base: 3,
         shift: 4,
     };
-    /// Seed 000 Fig. 4: rows 8-15 of a 16×32 bf16 tile swap their two 32-byte halves; HipKittens' `st_16x32`.
+    /// HipKittens Fig. 4: rows 8-15 of a 16×32 bf16 tile swap their two 32-byte halves; HipKittens' `st_16x32`.
     pub const HK_16X32: Swizzle = Swizzle::Xor {
         bits: 1,
         base: 5,
@@ -174,7 +174,7 @@ impl Swizzle {
     }
 }
 
-/// The default swizzle of a shared tile, per shape (seed 000 D.1: "each shared memory tile shape is
+/// The default swizzle of a shared tile, per shape (HipKittens D.1: "each shared memory tile shape is
 /// equipped with a default swizzling pattern"): HipKittens' `st_16x16`, `st_16x32`, `st_32x16` and `st_32x32`
 /// swizzles for 16-bit dtypes; no swizzle for other shapes and dtypes, for which HipKittens defines none.
 pub fn default_swizzle(dtype: kittens_hw::dtype::DType, rows: u32, cols: u32) -> Swizzle {

@@ -1,4 +1,4 @@
-//! The bank-conflict claims of seed 000 (§3.2.2 Fig. 4, D.1, Table 5), computed from the lane maps of the
+//! The bank-conflict claims of HipKittens (§3.2.2 Fig. 4, D.1, Table 5), computed from the lane maps of the
 //! matrix-instruction catalog, the phase table and the swizzles. Run with `--nocapture` to see the tables.
 
 use kittens_hw::lds::DsInstr;

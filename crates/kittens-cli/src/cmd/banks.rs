@@ -1,5 +1,5 @@
 //! `kittens banks`: the shared-memory bank conflicts of moving one tile between shared memory and
-//! registers with one instruction, phase by phase (seed 000 §3.2.2, D.1, Table 5).
+//! registers with one instruction, phase by phase (HipKittens §3.2.2, D.1, Table 5).
 
 use anyhow::{anyhow, Context};
 use kittens_hw::lds::DsInstr;
@@ -24,7 +24,7 @@ pub struct Args {
     /// Register layout: row or col.
     #[arg(long, default_value = "row")]
     pub layout: Layout,
-    /// none, default (the shape's default), hk16x32 (seed 000 Fig. 4), hk16x16 (D.1's ds_write_b64 swizzle),
+    /// none, default (the shape's default), hk16x32 (HipKittens Fig. 4), hk16x16 (D.1's ds_write_b64 swizzle),
     /// hk32x32, hk32x16, nv128, nv64, nv32, or xor(bits,base,shift).
     #[arg(long, default_value = "default")]
     pub swizzle: String,
@@ -32,7 +32,7 @@ pub struct Args {
     /// instruction's vendor that divides the tile and that the instruction can move.
     #[arg(long)]
     pub base: Option<String>,
-    /// Write the bank picture (like seed 000 Fig. 4 / Fig. 20) to this SVG file.
+    /// Write the bank picture (like HipKittens Fig. 4 / Fig. 20) to this SVG file.
     #[arg(long)]
     pub svg: Option<std::path::PathBuf>,
     /// Print one JSON document on stdout.

@@ -9,7 +9,7 @@ use kittens_kernels::gemm_bf16::GemmSchedule;
 /// `kittens run --schedule`: the GEMM's schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ScheduleArg {
-    /// 8-wave ping-pong (seed 000 E.1).
+    /// 8-wave ping-pong (HipKittens E.1).
     #[value(alias = "ping-pong")]
     Pingpong,
     /// 4-wave interleave.

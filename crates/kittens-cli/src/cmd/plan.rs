@@ -8,11 +8,11 @@ use serde_json::json;
 
 #[derive(clap::Subcommand)]
 pub enum PlanCommand {
-    /// Grid order and the chiplet cache model (seed 000 §3.4, Algorithm 1, Table 4).
+    /// Grid order and the chiplet cache model (HipKittens §3.4, Algorithm 1, Table 4).
     Grid(GridArgs),
-    /// Tail KV split for attention forward (seed 001 §5.2).
+    /// Tail KV split for attention forward (MI300X-attn §5.2).
     Tail(TailArgs),
-    /// Register budget of a block of producer and consumer waves (seed 000 Table 2).
+    /// Register budget of a block of producer and consumer waves (HipKittens Table 2).
     Regs(RegsArgs),
 }
 
@@ -178,7 +178,7 @@ fn grid(a: GridArgs) -> anyhow::Result<()> {
         rep.hbm_bytes as f64 / rep.compulsory_bytes as f64
     );
     print!(
-        "  modeled bandwidth (seed 000 Eq. 1) {:.1} TB/s with the catalog's peaks",
+        "  modeled bandwidth (HipKittens Eq. 1) {:.1} TB/s with the catalog's peaks",
         rep.bandwidth_tbps
     );
     match rep.bandwidth_tbps_table4 {

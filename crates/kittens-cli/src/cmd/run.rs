@@ -34,15 +34,15 @@ pub struct Args {
     /// GEMM reduction size.
     #[arg(long, default_value_t = 192)]
     pub k: usize,
-    /// GEMM block tile (rows = cols of C per block; seed 000 E.1 uses 256). The tile flags (--block,
+    /// GEMM block tile (rows = cols of C per block; HipKittens E.1 uses 256). The tile flags (--block,
     /// --k-step, --schedule, --q-rows, --kv-block) configure the cpu backend; hip-emu builds the kernel
     /// as configured for the target's GPU.
     #[arg(long, default_value_t = 256)]
     pub block: u32,
-    /// GEMM schedule: pingpong (8-wave, seed 000 E.1), interleave (4-wave) or ws (producer/consumer, Hopper).
+    /// GEMM schedule: pingpong (8-wave, HipKittens E.1), interleave (4-wave) or ws (producer/consumer, Hopper).
     #[arg(long, value_enum, default_value_t = ScheduleArg::Pingpong)]
     pub schedule: ScheduleArg,
-    /// GEMM K step (default 64 as seed 000 E.1 for gemm_bf16, 128 for gemm_fp8).
+    /// GEMM K step (default 64 as HipKittens E.1 for gemm_bf16, 128 for gemm_fp8).
     #[arg(long)]
     pub k_step: Option<u32>,
     /// Attention batch.
@@ -66,10 +66,10 @@ pub struct Args {
     /// Attention tensor layout.
     #[arg(long, value_enum, ignore_case = true, default_value_t = AttnLayoutArg::Bshd)]
     pub layout: AttnLayoutArg,
-    /// Attention queries per wave (seed 000 E.3: 32).
+    /// Attention queries per wave (HipKittens E.3: 32).
     #[arg(long, default_value_t = 16)]
     pub q_rows: u32,
-    /// Attention keys per pipeline step (seed 000 E.3: 64).
+    /// Attention keys per pipeline step (HipKittens E.3: 64).
     #[arg(long, default_value_t = 32)]
     pub kv_block: u32,
     /// Seed of the random inputs.

@@ -1,6 +1,6 @@
 // Kittens CUDA device prelude for sm_90a (Hopper). Self-contained: NVRTC compiles it with no CUDA
 // headers. Each wrapper is one PTX instruction (or a wait loop around one), with operand constraints that
-// leave register allocation to the compiler (docs/architecture.md principle 4, seed 001 §2.1). PTX semantics cited
+// leave register allocation to the compiler (docs/architecture.md principle 4, MI300X-attn §2.1). PTX semantics cited
 // from the PTX ISA 8.x/9.0 sections named beside each group. The wgmma wrappers, whose operand lists
 // depend on N, are generated in Rust (kittens-codegen `cuda::wgmma_wrappers`) and appended after this.
 

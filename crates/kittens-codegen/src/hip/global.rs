@@ -340,7 +340,7 @@ impl Emitter<'_> {
 
     /// Per-lane vector loads of a row-layout tile straight from global memory, through the compiler
     /// (it tracks these loads and waits for them at their first use: the register double buffer of
-    /// seed 000 E.1 on MI325X). Chunks past the tensor's edge read as zero.
+    /// HipKittens E.1 on MI325X). Chunks past the tensor's edge read as zero.
     pub(super) fn load_global(&mut self, r: RegId, src: &GlobalView) -> Result<(), LowerError> {
         let (name, tile) = self.reg(r);
         let dst = name.clone();
@@ -394,7 +394,7 @@ impl Emitter<'_> {
         };
         let name = name.to_string();
         let e = gdt.bytes();
-        // Whole 4/8/16-byte chunks per lane: a buffer load (HipKittens' `buffer_load_dwordx4`, seed 000
+        // Whole 4/8/16-byte chunks per lane: a buffer load (HipKittens' `buffer_load_dwordx4`, HipKittens
         // E.1) whose out-of-range chunks read 0 past the resource's bound, with no branch. Otherwise a
         // plain load through a 64-bit pointer, masked to zero out of range.
         let bits = epl * e * 8;

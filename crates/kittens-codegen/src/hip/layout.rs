@@ -6,7 +6,7 @@
 //! `row = r0 + ri·(lane % G) + rg·(lane / G)` (same for the column), verifying every lane. The fitted
 //! coefficients are what the lowering prints.
 //!
-//! Convention (seed 000 §3.2.2, D.1): a row-layout base tile of `R × C` is the A operand (M×K) of the
+//! Convention (HipKittens §3.2.2, D.1): a row-layout base tile of `R × C` is the A operand (M×K) of the
 //! target's MFMA with `M = R, K = C`; a column-layout `f32` base tile of `R × C` is the accumulator
 //! (M×N). A B operand is stored N×K in row layout, which is the A map transposed (checked where used).
 
@@ -114,7 +114,7 @@ fn find_instr(
 /// The lane map of a register base tile, or why the lowering cannot place it.
 ///
 /// A row-layout tile is an MFMA A operand; one whose dtype no MFMA takes (an `f32` tile about to be
-/// converted, seed 000 E.3's `q` in f32) borrows the bf16 A map of its shape, so the conversion is
+/// converted, HipKittens E.3's `q` in f32) borrows the bf16 A map of its shape, so the conversion is
 /// lane-local. A column-layout `f32` tile is an accumulator; any other column-layout tile of `R × C` is
 /// the row map of `C × R` transposed (HipKittens' `swap_layout_and_transpose` is then a register
 /// rename, and `mma_atb` reads it as the A/B operand it stands for).
@@ -330,7 +330,7 @@ mod tests {
         }
     }
 
-    /// seed 000 §3.2.2: the bf16 base tiles are 16x32 (CDNA4) and 16x16 (CDNA3), each lane holding 8 and
+    /// HipKittens §3.2.2: the bf16 base tiles are 16x32 (CDNA4) and 16x16 (CDNA3), each lane holding 8 and
     /// 4 consecutive K values: one ds_read_b128 / ds_read_b64.
     #[test]
     fn bf16_row_tiles_are_row_contiguous() {
@@ -356,7 +356,7 @@ mod tests {
         );
     }
 
-    /// Seed 000 E.3's attention transposes cost nothing: a column-layout bf16 tile is the row tile of
+    /// HipKittens E.3's attention transposes cost nothing: a column-layout bf16 tile is the row tile of
     /// the transposed shape (so `transpose(k_t, k_r)` renames registers and `mma_atb` reads it as the A
     /// operand), and the f32 accumulator transposed is the f32 row tile `o_q` the output store uses.
     #[test]

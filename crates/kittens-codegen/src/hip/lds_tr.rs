@@ -1,4 +1,4 @@
-//! Column-layout shared→register loads on gfx950 through `ds_read_b64_tr_b16` (seed 000 D.1; CDNA4 ISA
+//! Column-layout shared→register loads on gfx950 through `ds_read_b64_tr_b16` (HipKittens D.1; CDNA4 ISA
 //! §11.4; the lane arithmetic `kittens_tile::access` documents): in each group of 16 lanes, lane `i` reads
 //! 8 bytes — 4 consecutive elements of row `k0 + i/4`, the columns that lanes `4·(i%4) .. +4` hold — and
 //! the hardware hands element `q` of them to lane `4·(i%4) + q`, as that lane's slot `i/4`. So one
@@ -138,7 +138,7 @@ mod tests {
 
     /// The byte address every lane gives each `ds_read_b64_tr_b16` of attention's V tile (32 keys × 128,
     /// column layout, the default-swizzled 32 × 128 shared tile) is the one `kittens_tile::access`
-    /// derives on its own from the same instruction model (seed 000 D.1).
+    /// derives on its own from the same instruction model (HipKittens D.1).
     #[test]
     fn tr_b16_addresses_match_the_access_model() {
         let st = SharedTile::new(DType::Bf16, 32, 128).unwrap();

@@ -3,12 +3,12 @@
 //! The output is one self-contained translation unit: the prelude, then one `extern "C"` kernel whose
 //! arguments are the global tensors in declaration order (pointers) followed by the integer parameters.
 //! The launch is a 1-d grid of `∏ grid.extents` blocks of `64 · waves` threads; the grid remap turns the
-//! launch id into the block's tile coordinates `blk0, blk1, ...` (seed 000 Algorithm 1).
+//! launch id into the block's tile coordinates `blk0, blk1, ...` (HipKittens Algorithm 1).
 //!
 //! Structure is kept: loops stay loops, clusters become commented blocks, conditionals on the wave
 //! become scalar branches (the wave index is `readfirstlane`d). Register tiles become arrays of base
 //! tiles (`b16x8 r_a[4][2]` — 4×2 base tiles of 16×32 bf16), so the compiler allocates them; every
-//! instruction that matters goes through one prelude wrapper (seed 001 §2.1). Op lowering is in
+//! instruction that matters goes through one prelude wrapper (MI300X-attn §2.1). Op lowering is in
 //! [`super::ops`]; lane maps come from [`super::layout`].
 
 use super::layout::{lane_map, LaneMap};
@@ -43,7 +43,7 @@ pub fn lower(k: &Kernel, arch: Arch) -> Result<Lowered, LowerError> {
     if shared > budget {
         return Err(LowerError::Unsupported(format!(
             "`{}` allocates {shared} B of shared memory (register remap scratch included); {} has {budget} B \
-             per block (on gfx942 stage the next K tile in registers instead of a second LDS buffer, seed 000 E.1)",
+             per block (on gfx942 stage the next K tile in registers instead of a second LDS buffer, HipKittens E.1)",
             k.name,
             arch.target()
         )));

@@ -1,7 +1,7 @@
 //! HIP lowering for CDNA3 (gfx942) and CDNA4 (gfx950), and the device prelude it targets.
 //!
 //! The prelude ([`PRELUDE`]) is a header of one-instruction inline-asm wrappers whose constraints leave
-//! register allocation to the compiler (seed 001 §2.1; docs/architecture.md principle 4). It needs no ROCm headers:
+//! register allocation to the compiler (MI300X-attn §2.1; docs/architecture.md principle 4). It needs no ROCm headers:
 //! generated sources are self-contained (prelude text followed by the kernel), so the same file compiles
 //! with ROCm's clang, the clang inside PyPI's `ziglang`, or Debian's clang-19 (gfx942).
 //!
@@ -71,7 +71,7 @@ impl Targets {
 
 /// Every opcode the prelude wraps, with the targets that have it. MFMA availability follows the CDNA3
 /// and CDNA4 ISA references (xf32 was dropped in CDNA4; the double-K bf16/f16 shapes and f8f6f4 are new
-/// there); `ds_read_b64_tr_b16` and 16-byte buffer loads into LDS are CDNA4 additions (seed 000 D.1, D.5).
+/// there); `ds_read_b64_tr_b16` and 16-byte buffer loads into LDS are CDNA4 additions (HipKittens D.1, D.5).
 /// `v_cvt_pk_bf16_f32` exists only on CDNA4; CDNA3 packs with `v_perm_b32` after integer rounding.
 pub const WRAPPED_OPCODES: &[(&str, Targets)] = &[
     ("v_mfma_f32_16x16x16_bf16", Targets::Both),
@@ -110,7 +110,7 @@ pub fn wrapped_opcodes(arch: Arch) -> Vec<&'static str> {
         .collect()
 }
 
-/// The bf16 MFMA a target's GEMM uses: 16x16x16 on CDNA3, the double-K 16x16x32 on CDNA4 (seed 000 §3.2.2:
+/// The bf16 MFMA a target's GEMM uses: 16x16x16 on CDNA3, the double-K 16x16x32 on CDNA4 (HipKittens §3.2.2:
 /// HipKittens' default register tiles use the smallest MFMA shape).
 pub fn bf16_mfma_opcode(arch: Arch) -> Option<&'static str> {
     match arch {

@@ -1,8 +1,8 @@
 //! Lowering of single IR ops to prelude calls.
 //!
-//! - `LoadAsync` → `buffer_load_dword[x4] … lds` (seed 000 D.5): LDS receives each instruction's data
+//! - `LoadAsync` → `buffer_load_dword[x4] … lds` (HipKittens D.5): LDS receives each instruction's data
 //!   contiguously (lane `l` at `M0 + l·width`), so the *global* address is swizzled instead — each lane
-//!   fetches the logical element that belongs at its physical LDS byte (seed 000 §3.2.2, "swizzling on
+//!   fetches the logical element that belongs at its physical LDS byte (HipKittens §3.2.2, "swizzling on
 //!   the HBM addresses"). The swizzles here are involutions, so the inverse is the swizzle itself
 //!   (checked). 16-byte loads into LDS exist on gfx950 only.
 //! - `LoadGlobal` → `buffer_load_dword[x2|x4]` to registers through the LLVM builtins (the compiler
@@ -10,7 +10,7 @@
 //! - `StoreGlobal` → per-element stores, masked. The three global-memory ops, their 64-bit addressing
 //!   and their ragged edges are in [`super::global`].
 //! - `LoadShared` / `StoreShared` → `ds_read_b64/b128`, `ds_write_b64/b128` per base tile: a row-layout
-//!   lane holds consecutive elements of one row (seed 000 D.1).
+//!   lane holds consecutive elements of one row (HipKittens D.1).
 //!   A tile whose lanes hold runs of a column (column-layout bf16, the transposed operand of
 //!   `mma_atb`): `ds_read_b64_tr_b16` on gfx950 ([`super::lds_tr`]), one element read each on gfx942.
 //! - `Mma` → the target's MFMA per (row, col, k) base-tile triple with tied accumulators; every form

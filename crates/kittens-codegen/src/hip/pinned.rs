@@ -1,4 +1,4 @@
-//! Pinned register tiles (seed 000 §3.2.1, D.3): a tile pinned to `first..=last` of the VGPR or AGPR
+//! Pinned register tiles (HipKittens §3.2.1, D.3): a tile pinned to `first..=last` of the VGPR or AGPR
 //! file is split in order among its base tiles, and every MFMA that reads or writes it names those
 //! registers through physical-register constraints (`"{a[8:11]}"`). The compiler still moves data in
 //! and out for the other ops, but the matrix instruction itself reads its A/B operands and accumulates

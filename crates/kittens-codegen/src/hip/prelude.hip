@@ -4,7 +4,7 @@
 // it uses itself. Every wrapper issues exactly one machine instruction and describes its operands with
 // extended-asm constraints ("v" VGPR, "a" AGPR, "s" SGPR, "+v" tied read-write, "=&v" early clobber,
 // "n" immediate), so the compiler keeps register allocation and data-flow tracking while we choose the
-// opcode (seed 001 §2.1). Scheduling hints use the LLVM builtins the compiler understands (seed 000 D.4).
+// opcode (MI300X-attn §2.1). Scheduling hints use the LLVM builtins the compiler understands (HipKittens D.4).
 // Instructions a target lacks are only declared for that target: the assembler rejects them otherwise.
 #ifndef KITTENS_HIP_PRELUDE
 #define KITTENS_HIP_PRELUDE
@@ -61,7 +61,7 @@ KITTENS_DEV u32 lane_id() { return __builtin_amdgcn_workitem_id_x() % 64; }
 //   NAME_zero(a, b)     fresh accumulator: literal 0 as C, result write-only and early-clobber ("=&v");
 //   NAME_acc(a, b, c)   accumulator held in AGPRs ("+a"), A/B in VGPRs;
 //   NAME_ab_agpr(a, b, c)  A/B read straight from AGPRs ("a"), which hardware allows on CDNA3/CDNA4 but
-//                       the compiler never chooses by itself (seed 000 §3.2.1).
+//                       the compiler never chooses by itself (HipKittens §3.2.1).
 #define KITTENS_MFMA(NAME, OPCODE, AB, CD)                                                          \
   KITTENS_DEV void NAME(AB a, AB b, CD& c) {                                                         \
     asm volatile(OPCODE " %0, %1, %2, %0" : "+v"(c) : "v"(a), "v"(b));                               \
@@ -101,7 +101,7 @@ KITTENS_MFMA(mfma_f32_32x32x64_f8f6f4, "v_mfma_f32_32x32x64_f8f6f4", fp8x32, f32
 #endif
 #undef KITTENS_MFMA
 
-// Pinned register tiles (seed 000 §3.2.1, D.3): the lowering names registers in the asm text and lists
+// Pinned register tiles (HipKittens §3.2.1, D.3): the lowering names registers in the asm text and lists
 // them as clobbers, so the compiler keeps its hands off those ranges. A kernel that pins AGPRs must also
 // reserve them, because the compiler sizes its AGPR budget from the constraints it sees.
 #define KITTENS_STR2(x) #x
@@ -131,7 +131,7 @@ template <int OFF = 0> KITTENS_DEV void ds_write_b128(u32 addr, u32x4 v) {
   asm volatile("ds_write_b128 %0, %1 offset:%2" : : "v"(addr), "v"(v), "n"(OFF) : "memory");
 }
 #if defined(__gfx950__)
-// CDNA4's transposing read: each lane gets four 16-bit elements of a column (seed 000 D.1).
+// CDNA4's transposing read: each lane gets four 16-bit elements of a column (HipKittens D.1).
 template <int OFF = 0> KITTENS_DEV u32x2 ds_read_b64_tr_b16(u32 addr) {
   u32x2 r;
   asm volatile("ds_read_b64_tr_b16 %0, %1 offset:%2" : "=v"(r) : "v"(addr), "n"(OFF) : "memory");
@@ -165,7 +165,7 @@ template <int OFF = 0> KITTENS_DEV void buffer_load_dwordx4_lds(i32x4 rsrc, u32 
                : : "v"(voffset), "s"(rsrc), "s"(soffset), "n"(OFF), "{m0}"(lds) : "memory");
 }
 #endif
-// To registers: CDNA3's GEMM double-buffers through the register file (seed 000 E.1, MI325X).
+// To registers: CDNA3's GEMM double-buffers through the register file (HipKittens E.1, MI325X).
 template <int OFF = 0> KITTENS_DEV u32 buffer_load_dword(i32x4 rsrc, u32 voffset, u32 soffset) {
   u32 r;
   asm volatile("buffer_load_dword %0, %1, %2, %3 offen offset:%4"
@@ -227,13 +227,13 @@ template <int OFF = 0> KITTENS_DEV void buffer_store_dword(i32x4 rsrc, u32 voffs
 
 // ---- waits, barriers, priority, scheduling fences -------------------------------------------------
 // The asm loads above are invisible to the compiler's own wait insertion, so the program waits itself,
-// leaving N operations in flight (seed 001 §2.2, seed 000 D.5).
+// leaving N operations in flight (MI300X-attn §2.2, HipKittens D.5).
 template <int N> KITTENS_DEV void s_waitcnt_vmcnt() { asm volatile("s_waitcnt vmcnt(%0)" : : "n"(N) : "memory"); }
 template <int N> KITTENS_DEV void s_waitcnt_lgkmcnt() { asm volatile("s_waitcnt lgkmcnt(%0)" : : "n"(N) : "memory"); }
 KITTENS_DEV void s_barrier() { __builtin_amdgcn_s_barrier(); }
 template <int P> KITTENS_DEV void s_setprio() { __builtin_amdgcn_s_setprio(P); }
 // Instruction-class masks of llvm.amdgcn.sched.barrier / sched.group.barrier (IntrinsicsAMDGPU.td;
-// seed 000 D.4). sched_barrier<SCHED_NONE> lets nothing cross.
+// HipKittens D.4). sched_barrier<SCHED_NONE> lets nothing cross.
 enum : int { SCHED_NONE = 0x0, SCHED_ALU = 0x1, SCHED_VALU = 0x2, SCHED_SALU = 0x4, SCHED_MFMA = 0x8, SCHED_VMEM = 0x10,
              SCHED_VMEM_READ = 0x20, SCHED_VMEM_WRITE = 0x40, SCHED_DS = 0x80, SCHED_DS_READ = 0x100,
              SCHED_DS_WRITE = 0x200, SCHED_TRANS = 0x400 };
@@ -242,7 +242,7 @@ template <int MASK, int SIZE, int SYNC> KITTENS_DEV void sched_group_barrier() {
   __builtin_amdgcn_sched_group_barrier(MASK, SIZE, SYNC);
 }
 
-// ---- fp32 -> bf16 packing in three rounding modes (seed 001 §6: RTNE, RTNA, RTZ) ----------------
+// ---- fp32 -> bf16 packing in three rounding modes (MI300X-attn §6: RTNE, RTNA, RTZ) ----------------
 // Each packs two floats into one 32-bit register, `lo` in bits 15:0.
 KITTENS_DEV u32 f32_bits(float x) { return __builtin_bit_cast(u32, x); }
 // Selector 0x07060302 picks bytes 3:2 of both sources: the upper halves, i.e. truncation (RTZ).
@@ -263,7 +263,7 @@ KITTENS_DEV u32 pack_bf16_rtne(float lo, float hi) {
   return r;
 }
 #else
-// CDNA3 has no conversion instruction (seed 000 D.4): add 0x7fff plus the lowest kept bit.
+// CDNA3 has no conversion instruction (HipKittens D.4): add 0x7fff plus the lowest kept bit.
 KITTENS_DEV u32 rtne_bits(float x) {
   u32 u = f32_bits(x);
   return x != x ? 0x7fc00000u : u + 0x7fffu + ((u >> 16) & 1u);
@@ -278,7 +278,7 @@ KITTENS_DEV int imax(int a, int b) { return a > b ? a : b; }
 template <int BITS, int BASE, int SHIFT> KITTENS_DEV u32 xor_flips(u32 off) {
   return (off >> SHIFT) & (((1u << BITS) - 1u) << BASE);
 }
-// Seed 000 Algorithm 1 lines 1-12 (kittens_sched::remap::xcd_chunk is the host twin): de-interleave
+// HipKittens Algorithm 1 lines 1-12 (kittens_sched::remap::xcd_chunk is the host twin): de-interleave
 // launch ids so each XCD owns runs of `chunk` consecutive logical ids; the tail keeps its order.
 KITTENS_DEV u32 xcd_chunk(u32 id, u32 blocks, u32 n_xcd, u32 chunk) {
   const u32 n = n_xcd ? n_xcd : 1, c = chunk ? chunk : 1, per_cycle = n * c;
@@ -286,7 +286,7 @@ KITTENS_DEV u32 xcd_chunk(u32 id, u32 blocks, u32 n_xcd, u32 chunk) {
   const u32 local = id / n;
   return (local / c) * per_cycle + (id % n) * c + local % c;
 }
-// Seed 000 Algorithm 1 lines 13-21 (host twin kittens_sched::remap::group_m): windows of `window` rows.
+// HipKittens Algorithm 1 lines 13-21 (host twin kittens_sched::remap::group_m): windows of `window` rows.
 KITTENS_DEV void group_m(u32 xy, u32 rows, u32 cols, u32 window, int& row, int& col) {
   const u32 w = window ? window : 1, per_group = w * cols, first_row = (xy / per_group) * w;
   u32 h = rows > first_row ? rows - first_row : 0;
@@ -304,7 +304,7 @@ KITTENS_DEV unsigned short bf16_rtne(float x) {
   return (unsigned short)((x != x ? 0x7fc00000u : u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-// ---- register-tile math and lane exchanges (softmax in attention, seed 000 E.3) ------------------
+// ---- register-tile math and lane exchanges (softmax in attention, HipKittens E.3) ------------------
 KITTENS_DEV float bf16_to_f32(unsigned short h) { return __builtin_bit_cast(float, (u32)h << 16); }
 // 2^x on v_exp_f32 (the compiler adds the denormal range fix-up); exp2(-inf) is 0.
 KITTENS_DEV float exp2_f32(float x) { return __builtin_exp2f(x); }
@@ -316,7 +316,7 @@ template <int M> KITTENS_DEV float shfl_xor_f32(float v) {
 }
 #if defined(__gfx950__)
 // ds_read_b64_tr_b16 through the compiler builtin (the compiler tracks its lgkmcnt): `p` points into a
-// `__shared__` array; the lane exchange it performs is described in lds_tr.rs (seed 000 D.1).
+// `__shared__` array; the lane exchange it performs is described in lds_tr.rs (HipKittens D.1).
 typedef short i16x4 __attribute__((ext_vector_type(4)));
 KITTENS_DEV b16x4 ds_read_tr_b16(const unsigned char* p) {
   typedef __attribute__((address_space(3))) i16x4 lds_i16x4;

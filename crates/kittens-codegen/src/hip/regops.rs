@@ -4,7 +4,7 @@
 //! Everything is driven by lane maps ([`super::layout`]): an op is lane-local when its operands put the
 //! same element in the same lane and slot; a vector entry broadcast into a tile must sit in the lanes
 //! that hold its row (column). Reductions combine a lane's slots, then the lanes that share the row
-//! (column) through an XOR butterfly of `ds_bpermute` (seed 000 E.3's `col_max` / `col_sum` over the
+//! (column) through an XOR butterfly of `ds_bpermute` (HipKittens E.3's `col_max` / `col_sum` over the
 //! MFMA accumulator: lanes `l, l^16, l^32, l^48` hold one column). A copy between two different maps
 //! (attention's f32 scores → bf16 `P` operand) goes through a per-wave LDS scratch at the elements'
 //! logical positions.

@@ -14,13 +14,13 @@
 //!
 //! Sources: CDNA3 entries are tested entry for entry against the calculator's output
 //! (`tests/data/cdna3_mfma_layouts.json`, calculator commit 2ef91896). The CDNA4 fp8
-//! 16×16×128 map is the one stated in seed 002 §6 (`k_chunk0 = 16·(lane>>4)`, `k_chunk1 =
+//! 16×16×128 map is the one stated in FP8-tutorial step 6 (`k_chunk0 = 16·(lane>>4)`, `k_chunk1 =
 //! k_chunk0 + 64`, 16 fp8 each); 32×32×64 applies the same two-half rule with two lane groups.
 //! The CDNA4 bf16 maps equal IREE's `getSingleSubgroupLayout` for `MFMA_F32_16x16x32_BF16` /
 //! `MFMA_F32_32x32x16_BF16` (IREEGPUAttrs.cpp: 8 consecutive K per lane, lane groups of M step K
 //! by 8), and their register widths those of LLVM's `llvm/test/MC/AMDGPU/mai-gfx950.s`; see
 //! `tests/mma_cdna4.rs`. IREE gives the f8f6f4 shapes one contiguous run of 32 K per lane
-//! instead; that differs from seed 002 by a K permutation shared by A and B, so both compute
+//! instead; that differs from FP8-tutorial by a K permutation shared by A and B, so both compute
 //! the same unscaled product (the test checks exactly that).
 
 use super::{Family, MmaInstr, Operand};
@@ -30,7 +30,7 @@ use crate::Arch;
 /// Consecutive accumulator rows per register group (calculator: "D[4i..4i+3]" blocks).
 const ACC_ROWS: u32 = 4;
 
-/// Wave width on CDNA (seed 000 §2.1).
+/// Wave width on CDNA (HipKittens §2.1).
 const WAVE: u32 = 64;
 
 /// (index across lanes, index along the reduced / row dimension) of `slot` in `lane`.
@@ -102,7 +102,7 @@ const CDNA3_SRC: &str =
      tested against tests/data/cdna3_mfma_layouts.json";
 const FNUZ: &str = "CDNA3 fp8 is the FNUZ variant of E4M3 (bias 8, no -0, no inf)";
 
-/// CDNA3 (`gfx942`): the shapes seed 000 §3 and seed 001 use, plus the two f32-input shapes the
+/// CDNA3 (`gfx942`): the shapes HipKittens §3 and MI300X-attn use, plus the two f32-input shapes the
 /// oracle also lists.
 pub(super) const CDNA3: [MmaInstr; 8] = [
     mfma(
@@ -190,7 +190,7 @@ pub(super) const CDNA3: [MmaInstr; 8] = [
 const CDNA4_BF16_SRC: &str = "IREE getSingleSubgroupLayout (IREEGPUAttrs.cpp) for MFMA_F32_16x16x32_BF16 / \
      32x32x16_BF16: 8 consecutive K per lane; register widths per LLVM test/MC/AMDGPU/mai-gfx950.s. \
      Cycles: flops / (MI355X bf16 peak per SIMD per clock), CDNA4 white paper";
-const CDNA4_F8_SRC: &str = "seed 002 §6 (16x16x128: K chunks 16*(lane>>4) and +64, 16 fp8 each); \
+const CDNA4_F8_SRC: &str = "FP8-tutorial step 6 (16x16x128: K chunks 16*(lane>>4) and +64, 16 fp8 each); \
      32x32x64 by the same two-half rule with 2 lane groups; register widths per LLVM \
      test/MC/AMDGPU/mai-gfx950.s. Cycles: flops / (MI355X fp8 peak per SIMD per clock), CDNA4 white paper";
 const OCP: &str =

@@ -4,7 +4,7 @@
 //! The maps are *computed* from each instruction's structure by small closed-form functions
 //! (lane groups, contiguous K runs per lane, accumulator row groups), never stored as tables:
 //! - CDNA3 / CDNA4 MFMAs: [`cdna`], checked entry for entry against AMD's Matrix Instruction
-//!   Calculator (`tests/data/cdna3_mfma_layouts.json`) for CDNA3, against seed 002 §6 for
+//!   Calculator (`tests/data/cdna3_mfma_layouts.json`) for CDNA3, against FP8-tutorial step 6 for
 //!   the CDNA4 fp8 16×16×128 map, and against the sources named in `cdna.rs` for CDNA4 bf16;
 //! - Hopper `mma.sync.m16n8k16` and `wgmma` m64nNk16: [`hopper`], after the PTX ISA sections
 //!   "Matrix Fragments for mma.m16n8k16" and "wgmma Register Fragments".
@@ -239,7 +239,7 @@ pub fn instr(name: &str) -> Result<&'static MmaInstr, MmaError> {
 }
 
 /// The smallest bf16 instruction of an architecture: register tiles are built from the smallest
-/// MFMA so that they compose into any larger tile (seed 000 §3.2.2). For Hopper that is
+/// MFMA so that they compose into any larger tile (HipKittens §3.2.2). For Hopper that is
 /// `mma.sync.m16n8k16`.
 pub fn default_bf16(arch: Arch) -> &'static MmaInstr {
     let name = match arch {

@@ -1,6 +1,6 @@
 //! Schedule analysis: runs every wave of one block symbolically through the kernel body and reports
 //! shared-memory hazards and the wait counts a kernel may leave to the framework (docs/architecture.md principle 3;
-//! the schedules of seed 000 §3.3.2 and the GEMM listing of E.1).
+//! the schedules of HipKittens §3.3.2 and the GEMM listing of E.1).
 //!
 //! The model:
 //! * each wave executes the body with its wave id, the loop counters and the given parameters and block
@@ -8,7 +8,7 @@
 //!   branch;
 //! * `load_async` (global→shared) and `load (shared→reg)`/`store (reg→shared)` are queued: they complete
 //!   in issue order when the issuing wave executes a wait on their queue that leaves at most `n` newer
-//!   ones outstanding (seed 000 D.5: `vmcnt`/`lgkmcnt`); `mma` reads of shared operands are synchronous;
+//!   ones outstanding (HipKittens D.5: `vmcnt`/`lgkmcnt`); `mma` reads of shared operands are synchronous;
 //! * barriers are matched by count, as AMD hardware matches `s_barrier` (see [`order`]);
 //! * two accesses to overlapping parts of one shared tile (buffer, ring slot, row and column range), at
 //!   least one a write, must be ordered: the first one *completes* before the second one is *issued*
@@ -92,7 +92,7 @@ pub struct Options {
     /// Assume a shared→register read has read its data before any async global→shared copy issued
     /// after it (later in its wave, or after a barrier in another wave) lands. The LLVM AMDGPU memory model
     /// does not promise it (only `lgkmcnt(0)` before the barrier does), but the copy's round trip through
-    /// global memory is far longer than an LDS read, and HipKittens' GEMM relies on it (seed 000 E.1
+    /// global memory is far longer than an LDS read, and HipKittens' GEMM relies on it (HipKittens E.1
     /// waits `lgkmcnt(8)`, not 0, before the barrier that lets the other warpgroup reload the slot).
     pub trust_lds_latency: bool,
 }

@@ -4,7 +4,7 @@
 //! Barrier semantics, modelled as AMD hardware executes `s_barrier` (CDNA3 ISA reference, `S_BARRIER`):
 //! the instruction carries no identity, so the k-th barrier a wave executes pairs with the k-th barrier
 //! of every other wave, wherever in the program each one sits. That is exactly what makes the 8-wave
-//! ping-pong's conditional stagger work (seed 000 E.1): the barrier warpgroup 1 executes inside
+//! ping-pong's conditional stagger work (HipKittens E.1): the barrier warpgroup 1 executes inside
 //! `if (warp_row == 1)` pairs with warpgroup 0's next unconditional barrier, holding group 1 one cluster
 //! behind until group 0's closing conditional barrier re-aligns them. A wave that has ended no longer
 //! holds a barrier back (our reading of `S_BARRIER` in AMD's ISA guides: it waits on the waves still
@@ -143,7 +143,7 @@ impl Order {
 }
 
 /// For every event of one wave, the position at which it has completed: its own position for synchronous
-/// accesses, the covering wait for queued ones (loads complete in issue order, seed 000 D.5: `vmcnt(n)`
+/// accesses, the covering wait for queued ones (loads complete in issue order, HipKittens D.5: `vmcnt(n)`
 /// lets all but the n most recent land), `None` when no wait ever covers it. `count_of` gives the count
 /// each wait op runs with (as written, chosen for `Auto`, or a trial value).
 pub(crate) fn completions(wave: &[Event], count_of: &dyn Fn(usize) -> u32) -> Vec<Option<usize>> {

@@ -416,7 +416,7 @@ impl Walker<'_> {
                 return self.push(idx, kind);
             }
             Op::StoreShared { dst, .. } => {
-                // AMD ds_write is counted by lgkmcnt like ds_read (seed 000 D.5).
+                // AMD ds_write is counted by lgkmcnt like ds_read (HipKittens D.5).
                 let r = self.region(dst, (0, dst.rows as i64), idx)?;
                 self.push(idx, mem(true, r, Some(WaitQueue::Shared)))?;
             }

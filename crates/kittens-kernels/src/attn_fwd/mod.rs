@@ -1,4 +1,4 @@
-//! Attention forward `O = softmax(Q·Kᵀ/√d)·V` with online softmax (seed 000 E.3, seed 001 §3), causal or
+//! Attention forward `O = softmax(Q·Kᵀ/√d)·V` with online softmax (HipKittens E.3, MI300X-attn §3), causal or
 //! not, grouped-query heads (GQA: query head `h` reads KV head `h / (heads / heads_kv)`), BSHD or BHSD
 //! tensors (same logical `[b, h, s, d]` view, different strides — no copies). One kernel with a schedule
 //! per target:
@@ -60,10 +60,10 @@ pub struct AttnConfig {
 }
 
 impl Default for AttnConfig {
-    /// Seed 000 E.3: each wave computes a 32 × 128 output tile. Keys come in 32-key blocks: with 64
-    /// (seed 001's K block) K, Kᵀ and V in registers next to the 128 × 32 f32 output need about 360
+    /// HipKittens E.3: each wave computes a 32 × 128 output tile. Keys come in 32-key blocks: with 64
+    /// (MI300X-attn's K block) K, Kᵀ and V in registers next to the 128 × 32 f32 output need about 360
     /// registers per lane by `kittens_ir::validate::reg_estimate`, over the 256 each of 8 waves gets on
-    /// CDNA (seed 001 keeps V in L1 instead); 32 keys need about 240.
+    /// CDNA (MI300X-attn keeps V in L1 instead); 32 keys need about 240.
     fn default() -> Self {
         AttnConfig {
             schedule: AttnSchedule::PingPong8,
@@ -79,7 +79,7 @@ impl Default for AttnConfig {
 }
 
 impl AttnConfig {
-    /// The configuration for one GPU: the 8-wave ping-pong with seed 000 E.3's tiles on CDNA, the
+    /// The configuration for one GPU: the 8-wave ping-pong with HipKittens E.3's tiles on CDNA, the
     /// producer/consumer schedule with 128-key blocks on Hopper.
     pub fn for_gpu(gpu: &kittens_hw::Gpu) -> Self {
         if gpu.arch.is_amd() {

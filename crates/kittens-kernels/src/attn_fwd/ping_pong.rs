@@ -1,6 +1,6 @@
 //! The attention forward as the 8-wave ping-pong, the AMD schedule (HipKittens Appendix E.3).
 //!
-//! Like seed 000 E.3 the scores are computed transposed, `Sᵀ = K·Qᵀ` (keys × queries), so the
+//! Like HipKittens E.3 the scores are computed transposed, `Sᵀ = K·Qᵀ` (keys × queries), so the
 //! accumulator's column layout feeds the `P·V` multiply directly and the softmax statistics are column
 //! vectors (`col_max`, `sub_col`, `col_sum`, `mul_col`). Each of the 8 waves owns `q_rows` queries; K
 //! and V stream through a double-buffered shared ring; the loop alternates memory and compute clusters

@@ -1,4 +1,4 @@
-//! The BF16 GEMM with the 4-wave interleave schedule (seed 000 §3.3.2): one wave per SIMD, each wave
+//! The BF16 GEMM with the 4-wave interleave schedule (HipKittens §3.3.2): one wave per SIMD, each wave
 //! issuing both its loads and its matrix work, so the compiler interleaves them inside a wave instead of
 //! across a ping-pong pair. Waves sit 2×2 over the `block × block` tile and own four `block/4 × block/4`
 //! accumulators. One barrier per K step: after it the step's tiles have landed for every wave, and every

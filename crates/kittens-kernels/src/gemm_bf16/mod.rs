@@ -1,9 +1,9 @@
 //! BF16 GEMM `C = A·Bᵀ` (A M×K, B N×K, C M×N bf16, fp32 accumulation), one kernel with a schedule per
 //! target:
 //!
-//! - [`GemmSchedule::PingPong8`] ([`ping_pong`]): the 8-wave ping-pong of seed 000 E.1 (Fig. 21), the
+//! - [`GemmSchedule::PingPong8`] ([`ping_pong`]): the 8-wave ping-pong of HipKittens E.1 (Fig. 21), the
 //!   AMD schedule, with the next K step staged in LDS or in registers ([`Staging`]);
-//! - [`GemmSchedule::Interleave4`] ([`interleave4`]): four waves, one per SIMD (seed 000 §3.3.2);
+//! - [`GemmSchedule::Interleave4`] ([`interleave4`]): four waves, one per SIMD (HipKittens §3.3.2);
 //! - [`GemmSchedule::ProducerConsumer`] ([`producer_consumer`]): warp-specialised for Hopper.
 //!
 //! This module holds what the three share: the configuration, the declarations of `m, n, k` and
@@ -74,7 +74,7 @@ impl GemmTypes {
     }
 
     /// Base shape of the A and B register tiles: HipKittens' 16×32 bf16 (the CDNA4 16×16×32 MFMA's A,
-    /// seed 000 E.1); for OCP fp8 the A operand of `v_mfma_f32_16x16x128_f8f6f4` (16×128, FP8-tutorial
+    /// HipKittens E.1); for OCP fp8 the A operand of `v_mfma_f32_16x16x128_f8f6f4` (16×128, FP8-tutorial
     /// step 3); for FNUZ fp8 that of gfx942's `v_mfma_f32_16x16x32_fp8_fp8` (16×32).
     pub fn operand_base(&self) -> BaseShape {
         match self.input {
@@ -111,16 +111,16 @@ impl GemmTypes {
 /// Which schedule the GEMM is built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum GemmSchedule {
-    /// 8-wave ping-pong (seed 000 E.1), the AMD schedule.
+    /// 8-wave ping-pong (HipKittens E.1), the AMD schedule.
     PingPong8,
-    /// 4-wave interleave (seed 000 §3.3.2): one wave per SIMD mixing loads and matrix work.
+    /// 4-wave interleave (HipKittens §3.3.2): one wave per SIMD mixing loads and matrix work.
     Interleave4,
     /// One producer warpgroup loading, two consumer warpgroups multiplying from shared memory
     /// (Hopper `wgmma` style; refused on AMD, whose MFMAs read registers only).
     ProducerConsumer,
 }
 
-/// Where the ping-pong GEMM keeps the next K step while the current one is multiplied (seed 000 E.1).
+/// Where the ping-pong GEMM keeps the next K step while the current one is multiplied (HipKittens E.1).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Staging {
     /// Two LDS buffers per operand half, filled by async global→LDS loads two K steps ahead
@@ -132,7 +132,7 @@ pub enum Staging {
     Registers,
 }
 
-/// Tile sizes; the defaults are seed 000 E.1's (256×256 block, K step 64).
+/// Tile sizes; the defaults are HipKittens E.1's (256×256 block, K step 64).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GemmConfig {
     pub schedule: GemmSchedule,
@@ -169,7 +169,7 @@ impl GemmConfig {
     /// The configuration for one target: the warp-specialised schedule on Hopper, the ping-pong on CDNA
     /// with E.1's 256×256 block and K step 64, staged in LDS where a double buffer of A and B fits the
     /// GPU's shared memory per block (gfx950's 160 KiB) and in registers where only one does (gfx942's
-    /// 64 KiB, as HipKittens does on MI325X, seed 000 E.1); a K step of 32 in registers if even that
+    /// 64 KiB, as HipKittens does on MI325X, HipKittens E.1); a K step of 32 in registers if even that
     /// does not fit.
     pub fn for_gpu(gpu: &kittens_hw::Gpu) -> Self {
         if !gpu.arch.is_amd() {

@@ -1,4 +1,4 @@
-//! The BF16 GEMM with the 8-wave ping-pong schedule of seed 000 E.1 (Fig. 21).
+//! The BF16 GEMM with the 8-wave ping-pong schedule of HipKittens E.1 (Fig. 21).
 //!
 //! Each block computes a `block × block` tile of C with 8 waves arranged 2×4; each wave owns four
 //! `block/4 × block/8` accumulators (`c[i][j]`). A and B reach the waves through half-block shared
@@ -10,7 +10,7 @@
 //! a double-buffered ring filled by async loads straight into LDS; with [`Staging::Registers`] (gfx942,
 //! whose 64 KiB hold only one buffer) each wave loads its band of the next K step into registers during
 //! the first three memory clusters and writes it to the single buffer in the fourth, after every wave
-//! has read the current step (seed 000 E.1, MI325X paragraph). Same clusters, same reads, same MFMAs.
+//! has read the current step (HipKittens E.1, MI325X paragraph). Same clusters, same reads, same MFMAs.
 //!
 //! Waits count IR load ops per wave (the seed's `vmcnt(4)`/`vmcnt(6)` count two `buffer_load`s per tile
 //! load, i.e. 2 and 3 ops). Each memory cluster drains its shared→register loads (`wait_shared(0)`)
@@ -27,7 +27,7 @@ use kittens_hw::dtype::DType::F32;
 use kittens_ir::{Expr, GlobalId, Kernel, KernelBuilder, RegId, Schedule, SharedId, SharedView};
 use kittens_tile::{BaseShape, Layout::Col, Layout::Row, SharedTile};
 
-/// Base tile of the accumulators (HipKittens `rt_16x16_s`, seed 000 E.1); the operands' comes from
+/// Base tile of the accumulators (HipKittens `rt_16x16_s`, HipKittens E.1); the operands' comes from
 /// the element types (`GemmTypes::operand_base`: `rt_16x32_s` for bf16).
 const ACC: BaseShape = BaseShape::S16X16;
 

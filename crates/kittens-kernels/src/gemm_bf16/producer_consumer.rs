@@ -1,4 +1,4 @@
-//! The BF16 GEMM warp-specialised, the Hopper schedule (seed 000 §3.3.1: TMA, `wgmma` from shared memory,
+//! The BF16 GEMM warp-specialised, the Hopper schedule (HipKittens §3.3.1: TMA, `wgmma` from shared memory,
 //! register reallocation): one producer warpgroup streams A and B into a ring of `STAGES` shared slots;
 //! two consumer warpgroups (8 waves, 16 rows of C each — one `wgmma m64` per warpgroup) multiply straight
 //! from shared memory. K step `t` lives in slot `t % STAGES`; the barrier after each load is the

@@ -5,7 +5,7 @@
 //! `.group_segment_fixed_size`; AMDGPUUsage "Code Object V5 Metadata"), the architected VGPR count from
 //! the kernel's `.amdhsa_accum_offset` (the first AGPR of the unified register file on gfx90a and
 //! later). Waves per SIMD follow from the unified count and the 512 registers per lane per SIMD of
-//! CDNA3/CDNA4 (seed 000 §3.2.1; `regs_per_lane_per_simd` in the GPU catalog), allocated in granules
+//! CDNA3/CDNA4 (HipKittens §3.2.1; `regs_per_lane_per_simd` in the GPU catalog), allocated in granules
 //! of 8 (AMDGPUUsage, "VGPR allocation granularity" of gfx90a/gfx942/gfx950), at most 8 waves.
 //!
 //! The hot loop is the body of the backward branch (`s_cbranch_*` or `s_branch` to an earlier label)

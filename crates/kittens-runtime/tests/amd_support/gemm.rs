@@ -1,4 +1,4 @@
-//! A BF16 GEMM `C = A·Bᵀ` written in the tile language with the 8-wave ping-pong schedule of seed 000
+//! A BF16 GEMM `C = A·Bᵀ` written in the tile language with the 8-wave ping-pong schedule of HipKittens
 //! E.1, kept as a test program closer to Fig. 21's literal waits (`wait_shared(1)` → `lgkmcnt(8)`) than
 //! the registry's `kittens_kernels::gemm_bf16`, which is what `kittens compile` builds (both targets:
 //! tests/amd_registry.rs).
@@ -9,7 +9,7 @@
 //!   filled by async loads straight into LDS, the E.1 hot loop cluster by cluster.
 //! - gfx942 (64 KiB LDS): one LDS buffer; the next K tile is double-buffered in registers (global →
 //!   registers during compute, registers → LDS after the last read of the buffer), as HipKittens does on
-//!   MI325X (seed 000 E.1).
+//!   MI325X (HipKittens E.1).
 #![allow(dead_code)]
 
 use kittens_hw::dtype::DType;
@@ -152,7 +152,7 @@ pub fn gemm_bf16(arch: Arch) -> Kernel {
 
 type Src<'a> = &'a dyn Fn(&KernelBuilder, i64, Expr) -> kittens_ir::GlobalView;
 
-/// Seed 000 E.1 (MI355X): prologue, conditional stagger, four compute and four memory clusters.
+/// HipKittens E.1 (MI355X): prologue, conditional stagger, four compute and four memory clusters.
 #[allow(clippy::too_many_arguments)]
 fn hot_loop_lds_double_buffer(
     b: &mut KernelBuilder,
@@ -250,7 +250,7 @@ fn hot_loop_lds_double_buffer(
     b.wait_async(0);
 }
 
-/// Seed 000 E.1 (MI325X): one LDS buffer, the next K tile staged in registers.
+/// HipKittens E.1 (MI325X): one LDS buffer, the next K tile staged in registers.
 #[allow(clippy::too_many_arguments)]
 fn hot_loop_register_buffer(
     b: &mut KernelBuilder,

@@ -37,7 +37,7 @@ pub fn catalog(s: &mut Section) -> Value {
     json!({ "gpus": gpu::ALL, "instructions": instrs })
 }
 
-/// Seed 000's bank-conflict claims (Fig. 4, D.1), recomputed from the phase table and the lane maps.
+/// HipKittens' bank-conflict claims (Fig. 4, D.1), recomputed from the phase table and the lane maps.
 pub fn banks(s: &mut Section) -> anyhow::Result<Value> {
     let bf16 = DType::Bf16;
     let row16x32 = RegTile::new(bf16, 16, 32, Layout::Row, BaseShape::S16X32)?;
@@ -91,7 +91,7 @@ pub fn banks(s: &mut Section) -> anyhow::Result<Value> {
     Ok(Value::Array(out))
 }
 
-/// Seed 000 Table 4 on the cache model, beside the paper's figures.
+/// HipKittens Table 4 on the cache model, beside the paper's figures.
 pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
     let mi355x = gpu("mi355x")?;
     let rows: [(u64, GridOrder, (f64, f64, f64)); 6] = [
@@ -176,13 +176,13 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
         );
     }
     s.line(format!(
-        "first dispatch round, one colour per XCD (seed 000 Fig. 5): {}/grid_*.png",
+        "first dispatch round, one colour per XCD (HipKittens Fig. 5): {}/grid_*.png",
         s.pictures_dir()
     ));
     Ok(Value::Array(out))
 }
 
-/// The tail KV split (seed 001 §5.2) and the register budgets behind seed 000 Table 2.
+/// The tail KV split (MI300X-attn §5.2) and the register budgets behind HipKittens Table 2.
 pub fn planners(s: &mut Section) -> anyhow::Result<Value> {
     let mi300x = gpu("mi300x")?;
     let mut out = Vec::new();

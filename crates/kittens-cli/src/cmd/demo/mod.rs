@@ -19,7 +19,7 @@ pub struct Args {
     /// Skip the GPU benchmark even when a driver is present.
     #[arg(long)]
     pub cpu_only: bool,
-    /// Folder for the pictures (bank SVGs like seed 000 Fig. 4, first-round grid PNGs like Fig. 5).
+    /// Folder for the pictures (bank SVGs like HipKittens Fig. 4, first-round grid PNGs like Fig. 5).
     #[arg(long, default_value = "target/kittens-demo")]
     pub pictures: std::path::PathBuf,
 }
@@ -92,17 +92,17 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         ),
         (
             "banks",
-            "Shared-memory bank conflicts, seed 000 Fig. 4 and D.1",
+            "Shared-memory bank conflicts, HipKittens Fig. 4 and D.1",
             analysis::banks,
         ),
         (
             "grid",
-            "Chiplet grid orders on the MI355X cache model, seed 000 Table 4",
+            "Chiplet grid orders on the MI355X cache model, HipKittens Table 4",
             analysis::grid,
         ),
         (
             "planners",
-            "Tail KV split (seed 001 §5.2) and register budgets (seed 000 Table 2)",
+            "Tail KV split (MI300X-attn §5.2) and register budgets (HipKittens Table 2)",
             analysis::planners,
         ),
     ]);
