@@ -16,7 +16,8 @@ pub mod problem;
 mod producer_consumer;
 
 use crate::KernelError;
-use kittens_ir::{Expr, GridOrder, Kernel};
+use kittens_hw::dtype::DType::Bf16;
+use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder};
 
 /// Which schedule the attention is built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -96,6 +97,54 @@ impl AttnConfig {
             remap: GridOrder::RowMajor,
             ..Self::default()
         }
+    }
+}
+
+/// The parameters and tensors every attention schedule declares, in this order (the argument list the
+/// launchers and the runner follow): `batch, heads, heads_kv, seq`; bf16 `q, k, v` (read) and `o`
+/// (written) as `[b, h, s, d]` with the layout's strides.
+pub(crate) struct Io {
+    pub batch: Expr,
+    pub heads: Expr,
+    pub heads_kv: Expr,
+    pub seq: Expr,
+    pub q: GlobalId,
+    pub k: GlobalId,
+    pub v: GlobalId,
+    pub o: GlobalId,
+}
+
+pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
+    let [batch, heads, heads_kv, seq] = ["batch", "heads", "heads_kv", "seq"].map(|n| k.param(n));
+    let dim = Expr::c(i64::from(cfg.dim));
+    let mut tensor = |name: &str, h: &Expr, access| -> GlobalId {
+        let dims = [
+            ("b", batch.clone()),
+            ("h", h.clone()),
+            ("s", seq.clone()),
+            ("d", dim.clone()),
+        ];
+        k.global_strided(
+            name,
+            Bf16,
+            &dims,
+            strides(cfg.layout, h, &seq, &dim),
+            access,
+        )
+    };
+    let q = tensor("q", &heads, Access::Read);
+    let kv_k = tensor("k", &heads_kv, Access::Read);
+    let kv_v = tensor("v", &heads_kv, Access::Read);
+    let o = tensor("o", &heads, Access::Write);
+    Io {
+        batch,
+        heads,
+        heads_kv,
+        seq,
+        q,
+        k: kv_k,
+        v: kv_v,
+        o,
     }
 }
 

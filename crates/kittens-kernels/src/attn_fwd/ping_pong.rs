@@ -13,10 +13,10 @@
 //! 0.1 in the exponent, a 6e-2 relative error of the output, where PyTorch-style bf16 attention (f32
 //! scores) has 4e-3. The running max is kept on unscaled scores (`c > 0` preserves the order).
 
-use super::{strides, AttnConfig};
+use super::{declare_io, AttnConfig, Io};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Access, Expr, GlobalId, Kernel, KernelBuilder, MaskRule, Schedule};
+use kittens_ir::{Expr, Kernel, KernelBuilder, MaskRule, Schedule};
 use kittens_tile::{BaseShape, Layout, SharedTile};
 
 /// The 8-wave ping-pong program; parameters and tensors as [`super::build`].
@@ -28,21 +28,16 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         )));
     }
     let mut k = KernelBuilder::new(super::name(cfg), Schedule::PingPong8);
-    let [batch, heads, heads_kv, seq] = ["batch", "heads", "heads_kv", "seq"].map(|n| k.param(n));
-    let de = Expr::c(d as i64);
-    let tensor = |k: &mut KernelBuilder, name: &str, h: &Expr, access| -> GlobalId {
-        let dims = [
-            ("b", batch.clone()),
-            ("h", h.clone()),
-            ("s", seq.clone()),
-            ("d", de.clone()),
-        ];
-        k.global_strided(name, Bf16, &dims, strides(cfg.layout, h, &seq, &de), access)
-    };
-    let q = tensor(&mut k, "q", &heads, Access::Read);
-    let kg = tensor(&mut k, "k", &heads_kv, Access::Read);
-    let vg = tensor(&mut k, "v", &heads_kv, Access::Read);
-    let o = tensor(&mut k, "o", &heads, Access::Write);
+    let Io {
+        batch,
+        heads,
+        heads_kv,
+        seq,
+        q,
+        k: kg,
+        v: vg,
+        o,
+    } = declare_io(&mut k, cfg);
     let block_q = 8 * qr as i64;
     k.grid(
         vec![batch.clone(), heads.clone(), seq.ceil_div(block_q)],

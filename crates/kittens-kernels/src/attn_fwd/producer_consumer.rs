@@ -21,12 +21,11 @@
 //! written here: query blocks are visited last-first, so that with a causal mask the longest blocks
 //! start first (a persistent grid then fills the tail with short ones).
 
-use super::{strides, AttnConfig};
+use super::{declare_io, AttnConfig, Io};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand,
-    Schedule, Scope,
+    Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Schedule, Scope,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
@@ -63,21 +62,16 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         consumer_regs: 232,
     };
     let mut k = KernelBuilder::new(super::name(cfg), sched);
-    let [batch, heads, heads_kv, seq] = ["batch", "heads", "heads_kv", "seq"].map(|n| k.param(n));
-    let de = Expr::c(d as i64);
-    let tensor = |k: &mut KernelBuilder, name: &str, h: &Expr, access| -> GlobalId {
-        let dims = [
-            ("b", batch.clone()),
-            ("h", h.clone()),
-            ("s", seq.clone()),
-            ("d", de.clone()),
-        ];
-        k.global_strided(name, Bf16, &dims, strides(cfg.layout, h, &seq, &de), access)
-    };
-    let q = tensor(&mut k, "q", &heads, Access::Read);
-    let kg = tensor(&mut k, "k", &heads_kv, Access::Read);
-    let vg = tensor(&mut k, "v", &heads_kv, Access::Read);
-    let o = tensor(&mut k, "o", &heads, Access::Write);
+    let Io {
+        batch,
+        heads,
+        heads_kv,
+        seq,
+        q,
+        k: kg,
+        v: vg,
+        o,
+    } = declare_io(&mut k, cfg);
     // Launch order: query block first, last block first (the longest under a causal mask).
     let n_qb = seq.ceil_div(BLOCK_Q as i64);
     k.grid(

@@ -16,7 +16,7 @@ use cudarc::driver::sys as cu;
 use kittens_codegen::cuda::TmaMap;
 use kittens_codegen::Lowered;
 
-use super::driver::check;
+use super::driver::{check, encode_bf16, Swizzle};
 use super::gemm_kernel::GemmArgs;
 use super::{compile, CudaCompileReport, CudaError};
 
@@ -296,41 +296,13 @@ fn map_2d(ptr: u64, rows: u64, cols: u64, m: &TmaMap) -> Result<cu::CUtensorMap,
             cols * 2
         )));
     }
-    use cu::CUtensorMapSwizzle_enum as S;
-    let swizzle = match m.swizzle_bytes {
-        0 => S::CU_TENSOR_MAP_SWIZZLE_NONE,
-        32 => S::CU_TENSOR_MAP_SWIZZLE_32B,
-        64 => S::CU_TENSOR_MAP_SWIZZLE_64B,
-        128 => S::CU_TENSOR_MAP_SWIZZLE_128B,
-        s => return Err(invalid(format!("TMA swizzle of {s} bytes"))),
-    };
-    let dims = [cols, rows];
-    let strides = [cols * 2];
-    let boxes = [m.box_cols, m.box_rows];
-    let elem = [1u32, 1];
-    // SAFETY: zeroed storage is a valid bit pattern for the opaque struct, which the driver fills.
-    let mut map: cu::CUtensorMap = unsafe { std::mem::zeroed() };
-    // SAFETY: rank-2 arrays valid for the call; the address was checked to be device memory.
-    check(
-        unsafe {
-            cu::cuTensorMapEncodeTiled(
-                &mut map,
-                cu::CUtensorMapDataType_enum::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                2,
-                ptr as *mut c_void,
-                dims.as_ptr(),
-                strides.as_ptr(),
-                boxes.as_ptr(),
-                elem.as_ptr(),
-                cu::CUtensorMapInterleave_enum::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                swizzle,
-                cu::CUtensorMapL2promotion_enum::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                cu::CUtensorMapFloatOOBfill_enum::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-            )
-        },
-        "cuTensorMapEncodeTiled",
-    )?;
-    Ok(map)
+    encode_bf16(
+        ptr,
+        &[cols, rows],
+        &[cols * 2],
+        &[m.box_cols, m.box_rows],
+        Swizzle::from_bytes(m.swizzle_bytes)?,
+    )
 }
 
 /// Dense bf16 GEMM operands at raw device addresses: `C = A·Bᵀ` with A `m × k`, B `n × k` and C `m × n`,

@@ -527,48 +527,75 @@ impl<'buf> TensorMap<'buf> {
         boxes: &[u32],
         swizzle: Swizzle,
     ) -> Result<TensorMap<'buf>, CudaError> {
-        use cu::CUtensorMapSwizzle_enum as S;
-        let sw = match swizzle {
-            Swizzle::None => S::CU_TENSOR_MAP_SWIZZLE_NONE,
-            Swizzle::B32 => S::CU_TENSOR_MAP_SWIZZLE_32B,
-            Swizzle::B64 => S::CU_TENSOR_MAP_SWIZZLE_64B,
-            Swizzle::B128 => S::CU_TENSOR_MAP_SWIZZLE_128B,
-        };
-        let rank = dims.len();
-        if !(1..=5).contains(&rank) || strides.len() + 1 != rank || boxes.len() != rank {
-            return Err(CudaError::Invalid(format!(
-                "tensor map of rank {rank} with {} strides and {} box sides",
-                strides.len(),
-                boxes.len()
-            )));
-        }
-        let elem = [1u32; 5];
-        // SAFETY: zeroed storage is a valid bit pattern for the opaque struct, filled by the driver.
-        let mut map: cu::CUtensorMap = unsafe { std::mem::zeroed() };
-        // SAFETY: arrays of `rank` entries (strides rank-1), checked above, valid for the call; the
-        // address is a live allocation.
-        check(
-            unsafe {
-                cu::cuTensorMapEncodeTiled(
-                    &mut map,
-                    cu::CUtensorMapDataType_enum::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                    rank as u32,
-                    buf.ptr() as *mut c_void,
-                    dims.as_ptr(),
-                    strides.as_ptr(),
-                    boxes.as_ptr(),
-                    elem.as_ptr(),
-                    cu::CUtensorMapInterleave_enum::CU_TENSOR_MAP_INTERLEAVE_NONE,
-                    sw,
-                    cu::CUtensorMapL2promotion_enum::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                    cu::CUtensorMapFloatOOBfill_enum::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
-                )
-            },
-            "cuTensorMapEncodeTiled",
-        )?;
         Ok(TensorMap {
-            map,
+            map: encode_bf16(buf.ptr(), dims, strides, boxes, swizzle)?,
             buffer: PhantomData,
         })
     }
+}
+
+impl Swizzle {
+    /// The mode of a swizzle span in bytes (0, 32, 64, 128), as the lowering states it.
+    pub fn from_bytes(bytes: u32) -> Result<Swizzle, CudaError> {
+        match bytes {
+            0 => Ok(Swizzle::None),
+            32 => Ok(Swizzle::B32),
+            64 => Ok(Swizzle::B64),
+            128 => Ok(Swizzle::B128),
+            s => Err(CudaError::Invalid(format!("TMA swizzle of {s} bytes"))),
+        }
+    }
+}
+
+/// `cuTensorMapEncodeTiled` for a bf16 tensor at device address `ptr` (`dims` innermost first, byte
+/// `strides` of the outer dimensions, `boxes` in elements). Shapes are the caller's to check against
+/// the memory behind `ptr`: [`TensorMap`] checks them against its buffer, the launcher on caller-owned
+/// memory against the allocation the driver reports.
+pub(crate) fn encode_bf16(
+    ptr: u64,
+    dims: &[u64],
+    strides: &[u64],
+    boxes: &[u32],
+    swizzle: Swizzle,
+) -> Result<cu::CUtensorMap, CudaError> {
+    use cu::CUtensorMapSwizzle_enum as S;
+    let sw = match swizzle {
+        Swizzle::None => S::CU_TENSOR_MAP_SWIZZLE_NONE,
+        Swizzle::B32 => S::CU_TENSOR_MAP_SWIZZLE_32B,
+        Swizzle::B64 => S::CU_TENSOR_MAP_SWIZZLE_64B,
+        Swizzle::B128 => S::CU_TENSOR_MAP_SWIZZLE_128B,
+    };
+    let rank = dims.len();
+    if !(1..=5).contains(&rank) || strides.len() + 1 != rank || boxes.len() != rank {
+        return Err(CudaError::Invalid(format!(
+            "tensor map of rank {rank} with {} strides and {} box sides",
+            strides.len(),
+            boxes.len()
+        )));
+    }
+    let elem = [1u32; 5];
+    // SAFETY: zeroed storage is a valid bit pattern for the opaque struct, filled by the driver.
+    let mut map: cu::CUtensorMap = unsafe { std::mem::zeroed() };
+    // SAFETY: arrays of `rank` entries (strides rank-1), checked above, valid for the call; the
+    // address is device memory (the caller's to check).
+    check(
+        unsafe {
+            cu::cuTensorMapEncodeTiled(
+                &mut map,
+                cu::CUtensorMapDataType_enum::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                rank as u32,
+                ptr as *mut c_void,
+                dims.as_ptr(),
+                strides.as_ptr(),
+                boxes.as_ptr(),
+                elem.as_ptr(),
+                cu::CUtensorMapInterleave_enum::CU_TENSOR_MAP_INTERLEAVE_NONE,
+                sw,
+                cu::CUtensorMapL2promotion_enum::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                cu::CUtensorMapFloatOOBfill_enum::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+            )
+        },
+        "cuTensorMapEncodeTiled",
+    )?;
+    Ok(map)
 }
