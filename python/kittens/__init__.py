@@ -141,9 +141,11 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     query (top-left, PyTorch's ``is_causal``). The kernel applies the default scale ``1/sqrt(D)`` only:
     another ``scale`` is a ValueError.
 
-    Runs on CPU arrays (the interpreter). CUDA tensors raise RuntimeError: the sm_90a attention
-    kernel (``kittens bench attn_fwd``) is not launched on the caller's tensors yet, and kittens never
-    moves CUDA data to the CPU behind the caller's back. For torch tensors
+    CPU arrays run on the interpreter. CUDA tensors run ``attn_fwd`` lowered for sm_90a (Hopper) on the
+    current torch stream, one compiled kernel per head dim, mask and memory order (compiled or loaded on
+    its first call, cached for the process); there the head dim must be 64 or 128 (a ValueError
+    otherwise). Like :func:`matmul`, CUDA calls allocate nothing but the output and synchronise nothing.
+    For torch tensors
     this is a ``torch.autograd.Function`` (:class:`AttentionFunction`) whose backward raises
     NotImplementedError until the attention backward kernel exists.
     """

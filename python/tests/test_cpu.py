@@ -264,10 +264,36 @@ def test_cuda_arrays_without_a_driver_are_a_runtime_error():
             _kittens.matmul(a, b, c, 0)
 
 
-def test_cuda_attention_is_refused_not_moved_to_the_cpu():
+def test_cuda_attention_goes_to_the_driver_not_to_the_cpu():
+    """CUDA attention is launched on the GPU or refused, never run on the CPU: host-range addresses are
+    refused as not device memory (with a driver) or for want of a driver."""
     q, k, v, o = (view_args([1, 2, 16, 64], "cuda", p) for p in (0x10000, 0x20000, 0x30000, 0x40000))
-    with pytest.raises(RuntimeError, match="no CUDA kernel yet"):
-        _kittens.attention(q, k, v, o, False, None, 0)
+    if _have_cuda_driver():
+        with pytest.raises((ValueError, RuntimeError)):
+            _kittens.attention(q, k, v, o, False, None, 0)
+    else:
+        with pytest.raises(RuntimeError, match="no NVIDIA driver"):
+            _kittens.attention(q, k, v, o, False, None, 0)
+
+
+def test_cuda_attention_limits_are_value_errors_before_any_driver_call():
+    def four(shape, kv_shape=None):
+        kv = kv_shape or shape
+        return (
+            view_args(shape, "cuda", 0x10000),
+            view_args(kv, "cuda", 0x20000),
+            view_args(kv, "cuda", 0x30000),
+            view_args(shape, "cuda", 0x40000),
+        )
+
+    # Head dims the CPU interpreter takes but the Hopper kernel does not.
+    for d in (32, 96, 256):
+        with pytest.raises(ValueError, match="64 or 128"):
+            _kittens.attention(*four([1, 2, 16, d]), False, None, 0)
+    with pytest.raises(ValueError, match="default softmax scale"):
+        _kittens.attention(*four([1, 2, 16, 64]), False, 0.5, 0)
+    with pytest.raises(ValueError, match="as many keys as queries"):
+        _kittens.attention(*four([1, 2, 16, 64], [1, 2, 32, 64]), False, None, 0)
 
 
 def test_cuda_dlpack_without_torch_is_a_runtime_error():

@@ -1,4 +1,5 @@
-"""kittens.matmul on CUDA torch tensors against torch.matmul (cuBLAS) on the same tensors.
+"""kittens.matmul and kittens.attention on CUDA torch tensors against torch.matmul (cuBLAS) and
+F.scaled_dot_product_attention on the same tensors.
 
 Runs on a Hopper GPU (sm_90a) with torch; anywhere else the whole file is skipped with the reason.
 Comparison rule (FlashAttention's): bit-identical to torch.matmul, or our error against a float64
@@ -102,9 +103,6 @@ def test_cuda_errors():
         kittens.matmul(randn(64, 60, seed=10), randn(64, 60, seed=11).T)
     with pytest.raises(ValueError, match="b must be the transpose"):
         kittens.matmul(a, w)
-    q = randn(1, 2, 64, 64, seed=12)
-    with pytest.raises(RuntimeError, match="no CUDA kernel yet"):
-        kittens.attention(q, q, q)
 
 
 def test_empty_problems():
@@ -123,4 +121,147 @@ def test_verbose_reports_the_compile():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
     assert r.returncode == 0, r.stderr
     assert "kittens: gemm_bf16" in r.stderr and "NVRTC" in r.stderr, r.stderr
+    print(r.stderr.strip())
+
+
+# --- attention ---------------------------------------------------------------------------------------
+
+F = torch.nn.functional
+
+
+def qkv(b, h, hk, n, d, layout, seed):
+    """Random bf16 q (B, H, N, D) and k, v (B, H_kv, N, D), dense in (B, H, N, D) order ("bhsd") or
+    (B, N, H, D) buffers seen through .transpose(1, 2) ("bshd")."""
+
+    def make(heads, s):
+        if layout == "bshd":
+            return randn(b, n, heads, d, seed=s).transpose(1, 2)
+        return randn(b, heads, n, d, seed=s)
+
+    return make(h, seed), make(hk, seed + 1), make(hk, seed + 2)
+
+
+def attention_f64(q, k, v, causal):
+    """softmax(q·kᵀ/√d)·v in float64, k/v heads shared by groups of query heads, top-left causal mask."""
+    g = q.shape[1] // k.shape[1]
+    q, k, v = q.double(), k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        n = q.shape[2]
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1), float("-inf"))
+    return torch.softmax(s, -1) @ v
+
+
+def sdpa(q, k, v, causal):
+    gqa = {"enable_gqa": True} if k.shape[1] != q.shape[1] else {}
+    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, **gqa)
+
+
+ATTN_SHAPES = [
+    # (B, H, H_kv, N, D, causal, layout)
+    (2, 8, 8, 1024, 128, False, "bhsd"),
+    (2, 8, 8, 1024, 128, True, "bshd"),
+    (1, 4, 4, 4096, 64, False, "bshd"),
+    (1, 4, 4, 4096, 64, True, "bhsd"),
+    (1, 16, 4, 1063, 128, True, "bshd"),
+    (1, 8, 2, 1063, 64, False, "bhsd"),
+    (2, 6, 1, 77, 64, True, "bshd"),
+    (1, 8, 2, 77, 128, False, "bhsd"),
+    (1, 4, 4, 1, 64, True, "bhsd"),
+    (3, 2, 2, 200, 128, True, "bhsd"),
+]
+
+
+@pytest.mark.parametrize("b,h,hk,n,d,causal,layout", ATTN_SHAPES)
+def test_attention_matches_sdpa(b, h, hk, n, d, causal, layout):
+    q, k, v = qkv(b, h, hk, n, d, layout, seed=n * 7 + d + h)
+    ours = kittens.attention(q, k, v, causal=causal)
+    assert ours.device == q.device and ours.dtype == torch.bfloat16 and ours.shape == q.shape
+    # The output takes q's memory order.
+    assert ours.stride() == q.stride() or n == 1, (ours.stride(), q.stride())
+    theirs = sdpa(q, k, v, causal)
+    ref = attention_f64(q, k, v, causal)
+    print(f"B{b} H{h}/{hk} N{n} D{d} causal={causal} {layout}: {check_rule(ours, theirs, ref)}")
+
+
+def test_attention_with_large_logits():
+    """Inputs scaled by 8 (exact in bf16): logits of tens, where an unstable softmax overflows."""
+    q, k, v = qkv(1, 4, 2, 333, 128, "bshd", seed=21)
+    q, k = q * 8, k * 8
+    for causal in (False, True):
+        ours = kittens.attention(q, k, v, causal=causal)
+        print(check_rule(ours, sdpa(q, k, v, causal), attention_f64(q, k, v, causal)))
+
+
+def test_attention_out_is_written_in_place():
+    q, k, v = qkv(1, 4, 4, 300, 64, "bhsd", seed=31)
+    out = torch.full_like(q, float("nan"))
+    assert kittens.attention(q, k, v, causal=True, out=out) is out
+    check_rule(out, sdpa(q, k, v, True), attention_f64(q, k, v, True))
+
+
+def test_attention_runs_on_a_non_default_stream_in_order():
+    """q written on a side stream and read by kittens on it with no synchronisation between: right only
+    if the launch went to that stream, after the writes."""
+    q, k, v = qkv(4, 16, 16, 2048, 128, "bshd", seed=41)
+    q2 = torch.empty_like(q)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):  # keep the stream busy so a launch elsewhere would overtake the copy
+            q2.copy_(q * 2)
+        ours = kittens.attention(q2, k, v, causal=True)
+        theirs = sdpa(q2, k, v, True)
+    s.synchronize()
+    check_rule(ours, theirs, attention_f64(q * 2, k, v, True))
+
+
+def test_attention_cuda_graph_capture_and_replay():
+    q, k, v = qkv(2, 4, 4, 512, 64, "bhsd", seed=51)
+    out = torch.empty_like(q)
+    kittens.attention(q, k, v, out=out)  # warm-up: compiles or loads the kernel outside the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        kittens.attention(q, k, v, out=out)
+    q.copy_(qkv(2, 4, 4, 512, 64, "bhsd", seed=52)[0])
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    check_rule(out, sdpa(q, k, v, False), attention_f64(q, k, v, False))
+
+
+def test_attention_cuda_limits_are_value_errors():
+    q, k, v = qkv(1, 2, 2, 64, 96, "bhsd", seed=61)
+    with pytest.raises(ValueError, match="64 or 128"):
+        kittens.attention(q, k, v)
+    q, k, v = qkv(1, 2, 2, 64, 64, "bhsd", seed=62)
+    with pytest.raises(ValueError, match="default softmax scale"):
+        kittens.attention(q, k, v, scale=0.5)
+    k2, v2 = randn(1, 2, 128, 64, seed=63), randn(1, 2, 128, 64, seed=64)
+    with pytest.raises(ValueError, match="as many keys as queries"):
+        kittens.attention(q, k2, v2)
+    with pytest.raises(ValueError, match="different devices"):
+        kittens.attention(q, k.cpu(), v)
+    with pytest.raises(ValueError, match="dense in one layout"):
+        kittens.attention(q[:, :, ::2], k[:, :, ::2], v[:, :, ::2])
+
+
+def test_attention_backward_is_not_implemented():
+    q, k, v = (t.requires_grad_() for t in qkv(1, 2, 2, 128, 64, "bhsd", seed=71))
+    o = kittens.attention(q, k, v, causal=True)  # the forward runs on the GPU
+    check_rule(o.detach(), sdpa(q, k, v, True).detach(), attention_f64(q.detach(), k.detach(), v.detach(), True))
+    with pytest.raises(NotImplementedError):
+        o.float().sum().backward()
+
+
+def test_verbose_reports_the_attention_compile():
+    code = (
+        "import torch, kittens; kittens.set_verbose(True); "
+        "q = torch.ones(1, 2, 128, 64, device='cuda', dtype=torch.bfloat16); kittens.attention(q, q, q); "
+        "torch.cuda.synchronize()"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    assert "kittens: attn" in r.stderr and "NVRTC" in r.stderr, r.stderr
     print(r.stderr.strip())

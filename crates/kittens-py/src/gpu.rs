@@ -1,13 +1,15 @@
-//! The CUDA path: the caller's device pointers and stream go to `kittens_runtime::cuda::caller`, which
-//! launches the lowered sm_90a GEMM in the device's primary context (PyTorch's). The sm_90a attention
-//! is not launched on caller-owned tensors yet, so CUDA attention is an error, never a silent trip
-//! through the CPU.
+//! The CUDA path: the caller's device pointers and stream go to `kittens_runtime::cuda::caller` (the
+//! GEMM) and `caller_attn` (the attention forward), which launch the lowered sm_90a kernels in the
+//! device's primary context (PyTorch's). CUDA tensors never take a silent trip through the CPU.
 
 use kittens_hw::Target;
+use kittens_kernels::attn_fwd::{self, AttnConfig};
+use kittens_kernels::reference::AttnShape;
 use kittens_runtime::cuda::caller::{self, GemmPointers, KernelLoad};
+use kittens_runtime::cuda::caller_attn::{self, AttnKernelConfig, AttnPointers};
 use kittens_runtime::cuda::CudaError;
 
-use crate::view::{ApiError, Matmul};
+use crate::view::{ApiError, Attention, Matmul};
 
 fn cuda_error(e: CudaError) -> ApiError {
     match e {
@@ -71,12 +73,55 @@ fn lowered_gemm() -> Result<kittens_codegen::Lowered, CudaError> {
         .map_err(|e| invalid(format!("lowering gemm_bf16: {e}")))
 }
 
-/// CUDA attention is not there yet.
-pub fn attention() -> ApiError {
-    ApiError::Runtime(
-        "kittens.attention has no CUDA kernel yet for the caller's tensors (attn_fwd's sm_90a lowering \
-         runs in `kittens bench attn_fwd` only); it runs on CPU \
-         arrays only, and CUDA tensors are never moved to the CPU behind your back"
-            .into(),
-    )
+/// Enqueues the attention forward on `stream` of device `ordinal`; returns the kernel load on the first
+/// call of a configuration (head dim, mask, layout) on a device.
+///
+/// # Safety
+/// As for [`matmul`]: live device arrays of the checked shapes, kept alive until the stream has run.
+pub unsafe fn attention(
+    p: &Attention,
+    causal: bool,
+    ordinal: i32,
+    stream: u64,
+) -> Result<Option<KernelLoad>, ApiError> {
+    let ptrs = AttnPointers {
+        q: p.q,
+        k: p.k,
+        v: p.v,
+        o: p.o,
+        shape: AttnShape {
+            batch: p.batch,
+            heads: p.heads,
+            heads_kv: p.heads_kv,
+            seq: p.seq,
+            dim: p.dim,
+            layout: p.layout,
+        },
+        causal,
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe { caller_attn::attention_fwd(ordinal, stream, &ptrs, lowered_attention) }.map_err(|e| {
+        match e {
+            CudaError::Invalid(m) => ApiError::Value(format!("kittens.attention on CUDA: {m}")),
+            other => cuda_error(other),
+        }
+    })
+}
+
+/// The registry's `attn_fwd` as built for the H100 (`AttnConfig::for_gpu`: the producer/consumer
+/// schedule), at the problem's head dimension, mask and memory order, lowered for sm_90a.
+fn lowered_attention(cfg: &AttnKernelConfig) -> Result<kittens_codegen::Lowered, CudaError> {
+    let invalid = |e: String| CudaError::Invalid(e);
+    let entry = kittens_kernels::by_name("attn_fwd").map_err(|e| invalid(e.to_string()))?;
+    let gpu = kittens_hw::gpu("h100").map_err(|e| invalid(e.to_string()))?;
+    let dim = u32::try_from(cfg.dim).map_err(|_| invalid(format!("head dim {}", cfg.dim)))?;
+    let k = attn_fwd::build(&AttnConfig {
+        dim,
+        causal: cfg.causal,
+        layout: cfg.layout,
+        ..AttnConfig::for_gpu(gpu)
+    })
+    .map_err(|e| invalid(format!("building {} for sm_90a: {e}", entry.name)))?;
+    kittens_codegen::lower(&k, Target::Sm90a)
+        .map_err(|e| invalid(format!("lowering {}: {e}", entry.name)))
 }

@@ -89,6 +89,7 @@ fn matmul(py: Python<'_>, a: ViewArgs, b: ViewArgs, out: ViewArgs, stream: u64) 
 
 /// `out = softmax(q·kᵀ·scale)·v` for bf16 (B, H, N, D) `q`/`out` and (B, H_kv, N, D) `k`/`v` (GQA when
 /// H_kv < H), all in (B, H, N, D) or (B, N, H, D) memory order; `causal` masks keys after each query.
+/// CPU arrays run on the interpreter; CUDA arrays are launched on `stream` like [`matmul`]'s.
 #[pyfunction]
 #[pyo3(signature = (q, k, v, out, causal, scale, stream))]
 #[allow(clippy::too_many_arguments)]
@@ -102,7 +103,6 @@ fn attention(
     scale: Option<f64>,
     stream: u64,
 ) -> PyResult<()> {
-    let _ = stream; // no CUDA attention yet
     let views = [
         view::view("q", q),
         view::view("k", k),
@@ -129,7 +129,13 @@ fn attention(
             ));
             Ok(())
         }
-        Device::Cuda(_) => Err(gpu::attention()),
+        Device::Cuda(ordinal) => {
+            // SAFETY: the Python caller passes live tensors of this device used on their own stream.
+            if let Some(load) = unsafe { gpu::attention(&p, causal, ordinal, stream)? } {
+                say(&gpu::describe(&load));
+            }
+            Ok(())
+        }
     })
 }
 

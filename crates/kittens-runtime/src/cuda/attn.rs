@@ -3,22 +3,20 @@
 //! the f64 reference by the test rule (`kittens_kernels::reference::check_rule` against the
 //! PyTorch-style bf16 baseline on the same rows), and timed with CUDA events.
 //!
-//! The tensor maps come from the tile program itself: each `TmaMap` of the lowering names a global
-//! tensor, whose dims and element strides (expressions over the parameters) give the map's shape in
-//! the order `TmaMap::dim_order` fixes — so BSHD and BHSD are the same kernel with other strides.
+//! The tensor maps come from the tile program itself ([`super::args`]): each `TmaMap` of the lowering
+//! names a global tensor, whose dims and element strides give the map's shape — so BSHD and BHSD are
+//! the same kernel with other strides.
 
-use std::ffi::c_void;
 use std::rc::Rc;
 
-use cudarc::driver::sys as cu;
-use kittens_codegen::cuda::TmaMap;
-use kittens_codegen::{KernelArg, Lowered};
+use kittens_codegen::Lowered;
 use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
 use kittens_kernels::reference::{self, AttnShape, ErrorReport, Verdict};
 use serde::Serialize;
 
+use super::args::PackedArgs;
 use super::bench::{bf16_to_f32, median, random_bf16};
-use super::driver::{Device, DeviceBuffer, Event, Function, Stream, Swizzle, TensorMap};
+use super::driver::{Device, DeviceBuffer, Event, Function, Stream, TensorMap};
 use super::{compile, CudaCompileReport, CudaError};
 
 fn invalid(e: impl std::fmt::Display) -> CudaError {
@@ -57,7 +55,7 @@ pub struct AttnKernel {
 }
 
 /// The parameters of `attn_fwd` for a shape, in the tile program's names.
-fn params(sh: &AttnShape) -> [(&'static str, i64); 4] {
+pub fn params(sh: &AttnShape) -> [(&'static str, i64); 4] {
     [
         ("batch", sh.batch as i64),
         ("heads", sh.heads as i64),
@@ -111,63 +109,8 @@ impl AttnKernel {
         })
     }
 
-    /// The tensor map of `t` over `buf` at the shape's parameters.
-    fn map<'b>(
-        &self,
-        t: &TmaMap,
-        buf: &'b DeviceBuffer,
-        sh: &AttnShape,
-    ) -> Result<TensorMap<'b>, CudaError> {
-        let ir = &self.lowered.ir;
-        let g = ir
-            .globals
-            .get(t.global as usize)
-            .ok_or_else(|| invalid("a tensor map of an undeclared tensor"))?;
-        let values: Vec<i64> = ir
-            .params
-            .iter()
-            .map(|p| {
-                params(sh)
-                    .iter()
-                    .find(|(n, _)| *n == p.name)
-                    .map(|&(_, v)| v)
-                    .ok_or_else(|| invalid(format!("unknown parameter `{}`", p.name)))
-            })
-            .collect::<Result<_, _>>()?;
-        let env = kittens_ir::Env {
-            params: &values,
-            vars: &[],
-            block: &[],
-            wave: 0,
-        };
-        let eval = |e: &kittens_ir::Expr| -> Result<u64, CudaError> {
-            e.eval(&env)
-                .and_then(|v| u64::try_from(v).ok())
-                .ok_or_else(|| invalid(format!("`{}` of tensor `{}`", e, g.name)))
-        };
-        let order = TmaMap::dim_order(g.dims.len(), t.row_dim, t.col_dim);
-        let dims: Vec<u64> = order
-            .iter()
-            .map(|&i| eval(&g.dims[i]))
-            .collect::<Result<_, _>>()?;
-        let strides: Vec<u64> = order[1..]
-            .iter()
-            .map(|&i| eval(&g.strides[i]).map(|s| s * 2))
-            .collect::<Result<_, _>>()?;
-        let mut boxes = vec![1u32; order.len()];
-        boxes[0] = t.box_cols;
-        boxes[1] = t.box_rows;
-        let swizzle = match t.swizzle_bytes {
-            128 => Swizzle::B128,
-            64 => Swizzle::B64,
-            32 => Swizzle::B32,
-            _ => Swizzle::None,
-        };
-        TensorMap::bf16_nd(buf, &dims, &strides, &boxes, swizzle)
-    }
-
     /// One launch on `bufs` at shape `sh`: the arguments in the lowering's order (tensor maps,
-    /// pointers, parameters); unknown names are refused.
+    /// pointers, parameters; [`PackedArgs`]); unknown names are refused.
     pub fn launch(
         &self,
         stream: &Stream,
@@ -176,56 +119,29 @@ impl AttnKernel {
     ) -> Result<(), CudaError> {
         check_shape(sh)?;
         let l = &self.lowered;
-        let mut maps: Vec<cu::CUtensorMap> = Vec::new();
-        let mut ptrs: Vec<u64> = Vec::new();
-        let mut ints: Vec<i32> = Vec::new();
-        let mut slots: Vec<(u8, usize)> = Vec::new();
-        for arg in &l.args {
-            match arg {
-                KernelArg::TensorMap(t) => {
-                    let g = &l.ir.globals[t.global as usize].name;
-                    maps.push(self.map(t, bufs.by_name(g)?, sh)?.map);
-                    slots.push((0, maps.len() - 1));
-                }
-                KernelArg::Global { name } => {
-                    ptrs.push(bufs.by_name(name)?.ptr());
-                    slots.push((1, ptrs.len() - 1));
-                }
-                KernelArg::Param { name } => {
-                    let v = params(sh)
-                        .iter()
-                        .find(|(n, _)| n == name)
-                        .map(|&(_, v)| v)
-                        .ok_or_else(|| invalid(format!("unknown parameter `{name}`")))?;
-                    ints.push(i32::try_from(v).map_err(|_| invalid(format!("{name} = {v}")))?);
-                    slots.push((2, ints.len() - 1));
-                }
-            }
-        }
-        let mut params: Vec<*mut c_void> = slots
-            .iter()
-            .map(|&(kind, i)| match kind {
-                0 => (&mut maps[i] as *mut cu::CUtensorMap).cast::<c_void>(),
-                1 => (&mut ptrs[i] as *mut u64).cast::<c_void>(),
-                _ => (&mut ints[i] as *mut i32).cast::<c_void>(),
-            })
-            .collect();
+        let values = params(sh);
+        let mut args = PackedArgs::pack(
+            l,
+            &values,
+            |g| {
+                let buf = bufs.by_name(&g.tensor)?;
+                Ok(TensorMap::bf16_nd(buf, &g.dims, &g.strides, &g.boxes, g.swizzle)?.map)
+            },
+            |name| Ok(bufs.by_name(name)?.ptr()),
+        )?;
+        let mut pointers = args.pointers();
         let grid = l
-            .blocks(&params_named(sh), self.resident)
+            .blocks(&values, self.resident)
             .ok_or_else(|| invalid("grid extents of the lowered kernel"))?;
         // SAFETY: one pointer per kernel argument in the lowering's order and types (tensor maps by
         // value, 64-bit device pointers, 32-bit integers); the buffers hold the shape's tensors
-        // (allocated by `AttnBuffers::random` for this shape, the maps checked against them); the
-        // storage vectors live until the launch returns.
+        // (allocated by `AttnBuffers::random` for this shape, the maps checked against them); `args`
+        // lives until the launch returns.
         unsafe {
             self.function
-                .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut params)
+                .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut pointers)
         }
     }
-}
-
-fn params_named(sh: &AttnShape) -> Vec<(&'static str, i64)> {
-    params(sh).to_vec()
 }
 
 /// One benchmark or check shape.

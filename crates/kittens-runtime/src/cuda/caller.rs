@@ -1,11 +1,13 @@
 //! Launching on memory, streams and contexts a framework owns (PyTorch's tensors and current stream):
-//! the lowered `gemm_bf16` on raw device pointers, enqueued on the caller's stream, in the device's
-//! primary context — the context the CUDA runtime, and so PyTorch, uses (CUDA driver API §"Primary
+//! lowered kernels on raw device pointers, enqueued on the caller's stream, in the device's primary
+//! context — the context the CUDA runtime, and so PyTorch, uses (CUDA driver API §"Primary
 //! Context Management"). Nothing here allocates, copies or synchronises, so a launch can be captured
 //! into a CUDA graph once the kernel is loaded.
 //!
-//! The kernel is compiled (NVRTC, on-disk cache: [`super::nvrtc`]) and loaded on first use per device and
-//! kept for the life of the process; the primary context is retained once and never released, so the
+//! This module holds what every such launcher shares — the retained contexts, pointer checks, and the
+//! per-device cache of loaded kernels keyed by kernel configuration — and the GEMM on it; the attention
+//! forward is in [`super::caller_attn`]. A kernel is compiled (NVRTC, on-disk cache: [`super::nvrtc`])
+//! and loaded on first use per device and configuration, and kept for the life of the process; the primary context is retained once and never released, so the
 //! loaded module stays valid whatever the framework does with its own reference.
 
 use std::ffi::c_void;
@@ -39,11 +41,11 @@ pub struct KernelLoad {
 }
 
 /// A loaded kernel; the driver handles are plain pointers valid in any thread once the context is current.
-struct Loaded {
+pub(crate) struct Loaded {
     function: cu::CUfunction,
-    lowered: Lowered,
-    multiprocessors: u32,
-    load: KernelLoad,
+    pub(crate) lowered: Lowered,
+    pub(crate) multiprocessors: u32,
+    pub(crate) load: KernelLoad,
 }
 
 // SAFETY: CUfunction/CUcontext handles are process-wide driver objects, usable from any thread with the
@@ -51,11 +53,11 @@ struct Loaded {
 unsafe impl Send for Loaded {}
 unsafe impl Sync for Loaded {}
 
-/// One device's retained primary context and, once loaded, its GEMM.
+/// One device's retained primary context and the kernels loaded there, by configuration key.
 struct DeviceState {
     ordinal: i32,
     ctx: usize,
-    gemm: Option<Arc<Loaded>>,
+    kernels: Vec<(String, Arc<Loaded>)>,
 }
 
 static DEVICES: Mutex<Vec<DeviceState>> = Mutex::new(Vec::new());
@@ -100,13 +102,16 @@ fn primary_context(ordinal: i32) -> Result<cu::CUcontext, CudaError> {
     devices.push(DeviceState {
         ordinal,
         ctx: ctx as usize,
-        gemm: None,
+        kernels: Vec::new(),
     });
     Ok(ctx)
 }
 
 /// Runs `f` with device `ordinal`'s primary context current, restoring the caller's afterwards.
-fn in_context<T>(ordinal: i32, f: impl FnOnce() -> Result<T, CudaError>) -> Result<T, CudaError> {
+pub(crate) fn in_context<T>(
+    ordinal: i32,
+    f: impl FnOnce() -> Result<T, CudaError>,
+) -> Result<T, CudaError> {
     let ctx = primary_context(ordinal)?;
     // SAFETY: a retained context; popped below on every path.
     check(unsafe { cu::cuCtxPushCurrent_v2(ctx) }, "cuCtxPushCurrent")?;
@@ -130,8 +135,9 @@ fn attribute(dev: cu::CUdevice, a: cu::CUdevice_attribute) -> Result<i32, CudaEr
     Ok(v)
 }
 
-/// Compiles (or reads from the cache) and loads the GEMM on `ordinal`; the context is current.
-fn load(ordinal: i32, lower: LowerGemm) -> Result<Loaded, CudaError> {
+/// Compiles (or reads from the cache) and loads the kernel `lower` gives on `ordinal`; the context is
+/// current.
+fn load(ordinal: i32, lower: &dyn Fn() -> Result<Lowered, CudaError>) -> Result<Loaded, CudaError> {
     let t = Instant::now();
     use cu::CUdevice_attribute as A;
     let mut dev = 0;
@@ -154,22 +160,13 @@ fn load(ordinal: i32, lower: LowerGemm) -> Result<Loaded, CudaError> {
     // sm_90a code runs on compute capability 9.0 only (PTX ISA §"Architecture-specific features").
     if cc != (9, 0) {
         return Err(invalid(format!(
-            "{name} (compute capability {}.{}) cannot run kittens' GEMM, which is compiled for sm_90a \
-             (Hopper, compute capability 9.0)",
+            "{name} (compute capability {}.{}) cannot run kittens' CUDA kernels, which are compiled \
+             for sm_90a (Hopper, compute capability 9.0)",
             cc.0, cc.1
         )));
     }
     let multiprocessors = attribute(dev, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as u32;
     let l = lower()?;
-    let globals: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
-    let maps_in_order = l.tma_maps().iter().map(|m| m.global).eq(0..3);
-    if globals != ["a", "b", "c"] || !maps_in_order {
-        return Err(invalid(format!(
-            "the lowered GEMM takes globals {globals:?} with maps {:?}; this launcher knows a, b, c \
-             with one map each",
-            l.tma_maps()
-        )));
-    }
     let shared = l.dynamic_shared_bytes();
     let image = compile(&l.source, &l.entry, "sm_90a", shared)?;
     let mut module = std::ptr::null_mut();
@@ -209,31 +206,79 @@ fn load(ordinal: i32, lower: LowerGemm) -> Result<Loaded, CudaError> {
     })
 }
 
-/// The device's GEMM, loading it on first use; `true` when this call loaded it.
-fn gemm_on(ordinal: i32, lower: LowerGemm) -> Result<(Arc<Loaded>, bool), CudaError> {
-    {
-        let devices = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(g) = devices
+/// The device's kernel of configuration `key`, loaded by `lower` on first use; `true` when this call
+/// loaded it. The device's primary context must be current (see [`in_context`]).
+pub(crate) fn kernel_on(
+    ordinal: i32,
+    key: &str,
+    lower: &dyn Fn() -> Result<Lowered, CudaError>,
+) -> Result<(Arc<Loaded>, bool), CudaError> {
+    let cached = |devices: &[DeviceState]| {
+        devices
             .iter()
             .find(|d| d.ordinal == ordinal)
-            .and_then(|d| d.gemm.clone())
-        {
-            return Ok((g, false));
-        }
+            .and_then(|d| d.kernels.iter().find(|(k, _)| k == key))
+            .map(|(_, g)| g.clone())
+    };
+    if let Some(g) = cached(&DEVICES.lock().unwrap_or_else(|p| p.into_inner())) {
+        return Ok((g, false));
     }
+    // Loaded outside the lock: compiling takes seconds, and other devices and kernels need not wait.
     let loaded = Arc::new(load(ordinal, lower)?);
     let mut devices = DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+    // Two threads may both have loaded it; keep the first.
+    if let Some(g) = cached(&devices) {
+        return Ok((g, false));
+    }
     let d = devices
         .iter_mut()
         .find(|d| d.ordinal == ordinal)
         .ok_or_else(|| invalid("device state vanished"))?;
-    // Two threads may both have loaded it; keep the first.
-    let kept = d.gemm.get_or_insert(loaded).clone();
-    Ok((kept, true))
+    d.kernels.push((key.to_owned(), loaded.clone()));
+    Ok((loaded, true))
+}
+
+/// Enqueues `k` with `grid` blocks and the argument pointers `params` on `stream`.
+///
+/// # Safety
+/// `params` must hold one live pointer per kernel argument in the lowering's order and types, and the
+/// memory the arguments address must stay allocated until the launch has run; the kernel's context is
+/// current and `stream` is a live stream of it (or 0).
+pub(crate) unsafe fn enqueue(
+    k: &Loaded,
+    grid: u32,
+    params: &mut [*mut c_void],
+    stream: u64,
+) -> Result<(), CudaError> {
+    let l = &k.lowered;
+    // SAFETY: forwarded from the caller.
+    check(
+        unsafe {
+            cu::cuLaunchKernel(
+                k.function,
+                grid,
+                1,
+                1,
+                l.threads,
+                1,
+                1,
+                l.dynamic_shared_bytes(),
+                stream as cu::CUstream,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        },
+        "cuLaunchKernel",
+    )
 }
 
 /// Checks that `[ptr, ptr + bytes)` lies inside one allocation on device `ordinal`.
-fn check_pointer(what: &str, ptr: u64, bytes: u64, ordinal: i32) -> Result<(), CudaError> {
+pub(crate) fn check_pointer(
+    what: &str,
+    ptr: u64,
+    bytes: u64,
+    ordinal: i32,
+) -> Result<(), CudaError> {
     let mut dev: i32 = -1;
     let (mut start, mut size): (u64, usize) = (0, 0);
     use cu::CUpointer_attribute as P;
@@ -348,14 +393,23 @@ pub unsafe fn gemm_bf16_abt(
         check_pointer("A", p.a, bytes(m, k), ordinal)?;
         check_pointer("B", p.b, bytes(n, k), ordinal)?;
         check_pointer("C", p.c, bytes(m, n), ordinal)?;
-        let (g, fresh) = gemm_on(ordinal, lower)?;
-        let maps = g.lowered.tma_maps();
+        let (g, fresh) = kernel_on(ordinal, "gemm_bf16", &lower)?;
+        let l = &g.lowered;
+        let globals: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
+        let maps_in_order = l.tma_maps().iter().map(|m| m.global).eq(0..3);
+        if globals != ["a", "b", "c"] || !maps_in_order {
+            return Err(invalid(format!(
+                "the lowered GEMM takes globals {globals:?} with maps {:?}; this launcher knows a, b, \
+                 c with one map each",
+                l.tma_maps()
+            )));
+        }
+        let maps = l.tma_maps();
         let ta = map_2d(p.a, m as u64, k as u64, &maps[0])?;
         let tb = map_2d(p.b, n as u64, k as u64, &maps[1])?;
         let tc = map_2d(p.c, m as u64, n as u64, &maps[2])?;
         let mut args = GemmArgs::new(&g.lowered, [ta, tb, tc], [p.a, p.b, p.c], [m, n, k])?;
         let mut params = args.pointers();
-        let l = &g.lowered;
         let grid = l
             .blocks(
                 &[("m", m as i64), ("n", n as i64), ("k", k as i64)],
@@ -364,24 +418,7 @@ pub unsafe fn gemm_bf16_abt(
             .ok_or_else(|| invalid("grid extents of the lowered GEMM"))?;
         // SAFETY: one pointer per argument of the lowering's list (`GemmArgs`), alive until the call
         // returns; the caller keeps the buffers and the stream alive.
-        check(
-            unsafe {
-                cu::cuLaunchKernel(
-                    g.function,
-                    grid,
-                    1,
-                    1,
-                    l.threads,
-                    1,
-                    1,
-                    l.dynamic_shared_bytes(),
-                    stream as cu::CUstream,
-                    params.as_mut_ptr(),
-                    std::ptr::null_mut(),
-                )
-            },
-            "cuLaunchKernel",
-        )?;
+        unsafe { enqueue(&g, grid, &mut params, stream)? };
         Ok(fresh.then(|| g.load.clone()))
     })
 }

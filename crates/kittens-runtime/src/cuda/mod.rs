@@ -6,10 +6,12 @@
 //! building needs no CUDA, and a machine without a driver gets [`CudaError::NoDriver`] instead of a
 //! crash.
 
+pub mod args;
 pub mod attn;
 pub mod bench;
 pub mod cache;
 pub mod caller;
+pub mod caller_attn;
 pub mod cublas;
 pub mod driver;
 pub mod gemm_kernel;
