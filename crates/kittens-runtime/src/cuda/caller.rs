@@ -7,8 +7,9 @@
 //! This module holds what every such launcher shares — the retained contexts, pointer checks, and the
 //! per-device cache of loaded kernels keyed by kernel configuration — and the GEMM on it; the attention
 //! forward is in [`super::caller_attn`]. A kernel is compiled (NVRTC, on-disk cache: [`super::nvrtc`])
-//! and loaded on first use per device and configuration, and kept for the life of the process; the primary context is retained once and never released, so the
-//! loaded module stays valid whatever the framework does with its own reference.
+//! and loaded on first use per device and configuration, and kept for the life of the process; the
+//! primary context is retained once and never released, so the loaded modules stay valid whatever the
+//! framework does with its own reference.
 
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex};
