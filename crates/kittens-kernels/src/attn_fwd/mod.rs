@@ -17,7 +17,7 @@ mod producer_consumer;
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::Bf16;
-use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder};
+use kittens_ir::{Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, ReduceOp, RegId};
 
 /// Which schedule the attention is built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -180,5 +180,40 @@ fn name(cfg: &AttnConfig) -> &'static str {
         "attn_fwd_causal"
     } else {
         "attn_fwd"
+    }
+}
+
+/// The register vectors of the online softmax (FlashAttention-2 §3.1): the running max, its value
+/// before this block, the max times the scale, the running sum, and the correction factor of this block.
+pub(crate) struct Softmax {
+    pub max: RegId,
+    pub max_prev: RegId,
+    pub max_c: RegId,
+    pub norm: RegId,
+    pub scale: RegId,
+}
+
+impl Softmax {
+    /// One K/V block's step on the f32 scores `s` (in place, becoming P): the running max over `keys`
+    /// (the axis that runs over keys: `Axis::Rows` for S = Q·Kᵀ with a query per row, `Axis::Cols` for
+    /// Sᵀ = K·Qᵀ with a query per column), P = exp2(S·c − max·c) (the multiply and subtract contract to
+    /// one FMA; the scale `c` never touches a bf16 operand), the correction exp2((max_prev − max)·c)
+    /// into `scale`, and the running sum rescaled and accumulated. The caller rescales its output
+    /// accumulator by `scale`.
+    pub fn step(&self, k: &mut KernelBuilder, s: RegId, keys: Axis, c: f32) {
+        k.copy(self.max_prev, self.max);
+        k.reduce(keys, ReduceOp::Max, self.max, s, Some(self.max));
+        k.mul(self.max_c, self.max, c);
+        k.mul(s, s, c);
+        match keys {
+            Axis::Rows => k.sub_row(s, s, self.max_c),
+            Axis::Cols => k.sub_col(s, s, self.max_c),
+        }
+        k.exp2(s, s);
+        k.sub(self.scale, self.max_prev, self.max);
+        k.mul(self.scale, self.scale, c);
+        k.exp2(self.scale, self.scale);
+        k.mul(self.norm, self.norm, self.scale);
+        k.reduce(keys, ReduceOp::Sum, self.norm, s, Some(self.norm));
     }
 }

@@ -13,10 +13,10 @@
 //! 0.1 in the exponent, a 6e-2 relative error of the output, where PyTorch-style bf16 attention (f32
 //! scores) has 4e-3. The running max is kept on unscaled scores (`c > 0` preserves the order).
 
-use super::{declare_io, AttnConfig, Io};
+use super::{declare_io, AttnConfig, Io, Softmax};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Expr, Kernel, KernelBuilder, MaskRule, Schedule};
+use kittens_ir::{Axis, Expr, Kernel, KernelBuilder, MaskRule, Schedule};
 use kittens_tile::{BaseShape, Layout, SharedTile};
 
 /// The 8-wave ping-pong program; parameters and tensors as [`super::build`].
@@ -61,6 +61,13 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let o_q = k.tile("o_q", F32, qr, d, Layout::Row, BaseShape::S16X16);
     let [max_v, max_prev, max_c, scale, norm] =
         ["max_v", "max_prev", "max_c", "scale", "norm"].map(|n| k.col_vec(n, att, F32));
+    let softmax = Softmax {
+        max: max_v,
+        max_prev,
+        max_c,
+        norm,
+        scale,
+    };
     // exp(x/√d) = exp2(x·c): the softmax scale in the base-2 exponent.
     let c = std::f32::consts::LOG2_E / (d as f32).sqrt();
 
@@ -127,19 +134,8 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                         inf,
                     );
                 }
-                // P = exp2(S·c − max·c) on the f32 scores (the multiply and subtract contract to
-                // one FMA); the correction of the running sums is exp2((max_prev − max)·c).
-                k.copy(max_prev, max_v);
-                k.col_max_acc(max_v, att, max_v);
-                k.mul(max_c, max_v, c);
-                k.mul(att, att, c);
-                k.sub_col(att, att, max_c);
-                k.exp2(att, att);
-                k.sub(scale, max_prev, max_v);
-                k.mul(scale, scale, c);
-                k.exp2(scale, scale);
-                k.mul(norm, norm, scale);
-                k.col_sum_acc(norm, att, norm);
+                // Scores are Sᵀ = K·Qᵀ here: a query per column.
+                softmax.step(k, att, Axis::Cols, c);
                 k.copy(att_b, att);
             });
             k.memory("land next kv", |k| k.wait_async(0));

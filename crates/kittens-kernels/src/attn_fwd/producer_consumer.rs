@@ -21,11 +21,11 @@
 //! written here: query blocks are visited last-first, so that with a causal mask the longest blocks
 //! start first (a persistent grid then fills the tail with short ones).
 
-use super::{declare_io, AttnConfig, Io};
+use super::{declare_io, AttnConfig, Io, Softmax};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Schedule, Scope,
+    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Schedule, Scope,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
@@ -109,6 +109,13 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         .collect();
     let [max_v, max_prev, max_c, scale, norm] =
         ["max_v", "max_prev", "max_c", "scale", "norm"].map(|n| k.row_vec(n, s, F32));
+    let softmax = Softmax {
+        max: max_v,
+        max_prev,
+        max_c,
+        norm,
+        scale,
+    };
     // exp(x/√d) = exp2(x·c): the softmax scale in the base-2 exponent.
     let c = std::f32::consts::LOG2_E / (d as f32).sqrt();
 
@@ -193,19 +200,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                         k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
                     });
                 }
-                // P = exp2(S·c − max·c) on the f32 scores; the running sums are corrected by
-                // exp2((max_prev − max)·c).
-                k.copy(max_prev, max_v);
-                k.row_max_acc(max_v, s, max_v);
-                k.mul(max_c, max_v, c);
-                k.mul(s, s, c);
-                k.sub_row(s, s, max_c);
-                k.exp2(s, s);
-                k.sub(scale, max_prev, max_v);
-                k.mul(scale, scale, c);
-                k.exp2(scale, scale);
-                k.mul(norm, norm, scale);
-                k.row_sum_acc(norm, s, norm);
+                softmax.step(k, s, Axis::Rows, c);
                 k.copy(p, s); // accumulator fragment → A operand, in registers
                 for &or in &o_r {
                     k.mul_row(or, or, scale);
