@@ -16,7 +16,7 @@ pub mod problem;
 mod producer_consumer;
 
 use crate::KernelError;
-use kittens_hw::dtype::DType::Bf16;
+use kittens_hw::dtype::DType::{self, Bf16};
 use kittens_ir::{Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, ReduceOp, RegId};
 
 /// Which schedule the attention is built with.
@@ -183,24 +183,47 @@ fn name(cfg: &AttnConfig) -> &'static str {
     }
 }
 
-/// The register vectors of the online softmax (FlashAttention-2 §3.1): the running max, its value
-/// before this block, the max times the scale, the running sum, and the correction factor of this block.
+/// The online softmax (FlashAttention-2 §3.1) of one query per row (`keys = Axis::Rows`: S = Q·Kᵀ) or
+/// per column (`keys = Axis::Cols`: Sᵀ = K·Qᵀ) of an f32 score tile: its register vectors (the running
+/// max, its value before this block, the max times the scale, the running sum, the correction factor
+/// of this block), the axis that runs over keys, and the scale `c = log2(e)/√d` that turns exp(x/√d)
+/// into exp2(x·c).
 pub(crate) struct Softmax {
     pub max: RegId,
     pub max_prev: RegId,
     pub max_c: RegId,
     pub norm: RegId,
     pub scale: RegId,
+    pub keys: Axis,
+    pub c: f32,
 }
 
 impl Softmax {
+    /// Declares the vectors beside the score tile `scores` for head dimension `dim`.
+    pub fn declare(k: &mut KernelBuilder, scores: RegId, keys: Axis, dim: u32) -> Softmax {
+        let mut vec = |name: &str| match keys {
+            Axis::Rows => k.row_vec(name, scores, DType::F32),
+            Axis::Cols => k.col_vec(name, scores, DType::F32),
+        };
+        Softmax {
+            max: vec("max_v"),
+            max_prev: vec("max_prev"),
+            max_c: vec("max_c"),
+            scale: vec("scale"),
+            norm: vec("norm"),
+            keys,
+            c: std::f32::consts::LOG2_E / (dim as f32).sqrt(),
+        }
+    }
+
     /// One K/V block's step on the f32 scores `s` (in place, becoming P): the running max over `keys`
     /// (the axis that runs over keys: `Axis::Rows` for S = Q·Kᵀ with a query per row, `Axis::Cols` for
     /// Sᵀ = K·Qᵀ with a query per column), P = exp2(S·c − max·c) (the multiply and subtract contract to
     /// one FMA; the scale `c` never touches a bf16 operand), the correction exp2((max_prev − max)·c)
     /// into `scale`, and the running sum rescaled and accumulated. The caller rescales its output
     /// accumulator by `scale`.
-    pub fn step(&self, k: &mut KernelBuilder, s: RegId, keys: Axis, c: f32) {
+    pub fn step(&self, k: &mut KernelBuilder, s: RegId) {
+        let (keys, c) = (self.keys, self.c);
         k.copy(self.max_prev, self.max);
         k.reduce(keys, ReduceOp::Max, self.max, s, Some(self.max));
         k.mul(self.max_c, self.max, c);

@@ -59,17 +59,8 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let att_b = k.tile("att_b", Bf16, kv, qr, Layout::Col, BaseShape::S32X16);
     let o_r = k.tile("o_r", F32, d, qr, Layout::Col, BaseShape::S16X16);
     let o_q = k.tile("o_q", F32, qr, d, Layout::Row, BaseShape::S16X16);
-    let [max_v, max_prev, max_c, scale, norm] =
-        ["max_v", "max_prev", "max_c", "scale", "norm"].map(|n| k.col_vec(n, att, F32));
-    let softmax = Softmax {
-        max: max_v,
-        max_prev,
-        max_c,
-        norm,
-        scale,
-    };
-    // exp(x/√d) = exp2(x·c): the softmax scale in the base-2 exponent.
-    let c = std::f32::consts::LOG2_E / (d as f32).sqrt();
+    let softmax = Softmax::declare(&mut k, att, Axis::Cols, d);
+    let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
 
     // `rows` rows of head `hh` of tensor `g` from sequence position `s0`, all `d` columns.
     let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, rows| {
@@ -135,7 +126,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                     );
                 }
                 // Scores are Sᵀ = K·Qᵀ here: a query per column.
-                softmax.step(k, att, Axis::Cols, c);
+                softmax.step(k, att);
                 k.copy(att_b, att);
             });
             k.memory("land next kv", |k| k.wait_async(0));

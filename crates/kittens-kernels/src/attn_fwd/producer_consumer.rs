@@ -107,17 +107,8 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             )
         })
         .collect();
-    let [max_v, max_prev, max_c, scale, norm] =
-        ["max_v", "max_prev", "max_c", "scale", "norm"].map(|n| k.row_vec(n, s, F32));
-    let softmax = Softmax {
-        max: max_v,
-        max_prev,
-        max_c,
-        norm,
-        scale,
-    };
-    // exp(x/√d) = exp2(x·c): the softmax scale in the base-2 exponent.
-    let c = std::f32::consts::LOG2_E / (d as f32).sqrt();
+    let softmax = Softmax::declare(&mut k, s, Axis::Rows, d);
+    let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
 
     // `rows × 64` of head `hh` of tensor `g` from sequence position `s0`, columns from `col0`.
     let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, col0: u32, rows| {
@@ -200,7 +191,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                         k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
                     });
                 }
-                softmax.step(k, s, Axis::Rows, c);
+                softmax.step(k, s);
                 k.copy(p, s); // accumulator fragment → A operand, in registers
                 for &or in &o_r {
                     k.mul_row(or, or, scale);
