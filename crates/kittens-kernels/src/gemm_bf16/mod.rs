@@ -19,6 +19,7 @@ mod interleave4;
 mod ping_pong;
 pub mod problem;
 mod producer_consumer;
+pub mod shapes;
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16, F32};
@@ -136,8 +137,14 @@ pub enum Staging {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GemmConfig {
     pub schedule: GemmSchedule,
-    /// Rows and columns of C per block (the seed's `BLOCK_SIZE`); a multiple of 128.
+    /// Rows and columns of C per block (the seed's `BLOCK_SIZE`); a multiple of 128. The
+    /// producer/consumer schedule reads it as the block's columns only (a multiple of 64 up to 256).
     pub block: u32,
+    /// Rows of C per block in the producer/consumer schedule: 64, 128 or 256 (`producer_consumer`);
+    /// the AMD schedules' blocks are square (`block`) and ignore it.
+    pub block_rows: u32,
+    /// Shared ring slots of the producer/consumer schedule (the AMD schedules' staging is `staging`).
+    pub stages: u32,
     /// K per pipeline step (`K_STEP`); a multiple of 32.
     pub k_step: u32,
     pub remap: GridOrder,
@@ -153,6 +160,8 @@ impl Default for GemmConfig {
         GemmConfig {
             schedule: GemmSchedule::PingPong8,
             block: 256,
+            block_rows: 128,
+            stages: 3,
             k_step: 64,
             remap: GridOrder::XcdSwizzle {
                 xcds: 8,
