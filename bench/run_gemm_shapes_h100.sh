@@ -13,7 +13,7 @@ gpu() { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,tempe
 gpu | tee "$OUT/gpu.txt"
 ok=()
 for t in 128x256 256x128 128x128 64x256 64x128; do
-  if timeout 60 $K bench gemm_bf16 --tiles "$t" --shapes 1000x1032x520 --iters 3 --warmup 1 \
+  if timeout 40 $K bench gemm_bf16 --tiles "$t" --shapes 1000x1032x520 --iters 3 --warmup 1 \
       --checks 3000x1000x777,77x99x13,1x1x1,129x264x72,4160x8184x1032 >"$OUT/sanity_$t.txt" 2>&1; then
     ok+=("$t")
   else
