@@ -101,16 +101,7 @@ pub unsafe fn copy(dst: &Mat, src: &Mat, stream: cu::CUstream) -> Result<(), Cud
             src.rows, src.cols, src.pitch, dst.rows, dst.cols, dst.pitch
         )));
     }
-    // SAFETY: zeroed storage is a valid bit pattern for the plain descriptor struct.
-    let mut p: cu::CUDA_MEMCPY2D = unsafe { std::mem::zeroed() };
-    p.srcMemoryType = cu::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-    p.srcDevice = src.ptr;
-    p.srcPitch = src.pitch * 2;
-    p.dstMemoryType = cu::CUmemorytype::CU_MEMORYTYPE_DEVICE;
-    p.dstDevice = dst.ptr;
-    p.dstPitch = dst.pitch * 2;
-    p.WidthInBytes = src.cols * 2;
-    p.Height = src.rows;
+    let p = descriptor(dst, src);
     // SAFETY: the descriptor names device ranges the caller keeps alive (see above).
     check(
         unsafe { cu::cuMemcpy2DAsync_v2(&p, stream) },
@@ -118,9 +109,47 @@ pub unsafe fn copy(dst: &Mat, src: &Mat, stream: cu::CUstream) -> Result<(), Cud
     )
 }
 
+/// The `cuMemcpy2DAsync` descriptor of a device-to-device copy of `src`'s rows into `dst`. Every field
+/// is written: the memory-type enum has no zero value, so a zeroed descriptor is not a valid value.
+fn descriptor(dst: &Mat, src: &Mat) -> cu::CUDA_MEMCPY2D {
+    cu::CUDA_MEMCPY2D {
+        srcXInBytes: 0,
+        srcY: 0,
+        srcMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        srcHost: std::ptr::null(),
+        srcDevice: src.ptr,
+        srcArray: std::ptr::null_mut(),
+        srcPitch: src.pitch * 2,
+        dstXInBytes: 0,
+        dstY: 0,
+        dstMemoryType: cu::CUmemorytype::CU_MEMORYTYPE_DEVICE,
+        dstHost: std::ptr::null_mut(),
+        dstDevice: dst.ptr,
+        dstArray: std::ptr::null_mut(),
+        dstPitch: dst.pitch * 2,
+        WidthInBytes: src.cols * 2,
+        Height: src.rows,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The copy's descriptor is built without touching the driver (a zeroed one aborted the first
+    /// padded launch on the H100: the memory-type enum has no zero value).
+    #[test]
+    fn copy_descriptor_names_both_pitches() {
+        let src = Mat::dense(0x1000, 3, 13);
+        let dst = src.padded_at(0x8000);
+        let d = descriptor(&dst, &src);
+        assert_eq!(
+            (d.srcPitch, d.dstPitch, d.WidthInBytes, d.Height),
+            (26, 32, 26, 3)
+        );
+        assert_eq!((d.srcDevice, d.dstDevice), (0x1000, 0x8000));
+        assert_eq!(d.dstMemoryType, cu::CUmemorytype::CU_MEMORYTYPE_DEVICE);
+    }
 
     #[test]
     fn which_operands_need_a_copy() {
