@@ -22,7 +22,7 @@
 //! ThunderKittens' H100 GEMM (`warpgroup::decrease_registers<40>` / `increase_registers<232>`) with two
 //! consumer warpgroups; with one, nothing to rebalance (every warpgroup keeps the launch's 256).
 
-use super::{declare, store_scaled, GemmConfig};
+use super::{declare, store_scaled, BLayout, GemmConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;
 use kittens_ir::{Kernel, KernelBuilder, MmaForm, MmaOperand, Schedule, Scope};
@@ -77,7 +77,7 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
         }
     };
     let mut k = KernelBuilder::new(name, sched);
-    let decl = declare(&mut k, bm, bn, cfg.remap, &cfg.types);
+    let decl = declare(&mut k, bm, bn, cfg.remap, &cfg.types, cfg.b_layout);
     let (kd, [a, b, _]) = (decl.kd.clone(), decl.g);
     let dt = cfg.types.input;
     // Rows of `ks` operands are 64 or 128 bytes: the matching TMA/wgmma swizzle mode.
@@ -88,7 +88,25 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     };
     let stages = i64::from(cfg.stages);
     let a_s = k.shared_tile("a_s", SharedTile::with_swizzle(dt, bm, ks, swz), cfg.stages);
-    let b_s = k.shared_tile("b_s", SharedTile::with_swizzle(dt, bn, ks, swz), cfg.stages);
+    // B's slot as B is stored: `bn × ks` (K contiguous), or `ks × bn` (N contiguous; the Hopper
+    // lowering keeps such a tile as 64-column atoms in the 128-byte swizzle, one TMA box each).
+    let kn = cfg.b_layout == BLayout::Kn;
+    if kn && (dt.bytes() != 2 || bn % 64 != 0) {
+        return bad(format!(
+            "B as K x N needs bf16 operands and a block width that is a multiple of 64, got {dt} and {bn}"
+        ));
+    }
+    let b_tile = if kn {
+        SharedTile::with_swizzle(dt, ks, bn, Swizzle::NV_128B)
+    } else {
+        SharedTile::with_swizzle(dt, bn, ks, swz)
+    };
+    let b_s = k.shared_tile("b_s", b_tile, cfg.stages);
+    let (b_rows, b_cols, form) = if kn {
+        (ks, bn, MmaForm::Ab)
+    } else {
+        (bn, ks, MmaForm::Abt)
+    };
     let accs: Vec<_> = (0..slices)
         .map(|h| {
             k.tile(
@@ -118,11 +136,12 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
                     k.smem(a_s, slot.clone()),
                     k.gtile(a, bm, ks, &row, &t),
                 );
-                k.load_async_by(
-                    Scope::WarpGroup,
-                    k.smem(b_s, slot),
-                    k.gtile(b, bn, ks, &col, &t),
-                );
+                let b_g = if kn {
+                    k.gtile(b, b_rows, b_cols, &t, &col)
+                } else {
+                    k.gtile(b, b_rows, b_cols, &col, &t)
+                };
+                k.load_async_by(Scope::WarpGroup, k.smem(b_s, slot), b_g);
                 k.wait_async(0);
                 k.barrier(); // slot t % stages to the consumers
             });
@@ -136,13 +155,7 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
                 let b_v = MmaOperand::Shared(k.smem(b_s, &t % stages));
                 for (h, &acc) in accs.iter().enumerate() {
                     let a_v = k.smem(a_s, &t % stages).sub(16, ks, slice(h as u32), 0);
-                    k.mma(
-                        MmaForm::Abt,
-                        acc,
-                        MmaOperand::Shared(a_v),
-                        b_v.clone(),
-                        Some(acc),
-                    );
+                    k.mma(form, acc, MmaOperand::Shared(a_v), b_v.clone(), Some(acc));
                 }
             });
             for (h, &acc) in accs.iter().enumerate() {

@@ -76,8 +76,10 @@ pub const TILES: [HopperTile; 5] = [
 
 /// K per pipeline step (64 bf16 = one 128-byte swizzled row).
 const K_STEP: u32 = 64;
-/// Most ring stages: bench/NOTES.md measured 3 and 4 the same at 128×256.
-const MAX_STAGES: u32 = 4;
+/// Most ring stages. Stages fill the shared memory left beside the C slabs: at 128×256 (three fit)
+/// 3 and 4 measured the same (bench/NOTES.md), but a 64-row block streams B from DRAM with the tensor
+/// cores mostly idle, and the bytes in flight per SM (stages × stage bytes) bound its rate.
+const MAX_STAGES: u32 = 8;
 /// Shared bytes the lowering keeps for mbarriers beside the ring and the C slabs.
 const BARRIER_BYTES: u32 = 1024;
 
@@ -121,16 +123,28 @@ impl HopperTile {
         }
     }
 
-    /// Relative throughput of one SM running this block on a long K loop, against 128×256 (1.0).
-    /// Operand bytes per FLOP grow as `1/rows + 1/cols`: 128×256 and 256×128 read 0.0117 B/FLOP from
-    /// L2, 128×128 and 64×256 0.0156, 64×128 0.0234. 128×128 measured 0.81 / 0.97 = 0.84 of 128×256
-    /// (bench/NOTES.md, run 2); the others are scaled by the same bytes-per-FLOP rule.
+    /// Relative throughput of one SM running this block on a long K loop, against 128×256 (1.0):
+    /// the median over the compute-bound shapes (M ≥ 4096) of the LLM sweep on the H100, every block
+    /// in the same run (bench/results/h100-2026-11-22-gemmshapes/fit): 256×128 0.99, 128×128 0.93,
+    /// 64×256 0.89 (one consumer warpgroup: half the wgmma issue), 64×128 0.59. Operand bytes per FLOP
+    /// grow as `1/rows + 1/cols` (0.0117 B/FLOP for 128×256, 0.0156 for 128×128 and 64×256, 0.0234 for
+    /// 64×128), which orders them the same way.
     pub fn efficiency(self) -> f64 {
         match (self.rows, self.cols) {
-            (128, 256) | (256, 128) => 1.0,
-            (128, 128) | (64, 256) => 0.84,
-            _ => 0.63,
+            (128, 256) => 1.0,
+            (256, 128) => 0.99,
+            (128, 128) => 0.93,
+            (64, 256) => 0.89,
+            _ => 0.59,
         }
+    }
+
+    /// Multiply-adds of C computed, counting the padding of partial blocks: the tie-break of
+    /// [`choose`].
+    fn padded_work(self, m: u64, n: u64) -> u64 {
+        m.div_ceil(self.rows.into())
+            * n.div_ceil(self.cols.into())
+            * u64::from(self.rows * self.cols)
     }
 }
 
@@ -152,7 +166,8 @@ pub struct Estimate {
 ///   times the block's [`HopperTile::efficiency`] — partial tiles cost as much as full ones;
 /// - **memory**: A and B read once, C written once, at the HBM bandwidth.
 ///
-/// Ties go to the earlier block in [`TILES`] (the wider one).
+/// On the 50 shapes of the fit run this choice reached a geometric mean of 0.931 of cuBLAS where the
+/// best block of every shape reached 0.936 (bench/NOTES.md).
 pub fn estimate_us(gpu: &Gpu, sms: u32, m: u64, n: u64, k: u64, tile: HopperTile) -> Estimate {
     let tiles = m.div_ceil(tile.rows.into()) * n.div_ceil(tile.cols.into());
     let rounds = tiles.div_ceil(u64::from(sms.max(1)));
@@ -171,7 +186,9 @@ pub fn estimate_us(gpu: &Gpu, sms: u32, m: u64, n: u64, k: u64, tile: HopperTile
 }
 
 /// The block for `m × n × k` on `gpu` with `sms` SMs (the device's count, or the catalog's), by the
-/// cost model of [`estimate_us`]; a block within 1% of the best counts as a tie.
+/// cost model of [`estimate_us`]. Blocks within 1% of the best tie (a memory-bound small M ties every
+/// block that finishes in one round); a tie goes to the block that computes the least padding (a
+/// 16-row M takes 64-row blocks), then to the earlier in [`TILES`].
 pub fn choose(gpu: &Gpu, sms: u32, m: u64, n: u64, k: u64) -> HopperTile {
     let est: Vec<Estimate> = TILES
         .iter()
@@ -179,8 +196,10 @@ pub fn choose(gpu: &Gpu, sms: u32, m: u64, n: u64, k: u64) -> HopperTile {
         .collect();
     let best = est.iter().map(|e| e.us).fold(f64::INFINITY, f64::min);
     est.iter()
-        .find(|e| e.us <= best * 1.01)
-        .map_or(TILES[0], |e| e.tile)
+        .enumerate()
+        .filter(|(_, e)| e.us <= best * 1.01)
+        .min_by_key(|(i, e)| (e.tile.padded_work(m, n), *i))
+        .map_or(TILES[0], |(_, e)| e.tile)
 }
 
 /// [`choose`] as a configuration.
@@ -208,7 +227,7 @@ mod tests {
     }
 
     /// Stages fill the H100's 227 KiB: 3 × 48 KiB + 64 KiB of slabs for 128×256 (the measured
-    /// configuration), 4 where four fit.
+    /// configuration), up to 8 where they fit.
     #[test]
     fn stages_fit_shared_memory() {
         let g = h100();
@@ -228,18 +247,16 @@ mod tests {
             .stages(g),
             3
         );
+        let stages = |rows, cols| HopperTile { rows, cols }.stages(g);
         assert_eq!(
-            HopperTile {
-                rows: 128,
-                cols: 128
-            }
-            .stages(g),
-            4
+            (stages(128, 128), stages(64, 128), stages(256, 128)),
+            (6, 8, 4)
         );
     }
 
-    /// Large squares keep the measured 128×256 block; 3000³ is three rounds of 288 tiles on 132 SMs
-    /// and no block does better by the model; a 16-row M takes 64-row blocks.
+    /// Large squares keep the measured 128×256 block; 3000³ is three rounds of 288 tiles on 132 SMs;
+    /// a 16-row M takes 64-row blocks, 256 columns wide where N fills the SMs with them (N = 28672:
+    /// 112 blocks) and 128 wide where it does not (N = 4096: 32 blocks).
     #[test]
     fn the_model_picks_by_quantisation() {
         let (g, sms) = (h100(), 132);
@@ -251,6 +268,8 @@ mod tests {
         assert_eq!((e.tiles, e.rounds), (288, 3));
         let best = estimate_us(g, sms, 3000, 3000, 3000, pick(3000, 3000, 3000));
         assert!(best.us <= e.us);
-        assert_eq!(pick(16, 4096, 4096).rows, 64);
+        assert_eq!(pick(16, 4096, 4096).to_string(), "64x128");
+        assert_eq!(pick(16, 28672, 4096).to_string(), "64x256");
+        assert_eq!(pick(64, 57344, 8192).to_string(), "64x256");
     }
 }
