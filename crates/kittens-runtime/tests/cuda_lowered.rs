@@ -161,22 +161,37 @@ fn lowered_attention_compiles_for_sm_90a() {
 /// blocks issue two wgmma chains per K step.
 #[test]
 fn every_gemm_block_shape_compiles_for_sm_90a() {
-    use kittens_kernels::gemm_bf16::{build, shapes::TILES};
+    use kittens_kernels::gemm_bf16::{build, shapes::TILES, BLayout, GemmConfig};
     ensure_nvrtc();
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let cache = fresh_cache("gemm-shapes");
-    for tile in TILES {
-        let cfg = tile.config(h100);
+    let both = TILES
+        .iter()
+        .flat_map(|&t| [(t, BLayout::Nk), (t, BLayout::Kn)]);
+    for (tile, b_layout) in both {
+        let cfg = GemmConfig {
+            b_layout,
+            ..tile.config(h100)
+        };
+        let kn = b_layout == BLayout::Kn;
         let k = build(&cfg).unwrap_or_else(|e| panic!("{tile}: {e}"));
         let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{tile}: {e}"));
         if let Ok(dir) = std::env::var("KITTENS_DUMP") {
-            std::fs::write(format!("{dir}/gemm_{tile}.cu"), &l.source).expect("dump");
+            std::fs::write(format!("{dir}/gemm_{tile}_{b_layout:?}.cu"), &l.source).expect("dump");
         }
         let maps = l.tma_maps();
+        // B as K x N: 64-column boxes of K-step rows, one per column atom of the slot.
+        let b_box = if kn { (64, 64) } else { (tile.cols, 64) };
         assert_eq!(
-            (maps[0].box_rows, maps[1].box_rows),
-            (tile.rows, tile.cols),
+            (maps[0].box_rows, (maps[1].box_rows, maps[1].box_cols)),
+            (tile.rows, b_box),
             "{tile}: {maps:?}"
+        );
+        let b_loads = l.source.matches("&tma1, KT_FULL(slot)").count();
+        assert_eq!(
+            b_loads,
+            if kn { tile.cols as usize / 64 } else { 1 },
+            "{tile}"
         );
         assert_eq!(l.threads, 128 * (1 + tile.consumers()), "{tile}");
         assert_eq!(
@@ -186,9 +201,10 @@ fn every_gemm_block_shape_compiles_for_sm_90a() {
         );
         let chains = l.source.matches("kt::wgmma_commit();").count();
         assert_eq!(chains, 1, "{tile}: one commit group per K step");
+        let tb = if kn { "_ss_tb(r_" } else { "_ss(r_" };
         let per_step = l
             .source
-            .matches(&format!("kt::wgmma_m64n{}k16", tile.cols))
+            .matches(&format!("kt::wgmma_m64n{}k16_bf16{tb}", tile.cols))
             .count();
         assert_eq!(
             per_step,
