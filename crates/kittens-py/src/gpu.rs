@@ -52,12 +52,13 @@ pub unsafe fn matmul(
 ) -> Result<Option<KernelLoad>, ApiError> {
     let ptrs = GemmPointers {
         a: p.a,
-        // b = w.T: the kernel's B (N×K row-major) is w, at b's own address.
+        // b = w.T: the kernel's B (N×K row-major) is w, at b's own address; or b row-major (K×N).
         b: p.b,
         c: p.c,
         m: p.m,
         n: p.n,
         k: p.k,
+        b_layout: p.b_layout,
     };
     // SAFETY: forwarded from the caller.
     unsafe { caller::gemm_bf16_abt(ordinal, stream, &ptrs, lower_tile) }.map_err(cuda_error)

@@ -34,6 +34,10 @@ pub struct Args {
     /// (every listed block at every shape; the chosen one is marked).
     #[arg(long, default_value = "auto")]
     pub tiles: String,
+    /// How B is stored: `nk` (N x K, C = A·Bᵀ, a linear layer's weight) or `kn` (K x N, C = A·B);
+    /// cuBLAS gets the same layout.
+    #[arg(long, value_enum, default_value_t = BLayoutArg::Nk)]
+    pub b_layout: BLayoutArg,
     /// Most timed launches per implementation and shape (median reported).
     #[arg(long, default_value_t = 100)]
     pub iters: usize,
@@ -62,6 +66,13 @@ pub struct Args {
     /// With no value: print one JSON document on stdout. With a file: also write it there.
     #[arg(long, num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
+}
+
+/// `--b-layout`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BLayoutArg {
+    Nk,
+    Kn,
 }
 
 /// `--timing`.
@@ -105,6 +116,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let opts = GemmBenchOptions {
         shapes: timed_shapes(&a)?,
         tiles: parse_tiles(&a.tiles)?,
+        b_layout: match a.b_layout {
+            BLayoutArg::Nk => kittens_kernels::gemm_bf16::BLayout::Nk,
+            BLayoutArg::Kn => kittens_kernels::gemm_bf16::BLayout::Kn,
+        },
         min_iters: a.min_iters,
         budget_ms: a.budget_ms,
         checks,
@@ -261,7 +276,7 @@ fn no_gpu(e: &CudaError, json: Option<&str>) -> anyhow::Result<()> {
 fn document(r: &GemmBenchReport) -> serde_json::Value {
     use kittens_runtime::build_info::BUILD;
     serde_json::json!({
-        "benchmark": "gemm_bf16 vs cuBLAS (C = A·Bᵀ, bf16 in/out, fp32 accumulation)",
+        "benchmark": "gemm_bf16 vs cuBLAS (C = A·Bᵀ, or A·B with --b-layout kn; bf16 in/out, fp32 accumulation)",
         "date": utc_now(),
         "commit": BUILD.commit,
         "dirty": BUILD.dirty,

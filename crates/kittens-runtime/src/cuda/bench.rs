@@ -18,6 +18,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use kittens_kernels::gemm_bf16::shapes::{self, HopperTile};
+use kittens_kernels::gemm_bf16::BLayout;
 use kittens_kernels::reference::{check_rule, SPOT_RULE_FLOOR};
 use serde::Serialize;
 
@@ -52,6 +53,8 @@ pub struct GemmBenchOptions {
     /// Timed problems (M, N, K).
     pub shapes: Vec<Shape>,
     pub tiles: TileChoice,
+    /// How B is stored: `N × K` (`C = A·Bᵀ`, cuBLAS "TN") or `K × N` (`C = A·B`, cuBLAS "NN").
+    pub b_layout: BLayout,
     pub warmup: usize,
     /// Most timed launches per implementation and shape.
     pub iters: usize,
@@ -74,6 +77,7 @@ impl Default for GemmBenchOptions {
         GemmBenchOptions {
             shapes: vec![(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
             tiles: TileChoice::Auto,
+            b_layout: BLayout::Nk,
             warmup: 10,
             iters: 100,
             min_iters: 5,
@@ -180,6 +184,7 @@ pub struct GemmBenchReport {
     pub l2_bytes: u64,
     pub driver_version: i32,
     pub cublas: String,
+    pub b_layout: BLayout,
     pub kernels: Vec<KernelInfo>,
     pub warmup: usize,
     pub budget_ms: f64,
@@ -274,6 +279,7 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
         l2_bytes: dev.l2_bytes,
         driver_version: dev.driver_version,
         cublas: cublas.library.clone(),
+        b_layout: opts.b_layout,
         kernels,
         warmup: opts.warmup,
         budget_ms: opts.budget_ms,
@@ -351,7 +357,7 @@ impl Runner<'_> {
         if let Some((_, k)) = self.kernels.borrow().iter().find(|(t, _)| *t == tile) {
             return k.clone();
         }
-        let k = GemmKernel::prepare(self.dev, tile).map(Rc::new);
+        let k = GemmKernel::prepare(self.dev, tile, self.opts.b_layout).map(Rc::new);
         if let Ok(k) = &k {
             eprintln!(
                 "  {} ({tile}, {} stages): {} registers, {} spills, persistent grid of {} blocks",
@@ -429,12 +435,23 @@ impl Runner<'_> {
     ) -> Result<Vec<GemmBenchRow>, CudaError> {
         let (m, n, k) = shape;
         let (dev, stream, opts) = (self.dev, self.stream, self.opts);
+        let kn = opts.b_layout == BLayout::Kn;
+        let b_mat = |ptr| {
+            if kn {
+                Mat::dense(ptr, k, n)
+            } else {
+                Mat::dense(ptr, n, k)
+            }
+        };
+        let cublas = |a: &DeviceBuffer, b: &DeviceBuffer, c: &mut DeviceBuffer| {
+            if kn {
+                self.cublas.gemm_bf16_ab(a, b, c, m, n, k)
+            } else {
+                self.cublas.gemm_bf16_abt(a, b, c, m, n, k)
+            }
+        };
         // Device allocations are 256-byte aligned: only row pitches decide what TMA can address.
-        let (a0, b0, c0) = (
-            Mat::dense(0, m, k),
-            Mat::dense(0, n, k),
-            Mat::dense(0, m, n),
-        );
+        let (a0, b0, c0) = (Mat::dense(0, m, k), b_mat(0), Mat::dense(0, m, n));
         let plan = PadPlan::of(&a0, &b0, &c0);
         let pad_bytes = [(plan.a, a0), (plan.b, b0), (plan.c, c0)]
             .iter()
@@ -483,7 +500,7 @@ impl Runner<'_> {
                 }
             };
             let a = put(pads.0, Mat::dense(inp.a[s].ptr(), m, k))?;
-            let b = put(pads.1, Mat::dense(inp.b[s].ptr(), n, k))?;
+            let b = put(pads.1, b_mat(inp.b[s].ptr()))?;
             let c = pads.2.map_or(c_dense, |p| c_dense.padded_at(p));
             if let Some(kern) = kernel {
                 kern.launch(stream, &a, &b, &c)?;
@@ -498,8 +515,7 @@ impl Runner<'_> {
         // The reference on copy 0, its output poisoned with NaN first.
         c_ref.fill_u16(0x7fc0)?;
         dev.synchronize()?;
-        self.cublas
-            .gemm_bf16_abt(&inp.a[0], &inp.b[0], &mut c_ref, m, n, k)?;
+        cublas(&inp.a[0], &inp.b[0], &mut c_ref)?;
         stream.synchronize()?;
         let mut reference = vec![0u16; m * n];
         c_ref.download(&mut reference)?;
@@ -524,7 +540,7 @@ impl Runner<'_> {
                 report_mismatches(&out, &reference, n);
             }
             let (so, sc) = spot_check(
-                (&inp.a_host, &inp.b_host),
+                (&inp.a_host, &inp.b_host, kn),
                 &out,
                 &reference,
                 shape,
@@ -558,20 +574,19 @@ impl Runner<'_> {
         let est = {
             let (e0, e1) = (Event::new()?, Event::new()?);
             e0.record(stream)?;
-            self.cublas
-                .gemm_bf16_abt(&inp.a[0], &inp.b[0], &mut c_ref, m, n, k)?;
+            cublas(&inp.a[0], &inp.b[0], &mut c_ref)?;
             e1.record(stream)?;
             stream.synchronize()?;
             f64::from(e0.elapsed_ms(&e1)?)
         };
         let iters = iterations(est, opts.budget_ms, opts.min_iters, opts.iters);
         let warmup = opts.warmup.min(iters);
-        let cublas = self.cublas;
         let c_ref = &mut c_ref;
+        let cublas = &cublas;
         let mut impls: Vec<BoxedLaunch<'_>> = Vec::new();
         impls.push(Box::new(|i: usize| {
             let s = i % ncopies;
-            cublas.gemm_bf16_abt(&inp.a[s], &inp.b[s], c_ref, m, n, k)
+            cublas(&inp.a[s], &inp.b[s], c_ref)
         }));
         for (_, kern) in &kerns {
             let ours = &ours;

@@ -146,9 +146,9 @@ pub fn report_mismatches(ours: &[u16], reference: &[u16], n: usize) {
     }
 }
 
-/// f64 dot products at `count` random entries; returns (ours, cuBLAS) errors as max|x − ref| / rms(ref).
+/// f64 dot products at `count` random entries (B `N × K`, or `K × N` when `b_kn`); returns (ours, cuBLAS) errors as max|x − ref| / rms(ref).
 pub fn spot_check(
-    (a_host, b_host): (&[u16], &[u16]),
+    (a_host, b_host, b_kn): (&[u16], &[u16], bool),
     ours: &[u16],
     reference: &[u16],
     (m, n, k): (usize, usize, usize),
@@ -166,7 +166,10 @@ pub fn spot_check(
     for _ in 0..count {
         let (i, j) = (next(m), next(n));
         let exact: f64 = (0..k)
-            .map(|p| bf16_to_f32(a_host[i * k + p]) as f64 * bf16_to_f32(b_host[j * k + p]) as f64)
+            .map(|p| {
+                bf16_to_f32(a_host[i * k + p]) as f64
+                    * bf16_to_f32(b_host[if b_kn { p * n + j } else { j * k + p }]) as f64
+            })
             .sum();
         sum2 += exact * exact;
         let o = bf16_to_f32(ours[i * n + j]) as f64;

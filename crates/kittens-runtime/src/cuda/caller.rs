@@ -18,6 +18,7 @@ use std::time::Instant;
 use cudarc::driver::sys as cu;
 use kittens_codegen::Lowered;
 use kittens_kernels::gemm_bf16::shapes::{self, HopperTile};
+use kittens_kernels::gemm_bf16::BLayout;
 
 use super::driver::check;
 use super::gemm_kernel::{gemm_maps, mat_map, GemmArgs};
@@ -28,9 +29,10 @@ fn invalid(msg: impl Into<String>) -> CudaError {
     CudaError::Invalid(msg.into())
 }
 
-/// Where the kernel comes from: `gemm_bf16` with a given block, lowered for sm_90a
-/// (`super::gemm_kernel::lower_tile` does it). Called once per device and block, on the first launch.
-pub type LowerGemm = fn(HopperTile) -> Result<Lowered, CudaError>;
+/// Where the kernel comes from: `gemm_bf16` with a given block and B layout, lowered for sm_90a
+/// (`super::gemm_kernel::lower_tile` does it). Called once per device, block and layout, on the first
+/// launch.
+pub type LowerGemm = fn(HopperTile, BLayout) -> Result<Lowered, CudaError>;
 
 /// What the first call on a device did to get the kernel (for a verbose report).
 #[derive(Debug, Clone)]
@@ -335,7 +337,7 @@ pub(crate) fn check_pointer(
 }
 
 /// Dense bf16 GEMM operands at raw device addresses: `C = A·Bᵀ` with A `m × k`, B `n × k` and C `m × n`,
-/// all row-major with no padding.
+/// all row-major with no padding; or `C = A·B` with B `k × n` row-major (`b_layout`).
 #[derive(Debug, Clone, Copy)]
 pub struct GemmPointers {
     pub a: u64,
@@ -344,9 +346,10 @@ pub struct GemmPointers {
     pub m: usize,
     pub n: usize,
     pub k: usize,
+    pub b_layout: BLayout,
 }
 
-/// Enqueues `C = A·Bᵀ` on `stream` (a `CUstream` handle; 0 is the legacy default stream) of device
+/// Enqueues `C = A·Bᵀ` (or `C = A·B`, by `p.b_layout`) on `stream` (a `CUstream` handle; 0 is the legacy default stream) of device
 /// `ordinal`, in its primary context, with the block the shape-aware configuration chooses
 /// (`gemm_bf16::shapes::choose`) for the device's SM count. Any M, N, K ≥ 1: an operand TMA cannot
 /// address in place (a row pitch that is no multiple of 16 bytes, a base that is not 16-byte aligned)
@@ -381,8 +384,8 @@ pub unsafe fn gemm_bf16_abt(
             .gpu()
             .ok_or_else(|| invalid("no sm_90a GPU in the catalog"))?;
         let tile = shapes::choose(gpu, sms, m as u64, n as u64, k as u64);
-        let key = format!("gemm_bf16 {tile}");
-        let (g, fresh) = kernel_on(ordinal, &key, &|| lower(tile))?;
+        let key = format!("gemm_bf16 {tile} {:?}", p.b_layout);
+        let (g, fresh) = kernel_on(ordinal, &key, &|| lower(tile, p.b_layout))?;
         let l = &g.lowered;
         let globals: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
         if globals != ["a", "b", "c"] {
@@ -391,11 +394,11 @@ pub unsafe fn gemm_bf16_abt(
             )));
         }
         let [ma, mb, mc] = gemm_maps(l)?;
-        let (a, b, c) = (
-            Mat::dense(p.a, m, k),
-            Mat::dense(p.b, n, k),
-            Mat::dense(p.c, m, n),
-        );
+        let b = match p.b_layout {
+            BLayout::Nk => Mat::dense(p.b, n, k),
+            BLayout::Kn => Mat::dense(p.b, k, n),
+        };
+        let (a, c) = (Mat::dense(p.a, m, k), Mat::dense(p.c, m, n));
         let plan = PadPlan::of(&a, &b, &c);
         let raw = stream as cu::CUstream;
         // Scratch for the padded copies, in stream order: allocated, filled, read, freed.
@@ -476,9 +479,10 @@ mod tests {
             m,
             n,
             k,
+            b_layout: BLayout::Nk,
         };
         // SAFETY: the addresses are never dereferenced on the host; the driver checks refuse them.
-        let lower: LowerGemm = |_| Err(invalid("not lowered in this test"));
+        let lower: LowerGemm = |_, _| Err(invalid("not lowered in this test"));
         unsafe { gemm_bf16_abt(0, 0, &p, lower) }
     }
 

@@ -9,6 +9,7 @@ use cudarc::driver::sys as cu;
 use kittens_codegen::cuda::TmaMap;
 use kittens_codegen::{KernelArg, Lowered};
 use kittens_kernels::gemm_bf16::shapes::HopperTile;
+use kittens_kernels::gemm_bf16::{BLayout, GemmConfig};
 
 use super::driver::{encode_bf16, Device, Function, Stream, Swizzle};
 use super::gemm_pad::Mat;
@@ -19,6 +20,7 @@ pub struct GemmKernel {
     function: Function,
     lowered: Lowered,
     pub tile: HopperTile,
+    pub b_layout: BLayout,
     pub stages: u32,
     pub name: String,
     pub compile: CudaCompileReport,
@@ -30,13 +32,17 @@ fn invalid(e: impl std::fmt::Display) -> CudaError {
     CudaError::Invalid(e.to_string())
 }
 
-/// The registry's `gemm_bf16` program with block `tile`, configured for the H100 (ring stages that fit
-/// its shared memory) and lowered for sm_90a.
-pub fn lower_tile(tile: HopperTile) -> Result<Lowered, CudaError> {
+/// The registry's `gemm_bf16` program with block `tile` and B stored as `b_layout`, configured for the
+/// H100 (ring stages that fit its shared memory) and lowered for sm_90a.
+pub fn lower_tile(tile: HopperTile, b_layout: BLayout) -> Result<Lowered, CudaError> {
     let gpu = kittens_hw::Target::Sm90a
         .gpu()
         .ok_or_else(|| invalid("no sm_90a GPU in the catalog"))?;
-    let k = kittens_kernels::gemm_bf16::build(&tile.config(gpu))
+    let cfg = GemmConfig {
+        b_layout,
+        ..tile.config(gpu)
+    };
+    let k = kittens_kernels::gemm_bf16::build(&cfg)
         .map_err(|e| invalid(format!("gemm_bf16 {tile}: {e}")))?;
     kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
         .map_err(|e| invalid(format!("lowering gemm_bf16 {tile}: {e}")))
@@ -81,8 +87,12 @@ pub(crate) fn mat_map(m: &Mat, t: &TmaMap) -> Result<cu::CUtensorMap, CudaError>
 
 impl GemmKernel {
     /// Compiles (NVRTC, cached) and loads the lowered kernel of block `tile` on `dev`.
-    pub fn prepare(dev: &Rc<Device>, tile: HopperTile) -> Result<GemmKernel, CudaError> {
-        let l = lower_tile(tile)?;
+    pub fn prepare(
+        dev: &Rc<Device>,
+        tile: HopperTile,
+        b_layout: BLayout,
+    ) -> Result<GemmKernel, CudaError> {
+        let l = lower_tile(tile, b_layout)?;
         let shared = l.dynamic_shared_bytes();
         let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
         let module = dev.load_module(&image.cubin)?;
@@ -93,6 +103,7 @@ impl GemmKernel {
             function,
             name: l.entry.clone(),
             tile,
+            b_layout,
             stages,
             compile: image.report,
             resident: dev.multiprocessors,
@@ -100,16 +111,21 @@ impl GemmKernel {
         })
     }
 
-    /// One launch computing C = A·Bᵀ (A `m × k`, B `n × k`, C `m × n`), each operand addressable by TMA
-    /// in place ([`Mat::tma_ok`]; `super::gemm_pad` makes copies that are).
+    /// One launch computing C = A·Bᵀ (A `m × k`, B `n × k`, C `m × n`), or C = A·B with B `k × n`
+    /// ([`BLayout::Kn`]), each operand addressable by TMA in place ([`Mat::tma_ok`]; `super::gemm_pad`
+    /// makes copies that are).
     pub fn launch(&self, stream: &Stream, a: &Mat, b: &Mat, c: &Mat) -> Result<(), CudaError> {
         let l = &self.lowered;
         let [ta, tb, tc] = gemm_maps(l)?;
-        let (m, n, k) = (a.rows, b.rows, a.cols);
-        if b.cols != k || (c.rows, c.cols) != (m, n) {
+        let (m, n, k) = (a.rows, c.cols, a.cols);
+        let b_dims = match self.b_layout {
+            BLayout::Nk => (n, k),
+            BLayout::Kn => (k, n),
+        };
+        if (b.rows, b.cols) != b_dims || c.rows != m {
             return Err(invalid(format!(
-                "operands {}x{}, {}x{}, {}x{} do not form C = A·Bᵀ",
-                a.rows, a.cols, b.rows, b.cols, c.rows, c.cols
+                "operands {}x{}, {}x{}, {}x{} do not form C = A·B with B {:?}",
+                a.rows, a.cols, b.rows, b.cols, c.rows, c.cols, self.b_layout
             )));
         }
         let maps = [mat_map(a, &ta)?, mat_map(b, &tb)?, mat_map(c, &tc)?];
