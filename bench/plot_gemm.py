@@ -41,9 +41,9 @@ def main(src: str, dst: str) -> None:
     ax.set_xticks(list(xs))
     ax.set_xticklabels([f"{m}x{n}x{k}" for m, n, k in shapes], rotation=90, fontsize=6)
     ax.set_ylabel("ours / cuBLAS (TFLOP/s, same run)")
-    g = rep["summary"]["geomean_ratio"]
-    gm = f"geometric mean {g:.3f}" if g is not None else "no timed rows"
-    ax.set_title(f"BF16 GEMM C = A·Bᵀ on {rep['device']}: {gm}, lowest {rep['summary']['min_ratio']}\n"
+    g, lo = rep["summary"]["geomean_ratio"], rep["summary"]["min_ratio"]
+    gm = f"geometric mean {g:.3f}, lowest {lo:.3f}" if g is not None else "no timed rows"
+    ax.set_title(f"BF16 GEMM C = A·Bᵀ on {rep['device']}: {gm}\n"
                  f"{doc['date']}, commit {doc['commit'][:10]}", fontsize=9)
     ax.set_ylim(0, max([x for x in ratios if not math.isnan(x)] + [1.2]) * 1.1)
     ax.grid(alpha=0.3, axis="y")

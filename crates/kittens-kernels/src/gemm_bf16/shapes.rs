@@ -139,6 +139,16 @@ impl HopperTile {
         }
     }
 
+    /// The same when A's and B's rows start off 128-byte lines (K·2 bytes no multiple of 128): each
+    /// 128-byte TMA box row then spans two lines and the loads, not the tensor cores, set the pace, so
+    /// throughput follows operand bytes per FLOP (0.0117 / that of the block). Fit run at 3000³, every
+    /// block in one run: 128×256 0.523 of cuBLAS, 256×128 0.506, 128×128 0.439, 64×256 0.360, 64×128
+    /// 0.328 — the order of bytes per FLOP, where [`HopperTile::efficiency`] would have picked 128×128.
+    pub fn efficiency_unaligned(self) -> f64 {
+        let bytes_per_flop = |r: u32, c: u32| (f64::from(r) + f64::from(c)) / f64::from(r * c);
+        bytes_per_flop(128, 256) / bytes_per_flop(self.rows, self.cols)
+    }
+
     /// Multiply-adds of C computed, counting the padding of partial blocks: the tie-break of
     /// [`choose`].
     fn padded_work(self, m: u64, n: u64) -> u64 {
@@ -163,7 +173,8 @@ pub struct Estimate {
 ///
 /// - **compute**: the busiest SM's tiles, each `2·rows·cols·⌈K/64⌉·64` FLOP at the SM's share of the
 ///   dense bf16 peak times 0.75 (what the 128×256 kernel reached at 8192³: about 730 of 989 TFLOP/s)
-///   times the block's [`HopperTile::efficiency`] — partial tiles cost as much as full ones;
+///   times the block's [`HopperTile::efficiency`] ([`HopperTile::efficiency_unaligned`] when K is no
+///   multiple of 64) — partial tiles cost as much as full ones;
 /// - **memory**: A and B read once, C written once, at the HBM bandwidth.
 ///
 /// On the 50 shapes of the fit run this choice reached a geometric mean of 0.931 of cuBLAS where the
@@ -174,7 +185,13 @@ pub fn estimate_us(gpu: &Gpu, sms: u32, m: u64, n: u64, k: u64, tile: HopperTile
     let k_pad = k.div_ceil(K_STEP.into()) * u64::from(K_STEP);
     let tile_flop = 2.0 * f64::from(tile.rows) * f64::from(tile.cols) * k_pad as f64;
     let sm_flops = gpu.peak_bf16_tflops * 1e12 * 0.75 / f64::from(gpu.compute_units);
-    let compute = rounds as f64 * tile_flop / (sm_flops * tile.efficiency());
+    // K rows of whole 128-byte lines (64 bf16) keep TMA's loads aligned.
+    let eff = if k.is_multiple_of(64) {
+        tile.efficiency()
+    } else {
+        tile.efficiency_unaligned()
+    };
+    let compute = rounds as f64 * tile_flop / (sm_flops * eff);
     let bytes = 2.0 * (m * k + n * k + m * n) as f64;
     let memory = bytes / (gpu.hbm_tbps * 1e12);
     Estimate {
@@ -266,8 +283,10 @@ mod tests {
         }
         let e = estimate_us(g, sms, 3000, 3000, 3000, TILES[0]);
         assert_eq!((e.tiles, e.rounds), (288, 3));
-        let best = estimate_us(g, sms, 3000, 3000, 3000, pick(3000, 3000, 3000));
-        assert!(best.us <= e.us);
+        // K = 3000 rows straddle 128-byte lines: the widest block (fit run: 0.523 vs 0.439 for
+        // 128x128); K = 3072 rows do not, and the finer 128x128 quantises better (0.813 vs 0.759).
+        assert_eq!(pick(3000, 3000, 3000).to_string(), "128x256");
+        assert_eq!(pick(3072, 3072, 3072).to_string(), "128x128");
         assert_eq!(pick(16, 4096, 4096).to_string(), "64x128");
         assert_eq!(pick(16, 28672, 4096).to_string(), "64x256");
         assert_eq!(pick(64, 57344, 8192).to_string(), "64x256");
