@@ -8,6 +8,8 @@
 pub mod code_object;
 pub mod decode;
 mod elf;
+pub mod exec;
+pub mod kernarg;
 mod msgpack;
 
 pub use code_object::{KernArg, Kernel, KernelDescriptor};
