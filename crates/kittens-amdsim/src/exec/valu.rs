@@ -96,7 +96,8 @@ fn compare(op: Op, a: u32, b: u32) -> Option<bool> {
         VCmpEqF32 => x == y,
         VCmpLeF32 => x <= y,
         VCmpGtF32 => x > y,
-        VCmpLgF32 => x < y || x > y,
+        // "Less or greater": false for NaN, unlike `!=`.
+        VCmpLgF32 => !x.is_nan() && !y.is_nan() && x != y,
         VCmpGeF32 => x >= y,
         VCmpOF32 => !x.is_nan() && !y.is_nan(),
         VCmpUF32 => x.is_nan() || y.is_nan(),

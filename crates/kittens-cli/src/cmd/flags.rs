@@ -55,6 +55,8 @@ pub enum BackendArg {
     Cpu,
     /// The lowered HIP of an AMD target, compiled for this CPU against the emulation header.
     HipEmu,
+    /// The AMD code object clang builds for the target, run by the ISA emulator.
+    IsaEmu,
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use kittens_hw::dtype::DType;
 use kittens_hw::{Arch, Target};
 use kittens_ir::numerics::{from_bytes, to_bytes, Rounding};
 use kittens_kernels::budget::WorkLimit;
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Most multiply-adds one emulated run may do: the emulator does about 10^8 MFMA multiply-adds per
@@ -23,13 +24,29 @@ pub const ISA_EMU_WORK: WorkLimit = WorkLimit {
     executor: "ISA emulation",
 };
 
+/// A change to the machine code before it runs (fault injection: a test removes a wait and shows
+/// the emulator catches it).
+pub type CodePatch = Arc<dyn Fn(&mut CodeObject) + Send + Sync>;
+
 /// The ISA emulator for one AMD target.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct IsaEmu {
     target: Target,
     arch: Arch,
     /// The emulator's scheduling and latency seed.
     pub seed: u64,
+    /// Applied to the loaded code object before it is decoded; `None` runs the compiler's bytes.
+    pub patch: Option<CodePatch>,
+}
+
+impl std::fmt::Debug for IsaEmu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IsaEmu")
+            .field("target", &self.target)
+            .field("seed", &self.seed)
+            .field("patched", &self.patch.is_some())
+            .finish()
+    }
 }
 
 impl IsaEmu {
@@ -39,6 +56,7 @@ impl IsaEmu {
                 target,
                 arch: gpu.arch,
                 seed: Options::default().seed,
+                patch: None,
             }),
             _ => Err(RunError::NotAmd(target)),
         }
@@ -68,7 +86,10 @@ impl Backend for IsaEmu {
         let lowered = kittens_codegen::lower(kernel, self.target).map_err(isa)?;
         let clang = find_clang(self.arch).map_err(isa)?;
         let compiled = clang.compile(&lowered.source, self.arch).map_err(isa)?;
-        let co = CodeObject::load(&compiled.code_object).map_err(isa)?;
+        let mut co = CodeObject::load(&compiled.code_object).map_err(isa)?;
+        if let Some(p) = &self.patch {
+            p(&mut co);
+        }
         let prog = Program::new(&co).map_err(isa)?;
         let compile_seconds = t0.elapsed().as_secs_f64();
 
