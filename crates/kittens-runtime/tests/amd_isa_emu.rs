@@ -179,3 +179,29 @@ fn a_missing_vmcnt_wait_reads_stale_data() {
 fn a_missing_lgkmcnt_wait_reads_stale_data() {
     weakened_wait_is_caught("attn_fwd", &attn(150, 64, false), LGKM_CNT);
 }
+
+/// The HIP launch path: on a machine without ROCm (this project's), the `hip` backend fails with a
+/// clear error; with ROCm and an AMD GPU, the same code object the emulator runs must pass.
+#[test]
+fn hip_backend_runs_or_says_there_is_no_rocm() {
+    use kittens_runtime::amd::hip::{HipError, HipRuntime};
+    use kittens_runtime::runner::HipGpu;
+    let entry = kittens_kernels::by_name("gemm_bf16").unwrap();
+    let gpu = HipGpu::new(Target::Gfx950).unwrap();
+    match HipRuntime::load() {
+        Err(HipError::NoRocm { looked }) => {
+            assert!(looked.contains("libamdhip64"), "{looked}");
+            let e = run(entry, &gemm(72, 40, 68), &gpu).unwrap_err().to_string();
+            assert!(e.contains("no ROCm on this machine"), "{e}");
+        }
+        Err(HipError::NoDevice) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true with ROCm installed but no AMD GPU visible")
+        }
+        Err(HipError::NoDevice) => eprintln!("ROCm without an AMD GPU: nothing to launch on"),
+        Err(e) => panic!("HIP runtime present but unusable: {e}"),
+        Ok(_) => {
+            let r = run(entry, &gemm(72, 40, 68), &gpu).unwrap();
+            assert!(r.passed, "{:?}", r.failures());
+        }
+    }
+}

@@ -57,6 +57,8 @@ pub enum BackendArg {
     HipEmu,
     /// The AMD code object clang builds for the target, run by the ISA emulator.
     IsaEmu,
+    /// The same code object on an AMD GPU through the HIP runtime (ROCm's libamdhip64).
+    Hip,
 }
 
 #[cfg(test)]

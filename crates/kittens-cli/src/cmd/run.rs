@@ -11,7 +11,7 @@ use kittens_hw::Target;
 use kittens_kernels::gemm_bf16::GemmConfig;
 use kittens_kernels::problem::Problem;
 use kittens_kernels::registry::KernelEntry;
-use kittens_runtime::runner::{self, Backend, HipEmu, Interpreter, IsaEmu, RunReport};
+use kittens_runtime::runner::{self, Backend, HipEmu, HipGpu, Interpreter, IsaEmu, RunReport};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -20,7 +20,8 @@ pub struct Args {
     pub kernel: &'static KernelEntry,
     /// Where to run: `cpu` (the interpreter), `hip-emu` (the lowered HIP for --target, compiled for
     /// and run on this CPU through the emulation header) or `isa-emu` (the code object for --target,
-    /// run instruction by instruction by the ISA emulator). GPU runs are `kittens bench`'s job.
+    /// run instruction by instruction by the ISA emulator) or `hip` (that code object on an AMD GPU
+    /// through ROCm's HIP runtime, loaded at run time). NVIDIA GPU runs are `kittens bench`'s job.
     #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
     pub backend: BackendArg,
     /// AMD target of `--backend hip-emu` or `isa-emu`: gfx942 or gfx950.
@@ -152,6 +153,8 @@ fn backend(args: &Args) -> anyhow::Result<Box<dyn Backend>> {
             bail!("--backend isa-emu needs --target gfx942 or --target gfx950")
         }
         (BackendArg::IsaEmu, Some(t)) => Box::new(IsaEmu::new(t)?),
+        (BackendArg::Hip, None) => bail!("--backend hip needs --target gfx942 or --target gfx950"),
+        (BackendArg::Hip, Some(t)) => Box::new(HipGpu::new(t)?),
     })
 }
 
@@ -166,6 +169,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let on = match (target, args.backend) {
         (Target::Cpu, _) => "on the CPU interpreter".to_string(),
         (t, BackendArg::IsaEmu) => format!("for {t} on the ISA emulator"),
+        (t, BackendArg::Hip) => format!("for {t} on an AMD GPU through HIP"),
         (t, _) => format!("for {t} on the HIP emulation"),
     };
     let r = runner::run(entry, &p, backend.as_ref())

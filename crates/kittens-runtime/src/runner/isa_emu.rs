@@ -9,10 +9,11 @@ use crate::amd::find_clang;
 use kittens_amdsim::exec::{self, Dispatch, Memory, Options, Program, Stats};
 use kittens_amdsim::kernarg::{pack, ArgValue};
 use kittens_amdsim::Kernel as CodeObject;
-use kittens_codegen::KernelArg;
+use kittens_codegen::{KernelArg, Lowered};
 use kittens_hw::dtype::DType;
 use kittens_hw::{Arch, Target};
 use kittens_ir::numerics::{from_bytes, to_bytes, Rounding};
+use kittens_ir::Kernel;
 use kittens_kernels::budget::WorkLimit;
 use std::sync::Arc;
 use std::time::Instant;
@@ -63,8 +64,8 @@ impl IsaEmu {
     }
 }
 
-fn isa(e: impl std::fmt::Display) -> RunError {
-    RunError::Isa(e.to_string())
+pub(crate) fn isa(e: impl std::fmt::Display) -> RunError {
+    RunError::CodeObject(e.to_string())
 }
 
 impl Backend for IsaEmu {
@@ -77,65 +78,21 @@ impl Backend for IsaEmu {
     }
 
     fn execute(&self, job: &Job) -> Result<Execution, RunError> {
-        let Job {
-            kernel,
-            launch,
-            inputs,
-        } = *job;
+        let Job { kernel, inputs, .. } = *job;
         let t0 = Instant::now();
-        let lowered = kittens_codegen::lower(kernel, self.target).map_err(isa)?;
-        let clang = find_clang(self.arch).map_err(isa)?;
-        let compiled = clang.compile(&lowered.source, self.arch).map_err(isa)?;
-        let mut co = CodeObject::load(&compiled.code_object).map_err(isa)?;
+        let mut built = build(kernel, self.target, self.arch)?;
         if let Some(p) = &self.patch {
-            p(&mut co);
+            p(&mut built.co);
         }
-        let prog = Program::new(&co).map_err(isa)?;
+        let prog = Program::new(&built.co).map_err(isa)?;
         let compile_seconds = t0.elapsed().as_secs_f64();
 
-        // Tensors in declaration order: the inputs, then the output poisoned with NaN.
-        let dtype = |i: usize| kernel.globals.get(i).map_or(DType::Bf16, |g| g.dtype);
-        let out_dtype = dtype(inputs.len());
         let mut mem = Memory::new();
-        let mut addrs: Vec<u64> = inputs
-            .iter()
-            .enumerate()
-            .map(|(i, t)| mem.alloc(to_bytes(t, dtype(i), Rounding::Rtne)))
-            .collect();
-        let nan = vec![f32::NAN; launch.output];
-        addrs.push(mem.alloc(to_bytes(&nan, out_dtype, Rounding::Rtne)));
-        let values = lowered
-            .args
-            .iter()
-            .map(|a| match a {
-                KernelArg::Global { name } => kernel
-                    .globals
-                    .iter()
-                    .position(|g| &g.name == name)
-                    .and_then(|k| addrs.get(k))
-                    .map(|&p| ArgValue::Ptr(p))
-                    .ok_or_else(|| isa(format!("no tensor `{name}` for the kernel argument"))),
-                KernelArg::Param { name } => {
-                    let k = kernel.params.iter().position(|p| &p.name == name);
-                    let v = k.and_then(|k| launch.params.get(k)).copied();
-                    let v = v.ok_or_else(|| isa(format!("no parameter `{name}`")))?;
-                    i32::try_from(v)
-                        .map(ArgValue::I32)
-                        .map_err(|_| isa(format!("parameter {name} = {v} is not a 32-bit int")))
-                }
-                KernelArg::TensorMap(_) => Err(isa("a tensor map argument on an AMD target")),
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        let kernarg = mem.alloc(pack(&co, &values).map_err(isa)?);
-        let named: Vec<(&str, i64)> = kernel
-            .params
-            .iter()
-            .zip(&launch.params)
-            .map(|(p, &v)| (p.name.as_str(), v))
-            .collect();
-        let blocks = lowered
-            .blocks(&named, 1)
-            .ok_or_else(|| isa("the launch's block count does not evaluate"))?;
+        let tensors = tensor_bytes(job);
+        let addrs: Vec<u64> = tensors.into_iter().map(|t| mem.alloc(t)).collect();
+        let values = arg_values(job, &built.lowered, &addrs)?;
+        let kernarg = mem.alloc(pack(&built.co, &values).map_err(isa)?);
+        let blocks = blocks(job, &built.lowered)?;
         let opts = Options {
             seed: self.seed,
             ..Options::default()
@@ -147,7 +104,7 @@ impl Backend for IsaEmu {
             &mut mem,
             Dispatch {
                 workgroups: [blocks, 1, 1],
-                workgroup_size: lowered.threads,
+                workgroup_size: built.lowered.threads,
                 kernarg,
             },
             &opts,
@@ -158,25 +115,117 @@ impl Backend for IsaEmu {
         let out = mem
             .get(addrs[inputs.len()])
             .ok_or_else(|| isa("the output buffer vanished"))?;
-        let output = from_bytes(out, out_dtype).unwrap_or_default();
+        let output = decode_output(job, out);
         let dynamic = serde_json::json!({
             "seed": self.seed,
             "code_object": {
-                "bytes": compiled.code_object.len(),
+                "bytes": built.bytes,
                 "instructions": prog.instrs.len(),
-                "vgprs": co.vgpr_count,
-                "sgprs": co.sgpr_count,
-                "lds_bytes": co.group_segment_size,
+                "vgprs": built.co.vgpr_count,
+                "sgprs": built.co.sgpr_count,
+                "lds_bytes": built.co.group_segment_size,
             },
             "stats": stats,
         });
         Ok(Execution {
             output,
             blocks: blocks as u64,
-            waves_per_block: lowered.threads.div_ceil(64),
+            waves_per_block: built.lowered.threads.div_ceil(64),
             compile_seconds,
             run_seconds,
             dynamic: Some(dynamic),
         })
     }
+}
+
+/// A kernel lowered for an AMD target, compiled by clang, its code object loaded.
+pub(crate) struct Built {
+    pub lowered: Lowered,
+    pub code_object: Vec<u8>,
+    pub bytes: usize,
+    pub co: CodeObject,
+}
+
+/// Lower, compile and load `kernel` for `target` (what `kittens compile` builds).
+pub(crate) fn build(kernel: &Kernel, target: Target, arch: Arch) -> Result<Built, RunError> {
+    let lowered = kittens_codegen::lower(kernel, target).map_err(isa)?;
+    let clang = find_clang(arch).map_err(isa)?;
+    let compiled = clang.compile(&lowered.source, arch).map_err(isa)?;
+    let co = CodeObject::load(&compiled.code_object).map_err(isa)?;
+    Ok(Built {
+        lowered,
+        bytes: compiled.code_object.len(),
+        code_object: compiled.code_object,
+        co,
+    })
+}
+
+fn dtype(job: &Job, i: usize) -> DType {
+    job.kernel.globals.get(i).map_or(DType::Bf16, |g| g.dtype)
+}
+
+/// The tensors' bytes in declaration order: the inputs in their dtypes, then the output poisoned
+/// with NaN (an element the kernel does not write fails the comparison).
+pub(crate) fn tensor_bytes(job: &Job) -> Vec<Vec<u8>> {
+    let mut v: Vec<Vec<u8>> = job
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| to_bytes(t, dtype(job, i), Rounding::Rtne))
+        .collect();
+    let nan = vec![f32::NAN; job.launch.output];
+    v.push(to_bytes(&nan, dtype(job, job.inputs.len()), Rounding::Rtne));
+    v
+}
+
+/// The output tensor's bytes as f32 values (a ragged buffer decodes to nothing, which the runner
+/// reports as a wrong length).
+pub(crate) fn decode_output(job: &Job, bytes: &[u8]) -> Vec<f32> {
+    from_bytes(bytes, dtype(job, job.inputs.len())).unwrap_or_default()
+}
+
+/// The explicit kernel arguments in the lowering's order: tensors by their device addresses
+/// (`addrs`, declaration order), parameters as 32-bit integers.
+pub(crate) fn arg_values(
+    job: &Job,
+    lowered: &Lowered,
+    addrs: &[u64],
+) -> Result<Vec<ArgValue>, RunError> {
+    let (kernel, launch) = (job.kernel, job.launch);
+    lowered
+        .args
+        .iter()
+        .map(|a| match a {
+            KernelArg::Global { name } => kernel
+                .globals
+                .iter()
+                .position(|g| &g.name == name)
+                .and_then(|k| addrs.get(k))
+                .map(|&p| ArgValue::Ptr(p))
+                .ok_or_else(|| isa(format!("no tensor `{name}` for the kernel argument"))),
+            KernelArg::Param { name } => {
+                let k = kernel.params.iter().position(|p| &p.name == name);
+                let v = k.and_then(|k| launch.params.get(k)).copied();
+                let v = v.ok_or_else(|| isa(format!("no parameter `{name}`")))?;
+                i32::try_from(v)
+                    .map(ArgValue::I32)
+                    .map_err(|_| isa(format!("parameter {name} = {v} is not a 32-bit int")))
+            }
+            KernelArg::TensorMap(_) => Err(isa("a tensor map argument on an AMD target")),
+        })
+        .collect()
+}
+
+/// Workgroups of the launch (the lowering's grid rule at the job's parameters).
+pub(crate) fn blocks(job: &Job, lowered: &Lowered) -> Result<u32, RunError> {
+    let named: Vec<(&str, i64)> = job
+        .kernel
+        .params
+        .iter()
+        .zip(&job.launch.params)
+        .map(|(p, &v)| (p.name.as_str(), v))
+        .collect();
+    lowered
+        .blocks(&named, 1)
+        .ok_or_else(|| isa("the launch's block count does not evaluate"))
 }

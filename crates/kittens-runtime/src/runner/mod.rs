@@ -21,10 +21,12 @@
 
 pub mod cpu;
 pub mod hip_emu;
+pub mod hip_gpu;
 pub mod isa_emu;
 
 pub use cpu::Interpreter;
 pub use hip_emu::HipEmu;
+pub use hip_gpu::HipGpu;
 pub use isa_emu::IsaEmu;
 
 use crate::amd::emulate::EmuError;
@@ -47,9 +49,9 @@ pub enum RunError {
     Kernel(#[from] KernelError),
     #[error(transparent)]
     Emu(#[from] EmuError),
-    /// The ISA emulator could not build, load or run the code object.
-    #[error("isa-emu: {0}")]
-    Isa(String),
+    /// A code-object backend (isa-emu, hip) could not build, load, launch or run the code object.
+    #[error("{0}")]
+    CodeObject(String),
     #[error("the hip-emu and isa-emu backends run the AMD targets gfx942 or gfx950, not {0}")]
     NotAmd(Target),
     #[error("tolerance {0} must be finite and positive")]
