@@ -32,6 +32,12 @@ pub enum ExecError {
     Fault { addr: u64, len: u64 },
     #[error("LDS access of {len} bytes at {addr:#x} is outside the workgroup's {size} bytes")]
     LdsRange { addr: u32, len: u32, size: u32 },
+    #[error("a {bytes}-byte buffer access at offset {offset} straddles the resource's NUM_RECORDS {num_records}")]
+    Straddle {
+        offset: u64,
+        bytes: u32,
+        num_records: u32,
+    },
     #[error("operand code {0} is not readable or writable here")]
     Operand(u16),
     #[error("decoded but not executed by the emulator")]

@@ -1,8 +1,10 @@
 //! Issuing memory instructions: addresses and store data are taken at issue, the effect is put in
 //! flight ([`super::pending`]). Buffer addressing and range checks follow the CDNA3 ISA guide's
 //! "Buffer Addressing" for raw buffers (stride 0, no swizzle): the byte offset is VGPR offset (when
-//! OFFEN) + instruction offset, range-checked against NUM_RECORDS dword by dword, and SOFFSET is
-//! added after the check (LLVM's AMDGPU intrinsics document it as "excluded from bounds checking").
+//! OFFEN) + instruction offset, range-checked against NUM_RECORDS, and SOFFSET is added after the
+//! check (LLVM IntrinsicsAMDGPU.td: soffset is "excluded from bounds checking"). A lane whose access
+//! starts at or past NUM_RECORDS reads 0 (stores are dropped); one that straddles it is an error,
+//! since the hardware's per-dword check would split it and our kernels never rely on that.
 //! `buffer_load ... lds` writes lane l's bytes to LDS at M0 + instruction offset + l · bytes.
 
 use super::pending::{Counter, Effect, Lane};
@@ -145,18 +147,25 @@ pub(super) fn mubuf(g: &mut Group, wv: usize, i: &Instr) -> Result<(), ExecError
         [0; LANES]
     };
     let bytes = bytes_of(i.op);
-    let lanes: Box<[Lane; LANES]> = Box::new(from_fn(|l| {
+    let mut lanes: Box<[Lane; LANES]> = Box::new([Lane::Off; LANES]);
+    for (l, lane) in lanes.iter_mut().enumerate() {
         if exec >> l & 1 == 0 {
-            return Lane::Off;
+            continue;
         }
         let off = voff[l] as u64 + i.imm as u64;
-        // Range check per dword (the last one may be partial): all in range or the lane reads 0.
-        if off + bytes as u64 > r.num_records as u64 {
+        let records = r.num_records as u64;
+        *lane = if off >= records {
             Lane::Zero
+        } else if off + bytes as u64 > records {
+            return Err(ExecError::Straddle {
+                offset: off,
+                bytes,
+                num_records: r.num_records,
+            });
         } else {
             Lane::At(r.base + off + soff as u64)
-        }
-    }));
+        };
+    }
     let effect = if i.lds {
         if bytes != 4 && bytes != 16 {
             return Err(ExecError::Unimplemented);
