@@ -80,6 +80,10 @@ fn code_object_backends_need_an_amd_target_and_hip_needs_rocm() {
             "gfx942 or gfx950",
         ),
         (&["run", "gemm_bf16", "--backend", "hip"][..], "--target"),
+        (
+            &["run", "gemm_bf16", "--isa-seed", "3"][..],
+            "needs --backend isa-emu",
+        ),
     ] {
         let out = kittens(args);
         assert!(!out.status.success(), "{args:?} succeeded");

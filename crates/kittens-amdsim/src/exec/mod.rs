@@ -52,8 +52,6 @@ pub enum ExecError {
     Landing { offset: u32, source: Box<ExecError> },
     #[error("the program counter left the kernel code (byte {0:#x})")]
     Pc(i64),
-    #[error("deadlock: {0}")]
-    Deadlock(String),
     #[error("more than {0} instructions issued (the run's budget); an endless loop?")]
     Budget(u64),
     #[error("launch: {0}")]

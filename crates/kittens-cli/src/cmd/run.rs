@@ -77,6 +77,10 @@ pub struct Args {
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// `--backend isa-emu`: seed of the emulator's wave interleaving and memory latencies (another
+    /// seed, another legal landing order of loads and stores).
+    #[arg(long)]
+    pub isa_seed: Option<u64>,
     /// Multiply the random inputs (uniform in [-1, 1)) by S; `8` at head dimension 64 gives attention
     /// logits of about ±64.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
@@ -152,7 +156,11 @@ fn backend(args: &Args) -> anyhow::Result<Box<dyn Backend>> {
         (BackendArg::IsaEmu, None) => {
             bail!("--backend isa-emu needs --target gfx942 or --target gfx950")
         }
-        (BackendArg::IsaEmu, Some(t)) => Box::new(IsaEmu::new(t)?),
+        (BackendArg::IsaEmu, Some(t)) => {
+            let mut emu = IsaEmu::new(t)?;
+            emu.seed = args.isa_seed.unwrap_or(emu.seed);
+            Box::new(emu)
+        }
         (BackendArg::Hip, None) => bail!("--backend hip needs --target gfx942 or --target gfx950"),
         (BackendArg::Hip, Some(t)) => Box::new(HipGpu::new(t)?),
     })
@@ -160,6 +168,9 @@ fn backend(args: &Args) -> anyhow::Result<Box<dyn Backend>> {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let entry = args.kernel;
+    if args.isa_seed.is_some() && args.backend != BackendArg::IsaEmu {
+        bail!("--isa-seed seeds the ISA emulator; it needs --backend isa-emu");
+    }
     let p = problem(&args)?;
     let backend = backend(&args)?;
     let target = backend.about().target;
