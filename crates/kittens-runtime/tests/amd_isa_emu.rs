@@ -8,6 +8,7 @@ mod amd_common;
 use kittens_hw::{Arch, Target};
 use kittens_kernels::problem::Problem;
 use kittens_runtime::runner::{run, IsaEmu};
+use serde_json::Value;
 
 /// Run a registry kernel's code object for `target` at problem `p`; it must pass the kernel's rule.
 fn run_on(kernel: &str, target: Target, p: &Problem) -> kittens_runtime::runner::RunReport {
@@ -204,4 +205,35 @@ fn hip_backend_runs_or_says_there_is_no_rocm() {
             assert!(r.passed, "{:?}", r.failures());
         }
     }
+}
+
+/// Missing barriers are caught too: with every `s_barrier` of the gfx950 GEMM turned into `s_nop 0`,
+/// waves read LDS tiles other waves have not finished writing (the scheduler interleaves them at
+/// random), and the result is wrong.
+#[test]
+fn removed_barriers_are_caught() {
+    use kittens_amdsim::decode_all;
+    use std::sync::Arc;
+    amd_common::clang_for(Arch::Cdna4);
+    let entry = kittens_kernels::by_name("gemm_bf16").unwrap();
+    let mut emu = IsaEmu::new(Target::Gfx950).unwrap();
+    emu.patch = Some(Arc::new(|co: &mut kittens_amdsim::Kernel| {
+        let barriers: Vec<usize> = decode_all(&co.code, co.arch)
+            .unwrap()
+            .iter()
+            .filter(|i| i.op == kittens_amdsim::Op::SBarrier)
+            .map(|i| i.offset as usize)
+            .collect();
+        assert!(!barriers.is_empty());
+        for at in barriers {
+            co.code[at..at + 4].copy_from_slice(&0xbf80_0000u32.to_le_bytes());
+        }
+    }));
+    let r = run(entry, &gemm(72, 40, 68), &emu).unwrap();
+    eprintln!("no barriers: rel_err {:.3e}", r.error.rel_err);
+    assert!(!r.passed, "removing every barrier went unnoticed");
+    assert_eq!(
+        r.dynamic.as_ref().unwrap()["stats"]["instructions"]["barrier"],
+        Value::Null
+    );
 }
