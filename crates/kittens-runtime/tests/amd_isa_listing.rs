@@ -157,3 +157,102 @@ fn decoder_agrees_with_llvm_listing_on_every_shipped_kernel() {
     }
     assert_eq!(checked, 6, "three kernels on two AMD targets");
 }
+
+/// A second, fully independent reference for gfx942: Debian's `llvm-objdump-19` disassembling the
+/// code object's bytes (no assembler involved). Every instruction of every shipped gfx942 kernel must
+/// decode to its text (branch targets compared as byte offsets). Missing the tool is a failure in
+/// CI (scripts/install-amdgpu-clang.sh installs llvm-19) and a note elsewhere.
+#[test]
+fn decoder_agrees_with_llvm_objdump_19_on_gfx942() {
+    let Some(objdump) =
+        kittens_runtime::amd::toolchain::which(std::path::Path::new("llvm-objdump-19"))
+    else {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "CI=true but llvm-objdump-19 is missing (apt-get install llvm-19)"
+        );
+        eprintln!("llvm-objdump-19 not found: skipped outside CI");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("kittens-objdump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut checked = 0;
+    for kernel in kittens_kernels::registry::ALL.iter() {
+        let Ok(k) = kernel.build_for(Target::Gfx942) else {
+            continue;
+        };
+        let lowered = kittens_codegen::lower(&k, Target::Gfx942).unwrap();
+        let compiled = clang_for(Arch::Cdna3)
+            .compile(&lowered.source, Arch::Cdna3)
+            .unwrap();
+        let path = dir.join(format!("{}.co", kernel.name));
+        std::fs::write(&path, &compiled.code_object).unwrap();
+        let out = std::process::Command::new(&objdump)
+            .args(["-d", "--mcpu=gfx942"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let loaded = Kernel::load(&compiled.code_object).unwrap();
+        let decoded = decode_all(&loaded.code, Arch::Cdna3).unwrap();
+        // Lines `<insn text> // <address>: <words> [<name+0xoff>]` after `<address> <name>:`.
+        let mut start = None;
+        let mut listed = Vec::new();
+        for line in text.lines() {
+            if line.trim_end().ends_with(&format!("<{}>:", loaded.name)) {
+                start =
+                    Some(u64::from_str_radix(line.split_whitespace().next().unwrap(), 16).unwrap());
+                continue;
+            }
+            let (Some(base), Some((insn, rest))) = (start, line.split_once("//")) else {
+                continue;
+            };
+            let addr = u64::from_str_radix(rest.trim().split(':').next().unwrap(), 16).unwrap();
+            let mut insn = insn.split_whitespace().collect::<Vec<_>>().join(" ");
+            if let Some(target) = rest.split_once(&format!("<{}+0x", loaded.name)) {
+                let off = u64::from_str_radix(target.1.trim_end_matches('>').trim(), 16).unwrap();
+                let m = insn.split(' ').next().unwrap().to_string();
+                insn = format!("{m} pc+{off}");
+            }
+            listed.push((addr - base, insn));
+        }
+        let mut mismatches = Vec::new();
+        for (d, (off, want)) in decoded.iter().zip(&listed) {
+            assert_eq!(
+                d.offset as u64, *off,
+                "{}: instruction boundaries diverge",
+                kernel.name
+            );
+            if &d.text() != want {
+                mismatches.push(format!(
+                    "{off:#x}: decoded `{}`, objdump `{want}`",
+                    d.text()
+                ));
+            }
+        }
+        assert!(
+            listed.len() >= decoded.len(),
+            "{}: objdump listed fewer instructions",
+            kernel.name
+        );
+        assert!(
+            mismatches.is_empty(),
+            "{}:\n{}",
+            kernel.name,
+            mismatches.join("\n")
+        );
+        eprintln!(
+            "{} gfx942: {} instructions agree with llvm-objdump-19",
+            kernel.name,
+            decoded.len()
+        );
+        checked += 1;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(checked, 3);
+}

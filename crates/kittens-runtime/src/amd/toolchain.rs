@@ -205,7 +205,7 @@ fn from_clang_path(path: &Path, source: ClangSource) -> AmdgpuClang {
 }
 
 /// Resolve a bare program name on `PATH` (a path with a separator is taken as is).
-pub(crate) fn which(program: &Path) -> Option<PathBuf> {
+pub fn which(program: &Path) -> Option<PathBuf> {
     if program.components().count() > 1 {
         return program.is_file().then(|| program.to_path_buf());
     }
