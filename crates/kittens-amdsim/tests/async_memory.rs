@@ -137,3 +137,25 @@ fn an_access_outside_every_buffer_is_a_fault_naming_the_instruction() {
         "{e}"
     );
 }
+
+/// A kernel that never ends stops at the run's instruction budget with a typed error.
+#[test]
+fn an_endless_loop_hits_the_instruction_budget() {
+    let mut k = kernel(true);
+    // s_branch to itself: SOPP opcode 2, SIMM16 = -1 (target = pc + 4 + 4 * -1).
+    k.code = 0xBF82_FFFFu32.to_le_bytes().to_vec();
+    let prog = Program::new(&k).unwrap();
+    let mut mem = Memory::new();
+    let kernarg = mem.alloc(pack(&k, &[ArgValue::Ptr(0), ArgValue::Ptr(0)]).unwrap());
+    let opts = Options {
+        max_instructions: 1000,
+        ..Options::default()
+    };
+    let d = Dispatch {
+        workgroups: [1, 1, 1],
+        workgroup_size: 64,
+        kernarg,
+    };
+    let e = exec::run(&prog, &mut mem, d, &opts, &mut Stats::default()).unwrap_err();
+    assert!(matches!(e, exec::ExecError::Budget(1000)), "{e}");
+}
