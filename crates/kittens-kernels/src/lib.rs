@@ -11,6 +11,7 @@ pub mod attn_fwd;
 pub mod budget;
 pub mod exec;
 pub mod gemm_bf16;
+pub mod layernorm;
 pub mod problem;
 pub mod reference;
 pub mod registry;

@@ -478,3 +478,48 @@ mod tests {
         assert_eq!(c, vec![17.0, 23.0, 39.0, 53.0]);
     }
 }
+
+/// Dropout + residual + layernorm in f64, row by row (`crate::layernorm`): `h = residual + x·keep/(1 − p)`
+/// with `keep` drawn from the Philox stream (`kittens_ir::philox`, index `row·dim + col`), then
+/// `(h − mean)/√(var + eps)·weight + bias`. Returns `[out; h]`, the two planes of the kernel's output.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm(
+    x: &[f32],
+    residual: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    sh: &crate::problem::NormShape,
+    eps: f64,
+) -> Vec<f64> {
+    use kittens_ir::philox;
+    let (rows, d) = (sh.rows, sh.dim);
+    let mut out = vec![0.0; 2 * rows * d];
+    let scale = 1.0 / (1.0 - f64::from(sh.p));
+    for r in 0..rows {
+        let h: Vec<f64> = (0..d)
+            .map(|j| {
+                let i = r * d + j;
+                let xv = f64::from(x[i]);
+                let dropped = if sh.p > 0.0 {
+                    let u = philox::uniform(philox::stream(sh.dropout_seed, sh.offset, i as u64));
+                    if u >= sh.p {
+                        xv * scale
+                    } else {
+                        0.0
+                    }
+                } else {
+                    xv
+                };
+                f64::from(residual[i]) + dropped
+            })
+            .collect();
+        let mean = h.iter().sum::<f64>() / d as f64;
+        let var = h.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
+        let inv = 1.0 / (var + eps).sqrt();
+        for j in 0..d {
+            out[r * d + j] = (h[j] - mean) * inv * f64::from(weight[j]) + f64::from(bias[j]);
+            out[(rows + r) * d + j] = h[j];
+        }
+    }
+    out
+}

@@ -5,7 +5,7 @@
 //! `kittens list` are generated from it.
 
 use crate::problem::KernelProblem;
-use crate::{attn_fwd, gemm_bf16, KernelError};
+use crate::{attn_fwd, gemm_bf16, layernorm, KernelError};
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
 use serde::Serialize;
@@ -207,8 +207,45 @@ const ATTN_FWD: KernelEntry = KernelEntry {
     problem: &attn_fwd::problem::AttnProblem,
 };
 
+const LAYERNORM: KernelEntry = KernelEntry {
+    name: "layernorm",
+    about: "out = LayerNorm(residual + dropout(x))·weight + bias and the new residual, bf16 in/out, \
+            f32 statistics, Philox 4x32-10 dropout (HipKittens Fig. 9)",
+    targets: &[
+        TargetPlan {
+            target: Target::Gfx942,
+            schedule: "plain, one row per wave (rows over 2048 split over waves)",
+            status: Status::NotYet {
+                why: "the HIP lowering has no strip-tile (memory-bound) path yet",
+            },
+        },
+        TargetPlan {
+            target: Target::Gfx950,
+            schedule: "plain, one row per wave (rows over 2048 split over waves)",
+            status: Status::NotYet {
+                why: "the HIP lowering has no strip-tile (memory-bound) path yet",
+            },
+        },
+        TargetPlan {
+            target: Target::Sm90a,
+            schedule: "plain, one row per warp (rows over 2048 split over warps)",
+            status: Status::NotYet {
+                why: "the CUDA lowering has no strip-tile (memory-bound) path yet",
+            },
+        },
+        TargetPlan {
+            target: Target::Cpu,
+            schedule: "plain, one row per wave (rows over 2048 split over waves)",
+            status: Status::Interpreted,
+        },
+    ],
+    build_default: || layernorm::build(&layernorm::LayerNormConfig::new(1000, 0.1, 32)),
+    build_gpu: |gpu| layernorm::build(&layernorm::LayerNormConfig::for_gpu(gpu, 2048, 0.1)),
+    problem: &layernorm::problem::LayerNormProblem,
+};
+
 /// Every kernel of the suite, in the order `kittens list` prints them.
-pub static ALL: [KernelEntry; 3] = [GEMM_BF16, GEMM_FP8, ATTN_FWD];
+pub static ALL: [KernelEntry; 4] = [GEMM_BF16, GEMM_FP8, ATTN_FWD, LAYERNORM];
 
 /// The registered names, in registry order.
 pub fn names() -> Vec<&'static str> {
