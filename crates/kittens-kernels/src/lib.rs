@@ -15,6 +15,7 @@ pub mod layernorm;
 pub mod problem;
 pub mod reference;
 pub mod registry;
+pub mod rotary;
 
 pub use registry::by_name;
 

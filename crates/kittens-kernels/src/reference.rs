@@ -523,3 +523,29 @@ pub fn layernorm(
     }
     out
 }
+
+/// Rotary embedding in f64 (`crate::rotary`): `x` of shape `sh` (its layout; `heads` heads), tables
+/// `cos`, `sin` of `[seq, dim/2]`; pairs `(i, i + dim/2)`, or `(2i, 2i + 1)` when `interleaved`.
+pub fn rotary(x: &[f32], cos: &[f32], sin: &[f32], sh: &AttnShape, interleaved: bool) -> Vec<f64> {
+    let half = sh.dim / 2;
+    let mut out = vec![0.0; x.len()];
+    for b in 0..sh.batch {
+        for h in 0..sh.heads {
+            for s in 0..sh.seq {
+                let at = |j| sh.offset(sh.heads, b, h, s, j);
+                for i in 0..half {
+                    let (j0, j1) = if interleaved {
+                        (2 * i, 2 * i + 1)
+                    } else {
+                        (i, i + half)
+                    };
+                    let (x0, x1) = (f64::from(x[at(j0)]), f64::from(x[at(j1)]));
+                    let (c, sn) = (f64::from(cos[s * half + i]), f64::from(sin[s * half + i]));
+                    out[at(j0)] = x0 * c - x1 * sn;
+                    out[at(j1)] = x1 * c + x0 * sn;
+                }
+            }
+        }
+    }
+    out
+}

@@ -5,7 +5,7 @@
 //! `kittens list` are generated from it.
 
 use crate::problem::KernelProblem;
-use crate::{attn_fwd, gemm_bf16, layernorm, KernelError};
+use crate::{attn_fwd, gemm_bf16, layernorm, rotary, KernelError};
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
 use serde::Serialize;
@@ -244,8 +244,57 @@ const LAYERNORM: KernelEntry = KernelEntry {
     problem: &layernorm::problem::LayerNormProblem,
 };
 
+const ROTARY: KernelEntry = KernelEntry {
+    name: "rotary",
+    about: "rotary position embedding on q or k, BSHD/BHSD, half rotation (GPT-NeoX) or interleaved \
+            (GPT-J), cos/sin tables given (HipKittens Fig. 9)",
+    targets: &[
+        TargetPlan {
+            target: Target::Gfx942,
+            schedule: "plain, positions of one head per wave",
+            status: Status::NotYet {
+                why: "the HIP lowering has no strip-tile (memory-bound) path yet",
+            },
+        },
+        TargetPlan {
+            target: Target::Gfx950,
+            schedule: "plain, positions of one head per wave",
+            status: Status::NotYet {
+                why: "the HIP lowering has no strip-tile (memory-bound) path yet",
+            },
+        },
+        TargetPlan {
+            target: Target::Sm90a,
+            schedule: "plain, positions of one head per warp",
+            status: Status::NotYet {
+                why: "the CUDA lowering has no strip-tile (memory-bound) path yet",
+            },
+        },
+        TargetPlan {
+            target: Target::Cpu,
+            schedule: "plain, positions of one head per wave",
+            status: Status::Interpreted,
+        },
+    ],
+    build_default: || {
+        rotary::build(&rotary::RotaryConfig::new(
+            64,
+            attn_fwd::AttnLayout::Bshd,
+            false,
+        ))
+    },
+    build_gpu: |_| {
+        rotary::build(&rotary::RotaryConfig::new(
+            128,
+            attn_fwd::AttnLayout::Bshd,
+            false,
+        ))
+    },
+    problem: &rotary::problem::RotaryProblem,
+};
+
 /// Every kernel of the suite, in the order `kittens list` prints them.
-pub static ALL: [KernelEntry; 4] = [GEMM_BF16, GEMM_FP8, ATTN_FWD, LAYERNORM];
+pub static ALL: [KernelEntry; 5] = [GEMM_BF16, GEMM_FP8, ATTN_FWD, LAYERNORM, ROTARY];
 
 /// The registered names, in registry order.
 pub fn names() -> Vec<&'static str> {
