@@ -440,20 +440,20 @@ impl KernelBuilder {
     pub fn ge(&mut self, dst: RegId, a: impl Into<Arg>, b: impl Into<Arg>) {
         self.map(dst, MapFn::Ge, vec![a.into(), b.into()]);
     }
-    /// Uniform values in [0, 1) from the Philox stream keyed by `(seed, offset)`, element `(i, j)`
-    /// drawing stream index `index0 + i·row_stride + j` ([`Op::Random`]).
+    /// Uniform values in [0, 1) from the Philox stream keyed by `(seed, offset)` (each as 32-bit words
+    /// `[low, high]`), element `(i, j)` drawing stream index `index0 + i·row_stride + j` ([`Op::Random`]).
     pub fn random(
         &mut self,
         dst: RegId,
-        seed: impl Into<Expr>,
-        offset: impl Into<Expr>,
+        seed: [Expr; 2],
+        offset: [Expr; 2],
         index0: impl Into<Expr>,
         row_stride: impl Into<Expr>,
     ) {
         self.op(Op::Random {
             dst,
-            seed: seed.into(),
-            offset: offset.into(),
+            seed,
+            offset,
             index0: index0.into(),
             row_stride: row_stride.into(),
         });

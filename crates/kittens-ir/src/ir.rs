@@ -410,12 +410,13 @@ pub enum Op {
     },
     /// Uniform random values in [0, 1) from the counter-based stream keyed by `(seed, offset)`
     /// (`crate::philox`): element `(i, j)` of `dst` is `philox::uniform(philox::stream(seed, offset,
-    /// index0 + i·row_stride + j))`, so every backend draws the same bits (dropout masks). `seed` and
-    /// `offset` are 64-bit patterns carried in `i64`.
+    /// index0 + i·row_stride + j))`, so every backend draws the same bits (dropout masks). The 64-bit
+    /// `seed` and `offset` are given as 32-bit words `[low, high]`, each expression read modulo 2^32
+    /// (kernel parameters are 32-bit on the devices).
     Random {
         dst: RegId,
-        seed: Expr,
-        offset: Expr,
+        seed: [Expr; 2],
+        offset: [Expr; 2],
         index0: Expr,
         row_stride: Expr,
     },

@@ -125,10 +125,12 @@ impl Printer<'_> {
                 index0,
                 row_stride,
             } => format!(
-                "random {} <- philox(seed {}, offset {}) at {} + i*{} + j",
+                "random {} <- philox(seed [{}, {}], offset [{}, {}]) at {} + i*{} + j",
                 reg(k, *dst),
-                self.expr(seed),
-                self.expr(offset),
+                self.expr(&seed[0]),
+                self.expr(&seed[1]),
+                self.expr(&offset[0]),
+                self.expr(&offset[1]),
                 self.expr(index0),
                 self.expr(row_stride)
             ),

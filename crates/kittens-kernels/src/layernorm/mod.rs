@@ -124,8 +124,8 @@ pub fn build(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
         Schedule::Plain { waves: cfg.waves },
     );
     let rows = k.param("rows");
-    let seed = k.param("seed");
-    let offset = k.param("offset");
+    let seed = [k.param("seed_lo"), k.param("seed_hi")];
+    let offset = [k.param("offset_lo"), k.param("offset_hi")];
     let d = Expr::c(i64::from(dim));
     let matrix = [("row", rows.clone()), ("col", d.clone())];
     let x = k.global("x", Bf16, &matrix, Access::Read);

@@ -1,4 +1,4 @@
-//! `layernorm` at a problem's sizes: parameters `rows, seed, offset`, inputs `x`, `residual` (rows × D),
+//! `layernorm` at a problem's sizes: parameters `rows, seed_lo, seed_hi, offset_lo, offset_hi`, inputs `x`, `residual` (rows × D),
 //! `weight`, `bias` (D), output `out[2, rows, D]`; the f64 reference with the mask drawn from the Philox
 //! stream, and a fixed tolerance.
 
@@ -30,9 +30,10 @@ pub fn config(p: &Problem, target: Target) -> LayerNormConfig {
     }
 }
 
-/// The 64-bit seed and offset as the kernel's `i64` parameters (bit patterns).
-fn bits(v: u64) -> i64 {
-    v as i64
+/// A 64-bit seed or offset as the kernel's two 32-bit word parameters `[low, high]`, each the word's
+/// bit pattern as a signed 32-bit value (what a device launch passes).
+pub fn words(v: u64) -> [i64; 2] {
+    [i64::from(v as u32 as i32), i64::from((v >> 32) as u32 as i32)]
 }
 
 impl KernelProblem for LayerNormProblem {
@@ -40,11 +41,11 @@ impl KernelProblem for LayerNormProblem {
         let (rows, d) = (p.norm.rows, p.norm.dim);
         let m = elements("x", &[rows, d])?;
         Ok(Launch {
-            params: vec![
-                param("rows", rows)?,
-                bits(p.norm.dropout_seed),
-                bits(p.norm.offset),
-            ],
+            params: [param("rows", rows)?]
+                .into_iter()
+                .chain(words(p.norm.dropout_seed))
+                .chain(words(p.norm.offset))
+                .collect(),
             inputs: vec![m, m, d, d],
             output: elements("out", &[2, rows, d])?,
         })
