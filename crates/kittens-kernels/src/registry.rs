@@ -214,28 +214,26 @@ const LAYERNORM: KernelEntry = KernelEntry {
     targets: &[
         TargetPlan {
             target: Target::Gfx942,
-            schedule: "plain, one row per wave (rows over 2048 split over waves)",
+            schedule: "plain, one row per wave (rows over 32 values per lane split over waves)",
             status: Status::NotYet {
                 why: "the HIP lowering has no strip-tile (memory-bound) path yet",
             },
         },
         TargetPlan {
             target: Target::Gfx950,
-            schedule: "plain, one row per wave (rows over 2048 split over waves)",
+            schedule: "plain, one row per wave (rows over 32 values per lane split over waves)",
             status: Status::NotYet {
                 why: "the HIP lowering has no strip-tile (memory-bound) path yet",
             },
         },
         TargetPlan {
             target: Target::Sm90a,
-            schedule: "plain, one row per warp (rows over 2048 split over warps)",
-            status: Status::NotYet {
-                why: "the CUDA lowering has no strip-tile (memory-bound) path yet",
-            },
+            schedule: "plain, one row per warp (rows over 1024 split over warps)",
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Cpu,
-            schedule: "plain, one row per wave (rows over 2048 split over waves)",
+            schedule: "plain, one row per wave (rows over 32 values per lane split over waves)",
             status: Status::Interpreted,
         },
     ],
@@ -266,9 +264,7 @@ const ROTARY: KernelEntry = KernelEntry {
         TargetPlan {
             target: Target::Sm90a,
             schedule: "plain, positions of one head per warp",
-            status: Status::NotYet {
-                why: "the CUDA lowering has no strip-tile (memory-bound) path yet",
-            },
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Cpu,

@@ -13,9 +13,9 @@
 //!
 //! The tile program is memory-bound: one row is read once and written twice, so each wave holds its
 //! share of a row in a strip tile (`BaseShape::STRIP`: 16-byte chunks dealt to lanes) and the statistics
-//! are row reductions. Rows up to `ROW_PER_WAVE` columns belong to one wave; longer rows are split over
+//! are row reductions. Rows up to `lanes × PER_LANE` columns belong to one wave; longer rows are split over
 //! `waves_per_row` waves whose partial sums meet in shared memory (one slot per statistic, one barrier
-//! each), which keeps a lane's share of a row at most 64 values.
+//! each), which keeps a lane's share of a row at most `PER_LANE` values.
 //!
 //! Both outputs are one tensor `out[2, rows, D]`: plane 0 the normalised rows, plane 1 the new residual
 //! (one allocation; the caller gets two views).
@@ -32,8 +32,9 @@ use kittens_tile::{BaseShape, Layout, Swizzle};
 
 /// Row lengths the kernel takes (the issue of the suite: hidden sizes of 768 to 8192).
 pub const DIMS: std::ops::RangeInclusive<u32> = 768..=8192;
-/// Columns one wave holds at most before a row is split over several waves.
-pub const ROW_PER_WAVE: u32 = 2048;
+/// Columns per lane one wave holds at most before a row is split over several waves: 32 values per
+/// lane keep every strip of the program in registers with room for several warps per SM.
+pub const PER_LANE: u32 = 32;
 
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct LayerNormConfig {
@@ -54,11 +55,11 @@ pub struct LayerNormConfig {
 
 impl LayerNormConfig {
     /// The configuration for row length `dim` on waves of `lanes` lanes: one wave per row up to
-    /// [`ROW_PER_WAVE`] columns, else the fewest of 2, 4 or 8 waves that keep the share under it.
+    /// `lanes ×` [`PER_LANE`] columns, else the fewest of 2, 4 or 8 waves that keep the share under it.
     pub fn new(dim: u32, p: f32, lanes: u32) -> Self {
         let waves_per_row = [1, 2, 4, 8]
             .into_iter()
-            .find(|w| dim.div_ceil(*w) <= ROW_PER_WAVE)
+            .find(|w| dim.div_ceil(*w) <= lanes * PER_LANE)
             .unwrap_or(8);
         LayerNormConfig {
             dim,
@@ -221,8 +222,8 @@ pub fn build(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
 }
 
 /// Replaces each wave's partial row sum `v` by the row's total over its `waves_per_row` waves: each
-/// wave writes its partial to column `part` of its row's entry in ring slot `slot`, a block barrier,
-/// then each wave reads the row's partials back and sums them in the same order.
+/// wave writes its partial to column `part` of its row's entry in ring slot `slot` (drained before
+/// the block barrier), then each wave reads the row's partials back and sums them in the same order.
 fn row_total(
     k: &mut KernelBuilder,
     buf: SharedId,
@@ -245,7 +246,9 @@ fn row_total(
         s
     };
     k.store_shared(at(k, part.clone(), 1), one);
+    k.wait_shared(0);
     k.barrier();
     k.load(all, at(k, Expr::c(0), w_row));
+    k.wait_shared(0);
     k.row_sum(v, all);
 }
