@@ -215,16 +215,12 @@ const LAYERNORM: KernelEntry = KernelEntry {
         TargetPlan {
             target: Target::Gfx942,
             schedule: "plain, one row per wave (rows over 32 values per lane split over waves)",
-            status: Status::NotYet {
-                why: "the HIP lowering has no strip-tile (memory-bound) path yet",
-            },
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Gfx950,
             schedule: "plain, one row per wave (rows over 32 values per lane split over waves)",
-            status: Status::NotYet {
-                why: "the HIP lowering has no strip-tile (memory-bound) path yet",
-            },
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Sm90a,
@@ -250,16 +246,12 @@ const ROTARY: KernelEntry = KernelEntry {
         TargetPlan {
             target: Target::Gfx942,
             schedule: "plain, positions of one head per wave",
-            status: Status::NotYet {
-                why: "the HIP lowering has no strip-tile (memory-bound) path yet",
-            },
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Gfx950,
             schedule: "plain, positions of one head per wave",
-            status: Status::NotYet {
-                why: "the HIP lowering has no strip-tile (memory-bound) path yet",
-            },
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Sm90a,

@@ -9,14 +9,10 @@ pub mod lower;
 mod lower_frag;
 mod lower_mma;
 mod lower_roles;
-mod lower_strip;
 mod lower_tma;
 
 pub use lower::{lower, CudaLowerError, TmaMap};
-pub use lower_strip::is_strip_program;
 
-/// The prelude of strip (memory-bound) programs: bf16 conversions, Philox 4x32-10, warp reductions.
-pub const STRIP_PRELUDE: &str = include_str!("strip_prelude.cuh");
 
 /// The hand-written part of the prelude (no CUDA headers needed).
 pub const PRELUDE: &str = include_str!("prelude.cuh");

@@ -1,4 +1,5 @@
-// kittens strip prelude: what the lowering of memory-bound (strip-tile) programs needs, no CUDA headers.
+// kittens strip prelude (CUDA): what the lowering of memory-bound (strip-tile) programs needs, no CUDA
+// headers. The HIP twin is prelude_hip.h; both define the same `ks::` functions.
 typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef unsigned short bf16_t; // raw bf16 bits; arithmetic happens in fp32
@@ -15,7 +16,7 @@ __device__ __forceinline__ bf16_t f32_to_bf16(float f) {
     return (bf16_t)(u >> 16);
 }
 
-// Philox 4x32-10 (Random123 §3.2): counter c, key k; the same function as kittens_ir::philox.
+// Philox 4x32-10 (Random123 §3.2): counter c, key (k0, k1); the function kittens_ir::philox defines.
 __device__ __forceinline__ void philox(u32 c[4], u32 k0, u32 k1) {
 #pragma unroll
     for (int r = 0; r < 10; ++r) {
@@ -28,7 +29,7 @@ __device__ __forceinline__ void philox(u32 c[4], u32 k0, u32 k1) {
 }
 
 // The 4 uniforms of element group `g` (elements 4g..4g+3) of the stream keyed by (seed, offset).
-__device__ __forceinline__ void uniform4(float u[4], u64 g, u32 s0, u32 s1, u32 o0, u32 o1) {
+__device__ __forceinline__ void uniform4(float* u, u64 g, u32 s0, u32 s1, u32 o0, u32 o1) {
     u32 c[4] = {(u32)g, (u32)(g >> 32), o0, o1};
     philox(c, s0, s1);
 #pragma unroll
@@ -39,19 +40,6 @@ __device__ __forceinline__ float uniform1(u64 e, u32 s0, u32 s1, u32 o0, u32 o1)
     float u[4];
     uniform4(u, e >> 2, s0, s1, o0, o1);
     return u[e & 3];
-}
-
-__device__ __forceinline__ float warp_sum(float v, int width) {
-    for (int m = width / 2; m > 0; m /= 2) v += __shfl_xor_sync(0xffffffffu, v, m);
-    return v;
-}
-__device__ __forceinline__ float warp_max(float v, int width) {
-    for (int m = width / 2; m > 0; m /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
-    return v;
-}
-__device__ __forceinline__ float warp_min(float v, int width) {
-    for (int m = width / 2; m > 0; m /= 2) v = fminf(v, __shfl_xor_sync(0xffffffffu, v, m));
-    return v;
 }
 
 } // namespace ks

@@ -1,9 +1,13 @@
 //! Lowering memory-bound tile programs (plain schedule, every register tile a strip:
-//! `kittens_tile::BaseShape::STRIP`) to CUDA C++ for sm_90a — layernorm, rotary.
+//! `kittens_tile::BaseShape::STRIP`) — layernorm, rotary — to CUDA C++ for sm_90a and HIP C++ for
+//! gfx942/gfx950: one emitter, two [`Dialect`]s (lane count, thread ids, shuffles, math builtins,
+//! vector types, prelude). The HIP output runs on the host emulation too, which is how this emitter
+//! is tested without a GPU.
 //!
 //! Distribution: a strip tile of `rows × cols` is cut into chunks of `v` consecutive elements of a row
 //! (`v` = 8, 4, 2 or 1, the largest dividing `cols`: 16 bytes of bf16), numbered row-major and dealt to
-//! the 32 lanes of the warp round robin: chunk `k` is lane `k % 32`'s slot `k / 32`. A lane's slots are
+//! the `L` lanes of the wave round robin (`L` = 32 on NVIDIA, 64 on AMD): chunk `k` is lane `k % L`'s
+//! slot `k / L`. A lane's slots are
 //! a `float` array indexed by constants after unrolling, so they live in registers. A column vector is
 //! distributed like a one-row tile of its length; a row vector is replicated in every lane.
 //!
@@ -11,35 +15,95 @@
 //! |---|---|
 //! | `load`/`store` global | one 16-, 8- or 4-byte access per chunk where the column stride is 1, the chunk lies inside the tensor and its offset is aligned; element by element (bounds-checked) otherwise |
 //! | `map` | per element, in f32; a broadcast vector's entry is a constant index |
-//! | `row_sum`/`row_max` | a lane's slots of the row, then `shfl.xor` over the lanes sharing it |
+//! | `row_sum`/`row_max` | a lane's slots of the row, then an XOR butterfly over the lanes (CUDA `shfl.xor`, AMD `ds_bpermute`) |
 //! | `random` | Philox 4x32-10 (`ks::philox`), one call per 4 elements of an aligned chunk |
-//! | `store`/`load` shared, `barrier` | `__shared__` arrays, `__syncthreads()` |
+//! | `store`/`load` shared, `barrier` | `__shared__` arrays, the block barrier |
 //!
 //! One block per tile of the grid (`GridRule::PerTile`), row-major coordinates.
 
 use kittens_hw::{dtype::DType, Target};
+use thiserror::Error;
 use kittens_ir::{
     Arg, Axis, Expr, GlobalView, GridOrder, Kernel, MapFn, MaskRule, Op, ReduceOp, RegId, RegKind,
     Rounding, Scope, SharedView, Stmt,
 };
 use kittens_tile::BaseShape;
 
-use super::lower::{unsupported, CudaLowerError};
-use crate::cexpr::{self, ident, CUDA};
+use crate::cexpr::{self, ident, CNames};
+
+mod dialects;
+pub use dialects::{hip, CUDA};
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
 
-const LANES: u32 = 32;
+/// What the strip lowering cannot do.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("the strip lowering does not support {0}")]
+pub struct StripError(pub String);
+
+fn unsupported<T>(what: impl Into<String>) -> Result<T, StripError> {
+    Err(StripError(what.into()))
+}
+
+/// How one target spells what the emitter needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Dialect {
+    pub target: Target,
+    /// Lanes of a wave.
+    pub lanes: u32,
+    /// Everything before the kernel (the target's prelude and the `ks::` helpers).
+    pub prelude: &'static str,
+    pub names: CNames<'static>,
+    /// Thread index in the block, block index in the grid (C expressions).
+    pub thread: &'static str,
+    pub block: &'static str,
+    /// `extern "C"` kernel attributes before the name, given threads per block.
+    pub launch: fn(u32) -> String,
+    /// The entry's name for a kernel.
+    pub entry: fn(&str) -> String,
+    /// `v` XOR-exchanged with the lane `m` apart, as a C expression.
+    pub shfl_xor: fn(&str, u32) -> String,
+    pub barrier: &'static str,
+    /// 16-, 8- and 4-byte vector types.
+    pub vec16: &'static str,
+    pub vec8: &'static str,
+    pub vec4: &'static str,
+    /// Pointer element type of a global of this dtype (`None`: refused).
+    pub elem: fn(DType) -> Option<&'static str>,
+    /// Whether read-only globals are `const`.
+    pub const_inputs: bool,
+    pub fmax: &'static str,
+    pub fmin: &'static str,
+    pub fabs: &'static str,
+    pub exp: fn(&str) -> String,
+    pub exp2: fn(&str) -> String,
+    pub log: fn(&str) -> String,
+    /// `1/√x` as a C expression of `x`.
+    pub rsqrt: fn(&str) -> String,
+    pub inf: &'static str,
+    pub nan: &'static str,
+}
 
 /// How a register is spread over the lanes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Dist {
-    /// A tile (or column vector as a one-row tile): `rows × cols` in chunks of `v`.
-    Strip { rows: u32, cols: u32, v: u32 },
+    /// A tile (or column vector as a one-row tile): `rows × cols` in chunks of `v` over `lanes`.
+    Strip {
+        rows: u32,
+        cols: u32,
+        v: u32,
+        lanes: u32,
+    },
     /// A row vector of `len`, in every lane.
     Replicated { len: u32 },
 }
 
 impl Dist {
+    fn lanes(self) -> u32 {
+        match self {
+            Dist::Strip { lanes, .. } => lanes,
+            Dist::Replicated { .. } => 1,
+        }
+    }
     fn chunks_per_row(self) -> u32 {
         match self {
             Dist::Strip { cols, v, .. } => cols / v,
@@ -54,7 +118,7 @@ impl Dist {
     }
     fn slots(self) -> u32 {
         match self {
-            Dist::Strip { .. } => self.chunks().div_ceil(LANES),
+            Dist::Strip { lanes, .. } => self.chunks().div_ceil(lanes),
             Dist::Replicated { len } => len,
         }
     }
@@ -70,7 +134,7 @@ impl Dist {
     }
     /// Whether every slot of every lane holds a chunk (else the last slot is partial).
     fn full(self) -> bool {
-        matches!(self, Dist::Replicated { .. }) || self.chunks().is_multiple_of(LANES)
+        matches!(self, Dist::Replicated { .. }) || self.chunks().is_multiple_of(self.lanes())
     }
 }
 
@@ -81,17 +145,19 @@ fn chunk_of(cols: u32) -> u32 {
         .unwrap_or(1)
 }
 
-fn dist(k: &Kernel, r: RegId) -> Dist {
+fn dist(k: &Kernel, r: RegId, lanes: u32) -> Dist {
     match k.reg(r).kind {
         RegKind::Tile(t) => Dist::Strip {
             rows: t.rows,
             cols: t.cols,
             v: chunk_of(t.cols),
+            lanes,
         },
         RegKind::Vec(v) if v.axis == Axis::Cols => Dist::Strip {
             rows: 1,
             cols: v.len,
             v: chunk_of(v.len),
+            lanes,
         },
         RegKind::Vec(v) => Dist::Replicated { len: v.len },
     }
@@ -109,19 +175,22 @@ pub fn is_strip_program(k: &Kernel) -> bool {
 
 struct Emit<'k> {
     k: &'k Kernel,
+    d: Dialect,
     out: String,
     depth: usize,
 }
 
-fn storage(dt: DType) -> Result<&'static str, CudaLowerError> {
-    match dt {
-        DType::Bf16 => Ok("bf16_t"),
-        DType::F32 => Ok("float"),
-        other => unsupported(format!("{other:?} tensors in a strip program (bf16 or f32)")),
-    }
-}
-
 impl Emit<'_> {
+    fn storage(&self, dt: DType) -> Result<&'static str, StripError> {
+        match dt {
+            DType::Bf16 | DType::F32 => (self.d.elem)(dt)
+                .ok_or_else(|| StripError(format!("{dt:?} tensors on {}", self.d.target))),
+            other => unsupported(format!("{other:?} tensors in a strip program (bf16 or f32)")),
+        }
+    }
+    fn dist(&self, r: RegId) -> Dist {
+        dist(self.k, r, self.d.lanes)
+    }
     fn line(&mut self, s: impl AsRef<str>) {
         for l in s.as_ref().lines() {
             self.out.push_str(&"    ".repeat(self.depth));
@@ -130,13 +199,13 @@ impl Emit<'_> {
         }
     }
     fn e(&self, x: &Expr) -> String {
-        format!("((long long){})", cexpr::expr_in(self.k, x, &CUDA))
+        format!("((long long){})", cexpr::expr_in(self.k, x, &self.d.names))
     }
     fn r(&self, r: RegId) -> String {
         format!("r{}_{}", r.0, ident(&self.k.reg(r).name))
     }
 
-    fn body(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
+    fn body(&mut self, body: &[Stmt]) -> Result<(), StripError> {
         for s in body {
             match s {
                 Stmt::Op { op, .. } => self.op(op)?,
@@ -155,7 +224,7 @@ impl Emit<'_> {
                     self.line("}");
                 }
                 Stmt::If { cond, then, els } => {
-                    let c = cexpr::cond_in(self.k, cond, &CUDA);
+                    let c = cexpr::cond_in(self.k, cond, &self.d.names);
                     self.line(format!("if ({c}) {{"));
                     self.depth += 1;
                     self.body(then)?;
@@ -182,7 +251,8 @@ impl Emit<'_> {
         ));
         self.depth += 1;
         self.line(format!(
-            "const int kt_k = kt_s * {LANES} + kt_lane;\nconst int kt_row = kt_k / {ncr}, kt_col = (kt_k % {ncr}) * {};\n(void)kt_row; (void)kt_col;",
+            "const int kt_k = kt_s * {} + kt_lane;\nconst int kt_row = kt_k / {ncr}, kt_col = (kt_k % {ncr}) * {};\n(void)kt_row; (void)kt_col;",
+            self.d.lanes,
             d.v()
         ));
         if !d.full() {
@@ -202,7 +272,7 @@ impl Emit<'_> {
     /// C expressions of a global view: (pointer, offset of element (row `r`, col `c`) as a function of
     /// the names, in-bounds condition of the view's fixed coordinates, row bound, col bound, col
     /// stride is the constant 1).
-    fn view(&self, v: &GlobalView) -> Result<ViewC, CudaLowerError> {
+    fn view(&self, v: &GlobalView) -> Result<ViewC, StripError> {
         let g = self.k.global(v.tensor);
         let (rd, cd) = (v.row_dim as usize, v.col_dim as usize);
         let mut fixed_in = vec!["true".to_string()];
@@ -230,13 +300,13 @@ impl Emit<'_> {
         })
     }
 
-    fn global(&mut self, reg: RegId, v: &GlobalView, load: bool) -> Result<(), CudaLowerError> {
-        let d = dist(self.k, reg);
+    fn global(&mut self, reg: RegId, v: &GlobalView, load: bool) -> Result<(), StripError> {
+        let d = self.dist(reg);
         if matches!(d, Dist::Replicated { .. }) {
             return unsupported("a row vector moved to or from global memory");
         }
         let vc = self.view(v)?;
-        let ty = storage(vc.dtype)?;
+        let ty = self.storage(vc.dtype)?;
         let bytes = d.v() * vc.dtype.bytes();
         let r = self.r(reg);
         self.line("{");
@@ -252,9 +322,9 @@ impl Emit<'_> {
         ));
         let elem = |e: &str| format!("kt_s * {} + {e}", d.v());
         let vec_ty = match bytes {
-            16 => Some("uint4"),
-            8 => Some("uint2"),
-            4 => Some("u32"),
+            16 => Some(self.d.vec16),
+            8 => Some(self.d.vec8),
+            4 => Some(self.d.vec4),
             _ => None,
         };
         if let (true, Some(vt)) = (vc.unit, vec_ty) {
@@ -321,8 +391,8 @@ impl Emit<'_> {
         Ok(())
     }
 
-    fn shared(&mut self, reg: RegId, v: &SharedView, load: bool) -> Result<(), CudaLowerError> {
-        let d = dist(self.k, reg);
+    fn shared(&mut self, reg: RegId, v: &SharedView, load: bool) -> Result<(), StripError> {
+        let d = self.dist(reg);
         if matches!(d, Dist::Replicated { .. }) {
             return unsupported("a row vector moved to or from shared memory");
         }
@@ -354,12 +424,12 @@ impl Emit<'_> {
 
     /// The C expression of map argument `a` at element `kt_i` (slot `kt_s`, element `kt_e_i`) of a
     /// destination distributed as `d`.
-    fn arg(&self, a: &Arg, d: Dist) -> Result<String, CudaLowerError> {
+    fn arg(&self, a: &Arg, d: Dist) -> Result<String, StripError> {
         let v = d.v();
         Ok(match *a {
             Arg::Scalar(x) => format!("{x:?}f"),
             Arg::Reg(r) => {
-                let dr = dist(self.k, r);
+                let dr = self.dist(r);
                 if dr != d && !(dr.len() == 1 && d.len() == 1) {
                     return unsupported("a map over registers distributed differently");
                 }
@@ -370,26 +440,28 @@ impl Emit<'_> {
                 let Dist::Strip { rows, .. } = d else {
                     return unsupported("a row broadcast into a vector");
                 };
-                if rows > 1 && !ncr.is_multiple_of(LANES) {
-                    return unsupported("a row broadcast over rows narrower than 32 chunks");
+                let lanes = self.d.lanes;
+                if rows > 1 && !ncr.is_multiple_of(lanes) {
+                    return unsupported("a row broadcast over rows narrower than a wave of chunks");
                 }
-                format!("{}[(kt_s * {LANES}) / {ncr}]", self.r(r))
+                format!("{}[(kt_s * {lanes}) / {ncr}]", self.r(r))
             }
             Arg::ColBcast(r) => {
                 let ncr = d.chunks_per_row();
-                if dist(self.k, r).v() != v || !ncr.is_multiple_of(LANES) {
-                    return unsupported("a column broadcast over rows narrower than 32 chunks");
+                let lanes = self.d.lanes;
+                if self.dist(r).v() != v || !ncr.is_multiple_of(lanes) {
+                    return unsupported("a column broadcast over rows narrower than a wave of chunks");
                 }
                 format!(
-                    "{}[((kt_s * {LANES}) % {ncr}) / {LANES} * {v} + kt_e_i]",
+                    "{}[((kt_s * {lanes}) % {ncr}) / {lanes} * {v} + kt_e_i]",
                     self.r(r)
                 )
             }
         })
     }
 
-    fn elementwise(&mut self, dst: RegId, body: impl Fn(&Self, Dist) -> Result<String, CudaLowerError>) -> Result<(), CudaLowerError> {
-        let d = dist(self.k, dst);
+    fn elementwise(&mut self, dst: RegId, body: impl Fn(&Self, Dist) -> Result<String, StripError>) -> Result<(), StripError> {
+        let d = self.dist(dst);
         let e = body(self, d)?;
         let r = self.r(dst);
         self.line(format!(
@@ -404,7 +476,7 @@ impl Emit<'_> {
         Ok(())
     }
 
-    fn op(&mut self, op: &Op) -> Result<(), CudaLowerError> {
+    fn op(&mut self, op: &Op) -> Result<(), StripError> {
         match op {
             Op::LoadGlobal { dst, src } => self.global(*dst, src, true)?,
             Op::StoreGlobal { dst, src, rounding } => {
@@ -422,7 +494,7 @@ impl Emit<'_> {
                         .iter()
                         .map(|a| me.arg(a, d))
                         .collect::<Result<_, _>>()?;
-                    let x = apply(*f, &a)?;
+                    let x = me.apply(*f, &a)?;
                     // Registers hold f32; a bf16 register holds bf16 values.
                     Ok(match dt {
                         DType::F32 => x,
@@ -431,7 +503,7 @@ impl Emit<'_> {
                     })
                 })?
             }
-            Op::Fill { dst, value } => self.elementwise(*dst, |_, _| Ok(fconst(*value)))?,
+            Op::Fill { dst, value } => self.elementwise(*dst, |me, _| Ok(me.fconst(*value)))?,
             Op::Mask {
                 dst,
                 rule,
@@ -439,7 +511,7 @@ impl Emit<'_> {
                 col0,
                 value,
             } => {
-                let d = dist(self.k, *dst);
+                let d = self.dist(*dst);
                 let (r0, c0) = (self.e(row0), self.e(col0));
                 let keep = match rule {
                     MaskRule::ColsBelow(l) => format!("{c0} + kt_col + kt_e_i < {}", self.e(l)),
@@ -457,7 +529,7 @@ impl Emit<'_> {
                     "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {}; ++kt_e_i)\n    if (!({keep})) {r}[kt_s * {} + kt_e_i] = {};",
                     d.v(),
                     d.v(),
-                    fconst(*value)
+                    self.fconst(*value)
                 ));
                 self.close_slots(d);
             }
@@ -475,8 +547,8 @@ impl Emit<'_> {
                 index0,
                 row_stride,
             } => {
-                let d = dist(self.k, *dst);
-                let w = |x: &Expr| format!("(u32){}", self.e(x));
+                let d = self.dist(*dst);
+                let w = |x: &Expr| format!("(unsigned){}", self.e(x));
                 let key = format!(
                     "{}, {}, {}, {}",
                     w(&seed[0]),
@@ -493,18 +565,19 @@ impl Emit<'_> {
                 ));
                 if v.is_multiple_of(4) {
                     self.line(format!(
-                        "if ((kt_i0 & 3) == 0) {{\n#pragma unroll\n    for (int kt_g = 0; kt_g < {}; ++kt_g) ks::uniform4(&{r}[kt_s * {v} + 4 * kt_g], (u64)(kt_i0 >> 2) + kt_g, {key});\n}} else",
+                        "if ((kt_i0 & 3) == 0) {{\n#pragma unroll\n    for (int kt_g = 0; kt_g < {}; ++kt_g) ks::uniform4(&{r}[kt_s * {v} + 4 * kt_g], (unsigned long long)(kt_i0 >> 2) + kt_g, {key});\n}} else",
                         v / 4
                     ));
                 }
                 self.line(format!(
-                    "{{\n#pragma unroll\n    for (int kt_e_i = 0; kt_e_i < {v}; ++kt_e_i) {r}[kt_s * {v} + kt_e_i] = ks::uniform1((u64)(kt_i0 + kt_e_i), {key});\n}}"
+                    "{{\n#pragma unroll\n    for (int kt_e_i = 0; kt_e_i < {v}; ++kt_e_i) {r}[kt_s * {v} + kt_e_i] = ks::uniform1((unsigned long long)(kt_i0 + kt_e_i), {key});\n}}"
                 ));
                 self.close_slots(d);
             }
             Op::Barrier { scope } => match scope {
-                Scope::Block => self.line("__syncthreads();"),
-                Scope::Wave => self.line("__syncwarp();"),
+                Scope::Block => self.line(format!("{};", self.d.barrier)),
+                // Registers are per lane: nothing orders within a wave.
+                Scope::Wave => {}
                 Scope::WarpGroup => return unsupported("warpgroup barriers in a strip program"),
             },
             Op::Wait { .. } | Op::Priority(_) | Op::Hint(_) | Op::SetMaxRegs { .. } => {}
@@ -513,84 +586,79 @@ impl Emit<'_> {
         Ok(())
     }
 
+    /// `v` combined over every lane of the wave: an XOR butterfly, so every lane ends with the total.
+    fn butterfly(&mut self, v: &str, comb: &dyn Fn(&str, &str) -> String) {
+        let mut m = self.d.lanes / 2;
+        while m > 0 {
+            let x = (self.d.shfl_xor)(v, m);
+            self.line(format!("{v} = {};", comb(v, &x)));
+            m /= 2;
+        }
+    }
+
     fn row_reduce(
         &mut self,
         dst: RegId,
         src: RegId,
         op: ReduceOp,
         acc: Option<RegId>,
-    ) -> Result<(), CudaLowerError> {
-        let d = dist(self.k, src);
+    ) -> Result<(), StripError> {
+        let d = self.dist(src);
         let Dist::Strip { rows, .. } = d else {
             return unsupported("a row reduction of a vector");
         };
-        let ncr = d.chunks_per_row();
-        let (id, comb, warp) = match op {
-            ReduceOp::Sum => ("0.0f", "+", "ks::warp_sum"),
-            ReduceOp::Max => ("-__int_as_float(0x7f800000)", "max", "ks::warp_max"),
-            ReduceOp::Min => ("__int_as_float(0x7f800000)", "min", "ks::warp_min"),
+        let (ncr, lanes, v) = (d.chunks_per_row(), self.d.lanes, d.v());
+        let id = match op {
+            ReduceOp::Sum => "0.0f".to_string(),
+            ReduceOp::Max => format!("(-{})", self.d.inf),
+            ReduceOp::Min => self.d.inf.to_string(),
         };
-        let c = |a: &str, b: &str| match comb {
-            "+" => format!("{a} + {b}"),
-            "max" => format!("fmaxf({a}, {b})"),
-            _ => format!("fminf({a}, {b})"),
+        let (fmax, fmin) = (self.d.fmax, self.d.fmin);
+        let comb = move |a: &str, b: &str| match op {
+            ReduceOp::Sum => format!("({a} + {b})"),
+            ReduceOp::Max => format!("{fmax}({a}, {b})"),
+            ReduceOp::Min => format!("{fmin}({a}, {b})"),
         };
         let (s, t) = (self.r(src), self.r(dst));
-        let v = d.v();
-        let valid = |slot: u32| {
-            if d.full() || slot + 1 < d.slots() {
-                "true".to_string()
-            } else {
-                format!("({slot} * {LANES} + kt_lane < {})", d.chunks())
-            }
-        };
         self.line("{");
         self.depth += 1;
-        if ncr.is_multiple_of(LANES) {
-            // Every slot of a lane lies in row `slot·32 / ncr`: sum the row's slots, then all lanes.
-            let per_row = ncr / LANES;
+        if ncr.is_multiple_of(lanes) {
+            // Every slot of a lane lies in row `slot·lanes / ncr`: combine the row's slots, then
+            // the lanes.
+            let per_row = ncr / lanes;
             for row in 0..rows {
                 self.line(format!("float kt_p{row} = {id};"));
                 for slot in row * per_row..(row + 1) * per_row {
                     for e in 0..v {
-                        self.line(format!(
-                            "kt_p{row} = {};",
-                            c(&format!("kt_p{row}"), &format!("{s}[{}]", slot * v + e))
-                        ));
+                        let x = comb(&format!("kt_p{row}"), &format!("{s}[{}]", slot * v + e));
+                        self.line(format!("kt_p{row} = {x};"));
                     }
                 }
-                self.line(format!("kt_p{row} = {warp}(kt_p{row}, {LANES});"));
-            }
-        } else if LANES.is_multiple_of(ncr) {
-            // A row's chunks are `ncr` consecutive lanes of one slot: sum the chunk, combine the
-            // group, then fetch each row's total from the group's first lane.
-            let groups = LANES / ncr;
-            for slot in 0..d.slots() {
-                self.line(format!("float kt_q{slot} = {id};"));
-                self.line(format!("if ({}) {{", valid(slot)));
-                for e in 0..v {
-                    self.line(format!(
-                        "    kt_q{slot} = {};",
-                        c(&format!("kt_q{slot}"), &format!("{s}[{}]", slot * v + e))
-                    ));
-                }
-                self.line("}");
-                self.line(format!("kt_q{slot} = {warp}(kt_q{slot}, {ncr});"));
-            }
-            for row in 0..rows {
-                let (slot, lane) = (row / groups, (row % groups) * ncr);
-                self.line(format!(
-                    "float kt_p{row} = __shfl_sync(0xffffffffu, kt_q{slot}, {lane});"
-                ));
+                self.butterfly(&format!("kt_p{row}"), &comb);
             }
         } else {
-            return unsupported(format!(
-                "a row reduction over {ncr} chunks per row (a multiple or a divisor of 32)"
-            ));
+            // Rows narrower than a wave of chunks: per row, each lane combines the chunks it holds of
+            // that row (the identity elsewhere), then the whole wave — one butterfly per row.
+            for row in 0..rows {
+                self.line(format!("float kt_p{row} = {id};"));
+                for slot in 0..d.slots() {
+                    let k = format!("({slot} * {lanes} + kt_lane)");
+                    self.line(format!(
+                        "if ({k} < {} && {k} / {ncr} == {row}) {{",
+                        d.chunks()
+                    ));
+                    for e in 0..v {
+                        let x = comb(&format!("kt_p{row}"), &format!("{s}[{}]", slot * v + e));
+                        self.line(format!("    kt_p{row} = {x};"));
+                    }
+                    self.line("}");
+                }
+                self.butterfly(&format!("kt_p{row}"), &comb);
+            }
         }
         for row in 0..rows {
             let x = match acc {
-                Some(a) => c(&format!("{}[{row}]", self.r(a)), &format!("kt_p{row}")),
+                Some(a) => comb(&format!("{}[{row}]", self.r(a)), &format!("kt_p{row}")),
                 None => format!("kt_p{row}"),
             };
             self.line(format!("{t}[{row}] = {x};"));
@@ -628,47 +696,52 @@ fn from_f32(dt: DType, x: &str) -> String {
     }
 }
 
-fn fconst(v: f32) -> String {
-    if v.is_infinite() {
-        let s = if v < 0.0 { "-" } else { "" };
-        format!("{s}__int_as_float(0x7f800000)")
-    } else if v.is_nan() {
-        "__int_as_float(0x7fc00000)".into()
-    } else {
-        format!("{v:?}f")
+impl Emit<'_> {
+    fn fconst(&self, v: f32) -> String {
+        if v.is_infinite() {
+            let s = if v < 0.0 { "-" } else { "" };
+            format!("({s}{})", self.d.inf)
+        } else if v.is_nan() {
+            self.d.nan.into()
+        } else {
+            format!("{v:?}f")
+        }
+    }
+
+    fn apply(&self, f: MapFn, a: &[String]) -> Result<String, StripError> {
+        let d = &self.d;
+        Ok(match (f, a) {
+            (MapFn::Add, [x, y]) => format!("({x} + {y})"),
+            (MapFn::Sub, [x, y]) => format!("({x} - {y})"),
+            (MapFn::Mul, [x, y]) => format!("({x} * {y})"),
+            (MapFn::Div, [x, y]) => format!("({x} / {y})"),
+            (MapFn::Max, [x, y]) => format!("{}({x}, {y})", d.fmax),
+            (MapFn::Min, [x, y]) => format!("{}({x}, {y})", d.fmin),
+            (MapFn::Ge, [x, y]) => format!("({x} >= {y} ? 1.0f : 0.0f)"),
+            (MapFn::Exp, [x]) => (d.exp)(x),
+            (MapFn::Exp2, [x]) => (d.exp2)(x),
+            (MapFn::Log, [x]) => (d.log)(x),
+            (MapFn::Neg, [x]) => format!("(-{x})"),
+            (MapFn::Abs, [x]) => format!("{}({x})", d.fabs),
+            (MapFn::Rsqrt, [x]) => (d.rsqrt)(x),
+            (MapFn::Copy, [x]) => x.clone(),
+            _ => return unsupported(format!("`{}` with {} arguments", f.name(), a.len())),
+        })
     }
 }
 
-fn apply(f: MapFn, a: &[String]) -> Result<String, CudaLowerError> {
-    Ok(match (f, a) {
-        (MapFn::Add, [x, y]) => format!("({x} + {y})"),
-        (MapFn::Sub, [x, y]) => format!("({x} - {y})"),
-        (MapFn::Mul, [x, y]) => format!("({x} * {y})"),
-        (MapFn::Div, [x, y]) => format!("({x} / {y})"),
-        (MapFn::Max, [x, y]) => format!("fmaxf({x}, {y})"),
-        (MapFn::Min, [x, y]) => format!("fminf({x}, {y})"),
-        (MapFn::Ge, [x, y]) => format!("({x} >= {y} ? 1.0f : 0.0f)"),
-        (MapFn::Exp, [x]) => format!("expf({x})"),
-        (MapFn::Exp2, [x]) => format!("exp2f({x})"),
-        (MapFn::Log, [x]) => format!("logf({x})"),
-        (MapFn::Neg, [x]) => format!("(-{x})"),
-        (MapFn::Abs, [x]) => format!("fabsf({x})"),
-        (MapFn::Rsqrt, [x]) => format!("rsqrtf({x})"),
-        (MapFn::Copy, [x]) => x.clone(),
-        _ => return unsupported(format!("`{}` with {} arguments", f.name(), a.len())),
-    })
-}
-
-/// Lowers a strip program (see the module documentation).
-pub fn lower_strip(k: &Kernel) -> Result<Lowered, CudaLowerError> {
+/// Lowers a strip program (see the module documentation) in dialect `d`.
+pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
     if !is_strip_program(k) {
         return unsupported("a plain-schedule program whose registers are not all strips");
     }
     if k.grid.remap != GridOrder::RowMajor {
         return unsupported(format!("grid order {:?} in a strip program", k.grid.remap));
     }
+    let lanes = d.lanes;
     let mut e = Emit {
         k,
+        d,
         out: String::new(),
         depth: 1,
     };
@@ -677,46 +750,51 @@ pub fn lower_strip(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         let n = ident(&p.name);
         e.line(format!("const long long {n} = (long long)p_{n};"));
     }
-    e.line("long long kt_id = blockIdx.x;");
+    e.line(format!("long long kt_id = (long long)({});", d.block));
     for (i, x) in k.grid.extents.iter().enumerate().rev() {
         let ext = e.e(x);
-        e.line(format!(
-            "const long long blk{i} = kt_id % {ext}; kt_id /= {ext};"
-        ));
+        e.line(format!("const long long blk{i} = kt_id % {ext}; kt_id /= {ext};"));
     }
     e.line(format!(
-        "const long long wave = threadIdx.x / {LANES};\nconst int kt_lane = threadIdx.x % {LANES};"
+        "const long long wave = (long long)({}) / {lanes};\nconst int kt_lane = (int)(({}) % {lanes});",
+        d.thread, d.thread
     ));
     for s in &k.shared {
+        if s.tile.dtype != DType::F32 {
+            return unsupported("shared buffers of other than f32 in a strip program");
+        }
         e.line(format!(
             "__shared__ float kt_sh_{}[{}];",
             ident(&s.name),
             s.count * s.tile.rows * s.tile.cols
         ));
-        if s.tile.dtype != DType::F32 {
-            return unsupported("shared buffers of other than f32 in a strip program");
-        }
     }
     for (i, _) in k.regs.iter().enumerate() {
         let r = RegId(i as u32);
-        let n = dist(k, r).len();
+        let n = e.dist(r).len();
         e.line(format!("float {}[{n}];", e.r(r)));
     }
     e.body(&k.body)?;
     let body = std::mem::take(&mut e.out);
-    let name = format!("{}_sm90_lowered", ident(&k.name));
+    let name = (d.entry)(&k.name);
     let mut args: Vec<String> = Vec::new();
     for g in &k.globals {
-        let ty = storage(g.dtype)?;
-        args.push(format!("{ty}* g_{}", ident(&g.name)));
+        let ty = e.storage(g.dtype)?;
+        let c = if d.const_inputs && g.access == kittens_ir::Access::Read {
+            "const "
+        } else {
+            ""
+        };
+        args.push(format!("{c}{ty}* g_{}", ident(&g.name)));
     }
     args.extend(k.params.iter().map(|p| format!("int p_{}", ident(&p.name))));
-    let threads = LANES * k.waves;
+    let threads = lanes * k.waves;
     let src = format!(
-        "{}\n// Lowered from the tile program `{}` by kittens-codegen::cuda::lower_strip.\n\
-         extern \"C\" __global__ void __launch_bounds__({threads})\n{name}({}) {{\n{body}}}\n",
-        super::STRIP_PRELUDE,
+        "{}\n// Lowered from the tile program `{}` by kittens-codegen::strip.\n\
+         extern \"C\" __global__ {}\n{name}({}) {{\n{body}}}\n",
+        d.prelude,
         k.name,
+        (d.launch)(threads),
         args.join(", ")
     );
     let mut kargs: Vec<KernelArg> = k
@@ -730,7 +808,7 @@ pub fn lower_strip(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         name: p.name.clone(),
     }));
     Ok(Lowered {
-        target: Target::Sm90a,
+        target: d.target,
         source: src,
         entry: name,
         threads,
