@@ -209,7 +209,8 @@ const ATTN_FWD: KernelEntry = KernelEntry {
 
 const LAYERNORM: KernelEntry = KernelEntry {
     name: "layernorm",
-    about: "out = LayerNorm(residual + dropout(x))·weight + bias and the new residual, bf16 in/out, \
+    about:
+        "out = LayerNorm(residual + dropout(x))·weight + bias and the new residual, bf16 in/out, \
             f32 statistics, Philox 4x32-10 dropout (HipKittens Fig. 9)",
     targets: &[
         TargetPlan {
@@ -240,7 +241,8 @@ const LAYERNORM: KernelEntry = KernelEntry {
 
 const ROTARY: KernelEntry = KernelEntry {
     name: "rotary",
-    about: "rotary position embedding on q or k, BSHD/BHSD, half rotation (GPT-NeoX) or interleaved \
+    about:
+        "rotary position embedding on q or k, BSHD/BHSD, half rotation (GPT-NeoX) or interleaved \
             (GPT-J), cos/sin tables given (HipKittens Fig. 9)",
     targets: &[
         TargetPlan {

@@ -52,7 +52,10 @@ fn check(norm: NormShape) -> Run {
     let (ry, rh) = r.reference.split_at(half);
     let ey = compare(y, ry);
     let eh = compare(h, rh);
-    assert!(ey.rel_err < 1e-2 && ey.max_rel < 2.0 * BF16_STEP, "{norm:?} out: {ey:?}");
+    assert!(
+        ey.rel_err < 1e-2 && ey.max_rel < 2.0 * BF16_STEP,
+        "{norm:?} out: {ey:?}"
+    );
     assert!(eh.max_rel < BF16_STEP, "{norm:?} residual: {eh:?}");
     assert!(ey.rel_err > 0.0, "bf16 output rounding must show");
     r
@@ -88,7 +91,10 @@ fn dropout_mask_is_the_philox_stream() {
             .filter(|&i| x[i] != 0.0 && h[i] == res[i])
             .count() as f64
             / (rows * dim) as f64;
-        assert!((dropped - f64::from(p)).abs() < 0.03, "{norm:?}: dropped {dropped}");
+        assert!(
+            (dropped - f64::from(p)).abs() < 0.03,
+            "{norm:?}: dropped {dropped}"
+        );
     }
 }
 

@@ -10,7 +10,10 @@ use kittens_kernels::reference::{compare, AttnShape};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-fn run(sh: AttnShape, interleaved: bool) -> Result<kittens_kernels::reference::ErrorReport, String> {
+fn run(
+    sh: AttnShape,
+    interleaved: bool,
+) -> Result<kittens_kernels::reference::ErrorReport, String> {
     let p = Problem {
         attn: sh,
         interleaved,
@@ -22,8 +25,13 @@ fn run(sh: AttnShape, interleaved: bool) -> Result<kittens_kernels::reference::E
     let kernel = def.build(&p, Target::Cpu).map_err(|e| e.to_string())?;
     let mut rng = SmallRng::seed_from_u64(p.seed);
     let inputs = def.draw(&p, &kernel, &plan.launch, &mut rng);
-    let (out, _) = interpret(&kernel, &plan.launch.params, inputs.clone(), plan.launch.output)
-        .map_err(|e| e.to_string())?;
+    let (out, _) = interpret(
+        &kernel,
+        &plan.launch.params,
+        inputs.clone(),
+        plan.launch.output,
+    )
+    .map_err(|e| e.to_string())?;
     Ok(compare(&out, &def.reference(&p, &inputs).values))
 }
 
@@ -31,7 +39,12 @@ fn run(sh: AttnShape, interleaved: bool) -> Result<kittens_kernels::reference::E
 fn both_forms_both_layouts_at_odd_shapes() {
     for layout in [AttnLayout::Bshd, AttnLayout::Bhsd] {
         for interleaved in [false, true] {
-            for (batch, heads, seq, dim) in [(1, 3, 37, 64), (2, 2, 5, 128), (1, 1, 70, 32), (1, 2, 9, 256)] {
+            for (batch, heads, seq, dim) in [
+                (1, 3, 37, 64),
+                (2, 2, 5, 128),
+                (1, 1, 70, 32),
+                (1, 2, 9, 256),
+            ] {
                 let sh = AttnShape {
                     batch,
                     heads,

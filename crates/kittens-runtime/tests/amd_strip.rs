@@ -36,9 +36,14 @@ fn strip_kernels_compile_without_spills() {
             }
             for c in clangs {
                 let asm = c.compile_to_asm(&src, arch(t)).unwrap();
-                let r = analyze(&asm, arch(t), Some(&kittens_codegen::cexpr::ident(&k.name))).unwrap();
+                let r =
+                    analyze(&asm, arch(t), Some(&kittens_codegen::cexpr::ident(&k.name))).unwrap();
                 eprintln!("{name} {t}: {}", serde_json::to_string(&r).unwrap());
-                assert_eq!((r.vgpr_spill, r.sgpr_spill, r.scratch_bytes), (0, 0, 0), "{name} {t}");
+                assert_eq!(
+                    (r.vgpr_spill, r.sgpr_spill, r.scratch_bytes),
+                    (0, 0, 0),
+                    "{name} {t}"
+                );
             }
         }
     }
@@ -82,9 +87,16 @@ fn layernorm_on_the_emulation_draws_the_interpreters_mask() {
         for t in TARGETS {
             let (emu, interp, reference) = both("layernorm", &prob, t);
             let half = rows * dim;
-            assert_eq!(emu[half..], interp[half..], "{t} {norm:?}: residual plane differs");
+            assert_eq!(
+                emu[half..],
+                interp[half..],
+                "{t} {norm:?}: residual plane differs"
+            );
             let e = compare(&emu, &reference);
-            assert!(e.rel_err < 1e-2 && e.max_rel < 1.0 / 128.0, "{t} {norm:?}: {e:?}");
+            assert!(
+                e.rel_err < 1e-2 && e.max_rel < 1.0 / 128.0,
+                "{t} {norm:?}: {e:?}"
+            );
         }
     }
 }

@@ -13,7 +13,6 @@ mod lower_tma;
 
 pub use lower::{lower, CudaLowerError, TmaMap};
 
-
 /// The hand-written part of the prelude (no CUDA headers needed).
 pub const PRELUDE: &str = include_str!("prelude.cuh");
 

@@ -44,7 +44,10 @@ pub fn hip(arch: Arch) -> Dialect {
     Dialect {
         target: Target::from(arch),
         lanes: 64,
-        prelude: concat!(include_str!("../hip/prelude.hip"), include_str!("prelude_hip.h")),
+        prelude: concat!(
+            include_str!("../hip/prelude.hip"),
+            include_str!("prelude_hip.h")
+        ),
         names: cexpr::HIP,
         thread: "kittens::thread_id()",
         block: "kittens::block_id_x()",

@@ -22,18 +22,18 @@
 //! One block per tile of the grid (`GridRule::PerTile`), row-major coordinates.
 
 use kittens_hw::{dtype::DType, Target};
-use thiserror::Error;
 use kittens_ir::{
     Arg, Axis, Expr, GlobalView, GridOrder, Kernel, MapFn, MaskRule, Op, ReduceOp, RegId, RegKind,
     Rounding, Scope, SharedView, Stmt,
 };
 use kittens_tile::BaseShape;
+use thiserror::Error;
 
 use crate::cexpr::{self, ident, CNames};
 
 mod dialects;
-pub use dialects::{hip, CUDA};
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
+pub use dialects::{hip, CUDA};
 
 /// What the strip lowering cannot do.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -185,7 +185,9 @@ impl Emit<'_> {
         match dt {
             DType::Bf16 | DType::F32 => (self.d.elem)(dt)
                 .ok_or_else(|| StripError(format!("{dt:?} tensors on {}", self.d.target))),
-            other => unsupported(format!("{other:?} tensors in a strip program (bf16 or f32)")),
+            other => unsupported(format!(
+                "{other:?} tensors in a strip program (bf16 or f32)"
+            )),
         }
     }
     fn dist(&self, r: RegId) -> Dist {
@@ -345,12 +347,17 @@ impl Emit<'_> {
                     to_f32(vc.dtype, "kt_e[kt_e_i]")
                 ));
             } else {
-                self.line(format!("{vt} kt_w;\n{ty}* kt_e = reinterpret_cast<{ty}*>(&kt_w);"));
+                self.line(format!(
+                    "{vt} kt_w;\n{ty}* kt_e = reinterpret_cast<{ty}*>(&kt_w);"
+                ));
                 self.line(format!(
                     "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {n}; ++kt_e_i) kt_e[kt_e_i] = {};",
                     from_f32(vc.dtype, &format!("{r}[{}]", elem("kt_e_i")))
                 ));
-                self.line(format!("*reinterpret_cast<{vt}*>({} + kt_off) = kt_w;", vc.ptr));
+                self.line(format!(
+                    "*reinterpret_cast<{vt}*>({} + kt_off) = kt_w;",
+                    vc.ptr
+                ));
             }
             self.depth -= 1;
             self.line("} else {");
@@ -450,7 +457,9 @@ impl Emit<'_> {
                 let ncr = d.chunks_per_row();
                 let lanes = self.d.lanes;
                 if self.dist(r).v() != v || !ncr.is_multiple_of(lanes) {
-                    return unsupported("a column broadcast over rows narrower than a wave of chunks");
+                    return unsupported(
+                        "a column broadcast over rows narrower than a wave of chunks",
+                    );
                 }
                 format!(
                     "{}[((kt_s * {lanes}) % {ncr}) / {lanes} * {v} + kt_e_i]",
@@ -460,7 +469,11 @@ impl Emit<'_> {
         })
     }
 
-    fn elementwise(&mut self, dst: RegId, body: impl Fn(&Self, Dist) -> Result<String, StripError>) -> Result<(), StripError> {
+    fn elementwise(
+        &mut self,
+        dst: RegId,
+        body: impl Fn(&Self, Dist) -> Result<String, StripError>,
+    ) -> Result<(), StripError> {
         let d = self.dist(dst);
         let e = body(self, d)?;
         let r = self.r(dst);
@@ -481,7 +494,9 @@ impl Emit<'_> {
             Op::LoadGlobal { dst, src } => self.global(*dst, src, true)?,
             Op::StoreGlobal { dst, src, rounding } => {
                 if *rounding != Rounding::Rtne {
-                    return unsupported(format!("{rounding:?} stores (round to nearest even only)"));
+                    return unsupported(format!(
+                        "{rounding:?} stores (round to nearest even only)"
+                    ));
                 }
                 self.global(*src, dst, false)?
             }
@@ -517,10 +532,16 @@ impl Emit<'_> {
                     MaskRule::ColsBelow(l) => format!("{c0} + kt_col + kt_e_i < {}", self.e(l)),
                     MaskRule::RowsBelow(l) => format!("{r0} + kt_row < {}", self.e(l)),
                     MaskRule::Causal { offset } => {
-                        format!("{c0} + kt_col + kt_e_i <= {r0} + kt_row + {}", self.e(offset))
+                        format!(
+                            "{c0} + kt_col + kt_e_i <= {r0} + kt_row + {}",
+                            self.e(offset)
+                        )
                     }
                     MaskRule::CausalT { offset } => {
-                        format!("{r0} + kt_row <= {c0} + kt_col + kt_e_i + {}", self.e(offset))
+                        format!(
+                            "{r0} + kt_row <= {c0} + kt_col + kt_e_i + {}",
+                            self.e(offset)
+                        )
                     }
                 };
                 let r = self.r(*dst);
@@ -753,7 +774,9 @@ pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
     e.line(format!("long long kt_id = (long long)({});", d.block));
     for (i, x) in k.grid.extents.iter().enumerate().rev() {
         let ext = e.e(x);
-        e.line(format!("const long long blk{i} = kt_id % {ext}; kt_id /= {ext};"));
+        e.line(format!(
+            "const long long blk{i} = kt_id % {ext}; kt_id /= {ext};"
+        ));
     }
     e.line(format!(
         "const long long wave = (long long)({}) / {lanes};\nconst int kt_lane = (int)(({}) % {lanes});",

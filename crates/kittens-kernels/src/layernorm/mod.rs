@@ -146,7 +146,11 @@ pub fn build(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
     let out = k.global(
         "out",
         Bf16,
-        &[("plane", Expr::c(2)), ("row", rows.clone()), ("col", d.clone())],
+        &[
+            ("plane", Expr::c(2)),
+            ("row", rows.clone()),
+            ("col", d.clone()),
+        ],
         Access::Write,
     );
     let rpb = i64::from(cfg.rows_per_block());
@@ -181,7 +185,13 @@ pub fn build(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
     if cfg.p > 0.0 {
         // keep = (uniform ≥ p) / (1 − p), drawn at stream index row·D + col.
         let keep = strip(&mut k, "keep", F32);
-        k.random(keep, seed, offset, row.clone() * d.clone() + col0.clone(), d.clone());
+        k.random(
+            keep,
+            seed,
+            offset,
+            row.clone() * d.clone() + col0.clone(),
+            d.clone(),
+        );
         k.ge(keep, keep, cfg.p);
         k.mul(keep, keep, 1.0 / (1.0 - cfg.p));
         k.mul(h, xt, keep);
@@ -192,7 +202,14 @@ pub fn build(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
     k.store(view(&k, out, Some(1)), h);
 
     let partials = (w_row > 1).then(|| {
-        k.shared("partials", F32, cfg.rows_per_block(), w_row, Swizzle::None, 2)
+        k.shared(
+            "partials",
+            F32,
+            cfg.rows_per_block(),
+            w_row,
+            Swizzle::None,
+            2,
+        )
     });
     let total = |k: &mut KernelBuilder, v: RegId, slot: i64| {
         if let Some(buf) = partials {
@@ -205,7 +222,13 @@ pub fn build(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
     k.mul(mean, mean, inv_d);
     k.sub_row(h, h, mean);
     // Columns past D (the strip rounded up) read zero; after centring they must not count.
-    k.mask(h, MaskRule::ColsBelow(d.clone()), row.clone(), col0.clone(), 0.0);
+    k.mask(
+        h,
+        MaskRule::ColsBelow(d.clone()),
+        row.clone(),
+        col0.clone(),
+        0.0,
+    );
     k.mul(sq, h, h);
     k.row_sum(inv_std, sq);
     total(&mut k, inv_std, 1);
@@ -213,8 +236,14 @@ pub fn build(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
     k.add(inv_std, inv_std, cfg.eps);
     k.rsqrt(inv_std, inv_std);
     k.mul_row(h, h, inv_std);
-    k.load_global(wv, k.gview(weight, vec![row.clone(), col0.clone()], 0, 1, 1, c));
-    k.load_global(bv, k.gview(bias, vec![row.clone(), col0.clone()], 0, 1, 1, c));
+    k.load_global(
+        wv,
+        k.gview(weight, vec![row.clone(), col0.clone()], 0, 1, 1, c),
+    );
+    k.load_global(
+        bv,
+        k.gview(bias, vec![row.clone(), col0.clone()], 0, 1, 1, c),
+    );
     k.mul_col(h, h, wv);
     k.add_col(h, h, bv);
     k.store(view(&k, out, Some(0)), h);
@@ -233,8 +262,22 @@ fn row_total(
     cfg: &LayerNormConfig,
 ) {
     let w_row = cfg.waves_per_row;
-    let one = k.tile(&format!("partial{slot}"), F32, 1, 1, Layout::Row, BaseShape::STRIP);
-    let all = k.tile(&format!("partials{slot}"), F32, 1, w_row, Layout::Row, BaseShape::STRIP);
+    let one = k.tile(
+        &format!("partial{slot}"),
+        F32,
+        1,
+        1,
+        Layout::Row,
+        BaseShape::STRIP,
+    );
+    let all = k.tile(
+        &format!("partials{slot}"),
+        F32,
+        1,
+        w_row,
+        Layout::Row,
+        BaseShape::STRIP,
+    );
     let local = k.wave() / i64::from(w_row);
     k.copy(one, v);
     let at = |k: &KernelBuilder, col0: Expr, cols: u32| {

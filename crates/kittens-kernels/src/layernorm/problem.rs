@@ -33,7 +33,10 @@ pub fn config(p: &Problem, target: Target) -> LayerNormConfig {
 /// A 64-bit seed or offset as the kernel's two 32-bit word parameters `[low, high]`, each the word's
 /// bit pattern as a signed 32-bit value (what a device launch passes).
 pub fn words(v: u64) -> [i64; 2] {
-    [i64::from(v as u32 as i32), i64::from((v >> 32) as u32 as i32)]
+    [
+        i64::from(v as u32 as i32),
+        i64::from((v >> 32) as u32 as i32),
+    ]
 }
 
 impl KernelProblem for LayerNormProblem {

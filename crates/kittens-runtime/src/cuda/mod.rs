@@ -12,6 +12,7 @@ pub mod bench;
 pub mod cache;
 pub mod caller;
 pub mod caller_attn;
+pub mod caller_mem;
 pub mod cublas;
 pub mod driver;
 pub mod gemm_kernel;
