@@ -33,6 +33,18 @@ pub const CUDA: Dialect = Dialect {
     exp2: |x| format!("exp2f({x})"),
     log: |x| format!("logf({x})"),
     rsqrt: |x| format!("rsqrtf({x})"),
+    // The `_rn` intrinsics are never contracted into FMAs (CUDA C++ Programming Guide, "Intrinsic
+    // Functions").
+    arith: |op, a, b| {
+        let f = match op {
+            '+' => "__fadd_rn",
+            '-' => "__fsub_rn",
+            '*' => "__fmul_rn",
+            _ => "__fdiv_rn",
+        };
+        format!("{f}({a}, {b})")
+    },
+    prologue: "",
     inf: "__int_as_float(0x7f800000)",
     nan: "__int_as_float(0x7fc00000)",
 };
@@ -70,6 +82,9 @@ pub fn hip(arch: Arch) -> Dialect {
         exp2: |x| format!("kittens::exp2_f32({x})"),
         log: |x| format!("(0.6931471805599453f * __builtin_log2f({x}))"),
         rsqrt: |x| format!("(1.0f / __builtin_sqrtf({x}))"),
+        arith: |op, a, b| format!("({a} {op} {b})"),
+        // clang contracts a·b + c into an FMA in HIP device code by default; the IR rounds each op.
+        prologue: "#pragma clang fp contract(off)",
         inf: "__builtin_inff()",
         nan: "__builtin_nanf(\"\")",
     }

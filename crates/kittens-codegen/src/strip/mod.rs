@@ -79,6 +79,11 @@ pub struct Dialect {
     pub log: fn(&str) -> String,
     /// `1/√x` as a C expression of `x`.
     pub rsqrt: fn(&str) -> String,
+    /// `a op b` for `op` in `+ - * /`, rounded once as the IR's per-op f32 arithmetic requires (no
+    /// contraction into fused multiply-adds, so every backend computes the same bits).
+    pub arith: fn(char, &str, &str) -> String,
+    /// The first line of the kernel body (HIP: contraction off).
+    pub prologue: &'static str,
     pub inf: &'static str,
     pub nan: &'static str,
 }
@@ -635,8 +640,9 @@ impl Emit<'_> {
             ReduceOp::Min => self.d.inf.to_string(),
         };
         let (fmax, fmin) = (self.d.fmax, self.d.fmin);
+        let arith = self.d.arith;
         let comb = move |a: &str, b: &str| match op {
-            ReduceOp::Sum => format!("({a} + {b})"),
+            ReduceOp::Sum => arith('+', a, b),
             ReduceOp::Max => format!("{fmax}({a}, {b})"),
             ReduceOp::Min => format!("{fmin}({a}, {b})"),
         };
@@ -732,10 +738,10 @@ impl Emit<'_> {
     fn apply(&self, f: MapFn, a: &[String]) -> Result<String, StripError> {
         let d = &self.d;
         Ok(match (f, a) {
-            (MapFn::Add, [x, y]) => format!("({x} + {y})"),
-            (MapFn::Sub, [x, y]) => format!("({x} - {y})"),
-            (MapFn::Mul, [x, y]) => format!("({x} * {y})"),
-            (MapFn::Div, [x, y]) => format!("({x} / {y})"),
+            (MapFn::Add, [x, y]) => (d.arith)('+', x, y),
+            (MapFn::Sub, [x, y]) => (d.arith)('-', x, y),
+            (MapFn::Mul, [x, y]) => (d.arith)('*', x, y),
+            (MapFn::Div, [x, y]) => (d.arith)('/', x, y),
             (MapFn::Max, [x, y]) => format!("{}({x}, {y})", d.fmax),
             (MapFn::Min, [x, y]) => format!("{}({x}, {y})", d.fmin),
             (MapFn::Ge, [x, y]) => format!("({x} >= {y} ? 1.0f : 0.0f)"),
@@ -766,6 +772,9 @@ pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         out: String::new(),
         depth: 1,
     };
+    if !d.prologue.is_empty() {
+        e.line(d.prologue);
+    }
     // Parameters as 64-bit values, then the grid coordinates (row-major, last fastest).
     for p in &k.params {
         let n = ident(&p.name);
