@@ -123,7 +123,7 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     if let Some((flag, _)) = dims.into_iter().find(|&(_, v)| v == 0) {
         bail!("{flag} must be positive");
     }
-    if a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv) {
+    if a.kernel.name == "attn_fwd" && (a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv)) {
         bail!("--heads-kv {} must divide --heads {}", a.heads_kv, a.heads);
     }
     let mut p = Problem {

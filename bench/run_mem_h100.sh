@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# layernorm and rotary on the H100 in one device call, from a carried directory $C (default
+# .carry-memk) holding python/ (scripts/python-gpu-bundle.sh's .carry/python) and tests/ (this commit's
+# python/tests). Writes under $OUT: gpu.txt, pytest.txt, layernorm.json/.png, rotary.json/.png.
+set -uo pipefail
+C="${C:-.carry-memk}"
+OUT="${OUT:-bench/out}"
+SITE="${SITE:-/tmp/site}"
+mkdir -p "$OUT" "$SITE"
+W="$C/python"
+python3 -m pip install -q --no-deps --target "$SITE" "$W"/kittens-*.whl
+python3 -c 'import numpy' 2>/dev/null || python3 -m pip install -q --no-deps --target "$SITE" "$W"/numpy-*.whl
+python3 -c 'import ml_dtypes' 2>/dev/null || python3 -m pip install -q --no-deps --target "$SITE" "$W"/ml_dtypes-*.whl
+python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q --no-deps --target "$SITE" \
+    "$W"/pytest-*.whl "$W"/pluggy-*.whl "$W"/iniconfig-*.whl "$W"/packaging-*.whl "$W"/pygments-*.whl
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee "$OUT/gpu.txt"
+python3 -c 'import kittens, torch; print("kittens", kittens.__version__, kittens.__file__, "torch", torch.__version__)'
+echo "== python -m kittens.bench layernorm"
+timeout "${BENCH_TIMEOUT:-85}" python3 -m kittens.bench layernorm --iters "${ITERS:-30}" --ln-shapes "${LN_SHAPES:-16x4096x2048,4x4096x8192}" \
+    --json "$OUT/layernorm.json" --plot "$OUT/layernorm.png" 2>&1 | grep -v Warning
+echo "== python -m kittens.bench rotary"
+timeout "${BENCH_TIMEOUT:-85}" python3 -m kittens.bench rotary --iters "${ITERS:-30}" --rope-shapes "${ROPE_SHAPES:-16x16x4096x128,16x16x8192x128}" \
+    --json "$OUT/rotary.json" --plot "$OUT/rotary.png" 2>&1 | grep -v Warning
+echo "== pytest: layernorm and rotary on CUDA against the CPU interpreter"
+timeout "${PYTEST_TIMEOUT:-50}" python3 -m pytest -q -rs -s -k "layernorm or rotary or philox" \
+    "$C"/tests/test_gpu.py 2>&1 | tee "$OUT/pytest.txt"
+nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$OUT/gpu.txt"
