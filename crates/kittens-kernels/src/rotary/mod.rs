@@ -40,13 +40,15 @@ pub struct RotaryConfig {
 pub const DIMS: std::ops::RangeInclusive<u32> = 16..=512;
 
 impl RotaryConfig {
-    /// About 512 values of each half per wave (16 per lane on 32 lanes), four waves per block.
+    /// About 256 values of each half per wave (8 per lane on 32 lanes: one 16-byte chunk of each
+    /// operand), four waves per block. Measured on the H100 (bench/results/h100-2026-11-22-memk): 16
+    /// per lane reached 66% of the copy bandwidth.
     pub fn new(dim: u32, layout: AttnLayout, interleaved: bool) -> Self {
         RotaryConfig {
             dim,
             layout,
             interleaved,
-            rows: (1024 / dim.max(1)).clamp(1, 64),
+            rows: (512 / dim.max(1)).clamp(1, 64),
             waves: 4,
         }
     }
@@ -119,24 +121,32 @@ pub fn build(cfg: &RotaryConfig) -> Result<Kernel, KernelError> {
     let sin = table(&mut k, "sin");
     let out = pairs(&mut k, "out", Access::Write);
     let per_block = i64::from(rows * cfg.waves);
-    k.grid(
-        vec![batch.clone(), heads.clone(), seq.ceil_div(per_block)],
-        GridOrder::RowMajor,
-    );
-
-    let s0 = k.block(2) * per_block + k.wave() * i64::from(rows);
+    // Neighbouring blocks read neighbouring memory: in BSHD the heads of one position are adjacent,
+    // so heads run fastest; in BHSD the positions of one head.
+    let blocks = seq.ceil_div(per_block);
+    let (head, sblk) = match cfg.layout {
+        AttnLayout::Bshd => {
+            k.grid(vec![batch.clone(), blocks, heads.clone()], GridOrder::RowMajor);
+            (k.block(2), k.block(1))
+        }
+        AttnLayout::Bhsd => {
+            k.grid(vec![batch.clone(), heads.clone(), blocks], GridOrder::RowMajor);
+            (k.block(1), k.block(2))
+        }
+    };
+    let s0 = sblk * per_block + k.wave() * i64::from(rows);
     let strip = |k: &mut KernelBuilder, name: &str, dt| {
         k.tile(name, dt, rows, half, Layout::Row, BaseShape::STRIP)
     };
     let [x0, x1, c, s] = ["x0", "x1", "cos", "sin"].map(|n| strip(&mut k, n, Bf16));
     let [o0, o1, t] = ["out0", "out1", "t"].map(|n| strip(&mut k, n, F32));
     let member = |k: &KernelBuilder, g, m: i64| {
-        let mut origin = vec![k.block(0), k.block(1), s0.clone(), Expr::c(0), Expr::c(0)];
+        let mut origin = vec![k.block(0), head.clone(), s0.clone(), Expr::c(0), Expr::c(0)];
         origin[member_dim] = Expr::c(m);
         k.gview(g, origin, 2, col_dim as u8, rows, half)
     };
     let tab = |k: &KernelBuilder, g| {
-        let origin = vec![k.block(0), k.block(1), s0.clone(), Expr::c(0)];
+        let origin = vec![k.block(0), head.clone(), s0.clone(), Expr::c(0)];
         k.gview(g, origin, 2, 3, rows, half)
     };
     k.load_global(x0, member(&k, x, 0));
