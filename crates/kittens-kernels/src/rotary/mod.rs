@@ -126,11 +126,17 @@ pub fn build(cfg: &RotaryConfig) -> Result<Kernel, KernelError> {
     let blocks = seq.ceil_div(per_block);
     let (head, sblk) = match cfg.layout {
         AttnLayout::Bshd => {
-            k.grid(vec![batch.clone(), blocks, heads.clone()], GridOrder::RowMajor);
+            k.grid(
+                vec![batch.clone(), blocks, heads.clone()],
+                GridOrder::RowMajor,
+            );
             (k.block(2), k.block(1))
         }
         AttnLayout::Bhsd => {
-            k.grid(vec![batch.clone(), heads.clone(), blocks], GridOrder::RowMajor);
+            k.grid(
+                vec![batch.clone(), heads.clone(), blocks],
+                GridOrder::RowMajor,
+            );
             (k.block(1), k.block(2))
         }
     };

@@ -9,6 +9,7 @@
 pub mod args;
 pub mod attn;
 pub mod bench;
+pub mod bench_mem;
 pub mod cache;
 pub mod caller;
 pub mod caller_attn;
