@@ -215,22 +215,24 @@ const LAYERNORM: KernelEntry = KernelEntry {
     targets: &[
         TargetPlan {
             target: Target::Gfx942,
-            schedule: "plain, one row per wave (rows over 32 values per lane split over waves)",
+            schedule: "plain, one 16-byte chunk per lane: rows split over waves",
             status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Gfx950,
-            schedule: "plain, one row per wave (rows over 32 values per lane split over waves)",
+            schedule: "plain, one 16-byte chunk per lane: rows split over waves",
             status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Sm90a,
-            schedule: "plain, one row per warp (rows over 1024 split over warps)",
-            status: Status::Compiles,
+            schedule: "plain, one 16-byte chunk per lane: a D = 2048 row over 8 warps",
+            status: Status::Measured {
+                evidence: "bench/results/h100-2026-11-22-memk",
+            },
         },
         TargetPlan {
             target: Target::Cpu,
-            schedule: "plain, one row per wave (rows over 32 values per lane split over waves)",
+            schedule: "plain, one 16-byte chunk per lane: rows split over waves",
             status: Status::Interpreted,
         },
     ],
@@ -258,7 +260,9 @@ const ROTARY: KernelEntry = KernelEntry {
         TargetPlan {
             target: Target::Sm90a,
             schedule: "plain, positions of one head per warp",
-            status: Status::Compiles,
+            status: Status::Measured {
+                evidence: "bench/results/h100-2026-11-22-memk",
+            },
         },
         TargetPlan {
             target: Target::Cpu,

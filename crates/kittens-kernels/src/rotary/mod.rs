@@ -41,8 +41,9 @@ pub const DIMS: std::ops::RangeInclusive<u32> = 16..=512;
 
 impl RotaryConfig {
     /// About 256 values of each half per wave (8 per lane on 32 lanes: one 16-byte chunk of each
-    /// operand), four waves per block. Measured on the H100 (bench/results/h100-2026-11-22-memk): 16
-    /// per lane reached 66% of the copy bandwidth.
+    /// operand), four waves per block. Measured on the H100 (bench/results/h100-2026-11-22-memk, run 2's
+    /// sweep at B16 H16 N4096 D128 BSHD): 8 per lane 0.75 of the copy bandwidth, 16 per lane 0.56, 4
+    /// per lane 0.51 (run 1, 16 per lane with the heads outermost in the grid: 0.66).
     pub fn new(dim: u32, layout: AttnLayout, interleaved: bool) -> Self {
         RotaryConfig {
             dim,
