@@ -1,7 +1,9 @@
 """kittens: the tile-framework kernels on your own arrays, with PyTorch's conventions.
 
-``kittens.matmul(a, b)`` is ``a @ b`` and ``kittens.attention(q, k, v, causal=False)`` is
-``torch.nn.functional.scaled_dot_product_attention``, for bfloat16 arrays:
+``kittens.matmul(a, b)`` is ``a @ b``, ``kittens.attention(q, k, v, causal=False)`` is
+``torch.nn.functional.scaled_dot_product_attention``, ``kittens.layernorm(x, residual, weight, bias, p)``
+is a prenorm block's fused dropout + residual + layernorm and ``kittens.rotary(q, cos, sin)`` the rotary
+position embedding, for bfloat16 arrays:
 
 * torch tensors (CPU or CUDA), numpy arrays of dtype ``ml_dtypes.bfloat16``, and any object with
   ``__dlpack__`` (CPU ones come back as numpy arrays; CUDA ones go through torch);
@@ -24,7 +26,7 @@ from typing import Any, Optional
 from . import _kittens
 from ._arrays import Array, adapt, new_like
 
-__all__ = ["matmul", "attention", "set_verbose", "AttentionFunction", "__version__"]
+__all__ = ["matmul", "attention", "layernorm", "rotary", "set_verbose", "AttentionFunction", "__version__"]
 __version__ = _kittens.__version__
 
 _kittens.set_verbose(os.environ.get("KITTENS_VERBOSE", "") not in ("", "0"))
@@ -169,6 +171,55 @@ def _attention(q, k, v, causal, scale, out):
     _kittens.attention(
         Q.args(), K.args(), V.args(), O.args(), bool(causal), None if scale is None else float(scale), _stream(Q)
     )
+    return _result(Q, out)
+
+
+def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, seed: int = 0, *,
+              offset: int = 0, eps: float = 1e-5, out: Any = None):
+    """``h = residual + dropout(x, p)``; returns ``(LayerNorm(h) * weight + bias, h)``, both bfloat16.
+
+    ``x`` and ``residual`` are contiguous bfloat16 arrays of shape (..., D) with D a multiple of 8 from
+    768 to 8192; ``weight`` and ``bias`` are (D,). The statistics are float32 over the float32 ``h``.
+    Dropout keeps an element where its Philox 4x32-10 uniform (keyed by ``seed``, counter ``offset``,
+    stream index ``row * D + col``) is at least ``p`` and scales it by ``1 / (1 - p)``; the CPU
+    interpreter and the GPU draw the same mask. ``p = 0`` is exactly residual + layernorm. A new
+    ``(2, ..., D)`` array holds both outputs (``out=`` passes one); the two returned arrays are its
+    planes. CUDA tensors run the kernel lowered for sm_90a on the current torch stream (compiled per D,
+    p and eps on first use).
+    """
+    X, R, W, B = adapt(x, "x"), adapt(residual, "residual"), adapt(weight, "weight"), adapt(bias, "bias")
+    if not 0.0 <= float(p) < 1.0:
+        raise ValueError(f"dropout p = {p} must be in [0, 1)")
+    if out is None:
+        out = new_like(X, (2,) + tuple(X.shape))
+    O = adapt(out, "out", writable=True)
+    _kittens.layernorm(
+        X.args(), R.args(), W.args(), B.args(), O.args(), float(p), int(seed) % 2**64, int(offset) % 2**64,
+        float(eps), _stream(X),
+    )
+    both = _result(X, out)
+    return both[0], both[1]
+
+
+def rotary(q: Any, cos: Any, sin: Any, interleaved: bool = False, *, out: Any = None, inplace: bool = False):
+    """Rotary position embedding of bfloat16 ``q`` (B, H, N, D) with tables ``cos``, ``sin`` (N, D/2).
+
+    Pairs ``(x[i], x[i + D/2])`` (GPT-NeoX, half rotation) or, with ``interleaved=True``,
+    ``(x[2i], x[2i + 1])`` (GPT-J): ``(x0, x1) -> (x0 cos - x1 sin, x1 cos + x0 sin)`` at each position.
+    ``q`` is dense (B, H, N, D) or a (B, N, H, D) buffer seen through ``.transpose(1, 2)``; the output
+    has q's shape and memory order. ``inplace=True`` writes into ``q`` (``out=q`` does the same). D is a
+    multiple of 16 from 16 to 512. CUDA tensors run the kernel lowered for sm_90a on the current torch
+    stream.
+    """
+    Q, C, S = adapt(q, "q"), adapt(cos, "cos"), adapt(sin, "sin")
+    if inplace:
+        out = q
+    if out is None:
+        if len(Q.shape) != 4:
+            raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
+        out = new_like(Q, Q.shape, _attn_order(Q))
+    O = adapt(out, "out", writable=True)
+    _kittens.rotary(Q.args(), C.args(), S.args(), O.args(), bool(interleaved), _stream(Q))
     return _result(Q, out)
 
 

@@ -1,8 +1,10 @@
-"""``python -m kittens.bench gemm|attn [--json F] [--plot F.png]``: kittens against PyTorch's own kernels
-on the same tensors, in one process.
+"""``python -m kittens.bench gemm|attn|layernorm|rotary [--json F] [--plot F.png]``: kittens against
+PyTorch's own kernels on the same tensors, in one process.
 
 * gemm: ``kittens.matmul(a, w.T)`` against ``torch.matmul(a, w.T)`` (cuBLAS).
 * attn: ``kittens.attention`` against ``F.scaled_dot_product_attention`` (cuDNN / FlashAttention).
+* layernorm, rotary: against PyTorch eager and ``torch.compile`` of the same expression, in GB/s and as
+  a fraction of the copy bandwidth measured in the same run (``kittens.bench_mem``).
 
 Timing: CUDA events around every launch, warm-up first, the median of ``--iters`` launches; the inputs
 rotate over enough copies that together they span 4x the L2 (each launch reads operands the previous
@@ -314,7 +316,12 @@ def cpu_check(kittens) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kittens.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=["gemm", "attn"])
+    p.add_argument("what", choices=["gemm", "attn", "layernorm", "rotary"])
+    p.add_argument("--ln-shapes", default="16x4096x2048,4x4096x8192,16x4096x768",
+                   help="layernorm: BxNxD (rows = B*N)")
+    p.add_argument("--p", type=float, default=0.1, help="layernorm: dropout of the extra p > 0 row (0: none)")
+    p.add_argument("--rope-shapes", default="16x16x4096x128,16x16x8192x128,16x32x4096x64",
+                   help="rotary: BxHxNxD")
     p.add_argument("--sizes", default="2048,4096,8192,16384", help="gemm: square sizes M=N=K")
     p.add_argument("--checks", default="1000x1032x520,129x264x72,128x256x64,1x8x8,256x8x8192",
                    help="gemm: correctness-only shapes MxNxK (untimed), or 'none'")
@@ -330,6 +337,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--plot", help="write a PNG of TFLOP/s and ratio per shape here")
     args = p.parse_args(argv)
     args.sizes = [int(s) for s in args.sizes.split(",") if s]
+    args.ln_shapes = [tuple(int(x) for x in c.split("x")) for c in args.ln_shapes.split(",") if c]
+    args.rope_shapes = [tuple(int(x) for x in c.split("x")) for c in args.rope_shapes.split(",") if c]
     args.seqs = [int(s) for s in args.seqs.split(",") if s]
     args.checks = [] if args.checks == "none" else [
         tuple(int(x) for x in c.split("x")) for c in args.checks.split(",") if c]
@@ -346,14 +355,37 @@ def main(argv: Optional[List[str]] = None) -> int:
               "(not a benchmark):")
         cpu_check(kittens)
         return 2
+    if args.what in ("layernorm", "rotary"):
+        return main_mem(torch, kittens, args)
     if args.what == "gemm":
         rows = bench_gemm(torch, kittens, args)
         theirs, title = "torch.matmul", "bf16 GEMM, C = A·Wᵀ: kittens vs torch.matmul (cuBLAS)"
     else:
         rows = bench_attn(torch, kittens, args)
         theirs, title = "SDPA", "attention forward: kittens vs F.scaled_dot_product_attention"
+    report = _header(torch, kittens, args)
+    report.update({
+        "rule": f"bit-identical, or rel_err(ours, f64) <= 2 * rel_err(torch, f64) + {FLOOR}",
+        "rows": rows,
+    })
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    report = {
+    print(f"{props.name}, torch {torch.__version__}, commit {report['commit']}, {report['date']}, "
+          f"timing {args.timing}, median of {args.iters}")
+    print_table(rows, theirs)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    if args.plot:
+        plot(rows, args.plot, f"{title}\n{props.name}, {report['date']}", theirs)
+    ok = all(r.get("passed") for r in rows)
+    if not ok:
+        print("kittens.bench: some shapes failed the check or did not run (see above)", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def _header(torch, kittens, args) -> dict:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {
         "what": args.what,
         "commit": _commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -367,20 +399,39 @@ def main(argv: Optional[List[str]] = None) -> int:
         "timing": args.timing,
         "warmup": args.warmup,
         "iters": args.iters,
-        "rule": f"bit-identical, or rel_err(ours, f64) <= 2 * rel_err(torch, f64) + {FLOOR}",
-        "rows": rows,
     }
-    print(f"{props.name}, torch {torch.__version__}, commit {report['commit']}, {report['date']}, "
-          f"timing {args.timing}, median of {args.iters}")
-    print_table(rows, theirs)
+
+
+def main_mem(torch, kittens, args) -> int:
+    """layernorm / rotary: ours, torch eager and torch.compile, and the copy bandwidth, in one run."""
+    from . import bench_mem
+
+    copy_gbs = bench_mem.copy_bandwidth(torch)
+    if args.what == "layernorm":
+        rows = bench_mem.bench_layernorm(torch, kittens, args, copy_gbs)
+        title = "dropout + residual + layernorm (bf16): kittens vs torch eager and torch.compile"
+    else:
+        rows = bench_mem.bench_rotary(torch, kittens, args, copy_gbs)
+        title = "rotary embedding (bf16, GPT-NeoX): kittens vs torch eager and torch.compile"
+    report = _header(torch, kittens, args)
+    report.update({
+        "timing": "interleaved (ours, eager, compiled)",
+        "copy_gbs": copy_gbs,
+        "rule": f"rel_err(ours, f64) <= 2 * rel_err(torch eager, f64) + {FLOOR}; p > 0: dropped fraction "
+                "within 0.01 of p and the residual bit-identical to the CPU interpreter's",
+        "rows": rows,
+    })
+    print(f"{report['device']}, torch {torch.__version__}, commit {report['commit']}, {report['date']}, "
+          f"median of {args.iters}")
+    bench_mem.print_rows(rows, copy_gbs)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
     if args.plot:
-        plot(rows, args.plot, f"{title}\n{props.name}, {report['date']}", theirs)
+        bench_mem.plot(rows, args.plot, f"{title}\n{report['device']}, {report['date']}", copy_gbs)
     ok = all(r.get("passed") for r in rows)
     if not ok:
-        print("kittens.bench: some shapes failed the check or did not run (see above)", file=sys.stderr)
+        print("kittens.bench: some shapes failed the check (see above)", file=sys.stderr)
     return 0 if ok else 1
 
 

@@ -336,3 +336,112 @@ def test_import_needs_no_gpu_and_verbose_toggles():
     kittens.set_verbose(False)
     assert not _kittens.verbose()
     assert kittens.__version__
+
+
+# ----------------------------------------------------------------------------------------- layernorm
+
+PHILOX_M = (0xD2511F53, 0xCD9E8D57)
+PHILOX_W = (0x9E3779B9, 0xBB67AE85)
+
+
+def philox(c, k):
+    """Philox 4x32-10 in plain Python (Random123 §3.2), independent of the Rust implementation."""
+    c, k = list(c), list(k)
+    for r in range(10):
+        if r:
+            k = [(k[0] + PHILOX_W[0]) & 0xFFFFFFFF, (k[1] + PHILOX_W[1]) & 0xFFFFFFFF]
+        p0, p1 = PHILOX_M[0] * c[0], PHILOX_M[1] * c[2]
+        c = [(p1 >> 32) ^ c[1] ^ k[0], p1 & 0xFFFFFFFF, (p0 >> 32) ^ c[3] ^ k[1], p0 & 0xFFFFFFFF]
+    return c
+
+
+def test_philox_python_matches_random123():
+    # Random123 tests/kat_vectors, the philox4x32 10 lines.
+    assert philox([0, 0, 0, 0], [0, 0]) == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+    assert philox([0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344], [0xA4093822, 0x299F31D0]) == [
+        0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]
+
+
+def keep_mask(rows, d, p, seed, offset):
+    idx = np.arange(rows * d)
+    words = {}
+    out = np.empty(rows * d, dtype=bool)
+    key = [seed & 0xFFFFFFFF, seed >> 32]
+    for i in idx:
+        g = int(i) // 4
+        if g not in words:
+            words[g] = philox([g & 0xFFFFFFFF, g >> 32, offset & 0xFFFFFFFF, offset >> 32], key)
+        out[i] = (words[g][int(i) % 4] >> 8) / 2**24 >= p
+    return out.reshape(rows, d)
+
+
+def layernorm_ref(x, r, w, b, keep, p, eps=1e-5):
+    x, r, w, b = (np.asarray(a).astype(np.float64) for a in (x, r, w, b))
+    h = r + (x * keep / (1.0 - p) if p > 0 else x)
+    mu = h.mean(-1, keepdims=True)
+    var = ((h - mu) ** 2).mean(-1, keepdims=True)
+    return (h - mu) / np.sqrt(var + eps) * w + b, h
+
+
+@pytest.mark.parametrize("shape,p", [((3, 5, 776), 0.0), ((7, 1000), 0.2), ((2, 2056), 0.5)])
+def test_layernorm_matches_float64_and_philox(shape, p):
+    rng = np.random.default_rng(sum(shape))
+    d = shape[-1]
+    x, r = rand(rng, *shape), rand(rng, *shape)
+    w, b = rand(rng, d), rand(rng, d)
+    seed, offset = 0x0123456789ABCDEF, 5 << 32 | 3
+    y, h = kittens.layernorm(x, r, w, b, p=p, seed=seed, offset=offset)
+    assert y.shape == shape and h.shape == shape and y.dtype == BF16
+    rows = int(np.prod(shape[:-1]))
+    keep = keep_mask(rows, d, p, seed, offset).reshape(shape)
+    ry, rh = layernorm_ref(x, r, w, b, keep, p)
+    # One bf16 rounding per output: a flipped mask bit moves h by |x|/(1-p), far over 2^-8.
+    dh = np.abs(np.asarray(h).astype(np.float64) - rh).max() / np.abs(rh).max()
+    assert dh < 2**-8, dh
+    assert rel_err(y, ry) < 1e-2
+
+
+def test_layernorm_refuses_bad_rows():
+    x = np.ones((2, 100), dtype=BF16)
+    w = np.ones(100, dtype=BF16)
+    with pytest.raises(ValueError, match="multiple of 8 from 768 to 8192"):
+        kittens.layernorm(x, x, w, w)
+    x = np.ones((2, 1000), dtype=BF16)
+    with pytest.raises(ValueError, match=r"\[0, 1\)"):
+        kittens.layernorm(x, x, np.ones(1000, dtype=BF16), np.ones(1000, dtype=BF16), p=1.0)
+
+
+# -------------------------------------------------------------------------------------------- rotary
+
+
+def rotary_ref(q, cos, sin, interleaved):
+    q, cos, sin = (np.asarray(a).astype(np.float64) for a in (q, cos, sin))
+    if interleaved:
+        x0, x1 = q[..., 0::2], q[..., 1::2]
+    else:
+        half = q.shape[-1] // 2
+        x0, x1 = q[..., :half], q[..., half:]
+    o0, o1 = x0 * cos - x1 * sin, x1 * cos + x0 * sin
+    out = np.empty_like(q)
+    if interleaved:
+        out[..., 0::2], out[..., 1::2] = o0, o1
+    else:
+        out[..., :half], out[..., half:] = o0, o1
+    return out
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("bshd", [False, True])
+def test_rotary_matches_float64(interleaved, bshd):
+    rng = np.random.default_rng(3 + interleaved + 2 * bshd)
+    b, h, n, d = 2, 3, 37, 64
+    q = rand(rng, b, n, h, d).transpose(0, 2, 1, 3) if bshd else rand(rng, b, h, n, d)
+    ang = rng.uniform(0, 6.28, (n, d // 2))
+    cos, sin = np.cos(ang).astype(BF16), np.sin(ang).astype(BF16)
+    o = kittens.rotary(q, cos, sin, interleaved=interleaved)
+    ref = rotary_ref(q, cos, sin, interleaved)
+    assert np.abs(np.asarray(o).astype(np.float64) - ref).max() <= 2**-8 * np.abs(ref).max()
+    assert o.strides == q.strides
+    q2 = q.copy()
+    kittens.rotary(q2, cos, sin, interleaved=interleaved, inplace=True)
+    assert np.array_equal(np.asarray(q2), np.asarray(o))

@@ -280,3 +280,43 @@ def test_verbose_reports_the_attention_compile():
     assert r.returncode == 0, r.stderr
     assert "kittens: attn" in r.stderr and "NVRTC" in r.stderr, r.stderr
     print(r.stderr.strip())
+
+
+# ------------------------------------------------------------------------------ layernorm and rotary
+
+
+@pytest.mark.parametrize("shape,p", [((3, 37, 2048), 0.0), ((5, 776), 0.25), ((2, 9, 4104), 0.1), ((1, 3, 8192), 0.5)])
+def test_layernorm_cuda_matches_cpu_interpreter_and_float64(shape, p):
+    d = shape[-1]
+    x, r = randn(*shape, seed=d), randn(*shape, seed=d + 1)
+    w, b = randn(d, seed=2), randn(d, seed=3)
+    seed, offset = 0xDEADBEEF01234567, 3 << 32 | 9
+    y, h = kittens.layernorm(x, r, w, b, p=p, seed=seed, offset=offset)
+    assert y.device == x.device and y.shape == shape and h.shape == shape
+    yc, hc = kittens.layernorm(x.cpu(), r.cpu(), w.cpu(), b.cpu(), p=p, seed=seed, offset=offset)
+    # The same Philox bits and the same per-op rounding: the residual is bit-identical.
+    assert torch.equal(h.cpu(), hc)
+    hd = hc.double()
+    mu = hd.mean(-1, keepdim=True)
+    yd = (hd - mu) / torch.sqrt(((hd - mu) ** 2).mean(-1, keepdim=True) + 1e-5) * w.cpu().double() + b.cpu().double()
+    assert rel(y.cpu(), yd) < 1e-2
+    assert (y.cpu().double() - yc.double()).abs().max() <= 2**-7 * yd.abs().max()
+    if p == 0:
+        e = torch.nn.functional.layer_norm(r + x, (d,), w, b, 1e-5)
+        print(f"layernorm {shape}: ours {rel(y.cpu(), yd):.2e}, torch {rel(e.cpu(), yd):.2e}")
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+@pytest.mark.parametrize("bshd", [False, True])
+def test_rotary_cuda_matches_cpu_interpreter(interleaved, bshd):
+    b, h, n, d = 2, 3, 77, 128
+    q = randn(b, n, h, d, seed=5).transpose(1, 2) if bshd else randn(b, h, n, d, seed=5)
+    ang = torch.rand(n, d // 2, device="cuda", dtype=torch.float64, generator=torch.Generator(device="cuda").manual_seed(1)) * 6.28
+    cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+    o = kittens.rotary(q, cos, sin, interleaved=interleaved)
+    oc = kittens.rotary(q.cpu(), cos.cpu(), sin.cpu(), interleaved=interleaved)
+    assert o.stride() == q.stride()
+    assert torch.equal(o.cpu(), oc)
+    q2 = q.clone()
+    kittens.rotary(q2, cos, sin, interleaved=interleaved, inplace=True)
+    assert torch.equal(q2, o)

@@ -6,5 +6,6 @@ pub mod cexpr;
 pub mod cuda;
 pub mod hip;
 mod lowered;
+pub mod strip;
 
 pub use lowered::{lower, GridRule, KernelArg, LowerError, Lowered, SharedAlloc};

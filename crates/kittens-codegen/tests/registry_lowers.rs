@@ -59,9 +59,11 @@ fn available_plans_lower_with_a_consistent_contract() {
                 "{} {t}: tensor maps come first",
                 e.name
             );
-            // HIP: static LDS, one block per tile; CUDA: dynamic shared memory, persistent grid.
+            // HIP: static LDS, one block per tile; CUDA: dynamic shared memory, persistent grid —
+            // except strip programs (memory-bound), which are static and per tile on every target.
+            let strip = kittens_codegen::strip::is_strip_program(&k);
             let (alloc, grid) = match t {
-                Target::Sm90a => (SharedAlloc::Dynamic, GridRule::Persistent),
+                Target::Sm90a if !strip => (SharedAlloc::Dynamic, GridRule::Persistent),
                 _ => (SharedAlloc::Static, GridRule::PerTile),
             };
             assert_eq!((l.shared_alloc, l.grid), (alloc, grid), "{} {t}", e.name);

@@ -432,6 +432,32 @@ impl KernelBuilder {
         self.fill(dst, f32::NEG_INFINITY);
     }
 
+    /// `dst = 1/√src`.
+    pub fn rsqrt(&mut self, dst: RegId, src: impl Into<Arg>) {
+        self.map(dst, MapFn::Rsqrt, vec![src.into()]);
+    }
+    /// `dst = (a ≥ b) ? 1 : 0`.
+    pub fn ge(&mut self, dst: RegId, a: impl Into<Arg>, b: impl Into<Arg>) {
+        self.map(dst, MapFn::Ge, vec![a.into(), b.into()]);
+    }
+    /// Uniform values in [0, 1) from the Philox stream keyed by `(seed, offset)` (each as 32-bit words
+    /// `[low, high]`), element `(i, j)` drawing stream index `index0 + i·row_stride + j` ([`Op::Random`]).
+    pub fn random(
+        &mut self,
+        dst: RegId,
+        seed: [Expr; 2],
+        offset: [Expr; 2],
+        index0: impl Into<Expr>,
+        row_stride: impl Into<Expr>,
+    ) {
+        self.op(Op::Random {
+            dst,
+            seed,
+            offset,
+            index0: index0.into(),
+            row_stride: row_stride.into(),
+        });
+    }
     /// `dst = f(args…)` elementwise, rounded with the builder's rounding.
     pub fn map(&mut self, dst: RegId, f: MapFn, args: Vec<Arg>) {
         self.op(Op::Map {
@@ -494,6 +520,10 @@ impl KernelBuilder {
     /// `dst[i,j] = src[i,j] - v[j]`.
     pub fn sub_col(&mut self, dst: RegId, src: RegId, v: RegId) {
         self.map(dst, MapFn::Sub, vec![Arg::Reg(src), Arg::ColBcast(v)]);
+    }
+    /// `dst[i,j] = src[i,j] + v[j]` (a bias along a row).
+    pub fn add_col(&mut self, dst: RegId, src: RegId, v: RegId) {
+        self.map(dst, MapFn::Add, vec![Arg::Reg(src), Arg::ColBcast(v)]);
     }
     pub fn mul_col(&mut self, dst: RegId, src: RegId, v: RegId) {
         self.map(dst, MapFn::Mul, vec![Arg::Reg(src), Arg::ColBcast(v)]);

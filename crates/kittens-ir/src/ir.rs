@@ -237,6 +237,10 @@ pub enum MapFn {
     Log,
     Neg,
     Abs,
+    /// `1/√x` (the device's reciprocal square root: a layernorm's inverse standard deviation).
+    Rsqrt,
+    /// `1` where `x ≥ y`, else `0` (a mask as a factor: dropout keeps where `uniform ≥ p`).
+    Ge,
     /// Copy / convert: the value is rounded to the destination dtype with the op's rounding.
     Copy,
 }
@@ -244,7 +248,13 @@ pub enum MapFn {
 impl MapFn {
     pub fn arity(self) -> usize {
         match self {
-            MapFn::Add | MapFn::Sub | MapFn::Mul | MapFn::Div | MapFn::Max | MapFn::Min => 2,
+            MapFn::Add
+            | MapFn::Sub
+            | MapFn::Mul
+            | MapFn::Div
+            | MapFn::Max
+            | MapFn::Min
+            | MapFn::Ge => 2,
             _ => 1,
         }
     }
@@ -261,6 +271,8 @@ impl MapFn {
             MapFn::Log => "log",
             MapFn::Neg => "neg",
             MapFn::Abs => "abs",
+            MapFn::Rsqrt => "rsqrt",
+            MapFn::Ge => "ge",
             MapFn::Copy => "copy",
         }
     }
@@ -396,6 +408,18 @@ pub enum Op {
         op: ReduceOp,
         acc: Option<RegId>,
     },
+    /// Uniform random values in [0, 1) from the counter-based stream keyed by `(seed, offset)`
+    /// (`crate::philox`): element `(i, j)` of `dst` is `philox::uniform(philox::stream(seed, offset,
+    /// index0 + i·row_stride + j))`, so every backend draws the same bits (dropout masks). The 64-bit
+    /// `seed` and `offset` are given as 32-bit words `[low, high]`, each expression read modulo 2^32
+    /// (kernel parameters are 32-bit on the devices).
+    Random {
+        dst: RegId,
+        seed: [Expr; 2],
+        offset: [Expr; 2],
+        index0: Expr,
+        row_stride: Expr,
+    },
     /// Set every element to `value` (`zero`, `neg_infty`).
     Fill {
         dst: RegId,
@@ -455,6 +479,7 @@ impl Op {
                 format!("{a}_{}", format!("{op:?}").to_lowercase())
             }
             Op::Fill { .. } => "fill".into(),
+            Op::Random { .. } => "random".into(),
             Op::Transpose { .. } => "transpose".into(),
             Op::SwapLayout { .. } => "swap_layout".into(),
             Op::Mask { .. } => "mask".into(),

@@ -10,6 +10,7 @@
 //! - [`analysis`]: the schedule analysis (hazards, wait counts);
 //! - [`banks`]: the shared-memory swizzle of every buffer, chosen by the bank solver per AMD target;
 //! - [`numerics`]: storage rounding (bf16, f16, fp8) in the RTNE/RTNA/RTZ modes;
+//! - [`philox`]: Philox 4x32-10, the counter-based generator of the `random` op (dropout masks);
 //! - [`interp`]: the CPU interpreter, the `cpu` backend and the test oracle;
 //! - [`print`]: the kernel listing (`Display for Kernel`).
 //!
@@ -43,6 +44,7 @@ pub mod expr;
 pub mod interp;
 pub mod ir;
 pub mod numerics;
+pub mod philox;
 pub mod print;
 pub mod regs;
 pub mod schedule;

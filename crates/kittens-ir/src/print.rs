@@ -118,6 +118,22 @@ impl Printer<'_> {
                 format!("{} {} <- {}{acc}", op.name(), reg(k, *dst), reg(k, *src))
             }
             Op::Fill { dst, value } => format!("fill {} <- {value}", reg(k, *dst)),
+            Op::Random {
+                dst,
+                seed,
+                offset,
+                index0,
+                row_stride,
+            } => format!(
+                "random {} <- philox(seed [{}, {}], offset [{}, {}]) at {} + i*{} + j",
+                reg(k, *dst),
+                self.expr(&seed[0]),
+                self.expr(&seed[1]),
+                self.expr(&offset[0]),
+                self.expr(&offset[1]),
+                self.expr(index0),
+                self.expr(row_stride)
+            ),
             Op::Transpose { dst, src } | Op::SwapLayout { dst, src } => {
                 format!("{} {} <- {}", op.name(), reg(k, *dst), reg(k, *src))
             }

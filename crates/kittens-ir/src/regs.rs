@@ -16,6 +16,7 @@ impl Op {
             Op::LoadShared { dst, .. }
             | Op::LoadGlobal { dst, .. }
             | Op::Fill { dst, .. }
+            | Op::Random { dst, .. }
             | Op::Mask { dst, .. } => v.push(*dst),
             Op::StoreShared { src, .. } | Op::StoreGlobal { src, .. } => v.push(*src),
             Op::Mma { d, a, b, c, .. } => {

@@ -328,8 +328,19 @@ fn check_op(k: &Kernel, op: &Op) -> R {
             dst: src, src: dst, ..
         } => {
             global_view(k, src)?;
-            let t = tile(k, *dst, "global load/store register")?;
-            shape("global view", (t.rows, t.cols), (src.rows, src.cols))
+            let d = reg(k, *dst)?;
+            match d.kind {
+                RegKind::Tile(t) => shape("global view", (t.rows, t.cols), (src.rows, src.cols)),
+                // A vector moves one row of a view (a column vector: a weight along a row) or one
+                // column (a row vector: one value per row).
+                RegKind::Vec(v) => {
+                    let want = match v.axis {
+                        Axis::Cols => (1, v.len),
+                        Axis::Rows => (v.len, 1),
+                    };
+                    shape("global view of a vector", want, (src.rows, src.cols))
+                }
+            }
         }
         Op::Mma { form, d, a, b, c } => check_mma(k, *form, *d, a, b, *c),
         Op::Map { dst, f, args, .. } => check_map(k, *dst, *f, args),
@@ -341,6 +352,11 @@ fn check_op(k: &Kernel, op: &Op) -> R {
             ..
         } => check_reduce(k, *dst, *src, *axis, *acc),
         Op::Fill { dst, .. } => reg(k, *dst).map(|_| ()),
+        Op::Random { dst, .. } => {
+            let d = reg(k, *dst)?;
+            // Uniforms carry 24 bits: a narrower destination would round them (and bias a mask).
+            dtype("random destination", DType::F32, d.dtype())
+        }
         Op::Mask { dst, .. } => tile(k, *dst, "mask").map(|_| ()),
         Op::Transpose { dst, src } | Op::SwapLayout { dst, src } => {
             let (d, s) = (tile(k, *dst, "destination")?, tile(k, *src, "source")?);

@@ -158,6 +158,68 @@ pub fn attention(
     run_on(&AttnProblem, &p, launch, &inputs)
 }
 
+/// `LayerNorm(residual + dropout(x))·weight + bias` through `layernorm` (`crate::layernorm`): `x` and
+/// `residual` are `rows × dim` row-major, `weight` and `bias` `dim`; returns `[out; new residual]`
+/// (`2 × rows × dim`). Dropout with `norm.p` keyed by `norm.dropout_seed` and `norm.offset`.
+pub fn layernorm(
+    x: &[f32],
+    residual: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    norm: &crate::problem::NormShape,
+    eps: f32,
+) -> Result<Vec<f32>, KernelError> {
+    use crate::layernorm::{problem::LayerNormProblem, LayerNormConfig};
+    let p = Problem {
+        norm: *norm,
+        ..Problem::default()
+    };
+    let dim = u32::try_from(norm.dim).unwrap_or(u32::MAX);
+    let kernel = crate::layernorm::build(&LayerNormConfig {
+        eps,
+        ..LayerNormConfig::new(dim, norm.p, 32)
+    })?;
+    let launch = LayerNormProblem.launch(&p)?;
+    let inputs = [
+        ("x", x),
+        ("residual", residual),
+        ("weight", weight),
+        ("bias", bias),
+    ];
+    check_lens(&launch, &inputs)?;
+    if launch.output == 0 {
+        return Ok(Vec::new());
+    }
+    let tensors = inputs.iter().map(|(_, t)| t.to_vec()).collect();
+    Ok(interpret(&kernel, &launch.params, tensors, launch.output)?.0)
+}
+
+/// Rotary embedding through `rotary` (`crate::rotary`): `x` of shape `sh` in its layout, tables `cos`
+/// and `sin` of `[seq, dim/2]`; returns the rotated tensor in `x`'s layout.
+pub fn rotary(
+    x: &[f32],
+    cos: &[f32],
+    sin: &[f32],
+    sh: &AttnShape,
+    interleaved: bool,
+) -> Result<Vec<f32>, KernelError> {
+    use crate::rotary::problem::RotaryProblem;
+    let p = Problem {
+        attn: *sh,
+        interleaved,
+        ..Problem::default()
+    };
+    let kernel = RotaryProblem.build(&p, Target::Cpu)?;
+    let launch = RotaryProblem.launch(&p)?;
+    let inputs = [("x", x), ("cos", cos), ("sin", sin)];
+    check_lens(&launch, &inputs)?;
+    if launch.output == 0 {
+        return Ok(Vec::new());
+    }
+    let tensors = inputs.iter().map(|(_, t)| t.to_vec()).collect();
+    Ok(interpret(&kernel, &launch.params, tensors, launch.output)?.0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,9 +11,11 @@ pub mod attn_fwd;
 pub mod budget;
 pub mod exec;
 pub mod gemm_bf16;
+pub mod layernorm;
 pub mod problem;
 pub mod reference;
 pub mod registry;
+pub mod rotary;
 
 pub use registry::by_name;
 

@@ -30,6 +30,11 @@ pub struct Problem {
     pub gemm: GemmConfig,
     /// Tile sizes of the attention kernel on the CPU; `dim` is taken from `attn.dim`.
     pub attn_cfg: AttnConfig,
+    /// Layernorm: rows, row length, dropout.
+    pub norm: NormShape,
+    /// Rotary: the interleaved (GPT-J) pairing instead of half rotation (GPT-NeoX); the shape is
+    /// `attn`'s (`heads` heads of `dim`, `seq` positions, `layout`).
+    pub interleaved: bool,
     pub seed: u64,
     /// The random inputs (uniform in [-1, 1)) are multiplied by this before rounding to bf16; large
     /// scales give attention large logits (`8` at head dimension 64 gives logits of about ±64).
@@ -59,9 +64,35 @@ impl Default for Problem {
                 kv_block: 32,
                 ..AttnConfig::default()
             },
+            norm: NormShape::default(),
+            interleaved: false,
             seed: 0,
             input_scale: 1.0,
             tolerance: None,
+        }
+    }
+}
+
+/// A layernorm problem: `rows` rows of `dim` values, dropout with probability `p` keyed by
+/// `dropout_seed` and `offset` (the Philox key and counter words, `kittens_ir::philox`).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct NormShape {
+    pub rows: usize,
+    pub dim: usize,
+    pub p: f32,
+    pub dropout_seed: u64,
+    pub offset: u64,
+}
+
+impl Default for NormShape {
+    /// Odd sizes: 37 rows of 1000 (not a multiple of a wave's 256-column strip), 10% dropout.
+    fn default() -> Self {
+        NormShape {
+            rows: 37,
+            dim: 1000,
+            p: 0.1,
+            dropout_seed: 0x5eed_0000_0000_2a2a,
+            offset: 3,
         }
     }
 }

@@ -347,6 +347,77 @@ pub fn judge(
     }
 }
 
+/// Dropout + residual + layernorm in f64, row by row (`crate::layernorm`): `h = residual + x·keep/(1 − p)`
+/// with `keep` drawn from the Philox stream (`kittens_ir::philox`, index `row·dim + col`), then
+/// `(h − mean)/√(var + eps)·weight + bias`. Returns `[out; h]`, the two planes of the kernel's output.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm(
+    x: &[f32],
+    residual: &[f32],
+    weight: &[f32],
+    bias: &[f32],
+    sh: &crate::problem::NormShape,
+    eps: f64,
+) -> Vec<f64> {
+    use kittens_ir::philox;
+    let (rows, d) = (sh.rows, sh.dim);
+    let mut out = vec![0.0; 2 * rows * d];
+    let scale = 1.0 / (1.0 - f64::from(sh.p));
+    for r in 0..rows {
+        let h: Vec<f64> = (0..d)
+            .map(|j| {
+                let i = r * d + j;
+                let xv = f64::from(x[i]);
+                let dropped = if sh.p > 0.0 {
+                    let u = philox::uniform(philox::stream(sh.dropout_seed, sh.offset, i as u64));
+                    if u >= sh.p {
+                        xv * scale
+                    } else {
+                        0.0
+                    }
+                } else {
+                    xv
+                };
+                f64::from(residual[i]) + dropped
+            })
+            .collect();
+        let mean = h.iter().sum::<f64>() / d as f64;
+        let var = h.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
+        let inv = 1.0 / (var + eps).sqrt();
+        for j in 0..d {
+            out[r * d + j] = (h[j] - mean) * inv * f64::from(weight[j]) + f64::from(bias[j]);
+            out[(rows + r) * d + j] = h[j];
+        }
+    }
+    out
+}
+
+/// Rotary embedding in f64 (`crate::rotary`): `x` of shape `sh` (its layout; `heads` heads), tables
+/// `cos`, `sin` of `[seq, dim/2]`; pairs `(i, i + dim/2)`, or `(2i, 2i + 1)` when `interleaved`.
+pub fn rotary(x: &[f32], cos: &[f32], sin: &[f32], sh: &AttnShape, interleaved: bool) -> Vec<f64> {
+    let half = sh.dim / 2;
+    let mut out = vec![0.0; x.len()];
+    for b in 0..sh.batch {
+        for h in 0..sh.heads {
+            for s in 0..sh.seq {
+                let at = |j| sh.offset(sh.heads, b, h, s, j);
+                for i in 0..half {
+                    let (j0, j1) = if interleaved {
+                        (2 * i, 2 * i + 1)
+                    } else {
+                        (i, i + half)
+                    };
+                    let (x0, x1) = (f64::from(x[at(j0)]), f64::from(x[at(j1)]));
+                    let (c, sn) = (f64::from(cos[s * half + i]), f64::from(sin[s * half + i]));
+                    out[at(j0)] = x0 * c - x1 * sn;
+                    out[at(j1)] = x1 * c + x0 * sn;
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,7 @@
 //! `kittens list` are generated from it.
 
 use crate::problem::KernelProblem;
-use crate::{attn_fwd, gemm_bf16, KernelError};
+use crate::{attn_fwd, gemm_bf16, layernorm, rotary, KernelError};
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
 use serde::Serialize;
@@ -207,8 +207,88 @@ const ATTN_FWD: KernelEntry = KernelEntry {
     problem: &attn_fwd::problem::AttnProblem,
 };
 
+const LAYERNORM: KernelEntry = KernelEntry {
+    name: "layernorm",
+    about:
+        "out = LayerNorm(residual + dropout(x))·weight + bias and the new residual, bf16 in/out, \
+            f32 statistics, Philox 4x32-10 dropout (HipKittens Fig. 9)",
+    targets: &[
+        TargetPlan {
+            target: Target::Gfx942,
+            schedule: "plain, one 16-byte chunk per lane: rows split over waves",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Gfx950,
+            schedule: "plain, one 16-byte chunk per lane: rows split over waves",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Sm90a,
+            schedule: "plain, one 16-byte chunk per lane: a D = 2048 row over 8 warps",
+            status: Status::Measured {
+                evidence: "bench/results/h100-2026-11-22-memk",
+            },
+        },
+        TargetPlan {
+            target: Target::Cpu,
+            schedule: "plain, one 16-byte chunk per lane: rows split over waves",
+            status: Status::Interpreted,
+        },
+    ],
+    build_default: || layernorm::build(&layernorm::LayerNormConfig::new(1000, 0.1, 32)),
+    build_gpu: |gpu| layernorm::build(&layernorm::LayerNormConfig::for_gpu(gpu, 2048, 0.1)),
+    problem: &layernorm::problem::LayerNormProblem,
+};
+
+const ROTARY: KernelEntry = KernelEntry {
+    name: "rotary",
+    about:
+        "rotary position embedding on q or k, BSHD/BHSD, half rotation (GPT-NeoX) or interleaved \
+            (GPT-J), cos/sin tables given (HipKittens Fig. 9)",
+    targets: &[
+        TargetPlan {
+            target: Target::Gfx942,
+            schedule: "plain, positions of one head per wave",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Gfx950,
+            schedule: "plain, positions of one head per wave",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Sm90a,
+            schedule: "plain, positions of one head per warp",
+            status: Status::Measured {
+                evidence: "bench/results/h100-2026-11-22-memk",
+            },
+        },
+        TargetPlan {
+            target: Target::Cpu,
+            schedule: "plain, positions of one head per wave",
+            status: Status::Interpreted,
+        },
+    ],
+    build_default: || {
+        rotary::build(&rotary::RotaryConfig::new(
+            64,
+            attn_fwd::AttnLayout::Bshd,
+            false,
+        ))
+    },
+    build_gpu: |_| {
+        rotary::build(&rotary::RotaryConfig::new(
+            128,
+            attn_fwd::AttnLayout::Bshd,
+            false,
+        ))
+    },
+    problem: &rotary::problem::RotaryProblem,
+};
+
 /// Every kernel of the suite, in the order `kittens list` prints them.
-pub static ALL: [KernelEntry; 3] = [GEMM_BF16, GEMM_FP8, ATTN_FWD];
+pub static ALL: [KernelEntry; 5] = [GEMM_BF16, GEMM_FP8, ATTN_FWD, LAYERNORM, ROTARY];
 
 /// The registered names, in registry order.
 pub fn names() -> Vec<&'static str> {

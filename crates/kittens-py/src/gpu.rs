@@ -8,6 +8,7 @@ use kittens_kernels::reference::AttnShape;
 use kittens_runtime::cuda::caller::{self, GemmPointers, KernelLoad};
 use kittens_runtime::cuda::caller_attn::{self, AttnKernelConfig, AttnPointers};
 use kittens_runtime::cuda::gemm_kernel::lower_tile;
+use kittens_runtime::cuda::caller_mem;
 use kittens_runtime::cuda::CudaError;
 
 use crate::view::{ApiError, Attention, Matmul};
@@ -115,4 +116,116 @@ fn lowered_attention(cfg: &AttnKernelConfig) -> Result<kittens_codegen::Lowered,
     .map_err(|e| invalid(format!("building {} for sm_90a: {e}", entry.name)))?;
     kittens_codegen::lower(&k, Target::Sm90a)
         .map_err(|e| invalid(format!("lowering {}: {e}", entry.name)))
+}
+
+/// Enqueues dropout + residual + layernorm on `stream` of device `ordinal`; returns the kernel load on
+/// the first call of a configuration (D, p, eps) on a device.
+///
+/// # Safety
+/// As for [`matmul`]: live device arrays of the checked shapes, kept alive until the stream has run.
+pub unsafe fn layernorm(
+    p: &crate::view_mem::LayerNorm,
+    norm: &kittens_kernels::problem::NormShape,
+    eps: f32,
+    ordinal: i32,
+    stream: u64,
+) -> Result<Option<KernelLoad>, ApiError> {
+    use kittens_kernels::layernorm::{problem::words, LayerNormConfig};
+    let gpu = kittens_hw::gpu("h100").map_err(|e| ApiError::Runtime(e.to_string()))?;
+    let dim = u32::try_from(p.dim).map_err(|_| ApiError::Value(format!("D = {}", p.dim)))?;
+    let cfg = LayerNormConfig {
+        eps,
+        ..LayerNormConfig::for_gpu(gpu, dim, norm.p)
+    };
+    let rows = i64::try_from(p.rows)
+        .ok()
+        .filter(|r| *r <= i64::from(i32::MAX))
+        .ok_or_else(|| ApiError::Value(format!("{} rows (at most 2^31 - 1)", p.rows)))?;
+    let n = (p.rows as u64)
+        .saturating_mul(p.dim as u64)
+        .saturating_mul(2);
+    let d = p.dim as u64 * 2;
+    let tensors = [
+        ("x", p.x, n),
+        ("residual", p.residual, n),
+        ("weight", p.weight, d),
+        ("bias", p.bias, d),
+        ("out", p.out, 2 * n),
+    ];
+    let [s0, s1] = words(norm.dropout_seed);
+    let [o0, o1] = words(norm.offset);
+    let params = [
+        ("rows", rows),
+        ("seed_lo", s0),
+        ("seed_hi", s1),
+        ("offset_lo", o0),
+        ("offset_hi", o1),
+    ];
+    let call = caller_mem::StripCall {
+        key: format!("layernorm {cfg:?}"),
+        tensors: &tensors,
+        params: &params,
+    };
+    let lower = || -> Result<kittens_codegen::Lowered, CudaError> {
+        let k = kittens_kernels::layernorm::build(&cfg)
+            .map_err(|e| CudaError::Invalid(format!("building layernorm for sm_90a: {e}")))?;
+        kittens_codegen::lower(&k, Target::Sm90a)
+            .map_err(|e| CudaError::Invalid(format!("lowering layernorm: {e}")))
+    };
+    // The configuration's checks (D, p) before the driver is touched.
+    kittens_kernels::layernorm::build(&cfg).map_err(|e| ApiError::Value(e.to_string()))?;
+    // SAFETY: forwarded from the caller.
+    unsafe { caller_mem::launch_strip(ordinal, stream, &call, &lower) }.map_err(cuda_error)
+}
+
+/// Enqueues the rotary embedding on `stream` of device `ordinal` (`out` may be `q`).
+///
+/// # Safety
+/// As for [`matmul`].
+pub unsafe fn rotary(
+    p: &crate::view_mem::Rotary,
+    interleaved: bool,
+    ordinal: i32,
+    stream: u64,
+) -> Result<Option<KernelLoad>, ApiError> {
+    use kittens_kernels::rotary::RotaryConfig;
+    let dim = u32::try_from(p.dim).map_err(|_| ApiError::Value(format!("D = {}", p.dim)))?;
+    let cfg = RotaryConfig::new(dim, p.layout, interleaved);
+    kittens_kernels::rotary::build(&cfg).map_err(|e| ApiError::Value(e.to_string()))?;
+    let int = |name: &str, v: usize| {
+        i64::try_from(v)
+            .ok()
+            .filter(|x| *x <= i64::from(i32::MAX))
+            .ok_or_else(|| ApiError::Value(format!("{name} = {v} (at most 2^31 - 1)")))
+    };
+    let params = [
+        ("batch", int("B", p.batch)?),
+        ("heads", int("H", p.heads)?),
+        ("seq", int("N", p.seq)?),
+    ];
+    let n = (p.batch as u64)
+        .saturating_mul(p.heads as u64)
+        .saturating_mul(p.seq as u64)
+        .saturating_mul(p.dim as u64)
+        .saturating_mul(2);
+    let t = (p.seq as u64).saturating_mul(p.dim as u64);
+    let tensors = [
+        ("x", p.q, n),
+        ("cos", p.cos, t),
+        ("sin", p.sin, t),
+        ("out", p.out, n),
+    ];
+    let call = caller_mem::StripCall {
+        key: format!("rotary {cfg:?}"),
+        tensors: &tensors,
+        params: &params,
+    };
+    let lower = || -> Result<kittens_codegen::Lowered, CudaError> {
+        let k = kittens_kernels::rotary::build(&cfg)
+            .map_err(|e| CudaError::Invalid(format!("building rotary for sm_90a: {e}")))?;
+        kittens_codegen::lower(&k, Target::Sm90a)
+            .map_err(|e| CudaError::Invalid(format!("lowering rotary: {e}")))
+    };
+    // SAFETY: forwarded from the caller.
+    unsafe { caller_mem::launch_strip(ordinal, stream, &call, &lower) }.map_err(cuda_error)
 }

@@ -98,3 +98,67 @@ pub unsafe fn attention(p: &Attention, causal: bool) -> Result<(), ApiError> {
     unsafe { write_bf16(p.o, &o) };
     Ok(())
 }
+
+/// Dropout + residual + layernorm on the interpreter; both planes written into `out`.
+///
+/// # Safety
+/// The addresses in `p` must be live host arrays of the checked shapes (`crate::view_mem::layernorm`).
+pub unsafe fn layernorm(
+    p: &crate::view_mem::LayerNorm,
+    norm: &kittens_kernels::problem::NormShape,
+    eps: f32,
+) -> Result<(), ApiError> {
+    aligned(&[
+        ("x", p.x),
+        ("residual", p.residual),
+        ("weight", p.weight),
+        ("bias", p.bias),
+        ("out", p.out),
+    ])?;
+    let n = p
+        .rows
+        .checked_mul(p.dim)
+        .ok_or_else(|| ApiError::Value("x is too large".into()))?;
+    // SAFETY: dense arrays of these sizes, checked by `view_mem::layernorm`; live per the caller.
+    let (x, r, w, b) = unsafe {
+        (
+            read_bf16(p.x, n),
+            read_bf16(p.residual, n),
+            read_bf16(p.weight, p.dim),
+            read_bf16(p.bias, p.dim),
+        )
+    };
+    let o = exec::layernorm(&x, &r, &w, &b, norm, eps).map_err(kernel_error)?;
+    // SAFETY: as above; `out` is disjoint from the inputs (checked).
+    unsafe { write_bf16(p.out, &o) };
+    Ok(())
+}
+
+/// Rotary embedding on the interpreter (`out` may be `q`: the input is read whole first).
+///
+/// # Safety
+/// The addresses in `p` must be live host arrays of the checked shapes (`crate::view_mem::rotary`).
+pub unsafe fn rotary(p: &crate::view_mem::Rotary, interleaved: bool) -> Result<(), ApiError> {
+    aligned(&[("q", p.q), ("cos", p.cos), ("sin", p.sin), ("out", p.out)])?;
+    let sh = AttnShape {
+        batch: p.batch,
+        heads: p.heads,
+        heads_kv: p.heads,
+        seq: p.seq,
+        dim: p.dim,
+        layout: p.layout,
+    };
+    let half = p.seq * (p.dim / 2);
+    // SAFETY: dense arrays of these sizes, checked by `view_mem::rotary`; live per the caller.
+    let (q, c, s) = unsafe {
+        (
+            read_bf16(p.q, sh.len(sh.heads)),
+            read_bf16(p.cos, half),
+            read_bf16(p.sin, half),
+        )
+    };
+    let o = exec::rotary(&q, &c, &s, &sh, interleaved).map_err(kernel_error)?;
+    // SAFETY: as above; `out` is `q` or disjoint from every input (checked), and q was read whole.
+    unsafe { write_bf16(p.out, &o) };
+    Ok(())
+}

@@ -9,6 +9,7 @@
 mod gpu;
 mod host;
 mod view;
+mod view_mem;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -139,6 +140,109 @@ fn attention(
     })
 }
 
+/// `out[0] = LayerNorm(residual + dropout(x))·weight + bias`, `out[1] = residual + dropout(x)` for
+/// bf16 `x`, `residual` (…, D), `weight`, `bias` (D,), `out` (2, …, D); dropout with probability `p`
+/// from the Philox stream keyed by `seed` and `offset`. CPU arrays run on the interpreter; CUDA arrays
+/// are launched on `stream` like [`matmul`]'s.
+#[pyfunction]
+#[pyo3(signature = (x, residual, weight, bias, out, p, seed, offset, eps, stream))]
+#[allow(clippy::too_many_arguments)]
+fn layernorm(
+    py: Python<'_>,
+    x: ViewArgs,
+    residual: ViewArgs,
+    weight: ViewArgs,
+    bias: ViewArgs,
+    out: ViewArgs,
+    p: f32,
+    seed: u64,
+    offset: u64,
+    eps: f32,
+    stream: u64,
+) -> PyResult<()> {
+    let views = [
+        view::view("x", x),
+        view::view("residual", residual),
+        view::view("weight", weight),
+        view::view("bias", bias),
+        view::view("out", out),
+    ];
+    let [x, r, w, b, o] = views.map(|v| v.map_err(to_py));
+    let (x, r, w, b, o) = (x?, r?, w?, b?, o?);
+    let call = view_mem::layernorm(&x, &r, &w, &b, &o).map_err(to_py)?;
+    let norm = kittens_kernels::problem::NormShape {
+        rows: call.rows,
+        dim: call.dim,
+        p,
+        dropout_seed: seed,
+        offset,
+    };
+    if call.rows == 0 {
+        return Ok(());
+    }
+    guarded(py, move || match call.device {
+        Device::Cpu => {
+            let t = std::time::Instant::now();
+            // SAFETY: the Python caller holds the arrays alive for the call; shapes checked above.
+            unsafe { host::layernorm(&call, &norm, eps)? };
+            say(&format!(
+                "kittens: layernorm rows={} D={} p={p} on the CPU interpreter in {:.3} s",
+                call.rows,
+                call.dim,
+                t.elapsed().as_secs_f64()
+            ));
+            Ok(())
+        }
+        Device::Cuda(ordinal) => {
+            // SAFETY: the Python caller passes live tensors of this device used on their own stream.
+            if let Some(load) = unsafe { gpu::layernorm(&call, &norm, eps, ordinal, stream)? } {
+                say(&gpu::describe(&load));
+            }
+            Ok(())
+        }
+    })
+}
+
+/// Rotary embedding of bf16 `q` (B, H, N, D) (dense, or a transposed (B, N, H, D) buffer) with `cos`,
+/// `sin` (N, D/2) into `out` (q's shape and order; `out` may be `q`): half rotation, or the interleaved
+/// (GPT-J) pairs. CPU arrays run on the interpreter; CUDA arrays on `stream`.
+#[pyfunction]
+fn rotary(
+    py: Python<'_>,
+    q: ViewArgs,
+    cos: ViewArgs,
+    sin: ViewArgs,
+    out: ViewArgs,
+    interleaved: bool,
+    stream: u64,
+) -> PyResult<()> {
+    let views = [
+        view::view("q", q),
+        view::view("cos", cos),
+        view::view("sin", sin),
+        view::view("out", out),
+    ];
+    let [q, c, s, o] = views.map(|v| v.map_err(to_py));
+    let (q, c, s, o) = (q?, c?, s?, o?);
+    let call = view_mem::rotary(&q, &c, &s, &o).map_err(to_py)?;
+    if call.batch * call.heads * call.seq == 0 {
+        return Ok(());
+    }
+    guarded(py, move || match call.device {
+        Device::Cpu => {
+            // SAFETY: the Python caller holds the arrays alive for the call; shapes checked above.
+            unsafe { host::rotary(&call, interleaved) }
+        }
+        Device::Cuda(ordinal) => {
+            // SAFETY: the Python caller passes live tensors of this device used on their own stream.
+            if let Some(load) = unsafe { gpu::rotary(&call, interleaved, ordinal, stream)? } {
+                say(&gpu::describe(&load));
+            }
+            Ok(())
+        }
+    })
+}
+
 /// Turns the reports of compile times and CPU run times on stderr on or off.
 #[pyfunction]
 fn set_verbose(on: bool) {
@@ -172,6 +276,8 @@ fn build_commit() -> (&'static str, Option<bool>) {
 fn _kittens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(matmul, m)?)?;
     m.add_function(wrap_pyfunction!(attention, m)?)?;
+    m.add_function(wrap_pyfunction!(layernorm, m)?)?;
+    m.add_function(wrap_pyfunction!(rotary, m)?)?;
     m.add_function(wrap_pyfunction!(set_verbose, m)?)?;
     m.add_function(wrap_pyfunction!(verbose, m)?)?;
     m.add_function(wrap_pyfunction!(corpus, m)?)?;

@@ -91,13 +91,13 @@ pub fn view(name: &'static str, args: ViewArgs) -> Result<View, ApiError> {
 }
 
 impl View {
-    fn dims(&self) -> String {
+    pub(crate) fn dims(&self) -> String {
         format!("{:?}", self.shape)
     }
 
     /// Whether the strides are `want` on every dimension longer than 1 (a size-1 dimension's stride is
     /// never used to address anything, and frameworks set it freely).
-    fn strides_are(&self, want: &[usize]) -> bool {
+    pub(crate) fn strides_are(&self, want: &[usize]) -> bool {
         self.shape
             .iter()
             .zip(&self.strides)
@@ -111,7 +111,7 @@ impl View {
     }
 
     /// Byte range `[start, end)` of a dense array.
-    fn bytes(&self) -> Result<(u64, u64), ApiError> {
+    pub(crate) fn bytes(&self) -> Result<(u64, u64), ApiError> {
         let n = self.elems().and_then(|e| e.checked_mul(2)).ok_or_else(|| {
             ApiError::Value(format!(
                 "{} of shape {} is too large",
@@ -128,7 +128,7 @@ impl View {
 }
 
 /// All arrays of one call on one device.
-fn same_device(views: &[&View]) -> Result<Device, ApiError> {
+pub(crate) fn same_device(views: &[&View]) -> Result<Device, ApiError> {
     let d = views[0].device;
     if let Some(v) = views.iter().find(|v| v.device != d) {
         return Err(ApiError::Value(format!(
@@ -140,7 +140,7 @@ fn same_device(views: &[&View]) -> Result<Device, ApiError> {
 }
 
 /// The output must not share memory with an input (the kernel reads inputs while it writes).
-fn disjoint(out: &View, inputs: &[&View]) -> Result<(), ApiError> {
+pub(crate) fn disjoint(out: &View, inputs: &[&View]) -> Result<(), ApiError> {
     let (o0, o1) = out.bytes()?;
     for v in inputs {
         let (i0, i1) = v.bytes()?;
@@ -154,7 +154,7 @@ fn disjoint(out: &View, inputs: &[&View]) -> Result<(), ApiError> {
     Ok(())
 }
 
-fn ndim(v: &View, n: usize, what: &str) -> Result<(), ApiError> {
+pub(crate) fn ndim(v: &View, n: usize, what: &str) -> Result<(), ApiError> {
     if v.shape.len() == n {
         Ok(())
     } else {
@@ -258,7 +258,7 @@ pub struct Attention {
 }
 
 /// Dense strides of logical (B, H, N, D) in `layout`.
-fn attn_strides(layout: AttnLayout, s: &[usize]) -> [usize; 4] {
+pub(crate) fn attn_strides(layout: AttnLayout, s: &[usize]) -> [usize; 4] {
     let (h, n, d) = (s[1], s[2], s[3]);
     match layout {
         AttnLayout::Bhsd => [h * n * d, n * d, d, 1],

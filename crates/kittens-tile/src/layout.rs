@@ -59,6 +59,11 @@ impl BaseShape {
     pub const fn new(rows: u32, cols: u32) -> Self {
         BaseShape { rows, cols }
     }
+    /// 1×1: no matrix instruction — the base of a *strip* tile, the register tile of a memory-bound
+    /// kernel (a layernorm row, a rotary head): each row is dealt to the lanes of a wave in contiguous
+    /// chunks (16 bytes of the tile's storage where the width allows), so loads and stores are
+    /// full-width vector accesses and a row reduction is a lane-local sum and a butterfly.
+    pub const STRIP: BaseShape = BaseShape::new(1, 1);
     /// 16×16: A/B of the bf16 16×16×16 MFMA (CDNA3) and every 16×16 accumulator.
     pub const S16X16: BaseShape = BaseShape::new(16, 16);
     /// 16×32: A/B of the bf16 16×16×32 MFMA (CDNA4) — HipKittens' default on CDNA4.

@@ -63,6 +63,12 @@ pub struct Args {
     /// attn_fwd: also time every shape with the consumer warpgroups' ping-pong (turns on Q·Kᵀ).
     #[arg(long)]
     pub variants: bool,
+    /// layernorm / rotary: shapes `ROWSxD,...` or `BxHxNxD,...` (each timed at several configurations).
+    #[arg(long)]
+    pub shapes: Option<String>,
+    /// layernorm: dropout probability of the sweep.
+    #[arg(long, default_value_t = 0.0)]
+    pub p: f32,
     /// With no value: print one JSON document on stdout. With a file: also write it there.
     #[arg(long, num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
@@ -91,6 +97,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if a.kernel.name == "attn_fwd" {
         lowered?;
         return super::bench_attn::run(&a);
+    }
+    if matches!(a.kernel.name, "layernorm" | "rotary") {
+        lowered?;
+        return super::bench_mem::run(&a);
     }
     if a.kernel.name != "gemm_bf16" {
         lowered?;

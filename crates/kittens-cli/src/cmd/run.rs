@@ -74,6 +74,25 @@ pub struct Args {
     /// Attention keys per pipeline step (HipKittens E.3: 64).
     #[arg(long, default_value_t = 32)]
     pub kv_block: u32,
+    /// Layernorm rows.
+    #[arg(long, default_value_t = 37)]
+    pub rows: usize,
+    /// Layernorm row length D (a multiple of 8 from 768 to 8192).
+    #[arg(long, default_value_t = 1000)]
+    pub hidden: usize,
+    /// Layernorm dropout probability (0 = plain residual + layernorm).
+    #[arg(long, default_value_t = 0.1)]
+    pub p: f32,
+    /// Layernorm dropout seed (the Philox key).
+    #[arg(long, default_value_t = 0x5eed_0000_0000_2a2a)]
+    pub dropout_seed: u64,
+    /// Layernorm dropout offset (Philox counter words 2 and 3).
+    #[arg(long, default_value_t = 3)]
+    pub offset: u64,
+    /// Rotary: the interleaved (GPT-J) form instead of half rotation (GPT-NeoX); the shape is
+    /// --batch --heads --seq --dim --layout.
+    #[arg(long)]
+    pub interleaved: bool,
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
@@ -110,7 +129,7 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     if let Some((flag, _)) = dims.into_iter().find(|&(_, v)| v == 0) {
         bail!("{flag} must be positive");
     }
-    if a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv) {
+    if a.kernel.name == "attn_fwd" && (a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv)) {
         bail!("--heads-kv {} must divide --heads {}", a.heads_kv, a.heads);
     }
     let mut p = Problem {
@@ -139,6 +158,12 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     p.attn.layout = a.layout.into();
     p.attn_cfg.q_rows = a.q_rows;
     p.attn_cfg.kv_block = a.kv_block;
+    p.norm.rows = a.rows;
+    p.norm.dim = a.hidden;
+    p.norm.p = a.p;
+    p.norm.dropout_seed = a.dropout_seed;
+    p.norm.offset = a.offset;
+    p.interleaved = a.interleaved;
     Ok(p)
 }
 

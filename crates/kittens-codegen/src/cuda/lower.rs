@@ -87,6 +87,10 @@ impl TmaMap {
 /// the stored tensor's when the accumulator store goes through TMA), globals, parameters).
 pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     kittens_ir::analysis::verify(k)?;
+    if crate::strip::is_strip_program(k) {
+        return crate::strip::lower_strip(k, crate::strip::CUDA)
+            .map_err(|e| CudaLowerError::Unsupported(e.0));
+    }
     let Schedule::ProducerConsumer { producers, .. } = k.schedule else {
         return unsupported(format!(
             "the {} schedule (only producer/consumer targets Hopper)",

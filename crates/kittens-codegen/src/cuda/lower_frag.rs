@@ -189,6 +189,8 @@ impl Emit<'_> {
             (MapFn::Log, [x]) => format!("__logf({x})"),
             (MapFn::Neg, [x]) => format!("-{x}"),
             (MapFn::Abs, [x]) => format!("fabsf({x})"),
+            (MapFn::Rsqrt, [x]) => format!("rsqrtf({x})"),
+            (MapFn::Ge, [x, y]) => format!("({x} >= {y} ? 1.0f : 0.0f)"),
             (MapFn::Copy, [x]) => x.clone(),
             _ => return unsupported(format!("`{}` with {} arguments", f.name(), a.len())),
         };

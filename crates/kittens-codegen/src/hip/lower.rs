@@ -33,6 +33,10 @@ pub fn lower(k: &Kernel, arch: Arch) -> Result<Lowered, LowerError> {
             arch.target()
         )));
     }
+    if crate::strip::is_strip_program(k) {
+        return crate::strip::lower_strip(k, crate::strip::hip(arch))
+            .map_err(|e| LowerError::Unsupported(e.0));
+    }
     let solved = kittens_ir::banks::with_chosen_swizzles(k, arch)
         .map_err(|e| LowerError::Unsupported(e.to_string()))?;
     let k = &solved;

@@ -118,6 +118,8 @@ fn apply(f: MapFn, a: &[String]) -> String {
         MapFn::Log => format!("(__builtin_log2f({}) * 0.6931471805599453f)", a[0]),
         MapFn::Neg => format!("(-{})", a[0]),
         MapFn::Abs => format!("__builtin_fabsf({})", a[0]),
+        MapFn::Rsqrt => format!("(1.0f / __builtin_sqrtf({}))", a[0]),
+        MapFn::Ge => format!("({} >= {} ? 1.0f : 0.0f)", a[0], a[1]),
         MapFn::Copy => a[0].clone(),
     }
 }

@@ -437,6 +437,17 @@ impl<'a> Block<'a> {
                 self.set_reg(w, *dst, vec![*value; n], Rounding::Rtne);
                 Ok(())
             }
+            Op::Random {
+                dst,
+                seed,
+                offset,
+                index0,
+                row_stride,
+            } => {
+                let [s0, s1] = seed;
+                let [o0, o1] = offset;
+                self.random(w, op, *dst, [s0, s1, o0, o1, index0, row_stride])
+            }
             Op::Transpose { dst, src } => {
                 let (rows, cols) = self.k.regs[src.0 as usize].shape();
                 let t = transpose(
@@ -639,6 +650,33 @@ impl<'a> Block<'a> {
         Ok(())
     }
 
+    /// [`Op::Random`]: `[seed lo, seed hi, offset lo, offset hi, index0, row_stride]`; a stream index
+    /// outside `0..2^63` is an error rather than a wrapped (repeated) draw.
+    fn random(&mut self, w: usize, op: &Op, dst: RegId, e: [&Expr; 6]) -> Result<(), InterpError> {
+        let mut v = [0i64; 6];
+        for (x, e) in v.iter_mut().zip(e) {
+            *x = self.eval(w, e)?;
+        }
+        let word64 = |lo: i64, hi: i64| u64::from(lo as u32) | u64::from(hi as u32) << 32;
+        let (seed, offset, i0, stride) = (word64(v[0], v[1]), word64(v[2], v[3]), v[4], v[5]);
+        let (rows, cols) = self.k.regs[dst.0 as usize].shape();
+        let mut out = Vec::with_capacity(rows as usize * cols as usize);
+        for i in 0..i64::from(rows) {
+            for j in 0..i64::from(cols) {
+                let index = i
+                    .checked_mul(stride)
+                    .and_then(|x| x.checked_add(i0))
+                    .and_then(|x| x.checked_add(j))
+                    .and_then(|x| u64::try_from(x).ok())
+                    .ok_or_else(|| err(op, format!("stream index {i0} + {i}·{stride} + {j}")))?;
+                let word = crate::philox::stream(seed, offset, index);
+                out.push(crate::philox::uniform(word));
+            }
+        }
+        self.set_reg(w, dst, out, Rounding::Rtne);
+        Ok(())
+    }
+
     fn mask(
         &mut self,
         w: usize,
@@ -693,6 +731,8 @@ fn apply(f: MapFn, x: f32, y: f32) -> f32 {
         MapFn::Log => x.ln(),
         MapFn::Neg => -x,
         MapFn::Abs => x.abs(),
+        MapFn::Rsqrt => 1.0 / x.sqrt(),
+        MapFn::Ge => f32::from(u8::from(x >= y)),
         MapFn::Copy => x,
     }
 }

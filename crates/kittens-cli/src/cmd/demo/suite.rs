@@ -65,6 +65,22 @@ fn cases() -> Vec<(&'static str, String, Problem)> {
             "H=4 HKV=1 N=160 D=128 causal BHSD".into(),
             attn(4, 1, 160, 128, true, AttnLayout::Bhsd),
         ),
+        (
+            "layernorm",
+            "37 rows of D=1000, dropout p=0.1 (Philox)".into(),
+            Problem {
+                norm: kittens_kernels::problem::NormShape::default(),
+                ..base
+            },
+        ),
+        (
+            "rotary",
+            "H=3 N=77 D=64 interleaved BHSD".into(),
+            Problem {
+                interleaved: true,
+                ..attn(3, 3, 77, 64, false, AttnLayout::Bhsd)
+            },
+        ),
     ]
 }
 

@@ -1,0 +1,669 @@
+//! Lowering memory-bound tile programs (plain schedule, every register tile a strip:
+//! `kittens_tile::BaseShape::STRIP`) — layernorm, rotary — to CUDA C++ for sm_90a and HIP C++ for
+//! gfx942/gfx950: one emitter, two [`Dialect`]s (lane count, thread ids, shuffles, math builtins,
+//! vector types, prelude). The HIP output runs on the host emulation too, which is how this emitter
+//! is tested without a GPU.
+//!
+//! Distribution: a strip tile of `rows × cols` is cut into chunks of `v` consecutive elements of a row
+//! (`v` = 8, 4, 2 or 1, the largest dividing `cols`: 16 bytes of bf16), numbered row-major and dealt to
+//! the `L` lanes of the wave round robin (`L` = 32 on NVIDIA, 64 on AMD): chunk `k` is lane `k % L`'s
+//! slot `k / L`. A lane's slots are
+//! a `float` array indexed by constants after unrolling, so they live in registers. A column vector is
+//! distributed like a one-row tile of its length; a row vector is replicated in every lane.
+//!
+//! | IR | CUDA |
+//! |---|---|
+//! | `load`/`store` global | one 16-, 8- or 4-byte access per chunk where the column stride is 1, the chunk lies inside the tensor and its offset is aligned; element by element (bounds-checked) otherwise |
+//! | `map` | per element, in f32; a broadcast vector's entry is a constant index |
+//! | `row_sum`/`row_max` | a lane's slots of the row, then an XOR butterfly over the lanes (CUDA `shfl.xor`, AMD `ds_bpermute`) |
+//! | `random` | Philox 4x32-10 (`ks::philox`), one call per 4 elements of an aligned chunk |
+//! | `store`/`load` shared, `barrier` | `__shared__` arrays, the block barrier |
+//!
+//! One block per tile of the grid (`GridRule::PerTile`), row-major coordinates.
+
+use kittens_hw::{dtype::DType, Target};
+use kittens_ir::{
+    Arg, Axis, Expr, GridOrder, Kernel, MapFn, MaskRule, Op, ReduceOp, RegId, RegKind, Rounding,
+    Scope, Stmt,
+};
+use kittens_tile::BaseShape;
+use thiserror::Error;
+
+use crate::cexpr::{self, ident, CNames};
+
+mod dialects;
+mod memory;
+use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
+pub use dialects::{hip, CUDA};
+
+/// What the strip lowering cannot do.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("the strip lowering does not support {0}")]
+pub struct StripError(pub String);
+
+fn unsupported<T>(what: impl Into<String>) -> Result<T, StripError> {
+    Err(StripError(what.into()))
+}
+
+/// How one target spells what the emitter needs.
+#[derive(Debug, Clone, Copy)]
+pub struct Dialect {
+    pub target: Target,
+    /// Lanes of a wave.
+    pub lanes: u32,
+    /// Everything before the kernel (the target's prelude and the `ks::` helpers).
+    pub prelude: &'static str,
+    pub names: CNames<'static>,
+    /// Thread index in the block, block index in the grid (C expressions).
+    pub thread: &'static str,
+    pub block: &'static str,
+    /// `extern "C"` kernel attributes before the name, given threads per block.
+    pub launch: fn(u32) -> String,
+    /// The entry's name for a kernel.
+    pub entry: fn(&str) -> String,
+    /// `v` XOR-exchanged with the lane `m` apart, as a C expression.
+    pub shfl_xor: fn(&str, u32) -> String,
+    pub barrier: &'static str,
+    /// 16-, 8- and 4-byte vector types.
+    pub vec16: &'static str,
+    pub vec8: &'static str,
+    pub vec4: &'static str,
+    /// Pointer element type of a global of this dtype (`None`: refused).
+    pub elem: fn(DType) -> Option<&'static str>,
+    /// Whether read-only globals are `const`.
+    pub const_inputs: bool,
+    pub fmax: &'static str,
+    pub fmin: &'static str,
+    pub fabs: &'static str,
+    pub exp: fn(&str) -> String,
+    pub exp2: fn(&str) -> String,
+    pub log: fn(&str) -> String,
+    /// `1/√x` as a C expression of `x`.
+    pub rsqrt: fn(&str) -> String,
+    /// `a op b` for `op` in `+ - * /`, rounded once as the IR's per-op f32 arithmetic requires (no
+    /// contraction into fused multiply-adds, so every backend computes the same bits).
+    pub arith: fn(char, &str, &str) -> String,
+    /// The first line of the kernel body (HIP: contraction off).
+    pub prologue: &'static str,
+    pub inf: &'static str,
+    pub nan: &'static str,
+}
+
+/// How a register is spread over the lanes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dist {
+    /// A tile (or column vector as a one-row tile): `rows × cols` in chunks of `v` over `lanes`.
+    Strip {
+        rows: u32,
+        cols: u32,
+        v: u32,
+        lanes: u32,
+    },
+    /// A row vector of `len`, in every lane.
+    Replicated { len: u32 },
+}
+
+impl Dist {
+    fn lanes(self) -> u32 {
+        match self {
+            Dist::Strip { lanes, .. } => lanes,
+            Dist::Replicated { .. } => 1,
+        }
+    }
+    fn chunks_per_row(self) -> u32 {
+        match self {
+            Dist::Strip { cols, v, .. } => cols / v,
+            Dist::Replicated { .. } => 1,
+        }
+    }
+    fn chunks(self) -> u32 {
+        match self {
+            Dist::Strip { rows, .. } => rows * self.chunks_per_row(),
+            Dist::Replicated { len } => len,
+        }
+    }
+    fn slots(self) -> u32 {
+        match self {
+            Dist::Strip { lanes, .. } => self.chunks().div_ceil(lanes),
+            Dist::Replicated { len } => len,
+        }
+    }
+    fn v(self) -> u32 {
+        match self {
+            Dist::Strip { v, .. } => v,
+            Dist::Replicated { .. } => 1,
+        }
+    }
+    /// Elements a lane holds.
+    fn len(self) -> u32 {
+        self.slots() * self.v()
+    }
+    /// Whether every slot of every lane holds a chunk (else the last slot is partial).
+    fn full(self) -> bool {
+        matches!(self, Dist::Replicated { .. }) || self.chunks().is_multiple_of(self.lanes())
+    }
+}
+
+fn chunk_of(cols: u32) -> u32 {
+    [8, 4, 2, 1]
+        .into_iter()
+        .find(|v| cols.is_multiple_of(*v))
+        .unwrap_or(1)
+}
+
+fn dist(k: &Kernel, r: RegId, lanes: u32) -> Dist {
+    match k.reg(r).kind {
+        RegKind::Tile(t) => Dist::Strip {
+            rows: t.rows,
+            cols: t.cols,
+            v: chunk_of(t.cols),
+            lanes,
+        },
+        RegKind::Vec(v) if v.axis == Axis::Cols => Dist::Strip {
+            rows: 1,
+            cols: v.len,
+            v: chunk_of(v.len),
+            lanes,
+        },
+        RegKind::Vec(v) => Dist::Replicated { len: v.len },
+    }
+}
+
+/// True when `k` is a program this lowering takes: plain schedule, strip registers only.
+pub fn is_strip_program(k: &Kernel) -> bool {
+    matches!(k.schedule, kittens_ir::Schedule::Plain { .. })
+        && !k.regs.is_empty()
+        && k.regs.iter().all(|r| match r.kind {
+            RegKind::Tile(t) => t.base == BaseShape::STRIP,
+            RegKind::Vec(v) => v.base == BaseShape::STRIP,
+        })
+}
+
+struct Emit<'k> {
+    k: &'k Kernel,
+    d: Dialect,
+    out: String,
+    depth: usize,
+}
+
+impl Emit<'_> {
+    fn storage(&self, dt: DType) -> Result<&'static str, StripError> {
+        match dt {
+            DType::Bf16 | DType::F32 => (self.d.elem)(dt)
+                .ok_or_else(|| StripError(format!("{dt:?} tensors on {}", self.d.target))),
+            other => unsupported(format!(
+                "{other:?} tensors in a strip program (bf16 or f32)"
+            )),
+        }
+    }
+    fn dist(&self, r: RegId) -> Dist {
+        dist(self.k, r, self.d.lanes)
+    }
+    fn line(&mut self, s: impl AsRef<str>) {
+        for l in s.as_ref().lines() {
+            self.out.push_str(&"    ".repeat(self.depth));
+            self.out.push_str(l);
+            self.out.push('\n');
+        }
+    }
+    fn e(&self, x: &Expr) -> String {
+        format!("((long long){})", cexpr::expr_in(self.k, x, &self.d.names))
+    }
+    fn r(&self, r: RegId) -> String {
+        format!("r{}_{}", r.0, ident(&self.k.reg(r).name))
+    }
+
+    fn body(&mut self, body: &[Stmt]) -> Result<(), StripError> {
+        for s in body {
+            match s {
+                Stmt::Op { op, .. } => self.op(op)?,
+                Stmt::For {
+                    var,
+                    start,
+                    end,
+                    body,
+                } => {
+                    let v = cexpr::var_name(self.k, var.0);
+                    let (a, b) = (self.e(start), self.e(end));
+                    self.line(format!("for (long long {v} = {a}; {v} < {b}; ++{v}) {{"));
+                    self.depth += 1;
+                    self.body(body)?;
+                    self.depth -= 1;
+                    self.line("}");
+                }
+                Stmt::If { cond, then, els } => {
+                    let c = cexpr::cond_in(self.k, cond, &self.d.names);
+                    self.line(format!("if ({c}) {{"));
+                    self.depth += 1;
+                    self.body(then)?;
+                    self.depth -= 1;
+                    self.line("} else {");
+                    self.depth += 1;
+                    self.body(els)?;
+                    self.depth -= 1;
+                    self.line("}");
+                }
+                Stmt::Cluster { body, .. } | Stmt::Staggered { body } => self.body(body)?,
+                Stmt::Roles { .. } => return unsupported("warp roles in a strip program"),
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens the loop over a register's slots: `kt_s` (slot), `kt_k` (chunk), `kt_row`, `kt_col` (the
+    /// chunk's first column); a partial last slot skips the lanes without a chunk.
+    fn open_slots(&mut self, d: Dist) {
+        let (slots, ncr) = (d.slots(), d.chunks_per_row());
+        self.line(format!(
+            "#pragma unroll\nfor (int kt_s = 0; kt_s < {slots}; ++kt_s) {{"
+        ));
+        self.depth += 1;
+        self.line(format!(
+            "const int kt_k = kt_s * {} + kt_lane;\nconst int kt_row = kt_k / {ncr}, kt_col = (kt_k % {ncr}) * {};\n(void)kt_row; (void)kt_col;",
+            self.d.lanes,
+            d.v()
+        ));
+        if !d.full() {
+            self.line(format!("if (kt_k < {}) {{", d.chunks()));
+            self.depth += 1;
+        }
+    }
+    fn close_slots(&mut self, d: Dist) {
+        if !d.full() {
+            self.depth -= 1;
+            self.line("}");
+        }
+        self.depth -= 1;
+        self.line("}");
+    }
+
+    /// The C expression of map argument `a` at element `kt_i` (slot `kt_s`, element `kt_e_i`) of a
+    /// destination distributed as `d`.
+    fn arg(&self, a: &Arg, d: Dist) -> Result<String, StripError> {
+        let v = d.v();
+        Ok(match *a {
+            Arg::Scalar(x) => format!("{x:?}f"),
+            Arg::Reg(r) => {
+                let dr = self.dist(r);
+                if dr != d && !(dr.len() == 1 && d.len() == 1) {
+                    return unsupported("a map over registers distributed differently");
+                }
+                format!("{}[kt_s * {v} + kt_e_i]", self.r(r))
+            }
+            Arg::RowBcast(r) => {
+                let ncr = d.chunks_per_row();
+                let Dist::Strip { rows, .. } = d else {
+                    return unsupported("a row broadcast into a vector");
+                };
+                let lanes = self.d.lanes;
+                if rows > 1 && !ncr.is_multiple_of(lanes) {
+                    return unsupported("a row broadcast over rows narrower than a wave of chunks");
+                }
+                format!("{}[(kt_s * {lanes}) / {ncr}]", self.r(r))
+            }
+            Arg::ColBcast(r) => {
+                let ncr = d.chunks_per_row();
+                let lanes = self.d.lanes;
+                if self.dist(r).v() != v || !ncr.is_multiple_of(lanes) {
+                    return unsupported(
+                        "a column broadcast over rows narrower than a wave of chunks",
+                    );
+                }
+                format!(
+                    "{}[((kt_s * {lanes}) % {ncr}) / {lanes} * {v} + kt_e_i]",
+                    self.r(r)
+                )
+            }
+        })
+    }
+
+    fn elementwise(
+        &mut self,
+        dst: RegId,
+        body: impl Fn(&Self, Dist) -> Result<String, StripError>,
+    ) -> Result<(), StripError> {
+        let d = self.dist(dst);
+        let e = body(self, d)?;
+        let r = self.r(dst);
+        self.line(format!(
+            "#pragma unroll\nfor (int kt_s = 0; kt_s < {}; ++kt_s)\n#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {}; ++kt_e_i) {{",
+            d.slots(),
+            d.v()
+        ));
+        self.depth += 1;
+        self.line(format!("{r}[kt_s * {} + kt_e_i] = {e};", d.v()));
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    fn op(&mut self, op: &Op) -> Result<(), StripError> {
+        match op {
+            Op::LoadGlobal { dst, src } => self.global(*dst, src, true)?,
+            Op::StoreGlobal { dst, src, rounding } => {
+                if *rounding != Rounding::Rtne {
+                    return unsupported(format!(
+                        "{rounding:?} stores (round to nearest even only)"
+                    ));
+                }
+                self.global(*src, dst, false)?
+            }
+            Op::LoadShared { dst, src } => self.shared(*dst, src, true)?,
+            Op::StoreShared { dst, src, .. } => self.shared(*src, dst, false)?,
+            Op::Map { dst, f, args, .. } => {
+                let dt = self.k.reg(*dst).dtype();
+                self.elementwise(*dst, |me, d| {
+                    let a: Vec<String> = args
+                        .iter()
+                        .map(|a| me.arg(a, d))
+                        .collect::<Result<_, _>>()?;
+                    let x = me.apply(*f, &a)?;
+                    // Registers hold f32; a bf16 register holds bf16 values.
+                    Ok(match dt {
+                        DType::F32 => x,
+                        DType::Bf16 => format!("ks::bf16_to_f32(ks::f32_to_bf16({x}))"),
+                        other => return unsupported(format!("{other:?} registers")),
+                    })
+                })?
+            }
+            Op::Fill { dst, value } => self.elementwise(*dst, |me, _| Ok(me.fconst(*value)))?,
+            Op::Mask {
+                dst,
+                rule,
+                row0,
+                col0,
+                value,
+            } => {
+                let d = self.dist(*dst);
+                let (r0, c0) = (self.e(row0), self.e(col0));
+                let keep = match rule {
+                    MaskRule::ColsBelow(l) => format!("{c0} + kt_col + kt_e_i < {}", self.e(l)),
+                    MaskRule::RowsBelow(l) => format!("{r0} + kt_row < {}", self.e(l)),
+                    MaskRule::Causal { offset } => {
+                        format!(
+                            "{c0} + kt_col + kt_e_i <= {r0} + kt_row + {}",
+                            self.e(offset)
+                        )
+                    }
+                    MaskRule::CausalT { offset } => {
+                        format!(
+                            "{r0} + kt_row <= {c0} + kt_col + kt_e_i + {}",
+                            self.e(offset)
+                        )
+                    }
+                };
+                let r = self.r(*dst);
+                self.open_slots(d);
+                self.line(format!(
+                    "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {}; ++kt_e_i)\n    if (!({keep})) {r}[kt_s * {} + kt_e_i] = {};",
+                    d.v(),
+                    d.v(),
+                    self.fconst(*value)
+                ));
+                self.close_slots(d);
+            }
+            Op::Reduce {
+                dst,
+                src,
+                axis: Axis::Rows,
+                op: rop,
+                acc,
+            } => self.row_reduce(*dst, *src, *rop, *acc)?,
+            Op::Random {
+                dst,
+                seed,
+                offset,
+                index0,
+                row_stride,
+            } => {
+                let d = self.dist(*dst);
+                let w = |x: &Expr| format!("(unsigned){}", self.e(x));
+                let key = format!(
+                    "{}, {}, {}, {}",
+                    w(&seed[0]),
+                    w(&seed[1]),
+                    w(&offset[0]),
+                    w(&offset[1])
+                );
+                let (i0, rs) = (self.e(index0), self.e(row_stride));
+                let r = self.r(*dst);
+                let v = d.v();
+                self.open_slots(d);
+                self.line(format!(
+                    "const long long kt_i0 = {i0} + kt_row * {rs} + kt_col;"
+                ));
+                if v.is_multiple_of(4) {
+                    self.line(format!(
+                        "if ((kt_i0 & 3) == 0) {{\n#pragma unroll\n    for (int kt_g = 0; kt_g < {}; ++kt_g) ks::uniform4(&{r}[kt_s * {v} + 4 * kt_g], (unsigned long long)(kt_i0 >> 2) + kt_g, {key});\n}} else",
+                        v / 4
+                    ));
+                }
+                self.line(format!(
+                    "{{\n#pragma unroll\n    for (int kt_e_i = 0; kt_e_i < {v}; ++kt_e_i) {r}[kt_s * {v} + kt_e_i] = ks::uniform1((unsigned long long)(kt_i0 + kt_e_i), {key});\n}}"
+                ));
+                self.close_slots(d);
+            }
+            Op::Barrier { scope } => match scope {
+                Scope::Block => self.line(format!("{};", self.d.barrier)),
+                // Registers are per lane: nothing orders within a wave.
+                Scope::Wave => {}
+                Scope::WarpGroup => return unsupported("warpgroup barriers in a strip program"),
+            },
+            Op::Wait { .. } | Op::Priority(_) | Op::Hint(_) | Op::SetMaxRegs { .. } => {}
+            other => return unsupported(format!("`{}` in a strip program", other.name())),
+        }
+        Ok(())
+    }
+
+    /// `v` combined over every lane of the wave: an XOR butterfly, so every lane ends with the total.
+    fn butterfly(&mut self, v: &str, comb: &dyn Fn(&str, &str) -> String) {
+        let mut m = self.d.lanes / 2;
+        while m > 0 {
+            let x = (self.d.shfl_xor)(v, m);
+            self.line(format!("{v} = {};", comb(v, &x)));
+            m /= 2;
+        }
+    }
+
+    fn row_reduce(
+        &mut self,
+        dst: RegId,
+        src: RegId,
+        op: ReduceOp,
+        acc: Option<RegId>,
+    ) -> Result<(), StripError> {
+        let d = self.dist(src);
+        let Dist::Strip { rows, .. } = d else {
+            return unsupported("a row reduction of a vector");
+        };
+        let (ncr, lanes, v) = (d.chunks_per_row(), self.d.lanes, d.v());
+        let id = match op {
+            ReduceOp::Sum => "0.0f".to_string(),
+            ReduceOp::Max => format!("(-{})", self.d.inf),
+            ReduceOp::Min => self.d.inf.to_string(),
+        };
+        let (fmax, fmin) = (self.d.fmax, self.d.fmin);
+        let arith = self.d.arith;
+        let comb = move |a: &str, b: &str| match op {
+            ReduceOp::Sum => arith('+', a, b),
+            ReduceOp::Max => format!("{fmax}({a}, {b})"),
+            ReduceOp::Min => format!("{fmin}({a}, {b})"),
+        };
+        let (s, t) = (self.r(src), self.r(dst));
+        self.line("{");
+        self.depth += 1;
+        if ncr.is_multiple_of(lanes) {
+            // Every slot of a lane lies in row `slot·lanes / ncr`: combine the row's slots, then
+            // the lanes.
+            let per_row = ncr / lanes;
+            for row in 0..rows {
+                self.line(format!("float kt_p{row} = {id};"));
+                for slot in row * per_row..(row + 1) * per_row {
+                    for e in 0..v {
+                        let x = comb(&format!("kt_p{row}"), &format!("{s}[{}]", slot * v + e));
+                        self.line(format!("kt_p{row} = {x};"));
+                    }
+                }
+                self.butterfly(&format!("kt_p{row}"), &comb);
+            }
+        } else {
+            // Rows narrower than a wave of chunks: per row, each lane combines the chunks it holds of
+            // that row (the identity elsewhere), then the whole wave — one butterfly per row.
+            for row in 0..rows {
+                self.line(format!("float kt_p{row} = {id};"));
+                for slot in 0..d.slots() {
+                    let k = format!("({slot} * {lanes} + kt_lane)");
+                    self.line(format!(
+                        "if ({k} < {} && {k} / {ncr} == {row}) {{",
+                        d.chunks()
+                    ));
+                    for e in 0..v {
+                        let x = comb(&format!("kt_p{row}"), &format!("{s}[{}]", slot * v + e));
+                        self.line(format!("    kt_p{row} = {x};"));
+                    }
+                    self.line("}");
+                }
+                self.butterfly(&format!("kt_p{row}"), &comb);
+            }
+        }
+        for row in 0..rows {
+            let x = match acc {
+                Some(a) => comb(&format!("{}[{row}]", self.r(a)), &format!("kt_p{row}")),
+                None => format!("kt_p{row}"),
+            };
+            self.line(format!("{t}[{row}] = {x};"));
+        }
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+}
+
+impl Emit<'_> {
+    fn fconst(&self, v: f32) -> String {
+        if v.is_infinite() {
+            let s = if v < 0.0 { "-" } else { "" };
+            format!("({s}{})", self.d.inf)
+        } else if v.is_nan() {
+            self.d.nan.into()
+        } else {
+            format!("{v:?}f")
+        }
+    }
+
+    fn apply(&self, f: MapFn, a: &[String]) -> Result<String, StripError> {
+        let d = &self.d;
+        Ok(match (f, a) {
+            (MapFn::Add, [x, y]) => (d.arith)('+', x, y),
+            (MapFn::Sub, [x, y]) => (d.arith)('-', x, y),
+            (MapFn::Mul, [x, y]) => (d.arith)('*', x, y),
+            (MapFn::Div, [x, y]) => (d.arith)('/', x, y),
+            (MapFn::Max, [x, y]) => format!("{}({x}, {y})", d.fmax),
+            (MapFn::Min, [x, y]) => format!("{}({x}, {y})", d.fmin),
+            (MapFn::Ge, [x, y]) => format!("({x} >= {y} ? 1.0f : 0.0f)"),
+            (MapFn::Exp, [x]) => (d.exp)(x),
+            (MapFn::Exp2, [x]) => (d.exp2)(x),
+            (MapFn::Log, [x]) => (d.log)(x),
+            (MapFn::Neg, [x]) => format!("(-{x})"),
+            (MapFn::Abs, [x]) => format!("{}({x})", d.fabs),
+            (MapFn::Rsqrt, [x]) => (d.rsqrt)(x),
+            (MapFn::Copy, [x]) => x.clone(),
+            _ => return unsupported(format!("`{}` with {} arguments", f.name(), a.len())),
+        })
+    }
+}
+
+/// Lowers a strip program (see the module documentation) in dialect `d`.
+pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
+    if !is_strip_program(k) {
+        return unsupported("a plain-schedule program whose registers are not all strips");
+    }
+    if k.grid.remap != GridOrder::RowMajor {
+        return unsupported(format!("grid order {:?} in a strip program", k.grid.remap));
+    }
+    let lanes = d.lanes;
+    let mut e = Emit {
+        k,
+        d,
+        out: String::new(),
+        depth: 1,
+    };
+    if !d.prologue.is_empty() {
+        e.line(d.prologue);
+    }
+    // Parameters as 64-bit values, then the grid coordinates (row-major, last fastest).
+    for p in &k.params {
+        let n = ident(&p.name);
+        e.line(format!("const long long {n} = (long long)p_{n};"));
+    }
+    e.line(format!("long long kt_id = (long long)({});", d.block));
+    for (i, x) in k.grid.extents.iter().enumerate().rev() {
+        let ext = e.e(x);
+        e.line(format!(
+            "const long long blk{i} = kt_id % {ext}; kt_id /= {ext};"
+        ));
+    }
+    e.line(format!(
+        "const long long wave = (long long)({}) / {lanes};\nconst int kt_lane = (int)(({}) % {lanes});",
+        d.thread, d.thread
+    ));
+    for s in &k.shared {
+        if s.tile.dtype != DType::F32 {
+            return unsupported("shared buffers of other than f32 in a strip program");
+        }
+        e.line(format!(
+            "__shared__ float kt_sh_{}[{}];",
+            ident(&s.name),
+            s.count * s.tile.rows * s.tile.cols
+        ));
+    }
+    for (i, _) in k.regs.iter().enumerate() {
+        let r = RegId(i as u32);
+        let n = e.dist(r).len();
+        e.line(format!("float {}[{n}];", e.r(r)));
+    }
+    e.body(&k.body)?;
+    let body = std::mem::take(&mut e.out);
+    let name = (d.entry)(&k.name);
+    let mut args: Vec<String> = Vec::new();
+    for g in &k.globals {
+        let ty = e.storage(g.dtype)?;
+        let c = if d.const_inputs && g.access == kittens_ir::Access::Read {
+            "const "
+        } else {
+            ""
+        };
+        args.push(format!("{c}{ty}* g_{}", ident(&g.name)));
+    }
+    args.extend(k.params.iter().map(|p| format!("int p_{}", ident(&p.name))));
+    let threads = lanes * k.waves;
+    let src = format!(
+        "{}\n// Lowered from the tile program `{}` by kittens-codegen::strip.\n\
+         extern \"C\" __global__ {}\n{name}({}) {{\n{body}}}\n",
+        d.prelude,
+        k.name,
+        (d.launch)(threads),
+        args.join(", ")
+    );
+    let mut kargs: Vec<KernelArg> = k
+        .globals
+        .iter()
+        .map(|g| KernelArg::Global {
+            name: g.name.clone(),
+        })
+        .collect();
+    kargs.extend(k.params.iter().map(|p| KernelArg::Param {
+        name: p.name.clone(),
+    }));
+    Ok(Lowered {
+        target: d.target,
+        source: src,
+        entry: name,
+        threads,
+        shared_bytes: k.shared_bytes(),
+        shared_alloc: SharedAlloc::Static,
+        grid: GridRule::PerTile,
+        args: kargs,
+        ir: k.clone(),
+    })
+}

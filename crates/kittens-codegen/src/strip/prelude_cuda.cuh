@@ -1,0 +1,45 @@
+// kittens strip prelude (CUDA): what the lowering of memory-bound (strip-tile) programs needs, no CUDA
+// headers. The HIP twin is prelude_hip.h; both define the same `ks::` functions.
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef unsigned short bf16_t; // raw bf16 bits; arithmetic happens in fp32
+
+namespace ks {
+
+__device__ __forceinline__ float bf16_to_f32(bf16_t b) { return __uint_as_float((u32)b << 16); }
+
+// Round to nearest, ties to even (NaN stays a quiet NaN): the IR's default rounding.
+__device__ __forceinline__ bf16_t f32_to_bf16(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (bf16_t)(u >> 16);
+}
+
+// Philox 4x32-10 (Random123 §3.2): counter c, key (k0, k1); the function kittens_ir::philox defines.
+__device__ __forceinline__ void philox(u32 c[4], u32 k0, u32 k1) {
+#pragma unroll
+    for (int r = 0; r < 10; ++r) {
+        if (r > 0) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }
+        // One 32x32 -> 64-bit multiply per S-box (IMAD.WIDE.U32): both halves at once.
+        const u64 p0 = (u64)0xD2511F53u * c[0], p1 = (u64)0xCD9E8D57u * c[2];
+        const u32 n0 = (u32)(p1 >> 32) ^ c[1] ^ k0, n2 = (u32)(p0 >> 32) ^ c[3] ^ k1;
+        c[0] = n0; c[1] = (u32)p1; c[2] = n2; c[3] = (u32)p0;
+    }
+}
+
+// The 4 uniforms of element group `g` (elements 4g..4g+3) of the stream keyed by (seed, offset).
+__device__ __forceinline__ void uniform4(float* u, u64 g, u32 s0, u32 s1, u32 o0, u32 o1) {
+    u32 c[4] = {(u32)g, (u32)(g >> 32), o0, o1};
+    philox(c, s0, s1);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) u[i] = (float)(c[i] >> 8) * (1.0f / 16777216.0f);
+}
+
+__device__ __forceinline__ float uniform1(u64 e, u32 s0, u32 s1, u32 o0, u32 o1) {
+    float u[4];
+    uniform4(u, e >> 2, s0, s1, o0, o1);
+    return u[e & 3];
+}
+
+} // namespace ks

@@ -1,0 +1,303 @@
+//! Fused dropout + residual + layernorm, the prenorm Transformer's block entry (HipKittens Fig. 9 and its
+//! listing of the same fused kernel):
+//!
+//! ```text
+//! h   = residual + dropout(x)                    (f32; the new residual, stored as bf16)
+//! out = (h − mean(h)) / √(var(h) + eps) · weight + bias
+//! ```
+//!
+//! bf16 in and out, f32 statistics over f32 `h`. Dropout keeps an element where its Philox uniform
+//! (`kittens_ir::philox`, keyed by `seed` and `offset`, stream index `row·D + col`) is `≥ p` and scales
+//! it by `1/(1 − p)`; with `p = 0` the program has no dropout ops at all, so it is exactly residual +
+//! layernorm.
+//!
+//! The tile program is memory-bound: one row is read once and written twice, so each wave holds its
+//! share of a row in a strip tile (`BaseShape::STRIP`: 16-byte chunks dealt to lanes) and the statistics
+//! are row reductions. Rows up to `lanes × PER_LANE` columns belong to one wave; longer rows are split over
+//! `waves_per_row` waves whose partial sums meet in shared memory (one slot per statistic, one barrier
+//! each), which keeps a lane's share of a row at `PER_LANE` values up to D = 8192 on NVIDIA.
+//!
+//! Both outputs are one tensor `out[2, rows, D]`: plane 0 the normalised rows, plane 1 the new residual
+//! (one allocation; the caller gets two views).
+
+pub mod problem;
+
+use crate::KernelError;
+use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_hw::Gpu;
+use kittens_ir::{
+    Access, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, RegId, Schedule, SharedId,
+};
+use kittens_tile::{BaseShape, Layout, Swizzle};
+
+/// Row lengths the kernel takes (the issue of the suite: hidden sizes of 768 to 8192).
+pub const DIMS: std::ops::RangeInclusive<u32> = 768..=8192;
+/// Values per lane a wave holds of a row before the row is split over more waves: one 16-byte chunk
+/// of each tensor, as `torch.compile`'s persistent reduction does (one row per block, 8 values per
+/// thread). Measured on the H100 (bench/results/h100-2026-11-22-memk, run 2's sweep at D = 2048): 8
+/// values per lane 0.91 of the copy bandwidth (36 registers), 16 per lane 0.91, 32 per lane 0.84 (110
+/// registers), 64 per lane 0.76 (206 registers).
+pub const PER_LANE: u32 = 8;
+/// The most waves one row is split over (16 × 64 lanes is AMD's 1024-thread block limit).
+pub const MAX_WAVES_PER_ROW: u32 = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct LayerNormConfig {
+    /// Row length D (a multiple of 8 in [`DIMS`]).
+    pub dim: u32,
+    /// Dropout probability in [0, 1); 0 builds no dropout.
+    pub p: f32,
+    /// Added to the variance.
+    pub eps: f32,
+    /// Lanes of a wave (32 on NVIDIA, 64 on AMD): a wave's share of a row is a whole number of
+    /// `lanes × 8` chunks.
+    pub lanes: u32,
+    /// Waves per block.
+    pub waves: u32,
+    /// Waves sharing one row (divides `waves`).
+    pub waves_per_row: u32,
+}
+
+impl LayerNormConfig {
+    /// The configuration for row length `dim` on waves of `lanes` lanes: one wave per row up to
+    /// `lanes ×` [`PER_LANE`] columns, else the fewest of 2, 4, 8 or 16 waves that keep the share
+    /// under it (16 at most).
+    pub fn new(dim: u32, p: f32, lanes: u32) -> Self {
+        let waves_per_row = [1, 2, 4, 8, MAX_WAVES_PER_ROW]
+            .into_iter()
+            .find(|w| dim.div_ceil(*w) <= lanes * PER_LANE)
+            .unwrap_or(MAX_WAVES_PER_ROW);
+        LayerNormConfig {
+            dim,
+            p,
+            eps: 1e-5,
+            lanes,
+            waves: 4.max(waves_per_row),
+            waves_per_row,
+        }
+    }
+
+    /// As configured for `gpu` (its wave width).
+    pub fn for_gpu(gpu: &Gpu, dim: u32, p: f32) -> Self {
+        Self::new(dim, p, gpu.wave_width)
+    }
+
+    /// Columns of one wave's strip: its share of the row rounded up to whole `lanes × 8` chunks.
+    pub fn slice(&self) -> u32 {
+        let chunk = self.lanes * 8;
+        self.dim.div_ceil(self.waves_per_row).div_ceil(chunk) * chunk
+    }
+
+    /// Rows one block normalises.
+    pub fn rows_per_block(&self) -> u32 {
+        self.waves / self.waves_per_row
+    }
+
+    fn check(&self) -> Result<(), KernelError> {
+        let bad = |m: String| Err(KernelError::Config(format!("layernorm: {m}")));
+        if !DIMS.contains(&self.dim) || !self.dim.is_multiple_of(8) {
+            return bad(format!(
+                "row length D = {} must be a multiple of 8 from {} to {}",
+                self.dim,
+                DIMS.start(),
+                DIMS.end()
+            ));
+        }
+        if !(0.0..1.0).contains(&self.p) {
+            return bad(format!("dropout p = {} must be in [0, 1)", self.p));
+        }
+        if !(self.eps.is_finite() && self.eps > 0.0) {
+            return bad(format!("eps = {} must be positive", self.eps));
+        }
+        if !matches!(self.lanes, 32 | 64) {
+            return bad(format!("{} lanes per wave (32 or 64)", self.lanes));
+        }
+        if self.waves_per_row == 0 || !self.waves.is_multiple_of(self.waves_per_row) {
+            return bad(format!(
+                "{} waves per row must divide {} waves per block",
+                self.waves_per_row, self.waves
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The tensors, in launch order: `x`, `residual`, `weight`, `bias` (bf16 inputs) and `out[2, rows, D]`.
+pub fn build(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
+    cfg.check()?;
+    let (dim, c, w_row) = (cfg.dim, cfg.slice(), cfg.waves_per_row);
+    let mut k = KernelBuilder::new(
+        &format!("layernorm_d{dim}"),
+        Schedule::Plain { waves: cfg.waves },
+    );
+    let rows = k.param("rows");
+    let seed = [k.param("seed_lo"), k.param("seed_hi")];
+    let offset = [k.param("offset_lo"), k.param("offset_hi")];
+    let d = Expr::c(i64::from(dim));
+    let matrix = [("row", rows.clone()), ("col", d.clone())];
+    let x = k.global("x", Bf16, &matrix, Access::Read);
+    let res = k.global("residual", Bf16, &matrix, Access::Read);
+    // Weight and bias are one row, read by every row: a zero row stride broadcasts them.
+    let along = |k: &mut KernelBuilder, name: &str| {
+        k.global_strided(
+            name,
+            Bf16,
+            &[("row", rows.clone()), ("col", d.clone())],
+            vec![Expr::c(0), Expr::c(1)],
+            Access::Read,
+        )
+    };
+    let weight = along(&mut k, "weight");
+    let bias = along(&mut k, "bias");
+    let out = k.global(
+        "out",
+        Bf16,
+        &[
+            ("plane", Expr::c(2)),
+            ("row", rows.clone()),
+            ("col", d.clone()),
+        ],
+        Access::Write,
+    );
+    let rpb = i64::from(cfg.rows_per_block());
+    k.grid(vec![rows.ceil_div(rpb)], GridOrder::RowMajor);
+
+    let row = k.block(0) * rpb + k.wave() / i64::from(w_row);
+    let part = k.wave() % i64::from(w_row);
+    let col0 = part.clone() * i64::from(c);
+    let strip = |k: &mut KernelBuilder, name: &str, dt| {
+        k.tile(name, dt, 1, c, Layout::Row, BaseShape::STRIP)
+    };
+    let xt = strip(&mut k, "x", Bf16);
+    let rt = strip(&mut k, "residual", Bf16);
+    let h = strip(&mut k, "h", F32);
+    let sq = strip(&mut k, "sq", F32);
+    let wv = k.col_vec("weight", h, Bf16);
+    let bv = k.col_vec("bias", h, Bf16);
+    let mean = k.row_vec("mean", h, F32);
+    let inv_std = k.row_vec("inv_std", h, F32);
+    let view = |k: &KernelBuilder, g, plane: Option<i64>| {
+        let mut origin = vec![row.clone(), col0.clone()];
+        let mut dims = (0, 1);
+        if let Some(p) = plane {
+            origin.insert(0, Expr::c(p));
+            dims = (1, 2);
+        }
+        k.gview(g, origin, dims.0, dims.1, 1, c)
+    };
+
+    k.load_global(xt, view(&k, x, None));
+    k.load_global(rt, view(&k, res, None));
+    if cfg.p > 0.0 {
+        // keep = (uniform ≥ p) / (1 − p), drawn at stream index row·D + col.
+        let keep = strip(&mut k, "keep", F32);
+        k.random(
+            keep,
+            seed,
+            offset,
+            row.clone() * d.clone() + col0.clone(),
+            d.clone(),
+        );
+        k.ge(keep, keep, cfg.p);
+        k.mul(keep, keep, 1.0 / (1.0 - cfg.p));
+        k.mul(h, xt, keep);
+        k.add(h, h, rt);
+    } else {
+        k.add(h, xt, rt);
+    }
+    k.store(view(&k, out, Some(1)), h);
+
+    let partials = (w_row > 1).then(|| {
+        k.shared(
+            "partials",
+            F32,
+            cfg.rows_per_block(),
+            w_row,
+            Swizzle::None,
+            2,
+        )
+    });
+    let total = |k: &mut KernelBuilder, v: RegId, slot: i64| {
+        if let Some(buf) = partials {
+            row_total(k, buf, slot, v, &part, cfg);
+        }
+    };
+    let inv_d = 1.0 / dim as f32;
+    k.row_sum(mean, h);
+    total(&mut k, mean, 0);
+    k.mul(mean, mean, inv_d);
+    k.sub_row(h, h, mean);
+    // Columns past D (the strip rounded up) read zero; after centring they must not count.
+    k.mask(
+        h,
+        MaskRule::ColsBelow(d.clone()),
+        row.clone(),
+        col0.clone(),
+        0.0,
+    );
+    k.mul(sq, h, h);
+    k.row_sum(inv_std, sq);
+    total(&mut k, inv_std, 1);
+    k.mul(inv_std, inv_std, inv_d);
+    k.add(inv_std, inv_std, cfg.eps);
+    k.rsqrt(inv_std, inv_std);
+    k.mul_row(h, h, inv_std);
+    k.load_global(
+        wv,
+        k.gview(weight, vec![row.clone(), col0.clone()], 0, 1, 1, c),
+    );
+    k.load_global(
+        bv,
+        k.gview(bias, vec![row.clone(), col0.clone()], 0, 1, 1, c),
+    );
+    k.mul_col(h, h, wv);
+    k.add_col(h, h, bv);
+    k.store(view(&k, out, Some(0)), h);
+    Ok(k.finish()?)
+}
+
+/// Replaces each wave's partial row sum `v` by the row's total over its `waves_per_row` waves: each
+/// wave writes its partial to column `part` of its row's entry in ring slot `slot` (drained before
+/// the block barrier), then each wave reads the row's partials back and sums them in the same order.
+fn row_total(
+    k: &mut KernelBuilder,
+    buf: SharedId,
+    slot: i64,
+    v: RegId,
+    part: &Expr,
+    cfg: &LayerNormConfig,
+) {
+    let w_row = cfg.waves_per_row;
+    let one = k.tile(
+        &format!("partial{slot}"),
+        F32,
+        1,
+        1,
+        Layout::Row,
+        BaseShape::STRIP,
+    );
+    let all = k.tile(
+        &format!("partials{slot}"),
+        F32,
+        1,
+        w_row,
+        Layout::Row,
+        BaseShape::STRIP,
+    );
+    let local = k.wave() / i64::from(w_row);
+    k.copy(one, v);
+    let at = |k: &KernelBuilder, col0: Expr, cols: u32| {
+        let mut s = k.smem(buf, slot);
+        s.row0 = local.clone();
+        s.col0 = col0;
+        s.rows = 1;
+        s.cols = cols;
+        s
+    };
+    k.store_shared(at(k, part.clone(), 1), one);
+    k.wait_shared(0);
+    k.barrier();
+    k.load(all, at(k, Expr::c(0), w_row));
+    k.wait_shared(0);
+    k.row_sum(v, all);
+}

@@ -1,0 +1,81 @@
+//! `rotary` on the CPU interpreter against the f64 reference, both forms, both layouts, at sequence
+//! lengths and head counts that do not fill a block.
+
+use kittens_hw::Target;
+use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::by_name;
+use kittens_kernels::exec::interpret;
+use kittens_kernels::problem::Problem;
+use kittens_kernels::reference::{compare, AttnShape};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+
+fn run(
+    sh: AttnShape,
+    interleaved: bool,
+) -> Result<kittens_kernels::reference::ErrorReport, String> {
+    let p = Problem {
+        attn: sh,
+        interleaved,
+        seed: (sh.seq * 13 + sh.dim) as u64,
+        ..Problem::default()
+    };
+    let def = by_name("rotary").map_err(|e| e.to_string())?.problem();
+    let plan = def.plan(&p, Target::Cpu).map_err(|e| e.to_string())?;
+    let kernel = def.build(&p, Target::Cpu).map_err(|e| e.to_string())?;
+    let mut rng = SmallRng::seed_from_u64(p.seed);
+    let inputs = def.draw(&p, &kernel, &plan.launch, &mut rng);
+    let (out, _) = interpret(
+        &kernel,
+        &plan.launch.params,
+        inputs.clone(),
+        plan.launch.output,
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(compare(&out, &def.reference(&p, &inputs).values))
+}
+
+#[test]
+fn both_forms_both_layouts_at_odd_shapes() {
+    for layout in [AttnLayout::Bshd, AttnLayout::Bhsd] {
+        for interleaved in [false, true] {
+            for (batch, heads, seq, dim) in [
+                (1, 3, 37, 64),
+                (2, 2, 5, 128),
+                (1, 1, 70, 32),
+                (1, 2, 9, 256),
+            ] {
+                let sh = AttnShape {
+                    batch,
+                    heads,
+                    heads_kv: heads,
+                    seq,
+                    dim,
+                    layout,
+                };
+                let e = run(sh, interleaved).unwrap();
+                // One bf16 rounding per output: at most 2^-8 relative to the largest value.
+                assert!(
+                    e.max_rel < 1.0 / 256.0 && e.rel_err > 0.0,
+                    "{sh:?} interleaved={interleaved}: {e:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_head_dims_are_refused_with_the_limit() {
+    for dim in [8, 24, 100, 1024] {
+        let sh = AttnShape {
+            batch: 1,
+            heads: 1,
+            heads_kv: 1,
+            seq: 4,
+            dim,
+            layout: AttnLayout::Bshd,
+        };
+        let e = run(sh, false).unwrap_err();
+        assert!(e.contains("multiple of 16 from 16 to 512"), "{e}");
+    }
+}
