@@ -23,7 +23,8 @@ pub struct Args {
     /// Square sizes M = N = K, comma-separated (2048,4096,8192 when no shape is given at all).
     #[arg(long, value_delimiter = ',')]
     pub sizes: Vec<usize>,
-    /// Shapes `MxNxK,MxNxK,...` (any M, N, K >= 1), timed beside `--sizes`.
+    /// GEMMs: shapes `MxNxK,MxNxK,...` (any M, N, K >= 1), timed beside `--sizes`. layernorm /
+    /// rotary: shapes `ROWSxD,...` or `BxHxNxD,...` (each timed at several configurations).
     #[arg(long)]
     pub shapes: Option<String>,
     /// Built-in shape lists, comma-separated: `llm` (Llama-style layer GEMMs, M in 4096, 8192, 16384
@@ -63,9 +64,6 @@ pub struct Args {
     /// attn_fwd: also time every shape with the consumer warpgroups' ping-pong (turns on Q·Kᵀ).
     #[arg(long)]
     pub variants: bool,
-    /// layernorm / rotary: shapes `ROWSxD,...` or `BxHxNxD,...` (each timed at several configurations).
-    #[arg(long)]
-    pub shapes: Option<String>,
     /// layernorm: dropout probability of the sweep.
     #[arg(long, default_value_t = 0.0)]
     pub p: f32,
