@@ -17,19 +17,20 @@ use kittens_ir::interp::{self, RunStats};
 use kittens_ir::Kernel;
 
 /// Runs `kernel` with `params` on the interpreter: `inputs` are its input tensors in declaration order,
-/// followed by one output of `output` elements, poisoned with NaN so that an element the kernel does
-/// not write shows in any comparison. The interpreter refuses a write to a read-only tensor. Returns
-/// the output and the run's counts.
+/// followed by outputs of `outputs` elements each, poisoned with NaN so that an element the kernel
+/// does not write shows in any comparison. The interpreter refuses a write to a read-only tensor.
+/// Returns the outputs concatenated in declaration order and the run's counts.
 pub fn interpret(
     kernel: &Kernel,
     params: &[i64],
     inputs: Vec<Vec<f32>>,
-    output: usize,
+    outputs: &[usize],
 ) -> Result<(Vec<f32>, RunStats), KernelError> {
+    let n_in = inputs.len();
     let mut t = inputs;
-    t.push(vec![f32::NAN; output]);
+    t.extend(outputs.iter().map(|&n| vec![f32::NAN; n]));
     let stats = interp::run(kernel, params, &mut t)?;
-    Ok((t.pop().unwrap_or_default(), stats))
+    Ok((t.split_off(n_in).concat(), stats))
 }
 
 fn check_len(name: &str, got: usize, want: usize) -> Result<(), KernelError> {
@@ -59,7 +60,7 @@ fn run_on(
 ) -> Result<Vec<f32>, KernelError> {
     let kernel = def.build(p, Target::Cpu)?;
     let tensors = inputs.iter().map(|(_, t)| t.to_vec()).collect();
-    Ok(interpret(&kernel, &launch.params, tensors, launch.output)?.0)
+    Ok(interpret(&kernel, &launch.params, tensors, &launch.outputs)?.0)
 }
 
 /// `C = A·Bᵀ` through `gemm_bf16` (HipKittens Appendix E.1 tiles, the ping-pong schedule): A is
@@ -82,8 +83,8 @@ pub fn gemm_abt(
     let launch = GemmProblem::BF16.launch(&p)?;
     let inputs = [("A", a), ("B", b)];
     check_lens(&launch, &inputs)?;
-    if launch.output == 0 || k == 0 {
-        return Ok(vec![0.0; launch.output]);
+    if launch.output_len() == 0 || k == 0 {
+        return Ok(vec![0.0; launch.output_len()]);
     }
     run_on(&GemmProblem::BF16, &p, launch, &inputs)
 }
@@ -119,7 +120,7 @@ pub fn attention(
     let launch = AttnProblem.launch(&p)?;
     let inputs = [("Q", q), ("K", k), ("V", v)];
     check_lens(&launch, &inputs)?;
-    if launch.output == 0 {
+    if launch.output_len() == 0 {
         return Ok(Vec::new());
     }
     run_on(&AttnProblem, &p, launch, &inputs)
