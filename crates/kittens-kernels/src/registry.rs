@@ -216,16 +216,12 @@ const ATTN_BWD: KernelEntry = KernelEntry {
         TargetPlan {
             target: Target::Gfx942,
             schedule: "plain, 4 waves, key and query blocks",
-            status: Status::NotYet {
-                why: "the AMD lowering of the backward is not checked yet",
-            },
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Gfx950,
             schedule: "plain, 4 waves, key and query blocks",
-            status: Status::NotYet {
-                why: "the AMD lowering of the backward is not checked yet",
-            },
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Sm90a,
