@@ -260,6 +260,7 @@ fn key_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr) {
     let do_ch = k.tile("do_ch", Bf16, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
     let o_ch = k.tile("o_ch", Bf16, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
     let prod = k.tile("prod", F32, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
+    let prod_ch = k.tile("prod_ch", F32, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
     let d_r = k.row_vec("d_r", prod, F32);
     let dk_r = k.tile("dk_r", F32, kr, d, Layout::Row, BaseShape::S16X16);
     let dv_r = k.tile("dv_r", F32, kr, d, Layout::Row, BaseShape::S16X16);
@@ -279,72 +280,82 @@ fn key_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr) {
         Some(off) => (&block0 - off.clone()).max(0) / step,
         None => Expr::c(0),
     };
-    k.for_range("g", 0, x.group.clone(), |k, g| {
-        let h = &x.hk * x.group.clone() + g;
-        let fill = |k: &mut KernelBuilder, slot: Expr, i: Expr| {
-            let q0 = i * step;
-            for (ring, t) in [(x.qk_s, io.q), (x.dov_s, io.d_o), (x.o_s, io.o)] {
-                k.load_async(k.smem(ring, slot.clone()), x.view(k, t, &h, q0.clone(), qs));
+    // One pipeline over every (query head of the group, query step) pair: step `t` is query step
+    // `first + t % steps` of the group's head `t / steps`, so the prefetch runs on across heads
+    // (a loop over heads around a loop over steps kept four more scalar registers live on gfx942,
+    // which clang spilled into vector lanes).
+    let steps = &n_q - first.clone();
+    let per_head = steps.max(1);
+    let head_of = |t: &Expr| &x.hk * x.group.clone() + t / per_head.clone();
+    let q0_of = |t: &Expr| (first.clone() + t % per_head.clone()) * step;
+    let fill = |k: &mut KernelBuilder, slot: Expr, t: Expr| {
+        let (h, q0) = (head_of(&t), q0_of(&t));
+        for (ring, g) in [(x.qk_s, io.q), (x.dov_s, io.d_o), (x.o_s, io.o)] {
+            k.load_async(k.smem(ring, slot.clone()), x.view(k, g, &h, q0.clone(), qs));
+        }
+    };
+    fill(k, Expr::c(0), Expr::c(0));
+    k.wait_async(0);
+    k.barrier();
+    k.for_range("t", 0, x.group.clone() * steps.max(0), |k, t| {
+        let (tic, toc) = (&t % 2, (&t + 1) % 2);
+        let (h, q0) = (head_of(&t), q0_of(&t));
+        let slot = |k: &KernelBuilder, ring| k.smem(ring, tic.clone());
+        // This step's tiles from shared memory, each Q and dO tile in both layouts.
+        k.load(q_r, slot(k, x.qk_s));
+        k.load(do_r, slot(k, x.dov_s));
+        k.load(q_c, slot(k, x.qk_s));
+        k.load(do_c, slot(k, x.dov_s));
+        fill(k, toc.clone(), &t + 1);
+        // D = rowsum(dO∘O): the products summed elementwise over D_CHUNK-column chunks, then
+        // one row sum (the chunks' waits cover the loads above).
+        for ch in 0..d / D_CHUNK {
+            let sub = |k: &KernelBuilder, ring| -> SharedView {
+                k.smem(ring, tic.clone()).sub(qs, D_CHUNK, 0, ch)
+            };
+            k.load(do_ch, sub(k, x.dov_s));
+            k.load(o_ch, sub(k, x.o_s));
+            k.wait_shared(0);
+            if ch == 0 {
+                k.mul(prod, do_ch, o_ch);
+            } else {
+                k.mul(prod_ch, do_ch, o_ch);
+                k.add(prod, prod, prod_ch);
             }
-        };
-        fill(k, Expr::c(0), first.clone());
+        }
+        k.reduce(Axis::Rows, ReduceOp::Sum, d_r, prod, None);
+        k.copy(d_c, d_r);
+        x.load_lse(k, lse_t, lse_c, &h, &q0, qs);
+        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ.
+        k.transpose(q_t, q_r);
+        k.transpose(do_t, do_r);
+        k.zero(s_t);
+        k.mma_atb(s_t, k_t, q_t, s_t);
+        k.zero(dp_t);
+        k.mma_atb(dp_t, v_t, do_t, dp_t);
+        let inf = f32::NEG_INFINITY;
+        k.mask(s_t, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &q0, inf);
+        if let Some(off) = &offset {
+            k.mask(
+                s_t,
+                MaskRule::CausalT {
+                    offset: off.clone(),
+                },
+                &k0,
+                &q0,
+                inf,
+            );
+        }
+        x.probs_and_ds(k, s_t, dp_t, lse_c, d_c);
+        // dVᵀ += dOᵀ·P, dKᵀ += Qᵀ·dS.
+        k.copy(p_b, s_t);
+        k.transpose(p_c, p_b);
+        k.mma_atb(dv_t, do_c, p_c, dv_t);
+        k.copy(ds_b, dp_t);
+        k.transpose(ds_c, ds_b);
+        k.mma_atb(dk_t, q_c, ds_c, dk_t);
         k.wait_async(0);
         k.barrier();
-        k.for_range("i", first.clone(), n_q.clone(), |k, i| {
-            let (tic, toc) = ((&i - first.clone()) % 2, (&i - first.clone() + 1) % 2);
-            let q0 = &i * step;
-            let slot = |k: &KernelBuilder, ring| k.smem(ring, tic.clone());
-            // This step's tiles from shared memory, each Q and dO tile in both layouts.
-            k.load(q_r, slot(k, x.qk_s));
-            k.load(do_r, slot(k, x.dov_s));
-            k.load(q_c, slot(k, x.qk_s));
-            k.load(do_c, slot(k, x.dov_s));
-            fill(k, toc.clone(), &i + 1);
-            // D = rowsum(dO∘O), D_CHUNK columns at a time (the chunks' waits cover the loads above).
-            k.zero(d_r);
-            for ch in 0..d / D_CHUNK {
-                let sub = |k: &KernelBuilder, ring| -> SharedView {
-                    k.smem(ring, tic.clone()).sub(qs, D_CHUNK, 0, ch)
-                };
-                k.load(do_ch, sub(k, x.dov_s));
-                k.load(o_ch, sub(k, x.o_s));
-                k.wait_shared(0);
-                k.mul(prod, do_ch, o_ch);
-                k.reduce(Axis::Rows, ReduceOp::Sum, d_r, prod, Some(d_r));
-            }
-            k.copy(d_c, d_r);
-            x.load_lse(k, lse_t, lse_c, &h, &q0, qs);
-            // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ.
-            k.transpose(q_t, q_r);
-            k.transpose(do_t, do_r);
-            k.zero(s_t);
-            k.mma_atb(s_t, k_t, q_t, s_t);
-            k.zero(dp_t);
-            k.mma_atb(dp_t, v_t, do_t, dp_t);
-            let inf = f32::NEG_INFINITY;
-            k.mask(s_t, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &q0, inf);
-            if let Some(off) = &offset {
-                k.mask(
-                    s_t,
-                    MaskRule::CausalT {
-                        offset: off.clone(),
-                    },
-                    &k0,
-                    &q0,
-                    inf,
-                );
-            }
-            x.probs_and_ds(k, s_t, dp_t, lse_c, d_c);
-            // dVᵀ += dOᵀ·P, dKᵀ += Qᵀ·dS.
-            k.copy(p_b, s_t);
-            k.transpose(p_c, p_b);
-            k.mma_atb(dv_t, do_c, p_c, dv_t);
-            k.copy(ds_b, dp_t);
-            k.transpose(ds_c, ds_b);
-            k.mma_atb(dk_t, q_c, ds_c, dk_t);
-            k.wait_async(0);
-            k.barrier();
-        });
     });
     k.mul(dk_t, dk_t, x.scale);
     k.transpose(dk_r, dk_t);
