@@ -724,7 +724,10 @@ mod tests {
         for arch in [Arch::Cdna3, Arch::Cdna4] {
             let rows = vec(Axis::Rows, 32, Layout::Row, BaseShape::S16X32, arch);
             let cols = vec(Axis::Cols, 32, Layout::Col, BaseShape::S16X16, arch);
-            assert!(rows.same_spread(&cols) && cols.same_spread(&rows), "{arch:?}");
+            assert!(
+                rows.same_spread(&cols) && cols.same_spread(&rows),
+                "{arch:?}"
+            );
             let short = vec(Axis::Cols, 16, Layout::Col, BaseShape::S16X16, arch);
             assert!(!rows.same_spread(&short), "{arch:?}");
         }
