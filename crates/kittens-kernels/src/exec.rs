@@ -1,12 +1,13 @@
 //! Running a kernel on the CPU interpreter on given inputs and returning its output: [`interpret`] is
 //! the interpreter backend of the runner (`kittens_runtime::runner`), and [`gemm_abt`] / [`attention`]
 //! are the Python package's CPU path on the caller's own inputs, laid out by the kernels' problem
-//! definitions (`crate::problem::KernelProblem::launch`).
+//! definitions (`crate::problem::KernelProblem::launch`); [`attention_bwd`] is the backward's.
 //!
 //! Inputs are f32 values that are already bf16 (the interpreter rounds every input to its dtype anyway;
 //! bf16 values pass unchanged), laid out as the kernel's globals declare them. The output is bf16-exact
 //! f32. Sizes are checked, with checked arithmetic, before anything is built or allocated.
 
+use crate::attn_bwd::{problem::BwdProblem, BwdShape, Causal};
 use crate::attn_fwd::{problem::AttnProblem, AttnConfig};
 use crate::gemm_bf16::{problem::GemmProblem, GemmConfig};
 use crate::problem::{KernelProblem, Launch, Problem};
@@ -126,6 +127,64 @@ pub fn attention(
     run_on(&AttnProblem, &p, launch, &inputs)
 }
 
+/// The gradients of [`attention`] through `attn_bwd`: from Q, K, V, the forward's O and log-sum-exp
+/// (f32 `[batch, heads, seq_q]`, natural-log units of the scaled logits, `+∞` for a row with no kept
+/// key) and the output gradient dO, all dense in `sh.layout`; returns dQ, dK, dV (dK and dV summed over
+/// each KV head's query heads). The softmax scale is the kernel's fixed `1/√d`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_bwd(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &[f32],
+    d_o: &[f32],
+    lse: &[f32],
+    sh: &BwdShape,
+    causal: Causal,
+) -> Result<[Vec<f32>; 3], KernelError> {
+    if !ATTN_DIMS.contains(&sh.dim) || !sh.dim.is_multiple_of(32) {
+        return Err(KernelError::Config(format!(
+            "head dimension {} is not supported: attn_bwd takes multiples of 32 from {} to {}",
+            sh.dim,
+            ATTN_DIMS.start(),
+            ATTN_DIMS.end()
+        )));
+    }
+    let p = Problem {
+        attn: AttnShape {
+            batch: sh.batch,
+            heads: sh.heads,
+            heads_kv: sh.heads_kv,
+            seq: sh.seq_q,
+            dim: sh.dim,
+            layout: sh.layout,
+        },
+        seq_kv: Some(sh.seq_kv),
+        causal: causal != Causal::No,
+        bottom_right: causal == Causal::BottomRight,
+        ..Problem::default()
+    };
+    let launch = BwdProblem.launch(&p)?;
+    let inputs = [
+        ("Q", q),
+        ("K", k),
+        ("V", v),
+        ("O", o),
+        ("dO", d_o),
+        ("lse", lse),
+    ];
+    check_lens(&launch, &inputs)?;
+    let lens = launch.outputs.clone();
+    let all = if launch.output_len() == 0 {
+        Vec::new()
+    } else {
+        run_on(&BwdProblem, &p, launch, &inputs)?
+    };
+    let (dq, rest) = all.split_at(lens[0].min(all.len()));
+    let (dk, dv) = rest.split_at(lens[1].min(rest.len()));
+    Ok([dq.to_vec(), dk.to_vec(), dv.to_vec()])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,6 +236,42 @@ mod tests {
             let e = compare(&o, &reference::attention(&q, &k, &v, &sh, causal));
             assert!(e.rel_err < 1e-2, "{layout:?} causal={causal}: {e:?}");
         }
+    }
+
+    /// The backward on the caller's tensors equals the f64 gradients to bf16 accuracy, with O and
+    /// the log-sum-exp of the f64 forward; lengths are checked.
+    #[test]
+    fn attention_bwd_matches_f64_and_checks_lengths() {
+        use crate::reference_bwd;
+        let mut rng = SmallRng::seed_from_u64(5);
+        let sh = BwdShape {
+            batch: 1,
+            heads: 2,
+            heads_kv: 1,
+            seq_q: 23,
+            seq_kv: 41,
+            dim: 64,
+            layout: AttnLayout::Bhsd,
+        };
+        let c = Causal::BottomRight;
+        let q = random(&mut rng, sh.q_len(), DType::Bf16);
+        let k = random(&mut rng, sh.kv_len(), DType::Bf16);
+        let v = random(&mut rng, sh.kv_len(), DType::Bf16);
+        let d_o = random(&mut rng, sh.q_len(), DType::Bf16);
+        let f = reference_bwd::forward(&q, &k, &v, &sh, c);
+        let bf = |x: f64| {
+            kittens_ir::numerics::round(x as f32, DType::Bf16, kittens_ir::numerics::Rounding::Rtne)
+        };
+        let o: Vec<f32> = f.o.iter().map(|&x| bf(x)).collect();
+        let lse: Vec<f32> = f.lse.iter().map(|&x| x as f32).collect();
+        let got = attention_bwd(&q, &k, &v, &o, &d_o, &lse, &sh, c).unwrap();
+        let want = reference_bwd::backward(&q, &k, &v, &d_o, &sh, c);
+        for (g, w) in got.iter().zip([&want.dq, &want.dk, &want.dv]) {
+            let e = compare(g, w);
+            assert!(e.rel_err > 0.0 && e.rel_err < 1e-2, "{e:?}");
+        }
+        let err = attention_bwd(&q, &k, &v, &o, &d_o, &lse[1..], &sh, c).unwrap_err();
+        assert!(err.to_string().contains("lse holds 45"), "{err}");
     }
 
     #[test]

@@ -120,7 +120,8 @@ pub struct RunReport {
     pub outputs: Vec<OutputReport>,
     /// Every check passed.
     pub passed: bool,
-    /// The largest `rel_err` that passes (the bound of the `rel_err` check).
+    /// The largest `rel_err` that passes (the bound of the first `rel_err` check: with several
+    /// outputs, the first output's; `outputs` and `checks` have each one's).
     pub tolerance: f64,
     pub checks: Vec<Check>,
     pub input_scale: f32,
