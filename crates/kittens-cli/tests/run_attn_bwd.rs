@@ -1,6 +1,7 @@
 //! `kittens run attn_bwd` and `kittens check attn_bwd` as a user runs them: the JSON report carries each
 //! gradient's error, the baseline's and `passed`; a bottom-right causal run with fewer keys than
-//! queries passes the rule; `--bottom-right` without `--causal` is refused; the schedule analysis
+//! queries passes the rule; `--bottom-right` without `--causal`, and `--seq-kv` for the forward, are
+//! refused; the schedule analysis
 //! finds no hazard in either kind of block.
 
 use serde_json::Value;
@@ -68,6 +69,15 @@ fn bottom_right_needs_causal() {
     assert_eq!(out.status.code(), Some(2), "clap refuses the flag");
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--causal"), "{err}");
+}
+
+#[test]
+fn key_length_is_refused_for_the_forward() {
+    let out = kittens(&["run", "attn_fwd", "--seq", "40", "--seq-kv", "30"]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("apply to attn_bwd only"), "{err}");
+    assert!(out.stdout.is_empty());
 }
 
 #[test]

@@ -113,6 +113,15 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     if let Some((flag, _)) = dims.into_iter().find(|&(_, v)| v == 0) {
         bail!("{flag} must be positive");
     }
+    // Only the backward takes its own key length and a bottom-right mask; elsewhere they would be
+    // ignored silently.
+    if a.kernel.name != "attn_bwd" && (a.seq_kv.is_some() || a.bottom_right) {
+        bail!(
+            "--seq-kv and --bottom-right apply to attn_bwd only; {} takes as many keys as queries \
+             (--seq) and a top-left mask",
+            a.kernel.name
+        );
+    }
     if a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv) {
         bail!("--heads-kv {} must divide --heads {}", a.heads_kv, a.heads);
     }
