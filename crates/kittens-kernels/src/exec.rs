@@ -1,12 +1,13 @@
 //! Running a kernel on the CPU interpreter on given inputs and returning its output: [`interpret`] is
 //! the interpreter backend of the runner (`kittens_runtime::runner`), and [`gemm_abt`] / [`attention`]
 //! are the Python package's CPU path on the caller's own inputs, laid out by the kernels' problem
-//! definitions (`crate::problem::KernelProblem::launch`).
+//! definitions (`crate::problem::KernelProblem::launch`); [`attention_bwd`] is the backward's.
 //!
 //! Inputs are f32 values that are already bf16 (the interpreter rounds every input to its dtype anyway;
 //! bf16 values pass unchanged), laid out as the kernel's globals declare them. The output is bf16-exact
 //! f32. Sizes are checked, with checked arithmetic, before anything is built or allocated.
 
+use crate::attn_bwd::{problem::BwdProblem, BwdShape, Causal};
 use crate::attn_fwd::{problem::AttnProblem, AttnConfig};
 use crate::gemm_bf16::{problem::GemmProblem, GemmConfig};
 use crate::problem::{KernelProblem, Launch, Problem};
@@ -17,19 +18,20 @@ use kittens_ir::interp::{self, RunStats};
 use kittens_ir::Kernel;
 
 /// Runs `kernel` with `params` on the interpreter: `inputs` are its input tensors in declaration order,
-/// followed by one output of `output` elements, poisoned with NaN so that an element the kernel does
-/// not write shows in any comparison. The interpreter refuses a write to a read-only tensor. Returns
-/// the output and the run's counts.
+/// followed by outputs of `outputs` elements each, poisoned with NaN so that an element the kernel
+/// does not write shows in any comparison. The interpreter refuses a write to a read-only tensor.
+/// Returns the outputs concatenated in declaration order and the run's counts.
 pub fn interpret(
     kernel: &Kernel,
     params: &[i64],
     inputs: Vec<Vec<f32>>,
-    output: usize,
+    outputs: &[usize],
 ) -> Result<(Vec<f32>, RunStats), KernelError> {
+    let n_in = inputs.len();
     let mut t = inputs;
-    t.push(vec![f32::NAN; output]);
+    t.extend(outputs.iter().map(|&n| vec![f32::NAN; n]));
     let stats = interp::run(kernel, params, &mut t)?;
-    Ok((t.pop().unwrap_or_default(), stats))
+    Ok((t.split_off(n_in).concat(), stats))
 }
 
 fn check_len(name: &str, got: usize, want: usize) -> Result<(), KernelError> {
@@ -59,7 +61,7 @@ fn run_on(
 ) -> Result<Vec<f32>, KernelError> {
     let kernel = def.build(p, Target::Cpu)?;
     let tensors = inputs.iter().map(|(_, t)| t.to_vec()).collect();
-    Ok(interpret(&kernel, &launch.params, tensors, launch.output)?.0)
+    Ok(interpret(&kernel, &launch.params, tensors, &launch.outputs)?.0)
 }
 
 /// `C = A·Bᵀ` through `gemm_bf16` (HipKittens Appendix E.1 tiles, the ping-pong schedule): A is
@@ -82,8 +84,8 @@ pub fn gemm_abt(
     let launch = GemmProblem::BF16.launch(&p)?;
     let inputs = [("A", a), ("B", b)];
     check_lens(&launch, &inputs)?;
-    if launch.output == 0 || k == 0 {
-        return Ok(vec![0.0; launch.output]);
+    if launch.output_len() == 0 || k == 0 {
+        return Ok(vec![0.0; launch.output_len()]);
     }
     run_on(&GemmProblem::BF16, &p, launch, &inputs)
 }
@@ -115,8 +117,8 @@ pub fn gemm_ab(
     let launch = GemmProblem::BF16.launch(&p)?;
     let inputs = [("A", a), ("B", b)];
     check_lens(&launch, &inputs)?;
-    if launch.output == 0 || k == 0 {
-        return Ok(vec![0.0; launch.output]);
+    if launch.output_len() == 0 || k == 0 {
+        return Ok(vec![0.0; launch.output_len()]);
     }
     run_on(&GemmProblem::BF16, &p, launch, &inputs)
 }
@@ -152,7 +154,7 @@ pub fn attention(
     let launch = AttnProblem.launch(&p)?;
     let inputs = [("Q", q), ("K", k), ("V", v)];
     check_lens(&launch, &inputs)?;
-    if launch.output == 0 {
+    if launch.output_len() == 0 {
         return Ok(Vec::new());
     }
     run_on(&AttnProblem, &p, launch, &inputs)
@@ -187,11 +189,11 @@ pub fn layernorm(
         ("bias", bias),
     ];
     check_lens(&launch, &inputs)?;
-    if launch.output == 0 {
+    if launch.output_len() == 0 {
         return Ok(Vec::new());
     }
     let tensors = inputs.iter().map(|(_, t)| t.to_vec()).collect();
-    Ok(interpret(&kernel, &launch.params, tensors, launch.output)?.0)
+    Ok(interpret(&kernel, &launch.params, tensors, &launch.outputs)?.0)
 }
 
 /// Rotary embedding through `rotary` (`crate::rotary`): `x` of shape `sh` in its layout, tables `cos`
@@ -213,11 +215,69 @@ pub fn rotary(
     let launch = RotaryProblem.launch(&p)?;
     let inputs = [("x", x), ("cos", cos), ("sin", sin)];
     check_lens(&launch, &inputs)?;
-    if launch.output == 0 {
+    if launch.output_len() == 0 {
         return Ok(Vec::new());
     }
     let tensors = inputs.iter().map(|(_, t)| t.to_vec()).collect();
-    Ok(interpret(&kernel, &launch.params, tensors, launch.output)?.0)
+    Ok(interpret(&kernel, &launch.params, tensors, &launch.outputs)?.0)
+}
+
+/// The gradients of [`attention`] through `attn_bwd`: from Q, K, V, the forward's O and log-sum-exp
+/// (f32 `[batch, heads, seq_q]`, natural-log units of the scaled logits, `+∞` for a row with no kept
+/// key) and the output gradient dO, all dense in `sh.layout`; returns dQ, dK, dV (dK and dV summed over
+/// each KV head's query heads). The softmax scale is the kernel's fixed `1/√d`.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_bwd(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &[f32],
+    d_o: &[f32],
+    lse: &[f32],
+    sh: &BwdShape,
+    causal: Causal,
+) -> Result<[Vec<f32>; 3], KernelError> {
+    if !ATTN_DIMS.contains(&sh.dim) || !sh.dim.is_multiple_of(32) {
+        return Err(KernelError::Config(format!(
+            "head dimension {} is not supported: attn_bwd takes multiples of 32 from {} to {}",
+            sh.dim,
+            ATTN_DIMS.start(),
+            ATTN_DIMS.end()
+        )));
+    }
+    let p = Problem {
+        attn: AttnShape {
+            batch: sh.batch,
+            heads: sh.heads,
+            heads_kv: sh.heads_kv,
+            seq: sh.seq_q,
+            dim: sh.dim,
+            layout: sh.layout,
+        },
+        seq_kv: Some(sh.seq_kv),
+        causal: causal != Causal::No,
+        bottom_right: causal == Causal::BottomRight,
+        ..Problem::default()
+    };
+    let launch = BwdProblem.launch(&p)?;
+    let inputs = [
+        ("Q", q),
+        ("K", k),
+        ("V", v),
+        ("O", o),
+        ("dO", d_o),
+        ("lse", lse),
+    ];
+    check_lens(&launch, &inputs)?;
+    let lens = launch.outputs.clone();
+    let all = if launch.output_len() == 0 {
+        Vec::new()
+    } else {
+        run_on(&BwdProblem, &p, launch, &inputs)?
+    };
+    let (dq, rest) = all.split_at(lens[0].min(all.len()));
+    let (dk, dv) = rest.split_at(lens[1].min(rest.len()));
+    Ok([dq.to_vec(), dk.to_vec(), dv.to_vec()])
 }
 
 #[cfg(test)]
@@ -271,6 +331,42 @@ mod tests {
             let e = compare(&o, &reference::attention(&q, &k, &v, &sh, causal));
             assert!(e.rel_err < 1e-2, "{layout:?} causal={causal}: {e:?}");
         }
+    }
+
+    /// The backward on the caller's tensors equals the f64 gradients to bf16 accuracy, with O and
+    /// the log-sum-exp of the f64 forward; lengths are checked.
+    #[test]
+    fn attention_bwd_matches_f64_and_checks_lengths() {
+        use crate::reference_bwd;
+        let mut rng = SmallRng::seed_from_u64(5);
+        let sh = BwdShape {
+            batch: 1,
+            heads: 2,
+            heads_kv: 1,
+            seq_q: 23,
+            seq_kv: 41,
+            dim: 64,
+            layout: AttnLayout::Bhsd,
+        };
+        let c = Causal::BottomRight;
+        let q = random(&mut rng, sh.q_len(), DType::Bf16);
+        let k = random(&mut rng, sh.kv_len(), DType::Bf16);
+        let v = random(&mut rng, sh.kv_len(), DType::Bf16);
+        let d_o = random(&mut rng, sh.q_len(), DType::Bf16);
+        let f = reference_bwd::forward(&q, &k, &v, &sh, c);
+        let bf = |x: f64| {
+            kittens_ir::numerics::round(x as f32, DType::Bf16, kittens_ir::numerics::Rounding::Rtne)
+        };
+        let o: Vec<f32> = f.o.iter().map(|&x| bf(x)).collect();
+        let lse: Vec<f32> = f.lse.iter().map(|&x| x as f32).collect();
+        let got = attention_bwd(&q, &k, &v, &o, &d_o, &lse, &sh, c).unwrap();
+        let want = reference_bwd::backward(&q, &k, &v, &d_o, &sh, c);
+        for (g, w) in got.iter().zip([&want.dq, &want.dk, &want.dv]) {
+            let e = compare(g, w);
+            assert!(e.rel_err > 0.0 && e.rel_err < 1e-2, "{e:?}");
+        }
+        let err = attention_bwd(&q, &k, &v, &o, &d_o, &lse[1..], &sh, c).unwrap_err();
+        assert!(err.to_string().contains("lse holds 45"), "{err}");
     }
 
     #[test]

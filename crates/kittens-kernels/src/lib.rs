@@ -7,6 +7,7 @@
 //! its targets and problem definition, and is how the CLI, the runtime and the tests reach them. The
 //! runner that executes a problem on random inputs on a backend is `kittens_runtime::runner`.
 
+pub mod attn_bwd;
 pub mod attn_fwd;
 pub mod budget;
 pub mod exec;
@@ -14,6 +15,7 @@ pub mod gemm_bf16;
 pub mod layernorm;
 pub mod problem;
 pub mod reference;
+pub mod reference_bwd;
 pub mod registry;
 pub mod rotary;
 

@@ -26,7 +26,13 @@ pub struct Problem {
     pub n: usize,
     pub k: usize,
     pub attn: AttnShape,
+    /// Keys of the attention backward when they differ from the queries (`attn.seq`); the forward
+    /// takes as many keys as queries.
+    pub seq_kv: Option<usize>,
     pub causal: bool,
+    /// Causal mask aligned bottom-right (key `j ≤ i + seq_kv − seq_q`) instead of top-left; the
+    /// attention backward reads it.
+    pub bottom_right: bool,
     pub gemm: GemmConfig,
     /// Tile sizes of the attention kernel on the CPU; `dim` is taken from `attn.dim`.
     pub attn_cfg: AttnConfig,
@@ -57,7 +63,9 @@ impl Default for Problem {
                 dim: 64,
                 layout: AttnLayout::Bshd,
             },
+            seq_kv: None,
             causal: false,
+            bottom_right: false,
             gemm: GemmConfig::default(),
             attn_cfg: AttnConfig {
                 q_rows: 16,
@@ -98,12 +106,20 @@ impl Default for NormShape {
 }
 
 /// How a kernel is launched at a problem's sizes: its parameters, the element count of each input
-/// tensor (in declaration order) and of the one output tensor, which is declared last.
+/// tensor (in declaration order) and of each output tensor; the outputs are declared after the
+/// inputs (most kernels have one; the attention backward has dQ, dK, dV).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Launch {
     pub params: Vec<i64>,
     pub inputs: Vec<usize>,
-    pub output: usize,
+    pub outputs: Vec<usize>,
+}
+
+impl Launch {
+    /// Elements of all outputs together (a backend returns them concatenated in declaration order).
+    pub fn output_len(&self) -> usize {
+        self.outputs.iter().sum()
+    }
 }
 
 /// A validated run: its launch, what it is called in messages, the multiply-adds it executes on the
@@ -120,7 +136,7 @@ pub struct Plan {
 /// What a kernel's output is judged against, computed from the inputs it ran on.
 #[derive(Debug, Clone)]
 pub struct Reference {
-    /// The exact result in f64.
+    /// The exact result in f64 (several outputs: concatenated in declaration order).
     pub values: Vec<f64>,
     /// The same computation done the plain low-precision way (attention: PyTorch-style bf16), the
     /// yardstick of the test rule; `None` for kernels judged by a fixed tolerance.

@@ -310,8 +310,12 @@ pub enum Tolerance {
 }
 
 /// One judged error measure.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct Check {
+    /// The output tensor judged, for a kernel with several (the attention backward's `dq`, `dk`,
+    /// `dv`); `None` for a kernel with one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
     /// `rel_err` or `max_rel` (see [`ErrorReport`]).
     pub metric: &'static str,
     #[serde(flatten)]
@@ -327,7 +331,11 @@ pub fn judge(
     baseline: Option<&ErrorReport>,
     tolerance_override: Option<f64>,
 ) -> Vec<Check> {
-    let check = |metric, verdict| Check { metric, verdict };
+    let check = |metric, verdict| Check {
+        output: None,
+        metric,
+        verdict,
+    };
     match (tolerance_override, tolerance) {
         (Some(t), _) | (None, Tolerance::Fixed(t)) => {
             vec![check("rel_err", check_fixed(error.rel_err, t))]

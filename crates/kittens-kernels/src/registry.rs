@@ -5,7 +5,7 @@
 //! `kittens list` are generated from it.
 
 use crate::problem::KernelProblem;
-use crate::{attn_fwd, gemm_bf16, layernorm, rotary, KernelError};
+use crate::{attn_bwd, attn_fwd, gemm_bf16, layernorm, rotary, KernelError};
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
 use serde::Serialize;
@@ -207,6 +207,40 @@ const ATTN_FWD: KernelEntry = KernelEntry {
     problem: &attn_fwd::problem::AttnProblem,
 };
 
+const ATTN_BWD: KernelEntry = KernelEntry {
+    name: "attn_bwd",
+    about: "attention backward (dQ, dK, dV from O, dO and the log-sum-exp), GQA, causal top-left or \
+            bottom-right, BSHD/BHSD, seq_q != seq_kv; key blocks for dK/dV and query blocks for dQ in \
+            one launch (FlashAttention-2 Algorithm 2)",
+    targets: &[
+        TargetPlan {
+            target: Target::Gfx942,
+            schedule: "plain, 4 waves, key and query blocks",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Gfx950,
+            schedule: "plain, 4 waves, key and query blocks",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Sm90a,
+            schedule: "producer/consumer",
+            status: Status::NotYet {
+                why: "the backward has no Hopper (producer/consumer) program yet",
+            },
+        },
+        TargetPlan {
+            target: Target::Cpu,
+            schedule: "plain, 4 waves, key and query blocks",
+            status: Status::Interpreted,
+        },
+    ],
+    build_default: || attn_bwd::build(&attn_bwd::BwdConfig::default()),
+    build_gpu: |gpu| attn_bwd::build(&attn_bwd::BwdConfig::for_gpu(gpu)),
+    problem: &attn_bwd::problem::BwdProblem,
+};
+
 const LAYERNORM: KernelEntry = KernelEntry {
     name: "layernorm",
     about:
@@ -288,7 +322,7 @@ const ROTARY: KernelEntry = KernelEntry {
 };
 
 /// Every kernel of the suite, in the order `kittens list` prints them.
-pub static ALL: [KernelEntry; 5] = [GEMM_BF16, GEMM_FP8, ATTN_FWD, LAYERNORM, ROTARY];
+pub static ALL: [KernelEntry; 6] = [GEMM_BF16, GEMM_FP8, ATTN_FWD, ATTN_BWD, LAYERNORM, ROTARY];
 
 /// The registered names, in registry order.
 pub fn names() -> Vec<&'static str> {
@@ -358,7 +392,7 @@ mod tests {
 
     /// Every kernel's problem definition plans and builds, at the default problem, on every target it
     /// lowers to, the kernel of the entry's name with the schedule its plan names; a kernel's tensors
-    /// are its launch's inputs and one output.
+    /// are its launch's inputs and outputs, and each output is a written tensor.
     #[test]
     fn problems_build_the_registered_kernel() {
         let p = crate::problem::Problem::default();
@@ -382,7 +416,15 @@ mod tests {
                 );
                 let launch = def.plan(&p, t).unwrap().launch;
                 assert_eq!(launch.params.len(), k.params.len(), "{} {t}", e.name);
-                assert_eq!(launch.inputs.len() + 1, k.globals.len(), "{} {t}", e.name);
+                let n = launch.inputs.len() + launch.outputs.len();
+                assert_eq!(n, k.globals.len(), "{} {t}", e.name);
+                assert!(
+                    k.globals[launch.inputs.len()..]
+                        .iter()
+                        .all(|g| g.access != kittens_ir::Access::Read),
+                    "{} {t}",
+                    e.name
+                );
             }
         }
     }

@@ -49,7 +49,7 @@ fn b_as_k_by_n_on_every_block() {
         ] {
             let (a, b) = (operand(m * k, &mut rng), operand(k * n, &mut rng));
             let params = [m as i64, n as i64, k as i64];
-            let (c, _) = interpret(&kernel, &params, vec![a.clone(), b.clone()], m * n)
+            let (c, _) = interpret(&kernel, &params, vec![a.clone(), b.clone()], &[m * n])
                 .unwrap_or_else(|e| panic!("{tile}: {e}"));
             let e = rel_err(&c, &a, &b, (m, n, k));
             // bf16 output rounding (2^-9 per element) shows; an index error is of order 1.

@@ -32,7 +32,7 @@ fn run(norm: NormShape) -> Result<Run, KernelError> {
         &kernel,
         &plan.launch.params,
         inputs.clone(),
-        plan.launch.output,
+        &plan.launch.outputs,
     )?;
     let reference = def.reference(&p, &inputs).values;
     Ok(Run {

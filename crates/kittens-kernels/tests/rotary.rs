@@ -29,7 +29,7 @@ fn run(
         &kernel,
         &plan.launch.params,
         inputs.clone(),
-        plan.launch.output,
+        &plan.launch.outputs,
     )
     .map_err(|e| e.to_string())?;
     Ok(compare(&out, &def.reference(&p, &inputs).values))

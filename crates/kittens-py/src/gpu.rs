@@ -7,8 +7,8 @@ use kittens_kernels::attn_fwd::{self, AttnConfig};
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::cuda::caller::{self, GemmPointers, KernelLoad};
 use kittens_runtime::cuda::caller_attn::{self, AttnKernelConfig, AttnPointers};
-use kittens_runtime::cuda::gemm_kernel::lower_tile;
 use kittens_runtime::cuda::caller_mem;
+use kittens_runtime::cuda::gemm_kernel::lower_tile;
 use kittens_runtime::cuda::CudaError;
 
 use crate::view::{ApiError, Attention, Matmul};

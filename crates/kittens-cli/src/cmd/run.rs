@@ -56,15 +56,21 @@ pub struct Args {
     /// Attention key/value heads (GQA when fewer than --heads; must divide it).
     #[arg(long, default_value_t = 2)]
     pub heads_kv: usize,
-    /// Attention sequence length (queries = keys).
+    /// Attention sequence length (queries; keys too unless --seq-kv).
     #[arg(long, default_value_t = 256)]
     pub seq: usize,
+    /// Attention keys when they differ from the queries (attn_bwd).
+    #[arg(long)]
+    pub seq_kv: Option<usize>,
     /// Attention head dimension (a multiple of 32).
     #[arg(long, default_value_t = 64)]
     pub dim: usize,
     /// Causal attention (PyTorch's top-left `is_causal`).
     #[arg(long)]
     pub causal: bool,
+    /// With --causal: align the mask bottom-right (key j <= query i + seq_kv - seq), attn_bwd.
+    #[arg(long, requires = "causal")]
+    pub bottom_right: bool,
     /// Attention tensor layout.
     #[arg(long, value_enum, ignore_case = true, default_value_t = AttnLayoutArg::Bshd)]
     pub layout: AttnLayoutArg,
@@ -125,11 +131,25 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
         ("--batch", a.batch),
         ("--heads", a.heads),
     ];
-    let dims = dims.into_iter().chain([("--seq", a.seq), ("--dim", a.dim)]);
+    let seq_kv = ("--seq-kv", a.seq_kv.unwrap_or(a.seq));
+    let dims = dims
+        .into_iter()
+        .chain([("--seq", a.seq), seq_kv, ("--dim", a.dim)]);
     if let Some((flag, _)) = dims.into_iter().find(|&(_, v)| v == 0) {
         bail!("{flag} must be positive");
     }
-    if a.kernel.name == "attn_fwd" && (a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv)) {
+    // Only the backward takes its own key length and a bottom-right mask; elsewhere they would be
+    // ignored silently.
+    if a.kernel.name != "attn_bwd" && (a.seq_kv.is_some() || a.bottom_right) {
+        bail!(
+            "--seq-kv and --bottom-right apply to attn_bwd only; {} takes as many keys as queries \
+             (--seq) and a top-left mask",
+            a.kernel.name
+        );
+    }
+    if matches!(a.kernel.name, "attn_fwd" | "attn_bwd")
+        && (a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv))
+    {
         bail!("--heads-kv {} must divide --heads {}", a.heads_kv, a.heads);
     }
     let mut p = Problem {
@@ -137,6 +157,8 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
         n: a.n,
         k: a.k,
         causal: a.causal,
+        bottom_right: a.bottom_right,
+        seq_kv: a.seq_kv,
         seed: a.seed,
         input_scale: a.input_scale,
         tolerance: a.tolerance,
@@ -267,6 +289,21 @@ fn print_text(r: &RunReport) {
             b.rel_err, b.max_rel
         );
     }
+    for o in &r.outputs {
+        let base = o.baseline.map_or(String::new(), |b| {
+            format!(
+                ", baseline rel_err {:.3e} max_rel {:.3e}",
+                b.rel_err, b.max_rel
+            )
+        });
+        println!(
+            "output   {:<4} rel_err {:.3e} max_rel {:.3e}{base}: {}",
+            o.name,
+            o.error.rel_err,
+            o.error.max_rel,
+            if o.passed { "ok" } else { "FAILED" }
+        );
+    }
     if let Some(l) = r.max_abs_logit {
         println!(
             "logits   max |q·k|/√d = {l:.1} (input scale {})",
@@ -278,9 +315,13 @@ fn print_text(r: &RunReport) {
             Some(b) => format!("2 × baseline {b:.3e} + floor"),
             None => "fixed tolerance".into(),
         };
+        let metric = match &c.output {
+            Some(o) => format!("{o} {}", c.metric),
+            None => c.metric.to_string(),
+        };
         println!(
-            "check    {:<8} {:.3e} ≤ {:.3e} ({how}): {}",
-            c.metric,
+            "check    {:<11} {:.3e} ≤ {:.3e} ({how}): {}",
+            metric,
             c.verdict.error,
             c.verdict.bound,
             if c.verdict.passed { "ok" } else { "FAILED" }

@@ -30,12 +30,27 @@ pub struct VecMap {
 impl VecMap {
     /// Entries per lane: one per base tile along the vector.
     pub fn per_lane(&self) -> u32 {
-        let b = if self.axis == Axis::Rows {
+        self.len.div_ceil(self.base_extent())
+    }
+
+    /// The entries along the vector one base tile covers.
+    fn base_extent(&self) -> u32 {
+        if self.axis == Axis::Rows {
             self.base.rows
         } else {
             self.base.cols
-        };
-        self.len.div_ceil(b)
+        }
+    }
+
+    /// True when both vectors put every entry in the same lane and slot (entry `i·extent + coord`
+    /// of every lane; [`vec_map`] admits only vectors whose lanes each hold one coordinate), whichever
+    /// tile axis each indexes: the queries-per-row vector of an MFMA A operand and the
+    /// queries-per-column vector of a 16×16 accumulator both hold entry `i` in the lanes with
+    /// `lane % 16 = i % 16`, so a copy between them is lane-local.
+    pub fn same_spread(&self, o: &VecMap) -> bool {
+        self.len == o.len
+            && self.base_extent() == o.base_extent()
+            && (0..64).all(|l| self.coord(l) == o.coord(l))
     }
 
     /// The coordinate (row or column inside its base tile) `lane` holds, if all its slots agree.
@@ -313,10 +328,7 @@ impl Emitter<'_> {
                 Arg::Scalar(x) => float_lit(x),
                 Arg::Reg(r) | Arg::RowBcast(r) | Arg::ColBcast(r) => {
                     let (n, v) = self.vec_of(r)?;
-                    let same = v.axis == dv.axis
-                        && v.len == dv.len
-                        && v.base == dv.base
-                        && (0..64).all(|l| v.coord(l) == dv.coord(l));
+                    let same = v.same_spread(&dv);
                     if !same {
                         return Err(LowerError::Layout(format!(
                             "vectors `{}` and `{}` are spread differently",
@@ -686,4 +698,40 @@ pub(super) fn vec_map(
         )));
     }
     Ok(vm)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kittens_hw::Arch;
+    use kittens_ir::RegVec;
+    use kittens_tile::Layout;
+
+    fn vec(axis: Axis, len: u32, layout: Layout, base: BaseShape, arch: Arch) -> VecMap {
+        let v = RegVec {
+            dtype: DType::F32,
+            len,
+            axis,
+            layout,
+            base,
+        };
+        vec_map(arch, &v).unwrap()
+    }
+
+    /// The per-row vector of a row-layout (A operand) tile and the per-column vector of a 16×16
+    /// accumulator spread their entries alike on both CDNA generations (a copy between them is
+    /// lane-local); vectors of other lengths do not.
+    #[test]
+    fn rows_of_an_operand_match_columns_of_an_accumulator() {
+        for arch in [Arch::Cdna3, Arch::Cdna4] {
+            let rows = vec(Axis::Rows, 32, Layout::Row, BaseShape::S16X32, arch);
+            let cols = vec(Axis::Cols, 32, Layout::Col, BaseShape::S16X16, arch);
+            assert!(
+                rows.same_spread(&cols) && cols.same_spread(&rows),
+                "{arch:?}"
+            );
+            let short = vec(Axis::Cols, 16, Layout::Col, BaseShape::S16X16, arch);
+            assert!(!rows.same_spread(&short), "{arch:?}");
+        }
+    }
 }

@@ -50,7 +50,7 @@ impl KernelProblem for AttnProblem {
                 param("seq", sh.seq)?,
             ],
             inputs: vec![q, kv, kv],
-            output: q,
+            outputs: vec![q],
         })
     }
 

@@ -93,7 +93,7 @@ impl GemmProblem {
         Ok(Launch {
             params: vec![param("m", p.m)?, param("n", p.n)?, param("k", p.k)?],
             inputs,
-            output: elements("C", &[p.m, p.n])?,
+            outputs: vec![elements("C", &[p.m, p.n])?],
         })
     }
 }

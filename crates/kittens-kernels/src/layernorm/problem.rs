@@ -50,7 +50,7 @@ impl KernelProblem for LayerNormProblem {
                 .chain(words(p.norm.offset))
                 .collect(),
             inputs: vec![m, m, d, d],
-            output: elements("out", &[2, rows, d])?,
+            outputs: vec![elements("out", &[2, rows, d])?],
         })
     }
 

@@ -41,7 +41,7 @@ impl KernelProblem for RotaryProblem {
                 param("seq", sh.seq)?,
             ],
             inputs: vec![x, table, table],
-            output: x,
+            outputs: vec![x],
         })
     }
 

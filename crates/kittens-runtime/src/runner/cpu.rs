@@ -24,7 +24,7 @@ impl Backend for Interpreter {
         // One block's shared and register tiles live on the host while it runs.
         budget::check_block_state(job.kernel)?;
         let (l, t0) = (job.launch, Instant::now());
-        let (output, stats) = interpret(job.kernel, &l.params, job.inputs.to_vec(), l.output)?;
+        let (output, stats) = interpret(job.kernel, &l.params, job.inputs.to_vec(), &l.outputs)?;
         Ok(Execution {
             output,
             blocks: stats.blocks,

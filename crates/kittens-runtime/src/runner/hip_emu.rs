@@ -70,26 +70,28 @@ impl Backend for HipEmu {
             _ => Emulator::build(kernel, self.arch)?,
         };
         let compile_seconds = t0.elapsed().as_secs_f64();
-        // Inputs are declared first and the output last (`Launch`), each in its own dtype.
+        // Inputs are declared first and the outputs after them (`Launch`), each in its own dtype.
         let dtype = |i: usize| kernel.globals.get(i).map_or(DType::Bf16, |g| g.dtype);
-        let out_dtype = dtype(inputs.len());
+        let n_in = inputs.len();
         let mut tensors: Vec<HostTensor> = inputs
             .iter()
             .enumerate()
             .map(|(i, t)| HostTensor::Data(encode(t, dtype(i))))
             .collect();
-        tensors.push(HostTensor::Data(encode(
-            &vec![f32::NAN; launch.output],
-            out_dtype,
-        )));
+        for (i, &n) in launch.outputs.iter().enumerate() {
+            let poison = encode(&vec![f32::NAN; n], dtype(n_in + i));
+            tensors.push(HostTensor::Data(poison));
+        }
         let t1 = Instant::now();
         emu.run(&launch.params, &mut tensors, None)?;
         let run_seconds = t1.elapsed().as_secs_f64();
-        let output = match tensors.pop() {
+        let mut output = Vec::with_capacity(launch.output_len());
+        for (i, t) in tensors.drain(..).enumerate().skip(n_in) {
             // A ragged buffer decodes to nothing, which the runner reports as a wrong length.
-            Some(HostTensor::Data(o)) => from_bytes(&o, out_dtype).unwrap_or_default(),
-            _ => Vec::new(),
-        };
+            if let HostTensor::Data(o) = t {
+                output.extend(from_bytes(&o, dtype(i)).unwrap_or_default());
+            }
+        }
         let blocks = emu.blocks(&launch.params)?;
         let waves_per_block = emu.kernel().waves;
         *built = Some(emu);

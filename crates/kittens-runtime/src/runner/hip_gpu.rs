@@ -71,9 +71,12 @@ impl Backend for HipGpu {
         )
         .map_err(isa)?;
         let run_seconds = t1.elapsed().as_secs_f64();
-        let out = buffers[job.inputs.len()].download().map_err(isa)?;
+        let mut output = Vec::with_capacity(job.launch.output_len());
+        for (i, b) in buffers[job.inputs.len()..].iter().enumerate() {
+            decode_output(job, i, &b.download().map_err(isa)?, &mut output);
+        }
         Ok(Execution {
-            output: decode_output(job, &out),
+            output,
             blocks: grid as u64,
             waves_per_block: built.lowered.threads.div_ceil(64),
             compile_seconds,

@@ -112,10 +112,13 @@ impl Backend for IsaEmu {
         )
         .map_err(isa)?;
         let run_seconds = t1.elapsed().as_secs_f64();
-        let out = mem
-            .get(addrs[inputs.len()])
-            .ok_or_else(|| isa("the output buffer vanished"))?;
-        let output = decode_output(job, out);
+        let mut output = Vec::with_capacity(job.launch.output_len());
+        for i in 0..job.launch.outputs.len() {
+            let out = mem
+                .get(addrs[inputs.len() + i])
+                .ok_or_else(|| isa("an output buffer vanished"))?;
+            decode_output(job, i, out, &mut output);
+        }
         let dynamic = serde_json::json!({
             "seed": self.seed,
             "code_object": {
@@ -164,24 +167,27 @@ fn dtype(job: &Job, i: usize) -> DType {
     job.kernel.globals.get(i).map_or(DType::Bf16, |g| g.dtype)
 }
 
-/// The tensors' bytes in declaration order: the inputs in their dtypes, then the output poisoned
+/// The tensors' bytes in declaration order: the inputs in their dtypes, then each output poisoned
 /// with NaN (an element the kernel does not write fails the comparison).
 pub(crate) fn tensor_bytes(job: &Job) -> Vec<Vec<u8>> {
+    let n_in = job.inputs.len();
     let mut v: Vec<Vec<u8>> = job
         .inputs
         .iter()
         .enumerate()
         .map(|(i, t)| to_bytes(t, dtype(job, i), Rounding::Rtne))
         .collect();
-    let nan = vec![f32::NAN; job.launch.output];
-    v.push(to_bytes(&nan, dtype(job, job.inputs.len()), Rounding::Rtne));
+    for (i, &n) in job.launch.outputs.iter().enumerate() {
+        let nan = vec![f32::NAN; n];
+        v.push(to_bytes(&nan, dtype(job, n_in + i), Rounding::Rtne));
+    }
     v
 }
 
-/// The output tensor's bytes as f32 values (a ragged buffer decodes to nothing, which the runner
-/// reports as a wrong length).
-pub(crate) fn decode_output(job: &Job, bytes: &[u8]) -> Vec<f32> {
-    from_bytes(bytes, dtype(job, job.inputs.len())).unwrap_or_default()
+/// Output `i`'s bytes as f32 values, appended to `out` (the runner takes the outputs concatenated in
+/// declaration order; a ragged buffer decodes to nothing, which it reports as a wrong length).
+pub(crate) fn decode_output(job: &Job, i: usize, bytes: &[u8], out: &mut Vec<f32>) {
+    out.extend(from_bytes(bytes, dtype(job, job.inputs.len() + i)).unwrap_or_default());
 }
 
 /// The explicit kernel arguments in the lowering's order: tensors by their device addresses

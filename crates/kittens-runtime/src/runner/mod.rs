@@ -67,7 +67,8 @@ pub enum RunError {
 /// What a backend returns for one execution.
 #[derive(Debug, Clone)]
 pub struct Execution {
-    /// The output tensor as f32 values (bf16-exact for bf16 outputs), [`Launch::output`] of them.
+    /// The output tensors as f32 values (bf16-exact for bf16 outputs), concatenated in declaration
+    /// order, [`Launch::output_len`] of them.
     pub output: Vec<f32>,
     pub blocks: u64,
     pub waves_per_block: u32,
@@ -117,14 +118,20 @@ pub struct RunReport {
     pub configured_for: Option<&'static str>,
     /// The problem's sizes and tiles, and the schedule the kernel was built with.
     pub shape: serde_json::Value,
+    /// The error of the output; with several outputs, each measure's largest over them (`outputs`
+    /// has each one's).
     #[serde(flatten)]
     pub error: ErrorReport,
     /// Error of the kernel's low-precision baseline against the same f64 reference (attention:
-    /// PyTorch-style bf16); the test rule's yardstick.
+    /// PyTorch-style bf16); the test rule's yardstick. Several outputs: as for `error`.
     pub baseline: Option<ErrorReport>,
+    /// Per output, for a kernel with several (the attention backward's dQ, dK, dV); empty for one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outputs: Vec<OutputReport>,
     /// Every check passed.
     pub passed: bool,
-    /// The largest `rel_err` that passes (the bound of the `rel_err` check).
+    /// The largest `rel_err` that passes (the bound of the first `rel_err` check: with several
+    /// outputs, the first output's; `outputs` and `checks` have each one's).
     pub tolerance: f64,
     pub checks: Vec<Check>,
     pub input_scale: f32,
@@ -139,6 +146,86 @@ pub struct RunReport {
     pub dynamic: Option<serde_json::Value>,
 }
 
+/// The judgement of one output of a kernel with several.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OutputReport {
+    /// The tensor's name in the kernel.
+    pub name: String,
+    #[serde(flatten)]
+    pub error: ErrorReport,
+    pub baseline: Option<ErrorReport>,
+    /// Every check of this output passed.
+    pub passed: bool,
+}
+
+/// Each measure's largest over `errs`.
+fn worst(errs: impl Iterator<Item = ErrorReport>) -> Option<ErrorReport> {
+    errs.reduce(|a, b| ErrorReport {
+        rel_err: a.rel_err.max(b.rel_err),
+        max_rel: a.max_rel.max(b.max_rel),
+        mean_rel: a.mean_rel.max(b.mean_rel),
+    })
+}
+
+/// Judges each output of `kernel` (the globals after its inputs) on its slice of the concatenated
+/// `out`, reference and baseline: the per-output reports (empty for one output), the overall error and
+/// baseline error, and every check (tagged with its output's name when there are several).
+fn judge_outputs(
+    kernel: &Kernel,
+    launch: &Launch,
+    out: &[f32],
+    reference: &kittens_kernels::problem::Reference,
+    tolerance: kittens_kernels::reference::Tolerance,
+    tolerance_override: Option<f64>,
+) -> (
+    Vec<OutputReport>,
+    ErrorReport,
+    Option<ErrorReport>,
+    Vec<Check>,
+) {
+    let several = launch.outputs.len() > 1;
+    let (mut reports, mut checks, mut at) = (Vec::new(), Vec::new(), 0usize);
+    for (i, &n) in launch.outputs.iter().enumerate() {
+        let r = at..at + n;
+        at += n;
+        let error = compare(&out[r.clone()], &reference.values[r.clone()]);
+        let baseline = reference
+            .baseline
+            .as_ref()
+            .map(|b| compare(&b[r.clone()], &reference.values[r.clone()]));
+        let name = kernel
+            .globals
+            .get(launch.inputs.len() + i)
+            .map_or_else(|| format!("output {i}"), |g| g.name.clone());
+        let mine = judge(tolerance, &error, baseline.as_ref(), tolerance_override);
+        let passed = mine.iter().all(|c| c.verdict.passed);
+        checks.extend(mine.into_iter().map(|c| Check {
+            output: several.then(|| name.clone()),
+            ..c
+        }));
+        reports.push(OutputReport {
+            name,
+            error,
+            baseline,
+            passed,
+        });
+    }
+    let error = worst(reports.iter().map(|r| r.error)).unwrap_or(ErrorReport {
+        rel_err: 0.0,
+        max_rel: 0.0,
+        mean_rel: 0.0,
+    });
+    let baseline = if reports.iter().all(|r| r.baseline.is_some()) {
+        worst(reports.iter().filter_map(|r| r.baseline))
+    } else {
+        None
+    };
+    if !several {
+        reports.clear();
+    }
+    (reports, error, baseline, checks)
+}
+
 impl RunReport {
     /// One line per failed check (`metric error over its bound bound`); empty when the run passed.
     pub fn failures(&self) -> Vec<String> {
@@ -146,8 +233,9 @@ impl RunReport {
             .iter()
             .filter(|c| !c.verdict.passed)
             .map(|c| {
+                let of = c.output.as_ref().map_or(String::new(), |o| format!("{o} "));
                 format!(
-                    "{} {:.3e} over its bound {:.3e}",
+                    "{of}{} {:.3e} over its bound {:.3e}",
                     c.metric, c.verdict.error, c.verdict.bound
                 )
             })
@@ -183,18 +271,23 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
         launch: &plan.launch,
         inputs: &inputs,
     })?;
-    if run.output.len() != plan.launch.output {
+    if run.output.len() != plan.launch.output_len() {
         return Err(RunError::Output {
             backend: about.name,
             got: run.output.len(),
-            want: plan.launch.output,
+            want: plan.launch.output_len(),
         });
     }
     let r0 = Instant::now();
     let reference = def.reference(p, &inputs);
-    let error = compare(&run.output, &reference.values);
-    let baseline = reference.baseline.map(|b| compare(&b, &reference.values));
-    let checks = judge(def.tolerance(), &error, baseline.as_ref(), p.tolerance);
+    let (outputs, error, baseline, checks) = judge_outputs(
+        &kernel,
+        &plan.launch,
+        &run.output,
+        &reference,
+        def.tolerance(),
+        p.tolerance,
+    );
     let mut shape = plan.shape;
     shape["schedule"] = kernel.schedule.name().into();
     Ok(RunReport {
@@ -205,6 +298,7 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
         shape,
         error,
         baseline,
+        outputs,
         passed: checks.iter().all(|c| c.verdict.passed),
         tolerance: checks[0].verdict.bound,
         checks,

@@ -81,6 +81,23 @@ fn cases() -> Vec<(&'static str, String, Problem)> {
                 ..attn(3, 3, 77, 64, false, AttnLayout::Bhsd)
             },
         ),
+        (
+            "attn_bwd",
+            "H=4 HKV=2 Nq=200 Nkv=136 D=64 BSHD".into(),
+            Problem {
+                seq_kv: Some(136),
+                ..attn(4, 2, 200, 64, false, AttnLayout::Bshd)
+            },
+        ),
+        (
+            "attn_bwd",
+            "H=4 HKV=1 Nq=96 Nkv=160 D=128 causal-br BHSD".into(),
+            Problem {
+                seq_kv: Some(160),
+                bottom_right: true,
+                ..attn(4, 1, 96, 128, true, AttnLayout::Bhsd)
+            },
+        ),
     ]
 }
 
@@ -96,15 +113,32 @@ pub fn run(s: &mut Section) -> anyhow::Result<Value> {
         let r = runner::run(entry, &seeded, &Interpreter)
             .map_err(|e| anyhow::anyhow!("{name} {label}: {e}"))?;
         failed += usize::from(!r.passed);
+        let ok = |p: bool| if p { "ok" } else { "FAILED" };
         s.line(format!(
             "{:<10} {:<40} rel_err {:.2e} ≤ {:.2e}  {}  ({:.1} s)",
             name,
             label,
             r.error.rel_err,
             r.tolerance,
-            if r.passed { "ok" } else { "FAILED" },
+            ok(r.passed),
             r.run_seconds
         ));
+        // Several outputs (the backward's gradients): each one's error against its own bound.
+        for o in &r.outputs {
+            let bound = r
+                .checks
+                .iter()
+                .find(|c| c.output.as_ref() == Some(&o.name) && c.metric == "rel_err")
+                .map_or(f64::NAN, |c| c.verdict.bound);
+            s.line(format!(
+                "{:<10}   {:<38} rel_err {:.2e} ≤ {:.2e}  {}",
+                "",
+                o.name,
+                o.error.rel_err,
+                bound,
+                ok(o.passed)
+            ));
+        }
         out.push(serde_json::to_value(&r)?);
     }
     anyhow::ensure!(

@@ -1,0 +1,200 @@
+//! Attention backward: the gradients dQ, dK, dV of `O = softmax(Q·Kᵀ/√d)·V` from Q, K, V, the
+//! forward's O and log-sum-exp, and the output gradient dO (FlashAttention-2 §3.2, Algorithm 2; the
+//! f64 definition is `crate::reference_bwd`). MHA and grouped-query heads (dK and dV summed over the
+//! query heads of a group), causal or not (top-left or bottom-right alignment), BSHD or BHSD tensors,
+//! query and key lengths that differ.
+//!
+//! The program ([`schedule`]) is one launch with two kinds of blocks:
+//!
+//! - a **key block** owns a block of keys; for every query head of the group and every block of
+//!   queries it recomputes `Pᵀ = exp(Sᵀ − lse)` from the saved log-sum-exp, `dPᵀ = V·dOᵀ`,
+//!   `dSᵀ = Pᵀ∘(dPᵀ − D)`, and accumulates `dV += Pᵀ·dO` and `dK += dSᵀ·Q` in registers;
+//! - a **query block** owns a block of queries of one head and walks the key blocks, recomputing the
+//!   same `Pᵀ` and `dSᵀ` and accumulating `dQ += dS·K`.
+//!
+//! Why dQ is a separate pass rather than fp32 atomic adds from the key blocks (FlashAttention-2's
+//! choice, and FlashAttention-3's with a conversion kernel after it): the pass needs no f32 workspace
+//! of the size of Q, no zeroing before and no bf16 conversion launch after, and the result is
+//! deterministic (atomic adds in f32 reorder the sum from run to run); every block writes its outputs
+//! exactly once, which the CPU interpreter and the schedule analysis check like any store. The price
+//! is compute: the query blocks recompute `Sᵀ` and `dPᵀ`, seven matrix products per (query, key)
+//! block pair instead of five (1.4x the FLOPs of the atomic version).
+//!
+//! The preprocessing `D = rowsum(dO∘O)` is fused: each step computes D for its queries from the O and
+//! dO tiles (f32 products of the bf16 values, f32 sum), so no launch or buffer precedes the kernel.
+//!
+//! Scores stay f32 and the scale enters on them (`exp2(s·c − lse·log2 e)` with `c = log2(e)/√d`), as
+//! in the forward (`crate::attn_fwd`); P and dS are rounded to bf16 once, as the operands of the
+//! products that read them; dQ and dK get their `1/√d` on the f32 accumulators.
+
+pub mod problem;
+mod schedule;
+
+use crate::attn_fwd::AttnLayout;
+use crate::KernelError;
+use kittens_ir::{Expr, Kernel};
+
+/// Which (query, key) pairs a causal backward keeps: key `j` is kept for query `i` when
+/// `j ≤ i + offset`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Causal {
+    /// Every key.
+    No,
+    /// `offset = 0`: PyTorch's `is_causal` (the mask's top-left corner on the diagonal).
+    TopLeft,
+    /// `offset = seq_kv − seq_q`: the last query sees every key (FlashAttention's convention for
+    /// decoding with a cache).
+    BottomRight,
+}
+
+impl Causal {
+    /// The offset at the given lengths; `None` without a mask.
+    pub fn offset(self, seq_q: usize, seq_kv: usize) -> Option<i64> {
+        match self {
+            Causal::No => None,
+            Causal::TopLeft => Some(0),
+            Causal::BottomRight => Some(seq_kv as i64 - seq_q as i64),
+        }
+    }
+
+    /// The offset as an expression over the kernel's parameters.
+    fn offset_expr(self, seq_q: &Expr, seq_kv: &Expr) -> Option<Expr> {
+        match self {
+            Causal::No => None,
+            Causal::TopLeft => Some(Expr::c(0)),
+            Causal::BottomRight => Some(seq_kv - seq_q.clone()),
+        }
+    }
+}
+
+/// Sizes of a backward problem: Q, O, dO, dQ have `heads` heads of `seq_q` rows; K, V, dK, dV have
+/// `heads_kv` heads of `seq_kv` rows; the log-sum-exp is f32 `[batch, heads, seq_q]`, contiguous.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct BwdShape {
+    pub batch: usize,
+    pub heads: usize,
+    pub heads_kv: usize,
+    pub seq_q: usize,
+    pub seq_kv: usize,
+    pub dim: usize,
+    pub layout: AttnLayout,
+}
+
+impl BwdShape {
+    /// Query heads per KV head.
+    pub fn group(&self) -> usize {
+        (self.heads / self.heads_kv.max(1)).max(1)
+    }
+    /// The KV head query head `h` reads.
+    pub fn kv_head(&self, h: usize) -> usize {
+        h / self.group()
+    }
+    fn at(&self, nh: usize, seq: usize, (b, h, s, x): (usize, usize, usize, usize)) -> usize {
+        match self.layout {
+            AttnLayout::Bshd => ((b * seq + s) * nh + h) * self.dim + x,
+            AttnLayout::Bhsd => ((b * nh + h) * seq + s) * self.dim + x,
+        }
+    }
+    /// Offset of `[b, h, s, x]` in a query-side tensor (Q, O, dO, dQ).
+    pub fn q_at(&self, b: usize, h: usize, s: usize, x: usize) -> usize {
+        self.at(self.heads, self.seq_q, (b, h, s, x))
+    }
+    /// Offset of `[b, h, s, x]` in a key-side tensor (K, V, dK, dV).
+    pub fn kv_at(&self, b: usize, h: usize, s: usize, x: usize) -> usize {
+        self.at(self.heads_kv, self.seq_kv, (b, h, s, x))
+    }
+    /// Offset of `[b, h, s]` in the log-sum-exp.
+    pub fn lse_at(&self, b: usize, h: usize, s: usize) -> usize {
+        (b * self.heads + h) * self.seq_q + s
+    }
+    pub fn q_len(&self) -> usize {
+        self.batch * self.heads * self.seq_q * self.dim
+    }
+    pub fn kv_len(&self) -> usize {
+        self.batch * self.heads_kv * self.seq_kv * self.dim
+    }
+    pub fn lse_len(&self) -> usize {
+        self.batch * self.heads * self.seq_q
+    }
+}
+
+/// The backward's tiles.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct BwdConfig {
+    /// Head dimension (a multiple of 32).
+    pub dim: u32,
+    /// Waves per block.
+    pub waves: u32,
+    /// Keys per wave in a key block (a multiple of 16): a key block covers `waves × key_rows` keys.
+    pub key_rows: u32,
+    /// Queries per wave in a query block (a multiple of 16).
+    pub query_rows: u32,
+    /// Rows per pipeline step through shared memory (a multiple of 32): the queries a key block takes
+    /// per step, the keys a query block takes per step (one ring serves both).
+    pub step: u32,
+    pub causal: Causal,
+    pub layout: AttnLayout,
+}
+
+impl Default for BwdConfig {
+    /// Four waves (one per SIMD on CDNA), 16 keys and 16 queries per wave, 32-row steps: at head
+    /// dimension 128 the key block's live registers stay near 200 per lane, and the three rings of the
+    /// key blocks (Q, dO, O, double-buffered) take 48 KiB, within gfx942's 64 KiB beside the
+    /// layout-change scratch.
+    fn default() -> Self {
+        BwdConfig {
+            dim: 128,
+            waves: 4,
+            key_rows: 16,
+            query_rows: 16,
+            step: 32,
+            causal: Causal::No,
+            layout: AttnLayout::Bshd,
+        }
+    }
+}
+
+impl BwdConfig {
+    /// The configuration for one GPU (the same tiles on every target so far).
+    pub fn for_gpu(_gpu: &kittens_hw::Gpu) -> Self {
+        Self::default()
+    }
+
+    fn check(&self) -> Result<(), KernelError> {
+        let ok = self.dim.is_multiple_of(32)
+            && self.dim > 0
+            && self.key_rows.is_multiple_of(16)
+            && self.key_rows > 0
+            && self.query_rows.is_multiple_of(16)
+            && self.query_rows > 0
+            && self.step.is_multiple_of(32)
+            && self.step > 0
+            && (1..=16).contains(&self.waves);
+        if ok {
+            Ok(())
+        } else {
+            Err(KernelError::Config(format!(
+                "attn_bwd: dim {} and step {} must be positive multiples of 32, key_rows {} and \
+                 query_rows {} of 16, waves {} from 1 to 16",
+                self.dim, self.step, self.key_rows, self.query_rows, self.waves
+            )))
+        }
+    }
+}
+
+/// The kernel's name: each mask is a separate kernel.
+fn name(cfg: &BwdConfig) -> &'static str {
+    match cfg.causal {
+        Causal::No => "attn_bwd",
+        Causal::TopLeft => "attn_bwd_causal",
+        Causal::BottomRight => "attn_bwd_causal_br",
+    }
+}
+
+/// Parameters `batch, heads, heads_kv, seq_q, seq_kv`; tensors `q, k, v, o, do` (bf16, read), `lse`
+/// (f32, read), `dq, dk, dv` (bf16, written).
+pub fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
+    cfg.check()?;
+    schedule::build(cfg)
+}

@@ -1,0 +1,203 @@
+//! `attn_bwd` at a problem's sizes: parameters `batch, heads, heads_kv, seq_q, seq_kv`; inputs Q, K,
+//! V, O, dO (bf16, the problem's layout) and the log-sum-exp (f32 `[b, h, s_q]`); outputs dQ, dK, dV.
+//! O and the log-sum-exp are the exact forward's at the drawn Q, K, V (O rounded to bf16, the
+//! log-sum-exp to f32: what a forward hands its backward), so the backward is judged on consistent
+//! inputs; each gradient is judged separately by the test rule against the PyTorch-style bf16
+//! backward (`crate::reference_bwd`).
+
+use super::{build, BwdConfig, BwdShape, Causal};
+use crate::budget;
+use crate::problem::{
+    draw_operands, elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem,
+    Reference, STORE_BYTES,
+};
+use crate::reference::Tolerance;
+use crate::reference_bwd;
+use crate::KernelError;
+use kittens_hw::dtype::DType;
+use kittens_hw::Target;
+use kittens_ir::numerics::{round, Rounding};
+use kittens_ir::Kernel;
+use rand::rngs::SmallRng;
+
+/// The problem definition the registry hands out for `attn_bwd`.
+#[derive(Debug)]
+pub struct BwdProblem;
+
+/// The shape of `p`: the attention shape with `seq_kv` keys (as many as queries unless given).
+pub fn shape(p: &Problem) -> BwdShape {
+    let a = p.attn;
+    BwdShape {
+        batch: a.batch,
+        heads: a.heads,
+        heads_kv: a.heads_kv,
+        seq_q: a.seq,
+        seq_kv: p.seq_kv.unwrap_or(a.seq),
+        dim: a.dim,
+        layout: a.layout,
+    }
+}
+
+/// The mask `p` asks for.
+pub fn causal(p: &Problem) -> Causal {
+    match (p.causal, p.bottom_right) {
+        (false, _) => Causal::No,
+        (true, false) => Causal::TopLeft,
+        (true, true) => Causal::BottomRight,
+    }
+}
+
+/// The configuration a run builds: the target GPU's tiles (the defaults on the CPU), with `p`'s head
+/// dimension, mask and layout.
+fn config(p: &Problem, target: Target) -> BwdConfig {
+    let tiles = match target.gpu() {
+        Some(gpu) => BwdConfig::for_gpu(gpu),
+        None => BwdConfig::default(),
+    };
+    BwdConfig {
+        dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
+        causal: causal(p),
+        layout: p.attn.layout,
+        ..tiles
+    }
+}
+
+impl KernelProblem for BwdProblem {
+    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
+        let sh = shape(p);
+        if sh.heads_kv == 0 || !sh.heads.is_multiple_of(sh.heads_kv) {
+            return Err(KernelError::Problem(format!(
+                "attn_bwd: heads_kv {} must divide heads {} (GQA groups the query heads evenly)",
+                sh.heads_kv, sh.heads
+            )));
+        }
+        let q = elements("Q", &[sh.batch, sh.heads, sh.seq_q, sh.dim])?;
+        let kv = elements("K", &[sh.batch, sh.heads_kv, sh.seq_kv, sh.dim])?;
+        let lse = elements("lse", &[sh.batch, sh.heads, sh.seq_q])?;
+        Ok(Launch {
+            params: vec![
+                param("batch", sh.batch)?,
+                param("heads", sh.heads)?,
+                param("heads_kv", sh.heads_kv)?,
+                param("seq_q", sh.seq_q)?,
+                param("seq_kv", sh.seq_kv)?,
+            ],
+            inputs: vec![q, kv, kv, q, q, lse],
+            outputs: vec![q, kv, kv],
+        })
+    }
+
+    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+        let (name, sh) = ("attn_bwd", shape(p));
+        positive(
+            name,
+            &[
+                ("batch", sh.batch),
+                ("heads", sh.heads),
+                ("heads_kv", sh.heads_kv),
+                ("seq", sh.seq_q),
+                ("seq_kv", sh.seq_kv),
+                ("dim", sh.dim),
+            ],
+        )?;
+        if !sh.heads.is_multiple_of(sh.heads_kv) {
+            self.launch(p)?;
+        }
+        let cfg = config(p, target);
+        let u = |x: usize| x as u64;
+        let (b, h, hk, sq, skv, d) = (
+            u(sh.batch),
+            u(sh.heads),
+            u(sh.heads_kv),
+            u(sh.seq_q),
+            u(sh.seq_kv),
+            u(sh.dim),
+        );
+        budget::check_tile_side(name, "dim", d)?;
+        let q = budget::product(&[b, h, sq, d]);
+        let kv = budget::product(&[b, hk, skv, d]);
+        let bytes = budget::sum(&[
+            // five bf16 inputs and their snapshot (held as f32), the forward's f64 O
+            budget::sum(&[q, q, q, kv, kv]).and_then(|x| x.checked_mul(2 * 4)),
+            q.and_then(|x| x.checked_mul(8)),
+            // outputs, pending stores, f64 references, bf16 baselines (held as f32)
+            budget::sum(&[q, kv, kv]).and_then(|x| x.checked_mul(4 + STORE_BYTES + 8 + 4)),
+            // the baseline's per-head P and dS (f32)
+            budget::product(&[sq, skv, 2 * 4]),
+        ]);
+        let what = format!(
+            "attn_bwd at batch={b} heads={h} heads_kv={hk} seq_q={sq} seq_kv={skv} dim={d}"
+        );
+        budget::check_host_bytes(&what, bytes)?;
+        // Key blocks: every (query step, key) pair of every query head, 4 products; query blocks:
+        // 3 products over their queries and every key step.
+        let step = u64::from(cfg.step);
+        let keys = round_up(skv, u64::from(cfg.waves * cfg.key_rows));
+        let queries = round_up(sq, u64::from(cfg.waves * cfg.query_rows));
+        let work = round_up(sq, step)
+            .zip(keys)
+            .and_then(|(pq, pk)| budget::product(&[b, h, pq, pk, d, 4]))
+            .zip(
+                queries
+                    .zip(round_up(skv, step))
+                    .and_then(|(pq, pk)| budget::product(&[b, h, pq, pk, d, 3])),
+            )
+            .and_then(|(a, c)| a.checked_add(c));
+        Ok(Plan {
+            launch: self.launch(p)?,
+            what,
+            work,
+            shape: serde_json::json!({
+                "batch": sh.batch, "heads": sh.heads, "heads_kv": sh.heads_kv, "seq_q": sh.seq_q,
+                "seq_kv": sh.seq_kv, "dim": sh.dim, "layout": sh.layout, "causal": causal(p),
+                "waves": cfg.waves, "key_rows": cfg.key_rows, "query_rows": cfg.query_rows,
+                "step": cfg.step,
+            }),
+        })
+    }
+
+    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+        build(&config(p, target))
+    }
+
+    /// Q, K, V and dO uniform in `[-input_scale, input_scale)` (bf16); O and the log-sum-exp from the
+    /// f64 forward at those Q, K, V.
+    fn draw(
+        &self,
+        p: &Problem,
+        kernel: &Kernel,
+        launch: &Launch,
+        rng: &mut SmallRng,
+    ) -> Vec<Vec<f32>> {
+        let sh = shape(p);
+        let lens = &launch.inputs;
+        let qkv = draw_operands(p, kernel, &lens[..3], rng);
+        let d_o = draw_operands(p, kernel, &lens[..1], rng).remove(0);
+        let f = reference_bwd::forward(&qkv[0], &qkv[1], &qkv[2], &sh, causal(p));
+        let o =
+            f.o.iter()
+                .map(|&x| round(x as f32, DType::Bf16, Rounding::Rtne))
+                .collect();
+        let lse = f.lse.iter().map(|&x| x as f32).collect();
+        let [q, k, v]: [Vec<f32>; 3] = qkv.try_into().unwrap_or_default();
+        vec![q, k, v, o, d_o, lse]
+    }
+
+    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+        let (sh, c) = (shape(p), causal(p));
+        let [q, k, v, _, d_o] = [0, 1, 2, 3, 4].map(|i| inputs[i].as_slice());
+        let g = reference_bwd::backward(q, k, v, d_o, &sh, c);
+        let base = reference_bwd::backward_bf16_baseline(q, k, v, d_o, &sh, c);
+        let logit = reference_bwd::forward(q, k, v, &sh, c).max_abs_logit;
+        Reference {
+            values: [g.dq, g.dk, g.dv].concat(),
+            baseline: Some(base.concat()),
+            max_abs_logit: Some(logit),
+        }
+    }
+
+    /// The test rule per gradient, against the bf16 backward.
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Rule
+    }
+}
