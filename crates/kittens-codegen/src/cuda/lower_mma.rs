@@ -1,5 +1,5 @@
 //! The matrix ops of the sm_90a lowering (`lower.rs`): each `mma` is one warpgroup's `wgmma` chain —
-//! A and B from shared memory (K-major, the four waves' 16-row slices of A forming the warpgroup's 64
+//! A and B from shared memory (bf16 `k16` or OCP e4m3 `k32` steps, K-major, the four waves' 16-row slices of A forming the warpgroup's 64
 //! rows) or A from registers (a bf16 fragment, `lower_frag.rs`) with B N-major or K-major. Consecutive
 //! `mma` ops are one commit group; inside a compute cluster of a ping-pong consumer role the group's
 //! wait moves past the end of the warpgroup's turn (`lower.rs`, `Stmt::Cluster`).
@@ -57,7 +57,19 @@ impl Emit<'_> {
         let (acc, _) = self.acc(d);
         let n = self.k.reg(d).shape().1;
         let kk = av.cols;
-        if av.rows != 16 || bv.rows != n || bv.cols != kk || kk % 16 != 0 {
+        let (sa, sb) = (self.k.shared_decl(av.buf), self.k.shared_decl(bv.buf));
+        // bf16 (k16) or e4m3 (k32) operands: 32 bytes of K per instruction either way.
+        let input = match WgmmaInput::of(sa.tile.dtype) {
+            Some(i) if sb.tile.dtype == sa.tile.dtype => i,
+            _ => {
+                return unsupported(format!(
+                    "wgmma on {:?} x {:?} operands (bf16 or OCP e4m3, both the same)",
+                    sa.tile.dtype, sb.tile.dtype
+                ))
+            }
+        };
+        let ik = input.k();
+        if av.rows != 16 || bv.rows != n || bv.cols != kk || kk % ik != 0 {
             return unsupported(format!(
                 "mma shapes A {}x{}, B {}x{}, D 16x{n}",
                 av.rows, av.cols, bv.rows, bv.cols
@@ -69,7 +81,6 @@ impl Emit<'_> {
             None => false,
             Some(_) => return unsupported("mma whose C differs from D"),
         };
-        let (sa, sb) = (self.k.shared_decl(av.buf), self.k.shared_decl(bv.buf));
         let desc = |t: &kittens_tile::SharedTile| -> Result<&'static str, CudaLowerError> {
             match swizzle_bytes(t.swizzle, t.cols * t.dtype.bytes())? {
                 128 => Ok("kt::desc_kmajor_sw128"),
@@ -79,8 +90,8 @@ impl Emit<'_> {
             }
         };
         let (da, db) = (desc(&sa.tile)?, desc(&sb.tile)?);
-        self.wgmma_n.insert(n);
-        let wrapper = WgmmaInput::Bf16.wrapper_name(n);
+        self.wgmma_n.insert((input, n));
+        let wrapper = input.wrapper_name(n);
         self.line(format!("{{ // {} on the warpgroup's 64 rows", form.name()));
         self.depth += 1;
         self.line(format!(
@@ -103,7 +114,7 @@ impl Emit<'_> {
         let held = self.hold(&[av, bv]);
         self.line(held);
         self.chain_begin();
-        for s in 0..kk / 16 {
+        for s in 0..kk / ik {
             let flag = if accumulate || s > 0 { "1u" } else { "0u" };
             self.line(format!(
                 "kt::{wrapper}({acc}, {da}(a0 + {o}u), {db}(b0 + {o}u), {flag});",
