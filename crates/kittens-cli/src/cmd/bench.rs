@@ -1,5 +1,6 @@
 //! `kittens bench <kernel>`: a registry kernel lowered for sm_90a against the vendor library on the GPU,
-//! measured in the same run. `gemm_bf16` is measured against cuBLAS (`kittens_runtime::cuda::bench`).
+//! measured in the same run. `gemm_bf16` is measured against cuBLAS (`kittens_runtime::cuda::bench`),
+//! `gemm_fp8` against cuBLASLt (`bench_fp8.rs`).
 //! Without an NVIDIA driver it says so and runs the same tile program on the CPU backend (the
 //! interpreter) against the f64 reference: numerics only, no speed.
 
@@ -56,6 +57,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         lowered?;
         return super::bench_attn::run(&a);
     }
+    if a.kernel.name == "gemm_fp8" {
+        return super::bench_fp8::run(&a, &lowered?);
+    }
     if a.kernel.name != "gemm_bf16" {
         lowered?;
         bail!(
@@ -64,27 +68,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
     }
     let lowered = lowered?;
-    let defaults = GemmBenchOptions::default();
-    let checks = match a.checks.as_str() {
-        "default" => defaults.checks.clone(),
-        "none" => Vec::new(),
-        list => list
-            .split(',')
-            .map(parse_shape)
-            .collect::<anyhow::Result<_>>()?,
-    };
-    let opts = GemmBenchOptions {
-        sizes: a.sizes.clone(),
-        checks,
-        timing: match a.timing {
-            TimingArg::Interleaved => Timing::Interleaved,
-            TimingArg::Blocked => Timing::Blocked,
-        },
-        iters: a.iters.max(1),
-        warmup: a.warmup,
-        ..defaults
-    };
+    let opts = options(&a)?;
     let report = match run_gemm_bench(&lowered, &opts) {
+
         Ok(r) => r,
         Err(e @ (CudaError::NoDriver(_) | CudaError::NoDevice(_))) => {
             return no_gpu(&e, a.json.as_deref())
@@ -118,6 +104,30 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The GEMM benchmark's options from the command line (shared by `gemm_bf16` and `gemm_fp8`).
+pub(super) fn options(a: &Args) -> anyhow::Result<GemmBenchOptions> {
+    let defaults = GemmBenchOptions::default();
+    let checks = match a.checks.as_str() {
+        "default" => defaults.checks.clone(),
+        "none" => Vec::new(),
+        list => list
+            .split(',')
+            .map(parse_shape)
+            .collect::<anyhow::Result<_>>()?,
+    };
+    Ok(GemmBenchOptions {
+        sizes: a.sizes.clone(),
+        checks,
+        timing: match a.timing {
+            TimingArg::Interleaved => Timing::Interleaved,
+            TimingArg::Blocked => Timing::Blocked,
+        },
+        iters: a.iters.max(1),
+        warmup: a.warmup,
+        ..defaults
+    })
 }
 
 /// `MxNxK` -> (M, N, K).
@@ -232,7 +242,7 @@ pub(super) fn utc_now() -> String {
     )
 }
 
-fn print_table(r: &GemmBenchReport) {
+pub(super) fn print_table(r: &GemmBenchReport) {
     println!(
         "{} ({} SMs, L2 {} MB), kernel {}",
         r.device,

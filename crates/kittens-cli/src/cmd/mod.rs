@@ -3,6 +3,7 @@
 pub mod banks;
 pub mod bench;
 pub mod bench_attn;
+pub mod bench_fp8;
 pub mod check;
 pub mod check_banks;
 pub mod compile;

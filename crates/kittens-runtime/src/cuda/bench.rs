@@ -524,21 +524,21 @@ impl GemmBenchRow {
 }
 
 /// One launch of an implementation on input copy `i % copies`.
-type Launch<'a> = &'a mut dyn FnMut(usize) -> Result<(), CudaError>;
+pub(crate) type Launch<'a> = &'a mut dyn FnMut(usize) -> Result<(), CudaError>;
 
 /// Median milliseconds per launch of each implementation, from events recorded around every launch.
-fn time_launches(
+pub(crate) fn time_launches<const N: usize>(
     stream: &Stream,
     warmup: usize,
     iters: usize,
     timing: Timing,
-    mut fs: [Launch<'_>; 2],
-) -> Result<[f64; 2], CudaError> {
-    let events: Vec<[Event; 2]> = (0..2 * iters)
+    mut fs: [Launch<'_>; N],
+) -> Result<[f64; N], CudaError> {
+    let events: Vec<[Event; 2]> = (0..N * iters)
         .map(|_| Ok([Event::new()?, Event::new()?]))
         .collect::<Result<_, CudaError>>()?;
     // Launch `i` of implementation `w`, timed once past the warm-up.
-    let one = |fs: &mut [Launch<'_>; 2], w: usize, i: usize| -> Result<(), CudaError> {
+    let one = |fs: &mut [Launch<'_>; N], w: usize, i: usize| -> Result<(), CudaError> {
         let ev = i.checked_sub(warmup).map(|j| &events[w * iters + j]);
         if let Some(e) = ev {
             e[0].record(stream)?;
@@ -552,12 +552,13 @@ fn time_launches(
     match timing {
         Timing::Interleaved => {
             for i in 0..warmup + iters {
-                one(&mut fs, 0, i)?;
-                one(&mut fs, 1, i)?;
+                for w in 0..N {
+                    one(&mut fs, w, i)?;
+                }
             }
         }
         Timing::Blocked => {
-            for w in 0..2 {
+            for w in 0..N {
                 for i in 0..warmup + iters {
                     one(&mut fs, w, i)?;
                 }
@@ -565,7 +566,7 @@ fn time_launches(
         }
     }
     stream.synchronize()?;
-    let mut out = [0f64; 2];
+    let mut out = [0f64; N];
     for (w, o) in out.iter_mut().enumerate() {
         let mut t = events[w * iters..(w + 1) * iters]
             .iter()

@@ -61,7 +61,10 @@ impl GemmKernel {
         Ok(GemmKernel {
             function,
             name: l.entry.clone(),
-            config: "gemm_bf16 tile program (kittens-kernels, producer/consumer), lowered".into(),
+            config: format!(
+                "{} tile program (kittens-kernels, producer/consumer), lowered",
+                l.ir.name
+            ),
             compile: image.report,
             resident: dev.multiprocessors,
             a_box,
@@ -72,12 +75,20 @@ impl GemmKernel {
 
     /// Problem sizes the kernel handles: TMA loads A, B and stores C, so row pitches are 16-byte
     /// multiples.
+    /// For fp8 operands (1 byte) K must be a multiple of 16.
     pub fn check_shape(&self, m: usize, n: usize, k: usize) -> Result<(), CudaError> {
-        if k.is_multiple_of(8) && n.is_multiple_of(8) && m > 0 && n > 0 && k > 0 {
+        let elem = self
+            .lowered
+            .ir
+            .globals
+            .first()
+            .map_or(2, |g| g.dtype.bytes() as usize);
+        let kq = 16 / elem.clamp(1, 16);
+        if k.is_multiple_of(kq) && n.is_multiple_of(8) && m > 0 && n > 0 && k > 0 {
             Ok(())
         } else {
             Err(invalid(format!(
-                "{m}x{n}x{k}: N and K must be positive multiples of 8 (TMA row pitch)"
+                "{m}x{n}x{k}: N must be a positive multiple of 8 and K of {kq} (TMA row pitch)"
             )))
         }
     }
@@ -98,13 +109,44 @@ impl GemmKernel {
         n: usize,
         k: usize,
     ) -> Result<(), CudaError> {
+        let ptrs = [("a", a.ptr()), ("b", b.ptr()), ("c", c.1.ptr())];
+        self.launch_named(stream, [maps.0.map, maps.1.map, c.0.map], &ptrs, [m, n, k])
+    }
+
+    /// [`Self::launch`] for `gemm_fp8`: also the f32 scale tensors `scale_a`, `scale_b` (one element
+    /// each for per-tensor scales).
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_scaled(
+        &self,
+        stream: &Stream,
+        maps: &(TensorMap, TensorMap),
+        a: &DeviceBuffer,
+        b: &DeviceBuffer,
+        scales: [&DeviceBuffer; 2],
+        c: &(TensorMap, &DeviceBuffer),
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<(), CudaError> {
+        let ptrs = [
+            ("a", a.ptr()),
+            ("b", b.ptr()),
+            ("scale_a", scales[0].ptr()),
+            ("scale_b", scales[1].ptr()),
+            ("c", c.1.ptr()),
+        ];
+        self.launch_named(stream, [maps.0.map, maps.1.map, c.0.map], &ptrs, [m, n, k])
+    }
+
+    fn launch_named(
+        &self,
+        stream: &Stream,
+        maps: [cu::CUtensorMap; 3],
+        ptrs: &[(&str, u64)],
+        [m, n, k]: [usize; 3],
+    ) -> Result<(), CudaError> {
         let l = &self.lowered;
-        let mut args = GemmArgs::new(
-            l,
-            [maps.0.map, maps.1.map, c.0.map],
-            [a.ptr(), b.ptr(), c.1.ptr()],
-            [m, n, k],
-        )?;
+        let mut args = GemmArgs::named(l, maps, ptrs, [m, n, k])?;
         let mut params = args.pointers();
         let grid = l
             .blocks(
@@ -141,11 +183,29 @@ impl GemmArgs {
         ptrs: [u64; 3],
         mnk: [usize; 3],
     ) -> Result<GemmArgs, CudaError> {
+        let named = [("a", ptrs[0]), ("b", ptrs[1]), ("c", ptrs[2])];
+        Self::named(l, maps, &named, mnk)
+    }
+
+    /// As [`Self::new`], the device pointers given by tensor name (`gemm_fp8` adds `scale_a`,
+    /// `scale_b`); the maps are A's, B's and C's.
+    pub(crate) fn named(
+        l: &Lowered,
+        maps: [cu::CUtensorMap; 3],
+        ptrs: &[(&str, u64)],
+        mnk: [usize; 3],
+    ) -> Result<GemmArgs, CudaError> {
         let globals: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
         let tensor = |name: &str| -> Result<usize, CudaError> {
             ["a", "b", "c"]
                 .iter()
                 .position(|x| *x == name)
+                .ok_or_else(|| invalid(format!("lowered GEMM has a tensor map of `{name}`")))
+        };
+        let pointer = |name: &str| -> Result<u64, CudaError> {
+            ptrs.iter()
+                .find(|(n, _)| *n == name)
+                .map(|&(_, p)| p)
                 .ok_or_else(|| invalid(format!("lowered GEMM takes an unknown tensor `{name}`")))
         };
         let mut out = GemmArgs {
@@ -162,7 +222,7 @@ impl GemmArgs {
                     out.slots.push((0, out.maps.len() - 1));
                 }
                 KernelArg::Global { name } => {
-                    out.ptrs.push(ptrs[tensor(name)?]);
+                    out.ptrs.push(pointer(name)?);
                     out.slots.push((1, out.ptrs.len() - 1));
                 }
                 KernelArg::Param { name } => {

@@ -1,0 +1,78 @@
+//! `kittens bench gemm_fp8`: the FP8 GEMM tile program lowered for sm_90a against cuBLASLt's FP8 GEMM
+//! in the same run (`kittens_runtime::cuda::bench_fp8`): e4m3 inputs, the same per-tensor scales, bf16
+//! output; outputs compared with each other and with f64 on spot entries; timed against cuBLASLt with
+//! its default accumulation (the ratio) and with fast accumulation (reported beside it).
+
+use anyhow::{bail, Context};
+use kittens_codegen::Lowered;
+use kittens_runtime::cuda::bench_fp8::{run_fp8_bench, Fp8BenchReport, CHECKS};
+use kittens_runtime::cuda::CudaError;
+
+use super::bench::{options, print_table, utc_now, Args};
+
+pub fn run(a: &Args, lowered: &Lowered) -> anyhow::Result<()> {
+    let mut opts = options(a)?;
+    if a.checks == "default" {
+        opts.checks = CHECKS.to_vec();
+    }
+    let report = match run_fp8_bench(lowered, &opts) {
+        Ok(r) => r,
+        Err(e @ (CudaError::NoDriver(_) | CudaError::NoDevice(_))) => bail!(
+            "no NVIDIA GPU: {e}. The FP8 GEMM's numerics run on the CPU with \
+             `kittens run gemm_fp8 --backend cpu` (or `--backend hip-emu`); no speed without a GPU."
+        ),
+        Err(e) => return Err(e).context("FP8 GEMM benchmark on the GPU"),
+    };
+    let doc = document(&report);
+    match a.json.as_deref() {
+        Some("-") => println!("{}", serde_json::to_string_pretty(&doc)?),
+        Some(path) => {
+            std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+                .with_context(|| format!("writing {path}"))?;
+            print(&report);
+        }
+        None => print(&report),
+    }
+    let g = &report.gemm;
+    let bad: Vec<String> = g
+        .rows
+        .iter()
+        .chain(&g.checks)
+        .filter(|r| !r.passed)
+        .map(|r| format!("{}x{}x{}: {}", r.m, r.n, r.k, r.verdict()))
+        .collect();
+    if !bad.is_empty() {
+        bail!(
+            "{} of {} FP8 GEMM rows failed:\n  {}",
+            bad.len(),
+            g.rows.len() + g.checks.len(),
+            bad.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+fn print(r: &Fp8BenchReport) {
+    print_table(&r.gemm);
+    println!(
+        "  (cuBLAS columns: cuBLASLt FP8, default accumulation; scales {:?})",
+        r.scales
+    );
+    for f in &r.fast_accum {
+        println!(
+            "  {}x{}x{}: cuBLASLt with fast accumulation {:.1} TFLOP/s, ours / it {:.3} (its C vs the default's {:.2e})",
+            f.m, f.n, f.k, f.cublaslt_fast_tflops, f.ratio, f.rel_err_vs_default
+        );
+    }
+}
+
+fn document(r: &Fp8BenchReport) -> serde_json::Value {
+    use kittens_runtime::build_info::BUILD;
+    serde_json::json!({
+        "benchmark": "gemm_fp8 vs cuBLASLt (C = (sa·A)·(sb·B)ᵀ, e4m3 in, bf16 out, fp32 accumulation)",
+        "date": utc_now(),
+        "commit": BUILD.commit,
+        "dirty": BUILD.dirty,
+        "report": r,
+    })
+}
