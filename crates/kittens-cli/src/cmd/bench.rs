@@ -35,6 +35,12 @@ pub struct Args {
     /// attn_fwd: also time every shape with the consumer warpgroups' ping-pong (turns on Q·Kᵀ).
     #[arg(long)]
     pub variants: bool,
+    /// gemm_fp8: columns of C per block (a multiple of 64 up to 256; the registry's is 256).
+    #[arg(long)]
+    pub block: Option<u32>,
+    /// gemm_fp8: tile-rows per group of the grid order (the registry's is 8).
+    #[arg(long)]
+    pub window: Option<u32>,
     /// With no value: print one JSON document on stdout. With a file: also write it there.
     #[arg(long, num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
@@ -58,7 +64,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         return super::bench_attn::run(&a);
     }
     if a.kernel.name == "gemm_fp8" {
-        return super::bench_fp8::run(&a, &lowered?);
+        lowered?;
+        return super::bench_fp8::run(&a);
+    }
+    if a.block.is_some() || a.window.is_some() {
+        bail!("--block and --window configure gemm_fp8's benchmark only");
     }
     if a.kernel.name != "gemm_bf16" {
         lowered?;
@@ -70,7 +80,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let lowered = lowered?;
     let opts = options(&a)?;
     let report = match run_gemm_bench(&lowered, &opts) {
-
         Ok(r) => r,
         Err(e @ (CudaError::NoDriver(_) | CudaError::NoDevice(_))) => {
             return no_gpu(&e, a.json.as_deref())

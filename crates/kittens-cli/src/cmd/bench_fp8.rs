@@ -10,12 +10,31 @@ use kittens_runtime::cuda::CudaError;
 
 use super::bench::{options, print_table, utc_now, Args};
 
-pub fn run(a: &Args, lowered: &Lowered) -> anyhow::Result<()> {
+/// The lowered kernel: the registry's Hopper configuration, with `--block` / `--window` if given.
+fn lowered(a: &Args) -> anyhow::Result<Lowered> {
+    use kittens_kernels::gemm_bf16::{build, GemmConfig};
+    let h100 = kittens_hw::Target::Sm90a.gpu().context("GPU catalog")?;
+    let mut cfg = GemmConfig::fp8_for_gpu(h100);
+    if let Some(b) = a.block {
+        cfg.block = b;
+    }
+    if let Some(w) = a.window {
+        if w == 0 {
+            bail!("--window must be at least 1");
+        }
+        cfg.remap = kittens_ir::GridOrder::GroupM { window: w };
+    }
+    let k = build(&cfg).context("building gemm_fp8 for sm_90a")?;
+    kittens_codegen::lower(&k, kittens_hw::Target::Sm90a).context("lowering gemm_fp8 for sm_90a")
+}
+
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    let lowered = lowered(a)?;
     let mut opts = options(a)?;
     if a.checks == "default" {
         opts.checks = CHECKS.to_vec();
     }
-    let report = match run_fp8_bench(lowered, &opts) {
+    let report = match run_fp8_bench(&lowered, &opts) {
         Ok(r) => r,
         Err(e @ (CudaError::NoDriver(_) | CudaError::NoDevice(_))) => bail!(
             "no NVIDIA GPU: {e}. The FP8 GEMM's numerics run on the CPU with \

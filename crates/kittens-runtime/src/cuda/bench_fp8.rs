@@ -331,7 +331,13 @@ impl Runner<'_> {
             let copies = inp.a.len();
             let mut f0 = ours;
             let mut f1 = |i: usize| {
-                lt.run(&plan, stream, &inp.a[i % copies], &inp.b[i % copies], &mut c_ref)
+                lt.run(
+                    &plan,
+                    stream,
+                    &inp.a[i % copies],
+                    &inp.b[i % copies],
+                    &mut c_ref,
+                )
             };
             let mut f2 = |i: usize| {
                 let s = i % copies;
@@ -461,7 +467,10 @@ fn spot_check(
     let (mut e_ours, mut e_ref, mut e_round, mut sum2) = (0f64, 0f64, 0f64, 0f64);
     for _ in 0..count {
         let (i, j) = (next(m), next(n));
-        let (ra, rb) = (&inp.a_host[i * k..(i + 1) * k], &inp.b_host[j * k..(j + 1) * k]);
+        let (ra, rb) = (
+            &inp.a_host[i * k..(i + 1) * k],
+            &inp.b_host[j * k..(j + 1) * k],
+        );
         let dot: f64 = ra
             .iter()
             .zip(rb)

@@ -163,7 +163,13 @@ impl CublasLt {
                 .enumerate()
             {
                 check(
-                    lt::cublasLtMatrixLayoutCreate(&mut plan.layouts[i], ty, rows, cols, rows as i64),
+                    lt::cublasLtMatrixLayoutCreate(
+                        &mut plan.layouts[i],
+                        ty,
+                        rows,
+                        cols,
+                        rows as i64,
+                    ),
                     "cublasLtMatrixLayoutCreate",
                 )?;
             }
