@@ -40,11 +40,14 @@ impl GemmKernel {
         // with 64 × 64 boxes; anything else is a lowering this launcher does not know.
         let sw = |m: &TmaMap| m.swizzle_bytes == 128;
         let tma_maps = l.tma_maps();
+        let named = |m: &TmaMap, name: &str| {
+            l.ir.globals.get(m.global as usize).map(|g| g.name.as_str()) == Some(name)
+        };
         let (a_box, b_box) = match tma_maps.as_slice() {
             [ma, mb, mc]
-                if ma.global == 0
-                    && mb.global == 1
-                    && mc.global == 2
+                if named(ma, "a")
+                    && named(mb, "b")
+                    && named(mc, "c")
                     && sw(ma)
                     && sw(mb)
                     && sw(mc)
@@ -254,5 +257,40 @@ impl GemmArgs {
                 _ => (&mut ints[i] as *mut u32).cast::<c_void>(),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lowered `gemm_fp8` takes its tensors by name: three tensor maps (A, B, C), then the pointers
+    /// of `a, b, scale_a, scale_b, c` in declaration order, then `m, n, k`; a missing scale is refused
+    /// by name rather than launched with a wrong argument list.
+    #[test]
+    fn fp8_arguments_follow_the_lowering() {
+        let k = kittens_kernels::by_name("gemm_fp8")
+            .and_then(|e| e.build_for(kittens_hw::Target::Sm90a))
+            .unwrap();
+        let l = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a).unwrap();
+        // SAFETY: the opaque map struct accepts any bits; nothing dereferences these.
+        let maps: [cu::CUtensorMap; 3] = unsafe { std::mem::zeroed() };
+        let ptrs = [
+            ("c", 5u64),
+            ("scale_b", 4),
+            ("a", 1),
+            ("scale_a", 3),
+            ("b", 2),
+        ];
+        let args = GemmArgs::named(&l, maps, &ptrs, [10, 20, 32]).unwrap();
+        assert_eq!(args.maps.len(), 3);
+        assert_eq!(args.ptrs, [1, 2, 3, 4, 5]);
+        assert_eq!(args.ints, [10, 20, 32]);
+        assert_eq!(args.slots.len(), l.args.len());
+        let no_scale_a = [ptrs[0], ptrs[1], ptrs[2], ptrs[4]];
+        let e = GemmArgs::named(&l, maps, &no_scale_a, [10, 20, 32])
+            .err()
+            .expect("scale_a missing");
+        assert!(e.to_string().contains("scale_a"), "{e}");
     }
 }
