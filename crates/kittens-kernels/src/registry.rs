@@ -147,7 +147,7 @@ const GEMM_FP8: KernelEntry = KernelEntry {
     targets: &[
         TargetPlan {
             target: Target::Gfx942,
-            schedule: "8-wave ping-pong, LDS double buffer, e4m3fnuz, K step 64",
+            schedule: "8-wave ping-pong, next K step staged in registers (32 KiB LDS), e4m3fnuz, K step 64",
             status: Status::Compiles,
         },
         TargetPlan {
