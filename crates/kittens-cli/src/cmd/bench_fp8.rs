@@ -79,8 +79,8 @@ fn print(r: &Fp8BenchReport) {
     );
     for f in &r.fast_accum {
         println!(
-            "  {}x{}x{}: cuBLASLt with fast accumulation {:.1} TFLOP/s, ours / it {:.3} (its C vs the default's {:.2e})",
-            f.m, f.n, f.k, f.cublaslt_fast_tflops, f.ratio, f.rel_err_vs_default
+            "  {}x{}x{}: cuBLASLt with fast accumulation {:.1} TFLOP/s, ours / it {:.3}; its C vs the default's {:.2e}, vs f64 {:.2e}, differs from ours in {} elements",
+            f.m, f.n, f.k, f.cublaslt_fast_tflops, f.ratio, f.rel_err_vs_default, f.spot_err, f.differing_from_ours
         );
     }
 }

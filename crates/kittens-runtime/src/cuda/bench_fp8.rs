@@ -59,6 +59,10 @@ pub struct FastAccumRow {
     pub ratio: f64,
     /// ‖fast − default‖_F / ‖default‖_F: what fast accumulation costs cuBLASLt in accuracy.
     pub rel_err_vs_default: f64,
+    /// Elements of C where ours and cuBLASLt-with-fast-accumulation differ in any bit.
+    pub differing_from_ours: usize,
+    /// Its max |x − ref| / rms(ref) on the spot-checked entries (as `spot_err_cublas`).
+    pub spot_err: f64,
 }
 
 /// The run: the BF16 benchmark's report (its `cublas` columns are cuBLASLt with the default
@@ -326,6 +330,8 @@ impl Runner<'_> {
         let fast_vs_default = compare(&host[2], &host[1]).rel_frobenius;
         let (spot_ours, spot_ref, _) =
             spot_check(inp, &host[0], &host[1], (m, n, k), self.opts, seed);
+        let (_, spot_fast, _) = spot_check(inp, &host[0], &host[2], (m, n, k), self.opts, seed);
+        let differing = host[0].iter().zip(&host[2]).filter(|(x, y)| x != y).count();
 
         let [ours_ms, ref_ms, fast_ms] = if timed {
             let copies = inp.a.len();
@@ -389,6 +395,8 @@ impl Runner<'_> {
             cublaslt_fast_tflops: tf(fast_ms),
             ratio: fast_ms / ours_ms,
             rel_err_vs_default: fast_vs_default,
+            differing_from_ours: differing,
+            spot_err: spot_fast,
         });
         Ok((row, fast))
     }
