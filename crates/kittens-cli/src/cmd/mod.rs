@@ -9,6 +9,7 @@ pub mod check_banks;
 pub mod compile;
 pub mod demo;
 pub mod flags;
+pub mod ladder;
 pub mod layout;
 pub mod list;
 pub mod plan;

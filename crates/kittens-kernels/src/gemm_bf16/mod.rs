@@ -16,6 +16,7 @@
 //! schedule, staging and grid order of the BF16 GEMM exists for FP8 too (`gemm_fp8` in the registry).
 
 mod interleave4;
+pub mod ladder;
 mod ping_pong;
 pub mod problem;
 mod producer_consumer;
