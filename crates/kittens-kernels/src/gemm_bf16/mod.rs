@@ -215,7 +215,8 @@ impl GemmConfig {
     }
 
     /// The FP8 GEMM for one target: the BF16 GEMM's schedule ([`Self::for_gpu`]) with fp8 operands in
-    /// the target's format, per-tensor scales, bf16 output. On AMD: a K step of 128 with the LDS double
+    /// the target's format, per-tensor scales, bf16 output. On Hopper: K step 128 (128-byte rows, as
+    /// the BF16 GEMM's 64) and a grid order in groups of 16 tile-rows. On AMD: a K step of 128 with the LDS double
     /// buffer where it fits (gfx950: 128 KiB, FP8-tutorial step 3's K = 128 per MFMA); else, as the BF16
     /// GEMM on MI325X (HipKittens E.1), the next K step staged in registers with a K step of 64 (gfx942:
     /// 32 of 64 KiB). On gfx942 the LDS double buffer at K step 64 also fits, but its direct-to-LDS loads
@@ -235,7 +236,12 @@ impl GemmConfig {
             ..base
         };
         if !gpu.arch.is_amd() {
-            return with(128, base.staging);
+            // Groups of 16 tile-rows: on the H100 at or above the 8 of the BF16 GEMM by the ratio to
+            // cuBLASLt in every paired run at 8192 and 16384 (bench/results/h100-2026-11-22-fp8).
+            return GemmConfig {
+                remap: GridOrder::GroupM { window: 16 },
+                ..with(128, base.staging)
+            };
         }
         [(128, Staging::Lds), (64, Staging::Registers)]
             .into_iter()
