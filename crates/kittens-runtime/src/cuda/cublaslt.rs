@@ -4,7 +4,7 @@
 //! time through `cudarc`, after cuBLAS's loader (`super::cublas`) has opened `libcublasLt.so.13` by
 //! full path.
 //!
-//! Layout (cuBLASLt documentation, "cublasLtMatmul", FP8 requirements: A transposed, B not, "TN"):
+//! Layout (cuBLASLt documentation, `cublasLtMatmul`, FP8 requirements: A transposed, B not, "TN"):
 //! the row-major `C = A·Bᵀ` (A M×K, B N×K, C M×N) is the column-major `Cᵀ (N×M) = op(B')·A'` with
 //! `B'` our B stored as a K×N column-major matrix (leading dimension K) taken transposed, and `A'` our
 //! A stored as K×M (leading dimension K) as is.
