@@ -139,9 +139,14 @@ fn fp8_scale_layouts_and_refusals() {
     let mut cfg = GemmConfig::fp8_for_gpu(gpu);
     cfg.types.scales = Some(Scales::PerRowCol);
     let l = lower(&build(&cfg).unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    // One scale per row of A (strides 1, 0), one per row of B, i.e. column of C (0, 1): each read
+    // and guarded along its own dimension only.
     assert!(l
         .source
-        .contains("(row < rows && col < cols) ? __ldg(g_scale_a + row * rs + col * cs)"));
+        .contains("(row < rows) ? __ldg(g_scale_a + row * rs + 0)"));
+    assert!(l
+        .source
+        .contains("(col < cols) ? __ldg(g_scale_b + 0 + col * cs)"));
     let refused = |cfg: &GemmConfig, needle: &str| match lower(&build(cfg).unwrap()) {
         Err(CudaLowerError::Unsupported(why)) => assert!(why.contains(needle), "{why}"),
         Ok(_) => panic!("{cfg:?} lowered"),

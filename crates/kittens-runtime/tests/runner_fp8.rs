@@ -146,3 +146,31 @@ fn input_scale_past_the_fp8_range_is_refused() {
     .unwrap();
     assert!(ok.passed, "{ok:?}");
 }
+
+/// The Hopper configuration the sm_90a lowering compiles (producer/consumer, 128x256 tiles, K step
+/// 128, groups of 16 tile-rows) on the interpreter: ragged in M, N and K (K below one step too), with
+/// f32 output so that any wrong element or scale shows above accumulation order.
+#[test]
+fn hopper_configuration_on_the_interpreter() {
+    let h100 = kittens_hw::gpu("h100").unwrap();
+    let cfg = GemmConfig::fp8_for_gpu(h100);
+    assert_eq!(
+        (cfg.schedule, cfg.types.input, cfg.k_step, cfg.block),
+        (GemmSchedule::ProducerConsumer, DType::Fp8E4m3, 128, 256)
+    );
+    assert_eq!(
+        cfg.remap,
+        kittens_ir::GridOrder::GroupM { window: 16 },
+        "the order the H100 runs chose"
+    );
+    let exact = GemmConfig {
+        types: types(DType::Fp8E4m3, DType::F32, Scales::PerTensor),
+        ..cfg
+    };
+    for (m, n, k) in [(200, 264, 300), (136, 40, 48)] {
+        let e = fp8(m, n, k, exact);
+        assert!(e < F32_TOL, "{m}x{n}x{k}: {e:e}");
+        let e = fp8(m, n, k, cfg);
+        assert!(e > F32_TOL && e < BF16_TOL, "{m}x{n}x{k} bf16 out: {e:e}");
+    }
+}

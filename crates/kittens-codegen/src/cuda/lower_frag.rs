@@ -287,7 +287,8 @@ impl Emit<'_> {
     /// A load of an f32 tensor into a 16 × N fp32 fragment: the FP8 GEMM's scales, declared with C's
     /// shape and broadcasting strides (`kittens_kernels::gemm_bf16::declare`). Strides that are both 0
     /// (one per-tensor scale) are one scalar load for every element; any others are read per element,
-    /// guarded by the tensor's bounds (0 outside, where the store clips anyway).
+    /// guarded by the tensor's bounds along the dimensions it varies in (0 outside, where the store
+    /// clips anyway).
     pub(super) fn load_broadcast(
         &mut self,
         dst: RegId,
@@ -331,13 +332,30 @@ impl Emit<'_> {
             self.ex(&g.strides[rd]),
             self.ex(&g.strides[cd])
         ));
+        self.line("(void)rows; (void)cols; (void)rs; (void)cs;");
         self.line("#pragma unroll");
         self.line(format!("for (int i = 0; i < {}; ++i) {{", n / 2));
         self.line(
             "    const int row = r0 + 8 * ((i >> 1) & 1), col = c0 + 8 * (i >> 2) + (i & 1);",
         );
+        // Guard only the dimensions the tensor varies along: a per-row scale then has two values per
+        // thread (rows lane/4 and lane/4 + 8) and a per-column one N/4, which the compiler keeps beside
+        // the accumulator instead of a full fragment.
+        let zero_rs = g.strides[rd] == zero;
+        let zero_cs = g.strides[cd] == zero;
+        let guard = match (zero_rs, zero_cs) {
+            (false, false) => "row < rows && col < cols",
+            (false, true) => "row < rows",
+            (true, false) => "col < cols",
+            (true, true) => "true",
+        };
+        let (ri, ci) = (
+            if zero_rs { "0" } else { "row * rs" },
+            if zero_cs { "0" } else { "col * cs" },
+        );
+        self.line("    (void)row; (void)col;");
         self.line(format!(
-            "    {d}[i] = (row < rows && col < cols) ? __ldg({gname} + row * rs + col * cs) : 0.0f;"
+            "    {d}[i] = ({guard}) ? __ldg({gname} + {ri} + {ci}) : 0.0f;"
         ));
         self.line("}");
         self.depth -= 1;
