@@ -13,7 +13,8 @@ use kittens_runtime::cuda::CudaError;
 #[derive(clap::Args)]
 pub struct Args {
     /// Kernel name, from the registry (`kittens list`); `gemm_bf16` is measured against cuBLAS
-    /// (C = A·Bᵀ: correctness vs cuBLAS and f64 spot checks, and TFLOP/s); `attn_fwd` against the f64
+    /// (C = A·Bᵀ: correctness vs cuBLAS and f64 spot checks, and TFLOP/s), `gemm_fp8` likewise against
+    /// cuBLASLt's FP8 GEMM (its default check shapes keep K a multiple of 16); `attn_fwd` against the f64
     /// reference on spot rows by the test rule, and TFLOP/s (`--sizes` and `--timing` do not apply;
     /// `--checks none` leaves out the check-only shapes, `--checks only` runs just those).
     #[arg(value_parser = kittens_kernels::by_name)]
