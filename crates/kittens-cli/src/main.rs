@@ -37,6 +37,9 @@ enum Command {
     Compile(cmd::compile::Args),
     /// Benchmark a kernel against the vendor library on the GPU.
     Bench(cmd::bench::Args),
+    /// The FP8-tutorial's optimisation ladder as configurations of gemm_fp8, compiled, analysed and
+    /// emulated for an AMD target (no AMD speed is measured).
+    Ladder(cmd::ladder::Args),
 }
 
 fn main() {
@@ -51,6 +54,7 @@ fn main() {
         Command::Check(a) => cmd::check::run(a),
         Command::Compile(a) => cmd::compile::run(a),
         Command::Bench(a) => cmd::bench::run(a),
+        Command::Ladder(a) => cmd::ladder::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

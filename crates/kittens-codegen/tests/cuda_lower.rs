@@ -85,3 +85,127 @@ fn amd_schedule_is_refused() {
         Err(e) => panic!("expected the schedule to be unsupported, got {e}"),
     }
 }
+
+/// The FP8 GEMM is the same tile program with e4m3 operands: the lowering picks wgmma's e4m3 form
+/// (K = 32 per instruction, so K step / 32 instructions per chain), passes the operands as bytes and
+/// the scales as f32 pointers, and reads each per-tensor scale once (a scalar broadcast, not 128 loads).
+#[test]
+fn fp8_gemm_lowers_to_e4m3_wgmma_with_a_scaled_epilogue() {
+    let gpu = kittens_hw::gpu("h100").expect("catalogued");
+    let cfg = GemmConfig::fp8_for_gpu(gpu);
+    assert_eq!(cfg.types.input, kittens_hw::dtype::DType::Fp8E4m3);
+    let ir = build(&cfg).expect("the Hopper fp8 gemm builds");
+    let l = lower(&ir).unwrap_or_else(|e| panic!("{e}"));
+    let ks = cfg.k_step;
+    // K step 128 of 1-byte operands: 128-byte rows, the 128-byte swizzle, as for bf16 at K step 64.
+    let maps = l.tma_maps();
+    assert_eq!((maps[0].box_rows, maps[0].box_cols), (128, ks));
+    assert_eq!((maps[1].box_rows, maps[1].box_cols), (cfg.block, ks));
+    assert!(maps.iter().all(|m| m.swizzle_bytes == 128), "{maps:?}");
+    let chain = format!("wgmma_m64n{}k32_e4m3_ss(r_acc", cfg.block);
+    assert_eq!(l.source.matches(&chain).count() as u32, ks / 32);
+    assert!(l
+        .source
+        .contains(&format!("m64n{}k32.f32.e4m3.e4m3", cfg.block)));
+    assert!(
+        !l.source.contains("k16_bf16_ss("),
+        "no bf16 wgmma in the fp8 kernel"
+    );
+    for arg in [
+        "const unsigned char* __restrict__ g_a",
+        "const unsigned char* __restrict__ g_b",
+        "const float* __restrict__ g_scale_a",
+        "const float* __restrict__ g_scale_b",
+        "bf16_t* __restrict__ g_c",
+    ] {
+        assert!(l.source.contains(arg), "signature lacks {arg}");
+    }
+    assert_eq!(l.source.matches("__ldg(g_scale_a)").count(), 1);
+    assert_eq!(l.source.matches("__ldg(g_scale_b)").count(), 1);
+    // A stage is A's and B's K step in bytes (1 per element).
+    let stage_bytes = (128 + cfg.block) * ks;
+    assert!(l.source.contains(&format!(
+        "kt::mbarrier_arrive_expect_tx(KT_FULL(slot), {stage_bytes}u);"
+    )));
+}
+
+/// Per-row / per-column scales are read per element under the tensor's bounds; an f32 output (the
+/// TMA-store epilogue writes bf16) and gfx942's e4m3fnuz (no wgmma form) are refused by name.
+#[test]
+fn fp8_scale_layouts_and_refusals() {
+    use kittens_hw::dtype::DType;
+    use kittens_kernels::gemm_bf16::Scales;
+    let gpu = kittens_hw::gpu("h100").expect("catalogued");
+    let mut cfg = GemmConfig::fp8_for_gpu(gpu);
+    cfg.types.scales = Some(Scales::PerRowCol);
+    let l = lower(&build(&cfg).unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    // One scale per row of A (strides 1, 0), one per row of B, i.e. column of C (0, 1): each read
+    // and guarded along its own dimension only.
+    assert!(l
+        .source
+        .contains("(row < rows) ? __ldg(g_scale_a + row * rs + 0)"));
+    assert!(l
+        .source
+        .contains("(col < cols) ? __ldg(g_scale_b + 0 + col * cs)"));
+    let refused = |cfg: &GemmConfig, needle: &str| match lower(&build(cfg).unwrap()) {
+        Err(CudaLowerError::Unsupported(why)) => assert!(why.contains(needle), "{why}"),
+        Ok(_) => panic!("{cfg:?} lowered"),
+        Err(e) => panic!("{e}"),
+    };
+    let mut f32_out = GemmConfig::fp8_for_gpu(gpu);
+    f32_out.types.output = DType::F32;
+    refused(&f32_out, "writes bf16");
+    let mut fnuz = GemmConfig::fp8_for_gpu(gpu);
+    fnuz.types.input = DType::Fp8E4m3Fnuz;
+    refused(&fnuz, "Fp8E4m3Fnuz");
+}
+
+/// B stored K × N (`mma_ab`, wgmma's transposed B) lowers for bf16 operands; fp8 wgmma has no
+/// transposed-B form (PTX ISA §9.7.15.5.1), so the fp8 GEMM with its `mma_abt` turned into `mma_ab`
+/// is refused by name rather than lowered to a wrong instruction. (The GEMM builder already refuses an
+/// fp8 configuration with B as K × N; this is the lowering's own guard, for any tile program.)
+#[test]
+fn n_major_b_is_bf16_only() {
+    use kittens_ir::{MmaForm, Op, Stmt};
+    use kittens_kernels::gemm_bf16::BLayout;
+    fn abt_to_ab(body: &mut [Stmt]) -> usize {
+        let mut n = 0;
+        for s in body {
+            n += match s {
+                Stmt::Op {
+                    op: Op::Mma { form, .. },
+                    ..
+                } if *form == MmaForm::Abt => {
+                    *form = MmaForm::Ab;
+                    1
+                }
+                Stmt::Op { .. } => 0,
+                Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
+                    abt_to_ab(body)
+                }
+                Stmt::If { then, els, .. } => abt_to_ab(then) + abt_to_ab(els),
+                Stmt::Roles { producer, consumer } => abt_to_ab(producer) + abt_to_ab(consumer),
+            };
+        }
+        n
+    }
+    let gpu = kittens_hw::gpu("h100").expect("catalogued");
+    let bf16_kn = GemmConfig {
+        b_layout: BLayout::Kn,
+        ..GemmConfig::for_gpu(gpu)
+    };
+    let l = lower(&build(&bf16_kn).unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        l.source.contains("k16_bf16_ss_tb("),
+        "transposed-B bf16 wgmma"
+    );
+    let mut ir = build(&GemmConfig::fp8_for_gpu(gpu)).unwrap();
+    assert!(abt_to_ab(&mut ir.body) > 0, "the fp8 GEMM has mma_abt ops");
+    match lower(&ir) {
+        Err(CudaLowerError::Unsupported(why)) => {
+            assert!(why.contains("K-major operands only"), "{why}")
+        }
+        Ok(_) => panic!("fp8 with B N-major lowered"),
+        Err(e) => panic!("{e}"),
+    }
+}

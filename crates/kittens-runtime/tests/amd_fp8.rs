@@ -32,23 +32,9 @@ fn check(arch: Arch, cfg: &GemmConfig, r: &CodeObjectReport) {
     assert_eq!(r.lds_bytes, cfg.shared_bytes());
     assert!(r.lds_bytes <= r.lds_budget_bytes, "{r:?}");
     let hot = r.hot_loop.as_ref().expect("a hot loop");
-    // On gfx942 the bank solver's swizzle (xor(3,3,4) on every operand tile) raises the SGPRs from 104
-    // to 106 with ziglang clang 22 and clang-19, and the compiler parks 4 in VGPR lanes
-    // (`v_writelane`/`v_readlane`, no scratch). That is tolerated only outside the hot loop: no spill
-    // traffic may sit in the MFMA loop.
-    if r.sgpr_spill > 0 {
-        for op in ["v_writelane_b32", "v_readlane_b32"] {
-            assert_eq!(
-                hot.mix.opcodes.get(op),
-                None,
-                "{}: {op} in the hot loop",
-                arch.target()
-            );
-        }
-    }
-    if arch == Arch::Cdna4 {
-        assert_eq!(r.sgpr_spill, 0, "gfx950");
-    }
+    // No spills of any kind on either target (gfx942's configuration stages the next K step in
+    // registers: its LDS double buffer spilled 4 SGPRs, `GemmConfig::fp8_for_gpu`).
+    assert_eq!(r.sgpr_spill, 0, "{}: {r:?}", arch.target());
     let (mfma, k) = match arch {
         Arch::Cdna4 => ("v_mfma_f32_16x16x128_f8f6f4", 128),
         _ => ("v_mfma_f32_16x16x32_fp8_fp8", 32),
@@ -88,7 +74,7 @@ fn gemm_fp8_compiles_for_gfx942_without_spills() {
     let (cfg, src, arch) = registry_source("mi325x");
     assert_eq!(
         (cfg.types.input, cfg.k_step, cfg.staging),
-        (DType::Fp8E4m3Fnuz, 64, Staging::Lds)
+        (DType::Fp8E4m3Fnuz, 64, Staging::Registers)
     );
     let asm = clang_for(arch).compile_to_asm(&src, arch).unwrap();
     check(arch, &cfg, &analyze(&asm, arch, Some("gemm_fp8")).unwrap());

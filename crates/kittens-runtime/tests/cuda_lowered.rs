@@ -242,3 +242,47 @@ fn every_gemm_block_shape_compiles_for_sm_90a() {
         );
     }
 }
+
+/// `gemm_fp8` from the registry (the `gemm_bf16` program with e4m3 operands and per-tensor scales),
+/// lowered for sm_90a, compiles with NVRTC without spills; so does its per-row/column-scaled variant,
+/// whose scales (two per thread for A's rows, 64 for C's columns) sit beside the 128 accumulators.
+#[test]
+fn lowered_fp8_gemm_compiles_for_sm_90a() {
+    ensure_nvrtc();
+    use kittens_kernels::gemm_bf16::{build, GemmConfig, Scales};
+    let registry = kittens_kernels::by_name("gemm_fp8")
+        .and_then(|e| e.build_for(Target::Sm90a))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let mut rowcol = GemmConfig::fp8_for_gpu(h100);
+    rowcol.types.scales = Some(Scales::PerRowCol);
+    let rowcol = build(&rowcol).unwrap_or_else(|e| panic!("{e}"));
+    let cache = fresh_cache("lowered-fp8");
+    for k in [registry, rowcol] {
+        let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
+        assert!(l.source.contains("k32.f32.e4m3.e4m3"));
+        let image = compile_with_cache(
+            &l.source,
+            &l.entry,
+            "sm_90a",
+            l.dynamic_shared_bytes(),
+            Some(&cache),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let r = &image.report;
+        eprintln!("{}: {r:?}", l.entry);
+        assert_eq!(
+            (r.spill_stores, r.spill_loads, r.stack_frame),
+            (0, 0, 0),
+            "{r:?}"
+        );
+        assert!(r.dynamic_shared_bytes <= h100.shared_bytes_per_block);
+        assert!(
+            r.warnings
+                .iter()
+                .all(|w| !w.contains("C7508") && !w.contains("serialized")),
+            "setmaxnreg ignored or wgmma serialized: {:?}",
+            r.warnings
+        );
+    }
+}

@@ -1,5 +1,6 @@
 //! `kittens bench <kernel>`: a registry kernel lowered for sm_90a against the vendor library on the GPU,
-//! measured in the same run. `gemm_bf16` is measured against cuBLAS (`kittens_runtime::cuda::bench`).
+//! measured in the same run. `gemm_bf16` is measured against cuBLAS (`kittens_runtime::cuda::bench`),
+//! `gemm_fp8` against cuBLASLt (`bench_fp8.rs`).
 //! Without an NVIDIA driver it says so and runs the same tile program on the CPU backend (the
 //! interpreter) against the f64 reference: numerics only, no speed.
 
@@ -15,7 +16,8 @@ use kittens_runtime::cuda::CudaError;
 #[derive(clap::Args)]
 pub struct Args {
     /// Kernel name, from the registry (`kittens list`); `gemm_bf16` is measured against cuBLAS
-    /// (C = A·Bᵀ: correctness vs cuBLAS and f64 spot checks, and TFLOP/s); `attn_fwd` against the f64
+    /// (C = A·Bᵀ: correctness vs cuBLAS and f64 spot checks, and TFLOP/s), `gemm_fp8` likewise against
+    /// cuBLASLt's FP8 GEMM (its default check shapes keep K a multiple of 16); `attn_fwd` against the f64
     /// reference on spot rows by the test rule, and TFLOP/s (`--sizes` and `--timing` do not apply;
     /// `--checks none` leaves out the check-only shapes, `--checks only` runs just those).
     #[arg(value_parser = kittens_kernels::by_name)]
@@ -67,6 +69,12 @@ pub struct Args {
     /// layernorm: dropout probability of the sweep.
     #[arg(long, default_value_t = 0.0)]
     pub p: f32,
+    /// gemm_fp8: columns of C per block (a multiple of 64 up to 256; the registry's is 256).
+    #[arg(long)]
+    pub block: Option<u32>,
+    /// gemm_fp8: tile-rows per group of the grid order (the registry's is 16).
+    #[arg(long)]
+    pub window: Option<u32>,
     /// With no value: print one JSON document on stdout. With a file: also write it there.
     #[arg(long, num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
@@ -100,6 +108,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         lowered?;
         return super::bench_mem::run(&a);
     }
+    if a.kernel.name == "gemm_fp8" {
+        lowered?;
+        return super::bench_fp8::run(&a);
+    }
+    if a.block.is_some() || a.window.is_some() {
+        bail!("--block and --window configure gemm_fp8's benchmark only");
+    }
     if a.kernel.name != "gemm_bf16" {
         lowered?;
         bail!(
@@ -108,37 +123,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
     }
     lowered?;
-    let defaults = GemmBenchOptions::default();
-    let checks = match a.checks.as_str() {
-        "default" => defaults.checks.clone(),
-        "none" => Vec::new(),
-        list => list
-            .split(',')
-            .map(parse_shape)
-            .collect::<anyhow::Result<_>>()?,
-    };
-    anyhow::ensure!(
-        a.budget_ms.is_finite() && a.budget_ms > 0.0,
-        "--budget-ms must be a positive number of milliseconds"
-    );
-    let opts = GemmBenchOptions {
-        shapes: timed_shapes(&a)?,
-        tiles: parse_tiles(&a.tiles)?,
-        b_layout: match a.b_layout {
-            BLayoutArg::Nk => kittens_kernels::gemm_bf16::BLayout::Nk,
-            BLayoutArg::Kn => kittens_kernels::gemm_bf16::BLayout::Kn,
-        },
-        min_iters: a.min_iters,
-        budget_ms: a.budget_ms,
-        checks,
-        timing: match a.timing {
-            TimingArg::Interleaved => Timing::Interleaved,
-            TimingArg::Blocked => Timing::Blocked,
-        },
-        iters: a.iters.max(1),
-        warmup: a.warmup,
-        ..defaults
-    };
+    let opts = options(&a)?;
     let report = match run_gemm_bench(&opts) {
         Ok(r) => r,
         Err(e @ (CudaError::NoDriver(_) | CudaError::NoDevice(_))) => {
@@ -176,6 +161,41 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The GEMM benchmark's options from the command line (shared by `gemm_bf16` and `gemm_fp8`).
+pub(super) fn options(a: &Args) -> anyhow::Result<GemmBenchOptions> {
+    let defaults = GemmBenchOptions::default();
+    let checks = match a.checks.as_str() {
+        "default" => defaults.checks.clone(),
+        "none" => Vec::new(),
+        list => list
+            .split(',')
+            .map(parse_shape)
+            .collect::<anyhow::Result<_>>()?,
+    };
+    anyhow::ensure!(
+        a.budget_ms.is_finite() && a.budget_ms > 0.0,
+        "--budget-ms must be a positive number of milliseconds"
+    );
+    Ok(GemmBenchOptions {
+        shapes: timed_shapes(a)?,
+        tiles: parse_tiles(&a.tiles)?,
+        b_layout: match a.b_layout {
+            BLayoutArg::Nk => kittens_kernels::gemm_bf16::BLayout::Nk,
+            BLayoutArg::Kn => kittens_kernels::gemm_bf16::BLayout::Kn,
+        },
+        min_iters: a.min_iters,
+        budget_ms: a.budget_ms,
+        checks,
+        timing: match a.timing {
+            TimingArg::Interleaved => Timing::Interleaved,
+            TimingArg::Blocked => Timing::Blocked,
+        },
+        iters: a.iters.max(1),
+        warmup: a.warmup,
+        ..defaults
+    })
 }
 
 /// `MxNxK` -> (M, N, K).
@@ -317,17 +337,18 @@ pub(super) fn utc_now() -> String {
     )
 }
 
-fn print_table(r: &GemmBenchReport) {
+pub(super) fn print_table(r: &GemmBenchReport) {
     println!(
-        "{} ({} SMs, L2 {} MB), gemm_bf16 lowered for sm_90a",
+        "{} ({} SMs, L2 {} MB), lowered for sm_90a",
         r.device,
         r.multiprocessors,
         r.l2_bytes >> 20
     );
     for k in &r.kernels {
         println!(
-            "  block {:>7}: {} stages, {} registers, {} spill stores, {} spill loads, {} B dynamic shared",
+            "  block {:>7} ({}): {} stages, {} registers, {} spill stores, {} spill loads, {} B dynamic shared",
             k.tile,
+            k.entry,
             k.stages,
             k.compile.registers,
             k.compile.spill_stores,

@@ -3,12 +3,14 @@
 pub mod banks;
 pub mod bench;
 pub mod bench_attn;
+pub mod bench_fp8;
 pub mod bench_mem;
 pub mod check;
 pub mod check_banks;
 pub mod compile;
 pub mod demo;
 pub mod flags;
+pub mod ladder;
 pub mod layout;
 pub mod list;
 pub mod plan;

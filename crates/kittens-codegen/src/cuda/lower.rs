@@ -152,13 +152,14 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         .map(|i| format!("const __grid_constant__ CUtensorMap tma{i}"))
         .collect();
     for g in &k.globals {
-        if g.dtype != DType::Bf16 {
-            return unsupported(format!("global `{}` of {:?} (bf16 only)", g.name, g.dtype));
-        }
-        args.push(format!("bf16_t* __restrict__ g_{}", ident(&g.name)));
+        args.push(format!(
+            "{} __restrict__ g_{}",
+            global_ctype(g)?,
+            ident(&g.name)
+        ));
     }
     args.extend(k.params.iter().map(|p| format!("int {}", ident(&p.name))));
-    let shapes: Vec<(WgmmaInput, u32)> = e.wgmma_n.iter().map(|&n| (WgmmaInput::Bf16, n)).collect();
+    let shapes: Vec<(WgmmaInput, u32)> = e.wgmma_n.iter().copied().collect();
     let mut src = prelude_with(&shapes);
     if !e.wgmma_rs.is_empty() || !e.wgmma_tb.is_empty() {
         src.push_str("namespace kt {\n");
@@ -242,8 +243,10 @@ pub(super) struct Emit<'k> {
     pub(super) out: String,
     pub(super) depth: usize,
     pub(super) maps: Vec<TmaMap>,
-    pub(super) wgmma_n: BTreeSet<u32>,
-    /// Shared-A wgmma wrappers with B N-major used (their N).
+    /// Shared-operand wgmma wrappers used with B K-major: (operand type, N).
+    pub(super) wgmma_n: BTreeSet<(WgmmaInput, u32)>,
+    /// Shared-operand wgmma wrappers used with B N-major (their N): bf16 only, since fp8 wgmma reads
+    /// K-major operands only and `mma` refuses N-major fp8 before anything is recorded.
     pub(super) wgmma_tb: BTreeSet<u32>,
     /// Register-A wgmma wrappers used: (N, B transposed).
     pub(super) wgmma_rs: BTreeSet<(u32, bool)>,
@@ -616,6 +619,12 @@ impl Emit<'_> {
                     self.store_direct(dst, *src, *rounding)
                 }
             }
+            (Op::LoadGlobal { dst, src }, Role::Consumer) => {
+                if self.unknown || self.pending.contains(dst) {
+                    self.retire_all();
+                }
+                self.load_broadcast(*dst, src)
+            }
             (op @ (Op::Map { .. } | Op::Reduce { .. } | Op::Mask { .. }), Role::Consumer) => {
                 let regs = op.regs();
                 if self.unknown || regs.iter().any(|r| self.pending.contains(r)) {
@@ -691,6 +700,25 @@ impl Emit<'_> {
             s.tile.dtype.bytes()
         )
     }
+}
+
+/// The C type of a global tensor's kernel argument: bf16 bits, fp8 e4m3 bytes (OCP, the format of
+/// Hopper's `wgmma ... e4m3`, PTX ISA §9.7.15.5), or f32 (the FP8 GEMM's scales). Only bf16 is
+/// written: the TMA-store epilogue packs bf16.
+fn global_ctype(g: &kittens_ir::GlobalDecl) -> Result<&'static str, CudaLowerError> {
+    let write = g.access != kittens_ir::Access::Read;
+    Ok(match (g.dtype, write) {
+        (DType::Bf16, _) => "bf16_t*",
+        (DType::Fp8E4m3, false) => "const unsigned char*",
+        (DType::F32, false) => "const float*",
+        (dt, w) => {
+            return unsupported(format!(
+                "global `{}` of {dt:?}{} (bf16 tensors, read-only e4m3 or f32 ones)",
+                g.name,
+                if w { ", written" } else { "" }
+            ))
+        }
+    })
 }
 
 /// Whether a body holds a compute cluster (a ping-pong turn).

@@ -286,6 +286,85 @@ impl Emit<'_> {
         Ok(())
     }
 
+    /// A load of an f32 tensor into a 16 × N fp32 fragment: the FP8 GEMM's scales, declared with C's
+    /// shape and broadcasting strides (`kittens_kernels::gemm_bf16::declare`). Strides that are both 0
+    /// (one per-tensor scale) are one scalar load for every element; any others are read per element,
+    /// guarded by the tensor's bounds along the dimensions it varies in (0 outside, where the store
+    /// clips anyway).
+    pub(super) fn load_broadcast(
+        &mut self,
+        dst: RegId,
+        src: &GlobalView,
+    ) -> Result<(), CudaLowerError> {
+        let g = self.k.global(src.tensor);
+        let f = self.frag(dst)?;
+        let Frag::Acc(n) = f else {
+            return unsupported("a global load into something other than an fp32 fragment");
+        };
+        if g.dtype != DType::F32 || g.dims.len() != 2 || (src.rows, src.cols) != (16, n) {
+            return unsupported(format!(
+                "load of {}x{} from `{}` ({:?}; 2-d f32 tensors into 16 x N fragments only)",
+                src.rows, src.cols, g.name, g.dtype
+            ));
+        }
+        let (rd, cd) = (src.row_dim as usize, src.col_dim as usize);
+        let gname = format!("g_{}", crate::cexpr::ident(&g.name));
+        let d = self.rname(dst);
+        let zero = kittens_ir::Expr::c(0);
+        if g.strides.iter().all(|s| *s == zero) {
+            self.line(format!("{{ // load {} -> {d}: one scalar", g.name));
+            self.line(format!("    const float s = __ldg({gname});"));
+            self.depth += 1;
+            self.unrolled(f, format!("{d}[i] = s;"));
+            self.depth -= 1;
+            self.line("}");
+            return Ok(());
+        }
+        self.line(format!("{{ // load {} -> {d}", g.name));
+        self.depth += 1;
+        self.line(format!(
+            "const int r0 = {} + kt_lane / 4, c0 = {} + 2 * (kt_lane % 4), rows = {}, cols = {};",
+            self.ex(&src.origin[rd]),
+            self.ex(&src.origin[cd]),
+            self.ex(&g.dims[rd]),
+            self.ex(&g.dims[cd]),
+        ));
+        self.line(format!(
+            "const long long rs = (long long)({}), cs = (long long)({});",
+            self.ex(&g.strides[rd]),
+            self.ex(&g.strides[cd])
+        ));
+        self.line("(void)rows; (void)cols; (void)rs; (void)cs;");
+        self.line("#pragma unroll");
+        self.line(format!("for (int i = 0; i < {}; ++i) {{", n / 2));
+        self.line(
+            "    const int row = r0 + 8 * ((i >> 1) & 1), col = c0 + 8 * (i >> 2) + (i & 1);",
+        );
+        // Guard only the dimensions the tensor varies along: a per-row scale then has two values per
+        // thread (rows lane/4 and lane/4 + 8) and a per-column one N/4, which the compiler keeps beside
+        // the accumulator instead of a full fragment.
+        let zero_rs = g.strides[rd] == zero;
+        let zero_cs = g.strides[cd] == zero;
+        let guard = match (zero_rs, zero_cs) {
+            (false, false) => "row < rows && col < cols",
+            (false, true) => "row < rows",
+            (true, false) => "col < cols",
+            (true, true) => "true",
+        };
+        let (ri, ci) = (
+            if zero_rs { "0" } else { "row * rs" },
+            if zero_cs { "0" } else { "col * cs" },
+        );
+        self.line("    (void)row; (void)col;");
+        self.line(format!(
+            "    {d}[i] = ({guard}) ? __ldg({gname} + {ri} + {ci}) : 0.0f;"
+        ));
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
     /// A store of a 16 × N fp32 fragment to a tensor of three or more dimensions, by direct bf16 pair
     /// stores guarded by the tensor's bounds (the TMA-store epilogue handles row-major matrices).
     pub(super) fn store_direct(

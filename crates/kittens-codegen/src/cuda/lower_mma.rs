@@ -1,6 +1,7 @@
 //! The matrix ops of the sm_90a lowering (`lower.rs`): each `mma` is one warpgroup's `wgmma` chain —
-//! A and B from shared memory (K-major, the four waves' 16-row slices of A forming the warpgroup's 64
-//! rows) or A from registers (a bf16 fragment, `lower_frag.rs`) with B N-major or K-major. Consecutive
+//! A and B from shared memory (bf16 `k16` or OCP e4m3 `k32` steps; A K-major, the four waves' 16-row
+//! slices of A forming the warpgroup's 64 rows; B K-major, or N-major for bf16 only) or A from
+//! registers (a bf16 fragment, `lower_frag.rs`) with B N-major or K-major. Consecutive
 //! `mma` ops are one commit group; inside a compute cluster of a ping-pong consumer role the group's
 //! wait moves past the end of the warpgroup's turn (`lower.rs`, `Stmt::Cluster`).
 
@@ -65,7 +66,27 @@ impl Emit<'_> {
         } else {
             (bv.cols, bv.rows)
         };
-        if av.rows != 16 || bn != n || bk != kk || kk % 16 != 0 {
+        let (sa, sb) = (self.k.shared_decl(av.buf), self.k.shared_decl(bv.buf));
+        // bf16 (k16) or e4m3 (k32) operands: 32 bytes of K per instruction either way.
+        let input = match WgmmaInput::of(sa.tile.dtype) {
+            Some(i) if sb.tile.dtype == sa.tile.dtype => i,
+            _ => {
+                return unsupported(format!(
+                    "wgmma on {:?} x {:?} operands (bf16 or OCP e4m3, both the same)",
+                    sa.tile.dtype, sb.tile.dtype
+                ))
+            }
+        };
+        // fp8 wgmma has no transpose immediates: both operands must be K-major (PTX ISA §9.7.15.5.1).
+        if n_major && input != WgmmaInput::Bf16 {
+            return unsupported(format!(
+                "{} with {:?} operands: fp8 wgmma reads K-major operands only (B as N x K, mma_abt)",
+                form.name(),
+                sa.tile.dtype
+            ));
+        }
+        let ik = input.k();
+        if av.rows != 16 || bn != n || bk != kk || kk % ik != 0 {
             return unsupported(format!(
                 "mma shapes A {}x{}, B {}x{}, D 16x{n}",
                 av.rows, av.cols, bv.rows, bv.cols
@@ -77,7 +98,6 @@ impl Emit<'_> {
             None => false,
             Some(_) => return unsupported("mma whose C differs from D"),
         };
-        let (sa, sb) = (self.k.shared_decl(av.buf), self.k.shared_decl(bv.buf));
         let desc = |t: &kittens_tile::SharedTile| -> Result<&'static str, CudaLowerError> {
             match swizzle_bytes(t.swizzle, t.cols * t.dtype.bytes())? {
                 128 => Ok("kt::desc_kmajor_sw128"),
@@ -87,8 +107,9 @@ impl Emit<'_> {
             }
         };
         let da = desc(&sa.tile)?;
-        // Per k16 step: A's (and K-major B's) descriptor start moves 32 bytes along the row; N-major
-        // B's moves 16 rows of 128 bytes inside every atom, the atoms `rows × 128` bytes apart.
+        // Per K step (32 bytes of K): A's (and K-major B's) descriptor start moves 32 bytes along the
+        // row; N-major B's (bf16 only) moves `ik` rows of 128 bytes inside every atom, the atoms
+        // `rows × 128` bytes apart.
         let b_desc = if n_major {
             let t = &sb.tile;
             let whole = (bv.rows, bv.cols) == (t.rows, t.cols);
@@ -113,7 +134,7 @@ impl Emit<'_> {
             }
             (
                 format!("kt::desc_mnmajor_sw128(b0 + %o, {}u)", t.rows * 128),
-                16 * 128,
+                ik * 128,
             )
         } else {
             (format!("{}(b0 + %o)", desc(&sb.tile)?), 32)
@@ -122,8 +143,8 @@ impl Emit<'_> {
             self.wgmma_tb.insert(n);
             WgmmaInput::Bf16.wrapper_name_tb(n)
         } else {
-            self.wgmma_n.insert(n);
-            WgmmaInput::Bf16.wrapper_name(n)
+            self.wgmma_n.insert((input, n));
+            input.wrapper_name(n)
         };
         self.line(format!("{{ // {} on the warpgroup's 64 rows", form.name()));
         self.depth += 1;
@@ -147,7 +168,7 @@ impl Emit<'_> {
         let held = self.hold(&[av, bv]);
         self.line(held);
         self.chain_begin();
-        for s in 0..kk / 16 {
+        for s in 0..kk / ik {
             let flag = if accumulate || s > 0 { "1u" } else { "0u" };
             let db = b_desc.0.replace("%o", &format!("{}u", s * b_desc.1));
             self.line(format!(

@@ -195,6 +195,12 @@ impl Emit<'_> {
                 dst.rows, dst.cols
             ));
         }
+        if g.dtype != DType::Bf16 {
+            return unsupported(format!(
+                "store to `{}` of {:?} (the TMA-store epilogue writes bf16)",
+                g.name, g.dtype
+            ));
+        }
         if g.dims.len() != 2 || dst.row_dim != 0 || dst.col_dim != 1 || g.strides[1] != Expr::c(1) {
             return unsupported(format!("store to `{}`: only row-major 2-d tensors", g.name));
         }

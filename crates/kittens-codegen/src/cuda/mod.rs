@@ -18,13 +18,21 @@ pub const PRELUDE: &str = include_str!("prelude.cuh");
 
 /// Operand types of a wgmma whose A and B both come from shared memory (PTX ISA §9.7.15.5.2,
 /// "wgmma.mma_async"): bf16 with K = 16 per instruction, fp8 e4m3 with K = 32.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum WgmmaInput {
     Bf16,
     Fp8E4m3,
 }
 
 impl WgmmaInput {
+    /// The operand type of a shared tile's dtype, if wgmma takes it.
+    pub fn of(dt: kittens_hw::dtype::DType) -> Option<WgmmaInput> {
+        match dt {
+            kittens_hw::dtype::DType::Bf16 => Some(WgmmaInput::Bf16),
+            kittens_hw::dtype::DType::Fp8E4m3 => Some(WgmmaInput::Fp8E4m3),
+            _ => None,
+        }
+    }
     /// K of one instruction: 32 bytes of K per row for every input type.
     pub fn k(self) -> u32 {
         match self {

@@ -457,8 +457,18 @@ impl Emitter<'_> {
                             // Rolled: one element in flight (see load_async).
                             em.line(format!("if ({}) {{", a.crosses(epl)));
                             em.line("  #pragma nounroll");
+                            // Byte elements live four to a 32-bit lane of the register vector
+                            // (`fp8x8` is `u32x2`): insert each into its byte of its lane.
+                            let put = if e == 1 {
+                                format!(
+                                    "{{ const u32 w = (u32)s >> 2, sh = ((u32)s & 3u) * 8u; \
+                                     {dst}[bi][bj][w] = ({dst}[bi][bj][w] & ~(0xffu << sh)) | ((u32)({elem}) << sh); }}"
+                                )
+                            } else {
+                                format!("{dst}[bi][bj][s] = {elem};")
+                            };
                             em.line(format!(
-                                "  for (int s = 0; {} + s < {}; ++s) {dst}[bi][bj][s] = {elem};",
+                                "  for (int s = 0; {} + s < {}; ++s) {put}",
                                 a.col, a.cols
                             ));
                             em.line("}");

@@ -16,6 +16,7 @@
 //! schedule, staging and grid order of the BF16 GEMM exists for FP8 too (`gemm_fp8` in the registry).
 
 mod interleave4;
+pub mod ladder;
 mod ping_pong;
 pub mod problem;
 mod producer_consumer;
@@ -239,10 +240,14 @@ impl GemmConfig {
         2 * 2 * slots * (self.block / 2) * self.k_step * self.types.input.bytes()
     }
 
-    /// The FP8 GEMM for one target: the BF16 GEMM's choice of schedule and staging ([`Self::for_gpu`])
-    /// with fp8 operands in the target's format, per-tensor scales, bf16 output, and a K step of 128
-    /// where the LDS double buffer of 128-wide fp8 tiles fits (gfx950: 128 KiB, FP8-tutorial step 3's
-    /// K = 128 per MFMA), else 64 (gfx942's 64 KiB) — the same bytes per step as the BF16 GEMM's 64 / 32.
+    /// The FP8 GEMM for one target: the BF16 GEMM's schedule ([`Self::for_gpu`]) with fp8 operands in
+    /// the target's format, per-tensor scales, bf16 output. On Hopper: K step 128 (128-byte rows, as
+    /// the BF16 GEMM's 64) and a grid order in groups of 16 tile-rows. On AMD: a K step of 128 with the LDS double
+    /// buffer where it fits (gfx950: 128 KiB, FP8-tutorial step 3's K = 128 per MFMA); else, as the BF16
+    /// GEMM on MI325X (HipKittens E.1), the next K step staged in registers with a K step of 64 (gfx942:
+    /// 32 of 64 KiB). On gfx942 the LDS double buffer at K step 64 also fits, but its direct-to-LDS loads
+    /// (one buffer descriptor and M0 base per load) need 106 SGPRs and spill 4 with both clangs, where
+    /// register staging needs 74 and spills none; register staging at K step 128 spills VGPRs.
     pub fn fp8_for_gpu(gpu: &kittens_hw::Gpu) -> Self {
         let input = if gpu.arch == kittens_hw::Arch::Cdna3 {
             DType::Fp8E4m3Fnuz
@@ -257,20 +262,21 @@ impl GemmConfig {
             ..base
         };
         if !gpu.arch.is_amd() {
-            return with(128, base.staging);
+            // Groups of 16 tile-rows: on the H100 at or above the 8 of the BF16 GEMM by the ratio to
+            // cuBLASLt in every paired run at 8192 and 16384 (bench/results/h100-2026-11-22-fp8).
+            return GemmConfig {
+                remap: GridOrder::GroupM { window: 16 },
+                ..with(128, base.staging)
+            };
         }
-        [
-            (128, Staging::Lds),
-            (64, Staging::Lds),
-            (64, Staging::Registers),
-        ]
-        .into_iter()
-        .map(|(ks, st)| with(ks, st))
-        .find(|c| {
-            c.shared_bytes() <= gpu.shared_bytes_per_block
-                && c.k_step % c.types.operand_base().cols == 0
-        })
-        .unwrap_or_else(|| with(128, Staging::Registers))
+        [(128, Staging::Lds), (64, Staging::Registers)]
+            .into_iter()
+            .map(|(ks, st)| with(ks, st))
+            .find(|c| {
+                c.shared_bytes() <= gpu.shared_bytes_per_block
+                    && c.k_step % c.types.operand_base().cols == 0
+            })
+            .unwrap_or_else(|| with(128, Staging::Registers))
     }
 
     /// The default FP8 configuration (the CPU interpreter's): gfx950's, OCP e4m3.

@@ -31,7 +31,7 @@ fn candidate_dirs() -> Result<Vec<PathBuf>, CudaError> {
 
 /// Opens cuBLAS (and cuBLASLt, which it needs) once, by full path where one is found, so that `cudarc`'s
 /// later open by name finds it already loaded.
-fn load() -> Result<String, CudaError> {
+pub(crate) fn load() -> Result<String, CudaError> {
     static LOADED: OnceLock<Result<String, CudaError>> = OnceLock::new();
     LOADED
         .get_or_init(|| {

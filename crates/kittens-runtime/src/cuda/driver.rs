@@ -505,6 +505,30 @@ impl<'buf> TensorMap<'buf> {
         )
     }
 
+    /// A 2-D row-major tensor of fp8 bytes (`rows` × `cols`, `cols` contiguous, so `cols` a multiple
+    /// of 16), as [`Self::bf16_2d`]: TMA copies bytes, the wgmma reading them names the format.
+    pub fn fp8_2d(
+        buf: &'buf DeviceBuffer,
+        rows: u64,
+        cols: u64,
+        box_rows: u32,
+        box_cols: u32,
+        swizzle: Swizzle,
+    ) -> Result<TensorMap<'buf>, CudaError> {
+        super::limits::check_tensor_map_2d_of(rows, cols, box_rows, box_cols, 1, buf.bytes())?;
+        Ok(TensorMap {
+            map: encode_tiled(
+                buf.ptr(),
+                MapType::Bytes,
+                &[cols, rows],
+                &[cols],
+                &[box_cols, box_rows],
+                swizzle,
+            )?,
+            buffer: PhantomData,
+        })
+    }
+
     /// A bf16 tensor of up to 5 dimensions at `buf`: `dims` innermost first (the first has unit
     /// stride), `strides` the byte strides of the others, read in boxes of `boxes` elements. What a
     /// `[b, h, s, d]` attention tensor in BSHD or BHSD order needs (one map, any strides). Checked
@@ -558,6 +582,26 @@ pub(crate) fn encode_bf16(
     boxes: &[u32],
     swizzle: Swizzle,
 ) -> Result<cu::CUtensorMap, CudaError> {
+    encode_tiled(ptr, MapType::Bf16, dims, strides, boxes, swizzle)
+}
+
+/// The element type a tensor map is encoded with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum MapType {
+    Bf16,
+    /// One byte per element (fp8).
+    Bytes,
+}
+
+/// [`encode_bf16`] for either element type.
+pub(crate) fn encode_tiled(
+    ptr: u64,
+    ty: MapType,
+    dims: &[u64],
+    strides: &[u64],
+    boxes: &[u32],
+    swizzle: Swizzle,
+) -> Result<cu::CUtensorMap, CudaError> {
     use cu::CUtensorMapSwizzle_enum as S;
     let sw = match swizzle {
         Swizzle::None => S::CU_TENSOR_MAP_SWIZZLE_NONE,
@@ -582,7 +626,10 @@ pub(crate) fn encode_bf16(
         unsafe {
             cu::cuTensorMapEncodeTiled(
                 &mut map,
-                cu::CUtensorMapDataType_enum::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                match ty {
+                    MapType::Bf16 => cu::CUtensorMapDataType_enum::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                    MapType::Bytes => cu::CUtensorMapDataType_enum::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                },
                 rank as u32,
                 ptr as *mut c_void,
                 dims.as_ptr(),

@@ -1,6 +1,7 @@
-//! The GEMM kernel the benchmark runs: a lowered `gemm_bf16` (`kittens_codegen::Lowered`, persistent
-//! grid) in one of its block shapes (`kittens_kernels::gemm_bf16::shapes`), compiled, loaded and
-//! launched by its argument list on operands described by [`Mat`] (TMA maps built here).
+//! The GEMM kernel the benchmarks run: a lowered `gemm_bf16` (`kittens_codegen::Lowered`, persistent
+//! grid) in one of its block shapes (`kittens_kernels::gemm_bf16::shapes`), or a lowered `gemm_fp8`,
+//! compiled, loaded and launched by its argument list: bf16 operands described by [`Mat`] (TMA maps
+//! built here), fp8 operands by their tensor maps and the scale tensors ([`GemmKernel::launch_scaled`]).
 
 use std::ffi::c_void;
 use std::rc::Rc;
@@ -11,7 +12,7 @@ use kittens_codegen::{KernelArg, Lowered};
 use kittens_kernels::gemm_bf16::shapes::HopperTile;
 use kittens_kernels::gemm_bf16::{BLayout, GemmConfig};
 
-use super::driver::{encode_bf16, Device, Function, Stream, Swizzle};
+use super::driver::{encode_bf16, Device, DeviceBuffer, Function, Stream, Swizzle, TensorMap};
 use super::gemm_pad::Mat;
 use super::{compile, CudaCompileReport, CudaError};
 
@@ -22,6 +23,8 @@ pub struct GemmKernel {
     pub tile: HopperTile,
     pub b_layout: BLayout,
     pub stages: u32,
+    /// The lowering's tensor maps of A, B and C ([`gemm_maps`]): the boxes the launchers encode.
+    pub maps: [TmaMap; 3],
     pub name: String,
     pub compile: CudaCompileReport,
     /// Blocks of the persistent grid resident at once.
@@ -49,12 +52,18 @@ pub fn lower_tile(tile: HopperTile, b_layout: BLayout) -> Result<Lowered, CudaEr
 }
 
 /// The three tensor maps of a lowered GEMM (A, B, then C for the TMA-store epilogue, 128-byte
-/// swizzle), checked: anything else is a lowering these launchers do not know.
+/// swizzle), matched to the globals `a`, `b`, `c` by name (`gemm_fp8`'s C is its fifth tensor, after
+/// the scales), checked: anything else is a lowering these launchers do not know.
 pub(crate) fn gemm_maps(l: &Lowered) -> Result<[TmaMap; 3], CudaError> {
     let maps = l.tma_maps();
+    let named = |m: &TmaMap, name: &str| {
+        l.ir.globals.get(m.global as usize).map(|g| g.name.as_str()) == Some(name)
+    };
     match maps.as_slice() {
         [ma, mb, mc]
-            if (ma.global, mb.global, mc.global) == (0, 1, 2)
+            if named(ma, "a")
+                && named(mb, "b")
+                && named(mc, "c")
                 && [ma, mb, mc].iter().all(|m| m.swizzle_bytes == 128) =>
         {
             Ok([*ma, *mb, *mc])
@@ -86,18 +95,28 @@ pub(crate) fn mat_map(m: &Mat, t: &TmaMap) -> Result<cu::CUtensorMap, CudaError>
 }
 
 impl GemmKernel {
-    /// Compiles (NVRTC, cached) and loads the lowered kernel of block `tile` on `dev`.
+    /// Compiles (NVRTC, cached) and loads the lowered `gemm_bf16` of block `tile` on `dev`.
     pub fn prepare(
         dev: &Rc<Device>,
         tile: HopperTile,
         b_layout: BLayout,
     ) -> Result<GemmKernel, CudaError> {
-        let l = lower_tile(tile, b_layout)?;
+        Self::load(dev, lower_tile(tile, b_layout)?, tile, b_layout)
+    }
+
+    /// Compiles (NVRTC, cached) and loads a lowered GEMM (`gemm_bf16` or `gemm_fp8`) whose block of C
+    /// is `tile` and whose B is stored as `b_layout`.
+    pub fn load(
+        dev: &Rc<Device>,
+        l: Lowered,
+        tile: HopperTile,
+        b_layout: BLayout,
+    ) -> Result<GemmKernel, CudaError> {
         let shared = l.dynamic_shared_bytes();
         let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
         let module = dev.load_module(&image.cubin)?;
         let function = module.function(&l.entry, shared)?;
-        gemm_maps(&l)?;
+        let maps = gemm_maps(&l)?;
         let stages = l.ir.shared.first().map_or(0, |s| s.count);
         Ok(GemmKernel {
             function,
@@ -105,18 +124,38 @@ impl GemmKernel {
             tile,
             b_layout,
             stages,
+            maps,
             compile: image.report,
             resident: dev.multiprocessors,
             lowered: l,
         })
     }
 
+    /// Problem sizes the kernel handles: TMA loads A, B and stores C, so row pitches are 16-byte
+    /// multiples. For fp8 operands (1 byte) K must be a multiple of 16. (The bf16 launchers lift this
+    /// with padded copies, `super::gemm_pad`; the fp8 benchmark refuses such shapes.)
+    pub fn check_shape(&self, m: usize, n: usize, k: usize) -> Result<(), CudaError> {
+        let elem = self
+            .lowered
+            .ir
+            .globals
+            .first()
+            .map_or(2, |g| g.dtype.bytes() as usize);
+        let kq = 16 / elem.clamp(1, 16);
+        if k.is_multiple_of(kq) && n.is_multiple_of(8) && m > 0 && n > 0 && k > 0 {
+            Ok(())
+        } else {
+            Err(invalid(format!(
+                "{m}x{n}x{k}: N must be a positive multiple of 8 and K of {kq} (TMA row pitch)"
+            )))
+        }
+    }
+
     /// One launch computing C = A·Bᵀ (A `m × k`, B `n × k`, C `m × n`), or C = A·B with B `k × n`
     /// ([`BLayout::Kn`]), each operand addressable by TMA in place ([`Mat::tma_ok`]; `super::gemm_pad`
     /// makes copies that are).
     pub fn launch(&self, stream: &Stream, a: &Mat, b: &Mat, c: &Mat) -> Result<(), CudaError> {
-        let l = &self.lowered;
-        let [ta, tb, tc] = gemm_maps(l)?;
+        let [ta, tb, tc] = self.maps;
         let (m, n, k) = (a.rows, c.cols, a.cols);
         let b_dims = match self.b_layout {
             BLayout::Nk => (n, k),
@@ -129,7 +168,48 @@ impl GemmKernel {
             )));
         }
         let maps = [mat_map(a, &ta)?, mat_map(b, &tb)?, mat_map(c, &tc)?];
-        let mut args = GemmArgs::new(l, maps, [a.ptr, b.ptr, c.ptr], [m, n, k])?;
+        let ptrs = [("a", a.ptr), ("b", b.ptr), ("c", c.ptr)];
+        self.launch_named(stream, maps, &ptrs, [m, n, k])
+    }
+
+    /// One launch of `gemm_fp8` (C = (sa·A)·(sb·B)ᵀ, B `n × k`): `maps` are A's and B's fp8 tensor maps
+    /// (boxes of `self.maps[0]`, `self.maps[1]`), `c` C's bf16 map (boxes of `self.maps[2]`) and
+    /// buffer, `scales` the f32 scale tensors `scale_a`, `scale_b` (one element each for per-tensor
+    /// scales).
+    #[allow(clippy::too_many_arguments)]
+    pub fn launch_scaled(
+        &self,
+        stream: &Stream,
+        maps: &(TensorMap, TensorMap),
+        a: &DeviceBuffer,
+        b: &DeviceBuffer,
+        scales: [&DeviceBuffer; 2],
+        c: &(TensorMap, &DeviceBuffer),
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<(), CudaError> {
+        let ptrs = [
+            ("a", a.ptr()),
+            ("b", b.ptr()),
+            ("scale_a", scales[0].ptr()),
+            ("scale_b", scales[1].ptr()),
+            ("c", c.1.ptr()),
+        ];
+        self.launch_named(stream, [maps.0.map, maps.1.map, c.0.map], &ptrs, [m, n, k])
+    }
+
+    /// One launch with A's, B's and C's tensor maps and the device pointers by tensor name
+    /// ([`GemmArgs::named`]).
+    fn launch_named(
+        &self,
+        stream: &Stream,
+        maps: [cu::CUtensorMap; 3],
+        ptrs: &[(&str, u64)],
+        [m, n, k]: [usize; 3],
+    ) -> Result<(), CudaError> {
+        let l = &self.lowered;
+        let mut args = GemmArgs::named(l, maps, ptrs, [m, n, k])?;
         let mut params = args.pointers();
         let grid = l
             .blocks(
@@ -166,11 +246,29 @@ impl GemmArgs {
         ptrs: [u64; 3],
         mnk: [usize; 3],
     ) -> Result<GemmArgs, CudaError> {
+        let named = [("a", ptrs[0]), ("b", ptrs[1]), ("c", ptrs[2])];
+        Self::named(l, maps, &named, mnk)
+    }
+
+    /// As [`Self::new`], the device pointers given by tensor name (`gemm_fp8` adds `scale_a`,
+    /// `scale_b`); the maps are A's, B's and C's.
+    pub(crate) fn named(
+        l: &Lowered,
+        maps: [cu::CUtensorMap; 3],
+        ptrs: &[(&str, u64)],
+        mnk: [usize; 3],
+    ) -> Result<GemmArgs, CudaError> {
         let globals: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
         let tensor = |name: &str| -> Result<usize, CudaError> {
             ["a", "b", "c"]
                 .iter()
                 .position(|x| *x == name)
+                .ok_or_else(|| invalid(format!("lowered GEMM has a tensor map of `{name}`")))
+        };
+        let pointer = |name: &str| -> Result<u64, CudaError> {
+            ptrs.iter()
+                .find(|(n, _)| *n == name)
+                .map(|&(_, p)| p)
                 .ok_or_else(|| invalid(format!("lowered GEMM takes an unknown tensor `{name}`")))
         };
         let mut out = GemmArgs {
@@ -187,7 +285,7 @@ impl GemmArgs {
                     out.slots.push((0, out.maps.len() - 1));
                 }
                 KernelArg::Global { name } => {
-                    out.ptrs.push(ptrs[tensor(name)?]);
+                    out.ptrs.push(pointer(name)?);
                     out.slots.push((1, out.ptrs.len() - 1));
                 }
                 KernelArg::Param { name } => {
@@ -219,5 +317,40 @@ impl GemmArgs {
                 _ => (&mut ints[i] as *mut u32).cast::<c_void>(),
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The lowered `gemm_fp8` takes its tensors by name: three tensor maps (A, B, C), then the pointers
+    /// of `a, b, scale_a, scale_b, c` in declaration order, then `m, n, k`; a missing scale is refused
+    /// by name rather than launched with a wrong argument list.
+    #[test]
+    fn fp8_arguments_follow_the_lowering() {
+        let k = kittens_kernels::by_name("gemm_fp8")
+            .and_then(|e| e.build_for(kittens_hw::Target::Sm90a))
+            .unwrap();
+        let l = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a).unwrap();
+        // SAFETY: the opaque map struct accepts any bits; nothing dereferences these.
+        let maps: [cu::CUtensorMap; 3] = unsafe { std::mem::zeroed() };
+        let ptrs = [
+            ("c", 5u64),
+            ("scale_b", 4),
+            ("a", 1),
+            ("scale_a", 3),
+            ("b", 2),
+        ];
+        let args = GemmArgs::named(&l, maps, &ptrs, [10, 20, 32]).unwrap();
+        assert_eq!(args.maps.len(), 3);
+        assert_eq!(args.ptrs, [1, 2, 3, 4, 5]);
+        assert_eq!(args.ints, [10, 20, 32]);
+        assert_eq!(args.slots.len(), l.args.len());
+        let no_scale_a = [ptrs[0], ptrs[1], ptrs[2], ptrs[4]];
+        let e = GemmArgs::named(&l, maps, &no_scale_a, [10, 20, 32])
+            .err()
+            .expect("scale_a missing");
+        assert!(e.to_string().contains("scale_a"), "{e}");
     }
 }

@@ -139,6 +139,19 @@ pub fn check_tensor_map_2d(
     box_cols: u32,
     buf_bytes: usize,
 ) -> Result<(), SizeError> {
+    check_tensor_map_2d_of(rows, cols, box_rows, box_cols, 2, buf_bytes)
+}
+
+/// [`check_tensor_map_2d`] for elements of `elem_bytes` (1 for fp8, whose rows then need a multiple
+/// of 16 elements).
+pub fn check_tensor_map_2d_of(
+    rows: u64,
+    cols: u64,
+    box_rows: u32,
+    box_cols: u32,
+    elem_bytes: u64,
+    buf_bytes: usize,
+) -> Result<(), SizeError> {
     for (what, v) in [("tensor map rows", rows), ("tensor map columns", cols)] {
         if !(1..=1u64 << 32).contains(&v) {
             return Err(SizeError::OutOfRange {
@@ -151,7 +164,7 @@ pub fn check_tensor_map_2d(
     }
     to_u32("tensor map box rows", box_rows as u64, 1, 256)?;
     to_u32("tensor map box columns", box_cols as u64, 1, 256)?;
-    let pitch = bytes_of("tensor map row pitch", &[cols], 2)?;
+    let pitch = bytes_of("tensor map row pitch", &[cols], elem_bytes)?;
     if !pitch.is_multiple_of(16) || pitch >= 1 << 40 {
         return Err(SizeError::OutOfRange {
             what: format!("tensor map row pitch {pitch} bytes (a multiple of 16)"),
@@ -160,7 +173,7 @@ pub fn check_tensor_map_2d(
             max: (1 << 40) - 16,
         });
     }
-    check_buffer("tensor map", rows, cols, 2, buf_bytes)
+    check_buffer("tensor map", rows, cols, elem_bytes, buf_bytes)
 }
 
 /// A bf16 tensor map of 1 to 5 dimensions (innermost first, unit stride) within

@@ -1,7 +1,8 @@
 //! CUDA for NVIDIA Hopper (sm_90a): NVRTC compilation ([`nvrtc`](mod@nvrtc)) with a checked on-disk cache
 //! ([`cache`]), the driver API (devices, buffers, streams, events, launches, tensor maps: [`driver`]),
-//! cuBLAS for reference GEMMs ([`cublas`]), the GEMM benchmark ([`bench`](mod@bench), judged by the one
-//! test rule, `kittens_kernels::reference::check_rule`). Sizes are checked before they reach the driver ([`limits`]). Every library is
+//! cuBLAS for reference GEMMs ([`cublas`]) and cuBLASLt for the FP8 one ([`cublaslt`]), the GEMM
+//! benchmarks ([`bench`](mod@bench); [`bench_fp8`] for `gemm_fp8`), judged by the one test rule,
+//! `kittens_kernels::reference::check_rule`. Sizes are checked before they reach the driver ([`limits`]). Every library is
 //! loaded at run time through `cudarc` (docs/architecture.md principle 5), from absolute paths only ([`libs`]):
 //! building needs no CUDA, and a machine without a driver gets [`CudaError::NoDriver`] instead of a
 //! crash.
@@ -10,6 +11,7 @@ pub mod args;
 pub mod attn;
 pub mod bench;
 pub mod bench_check;
+pub mod bench_fp8;
 pub mod bench_mem;
 pub mod bench_shapes;
 pub mod bench_time;
@@ -18,6 +20,7 @@ pub mod caller;
 pub mod caller_attn;
 pub mod caller_mem;
 pub mod cublas;
+pub mod cublaslt;
 pub mod driver;
 pub mod gemm_kernel;
 pub mod gemm_pad;

@@ -1,0 +1,108 @@
+//! `kittens bench gemm_fp8`: the FP8 GEMM tile program lowered for sm_90a against cuBLASLt's FP8 GEMM
+//! in the same run (`kittens_runtime::cuda::bench_fp8`): e4m3 inputs, the same per-tensor scales, bf16
+//! output; outputs compared with each other and with f64 on spot entries; timed against cuBLASLt with
+//! its default accumulation (the ratio) and with fast accumulation (reported beside it).
+
+use anyhow::{bail, Context};
+use kittens_kernels::gemm_bf16::GemmConfig;
+use kittens_runtime::cuda::bench::TileChoice;
+use kittens_runtime::cuda::bench_fp8::{run_fp8_bench, Fp8BenchReport, CHECKS};
+use kittens_runtime::cuda::CudaError;
+
+use super::bench::{options, print_table, utc_now, Args, BLayoutArg};
+
+/// The kernel's configuration: the registry's Hopper one, with `--block` / `--window` if given,
+/// checked by lowering it here (so a bad block is refused before any GPU is looked for).
+fn config(a: &Args) -> anyhow::Result<GemmConfig> {
+    let h100 = kittens_hw::Target::Sm90a.gpu().context("GPU catalog")?;
+    let mut cfg = GemmConfig::fp8_for_gpu(h100);
+    if let Some(b) = a.block {
+        cfg.block = b;
+    }
+    if let Some(w) = a.window {
+        if w == 0 {
+            bail!("--window must be at least 1");
+        }
+        cfg.remap = kittens_ir::GridOrder::GroupM { window: w };
+    }
+    let k = kittens_kernels::gemm_bf16::build(&cfg).context("building gemm_fp8 for sm_90a")?;
+    kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
+        .context("lowering gemm_fp8 for sm_90a")?;
+    Ok(cfg)
+}
+
+pub fn run(a: &Args) -> anyhow::Result<()> {
+    let cfg = config(a)?;
+    let mut opts = options(a)?;
+    if opts.tiles != TileChoice::Auto {
+        bail!(
+            "--tiles chooses gemm_bf16's blocks; gemm_fp8 takes --block (columns of C per block)"
+        );
+    }
+    if a.b_layout != BLayoutArg::Nk {
+        bail!("gemm_fp8 takes B as N x K only (fp8 wgmma reads K-major operands): --b-layout nk");
+    }
+    if a.checks == "default" {
+        opts.checks = CHECKS.to_vec();
+    }
+    let report = match run_fp8_bench(&cfg, &opts) {
+        Ok(r) => r,
+        Err(e @ (CudaError::NoDriver(_) | CudaError::NoDevice(_))) => bail!(
+            "no NVIDIA GPU: {e}. The FP8 GEMM's numerics run on the CPU with \
+             `kittens run gemm_fp8 --backend cpu` (or `--backend hip-emu`); no speed without a GPU."
+        ),
+        Err(e) => return Err(e).context("FP8 GEMM benchmark on the GPU"),
+    };
+    let doc = document(&report);
+    match a.json.as_deref() {
+        Some("-") => println!("{}", serde_json::to_string_pretty(&doc)?),
+        Some(path) => {
+            std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+                .with_context(|| format!("writing {path}"))?;
+            print(&report);
+        }
+        None => print(&report),
+    }
+    let g = &report.gemm;
+    let bad: Vec<String> = g
+        .rows
+        .iter()
+        .chain(&g.checks)
+        .filter(|r| !r.passed)
+        .map(|r| format!("{}x{}x{}: {}", r.m, r.n, r.k, r.verdict()))
+        .collect();
+    if !bad.is_empty() {
+        bail!(
+            "{} of {} FP8 GEMM rows failed:\n  {}",
+            bad.len(),
+            g.rows.len() + g.checks.len(),
+            bad.join("\n  ")
+        );
+    }
+    Ok(())
+}
+
+fn print(r: &Fp8BenchReport) {
+    print_table(&r.gemm);
+    println!(
+        "  (cuBLAS columns: cuBLASLt FP8, default accumulation; scales {:?})",
+        r.scales
+    );
+    for f in &r.fast_accum {
+        println!(
+            "  {}x{}x{}: cuBLASLt with fast accumulation {:.1} TFLOP/s, ours / it {:.3}; its C vs the default's {:.2e}, vs f64 {:.2e}, differs from ours in {} elements",
+            f.m, f.n, f.k, f.cublaslt_fast_tflops, f.ratio, f.rel_err_vs_default, f.spot_err, f.differing_from_ours
+        );
+    }
+}
+
+fn document(r: &Fp8BenchReport) -> serde_json::Value {
+    use kittens_runtime::build_info::BUILD;
+    serde_json::json!({
+        "benchmark": "gemm_fp8 vs cuBLASLt (C = (sa·A)·(sb·B)ᵀ, e4m3 in, bf16 out, fp32 accumulation)",
+        "date": utc_now(),
+        "commit": BUILD.commit,
+        "dirty": BUILD.dirty,
+        "report": r,
+    })
+}

@@ -1,0 +1,617 @@
+//! The FP8 GEMM benchmark behind `kittens bench gemm_fp8`: the Hopper `gemm_fp8` (e4m3 A and B,
+//! per-tensor f32 scales, bf16 C) against cuBLASLt's FP8 GEMM in the same run, same inputs, same
+//! scales.
+//!
+//! Two cuBLASLt configurations are timed beside ours, launch by launch: the default accumulation
+//! (partial sums promoted to fp32 registers at intervals: what `torch._scaled_mm` runs unless asked for
+//! fast accumulation) is the reference of every ratio; fast accumulation (the tensor core's
+//! accumulator throughout) is reported beside it, since our chain of `wgmma`s accumulates that way.
+//!
+//! Correctness as in the BF16 benchmark (`super::bench`): C poisoned with NaN, ours against cuBLASLt's
+//! over every element, and both against an f64 dot product of the fp8-rounded inputs times the scales
+//! at a few hundred random entries, judged by the test rule relative to cuBLASLt's own error
+//! (`kittens_kernels::reference::check_rule`). The shapes, the timing and the summary are the BF16
+//! benchmark's (`super::bench_shapes`, `super::bench_time`: launches fitted to a time budget per
+//! shape, estimated from one cuBLASLt launch; the geometric mean of the ratio over the timed shapes).
+
+use std::rc::Rc;
+
+use kittens_hw::dtype::DType;
+use kittens_ir::numerics::{from_bits, to_bits, Rounding};
+use kittens_kernels::gemm_bf16::shapes::HopperTile;
+use kittens_kernels::gemm_bf16::{BLayout, GemmConfig};
+use kittens_kernels::reference::{check_rule, SPOT_RULE_FLOOR};
+use serde::Serialize;
+
+use super::bench::{
+    summarise, GemmBenchOptions, GemmBenchReport, GemmBenchRow, KernelInfo, RowStatus,
+};
+use super::bench_check::{bf16_to_f32, compare, f32_to_bf16};
+use super::bench_shapes::{Shape, ShapeName};
+use super::bench_time::{iterations, time_launches, Launch};
+use super::cublaslt::{Accumulation, CublasLt};
+use super::driver::{Device, DeviceBuffer, Event, Stream, Swizzle, TensorMap};
+use super::gemm_kernel::GemmKernel;
+use super::gemm_pad::PadPlan;
+use super::limits::{check_memory, gemm_memory_need, host_mem_available, rotation_copies};
+use super::CudaError;
+
+/// The per-tensor scales of every run: not powers of two, so a scale applied twice or not at all
+/// shows in the error.
+pub const SCALES: [f32; 2] = [0.7, 1.3];
+
+/// Correctness-only shapes: partial tiles at every edge, a K with a partial K step (K a multiple of
+/// 16: fp8 rows of TMA and cuBLASLt are 16-byte multiples; N of 8: bf16 C rows), K below one K step,
+/// an odd M, and a problem smaller than one tile.
+pub const CHECKS: [(usize, usize, usize); 5] = [
+    (1000, 1032, 528),
+    (128, 256, 64),
+    (4160, 8184, 1040),
+    (1001, 264, 272),
+    (77, 40, 16),
+];
+
+/// Our C against cuBLASLt's over all elements (both bf16 roundings of nearly the same fp32 sums).
+const TOLERANCE: f64 = 1e-2;
+
+/// cuBLASLt with fast accumulation, per timed shape.
+#[derive(Clone, Debug, Serialize)]
+pub struct FastAccumRow {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub cublaslt_fast_ms: f64,
+    pub cublaslt_fast_tflops: f64,
+    /// ours / cuBLASLt-with-fast-accumulation throughput.
+    pub ratio: f64,
+    /// ‖fast − default‖_F / ‖default‖_F: what fast accumulation costs cuBLASLt in accuracy.
+    pub rel_err_vs_default: f64,
+    /// Elements of C where ours and cuBLASLt-with-fast-accumulation differ in any bit.
+    pub differing_from_ours: usize,
+    /// Its max |x − ref| / rms(ref) on the spot-checked entries (as `spot_err_cublas`).
+    pub spot_err: f64,
+}
+
+/// The run: the BF16 benchmark's report (its `cublas` columns are cuBLASLt with the default
+/// accumulation) and the fast-accumulation figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct Fp8BenchReport {
+    #[serde(flatten)]
+    pub gemm: GemmBenchReport,
+    pub scales: [f32; 2],
+    pub fast_accum: Vec<FastAccumRow>,
+}
+
+/// e4m3 (OCP) bytes of uniform values in [-2, 2), rounded to nearest even, from a xorshift64* stream
+/// on all cores.
+pub fn random_e4m3(len: usize, seed: u64) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let chunk = len.div_ceil(threads).max(1);
+    std::thread::scope(|s| {
+        for (i, part) in out.chunks_mut(chunk).enumerate() {
+            s.spawn(move || {
+                let mut x = seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1)) | 1;
+                for v in part {
+                    x ^= x >> 12;
+                    x ^= x << 25;
+                    x ^= x >> 27;
+                    let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+                    let u = (r >> 40) as f32 / (1u64 << 24) as f32;
+                    *v = to_bits(4.0 * u - 2.0, DType::Fp8E4m3, Rounding::Rtne) as u8;
+                }
+            });
+        }
+    });
+    out
+}
+
+/// The value of every e4m3 byte.
+fn e4m3_table() -> [f64; 256] {
+    std::array::from_fn(|b| from_bits(b as u32, DType::Fp8E4m3) as f64)
+}
+
+/// Builds `cfg` (a `gemm_fp8` configuration: `GemmConfig::fp8_for_gpu`, perhaps with another block
+/// or grid order), lowers it for sm_90a, and runs every shape of `opts` against cuBLASLt (B `N × K`:
+/// `opts.tiles` and `opts.b_layout` are the BF16 benchmark's and do not apply).
+pub fn run_fp8_bench(
+    cfg: &GemmConfig,
+    opts: &GemmBenchOptions,
+) -> Result<Fp8BenchReport, CudaError> {
+    if opts.b_layout != BLayout::Nk || cfg.b_layout != BLayout::Nk {
+        return Err(CudaError::Invalid(
+            "gemm_fp8 takes B as N x K only (fp8 wgmma reads K-major operands)".into(),
+        ));
+    }
+    let tile = HopperTile {
+        rows: cfg.block_rows,
+        cols: cfg.block,
+    };
+    let k = kittens_kernels::gemm_bf16::build(cfg)
+        .map_err(|e| CudaError::Invalid(format!("gemm_fp8 {tile}: {e}")))?;
+    let lowered = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
+        .map_err(|e| CudaError::Invalid(format!("lowering gemm_fp8 {tile}: {e}")))?;
+    let dev = Device::open(0)?;
+    if dev.compute_capability != (9, 0) {
+        return Err(CudaError::Invalid(format!(
+            "{} is compute capability {:?}; the Hopper kernel needs 9.0 (sm_90a)",
+            dev.name, dev.compute_capability
+        )));
+    }
+    let kernel = GemmKernel::load(&dev, lowered, tile, BLayout::Nk)?;
+    eprintln!(
+        "  {} ({tile}, {} stages): {} registers, {} spills, persistent grid of {} blocks",
+        kernel.name,
+        kernel.stages,
+        kernel.compile.registers,
+        kernel.compile.spill_stores + kernel.compile.spill_loads,
+        kernel.resident
+    );
+    let stream = Stream::new()?;
+    let lt = CublasLt::new(&dev)?;
+    let mut scales = Vec::new();
+    for s in SCALES {
+        let mut b = dev.alloc(4)?;
+        b.upload(&[s])?;
+        scales.push(b);
+    }
+    dev.synchronize()?;
+    let run = Runner {
+        dev: &dev,
+        kernel: &kernel,
+        lt: &lt,
+        stream: &stream,
+        opts,
+        scales: [&scales[0], &scales[1]],
+    };
+    let total = opts.shapes.len();
+    let (mut rows, mut fast) = (Vec::new(), Vec::new());
+    for (i, &shape) in opts.shapes.iter().enumerate() {
+        let (row, f) = run.row(shape, opts.seed.wrapping_add(i as u64), true);
+        let fast_tf = f.as_ref().map_or(f64::NAN, |f| f.cublaslt_fast_tflops);
+        let fast_ratio = f.as_ref().map_or(f64::NAN, |f| f.ratio);
+        eprintln!(
+            "  [{}/{total}] {:>18}: ours {:7.1} TFLOP/s, cuBLASLt {:7.1} (fast accumulation {:7.1}), ratio {:.3} ({:.3}), err vs cuBLASLt {:.2e}, {} launches, {}",
+            i + 1,
+            ShapeName(shape).to_string(),
+            row.ours_tflops,
+            row.cublas_tflops,
+            fast_tf,
+            row.ratio,
+            fast_ratio,
+            row.rel_err_vs_cublas,
+            row.iters,
+            row.verdict()
+        );
+        rows.push(row);
+        fast.extend(f);
+    }
+    let mut checks = Vec::new();
+    for (i, &shape) in opts.checks.iter().enumerate() {
+        let (row, _) = run.row(shape, opts.seed ^ (i as u64 + 77), false);
+        eprintln!(
+            "  check {}: err vs cuBLASLt {:.2e}, vs f64 {:.2e} (cuBLASLt {:.2e}), {}",
+            ShapeName(shape),
+            row.rel_err_vs_cublas,
+            row.spot_err_ours,
+            row.spot_err_cublas,
+            row.verdict()
+        );
+        checks.push(row);
+    }
+    let summary = summarise(&rows, &checks);
+    Ok(Fp8BenchReport {
+        gemm: GemmBenchReport {
+            device: dev.name.clone(),
+            compute_capability: dev.compute_capability,
+            multiprocessors: dev.multiprocessors,
+            l2_bytes: dev.l2_bytes,
+            driver_version: dev.driver_version,
+            cublas: lt.library.clone(),
+            b_layout: BLayout::Nk,
+            kernels: vec![KernelInfo {
+                tile: tile.to_string(),
+                entry: kernel.name.clone(),
+                stages: kernel.stages,
+                compile: kernel.compile.clone(),
+            }],
+            warmup: opts.warmup,
+            budget_ms: opts.budget_ms,
+            timing: opts.timing,
+            rows,
+            checks,
+            summary,
+        },
+        scales: SCALES,
+        fast_accum: fast,
+    })
+}
+
+struct Runner<'a> {
+    dev: &'a Rc<Device>,
+    kernel: &'a GemmKernel,
+    lt: &'a CublasLt,
+    stream: &'a Stream,
+    opts: &'a GemmBenchOptions,
+    scales: [&'a DeviceBuffer; 2],
+}
+
+/// Inputs of one shape: `copies` identical A and B (different addresses, for the L2 rotation).
+struct Inputs {
+    a_host: Vec<u8>,
+    b_host: Vec<u8>,
+    a: Vec<DeviceBuffer>,
+    b: Vec<DeviceBuffer>,
+}
+
+impl Runner<'_> {
+    /// One row (and, when timed, its fast-accumulation figures): a shape that cannot run becomes a
+    /// row that says why, and the run goes on.
+    fn row(&self, shape: Shape, seed: u64, timed: bool) -> (GemmBenchRow, Option<FastAccumRow>) {
+        let (mut row, fast) = self
+            .attempt(shape, seed, timed)
+            .unwrap_or_else(|e| (GemmBenchRow::error(shape, &e), None));
+        row.tile = Some(self.kernel.tile.to_string());
+        (row, fast)
+    }
+
+    fn attempt(
+        &self,
+        shape: Shape,
+        seed: u64,
+        timed: bool,
+    ) -> Result<(GemmBenchRow, Option<FastAccumRow>), CudaError> {
+        let (m, n, k) = shape;
+        self.kernel.check_shape(m, n, k)?;
+        // The limits count bf16 operands: twice the fp8 bytes, so the host and device need is an upper
+        // bound, and twice the L2 multiple gives the fp8 copies the same span.
+        let copies = if timed {
+            rotation_copies(shape, self.dev.l2_bytes, 2 * self.opts.l2_multiple)?
+        } else {
+            1
+        };
+        let need = gemm_memory_need(shape, copies)?;
+        let host = host_mem_available().ok_or_else(|| {
+            CudaError::Invalid("cannot read MemAvailable from /proc/meminfo".into())
+        })?;
+        let (free, _) = self.dev.mem_info()?;
+        check_memory(
+            &format!("FP8 GEMM {m}x{n}x{k} with {copies} input copies"),
+            need,
+            host,
+            free,
+        )?;
+        let inp = self.inputs(shape, seed, copies)?;
+        self.measure(&inp, shape, seed, timed)
+    }
+
+    fn inputs(
+        &self,
+        (m, n, k): (usize, usize, usize),
+        seed: u64,
+        copies: u64,
+    ) -> Result<Inputs, CudaError> {
+        let a_host = random_e4m3(m * k, seed);
+        let b_host = random_e4m3(n * k, seed ^ 0xA5A5_A5A5);
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for i in 0..copies {
+            let (mut da, mut db) = (self.dev.alloc(m * k)?, self.dev.alloc(n * k)?);
+            if i == 0 {
+                da.upload(&a_host)?;
+                db.upload(&b_host)?;
+            } else {
+                da.copy_from(&a[0])?;
+                db.copy_from(&b[0])?;
+            }
+            a.push(da);
+            b.push(db);
+        }
+        self.dev.synchronize()?;
+        Ok(Inputs {
+            a_host,
+            b_host,
+            a,
+            b,
+        })
+    }
+
+    fn measure(
+        &self,
+        inp: &Inputs,
+        (m, n, k): (usize, usize, usize),
+        seed: u64,
+        timed: bool,
+    ) -> Result<(GemmBenchRow, Option<FastAccumRow>), CudaError> {
+        let (kernel, stream, lt) = (self.kernel, self.stream, self.lt);
+        let [ta, tb, _] = kernel.maps;
+        let (ar, ac, br, bc) = (ta.box_rows, ta.box_cols, tb.box_rows, tb.box_cols);
+        let maps = inp
+            .a
+            .iter()
+            .zip(&inp.b)
+            .map(|(da, db)| {
+                Ok((
+                    TensorMap::fp8_2d(da, m as u64, k as u64, ar, ac, Swizzle::B128)?,
+                    TensorMap::fp8_2d(db, n as u64, k as u64, br, bc, Swizzle::B128)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, CudaError>>()?;
+        let mut c_ours = self.dev.alloc(m * n * 2)?;
+        let mut c_ref = self.dev.alloc(m * n * 2)?;
+        let mut c_fast = self.dev.alloc(m * n * 2)?;
+        // A check-only shape cuBLASLt refuses (its FP8 alignment rules) is judged against f64 alone.
+        let plan = match lt.plan_fp8(m, n, k, self.scales, Accumulation::Promoted) {
+            Ok(p) => p,
+            Err(e) if !timed => {
+                return self.measure_alone(inp, &maps[0], &mut c_ours, (m, n, k), seed, &e)
+            }
+            Err(e) => return Err(e),
+        };
+        let plan_fast = lt.plan_fp8(m, n, k, self.scales, Accumulation::Fast)?;
+        for c in [&mut c_ours, &mut c_ref, &mut c_fast] {
+            c.fill_u16(0x7fc0)?;
+        }
+        self.dev.synchronize()?;
+        let c_map = self.c_map(&c_ours, m, n)?;
+        let ours = |i: usize| {
+            let s = i % maps.len();
+            kernel.launch_scaled(
+                stream,
+                &maps[s],
+                &inp.a[s],
+                &inp.b[s],
+                self.scales,
+                &(c_map, &c_ours),
+                m,
+                n,
+                k,
+            )
+        };
+        ours(0)?;
+        lt.run(&plan, stream, &inp.a[0], &inp.b[0], &mut c_ref)?;
+        lt.run(&plan_fast, stream, &inp.a[0], &inp.b[0], &mut c_fast)?;
+        stream.synchronize()?;
+        let mut host = [vec![0u16; m * n], vec![0u16; m * n], vec![0u16; m * n]];
+        c_ours.download(&mut host[0])?;
+        c_ref.download(&mut host[1])?;
+        c_fast.download(&mut host[2])?;
+        let cmp = compare(&host[0], &host[1]);
+        let fast_vs_default = compare(&host[2], &host[1]).rel_frobenius;
+        let (spot_ours, spot_ref, _) =
+            spot_check(inp, &host[0], &host[1], (m, n, k), self.opts, seed);
+        let (_, spot_fast, _) = spot_check(inp, &host[0], &host[2], (m, n, k), self.opts, seed);
+        let differing = host[0].iter().zip(&host[2]).filter(|(x, y)| x != y).count();
+
+        let (times, iters) = if timed {
+            let copies = inp.a.len();
+            // Launches as many as fit the time budget, estimated from one cuBLASLt launch.
+            let est = {
+                let (e0, e1) = (Event::new()?, Event::new()?);
+                e0.record(stream)?;
+                lt.run(&plan, stream, &inp.a[0], &inp.b[0], &mut c_ref)?;
+                e1.record(stream)?;
+                stream.synchronize()?;
+                f64::from(e0.elapsed_ms(&e1)?)
+            };
+            let o = self.opts;
+            let iters = iterations(est, o.budget_ms, o.min_iters, o.iters);
+            let mut f0 = ours;
+            let mut f1 = |i: usize| {
+                lt.run(
+                    &plan,
+                    stream,
+                    &inp.a[i % copies],
+                    &inp.b[i % copies],
+                    &mut c_ref,
+                )
+            };
+            let mut f2 = |i: usize| {
+                let s = i % copies;
+                lt.run(&plan_fast, stream, &inp.a[s], &inp.b[s], &mut c_fast)
+            };
+            let mut fs: [Launch<'_>; 3] = [&mut f0, &mut f1, &mut f2];
+            let t = time_launches(stream, o.warmup.min(iters), iters, o.timing, &mut fs)?;
+            (t, iters)
+        } else {
+            (vec![f64::NAN; 3], 0)
+        };
+        let (ours_ms, ref_ms, fast_ms) = (times[0], times[1], times[2]);
+        let flop = 2.0 * m as f64 * n as f64 * k as f64;
+        let tf = |ms: f64| flop / ms * 1e-9;
+        let passed = cmp.non_finite == 0
+            && cmp.rel_frobenius < TOLERANCE
+            && check_rule(spot_ours, spot_ref, SPOT_RULE_FLOOR).passed;
+        let row = GemmBenchRow {
+            status: if passed {
+                RowStatus::Ok
+            } else {
+                RowStatus::Failed
+            },
+            error: None,
+            m,
+            n,
+            k,
+            tile: None,
+            chosen: true,
+            model_us: f64::NAN,
+            padded: PadPlan::default(),
+            pad_ms: f64::NAN,
+            ours_ms,
+            cublas_ms: ref_ms,
+            ours_tflops: tf(ours_ms),
+            cublas_tflops: tf(ref_ms),
+            ratio: ref_ms / ours_ms,
+            iters,
+            rel_err_vs_cublas: cmp.rel_frobenius,
+            max_err_vs_cublas: cmp.max_rel,
+            spot_err_ours: spot_ours,
+            spot_err_cublas: spot_ref,
+            non_finite: cmp.non_finite,
+            input_copies: inp.a.len(),
+            passed,
+        };
+        let fast = timed.then(|| FastAccumRow {
+            m,
+            n,
+            k,
+            cublaslt_fast_ms: fast_ms,
+            cublaslt_fast_tflops: tf(fast_ms),
+            ratio: fast_ms / ours_ms,
+            rel_err_vs_default: fast_vs_default,
+            differing_from_ours: differing,
+            spot_err: spot_fast,
+        });
+        Ok((row, fast))
+    }
+
+    /// C's bf16 tensor map in the boxes of the lowering's store.
+    fn c_map<'b>(
+        &self,
+        c: &'b DeviceBuffer,
+        m: usize,
+        n: usize,
+    ) -> Result<TensorMap<'b>, CudaError> {
+        let tc = self.kernel.maps[2];
+        let sw = Swizzle::from_bytes(tc.swizzle_bytes)?;
+        TensorMap::bf16_2d(c, m as u64, n as u64, tc.box_rows, tc.box_cols, sw)
+    }
+
+    /// A check-only shape without cuBLASLt: ours against f64, with the error of the f64 result
+    /// rounded to bf16 (the best a bf16 output can do) as the rule's baseline; `why` says so in the
+    /// row.
+    fn measure_alone(
+        &self,
+        inp: &Inputs,
+        maps: &(TensorMap, TensorMap),
+        c_ours: &mut DeviceBuffer,
+        (m, n, k): (usize, usize, usize),
+        seed: u64,
+        why: &CudaError,
+    ) -> Result<(GemmBenchRow, Option<FastAccumRow>), CudaError> {
+        c_ours.fill_u16(0x7fc0)?;
+        self.dev.synchronize()?;
+        let c_map = self.c_map(c_ours, m, n)?;
+        self.kernel.launch_scaled(
+            self.stream,
+            maps,
+            &inp.a[0],
+            &inp.b[0],
+            self.scales,
+            &(c_map, c_ours),
+            m,
+            n,
+            k,
+        )?;
+        self.stream.synchronize()?;
+        let mut ours = vec![0u16; m * n];
+        c_ours.download(&mut ours)?;
+        let non_finite = ours
+            .iter()
+            .filter(|&&h| !bf16_to_f32(h).is_finite())
+            .count();
+        let (spot_ours, _, rounding) = spot_check(inp, &ours, &ours, (m, n, k), self.opts, seed);
+        let passed = non_finite == 0 && check_rule(spot_ours, rounding, SPOT_RULE_FLOOR).passed;
+        let mut row = GemmBenchRow::error((m, n, k), why);
+        row.error = Some(format!(
+            "cuBLASLt refused the shape ({why}); judged against f64 alone"
+        ));
+        row.status = if passed {
+            RowStatus::Ok
+        } else {
+            RowStatus::Failed
+        };
+        (row.spot_err_ours, row.spot_err_cublas) = (spot_ours, rounding);
+        (row.non_finite, row.input_copies, row.passed) = (non_finite, 1, passed);
+        Ok((row, None))
+    }
+}
+
+/// f64 dot products of the fp8 inputs, times both scales, at `opts.spot_checks` random entries;
+/// returns (ours, cuBLASLt, the f64 result rounded to bf16) as max |x − ref| / rms(ref).
+fn spot_check(
+    inp: &Inputs,
+    ours: &[u16],
+    reference: &[u16],
+    (m, n, k): (usize, usize, usize),
+    opts: &GemmBenchOptions,
+    seed: u64,
+) -> (f64, f64, f64) {
+    let table = e4m3_table();
+    let scale = SCALES[0] as f64 * SCALES[1] as f64;
+    let mut x = seed | 1;
+    let mut next = |bound: usize| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x % bound as u64) as usize
+    };
+    let count = opts.spot_checks.max(1);
+    let (mut e_ours, mut e_ref, mut e_round, mut sum2) = (0f64, 0f64, 0f64, 0f64);
+    for _ in 0..count {
+        let (i, j) = (next(m), next(n));
+        let (ra, rb) = (
+            &inp.a_host[i * k..(i + 1) * k],
+            &inp.b_host[j * k..(j + 1) * k],
+        );
+        let dot: f64 = ra
+            .iter()
+            .zip(rb)
+            .map(|(&p, &q)| table[p as usize] * table[q as usize])
+            .sum();
+        let exact = scale * dot;
+        sum2 += exact * exact;
+        e_round = e_round.max((bf16_to_f32(f32_to_bf16(exact as f32)) as f64 - exact).abs());
+        let o = bf16_to_f32(ours[i * n + j]) as f64;
+        let r = bf16_to_f32(reference[i * n + j]) as f64;
+        e_ours = if o.is_finite() {
+            e_ours.max((o - exact).abs())
+        } else {
+            f64::INFINITY
+        };
+        e_ref = if r.is_finite() {
+            e_ref.max((r - exact).abs())
+        } else {
+            f64::INFINITY
+        };
+    }
+    let rms = (sum2 / count as f64).sqrt().max(f64::MIN_POSITIVE);
+    (e_ours / rms, e_ref / rms, e_round / rms)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The generated inputs are e4m3 values of the intended range, rounded (not truncated): their
+    /// mean is near 0 and their variance near that of uniform [-2, 2) (4/3), and no NaN pattern occurs.
+    #[test]
+    fn random_e4m3_inputs_cover_the_range() {
+        let v = random_e4m3(200_000, 3);
+        let t = e4m3_table();
+        assert!(v.iter().all(|&b| b & 0x7f != 0x7f), "no NaN pattern");
+        let f: Vec<f64> = v.iter().map(|&b| t[b as usize]).collect();
+        assert!(f.iter().all(|x| (-2.0..=2.0).contains(x)));
+        let mean = f.iter().sum::<f64>() / f.len() as f64;
+        let var = f.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / f.len() as f64;
+        assert!(
+            mean.abs() < 0.02 && (var - 4.0 / 3.0).abs() < 0.03,
+            "mean {mean} var {var}"
+        );
+        // Values below 2^-6 are e4m3 subnormals: some of them occur (|x| < 1/64 is 1/256 of the range).
+        assert!(f.iter().any(|x| x.abs() < 1.0 / 64.0 && *x != 0.0));
+    }
+
+    /// The table decodes the OCP e4m3 extremes: 448 the largest finite value, 2^-9 the smallest
+    /// subnormal, 0x7f NaN.
+    #[test]
+    fn e4m3_table_extremes() {
+        let t = e4m3_table();
+        assert_eq!(t[0x7e], 448.0);
+        assert_eq!(t[0xfe], -448.0);
+        assert_eq!(t[0x01], 2f64.powi(-9));
+        assert!(t[0x7f].is_nan());
+        assert_eq!(t[0x38], 1.0);
+    }
+}
