@@ -125,6 +125,8 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         group_open: false,
         in_turn: false,
         turn_wait: false,
+        owed_wait: false,
+        waited: BTreeSet::new(),
         cap,
         offsets,
         bars: bar_first,
@@ -253,6 +255,14 @@ pub(super) struct Emit<'k> {
     pub(super) in_turn: bool,
     /// A group committed during the turn waits (`wait_group 1`) after the turn ends.
     pub(super) turn_wait: bool,
+    /// A group was committed and its `wait_group 1` (retire the previous group, hand its slots back)
+    /// is not yet emitted: deferred to the next barrier, loop edge or `mma`, or dropped when a
+    /// `wait_group 0` comes first ([`Emit::settle`]).
+    pub(super) owed_wait: bool,
+    /// `full` barriers (first barrier of the ring, slot index as C) already waited on in this
+    /// hand-off epoch on every path here: a second wait on the same phase is dropped, so that a
+    /// commit group's `wgmma`s follow each other with no wait loop between them.
+    pub(super) waited: BTreeSet<(u32, String)>,
     pub(super) cap: u32,
     pub(super) offsets: Vec<u32>,
     /// First mbarrier (= first bit of the phase masks) of each shared ring.
@@ -396,7 +406,9 @@ impl Emit<'_> {
         self.line("for (u32 kt_tile = blockIdx.x; kt_tile < kt_tiles; kt_tile += gridDim.x) {");
         self.depth += 1;
         self.grid()?;
+        self.waited.clear();
         self.stmts(body)?;
+        self.settle();
         self.depth -= 1;
         self.line("}");
         Ok(())
@@ -446,6 +458,8 @@ impl Emit<'_> {
                     body,
                 } => {
                     let v = cexpr::var_name(self.k, var.0);
+                    self.settle();
+                    self.waited.clear();
                     self.line(format!(
                         "for (int {v} = {}; {v} < {}; ++{v}) {{",
                         self.ex(start),
@@ -454,19 +468,35 @@ impl Emit<'_> {
                     self.loops += 1;
                     // Whatever the previous iteration left in flight is pending at the head.
                     self.unknown = true;
-                    self.nested(body)?;
+                    self.depth += 1;
+                    self.stmts(body)?;
+                    // The back edge: the next iteration may open another epoch.
+                    self.settle();
+                    self.depth -= 1;
+                    self.waited.clear();
                     self.unknown = true;
                     self.loops -= 1;
                     self.line("}");
                 }
                 Stmt::If { cond, then, els } => {
-                    // After the branch, a chain is pending if it is on either path.
-                    let (before, unknown) = (self.pending.clone(), self.unknown);
+                    // A deferred wait goes into the branches only when they hold register work
+                    // alone: a barrier, loop or `mma` on one path must find it emitted.
+                    if !then.iter().chain(els).all(plain_op) {
+                        self.settle();
+                    }
+                    // After the branch, a chain is pending (a wait owed) if it is on either path;
+                    // a barrier waited on inside a branch is not waited on along the other.
+                    let (before, unknown, owed) =
+                        (self.pending.clone(), self.unknown, self.owed_wait);
+                    let waited = self.waited.clone();
                     self.line(format!("if {} {{", self.cond(cond)));
                     self.nested(then)?;
-                    let (then_pending, then_unknown) = (self.pending.clone(), self.unknown);
+                    let (then_pending, then_unknown, then_owed) =
+                        (self.pending.clone(), self.unknown, self.owed_wait);
                     self.pending = before;
                     self.unknown = unknown;
+                    self.owed_wait = owed;
+                    self.waited = waited.clone();
                     if !els.is_empty() {
                         self.line("} else {");
                         self.nested(els)?;
@@ -474,12 +504,15 @@ impl Emit<'_> {
                     self.line("}");
                     self.pending.extend(then_pending);
                     self.unknown |= then_unknown;
+                    self.owed_wait |= then_owed;
+                    self.waited = waited;
                 }
                 Stmt::Cluster {
                     kind: ClusterKind::Compute,
                     label,
                     body,
                 } if self.role == Role::Consumer && self.consumer_wgs() > 1 => {
+                    self.settle();
                     self.turn(label, body)?
                 }
                 Stmt::Cluster { label, body, .. } => {
@@ -503,7 +536,7 @@ impl Emit<'_> {
     /// warpgroups pass one token around a ring of named barriers (FlashAttention-3's warp-scheduler
     /// barriers): warpgroup `w` waits on barrier `1 + w`, issues its `wgmma` groups, and arrives on
     /// the next one's, so one warpgroup's softmax runs while the other's matrix work does. The wait
-    /// for the previous group comes after the turn. Values and memory effects are the cluster's body.
+    /// for the previous group comes after the turn (deferred, [`Emit::settle`]). Values and memory effects are the cluster's body.
     fn turn(&mut self, label: &str, body: &[Stmt]) -> Result<(), CudaLowerError> {
         let n = self.consumer_wgs();
         self.line(format!("// cluster: {label} — this warpgroup's turn"));
@@ -517,10 +550,7 @@ impl Emit<'_> {
             128 * 2
         ));
         if std::mem::take(&mut self.turn_wait) {
-            self.line(
-                "kt::wgmma_wait<1>(); // the previous group has retired: its slots can go back",
-            );
-            self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
+            self.owed_wait = true;
         }
         Ok(())
     }
@@ -561,6 +591,9 @@ impl Emit<'_> {
                 },
                 Role::Consumer,
             ) => {
+                // The deferred wait releases slots of the epoch before this one only.
+                self.settle();
+                self.waited.clear();
                 self.line("// barrier: the slots read so far go back once their wgmmas retire");
                 self.line("kt_rel |= kt_held; kt_cpar ^= kt_held; kt_held = 0;");
                 Ok(())
@@ -588,6 +621,9 @@ impl Emit<'_> {
                 self.reg_op(op)
             }
             (Op::Mma { form, d, a, b, c }, Role::Consumer) => {
+                if !self.group_open {
+                    self.settle();
+                }
                 match a {
                     MmaOperand::Reg(ar) => self.mma_rs(*form, *d, *ar, b, c.as_ref())?,
                     MmaOperand::Shared(_) => self.mma(*form, *d, a, b, c.as_ref())?,
@@ -617,11 +653,28 @@ impl Emit<'_> {
         }
     }
 
+    /// Emits a deferred `wait_group 1` and the release of the slots it retires. Deferring it past the
+    /// register work that follows a commit matters on sm_90a: a `wait_group 1` while the just
+    /// committed group is in flight, followed by a `wait_group 0` before the accumulators are read,
+    /// made ptxas (NVRTC 13.0) serialise every `wgmma` of the attention kernel (C7514: it waited for
+    /// each before issuing the next); with the `wait_group 0` alone it pipelines them.
+    pub(super) fn settle(&mut self) {
+        if std::mem::take(&mut self.owed_wait) {
+            self.line(
+                "kt::wgmma_wait<1>(); // the previous group has retired: its slots can go back",
+            );
+            self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
+        }
+    }
+
     /// Before the accumulator is touched by anything but wgmma: every chain retires and its slots go
     /// back. Outside the loops, no slot is read before the next barrier (checked by `check_roles`), so
     /// the slots of this epoch go back too — the producer refills them during the epilogue.
     /// Slots of rings read for the whole tile go back at the first retire after the tile's loops.
     fn retire_all(&mut self) {
+        // `wait_group 0` retires what a deferred `wait_group 1` would have, and the release below
+        // hands back its slots.
+        self.owed_wait = false;
         self.line("kt::wgmma_wait<0>();");
         // The registers the retired chains wrote or read, pinned after the wait.
         let fenced: Vec<RegId> = if self.unknown {
@@ -651,6 +704,7 @@ impl Emit<'_> {
             self.line(format!("kt::reg_fence(r_{});", cname(self.k.reg(r))));
         }
         if self.loops == 0 {
+            self.waited.clear();
             self.line("kt_rel |= kt_held; kt_cpar ^= kt_held; kt_held = 0;");
             if self.resident.iter().any(|&r| r) {
                 self.line("kt_rel |= kt_res; kt_cpar ^= kt_res; kt_res = 0;");
@@ -680,6 +734,16 @@ impl Emit<'_> {
             self.ex_with(&v.col0, wave),
             s.tile.dtype.bytes()
         )
+    }
+}
+
+/// A statement that is register work only (no barrier, `mma`, loop or cluster): a wait deferred
+/// past it cannot release a slot too early.
+fn plain_op(s: &Stmt) -> bool {
+    match s {
+        Stmt::Op { op, .. } => !matches!(op, Op::Barrier { .. } | Op::Mma { .. }),
+        Stmt::If { then, els, .. } => then.iter().chain(els).all(plain_op),
+        _ => false,
     }
 }
 

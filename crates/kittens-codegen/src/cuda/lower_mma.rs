@@ -20,7 +20,7 @@ impl Emit<'_> {
 
     /// Closes a chain: nothing while the next statement is another `mma` (same commit group); else the
     /// commit, then `wait_group 1` (the previous group has retired, its slots go back) — after the
-    /// warpgroup's turn when inside one.
+    /// warpgroup's turn when inside one, else deferred ([`Emit::settle`]).
     fn chain_end(&mut self) {
         if self.group_continues {
             self.group_open = true;
@@ -31,10 +31,7 @@ impl Emit<'_> {
         if self.in_turn {
             self.turn_wait = true;
         } else {
-            self.line(
-                "kt::wgmma_wait<1>(); // the previous group has retired: its slots can go back",
-            );
-            self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
+            self.owed_wait = true;
         }
     }
 
@@ -95,11 +92,9 @@ impl Emit<'_> {
             self.smem_addr(av, "kt_wave0"),
             self.smem_addr(bv, "kt_wave0")
         ));
-        self.line("kt::mbarrier_wait(KT_FULL(sa), (kt_cpar >> sa) & 1u);");
         // A and B filled together share the slot's barrier: one wait.
-        if self.bars[av.buf.0 as usize] != self.bars[bv.buf.0 as usize] || av.index != bv.index {
-            self.line("kt::mbarrier_wait(KT_FULL(sb), (kt_cpar >> sb) & 1u);");
-        }
+        self.wait_full(av, "sa");
+        self.wait_full(bv, "sb");
         let held = self.hold(&[av, bv]);
         self.line(held);
         self.chain_begin();
@@ -114,6 +109,20 @@ impl Emit<'_> {
         self.depth -= 1;
         self.line("}");
         Ok(())
+    }
+
+    /// Waits on the `full` barrier of `v`'s slot (named `name` in the emitted block) unless this epoch
+    /// already waited on it (the same ring's barriers, the same slot expression).
+    fn wait_full(&mut self, v: &SharedView, name: &str) {
+        let key = (
+            self.bars[v.buf.0 as usize],
+            self.ex_with(&v.index, "kt_wave0"),
+        );
+        if self.waited.insert(key) {
+            self.line(format!(
+                "kt::mbarrier_wait(KT_FULL({name}), (kt_cpar >> {name}) & 1u);"
+            ));
+        }
     }
 
     /// The bookkeeping line after waiting on the slots `sa` (and `sb`) of `views`: slots of
@@ -220,7 +229,7 @@ impl Emit<'_> {
             "const u32 b0 = {};",
             self.smem_addr(bv, "kt_wave0")
         ));
-        self.line("kt::mbarrier_wait(KT_FULL(sb), (kt_cpar >> sb) & 1u);");
+        self.wait_full(bv, "sb");
         let bit = if self.resident[bv.buf.0 as usize] {
             "kt_res |= 1u << sb;"
         } else {
