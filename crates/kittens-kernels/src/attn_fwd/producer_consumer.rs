@@ -18,8 +18,8 @@
 //! As in the GEMM's producer/consumer program, the program states the data flow and not the overlap:
 //! the barrier after each load is the hand-off of a slot, and the Hopper lowering turns it into
 //! full/empty mbarriers so that the producer runs up to `stages` key blocks ahead. The block order is
-//! written here: query blocks are visited last-first, so that with a causal mask the longest blocks
-//! start first (a persistent grid then fills the tail with short ones).
+//! written here: the query blocks of one head are adjacent (they share its K and V in L2) and visited
+//! last-first, so that with a causal mask the longest blocks of a head start first.
 
 use super::{declare_io, AttnConfig, Io, Softmax};
 use crate::KernelError;
@@ -72,13 +72,17 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         v: vg,
         o,
     } = declare_io(&mut k, cfg);
-    // Launch order: query block first, last block first (the longest under a causal mask).
+    // Launch order: the query blocks of one head next to each other (row-major, last extent fastest),
+    // so that the blocks running at once share their head's K and V in L2; inside a head the last
+    // block first (the longest under a causal mask). With the query block outermost instead, the 132
+    // blocks in flight each streamed a different head's K and V from DRAM: ncu on the H100 measured
+    // 84% of DRAM bandwidth for B16 H16 N4096 D128 (17.7 GB moved for 1.07 GB of Q, K, V and O).
     let n_qb = seq.ceil_div(BLOCK_Q as i64);
     k.grid(
-        vec![n_qb.clone(), batch.clone(), heads.clone()],
+        vec![batch.clone(), heads.clone(), n_qb.clone()],
         GridOrder::RowMajor,
     );
-    let (qb, b, h) = (n_qb - 1 - k.block(0), k.block(1), k.block(2));
+    let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - k.block(2));
     let hk = &h / (&heads / heads_kv.clone()); // GQA
 
     let halves = d / COLS;
