@@ -93,7 +93,7 @@ fn lowered_attention_compiles_for_sm_90a() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     use kittens_kernels::attn_fwd::{build, AttnConfig};
     let mut kernels = vec![registry];
-    let mut turns = vec![false];
+    let (mut turns, mut dims) = (vec![false], vec![128]);
     // With and without the consumer warpgroups' turns (named barriers), and every configuration
     // the benchmark times (both head dimensions, causal or not, no turns).
     for (dim, causal, pingpong) in [
@@ -104,6 +104,7 @@ fn lowered_attention_compiles_for_sm_90a() {
         (64, true, false),
     ] {
         turns.push(pingpong);
+        dims.push(dim);
         let cfg = AttnConfig {
             dim,
             causal,
@@ -123,7 +124,7 @@ fn lowered_attention_compiles_for_sm_90a() {
         for needle in [
             "kt::tma_load_4d(",
             "kt::wgmma_m64n",
-            "_bf16_rs_tb(",
+            "_bf16_rs_tb",
             "kt::desc_mnmajor_sw128(",
             "kt::pack_bf16x2(",
             "setmaxnreg_dec<40>",
@@ -155,6 +156,12 @@ fn lowered_attention_compiles_for_sm_90a() {
                 .all(|w| !w.contains("C7508") && !w.contains("serialized")),
             "setmaxnreg ignored or wgmma serialized: {:?}",
             r.warnings
+        );
+        // At head dimension 128, O += P·V is one N = 128 chain over both halves of V.
+        assert_eq!(
+            l.source.contains("_bf16_rs_tb_split(r_o0, r_o1,"),
+            dims[i] == 128,
+            "the P·V pair fuses exactly at head dimension 128"
         );
         assert_eq!(
             l.source.contains("kt::named_barrier_arrive("),

@@ -118,6 +118,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         maps: Vec::new(),
         wgmma_n: BTreeSet::new(),
         wgmma_rs: BTreeSet::new(),
+        wgmma_rs_split: BTreeSet::new(),
         pending: BTreeSet::new(),
         unknown: false,
         resident: resident_rings(k, roles.producer.1),
@@ -157,10 +158,13 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     args.extend(k.params.iter().map(|p| format!("int {}", ident(&p.name))));
     let shapes: Vec<(WgmmaInput, u32)> = e.wgmma_n.iter().map(|&n| (WgmmaInput::Bf16, n)).collect();
     let mut src = prelude_with(&shapes);
-    if !e.wgmma_rs.is_empty() {
+    if !e.wgmma_rs.is_empty() || !e.wgmma_rs_split.is_empty() {
         src.push_str("namespace kt {\n");
         for &(n, tb) in &e.wgmma_rs {
             src.push_str(&super::wgmma_rs_wrapper(n, tb));
+        }
+        for &(n, tb) in &e.wgmma_rs_split {
+            src.push_str(&super::wgmma_rs_wrapper_split(n, tb));
         }
         src.push_str("} // namespace kt\n");
     }
@@ -239,6 +243,8 @@ pub(super) struct Emit<'k> {
     pub(super) wgmma_n: BTreeSet<u32>,
     /// Register-A wgmma wrappers used: (N, B transposed).
     pub(super) wgmma_rs: BTreeSet<(u32, bool)>,
+    /// Register-A wgmma wrappers with D split over two accumulators (`lower_mma.rs`, fused pairs).
+    pub(super) wgmma_rs_split: BTreeSet<(u32, bool)>,
     /// Registers a committed, not yet waited-for wgmma chain writes (D) or reads (register A): any
     /// other op on them waits for the chains first.
     pub(super) pending: BTreeSet<RegId>,
@@ -416,7 +422,12 @@ impl Emit<'_> {
 
     fn stmts(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
         let mut run: Vec<&Op> = Vec::new();
+        let mut fused = false;
         for (i, s) in body.iter().enumerate() {
+            // The second `mma` of a pair emitted as one instruction (`lower_mma.rs`).
+            if std::mem::take(&mut fused) {
+                continue;
+            }
             // A run of consecutive loads (the producer's only loads, `check_roles`) becomes fills.
             if let Stmt::Op {
                 op: op @ Op::LoadAsync { .. },
@@ -439,6 +450,19 @@ impl Emit<'_> {
             }
             match s {
                 Stmt::Op { op, .. } => {
+                    if let Some(Stmt::Op { op: next, .. }) = body.get(i + 1) {
+                        let more = matches!(
+                            body.get(i + 2),
+                            Some(Stmt::Op {
+                                op: Op::Mma { .. },
+                                ..
+                            })
+                        );
+                        if self.role == Role::Consumer && self.mma_rs_pair(op, next, more)? {
+                            fused = true;
+                            continue;
+                        }
+                    }
                     self.group_continues = self.role == Role::Consumer
                         && matches!(op, Op::Mma { .. })
                         && matches!(

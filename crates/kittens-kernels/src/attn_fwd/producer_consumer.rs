@@ -113,6 +113,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         .collect();
     let softmax = Softmax::declare(&mut k, s, Axis::Rows, d);
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
+    let inv_norm = k.row_vec("inv_norm", s, F32);
 
     // `rows × 64` of head `hh` of tensor `g` from sequence position `s0`, columns from `col0`.
     let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, col0: u32, rows| {
@@ -207,8 +208,11 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                     k.mma(MmaForm::Ab, or, MmaOperand::Reg(p), b, Some(or));
                 }
             });
+            // One division per row, then multiplies: a division per element was 64 IEEE divisions
+            // (each with its slow-path call) per thread in the epilogue of every block.
+            k.div(inv_norm, 1.0f32, norm);
             for (i, &or) in o_r.iter().enumerate() {
-                k.div_row(or, or, norm);
+                k.mul_row(or, or, inv_norm);
                 let dst = view(k, o, &h, q0.clone(), i as u32 * COLS, 16);
                 k.store(dst, or);
             }
