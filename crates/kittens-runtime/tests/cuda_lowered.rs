@@ -93,7 +93,7 @@ fn lowered_attention_compiles_for_sm_90a() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     use kittens_kernels::attn_fwd::{build, AttnConfig};
     let mut kernels = vec![registry];
-    let (mut turns, mut dims) = (vec![false], vec![128]);
+    let (mut turns, mut dims) = (vec![AttnConfig::for_gpu(h100).pingpong], vec![128]);
     // With and without the consumer warpgroups' turns (named barriers), and every configuration
     // the benchmark times (both head dimensions, causal or not, no turns).
     for (dim, causal, pingpong) in [
@@ -166,7 +166,7 @@ fn lowered_attention_compiles_for_sm_90a() {
         assert_eq!(
             l.source.contains("kt::named_barrier_arrive("),
             turns[i],
-            "the warpgroup turns follow AttnConfig::pingpong (off in the registry's configuration)"
+            "the warpgroup turns follow AttnConfig::pingpong (on in the registry's configuration)"
         );
     }
 }

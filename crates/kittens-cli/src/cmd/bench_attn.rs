@@ -17,16 +17,17 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         other => bail!("--checks {other}: attn_fwd takes default, none or only"),
     }
     if a.variants {
-        // Each timed shape again with the warpgroups' turns on Q·Kᵀ, to measure what they buy.
-        let without: Vec<_> = cases
+        // Each timed shape again with the other setting of the warpgroups' turns on Q·Kᵀ (the
+        // registry's is on), to measure what they buy.
+        let other: Vec<_> = cases
             .iter()
             .filter(|c| c.timed)
             .map(|c| kittens_runtime::cuda::attn::AttnCase {
-                pingpong: true,
+                pingpong: !c.pingpong,
                 ..*c
             })
             .collect();
-        cases.extend(without);
+        cases.extend(other);
     }
     let opts = AttnBenchOptions {
         cases,

@@ -88,10 +88,10 @@ impl AttnConfig {
         }
         AttnConfig {
             schedule: AttnSchedule::ProducerConsumer,
-            // Measured on the H100 (bench/results/h100-2026-11-22-attn, run 3): turns around Q·Kᵀ
-            // give the same geometric mean over the D128 shapes (370 vs 375 TFLOP/s), so the
-            // simpler schedule is the default.
-            pingpong: false,
+            // Measured on the H100 (bench/results/h100-2026-11-22-attnperf, run 3): once the
+            // `wgmma`s were no longer serialised, the turns around Q·Kᵀ gave 3-15% on every D128
+            // shape (612 vs 571 TFLOP/s at B16 H16 N4096; causal 444 vs 429 at N8192).
+            pingpong: true,
             q_rows: 16,
             kv_block: 128,
             remap: GridOrder::RowMajor,

@@ -379,8 +379,12 @@ fn run_case(
 
 /// The benchmark's shapes: B16 H16 D128 at N 1024..16384 causal and not (16384 at B2 H24 to bound the
 /// host reference's memory), D64, GQA H64/KV8, both layouts; plus check-only cases at odd lengths
-/// with logits to ±64.
+/// with logits to ±64. Each case with the registry's setting of the warpgroups' turns
+/// (`AttnConfig::for_gpu(h100).pingpong`).
 pub fn default_cases() -> Vec<AttnCase> {
+    let turns = kittens_hw::gpu("h100")
+        .map(|g| AttnConfig::for_gpu(g).pingpong)
+        .unwrap_or(false);
     let shape = |batch, heads, heads_kv, seq, dim, layout| AttnShape {
         batch,
         heads,
@@ -394,14 +398,14 @@ pub fn default_cases() -> Vec<AttnCase> {
         causal,
         input_scale: 1.0,
         timed: true,
-        pingpong: false,
+        pingpong: turns,
     };
     let check = |shape, causal| AttnCase {
         shape,
         causal,
         input_scale: 8.0,
         timed: false,
-        pingpong: false,
+        pingpong: turns,
     };
     let mut v = Vec::new();
     for causal in [false, true] {
