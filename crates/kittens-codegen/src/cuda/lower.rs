@@ -119,7 +119,10 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         wgmma_n: BTreeSet::new(),
         wgmma_rs: BTreeSet::new(),
         wgmma_rs_split: BTreeSet::new(),
-        pending: BTreeSet::new(),
+        groups: Vec::new(),
+        open_group: BTreeSet::new(),
+        since_barrier: 0,
+        reads_ahead: false,
         unknown: false,
         resident: resident_rings(k, roles.producer.1),
         group_continues: false,
@@ -245,9 +248,17 @@ pub(super) struct Emit<'k> {
     pub(super) wgmma_rs: BTreeSet<(u32, bool)>,
     /// Register-A wgmma wrappers with D split over two accumulators (`lower_mma.rs`, fused pairs).
     pub(super) wgmma_rs_split: BTreeSet<(u32, bool)>,
-    /// Registers a committed, not yet waited-for wgmma chain writes (D) or reads (register A): any
-    /// other op on them waits for the chains first.
-    pub(super) pending: BTreeSet<RegId>,
+    /// Per committed, possibly unfinished commit group, oldest first: the registers its chains write
+    /// (D) or read (register A). Any other op on them waits for that group first (`lower_wait.rs`).
+    pub(super) groups: Vec<BTreeSet<RegId>>,
+    /// The registers of the commit group being issued (its `mma`s so far).
+    pub(super) open_group: BTreeSet<RegId>,
+    /// Groups committed since the last consumer barrier: a wait that leaves no more than these in
+    /// flight may hand back the slots of earlier epochs.
+    pub(super) since_barrier: usize,
+    /// A shared `mma` operand is read later in the role's tile body: a retire outside the loops does
+    /// not end the hand-off epoch then.
+    pub(super) reads_ahead: bool,
     /// Set where emission order does not say what is pending (a loop's head, after a loop).
     pub(super) unknown: bool,
     /// Per shared ring: loaded once per tile, outside the producer's loops (attention's Q), so read
@@ -423,11 +434,13 @@ impl Emit<'_> {
     fn stmts(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
         let mut run: Vec<&Op> = Vec::new();
         let mut fused = false;
+        let outer_reads = self.reads_ahead;
         for (i, s) in body.iter().enumerate() {
             // The second `mma` of a pair emitted as one instruction (`lower_mma.rs`).
             if std::mem::take(&mut fused) {
                 continue;
             }
+            self.reads_ahead = outer_reads || super::lower_wait::reads_shared(&body[i + 1..]);
             // A run of consecutive loads (the producer's only loads, `check_roles`) becomes fills.
             if let Stmt::Op {
                 op: op @ Op::LoadAsync { .. },
@@ -451,27 +464,14 @@ impl Emit<'_> {
             match s {
                 Stmt::Op { op, .. } => {
                     if let Some(Stmt::Op { op: next, .. }) = body.get(i + 1) {
-                        let more = matches!(
-                            body.get(i + 2),
-                            Some(Stmt::Op {
-                                op: Op::Mma { .. },
-                                ..
-                            })
-                        );
+                        let more = matches!(body.get(i + 2), Some(Stmt::Op { op: after, .. }) if super::lower_wait::chained(next, after));
                         if self.role == Role::Consumer && self.mma_rs_pair(op, next, more)? {
                             fused = true;
                             continue;
                         }
                     }
                     self.group_continues = self.role == Role::Consumer
-                        && matches!(op, Op::Mma { .. })
-                        && matches!(
-                            body.get(i + 1),
-                            Some(Stmt::Op {
-                                op: Op::Mma { .. },
-                                ..
-                            })
-                        );
+                        && matches!(body.get(i + 1), Some(Stmt::Op { op: next, .. }) if super::lower_wait::chained(op, next));
                     self.op(op)?;
                     self.group_continues = false;
                 }
@@ -511,13 +511,13 @@ impl Emit<'_> {
                     // After the branch, a chain is pending (a wait owed) if it is on either path;
                     // a barrier waited on inside a branch is not waited on along the other.
                     let (before, unknown, owed) =
-                        (self.pending.clone(), self.unknown, self.owed_wait);
+                        (self.groups.clone(), self.unknown, self.owed_wait);
                     let waited = self.waited.clone();
                     self.line(format!("if {} {{", self.cond(cond)));
                     self.nested(then)?;
-                    let (then_pending, then_unknown, then_owed) =
-                        (self.pending.clone(), self.unknown, self.owed_wait);
-                    self.pending = before;
+                    let (then_groups, then_unknown, then_owed) =
+                        (self.groups.clone(), self.unknown, self.owed_wait);
+                    self.groups = before;
                     self.unknown = unknown;
                     self.owed_wait = owed;
                     self.waited = waited.clone();
@@ -526,7 +526,7 @@ impl Emit<'_> {
                         self.nested(els)?;
                     }
                     self.line("}");
-                    self.pending.extend(then_pending);
+                    self.merge_groups(then_groups);
                     self.unknown |= then_unknown;
                     self.owed_wait |= then_owed;
                     self.waited = waited;
@@ -549,6 +549,7 @@ impl Emit<'_> {
                 }
             }
         }
+        self.reads_ahead = outer_reads;
         Ok(())
     }
 
@@ -618,6 +619,7 @@ impl Emit<'_> {
                 // The deferred wait releases slots of the epoch before this one only.
                 self.settle();
                 self.waited.clear();
+                self.since_barrier = 0;
                 self.line("// barrier: the slots read so far go back once their wgmmas retire");
                 self.line("kt_rel |= kt_held; kt_cpar ^= kt_held; kt_held = 0;");
                 Ok(())
@@ -648,13 +650,14 @@ impl Emit<'_> {
                 if !self.group_open {
                     self.settle();
                 }
+                // The chain's registers join its group before the commit closes it.
+                self.open_group.insert(*d);
+                if let MmaOperand::Reg(ar) = a {
+                    self.open_group.insert(*ar);
+                }
                 match a {
                     MmaOperand::Reg(ar) => self.mma_rs(*form, *d, *ar, b, c.as_ref())?,
                     MmaOperand::Shared(_) => self.mma(*form, *d, a, b, c.as_ref())?,
-                }
-                self.pending.insert(*d);
-                if let MmaOperand::Reg(ar) = a {
-                    self.pending.insert(*ar);
                 }
                 Ok(())
             }
@@ -667,76 +670,11 @@ impl Emit<'_> {
                 }
             }
             (op @ (Op::Map { .. } | Op::Reduce { .. } | Op::Mask { .. }), Role::Consumer) => {
-                let regs = op.regs();
-                if self.unknown || regs.iter().any(|r| self.pending.contains(r)) {
-                    self.retire_all();
-                }
+                self.retire_for(&op.regs());
                 self.reg_op(op)
             }
             (other, role) => unsupported(format!("op `{}` in role {role:?}", other.name())),
         }
-    }
-
-    /// Emits a deferred `wait_group 1` and the release of the slots it retires. Deferring it past the
-    /// register work that follows a commit matters on sm_90a: a `wait_group 1` while the just
-    /// committed group is in flight, followed by a `wait_group 0` before the accumulators are read,
-    /// made ptxas (NVRTC 13.0) serialise every `wgmma` of the attention kernel (C7514: it waited for
-    /// each before issuing the next); with the `wait_group 0` alone it pipelines them.
-    pub(super) fn settle(&mut self) {
-        if std::mem::take(&mut self.owed_wait) {
-            self.line(
-                "kt::wgmma_wait<1>(); // the previous group has retired: its slots can go back",
-            );
-            self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
-        }
-    }
-
-    /// Before the accumulator is touched by anything but wgmma: every chain retires and its slots go
-    /// back. Outside the loops, no slot is read before the next barrier (checked by `check_roles`), so
-    /// the slots of this epoch go back too — the producer refills them during the epilogue.
-    /// Slots of rings read for the whole tile go back at the first retire after the tile's loops.
-    fn retire_all(&mut self) {
-        // `wait_group 0` retires what a deferred `wait_group 1` would have, and the release below
-        // hands back its slots.
-        self.owed_wait = false;
-        self.line("kt::wgmma_wait<0>();");
-        // The registers the retired chains wrote or read, pinned after the wait.
-        let fenced: Vec<RegId> = if self.unknown {
-            self.k
-                .ops()
-                .into_iter()
-                .filter_map(|r| match r.op {
-                    Op::Mma { d, a, .. } => Some([
-                        Some(d),
-                        match a {
-                            MmaOperand::Reg(r) => Some(r),
-                            MmaOperand::Shared(_) => None,
-                        },
-                    ]),
-                    _ => None,
-                })
-                .flatten()
-                .flatten()
-                .copied()
-                .collect::<BTreeSet<RegId>>()
-                .into_iter()
-                .collect()
-        } else {
-            self.pending.iter().copied().collect()
-        };
-        for r in fenced {
-            self.line(format!("kt::reg_fence(r_{});", cname(self.k.reg(r))));
-        }
-        if self.loops == 0 {
-            self.waited.clear();
-            self.line("kt_rel |= kt_held; kt_cpar ^= kt_held; kt_held = 0;");
-            if self.resident.iter().any(|&r| r) {
-                self.line("kt_rel |= kt_res; kt_cpar ^= kt_res; kt_res = 0;");
-            }
-        }
-        self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
-        self.pending.clear();
-        self.unknown = false;
     }
 
     /// Name and float count of an accumulator register.

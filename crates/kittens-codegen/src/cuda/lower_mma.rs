@@ -29,6 +29,7 @@ impl Emit<'_> {
         }
         self.group_open = false;
         self.line("kt::wgmma_commit();");
+        self.commit_group();
         if self.in_turn {
             self.turn_wait = true;
         } else {
@@ -370,12 +371,13 @@ impl Emit<'_> {
                 o1 - o0
             ));
         }
+        self.open_group.extend([*d0, *d1, *a0]);
         self.group_continues = more;
         self.chain_end();
         self.group_continues = false;
         self.depth -= 1;
         self.line("}");
-        self.pending.extend([*d0, *d1, *a0]);
+
         Ok(true)
     }
 
