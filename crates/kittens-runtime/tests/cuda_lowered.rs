@@ -96,12 +96,14 @@ fn lowered_attention_compiles_for_sm_90a() {
     let (mut turns, mut dims) = (vec![AttnConfig::for_gpu(h100).pingpong], vec![128]);
     // With and without the consumer warpgroups' turns (named barriers), and every configuration
     // the benchmark times (both head dimensions, causal or not, no turns).
-    for (dim, causal, pingpong) in [
-        (64, true, true),
-        (128, true, true),
-        (64, false, false),
-        (128, true, false),
-        (64, true, false),
+    for (dim, causal, pingpong, overlap) in [
+        (64, true, true, true),
+        (128, true, true, true),
+        (64, false, false, true),
+        (128, true, false, true),
+        (64, true, false, true),
+        (128, false, true, false),
+        (128, true, true, false),
     ] {
         turns.push(pingpong);
         dims.push(dim);
@@ -109,6 +111,7 @@ fn lowered_attention_compiles_for_sm_90a() {
             dim,
             causal,
             pingpong,
+            overlap,
             ..AttnConfig::for_gpu(h100)
         };
         kernels.push(build(&cfg).unwrap_or_else(|e| panic!("{e}")));

@@ -18,7 +18,7 @@
 //!
 //! Replacing the barriers by per-slot full/empty mbarriers is sound for programs of the shape checked in
 //! [`check_roles`]: one producer role that only loads, a consumer role that reads shared memory only as
-//! `mma` operands and only after a barrier in the same loop iteration, every fill of a slot read before
+//! `mma` operands and only after a block barrier (in a loop that starts with one, or after one), every fill of a slot read before
 //! the slot's next fill (the race-freedom the schedule analysis checks). Anything else is refused with
 //! [`CudaLowerError::Unsupported`] — this is the subset the Hopper GEMM and attention tile
 //! programs (`kittens_kernels::gemm_bf16` and `attn_fwd`, `producer_consumer.rs` each) use, not a
@@ -123,6 +123,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         open_group: BTreeSet::new(),
         since_barrier: 0,
         reads_ahead: false,
+        dirty: BTreeSet::new(),
         unknown: false,
         resident: resident_rings(k, roles.producer.1),
         group_continues: false,
@@ -259,6 +260,9 @@ pub(super) struct Emit<'k> {
     /// A shared `mma` operand is read later in the role's tile body: a retire outside the loops does
     /// not end the hand-off epoch then.
     pub(super) reads_ahead: bool,
+    /// Registers the consumer's register work touched since the last `wgmma` wait: pinned before
+    /// the next wait (`lower_wait.rs`), so that the compiler cannot sink that work below it.
+    pub(super) dirty: BTreeSet<RegId>,
     /// Set where emission order does not say what is pending (a loop's head, after a loop).
     pub(super) unknown: bool,
     /// Per shared ring: loaded once per tile, outside the producer's loops (attention's Q), so read
@@ -507,6 +511,13 @@ impl Emit<'_> {
                     // alone: a barrier, loop or `mma` on one path must find it emitted.
                     if !then.iter().chain(els).all(plain_op) {
                         self.settle();
+                    } else if self.role == Role::Consumer {
+                        // The waits the branches' register work needs, before the branch: ptxas
+                        // serialised every wgmma when a partial wait sat inside it (C7514).
+                        let mut regs = Vec::new();
+                        super::lower_wait::stmt_regs(then, &mut regs);
+                        super::lower_wait::stmt_regs(els, &mut regs);
+                        self.retire_for(&regs);
                     }
                     // After the branch, a chain is pending (a wait owed) if it is on either path;
                     // a barrier waited on inside a branch is not waited on along the other.
@@ -671,6 +682,7 @@ impl Emit<'_> {
             }
             (op @ (Op::Map { .. } | Op::Reduce { .. } | Op::Mask { .. }), Role::Consumer) => {
                 self.retire_for(&op.regs());
+                self.dirty.extend(op.regs());
                 self.reg_op(op)
             }
             (other, role) => unsupported(format!("op `{}` in role {role:?}", other.name())),

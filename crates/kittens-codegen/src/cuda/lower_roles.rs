@@ -14,7 +14,7 @@ pub(super) struct Roles<'k> {
 
 /// The shape the barrier → mbarrier hand-off needs (module docs): the body is the role split alone;
 /// the producer only loads, waits and hands over; the consumer loads nothing asynchronously and reads
-/// shared memory only as `mma` operands inside a loop whose iteration starts with a block barrier.
+/// shared memory only as `mma` operands after a block barrier ([`walk`]).
 pub(super) fn check_roles(k: &Kernel) -> Result<Roles<'_>, CudaLowerError> {
     let [Stmt::If { cond, then, els }] = k.body.as_slice() else {
         return unsupported("a body other than the producer/consumer role split");
@@ -44,7 +44,7 @@ pub(super) fn check_roles(k: &Kernel) -> Result<Roles<'_>, CudaLowerError> {
         Op::Mma { a, b, .. }
             if !guarded && [a, b].iter().any(|o| matches!(o, MmaOperand::Shared(_))) =>
         {
-            unsupported("a shared mma operand read outside a loop that starts with a barrier")
+            unsupported("a shared mma operand read before any block barrier")
         }
         Op::Barrier { scope } if *scope != Scope::Block => {
             unsupported("a wave or warpgroup barrier in the consumer role")
@@ -72,15 +72,29 @@ fn split_role(b: &[Stmt]) -> Option<(&Op, &[Stmt])> {
     }
 }
 
-/// Visits every op with whether it sits in a loop whose body starts with a block barrier.
+/// Visits every op with whether a block barrier hands its reads over: it sits in a loop whose body
+/// starts with one, or after one (or after such a loop) in the same statement list — a key block
+/// read before the loop that streams the rest, or after it (a rotated loop's first and last steps).
+/// The lowering waits on each slot's `full` barrier before its first read in an epoch either way.
 fn walk(
     body: &[Stmt],
     guarded: bool,
     f: &mut dyn FnMut(&Op, bool) -> Result<(), CudaLowerError>,
 ) -> Result<(), CudaLowerError> {
+    let mut guarded = guarded;
     for s in body {
         match s {
-            Stmt::Op { op, .. } => f(op, guarded)?,
+            Stmt::Op { op, .. } => {
+                f(op, guarded)?;
+                if matches!(
+                    op,
+                    Op::Barrier {
+                        scope: Scope::Block
+                    }
+                ) {
+                    guarded = true;
+                }
+            }
             Stmt::For { body, .. } => {
                 let starts = matches!(
                     body.first(),
@@ -91,7 +105,8 @@ fn walk(
                         ..
                     })
                 );
-                walk(body, guarded || starts, f)?
+                walk(body, guarded || starts, f)?;
+                guarded |= starts;
             }
             Stmt::If { then, els, .. } => {
                 walk(then, guarded, f)?;

@@ -41,6 +41,23 @@ pub(super) fn reads_shared(body: &[Stmt]) -> bool {
     })
 }
 
+/// The registers the ops of `body` touch, recursively.
+pub(super) fn stmt_regs(body: &[Stmt], out: &mut Vec<RegId>) {
+    for s in body {
+        match s {
+            Stmt::Op { op, .. } => out.extend(op.regs()),
+            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
+                stmt_regs(body, out)
+            }
+            Stmt::If { then, els, .. } => {
+                stmt_regs(then, out);
+                stmt_regs(els, out)
+            }
+            Stmt::Roles { .. } => {}
+        }
+    }
+}
+
 impl Emit<'_> {
     /// The open group is committed: it joins the list of groups in flight.
     pub(super) fn commit_group(&mut self) {
@@ -82,6 +99,7 @@ impl Emit<'_> {
         if newer == 0 {
             return self.retire_all();
         }
+        self.pin_dirty();
         self.line(format!(
             "kt::wgmma_wait<{newer}>(); // {newer} newer group(s) stay in flight"
         ));
@@ -99,6 +117,23 @@ impl Emit<'_> {
         }
     }
 
+    /// Pins the register work done since the last wait above the wait about to be emitted: the
+    /// wait is an `asm volatile`, but the work is plain C++ (and `ex2.approx` a non-volatile asm)
+    /// that the compiler may otherwise move below it — on the H100 build it sank the softmax of one
+    /// key block below the wait for the previous block's P·V, which undid their overlap. Registers
+    /// of groups that may be in flight are left alone: touching them would be a non-`wgmma` read of
+    /// an accumulator in flight, which makes ptxas serialise the `wgmma`s (C7514).
+    fn pin_dirty(&mut self) {
+        let busy: BTreeSet<RegId> = self.groups.iter().flatten().copied().collect();
+        let dirty = std::mem::take(&mut self.dirty);
+        if self.unknown {
+            return;
+        }
+        for r in dirty.difference(&busy) {
+            self.line(format!("kt::reg_fence(r_{});", cname(self.k.reg(*r))));
+        }
+    }
+
     /// Emits a deferred `wait_group 1` and the release of the slots it retires. Deferring it past the
     /// register work that follows a commit matters on sm_90a: a `wait_group 1` while the just
     /// committed group is in flight, followed by a `wait_group 0` before the accumulators are read,
@@ -106,6 +141,7 @@ impl Emit<'_> {
     /// each before issuing the next); with the `wait_group 0` alone it pipelines them.
     pub(super) fn settle(&mut self) {
         if std::mem::take(&mut self.owed_wait) {
+            self.pin_dirty();
             self.line(
                 "kt::wgmma_wait<1>(); // the previous group has retired: its slots can go back",
             );
@@ -121,6 +157,7 @@ impl Emit<'_> {
         // `wait_group 0` retires what a deferred `wait_group 1` would have, and the release below
         // hands back its slots.
         self.owed_wait = false;
+        self.pin_dirty();
         self.line("kt::wgmma_wait<0>();");
         // The registers the retired chains wrote or read, pinned after the wait.
         let fenced: BTreeSet<RegId> = if self.unknown {

@@ -57,6 +57,10 @@ pub struct AttnConfig {
     /// (a compute cluster, lowered to named barriers), so that one's softmax overlaps the other's
     /// multiplies.
     pub pingpong: bool,
+    /// Producer/consumer only: the key loop rotated so that each warpgroup's softmax of one key
+    /// block runs while its P·V of the previous block is on the tensor cores (V then needs a third
+    /// ring slot at head dimension 128).
+    pub overlap: bool,
     pub remap: GridOrder,
 }
 
@@ -69,6 +73,7 @@ impl Default for AttnConfig {
         AttnConfig {
             schedule: AttnSchedule::PingPong8,
             pingpong: false,
+            overlap: false,
             dim: 128,
             q_rows: 32,
             kv_block: 32,
@@ -92,6 +97,7 @@ impl AttnConfig {
             // `wgmma`s were no longer serialised, the turns around Q·Kᵀ gave 3-15% on every D128
             // shape (612 vs 571 TFLOP/s at B16 H16 N4096; causal 444 vs 429 at N8192).
             pingpong: true,
+            overlap: true,
             q_rows: 16,
             kv_block: 128,
             remap: GridOrder::RowMajor,
