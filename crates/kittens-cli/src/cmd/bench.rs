@@ -31,8 +31,8 @@ pub struct Args {
     /// Launch order while timing.
     #[arg(long, value_enum, default_value_t = TimingArg::Interleaved)]
     pub timing: TimingArg,
-    /// attn_fwd: also time every shape with the other setting of the consumer warpgroups' ping-pong
-    /// (turns on Q·Kᵀ; on in the registry's configuration).
+    /// attn_fwd: also time every shape with the other loop form (softmax overlapped with P·V or
+    /// not; overlapped in the registry's configuration).
     #[arg(long)]
     pub variants: bool,
     /// With no value: print one JSON document on stdout. With a file: also write it there.
