@@ -93,7 +93,8 @@ fn lowered_attention_compiles_for_sm_90a() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     use kittens_kernels::attn_fwd::{build, AttnConfig};
     let mut kernels = vec![registry];
-    let (mut turns, mut dims) = (vec![AttnConfig::for_gpu(h100).pingpong], vec![128]);
+    let reg = AttnConfig::for_gpu(h100);
+    let (mut turns, mut dims, mut overlaps) = (vec![reg.pingpong], vec![128], vec![reg.overlap]);
     // With and without the consumer warpgroups' turns (named barriers), and every configuration
     // the benchmark times (both head dimensions, causal or not, no turns).
     for (dim, causal, pingpong, overlap) in [
@@ -107,6 +108,7 @@ fn lowered_attention_compiles_for_sm_90a() {
     ] {
         turns.push(pingpong);
         dims.push(dim);
+        overlaps.push(overlap);
         let cfg = AttnConfig {
             dim,
             causal,
@@ -159,6 +161,18 @@ fn lowered_attention_compiles_for_sm_90a() {
                 .all(|w| !w.contains("C7508") && !w.contains("serialized")),
             "setmaxnreg ignored or wgmma serialized: {:?}",
             r.warnings
+        );
+        // K and V share a full/empty barrier pair per slot only when read in the same key step: in
+        // the rotated loop V is read a step later (a shared barrier hung on the H100).
+        let shared_kv = l.source.contains("k -> k_s0, v -> v_s0")
+            || l.source
+                .contains("k -> k_s0, k -> k_s1, v -> v_s0, v -> v_s1");
+        assert_eq!(
+            shared_kv,
+            !overlaps[i],
+            "K/V barrier sharing for dim {} overlap {}",
+            dims[i],
+            overlaps[i]
         );
         // At head dimension 128, O += P·V is one N = 128 chain over both halves of V.
         assert_eq!(

@@ -101,7 +101,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     // `__launch_bounds__(threads, 1)` caps registers at this many per thread (multiple of 8).
     let cap = (sm.registers_per_cu() / threads) / 8 * 8;
     let (offsets, ring_bytes) = k.shared_offsets(1024);
-    let (bar_first, nbars) = ring_barriers(k, roles.producer.1);
+    let (bar_first, nbars) = ring_barriers(k, roles.producer.1, roles.consumer.1);
     if nbars > 32 {
         return unsupported(format!(
             "{nbars} ring slots (the lowering tracks phases in a 32-bit mask)"

@@ -97,7 +97,10 @@ impl AttnConfig {
             // `wgmma`s were no longer serialised, the turns around Q·Kᵀ gave 3-15% on every D128
             // shape (612 vs 571 TFLOP/s at B16 H16 N4096; causal 444 vs 429 at N8192).
             pingpong: true,
-            overlap: true,
+            // The rotated loop compiles without serialised wgmmas or spills, but its first H100
+            // run hung (at head dim 64, K and V shared a barrier while read a block apart; the
+            // lowering no longer shares it): off until it is measured.
+            overlap: false,
             q_rows: 16,
             kv_block: 128,
             remap: GridOrder::RowMajor,
