@@ -168,11 +168,9 @@ fn lowered_attention_compiles_for_sm_90a() {
             || l.source
                 .contains("k -> k_s0, k -> k_s1, v -> v_s0, v -> v_s1");
         assert_eq!(
-            shared_kv,
-            !overlaps[i],
+            shared_kv, !overlaps[i],
             "K/V barrier sharing for dim {} overlap {}",
-            dims[i],
-            overlaps[i]
+            dims[i], overlaps[i]
         );
         // At head dimension 128, O += P·V is one N = 128 chain over both halves of V.
         assert_eq!(

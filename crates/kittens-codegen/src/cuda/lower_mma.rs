@@ -317,7 +317,7 @@ impl Emit<'_> {
             && whole(b0, &t0.tile)
             && whole(b1, &t1.tile)
             && o1 > o0
-            && (o1 - o0) % 16 == 0
+            && (o1 - o0).is_multiple_of(16)
             && o1 - o0 < 1 << 18
             && self.frag(*d0)? == Frag::Acc(64)
             && self.frag(*d1)? == Frag::Acc(64)

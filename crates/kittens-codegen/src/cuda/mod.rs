@@ -122,7 +122,7 @@ pub fn wgmma_rs_wrapper(n: u32, trans_b: bool) -> String {
 /// so that two accumulators of `n / 2` columns declared apart are one instruction's D.
 pub fn wgmma_rs_wrapper_split(n: u32, trans_b: bool) -> String {
     assert!(
-        valid_wgmma_n(n) && n % 16 == 0,
+        valid_wgmma_n(n) && n.is_multiple_of(16),
         "split wgmma N must be a multiple of 16 in 16..=256, got {n}"
     );
     let half = n / 4;

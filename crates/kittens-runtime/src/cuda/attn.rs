@@ -387,7 +387,7 @@ fn run_case(
 /// and loop form (`AttnConfig::for_gpu(h100)`: `pingpong`, `overlap`).
 pub fn default_cases() -> Vec<AttnCase> {
     let (turns, overlap) = kittens_hw::gpu("h100")
-        .map(|g| AttnConfig::for_gpu(g))
+        .map(AttnConfig::for_gpu)
         .map(|c| (c.pingpong, c.overlap))
         .unwrap_or((false, false));
     let shape = |batch, heads, heads_kv, seq, dim, layout| AttnShape {
