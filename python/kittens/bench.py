@@ -210,7 +210,8 @@ def bench_attn(torch, kittens, args) -> List[dict]:
             ks = [k0] + [mk(hk).copy_(k0) for _ in range(copies - 1)]
             vs = [v0] + [mk(hk).copy_(v0) for _ in range(copies - 1)]
             gqa = {"enable_gqa": True} if hk != h else {}
-            theirs = lambda i: F.scaled_dot_product_attention(qs[i], ks[i], vs[i], is_causal=causal, **gqa)  # noqa: E731
+            sdpa = lambda i: F.scaled_dot_product_attention(qs[i], ks[i], vs[i], is_causal=causal, **gqa)  # noqa: E731
+            theirs = sdpa if args.backend == "default" else _with_backend(torch, args.backend, sdpa)
             ours = lambda i: kittens.attention(qs[i], ks[i], vs[i], causal=causal)  # noqa: E731
             flop = 4.0 * b * h * seq * seq * d / (2 if causal else 1)
             row = {"shape": f"B{b} H{h}/{hk} N{seq} D{d}{' causal' if causal else ''}", "batch": b,
@@ -235,6 +236,20 @@ def bench_attn(torch, kittens, args) -> List[dict]:
                         "torch_tflops": flop / t_theirs / 1e9, "ratio": t_theirs / t_ours})
             rows.append(row)
     return rows
+
+
+def _with_backend(torch, name, fn):
+    """`fn` with SDPA held to one backend (`cudnn` or `flash`, PyTorch's `sdpa_kernel`): a backend
+    that cannot run the shape raises instead of falling back to another."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"cudnn": SDPBackend.CUDNN_ATTENTION, "flash": SDPBackend.FLASH_ATTENTION}[name]
+
+    def run(i):
+        with sdpa_kernel(backend):
+            return fn(i)
+
+    return run
 
 
 def time_one(torch, fn, copies, warmup, iters) -> float:
@@ -330,6 +345,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--heads", type=int, default=16)
     p.add_argument("--heads-kv", type=int, default=16)
     p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--backend", choices=["default", "cudnn", "flash"], default="default",
+                   help="attn: the SDPA backend to compare with (default: PyTorch's choice)")
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--timing", choices=["interleaved", "blocked"], default="interleaved")
@@ -362,9 +379,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         theirs, title = "torch.matmul", "bf16 GEMM, C = A·Wᵀ: kittens vs torch.matmul (cuBLAS)"
     else:
         rows = bench_attn(torch, kittens, args)
-        theirs, title = "SDPA", "attention forward: kittens vs F.scaled_dot_product_attention"
+        theirs = "SDPA" if args.backend == "default" else f"SDPA-{args.backend}"
+        title = f"attention forward: kittens vs F.scaled_dot_product_attention ({args.backend} backend)"
     report = _header(torch, kittens, args)
     report.update({
+        "backend": args.backend if args.what == "attn" else None,
         "rule": f"bit-identical, or rel_err(ours, f64) <= 2 * rel_err(torch, f64) + {FLOOR}",
         "rows": rows,
     })

@@ -65,7 +65,7 @@ fn attention_lowers_to_sm_90a() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    for needle in ["attn_fwd_sm90_lowered", "kt::tma_load_4d(", "_bf16_rs_tb("] {
+    for needle in ["attn_fwd_sm90_lowered", "kt::tma_load_4d(", "_bf16_rs_tb"] {
         assert!(src.contains(needle), "the CUDA source lacks {needle}");
     }
     let out = kittens(&["compile", "gemm_bf16", "--target", "sm_80"]);

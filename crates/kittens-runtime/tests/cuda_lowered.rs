@@ -93,12 +93,27 @@ fn lowered_attention_compiles_for_sm_90a() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     use kittens_kernels::attn_fwd::{build, AttnConfig};
     let mut kernels = vec![registry];
-    // With and without the consumer warpgroups' turns (named barriers).
-    for (dim, causal, pingpong) in [(64, true, true), (128, true, true), (64, false, false)] {
+    let reg = AttnConfig::for_gpu(h100);
+    let (mut turns, mut dims, mut overlaps) = (vec![reg.pingpong], vec![128], vec![reg.overlap]);
+    // With and without the consumer warpgroups' turns (named barriers), and every configuration
+    // the benchmark times (both head dimensions, causal or not, no turns).
+    for (dim, causal, pingpong, overlap) in [
+        (64, true, true, true),
+        (128, true, true, true),
+        (64, false, false, true),
+        (128, true, false, true),
+        (64, true, false, true),
+        (128, false, true, false),
+        (128, true, true, false),
+    ] {
+        turns.push(pingpong);
+        dims.push(dim);
+        overlaps.push(overlap);
         let cfg = AttnConfig {
             dim,
             causal,
             pingpong,
+            overlap,
             ..AttnConfig::for_gpu(h100)
         };
         kernels.push(build(&cfg).unwrap_or_else(|e| panic!("{e}")));
@@ -114,7 +129,7 @@ fn lowered_attention_compiles_for_sm_90a() {
         for needle in [
             "kt::tma_load_4d(",
             "kt::wgmma_m64n",
-            "_bf16_rs_tb(",
+            "_bf16_rs_tb",
             "kt::desc_mnmajor_sw128(",
             "kt::pack_bf16x2(",
             "setmaxnreg_dec<40>",
@@ -147,10 +162,26 @@ fn lowered_attention_compiles_for_sm_90a() {
             "setmaxnreg ignored or wgmma serialized: {:?}",
             r.warnings
         );
+        // K and V share a full/empty barrier pair per slot only when read in the same key step: in
+        // the rotated loop V is read a step later (a shared barrier hung on the H100).
+        let shared_kv = l.source.contains("k -> k_s0, v -> v_s0")
+            || l.source
+                .contains("k -> k_s0, k -> k_s1, v -> v_s0, v -> v_s1");
+        assert_eq!(
+            shared_kv, !overlaps[i],
+            "K/V barrier sharing for dim {} overlap {}",
+            dims[i], overlaps[i]
+        );
+        // At head dimension 128, O += P·V is one N = 128 chain over both halves of V.
+        assert_eq!(
+            l.source.contains("_bf16_rs_tb_split(r_o0, r_o1,"),
+            dims[i] == 128,
+            "the P·V pair fuses exactly at head dimension 128"
+        );
         assert_eq!(
             l.source.contains("kt::named_barrier_arrive("),
-            i == 1 || i == 2,
-            "the warpgroup turns follow AttnConfig::pingpong (off in the registry's configuration)"
+            turns[i],
+            "the warpgroup turns follow AttnConfig::pingpong (on in the registry's configuration)"
         );
     }
 }

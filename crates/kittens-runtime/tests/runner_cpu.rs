@@ -223,20 +223,25 @@ fn attention_producer_consumer() {
             dim,
             layout,
         };
-        let p = Problem {
-            attn,
-            causal,
-            // The causal ones with the warpgroups' turns on Q·Kᵀ (compute clusters; same values).
-            attn_cfg: AttnConfig {
-                kv_block,
-                pingpong: causal,
-                ..cfg
-            },
-            seed: seq as u64 + dim as u64,
-            ..Problem::default()
-        };
-        for scale in [1.0, 8.0] {
-            attn_at(p, scale);
+        // The key loop rotated (P·V of block j−1 beside the softmax of block j) and not.
+        for overlap in [true, false] {
+            let p = Problem {
+                attn,
+                causal,
+                // The causal ones with the warpgroups' turns on Q·Kᵀ (compute clusters; same
+                // values).
+                attn_cfg: AttnConfig {
+                    kv_block,
+                    pingpong: causal,
+                    overlap,
+                    ..cfg
+                },
+                seed: seq as u64 + dim as u64,
+                ..Problem::default()
+            };
+            for scale in [1.0, 8.0] {
+                attn_at(p, scale);
+            }
         }
     }
 }

@@ -63,7 +63,8 @@ pub struct Args {
     /// Launch order while timing.
     #[arg(long, value_enum, default_value_t = TimingArg::Interleaved)]
     pub timing: TimingArg,
-    /// attn_fwd: also time every shape with the consumer warpgroups' ping-pong (turns on Q·Kᵀ).
+    /// attn_fwd: also time every shape with the other loop form (softmax overlapped with P·V or
+    /// not; overlapped in the registry's configuration).
     #[arg(long)]
     pub variants: bool,
     /// layernorm: dropout probability of the sweep.

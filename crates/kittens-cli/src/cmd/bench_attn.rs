@@ -17,16 +17,17 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         other => bail!("--checks {other}: attn_fwd takes default, none or only"),
     }
     if a.variants {
-        // Each timed shape again with the warpgroups' turns on Q·Kᵀ, to measure what they buy.
-        let without: Vec<_> = cases
+        // Each timed shape again with the other loop form (the registry's overlaps the softmax
+        // with P·V), to measure what the rotation buys.
+        let other: Vec<_> = cases
             .iter()
             .filter(|c| c.timed)
             .map(|c| kittens_runtime::cuda::attn::AttnCase {
-                pingpong: true,
+                overlap: !c.overlap,
                 ..*c
             })
             .collect();
-        cases.extend(without);
+        cases.extend(other);
     }
     let opts = AttnBenchOptions {
         cases,
@@ -64,7 +65,12 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             s.dim,
             s.layout,
             if r.case.causal { "causal" } else { "" },
-            if r.case.pingpong { " pingpong" } else { "" },
+            match (r.case.pingpong, r.case.overlap) {
+                (true, true) => " turns+overlap",
+                (true, false) => " turns",
+                (false, true) => " overlap",
+                (false, false) => "",
+            },
             r.error.rel_err,
             r.baseline.rel_err,
             r.error.max_rel,

@@ -18,7 +18,7 @@
 //!
 //! Replacing the barriers by per-slot full/empty mbarriers is sound for programs of the shape checked in
 //! [`check_roles`]: one producer role that only loads, a consumer role that reads shared memory only as
-//! `mma` operands and only after a barrier in the same loop iteration, every fill of a slot read before
+//! `mma` operands and only after a block barrier (in a loop that starts with one, or after one), every fill of a slot read before
 //! the slot's next fill (the race-freedom the schedule analysis checks). Anything else is refused with
 //! [`CudaLowerError::Unsupported`] — this is the subset the Hopper GEMM and attention tile
 //! programs (`kittens_kernels::gemm_bf16` and `attn_fwd`, `producer_consumer.rs` each) use, not a
@@ -105,7 +105,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     // `__launch_bounds__(threads, 1)` caps registers at this many per thread (multiple of 8).
     let cap = (sm.registers_per_cu() / threads) / 8 * 8;
     let (offsets, ring_bytes) = k.shared_offsets(1024);
-    let (bar_first, nbars) = ring_barriers(k, roles.producer.1);
+    let (bar_first, nbars) = ring_barriers(k, roles.producer.1, roles.consumer.1);
     if nbars > 32 {
         return unsupported(format!(
             "{nbars} ring slots (the lowering tracks phases in a 32-bit mask)"
@@ -123,13 +123,20 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         wgmma_n: BTreeSet::new(),
         wgmma_tb: BTreeSet::new(),
         wgmma_rs: BTreeSet::new(),
-        pending: BTreeSet::new(),
+        wgmma_rs_split: BTreeSet::new(),
+        groups: Vec::new(),
+        open_group: BTreeSet::new(),
+        since_barrier: 0,
+        reads_ahead: false,
+        dirty: BTreeSet::new(),
         unknown: false,
         resident: resident_rings(k, roles.producer.1),
         group_continues: false,
         group_open: false,
         in_turn: false,
         turn_wait: false,
+        owed_wait: false,
+        waited: BTreeSet::new(),
         cap,
         offsets,
         bars: bar_first,
@@ -161,13 +168,16 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     args.extend(k.params.iter().map(|p| format!("int {}", ident(&p.name))));
     let shapes: Vec<(WgmmaInput, u32)> = e.wgmma_n.iter().copied().collect();
     let mut src = prelude_with(&shapes);
-    if !e.wgmma_rs.is_empty() || !e.wgmma_tb.is_empty() {
+    if !e.wgmma_rs.is_empty() || !e.wgmma_tb.is_empty() || !e.wgmma_rs_split.is_empty() {
         src.push_str("namespace kt {\n");
         for &(n, tb) in &e.wgmma_rs {
             src.push_str(&super::wgmma_rs_wrapper(n, tb));
         }
         for &n in &e.wgmma_tb {
             src.push_str(&super::wgmma_wrapper_tb(n));
+        }
+        for &(n, tb) in &e.wgmma_rs_split {
+            src.push_str(&super::wgmma_rs_wrapper_split(n, tb));
         }
         src.push_str("} // namespace kt\n");
     }
@@ -250,9 +260,22 @@ pub(super) struct Emit<'k> {
     pub(super) wgmma_tb: BTreeSet<u32>,
     /// Register-A wgmma wrappers used: (N, B transposed).
     pub(super) wgmma_rs: BTreeSet<(u32, bool)>,
-    /// Registers a committed, not yet waited-for wgmma chain writes (D) or reads (register A): any
-    /// other op on them waits for the chains first.
-    pub(super) pending: BTreeSet<RegId>,
+    /// Register-A wgmma wrappers with D split over two accumulators (`lower_mma.rs`, fused pairs).
+    pub(super) wgmma_rs_split: BTreeSet<(u32, bool)>,
+    /// Per committed, possibly unfinished commit group, oldest first: the registers its chains write
+    /// (D) or read (register A). Any other op on them waits for that group first (`lower_wait.rs`).
+    pub(super) groups: Vec<BTreeSet<RegId>>,
+    /// The registers of the commit group being issued (its `mma`s so far).
+    pub(super) open_group: BTreeSet<RegId>,
+    /// Groups committed since the last consumer barrier: a wait that leaves no more than these in
+    /// flight may hand back the slots of earlier epochs.
+    pub(super) since_barrier: usize,
+    /// A shared `mma` operand is read later in the role's tile body: a retire outside the loops does
+    /// not end the hand-off epoch then.
+    pub(super) reads_ahead: bool,
+    /// Registers the consumer's register work touched since the last `wgmma` wait: pinned before
+    /// the next wait (`lower_wait.rs`), so that the compiler cannot sink that work below it.
+    pub(super) dirty: BTreeSet<RegId>,
     /// Set where emission order does not say what is pending (a loop's head, after a loop).
     pub(super) unknown: bool,
     /// Per shared ring: loaded once per tile, outside the producer's loops (attention's Q), so read
@@ -266,6 +289,14 @@ pub(super) struct Emit<'k> {
     pub(super) in_turn: bool,
     /// A group committed during the turn waits (`wait_group 1`) after the turn ends.
     pub(super) turn_wait: bool,
+    /// A group was committed and its `wait_group 1` (retire the previous group, hand its slots back)
+    /// is not yet emitted: deferred to the next barrier, loop edge or `mma`, or dropped when a
+    /// `wait_group 0` comes first ([`Emit::settle`]).
+    pub(super) owed_wait: bool,
+    /// `full` barriers (first barrier of the ring, slot index as C) already waited on in this
+    /// hand-off epoch on every path here: a second wait on the same phase is dropped, so that a
+    /// commit group's `wgmma`s follow each other with no wait loop between them.
+    pub(super) waited: BTreeSet<(u32, String)>,
     pub(super) cap: u32,
     pub(super) offsets: Vec<u32>,
     /// First mbarrier (= first bit of the phase masks) of each shared ring.
@@ -409,7 +440,9 @@ impl Emit<'_> {
         self.line("for (u32 kt_tile = blockIdx.x; kt_tile < kt_tiles; kt_tile += gridDim.x) {");
         self.depth += 1;
         self.grid()?;
+        self.waited.clear();
         self.stmts(body)?;
+        self.settle();
         self.depth -= 1;
         self.line("}");
         Ok(())
@@ -417,7 +450,14 @@ impl Emit<'_> {
 
     fn stmts(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
         let mut run: Vec<&Op> = Vec::new();
+        let mut fused = false;
+        let outer_reads = self.reads_ahead;
         for (i, s) in body.iter().enumerate() {
+            // The second `mma` of a pair emitted as one instruction (`lower_mma.rs`).
+            if std::mem::take(&mut fused) {
+                continue;
+            }
+            self.reads_ahead = outer_reads || super::lower_wait::reads_shared(&body[i + 1..]);
             // A run of consecutive loads (the producer's only loads, `check_roles`) becomes fills.
             if let Stmt::Op {
                 op: op @ Op::LoadAsync { .. },
@@ -440,15 +480,15 @@ impl Emit<'_> {
             }
             match s {
                 Stmt::Op { op, .. } => {
+                    if let Some(Stmt::Op { op: next, .. }) = body.get(i + 1) {
+                        let more = matches!(body.get(i + 2), Some(Stmt::Op { op: after, .. }) if super::lower_wait::chained(next, after));
+                        if self.role == Role::Consumer && self.mma_rs_pair(op, next, more)? {
+                            fused = true;
+                            continue;
+                        }
+                    }
                     self.group_continues = self.role == Role::Consumer
-                        && matches!(op, Op::Mma { .. })
-                        && matches!(
-                            body.get(i + 1),
-                            Some(Stmt::Op {
-                                op: Op::Mma { .. },
-                                ..
-                            })
-                        );
+                        && matches!(body.get(i + 1), Some(Stmt::Op { op: next, .. }) if super::lower_wait::chained(op, next));
                     self.op(op)?;
                     self.group_continues = false;
                 }
@@ -459,6 +499,8 @@ impl Emit<'_> {
                     body,
                 } => {
                     let v = cexpr::var_name(self.k, var.0);
+                    self.settle();
+                    self.waited.clear();
                     self.line(format!(
                         "for (int {v} = {}; {v} < {}; ++{v}) {{",
                         self.ex(start),
@@ -467,32 +509,58 @@ impl Emit<'_> {
                     self.loops += 1;
                     // Whatever the previous iteration left in flight is pending at the head.
                     self.unknown = true;
-                    self.nested(body)?;
+                    self.depth += 1;
+                    self.stmts(body)?;
+                    // The back edge: the next iteration may open another epoch.
+                    self.settle();
+                    self.depth -= 1;
+                    self.waited.clear();
                     self.unknown = true;
                     self.loops -= 1;
                     self.line("}");
                 }
                 Stmt::If { cond, then, els } => {
-                    // After the branch, a chain is pending if it is on either path.
-                    let (before, unknown) = (self.pending.clone(), self.unknown);
+                    // A deferred wait goes into the branches only when they hold register work
+                    // alone: a barrier, loop or `mma` on one path must find it emitted.
+                    if !then.iter().chain(els).all(plain_op) {
+                        self.settle();
+                    } else if self.role == Role::Consumer {
+                        // The waits the branches' register work needs, before the branch: ptxas
+                        // serialised every wgmma when a partial wait sat inside it (C7514).
+                        let mut regs = Vec::new();
+                        super::lower_wait::stmt_regs(then, &mut regs);
+                        super::lower_wait::stmt_regs(els, &mut regs);
+                        self.retire_for(&regs);
+                    }
+                    // After the branch, a chain is pending (a wait owed) if it is on either path;
+                    // a barrier waited on inside a branch is not waited on along the other.
+                    let (before, unknown, owed) =
+                        (self.groups.clone(), self.unknown, self.owed_wait);
+                    let waited = self.waited.clone();
                     self.line(format!("if {} {{", self.cond(cond)));
                     self.nested(then)?;
-                    let (then_pending, then_unknown) = (self.pending.clone(), self.unknown);
-                    self.pending = before;
+                    let (then_groups, then_unknown, then_owed) =
+                        (self.groups.clone(), self.unknown, self.owed_wait);
+                    self.groups = before;
                     self.unknown = unknown;
+                    self.owed_wait = owed;
+                    self.waited = waited.clone();
                     if !els.is_empty() {
                         self.line("} else {");
                         self.nested(els)?;
                     }
                     self.line("}");
-                    self.pending.extend(then_pending);
+                    self.merge_groups(then_groups);
                     self.unknown |= then_unknown;
+                    self.owed_wait |= then_owed;
+                    self.waited = waited;
                 }
                 Stmt::Cluster {
                     kind: ClusterKind::Compute,
                     label,
                     body,
                 } if self.role == Role::Consumer && self.consumer_wgs() > 1 => {
+                    self.settle();
                     self.turn(label, body)?
                 }
                 Stmt::Cluster { label, body, .. } => {
@@ -505,6 +573,7 @@ impl Emit<'_> {
                 }
             }
         }
+        self.reads_ahead = outer_reads;
         Ok(())
     }
 
@@ -516,7 +585,7 @@ impl Emit<'_> {
     /// warpgroups pass one token around a ring of named barriers (FlashAttention-3's warp-scheduler
     /// barriers): warpgroup `w` waits on barrier `1 + w`, issues its `wgmma` groups, and arrives on
     /// the next one's, so one warpgroup's softmax runs while the other's matrix work does. The wait
-    /// for the previous group comes after the turn. Values and memory effects are the cluster's body.
+    /// for the previous group comes after the turn (deferred, [`Emit::settle`]). Values and memory effects are the cluster's body.
     fn turn(&mut self, label: &str, body: &[Stmt]) -> Result<(), CudaLowerError> {
         let n = self.consumer_wgs();
         self.line(format!("// cluster: {label} — this warpgroup's turn"));
@@ -530,10 +599,7 @@ impl Emit<'_> {
             128 * 2
         ));
         if std::mem::take(&mut self.turn_wait) {
-            self.line(
-                "kt::wgmma_wait<1>(); // the previous group has retired: its slots can go back",
-            );
-            self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
+            self.owed_wait = true;
         }
         Ok(())
     }
@@ -574,6 +640,10 @@ impl Emit<'_> {
                 },
                 Role::Consumer,
             ) => {
+                // The deferred wait releases slots of the epoch before this one only.
+                self.settle();
+                self.waited.clear();
+                self.since_barrier = 0;
                 self.line("// barrier: the slots read so far go back once their wgmmas retire");
                 self.line("kt_rel |= kt_held; kt_cpar ^= kt_held; kt_held = 0;");
                 Ok(())
@@ -601,13 +671,17 @@ impl Emit<'_> {
                 self.reg_op(op)
             }
             (Op::Mma { form, d, a, b, c }, Role::Consumer) => {
+                if !self.group_open {
+                    self.settle();
+                }
+                // The chain's registers join its group before the commit closes it.
+                self.open_group.insert(*d);
+                if let MmaOperand::Reg(ar) = a {
+                    self.open_group.insert(*ar);
+                }
                 match a {
                     MmaOperand::Reg(ar) => self.mma_rs(*form, *d, *ar, b, c.as_ref())?,
                     MmaOperand::Shared(_) => self.mma(*form, *d, a, b, c.as_ref())?,
-                }
-                self.pending.insert(*d);
-                if let MmaOperand::Reg(ar) = a {
-                    self.pending.insert(*ar);
                 }
                 Ok(())
             }
@@ -620,64 +694,17 @@ impl Emit<'_> {
                 }
             }
             (Op::LoadGlobal { dst, src }, Role::Consumer) => {
-                if self.unknown || self.pending.contains(dst) {
-                    self.retire_all();
-                }
+                self.retire_for(&[*dst]);
+                self.dirty.insert(*dst);
                 self.load_broadcast(*dst, src)
             }
             (op @ (Op::Map { .. } | Op::Reduce { .. } | Op::Mask { .. }), Role::Consumer) => {
-                let regs = op.regs();
-                if self.unknown || regs.iter().any(|r| self.pending.contains(r)) {
-                    self.retire_all();
-                }
+                self.retire_for(&op.regs());
+                self.dirty.extend(op.regs());
                 self.reg_op(op)
             }
             (other, role) => unsupported(format!("op `{}` in role {role:?}", other.name())),
         }
-    }
-
-    /// Before the accumulator is touched by anything but wgmma: every chain retires and its slots go
-    /// back. Outside the loops, no slot is read before the next barrier (checked by `check_roles`), so
-    /// the slots of this epoch go back too — the producer refills them during the epilogue.
-    /// Slots of rings read for the whole tile go back at the first retire after the tile's loops.
-    fn retire_all(&mut self) {
-        self.line("kt::wgmma_wait<0>();");
-        // The registers the retired chains wrote or read, pinned after the wait.
-        let fenced: Vec<RegId> = if self.unknown {
-            self.k
-                .ops()
-                .into_iter()
-                .filter_map(|r| match r.op {
-                    Op::Mma { d, a, .. } => Some([
-                        Some(d),
-                        match a {
-                            MmaOperand::Reg(r) => Some(r),
-                            MmaOperand::Shared(_) => None,
-                        },
-                    ]),
-                    _ => None,
-                })
-                .flatten()
-                .flatten()
-                .copied()
-                .collect::<BTreeSet<RegId>>()
-                .into_iter()
-                .collect()
-        } else {
-            self.pending.iter().copied().collect()
-        };
-        for r in fenced {
-            self.line(format!("kt::reg_fence(r_{});", cname(self.k.reg(r))));
-        }
-        if self.loops == 0 {
-            self.line("kt_rel |= kt_held; kt_cpar ^= kt_held; kt_held = 0;");
-            if self.resident.iter().any(|&r| r) {
-                self.line("kt_rel |= kt_res; kt_cpar ^= kt_res; kt_res = 0;");
-            }
-        }
-        self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
-        self.pending.clear();
-        self.unknown = false;
     }
 
     /// Name and float count of an accumulator register.
@@ -719,6 +746,16 @@ fn global_ctype(g: &kittens_ir::GlobalDecl) -> Result<&'static str, CudaLowerErr
             ))
         }
     })
+}
+
+/// A statement that is register work only (no barrier, `mma`, loop or cluster): a wait deferred
+/// past it cannot release a slot too early.
+fn plain_op(s: &Stmt) -> bool {
+    match s {
+        Stmt::Op { op, .. } => !matches!(op, Op::Barrier { .. } | Op::Mma { .. }),
+        Stmt::If { then, els, .. } => then.iter().chain(els).all(plain_op),
+        _ => false,
+    }
 }
 
 /// Whether a body holds a compute cluster (a ping-pong turn).

@@ -5,7 +5,8 @@
 //! `mma` ops are one commit group; inside a compute cluster of a ping-pong consumer role the group's
 //! wait moves past the end of the warpgroup's turn (`lower.rs`, `Stmt::Cluster`).
 
-use kittens_ir::{Env, Expr, MmaForm, MmaOperand, RegId, SharedView};
+use kittens_ir::{Env, Expr, MmaForm, MmaOperand, Op, RegId, SharedView};
+use kittens_tile::Swizzle;
 
 use super::lower::{cname, column_atoms, swizzle_bytes, unsupported, CudaLowerError, Emit};
 use super::WgmmaInput;
@@ -21,7 +22,7 @@ impl Emit<'_> {
 
     /// Closes a chain: nothing while the next statement is another `mma` (same commit group); else the
     /// commit, then `wait_group 1` (the previous group has retired, its slots go back) — after the
-    /// warpgroup's turn when inside one.
+    /// warpgroup's turn when inside one, else deferred ([`Emit::settle`]).
     fn chain_end(&mut self) {
         if self.group_continues {
             self.group_open = true;
@@ -29,13 +30,11 @@ impl Emit<'_> {
         }
         self.group_open = false;
         self.line("kt::wgmma_commit();");
+        self.commit_group();
         if self.in_turn {
             self.turn_wait = true;
         } else {
-            self.line(
-                "kt::wgmma_wait<1>(); // the previous group has retired: its slots can go back",
-            );
-            self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");
+            self.owed_wait = true;
         }
     }
 
@@ -160,11 +159,9 @@ impl Emit<'_> {
             self.smem_addr(av, "kt_wave0"),
             self.smem_addr(bv, "kt_wave0")
         ));
-        self.line("kt::mbarrier_wait(KT_FULL(sa), (kt_cpar >> sa) & 1u);");
         // A and B filled together share the slot's barrier: one wait.
-        if self.bars[av.buf.0 as usize] != self.bars[bv.buf.0 as usize] || av.index != bv.index {
-            self.line("kt::mbarrier_wait(KT_FULL(sb), (kt_cpar >> sb) & 1u);");
-        }
+        self.wait_full(av, "sa");
+        self.wait_full(bv, "sb");
         let held = self.hold(&[av, bv]);
         self.line(held);
         self.chain_begin();
@@ -180,6 +177,20 @@ impl Emit<'_> {
         self.depth -= 1;
         self.line("}");
         Ok(())
+    }
+
+    /// Waits on the `full` barrier of `v`'s slot (named `name` in the emitted block) unless this epoch
+    /// already waited on it (the same ring's barriers, the same slot expression).
+    fn wait_full(&mut self, v: &SharedView, name: &str) {
+        let key = (
+            self.bars[v.buf.0 as usize],
+            self.ex_with(&v.index, "kt_wave0"),
+        );
+        if self.waited.insert(key) {
+            self.line(format!(
+                "kt::mbarrier_wait(KT_FULL({name}), (kt_cpar >> {name}) & 1u);"
+            ));
+        }
     }
 
     /// The bookkeeping line after waiting on the slots `sa` (and `sb`) of `views`: slots of
@@ -286,7 +297,7 @@ impl Emit<'_> {
             "const u32 b0 = {};",
             self.smem_addr(bv, "kt_wave0")
         ));
-        self.line("kt::mbarrier_wait(KT_FULL(sb), (kt_cpar >> sb) & 1u);");
+        self.wait_full(bv, "sb");
         let bit = if self.resident[bv.buf.0 as usize] {
             "kt_res |= 1u << sb;"
         } else {
@@ -310,6 +321,130 @@ impl Emit<'_> {
         self.depth -= 1;
         self.line("}");
         Ok(())
+    }
+
+    /// Two consecutive register-A `mma_ab` ops with the same A whose B operands are the same slot of
+    /// two rings laid side by side (same shape, one 128-byte swizzle atom of 64 columns each) and
+    /// whose accumulators are 16 × 64 each: one `wgmma` chain of N = 128 instead of two of N = 64,
+    /// the second atom reached through the descriptor's leading byte offset (the distance between
+    /// the rings). Attention's O += P·V at head dimension 128 is such a pair: P is read from registers
+    /// once per k16 step instead of twice. Returns whether the pair was emitted; `more`: another
+    /// `mma` follows the pair (same commit group).
+    pub(super) fn mma_rs_pair(
+        &mut self,
+        op: &Op,
+        next: &Op,
+        more: bool,
+    ) -> Result<bool, CudaLowerError> {
+        use super::lower_frag::Frag;
+        let (
+            Op::Mma {
+                form: MmaForm::Ab,
+                d: d0,
+                a: MmaOperand::Reg(a0),
+                b: MmaOperand::Shared(b0),
+                c: c0,
+            },
+            Op::Mma {
+                form: MmaForm::Ab,
+                d: d1,
+                a: MmaOperand::Reg(a1),
+                b: MmaOperand::Shared(b1),
+                c: c1,
+            },
+        ) = (op, next)
+        else {
+            return Ok(false);
+        };
+        let acc = |d: &RegId, c: &Option<RegId>| match c {
+            Some(r) if r == d => Some(true),
+            None => Some(false),
+            Some(_) => None,
+        };
+        let (t0, t1) = (self.k.shared_decl(b0.buf), self.k.shared_decl(b1.buf));
+        let whole = |v: &SharedView, t: &kittens_tile::SharedTile| {
+            (v.rows, v.cols) == (t.rows, t.cols)
+                && self.at_origin(&v.row0, 4) == Some(0)
+                && self.at_origin(&v.col0, 4) == Some(0)
+        };
+        let (o0, o1) = (
+            self.offsets[b0.buf.0 as usize],
+            self.offsets[b1.buf.0 as usize],
+        );
+        let ok = a0 == a1
+            && d0 != d1
+            && acc(d0, c0).is_some()
+            && acc(d0, c0) == acc(d1, c1)
+            && b0.index == b1.index
+            && t0.tile == t1.tile
+            && t0.count == t1.count
+            && t0.tile.swizzle == Swizzle::NV_128B
+            && t0.tile.cols * t0.tile.dtype.bytes() == 128
+            && whole(b0, &t0.tile)
+            && whole(b1, &t1.tile)
+            && o1 > o0
+            && (o1 - o0).is_multiple_of(16)
+            && o1 - o0 < 1 << 18
+            && self.frag(*d0)? == Frag::Acc(64)
+            && self.frag(*d1)? == Frag::Acc(64)
+            && self.frag(*a0)? == Frag::ABf16(t0.tile.rows);
+        if !ok {
+            return Ok(false);
+        }
+        if !self.group_open {
+            self.settle();
+        }
+        let kk = t0.tile.rows;
+        let flag0 = acc(d0, c0) == Some(true);
+        self.wgmma_rs_split.insert((128, true));
+        let wrapper = format!("{}_split", super::rs_wrapper_name(128, true));
+        let (r0, r1) = (self.acc(*d0).0, self.acc(*d1).0);
+        let ar = format!("r_{}", cname(self.k.reg(*a0)));
+        self.line(
+            "{ // mma_ab pair as one N = 128 chain on the warpgroup's 64 rows, A from registers",
+        );
+        self.depth += 1;
+        for (v, name) in [(b0, "s0"), (b1, "s1")] {
+            self.line(format!(
+                "const u32 {name} = {}u + (u32)({});",
+                self.bars[v.buf.0 as usize],
+                self.ex_with(&v.index, "kt_wave0")
+            ));
+            self.wait_full(v, name);
+            let bit = if self.resident[v.buf.0 as usize] {
+                format!("kt_res |= 1u << {name};")
+            } else {
+                format!("kt_held |= 1u << {name};")
+            };
+            self.line(bit);
+        }
+        self.line(format!(
+            "const u32 b0 = {};",
+            self.smem_addr(b0, "kt_wave0")
+        ));
+        self.chain_begin();
+        let row_bytes = t0.tile.cols * t0.tile.dtype.bytes();
+        for st in 0..kk / 16 {
+            let flag = if flag0 || st > 0 { "1u" } else { "0u" };
+            let r = 4 * st;
+            self.line(format!(
+                "kt::{wrapper}({r0}, {r1}, {ar}[{}], {ar}[{}], {ar}[{}], {ar}[{}], kt::desc_mnmajor_sw128(b0 + {}u, {}u), {flag});",
+                r,
+                r + 1,
+                r + 2,
+                r + 3,
+                st * 16 * row_bytes,
+                o1 - o0
+            ));
+        }
+        self.open_group.extend([*d0, *d1, *a0]);
+        self.group_continues = more;
+        self.chain_end();
+        self.group_continues = false;
+        self.depth -= 1;
+        self.line("}");
+
+        Ok(true)
     }
 
     /// `e` for `wave` with every parameter, loop variable and block index at 0: how the per-wave shape

@@ -14,7 +14,7 @@ pub(super) struct Roles<'k> {
 
 /// The shape the barrier → mbarrier hand-off needs (module docs): the body is the role split alone;
 /// the producer only loads, waits and hands over; the consumer loads nothing asynchronously and reads
-/// shared memory only as `mma` operands inside a loop whose iteration starts with a block barrier.
+/// shared memory only as `mma` operands after a block barrier ([`walk`]).
 pub(super) fn check_roles(k: &Kernel) -> Result<Roles<'_>, CudaLowerError> {
     let [Stmt::If { cond, then, els }] = k.body.as_slice() else {
         return unsupported("a body other than the producer/consumer role split");
@@ -44,7 +44,7 @@ pub(super) fn check_roles(k: &Kernel) -> Result<Roles<'_>, CudaLowerError> {
         Op::Mma { a, b, .. }
             if !guarded && [a, b].iter().any(|o| matches!(o, MmaOperand::Shared(_))) =>
         {
-            unsupported("a shared mma operand read outside a loop that starts with a barrier")
+            unsupported("a shared mma operand read before any block barrier")
         }
         Op::Barrier { scope } if *scope != Scope::Block => {
             unsupported("a wave or warpgroup barrier in the consumer role")
@@ -72,15 +72,29 @@ fn split_role(b: &[Stmt]) -> Option<(&Op, &[Stmt])> {
     }
 }
 
-/// Visits every op with whether it sits in a loop whose body starts with a block barrier.
+/// Visits every op with whether a block barrier hands its reads over: it sits in a loop whose body
+/// starts with one, or after one (or after such a loop) in the same statement list — a key block
+/// read before the loop that streams the rest, or after it (a rotated loop's first and last steps).
+/// The lowering waits on each slot's `full` barrier before its first read in an epoch either way.
 fn walk(
     body: &[Stmt],
     guarded: bool,
     f: &mut dyn FnMut(&Op, bool) -> Result<(), CudaLowerError>,
 ) -> Result<(), CudaLowerError> {
+    let mut guarded = guarded;
     for s in body {
         match s {
-            Stmt::Op { op, .. } => f(op, guarded)?,
+            Stmt::Op { op, .. } => {
+                f(op, guarded)?;
+                if matches!(
+                    op,
+                    Op::Barrier {
+                        scope: Scope::Block
+                    }
+                ) {
+                    guarded = true;
+                }
+            }
             Stmt::For { body, .. } => {
                 let starts = matches!(
                     body.first(),
@@ -91,7 +105,8 @@ fn walk(
                         ..
                     })
                 );
-                walk(body, guarded || starts, f)?
+                walk(body, guarded || starts, f)?;
+                guarded |= starts;
             }
             Stmt::If { then, els, .. } => {
                 walk(then, guarded, f)?;
@@ -120,6 +135,35 @@ pub(super) fn fill_chunks<'k>(k: &Kernel, run: &[&'k Op]) -> Vec<Vec<&'k Op>> {
         }
     }
     chunks
+}
+
+/// Per shared ring, the distinct slot expressions of the consumer's `mma` reads of it.
+fn consumer_reads(body: &[Stmt], out: &mut Vec<Vec<kittens_ir::Expr>>) {
+    for s in body {
+        match s {
+            Stmt::Op {
+                op: Op::Mma { a, b, .. },
+                ..
+            } => {
+                for o in [a, b] {
+                    if let MmaOperand::Shared(v) = o {
+                        let r = &mut out[v.buf.0 as usize];
+                        if !r.contains(&v.index) {
+                            r.push(v.index.clone());
+                        }
+                    }
+                }
+            }
+            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
+                consumer_reads(body, out)
+            }
+            Stmt::If { then, els, .. } => {
+                consumer_reads(then, out);
+                consumer_reads(els, out)
+            }
+            Stmt::Op { .. } | Stmt::Roles { .. } => {}
+        }
+    }
 }
 
 /// Maximal runs of consecutive `load_async` statements in one statement list, recursively.
@@ -156,7 +200,13 @@ pub(super) fn load_runs<'k>(body: &'k [Stmt], out: &mut Vec<Vec<&'k Op>>) {
 /// The first mbarrier of each shared ring and the number of mbarriers (per kind, full and empty).
 /// Rings that are always filled together (every fill chunk that loads one of them loads exactly the
 /// same set) share one barrier per slot; any other ring has its own.
-pub(super) fn ring_barriers(k: &Kernel, producer: &[Stmt]) -> (Vec<u32>, u32) {
+///
+/// Rings filled together share only if the consumer reads them with the same slot expressions: a ring
+/// read a key block later than its partner (attention's V in the rotated loop) would otherwise find
+/// the shared barrier's phase already advanced by the partner's hand-off — on the H100 that hung.
+pub(super) fn ring_barriers(k: &Kernel, producer: &[Stmt], consumer: &[Stmt]) -> (Vec<u32>, u32) {
+    let mut reads: Vec<Vec<kittens_ir::Expr>> = vec![Vec::new(); k.shared.len()];
+    consumer_reads(consumer, &mut reads);
     let mut runs = Vec::new();
     load_runs(producer, &mut runs);
     let ring = |op: &Op| match op {
@@ -182,10 +232,15 @@ pub(super) fn ring_barriers(k: &Kernel, producer: &[Stmt]) -> (Vec<u32>, u32) {
             }
         }
     }
-    // A set is shared only if none of its members went alone.
+    // A set is shared only if none of its members went alone and all are read with the same slot
+    // expressions.
     for r in 0..k.shared.len() {
         if let Some(s) = &set[r] {
-            if s.iter().any(|&o| alone[o]) {
+            let same = |x: &[kittens_ir::Expr], y: &[kittens_ir::Expr]| {
+                x.len() == y.len() && x.iter().all(|e| y.contains(e))
+            };
+            let one = |o: usize| same(&reads[o], &reads[s[0]]);
+            if s.iter().any(|&o| alone[o] || !one(o)) {
                 alone[r] = true;
             }
         }

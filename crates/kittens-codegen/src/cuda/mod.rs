@@ -10,6 +10,7 @@ mod lower_frag;
 mod lower_mma;
 mod lower_roles;
 mod lower_tma;
+mod lower_wait;
 
 pub use lower::{lower, CudaLowerError, TmaMap};
 
@@ -144,6 +145,37 @@ pub fn wgmma_rs_wrapper(n: u32, trans_b: bool) -> String {
     )
 }
 
+/// [`wgmma_rs_wrapper`] with the `n` accumulator columns held in two arrays of `n / 4` floats (the
+/// first and the second `n / 2` columns: the m64nNk16 fragment lists its 8-column groups in order),
+/// so that two accumulators of `n / 2` columns declared apart are one instruction's D.
+pub fn wgmma_rs_wrapper_split(n: u32, trans_b: bool) -> String {
+    assert!(
+        valid_wgmma_n(n) && n.is_multiple_of(16),
+        "split wgmma N must be a multiple of 16 in 16..=256, got {n}"
+    );
+    let half = n / 4;
+    let whole = wgmma_rs_wrapper(n, trans_b);
+    let outs: Vec<String> = (0..n / 2)
+        .map(|i| {
+            if i < half {
+                format!("\"+f\"(d0[{i}])")
+            } else {
+                format!("\"+f\"(d1[{}])", i - half)
+            }
+        })
+        .collect();
+    let old_outs: Vec<String> = (0..n / 2).map(|i| format!("\"+f\"(d[{i}])")).collect();
+    whole
+        .replace(
+            &format!("{}(float (&d)[{}]", rs_wrapper_name(n, trans_b), n / 2),
+            &format!(
+                "{}_split(float (&d0)[{half}], float (&d1)[{half}]",
+                rs_wrapper_name(n, trans_b)
+            ),
+        )
+        .replace(&old_outs.join(", "), &outs.join(", "))
+}
+
 /// The C++ name of [`wgmma_rs_wrapper`]'s function.
 pub fn rs_wrapper_name(n: u32, trans_b: bool) -> String {
     let tb = if trans_b { "_tb" } else { "" };
@@ -196,5 +228,13 @@ mod tests {
         assert!(w.contains("{%32, %33, %34, %35}, %36, p, 1, 1, 1;"), "{w}");
         assert!(w.contains("setp.ne.b32 p, %37, 0"));
         assert!(wgmma_rs_wrapper(128, false).contains("%68, p, 1, 1, 0;"));
+        let split = wgmma_rs_wrapper_split(128, true);
+        assert!(
+            split.contains("wgmma_m64n128k16_bf16_rs_tb_split(float (&d0)[32], float (&d1)[32]")
+        );
+        assert!(
+            split.contains("\"+f\"(d0[31]), \"+f\"(d1[0])") && split.contains("\"+f\"(d1[31])\n")
+        );
+        assert!(!split.contains("(d["));
     }
 }

@@ -57,6 +57,10 @@ pub struct AttnConfig {
     /// (a compute cluster, lowered to named barriers), so that one's softmax overlaps the other's
     /// multiplies.
     pub pingpong: bool,
+    /// Producer/consumer only: the key loop rotated so that each warpgroup's softmax of one key
+    /// block runs while its P·V of the previous block is on the tensor cores (V then needs a third
+    /// ring slot at head dimension 128).
+    pub overlap: bool,
     pub remap: GridOrder,
 }
 
@@ -69,6 +73,7 @@ impl Default for AttnConfig {
         AttnConfig {
             schedule: AttnSchedule::PingPong8,
             pingpong: false,
+            overlap: false,
             dim: 128,
             q_rows: 32,
             kv_block: 32,
@@ -88,10 +93,14 @@ impl AttnConfig {
         }
         AttnConfig {
             schedule: AttnSchedule::ProducerConsumer,
-            // Measured on the H100 (bench/results/h100-2026-11-22-attn, run 3): turns around Q·Kᵀ
-            // give the same geometric mean over the D128 shapes (370 vs 375 TFLOP/s), so the
-            // simpler schedule is the default.
-            pingpong: false,
+            // Measured on the H100 (bench/results/h100-2026-11-22-attnperf, run 3): once the
+            // `wgmma`s were no longer serialised, the turns around Q·Kᵀ gave 3-15% on every D128
+            // shape (612 vs 571 TFLOP/s at B16 H16 N4096; causal 444 vs 429 at N8192).
+            pingpong: true,
+            // The rotated loop compiles without serialised wgmmas or spills, but its first H100
+            // run hung (at head dim 64, K and V shared a barrier while read a block apart; the
+            // lowering no longer shares it): off until it is measured.
+            overlap: false,
             q_rows: 16,
             kv_block: 128,
             remap: GridOrder::RowMajor,

@@ -18,8 +18,8 @@
 //! As in the GEMM's producer/consumer program, the program states the data flow and not the overlap:
 //! the barrier after each load is the hand-off of a slot, and the Hopper lowering turns it into
 //! full/empty mbarriers so that the producer runs up to `stages` key blocks ahead. The block order is
-//! written here: query blocks are visited last-first, so that with a causal mask the longest blocks
-//! start first (a persistent grid then fills the tail with short ones).
+//! written here: the query blocks of one head are adjacent (they share its K and V in L2) and visited
+//! last-first, so that with a causal mask the longest blocks of a head start first.
 
 use super::{declare_io, AttnConfig, Io, Softmax};
 use crate::KernelError;
@@ -34,12 +34,20 @@ const BLOCK_Q: u32 = 128;
 /// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
 const COLS: u32 = 64;
 
-/// Ring slots for K and V: as many as fit beside Q in the H100's 227 KiB (2 at head dim 128 and
-/// 128-key blocks: 32 KiB of Q + 2 × 64 KiB).
-fn stages(dim: u32, kv: u32) -> u32 {
+/// Ring slots for K and for V: as many as fit beside Q in the H100's 227 KiB (2 each at head dim
+/// 128 and 128-key blocks: 32 KiB of Q + 2 × 64 KiB). With `overlap`, P·V of block j runs in
+/// iteration j + 1, so V's slot must outlive one more hand-off: V gets at least 3 slots (32 + 2 × 32
+/// + 3 × 32 KiB at head dim 128).
+fn stages(dim: u32, kv: u32, overlap: bool) -> (u32, u32) {
     let q = BLOCK_Q * dim * 2;
-    let per_stage = 2 * kv * dim * 2;
-    ((220 * 1024 - q) / per_stage).clamp(2, 4)
+    let per_tensor = kv * dim * 2;
+    let budget = 220 * 1024 - q;
+    if !overlap {
+        let ring = (budget / (2 * per_tensor)).clamp(2, 4);
+        return (ring, ring);
+    }
+    let k_ring = ((budget - per_tensor) / (2 * per_tensor)).clamp(2, 4);
+    (k_ring, k_ring.max(3))
 }
 
 pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
@@ -72,26 +80,30 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         v: vg,
         o,
     } = declare_io(&mut k, cfg);
-    // Launch order: query block first, last block first (the longest under a causal mask).
+    // Launch order: the query blocks of one head next to each other (row-major, last extent fastest),
+    // so that the blocks running at once share their head's K and V in L2; inside a head the last
+    // block first (the longest under a causal mask). With the query block outermost instead, the 132
+    // blocks in flight each streamed a different head's K and V from DRAM: ncu on the H100 measured
+    // 84% of DRAM bandwidth for B16 H16 N4096 D128 (17.7 GB moved for 1.07 GB of Q, K, V and O).
     let n_qb = seq.ceil_div(BLOCK_Q as i64);
     k.grid(
-        vec![n_qb.clone(), batch.clone(), heads.clone()],
+        vec![batch.clone(), heads.clone(), n_qb.clone()],
         GridOrder::RowMajor,
     );
-    let (qb, b, h) = (n_qb - 1 - k.block(0), k.block(1), k.block(2));
+    let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - k.block(2));
     let hk = &h / (&heads / heads_kv.clone()); // GQA
 
     let halves = d / COLS;
-    let ring = stages(d, kv);
+    let (ring_k, ring_v) = stages(d, kv, cfg.overlap);
     let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
     let q_s: Vec<_> = (0..halves)
         .map(|i| k.shared_tile(&format!("q_s{i}"), swz(BLOCK_Q), 1))
         .collect();
     let k_s: Vec<_> = (0..halves)
-        .map(|i| k.shared_tile(&format!("k_s{i}"), swz(kv), ring))
+        .map(|i| k.shared_tile(&format!("k_s{i}"), swz(kv), ring_k))
         .collect();
     let v_s: Vec<_> = (0..halves)
-        .map(|i| k.shared_tile(&format!("v_s{i}"), swz(kv), ring))
+        .map(|i| k.shared_tile(&format!("v_s{i}"), swz(kv), ring_v))
         .collect();
     let s = k.tile("s", F32, 16, kv, Layout::Row, BaseShape::S16X16);
     let p = k.tile("p", Bf16, 16, kv, Layout::Row, BaseShape::S16X32);
@@ -109,6 +121,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         .collect();
     let softmax = Softmax::declare(&mut k, s, Axis::Rows, d);
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
+    let inv_norm = k.row_vec("inv_norm", s, F32);
 
     // `rows × 64` of head `hh` of tensor `g` from sequence position `s0`, columns from `col0`.
     let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, col0: u32, rows| {
@@ -148,14 +161,16 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             k.wait_async(0);
             k.barrier(); // Q to the consumers
             k.for_range("j", 0, &n_kv, |k, j| {
-                let slot = &j % ring as i64;
+                let (slot_k, slot_v) = (&j % ring_k as i64, &j % ring_v as i64);
                 let s0 = &j * kv as i64;
-                for (i, (&ks, &vs)) in k_s.iter().zip(&v_s).enumerate() {
-                    let col = i as u32 * COLS;
-                    let src = view(k, kg, &hk, s0.clone(), col, kv);
-                    k.load_async_by(Scope::WarpGroup, k.smem(ks, slot.clone()), src);
-                    let src = view(k, vg, &hk, s0.clone(), col, kv);
-                    k.load_async_by(Scope::WarpGroup, k.smem(vs, slot.clone()), src);
+                // K's halves, then V's: each tensor's halves share a slot index (one fill each).
+                for (i, &ks) in k_s.iter().enumerate() {
+                    let src = view(k, kg, &hk, s0.clone(), i as u32 * COLS, kv);
+                    k.load_async_by(Scope::WarpGroup, k.smem(ks, slot_k.clone()), src);
+                }
+                for (i, &vs) in v_s.iter().enumerate() {
+                    let src = view(k, vg, &hk, s0.clone(), i as u32 * COLS, kv);
+                    k.load_async_by(Scope::WarpGroup, k.smem(vs, slot_v.clone()), src);
                 }
                 k.wait_async(0);
                 k.barrier(); // key block j to the consumers
@@ -168,20 +183,27 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             }
             k.zero(norm);
             k.neg_infty(max_v);
-            k.for_range("j", 0, &n_kv, |k, j| {
-                k.barrier(); // key block j has landed
-                let slot = &j % ring as i64;
-                // S = Q·Kᵀ over the head dimension, 64 columns at a time.
-                turn(k, "S = Q·Kᵀ", &|k: &mut KernelBuilder| {
-                    for (i, (&qs, &ks)) in q_s.iter().zip(&k_s).enumerate() {
-                        let a = MmaOperand::Shared(k.smem(qs, 0).sub(16, COLS, &cw, 0));
-                        let b = MmaOperand::Shared(k.smem(ks, slot.clone()));
-                        k.mma(MmaForm::Abt, s, a, b, (i > 0).then_some(s));
-                    }
-                });
-                // Masks only where a key block reaches past the sequence or the diagonal (whole-block
-                // conditions, the same for every wave).
-                let (kv0, kv_end, inf) = (&j * kv as i64, (&j + 1) * kv as i64, f32::NEG_INFINITY);
+            // S = Q·Kᵀ of key block `j` over the head dimension, 64 columns at a time.
+            let qk = |k: &mut KernelBuilder, j: &Expr| {
+                let slot = j % ring_k as i64;
+                for (i, (&qs, &ks)) in q_s.iter().zip(&k_s).enumerate() {
+                    let a = MmaOperand::Shared(k.smem(qs, 0).sub(16, COLS, &cw, 0));
+                    let b = MmaOperand::Shared(k.smem(ks, slot.clone()));
+                    k.mma(MmaForm::Abt, s, a, b, (i > 0).then_some(s));
+                }
+            };
+            // O += P·V of key block `j` (P in registers).
+            let pv = |k: &mut KernelBuilder, j: &Expr| {
+                let slot = j % ring_v as i64;
+                for (&or, &vs) in o_r.iter().zip(&v_s) {
+                    let b = MmaOperand::Shared(k.smem(vs, slot.clone()));
+                    k.mma(MmaForm::Ab, or, MmaOperand::Reg(p), b, Some(or));
+                }
+            };
+            // Masks only where key block `j` reaches past the sequence or the diagonal (whole-block
+            // conditions, the same for every wave), then the online softmax (P stays f32 in `s`).
+            let softmax_block = |k: &mut KernelBuilder, j: &Expr| {
+                let (kv0, kv_end, inf) = (j * kv as i64, (j + 1) * kv as i64, f32::NEG_INFINITY);
                 k.if_(seq.lt(&kv_end), |k| {
                     k.mask(s, MaskRule::ColsBelow(seq.clone()), &q0, &kv0, inf)
                 });
@@ -192,19 +214,62 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                     });
                 }
                 softmax.step(k, s);
-                k.copy(p, s); // accumulator fragment → A operand, in registers
+            };
+            // P to bf16: the accumulator fragment is the A operand's, so a pack in registers.
+            let to_p = |k: &mut KernelBuilder| k.copy(p, s);
+            let rescale = |k: &mut KernelBuilder| {
                 for &or in &o_r {
                     k.mul_row(or, or, scale);
                 }
-                // Outside the turn: only Q·Kᵀ is ordered between the warpgroups (measured on the
-                // H100: a second turn around P·V serialised them, bench/NOTES.md).
-                for (&or, &vs) in o_r.iter().zip(&v_s) {
-                    let b = MmaOperand::Shared(k.smem(vs, slot.clone()));
-                    k.mma(MmaForm::Ab, or, MmaOperand::Reg(p), b, Some(or));
-                }
-            });
+            };
+            if cfg.overlap {
+                // The loop rotated by half a step (FlashAttention-3 §3.2, intra-warpgroup
+                // overlap): iteration j issues Q·K(j)ᵀ and P(j−1)·V(j−1) together, then runs the
+                // softmax of block j while P·V is still on the tensor cores. Block 0's Q·Kᵀ comes
+                // before the loop, the last block's P·V after it. P is packed at the top of the
+                // next iteration, not at the end of the softmax: the wait for P·V(j−1) (P's
+                // registers are its A operand) then sits past the loop's back edge, where ptxas
+                // cannot hoist it above the softmax (at the end of the softmax it did, SASS of
+                // NVRTC 13.0, and the overlap was gone).
+                k.barrier(); // key block 0 has landed
+                turn(k, "S = Q·K(0)ᵀ", &|k: &mut KernelBuilder| {
+                    qk(k, &Expr::c(0))
+                });
+                softmax_block(k, &Expr::c(0));
+                k.for_range("j", 1, &n_kv, |k, j| {
+                    k.barrier(); // key block j has landed
+                    rescale(k); // by block j−1's correction, before its P·V accumulates
+                    to_p(k);
+                    turn(
+                        k,
+                        "S = Q·K(j)ᵀ, O += P·V(j−1)",
+                        &|k: &mut KernelBuilder| {
+                            qk(k, &j);
+                            pv(k, &(&j - 1));
+                        },
+                    );
+                    softmax_block(k, &j);
+                });
+                rescale(k);
+                to_p(k);
+                pv(k, &(&n_kv - 1));
+            } else {
+                k.for_range("j", 0, &n_kv, |k, j| {
+                    k.barrier(); // key block j has landed
+                    turn(k, "S = Q·Kᵀ", &|k: &mut KernelBuilder| qk(k, &j));
+                    softmax_block(k, &j);
+                    to_p(k);
+                    rescale(k);
+                    // Outside the turn: only Q·Kᵀ is ordered between the warpgroups (measured on
+                    // the H100: a second turn around P·V serialised them, bench/NOTES.md).
+                    pv(k, &j);
+                });
+            }
+            // One division per row, then multiplies: a division per element was 64 IEEE divisions
+            // (each with its slow-path call) per thread in the epilogue of every block.
+            k.div(inv_norm, 1.0f32, norm);
             for (i, &or) in o_r.iter().enumerate() {
-                k.div_row(or, or, norm);
+                k.mul_row(or, or, inv_norm);
                 let dst = view(k, o, &h, q0.clone(), i as u32 * COLS, 16);
                 k.store(dst, or);
             }

@@ -185,6 +185,7 @@ mod tests {
             input_scale: 1.0,
             timed: false,
             pingpong: false,
+            overlap: true,
         }
     }
 

@@ -155,6 +155,8 @@ pub struct AttnCase {
     pub timed: bool,
     /// The consumer warpgroups take turns on the tensor cores (`AttnConfig::pingpong`).
     pub pingpong: bool,
+    /// The key loop rotated so that the softmax overlaps P·V (`AttnConfig::overlap`).
+    pub overlap: bool,
 }
 
 /// Options of [`run_attn_bench`].
@@ -201,6 +203,7 @@ pub fn lower_for(case: &AttnCase) -> Result<Lowered, CudaError> {
         causal: case.causal,
         layout: case.shape.layout,
         pingpong: case.pingpong,
+        overlap: case.overlap,
         ..AttnConfig::for_gpu(h100)
     };
     let k = kittens_kernels::attn_fwd::build(&cfg).map_err(invalid)?;
@@ -218,10 +221,11 @@ pub fn run_attn_bench(opts: &AttnBenchOptions) -> Result<AttnBenchReport, CudaEr
         rows.push(run_case(&dev, &stream, &kernel, case, opts)?);
         let r = rows.last().expect("pushed");
         eprintln!(
-            "{:?} causal={} pingpong={} scale {}: rel_err {:.2e} (baseline {:.2e}) {} {}",
+            "{:?} causal={} pingpong={} overlap={} scale {}: rel_err {:.2e} (baseline {:.2e}) {} {}",
             case.shape,
             case.causal,
             case.pingpong,
+            case.overlap,
             case.input_scale,
             r.error.rel_err,
             r.baseline.rel_err,
@@ -379,8 +383,13 @@ fn run_case(
 
 /// The benchmark's shapes: B16 H16 D128 at N 1024..16384 causal and not (16384 at B2 H24 to bound the
 /// host reference's memory), D64, GQA H64/KV8, both layouts; plus check-only cases at odd lengths
-/// with logits to ±64.
+/// with logits to ±64. Each case with the registry's setting of the warpgroups' turns
+/// and loop form (`AttnConfig::for_gpu(h100)`: `pingpong`, `overlap`).
 pub fn default_cases() -> Vec<AttnCase> {
+    let (turns, overlap) = kittens_hw::gpu("h100")
+        .map(AttnConfig::for_gpu)
+        .map(|c| (c.pingpong, c.overlap))
+        .unwrap_or((false, false));
     let shape = |batch, heads, heads_kv, seq, dim, layout| AttnShape {
         batch,
         heads,
@@ -394,14 +403,16 @@ pub fn default_cases() -> Vec<AttnCase> {
         causal,
         input_scale: 1.0,
         timed: true,
-        pingpong: false,
+        pingpong: turns,
+        overlap,
     };
     let check = |shape, causal| AttnCase {
         shape,
         causal,
         input_scale: 8.0,
         timed: false,
-        pingpong: false,
+        pingpong: turns,
+        overlap,
     };
     let mut v = Vec::new();
     for causal in [false, true] {

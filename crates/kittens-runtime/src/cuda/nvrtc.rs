@@ -402,7 +402,9 @@ pub fn parse_ptxas_log(log: &str, kernel: &str) -> Option<CudaCompileReport> {
     let mut found = false;
     for line in log.lines() {
         let l = line.trim();
-        if l.contains("warning") {
+        // ptxas reports serialised `wgmma` chains (C7515, "Potential Performance Loss") as info, not
+        // as a warning: it is the first thing to know about a Hopper kernel's speed.
+        if l.contains("warning") || l.contains("Performance Loss") {
             report.warnings.push(l.to_string());
         }
         if l.contains("Function properties for") || l.contains("Compiling entry function") {
