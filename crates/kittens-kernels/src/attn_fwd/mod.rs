@@ -84,7 +84,7 @@ impl AttnConfig {
     /// producer/consumer schedule with 128-key blocks on Hopper.
     pub fn for_gpu(gpu: &kittens_hw::Gpu) -> Self {
         if gpu.arch.is_amd() {
-            return Self::default();
+            return Self::default().fit_cdna(gpu);
         }
         AttnConfig {
             schedule: AttnSchedule::ProducerConsumer,
@@ -97,6 +97,22 @@ impl AttnConfig {
             remap: GridOrder::RowMajor,
             ..Self::default()
         }
+    }
+}
+
+impl AttnConfig {
+    /// The K/V block on CDNA: 64 keys (HipKittens E.3's block) where a ring of three 64-key K and V
+    /// slots and the waves' P scratch fit the GPU's shared memory at this head dimension (gfx950's
+    /// 160 KiB at head dimension 128), else 32 keys in a ring of two (gfx942's 64 KiB).
+    pub fn fit_cdna(self, gpu: &kittens_hw::Gpu) -> Self {
+        let (d, qr) = (u64::from(self.dim), u64::from(self.q_rows));
+        let bytes = 3 * 2 * 64 * d * 2 + 8 * 64 * qr * 2;
+        let kv_block = if bytes <= u64::from(gpu.shared_bytes_per_block) {
+            64
+        } else {
+            32
+        };
+        AttnConfig { kv_block, ..self }
     }
 }
 

@@ -33,11 +33,15 @@ fn config(p: &Problem, target: Target) -> AttnConfig {
         Some(gpu) => AttnConfig::for_gpu(gpu),
         None => p.attn_cfg,
     };
-    AttnConfig {
+    let cfg = AttnConfig {
         dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
         causal: p.causal,
         layout: p.attn.layout,
         ..tiles
+    };
+    match target.gpu() {
+        Some(gpu) if gpu.arch.is_amd() => cfg.fit_cdna(gpu),
+        _ => cfg,
     }
 }
 
