@@ -148,9 +148,9 @@ impl Emitter<'_> {
         }
     }
 
-    /// True when the kernel's MFMAs are compiler-scheduled builtins: the 4-wave interleave.
+    /// True when the kernel's MFMAs are compiler-scheduled builtins (`Emitter::compiler_scheduled`).
     pub(super) fn compiler_scheduled(&self) -> bool {
-        self.k.schedule == kittens_ir::Schedule::Interleave4
+        self.compiler_scheduled
     }
 
     pub(super) fn map(&self, r: RegId) -> Result<LaneMap, LowerError> {

@@ -239,6 +239,13 @@ impl Softmax {
     /// into `scale`, and the running sum rescaled and accumulated. The caller rescales its output
     /// accumulator by `scale`.
     pub fn step(&self, k: &mut KernelBuilder, s: RegId) {
+        self.step_p(k, s);
+        self.step_sum(k, s);
+    }
+
+    /// The first part of [`Self::step`]: the running max, P = exp2(S·c − max·c) in place and the
+    /// correction `scale`, all that the output's rescale and the P·V multiply need.
+    pub fn step_p(&self, k: &mut KernelBuilder, s: RegId) {
         let (keys, c) = (self.keys, self.c);
         k.copy(self.max_prev, self.max);
         k.reduce(keys, ReduceOp::Max, self.max, s, Some(self.max));
@@ -252,7 +259,13 @@ impl Softmax {
         k.sub(self.scale, self.max_prev, self.max);
         k.mul(self.scale, self.scale, c);
         k.exp2(self.scale, self.scale);
+    }
+
+    /// The rest of [`Self::step`]: the running sum rescaled and P's sums added. Nothing the P·V
+    /// multiply reads, so a schedule may issue it beside those MFMAs (HipKittens E.3's compute
+    /// clusters interleave the softmax's vector work with the matrix work).
+    pub fn step_sum(&self, k: &mut KernelBuilder, s: RegId) {
         k.mul(self.norm, self.norm, self.scale);
-        k.reduce(keys, ReduceOp::Sum, self.norm, s, Some(self.norm));
+        k.reduce(self.keys, ReduceOp::Sum, self.norm, s, Some(self.norm));
     }
 }

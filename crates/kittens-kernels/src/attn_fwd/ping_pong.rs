@@ -113,7 +113,9 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         k.wait_async(0);
     }
     k.barrier();
-    let scores = |k: &mut KernelBuilder, j: &Expr| {
+    // S = K·Qᵀ masked, then the softmax: whole (`split` false), or without its running sum, which
+    // then runs beside the P·V MFMAs.
+    let scores = |k: &mut KernelBuilder, j: &Expr, split: bool| {
         k.transpose(k_t, k_r);
         k.zero(att);
         k.mma_atb(att, k_t, q_t, att);
@@ -129,9 +131,15 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             );
         }
         // Scores are Sᵀ = K·Qᵀ here: a query per column.
-        softmax.step(k, att);
+        if split {
+            softmax.step_p(k, att);
+        } else {
+            softmax.step(k, att);
+        }
         k.copy(att_b, att);
     };
+    // MFMAs of P·V per wave: d × q_rows over kv keys, 16×16 tiles of K 32 (gfx950's MFMA).
+    let pv_mfmas = (d / 16) * (qr / 16) * (kv / 32);
     let pv = |k: &mut KernelBuilder| {
         k.mul_col(o_r, o_r, scale);
         k.mma_atb(o_r, v_r, att_b, o_r);
@@ -150,13 +158,18 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                     k.load_async(k.smem(v_s, &ahead), view(k, vg, &hk, s0, kv));
                     k.wait_shared(0);
                 });
-                k.compute("K·Qᵀ, softmax", |k| scores(k, &j));
+                k.compute("K·Qᵀ, softmax max and P", |k| scores(k, &j, true));
                 k.memory("V to registers, land j+1", |k| {
                     k.load(v_r, k.smem(v_s, &cur));
                     k.wait_async(2);
                     k.wait_shared(0);
                 });
-                k.compute("P·V", pv);
+                k.compute("P·V || softmax sum", |k| {
+                    pv(k);
+                    softmax.step_sum(k, att);
+                    // One MFMA, then one vector op, for each of the multiply's MFMAs.
+                    k.sched_pairs(1, 1, pv_mfmas);
+                });
                 return;
             }
             let (tic, toc) = (&j % 2, (&j + 1) % 2);
@@ -174,7 +187,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             });
             k.compute("K·Qᵀ, softmax", |k| {
                 k.wait_shared(0);
-                scores(k, &j);
+                scores(k, &j, false);
             });
             k.memory("land next kv", |k| k.wait_async(0));
             k.compute("P·V", pv);
