@@ -53,9 +53,11 @@ fn bf16_interleave_alternates_reads_and_mfmas() {
     assert!(hot.mfma_share > 0.0 && hot.mfma_share < 1.0);
 }
 
-/// OCP fp8, K step 128 (one `v_mfma_f32_16x16x128_f8f6f4` K): the step cannot be split, so its reads
-/// come first and its 64 MFMAs run beside the next step's prefetch; still no spills and the step's
-/// counts (4·4·4 MFMAs, 32 reads, 16 loads).
+/// OCP fp8, K step 128 (one `v_mfma_f32_16x16x128_f8f6f4` K): the step cannot be split, so the one
+/// register set rolls per operand tile, each read beside the MFMAs of a product that does not need it:
+/// no spills, the step's counts (4·4·4 MFMAs, 32 reads, 16 loads), and the reads spread between the
+/// MFMAs (at least 24 runs of MFMAs; reading each step's operands before its MFMAs gave 19, and the
+/// one product with no read beside it is a run of 16).
 #[test]
 fn fp8_interleave_compiles_without_spills() {
     let r = compiled("gemm_fp8");
@@ -65,6 +67,8 @@ fn fp8_interleave_compiles_without_spills() {
     assert_eq!(count("ds_read_b128"), 32);
     assert_eq!(count("buffer_load_dwordx4"), 16);
     assert_eq!(hot.mix.s_barrier, 1, "one barrier per K step");
+    assert!(hot.mfma_runs >= 24, "{hot:?}");
+    assert!(hot.longest_mfma_run <= 16, "{hot:?}");
 }
 
 /// Both GEMMs' interleave through the runner's `hip-emu` backend (`kittens run … --schedule

@@ -26,7 +26,9 @@
 //! ```
 //!
 //! Where a K step is a single base tile (OCP fp8 at K step 128: one 16×16×128 MFMA's K) it cannot be
-//! split; then each step reads its one set, and its MFMAs run beside the prefetch of the next step.
+//! split; then the one set rolls per operand tile: the four products run in the order c00, c01, c10,
+//! c11, and each tile is read for its next use as soon as its last MFMA of the step is issued (b1 and
+//! a1 beside c00, a0 of the next step beside c10 with the prefetch, b0 beside c11).
 
 use super::{declare, store_scaled, GemmConfig};
 use crate::KernelError;
@@ -69,9 +71,11 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (row, col) = (k.block(0), k.block(1));
     let (wr, wc) = (k.wave() / 2, k.wave() % 2);
     let nt = kd.ceil_div(ks as i64);
-    // The hint: per region, 4 MFMAs per LDS read (bf16 256×256×64: 64 MFMAs and 16 reads).
+    // The hints: MFMAs and 16-byte LDS reads per K step (a base tile's lane holds one or two 16-byte
+    // runs: bf16 16×32, OCP fp8 16×128); bf16 256×256×64: 128 MFMAs and 32 reads.
+    let runs = (base.rows * base.cols * dt.bytes() / 64).div_ceil(16);
     let mfmas = 4 * (q / 16) * (q / 16) * (sub_k / kb);
-    let reads = 4 * (q / 16) * (sub_k / kb);
+    let reads = 4 * (q / 16) * (sub_k / kb) * runs;
     let mma = |k: &mut KernelBuilder, s: &Set| {
         for (i, j) in [(0, 0), (0, 1), (1, 1), (1, 0)] {
             k.mma_abt(acc[i][j], s.a[i], s.b[j], acc[i][j]);
@@ -114,21 +118,46 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             k.wait_shared(0);
         });
     } else {
+        // One set, rolled per operand tile: each tile is read as soon as its last MFMA of the step
+        // has been issued, beside the next product's MFMAs (c00 · c01 · c10 · c11).
         let s0 = &sets[0];
+        let one = |k: &mut KernelBuilder, r: RegId, buf: SharedId, w: &Expr, t: &Expr| {
+            k.load(r, k.smem(buf, t % 2).sub(q, sub_k, w, 0));
+        };
+        let per_tile = reads / 4;
+        // Prologue: steps 0 and 1 in flight, step 0 landed and visible, a0 and b0 of step 0 read.
         ops.prefetch(&mut k, Expr::c(0), (&row, &col));
-        k.wait_async(0);
+        ops.prefetch(&mut k, Expr::c(1), (&row, &col));
+        k.wait_async(4);
         k.barrier();
+        one(&mut k, s0.a[0], ops.s[0][0], &wr, &Expr::c(0));
+        one(&mut k, s0.b[0], ops.s[1][0], &wc, &Expr::c(0));
+        k.wait_shared(0);
         k.for_range("tile", 0, nt, |k, t| {
-            k.memory("reads of step t", |k| {
-                read(k, s0, &t, 0);
-                k.wait_shared(0);
+            k.compute("c00 || b1, a1 reads", |k| {
+                one(k, s0.b[1], ops.s[1][1], &wc, &t);
+                one(k, s0.a[1], ops.s[0][1], &wr, &t);
+                k.mma_abt(acc[0][0], s0.a[0], s0.b[0], acc[0][0]);
+                k.sched_mma_reads(mfmas / 4 / (2 * per_tile), 1, 2 * per_tile);
             });
-            k.compute("prefetch t+1 || MFMAs", |k| {
-                ops.prefetch(k, &t + 1, (&row, &col));
-                mma(k, s0);
-            });
+            k.wait_shared(1);
+            k.compute("c01", |k| k.mma_abt(acc[0][1], s0.a[0], s0.b[1], acc[0][1]));
+            // Step t + 1 landed everywhere, and every wave is done with slot t % 2.
+            k.wait_shared(0);
             k.wait_async(0);
             k.barrier();
+            k.compute("c10 || prefetch t+2, a0 read of t+1", |k| {
+                ops.prefetch(k, &t + 2, (&row, &col));
+                one(k, s0.a[0], ops.s[0][0], &wr, &(&t + 1));
+                k.mma_abt(acc[1][0], s0.a[1], s0.b[0], acc[1][0]);
+                k.sched_mma_reads(mfmas / 4 / per_tile, 1, per_tile);
+            });
+            k.compute("c11 || b0 read of t+1", |k| {
+                one(k, s0.b[0], ops.s[1][0], &wc, &(&t + 1));
+                k.mma_abt(acc[1][1], s0.a[1], s0.b[1], acc[1][1]);
+                k.sched_mma_reads(mfmas / 4 / per_tile, 1, per_tile);
+            });
+            k.wait_shared(0);
         });
     }
 
