@@ -32,7 +32,7 @@ else
     exec 9>&-
 fi
 
-if command -v clang-19 >/dev/null 2>&1 && command -v ld.lld-19 >/dev/null 2>&1; then
+if command -v clang-19 >/dev/null 2>&1 && command -v ld.lld-19 >/dev/null 2>&1 && command -v llvm-objdump-19 >/dev/null 2>&1; then
     echo "clang-19: already installed ($(command -v clang-19))"
 elif command -v apt-get >/dev/null 2>&1; then
     SUDO=""

@@ -20,6 +20,15 @@ mkdir -p target/zigbin
 ln -sf "$zig" target/zigbin/zig
 (cd python && PATH="$PWD/../target/zigbin:$PATH" "../$venv/bin/maturin" build --release --zig \
     --compatibility manylinux_2_28 --out "../$out")
+# The wheel's benchmark records name the commit it was built from (kittens-runtime's build.rs): refuse a
+# bundle whose extension does not carry this checkout's HEAD (a stale cargo build), rather than ship
+# results stamped with the wrong commit.
+head=$(git rev-parse HEAD)
+whl=$(ls "$out"/kittens-*.whl)
+if ! unzip -p "$whl" '*.so' | grep -qa "$head"; then
+  echo "python-gpu-bundle: $whl does not embed HEAD $head; rebuild (touch crates/kittens-runtime/build.rs)" >&2
+  exit 1
+fi
 "$venv/bin/pip" download -q --disable-pip-version-check --only-binary=:all: --implementation cp \
     --python-version "$py" --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
     --platform manylinux_2_17_x86_64 -d "$out" pytest ml_dtypes numpy

@@ -27,7 +27,14 @@ fn main() {
     }
     let head = git(&root, &["rev-parse", "HEAD"]);
     if head.is_some() {
-        let mut watch = vec!["HEAD".to_string(), "index".into(), "packed-refs".into()];
+        // logs/HEAD (the reflog) is appended on every commit and checkout, also when the branch's ref
+        // is packed (no loose file to watch) and the commit touched only files outside `crates`.
+        let mut watch = vec![
+            "HEAD".to_string(),
+            "logs/HEAD".into(),
+            "index".into(),
+            "packed-refs".into(),
+        ];
         if let Some(r) = git(&root, &["symbolic-ref", "-q", "HEAD"]) {
             watch.push(r);
         }

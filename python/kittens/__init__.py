@@ -82,16 +82,19 @@ def _grad_needed(*xs) -> bool:
 def matmul(a: Any, b: Any, *, out: Any = None):
     """``a @ b`` for 2-D bfloat16 arrays, fp32 accumulation, bf16 output (M, N).
 
-    The kernel computes ``C = A·Wᵀ`` with A (M, K) and W (N, K) both row-major — a linear layer. So
-    ``a`` must be row-major contiguous (M, K) and ``b`` must be ``w.T`` for a contiguous ``w`` of shape
-    (N, K) (strides (1, K)): ``kittens.matmul(x, weight.T)``. These run without any copy. A row-major
-    (K, N) ``b``, a transposed ``a`` or a strided slice need a copy and are refused with a ValueError
-    (make ``w = b.T.contiguous()`` once and pass ``w.T``). On CUDA, N and K must be multiples of 8 (TMA
-    rows are 16-byte multiples) and the GPU must be a Hopper (sm_90a).
+    ``a`` must be row-major contiguous (M, K). ``b`` may be ``w.T`` for a contiguous ``w`` of shape
+    (N, K) (strides (1, K), a linear layer: ``kittens.matmul(x, weight.T)``, the kernel computes
+    ``A·Wᵀ``) or a row-major contiguous (K, N) array (the kernel reads B N-major, ``A·B``). Both run
+    without any copy. A transposed ``a`` or a strided slice would need a copy and is refused with a
+    ValueError. On CUDA the GPU must be a Hopper (sm_90a);
+    any M, N, K: where N or K is no multiple of 8 (TMA rows are 16-byte multiples) the operands go
+    through padded copies in stream-ordered scratch, and the block of C per thread block is chosen per
+    shape.
 
     CUDA calls are enqueued on the current torch stream and return at once; they allocate nothing but
-    the output (none with ``out=``) and synchronise nothing, so after one warm-up call (which compiles
-    or loads the kernel) they can be captured in a CUDA graph.
+    the output (none with ``out=``) and, for padded shapes, stream-ordered scratch, and synchronise
+    nothing, so after one warm-up call (which compiles or loads the kernel) they can be captured in a
+    CUDA graph.
     """
     if _grad_needed(a, b):
         return _torch_functions().MatmulFunction.apply(a, b)

@@ -88,6 +88,39 @@ pub fn gemm_abt(
     run_on(&GemmProblem::BF16, &p, launch, &inputs)
 }
 
+/// `C = A·B` through `gemm_bf16` with B stored `k × n` row-major (`BLayout::Kn`: the Hopper
+/// producer/consumer program, 128×128 blocks, reads it in place): A is `m × k`; returns C, `m × n`
+/// row-major. Empty problems as in [`gemm_abt`].
+pub fn gemm_ab(
+    a: &[f32],
+    b: &[f32],
+    m: usize,
+    n: usize,
+    k: usize,
+) -> Result<Vec<f32>, KernelError> {
+    use crate::gemm_bf16::{BLayout, GemmSchedule};
+    let p = Problem {
+        m,
+        n,
+        k,
+        gemm: GemmConfig {
+            schedule: GemmSchedule::ProducerConsumer,
+            block: 128,
+            block_rows: 128,
+            b_layout: BLayout::Kn,
+            ..GemmConfig::default()
+        },
+        ..Problem::default()
+    };
+    let launch = GemmProblem::BF16.launch(&p)?;
+    let inputs = [("A", a), ("B", b)];
+    check_lens(&launch, &inputs)?;
+    if launch.output == 0 || k == 0 {
+        return Ok(vec![0.0; launch.output]);
+    }
+    run_on(&GemmProblem::BF16, &p, launch, &inputs)
+}
+
 /// Head dimensions `attention` accepts: `attn_fwd` tiles the head dimension in 32-column steps, and 256
 /// bounds the register tiles (`q_rows × dim` f32 per wave) to what the kernel was sized for.
 pub const ATTN_DIMS: std::ops::RangeInclusive<usize> = 32..=256;

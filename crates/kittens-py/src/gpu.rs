@@ -7,6 +7,7 @@ use kittens_kernels::attn_fwd::{self, AttnConfig};
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::cuda::caller::{self, GemmPointers, KernelLoad};
 use kittens_runtime::cuda::caller_attn::{self, AttnKernelConfig, AttnPointers};
+use kittens_runtime::cuda::gemm_kernel::lower_tile;
 use kittens_runtime::cuda::CudaError;
 
 use crate::view::{ApiError, Attention, Matmul};
@@ -51,26 +52,16 @@ pub unsafe fn matmul(
 ) -> Result<Option<KernelLoad>, ApiError> {
     let ptrs = GemmPointers {
         a: p.a,
-        // b = w.T: the kernel's B (N×K row-major) is w, at b's own address.
+        // b = w.T: the kernel's B (N×K row-major) is w, at b's own address; or b row-major (K×N).
         b: p.b,
         c: p.c,
         m: p.m,
         n: p.n,
         k: p.k,
+        b_layout: p.b_layout,
     };
     // SAFETY: forwarded from the caller.
-    unsafe { caller::gemm_bf16_abt(ordinal, stream, &ptrs, lowered_gemm) }.map_err(cuda_error)
-}
-
-/// The registry's `gemm_bf16`, built for sm_90a and lowered (what `kittens compile gemm_bf16 --target
-/// sm_90a` compiles).
-fn lowered_gemm() -> Result<kittens_codegen::Lowered, CudaError> {
-    let invalid = |e: String| CudaError::Invalid(e);
-    let k = kittens_kernels::by_name("gemm_bf16")
-        .and_then(|e| e.build_for(Target::Sm90a))
-        .map_err(|e| invalid(format!("building gemm_bf16 for sm_90a: {e}")))?;
-    kittens_codegen::lower(&k, Target::Sm90a)
-        .map_err(|e| invalid(format!("lowering gemm_bf16: {e}")))
+    unsafe { caller::gemm_bf16_abt(ordinal, stream, &ptrs, lower_tile) }.map_err(cuda_error)
 }
 
 /// Enqueues the attention forward on `stream` of device `ordinal`; returns the kernel load on the first

@@ -2,6 +2,7 @@
 //! `kittens_kernels::exec`, and the bf16 result written into the output array.
 
 use kittens_kernels::exec;
+use kittens_kernels::gemm_bf16::BLayout;
 use kittens_kernels::reference::AttnShape;
 
 use crate::view::{ApiError, Attention, Matmul};
@@ -60,7 +61,11 @@ pub unsafe fn matmul(p: &Matmul) -> Result<(), ApiError> {
     aligned(&[("a", p.a), ("b", p.b), ("out", p.c)])?;
     // SAFETY: dense arrays of these sizes, checked by `view::matmul`; guaranteed live by the caller.
     let (a, b) = unsafe { (read_bf16(p.a, p.m * p.k), read_bf16(p.b, p.n * p.k)) };
-    let c = exec::gemm_abt(&a, &b, p.m, p.n, p.k).map_err(kernel_error)?;
+    let c = match p.b_layout {
+        BLayout::Nk => exec::gemm_abt(&a, &b, p.m, p.n, p.k),
+        BLayout::Kn => exec::gemm_ab(&a, &b, p.m, p.n, p.k),
+    }
+    .map_err(kernel_error)?;
     // SAFETY: as above; `out` is disjoint from the inputs (checked).
     unsafe { write_bf16(p.c, &c) };
     Ok(())

@@ -7,6 +7,7 @@
 
 use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::exec::ATTN_DIMS;
+use kittens_kernels::gemm_bf16::BLayout;
 
 /// Errors that become Python exceptions of the matching type.
 #[derive(Debug, thiserror::Error)]
@@ -176,6 +177,9 @@ pub struct Matmul {
     pub m: usize,
     pub n: usize,
     pub k: usize,
+    /// `Nk`: b is `w.T` of a contiguous (N, K) `w`; `Kn`: b is a row-major (K, N) array. Both are read
+    /// in place.
+    pub b_layout: BLayout,
 }
 
 pub fn matmul(a: &View, b: &View, out: &View) -> Result<Matmul, ApiError> {
@@ -204,14 +208,19 @@ pub fn matmul(a: &View, b: &View, out: &View) -> Result<Matmul, ApiError> {
             a.strides
         )));
     }
-    if !b.strides_are(&[1, k]) {
+    // b = w.T of a contiguous (N, K) w, or b itself row-major (K, N): the kernel reads either.
+    let b_layout = if b.strides_are(&[1, k]) {
+        BLayout::Nk
+    } else if b.strides_are(&[n, 1]) {
+        BLayout::Kn
+    } else {
         return Err(ApiError::Value(format!(
-            "b must be the transpose of a contiguous (N, K) matrix, i.e. b = w.T with w of shape ({n}, \
-             {k}) and b's strides (1, {k}) — the kernel computes A·Wᵀ — got strides {:?}; a row-major \
-             (K, N) b needs a copy: pass w = b.T made contiguous, as kittens.matmul(a, w.T)",
+            "b must be a row-major (K, N) array (strides ({n}, 1)) or the transpose of a contiguous \
+             (N, K) matrix (b = w.T, strides (1, {k})), got strides {:?}; the kernel reads either in \
+             place and kittens makes no hidden copies: pass a contiguous copy",
             b.strides
         )));
-    }
+    };
     if !out.strides_are(&[n, 1]) {
         return Err(ApiError::Value(format!(
             "out must be row-major and contiguous (strides ({n}, 1)), got strides {:?}",
@@ -227,6 +236,7 @@ pub fn matmul(a: &View, b: &View, out: &View) -> Result<Matmul, ApiError> {
         m,
         n,
         k,
+        b_layout,
     })
 }
 

@@ -154,3 +154,91 @@ fn lowered_attention_compiles_for_sm_90a() {
         );
     }
 }
+
+/// Every block shape of the shape-aware Hopper GEMM (`gemm_bf16::shapes::TILES`) is the one tile
+/// program with other parameters, lowers for sm_90a and compiles with NVRTC without spills, within the
+/// H100's shared memory; 64-row blocks run one consumer warpgroup (no register reallocation), 256-row
+/// blocks issue two wgmma chains per K step.
+#[test]
+fn every_gemm_block_shape_compiles_for_sm_90a() {
+    use kittens_kernels::gemm_bf16::{build, shapes::TILES, BLayout, GemmConfig};
+    ensure_nvrtc();
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let cache = fresh_cache("gemm-shapes");
+    let both = TILES
+        .iter()
+        .flat_map(|&t| [(t, BLayout::Nk), (t, BLayout::Kn)]);
+    for (tile, b_layout) in both {
+        let cfg = GemmConfig {
+            b_layout,
+            ..tile.config(h100)
+        };
+        let kn = b_layout == BLayout::Kn;
+        let k = build(&cfg).unwrap_or_else(|e| panic!("{tile}: {e}"));
+        let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{tile}: {e}"));
+        if let Ok(dir) = std::env::var("KITTENS_DUMP") {
+            std::fs::write(format!("{dir}/gemm_{tile}_{b_layout:?}.cu"), &l.source).expect("dump");
+        }
+        let maps = l.tma_maps();
+        // B as K x N: 64-column boxes of K-step rows, one per column atom of the slot.
+        let b_box = if kn { (64, 64) } else { (tile.cols, 64) };
+        assert_eq!(
+            (maps[0].box_rows, (maps[1].box_rows, maps[1].box_cols)),
+            (tile.rows, b_box),
+            "{tile}: {maps:?}"
+        );
+        let b_loads = l.source.matches("&tma1, KT_FULL(slot)").count();
+        assert_eq!(
+            b_loads,
+            if kn { tile.cols as usize / 64 } else { 1 },
+            "{tile}"
+        );
+        assert_eq!(l.threads, 128 * (1 + tile.consumers()), "{tile}");
+        assert_eq!(
+            l.source.contains("kt::setmaxnreg_"),
+            tile.consumers() == 2,
+            "{tile}"
+        );
+        let chains = l.source.matches("kt::wgmma_commit();").count();
+        assert_eq!(chains, 1, "{tile}: one commit group per K step");
+        let tb = if kn { "_ss_tb(r_" } else { "_ss(r_" };
+        let per_step = l
+            .source
+            .matches(&format!("kt::wgmma_m64n{}k16_bf16{tb}", tile.cols))
+            .count();
+        assert_eq!(
+            per_step,
+            4 * (tile.rows as usize / (64 * tile.consumers() as usize)),
+            "{tile}"
+        );
+        let image = compile_with_cache(
+            &l.source,
+            &l.entry,
+            "sm_90a",
+            l.dynamic_shared_bytes(),
+            Some(&cache),
+        )
+        .unwrap_or_else(|e| panic!("{tile}: {e}"));
+        let r = &image.report;
+        eprintln!(
+            "{tile}: {} registers, {} B shared, stages {}",
+            r.registers, r.dynamic_shared_bytes, cfg.stages
+        );
+        assert_eq!(
+            (r.spill_stores, r.spill_loads, r.stack_frame),
+            (0, 0, 0),
+            "{tile}: {r:?}"
+        );
+        assert!(
+            r.dynamic_shared_bytes <= h100.shared_bytes_per_block,
+            "{tile}"
+        );
+        assert!(
+            r.warnings
+                .iter()
+                .all(|w| !w.contains("C7508") && !w.contains("serialized")),
+            "{tile}: {:?}",
+            r.warnings
+        );
+    }
+}

@@ -240,3 +240,21 @@ fn attention_producer_consumer() {
         }
     }
 }
+
+/// Every Hopper block shape (`gemm_bf16::shapes::TILES`: 64, 128 or 256 rows, 128 or 256 columns) of
+/// the producer/consumer program on the interpreter, at sizes with partial blocks along M, N and K
+/// (fewer rows than one 64-row block, a ragged second block, K past a 64 step).
+#[test]
+fn gemm_every_hopper_block_shape() {
+    use kittens_kernels::gemm_bf16::shapes::TILES;
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    for tile in TILES {
+        let cfg = tile.config(h100);
+        for (m, n, k) in [
+            (40, 136, 72),
+            (tile.rows as usize + 24, tile.cols as usize + 8, 136),
+        ] {
+            gemm(m, n, k, cfg);
+        }
+    }
+}

@@ -6,7 +6,10 @@
 use anyhow::{bail, Context};
 use kittens_hw::Target;
 use kittens_kernels::registry::KernelEntry;
-use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, GemmBenchReport, Timing};
+use kittens_runtime::cuda::bench::{
+    run_gemm_bench, GemmBenchOptions, GemmBenchReport, TileChoice, Timing,
+};
+use kittens_runtime::cuda::bench_shapes::{parse_shapes, Shape, ShapeName, Sweep};
 use kittens_runtime::cuda::CudaError;
 
 #[derive(clap::Args)]
@@ -17,12 +20,38 @@ pub struct Args {
     /// `--checks none` leaves out the check-only shapes, `--checks only` runs just those).
     #[arg(value_parser = kittens_kernels::by_name)]
     pub kernel: &'static KernelEntry,
-    /// Square sizes M = N = K, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "2048,4096,8192")]
+    /// Square sizes M = N = K, comma-separated (2048,4096,8192 when no shape is given at all).
+    #[arg(long, value_delimiter = ',')]
     pub sizes: Vec<usize>,
-    /// Timed launches per implementation and size (median reported).
+    /// Shapes `MxNxK,MxNxK,...` (any M, N, K >= 1), timed beside `--sizes`.
+    #[arg(long)]
+    pub shapes: Option<String>,
+    /// Built-in shape lists, comma-separated: `llm` (Llama-style layer GEMMs, M in 4096, 8192, 16384
+    /// and 16, 64, 256), `squares` (1024 to 16384 and 3000).
+    #[arg(long, value_delimiter = ',')]
+    pub sweep: Vec<Sweep>,
+    /// gemm_bf16 blocks: `auto` (the shape-aware choice), `all`, or a list such as `128x256,64x128`
+    /// (every listed block at every shape; the chosen one is marked).
+    #[arg(long, default_value = "auto")]
+    pub tiles: String,
+    /// How B is stored: `nk` (N x K, C = A·Bᵀ, a linear layer's weight) or `kn` (K x N, C = A·B);
+    /// cuBLAS gets the same layout.
+    #[arg(long, value_enum, default_value_t = BLayoutArg::Nk)]
+    pub b_layout: BLayoutArg,
+    /// Most timed launches per implementation and shape (median reported).
     #[arg(long, default_value_t = 100)]
     pub iters: usize,
+    /// Fewest timed launches per implementation and shape.
+    #[arg(long, default_value_t = 5)]
+    pub min_iters: usize,
+    /// Timed milliseconds per implementation and shape: launches as many as fit, within
+    /// `--min-iters..=--iters`.
+    #[arg(long, default_value_t = 300.0)]
+    pub budget_ms: f64,
+    /// Write a plot of the ratio to cuBLAS per shape (PNG; needs python3 with matplotlib and
+    /// bench/plot_gemm.py) beside the JSON.
+    #[arg(long)]
+    pub plot: Option<String>,
     #[arg(long, default_value_t = 10)]
     pub warmup: usize,
     /// Correctness-only shapes: `default` (partial tiles at every edge), `none`, or `MxNxK,MxNxK,...`.
@@ -37,6 +66,13 @@ pub struct Args {
     /// With no value: print one JSON document on stdout. With a file: also write it there.
     #[arg(long, num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
+}
+
+/// `--b-layout`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BLayoutArg {
+    Nk,
+    Kn,
 }
 
 /// `--timing`.
@@ -63,7 +99,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             a.kernel.name
         );
     }
-    let lowered = lowered?;
+    lowered?;
     let defaults = GemmBenchOptions::default();
     let checks = match a.checks.as_str() {
         "default" => defaults.checks.clone(),
@@ -73,8 +109,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .map(parse_shape)
             .collect::<anyhow::Result<_>>()?,
     };
+    anyhow::ensure!(
+        a.budget_ms.is_finite() && a.budget_ms > 0.0,
+        "--budget-ms must be a positive number of milliseconds"
+    );
     let opts = GemmBenchOptions {
-        sizes: a.sizes.clone(),
+        shapes: timed_shapes(&a)?,
+        tiles: parse_tiles(&a.tiles)?,
+        b_layout: match a.b_layout {
+            BLayoutArg::Nk => kittens_kernels::gemm_bf16::BLayout::Nk,
+            BLayoutArg::Kn => kittens_kernels::gemm_bf16::BLayout::Kn,
+        },
+        min_iters: a.min_iters,
+        budget_ms: a.budget_ms,
         checks,
         timing: match a.timing {
             TimingArg::Interleaved => Timing::Interleaved,
@@ -84,7 +131,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         warmup: a.warmup,
         ..defaults
     };
-    let report = match run_gemm_bench(&lowered, &opts) {
+    let report = match run_gemm_bench(&opts) {
         Ok(r) => r,
         Err(e @ (CudaError::NoDriver(_) | CudaError::NoDevice(_))) => {
             return no_gpu(&e, a.json.as_deref())
@@ -98,6 +145,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
                 .with_context(|| format!("writing {path}"))?;
             print_table(&report);
+            if let Some(png) = &a.plot {
+                plot(path, png);
+            }
         }
         None => print_table(&report),
     }
@@ -121,16 +171,43 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 }
 
 /// `MxNxK` -> (M, N, K).
-fn parse_shape(s: &str) -> anyhow::Result<(usize, usize, usize)> {
-    let v: Vec<usize> = s
-        .split('x')
-        .map(|p| p.trim().parse::<usize>())
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("shape `{s}` is not MxNxK"))?;
-    match v[..] {
-        [m, n, k] => Ok((m, n, k)),
-        _ => bail!("shape `{s}` is not MxNxK"),
+fn parse_shape(s: &str) -> anyhow::Result<Shape> {
+    Ok(kittens_runtime::cuda::bench_shapes::parse_shape(s)?)
+}
+
+/// The timed shapes: `--sizes` squares, `--shapes`, then each `--sweep`, duplicates dropped; the
+/// default squares when none is given.
+fn timed_shapes(a: &Args) -> anyhow::Result<Vec<Shape>> {
+    let mut v: Vec<Shape> = a.sizes.iter().map(|&s| (s, s, s)).collect();
+    if let Some(list) = &a.shapes {
+        v.extend(parse_shapes(list)?);
     }
+    for sw in &a.sweep {
+        v.extend(sw.shapes());
+    }
+    if v.is_empty() {
+        v = GemmBenchOptions::default().shapes;
+    }
+    let mut seen = std::collections::HashSet::new();
+    v.retain(|s| seen.insert(*s));
+    if let Some(&s) = v.iter().find(|&&(m, n, k)| m == 0 || n == 0 || k == 0) {
+        bail!("shape {} has an empty extent", ShapeName(s));
+    }
+    Ok(v)
+}
+
+/// `--tiles`.
+fn parse_tiles(s: &str) -> anyhow::Result<TileChoice> {
+    use kittens_kernels::gemm_bf16::shapes::{HopperTile, TILES};
+    Ok(match s.trim() {
+        "auto" => TileChoice::Auto,
+        "all" => TileChoice::Each(TILES.to_vec()),
+        list => TileChoice::Each(
+            list.split(',')
+                .map(|t| t.parse::<HopperTile>().map_err(anyhow::Error::msg))
+                .collect::<anyhow::Result<_>>()?,
+        ),
+    })
 }
 
 /// Shape of the CPU fallback: one 128×256 tile-row and a half (partial tiles), three K steps and a
@@ -199,7 +276,7 @@ fn no_gpu(e: &CudaError, json: Option<&str>) -> anyhow::Result<()> {
 fn document(r: &GemmBenchReport) -> serde_json::Value {
     use kittens_runtime::build_info::BUILD;
     serde_json::json!({
-        "benchmark": "gemm_bf16 vs cuBLAS (C = A·Bᵀ, bf16 in/out, fp32 accumulation)",
+        "benchmark": "gemm_bf16 vs cuBLAS (C = A·Bᵀ, or A·B with --b-layout kn; bf16 in/out, fp32 accumulation)",
         "date": utc_now(),
         "commit": BUILD.commit,
         "dirty": BUILD.dirty,
@@ -234,46 +311,88 @@ pub(super) fn utc_now() -> String {
 
 fn print_table(r: &GemmBenchReport) {
     println!(
-        "{} ({} SMs, L2 {} MB), kernel {}",
+        "{} ({} SMs, L2 {} MB), gemm_bf16 lowered for sm_90a",
         r.device,
         r.multiprocessors,
-        r.l2_bytes >> 20,
-        r.kernel
+        r.l2_bytes >> 20
     );
+    for k in &r.kernels {
+        println!(
+            "  block {:>7}: {} stages, {} registers, {} spill stores, {} spill loads, {} B dynamic shared",
+            k.tile,
+            k.stages,
+            k.compile.registers,
+            k.compile.spill_stores,
+            k.compile.spill_loads,
+            k.compile.dynamic_shared_bytes
+        );
+    }
     println!(
-        "  compile: {} registers, {} spill stores, {} spill loads, {} B dynamic shared",
-        r.compile.registers,
-        r.compile.spill_stores,
-        r.compile.spill_loads,
-        r.compile.dynamic_shared_bytes
-    );
-    println!(
-        "{:>14} {:>10} {:>10} {:>7} {:>10} {:>10} {:>6}",
-        "M x N x K", "ours TF/s", "cuBLAS", "ratio", "err/cuBLAS", "err/f64", "check"
+        "{:>20} {:>8} {:>10} {:>10} {:>7} {:>9} {:>10} {:>10} {:>6}",
+        "M x N x K",
+        "block",
+        "ours TF/s",
+        "cuBLAS",
+        "ratio",
+        "pad ms",
+        "err/cuBLAS",
+        "err/f64",
+        "check"
     );
     // Check-only shapes are not timed: their speed columns print as "-".
-    let timed = |x: f64| {
+    let fig = |x: f64, p: usize| {
         if x.is_finite() {
-            format!("{x:.1}")
+            format!("{x:.p$}")
         } else {
             "-".into()
         }
     };
     for row in r.rows.iter().chain(&r.checks) {
+        let tile = row.tile.clone().unwrap_or_else(|| "-".into());
         println!(
-            "{:>14} {:>10} {:>10} {:>7} {:>10.2e} {:>10.2e} {:>6}",
-            format!("{}x{}x{}", row.m, row.n, row.k),
-            timed(row.ours_tflops),
-            timed(row.cublas_tflops),
-            if row.ratio.is_finite() {
-                format!("{:.3}", row.ratio)
-            } else {
-                "-".into()
-            },
+            "{:>20} {:>8} {:>10} {:>10} {:>7} {:>9} {:>10.2e} {:>10.2e} {:>6}",
+            ShapeName((row.m, row.n, row.k)).to_string(),
+            if row.chosen { format!("{tile}*") } else { tile },
+            fig(row.ours_tflops, 1),
+            fig(row.cublas_tflops, 1),
+            fig(row.ratio, 3),
+            fig(row.pad_ms, 3),
             row.rel_err_vs_cublas,
             row.spot_err_ours,
             row.verdict()
         );
+    }
+    let s = &r.summary;
+    println!(
+        "geometric mean of ours/cuBLAS over {} chosen rows: {}; lowest {} ({}); rows failed: {}",
+        r.rows.iter().filter(|x| x.chosen).count(),
+        s.geomean_ratio.map_or("-".into(), |g| format!("{g:.3}")),
+        s.min_ratio.map_or("-".into(), |g| format!("{g:.3}")),
+        s.worst.as_deref().unwrap_or("-"),
+        s.failed_rows
+    );
+    for (t, g, n) in &s.per_tile {
+        println!("  block {t:>7}: geometric mean {g:.3} over {n} shapes");
+    }
+    if !s.per_tile.is_empty() {
+        if let Some(b) = s.best_of_geomean {
+            println!("  best block of every shape: geometric mean {b:.3}");
+        }
+    }
+}
+
+/// Runs bench/plot_gemm.py on the JSON document: the plot is a convenience, so a missing python3 or
+/// matplotlib is reported, not fatal.
+fn plot(json: &str, png: &str) {
+    let script = std::path::Path::new("bench/plot_gemm.py");
+    let r = std::process::Command::new("python3")
+        .arg(script)
+        .args([json, png])
+        .status();
+    match r {
+        Ok(s) if s.success() => eprintln!("  plot written to {png}"),
+        Ok(s) => eprintln!("  plot: {} exited with {s}", script.display()),
+        Err(e) => eprintln!("  plot: could not run python3: {e}"),
     }
 }
 
@@ -288,6 +407,12 @@ mod tests {
             (1000, 1032, 520)
         );
         assert!(parse_shape("10x10").is_err() && parse_shape("axbxc").is_err());
+        assert_eq!(parse_tiles("auto").unwrap(), TileChoice::Auto);
+        let TileChoice::Each(t) = parse_tiles("128x256,64x128").unwrap() else {
+            panic!("a list")
+        };
+        assert_eq!(t.len(), 2);
+        assert!(parse_tiles("96x96").is_err());
     }
 
     /// Without a driver the bench runs the tile program on the CPU backend and records its error

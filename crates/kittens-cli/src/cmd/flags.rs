@@ -55,6 +55,10 @@ pub enum BackendArg {
     Cpu,
     /// The lowered HIP of an AMD target, compiled for this CPU against the emulation header.
     HipEmu,
+    /// The AMD code object clang builds for the target, run by the ISA emulator.
+    IsaEmu,
+    /// The same code object on an AMD GPU through the HIP runtime (ROCm's libamdhip64).
+    Hip,
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
-//! `kittens run <kernel> --backend cpu|hip-emu`: runs a registry kernel on random inputs (bf16, uniform
-//! in [-S, S) for `--input-scale S`) on the interpreter or on the host emulation of its lowered HIP for
-//! `--target`, through the one runner (`kittens_runtime::runner`), and prints its report: the error
+//! `kittens run <kernel> --backend cpu|hip-emu|isa-emu`: runs a registry kernel on random inputs (bf16,
+//! uniform in [-S, S) for `--input-scale S`) on the interpreter, on the host emulation of its lowered
+//! HIP for `--target`, or as the code object clang builds for `--target` on the ISA emulator, through the one runner (`kittens_runtime::runner`), and prints its report: the error
 //! against the f64 reference judged by the kernel's tolerance or `--tolerance`, the same on both
 //! backends. Exits non-zero when a check fails. Sizes are checked against the run's budget
 //! (`kittens_kernels::budget`) before anything is built or allocated.
@@ -11,18 +11,20 @@ use kittens_hw::Target;
 use kittens_kernels::gemm_bf16::GemmConfig;
 use kittens_kernels::problem::Problem;
 use kittens_kernels::registry::KernelEntry;
-use kittens_runtime::runner::{self, Backend, HipEmu, Interpreter, RunReport};
+use kittens_runtime::runner::{self, Backend, HipEmu, HipGpu, Interpreter, IsaEmu, RunReport};
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Kernel name, from the registry (`kittens list`).
     #[arg(value_parser = kittens_kernels::by_name)]
     pub kernel: &'static KernelEntry,
-    /// Where to run: `cpu` (the interpreter) or `hip-emu` (the lowered HIP for --target, compiled for
-    /// and run on this CPU through the emulation header). GPU runs are `kittens bench`'s job.
+    /// Where to run: `cpu` (the interpreter), `hip-emu` (the lowered HIP for --target, compiled for
+    /// and run on this CPU through the emulation header) or `isa-emu` (the code object for --target,
+    /// run instruction by instruction by the ISA emulator) or `hip` (that code object on an AMD GPU
+    /// through ROCm's HIP runtime, loaded at run time). NVIDIA GPU runs are `kittens bench`'s job.
     #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
     pub backend: BackendArg,
-    /// AMD target of `--backend hip-emu`: gfx942 or gfx950.
+    /// AMD target of `--backend hip-emu` or `isa-emu`: gfx942 or gfx950.
     #[arg(long)]
     pub target: Option<kittens_hw::Target>,
     /// GEMM rows of A and C.
@@ -76,6 +78,10 @@ pub struct Args {
     /// Seed of the random inputs.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// `--backend isa-emu`: seed of the emulator's wave interleaving and memory latencies (another
+    /// seed, another legal landing order of loads and stores).
+    #[arg(long)]
+    pub isa_seed: Option<u64>,
     /// Multiply the random inputs (uniform in [-1, 1)) by S; `8` at head dimension 64 gives attention
     /// logits of about ±64.
     #[arg(long, default_value_t = 1.0, allow_negative_numbers = true)]
@@ -160,11 +166,24 @@ fn backend(args: &Args) -> anyhow::Result<Box<dyn Backend>> {
             bail!("--backend hip-emu needs --target gfx942 or --target gfx950")
         }
         (BackendArg::HipEmu, Some(t)) => Box::new(HipEmu::new(t)?),
+        (BackendArg::IsaEmu, None) => {
+            bail!("--backend isa-emu needs --target gfx942 or --target gfx950")
+        }
+        (BackendArg::IsaEmu, Some(t)) => {
+            let mut emu = IsaEmu::new(t)?;
+            emu.seed = args.isa_seed.unwrap_or(emu.seed);
+            Box::new(emu)
+        }
+        (BackendArg::Hip, None) => bail!("--backend hip needs --target gfx942 or --target gfx950"),
+        (BackendArg::Hip, Some(t)) => Box::new(HipGpu::new(t)?),
     })
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let entry = args.kernel;
+    if args.isa_seed.is_some() && args.backend != BackendArg::IsaEmu {
+        bail!("--isa-seed seeds the ISA emulator; it needs --backend isa-emu");
+    }
     let mut p = problem(&args)?;
     p.variant = variant(&args)?;
     let backend = backend(&args)?;
@@ -172,9 +191,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.ir && target != Target::Cpu {
         bail!("--ir prints the interpreter's kernel; use `kittens compile --emit hip` for the HIP");
     }
-    let on = match target {
-        Target::Cpu => "on the CPU interpreter".to_string(),
-        t => format!("for {t} on the HIP emulation"),
+    let on = match (target, args.backend) {
+        (Target::Cpu, _) => "on the CPU interpreter".to_string(),
+        (t, BackendArg::IsaEmu) => format!("for {t} on the ISA emulator"),
+        (t, BackendArg::Hip) => format!("for {t} on an AMD GPU through HIP"),
+        (t, _) => format!("for {t} on the HIP emulation"),
     };
     let r = runner::run(entry, &p, backend.as_ref())
         .with_context(|| format!("running `{}` {on}", entry.name))?;
@@ -253,6 +274,23 @@ fn print_text(r: &RunReport) {
             c.verdict.bound,
             if c.verdict.passed { "ok" } else { "FAILED" }
         );
+    }
+    if let Some(d) = &r.dynamic {
+        let s = &d["stats"];
+        println!("issued   {}", s["instructions"]);
+        println!(
+            "waits    {} executed, {} stalled (landed a memory operation early)",
+            s["waits"], s["stalled_waits"]
+        );
+        if let Some(ds) = s["ds"].as_object() {
+            let worst = ds.values().filter_map(|v| v["worst_degree"].as_u64()).max();
+            let unmodelled = ds.values().filter(|v| v["worst_degree"].is_null()).count();
+            println!(
+                "lds      {} DS instructions executed; worst bank conflict {} (kittens-hw bank model, actual addresses); {unmodelled} not in the model",
+                ds.len(),
+                worst.map_or("-".to_string(), |w| format!("{w}-way"))
+            );
+        }
     }
     println!("passed   {}", r.passed);
     println!(

@@ -117,6 +117,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         depth: 1,
         maps: Vec::new(),
         wgmma_n: BTreeSet::new(),
+        wgmma_tb: BTreeSet::new(),
         wgmma_rs: BTreeSet::new(),
         pending: BTreeSet::new(),
         unknown: false,
@@ -155,10 +156,13 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     args.extend(k.params.iter().map(|p| format!("int {}", ident(&p.name))));
     let shapes: Vec<(WgmmaInput, u32)> = e.wgmma_n.iter().map(|&n| (WgmmaInput::Bf16, n)).collect();
     let mut src = prelude_with(&shapes);
-    if !e.wgmma_rs.is_empty() {
+    if !e.wgmma_rs.is_empty() || !e.wgmma_tb.is_empty() {
         src.push_str("namespace kt {\n");
         for &(n, tb) in &e.wgmma_rs {
             src.push_str(&super::wgmma_rs_wrapper(n, tb));
+        }
+        for &n in &e.wgmma_tb {
+            src.push_str(&super::wgmma_wrapper_tb(n));
         }
         src.push_str("} // namespace kt\n");
     }
@@ -235,6 +239,8 @@ pub(super) struct Emit<'k> {
     pub(super) depth: usize,
     pub(super) maps: Vec<TmaMap>,
     pub(super) wgmma_n: BTreeSet<u32>,
+    /// Shared-A wgmma wrappers with B N-major used (their N).
+    pub(super) wgmma_tb: BTreeSet<u32>,
     /// Register-A wgmma wrappers used: (N, B transposed).
     pub(super) wgmma_rs: BTreeSet<(u32, bool)>,
     /// Registers a committed, not yet waited-for wgmma chain writes (D) or reads (register A): any
@@ -723,4 +729,15 @@ pub(super) fn swizzle_bytes(sw: Swizzle, row_bytes: u32) -> Result<u32, CudaLowe
         return unsupported(format!("{bytes}-byte swizzle on {row_bytes}-byte rows"));
     }
     Ok(bytes)
+}
+
+/// Column atoms of a shared tile whose rows are wider than its swizzle: a tile of `rows × cols` under
+/// the 128-byte swizzle with rows of `128·a` bytes is kept as `a` atoms of `rows × 128` bytes, one after
+/// the other (atom `j` holds columns `j·128/elem ..`), each exactly what one TMA box writes and what a
+/// wgmma descriptor steps through with its leading offset (N-major B of `C = A·B`). `None` for a tile
+/// [`swizzle_bytes`] takes as it is.
+pub(super) fn column_atoms(t: &kittens_tile::SharedTile) -> Option<u32> {
+    let row_bytes = t.cols * t.dtype.bytes();
+    (t.swizzle == Swizzle::NV_128B && row_bytes > 128 && row_bytes.is_multiple_of(128))
+        .then_some(row_bytes / 128)
 }

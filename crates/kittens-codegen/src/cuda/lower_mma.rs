@@ -6,7 +6,7 @@
 
 use kittens_ir::{Env, Expr, MmaForm, MmaOperand, RegId, SharedView};
 
-use super::lower::{cname, swizzle_bytes, unsupported, CudaLowerError, Emit};
+use super::lower::{cname, column_atoms, swizzle_bytes, unsupported, CudaLowerError, Emit};
 use super::WgmmaInput;
 
 impl Emit<'_> {
@@ -51,13 +51,21 @@ impl Emit<'_> {
         let (MmaOperand::Shared(av), MmaOperand::Shared(bv)) = (a, b) else {
             return unsupported("mma with a register operand (wgmma SS form only)");
         };
-        if form != MmaForm::Abt {
-            return unsupported(format!("{} (K-major A and B only)", form.name()));
-        }
+        // B is `N × K` (K-major, `mma_abt`) or `K × N` (N-major, `mma_ab`: wgmma's transposed B).
+        let n_major = match form {
+            MmaForm::Abt => false,
+            MmaForm::Ab => true,
+            f => return unsupported(format!("{} (A K-major, B either way)", f.name())),
+        };
         let (acc, _) = self.acc(d);
         let n = self.k.reg(d).shape().1;
         let kk = av.cols;
-        if av.rows != 16 || bv.rows != n || bv.cols != kk || kk % 16 != 0 {
+        let (bk, bn) = if n_major {
+            (bv.rows, bv.cols)
+        } else {
+            (bv.cols, bv.rows)
+        };
+        if av.rows != 16 || bn != n || bk != kk || kk % 16 != 0 {
             return unsupported(format!(
                 "mma shapes A {}x{}, B {}x{}, D 16x{n}",
                 av.rows, av.cols, bv.rows, bv.cols
@@ -78,9 +86,45 @@ impl Emit<'_> {
                 _ => unsupported("wgmma operands without a swizzle"),
             }
         };
-        let (da, db) = (desc(&sa.tile)?, desc(&sb.tile)?);
-        self.wgmma_n.insert(n);
-        let wrapper = WgmmaInput::Bf16.wrapper_name(n);
+        let da = desc(&sa.tile)?;
+        // Per k16 step: A's (and K-major B's) descriptor start moves 32 bytes along the row; N-major
+        // B's moves 16 rows of 128 bytes inside every atom, the atoms `rows × 128` bytes apart.
+        let b_desc = if n_major {
+            let t = &sb.tile;
+            let whole = (bv.rows, bv.cols) == (t.rows, t.cols);
+            let atoms = match column_atoms(t) {
+                Some(a) => a,
+                None if t.swizzle == kittens_tile::Swizzle::NV_128B
+                    && t.cols * t.dtype.bytes() == 128 =>
+                {
+                    1
+                }
+                None => {
+                    return unsupported(
+                        "N-major B other than 128-byte swizzled atoms of 64 bf16 columns",
+                    )
+                }
+            };
+            if !whole || atoms * 64 != n {
+                return unsupported(format!(
+                    "N-major B {}x{} of a {}x{} slot (whole slots only)",
+                    bv.rows, bv.cols, t.rows, t.cols
+                ));
+            }
+            (
+                format!("kt::desc_mnmajor_sw128(b0 + %o, {}u)", t.rows * 128),
+                16 * 128,
+            )
+        } else {
+            (format!("{}(b0 + %o)", desc(&sb.tile)?), 32)
+        };
+        let wrapper = if n_major {
+            self.wgmma_tb.insert(n);
+            WgmmaInput::Bf16.wrapper_name_tb(n)
+        } else {
+            self.wgmma_n.insert(n);
+            WgmmaInput::Bf16.wrapper_name(n)
+        };
         self.line(format!("{{ // {} on the warpgroup's 64 rows", form.name()));
         self.depth += 1;
         self.line(format!(
@@ -105,8 +149,9 @@ impl Emit<'_> {
         self.chain_begin();
         for s in 0..kk / 16 {
             let flag = if accumulate || s > 0 { "1u" } else { "0u" };
+            let db = b_desc.0.replace("%o", &format!("{}u", s * b_desc.1));
             self.line(format!(
-                "kt::{wrapper}({acc}, {da}(a0 + {o}u), {db}(b0 + {o}u), {flag});",
+                "kt::{wrapper}({acc}, {da}(a0 + {o}u), {db}, {flag});",
                 o = s * 32
             ));
         }

@@ -11,7 +11,7 @@
 use kittens_hw::dtype::DType;
 use kittens_ir::{Expr, GlobalView, Kernel, Op, RegId, Rounding, Scope, SharedView};
 
-use super::lower::{swizzle_bytes, unsupported, CudaLowerError, Emit, TmaMap};
+use super::lower::{column_atoms, swizzle_bytes, unsupported, CudaLowerError, Emit, TmaMap};
 
 /// Columns of one TMA store box: 64 bf16 = one 128-byte swizzled row.
 const BOX_COLS: u32 = 64;
@@ -70,7 +70,7 @@ impl Emit<'_> {
                 return unsupported("wave-scoped loads (one producer thread issues every TMA)");
             }
             let (t, b) = self.tma_load(dst, src)?;
-            tmas.push(t);
+            tmas.extend(t);
             bytes += b;
             slot = format!(
                 "{}u + (u32)({})",
@@ -96,12 +96,13 @@ impl Emit<'_> {
         Ok(())
     }
 
-    /// One TMA box for a load filling a whole ring slot, and its bytes.
+    /// The TMA boxes of a load filling a whole ring slot (one, or one per column atom of a tile wider
+    /// than its swizzle: `lower::column_atoms`), and its bytes.
     fn tma_load(
         &mut self,
         dst: &SharedView,
         src: &GlobalView,
-    ) -> Result<(String, u32), CudaLowerError> {
+    ) -> Result<(Vec<String>, u32), CudaLowerError> {
         let s = self.k.shared_decl(dst.buf);
         let g = self.k.global(src.tensor);
         let (rd, cd) = (src.row_dim as usize, src.col_dim as usize);
@@ -121,11 +122,18 @@ impl Emit<'_> {
                 s.name
             ));
         }
-        let swizzle_bytes = swizzle_bytes(s.tile.swizzle, s.tile.cols * s.tile.dtype.bytes())?;
+        let atoms = column_atoms(&s.tile);
+        let (swizzle_bytes, box_cols) = match atoms {
+            Some(a) => (128, src.cols / a),
+            None => (
+                swizzle_bytes(s.tile.swizzle, s.tile.cols * s.tile.dtype.bytes())?,
+                src.cols,
+            ),
+        };
         let map = TmaMap {
             global: src.tensor.0,
             box_rows: src.rows,
-            box_cols: src.cols,
+            box_cols,
             swizzle_bytes,
             row_dim: src.row_dim,
             col_dim: src.col_dim,
@@ -137,17 +145,35 @@ impl Emit<'_> {
                 self.maps.len() - 1
             }
         };
-        let coords: Vec<String> = TmaMap::dim_order(g.dims.len(), src.row_dim, src.col_dim)
-            .into_iter()
-            .map(|i| format!("(int)({})", self.ex(&src.origin[i])))
+        let order = TmaMap::dim_order(g.dims.len(), src.row_dim, src.col_dim);
+        let base = self.smem_addr(dst, "wave");
+        let lines = (0..atoms.unwrap_or(1))
+            .map(|j| {
+                let coords: Vec<String> = order
+                    .iter()
+                    .map(|&i| {
+                        let c = format!("(int)({})", self.ex(&src.origin[i]));
+                        if i == cd && j > 0 {
+                            format!("{c} + {}", j * box_cols)
+                        } else {
+                            c
+                        }
+                    })
+                    .collect();
+                // Atom `j` lies `j` atoms (rows × 128 bytes) into the slot.
+                let at = if j > 0 {
+                    format!("{base} + {}u", j * src.rows * 128)
+                } else {
+                    base.clone()
+                };
+                format!(
+                    "kt::tma_load_{}d({at}, &tma{mi}, KT_FULL(slot), {});",
+                    g.dims.len(),
+                    coords.join(", ")
+                )
+            })
             .collect();
-        let line = format!(
-            "kt::tma_load_{}d({}, &tma{mi}, KT_FULL(slot), {});",
-            g.dims.len(),
-            self.smem_addr(dst, "wave"),
-            coords.join(", ")
-        );
-        Ok((line, s.tile.bytes()))
+        Ok((lines, s.tile.bytes()))
     }
 
     /// Stores the warpgroup's 64×N accumulator (the four waves' 16-row slices) through the slab.

@@ -42,6 +42,10 @@ impl WgmmaInput {
     pub fn wrapper_name(self, n: u32) -> String {
         format!("wgmma_m64n{n}k{}_{}_ss", self.k(), self.ptx())
     }
+    /// The wrapper's C++ name for a given N with B N-major ([`wgmma_wrapper_tb`]).
+    pub fn wrapper_name_tb(self, n: u32) -> String {
+        format!("{}_tb", self.wrapper_name(n))
+    }
 }
 
 /// The valid N of a dense wgmma: multiples of 8 up to 256 (PTX ISA, wgmma shapes table).
@@ -53,6 +57,16 @@ pub fn valid_wgmma_n(n: u32) -> bool {
 /// D (64×N fp32, N/2 registers per thread) += A·B with both operands K-major in shared memory. When
 /// `accumulate` is 0 the instruction overwrites D (scale-d = false), so no zeroing pass is needed.
 pub fn wgmma_wrapper(input: WgmmaInput, n: u32) -> String {
+    ss_wrapper(input, n, false)
+}
+
+/// The same with B N-major (`_tb`: the transpose-B immediate set, PTX ISA §9.7.15.5.1; bf16 only,
+/// fp8 wgmma reads K-major operands only): `C = A·B` with B stored `K × N`.
+pub fn wgmma_wrapper_tb(n: u32) -> String {
+    ss_wrapper(WgmmaInput::Bf16, n, true)
+}
+
+fn ss_wrapper(input: WgmmaInput, n: u32, trans_b: bool) -> String {
     assert!(
         valid_wgmma_n(n),
         "wgmma N must be a multiple of 8 in 8..=256, got {n}"
@@ -61,9 +75,15 @@ pub fn wgmma_wrapper(input: WgmmaInput, n: u32) -> String {
     let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
     let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
     // bf16 takes the transpose immediates (0 = K-major); fp8 has none (K-major only).
-    let tail = match input {
-        WgmmaInput::Bf16 => ", 1, 1, 0, 0",
-        WgmmaInput::Fp8E4m3 => ", 1, 1",
+    let tail = match (input, trans_b) {
+        (WgmmaInput::Bf16, false) => ", 1, 1, 0, 0",
+        (WgmmaInput::Bf16, true) => ", 1, 1, 0, 1",
+        (WgmmaInput::Fp8E4m3, _) => ", 1, 1",
+    };
+    let name = if trans_b {
+        input.wrapper_name_tb(n)
+    } else {
+        input.wrapper_name(n)
     };
     let ty = input.ptx();
     format!(
@@ -72,7 +92,7 @@ pub fn wgmma_wrapper(input: WgmmaInput, n: u32) -> String {
          \"wgmma.mma_async.sync.aligned.m64n{n}k{k}.f32.{ty}.{ty} {{{list}}}, %{da}, %{db}, p{tail};\\n}}\\n\"\n\
          : {outs}\n\
          : \"l\"(desc_a), \"l\"(desc_b), \"r\"(accumulate));\n}}\n",
-        name = input.wrapper_name(n),
+        name = name,
         k = input.k(),
         list = list.join(", "),
         da = regs,
@@ -152,6 +172,12 @@ mod tests {
         assert!(w.contains("setp.ne.b32 p, %130, 0"));
         let f = wgmma_wrapper(WgmmaInput::Fp8E4m3, 128);
         assert!(f.contains("m64n128k32.f32.e4m3.e4m3") && f.contains("%64, %65, p, 1, 1;"));
+        let t = wgmma_wrapper_tb(128);
+        assert!(
+            t.contains("wgmma_m64n128k16_bf16_ss_tb(float (&d)[64]"),
+            "{t}"
+        );
+        assert!(t.contains("%64, %65, p, 1, 1, 0, 1;"), "{t}");
     }
     #[test]
     fn register_a_wrapper_lists_a_fragment_then_descriptor() {

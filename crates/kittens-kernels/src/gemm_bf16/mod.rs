@@ -19,6 +19,7 @@ mod interleave4;
 mod ping_pong;
 pub mod problem;
 mod producer_consumer;
+pub mod shapes;
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16, F32};
@@ -132,12 +133,34 @@ pub enum Staging {
     Registers,
 }
 
+/// How B is stored: the GEMM computes `C = A·Bᵀ` with B `N × K` (a linear layer's weight), or
+/// `C = A·B` with B `K × N`, both row-major; each is read in place (no transposing pass).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BLayout {
+    /// B is `N × K` (K contiguous): `C = A·Bᵀ`.
+    #[default]
+    Nk,
+    /// B is `K × N` (N contiguous): `C = A·B`. The producer/consumer schedule only: its `wgmma` reads
+    /// B N-major from shared memory (PTX ISA §9.7.15.5.1, transposed B); the AMD schedules' MFMAs take
+    /// K-major register operands.
+    Kn,
+}
+
 /// Tile sizes; the defaults are HipKittens E.1's (256×256 block, K step 64).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GemmConfig {
     pub schedule: GemmSchedule,
-    /// Rows and columns of C per block (the seed's `BLOCK_SIZE`); a multiple of 128.
+    /// Rows and columns of C per block (the seed's `BLOCK_SIZE`); a multiple of 128. The
+    /// producer/consumer schedule reads it as the block's columns only (a multiple of 64 up to 256).
     pub block: u32,
+    /// Rows of C per block in the producer/consumer schedule: 64, 128 or 256 (`producer_consumer`);
+    /// the AMD schedules' blocks are square (`block`) and ignore it.
+    pub block_rows: u32,
+    /// Shared ring slots of the producer/consumer schedule (the AMD schedules' staging is `staging`).
+    pub stages: u32,
+    /// How B is stored.
+    pub b_layout: BLayout,
     /// K per pipeline step (`K_STEP`); a multiple of 32.
     pub k_step: u32,
     pub remap: GridOrder,
@@ -153,6 +176,9 @@ impl Default for GemmConfig {
         GemmConfig {
             schedule: GemmSchedule::PingPong8,
             block: 256,
+            block_rows: 128,
+            stages: 3,
+            b_layout: BLayout::Nk,
             k_step: 64,
             remap: GridOrder::XcdSwizzle {
                 xcds: 8,
@@ -300,7 +326,7 @@ pub(crate) struct Decl {
     pub scales: Option<[GlobalId; 2]>,
 }
 
-/// Declares `m, n, k`, the tensors `a` (M×K), `b` (N×K), the f32 scales `scale_a`, `scale_b` when
+/// Declares `m, n, k`, the tensors `a` (M×K), `b` (N×K, or K×N with [`BLayout::Kn`]), the f32 scales `scale_a`, `scale_b` when
 /// `types` has them, and `c` (M×N), in that order and in `types`' dtypes, and a grid of `bm × bn` tiles.
 ///
 /// Each scale is declared with C's logical shape (M×N) and strides that make it broadcast: `(0, 0)` for
@@ -312,13 +338,17 @@ pub(crate) fn declare(
     bn: u32,
     remap: GridOrder,
     types: &GemmTypes,
+    b_layout: BLayout,
 ) -> Decl {
     let (m, n, kd) = (k.param("m"), k.param("n"), k.param("k"));
     let mut mat = |name, dt, r: &Expr, c: &Expr, acc| {
         k.global(name, dt, &[("r", r.clone()), ("c", c.clone())], acc)
     };
     let a = mat("a", types.input, &m, &kd, Access::Read);
-    let b = mat("b", types.input, &n, &kd, Access::Read);
+    let b = match b_layout {
+        BLayout::Nk => mat("b", types.input, &n, &kd, Access::Read),
+        BLayout::Kn => mat("b", types.input, &kd, &n, Access::Read),
+    };
     let scales = types.scales.map(|mode| {
         let (sa, sb) = match mode {
             Scales::PerTensor => ([0, 0], [0, 0]),
@@ -369,6 +399,12 @@ pub(crate) fn store_scaled(
 /// Parameter order of the built kernel: `m, n, k`; tensors `a, b, c`.
 pub fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     cfg.types.check(cfg.k_step)?;
+    if cfg.b_layout == BLayout::Kn && cfg.schedule != GemmSchedule::ProducerConsumer {
+        return Err(KernelError::Config(format!(
+            "gemm_bf16: B as K x N is built for the producer/consumer schedule, not {:?}",
+            cfg.schedule
+        )));
+    }
     if cfg.staging == Staging::Registers && cfg.schedule != GemmSchedule::PingPong8 {
         return Err(KernelError::Config(format!(
             "gemm_bf16: register staging is built for the ping-pong schedule, not {:?}",

@@ -13,6 +13,7 @@
 
 pub mod analysis;
 pub mod emulate;
+pub mod hip;
 pub mod toolchain;
 
 pub use analysis::{analyze, CodeObjectReport, InstructionMix, LoopReport};

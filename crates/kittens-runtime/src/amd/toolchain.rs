@@ -205,7 +205,7 @@ fn from_clang_path(path: &Path, source: ClangSource) -> AmdgpuClang {
 }
 
 /// Resolve a bare program name on `PATH` (a path with a separator is taken as is).
-pub(crate) fn which(program: &Path) -> Option<PathBuf> {
+pub fn which(program: &Path) -> Option<PathBuf> {
     if program.components().count() > 1 {
         return program.is_file().then(|| program.to_path_buf());
     }
@@ -361,6 +361,39 @@ impl AmdgpuClang {
             source,
         })?;
         Ok(CompiledHip { asm, code_object })
+    }
+
+    /// The assembler's own listing of `asm` with every instruction's bytes (`-cc1as -filetype asm
+    /// -show-encoding`): LLVM's printer text and its encoder's bytes, the independent reference the
+    /// ISA emulator's decoder is tested against.
+    pub fn encoding_listing(&self, asm: &str, arch: Arch) -> Result<String, AmdError> {
+        let dir = ScratchDir::new()?;
+        let target = amd_target(arch)?;
+        let (s, out) = (dir.0.join("kernel.s"), dir.0.join("listing.s"));
+        std::fs::write(&s, asm).map_err(|e| AmdError::Io {
+            path: s.clone(),
+            source: e,
+        })?;
+        run(self
+            .clang
+            .command()
+            .args([
+                "-cc1as",
+                "-triple",
+                "amdgcn-amd-amdhsa",
+                "-target-cpu",
+                target,
+                "-filetype",
+                "asm",
+                "-show-encoding",
+                "-o",
+            ])
+            .arg(&out)
+            .arg(&s))?;
+        std::fs::read_to_string(&out).map_err(|source| AmdError::Io {
+            path: out.clone(),
+            source,
+        })
     }
 
     fn hip_to_asm(&self, dir: &ScratchDir, source: &str, arch: Arch) -> Result<String, AmdError> {

@@ -1,64 +1,98 @@
-//! The GEMM benchmark behind `kittens bench gemm`: the Hopper `gemm_bf16` against cuBLAS in the same
-//! run. Correctness: our C against cuBLAS's C over every element, and both against an f64 dot product at
-//! a few hundred random entries, judged by the test rule relative to cuBLAS's own error
-//! (`kittens_kernels::reference::check_rule` with its spot-check floor); the output is poisoned with NaN
-//! first, so unwritten elements fail. Each shape is one row: a shape that fails (or cannot run: too
-//! large for the memory there is, a shape the kernel refuses) is reported in its row and the run goes
-//! on. Host and device memory are checked before anything is allocated.
-//! Timing (bench/NOTES.md, "Method"): CUDA events around each launch, warm-up first, the median of many
-//! runs, ours and cuBLAS interleaved launch by launch, rotating among enough input copies that their
-//! total exceeds the L2 several times over, so the L2 cannot serve the inputs.
+//! The GEMM benchmark behind `kittens bench gemm_bf16`: the Hopper `gemm_bf16` against cuBLAS in the
+//! same run, at any list of shapes (`super::bench_shapes`). Each shape runs the block the shape-aware
+//! configuration chooses (`kittens_kernels::gemm_bf16::shapes::choose`), or every block of a given list
+//! (to fit and check that choice). Correctness: our C against cuBLAS's C over every element, and both
+//! against an f64 dot product at a few hundred random entries, judged by the test rule relative to
+//! cuBLAS's own error (`kittens_kernels::reference::check_rule` with its spot-check floor); the output
+//! is poisoned with NaN first, so unwritten elements fail. Each shape and block is one row: a row that
+//! fails (or cannot run: too large for the memory there is) says so and the run goes on. Host and
+//! device memory are checked before anything is allocated. Shapes whose rows TMA cannot address (N or
+//! K no multiple of 8) run through padded copies (`super::gemm_pad`), timed with the kernel and
+//! reported on their own.
+//! Timing (bench/NOTES.md, "Method"; `super::bench_time`): CUDA events around each launch, warm-up
+//! first, the median of as many launches as fit a time budget per shape, ours and cuBLAS interleaved
+//! launch by launch, rotating among enough input copies that their total exceeds the L2 several times
+//! over, so the L2 cannot serve the inputs.
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
+use kittens_kernels::gemm_bf16::shapes::{self, HopperTile};
+use kittens_kernels::gemm_bf16::BLayout;
 use kittens_kernels::reference::{check_rule, SPOT_RULE_FLOOR};
 use serde::Serialize;
 
+pub(crate) use super::bench_check::median;
+pub use super::bench_check::{bf16_to_f32, compare, f32_to_bf16, random_bf16, Comparison};
+use super::bench_check::{report_mismatches, spot_check};
+use super::bench_shapes::{geomean, Shape, ShapeName};
+pub use super::bench_time::Timing;
+use super::bench_time::{iterations, time_launches, Launch};
 use super::cublas::Cublas;
-use super::driver::{Device, DeviceBuffer, Event, Stream, Swizzle, TensorMap};
+use super::driver::{Device, DeviceBuffer, Event, Stream};
 use super::gemm_kernel::GemmKernel;
+use super::gemm_pad::{self, Mat, PadPlan};
 use super::limits::{
     check_memory, gemm_abt_dims, gemm_memory_need, host_mem_available, rotation_copies,
 };
 use super::{CudaCompileReport, CudaError};
 
+/// Which blocks each shape runs.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TileChoice {
+    /// The one the shape-aware configuration chooses.
+    Auto,
+    /// Every block of the list (candidates for fitting the choice); the row of the chosen one is
+    /// marked.
+    Each(Vec<HopperTile>),
+}
+
 /// What to measure.
 #[derive(Clone, Debug)]
 pub struct GemmBenchOptions {
-    /// Square problem sizes M = N = K.
-    pub sizes: Vec<usize>,
+    /// Timed problems (M, N, K).
+    pub shapes: Vec<Shape>,
+    pub tiles: TileChoice,
+    /// How B is stored: `N × K` (`C = A·Bᵀ`, cuBLAS "TN") or `K × N` (`C = A·B`, cuBLAS "NN").
+    pub b_layout: BLayout,
     pub warmup: usize,
+    /// Most timed launches per implementation and shape.
     pub iters: usize,
+    /// Fewest timed launches per implementation and shape.
+    pub min_iters: usize,
+    /// Timed milliseconds per implementation and shape: the launches are as many as fit, within
+    /// `min_iters..=iters`, estimated from one cuBLAS launch.
+    pub budget_ms: f64,
     pub spot_checks: usize,
     pub seed: u64,
     /// Input copies are added until A and B together span at least this many L2s.
     pub l2_multiple: u64,
     /// Shapes (M, N, K) checked for correctness only, not timed: partial tiles at every edge.
-    pub checks: Vec<(usize, usize, usize)>,
+    pub checks: Vec<Shape>,
     pub timing: Timing,
-}
-
-/// How the two implementations' launches are ordered while timing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Timing {
-    /// Ours, cuBLAS, ours, cuBLAS, …: both see the same clocks and temperature, but each launch runs
-    /// right after the other's, so the power one draws shapes the clock the other gets.
-    Interleaved,
-    /// All of ours (warm-up, then the timed launches), then all of cuBLAS: each in its own steady state.
-    Blocked,
 }
 
 impl Default for GemmBenchOptions {
     fn default() -> Self {
         GemmBenchOptions {
-            sizes: vec![2048, 4096, 8192],
+            shapes: vec![(2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192)],
+            tiles: TileChoice::Auto,
+            b_layout: BLayout::Nk,
             warmup: 10,
             iters: 100,
+            min_iters: 5,
+            budget_ms: 300.0,
             spot_checks: 256,
             seed: 0x006b_6974_7465_6e73,
             l2_multiple: 4,
-            checks: vec![(1000, 1032, 520), (128, 256, 64), (4160, 8184, 1032)],
+            checks: vec![
+                (1000, 1032, 520),
+                (128, 256, 64),
+                (4160, 8184, 1032),
+                (3000, 1000, 777),
+                (1, 1, 1),
+                (77, 99, 13),
+            ],
             timing: Timing::Interleaved,
         }
     }
@@ -76,7 +110,7 @@ pub enum RowStatus {
     Error,
 }
 
-/// One problem size's results.
+/// One problem size and block's results.
 #[derive(Clone, Debug, Serialize)]
 pub struct GemmBenchRow {
     pub status: RowStatus,
@@ -85,12 +119,24 @@ pub struct GemmBenchRow {
     pub m: usize,
     pub n: usize,
     pub k: usize,
+    /// The block of C per thread block, `ROWSxCOLS`.
+    pub tile: Option<String>,
+    /// Whether `tile` is the one the shape-aware configuration chooses for this shape.
+    pub chosen: bool,
+    /// The cost model's time for this block, µs (`shapes::estimate_us`).
+    pub model_us: f64,
+    /// Operands that went through a padded copy, and the copies' own median time (NaN: none).
+    pub padded: PadPlan,
+    pub pad_ms: f64,
+    /// Our time includes the padded copies.
     pub ours_ms: f64,
     pub cublas_ms: f64,
     pub ours_tflops: f64,
     pub cublas_tflops: f64,
     /// ours / cuBLAS throughput, measured in the same run.
     pub ratio: f64,
+    /// Timed launches per implementation.
+    pub iters: usize,
     /// ‖ours − cuBLAS‖_F / ‖cuBLAS‖_F over all of C.
     pub rel_err_vs_cublas: f64,
     /// max |ours − cuBLAS| / max |cuBLAS|.
@@ -104,6 +150,31 @@ pub struct GemmBenchRow {
     pub passed: bool,
 }
 
+/// One compiled block shape.
+#[derive(Clone, Debug, Serialize)]
+pub struct KernelInfo {
+    pub tile: String,
+    pub entry: String,
+    pub stages: u32,
+    pub compile: CudaCompileReport,
+}
+
+/// Geometric means of the ratio to cuBLAS over timed rows that passed.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    /// Over the rows of the chosen blocks.
+    pub geomean_ratio: Option<f64>,
+    pub min_ratio: Option<f64>,
+    /// The shape of the smallest ratio.
+    pub worst: Option<String>,
+    /// Per block (with `TileChoice::Each`): (block, geometric mean, shapes).
+    pub per_tile: Vec<(String, f64, usize)>,
+    /// With `TileChoice::Each`: the best block of every shape (what a perfect choice would reach).
+    pub best_of_geomean: Option<f64>,
+    pub timed_rows: usize,
+    pub failed_rows: usize,
+}
+
 /// The whole run.
 #[derive(Clone, Debug, Serialize)]
 pub struct GemmBenchReport {
@@ -113,76 +184,23 @@ pub struct GemmBenchReport {
     pub l2_bytes: u64,
     pub driver_version: i32,
     pub cublas: String,
-    pub kernel: String,
-    pub config: String,
-    /// Blocks (clusters, for a cluster kernel) of the persistent grid resident at once.
-    pub resident: u32,
-    pub compile: CudaCompileReport,
+    pub b_layout: BLayout,
+    pub kernels: Vec<KernelInfo>,
     pub warmup: usize,
-    pub iters: usize,
+    pub budget_ms: f64,
     pub timing: Timing,
     pub rows: Vec<GemmBenchRow>,
-    /// Correctness-only shapes (timings zero).
+    /// Correctness-only shapes (timings NaN).
     pub checks: Vec<GemmBenchRow>,
+    pub summary: Summary,
 }
 
 /// Our C against cuBLAS's over all elements: two correct bf16 results differ by at most a rounding step
 /// (2⁻⁸ relative) on some elements, far below this.
 const TOLERANCE: f64 = 1e-2;
 
-/// f32 → bf16 bits, round to nearest even (NaN stays NaN).
-pub fn f32_to_bf16(x: f32) -> u16 {
-    let b = x.to_bits();
-    if x.is_nan() {
-        return 0x7fc0;
-    }
-    ((b + 0x7fff + ((b >> 16) & 1)) >> 16) as u16
-}
-
-pub fn bf16_to_f32(h: u16) -> f32 {
-    f32::from_bits((h as u32) << 16)
-}
-
-/// Uniform bf16 values in [-1, 1) from a xorshift64* stream, filled on all cores.
-pub fn random_bf16(len: usize, seed: u64) -> Vec<u16> {
-    let mut out = vec![0u16; len];
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let chunk = len.div_ceil(threads).max(1);
-    std::thread::scope(|s| {
-        for (i, part) in out.chunks_mut(chunk).enumerate() {
-            s.spawn(move || {
-                let mut x = seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1)) | 1;
-                for v in part {
-                    x ^= x >> 12;
-                    x ^= x << 25;
-                    x ^= x >> 27;
-                    let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
-                    let u = (r >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
-                    *v = f32_to_bf16(2.0 * u - 1.0);
-                }
-            });
-        }
-    });
-    out
-}
-
-pub(crate) fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        0.5 * (v[n / 2 - 1] + v[n / 2])
-    }
-}
-
-/// Compiles `kernel` (a lowered `gemm_bf16`) for the device, runs every size, returns the report.
-pub fn run_gemm_bench(
-    kernel: &kittens_codegen::Lowered,
-    opts: &GemmBenchOptions,
-) -> Result<GemmBenchReport, CudaError> {
+/// Runs every shape of `opts` on the device, returns the report.
+pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaError> {
     let dev = Device::open(0)?;
     if dev.compute_capability != (9, 0) {
         return Err(CudaError::Invalid(format!(
@@ -190,50 +208,70 @@ pub fn run_gemm_bench(
             dev.name, dev.compute_capability
         )));
     }
-    let kernel = GemmKernel::prepare(&dev, kernel)?;
-    eprintln!(
-        "  {}: persistent grid of at most {} blocks or clusters",
-        kernel.name, kernel.resident
-    );
+    let gpu = kittens_hw::Target::Sm90a
+        .gpu()
+        .ok_or_else(|| CudaError::Invalid("no sm_90a GPU in the catalog".into()))?;
     let stream = Stream::new()?;
     let cublas = Cublas::new(&stream)?;
     let run = Runner {
         dev: &dev,
-        kernel: &kernel,
+        gpu,
         cublas: &cublas,
         stream: &stream,
         opts,
+        kernels: RefCell::new(Vec::new()),
     };
-    let squares = opts.sizes.iter().map(|&s| (s, s, s));
-    let rows = collect_rows(squares, |i, shape| {
-        run.attempt(shape, opts.seed.wrapping_add(i as u64), true)
-    });
-    for row in &rows {
-        eprintln!(
-            "  {:>6}: ours {:7.1} TFLOP/s, cuBLAS {:7.1} TFLOP/s, ratio {:.3}, err vs cuBLAS {:.2e}, {}",
-            row.m,
-            row.ours_tflops,
-            row.cublas_tflops,
-            row.ratio,
-            row.rel_err_vs_cublas,
-            row.verdict()
-        );
+    let total = opts.shapes.len();
+    let mut rows = Vec::new();
+    for (i, &shape) in opts.shapes.iter().enumerate() {
+        let got = run.shape_rows(shape, opts.seed.wrapping_add(i as u64), true);
+        for row in &got {
+            eprintln!(
+                "  [{}/{total}] {:>18} {:>7}: ours {:7.1} TFLOP/s, cuBLAS {:7.1}, ratio {:.3}, err vs cuBLAS {:.2e}, {} launches, {}{}",
+                i + 1,
+                ShapeName((row.m, row.n, row.k)).to_string(),
+                row.tile.as_deref().unwrap_or("-"),
+                row.ours_tflops,
+                row.cublas_tflops,
+                row.ratio,
+                row.rel_err_vs_cublas,
+                row.iters,
+                row.verdict(),
+                if row.chosen { " (chosen)" } else { "" }
+            );
+        }
+        rows.extend(got);
     }
-    let checks = collect_rows(opts.checks.iter().copied(), |i, shape| {
-        run.attempt(shape, opts.seed ^ (i as u64 + 77), false)
-    });
-    for row in &checks {
-        eprintln!(
-            "  check {}x{}x{}: err vs cuBLAS {:.2e}, vs f64 {:.2e} (cuBLAS {:.2e}), {}",
-            row.m,
-            row.n,
-            row.k,
-            row.rel_err_vs_cublas,
-            row.spot_err_ours,
-            row.spot_err_cublas,
-            row.verdict()
-        );
+    let mut checks = Vec::new();
+    for (i, &shape) in opts.checks.iter().enumerate() {
+        let got = run.shape_rows(shape, opts.seed ^ (i as u64 + 77), false);
+        for row in &got {
+            eprintln!(
+                "  check {} {}: err vs cuBLAS {:.2e}, vs f64 {:.2e} (cuBLAS {:.2e}), padded {:?}, {}",
+                ShapeName((row.m, row.n, row.k)),
+                row.tile.as_deref().unwrap_or("-"),
+                row.rel_err_vs_cublas,
+                row.spot_err_ours,
+                row.spot_err_cublas,
+                row.padded,
+                row.verdict()
+            );
+        }
+        checks.extend(got);
     }
+    let kernels = run
+        .kernels
+        .borrow()
+        .iter()
+        .filter_map(|(t, k)| k.as_ref().ok().map(|k| (t, k)))
+        .map(|(t, k)| KernelInfo {
+            tile: t.to_string(),
+            entry: k.name.clone(),
+            stages: k.stages,
+            compile: k.compile.clone(),
+        })
+        .collect();
+    let summary = summarise(&rows, &checks);
     Ok(GemmBenchReport {
         device: dev.name.clone(),
         compute_capability: dev.compute_capability,
@@ -241,72 +279,138 @@ pub fn run_gemm_bench(
         l2_bytes: dev.l2_bytes,
         driver_version: dev.driver_version,
         cublas: cublas.library.clone(),
-        kernel: kernel.name.clone(),
-        config: kernel.config.clone(),
-        resident: kernel.resident,
-        compile: kernel.compile.clone(),
+        b_layout: opts.b_layout,
+        kernels,
         warmup: opts.warmup,
-        iters: opts.iters,
+        budget_ms: opts.budget_ms,
         timing: opts.timing,
         rows,
         checks,
+        summary,
     })
 }
 
-/// The devices and options every row of a run shares.
+/// The geometric means of a run.
+pub fn summarise(rows: &[GemmBenchRow], checks: &[GemmBenchRow]) -> Summary {
+    let good = |r: &&GemmBenchRow| r.passed && r.ratio.is_finite();
+    let chosen: Vec<&GemmBenchRow> = rows.iter().filter(|r| r.chosen).filter(good).collect();
+    let worst = chosen
+        .iter()
+        .min_by(|a, b| a.ratio.total_cmp(&b.ratio))
+        .copied();
+    let mut tiles: Vec<String> = rows.iter().filter_map(|r| r.tile.clone()).collect();
+    tiles.sort();
+    tiles.dedup();
+    let per_tile = if rows.iter().all(|r| r.chosen) {
+        Vec::new()
+    } else {
+        tiles
+            .iter()
+            .filter_map(|t| {
+                let v: Vec<f64> = rows
+                    .iter()
+                    .filter(good)
+                    .filter(|r| r.tile.as_deref() == Some(t.as_str()))
+                    .map(|r| r.ratio)
+                    .collect();
+                geomean(v.iter().copied()).map(|g| (t.clone(), g, v.len()))
+            })
+            .collect()
+    };
+    let mut shapes: Vec<Shape> = rows.iter().map(|r| (r.m, r.n, r.k)).collect();
+    shapes.dedup();
+    let best_of = geomean(shapes.iter().map(|&s| {
+        rows.iter()
+            .filter(good)
+            .filter(|r| (r.m, r.n, r.k) == s)
+            .map(|r| r.ratio)
+            .fold(f64::NAN, f64::max)
+    }));
+    Summary {
+        geomean_ratio: geomean(chosen.iter().map(|r| r.ratio)),
+        min_ratio: worst.map(|r| r.ratio),
+        worst: worst.map(|r| ShapeName((r.m, r.n, r.k)).to_string()),
+        per_tile,
+        best_of_geomean: best_of,
+        timed_rows: rows.len(),
+        failed_rows: rows.iter().chain(checks).filter(|r| !r.passed).count(),
+    }
+}
+
+/// A block's kernel, or why it could not be compiled and loaded.
+type Loaded = Result<Rc<GemmKernel>, CudaError>;
+
+/// The devices and options every row of a run shares, and the kernels compiled so far.
 struct Runner<'a> {
     dev: &'a Rc<Device>,
-    kernel: &'a GemmKernel,
+    gpu: &'static kittens_hw::Gpu,
     cublas: &'a Cublas,
     stream: &'a Stream,
     opts: &'a GemmBenchOptions,
-}
-
-/// Runs `one` on every shape in turn; a shape whose run fails becomes a row that says why (status
-/// `error`), and the next shape runs.
-pub fn collect_rows(
-    shapes: impl IntoIterator<Item = (usize, usize, usize)>,
-    mut one: impl FnMut(usize, (usize, usize, usize)) -> Result<GemmBenchRow, CudaError>,
-) -> Vec<GemmBenchRow> {
-    shapes
-        .into_iter()
-        .enumerate()
-        .map(|(i, shape)| one(i, shape).unwrap_or_else(|e| GemmBenchRow::error(shape, &e)))
-        .collect()
+    kernels: RefCell<Vec<(HopperTile, Loaded)>>,
 }
 
 impl Runner<'_> {
-    /// One row: the shape checked against the kernel and the memory there is, then run.
-    fn attempt(
-        &self,
-        shape: (usize, usize, usize),
-        seed: u64,
-        timed: bool,
-    ) -> Result<GemmBenchRow, CudaError> {
-        let (m, n, k) = shape;
-        self.kernel.check_shape(m, n, k)?;
-        let copies = self.copies_that_fit(shape, timed)?;
-        bench_shape(
-            self.dev,
-            self.kernel,
-            self.cublas,
-            self.stream,
-            self.opts,
-            shape,
-            seed,
-            copies,
-        )
+    /// The kernel of block `tile`, compiled and loaded on first use (a failure is kept and reported
+    /// in every row that needs it).
+    fn kernel(&self, tile: HopperTile) -> Result<Rc<GemmKernel>, CudaError> {
+        if let Some((_, k)) = self.kernels.borrow().iter().find(|(t, _)| *t == tile) {
+            return k.clone();
+        }
+        let k = GemmKernel::prepare(self.dev, tile, self.opts.b_layout).map(Rc::new);
+        if let Ok(k) = &k {
+            eprintln!(
+                "  {} ({tile}, {} stages): {} registers, {} spills, persistent grid of {} blocks",
+                k.name,
+                k.stages,
+                k.compile.registers,
+                k.compile.spill_stores + k.compile.spill_loads,
+                k.resident
+            );
+        }
+        self.kernels.borrow_mut().push((tile, k.clone()));
+        k
     }
 
-    /// The input copies a row uses (several for a timed row, for the L2 rotation), after checking that
-    /// the row's host and device memory are there.
-    fn copies_that_fit(&self, shape: (usize, usize, usize), timed: bool) -> Result<u64, CudaError> {
+    /// The rows of one shape: one per block it runs; a shape that cannot run gives error rows.
+    fn shape_rows(&self, shape: Shape, seed: u64, timed: bool) -> Vec<GemmBenchRow> {
+        let (m, n, k) = shape;
+        let sms = self.dev.multiprocessors;
+        let chosen = shapes::choose(self.gpu, sms, m as u64, n as u64, k as u64);
+        let tiles = match &self.opts.tiles {
+            TileChoice::Auto => vec![chosen],
+            TileChoice::Each(list) => list.clone(),
+        };
+        let base = |t: HopperTile| {
+            let mut r = GemmBenchRow::error(shape, &CudaError::Invalid(String::new()));
+            r.tile = Some(t.to_string());
+            r.chosen = t == chosen;
+            r.model_us = shapes::estimate_us(self.gpu, sms, m as u64, n as u64, k as u64, t).us;
+            r
+        };
+        let rows: Vec<GemmBenchRow> = tiles.iter().map(|&t| base(t)).collect();
+        match self.attempt(shape, seed, timed, &tiles, rows.clone()) {
+            Ok(rows) => rows,
+            Err(e) => rows
+                .into_iter()
+                .map(|r| GemmBenchRow {
+                    error: Some(e.to_string()),
+                    ..r
+                })
+                .collect(),
+        }
+    }
+
+    /// The input copies a shape uses (several for a timed row, for the L2 rotation), after checking
+    /// that its host and device memory (with the padded copies' scratch) are there.
+    fn copies_that_fit(&self, shape: Shape, timed: bool, pad_bytes: u64) -> Result<u64, CudaError> {
         let copies = if timed {
             rotation_copies(shape, self.dev.l2_bytes, self.opts.l2_multiple)?
         } else {
             1
         };
-        let need = gemm_memory_need(shape, copies)?;
+        let mut need = gemm_memory_need(shape, copies)?;
+        need.device = need.device.saturating_add(pad_bytes);
         let host = host_mem_available().ok_or_else(|| {
             CudaError::Invalid("cannot read MemAvailable from /proc/meminfo".into())
         })?;
@@ -318,6 +422,205 @@ impl Runner<'_> {
     }
 }
 
+impl Runner<'_> {
+    /// Checks (and, when `timed`, measures) one shape with every block of `tiles`, filling `rows`
+    /// (one per block, in order).
+    fn attempt(
+        &self,
+        shape: Shape,
+        seed: u64,
+        timed: bool,
+        tiles: &[HopperTile],
+        mut rows: Vec<GemmBenchRow>,
+    ) -> Result<Vec<GemmBenchRow>, CudaError> {
+        let (m, n, k) = shape;
+        let (dev, stream, opts) = (self.dev, self.stream, self.opts);
+        let kn = opts.b_layout == BLayout::Kn;
+        let b_mat = |ptr| {
+            if kn {
+                Mat::dense(ptr, k, n)
+            } else {
+                Mat::dense(ptr, n, k)
+            }
+        };
+        let cublas = |a: &DeviceBuffer, b: &DeviceBuffer, c: &mut DeviceBuffer| {
+            if kn {
+                self.cublas.gemm_bf16_ab(a, b, c, m, n, k)
+            } else {
+                self.cublas.gemm_bf16_abt(a, b, c, m, n, k)
+            }
+        };
+        // Device allocations are 256-byte aligned: only row pitches decide what TMA can address.
+        let (a0, b0, c0) = (Mat::dense(0, m, k), b_mat(0), Mat::dense(0, m, n));
+        let plan = PadPlan::of(&a0, &b0, &c0);
+        let pad_bytes = [(plan.a, a0), (plan.b, b0), (plan.c, c0)]
+            .iter()
+            .filter(|(need, _)| *need)
+            .try_fold(0u64, |acc, (_, mat)| {
+                Ok::<u64, CudaError>(acc.saturating_add(mat.padded_bytes()? as u64))
+            })?;
+        let copies = self.copies_that_fit(shape, timed, pad_bytes)?;
+        let inp = make_inputs(dev, shape, seed, copies)?;
+        let (mut c_ours, mut c_ref) = (dev.alloc(m * n * 2)?, dev.alloc(m * n * 2)?);
+        // The launchers take the sizes as 32-bit integers: check them, and the buffers, first.
+        gemm_abt_dims(
+            (m, n, k),
+            inp.a[0].bytes(),
+            inp.b[0].bytes(),
+            c_ours.bytes(),
+        )?;
+        let scratch = |need: bool, mat: &Mat| -> Result<Option<DeviceBuffer>, CudaError> {
+            need.then(|| dev.alloc(mat.padded_bytes()?)).transpose()
+        };
+        let (a_pad, b_pad, c_pad) = (
+            scratch(plan.a, &a0)?,
+            scratch(plan.b, &b0)?,
+            scratch(plan.c, &c0)?,
+        );
+        let pads = (
+            a_pad.as_ref().map(|p| p.ptr()),
+            b_pad.as_ref().map(|p| p.ptr()),
+            c_pad.as_ref().map(|p| p.ptr()),
+        );
+        let c_dense = Mat::dense(c_ours.ptr(), m, n);
+        // The operands the kernel reads and writes for input copy `s`, padded copies made first
+        // (`kernel` false: the copies only, for their own timing).
+        let ours = |kernel: Option<&GemmKernel>, s: usize| -> Result<(), CudaError> {
+            let raw = stream.raw();
+            let put = |pad: Option<u64>, src: Mat| -> Result<Mat, CudaError> {
+                match pad {
+                    Some(p) => {
+                        let dst = src.padded_at(p);
+                        // SAFETY: source and scratch are live buffers of this run, sized by
+                        // `Mat::padded_bytes`, not overlapping.
+                        unsafe { gemm_pad::copy(&dst, &src, raw)? };
+                        Ok(dst)
+                    }
+                    None => Ok(src),
+                }
+            };
+            let a = put(pads.0, Mat::dense(inp.a[s].ptr(), m, k))?;
+            let b = put(pads.1, b_mat(inp.b[s].ptr()))?;
+            let c = pads.2.map_or(c_dense, |p| c_dense.padded_at(p));
+            if let Some(kern) = kernel {
+                kern.launch(stream, &a, &b, &c)?;
+            }
+            if pads.2.is_some() {
+                // SAFETY: as above.
+                unsafe { gemm_pad::copy(&c_dense, &c, raw)? };
+            }
+            Ok(())
+        };
+
+        // The reference on copy 0, its output poisoned with NaN first.
+        c_ref.fill_u16(0x7fc0)?;
+        dev.synchronize()?;
+        cublas(&inp.a[0], &inp.b[0], &mut c_ref)?;
+        stream.synchronize()?;
+        let mut reference = vec![0u16; m * n];
+        c_ref.download(&mut reference)?;
+        let mut out = vec![0u16; m * n];
+        let mut kerns: Vec<(usize, Rc<GemmKernel>)> = Vec::new();
+        for (i, (&t, row)) in tiles.iter().zip(rows.iter_mut()).enumerate() {
+            row.padded = plan;
+            let kern = match self.kernel(t) {
+                Ok(kern) => kern,
+                Err(e) => {
+                    row.error = Some(e.to_string());
+                    continue;
+                }
+            };
+            c_ours.fill_u16(0x7fc0)?;
+            dev.synchronize()?;
+            ours(Some(&kern), 0)?;
+            stream.synchronize()?;
+            c_ours.download(&mut out)?;
+            let cmp = compare(&out, &reference);
+            if cmp.non_finite > 0 || cmp.rel_frobenius >= TOLERANCE {
+                report_mismatches(&out, &reference, n);
+            }
+            let (so, sc) = spot_check(
+                (&inp.a_host, &inp.b_host, kn),
+                &out,
+                &reference,
+                shape,
+                opts.spot_checks,
+                seed,
+            );
+            let passed = cmp.non_finite == 0
+                && cmp.rel_frobenius < TOLERANCE
+                && check_rule(so, sc, SPOT_RULE_FLOOR).passed;
+            row.status = if passed {
+                RowStatus::Ok
+            } else {
+                RowStatus::Failed
+            };
+            row.error = None;
+            row.rel_err_vs_cublas = cmp.rel_frobenius;
+            row.max_err_vs_cublas = cmp.max_rel;
+            row.spot_err_ours = so;
+            row.spot_err_cublas = sc;
+            row.non_finite = cmp.non_finite;
+            row.input_copies = inp.a.len();
+            row.passed = passed;
+            kerns.push((i, kern));
+        }
+        if !timed || kerns.is_empty() {
+            return Ok(rows);
+        }
+
+        // Timing: cuBLAS, each block, and the padded copies alone (if any), rotating input copies.
+        let ncopies = inp.a.len();
+        let est = {
+            let (e0, e1) = (Event::new()?, Event::new()?);
+            e0.record(stream)?;
+            cublas(&inp.a[0], &inp.b[0], &mut c_ref)?;
+            e1.record(stream)?;
+            stream.synchronize()?;
+            f64::from(e0.elapsed_ms(&e1)?)
+        };
+        let iters = iterations(est, opts.budget_ms, opts.min_iters, opts.iters);
+        let warmup = opts.warmup.min(iters);
+        let c_ref = &mut c_ref;
+        let cublas = &cublas;
+        let mut impls: Vec<BoxedLaunch<'_>> = Vec::new();
+        impls.push(Box::new(|i: usize| {
+            let s = i % ncopies;
+            cublas(&inp.a[s], &inp.b[s], c_ref)
+        }));
+        for (_, kern) in &kerns {
+            let ours = &ours;
+            impls.push(Box::new(move |i: usize| ours(Some(kern), i % ncopies)));
+        }
+        if plan.any() {
+            let ours = &ours;
+            impls.push(Box::new(move |i: usize| ours(None, i % ncopies)));
+        }
+        let mut fs: Vec<Launch<'_>> = impls.iter_mut().map(|b| b.as_mut() as Launch<'_>).collect();
+        let times = time_launches(stream, warmup, iters, opts.timing, &mut fs)?;
+        let flop = 2.0 * m as f64 * n as f64 * k as f64;
+        let pad_ms = if plan.any() {
+            times[times.len() - 1]
+        } else {
+            f64::NAN
+        };
+        for (j, (i, _)) in kerns.iter().enumerate() {
+            let row = &mut rows[*i];
+            row.cublas_ms = times[0];
+            row.ours_ms = times[1 + j];
+            row.ours_tflops = flop / row.ours_ms * 1e-9;
+            row.cublas_tflops = flop / row.cublas_ms * 1e-9;
+            row.ratio = row.ours_tflops / row.cublas_tflops;
+            row.iters = iters;
+            row.pad_ms = pad_ms;
+        }
+        Ok(rows)
+    }
+}
+
+/// An implementation's launch on input copy `i`, owned.
+type BoxedLaunch<'a> = Box<dyn FnMut(usize) -> Result<(), CudaError> + 'a>;
+
 /// Inputs for one size: `copies` identical sets of A and B (different addresses for the L2 rotation).
 struct Inputs {
     a_host: Vec<u16>,
@@ -326,30 +629,11 @@ struct Inputs {
     b: Vec<DeviceBuffer>,
 }
 
-/// Tensor maps of A and B for each input copy; they borrow the buffers they point at.
-fn input_maps<'a>(
-    inp: &'a Inputs,
-    kernel: &GemmKernel,
-    (m, n, k): (usize, usize, usize),
-) -> Result<Vec<(TensorMap<'a>, TensorMap<'a>)>, CudaError> {
-    let ((ar, ac), (br, bc)) = (kernel.a_box, kernel.b_box);
-    inp.a
-        .iter()
-        .zip(&inp.b)
-        .map(|(da, db)| {
-            Ok((
-                TensorMap::bf16_2d(da, m as u64, k as u64, ar, ac, Swizzle::B128)?,
-                TensorMap::bf16_2d(db, n as u64, k as u64, br, bc, Swizzle::B128)?,
-            ))
-        })
-        .collect()
-}
-
 /// Random inputs on the host and `copies` copies on the device. The memory was checked by the caller
 /// ([`Runner::copies_that_fit`]), so the sizes below do not overflow.
 fn make_inputs(
     dev: &Rc<Device>,
-    (m, n, k): (usize, usize, usize),
+    (m, n, k): Shape,
     seed: u64,
     copies: u64,
 ) -> Result<Inputs, CudaError> {
@@ -377,132 +661,26 @@ fn make_inputs(
     })
 }
 
-/// Checks one shape and, with more than one input copy (a timed row), measures it.
-#[allow(clippy::too_many_arguments)]
-fn bench_shape(
-    dev: &Rc<Device>,
-    kernel: &GemmKernel,
-    cublas: &Cublas,
-    stream: &Stream,
-    opts: &GemmBenchOptions,
-    (m, n, k): (usize, usize, usize),
-    seed: u64,
-    copies: u64,
-) -> Result<GemmBenchRow, CudaError> {
-    let timed = copies > 1;
-    let inp = make_inputs(dev, (m, n, k), seed, copies)?;
-    let maps = input_maps(&inp, kernel, (m, n, k))?;
-    let (mut c_ours, mut c_ref) = (dev.alloc(m * n * 2)?, dev.alloc(m * n * 2)?);
-    // The kernel's launcher takes the sizes as 32-bit integers: check them, and the buffers, first.
-    gemm_abt_dims(
-        (m, n, k),
-        inp.a[0].bytes(),
-        inp.b[0].bytes(),
-        c_ours.bytes(),
-    )?;
-
-    // Correctness on copy 0, outputs poisoned with NaN first.
-    c_ours.fill_u16(0x7fc0)?;
-    c_ref.fill_u16(0x7fc0)?;
-    dev.synchronize()?;
-    // C's map writes 64-row × 64-column boxes (one consumer's rows, 128 swizzled bytes wide).
-    let c_map = TensorMap::bf16_2d(&c_ours, m as u64, n as u64, 64, 64, Swizzle::B128)?;
-    kernel.launch(
-        stream,
-        &maps[0],
-        &inp.a[0],
-        &inp.b[0],
-        &(c_map, &c_ours),
-        m,
-        n,
-        k,
-    )?;
-    cublas.gemm_bf16_abt(&inp.a[0], &inp.b[0], &mut c_ref, m, n, k)?;
-    stream.synchronize()?;
-    let (mut ours, mut reference) = (vec![0u16; m * n], vec![0u16; m * n]);
-    c_ours.download(&mut ours)?;
-    c_ref.download(&mut reference)?;
-    let cmp = compare(&ours, &reference);
-    if cmp.non_finite > 0 || cmp.rel_frobenius >= TOLERANCE {
-        report_mismatches(&ours, &reference, n);
-    }
-    let (spot_err_ours, spot_err_cublas) =
-        spot_check(&inp, &ours, &reference, (m, n, k), opts.spot_checks, seed);
-
-    // Timing with events, rotating input copies.
-    let copies = inp.a.len();
-    let (ours_ms, cublas_ms) = if timed {
-        let mut ours = |i: usize| {
-            let s = i % copies;
-            kernel.launch(
-                stream,
-                &maps[s],
-                &inp.a[s],
-                &inp.b[s],
-                &(c_map, &c_ours),
-                m,
-                n,
-                k,
-            )
-        };
-        let mut theirs = |i: usize| {
-            cublas.gemm_bf16_abt(&inp.a[i % copies], &inp.b[i % copies], &mut c_ref, m, n, k)
-        };
-        let [a, b] = time_launches(
-            stream,
-            opts.warmup,
-            opts.iters,
-            opts.timing,
-            [&mut ours, &mut theirs],
-        )?;
-        (a, b)
-    } else {
-        (f64::NAN, f64::NAN)
-    };
-    let flop = 2.0 * m as f64 * n as f64 * k as f64;
-    let (ours_tflops, cublas_tflops) = (flop / ours_ms * 1e-9, flop / cublas_ms * 1e-9);
-    let passed = cmp.non_finite == 0
-        && cmp.rel_frobenius < TOLERANCE
-        && check_rule(spot_err_ours, spot_err_cublas, SPOT_RULE_FLOOR).passed;
-    Ok(GemmBenchRow {
-        status: if passed {
-            RowStatus::Ok
-        } else {
-            RowStatus::Failed
-        },
-        error: None,
-        m,
-        n,
-        k,
-        ours_ms,
-        cublas_ms,
-        ours_tflops,
-        cublas_tflops,
-        ratio: ours_tflops / cublas_tflops,
-        rel_err_vs_cublas: cmp.rel_frobenius,
-        max_err_vs_cublas: cmp.max_rel,
-        spot_err_ours,
-        spot_err_cublas,
-        non_finite: cmp.non_finite,
-        input_copies: copies,
-        passed,
-    })
-}
-
 impl GemmBenchRow {
     /// A row that could not run: `error` says why; every figure is NaN.
-    pub fn error((m, n, k): (usize, usize, usize), error: &CudaError) -> GemmBenchRow {
+    pub fn error((m, n, k): Shape, error: &CudaError) -> GemmBenchRow {
         GemmBenchRow {
             status: RowStatus::Error,
             error: Some(error.to_string()),
             m,
             n,
             k,
+            tile: None,
+            chosen: true,
+            model_us: f64::NAN,
+            padded: PadPlan::default(),
+            pad_ms: f64::NAN,
             ours_ms: f64::NAN,
             cublas_ms: f64::NAN,
             ours_tflops: f64::NAN,
             cublas_tflops: f64::NAN,
             ratio: f64::NAN,
+            iters: 0,
             rel_err_vs_cublas: f64::NAN,
             max_err_vs_cublas: f64::NAN,
             spot_err_ours: f64::NAN,
@@ -523,163 +701,6 @@ impl GemmBenchRow {
     }
 }
 
-/// One launch of an implementation on input copy `i % copies`.
-type Launch<'a> = &'a mut dyn FnMut(usize) -> Result<(), CudaError>;
-
-/// Median milliseconds per launch of each implementation, from events recorded around every launch.
-fn time_launches(
-    stream: &Stream,
-    warmup: usize,
-    iters: usize,
-    timing: Timing,
-    mut fs: [Launch<'_>; 2],
-) -> Result<[f64; 2], CudaError> {
-    let events: Vec<[Event; 2]> = (0..2 * iters)
-        .map(|_| Ok([Event::new()?, Event::new()?]))
-        .collect::<Result<_, CudaError>>()?;
-    // Launch `i` of implementation `w`, timed once past the warm-up.
-    let one = |fs: &mut [Launch<'_>; 2], w: usize, i: usize| -> Result<(), CudaError> {
-        let ev = i.checked_sub(warmup).map(|j| &events[w * iters + j]);
-        if let Some(e) = ev {
-            e[0].record(stream)?;
-        }
-        fs[w](i)?;
-        if let Some(e) = ev {
-            e[1].record(stream)?;
-        }
-        Ok(())
-    };
-    match timing {
-        Timing::Interleaved => {
-            for i in 0..warmup + iters {
-                one(&mut fs, 0, i)?;
-                one(&mut fs, 1, i)?;
-            }
-        }
-        Timing::Blocked => {
-            for w in 0..2 {
-                for i in 0..warmup + iters {
-                    one(&mut fs, w, i)?;
-                }
-            }
-        }
-    }
-    stream.synchronize()?;
-    let mut out = [0f64; 2];
-    for (w, o) in out.iter_mut().enumerate() {
-        let mut t = events[w * iters..(w + 1) * iters]
-            .iter()
-            .map(|e| e[0].elapsed_ms(&e[1]).map(f64::from))
-            .collect::<Result<Vec<_>, _>>()?;
-        *o = median(&mut t);
-    }
-    Ok(out)
-}
-
-/// Elementwise comparison of two bf16 matrices.
-pub struct Comparison {
-    pub rel_frobenius: f64,
-    pub max_rel: f64,
-    pub non_finite: usize,
-}
-
-pub fn compare(ours: &[u16], reference: &[u16]) -> Comparison {
-    let (mut diff2, mut ref2, mut max_diff, mut max_ref, mut non_finite) =
-        (0f64, 0f64, 0f64, 0f64, 0usize);
-    for (&o, &r) in ours.iter().zip(reference) {
-        let (o, r) = (bf16_to_f32(o) as f64, bf16_to_f32(r) as f64);
-        if !o.is_finite() {
-            non_finite += 1;
-            continue;
-        }
-        let d = (o - r).abs();
-        diff2 += d * d;
-        ref2 += r * r;
-        max_diff = max_diff.max(d);
-        max_ref = max_ref.max(r.abs());
-    }
-    let rel = if ref2 > 0.0 {
-        (diff2 / ref2).sqrt()
-    } else {
-        f64::INFINITY
-    };
-    let max_rel = if max_ref > 0.0 {
-        max_diff / max_ref
-    } else {
-        f64::INFINITY
-    };
-    Comparison {
-        rel_frobenius: if non_finite > 0 { f64::NAN } else { rel },
-        max_rel,
-        non_finite,
-    }
-}
-
-/// Prints the first few elements where ours and cuBLAS disagree, with their coordinates, for debugging.
-fn report_mismatches(ours: &[u16], reference: &[u16], n: usize) {
-    let bad = ours
-        .iter()
-        .zip(reference)
-        .enumerate()
-        .filter(|(_, (&o, &r))| {
-            let (o, r) = (bf16_to_f32(o), bf16_to_f32(r));
-            !o.is_finite() || (o - r).abs() > 0.05 * r.abs().max(1.0)
-        });
-    let total = bad.clone().count();
-    eprintln!(
-        "  {total} of {} elements disagree with cuBLAS; first ones (row, col): ours vs cuBLAS",
-        ours.len()
-    );
-    for (i, (&o, &r)) in bad.take(12) {
-        eprintln!(
-            "    ({}, {}): {} vs {}",
-            i / n,
-            i % n,
-            bf16_to_f32(o),
-            bf16_to_f32(r)
-        );
-    }
-}
-
-/// f64 dot products at `count` random entries; returns (ours, cuBLAS) errors as max|x − ref| / rms(ref).
-fn spot_check(
-    inp: &Inputs,
-    ours: &[u16],
-    reference: &[u16],
-    (m, n, k): (usize, usize, usize),
-    count: usize,
-    seed: u64,
-) -> (f64, f64) {
-    let mut x = seed | 1;
-    let mut next = |bound: usize| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        (x % bound as u64) as usize
-    };
-    let (mut e_ours, mut e_ref, mut sum2) = (0f64, 0f64, 0f64);
-    for _ in 0..count {
-        let (i, j) = (next(m), next(n));
-        let exact: f64 = (0..k)
-            .map(|p| {
-                bf16_to_f32(inp.a_host[i * k + p]) as f64
-                    * bf16_to_f32(inp.b_host[j * k + p]) as f64
-            })
-            .sum();
-        sum2 += exact * exact;
-        let o = bf16_to_f32(ours[i * n + j]) as f64;
-        let r = bf16_to_f32(reference[i * n + j]) as f64;
-        e_ours = if o.is_finite() {
-            e_ours.max((o - exact).abs())
-        } else {
-            f64::INFINITY
-        };
-        e_ref = e_ref.max((r - exact).abs());
-    }
-    let rms = (sum2 / count.max(1) as f64).sqrt().max(f64::MIN_POSITIVE);
-    (e_ours / rms, e_ref / rms)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -687,86 +708,43 @@ mod tests {
     /// A row that cannot run carries its error and fails; its figures are null in JSON.
     #[test]
     fn an_error_row_reports_why_and_fails() {
-        let e = CudaError::Invalid("3000x1000x777: N and K must be positive multiples of 8".into());
+        let e = CudaError::Invalid("GEMM 3000x1000x777: out of memory".into());
         let row = GemmBenchRow::error((3000, 1000, 777), &e);
         assert!(!row.passed && row.status == RowStatus::Error);
-        assert!(
-            row.verdict().contains("multiples of 8"),
-            "{}",
-            row.verdict()
-        );
+        assert!(row.verdict().contains("out of memory"), "{}", row.verdict());
         let json = serde_json::to_value(&row).unwrap();
         assert_eq!(json["status"], "error");
         assert!(json["error"].as_str().unwrap().contains("777"));
         assert!(json["ours_tflops"].is_null() && json["spot_err_ours"].is_null());
     }
 
-    /// One shape that cannot run (3000x1000x777 once aborted the whole run) costs its own row only.
-    #[test]
-    fn a_bad_shape_does_not_stop_the_run() {
-        let shapes = [(1000, 1032, 520), (3000, 1000, 777), (128, 256, 64)];
-        let mut ran = Vec::new();
-        let rows = collect_rows(shapes, |i, (m, n, k)| {
-            ran.push(i);
-            if k % 8 != 0 {
-                return Err(CudaError::Invalid(format!(
-                    "{m}x{n}x{k}: K must be a multiple of 8"
-                )));
-            }
-            let mut row = GemmBenchRow::error((m, n, k), &CudaError::Invalid(String::new()));
-            (row.status, row.error, row.passed) = (RowStatus::Ok, None, true);
-            Ok(row)
-        });
-        assert_eq!(ran, [0, 1, 2], "every shape ran");
-        let got: Vec<_> = rows.iter().map(|r| (r.m, r.n, r.k, r.status)).collect();
-        assert_eq!(
-            got,
-            [
-                (1000, 1032, 520, RowStatus::Ok),
-                (3000, 1000, 777, RowStatus::Error),
-                (128, 256, 64, RowStatus::Ok)
-            ]
-        );
-        assert!(rows[1].verdict().contains("multiple of 8"));
+    fn row(shape: Shape, tile: &str, ratio: f64, chosen: bool, passed: bool) -> GemmBenchRow {
+        let mut r = GemmBenchRow::error(shape, &CudaError::Invalid(String::new()));
+        (r.status, r.error, r.passed) = (RowStatus::Ok, None, passed);
+        (r.tile, r.ratio, r.chosen) = (Some(tile.into()), ratio, chosen);
+        r
     }
 
+    /// The summary's geometric mean is over the chosen blocks' correct rows; the best-of figure takes
+    /// each shape's best block; a failed row counts as failed, not in the mean.
     #[test]
-    fn bf16_round_trip_and_rounding() {
-        for x in [0.0f32, 1.0, -2.5, 3.140625, 1e-3, -65504.0] {
-            let back = bf16_to_f32(f32_to_bf16(x));
-            assert!((back - x).abs() <= x.abs() * 2f32.powi(-8), "{x} -> {back}");
-        }
-        // 1 + 2^-8 is halfway between two bf16 values: ties go to the even one (1.0).
-        assert_eq!(f32_to_bf16(1.0 + 2f32.powi(-8)), f32_to_bf16(1.0));
-        assert!(bf16_to_f32(f32_to_bf16(f32::NAN)).is_nan());
-    }
-
-    #[test]
-    fn random_inputs_are_uniform_in_range() {
-        let v = random_bf16(100_000, 7);
-        let f: Vec<f64> = v.iter().map(|&h| bf16_to_f32(h) as f64).collect();
-        assert!(f.iter().all(|x| (-1.0..=1.0).contains(x)));
-        let mean = f.iter().sum::<f64>() / f.len() as f64;
-        let var = f.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / f.len() as f64;
-        assert!(
-            mean.abs() < 0.01 && (var - 1.0 / 3.0).abs() < 0.01,
-            "mean {mean} var {var}"
-        );
-    }
-
-    #[test]
-    fn compare_flags_poison_and_measures_error() {
-        let a: Vec<u16> = [1.0f32, -2.0, 4.0]
-            .iter()
-            .map(|&x| f32_to_bf16(x))
-            .collect();
-        let mut b = a.clone();
-        assert_eq!(compare(&b, &a).rel_frobenius, 0.0);
-        b[1] = f32_to_bf16(-2.5);
-        let c = compare(&b, &a);
-        let expect = (0.25f64 / 21.0).sqrt();
-        assert!((c.rel_frobenius - expect).abs() < 1e-12);
-        b[2] = 0x7fc0;
-        assert_eq!(compare(&b, &a).non_finite, 1);
+    fn summary_means_chosen_rows_and_best_blocks() {
+        let (s1, s2) = ((4096, 4096, 4096), (16, 4096, 4096));
+        let rows = [
+            row(s1, "128x256", 1.0, true, true),
+            row(s1, "128x128", 0.81, false, true),
+            row(s2, "128x256", 0.25, false, true),
+            row(s2, "64x128", 0.64, true, true),
+            row(s2, "128x128", 2.0, false, false),
+        ];
+        let s = summarise(&rows, &[]);
+        assert!((s.geomean_ratio.unwrap() - 0.8).abs() < 1e-12, "{s:?}");
+        assert_eq!(s.worst.as_deref(), Some("16x4096x4096"));
+        assert_eq!(s.min_ratio, Some(0.64));
+        assert!((s.best_of_geomean.unwrap() - 0.8).abs() < 1e-12);
+        assert_eq!(s.failed_rows, 1);
+        let t: Vec<&str> = s.per_tile.iter().map(|p| p.0.as_str()).collect();
+        assert_eq!(t, ["128x128", "128x256", "64x128"]);
+        assert!((s.per_tile[1].1 - 0.5).abs() < 1e-12);
     }
 }

@@ -16,20 +16,23 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use cudarc::driver::sys as cu;
-use kittens_codegen::cuda::TmaMap;
 use kittens_codegen::Lowered;
+use kittens_kernels::gemm_bf16::shapes::{self, HopperTile};
+use kittens_kernels::gemm_bf16::BLayout;
 
-use super::driver::{check, encode_bf16, Swizzle};
-use super::gemm_kernel::GemmArgs;
+use super::driver::check;
+use super::gemm_kernel::{gemm_maps, mat_map, GemmArgs};
+use super::gemm_pad::{self, Mat, PadPlan};
 use super::{compile, CudaCompileReport, CudaError};
 
 fn invalid(msg: impl Into<String>) -> CudaError {
     CudaError::Invalid(msg.into())
 }
 
-/// Where the kernel comes from: the caller builds the registry's `gemm_bf16` for sm_90a and lowers it
-/// (the runtime names no kernel). Called once per device, on the first launch there.
-pub type LowerGemm = fn() -> Result<Lowered, CudaError>;
+/// Where the kernel comes from: `gemm_bf16` with a given block and B layout, lowered for sm_90a
+/// (`super::gemm_kernel::lower_tile` does it). Called once per device, block and layout, on the first
+/// launch.
+pub type LowerGemm = fn(HopperTile, BLayout) -> Result<Lowered, CudaError>;
 
 /// What the first call on a device did to get the kernel (for a verbose report).
 #[derive(Debug, Clone)]
@@ -333,26 +336,8 @@ pub(crate) fn check_pointer(
     Ok(())
 }
 
-/// A TMA map over a dense row-major bf16 `rows × cols` matrix at a raw device address (CUDA driver API
-/// `cuTensorMapEncodeTiled`: 16-byte aligned address, row pitch a multiple of 16 bytes).
-fn map_2d(ptr: u64, rows: u64, cols: u64, m: &TmaMap) -> Result<cu::CUtensorMap, CudaError> {
-    if !ptr.is_multiple_of(16) || !(cols * 2).is_multiple_of(16) {
-        return Err(invalid(format!(
-            "TMA needs 16-byte aligned rows: address {ptr:#x}, row pitch {} bytes",
-            cols * 2
-        )));
-    }
-    encode_bf16(
-        ptr,
-        &[cols, rows],
-        &[cols * 2],
-        &[m.box_cols, m.box_rows],
-        Swizzle::from_bytes(m.swizzle_bytes)?,
-    )
-}
-
 /// Dense bf16 GEMM operands at raw device addresses: `C = A·Bᵀ` with A `m × k`, B `n × k` and C `m × n`,
-/// all row-major with no padding.
+/// all row-major with no padding; or `C = A·B` with B `k × n` row-major (`b_layout`).
 #[derive(Debug, Clone, Copy)]
 pub struct GemmPointers {
     pub a: u64,
@@ -361,12 +346,17 @@ pub struct GemmPointers {
     pub m: usize,
     pub n: usize,
     pub k: usize,
+    pub b_layout: BLayout,
 }
 
-/// Enqueues `C = A·Bᵀ` on `stream` (a `CUstream` handle; 0 is the legacy default stream) of device
-/// `ordinal`, in its primary context. Returns the kernel load when this call loaded it (the first call on
-/// the device), else `None`. Errors name the problem: no driver, not a Hopper GPU, pointers that are not
-/// device memory of that device or too small, sizes TMA cannot address (N and K multiples of 8).
+/// Enqueues `C = A·Bᵀ` (or `C = A·B`, by `p.b_layout`) on `stream` (a `CUstream` handle; 0 is the legacy default stream) of device
+/// `ordinal`, in its primary context, with the block the shape-aware configuration chooses
+/// (`gemm_bf16::shapes::choose`) for the device's SM count. Any M, N, K ≥ 1: an operand TMA cannot
+/// address in place (a row pitch that is no multiple of 16 bytes, a base that is not 16-byte aligned)
+/// is copied into stream-ordered scratch (`cuMemAllocAsync`, freed with `cuMemFreeAsync` after the
+/// launch) and C copied back out (`super::gemm_pad`); nothing synchronises. Returns the kernel load when
+/// this call loaded it (the first call of a block on the device), else `None`. Errors name the problem:
+/// no driver, not a Hopper GPU, pointers that are not device memory of that device or too small.
 ///
 /// # Safety
 /// The three ranges must stay allocated until the launch has run on `stream`, C must not overlap A or B,
@@ -384,44 +374,97 @@ pub unsafe fn gemm_bf16_abt(
             "{m}x{n}x{k}: every dimension must be in 1..=2^31-1"
         )));
     }
-    if !n.is_multiple_of(8) || !k.is_multiple_of(8) {
-        return Err(invalid(format!(
-            "{m}x{n}x{k}: N and K must be multiples of 8 (TMA rows are 16-byte multiples)"
-        )));
-    }
     let bytes = |r: usize, c: usize| (r as u64) * (c as u64) * 2;
     in_context(ordinal, || {
         check_pointer("A", p.a, bytes(m, k), ordinal)?;
         check_pointer("B", p.b, bytes(n, k), ordinal)?;
         check_pointer("C", p.c, bytes(m, n), ordinal)?;
-        let (g, fresh) = kernel_on(ordinal, "gemm_bf16", &lower)?;
+        let sms = multiprocessors(ordinal)?;
+        let gpu = kittens_hw::Target::Sm90a
+            .gpu()
+            .ok_or_else(|| invalid("no sm_90a GPU in the catalog"))?;
+        let tile = shapes::choose(gpu, sms, m as u64, n as u64, k as u64);
+        let key = format!("gemm_bf16 {tile} {:?}", p.b_layout);
+        let (g, fresh) = kernel_on(ordinal, &key, &|| lower(tile, p.b_layout))?;
         let l = &g.lowered;
         let globals: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
-        let maps_in_order = l.tma_maps().iter().map(|m| m.global).eq(0..3);
-        if globals != ["a", "b", "c"] || !maps_in_order {
+        if globals != ["a", "b", "c"] {
             return Err(invalid(format!(
-                "the lowered GEMM takes globals {globals:?} with maps {:?}; this launcher knows a, b, \
-                 c with one map each",
-                l.tma_maps()
+                "the lowered GEMM takes globals {globals:?}; this launcher knows a, b, c"
             )));
         }
-        let maps = l.tma_maps();
-        let ta = map_2d(p.a, m as u64, k as u64, &maps[0])?;
-        let tb = map_2d(p.b, n as u64, k as u64, &maps[1])?;
-        let tc = map_2d(p.c, m as u64, n as u64, &maps[2])?;
-        let mut args = GemmArgs::new(&g.lowered, [ta, tb, tc], [p.a, p.b, p.c], [m, n, k])?;
-        let mut params = args.pointers();
-        let grid = l
-            .blocks(
-                &[("m", m as i64), ("n", n as i64), ("k", k as i64)],
-                g.multiprocessors,
-            )
-            .ok_or_else(|| invalid("grid extents of the lowered GEMM"))?;
-        // SAFETY: one pointer per argument of the lowering's list (`GemmArgs`), alive until the call
-        // returns; the caller keeps the buffers and the stream alive.
-        unsafe { enqueue(&g, grid, &mut params, stream)? };
+        let [ma, mb, mc] = gemm_maps(l)?;
+        let b = match p.b_layout {
+            BLayout::Nk => Mat::dense(p.b, n, k),
+            BLayout::Kn => Mat::dense(p.b, k, n),
+        };
+        let (a, c) = (Mat::dense(p.a, m, k), Mat::dense(p.c, m, n));
+        let plan = PadPlan::of(&a, &b, &c);
+        let raw = stream as cu::CUstream;
+        // Scratch for the padded copies, in stream order: allocated, filled, read, freed.
+        let mut scratch = Vec::new();
+        let mut put = |need: bool, src: Mat, copy_in: bool| -> Result<Mat, CudaError> {
+            if !need {
+                return Ok(src);
+            }
+            let mut ptr = 0;
+            // SAFETY: out-parameter; a stream of the current context.
+            check(
+                unsafe { cu::cuMemAllocAsync(&mut ptr, src.padded_bytes()?, raw) },
+                "cuMemAllocAsync",
+            )?;
+            scratch.push(ptr);
+            let dst = src.padded_at(ptr);
+            if copy_in {
+                // SAFETY: the caller's operand (checked above) and fresh scratch of its padded size.
+                unsafe { gemm_pad::copy(&dst, &src, raw)? };
+            }
+            Ok(dst)
+        };
+        let run = (|| {
+            let (pa, pb, pc) = (
+                put(plan.a, a, true)?,
+                put(plan.b, b, true)?,
+                put(plan.c, c, false)?,
+            );
+            let maps = [mat_map(&pa, &ma)?, mat_map(&pb, &mb)?, mat_map(&pc, &mc)?];
+            let mut args = GemmArgs::new(l, maps, [pa.ptr, pb.ptr, pc.ptr], [m, n, k])?;
+            let mut params = args.pointers();
+            let grid = l
+                .blocks(
+                    &[("m", m as i64), ("n", n as i64), ("k", k as i64)],
+                    g.multiprocessors,
+                )
+                .ok_or_else(|| invalid("grid extents of the lowered GEMM"))?;
+            // SAFETY: one pointer per argument of the lowering's list (`GemmArgs`), alive until the
+            // call returns; the caller keeps the buffers and the stream alive, the scratch lives until
+            // its stream-ordered free below.
+            unsafe { enqueue(&g, grid, &mut params, stream)? };
+            if plan.c {
+                // SAFETY: scratch C and the caller's C, both live in stream order.
+                unsafe { gemm_pad::copy(&c, &pc, raw)? };
+            }
+            Ok::<(), CudaError>(())
+        })();
+        for ptr in scratch {
+            // SAFETY: freed after everything enqueued on the stream before it.
+            check(unsafe { cu::cuMemFreeAsync(ptr, raw) }, "cuMemFreeAsync")?;
+        }
+        run?;
         Ok(fresh.then(|| g.load.clone()))
     })
+}
+
+/// SMs of device `ordinal` (the shape-aware choice quantises work over them).
+fn multiprocessors(ordinal: i32) -> Result<u32, CudaError> {
+    let mut dev = 0;
+    // SAFETY: out-parameter.
+    check(unsafe { cu::cuDeviceGet(&mut dev, ordinal) }, "cuDeviceGet")?;
+    let n = attribute(
+        dev,
+        cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+    )?;
+    u32::try_from(n).map_err(|_| invalid(format!("{n} multiprocessors")))
 }
 
 #[cfg(test)]
@@ -436,16 +479,19 @@ mod tests {
             m,
             n,
             k,
+            b_layout: BLayout::Nk,
         };
         // SAFETY: the addresses are never dereferenced on the host; the driver checks refuse them.
-        let lower: LowerGemm = || Err(invalid("not lowered in this test"));
+        let lower: LowerGemm = |_, _| Err(invalid("not lowered in this test"));
         unsafe { gemm_bf16_abt(0, 0, &p, lower) }
     }
 
+    /// Sizes past 32 bits or empty are refused before any driver call; N or K no multiple of 8 is not
+    /// (it takes the padded path), so on any machine it gets as far as the pointer checks.
     #[test]
-    fn refuses_sizes_tma_cannot_address() {
-        let e = launch(16, 12, 64).unwrap_err().to_string();
-        assert!(e.contains("multiples of 8"), "{e}");
+    fn refuses_sizes_the_launcher_cannot_take() {
+        let e = launch(16, 12, 63).unwrap_err().to_string();
+        assert!(!e.contains("multiple"), "{e}");
         let e = launch(0, 8, 8).unwrap_err().to_string();
         assert!(e.contains("1..=2^31-1"), "{e}");
         let e = launch(1 << 31, 8, 8).unwrap_err().to_string();

@@ -99,14 +99,45 @@ impl Cublas {
         n: usize,
         k: usize,
     ) -> Result<(), CudaError> {
+        self.gemm(a, b, c, (m, n, k), true)
+    }
+
+    /// C = A·B with B stored K×N row-major (`gemm_bf16` with `BLayout::Kn`): Cᵀ = Bᵀ·Aᵀ, both as
+    /// stored ("NN").
+    pub fn gemm_bf16_ab(
+        &self,
+        a: &DeviceBuffer,
+        b: &DeviceBuffer,
+        c: &mut DeviceBuffer,
+        m: usize,
+        n: usize,
+        k: usize,
+    ) -> Result<(), CudaError> {
+        self.gemm(a, b, c, (m, n, k), false)
+    }
+
+    fn gemm(
+        &self,
+        a: &DeviceBuffer,
+        b: &DeviceBuffer,
+        c: &mut DeviceBuffer,
+        (m, n, k): (usize, usize, usize),
+        b_nk: bool,
+    ) -> Result<(), CudaError> {
         let (alpha, beta) = (1f32, 0f32);
+        // B holds N·K elements either way: the size check is the same.
         let (mi, ni, ki) = gemm_abt_dims((m, n, k), a.bytes(), b.bytes(), c.bytes())?;
+        let (op_b, ldb) = if b_nk {
+            (cb::cublasOperation_t::CUBLAS_OP_T, ki)
+        } else {
+            (cb::cublasOperation_t::CUBLAS_OP_N, ni)
+        };
         // SAFETY: the buffers hold M×K, N×K and M×N bf16 (checked just above).
         check(
             unsafe {
                 cb::cublasGemmEx(
                     self.handle,
-                    cb::cublasOperation_t::CUBLAS_OP_T,
+                    op_b,
                     cb::cublasOperation_t::CUBLAS_OP_N,
                     ni,
                     mi,
@@ -114,7 +145,7 @@ impl Cublas {
                     (&alpha as *const f32).cast::<c_void>(),
                     b.ptr() as *const c_void,
                     cb::cudaDataType::CUDA_R_16BF,
-                    ki,
+                    ldb,
                     a.ptr() as *const c_void,
                     cb::cudaDataType::CUDA_R_16BF,
                     ki,

@@ -1,5 +1,6 @@
 //! The GEMM kernel the benchmark runs: a lowered `gemm_bf16` (`kittens_codegen::Lowered`, persistent
-//! grid) compiled, loaded and launched by its argument list.
+//! grid) in one of its block shapes (`kittens_kernels::gemm_bf16::shapes`), compiled, loaded and
+//! launched by its argument list on operands described by [`Mat`] (TMA maps built here).
 
 use std::ffi::c_void;
 use std::rc::Rc;
@@ -7,104 +8,128 @@ use std::rc::Rc;
 use cudarc::driver::sys as cu;
 use kittens_codegen::cuda::TmaMap;
 use kittens_codegen::{KernelArg, Lowered};
+use kittens_kernels::gemm_bf16::shapes::HopperTile;
+use kittens_kernels::gemm_bf16::{BLayout, GemmConfig};
 
-use super::driver::{Device, DeviceBuffer, Function, Stream, TensorMap};
+use super::driver::{encode_bf16, Device, Function, Stream, Swizzle};
+use super::gemm_pad::Mat;
 use super::{compile, CudaCompileReport, CudaError};
 
 /// A compiled, loaded GEMM kernel.
 pub struct GemmKernel {
     function: Function,
     lowered: Lowered,
+    pub tile: HopperTile,
+    pub b_layout: BLayout,
+    pub stages: u32,
     pub name: String,
-    pub config: String,
     pub compile: CudaCompileReport,
     /// Blocks of the persistent grid resident at once.
     pub resident: u32,
-    /// TMA boxes (rows, cols) of A and B.
-    pub a_box: (u32, u32),
-    pub b_box: (u32, u32),
 }
 
 fn invalid(e: impl std::fmt::Display) -> CudaError {
     CudaError::Invalid(e.to_string())
 }
 
+/// The registry's `gemm_bf16` program with block `tile` and B stored as `b_layout`, configured for the
+/// H100 (ring stages that fit its shared memory) and lowered for sm_90a.
+pub fn lower_tile(tile: HopperTile, b_layout: BLayout) -> Result<Lowered, CudaError> {
+    let gpu = kittens_hw::Target::Sm90a
+        .gpu()
+        .ok_or_else(|| invalid("no sm_90a GPU in the catalog"))?;
+    let cfg = GemmConfig {
+        b_layout,
+        ..tile.config(gpu)
+    };
+    let k = kittens_kernels::gemm_bf16::build(&cfg)
+        .map_err(|e| invalid(format!("gemm_bf16 {tile}: {e}")))?;
+    kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
+        .map_err(|e| invalid(format!("lowering gemm_bf16 {tile}: {e}")))
+}
+
+/// The three tensor maps of a lowered GEMM (A, B, then C for the TMA-store epilogue, 128-byte
+/// swizzle), checked: anything else is a lowering these launchers do not know.
+pub(crate) fn gemm_maps(l: &Lowered) -> Result<[TmaMap; 3], CudaError> {
+    let maps = l.tma_maps();
+    match maps.as_slice() {
+        [ma, mb, mc]
+            if (ma.global, mb.global, mc.global) == (0, 1, 2)
+                && [ma, mb, mc].iter().all(|m| m.swizzle_bytes == 128) =>
+        {
+            Ok([*ma, *mb, *mc])
+        }
+        _ => Err(invalid(format!(
+            "lowered gemm_bf16 wants tensor maps {maps:?}"
+        ))),
+    }
+}
+
+/// The tensor map of matrix `m` read or written in the boxes of `t` (logical extents: TMA reads columns
+/// past `cols` as zero and clips stores there). The base must be 16-byte aligned and the pitch a
+/// multiple of 16 bytes ([`Mat::tma_ok`]).
+pub(crate) fn mat_map(m: &Mat, t: &TmaMap) -> Result<cu::CUtensorMap, CudaError> {
+    if !m.tma_ok() {
+        return Err(invalid(format!(
+            "TMA needs 16-byte aligned rows: address {:#x}, row pitch {} bytes",
+            m.ptr,
+            m.pitch * 2
+        )));
+    }
+    encode_bf16(
+        m.ptr,
+        &[m.cols as u64, m.rows as u64],
+        &[m.pitch as u64 * 2],
+        &[t.box_cols, t.box_rows],
+        Swizzle::from_bytes(t.swizzle_bytes)?,
+    )
+}
+
 impl GemmKernel {
-    /// Compiles (NVRTC, cached) and loads the lowered kernel on `dev`.
-    pub fn prepare(dev: &Rc<Device>, l: &Lowered) -> Result<GemmKernel, CudaError> {
+    /// Compiles (NVRTC, cached) and loads the lowered kernel of block `tile` on `dev`.
+    pub fn prepare(
+        dev: &Rc<Device>,
+        tile: HopperTile,
+        b_layout: BLayout,
+    ) -> Result<GemmKernel, CudaError> {
+        let l = lower_tile(tile, b_layout)?;
         let shared = l.dynamic_shared_bytes();
         let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
         let module = dev.load_module(&image.cubin)?;
         let function = module.function(&l.entry, shared)?;
-        // The harness builds A's and B's maps from these boxes (128-byte swizzle) and C's
-        // with 64 × 64 boxes; anything else is a lowering this launcher does not know.
-        let sw = |m: &TmaMap| m.swizzle_bytes == 128;
-        let tma_maps = l.tma_maps();
-        let (a_box, b_box) = match tma_maps.as_slice() {
-            [ma, mb, mc]
-                if ma.global == 0
-                    && mb.global == 1
-                    && mc.global == 2
-                    && sw(ma)
-                    && sw(mb)
-                    && sw(mc)
-                    && (mc.box_rows, mc.box_cols) == (64, 64) =>
-            {
-                ((ma.box_rows, ma.box_cols), (mb.box_rows, mb.box_cols))
-            }
-            _ => {
-                return Err(invalid(format!(
-                    "lowered gemm_bf16 wants tensor maps {tma_maps:?}"
-                )))
-            }
-        };
+        gemm_maps(&l)?;
+        let stages = l.ir.shared.first().map_or(0, |s| s.count);
         Ok(GemmKernel {
             function,
             name: l.entry.clone(),
-            config: "gemm_bf16 tile program (kittens-kernels, producer/consumer), lowered".into(),
+            tile,
+            b_layout,
+            stages,
             compile: image.report,
             resident: dev.multiprocessors,
-            a_box,
-            b_box,
-            lowered: l.clone(),
+            lowered: l,
         })
     }
 
-    /// Problem sizes the kernel handles: TMA loads A, B and stores C, so row pitches are 16-byte
-    /// multiples.
-    pub fn check_shape(&self, m: usize, n: usize, k: usize) -> Result<(), CudaError> {
-        if k.is_multiple_of(8) && n.is_multiple_of(8) && m > 0 && n > 0 && k > 0 {
-            Ok(())
-        } else {
-            Err(invalid(format!(
-                "{m}x{n}x{k}: N and K must be positive multiples of 8 (TMA row pitch)"
-            )))
-        }
-    }
-
-    /// One launch computing C = A·Bᵀ. `maps` are A's and B's tensor maps (boxes `a_box`, `b_box`), `c`
-    /// C's map (64 × 64 boxes, used by the TMA-store epilogue) and buffer. The arguments follow the
-    /// lowering's list (`Lowered::args`): tensor maps and pointers of the globals `a`, `b`, `c`, and the
-    /// parameters `m`, `n`, `k`; any other name is refused.
-    #[allow(clippy::too_many_arguments)]
-    pub fn launch(
-        &self,
-        stream: &Stream,
-        maps: &(TensorMap, TensorMap),
-        a: &DeviceBuffer,
-        b: &DeviceBuffer,
-        c: &(TensorMap, &DeviceBuffer),
-        m: usize,
-        n: usize,
-        k: usize,
-    ) -> Result<(), CudaError> {
+    /// One launch computing C = A·Bᵀ (A `m × k`, B `n × k`, C `m × n`), or C = A·B with B `k × n`
+    /// ([`BLayout::Kn`]), each operand addressable by TMA in place ([`Mat::tma_ok`]; `super::gemm_pad`
+    /// makes copies that are).
+    pub fn launch(&self, stream: &Stream, a: &Mat, b: &Mat, c: &Mat) -> Result<(), CudaError> {
         let l = &self.lowered;
-        let mut args = GemmArgs::new(
-            l,
-            [maps.0.map, maps.1.map, c.0.map],
-            [a.ptr(), b.ptr(), c.1.ptr()],
-            [m, n, k],
-        )?;
+        let [ta, tb, tc] = gemm_maps(l)?;
+        let (m, n, k) = (a.rows, c.cols, a.cols);
+        let b_dims = match self.b_layout {
+            BLayout::Nk => (n, k),
+            BLayout::Kn => (k, n),
+        };
+        if (b.rows, b.cols) != b_dims || c.rows != m {
+            return Err(invalid(format!(
+                "operands {}x{}, {}x{}, {}x{} do not form C = A·B with B {:?}",
+                a.rows, a.cols, b.rows, b.cols, c.rows, c.cols, self.b_layout
+            )));
+        }
+        let maps = [mat_map(a, &ta)?, mat_map(b, &tb)?, mat_map(c, &tc)?];
+        let mut args = GemmArgs::new(l, maps, [a.ptr, b.ptr, c.ptr], [m, n, k])?;
         let mut params = args.pointers();
         let grid = l
             .blocks(

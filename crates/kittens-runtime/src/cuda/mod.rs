@@ -9,12 +9,16 @@
 pub mod args;
 pub mod attn;
 pub mod bench;
+pub mod bench_check;
+pub mod bench_shapes;
+pub mod bench_time;
 pub mod cache;
 pub mod caller;
 pub mod caller_attn;
 pub mod cublas;
 pub mod driver;
 pub mod gemm_kernel;
+pub mod gemm_pad;
 pub mod libs;
 pub mod limits;
 pub mod nvrtc;

@@ -31,6 +31,7 @@ impl Backend for Interpreter {
             waves_per_block: stats.waves_per_block,
             compile_seconds: 0.0,
             run_seconds: t0.elapsed().as_secs_f64(),
+            dynamic: None,
         })
     }
 }

@@ -99,6 +99,7 @@ impl Backend for HipEmu {
             waves_per_block,
             compile_seconds,
             run_seconds,
+            dynamic: None,
         })
     }
 }

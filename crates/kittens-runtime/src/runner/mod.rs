@@ -21,9 +21,13 @@
 
 pub mod cpu;
 pub mod hip_emu;
+pub mod hip_gpu;
+pub mod isa_emu;
 
 pub use cpu::Interpreter;
 pub use hip_emu::HipEmu;
+pub use hip_gpu::HipGpu;
+pub use isa_emu::IsaEmu;
 
 use crate::amd::emulate::EmuError;
 use kittens_hw::Target;
@@ -45,7 +49,10 @@ pub enum RunError {
     Kernel(#[from] KernelError),
     #[error(transparent)]
     Emu(#[from] EmuError),
-    #[error("the hip-emu backend runs the AMD targets gfx942 or gfx950, not {0}")]
+    /// A code-object backend (isa-emu, hip) could not build, load, launch or run the code object.
+    #[error("{0}")]
+    CodeObject(String),
+    #[error("the hip-emu and isa-emu backends run the AMD targets gfx942 or gfx950, not {0}")]
     NotAmd(Target),
     #[error("tolerance {0} must be finite and positive")]
     Tolerance(f64),
@@ -67,6 +74,9 @@ pub struct Execution {
     /// Time spent preparing the kernel (the host compile of the emulation; 0 for the interpreter).
     pub compile_seconds: f64,
     pub run_seconds: f64,
+    /// What the backend observed while running, if it observes anything (isa-emu: instructions by
+    /// class, waits that stalled, LDS bank conflicts per DS instruction).
+    pub dynamic: Option<serde_json::Value>,
 }
 
 /// What a backend is.
@@ -125,6 +135,8 @@ pub struct RunReport {
     pub compile_seconds: f64,
     pub run_seconds: f64,
     pub reference_seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dynamic: Option<serde_json::Value>,
 }
 
 impl RunReport {
@@ -203,6 +215,7 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
         compile_seconds: run.compile_seconds,
         run_seconds: run.run_seconds,
         reference_seconds: r0.elapsed().as_secs_f64(),
+        dynamic: run.dynamic,
     })
 }
 

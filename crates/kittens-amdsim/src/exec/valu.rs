@@ -1,0 +1,407 @@
+//! The vector ALU (VOP1, VOP2, VOPC, VOP3, VOP3P without MFMA, SDWA), lane by lane under EXEC,
+//! after the CDNA3 ISA guide's "Vector ALU Operations" (and the CDNA4 ISA guide for `v_bitop3_b32`
+//! and `v_cvt_pk_bf16_f32`). Float results are IEEE f32 on the host; transcendental ops
+//! (`v_exp_f32`, `v_rcp_f32`) are computed exactly rather than to the hardware's 1 ULP.
+
+use super::wave::{Wave, LANES};
+use super::ExecError;
+use crate::decode::{Enc, Instr, Op, NONE};
+use std::array::from_fn;
+
+type Row = [u32; LANES];
+
+fn f(x: u32) -> f32 {
+    f32::from_bits(x)
+}
+
+/// Source `k` as f32 with the VOP3 ABS/NEG input modifiers.
+fn fm(i: &Instr, k: usize, x: u32) -> f32 {
+    let mut v = f(x);
+    if i.abs >> k & 1 == 1 {
+        v = v.abs();
+    }
+    if i.neg >> k & 1 == 1 {
+        v = -v;
+    }
+    v
+}
+
+/// The f32 output modifiers: OMOD then clamp to [0, 1].
+fn fout(i: &Instr, mut v: f32) -> u32 {
+    v = match i.omod {
+        1 => v * 2.0,
+        2 => v * 4.0,
+        3 => v * 0.5,
+        _ => v,
+    };
+    if i.clamp {
+        v = v.clamp(0.0, 1.0);
+    }
+    v.to_bits()
+}
+
+/// Two-operand integer operations (shared by VOP2, VOP3 and SDWA forms).
+fn int2(op: Op, a: u32, b: u32, clamp: bool) -> Option<u32> {
+    use Op::*;
+    Some(match op {
+        VMinI32 => (a as i32).min(b as i32) as u32,
+        VMaxI32 => (a as i32).max(b as i32) as u32,
+        VMinU32 => a.min(b),
+        VMaxU32 => a.max(b),
+        VLshrrevB32 => b >> (a & 31),
+        VAshrrevI32 => ((b as i32) >> (a & 31)) as u32,
+        VLshlrevB32 => b << (a & 31),
+        VAndB32 => a & b,
+        VOrB32 => a | b,
+        VXorB32 => a ^ b,
+        VAddU32 if clamp => a.saturating_add(b),
+        VAddU32 => a.wrapping_add(b),
+        VSubU32 if clamp => a.saturating_sub(b),
+        VSubU32 => a.wrapping_sub(b),
+        VSubrevU32 if clamp => b.saturating_sub(a),
+        VSubrevU32 => b.wrapping_sub(a),
+        VMulLoU32 => a.wrapping_mul(b),
+        VMulHiU32 => ((a as u64 * b as u64) >> 32) as u32,
+        _ => return None,
+    })
+}
+
+/// Two-operand f32 operations.
+fn float2(op: Op, a: f32, b: f32) -> Option<f32> {
+    use Op::*;
+    Some(match op {
+        VAddF32 => a + b,
+        VSubF32 => a - b,
+        VSubrevF32 => b - a,
+        VMulF32 => a * b,
+        VMinF32 => a.min(b),
+        VMaxF32 => a.max(b),
+        VLdexpF32 => ldexp(a, b.to_bits() as i32),
+        _ => return None,
+    })
+}
+
+/// `a · 2^e`, rounded once (the f64 product is exact for every f32 result that is not subnormal).
+fn ldexp(a: f32, e: i32) -> f32 {
+    let e = e.clamp(-400, 400);
+    let (e1, e2) = (e / 2, e - e / 2);
+    ((a as f64) * 2f64.powi(e1) * 2f64.powi(e2)) as f32
+}
+
+fn compare(op: Op, a: u32, b: u32) -> Option<bool> {
+    use Op::*;
+    let (x, y) = (f(a), f(b));
+    Some(match op {
+        VCmpLtF32 => x < y,
+        VCmpEqF32 => x == y,
+        VCmpLeF32 => x <= y,
+        VCmpGtF32 => x > y,
+        // "Less or greater": false for NaN, unlike `!=`.
+        VCmpLgF32 => !x.is_nan() && !y.is_nan() && x != y,
+        VCmpGeF32 => x >= y,
+        VCmpOF32 => !x.is_nan() && !y.is_nan(),
+        VCmpUF32 => x.is_nan() || y.is_nan(),
+        VCmpLtI32 => (a as i32) < b as i32,
+        VCmpEqI32 | VCmpEqU32 => a == b,
+        VCmpLeI32 => (a as i32) <= b as i32,
+        VCmpGtI32 => (a as i32) > b as i32,
+        VCmpNeI32 | VCmpNeU32 => a != b,
+        VCmpGeI32 => (a as i32) >= b as i32,
+        VCmpLtU32 => a < b,
+        VCmpLeU32 => a <= b,
+        VCmpGtU32 => a > b,
+        VCmpGeU32 => a >= b,
+        _ => return None,
+    })
+}
+
+/// bf16 of an f32, round to nearest even, NaN kept quiet (CDNA4 ISA guide, V_CVT_PK_BF16_F32).
+fn bf16_rne(x: u32) -> u32 {
+    if f(x).is_nan() {
+        (x >> 16) | 0x40
+    } else {
+        (x + 0x7fff + ((x >> 16) & 1)) >> 16
+    }
+}
+
+/// V_PERM_B32's byte select over the 8 bytes {S0, S1} (S1 the low dword).
+fn perm_byte(data: u64, sel: u32) -> u32 {
+    match sel {
+        0..=7 => ((data >> (8 * sel)) & 0xff) as u32,
+        8..=11 => {
+            let bit = 16 * (sel - 8) + 15;
+            if data >> bit & 1 == 1 {
+                0xff
+            } else {
+                0
+            }
+        }
+        12 => 0,
+        _ => 0xff,
+    }
+}
+
+/// V_BITOP3_B32: bit j of the result is bit (a_j·4 + b_j·2 + c_j) of the 8-bit table.
+fn bitop3(table: u32, a: u32, b: u32, c: u32) -> u32 {
+    let mut r = 0;
+    for idx in 0..8 {
+        if table >> idx & 1 == 1 {
+            let pick = |x: u32, bit: u32| if idx >> bit & 1 == 1 { x } else { !x };
+            r |= pick(a, 2) & pick(b, 1) & pick(c, 0);
+        }
+    }
+    r
+}
+
+pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
+    use Op::*;
+    if i.enc == Enc::Sdwa {
+        return sdwa(w, i);
+    }
+    let exec = w.exec;
+    let src = |w: &Wave, k: usize| -> Result<Row, ExecError> {
+        if i.src[k] == NONE {
+            Ok([0; LANES])
+        } else {
+            w.v32(i, i.src[k])
+        }
+    };
+    let (a, b, c) = (src(w, 0)?, src(w, 1)?, src(w, 2)?);
+    let op = i.op;
+    // Compares write a lane mask (0 for inactive lanes) to VCC or an SGPR pair.
+    if let Some(_probe) = compare(op, 0, 0) {
+        let mut m = 0u64;
+        for l in 0..LANES {
+            if exec >> l & 1 == 1 && compare(op, a[l], b[l]) == Some(true) {
+                m |= 1 << l;
+            }
+        }
+        return w.set_s64(i, i.dst, m);
+    }
+    if let Some(_probe) = int2(op, 0, 0, false) {
+        let r = from_fn(|l| int2(op, a[l], b[l], i.clamp).unwrap_or(0));
+        return write(w, i, &r);
+    }
+    if float2(op, 0.0, 0.0).is_some() {
+        let r = from_fn(|l| fout(i, float2(op, fm(i, 0, a[l]), fm(i, 1, b[l])).unwrap_or(0.0)));
+        return write(w, i, &r);
+    }
+    let r: Row = match op {
+        VCndmaskB32 => {
+            let m = w.s64(i, i.src[2])?;
+            from_fn(|l| if m >> l & 1 == 1 { b[l] } else { a[l] })
+        }
+        VFmacF32 => {
+            let d = w.v[Wave::vreg(i, i.dst)?];
+            from_fn(|l| fout(i, fm(i, 0, a[l]).mul_add(fm(i, 1, b[l]), f(d[l]))))
+        }
+        VMovB32 => a,
+        VReadfirstlaneB32 => {
+            let lane = if exec == 0 {
+                0
+            } else {
+                exec.trailing_zeros() as usize
+            };
+            return w.set_s32(i, i.dst, a[lane]);
+        }
+        VReadlaneB32 => return w.set_s32(i, i.dst, a[(b[0] & 63) as usize]),
+        VWritelaneB32 => {
+            let r = Wave::vreg(i, i.dst)?;
+            w.v[r][(b[0] & 63) as usize] = a[0];
+            return Ok(());
+        }
+        VCvtF32I32 => from_fn(|l| fout(i, a[l] as i32 as f32)),
+        VCvtF32U32 => from_fn(|l| fout(i, a[l] as f32)),
+        VCvtU32F32 => from_fn(|l| fm(i, 0, a[l]) as u32),
+        VCvtI32F32 => from_fn(|l| fm(i, 0, a[l]) as i32 as u32),
+        VExpF32 => from_fn(|l| fout(i, fm(i, 0, a[l]).exp2())),
+        VRcpF32 | VRcpIflagF32 => from_fn(|l| fout(i, 1.0 / fm(i, 0, a[l]))),
+        VNotB32 => from_fn(|l| !a[l]),
+        VBfrevB32 => from_fn(|l| a[l].reverse_bits()),
+        VBfeU32 => from_fn(|l| {
+            let (off, width) = (b[l] & 31, c[l] & 31);
+            if width == 0 {
+                0
+            } else {
+                (a[l] >> off) & (u32::MAX >> (32 - width))
+            }
+        }),
+        VBfeI32 => from_fn(|l| {
+            let (off, width) = (b[l] & 31, c[l] & 31);
+            if width == 0 {
+                0
+            } else {
+                let width = width.min(32 - off);
+                (((a[l] << (32 - off - width)) as i32) >> (32 - width)) as u32
+            }
+        }),
+        VBfiB32 => from_fn(|l| (a[l] & b[l]) | (!a[l] & c[l])),
+        VFmaF32 => from_fn(|l| fout(i, fm(i, 0, a[l]).mul_add(fm(i, 1, b[l]), fm(i, 2, c[l])))),
+        VMin3F32 => from_fn(|l| fout(i, fm(i, 0, a[l]).min(fm(i, 1, b[l])).min(fm(i, 2, c[l])))),
+        VMax3F32 => from_fn(|l| fout(i, fm(i, 0, a[l]).max(fm(i, 1, b[l])).max(fm(i, 2, c[l])))),
+        // The division sequence LLVM emits (div_scale, rcp, Newton steps, div_fmas, div_fixup)
+        // yields the correctly rounded quotient: scaling is never needed here (VCC = 0), and
+        // div_fixup(q, den, num) returns num / den in IEEE f32, which also covers its special cases.
+        VDivScaleF32 => {
+            w.set_s64(i, i.sdst, 0)?;
+            from_fn(|l| fout(i, fm(i, 0, a[l])))
+        }
+        VDivFmasF32 => from_fn(|l| fout(i, fm(i, 0, a[l]).mul_add(fm(i, 1, b[l]), fm(i, 2, c[l])))),
+        VDivFixupF32 => from_fn(|l| fout(i, fm(i, 2, c[l]) / fm(i, 1, b[l]))),
+        VPermB32 => from_fn(|l| {
+            let data = (a[l] as u64) << 32 | b[l] as u64;
+            (0..4).fold(0, |r, k| {
+                r | perm_byte(data, (c[l] >> (8 * k)) & 0xff) << (8 * k)
+            })
+        }),
+        VLshlAddU32 => from_fn(|l| (a[l] << (b[l] & 31)).wrapping_add(c[l])),
+        VAddLshlU32 => from_fn(|l| a[l].wrapping_add(b[l]) << (c[l] & 31)),
+        VAdd3U32 => from_fn(|l| a[l].wrapping_add(b[l]).wrapping_add(c[l])),
+        VLshlOrB32 => from_fn(|l| (a[l] << (b[l] & 31)) | c[l]),
+        VAndOrB32 => from_fn(|l| (a[l] & b[l]) | c[l]),
+        VOr3B32 => from_fn(|l| a[l] | b[l] | c[l]),
+        VBitop3B32 => from_fn(|l| bitop3(i.imm as u32, a[l], b[l], c[l])),
+        VCvtPkBf16F32 => from_fn(|l| bf16_rne(a[l]) | bf16_rne(b[l]) << 16),
+        VMovB64 => {
+            let x = w.v64(i, i.src[0])?;
+            let r = Wave::vreg(i, i.dst)?;
+            w.write_v64(r, &x);
+            return Ok(());
+        }
+        VLshlAddU64 => {
+            let (x, z) = (w.v64(i, i.src[0])?, w.v64(i, i.src[2])?);
+            let r: [u64; LANES] = from_fn(|l| (x[l] << (b[l] & 7)).wrapping_add(z[l]));
+            let d = Wave::vreg(i, i.dst)?;
+            w.write_v64(d, &r);
+            return Ok(());
+        }
+        VMadU64U32 | VMadI64I32 => {
+            let z = w.v64(i, i.src[2])?;
+            let mut carry = 0u64;
+            let r: [u64; LANES] = from_fn(|l| {
+                let (p, o) = if op == VMadU64U32 {
+                    (a[l] as u64 as u128 * b[l] as u128 + z[l] as u128, false)
+                } else {
+                    let s = a[l] as i32 as i128 * b[l] as i32 as i128 + z[l] as i64 as i128;
+                    (s as u128, s < i64::MIN as i128 || s > i64::MAX as i128)
+                };
+                if (op == VMadU64U32 && p >> 64 != 0 || o) && exec >> l & 1 == 1 {
+                    carry |= 1 << l;
+                }
+                p as u64
+            });
+            let d = Wave::vreg(i, i.dst)?;
+            w.write_v64(d, &r);
+            return w.set_s64(i, i.sdst, carry);
+        }
+        VPkFmaF32 | VPkMulF32 | VPkAddF32 | VPkMovB32 => return packed(w, i),
+        _ => return Err(ExecError::Unimplemented),
+    };
+    write(w, i, &r)
+}
+
+fn write(w: &mut Wave, i: &Instr, r: &Row) -> Result<(), ExecError> {
+    let d = Wave::vreg(i, i.dst)?;
+    w.write_v(d, r);
+    Ok(())
+}
+
+/// The packed f32 operations: each source is a 64-bit pair; the low result takes from each source
+/// the half OP_SEL names, the high result the half OP_SEL_HI names (CDNA3 ISA guide, VOP3P).
+fn packed(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
+    let n = if i.op == Op::VPkFmaF32 { 3 } else { 2 };
+    let mut s = [[0u64; LANES]; 3];
+    for (k, sk) in s.iter_mut().enumerate().take(n) {
+        *sk = w.v64(i, i.src[k])?;
+    }
+    let pick = |k: usize, l: usize, hi_result: bool| -> f32 {
+        let sel = if hi_result { i.op_sel_hi } else { i.op_sel };
+        let x = if sel >> k & 1 == 1 {
+            s[k][l] >> 32
+        } else {
+            s[k][l]
+        } as u32;
+        let neg = if hi_result { i.neg_hi } else { i.neg };
+        if neg >> k & 1 == 1 {
+            -f(x)
+        } else {
+            f(x)
+        }
+    };
+    let half = |l: usize, hi: bool| -> f32 {
+        let (x, y) = (pick(0, l, hi), pick(1, l, hi));
+        match i.op {
+            Op::VPkFmaF32 => x.mul_add(y, pick(2, l, hi)),
+            Op::VPkMulF32 => x * y,
+            Op::VPkAddF32 => x + y,
+            _ => x,
+        }
+    };
+    let r: [u64; LANES] = from_fn(|l| {
+        let (lo, hi) = (half(l, false), half(l, true));
+        let c = |v: f32| if i.clamp { v.clamp(0.0, 1.0) } else { v };
+        c(lo).to_bits() as u64 | (c(hi).to_bits() as u64) << 32
+    });
+    let d = Wave::vreg(i, i.dst)?;
+    w.write_v64(d, &r);
+    Ok(())
+}
+
+/// An SDWA source: the selected byte or word, zero- or sign-extended (CDNA3 ISA guide, SDWA).
+fn sel(x: u32, sel: u8, sext: bool) -> u32 {
+    let (shift, bits) = match sel {
+        0..=3 => (8 * sel as u32, 8),
+        4 | 5 => (16 * (sel as u32 - 4), 16),
+        _ => return x,
+    };
+    let v = (x >> shift) & ((1 << bits) - 1);
+    if sext {
+        (((v << (32 - bits)) as i32) >> (32 - bits)) as u32
+    } else {
+        v
+    }
+}
+
+fn sdwa(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
+    let s = i.sdwa.ok_or(ExecError::Unimplemented)?;
+    let a = w.v32(i, i.src[0])?;
+    let b = if i.src[1] == NONE {
+        [0; LANES]
+    } else {
+        w.v32(i, i.src[1])?
+    };
+    let a: Row = from_fn(|l| sel(a[l], s.src0_sel, s.src0_sext));
+    let b: Row = from_fn(|l| sel(b[l], s.src1_sel, s.src1_sext));
+    if s.src0_neg || s.src1_neg || s.src0_abs || s.src1_abs || s.clamp || i.omod != 0 {
+        return Err(ExecError::Unimplemented);
+    }
+    let r: Row = match i.op {
+        Op::VCndmaskB32 => {
+            let m = w.s64(i, i.src[2])?;
+            from_fn(|l| if m >> l & 1 == 1 { b[l] } else { a[l] })
+        }
+        Op::VMovB32 => a,
+        op => match int2(op, 0, 0, false) {
+            Some(_) => from_fn(|l| int2(op, a[l], b[l], false).unwrap_or(0)),
+            None => return Err(ExecError::Unimplemented),
+        },
+    };
+    let d = Wave::vreg(i, i.dst)?;
+    let old = w.v[d];
+    let out: Row = from_fn(|l| {
+        let (shift, bits) = match s.dst_sel {
+            0..=3 => (8 * s.dst_sel as u32, 8),
+            4 | 5 => (16 * (s.dst_sel as u32 - 4), 16),
+            _ => return r[l],
+        };
+        let mask = ((1u32 << bits) - 1) << shift;
+        let v = (r[l] << shift) & mask;
+        match s.dst_unused {
+            2 => (old[l] & !mask) | v,
+            1 if (v >> (shift + bits - 1)) & 1 == 1 => v | !(mask | ((1 << shift) - 1)),
+            _ => v,
+        }
+    });
+    w.write_v(d, &out);
+    Ok(())
+}

@@ -1,0 +1,239 @@
+//! The compiled code objects run on the ISA emulator (the `isa-emu` backend) against the f64
+//! references, at shapes that are not tile multiples: the machine code itself, with its waits,
+//! barriers and asynchronous memory, judged by the same rule as the interpreter.
+
+#[path = "amd_support/common.rs"]
+mod amd_common;
+
+use kittens_hw::{Arch, Target};
+use kittens_kernels::problem::Problem;
+use kittens_runtime::runner::{run, IsaEmu};
+use serde_json::Value;
+
+/// Run a registry kernel's code object for `target` at problem `p`; it must pass the kernel's rule.
+fn run_on(kernel: &str, target: Target, p: &Problem) -> kittens_runtime::runner::RunReport {
+    amd_common::clang_for(target.arch().unwrap());
+    let entry = kittens_kernels::by_name(kernel).unwrap();
+    let emu = IsaEmu::new(target).unwrap();
+    let r = run(entry, p, &emu).unwrap_or_else(|e| panic!("{kernel} {target}: {e}"));
+    eprintln!(
+        "{kernel} {target} {}: rel_err {:.3e} run {:.2}s {}",
+        r.shape,
+        r.error.rel_err,
+        r.run_seconds,
+        serde_json::to_string(&r.dynamic).unwrap()
+    );
+    assert!(r.passed, "{kernel} {target}: {:?}", r.failures());
+    let stats = &r.dynamic.as_ref().unwrap()["stats"];
+    assert!(stats["instructions"]["mfma"].as_u64().unwrap() > 0);
+    assert!(stats["waits"].as_u64().unwrap() > 0);
+    r
+}
+
+fn gemm(m: usize, n: usize, k: usize) -> Problem {
+    Problem {
+        m,
+        n,
+        k,
+        seed: (m + n + k) as u64,
+        ..Problem::default()
+    }
+}
+
+/// Attention at a ragged length with GQA; `causal` masks.
+fn attn(seq: usize, dim: usize, causal: bool) -> Problem {
+    let mut p = Problem {
+        causal,
+        input_scale: 4.0,
+        seed: seq as u64,
+        ..Problem::default()
+    };
+    p.attn.batch = 1;
+    p.attn.heads = 2;
+    p.attn.heads_kv = 1;
+    p.attn.seq = seq;
+    p.attn.dim = dim;
+    p
+}
+
+/// The GEMM also checks the static bank analysis: `kittens check gemm_bf16 --banks` finds every
+/// hot-loop shared access 1-way by the bank model, and the conflicts measured on the addresses the
+/// code object actually computes agree: every DS instruction the model covers is conflict-free.
+#[test]
+fn gemm_bf16_code_objects_at_a_ragged_shape() {
+    for t in [Target::Gfx950, Target::Gfx942] {
+        let r = run_on("gemm_bf16", t, &gemm(72, 40, 68));
+        let ds = r.dynamic.as_ref().unwrap()["stats"]["ds"]
+            .as_object()
+            .unwrap()
+            .clone();
+        let modelled: Vec<_> = ds
+            .values()
+            .filter(|v| !v["worst_degree"].is_null())
+            .collect();
+        assert!(modelled.len() >= 8, "{t}: {ds:?}");
+        for v in modelled {
+            assert_eq!(v["worst_degree"], 1, "{t}: {v}");
+        }
+    }
+}
+
+/// Two blocks in each direction and a K that is not a K-step multiple.
+#[test]
+fn gemm_bf16_code_objects_over_several_blocks() {
+    for t in [Target::Gfx950, Target::Gfx942] {
+        let r = run_on("gemm_bf16", t, &gemm(300, 270, 130));
+        assert_eq!(r.blocks, 4);
+    }
+}
+
+#[test]
+fn gemm_fp8_code_objects_at_a_ragged_shape() {
+    for t in [Target::Gfx950, Target::Gfx942] {
+        run_on("gemm_fp8", t, &gemm(72, 40, 200));
+    }
+}
+
+#[test]
+fn attn_fwd_code_objects_at_ragged_lengths() {
+    for t in [Target::Gfx950, Target::Gfx942] {
+        run_on("attn_fwd", t, &attn(150, 64, true));
+        run_on("attn_fwd", t, &attn(200, 128, false));
+    }
+}
+
+/// The `s_waitcnt`s that stalled in a run (had to land an operation early), most often first.
+fn stalled_waits(dynamic: &serde_json::Value) -> Vec<usize> {
+    let stalls = dynamic["stats"]["stalls_at"]
+        .as_object()
+        .expect("stalls_at");
+    let mut v: Vec<(u64, usize)> = stalls
+        .iter()
+        .map(|(at, n)| (n.as_u64().unwrap(), at.parse().unwrap()))
+        .collect();
+    v.sort_by(|a, b| b.cmp(a));
+    v.into_iter().map(|(_, at)| at).collect()
+}
+
+fn word_at(code: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(code[at..at + 4].try_into().unwrap())
+}
+
+/// A wait made too weak is caught: one `s_waitcnt` that stalled in a correct run is rewritten in the
+/// real gfx950 code object so it no longer waits on `counter` (its field set to the maximum: VM_CNT
+/// bits 3:0 and 15:14, LGKM_CNT bits 11:8, CDNA3 ISA guide S_WAITCNT). Loads then land after their
+/// consumers read the registers or LDS, and the result is wrong under seeds that pass unpatched.
+fn weakened_wait_is_caught(kernel: &str, p: &Problem, mask: u32) {
+    use std::sync::Arc;
+    let target = Target::Gfx950;
+    amd_common::clang_for(Arch::Cdna4);
+    let entry = kittens_kernels::by_name(kernel).unwrap();
+    let mut emu = IsaEmu::new(target).unwrap();
+    let good = run(entry, p, &emu).unwrap();
+    assert!(good.passed, "{:?}", good.failures());
+    // The compiled bytes, to pick a wait that waits on this counter.
+    let k = entry.problem().build(p, target).unwrap();
+    let lowered = kittens_codegen::lower(&k, target).unwrap();
+    let co = amd_common::clang_for(Arch::Cdna4)
+        .compile(&lowered.source, Arch::Cdna4)
+        .unwrap();
+    let co = kittens_amdsim::Kernel::load(&co.code_object).unwrap();
+    let at = stalled_waits(good.dynamic.as_ref().unwrap())
+        .into_iter()
+        .find(|&at| word_at(&co.code, at) & mask != mask)
+        .expect("a stalled wait on this counter");
+    emu.patch = Some(Arc::new(move |co: &mut kittens_amdsim::Kernel| {
+        let w = word_at(&co.code, at);
+        assert_eq!(w >> 16, 0xbf8c, "an s_waitcnt at {at:#x}");
+        co.code[at..at + 4].copy_from_slice(&(w | mask).to_le_bytes());
+    }));
+    let mut caught = 0;
+    for seed in 1..=4 {
+        emu.seed = seed;
+        let r = run(entry, p, &emu).unwrap();
+        eprintln!(
+            "{kernel}: wait at {at:#x} weakened ({mask:#x}), seed {seed}: rel_err {:.3e}",
+            r.error.rel_err
+        );
+        caught += usize::from(!r.passed);
+        // The same seed with the compiler's bytes passes: the wait, not the seed, decides.
+        let patch = emu.patch.take();
+        let ok = run(entry, p, &emu).unwrap();
+        assert!(ok.passed, "seed {seed} unpatched: {:?}", ok.failures());
+        emu.patch = patch;
+    }
+    assert!(
+        caught > 0,
+        "the weakened wait went unnoticed under every seed"
+    );
+}
+
+const VM_CNT: u32 = 0xf | 0x3 << 14;
+const LGKM_CNT: u32 = 0xf << 8;
+
+#[test]
+fn a_missing_vmcnt_wait_reads_stale_data() {
+    weakened_wait_is_caught("gemm_bf16", &gemm(72, 40, 68), VM_CNT);
+}
+
+#[test]
+fn a_missing_lgkmcnt_wait_reads_stale_data() {
+    weakened_wait_is_caught("attn_fwd", &attn(150, 64, false), LGKM_CNT);
+}
+
+/// The HIP launch path: on a machine without ROCm (this project's), the `hip` backend fails with a
+/// clear error; with ROCm and an AMD GPU, the same code object the emulator runs must pass.
+#[test]
+fn hip_backend_runs_or_says_there_is_no_rocm() {
+    use kittens_runtime::amd::hip::{HipError, HipRuntime};
+    use kittens_runtime::runner::HipGpu;
+    let entry = kittens_kernels::by_name("gemm_bf16").unwrap();
+    let gpu = HipGpu::new(Target::Gfx950).unwrap();
+    match HipRuntime::load() {
+        Err(HipError::NoRocm { looked }) => {
+            assert!(looked.contains("libamdhip64"), "{looked}");
+            let e = run(entry, &gemm(72, 40, 68), &gpu).unwrap_err().to_string();
+            assert!(e.contains("no ROCm on this machine"), "{e}");
+        }
+        Err(HipError::NoDevice) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("CI=true with ROCm installed but no AMD GPU visible")
+        }
+        Err(HipError::NoDevice) => eprintln!("ROCm without an AMD GPU: nothing to launch on"),
+        Err(e) => panic!("HIP runtime present but unusable: {e}"),
+        Ok(_) => {
+            let r = run(entry, &gemm(72, 40, 68), &gpu).unwrap();
+            assert!(r.passed, "{:?}", r.failures());
+        }
+    }
+}
+
+/// Missing barriers are caught too: with every `s_barrier` of the gfx950 GEMM turned into `s_nop 0`,
+/// waves read LDS tiles other waves have not finished writing (the scheduler interleaves them at
+/// random), and the result is wrong.
+#[test]
+fn removed_barriers_are_caught() {
+    use kittens_amdsim::decode_all;
+    use std::sync::Arc;
+    amd_common::clang_for(Arch::Cdna4);
+    let entry = kittens_kernels::by_name("gemm_bf16").unwrap();
+    let mut emu = IsaEmu::new(Target::Gfx950).unwrap();
+    emu.patch = Some(Arc::new(|co: &mut kittens_amdsim::Kernel| {
+        let barriers: Vec<usize> = decode_all(&co.code, co.arch)
+            .unwrap()
+            .iter()
+            .filter(|i| i.op == kittens_amdsim::Op::SBarrier)
+            .map(|i| i.offset as usize)
+            .collect();
+        assert!(!barriers.is_empty());
+        for at in barriers {
+            co.code[at..at + 4].copy_from_slice(&0xbf80_0000u32.to_le_bytes());
+        }
+    }));
+    let r = run(entry, &gemm(72, 40, 68), &emu).unwrap();
+    eprintln!("no barriers: rel_err {:.3e}", r.error.rel_err);
+    assert!(!r.passed, "removing every barrier went unnoticed");
+    assert_eq!(
+        r.dynamic.as_ref().unwrap()["stats"]["instructions"]["barrier"],
+        Value::Null
+    );
+}

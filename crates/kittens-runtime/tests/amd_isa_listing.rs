@@ -1,0 +1,258 @@
+//! The ISA emulator's decoder against an independent disassembly: for every registry kernel and AMD
+//! target, the code object clang builds is decoded instruction by instruction, and each instruction's
+//! text and length must equal what LLVM's own printer and encoder say for the same offset (the
+//! assembler's `-show-encoding` listing of the same assembly). Branch targets are compared as byte
+//! offsets, resolved from the listing's labels.
+
+#[path = "amd_support/common.rs"]
+mod amd_common;
+
+use amd_common::clang_for;
+use kittens_amdsim::{decode_all, Kernel};
+use kittens_hw::{Arch, Target};
+use std::collections::HashMap;
+
+/// One instruction of the listing: its byte offset in the function, text, and bytes (`None` where the
+/// encoder left a fixup, i.e. a branch offset it fills in later).
+struct Listed {
+    offset: u32,
+    text: String,
+    bytes: Vec<Option<u8>>,
+}
+
+/// The instructions of function `name` in an `-show-encoding` listing, and its labels' offsets.
+fn parse_listing(listing: &str, name: &str) -> (Vec<Listed>, HashMap<String, u32>) {
+    let mut out = Vec::new();
+    let mut labels = HashMap::new();
+    let mut on = false;
+    let mut off = 0u32;
+    for line in listing.lines() {
+        let t = line.split(';').next().unwrap_or("").trim();
+        let t = if t.is_empty() { line.trim() } else { t };
+        if !on {
+            on = t == format!("{name}:");
+            continue;
+        }
+        if t.starts_with(".Lfunc_end") || t.starts_with(".section") {
+            break;
+        }
+        if let Some(l) = t.strip_suffix(':') {
+            labels.insert(l.to_string(), off);
+            continue;
+        }
+        assert!(
+            !t.starts_with(".p2align"),
+            "alignment inside the function is not handled: {t}"
+        );
+        let Some((text, enc)) = line.trim().split_once("; encoding: [") else {
+            continue;
+        };
+        let bytes: Vec<Option<u8>> = enc
+            .trim_end_matches(']')
+            .split(',')
+            .map(|b| {
+                b.strip_prefix("0x")
+                    .map(|h| u8::from_str_radix(h, 16).expect("a hex byte"))
+            })
+            .collect();
+        let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        out.push(Listed {
+            offset: off,
+            text,
+            bytes: bytes.clone(),
+        });
+        off += bytes.len() as u32;
+    }
+    assert!(on, "function {name} not found in the listing");
+    (out, labels)
+}
+
+/// The listing's text with a branch label replaced by `pc+<offset>`, as the decoder prints it.
+fn resolve(text: &str, labels: &HashMap<String, u32>) -> String {
+    match text.split_once(' ') {
+        Some((m, l)) if m.starts_with("s_branch") || m.starts_with("s_cbranch") => {
+            let at = labels.get(l).unwrap_or_else(|| panic!("unknown label {l}"));
+            format!("{m} pc+{at}")
+        }
+        _ => text.to_string(),
+    }
+}
+
+fn check(kernel: &kittens_kernels::registry::KernelEntry, target: Target, arch: Arch) -> usize {
+    let k = kernel.build_for(target).unwrap();
+    let lowered = kittens_codegen::lower(&k, target).unwrap();
+    let clang = clang_for(arch);
+    let compiled = clang.compile(&lowered.source, arch).unwrap();
+    let listing = clang.encoding_listing(&compiled.asm, arch).unwrap();
+    let loaded = Kernel::load(&compiled.code_object).unwrap();
+    assert_eq!(loaded.arch, arch);
+    assert_eq!(loaded.name, lowered.entry);
+    let decoded = decode_all(&loaded.code, arch)
+        .unwrap_or_else(|e| panic!("{} {}: {e}", kernel.name, arch.target()));
+    let (listed, labels) = parse_listing(&listing, &loaded.name);
+    let mut mismatches = Vec::new();
+    let mut li = listed.iter();
+    for d in &decoded {
+        let Some(l) = li.next() else {
+            // Past the listing's last instruction only the assembler's s_code_end padding may follow.
+            assert_eq!(d.text(), "s_nop 0", "{} {}", kernel.name, arch.target());
+            continue;
+        };
+        assert_eq!(d.offset, l.offset, "instruction boundaries diverge");
+        assert_eq!(
+            d.size as usize,
+            l.bytes.len(),
+            "length at {:#x}: {}",
+            l.offset,
+            l.text
+        );
+        let code = &loaded.code[d.offset as usize..d.offset as usize + d.size as usize];
+        for (b, lb) in code.iter().zip(&l.bytes) {
+            if let Some(lb) = lb {
+                assert_eq!(
+                    b, lb,
+                    "code object and listing bytes differ at {:#x}",
+                    l.offset
+                );
+            }
+        }
+        let want = resolve(&l.text, &labels);
+        if d.text() != want {
+            mismatches.push(format!(
+                "{:#06x}: decoded `{}`, listing `{want}`",
+                d.offset,
+                d.text()
+            ));
+        }
+    }
+    assert!(
+        li.next().is_none(),
+        "listing has instructions past the code"
+    );
+    assert!(
+        mismatches.is_empty(),
+        "{} {}: {} of {} differ:\n{}",
+        kernel.name,
+        arch.target(),
+        mismatches.len(),
+        decoded.len(),
+        mismatches.join("\n")
+    );
+    decoded.len()
+}
+
+#[test]
+fn decoder_agrees_with_llvm_listing_on_every_shipped_kernel() {
+    let mut checked = 0;
+    for kernel in kittens_kernels::registry::ALL.iter() {
+        for target in [Target::Gfx942, Target::Gfx950] {
+            if kernel.build_for(target).is_err() {
+                continue;
+            }
+            let arch = target.arch().unwrap();
+            let n = check(kernel, target, arch);
+            eprintln!("{} {}: {n} instructions agree", kernel.name, arch.target());
+            checked += 1;
+        }
+    }
+    assert_eq!(checked, 6, "three kernels on two AMD targets");
+}
+
+/// A second, fully independent reference for gfx942: Debian's `llvm-objdump-19` disassembling the
+/// code object's bytes (no assembler involved). Every instruction of every shipped gfx942 kernel must
+/// decode to its text (branch targets compared as byte offsets). Missing the tool is a failure in
+/// CI (scripts/install-amdgpu-clang.sh installs llvm-19) and a note elsewhere.
+#[test]
+fn decoder_agrees_with_llvm_objdump_19_on_gfx942() {
+    let Some(objdump) =
+        kittens_runtime::amd::toolchain::which(std::path::Path::new("llvm-objdump-19"))
+    else {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "CI=true but llvm-objdump-19 is missing (apt-get install llvm-19)"
+        );
+        eprintln!("llvm-objdump-19 not found: skipped outside CI");
+        return;
+    };
+    let dir = std::env::temp_dir().join(format!("kittens-objdump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut checked = 0;
+    for kernel in kittens_kernels::registry::ALL.iter() {
+        let Ok(k) = kernel.build_for(Target::Gfx942) else {
+            continue;
+        };
+        let lowered = kittens_codegen::lower(&k, Target::Gfx942).unwrap();
+        let compiled = clang_for(Arch::Cdna3)
+            .compile(&lowered.source, Arch::Cdna3)
+            .unwrap();
+        let path = dir.join(format!("{}.co", kernel.name));
+        std::fs::write(&path, &compiled.code_object).unwrap();
+        let out = std::process::Command::new(&objdump)
+            .args(["-d", "--mcpu=gfx942"])
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let loaded = Kernel::load(&compiled.code_object).unwrap();
+        let decoded = decode_all(&loaded.code, Arch::Cdna3).unwrap();
+        // Lines `<insn text> // <address>: <words> [<name+0xoff>]` after `<address> <name>:`.
+        let mut start = None;
+        let mut listed = Vec::new();
+        for line in text.lines() {
+            if line.trim_end().ends_with(&format!("<{}>:", loaded.name)) {
+                start =
+                    Some(u64::from_str_radix(line.split_whitespace().next().unwrap(), 16).unwrap());
+                continue;
+            }
+            let (Some(base), Some((insn, rest))) = (start, line.split_once("//")) else {
+                continue;
+            };
+            let addr = u64::from_str_radix(rest.trim().split(':').next().unwrap(), 16).unwrap();
+            let mut insn = insn.split_whitespace().collect::<Vec<_>>().join(" ");
+            if let Some(target) = rest.split_once(&format!("<{}+0x", loaded.name)) {
+                let off = u64::from_str_radix(target.1.trim_end_matches('>').trim(), 16).unwrap();
+                let m = insn.split(' ').next().unwrap().to_string();
+                insn = format!("{m} pc+{off}");
+            }
+            listed.push((addr - base, insn));
+        }
+        let mut mismatches = Vec::new();
+        for (d, (off, want)) in decoded.iter().zip(&listed) {
+            assert_eq!(
+                d.offset as u64, *off,
+                "{}: instruction boundaries diverge",
+                kernel.name
+            );
+            if &d.text() != want {
+                mismatches.push(format!(
+                    "{off:#x}: decoded `{}`, objdump `{want}`",
+                    d.text()
+                ));
+            }
+        }
+        assert!(
+            listed.len() >= decoded.len(),
+            "{}: objdump listed fewer instructions",
+            kernel.name
+        );
+        assert!(
+            mismatches.is_empty(),
+            "{}:\n{}",
+            kernel.name,
+            mismatches.join("\n")
+        );
+        eprintln!(
+            "{} gfx942: {} instructions agree with llvm-objdump-19",
+            kernel.name,
+            decoded.len()
+        );
+        checked += 1;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(checked, 3);
+}
