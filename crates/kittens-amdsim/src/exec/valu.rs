@@ -61,7 +61,7 @@ fn int2(op: Op, a: u32, b: u32, clamp: bool) -> Option<u32> {
         VSubrevU32 if clamp => b.saturating_sub(a),
         VSubrevU32 => b.wrapping_sub(a),
         VMulLoU32 => a.wrapping_mul(b),
-        // CDNA3 ISA: the low 32 bits of the product of the operands' low 24 bits.
+        // CDNA3 ISA guide, V_MUL_U32_U24: the low 32 bits of the product of the operands' low 24 bits.
         VMulU32U24 => (a & 0xff_ffff).wrapping_mul(b & 0xff_ffff),
         VMulHiU32 => ((a as u64 * b as u64) >> 32) as u32,
         _ => return None,
