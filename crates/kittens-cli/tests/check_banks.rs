@@ -61,3 +61,34 @@ fn banks_text_and_refusals() {
         );
     }
 }
+
+/// The 4-wave interleave (`--schedule interleave4`): its eight sub-step reads per K step (four operand
+/// tiles in each of two register sets) are all conflict-free under the swizzles solved for it; without
+/// a GPU the variant is refused by clap (it needs `--gpu`).
+#[test]
+fn interleave_variant_banks_are_conflict_free() {
+    let out = kittens(&[
+        "check",
+        "gemm_bf16",
+        "--gpu",
+        "mi355x",
+        "--schedule",
+        "interleave4",
+        "--banks",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    let rows = doc["banks"].as_array().expect("a banks array");
+    assert_eq!(rows.len(), 8, "{rows:?}");
+    for r in rows {
+        assert_eq!(r["instr"], "ds_read_b128", "{r}");
+        assert_eq!(r["max_conflict"].as_u64(), Some(1), "{r}");
+    }
+    let out = kittens(&["check", "gemm_bf16", "--schedule", "interleave4", "--banks"]);
+    assert!(!out.status.success());
+}

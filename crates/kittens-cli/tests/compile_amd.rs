@@ -130,3 +130,56 @@ fn gemm_bf16_gfx942_source_builds_with_clang19() {
             > 0
     );
 }
+
+/// `kittens compile gemm_bf16 --target gfx950 --schedule interleave4 --json`: the 4-wave interleave's
+/// code object, with the variant named, no spills, and the hot loop's MFMA share of its instructions
+/// and its runs of MFMAs reported; a variant that does not exist exits non-zero naming the variants.
+#[test]
+fn interleave4_compiles_from_the_cli() {
+    let doc: Value = serde_json::from_str(&kittens(&[
+        "compile",
+        "gemm_bf16",
+        "--target",
+        "gfx950",
+        "--schedule",
+        "interleave4",
+        "--json",
+    ]))
+    .expect("one JSON document");
+    assert_eq!(doc["variant"], "interleave4");
+    assert_eq!(doc["vgpr_spill"], 0);
+    assert_eq!(doc["sgpr_spill"], 0);
+    let hot = &doc["hot_loop"];
+    let share = hot["mfma_share"].as_f64().expect("mfma_share");
+    let mfma = hot["mix"]["mfma"].as_f64().unwrap();
+    let total = hot["mix"]["total"].as_f64().unwrap();
+    assert!((share - mfma / total).abs() < 1e-12, "{hot}");
+    assert!(hot["longest_mfma_run"].as_u64().unwrap() <= 8, "{hot}");
+    // The default schedule reports the same fields.
+    let doc: Value = serde_json::from_str(&kittens(&[
+        "compile",
+        "gemm_bf16",
+        "--target",
+        "gfx950",
+        "--json",
+    ]))
+    .unwrap();
+    assert_eq!(doc["variant"], Value::Null);
+    assert!(doc["hot_loop"]["mfma_share"].as_f64().unwrap() > 0.0);
+    let out = Command::new(env!("CARGO_BIN_EXE_kittens"))
+        .args([
+            "compile",
+            "gemm_bf16",
+            "--target",
+            "gfx950",
+            "--schedule",
+            "nope",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("interleave4"),
+        "{err}"
+    );
+}

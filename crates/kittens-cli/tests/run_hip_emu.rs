@@ -136,3 +136,30 @@ fn hip_emu_honours_tolerance_and_budget() {
         "{err}"
     );
 }
+
+/// `--schedule interleave4` on hip-emu runs the target's 4-wave interleave variant (the shape names the
+/// schedule it ran), right at a ragged shape; `--schedule ws` (Hopper's) is refused on hip-emu.
+#[test]
+fn hip_emu_runs_the_interleave_variant() {
+    let doc = json(&emu_args(
+        "gemm_bf16",
+        &[
+            "--schedule",
+            "interleave4",
+            "--m",
+            "77",
+            "--n",
+            "40",
+            "--k",
+            "131",
+            "--json",
+        ],
+    ));
+    assert_eq!(doc["passed"], Value::Bool(true), "{doc}");
+    assert_eq!(doc["shape"]["schedule"], "4-wave interleave", "{doc}");
+    let e = doc["rel_err"].as_f64().expect("rel_err");
+    assert!(e > 0.0 && e < 5e-3, "rel_err {e}");
+    let out = kittens(&emu_args("gemm_bf16", &["--schedule", "ws"]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("Hopper"), "{err}");
+}

@@ -641,6 +641,10 @@ impl KernelBuilder {
     pub fn sched_pairs(&mut self, mma: u32, other: u32, groups: u32) {
         self.op(Op::Hint(SchedHint::Pairs { mma, other, groups }));
     }
+    /// `groups` times: `mma` matrix ops, then `reads` shared→register reads (a compiler hint).
+    pub fn sched_mma_reads(&mut self, mma: u32, reads: u32, groups: u32) {
+        self.op(Op::Hint(SchedHint::MmaReads { mma, reads, groups }));
+    }
 
     // ---- control ------------------------------------------------------------------------------
 

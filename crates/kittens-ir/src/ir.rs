@@ -346,6 +346,9 @@ pub enum SchedHint {
     /// Interleave `mma` matrix ops with `other` vector ops, `groups` times (HipKittens E.3
     /// `sched_barrier_pairs<mma, other, id>`; AMD `sched_group_barrier`).
     Pairs { mma: u32, other: u32, groups: u32 },
+    /// Interleave `mma` matrix ops with `reads` shared→register reads, `groups` times (AMD
+    /// `sched_group_barrier` on MFMA and DS-read groups; the 4-wave interleave, HipKittens §3.3.2).
+    MmaReads { mma: u32, reads: u32, groups: u32 },
 }
 
 /// One operation. Register ops are performed by each executing wave on its own registers; memory ops that

@@ -47,6 +47,9 @@ pub struct Problem {
     pub input_scale: f32,
     /// A fixed bound on `rel_err` replacing the kernel's own ([`KernelProblem::tolerance`]).
     pub tolerance: Option<f64>,
+    /// On a GPU target, one of the kernel's named variants (`registry::KernelEntry::variants`, e.g. the
+    /// GEMM's `interleave4`) instead of the target's default configuration; `None`: the default.
+    pub variant: Option<&'static str>,
 }
 
 impl Default for Problem {
@@ -77,6 +80,7 @@ impl Default for Problem {
             seed: 0,
             input_scale: 1.0,
             tolerance: None,
+            variant: None,
         }
     }
 }

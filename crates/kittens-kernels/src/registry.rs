@@ -52,12 +52,26 @@ pub struct TargetPlan {
     pub status: Status,
 }
 
+/// A named variant of a kernel's configuration on some targets (another schedule of the same tile
+/// program), chosen with `kittens compile|run --schedule NAME`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Variant {
+    pub name: &'static str,
+    pub about: &'static str,
+    /// The targets it is built for (each a GPU target of the kernel).
+    pub targets: &'static [Target],
+}
+
 /// A registered kernel.
 #[derive(Debug, Serialize)]
 pub struct KernelEntry {
     pub name: &'static str,
     pub about: &'static str,
     pub targets: &'static [TargetPlan],
+    /// Other configurations than the targets' defaults, by name.
+    pub variants: &'static [Variant],
+    #[serde(skip)]
+    build_variant: fn(&Gpu, &str) -> Result<Kernel, KernelError>,
     #[serde(skip)]
     build_default: fn() -> Result<Kernel, KernelError>,
     #[serde(skip)]
@@ -91,6 +105,49 @@ impl KernelEntry {
         }
     }
 
+    /// The kernel as built for `target` in its variant `name` (`None`: [`Self::build_for`]). A name
+    /// the kernel does not have, or a target the variant does not list, is an error naming the valid
+    /// ones.
+    pub fn build_variant(&self, target: Target, name: Option<&str>) -> Result<Kernel, KernelError> {
+        let Some(name) = name else {
+            return self.build_for(target);
+        };
+        let known = || {
+            let v: Vec<_> = self.variants.iter().map(|v| v.name).collect();
+            if v.is_empty() {
+                "none".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
+        let Some(v) = self.variants.iter().find(|v| v.name == name) else {
+            return Err(KernelError::Config(format!(
+                "`{}` has no variant `{name}`; its variants: {}",
+                self.name,
+                known()
+            )));
+        };
+        match target.gpu() {
+            Some(gpu) if v.targets.contains(&target) => {
+                // The target's plan must be available too (a target not yet lowered stays refused).
+                self.build_for(target)?;
+                (self.build_variant)(gpu, name)
+            }
+            _ => Err(KernelError::NotForTarget {
+                kernel: self.name,
+                target,
+                why: format!(
+                    "the variant `{name}` is built for {}",
+                    v.targets
+                        .iter()
+                        .map(|t| t.name())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            }),
+        }
+    }
+
     /// The kernel configured for one GPU model, whether or not its target lowers it yet (the schedule
     /// analysis and the planners read any model of the catalog).
     pub fn build_for_gpu(&self, gpu: &Gpu) -> Result<Kernel, KernelError> {
@@ -107,6 +164,20 @@ impl KernelEntry {
         self.problem
     }
 }
+
+/// `build_variant` of a kernel without variants: never reached, since [`KernelEntry::build_variant`]
+/// refuses a name its `variants` do not list before calling it.
+fn no_variants(_: &Gpu, v: &str) -> Result<Kernel, KernelError> {
+    Err(KernelError::Config(format!("no variant `{v}`")))
+}
+
+/// The GEMMs' variants (both element types: the same tile program).
+const GEMM_VARIANTS: &[Variant] = &[Variant {
+    name: gemm_bf16::problem::INTERLEAVE4,
+    about: "4-wave interleave (HipKittens §3.3.2): one wave per SIMD, LDS reads, global loads and \
+            MFMAs alternating in the hot loop",
+    targets: &[Target::Gfx950],
+}];
 
 const GEMM_BF16: KernelEntry = KernelEntry {
     name: "gemm_bf16",
@@ -135,6 +206,11 @@ const GEMM_BF16: KernelEntry = KernelEntry {
             status: Status::Interpreted,
         },
     ],
+    variants: GEMM_VARIANTS,
+    build_variant: |gpu, v| {
+        let base = gemm_bf16::GemmConfig::for_gpu(gpu);
+        gemm_bf16::build(&gemm_bf16::problem::variant(base, gpu, v)?)
+    },
     build_default: || gemm_bf16::build(&gemm_bf16::GemmConfig::default()),
     build_gpu: |gpu| gemm_bf16::build(&gemm_bf16::GemmConfig::for_gpu(gpu)),
     problem: &gemm_bf16::problem::GemmProblem::BF16,
@@ -168,6 +244,11 @@ const GEMM_FP8: KernelEntry = KernelEntry {
             status: Status::Interpreted,
         },
     ],
+    variants: GEMM_VARIANTS,
+    build_variant: |gpu, v| {
+        let base = gemm_bf16::GemmConfig::fp8_for_gpu(gpu);
+        gemm_bf16::build(&gemm_bf16::problem::variant(base, gpu, v)?)
+    },
     build_default: || gemm_bf16::build(&gemm_bf16::GemmConfig::fp8_default()),
     build_gpu: |gpu| gemm_bf16::build(&gemm_bf16::GemmConfig::fp8_for_gpu(gpu)),
     problem: &gemm_bf16::problem::GemmProblem::FP8,
@@ -200,6 +281,8 @@ const ATTN_FWD: KernelEntry = KernelEntry {
             status: Status::Interpreted,
         },
     ],
+    variants: &[],
+    build_variant: no_variants,
     build_default: || attn_fwd::build(&attn_fwd::AttnConfig::default()),
     // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`); Hopper gets
     // the producer/consumer program.
@@ -238,6 +321,8 @@ const ATTN_BWD: KernelEntry = KernelEntry {
     ],
     build_default: || attn_bwd::build(&attn_bwd::BwdConfig::default()),
     build_gpu: |gpu| attn_bwd::build(&attn_bwd::BwdConfig::for_gpu(gpu)),
+    variants: &[],
+    build_variant: no_variants,
     problem: &attn_bwd::problem::BwdProblem,
 };
 
@@ -272,6 +357,8 @@ const LAYERNORM: KernelEntry = KernelEntry {
     ],
     build_default: || layernorm::build(&layernorm::LayerNormConfig::new(1000, 0.1, 32)),
     build_gpu: |gpu| layernorm::build(&layernorm::LayerNormConfig::for_gpu(gpu, 2048, 0.1)),
+    variants: &[],
+    build_variant: no_variants,
     problem: &layernorm::problem::LayerNormProblem,
 };
 
@@ -318,6 +405,8 @@ const ROTARY: KernelEntry = KernelEntry {
             false,
         ))
     },
+    variants: &[],
+    build_variant: no_variants,
     problem: &rotary::problem::RotaryProblem,
 };
 
@@ -356,6 +445,48 @@ mod tests {
         for n in names() {
             assert!(msg.contains(n), "{msg}");
         }
+    }
+
+    /// The GEMMs' `interleave4` variant builds the 4-wave interleave for gfx950 with the GPU's element
+    /// types; an unknown name lists the variants, a target the variant does not list is refused
+    /// naming its targets, and the attention has none.
+    #[test]
+    fn variants_build_or_say_why_not() {
+        for (name, input) in [
+            ("gemm_bf16", kittens_hw::dtype::DType::Bf16),
+            ("gemm_fp8", kittens_hw::dtype::DType::Fp8E4m3),
+        ] {
+            let e = by_name(name).unwrap();
+            let k = e
+                .build_variant(Target::Gfx950, Some("interleave4"))
+                .unwrap();
+            assert_eq!(k.schedule, kittens_ir::Schedule::Interleave4, "{name}");
+            assert_eq!(k.globals[0].dtype, input, "{name}");
+            let msg = e
+                .build_variant(Target::Gfx950, Some("pingpong4"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                msg.contains("pingpong4") && msg.contains("interleave4"),
+                "{msg}"
+            );
+            for t in [Target::Cpu, Target::Sm90a, Target::Gfx942] {
+                let msg = e
+                    .build_variant(t, Some("interleave4"))
+                    .unwrap_err()
+                    .to_string();
+                assert!(msg.contains(t.name()) && msg.contains("gfx950"), "{msg}");
+            }
+            // No variant: the target's own plan.
+            let k = e.build_variant(Target::Gfx950, None).unwrap();
+            assert_eq!(k.schedule, kittens_ir::Schedule::PingPong8, "{name}");
+        }
+        let attn = by_name("attn_fwd").unwrap();
+        let msg = attn
+            .build_variant(Target::Gfx950, Some("interleave4"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("none"), "{msg}");
     }
 
     /// Every available plan builds for its target with the schedule it names; a target marked not

@@ -176,3 +176,65 @@ fn producer_consumer_attention_schedule() {
         }
     }
 }
+
+/// gfx950's attention (`AttnConfig::for_gpu`): HipKittens E.3's 64-key block in a ring of three K/V
+/// slots, hazard-free at a ragged length, causal or not; inside the K/V loop every wait on the async
+/// queue leaves the two loads of block j + 2 outstanding (the block prefetched in this iteration is
+/// awaited in the next), where the two-slot ring drains its prefetch (`wait_async(0)`) in the same
+/// iteration.
+#[test]
+fn gfx950_attention_prefetches_a_block_ahead() {
+    use kittens_ir::{Op, WaitCount, WaitQueue};
+    let g = kittens_hw::gpu("mi355x").unwrap();
+    for causal in [false, true] {
+        let cfg = AttnConfig {
+            causal,
+            ..AttnConfig::for_gpu(g)
+        };
+        assert_eq!(cfg.kv_block, 64);
+        let k = build(&cfg).unwrap();
+        // Registers: `reg_estimate` counts a loop's tiles as live through the whole loop (362 here);
+        // the compiler fits K and V, which are never live together, in 256 without spills
+        // (kittens-runtime amd_registry).
+        let slots: Vec<u32> = k.shared.iter().map(|s| s.count).collect();
+        assert_eq!(slots, vec![3, 3], "K and V rings");
+        let r = analyze(
+            &k,
+            &Options {
+                params: vec![1, 2, 1, 333],
+                block: vec![0, 1, 1],
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert!(r.hazards.is_empty(), "causal={causal}: {:?}", r.hazards);
+        let mut in_loop = vec![];
+        k.for_each_op(|o| {
+            if let Op::Wait {
+                queue: WaitQueue::Async,
+                count: WaitCount::Outstanding(n),
+            } = o.op
+            {
+                if o.depth > 1 {
+                    in_loop.push(*n);
+                }
+            }
+        });
+        assert_eq!(in_loop, vec![2], "causal={causal}");
+    }
+    let two = build(&AttnConfig::for_gpu(kittens_hw::gpu("mi300x").unwrap())).unwrap();
+    let mut drains = 0;
+    two.for_each_op(|o| {
+        if matches!(
+            o.op,
+            Op::Wait {
+                queue: WaitQueue::Async,
+                count: WaitCount::Outstanding(0)
+            }
+        ) && o.depth > 1
+        {
+            drains += 1;
+        }
+    });
+    assert_eq!(drains, 1, "gfx942: the prefetch lands within its iteration");
+}

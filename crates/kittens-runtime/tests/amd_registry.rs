@@ -127,7 +127,15 @@ fn registry_attention_fits_both_targets() {
     for gpu in ["mi355x", "mi300x"] {
         let g = kittens_hw::gpu(gpu).unwrap();
         let kernel = info.build_for_gpu(g).unwrap();
-        let cfg = AttnConfig::default();
+        let cfg = AttnConfig::for_gpu(g);
+        // HipKittens E.3's 64-key block where a ring of three fits (gfx950), 32 keys in two slots on
+        // gfx942's 64 KiB.
+        let (want_kv, slots) = if g.arch == Arch::Cdna4 {
+            (64, 3)
+        } else {
+            (32, 2)
+        };
+        assert_eq!(cfg.kv_block, want_kv, "{gpu}");
         let src = lower(&kernel, g.arch).expect("attn_fwd lowers").source;
         let asm = clang_for(g.arch).compile_to_asm(&src, g.arch).unwrap();
         let r = analyze(&asm, g.arch, Some("attn_fwd")).unwrap();
@@ -139,7 +147,10 @@ fn registry_attention_fits_both_targets() {
         assert_eq!((r.vgpr_spill, r.sgpr_spill, r.scratch_bytes), (0, 0, 0));
         assert!(r.lds_bytes <= r.lds_budget_bytes, "{r:?}");
         let (kv, qr, d) = (cfg.kv_block, cfg.q_rows, cfg.dim);
-        assert_eq!(r.lds_bytes, 2 * 2 * kv * d * 2 + kernel.waves * kv * qr * 2);
+        assert_eq!(
+            r.lds_bytes,
+            slots * 2 * kv * d * 2 + kernel.waves * kv * qr * 2
+        );
         let k_mfma = if g.arch == Arch::Cdna4 { 32 } else { 16 };
         let mfma = bf16_mfma_opcode(g.arch).unwrap();
         let hot = r.hot_loop.as_ref().expect("a hot loop");

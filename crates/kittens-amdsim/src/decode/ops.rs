@@ -182,6 +182,7 @@ table! {
     Vop2 0x02 VSubF32 "v_sub_f32" [1, 1, 1, 0] Both;
     Vop2 0x03 VSubrevF32 "v_subrev_f32" [1, 1, 1, 0] Both;
     Vop2 0x05 VMulF32 "v_mul_f32" [1, 1, 1, 0] Both;
+    Vop2 0x08 VMulU32U24 "v_mul_u32_u24" [1, 1, 1, 0] Both;
     Vop2 0x0a VMinF32 "v_min_f32" [1, 1, 1, 0] Both;
     Vop2 0x0b VMaxF32 "v_max_f32" [1, 1, 1, 0] Both;
     Vop2 0x0c VMinI32 "v_min_i32" [1, 1, 1, 0] Both;
@@ -245,6 +246,7 @@ table! {
     Vop3 0x1e8 VMadU64U32 "v_mad_u64_u32" [2, 1, 1, 2] Both;
     Vop3 0x1e9 VMadI64I32 "v_mad_i64_i32" [2, 1, 1, 2] Both;
     Vop3 0x1ed VPermB32 "v_perm_b32" [1, 1, 1, 1] Both;
+    Vop3 0x1f3 VXadU32 "v_xad_u32" [1, 1, 1, 1] Both;
     Vop3 0x1fd VLshlAddU32 "v_lshl_add_u32" [1, 1, 1, 1] Both;
     Vop3 0x1fe VAddLshlU32 "v_add_lshl_u32" [1, 1, 1, 1] Both;
     Vop3 0x1ff VAdd3U32 "v_add3_u32" [1, 1, 1, 1] Both;

@@ -61,6 +61,8 @@ fn int2(op: Op, a: u32, b: u32, clamp: bool) -> Option<u32> {
         VSubrevU32 if clamp => b.saturating_sub(a),
         VSubrevU32 => b.wrapping_sub(a),
         VMulLoU32 => a.wrapping_mul(b),
+        // CDNA3 ISA guide, V_MUL_U32_U24: the low 32 bits of the product of the operands' low 24 bits.
+        VMulU32U24 => (a & 0xff_ffff).wrapping_mul(b & 0xff_ffff),
         VMulHiU32 => ((a as u64 * b as u64) >> 32) as u32,
         _ => return None,
     })
@@ -257,6 +259,7 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
         VLshlAddU32 => from_fn(|l| (a[l] << (b[l] & 31)).wrapping_add(c[l])),
         VAddLshlU32 => from_fn(|l| a[l].wrapping_add(b[l]) << (c[l] & 31)),
         VAdd3U32 => from_fn(|l| a[l].wrapping_add(b[l]).wrapping_add(c[l])),
+        VXadU32 => from_fn(|l| (a[l] ^ b[l]).wrapping_add(c[l])),
         VLshlOrB32 => from_fn(|l| (a[l] << (b[l] & 31)) | c[l]),
         VAndOrB32 => from_fn(|l| (a[l] & b[l]) | c[l]),
         VOr3B32 => from_fn(|l| a[l] | b[l] | c[l]),

@@ -40,6 +40,9 @@ pub struct Args {
     /// gfx942 variant); default: the kernel's default configuration.
     #[arg(long, value_parser = kittens_hw::gpu)]
     pub gpu: Option<&'static kittens_hw::Gpu>,
+    /// A named variant of the kernel for `--gpu`'s target (the GEMMs' `interleave4` on gfx950).
+    #[arg(long, alias = "variant", requires = "gpu")]
+    pub schedule: Option<String>,
     /// Instead of the schedule analysis, list every shared-memory access of the hot loop with the
     /// instruction the AMD lowering issues, the swizzle the bank solver chose and the worst bank
     /// conflict (needs an AMD `--gpu`).
@@ -119,9 +122,10 @@ fn renumber(r: &mut Report, dropped: &[usize]) {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let info = args.kernel;
-    let mut kernel = match &args.gpu {
-        Some(gpu) => info.build_for_gpu(gpu),
-        None => info.build_default(),
+    let mut kernel = match (&args.gpu, &args.schedule) {
+        (Some(gpu), Some(v)) => info.build_variant(kittens_hw::Target::from(gpu.arch), Some(v)),
+        (Some(gpu), None) => info.build_for_gpu(gpu),
+        (None, _) => info.build_default(),
     }
     .with_context(|| format!("building {}", info.name))?;
     if args.banks {

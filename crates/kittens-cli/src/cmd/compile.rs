@@ -16,6 +16,10 @@ pub struct Args {
     /// Compiler target: gfx942 (MI300X/MI325X), gfx950 (MI350X/MI355X) or sm_90a (H100/H200).
     #[arg(long)]
     pub target: Target,
+    /// A named variant of the kernel's configuration for the target instead of its default (the GEMMs'
+    /// `interleave4`: the 4-wave interleave, HipKittens §3.3.2); `kittens list --json` lists them.
+    #[arg(long, alias = "variant")]
+    pub schedule: Option<String>,
     /// Print the generated source (hip, cuda) or the compiler's assembly (asm) instead of the report.
     #[arg(long, value_enum)]
     pub emit: Option<Emit>,
@@ -46,24 +50,39 @@ pub fn run(args: Args) -> Result<()> {
 /// next K step in registers, on gfx950 in LDS, on sm_90a it is the producer/consumer program) and
 /// lowered (`kittens_codegen::lower`). A target the registry marks as not yet says so and why.
 pub fn lowered(kernel: &KernelEntry, target: Target) -> Result<Lowered> {
-    let k = kernel.build_for(target)?;
+    lowered_variant(kernel, target, None)
+}
+
+/// [`lowered`] of the kernel's variant `variant` (`KernelEntry::build_variant`; `None`: the default).
+pub fn lowered_variant(
+    kernel: &KernelEntry,
+    target: Target,
+    variant: Option<&str>,
+) -> Result<Lowered> {
+    let k = kernel.build_variant(target, variant)?;
     kittens_codegen::lower(&k, target)
         .with_context(|| format!("lowering `{}` for {target}", kernel.name))
 }
 
 fn run_amd(args: &Args, arch: Arch) -> Result<()> {
     match args.emit {
-        Some(Emit::Hip) => return emit(&lowered(args.kernel, args.target)?.source),
+        Some(Emit::Hip) => {
+            return emit(
+                &lowered_variant(args.kernel, args.target, args.schedule.as_deref())?.source,
+            )
+        }
         Some(Emit::Cuda) => {
             bail!(
                 "--emit cuda is for --target sm_90a; {} lowers to HIP (--emit hip)",
                 args.target
             )
         }
-        Some(Emit::Asm) => return emit(&amd_compile(args.kernel, arch)?.asm),
+        Some(Emit::Asm) => {
+            return emit(&amd_compile_variant(args.kernel, arch, args.schedule.as_deref())?.asm)
+        }
         None => {}
     }
-    let out = amd_compile(args.kernel, arch)?;
+    let out = amd_compile_variant(args.kernel, arch, args.schedule.as_deref())?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&out.json()?)?);
     } else {
@@ -87,6 +106,8 @@ pub struct AmdCompiled {
     pub code_object_bytes: usize,
     pub arch: Arch,
     pub configured_for: Option<&'static kittens_hw::Gpu>,
+    /// The variant compiled, `None` for the target's default configuration.
+    pub variant: Option<String>,
 }
 
 impl AmdCompiled {
@@ -98,14 +119,24 @@ impl AmdCompiled {
         doc["code_object_bytes"] = self.code_object_bytes.into();
         doc["bf16_mfma"] = kittens_codegen::hip::bf16_mfma_opcode(self.arch).into();
         doc["configured_for"] = self.configured_for.map(|g| g.name).into();
+        doc["variant"] = self.variant.clone().into();
         Ok(doc)
     }
 }
 
 /// Lower `kernel` for `arch`, compile it with the AMDGPU clang and analyse the code object.
 pub fn amd_compile(kernel: &KernelEntry, arch: Arch) -> Result<AmdCompiled> {
+    amd_compile_variant(kernel, arch, None)
+}
+
+/// [`amd_compile`] of the kernel's variant `variant` (`None`: the target's default configuration).
+pub fn amd_compile_variant(
+    kernel: &KernelEntry,
+    arch: Arch,
+    variant: Option<&str>,
+) -> Result<AmdCompiled> {
     let target = Target::from(arch);
-    let l = lowered(kernel, target)?;
+    let l = lowered_variant(kernel, target, variant)?;
     let clang = amd::find_clang(arch)?;
     let version = clang.version().unwrap_or_else(|e| format!("unknown ({e})"));
     let compiled = clang
@@ -120,6 +151,7 @@ pub fn amd_compile(kernel: &KernelEntry, arch: Arch) -> Result<AmdCompiled> {
         compiler_source: serde_json::to_value(clang.source)?,
         arch,
         configured_for: target.gpu(),
+        variant: variant.map(str::to_string),
     })
 }
 
@@ -161,6 +193,12 @@ fn print_amd(r: &CodeObjectReport, compiler: &str, code_object_bytes: usize) {
             println!(
                 "  hot loop   {} ({} instructions): mfma {}  ds {}  buffer {}  s_waitcnt {}  s_barrier {}",
                 l.label, m.total, m.mfma, m.ds, m.buffer, m.s_waitcnt, m.s_barrier
+            );
+            println!(
+                "             mfma share {:.1}% of issued instructions, {} runs of MFMAs, longest {}",
+                100.0 * l.mfma_share,
+                l.mfma_runs,
+                l.longest_mfma_run
             );
         }
         None => println!("  hot loop   none (no backward branch)"),

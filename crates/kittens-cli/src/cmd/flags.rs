@@ -12,8 +12,8 @@ pub enum ScheduleArg {
     /// 8-wave ping-pong (HipKittens E.1).
     #[value(alias = "ping-pong")]
     Pingpong,
-    /// 4-wave interleave.
-    #[value(alias = "i4")]
+    /// 4-wave interleave (HipKittens §3.3.2); on hip-emu the target's `interleave4` variant.
+    #[value(alias = "i4", alias = "interleave4")]
     Interleave,
     /// Producer/consumer (Hopper).
     #[value(alias = "producer-consumer")]

@@ -41,7 +41,8 @@ pub struct Args {
     /// as configured for the target's GPU.
     #[arg(long, default_value_t = 256)]
     pub block: u32,
-    /// GEMM schedule: pingpong (8-wave, HipKittens E.1), interleave (4-wave) or ws (producer/consumer, Hopper).
+    /// GEMM schedule: pingpong (8-wave, HipKittens E.1), interleave (4-wave, alias interleave4) or ws
+    /// (producer/consumer, Hopper). On hip-emu, `interleave` builds the target's `interleave4` variant.
     #[arg(long, value_enum, default_value_t = ScheduleArg::Pingpong)]
     pub schedule: ScheduleArg,
     /// GEMM K step (default 64 as HipKittens E.1 for gemm_bf16, 128 for gemm_fp8).
@@ -189,6 +190,18 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     Ok(p)
 }
 
+/// On a GPU target the schedule flag picks a registry variant of the target's configuration; the
+/// default ping-pong is the AMD targets' own configuration.
+fn variant(a: &Args) -> anyhow::Result<Option<&'static str>> {
+    match (a.backend, a.schedule) {
+        (BackendArg::Cpu, _) | (_, ScheduleArg::Pingpong) => Ok(None),
+        (_, ScheduleArg::Interleave) => Ok(Some(kittens_kernels::gemm_bf16::problem::INTERLEAVE4)),
+        (_, ScheduleArg::Ws) => {
+            bail!("--schedule ws is the Hopper schedule; hip-emu runs pingpong or interleave4")
+        }
+    }
+}
+
 /// The backend `--backend` and `--target` name.
 fn backend(args: &Args) -> anyhow::Result<Box<dyn Backend>> {
     Ok(match (args.backend, args.target) {
@@ -218,7 +231,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.isa_seed.is_some() && args.backend != BackendArg::IsaEmu {
         bail!("--isa-seed seeds the ISA emulator; it needs --backend isa-emu");
     }
-    let p = problem(&args)?;
+    let mut p = problem(&args)?;
+    p.variant = variant(&args)?;
     let backend = backend(&args)?;
     let target = backend.about().target;
     if args.ir && target != Target::Cpu {

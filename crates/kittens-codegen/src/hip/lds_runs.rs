@@ -82,7 +82,9 @@ impl Emitter<'_> {
                             lanes.iter().map(|x| format!("w[{x}]")).collect::<Vec<_>>().join(", ")
                         ));
                     } else {
-                        em.line(format!("  const {vty} v = ds_read_{bits}<0>({addr});"));
+                        // The compiler-scheduled form where it exists (the 4-wave interleave's reads).
+                        let sched = if em.compiler_scheduled() && bits == "b128" { "_sched" } else { "" };
+                        em.line(format!("  const {vty} v = ds_read_{bits}{sched}<0>({addr});"));
                         for (x, l) in lanes.iter().enumerate() {
                             em.line(format!("  w[{l}] = v[{x}];"));
                         }

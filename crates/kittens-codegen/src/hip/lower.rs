@@ -94,6 +94,10 @@ pub(super) struct Emitter<'k> {
     /// Synchronous global loads go through the compiler, whose own loads share `vmcnt`: async waits
     /// then drain fully instead of counting.
     pub has_global_loads: bool,
+    /// MFMAs (and 16-byte LDS reads) go to the compiler's scheduler instead of fixed `asm volatile`:
+    /// the 4-wave interleave, and any kernel that asks for an MFMA interleave pattern
+    /// (`SchedHint::Pairs` / `MmaReads`), which only a movable MFMA can follow.
+    pub compiler_scheduled: bool,
 }
 
 impl<'k> Emitter<'k> {
@@ -110,8 +114,15 @@ impl<'k> Emitter<'k> {
             }
         }
         let (mut has_global_loads, mut scratch_per_wave) = (false, 0);
+        let mut compiler_scheduled = k.schedule == kittens_ir::Schedule::Interleave4;
         kittens_ir_walk(&k.body, &mut |op| {
             has_global_loads |= matches!(op, Op::LoadGlobal { .. });
+            compiler_scheduled |= matches!(
+                op,
+                Op::Hint(
+                    kittens_ir::SchedHint::Pairs { .. } | kittens_ir::SchedHint::MmaReads { .. }
+                )
+            );
             scratch_per_wave = scratch_per_wave.max(scratch_bytes(k, &maps, op));
         });
         Ok(Emitter {
@@ -125,6 +136,7 @@ impl<'k> Emitter<'k> {
             async_issued: vec![],
             lds_issued: vec![],
             has_global_loads,
+            compiler_scheduled,
         })
     }
 

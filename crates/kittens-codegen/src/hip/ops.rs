@@ -129,6 +129,12 @@ impl Emitter<'_> {
                 }
                 Ok(())
             }
+            Op::Hint(SchedHint::MmaReads { mma, reads, groups }) => {
+                for _ in 0..*groups {
+                    self.line(format!("sched_group_barrier<SCHED_MFMA, {mma}, 0>(); sched_group_barrier<SCHED_DS_READ, {reads}, 0>();"));
+                }
+                Ok(())
+            }
             Op::SetMaxRegs { regs } => {
                 self.line(format!(
                     "// setmaxnreg({regs}): Hopper only, nothing on CDNA"
@@ -140,6 +146,11 @@ impl Emitter<'_> {
                 other.name()
             ))),
         }
+    }
+
+    /// True when the kernel's MFMAs are compiler-scheduled builtins (`Emitter::compiler_scheduled`).
+    pub(super) fn compiler_scheduled(&self) -> bool {
+        self.compiler_scheduled
     }
 
     pub(super) fn map(&self, r: RegId) -> Result<LaneMap, LowerError> {
@@ -226,8 +237,14 @@ impl Emitter<'_> {
                     "ds_write_{bits}<{imm}>({addr}, __builtin_bit_cast({vty}, {name}{slot}));"
                 ));
             } else {
+                // The compiler-scheduled form where it exists (the 4-wave interleave's reads).
+                let sched = if em.compiler_scheduled() && bytes == 16 {
+                    "_sched"
+                } else {
+                    ""
+                };
                 em.line(format!(
-                    "{name}{slot} = __builtin_bit_cast({ty}, ds_read_{bits}<{imm}>({addr}));"
+                    "{name}{slot} = __builtin_bit_cast({ty}, ds_read_{bits}{sched}<{imm}>({addr}));"
                 ));
             }
         };
@@ -437,6 +454,15 @@ impl Emitter<'_> {
             self.mma_pinned(&plan, &ops, c.is_none());
             return Ok(());
         }
+        // The 4-wave interleave hands its MFMAs to the compiler's scheduler (`_sched`, the builtin):
+        // one wave per SIMD has the whole unified register file, the compiler keeps the accumulators,
+        // which outgrow the 256 VGPRs, in AGPRs, and places the MFMAs between the loads of their
+        // region (HipKittens §3.3.2). Elsewhere the asm form keeps the written order.
+        let acc = if self.compiler_scheduled() && sched_form(f) {
+            "_sched"
+        } else {
+            ""
+        };
         self.line(format!(
             "// {}: {mr}x{nr} accumulators, {kr} K tiles of {} {f}",
             form.name(),
@@ -465,7 +491,7 @@ impl Emitter<'_> {
                         } else {
                             ""
                         };
-                        em.line(format!("{skip}{f}({av}, {bv}, {dn}[i][j]);"));
+                        em.line(format!("{skip}{f}{acc}({av}, {bv}, {dn}[i][j]);"));
                     }
                     Ok(())
                 })
@@ -511,7 +537,23 @@ impl Emitter<'_> {
                 self.line(format!("s_waitcnt_lgkmcnt<{n}>();"));
             }
         }
+        if self.compiler_scheduled() {
+            // Compiler-scheduled MFMAs read registers the waited-for loads fill: none may rise above
+            // the wait (the loads are asm the compiler cannot see into).
+            self.line("sched_barrier<SCHED_NONE>();");
+        }
     }
+}
+
+/// The MFMAs the prelude has a compiler-scheduled (`_sched`, builtin) form of.
+fn sched_form(f: &str) -> bool {
+    matches!(
+        f,
+        "mfma_f32_16x16x16_bf16"
+            | "mfma_f32_16x16x32_bf16"
+            | "mfma_f32_16x16x32_fp8_fp8"
+            | "mfma_f32_16x16x128_f8f6f4"
+    )
 }
 
 /// bf16 bits of `v`, round to nearest even (for fill constants).

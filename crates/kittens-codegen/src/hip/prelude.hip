@@ -101,6 +101,32 @@ KITTENS_MFMA(mfma_f32_32x32x64_f8f6f4, "v_mfma_f32_32x32x64_f8f6f4", fp8x32, f32
 #endif
 #undef KITTENS_MFMA
 
+// Compiler-scheduled forms, NAME_sched(a, b, c): c += a*b through the compiler's builtin, so the
+// compiler allocates the accumulator (in AGPRs once the VGPRs run out) and may move the MFMA within its
+// scheduling region, where sched_group_barrier patterns place it between loads. The 4-wave interleave
+// uses them (HipKittens §3.3.2); the lowering fences every s_waitcnt so no MFMA rises above the wait
+// its operands need.
+typedef short s16x4 __attribute__((ext_vector_type(4)));
+typedef int i32x8 __attribute__((ext_vector_type(8)));
+KITTENS_DEV void mfma_f32_16x16x16_bf16_sched(b16x4 a, b16x4 b, f32x4& c) {
+  c = __builtin_amdgcn_mfma_f32_16x16x16bf16_1k(__builtin_bit_cast(s16x4, a), __builtin_bit_cast(s16x4, b), c, 0, 0, 0);
+}
+#if defined(__gfx942__)
+KITTENS_DEV void mfma_f32_16x16x32_fp8_fp8_sched(fp8x8 a, fp8x8 b, f32x4& c) {
+  c = __builtin_amdgcn_mfma_f32_16x16x32_fp8_fp8(__builtin_bit_cast(long, a), __builtin_bit_cast(long, b), c, 0, 0, 0);
+}
+#endif
+#if defined(__gfx950__)
+typedef __bf16 bf16x8_t __attribute__((ext_vector_type(8)));
+KITTENS_DEV void mfma_f32_16x16x32_bf16_sched(b16x8 a, b16x8 b, f32x4& c) {
+  c = __builtin_amdgcn_mfma_f32_16x16x32_bf16(__builtin_bit_cast(bf16x8_t, a), __builtin_bit_cast(bf16x8_t, b), c, 0, 0, 0);
+}
+// fp8 e4m3 operands for both (format code 0 in cbsz/blgp), no scales.
+KITTENS_DEV void mfma_f32_16x16x128_f8f6f4_sched(fp8x32 a, fp8x32 b, f32x4& c) {
+  c = __builtin_amdgcn_mfma_scale_f32_16x16x128_f8f6f4(__builtin_bit_cast(i32x8, a), __builtin_bit_cast(i32x8, b), c, 0, 0, 0, 0, 0, 0);
+}
+#endif
+
 // Pinned register tiles (HipKittens §3.2.1, D.3): the lowering names registers in the asm text and lists
 // them as clobbers, so the compiler keeps its hands off those ranges. A kernel that pins AGPRs must also
 // reserve them, because the compiler sizes its AGPR budget from the constraints it sees.
@@ -118,6 +144,12 @@ template <int OFF = 0> KITTENS_DEV u32x4 ds_read_b128(u32 addr) {
   u32x4 r;
   asm volatile("ds_read_b128 %0, %1 offset:%2" : "=v"(r) : "v"(addr), "n"(OFF) : "memory");
   return r;
+}
+// The same read as a plain LDS load the compiler sees (it tracks the wait itself and may move the
+// read within its region, where sched_group_barrier counts it as a DS read): the 4-wave interleave's.
+template <int OFF = 0> KITTENS_DEV u32x4 ds_read_b128_sched(u32 addr) {
+  typedef __attribute__((address_space(3))) u32x4 lds_u32x4;
+  return *(const lds_u32x4*)(addr + OFF);
 }
 template <int OFF = 0> KITTENS_DEV u32x2 ds_read_b64(u32 addr) {
   u32x2 r;

@@ -89,7 +89,7 @@ impl AttnConfig {
     /// producer/consumer schedule with 128-key blocks on Hopper.
     pub fn for_gpu(gpu: &kittens_hw::Gpu) -> Self {
         if gpu.arch.is_amd() {
-            return Self::default();
+            return Self::default().fit_cdna(gpu);
         }
         AttnConfig {
             schedule: AttnSchedule::ProducerConsumer,
@@ -106,6 +106,22 @@ impl AttnConfig {
             remap: GridOrder::RowMajor,
             ..Self::default()
         }
+    }
+}
+
+impl AttnConfig {
+    /// The K/V block on CDNA: 64 keys (HipKittens E.3's block) where a ring of three 64-key K and V
+    /// slots and the waves' P scratch fit the GPU's shared memory at this head dimension (gfx950's
+    /// 160 KiB at head dimension 128), else 32 keys in a ring of two (gfx942's 64 KiB).
+    pub fn fit_cdna(self, gpu: &kittens_hw::Gpu) -> Self {
+        let (d, qr) = (u64::from(self.dim), u64::from(self.q_rows));
+        let bytes = 3 * 2 * 64 * d * 2 + 8 * 64 * qr * 2;
+        let kv_block = if bytes <= u64::from(gpu.shared_bytes_per_block) {
+            64
+        } else {
+            32
+        };
+        AttnConfig { kv_block, ..self }
     }
 }
 
@@ -232,6 +248,13 @@ impl Softmax {
     /// into `scale`, and the running sum rescaled and accumulated. The caller rescales its output
     /// accumulator by `scale`.
     pub fn step(&self, k: &mut KernelBuilder, s: RegId) {
+        self.step_p(k, s);
+        self.step_sum(k, s);
+    }
+
+    /// The first part of [`Self::step`]: the running max, P = exp2(S·c − max·c) in place and the
+    /// correction `scale`, all that the output's rescale and the P·V multiply need.
+    pub fn step_p(&self, k: &mut KernelBuilder, s: RegId) {
         let (keys, c) = (self.keys, self.c);
         k.copy(self.max_prev, self.max);
         k.reduce(keys, ReduceOp::Max, self.max, s, Some(self.max));
@@ -245,7 +268,13 @@ impl Softmax {
         k.sub(self.scale, self.max_prev, self.max);
         k.mul(self.scale, self.scale, c);
         k.exp2(self.scale, self.scale);
+    }
+
+    /// The rest of [`Self::step`]: the running sum rescaled and P's sums added. Nothing the P·V
+    /// multiply reads, so a schedule may issue it beside those MFMAs (HipKittens E.3's compute
+    /// clusters interleave the softmax's vector work with the matrix work).
+    pub fn step_sum(&self, k: &mut KernelBuilder, s: RegId) {
         k.mul(self.norm, self.norm, self.scale);
-        k.reduce(keys, ReduceOp::Sum, self.norm, s, Some(self.norm));
+        k.reduce(self.keys, ReduceOp::Sum, self.norm, s, Some(self.norm));
     }
 }

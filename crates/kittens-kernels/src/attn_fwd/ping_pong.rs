@@ -19,6 +19,18 @@ use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{Axis, Expr, Kernel, KernelBuilder, MaskRule, Schedule};
 use kittens_tile::{BaseShape, Layout, SharedTile};
 
+/// Slots of the K/V ring: 3 with 64-key blocks (gfx950's configuration, HipKittens E.3's block; 96 KiB
+/// at head dimension 128 of its 160 KiB), so that the next block is prefetched one iteration ahead and
+/// never awaited in the iteration that issues it; 2 with smaller blocks (gfx942's 64 KiB), where the
+/// prefetch lands within the iteration.
+fn ring(cfg: &AttnConfig) -> u32 {
+    if cfg.kv_block >= 64 {
+        3
+    } else {
+        2
+    }
+}
+
 /// The 8-wave ping-pong program; parameters and tensors as [`super::build`].
 pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let (d, qr, kv) = (cfg.dim, cfg.q_rows, cfg.kv_block);
@@ -47,8 +59,8 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let hk = &h / (&heads / heads_kv.clone()); // GQA
     let q0 = &qb * block_q + k.wave() * qr as i64; // this wave's first query
 
-    let k_s = k.shared_tile("k_s", SharedTile::new(Bf16, kv, d), 2);
-    let v_s = k.shared_tile("v_s", SharedTile::new(Bf16, kv, d), 2);
+    let k_s = k.shared_tile("k_s", SharedTile::new(Bf16, kv, d), ring(cfg));
+    let v_s = k.shared_tile("v_s", SharedTile::new(Bf16, kv, d), ring(cfg));
     let q_f = k.tile("q_f", F32, qr, d, Layout::Row, BaseShape::S16X32);
     let q_r = k.tile("q_r", Bf16, qr, d, Layout::Row, BaseShape::S16X32);
     let q_t = k.tile("q_t", Bf16, d, qr, Layout::Col, BaseShape::S32X16);
@@ -92,10 +104,74 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     k.zero(o_r);
     k.zero(norm);
     k.neg_infty(max_v);
-    k.wait_async(0);
+    if ring(cfg) == 3 {
+        // Step 1 in flight too; step 0 landed and visible.
+        k.load_async(k.smem(k_s, 1), view(&k, kg, &hk, Expr::c(kv as i64), kv));
+        k.load_async(k.smem(v_s, 1), view(&k, vg, &hk, Expr::c(kv as i64), kv));
+        k.wait_async(2);
+    } else {
+        k.wait_async(0);
+    }
     k.barrier();
+    // S = K·Qᵀ masked, then the softmax: whole (`split` false), or without its running sum, which
+    // then runs beside the P·V MFMAs.
+    let scores = |k: &mut KernelBuilder, j: &Expr, split: bool| {
+        k.transpose(k_t, k_r);
+        k.zero(att);
+        k.mma_atb(att, k_t, q_t, att);
+        let (kv0, inf) = (j * kv as i64, f32::NEG_INFINITY);
+        k.mask(att, MaskRule::RowsBelow(seq.clone()), &kv0, &q0, inf);
+        if cfg.causal {
+            k.mask(
+                att,
+                MaskRule::CausalT { offset: Expr::c(0) },
+                &kv0,
+                &q0,
+                inf,
+            );
+        }
+        // Scores are Sᵀ = K·Qᵀ here: a query per column.
+        if split {
+            softmax.step_p(k, att);
+        } else {
+            softmax.step(k, att);
+        }
+        k.copy(att_b, att);
+    };
+    // MFMAs of P·V per wave: d × q_rows over kv keys, 16×16 tiles of K 32 (gfx950's MFMA).
+    let pv_mfmas = (d / 16) * (qr / 16) * (kv / 32);
+    let pv = |k: &mut KernelBuilder| {
+        k.mul_col(o_r, o_r, scale);
+        k.mma_atb(o_r, v_r, att_b, o_r);
+    };
     k.staggered(|k| {
         k.for_range("j", 0, n_kv, |k, j| {
+            if ring(cfg) == 3 {
+                // Three slots, two blocks ahead: block j + 1 was issued one iteration ago and lands
+                // at the end of this one; K and V reach registers one at a time, so a 64-key block
+                // of each is never live at once.
+                let (cur, ahead) = (&j % 3, (&j + 2) % 3);
+                k.memory("K to registers, prefetch j+2", |k| {
+                    k.load(k_r, k.smem(k_s, &cur));
+                    let s0 = (&j + 2) * kv as i64;
+                    k.load_async(k.smem(k_s, &ahead), view(k, kg, &hk, s0.clone(), kv));
+                    k.load_async(k.smem(v_s, &ahead), view(k, vg, &hk, s0, kv));
+                    k.wait_shared(0);
+                });
+                k.compute("K·Qᵀ, softmax max and P", |k| scores(k, &j, true));
+                k.memory("V to registers, land j+1", |k| {
+                    k.load(v_r, k.smem(v_s, &cur));
+                    k.wait_async(2);
+                    k.wait_shared(0);
+                });
+                k.compute("P·V || softmax sum", |k| {
+                    pv(k);
+                    softmax.step_sum(k, att);
+                    // One MFMA, then one vector op, for each of the multiply's MFMAs.
+                    k.sched_pairs(1, 1, pv_mfmas);
+                });
+                return;
+            }
             let (tic, toc) = (&j % 2, (&j + 1) % 2);
             k.memory("kv to registers, prefetch next", |k| {
                 k.load(k_r, k.smem(k_s, &tic));
@@ -111,29 +187,10 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             });
             k.compute("K·Qᵀ, softmax", |k| {
                 k.wait_shared(0);
-                k.transpose(k_t, k_r);
-                k.zero(att);
-                k.mma_atb(att, k_t, q_t, att);
-                let (kv0, inf) = (&j * kv as i64, f32::NEG_INFINITY);
-                k.mask(att, MaskRule::RowsBelow(seq.clone()), &kv0, &q0, inf);
-                if cfg.causal {
-                    k.mask(
-                        att,
-                        MaskRule::CausalT { offset: Expr::c(0) },
-                        &kv0,
-                        &q0,
-                        inf,
-                    );
-                }
-                // Scores are Sᵀ = K·Qᵀ here: a query per column.
-                softmax.step(k, att);
-                k.copy(att_b, att);
+                scores(k, &j, false);
             });
             k.memory("land next kv", |k| k.wait_async(0));
-            k.compute("P·V", |k| {
-                k.mul_col(o_r, o_r, scale);
-                k.mma_atb(o_r, v_r, att_b, o_r);
-            });
+            k.compute("P·V", pv);
         });
     });
     k.div_col(o_r, o_r, norm);

@@ -18,16 +18,30 @@ pub struct AttnProblem;
 
 /// The configuration a run on `target` builds: `p.attn_cfg`'s tiles on the CPU, the default tiles
 /// (the registry's for both CDNA targets) elsewhere; head dimension, causality and layout from `p`.
+/// No named variant exists yet: one asked for is refused rather than ignored.
+fn no_variant(p: &Problem) -> Result<(), KernelError> {
+    match p.variant {
+        None => Ok(()),
+        Some(v) => Err(KernelError::Config(format!(
+            "attn_fwd: no variant `{v}` (it has none)"
+        ))),
+    }
+}
+
 fn config(p: &Problem, target: Target) -> AttnConfig {
     let tiles = match target.gpu() {
         Some(gpu) => AttnConfig::for_gpu(gpu),
         None => p.attn_cfg,
     };
-    AttnConfig {
+    let cfg = AttnConfig {
         dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
         causal: p.causal,
         layout: p.attn.layout,
         ..tiles
+    };
+    match target.gpu() {
+        Some(gpu) if gpu.arch.is_amd() => cfg.fit_cdna(gpu),
+        _ => cfg,
     }
 }
 
@@ -70,6 +84,7 @@ impl KernelProblem for AttnProblem {
             // The launch refuses it too; say it before the budget does.
             self.launch(p)?;
         }
+        no_variant(p)?;
         let cfg = config(p, target);
         let u = |x: usize| x as u64;
         let (b, h, hk, s, d) = (
@@ -108,6 +123,7 @@ impl KernelProblem for AttnProblem {
     }
 
     fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+        no_variant(p)?;
         build(&config(p, target))
     }
 

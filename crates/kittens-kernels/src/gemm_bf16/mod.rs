@@ -279,6 +279,33 @@ impl GemmConfig {
             .unwrap_or_else(|| with(128, Staging::Registers))
     }
 
+    /// `base` (a GPU's configuration, [`Self::for_gpu`] or [`Self::fp8_for_gpu`]) with the 4-wave
+    /// interleave: its tiles, LDS double buffer (the interleave stages in LDS only) and the largest K step
+    /// of `base.k_step` and its halves that fits the GPU's shared memory per block in whole operand base
+    /// tiles (gfx950: bf16 64, fp8 128; gfx942's 64 KiB: bf16 32, fp8 64).
+    pub fn interleave4(base: GemmConfig, gpu: &kittens_hw::Gpu) -> Result<Self, KernelError> {
+        let kb = base.types.operand_base().cols;
+        let with = |k_step| GemmConfig {
+            schedule: GemmSchedule::Interleave4,
+            staging: Staging::Lds,
+            k_step,
+            ..base
+        };
+        std::iter::successors(Some(base.k_step), |k| Some(k / 2))
+            .take_while(|&k| k >= kb && k.is_multiple_of(kb))
+            .map(with)
+            .find(|c| c.shared_bytes() <= gpu.shared_bytes_per_block)
+            .ok_or_else(|| {
+                KernelError::Config(format!(
+                    "{} (interleave): no K step of {} or its halves fits {} B of shared memory on {}",
+                    base.types.kernel_name(),
+                    base.k_step,
+                    gpu.shared_bytes_per_block,
+                    gpu.name
+                ))
+            })
+    }
+
     /// The default FP8 configuration (the CPU interpreter's): gfx950's, OCP e4m3.
     pub fn fp8_default() -> Self {
         GemmConfig {

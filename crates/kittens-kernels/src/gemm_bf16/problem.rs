@@ -29,6 +29,28 @@ pub const TOLERANCE: f64 = 1e-2;
 /// changes the result by order 0.1 to 1, and never zero.
 pub const SCALE_RANGE: std::ops::Range<f32> = 0.5..2.0;
 
+/// The name of the 4-wave interleave variant (HipKittens §3.3.2) of a GPU configuration.
+pub const INTERLEAVE4: &str = "interleave4";
+
+/// The GEMM's named variants of a GPU target's configuration (`Problem::variant`).
+pub const VARIANTS: &[&str] = &[INTERLEAVE4];
+
+/// `base`, a GPU's configuration of the GEMM, turned into its variant `name` ([`VARIANTS`]).
+pub fn variant(
+    base: GemmConfig,
+    gpu: &kittens_hw::Gpu,
+    name: &str,
+) -> Result<GemmConfig, KernelError> {
+    match name {
+        INTERLEAVE4 => GemmConfig::interleave4(base, gpu),
+        other => Err(KernelError::Config(format!(
+            "{}: no variant `{other}`; variants: {}",
+            base.types.kernel_name(),
+            VARIANTS.join(", ")
+        ))),
+    }
+}
+
 /// The problem definition the registry hands out for one of the GEMM's element types.
 #[derive(Debug)]
 pub struct GemmProblem {
@@ -63,18 +85,25 @@ impl GemmProblem {
     /// The configuration a run on `target` builds: `p.gemm` on the CPU when its types name this kernel
     /// (e.g. fp8 with per-row scales); otherwise (`p.gemm` is another kernel's, as `Problem::default`
     /// is gemm_bf16's) its tiles with this kernel's types, the K step rounded up to whole operand base
-    /// tiles (gemm_bf16's 64 becomes 128 for OCP fp8); the GPU's own configuration elsewhere.
-    pub fn config(&self, p: &Problem, target: Target) -> GemmConfig {
+    /// tiles (gemm_bf16's 64 becomes 128 for OCP fp8); the GPU's own configuration elsewhere, or
+    /// the GPU's configuration of the variant `p.variant` names ([`VARIANTS`]).
+    pub fn config(&self, p: &Problem, target: Target) -> Result<GemmConfig, KernelError> {
         match target.gpu() {
-            Some(gpu) => (self.for_gpu)(gpu),
-            None if p.gemm.types.kernel_name() == self.name => p.gemm,
+            Some(gpu) => {
+                let base = (self.for_gpu)(gpu);
+                match p.variant {
+                    None => Ok(base),
+                    Some(v) => variant(base, gpu, v),
+                }
+            }
+            None if p.gemm.types.kernel_name() == self.name => Ok(p.gemm),
             None => {
                 let kb = self.types.operand_base().cols;
-                GemmConfig {
+                Ok(GemmConfig {
                     types: self.types,
                     k_step: p.gemm.k_step.checked_next_multiple_of(kb).unwrap_or(kb),
                     ..p.gemm
-                }
+                })
             }
         }
     }
@@ -102,13 +131,13 @@ impl KernelProblem for GemmProblem {
     /// The launch of the CPU configuration; on a GPU target the scale layout may differ, so the runner
     /// uses [`KernelProblem::plan`]'s.
     fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
-        self.launch_for(p, &self.config(p, Target::Cpu).types)
+        self.launch_for(p, &self.config(p, Target::Cpu)?.types)
     }
 
     fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
         let name = self.name;
         positive(name, &[("m", p.m), ("n", p.n), ("k", p.k)])?;
-        let cfg = self.config(p, target);
+        let cfg = self.config(p, target)?;
         let types = cfg.types;
         // Random operands in [-s, s) must stay finite and not all flush to zero in the operand format.
         let max = types.input.max_finite();
@@ -158,7 +187,7 @@ impl KernelProblem for GemmProblem {
     }
 
     fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
-        build(&self.config(p, target))
+        build(&self.config(p, target)?)
     }
 
     /// A and B in their dtype ([`draw_operands`]); the scales uniform in [`SCALE_RANGE`].

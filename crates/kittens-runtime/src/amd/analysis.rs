@@ -55,14 +55,40 @@ impl InstructionMix {
 }
 
 /// The hot loop: its label and what it issues per iteration.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct LoopReport {
     pub label: String,
     pub mix: InstructionMix,
+    /// MFMAs over all instructions of one iteration (`mix.mfma / mix.total`; 0 for an empty loop).
+    pub mfma_share: f64,
+    /// The most MFMAs the iteration issues back to back, nothing else between them: a schedule that
+    /// interleaves loads and LDS reads with its matrix work has short runs (HipKittens §3.3.2).
+    pub longest_mfma_run: u32,
+    /// How many separate runs of consecutive MFMAs the iteration has.
+    pub mfma_runs: u32,
+}
+
+/// `(longest, count)` of the runs of consecutive MFMAs in `lines`.
+fn mfma_runs(lines: &[Line]) -> (u32, u32) {
+    let (mut longest, mut runs, mut cur) = (0, 0, 0);
+    for l in lines {
+        if let Line::Inst { opcode, .. } = l {
+            if opcode.starts_with("v_mfma") {
+                if cur == 0 {
+                    runs += 1;
+                }
+                cur += 1;
+                longest = longest.max(cur);
+            } else {
+                cur = 0;
+            }
+        }
+    }
+    (longest, runs)
 }
 
 /// Resources and instruction mix of one kernel, as the compiler produced it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CodeObjectReport {
     pub kernel: String,
     pub target: String,
@@ -318,14 +344,24 @@ fn hot_loop(body: &[Line]) -> Option<LoopReport> {
     };
     loops
         .iter()
-        .map(|l| (l.0, mix_of(&own(l))))
-        .max_by_key(|(_, mix)| (mix.mfma, std::cmp::Reverse(mix.total)))
-        .map(|(s, mix)| LoopReport {
+        .map(|l| {
+            let lines = own(l);
+            (l.0, mix_of(&lines), mfma_runs(&lines))
+        })
+        .max_by_key(|(_, mix, _)| (mix.mfma, std::cmp::Reverse(mix.total)))
+        .map(|(s, mix, (longest_mfma_run, mfma_runs))| LoopReport {
             label: if let Line::Label(n) = body[s] {
                 n.to_string()
             } else {
                 String::new()
             },
+            mfma_share: if mix.total == 0 {
+                0.0
+            } else {
+                f64::from(mix.mfma) / f64::from(mix.total)
+            },
+            longest_mfma_run,
+            mfma_runs,
             mix,
         })
 }
@@ -369,6 +405,26 @@ mod tests {
         assert_eq!(hot.label, ".LBB0_1");
         assert_eq!(hot.mix.mfma, 2);
         assert_eq!(hot.mix.opcodes.get("buffer_load_ushort"), None);
+    }
+
+    /// The share and the runs of MFMAs are counted over the hot loop's own instructions: here six
+    /// instructions, three MFMAs, in runs of 2 and 1.
+    #[test]
+    fn mfma_share_and_runs() {
+        let asm = "\
+.LBB0_1:
+  v_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3]
+  v_mfma_f32_16x16x32_bf16 v[12:15], v[4:7], v[8:11], v[12:15]
+  ds_read_b128 v[16:19], v20
+  v_mfma_f32_16x16x32_bf16 v[0:3], v[4:7], v[8:11], v[0:3]
+  buffer_load_dwordx4 v21, s[0:3], 0 offen lds
+  s_cbranch_scc0 .LBB0_1
+  s_endpgm
+";
+        let hot = hot_loop(&lines(asm)).expect("a loop");
+        assert_eq!(hot.mix.total, 6);
+        assert_eq!(hot.mfma_share, 0.5);
+        assert_eq!((hot.longest_mfma_run, hot.mfma_runs), (2, 2));
     }
 
     /// A cold block after the loop's back-edge that rejoins the body mid-way is not the hot loop.

@@ -159,6 +159,7 @@ template <int OFF = 0> inline void buffer_load_dwordx4_lds(i32x4 r, u32 voff, u3
   buffer_read(r, voff + soff + OFF, lds_ptr(lds + lane_id() * 16), 16);
 }
 template <int OFF = 0> inline u32x4 ds_read_b128(u32 a) { u32x4 v; memcpy(&v, lds_ptr(a + OFF), 16); return v; }
+template <int OFF = 0> inline u32x4 ds_read_b128_sched(u32 a) { return ds_read_b128<OFF>(a); }
 template <int OFF = 0> inline u32x2 ds_read_b64(u32 a) { u32x2 v; memcpy(&v, lds_ptr(a + OFF), 8); return v; }
 template <int OFF = 0> inline void ds_write_b128(u32 a, u32x4 v) { memcpy(lds_ptr(a + OFF), &v, 16); }
 template <int OFF = 0> inline void ds_write_b64(u32 a, u32x2 v) { memcpy(lds_ptr(a + OFF), &v, 8); }
@@ -277,6 +278,11 @@ inline void mfma_f32_16x16x32_fp8_fp8(fp8x8 a, fp8x8 b, f32x4& c) { emu_mfma16_f
 inline f32x4 mfma_f32_16x16x32_fp8_fp8_zero(fp8x8 a, fp8x8 b) { f32x4 c; emu_mfma16_fp8<8, 8>(a, b, c, true, true); return c; }
 inline void mfma_f32_16x16x128_f8f6f4(fp8x32 a, fp8x32 b, f32x4& c) { emu_mfma16_fp8<32, 16>(a, b, c, false, false); }
 inline f32x4 mfma_f32_16x16x128_f8f6f4_zero(fp8x32 a, fp8x32 b) { f32x4 c; emu_mfma16_fp8<32, 16>(a, b, c, true, false); return c; }
+// The compiler-scheduled forms compute the same.
+inline void mfma_f32_16x16x16_bf16_sched(b16x4 a, b16x4 b, f32x4& c) { mfma_f32_16x16x16_bf16(a, b, c); }
+inline void mfma_f32_16x16x32_bf16_sched(b16x8 a, b16x8 b, f32x4& c) { mfma_f32_16x16x32_bf16(a, b, c); }
+inline void mfma_f32_16x16x32_fp8_fp8_sched(fp8x8 a, fp8x8 b, f32x4& c) { mfma_f32_16x16x32_fp8_fp8(a, b, c); }
+inline void mfma_f32_16x16x128_f8f6f4_sched(fp8x32 a, fp8x32 b, f32x4& c) { mfma_f32_16x16x128_f8f6f4(a, b, c); }
 // Lane exchanges and the wave-level ordering point: each lane is a thread, so both synchronise the
 // wave's 64 threads.
 inline float exp2_f32(float x) { return exp2f(x); }
