@@ -25,7 +25,7 @@ ln -sf "$zig" target/zigbin/zig
 # results stamped with the wrong commit.
 head=$(git rev-parse HEAD)
 whl=$(ls "$out"/kittens-*.whl)
-if ! unzip -p "$whl" '*.so' | grep -qa "$head"; then
+if ! unzip -p "$whl" '*.so' | grep -ac "$head" >/dev/null; then  # -c reads to the end: no SIGPIPE under pipefail
   echo "python-gpu-bundle: $whl does not embed HEAD $head; rebuild (touch crates/kittens-runtime/build.rs)" >&2
   exit 1
 fi
