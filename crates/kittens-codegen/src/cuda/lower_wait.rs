@@ -15,12 +15,38 @@ use kittens_ir::{MmaOperand, Op, RegId, Stmt};
 use super::lower::{cname, Emit};
 
 /// Whether `next` continues the commit group of `op`: both `mma`, on the same accumulator (a chain
-/// over K) or with the same register A (the halves of one product). Other consecutive `mma`s are
-/// groups of their own, so that each can be waited for alone.
+/// over K), with the same register A (the halves of one product), or both from shared memory over
+/// the same B slot (the row slices of one block: the 256-row GEMM block's two chains per K step,
+/// whose results are all read only after the loop). Other consecutive `mma`s are groups of their
+/// own, so that each can be waited for alone (attention's Q·Kᵀ of one key block beside P·V of the
+/// previous one).
 pub(super) fn chained(op: &Op, next: &Op) -> bool {
     match (op, next) {
-        (Op::Mma { d: d0, a: a0, .. }, Op::Mma { d: d1, a: a1, .. }) => {
-            d0 == d1 || matches!((a0, a1), (MmaOperand::Reg(x), MmaOperand::Reg(y)) if x == y)
+        (
+            Op::Mma {
+                d: d0,
+                a: a0,
+                b: b0,
+                ..
+            },
+            Op::Mma {
+                d: d1,
+                a: a1,
+                b: b1,
+                ..
+            },
+        ) => {
+            d0 == d1
+                || matches!((a0, a1), (MmaOperand::Reg(x), MmaOperand::Reg(y)) if x == y)
+                || matches!(
+                    (a0, a1, b0, b1),
+                    (
+                        MmaOperand::Shared(_),
+                        MmaOperand::Shared(_),
+                        MmaOperand::Shared(x),
+                        MmaOperand::Shared(y),
+                    ) if x.buf == y.buf && x.index == y.index
+                )
         }
         _ => false,
     }
