@@ -116,6 +116,12 @@ table! {
     Sop2 0x13 SAndn2B64 "s_andn2_b64" [2, 2, 2, 0] Both;
     Sop2 0x14 SOrn2B32 "s_orn2_b32" [1, 1, 1, 0] Both;
     Sop2 0x15 SOrn2B64 "s_orn2_b64" [2, 2, 2, 0] Both;
+    Sop2 0x16 SNandB32 "s_nand_b32" [1, 1, 1, 0] Both;
+    Sop2 0x17 SNandB64 "s_nand_b64" [2, 2, 2, 0] Both;
+    Sop2 0x18 SNorB32 "s_nor_b32" [1, 1, 1, 0] Both;
+    Sop2 0x19 SNorB64 "s_nor_b64" [2, 2, 2, 0] Both;
+    Sop2 0x1a SXnorB32 "s_xnor_b32" [1, 1, 1, 0] Both;
+    Sop2 0x1b SXnorB64 "s_xnor_b64" [2, 2, 2, 0] Both;
     Sop2 0x1c SLshlB32 "s_lshl_b32" [1, 1, 1, 0] Both;
     Sop2 0x1d SLshlB64 "s_lshl_b64" [2, 2, 1, 0] Both;
     Sop2 0x1e SLshrB32 "s_lshr_b32" [1, 1, 1, 0] Both;
@@ -125,6 +131,8 @@ table! {
     Sop2 0x24 SMulI32 "s_mul_i32" [1, 1, 1, 0] Both;
     Sop2 0x25 SBfeU32 "s_bfe_u32" [1, 1, 1, 0] Both;
     Sop2 0x26 SBfeI32 "s_bfe_i32" [1, 1, 1, 0] Both;
+    Sop2 0x27 SBfeU64 "s_bfe_u64" [2, 2, 1, 0] Both;
+    Sop2 0x28 SBfeI64 "s_bfe_i64" [2, 2, 1, 0] Both;
     Sop2 0x2c SMulHiU32 "s_mul_hi_u32" [1, 1, 1, 0] Both;
     Sop2 0x2d SMulHiI32 "s_mul_hi_i32" [1, 1, 1, 0] Both;
     Sop2 0x2e SLshl1AddU32 "s_lshl1_add_u32" [1, 1, 1, 0] Both;
@@ -321,7 +329,10 @@ table! {
     Mubuf 0x1a BufferStoreShort "buffer_store_short" [1, 1, 4, 1] Both;
     Mubuf 0x1c BufferStoreDword "buffer_store_dword" [1, 1, 4, 1] Both;
 
+    Global 0x10 GlobalLoadUbyte "global_load_ubyte" [1, 2, 0, 0] Both;
+    Global 0x12 GlobalLoadUshort "global_load_ushort" [1, 2, 0, 0] Both;
     Global 0x14 GlobalLoadDword "global_load_dword" [1, 2, 0, 0] Both;
+    Global 0x15 GlobalLoadDwordx2 "global_load_dwordx2" [2, 2, 0, 0] Both;
     Global 0x17 GlobalLoadDwordx4 "global_load_dwordx4" [4, 2, 0, 0] Both;
     Global 0x18 GlobalStoreByte "global_store_byte" [1, 2, 0, 0] Both;
     Global 0x1a GlobalStoreShort "global_store_short" [1, 2, 0, 0] Both;
