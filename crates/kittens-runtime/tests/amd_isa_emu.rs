@@ -116,6 +116,18 @@ fn attn_fwd_code_objects_at_ragged_lengths() {
     }
 }
 
+/// gfx950's 4-wave interleave variant of both GEMMs (HipKittens §3.3.2): its operands are read from
+/// LDS straight into AGPRs (`ds_read_b128 a[..]`), which the emulator must land in the AGPR file.
+#[test]
+fn interleave4_gemm_code_objects_gfx950() {
+    for kernel in ["gemm_bf16", "gemm_fp8"] {
+        let mut p = gemm(72, 40, 200);
+        p.variant = Some("interleave4");
+        let r = run_on(kernel, Target::Gfx950, &p);
+        assert_eq!(r.shape["schedule"], "4-wave interleave");
+    }
+}
+
 /// The strip kernels at shapes with ragged rows. Layernorm at 5 rows of 1000 puts two rows in a
 /// block whose halves meet through LDS partials across a barrier: with a bare `s_barrier` (no
 /// `lgkmcnt(0)` before it) the second row's upper half read a partial before it had landed.
