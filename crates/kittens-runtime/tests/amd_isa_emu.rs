@@ -6,12 +6,24 @@
 mod amd_common;
 
 use kittens_hw::{Arch, Target};
-use kittens_kernels::problem::Problem;
+use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::problem::{NormShape, Problem};
+use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{run, IsaEmu};
 use serde_json::Value;
 
-/// Run a registry kernel's code object for `target` at problem `p`; it must pass the kernel's rule.
+/// Run a registry kernel's code object for `target` at problem `p`; it must pass the kernel's rule
+/// and have issued MFMAs.
 fn run_on(kernel: &str, target: Target, p: &Problem) -> kittens_runtime::runner::RunReport {
+    let r = run_checked(kernel, target, p);
+    let stats = &r.dynamic.as_ref().unwrap()["stats"];
+    assert!(stats["instructions"]["mfma"].as_u64().unwrap() > 0);
+    r
+}
+
+/// Run a registry kernel's code object for `target` at problem `p`; it must pass the kernel's rule
+/// (every output's check) and have waited on memory.
+fn run_checked(kernel: &str, target: Target, p: &Problem) -> kittens_runtime::runner::RunReport {
     amd_common::clang_for(target.arch().unwrap());
     let entry = kittens_kernels::by_name(kernel).unwrap();
     let emu = IsaEmu::new(target).unwrap();
@@ -23,9 +35,11 @@ fn run_on(kernel: &str, target: Target, p: &Problem) -> kittens_runtime::runner:
         r.run_seconds,
         serde_json::to_string(&r.dynamic).unwrap()
     );
+    for o in &r.outputs {
+        eprintln!("  {}: rel_err {:.3e}", o.name, o.error.rel_err);
+    }
     assert!(r.passed, "{kernel} {target}: {:?}", r.failures());
     let stats = &r.dynamic.as_ref().unwrap()["stats"];
-    assert!(stats["instructions"]["mfma"].as_u64().unwrap() > 0);
     assert!(stats["waits"].as_u64().unwrap() > 0);
     r
 }
@@ -100,6 +114,65 @@ fn attn_fwd_code_objects_at_ragged_lengths() {
         run_on("attn_fwd", t, &attn(150, 64, true));
         run_on("attn_fwd", t, &attn(200, 128, false));
     }
+}
+
+/// gfx950's 4-wave interleave variant of both GEMMs (HipKittens §3.3.2): its operands are read from
+/// LDS straight into AGPRs (`ds_read_b128 a[..]`), which the emulator must land in the AGPR file.
+#[test]
+fn interleave4_gemm_code_objects_gfx950() {
+    for kernel in ["gemm_bf16", "gemm_fp8"] {
+        let mut p = gemm(72, 40, 200);
+        p.variant = Some("interleave4");
+        let r = run_on(kernel, Target::Gfx950, &p);
+        assert_eq!(r.shape["schedule"], "4-wave interleave");
+    }
+}
+
+/// The strip kernels at shapes with ragged rows. Layernorm at 5 rows of 1000 puts two rows in a
+/// block whose halves meet through LDS partials across a barrier: with a bare `s_barrier` (no
+/// `lgkmcnt(0)` before it) the second row's upper half read a partial before it had landed.
+#[test]
+fn layernorm_and_rotary_code_objects_at_ragged_shapes() {
+    let norm = Problem {
+        norm: NormShape {
+            rows: 5,
+            dim: 1000,
+            p: 0.1,
+            dropout_seed: 0x1234_5678_9abc,
+            offset: 3 << 33 | 7,
+        },
+        seed: 5,
+        ..Problem::default()
+    };
+    let rope = |batch, heads, seq, dim, layout, interleaved| Problem {
+        attn: AttnShape {
+            batch,
+            heads,
+            heads_kv: heads,
+            seq,
+            dim,
+            layout,
+        },
+        interleaved,
+        seed: 11,
+        ..Problem::default()
+    };
+    for t in [Target::Gfx950, Target::Gfx942] {
+        run_checked("layernorm", t, &norm);
+        run_checked("rotary", t, &rope(1, 3, 37, 64, AttnLayout::Bshd, false));
+        run_checked("rotary", t, &rope(2, 2, 9, 128, AttnLayout::Bhsd, true));
+    }
+}
+
+/// The attention backward's three gradients (dQ, dK, dV) against the f64 reference, GQA with
+/// query and key lengths that are not tile multiples.
+#[test]
+fn attn_bwd_code_object_gfx942() {
+    let mut p = attn(53, 64, false);
+    p.seq_kv = Some(70);
+    p.input_scale = 8.0;
+    let r = run_on("attn_bwd", Target::Gfx942, &p);
+    assert_eq!(r.outputs.len(), 3);
 }
 
 /// The `s_waitcnt`s that stalled in a run (had to land an operation early), most often first.

@@ -78,8 +78,13 @@ fn resolve(text: &str, labels: &HashMap<String, u32>) -> String {
     }
 }
 
-fn check(kernel: &kittens_kernels::registry::KernelEntry, target: Target, arch: Arch) -> usize {
-    let k = kernel.build_for(target).unwrap();
+fn check(
+    kernel: &kittens_kernels::registry::KernelEntry,
+    variant: Option<&str>,
+    target: Target,
+    arch: Arch,
+) -> usize {
+    let k = kernel.build_variant(target, variant).unwrap();
     let lowered = kittens_codegen::lower(&k, target).unwrap();
     let clang = clang_for(arch);
     let compiled = clang.compile(&lowered.source, arch).unwrap();
@@ -150,12 +155,28 @@ fn decoder_agrees_with_llvm_listing_on_every_shipped_kernel() {
                 continue;
             }
             let arch = target.arch().unwrap();
-            let n = check(kernel, target, arch);
-            eprintln!("{} {}: {n} instructions agree", kernel.name, arch.target());
-            checked += 1;
+            // The default configuration and every named variant built for this target.
+            let variants = kernel
+                .variants
+                .iter()
+                .filter(|v| v.targets.contains(&target))
+                .map(|v| Some(v.name));
+            for variant in std::iter::once(None).chain(variants) {
+                let n = check(kernel, variant, target, arch);
+                eprintln!(
+                    "{} {} {}: {n} instructions agree",
+                    kernel.name,
+                    variant.unwrap_or("default"),
+                    arch.target()
+                );
+                checked += 1;
+            }
         }
     }
-    assert_eq!(checked, 6, "three kernels on two AMD targets");
+    assert_eq!(
+        checked, 14,
+        "six kernels on two AMD targets and two gfx950 variants"
+    );
 }
 
 /// A second, fully independent reference for gfx942: Debian's `llvm-objdump-19` disassembling the
@@ -254,5 +275,5 @@ fn decoder_agrees_with_llvm_objdump_19_on_gfx942() {
         checked += 1;
     }
     let _ = std::fs::remove_dir_all(&dir);
-    assert_eq!(checked, 3);
+    assert_eq!(checked, 6, "six kernels on gfx942");
 }

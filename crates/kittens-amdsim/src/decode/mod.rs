@@ -216,11 +216,12 @@ pub fn decode_one(code: &[u8], at: usize, arch: Arch) -> Result<Instr, SimError>
         },
     };
     // A literal source adds one dword (SOP*/VOP1/VOP2/VOPC only; VOP3 on gfx9 has none).
-    if i.src.contains(&LITERAL)
-        && matches!(
-            i.enc,
-            Enc::Sop1 | Enc::Sop2 | Enc::Sopc | Enc::Vop1 | Enc::Vop2 | Enc::Vopc
-        )
+    if i.op.has_constant_k()
+        || i.src.contains(&LITERAL)
+            && matches!(
+                i.enc,
+                Enc::Sop1 | Enc::Sop2 | Enc::Sopc | Enc::Vop1 | Enc::Vop2 | Enc::Vopc
+            )
     {
         i.literal = w.word(i.size as usize / 4)?;
         i.size += 4;

@@ -116,6 +116,12 @@ table! {
     Sop2 0x13 SAndn2B64 "s_andn2_b64" [2, 2, 2, 0] Both;
     Sop2 0x14 SOrn2B32 "s_orn2_b32" [1, 1, 1, 0] Both;
     Sop2 0x15 SOrn2B64 "s_orn2_b64" [2, 2, 2, 0] Both;
+    Sop2 0x16 SNandB32 "s_nand_b32" [1, 1, 1, 0] Both;
+    Sop2 0x17 SNandB64 "s_nand_b64" [2, 2, 2, 0] Both;
+    Sop2 0x18 SNorB32 "s_nor_b32" [1, 1, 1, 0] Both;
+    Sop2 0x19 SNorB64 "s_nor_b64" [2, 2, 2, 0] Both;
+    Sop2 0x1a SXnorB32 "s_xnor_b32" [1, 1, 1, 0] Both;
+    Sop2 0x1b SXnorB64 "s_xnor_b64" [2, 2, 2, 0] Both;
     Sop2 0x1c SLshlB32 "s_lshl_b32" [1, 1, 1, 0] Both;
     Sop2 0x1d SLshlB64 "s_lshl_b64" [2, 2, 1, 0] Both;
     Sop2 0x1e SLshrB32 "s_lshr_b32" [1, 1, 1, 0] Both;
@@ -125,8 +131,14 @@ table! {
     Sop2 0x24 SMulI32 "s_mul_i32" [1, 1, 1, 0] Both;
     Sop2 0x25 SBfeU32 "s_bfe_u32" [1, 1, 1, 0] Both;
     Sop2 0x26 SBfeI32 "s_bfe_i32" [1, 1, 1, 0] Both;
+    Sop2 0x27 SBfeU64 "s_bfe_u64" [2, 2, 1, 0] Both;
+    Sop2 0x28 SBfeI64 "s_bfe_i64" [2, 2, 1, 0] Both;
     Sop2 0x2c SMulHiU32 "s_mul_hi_u32" [1, 1, 1, 0] Both;
     Sop2 0x2d SMulHiI32 "s_mul_hi_i32" [1, 1, 1, 0] Both;
+    Sop2 0x2e SLshl1AddU32 "s_lshl1_add_u32" [1, 1, 1, 0] Both;
+    Sop2 0x2f SLshl2AddU32 "s_lshl2_add_u32" [1, 1, 1, 0] Both;
+    Sop2 0x30 SLshl3AddU32 "s_lshl3_add_u32" [1, 1, 1, 0] Both;
+    Sop2 0x31 SLshl4AddU32 "s_lshl4_add_u32" [1, 1, 1, 0] Both;
 
     Sopk 0x00 SMovkI32 "s_movk_i32" [1, 0, 0, 0] Both;
     Sopk 0x0a SCmpkGtU32 "s_cmpk_gt_u32" [0, 1, 0, 0] Both;
@@ -144,6 +156,7 @@ table! {
     Sop1 0x1a SBitset1B32 "s_bitset1_b32" [1, 1, 0, 0] Both;
     Sop1 0x20 SAndSaveexecB64 "s_and_saveexec_b64" [2, 2, 0, 0] Both;
     Sop1 0x21 SOrSaveexecB64 "s_or_saveexec_b64" [2, 2, 0, 0] Both;
+    Sop1 0x23 SAndn2SaveexecB64 "s_andn2_saveexec_b64" [2, 2, 0, 0] Both;
     Sop1 0x30 SAbsI32 "s_abs_i32" [1, 1, 0, 0] Both;
 
     Sopc 0x00 SCmpEqI32 "s_cmp_eq_i32" [0, 1, 1, 0] Both;
@@ -158,6 +171,8 @@ table! {
     Sopc 0x09 SCmpGeU32 "s_cmp_ge_u32" [0, 1, 1, 0] Both;
     Sopc 0x0a SCmpLtU32 "s_cmp_lt_u32" [0, 1, 1, 0] Both;
     Sopc 0x0b SCmpLeU32 "s_cmp_le_u32" [0, 1, 1, 0] Both;
+    Sopc 0x12 SCmpEqU64 "s_cmp_eq_u64" [0, 2, 2, 0] Both;
+    Sopc 0x13 SCmpLgU64 "s_cmp_lg_u64" [0, 2, 2, 0] Both;
 
     Sopp 0x00 SNop "s_nop" [0, 0, 0, 0] Both;
     Sopp 0x01 SEndpgm "s_endpgm" [0, 0, 0, 0] Both;
@@ -195,6 +210,8 @@ table! {
     Vop2 0x13 VAndB32 "v_and_b32" [1, 1, 1, 0] Both;
     Vop2 0x14 VOrB32 "v_or_b32" [1, 1, 1, 0] Both;
     Vop2 0x15 VXorB32 "v_xor_b32" [1, 1, 1, 0] Both;
+    Vop2 0x17 VFmamkF32 "v_fmamk_f32" [1, 1, 1, 0] Both;
+    Vop2 0x18 VFmaakF32 "v_fmaak_f32" [1, 1, 1, 0] Both;
     Vop2 0x34 VAddU32 "v_add_u32" [1, 1, 1, 0] Both;
     Vop2 0x35 VSubU32 "v_sub_u32" [1, 1, 1, 0] Both;
     Vop2 0x36 VSubrevU32 "v_subrev_u32" [1, 1, 1, 0] Both;
@@ -206,13 +223,17 @@ table! {
     Vop1 0x06 VCvtF32U32 "v_cvt_f32_u32" [1, 1, 0, 0] Both;
     Vop1 0x07 VCvtU32F32 "v_cvt_u32_f32" [1, 1, 0, 0] Both;
     Vop1 0x08 VCvtI32F32 "v_cvt_i32_f32" [1, 1, 0, 0] Both;
+    Vop1 0x1c VTruncF32 "v_trunc_f32" [1, 1, 0, 0] Both;
     Vop1 0x20 VExpF32 "v_exp_f32" [1, 1, 0, 0] Both;
     Vop1 0x22 VRcpF32 "v_rcp_f32" [1, 1, 0, 0] Both;
     Vop1 0x23 VRcpIflagF32 "v_rcp_iflag_f32" [1, 1, 0, 0] Both;
+    Vop1 0x27 VSqrtF32 "v_sqrt_f32" [1, 1, 0, 0] Both;
     Vop1 0x2b VNotB32 "v_not_b32" [1, 1, 0, 0] Both;
     Vop1 0x2c VBfrevB32 "v_bfrev_b32" [1, 1, 0, 0] Both;
     Vop1 0x38 VMovB64 "v_mov_b64" [2, 2, 0, 0] Both;
+    Vop1 0x52 VAccvgprMovB32 "v_accvgpr_mov_b32" [1, 1, 0, 0] Both;
 
+    Vopc 0x10 VCmpClassF32 "v_cmp_class_f32" [2, 1, 1, 0] Both;
     Vopc 0x41 VCmpLtF32 "v_cmp_lt_f32" [2, 1, 1, 0] Both;
     Vopc 0x42 VCmpEqF32 "v_cmp_eq_f32" [2, 1, 1, 0] Both;
     Vopc 0x43 VCmpLeF32 "v_cmp_le_f32" [2, 1, 1, 0] Both;
@@ -233,11 +254,24 @@ table! {
     Vopc 0xcc VCmpGtU32 "v_cmp_gt_u32" [2, 1, 1, 0] Both;
     Vopc 0xcd VCmpNeU32 "v_cmp_ne_u32" [2, 1, 1, 0] Both;
     Vopc 0xce VCmpGeU32 "v_cmp_ge_u32" [2, 1, 1, 0] Both;
+    Vopc 0xe1 VCmpLtI64 "v_cmp_lt_i64" [2, 2, 2, 0] Both;
+    Vopc 0xe2 VCmpEqI64 "v_cmp_eq_i64" [2, 2, 2, 0] Both;
+    Vopc 0xe3 VCmpLeI64 "v_cmp_le_i64" [2, 2, 2, 0] Both;
+    Vopc 0xe4 VCmpGtI64 "v_cmp_gt_i64" [2, 2, 2, 0] Both;
+    Vopc 0xe5 VCmpNeI64 "v_cmp_ne_i64" [2, 2, 2, 0] Both;
+    Vopc 0xe6 VCmpGeI64 "v_cmp_ge_i64" [2, 2, 2, 0] Both;
+    Vopc 0xe9 VCmpLtU64 "v_cmp_lt_u64" [2, 2, 2, 0] Both;
+    Vopc 0xea VCmpEqU64 "v_cmp_eq_u64" [2, 2, 2, 0] Both;
+    Vopc 0xeb VCmpLeU64 "v_cmp_le_u64" [2, 2, 2, 0] Both;
+    Vopc 0xec VCmpGtU64 "v_cmp_gt_u64" [2, 2, 2, 0] Both;
+    Vopc 0xed VCmpNeU64 "v_cmp_ne_u64" [2, 2, 2, 0] Both;
+    Vopc 0xee VCmpGeU64 "v_cmp_ge_u64" [2, 2, 2, 0] Both;
 
     Vop3 0x1c8 VBfeU32 "v_bfe_u32" [1, 1, 1, 1] Both;
     Vop3 0x1c9 VBfeI32 "v_bfe_i32" [1, 1, 1, 1] Both;
     Vop3 0x1ca VBfiB32 "v_bfi_b32" [1, 1, 1, 1] Both;
     Vop3 0x1cb VFmaF32 "v_fma_f32" [1, 1, 1, 1] Both;
+    Vop3 0x1ce VAlignbitB32 "v_alignbit_b32" [1, 1, 1, 1] Both;
     Vop3 0x1d0 VMin3F32 "v_min3_f32" [1, 1, 1, 1] Both;
     Vop3 0x1d3 VMax3F32 "v_max3_f32" [1, 1, 1, 1] Both;
     Vop3 0x1de VDivFixupF32 "v_div_fixup_f32" [1, 1, 1, 1] Both;
@@ -261,6 +295,7 @@ table! {
     Vop3 0x288 VLdexpF32 "v_ldexp_f32" [1, 1, 1, 0] Both;
     Vop3 0x289 VReadlaneB32 "v_readlane_b32" [1, 1, 1, 0] Both;
     Vop3 0x28a VWritelaneB32 "v_writelane_b32" [1, 1, 1, 0] Both;
+    Vop3 0x28f VLshlrevB64 "v_lshlrev_b64" [2, 1, 2, 0] Both;
 
     Vop3p 0x2d VMfmaF32_16x16x128F8f6f4 "v_mfma_f32_16x16x128_f8f6f4" [4, 8, 8, 4] G950;
     Vop3p 0x30 VPkFmaF32 "v_pk_fma_f32" [2, 2, 2, 2] Both;
@@ -268,6 +303,8 @@ table! {
     Vop3p 0x32 VPkAddF32 "v_pk_add_f32" [2, 2, 2, 0] Both;
     Vop3p 0x33 VPkMovB32 "v_pk_mov_b32" [2, 2, 2, 0] Both;
     Vop3p 0x35 VMfmaF32_16x16x32Bf16 "v_mfma_f32_16x16x32_bf16" [4, 4, 4, 4] G950;
+    Vop3p 0x58 VAccvgprReadB32 "v_accvgpr_read_b32" [1, 1, 0, 0] Both;
+    Vop3p 0x59 VAccvgprWriteB32 "v_accvgpr_write_b32" [1, 1, 0, 0] Both;
     Vop3p 0x61 VMfmaF32_16x16x16Bf16 "v_mfma_f32_16x16x16_bf16" [4, 2, 2, 4] Both;
     Vop3p 0x73 VMfmaF32_16x16x32Fp8Fp8 "v_mfma_f32_16x16x32_fp8_fp8" [4, 2, 2, 4] Both;
 
@@ -292,7 +329,10 @@ table! {
     Mubuf 0x1a BufferStoreShort "buffer_store_short" [1, 1, 4, 1] Both;
     Mubuf 0x1c BufferStoreDword "buffer_store_dword" [1, 1, 4, 1] Both;
 
+    Global 0x10 GlobalLoadUbyte "global_load_ubyte" [1, 2, 0, 0] Both;
+    Global 0x12 GlobalLoadUshort "global_load_ushort" [1, 2, 0, 0] Both;
     Global 0x14 GlobalLoadDword "global_load_dword" [1, 2, 0, 0] Both;
+    Global 0x15 GlobalLoadDwordx2 "global_load_dwordx2" [2, 2, 0, 0] Both;
     Global 0x17 GlobalLoadDwordx4 "global_load_dwordx4" [4, 2, 0, 0] Both;
     Global 0x18 GlobalStoreByte "global_store_byte" [1, 2, 0, 0] Both;
     Global 0x1a GlobalStoreShort "global_store_short" [1, 2, 0, 0] Both;
@@ -303,9 +343,20 @@ table! {
 
 impl Op {
     /// Whether a VOP1/VOP2/VOPC operation carries the `_e32`/`_e64` suffix in listings (all but
-    /// `v_readfirstlane_b32`, which has no promoted twin in LLVM's printer).
+    /// those without a promoted twin in LLVM's printer: `v_readfirstlane_b32`, `v_accvgpr_mov_b32`
+    /// and the inline-constant forms `v_fmamk_f32`/`v_fmaak_f32`).
     pub fn has_suffix(self) -> bool {
-        matches!(self.fam(), Fam::Vop1 | Fam::Vop2 | Fam::Vopc) && self != Op::VReadfirstlaneB32
+        matches!(self.fam(), Fam::Vop1 | Fam::Vop2 | Fam::Vopc)
+            && !matches!(
+                self,
+                Op::VReadfirstlaneB32 | Op::VAccvgprMovB32 | Op::VFmamkF32 | Op::VFmaakF32
+            )
+    }
+
+    /// VOP2 operations whose 32-bit constant K always follows the instruction word (CDNA3 ISA
+    /// guide, V_FMAMK_F32 / V_FMAAK_F32), whatever their source codes say.
+    pub fn has_constant_k(self) -> bool {
+        matches!(self, Op::VFmamkF32 | Op::VFmaakF32)
     }
 
     pub fn is_store(self) -> bool {

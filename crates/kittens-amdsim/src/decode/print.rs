@@ -146,15 +146,30 @@ pub(super) fn text(i: &Instr) -> String {
         }
         Enc::Vop1 | Enc::Vop2 | Enc::Vopc => {
             let suffix = if op.has_suffix() { "_e32" } else { "" };
-            let _ = write!(t, "{name}{suffix} {}", operand(i.dst, wd, i.literal, false));
-            for k in 0..3 {
-                if i.src[k] != NONE {
-                    let _ = write!(
-                        t,
-                        ", {}",
-                        operand(i.src[k], [w0, w1, w2][k], i.literal, false)
-                    );
-                }
+            let _ = write!(
+                t,
+                "{name}{suffix} {}",
+                operand(i.dst, wd, i.literal, i.acc & 4 != 0)
+            );
+            let mut srcs: Vec<String> = (0..3)
+                .filter(|&k| i.src[k] != NONE)
+                .map(|k| {
+                    operand(
+                        i.src[k],
+                        [w0, w1, w2][k],
+                        i.literal,
+                        k == 0 && i.acc & 1 != 0,
+                    )
+                })
+                .collect();
+            // The constant K sits between the sources (fmamk: S0·K + S1) or after them (fmaak).
+            match op {
+                Op::VFmamkF32 => srcs.insert(1, format!("{:#x}", i.literal)),
+                Op::VFmaakF32 => srcs.push(format!("{:#x}", i.literal)),
+                _ => {}
+            }
+            for s in srcs {
+                let _ = write!(t, ", {s}");
             }
         }
         Enc::Sdwa => sdwa(&mut t, i),
@@ -355,13 +370,23 @@ fn vop3p(t: &mut String, i: &Instr) {
         }
         return;
     }
-    let _ = write!(t, "{} {}", i.op.name(), operand(i.dst, wd, 0, false));
+    let _ = write!(
+        t,
+        "{} {}",
+        i.op.name(),
+        operand(i.dst, wd, 0, i.acc & 4 != 0)
+    );
     let n = i.src.iter().filter(|&&s| s != NONE).count();
     for k in 0..n {
         let _ = write!(
             t,
             ", {}",
-            operand(i.src[k], [w0, w1, w2][k], i.literal, false)
+            operand(
+                i.src[k],
+                [w0, w1, w2][k],
+                i.literal,
+                k == 0 && i.acc & 1 != 0
+            )
         );
     }
     let all = (1u8 << n) - 1;

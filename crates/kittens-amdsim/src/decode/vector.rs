@@ -34,6 +34,10 @@ pub(super) fn decode_vop(w: &Words, w0: u32, offset: u32, arch: Arch) -> Result<
             } else {
                 VGPR0 + vdst
             };
+            if op == Op::VAccvgprMovB32 {
+                // Both operands are AGPRs by the opcode (CDNA3 ISA guide, V_ACCVGPR_MOV_B32).
+                i.acc = 5;
+            }
         }
         Enc::Vopc => {
             i.dst = VCC_LO;
@@ -140,7 +144,9 @@ fn decode_vop3p(w: &Words, w0: u32, w1: u32, offset: u32, arch: Arch) -> Result<
     i.size = 8;
     i.dst = VGPR0 + (w0 & 0xff) as u16;
     i.src[0] = (w1 & 0x1ff) as u16;
-    i.src[1] = ((w1 >> 9) & 0x1ff) as u16;
+    if op.widths()[2] > 0 {
+        i.src[1] = ((w1 >> 9) & 0x1ff) as u16;
+    }
     if op.widths()[3] > 0 {
         i.src[2] = ((w1 >> 18) & 0x1ff) as u16;
     }
@@ -165,6 +171,13 @@ fn decode_vop3p(w: &Words, w0: u32, w1: u32, offset: u32, arch: Arch) -> Result<
             });
         }
     } else {
+        // The accumulator moves name their AGPR side by the opcode (CDNA3 ISA guide,
+        // V_ACCVGPR_READ_B32 / V_ACCVGPR_WRITE_B32): the source, resp. the destination.
+        i.acc = match op {
+            Op::VAccvgprReadB32 => 1,
+            Op::VAccvgprWriteB32 => 4,
+            _ => 0,
+        };
         i.neg_hi = ((w0 >> 8) & 7) as u8;
         i.op_sel = ((w0 >> 11) & 7) as u8;
         i.op_sel_hi = ((w1 >> 27) & 3) as u8 | (((w0 >> 14) & 1) as u8 * 4);

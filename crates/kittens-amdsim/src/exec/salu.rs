@@ -49,13 +49,16 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
             (Some(if first { x } else { y }), Some(first))
         }
         SCselectB32 => (Some(if w.scc { a(w)? } else { b(w)? }), None),
-        SAndB32 | SOrB32 | SXorB32 | SAndn2B32 | SOrn2B32 => {
+        SAndB32 | SOrB32 | SXorB32 | SAndn2B32 | SOrn2B32 | SNandB32 | SNorB32 | SXnorB32 => {
             let (x, y) = (a(w)?, b(w)?);
             let r = match i.op {
                 SAndB32 => x & y,
                 SOrB32 => x | y,
                 SXorB32 => x ^ y,
                 SAndn2B32 => x & !y,
+                SNandB32 => !(x & y),
+                SNorB32 => !(x | y),
+                SXnorB32 => !(x ^ y),
                 _ => x | !y,
             };
             (Some(r), Some(r != 0))
@@ -87,6 +90,18 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
             };
             bits(r)
         }
+        // CDNA3 ISA guide, S_LSHL<N>_ADD_U32: D = (S0 << N) + S1, SCC = the unsigned carry out of
+        // the full 64-bit sum (bits shifted out of S0 count).
+        SLshl1AddU32 | SLshl2AddU32 | SLshl3AddU32 | SLshl4AddU32 => {
+            let n = match i.op {
+                SLshl1AddU32 => 1,
+                SLshl2AddU32 => 2,
+                SLshl3AddU32 => 3,
+                _ => 4,
+            };
+            let s = ((a(w)? as u64) << n) + b(w)? as u64;
+            (Some(s as u32), Some(s >> 32 != 0))
+        }
         SMovB32 => (Some(a(w)?), None),
         SNotB32 => bits(!a(w)?),
         SAbsI32 => bits((a(w)? as i32).unsigned_abs()),
@@ -115,6 +130,8 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
         SCmpGeU32 => (None, Some(a(w)? >= b(w)?)),
         SCmpLtU32 => (None, Some(a(w)? < b(w)?)),
         SCmpLeU32 => (None, Some(a(w)? <= b(w)?)),
+        SCmpEqU64 => (None, Some(a64(w)? == b64(w)?)),
+        SCmpLgU64 => (None, Some(a64(w)? != b64(w)?)),
         _ => return exec64(w, i, a64, b64),
     };
     if let Some(r) = r32 {
@@ -145,9 +162,29 @@ fn exec64(
         SXorB64 => nz(a64(w)? ^ b64(w)?),
         SAndn2B64 => nz(a64(w)? & !b64(w)?),
         SOrn2B64 => nz(a64(w)? | !b64(w)?),
+        SNandB64 => nz(!(a64(w)? & b64(w)?)),
+        SNorB64 => nz(!(a64(w)? | b64(w)?)),
+        SXnorB64 => nz(!(a64(w)? ^ b64(w)?)),
         SLshlB64 => nz(a64(w)? << shift(w)?),
         SLshrB64 => nz(a64(w)? >> shift(w)?),
         SAshrI64 => nz(((a64(w)? as i64) >> shift(w)?) as u64),
+        // CDNA3 ISA guide, S_BFE_U64 / S_BFE_I64: offset S1[5:0], width S1[22:16].
+        SBfeU64 | SBfeI64 => {
+            let (x, f) = (a64(w)?, w.s32(i, i.src[1])?);
+            let (off, width) = (f & 63, ((f >> 16) & 0x7f).min(64));
+            let r = if width == 0 {
+                0
+            } else {
+                let width = width.min(64 - off);
+                let up = x << (64 - off - width);
+                if i.op == SBfeI64 {
+                    ((up as i64) >> (64 - width)) as u64
+                } else {
+                    up >> (64 - width)
+                }
+            };
+            nz(r)
+        }
         SMovB64 => (a64(w)?, None),
         SNotB64 => nz(!a64(w)?),
         SAndSaveexecB64 | SOrSaveexecB64 => {
@@ -157,6 +194,15 @@ fn exec64(
             } else {
                 s | old
             };
+            let e = w.exec;
+            w.set_s64(i, i.dst, old)?;
+            w.scc = e != 0;
+            return Ok(());
+        }
+        // CDNA3 ISA guide, S_ANDN2_SAVEEXEC_B64: D = EXEC; EXEC = S0 & !EXEC; SCC = EXEC != 0.
+        SAndn2SaveexecB64 => {
+            let (s, old) = (a64(w)?, w.exec);
+            w.exec = s & !old;
             let e = w.exec;
             w.set_s64(i, i.dst, old)?;
             w.scc = e != 0;

@@ -3,7 +3,7 @@
 //! and `v_cvt_pk_bf16_f32`). Float results are IEEE f32 on the host; transcendental ops
 //! (`v_exp_f32`, `v_rcp_f32`) are computed exactly rather than to the hardware's 1 ULP.
 
-use super::wave::{Wave, LANES};
+use super::wave::{Wave, AGPR0, LANES};
 use super::ExecError;
 use crate::decode::{Enc, Instr, Op, NONE};
 use std::array::from_fn;
@@ -113,8 +113,69 @@ fn compare(op: Op, a: u32, b: u32) -> Option<bool> {
         VCmpLeU32 => a <= b,
         VCmpGtU32 => a > b,
         VCmpGeU32 => a >= b,
+        VCmpClassF32 => class_f32(x, b),
         _ => return None,
     })
+}
+
+/// The 64-bit integer compares (sources are register pairs or 64-bit scalars).
+fn compare64(op: Op, a: u64, b: u64) -> Option<bool> {
+    use Op::*;
+    let (x, y) = (a as i64, b as i64);
+    Some(match op {
+        VCmpLtI64 => x < y,
+        VCmpEqI64 | VCmpEqU64 => a == b,
+        VCmpLeI64 => x <= y,
+        VCmpGtI64 => x > y,
+        VCmpNeI64 | VCmpNeU64 => a != b,
+        VCmpGeI64 => x >= y,
+        VCmpLtU64 => a < b,
+        VCmpLeU64 => a <= b,
+        VCmpGtU64 => a > b,
+        VCmpGeU64 => a >= b,
+        _ => return None,
+    })
+}
+
+/// V_CMP_CLASS_F32 (CDNA3 ISA guide): true when `x` falls in a class whose bit is set in `mask`
+/// (0 signalling NaN, 1 quiet NaN, 2 -inf, 3 -normal, 4 -denormal, 5 -0, 6 +0, 7 +denormal,
+/// 8 +normal, 9 +inf).
+fn class_f32(x: f32, mask: u32) -> bool {
+    use std::num::FpCategory::*;
+    let neg = x.is_sign_negative();
+    let class = match x.classify() {
+        Nan if x.to_bits() & 0x0040_0000 == 0 => 0,
+        Nan => 1,
+        Infinite => {
+            if neg {
+                2
+            } else {
+                9
+            }
+        }
+        Normal => {
+            if neg {
+                3
+            } else {
+                8
+            }
+        }
+        Subnormal => {
+            if neg {
+                4
+            } else {
+                7
+            }
+        }
+        Zero => {
+            if neg {
+                5
+            } else {
+                6
+            }
+        }
+    };
+    mask >> class & 1 == 1
 }
 
 /// bf16 of an f32, round to nearest even, NaN kept quiet (CDNA4 ISA guide, V_CVT_PK_BF16_F32).
@@ -168,8 +229,21 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
             w.v32(i, i.src[k])
         }
     };
-    let (a, b, c) = (src(w, 0)?, src(w, 1)?, src(w, 2)?);
     let op = i.op;
+    if compare64(op, 0, 0).is_some() {
+        let (x, y) = (w.v64(i, i.src[0])?, w.v64(i, i.src[1])?);
+        let mut m = 0u64;
+        for l in 0..LANES {
+            if exec >> l & 1 == 1 && compare64(op, x[l], y[l]) == Some(true) {
+                m |= 1 << l;
+            }
+        }
+        return w.set_s64(i, i.dst, m);
+    }
+    if matches!(op, VAccvgprReadB32 | VAccvgprWriteB32 | VAccvgprMovB32) {
+        return acc_move(w, i);
+    }
+    let (a, b, c) = (src(w, 0)?, src(w, 1)?, src(w, 2)?);
     // Compares write a lane mask (0 for inactive lanes) to VCC or an SGPR pair.
     if let Some(_probe) = compare(op, 0, 0) {
         let mut m = 0u64;
@@ -197,6 +271,10 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
             let d = w.v[Wave::vreg(i, i.dst)?];
             from_fn(|l| fout(i, fm(i, 0, a[l]).mul_add(fm(i, 1, b[l]), f(d[l]))))
         }
+        // CDNA3 ISA guide, V_FMAMK_F32 (S0·K + S1) and V_FMAAK_F32 (S0·S1 + K), K the constant
+        // word after the instruction.
+        VFmamkF32 => from_fn(|l| fout(i, f(a[l]).mul_add(f(i.literal), f(b[l])))),
+        VFmaakF32 => from_fn(|l| fout(i, f(a[l]).mul_add(f(b[l]), f(i.literal)))),
         VMovB32 => a,
         VReadfirstlaneB32 => {
             let lane = if exec == 0 {
@@ -218,6 +296,9 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
         VCvtI32F32 => from_fn(|l| fm(i, 0, a[l]) as i32 as u32),
         VExpF32 => from_fn(|l| fout(i, fm(i, 0, a[l]).exp2())),
         VRcpF32 | VRcpIflagF32 => from_fn(|l| fout(i, 1.0 / fm(i, 0, a[l]))),
+        VTruncF32 => from_fn(|l| fout(i, fm(i, 0, a[l]).trunc())),
+        // Correctly rounded (the hardware is within 1 ULP).
+        VSqrtF32 => from_fn(|l| fout(i, fm(i, 0, a[l]).sqrt())),
         VNotB32 => from_fn(|l| !a[l]),
         VBfrevB32 => from_fn(|l| a[l].reverse_bits()),
         VBfeU32 => from_fn(|l| {
@@ -237,6 +318,15 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
                 (((a[l] << (32 - off - width)) as i32) >> (32 - width)) as u32
             }
         }),
+        // CDNA3 ISA guide, V_ALIGNBIT_B32: the low dword of {S0, S1} >> S2[4:0].
+        VAlignbitB32 => from_fn(|l| (((a[l] as u64) << 32 | b[l] as u64) >> (c[l] & 31)) as u32),
+        VLshlrevB64 => {
+            let x = w.v64(i, i.src[1])?;
+            let r: [u64; LANES] = from_fn(|l| x[l] << (a[l] & 63));
+            let d = Wave::vreg(i, i.dst)?;
+            w.write_v64(d, &r);
+            return Ok(());
+        }
         VBfiB32 => from_fn(|l| (a[l] & b[l]) | (!a[l] & c[l])),
         VFmaF32 => from_fn(|l| fout(i, fm(i, 0, a[l]).mul_add(fm(i, 1, b[l]), fm(i, 2, c[l])))),
         VMin3F32 => from_fn(|l| fout(i, fm(i, 0, a[l]).min(fm(i, 1, b[l])).min(fm(i, 2, c[l])))),
@@ -301,6 +391,19 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
         _ => return Err(ExecError::Unimplemented),
     };
     write(w, i, &r)
+}
+
+/// The accumulator moves (CDNA3 ISA guide, V_ACCVGPR_READ_B32 / _WRITE_B32 / _MOV_B32): a VGPR
+/// operand code names an AGPR on the side the decoder's `acc` bits mark (1 source, 4 destination).
+fn acc_move(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
+    let x = if i.acc & 1 != 0 {
+        w.v[Wave::vreg(i, i.src[0])? + AGPR0]
+    } else {
+        w.v32(i, i.src[0])?
+    };
+    let d = Wave::vreg(i, i.dst)? + if i.acc & 4 != 0 { AGPR0 } else { 0 };
+    w.write_v(d, &x);
+    Ok(())
 }
 
 fn write(w: &mut Wave, i: &Instr, r: &Row) -> Result<(), ExecError> {

@@ -81,19 +81,19 @@ pub(super) fn ds(g: &mut Group, wv: usize, i: &Instr) -> Result<(), ExecError> {
                 }
             }
             Effect::VgprWrite {
-                dst: Wave::vreg(i, i.dst)?,
+                dst: Wave::data_reg(i, i.dst)?,
                 exec,
                 value: Box::new(value),
             }
         }
         Op::DsReadB64TrB16 => Effect::LdsLoadTrB16 {
-            dst: Wave::vreg(i, i.dst)?,
+            dst: Wave::data_reg(i, i.dst)?,
             exec,
             addr,
         },
         op if op.is_store() => {
             let bytes = bytes_of(op);
-            let r = Wave::vreg(i, i.src[1])?;
+            let r = Wave::data_reg(i, i.src[1])?;
             Effect::LdsStore {
                 bytes,
                 exec,
@@ -102,7 +102,7 @@ pub(super) fn ds(g: &mut Group, wv: usize, i: &Instr) -> Result<(), ExecError> {
             }
         }
         op => Effect::LdsLoad {
-            dst: Wave::vreg(i, i.dst)?,
+            dst: Wave::data_reg(i, i.dst)?,
             bytes: bytes_of(op),
             exec,
             addr,
@@ -179,7 +179,7 @@ pub(super) fn mubuf(g: &mut Group, wv: usize, i: &Instr) -> Result<(), ExecError
             })),
         }
     } else if i.op.is_store() {
-        let d = Wave::vreg(i, i.dst)?;
+        let d = Wave::data_reg(i, i.dst)?;
         Effect::GlobalStore {
             bytes,
             lanes,
@@ -187,7 +187,7 @@ pub(super) fn mubuf(g: &mut Group, wv: usize, i: &Instr) -> Result<(), ExecError
         }
     } else {
         Effect::GlobalLoad {
-            dst: Wave::vreg(i, i.dst)?,
+            dst: Wave::data_reg(i, i.dst)?,
             bytes,
             lanes,
         }
@@ -215,7 +215,7 @@ pub(super) fn global(g: &mut Group, wv: usize, i: &Instr) -> Result<(), ExecErro
         }
     }));
     let effect = if i.op.is_store() {
-        let d = Wave::vreg(i, i.dst)?;
+        let d = Wave::data_reg(i, i.dst)?;
         Effect::GlobalStore {
             bytes,
             lanes,
@@ -223,7 +223,7 @@ pub(super) fn global(g: &mut Group, wv: usize, i: &Instr) -> Result<(), ExecErro
         }
     } else {
         Effect::GlobalLoad {
-            dst: Wave::vreg(i, i.dst)?,
+            dst: Wave::data_reg(i, i.dst)?,
             bytes,
             lanes,
         }

@@ -153,6 +153,12 @@ impl Wave {
         }
     }
 
+    /// Row of a memory instruction's data register: an AGPR when the encoding's ACC bit is set
+    /// (CDNA3 ISA guide, "Microcode Formats": DS, MUBUF and FLAT carry it), a VGPR otherwise.
+    pub fn data_reg(i: &Instr, code: u16) -> Result<usize, ExecError> {
+        Ok(Self::vreg(i, code)? + if i.acc & 4 != 0 { AGPR0 } else { 0 })
+    }
+
     /// Write `x` into the active lanes of VGPR `r`.
     pub fn write_v(&mut self, r: usize, x: &[u32; LANES]) {
         let exec = self.exec;

@@ -66,7 +66,11 @@ pub fn hip(arch: Arch) -> Dialect {
         launch: |t| format!("KITTENS_LAUNCH_BOUNDS({t}) void"),
         entry: ident,
         shfl_xor: |v, m| format!("kittens::shfl_xor_f32<{m}>({v})"),
-        barrier: "kittens::s_barrier()",
+        // A bare s_barrier orders no memory: the LDS writes before it must have completed (lgkmcnt 0)
+        // and no LDS read may be hoisted above it, as a workgroup release/acquire pair requires
+        // (LLVM AMDGPUUsage, memory model for GFX942: workgroup release fence = s_waitcnt lgkmcnt(0)).
+        barrier:
+            "kittens::s_waitcnt_lgkmcnt<0>(); kittens::s_barrier(); kittens::s_waitcnt_lgkmcnt<0>()",
         vec16: "kittens::u32x4",
         vec8: "kittens::u32x2",
         vec4: "kittens::u32",
