@@ -59,9 +59,17 @@ fn run_on(
     launch: Launch,
     inputs: &[(&str, &[f32])],
 ) -> Result<Vec<f32>, KernelError> {
-    let kernel = def.build(p, Target::Cpu)?;
+    run_kernel(&def.build(p, Target::Cpu)?, &launch, inputs)
+}
+
+/// Runs a built kernel on the interpreter on the caller's (checked) tensors.
+fn run_kernel(
+    kernel: &Kernel,
+    launch: &Launch,
+    inputs: &[(&str, &[f32])],
+) -> Result<Vec<f32>, KernelError> {
     let tensors = inputs.iter().map(|(_, t)| t.to_vec()).collect();
-    Ok(interpret(&kernel, &launch.params, tensors, &launch.outputs)?.0)
+    Ok(interpret(kernel, &launch.params, tensors, &launch.outputs)?.0)
 }
 
 /// `C = A·Bᵀ` through `gemm_bf16` (HipKittens Appendix E.1 tiles, the ping-pong schedule): A is
@@ -192,8 +200,7 @@ pub fn layernorm(
     if launch.output_len() == 0 {
         return Ok(Vec::new());
     }
-    let tensors = inputs.iter().map(|(_, t)| t.to_vec()).collect();
-    Ok(interpret(&kernel, &launch.params, tensors, &launch.outputs)?.0)
+    run_kernel(&kernel, &launch, &inputs)
 }
 
 /// Rotary embedding through `rotary` (`crate::rotary`): `x` of shape `sh` in its layout, tables `cos`
@@ -211,15 +218,13 @@ pub fn rotary(
         interleaved,
         ..Problem::default()
     };
-    let kernel = RotaryProblem.build(&p, Target::Cpu)?;
     let launch = RotaryProblem.launch(&p)?;
     let inputs = [("x", x), ("cos", cos), ("sin", sin)];
     check_lens(&launch, &inputs)?;
     if launch.output_len() == 0 {
         return Ok(Vec::new());
     }
-    let tensors = inputs.iter().map(|(_, t)| t.to_vec()).collect();
-    Ok(interpret(&kernel, &launch.params, tensors, &launch.outputs)?.0)
+    run_on(&RotaryProblem, &p, launch, &inputs)
 }
 
 /// The gradients of [`attention`] through `attn_bwd`: from Q, K, V, the forward's O and log-sum-exp

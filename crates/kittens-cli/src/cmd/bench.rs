@@ -146,6 +146,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         None => print_table(&report),
     }
     // Every row ran (or said why not) before this: one bad shape costs its row, not the run.
+    failed_rows(&report, "GEMM")
+}
+
+/// An error listing the rows (timed and check-only) that failed their check, if any: the exit status
+/// of both GEMM benchmarks.
+pub(crate) fn failed_rows(report: &GemmBenchReport, what: &str) -> anyhow::Result<()> {
     let bad: Vec<String> = report
         .rows
         .iter()
@@ -155,7 +161,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .collect();
     if !bad.is_empty() {
         bail!(
-            "{} of {} GEMM rows failed:\n  {}",
+            "{} of {} {what} rows failed:\n  {}",
             bad.len(),
             report.rows.len() + report.checks.len(),
             bad.join("\n  ")

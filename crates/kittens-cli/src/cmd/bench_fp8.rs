@@ -63,23 +63,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         }
         None => print(&report),
     }
-    let g = &report.gemm;
-    let bad: Vec<String> = g
-        .rows
-        .iter()
-        .chain(&g.checks)
-        .filter(|r| !r.passed)
-        .map(|r| format!("{}x{}x{}: {}", r.m, r.n, r.k, r.verdict()))
-        .collect();
-    if !bad.is_empty() {
-        bail!(
-            "{} of {} FP8 GEMM rows failed:\n  {}",
-            bad.len(),
-            g.rows.len() + g.checks.len(),
-            bad.join("\n  ")
-        );
-    }
-    Ok(())
+    super::bench::failed_rows(&report.gemm, "FP8 GEMM")
 }
 
 fn print(r: &Fp8BenchReport) {

@@ -17,7 +17,18 @@ pub fn bf16_to_f32(h: u16) -> f32 {
 
 /// Uniform bf16 values in [-1, 1) from a xorshift64* stream, filled on all cores.
 pub fn random_bf16(len: usize, seed: u64) -> Vec<u16> {
-    let mut out = vec![0u16; len];
+    random_fill(len, seed, |u| f32_to_bf16(2.0 * u - 1.0))
+}
+
+/// `len` values `encode(u)` of uniform `u` in [0, 1) from a xorshift64* stream per chunk (seeded from
+/// `seed` and the chunk's index, so the values do not depend on timing), filled on all cores: the
+/// benchmarks' inputs are gigabytes.
+pub(crate) fn random_fill<T: Copy + Default + Send>(
+    len: usize,
+    seed: u64,
+    encode: impl Fn(f32) -> T + Copy + Send,
+) -> Vec<T> {
+    let mut out = vec![T::default(); len];
     let threads = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -31,8 +42,7 @@ pub fn random_bf16(len: usize, seed: u64) -> Vec<u16> {
                     x ^= x << 25;
                     x ^= x >> 27;
                     let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
-                    let u = (r >> 40) as f32 / (1u64 << 24) as f32; // [0, 1)
-                    *v = f32_to_bf16(2.0 * u - 1.0);
+                    *v = encode((r >> 40) as f32 / (1u64 << 24) as f32); // [0, 1)
                 }
             });
         }

@@ -85,27 +85,9 @@ pub struct Fp8BenchReport {
 /// e4m3 (OCP) bytes of uniform values in [-2, 2), rounded to nearest even, from a xorshift64* stream
 /// on all cores.
 pub fn random_e4m3(len: usize, seed: u64) -> Vec<u8> {
-    let mut out = vec![0u8; len];
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    let chunk = len.div_ceil(threads).max(1);
-    std::thread::scope(|s| {
-        for (i, part) in out.chunks_mut(chunk).enumerate() {
-            s.spawn(move || {
-                let mut x = seed ^ (0x9E37_79B9_7F4A_7C15u64.wrapping_mul(i as u64 + 1)) | 1;
-                for v in part {
-                    x ^= x >> 12;
-                    x ^= x << 25;
-                    x ^= x >> 27;
-                    let r = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
-                    let u = (r >> 40) as f32 / (1u64 << 24) as f32;
-                    *v = to_bits(4.0 * u - 2.0, DType::Fp8E4m3, Rounding::Rtne) as u8;
-                }
-            });
-        }
-    });
-    out
+    super::bench_check::random_fill(len, seed, |u| {
+        to_bits(4.0 * u - 2.0, DType::Fp8E4m3, Rounding::Rtne) as u8
+    })
 }
 
 /// The value of every e4m3 byte.
