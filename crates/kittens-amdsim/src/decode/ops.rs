@@ -212,6 +212,12 @@ table! {
     Vop2 0x15 VXorB32 "v_xor_b32" [1, 1, 1, 0] Both;
     Vop2 0x17 VFmamkF32 "v_fmamk_f32" [1, 1, 1, 0] Both;
     Vop2 0x18 VFmaakF32 "v_fmaak_f32" [1, 1, 1, 0] Both;
+    Vop2 0x19 VAddCoU32 "v_add_co_u32" [1, 1, 1, 0] Both;
+    Vop2 0x1a VSubCoU32 "v_sub_co_u32" [1, 1, 1, 0] Both;
+    Vop2 0x1b VSubrevCoU32 "v_subrev_co_u32" [1, 1, 1, 0] Both;
+    Vop2 0x1c VAddcCoU32 "v_addc_co_u32" [1, 1, 1, 2] Both;
+    Vop2 0x1d VSubbCoU32 "v_subb_co_u32" [1, 1, 1, 2] Both;
+    Vop2 0x1e VSubbrevCoU32 "v_subbrev_co_u32" [1, 1, 1, 2] Both;
     Vop2 0x34 VAddU32 "v_add_u32" [1, 1, 1, 0] Both;
     Vop2 0x35 VSubU32 "v_sub_u32" [1, 1, 1, 0] Both;
     Vop2 0x36 VSubrevU32 "v_subrev_u32" [1, 1, 1, 0] Both;
@@ -351,6 +357,25 @@ impl Op {
                 self,
                 Op::VReadfirstlaneB32 | Op::VAccvgprMovB32 | Op::VFmamkF32 | Op::VFmaakF32
             )
+    }
+
+    /// The integer adds and subtracts with a carry (or borrow) out, and those with a carry in too
+    /// (CDNA3 ISA guide, V_ADD_CO_U32 ... V_SUBBREV_CO_U32): VCC in their VOP2 form, an SGPR pair
+    /// (VOP3b) in their VOP3 form.
+    pub fn has_carry_out(self) -> bool {
+        matches!(
+            self,
+            Op::VAddCoU32
+                | Op::VSubCoU32
+                | Op::VSubrevCoU32
+                | Op::VAddcCoU32
+                | Op::VSubbCoU32
+                | Op::VSubbrevCoU32
+        )
+    }
+
+    pub fn has_carry_in(self) -> bool {
+        matches!(self, Op::VAddcCoU32 | Op::VSubbCoU32 | Op::VSubbrevCoU32)
     }
 
     /// VOP2 operations whose 32-bit constant K always follows the instruction word (CDNA3 ISA

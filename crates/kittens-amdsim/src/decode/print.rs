@@ -151,6 +151,10 @@ pub(super) fn text(i: &Instr) -> String {
                 "{name}{suffix} {}",
                 operand(i.dst, wd, i.literal, i.acc & 4 != 0)
             );
+            if i.sdst != NONE {
+                // The carry-out of V_ADD_CO_U32 and its kind, VCC in this form.
+                let _ = write!(t, ", {}", operand(i.sdst, 2, 0, false));
+            }
             let mut srcs: Vec<String> = (0..3)
                 .filter(|&k| i.src[k] != NONE)
                 .map(|k| {

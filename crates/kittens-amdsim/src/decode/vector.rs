@@ -46,8 +46,11 @@ pub(super) fn decode_vop(w: &Words, w0: u32, offset: u32, arch: Arch) -> Result<
         _ => {
             i.dst = VGPR0 + vdst;
             i.src[1] = vsrc1;
-            if op == Op::VCndmaskB32 {
+            if op == Op::VCndmaskB32 || op.has_carry_in() {
                 i.src[2] = VCC_LO;
+            }
+            if op.has_carry_out() {
+                i.sdst = VCC_LO;
             }
         }
     }
@@ -85,7 +88,7 @@ pub(super) fn decode_vop(w: &Words, w0: u32, offset: u32, arch: Arch) -> Result<
 
 /// Operations whose VOP3 form is VOP3b: bits 14:8 name an SGPR destination instead of ABS/op_sel.
 fn is_vop3b(op: Op) -> bool {
-    matches!(op, Op::VDivScaleF32 | Op::VMadU64U32 | Op::VMadI64I32)
+    matches!(op, Op::VDivScaleF32 | Op::VMadU64U32 | Op::VMadI64I32) || op.has_carry_out()
 }
 
 /// VOP3 and VOP3P (bits 31:26 = 110100).

@@ -91,6 +91,11 @@ pub struct Options {
     pub max_burst: u32,
     /// Most instructions the whole dispatch may issue.
     pub max_instructions: u64,
+    /// Write [`pending::POISON`] into a load's destination registers when it issues, so that an
+    /// instruction reading them before the load lands (a wait missing, too weak, or one the
+    /// compiler moved the read above) reads garbage under every landing order, not only under
+    /// the orders in which the load happens to land late.
+    pub poison_in_flight: bool,
 }
 
 impl Default for Options {
@@ -102,6 +107,7 @@ impl Default for Options {
             smem_latency: (2, 200),
             max_burst: 12,
             max_instructions: 4_000_000_000,
+            poison_in_flight: true,
         }
     }
 }
@@ -352,6 +358,9 @@ impl Group<'_, '_, '_> {
             Counter::Lds => self.opts.lds_latency,
             Counter::Smem => self.opts.smem_latency,
         };
+        if self.opts.poison_in_flight {
+            pending::poison(&effect, &mut self.waves[w]);
+        }
         let mut due = self.clock + self.rng.gen_range(lo..=hi.max(lo));
         let q = &mut self.queues[w];
         // In-order counters: an operation never lands before one issued earlier on the same counter.

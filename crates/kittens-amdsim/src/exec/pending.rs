@@ -103,6 +103,39 @@ fn lane_bytes(data: &[[u32; LANES]], lane: usize, bytes: u32) -> Vec<u8> {
     out
 }
 
+/// What a destination register holds while a load into it is in flight, when the run poisons them
+/// ([`super::Options::poison_in_flight`]): a quiet NaN as an f32 and as both of its bf16 halves, and
+/// no address inside any buffer, so a read before the load lands shows in the result (or faults)
+/// whatever the landing order.
+pub const POISON: u32 = 0xffc0_ffc0;
+
+/// Poison the registers `effect` will write when it lands, in the lanes it writes.
+pub fn poison(effect: &Effect, w: &mut Wave) {
+    let mut rows = |dst: usize, dwords: usize, lane_on: &dyn Fn(usize) -> bool| {
+        for r in dst..(dst + dwords).min(w.v.len()) {
+            for l in (0..LANES).filter(|&l| lane_on(l)) {
+                w.v[r][l] = POISON;
+            }
+        }
+    };
+    match effect {
+        Effect::GlobalLoad { dst, bytes, lanes } => {
+            rows(*dst, bytes.div_ceil(4) as usize, &|l| lanes[l] != Lane::Off)
+        }
+        Effect::LdsLoad {
+            dst, bytes, exec, ..
+        } => rows(*dst, bytes.div_ceil(4) as usize, &|l| exec >> l & 1 == 1),
+        Effect::LdsLoadTrB16 { dst, exec, .. } => rows(*dst, 2, &|l| exec >> l & 1 == 1),
+        Effect::VgprWrite { dst, exec, .. } => rows(*dst, 1, &|l| exec >> l & 1 == 1),
+        Effect::SmemLoad { dst, dwords, .. } => {
+            for r in (*dst as usize..*dst as usize + *dwords as usize).filter(|&r| r < 102) {
+                w.sgpr[r] = POISON;
+            }
+        }
+        Effect::GlobalStore { .. } | Effect::GlobalToLds { .. } | Effect::LdsStore { .. } => {}
+    }
+}
+
 /// Apply one landed operation.
 pub fn land(p: Pending, w: &mut Wave, mem: &mut Memory, lds: &mut Lds) -> Result<(), ExecError> {
     let at = |e: ExecError| ExecError::Landing {

@@ -243,6 +243,9 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
     if matches!(op, VAccvgprReadB32 | VAccvgprWriteB32 | VAccvgprMovB32) {
         return acc_move(w, i);
     }
+    if op.has_carry_out() {
+        return carry(w, i);
+    }
     let (a, b, c) = (src(w, 0)?, src(w, 1)?, src(w, 2)?);
     // Compares write a lane mask (0 for inactive lanes) to VCC or an SGPR pair.
     if let Some(_probe) = compare(op, 0, 0) {
@@ -391,6 +394,39 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
         _ => return Err(ExecError::Unimplemented),
     };
     write(w, i, &r)
+}
+
+/// The 32-bit adds and subtracts with a carry out to VCC or an SGPR pair, and a carry in from one
+/// (CDNA3 ISA guide, V_ADD_CO_U32 ... V_SUBBREV_CO_U32): bit l of the mask is lane l's carry (a
+/// borrow for the subtracts), 0 for inactive lanes.
+fn carry(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
+    use Op::*;
+    let (a, b) = (w.v32(i, i.src[0])?, w.v32(i, i.src[1])?);
+    let cin = if i.op.has_carry_in() {
+        w.s64(i, i.src[2])?
+    } else {
+        0
+    };
+    let exec = w.exec;
+    let mut mask = 0u64;
+    let r: Row = from_fn(|l| {
+        let c = (cin >> l & 1) as u64;
+        let (x, y) = (a[l] as u64, b[l] as u64);
+        let (v, out) = match i.op {
+            VAddCoU32 | VAddcCoU32 => {
+                let s = x + y + c;
+                (s as u32, s >> 32 != 0)
+            }
+            VSubCoU32 | VSubbCoU32 => (x.wrapping_sub(y + c) as u32, y + c > x),
+            _ => (y.wrapping_sub(x + c) as u32, x + c > y),
+        };
+        if out && exec >> l & 1 == 1 {
+            mask |= 1 << l;
+        }
+        v
+    });
+    write(w, i, &r)?;
+    w.set_s64(i, i.sdst, mask)
 }
 
 /// The accumulator moves (CDNA3 ISA guide, V_ACCVGPR_READ_B32 / _WRITE_B32 / _MOV_B32): a VGPR

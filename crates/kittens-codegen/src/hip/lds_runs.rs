@@ -97,7 +97,12 @@ impl Emitter<'_> {
                 Ok(())
             })
         })?;
-        self.lds_issued.push(gr * gc * runs as u32);
+        let dests = if store || (self.compiler_scheduled() && bits == "b128") {
+            vec![]
+        } else {
+            super::ops::base_tiles(&name, gr, gc)
+        };
+        self.lds_op(gr * gc * runs as u32, dests);
         Ok(())
     }
 }

@@ -65,7 +65,7 @@ pub fn lower(k: &Kernel, arch: Arch) -> Result<Lowered, LowerError> {
     }));
     Ok(Lowered {
         target: Target::from(arch),
-        source: super::translation_unit(&e.out),
+        source: super::translation_unit(&e.lds_ties.resolve(&e.out)),
         entry: ident(&k.name),
         threads: 64 * k.waves,
         shared_bytes: shared,
@@ -91,6 +91,10 @@ pub(super) struct Emitter<'k> {
     pub scratch_per_wave: u32,
     pub async_issued: Vec<u32>,
     pub lds_issued: Vec<u32>,
+    /// The registers asm LDS reads fill, to tie to the waits that retire them ([`super::landed`]).
+    pub lds_ties: super::landed::LdsTies,
+    /// How many `if`s the current statement is under (a wait there does not retire for later code).
+    pub if_depth: usize,
     /// Synchronous global loads go through the compiler, whose own loads share `vmcnt`: async waits
     /// then drain fully instead of counting.
     pub has_global_loads: bool,
@@ -135,6 +139,8 @@ impl<'k> Emitter<'k> {
             scratch_per_wave,
             async_issued: vec![],
             lds_issued: vec![],
+            lds_ties: Default::default(),
+            if_depth: 0,
             has_global_loads,
             compiler_scheduled,
         })
@@ -334,14 +340,19 @@ impl<'k> Emitter<'k> {
                     self.ex(start),
                     self.ex(end)
                 );
-                self.block(head, |e| e.stmts(body))
+                self.lds_ties.open_loop();
+                self.block(head, |e| e.stmts(body))?;
+                self.lds_ties.close_loop();
+                Ok(())
             }
             Stmt::If { cond: c, then, els } => {
                 let c = cond(self.k, c);
+                self.if_depth += 1;
                 self.block(format!("if {c}"), |e| e.stmts(then))?;
                 if !els.is_empty() {
                     self.block("else", |e| e.stmts(els))?;
                 }
+                self.if_depth -= 1;
                 Ok(())
             }
             Stmt::Cluster { kind, label, body } => {

@@ -12,6 +12,7 @@
 use kittens_hw::Arch;
 
 mod global;
+mod landed;
 pub mod layout;
 mod lds_addr;
 mod lds_runs;

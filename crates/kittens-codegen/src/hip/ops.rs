@@ -149,6 +149,12 @@ impl Emitter<'_> {
     }
 
     /// True when the kernel's MFMAs are compiler-scheduled builtins (`Emitter::compiler_scheduled`).
+    /// An LDS op of `instrs` instructions issued; `dests`: the registers its asm reads fill.
+    pub(super) fn lds_op(&mut self, instrs: u32, dests: Vec<String>) {
+        self.lds_issued.push(instrs);
+        self.lds_ties.issued(dests);
+    }
+
     pub(super) fn compiler_scheduled(&self) -> bool {
         self.compiler_scheduled
     }
@@ -290,7 +296,12 @@ impl Emitter<'_> {
                 })
             })?;
         }
-        self.lds_issued.push(gr * gc);
+        let dests = if store || (self.compiler_scheduled() && bytes == 16) {
+            vec![]
+        } else {
+            base_tiles(&name, gr, gc)
+        };
+        self.lds_op(gr * gc, dests);
         Ok(())
     }
 
@@ -530,11 +541,20 @@ impl Emitter<'_> {
                 self.line(format!("s_waitcnt_vmcnt<{n}>();"));
             }
             (WaitQueue::Shared, c) => {
-                let n = match c {
-                    WaitCount::Outstanding(n) => recent(&self.lds_issued, n).min(MAX_LGKMCNT),
-                    WaitCount::Auto => 0,
+                let (n, ops) = match c {
+                    WaitCount::Outstanding(n) => {
+                        (recent(&self.lds_issued, n).min(MAX_LGKMCNT), n as usize)
+                    }
+                    WaitCount::Auto => (0, 0),
                 };
                 self.line(format!("s_waitcnt_lgkmcnt<{n}>();"));
+                let (now, marker) = self.lds_ties.wait(ops, self.if_depth > 0);
+                for tie in super::landed::tie_lines(&now) {
+                    self.line(tie);
+                }
+                if let Some(m) = marker {
+                    self.line(super::landed::marker(m));
+                }
             }
         }
         if self.compiler_scheduled() {
@@ -543,6 +563,13 @@ impl Emitter<'_> {
             self.line("sched_barrier<SCHED_NONE>();");
         }
     }
+}
+
+/// Every base tile of register tile `name` (`gr` × `gc` of them) as a C lvalue.
+pub(super) fn base_tiles(name: &str, gr: u32, gc: u32) -> Vec<String> {
+    (0..gr)
+        .flat_map(|i| (0..gc).map(move |j| format!("{name}[{i}][{j}]")))
+        .collect()
 }
 
 /// The MFMAs the prelude has a compiler-scheduled (`_sched`, builtin) form of.

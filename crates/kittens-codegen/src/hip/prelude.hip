@@ -262,6 +262,12 @@ template <int OFF = 0> KITTENS_DEV void buffer_store_dword(i32x4 rsrc, u32 voffs
 // leaving N operations in flight (MI300X-attn §2.2, HipKittens D.5).
 template <int N> KITTENS_DEV void s_waitcnt_vmcnt() { asm volatile("s_waitcnt vmcnt(%0)" : : "n"(N) : "memory"); }
 template <int N> KITTENS_DEV void s_waitcnt_lgkmcnt() { asm volatile("s_waitcnt lgkmcnt(%0)" : : "n"(N) : "memory"); }
+// A wait orders memory, not the arithmetic on registers an asm load filled: the compiler may move a
+// use of such a register above the wait. The lowering follows each wait with regs_landed(...) of the
+// registers it retires: an empty volatile asm (kept after the wait) that reads and rewrites each
+// ("+v"), so every later use reads its output.
+template <class T> KITTENS_DEV void reg_landed(T& r) { asm volatile("" : "+v"(r)); }
+template <class... T> KITTENS_DEV void regs_landed(T&... r) { (reg_landed(r), ...); }
 KITTENS_DEV void s_barrier() { __builtin_amdgcn_s_barrier(); }
 template <int P> KITTENS_DEV void s_setprio() { __builtin_amdgcn_s_setprio(P); }
 // Instruction-class masks of llvm.amdgcn.sched.barrier / sched.group.barrier (IntrinsicsAMDGPU.td;

@@ -166,6 +166,7 @@ template <int OFF = 0> inline void ds_write_b64(u32 a, u32x2 v) { memcpy(lds_ptr
 
 template <int N> inline void s_waitcnt_vmcnt() {}
 template <int N> inline void s_waitcnt_lgkmcnt() {}
+template <class... T> inline void regs_landed(T&...) {}
 inline void s_barrier() { emu_block_barrier->arrive_and_wait(); }
 template <int P> inline void s_setprio() {}
 enum : int { SCHED_NONE = 0, SCHED_VALU = 2, SCHED_MFMA = 8, SCHED_DS_READ = 0x100 };
