@@ -79,23 +79,16 @@ impl LdsTies {
     }
 
     /// A wait leaving the `outstanding` most recent LDS ops in flight: the registers to tie now, and,
-    /// inside a loop, the marker id for the back-edge ties. `conditional`: the wait sits under a
-    /// branch, so later waits must tie its registers again.
-    pub fn wait(
-        &mut self,
-        outstanding: usize,
-        conditional: bool,
-    ) -> (BTreeSet<String>, Option<usize>) {
+    /// inside a loop, the marker id for the back-edge ties.
+    pub fn wait(&mut self, outstanding: usize) -> (BTreeSet<String>, Option<usize>) {
         let upto = self.dests.len().saturating_sub(outstanding);
         let retired: Vec<usize> = self.untied.range(..upto).copied().collect();
         let now: BTreeSet<String> = retired
             .iter()
             .flat_map(|&k| self.dests[k].iter().cloned())
             .collect();
-        if !conditional {
-            for k in retired {
-                self.untied.remove(&k);
-            }
+        for k in retired {
+            self.untied.remove(&k);
         }
         let marker = (!self.loops.is_empty()).then(|| {
             let id = self.extra.len();
@@ -110,6 +103,21 @@ impl LdsTies {
             id
         });
         (now, marker)
+    }
+
+    /// The ops that may be in flight here, to start a branch from.
+    pub fn snapshot(&self) -> BTreeSet<usize> {
+        self.untied.clone()
+    }
+
+    /// Start the next branch of a conditional from `entry`; returns where the previous one ended.
+    pub fn next_branch(&mut self, entry: BTreeSet<usize>) -> BTreeSet<usize> {
+        std::mem::replace(&mut self.untied, entry)
+    }
+
+    /// After a conditional: an op may be in flight if it may be at the end of any branch.
+    pub fn join(&mut self, other: BTreeSet<usize>) {
+        self.untied.extend(other);
     }
 
     pub fn open_loop(&mut self) {

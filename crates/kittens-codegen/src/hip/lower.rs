@@ -93,8 +93,6 @@ pub(super) struct Emitter<'k> {
     pub lds_issued: Vec<u32>,
     /// The registers asm LDS reads fill, to tie to the waits that retire them ([`super::landed`]).
     pub lds_ties: super::landed::LdsTies,
-    /// How many `if`s the current statement is under (a wait there does not retire for later code).
-    pub if_depth: usize,
     /// Synchronous global loads go through the compiler, whose own loads share `vmcnt`: async waits
     /// then drain fully instead of counting.
     pub has_global_loads: bool,
@@ -140,7 +138,6 @@ impl<'k> Emitter<'k> {
             async_issued: vec![],
             lds_issued: vec![],
             lds_ties: Default::default(),
-            if_depth: 0,
             has_global_loads,
             compiler_scheduled,
         })
@@ -347,12 +344,14 @@ impl<'k> Emitter<'k> {
             }
             Stmt::If { cond: c, then, els } => {
                 let c = cond(self.k, c);
-                self.if_depth += 1;
+                // A wait in one branch retires nothing on the other path.
+                let entry = self.lds_ties.snapshot();
                 self.block(format!("if {c}"), |e| e.stmts(then))?;
+                let after_then = self.lds_ties.next_branch(entry);
                 if !els.is_empty() {
                     self.block("else", |e| e.stmts(els))?;
                 }
-                self.if_depth -= 1;
+                self.lds_ties.join(after_then);
                 Ok(())
             }
             Stmt::Cluster { kind, label, body } => {

@@ -548,7 +548,7 @@ impl Emitter<'_> {
                     WaitCount::Auto => (0, 0),
                 };
                 self.line(format!("s_waitcnt_lgkmcnt<{n}>();"));
-                let (now, marker) = self.lds_ties.wait(ops, self.if_depth > 0);
+                let (now, marker) = self.lds_ties.wait(ops);
                 for tie in super::landed::tie_lines(&now) {
                     self.line(tie);
                 }
