@@ -357,6 +357,18 @@ fn print_text(r: &RunReport) {
                 worst.map_or("-".to_string(), |w| format!("{w}-way"))
             );
         }
+        if let Some(differ) = d["banks"]["differ"].as_array() {
+            println!(
+                "banks    measured vs the static model of `check --banks`: {} difference(s)",
+                differ.len()
+            );
+            for x in differ {
+                let at = x["offset"].as_u64().map_or(String::new(), |o| {
+                    format!("{o:#x} {}: ", x["text"].as_str().unwrap_or(""))
+                });
+                println!("         {at}{}", x["why"].as_str().unwrap_or(""));
+            }
+        }
     }
     println!("passed   {}", r.passed);
     println!(

@@ -128,6 +128,7 @@ impl Backend for IsaEmu {
                 "sgprs": built.co.sgpr_count,
                 "lds_bytes": built.co.group_segment_size,
             },
+            "banks": super::isa_banks::compare(kernel, self.arch, &stats),
             "stats": stats,
         });
         Ok(Execution {

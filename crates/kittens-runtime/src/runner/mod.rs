@@ -22,6 +22,7 @@
 pub mod cpu;
 pub mod hip_emu;
 pub mod hip_gpu;
+mod isa_banks;
 pub mod isa_emu;
 
 pub use cpu::Interpreter;
