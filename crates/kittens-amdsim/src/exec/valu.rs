@@ -410,7 +410,7 @@ fn carry(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
     let exec = w.exec;
     let mut mask = 0u64;
     let r: Row = from_fn(|l| {
-        let c = (cin >> l & 1) as u64;
+        let c = cin >> l & 1;
         let (x, y) = (a[l] as u64, b[l] as u64);
         let (v, out) = match i.op {
             VAddCoU32 | VAddcCoU32 => {

@@ -79,6 +79,11 @@ pub struct Args {
     /// With no value: print one JSON document on stdout. With a file: also write it there.
     #[arg(long, num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
+    /// gemm_bf16 on an AMD GPU: gfx942 or gfx950, against hipBLASLt (or rocBLAS) opened at run time
+    /// (`--sizes`, `--shapes`, `--iters`, `--warmup` apply). Without ROCm it says so and checks the
+    /// same code object on the ISA emulator instead.
+    #[arg(long)]
+    pub target: Option<Target>,
 }
 
 /// `--b-layout`.
@@ -98,6 +103,11 @@ pub enum TimingArg {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    match a.target {
+        Some(t) if t.arch().is_some_and(|x| x.is_amd()) => return super::bench_amd::run(&a, t),
+        Some(Target::Sm90a) | None => {}
+        Some(t) => bail!("--target {t}: the benchmarks run on sm_90a (default), gfx942 or gfx950"),
+    }
     // The registry says whether the kernel lowers to the GPU the benchmark runs on.
     let target = Target::Sm90a;
     let lowered = super::compile::lowered(a.kernel, target);

@@ -13,8 +13,8 @@ use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
 #[derive(Debug, thiserror::Error)]
 pub enum HipError {
     #[error(
-        "no ROCm on this machine: libamdhip64 was not found (looked at: {looked}); install ROCm \
-         or set KITTENS_HIP_LIB to the library's path"
+        "no ROCm runtime found (libamdhip64.so): looked at {looked}; install ROCm or set \
+         KITTENS_HIP_LIB to the library's path"
     )]
     NoRocm { looked: String },
     #[error("{lib} lacks the HIP function `{name}`")]
@@ -61,6 +61,12 @@ struct Api {
     ) -> Status,
     synchronize: unsafe extern "C" fn() -> Status,
     error_string: unsafe extern "C" fn(Status) -> *const c_char,
+    memset: unsafe extern "C" fn(Ptr, c_int, usize) -> Status,
+    event_create: unsafe extern "C" fn(*mut Ptr) -> Status,
+    event_destroy: unsafe extern "C" fn(Ptr) -> Status,
+    event_record: unsafe extern "C" fn(Ptr, Ptr) -> Status,
+    event_synchronize: unsafe extern "C" fn(Ptr) -> Status,
+    event_elapsed: unsafe extern "C" fn(*mut f32, Ptr, Ptr) -> Status,
 }
 
 /// A loaded HIP runtime with one visible device (device 0).
@@ -127,6 +133,12 @@ impl HipRuntime {
             launch: sym!("hipModuleLaunchKernel"),
             synchronize: sym!("hipDeviceSynchronize"),
             error_string: sym!("hipGetErrorString"),
+            memset: sym!("hipMemset"),
+            event_create: sym!("hipEventCreate"),
+            event_destroy: sym!("hipEventDestroy"),
+            event_record: sym!("hipEventRecord"),
+            event_synchronize: sym!("hipEventSynchronize"),
+            event_elapsed: sym!("hipEventElapsedTime"),
         };
         let rt = HipRuntime {
             api,
@@ -185,52 +197,142 @@ impl HipRuntime {
         grid: u32,
         block: u32,
     ) -> Result<(), HipError> {
+        let module = self.load_module(code_object, name)?;
+        module.launch(kernarg, kernarg_size, grid, block)?;
+        self.synchronize()
+    }
+
+    /// Load a code object and find its kernel `name`; unloaded on drop.
+    pub fn load_module(&self, code_object: &[u8], name: &str) -> Result<Module<'_>, HipError> {
+        let mut module: Ptr = std::ptr::null_mut();
+        self.check("hipModuleLoadData", unsafe {
+            (self.api.module_load_data)(&mut module, code_object.as_ptr().cast())
+        })?;
+        // From here on the module unloads on drop, also when the kernel is not found.
+        let mut m = Module {
+            rt: self,
+            module,
+            function: std::ptr::null_mut(),
+        };
+        let cname =
+            CString::new(name).map_err(|_| HipError::Bad(format!("kernel name {name:?}")))?;
+        self.check("hipModuleGetFunction", unsafe {
+            (self.api.module_get_function)(&mut m.function, module, cname.as_ptr())
+        })?;
+        Ok(m)
+    }
+
+    /// Wait for everything queued on the device.
+    pub fn synchronize(&self) -> Result<(), HipError> {
+        self.check("hipDeviceSynchronize", unsafe { (self.api.synchronize)() })
+    }
+
+    /// A new device allocation of `len` bytes, zeroed.
+    pub fn zeroed(&self, len: usize) -> Result<DeviceBuffer<'_>, HipError> {
+        let mut p: Ptr = std::ptr::null_mut();
+        self.check("hipMalloc", unsafe {
+            (self.api.malloc)(&mut p, len.max(1))
+        })?;
+        let b = DeviceBuffer {
+            rt: self,
+            ptr: p,
+            len,
+        };
+        self.check("hipMemset", unsafe { (self.api.memset)(p, 0, len.max(1)) })?;
+        Ok(b)
+    }
+
+    /// Milliseconds between two points of the default stream around `work` (hipEventRecord before
+    /// and after it, hipEventElapsedTime between them once the second has completed).
+    pub fn time_ms<E: From<HipError>>(
+        &self,
+        work: impl FnOnce() -> Result<(), E>,
+    ) -> Result<f32, E> {
+        let (start, stop) = (self.event()?, self.event()?);
+        self.check("hipEventRecord", unsafe {
+            (self.api.event_record)(start.0, std::ptr::null_mut())
+        })?;
+        work()?;
+        self.check("hipEventRecord", unsafe {
+            (self.api.event_record)(stop.0, std::ptr::null_mut())
+        })?;
+        self.check("hipEventSynchronize", unsafe {
+            (self.api.event_synchronize)(stop.0)
+        })?;
+        let mut ms = 0f32;
+        self.check("hipEventElapsedTime", unsafe {
+            (self.api.event_elapsed)(&mut ms, start.0, stop.0)
+        })?;
+        Ok(ms)
+    }
+
+    fn event(&self) -> Result<Event<'_>, HipError> {
+        let mut e: Ptr = std::ptr::null_mut();
+        self.check("hipEventCreate", unsafe { (self.api.event_create)(&mut e) })?;
+        Ok(Event(e, self))
+    }
+}
+
+struct Event<'r>(Ptr, &'r HipRuntime);
+
+impl Drop for Event<'_> {
+    fn drop(&mut self) {
+        unsafe { (self.1.api.event_destroy)(self.0) };
+    }
+}
+
+/// A loaded code object and its kernel.
+pub struct Module<'r> {
+    rt: &'r HipRuntime,
+    module: Ptr,
+    function: Ptr,
+}
+
+impl Module<'_> {
+    /// Queue one launch on the default stream (no wait): `grid` workgroups of `block` work-items,
+    /// the kernel arguments as one buffer (`HIP_LAUNCH_PARAM_BUFFER_POINTER`).
+    pub fn launch(
+        &self,
+        kernarg: &[u8],
+        kernarg_size: usize,
+        grid: u32,
+        block: u32,
+    ) -> Result<(), HipError> {
         if kernarg.len() < kernarg_size {
             return Err(HipError::Bad(format!(
                 "kernarg buffer of {} bytes for a {kernarg_size}-byte segment",
                 kernarg.len()
             )));
         }
-        let mut module: Ptr = std::ptr::null_mut();
-        self.check("hipModuleLoadData", unsafe {
-            (self.api.module_load_data)(&mut module, code_object.as_ptr().cast())
-        })?;
-        let result = (|| {
-            let cname =
-                CString::new(name).map_err(|_| HipError::Bad(format!("kernel name {name:?}")))?;
-            let mut f: Ptr = std::ptr::null_mut();
-            self.check("hipModuleGetFunction", unsafe {
-                (self.api.module_get_function)(&mut f, module, cname.as_ptr())
-            })?;
-            let mut size = kernarg_size;
-            let mut extra: [Ptr; 5] = [
-                BUFFER_POINTER as Ptr,
-                kernarg.as_ptr() as Ptr,
-                BUFFER_SIZE as Ptr,
-                (&mut size as *mut usize).cast(),
-                END as Ptr,
-            ];
-            self.check("hipModuleLaunchKernel", unsafe {
-                (self.api.launch)(
-                    f,
-                    grid,
-                    1,
-                    1,
-                    block,
-                    1,
-                    1,
-                    0,
-                    std::ptr::null_mut(),
-                    std::ptr::null_mut(),
-                    extra.as_mut_ptr(),
-                )
-            })?;
-            self.check("hipDeviceSynchronize", unsafe { (self.api.synchronize)() })
-        })();
-        let unload = self.check("hipModuleUnload", unsafe {
-            (self.api.module_unload)(module)
-        });
-        result.and(unload)
+        let mut size = kernarg_size;
+        let mut extra: [Ptr; 5] = [
+            BUFFER_POINTER as Ptr,
+            kernarg.as_ptr() as Ptr,
+            BUFFER_SIZE as Ptr,
+            (&mut size as *mut usize).cast(),
+            END as Ptr,
+        ];
+        self.rt.check("hipModuleLaunchKernel", unsafe {
+            (self.rt.api.launch)(
+                self.function,
+                grid,
+                1,
+                1,
+                block,
+                1,
+                1,
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                extra.as_mut_ptr(),
+            )
+        })
+    }
+}
+
+impl Drop for Module<'_> {
+    fn drop(&mut self) {
+        unsafe { (self.rt.api.module_unload)(self.module) };
     }
 }
 

@@ -12,6 +12,8 @@
 //! No AMD GPU exists for this project: everything here is what the compiler says, never a speed.
 
 pub mod analysis;
+pub mod bench;
+pub mod blas;
 pub mod emulate;
 pub mod hip;
 pub mod toolchain;

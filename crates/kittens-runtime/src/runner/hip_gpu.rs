@@ -2,7 +2,7 @@
 //! the HIP runtime loaded at run time ([`crate::amd::hip`]). Tensors, argument packing and launch
 //! geometry come from the functions the emulator backend uses ([`super::isa_emu`]), so every run of
 //! the emulator also tests this path's launch contract. Without ROCm it fails with a clear
-//! "no ROCm on this machine" error before anything is compiled.
+//! "no ROCm runtime found (libamdhip64.so)" error before anything is compiled.
 
 use super::isa_emu::{arg_values, blocks, build, decode_output, isa, tensor_bytes};
 use super::{About, Backend, Execution, Job, RunError};
