@@ -62,6 +62,10 @@ fn kernel(with_wait: bool) -> Kernel {
 }
 
 fn run(with_wait: bool, seed: u64) -> (Vec<u32>, Stats) {
+    run_with(with_wait, seed, true)
+}
+
+fn run_with(with_wait: bool, seed: u64, poison_in_flight: bool) -> (Vec<u32>, Stats) {
     let k = kernel(with_wait);
     let prog = Program::new(&k).unwrap();
     let mut mem = Memory::new();
@@ -72,6 +76,7 @@ fn run(with_wait: bool, seed: u64) -> (Vec<u32>, Stats) {
     let mut stats = Stats::default();
     let opts = Options {
         seed,
+        poison_in_flight,
         ..Options::default()
     };
     let d = Dispatch {
@@ -103,9 +108,20 @@ fn the_wait_makes_the_load_visible() {
 #[test]
 fn without_the_wait_the_add_reads_stale_registers() {
     for seed in 0..8 {
-        let (out, _) = run(false, seed);
+        let (out, _) = run_with(false, seed, false);
         // v2 was 0 when v_add read it: every lane stores 1.
         assert_eq!(out, vec![1; 64], "seed {seed}");
+    }
+}
+
+/// By default a load's destination holds a poison value while the load is in flight, so reading it
+/// early is wrong whatever the register held before (here it held 0, which the add turned into 1:
+/// a stale value a test could mistake for data).
+#[test]
+fn without_the_wait_the_add_reads_the_in_flight_poison() {
+    for seed in 0..8 {
+        let (out, _) = run(false, seed);
+        assert_eq!(out, vec![0xffc0_ffc0u32.wrapping_add(1); 64], "seed {seed}");
     }
 }
 

@@ -185,3 +185,75 @@ impl LdsTies {
         s
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(v: &[&str]) -> BTreeSet<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_wait_ties_what_it_retires_once() {
+        let mut t = LdsTies::default();
+        t.issued(vec!["a[0][0]".into(), "a[0][1]".into()]);
+        t.issued(vec![]); // an LDS write
+        t.issued(vec!["b[0][0]".into()]);
+        // lgkmcnt leaving one op in flight retires the first two.
+        assert_eq!(t.wait(1), (set(&["a[0][0]", "a[0][1]"]), None));
+        assert_eq!(t.wait(0), (set(&["b[0][0]"]), None));
+        assert_eq!(t.wait(0), (set(&[]), None));
+    }
+
+    /// A read issued at the bottom of a loop body is in flight at the top of the next iteration:
+    /// the top's wait ties it on the back edge, unless a wait later in the body retired it.
+    #[test]
+    fn back_edges_tie_the_previous_iterations_reads() {
+        let mut t = LdsTies::default();
+        t.open_loop();
+        let (now, marker) = t.wait(0);
+        assert!(now.is_empty());
+        t.issued(vec!["next[0][0]".into()]);
+        t.close_loop();
+        assert_eq!(t.extra[marker.unwrap()], set(&["next[0][0]"]));
+        let out = t.resolve(&format!(
+            "  s_waitcnt_lgkmcnt<0>();\n  {}\n",
+            marker_line(&t)
+        ));
+        assert!(out.contains("  regs_landed(next[0][0]);"), "{out}");
+        assert!(!out.contains("@@"), "{out}");
+
+        let mut t = LdsTies::default();
+        t.open_loop();
+        let (_, marker) = t.wait(0);
+        t.issued(vec!["x[0][0]".into()]);
+        assert_eq!(t.wait(0).0, set(&["x[0][0]"]));
+        t.close_loop();
+        assert!(t.extra[marker.unwrap()].is_empty());
+    }
+
+    fn marker_line(t: &LdsTies) -> String {
+        marker(t.extra.len() - 1)
+    }
+
+    /// A wait in one branch of an `if` retires nothing on the other path: after the `if`, the next
+    /// wait ties the read again. A loop that may run no iteration likewise.
+    #[test]
+    fn branches_and_empty_loops_keep_reads_in_flight() {
+        let mut t = LdsTies::default();
+        t.issued(vec!["q[0][0]".into()]);
+        let entry = t.snapshot();
+        assert_eq!(t.wait(0).0, set(&["q[0][0]"]));
+        let then = t.next_branch(entry);
+        t.join(then);
+        assert_eq!(t.wait(0).0, set(&["q[0][0]"]));
+
+        let mut t = LdsTies::default();
+        t.issued(vec!["k[0][0]".into()]);
+        t.open_loop();
+        assert_eq!(t.wait(0).0, set(&["k[0][0]"]));
+        t.close_loop();
+        assert_eq!(t.wait(0).0, set(&["k[0][0]"]));
+    }
+}
