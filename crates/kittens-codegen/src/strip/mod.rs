@@ -32,9 +32,11 @@ use thiserror::Error;
 use crate::cexpr::{self, ident, CNames};
 
 mod dialects;
+mod dist;
 mod memory;
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
 pub use dialects::{hip, CUDA};
+use dist::{dist, Dist};
 
 /// What the strip lowering cannot do.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -89,86 +91,6 @@ pub struct Dialect {
     pub nan: &'static str,
 }
 
-/// How a register is spread over the lanes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Dist {
-    /// A tile (or column vector as a one-row tile): `rows × cols` in chunks of `v` over `lanes`.
-    Strip {
-        rows: u32,
-        cols: u32,
-        v: u32,
-        lanes: u32,
-    },
-    /// A row vector of `len`, in every lane.
-    Replicated { len: u32 },
-}
-
-impl Dist {
-    fn lanes(self) -> u32 {
-        match self {
-            Dist::Strip { lanes, .. } => lanes,
-            Dist::Replicated { .. } => 1,
-        }
-    }
-    fn chunks_per_row(self) -> u32 {
-        match self {
-            Dist::Strip { cols, v, .. } => cols / v,
-            Dist::Replicated { .. } => 1,
-        }
-    }
-    fn chunks(self) -> u32 {
-        match self {
-            Dist::Strip { rows, .. } => rows * self.chunks_per_row(),
-            Dist::Replicated { len } => len,
-        }
-    }
-    fn slots(self) -> u32 {
-        match self {
-            Dist::Strip { lanes, .. } => self.chunks().div_ceil(lanes),
-            Dist::Replicated { len } => len,
-        }
-    }
-    fn v(self) -> u32 {
-        match self {
-            Dist::Strip { v, .. } => v,
-            Dist::Replicated { .. } => 1,
-        }
-    }
-    /// Elements a lane holds.
-    fn len(self) -> u32 {
-        self.slots() * self.v()
-    }
-    /// Whether every slot of every lane holds a chunk (else the last slot is partial).
-    fn full(self) -> bool {
-        matches!(self, Dist::Replicated { .. }) || self.chunks().is_multiple_of(self.lanes())
-    }
-}
-
-fn chunk_of(cols: u32) -> u32 {
-    [8, 4, 2, 1]
-        .into_iter()
-        .find(|v| cols.is_multiple_of(*v))
-        .unwrap_or(1)
-}
-
-fn dist(k: &Kernel, r: RegId, lanes: u32) -> Dist {
-    match k.reg(r).kind {
-        RegKind::Tile(t) => Dist::Strip {
-            rows: t.rows,
-            cols: t.cols,
-            v: chunk_of(t.cols),
-            lanes,
-        },
-        RegKind::Vec(v) if v.axis == Axis::Cols => Dist::Strip {
-            rows: 1,
-            cols: v.len,
-            v: chunk_of(v.len),
-            lanes,
-        },
-        RegKind::Vec(v) => Dist::Replicated { len: v.len },
-    }
-}
-
 /// True when `k` is a program this lowering takes: plain schedule, strip registers only.
 pub fn is_strip_program(k: &Kernel) -> bool {
     matches!(k.schedule, kittens_ir::Schedule::Plain { .. })
@@ -214,9 +136,26 @@ impl Emit<'_> {
     }
 
     fn body(&mut self, body: &[Stmt]) -> Result<(), StripError> {
-        for s in body {
+        let mut i = 0;
+        while i < body.len() {
+            let s = &body[i];
+            i += 1;
             match s {
-                Stmt::Op { op, .. } => self.op(op)?,
+                Stmt::Op { op, .. } => {
+                    // The two members of an interleaved pair, moved one after the other, move as
+                    // one contiguous access.
+                    let next = match body.get(i) {
+                        Some(Stmt::Op { op: next, .. }) => self.pair(op, next),
+                        _ => None,
+                    };
+                    match next {
+                        Some((regs, view, load)) => {
+                            self.global_members(&regs, &view, load)?;
+                            i += 1;
+                        }
+                        None => self.op(op)?,
+                    }
+                }
                 Stmt::For {
                     var,
                     start,
@@ -258,9 +197,13 @@ impl Emit<'_> {
             "#pragma unroll\nfor (int kt_s = 0; kt_s < {slots}; ++kt_s) {{"
         ));
         self.depth += 1;
+        let k = if d.grouped() {
+            format!("kt_lane % {ncr}")
+        } else {
+            format!("kt_s * {} + kt_lane", self.d.lanes)
+        };
         self.line(format!(
-            "const int kt_k = kt_s * {} + kt_lane;\nconst int kt_row = kt_k / {ncr}, kt_col = (kt_k % {ncr}) * {};\n(void)kt_row; (void)kt_col;",
-            self.d.lanes,
+            "const int kt_k = {k};\nconst int kt_row = kt_k / {ncr}, kt_col = (kt_k % {ncr}) * {};\n(void)kt_row; (void)kt_col;",
             d.v()
         ));
         if !d.full() {
@@ -304,6 +247,15 @@ impl Emit<'_> {
             Arg::ColBcast(r) => {
                 let ncr = d.chunks_per_row();
                 let lanes = self.d.lanes;
+                if let (Dist::Grouped { cols, .. }, Dist::Strip { cols: c, .. }) = (self.dist(r), d)
+                {
+                    // Rows narrower than a wave: every slot of a lane is in the chunk of columns
+                    // the lane holds of the vector.
+                    if cols != c || self.dist(r).v() != v {
+                        return unsupported("a column broadcast of a vector of another length");
+                    }
+                    return Ok(format!("{}[kt_e_i]", self.r(r)));
+                }
                 if self.dist(r).v() != v || !ncr.is_multiple_of(lanes) {
                     return unsupported(
                         "a column broadcast over rows narrower than a wave of chunks",
@@ -596,11 +548,13 @@ pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         let n = ident(&p.name);
         e.line(format!("const long long {n} = (long long)p_{n};"));
     }
-    e.line(format!("long long kt_id = (long long)({});", d.block));
+    // The block index splits in 32-bit arithmetic: a launch has fewer than 2^32 blocks, so every
+    // extent fits (64-bit division is a long software sequence on both vendors' GPUs).
+    e.line(format!("unsigned kt_id = (unsigned)({});", d.block));
     for (i, x) in k.grid.extents.iter().enumerate().rev() {
         let ext = e.e(x);
         e.line(format!(
-            "const long long blk{i} = kt_id % {ext}; kt_id /= {ext};"
+            "const long long blk{i} = (long long)(kt_id % (unsigned){ext}); kt_id /= (unsigned){ext};"
         ));
     }
     e.line(format!(
