@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use kittens_hw::Target;
 use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::layernorm::{self, LayerNormConfig};
-use kittens_kernels::rotary::{self, RotaryConfig};
+use kittens_kernels::rotary::{self, RotaryConfig, RotaryRows};
 use kittens_runtime::cuda::bench_mem::{run_strip_sweep, StripCase};
 
 use super::bench::Args;
@@ -54,23 +54,40 @@ fn layernorm_cases(shapes: &str, p: f32) -> anyhow::Result<Vec<StripCase>> {
         let bytes = 4 * rows as u64 * d as u64 * 2 + 4 * d as u64;
         let [s0, s1] = layernorm::problem::words(0x5eed_2a2a_0123_4567);
         for c in cfgs {
-            cases.push(StripCase {
-                label: format!(
-                    "rows={rows} D={d} p={p} waves/row={} waves={} ({} per lane)",
-                    c.waves_per_row,
-                    c.waves,
-                    c.slice() / c.lanes
-                ),
-                lowered: lower(layernorm::build(&c).map_err(Into::into))?,
-                params: vec![
-                    ("rows".into(), i64::try_from(rows)?),
-                    ("seed_lo".into(), s0),
-                    ("seed_hi".into(), s1),
-                    ("offset_lo".into(), 7),
-                    ("offset_hi".into(), 0),
-                ],
-                bytes,
+            let label = format!(
+                "rows={rows} D={d} p={p} waves/row={} waves={} ({} per lane)",
+                c.waves_per_row,
+                c.waves,
+                c.slice() / c.lanes
+            );
+            let lowered = lower(layernorm::build(&c).map_err(Into::into))?;
+            // An experiment beside each configuration of at most 16 values per lane: the same
+            // source with the register cap of a full SM (2048 threads), to see what occupancy
+            // is worth (the lowering leaves the cap to the compiler).
+            let full = 2048 / lowered.threads;
+            let capped = (c.slice() / c.lanes <= 16 && full >= 2).then(|| {
+                let mut l = lowered.clone();
+                let t = l.threads;
+                l.source = l.source.replace(
+                    &format!("__launch_bounds__({t})"),
+                    &format!("__launch_bounds__({t}, {full})"),
+                );
+                (format!("{label} min {full} blocks/SM"), l)
             });
+            for (label, lowered) in std::iter::once((label, lowered)).chain(capped) {
+                cases.push(StripCase {
+                    label,
+                    lowered,
+                    params: vec![
+                        ("rows".into(), i64::try_from(rows)?),
+                        ("seed_lo".into(), s0),
+                        ("seed_hi".into(), s1),
+                        ("offset_lo".into(), 7),
+                        ("offset_hi".into(), 0),
+                    ],
+                    bytes,
+                });
+            }
         }
     }
     Ok(cases)
@@ -84,23 +101,30 @@ fn rotary_cases(shapes: &str) -> anyhow::Result<Vec<StripCase>> {
         let dim = u32::try_from(d)?;
         let mut cfgs = Vec::new();
         for layout in [AttnLayout::Bshd, AttnLayout::Bhsd] {
-            let default = RotaryConfig::new(dim, layout, false);
-            cfgs.push(default);
-            if layout == AttnLayout::Bshd {
-                cfgs.push(RotaryConfig {
-                    interleaved: true,
-                    ..default
-                });
-                for rows in [1u32, 2, 4, 8, 16] {
-                    for waves in [4u32, 8] {
-                        let c = RotaryConfig {
-                            rows,
-                            waves,
-                            ..default
-                        };
-                        if !cfgs.contains(&c) {
-                            cfgs.push(c);
-                        }
+            for interleaved in [false, true] {
+                let default = RotaryConfig::new(dim, layout, interleaved);
+                cfgs.push(default);
+                if interleaved {
+                    continue;
+                }
+                // Heads along the rows (a power-of-two D) at 4-16 heads and 4 or 8 waves per
+                // block; positions along the rows at 2-8 positions, 4 waves.
+                let mut variants = vec![];
+                if dim.is_power_of_two() {
+                    for rows in [4u32, 8, 16] {
+                        variants.extend([4u32, 8].map(|w| (RotaryRows::Heads, rows, w)));
+                    }
+                }
+                variants.extend([2u32, 4, 8].map(|r| (RotaryRows::Positions, r, 4)));
+                for (along, rows, waves) in variants {
+                    let c = RotaryConfig {
+                        along,
+                        rows,
+                        waves,
+                        ..default
+                    };
+                    if !cfgs.contains(&c) {
+                        cfgs.push(c);
                     }
                 }
             }
@@ -109,9 +133,10 @@ fn rotary_cases(shapes: &str) -> anyhow::Result<Vec<StripCase>> {
         for c in cfgs {
             cases.push(StripCase {
                 label: format!(
-                    "B{b} H{h} N{n} D{d} {:?}{} rows/wave={} waves={}",
+                    "B{b} H{h} N{n} D{d} {:?}{} {:?}/wave={} waves={}",
                     c.layout,
                     if c.interleaved { " interleaved" } else { "" },
+                    c.along,
                     c.rows,
                     c.waves
                 ),

@@ -23,8 +23,8 @@
 
 use kittens_hw::{dtype::DType, Target};
 use kittens_ir::{
-    Arg, Axis, Expr, GridOrder, Kernel, MapFn, MaskRule, Op, ReduceOp, RegId, RegKind, Rounding,
-    Scope, Stmt,
+    Arg, Axis, BinOp, Expr, GridOrder, Kernel, MapFn, MaskRule, Op, ReduceOp, RegId, RegKind,
+    Rounding, Scope, Stmt,
 };
 use kittens_tile::BaseShape;
 use thiserror::Error;
@@ -384,6 +384,19 @@ impl Emit<'_> {
                 self.line(format!(
                     "const long long kt_i0 = {i0} + kt_row * {rs} + kt_col;"
                 ));
+                // Chunks start at a multiple of 4 elements when the row's first index and the row
+                // stride are multiples of 4 (then the per-element path is dead code: 4v inlined
+                // Philox calls the compiler would still schedule around).
+                let aligned =
+                    v.is_multiple_of(4) && multiple_of(index0, 4) && multiple_of(row_stride, 4);
+                if aligned {
+                    self.line(format!(
+                        "#pragma unroll\nfor (int kt_g = 0; kt_g < {}; ++kt_g) ks::uniform4(&{r}[kt_s * {v} + 4 * kt_g], (unsigned long long)(kt_i0 >> 2) + kt_g, {key});",
+                        v / 4
+                    ));
+                    self.close_slots(d);
+                    return Ok(());
+                }
                 if v.is_multiple_of(4) {
                     self.line(format!(
                         "if ((kt_i0 & 3) == 0) {{\n#pragma unroll\n    for (int kt_g = 0; kt_g < {}; ++kt_g) ks::uniform4(&{r}[kt_s * {v} + 4 * kt_g], (unsigned long long)(kt_i0 >> 2) + kt_g, {key});\n}} else",
@@ -522,6 +535,19 @@ impl Emit<'_> {
             (MapFn::Copy, [x]) => x.clone(),
             _ => return unsupported(format!("`{}` with {} arguments", f.name(), a.len())),
         })
+    }
+}
+
+/// Whether `e` is a multiple of `m` for every value of its names (a sufficient test: constants,
+/// sums and differences of multiples, products with a multiple).
+fn multiple_of(e: &Expr, m: i64) -> bool {
+    match e {
+        Expr::Const(c) => c % m == 0,
+        Expr::Bin(BinOp::Add | BinOp::Sub | BinOp::Min | BinOp::Max, a, b) => {
+            multiple_of(a, m) && multiple_of(b, m)
+        }
+        Expr::Bin(BinOp::Mul, a, b) => multiple_of(a, m) || multiple_of(b, m),
+        _ => false,
     }
 }
 
