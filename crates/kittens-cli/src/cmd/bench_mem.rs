@@ -54,40 +54,23 @@ fn layernorm_cases(shapes: &str, p: f32) -> anyhow::Result<Vec<StripCase>> {
         let bytes = 4 * rows as u64 * d as u64 * 2 + 4 * d as u64;
         let [s0, s1] = layernorm::problem::words(0x5eed_2a2a_0123_4567);
         for c in cfgs {
-            let label = format!(
-                "rows={rows} D={d} p={p} waves/row={} waves={} ({} per lane)",
-                c.waves_per_row,
-                c.waves,
-                c.slice() / c.lanes
-            );
-            let lowered = lower(layernorm::build(&c).map_err(Into::into))?;
-            // An experiment beside each configuration of at most 16 values per lane: the same
-            // source with the register cap of a full SM (2048 threads), to see what occupancy
-            // is worth (the lowering leaves the cap to the compiler).
-            let full = 2048 / lowered.threads;
-            let capped = (c.slice() / c.lanes <= 16 && full >= 2).then(|| {
-                let mut l = lowered.clone();
-                let t = l.threads;
-                l.source = l.source.replace(
-                    &format!("__launch_bounds__({t})"),
-                    &format!("__launch_bounds__({t}, {full})"),
-                );
-                (format!("{label} min {full} blocks/SM"), l)
+            cases.push(StripCase {
+                label: format!(
+                    "rows={rows} D={d} p={p} waves/row={} waves={} ({} per lane)",
+                    c.waves_per_row,
+                    c.waves,
+                    c.slice() / c.lanes
+                ),
+                lowered: lower(layernorm::build(&c).map_err(Into::into))?,
+                params: vec![
+                    ("rows".into(), i64::try_from(rows)?),
+                    ("seed_lo".into(), s0),
+                    ("seed_hi".into(), s1),
+                    ("offset_lo".into(), 7),
+                    ("offset_hi".into(), 0),
+                ],
+                bytes,
             });
-            for (label, lowered) in std::iter::once((label, lowered)).chain(capped) {
-                cases.push(StripCase {
-                    label,
-                    lowered,
-                    params: vec![
-                        ("rows".into(), i64::try_from(rows)?),
-                        ("seed_lo".into(), s0),
-                        ("seed_hi".into(), s1),
-                        ("offset_lo".into(), 7),
-                        ("offset_hi".into(), 0),
-                    ],
-                    bytes,
-                });
-            }
         }
     }
     Ok(cases)
@@ -104,18 +87,16 @@ fn rotary_cases(shapes: &str) -> anyhow::Result<Vec<StripCase>> {
             for interleaved in [false, true] {
                 let default = RotaryConfig::new(dim, layout, interleaved);
                 cfgs.push(default);
-                if interleaved {
-                    continue;
-                }
                 // Heads along the rows (a power-of-two D) at 4-16 heads and 4 or 8 waves per
-                // block; positions along the rows at 2-8 positions, 4 waves.
+                // block; positions along the rows at 4 positions.
                 let mut variants = vec![];
                 if dim.is_power_of_two() {
-                    for rows in [4u32, 8, 16] {
+                    for rows in [4u32, 8] {
                         variants.extend([4u32, 8].map(|w| (RotaryRows::Heads, rows, w)));
                     }
+                    variants.push((RotaryRows::Heads, 16, 4));
                 }
-                variants.extend([2u32, 4, 8].map(|r| (RotaryRows::Positions, r, 4)));
+                variants.push((RotaryRows::Positions, 4, 4));
                 for (along, rows, waves) in variants {
                     let c = RotaryConfig {
                         along,

@@ -1,5 +1,5 @@
-//! The strip emitter's memory ops: loads and stores between strip registers and global views (16-byte
-//! vectors where the chunk allows, element by element at the edges) or shared buffers.
+//! The strip emitter's memory ops other than the global accesses themselves (`global.rs`): global
+//! views as C expressions, interleaved pairs, shared buffers.
 
 use kittens_hw::dtype::DType;
 use kittens_ir::{GlobalView, Op, RegId, Rounding, SharedView};
@@ -11,7 +11,7 @@ impl Emit<'_> {
     /// C expressions of a global view: (pointer, offset of element (row `r`, col `c`) as a function of
     /// the names, in-bounds condition of the view's fixed coordinates, row bound, col bound, the col
     /// stride when it is a constant).
-    fn view(&self, v: &GlobalView) -> Result<ViewC, StripError> {
+    pub(super) fn view(&self, v: &GlobalView) -> Result<ViewC, StripError> {
         let g = self.k.global(v.tensor);
         let (rd, cd) = (v.row_dim as usize, v.col_dim as usize);
         let mut fixed_in = vec!["true".to_string()];
@@ -37,155 +37,6 @@ impl Emit<'_> {
             cstride: self.e(&g.strides[cd]),
             cstride_const: g.strides[cd].as_const(),
         })
-    }
-
-    pub(super) fn global(
-        &mut self,
-        reg: RegId,
-        v: &GlobalView,
-        load: bool,
-    ) -> Result<(), StripError> {
-        self.global_members(&[reg], v, load)
-    }
-
-    /// Moves `regs` between registers and global memory: one register, or the two members of a
-    /// pair (`regs[j]` is member `j` of the view's pair dimension, which is the element after member
-    /// 0: stride 1, with the view's columns at stride 2 — the interleaved layout of rotary's GPT-J
-    /// form). A pair's chunks move as one contiguous run of `2v` elements, split into or merged from
-    /// the two registers in the lane, instead of `2v` strided element accesses.
-    pub(super) fn global_members(
-        &mut self,
-        regs: &[RegId],
-        v: &GlobalView,
-        load: bool,
-    ) -> Result<(), StripError> {
-        let d = self.dist(regs[0]);
-        if matches!(d, Dist::Replicated { .. }) {
-            return unsupported("a row vector moved to or from global memory");
-        }
-        if regs.iter().any(|r| self.dist(*r) != d) {
-            return unsupported("a pair of registers distributed differently");
-        }
-        let vc = self.view(v)?;
-        let ty = self.storage(vc.dtype)?;
-        let m = regs.len() as u32;
-        // Elements of one vector access: `v` of each member, interleaved.
-        let n = d.v() * m;
-        // One register at column stride 1, or a pair at column stride 2.
-        let contiguous = vc.cstride_const == Some(i64::from(m));
-        let bytes = n * vc.dtype.bytes();
-        // One access of 4, 8 or 16 bytes, or several of 16.
-        let (vec_ty, pieces) = match bytes {
-            4 => (Some(self.d.vec4), 1),
-            8 => (Some(self.d.vec8), 1),
-            b if b >= 16 && b.is_multiple_of(16) => (Some(self.d.vec16), b / 16),
-            _ => (None, 0),
-        };
-        let piece = n / pieces.max(1);
-        self.line("{");
-        self.depth += 1;
-        self.line(format!(
-            "const bool kt_in = {};\nconst long long kt_base = {};",
-            vc.fixed_in, vc.base
-        ));
-        self.open_slots(d);
-        if d.grouped() && !load {
-            // Every group of lanes holds the whole vector: the first writes it.
-            self.line(format!("if (kt_lane < {}) {{", d.chunks()));
-            self.depth += 1;
-        }
-        self.line(format!(
-            "const long long kt_gr = {} + kt_row, kt_gc = {} + kt_col;\nconst long long kt_off = kt_base + kt_gr * {} + kt_gc * {};\nconst bool kt_row_in = kt_in && kt_gr >= 0 && kt_gr < {};",
-            vc.row0, vc.col0, vc.rstride, vc.cstride, vc.rows
-        ));
-        let regn: Vec<String> = regs.iter().map(|r| self.r(*r)).collect();
-        let elem = |j: usize, e: &str| format!("{}[kt_s * {} + {e}]", regn[j], d.v());
-        if let (true, Some(vt)) = (contiguous, vec_ty) {
-            self.line(format!(
-                "if (kt_row_in && kt_gc >= 0 && kt_gc + {} <= {} && (kt_off % {n}) == 0) {{",
-                d.v(),
-                vc.cols
-            ));
-            self.depth += 1;
-            let at = |p: u32| format!("{} + kt_off + {}", vc.ptr, p * piece);
-            if load {
-                self.line(format!("{vt} kt_w[{pieces}];"));
-                for p in 0..pieces {
-                    self.line(format!(
-                        "kt_w[{p}] = *reinterpret_cast<const {vt}*>({});",
-                        at(p)
-                    ));
-                }
-                self.line(format!(
-                    "const {ty}* kt_e = reinterpret_cast<const {ty}*>(kt_w);"
-                ));
-                for (j, _) in regs.iter().enumerate() {
-                    self.line(format!(
-                        "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {}; ++kt_e_i) {} = {};",
-                        d.v(),
-                        elem(j, "kt_e_i"),
-                        to_f32(vc.dtype, &format!("kt_e[kt_e_i * {m} + {j}]"))
-                    ));
-                }
-            } else {
-                self.line(format!(
-                    "{vt} kt_w[{pieces}];\n{ty}* kt_e = reinterpret_cast<{ty}*>(kt_w);"
-                ));
-                for (j, _) in regs.iter().enumerate() {
-                    self.line(format!(
-                        "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {}; ++kt_e_i) kt_e[kt_e_i * {m} + {j}] = {};",
-                        d.v(),
-                        from_f32(vc.dtype, &elem(j, "kt_e_i"))
-                    ));
-                }
-                for p in 0..pieces {
-                    self.line(format!("*reinterpret_cast<{vt}*>({}) = kt_w[{p}];", at(p)));
-                }
-            }
-            self.depth -= 1;
-            self.line("} else {");
-            self.depth += 1;
-        } else {
-            self.line("{");
-            self.depth += 1;
-        }
-        self.line(format!(
-            "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {}; ++kt_e_i) {{",
-            d.v()
-        ));
-        self.depth += 1;
-        self.line(format!(
-            "const bool kt_ok = kt_row_in && kt_gc + kt_e_i >= 0 && kt_gc + kt_e_i < {};\nconst long long kt_o = kt_off + kt_e_i * {};",
-            vc.cols, vc.cstride
-        ));
-        for (j, _) in regs.iter().enumerate() {
-            // Member `j` is `j` elements after member 0 (the pair's stride is 1).
-            let at = format!("{}[kt_o + {j}]", vc.ptr);
-            if load {
-                self.line(format!(
-                    "{} = kt_ok ? {} : 0.0f;",
-                    elem(j, "kt_e_i"),
-                    to_f32(vc.dtype, &at)
-                ));
-            } else {
-                self.line(format!(
-                    "if (kt_ok) {at} = {};",
-                    from_f32(vc.dtype, &elem(j, "kt_e_i"))
-                ));
-            }
-        }
-        self.depth -= 1;
-        self.line("}");
-        self.depth -= 1;
-        self.line("}");
-        if d.grouped() && !load {
-            self.depth -= 1;
-            self.line("}");
-        }
-        self.close_slots(d);
-        self.depth -= 1;
-        self.line("}");
-        Ok(())
     }
 
     /// `Some((registers by member, member 0's view, is a load))` when `a` and `b` move the two members
@@ -276,28 +127,28 @@ impl Emit<'_> {
     }
 }
 
-struct ViewC {
-    ptr: String,
-    dtype: DType,
-    fixed_in: String,
-    base: String,
-    row0: String,
-    col0: String,
-    rows: String,
-    cols: String,
-    rstride: String,
-    cstride: String,
+pub(super) struct ViewC {
+    pub(super) ptr: String,
+    pub(super) dtype: DType,
+    pub(super) fixed_in: String,
+    pub(super) base: String,
+    pub(super) row0: String,
+    pub(super) col0: String,
+    pub(super) rows: String,
+    pub(super) cols: String,
+    pub(super) rstride: String,
+    pub(super) cstride: String,
     /// The column stride when it is a constant.
-    cstride_const: Option<i64>,
+    pub(super) cstride_const: Option<i64>,
 }
 
-fn to_f32(dt: DType, x: &str) -> String {
+pub(super) fn to_f32(dt: DType, x: &str) -> String {
     match dt {
         DType::Bf16 => format!("ks::bf16_to_f32({x})"),
         _ => x.to_string(),
     }
 }
-fn from_f32(dt: DType, x: &str) -> String {
+pub(super) fn from_f32(dt: DType, x: &str) -> String {
     match dt {
         DType::Bf16 => format!("ks::f32_to_bf16({x})"),
         _ => x.to_string(),

@@ -9,11 +9,14 @@
 //! the `L` lanes of the wave round robin (`L` = 32 on NVIDIA, 64 on AMD): chunk `k` is lane `k % L`'s
 //! slot `k / L`. A lane's slots are
 //! a `float` array indexed by constants after unrolling, so they live in registers. A column vector is
-//! distributed like a one-row tile of its length; a row vector is replicated in every lane.
+//! distributed like a one-row tile of its length — or, when it has fewer chunks than the wave has
+//! lanes (and they divide the lanes), once per group of lanes, so that a column broadcast into rows
+//! narrower than a wave finds its chunk in the lane's own registers; a row vector is replicated in
+//! every lane.
 //!
 //! | IR | CUDA |
 //! |---|---|
-//! | `load`/`store` global | one 16-, 8- or 4-byte access per chunk where the column stride is 1, the chunk lies inside the tensor and its offset is aligned; element by element (bounds-checked) otherwise |
+//! | `load`/`store` global | one 16-, 8- or 4-byte access per chunk where the column stride is 1, the chunk lies inside the tensor and its offset is aligned; element by element (bounds-checked) otherwise. A run of consecutive loads issues every load before converting any; the two members of an interleaved pair (column stride 2) move as one contiguous access (`global.rs`) |
 //! | `map` | per element, in f32; a broadcast vector's entry is a constant index |
 //! | `row_sum`/`row_max` | a lane's slots of the row, then an XOR butterfly over the lanes (CUDA `shfl.xor`, AMD `ds_bpermute`) |
 //! | `random` | Philox 4x32-10 (`ks::philox`), one call per 4 elements of an aligned chunk |
@@ -33,6 +36,7 @@ use crate::cexpr::{self, ident, CNames};
 
 mod dialects;
 mod dist;
+mod global;
 mod memory;
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
 pub use dialects::{hip, CUDA};
@@ -142,18 +146,36 @@ impl Emit<'_> {
             i += 1;
             match s {
                 Stmt::Op { op, .. } => {
-                    // The two members of an interleaved pair, moved one after the other, move as
-                    // one contiguous access.
-                    let next = match body.get(i) {
-                        Some(Stmt::Op { op: next, .. }) => self.pair(op, next),
+                    let op_at = |j: usize| match body.get(j) {
+                        Some(Stmt::Op { op, .. }) => Some(op),
                         _ => None,
                     };
-                    match next {
-                        Some((regs, view, load)) => {
-                            self.global_members(&regs, &view, load)?;
-                            i += 1;
+                    // A run of consecutive global loads is emitted as one (all in flight at once);
+                    // the two members of an interleaved pair, moved one after the other, move as
+                    // one contiguous access.
+                    let (mut loads, mut j) = (Vec::new(), i - 1);
+                    while let Some(a) = op_at(j) {
+                        if let Some((regs, view, true)) = op_at(j + 1).and_then(|b| self.pair(a, b))
+                        {
+                            loads.push((regs.to_vec(), view));
+                            j += 2;
+                        } else if let Op::LoadGlobal { dst, src } = a {
+                            loads.push((vec![*dst], src.clone()));
+                            j += 1;
+                        } else {
+                            break;
                         }
-                        None => self.op(op)?,
+                    }
+                    if !loads.is_empty() {
+                        self.global_loads(&loads)?;
+                        i = j;
+                    } else if let Some((regs, view, false)) =
+                        op_at(i).and_then(|b| self.pair(op, b))
+                    {
+                        self.global_store(&regs, &view)?;
+                        i += 1;
+                    } else {
+                        self.op(op)?;
                     }
                 }
                 Stmt::For {

@@ -62,13 +62,16 @@ pub const DIMS: std::ops::RangeInclusive<u32> = 16..=512;
 
 impl RotaryConfig {
     /// Heads along the rows where a table row's chunks (`dim/16` of 8 values) divide a wave's lanes
-    /// (a power-of-two `dim`: the broadcast needs every lane to hold one chunk of the row), about 512
-    /// values of each member per wave (16 per lane on 32 lanes: two 16-byte chunks), four waves per
-    /// block; else positions along the rows at about 256 values per member per wave. Measured on the
-    /// H100 (bench/results/h100-2026-11-22-memk, run 2's sweep at B16 H16 N4096 D128 BSHD, positions
-    /// along the rows): 8 per lane 0.75 of the copy bandwidth, 16 per lane 0.56, 4 per lane 0.51.
+    /// (a power-of-two `dim`: the broadcast needs every lane to hold one chunk of the row), else
+    /// positions along the rows; four waves per block. Rows per wave: one 16-byte chunk of each
+    /// member per lane (256 values of each half per wave) in the half-rotation form, two contiguous
+    /// pair chunks per lane (512 pairs per wave) in the interleaved form. Measured on the H100
+    /// (bench/results/h100-2026-11-23-memk, first run's sweep at B16 H16 N4096 D128): half rotation,
+    /// heads along the rows, 4 heads per wave 0.80 (BSHD) and 0.88 (BHSD) of the copy bandwidth, 8
+    /// heads 0.79 / 0.80, 16 heads 0.63 / 0.52; interleaved, 8 heads 0.85 / 0.91.
     pub fn new(dim: u32, layout: AttnLayout, interleaved: bool) -> Self {
         let heads = dim.is_power_of_two();
+        let values = if interleaved { 1024u32 } else { 512 };
         RotaryConfig {
             dim,
             layout,
@@ -78,10 +81,7 @@ impl RotaryConfig {
             } else {
                 RotaryRows::Positions
             },
-            rows: if heads { 1024u32 } else { 512 }
-                .checked_div(dim)
-                .unwrap_or(1)
-                .clamp(1, 64),
+            rows: values.checked_div(dim).unwrap_or(1).clamp(1, 64),
             waves: 4,
         }
     }
