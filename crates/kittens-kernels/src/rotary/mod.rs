@@ -63,15 +63,14 @@ pub const DIMS: std::ops::RangeInclusive<u32> = 16..=512;
 impl RotaryConfig {
     /// Heads along the rows where a table row's chunks (`dim/16` of 8 values) divide a wave's lanes
     /// (a power-of-two `dim`: the broadcast needs every lane to hold one chunk of the row), else
-    /// positions along the rows; four waves per block. Rows per wave: one 16-byte chunk of each
-    /// member per lane (256 values of each half per wave) in the half-rotation form, two contiguous
-    /// pair chunks per lane (512 pairs per wave) in the interleaved form. Measured on the H100
-    /// (bench/results/h100-2026-11-23-memk, first run's sweep at B16 H16 N4096 D128): half rotation,
-    /// heads along the rows, 4 heads per wave 0.80 (BSHD) and 0.88 (BHSD) of the copy bandwidth, 8
-    /// heads 0.79 / 0.80, 16 heads 0.63 / 0.52; interleaved, 8 heads 0.85 / 0.91.
+    /// positions along the rows; one 16-byte chunk of each member per lane (256 values of each
+    /// member per wave: 4 rows at D128, 8 at D64), four waves per block. Measured on the H100
+    /// (bench/results/h100-2026-11-23-memk, run 2's sweep, B16 H16 N4096 D128 / B16 H32 N4096 D64,
+    /// heads along the rows): half rotation BSHD 0.95 / 0.92 of the copy bandwidth, BHSD 0.95 / 0.93;
+    /// interleaved BSHD 0.92 / 0.94, BHSD 0.94 / 0.94. Twice the rows: 0.90-0.94; four times: 0.77-0.92;
+    /// half (D64, half the lanes idle): 0.63-0.67.
     pub fn new(dim: u32, layout: AttnLayout, interleaved: bool) -> Self {
         let heads = dim.is_power_of_two();
-        let values = if interleaved { 1024u32 } else { 512 };
         RotaryConfig {
             dim,
             layout,
@@ -81,7 +80,7 @@ impl RotaryConfig {
             } else {
                 RotaryRows::Positions
             },
-            rows: values.checked_div(dim).unwrap_or(1).clamp(1, 64),
+            rows: 512u32.checked_div(dim).unwrap_or(1).clamp(1, 64),
             waves: 4,
         }
     }
