@@ -7,7 +7,9 @@ device's copy bandwidth measured in the same run.
   (against float64 by the FlashAttention rule, and against torch); with ``p > 0`` ours is checked by
   its mask statistics and, bit for bit, against our own CPU interpreter on the first rows.
 * rotary: GPT-NeoX rotary embedding of q (B, H, N, D) stored as (B, N, H, D), tables (N, D/2); torch's
-  expression is the usual ``q * cos + rotate_half(q) * sin``.
+  expression is the usual ``q * cos + rotate_half(q) * sin``. At the first shape also GPT-J (pairs
+  ``(2i, 2i + 1)``: torch's expression splits even and odd elements and interleaves the results) and
+  GPT-NeoX on a dense (B, H, N, D) tensor.
 
 Bandwidth: bytes a kernel must move (each input read once, each output written once) over its median
 time; ``copy`` is ``dst.copy_(src)`` of a 1 GiB buffer (read + write), the device's practical peak.
@@ -150,47 +152,64 @@ def dropout_row(torch, kittens, expr, compiled, xs, rs, w, b, args, copies, per,
 
 
 def bench_rotary(torch, kittens, args, copy_gbs: float) -> List[dict]:
+    """GPT-NeoX in (B, N, H, D) storage at every shape; at the first shape also GPT-J (interleaved
+    pairs) in the same storage and GPT-NeoX in dense (B, H, N, D)."""
     rows = []
+    for i, shape in enumerate(args.rope_shapes):
+        variants = [(False, False)] + ([(True, False), (False, True)] if i == 0 else [])
+        for interleaved, bhsd in variants:
+            rows.append(rotary_row(torch, kittens, args, copy_gbs, shape, interleaved, bhsd))
+            torch.cuda.empty_cache()
+    return rows
+
+
+def rotary_row(torch, kittens, args, copy_gbs, shape, interleaved: bool, bhsd: bool) -> dict:
+    bsz, h, n, d = shape
     l2 = _l2_bytes(torch)
 
     def rotate_half(x):
         x1, x2 = x.chunk(2, dim=-1)
         return torch.cat((-x2, x1), dim=-1)
 
-    def expr(q, cos, sin):
+    def neox(q, cos, sin):
         c = torch.cat((cos, cos), -1)
         s = torch.cat((sin, sin), -1)
         return q * c + rotate_half(q) * s
 
+    def gptj(q, cos, sin):
+        x0, x1 = q[..., 0::2], q[..., 1::2]
+        return torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), -1).flatten(-2)
+
+    expr = gptj if interleaved else neox
     compiled = torch.compile(expr, dynamic=False)
-    for (bsz, h, n, d) in args.rope_shapes:
-        g = torch.Generator(device="cuda").manual_seed(n + d)
+    g = torch.Generator(device="cuda").manual_seed(n + d)
+    if bhsd:
+        mk = lambda: torch.randn(bsz, h, n, d, device="cuda", generator=g).to(torch.bfloat16)  # noqa: E731
+    else:
         mk = lambda: torch.randn(bsz, n, h, d, device="cuda", generator=g).to(torch.bfloat16).transpose(1, 2)  # noqa: E731
-        q0 = mk()
-        ang = torch.rand(n, d // 2, device="cuda", generator=g, dtype=torch.float64) * 6.283
-        cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
-        per = bsz * h * n * d * 2
-        copies = max(2, math.ceil(L2_MULTIPLE * l2 / per))
-        qs = [q0] + [mk().copy_(q0) for _ in range(copies - 1)]
-        out = torch.empty_like(qs[0])
-        o = kittens.rotary(q0, cos, sin, out=out)
-        oe = expr(q0, cos, sin)
-        compiled(q0, cos, sin)
-        sel = (slice(0, 1), slice(None), slice(0, 256))
-        qd, cd, sd = q0[sel].double(), cos[:256].double(), sin[:256].double()
-        ref = qd * torch.cat((cd, cd), -1) + rotate_half(qd) * torch.cat((sd, sd), -1)
-        check = _judge(torch, o[sel], oe[sel], ref)
-        times = time_many(torch, {
-            "ours": lambda i: kittens.rotary(qs[i], cos, sin, out=out),
-            "eager": lambda i: expr(qs[i], cos, sin),
-            "compiled": lambda i: compiled(qs[i], cos, sin),
-        }, copies, args.warmup, args.iters)
-        row = _row(f"B{bsz} H{h} N{n} D{d}", 2 * per + 2 * n * d, times, copy_gbs)
-        row.update(check)
-        rows.append(row)
-        qs = None
-        torch.cuda.empty_cache()
-    return rows
+    q0 = mk()
+    ang = torch.rand(n, d // 2, device="cuda", generator=g, dtype=torch.float64) * 6.283
+    cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+    per = bsz * h * n * d * 2
+    copies = max(2, math.ceil(L2_MULTIPLE * l2 / per))
+    qs = [q0] + [mk().copy_(q0) for _ in range(copies - 1)]
+    out = torch.empty_like(qs[0])
+    o = kittens.rotary(q0, cos, sin, interleaved=interleaved, out=out)
+    oe = expr(q0, cos, sin)
+    compiled(q0, cos, sin)
+    sel = (slice(0, 1), slice(None), slice(0, 256))
+    ref = expr(q0[sel].double(), cos[:256].double(), sin[:256].double())
+    check = _judge(torch, o[sel], oe[sel], ref)
+    times = time_many(torch, {
+        "ours": lambda i: kittens.rotary(qs[i], cos, sin, interleaved=interleaved, out=out),
+        "eager": lambda i: expr(qs[i], cos, sin),
+        "compiled": lambda i: compiled(qs[i], cos, sin),
+    }, copies, args.warmup, args.iters)
+    name = f"B{bsz} H{h} N{n} D{d}" + (" GPT-J" if interleaved else "") + (" BHSD" if bhsd else "")
+    row = _row(name, 2 * per + 2 * n * d, times, copy_gbs)
+    row.update(check)
+    row.update({"interleaved": interleaved, "layout": "bhsd" if bhsd else "bshd"})
+    return row
 
 
 def print_rows(rows: List[dict], copy_gbs: float) -> None:

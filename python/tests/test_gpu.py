@@ -308,8 +308,9 @@ def test_layernorm_cuda_matches_cpu_interpreter_and_float64(shape, p):
 
 @pytest.mark.parametrize("interleaved", [False, True])
 @pytest.mark.parametrize("bshd", [False, True])
-def test_rotary_cuda_matches_cpu_interpreter(interleaved, bshd):
-    b, h, n, d = 2, 3, 77, 128
+@pytest.mark.parametrize("d", [128, 32, 96])  # heads along the rows (power-of-two D) or positions
+def test_rotary_cuda_matches_cpu_interpreter(interleaved, bshd, d):
+    b, h, n = 2, 3, 77
     q = randn(b, n, h, d, seed=5).transpose(1, 2) if bshd else randn(b, h, n, d, seed=5)
     ang = torch.rand(n, d // 2, device="cuda", dtype=torch.float64, generator=torch.Generator(device="cuda").manual_seed(1)) * 6.28
     cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)

@@ -346,7 +346,7 @@ const LAYERNORM: KernelEntry = KernelEntry {
             target: Target::Sm90a,
             schedule: "plain, one 16-byte chunk per lane: a D = 2048 row over 8 warps",
             status: Status::Measured {
-                evidence: "bench/results/h100-2026-11-22-memk",
+                evidence: "bench/results/h100-2026-11-23-memk",
             },
         },
         TargetPlan {
@@ -370,24 +370,24 @@ const ROTARY: KernelEntry = KernelEntry {
     targets: &[
         TargetPlan {
             target: Target::Gfx942,
-            schedule: "plain, positions of one head per wave",
+            schedule: "plain, heads of one position per wave (the table row broadcast)",
             status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Gfx950,
-            schedule: "plain, positions of one head per wave",
+            schedule: "plain, heads of one position per wave (the table row broadcast)",
             status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Sm90a,
-            schedule: "plain, positions of one head per warp",
+            schedule: "plain, heads of one position per warp (the table row broadcast)",
             status: Status::Measured {
-                evidence: "bench/results/h100-2026-11-22-memk",
+                evidence: "bench/results/h100-2026-11-23-memk",
             },
         },
         TargetPlan {
             target: Target::Cpu,
-            schedule: "plain, positions of one head per wave",
+            schedule: "plain, heads of one position per wave (the table row broadcast)",
             status: Status::Interpreted,
         },
     ],

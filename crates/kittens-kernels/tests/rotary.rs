@@ -79,3 +79,77 @@ fn bad_head_dims_are_refused_with_the_limit() {
         assert!(e.contains("multiple of 16 from 16 to 512"), "{e}");
     }
 }
+
+#[test]
+fn both_arrangements_at_odd_shapes() {
+    // Heads along the rows with head counts that leave rows of a wave empty; positions along the
+    // rows with a ragged last block and a head dimension that is no power of two.
+    use kittens_kernels::rotary::{build, RotaryConfig, RotaryRows};
+    for (along, rows, (batch, heads, seq, dim)) in [
+        (RotaryRows::Heads, 4, (2, 5, 11, 64)),
+        (RotaryRows::Heads, 16, (1, 3, 6, 32)),
+        (RotaryRows::Heads, 1, (1, 2, 3, 512)),
+        (RotaryRows::Positions, 4, (1, 3, 21, 128)),
+        (RotaryRows::Positions, 2, (2, 2, 7, 48)),
+        (RotaryRows::Positions, 8, (1, 2, 9, 96)),
+    ] {
+        for layout in [AttnLayout::Bshd, AttnLayout::Bhsd] {
+            for interleaved in [false, true] {
+                let sh = AttnShape {
+                    batch,
+                    heads,
+                    heads_kv: heads,
+                    seq,
+                    dim,
+                    layout,
+                };
+                let cfg = RotaryConfig {
+                    along,
+                    rows,
+                    waves: 2,
+                    ..RotaryConfig::new(dim as u32, layout, interleaved)
+                };
+                let p = Problem {
+                    attn: sh,
+                    interleaved,
+                    seed: (seq * 7 + dim) as u64,
+                    ..Problem::default()
+                };
+                let def = by_name("rotary").unwrap().problem();
+                let plan = def.plan(&p, Target::Cpu).unwrap();
+                let kernel = build(&cfg).unwrap();
+                let mut rng = SmallRng::seed_from_u64(p.seed);
+                let inputs = def.draw(&p, &kernel, &plan.launch, &mut rng);
+                let (out, _) = interpret(
+                    &kernel,
+                    &plan.launch.params,
+                    inputs.clone(),
+                    &plan.launch.outputs,
+                )
+                .unwrap();
+                let e = compare(&out, &def.reference(&p, &inputs).values);
+                assert!(
+                    e.max_rel < 1.0 / 256.0 && e.rel_err > 0.0,
+                    "{cfg:?} {sh:?}: {e:?}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn heads_along_rows_need_a_power_of_two_dim() {
+    use kittens_kernels::rotary::{build, RotaryConfig, RotaryRows};
+    // The default falls back to positions along the rows...
+    let cfg = RotaryConfig::new(48, AttnLayout::Bshd, false);
+    assert_eq!(cfg.along, RotaryRows::Positions);
+    assert!(build(&cfg).is_ok());
+    // ...and asking for heads is refused with the reason.
+    let e = build(&RotaryConfig {
+        along: RotaryRows::Heads,
+        ..cfg
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("power-of-two head dimension (not 48)"), "{e}");
+}

@@ -273,6 +273,8 @@ table! {
     Vopc 0xed VCmpNeU64 "v_cmp_ne_u64" [2, 2, 2, 0] Both;
     Vopc 0xee VCmpGeU64 "v_cmp_ge_u64" [2, 2, 2, 0] Both;
 
+    Vop3 0x1c2 VMadI32I24 "v_mad_i32_i24" [1, 1, 1, 1] Both;
+    Vop3 0x1c3 VMadU32U24 "v_mad_u32_u24" [1, 1, 1, 1] Both;
     Vop3 0x1c8 VBfeU32 "v_bfe_u32" [1, 1, 1, 1] Both;
     Vop3 0x1c9 VBfeI32 "v_bfe_i32" [1, 1, 1, 1] Both;
     Vop3 0x1ca VBfiB32 "v_bfi_b32" [1, 1, 1, 1] Both;

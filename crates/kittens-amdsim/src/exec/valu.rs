@@ -352,6 +352,17 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
         VLshlAddU32 => from_fn(|l| (a[l] << (b[l] & 31)).wrapping_add(c[l])),
         VAddLshlU32 => from_fn(|l| a[l].wrapping_add(b[l]) << (c[l] & 31)),
         VAdd3U32 => from_fn(|l| a[l].wrapping_add(b[l]).wrapping_add(c[l])),
+        // CDNA3 ISA guide, V_MAD_U32_U24: D = S0[23:0] · S1[23:0] + S2 (low 32 bits).
+        VMadU32U24 => from_fn(|l| {
+            (a[l] & 0xff_ffff)
+                .wrapping_mul(b[l] & 0xff_ffff)
+                .wrapping_add(c[l])
+        }),
+        // V_MAD_I32_I24: D = sext(S0[23:0]) · sext(S1[23:0]) + S2 (low 32 bits).
+        VMadI32I24 => from_fn(|l| {
+            let s24 = |x: u32| ((x << 8) as i32) >> 8;
+            s24(a[l]).wrapping_mul(s24(b[l])).wrapping_add(c[l] as i32) as u32
+        }),
         VXadU32 => from_fn(|l| (a[l] ^ b[l]).wrapping_add(c[l])),
         VLshlOrB32 => from_fn(|l| (a[l] << (b[l] & 31)) | c[l]),
         VAndOrB32 => from_fn(|l| (a[l] & b[l]) | c[l]),

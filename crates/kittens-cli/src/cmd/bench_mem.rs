@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use kittens_hw::Target;
 use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::layernorm::{self, LayerNormConfig};
-use kittens_kernels::rotary::{self, RotaryConfig};
+use kittens_kernels::rotary::{self, RotaryConfig, RotaryRows};
 use kittens_runtime::cuda::bench_mem::{run_strip_sweep, StripCase};
 
 use super::bench::Args;
@@ -84,23 +84,28 @@ fn rotary_cases(shapes: &str) -> anyhow::Result<Vec<StripCase>> {
         let dim = u32::try_from(d)?;
         let mut cfgs = Vec::new();
         for layout in [AttnLayout::Bshd, AttnLayout::Bhsd] {
-            let default = RotaryConfig::new(dim, layout, false);
-            cfgs.push(default);
-            if layout == AttnLayout::Bshd {
-                cfgs.push(RotaryConfig {
-                    interleaved: true,
-                    ..default
-                });
-                for rows in [1u32, 2, 4, 8, 16] {
-                    for waves in [4u32, 8] {
-                        let c = RotaryConfig {
-                            rows,
-                            waves,
-                            ..default
-                        };
-                        if !cfgs.contains(&c) {
-                            cfgs.push(c);
-                        }
+            for interleaved in [false, true] {
+                let default = RotaryConfig::new(dim, layout, interleaved);
+                cfgs.push(default);
+                // Heads along the rows (a power-of-two D) at 4-16 heads and 4 or 8 waves per
+                // block; positions along the rows at 4 positions.
+                let mut variants = vec![];
+                if dim.is_power_of_two() {
+                    for rows in [4u32, 8] {
+                        variants.extend([4u32, 8].map(|w| (RotaryRows::Heads, rows, w)));
+                    }
+                    variants.push((RotaryRows::Heads, 16, 4));
+                }
+                variants.push((RotaryRows::Positions, 4, 4));
+                for (along, rows, waves) in variants {
+                    let c = RotaryConfig {
+                        along,
+                        rows,
+                        waves,
+                        ..default
+                    };
+                    if !cfgs.contains(&c) {
+                        cfgs.push(c);
                     }
                 }
             }
@@ -109,9 +114,10 @@ fn rotary_cases(shapes: &str) -> anyhow::Result<Vec<StripCase>> {
         for c in cfgs {
             cases.push(StripCase {
                 label: format!(
-                    "B{b} H{h} N{n} D{d} {:?}{} rows/wave={} waves={}",
+                    "B{b} H{h} N{n} D{d} {:?}{} {:?}/wave={} waves={}",
                     c.layout,
                     if c.interleaved { " interleaved" } else { "" },
+                    c.along,
                     c.rows,
                     c.waves
                 ),

@@ -1,17 +1,17 @@
-//! The strip emitter's memory ops: loads and stores between strip registers and global views (16-byte
-//! vectors where the chunk allows, element by element at the edges) or shared buffers.
+//! The strip emitter's memory ops other than the global accesses themselves (`global.rs`): global
+//! views as C expressions, interleaved pairs, shared buffers.
 
 use kittens_hw::dtype::DType;
-use kittens_ir::{GlobalView, RegId, SharedView};
+use kittens_ir::{GlobalView, Op, RegId, Rounding, SharedView};
 
 use super::{unsupported, Dist, Emit, StripError};
 use crate::cexpr::ident;
 
 impl Emit<'_> {
     /// C expressions of a global view: (pointer, offset of element (row `r`, col `c`) as a function of
-    /// the names, in-bounds condition of the view's fixed coordinates, row bound, col bound, col
-    /// stride is the constant 1).
-    fn view(&self, v: &GlobalView) -> Result<ViewC, StripError> {
+    /// the names, in-bounds condition of the view's fixed coordinates, row bound, col bound, the col
+    /// stride when it is a constant).
+    pub(super) fn view(&self, v: &GlobalView) -> Result<ViewC, StripError> {
         let g = self.k.global(v.tensor);
         let (rd, cd) = (v.row_dim as usize, v.col_dim as usize);
         let mut fixed_in = vec!["true".to_string()];
@@ -35,109 +35,56 @@ impl Emit<'_> {
             cols: self.e(&g.dims[cd]),
             rstride: self.e(&g.strides[rd]),
             cstride: self.e(&g.strides[cd]),
-            unit: g.strides[cd].as_const() == Some(1),
+            cstride_const: g.strides[cd].as_const(),
         })
     }
 
-    pub(super) fn global(
-        &mut self,
-        reg: RegId,
-        v: &GlobalView,
-        load: bool,
-    ) -> Result<(), StripError> {
-        let d = self.dist(reg);
-        if matches!(d, Dist::Replicated { .. }) {
-            return unsupported("a row vector moved to or from global memory");
-        }
-        let vc = self.view(v)?;
-        let ty = self.storage(vc.dtype)?;
-        let bytes = d.v() * vc.dtype.bytes();
-        let r = self.r(reg);
-        self.line("{");
-        self.depth += 1;
-        self.line(format!(
-            "const bool kt_in = {};\nconst long long kt_base = {};",
-            vc.fixed_in, vc.base
-        ));
-        self.open_slots(d);
-        self.line(format!(
-            "const long long kt_gr = {} + kt_row, kt_gc = {} + kt_col;\nconst long long kt_off = kt_base + kt_gr * {} + kt_gc * {};\nconst bool kt_row_in = kt_in && kt_gr >= 0 && kt_gr < {};",
-            vc.row0, vc.col0, vc.rstride, vc.cstride, vc.rows
-        ));
-        let elem = |e: &str| format!("kt_s * {} + {e}", d.v());
-        let vec_ty = match bytes {
-            16 => Some(self.d.vec16),
-            8 => Some(self.d.vec8),
-            4 => Some(self.d.vec4),
-            _ => None,
-        };
-        if let (true, Some(vt)) = (vc.unit, vec_ty) {
-            let n = d.v();
-            self.line(format!(
-                "if (kt_row_in && kt_gc >= 0 && kt_gc + {n} <= {} && (kt_off % {n}) == 0) {{",
-                vc.cols
-            ));
-            self.depth += 1;
-            if load {
-                self.line(format!(
-                    "{vt} kt_w = *reinterpret_cast<const {vt}*>({} + kt_off);\nconst {ty}* kt_e = reinterpret_cast<const {ty}*>(&kt_w);",
-                    vc.ptr
-                ));
-                self.line(format!(
-                    "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {n}; ++kt_e_i) {r}[{}] = {};",
-                    elem("kt_e_i"),
-                    to_f32(vc.dtype, "kt_e[kt_e_i]")
-                ));
-            } else {
-                self.line(format!(
-                    "{vt} kt_w;\n{ty}* kt_e = reinterpret_cast<{ty}*>(&kt_w);"
-                ));
-                self.line(format!(
-                    "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {n}; ++kt_e_i) kt_e[kt_e_i] = {};",
-                    from_f32(vc.dtype, &format!("{r}[{}]", elem("kt_e_i")))
-                ));
-                self.line(format!(
-                    "*reinterpret_cast<{vt}*>({} + kt_off) = kt_w;",
-                    vc.ptr
-                ));
+    /// `Some((registers by member, member 0's view, is a load))` when `a` and `b` move the two members
+    /// of a pair between registers of one distribution and one tensor: the same view but for one
+    /// dimension of extent 2 and stride 1 where one has origin 0 and the other 1, with the view's
+    /// columns at stride 2 (so member 1 of column `c` is the element after member 0).
+    pub(super) fn pair(&self, a: &Op, b: &Op) -> Option<([RegId; 2], GlobalView, bool)> {
+        let (ra, va, rb, vb, load) = match (a, b) {
+            (Op::LoadGlobal { dst: ra, src: va }, Op::LoadGlobal { dst: rb, src: vb }) => {
+                (*ra, va, *rb, vb, true)
             }
-            self.depth -= 1;
-            self.line("} else {");
-            self.depth += 1;
-        } else {
-            self.line("{");
-            self.depth += 1;
+            (
+                Op::StoreGlobal {
+                    dst: va,
+                    src: ra,
+                    rounding: Rounding::Rtne,
+                },
+                Op::StoreGlobal {
+                    dst: vb,
+                    src: rb,
+                    rounding: Rounding::Rtne,
+                },
+            ) => (*ra, va, *rb, vb, false),
+            _ => return None,
+        };
+        let same_shape = va.tensor == vb.tensor
+            && (va.row_dim, va.col_dim, va.rows, va.cols)
+                == (vb.row_dim, vb.col_dim, vb.rows, vb.cols)
+            && va.origin.len() == vb.origin.len();
+        if !same_shape || ra == rb || self.dist(ra) != self.dist(rb) {
+            return None;
         }
-        self.line(format!(
-            "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {}; ++kt_e_i) {{",
-            d.v()
-        ));
-        self.depth += 1;
-        self.line(format!(
-            "const bool kt_ok = kt_row_in && kt_gc + kt_e_i >= 0 && kt_gc + kt_e_i < {};\nconst long long kt_o = kt_off + kt_e_i * {};",
-            vc.cols, vc.cstride
-        ));
-        if load {
-            self.line(format!(
-                "{r}[{}] = kt_ok ? {} : 0.0f;",
-                elem("kt_e_i"),
-                to_f32(vc.dtype, &format!("{}[kt_o]", vc.ptr))
-            ));
-        } else {
-            self.line(format!(
-                "if (kt_ok) {}[kt_o] = {};",
-                vc.ptr,
-                from_f32(vc.dtype, &format!("{r}[{}]", elem("kt_e_i")))
-            ));
+        let g = self.k.global(va.tensor);
+        if g.strides[va.col_dim as usize].as_const() != Some(2) {
+            return None;
         }
-        self.depth -= 1;
-        self.line("}");
-        self.depth -= 1;
-        self.line("}");
-        self.close_slots(d);
-        self.depth -= 1;
-        self.line("}");
-        Ok(())
+        let differ: Vec<usize> = (0..va.origin.len())
+            .filter(|d| va.origin[*d] != vb.origin[*d])
+            .collect();
+        let [m] = differ[..] else { return None };
+        let pair_dim = g.dims[m].as_const() == Some(2) && g.strides[m].as_const() == Some(1);
+        let regs = match (va.origin[m].as_const(), vb.origin[m].as_const()) {
+            (Some(0), Some(1)) => [ra, rb],
+            (Some(1), Some(0)) => [rb, ra],
+            _ => return None,
+        };
+        let first = if regs[0] == ra { va } else { vb };
+        pair_dim.then(|| (regs, first.clone(), load))
     }
 
     pub(super) fn shared(
@@ -165,6 +112,9 @@ impl Emit<'_> {
         let elem = format!("{r}[kt_s * {} + kt_e_i]", d.v());
         let stmt = if load {
             format!("{elem} = {name}[{at}];")
+        } else if d.grouped() {
+            // Every group of lanes holds the whole vector: the first writes it.
+            format!("if (kt_lane < {}) {name}[{at}] = {elem};", d.chunks())
         } else {
             format!("{name}[{at}] = {elem};")
         };
@@ -177,27 +127,28 @@ impl Emit<'_> {
     }
 }
 
-struct ViewC {
-    ptr: String,
-    dtype: DType,
-    fixed_in: String,
-    base: String,
-    row0: String,
-    col0: String,
-    rows: String,
-    cols: String,
-    rstride: String,
-    cstride: String,
-    unit: bool,
+pub(super) struct ViewC {
+    pub(super) ptr: String,
+    pub(super) dtype: DType,
+    pub(super) fixed_in: String,
+    pub(super) base: String,
+    pub(super) row0: String,
+    pub(super) col0: String,
+    pub(super) rows: String,
+    pub(super) cols: String,
+    pub(super) rstride: String,
+    pub(super) cstride: String,
+    /// The column stride when it is a constant.
+    pub(super) cstride_const: Option<i64>,
 }
 
-fn to_f32(dt: DType, x: &str) -> String {
+pub(super) fn to_f32(dt: DType, x: &str) -> String {
     match dt {
         DType::Bf16 => format!("ks::bf16_to_f32({x})"),
         _ => x.to_string(),
     }
 }
-fn from_f32(dt: DType, x: &str) -> String {
+pub(super) fn from_f32(dt: DType, x: &str) -> String {
     match dt {
         DType::Bf16 => format!("ks::f32_to_bf16({x})"),
         _ => x.to_string(),

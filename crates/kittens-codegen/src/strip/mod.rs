@@ -9,11 +9,14 @@
 //! the `L` lanes of the wave round robin (`L` = 32 on NVIDIA, 64 on AMD): chunk `k` is lane `k % L`'s
 //! slot `k / L`. A lane's slots are
 //! a `float` array indexed by constants after unrolling, so they live in registers. A column vector is
-//! distributed like a one-row tile of its length; a row vector is replicated in every lane.
+//! distributed like a one-row tile of its length — or, when it has fewer chunks than the wave has
+//! lanes (and they divide the lanes), once per group of lanes, so that a column broadcast into rows
+//! narrower than a wave finds its chunk in the lane's own registers; a row vector is replicated in
+//! every lane.
 //!
 //! | IR | CUDA |
 //! |---|---|
-//! | `load`/`store` global | one 16-, 8- or 4-byte access per chunk where the column stride is 1, the chunk lies inside the tensor and its offset is aligned; element by element (bounds-checked) otherwise |
+//! | `load`/`store` global | one 16-, 8- or 4-byte access per chunk where the column stride is 1, the chunk lies inside the tensor and its offset is aligned; element by element (bounds-checked) otherwise. A run of consecutive loads issues every load before converting any; the two members of an interleaved pair (column stride 2) move as one contiguous access (`global.rs`) |
 //! | `map` | per element, in f32; a broadcast vector's entry is a constant index |
 //! | `row_sum`/`row_max` | a lane's slots of the row, then an XOR butterfly over the lanes (CUDA `shfl.xor`, AMD `ds_bpermute`) |
 //! | `random` | Philox 4x32-10 (`ks::philox`), one call per 4 elements of an aligned chunk |
@@ -23,8 +26,8 @@
 
 use kittens_hw::{dtype::DType, Target};
 use kittens_ir::{
-    Arg, Axis, Expr, GridOrder, Kernel, MapFn, MaskRule, Op, ReduceOp, RegId, RegKind, Rounding,
-    Scope, Stmt,
+    Arg, Axis, BinOp, Expr, GridOrder, Kernel, MapFn, MaskRule, Op, ReduceOp, RegId, RegKind,
+    Rounding, Scope, Stmt,
 };
 use kittens_tile::BaseShape;
 use thiserror::Error;
@@ -32,9 +35,12 @@ use thiserror::Error;
 use crate::cexpr::{self, ident, CNames};
 
 mod dialects;
+mod dist;
+mod global;
 mod memory;
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
 pub use dialects::{hip, CUDA};
+use dist::{dist, Dist};
 
 /// What the strip lowering cannot do.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -89,86 +95,6 @@ pub struct Dialect {
     pub nan: &'static str,
 }
 
-/// How a register is spread over the lanes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Dist {
-    /// A tile (or column vector as a one-row tile): `rows × cols` in chunks of `v` over `lanes`.
-    Strip {
-        rows: u32,
-        cols: u32,
-        v: u32,
-        lanes: u32,
-    },
-    /// A row vector of `len`, in every lane.
-    Replicated { len: u32 },
-}
-
-impl Dist {
-    fn lanes(self) -> u32 {
-        match self {
-            Dist::Strip { lanes, .. } => lanes,
-            Dist::Replicated { .. } => 1,
-        }
-    }
-    fn chunks_per_row(self) -> u32 {
-        match self {
-            Dist::Strip { cols, v, .. } => cols / v,
-            Dist::Replicated { .. } => 1,
-        }
-    }
-    fn chunks(self) -> u32 {
-        match self {
-            Dist::Strip { rows, .. } => rows * self.chunks_per_row(),
-            Dist::Replicated { len } => len,
-        }
-    }
-    fn slots(self) -> u32 {
-        match self {
-            Dist::Strip { lanes, .. } => self.chunks().div_ceil(lanes),
-            Dist::Replicated { len } => len,
-        }
-    }
-    fn v(self) -> u32 {
-        match self {
-            Dist::Strip { v, .. } => v,
-            Dist::Replicated { .. } => 1,
-        }
-    }
-    /// Elements a lane holds.
-    fn len(self) -> u32 {
-        self.slots() * self.v()
-    }
-    /// Whether every slot of every lane holds a chunk (else the last slot is partial).
-    fn full(self) -> bool {
-        matches!(self, Dist::Replicated { .. }) || self.chunks().is_multiple_of(self.lanes())
-    }
-}
-
-fn chunk_of(cols: u32) -> u32 {
-    [8, 4, 2, 1]
-        .into_iter()
-        .find(|v| cols.is_multiple_of(*v))
-        .unwrap_or(1)
-}
-
-fn dist(k: &Kernel, r: RegId, lanes: u32) -> Dist {
-    match k.reg(r).kind {
-        RegKind::Tile(t) => Dist::Strip {
-            rows: t.rows,
-            cols: t.cols,
-            v: chunk_of(t.cols),
-            lanes,
-        },
-        RegKind::Vec(v) if v.axis == Axis::Cols => Dist::Strip {
-            rows: 1,
-            cols: v.len,
-            v: chunk_of(v.len),
-            lanes,
-        },
-        RegKind::Vec(v) => Dist::Replicated { len: v.len },
-    }
-}
-
 /// True when `k` is a program this lowering takes: plain schedule, strip registers only.
 pub fn is_strip_program(k: &Kernel) -> bool {
     matches!(k.schedule, kittens_ir::Schedule::Plain { .. })
@@ -214,9 +140,44 @@ impl Emit<'_> {
     }
 
     fn body(&mut self, body: &[Stmt]) -> Result<(), StripError> {
-        for s in body {
+        let mut i = 0;
+        while i < body.len() {
+            let s = &body[i];
+            i += 1;
             match s {
-                Stmt::Op { op, .. } => self.op(op)?,
+                Stmt::Op { op, .. } => {
+                    let op_at = |j: usize| match body.get(j) {
+                        Some(Stmt::Op { op, .. }) => Some(op),
+                        _ => None,
+                    };
+                    // A run of consecutive global loads is emitted as one (all in flight at once);
+                    // the two members of an interleaved pair, moved one after the other, move as
+                    // one contiguous access.
+                    let (mut loads, mut j) = (Vec::new(), i - 1);
+                    while let Some(a) = op_at(j) {
+                        if let Some((regs, view, true)) = op_at(j + 1).and_then(|b| self.pair(a, b))
+                        {
+                            loads.push((regs.to_vec(), view));
+                            j += 2;
+                        } else if let Op::LoadGlobal { dst, src } = a {
+                            loads.push((vec![*dst], src.clone()));
+                            j += 1;
+                        } else {
+                            break;
+                        }
+                    }
+                    if !loads.is_empty() {
+                        self.global_loads(&loads)?;
+                        i = j;
+                    } else if let Some((regs, view, false)) =
+                        op_at(i).and_then(|b| self.pair(op, b))
+                    {
+                        self.global_store(&regs, &view)?;
+                        i += 1;
+                    } else {
+                        self.op(op)?;
+                    }
+                }
                 Stmt::For {
                     var,
                     start,
@@ -258,9 +219,13 @@ impl Emit<'_> {
             "#pragma unroll\nfor (int kt_s = 0; kt_s < {slots}; ++kt_s) {{"
         ));
         self.depth += 1;
+        let k = if d.grouped() {
+            format!("kt_lane % {ncr}")
+        } else {
+            format!("kt_s * {} + kt_lane", self.d.lanes)
+        };
         self.line(format!(
-            "const int kt_k = kt_s * {} + kt_lane;\nconst int kt_row = kt_k / {ncr}, kt_col = (kt_k % {ncr}) * {};\n(void)kt_row; (void)kt_col;",
-            self.d.lanes,
+            "const int kt_k = {k};\nconst int kt_row = kt_k / {ncr}, kt_col = (kt_k % {ncr}) * {};\n(void)kt_row; (void)kt_col;",
             d.v()
         ));
         if !d.full() {
@@ -304,6 +269,15 @@ impl Emit<'_> {
             Arg::ColBcast(r) => {
                 let ncr = d.chunks_per_row();
                 let lanes = self.d.lanes;
+                if let (Dist::Grouped { cols, .. }, Dist::Strip { cols: c, .. }) = (self.dist(r), d)
+                {
+                    // Rows narrower than a wave: every slot of a lane is in the chunk of columns
+                    // the lane holds of the vector.
+                    if cols != c || self.dist(r).v() != v {
+                        return unsupported("a column broadcast of a vector of another length");
+                    }
+                    return Ok(format!("{}[kt_e_i]", self.r(r)));
+                }
                 if self.dist(r).v() != v || !ncr.is_multiple_of(lanes) {
                     return unsupported(
                         "a column broadcast over rows narrower than a wave of chunks",
@@ -432,6 +406,19 @@ impl Emit<'_> {
                 self.line(format!(
                     "const long long kt_i0 = {i0} + kt_row * {rs} + kt_col;"
                 ));
+                // Chunks start at a multiple of 4 elements when the row's first index and the row
+                // stride are multiples of 4 (then the per-element path is dead code: 4v inlined
+                // Philox calls the compiler would still schedule around).
+                let aligned =
+                    v.is_multiple_of(4) && multiple_of(index0, 4) && multiple_of(row_stride, 4);
+                if aligned {
+                    self.line(format!(
+                        "#pragma unroll\nfor (int kt_g = 0; kt_g < {}; ++kt_g) ks::uniform4(&{r}[kt_s * {v} + 4 * kt_g], (unsigned long long)(kt_i0 >> 2) + kt_g, {key});",
+                        v / 4
+                    ));
+                    self.close_slots(d);
+                    return Ok(());
+                }
                 if v.is_multiple_of(4) {
                     self.line(format!(
                         "if ((kt_i0 & 3) == 0) {{\n#pragma unroll\n    for (int kt_g = 0; kt_g < {}; ++kt_g) ks::uniform4(&{r}[kt_s * {v} + 4 * kt_g], (unsigned long long)(kt_i0 >> 2) + kt_g, {key});\n}} else",
@@ -573,6 +560,19 @@ impl Emit<'_> {
     }
 }
 
+/// Whether `e` is a multiple of `m` for every value of its names (a sufficient test: constants,
+/// sums and differences of multiples, products with a multiple).
+fn multiple_of(e: &Expr, m: i64) -> bool {
+    match e {
+        Expr::Const(c) => c % m == 0,
+        Expr::Bin(BinOp::Add | BinOp::Sub | BinOp::Min | BinOp::Max, a, b) => {
+            multiple_of(a, m) && multiple_of(b, m)
+        }
+        Expr::Bin(BinOp::Mul, a, b) => multiple_of(a, m) || multiple_of(b, m),
+        _ => false,
+    }
+}
+
 /// Lowers a strip program (see the module documentation) in dialect `d`.
 pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
     if !is_strip_program(k) {
@@ -596,11 +596,13 @@ pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         let n = ident(&p.name);
         e.line(format!("const long long {n} = (long long)p_{n};"));
     }
-    e.line(format!("long long kt_id = (long long)({});", d.block));
+    // The block index splits in 32-bit arithmetic: a launch has fewer than 2^32 blocks, so every
+    // extent fits (64-bit division is a long software sequence on both vendors' GPUs).
+    e.line(format!("unsigned kt_id = (unsigned)({});", d.block));
     for (i, x) in k.grid.extents.iter().enumerate().rev() {
         let ext = e.e(x);
         e.line(format!(
-            "const long long blk{i} = kt_id % {ext}; kt_id /= {ext};"
+            "const long long blk{i} = (long long)(kt_id % (unsigned){ext}); kt_id /= (unsigned){ext};"
         ));
     }
     e.line(format!(

@@ -12,7 +12,17 @@
 //! are component 0 and 1 of that extra dimension. The tables are declared with zero batch and head
 //! strides, so one table row serves every head at its position.
 //!
-//! Memory-bound: each wave holds `rows` positions of one head in strip tiles (`BaseShape::STRIP`).
+//! Memory-bound: each wave holds one strip tile (`BaseShape::STRIP`) of each pair member and writes
+//! two, in one of two arrangements ([`RotaryRows`]):
+//!
+//! * **heads along the rows**: one position, `rows` heads. The cos/sin row of the position is a
+//!   column vector, loaded once and broadcast to every head; in BSHD order the wave's tile is one
+//!   contiguous run of `rows · dim` elements.
+//! * **positions along the rows**: one head, `rows` positions; the tables are tiles of the same
+//!   shape, read again for every head (from L2).
+//!
+//! In the interleaved form the two members of a pair are adjacent, and the two loads (stores) of the
+//! members follow each other, so the lowering moves them as one contiguous access per chunk.
 //! In place is the caller's choice (the same buffer as input and output: every element is read
 //! before it is written, by the same lane).
 
@@ -24,6 +34,15 @@ use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, Schedule};
 use kittens_tile::{BaseShape, Layout};
 
+/// What the rows of a wave's tile are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub enum RotaryRows {
+    /// Heads of one position: the table row is loaded once per wave and broadcast.
+    Heads,
+    /// Positions of one head: the table rows are a tile.
+    Positions,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct RotaryConfig {
     /// Head dimension (a multiple of 16 from 16 to 512).
@@ -31,7 +50,9 @@ pub struct RotaryConfig {
     pub layout: AttnLayout,
     /// GPT-J pairs `(2i, 2i + 1)` instead of GPT-NeoX's `(i, i + dim/2)`.
     pub interleaved: bool,
-    /// Positions per wave.
+    /// What a wave's rows are.
+    pub along: RotaryRows,
+    /// Rows (heads or positions) per wave.
     pub rows: u32,
     pub waves: u32,
 }
@@ -40,16 +61,26 @@ pub struct RotaryConfig {
 pub const DIMS: std::ops::RangeInclusive<u32> = 16..=512;
 
 impl RotaryConfig {
-    /// About 256 values of each half per wave (8 per lane on 32 lanes: one 16-byte chunk of each
-    /// operand), four waves per block. Measured on the H100 (bench/results/h100-2026-11-22-memk, run 2's
-    /// sweep at B16 H16 N4096 D128 BSHD): 8 per lane 0.75 of the copy bandwidth, 16 per lane 0.56, 4
-    /// per lane 0.51 (run 1, 16 per lane with the heads outermost in the grid: 0.66).
+    /// Heads along the rows where a table row's chunks (`dim/16` of 8 values) divide a wave's lanes
+    /// (a power-of-two `dim`: the broadcast needs every lane to hold one chunk of the row), else
+    /// positions along the rows; one 16-byte chunk of each member per lane (256 values of each
+    /// member per wave: 4 rows at D128, 8 at D64), four waves per block. Measured on the H100
+    /// (bench/results/h100-2026-11-23-memk, run 2's sweep, B16 H16 N4096 D128 / B16 H32 N4096 D64,
+    /// heads along the rows): half rotation BSHD 0.95 / 0.92 of the copy bandwidth, BHSD 0.95 / 0.93;
+    /// interleaved BSHD 0.92 / 0.94, BHSD 0.94 / 0.94. Twice the rows: 0.90-0.94; four times: 0.77-0.92;
+    /// half (D64, half the lanes idle): 0.63-0.67.
     pub fn new(dim: u32, layout: AttnLayout, interleaved: bool) -> Self {
+        let heads = dim.is_power_of_two();
         RotaryConfig {
             dim,
             layout,
             interleaved,
-            rows: (512 / dim.max(1)).clamp(1, 64),
+            along: if heads {
+                RotaryRows::Heads
+            } else {
+                RotaryRows::Positions
+            },
+            rows: 512u32.checked_div(dim).unwrap_or(1).clamp(1, 64),
             waves: 4,
         }
     }
@@ -61,6 +92,12 @@ impl RotaryConfig {
                 self.dim,
                 DIMS.start(),
                 DIMS.end()
+            )));
+        }
+        if self.along == RotaryRows::Heads && !self.dim.is_power_of_two() {
+            return Err(KernelError::Config(format!(
+                "rotary: heads along the rows need a power-of-two head dimension (not {})",
+                self.dim
             )));
         }
         if self.rows == 0 || self.waves == 0 {
@@ -121,52 +158,99 @@ pub fn build(cfg: &RotaryConfig) -> Result<Kernel, KernelError> {
     let cos = table(&mut k, "cos");
     let sin = table(&mut k, "sin");
     let out = pairs(&mut k, "out", Access::Write);
-    let per_block = i64::from(rows * cfg.waves);
-    // Neighbouring blocks read neighbouring memory: in BSHD the heads of one position are adjacent,
-    // so heads run fastest; in BHSD the positions of one head.
-    let blocks = seq.ceil_div(per_block);
-    let (head, sblk) = match cfg.layout {
+    let strip = |k: &mut KernelBuilder, name: &str, dt| {
+        k.tile(name, dt, rows, half, Layout::Row, BaseShape::STRIP)
+    };
+    let [x0, x1] = ["x0", "x1"].map(|n| strip(&mut k, n, Bf16));
+    let [o0, o1, t] = ["out0", "out1", "t"].map(|n| strip(&mut k, n, F32));
+    // The wave's (head, position) and the dimension its rows run along.
+    let (head, pos, row_dim) = place(&mut k, cfg, [&batch, &heads, &seq]);
+    let member = |k: &KernelBuilder, g, m: i64| {
+        let mut origin = vec![
+            k.block(0),
+            head.clone(),
+            pos.clone(),
+            Expr::c(0),
+            Expr::c(0),
+        ];
+        origin[member_dim] = Expr::c(m);
+        k.gview(g, origin, row_dim, col_dim as u8, rows, half)
+    };
+    let table_rows = match cfg.along {
+        RotaryRows::Heads => 1,
+        RotaryRows::Positions => rows,
+    };
+    let tab = |k: &KernelBuilder, g| {
+        let origin = vec![k.block(0), head.clone(), pos.clone(), Expr::c(0)];
+        k.gview(g, origin, 2, 3, table_rows, half)
+    };
+    k.load_global(x0, member(&k, x, 0));
+    k.load_global(x1, member(&k, x, 1));
+    match cfg.along {
+        RotaryRows::Heads => {
+            let [c, s] = ["cos", "sin"].map(|n| k.col_vec(n, x0, Bf16));
+            k.load_global(c, tab(&k, cos));
+            k.load_global(s, tab(&k, sin));
+            k.mul_col(o0, x0, c);
+            k.mul_col(t, x1, s);
+            k.sub(o0, o0, t);
+            k.mul_col(o1, x1, c);
+            k.mul_col(t, x0, s);
+            k.add(o1, o1, t);
+        }
+        RotaryRows::Positions => {
+            let [c, s] = ["cos", "sin"].map(|n| strip(&mut k, n, Bf16));
+            k.load_global(c, tab(&k, cos));
+            k.load_global(s, tab(&k, sin));
+            k.mul(o0, x0, c);
+            k.mul(t, x1, s);
+            k.sub(o0, o0, t);
+            k.mul(o1, x1, c);
+            k.mul(t, x0, s);
+            k.add(o1, o1, t);
+        }
+    }
+    k.store(member(&k, out, 0), o0);
+    k.store(member(&k, out, 1), o1);
+    Ok(k.finish()?)
+}
+
+/// The grid and each wave's place: `(first head, first position, the dimension of `x` the tile's rows
+/// run along)`. Neighbouring blocks read neighbouring memory: in BSHD the heads of one position are
+/// adjacent, so heads run fastest in the grid; in BHSD the positions of one head.
+fn place(
+    k: &mut KernelBuilder,
+    cfg: &RotaryConfig,
+    [batch, heads, seq]: [&Expr; 3],
+) -> (Expr, Expr, u8) {
+    let (rows, waves) = (i64::from(cfg.rows), i64::from(cfg.waves));
+    // (extent of the head coordinate, extent of the position coordinate) in blocks, and the wave's
+    // offsets along each.
+    let (head_blocks, pos_blocks, head_step, pos_step, row_dim) = match cfg.along {
+        RotaryRows::Heads => (heads.ceil_div(rows), seq.ceil_div(waves), rows, 1, 1),
+        RotaryRows::Positions => (heads.clone(), seq.ceil_div(rows * waves), 1, rows, 2),
+    };
+    let (hb, pb) = match cfg.layout {
         AttnLayout::Bshd => {
             k.grid(
-                vec![batch.clone(), blocks, heads.clone()],
+                vec![batch.clone(), pos_blocks, head_blocks],
                 GridOrder::RowMajor,
             );
             (k.block(2), k.block(1))
         }
         AttnLayout::Bhsd => {
             k.grid(
-                vec![batch.clone(), heads.clone(), blocks],
+                vec![batch.clone(), head_blocks, pos_blocks],
                 GridOrder::RowMajor,
             );
             (k.block(1), k.block(2))
         }
     };
-    let s0 = sblk * per_block + k.wave() * i64::from(rows);
-    let strip = |k: &mut KernelBuilder, name: &str, dt| {
-        k.tile(name, dt, rows, half, Layout::Row, BaseShape::STRIP)
+    let per_block = match cfg.along {
+        RotaryRows::Heads => waves,
+        RotaryRows::Positions => rows * waves,
     };
-    let [x0, x1, c, s] = ["x0", "x1", "cos", "sin"].map(|n| strip(&mut k, n, Bf16));
-    let [o0, o1, t] = ["out0", "out1", "t"].map(|n| strip(&mut k, n, F32));
-    let member = |k: &KernelBuilder, g, m: i64| {
-        let mut origin = vec![k.block(0), head.clone(), s0.clone(), Expr::c(0), Expr::c(0)];
-        origin[member_dim] = Expr::c(m);
-        k.gview(g, origin, 2, col_dim as u8, rows, half)
-    };
-    let tab = |k: &KernelBuilder, g| {
-        let origin = vec![k.block(0), head.clone(), s0.clone(), Expr::c(0)];
-        k.gview(g, origin, 2, 3, rows, half)
-    };
-    k.load_global(x0, member(&k, x, 0));
-    k.load_global(x1, member(&k, x, 1));
-    k.load_global(c, tab(&k, cos));
-    k.load_global(s, tab(&k, sin));
-    k.mul(o0, x0, c);
-    k.mul(t, x1, s);
-    k.sub(o0, o0, t);
-    k.mul(o1, x1, c);
-    k.mul(t, x0, s);
-    k.add(o1, o1, t);
-    k.store(member(&k, out, 0), o0);
-    k.store(member(&k, out, 1), o1);
-    Ok(k.finish()?)
+    let head = hb * head_step;
+    let pos = pb * per_block + k.wave() * pos_step;
+    (head, pos, row_dim)
 }

@@ -1,0 +1,73 @@
+//! What the strip lowering emits for the memory-bound kernels' accesses, on both vendors' dialects:
+//! the interleaved rotary pair moves as 16-byte vectors (not element by element), the cos/sin row
+//! broadcast across heads is loaded once per lane group, and dropout whose stream indices are
+//! provably aligned draws whole Philox blocks only.
+
+use kittens_codegen::lower;
+use kittens_hw::Target;
+use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::layernorm::{self, LayerNormConfig};
+use kittens_kernels::rotary::{self, RotaryConfig, RotaryRows};
+
+const TARGETS: [(Target, &str, u32); 2] = [
+    (Target::Sm90a, "uint4", 32),
+    (Target::Gfx950, "kittens::u32x4", 64),
+];
+
+fn count(src: &str, pat: &str) -> usize {
+    src.matches(pat).count()
+}
+
+#[test]
+fn interleaved_rotary_moves_pairs_as_vectors() {
+    for layout in [AttnLayout::Bshd, AttnLayout::Bhsd] {
+        for along in [RotaryRows::Heads, RotaryRows::Positions] {
+            let cfg = RotaryConfig {
+                along,
+                ..RotaryConfig::new(128, layout, true)
+            };
+            let k = rotary::build(&cfg).unwrap();
+            for (t, v16, _) in TARGETS {
+                let src = lower(&k, t).unwrap().source;
+                // D128: a chunk of 8 pairs is 32 contiguous bytes, two 16-byte accesses each way.
+                let loads = count(
+                    &src,
+                    &format!("*reinterpret_cast<const {v16}*>(g_x + kt_off"),
+                );
+                let stores = count(&src, &format!("*reinterpret_cast<{v16}*>(g_out + kt_off"));
+                assert_eq!((loads, stores), (2, 2), "{t} {cfg:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn rotary_heads_along_rows_broadcast_the_table_row() {
+    let k = rotary::build(&RotaryConfig {
+        along: RotaryRows::Heads,
+        ..RotaryConfig::new(128, AttnLayout::Bshd, false)
+    })
+    .unwrap();
+    for (t, _, _) in TARGETS {
+        let src = lower(&k, t).unwrap().source;
+        // 64 table entries are 8 chunks: lane l holds chunk l % 8, and every product reads the
+        // lane's own chunk.
+        assert!(src.contains("const int kt_k = kt_lane % 8;"), "{t}");
+        assert!(
+            src.contains("_cos[kt_e_i]") && src.contains("_sin[kt_e_i]"),
+            "{t}"
+        );
+    }
+}
+
+#[test]
+fn aligned_dropout_draws_whole_philox_blocks() {
+    for dim in [776, 2048, 4104] {
+        for (t, _, lanes) in TARGETS {
+            let k = layernorm::build(&LayerNormConfig::new(dim, 0.1, lanes)).unwrap();
+            let src = lower(&k, t).unwrap().source;
+            assert!(src.contains("ks::uniform4(&"), "{t} D{dim}");
+            assert!(!src.contains("ks::uniform1(("), "{t} D{dim}");
+        }
+    }
+}
