@@ -88,7 +88,9 @@ fn run(opcode: u32, input: &[u32]) -> Vec<u32> {
 fn inputs() -> Vec<u32> {
     // Bits above 23 set in every other lane; bit 23 set in every fourth.
     (0..64u32)
-        .map(|i| (i * 2654435761 >> 12) & 0x7f_ffff | (i % 2) << 28 | (i % 4 / 3) << 23)
+        .map(|i| {
+            ((i.wrapping_mul(2_654_435_761) >> 12) & 0x7f_ffff) | (i % 2) << 28 | (i % 4 / 3) << 23
+        })
         .collect()
 }
 
