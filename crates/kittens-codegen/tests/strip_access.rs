@@ -71,3 +71,22 @@ fn aligned_dropout_draws_whole_philox_blocks() {
         }
     }
 }
+
+#[test]
+fn a_run_of_loads_is_in_flight_before_any_conversion() {
+    // Rotary loads x's two members and both table rows one after the other: every vector load of
+    // the run comes before the first conversion to f32 (a conversion inside a load's own branch
+    // made each load wait for the previous one).
+    for interleaved in [false, true] {
+        let k = rotary::build(&RotaryConfig::new(128, AttnLayout::Bshd, interleaved)).unwrap();
+        for (t, v16, _) in TARGETS {
+            let src = lower(&k, t).unwrap().source;
+            let body = &src[src.find("Lowered from").unwrap()..];
+            let last_load = body
+                .rfind(&format!("*reinterpret_cast<const {v16}*>(g_sin"))
+                .unwrap();
+            let first_convert = body.find("bf16_to_f32(").unwrap();
+            assert!(last_load < first_convert, "{t} interleaved={interleaved}");
+        }
+    }
+}
