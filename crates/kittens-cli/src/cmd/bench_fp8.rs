@@ -19,6 +19,13 @@ fn config(a: &Args) -> anyhow::Result<GemmConfig> {
     if let Some(b) = a.block {
         cfg.block = b;
     }
+    if let Some(p) = a.promote {
+        cfg.promote = p;
+    }
+    if cfg.block > 128 {
+        // The ring stages that fit beside wider C slabs (the configuration's 6 are for 128 columns).
+        cfg.stages = 3;
+    }
     if let Some(w) = a.window {
         if w == 0 {
             bail!("--window must be at least 1");

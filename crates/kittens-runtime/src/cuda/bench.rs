@@ -18,6 +18,7 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use kittens_kernels::gemm_bf16::shapes::{self, HopperTile};
+use kittens_kernels::gemm_bf16::split_k;
 use kittens_kernels::gemm_bf16::BLayout;
 use kittens_kernels::reference::{check_rule, SPOT_RULE_FLOOR};
 use serde::Serialize;
@@ -70,6 +71,9 @@ pub struct GemmBenchOptions {
     /// Shapes (M, N, K) checked for correctness only, not timed: partial tiles at every edge.
     pub checks: Vec<Shape>,
     pub timing: Timing,
+    /// K slices per shape: `None` lets `split_k::choose` decide (1 where C's blocks fill the SMs),
+    /// `Some(s)` forces `s` where the shape allows a split (C needs no padded copy).
+    pub split_k: Option<u32>,
 }
 
 impl Default for GemmBenchOptions {
@@ -94,6 +98,7 @@ impl Default for GemmBenchOptions {
                 (77, 99, 13),
             ],
             timing: Timing::Interleaved,
+            split_k: None,
         }
     }
 }
@@ -119,8 +124,10 @@ pub struct GemmBenchRow {
     pub m: usize,
     pub n: usize,
     pub k: usize,
-    /// The block of C per thread block, `ROWSxCOLS`.
+    /// The block of C per thread block, `ROWSxCOLS`, with `/kS` when K is cut in `S` slices.
     pub tile: Option<String>,
+    /// K slices (1: no split-K).
+    pub split_k: u32,
     /// Whether `tile` is the one the shape-aware configuration chooses for this shape.
     pub chosen: bool,
     /// The cost model's time for this block, µs (`shapes::estimate_us`).
@@ -265,7 +272,7 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
         .iter()
         .filter_map(|(t, k)| k.as_ref().ok().map(|k| (t, k)))
         .map(|(t, k)| KernelInfo {
-            tile: t.to_string(),
+            tile: block_name(*t),
             entry: k.name.clone(),
             stages: k.stages,
             compile: k.compile.clone(),
@@ -347,29 +354,60 @@ struct Runner<'a> {
     cublas: &'a Cublas,
     stream: &'a Stream,
     opts: &'a GemmBenchOptions,
-    kernels: RefCell<Vec<(HopperTile, Loaded)>>,
+    kernels: RefCell<Vec<(Block, Loaded)>>,
+}
+
+/// A block shape and its K slices: what one compiled kernel is.
+type Block = (HopperTile, u32);
+
+/// `64x128`, or `64x128/k4` with split-K.
+fn block_name((t, s): Block) -> String {
+    if s > 1 {
+        format!("{t}/k{s}")
+    } else {
+        t.to_string()
+    }
 }
 
 impl Runner<'_> {
-    /// The kernel of block `tile`, compiled and loaded on first use (a failure is kept and reported
-    /// in every row that needs it).
-    fn kernel(&self, tile: HopperTile) -> Result<Rc<GemmKernel>, CudaError> {
-        if let Some((_, k)) = self.kernels.borrow().iter().find(|(t, _)| *t == tile) {
+    /// The kernel of block `tile` with `split` K slices, compiled and loaded on first use (a failure
+    /// is kept and reported in every row that needs it).
+    fn kernel(&self, block: Block) -> Result<Rc<GemmKernel>, CudaError> {
+        if let Some((_, k)) = self.kernels.borrow().iter().find(|(b, _)| *b == block) {
             return k.clone();
         }
-        let k = GemmKernel::prepare(self.dev, tile, self.opts.b_layout).map(Rc::new);
+        let (tile, split) = block;
+        let k = GemmKernel::prepare(self.dev, tile, self.opts.b_layout, split).map(Rc::new);
         if let Ok(k) = &k {
             eprintln!(
-                "  {} ({tile}, {} stages): {} registers, {} spills, persistent grid of {} blocks",
+                "  {} ({}, {} stages): {} registers, {} spills, persistent grid of {} blocks",
                 k.name,
+                block_name(block),
                 k.stages,
                 k.compile.registers,
                 k.compile.spill_stores + k.compile.spill_loads,
                 k.resident
             );
         }
-        self.kernels.borrow_mut().push((tile, k.clone()));
+        self.kernels.borrow_mut().push((block, k.clone()));
         k
+    }
+
+    /// K slices for `tile` at `shape`: the option's, or `split_k::choose`'s (bf16, K step 64); 1
+    /// where C goes through a padded copy (the reduction writes a dense C).
+    fn split_for(&self, (m, n, k): Shape, tile: HopperTile) -> u32 {
+        if !(n * 2).is_multiple_of(16) {
+            return 1;
+        }
+        self.opts.split_k.unwrap_or_else(|| {
+            split_k::choose(
+                self.dev.multiprocessors,
+                (m as u64, n as u64, k as u64),
+                (tile.rows, tile.cols),
+                64,
+                2,
+            )
+        })
     }
 
     /// The rows of one shape: one per block it runs; a shape that cannot run gives error rows.
@@ -381,15 +419,20 @@ impl Runner<'_> {
             TileChoice::Auto => vec![chosen],
             TileChoice::Each(list) => list.clone(),
         };
-        let base = |t: HopperTile| {
+        let blocks: Vec<Block> = tiles
+            .iter()
+            .map(|&t| (t, self.split_for(shape, t)))
+            .collect();
+        let base = |(t, split): Block| {
             let mut r = GemmBenchRow::error(shape, &CudaError::Invalid(String::new()));
-            r.tile = Some(t.to_string());
+            r.tile = Some(block_name((t, split)));
+            r.split_k = split;
             r.chosen = t == chosen;
             r.model_us = shapes::estimate_us(self.gpu, sms, m as u64, n as u64, k as u64, t).us;
             r
         };
-        let rows: Vec<GemmBenchRow> = tiles.iter().map(|&t| base(t)).collect();
-        match self.attempt(shape, seed, timed, &tiles, rows.clone()) {
+        let rows: Vec<GemmBenchRow> = blocks.iter().map(|&b| base(b)).collect();
+        match self.attempt(shape, seed, timed, &blocks, rows.clone()) {
             Ok(rows) => rows,
             Err(e) => rows
                 .into_iter()
@@ -430,7 +473,7 @@ impl Runner<'_> {
         shape: Shape,
         seed: u64,
         timed: bool,
-        tiles: &[HopperTile],
+        tiles: &[Block],
         mut rows: Vec<GemmBenchRow>,
     ) -> Result<Vec<GemmBenchRow>, CudaError> {
         let (m, n, k) = shape;
@@ -452,7 +495,7 @@ impl Runner<'_> {
         };
         // Device allocations are 256-byte aligned: only row pitches decide what TMA can address.
         let (a0, b0, c0) = (Mat::dense(0, m, k), b_mat(0), Mat::dense(0, m, n));
-        let plan = PadPlan::of(&a0, &b0, &c0);
+        let plan = PadPlan::aligned(&a0, &b0, &c0, (m, n));
         let pad_bytes = [(plan.a, a0), (plan.b, b0), (plan.c, c0)]
             .iter()
             .filter(|(need, _)| *need)
@@ -671,6 +714,7 @@ impl GemmBenchRow {
             n,
             k,
             tile: None,
+            split_k: 1,
             chosen: true,
             model_us: f64::NAN,
             padded: PadPlan::default(),

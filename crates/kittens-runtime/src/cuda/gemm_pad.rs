@@ -89,7 +89,28 @@ impl PadPlan {
     pub fn any(&self) -> bool {
         self.a || self.b || self.c
     }
+
+    /// [`PadPlan::of`], plus A and B copied into 128-byte aligned rows where TMA could read them in
+    /// place but their rows start off 128-byte lines, in a GEMM of `m × n` outputs that reuses each
+    /// operand row enough for the copy to pay: `m·n / (m + n) ≥` [`ALIGN_REUSE`] (both M and N about
+    /// 512 or more). H100: 3000³ ran at 0.42 of cuBLAS where 3008³ ran at 0.82 (bench/NOTES.md), and
+    /// the copies of A and B cost one read and write of each (about 24 µs at 3000³, against about
+    /// 100 µs lost to the misaligned loads).
+    pub fn aligned(a: &Mat, b: &Mat, c: &Mat, (m, n): (usize, usize)) -> PadPlan {
+        let plan = PadPlan::of(a, b, c);
+        let reuse = m.saturating_mul(n) / m.saturating_add(n).max(1) >= ALIGN_REUSE;
+        let off_line = |x: &Mat| !(x.pitch * 2).is_multiple_of(128);
+        PadPlan {
+            a: plan.a || (reuse && off_line(a)),
+            b: plan.b || (reuse && off_line(b)),
+            c: plan.c,
+        }
+    }
 }
+
+/// Least `m·n / (m + n)` (outputs per operand row, roughly) at which [`PadPlan::aligned`] copies
+/// misaligned operands.
+pub const ALIGN_REUSE: usize = 256;
 
 /// Enqueues the copy of `src`'s `rows × cols` into `dst` (same extents, other pitch) on `stream`.
 ///
@@ -174,5 +195,33 @@ mod tests {
         assert!(!view.tma_ok() && Mat::dense(0x1000, m, 1024).tma_ok());
         assert!(!PadPlan::of(&Mat::dense(0x1000, 8, 8), &b.padded_at(0x1000), &c).any());
         assert!(Mat::dense(0, usize::MAX / 2, 9).padded_bytes().is_err());
+    }
+
+    /// 3000³: rows of 6000 bytes are TMA-addressable but off 128-byte lines, so A and B are copied
+    /// (C is not: its stores are not the bottleneck); a decode-sized M does not pay for the copy, and
+    /// rows of whole lines never need one.
+    #[test]
+    fn misaligned_rows_are_copied_where_reuse_pays() {
+        let mats = |m, n, k| {
+            (
+                Mat::dense(0x1000, m, k),
+                Mat::dense(0x100000, n, k),
+                Mat::dense(0x200000, m, n),
+            )
+        };
+        let (a, b, c) = mats(3000, 3000, 3000);
+        assert!(!PadPlan::of(&a, &b, &c).any());
+        assert_eq!(
+            PadPlan::aligned(&a, &b, &c, (3000, 3000)),
+            PadPlan {
+                a: true,
+                b: true,
+                c: false
+            }
+        );
+        let (a, b, c) = mats(16, 4096, 3000);
+        assert!(!PadPlan::aligned(&a, &b, &c, (16, 4096)).any());
+        let (a, b, c) = mats(3000, 3000, 3008);
+        assert!(!PadPlan::aligned(&a, &b, &c, (3000, 3000)).any());
     }
 }
