@@ -3,7 +3,7 @@
 # accumulators: compile reports; split-K forced on odd shapes (correctness); the shape-aware BF16 GEMM
 # over the squares and the LLM sweep (split-K chosen per shape); every block at 3000³ (aligned copies);
 # the FP8 GEMM's edge checks, squares and LLM shapes against cuBLASLt; FP8 split-K forced on odd shapes;
-# optionally a promotion interval variant. Run from the repository root on the GPU machine; $C is the
+# optionally FP8 variants at 8192 and 16384 (FP8_VARIANTS, flag sets separated by ';'). Run from the repository root on the GPU machine; $C is the
 # carried folder (the release binary, plot_gemm.py); writes under $OUT.
 set -uo pipefail
 OUT="${OUT:-bench/out}"
@@ -15,26 +15,30 @@ gpu | tee "$OUT/gpu.txt"
 for k in gemm_bf16 gemm_fp8; do $K compile $k --target sm_90a --json > "$OUT/compile_$k.json"; done
 grep -h '"kernel"\|"registers"\|spill_stores' "$OUT"/compile_*.json
 echo "== bf16 split-K forced (3 slices) on odd shapes"
-timeout 40 $K bench gemm_bf16 --split-k 3 --shapes 16x4096x14336 --iters 5 --warmup 1 \
+timeout 20 $K bench gemm_bf16 --split-k 3 --shapes 16x4096x14336 --iters 5 --warmup 1 \
   --checks 77x96x1000,129x264x3000,1000x1032x520,1x8x1,3000x1000x777 --json "$OUT/bf16_split_checks.json" 2>&1 \
   | grep -E "check|ERROR|FAILED|\[1/" | head -12
 echo "== bf16 shape-aware choice: squares, LLM sweep, alignment probes, edge checks"
-timeout "${T1:-125}" $K bench gemm_bf16 --sweep squares,llm --shapes 3000x3000x3000,3072x3072x3072,3008x3008x3008 \
+timeout "${T1:-115}" $K bench gemm_bf16 --sweep squares,llm --shapes 3000x3000x3000,3072x3072x3072,3008x3008x3008 \
   --warmup 5 --budget-ms "${BUDGET:-150}" --json "$OUT/bf16.json" 2>&1 | tee "$OUT/bf16.txt" | grep -v '^  \['
 echo "== bf16 every block at 3000^3 (A and B copied into aligned rows)"
-timeout 25 $K bench gemm_bf16 --tiles all --shapes 3000x3000x3000 --checks none --warmup 3 --budget-ms 60 \
+timeout 20 $K bench gemm_bf16 --tiles all --shapes 3000x3000x3000 --checks none --warmup 3 --budget-ms 60 \
   --json "$OUT/bf16_3000.json" 2>&1 | grep -E "3000x|geometric"
 echo "== fp8: edge checks, squares, LLM shapes"
-timeout 90 $K bench gemm_fp8 --sizes 2048,4096,8192,16384 \
+timeout 70 $K bench gemm_fp8 --sizes 2048,4096,8192,16384 \
   --shapes 16x4096x14336,64x4096x14336,256x4096x14336,16x28672x4096,4096x14336x4096,8192x8192x8192 \
   --warmup 3 --budget-ms 100 --json "$OUT/fp8.json" 2>&1 | tee "$OUT/fp8.txt" | grep -v '^  \[' | head -60
 echo "== fp8 split-K forced (3 slices) on odd shapes"
-timeout 30 $K bench gemm_fp8 --split-k 3 --shapes 16x4096x14336 --iters 5 --warmup 1 \
+timeout 20 $K bench gemm_fp8 --split-k 3 --shapes 16x4096x14336 --iters 5 --warmup 1 \
   --checks 77x40x1040,1001x264x4096,1000x1032x528 --json "$OUT/fp8_split_checks.json" 2>&1 | grep -E "check|ERROR|FAILED|\[1/"
-if [ -n "${FP8_VARIANT:-}" ]; then
-  echo "== fp8 variant: $FP8_VARIANT"
-  timeout 40 $K bench gemm_fp8 --sizes 8192,16384 --checks none --warmup 3 --budget-ms 80 $FP8_VARIANT \
-    --json "$OUT/fp8_variant.json" 2>&1 | grep -E "^ +[0-9]+x|\[|geometric"
+if [ -n "${FP8_VARIANTS:-}" ]; then
+  i=0
+  IFS=';' read -ra VS <<< "$FP8_VARIANTS"
+  for v in "${VS[@]}"; do
+    i=$((i+1)); echo "== fp8 variant $i: $v"
+    timeout 30 $K bench gemm_fp8 --sizes 8192,16384 --checks none --warmup 3 --budget-ms 60 $v \
+      --json "$OUT/fp8_variant$i.json" 2>&1 | grep -E "\[|geometric"
+  done
 fi
 gpu | tee -a "$OUT/gpu.txt"
 for f in bf16 fp8; do [ -f "$OUT/$f.json" ] && python3 "$C/plot_gemm.py" "$OUT/$f.json" "$OUT/$f.png" 2>&1 | tail -2; done

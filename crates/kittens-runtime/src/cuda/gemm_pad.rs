@@ -13,6 +13,7 @@ use cudarc::driver::sys as cu;
 
 use super::driver::check;
 use super::CudaError;
+use kittens_kernels::gemm_bf16::shapes::copies_misaligned;
 
 /// A row-major bf16 matrix in device memory: `rows × cols`, rows `pitch` elements apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,14 +92,12 @@ impl PadPlan {
     }
 
     /// [`PadPlan::of`], plus A and B copied into 128-byte aligned rows where TMA could read them in
-    /// place but their rows start off 128-byte lines, in a GEMM of `m × n` outputs that reuses each
-    /// operand row enough for the copy to pay: `m·n / (m + n) ≥` [`ALIGN_REUSE`] (both M and N about
-    /// 512 or more). H100: 3000³ ran at 0.42 of cuBLAS where 3008³ ran at 0.82 (bench/NOTES.md), and
-    /// the copies of A and B cost one read and write of each (about 24 µs at 3000³, against about
-    /// 100 µs lost to the misaligned loads).
+    /// place but their rows start off 128-byte lines, in a GEMM of `m × n` outputs whose operand rows
+    /// serve enough outputs for the copy to pay (`kittens_kernels::gemm_bf16::shapes::
+    /// copies_misaligned`, which the block choice also reads).
     pub fn aligned(a: &Mat, b: &Mat, c: &Mat, (m, n): (usize, usize)) -> PadPlan {
         let plan = PadPlan::of(a, b, c);
-        let reuse = m.saturating_mul(n) / m.saturating_add(n).max(1) >= ALIGN_REUSE;
+        let reuse = copies_misaligned(m as u64, n as u64);
         let off_line = |x: &Mat| !(x.pitch * 2).is_multiple_of(128);
         PadPlan {
             a: plan.a || (reuse && off_line(a)),
@@ -107,10 +106,6 @@ impl PadPlan {
         }
     }
 }
-
-/// Least `m·n / (m + n)` (outputs per operand row, roughly) at which [`PadPlan::aligned`] copies
-/// misaligned operands.
-pub const ALIGN_REUSE: usize = 256;
 
 /// Enqueues the copy of `src`'s `rows × cols` into `dst` (same extents, other pitch) on `stream`.
 ///
