@@ -147,7 +147,7 @@ fn input_scale_past_the_fp8_range_is_refused() {
     assert!(ok.passed, "{ok:?}");
 }
 
-/// The Hopper configuration the sm_90a lowering compiles (producer/consumer, 128x128 tiles, K step
+/// The Hopper configuration the sm_90a lowering compiles (producer/consumer, 128x192 tiles, K step
 /// 128, groups of 16 tile-rows, the wgmma chain promoted into fp32 sums every K step) on the interpreter: ragged in M, N and K (K below one step too), with
 /// f32 output so that any wrong element or scale shows above accumulation order.
 #[test]
@@ -156,7 +156,7 @@ fn hopper_configuration_on_the_interpreter() {
     let cfg = GemmConfig::fp8_for_gpu(h100);
     assert_eq!(
         (cfg.schedule, cfg.types.input, cfg.k_step, cfg.block, cfg.promote),
-        (GemmSchedule::ProducerConsumer, DType::Fp8E4m3, 128, 128, 1)
+        (GemmSchedule::ProducerConsumer, DType::Fp8E4m3, 128, 192, 1)
     );
     assert_eq!(
         cfg.remap,

@@ -70,7 +70,7 @@ pub struct Args {
     /// layernorm: dropout probability of the sweep.
     #[arg(long, default_value_t = 0.0)]
     pub p: f32,
-    /// gemm_fp8: columns of C per block (a multiple of 64 up to 256; the registry's is 128).
+    /// gemm_fp8: columns of C per block (a multiple of 64 up to 256; the registry's is 192).
     #[arg(long)]
     pub block: Option<u32>,
     /// gemm_fp8: K steps per wgmma chain before it is added into the fp32 sums (0: one chain over

@@ -279,14 +279,12 @@ impl GemmConfig {
             // cuBLASLt in every paired run at 8192 and 16384 (bench/results/h100-2026-11-22-fp8).
             // Promotion after every K step of 128 (four k32 wgmmas), as DeepGEMM does: one chain
             // over all of K lost accuracy past cuBLASLt's at 16384³ (bench/NOTES.md). Its second
-            // accumulator leaves room for 128 columns per consumer warpgroup (2 × 64 floats): ptxas
-            // compiles the whole kernel under the launch's 168 registers per thread (384 threads),
-            // and 2 × 96 floats at 192 columns spilled 56 words. Six 32 KiB stages fit beside the
-            // 32 KiB of C slabs.
+            // accumulator leaves room for 192 columns per consumer warpgroup (2 × 96 floats at 240
+            // registers), not 256; four 40 KiB stages fit beside the 48 KiB of C slabs.
             return GemmConfig {
                 remap: GridOrder::GroupM { window: 16 },
-                block: 128,
-                stages: 6,
+                block: 192,
+                stages: 4,
                 promote: 1,
                 ..with(128, base.staging)
             };

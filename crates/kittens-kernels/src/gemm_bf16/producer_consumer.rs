@@ -31,10 +31,9 @@ use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 /// Accumulator floats one consumer thread may hold: 128 (a 64×256 fp32 tile over a warpgroup), the
 /// most that fits the consumers' 232 registers beside addresses and descriptors.
 const MAX_ACC_PER_THREAD: u32 = 128;
-/// The same with promotion ([`GemmConfig::promote`]), counting both accumulators: 2 × 64 (64×128 per
-/// warpgroup). ptxas compiles the kernel under the launch's 168 registers per thread (384 threads),
-/// whatever `setmaxnreg` grants later: 2 × 96 at 192 columns spilled.
-const MAX_ACC_PROMOTED: u32 = 128;
+/// The same with promotion ([`GemmConfig::promote`]), counting both accumulators: 2 × 96 (64×192 per
+/// warpgroup) compiles for sm_90a without spills with the consumers at 240 registers; 2 × 128 spills.
+const MAX_ACC_PROMOTED: u32 = 192;
 /// Most K slices of a split-K GEMM.
 pub const MAX_SPLIT_K: u32 = 32;
 
@@ -87,11 +86,14 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             consumer_regs: 256,
         }
     } else {
+        // Promoted sums need every register the consumers can get: 24 for the one TMA thread's
+        // warpgroup, 240 for the consumers (128·24 + 256·240 = 64512, the launch's 384 × 168).
+        let (producer_regs, consumer_regs) = if promote > 0 { (24, 240) } else { (40, 232) };
         Schedule::ProducerConsumer {
             producers: 1,
             consumers,
-            producer_regs: 40,
-            consumer_regs: 232,
+            producer_regs,
+            consumer_regs,
         }
     };
     let mut k = KernelBuilder::new(name, sched);
