@@ -120,16 +120,26 @@ fn promoted_accumulators_sum_every_chain() {
     }
 }
 
-/// The rule: only grids with fewer blocks than SMs and a long K split, and never past a round.
+/// The rule on the H100: a split where C's blocks are too few to stream B at DRAM speed or to keep
+/// the SMs computing, never past one round of blocks, never where the blocks already fill the SMs.
 #[test]
 fn split_only_where_blocks_leave_sms_idle() {
-    let choose = |m, n, k, rows, cols| split_k::choose(132, (m, n, k), (rows, cols), 64, 2);
-    assert_eq!(choose(16, 4096, 14336, 64, 128), 4);
-    assert_eq!(choose(4096, 4096, 4096, 128, 256), 1);
-    assert_eq!(choose(16, 28672, 4096, 64, 256), 1);
-    // Short K: 8 steps per slice at most.
-    assert_eq!(choose(16, 4096, 512, 64, 128), 1);
-    assert_eq!(choose(16, 4096, 1024, 64, 128), 2);
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let choose = |m, n, k, block, ks, elem| split_k::choose(h100, 132, (m, n, k), block, ks, elem);
+    // bf16, 64x128 blocks: 32 blocks stream B from too few SMs; 64 saturate DRAM.
+    assert!(choose(16, 4096, 14336, (64, 128), 64, 2) >= 2);
+    assert_eq!(choose(16, 8192, 8192, (64, 128), 64, 2), 1);
+    assert_eq!(choose(16, 6144, 4096, (64, 128), 64, 2), 1);
+    assert_eq!(choose(4096, 4096, 4096, (128, 256), 64, 2), 1);
+    assert_eq!(choose(16, 28672, 4096, (64, 256), 64, 2), 1);
+    // Short K: fewer than 8 steps per slice.
+    assert_eq!(choose(16, 4096, 512, (64, 128), 64, 2), 1);
+    // fp8, 128x192 blocks: 44 blocks of a long K loop compute on a third of the SMs.
+    assert_eq!(choose(256, 4096, 14336, (128, 192), 128, 1), 3);
+    for (m, n, k) in [(16, 4096, 14336), (64, 4096, 4096), (256, 4096, 14336)] {
+        let s = choose(m, n, k, (64, 128), 64, 2);
+        assert!(m.div_ceil(64) * n.div_ceil(128) * u64::from(s) <= 132);
+    }
 }
 
 #[test]

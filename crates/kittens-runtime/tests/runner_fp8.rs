@@ -155,7 +155,13 @@ fn hopper_configuration_on_the_interpreter() {
     let h100 = kittens_hw::gpu("h100").unwrap();
     let cfg = GemmConfig::fp8_for_gpu(h100);
     assert_eq!(
-        (cfg.schedule, cfg.types.input, cfg.k_step, cfg.block, cfg.promote),
+        (
+            cfg.schedule,
+            cfg.types.input,
+            cfg.k_step,
+            cfg.block,
+            cfg.promote
+        ),
         (GemmSchedule::ProducerConsumer, DType::Fp8E4m3, 128, 192, 1)
     );
     assert_eq!(

@@ -10,11 +10,12 @@
 //! scaled, for the FP8 GEMM: the scales are per row and column, so they distribute over the sum) to
 //! plane `s` of [`PARTIAL`] `[split_k, M, N]`. [`build_reduce`] is a memory-bound strip program
 //! (`kittens_codegen::strip`) that sums the planes in f32, in plane order, and rounds once to C's
-//! dtype. The partials cost `split_k × M × N × 4` bytes written and read again; [`choose`] takes a
-//! split only where that is small beside the operands.
+//! dtype. The partials cost `split_k × M × N × 4` bytes written and read again, and a second launch;
+//! [`choose`] weighs that against the SMs a split puts to work, by the cost model of [`estimate_us`].
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, F32};
+use kittens_hw::Gpu;
 use kittens_ir::{Access, Expr, GridOrder, Kernel, KernelBuilder, Schedule};
 use kittens_tile::{BaseShape, Layout};
 
@@ -100,37 +101,89 @@ pub fn build_reduce(split_k: u32, output: DType, lanes: u32) -> Result<Kernel, K
 /// Fewest K steps per slice: a ring of a few stages needs a few steps to fill.
 pub const MIN_STEPS: u64 = 8;
 
-/// K slices for `m × n × k` (operands of `elem_bytes` bytes) with blocks of `rows × cols` and K step
-/// `k_step` on `sms` SMs: the largest `s` such that
+/// Bytes per second one SM streams from DRAM with the deepest ring that fits beside a 64-row block
+/// (8 stages): H100, 16×4096×14336 with 32 blocks of 64×128 moved its 117 MB at 2.1 TB/s, 66 GB/s
+/// per SM, and 48 or 64 such blocks reached cuBLAS's rate (about 2.6 TB/s) without a split
+/// (bench/results/h100-2026-11-23-gemm).
+pub const SM_STREAM_BYTES_PER_S: f64 = 66e9;
+
+/// Fixed cost of the reduction pass beside its bytes (a second launch), µs.
+pub const REDUCE_LAUNCH_US: f64 = 3.0;
+
+/// The model's time of `m × n × k` with blocks `rows × cols`, K step `k_step`, operands of
+/// `elem_bytes` (2: bf16, 1: fp8) and `s` K slices on `sms` SMs of `gpu`, µs: the larger of
 ///
-/// - C's blocks times `s` still fit one round on the SMs (`blocks · s ≤ sms`: a split never adds a
-///   round of work),
-/// - each slice keeps at least [`MIN_STEPS`] K steps, and
-/// - the partials (`s · M · N` f32, written and read back) are at most an eighth of the operands'
-///   bytes, so the reduction pass is small beside the main one;
+/// - **compute**: rounds of `⌈blocks·s / sms⌉` units, each `2·rows·cols·(steps per slice)·k_step`
+///   FLOP at the SM's share of 0.75 of the dense peak (bf16, or fp8 with one-byte operands);
+/// - **streaming**: A and B once and C at 2 bytes per element at the lesser of the HBM bandwidth and
+///   what the busy SMs stream ([`SM_STREAM_BYTES_PER_S`] each);
 ///
-/// 1 (no split) when no `s ≥ 2` passes. Large-M shapes fail the first test, so only grids of fewer
-/// blocks than SMs with a long K split (16×4096×14336 with 64×128 blocks: 32 blocks, split 4).
-pub fn choose(
+/// plus, with `s > 1`, the partials written and read back (`2·s·M·N·4` bytes at HBM bandwidth) and
+/// [`REDUCE_LAUNCH_US`].
+pub fn estimate_us(
+    gpu: &Gpu,
     sms: u32,
     (m, n, k): (u64, u64, u64),
     (rows, cols): (u32, u32),
     k_step: u32,
     elem_bytes: u64,
-) -> u32 {
+    s: u32,
+) -> f64 {
+    let (sms, s64) = (u64::from(sms.max(1)), u64::from(s.max(1)));
     let blocks = m.div_ceil(rows.max(1).into()) * n.div_ceil(cols.max(1).into());
+    let units = blocks.saturating_mul(s64);
+    let rounds = units.div_ceil(sms);
+    let steps = k.div_ceil(k_step.max(1).into()).div_ceil(s64);
+    let unit_flop = 2.0 * f64::from(rows) * f64::from(cols) * (steps * u64::from(k_step)) as f64;
+    let peak = if elem_bytes == 1 {
+        gpu.peak_fp8_tflops
+    } else {
+        gpu.peak_bf16_tflops
+    };
+    let sm_flops = peak * 1e12 * 0.75 / f64::from(gpu.compute_units.max(1));
+    let compute = rounds as f64 * unit_flop / sm_flops;
+    let hbm = gpu.hbm_tbps * 1e12;
+    let bytes = ((m + n) * k * elem_bytes + m * n * 2) as f64;
+    let stream = bytes / hbm.min(units.min(sms) as f64 * SM_STREAM_BYTES_PER_S);
+    let partials = if s > 1 {
+        (2 * s64 * m * n * 4) as f64 / hbm + REDUCE_LAUNCH_US * 1e-6
+    } else {
+        0.0
+    };
+    (compute.max(stream) + partials) * 1e6
+}
+
+/// K slices for `m × n × k` (operands of `elem_bytes` bytes) with blocks of `rows × cols` and K step
+/// `k_step` on `sms` SMs of `gpu`: the `s` of least [`estimate_us`] among those that keep C's blocks
+/// times `s` within one round of the SMs (a split never adds a round) and at least [`MIN_STEPS`] K
+/// steps per slice; a larger `s` must be more than 3% faster than a smaller one. Large-M shapes fill
+/// the SMs without a split; a small M streams B from too few SMs (16×4096×14336 with 64×128 blocks:
+/// 32 blocks, split 2 or more) unless there are enough blocks to saturate DRAM (16×8192×8192: 64
+/// blocks, no split), and a mid-size M whose few blocks run a long K loop splits for compute.
+pub fn choose(
+    gpu: &Gpu,
+    sms: u32,
+    mnk: (u64, u64, u64),
+    block: (u32, u32),
+    k_step: u32,
+    elem_bytes: u64,
+) -> u32 {
+    let (m, n, k) = mnk;
+    let blocks = m.div_ceil(block.0.max(1).into()) * n.div_ceil(block.1.max(1).into());
     let steps = k.div_ceil(k_step.max(1).into());
-    let operand_bytes = m
-        .saturating_add(n)
-        .saturating_mul(k)
-        .saturating_mul(elem_bytes);
-    (2..=MAX_SPLIT_K)
-        .filter(|&s| {
-            let s = u64::from(s);
-            blocks.saturating_mul(s) <= u64::from(sms)
-                && steps / s >= MIN_STEPS
-                && s.saturating_mul(m).saturating_mul(n).saturating_mul(32) <= operand_bytes
-        })
-        .max()
-        .unwrap_or(1)
+    let mut best = (
+        1u32,
+        estimate_us(gpu, sms, mnk, block, k_step, elem_bytes, 1),
+    );
+    for s in 2..=MAX_SPLIT_K {
+        let s64 = u64::from(s);
+        if blocks.saturating_mul(s64) > u64::from(sms) || steps / s64 < MIN_STEPS {
+            break;
+        }
+        let t = estimate_us(gpu, sms, mnk, block, k_step, elem_bytes, s);
+        if t < best.1 * 0.97 {
+            best = (s, t);
+        }
+    }
+    best.0
 }

@@ -401,6 +401,7 @@ impl Runner<'_> {
         }
         self.opts.split_k.unwrap_or_else(|| {
             split_k::choose(
+                self.gpu,
                 self.dev.multiprocessors,
                 (m as u64, n as u64, k as u64),
                 (tile.rows, tile.cols),

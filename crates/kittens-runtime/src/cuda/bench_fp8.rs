@@ -259,15 +259,19 @@ impl Runner<'_> {
     /// K step (fp8: one byte per operand).
     fn split_for(&self, (m, n, k): Shape) -> u32 {
         let c = self.cfg;
-        self.opts.split_k.unwrap_or_else(|| {
-            split_k::choose(
+        let gpu = kittens_hw::Target::Sm90a.gpu();
+        match (self.opts.split_k, gpu) {
+            (Some(s), _) => s,
+            (None, Some(gpu)) => split_k::choose(
+                gpu,
                 self.dev.multiprocessors,
                 (m as u64, n as u64, k as u64),
                 (c.block_rows, c.block),
                 c.k_step,
                 1,
-            )
-        })
+            ),
+            (None, None) => 1,
+        }
     }
 
     /// The configuration's kernel with `split` K slices, built, lowered and loaded on first use.
