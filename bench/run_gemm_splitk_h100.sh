@@ -34,13 +34,13 @@ fi
 if [ -n "${SANITIZE:-}" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
   echo "== compute-sanitizer memcheck: split-K and promoted fp8 on small shapes"
   timeout 60 /usr/local/cuda/bin/compute-sanitizer --tool memcheck $K bench gemm_fp8 --split-k 3 --sizes 256 \
-    --iters 1 --warmup 0 --checks 77x40x1040 2>&1 | tail -4
+    --shapes 16x520x1040 --iters 1 --warmup 0 --checks 77x40x1040 2>&1 | tail -4
   timeout 60 /usr/local/cuda/bin/compute-sanitizer --tool memcheck $K bench gemm_bf16 --split-k 3 --sizes 256 \
     --iters 1 --warmup 0 --checks 77x96x1000 2>&1 | tail -4
 fi
 echo "== fp8: edge checks, squares, LLM shapes"
 timeout 70 $K bench gemm_fp8 --sizes 2048,4096,8192,16384 \
-  --shapes 16x4096x14336,64x4096x14336,256x4096x14336,16x28672x4096,4096x14336x4096,8192x8192x8192 \
+  --shapes 16x4096x4096,16x4096x14336,16x8192x28672,64x4096x14336,64x28672x4096,256x4096x14336,256x8192x8192,16x28672x4096,4096x14336x4096 \
   --warmup 3 --budget-ms 100 --json "$OUT/fp8.json" 2>&1 | tee "$OUT/fp8.txt" | grep -v '^  \[' | head -60
 echo "== fp8 split-K forced (3 slices) on odd shapes"
 timeout 20 $K bench gemm_fp8 --split-k 3 --shapes 16x4096x14336 --iters 5 --warmup 1 \

@@ -84,13 +84,21 @@ fn split_k_on_every_block_sums_to_the_product() {
 }
 
 /// Promotion every 1 and 3 K steps (chains that end past K load zeros), with and without split-K,
-/// in the FP8 GEMM's Hopper configuration (e4m3 operands, per-tensor scales), f32 output.
+/// in the FP8 GEMM's Hopper configurations (128- and, for a small M, 64-row blocks; e4m3 operands,
+/// per-tensor scales), f32 output.
 #[test]
 fn promoted_accumulators_sum_every_chain() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
-    let base = GemmConfig::fp8_for_gpu(h100);
+    let wide = GemmConfig::fp8_for_gpu(h100);
+    let small = GemmConfig::fp8_for_shape(wide, h100, 16);
     let mut rng = SmallRng::seed_from_u64(9);
-    for (promote, split) in [(1, 1), (3, 1), (1, 3), (2, 2)] {
+    for (promote, split, base) in [
+        (1, 1, wide),
+        (3, 1, wide),
+        (1, 3, wide),
+        (2, 2, wide),
+        (1, 4, small),
+    ] {
         let cfg = GemmConfig {
             promote,
             split_k: split,
@@ -127,7 +135,8 @@ fn split_only_where_blocks_leave_sms_idle() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let choose = |m, n, k, block, ks, elem| split_k::choose(h100, 132, (m, n, k), block, ks, elem);
     // bf16, 64x128 blocks: 32 blocks stream B from too few SMs; 64 saturate DRAM.
-    assert!(choose(16, 4096, 14336, (64, 128), 64, 2) >= 2);
+    assert_eq!(choose(16, 4096, 14336, (64, 128), 64, 2), 4);
+    assert_eq!(choose(16, 4096, 4096, (64, 128), 64, 2), 4);
     assert_eq!(choose(16, 8192, 8192, (64, 128), 64, 2), 1);
     assert_eq!(choose(16, 6144, 4096, (64, 128), 64, 2), 1);
     assert_eq!(choose(4096, 4096, 4096, (128, 256), 64, 2), 1);

@@ -58,7 +58,13 @@ fn split_gemms_and_the_reduction_compile_for_sm_90a() {
         split_k: 6,
         ..GemmConfig::fp8_for_gpu(h100)
     };
-    for cfg in [bf16, fp8, GemmConfig::fp8_for_gpu(h100)] {
+    // A decode step's fp8 GEMM: 64-row blocks (one consumer warpgroup, promoted), split.
+    let fp8_small = GemmConfig {
+        split_k: 6,
+        ..GemmConfig::fp8_for_shape(GemmConfig::fp8_for_gpu(h100), h100, 16)
+    };
+    assert_eq!((fp8_small.block_rows, fp8_small.stages), (64, 6));
+    for cfg in [bf16, fp8, fp8_small, GemmConfig::fp8_for_gpu(h100)] {
         let k = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
         let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
         let maps = l.tma_maps();

@@ -299,6 +299,24 @@ impl GemmConfig {
             .unwrap_or_else(|| with(128, Staging::Registers))
     }
 
+    /// The Hopper FP8 GEMM for a problem of `m` rows: `base` ([`Self::fp8_for_gpu`], perhaps with
+    /// another width) with 64-row blocks where `m ≤ 64` (one consumer warpgroup: a decode step's
+    /// 16 rows computed in 64, not 128, and the ring deepened to the stages that fit, which is what
+    /// streams B faster), else `base`'s rows; the ring stages that fit beside the C slabs either way
+    /// (an fp8 stage of K step 128 has the bytes of a bf16 one of K step 64).
+    pub fn fp8_for_shape(base: GemmConfig, gpu: &kittens_hw::Gpu, m: u64) -> GemmConfig {
+        let rows = if m <= 64 { 64 } else { base.block_rows };
+        let tile = shapes::HopperTile {
+            rows,
+            cols: base.block,
+        };
+        GemmConfig {
+            block_rows: rows,
+            stages: tile.stages(gpu),
+            ..base
+        }
+    }
+
     /// `base` (a GPU's configuration, [`Self::for_gpu`] or [`Self::fp8_for_gpu`]) with the 4-wave
     /// interleave: its tiles, LDS double buffer (the interleave stages in LDS only) and the largest K step
     /// of `base.k_step` and its halves that fits the GPU's shared memory per block in whole operand base

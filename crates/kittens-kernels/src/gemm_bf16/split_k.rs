@@ -154,12 +154,14 @@ pub fn estimate_us(
 }
 
 /// K slices for `m × n × k` (operands of `elem_bytes` bytes) with blocks of `rows × cols` and K step
-/// `k_step` on `sms` SMs of `gpu`: the `s` of least [`estimate_us`] among those that keep C's blocks
-/// times `s` within one round of the SMs (a split never adds a round) and at least [`MIN_STEPS`] K
-/// steps per slice; a larger `s` must be more than 3% faster than a smaller one. Large-M shapes fill
-/// the SMs without a split; a small M streams B from too few SMs (16×4096×14336 with 64×128 blocks:
-/// 32 blocks, split 2 or more) unless there are enough blocks to saturate DRAM (16×8192×8192: 64
-/// blocks, no split), and a mid-size M whose few blocks run a long K loop splits for compute.
+/// `k_step` on `sms` SMs of `gpu`: among the `s` that keep C's blocks times `s` within one round of the
+/// SMs (a split never adds a round) and at least [`MIN_STEPS`] K steps per slice, the largest whose
+/// [`estimate_us`] is within 3% of the least. Ties go up because the model cannot tell DRAM-bound
+/// splits apart while the H100 could: 16×4096×4096 with 64×128 blocks ran at 1.13 of cuBLAS split in
+/// 4 and 0.88 split in 2 (bench/results/h100-2026-11-23-gemm). Large-M shapes fill the SMs without a
+/// split; a small M streams B from too few SMs (32 blocks: split 4) unless there are enough blocks to
+/// saturate DRAM (16×8192×8192: 64 blocks, no split: the second launch costs more than it buys), and
+/// a mid-size M whose few blocks run a long K loop splits for compute.
 pub fn choose(
     gpu: &Gpu,
     sms: u32,
@@ -171,19 +173,18 @@ pub fn choose(
     let (m, n, k) = mnk;
     let blocks = m.div_ceil(block.0.max(1).into()) * n.div_ceil(block.1.max(1).into());
     let steps = k.div_ceil(k_step.max(1).into());
-    let mut best = (
-        1u32,
-        estimate_us(gpu, sms, mnk, block, k_step, elem_bytes, 1),
-    );
-    for s in 2..=MAX_SPLIT_K {
-        let s64 = u64::from(s);
-        if blocks.saturating_mul(s64) > u64::from(sms) || steps / s64 < MIN_STEPS {
-            break;
-        }
-        let t = estimate_us(gpu, sms, mnk, block, k_step, elem_bytes, s);
-        if t < best.1 * 0.97 {
-            best = (s, t);
-        }
-    }
-    best.0
+    let times: Vec<(u32, f64)> = (1..=MAX_SPLIT_K)
+        .take_while(|&s| {
+            let s64 = u64::from(s);
+            s == 1 || (blocks.saturating_mul(s64) <= u64::from(sms) && steps / s64 >= MIN_STEPS)
+        })
+        .map(|s| (s, estimate_us(gpu, sms, mnk, block, k_step, elem_bytes, s)))
+        .collect();
+    let least = times.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
+    times
+        .iter()
+        .filter(|t| t.1 <= least * 1.03)
+        .map(|t| t.0)
+        .max()
+        .unwrap_or(1)
 }

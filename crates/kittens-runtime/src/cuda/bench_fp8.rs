@@ -145,7 +145,7 @@ pub fn run_fp8_bench(
     let run = Runner {
         dev: &dev,
         cfg,
-        kernels: RefCell::new(vec![(1, kernel.clone())]),
+        kernels: RefCell::new(vec![((cfg.block_rows, 1), kernel.clone())]),
         lt: &lt,
         stream: &stream,
         opts,
@@ -217,8 +217,8 @@ pub fn run_fp8_bench(
 struct Runner<'a> {
     dev: &'a Rc<Device>,
     cfg: &'a GemmConfig,
-    /// The kernel per K slice count (1: `cfg`'s own), built on first use.
-    kernels: RefCell<Vec<(u32, Rc<GemmKernel>)>>,
+    /// The kernel per block height and K slice count (`cfg`'s own first), built on first use.
+    kernels: RefCell<Vec<((u32, u32), Rc<GemmKernel>)>>,
     lt: &'a CublasLt,
     stream: &'a Stream,
     opts: &'a GemmBenchOptions,
@@ -237,14 +237,15 @@ impl Runner<'_> {
     /// One row (and, when timed, its fast-accumulation figures): a shape that cannot run becomes a
     /// row that says why, and the run goes on.
     fn row(&self, shape: Shape, seed: u64, timed: bool) -> (GemmBenchRow, Option<FastAccumRow>) {
-        let split = self.split_for(shape);
+        let cfg = self.config_for(shape);
+        let split = self.split_for(&cfg, shape);
         let (mut row, fast) = self
-            .kernel(split)
+            .kernel(&cfg, split)
             .and_then(|kern| self.attempt(&kern, shape, seed, timed))
             .unwrap_or_else(|e| (GemmBenchRow::error(shape, &e), None));
         let tile = HopperTile {
-            rows: self.cfg.block_rows,
-            cols: self.cfg.block,
+            rows: cfg.block_rows,
+            cols: cfg.block,
         };
         row.split_k = split;
         row.tile = Some(if split > 1 {
@@ -255,10 +256,20 @@ impl Runner<'_> {
         (row, fast)
     }
 
-    /// K slices for `shape`: the option's, or `split_k::choose`'s for the configuration's block and
-    /// K step (fp8: one byte per operand).
-    fn split_for(&self, (m, n, k): Shape) -> u32 {
-        let c = self.cfg;
+    /// The configuration for `shape`: the run's, with 64-row blocks for `M ≤ 64`
+    /// (`GemmConfig::fp8_for_shape`) unless the run's blocks are narrower than 128 rows already.
+    fn config_for(&self, (m, _, _): Shape) -> GemmConfig {
+        match kittens_hw::Target::Sm90a.gpu() {
+            Some(gpu) if self.cfg.block_rows == 128 => {
+                GemmConfig::fp8_for_shape(*self.cfg, gpu, m as u64)
+            }
+            _ => *self.cfg,
+        }
+    }
+
+    /// K slices for `shape` with configuration `c`: the option's, or `split_k::choose`'s for its
+    /// block and K step (fp8: one byte per operand).
+    fn split_for(&self, c: &GemmConfig, (m, n, k): Shape) -> u32 {
         let gpu = kittens_hw::Target::Sm90a.gpu();
         match (self.opts.split_k, gpu) {
             (Some(s), _) => s,
@@ -274,14 +285,16 @@ impl Runner<'_> {
         }
     }
 
-    /// The configuration's kernel with `split` K slices, built, lowered and loaded on first use.
-    fn kernel(&self, split: u32) -> Result<Rc<GemmKernel>, CudaError> {
-        if let Some((_, k)) = self.kernels.borrow().iter().find(|(s, _)| *s == split) {
+    /// The kernel of configuration `base` with `split` K slices, built, lowered and loaded on first
+    /// use.
+    fn kernel(&self, base: &GemmConfig, split: u32) -> Result<Rc<GemmKernel>, CudaError> {
+        let key = (base.block_rows, split);
+        if let Some((_, k)) = self.kernels.borrow().iter().find(|(s, _)| *s == key) {
             return Ok(k.clone());
         }
         let cfg = GemmConfig {
             split_k: split,
-            ..*self.cfg
+            ..*base
         };
         let tile = HopperTile {
             rows: cfg.block_rows,
@@ -299,7 +312,7 @@ impl Runner<'_> {
             kern.compile.registers,
             kern.compile.spill_stores + kern.compile.spill_loads,
         );
-        self.kernels.borrow_mut().push((split, kern.clone()));
+        self.kernels.borrow_mut().push((key, kern.clone()));
         Ok(kern)
     }
 
