@@ -36,7 +36,7 @@ if [ -n "${SANITIZE:-}" ] && [ -x /usr/local/cuda/bin/compute-sanitizer ]; then
   timeout 60 /usr/local/cuda/bin/compute-sanitizer --tool memcheck $K bench gemm_fp8 --split-k 3 --sizes 256 \
     --shapes 16x520x1040 --iters 1 --warmup 0 --checks 77x40x1040 2>&1 | tail -4
   timeout 60 /usr/local/cuda/bin/compute-sanitizer --tool memcheck $K bench gemm_bf16 --split-k 3 --sizes 256 \
-    --iters 1 --warmup 0 --checks 77x96x1000 2>&1 | tail -4
+    --iters 1 --warmup 0 --checks 77x96x1000,77x99x13 2>&1 | tail -4
 fi
 echo "== fp8: edge checks, squares, LLM shapes"
 timeout 70 $K bench gemm_fp8 --sizes 2048,4096,8192,16384 \

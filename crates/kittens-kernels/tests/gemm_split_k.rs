@@ -174,3 +174,27 @@ fn bad_configurations_are_refused() {
     assert!(build_reduce(1, DType::Bf16, 32).is_err());
     assert!(build_reduce(4, DType::Fp8E4m3, 32).is_err());
 }
+
+/// The operand copy moves every element of a `rows × cols` matrix between row pitches (odd sizes,
+/// a pitch with and one without 16-byte rows) and writes nothing past `cols`.
+#[test]
+fn operand_copy_changes_the_row_pitch() {
+    let copy = kittens_kernels::gemm_bf16::align::build_copy(32).expect("copy");
+    let mut rng = SmallRng::seed_from_u64(3);
+    for (rows, cols, sp, dp) in [
+        (7usize, 300usize, 301usize, 320usize),
+        (5, 1000, 1000, 1024),
+    ] {
+        let src = operand(rows * sp, &mut rng);
+        let params = [rows as i64, cols as i64, sp as i64, dp as i64];
+        let (dst, _) = interpret(&copy, &params, vec![src.clone()], &[rows * dp]).expect("copy");
+        for r in 0..rows {
+            assert_eq!(
+                &dst[r * dp..r * dp + cols],
+                &src[r * sp..r * sp + cols],
+                "row {r}"
+            );
+            assert!(dst[r * dp + cols..(r + 1) * dp].iter().all(|x| x.is_nan()));
+        }
+    }
+}

@@ -1,6 +1,6 @@
 //! Split-K and promoted accumulators lowered for sm_90a: the split GEMM (bf16 and fp8) stores its
 //! fp32 partials with direct stores (no C tensor map), the reduction is a strip program, and each
-//! compiles with NVRTC without spills; ptxas keeps the promoted fp8 GEMM's wgmmas pipelined (no
+//! compiles with NVRTC without spills, as does the operand copy; ptxas keeps the promoted fp8 GEMM's wgmmas pipelined (no
 //! serialisation warning).
 
 #[path = "cuda_support/common.rs"]
@@ -85,6 +85,9 @@ fn split_gemms_and_the_reduction_compile_for_sm_90a() {
         }
         compiles(&l, &cache);
     }
+    let copy = kittens_kernels::gemm_bf16::align::build_copy(32).expect("copy");
+    let l = kittens_codegen::lower(&copy, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
+    compiles(&l, &cache);
     let reduce = build_reduce(4, DType::Bf16, 32).expect("reduce");
     let l = kittens_codegen::lower(&reduce, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
     assert!(l.tma_maps().is_empty());

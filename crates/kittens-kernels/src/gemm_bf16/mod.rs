@@ -15,6 +15,7 @@
 //! tiles' dtype and base shape from it and end in [`store_scaled`]; nothing else differs, so every
 //! schedule, staging and grid order of the BF16 GEMM exists for FP8 too (`gemm_fp8` in the registry).
 
+pub mod align;
 mod interleave4;
 pub mod ladder;
 mod ping_pong;

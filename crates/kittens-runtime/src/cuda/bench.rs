@@ -32,7 +32,7 @@ use super::bench_time::{iterations, time_launches, Launch};
 use super::cublas::Cublas;
 use super::driver::{Device, DeviceBuffer, Event, Stream};
 use super::gemm_kernel::GemmKernel;
-use super::gemm_pad::{self, Mat, PadPlan};
+use super::gemm_pad::{self, CopyKernel, Mat, PadPlan};
 use super::limits::{
     check_memory, gemm_abt_dims, gemm_memory_need, host_mem_available, rotation_copies,
 };
@@ -227,6 +227,7 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
         stream: &stream,
         opts,
         kernels: RefCell::new(Vec::new()),
+        copier: RefCell::new(None),
     };
     let total = opts.shapes.len();
     let mut rows = Vec::new();
@@ -355,6 +356,7 @@ struct Runner<'a> {
     stream: &'a Stream,
     opts: &'a GemmBenchOptions,
     kernels: RefCell<Vec<(Block, Loaded)>>,
+    copier: RefCell<Option<Rc<CopyKernel>>>,
 }
 
 /// A block shape and its K slices: what one compiled kernel is.
@@ -391,6 +393,16 @@ impl Runner<'_> {
         }
         self.kernels.borrow_mut().push((block, k.clone()));
         k
+    }
+
+    /// The padded copies' kernel, compiled and loaded on first use.
+    fn copy_kernel(&self) -> Result<Rc<CopyKernel>, CudaError> {
+        if let Some(c) = self.copier.borrow().as_ref() {
+            return Ok(c.clone());
+        }
+        let c = Rc::new(CopyKernel::load(self.dev)?);
+        *self.copier.borrow_mut() = Some(c.clone());
+        Ok(c)
     }
 
     /// K slices for `tile` at `shape`: the option's, or `split_k::choose`'s (bf16, K step 64); 1
@@ -527,17 +539,30 @@ impl Runner<'_> {
             c_pad.as_ref().map(|p| p.ptr()),
         );
         let c_dense = Mat::dense(c_ours.ptr(), m, n);
+        // The padded copies run as a kernel (`gemm_pad::CopyKernel`), loaded once per run.
+        let copy_kernel = if plan.any() {
+            Some(self.copy_kernel()?)
+        } else {
+            None
+        };
+        // Only ever called below on this run's live buffers: the inputs, C and the scratch
+        // matrices sized by `Mat::padded_bytes`, never overlapping.
+        let copier = |dst: &Mat, src: &Mat| -> Result<(), CudaError> {
+            match &copy_kernel {
+                // SAFETY: see above.
+                Some(ck) => unsafe { ck.copy(dst, src, stream) },
+                // SAFETY: see above.
+                None => unsafe { gemm_pad::copy(dst, src, stream.raw()) },
+            }
+        };
         // The operands the kernel reads and writes for input copy `s`, padded copies made first
         // (`kernel` false: the copies only, for their own timing).
         let ours = |kernel: Option<&GemmKernel>, s: usize| -> Result<(), CudaError> {
-            let raw = stream.raw();
             let put = |pad: Option<u64>, src: Mat| -> Result<Mat, CudaError> {
                 match pad {
                     Some(p) => {
                         let dst = src.padded_at(p);
-                        // SAFETY: source and scratch are live buffers of this run, sized by
-                        // `Mat::padded_bytes`, not overlapping.
-                        unsafe { gemm_pad::copy(&dst, &src, raw)? };
+                        copier(&dst, &src)?;
                         Ok(dst)
                     }
                     None => Ok(src),
@@ -550,8 +575,7 @@ impl Runner<'_> {
                 kern.launch(stream, &a, &b, &c)?;
             }
             if pads.2.is_some() {
-                // SAFETY: as above.
-                unsafe { gemm_pad::copy(&c_dense, &c, raw)? };
+                copier(&c_dense, &c)?;
             }
             Ok(())
         };

@@ -37,13 +37,75 @@ pub struct GemmKernel {
     pub split: Option<SplitReduce>,
 }
 
+fn invalid(e: impl std::fmt::Display) -> CudaError {
+    CudaError::Invalid(e.to_string())
+}
+
+/// A strip program (`kittens_codegen::strip`) the GEMM launchers run beside the kernel: the split-K
+/// reduction, the padded copy of an operand. Lowered for sm_90a, compiled (NVRTC, cached), loaded;
+/// launched with one block per tile of its grid and its tensors by name.
+pub(crate) struct StripKernel {
+    function: Function,
+    lowered: Lowered,
+}
+
+impl StripKernel {
+    pub(crate) fn load(dev: &Rc<Device>, k: &kittens_ir::Kernel) -> Result<StripKernel, CudaError> {
+        let l = kittens_codegen::lower(k, kittens_hw::Target::Sm90a)
+            .map_err(|e| invalid(format!("lowering {}: {e}", k.name)))?;
+        let shared = l.dynamic_shared_bytes();
+        let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
+        let module = dev.load_module(&image.cubin)?;
+        let function = module.function(&l.entry, shared)?;
+        Ok(StripKernel {
+            function,
+            lowered: l,
+        })
+    }
+
+    /// Enqueues one launch with integer parameters `params` and tensor addresses `tensors` (by name).
+    pub(crate) fn launch(
+        &self,
+        stream: &Stream,
+        params: &[(&str, i64)],
+        tensors: &[(&str, u64)],
+    ) -> Result<(), CudaError> {
+        let l = &self.lowered;
+        let address = |name: &str| {
+            tensors
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|&(_, p)| p)
+                .ok_or_else(|| invalid(format!("{} takes `{name}`", l.entry)))
+        };
+        let mut args = PackedArgs::pack(
+            l,
+            params,
+            |_| Err(invalid("a strip program takes no tensor maps")),
+            address,
+        )?;
+        let mut ptrs = args.pointers();
+        let grid = l
+            .blocks(params, 1)
+            .ok_or_else(|| invalid(format!("grid of {}", l.entry)))?;
+        if grid == 0 {
+            return Ok(());
+        }
+        // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`); the
+        // caller keeps the tensors alive until the launch has run on `stream`.
+        unsafe {
+            self.function
+                .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut ptrs)
+        }
+    }
+}
+
 /// The second pass of a split-K GEMM (`kittens_kernels::gemm_bf16::split_k`): the strip program that
 /// adds the `split_k` f32 planes of the kernel's partial C into C, and the scratch holding them
 /// (grown on first use at a larger shape: allocation happens at the checked launch, before timing).
 pub struct SplitReduce {
     pub split_k: u32,
-    function: Function,
-    lowered: Lowered,
+    kernel: StripKernel,
     scratch: std::cell::RefCell<Option<DeviceBuffer>>,
     dev: Rc<Device>,
 }
@@ -53,16 +115,9 @@ impl SplitReduce {
     fn load(dev: &Rc<Device>, split_k: u32) -> Result<SplitReduce, CudaError> {
         let k = kittens_kernels::gemm_bf16::split_k::build_reduce(split_k, DType::Bf16, 32)
             .map_err(invalid)?;
-        let l = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
-            .map_err(|e| invalid(format!("lowering the split-K reduction: {e}")))?;
-        let shared = l.dynamic_shared_bytes();
-        let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
-        let module = dev.load_module(&image.cubin)?;
-        let function = module.function(&l.entry, shared)?;
         Ok(SplitReduce {
             split_k,
-            function,
-            lowered: l,
+            kernel: StripKernel::load(dev, &k)?,
             scratch: std::cell::RefCell::new(None),
             dev: dev.clone(),
         })
@@ -91,37 +146,12 @@ impl SplitReduce {
         m: usize,
         n: usize,
     ) -> Result<(), CudaError> {
-        let l = &self.lowered;
-        let params = [("m", m as i64), ("n", n as i64)];
-        let address = |name: &str| match name {
-            "c" => Ok(c),
-            PARTIAL => Ok(partial),
-            other => Err(invalid(format!("split-K reduction takes `{other}`"))),
-        };
-        let mut args = PackedArgs::pack(
-            l,
-            &params,
-            |_| Err(invalid("the split-K reduction takes no tensor maps")),
-            address,
-        )?;
-        let mut ptrs = args.pointers();
-        let grid = l
-            .blocks(&params, 1)
-            .ok_or_else(|| invalid("grid of the split-K reduction"))?;
-        if grid == 0 {
-            return Ok(());
-        }
-        // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`); the
-        // scratch and C outlive the launch (the caller's buffers, and this struct's scratch).
-        unsafe {
-            self.function
-                .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut ptrs)
-        }
+        self.kernel.launch(
+            stream,
+            &[("m", m as i64), ("n", n as i64)],
+            &[("c", c), (PARTIAL, partial)],
+        )
     }
-}
-
-fn invalid(e: impl std::fmt::Display) -> CudaError {
-    CudaError::Invalid(e.to_string())
 }
 
 /// The registry's `gemm_bf16` program with block `tile`, B stored as `b_layout` and K cut in
