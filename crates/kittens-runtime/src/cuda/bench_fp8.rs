@@ -214,11 +214,14 @@ pub fn run_fp8_bench(
     })
 }
 
+/// A compiled FP8 kernel's block height and K slices.
+type KernelKey = (u32, u32);
+
 struct Runner<'a> {
     dev: &'a Rc<Device>,
     cfg: &'a GemmConfig,
     /// The kernel per block height and K slice count (`cfg`'s own first), built on first use.
-    kernels: RefCell<Vec<((u32, u32), Rc<GemmKernel>)>>,
+    kernels: RefCell<Vec<(KernelKey, Rc<GemmKernel>)>>,
     lt: &'a CublasLt,
     stream: &'a Stream,
     opts: &'a GemmBenchOptions,

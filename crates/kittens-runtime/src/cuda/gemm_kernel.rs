@@ -154,10 +154,18 @@ impl SplitReduce {
     }
 }
 
-/// The registry's `gemm_bf16` program with block `tile`, B stored as `b_layout` and K cut in
-/// `split_k` slices, configured for the H100 (ring stages that fit its shared memory) and lowered for
-/// sm_90a.
-pub fn lower_tile(tile: HopperTile, b_layout: BLayout, split_k: u32) -> Result<Lowered, CudaError> {
+/// The registry's `gemm_bf16` program with block `tile` and B stored as `b_layout`, configured for the
+/// H100 (ring stages that fit its shared memory) and lowered for sm_90a.
+pub fn lower_tile(tile: HopperTile, b_layout: BLayout) -> Result<Lowered, CudaError> {
+    lower_tile_split(tile, b_layout, 1)
+}
+
+/// [`lower_tile`] with K cut in `split_k` slices (`kittens_kernels::gemm_bf16::split_k`).
+pub fn lower_tile_split(
+    tile: HopperTile,
+    b_layout: BLayout,
+    split_k: u32,
+) -> Result<Lowered, CudaError> {
     let gpu = kittens_hw::Target::Sm90a
         .gpu()
         .ok_or_else(|| invalid("no sm_90a GPU in the catalog"))?;
@@ -240,7 +248,7 @@ impl GemmKernel {
         b_layout: BLayout,
         split_k: u32,
     ) -> Result<GemmKernel, CudaError> {
-        Self::load(dev, lower_tile(tile, b_layout, split_k)?, tile, b_layout)
+        Self::load(dev, lower_tile_split(tile, b_layout, split_k)?, tile, b_layout)
     }
 
     /// Compiles (NVRTC, cached) and loads a lowered GEMM (`gemm_bf16` or `gemm_fp8`) whose block of C
