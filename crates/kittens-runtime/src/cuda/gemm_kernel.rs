@@ -248,7 +248,12 @@ impl GemmKernel {
         b_layout: BLayout,
         split_k: u32,
     ) -> Result<GemmKernel, CudaError> {
-        Self::load(dev, lower_tile_split(tile, b_layout, split_k)?, tile, b_layout)
+        Self::load(
+            dev,
+            lower_tile_split(tile, b_layout, split_k)?,
+            tile,
+            b_layout,
+        )
     }
 
     /// Compiles (NVRTC, cached) and loads a lowered GEMM (`gemm_bf16` or `gemm_fp8`) whose block of C
