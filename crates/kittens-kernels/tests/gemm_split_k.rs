@@ -6,7 +6,7 @@ use kittens_hw::dtype::DType;
 use kittens_kernels::exec::interpret;
 use kittens_kernels::gemm_bf16::shapes::TILES;
 use kittens_kernels::gemm_bf16::split_k::{self, build_reduce, PARTIAL};
-use kittens_kernels::gemm_bf16::{build, GemmConfig, GemmTypes, Scales};
+use kittens_kernels::gemm_bf16::{build, BLayout, GemmConfig, GemmTypes, Scales};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 /// bf16-exact random values in [-1, 1).
@@ -81,6 +81,29 @@ fn split_k_on_every_block_sums_to_the_product() {
             }
         }
     }
+}
+
+/// Split-K with B stored K × N (`C = A·B`, read in place): the slices index B's rows.
+#[test]
+fn split_k_with_b_as_k_by_n() {
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let mut rng = SmallRng::seed_from_u64(8);
+    let cfg = GemmConfig {
+        split_k: 3,
+        b_layout: BLayout::Kn,
+        types: GemmTypes {
+            output: DType::F32,
+            ..GemmTypes::BF16
+        },
+        ..TILES[2].config(h100)
+    };
+    let (m, n, k) = (72, 136, 5 * 64 + 8);
+    let (a, b) = (operand(m * k, &mut rng), operand(k * n, &mut rng));
+    let c = run(&cfg, vec![a.clone(), b.clone()], (m, n, k));
+    // Bᵀ as N × K for the reference.
+    let bt: Vec<f32> = (0..n * k).map(|i| b[(i % k) * n + i / k]).collect();
+    let e = rel_err(&c, &a, &bt, (m, n, k), 1.0);
+    assert!(e < 1e-5, "{e:e}");
 }
 
 /// Promotion every 1 and 3 K steps (chains that end past K load zeros), with and without split-K,
