@@ -147,16 +147,22 @@ fn input_scale_past_the_fp8_range_is_refused() {
     assert!(ok.passed, "{ok:?}");
 }
 
-/// The Hopper configuration the sm_90a lowering compiles (producer/consumer, 128x256 tiles, K step
-/// 128, groups of 16 tile-rows) on the interpreter: ragged in M, N and K (K below one step too), with
+/// The Hopper configuration the sm_90a lowering compiles (producer/consumer, 128x192 tiles, K step
+/// 128, groups of 16 tile-rows, the wgmma chain promoted into fp32 sums every K step) on the interpreter: ragged in M, N and K (K below one step too), with
 /// f32 output so that any wrong element or scale shows above accumulation order.
 #[test]
 fn hopper_configuration_on_the_interpreter() {
     let h100 = kittens_hw::gpu("h100").unwrap();
     let cfg = GemmConfig::fp8_for_gpu(h100);
     assert_eq!(
-        (cfg.schedule, cfg.types.input, cfg.k_step, cfg.block),
-        (GemmSchedule::ProducerConsumer, DType::Fp8E4m3, 128, 256)
+        (
+            cfg.schedule,
+            cfg.types.input,
+            cfg.k_step,
+            cfg.block,
+            cfg.promote
+        ),
+        (GemmSchedule::ProducerConsumer, DType::Fp8E4m3, 128, 192, 1)
     );
     assert_eq!(
         cfg.remap,

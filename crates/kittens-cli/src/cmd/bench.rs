@@ -70,9 +70,16 @@ pub struct Args {
     /// layernorm: dropout probability of the sweep.
     #[arg(long, default_value_t = 0.0)]
     pub p: f32,
-    /// gemm_fp8: columns of C per block (a multiple of 64 up to 256; the registry's is 256).
+    /// gemm_fp8: columns of C per block (a multiple of 64 up to 256; the registry's is 192).
     #[arg(long)]
     pub block: Option<u32>,
+    /// gemm_fp8: K steps per wgmma chain before it is added into the fp32 sums (0: one chain over
+    /// all of K, no promotion; the registry's is 1).
+    #[arg(long)]
+    pub promote: Option<u32>,
+    /// GEMMs: K slices per shape (1: no split-K); by default the split-K rule chooses per shape.
+    #[arg(long)]
+    pub split_k: Option<u32>,
     /// gemm_fp8: tile-rows per group of the grid order (the registry's is 16).
     #[arg(long)]
     pub window: Option<u32>,
@@ -208,6 +215,15 @@ pub(super) fn options(a: &Args) -> anyhow::Result<GemmBenchOptions> {
         timing: match a.timing {
             TimingArg::Interleaved => Timing::Interleaved,
             TimingArg::Blocked => Timing::Blocked,
+        },
+        split_k: match a.split_k {
+            Some(s) if !(1..=kittens_kernels::gemm_bf16::split_k::MAX_SPLIT_K).contains(&s) => {
+                anyhow::bail!(
+                    "--split-k {s}: 1 to {}",
+                    kittens_kernels::gemm_bf16::split_k::MAX_SPLIT_K
+                )
+            }
+            s => s,
         },
         iters: a.iters.max(1),
         warmup: a.warmup,

@@ -19,6 +19,15 @@ fn config(a: &Args) -> anyhow::Result<GemmConfig> {
     if let Some(b) = a.block {
         cfg.block = b;
     }
+    if let Some(p) = a.promote {
+        cfg.promote = p;
+    }
+    // The ring stages that fit beside the C slabs (the configuration's 4 are for 192 columns).
+    cfg.stages = match cfg.block {
+        ..=128 => 6,
+        129..=192 => 4,
+        _ => 3,
+    };
     if let Some(w) = a.window {
         if w == 0 {
             bail!("--window must be at least 1");

@@ -738,6 +738,7 @@ fn global_ctype(g: &kittens_ir::GlobalDecl) -> Result<&'static str, CudaLowerErr
         (DType::Bf16, _) => "bf16_t*",
         (DType::Fp8E4m3, false) => "const unsigned char*",
         (DType::F32, false) => "const float*",
+        (DType::F32, true) => "float*",
         (dt, w) => {
             return unsupported(format!(
                 "global `{}` of {dt:?}{} (bf16 tensors, read-only e4m3 or f32 ones)",

@@ -366,7 +366,8 @@ impl Emit<'_> {
     }
 
     /// A store of a 16 × N fp32 fragment to a tensor of three or more dimensions, by direct bf16 pair
-    /// stores guarded by the tensor's bounds (the TMA-store epilogue handles row-major matrices).
+    /// stores, or f32 element stores (split-K's partial sums), guarded by the tensor's bounds (the
+    /// TMA-store epilogue handles row-major matrices).
     pub(super) fn store_direct(
         &mut self,
         dst: &GlobalView,
@@ -381,10 +382,10 @@ impl Emit<'_> {
         if rounding != Rounding::Rtne
             || (dst.rows, dst.cols) != (16, n)
             || g.strides[cd] != kittens_ir::Expr::c(1)
-            || g.dtype != DType::Bf16
+            || !matches!(g.dtype, DType::Bf16 | DType::F32)
         {
             return unsupported(format!(
-                "store of {}x{} to `{}` with {rounding:?} (16 x N fragments, RTNE, bf16 with unit column stride)",
+                "store of {}x{} to `{}` with {rounding:?} (16 x N fragments, RTNE, bf16 or f32 with unit column stride)",
                 dst.rows, dst.cols, g.name
             ));
         }
@@ -425,13 +426,25 @@ impl Emit<'_> {
         self.line(format!("    for (int i = 0; i < {}; i += 2) {{", n / 2));
         self.line("        const int row = r0 + 8 * ((i >> 1) & 1), col = c0 + 8 * (i >> 2);");
         self.line("        if (row >= rows || col >= cols) continue;");
+        let ty = if g.dtype == DType::F32 {
+            "float"
+        } else {
+            "bf16_t"
+        };
         self.line(format!(
-            "        bf16_t* p = {gname} + base + (long long)(row - r0 + (kt_lane / 4)) * rs + (col - c0 + 2 * (kt_lane % 4));"
+            "        {ty}* p = {gname} + base + (long long)(row - r0 + (kt_lane / 4)) * rs + (col - c0 + 2 * (kt_lane % 4));"
         ));
-        self.line(format!(
-            "        const u32 v = kt::pack_bf16x2({s}[i], {s}[i + 1]);"
-        ));
-        self.line("        if (col + 1 < cols) kt::st_global_b32(p, v); else kt::st_global_b16(p, v & 0xffffu);");
+        if g.dtype == DType::F32 {
+            // Element stores: a pair is 8-byte aligned only where the row pitch is even.
+            self.line(format!(
+                "        p[0] = {s}[i]; if (col + 1 < cols) p[1] = {s}[i + 1];"
+            ));
+        } else {
+            self.line(format!(
+                "        const u32 v = kt::pack_bf16x2({s}[i], {s}[i + 1]);"
+            ));
+            self.line("        if (col + 1 < cols) kt::st_global_b32(p, v); else kt::st_global_b16(p, v & 0xffffu);");
+        }
         self.line("    }");
         self.line("}");
         self.depth -= 1;

@@ -236,19 +236,24 @@ impl Emit<'_> {
         ));
         l(self, "if (threadIdx.x % 128 == 0) kt::tma_store_wait_read<0>(); // the previous tile's store has read the slab");
         l(self, "kt::named_barrier(1 + threadIdx.x / 128, 128);");
+        // D fragment: rows 16w + l/4 (+8), columns 8i + 2(l%4) (+1). In the 128-byte swizzle
+        // (`kt::swizzle128`) the row's 16-byte chunk i%8 moves to chunk (i%8) ^ (row%8), and row%8
+        // is l/4 for every fragment row: the address is a per-thread base plus constants and one of
+        // eight XORed chunk offsets, so the compiler keeps 8 offsets live, not one address per store
+        // (it hoisted all of them out of the tile loop, 48 registers at 192 columns).
+        l(
+            self,
+            "const u32 sw = l / 4u, base = slab + (w * 16u + l / 4u) * 128u + (l % 4u) * 4u;",
+        );
         l(self, "#pragma unroll");
         self.line(format!("for (u32 i = 0; i < {}u; ++i) {{", n / 8));
         l(self, "#pragma unroll");
-        l(self, "    for (u32 h = 0; h < 2; ++h) { // D fragment: rows 16w + l/4 (+8), columns 8i + 2(l%4) (+1)");
-        l(
-            self,
-            "        const u32 row = w * 16u + l / 4u + 8u * h, col = i * 8u + (l % 4u) * 2u;",
-        );
+        l(self, "    for (u32 h = 0; h < 2; ++h) {");
         self.line(format!(
-            "        const u32 off = (col / {BOX_COLS}u) * {box_bytes}u + row * 128u + (col % {BOX_COLS}u) * 2u;"
+            "        const u32 off = (i / 8u) * {box_bytes}u + h * 1024u + (((i % 8u) ^ sw) << 4);"
         ));
         self.line(format!(
-            "        kt::st_shared_b32(slab + kt::swizzle128(off), kt::pack_bf16x2({acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]));"
+            "        kt::st_shared_b32(base + off, kt::pack_bf16x2({acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]));"
         ));
         l(self, "    }");
         l(self, "}");
@@ -286,5 +291,29 @@ impl Emit<'_> {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The slab address the store emits equals `swizzle128` of the fragment's plain offset for every
+    /// lane, wave, fragment column block and row half (`kt::swizzle128`: `off ^ (((off >> 7) & 7) << 4)`).
+    #[test]
+    fn xor_form_is_the_128_byte_swizzle() {
+        let box_bytes = super::WG_ROWS * 128;
+        let swizzle128 = |off: u32| off ^ (((off >> 7) & 7) << 4);
+        for w in 0..4u32 {
+            for l in 0..32u32 {
+                let (sw, base) = (l / 4, (w * 16 + l / 4) * 128 + (l % 4) * 4);
+                for i in 0..32u32 {
+                    for h in 0..2u32 {
+                        let (row, col) = (w * 16 + l / 4 + 8 * h, i * 8 + (l % 4) * 2);
+                        let plain = (col / 64) * box_bytes + row * 128 + (col % 64) * 2;
+                        let xor = base + (i / 8) * box_bytes + h * 1024 + (((i % 8) ^ sw) << 4);
+                        assert_eq!(swizzle128(plain), xor, "w {w} l {l} i {i} h {h}");
+                    }
+                }
+            }
+        }
     }
 }

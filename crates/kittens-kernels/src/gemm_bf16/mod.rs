@@ -15,12 +15,14 @@
 //! tiles' dtype and base shape from it and end in [`store_scaled`]; nothing else differs, so every
 //! schedule, staging and grid order of the BF16 GEMM exists for FP8 too (`gemm_fp8` in the registry).
 
+pub mod align;
 mod interleave4;
 pub mod ladder;
 mod ping_pong;
 pub mod problem;
 mod producer_consumer;
 pub mod shapes;
+pub mod split_k;
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16, F32};
@@ -169,6 +171,16 @@ pub struct GemmConfig {
     pub staging: Staging,
     /// Element types and scales (bf16 for `gemm_bf16`, fp8 for `gemm_fp8`).
     pub types: GemmTypes,
+    /// Producer/consumer schedule: K steps each `wgmma` accumulator chain runs before its sum is
+    /// added into a second fp32 accumulator and the chain restarts from zero (0: never, one chain over
+    /// all of K). Hopper's fp8 `wgmma` does not keep full fp32 sums over a long chain (DeepGEMM's
+    /// promotion, which cuBLASLt's default FP8 GEMM also does); the second accumulator costs as many
+    /// registers as the first.
+    pub promote: u32,
+    /// Producer/consumer schedule: slices of K computed by separate blocks (1: none). Each writes its
+    /// fp32 partial C to plane `s` of `c_partial[split_k, M, N]`; [`split_k::build_reduce`] sums the
+    /// planes into C. Puts every SM to work where `M × N` has fewer blocks than SMs and K is long.
+    pub split_k: u32,
 }
 
 impl Default for GemmConfig {
@@ -188,6 +200,8 @@ impl Default for GemmConfig {
             },
             staging: Staging::Lds,
             types: GemmTypes::BF16,
+            promote: 0,
+            split_k: 1,
         }
     }
 }
@@ -264,8 +278,15 @@ impl GemmConfig {
         if !gpu.arch.is_amd() {
             // Groups of 16 tile-rows: on the H100 at or above the 8 of the BF16 GEMM by the ratio to
             // cuBLASLt in every paired run at 8192 and 16384 (bench/results/h100-2026-11-22-fp8).
+            // Promotion after every K step of 128 (four k32 wgmmas), as DeepGEMM does: one chain
+            // over all of K lost accuracy past cuBLASLt's at 16384³ (bench/NOTES.md). Its second
+            // accumulator leaves room for 192 columns per consumer warpgroup (2 × 96 floats at 240
+            // registers), not 256; four 40 KiB stages fit beside the 48 KiB of C slabs.
             return GemmConfig {
                 remap: GridOrder::GroupM { window: 16 },
+                block: 192,
+                stages: 4,
+                promote: 1,
                 ..with(128, base.staging)
             };
         }
@@ -277,6 +298,24 @@ impl GemmConfig {
                     && c.k_step % c.types.operand_base().cols == 0
             })
             .unwrap_or_else(|| with(128, Staging::Registers))
+    }
+
+    /// The Hopper FP8 GEMM for a problem of `m` rows: `base` ([`Self::fp8_for_gpu`], perhaps with
+    /// another width) with 64-row blocks where `m ≤ 64` (one consumer warpgroup: a decode step's
+    /// 16 rows computed in 64, not 128, and the ring deepened to the stages that fit, which is what
+    /// streams B faster), else `base`'s rows; the ring stages that fit beside the C slabs either way
+    /// (an fp8 stage of K step 128 has the bytes of a bf16 one of K step 64).
+    pub fn fp8_for_shape(base: GemmConfig, gpu: &kittens_hw::Gpu, m: u64) -> GemmConfig {
+        let rows = if m <= 64 { 64 } else { base.block_rows };
+        let tile = shapes::HopperTile {
+            rows,
+            cols: base.block,
+        };
+        GemmConfig {
+            block_rows: rows,
+            stages: tile.stages(gpu),
+            ..base
+        }
     }
 
     /// `base` (a GPU's configuration, [`Self::for_gpu`] or [`Self::fp8_for_gpu`]) with the 4-wave
@@ -325,11 +364,15 @@ impl GemmConfig {
     }
 }
 
-/// The declared interface: `k` (the K extent), tensors `a, b, c`, and the scales if any.
+/// The declared interface: `k` (the K extent), tensors `a, b, c`, the scales if any, and the K slice
+/// of a split-K block.
 pub(crate) struct Decl {
     pub kd: Expr,
     pub g: [GlobalId; 3],
     pub scales: Option<[GlobalId; 2]>,
+    /// With split-K: the block's slice of K (grid coordinate 2), which is also its plane of
+    /// `c_partial`.
+    pub split: Option<Expr>,
 }
 
 /// Declares `m, n, k`, the tensors `a` (M×K), `b` (N×K, or K×N with [`BLayout::Kn`]), the f32 scales `scale_a`, `scale_b` when
@@ -338,6 +381,10 @@ pub(crate) struct Decl {
 /// Each scale is declared with C's logical shape (M×N) and strides that make it broadcast: `(0, 0)` for
 /// a per-tensor scale (one element serves every position), `(1, 0)` for one per row of A, `(0, 1)` for
 /// one per row of B. The epilogue then reads it as an ordinary tile shaped like the accumulator.
+///
+/// With `split_k > 1` the output is `c_partial[split_k, M, N]` in f32 instead of C (each K slice's
+/// scaled partial sums, added by [`split_k::build_reduce`]) and the grid gains a third extent, the K
+/// slice, fastest in the launch order (the slices of one block of C run side by side).
 pub(crate) fn declare(
     k: &mut KernelBuilder,
     bm: u32,
@@ -345,6 +392,7 @@ pub(crate) fn declare(
     remap: GridOrder,
     types: &GemmTypes,
     b_layout: BLayout,
+    split_k: u32,
 ) -> Decl {
     let (m, n, kd) = (k.param("m"), k.param("n"), k.param("k"));
     let mut mat = |name, dt, r: &Expr, c: &Expr, acc| {
@@ -368,20 +416,38 @@ pub(crate) fn declare(
         [scale("scale_a", sa), scale("scale_b", sb)]
     });
     // The output last: inputs first, in the order a caller passes them.
-    let c = k.global(
-        "c",
-        types.output,
-        &[("r", m.clone()), ("c", n.clone())],
-        Access::Write,
-    );
+    let mut extents = vec![m.ceil_div(bm as i64), n.ceil_div(bn as i64)];
+    let (c, split, remap) = if split_k > 1 {
+        let dims = [
+            ("s", Expr::c(i64::from(split_k))),
+            ("r", m.clone()),
+            ("c", n.clone()),
+        ];
+        let c = k.global(split_k::PARTIAL, F32, &dims, Access::Write);
+        extents.push(Expr::c(i64::from(split_k)));
+        (c, Some(k.block(2)), GridOrder::RowMajor)
+    } else {
+        let dims = [("r", m.clone()), ("c", n.clone())];
+        (
+            k.global("c", types.output, &dims, Access::Write),
+            None,
+            remap,
+        )
+    };
     let g = [a, b, c];
-    k.grid(vec![m.ceil_div(bm as i64), n.ceil_div(bn as i64)], remap);
-    Decl { kd, g, scales }
+    k.grid(extents, remap);
+    Decl {
+        kd,
+        g,
+        scales,
+        split,
+    }
 }
 
-/// Stores accumulator `acc` as the `(ti, tj)`-th `rows × cols` tile of C, multiplied first by the scales
-/// of that tile when the GEMM has them. `scratch` is an f32 tile shaped like `acc` (dead operand
-/// registers serve: the scales are read once, after the K loop).
+/// Stores accumulator `acc` as the `(ti, tj)`-th `rows × cols` tile of C (of the block's plane of
+/// `c_partial` with split-K), multiplied first by the scales of that tile when the GEMM has them.
+/// `scratch` is an f32 tile shaped like `acc` (dead operand registers serve: the scales are read once,
+/// after the K loop).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn store_scaled(
     k: &mut KernelBuilder,
@@ -399,7 +465,14 @@ pub(crate) fn store_scaled(
             k.mul(acc, acc, s);
         }
     }
-    k.store(k.gtile(decl.g[2], rows, cols, ti, tj), acc);
+    let dst = match &decl.split {
+        Some(s) => {
+            let origin = vec![s.clone(), ti * i64::from(rows), tj * i64::from(cols)];
+            k.gview(decl.g[2], origin, 1, 2, rows, cols)
+        }
+        None => k.gtile(decl.g[2], rows, cols, ti, tj),
+    };
+    k.store(dst, acc);
 }
 
 /// Parameter order of the built kernel: `m, n, k`; tensors `a, b, c`.
@@ -414,6 +487,13 @@ pub fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     if cfg.staging == Staging::Registers && cfg.schedule != GemmSchedule::PingPong8 {
         return Err(KernelError::Config(format!(
             "gemm_bf16: register staging is built for the ping-pong schedule, not {:?}",
+            cfg.schedule
+        )));
+    }
+    if cfg.schedule != GemmSchedule::ProducerConsumer && (cfg.split_k != 1 || cfg.promote != 0) {
+        return Err(KernelError::Config(format!(
+            "{}: split-K and accumulator promotion are built for the producer/consumer schedule, not {:?}",
+            cfg.types.kernel_name(),
             cfg.schedule
         )));
     }

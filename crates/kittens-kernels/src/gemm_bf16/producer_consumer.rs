@@ -25,12 +25,17 @@
 use super::{declare, store_scaled, BLayout, GemmConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;
-use kittens_ir::{Kernel, KernelBuilder, MmaForm, MmaOperand, Schedule, Scope};
+use kittens_ir::{Expr, Kernel, KernelBuilder, MmaForm, MmaOperand, Schedule, Scope};
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Accumulator floats one consumer thread may hold: 128 (a 64×256 fp32 tile over a warpgroup), the
 /// most that fits the consumers' 232 registers beside addresses and descriptors.
 const MAX_ACC_PER_THREAD: u32 = 128;
+/// The same with promotion ([`GemmConfig::promote`]), counting both accumulators: 2 × 96 (64×192 per
+/// warpgroup) compiles for sm_90a without spills with the consumers at 240 registers; 2 × 128 spills.
+const MAX_ACC_PROMOTED: u32 = 192;
+/// Most K slices of a split-K GEMM.
+pub const MAX_SPLIT_K: u32 = 32;
 
 pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (bm, bn, ks) = (cfg.block_rows, cfg.block, cfg.k_step);
@@ -51,14 +56,26 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     if !(2..=8).contains(&cfg.stages) {
         return bad(format!("stages {} must be 2 to 8", cfg.stages));
     }
+    if !(1..=MAX_SPLIT_K).contains(&cfg.split_k) {
+        return bad(format!(
+            "split_k {} must be 1 to {MAX_SPLIT_K}",
+            cfg.split_k
+        ));
+    }
+    let promote = cfg.promote;
     let consumers = if bm == 64 { 1 } else { 2 };
     let waves = 4 * consumers;
     // 16-row slices of C per consumer wave.
     let slices = bm / (16 * waves);
-    if slices * bn / 2 > MAX_ACC_PER_THREAD {
+    let (per_thread, most) = if promote > 0 {
+        (2 * slices * bn / 2, MAX_ACC_PROMOTED)
+    } else {
+        (slices * bn / 2, MAX_ACC_PER_THREAD)
+    };
+    if per_thread > most {
         return bad(format!(
-            "a {bm}x{bn} block needs {} accumulators per thread, over {MAX_ACC_PER_THREAD}",
-            slices * bn / 2
+            "a {bm}x{bn} block needs {per_thread} accumulator floats per thread{}, over {most}",
+            if promote > 0 { " (promoted)" } else { "" }
         ));
     }
     let sched = if consumers == 1 {
@@ -69,15 +86,26 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             consumer_regs: 256,
         }
     } else {
+        // Promoted sums need every register the consumers can get: 24 for the one TMA thread's
+        // warpgroup, 240 for the consumers (128·24 + 256·240 = 64512, the launch's 384 × 168).
+        let (producer_regs, consumer_regs) = if promote > 0 { (24, 240) } else { (40, 232) };
         Schedule::ProducerConsumer {
             producers: 1,
             consumers,
-            producer_regs: 40,
-            consumer_regs: 232,
+            producer_regs,
+            consumer_regs,
         }
     };
     let mut k = KernelBuilder::new(name, sched);
-    let decl = declare(&mut k, bm, bn, cfg.remap, &cfg.types, cfg.b_layout);
+    let decl = declare(
+        &mut k,
+        bm,
+        bn,
+        cfg.remap,
+        &cfg.types,
+        cfg.b_layout,
+        cfg.split_k,
+    );
     let (kd, [a, b, _]) = (decl.kd.clone(), decl.g);
     let dt = cfg.types.input;
     // Rows of `ks` operands are 64 or 128 bytes: the matching TMA/wgmma swizzle mode.
@@ -107,39 +135,70 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     } else {
         (bn, ks, MmaForm::Abt)
     };
+    let f32_tile = |k: &mut KernelBuilder, name: &str| {
+        k.tile(name, F32, 16, bn, Layout::Row, BaseShape::S16X16)
+    };
+    // `accs`: the wgmma chains' accumulators; `sums`: what is stored, the same tiles unless promoted.
     let accs: Vec<_> = (0..slices)
-        .map(|h| {
-            k.tile(
-                &format!("acc{h}"),
-                F32,
-                16,
-                bn,
-                Layout::Row,
-                BaseShape::S16X16,
-            )
-        })
+        .map(|h| f32_tile(&mut k, &format!("acc{h}")))
         .collect();
-    let scratch = decl
-        .scales
-        .map(|_| k.tile("scale", F32, 16, bn, Layout::Row, BaseShape::S16X16));
+    let sums: Vec<_> = if promote > 0 {
+        (0..slices)
+            .map(|h| f32_tile(&mut k, &format!("sum{h}")))
+            .collect()
+    } else {
+        accs.clone()
+    };
+    // The scales' scratch: a dead chain accumulator when promoted, else a tile of its own.
+    let scratch = decl.scales.map(|_| {
+        if promote > 0 {
+            accs[0]
+        } else {
+            f32_tile(&mut k, "scale")
+        }
+    });
     let (row, col) = (k.block(0), k.block(1));
     let nt = kd.ceil_div(ks as i64);
+    // K steps of this block: all of them, or its slice's `⌈nt / split_k⌉` from `first`, in both
+    // cases rounded up to whole chains of `promote` steps (slices must not overlap: the rounding comes
+    // before `first`). Steps past K load zeros (TMA and the interpreter read out-of-range elements as
+    // zero).
+    let chain = i64::from(promote.max(1));
+    let (steps, first) = match &decl.split {
+        Some(s) => {
+            let per = nt.ceil_div(i64::from(cfg.split_k)).ceil_div(chain) * chain;
+            (per.clone(), s.clone() * per)
+        }
+        None => (nt.ceil_div(chain) * chain, Expr::c(0)),
+    };
+    let chains = steps.ceil_div(chain);
     let cw = k.wave() - 4; // consumer wave, 0..waves
                            // Slice `h` of consumer wave `cw`: 16-row block `h·waves + cw` of the block's rows.
     let slice = |h: u32| &cw + i64::from(h * waves);
+    // One K step's multiplies: local step `t` from slot `t % stages`, accumulating unless `fresh`.
+    let multiply = |k: &mut KernelBuilder, t: &Expr, fresh: bool| {
+        k.barrier(); // K step t has landed
+        let b_v = MmaOperand::Shared(k.smem(b_s, t % stages));
+        for (h, &acc) in accs.iter().enumerate() {
+            let a_v = k.smem(a_s, t % stages).sub(16, ks, slice(h as u32), 0);
+            let c = (!fresh).then_some(acc);
+            k.mma(form, acc, MmaOperand::Shared(a_v), b_v.clone(), c);
+        }
+    };
     k.roles(
         |k| {
-            k.for_range("t", 0, &nt, |k, t| {
+            k.for_range("t", 0, &steps, |k, t| {
                 let slot = &t % stages;
+                let kt = &first + &t;
                 k.load_async_by(
                     Scope::WarpGroup,
                     k.smem(a_s, slot.clone()),
-                    k.gtile(a, bm, ks, &row, &t),
+                    k.gtile(a, bm, ks, &row, &kt),
                 );
                 let b_g = if kn {
-                    k.gtile(b, b_rows, b_cols, &t, &col)
+                    k.gtile(b, b_rows, b_cols, &kt, &col)
                 } else {
-                    k.gtile(b, b_rows, b_cols, &col, &t)
+                    k.gtile(b, b_rows, b_cols, &col, &kt)
                 };
                 k.load_async_by(Scope::WarpGroup, k.smem(b_s, slot), b_g);
                 k.wait_async(0);
@@ -147,20 +206,28 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             });
         },
         |k| {
-            for &acc in &accs {
-                k.zero(acc);
+            for &sum in &sums {
+                k.zero(sum);
             }
-            k.for_range("t", 0, &nt, |k, t| {
-                k.barrier(); // K step t has landed
-                let b_v = MmaOperand::Shared(k.smem(b_s, &t % stages));
-                for (h, &acc) in accs.iter().enumerate() {
-                    let a_v = k.smem(a_s, &t % stages).sub(16, ks, slice(h as u32), 0);
-                    k.mma(form, acc, MmaOperand::Shared(a_v), b_v.clone(), Some(acc));
-                }
-            });
-            for (h, &acc) in accs.iter().enumerate() {
+            if promote == 0 {
+                k.for_range("t", 0, &steps, |k, t| multiply(k, &t, false));
+            } else {
+                // A chain of `promote` K steps starts from zero (wgmma's scale-d off) and is then
+                // added into the f32 sums.
+                k.for_range("g", 0, &chains, |k, g| {
+                    let t0 = g.clone() * chain;
+                    multiply(k, &t0, true);
+                    if chain > 1 {
+                        k.for_range("j", 1, chain, |k, j| multiply(k, &(&t0 + &j), false));
+                    }
+                    for (&sum, &acc) in sums.iter().zip(&accs) {
+                        k.add(sum, sum, acc);
+                    }
+                });
+            }
+            for (h, &sum) in sums.iter().enumerate() {
                 let ti = &row * i64::from(bm / 16) + slice(h as u32);
-                store_scaled(k, &decl, scratch, acc, 16, bn, ti, col.clone());
+                store_scaled(k, &decl, scratch, sum, 16, bn, ti, col.clone());
             }
         },
     );

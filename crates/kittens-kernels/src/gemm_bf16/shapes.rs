@@ -158,6 +158,20 @@ impl HopperTile {
     }
 }
 
+/// Least `m·n / (m + n)` (outputs per operand row, roughly) at which the launchers copy A and B whose
+/// rows start off 128-byte lines into aligned rows ([`copies_misaligned`]).
+pub const ALIGN_REUSE: u64 = 256;
+
+/// Whether A and B of an `m × n` GEMM whose rows are no whole number of 128-byte lines are copied into
+/// aligned rows before the kernel: where each operand row serves enough outputs for the copy (one read
+/// and write of A and B) to cost less than the misaligned loads. H100: 3000³ ran at 0.42 of cuBLAS
+/// with misaligned rows where 3008³ ran at 0.82 (bench/NOTES.md); the copies of A and B cost about
+/// 24 µs at 3000³ against about 100 µs lost. Both M and N of about 512 or more qualify; a decode-sized
+/// M (memory-bound, each B row read once) does not.
+pub fn copies_misaligned(m: u64, n: u64) -> bool {
+    m.saturating_mul(n) / m.saturating_add(n).max(1) >= ALIGN_REUSE
+}
+
 /// Shape-dependent figures of one candidate block for `m × n × k` on `gpu`.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Estimate {
@@ -174,7 +188,8 @@ pub struct Estimate {
 /// - **compute**: the busiest SM's tiles, each `2·rows·cols·⌈K/64⌉·64` FLOP at the SM's share of the
 ///   dense bf16 peak times 0.75 (what the 128×256 kernel reached at 8192³: about 730 of 989 TFLOP/s)
 ///   times the block's [`HopperTile::efficiency`] ([`HopperTile::efficiency_unaligned`] when K is no
-///   multiple of 64) — partial tiles cost as much as full ones;
+///   multiple of 64 and the operands are not copied into aligned rows, [`copies_misaligned`]) —
+///   partial tiles cost as much as full ones;
 /// - **memory**: A and B read once, C written once, at the HBM bandwidth.
 ///
 /// On the 50 shapes of the fit run this choice reached a geometric mean of 0.931 of cuBLAS where the
@@ -185,8 +200,9 @@ pub fn estimate_us(gpu: &Gpu, sms: u32, m: u64, n: u64, k: u64, tile: HopperTile
     let k_pad = k.div_ceil(K_STEP.into()) * u64::from(K_STEP);
     let tile_flop = 2.0 * f64::from(tile.rows) * f64::from(tile.cols) * k_pad as f64;
     let sm_flops = gpu.peak_bf16_tflops * 1e12 * 0.75 / f64::from(gpu.compute_units);
-    // K rows of whole 128-byte lines (64 bf16) keep TMA's loads aligned.
-    let eff = if k.is_multiple_of(64) {
+    // K rows of whole 128-byte lines (64 bf16) keep TMA's loads aligned; so do the aligned copies
+    // the launchers make where they pay ([`copies_misaligned`]).
+    let eff = if k.is_multiple_of(64) || copies_misaligned(m, n) {
         tile.efficiency()
     } else {
         tile.efficiency_unaligned()
@@ -283,9 +299,11 @@ mod tests {
         }
         let e = estimate_us(g, sms, 3000, 3000, 3000, TILES[0]);
         assert_eq!((e.tiles, e.rounds), (288, 3));
-        // K = 3000 rows straddle 128-byte lines: the widest block (fit run: 0.523 vs 0.439 for
-        // 128x128); K = 3072 rows do not, and the finer 128x128 quantises better (0.813 vs 0.759).
-        assert_eq!(pick(3000, 3000, 3000).to_string(), "128x256");
+        // K = 3000 rows straddle 128-byte lines, but A and B are copied into aligned rows there, so
+        // 3000³ ranks the blocks as 3072³ does: the finer 128x128 quantises better (fit run at 3072³:
+        // 0.813 vs 0.759). Misaligned rows left in place (a small M) rank by bytes per FLOP.
+        assert!(copies_misaligned(3000, 3000) && !copies_misaligned(16, 4096));
+        assert_eq!(pick(3000, 3000, 3000).to_string(), "128x128");
         assert_eq!(pick(3072, 3072, 3072).to_string(), "128x128");
         assert_eq!(pick(16, 4096, 4096).to_string(), "64x128");
         assert_eq!(pick(16, 28672, 4096).to_string(), "64x256");

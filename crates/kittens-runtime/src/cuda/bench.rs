@@ -18,24 +18,27 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use kittens_kernels::gemm_bf16::shapes::{self, HopperTile};
+use kittens_kernels::gemm_bf16::split_k;
 use kittens_kernels::gemm_bf16::BLayout;
 use kittens_kernels::reference::{check_rule, SPOT_RULE_FLOOR};
-use serde::Serialize;
 
 pub(crate) use super::bench_check::median;
 pub use super::bench_check::{bf16_to_f32, compare, f32_to_bf16, random_bf16, Comparison};
 use super::bench_check::{report_mismatches, spot_check};
-use super::bench_shapes::{geomean, Shape, ShapeName};
+pub use super::bench_report::{
+    summarise, GemmBenchReport, GemmBenchRow, KernelInfo, RowStatus, Summary,
+};
+use super::bench_shapes::{Shape, ShapeName};
 pub use super::bench_time::Timing;
 use super::bench_time::{iterations, time_launches, Launch};
 use super::cublas::Cublas;
 use super::driver::{Device, DeviceBuffer, Event, Stream};
 use super::gemm_kernel::GemmKernel;
-use super::gemm_pad::{self, Mat, PadPlan};
+use super::gemm_pad::{self, CopyKernel, Mat, PadPlan};
 use super::limits::{
     check_memory, gemm_abt_dims, gemm_memory_need, host_mem_available, rotation_copies,
 };
-use super::{CudaCompileReport, CudaError};
+use super::CudaError;
 
 /// Which blocks each shape runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,6 +73,9 @@ pub struct GemmBenchOptions {
     /// Shapes (M, N, K) checked for correctness only, not timed: partial tiles at every edge.
     pub checks: Vec<Shape>,
     pub timing: Timing,
+    /// K slices per shape: `None` lets `split_k::choose` decide (1 where C's blocks fill the SMs),
+    /// `Some(s)` forces `s` where the shape allows a split (C needs no padded copy).
+    pub split_k: Option<u32>,
 }
 
 impl Default for GemmBenchOptions {
@@ -94,105 +100,9 @@ impl Default for GemmBenchOptions {
                 (77, 99, 13),
             ],
             timing: Timing::Interleaved,
+            split_k: None,
         }
     }
-}
-
-/// How one row ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RowStatus {
-    /// Checked (and timed, for a timed row) and correct.
-    Ok,
-    /// Ran, but the output failed the correctness check.
-    Failed,
-    /// Did not run to the end: the error says why (the other figures are NaN, null in JSON).
-    Error,
-}
-
-/// One problem size and block's results.
-#[derive(Clone, Debug, Serialize)]
-pub struct GemmBenchRow {
-    pub status: RowStatus,
-    /// Why the row could not run (status `error`).
-    pub error: Option<String>,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    /// The block of C per thread block, `ROWSxCOLS`.
-    pub tile: Option<String>,
-    /// Whether `tile` is the one the shape-aware configuration chooses for this shape.
-    pub chosen: bool,
-    /// The cost model's time for this block, µs (`shapes::estimate_us`).
-    pub model_us: f64,
-    /// Operands that went through a padded copy, and the copies' own median time (NaN: none).
-    pub padded: PadPlan,
-    pub pad_ms: f64,
-    /// Our time includes the padded copies.
-    pub ours_ms: f64,
-    pub cublas_ms: f64,
-    pub ours_tflops: f64,
-    pub cublas_tflops: f64,
-    /// ours / cuBLAS throughput, measured in the same run.
-    pub ratio: f64,
-    /// Timed launches per implementation.
-    pub iters: usize,
-    /// ‖ours − cuBLAS‖_F / ‖cuBLAS‖_F over all of C.
-    pub rel_err_vs_cublas: f64,
-    /// max |ours − cuBLAS| / max |cuBLAS|.
-    pub max_err_vs_cublas: f64,
-    /// max |x − ref| / rms(ref) over the spot-checked entries, ref an f64 dot product.
-    pub spot_err_ours: f64,
-    pub spot_err_cublas: f64,
-    /// Elements of our C still holding the NaN poison (never written) or otherwise not finite.
-    pub non_finite: usize,
-    pub input_copies: usize,
-    pub passed: bool,
-}
-
-/// One compiled block shape.
-#[derive(Clone, Debug, Serialize)]
-pub struct KernelInfo {
-    pub tile: String,
-    pub entry: String,
-    pub stages: u32,
-    pub compile: CudaCompileReport,
-}
-
-/// Geometric means of the ratio to cuBLAS over timed rows that passed.
-#[derive(Clone, Debug, Serialize)]
-pub struct Summary {
-    /// Over the rows of the chosen blocks.
-    pub geomean_ratio: Option<f64>,
-    pub min_ratio: Option<f64>,
-    /// The shape of the smallest ratio.
-    pub worst: Option<String>,
-    /// Per block (with `TileChoice::Each`): (block, geometric mean, shapes).
-    pub per_tile: Vec<(String, f64, usize)>,
-    /// With `TileChoice::Each`: the best block of every shape (what a perfect choice would reach).
-    pub best_of_geomean: Option<f64>,
-    pub timed_rows: usize,
-    pub failed_rows: usize,
-}
-
-/// The whole run.
-#[derive(Clone, Debug, Serialize)]
-pub struct GemmBenchReport {
-    pub device: String,
-    pub compute_capability: (i32, i32),
-    pub multiprocessors: u32,
-    pub l2_bytes: u64,
-    pub driver_version: i32,
-    pub cublas: String,
-    pub b_layout: BLayout,
-    pub kernels: Vec<KernelInfo>,
-    pub warmup: usize,
-    pub budget_ms: f64,
-    pub timing: Timing,
-    pub rows: Vec<GemmBenchRow>,
-    /// Correctness-only shapes (timings NaN).
-    pub checks: Vec<GemmBenchRow>,
-    pub summary: Summary,
 }
 
 /// Our C against cuBLAS's over all elements: two correct bf16 results differ by at most a rounding step
@@ -220,6 +130,7 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
         stream: &stream,
         opts,
         kernels: RefCell::new(Vec::new()),
+        copier: RefCell::new(None),
     };
     let total = opts.shapes.len();
     let mut rows = Vec::new();
@@ -265,7 +176,7 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
         .iter()
         .filter_map(|(t, k)| k.as_ref().ok().map(|k| (t, k)))
         .map(|(t, k)| KernelInfo {
-            tile: t.to_string(),
+            tile: block_name(*t),
             entry: k.name.clone(),
             stages: k.stages,
             compile: k.compile.clone(),
@@ -290,53 +201,6 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
     })
 }
 
-/// The geometric means of a run.
-pub fn summarise(rows: &[GemmBenchRow], checks: &[GemmBenchRow]) -> Summary {
-    let good = |r: &&GemmBenchRow| r.passed && r.ratio.is_finite();
-    let chosen: Vec<&GemmBenchRow> = rows.iter().filter(|r| r.chosen).filter(good).collect();
-    let worst = chosen
-        .iter()
-        .min_by(|a, b| a.ratio.total_cmp(&b.ratio))
-        .copied();
-    let mut tiles: Vec<String> = rows.iter().filter_map(|r| r.tile.clone()).collect();
-    tiles.sort();
-    tiles.dedup();
-    let per_tile = if rows.iter().all(|r| r.chosen) {
-        Vec::new()
-    } else {
-        tiles
-            .iter()
-            .filter_map(|t| {
-                let v: Vec<f64> = rows
-                    .iter()
-                    .filter(good)
-                    .filter(|r| r.tile.as_deref() == Some(t.as_str()))
-                    .map(|r| r.ratio)
-                    .collect();
-                geomean(v.iter().copied()).map(|g| (t.clone(), g, v.len()))
-            })
-            .collect()
-    };
-    let mut shapes: Vec<Shape> = rows.iter().map(|r| (r.m, r.n, r.k)).collect();
-    shapes.dedup();
-    let best_of = geomean(shapes.iter().map(|&s| {
-        rows.iter()
-            .filter(good)
-            .filter(|r| (r.m, r.n, r.k) == s)
-            .map(|r| r.ratio)
-            .fold(f64::NAN, f64::max)
-    }));
-    Summary {
-        geomean_ratio: geomean(chosen.iter().map(|r| r.ratio)),
-        min_ratio: worst.map(|r| r.ratio),
-        worst: worst.map(|r| ShapeName((r.m, r.n, r.k)).to_string()),
-        per_tile,
-        best_of_geomean: best_of,
-        timed_rows: rows.len(),
-        failed_rows: rows.iter().chain(checks).filter(|r| !r.passed).count(),
-    }
-}
-
 /// A block's kernel, or why it could not be compiled and loaded.
 type Loaded = Result<Rc<GemmKernel>, CudaError>;
 
@@ -347,29 +211,72 @@ struct Runner<'a> {
     cublas: &'a Cublas,
     stream: &'a Stream,
     opts: &'a GemmBenchOptions,
-    kernels: RefCell<Vec<(HopperTile, Loaded)>>,
+    kernels: RefCell<Vec<(Block, Loaded)>>,
+    copier: RefCell<Option<Rc<CopyKernel>>>,
+}
+
+/// A block shape and its K slices: what one compiled kernel is.
+type Block = (HopperTile, u32);
+
+/// `64x128`, or `64x128/k4` with split-K.
+fn block_name((t, s): Block) -> String {
+    if s > 1 {
+        format!("{t}/k{s}")
+    } else {
+        t.to_string()
+    }
 }
 
 impl Runner<'_> {
-    /// The kernel of block `tile`, compiled and loaded on first use (a failure is kept and reported
-    /// in every row that needs it).
-    fn kernel(&self, tile: HopperTile) -> Result<Rc<GemmKernel>, CudaError> {
-        if let Some((_, k)) = self.kernels.borrow().iter().find(|(t, _)| *t == tile) {
+    /// The kernel of block `tile` with `split` K slices, compiled and loaded on first use (a failure
+    /// is kept and reported in every row that needs it).
+    fn kernel(&self, block: Block) -> Result<Rc<GemmKernel>, CudaError> {
+        if let Some((_, k)) = self.kernels.borrow().iter().find(|(b, _)| *b == block) {
             return k.clone();
         }
-        let k = GemmKernel::prepare(self.dev, tile, self.opts.b_layout).map(Rc::new);
+        let (tile, split) = block;
+        let k = GemmKernel::prepare(self.dev, tile, self.opts.b_layout, split).map(Rc::new);
         if let Ok(k) = &k {
             eprintln!(
-                "  {} ({tile}, {} stages): {} registers, {} spills, persistent grid of {} blocks",
+                "  {} ({}, {} stages): {} registers, {} spills, persistent grid of {} blocks",
                 k.name,
+                block_name(block),
                 k.stages,
                 k.compile.registers,
                 k.compile.spill_stores + k.compile.spill_loads,
                 k.resident
             );
         }
-        self.kernels.borrow_mut().push((tile, k.clone()));
+        self.kernels.borrow_mut().push((block, k.clone()));
         k
+    }
+
+    /// The padded copies' kernel, compiled and loaded on first use.
+    fn copy_kernel(&self) -> Result<Rc<CopyKernel>, CudaError> {
+        if let Some(c) = self.copier.borrow().as_ref() {
+            return Ok(c.clone());
+        }
+        let c = Rc::new(CopyKernel::load(self.dev)?);
+        *self.copier.borrow_mut() = Some(c.clone());
+        Ok(c)
+    }
+
+    /// K slices for `tile` at `shape`: the option's, or `split_k::choose`'s (bf16, K step 64); 1
+    /// where C goes through a padded copy (the reduction writes a dense C).
+    fn split_for(&self, (m, n, k): Shape, tile: HopperTile) -> u32 {
+        if !(n * 2).is_multiple_of(16) {
+            return 1;
+        }
+        self.opts.split_k.unwrap_or_else(|| {
+            split_k::choose(
+                self.gpu,
+                self.dev.multiprocessors,
+                (m as u64, n as u64, k as u64),
+                (tile.rows, tile.cols),
+                64,
+                2,
+            )
+        })
     }
 
     /// The rows of one shape: one per block it runs; a shape that cannot run gives error rows.
@@ -381,15 +288,20 @@ impl Runner<'_> {
             TileChoice::Auto => vec![chosen],
             TileChoice::Each(list) => list.clone(),
         };
-        let base = |t: HopperTile| {
+        let blocks: Vec<Block> = tiles
+            .iter()
+            .map(|&t| (t, self.split_for(shape, t)))
+            .collect();
+        let base = |(t, split): Block| {
             let mut r = GemmBenchRow::error(shape, &CudaError::Invalid(String::new()));
-            r.tile = Some(t.to_string());
+            r.tile = Some(block_name((t, split)));
+            r.split_k = split;
             r.chosen = t == chosen;
             r.model_us = shapes::estimate_us(self.gpu, sms, m as u64, n as u64, k as u64, t).us;
             r
         };
-        let rows: Vec<GemmBenchRow> = tiles.iter().map(|&t| base(t)).collect();
-        match self.attempt(shape, seed, timed, &tiles, rows.clone()) {
+        let rows: Vec<GemmBenchRow> = blocks.iter().map(|&b| base(b)).collect();
+        match self.attempt(shape, seed, timed, &blocks, rows.clone()) {
             Ok(rows) => rows,
             Err(e) => rows
                 .into_iter()
@@ -430,7 +342,7 @@ impl Runner<'_> {
         shape: Shape,
         seed: u64,
         timed: bool,
-        tiles: &[HopperTile],
+        tiles: &[Block],
         mut rows: Vec<GemmBenchRow>,
     ) -> Result<Vec<GemmBenchRow>, CudaError> {
         let (m, n, k) = shape;
@@ -452,7 +364,7 @@ impl Runner<'_> {
         };
         // Device allocations are 256-byte aligned: only row pitches decide what TMA can address.
         let (a0, b0, c0) = (Mat::dense(0, m, k), b_mat(0), Mat::dense(0, m, n));
-        let plan = PadPlan::of(&a0, &b0, &c0);
+        let plan = PadPlan::aligned(&a0, &b0, &c0, (m, n));
         let pad_bytes = [(plan.a, a0), (plan.b, b0), (plan.c, c0)]
             .iter()
             .filter(|(need, _)| *need)
@@ -483,17 +395,30 @@ impl Runner<'_> {
             c_pad.as_ref().map(|p| p.ptr()),
         );
         let c_dense = Mat::dense(c_ours.ptr(), m, n);
+        // The padded copies run as a kernel (`gemm_pad::CopyKernel`), loaded once per run.
+        let copy_kernel = if plan.any() {
+            Some(self.copy_kernel()?)
+        } else {
+            None
+        };
+        // Only ever called below on this run's live buffers: the inputs, C and the scratch
+        // matrices sized by `Mat::padded_bytes`, never overlapping.
+        let copier = |dst: &Mat, src: &Mat| -> Result<(), CudaError> {
+            match &copy_kernel {
+                // SAFETY: see above.
+                Some(ck) => unsafe { ck.copy(dst, src, stream) },
+                // SAFETY: see above.
+                None => unsafe { gemm_pad::copy(dst, src, stream.raw()) },
+            }
+        };
         // The operands the kernel reads and writes for input copy `s`, padded copies made first
         // (`kernel` false: the copies only, for their own timing).
         let ours = |kernel: Option<&GemmKernel>, s: usize| -> Result<(), CudaError> {
-            let raw = stream.raw();
             let put = |pad: Option<u64>, src: Mat| -> Result<Mat, CudaError> {
                 match pad {
                     Some(p) => {
                         let dst = src.padded_at(p);
-                        // SAFETY: source and scratch are live buffers of this run, sized by
-                        // `Mat::padded_bytes`, not overlapping.
-                        unsafe { gemm_pad::copy(&dst, &src, raw)? };
+                        copier(&dst, &src)?;
                         Ok(dst)
                     }
                     None => Ok(src),
@@ -506,8 +431,7 @@ impl Runner<'_> {
                 kern.launch(stream, &a, &b, &c)?;
             }
             if pads.2.is_some() {
-                // SAFETY: as above.
-                unsafe { gemm_pad::copy(&c_dense, &c, raw)? };
+                copier(&c_dense, &c)?;
             }
             Ok(())
         };
@@ -659,92 +583,4 @@ fn make_inputs(
         a,
         b,
     })
-}
-
-impl GemmBenchRow {
-    /// A row that could not run: `error` says why; every figure is NaN.
-    pub fn error((m, n, k): Shape, error: &CudaError) -> GemmBenchRow {
-        GemmBenchRow {
-            status: RowStatus::Error,
-            error: Some(error.to_string()),
-            m,
-            n,
-            k,
-            tile: None,
-            chosen: true,
-            model_us: f64::NAN,
-            padded: PadPlan::default(),
-            pad_ms: f64::NAN,
-            ours_ms: f64::NAN,
-            cublas_ms: f64::NAN,
-            ours_tflops: f64::NAN,
-            cublas_tflops: f64::NAN,
-            ratio: f64::NAN,
-            iters: 0,
-            rel_err_vs_cublas: f64::NAN,
-            max_err_vs_cublas: f64::NAN,
-            spot_err_ours: f64::NAN,
-            spot_err_cublas: f64::NAN,
-            non_finite: 0,
-            input_copies: 0,
-            passed: false,
-        }
-    }
-
-    /// "ok", "FAILED", or "ERROR: why".
-    pub fn verdict(&self) -> String {
-        match (self.status, &self.error) {
-            (RowStatus::Ok, _) => "ok".into(),
-            (RowStatus::Failed, _) => "FAILED".into(),
-            (RowStatus::Error, e) => format!("ERROR: {}", e.as_deref().unwrap_or("unknown")),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A row that cannot run carries its error and fails; its figures are null in JSON.
-    #[test]
-    fn an_error_row_reports_why_and_fails() {
-        let e = CudaError::Invalid("GEMM 3000x1000x777: out of memory".into());
-        let row = GemmBenchRow::error((3000, 1000, 777), &e);
-        assert!(!row.passed && row.status == RowStatus::Error);
-        assert!(row.verdict().contains("out of memory"), "{}", row.verdict());
-        let json = serde_json::to_value(&row).unwrap();
-        assert_eq!(json["status"], "error");
-        assert!(json["error"].as_str().unwrap().contains("777"));
-        assert!(json["ours_tflops"].is_null() && json["spot_err_ours"].is_null());
-    }
-
-    fn row(shape: Shape, tile: &str, ratio: f64, chosen: bool, passed: bool) -> GemmBenchRow {
-        let mut r = GemmBenchRow::error(shape, &CudaError::Invalid(String::new()));
-        (r.status, r.error, r.passed) = (RowStatus::Ok, None, passed);
-        (r.tile, r.ratio, r.chosen) = (Some(tile.into()), ratio, chosen);
-        r
-    }
-
-    /// The summary's geometric mean is over the chosen blocks' correct rows; the best-of figure takes
-    /// each shape's best block; a failed row counts as failed, not in the mean.
-    #[test]
-    fn summary_means_chosen_rows_and_best_blocks() {
-        let (s1, s2) = ((4096, 4096, 4096), (16, 4096, 4096));
-        let rows = [
-            row(s1, "128x256", 1.0, true, true),
-            row(s1, "128x128", 0.81, false, true),
-            row(s2, "128x256", 0.25, false, true),
-            row(s2, "64x128", 0.64, true, true),
-            row(s2, "128x128", 2.0, false, false),
-        ];
-        let s = summarise(&rows, &[]);
-        assert!((s.geomean_ratio.unwrap() - 0.8).abs() < 1e-12, "{s:?}");
-        assert_eq!(s.worst.as_deref(), Some("16x4096x4096"));
-        assert_eq!(s.min_ratio, Some(0.64));
-        assert!((s.best_of_geomean.unwrap() - 0.8).abs() < 1e-12);
-        assert_eq!(s.failed_rows, 1);
-        let t: Vec<&str> = s.per_tile.iter().map(|p| p.0.as_str()).collect();
-        assert_eq!(t, ["128x128", "128x256", "64x128"]);
-        assert!((s.per_tile[1].1 - 0.5).abs() < 1e-12);
-    }
 }

@@ -14,11 +14,13 @@
 //! benchmark's (`super::bench_shapes`, `super::bench_time`: launches fitted to a time budget per
 //! shape, estimated from one cuBLASLt launch; the geometric mean of the ratio over the timed shapes).
 
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{from_bits, to_bits, Rounding};
 use kittens_kernels::gemm_bf16::shapes::HopperTile;
+use kittens_kernels::gemm_bf16::split_k;
 use kittens_kernels::gemm_bf16::{BLayout, GemmConfig};
 use kittens_kernels::reference::{check_rule, SPOT_RULE_FLOOR};
 use serde::Serialize;
@@ -122,7 +124,7 @@ pub fn run_fp8_bench(
             dev.name, dev.compute_capability
         )));
     }
-    let kernel = GemmKernel::load(&dev, lowered, tile, BLayout::Nk)?;
+    let kernel = Rc::new(GemmKernel::load(&dev, lowered, tile, BLayout::Nk)?);
     eprintln!(
         "  {} ({tile}, {} stages): {} registers, {} spills, persistent grid of {} blocks",
         kernel.name,
@@ -142,7 +144,8 @@ pub fn run_fp8_bench(
     dev.synchronize()?;
     let run = Runner {
         dev: &dev,
-        kernel: &kernel,
+        cfg,
+        kernels: RefCell::new(vec![((cfg.block_rows, 1), kernel.clone())]),
         lt: &lt,
         stream: &stream,
         opts,
@@ -211,9 +214,14 @@ pub fn run_fp8_bench(
     })
 }
 
+/// A compiled FP8 kernel's block height and K slices.
+type KernelKey = (u32, u32);
+
 struct Runner<'a> {
     dev: &'a Rc<Device>,
-    kernel: &'a GemmKernel,
+    cfg: &'a GemmConfig,
+    /// The kernel per block height and K slice count (`cfg`'s own first), built on first use.
+    kernels: RefCell<Vec<(KernelKey, Rc<GemmKernel>)>>,
     lt: &'a CublasLt,
     stream: &'a Stream,
     opts: &'a GemmBenchOptions,
@@ -232,21 +240,94 @@ impl Runner<'_> {
     /// One row (and, when timed, its fast-accumulation figures): a shape that cannot run becomes a
     /// row that says why, and the run goes on.
     fn row(&self, shape: Shape, seed: u64, timed: bool) -> (GemmBenchRow, Option<FastAccumRow>) {
+        let cfg = self.config_for(shape);
+        let split = self.split_for(&cfg, shape);
         let (mut row, fast) = self
-            .attempt(shape, seed, timed)
+            .kernel(&cfg, split)
+            .and_then(|kern| self.attempt(&kern, shape, seed, timed))
             .unwrap_or_else(|e| (GemmBenchRow::error(shape, &e), None));
-        row.tile = Some(self.kernel.tile.to_string());
+        let tile = HopperTile {
+            rows: cfg.block_rows,
+            cols: cfg.block,
+        };
+        row.split_k = split;
+        row.tile = Some(if split > 1 {
+            format!("{tile}/k{split}")
+        } else {
+            tile.to_string()
+        });
         (row, fast)
+    }
+
+    /// The configuration for `shape`: the run's, with 64-row blocks for `M ≤ 64`
+    /// (`GemmConfig::fp8_for_shape`) unless the run's blocks are narrower than 128 rows already.
+    fn config_for(&self, (m, _, _): Shape) -> GemmConfig {
+        match kittens_hw::Target::Sm90a.gpu() {
+            Some(gpu) if self.cfg.block_rows == 128 => {
+                GemmConfig::fp8_for_shape(*self.cfg, gpu, m as u64)
+            }
+            _ => *self.cfg,
+        }
+    }
+
+    /// K slices for `shape` with configuration `c`: the option's, or `split_k::choose`'s for its
+    /// block and K step (fp8: one byte per operand).
+    fn split_for(&self, c: &GemmConfig, (m, n, k): Shape) -> u32 {
+        let gpu = kittens_hw::Target::Sm90a.gpu();
+        match (self.opts.split_k, gpu) {
+            (Some(s), _) => s,
+            (None, Some(gpu)) => split_k::choose(
+                gpu,
+                self.dev.multiprocessors,
+                (m as u64, n as u64, k as u64),
+                (c.block_rows, c.block),
+                c.k_step,
+                1,
+            ),
+            (None, None) => 1,
+        }
+    }
+
+    /// The kernel of configuration `base` with `split` K slices, built, lowered and loaded on first
+    /// use.
+    fn kernel(&self, base: &GemmConfig, split: u32) -> Result<Rc<GemmKernel>, CudaError> {
+        let key = (base.block_rows, split);
+        if let Some((_, k)) = self.kernels.borrow().iter().find(|(s, _)| *s == key) {
+            return Ok(k.clone());
+        }
+        let cfg = GemmConfig {
+            split_k: split,
+            ..*base
+        };
+        let tile = HopperTile {
+            rows: cfg.block_rows,
+            cols: cfg.block,
+        };
+        let k = kittens_kernels::gemm_bf16::build(&cfg)
+            .map_err(|e| CudaError::Invalid(format!("gemm_fp8 {tile}/k{split}: {e}")))?;
+        let lowered = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
+            .map_err(|e| CudaError::Invalid(format!("lowering gemm_fp8 {tile}/k{split}: {e}")))?;
+        let kern = Rc::new(GemmKernel::load(self.dev, lowered, tile, BLayout::Nk)?);
+        eprintln!(
+            "  {} ({tile}/k{split}, {} stages): {} registers, {} spills",
+            kern.name,
+            kern.stages,
+            kern.compile.registers,
+            kern.compile.spill_stores + kern.compile.spill_loads,
+        );
+        self.kernels.borrow_mut().push((key, kern.clone()));
+        Ok(kern)
     }
 
     fn attempt(
         &self,
+        kernel: &GemmKernel,
         shape: Shape,
         seed: u64,
         timed: bool,
     ) -> Result<(GemmBenchRow, Option<FastAccumRow>), CudaError> {
         let (m, n, k) = shape;
-        self.kernel.check_shape(m, n, k)?;
+        kernel.check_shape(m, n, k)?;
         // The limits count bf16 operands: twice the fp8 bytes, so the host and device need is an upper
         // bound, and twice the L2 multiple gives the fp8 copies the same span.
         let copies = if timed {
@@ -266,7 +347,7 @@ impl Runner<'_> {
             free,
         )?;
         let inp = self.inputs(shape, seed, copies)?;
-        self.measure(&inp, shape, seed, timed)
+        self.measure(kernel, &inp, shape, seed, timed)
     }
 
     fn inputs(
@@ -301,12 +382,13 @@ impl Runner<'_> {
 
     fn measure(
         &self,
+        kernel: &GemmKernel,
         inp: &Inputs,
         (m, n, k): (usize, usize, usize),
         seed: u64,
         timed: bool,
     ) -> Result<(GemmBenchRow, Option<FastAccumRow>), CudaError> {
-        let (kernel, stream, lt) = (self.kernel, self.stream, self.lt);
+        let (stream, lt) = (self.stream, self.lt);
         let [ta, tb, _] = kernel.maps;
         let (ar, ac, br, bc) = (ta.box_rows, ta.box_cols, tb.box_rows, tb.box_cols);
         let maps = inp
@@ -327,7 +409,7 @@ impl Runner<'_> {
         let plan = match lt.plan_fp8(m, n, k, self.scales, Accumulation::Promoted) {
             Ok(p) => p,
             Err(e) if !timed => {
-                return self.measure_alone(inp, &maps[0], &mut c_ours, (m, n, k), seed, &e)
+                return self.measure_alone(kernel, inp, &maps[0], &mut c_ours, (m, n, k), seed, &e)
             }
             Err(e) => return Err(e),
         };
@@ -336,7 +418,7 @@ impl Runner<'_> {
             c.fill_u16(0x7fc0)?;
         }
         self.dev.synchronize()?;
-        let c_map = self.c_map(&c_ours, m, n)?;
+        let c_map = self.c_map(kernel, &c_ours, m, n)?;
         let ours = |i: usize| {
             let s = i % maps.len();
             kernel.launch_scaled(
@@ -416,6 +498,7 @@ impl Runner<'_> {
             n,
             k,
             tile: None,
+            split_k: 1,
             chosen: true,
             model_us: f64::NAN,
             padded: PadPlan::default(),
@@ -451,11 +534,12 @@ impl Runner<'_> {
     /// C's bf16 tensor map in the boxes of the lowering's store.
     fn c_map<'b>(
         &self,
+        kernel: &GemmKernel,
         c: &'b DeviceBuffer,
         m: usize,
         n: usize,
     ) -> Result<TensorMap<'b>, CudaError> {
-        let tc = self.kernel.maps[2];
+        let tc = kernel.maps[2];
         let sw = Swizzle::from_bytes(tc.swizzle_bytes)?;
         TensorMap::bf16_2d(c, m as u64, n as u64, tc.box_rows, tc.box_cols, sw)
     }
@@ -463,8 +547,10 @@ impl Runner<'_> {
     /// A check-only shape without cuBLASLt: ours against f64, with the error of the f64 result
     /// rounded to bf16 (the best a bf16 output can do) as the rule's baseline; `why` says so in the
     /// row.
+    #[allow(clippy::too_many_arguments)]
     fn measure_alone(
         &self,
+        kernel: &GemmKernel,
         inp: &Inputs,
         maps: &(TensorMap, TensorMap),
         c_ours: &mut DeviceBuffer,
@@ -474,8 +560,8 @@ impl Runner<'_> {
     ) -> Result<(GemmBenchRow, Option<FastAccumRow>), CudaError> {
         c_ours.fill_u16(0x7fc0)?;
         self.dev.synchronize()?;
-        let c_map = self.c_map(c_ours, m, n)?;
-        self.kernel.launch_scaled(
+        let c_map = self.c_map(kernel, c_ours, m, n)?;
+        kernel.launch_scaled(
             self.stream,
             maps,
             &inp.a[0],

@@ -9,8 +9,12 @@ use std::rc::Rc;
 use cudarc::driver::sys as cu;
 use kittens_codegen::cuda::TmaMap;
 use kittens_codegen::{KernelArg, Lowered};
+use kittens_hw::dtype::DType;
 use kittens_kernels::gemm_bf16::shapes::HopperTile;
+use kittens_kernels::gemm_bf16::split_k::PARTIAL;
 use kittens_kernels::gemm_bf16::{BLayout, GemmConfig};
+
+use super::args::PackedArgs;
 
 use super::driver::{encode_bf16, Device, DeviceBuffer, Function, Stream, Swizzle, TensorMap};
 use super::gemm_pad::Mat;
@@ -29,20 +33,145 @@ pub struct GemmKernel {
     pub compile: CudaCompileReport,
     /// Blocks of the persistent grid resident at once.
     pub resident: u32,
+    /// With split-K: the reduction launched after the kernel, and the partials' scratch.
+    pub split: Option<SplitReduce>,
 }
 
 fn invalid(e: impl std::fmt::Display) -> CudaError {
     CudaError::Invalid(e.to_string())
 }
 
+/// A strip program (`kittens_codegen::strip`) the GEMM launchers run beside the kernel: the split-K
+/// reduction, the padded copy of an operand. Lowered for sm_90a, compiled (NVRTC, cached), loaded;
+/// launched with one block per tile of its grid and its tensors by name.
+pub(crate) struct StripKernel {
+    function: Function,
+    lowered: Lowered,
+}
+
+impl StripKernel {
+    pub(crate) fn load(dev: &Rc<Device>, k: &kittens_ir::Kernel) -> Result<StripKernel, CudaError> {
+        let l = kittens_codegen::lower(k, kittens_hw::Target::Sm90a)
+            .map_err(|e| invalid(format!("lowering {}: {e}", k.name)))?;
+        let shared = l.dynamic_shared_bytes();
+        let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
+        let module = dev.load_module(&image.cubin)?;
+        let function = module.function(&l.entry, shared)?;
+        Ok(StripKernel {
+            function,
+            lowered: l,
+        })
+    }
+
+    /// Enqueues one launch with integer parameters `params` and tensor addresses `tensors` (by name).
+    pub(crate) fn launch(
+        &self,
+        stream: &Stream,
+        params: &[(&str, i64)],
+        tensors: &[(&str, u64)],
+    ) -> Result<(), CudaError> {
+        let l = &self.lowered;
+        let address = |name: &str| {
+            tensors
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|&(_, p)| p)
+                .ok_or_else(|| invalid(format!("{} takes `{name}`", l.entry)))
+        };
+        let mut args = PackedArgs::pack(
+            l,
+            params,
+            |_| Err(invalid("a strip program takes no tensor maps")),
+            address,
+        )?;
+        let mut ptrs = args.pointers();
+        let grid = l
+            .blocks(params, 1)
+            .ok_or_else(|| invalid(format!("grid of {}", l.entry)))?;
+        if grid == 0 {
+            return Ok(());
+        }
+        // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`); the
+        // caller keeps the tensors alive until the launch has run on `stream`.
+        unsafe {
+            self.function
+                .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut ptrs)
+        }
+    }
+}
+
+/// The second pass of a split-K GEMM (`kittens_kernels::gemm_bf16::split_k`): the strip program that
+/// adds the `split_k` f32 planes of the kernel's partial C into C, and the scratch holding them
+/// (grown on first use at a larger shape: allocation happens at the checked launch, before timing).
+pub struct SplitReduce {
+    pub split_k: u32,
+    kernel: StripKernel,
+    scratch: std::cell::RefCell<Option<DeviceBuffer>>,
+    dev: Rc<Device>,
+}
+
+impl SplitReduce {
+    /// Compiles and loads the reduction for `split_k` planes writing bf16 C.
+    fn load(dev: &Rc<Device>, split_k: u32) -> Result<SplitReduce, CudaError> {
+        let k = kittens_kernels::gemm_bf16::split_k::build_reduce(split_k, DType::Bf16, 32)
+            .map_err(invalid)?;
+        Ok(SplitReduce {
+            split_k,
+            kernel: StripKernel::load(dev, &k)?,
+            scratch: std::cell::RefCell::new(None),
+            dev: dev.clone(),
+        })
+    }
+
+    /// The partials' scratch for `m × n`, allocated or grown here.
+    fn scratch(&self, m: usize, n: usize) -> Result<u64, CudaError> {
+        let bytes = (self.split_k as usize)
+            .checked_mul(m)
+            .and_then(|x| x.checked_mul(n))
+            .and_then(|x| x.checked_mul(4))
+            .ok_or_else(|| invalid(format!("split-K partials of {m} x {n} overflow")))?;
+        let mut s = self.scratch.borrow_mut();
+        if s.as_ref().is_none_or(|b| b.bytes() < bytes) {
+            *s = Some(self.dev.alloc(bytes)?);
+        }
+        Ok(s.as_ref().map_or(0, |b| b.ptr()))
+    }
+
+    /// Enqueues the reduction of the scratch at `partial` into the dense bf16 `m × n` C at `c`.
+    fn launch(
+        &self,
+        stream: &Stream,
+        partial: u64,
+        c: u64,
+        m: usize,
+        n: usize,
+    ) -> Result<(), CudaError> {
+        self.kernel.launch(
+            stream,
+            &[("m", m as i64), ("n", n as i64)],
+            &[("c", c), (PARTIAL, partial)],
+        )
+    }
+}
+
 /// The registry's `gemm_bf16` program with block `tile` and B stored as `b_layout`, configured for the
 /// H100 (ring stages that fit its shared memory) and lowered for sm_90a.
 pub fn lower_tile(tile: HopperTile, b_layout: BLayout) -> Result<Lowered, CudaError> {
+    lower_tile_split(tile, b_layout, 1)
+}
+
+/// [`lower_tile`] with K cut in `split_k` slices (`kittens_kernels::gemm_bf16::split_k`).
+pub fn lower_tile_split(
+    tile: HopperTile,
+    b_layout: BLayout,
+    split_k: u32,
+) -> Result<Lowered, CudaError> {
     let gpu = kittens_hw::Target::Sm90a
         .gpu()
         .ok_or_else(|| invalid("no sm_90a GPU in the catalog"))?;
     let cfg = GemmConfig {
         b_layout,
+        split_k,
         ..tile.config(gpu)
     };
     let k = kittens_kernels::gemm_bf16::build(&cfg)
@@ -53,13 +182,29 @@ pub fn lower_tile(tile: HopperTile, b_layout: BLayout) -> Result<Lowered, CudaEr
 
 /// The three tensor maps of a lowered GEMM (A, B, then C for the TMA-store epilogue, 128-byte
 /// swizzle), matched to the globals `a`, `b`, `c` by name (`gemm_fp8`'s C is its fifth tensor, after
-/// the scales), checked: anything else is a lowering these launchers do not know.
+/// the scales), checked: anything else is a lowering these launchers do not know. A split-K GEMM
+/// stores its partials without TMA: its two maps are A's and B's, and the third returned is a 64 × 64
+/// box in the 128-byte swizzle that its launches encode over C and the kernel never reads.
 pub(crate) fn gemm_maps(l: &Lowered) -> Result<[TmaMap; 3], CudaError> {
     let maps = l.tma_maps();
     let named = |m: &TmaMap, name: &str| {
         l.ir.globals.get(m.global as usize).map(|g| g.name.as_str()) == Some(name)
     };
+    let split = l.ir.globals.iter().any(|g| g.name == PARTIAL);
     match maps.as_slice() {
+        [ma, mb]
+            if split
+                && named(ma, "a")
+                && named(mb, "b")
+                && [ma, mb].iter().all(|m| m.swizzle_bytes == 128) =>
+        {
+            let unused = TmaMap {
+                box_rows: 64,
+                box_cols: 64,
+                ..*ma
+            };
+            Ok([*ma, *mb, unused])
+        }
         [ma, mb, mc]
             if named(ma, "a")
                 && named(mb, "b")
@@ -95,13 +240,20 @@ pub(crate) fn mat_map(m: &Mat, t: &TmaMap) -> Result<cu::CUtensorMap, CudaError>
 }
 
 impl GemmKernel {
-    /// Compiles (NVRTC, cached) and loads the lowered `gemm_bf16` of block `tile` on `dev`.
+    /// Compiles (NVRTC, cached) and loads the lowered `gemm_bf16` of block `tile` with K cut in
+    /// `split_k` slices on `dev`.
     pub fn prepare(
         dev: &Rc<Device>,
         tile: HopperTile,
         b_layout: BLayout,
+        split_k: u32,
     ) -> Result<GemmKernel, CudaError> {
-        Self::load(dev, lower_tile(tile, b_layout)?, tile, b_layout)
+        Self::load(
+            dev,
+            lower_tile_split(tile, b_layout, split_k)?,
+            tile,
+            b_layout,
+        )
     }
 
     /// Compiles (NVRTC, cached) and loads a lowered GEMM (`gemm_bf16` or `gemm_fp8`) whose block of C
@@ -118,6 +270,25 @@ impl GemmKernel {
         let function = module.function(&l.entry, shared)?;
         let maps = gemm_maps(&l)?;
         let stages = l.ir.shared.first().map_or(0, |s| s.count);
+        let split = match l.ir.globals.iter().find(|g| g.name == PARTIAL) {
+            Some(g) => {
+                let s = g
+                    .dims
+                    .first()
+                    .and_then(|d| {
+                        d.eval(&kittens_ir::Env {
+                            params: &[],
+                            vars: &[],
+                            block: &[],
+                            wave: 0,
+                        })
+                    })
+                    .and_then(|v| u32::try_from(v).ok())
+                    .ok_or_else(|| invalid("split-K partials without a constant plane count"))?;
+                Some(SplitReduce::load(dev, s)?)
+            }
+            None => None,
+        };
         Ok(GemmKernel {
             function,
             name: l.entry.clone(),
@@ -128,6 +299,7 @@ impl GemmKernel {
             compile: image.report,
             resident: dev.multiprocessors,
             lowered: l,
+            split,
         })
     }
 
@@ -169,7 +341,7 @@ impl GemmKernel {
         }
         let maps = [mat_map(a, &ta)?, mat_map(b, &tb)?, mat_map(c, &tc)?];
         let ptrs = [("a", a.ptr), ("b", b.ptr), ("c", c.ptr)];
-        self.launch_named(stream, maps, &ptrs, [m, n, k])
+        self.launch_named(stream, maps, &ptrs, [m, n, k], c.ptr)
     }
 
     /// One launch of `gemm_fp8` (C = (sa·A)·(sb·B)ᵀ, B `n × k`): `maps` are A's and B's fp8 tensor maps
@@ -196,20 +368,37 @@ impl GemmKernel {
             ("scale_b", scales[1].ptr()),
             ("c", c.1.ptr()),
         ];
-        self.launch_named(stream, [maps.0.map, maps.1.map, c.0.map], &ptrs, [m, n, k])
+        let c_ptr = c.1.ptr();
+        self.launch_named(
+            stream,
+            [maps.0.map, maps.1.map, c.0.map],
+            &ptrs,
+            [m, n, k],
+            c_ptr,
+        )
     }
 
     /// One launch with A's, B's and C's tensor maps and the device pointers by tensor name
-    /// ([`GemmArgs::named`]).
+    /// ([`GemmArgs::named`]); with split-K the partials go to the scratch and the reduction writes
+    /// them into the dense `m × n` C at `c`.
     fn launch_named(
         &self,
         stream: &Stream,
         maps: [cu::CUtensorMap; 3],
         ptrs: &[(&str, u64)],
         [m, n, k]: [usize; 3],
+        c: u64,
     ) -> Result<(), CudaError> {
         let l = &self.lowered;
-        let mut args = GemmArgs::named(l, maps, ptrs, [m, n, k])?;
+        let partial = match &self.split {
+            Some(s) => Some(s.scratch(m, n)?),
+            None => None,
+        };
+        let mut named = ptrs.to_vec();
+        if let Some(p) = partial {
+            named.push((PARTIAL, p));
+        }
+        let mut args = GemmArgs::named(l, maps, &named, [m, n, k])?;
         let mut params = args.pointers();
         let grid = l
             .blocks(
@@ -222,7 +411,11 @@ impl GemmKernel {
         // vectors are not touched again until the launch has returned.
         unsafe {
             self.function
-                .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut params)
+                .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut params)?
+        };
+        match (&self.split, partial) {
+            (Some(s), Some(p)) => s.launch(stream, p, c, m, n),
+            _ => Ok(()),
         }
     }
 }

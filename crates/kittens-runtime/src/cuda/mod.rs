@@ -13,6 +13,7 @@ pub mod bench;
 pub mod bench_check;
 pub mod bench_fp8;
 pub mod bench_mem;
+pub mod bench_report;
 pub mod bench_shapes;
 pub mod bench_time;
 pub mod cache;

@@ -1,0 +1,95 @@
+//! Split-K and promoted accumulators lowered for sm_90a: the split GEMM (bf16 and fp8) stores its
+//! fp32 partials with direct stores (no C tensor map), the reduction is a strip program, and each
+//! compiles with NVRTC without spills, as does the operand copy; ptxas keeps the promoted fp8 GEMM's wgmmas pipelined (no
+//! serialisation warning).
+
+#[path = "cuda_support/common.rs"]
+mod cuda_common;
+
+use cuda_common::{ensure_nvrtc, fresh_cache};
+use kittens_hw::dtype::DType;
+use kittens_hw::Target;
+use kittens_kernels::gemm_bf16::shapes::HopperTile;
+use kittens_kernels::gemm_bf16::split_k::{build_reduce, PARTIAL};
+use kittens_kernels::gemm_bf16::{build, GemmConfig};
+use kittens_runtime::cuda::{compile_with_cache, KernelCache};
+
+fn compiles(l: &kittens_codegen::Lowered, cache: &KernelCache) {
+    let image = compile_with_cache(
+        &l.source,
+        &l.entry,
+        "sm_90a",
+        l.dynamic_shared_bytes(),
+        Some(cache),
+    )
+    .unwrap_or_else(|e| panic!("{}: {e}", l.entry));
+    let r = &image.report;
+    eprintln!("{}: {} registers", l.entry, r.registers);
+    assert_eq!(
+        (r.spill_stores, r.spill_loads, r.stack_frame),
+        (0, 0, 0),
+        "{}: {r:?}",
+        l.entry
+    );
+    assert!(
+        r.warnings
+            .iter()
+            .all(|w| !w.contains("C7508") && !w.contains("serialized")),
+        "{}: {:?}",
+        l.entry,
+        r.warnings
+    );
+}
+
+#[test]
+fn split_gemms_and_the_reduction_compile_for_sm_90a() {
+    ensure_nvrtc();
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let cache = fresh_cache("split-k");
+    let bf16 = GemmConfig {
+        split_k: 4,
+        ..HopperTile {
+            rows: 64,
+            cols: 128,
+        }
+        .config(h100)
+    };
+    let fp8 = GemmConfig {
+        split_k: 6,
+        ..GemmConfig::fp8_for_gpu(h100)
+    };
+    // A decode step's fp8 GEMM: 64-row blocks (one consumer warpgroup, promoted), split.
+    let fp8_small = GemmConfig {
+        split_k: 6,
+        ..GemmConfig::fp8_for_shape(GemmConfig::fp8_for_gpu(h100), h100, 16)
+    };
+    assert_eq!((fp8_small.block_rows, fp8_small.stages), (64, 6));
+    for cfg in [bf16, fp8, fp8_small, GemmConfig::fp8_for_gpu(h100)] {
+        let k = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+        let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
+        let maps = l.tma_maps();
+        if cfg.split_k > 1 {
+            // A and B only: the partials are stored directly, in f32.
+            assert_eq!(maps.len(), 2, "{maps:?}");
+            assert!(l
+                .source
+                .contains(&format!("float* __restrict__ g_{PARTIAL}")));
+            assert!(!l.source.contains("kt::tma_store_2d("));
+        } else {
+            assert_eq!(maps.len(), 3, "{maps:?}");
+        }
+        if cfg.promote > 0 {
+            // The chain starts from zero (scale-d off) each K step and is added into the sums.
+            assert!(l.source.contains("r_sum0[i] = r_sum0[i] + r_acc0[i]"));
+            assert!(l.source.contains("k32_e4m3_ss(r_acc0, kt::desc_kmajor_sw128(a0 + 0u), kt::desc_kmajor_sw128(b0 + 0u), 0u)"));
+        }
+        compiles(&l, &cache);
+    }
+    let copy = kittens_kernels::gemm_bf16::align::build_copy(32).expect("copy");
+    let l = kittens_codegen::lower(&copy, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
+    compiles(&l, &cache);
+    let reduce = build_reduce(4, DType::Bf16, 32).expect("reduce");
+    let l = kittens_codegen::lower(&reduce, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
+    assert!(l.tma_maps().is_empty());
+    compiles(&l, &cache);
+}
