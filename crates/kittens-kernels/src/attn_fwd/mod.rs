@@ -53,6 +53,9 @@ pub struct AttnConfig {
     pub kv_block: u32,
     pub causal: bool,
     pub layout: AttnLayout,
+    /// Also write the log-sum-exp of every query row (natural log of the softmax's denominator,
+    /// what a backward pass and a merge of partial attentions need) to an f32 `lse [b, h, s]`.
+    pub lse: bool,
     /// Producer/consumer only: the two consumer warpgroups take turns on the tensor cores for Q·Kᵀ
     /// (a compute cluster, lowered to named barriers), so that one's softmax overlaps the other's
     /// multiplies.
@@ -79,6 +82,7 @@ impl Default for AttnConfig {
             kv_block: 32,
             causal: false,
             layout: AttnLayout::Bshd,
+            lse: false,
             remap: GridOrder::HeadFirst { xcds: 8 },
         }
     }
@@ -129,7 +133,8 @@ impl AttnConfig {
 
 /// The parameters and tensors every attention schedule declares, in this order (the argument list the
 /// launchers and the runner follow): `batch, heads, heads_kv, seq`; bf16 `q, k, v` (read) and `o`
-/// (written) as `[b, h, s, d]` with the layout's strides.
+/// (written) as `[b, h, s, d]` with the layout's strides; with [`AttnConfig::lse`] then f32 `lse`
+/// (written) as `[b, h, s]`, contiguous whatever the layout.
 pub(crate) struct Io {
     pub batch: Expr,
     pub heads: Expr,
@@ -139,6 +144,7 @@ pub(crate) struct Io {
     pub k: GlobalId,
     pub v: GlobalId,
     pub o: GlobalId,
+    pub lse: Option<GlobalId>,
 }
 
 pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
@@ -163,6 +169,15 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
     let kv_k = tensor("k", &heads_kv, Access::Read);
     let kv_v = tensor("v", &heads_kv, Access::Read);
     let o = tensor("o", &heads, Access::Write);
+    let lse = cfg.lse.then(|| {
+        let dims = [
+            ("b", batch.clone()),
+            ("h", heads.clone()),
+            ("s", seq.clone()),
+        ];
+        let strides = vec![&heads * seq.clone(), seq.clone(), Expr::c(1)];
+        k.global_strided("lse", DType::F32, &dims, strides, Access::Write)
+    });
     Io {
         batch,
         heads,
@@ -172,6 +187,7 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
         k: kv_k,
         v: kv_v,
         o,
+        lse,
     }
 }
 
@@ -201,12 +217,13 @@ pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     }
 }
 
-/// The kernel's name: causal attention is a separate kernel.
+/// The kernel's name: causal attention and the log-sum-exp output make separate kernels.
 fn name(cfg: &AttnConfig) -> &'static str {
-    if cfg.causal {
-        "attn_fwd_causal"
-    } else {
-        "attn_fwd"
+    match (cfg.causal, cfg.lse) {
+        (false, false) => "attn_fwd",
+        (true, false) => "attn_fwd_causal",
+        (false, true) => "attn_fwd_lse",
+        (true, true) => "attn_fwd_causal_lse",
     }
 }
 
@@ -223,6 +240,8 @@ pub(crate) struct Softmax {
     pub scale: RegId,
     pub keys: Axis,
     pub c: f32,
+    /// The softmax scale `1/√d` itself: the log-sum-exp is in natural-log units of the scaled logits.
+    pub scale_nat: f32,
 }
 
 impl Softmax {
@@ -240,6 +259,7 @@ impl Softmax {
             norm: vec("norm"),
             keys,
             c: std::f32::consts::LOG2_E / (dim as f32).sqrt(),
+            scale_nat: 1.0 / (dim as f32).sqrt(),
         }
     }
 
@@ -278,5 +298,15 @@ impl Softmax {
     pub fn step_sum(&self, k: &mut KernelBuilder, s: RegId) {
         k.mul(self.norm, self.norm, self.scale);
         k.reduce(self.keys, ReduceOp::Sum, self.norm, s, Some(self.norm));
+    }
+
+    /// After the last block: the log-sum-exp of each query into `lse` (a vector like `max`),
+    /// `ln Σ_j exp(s_j/√d) = max/√d + ln(norm)`, the running max being of the unscaled scores and the
+    /// running sum relative to it (`max_c` is free after the loop and holds `max/√d`). A query that
+    /// kept no key has `norm = 0`, so `ln 0 = −∞` makes its log-sum-exp `−∞`.
+    pub fn lse(&self, k: &mut KernelBuilder, lse: RegId) {
+        k.log(lse, self.norm);
+        k.mul(self.max_c, self.max, self.scale_nat);
+        k.add(lse, lse, self.max_c);
     }
 }

@@ -49,6 +49,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         k: kg,
         v: vg,
         o,
+        lse,
     } = declare_io(&mut k, cfg);
     let block_q = 8 * qr as i64;
     k.grid(
@@ -73,6 +74,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let o_q = k.tile("o_q", F32, qr, d, Layout::Row, BaseShape::S16X16);
     let softmax = Softmax::declare(&mut k, att, Axis::Cols, d);
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
+    let lse_v = lse.map(|_| k.col_vec("lse_v", att, F32));
 
     // `rows` rows of head `hh` of tensor `g` from sequence position `s0`, all `d` columns.
     let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, rows| {
@@ -196,5 +198,11 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     k.div_col(o_r, o_r, norm);
     k.transpose(o_q, o_r);
     k.store(view(&k, o, &h, q0.clone(), qr), o_q);
+    if let (Some(g), Some(lv)) = (lse, lse_v) {
+        // One value per query: the wave's queries are the columns of the transposed scores.
+        softmax.lse(&mut k, lv);
+        let dst = k.gview(g, vec![b.clone(), h.clone(), q0.clone()], 1, 2, 1, qr);
+        k.store(dst, lv);
+    }
     Ok(k.finish()?)
 }

@@ -2,12 +2,14 @@
 //! O in the problem's layout, the f64 reference, the PyTorch-style bf16 baseline and the test rule.
 
 use super::{build, AttnConfig};
+use crate::attn_bwd::{BwdShape, Causal};
 use crate::budget;
 use crate::problem::{
     elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem, Reference,
     STORE_BYTES,
 };
 use crate::reference::{self, Tolerance};
+use crate::reference_fwd;
 use crate::KernelError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
@@ -37,11 +39,34 @@ fn config(p: &Problem, target: Target) -> AttnConfig {
         dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
         causal: p.causal,
         layout: p.attn.layout,
+        lse: p.lse,
         ..tiles
     };
     match target.gpu() {
         Some(gpu) if gpu.arch.is_amd() => cfg.fit_cdna(gpu),
         _ => cfg,
+    }
+}
+
+/// The problem's lengths as the general references take them.
+fn bwd_shape(p: &Problem) -> BwdShape {
+    let a = p.attn;
+    BwdShape {
+        batch: a.batch,
+        heads: a.heads,
+        heads_kv: a.heads_kv,
+        seq_q: a.seq,
+        seq_kv: a.seq,
+        dim: a.dim,
+        layout: a.layout,
+    }
+}
+
+fn causal(p: &Problem) -> Causal {
+    if p.causal {
+        Causal::TopLeft
+    } else {
+        Causal::No
     }
 }
 
@@ -56,6 +81,10 @@ impl KernelProblem for AttnProblem {
         }
         let q = elements("Q", &[sh.batch, sh.heads, sh.seq, sh.dim])?;
         let kv = elements("K", &[sh.batch, sh.heads_kv, sh.seq, sh.dim])?;
+        let mut outputs = vec![q];
+        if p.lse {
+            outputs.push(elements("lse", &[sh.batch, sh.heads, sh.seq])?);
+        }
         Ok(Launch {
             params: vec![
                 param("batch", sh.batch)?,
@@ -64,7 +93,7 @@ impl KernelProblem for AttnProblem {
                 param("seq", sh.seq)?,
             ],
             inputs: vec![q, kv, kv],
-            outputs: vec![q],
+            outputs,
         })
     }
 
@@ -103,8 +132,11 @@ impl KernelProblem for AttnProblem {
         let bytes = budget::sum(&[
             // the inputs and their snapshot
             budget::sum(&[q, kv_len, kv_len]).and_then(|x| x.checked_mul(2 * 4)),
-            // output, pending stores, f64 reference, bf16 baseline (held as f32)
+            // output, pending stores, f64 reference, bf16 baseline (held as f32); the log-sum-exp
+            // is at most a 32nd of that (one value per row of at least 32)
             q.and_then(|x| x.checked_mul(4 + STORE_BYTES + 8 + 4)),
+            q.and_then(|x| x.checked_mul(4 + STORE_BYTES + 8 + 4))
+                .map(|x| if p.lse { x / 32 } else { 0 }),
         ]);
         let what = format!("attn_fwd at batch={b} heads={h} heads_kv={hk} seq={s} dim={d}");
         budget::check_host_bytes(&what, bytes)?;
@@ -127,12 +159,23 @@ impl KernelProblem for AttnProblem {
         build(&config(p, target))
     }
 
+    /// O, then (with `p.lse`) the log-sum-exp, each judged by the rule on its own.
     fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
         let (sh, [q, k, v]) = (p.attn, [&inputs[0], &inputs[1], &inputs[2]]);
-        let (values, logit) = reference::attention_with_logits(q, k, v, &sh, p.causal);
+        if !p.lse {
+            let (values, logit) = reference::attention_with_logits(q, k, v, &sh, p.causal);
+            return Reference {
+                values,
+                baseline: Some(reference::attention_bf16_baseline(q, k, v, &sh, p.causal)),
+                max_abs_logit: Some(logit),
+            };
+        }
+        let (bsh, causal) = (bwd_shape(p), causal(p));
+        let (o, lse, logit) = reference_fwd::forward(q, k, v, &bsh, causal);
+        let (ob, lseb) = reference_fwd::forward_bf16_baseline(q, k, v, &bsh, causal);
         Reference {
-            values,
-            baseline: Some(reference::attention_bf16_baseline(q, k, v, &sh, p.causal)),
+            values: [o, lse].concat(),
+            baseline: Some([ob, lseb].concat()),
             max_abs_logit: Some(logit),
         }
     }

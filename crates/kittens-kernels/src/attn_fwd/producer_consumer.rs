@@ -79,6 +79,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         k: kg,
         v: vg,
         o,
+        lse,
     } = declare_io(&mut k, cfg);
     // Launch order: the query blocks of one head next to each other (row-major, last extent fastest),
     // so that the blocks running at once share their head's K and V in L2; inside a head the last
@@ -122,6 +123,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let softmax = Softmax::declare(&mut k, s, Axis::Rows, d);
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
     let inv_norm = k.row_vec("inv_norm", s, F32);
+    let lse_v = lse.map(|_| k.row_vec("lse_v", s, F32));
 
     // `rows × 64` of head `hh` of tensor `g` from sequence position `s0`, columns from `col0`.
     let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, col0: u32, rows| {
@@ -272,6 +274,12 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 k.mul_row(or, or, inv_norm);
                 let dst = view(k, o, &h, q0.clone(), i as u32 * COLS, 16);
                 k.store(dst, or);
+            }
+            if let (Some(g), Some(lv)) = (lse, lse_v) {
+                // One value per query row: the wave's 16 rows down the sequence dimension.
+                softmax.lse(k, lv);
+                let dst = k.gview(g, vec![b.clone(), h.clone(), q0.clone()], 2, 1, 16, 1);
+                k.store(dst, lv);
             }
         },
     );
