@@ -97,7 +97,7 @@ fn lowered_attention_compiles_for_sm_90a() {
     let (mut turns, mut dims, mut overlaps) = (vec![reg.pingpong], vec![128], vec![reg.overlap]);
     // With and without the consumer warpgroups' turns (named barriers), and every configuration
     // the benchmark times (both head dimensions, causal or not, no turns).
-    // The last two also write the log-sum-exp.
+    // The last two also write the log-sum-exp, the causal one with the mask aligned bottom-right.
     let mut lses = vec![false];
     for (dim, causal, pingpong, overlap, lse) in [
         (64, true, true, true, false),
@@ -120,6 +120,7 @@ fn lowered_attention_compiles_for_sm_90a() {
             pingpong,
             overlap,
             lse,
+            bottom_right: lse && causal,
             ..AttnConfig::for_gpu(h100)
         };
         kernels.push(build(&cfg).unwrap_or_else(|e| panic!("{e}")));

@@ -147,3 +147,55 @@ fn lse_hip_emulated() {
         }
     }
 }
+
+/// Query and key lengths that differ both ways (decoding: one query row against many keys), both
+/// causal alignments, with the log-sum-exp: rows that keep no key (bottom-right with more queries
+/// than keys) must come out as zero rows with a log-sum-exp of −∞, which the check matches exactly.
+#[test]
+fn lengths_that_differ_and_both_alignments() {
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let hopper = AttnConfig {
+        kv_block: 64,
+        ..AttnConfig::for_gpu(h100)
+    };
+    let amd = Problem::default().attn_cfg;
+    for (seq_q, seq_kv) in [
+        (1, 77),
+        (3, 200),
+        (45, 37),
+        (130, 70),
+        (70, 130),
+        (150, 150),
+    ] {
+        for causal in [None, Some(false), Some(true)] {
+            for (cfg, dim) in [(hopper, 64), (amd, 64), (hopper, 128)] {
+                let p = Problem {
+                    attn: AttnShape {
+                        batch: 1,
+                        heads: 4,
+                        heads_kv: 2,
+                        seq: seq_q,
+                        dim,
+                        layout: AttnLayout::Bhsd,
+                    },
+                    seq_kv: Some(seq_kv),
+                    causal: causal.is_some(),
+                    bottom_right: causal == Some(true),
+                    lse: true,
+                    attn_cfg: cfg,
+                    input_scale: 8.0,
+                    seed: (seq_q * 1000 + seq_kv) as u64,
+                    ..Problem::default()
+                };
+                let r = runner::run(entry(), &p, &Interpreter).unwrap();
+                let what = format!(
+                    "{:?} Nq{seq_q} Nkv{seq_kv} D{dim} causal {causal:?}",
+                    cfg.schedule
+                );
+                assert!(r.passed, "{what}: {:?}", r.failures());
+                let lse = &r.outputs[1];
+                assert!(lse.error.rel_err.is_finite(), "{what}: {lse:?}");
+            }
+        }
+    }
+}
