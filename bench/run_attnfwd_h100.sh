@@ -17,7 +17,7 @@ mkdir -p "$OUT"
 SAN=/usr/local/cuda/bin/compute-sanitizer
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee "$OUT/gpu.txt"
 echo "== log-sum-exp, lengths, alignments"
-timeout 100 $K bench attn_fwd --checks lse --json "$OUT/lse.json" 2>&1 | tail -9
+timeout 100 $K bench attn_fwd --checks lse --json "$OUT/lse.json" 2>&1 | tail -12
 echo "== older check shapes"
 timeout 60 $K bench attn_fwd --checks only --iters 1 --warmup 0 2>&1 | tail -13
 if [ -x $SAN ]; then
@@ -36,12 +36,15 @@ export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 echo "== pytest: attention on CUDA"
 timeout 150 python3 -m pytest -q -rs -k "attention" $C/tests/test_gpu.py 2>&1 | tail -12 | tee "$OUT/pytest.txt"
 if [ "$part" = final ]; then
-  echo "== Rust timed shapes"
-  timeout 150 $K bench attn_fwd --checks none --iters 20 --warmup 3 ${VARIANTS:+--variants} --json "$OUT/attn.json" 2>&1 | tail -16
+  echo "== Rust timed shapes at N2048 and N16384, Q in two slots (the default) and in one"
+  timeout 100 $K bench attn_fwd --checks none --sizes 2048,16384 --variants --iters 20 --warmup 3 \
+    --json "$OUT/attn_q2.json" 2>&1 | tail -9
   for be in cudnn flash; do
     echo "== attention vs SDPA ($be)"
-    timeout 100 python3 -m kittens.bench attn --backend $be --seqs 2048,4096,8192 --iters 20 --warmup 5 \
+    timeout 90 python3 -m kittens.bench attn --backend $be --seqs 2048,4096,8192 --iters 20 --warmup 5 \
       --json "$OUT/attn_${be}_b16.json" 2>&1 | tail -8
+    timeout 50 python3 -m kittens.bench attn --backend $be --batch 2 --heads 24 --heads-kv 24 --seqs 16384 \
+      --iters 10 --warmup 3 --json "$OUT/attn_${be}_n16k.json" 2>&1 | tail -4
   done
 fi
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$OUT/gpu.txt"

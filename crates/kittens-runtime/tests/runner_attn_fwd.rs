@@ -101,10 +101,11 @@ fn lse_amd_ping_pong() {
 fn lse_hopper_producer_consumer() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     for c in cases() {
-        for overlap in [true, false] {
+        for (overlap, q_double) in [(true, true), (false, false)] {
             let cfg = AttnConfig {
                 kv_block: 64,
                 overlap,
+                q_double,
                 ..AttnConfig::for_gpu(h100)
             };
             check(&c, cfg, 1.0);

@@ -17,14 +17,18 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         "default" => {}
         other => bail!("--checks {other}: attn_fwd takes default, none, only or lse"),
     }
+    if !a.sizes.is_empty() {
+        // `--sizes`: only the timed shapes of these sequence lengths (check shapes stay).
+        cases.retain(|c| !c.timed || a.sizes.contains(&c.shape.seq));
+    }
     if a.variants {
-        // Each timed shape again with the other loop form (the registry's overlaps the softmax
-        // with P·V), to measure what the rotation buys.
+        // Each timed shape again with Q in one slot per block instead of the registry's two (or the
+        // other way round), to measure what the double-buffered Q buys.
         let other: Vec<_> = cases
             .iter()
             .filter(|c| c.timed)
             .map(|c| kittens_runtime::cuda::attn::AttnCase {
-                overlap: !c.overlap,
+                q_double: !c.q_double,
                 ..*c
             })
             .collect();
@@ -58,7 +62,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     for r in &report.rows {
         let s = r.case.shape;
         println!(
-            "  B{} H{}/{} N{} D{} {:?} {:<8}{} rel_err {:.2e} (bf16 baseline {:.2e}) max_rel {:.2e} {:<4} {}",
+            "  B{} H{}/{} N{} D{} {:?} {:<8}{}{} rel_err {:.2e} (bf16 baseline {:.2e}) max_rel {:.2e} {:<4} {}",
             s.batch,
             s.heads,
             s.heads_kv,
@@ -72,6 +76,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 (false, true) => " overlap",
                 (false, false) => "",
             },
+            if r.case.q_double { " q2" } else { "" },
             r.error.rel_err,
             r.baseline.rel_err,
             r.error.max_rel,
@@ -109,8 +114,9 @@ fn run_lse(a: &Args) -> anyhow::Result<()> {
     for r in &rows {
         let s = r.case.shape;
         println!(
-            "  B{} H{}/{} N{} Nkv{} D{} {:?} {:?}: O {:.2e} ({:.2e}) lse {:.2e} ({:.2e}) {} regs {} spills {}",
+            "  B{} H{}/{} N{} Nkv{} D{} {:?} {:?} {:?}: O {:.2e} ({:.2e}) lse {:.2e} ({:.2e}) {} regs {} spills {}",
             s.batch, s.heads, s.heads_kv, s.seq, r.case.seq_kv, s.dim, s.layout, r.case.causal,
+            r.case.rounding,
             r.o.0.rel_err, r.o.1.rel_err, r.lse.0.rel_err, r.lse.1.rel_err,
             if r.passed { "ok" } else { "FAIL" }, r.registers, r.spills
         );

@@ -437,7 +437,9 @@ impl Emit<'_> {
     }
 
     fn tile_loop(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
-        self.line("for (u32 kt_tile = blockIdx.x; kt_tile < kt_tiles; kt_tile += gridDim.x) {");
+        // `kt_round` counts the block's tiles (`Expr::Round`); producer and consumers count alike.
+        self.line("for (u32 kt_tile = blockIdx.x, kt_round = 0; kt_tile < kt_tiles; kt_tile += gridDim.x, ++kt_round) {");
+        self.line("(void)kt_round;");
         self.depth += 1;
         self.grid()?;
         self.waited.clear();

@@ -378,16 +378,21 @@ impl Emit<'_> {
             return unsupported("a store of something other than an fp32 fragment");
         };
         let (rd, cd) = (dst.row_dim as usize, dst.col_dim as usize);
-        if rounding != Rounding::Rtne
-            || (dst.rows, dst.cols) != (16, n)
+        if (dst.rows, dst.cols) != (16, n)
             || g.strides[cd] != kittens_ir::Expr::c(1)
             || g.dtype != DType::Bf16
         {
             return unsupported(format!(
-                "store of {}x{} to `{}` with {rounding:?} (16 x N fragments, RTNE, bf16 with unit column stride)",
+                "store of {}x{} to `{}` with {rounding:?} (16 x N fragments, bf16 with unit column stride)",
                 dst.rows, dst.cols, g.name
             ));
         }
+        // The output's rounding (MI300X-attn §6 measures RTNE, RTNA and RTZ).
+        let pack = match rounding {
+            Rounding::Rtne => "kt::pack_bf16x2",
+            Rounding::Rtna => "kt::pack_bf16x2_rna",
+            Rounding::Rtz => "kt::pack_bf16x2_rz",
+        };
         let gname = format!("g_{}", crate::cexpr::ident(&g.name));
         self.line(format!("{{ // store {} -> {}", self.rname(src), g.name));
         self.depth += 1;
@@ -428,9 +433,7 @@ impl Emit<'_> {
         self.line(format!(
             "        bf16_t* p = {gname} + base + (long long)(row - r0 + (kt_lane / 4)) * rs + (col - c0 + 2 * (kt_lane % 4));"
         ));
-        self.line(format!(
-            "        const u32 v = kt::pack_bf16x2({s}[i], {s}[i + 1]);"
-        ));
+        self.line(format!("        const u32 v = {pack}({s}[i], {s}[i + 1]);"));
         self.line("        if (col + 1 < cols) kt::st_global_b32(p, v); else kt::st_global_b16(p, v & 0xffffu);");
         self.line("    }");
         self.line("}");

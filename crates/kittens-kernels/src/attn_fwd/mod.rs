@@ -17,7 +17,9 @@ mod producer_consumer;
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16};
-use kittens_ir::{Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, ReduceOp, RegId};
+use kittens_ir::{
+    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, ReduceOp, RegId, Rounding,
+};
 
 /// Which schedule the attention is built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -61,6 +63,9 @@ pub struct AttnConfig {
     /// Also write the log-sum-exp of every query row (natural log of the softmax's denominator,
     /// what a backward pass and a merge of partial attentions need) to an f32 `lse [b, h, s]`.
     pub lse: bool,
+    /// How the output rounds to bf16: RTNE (the default), RTNA or RTZ, the three modes MI300X-attn
+    /// §6 measures (AITER rounds RTNA by default).
+    pub rounding: Rounding,
     /// Producer/consumer only: the two consumer warpgroups take turns on the tensor cores for Q·Kᵀ
     /// (a compute cluster, lowered to named barriers), so that one's softmax overlaps the other's
     /// multiplies.
@@ -69,6 +74,10 @@ pub struct AttnConfig {
     /// block runs while its P·V of the previous block is on the tensor cores (V then needs a third
     /// ring slot at head dimension 128).
     pub overlap: bool,
+    /// Producer/consumer only: Q in two shared slots used by alternate tiles of a block (the
+    /// persistent grid's round, `Expr::Round`), so that the next tile's Q loads while this tile
+    /// computes instead of after its last multiply.
+    pub q_double: bool,
     pub remap: GridOrder,
 }
 
@@ -82,6 +91,7 @@ impl Default for AttnConfig {
             schedule: AttnSchedule::PingPong8,
             pingpong: false,
             overlap: false,
+            q_double: false,
             dim: 128,
             q_rows: 32,
             kv_block: 32,
@@ -89,6 +99,7 @@ impl Default for AttnConfig {
             bottom_right: false,
             layout: AttnLayout::Bshd,
             lse: false,
+            rounding: Rounding::Rtne,
             remap: GridOrder::HeadFirst { xcds: 8 },
         }
     }
@@ -113,6 +124,9 @@ impl AttnConfig {
             // call): every check and timed shape passes the rule, +5-12% over the turns alone at
             // every D128 shape (638 vs 571 TFLOP/s at B16 H16 N4096, causal 499 vs 460 at N8192).
             overlap: true,
+            // Q in two slots used by alternate tiles of a block: the next tile's Q loads while this
+            // tile computes (bench/NOTES.md has what it measured).
+            q_double: true,
             q_rows: 16,
             kv_block: 128,
             remap: GridOrder::RowMajor,

@@ -16,7 +16,7 @@
 use super::{declare_io, AttnConfig, Io, Softmax};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Axis, Expr, Kernel, KernelBuilder, MaskRule, Schedule};
+use kittens_ir::{Axis, Expr, Kernel, KernelBuilder, MaskRule, Rounding, Schedule};
 use kittens_tile::{BaseShape, Layout, SharedTile};
 
 /// Slots of the K/V ring: 3 with 64-key blocks (gfx950's configuration, HipKittens E.3's block; 96 KiB
@@ -197,7 +197,9 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         k.div_col(o_r, o_r, norm);
     }
     k.transpose(o_q, o_r);
+    k.rounding = cfg.rounding; // the output's rounding to bf16
     k.store(view(&k, o, &h, q0.clone(), qr), o_q);
+    k.rounding = Rounding::Rtne;
     if let (Some(g), Some(lv)) = (lse, lse_v) {
         // One value per query: the wave's queries are the columns of the transposed scores.
         softmax.lse(&mut k, lv);

@@ -41,6 +41,7 @@ fn config(p: &Problem, target: Target) -> AttnConfig {
         bottom_right: p.causal && p.bottom_right,
         layout: p.attn.layout,
         lse: p.lse,
+        rounding: p.attn_cfg.rounding,
         ..tiles
     };
     match target.gpu() {

@@ -25,7 +25,8 @@ use super::{declare_io, AttnConfig, Io, Softmax};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Schedule, Scope,
+    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding,
+    Schedule, Scope,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
@@ -38,8 +39,8 @@ const COLS: u32 = 64;
 /// 128 and 128-key blocks: 32 KiB of Q + 2 × 64 KiB). With `overlap`, P·V of block j runs in
 /// iteration j + 1, so V's slot must outlive one more hand-off: V gets at least 3 slots (32 + 2 × 32
 /// + 3 × 32 KiB at head dim 128).
-fn stages(dim: u32, kv: u32, overlap: bool) -> (u32, u32) {
-    let q = BLOCK_Q * dim * 2;
+fn stages(dim: u32, kv: u32, overlap: bool, q_slots: u32) -> (u32, u32) {
+    let q = q_slots * BLOCK_Q * dim * 2;
     let per_tensor = kv * dim * 2;
     let budget = 220 * 1024 - q;
     if !overlap {
@@ -96,10 +97,17 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let hk = &h / (&heads / heads_kv.clone()); // GQA
 
     let halves = d / COLS;
-    let (ring_k, ring_v) = stages(d, kv, cfg.overlap);
+    // Q's slots: one, or two used by alternate tiles of the block (`AttnConfig::q_double`).
+    let q_slots = if cfg.q_double { 2 } else { 1 };
+    let q_slot = if cfg.q_double {
+        k.round() % 2
+    } else {
+        Expr::c(0)
+    };
+    let (ring_k, ring_v) = stages(d, kv, cfg.overlap, q_slots);
     let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
     let q_s: Vec<_> = (0..halves)
-        .map(|i| k.shared_tile(&format!("q_s{i}"), swz(BLOCK_Q), 1))
+        .map(|i| k.shared_tile(&format!("q_s{i}"), swz(BLOCK_Q), q_slots))
         .collect();
     let k_s: Vec<_> = (0..halves)
         .map(|i| k.shared_tile(&format!("k_s{i}"), swz(kv), ring_k))
@@ -161,7 +169,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         |k| {
             for (i, &qs) in q_s.iter().enumerate() {
                 let src = view(k, q, &h, q_blk.clone(), i as u32 * COLS, BLOCK_Q);
-                k.load_async_by(Scope::WarpGroup, k.smem(qs, 0), src);
+                k.load_async_by(Scope::WarpGroup, k.smem(qs, q_slot.clone()), src);
             }
             k.wait_async(0);
             k.barrier(); // Q to the consumers
@@ -192,7 +200,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             let qk = |k: &mut KernelBuilder, j: &Expr| {
                 let slot = j % ring_k as i64;
                 for (i, (&qs, &ks)) in q_s.iter().zip(&k_s).enumerate() {
-                    let a = MmaOperand::Shared(k.smem(qs, 0).sub(16, COLS, &cw, 0));
+                    let a = MmaOperand::Shared(k.smem(qs, q_slot.clone()).sub(16, COLS, &cw, 0));
                     let b = MmaOperand::Shared(k.smem(ks, slot.clone()));
                     k.mma(MmaForm::Abt, s, a, b, (i > 0).then_some(s));
                 }
@@ -274,11 +282,13 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             // One division per row, then multiplies: a division per element was 64 IEEE divisions
             // (each with its slow-path call) per thread in the epilogue of every block.
             softmax.inv_norm(k, inv_norm);
+            k.rounding = cfg.rounding; // the output's rounding to bf16
             for (i, &or) in o_r.iter().enumerate() {
                 k.mul_row(or, or, inv_norm);
                 let dst = view(k, o, &h, q0.clone(), i as u32 * COLS, 16);
                 k.store(dst, or);
             }
+            k.rounding = Rounding::Rtne;
             if let (Some(g), Some(lv)) = (lse, lse_v) {
                 // One value per query row: the wave's 16 rows down the sequence dimension.
                 softmax.lse(k, lv);

@@ -182,6 +182,8 @@ pub struct AttnCase {
     pub pingpong: bool,
     /// The key loop rotated so that the softmax overlaps P·V (`AttnConfig::overlap`).
     pub overlap: bool,
+    /// Q in two slots used by alternate tiles of a block (`AttnConfig::q_double`).
+    pub q_double: bool,
 }
 
 /// Options of [`run_attn_bench`].
@@ -229,6 +231,7 @@ pub fn lower_for(case: &AttnCase) -> Result<Lowered, CudaError> {
         layout: case.shape.layout,
         pingpong: case.pingpong,
         overlap: case.overlap,
+        q_double: case.q_double,
         ..AttnConfig::for_gpu(h100)
     };
     let k = kittens_kernels::attn_fwd::build(&cfg).map_err(invalid)?;
@@ -246,11 +249,12 @@ pub fn run_attn_bench(opts: &AttnBenchOptions) -> Result<AttnBenchReport, CudaEr
         rows.push(run_case(&dev, &stream, &kernel, case, opts)?);
         let r = rows.last().expect("pushed");
         eprintln!(
-            "{:?} causal={} pingpong={} overlap={} scale {}: rel_err {:.2e} (baseline {:.2e}) {} {}",
+            "{:?} causal={} pingpong={} overlap={} q_double={} scale {}: rel_err {:.2e} (baseline {:.2e}) {} {}",
             case.shape,
             case.causal,
             case.pingpong,
             case.overlap,
+            case.q_double,
             case.input_scale,
             r.error.rel_err,
             r.baseline.rel_err,
@@ -411,10 +415,10 @@ fn run_case(
 /// with logits to ±64. Each case with the registry's setting of the warpgroups' turns
 /// and loop form (`AttnConfig::for_gpu(h100)`: `pingpong`, `overlap`).
 pub fn default_cases() -> Vec<AttnCase> {
-    let (turns, overlap) = kittens_hw::gpu("h100")
+    let (turns, overlap, q_double) = kittens_hw::gpu("h100")
         .map(AttnConfig::for_gpu)
-        .map(|c| (c.pingpong, c.overlap))
-        .unwrap_or((false, false));
+        .map(|c| (c.pingpong, c.overlap, c.q_double))
+        .unwrap_or((false, false, false));
     let shape = |batch, heads, heads_kv, seq, dim, layout| AttnShape {
         batch,
         heads,
@@ -430,6 +434,7 @@ pub fn default_cases() -> Vec<AttnCase> {
         timed: true,
         pingpong: turns,
         overlap,
+        q_double,
     };
     let check = |shape, causal| AttnCase {
         shape,
@@ -438,6 +443,7 @@ pub fn default_cases() -> Vec<AttnCase> {
         timed: false,
         pingpong: turns,
         overlap,
+        q_double,
     };
     let mut v = Vec::new();
     for causal in [false, true] {
