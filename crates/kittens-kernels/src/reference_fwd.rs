@@ -49,12 +49,15 @@ pub fn forward(
 /// `crate::reference::attention_bf16_baseline`: f32 scores scaled in f32, f32 softmax, P rounded to
 /// bf16, f32 accumulation of P·V rounded to bf16 once), at any lengths and alignment; the log-sum-exp
 /// `max + ln Σ exp(s − max)` in f32 from the same scores. Returns O (Q's layout) and the log-sum-exp.
+/// O rounds with `rounding`, the kernel's output rounding: the baseline of an RTZ kernel truncates
+/// too (MI300X-attn §6 compares each rounding mode with the same mode); P always rounds RTNE.
 pub fn forward_bf16_baseline(
     q: &[f32],
     k: &[f32],
     v: &[f32],
     sh: &BwdShape,
     causal: Causal,
+    rounding: Rounding,
 ) -> (Vec<f32>, Vec<f32>) {
     let bf16 = |x: f32| round(x, DType::Bf16, Rounding::Rtne);
     let scale = 1.0 / (sh.dim as f32).sqrt();
@@ -87,7 +90,7 @@ pub fn forward_bf16_baseline(
                 for x in 0..sh.dim {
                     let acc =
                         (0..keys).fold(0.0f32, |acc, j| acc + p[j] * v[sh.kv_at(b, hk, j, x)]);
-                    o[sh.q_at(b, h, i, x)] = bf16(acc);
+                    o[sh.q_at(b, h, i, x)] = round(acc, DType::Bf16, rounding);
                 }
             }
         }
@@ -125,7 +128,7 @@ mod tests {
         let v = random(&mut rng, sh.kv_len(), DType::Bf16);
         for causal in [Causal::No, Causal::TopLeft, Causal::BottomRight] {
             let (o, lse, _) = forward(&q, &k, &v, &sh, causal);
-            let (ob, lseb) = forward_bf16_baseline(&q, &k, &v, &sh, causal);
+            let (ob, lseb) = forward_bf16_baseline(&q, &k, &v, &sh, causal, Rounding::Rtne);
             for h in 0..2 {
                 for i in 0..7 {
                     let keys = kept(&sh, causal, i);

@@ -171,7 +171,8 @@ impl KernelProblem for AttnProblem {
         let [q, k, v] = [&inputs[0], &inputs[1], &inputs[2]];
         let (bsh, causal) = (bwd_shape(p), causal(p));
         let (o, lse, logit) = reference_fwd::forward(q, k, v, &bsh, causal);
-        let (ob, lseb) = reference_fwd::forward_bf16_baseline(q, k, v, &bsh, causal);
+        let rounding = p.attn_cfg.rounding; // the baseline rounds its output as the kernel does
+        let (ob, lseb) = reference_fwd::forward_bf16_baseline(q, k, v, &bsh, causal, rounding);
         let (values, baseline) = if p.lse {
             ([o, lse].concat(), [ob, lseb].concat())
         } else {
