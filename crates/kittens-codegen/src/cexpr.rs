@@ -38,6 +38,8 @@ pub fn var_name(k: &Kernel, v: u32) -> String {
 #[derive(Clone, Copy, Debug)]
 pub struct CNames<'a> {
     pub wave: &'a str,
+    /// The persistent grid's round (`Expr::Round`): `0` where each tile has its own block.
+    pub round: &'a str,
     pub min: &'a str,
     pub max: &'a str,
 }
@@ -45,12 +47,14 @@ pub struct CNames<'a> {
 /// The HIP prelude's names.
 pub const HIP: CNames<'static> = CNames {
     wave: "wave",
+    round: "0",
     min: "kittens::imin",
     max: "kittens::imax",
 };
 /// CUDA's built-in integer `min` / `max`.
 pub const CUDA: CNames<'static> = CNames {
     wave: "wave",
+    round: "kt_round",
     min: "min",
     max: "max",
 };
@@ -73,6 +77,7 @@ pub fn expr_in(k: &Kernel, e: &Expr, n: &CNames) -> String {
         Expr::Var(v) => var_name(k, v.0),
         Expr::Block(i) => format!("blk{i}"),
         Expr::Wave => n.wave.to_string(),
+        Expr::Round => n.round.to_string(),
         Expr::Bin(op, a, b) => {
             let (a, b) = (expr_in(k, a, n), expr_in(k, b, n));
             match op {

@@ -141,6 +141,10 @@ impl KernelBuilder {
     pub fn wave(&self) -> Expr {
         Expr::Wave
     }
+    /// The persistent grid's round (`Expr::Round`): 0 for a block's first tile, 1 for its second, ….
+    pub fn round(&self) -> Expr {
+        Expr::Round
+    }
     /// The warpgroup (four consecutive waves; the ping-pong half).
     pub fn warpgroup(&self) -> Expr {
         Expr::Wave / 4

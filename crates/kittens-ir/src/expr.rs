@@ -41,6 +41,12 @@ pub enum Expr {
     Block(u8),
     /// Wave (NVIDIA: warp) index inside the block, `0..waves`.
     Wave,
+    /// How many tiles this block ran before the current one: a persistent grid's round (the Hopper
+    /// lowering runs each block over tiles `blockIdx.x + r·gridDim.x`, `r = 0, 1, …`), 0 where every
+    /// tile has a block of its own (the interpreter, the AMD lowerings, the analysis). It lets a ring
+    /// filled once per tile alternate its slots from tile to tile, so that the next tile's fill
+    /// overlaps this tile's work.
+    Round,
     Bin(BinOp, Box<Expr>, Box<Expr>),
 }
 
@@ -116,6 +122,8 @@ impl Expr {
             Expr::Var(v) => env.vars.get(v.0 as usize).copied(),
             Expr::Block(i) => env.block.get(*i as usize).copied(),
             Expr::Wave => Some(env.wave),
+            // Host-side evaluation runs one tile per block.
+            Expr::Round => Some(0),
             Expr::Bin(op, a, b) => eval_bin(*op, a.eval(env)?, b.eval(env)?),
         }
     }
@@ -264,6 +272,7 @@ impl Expr {
             },
             Expr::Block(i) => write!(f, "block[{i}]"),
             Expr::Wave => write!(f, "wave"),
+            Expr::Round => write!(f, "round"),
             Expr::Bin(op, a, b) => {
                 let (a, b) = (sub(a), sub(b));
                 let s = match op {

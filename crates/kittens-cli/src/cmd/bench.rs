@@ -18,11 +18,14 @@ pub struct Args {
     /// Kernel name, from the registry (`kittens list`); `gemm_bf16` is measured against cuBLAS
     /// (C = A·Bᵀ: correctness vs cuBLAS and f64 spot checks, and TFLOP/s), `gemm_fp8` likewise against
     /// cuBLASLt's FP8 GEMM (its default check shapes keep K a multiple of 16); `attn_fwd` against the f64
-    /// reference on spot rows by the test rule, and TFLOP/s (`--sizes` and `--timing` do not apply;
-    /// `--checks none` leaves out the check-only shapes, `--checks only` runs just those).
+    /// reference on spot rows by the test rule, and TFLOP/s (`--sizes` picks sequence lengths,
+    /// `--timing` does not apply; `--checks none` leaves out the check-only shapes, `--checks only`
+    /// runs just those; for attn_fwd `--checks lse` checks the log-sum-exp, differing lengths and
+    /// both causal alignments).
     #[arg(value_parser = kittens_kernels::by_name)]
     pub kernel: &'static KernelEntry,
-    /// Square sizes M = N = K, comma-separated (2048,4096,8192 when no shape is given at all).
+    /// Square sizes M = N = K, comma-separated (2048,4096,8192 when no shape is given at all);
+    /// attn_fwd: the sequence lengths of the timed shapes to run (all when not given).
     #[arg(long, value_delimiter = ',')]
     pub sizes: Vec<usize>,
     /// GEMMs: shapes `MxNxK,MxNxK,...` (any M, N, K >= 1), timed beside `--sizes`. layernorm /
@@ -63,8 +66,8 @@ pub struct Args {
     /// Launch order while timing.
     #[arg(long, value_enum, default_value_t = TimingArg::Interleaved)]
     pub timing: TimingArg,
-    /// attn_fwd: also time every shape with the other loop form (softmax overlapped with P·V or
-    /// not; overlapped in the registry's configuration).
+    /// attn_fwd: also time every shape with Q in the other number of shared slots (one per block, or
+    /// two used by alternate tiles; two in the registry's configuration).
     #[arg(long)]
     pub variants: bool,
     /// layernorm: dropout probability of the sweep.

@@ -13,17 +13,22 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     match a.checks.as_str() {
         "none" => cases.retain(|c| c.timed),
         "only" => cases.retain(|c| !c.timed),
+        "lse" => return run_lse(a),
         "default" => {}
-        other => bail!("--checks {other}: attn_fwd takes default, none or only"),
+        other => bail!("--checks {other}: attn_fwd takes default, none, only or lse"),
+    }
+    if !a.sizes.is_empty() {
+        // `--sizes`: only the timed shapes of these sequence lengths (check shapes stay).
+        cases.retain(|c| !c.timed || a.sizes.contains(&c.shape.seq));
     }
     if a.variants {
-        // Each timed shape again with the other loop form (the registry's overlaps the softmax
-        // with P·V), to measure what the rotation buys.
+        // Each timed shape again with Q in one slot per block instead of the registry's two (or the
+        // other way round), to measure what the double-buffered Q buys.
         let other: Vec<_> = cases
             .iter()
             .filter(|c| c.timed)
             .map(|c| kittens_runtime::cuda::attn::AttnCase {
-                overlap: !c.overlap,
+                q_double: !c.q_double,
                 ..*c
             })
             .collect();
@@ -57,7 +62,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     for r in &report.rows {
         let s = r.case.shape;
         println!(
-            "  B{} H{}/{} N{} D{} {:?} {:<8}{} rel_err {:.2e} (bf16 baseline {:.2e}) max_rel {:.2e} {:<4} {}",
+            "  B{} H{}/{} N{} D{} {:?} {:<8}{}{} rel_err {:.2e} (bf16 baseline {:.2e}) max_rel {:.2e} {:<4} {}",
             s.batch,
             s.heads,
             s.heads_kv,
@@ -71,6 +76,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
                 (false, true) => " overlap",
                 (false, false) => "",
             },
+            if r.case.q_double { " q2" } else { "" },
             r.error.rel_err,
             r.baseline.rel_err,
             r.error.max_rel,
@@ -86,6 +92,37 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             "{bad} of {} attention shapes failed the test rule",
             report.rows.len()
         );
+    }
+    Ok(())
+}
+
+/// `--checks lse`: the log-sum-exp output, differing query and key lengths and the bottom-right mask,
+/// every element of O and the log-sum-exp judged by the test rule; exits 1 when one fails.
+fn run_lse(a: &Args) -> anyhow::Result<()> {
+    use kittens_runtime::cuda::attn_lse::{lse_cases, run_lse_checks};
+    let rows = run_lse_checks(&lse_cases()).context("attention log-sum-exp checks on the GPU")?;
+    if let Some(path) = a.json.as_deref() {
+        let doc = serde_json::json!({
+            "benchmark": "attn_fwd with the log-sum-exp, differing lengths, both causal alignments",
+            "date": super::bench::utc_now(),
+            "commit": kittens_runtime::build_info::BUILD.commit,
+            "rows": rows,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("writing {path}"))?;
+    }
+    for r in &rows {
+        let s = r.case.shape;
+        println!(
+            "  B{} H{}/{} N{} Nkv{} D{} {:?} {:?} {:?}: O {:.2e} ({:.2e}) lse {:.2e} ({:.2e}) {} regs {} spills {}",
+            s.batch, s.heads, s.heads_kv, s.seq, r.case.seq_kv, s.dim, s.layout, r.case.causal,
+            r.case.rounding,
+            r.o.0.rel_err, r.o.1.rel_err, r.lse.0.rel_err, r.lse.1.rel_err,
+            if r.passed { "ok" } else { "FAIL" }, r.registers, r.spills
+        );
+    }
+    if rows.iter().any(|r| !r.passed) {
+        bail!("an attention check failed the rule");
     }
     Ok(())
 }

@@ -227,6 +227,20 @@ __device__ __forceinline__ u32 pack_bf16x2(float lo, float hi) {
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
     return r;
 }
+// Round toward zero (PTX ISA cvt .rz): the attention output's selectable RTZ (MI300X-attn §6).
+__device__ __forceinline__ u32 pack_bf16x2_rz(float lo, float hi) {
+    u32 r;
+    asm("cvt.rz.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
+}
+// Round to nearest, ties away from zero (cvt has no such mode for bf16): half a bf16 ulp added to the
+// magnitude bits, then truncated; a NaN stays a quiet NaN.
+__device__ __forceinline__ u32 rna_bits(float x) {
+    return x != x ? 0x7fc00000u : __float_as_uint(x) + 0x8000u;
+}
+__device__ __forceinline__ u32 pack_bf16x2_rna(float lo, float hi) {
+    return (rna_bits(hi) & 0xffff0000u) | (rna_bits(lo) >> 16);
+}
 // 2^x by the special function unit (PTX ISA ex2.approx.ftz.f32: relative error about 2^-22; 2^-inf = +0).
 __device__ __forceinline__ float exp2_approx(float x) {
     float r;

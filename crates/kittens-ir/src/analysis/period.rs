@@ -59,7 +59,7 @@ pub enum Periodicity {
 fn periodic(e: &Expr, var: VarId, p: i64) -> bool {
     match e {
         Expr::Var(v) => *v != var,
-        Expr::Const(_) | Expr::Param(_) | Expr::Block(_) | Expr::Wave => true,
+        Expr::Const(_) | Expr::Param(_) | Expr::Block(_) | Expr::Wave | Expr::Round => true,
         Expr::Bin(BinOp::Rem, a, b) => match b.as_const() {
             Some(c) if c > 0 && p % c == 0 => affine(a, var) || periodic(a, var, p),
             _ => periodic(a, var, p) && periodic(b, var, p),

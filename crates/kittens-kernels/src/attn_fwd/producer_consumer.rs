@@ -25,7 +25,8 @@ use super::{declare_io, AttnConfig, Io, Softmax};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Schedule, Scope,
+    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding,
+    Schedule, Scope,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
@@ -38,8 +39,8 @@ const COLS: u32 = 64;
 /// 128 and 128-key blocks: 32 KiB of Q + 2 × 64 KiB). With `overlap`, P·V of block j runs in
 /// iteration j + 1, so V's slot must outlive one more hand-off: V gets at least 3 slots (32 + 2 × 32
 /// + 3 × 32 KiB at head dim 128).
-fn stages(dim: u32, kv: u32, overlap: bool) -> (u32, u32) {
-    let q = BLOCK_Q * dim * 2;
+fn stages(dim: u32, kv: u32, overlap: bool, q_slots: u32) -> (u32, u32) {
+    let q = q_slots * BLOCK_Q * dim * 2;
     let per_tensor = kv * dim * 2;
     let budget = 220 * 1024 - q;
     if !overlap {
@@ -75,10 +76,12 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         heads,
         heads_kv,
         seq,
+        seq_kv,
         q,
         k: kg,
         v: vg,
         o,
+        lse,
     } = declare_io(&mut k, cfg);
     // Launch order: the query blocks of one head next to each other (row-major, last extent fastest),
     // so that the blocks running at once share their head's K and V in L2; inside a head the last
@@ -94,10 +97,17 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let hk = &h / (&heads / heads_kv.clone()); // GQA
 
     let halves = d / COLS;
-    let (ring_k, ring_v) = stages(d, kv, cfg.overlap);
+    // Q's slots: one, or two used by alternate tiles of the block (`AttnConfig::q_double`).
+    let q_slots = if cfg.q_double { 2 } else { 1 };
+    let q_slot = if cfg.q_double {
+        k.round() % 2
+    } else {
+        Expr::c(0)
+    };
+    let (ring_k, ring_v) = stages(d, kv, cfg.overlap, q_slots);
     let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
     let q_s: Vec<_> = (0..halves)
-        .map(|i| k.shared_tile(&format!("q_s{i}"), swz(BLOCK_Q), 1))
+        .map(|i| k.shared_tile(&format!("q_s{i}"), swz(BLOCK_Q), q_slots))
         .collect();
     let k_s: Vec<_> = (0..halves)
         .map(|i| k.shared_tile(&format!("k_s{i}"), swz(kv), ring_k))
@@ -119,9 +129,11 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             )
         })
         .collect();
-    let softmax = Softmax::declare(&mut k, s, Axis::Rows, d);
+    let mut softmax = Softmax::declare(&mut k, s, Axis::Rows, d);
+    softmax.floor = cfg.empty_rows();
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
     let inv_norm = k.row_vec("inv_norm", s, F32);
+    let lse_v = lse.map(|_| k.row_vec("lse_v", s, F32));
 
     // `rows × 64` of head `hh` of tensor `g` from sequence position `s0`, columns from `col0`.
     let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, col0: u32, rows| {
@@ -135,12 +147,13 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         )
     };
     let q_blk = &qb * BLOCK_Q as i64;
-    let n_kv = if cfg.causal {
-        seq.ceil_div(kv as i64)
-            .min((&q_blk + (BLOCK_Q as i64 - 1)) / kv as i64 + 1)
-    } else {
-        seq.ceil_div(kv as i64)
-    };
+    let offset = cfg.causal_offset(&seq, &seq_kv);
+    let n_kv = super::key_blocks(
+        &seq_kv,
+        &(&q_blk + (BLOCK_Q as i64 - 1)),
+        offset.as_ref(),
+        kv,
+    );
     let cw = k.wave() - 4; // consumer wave, 0..8
                            // With `pingpong`, each warpgroup's matrix work is a compute cluster: its turn on the tensor
                            // cores, which the Hopper lowering passes between the two consumer warpgroups.
@@ -156,7 +169,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         |k| {
             for (i, &qs) in q_s.iter().enumerate() {
                 let src = view(k, q, &h, q_blk.clone(), i as u32 * COLS, BLOCK_Q);
-                k.load_async_by(Scope::WarpGroup, k.smem(qs, 0), src);
+                k.load_async_by(Scope::WarpGroup, k.smem(qs, q_slot.clone()), src);
             }
             k.wait_async(0);
             k.barrier(); // Q to the consumers
@@ -187,7 +200,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             let qk = |k: &mut KernelBuilder, j: &Expr| {
                 let slot = j % ring_k as i64;
                 for (i, (&qs, &ks)) in q_s.iter().zip(&k_s).enumerate() {
-                    let a = MmaOperand::Shared(k.smem(qs, 0).sub(16, COLS, &cw, 0));
+                    let a = MmaOperand::Shared(k.smem(qs, q_slot.clone()).sub(16, COLS, &cw, 0));
                     let b = MmaOperand::Shared(k.smem(ks, slot.clone()));
                     k.mma(MmaForm::Abt, s, a, b, (i > 0).then_some(s));
                 }
@@ -204,12 +217,13 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             // conditions, the same for every wave), then the online softmax (P stays f32 in `s`).
             let softmax_block = |k: &mut KernelBuilder, j: &Expr| {
                 let (kv0, kv_end, inf) = (j * kv as i64, (j + 1) * kv as i64, f32::NEG_INFINITY);
-                k.if_(seq.lt(&kv_end), |k| {
-                    k.mask(s, MaskRule::ColsBelow(seq.clone()), &q0, &kv0, inf)
+                k.if_(seq_kv.lt(&kv_end), |k| {
+                    k.mask(s, MaskRule::ColsBelow(seq_kv.clone()), &q0, &kv0, inf)
                 });
-                if cfg.causal {
-                    k.if_(q_blk.lt(&kv_end - 1), |k| {
-                        let offset = Expr::c(0);
+                if let Some(off) = &offset {
+                    // The block's first query keeps keys up to `q_blk + off`.
+                    k.if_((&q_blk + off.clone()).lt(&kv_end - 1), |k| {
+                        let offset = off.clone();
                         k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
                     });
                 }
@@ -267,11 +281,19 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             }
             // One division per row, then multiplies: a division per element was 64 IEEE divisions
             // (each with its slow-path call) per thread in the epilogue of every block.
-            k.div(inv_norm, 1.0f32, norm);
+            softmax.inv_norm(k, inv_norm);
+            k.rounding = cfg.rounding; // the output's rounding to bf16
             for (i, &or) in o_r.iter().enumerate() {
                 k.mul_row(or, or, inv_norm);
                 let dst = view(k, o, &h, q0.clone(), i as u32 * COLS, 16);
                 k.store(dst, or);
+            }
+            k.rounding = Rounding::Rtne;
+            if let (Some(g), Some(lv)) = (lse, lse_v) {
+                // One value per query row: the wave's 16 rows down the sequence dimension.
+                softmax.lse(k, lv);
+                let dst = k.gview(g, vec![b.clone(), h.clone(), q0.clone()], 2, 1, 16, 1);
+                k.store(dst, lv);
             }
         },
     );

@@ -186,6 +186,7 @@ mod tests {
             timed: false,
             pingpong: false,
             overlap: true,
+            q_double: false,
         }
     }
 

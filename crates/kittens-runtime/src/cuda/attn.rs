@@ -54,18 +54,43 @@ pub struct AttnKernel {
     pub resident: u32,
 }
 
-/// The parameters of `attn_fwd` for a shape, in the tile program's names.
-pub fn params(sh: &AttnShape) -> [(&'static str, i64); 4] {
+/// The parameters of `attn_fwd` for a shape with as many keys as queries, in the tile program's
+/// names.
+pub fn params(sh: &AttnShape) -> [(&'static str, i64); 5] {
+    params_kv(sh, sh.seq)
+}
+
+/// The parameters of `attn_fwd` for `sh.seq` queries and `seq_kv` keys.
+pub fn params_kv(sh: &AttnShape, seq_kv: usize) -> [(&'static str, i64); 5] {
     [
         ("batch", sh.batch as i64),
         ("heads", sh.heads as i64),
         ("heads_kv", sh.heads_kv as i64),
         ("seq", sh.seq as i64),
+        ("seq_kv", seq_kv as i64),
     ]
 }
 
-/// Shapes the Hopper program takes, checked before anything is allocated.
+/// Shapes the Hopper program takes (as many keys as queries), checked before anything is allocated.
 pub fn check_shape(sh: &AttnShape) -> Result<(), CudaError> {
+    check_shape_kv(sh, sh.seq)
+}
+
+/// Shapes the Hopper program takes with `seq_kv` keys: K and V are bounded like Q.
+pub fn check_shape_kv(sh: &AttnShape, seq_kv: usize) -> Result<(), CudaError> {
+    check_shape_q(sh)?;
+    if seq_kv == 0 {
+        return Err(invalid(format!("no keys (seq_kv 0) for {sh:?}")));
+    }
+    check_shape_q(&AttnShape {
+        seq: seq_kv,
+        heads: sh.heads_kv,
+        ..*sh
+    })
+    .map_err(|e| invalid(format!("keys: {e}")))
+}
+
+fn check_shape_q(sh: &AttnShape) -> Result<(), CudaError> {
     if sh.dim != 64 && sh.dim != 128 {
         return Err(invalid(format!(
             "head dimension {} (the Hopper attention takes 64 or 128)",
@@ -157,6 +182,8 @@ pub struct AttnCase {
     pub pingpong: bool,
     /// The key loop rotated so that the softmax overlaps P·V (`AttnConfig::overlap`).
     pub overlap: bool,
+    /// Q in two slots used by alternate tiles of a block (`AttnConfig::q_double`).
+    pub q_double: bool,
 }
 
 /// Options of [`run_attn_bench`].
@@ -204,6 +231,7 @@ pub fn lower_for(case: &AttnCase) -> Result<Lowered, CudaError> {
         layout: case.shape.layout,
         pingpong: case.pingpong,
         overlap: case.overlap,
+        q_double: case.q_double,
         ..AttnConfig::for_gpu(h100)
     };
     let k = kittens_kernels::attn_fwd::build(&cfg).map_err(invalid)?;
@@ -221,11 +249,12 @@ pub fn run_attn_bench(opts: &AttnBenchOptions) -> Result<AttnBenchReport, CudaEr
         rows.push(run_case(&dev, &stream, &kernel, case, opts)?);
         let r = rows.last().expect("pushed");
         eprintln!(
-            "{:?} causal={} pingpong={} overlap={} scale {}: rel_err {:.2e} (baseline {:.2e}) {} {}",
+            "{:?} causal={} pingpong={} overlap={} q_double={} scale {}: rel_err {:.2e} (baseline {:.2e}) {} {}",
             case.shape,
             case.causal,
             case.pingpong,
             case.overlap,
+            case.q_double,
             case.input_scale,
             r.error.rel_err,
             r.baseline.rel_err,
@@ -386,10 +415,10 @@ fn run_case(
 /// with logits to ±64. Each case with the registry's setting of the warpgroups' turns
 /// and loop form (`AttnConfig::for_gpu(h100)`: `pingpong`, `overlap`).
 pub fn default_cases() -> Vec<AttnCase> {
-    let (turns, overlap) = kittens_hw::gpu("h100")
+    let (turns, overlap, q_double) = kittens_hw::gpu("h100")
         .map(AttnConfig::for_gpu)
-        .map(|c| (c.pingpong, c.overlap))
-        .unwrap_or((false, false));
+        .map(|c| (c.pingpong, c.overlap, c.q_double))
+        .unwrap_or((false, false, false));
     let shape = |batch, heads, heads_kv, seq, dim, layout| AttnShape {
         batch,
         heads,
@@ -405,6 +434,7 @@ pub fn default_cases() -> Vec<AttnCase> {
         timed: true,
         pingpong: turns,
         overlap,
+        q_double,
     };
     let check = |shape, causal| AttnCase {
         shape,
@@ -413,6 +443,7 @@ pub fn default_cases() -> Vec<AttnCase> {
         timed: false,
         pingpong: turns,
         overlap,
+        q_double,
     };
     let mut v = Vec::new();
     for causal in [false, true] {

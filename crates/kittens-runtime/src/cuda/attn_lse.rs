@@ -1,0 +1,363 @@
+//! Checks of the attention forward's log-sum-exp output, query and key lengths that differ and the
+//! bottom-right causal mask on the GPU: each case lowered for sm_90a (`AttnConfig::for_gpu` with
+//! `lse`, `bottom_right`), launched on random bf16 inputs with logits to ±64, and O and the log-sum-exp
+//! each judged over every element by the test rule against the f64 forward, the PyTorch-style bf16
+//! forward being the baseline (`kittens_kernels::reference_fwd`), as the CPU runner judges them.
+//! `kittens bench attn_fwd --checks lse` runs them (short shapes: also the sanitizers' case).
+
+use kittens_ir::Rounding;
+use kittens_kernels::attn_bwd::{BwdShape, Causal};
+use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
+use kittens_kernels::reference::{self, ErrorReport, Verdict};
+use kittens_kernels::reference_fwd;
+use serde::Serialize;
+
+use super::args::PackedArgs;
+use super::attn::{check_shape_kv, params_kv};
+use super::bench_check::{bf16_to_f32, f32_to_bf16, random_bf16};
+use super::driver::{Device, DeviceBuffer, Stream, TensorMap};
+use super::{compile, CudaError};
+use kittens_kernels::reference::AttnShape;
+
+fn invalid(e: impl std::fmt::Display) -> CudaError {
+    CudaError::Invalid(e.to_string())
+}
+
+/// One case: `shape.seq` queries against `seq_kv` keys.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct LseCase {
+    pub shape: AttnShape,
+    pub seq_kv: usize,
+    pub causal: Causal,
+    /// The output's rounding; with RTNA or RTZ the case also runs the RTNE kernel on the same
+    /// inputs and checks that the two rounded the same f32 values ([`rounding_agrees`]).
+    #[serde(serialize_with = "rounding_name")]
+    pub rounding: Rounding,
+}
+
+fn rounding_name<S: serde::Serializer>(r: &Rounding, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(match r {
+        Rounding::Rtne => "rtne",
+        Rounding::Rtna => "rtna",
+        Rounding::Rtz => "rtz",
+    })
+}
+
+/// Whether `other` (RTNA or RTZ) and `rtne` (bf16 bits) are the same f32 values rounded two ways:
+/// RTZ never larger in magnitude than RTNE and at most one bf16 step from it, RTNA equal except at
+/// exact ties (then one step larger in magnitude); and RTZ differs from RTNE at some elements.
+fn rounding_agrees(mode: Rounding, other: &[u16], rtne: &[u16]) -> bool {
+    let mag = |b: u16| b & 0x7fff;
+    let mut differ = 0usize;
+    for (&o, &e) in other.iter().zip(rtne) {
+        if o == e {
+            continue;
+        }
+        differ += 1;
+        let same_sign = (o ^ e) & 0x8000 == 0;
+        let ok = match mode {
+            Rounding::Rtz => same_sign && mag(o) + 1 == mag(e),
+            Rounding::Rtna => same_sign && mag(o) == mag(e) + 1,
+            Rounding::Rtne => false,
+        };
+        if !ok {
+            return false;
+        }
+    }
+    match mode {
+        Rounding::Rtz => differ > other.len() / 4,
+        Rounding::Rtna => differ < other.len() / 50,
+        Rounding::Rtne => true,
+    }
+}
+
+/// What one case found: each output's error and its baseline's, and the rule's verdicts.
+#[derive(Debug, Clone, Serialize)]
+pub struct LseRow {
+    pub case: LseCase,
+    pub kernel: String,
+    pub registers: u32,
+    pub spills: u32,
+    pub o: (ErrorReport, ErrorReport),
+    pub lse: (ErrorReport, ErrorReport),
+    pub checks: Vec<(&'static str, Verdict)>,
+    pub passed: bool,
+}
+
+/// Odd lengths both ways, decoding (one query), both alignments, GQA, D64 and D128, both layouts.
+pub fn lse_cases() -> Vec<LseCase> {
+    let mut v = Vec::new();
+    let shape = |heads, heads_kv, seq, dim, layout| AttnShape {
+        batch: 2,
+        heads,
+        heads_kv,
+        seq,
+        dim,
+        layout,
+    };
+    for (seq, seq_kv, causal, dim, layout) in [
+        (1, 1063, Causal::No, 128, AttnLayout::Bshd),
+        (1, 777, Causal::BottomRight, 64, AttnLayout::Bhsd),
+        (300, 77, Causal::BottomRight, 128, AttnLayout::Bhsd),
+        (77, 300, Causal::BottomRight, 64, AttnLayout::Bshd),
+        (300, 133, Causal::TopLeft, 128, AttnLayout::Bshd),
+        (257, 257, Causal::TopLeft, 64, AttnLayout::Bhsd),
+        (200, 513, Causal::No, 128, AttnLayout::Bhsd),
+    ] {
+        v.push(LseCase {
+            shape: shape(4, 2, seq, dim, layout),
+            seq_kv,
+            causal,
+            rounding: Rounding::Rtne,
+        });
+    }
+    // More tiles than SMs: blocks run several tiles, so Q's slots alternate (`AttnConfig::q_double`).
+    v.push(LseCase {
+        shape: AttnShape {
+            batch: 4,
+            heads: 16,
+            heads_kv: 8,
+            seq: 600,
+            dim: 64,
+            layout: AttnLayout::Bshd,
+        },
+        seq_kv: 600,
+        causal: Causal::TopLeft,
+        rounding: Rounding::Rtne,
+    });
+    for rounding in [Rounding::Rtz, Rounding::Rtna] {
+        v.push(LseCase {
+            shape: shape(4, 2, 333, 128, AttnLayout::Bshd),
+            seq_kv: 333,
+            causal: Causal::TopLeft,
+            rounding,
+        });
+    }
+    v
+}
+
+/// Runs every case on device 0.
+pub fn run_lse_checks(cases: &[LseCase]) -> Result<Vec<LseRow>, CudaError> {
+    let dev = Device::open(0)?;
+    let stream = Stream::new()?;
+    let mut rows = Vec::new();
+    for c in cases {
+        let r = run_case(&dev, &stream, c)?;
+        eprintln!(
+            "{:?} seq_kv {} {:?}: O rel_err {:.2e} (baseline {:.2e}), lse rel_err {:.2e} (baseline {:.2e}) {}",
+            c.shape,
+            c.seq_kv,
+            c.causal,
+            r.o.0.rel_err,
+            r.o.1.rel_err,
+            r.lse.0.rel_err,
+            r.lse.1.rel_err,
+            if r.passed { "pass" } else { "FAIL" }
+        );
+        rows.push(r);
+    }
+    Ok(rows)
+}
+
+/// The case's kernel (with the log-sum-exp) at `rounding`, compiled and launched on the inputs: its
+/// O (bf16 bits), log-sum-exp, entry name and compile report.
+struct Launched {
+    o: Vec<u16>,
+    lse: Vec<f32>,
+    entry: String,
+    report: super::CudaCompileReport,
+}
+
+fn bwd_shape(c: &LseCase) -> BwdShape {
+    let sh = c.shape;
+    BwdShape {
+        batch: sh.batch,
+        heads: sh.heads,
+        heads_kv: sh.heads_kv,
+        seq_q: sh.seq,
+        seq_kv: c.seq_kv,
+        dim: sh.dim,
+        layout: sh.layout,
+    }
+}
+
+fn launch(
+    dev: &std::rc::Rc<Device>,
+    stream: &Stream,
+    c: &LseCase,
+    rounding: Rounding,
+    (hq, hk, hv): (&[u16], &[u16], &[u16]),
+) -> Result<Launched, CudaError> {
+    let sh = c.shape;
+    let h100 = kittens_hw::gpu("h100").map_err(invalid)?;
+    let cfg = AttnConfig {
+        dim: sh.dim as u32,
+        causal: c.causal != Causal::No,
+        bottom_right: c.causal == Causal::BottomRight,
+        layout: sh.layout,
+        lse: true,
+        rounding,
+        ..AttnConfig::for_gpu(h100)
+    };
+    let k = kittens_kernels::attn_fwd::build(&cfg).map_err(invalid)?;
+    let l = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a).map_err(invalid)?;
+    let shared = l.dynamic_shared_bytes();
+    let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
+    let function = dev.load_module(&image.cubin)?.function(&l.entry, shared)?;
+    let bsh = bwd_shape(c);
+    let upload = |h: &[u16]| -> Result<DeviceBuffer, CudaError> {
+        let mut b = dev.alloc(h.len() * 2)?;
+        b.upload(h)?;
+        Ok(b)
+    };
+    let (q, kb, vb) = (upload(hq)?, upload(hk)?, upload(hv)?);
+    let mut o = dev.alloc(bsh.q_len() * 2)?;
+    o.fill_u16(0x7fc0)?; // NaN: an element the kernel does not write fails the check
+    let mut lse = dev.alloc(bsh.lse_len() * 4)?;
+    lse.upload(&vec![f32::NAN; bsh.lse_len()])?;
+    let by_name = |name: &str| -> Result<&DeviceBuffer, CudaError> {
+        match name {
+            "q" => Ok(&q),
+            "k" => Ok(&kb),
+            "v" => Ok(&vb),
+            "o" => Ok(&o),
+            "lse" => Ok(&lse),
+            _ => Err(invalid(format!("unknown tensor `{name}`"))),
+        }
+    };
+    let values = params_kv(&sh, c.seq_kv);
+    let mut args = PackedArgs::pack(
+        &l,
+        &values,
+        |g| {
+            let buf = by_name(&g.tensor)?;
+            Ok(TensorMap::bf16_nd(buf, &g.dims, &g.strides, &g.boxes, g.swizzle)?.map)
+        },
+        |name| Ok(by_name(name)?.ptr()),
+    )?;
+    let mut pointers = args.pointers();
+    let grid = l
+        .blocks(&values, dev.multiprocessors)
+        .ok_or_else(|| invalid("grid extents of the lowered kernel"))?;
+    // SAFETY: one pointer per kernel argument in the lowering's order and types (`PackedArgs`); the
+    // buffers hold the case's tensors and the maps were built over them; `args` outlives the launch.
+    unsafe { function.launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut pointers)? };
+    stream.synchronize()?;
+    let mut out_o = vec![0u16; bsh.q_len()];
+    o.download(&mut out_o)?;
+    let mut out_lse = vec![0f32; bsh.lse_len()];
+    lse.download(&mut out_lse)?;
+    Ok(Launched {
+        o: out_o,
+        lse: out_lse,
+        entry: l.entry.clone(),
+        report: image.report,
+    })
+}
+
+fn run_case(dev: &std::rc::Rc<Device>, stream: &Stream, c: &LseCase) -> Result<LseRow, CudaError> {
+    let sh = c.shape;
+    check_shape_kv(&sh, c.seq_kv)?;
+    let bsh = bwd_shape(c);
+    let seed = (sh.seq * 131 + c.seq_kv * 7 + sh.dim) as u64;
+    // Inputs times 8 (exact in bf16): logits to about ±64 at head dimension 64.
+    let draw = |len, seed| -> Vec<u16> {
+        random_bf16(len, seed)
+            .into_iter()
+            .map(|x| f32_to_bf16(bf16_to_f32(x) * 8.0))
+            .collect()
+    };
+    let (hq, hk, hv) = (
+        draw(bsh.q_len(), seed),
+        draw(bsh.kv_len(), seed + 1),
+        draw(bsh.kv_len(), seed + 2),
+    );
+    let inputs = (hq.as_slice(), hk.as_slice(), hv.as_slice());
+    let run = launch(dev, stream, c, c.rounding, inputs)?;
+
+    let f = |h: &[u16]| h.iter().map(|&x| bf16_to_f32(x)).collect::<Vec<f32>>();
+    let (qf, kf, vf) = (f(&hq), f(&hk), f(&hv));
+    let (ref_o, ref_lse, _) = reference_fwd::forward(&qf, &kf, &vf, &bsh, c.causal);
+    // The baseline rounds its output as the kernel does (RTZ against RTZ).
+    let (base_o, base_lse) =
+        reference_fwd::forward_bf16_baseline(&qf, &kf, &vf, &bsh, c.causal, c.rounding);
+    let o_err = (
+        reference::compare(&f(&run.o), &ref_o),
+        reference::compare(&base_o, &ref_o),
+    );
+    let lse_err = (
+        reference::compare(&run.lse, &ref_lse),
+        reference::compare(&base_lse, &ref_lse),
+    );
+    let rule = |ours: f64, base: f64| reference::check_rule(ours, base, reference::RULE_FLOOR);
+    let mut checks = vec![
+        ("o rel_err", rule(o_err.0.rel_err, o_err.1.rel_err)),
+        ("o max_rel", rule(o_err.0.max_rel, o_err.1.max_rel)),
+        ("lse rel_err", rule(lse_err.0.rel_err, lse_err.1.rel_err)),
+        ("lse max_rel", rule(lse_err.0.max_rel, lse_err.1.max_rel)),
+    ];
+    if c.rounding != Rounding::Rtne {
+        // The same values rounded to nearest even: the outputs may differ only as the modes do.
+        let rtne = launch(dev, stream, c, Rounding::Rtne, inputs)?;
+        let ok = rounding_agrees(c.rounding, &run.o, &rtne.o);
+        let verdict = Verdict {
+            passed: ok,
+            error: if ok { 0.0 } else { 1.0 },
+            bound: 0.0,
+            baseline: None,
+        };
+        checks.push(("rounding vs rtne", verdict));
+    }
+    let passed = checks.iter().all(|(_, v)| v.passed);
+    let r = &run.report;
+    Ok(LseRow {
+        case: *c,
+        kernel: run.entry.clone(),
+        registers: r.registers,
+        spills: r.spill_stores + r.spill_loads,
+        o: o_err,
+        lse: lse_err,
+        checks,
+        passed,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The agreement test itself, on hand-made bit patterns: 1.0 = 0x3f80, its neighbours 0x3f7f
+    /// (below) and 0x3f81 (above); -1.0 = 0xbf80.
+    #[test]
+    fn rounding_agreement_accepts_only_what_the_modes_do() {
+        let rtne = vec![0x3f81u16, 0xbf81, 0x3f80, 0x3f80];
+        assert!(rounding_agrees(
+            Rounding::Rtz,
+            &[0x3f80, 0xbf80, 0x3f80, 0x3f80],
+            &rtne
+        ));
+        // Larger in magnitude, or two steps, or another sign: not a truncation.
+        assert!(!rounding_agrees(
+            Rounding::Rtz,
+            &[0x3f82, 0xbf80, 0x3f80, 0x3f80],
+            &rtne
+        ));
+        assert!(!rounding_agrees(
+            Rounding::Rtz,
+            &[0x3f7f, 0xbf80, 0x3f80, 0x3f80],
+            &rtne
+        ));
+        assert!(!rounding_agrees(
+            Rounding::Rtz,
+            &[0xbf80, 0xbf80, 0x3f80, 0x3f80],
+            &rtne
+        ));
+        // Identical outputs: RTZ must differ somewhere.
+        assert!(!rounding_agrees(Rounding::Rtz, &rtne, &rtne));
+        let many = vec![0x3f80u16; 100];
+        let mut one_tie = many.clone();
+        one_tie[7] = 0x3f81;
+        assert!(rounding_agrees(Rounding::Rtna, &one_tie, &many));
+        assert!(!rounding_agrees(Rounding::Rtna, &many, &one_tie));
+    }
+}
