@@ -27,8 +27,8 @@ use crate::attn_fwd::strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand,
-    RegId, Schedule, Scope,
+    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, RegId,
+    Schedule, Scope,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
@@ -97,7 +97,13 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, stats_by_row: bool) ->
             ("s", s.clone()),
             ("d", dim.clone()),
         ];
-        k.global_strided(name, Bf16, &dims, strides(cfg.layout, h, s, &dim), Access::Read)
+        k.global_strided(
+            name,
+            Bf16,
+            &dims,
+            strides(cfg.layout, h, s, &dim),
+            Access::Read,
+        )
     };
     let q = tensor(k, "q", &heads, &seq_q);
     let kg = tensor(k, "k", &heads_kv, &seq_kv);
@@ -390,7 +396,16 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     let lse2 = k.tile("lse2", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
     let dl = k.tile("delta_r", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
     let dq_r: Vec<RegId> = (0..halves)
-        .map(|i| k.tile(&format!("dq{i}"), F32, 16, COLS, Layout::Row, BaseShape::S16X16))
+        .map(|i| {
+            k.tile(
+                &format!("dq{i}"),
+                F32,
+                16,
+                COLS,
+                Layout::Row,
+                BaseShape::S16X16,
+            )
+        })
         .collect();
 
     let q_blk = &qb * i64::from(BLOCK);
@@ -398,10 +413,11 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     let offset = cfg.causal.offset_expr(&io.seq_q, &io.seq_kv);
     // Causal: key steps up to the last one the block's last query keeps.
     let n_kv = match &offset {
-        Some(off) => io
-            .seq_kv
-            .ceil_div(step)
-            .min((&q_blk + i64::from(BLOCK) + off.clone()).max(0).ceil_div(step)),
+        Some(off) => io.seq_kv.ceil_div(step).min(
+            (&q_blk + i64::from(BLOCK) + off.clone())
+                .max(0)
+                .ceil_div(step),
+        ),
         None => io.seq_kv.ceil_div(step),
     };
     let ring = i64::from(sm.stages);
@@ -438,7 +454,14 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
             }
             // This wave's statistics, one per row, for every key step.
             for (g, dst) in [(io.lse, lse2), (io.delta, dl)] {
-                let src = k.gview(g, vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)], 2, 3, 16, STEP);
+                let src = k.gview(
+                    g,
+                    vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)],
+                    2,
+                    3,
+                    16,
+                    STEP,
+                );
                 k.load_global(dst, src);
             }
             k.mul(lse2, lse2, std::f32::consts::LOG2_E);

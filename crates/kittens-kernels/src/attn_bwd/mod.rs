@@ -237,3 +237,23 @@ pub fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         BwdSchedule::HopperQ => hopper::build_q(cfg),
     }
 }
+
+/// The preprocessing of the Hopper launches: `D = rowsum(dO∘O)` per query, f32 `[batch, heads,
+/// seq_q]` (the layout of the log-sum-exp), from O and dO in `sh`'s layout (summed in f64).
+pub fn delta(o: &[f32], d_o: &[f32], sh: &BwdShape) -> Vec<f32> {
+    let mut out = vec![0.0f32; sh.lse_len()];
+    for b in 0..sh.batch {
+        for h in 0..sh.heads {
+            for s in 0..sh.seq_q {
+                let sum: f64 = (0..sh.dim)
+                    .map(|x| {
+                        let i = sh.q_at(b, h, s, x);
+                        f64::from(o[i]) * f64::from(d_o[i])
+                    })
+                    .sum();
+                out[sh.lse_at(b, h, s)] = sum as f32;
+            }
+        }
+    }
+    out
+}
