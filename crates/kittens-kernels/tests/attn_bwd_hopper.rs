@@ -13,8 +13,10 @@ use kittens_kernels::reference_bwd;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-fn check(sh: BwdShape, causal: Causal, scale: f32) {
-    let what = format!("{sh:?} {causal:?} scale {scale}");
+/// `empty`: the log-sum-exp given for a query that keeps no key (the f64 forward's own value when
+/// `None`; the forward kernels write −∞).
+fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>) {
+    let what = format!("{sh:?} {causal:?} scale {scale} empty rows {empty:?}");
     let mut rng = SmallRng::seed_from_u64((sh.seq_q * 977 + sh.seq_kv) as u64);
     let q = random_scaled(&mut rng, sh.q_len(), DType::Bf16, scale);
     let k = random_scaled(&mut rng, sh.kv_len(), DType::Bf16, scale);
@@ -25,7 +27,14 @@ fn check(sh: BwdShape, causal: Causal, scale: f32) {
         f.o.iter()
             .map(|&x| round(x as f32, DType::Bf16, Rounding::Rtne))
             .collect();
-    let lse: Vec<f32> = f.lse.iter().map(|&x| x as f32).collect();
+    let lse: Vec<f32> = f
+        .lse
+        .iter()
+        .map(|&x| match empty {
+            Some(e) if !x.is_finite() => e,
+            _ => x as f32,
+        })
+        .collect();
     let dl = delta(&o, &d_o, &sh);
     let params: Vec<i64> = [sh.batch, sh.heads, sh.heads_kv, sh.seq_q, sh.seq_kv]
         .iter()
@@ -79,6 +88,10 @@ fn check(sh: BwdShape, causal: Causal, scale: f32) {
     }
 }
 
+fn check(sh: BwdShape, causal: Causal, scale: f32) {
+    check_with(sh, causal, scale, None);
+}
+
 fn shape(
     heads: usize,
     heads_kv: usize,
@@ -126,4 +139,18 @@ fn gqa_d128_both_alignments() {
 #[test]
 fn large_logits() {
     check(shape(1, 1, 77, 90, 64, AttnLayout::Bshd), Causal::No, 8.0);
+}
+
+/// Bottom-right alignment with more queries than keys: the first queries keep no key (their dQ is 0
+/// and they add nothing to dK, dV), whichever infinity their log-sum-exp is given as.
+#[test]
+fn queries_without_keys() {
+    for empty in [None, Some(f32::NEG_INFINITY), Some(f32::INFINITY)] {
+        check_with(
+            shape(2, 2, 100, 40, 64, AttnLayout::Bshd),
+            Causal::BottomRight,
+            1.0,
+            empty,
+        );
+    }
 }

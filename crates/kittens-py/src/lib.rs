@@ -243,6 +243,61 @@ fn rotary(
     })
 }
 
+/// The attention backward on CUDA over device addresses (the Python side, `kittens._attention_backward`,
+/// allocates and checks the torch tensors): `ptrs` are q, k, v, do, lse, delta, dq, dk, dv; `shape` is
+/// (batch, heads, heads_kv, seq_q, seq_kv, dim); `bshd` the memory order of the bf16 tensors (else
+/// BHSD); lse and delta f32 `[batch, heads, seq_q]`. Each range is checked against the driver's
+/// allocation before the launches.
+#[pyfunction]
+#[pyo3(signature = (ptrs, shape, bshd, causal, ordinal, stream))]
+fn attention_backward_cuda(
+    py: Python<'_>,
+    ptrs: [u64; 9],
+    shape: (usize, usize, usize, usize, usize, usize),
+    bshd: bool,
+    causal: bool,
+    ordinal: i32,
+    stream: u64,
+) -> PyResult<()> {
+    use kittens_kernels::attn_bwd::{BwdShape, Causal};
+    use kittens_kernels::attn_fwd::AttnLayout;
+    let (batch, heads, heads_kv, seq_q, seq_kv, dim) = shape;
+    let [q, k, v, d_o, lse, delta, dq, dk, dv] = ptrs;
+    let p = kittens_runtime::cuda::caller_attn_bwd::AttnBwdPointers {
+        q,
+        k,
+        v,
+        d_o,
+        lse,
+        delta,
+        dq,
+        dk,
+        dv,
+        shape: BwdShape {
+            batch,
+            heads,
+            heads_kv,
+            seq_q,
+            seq_kv,
+            dim,
+            layout: if bshd {
+                AttnLayout::Bshd
+            } else {
+                AttnLayout::Bhsd
+            },
+        },
+        causal: if causal { Causal::TopLeft } else { Causal::No },
+    };
+    guarded(py, move || {
+        // SAFETY: the runtime checks every range against the driver before launching; the Python
+        // caller keeps the tensors alive and uses them on this stream.
+        for load in unsafe { gpu::attention_backward(&p, ordinal, stream)? } {
+            say(&gpu::describe(&load));
+        }
+        Ok(())
+    })
+}
+
 /// Turns the reports of compile times and CPU run times on stderr on or off.
 #[pyfunction]
 fn set_verbose(on: bool) {
@@ -276,6 +331,7 @@ fn build_commit() -> (&'static str, Option<bool>) {
 fn _kittens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(matmul, m)?)?;
     m.add_function(wrap_pyfunction!(attention, m)?)?;
+    m.add_function(wrap_pyfunction!(attention_backward_cuda, m)?)?;
     m.add_function(wrap_pyfunction!(layernorm, m)?)?;
     m.add_function(wrap_pyfunction!(rotary, m)?)?;
     m.add_function(wrap_pyfunction!(set_verbose, m)?)?;

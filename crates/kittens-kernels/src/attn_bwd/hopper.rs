@@ -176,14 +176,12 @@ fn declare_smem(k: &mut KernelBuilder, dim: u32, names: [&str; 4]) -> Smem {
     }
 }
 
-/// The score-side work of one step, shared by both launches: `s` and `dp` hold the f32 products,
-/// `lse2` the log-sum-exp times log2(e) and `delta` D, both as tiles of the scores' shape. On return
-/// `s` holds P and `dp` dS (both f32).
-fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId, lse2: RegId, delta: RegId) {
+/// The score-side work of one step, shared by both launches: `s` holds `S·√d − lse·√d` (scaled by
+/// `c` it is the exponent of P in base 2) and `dp` `dP − D`, both f32; on return `s` holds P and `dp`
+/// dS.
+fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId) {
     k.mul(s, s, c);
-    k.sub(s, s, lse2);
     k.exp2(s, s);
-    k.sub(dp, dp, delta);
     k.mul(dp, s, dp);
 }
 
@@ -336,9 +334,7 @@ pub(super) fn build_kv(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                         k.mask(s, MaskRule::CausalT { offset }, &k0, &q0, inf)
                     });
                 }
-                k.mul(s, s, c);
-                k.exp2(s, s);
-                k.mul(dp, s, dp);
+                probs_and_ds(k, c, s, dp);
                 k.copy(p, s);
                 k.copy(ds, dp);
                 // dV += Pᵀ·dO and dK += dSᵀ·Q (Pᵀ and dSᵀ from registers).
@@ -393,8 +389,8 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     let s = k.tile("s", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
     let dp = k.tile("dp", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
     let ds = k.tile("ds", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
-    let lse2 = k.tile("lse2", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
-    let dl = k.tile("delta_r", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+    let lse2 = k.tile("lse_n", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+    let dl = k.tile("delta_n", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
     let dq_r: Vec<RegId> = (0..halves)
         .map(|i| {
             k.tile(
@@ -452,29 +448,28 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
             for &r in &dq_r {
                 k.zero(r);
             }
-            // This wave's statistics, one per row, for every key step.
+            // This wave's statistics, one per row, for every key step, as the accumulators' start
+            // values (the key blocks' note says why): `−lse·√d` and `−D`. A row without keys (lse
+            // −∞) then starts at +∞ and its masked scores end at −∞, P = 0, not ∞ − ∞.
             for (g, dst) in [(io.lse, lse2), (io.delta, dl)] {
-                let src = k.gview(
-                    g,
-                    vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)],
-                    2,
-                    3,
-                    16,
-                    STEP,
-                );
+                let origin = vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)];
+                let src = k.gview(g, origin, 2, 3, 16, STEP);
                 k.load_global(dst, src);
             }
-            k.mul(lse2, lse2, std::f32::consts::LOG2_E);
+            k.mul(lse2, lse2, -(d as f32).sqrt());
+            k.mul(dl, dl, -1.0f32);
             k.for_range("j", 0, &n_kv, |k, j| {
                 k.barrier(); // key step j has landed
                 let slot = &j % ring;
                 let kv0 = &j * step;
-                // S = Q·Kᵀ and dP = dO·Vᵀ over the head dimension, 64 columns at a time.
+                // S += Q·Kᵀ and dP += dO·Vᵀ over the head dimension, 64 columns at a time.
+                k.copy(s, lse2);
+                k.copy(dp, dl);
                 for (dst, own, streamed) in [(s, q_s, k_s), (dp, do_s, v_s)] {
-                    for (i, (&a, &bt)) in own.iter().zip(streamed).enumerate() {
+                    for (&a, &bt) in own.iter().zip(streamed) {
                         let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
                         let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
-                        k.mma(MmaForm::Abt, dst, a, bt, (i > 0).then_some(dst));
+                        k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
                     }
                 }
                 let (inf, kv_end) = (f32::NEG_INFINITY, &kv0 + step);
@@ -487,7 +482,7 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                         k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
                     });
                 }
-                probs_and_ds(k, c, s, dp, lse2, dl);
+                probs_and_ds(k, c, s, dp);
                 k.copy(ds, dp);
                 // dQ += dS·K (dS from registers, K as a keys × dim operand).
                 for (&r, &bt) in dq_r.iter().zip(k_s) {
