@@ -151,8 +151,8 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     its first call, cached for the process); there the head dim must be 64 or 128 (a ValueError
     otherwise). Like :func:`matmul`, CUDA calls allocate nothing but the output and synchronise nothing.
     For torch tensors
-    this is a ``torch.autograd.Function`` (:class:`AttentionFunction`) whose backward raises
-    NotImplementedError until the attention backward kernel exists.
+    this is a ``torch.autograd.Function`` (:class:`AttentionFunction`) whose backward runs the attention
+    backward kernel (``kittens._attention_backward``).
     """
     if _grad_needed(q, k, v):
         if out is not None:
@@ -172,6 +172,15 @@ def _attention(q, k, v, causal, scale, out):
         Q.args(), K.args(), V.args(), O.args(), bool(causal), None if scale is None else float(scale), _stream(Q)
     )
     return _result(Q, out)
+
+
+def _attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None):
+    """Gradients ``(dq, dk, dv)`` of :func:`attention` from its output ``out`` and log-sum-exp ``lse``
+    (float32 (B, H, N)) for the output gradient ``grad_out``; torch tensors. Private but stable: the
+    entry the autograd function uses (see ``kittens._backward.attention_backward``)."""
+    from ._backward import attention_backward
+
+    return attention_backward(q, k, v, out, grad_out, lse, causal, scale)
 
 
 def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, seed: int = 0, *,
