@@ -143,8 +143,17 @@ impl KernelProblem for BwdProblem {
                     .and_then(|(pq, pk)| budget::product(&[b, h, pq, pk, d, 3])),
             )
             .and_then(|(a, c)| a.checked_add(c));
+        // On Hopper the registered kernel is the key-block launch (`super::hopper`): Q, K, V, dO, the
+        // log-sum-exp and D in, dK and dV out. The runner has no sm_90a backend: those launches are
+        // checked by the interpreter test of both launches and on the GPU, not through this plan.
+        let mut launch = self.launch(p)?;
+        if cfg.schedule == super::BwdSchedule::HopperKv {
+            let [q, kv, lse] = [launch.inputs[0], launch.inputs[1], launch.inputs[5]];
+            launch.inputs = vec![q, kv, kv, q, lse, lse];
+            launch.outputs = vec![kv, kv];
+        }
         Ok(Plan {
-            launch: self.launch(p)?,
+            launch,
             what,
             work,
             shape: serde_json::json!({
