@@ -254,6 +254,14 @@ const GEMM_FP8: KernelEntry = KernelEntry {
     problem: &gemm_bf16::problem::GemmProblem::FP8,
 };
 
+/// The attention's variants on CDNA: its causal kernel (a separate code object, `kittens run
+/// --causal` builds it), so that `kittens compile` reports its registers and spills too.
+const ATTN_FWD_VARIANTS: &[Variant] = &[Variant {
+    name: attn_fwd::problem::CAUSAL,
+    about: "the causal kernel (top-left mask, key blocks past the diagonal skipped)",
+    targets: &[Target::Gfx942, Target::Gfx950],
+}];
+
 const ATTN_FWD: KernelEntry = KernelEntry {
     name: "attn_fwd",
     about: "attention forward, online softmax, GQA, causal option, BSHD/BHSD (HipKittens E.3)",
@@ -281,8 +289,13 @@ const ATTN_FWD: KernelEntry = KernelEntry {
             status: Status::Interpreted,
         },
     ],
-    variants: &[],
-    build_variant: no_variants,
+    variants: ATTN_FWD_VARIANTS,
+    build_variant: |gpu, v| {
+        attn_fwd::build(&attn_fwd::problem::variant(
+            attn_fwd::AttnConfig::for_gpu(gpu),
+            v,
+        )?)
+    },
     build_default: || attn_fwd::build(&attn_fwd::AttnConfig::default()),
     // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`); Hopper gets
     // the producer/consumer program.

@@ -401,8 +401,14 @@ mod tests {
     /// instruction for it (32 bytes per lane), so its tiles kept no swizzle and read 4-way.
     #[test]
     fn fp8_operand_runs_are_vector_reads() {
-        let reg = RegTile::new(DType::Fp8E4m3, 16, 128, Layout::Row, BaseShape::new(16, 128))
-            .unwrap();
+        let reg = RegTile::new(
+            DType::Fp8E4m3,
+            16,
+            128,
+            Layout::Row,
+            BaseShape::new(16, 128),
+        )
+        .unwrap();
         assert_eq!(
             amd_instr(&reg, Arch::Cdna4, false),
             Some(DsInstr::DsReadB128)

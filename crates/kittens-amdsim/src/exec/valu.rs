@@ -49,6 +49,8 @@ fn int2(op: Op, a: u32, b: u32, clamp: bool) -> Option<u32> {
         VMinU32 => a.min(b),
         VMaxU32 => a.max(b),
         VLshrrevB32 => b >> (a & 31),
+        // GFX9-family 16-bit ALU ops zero the destination's high half (LLVM relies on it).
+        VLshrrevB16 => (b & 0xffff) >> (a & 15),
         VAshrrevI32 => ((b as i32) >> (a & 31)) as u32,
         VLshlrevB32 => b << (a & 31),
         VAndB32 => a & b,
@@ -350,6 +352,16 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
         VAddLshlU32 => from_fn(|l| a[l].wrapping_add(b[l]) << (c[l] & 31)),
         VAdd3U32 => from_fn(|l| a[l].wrapping_add(b[l]).wrapping_add(c[l])),
         VXadU32 => from_fn(|l| (a[l] ^ b[l]).wrapping_add(c[l])),
+        // CDNA3 ISA guide, V_MBCNT_LO/HI_U32_B32: S1 plus the set bits of S0 in the low (high) half
+        // of the mask of lanes below this one (the lane index from two of them, `-1` as S0).
+        VMbcntLoU32B32 => from_fn(|l| {
+            let below = (1u64 << l).wrapping_sub(1) as u32;
+            (a[l] & below).count_ones().wrapping_add(b[l])
+        }),
+        VMbcntHiU32B32 => from_fn(|l| {
+            let below = ((1u64 << l).wrapping_sub(1) >> 32) as u32;
+            (a[l] & below).count_ones().wrapping_add(b[l])
+        }),
         VLshlOrB32 => from_fn(|l| (a[l] << (b[l] & 31)) | c[l]),
         VAndOrB32 => from_fn(|l| (a[l] & b[l]) | c[l]),
         VOr3B32 => from_fn(|l| a[l] | b[l] | c[l]),
