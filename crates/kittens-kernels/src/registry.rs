@@ -462,7 +462,7 @@ mod tests {
 
     /// The GEMMs' `interleave4` variant builds the 4-wave interleave for gfx950 with the GPU's element
     /// types; an unknown name lists the variants, a target the variant does not list is refused
-    /// naming its targets, and the attention has none.
+    /// naming its targets; the attention's variant is its causal kernel.
     #[test]
     fn variants_build_or_say_why_not() {
         for (name, input) in [
@@ -494,12 +494,21 @@ mod tests {
             let k = e.build_variant(Target::Gfx950, None).unwrap();
             assert_eq!(k.schedule, kittens_ir::Schedule::PingPong8, "{name}");
         }
+        // The attention's one variant is its causal kernel, on both CDNA targets.
         let attn = by_name("attn_fwd").unwrap();
         let msg = attn
             .build_variant(Target::Gfx950, Some("interleave4"))
             .unwrap_err()
             .to_string();
-        assert!(msg.contains("none"), "{msg}");
+        assert!(
+            msg.contains("interleave4") && msg.contains("causal"),
+            "{msg}"
+        );
+        for t in [Target::Gfx950, Target::Gfx942] {
+            let k = attn.build_variant(t, Some("causal")).unwrap();
+            assert_eq!(k.name, "attn_fwd_causal", "{t}");
+        }
+        assert!(attn.build_variant(Target::Sm90a, Some("causal")).is_err());
     }
 
     /// Every available plan builds for its target with the schedule it names; a target marked not
