@@ -212,6 +212,7 @@ table! {
     Vop2 0x15 VXorB32 "v_xor_b32" [1, 1, 1, 0] Both;
     Vop2 0x17 VFmamkF32 "v_fmamk_f32" [1, 1, 1, 0] Both;
     Vop2 0x18 VFmaakF32 "v_fmaak_f32" [1, 1, 1, 0] Both;
+    Vop2 0x26 VAddU16 "v_add_u16" [1, 1, 1, 0] Both;
     Vop2 0x2b VLshrrevB16 "v_lshrrev_b16" [1, 1, 1, 0] Both;
     Vop2 0x34 VAddU32 "v_add_u32" [1, 1, 1, 0] Both;
     Vop2 0x35 VSubU32 "v_sub_u32" [1, 1, 1, 0] Both;

@@ -51,6 +51,7 @@ fn int2(op: Op, a: u32, b: u32, clamp: bool) -> Option<u32> {
         VLshrrevB32 => b >> (a & 31),
         // GFX9-family 16-bit ALU ops zero the destination's high half (LLVM relies on it).
         VLshrrevB16 => (b & 0xffff) >> (a & 15),
+        VAddU16 => (a.wrapping_add(b)) & 0xffff,
         VAshrrevI32 => ((b as i32) >> (a & 31)) as u32,
         VLshlrevB32 => b << (a & 31),
         VAndB32 => a & b,
