@@ -532,68 +532,23 @@ impl Emitter<'_> {
         let col_major = dm.slots.len() > 1
             && dm.slots[1].0.base == dm.slots[0].0.base + 1
             && dm.slots[1].1 == dm.slots[0].1;
-        // The destination is read in runs of consecutive scratch elements (at most 16 bytes, each
-        // starting on a 16-byte chunk): the scratch is swizzled by chunks only when every lane's
-        // reads are such runs, so each run stays one wide read.
-        let plain = |l: u32, s: usize, bi: u32, bj: u32| {
-            let (r, c) = st_pos(&dt, &dm, l, s, bi, bj);
-            if col_major {
-                c * rows + r
-            } else {
-                r * cols + c
-            }
-        };
-        let chunk = 16 / dt.dtype.bytes().max(1);
-        let mut run = 1usize;
-        while run < chunk as usize
-            && (de as usize).is_multiple_of(run * 2)
-            && (0..64).all(|l| {
-                (0..de as usize).all(|s| {
-                    let start = s - s % (run * 2);
-                    plain(l, s, 0, 0) == plain(l, start, 0, 0) + (s - start) as u32
-                })
-            })
-        {
-            run *= 2;
-        }
-        let (dgr0, dgc0) = dt.base_grid();
-        // gfx942 only: its attention at 256 VGPRs spilled 3 of them to the swizzle's address
-        // registers (clang 22), so its P reads stay 2-way there.
-        let aligned = self.arch == kittens_hw::Arch::Cdna4
-            && run == chunk as usize
-            && (0..64).all(|l| {
-                (0..de as usize).step_by(run).all(|s| {
-                    (0..dgr0).all(|bi| (0..dgc0).all(|bj| plain(l, s, bi, bj) % chunk == 0))
-                })
-            });
-        let swz = if aligned {
-            // Each run is one 16-byte read: its 64 lanes' addresses per (bi, bj) and run.
-            let reads: Vec<Vec<u32>> = (0..dgr0)
-                .flat_map(|bi| (0..dgc0).map(move |bj| (bi, bj)))
-                .flat_map(|(bi, bj)| (0..de as usize).step_by(run).map(move |s| (bi, bj, s)))
-                .map(|(bi, bj, s)| (0..64).map(|l| plain(l, s, bi, bj)).collect())
-                .collect();
-            ScratchSwizzle::choose(dt.dtype.bytes(), rows * cols * dt.dtype.bytes(), &reads)
-        } else {
-            ScratchSwizzle::NONE
-        };
         let at = move |r: &str, c: &str| {
-            swz.c(&if col_major {
+            if col_major {
                 format!("{c} * {rows} + {r}")
             } else {
                 format!("{r} * {cols} + {c}")
-            })
+            }
         };
         // bf16 destinations whose source slots pair up on consecutive, 4-byte aligned scratch
         // elements convert two at a time (`v_cvt_pk_bf16_f32` on gfx950) and store 32 bits.
         let index = |l: u32, s: usize, bi: u32, bj: u32| {
             let (r, c) = st_pos(&st, &sm, l, s, bi, bj);
             let (r, c) = if transpose { (c, r) } else { (r, c) };
-            swz.host(if col_major {
+            if col_major {
                 c * rows + r
             } else {
                 r * cols + c
-            })
+            }
         };
         let (sgr0, sgc0) = st.base_grid();
         let paired = dt.dtype == DType::Bf16
@@ -656,27 +611,13 @@ impl Emitter<'_> {
                 "for (int bi = 0; bi < {dgr}; ++bi) for (int bj = 0; bj < {dgc}; ++bj)"
             ));
             em.block("", |em| {
-                if !aligned {
-                    for s in 0..de {
-                        let (r, c) = pos(&dt, &dm, s as usize, "bi", "bj");
-                        em.line(format!(
-                            "{} = sc[{}];",
-                            elem(&dn, de, "bi", "bj", s),
-                            at(&r, &c)
-                        ));
-                    }
-                    return Ok(());
-                }
-                for s in (0..de).step_by(run) {
+                for s in 0..de {
                     let (r, c) = pos(&dt, &dm, s as usize, "bi", "bj");
-                    em.line(format!("{{ const u32 o = {};", at(&r, &c)));
-                    for t in 0..run as u32 {
-                        em.line(format!(
-                            "  {} = sc[o + {t}];",
-                            elem(&dn, de, "bi", "bj", s + t)
-                        ));
-                    }
-                    em.line("}");
+                    em.line(format!(
+                        "{} = sc[{}];",
+                        elem(&dn, de, "bi", "bj", s),
+                        at(&r, &c)
+                    ));
                 }
                 Ok(())
             })?;
@@ -791,82 +732,6 @@ mod tests {
             );
             let short = vec(Axis::Cols, 16, Layout::Col, BaseShape::S16X16, arch);
             assert!(!rows.same_spread(&short), "{arch:?}");
-        }
-    }
-}
-
-/// The remap scratch's swizzle (HipKittens §3.2.2's XOR idea, on the scratch instead of a shared
-/// tile): the 16-byte chunk within each 64 bytes XOR a function of a higher pair of address bits,
-/// chosen by the bank model (`kittens_hw::lds`, HipKittens Table 5's `ds_read_b128` phases) over the
-/// destination's reads. A destination column of 32 bf16 keys is 64 bytes, so unswizzled the
-/// `ds_read_b128` of lanes 0-3 and 12-15 (columns 256 bytes apart, one phase) hit the same banks:
-/// 2-way, by the ISA emulator's measured addresses of gfx950's attention P. Chunks stay whole (element
-/// pairs too), so the wide reads and paired writes keep their width; the map is an involution inside
-/// every 64 bytes.
-#[derive(Clone, Copy)]
-struct ScratchSwizzle {
-    /// Element-index shift of the selecting bits, of the chunk bits, and whether the selector is
-    /// negated mod 4; `None`: identity.
-    shifts: Option<(u32, u32, bool)>,
-}
-
-impl ScratchSwizzle {
-    const NONE: ScratchSwizzle = ScratchSwizzle { shifts: None };
-
-    /// The first candidate under which every read in `reads` (element indices per lane) is
-    /// conflict-free, else the least conflicted (identity included).
-    fn choose(elem_bytes: u32, total_bytes: u32, reads: &[Vec<u32>]) -> Self {
-        let sh = elem_bytes.trailing_zeros();
-        if !elem_bytes.is_power_of_two() || elem_bytes > 16 || !total_bytes.is_multiple_of(64) {
-            return Self::NONE;
-        }
-        let worst = |z: &ScratchSwizzle| {
-            reads
-                .iter()
-                .map(|r| {
-                    let addrs: Vec<Option<u32>> =
-                        r.iter().map(|&i| Some(z.host(i) * elem_bytes)).collect();
-                    kittens_hw::lds::conflicts(kittens_hw::lds::DsInstr::DsReadB128, &addrs)
-                        .map_or(u32::MAX, |v| v.into_iter().max().unwrap_or(0))
-                })
-                .max()
-                .unwrap_or(0)
-        };
-        let mut best = (worst(&Self::NONE), Self::NONE);
-        for byte_shift in [8u32, 7, 9, 6, 10] {
-            for neg in [false, true] {
-                let z = ScratchSwizzle {
-                    shifts: Some((byte_shift - sh, 4 - sh, neg)),
-                };
-                let w = worst(&z);
-                if w < best.0 {
-                    best = (w, z);
-                }
-            }
-        }
-        best.1
-    }
-
-    /// The swizzled element index as C.
-    fn c(&self, idx: &str) -> String {
-        match self.shifts {
-            Some((hi, lo, false)) => format!("(({idx}) ^ (((({idx}) >> {hi}) & 3) << {lo}))"),
-            Some((hi, lo, true)) => {
-                format!("(({idx}) ^ (((0u - (u32)(({idx}) >> {hi})) & 3) << {lo}))")
-            }
-            None => idx.to_string(),
-        }
-    }
-
-    /// The same on the host.
-    fn host(&self, idx: u32) -> u32 {
-        match self.shifts {
-            Some((hi, lo, neg)) => {
-                let sel = idx >> hi;
-                let sel = if neg { 0u32.wrapping_sub(sel) } else { sel };
-                idx ^ ((sel & 3) << lo)
-            }
-            None => idx,
         }
     }
 }
