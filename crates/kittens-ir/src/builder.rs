@@ -649,6 +649,10 @@ impl KernelBuilder {
     pub fn sched_mma_reads(&mut self, mma: u32, reads: u32, groups: u32) {
         self.op(Op::Hint(SchedHint::MmaReads { mma, reads, groups }));
     }
+    /// `groups` times: `mma` matrix ops, then `exp` exponentials (a compiler hint).
+    pub fn sched_mma_exp(&mut self, mma: u32, exp: u32, groups: u32) {
+        self.op(Op::Hint(SchedHint::MmaExp { mma, exp, groups }));
+    }
 
     // ---- control ------------------------------------------------------------------------------
 

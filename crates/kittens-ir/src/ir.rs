@@ -349,6 +349,10 @@ pub enum SchedHint {
     /// Interleave `mma` matrix ops with `reads` shared→register reads, `groups` times (AMD
     /// `sched_group_barrier` on MFMA and DS-read groups; the 4-wave interleave, HipKittens §3.3.2).
     MmaReads { mma: u32, reads: u32, groups: u32 },
+    /// Interleave `mma` matrix ops with `exp` transcendental ops (the softmax's `exp2`), `groups`
+    /// times, in this order: HipKittens E.3's compute clusters, one block's MFMAs issued between the
+    /// exponentials of another's softmax (AMD `sched_group_barrier` on MFMA and TRANS groups).
+    MmaExp { mma: u32, exp: u32, groups: u32 },
 }
 
 /// One operation. Register ops are performed by each executing wave on its own registers; memory ops that

@@ -36,13 +36,6 @@ fn every_hot_loop_access_is_conflict_free_on_both_amd_targets() {
                 "{} on {arch:?}: no hot-loop shared access found",
                 e.name
             );
-            // gfx950's fp8 operand reads (two 16-byte K runs per lane for the 16x16x128 MFMA) have
-            // no instruction in the bank model yet: reported as unmodelled, not judged. Asserted, so
-            // that modelling them makes this exception fail and be removed.
-            if e.name == "gemm_fp8" && arch == Arch::Cdna4 {
-                assert!(hot.iter().all(|a| a.instr.is_none()), "{}", e.name);
-                continue;
-            }
             for a in hot {
                 assert!(
                     a.instr.is_some(),

@@ -262,6 +262,14 @@ const GEMM_FP8: KernelEntry = KernelEntry {
     problem: &gemm_bf16::problem::GemmProblem::FP8,
 };
 
+/// The attention's variants on CDNA: its causal kernel (a separate code object, `kittens run
+/// --causal` builds it), so that `kittens compile` reports its registers and spills too.
+const ATTN_FWD_VARIANTS: &[Variant] = &[Variant {
+    name: attn_fwd::problem::CAUSAL,
+    about: "the causal kernel (top-left mask, key blocks past the diagonal skipped)",
+    targets: &[Target::Gfx942, Target::Gfx950],
+}];
+
 const ATTN_FWD: KernelEntry = KernelEntry {
     name: "attn_fwd",
     about: "attention forward, online softmax, GQA, causal option, BSHD/BHSD (HipKittens E.3)",
@@ -289,8 +297,13 @@ const ATTN_FWD: KernelEntry = KernelEntry {
             status: Status::Interpreted,
         },
     ],
-    variants: &[],
-    build_variant: no_variants,
+    variants: ATTN_FWD_VARIANTS,
+    build_variant: |gpu, v| {
+        attn_fwd::build(&attn_fwd::problem::variant(
+            attn_fwd::AttnConfig::for_gpu(gpu),
+            v,
+        )?)
+    },
     build_default: || attn_fwd::build(&attn_fwd::AttnConfig::default()),
     // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`); Hopper gets
     // the producer/consumer program.
@@ -462,7 +475,7 @@ mod tests {
 
     /// The GEMMs' `interleave4` variant builds the 4-wave interleave for gfx950 with the GPU's element
     /// types; an unknown name lists the variants, a target the variant does not list is refused
-    /// naming its targets, and the attention has none.
+    /// naming its targets; the attention's variant is its causal kernel.
     #[test]
     fn variants_build_or_say_why_not() {
         for (name, input) in [
@@ -494,12 +507,21 @@ mod tests {
             let k = e.build_variant(Target::Gfx950, None).unwrap();
             assert_eq!(k.schedule, kittens_ir::Schedule::PingPong8, "{name}");
         }
+        // The attention's one variant is its causal kernel, on both CDNA targets.
         let attn = by_name("attn_fwd").unwrap();
         let msg = attn
             .build_variant(Target::Gfx950, Some("interleave4"))
             .unwrap_err()
             .to_string();
-        assert!(msg.contains("none"), "{msg}");
+        assert!(
+            msg.contains("interleave4") && msg.contains("causal"),
+            "{msg}"
+        );
+        for t in [Target::Gfx950, Target::Gfx942] {
+            let k = attn.build_variant(t, Some("causal")).unwrap();
+            assert_eq!(k.name, "attn_fwd_causal", "{t}");
+        }
+        assert!(attn.build_variant(Target::Sm90a, Some("causal")).is_err());
     }
 
     /// Every available plan builds for its target with the schedule it names; a target marked not

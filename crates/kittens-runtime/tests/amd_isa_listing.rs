@@ -183,8 +183,8 @@ fn decoder_agrees_with_llvm_listing_on_every_shipped_kernel() {
         }
     }
     assert_eq!(
-        checked, 14,
-        "six kernels on two AMD targets and two gfx950 variants"
+        checked, 16,
+        "six kernels on two AMD targets, two gfx950 GEMM variants, the causal attention on both"
     );
 }
 

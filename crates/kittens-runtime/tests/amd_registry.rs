@@ -147,9 +147,12 @@ fn registry_attention_fits_both_targets() {
         assert_eq!((r.vgpr_spill, r.sgpr_spill, r.scratch_bytes), (0, 0, 0));
         assert!(r.lds_bytes <= r.lds_budget_bytes, "{r:?}");
         let (kv, qr, d) = (cfg.kv_block, cfg.q_rows, cfg.dim);
+        // The P scratch holds one score tile: a whole block, or half of one where the 64-key
+        // blocks are taken in halves (gfx950).
+        let p_keys = if slots == 3 { kv / 2 } else { kv };
         assert_eq!(
             r.lds_bytes,
-            slots * 2 * kv * d * 2 + kernel.waves * kv * qr * 2
+            slots * 2 * kv * d * 2 + kernel.waves * p_keys * qr * 2
         );
         let k_mfma = if g.arch == Arch::Cdna4 { 32 } else { 16 };
         let mfma = bf16_mfma_opcode(g.arch).unwrap();

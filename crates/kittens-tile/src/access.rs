@@ -309,20 +309,24 @@ fn ldmatrix_rows(held: &[Vec<(u32, u32)>]) -> Result<Vec<Vec<(u32, u32)>>, Strin
 
 /// The instruction the HIP lowering moves `reg` with between registers and a shared tile of the same
 /// dtype on `arch` (CDNA3 or CDNA4), or `None` when the bank model has none for it (an element-wise
-/// 32-bit access). Row-layout tiles whose lanes hold 8 or 16 consecutive bytes use one vector access
-/// per base tile (`ds_read_b64/b128`, `ds_write_b64/b128`); other 16-bit loads use the CDNA4
+/// 32-bit access). Row-layout tiles whose lanes hold runs of 8 or 16 consecutive bytes use one vector
+/// access per run (`ds_read_b64/b128`, `ds_write_b64/b128`; one or two runs per base tile, as the
+/// lowering's `lds_runs`); other 16-bit loads use the CDNA4
 /// transposing read (HipKittens D.1) where its lane arithmetic fits, else one `ds_read_u16` per element.
 pub fn amd_instr(reg: &RegTile, arch: Arch, store: bool) -> Option<DsInstr> {
     let e = reg.dtype.bytes();
     let bytes = reg.base.rows * reg.base.cols / 64 * e;
     let mut tries: Vec<DsInstr> = Vec::new();
     if reg.layout == Layout::Row {
-        match (bytes, store) {
-            (16, false) => tries.push(DsInstr::DsReadB128),
-            (8, false) => tries.push(DsInstr::DsReadB64),
-            (16, true) => tries.push(DsInstr::DsWriteB128),
-            (8, true) => tries.push(DsInstr::DsWriteB64),
-            _ => {}
+        // A lane's bytes of one base tile may be several runs of one row (the fp8 16×128 operand:
+        // two 16-byte runs, FP8-tutorial §6): one vector access per run, which `pattern` checks.
+        for (width, read, write) in [
+            (16, DsInstr::DsReadB128, DsInstr::DsWriteB128),
+            (8, DsInstr::DsReadB64, DsInstr::DsWriteB64),
+        ] {
+            if bytes >= width && bytes.is_multiple_of(width) && bytes <= 2 * width {
+                tries.push(if store { write } else { read });
+            }
         }
     }
     if !store && e == 2 {
@@ -390,6 +394,42 @@ mod tests {
             base_shapes(DType::Bf16, Layout::Row, Vendor::Nvidia),
             vec![BaseShape::S16X16]
         );
+    }
+
+    /// CDNA4's fp8 16×128 operand: each lane holds two 16-byte runs of its row (K `16·(l/16)..` and
+    /// `64 + 16·(l/16)..`, FP8-tutorial §6), one `ds_read_b128` each; the model used to have no
+    /// instruction for it (32 bytes per lane), so its tiles kept no swizzle and read 4-way.
+    #[test]
+    fn fp8_operand_runs_are_vector_reads() {
+        let reg = RegTile::new(
+            DType::Fp8E4m3,
+            16,
+            128,
+            Layout::Row,
+            BaseShape::new(16, 128),
+        )
+        .unwrap();
+        assert_eq!(
+            amd_instr(&reg, Arch::Cdna4, false),
+            Some(DsInstr::DsReadB128)
+        );
+        assert_eq!(
+            amd_instr(&reg, Arch::Cdna4, true),
+            Some(DsInstr::DsWriteB128)
+        );
+        let shared = SharedTile::new(DType::Fp8E4m3, 16, 128).unwrap();
+        let r = analyze(&shared, &reg, DsInstr::DsReadB128).unwrap();
+        // Two reads per base tile, 64 lanes each, every address a lane's 16-byte run.
+        assert_eq!(r.issues.len(), 2);
+        for (k, iss) in r.issues.iter().enumerate() {
+            for (l, es) in iss.elems.iter().enumerate() {
+                let want = (l as u32 % 16, 64 * k as u32 + 16 * (l as u32 / 16));
+                assert_eq!(es[0], want, "read {k} lane {l}");
+                assert_eq!(es.len(), 16);
+            }
+        }
+        // Unswizzled, the 128-byte rows put lanes 0..3 of a phase on the same banks.
+        assert!(r.max_conflict > 1, "{}", r.max_conflict);
     }
 
     #[test]

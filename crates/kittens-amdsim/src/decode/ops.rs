@@ -218,6 +218,8 @@ table! {
     Vop2 0x1c VAddcCoU32 "v_addc_co_u32" [1, 1, 1, 2] Both;
     Vop2 0x1d VSubbCoU32 "v_subb_co_u32" [1, 1, 1, 2] Both;
     Vop2 0x1e VSubbrevCoU32 "v_subbrev_co_u32" [1, 1, 1, 2] Both;
+    Vop2 0x26 VAddU16 "v_add_u16" [1, 1, 1, 0] Both;
+    Vop2 0x2b VLshrrevB16 "v_lshrrev_b16" [1, 1, 1, 0] Both;
     Vop2 0x34 VAddU32 "v_add_u32" [1, 1, 1, 0] Both;
     Vop2 0x35 VSubU32 "v_sub_u32" [1, 1, 1, 0] Both;
     Vop2 0x36 VSubrevU32 "v_subrev_u32" [1, 1, 1, 0] Both;
@@ -303,6 +305,8 @@ table! {
     Vop3 0x288 VLdexpF32 "v_ldexp_f32" [1, 1, 1, 0] Both;
     Vop3 0x289 VReadlaneB32 "v_readlane_b32" [1, 1, 1, 0] Both;
     Vop3 0x28a VWritelaneB32 "v_writelane_b32" [1, 1, 1, 0] Both;
+    Vop3 0x28c VMbcntLoU32B32 "v_mbcnt_lo_u32_b32" [1, 1, 1, 0] Both;
+    Vop3 0x28d VMbcntHiU32B32 "v_mbcnt_hi_u32_b32" [1, 1, 1, 0] Both;
     Vop3 0x28f VLshlrevB64 "v_lshlrev_b64" [2, 1, 2, 0] Both;
 
     Vop3p 0x2d VMfmaF32_16x16x128F8f6f4 "v_mfma_f32_16x16x128_f8f6f4" [4, 8, 8, 4] G950;

@@ -49,6 +49,9 @@ fn int2(op: Op, a: u32, b: u32, clamp: bool) -> Option<u32> {
         VMinU32 => a.min(b),
         VMaxU32 => a.max(b),
         VLshrrevB32 => b >> (a & 31),
+        // GFX9-family 16-bit ALU ops zero the destination's high half (LLVM relies on it).
+        VLshrrevB16 => (b & 0xffff) >> (a & 15),
+        VAddU16 => (a.wrapping_add(b)) & 0xffff,
         VAshrrevI32 => ((b as i32) >> (a & 31)) as u32,
         VLshlrevB32 => b << (a & 31),
         VAndB32 => a & b,
@@ -364,6 +367,16 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
             s24(a[l]).wrapping_mul(s24(b[l])).wrapping_add(c[l] as i32) as u32
         }),
         VXadU32 => from_fn(|l| (a[l] ^ b[l]).wrapping_add(c[l])),
+        // CDNA3 ISA guide, V_MBCNT_LO/HI_U32_B32: S1 plus the set bits of S0 in the low (high) half
+        // of the mask of lanes below this one (the lane index from two of them, `-1` as S0).
+        VMbcntLoU32B32 => from_fn(|l| {
+            let below = (1u64 << l).wrapping_sub(1) as u32;
+            (a[l] & below).count_ones().wrapping_add(b[l])
+        }),
+        VMbcntHiU32B32 => from_fn(|l| {
+            let below = ((1u64 << l).wrapping_sub(1) >> 32) as u32;
+            (a[l] & below).count_ones().wrapping_add(b[l])
+        }),
         VLshlOrB32 => from_fn(|l| (a[l] << (b[l] & 31)) | c[l]),
         VAndOrB32 => from_fn(|l| (a[l] & b[l]) | c[l]),
         VOr3B32 => from_fn(|l| a[l] | b[l] | c[l]),

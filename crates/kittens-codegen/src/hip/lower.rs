@@ -98,7 +98,7 @@ pub(super) struct Emitter<'k> {
     pub has_global_loads: bool,
     /// MFMAs (and 16-byte LDS reads) go to the compiler's scheduler instead of fixed `asm volatile`:
     /// the 4-wave interleave, and any kernel that asks for an MFMA interleave pattern
-    /// (`SchedHint::Pairs` / `MmaReads`), which only a movable MFMA can follow.
+    /// (`SchedHint::Pairs` / `MmaReads` / `MmaExp`), which only a movable MFMA can follow.
     pub compiler_scheduled: bool,
 }
 
@@ -122,7 +122,9 @@ impl<'k> Emitter<'k> {
             compiler_scheduled |= matches!(
                 op,
                 Op::Hint(
-                    kittens_ir::SchedHint::Pairs { .. } | kittens_ir::SchedHint::MmaReads { .. }
+                    kittens_ir::SchedHint::Pairs { .. }
+                        | kittens_ir::SchedHint::MmaReads { .. }
+                        | kittens_ir::SchedHint::MmaExp { .. }
                 )
             );
             scratch_per_wave = scratch_per_wave.max(scratch_bytes(k, &maps, op));
@@ -205,7 +207,15 @@ impl<'k> Emitter<'k> {
             format!("void {}({})", ident(&k.name), args.join(", ")),
             |e| {
                 e.line("const int wave = __builtin_amdgcn_readfirstlane(thread_id() / 64);");
-                e.line("const int lane = lane_id();");
+                // The lane from `v_mbcnt` (no register input: recomputed where needed) except in
+                // the 4-wave interleave, whose fp8 GEMM clang 22 then spills 2 VGPRs; the 8-wave
+                // kernels at 256 registers are the other way round (gfx942's causal attention
+                // spilled the work-item id it held across the key loop).
+                e.line(if e.k.schedule == kittens_ir::Schedule::Interleave4 {
+                    "const int lane = thread_id() % 64;"
+                } else {
+                    "const int lane = lane_id();"
+                });
                 e.grid()?;
                 e.declarations();
                 e.stmts(&k.body)

@@ -128,7 +128,18 @@ impl Emitter<'_> {
             }
             Op::Hint(SchedHint::Pairs { mma, other, groups }) => {
                 for _ in 0..*groups {
-                    self.line(format!("sched_group_barrier<SCHED_MFMA, {mma}, 0>(); sched_group_barrier<SCHED_VALU, {other}, 0>();"));
+                    if *other == 0 {
+                        // MFMAs alone: a group of them, in place.
+                        self.line(format!("sched_group_barrier<SCHED_MFMA, {mma}, 0>();"));
+                    } else {
+                        self.line(format!("sched_group_barrier<SCHED_MFMA, {mma}, 0>(); sched_group_barrier<SCHED_VALU, {other}, 0>();"));
+                    }
+                }
+                Ok(())
+            }
+            Op::Hint(SchedHint::MmaExp { mma, exp, groups }) => {
+                for _ in 0..*groups {
+                    self.line(format!("sched_group_barrier<SCHED_MFMA, {mma}, 0>(); sched_group_barrier<SCHED_TRANS, {exp}, 0>();"));
                 }
                 Ok(())
             }

@@ -53,7 +53,12 @@ KITTENS_DEV u32 thread_id() { return __builtin_amdgcn_workitem_id_x(); }
 KITTENS_DEV u32 block_id_x() { return __builtin_amdgcn_workgroup_id_x(); }
 KITTENS_DEV u32 block_id_y() { return __builtin_amdgcn_workgroup_id_y(); }
 KITTENS_DEV u32 wave_id() { return __builtin_amdgcn_workitem_id_x() / 64; }
-KITTENS_DEV u32 lane_id() { return __builtin_amdgcn_workitem_id_x() % 64; }
+// The lane from the exec-independent bit counts (`v_mbcnt_lo/hi`, as HIP's `__lane_id`): no
+// register input, so the compiler recomputes it where it is needed instead of holding the
+// work-item id across a hot loop (gfx942's causal attention spilled that one register).
+KITTENS_DEV u32 lane_id() {
+  return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
+}
 
 // ---- MFMA ------------------------------------------------------------------------------------------
 // For each matrix instruction, four forms:

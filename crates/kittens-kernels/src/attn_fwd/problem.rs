@@ -18,18 +18,37 @@ use kittens_ir::Kernel;
 #[derive(Debug)]
 pub struct AttnProblem;
 
-/// The configuration a run on `target` builds: `p.attn_cfg`'s tiles on the CPU, the default tiles
-/// (the registry's for both CDNA targets) elsewhere; head dimension, causality and layout from `p`.
-/// No named variant exists yet: one asked for is refused rather than ignored.
-fn no_variant(p: &Problem) -> Result<(), KernelError> {
-    match p.variant {
-        None => Ok(()),
-        Some(v) => Err(KernelError::Config(format!(
-            "attn_fwd: no variant `{v}` (it has none)"
+/// The name of the causal variant (the registry's, for `kittens compile --schedule causal`).
+pub const CAUSAL: &str = "causal";
+
+/// `base`, a GPU's configuration, turned into its variant `name`.
+pub fn variant(base: AttnConfig, name: &str) -> Result<AttnConfig, KernelError> {
+    match name {
+        CAUSAL => Ok(AttnConfig {
+            causal: true,
+            ..base
+        }),
+        other => Err(KernelError::Config(format!(
+            "attn_fwd: no variant `{other}`; variants: {CAUSAL}"
         ))),
     }
 }
 
+/// A run's variant must agree with its problem: `causal` only with `p.causal` (what `--causal`
+/// already builds); an unknown one is refused rather than ignored.
+fn no_variant(p: &Problem) -> Result<(), KernelError> {
+    match p.variant {
+        None => Ok(()),
+        Some(CAUSAL) if p.causal => Ok(()),
+        Some(CAUSAL) => Err(KernelError::Config(
+            "attn_fwd: the `causal` variant runs with the causal mask (--causal)".into(),
+        )),
+        Some(v) => variant(AttnConfig::default(), v).map(|_| ()),
+    }
+}
+
+/// The configuration a run on `target` builds: `p.attn_cfg`'s tiles on the CPU, the default tiles
+/// (the registry's for both CDNA targets) elsewhere; head dimension, causality and layout from `p`.
 fn config(p: &Problem, target: Target) -> AttnConfig {
     let tiles = match target.gpu() {
         Some(gpu) => AttnConfig::for_gpu(gpu),

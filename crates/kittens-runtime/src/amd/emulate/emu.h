@@ -169,7 +169,7 @@ template <int N> inline void s_waitcnt_lgkmcnt() {}
 template <class... T> inline void regs_landed(T&...) {}
 inline void s_barrier() { emu_block_barrier->arrive_and_wait(); }
 template <int P> inline void s_setprio() {}
-enum : int { SCHED_NONE = 0, SCHED_VALU = 2, SCHED_MFMA = 8, SCHED_DS_READ = 0x100 };
+enum : int { SCHED_NONE = 0, SCHED_VALU = 2, SCHED_MFMA = 8, SCHED_DS_READ = 0x100, SCHED_TRANS = 0x400 };
 template <int M> inline void sched_barrier() {}
 template <int M, int S, int I> inline void sched_group_barrier() {}
 
