@@ -1,0 +1,94 @@
+"""kittens.distributed.ring_attention itself — the torch.distributed sends and receives, the autograd
+Function, the sharding helpers — run by 2 and 3 CPU processes over gloo, with float64 reference block
+kernels in place of the GPU kernels, against float64 attention over the whole sequence and its autograd
+gradients.
+
+Needs torch (not installed by scripts/test-python.sh: torch is large); the GPU check
+(``python -m kittens.distributed_check`` under torchrun) runs the same code on the kernels.
+"""
+
+import os
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the CPU suite runs without it)")
+dist = pytest.importorskip("torch.distributed", reason="torch without torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
+
+import torch.multiprocessing as mp  # noqa: E402
+
+
+def ref_block_forward(q, k, v, causal, scale):
+    """(out, lse) of one block in float64."""
+    group = q.shape[1] // k.shape[1]
+    s = torch.einsum("bhid,bhjd->bhij", q, k.repeat_interleave(group, 1)) * scale
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.einsum("bhij,bhjd->bhid", torch.exp(s - lse[..., None]), v.repeat_interleave(group, 1)), lse
+
+
+def ref_block_backward(q, k, v, out, dout, lse, causal, scale):
+    group = q.shape[1] // k.shape[1]
+    kr, vr = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    s = torch.einsum("bhid,bhjd->bhij", q, kr) * scale
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf"))
+    p = torch.exp(s - lse[..., None])
+    dvr = torch.einsum("bhij,bhid->bhjd", p, dout)
+    ds = p * (torch.einsum("bhid,bhjd->bhij", dout, vr) - (dout * out).sum(-1, keepdim=True))
+    dq = torch.einsum("bhij,bhjd->bhid", ds, kr) * scale
+    dkr = torch.einsum("bhij,bhid->bhjd", ds, q) * scale
+    fold = lambda x: x.unflatten(1, (k.shape[1], group)).sum(2)  # noqa: E731
+    return dq, fold(dkr), fold(dvr)
+
+
+def full_attention(q, k, v, causal, scale):
+    return ref_block_forward(q, k, v, causal, scale)[0]
+
+
+def _rank_main(rank, world, init, n, causal, bshd):
+    from kittens.distributed import BlockKernels, gather, positions, ring_attention, shard
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        g = torch.Generator().manual_seed(1234 + n)
+        b, h, hkv, d, scale = 2, 4, 2, 8, 0.37
+        q, k, v = (torch.randn(b, x, n, d, generator=g, dtype=torch.float64) for x in (h, hkv, hkv))
+        dout = torch.randn(b, h, n, d, generator=g, dtype=torch.float64)
+        # The reference: autograd through float64 attention over the whole sequence.
+        qf, kf, vf = (x.clone().requires_grad_() for x in (q, k, v))
+        ref = full_attention(qf, kf, vf, causal, scale)
+        (ref * dout).sum().backward()
+
+        def local(x):
+            s = shard(x, causal=causal)
+            if bshd:  # a (B, N, H, D) buffer seen as (B, H, N, D), as projections produce
+                s = s.transpose(1, 2).contiguous().transpose(1, 2)
+            return s.requires_grad_()
+
+        ql, kl, vl = local(q), local(k), local(v)
+        kernels = BlockKernels(ref_block_forward, ref_block_backward)
+        seq_len = None if n % (2 * world) == 0 else n
+        out = ring_attention(ql, kl, vl, causal=causal, scale=scale, seq_len=seq_len, kernels=kernels)
+        assert out.stride() == ql.stride(), "output in q's memory order"
+        (out * shard(dout, causal=causal)).sum().backward()
+        for got, want in ((out, ref), (ql.grad, qf.grad), (kl.grad, kf.grad), (vl.grad, vf.grad)):
+            full = gather(got.detach(), n, causal=causal)
+            err = (full - want).abs().max().item()
+            assert err <= 1e-12 * max(1.0, want.abs().max().item()), err
+        pos = positions(n, causal=causal)
+        assert torch.equal(shard(torch.arange(n)[None, None, :, None], causal=causal).flatten(), pos)
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("world,n,causal,bshd", [
+    (2, 64, True, False), (2, 37, True, True), (2, 37, False, False), (3, 50, True, False), (3, 29, False, True),
+])
+def test_ring_attention_over_gloo_matches_full_attention(world, n, causal, bshd):
+    with tempfile.TemporaryDirectory() as tmp:
+        init = "file://" + os.path.join(tmp, "store")
+        mp.spawn(_rank_main, args=(world, init, n, causal, bshd), nprocs=world, join=True)
