@@ -40,7 +40,8 @@ from ._ring_plan import (
     ring_source,
 )
 
-__all__ = ["ring_attention", "RingAttentionFunction", "BlockKernels", "shard", "gather", "positions"]
+__all__ = ["ring_attention", "RingAttentionFunction", "BlockKernels", "KITTENS", "REFERENCE", "shard", "gather",
+           "positions"]
 
 
 # ------------------------------------------------------------------------------------------- kernels
@@ -84,6 +85,37 @@ def _kittens_backward(q, k, v, out, dout, lse, causal, scale):
 
 
 KITTENS = BlockKernels(_kittens_forward, _kittens_backward)
+
+
+def _reference_scores(q, k, causal, scale):
+    group = q.shape[1] // k.shape[1]
+    s = torch.matmul(q, k.repeat_interleave(group, 1).transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril(), float("-inf"))
+    return s
+
+
+def _reference_forward(q, k, v, causal, scale):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    s = _reference_scores(q, k, causal, scale)
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.matmul(torch.exp(s - lse[..., None]), v.repeat_interleave(q.shape[1] // v.shape[1], 1)), lse
+
+
+def _reference_backward(q, k, v, out, dout, lse, causal, scale):
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    group = q.shape[1] // k.shape[1]
+    kr, vr = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    p = torch.exp(_reference_scores(q, k, causal, scale) - lse[..., None])
+    ds = p * (torch.matmul(dout, vr.transpose(-1, -2)) - (dout * out).sum(-1, keepdim=True))
+    fold = lambda x: x.unflatten(1, (k.shape[1], group)).sum(2)  # noqa: E731
+    return (torch.matmul(ds, kr) * scale, fold(torch.matmul(ds.transpose(-1, -2), q) * scale),
+            fold(torch.matmul(p.transpose(-1, -2), dout)))
+
+
+#: Block kernels in plain torch arithmetic (any device and dtype, memory O(Nq·Nk)): for tests and CPU
+#: runs of the ring, never for speed.
+REFERENCE = BlockKernels(_reference_forward, _reference_backward)
 
 
 # ------------------------------------------------------------------------------------------ the ring

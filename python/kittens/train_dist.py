@@ -1,0 +1,201 @@
+"""``torchrun --nproc_per_node=R -m kittens.train_dist --mode ddp|cp``: the training demo's GPT
+(:mod:`kittens.train_demo`) on several GPUs, and ``--mode single`` on one for the comparison.
+
+* ``ddp``: data parallel. Every rank draws the same global batch of ``batch × R`` sequences (one random
+  stream for all) and trains on its ``batch`` rows under ``DistributedDataParallel``; ``single`` with
+  ``--batch`` set to the global batch sees exactly the same data in the same order.
+* ``cp``: context parallel. Every rank takes the same ``batch`` sequences and holds its shard of the
+  positions (:func:`kittens.distributed.shard`, two mirrored chunks per rank), attention is
+  :func:`kittens.distributed.ring_attention`, the position embedding reads each token's global position,
+  and the gradients are averaged across ranks as in DDP: the mean of the ranks' losses over their
+  equal shards is the loss over the whole sequence, so the run follows the single-GPU run at the same
+  sequence length.
+
+Writes the loss curve, tokens/s (all ranks together) and the configuration to ``--json``;
+``--plot F.png a.json b.json ...`` draws runs' loss curves together and prints scaling efficiency.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from typing import List, Optional
+
+
+def _attention(torch, mode: str, impl: str, cpu: bool):
+    F = torch.nn.functional
+    if mode == "cp":
+        from kittens.distributed import KITTENS, REFERENCE, ring_attention
+
+        kernels = REFERENCE if cpu else KITTENS
+        return lambda q, k, v: ring_attention(q, k, v, causal=True, kernels=kernels)
+    if impl == "sdpa":
+        return lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    import kittens
+
+    return lambda q, k, v: kittens.attention(q, k, v, causal=True)
+
+
+def run(args) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from .train_demo import build_model, load_text
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if args.mode != "single" and world < 2:
+        raise SystemExit(f"--mode {args.mode} runs under torchrun with 2 or more processes")
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    cpu = args.device == "cpu"  # a smoke run of the script: float32, gloo, reference ring kernels
+    if cpu:
+        device = torch.device("cpu")
+    else:
+        torch.cuda.set_device(local)
+        device = torch.device("cuda", local)
+    if world > 1:
+        dist.init_process_group("gloo") if cpu else dist.init_process_group("nccl", device_id=device)
+    rank = dist.get_rank() if world > 1 else 0
+
+    sync = (lambda: None) if cpu else torch.cuda.synchronize
+    text, source = load_text(args.text)
+    data = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
+    torch.manual_seed(args.seed)
+    model = build_model(torch, _attention(torch, args.mode, args.attn, cpu), 256, args.layers, args.d, args.heads,
+                        args.seq).to(device)
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model, device_ids=None if cpu else [local])
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
+    gen = torch.Generator().manual_seed(args.seed)
+    rows = args.batch * world if args.mode == "ddp" else args.batch  # sequences drawn per step
+    pos = None
+    if args.mode == "cp":
+        from kittens.distributed import positions, shard
+
+        pos = positions(args.seq, causal=True, device=device)
+    tokens_per_step = rows * args.seq
+    n_tok = len(data) - args.seq - 1
+    losses: List[float] = []
+    t_start, timed_steps = None, 0
+    for step in range(args.steps):
+        starts = torch.randint(0, n_tok, (rows,), generator=gen)
+        x = torch.stack([data[s: s + args.seq] for s in starts])
+        y = torch.stack([data[s + 1: s + 1 + args.seq] for s in starts])
+        if args.mode == "ddp":
+            x, y = x[rank * args.batch:(rank + 1) * args.batch], y[rank * args.batch:(rank + 1) * args.batch]
+        elif args.mode == "cp":
+            x, y = shard(x, causal=True, dim=1), shard(y, causal=True, dim=1)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        lr = args.lr * min(1.0, (step + 1) / args.warmup) * 0.5 * (1 + math.cos(math.pi * step / args.steps))
+        for g in opt.param_groups:
+            g["lr"] = lr
+        with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=not cpu):
+            loss = model(x, y, pos) if pos is not None else model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        shown = loss.detach()
+        if world > 1:
+            dist.all_reduce(shown, op=dist.ReduceOp.AVG)
+        losses.append(shown.item())
+        if step == args.skip_timing - 1:
+            sync()
+            t_start = time.perf_counter()
+        elif step >= args.skip_timing:
+            timed_steps += 1
+        if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
+            print(f"  {args.mode} step {step:4d}  loss {losses[-1]:.4f}", flush=True)
+    sync()
+    secs = time.perf_counter() - t_start if t_start is not None else float("nan")
+    tail = losses[-min(20, len(losses)):]
+    report = {
+        "mode": args.mode, "world": world, "attn": ("ring(reference)" if cpu else "ring(kittens)") if args.mode == "cp" else args.attn,
+        "config": {k: v for k, v in vars(args).items() if k not in ("json", "plot")},
+        "text": source, "device": "cpu" if cpu else torch.cuda.get_device_name(device), "torch": torch.__version__,
+        "tokens_per_step": tokens_per_step, "losses": losses, "final_loss": sum(tail) / len(tail),
+        "tokens_per_s": tokens_per_step * timed_steps / secs if timed_steps and secs > 0 else None,
+        "step_s": secs / timed_steps if timed_steps else None,
+        "max_memory_gib": 0.0 if cpu else torch.cuda.max_memory_allocated(device) / 2**30,
+    }
+    if world > 1:
+        dist.destroy_process_group()
+    return report if rank == 0 else {}
+
+
+def plot(paths: List[str], out: str) -> None:
+    """Loss curves of several runs in one figure, and tokens/s with scaling efficiency against the
+    single-GPU run of the same sequence length (``tokens/s on R GPUs / (R × tokens/s on one)``)."""
+    runs = [json.load(open(p)) for p in paths]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    seqs = sorted({r["config"]["seq"] for r in runs})
+    fig, axes = plt.subplots(1, len(seqs), figsize=(7 * len(seqs), 4.5), squeeze=False)
+    for ax, seq in zip(axes[0], seqs):
+        for r in [r for r in runs if r["config"]["seq"] == seq]:
+            tps = r["tokens_per_s"] or float("nan")
+            ax.plot(r["losses"], label=f"{r['mode']} x{r['world']} ({r['attn']}): {r['final_loss']:.3f}, "
+                                       f"{tps:,.0f} tok/s")
+        ax.set_title(f"GPT {runs[0]['config']['layers']}x{runs[0]['config']['d']}, seq {seq}")
+        ax.set_xlabel("step")
+        ax.set_ylabel("training loss (nats/byte)")
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    for r in runs:
+        base = [s for s in runs if s["mode"] == "single" and s["config"]["seq"] == r["config"]["seq"]
+                and s["config"].get("per_gpu_reference")]
+        eff = None
+        if r["mode"] != "single" and base and r["tokens_per_s"] and base[0]["tokens_per_s"]:
+            eff = r["tokens_per_s"] / (r["world"] * base[0]["tokens_per_s"])
+        r_eff = "" if eff is None else f", scaling efficiency {eff:.1%}"
+        print(f"{r['mode']} x{r['world']} seq {r['config']['seq']} batch "
+              f"{r['config']['batch']}: final loss {r['final_loss']:.4f}, {r['tokens_per_s'] or 0:,.0f} tokens/s"
+              f"{r_eff}")
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kittens.train_dist", description=__doc__.split("\n\n")[0])
+    p.add_argument("--mode", choices=["single", "ddp", "cp"], default="single")
+    p.add_argument("--attn", choices=["kittens", "sdpa"], default="kittens", help="attention of single/ddp")
+    p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--layers", type=int, default=6)
+    p.add_argument("--d", type=int, default=512)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--batch", type=int, default=8, help="sequences per step (per rank with ddp)")
+    p.add_argument("--lr", type=float, default=6e-4)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--skip-timing", type=int, default=10)
+    p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--text")
+    p.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a tiny smoke run (gloo)")
+    p.add_argument("--per-gpu-reference", action="store_true",
+                   help="mark a single-GPU run as the per-GPU throughput the scaling efficiency divides by")
+    p.add_argument("--json")
+    p.add_argument("--plot", nargs="+", metavar=("PNG", "JSON"), help="plot runs: PNG then their JSON files")
+    args = p.parse_args(argv)
+    if args.plot:
+        if len(args.plot) < 2:
+            p.error("--plot takes the PNG and at least one JSON")
+        plot(args.plot[1:], args.plot[0])
+        return 0
+    report = run(args)
+    if report:
+        print(f"{args.mode} x{report['world']}: final loss {report['final_loss']:.4f}, "
+              f"{report['tokens_per_s'] or 0:,.0f} tokens/s, {report['max_memory_gib']:.1f} GiB peak")
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
