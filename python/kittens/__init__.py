@@ -136,42 +136,81 @@ def _attn_order(q: Array):
     return (0, 2, 1, 3) if same and not also else None
 
 
-def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[float] = None, *, out: Any = None):
+_CAUSAL_ALIGN = ("top_left", "bottom_right")
+
+
+def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[float] = None, *, out: Any = None,
+              return_lse: bool = False, causal_align: str = "top_left"):
     """``F.scaled_dot_product_attention(q, k, v, is_causal=causal)`` for bfloat16 q (B, H, N, D) and
-    k, v (B, H_kv, N, D); grouped-query attention when H_kv divides H (as ``enable_gqa=True``).
+    k, v (B, H_kv, N_kv, D); grouped-query attention when H_kv divides H (as ``enable_gqa=True``).
 
     All four arrays must be dense in one memory order: (B, H, N, D), or (B, N, H, D) seen through
     ``.transpose(1, 2)`` (the usual projection output); the output takes q's order. The head dim must be
-    a multiple of 32 from 32 to 256, queries and keys equally many; ``causal`` masks keys after each
-    query (top-left, PyTorch's ``is_causal``). The kernel applies the default scale ``1/sqrt(D)`` only:
-    another ``scale`` is a ValueError.
+    a multiple of 32 from 32 to 256. Queries and keys may differ in number (N_kv >= 1; decoding is
+    N = 1). ``causal`` masks keys after each query, aligned as ``causal_align`` says: ``"top_left"``
+    (PyTorch's ``is_causal``: query i keeps keys j <= i) or ``"bottom_right"`` (FlashAttention's: query
+    i keeps keys j <= i + N_kv - N, so the last query sees every key). A query that keeps no key (bottom-
+    right with N > N_kv) gets a zero output row. The kernel applies the default scale ``1/sqrt(D)``
+    only: another ``scale`` is a ValueError.
+
+    ``return_lse=True`` returns ``(out, lse)``: ``lse`` is a new float32 array (B, H, N) on q's device,
+    ``lse[b, h, i] = log(sum_j exp(scale * q_i . k_j))`` over the keys query i keeps (natural log;
+    ``-inf`` for a query that keeps none), what a backward pass or a merge of partial attentions needs.
 
     CPU arrays run on the interpreter. CUDA tensors run ``attn_fwd`` lowered for sm_90a (Hopper) on the
-    current torch stream, one compiled kernel per head dim, mask and memory order (compiled or loaded on
-    its first call, cached for the process); there the head dim must be 64 or 128 (a ValueError
-    otherwise). Like :func:`matmul`, CUDA calls allocate nothing but the output and synchronise nothing.
-    For torch tensors
-    this is a ``torch.autograd.Function`` (:class:`AttentionFunction`) whose backward raises
-    NotImplementedError until the attention backward kernel exists.
+    current torch stream, one compiled kernel per head dim, mask and alignment, memory order and
+    log-sum-exp output (compiled or loaded on its first call, cached for the process); there the head
+    dim must be 64 or 128 (a ValueError otherwise). Like :func:`matmul`, CUDA calls allocate nothing but
+    the outputs and synchronise nothing. For torch tensors that need gradients this goes through
+    :class:`AttentionFunction`.
     """
+    if not isinstance(causal, bool) and type(causal).__name__ != "bool_":  # numpy's bool too
+        raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
+    if not isinstance(return_lse, bool) and type(return_lse).__name__ != "bool_":
+        raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    if not isinstance(causal_align, str):
+        raise TypeError(f"causal_align must be a str, one of {_CAUSAL_ALIGN}, got {type(causal_align).__name__}")
+    if causal_align not in _CAUSAL_ALIGN:
+        raise ValueError(f"causal_align={causal_align!r}: expected one of {_CAUSAL_ALIGN}")
     if _grad_needed(q, k, v):
         if out is not None:
             raise RuntimeError("kittens.attention(out=...) does not support autograd; use torch.no_grad()")
+        if return_lse or causal_align != "top_left":
+            raise RuntimeError(
+                "kittens.attention with return_lse=True or causal_align='bottom_right' does not support "
+                "autograd yet; call it under torch.no_grad()"
+            )
         return _torch_functions().AttentionFunction.apply(q, k, v, causal, scale)
-    return _attention(q, k, v, causal, scale, out)
+    return _attention(q, k, v, causal, scale, out, return_lse, causal_align)
 
 
-def _attention(q, k, v, causal, scale, out):
+def _new_lse(Q: Array, shape):
+    """A new float32 (B, H, N) array of q's kind and device for the log-sum-exp."""
+    if Q.kind == "torch":
+        torch = sys.modules["torch"]
+        return torch.empty(tuple(shape), dtype=torch.float32, device=Q.obj.device)
+    import numpy as np
+
+    return np.empty(tuple(shape), dtype=np.float32)
+
+
+def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_left"):
+    """The forward without autograd: ``out``, or ``(out, lse)`` with ``return_lse``."""
     Q, K, V = adapt(q, "q"), adapt(k, "k"), adapt(v, "v")
+    if len(Q.shape) != 4:
+        raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
     if out is None:
-        if len(Q.shape) != 4:
-            raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
         out = new_like(Q, Q.shape, _attn_order(Q))
     O = adapt(out, "out", writable=True)
+    lse = _new_lse(Q, Q.shape[:3]) if return_lse else None
+    L = adapt(lse, "lse", writable=True).args() if lse is not None else None
     _kittens.attention(
-        Q.args(), K.args(), V.args(), O.args(), bool(causal), None if scale is None else float(scale), _stream(Q)
+        Q.args(), K.args(), V.args(), O.args(), L, bool(causal), causal_align == "bottom_right",
+        None if scale is None else float(scale), _stream(Q),
     )
-    return _result(Q, out)
+    if lse is None:
+        return _result(Q, out)
+    return _result(Q, out), _result(Q, lse)
 
 
 def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, seed: int = 0, *,

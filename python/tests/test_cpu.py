@@ -170,8 +170,8 @@ def test_attention_refuses_what_the_kernel_does_not_compute():
         kittens.attention(q, k, v, scale=0.5)
     with pytest.raises(ValueError, match="head dim 48 is not supported"):
         kittens.attention(rand(rng, 1, 2, 16, 48), rand(rng, 1, 2, 16, 48), rand(rng, 1, 2, 16, 48))
-    with pytest.raises(ValueError, match="as many keys as queries"):
-        kittens.attention(q, rand(rng, 1, 2, 8, 64), rand(rng, 1, 2, 8, 64))
+    with pytest.raises(ValueError, match="no keys"):
+        kittens.attention(q, rand(rng, 1, 2, 0, 64), rand(rng, 1, 2, 0, 64))
     with pytest.raises(ValueError, match="GQA needs H divisible by H_kv"):
         kittens.attention(rand(rng, 1, 3, 16, 64), k, v)
     with pytest.raises(ValueError, match="dense in one layout"):
@@ -182,6 +182,78 @@ def test_attention_refuses_what_the_kernel_does_not_compute():
         kittens.attention(q.astype(np.float32), k, v)
     with pytest.raises(ValueError, match="4-D"):
         kittens.attention(rand(rng, 2, 16, 64), k, v)
+
+
+def attention_lse_ref(q, k, v, causal, align="top_left", scale=1.0):
+    """(O, lse) in float64 for q (B, H, N, D), k, v (B, H_kv, N_kv, D): query i keeps keys j <= i
+    (top-left) or j <= i + N_kv - N (bottom-right) when causal; a row that keeps none has O = 0 and
+    lse = -inf. `scale` multiplies the bf16 inputs exactly (powers of two) to reach large logits."""
+    q, k, v = (np.asarray(x).astype(np.float64) for x in (q, k, v))
+    b, h, n, d = q.shape
+    nk = k.shape[2]
+    group = h // k.shape[1]
+    k = np.repeat(k, group, axis=1)
+    v = np.repeat(v, group, axis=1)
+    s = np.einsum("bhid,bhjd->bhij", q, k) / np.sqrt(d)
+    if causal:
+        off = 0 if align == "top_left" else nk - n
+        keep = np.arange(nk)[None, :] <= np.arange(n)[:, None] + off
+        s = np.where(keep, s, -np.inf)
+    mx = s.max(axis=-1, keepdims=True)
+    safe = np.where(np.isfinite(mx), mx, 0.0)
+    e = np.exp(s - safe)
+    tot = e.sum(axis=-1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lse = np.where(tot > 0, np.log(tot) + safe, -np.inf)[..., 0]
+        o = np.where(tot > 0, np.einsum("bhij,bhjd->bhid", e, v) / tot, 0.0)
+    return o, lse
+
+
+@pytest.mark.parametrize(
+    "n,nk,causal,align",
+    [
+        (77, 77, False, "top_left"),
+        (45, 37, True, "bottom_right"),  # rows 0..7 keep no key
+        (1, 70, True, "bottom_right"),  # decoding: the one query sees every key
+        (1, 70, False, "top_left"),
+        (3, 130, True, "top_left"),
+        (70, 33, True, "top_left"),
+        (33, 70, True, "bottom_right"),
+    ],
+)
+def test_attention_lse_and_lengths_match_float64(n, nk, causal, align):
+    rng = np.random.default_rng(n * 1000 + nk)
+    # Inputs times 8 (exact in bf16) at head dim 64: logits up to about +-64.
+    big = lambda *shape: (rng.uniform(-1.0, 1.0, shape) * 8).astype(BF16)  # noqa: E731
+    q, k, v = big(2, 4, n, 64), big(2, 2, nk, 64), rand(rng, 2, 2, nk, 64)
+    o, lse = kittens.attention(q, k, v, causal=causal, return_lse=True, causal_align=align)
+    ref_o, ref_lse = attention_lse_ref(q, k, v, causal, align)
+    assert o.shape == (2, 4, n, 64) and o.dtype == BF16
+    assert isinstance(lse, np.ndarray) and lse.dtype == np.float32 and lse.shape == (2, 4, n)
+    empty = ~np.isfinite(ref_lse)
+    assert np.array_equal(np.isneginf(lse), empty)  # -inf exactly where a row keeps no key
+    assert not np.any(o.astype(np.float32)[empty])
+    fin = ~empty
+    # f32 statistics of f32 scores: the log-sum-exp to about 1e-6 of its scale.
+    assert np.max(np.abs(lse[fin] - ref_lse[fin])) <= 1e-5 * max(1.0, np.max(np.abs(ref_lse[fin])))
+    assert np.max(np.abs(ref_lse[fin])) > 20  # the logits really were large
+    assert rel_err(o[fin], ref_o[fin]) < 1e-2
+    # Without the log-sum-exp: the same output bits.
+    o2 = kittens.attention(q, k, v, causal=causal, causal_align=align)
+    assert np.array_equal(o2.view(np.uint16), o.view(np.uint16))
+
+
+def test_attention_bad_options_are_clear_errors():
+    rng = np.random.default_rng(8)
+    q = rand(rng, 1, 2, 16, 64)
+    with pytest.raises(ValueError, match="causal_align='bottom'"):
+        kittens.attention(q, q, q, causal=True, causal_align="bottom")
+    with pytest.raises(TypeError, match="causal_align must be a str"):
+        kittens.attention(q, q, q, causal=True, causal_align=1)
+    with pytest.raises(TypeError, match="return_lse must be a bool"):
+        kittens.attention(q, q, q, return_lse=1)
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        kittens.attention(q, q, q, causal="yes")
 
 
 # --------------------------------------------------------------------------- DLPack and device errors
@@ -282,10 +354,10 @@ def test_cuda_attention_goes_to_the_driver_not_to_the_cpu():
     q, k, v, o = (view_args([1, 2, 16, 64], "cuda", p) for p in (0x10000, 0x20000, 0x30000, 0x40000))
     if _have_cuda_driver():
         with pytest.raises((ValueError, RuntimeError)):
-            _kittens.attention(q, k, v, o, False, None, 0)
+            _kittens.attention(q, k, v, o, None, False, False, None, 0)
     else:
         with pytest.raises(RuntimeError, match="no NVIDIA driver"):
-            _kittens.attention(q, k, v, o, False, None, 0)
+            _kittens.attention(q, k, v, o, None, False, False, None, 0)
 
 
 def test_cuda_attention_limits_are_value_errors_before_any_driver_call():
@@ -301,11 +373,17 @@ def test_cuda_attention_limits_are_value_errors_before_any_driver_call():
     # Head dims the CPU interpreter takes but the Hopper kernel does not.
     for d in (32, 96, 256):
         with pytest.raises(ValueError, match="64 or 128"):
-            _kittens.attention(*four([1, 2, 16, d]), False, None, 0)
+            _kittens.attention(*four([1, 2, 16, d]), None, False, False, None, 0)
     with pytest.raises(ValueError, match="default softmax scale"):
-        _kittens.attention(*four([1, 2, 16, 64]), False, 0.5, 0)
-    with pytest.raises(ValueError, match="as many keys as queries"):
-        _kittens.attention(*four([1, 2, 16, 64], [1, 2, 32, 64]), False, None, 0)
+        _kittens.attention(*four([1, 2, 16, 64]), None, False, False, 0.5, 0)
+    with pytest.raises(ValueError, match="no keys"):
+        _kittens.attention(*four([1, 2, 16, 64], [1, 2, 0, 64]), None, False, False, None, 0)
+    lse = (0x50000, [1, 2, 15], [30, 15, 1], "float32", "cuda", 0)
+    with pytest.raises(ValueError, match="lse must be a contiguous float32 array of shape"):
+        _kittens.attention(*four([1, 2, 16, 64]), lse, False, False, None, 0)
+    lse = (0x50000, [1, 2, 16], [32, 16, 1], "bfloat16", "cuda", 0)
+    with pytest.raises(TypeError, match="lse has dtype bfloat16"):
+        _kittens.attention(*four([1, 2, 16, 64]), lse, False, False, None, 0)
 
 
 def test_cuda_dlpack_without_torch_is_a_runtime_error():

@@ -199,6 +199,80 @@ def test_attention_matches_sdpa(b, h, hk, n, d, causal, layout):
     print(f"B{b} H{h}/{hk} N{n} D{d} causal={causal} {layout}: {check_rule(ours, theirs, ref)}")
 
 
+def attention_lse_f64(q, k, v, causal, align):
+    """(O, lse) in float64 at N queries and N_kv keys, causal aligned top-left (j <= i) or bottom-right
+    (j <= i + N_kv - N); rows that keep no key: O = 0, lse = -inf."""
+    g = q.shape[1] // k.shape[1]
+    q, k, v = q.double(), k.double().repeat_interleave(g, 1), v.double().repeat_interleave(g, 1)
+    n, nk = q.shape[2], k.shape[2]
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        off = 0 if align == "top_left" else nk - n
+        i = torch.arange(n, device=q.device)[:, None]
+        j = torch.arange(nk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + off, float("-inf"))
+    lse = torch.logsumexp(s, -1)
+    p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    return p @ v, lse
+
+
+def lse_f32(q, k, causal, align):
+    """The log-sum-exp the plain way in float32 (torch.logsumexp of f32 scores): the baseline."""
+    g = q.shape[1] // k.shape[1]
+    q, k = q.float(), k.float().repeat_interleave(g, 1)
+    n, nk = q.shape[2], k.shape[2]
+    s = q @ k.transpose(-1, -2) / q.shape[-1] ** 0.5
+    if causal:
+        off = 0 if align == "top_left" else nk - n
+        i = torch.arange(n, device=q.device)[:, None]
+        j = torch.arange(nk, device=q.device)[None, :]
+        s = s.masked_fill(j > i + off, float("-inf"))
+    return torch.logsumexp(s, -1)
+
+
+@pytest.mark.parametrize(
+    "n,nk,d,causal,align,layout",
+    [
+        (1, 4096, 128, False, "top_left", "bshd"),  # decoding against a cache
+        (1, 1063, 64, True, "bottom_right", "bhsd"),
+        (300, 1000, 128, True, "bottom_right", "bshd"),
+        (1000, 300, 64, True, "bottom_right", "bhsd"),  # rows 0..699 keep no key
+        (1000, 300, 128, True, "top_left", "bshd"),
+        (777, 2048, 64, False, "top_left", "bhsd"),
+        (2048, 2048, 128, True, "top_left", "bshd"),
+    ],
+)
+def test_attention_lse_and_lengths_on_cuda(n, nk, d, causal, align, layout):
+    q = qkv(2, 8, 2, n, d, layout, seed=n + nk + d)[0]
+    k, v = qkv(2, 8, 2, nk, d, layout, seed=n * 3 + nk)[1:]
+    ours, lse = kittens.attention(q, k, v, causal=causal, return_lse=True, causal_align=align)
+    assert lse.dtype == torch.float32 and lse.shape == (2, 8, n) and lse.device == q.device
+    ref, lse64 = attention_lse_f64(q, k, v, causal, align)
+    empty = torch.isneginf(lse64)
+    assert torch.equal(torch.isneginf(lse), empty), "-inf exactly for the rows that keep no key"
+    assert not ours.float()[empty].any(), "rows that keep no key are zero"
+    fin = ~empty
+    e_ours = (lse.double() - lse64)[fin].abs().max().item()
+    e_base = (lse_f32(q, k, causal, align).double() - lse64)[fin].abs().max().item()
+    scale = max(1.0, lse64[fin].abs().max().item())
+    assert e_ours <= 2 * e_base + 2**-12 * scale, f"lse error {e_ours:.3e} vs f32 baseline {e_base:.3e}"
+    # O by the rule against SDPA with the same boolean mask (on the rows that keep a key).
+    keep = None
+    if causal:
+        off = 0 if align == "top_left" else nk - n
+        i = torch.arange(n, device=q.device)[:, None]
+        keep = torch.arange(nk, device=q.device)[None, :] <= i + off
+    g = q.shape[1] // k.shape[1]
+    theirs = F.scaled_dot_product_attention(
+        q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), attn_mask=keep
+    )
+    rows = fin[..., None].expand_as(ours)
+    print(f"N{n} Nkv{nk} D{d} {align if causal else 'full'}: lse {e_ours:.2e} (f32 {e_base:.2e}), "
+          f"O {check_rule(ours[rows], theirs[rows], ref[rows])}")
+    # return_lse=False runs the kernel without the log-sum-exp: the same output bits.
+    assert torch.equal(kittens.attention(q, k, v, causal=causal, causal_align=align), ours)
+
+
 def test_attention_with_large_logits():
     """Inputs scaled by 8 (exact in bf16): logits of tens, where an unstable softmax overflows."""
     q, k, v = qkv(1, 4, 2, 333, 128, "bshd", seed=21)
@@ -253,9 +327,11 @@ def test_attention_cuda_limits_are_value_errors():
     q, k, v = qkv(1, 2, 2, 64, 64, "bhsd", seed=62)
     with pytest.raises(ValueError, match="default softmax scale"):
         kittens.attention(q, k, v, scale=0.5)
-    k2, v2 = randn(1, 2, 128, 64, seed=63), randn(1, 2, 128, 64, seed=64)
-    with pytest.raises(ValueError, match="as many keys as queries"):
+    k2, v2 = randn(1, 2, 0, 64, seed=63), randn(1, 2, 0, 64, seed=64)
+    with pytest.raises(ValueError, match="no keys"):
         kittens.attention(q, k2, v2)
+    with pytest.raises(ValueError, match="causal_align"):
+        kittens.attention(q, k, v, causal=True, causal_align="bottom-right")
     with pytest.raises(ValueError, match="different devices"):
         kittens.attention(q, k.cpu(), v)
     with pytest.raises(ValueError, match="dense in one layout"):

@@ -72,11 +72,11 @@ fn bottom_right_needs_causal() {
 }
 
 #[test]
-fn key_length_is_refused_for_the_forward() {
-    let out = kittens(&["run", "attn_fwd", "--seq", "40", "--seq-kv", "30"]);
+fn key_length_is_refused_outside_attention() {
+    let out = kittens(&["run", "gemm_bf16", "--seq", "40", "--seq-kv", "30"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("apply to attn_bwd only"), "{err}");
+    assert!(err.contains("apply to attn_fwd and attn_bwd only"), "{err}");
     assert!(out.stdout.is_empty());
 }
 

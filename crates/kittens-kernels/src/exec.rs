@@ -145,6 +145,30 @@ pub fn attention(
     sh: &AttnShape,
     causal: bool,
 ) -> Result<Vec<f32>, KernelError> {
+    let sh = BwdShape {
+        batch: sh.batch,
+        heads: sh.heads,
+        heads_kv: sh.heads_kv,
+        seq_q: sh.seq,
+        seq_kv: sh.seq,
+        dim: sh.dim,
+        layout: sh.layout,
+    };
+    let causal = if causal { Causal::TopLeft } else { Causal::No };
+    Ok(attention_lse(q, k, v, &sh, causal, false)?.0)
+}
+
+/// [`attention`] at `sh.seq_q` queries and `sh.seq_kv` keys with either causal alignment, and with
+/// `lse` also the log-sum-exp (f32 `[batch, heads, seq_q]`, natural-log units of the scaled logits,
+/// `−∞` for a row that keeps no key, whose output row is 0).
+pub fn attention_lse(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: &BwdShape,
+    causal: Causal,
+    lse: bool,
+) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
     if !ATTN_DIMS.contains(&sh.dim) || !sh.dim.is_multiple_of(32) {
         return Err(KernelError::Config(format!(
             "head dimension {} is not supported: attn_fwd takes multiples of 32 from {} to {}",
@@ -154,18 +178,37 @@ pub fn attention(
         )));
     }
     let p = Problem {
-        attn: *sh,
-        causal,
+        attn: AttnShape {
+            batch: sh.batch,
+            heads: sh.heads,
+            heads_kv: sh.heads_kv,
+            seq: sh.seq_q,
+            dim: sh.dim,
+            layout: sh.layout,
+        },
+        seq_kv: Some(sh.seq_kv),
+        causal: causal != Causal::No,
+        bottom_right: causal == Causal::BottomRight,
+        lse,
         attn_cfg: AttnConfig::default(),
         ..Problem::default()
     };
     let launch = AttnProblem.launch(&p)?;
     let inputs = [("Q", q), ("K", k), ("V", v)];
     check_lens(&launch, &inputs)?;
+    let lens = launch.outputs.clone();
     if launch.output_len() == 0 {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), lse.then(Vec::new)));
     }
-    run_on(&AttnProblem, &p, launch, &inputs)
+    if sh.seq_kv == 0 {
+        return Err(KernelError::Problem(format!(
+            "attention of {} queries over no keys (the softmax of an empty row is undefined)",
+            sh.seq_q
+        )));
+    }
+    let mut all = run_on(&AttnProblem, &p, launch, &inputs)?;
+    let rest = all.split_off(lens[0].min(all.len()));
+    Ok((all, lse.then_some(rest)))
 }
 
 /// `LayerNorm(residual + dropout(x))·weight + bias` through `layernorm` (`crate::layernorm`): `x` and

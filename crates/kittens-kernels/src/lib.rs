@@ -16,6 +16,7 @@ pub mod layernorm;
 pub mod problem;
 pub mod reference;
 pub mod reference_bwd;
+pub mod reference_fwd;
 pub mod registry;
 pub mod rotary;
 

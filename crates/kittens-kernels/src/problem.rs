@@ -26,13 +26,13 @@ pub struct Problem {
     pub n: usize,
     pub k: usize,
     pub attn: AttnShape,
-    /// Keys of the attention backward when they differ from the queries (`attn.seq`); the forward
-    /// takes as many keys as queries.
+    /// Keys of the attention when they differ from the queries (`attn.seq`).
     pub seq_kv: Option<usize>,
     pub causal: bool,
-    /// Causal mask aligned bottom-right (key `j ≤ i + seq_kv − seq_q`) instead of top-left; the
-    /// attention backward reads it.
+    /// Causal mask aligned bottom-right (key `j ≤ i + seq_kv − seq_q`) instead of top-left.
     pub bottom_right: bool,
+    /// The attention forward also writes the log-sum-exp of every query row (a second output).
+    pub lse: bool,
     pub gemm: GemmConfig,
     /// Tile sizes of the attention kernel on the CPU; `dim` is taken from `attn.dim`.
     pub attn_cfg: AttnConfig,
@@ -69,6 +69,7 @@ impl Default for Problem {
             seq_kv: None,
             causal: false,
             bottom_right: false,
+            lse: false,
             gemm: GemmConfig::default(),
             attn_cfg: AttnConfig {
                 q_rows: 16,

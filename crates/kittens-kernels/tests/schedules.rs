@@ -18,7 +18,7 @@ fn attention_schedule_has_no_hazard() {
         let r = analyze(
             &k,
             &Options {
-                params: vec![1, 2, 1, 200],
+                params: vec![1, 2, 1, 200, 200],
                 block: vec![0, 1, 1],
                 ..Default::default()
             },
@@ -158,7 +158,7 @@ fn producer_consumer_attention_schedule() {
                 let r = analyze(
                     &k,
                     &Options {
-                        params: vec![1, 2, 1, 700],
+                        params: vec![1, 2, 1, 700, 700],
                         block: vec![qb, 0, 1],
                         ..Default::default()
                     },
@@ -201,7 +201,7 @@ fn gfx950_attention_prefetches_a_block_ahead() {
         let r = analyze(
             &k,
             &Options {
-                params: vec![1, 2, 1, 333],
+                params: vec![1, 2, 1, 333, 333],
                 block: vec![0, 1, 1],
                 ..Default::default()
             },

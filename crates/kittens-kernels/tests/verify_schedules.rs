@@ -74,7 +74,7 @@ fn causal_attention_blocks_form_classes_by_trip_count() {
     let r = analyze_launch(
         &k,
         &Options {
-            params: vec![2, 2, 1, 263],
+            params: vec![2, 2, 1, 263, 263],
             ..Options::default()
         },
     )

@@ -3,6 +3,7 @@
 //! device's primary context (PyTorch's). CUDA tensors never take a silent trip through the CPU.
 
 use kittens_hw::Target;
+use kittens_kernels::attn_bwd::Causal;
 use kittens_kernels::attn_fwd::{self, AttnConfig};
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::cuda::caller::{self, GemmPointers, KernelLoad};
@@ -72,7 +73,7 @@ pub unsafe fn matmul(
 /// As for [`matmul`]: live device arrays of the checked shapes, kept alive until the stream has run.
 pub unsafe fn attention(
     p: &Attention,
-    causal: bool,
+    causal: Causal,
     ordinal: i32,
     stream: u64,
 ) -> Result<Option<KernelLoad>, ApiError> {
@@ -81,6 +82,9 @@ pub unsafe fn attention(
         k: p.k,
         v: p.v,
         o: p.o,
+        lse: p.lse,
+        seq_kv: p.seq_kv,
+        bottom_right: causal == Causal::BottomRight,
         shape: AttnShape {
             batch: p.batch,
             heads: p.heads,
@@ -89,7 +93,7 @@ pub unsafe fn attention(
             dim: p.dim,
             layout: p.layout,
         },
-        causal,
+        causal: causal != Causal::No,
     };
     // SAFETY: forwarded from the caller.
     unsafe { caller_attn::attention_fwd(ordinal, stream, &ptrs, lowered_attention) }.map_err(|e| {
@@ -110,7 +114,9 @@ fn lowered_attention(cfg: &AttnKernelConfig) -> Result<kittens_codegen::Lowered,
     let k = attn_fwd::build(&AttnConfig {
         dim,
         causal: cfg.causal,
+        bottom_right: cfg.bottom_right,
         layout: cfg.layout,
+        lse: cfg.lse,
         ..AttnConfig::for_gpu(gpu)
     })
     .map_err(|e| invalid(format!("building {} for sm_90a: {e}", entry.name)))?;

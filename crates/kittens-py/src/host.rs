@@ -1,6 +1,7 @@
 //! The CPU path: bf16 arrays in host memory, read into f32 (exact), run on the interpreter through
 //! `kittens_kernels::exec`, and the bf16 result written into the output array.
 
+use kittens_kernels::attn_bwd::{BwdShape, Causal};
 use kittens_kernels::exec;
 use kittens_kernels::gemm_bf16::BLayout;
 use kittens_kernels::reference::AttnShape;
@@ -71,31 +72,47 @@ pub unsafe fn matmul(p: &Matmul) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// `out = softmax(q·kᵀ/√d)·v` on the interpreter.
+/// `out = softmax(q·kᵀ/√d)·v` on the interpreter, and the log-sum-exp into `p.lse` when given.
 ///
 /// # Safety
 /// The addresses in `p` must be live host arrays of the checked shapes (`crate::view::attention`).
-pub unsafe fn attention(p: &Attention, causal: bool) -> Result<(), ApiError> {
+pub unsafe fn attention(p: &Attention, causal: Causal) -> Result<(), ApiError> {
     aligned(&[("q", p.q), ("k", p.k), ("v", p.v), ("out", p.o)])?;
-    let sh = AttnShape {
+    if let Some(l) = p.lse {
+        if l % 4 != 0 {
+            return Err(ApiError::Value(format!(
+                "lse at {l:#x} is not 4-byte aligned for float32"
+            )));
+        }
+    }
+    let sh = BwdShape {
         batch: p.batch,
         heads: p.heads,
         heads_kv: p.heads_kv,
-        seq: p.seq,
+        seq_q: p.seq,
+        seq_kv: p.seq_kv,
         dim: p.dim,
         layout: p.layout,
     };
     // SAFETY: dense arrays of these sizes, checked by `view::attention`; live per the caller.
     let (q, k, v) = unsafe {
         (
-            read_bf16(p.q, sh.len(sh.heads)),
-            read_bf16(p.k, sh.len(sh.heads_kv)),
-            read_bf16(p.v, sh.len(sh.heads_kv)),
+            read_bf16(p.q, sh.q_len()),
+            read_bf16(p.k, sh.kv_len()),
+            read_bf16(p.v, sh.kv_len()),
         )
     };
-    let o = exec::attention(&q, &k, &v, &sh, causal).map_err(kernel_error)?;
-    // SAFETY: as above; `out` is disjoint from the inputs (checked).
+    let (o, lse) =
+        exec::attention_lse(&q, &k, &v, &sh, causal, p.lse.is_some()).map_err(kernel_error)?;
+    // SAFETY: as above; `out` and `lse` are disjoint from the inputs and each other (checked).
     unsafe { write_bf16(p.o, &o) };
+    if let (Some(ptr), Some(lse)) = (p.lse, lse) {
+        if !lse.is_empty() {
+            // SAFETY: a contiguous f32 (B, H, N) array (checked), 4-byte aligned (above).
+            let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut f32, lse.len()) };
+            dst.copy_from_slice(&lse);
+        }
+    }
     Ok(())
 }
 

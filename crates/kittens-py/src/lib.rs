@@ -17,6 +17,7 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use kittens_kernels::attn_bwd::Causal;
 use view::{ApiError, Device, ViewArgs};
 
 static VERBOSE: AtomicBool = AtomicBool::new(false);
@@ -88,11 +89,13 @@ fn matmul(py: Python<'_>, a: ViewArgs, b: ViewArgs, out: ViewArgs, stream: u64) 
     })
 }
 
-/// `out = softmax(q·kᵀ·scale)·v` for bf16 (B, H, N, D) `q`/`out` and (B, H_kv, N, D) `k`/`v` (GQA when
-/// H_kv < H), all in (B, H, N, D) or (B, N, H, D) memory order; `causal` masks keys after each query.
-/// CPU arrays run on the interpreter; CUDA arrays are launched on `stream` like [`matmul`]'s.
+/// `out = softmax(q·kᵀ·scale)·v` for bf16 (B, H, N, D) `q`/`out` and (B, H_kv, N_kv, D) `k`/`v` (GQA
+/// when H_kv < H), all in (B, H, N, D) or (B, N, H, D) memory order; `causal` masks keys after each
+/// query, aligned top-left (`j ≤ i`) or with `bottom_right` (`j ≤ i + N_kv − N`); `lse`, when given,
+/// receives the log-sum-exp of every row (f32 (B, H, N)). CPU arrays run on the interpreter; CUDA
+/// arrays are launched on `stream` like [`matmul`]'s.
 #[pyfunction]
-#[pyo3(signature = (q, k, v, out, causal, scale, stream))]
+#[pyo3(signature = (q, k, v, out, lse, causal, bottom_right, scale, stream))]
 #[allow(clippy::too_many_arguments)]
 fn attention(
     py: Python<'_>,
@@ -100,7 +103,9 @@ fn attention(
     k: ViewArgs,
     v: ViewArgs,
     out: ViewArgs,
+    lse: Option<ViewArgs>,
     causal: bool,
+    bottom_right: bool,
     scale: Option<f64>,
     stream: u64,
 ) -> PyResult<()> {
@@ -112,20 +117,31 @@ fn attention(
     ];
     let [q, k, v, out] = views.map(|r| r.map_err(to_py));
     let (q, k, v, out) = (q?, k?, v?, out?);
-    let p = view::attention(&q, &k, &v, &out, scale).map_err(to_py)?;
+    let lse = lse
+        .map(|l| view::view_f32("lse", l))
+        .transpose()
+        .map_err(to_py)?;
+    let p = view::attention(&q, &k, &v, &out, lse.as_ref(), scale).map_err(to_py)?;
+    let causal = match (causal, bottom_right) {
+        (false, _) => Causal::No,
+        (true, false) => Causal::TopLeft,
+        (true, true) => Causal::BottomRight,
+    };
     guarded(py, move || match p.device {
         Device::Cpu => {
             let t = std::time::Instant::now();
             // SAFETY: the Python caller holds the arrays alive for the call; shapes checked above.
             unsafe { host::attention(&p, causal)? };
             say(&format!(
-                "kittens: attention B={} H={} H_kv={} N={} D={} causal={causal} on the CPU interpreter \
-                 in {:.3} s",
+                "kittens: attention B={} H={} H_kv={} N={} N_kv={} D={} causal={causal:?} lse={} on the \
+                 CPU interpreter in {:.3} s",
                 p.batch,
                 p.heads,
                 p.heads_kv,
                 p.seq,
+                p.seq_kv,
                 p.dim,
+                p.lse.is_some(),
                 t.elapsed().as_secs_f64()
             ));
             Ok(())

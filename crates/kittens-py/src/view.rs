@@ -50,15 +50,24 @@ pub struct View {
     pub shape: Vec<usize>,
     pub strides: Vec<i64>,
     pub device: Device,
+    /// Bytes per element (2 for bf16, 4 for the f32 log-sum-exp).
+    pub elem: u64,
 }
 
-/// Reads one array's description, checking the dtype (bf16 only, for now) and the device.
+/// Reads one array's description, checking the dtype (bf16) and the device.
 pub fn view(name: &'static str, args: ViewArgs) -> Result<View, ApiError> {
+    view_of(name, args, "bfloat16", "kittens' kernels take bfloat16")
+}
+
+/// Reads the description of an f32 array (the attention's log-sum-exp).
+pub fn view_f32(name: &'static str, args: ViewArgs) -> Result<View, ApiError> {
+    view_of(name, args, "float32", "it must be float32")
+}
+
+fn view_of(name: &'static str, args: ViewArgs, want: &str, why: &str) -> Result<View, ApiError> {
     let (ptr, shape, strides, dtype, dev, index) = args;
-    if dtype != "bfloat16" {
-        return Err(ApiError::Type(format!(
-            "{name} has dtype {dtype}; kittens' kernels take bfloat16"
-        )));
+    if dtype != want {
+        return Err(ApiError::Type(format!("{name} has dtype {dtype}; {why}")));
     }
     if shape.len() != strides.len() {
         return Err(ApiError::Value(format!(
@@ -87,6 +96,7 @@ pub fn view(name: &'static str, args: ViewArgs) -> Result<View, ApiError> {
         shape,
         strides,
         device,
+        elem: if want == "float32" { 4 } else { 2 },
     })
 }
 
@@ -112,13 +122,16 @@ impl View {
 
     /// Byte range `[start, end)` of a dense array.
     pub(crate) fn bytes(&self) -> Result<(u64, u64), ApiError> {
-        let n = self.elems().and_then(|e| e.checked_mul(2)).ok_or_else(|| {
-            ApiError::Value(format!(
-                "{} of shape {} is too large",
-                self.name,
-                self.dims()
-            ))
-        })?;
+        let n = self
+            .elems()
+            .and_then(|e| e.checked_mul(self.elem as usize))
+            .ok_or_else(|| {
+                ApiError::Value(format!(
+                    "{} of shape {} is too large",
+                    self.name,
+                    self.dims()
+                ))
+            })?;
         let end = self
             .ptr
             .checked_add(n as u64)
@@ -146,8 +159,8 @@ pub(crate) fn disjoint(out: &View, inputs: &[&View]) -> Result<(), ApiError> {
         let (i0, i1) = v.bytes()?;
         if o0 < i1 && i0 < o1 && o0 < o1 && i0 < i1 {
             return Err(ApiError::Value(format!(
-                "out overlaps {} in memory; pass a separate output array",
-                v.name
+                "{} overlaps {} in memory; pass a separate output array",
+                out.name, v.name
             )));
         }
     }
@@ -240,8 +253,8 @@ pub fn matmul(a: &View, b: &View, out: &View) -> Result<Matmul, ApiError> {
     })
 }
 
-/// A checked attention call: `q, out` are (B, H, N, D), `k, v` (B, H_kv, N, D), all in one of the two
-/// dense layouts `attn_fwd` reads.
+/// A checked attention call: `q, out` are (B, H, N, D), `k, v` (B, H_kv, N_kv, D), all in one of the
+/// two dense layouts `attn_fwd` reads; `lse`, when given, a contiguous f32 (B, H, N).
 #[derive(Debug, Clone, Copy)]
 pub struct Attention {
     pub device: Device,
@@ -249,10 +262,12 @@ pub struct Attention {
     pub k: u64,
     pub v: u64,
     pub o: u64,
+    pub lse: Option<u64>,
     pub batch: usize,
     pub heads: usize,
     pub heads_kv: usize,
     pub seq: usize,
+    pub seq_kv: usize,
     pub dim: usize,
     pub layout: AttnLayout,
 }
@@ -271,6 +286,7 @@ pub fn attention(
     k: &View,
     v: &View,
     out: &View,
+    lse: Option<&View>,
     scale: Option<f64>,
 ) -> Result<Attention, ApiError> {
     for t in [q, k, v, out] {
@@ -292,10 +308,10 @@ pub fn attention(
             k.dims()
         )));
     }
-    if k.shape[2] != n {
+    let n_kv = k.shape[2];
+    if n_kv == 0 && n > 0 {
         return Err(ApiError::Value(format!(
-            "q has {n} queries but k has {} keys: kittens.attention needs as many keys as queries",
-            k.shape[2]
+            "k has no keys for q's {n} queries: the softmax over zero keys is undefined"
         )));
     }
     if hk == 0 || !h.is_multiple_of(hk) {
@@ -327,6 +343,24 @@ pub fn attention(
             )));
         }
     }
+    if let Some(l) = lse {
+        let want = [b, h, n];
+        if l.shape != want || !l.strides_are(&[h * n, n, 1]) {
+            return Err(ApiError::Value(format!(
+                "lse must be a contiguous float32 array of shape {want:?} (B, H, N), got shape {} \
+                 strides {:?}",
+                l.dims(),
+                l.strides
+            )));
+        }
+        if l.device != q.device {
+            return Err(ApiError::Value(format!(
+                "lse is on {} but q on {}",
+                l.device, q.device
+            )));
+        }
+        disjoint(l, &[q, k, v, out])?;
+    }
     let device = same_device(&[q, k, v, out])?;
     let layout = [AttnLayout::Bshd, AttnLayout::Bhsd]
         .into_iter()
@@ -353,10 +387,12 @@ pub fn attention(
         k: k.ptr,
         v: v.ptr,
         o: out.ptr,
+        lse: lse.map(|l| l.ptr),
         batch: b,
         heads: h,
         heads_kv: hk,
         seq: n,
+        seq_kv: n_kv,
         dim: d,
         layout,
     })

@@ -97,23 +97,30 @@ fn lowered_attention_compiles_for_sm_90a() {
     let (mut turns, mut dims, mut overlaps) = (vec![reg.pingpong], vec![128], vec![reg.overlap]);
     // With and without the consumer warpgroups' turns (named barriers), and every configuration
     // the benchmark times (both head dimensions, causal or not, no turns).
-    for (dim, causal, pingpong, overlap) in [
-        (64, true, true, true),
-        (128, true, true, true),
-        (64, false, false, true),
-        (128, true, false, true),
-        (64, true, false, true),
-        (128, false, true, false),
-        (128, true, true, false),
+    // The last two also write the log-sum-exp, the causal one with the mask aligned bottom-right.
+    let mut lses = vec![false];
+    for (dim, causal, pingpong, overlap, lse) in [
+        (64, true, true, true, false),
+        (128, true, true, true, false),
+        (64, false, false, true, false),
+        (128, true, false, true, false),
+        (64, true, false, true, false),
+        (128, false, true, false, false),
+        (128, true, true, false, false),
+        (128, true, true, true, true),
+        (64, false, true, true, true),
     ] {
         turns.push(pingpong);
         dims.push(dim);
         overlaps.push(overlap);
+        lses.push(lse);
         let cfg = AttnConfig {
             dim,
             causal,
             pingpong,
             overlap,
+            lse,
+            bottom_right: lse && causal,
             ..AttnConfig::for_gpu(h100)
         };
         kernels.push(build(&cfg).unwrap_or_else(|e| panic!("{e}")));
@@ -171,6 +178,12 @@ fn lowered_attention_compiles_for_sm_90a() {
             shared_kv, !overlaps[i],
             "K/V barrier sharing for dim {} overlap {}",
             dims[i], overlaps[i]
+        );
+        // The log-sum-exp: one f32 store per row from one lane of the row's four.
+        assert_eq!(
+            l.source.contains("// store r_lse_v -> lse"),
+            lses[i],
+            "log-sum-exp store in kernel {i}"
         );
         // At head dimension 128, O += P·V is one N = 128 chain over both halves of V.
         assert_eq!(

@@ -19,7 +19,8 @@ pub struct Args {
     /// (C = A·Bᵀ: correctness vs cuBLAS and f64 spot checks, and TFLOP/s), `gemm_fp8` likewise against
     /// cuBLASLt's FP8 GEMM (its default check shapes keep K a multiple of 16); `attn_fwd` against the f64
     /// reference on spot rows by the test rule, and TFLOP/s (`--sizes` and `--timing` do not apply;
-    /// `--checks none` leaves out the check-only shapes, `--checks only` runs just those).
+    /// `--checks none` leaves out the check-only shapes, `--checks only` runs just those; for attn_fwd
+    /// `--checks lse` checks the log-sum-exp, differing lengths and both causal alignments).
     #[arg(value_parser = kittens_kernels::by_name)]
     pub kernel: &'static KernelEntry,
     /// Square sizes M = N = K, comma-separated (2048,4096,8192 when no shape is given at all).

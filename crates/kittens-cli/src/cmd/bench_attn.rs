@@ -13,8 +13,9 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     match a.checks.as_str() {
         "none" => cases.retain(|c| c.timed),
         "only" => cases.retain(|c| !c.timed),
+        "lse" => return run_lse(a),
         "default" => {}
-        other => bail!("--checks {other}: attn_fwd takes default, none or only"),
+        other => bail!("--checks {other}: attn_fwd takes default, none, only or lse"),
     }
     if a.variants {
         // Each timed shape again with the other loop form (the registry's overlaps the softmax
@@ -86,6 +87,36 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
             "{bad} of {} attention shapes failed the test rule",
             report.rows.len()
         );
+    }
+    Ok(())
+}
+
+/// `--checks lse`: the log-sum-exp output, differing query and key lengths and the bottom-right mask,
+/// every element of O and the log-sum-exp judged by the test rule; exits 1 when one fails.
+fn run_lse(a: &Args) -> anyhow::Result<()> {
+    use kittens_runtime::cuda::attn_lse::{lse_cases, run_lse_checks};
+    let rows = run_lse_checks(&lse_cases()).context("attention log-sum-exp checks on the GPU")?;
+    if let Some(path) = a.json.as_deref() {
+        let doc = serde_json::json!({
+            "benchmark": "attn_fwd with the log-sum-exp, differing lengths, both causal alignments",
+            "date": super::bench::utc_now(),
+            "commit": kittens_runtime::build_info::BUILD.commit,
+            "rows": rows,
+        });
+        std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
+            .with_context(|| format!("writing {path}"))?;
+    }
+    for r in &rows {
+        let s = r.case.shape;
+        println!(
+            "  B{} H{}/{} N{} Nkv{} D{} {:?} {:?}: O {:.2e} ({:.2e}) lse {:.2e} ({:.2e}) {} regs {} spills {}",
+            s.batch, s.heads, s.heads_kv, s.seq, r.case.seq_kv, s.dim, s.layout, r.case.causal,
+            r.o.0.rel_err, r.o.1.rel_err, r.lse.0.rel_err, r.lse.1.rel_err,
+            if r.passed { "ok" } else { "FAIL" }, r.registers, r.spills
+        );
+    }
+    if rows.iter().any(|r| !r.passed) {
+        bail!("an attention check failed the rule");
     }
     Ok(())
 }

@@ -56,7 +56,7 @@ pub struct Args {
 /// A small default for a parameter, so that loops run a handful of iterations.
 fn default_param(name: &str) -> i64 {
     match name {
-        "m" | "n" | "seq" => 512,
+        "m" | "n" | "seq" | "seq_kv" => 512,
         "k" => 1024,
         "batch" | "heads_kv" => 1,
         "heads" => 2,

@@ -60,7 +60,7 @@ pub struct Args {
     /// Attention sequence length (queries; keys too unless --seq-kv).
     #[arg(long, default_value_t = 256)]
     pub seq: usize,
-    /// Attention keys when they differ from the queries (attn_bwd).
+    /// Attention keys when they differ from the queries (attn_fwd, attn_bwd).
     #[arg(long)]
     pub seq_kv: Option<usize>,
     /// Attention head dimension (a multiple of 32).
@@ -69,9 +69,13 @@ pub struct Args {
     /// Causal attention (PyTorch's top-left `is_causal`).
     #[arg(long)]
     pub causal: bool,
-    /// With --causal: align the mask bottom-right (key j <= query i + seq_kv - seq), attn_bwd.
+    /// With --causal: align the mask bottom-right (key j <= query i + seq_kv - seq), attn_fwd and
+    /// attn_bwd.
     #[arg(long, requires = "causal")]
     pub bottom_right: bool,
+    /// attn_fwd: also write the log-sum-exp of every query row (a second output, judged on its own).
+    #[arg(long)]
+    pub lse: bool,
     /// Attention tensor layout.
     #[arg(long, value_enum, ignore_case = true, default_value_t = AttnLayoutArg::Bshd)]
     pub layout: AttnLayoutArg,
@@ -139,14 +143,17 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     if let Some((flag, _)) = dims.into_iter().find(|&(_, v)| v == 0) {
         bail!("{flag} must be positive");
     }
-    // Only the backward takes its own key length and a bottom-right mask; elsewhere they would be
-    // ignored silently.
-    if a.kernel.name != "attn_bwd" && (a.seq_kv.is_some() || a.bottom_right) {
+    // Only attention takes its own key length and a bottom-right mask, only the forward writes a
+    // log-sum-exp; elsewhere they would be ignored silently.
+    let attention = matches!(a.kernel.name, "attn_fwd" | "attn_bwd");
+    if !attention && (a.seq_kv.is_some() || a.bottom_right) {
         bail!(
-            "--seq-kv and --bottom-right apply to attn_bwd only; {} takes as many keys as queries \
-             (--seq) and a top-left mask",
+            "--seq-kv and --bottom-right apply to attn_fwd and attn_bwd only; {} takes neither",
             a.kernel.name
         );
+    }
+    if a.lse && a.kernel.name != "attn_fwd" {
+        bail!("--lse applies to attn_fwd only, not {}", a.kernel.name);
     }
     if matches!(a.kernel.name, "attn_fwd" | "attn_bwd")
         && (a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv))
@@ -160,6 +167,7 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
         causal: a.causal,
         bottom_right: a.bottom_right,
         seq_kv: a.seq_kv,
+        lse: a.lse,
         seed: a.seed,
         input_scale: a.input_scale,
         tolerance: a.tolerance,

@@ -687,7 +687,9 @@ impl Emit<'_> {
             }
             (Op::StoreGlobal { dst, src, rounding }, Role::Consumer) => {
                 self.retire_all();
-                if self.k.global(dst.tensor).dims.len() == 2 {
+                if self.k.reg(*src).vec().is_some() {
+                    self.store_vec(dst, *src)
+                } else if self.k.global(dst.tensor).dims.len() == 2 {
                     self.store(dst, *src, *rounding)
                 } else {
                     self.store_direct(dst, *src, *rounding)
@@ -730,14 +732,17 @@ impl Emit<'_> {
 }
 
 /// The C type of a global tensor's kernel argument: bf16 bits, fp8 e4m3 bytes (OCP, the format of
-/// Hopper's `wgmma ... e4m3`, PTX ISA §9.7.15.5), or f32 (the FP8 GEMM's scales). Only bf16 is
-/// written: the TMA-store epilogue packs bf16.
+/// Hopper's `wgmma ... e4m3`, PTX ISA §9.7.15.5), or f32 (the FP8 GEMM's scales, the attention's
+/// log-sum-exp). Tiles are written as bf16 (the TMA-store epilogue packs bf16), f32 only from row
+/// vectors.
 fn global_ctype(g: &kittens_ir::GlobalDecl) -> Result<&'static str, CudaLowerError> {
     let write = g.access != kittens_ir::Access::Read;
     Ok(match (g.dtype, write) {
         (DType::Bf16, _) => "bf16_t*",
         (DType::Fp8E4m3, false) => "const unsigned char*",
         (DType::F32, false) => "const float*",
+        // A row vector stored per query (the attention's log-sum-exp).
+        (DType::F32, true) => "float*",
         (dt, w) => {
             return unsupported(format!(
                 "global `{}` of {dt:?}{} (bf16 tensors, read-only e4m3 or f32 ones)",

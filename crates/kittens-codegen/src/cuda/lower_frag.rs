@@ -438,4 +438,64 @@ impl Emit<'_> {
         self.line("}");
         Ok(())
     }
+
+    /// A store of an fp32 row vector (one value per row of the wave's 16) to an f32 tensor through a
+    /// view of 16 rows × 1 column: the thread with `lane % 4 == 0` holds rows `lane/4` and `lane/4 + 8`
+    /// (the four lanes of a row hold the same value after a row reduction) and writes them, each
+    /// guarded by the tensor's bounds.
+    pub(super) fn store_vec(&mut self, dst: &GlobalView, src: RegId) -> Result<(), CudaLowerError> {
+        let g = self.k.global(dst.tensor);
+        let rd = dst.row_dim as usize;
+        if self.frag(src)? != Frag::RowVec
+            || (dst.rows, dst.cols) != (16, 1)
+            || g.dtype != DType::F32
+        {
+            return unsupported(format!(
+                "store of {}x{} from `{}` to `{}` ({:?}; fp32 row vectors to 16 x 1 views of f32 tensors)",
+                dst.rows,
+                dst.cols,
+                self.k.reg(src).name,
+                g.name,
+                g.dtype
+            ));
+        }
+        let gname = format!("g_{}", crate::cexpr::ident(&g.name));
+        let s = self.rname(src);
+        self.line(format!("{{ // store {s} -> {}", g.name));
+        self.depth += 1;
+        let mut base = Vec::new();
+        let mut inside = Vec::new();
+        for (i, o) in dst.origin.iter().enumerate() {
+            let (oe, se, de) = (self.ex(o), self.ex(&g.strides[i]), self.ex(&g.dims[i]));
+            if i != rd {
+                base.push(format!("(long long)({oe}) * (long long)({se})"));
+                inside.push(format!("({oe}) >= 0 && ({oe}) < ({de})"));
+            }
+        }
+        self.line(format!(
+            "const int r0 = {} + kt_lane / 4, rows = {};",
+            self.ex(&dst.origin[rd]),
+            self.ex(&g.dims[rd]),
+        ));
+        self.line(format!(
+            "const long long base = {}, rs = (long long)({});",
+            base.join(" + "),
+            self.ex(&g.strides[rd])
+        ));
+        self.line(format!(
+            "if (kt_lane % 4 == 0 && {}) {{",
+            inside.join(" && ")
+        ));
+        self.line("    #pragma unroll");
+        self.line("    for (int h = 0; h < 2; ++h) {");
+        self.line("        const int row = r0 + 8 * h;");
+        self.line(format!(
+            "        if (row >= 0 && row < rows) {gname}[base + (long long)row * rs] = {s}[h];"
+        ));
+        self.line("    }");
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
 }

@@ -589,4 +589,66 @@ impl Emitter<'_> {
             })
         })
     }
+
+    /// An f32 register vector to an f32 tensor: a row vector down a `len × 1` view, a column vector
+    /// along a `1 × len` one (the attention's log-sum-exp, one value per query). Entry `i·extent +
+    /// coord(lane)` of the vector is the lane's slot `i` ([`super::regops::VecMap`]); the lanes that
+    /// hold the same entry store the same value, each guarded by the tensor's bounds.
+    pub(super) fn store_vec(&mut self, dst: &GlobalView, r: RegId) -> Result<(), LowerError> {
+        let d = self.k.reg(r);
+        let out = self.k.global(dst.tensor).dtype;
+        let (Some(v), Some(vm)) = (d.vec(), self.vmaps.get(&r.0).cloned()) else {
+            return Err(LowerError::Unsupported(format!(
+                "store of `{}` (no vector map)",
+                d.name
+            )));
+        };
+        if v.dtype != DType::F32 || out != DType::F32 {
+            return Err(LowerError::Unsupported(format!(
+                "store of the {:?} vector `{}` to a {out:?} tensor (f32 to f32 only)",
+                v.dtype, d.name
+            )));
+        }
+        let name = format!("r_{}", ident(&d.name));
+        let gname = format!("g_{}", ident(&self.k.global(dst.tensor).name));
+        let (slot_r, slot_c) = vm.map.slots[0];
+        let g = vm.map.group;
+        let (coord, extent) = if v.axis == kittens_ir::Axis::Rows {
+            (super::regops::affine_c(slot_r, g), vm.base.rows)
+        } else {
+            (super::regops::affine_c(slot_c, g), vm.base.cols)
+        };
+        // The fixed coordinates of the view inside the tensor.
+        let gd = self.k.global(dst.tensor);
+        let fixed: Vec<String> = (0..gd.dims.len())
+            .filter(|&i| i != dst.row_dim as usize && i != dst.col_dim as usize)
+            .map(|i| {
+                let o = self.ex(&dst.origin[i]);
+                format!("({o}) >= 0 && ({o}) < ({})", self.ex(&gd.dims[i]))
+            })
+            .collect();
+        let fixed = if fixed.is_empty() {
+            "true".to_string()
+        } else {
+            fixed.join(" && ")
+        };
+        self.line("#pragma unroll");
+        self.block(
+            format!("for (int i = 0; i < {}; ++i)", vm.per_lane()),
+            |em| {
+                em.line(format!("const int e = i * {extent} + {coord};"));
+                let (row, col) = if v.axis == kittens_ir::Axis::Rows {
+                    ("e", "0")
+                } else {
+                    ("0", "e")
+                };
+                let (addr, inb) = em.element_index(dst, row, col, 1);
+                em.line(format!(
+                    "if (e < {} && {fixed} && {inb}) {gname}[{addr}] = {name}[i];",
+                    v.len
+                ));
+                Ok(())
+            },
+        )
+    }
 }

@@ -77,6 +77,9 @@ impl Emitter<'_> {
             Op::LoadShared { dst, src } => self.lds_access(*dst, src, false),
             Op::StoreShared { dst, src, .. } => self.lds_access(*src, dst, true),
             Op::LoadGlobal { dst, src } => self.load_global(*dst, src),
+            Op::StoreGlobal { dst, src, .. } if self.k.reg(*src).vec().is_some() => {
+                self.store_vec(dst, *src)
+            }
             Op::StoreGlobal { dst, src, rounding } => self.store_global(dst, *src, *rounding),
             Op::Mma { form, d, a, b, c } => self.mma(*form, *d, a, b, *c),
             Op::Fill { dst, value } if self.k.reg(*dst).vec().is_some() => {

@@ -52,7 +52,15 @@ pub struct AttnConfig {
     /// Keys per pipeline step (a multiple of 32).
     pub kv_block: u32,
     pub causal: bool,
+    /// With `causal`: the mask aligned bottom-right (query `i` keeps keys `j ≤ i + seq_kv − seq`,
+    /// FlashAttention's convention, what decoding against a cache needs) instead of top-left
+    /// (`j ≤ i`, PyTorch's `is_causal`). Queries that keep no key get a zero row and a log-sum-exp
+    /// of `−∞`.
+    pub bottom_right: bool,
     pub layout: AttnLayout,
+    /// Also write the log-sum-exp of every query row (natural log of the softmax's denominator,
+    /// what a backward pass and a merge of partial attentions need) to an f32 `lse [b, h, s]`.
+    pub lse: bool,
     /// Producer/consumer only: the two consumer warpgroups take turns on the tensor cores for Q·Kᵀ
     /// (a compute cluster, lowered to named barriers), so that one's softmax overlaps the other's
     /// multiplies.
@@ -78,7 +86,9 @@ impl Default for AttnConfig {
             q_rows: 32,
             kv_block: 32,
             causal: false,
+            bottom_right: false,
             layout: AttnLayout::Bshd,
+            lse: false,
             remap: GridOrder::HeadFirst { xcds: 8 },
         }
     }
@@ -128,50 +138,60 @@ impl AttnConfig {
 }
 
 /// The parameters and tensors every attention schedule declares, in this order (the argument list the
-/// launchers and the runner follow): `batch, heads, heads_kv, seq`; bf16 `q, k, v` (read) and `o`
-/// (written) as `[b, h, s, d]` with the layout's strides.
+/// launchers and the runner follow): `batch, heads, heads_kv, seq, seq_kv`; bf16 `q, o` (`seq`
+/// queries) and `k, v` (`seq_kv` keys) as `[b, h, s, d]` with the layout's strides, `q, k, v` read
+/// and `o` written; with [`AttnConfig::lse`] then f32 `lse` (written) as `[b, h, seq]`, contiguous
+/// whatever the layout.
 pub(crate) struct Io {
     pub batch: Expr,
     pub heads: Expr,
     pub heads_kv: Expr,
     pub seq: Expr,
+    pub seq_kv: Expr,
     pub q: GlobalId,
     pub k: GlobalId,
     pub v: GlobalId,
     pub o: GlobalId,
+    pub lse: Option<GlobalId>,
 }
 
 pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
-    let [batch, heads, heads_kv, seq] = ["batch", "heads", "heads_kv", "seq"].map(|n| k.param(n));
+    let [batch, heads, heads_kv, seq, seq_kv] =
+        ["batch", "heads", "heads_kv", "seq", "seq_kv"].map(|n| k.param(n));
     let dim = Expr::c(i64::from(cfg.dim));
-    let mut tensor = |name: &str, h: &Expr, access| -> GlobalId {
+    let mut tensor = |name: &str, h: &Expr, s: &Expr, access| -> GlobalId {
         let dims = [
             ("b", batch.clone()),
             ("h", h.clone()),
-            ("s", seq.clone()),
+            ("s", s.clone()),
             ("d", dim.clone()),
         ];
-        k.global_strided(
-            name,
-            Bf16,
-            &dims,
-            strides(cfg.layout, h, &seq, &dim),
-            access,
-        )
+        k.global_strided(name, Bf16, &dims, strides(cfg.layout, h, s, &dim), access)
     };
-    let q = tensor("q", &heads, Access::Read);
-    let kv_k = tensor("k", &heads_kv, Access::Read);
-    let kv_v = tensor("v", &heads_kv, Access::Read);
-    let o = tensor("o", &heads, Access::Write);
+    let q = tensor("q", &heads, &seq, Access::Read);
+    let kv_k = tensor("k", &heads_kv, &seq_kv, Access::Read);
+    let kv_v = tensor("v", &heads_kv, &seq_kv, Access::Read);
+    let o = tensor("o", &heads, &seq, Access::Write);
+    let lse = cfg.lse.then(|| {
+        let dims = [
+            ("b", batch.clone()),
+            ("h", heads.clone()),
+            ("s", seq.clone()),
+        ];
+        let strides = vec![&heads * seq.clone(), seq.clone(), Expr::c(1)];
+        k.global_strided("lse", DType::F32, &dims, strides, Access::Write)
+    });
     Io {
         batch,
         heads,
         heads_kv,
         seq,
+        seq_kv,
         q,
         k: kv_k,
         v: kv_v,
         o,
+        lse,
     }
 }
 
@@ -193,7 +213,7 @@ pub fn strides(layout: AttnLayout, heads: &Expr, seq: &Expr, dim: &Expr) -> Vec<
     }
 }
 
-/// Parameter order: `batch, heads, heads_kv, seq`; tensors `q, k, v, o`.
+/// Parameter order: `batch, heads, heads_kv, seq, seq_kv`; tensors `q, k, v, o` (and `lse`).
 pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     match cfg.schedule {
         AttnSchedule::PingPong8 => ping_pong::build(cfg),
@@ -201,12 +221,47 @@ pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     }
 }
 
-/// The kernel's name: causal attention is a separate kernel.
+/// The kernel's name: each mask and the log-sum-exp output make separate kernels.
 fn name(cfg: &AttnConfig) -> &'static str {
-    if cfg.causal {
-        "attn_fwd_causal"
-    } else {
-        "attn_fwd"
+    match (cfg.causal, cfg.bottom_right, cfg.lse) {
+        (false, _, false) => "attn_fwd",
+        (false, _, true) => "attn_fwd_lse",
+        (true, false, false) => "attn_fwd_causal",
+        (true, false, true) => "attn_fwd_causal_lse",
+        (true, true, false) => "attn_fwd_causal_br",
+        (true, true, true) => "attn_fwd_causal_br_lse",
+    }
+}
+
+impl AttnConfig {
+    /// The causal offset as an expression (key `j` kept for query `i` when `j ≤ i + offset`), `None`
+    /// without a mask.
+    pub(crate) fn causal_offset(&self, seq: &Expr, seq_kv: &Expr) -> Option<Expr> {
+        match (self.causal, self.bottom_right) {
+            (false, _) => None,
+            (true, false) => Some(Expr::c(0)),
+            (true, true) => Some(seq_kv - seq.clone()),
+        }
+    }
+
+    /// Whether a query row can keep no key at all (bottom-right with more queries than keys): its
+    /// running max stays `−∞` and the softmax needs [`Softmax::floor`].
+    pub(crate) fn empty_rows(&self) -> bool {
+        self.causal && self.bottom_right
+    }
+}
+
+/// The key blocks of `kv` keys that the query rows `q_first ..= q_last` need: every block up to the
+/// one holding key `q_last + offset` under a causal mask (at least one, so that a block whose rows keep
+/// no key still runs its pipeline once, fully masked), else all `⌈seq_kv / kv⌉`.
+pub(crate) fn key_blocks(seq_kv: &Expr, q_last: &Expr, offset: Option<&Expr>, kv: u32) -> Expr {
+    let all = seq_kv.ceil_div(kv as i64);
+    match offset {
+        None => all,
+        // Floor division: a last kept key below 0 gives 0 blocks, raised to 1.
+        Some(off) => all
+            .min((q_last + off.clone()) / kv as i64 + 1)
+            .max(Expr::c(1)),
     }
 }
 
@@ -223,6 +278,11 @@ pub(crate) struct Softmax {
     pub scale: RegId,
     pub keys: Axis,
     pub c: f32,
+    /// The softmax scale `1/√d` itself: the log-sum-exp is in natural-log units of the scaled logits.
+    pub scale_nat: f32,
+    /// Rows may keep no key ([`AttnConfig::empty_rows`]): the running max is floored at the lowest
+    /// finite f32 and [`Self::inv_norm`] guards the division.
+    pub floor: bool,
 }
 
 impl Softmax {
@@ -240,6 +300,8 @@ impl Softmax {
             norm: vec("norm"),
             keys,
             c: std::f32::consts::LOG2_E / (dim as f32).sqrt(),
+            scale_nat: 1.0 / (dim as f32).sqrt(),
+            floor: false,
         }
     }
 
@@ -260,6 +322,12 @@ impl Softmax {
         let (keys, c) = (self.keys, self.c);
         k.copy(self.max_prev, self.max);
         k.reduce(keys, ReduceOp::Max, self.max, s, Some(self.max));
+        if self.floor {
+            // A row with no kept key so far has max −∞, and `s·c − max·c` would be −∞ − (−∞) = NaN:
+            // the lowest finite f32 instead makes its P exactly 0 and its correction exp2(0) = 1
+            // (FlashAttention-2 substitutes 0 for such a max). No other row is changed.
+            k.max(self.max, self.max, f32::MIN);
+        }
         k.mul(self.max_c, self.max, c);
         k.mul(s, s, c);
         match keys {
@@ -278,5 +346,28 @@ impl Softmax {
     pub fn step_sum(&self, k: &mut KernelBuilder, s: RegId) {
         k.mul(self.norm, self.norm, self.scale);
         k.reduce(self.keys, ReduceOp::Sum, self.norm, s, Some(self.norm));
+    }
+
+    /// After the last block: `dst = 1 / norm`, the factor of the output's rows. With [`Self::floor`],
+    /// of `max(norm, f32::MIN_POSITIVE)`: a row with no kept key has `norm = 0` and an output of 0,
+    /// which stays 0 instead of `0·∞ = NaN`; every other row has `norm ≥ 1` (its max contributes
+    /// `exp2(0)`).
+    pub fn inv_norm(&self, k: &mut KernelBuilder, dst: RegId) {
+        if self.floor {
+            k.max(dst, self.norm, f32::MIN_POSITIVE);
+            k.div(dst, 1.0f32, dst);
+        } else {
+            k.div(dst, 1.0f32, self.norm);
+        }
+    }
+
+    /// After the last block: the log-sum-exp of each query into `lse` (a vector like `max`),
+    /// `ln Σ_j exp(s_j/√d) = max/√d + ln(norm)`, the running max being of the unscaled scores and the
+    /// running sum relative to it (`max_c` is free after the loop and holds `max/√d`). A query that
+    /// kept no key has `norm = 0`, so `ln 0 = −∞` makes its log-sum-exp `−∞`.
+    pub fn lse(&self, k: &mut KernelBuilder, lse: RegId) {
+        k.log(lse, self.norm);
+        k.mul(self.max_c, self.max, self.scale_nat);
+        k.add(lse, lse, self.max_c);
     }
 }

@@ -45,10 +45,12 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         heads,
         heads_kv,
         seq,
+        seq_kv,
         q,
         k: kg,
         v: vg,
         o,
+        lse,
     } = declare_io(&mut k, cfg);
     let block_q = 8 * qr as i64;
     k.grid(
@@ -71,8 +73,12 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let att_b = k.tile("att_b", Bf16, kv, qr, Layout::Col, BaseShape::S32X16);
     let o_r = k.tile("o_r", F32, d, qr, Layout::Col, BaseShape::S16X16);
     let o_q = k.tile("o_q", F32, qr, d, Layout::Row, BaseShape::S16X16);
-    let softmax = Softmax::declare(&mut k, att, Axis::Cols, d);
+    let mut softmax = Softmax::declare(&mut k, att, Axis::Cols, d);
+    softmax.floor = cfg.empty_rows();
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
+    let lse_v = lse.map(|_| k.col_vec("lse_v", att, F32));
+    // Rows that keep no key divide a zero output by a zero sum: a guarded reciprocal instead.
+    let inv_norm = softmax.floor.then(|| k.col_vec("inv_norm", att, F32));
 
     // `rows` rows of head `hh` of tensor `g` from sequence position `s0`, all `d` columns.
     let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, rows| {
@@ -85,12 +91,8 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             d,
         )
     };
-    let n_kv = if cfg.causal {
-        seq.ceil_div(kv as i64)
-            .min(((&qb + 1) * block_q - 1) / kv as i64 + 1)
-    } else {
-        seq.ceil_div(kv as i64)
-    };
+    let offset = cfg.causal_offset(&seq, &seq_kv);
+    let n_kv = super::key_blocks(&seq_kv, &((&qb + 1) * block_q - 1), offset.as_ref(), kv);
 
     // Prologue: K0, V0 into slot 0; this wave's Q as stored (bf16, unscaled), transposed for K·Qᵀ.
     // Q passes through an f32 tile (both conversions are exact) so that the prologue consumes its
@@ -120,15 +122,10 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         k.zero(att);
         k.mma_atb(att, k_t, q_t, att);
         let (kv0, inf) = (j * kv as i64, f32::NEG_INFINITY);
-        k.mask(att, MaskRule::RowsBelow(seq.clone()), &kv0, &q0, inf);
-        if cfg.causal {
-            k.mask(
-                att,
-                MaskRule::CausalT { offset: Expr::c(0) },
-                &kv0,
-                &q0,
-                inf,
-            );
+        k.mask(att, MaskRule::RowsBelow(seq_kv.clone()), &kv0, &q0, inf);
+        if let Some(offset) = &offset {
+            let offset = offset.clone();
+            k.mask(att, MaskRule::CausalT { offset }, &kv0, &q0, inf);
         }
         // Scores are Sᵀ = K·Qᵀ here: a query per column.
         if split {
@@ -193,8 +190,19 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             k.compute("P·V", pv);
         });
     });
-    k.div_col(o_r, o_r, norm);
+    if let Some(inv) = inv_norm {
+        softmax.inv_norm(&mut k, inv);
+        k.mul_col(o_r, o_r, inv);
+    } else {
+        k.div_col(o_r, o_r, norm);
+    }
     k.transpose(o_q, o_r);
     k.store(view(&k, o, &h, q0.clone(), qr), o_q);
+    if let (Some(g), Some(lv)) = (lse, lse_v) {
+        // One value per query: the wave's queries are the columns of the transposed scores.
+        softmax.lse(&mut k, lv);
+        let dst = k.gview(g, vec![b.clone(), h.clone(), q0.clone()], 1, 2, 1, qr);
+        k.store(dst, lv);
+    }
     Ok(k.finish()?)
 }

@@ -1,13 +1,15 @@
-//! `attn_fwd` at a problem's sizes: parameters `batch, heads, heads_kv, seq`, inputs Q, K, V and output
-//! O in the problem's layout, the f64 reference, the PyTorch-style bf16 baseline and the test rule.
+//! `attn_fwd` at a problem's sizes: parameters `batch, heads, heads_kv, seq, seq_kv`, inputs Q, K, V and outputs
+//! O (and the log-sum-exp) in the problem's layout, the f64 reference, the PyTorch-style bf16 baseline and the test rule.
 
 use super::{build, AttnConfig};
+use crate::attn_bwd::{BwdShape, Causal};
 use crate::budget;
 use crate::problem::{
     elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem, Reference,
     STORE_BYTES,
 };
-use crate::reference::{self, Tolerance};
+use crate::reference::Tolerance;
+use crate::reference_fwd;
 use crate::KernelError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
@@ -36,7 +38,9 @@ fn config(p: &Problem, target: Target) -> AttnConfig {
     let cfg = AttnConfig {
         dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
         causal: p.causal,
+        bottom_right: p.causal && p.bottom_right,
         layout: p.attn.layout,
+        lse: p.lse,
         ..tiles
     };
     match target.gpu() {
@@ -45,9 +49,31 @@ fn config(p: &Problem, target: Target) -> AttnConfig {
     }
 }
 
+/// The problem's lengths as the general references take them.
+fn bwd_shape(p: &Problem) -> BwdShape {
+    let a = p.attn;
+    BwdShape {
+        batch: a.batch,
+        heads: a.heads,
+        heads_kv: a.heads_kv,
+        seq_q: a.seq,
+        seq_kv: p.seq_kv.unwrap_or(a.seq),
+        dim: a.dim,
+        layout: a.layout,
+    }
+}
+
+fn causal(p: &Problem) -> Causal {
+    match (p.causal, p.bottom_right) {
+        (false, _) => Causal::No,
+        (true, false) => Causal::TopLeft,
+        (true, true) => Causal::BottomRight,
+    }
+}
+
 impl KernelProblem for AttnProblem {
     fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
-        let sh = p.attn;
+        let (sh, seq_kv) = (p.attn, bwd_shape(p).seq_kv);
         if sh.heads_kv == 0 || !sh.heads.is_multiple_of(sh.heads_kv) {
             return Err(KernelError::Problem(format!(
                 "attn_fwd: heads_kv {} must divide heads {} (GQA groups the query heads evenly)",
@@ -55,21 +81,26 @@ impl KernelProblem for AttnProblem {
             )));
         }
         let q = elements("Q", &[sh.batch, sh.heads, sh.seq, sh.dim])?;
-        let kv = elements("K", &[sh.batch, sh.heads_kv, sh.seq, sh.dim])?;
+        let kv = elements("K", &[sh.batch, sh.heads_kv, seq_kv, sh.dim])?;
+        let mut outputs = vec![q];
+        if p.lse {
+            outputs.push(elements("lse", &[sh.batch, sh.heads, sh.seq])?);
+        }
         Ok(Launch {
             params: vec![
                 param("batch", sh.batch)?,
                 param("heads", sh.heads)?,
                 param("heads_kv", sh.heads_kv)?,
                 param("seq", sh.seq)?,
+                param("seq_kv", seq_kv)?,
             ],
             inputs: vec![q, kv, kv],
-            outputs: vec![q],
+            outputs,
         })
     }
 
     fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
-        let (name, sh) = ("attn_fwd", p.attn);
+        let (name, sh, seq_kv) = ("attn_fwd", p.attn, bwd_shape(p).seq_kv);
         positive(
             name,
             &[
@@ -77,6 +108,7 @@ impl KernelProblem for AttnProblem {
                 ("heads", sh.heads),
                 ("heads_kv", sh.heads_kv),
                 ("seq", sh.seq),
+                ("seq_kv", seq_kv),
                 ("dim", sh.dim),
             ],
         )?;
@@ -87,11 +119,12 @@ impl KernelProblem for AttnProblem {
         no_variant(p)?;
         let cfg = config(p, target);
         let u = |x: usize| x as u64;
-        let (b, h, hk, s, d) = (
+        let (b, h, hk, s, skv, d) = (
             u(sh.batch),
             u(sh.heads),
             u(sh.heads_kv),
             u(sh.seq),
+            u(seq_kv),
             u(sh.dim),
         );
         let (qr, kv) = (u64::from(cfg.q_rows), u64::from(cfg.kv_block));
@@ -99,25 +132,30 @@ impl KernelProblem for AttnProblem {
         budget::check_tile_side(name, "q_rows", qr)?;
         budget::check_tile_side(name, "kv_block", kv)?;
         let q = budget::product(&[b, h, s, d]);
-        let kv_len = budget::product(&[b, hk, s, d]);
+        let kv_len = budget::product(&[b, hk, skv, d]);
         let bytes = budget::sum(&[
             // the inputs and their snapshot
             budget::sum(&[q, kv_len, kv_len]).and_then(|x| x.checked_mul(2 * 4)),
-            // output, pending stores, f64 reference, bf16 baseline (held as f32)
+            // output, pending stores, f64 reference, bf16 baseline (held as f32); the log-sum-exp
+            // is at most a 32nd of that (one value per row of at least 32)
             q.and_then(|x| x.checked_mul(4 + STORE_BYTES + 8 + 4)),
+            q.and_then(|x| x.checked_mul(4 + STORE_BYTES + 8 + 4))
+                .map(|x| if p.lse { x / 32 } else { 0 }),
         ]);
-        let what = format!("attn_fwd at batch={b} heads={h} heads_kv={hk} seq={s} dim={d}");
+        let what =
+            format!("attn_fwd at batch={b} heads={h} heads_kv={hk} seq={s} seq_kv={skv} dim={d}");
         budget::check_host_bytes(&what, bytes)?;
         // Every query block (8 waves × q_rows) against every key block, for Q·Kᵀ and P·V.
         let work = round_up(s, 8 * qr)
-            .zip(round_up(s, kv))
+            .zip(round_up(skv, kv))
             .and_then(|(pq, pk)| budget::product(&[b, h, pq, pk, d, 2]));
         Ok(Plan {
             launch: self.launch(p)?,
             what,
             work,
             shape: serde_json::json!({
-                "attn": sh, "causal": p.causal, "q_rows": cfg.q_rows, "kv_block": cfg.kv_block,
+                "attn": sh, "seq_kv": skv, "causal": causal(p), "lse": p.lse,
+                "q_rows": cfg.q_rows, "kv_block": cfg.kv_block,
             }),
         })
     }
@@ -127,12 +165,20 @@ impl KernelProblem for AttnProblem {
         build(&config(p, target))
     }
 
+    /// O, then (with `p.lse`) the log-sum-exp, each judged by the rule on its own.
     fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
-        let (sh, [q, k, v]) = (p.attn, [&inputs[0], &inputs[1], &inputs[2]]);
-        let (values, logit) = reference::attention_with_logits(q, k, v, &sh, p.causal);
+        let [q, k, v] = [&inputs[0], &inputs[1], &inputs[2]];
+        let (bsh, causal) = (bwd_shape(p), causal(p));
+        let (o, lse, logit) = reference_fwd::forward(q, k, v, &bsh, causal);
+        let (ob, lseb) = reference_fwd::forward_bf16_baseline(q, k, v, &bsh, causal);
+        let (values, baseline) = if p.lse {
+            ([o, lse].concat(), [ob, lseb].concat())
+        } else {
+            (o, ob)
+        };
         Reference {
             values,
-            baseline: Some(reference::attention_bf16_baseline(q, k, v, &sh, p.causal)),
+            baseline: Some(baseline),
             max_abs_logit: Some(logit),
         }
     }

@@ -75,10 +75,12 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         heads,
         heads_kv,
         seq,
+        seq_kv,
         q,
         k: kg,
         v: vg,
         o,
+        lse,
     } = declare_io(&mut k, cfg);
     // Launch order: the query blocks of one head next to each other (row-major, last extent fastest),
     // so that the blocks running at once share their head's K and V in L2; inside a head the last
@@ -119,9 +121,11 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             )
         })
         .collect();
-    let softmax = Softmax::declare(&mut k, s, Axis::Rows, d);
+    let mut softmax = Softmax::declare(&mut k, s, Axis::Rows, d);
+    softmax.floor = cfg.empty_rows();
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
     let inv_norm = k.row_vec("inv_norm", s, F32);
+    let lse_v = lse.map(|_| k.row_vec("lse_v", s, F32));
 
     // `rows × 64` of head `hh` of tensor `g` from sequence position `s0`, columns from `col0`.
     let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, col0: u32, rows| {
@@ -135,12 +139,13 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         )
     };
     let q_blk = &qb * BLOCK_Q as i64;
-    let n_kv = if cfg.causal {
-        seq.ceil_div(kv as i64)
-            .min((&q_blk + (BLOCK_Q as i64 - 1)) / kv as i64 + 1)
-    } else {
-        seq.ceil_div(kv as i64)
-    };
+    let offset = cfg.causal_offset(&seq, &seq_kv);
+    let n_kv = super::key_blocks(
+        &seq_kv,
+        &(&q_blk + (BLOCK_Q as i64 - 1)),
+        offset.as_ref(),
+        kv,
+    );
     let cw = k.wave() - 4; // consumer wave, 0..8
                            // With `pingpong`, each warpgroup's matrix work is a compute cluster: its turn on the tensor
                            // cores, which the Hopper lowering passes between the two consumer warpgroups.
@@ -204,12 +209,13 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             // conditions, the same for every wave), then the online softmax (P stays f32 in `s`).
             let softmax_block = |k: &mut KernelBuilder, j: &Expr| {
                 let (kv0, kv_end, inf) = (j * kv as i64, (j + 1) * kv as i64, f32::NEG_INFINITY);
-                k.if_(seq.lt(&kv_end), |k| {
-                    k.mask(s, MaskRule::ColsBelow(seq.clone()), &q0, &kv0, inf)
+                k.if_(seq_kv.lt(&kv_end), |k| {
+                    k.mask(s, MaskRule::ColsBelow(seq_kv.clone()), &q0, &kv0, inf)
                 });
-                if cfg.causal {
-                    k.if_(q_blk.lt(&kv_end - 1), |k| {
-                        let offset = Expr::c(0);
+                if let Some(off) = &offset {
+                    // The block's first query keeps keys up to `q_blk + off`.
+                    k.if_((&q_blk + off.clone()).lt(&kv_end - 1), |k| {
+                        let offset = off.clone();
                         k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
                     });
                 }
@@ -267,11 +273,17 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             }
             // One division per row, then multiplies: a division per element was 64 IEEE divisions
             // (each with its slow-path call) per thread in the epilogue of every block.
-            k.div(inv_norm, 1.0f32, norm);
+            softmax.inv_norm(k, inv_norm);
             for (i, &or) in o_r.iter().enumerate() {
                 k.mul_row(or, or, inv_norm);
                 let dst = view(k, o, &h, q0.clone(), i as u32 * COLS, 16);
                 k.store(dst, or);
+            }
+            if let (Some(g), Some(lv)) = (lse, lse_v) {
+                // One value per query row: the wave's 16 rows down the sequence dimension.
+                softmax.lse(k, lv);
+                let dst = k.gview(g, vec![b.clone(), h.clone(), q0.clone()], 2, 1, 16, 1);
+                k.store(dst, lv);
             }
         },
     );

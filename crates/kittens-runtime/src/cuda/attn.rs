@@ -54,18 +54,43 @@ pub struct AttnKernel {
     pub resident: u32,
 }
 
-/// The parameters of `attn_fwd` for a shape, in the tile program's names.
-pub fn params(sh: &AttnShape) -> [(&'static str, i64); 4] {
+/// The parameters of `attn_fwd` for a shape with as many keys as queries, in the tile program's
+/// names.
+pub fn params(sh: &AttnShape) -> [(&'static str, i64); 5] {
+    params_kv(sh, sh.seq)
+}
+
+/// The parameters of `attn_fwd` for `sh.seq` queries and `seq_kv` keys.
+pub fn params_kv(sh: &AttnShape, seq_kv: usize) -> [(&'static str, i64); 5] {
     [
         ("batch", sh.batch as i64),
         ("heads", sh.heads as i64),
         ("heads_kv", sh.heads_kv as i64),
         ("seq", sh.seq as i64),
+        ("seq_kv", seq_kv as i64),
     ]
 }
 
-/// Shapes the Hopper program takes, checked before anything is allocated.
+/// Shapes the Hopper program takes (as many keys as queries), checked before anything is allocated.
 pub fn check_shape(sh: &AttnShape) -> Result<(), CudaError> {
+    check_shape_kv(sh, sh.seq)
+}
+
+/// Shapes the Hopper program takes with `seq_kv` keys: K and V are bounded like Q.
+pub fn check_shape_kv(sh: &AttnShape, seq_kv: usize) -> Result<(), CudaError> {
+    check_shape_q(sh)?;
+    if seq_kv == 0 {
+        return Err(invalid(format!("no keys (seq_kv 0) for {sh:?}")));
+    }
+    check_shape_q(&AttnShape {
+        seq: seq_kv,
+        heads: sh.heads_kv,
+        ..*sh
+    })
+    .map_err(|e| invalid(format!("keys: {e}")))
+}
+
+fn check_shape_q(sh: &AttnShape) -> Result<(), CudaError> {
     if sh.dim != 64 && sh.dim != 128 {
         return Err(invalid(format!(
             "head dimension {} (the Hopper attention takes 64 or 128)",

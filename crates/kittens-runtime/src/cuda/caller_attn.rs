@@ -1,8 +1,9 @@
 //! The attention forward on caller-owned memory: the lowered `attn_fwd` (sm_90a, producer/consumer
-//! schedule) on raw device pointers of q, k, v and o, enqueued on the caller's stream in the device's
-//! primary context, through the machinery of [`super::caller`]. One kernel per configuration (head
-//! dimension, mask, memory order) is compiled and loaded on first use per device; the shape (batch,
-//! heads, sequence length) is a launch parameter, so every shape of a configuration shares it.
+//! schedule) on raw device pointers of q, k, v and o (and the log-sum-exp when asked), enqueued on the
+//! caller's stream in the device's primary context, through the machinery of [`super::caller`]. One
+//! kernel per configuration (head dimension, mask and its alignment, memory order, log-sum-exp or
+//! not) is compiled and loaded on first use per device; the shape (batch, heads, query and key
+//! lengths) is a launch parameter, so every shape of a configuration shares it.
 //!
 //! The arguments are packed from the tile program ([`super::args`]) exactly as the benchmark
 //! ([`super::attn`]) packs them over its own buffers, so BSHD and BHSD are the same code with other
@@ -13,7 +14,7 @@ use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::reference::AttnShape;
 
 use super::args::PackedArgs;
-use super::attn::{check_shape, params};
+use super::attn::{check_shape_kv, params_kv};
 use super::caller::{check_pointer, enqueue, in_context, kernel_on, KernelLoad};
 use super::driver::encode_bf16;
 use super::limits::check_tensor_map_nd;
@@ -28,15 +29,23 @@ fn invalid(msg: impl Into<String>) -> CudaError {
 pub struct AttnKernelConfig {
     pub dim: usize,
     pub causal: bool,
+    /// With `causal`: the mask aligned bottom-right (`AttnConfig::bottom_right`).
+    pub bottom_right: bool,
     pub layout: AttnLayout,
+    /// The kernel also writes the log-sum-exp (`AttnConfig::lse`).
+    pub lse: bool,
 }
 
 impl AttnKernelConfig {
     /// The per-device cache key.
     fn key(&self) -> String {
         format!(
-            "attn_fwd dim={} causal={} layout={:?}",
-            self.dim, self.causal, self.layout
+            "attn_fwd dim={} causal={} bottom_right={} layout={:?} lse={}",
+            self.dim,
+            self.causal,
+            self.causal && self.bottom_right,
+            self.layout,
+            self.lse
         )
     }
 }
@@ -46,15 +55,19 @@ impl AttnKernelConfig {
 pub type LowerAttn = fn(&AttnKernelConfig) -> Result<Lowered, CudaError>;
 
 /// bf16 attention operands at raw device addresses: `o = softmax(q·kᵀ/√d)·v`, q and o with
-/// `shape.heads` heads, k and v with `shape.heads_kv`, all dense in `shape.layout`.
+/// `shape.heads` heads of `shape.seq` rows, k and v with `shape.heads_kv` heads of `seq_kv` rows, all
+/// dense in `shape.layout`; `lse`, when given, f32 `[batch, heads, seq]` contiguous.
 #[derive(Debug, Clone, Copy)]
 pub struct AttnPointers {
     pub q: u64,
     pub k: u64,
     pub v: u64,
     pub o: u64,
+    pub lse: Option<u64>,
     pub shape: AttnShape,
+    pub seq_kv: usize,
     pub causal: bool,
+    pub bottom_right: bool,
 }
 
 impl AttnPointers {
@@ -62,34 +75,57 @@ impl AttnPointers {
         AttnKernelConfig {
             dim: self.shape.dim,
             causal: self.causal,
+            bottom_right: self.causal && self.bottom_right,
             layout: self.shape.layout,
+            lse: self.lse.is_some(),
+        }
+    }
+
+    /// The tensors the configuration's kernel takes.
+    fn names(&self) -> &'static [&'static str] {
+        if self.lse.is_some() {
+            &["q", "k", "v", "o", "lse"]
+        } else {
+            &["q", "k", "v", "o"]
         }
     }
 
     /// Address and size in bytes of the tensor the tile program names `name`.
     fn tensor(&self, name: &str) -> Result<(u64, u64), CudaError> {
         let sh = &self.shape;
-        let (ptr, heads) = match name {
-            "q" => (self.q, sh.heads),
-            "k" => (self.k, sh.heads_kv),
-            "v" => (self.v, sh.heads_kv),
-            "o" => (self.o, sh.heads),
+        let kv = AttnShape {
+            seq: self.seq_kv,
+            ..*sh
+        };
+        // `check_shape_kv` bounds every tensor below 2^31 elements, so none of these overflow.
+        let (ptr, bytes) = match (name, self.lse) {
+            ("q", _) => (self.q, sh.len(sh.heads) * 2),
+            ("k", _) => (self.k, kv.len(sh.heads_kv) * 2),
+            ("v", _) => (self.v, kv.len(sh.heads_kv) * 2),
+            ("o", _) => (self.o, sh.len(sh.heads) * 2),
+            ("lse", Some(p)) => (p, sh.batch * sh.heads * sh.seq * 4),
             _ => {
                 return Err(invalid(format!(
                     "the lowered attention takes an unknown tensor `{name}`"
                 )))
             }
         };
-        // `check_shape` bounds every tensor below 2^31 elements, so this cannot overflow.
-        Ok((ptr, sh.len(heads) as u64 * 2))
+        Ok((ptr, bytes as u64))
     }
 
     /// What can be checked without a driver: shapes the Hopper program takes and TMA's 16-byte
     /// aligned base addresses (CUDA driver API `cuTensorMapEncodeTiled`; rows of 64 or 128 bf16 are
     /// 16-byte multiples by construction).
     pub fn check(&self) -> Result<(), CudaError> {
-        check_shape(&self.shape)?;
-        for name in ["q", "k", "v", "o"] {
+        check_shape_kv(&self.shape, self.seq_kv)?;
+        if let Some(p) = self.lse {
+            if !p.is_multiple_of(4) {
+                return Err(invalid(format!(
+                    "lse at {p:#x} is not 4-byte aligned (f32)"
+                )));
+            }
+        }
+        for &name in ["q", "k", "v", "o"].iter() {
             let (ptr, _) = self.tensor(name)?;
             if !ptr.is_multiple_of(16) {
                 return Err(invalid(format!(
@@ -119,13 +155,13 @@ pub unsafe fn attention_fwd(
     p.check()?;
     let cfg = p.config();
     in_context(ordinal, || {
-        for name in ["q", "k", "v", "o"] {
+        for &name in p.names() {
             let (ptr, bytes) = p.tensor(name)?;
             check_pointer(name, ptr, bytes, ordinal)?;
         }
         let (kernel, fresh) = kernel_on(ordinal, &cfg.key(), &|| lower(&cfg))?;
         let l = &kernel.lowered;
-        let values = params(&p.shape);
+        let values = params_kv(&p.shape, p.seq_kv);
         let mut args = PackedArgs::pack(
             l,
             &values,
@@ -159,6 +195,7 @@ mod tests {
             k: 0x2000,
             v: 0x3000,
             o: 0x4000,
+            lse: None,
             shape: AttnShape {
                 batch: 2,
                 heads,
@@ -167,7 +204,9 @@ mod tests {
                 dim,
                 layout: AttnLayout::Bshd,
             },
+            seq_kv: seq,
             causal: false,
+            bottom_right: false,
         }
     }
 
@@ -196,6 +235,21 @@ mod tests {
         assert!(e.contains("2^31"), "{e}");
         let e = launch(&pointers(64, 77, 6, 4)).unwrap_err().to_string();
         assert!(e.contains("must divide"), "{e}");
+    }
+
+    #[test]
+    fn refuses_bad_key_lengths_and_a_misaligned_lse() {
+        let mut p = pointers(64, 77, 4, 2);
+        p.seq_kv = 0;
+        let e = launch(&p).unwrap_err().to_string();
+        assert!(e.contains("no keys"), "{e}");
+        p.seq_kv = 1 << 24;
+        let e = launch(&p).unwrap_err().to_string();
+        assert!(e.contains("keys") && e.contains("2^31"), "{e}");
+        p.seq_kv = 1;
+        p.lse = Some(0x5002);
+        let e = launch(&p).unwrap_err().to_string();
+        assert!(e.contains("lse at") && e.contains("4-byte aligned"), "{e}");
     }
 
     #[test]
@@ -240,7 +294,13 @@ mod tests {
         let c = p.config().key();
         p.shape.dim = 128;
         let d = p.config().key();
-        let keys = [a, b, c, d];
+        p.bottom_right = true;
+        let e = p.config().key();
+        p.lse = Some(0x5000);
+        let f = p.config().key();
+        p.seq_kv = 1;
+        assert_eq!(f, p.config().key(), "the key length is a launch parameter");
+        let keys = [a, b, c, d, e, f];
         for i in 0..keys.len() {
             for j in 0..i {
                 assert_ne!(keys[i], keys[j]);

@@ -9,6 +9,7 @@
 
 pub mod args;
 pub mod attn;
+pub mod attn_lse;
 pub mod bench;
 pub mod bench_check;
 pub mod bench_fp8;
