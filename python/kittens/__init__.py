@@ -162,7 +162,8 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     log-sum-exp output (compiled or loaded on its first call, cached for the process); there the head
     dim must be 64 or 128 (a ValueError otherwise). Like :func:`matmul`, CUDA calls allocate nothing but
     the outputs and synchronise nothing. For torch tensors that need gradients this goes through
-    :class:`AttentionFunction`.
+    :class:`AttentionFunction`, whose backward runs the attention backward kernel
+    (``kittens._attention_backward``).
     """
     if not isinstance(causal, bool) and type(causal).__name__ != "bool_":  # numpy's bool too
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
@@ -211,6 +212,15 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
     if lse is None:
         return _result(Q, out)
     return _result(Q, out), _result(Q, lse)
+
+
+def _attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None):
+    """Gradients ``(dq, dk, dv)`` of :func:`attention` from its output ``out`` and log-sum-exp ``lse``
+    (float32 (B, H, N)) for the output gradient ``grad_out``; torch tensors. Private but stable: the
+    entry the autograd function uses (see ``kittens._backward.attention_backward``)."""
+    from ._backward import attention_backward
+
+    return attention_backward(q, k, v, out, grad_out, lse, causal, scale)
 
 
 def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, seed: int = 0, *,

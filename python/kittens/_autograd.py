@@ -1,28 +1,44 @@
 """The torch.autograd.Functions behind kittens.attention and kittens.matmul (imported only with torch).
 
-Neither has a backward kernel yet: backward raises NotImplementedError, so a training step through them
-fails loudly instead of producing a gradient that silently skips these ops.
+Attention has its backward kernel (``kittens._attention_backward``); matmul has none yet: its backward
+raises NotImplementedError, so a training step through it fails loudly instead of producing a gradient
+that silently skips the op.
 """
 
 import torch
 
 from . import _attention, _matmul
+from ._backward import attention_backward, lse_reference
+
+
+def _forward_with_lse(q, k, v, causal, scale):
+    """The forward's output and log-sum-exp: from the forward kernel where it returns one
+    (``return_lse``), else the output from the kernel and the log-sum-exp from torch."""
+    try:
+        from . import _attention_lse  # the forward with its log-sum-exp, where the package has it
+    except ImportError:
+        _attention_lse = None
+    if _attention_lse is not None:
+        return _attention_lse(q, k, v, causal, scale)
+    return _attention(q, k, v, causal, scale, None), lse_reference(q.detach(), k.detach(), causal)
 
 
 class AttentionFunction(torch.autograd.Function):
-    """Forward: kittens' attention kernel. Backward: not written yet."""
+    """Forward: kittens' attention kernel, keeping its output and log-sum-exp. Backward: kittens'
+    attention backward kernel (dQ, dK, dV; GQA's dK and dV summed over each group)."""
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale):
-        return _attention(q, k, v, causal, scale, None)
+        out, lse = _forward_with_lse(q, k, v, causal, scale)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.causal, ctx.scale = bool(causal), scale
+        return out
 
     @staticmethod
     def backward(ctx, grad_out):
-        raise NotImplementedError(
-            "kittens.attention has no backward kernel yet (attention backward is not written); train "
-            "with torch.nn.functional.scaled_dot_product_attention, or call kittens.attention under "
-            "torch.no_grad()"
-        )
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = attention_backward(q, k, v, out, grad_out.to(torch.bfloat16), lse, ctx.causal, ctx.scale)
+        return dq, dk, dv, None, None
 
 
 class MatmulFunction(torch.autograd.Function):

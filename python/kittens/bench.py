@@ -347,6 +347,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--backend", choices=["default", "cudnn", "flash"], default="default",
                    help="attn: the SDPA backend to compare with (default: PyTorch's choice)")
+    p.add_argument("--backward", action="store_true",
+                   help="attn: the backward against SDPA's cuDNN and flash backends (kittens.bench_bwd)")
+    p.add_argument("--extra", default="16x16x4x4096x128,16x16x16x4096x64",
+                   help="attn --backward: more shapes BxHxH_kvxNxD (GQA, head dim 64)")
     p.add_argument("--iters", type=int, default=100)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--timing", choices=["interleaved", "blocked"], default="interleaved")
@@ -357,6 +361,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args.ln_shapes = [tuple(int(x) for x in c.split("x")) for c in args.ln_shapes.split(",") if c]
     args.rope_shapes = [tuple(int(x) for x in c.split("x")) for c in args.rope_shapes.split(",") if c]
     args.seqs = [int(s) for s in args.seqs.split(",") if s]
+    args.extra = [tuple(int(x) for x in c.split("x")) for c in args.extra.split(",") if c]
     args.checks = [] if args.checks == "none" else [
         tuple(int(x) for x in c.split("x")) for c in args.checks.split(",") if c]
 
@@ -374,6 +379,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     if args.what in ("layernorm", "rotary"):
         return main_mem(torch, kittens, args)
+    if args.what == "attn" and args.backward:
+        return main_backward(torch, kittens, args)
     if args.what == "gemm":
         rows = bench_gemm(torch, kittens, args)
         theirs, title = "torch.matmul", "bf16 GEMM, C = A·Wᵀ: kittens vs torch.matmul (cuBLAS)"
@@ -400,6 +407,29 @@ def main(argv: Optional[List[str]] = None) -> int:
     if not ok:
         print("kittens.bench: some shapes failed the check or did not run (see above)", file=sys.stderr)
     return 0 if ok else 1
+
+
+def main_backward(torch, kittens, args) -> int:
+    from . import bench_bwd
+
+    rows = bench_bwd.bench_attn_backward(torch, kittens, args)
+    report = _header(torch, kittens, args)
+    report.update({
+        "backward": True,
+        "rule": f"per gradient on batch 0's first KV head group: rel_err(ours, f64) <= 2 * rel_err(torch bf16 SDPA, f64) + {FLOOR}",
+        "summary": bench_bwd.summary(rows),
+        "rows": rows,
+    })
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    print(f"{props.name}, torch {torch.__version__}, commit {report['commit']}, {report['date']}, median of {args.iters}")
+    bench_bwd.print_table(rows)
+    print(json.dumps(report["summary"]))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    if args.plot:
+        bench_bwd.plot(rows, args.plot, f"attention backward: kittens vs SDPA cuDNN / flash\n{props.name}, {report['date']}")
+    return 0 if report["summary"]["all_passed"] else 1
 
 
 def _header(torch, kittens, args) -> dict:

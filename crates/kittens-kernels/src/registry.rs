@@ -165,6 +165,14 @@ impl KernelEntry {
     }
 }
 
+/// `attn_bwd`'s variant `dq` (the registry lists no other).
+fn attn_bwd_variant(gpu: &Gpu, _: &str) -> Result<Kernel, KernelError> {
+    attn_bwd::build(&attn_bwd::BwdConfig {
+        schedule: attn_bwd::BwdSchedule::HopperQ,
+        ..attn_bwd::BwdConfig::for_gpu(gpu)
+    })
+}
+
 /// `build_variant` of a kernel without variants: never reached, since [`KernelEntry::build_variant`]
 /// refuses a name its `variants` do not list before calling it.
 fn no_variants(_: &Gpu, v: &str) -> Result<Kernel, KernelError> {
@@ -308,10 +316,9 @@ const ATTN_BWD: KernelEntry = KernelEntry {
         },
         TargetPlan {
             target: Target::Sm90a,
-            schedule: "producer/consumer",
-            status: Status::NotYet {
-                why: "the backward has no Hopper (producer/consumer) program yet",
-            },
+            schedule: "producer/consumer, key blocks (dK, dV); the query blocks (dQ) are the \
+                       variant `dq`",
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Cpu,
@@ -321,8 +328,12 @@ const ATTN_BWD: KernelEntry = KernelEntry {
     ],
     build_default: || attn_bwd::build(&attn_bwd::BwdConfig::default()),
     build_gpu: |gpu| attn_bwd::build(&attn_bwd::BwdConfig::for_gpu(gpu)),
-    variants: &[],
-    build_variant: no_variants,
+    variants: &[Variant {
+        name: "dq",
+        about: "the Hopper backward's second launch: query blocks for dQ",
+        targets: &[Target::Sm90a],
+    }],
+    build_variant: attn_bwd_variant,
     problem: &attn_bwd::problem::BwdProblem,
 };
 

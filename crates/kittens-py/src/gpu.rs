@@ -235,3 +235,50 @@ pub unsafe fn rotary(
     // SAFETY: forwarded from the caller.
     unsafe { caller_mem::launch_strip(ordinal, stream, &call, &lower) }.map_err(cuda_error)
 }
+
+/// Enqueues the attention backward (`attn_bwd`'s two Hopper launches) on `stream` of device `ordinal`
+/// over raw device addresses; returns the kernel loads of a configuration's first call on a device.
+///
+/// # Safety
+/// The addresses must be live device arrays of `p.shape` on that device (the runtime checks each range
+/// against the driver's allocation before launching), kept alive until the stream has run.
+pub unsafe fn attention_backward(
+    p: &kittens_runtime::cuda::caller_attn_bwd::AttnBwdPointers,
+    ordinal: i32,
+    stream: u64,
+) -> Result<Vec<KernelLoad>, ApiError> {
+    use kittens_runtime::cuda::caller_attn_bwd::attention_bwd;
+    // SAFETY: forwarded from the caller.
+    unsafe { attention_bwd(ordinal, stream, p, lowered_attention_bwd) }.map_err(|e| match e {
+        CudaError::Invalid(m) => {
+            ApiError::Value(format!("kittens._attention_backward on CUDA: {m}"))
+        }
+        other => cuda_error(other),
+    })
+}
+
+/// `attn_bwd`'s Hopper programs (the key blocks, or the query blocks with `dq`) at the configuration,
+/// lowered for sm_90a.
+fn lowered_attention_bwd(
+    cfg: &kittens_runtime::cuda::caller_attn_bwd::AttnBwdKernelConfig,
+) -> Result<kittens_codegen::Lowered, CudaError> {
+    use kittens_kernels::attn_bwd::{build, BwdConfig, BwdSchedule};
+    let invalid = |e: String| CudaError::Invalid(e);
+    let gpu = kittens_hw::gpu("h100").map_err(|e| invalid(e.to_string()))?;
+    let dim = u32::try_from(cfg.dim).map_err(|_| invalid(format!("head dim {}", cfg.dim)))?;
+    let schedule = if cfg.dq {
+        BwdSchedule::HopperQ
+    } else {
+        BwdSchedule::HopperKv
+    };
+    let k = build(&BwdConfig {
+        schedule,
+        dim,
+        causal: cfg.causal,
+        layout: cfg.layout,
+        ..BwdConfig::for_gpu(gpu)
+    })
+    .map_err(|e| invalid(format!("building attn_bwd for sm_90a: {e}")))?;
+    kittens_codegen::lower(&k, Target::Sm90a)
+        .map_err(|e| invalid(format!("lowering attn_bwd: {e}")))
+}

@@ -259,6 +259,110 @@ fn rotary(
     })
 }
 
+/// The attention backward on CUDA over device addresses (the Python side, `kittens._attention_backward`,
+/// allocates and checks the torch tensors): `ptrs` are q, k, v, do, lse, delta, dq, dk, dv; `shape` is
+/// (batch, heads, heads_kv, seq_q, seq_kv, dim); `bshd` the memory order of the bf16 tensors (else
+/// BHSD); lse and delta f32 `[batch, heads, seq_q]`. Each range is checked against the driver's
+/// allocation before the launches.
+#[pyfunction]
+#[pyo3(signature = (ptrs, shape, bshd, causal, ordinal, stream))]
+fn attention_backward_cuda(
+    py: Python<'_>,
+    ptrs: [u64; 9],
+    shape: (usize, usize, usize, usize, usize, usize),
+    bshd: bool,
+    causal: bool,
+    ordinal: i32,
+    stream: u64,
+) -> PyResult<()> {
+    use kittens_kernels::attn_bwd::{BwdShape, Causal};
+    use kittens_kernels::attn_fwd::AttnLayout;
+    let (batch, heads, heads_kv, seq_q, seq_kv, dim) = shape;
+    let [q, k, v, d_o, lse, delta, dq, dk, dv] = ptrs;
+    let p = kittens_runtime::cuda::caller_attn_bwd::AttnBwdPointers {
+        q,
+        k,
+        v,
+        d_o,
+        lse,
+        delta,
+        dq,
+        dk,
+        dv,
+        shape: BwdShape {
+            batch,
+            heads,
+            heads_kv,
+            seq_q,
+            seq_kv,
+            dim,
+            layout: if bshd {
+                AttnLayout::Bshd
+            } else {
+                AttnLayout::Bhsd
+            },
+        },
+        causal: if causal { Causal::TopLeft } else { Causal::No },
+    };
+    guarded(py, move || {
+        // SAFETY: the runtime checks every range against the driver before launching; the Python
+        // caller keeps the tensors alive and uses them on this stream.
+        for load in unsafe { gpu::attention_backward(&p, ordinal, stream)? } {
+            say(&gpu::describe(&load));
+        }
+        Ok(())
+    })
+}
+
+/// The attention backward on the CPU interpreter (`kittens_kernels::exec::attention_bwd`): `arrays` are
+/// q, k, v, out, grad_out (f32 values of bf16 tensors, dense (B, H, N, D)) and lse (f32 (B, H, N)) as
+/// native-endian bytes; `shape` (batch, heads, heads_kv, seq_q, seq_kv, dim). Returns dq, dk, dv as
+/// f32 bytes of the same orders.
+#[pyfunction]
+fn attention_backward_cpu<'py>(
+    py: Python<'py>,
+    arrays: [Vec<u8>; 6],
+    shape: (usize, usize, usize, usize, usize, usize),
+    causal: bool,
+) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    use kittens_kernels::attn_bwd::{BwdShape, Causal};
+    use kittens_kernels::attn_fwd::AttnLayout;
+    let (batch, heads, heads_kv, seq_q, seq_kv, dim) = shape;
+    let sh = BwdShape {
+        batch,
+        heads,
+        heads_kv,
+        seq_q,
+        seq_kv,
+        dim,
+        layout: AttnLayout::Bhsd,
+    };
+    let floats = |b: &[u8]| -> Vec<f32> {
+        b.chunks_exact(4)
+            .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+            .collect()
+    };
+    let [q, k, v, o, d_o, lse] = arrays.map(|a| floats(&a));
+    let causal = if causal { Causal::TopLeft } else { Causal::No };
+    let grads = guarded(py, move || {
+        let t = std::time::Instant::now();
+        let g = kittens_kernels::exec::attention_bwd(&q, &k, &v, &o, &d_o, &lse, &sh, causal)
+            .map_err(|e| ApiError::Value(format!("kittens._attention_backward: {e}")))?;
+        say(&format!(
+            "kittens: attention backward {sh:?} on the CPU interpreter in {:.3} s",
+            t.elapsed().as_secs_f64()
+        ));
+        Ok(g)
+    })?;
+    let bytes = |v: &[f32]| -> Vec<u8> { v.iter().flat_map(|x| x.to_ne_bytes()).collect() };
+    let [dq, dk, dv] = grads;
+    Ok((
+        PyBytes::new(py, &bytes(&dq)),
+        PyBytes::new(py, &bytes(&dk)),
+        PyBytes::new(py, &bytes(&dv)),
+    ))
+}
+
 /// Turns the reports of compile times and CPU run times on stderr on or off.
 #[pyfunction]
 fn set_verbose(on: bool) {
@@ -292,6 +396,8 @@ fn build_commit() -> (&'static str, Option<bool>) {
 fn _kittens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(matmul, m)?)?;
     m.add_function(wrap_pyfunction!(attention, m)?)?;
+    m.add_function(wrap_pyfunction!(attention_backward_cuda, m)?)?;
+    m.add_function(wrap_pyfunction!(attention_backward_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(layernorm, m)?)?;
     m.add_function(wrap_pyfunction!(rotary, m)?)?;
     m.add_function(wrap_pyfunction!(set_verbose, m)?)?;

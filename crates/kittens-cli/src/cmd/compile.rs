@@ -216,7 +216,11 @@ fn print_amd(r: &CodeObjectReport, compiler: &str, code_object_bytes: usize) {
 /// sm_90a goes through NVRTC in `kittens_runtime::cuda`.
 fn run_cuda(args: &Args) -> Result<()> {
     match args.emit {
-        Some(Emit::Cuda) => return emit(&lowered(args.kernel, args.target)?.source),
+        Some(Emit::Cuda) => {
+            return emit(
+                &lowered_variant(args.kernel, args.target, args.schedule.as_deref())?.source,
+            )
+        }
         Some(Emit::Hip) => {
             bail!("--emit hip is for gfx942/gfx950; sm_90a lowers to CUDA (--emit cuda)")
         }
@@ -225,7 +229,7 @@ fn run_cuda(args: &Args) -> Result<()> {
         }
         None => {}
     }
-    let report = cuda_compile(args.kernel)?;
+    let report = cuda_compile_variant(args.kernel, args.schedule.as_deref())?;
     if args.json {
         println!(
             "{}",
@@ -251,7 +255,15 @@ fn run_cuda(args: &Args) -> Result<()> {
 /// Lower `kernel` for sm_90a and compile it with NVRTC; the report carries registers, spills and
 /// shared memory as ptxas states them.
 pub fn cuda_compile(kernel: &KernelEntry) -> Result<kittens_runtime::cuda::CudaCompileReport> {
-    let l = lowered(kernel, Target::Sm90a)?;
+    cuda_compile_variant(kernel, None)
+}
+
+/// [`cuda_compile`] of the kernel's variant `variant` (`None`: the target's default configuration).
+pub fn cuda_compile_variant(
+    kernel: &KernelEntry,
+    variant: Option<&str>,
+) -> Result<kittens_runtime::cuda::CudaCompileReport> {
+    let l = lowered_variant(kernel, Target::Sm90a, variant)?;
     Ok(kittens_runtime::cuda::compile_report(
         &l.source,
         &l.entry,

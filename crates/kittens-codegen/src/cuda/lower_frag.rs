@@ -301,9 +301,10 @@ impl Emit<'_> {
         let Frag::Acc(n) = f else {
             return unsupported("a global load into something other than an fp32 fragment");
         };
-        if g.dtype != DType::F32 || g.dims.len() != 2 || (src.rows, src.cols) != (16, n) {
+        if g.dtype != DType::F32 || g.dims.len() < 2 || (src.rows, src.cols) != (16, n) {
             return unsupported(format!(
-                "load of {}x{} from `{}` ({:?}; 2-d f32 tensors into 16 x N fragments only)",
+                "load of {}x{} from `{}` ({:?}; f32 tensors of 2 or more dimensions into 16 x N \
+                 fragments only)",
                 src.rows, src.cols, g.name, g.dtype
             ));
         }
@@ -322,6 +323,27 @@ impl Emit<'_> {
         }
         self.line(format!("{{ // load {} -> {d}", g.name));
         self.depth += 1;
+        // The view's fixed coordinates (tensors of more than two dimensions, such as a per-query
+        // statistic `[b, h, s]` read as a tile): one base offset, and the coordinates inside the
+        // tensor or nothing is read (0, as past the rows and columns).
+        let mut base = vec!["0LL".to_string()];
+        let mut inside = vec!["true".to_string()];
+        for (i, o) in src.origin.iter().enumerate() {
+            if i == rd || i == cd {
+                continue;
+            }
+            let (oe, de) = (self.ex(o), self.ex(&g.dims[i]));
+            base.push(format!(
+                "(long long)({oe}) * (long long)({})",
+                self.ex(&g.strides[i])
+            ));
+            inside.push(format!("({oe}) >= 0 && ({oe}) < ({de})"));
+        }
+        self.line(format!(
+            "const long long gb = {}; const bool gin = {};",
+            base.join(" + "),
+            inside.join(" && ")
+        ));
         self.line(format!(
             "const int r0 = {} + kt_lane / 4, c0 = {} + 2 * (kt_lane % 4), rows = {}, cols = {};",
             self.ex(&src.origin[rd]),
@@ -335,31 +357,51 @@ impl Emit<'_> {
             self.ex(&g.strides[cd])
         ));
         self.line("(void)rows; (void)cols; (void)rs; (void)cs;");
-        self.line("#pragma unroll");
-        self.line(format!("for (int i = 0; i < {}; ++i) {{", n / 2));
-        self.line(
-            "    const int row = r0 + 8 * ((i >> 1) & 1), col = c0 + 8 * (i >> 2) + (i & 1);",
-        );
-        // Guard only the dimensions the tensor varies along: a per-row scale then has two values per
-        // thread (rows lane/4 and lane/4 + 8) and a per-column one N/4, which the compiler keeps beside
-        // the accumulator instead of a full fragment.
+        // Guard only the dimensions the tensor varies along, and read each distinct value once: a
+        // per-row statistic has two values per thread (rows lane/4 and lane/4 + 8), a per-column one
+        // N/4 (columns 8j + 2(lane%4) + {0, 1}), which the fragment then repeats. Loading every
+        // element instead kept a full fragment of loads live (the attention backward's per-query
+        // statistics spilled on sm_90a).
         let zero_rs = g.strides[rd] == zero;
         let zero_cs = g.strides[cd] == zero;
+        // (distinct values, coordinates of value `j`, value of fragment element `i`)
+        let (count, coords, pick) = match (zero_rs, zero_cs) {
+            (false, true) => (
+                2,
+                "const int row = r0 + 8 * j, col = c0;",
+                "(i >> 1) & 1",
+            ),
+            (true, false) => (
+                n / 4,
+                "const int row = r0, col = c0 + 8 * (j >> 1) + (j & 1);",
+                "2 * (i >> 2) + (i & 1)",
+            ),
+            _ => (
+                n / 2,
+                "const int row = r0 + 8 * ((j >> 1) & 1), col = c0 + 8 * (j >> 2) + (j & 1);",
+                "i",
+            ),
+        };
         let guard = match (zero_rs, zero_cs) {
-            (false, false) => "row < rows && col < cols",
-            (false, true) => "row < rows",
-            (true, false) => "col < cols",
-            (true, true) => "true",
+            (false, false) => "gin && row < rows && col < cols",
+            (false, true) => "gin && row < rows",
+            (true, false) => "gin && col < cols",
+            (true, true) => "gin",
         };
         let (ri, ci) = (
             if zero_rs { "0" } else { "row * rs" },
             if zero_cs { "0" } else { "col * cs" },
         );
+        self.line(format!("float u[{count}];"));
+        self.line("#pragma unroll");
+        self.line(format!("for (int j = 0; j < {count}; ++j) {{"));
+        self.line(format!("    {coords}"));
         self.line("    (void)row; (void)col;");
         self.line(format!(
-            "    {d}[i] = ({guard}) ? __ldg({gname} + {ri} + {ci}) : 0.0f;"
+            "    u[j] = ({guard}) ? __ldg({gname} + gb + {ri} + {ci}) : 0.0f;"
         ));
         self.line("}");
+        self.unrolled(f, format!("{d}[i] = u[{pick}];"));
         self.depth -= 1;
         self.line("}");
         Ok(())

@@ -27,6 +27,7 @@
 //! in the forward (`crate::attn_fwd`); P and dS are rounded to bf16 once, as the operands of the
 //! products that read them; dQ and dK get their `1/√d` on the f32 accumulators.
 
+mod hopper;
 pub mod problem;
 mod schedule;
 
@@ -119,9 +120,23 @@ impl BwdShape {
     }
 }
 
+/// Which program the backward is built as.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BwdSchedule {
+    /// Key and query blocks in one launch, `waves` waves each (the AMD program, [`schedule`]).
+    Plain,
+    /// Hopper, the key blocks (dK, dV) warp-specialised ([`hopper`]); the tiles fields other than
+    /// `dim`, `causal` and `layout` are unused.
+    HopperKv,
+    /// Hopper, the query blocks (dQ), the second launch of [`BwdSchedule::HopperKv`].
+    HopperQ,
+}
+
 /// The backward's tiles.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct BwdConfig {
+    pub schedule: BwdSchedule,
     /// Head dimension (a multiple of 32).
     pub dim: u32,
     /// Waves per block.
@@ -144,6 +159,7 @@ impl Default for BwdConfig {
     /// layout-change scratch.
     fn default() -> Self {
         BwdConfig {
+            schedule: BwdSchedule::Plain,
             dim: 128,
             waves: 4,
             key_rows: 16,
@@ -156,9 +172,17 @@ impl Default for BwdConfig {
 }
 
 impl BwdConfig {
-    /// The configuration for one GPU (the same tiles on every target so far).
-    pub fn for_gpu(_gpu: &kittens_hw::Gpu) -> Self {
-        Self::default()
+    /// The configuration for one GPU: the plain program on CDNA, the key blocks of the
+    /// warp-specialised one on Hopper (its query blocks are [`BwdSchedule::HopperQ`]).
+    pub fn for_gpu(gpu: &kittens_hw::Gpu) -> Self {
+        if gpu.arch.is_amd() {
+            Self::default()
+        } else {
+            BwdConfig {
+                schedule: BwdSchedule::HopperKv,
+                ..Self::default()
+            }
+        }
     }
 
     fn check(&self) -> Result<(), KernelError> {
@@ -192,9 +216,44 @@ fn name(cfg: &BwdConfig) -> &'static str {
     }
 }
 
-/// Parameters `batch, heads, heads_kv, seq_q, seq_kv`; tensors `q, k, v, o, do` (bf16, read), `lse`
-/// (f32, read), `dq, dk, dv` (bf16, written).
+/// The Hopper query blocks' name.
+fn name_dq(cfg: &BwdConfig) -> &'static str {
+    match cfg.causal {
+        Causal::No => "attn_bwd_dq",
+        Causal::TopLeft => "attn_bwd_dq_causal",
+        Causal::BottomRight => "attn_bwd_dq_causal_br",
+    }
+}
+
+/// Parameters `batch, heads, heads_kv, seq_q, seq_kv`. The plain program: tensors `q, k, v, o, do`
+/// (bf16, read), `lse` (f32, read), `dq, dk, dv` (bf16, written). The Hopper launches: `q, k, v, do`
+/// (bf16), `lse` and `delta` (f32 `[b, h, s_q]`, `delta = rowsum(dO∘O)`), then `dk, dv` (key
+/// blocks) or `dq` (query blocks).
 pub fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     cfg.check()?;
-    schedule::build(cfg)
+    match cfg.schedule {
+        BwdSchedule::Plain => schedule::build(cfg),
+        BwdSchedule::HopperKv => hopper::build_kv(cfg),
+        BwdSchedule::HopperQ => hopper::build_q(cfg),
+    }
+}
+
+/// The preprocessing of the Hopper launches: `D = rowsum(dO∘O)` per query, f32 `[batch, heads,
+/// seq_q]` (the layout of the log-sum-exp), from O and dO in `sh`'s layout (summed in f64).
+pub fn delta(o: &[f32], d_o: &[f32], sh: &BwdShape) -> Vec<f32> {
+    let mut out = vec![0.0f32; sh.lse_len()];
+    for b in 0..sh.batch {
+        for h in 0..sh.heads {
+            for s in 0..sh.seq_q {
+                let sum: f64 = (0..sh.dim)
+                    .map(|x| {
+                        let i = sh.q_at(b, h, s, x);
+                        f64::from(o[i]) * f64::from(d_o[i])
+                    })
+                    .sum();
+                out[sh.lse_at(b, h, s)] = sum as f32;
+            }
+        }
+    }
+    out
 }

@@ -55,6 +55,8 @@ fn config(p: &Problem, target: Target) -> BwdConfig {
         None => BwdConfig::default(),
     };
     BwdConfig {
+        // The runner's launch is the plain program's (one launch, its argument list).
+        schedule: super::BwdSchedule::Plain,
         dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
         causal: causal(p),
         layout: p.attn.layout,

@@ -19,6 +19,7 @@ pub mod bench_time;
 pub mod cache;
 pub mod caller;
 pub mod caller_attn;
+pub mod caller_attn_bwd;
 pub mod caller_mem;
 pub mod cublas;
 pub mod cublaslt;

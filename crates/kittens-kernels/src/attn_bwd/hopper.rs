@@ -1,0 +1,501 @@
+//! The backward warp-specialised for Hopper (the structure of FlashAttention-3's backward, with the
+//! dQ pass of [`super`] instead of its atomic adds): one producer warpgroup and two consumer
+//! warpgroups (8 waves of 16 rows: one `wgmma m64` per warpgroup), in two launches:
+//!
+//! - [`build_kv`], the key blocks: 128 keys per block, K and V loaded once, Q and dO streamed through
+//!   a ring of 64-query slots for every query head of the KV head's group. Per step, in registers:
+//!   `Sᵀ = K·Qᵀ` and `dPᵀ = V·dOᵀ` (both operands from shared memory, `mma_abt`), `Pᵀ` from the saved
+//!   log-sum-exp, `dSᵀ = Pᵀ∘(dPᵀ − D)`, and `dV += Pᵀ·dO`, `dK += dSᵀ·Q` with `Pᵀ` and `dSᵀ` packed to
+//!   bf16 as register A operands (the accumulator fragment of a `wgmma` is the A fragment of the next
+//!   one) and dO and Q read from the same slots as `K × N` operands;
+//! - [`build_q`], the query blocks: 128 queries per block, Q and dO loaded once, K and V streamed in
+//!   64-key slots; `S = Q·Kᵀ`, `dP = dO·Vᵀ`, `dS = P∘(dP − D)` and `dQ += dS·K`.
+//!
+//! Keys run along the rows of the key blocks' scores, so the per-query statistics (the log-sum-exp and
+//! `D = rowsum(dO∘O)`) are read per step as `16 × 64` tiles broadcast along the rows (a zero row
+//! stride), of which each thread holds its 16 columns; the query blocks read theirs once, broadcast
+//! along the columns. `D` is the preprocessing of FlashAttention-2 §3.2 (one f32 per query, from O and
+//! dO), an input here: the caller computes it once for both launches (the AMD program fuses it, where
+//! each key block recomputes it per step from O in shared memory — on Hopper that would add O to the
+//! ring and a reduction over shared memory that the consumers' register fragments cannot express).
+//!
+//! The scale stays on the f32 scores as in the forward (`exp2(s·c − lse·log2 e)`, `c = log2(e)/√d`);
+//! dK and dQ get their `1/√d` on the f32 accumulators before the bf16 store.
+
+use super::BwdConfig;
+use crate::attn_fwd::strides;
+use crate::KernelError;
+use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_ir::{
+    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, RegId,
+    Schedule, Scope,
+};
+use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
+
+/// Rows of a block: two consumer warpgroups × 64.
+const BLOCK: u32 = 128;
+/// Rows of one streamed slot (queries in a key block, keys in a query block).
+const STEP: u32 = 64;
+/// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
+const COLS: u32 = 64;
+
+fn schedule() -> Schedule {
+    Schedule::ProducerConsumer {
+        producers: 1,
+        consumers: 2,
+        producer_regs: 24,
+        consumer_regs: 240,
+    }
+}
+
+fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
+    if cfg.dim == 64 || cfg.dim == 128 {
+        Ok(())
+    } else {
+        Err(KernelError::Config(format!(
+            "attn_bwd (producer/consumer): dim {} must be 64 or 128",
+            cfg.dim
+        )))
+    }
+}
+
+/// Ring slots for the streamed pair of tensors beside the block's own two (`BLOCK` rows each): as
+/// many as fit the H100's 227 KiB, 2 to 4.
+fn stages(dim: u32) -> u32 {
+    let own = 2 * BLOCK * dim * 2;
+    let per_step = 2 * STEP * dim * 2;
+    ((220 * 1024 - own) / per_step).clamp(2, 4)
+}
+
+/// Parameters and tensors of both launches, in declaration order: `batch, heads, heads_kv, seq_q,
+/// seq_kv`; bf16 `q, k, v, do`, f32 `lse` and `delta` (`[b, h, s_q]`, contiguous), then the outputs.
+struct Io {
+    batch: Expr,
+    heads: Expr,
+    heads_kv: Expr,
+    seq_q: Expr,
+    seq_kv: Expr,
+    q: GlobalId,
+    k: GlobalId,
+    v: GlobalId,
+    d_o: GlobalId,
+    lse: GlobalId,
+    delta: GlobalId,
+}
+
+/// Declares the inputs; `stats_by_row`: the statistics tensors seen as `[b, h, s_q, c]` with a zero
+/// stride along `c` (one query per row, the query blocks), else as `[b, h, r, s_q]` with a zero stride
+/// along `r` (one query per column, the key blocks).
+fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, stats_by_row: bool) -> Io {
+    let [batch, heads, heads_kv, seq_q, seq_kv] =
+        ["batch", "heads", "heads_kv", "seq_q", "seq_kv"].map(|n| k.param(n));
+    let dim = Expr::c(i64::from(cfg.dim));
+    let tensor = |k: &mut KernelBuilder, name: &str, h: &Expr, s: &Expr| -> GlobalId {
+        let dims = [
+            ("b", batch.clone()),
+            ("h", h.clone()),
+            ("s", s.clone()),
+            ("d", dim.clone()),
+        ];
+        k.global_strided(
+            name,
+            Bf16,
+            &dims,
+            strides(cfg.layout, h, s, &dim),
+            Access::Read,
+        )
+    };
+    let q = tensor(k, "q", &heads, &seq_q);
+    let kg = tensor(k, "k", &heads_kv, &seq_kv);
+    let v = tensor(k, "v", &heads_kv, &seq_kv);
+    let d_o = tensor(k, "do", &heads, &seq_q);
+    let stats = |k: &mut KernelBuilder, name: &str| -> GlobalId {
+        let (b_s, h_s) = (&heads * seq_q.clone(), seq_q.clone());
+        let width = Expr::c(i64::from(STEP));
+        let (dims, st) = if stats_by_row {
+            (
+                [
+                    ("b", batch.clone()),
+                    ("h", heads.clone()),
+                    ("s", seq_q.clone()),
+                    ("c", width),
+                ],
+                vec![b_s, h_s, Expr::c(1), Expr::c(0)],
+            )
+        } else {
+            (
+                [
+                    ("b", batch.clone()),
+                    ("h", heads.clone()),
+                    ("r", Expr::c(16)),
+                    ("s", seq_q.clone()),
+                ],
+                vec![b_s, h_s, Expr::c(0), Expr::c(1)],
+            )
+        };
+        k.global_strided(name, F32, &dims, st, Access::Read)
+    };
+    let lse = stats(k, "lse");
+    let delta = stats(k, "delta");
+    Io {
+        batch,
+        heads,
+        heads_kv,
+        seq_q,
+        seq_kv,
+        q,
+        k: kg,
+        v,
+        d_o,
+        lse,
+        delta,
+    }
+}
+
+/// The tile names of one launch: per 64-column half of the head dimension, a block-resident pair of
+/// shared tiles (one slot) and a streamed pair (a ring).
+struct Smem {
+    own: [Vec<kittens_ir::SharedId>; 2],
+    ring: [Vec<kittens_ir::SharedId>; 2],
+    stages: u32,
+}
+
+fn declare_smem(k: &mut KernelBuilder, dim: u32, names: [&str; 4]) -> Smem {
+    let halves = dim / COLS;
+    let st = stages(dim);
+    let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
+    let mut tiles = |name: &str, rows, slots| -> Vec<kittens_ir::SharedId> {
+        (0..halves)
+            .map(|i| k.shared_tile(&format!("{name}{i}"), swz(rows), slots))
+            .collect()
+    };
+    Smem {
+        own: [tiles(names[0], BLOCK, 1), tiles(names[1], BLOCK, 1)],
+        ring: [tiles(names[2], STEP, st), tiles(names[3], STEP, st)],
+        stages: st,
+    }
+}
+
+/// The score-side work of one step, shared by both launches: `s` holds `S·√d − lse·√d` (scaled by
+/// `c` it is the exponent of P in base 2) and `dp` `dP − D`, both f32; on return `s` holds P and `dp`
+/// dS.
+fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId) {
+    k.mul(s, s, c);
+    k.exp2(s, s);
+    k.mul(dp, s, dp);
+}
+
+/// `rows × 64` of head `h` of tensor `g` from sequence position `s0`, columns from `col0`.
+fn view(
+    k: &KernelBuilder,
+    g: GlobalId,
+    b: &Expr,
+    h: &Expr,
+    s0: Expr,
+    col0: u32,
+    rows: u32,
+) -> kittens_ir::GlobalView {
+    k.gview(
+        g,
+        vec![b.clone(), h.clone(), s0, Expr::c(i64::from(col0))],
+        2,
+        3,
+        rows,
+        COLS,
+    )
+}
+
+/// The key blocks: `dk, dv` (bf16, written) after the inputs. Grid `[batch, heads_kv, key blocks]`.
+pub(super) fn build_kv(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
+    check(cfg)?;
+    let d = cfg.dim;
+    let mut k = KernelBuilder::new(super::name(cfg), schedule());
+    let io = declare_inputs(&mut k, cfg, false);
+    let dim = Expr::c(i64::from(d));
+    let out = |k: &mut KernelBuilder, name: &str| {
+        let dims = [
+            ("b", io.batch.clone()),
+            ("h", io.heads_kv.clone()),
+            ("s", io.seq_kv.clone()),
+            ("d", dim.clone()),
+        ];
+        let st = strides(cfg.layout, &io.heads_kv, &io.seq_kv, &dim);
+        k.global_strided(name, Bf16, &dims, st, Access::Write)
+    };
+    let (dk_g, dv_g) = (out(&mut k, "dk"), out(&mut k, "dv"));
+    let n_kb = io.seq_kv.ceil_div(i64::from(BLOCK));
+    k.grid(
+        vec![io.batch.clone(), io.heads_kv.clone(), n_kb],
+        GridOrder::RowMajor,
+    );
+    let (b, hk, kb) = (k.block(0), k.block(1), k.block(2));
+    let group = &io.heads / io.heads_kv.clone();
+    let sm = declare_smem(&mut k, d, ["k_s", "v_s", "q_s", "do_s"]);
+    let [k_s, v_s] = &sm.own;
+    let [q_s, do_s] = &sm.ring;
+    let halves = (d / COLS) as usize;
+
+    let s = k.tile("s_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+    let dp = k.tile("dp_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+    let p = k.tile("p_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
+    let ds = k.tile("ds_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
+    let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
+        (0..halves)
+            .map(|i| {
+                let n = format!("{name}{i}");
+                k.tile(&n, F32, 16, COLS, Layout::Row, BaseShape::S16X16)
+            })
+            .collect()
+    };
+    let (dk_r, dv_r) = (acc(&mut k, "dk"), acc(&mut k, "dv"));
+
+    let block0 = &kb * i64::from(BLOCK);
+    let step = i64::from(STEP);
+    let n_q = io.seq_q.ceil_div(step);
+    // Causal: the first query step that keeps any key of the block (key j ≥ block0 needs
+    // i ≥ j − offset).
+    let offset = cfg.causal.offset_expr(&io.seq_q, &io.seq_kv);
+    let first = match &offset {
+        Some(off) => (&block0 - off.clone()).max(0) / step,
+        None => Expr::c(0),
+    };
+    // One pipeline over every (query head of the group, query step) pair, as in the AMD program.
+    let steps = &n_q - first.clone();
+    let per_head = steps.max(1);
+    let total = group.clone() * steps.max(0);
+    let head_of = |t: &Expr| &hk * group.clone() + t / per_head.clone();
+    let q0_of = |t: &Expr| (first.clone() + t % per_head.clone()) * step;
+    let ring = i64::from(sm.stages);
+    let cw = k.wave() - 4; // consumer wave, 0..8
+    let k0 = &block0 + &cw * 16; // this wave's first key
+    let c = std::f32::consts::LOG2_E / (d as f32).sqrt();
+    k.roles(
+        |k| {
+            for (own, g) in [(k_s, io.k), (v_s, io.v)] {
+                for (i, &t) in own.iter().enumerate() {
+                    let src = view(k, g, &b, &hk, block0.clone(), i as u32 * COLS, BLOCK);
+                    k.load_async_by(Scope::WarpGroup, k.smem(t, 0), src);
+                }
+            }
+            k.wait_async(0);
+            k.barrier(); // K and V to the consumers
+            k.for_range("t", 0, &total, |k, t| {
+                let slot = &t % ring;
+                let (h, q0) = (head_of(&t), q0_of(&t));
+                for (tiles, g) in [(q_s, io.q), (do_s, io.d_o)] {
+                    for (i, &ts) in tiles.iter().enumerate() {
+                        let src = view(k, g, &b, &h, q0.clone(), i as u32 * COLS, STEP);
+                        k.load_async_by(Scope::WarpGroup, k.smem(ts, slot.clone()), src);
+                    }
+                }
+                k.wait_async(0);
+                k.barrier(); // query step t to the consumers
+            });
+        },
+        |k| {
+            k.barrier(); // K and V have landed
+            for &r in dk_r.iter().chain(&dv_r) {
+                k.zero(r);
+            }
+            k.for_range("t", 0, &total, |k, t| {
+                k.barrier(); // query step t has landed
+                let slot = &t % ring;
+                let (h, q0) = (head_of(&t), q0_of(&t));
+                // The statistics of this step's queries (one per column) start the accumulators:
+                // `Sᵀ` from `−lse·√d` (so that `Sᵀ·c` is the exponent `s·c − lse·log2 e`) and `dPᵀ`
+                // from `−D` (so that it ends as `dPᵀ − D`). Held in separate tiles beside the
+                // scores they kept 32 more registers live through the softmax (88 spilled loads).
+                let stat = |k: &mut KernelBuilder, g, dst| {
+                    let origin = vec![b.clone(), h.clone(), Expr::c(0), q0.clone()];
+                    let src = k.gview(g, origin, 2, 3, 16, STEP);
+                    k.load_global(dst, src);
+                };
+                stat(k, io.lse, s);
+                k.mul(s, s, -(d as f32).sqrt());
+                stat(k, io.delta, dp);
+                k.mul(dp, dp, -1.0f32);
+                // Sᵀ += K·Qᵀ and dPᵀ += V·dOᵀ over the head dimension, 64 columns at a time.
+                for (dst, own, streamed) in [(s, k_s, q_s), (dp, v_s, do_s)] {
+                    for (&a, &bt) in own.iter().zip(streamed) {
+                        let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
+                        let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
+                        k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
+                    }
+                }
+                let (inf, q_end) = (f32::NEG_INFINITY, &q0 + step);
+                k.if_(io.seq_q.lt(&q_end), |k| {
+                    k.mask(s, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &q0, inf)
+                });
+                if let Some(off) = &offset {
+                    // Only where the step reaches below the diagonal of the block's last key.
+                    let last_key = &block0 + i64::from(BLOCK - 1);
+                    k.if_((&q0 + off.clone()).lt(&last_key), |k| {
+                        let offset = off.clone();
+                        k.mask(s, MaskRule::CausalT { offset }, &k0, &q0, inf)
+                    });
+                }
+                probs_and_ds(k, c, s, dp);
+                k.copy(p, s);
+                k.copy(ds, dp);
+                // dV += Pᵀ·dO and dK += dSᵀ·Q (Pᵀ and dSᵀ from registers).
+                for (accs, a, streamed) in [(&dv_r, p, do_s), (&dk_r, ds, q_s)] {
+                    for (&r, &bt) in accs.iter().zip(streamed) {
+                        let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
+                        k.mma(MmaForm::Ab, r, MmaOperand::Reg(a), bt, Some(r));
+                    }
+                }
+            });
+            let scale = 1.0 / (d as f32).sqrt();
+            for (i, (&dkr, &dvr)) in dk_r.iter().zip(&dv_r).enumerate() {
+                k.mul(dkr, dkr, scale);
+                let col = i as u32 * COLS;
+                k.store(view(k, dk_g, &b, &hk, k0.clone(), col, 16), dkr);
+                k.store(view(k, dv_g, &b, &hk, k0.clone(), col, 16), dvr);
+            }
+        },
+    );
+    Ok(k.finish()?)
+}
+
+/// The query blocks: `dq` (bf16, written) after the inputs. Grid `[batch, heads, query blocks]`.
+pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
+    check(cfg)?;
+    let d = cfg.dim;
+    let mut k = KernelBuilder::new(super::name_dq(cfg), schedule());
+    let io = declare_inputs(&mut k, cfg, true);
+    let dim = Expr::c(i64::from(d));
+    let dims = [
+        ("b", io.batch.clone()),
+        ("h", io.heads.clone()),
+        ("s", io.seq_q.clone()),
+        ("d", dim.clone()),
+    ];
+    let st = strides(cfg.layout, &io.heads, &io.seq_q, &dim);
+    let dq_g = k.global_strided("dq", Bf16, &dims, st, Access::Write);
+    let n_qb = io.seq_q.ceil_div(i64::from(BLOCK));
+    // The query blocks of one head adjacent (they share its K and V in L2), the last first (the
+    // longest under a causal mask).
+    k.grid(
+        vec![io.batch.clone(), io.heads.clone(), n_qb.clone()],
+        GridOrder::RowMajor,
+    );
+    let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - k.block(2));
+    let hk = &h / (&io.heads / io.heads_kv.clone());
+    let sm = declare_smem(&mut k, d, ["q_s", "do_s", "k_s", "v_s"]);
+    let [q_s, do_s] = &sm.own;
+    let [k_s, v_s] = &sm.ring;
+    let halves = (d / COLS) as usize;
+
+    let s = k.tile("s", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+    let dp = k.tile("dp", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+    let ds = k.tile("ds", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
+    let lse2 = k.tile("lse_n", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+    let dl = k.tile("delta_n", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+    let dq_r: Vec<RegId> = (0..halves)
+        .map(|i| {
+            k.tile(
+                &format!("dq{i}"),
+                F32,
+                16,
+                COLS,
+                Layout::Row,
+                BaseShape::S16X16,
+            )
+        })
+        .collect();
+
+    let q_blk = &qb * i64::from(BLOCK);
+    let step = i64::from(STEP);
+    let offset = cfg.causal.offset_expr(&io.seq_q, &io.seq_kv);
+    // Causal: key steps up to the last one the block's last query keeps.
+    let n_kv = match &offset {
+        Some(off) => io.seq_kv.ceil_div(step).min(
+            (&q_blk + i64::from(BLOCK) + off.clone())
+                .max(0)
+                .ceil_div(step),
+        ),
+        None => io.seq_kv.ceil_div(step),
+    };
+    let ring = i64::from(sm.stages);
+    let cw = k.wave() - 4;
+    let q0 = &q_blk + &cw * 16; // this wave's first query
+    let c = std::f32::consts::LOG2_E / (d as f32).sqrt();
+    k.roles(
+        |k| {
+            for (own, g) in [(q_s, io.q), (do_s, io.d_o)] {
+                for (i, &t) in own.iter().enumerate() {
+                    let src = view(k, g, &b, &h, q_blk.clone(), i as u32 * COLS, BLOCK);
+                    k.load_async_by(Scope::WarpGroup, k.smem(t, 0), src);
+                }
+            }
+            k.wait_async(0);
+            k.barrier(); // Q and dO to the consumers
+            k.for_range("j", 0, &n_kv, |k, j| {
+                let slot = &j % ring;
+                let s0 = &j * step;
+                for (tiles, g) in [(k_s, io.k), (v_s, io.v)] {
+                    for (i, &ts) in tiles.iter().enumerate() {
+                        let src = view(k, g, &b, &hk, s0.clone(), i as u32 * COLS, STEP);
+                        k.load_async_by(Scope::WarpGroup, k.smem(ts, slot.clone()), src);
+                    }
+                }
+                k.wait_async(0);
+                k.barrier(); // key step j to the consumers
+            });
+        },
+        |k| {
+            k.barrier(); // Q and dO have landed
+            for &r in &dq_r {
+                k.zero(r);
+            }
+            // This wave's statistics, one per row, for every key step, as the accumulators' start
+            // values (the key blocks' note says why): `−lse·√d` and `−D`. A row without keys (lse
+            // −∞) then starts at +∞ and its masked scores end at −∞, P = 0, not ∞ − ∞.
+            for (g, dst) in [(io.lse, lse2), (io.delta, dl)] {
+                let origin = vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)];
+                let src = k.gview(g, origin, 2, 3, 16, STEP);
+                k.load_global(dst, src);
+            }
+            k.mul(lse2, lse2, -(d as f32).sqrt());
+            k.mul(dl, dl, -1.0f32);
+            k.for_range("j", 0, &n_kv, |k, j| {
+                k.barrier(); // key step j has landed
+                let slot = &j % ring;
+                let kv0 = &j * step;
+                // S += Q·Kᵀ and dP += dO·Vᵀ over the head dimension, 64 columns at a time.
+                k.copy(s, lse2);
+                k.copy(dp, dl);
+                for (dst, own, streamed) in [(s, q_s, k_s), (dp, do_s, v_s)] {
+                    for (&a, &bt) in own.iter().zip(streamed) {
+                        let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
+                        let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
+                        k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
+                    }
+                }
+                let (inf, kv_end) = (f32::NEG_INFINITY, &kv0 + step);
+                k.if_(io.seq_kv.lt(&kv_end), |k| {
+                    k.mask(s, MaskRule::ColsBelow(io.seq_kv.clone()), &q0, &kv0, inf)
+                });
+                if let Some(off) = &offset {
+                    k.if_((&q_blk + off.clone()).lt(&kv_end - 1), |k| {
+                        let offset = off.clone();
+                        k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
+                    });
+                }
+                probs_and_ds(k, c, s, dp);
+                k.copy(ds, dp);
+                // dQ += dS·K (dS from registers, K as a keys × dim operand).
+                for (&r, &bt) in dq_r.iter().zip(k_s) {
+                    let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
+                    k.mma(MmaForm::Ab, r, MmaOperand::Reg(ds), bt, Some(r));
+                }
+            });
+            let scale = 1.0 / (d as f32).sqrt();
+            for (i, &r) in dq_r.iter().enumerate() {
+                k.mul(r, r, scale);
+                k.store(view(k, dq_g, &b, &h, q0.clone(), i as u32 * COLS, 16), r);
+            }
+        },
+    );
+    Ok(k.finish()?)
+}

@@ -1,0 +1,122 @@
+"""The attention backward on torch tensors (``kittens._attention_backward``), and the forward's
+log-sum-exp for callers whose forward does not return one.
+
+CUDA tensors run ``attn_bwd``'s two Hopper launches (key blocks for dK and dV, query blocks for dQ) on
+the current torch stream after one torch reduction, ``D = rowsum(dO * O)`` in float32 (the backward's
+preprocessing, FlashAttention-2 §3.2). CPU tensors run the same gradients on the CPU interpreter
+(``attn_bwd``'s one-launch program, which computes D itself).
+"""
+
+import math
+import sys
+
+from . import _kittens
+
+
+def _torch():
+    return sys.modules["torch"]
+
+
+def _check(q, k, v, out, grad_out, lse, scale):
+    torch = _torch()
+    for name, t in (("q", q), ("k", k), ("v", v), ("out", out), ("grad_out", grad_out)):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.bfloat16 or t.dim() != 4:
+            raise ValueError(f"kittens._attention_backward: {name} must be a 4-D bfloat16 torch tensor")
+    b, h, n, d = q.shape
+    hk, nk = k.shape[1], k.shape[2]
+    if k.shape != (b, hk, nk, d) or v.shape != k.shape:
+        raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} must both be (B, H_kv, N_kv, D) = "
+                         f"({b}, H_kv, N_kv, {d})")
+    if out.shape != q.shape or grad_out.shape != q.shape:
+        raise ValueError(f"out {tuple(out.shape)} and grad_out {tuple(grad_out.shape)} must be q's shape "
+                         f"{tuple(q.shape)}")
+    if hk == 0 or h % hk != 0:
+        raise ValueError(f"H_kv = {hk} must divide H = {h} (grouped-query heads)")
+    if not isinstance(lse, torch.Tensor) or lse.shape != (b, h, n):
+        raise ValueError(f"lse must be a float32 tensor of shape (B, H, N) = ({b}, {h}, {n})")
+    devs = {t.device for t in (q, k, v, out, grad_out, lse)}
+    if len(devs) != 1:
+        raise ValueError(f"all tensors must be on one device, got {sorted(str(x) for x in devs)}")
+    if scale is not None and not math.isclose(float(scale), 1.0 / math.sqrt(d), rel_tol=1e-6):
+        raise ValueError(f"the kernel applies the default scale 1/sqrt(D) = {1.0 / math.sqrt(d)} only, "
+                         f"got scale = {scale}")
+    return b, h, hk, n, nk, d
+
+
+def _bshd(*ts):
+    """True when every tensor is a (B, N, H, D) buffer seen as (B, H, N, D) (and not also dense BHSD)."""
+    return all(t.transpose(1, 2).is_contiguous() for t in ts) and not all(t.is_contiguous() for t in ts)
+
+
+def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None):
+    """Gradients ``(dq, dk, dv)`` of ``out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)``
+    for the output gradient ``grad_out``: bfloat16 q, out, grad_out (B, H, N, D) and k, v
+    (B, H_kv, N_kv, D), dK and dV summed over each KV head's query heads; ``lse`` is float32 (B, H, N),
+    the natural log of each query's sum of ``exp(scale * q·k)`` over its unmasked keys (what
+    ``kittens.attention(..., return_lse=True)`` returns). ``causal`` masks keys after each query
+    (top-left). The default scale ``1/sqrt(D)`` only. The gradients come back in q's (and k's) memory
+    order: (B, H, N, D) or (B, N, H, D) seen through ``.transpose(1, 2)``; other strides are copied to
+    (B, H, N, D) first. On CUDA the head dim must be 64 or 128.
+    """
+    torch = _torch()
+    b, h, hk, n, nk, d = _check(q, k, v, out, grad_out, lse, scale)
+    if q.device.type == "cuda":
+        return _cuda(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d))
+    if q.device.type == "cpu":
+        return _cpu(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d))
+    raise ValueError(f"kittens._attention_backward runs on CPU and CUDA tensors, got {q.device}")
+
+
+def _cuda(q, k, v, out, grad_out, lse, causal, shape):
+    torch = _torch()
+    from . import _find_nvrtc
+
+    _find_nvrtc()
+    b, h, hk, n, nk, d = shape
+    bshd = _bshd(q, k, v, grad_out)
+
+    def order(t):
+        if bshd:
+            return t.transpose(1, 2).contiguous().transpose(1, 2)
+        return t.contiguous()
+
+    qq, kk, vv, go = (order(t) for t in (q, k, v, grad_out))
+    # D = rowsum(dO * O) in float32, a batch at a time (the float32 copies of one batch, not all).
+    delta = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
+    for i in range(b):
+        delta[i] = (go[i].float() * out[i].float()).sum(-1)
+    lse32 = lse.to(torch.float32).contiguous()
+    dq, dk, dv = torch.empty_like(qq), torch.empty_like(kk), torch.empty_like(vv)
+    ptrs = [t.data_ptr() for t in (qq, kk, vv, go, lse32, delta, dq, dk, dv)]
+    stream = int(torch.cuda.current_stream(q.device).cuda_stream)
+    _kittens.attention_backward_cuda(ptrs, shape, bshd, causal, q.device.index or 0, stream)
+    return dq, dk, dv
+
+
+def _cpu(q, k, v, out, grad_out, lse, causal, shape):
+    torch = _torch()
+    b, h, hk, n, nk, d = shape
+    f32 = lambda t: t.detach().to(torch.float32).contiguous().numpy().tobytes()
+    dq, dk, dv = _kittens.attention_backward_cpu(
+        [f32(q), f32(k), f32(v), f32(out), f32(grad_out), f32(lse)], shape, causal
+    )
+    as_t = lambda raw, like: torch.frombuffer(bytearray(raw), dtype=torch.float32).reshape(like.shape).to(
+        torch.bfloat16)
+    return as_t(dq, q), as_t(dk, k), as_t(dv, v)
+
+
+def lse_reference(q, k, causal=False):
+    """The forward's log-sum-exp computed with torch in float32, one batch at a time (for a forward
+    that does not return it): ``logsumexp(q·kᵀ/sqrt(D))`` over each query's unmasked keys."""
+    torch = _torch()
+    b, h, n, d = q.shape
+    hk, nk = k.shape[1], k.shape[2]
+    out = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
+    for i in range(b):
+        kk = k[i].float().repeat_interleave(h // hk, dim=0)
+        s = torch.matmul(q[i].float(), kk.transpose(-1, -2)) / math.sqrt(d)
+        if causal:
+            keep = torch.ones(n, nk, dtype=torch.bool, device=q.device).tril()
+            s = s.masked_fill(~keep, float("-inf"))
+        out[i] = torch.logsumexp(s, dim=-1)
+    return out

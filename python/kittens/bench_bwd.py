@@ -1,0 +1,136 @@
+"""``python -m kittens.bench attn --backward``: the attention backward, kittens against
+``F.scaled_dot_product_attention``'s cuDNN and FlashAttention-2 (``flash``) backends on the same tensors.
+
+Per shape: the three backward passes timed with CUDA events (median; the backends' backward is
+``torch.autograd.grad`` of their own forward's output, the forward outside the timing; ours is
+``kittens._attention_backward`` including its float32 ``rowsum(dO * O)`` preprocessing), and every
+gradient of batch 0's first KV head group checked against float64 autograd by the FlashAttention rule
+(ours at most twice the error of PyTorch's bf16 SDPA backward on that slice plus a floor). TFLOP/s count the backward's five matrix products,
+``2.5 x`` the forward's ``4 B H N² D`` (halved under the causal mask), as FlashAttention reports them.
+Forward + backward is timed only where the forward returns its log-sum-exp (``kittens._attention_lse``);
+a log-sum-exp recomputed by torch would time torch, not kittens.
+"""
+
+import math
+from typing import List
+
+from .bench import FLOOR, _rel, _with_backend, time_one
+
+
+def _grads(torch, q, k, v, do, causal, dtype):
+    """Autograd gradients of SDPA in `dtype` on one batch and one KV head group (float64: the math
+    path, the reference; bfloat16: PyTorch's own choice of backend, the rule's baseline)."""
+    F = torch.nn.functional
+    g = q.shape[1] // k.shape[1]
+    q, k, v = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
+    o = F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=causal)
+    return torch.autograd.grad(o, (q, k, v), do.to(dtype))
+
+
+def bench_attn_backward(torch, kittens, args) -> List[dict]:
+    from ._backward import lse_reference
+
+    F = torch.nn.functional
+    rows = []
+    shapes = [(args.batch, args.heads, args.heads_kv, n, args.dim) for n in args.seqs] + list(args.extra)
+    for b, h, hk, n, d in shapes:
+        for causal in (False, True):
+            gen = torch.Generator(device="cuda").manual_seed(n + d + hk)
+            mk = lambda hh: torch.randn(b, n, hh, d, device="cuda", generator=gen).to(torch.bfloat16).transpose(1, 2)  # noqa: E731
+            q, k, v, do = mk(h), mk(hk), mk(hk), mk(h)
+            gqa = {"enable_gqa": True} if hk != h else {}
+            row = {"shape": f"B{b} H{h}/{hk} N{n} D{d}{' causal' if causal else ''}", "batch": b, "heads": h,
+                   "heads_kv": hk, "seq": n, "dim": d, "causal": causal}
+            flop = 2.5 * 4.0 * b * h * n * n * d / (2 if causal else 1)
+            with torch.no_grad():
+                out = kittens.attention(q, k, v, causal=causal)
+            lse = lse_reference(q, k, causal)
+            ours = lambda i: kittens._attention_backward(q, k, v, out, do, lse, causal)  # noqa: E731
+            sel_q, sel_kv = (slice(0, 1), slice(0, h // hk)), (slice(0, 1), slice(0, 1))
+            ref = _grads(torch, q[sel_q], k[sel_kv], v[sel_kv], do[sel_q], causal, torch.float64)
+            base = _grads(torch, q[sel_q], k[sel_kv], v[sel_kv], do[sel_q], causal, torch.bfloat16)
+            mine = ours(0)
+            for name, x, y, r in zip(("dq", "dk", "dv"), mine, base, ref):
+                sel = sel_q if name == "dq" else sel_kv
+                e_o, e_t = _rel(x[sel], r), _rel(y, r)
+                row[f"{name}_err"], row[f"{name}_err_torch"] = e_o, e_t
+                row[f"{name}_passed"] = bool(torch.isfinite(x).all().item()) and e_o <= 2 * e_t + FLOOR
+            for backend in ("cudnn", "flash"):
+                qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+                fwd = _with_backend(torch, backend, lambda i: F.scaled_dot_product_attention(
+                    qq, kk, vv, is_causal=causal, **gqa))
+                try:
+                    o_t = fwd(0)
+                    theirs = lambda i: torch.autograd.grad(o_t, (qq, kk, vv), do, retain_graph=True)  # noqa: E731
+                    g_t = theirs(0)
+                except RuntimeError as e:
+                    row[f"{backend}_error"] = str(e).split("\n")[0]
+                    continue
+                t = time_one(torch, theirs, 1, args.warmup, args.iters)
+                row.update({f"{backend}_ms": t, f"{backend}_tflops": flop / t / 1e9})
+                if backend == "cudnn":
+                    row["rel_diff_vs_cudnn"] = [_rel(x, y.double()) for x, y in zip(mine, g_t)]
+                del o_t, qq, kk, vv
+            t = time_one(torch, ours, 1, args.warmup, args.iters)
+            row.update({"ours_ms": t, "ours_tflops": flop / t / 1e9})
+            for backend in ("cudnn", "flash"):
+                if row.get(f"{backend}_ms"):
+                    row[f"ratio_{backend}"] = row[f"{backend}_ms"] / t
+            row["passed"] = all(row.get(f"{x}_passed", False) for x in ("dq", "dk", "dv"))
+            try:
+                from . import _attention_lse  # noqa: F401
+                row["fwd_bwd"] = "not measured (not yet wired)"
+            except ImportError:
+                row["fwd_bwd"] = "not measured: kittens.attention does not return its log-sum-exp yet"
+            rows.append(row)
+            del q, k, v, do, out, lse, mine, ref, base
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _geomean(xs):
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summary(rows) -> dict:
+    """The done-bar's figures: geomean ratios over D128, N >= 2048, causal and not."""
+    sel = [r for r in rows if r["dim"] == 128 and r["seq"] >= 2048 and r["heads"] == r["heads_kv"]]
+    return {
+        "geomean_vs_cudnn_d128_n2048plus": _geomean([r.get("ratio_cudnn") for r in sel]),
+        "geomean_vs_flash_d128_n2048plus": _geomean([r.get("ratio_flash") for r in sel]),
+        "min_vs_cudnn_d128_n2048plus": min((r["ratio_cudnn"] for r in sel if r.get("ratio_cudnn")), default=None),
+        "all_passed": all(r["passed"] for r in rows),
+    }
+
+
+def print_table(rows) -> None:
+    f = lambda x, s: "-" if x is None else format(x, s)  # noqa: E731
+    print(f"{'shape':<30} {'ours TF/s':>9} {'cuDNN':>7} {'FA2':>7} {'x cuDNN':>8} {'x FA2':>6}  "
+          "rel err dq/dk/dv (ours | torch bf16)")
+    for r in rows:
+        errs = " ".join(f"{f(r.get(g + '_err'), '.1e')}|{f(r.get(g + '_err_torch'), '.1e')}" for g in ("dq", "dk", "dv"))
+        print(f"{r['shape']:<30} {f(r.get('ours_tflops'), '9.1f')} {f(r.get('cudnn_tflops'), '7.1f')} "
+              f"{f(r.get('flash_tflops'), '7.1f')} {f(r.get('ratio_cudnn'), '8.3f')} {f(r.get('ratio_flash'), '6.2f')}  "
+              f"{errs} {'ok' if r['passed'] else 'FAILED'}")
+
+
+def plot(rows, path, title) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    xs = range(len(rows))
+    w = 0.27
+    for j, (key, label) in enumerate((("ours_tflops", "kittens"), ("cudnn_tflops", "SDPA cuDNN"),
+                                      ("flash_tflops", "SDPA flash (FA2)"))):
+        ax.bar([x + (j - 1) * w for x in xs], [r.get(key) or 0 for r in rows], w, label=label)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels([r["shape"].replace(" causal", "\ncausal") for r in rows], rotation=45, ha="right", fontsize=7)
+    ax.set_ylabel("backward TFLOP/s")
+    ax.set_title(title, fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
