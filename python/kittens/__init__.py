@@ -214,6 +214,12 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
     return _result(Q, out), _result(Q, lse)
 
 
+def _attention_lse(q, k, v, causal, scale):
+    """The forward and its log-sum-exp from the kernel, ``(out, lse)``: what the autograd function keeps
+    for the backward (so no O(N²) log-sum-exp is recomputed beside it)."""
+    return _attention(q, k, v, causal, scale, None, True)
+
+
 def _attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None):
     """Gradients ``(dq, dk, dv)`` of :func:`attention` from its output ``out`` and log-sum-exp ``lse``
     (float32 (B, H, N)) for the output gradient ``grad_out``; torch tensors. Private but stable: the
