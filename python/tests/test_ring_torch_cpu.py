@@ -124,3 +124,46 @@ def test_context_and_data_parallel_training_follow_the_single_process_run(tmp_pa
     assert sum(single["losses"][-3:]) < sum(single["losses"][:3]) - 0.3  # it trains
     for run in (cp, ddp):
         assert max(abs(a - b) for a, b in zip(single["losses"], run["losses"])) < 1e-4, run["mode"]
+
+
+def _rank_kittens(rank, world, init, n, causal):
+    """Ring attention with kittens' own block kernels (the CPU interpreter) in bfloat16."""
+    import kittens
+    from kittens.distributed import gather, ring_attention, shard
+
+    dist.init_process_group("gloo", init_method=init, rank=rank, world_size=world)
+    try:
+        g = torch.Generator().manual_seed(77 + n)
+        b, h, hkv, d = 1, 4, 2, 32
+        q, k, v = ((torch.rand(b, x, n, d, generator=g) * 2 - 1).bfloat16() for x in (h, hkv, hkv))
+        dout = (torch.rand(b, h, n, d, generator=g) * 2 - 1).bfloat16()
+        qf, kf, vf = (x.double().requires_grad_() for x in (q, k, v))
+        ref = full_attention(qf, kf, vf, causal, d ** -0.5)
+        (ref * dout.double()).sum().backward()
+        # The baseline of the rule: kittens.attention over the whole sequence in one process.
+        qs, ks, vs = (x.clone().requires_grad_() for x in (q, k, v))
+        one = kittens.attention(qs, ks, vs, causal=causal)
+        one.backward(dout)
+        ql, kl, vl = (shard(x, causal=causal).requires_grad_() for x in (q, k, v))
+        seq_len = None if n % (2 * world) == 0 else n
+        out = ring_attention(ql, kl, vl, causal=causal, seq_len=seq_len)
+        out.backward(shard(dout, causal=causal))
+        rel = lambda x, r: ((x.double() - r).norm() / r.norm()).item()  # noqa: E731
+        for name, got, base, want in (("out", out, one, ref), ("dq", ql.grad, qs.grad, qf.grad),
+                                      ("dk", kl.grad, ks.grad, kf.grad), ("dv", vl.grad, vs.grad, vf.grad)):
+            full = gather(got.detach(), n, causal=causal)
+            assert full.dtype == torch.bfloat16
+            e, e1 = rel(full, want), rel(base.detach(), want)
+            assert e <= 2 * e1 + 1e-5, f"{name}: ring {e:.3e} vs one process {e1:.3e}"
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("n,causal", [(37, True), (37, False), (40, True)])
+def test_ring_attention_with_kittens_kernels_on_the_interpreter(n, causal):
+    """The default block kernels (kittens.attention with return_lse, kittens._attention_backward) on
+    2 gloo ranks, rectangular blocks included (odd n), within the FlashAttention rule of kittens'
+    single-process attention and its backward."""
+    with tempfile.TemporaryDirectory() as tmp:
+        init = "file://" + os.path.join(tmp, "store")
+        mp.spawn(_rank_kittens, args=(2, init, n, causal), nprocs=2, join=True)
