@@ -51,7 +51,11 @@ def merge_partials(out_a, lse_a, out_b, lse_b):
     live = s > 0
     safe = xp.where(live, s, xp.ones_like(s))
     lse = xp.where(live, m + xp.log(safe), xp.full_like(m, -float("inf")))
-    wa, wb = ea / safe, eb / safe
+    wb = eb / safe
+    if xp.__name__ == "torch" and out_a.dtype == out_b.dtype:
+        # One pass over the outputs: on a live row w_a = 1 - w_b; on a dead row w_b = 0 and out_a = 0.
+        return xp.lerp(out_a, out_b, wb[..., None].to(out_a.dtype)), lse
+    wa = ea / safe
     out = wa[..., None] * out_a + wb[..., None] * out_b
     return out, lse
 
@@ -198,11 +202,13 @@ def check_shard(n_local: int, rank: int, world: int, causal: bool, seq_len=None)
 def forward_step(acc, q, k, v, plan: Sequence[Block], attend) -> None:
     """Folds one ring step into the running partials: for each block, ``attend(q, k, v, causal)``
     returns that block's (output, log-sum-exp) and :func:`merge_partials` merges it into
-    ``acc[qi] = (out, lse)``. ``q`` is the rank's list of query chunks, ``k`` and ``v`` the source
+    ``acc[qi] = (out, lse)`` (None before the first block). ``q`` is the rank's list of query chunks, ``k`` and ``v`` the source
     rank's lists of key and value chunks."""
     for b in plan:
         o, lse = attend(q[b.qi], k[b.kj], v[b.kj], b.causal)
-        acc[b.qi] = merge_partials(acc[b.qi][0], acc[b.qi][1], o, lse)
+        # None: no key seen yet, the block's partial is the running one (a merge with the empty partial
+        # would give the same, at the cost of a pass over the outputs).
+        acc[b.qi] = (o, lse) if acc[b.qi] is None else merge_partials(acc[b.qi][0], acc[b.qi][1], o, lse)
 
 
 def backward_step(dq, dk, dv, q, k, v, out, dout, lse, plan: Sequence[Block], grads) -> None:

@@ -35,7 +35,6 @@ from ._ring_plan import (
     backward_step,
     block_plan,
     check_shard,
-    empty_partial_like,
     forward_step,
     ring_source,
 )
@@ -214,10 +213,12 @@ def _ring_forward(ring: _Ring, layout: Layout, q, k, v, scale, kernels: BlockKer
     rank, world, causal = ring.rank, ring.world, layout.causal
     q_ch = _split(q, layout.local_lengths(rank))
     kv = _pack(_split(k, layout.local_lengths(rank)), _split(v, layout.local_lengths(rank)))
-    acc = [empty_partial_like(c, _acc_dtype(q)) for c in q_ch]
+    acc = [None] * len(q_ch)
+    wide = _acc_dtype(q)
 
     def attend(qb, kb, vb, c):
-        return kernels.forward(qb, kb, vb, c, scale)
+        o, lse = kernels.forward(qb, kb, vb, c, scale)
+        return o.to(wide), lse.to(wide)
 
     for t in range(world):
         src = ring_source(rank, t, world)

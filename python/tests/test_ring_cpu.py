@@ -181,7 +181,7 @@ def fake_ring(q, k, v, dout, world, causal, scale):
         return attend_grads(qb, kb, vb, ob, dob, lseb, scale, causal_mask(qb.shape[2], kb.shape[2]) if c else None)
 
     # Forward: every rank's partials, step by step.
-    acc = {r: [empty_partial_like(c) for c in take(q, r)] for r in range(world)}
+    acc = {r: [None] * len(take(q, r)) for r in range(world)}  # as the real ring starts
     for t in range(world):
         for r in range(world):
             s = ring_source(r, t, world)

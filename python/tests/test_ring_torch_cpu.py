@@ -167,3 +167,29 @@ def test_ring_attention_with_kittens_kernels_on_the_interpreter(n, causal):
     with tempfile.TemporaryDirectory() as tmp:
         init = "file://" + os.path.join(tmp, "store")
         mp.spawn(_rank_kittens, args=(2, init, n, causal), nprocs=2, join=True)
+
+
+def test_torch_merge_is_the_numpy_merge_with_empty_rows():
+    """merge_partials' one-pass torch form (lerp) against its general form on numpy, rows with no key
+    in one part or in both included."""
+    import numpy as np
+
+    from kittens._ring_plan import merge_partials
+
+    g = torch.Generator().manual_seed(3)
+    oa, ob = torch.randn(2, 3, 9, 8, generator=g, dtype=torch.float64), torch.randn(2, 3, 9, 8, generator=g,
+                                                                                    dtype=torch.float64)
+    la, lb = torch.randn(2, 3, 9, generator=g, dtype=torch.float64) * 50, torch.randn(2, 3, 9, generator=g,
+                                                                                      dtype=torch.float64) * 50
+    la[:, :, 0] = lb[:, :, 0] = float("-inf")
+    oa[:, :, 0] = ob[:, :, 0] = 0
+    la[:, :, 1] = float("-inf")
+    oa[:, :, 1] = 0
+    lb[:, :, 2] = float("-inf")
+    ob[:, :, 2] = 0
+    o, lse = merge_partials(oa, la, ob, lb)
+    on, lsen = merge_partials(oa.numpy(), la.numpy(), ob.numpy(), lb.numpy())
+    np.testing.assert_allclose(o.numpy(), on, rtol=0, atol=1e-14)
+    assert np.array_equal(lse.numpy(), lsen)
+    assert torch.all(o[:, :, 0] == 0) and torch.all(lse[:, :, 0] == float("-inf"))
+    assert torch.equal(o[:, :, 1], ob[:, :, 1]) and torch.equal(o[:, :, 2], oa[:, :, 2])
