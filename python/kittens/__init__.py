@@ -163,7 +163,7 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     dim must be 64 or 128 (a ValueError otherwise). Like :func:`matmul`, CUDA calls allocate nothing but
     the outputs and synchronise nothing. For torch tensors that need gradients this goes through
     :class:`AttentionFunction`, whose backward runs the attention backward kernel
-    (``kittens._attention_backward``).
+    (``kittens._attention_backward``) on the saved output and log-sum-exp.
     """
     if not isinstance(causal, bool) and type(causal).__name__ != "bool_":  # numpy's bool too
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
@@ -212,12 +212,6 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
     if lse is None:
         return _result(Q, out)
     return _result(Q, out), _result(Q, lse)
-
-
-def _attention_lse(q, k, v, causal, scale):
-    """The forward and its log-sum-exp from the kernel, ``(out, lse)``: what the autograd function keeps
-    for the backward (so no O(N²) log-sum-exp is recomputed beside it)."""
-    return _attention(q, k, v, causal, scale, None, True)
 
 
 def _attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None):

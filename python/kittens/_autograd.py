@@ -8,19 +8,7 @@ that silently skips the op.
 import torch
 
 from . import _attention, _matmul
-from ._backward import attention_backward, lse_reference
-
-
-def _forward_with_lse(q, k, v, causal, scale):
-    """The forward's output and log-sum-exp: from the forward kernel where it returns one
-    (``return_lse``), else the output from the kernel and the log-sum-exp from torch."""
-    try:
-        from . import _attention_lse  # the forward with its log-sum-exp, where the package has it
-    except ImportError:
-        _attention_lse = None
-    if _attention_lse is not None:
-        return _attention_lse(q, k, v, causal, scale)
-    return _attention(q, k, v, causal, scale, None), lse_reference(q.detach(), k.detach(), causal)
+from ._backward import attention_backward
 
 
 class AttentionFunction(torch.autograd.Function):
@@ -29,7 +17,7 @@ class AttentionFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, causal, scale):
-        out, lse = _forward_with_lse(q, k, v, causal, scale)
+        out, lse = _attention(q, k, v, causal, scale, None, return_lse=True)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.causal, ctx.scale = bool(causal), scale
         return out

@@ -7,8 +7,8 @@ Per shape: the three backward passes timed with CUDA events (median; the backend
 gradient of batch 0's first KV head group checked against float64 autograd by the FlashAttention rule
 (ours at most twice the error of PyTorch's bf16 SDPA backward on that slice plus a floor). TFLOP/s count the backward's five matrix products,
 ``2.5 x`` the forward's ``4 B H N² D`` (halved under the causal mask), as FlashAttention reports them.
-Forward + backward is timed only where the forward returns its log-sum-exp (``kittens._attention_lse``);
-a log-sum-exp recomputed by torch would time torch, not kittens.
+Forward + backward: ours is ``kittens.attention(..., return_lse=True)`` then the backward; the backends'
+is their forward then ``torch.autograd.grad`` (FLOPs 3.5x the forward's).
 """
 
 import math
@@ -28,8 +28,6 @@ def _grads(torch, q, k, v, do, causal, dtype):
 
 
 def bench_attn_backward(torch, kittens, args) -> List[dict]:
-    from ._backward import lse_reference
-
     F = torch.nn.functional
     rows = []
     shapes = [(args.batch, args.heads, args.heads_kv, n, args.dim) for n in args.seqs] + list(args.extra)
@@ -43,8 +41,7 @@ def bench_attn_backward(torch, kittens, args) -> List[dict]:
                    "heads_kv": hk, "seq": n, "dim": d, "causal": causal}
             flop = 2.5 * 4.0 * b * h * n * n * d / (2 if causal else 1)
             with torch.no_grad():
-                out = kittens.attention(q, k, v, causal=causal)
-            lse = lse_reference(q, k, causal)
+                out, lse = kittens.attention(q, k, v, causal=causal, return_lse=True)
             ours = lambda i: kittens._attention_backward(q, k, v, out, do, lse, causal)  # noqa: E731
             sel_q, sel_kv = (slice(0, 1), slice(0, h // hk)), (slice(0, 1), slice(0, 1))
             ref = _grads(torch, q[sel_q], k[sel_kv], v[sel_kv], do[sel_q], causal, torch.float64)
@@ -77,11 +74,29 @@ def bench_attn_backward(torch, kittens, args) -> List[dict]:
                 if row.get(f"{backend}_ms"):
                     row[f"ratio_{backend}"] = row[f"{backend}_ms"] / t
             row["passed"] = all(row.get(f"{x}_passed", False) for x in ("dq", "dk", "dv"))
-            try:
-                from . import _attention_lse  # noqa: F401
-                row["fwd_bwd"] = "not measured (not yet wired)"
-            except ImportError:
-                row["fwd_bwd"] = "not measured: kittens.attention does not return its log-sum-exp yet"
+            # Forward + backward: ours from scratch each time; the backends' forward and backward.
+            def ours_fb(i):
+                with torch.no_grad():
+                    o, l = kittens.attention(q, k, v, causal=causal, return_lse=True)
+                return kittens._attention_backward(q, k, v, o, do, l, causal)
+
+            t = time_one(torch, ours_fb, 1, args.warmup, args.iters)
+            row.update({"fwd_bwd_ours_ms": t, "fwd_bwd_ours_tflops": 1.4 * flop / t / 1e9})
+            for backend in ("cudnn", "flash"):
+                qq, kk, vv = (t_.detach().clone().requires_grad_() for t_ in (q, k, v))
+
+                def fb(i, qq=qq, kk=kk, vv=vv):
+                    o_ = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal, **gqa)
+                    return torch.autograd.grad(o_, (qq, kk, vv), do)
+
+                try:
+                    fb_b = _with_backend(torch, backend, fb)
+                    fb_b(0)
+                    t = time_one(torch, fb_b, 1, args.warmup, args.iters)
+                except RuntimeError:
+                    continue
+                row.update({f"fwd_bwd_{backend}_ms": t, f"fwd_bwd_ratio_{backend}": t / row["fwd_bwd_ours_ms"]})
+                del qq, kk, vv
             rows.append(row)
             del q, k, v, do, out, lse, mine, ref, base
             torch.cuda.empty_cache()
@@ -99,6 +114,8 @@ def summary(rows) -> dict:
     return {
         "geomean_vs_cudnn_d128_n2048plus": _geomean([r.get("ratio_cudnn") for r in sel]),
         "geomean_vs_flash_d128_n2048plus": _geomean([r.get("ratio_flash") for r in sel]),
+        "fwd_bwd_geomean_vs_cudnn_d128_n2048plus": _geomean([r.get("fwd_bwd_ratio_cudnn") for r in sel]),
+        "fwd_bwd_geomean_vs_flash_d128_n2048plus": _geomean([r.get("fwd_bwd_ratio_flash") for r in sel]),
         "min_vs_cudnn_d128_n2048plus": min((r["ratio_cudnn"] for r in sel if r.get("ratio_cudnn")), default=None),
         "all_passed": all(r["passed"] for r in rows),
     }
@@ -106,12 +123,13 @@ def summary(rows) -> dict:
 
 def print_table(rows) -> None:
     f = lambda x, s: "-" if x is None else format(x, s)  # noqa: E731
-    print(f"{'shape':<30} {'ours TF/s':>9} {'cuDNN':>7} {'FA2':>7} {'x cuDNN':>8} {'x FA2':>6}  "
-          "rel err dq/dk/dv (ours | torch bf16)")
+    print(f"{'shape':<30} {'ours TF/s':>9} {'cuDNN':>7} {'FA2':>7} {'x cuDNN':>8} {'x FA2':>6} "
+          f"{'f+b x cuDNN':>11} {'f+b x FA2':>9}  rel err dq/dk/dv (ours | torch bf16)")
     for r in rows:
         errs = " ".join(f"{f(r.get(g + '_err'), '.1e')}|{f(r.get(g + '_err_torch'), '.1e')}" for g in ("dq", "dk", "dv"))
         print(f"{r['shape']:<30} {f(r.get('ours_tflops'), '9.1f')} {f(r.get('cudnn_tflops'), '7.1f')} "
-              f"{f(r.get('flash_tflops'), '7.1f')} {f(r.get('ratio_cudnn'), '8.3f')} {f(r.get('ratio_flash'), '6.2f')}  "
+              f"{f(r.get('flash_tflops'), '7.1f')} {f(r.get('ratio_cudnn'), '8.3f')} {f(r.get('ratio_flash'), '6.2f')} "
+              f"{f(r.get('fwd_bwd_ratio_cudnn'), '11.3f')} {f(r.get('fwd_bwd_ratio_flash'), '9.2f')}  "
               f"{errs} {'ok' if r['passed'] else 'FAILED'}")
 
 

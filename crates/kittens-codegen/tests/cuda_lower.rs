@@ -143,10 +143,13 @@ fn fp8_scale_layouts_and_refusals() {
     // and guarded along its own dimension only.
     assert!(l
         .source
-        .contains("(row < rows) ? __ldg(g_scale_a + row * rs + 0)"));
+        .contains("(gin && row < rows) ? __ldg(g_scale_a + gb + row * rs + 0)"));
     assert!(l
         .source
-        .contains("(col < cols) ? __ldg(g_scale_b + 0 + col * cs)"));
+        .contains("(gin && col < cols) ? __ldg(g_scale_b + gb + 0 + col * cs)"));
+    // Each distinct value read once: two rows per thread, N/4 columns.
+    assert!(l.source.contains("float u[2];"));
+    assert!(l.source.contains(&format!("float u[{}];", cfg.block / 4)));
     let refused = |cfg: &GemmConfig, needle: &str| match lower(&build(cfg).unwrap()) {
         Err(CudaLowerError::Unsupported(why)) => assert!(why.contains(needle), "{why}"),
         Ok(_) => panic!("{cfg:?} lowered"),
@@ -207,5 +210,37 @@ fn n_major_b_is_bf16_only() {
         }
         Ok(_) => panic!("fp8 with B N-major lowered"),
         Err(e) => panic!("{e}"),
+    }
+}
+
+/// The attention backward's Hopper launches: the per-query statistics (`[b, h, s]` f32 tensors read
+/// as tiles with a zero stride) are read once per distinct value under the fixed coordinates' bounds:
+/// 16 columns per thread in the key blocks, 2 rows in the query blocks.
+#[test]
+fn attn_bwd_statistics_are_read_once_per_value() {
+    use kittens_kernels::attn_bwd::{build, BwdConfig, BwdSchedule};
+    for (schedule, count, load) in [
+        (
+            BwdSchedule::HopperKv,
+            16,
+            "__ldg(g_lse + gb + 0 + col * cs)",
+        ),
+        (BwdSchedule::HopperQ, 2, "__ldg(g_lse + gb + row * rs + 0)"),
+    ] {
+        let k = build(&BwdConfig {
+            schedule,
+            ..BwdConfig::default()
+        })
+        .unwrap();
+        let l = lower(&k).unwrap_or_else(|e| panic!("{schedule:?}: {e}"));
+        assert!(
+            l.source.contains(&format!("float u[{count}];")),
+            "{schedule:?}"
+        );
+        assert!(l.source.contains(load), "{schedule:?}");
+        assert!(
+            l.source.contains("const bool gin = true && (blk0) >= 0"),
+            "{schedule:?}"
+        );
     }
 }

@@ -324,7 +324,11 @@ fn attention_backward_cpu<'py>(
     arrays: [Vec<u8>; 6],
     shape: (usize, usize, usize, usize, usize, usize),
     causal: bool,
-) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+) -> PyResult<(
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+    Bound<'py, PyBytes>,
+)> {
     use kittens_kernels::attn_bwd::{BwdShape, Causal};
     use kittens_kernels::attn_fwd::AttnLayout;
     let (batch, heads, heads_kv, seq_q, seq_kv, dim) = shape;

@@ -366,11 +366,7 @@ impl Emit<'_> {
         let zero_cs = g.strides[cd] == zero;
         // (distinct values, coordinates of value `j`, value of fragment element `i`)
         let (count, coords, pick) = match (zero_rs, zero_cs) {
-            (false, true) => (
-                2,
-                "const int row = r0 + 8 * j, col = c0;",
-                "(i >> 1) & 1",
-            ),
+            (false, true) => (2, "const int row = r0 + 8 * j, col = c0;", "(i >> 1) & 1"),
             (true, false) => (
                 n / 4,
                 "const int row = r0, col = c0 + 8 * (j >> 1) + (j & 1);",

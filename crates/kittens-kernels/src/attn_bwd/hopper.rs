@@ -34,8 +34,10 @@ use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Rows of a block: two consumer warpgroups × 64.
 const BLOCK: u32 = 128;
-/// Rows of one streamed slot (queries in a key block, keys in a query block).
+/// Queries per streamed slot of a key block.
 const STEP: u32 = 64;
+/// Keys per streamed slot of a query block.
+const STEP_Q: u32 = 128;
 /// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
 const COLS: u32 = 64;
 
@@ -61,9 +63,9 @@ fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
 
 /// Ring slots for the streamed pair of tensors beside the block's own two (`BLOCK` rows each): as
 /// many as fit the H100's 227 KiB, 2 to 4.
-fn stages(dim: u32) -> u32 {
+fn stages(dim: u32, step: u32) -> u32 {
     let own = 2 * BLOCK * dim * 2;
-    let per_step = 2 * STEP * dim * 2;
+    let per_step = 2 * step * dim * 2;
     ((220 * 1024 - own) / per_step).clamp(2, 4)
 }
 
@@ -111,7 +113,7 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, stats_by_row: bool) ->
     let d_o = tensor(k, "do", &heads, &seq_q);
     let stats = |k: &mut KernelBuilder, name: &str| -> GlobalId {
         let (b_s, h_s) = (&heads * seq_q.clone(), seq_q.clone());
-        let width = Expr::c(i64::from(STEP));
+        let width = Expr::c(i64::from(STEP_Q));
         let (dims, st) = if stats_by_row {
             (
                 [
@@ -160,9 +162,9 @@ struct Smem {
     stages: u32,
 }
 
-fn declare_smem(k: &mut KernelBuilder, dim: u32, names: [&str; 4]) -> Smem {
+fn declare_smem(k: &mut KernelBuilder, dim: u32, step: u32, names: [&str; 4]) -> Smem {
     let halves = dim / COLS;
-    let st = stages(dim);
+    let st = stages(dim, step);
     let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
     let mut tiles = |name: &str, rows, slots| -> Vec<kittens_ir::SharedId> {
         (0..halves)
@@ -171,7 +173,7 @@ fn declare_smem(k: &mut KernelBuilder, dim: u32, names: [&str; 4]) -> Smem {
     };
     Smem {
         own: [tiles(names[0], BLOCK, 1), tiles(names[1], BLOCK, 1)],
-        ring: [tiles(names[2], STEP, st), tiles(names[3], STEP, st)],
+        ring: [tiles(names[2], step, st), tiles(names[3], step, st)],
         stages: st,
     }
 }
@@ -230,7 +232,7 @@ pub(super) fn build_kv(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     );
     let (b, hk, kb) = (k.block(0), k.block(1), k.block(2));
     let group = &io.heads / io.heads_kv.clone();
-    let sm = declare_smem(&mut k, d, ["k_s", "v_s", "q_s", "do_s"]);
+    let sm = declare_smem(&mut k, d, STEP, ["k_s", "v_s", "q_s", "do_s"]);
     let [k_s, v_s] = &sm.own;
     let [q_s, do_s] = &sm.ring;
     let halves = (d / COLS) as usize;
@@ -381,16 +383,16 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     );
     let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - k.block(2));
     let hk = &h / (&io.heads / io.heads_kv.clone());
-    let sm = declare_smem(&mut k, d, ["q_s", "do_s", "k_s", "v_s"]);
+    let sm = declare_smem(&mut k, d, STEP_Q, ["q_s", "do_s", "k_s", "v_s"]);
     let [q_s, do_s] = &sm.own;
     let [k_s, v_s] = &sm.ring;
     let halves = (d / COLS) as usize;
 
-    let s = k.tile("s", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
-    let dp = k.tile("dp", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
-    let ds = k.tile("ds", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
-    let lse2 = k.tile("lse_n", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
-    let dl = k.tile("delta_n", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+    let s = k.tile("s", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
+    let dp = k.tile("dp", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
+    let ds = k.tile("ds", Bf16, 16, STEP_Q, Layout::Row, BaseShape::S16X32);
+    let lse2 = k.tile("lse_n", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
+    let dl = k.tile("delta_n", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
     let dq_r: Vec<RegId> = (0..halves)
         .map(|i| {
             k.tile(
@@ -405,7 +407,7 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         .collect();
 
     let q_blk = &qb * i64::from(BLOCK);
-    let step = i64::from(STEP);
+    let step = i64::from(STEP_Q);
     let offset = cfg.causal.offset_expr(&io.seq_q, &io.seq_kv);
     // Causal: key steps up to the last one the block's last query keeps.
     let n_kv = match &offset {
@@ -435,7 +437,7 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                 let s0 = &j * step;
                 for (tiles, g) in [(k_s, io.k), (v_s, io.v)] {
                     for (i, &ts) in tiles.iter().enumerate() {
-                        let src = view(k, g, &b, &hk, s0.clone(), i as u32 * COLS, STEP);
+                        let src = view(k, g, &b, &hk, s0.clone(), i as u32 * COLS, STEP_Q);
                         k.load_async_by(Scope::WarpGroup, k.smem(ts, slot.clone()), src);
                     }
                 }
@@ -453,7 +455,7 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
             // −∞) then starts at +∞ and its masked scores end at −∞, P = 0, not ∞ − ∞.
             for (g, dst) in [(io.lse, lse2), (io.delta, dl)] {
                 let origin = vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)];
-                let src = k.gview(g, origin, 2, 3, 16, STEP);
+                let src = k.gview(g, origin, 2, 3, 16, STEP_Q);
                 k.load_global(dst, src);
             }
             k.mul(lse2, lse2, -(d as f32).sqrt());

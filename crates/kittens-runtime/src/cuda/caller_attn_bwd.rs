@@ -237,7 +237,10 @@ mod tests {
     #[test]
     fn refuses_what_the_hopper_programs_lack() {
         let e = launch(&pointers(96, 4, 2)).unwrap_err().to_string();
-        assert!(e.contains("head dimension 96") && e.contains("64 or 128"), "{e}");
+        assert!(
+            e.contains("head dimension 96") && e.contains("64 or 128"),
+            "{e}"
+        );
         let e = launch(&pointers(64, 6, 4)).unwrap_err().to_string();
         assert!(e.contains("must divide"), "{e}");
         let mut p = pointers(64, 4, 2);
