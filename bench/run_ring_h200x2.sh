@@ -30,16 +30,16 @@ export KITTENS_CACHE=/tmp/kittens-cache-$$  # fresh: the ranks race to fill it
 python3 -c 'import torch, kittens; print("torch", torch.__version__, "gpus", torch.cuda.device_count(), kittens.__file__)' \
     | tee -a "$R/machine.txt"
 TR="torchrun --standalone --nproc_per_node=2 -m"
-stage check "${CHECK_S:-200}" $TR kittens.distributed_check --json "$R/check.json"
+stage check "${CHECK_S:-200}" $TR kittens.distributed_check --json "$R/check.json" ${CHECK_ARGS:-}
 LONG="--seq 65536 --batch 1 --steps ${LONG_STEPS:-30} --skip-timing 5 --log-every 5"
-stage train_cp_64k 75 $TR kittens.train_dist --mode cp $LONG --json "$R/train_cp_64k.json"
-stage train_single_64k 75 python3 -m kittens.train_dist --mode single $LONG --per-gpu-reference \
+stage train_cp_64k "${LONG_S:-75}" $TR kittens.train_dist --mode cp $LONG --json "$R/train_cp_64k.json"
+stage train_single_64k "${LONG_S:-75}" python3 -m kittens.train_dist --mode single $LONG --per-gpu-reference \
     --json "$R/train_single_64k.json"
 SHORT="--seq 1024 --steps ${SHORT_STEPS:-120} --log-every 20"
-stage train_ddp 50 $TR kittens.train_dist --mode ddp $SHORT --batch 8 --json "$R/train_ddp.json"
-stage train_single_b16 50 python3 -m kittens.train_dist --mode single $SHORT --batch 16 \
+stage train_ddp "${SHORT_S:-50}" $TR kittens.train_dist --mode ddp $SHORT --batch 8 --json "$R/train_ddp.json"
+stage train_single_b16 "${SHORT_S:-50}" python3 -m kittens.train_dist --mode single $SHORT --batch 16 \
     --json "$R/train_single_b16.json"
-stage train_single_b8 40 python3 -m kittens.train_dist --mode single --seq 1024 --steps 50 --log-every 20 \
+stage train_single_b8 "${SHORT_S:-40}" python3 -m kittens.train_dist --mode single --seq 1024 --steps 50 --log-every 20 \
     --batch 8 --per-gpu-reference --json "$R/train_single_b8.json"
 stage plot 30 python3 -m kittens.train_dist --plot "$R/train.png" "$R"/train_*.json
 ls -la "$KITTENS_CACHE/cuda" > "$R/cache_listing.txt" 2>&1
