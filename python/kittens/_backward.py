@@ -1,9 +1,9 @@
 """The attention backward on torch tensors (``kittens._attention_backward``), and the forward's
 log-sum-exp for callers whose forward does not return one.
 
-CUDA tensors run ``attn_bwd``'s two Hopper launches (key blocks for dK and dV, query blocks for dQ) on
-the current torch stream after one torch reduction, ``D = rowsum(dO * O)`` in float32 (the backward's
-preprocessing, FlashAttention-2 §3.2). CPU tensors run the same gradients on the CPU interpreter
+CUDA tensors run ``attn_bwd``'s two Hopper launches on the current torch stream: the query blocks (dQ,
+and ``D = rowsum(dO * O)`` in float32, the backward's preprocessing, FlashAttention-2 §3.2), then the
+key blocks (dK, dV). CPU tensors run the same gradients on the CPU interpreter
 (``attn_bwd``'s one-launch program, which computes D itself).
 """
 
@@ -80,14 +80,12 @@ def _cuda(q, k, v, out, grad_out, lse, causal, shape):
             return t.transpose(1, 2).contiguous().transpose(1, 2)
         return t.contiguous()
 
-    qq, kk, vv, go = (order(t) for t in (q, k, v, grad_out))
-    # D = rowsum(dO * O) in float32, a batch at a time (the float32 copies of one batch, not all).
+    qq, kk, vv, oo, go = (order(t) for t in (q, k, v, out, grad_out))
+    # D = rowsum(dO * O), written by the first launch for the second.
     delta = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
-    for i in range(b):
-        delta[i] = (go[i].float() * out[i].float()).sum(-1)
     lse32 = lse.to(torch.float32).contiguous()
     dq, dk, dv = torch.empty_like(qq), torch.empty_like(kk), torch.empty_like(vv)
-    ptrs = [t.data_ptr() for t in (qq, kk, vv, go, lse32, delta, dq, dk, dv)]
+    ptrs = [t.data_ptr() for t in (qq, kk, vv, oo, go, lse32, delta, dq, dk, dv)]
     stream = int(torch.cuda.current_stream(q.device).cuda_stream)
     _kittens.attention_backward_cuda(ptrs, shape, bshd, causal, q.device.index or 0, stream)
     return dq, dk, dv

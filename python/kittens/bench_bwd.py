@@ -3,7 +3,7 @@
 
 Per shape: the three backward passes timed with CUDA events (median; the backends' backward is
 ``torch.autograd.grad`` of their own forward's output, the forward outside the timing; ours is
-``kittens._attention_backward`` including its float32 ``rowsum(dO * O)`` preprocessing), and every
+``kittens._attention_backward``, its two launches), and every
 gradient of batch 0's first KV head group checked against float64 autograd by the FlashAttention rule
 (ours at most twice the error of PyTorch's bf16 SDPA backward on that slice plus a floor). TFLOP/s count the backward's five matrix products,
 ``2.5 x`` the forward's ``4 B H N² D`` (halved under the causal mask), as FlashAttention reports them.

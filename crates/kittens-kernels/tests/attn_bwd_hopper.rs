@@ -47,27 +47,67 @@ fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>) {
         layout: sh.layout,
         ..BwdConfig::default()
     };
-    let inputs = || {
-        vec![
-            q.clone(),
-            k.clone(),
-            v.clone(),
-            d_o.clone(),
-            lse.clone(),
-            dl.clone(),
-        ]
+    // Tensors by the names the programs declare, in their declaration order.
+    let run = |kernel: &kittens_ir::Kernel, named: &[(&str, &Vec<f32>)]| -> Vec<Vec<f32>> {
+        let mut t: Vec<Vec<f32>> = kernel
+            .globals
+            .iter()
+            .map(|g| {
+                named
+                    .iter()
+                    .find(|(n, _)| *n == g.name)
+                    .map(|(_, v)| (*v).clone())
+                    .unwrap_or_else(|| panic!("{what}: no tensor `{}`", g.name))
+            })
+            .collect();
+        kittens_ir::interp::run(kernel, &params, &mut t).unwrap_or_else(|e| panic!("{what}: {e}"));
+        t
     };
-    let kv = build(&cfg(BwdSchedule::HopperKv)).unwrap();
-    let mut t = inputs();
-    t.push(vec![f32::NAN; sh.kv_len()]);
-    t.push(vec![f32::NAN; sh.kv_len()]);
-    kittens_ir::interp::run(&kv, &params, &mut t).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let (dk, dv) = (t[6].clone(), t[7].clone());
+    let index = |kernel: &kittens_ir::Kernel, name: &str| {
+        kernel.globals.iter().position(|g| g.name == name).unwrap()
+    };
+    let (nan_q, nan_kv, nan_s) = (
+        vec![f32::NAN; sh.q_len()],
+        vec![f32::NAN; sh.kv_len()],
+        vec![f32::NAN; sh.lse_len()],
+    );
+    // The query blocks first: dQ, and D for the key blocks.
     let qk = build(&cfg(BwdSchedule::HopperQ)).unwrap();
-    let mut t = inputs();
-    t.push(vec![f32::NAN; sh.q_len()]);
-    kittens_ir::interp::run(&qk, &params, &mut t).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let dq = t[6].clone();
+    let t = run(
+        &qk,
+        &[
+            ("q", &q),
+            ("k", &k),
+            ("v", &v),
+            ("do", &d_o),
+            ("o", &o),
+            ("lse", &lse),
+            ("delta", &nan_s),
+            ("dq", &nan_q),
+        ],
+    );
+    let (dq, d_kernel) = (t[index(&qk, "dq")].clone(), t[index(&qk, "delta")].clone());
+    // D as the kernel wrote it (f32 sums of the bf16 products) against the f64 sums.
+    let e = compare(
+        &d_kernel,
+        &dl.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
+    );
+    assert!(e.rel_err < 1e-5, "{what}: D {e:?}");
+    let kv = build(&cfg(BwdSchedule::HopperKv)).unwrap();
+    let t = run(
+        &kv,
+        &[
+            ("q", &q),
+            ("k", &k),
+            ("v", &v),
+            ("do", &d_o),
+            ("lse", &lse),
+            ("delta", &d_kernel),
+            ("dk", &nan_kv),
+            ("dv", &nan_kv),
+        ],
+    );
+    let (dk, dv) = (t[index(&kv, "dk")].clone(), t[index(&kv, "dv")].clone());
     let g = reference_bwd::backward(&q, &k, &v, &d_o, &sh, causal);
     let base = reference_bwd::backward_bf16_baseline(&q, &k, &v, &d_o, &sh, causal);
     for (name, ours, reference, baseline) in [

@@ -260,7 +260,8 @@ fn rotary(
 }
 
 /// The attention backward on CUDA over device addresses (the Python side, `kittens._attention_backward`,
-/// allocates and checks the torch tensors): `ptrs` are q, k, v, do, lse, delta, dq, dk, dv; `shape` is
+/// allocates and checks the torch tensors): `ptrs` are q, k, v, out, do, lse, delta (f32 scratch), dq,
+/// dk, dv; `shape` is
 /// (batch, heads, heads_kv, seq_q, seq_kv, dim); `bshd` the memory order of the bf16 tensors (else
 /// BHSD); lse and delta f32 `[batch, heads, seq_q]`. Each range is checked against the driver's
 /// allocation before the launches.
@@ -268,7 +269,7 @@ fn rotary(
 #[pyo3(signature = (ptrs, shape, bshd, causal, ordinal, stream))]
 fn attention_backward_cuda(
     py: Python<'_>,
-    ptrs: [u64; 9],
+    ptrs: [u64; 10],
     shape: (usize, usize, usize, usize, usize, usize),
     bshd: bool,
     causal: bool,
@@ -278,11 +279,12 @@ fn attention_backward_cuda(
     use kittens_kernels::attn_bwd::{BwdShape, Causal};
     use kittens_kernels::attn_fwd::AttnLayout;
     let (batch, heads, heads_kv, seq_q, seq_kv, dim) = shape;
-    let [q, k, v, d_o, lse, delta, dq, dk, dv] = ptrs;
+    let [q, k, v, o, d_o, lse, delta, dq, dk, dv] = ptrs;
     let p = kittens_runtime::cuda::caller_attn_bwd::AttnBwdPointers {
         q,
         k,
         v,
+        o,
         d_o,
         lse,
         delta,

@@ -301,10 +301,17 @@ impl Emit<'_> {
         let Frag::Acc(n) = f else {
             return unsupported("a global load into something other than an fp32 fragment");
         };
-        if g.dtype != DType::F32 || g.dims.len() < 2 || (src.rows, src.cols) != (16, n) {
+        // bf16 values widen exactly to f32 (the bits shifted up): the attention backward's O and dO
+        // read into f32 fragments for D = rowsum(dO∘O).
+        let read = match g.dtype {
+            DType::F32 => "__ldg(%p)",
+            DType::Bf16 => "__uint_as_float((u32)__ldg(%p) << 16)",
+            _ => "",
+        };
+        if read.is_empty() || g.dims.len() < 2 || (src.rows, src.cols) != (16, n) {
             return unsupported(format!(
-                "load of {}x{} from `{}` ({:?}; f32 tensors of 2 or more dimensions into 16 x N \
-                 fragments only)",
+                "load of {}x{} from `{}` ({:?}; f32 or bf16 tensors of 2 or more dimensions into 16 x \
+                 N fragments only)",
                 src.rows, src.cols, g.name, g.dtype
             ));
         }
@@ -314,7 +321,10 @@ impl Emit<'_> {
         let zero = kittens_ir::Expr::c(0);
         if g.strides.iter().all(|s| *s == zero) {
             self.line(format!("{{ // load {} -> {d}: one scalar", g.name));
-            self.line(format!("    const float s = __ldg({gname});"));
+            self.line(format!(
+                "    const float s = {};",
+                read.replace("%p", &gname)
+            ));
             self.depth += 1;
             self.unrolled(f, format!("{d}[i] = s;"));
             self.depth -= 1;
@@ -394,7 +404,8 @@ impl Emit<'_> {
         self.line(format!("    {coords}"));
         self.line("    (void)row; (void)col;");
         self.line(format!(
-            "    u[j] = ({guard}) ? __ldg({gname} + gb + {ri} + {ci}) : 0.0f;"
+            "    u[j] = ({guard}) ? {} : 0.0f;",
+            read.replace("%p", &format!("{gname} + gb + {ri} + {ci}"))
         ));
         self.line("}");
         self.unrolled(f, format!("{d}[i] = u[{pick}];"));

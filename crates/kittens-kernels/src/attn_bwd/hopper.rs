@@ -27,8 +27,8 @@ use crate::attn_fwd::strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, RegId,
-    Schedule, Scope,
+    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand,
+    ReduceOp, RegId, Schedule, Scope,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
@@ -81,14 +81,18 @@ struct Io {
     k: GlobalId,
     v: GlobalId,
     d_o: GlobalId,
+    /// O (the query blocks, which compute D from it).
+    o: Option<GlobalId>,
     lse: GlobalId,
     delta: GlobalId,
 }
 
-/// Declares the inputs; `stats_by_row`: the statistics tensors seen as `[b, h, s_q, c]` with a zero
-/// stride along `c` (one query per row, the query blocks), else as `[b, h, r, s_q]` with a zero stride
-/// along `r` (one query per column, the key blocks).
-fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, stats_by_row: bool) -> Io {
+/// Declares the tensors before the gradients. The key blocks (`query_blocks` false) read the
+/// statistics as `[b, h, r, s_q]` with a zero stride along `r` (one query per column). The query
+/// blocks also read O, read the log-sum-exp as `[b, h, s_q, c]` with a zero stride along `c` (one
+/// query per row) and write D, `[b, h, s_q]`.
+fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) -> Io {
+    let stats_by_row = query_blocks;
     let [batch, heads, heads_kv, seq_q, seq_kv] =
         ["batch", "heads", "heads_kv", "seq_q", "seq_kv"].map(|n| k.param(n));
     let dim = Expr::c(i64::from(cfg.dim));
@@ -111,6 +115,7 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, stats_by_row: bool) ->
     let kg = tensor(k, "k", &heads_kv, &seq_kv);
     let v = tensor(k, "v", &heads_kv, &seq_kv);
     let d_o = tensor(k, "do", &heads, &seq_q);
+    let o = query_blocks.then(|| tensor(k, "o", &heads, &seq_q));
     let stats = |k: &mut KernelBuilder, name: &str| -> GlobalId {
         let (b_s, h_s) = (&heads * seq_q.clone(), seq_q.clone());
         let width = Expr::c(i64::from(STEP_Q));
@@ -138,7 +143,17 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, stats_by_row: bool) ->
         k.global_strided(name, F32, &dims, st, Access::Read)
     };
     let lse = stats(k, "lse");
-    let delta = stats(k, "delta");
+    let delta = if query_blocks {
+        let dims = [
+            ("b", batch.clone()),
+            ("h", heads.clone()),
+            ("s", seq_q.clone()),
+        ];
+        let st = vec![&heads * seq_q.clone(), seq_q.clone(), Expr::c(1)];
+        k.global_strided("delta", F32, &dims, st, Access::Write)
+    } else {
+        stats(k, "delta")
+    };
     Io {
         batch,
         heads,
@@ -149,6 +164,7 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, stats_by_row: bool) ->
         k: kg,
         v,
         d_o,
+        o,
         lse,
         delta,
     }
@@ -393,6 +409,11 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     let ds = k.tile("ds", Bf16, 16, STEP_Q, Layout::Row, BaseShape::S16X32);
     let lse2 = k.tile("lse_n", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
     let dl = k.tile("delta_n", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
+    let o_f = k.tile("o_f", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
+    let do_f = k.tile("do_f", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
+    let d_r = k.row_vec("d_r", o_f, F32);
+    let o_g =
+        io.o.ok_or_else(|| KernelError::Config("attn_bwd: the query blocks read O".into()))?;
     let dq_r: Vec<RegId> = (0..halves)
         .map(|i| {
             k.tile(
@@ -450,16 +471,33 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
             for &r in &dq_r {
                 k.zero(r);
             }
-            // This wave's statistics, one per row, for every key step, as the accumulators' start
-            // values (the key blocks' note says why): `−lse·√d` and `−D`. A row without keys (lse
-            // −∞) then starts at +∞ and its masked scores end at −∞, P = 0, not ∞ − ∞.
-            for (g, dst) in [(io.lse, lse2), (io.delta, dl)] {
-                let origin = vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)];
-                let src = k.gview(g, origin, 2, 3, 16, STEP_Q);
-                k.load_global(dst, src);
+            // D = rowsum(dO∘O) of this wave's queries (the preprocessing, FlashAttention-2 §3.2),
+            // from O and dO in global memory, 64 columns at a time, written for the key blocks'
+            // launch (which follows on the stream).
+            for i in 0..halves {
+                let col = i as u32 * COLS;
+                k.load_global(o_f, view(k, o_g, &b, &h, q0.clone(), col, 16));
+                k.load_global(do_f, view(k, io.d_o, &b, &h, q0.clone(), col, 16));
+                k.mul(o_f, o_f, do_f);
+                k.reduce(Axis::Rows, ReduceOp::Sum, d_r, o_f, (i > 0).then_some(d_r));
             }
+            let d_dst = k.gview(
+                io.delta,
+                vec![b.clone(), h.clone(), q0.clone()],
+                2,
+                1,
+                16,
+                1,
+            );
+            k.store(d_dst, d_r);
+            // The statistics, one per row, for every key step, as the accumulators' start values
+            // (the key blocks' note says why): `−lse·√d` and `−D`. A row without keys (lse −∞) then
+            // starts at +∞ and its masked scores end at −∞, P = 0, not ∞ − ∞.
+            let origin = vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)];
+            k.load_global(lse2, k.gview(io.lse, origin, 2, 3, 16, STEP_Q));
             k.mul(lse2, lse2, -(d as f32).sqrt());
-            k.mul(dl, dl, -1.0f32);
+            k.zero(dl);
+            k.sub_row(dl, dl, d_r);
             k.for_range("j", 0, &n_kv, |k, j| {
                 k.barrier(); // key step j has landed
                 let slot = &j % ring;

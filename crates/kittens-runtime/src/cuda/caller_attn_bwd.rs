@@ -1,7 +1,7 @@
-//! The attention backward on caller-owned memory: the two lowered sm_90a launches of `attn_bwd` (key
-//! blocks for dK and dV, query blocks for dQ; `kittens_kernels::attn_bwd`'s Hopper programs) on raw
-//! device pointers, enqueued one after the other on the caller's stream in the device's primary
-//! context, through the machinery of [`super::caller`] and with the arguments packed from the tile
+//! The attention backward on caller-owned memory: the two lowered sm_90a launches of `attn_bwd`
+//! (`kittens_kernels::attn_bwd`'s Hopper programs: the query blocks, which compute dQ and write
+//! `D = rowsum(dO∘O)`, then the key blocks, which read D and compute dK and dV) on raw device
+//! pointers, enqueued in that order on the caller's stream in the device's primary context, through the machinery of [`super::caller`] and with the arguments packed from the tile
 //! programs as the forward's ([`super::caller_attn`]). One kernel pair per configuration (head
 //! dimension, mask, memory order); the shape is a launch parameter.
 
@@ -41,14 +41,15 @@ impl AttnBwdKernelConfig {
 /// Where the kernels come from: the caller builds and lowers them (the runtime names no kernel).
 pub type LowerAttnBwd = fn(&AttnBwdKernelConfig) -> Result<Lowered, CudaError>;
 
-/// The backward's operands at raw device addresses: bf16 q, do, dq with `shape.heads` heads and k, v,
-/// dk, dv with `shape.heads_kv`, dense in `shape.layout`; f32 `lse` and `delta` (`rowsum(dO∘O)`)
-/// `[batch, heads, seq_q]`, contiguous.
+/// The backward's operands at raw device addresses: bf16 q, o, do, dq with `shape.heads` heads and k,
+/// v, dk, dv with `shape.heads_kv`, dense in `shape.layout`; f32 `lse` (read) and `delta` (scratch
+/// the first launch writes, `rowsum(dO∘O)`) `[batch, heads, seq_q]`, contiguous.
 #[derive(Debug, Clone, Copy)]
 pub struct AttnBwdPointers {
     pub q: u64,
     pub k: u64,
     pub v: u64,
+    pub o: u64,
     pub d_o: u64,
     pub lse: u64,
     pub delta: u64,
@@ -70,6 +71,7 @@ impl AttnBwdPointers {
         );
         Ok(match name {
             "q" => (self.q, q),
+            "o" => (self.o, q),
             "do" => (self.d_o, q),
             "dq" => (self.dq, q),
             "k" => (self.k, kv),
@@ -137,12 +139,12 @@ impl AttnBwdPointers {
     }
 }
 
-/// Enqueues the backward (the key blocks, then the query blocks) on `stream` of device `ordinal`.
+/// Enqueues the backward (the query blocks, then the key blocks) on `stream` of device `ordinal`.
 /// Returns the kernel loads this call made (first use of a configuration on the device).
 ///
 /// # Safety
-/// The nine ranges must stay allocated until the launches have run on `stream`; dq, dk, dv must not
-/// overlap each other or the inputs; `stream` must be a live stream of that context (or 0).
+/// The ten ranges must stay allocated until the launches have run on `stream`; dq, dk, dv and delta
+/// must not overlap each other or the inputs; `stream` must be a live stream of that context (or 0).
 pub unsafe fn attention_bwd(
     ordinal: i32,
     stream: u64,
@@ -152,7 +154,7 @@ pub unsafe fn attention_bwd(
     p.check()?;
     let sh = &p.shape;
     in_context(ordinal, || {
-        for name in ["q", "k", "v", "do", "lse", "delta", "dq", "dk", "dv"] {
+        for name in ["q", "k", "v", "o", "do", "lse", "delta", "dq", "dk", "dv"] {
             let (ptr, bytes) = p.tensor(name)?;
             check_pointer(name, ptr, bytes, ordinal)?;
         }
@@ -164,7 +166,8 @@ pub unsafe fn attention_bwd(
             ("seq_kv", sh.seq_kv as i64),
         ];
         let mut loads = Vec::new();
-        for dq in [false, true] {
+        // The query blocks write D, which the key blocks read: in that order on the stream.
+        for dq in [true, false] {
             let cfg = AttnBwdKernelConfig {
                 dim: sh.dim,
                 causal: p.causal,
@@ -209,6 +212,7 @@ mod tests {
             q: 0x1000,
             k: 0x2000,
             v: 0x3000,
+            o: 0x3800,
             d_o: 0x4000,
             lse: 0x5000,
             delta: 0x6000,
