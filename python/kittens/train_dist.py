@@ -40,6 +40,23 @@ def _attention(torch, mode: str, impl: str, cpu: bool):
     return lambda q, k, v: kittens.attention(q, k, v, causal=True)
 
 
+def _profiler(torch, cpu: bool):
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([] if cpu else [torch.profiler.ProfilerActivity.CUDA])
+    return torch.profiler.profile(activities=acts)
+
+
+def _profile_table(prof, steps: int, cpu: bool) -> str:
+    """The profiled steps' operators and kernels by total device time (CPU time on the CPU)."""
+    avg = prof.key_averages()
+    for key in ("cpu_time_total",) if cpu else ("device_time_total", "cuda_time_total", "cpu_time_total"):
+        try:
+            table = avg.table(sort_by=key, row_limit=40, max_name_column_width=70)
+            return f"{steps} steps, sorted by {key}\n{table}"
+        except (AttributeError, KeyError, ValueError):
+            continue
+    return str(avg)
+
+
 def run(args) -> dict:
     import torch
     import torch.distributed as dist
@@ -79,8 +96,13 @@ def run(args) -> dict:
     tokens_per_step = rows * args.seq
     n_tok = len(data) - args.seq - 1
     losses: List[float] = []
-    t_start, timed_steps = None, 0
-    for step in range(args.steps):
+    t_start, timed_steps, secs, prof = None, 0, float("nan"), None
+    for step in range(args.steps + args.profile_steps):
+        if step == args.steps:  # timing ends; the extra steps run under the profiler
+            sync()
+            secs = time.perf_counter() - t_start if t_start is not None else float("nan")
+            prof = _profiler(torch, cpu)
+            prof.start()
         starts = torch.randint(0, n_tok, (rows,), generator=gen)
         x = torch.stack([data[s: s + args.seq] for s in starts])
         y = torch.stack([data[s + 1: s + 1 + args.seq] for s in starts])
@@ -98,6 +120,8 @@ def run(args) -> dict:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if prof is not None:
+            continue
         shown = loss.detach()
         if world > 1:
             dist.all_reduce(shown, op=dist.ReduceOp.AVG)
@@ -110,7 +134,13 @@ def run(args) -> dict:
         if rank == 0 and (step % args.log_every == 0 or step == args.steps - 1):
             print(f"  {args.mode} step {step:4d}  loss {losses[-1]:.4f}", flush=True)
     sync()
-    secs = time.perf_counter() - t_start if t_start is not None else float("nan")
+    if prof is None:
+        secs = time.perf_counter() - t_start if t_start is not None else float("nan")
+    else:
+        prof.stop()
+        if rank == 0 and args.json:
+            with open(args.json + ".prof.txt", "w") as f:
+                f.write(_profile_table(prof, args.profile_steps, cpu))
     tail = losses[-min(20, len(losses)):]
     report = {
         "mode": args.mode, "world": world, "attn": ("ring(reference)" if cpu else "ring(kittens)") if args.mode == "cp" else args.attn,
@@ -179,6 +209,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda", help="cpu: a tiny smoke run (gloo)")
     p.add_argument("--per-gpu-reference", action="store_true",
                    help="mark a single-GPU run as the per-GPU throughput the scaling efficiency divides by")
+    p.add_argument("--profile-steps", type=int, default=0,
+                   help="run this many more steps under torch.profiler after the timed ones; the table of "
+                        "operators and kernels goes to JSON.prof.txt")
     p.add_argument("--json")
     p.add_argument("--plot", nargs="+", metavar=("PNG", "JSON"), help="plot runs: PNG then their JSON files")
     args = p.parse_args(argv)
