@@ -211,8 +211,10 @@ def _acc_dtype(x: torch.Tensor):
 def _ring_forward(ring: _Ring, layout: Layout, q, k, v, scale, kernels: BlockKernels):
     """(out in q's dtype and order, lse float32 (B, H, n_local)) of the rank's queries."""
     rank, world, causal = ring.rank, ring.world, layout.causal
-    q_ch = _split(q, layout.local_lengths(rank))
-    kv = _pack(_split(k, layout.local_lengths(rank)), _split(v, layout.local_lengths(rank)))
+    mine = layout.local_lengths(rank)
+    q_ch = _split(q, mine)
+    kv = _pack(_split(k, mine), _split(v, mine))
+    whole = (q.contiguous(), k.contiguous(), v.contiguous())  # the shard against itself: one block
     acc = [None] * len(q_ch)
     wide = _acc_dtype(q)
 
@@ -228,7 +230,8 @@ def _ring_forward(ring: _Ring, layout: Layout, q, k, v, scale, kernels: BlockKer
                                dtype=kv.dtype, device=kv.device)
             pending = ring.exchange(kv, recv)
         ks, vs = _views(kv, _kv_shapes(layout, src, k))
-        forward_step(acc, q_ch, ks, vs, block_plan(layout.chunks(rank), layout.chunks(src), causal), attend)
+        forward_step(acc, q_ch, ks, vs, block_plan(layout.chunks(rank), layout.chunks(src), causal), attend,
+                     whole, mine)
         if pending is not None:
             _wait(pending)
             kv = recv
@@ -248,6 +251,7 @@ def _ring_backward(ring: _Ring, layout: Layout, q, k, v, out, lse, dout, scale, 
         lo += n
     dq = [torch.zeros(c.shape, dtype=_acc_dtype(q), device=c.device) for c in q_ch]
     kv = _pack(_split(k, mine), _split(v, mine))
+    whole = tuple(x.contiguous() for x in (q, k, v, out, dout, lse))
 
     def grads(qb, kb, vb, ob, dob, lseb, c):
         return kernels.backward(qb, kb, vb, ob, dob, lseb, c, scale)
@@ -265,7 +269,7 @@ def _ring_backward(ring: _Ring, layout: Layout, q, k, v, out, lse, dout, scale, 
         dks, dvs = _views(acc, shapes)
         ks, vs = _views(kv, shapes)
         plan = block_plan(layout.chunks(rank), layout.chunks(src), causal)
-        backward_step(dq, dks, dvs, q_ch, ks, vs, o_ch, do_ch, lse_ch, plan, grads)
+        backward_step(dq, dks, dvs, q_ch, ks, vs, o_ch, do_ch, lse_ch, plan, grads, whole, mine)
         if pending_dkv is not None:  # what earlier ranks added for these keys
             _wait(pending_dkv)
             acc += dkv_recv

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from kittens._ring_plan import (
+    WHOLE,
     Block,
     Layout,
     backward_step,
@@ -142,16 +143,21 @@ def test_causal_zigzag_balances_the_work_of_every_step():
         for r in range(world):
             src = ring_source(r, t, world)
             plan = block_plan(lay.chunks(r), lay.chunks(src), True)
-            work.append(sum(c * (c + 1) // 2 if b.causal else c * c for b in plan))
+            size = lambda i: 2 * c if i == WHOLE else c  # noqa: E731
+            work.append(sum(size(b.qi) * (size(b.qi) + 1) // 2 if b.causal else size(b.qi) * size(b.kj)
+                            for b in plan))
         total += sum(work)
         assert len(set(work)) == 1 if t > 0 else True, work
         if t > 0:
             assert work[0] == 2 * c * c  # two full blocks (or their mirrors) per rank
     assert total == n * (n + 1) // 2
-    # Block kinds: key chunk before query chunk full, the same chunk causal, a later one skipped.
+    # Block kinds: key chunk before query chunk full, a later one skipped, the rank's own keys one
+    # causal block over its whole shard.
     assert block_plan((1, 6), (0, 7), True) == [Block(0, 0, False), Block(1, 0, False)]
     assert block_plan((1, 6), (2, 5), True) == [Block(1, 0, False), Block(1, 1, False)]
-    assert block_plan((1, 6), (1, 6), True) == [Block(0, 0, True), Block(1, 0, False), Block(1, 1, True)]
+    assert block_plan((1, 6), (1, 6), True) == [Block(WHOLE, WHOLE, True)]
+    assert block_plan((2,), (2,), False) == [Block(WHOLE, WHOLE, False)]
+    assert block_plan((2,), (0,), False) == [Block(0, 0, False)]
 
 
 # ----------------------------------------------------------------------------------- the fake ring
@@ -180,13 +186,17 @@ def fake_ring(q, k, v, dout, world, causal, scale):
     def block_bwd(qb, kb, vb, ob, dob, lseb, c):
         return attend_grads(qb, kb, vb, ob, dob, lseb, scale, causal_mask(qb.shape[2], kb.shape[2]) if c else None)
 
+    def whole(x, r):  # the rank's shard: its chunks in sequence order
+        return np.concatenate(take(x, r), axis=2)
+
     # Forward: every rank's partials, step by step.
     acc = {r: [None] * len(take(q, r)) for r in range(world)}  # as the real ring starts
     for t in range(world):
         for r in range(world):
             s = ring_source(r, t, world)
             forward_step(acc[r], take(q, r), take(k, s), take(v, s),
-                         block_plan(lay.chunks(r), lay.chunks(s), causal), block_fwd)
+                         block_plan(lay.chunks(r), lay.chunks(s), causal), block_fwd,
+                         (whole(q, r), whole(k, r), whole(v, r)), lay.local_lengths(r))
     out, lse = np.zeros_like(q), np.zeros(q.shape[:3])
     for r in range(world):
         for (lo, hi), (o, l) in zip(lay.local_bounds(r), acc[r]):
@@ -205,7 +215,7 @@ def fake_ring(q, k, v, dout, world, causal, scale):
             dk_s, dv_s = travelling[s]
             backward_step(dq[r], dk_s, dv_s, take(q, r), take(k, s), take(v, s), take(out, r),
                           take(dout, r), take(lse, r), block_plan(lay.chunks(r), lay.chunks(s), causal),
-                          block_bwd)
+                          block_bwd, tuple(whole(x, r) for x in (q, k, v, out, dout, lse)), lay.local_lengths(r))
         held = {(r + 1) % world: held[r] for r in range(world)}  # pass on
     assert held == {r: r for r in range(world)}  # after R hops every accumulator is home
     dqf, dkf, dvf = np.zeros_like(q), np.zeros_like(k), np.zeros_like(v)
