@@ -71,9 +71,10 @@ def test_backward_matches_float64(b, h, hk, n, d, causal, layout):
         assert x.stride() == like.stride() or n == 1, (name, x.stride(), like.stride())
         assert torch.isfinite(x).all(), name
         if r.norm() == 0:
-            # One key per query (N = 1): P = 1, so dS = 0 and dQ = dK = 0 exactly.
-            assert x.abs().max().item() == 0.0, name
-            msg.append(f"{name} exactly 0")
+            # One key per query (N = 1): P = 1 and dS = dP - D = 0 up to the f32 rounding of two sums
+            # of the same products (seen on the H100: |dQ| <= 6e-8 for O(1) inputs).
+            assert x.abs().max().item() <= 1e-5, name
+            msg.append(f"{name} |x| <= {x.abs().max().item():.1e} (reference 0)")
             continue
         e_o, e_t = rel(x, r), rel(y, r)
         msg.append(f"{name} {e_o:.2e} <= 2 x {e_t:.2e}")

@@ -1,23 +1,26 @@
 //! The backward warp-specialised for Hopper (the structure of FlashAttention-3's backward, with the
 //! dQ pass of [`super`] instead of its atomic adds): one producer warpgroup and two consumer
-//! warpgroups (8 waves of 16 rows: one `wgmma m64` per warpgroup), in two launches:
+//! warpgroups (8 waves of 16 rows: one `wgmma m64` per warpgroup), in two launches, in this order on
+//! the stream:
 //!
+//! - [`build_q`], the query blocks: 128 queries per block, Q and dO loaded once, K and V streamed in
+//!   128-key slots; first `D = rowsum(dO∘O)` of the block's queries (the preprocessing of
+//!   FlashAttention-2 §3.2: O and dO read from global memory into f32 fragments, D stored for the
+//!   second launch), then per step `S = Q·Kᵀ`, `dP = dO·Vᵀ`, `dS = P∘(dP − D)` and `dQ += dS·K`;
 //! - [`build_kv`], the key blocks: 128 keys per block, K and V loaded once, Q and dO streamed through
 //!   a ring of 64-query slots for every query head of the KV head's group. Per step, in registers:
 //!   `Sᵀ = K·Qᵀ` and `dPᵀ = V·dOᵀ` (both operands from shared memory, `mma_abt`), `Pᵀ` from the saved
 //!   log-sum-exp, `dSᵀ = Pᵀ∘(dPᵀ − D)`, and `dV += Pᵀ·dO`, `dK += dSᵀ·Q` with `Pᵀ` and `dSᵀ` packed to
 //!   bf16 as register A operands (the accumulator fragment of a `wgmma` is the A fragment of the next
-//!   one) and dO and Q read from the same slots as `K × N` operands;
-//! - [`build_q`], the query blocks: 128 queries per block, Q and dO loaded once, K and V streamed in
-//!   64-key slots; `S = Q·Kᵀ`, `dP = dO·Vᵀ`, `dS = P∘(dP − D)` and `dQ += dS·K`.
+//!   one) and dO and Q read from the same slots as `K × N` operands.
 //!
 //! Keys run along the rows of the key blocks' scores, so the per-query statistics (the log-sum-exp and
-//! `D = rowsum(dO∘O)`) are read per step as `16 × 64` tiles broadcast along the rows (a zero row
-//! stride), of which each thread holds its 16 columns; the query blocks read theirs once, broadcast
-//! along the columns. `D` is the preprocessing of FlashAttention-2 §3.2 (one f32 per query, from O and
-//! dO), an input here: the caller computes it once for both launches (the AMD program fuses it, where
-//! each key block recomputes it per step from O in shared memory — on Hopper that would add O to the
-//! ring and a reduction over shared memory that the consumers' register fragments cannot express).
+//! D) are read per step as `16 × 64` tiles broadcast along the rows (a zero row stride), of which each
+//! thread holds its 16 columns; the query blocks read theirs once, one per row. The AMD program
+//! instead recomputes D in every key block per step from O in shared memory; on Hopper that would add
+//! O to the ring and a reduction over shared memory, where the query blocks have D almost for free.
+//! The 64-query steps of the key blocks are what fits 240 registers beside the dK and dV accumulators
+//! (128 would need two more 64-float score tiles).
 //!
 //! The scale stays on the f32 scores as in the forward (`exp2(s·c − lse·log2 e)`, `c = log2(e)/√d`);
 //! dK and dQ get their `1/√d` on the f32 accumulators before the bf16 store.

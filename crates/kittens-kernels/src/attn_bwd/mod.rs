@@ -20,6 +20,9 @@
 //! is compute: the query blocks recompute `Sᵀ` and `dPᵀ`, seven matrix products per (query, key)
 //! block pair instead of five (1.4x the FLOPs of the atomic version).
 //!
+//! On Hopper the same algorithm is two warp-specialised launches ([`hopper`]: the query blocks, which
+//! also compute D, then the key blocks).
+//!
 //! The preprocessing `D = rowsum(dO∘O)` is fused: each step computes D for its queries from the O and
 //! dO tiles (f32 products of the bf16 values, f32 sum), so no launch or buffer precedes the kernel.
 //!
@@ -238,8 +241,8 @@ pub fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     }
 }
 
-/// The preprocessing of the Hopper launches: `D = rowsum(dO∘O)` per query, f32 `[batch, heads,
-/// seq_q]` (the layout of the log-sum-exp), from O and dO in `sh`'s layout (summed in f64).
+/// `D = rowsum(dO∘O)` per query, f32 `[batch, heads, seq_q]` (the layout of the log-sum-exp), from O
+/// and dO in `sh`'s layout (summed in f64): what the Hopper query-block launch writes, for tests.
 pub fn delta(o: &[f32], d_o: &[f32], sh: &BwdShape) -> Vec<f32> {
     let mut out = vec![0.0f32; sh.lse_len()];
     for b in 0..sh.batch {
