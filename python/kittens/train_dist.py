@@ -187,7 +187,8 @@ def _run(args) -> dict:
     flops = model_flops_per_step(args.layers, args.d, 256, rows, args.seq)
     step_s = secs / timed_steps if timed_steps else None
     report = {
-        "fits": True, "mode": args.mode, "world": world, "attn": ("ring(reference)" if cpu else "ring(kittens)") if args.mode == "cp" else args.attn,
+        "fits": True, "mode": args.mode, "world": world,
+        "attn": ("ring(reference)" if cpu else "ring(kittens)") if args.mode == "cp" else args.attn,
         "config": {k: v for k, v in vars(args).items() if k not in ("json", "plot")},
         "text": source, "device": "cpu" if cpu else torch.cuda.get_device_name(device), "torch": torch.__version__,
         "tokens_per_step": tokens_per_step, "losses": losses, "final_loss": sum(tail) / len(tail),
@@ -246,9 +247,9 @@ def plot(paths: List[str], out: str) -> None:
             r_eff = f", scaling efficiency {eff:.1%}"
             if not same:
                 r_eff += f" vs one GPU at seq {base['config']['seq']} (the longest it holds)"
-                if r.get("model_tflops_per_gpu") and base.get("model_tflops_per_gpu"):
-                    r_eff += (f"; model TFLOP/s per GPU {r['model_tflops_per_gpu']:.0f} vs "
-                              f"{base['model_tflops_per_gpu']:.0f}: {r['model_tflops_per_gpu'] / base['model_tflops_per_gpu']:.1%}")
+                mine, one = r.get("model_tflops_per_gpu"), base.get("model_tflops_per_gpu")
+                if mine and one:
+                    r_eff += f"; model TFLOP/s per GPU {mine:.0f} vs {one:.0f}: {mine / one:.1%}"
         tf = f", {r['model_tflops_per_gpu']:.0f} model TFLOP/s per GPU" if r.get("model_tflops_per_gpu") else ""
         print(f"{r['mode']} x{r['world']} {model(r)[0]}x{model(r)[1]} seq {r['config']['seq']} batch "
               f"{r['config']['batch']}: final loss {r['final_loss']:.4f}, {r['tokens_per_s'] or 0:,.0f} tokens/s"

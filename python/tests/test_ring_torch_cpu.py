@@ -193,3 +193,51 @@ def test_torch_merge_is_the_numpy_merge_with_empty_rows():
     assert np.array_equal(lse.numpy(), lsen)
     assert torch.all(o[:, :, 0] == 0) and torch.all(lse[:, :, 0] == float("-inf"))
     assert torch.equal(o[:, :, 1], ob[:, :, 1]) and torch.equal(o[:, :, 2], oa[:, :, 2])
+
+
+def test_model_flops_dense_part_matches_torch_flop_counter():
+    """train_dist's model FLOPs without the attention term equal torch's own count of the demo GPT's
+    matmuls over a forward and backward (attention replaced by q + k + v: no product of its own, and
+    every projection still gets its gradient)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from kittens.train_dist import model_flops_per_step
+    from kittens.train_demo import build_model
+
+    layers, d, heads, vocab, rows, seq = 2, 48, 4, 256, 3, 37
+    model = build_model(torch, lambda q, k, v: q + k + v, vocab, layers, d, heads, seq)
+    x = torch.randint(0, vocab, (rows, seq))
+    with FlopCounterMode(display=False) as counter:
+        model(x, x).backward()
+    attention = 3.5 * 2.0 * seq * seq * d * layers * rows
+    assert model_flops_per_step(layers, d, vocab, rows, seq) - attention == counter.get_total_flops()
+
+
+def test_plot_reports_out_of_memory_and_the_longest_reference(tmp_path, capsys):
+    """A single-GPU record that ran out of memory is listed as not fitting and left out of the curves;
+    a parallel run without a same-length reference is compared with the longest one that fit, said so."""
+    import json
+
+    from kittens.train_dist import plot
+
+    def rec(mode, world, seq, tps, tflops, ref=False, fits=True):
+        r = {"mode": mode, "world": world, "attn": "x", "fits": fits, "device": "dev", "losses": [3.0, 2.0],
+             "final_loss": 2.0, "tokens_per_s": tps, "model_tflops_per_gpu": tflops, "max_memory_gib": 1.0,
+             "config": {"layers": 2, "d": 64, "seq": seq, "batch": 1, "per_gpu_reference": ref}}
+        if not fits:
+            r.update(losses=[], final_loss=None, oom="out of memory: tried 3 GiB", device_total_gib=139.8)
+        return r
+
+    runs = [rec("single", 1, 16, 1000.0, 50.0, ref=True), rec("single", 1, 32, 200.0, 100.0, ref=True),
+            rec("single", 1, 64, None, None, fits=False), rec("cp", 2, 64, 300.0, 90.0)]
+    paths = []
+    for i, r in enumerate(runs):
+        paths.append(str(tmp_path / f"{i}.json"))
+        json.dump(r, open(paths[-1], "w"))
+    plot(paths, str(tmp_path / "p.png"))
+    out = capsys.readouterr().out
+    assert "seq 64 batch 1: does not fit on one GPU (dev, 139.8 GiB): out of memory: tried 3 GiB" in out
+    # 300 / (2 x 200) against seq 32, the longest that fit; FLOP/s 90 / 100
+    assert "scaling efficiency 75.0% vs one GPU at seq 32 (the longest it holds)" in out
+    assert "90 vs 100: 90.0%" in out
+    assert (tmp_path / "p.png").stat().st_size > 0
