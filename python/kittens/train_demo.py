@@ -70,9 +70,10 @@ def build_model(torch, attention, vocab, layers, d, heads, seq):
             self.ln = nn.LayerNorm(d)
             self.head = nn.Linear(d, vocab, bias=False)
 
-        def forward(self, idx, targets):
+        def forward(self, idx, targets, pos=None):
+            # pos: the tokens' positions in the sequence (a context-parallel shard holds some of them).
             n = idx.shape[1]
-            x = self.tok(idx) + self.pos(torch.arange(n, device=idx.device))
+            x = self.tok(idx) + self.pos(torch.arange(n, device=idx.device) if pos is None else pos)
             for blk in self.blocks:
                 x = blk(x)
             logits = self.head(self.ln(x))

@@ -94,3 +94,90 @@ fn concurrent_compiles_of_one_kernel_all_succeed() {
         "one cubin and one record, no temporaries: {names:?}"
     );
 }
+
+/// The child's side of [`two_processes_compile_into_one_fresh_cache_at_once`]: set in its environment.
+const RACE_DIR: &str = "KITTENS_TEST_CACHE_RACE_DIR";
+
+/// Two processes (as two ranks of a distributed job) open a cache folder that does not exist yet and
+/// compile the same kernel into it at the same moment: both succeed with the same cubin, and the folder
+/// ends with one whole entry and no temporaries. The test binary runs itself twice as the children; a
+/// start file that appears only once both are running makes them race.
+#[test]
+fn two_processes_compile_into_one_fresh_cache_at_once() {
+    ensure_nvrtc();
+    if let Some(dir) = std::env::var_os(RACE_DIR) {
+        let dir = std::path::PathBuf::from(dir);
+        let go = dir.with_extension("go");
+        let t0 = std::time::Instant::now();
+        while !go.exists() {
+            assert!(
+                t0.elapsed().as_secs() < 120,
+                "the start file never appeared"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        // Both children create the folder (recursively, at once) and compile.
+        let cache = kittens_runtime::cuda::KernelCache::at(&dir).expect("the cache opens");
+        let image = compile_in(&cache);
+        use std::fmt::Write;
+        let mut hex = String::new();
+        for b in &image.cubin {
+            let _ = write!(hex, "{b:02x}");
+        }
+        println!("RACE-CUBIN {hex}");
+        return;
+    }
+    let base = cuda_common::fresh_dir("race");
+    std::fs::create_dir_all(&base).unwrap();
+    let dir = base.join("cache").join("cuda"); // neither level exists yet
+    let go = dir.with_extension("go");
+    let exe = std::env::current_exe().unwrap();
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            std::process::Command::new(&exe)
+                .args([
+                    "two_processes_compile_into_one_fresh_cache_at_once",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(RACE_DIR, &dir)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("the test binary starts again")
+        })
+        .collect();
+    std::fs::create_dir_all(go.parent().unwrap()).unwrap();
+    std::fs::write(&go, b"go").unwrap();
+    let cubins: Vec<String> = children
+        .into_iter()
+        .map(|c| {
+            let out = c.wait_with_output().unwrap();
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            assert!(
+                out.status.success(),
+                "a child failed: {}\n{text}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            text.lines()
+                .find_map(|l| l.split_once("RACE-CUBIN ").map(|(_, hex)| hex.to_string()))
+                .expect("the child reports its cubin")
+        })
+        .collect();
+    assert_eq!(cubins[0], cubins[1], "both processes got the same cubin");
+    let cache = kittens_runtime::cuda::KernelCache::at(&dir).unwrap();
+    let hit = compile_in(&cache);
+    assert!(hit.report.cached, "the entry the children left is whole");
+    let names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(
+        names.len(),
+        2,
+        "one cubin and one record, no temporaries: {names:?}"
+    );
+    std::fs::remove_dir_all(&base).unwrap();
+}
