@@ -398,3 +398,15 @@ def test_rotary_cuda_matches_cpu_interpreter(interleaved, bshd, d):
     q2 = q.clone()
     kittens.rotary(q2, cos, sin, interleaved=interleaved, inplace=True)
     assert torch.equal(q2, o)
+
+
+def test_rotary_cuda_computes_tables_on_the_device():
+    q = randn(2, 4, 300, 128, seed=8)
+    o = kittens.rotary(q, base=50000.0)
+    cos, sin = kittens.rotary_tables(300, 128, 50000.0, like=q)
+    assert cos.device == q.device and cos.dtype == torch.bfloat16
+    assert torch.equal(o, kittens.rotary(q, cos, sin))
+    assert torch.equal(o.cpu(), kittens.rotary(q.cpu(), base=50000.0))
+    pos = torch.arange(100, 104, device="cuda")
+    part = kittens.rotary(q[:, :, 100:104].contiguous(), base=50000.0, positions=pos)
+    assert torch.equal(part, o[:, :, 100:104])
