@@ -12,11 +12,12 @@ use kittens_kernels::reference::{self, ErrorReport, Verdict};
 use kittens_kernels::reference_fwd;
 use serde::Serialize;
 
-use super::args::PackedArgs;
-use super::attn::{check_shape_kv, params_kv};
+use super::attn::check_shape_kv;
+use super::attn_split::{auto_splits, Prepared};
 use super::bench_check::{bf16_to_f32, f32_to_bf16, random_bf16};
-use super::driver::{Device, DeviceBuffer, Stream, TensorMap};
-use super::{compile, CudaError};
+use super::driver::{Device, Stream};
+use super::CudaError;
+use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::reference::AttnShape;
 
 fn invalid(e: impl std::fmt::Display) -> CudaError {
@@ -33,6 +34,9 @@ pub struct LseCase {
     /// inputs and checks that the two rounded the same f32 values ([`rounding_agrees`]).
     #[serde(serialize_with = "rounding_name")]
     pub rounding: Rounding,
+    /// The key split: `auto` (the planner's choice for the device, 1 where it does not pay) or a
+    /// fixed count.
+    pub kv_splits: KvSplits,
 }
 
 fn rounding_name<S: serde::Serializer>(r: &Rounding, s: S) -> Result<S::Ok, S::Error> {
@@ -75,6 +79,8 @@ fn rounding_agrees(mode: Rounding, other: &[u16], rtne: &[u16]) -> bool {
 #[derive(Debug, Clone, Serialize)]
 pub struct LseRow {
     pub case: LseCase,
+    /// The key parts the launch used.
+    pub kv_splits: u32,
     pub kernel: String,
     pub registers: u32,
     pub spills: u32,
@@ -109,6 +115,7 @@ pub fn lse_cases() -> Vec<LseCase> {
             seq_kv,
             causal,
             rounding: Rounding::Rtne,
+            kv_splits: KvSplits::Auto,
         });
     }
     // More tiles than SMs: blocks run several tiles, so Q's slots alternate (`AttnConfig::q_double`).
@@ -124,6 +131,7 @@ pub fn lse_cases() -> Vec<LseCase> {
         seq_kv: 600,
         causal: Causal::TopLeft,
         rounding: Rounding::Rtne,
+        kv_splits: KvSplits::Auto,
     });
     for rounding in [Rounding::Rtz, Rounding::Rtna] {
         v.push(LseCase {
@@ -131,6 +139,39 @@ pub fn lse_cases() -> Vec<LseCase> {
             seq_kv: 333,
             causal: Causal::TopLeft,
             rounding,
+            kv_splits: KvSplits::Auto,
+        });
+    }
+    // The key split (Flash-Decoding): decoding shapes the planner splits, and forced counts at odd
+    // lengths — more parts than key blocks, a causal limit inside the parts, rows with no key
+    // (bottom-right, more queries than keys), GQA, both layouts, each rounding of the merge.
+    use {AttnLayout::*, Causal::*, KvSplits::*, Rounding::*};
+    #[rustfmt::skip]
+    let split = [
+        // b, h, h_kv, seq, seq_kv, mask, dim, layout, split, rounding
+        (1, 16, 16, 1, 8192, No, 128, Bshd, Auto, Rtne),
+        (2, 8, 2, 3, 4000, BottomRight, 64, Bhsd, Auto, Rtne),
+        (1, 32, 8, 16, 2048, BottomRight, 128, Bshd, Auto, Rtne),
+        (2, 4, 2, 1, 3001, No, 64, Bshd, Fixed(8), Rtne),
+        (2, 4, 2, 77, 1000, BottomRight, 128, Bhsd, Fixed(5), Rtz),
+        (2, 4, 1, 77, 63, BottomRight, 64, Bshd, Fixed(3), Rtna),
+        (1, 8, 8, 3, 1000, TopLeft, 64, Bhsd, Fixed(2), Rtne),
+        (2, 6, 3, 300, 3001, TopLeft, 128, Bshd, Fixed(4), Rtne),
+    ];
+    for (batch, heads, heads_kv, seq, seq_kv, causal, dim, layout, kv_splits, rounding) in split {
+        v.push(LseCase {
+            shape: AttnShape {
+                batch,
+                heads,
+                heads_kv,
+                seq,
+                dim,
+                layout,
+            },
+            seq_kv,
+            causal,
+            rounding,
+            kv_splits,
         });
     }
     v
@@ -166,6 +207,9 @@ struct Launched {
     lse: Vec<f32>,
     entry: String,
     report: super::CudaCompileReport,
+    kv_splits: u32,
+    /// Spilled registers of every launch together.
+    spills: u32,
 }
 
 fn bwd_shape(c: &LseCase) -> BwdShape {
@@ -186,7 +230,7 @@ fn launch(
     stream: &Stream,
     c: &LseCase,
     rounding: Rounding,
-    (hq, hk, hv): (&[u16], &[u16], &[u16]),
+    inputs: (&[u16], &[u16], &[u16]),
 ) -> Result<Launched, CudaError> {
     let sh = c.shape;
     let h100 = kittens_hw::gpu("h100").map_err(invalid)?;
@@ -199,59 +243,25 @@ fn launch(
         rounding,
         ..AttnConfig::for_gpu(h100)
     };
-    let k = kittens_kernels::attn_fwd::build(&cfg).map_err(invalid)?;
-    let l = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a).map_err(invalid)?;
-    let shared = l.dynamic_shared_bytes();
-    let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
-    let function = dev.load_module(&image.cubin)?.function(&l.entry, shared)?;
-    let bsh = bwd_shape(c);
-    let upload = |h: &[u16]| -> Result<DeviceBuffer, CudaError> {
-        let mut b = dev.alloc(h.len() * 2)?;
-        b.upload(h)?;
-        Ok(b)
-    };
-    let (q, kb, vb) = (upload(hq)?, upload(hk)?, upload(hv)?);
-    let mut o = dev.alloc(bsh.q_len() * 2)?;
-    o.fill_u16(0x7fc0)?; // NaN: an element the kernel does not write fails the check
-    let mut lse = dev.alloc(bsh.lse_len() * 4)?;
-    lse.upload(&vec![f32::NAN; bsh.lse_len()])?;
-    let by_name = |name: &str| -> Result<&DeviceBuffer, CudaError> {
-        match name {
-            "q" => Ok(&q),
-            "k" => Ok(&kb),
-            "v" => Ok(&vb),
-            "o" => Ok(&o),
-            "lse" => Ok(&lse),
-            _ => Err(invalid(format!("unknown tensor `{name}`"))),
-        }
-    };
-    let values = params_kv(&sh, c.seq_kv);
-    let mut args = PackedArgs::pack(
-        &l,
-        &values,
-        |g| {
-            let buf = by_name(&g.tensor)?;
-            Ok(TensorMap::bf16_nd(buf, &g.dims, &g.strides, &g.boxes, g.swizzle)?.map)
-        },
-        |name| Ok(by_name(name)?.ptr()),
-    )?;
-    let mut pointers = args.pointers();
-    let grid = l
-        .blocks(&values, dev.multiprocessors)
-        .ok_or_else(|| invalid("grid extents of the lowered kernel"))?;
-    // SAFETY: one pointer per kernel argument in the lowering's order and types (`PackedArgs`); the
-    // buffers hold the case's tensors and the maps were built over them; `args` outlives the launch.
-    unsafe { function.launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut pointers)? };
+    // The key split the planner picks for this device (or the case's own count).
+    let kv_splits = auto_splits(c.kv_splits, dev.multiprocessors, &cfg, &sh, c.seq_kv)?;
+    let cfg = AttnConfig { kv_splits, ..cfg };
+    let run = Prepared::new(dev, &cfg, &sh, c.seq_kv, inputs)?;
+    run.enqueue(stream)?;
     stream.synchronize()?;
-    let mut out_o = vec![0u16; bsh.q_len()];
-    o.download(&mut out_o)?;
-    let mut out_lse = vec![0f32; bsh.lse_len()];
-    lse.download(&mut out_lse)?;
+    let (o, lse) = run.read()?;
+    let reports = run.reports();
     Ok(Launched {
-        o: out_o,
-        lse: out_lse,
-        entry: l.entry.clone(),
-        report: image.report,
+        o,
+        lse,
+        entry: reports.iter().map(|r| r.0).collect::<Vec<_>>().join(" + "),
+        // The attention's registers; the spills of every launch below.
+        report: reports[0].1.clone(),
+        kv_splits,
+        spills: reports
+            .iter()
+            .map(|(_, r)| r.spill_stores + r.spill_loads)
+            .sum(),
     })
 }
 
@@ -312,9 +322,10 @@ fn run_case(dev: &std::rc::Rc<Device>, stream: &Stream, c: &LseCase) -> Result<L
     let r = &run.report;
     Ok(LseRow {
         case: *c,
+        kv_splits: run.kv_splits,
         kernel: run.entry.clone(),
         registers: r.registers,
-        spills: r.spill_stores + r.spill_loads,
+        spills: run.spills,
         o: o_err,
         lse: lse_err,
         checks,
