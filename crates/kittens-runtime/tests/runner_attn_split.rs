@@ -88,7 +88,7 @@ fn check(c: &Case, cfg: AttnConfig, layout: AttnLayout) {
     assert_eq!(r.checks.len(), 4, "{what}");
     assert!(r.passed, "{what}: {:?}", r.failures());
     // A handful of logits may stay below 64 (one key); any few hundred reach past it.
-    if c.seq * c.seq_kv >= 63 {
+    if c.heads * c.seq * c.seq_kv >= 600 {
         assert!(r.max_abs_logit.unwrap_or(0.0) > 64.0, "{what}: logits");
     }
 }
