@@ -78,6 +78,10 @@ pub struct TailArgs {
     /// the stranded last round's only (MI300X-attn §5.2).
     #[arg(long)]
     pub every: bool,
+    /// The most parts a walk may be cut into (0: as many as it has K/V blocks; the kittens attention
+    /// allows 16).
+    #[arg(long, default_value_t = 0)]
+    pub max_split: u64,
     #[arg(long)]
     pub json: bool,
 }
@@ -204,6 +208,7 @@ fn tail_cmd(a: TailArgs) -> anyhow::Result<()> {
     let g = a.gpu;
     let input = tail::TailInput {
         seq_kv: a.seq_kv,
+        max_split: a.max_split,
         scope: if a.every {
             tail::SplitScope::Every
         } else {
