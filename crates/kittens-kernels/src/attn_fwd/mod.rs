@@ -217,7 +217,7 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
     let q = tensor("q", &heads, &seq, Access::Read);
     let kv_k = tensor("k", &heads_kv, &seq_kv, Access::Read);
     let kv_v = tensor("v", &heads_kv, &seq_kv, Access::Read);
-    if cfg.kv_splits > 1 {
+    let (o, lse) = if cfg.kv_splits > 1 {
         let (o, lse) = split::declare_partials(
             k,
             cfg.kv_splits,
@@ -225,30 +225,20 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
             &dim,
             Access::Write,
         );
-        return Io {
-            batch,
-            heads,
-            heads_kv,
-            seq,
-            seq_kv,
-            q,
-            k: kv_k,
-            v: kv_v,
-            o,
-            lse: Some(lse),
-            split: None,
-        };
-    }
-    let o = tensor("o", &heads, &seq, Access::Write);
-    let lse = cfg.lse.then(|| {
-        let dims = [
-            ("b", batch.clone()),
-            ("h", heads.clone()),
-            ("s", seq.clone()),
-        ];
-        let strides = vec![&heads * seq.clone(), seq.clone(), Expr::c(1)];
-        k.global_strided("lse", DType::F32, &dims, strides, Access::Write)
-    });
+        (o, Some(lse))
+    } else {
+        let o = tensor("o", &heads, &seq, Access::Write);
+        let lse = cfg.lse.then(|| {
+            let dims = [
+                ("b", batch.clone()),
+                ("h", heads.clone()),
+                ("s", seq.clone()),
+            ];
+            let strides = vec![&heads * seq.clone(), seq.clone(), Expr::c(1)];
+            k.global_strided("lse", DType::F32, &dims, strides, Access::Write)
+        });
+        (o, lse)
+    };
     Io {
         batch,
         heads,

@@ -8,14 +8,13 @@ use kittens_ir::Rounding;
 use kittens_kernels::attn_bwd::{BwdShape, Causal};
 use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
-use kittens_kernels::reference::{self, AttnShape, ErrorReport, Verdict};
-use kittens_kernels::reference_fwd;
+use kittens_kernels::reference::{AttnShape, ErrorReport, Verdict};
 use serde::Serialize;
 
 use super::attn::check_shape_kv;
+use super::attn_lse::Checked;
 use super::attn_split::{auto_splits, Prepared};
 use super::bench::median;
-use super::bench_check::{bf16_to_f32, f32_to_bf16, random_bf16};
 use super::driver::{Device, Event, Stream};
 use super::CudaError;
 
@@ -132,28 +131,7 @@ fn run_case(
         layout: sh.layout,
     };
     let seed = (sh.seq * 131 + c.seq_kv * 7 + sh.dim + sh.heads) as u64;
-    // Inputs times 8 (exact in bf16): logits past ±64.
-    let draw = |len, seed| -> Vec<u16> {
-        random_bf16(len, seed)
-            .into_iter()
-            .map(|x| f32_to_bf16(bf16_to_f32(x) * 8.0))
-            .collect()
-    };
-    let (hq, hk, hv) = (
-        draw(bsh.q_len(), seed),
-        draw(bsh.kv_len(), seed + 1),
-        draw(bsh.kv_len(), seed + 2),
-    );
-    let f = |h: &[u16]| h.iter().map(|&x| bf16_to_f32(x)).collect::<Vec<f32>>();
-    let (qf, kf, vf) = (f(&hq), f(&hk), f(&hv));
-    // The f64 forward and the bf16 baseline side by side (each is one thread's work).
-    let ((ref_o, ref_lse, _), (base_o, base_lse)) = std::thread::scope(|s| {
-        let exact = s.spawn(|| reference_fwd::forward(&qf, &kf, &vf, &bsh, c.causal));
-        let base =
-            reference_fwd::forward_bf16_baseline(&qf, &kf, &vf, &bsh, c.causal, Rounding::Rtne);
-        (exact.join().expect("the f64 reference thread"), base)
-    });
-    drop((qf, kf, vf));
+    let data = Checked::draw(&bsh, c.causal, Rounding::Rtne, seed);
     let h100 = kittens_hw::gpu("h100").map_err(invalid)?;
     let cfg = AttnConfig {
         dim: sh.dim as u32,
@@ -167,25 +145,11 @@ fn run_case(
     let mut runs = Vec::new();
     for kv_splits in if g > 1 { vec![1, g] } else { vec![1] } {
         let cfg = AttnConfig { kv_splits, ..cfg };
-        let p = Prepared::new(dev, &cfg, &sh, c.seq_kv, (&hq, &hk, &hv))?;
+        let p = Prepared::new(dev, &cfg, &sh, c.seq_kv, data.inputs())?;
         p.enqueue(stream)?;
         stream.synchronize()?;
         let (o, lse) = p.read()?;
-        let o_err = (
-            reference::compare(&f(&o), &ref_o),
-            reference::compare(&base_o, &ref_o),
-        );
-        let lse_err = (
-            reference::compare(&lse, &ref_lse),
-            reference::compare(&base_lse, &ref_lse),
-        );
-        let rule = |ours: f64, base: f64| reference::check_rule(ours, base, reference::RULE_FLOOR);
-        let checks = vec![
-            ("o rel_err", rule(o_err.0.rel_err, o_err.1.rel_err)),
-            ("o max_rel", rule(o_err.0.max_rel, o_err.1.max_rel)),
-            ("lse rel_err", rule(lse_err.0.rel_err, lse_err.1.rel_err)),
-            ("lse max_rel", rule(lse_err.0.max_rel, lse_err.1.max_rel)),
-        ];
+        let (o_err, lse_err, checks) = data.judge(&o, &lse);
         for _ in 0..warmup {
             p.enqueue(stream)?;
         }

@@ -265,50 +265,94 @@ fn launch(
     })
 }
 
+/// One check's inputs (uniform bf16 times 8, exact in bf16: logits past ±64) and what they are judged
+/// against: the f64 forward and the PyTorch-style bf16 forward, computed side by side.
+pub(crate) struct Checked {
+    q: Vec<u16>,
+    k: Vec<u16>,
+    v: Vec<u16>,
+    ref_o: Vec<f64>,
+    ref_lse: Vec<f64>,
+    base_o: Vec<f32>,
+    base_lse: Vec<f32>,
+}
+
+/// O's and the log-sum-exp's errors (ours, the baseline's) and the rule's verdicts on them.
+pub(crate) type Judged = (
+    (ErrorReport, ErrorReport),
+    (ErrorReport, ErrorReport),
+    Vec<(&'static str, Verdict)>,
+);
+
+impl Checked {
+    /// Inputs at `sh` from `seed`; the baseline rounds its output as the kernel does (`rounding`).
+    pub(crate) fn draw(sh: &BwdShape, causal: Causal, rounding: Rounding, seed: u64) -> Checked {
+        let draw = |len, seed| -> Vec<u16> {
+            random_bf16(len, seed)
+                .into_iter()
+                .map(|x| f32_to_bf16(bf16_to_f32(x) * 8.0))
+                .collect()
+        };
+        let (q, k, v) = (
+            draw(sh.q_len(), seed),
+            draw(sh.kv_len(), seed + 1),
+            draw(sh.kv_len(), seed + 2),
+        );
+        let f = |h: &[u16]| h.iter().map(|&x| bf16_to_f32(x)).collect::<Vec<f32>>();
+        let (qf, kf, vf) = (f(&q), f(&k), f(&v));
+        // Each reference is one thread's work: the two side by side.
+        let ((ref_o, ref_lse, _), (base_o, base_lse)) = std::thread::scope(|s| {
+            let exact = s.spawn(|| reference_fwd::forward(&qf, &kf, &vf, sh, causal));
+            let base = reference_fwd::forward_bf16_baseline(&qf, &kf, &vf, sh, causal, rounding);
+            (exact.join().expect("the f64 reference thread"), base)
+        });
+        Checked {
+            q,
+            k,
+            v,
+            ref_o,
+            ref_lse,
+            base_o,
+            base_lse,
+        }
+    }
+
+    pub(crate) fn inputs(&self) -> (&[u16], &[u16], &[u16]) {
+        (&self.q, &self.k, &self.v)
+    }
+
+    /// `o` (bf16 bits) and `lse` judged by the rule, every element.
+    pub(crate) fn judge(&self, o: &[u16], lse: &[f32]) -> Judged {
+        let o: Vec<f32> = o.iter().map(|&x| bf16_to_f32(x)).collect();
+        let o_err = (
+            reference::compare(&o, &self.ref_o),
+            reference::compare(&self.base_o, &self.ref_o),
+        );
+        let lse_err = (
+            reference::compare(lse, &self.ref_lse),
+            reference::compare(&self.base_lse, &self.ref_lse),
+        );
+        let rule = |ours: f64, base: f64| reference::check_rule(ours, base, reference::RULE_FLOOR);
+        let checks = vec![
+            ("o rel_err", rule(o_err.0.rel_err, o_err.1.rel_err)),
+            ("o max_rel", rule(o_err.0.max_rel, o_err.1.max_rel)),
+            ("lse rel_err", rule(lse_err.0.rel_err, lse_err.1.rel_err)),
+            ("lse max_rel", rule(lse_err.0.max_rel, lse_err.1.max_rel)),
+        ];
+        (o_err, lse_err, checks)
+    }
+}
+
 fn run_case(dev: &std::rc::Rc<Device>, stream: &Stream, c: &LseCase) -> Result<LseRow, CudaError> {
     let sh = c.shape;
     check_shape_kv(&sh, c.seq_kv)?;
-    let bsh = bwd_shape(c);
     let seed = (sh.seq * 131 + c.seq_kv * 7 + sh.dim) as u64;
-    // Inputs times 8 (exact in bf16): logits to about ±64 at head dimension 64.
-    let draw = |len, seed| -> Vec<u16> {
-        random_bf16(len, seed)
-            .into_iter()
-            .map(|x| f32_to_bf16(bf16_to_f32(x) * 8.0))
-            .collect()
-    };
-    let (hq, hk, hv) = (
-        draw(bsh.q_len(), seed),
-        draw(bsh.kv_len(), seed + 1),
-        draw(bsh.kv_len(), seed + 2),
-    );
-    let inputs = (hq.as_slice(), hk.as_slice(), hv.as_slice());
-    let run = launch(dev, stream, c, c.rounding, inputs)?;
-
-    let f = |h: &[u16]| h.iter().map(|&x| bf16_to_f32(x)).collect::<Vec<f32>>();
-    let (qf, kf, vf) = (f(&hq), f(&hk), f(&hv));
-    let (ref_o, ref_lse, _) = reference_fwd::forward(&qf, &kf, &vf, &bsh, c.causal);
-    // The baseline rounds its output as the kernel does (RTZ against RTZ).
-    let (base_o, base_lse) =
-        reference_fwd::forward_bf16_baseline(&qf, &kf, &vf, &bsh, c.causal, c.rounding);
-    let o_err = (
-        reference::compare(&f(&run.o), &ref_o),
-        reference::compare(&base_o, &ref_o),
-    );
-    let lse_err = (
-        reference::compare(&run.lse, &ref_lse),
-        reference::compare(&base_lse, &ref_lse),
-    );
-    let rule = |ours: f64, base: f64| reference::check_rule(ours, base, reference::RULE_FLOOR);
-    let mut checks = vec![
-        ("o rel_err", rule(o_err.0.rel_err, o_err.1.rel_err)),
-        ("o max_rel", rule(o_err.0.max_rel, o_err.1.max_rel)),
-        ("lse rel_err", rule(lse_err.0.rel_err, lse_err.1.rel_err)),
-        ("lse max_rel", rule(lse_err.0.max_rel, lse_err.1.max_rel)),
-    ];
+    let data = Checked::draw(&bwd_shape(c), c.causal, c.rounding, seed);
+    let run = launch(dev, stream, c, c.rounding, data.inputs())?;
+    let (o_err, lse_err, mut checks) = data.judge(&run.o, &run.lse);
     if c.rounding != Rounding::Rtne {
         // The same values rounded to nearest even: the outputs may differ only as the modes do.
-        let rtne = launch(dev, stream, c, Rounding::Rtne, inputs)?;
+        let rtne = launch(dev, stream, c, Rounding::Rtne, data.inputs())?;
         let ok = rounding_agrees(c.rounding, &run.o, &rtne.o);
         let verdict = Verdict {
             passed: ok,

@@ -16,6 +16,7 @@ use kittens_kernels::reference::AttnShape;
 use std::rc::Rc;
 
 use super::args::PackedArgs;
+use super::attn::params_kv;
 use super::driver::{encode_bf16, Device, DeviceBuffer, Function, Stream};
 use super::limits::check_tensor_map_nd;
 use super::{compile, CudaCompileReport, CudaError};
@@ -80,18 +81,6 @@ pub fn workspace(splits: u32, sh: &AttnShape) -> Result<Vec<(&'static str, u64)>
         .checked_mul(sh.dim as u64)
         .ok_or_else(|| invalid(format!("{sh:?} split {splits}: workspace overflows")))?;
     Ok(vec![(split::O_PARTIAL, o), (split::LSE_PARTIAL, rows)])
-}
-
-/// The parameters every launch of the attention reads, by name (`batch, heads, heads_kv, seq,
-/// seq_kv`; the merge takes three of them).
-pub fn params(sh: &AttnShape, seq_kv: usize) -> [(&'static str, i64); 5] {
-    [
-        ("batch", sh.batch as i64),
-        ("heads", sh.heads as i64),
-        ("heads_kv", sh.heads_kv as i64),
-        ("seq", sh.seq as i64),
-        ("seq_kv", seq_kv as i64),
-    ]
 }
 
 /// The arguments of launch `l` at `values`, each tensor from `tensor(name) -> (address, bytes)`
@@ -169,7 +158,8 @@ impl Prepared {
         Ok(Prepared {
             launches,
             bufs,
-            values: params(sh, seq_kv),
+            // The merge reads three of them (`batch, heads, seq`), by name.
+            values: params_kv(sh, seq_kv),
             sms: dev.multiprocessors,
         })
     }

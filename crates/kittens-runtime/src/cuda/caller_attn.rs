@@ -22,8 +22,8 @@ use kittens_kernels::reference::AttnShape;
 
 use cudarc::driver::sys as cu;
 
-use super::attn::check_shape_kv;
-use super::attn_split::{auto_splits, pack, params, workspace};
+use super::attn::{check_shape_kv, params_kv};
+use super::attn_split::{auto_splits, pack, workspace};
 use super::caller::{check_pointer, enqueue, in_context, kernel_on, multiprocessors, KernelLoad};
 use super::driver::check as driver_check;
 use super::CudaError;
@@ -212,7 +212,7 @@ pub unsafe fn attention_fwd(
                 Some(&(_, ptr, bytes)) => Ok((ptr, bytes)),
                 None => p.tensor(name),
             };
-            let values = params(&p.shape, p.seq_kv);
+            let values = params_kv(&p.shape, p.seq_kv);
             let mut loads = Vec::new();
             for merge in if g > 1 {
                 &[false, true][..]
