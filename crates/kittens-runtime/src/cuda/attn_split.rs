@@ -83,12 +83,15 @@ pub fn workspace(splits: u32, sh: &AttnShape) -> Result<Vec<(&'static str, u64)>
     Ok(vec![(split::O_PARTIAL, o), (split::LSE_PARTIAL, rows)])
 }
 
+/// Where a launch finds a tensor by its name in the tile program: its address and bytes.
+pub type TensorAt<'a> = &'a dyn Fn(&str) -> Result<(u64, u64), CudaError>;
+
 /// The arguments of launch `l` at `values`, each tensor from `tensor(name) -> (address, bytes)`
 /// (tensor maps checked against the bytes), and its grid on a device of `sms` SMs.
 pub fn pack(
     l: &Lowered,
     values: &[(&str, i64)],
-    tensor: &dyn Fn(&str) -> Result<(u64, u64), CudaError>,
+    tensor: TensorAt,
     sms: u32,
 ) -> Result<(PackedArgs, u32), CudaError> {
     let args = PackedArgs::pack(

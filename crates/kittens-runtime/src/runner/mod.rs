@@ -451,10 +451,8 @@ pub fn execute_stages(
         }
     }
     total.output = output;
-    total.dynamic = dynamic
-        .iter()
-        .any(|d| !d["dynamic"].is_null())
-        .then(|| serde_json::Value::Array(dynamic));
+    let observed = dynamic.iter().any(|d| !d["dynamic"].is_null());
+    total.dynamic = observed.then_some(serde_json::Value::Array(dynamic));
     Ok((total, names))
 }
 
