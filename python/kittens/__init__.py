@@ -160,8 +160,11 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     CPU arrays run on the interpreter. CUDA tensors run ``attn_fwd`` lowered for sm_90a (Hopper) on the
     current torch stream, one compiled kernel per head dim, mask and alignment, memory order and
     log-sum-exp output (compiled or loaded on its first call, cached for the process); there the head
-    dim must be 64 or 128 (a ValueError otherwise). Like :func:`matmul`, CUDA calls allocate nothing but
-    the outputs and synchronise nothing. For torch tensors that need gradients this goes through
+    dim must be 64 or 128 (a ValueError otherwise). Few query rows against many keys (decoding) take
+    the key split where it pays on the device's SMs (Flash-Decoding): the keys cut into parts, one
+    block each, and a second kernel merging the parts by their log-sum-exp, with the partials in
+    stream-ordered scratch. Like :func:`matmul`, CUDA calls allocate nothing else and synchronise
+    nothing. For torch tensors that need gradients this goes through
     :class:`AttentionFunction`, whose backward runs the attention backward kernel
     (``kittens._attention_backward``) on the saved output and log-sum-exp.
     """

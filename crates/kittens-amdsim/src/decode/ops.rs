@@ -233,6 +233,7 @@ table! {
     Vop1 0x08 VCvtI32F32 "v_cvt_i32_f32" [1, 1, 0, 0] Both;
     Vop1 0x1c VTruncF32 "v_trunc_f32" [1, 1, 0, 0] Both;
     Vop1 0x20 VExpF32 "v_exp_f32" [1, 1, 0, 0] Both;
+    Vop1 0x21 VLogF32 "v_log_f32" [1, 1, 0, 0] Both;
     Vop1 0x22 VRcpF32 "v_rcp_f32" [1, 1, 0, 0] Both;
     Vop1 0x23 VRcpIflagF32 "v_rcp_iflag_f32" [1, 1, 0, 0] Both;
     Vop1 0x27 VSqrtF32 "v_sqrt_f32" [1, 1, 0, 0] Both;

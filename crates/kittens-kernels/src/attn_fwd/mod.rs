@@ -10,10 +10,15 @@
 //!
 //! Both keep the softmax scale out of the bf16 operands (see [`ping_pong`]): the scores are f32 and the
 //! scale enters inside the `exp2` argument.
+//!
+//! With [`AttnConfig::kv_splits`] `G > 1` both programs cut each query block's key walk into `G`
+//! parts, one block per part, and write partial outputs that [`split::build_merge`] combines
+//! (Flash-Decoding; MI300X-attn §5.2's tail split applied to every block): [`split`] says how.
 
 mod ping_pong;
 pub mod problem;
 mod producer_consumer;
+pub mod split;
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16};
@@ -79,6 +84,9 @@ pub struct AttnConfig {
     /// computes instead of after its last multiply.
     pub q_double: bool,
     pub remap: GridOrder,
+    /// Parts each query block's key walk is cut into ([`split`]): 1 is the plain kernel; with `G > 1`
+    /// the kernel writes f32 partial outputs and log-sum-exps for [`split::build_merge`] to combine.
+    pub kv_splits: u32,
 }
 
 impl Default for AttnConfig {
@@ -101,6 +109,7 @@ impl Default for AttnConfig {
             lse: false,
             rounding: Rounding::Rtne,
             remap: GridOrder::HeadFirst { xcds: 8 },
+            kv_splits: 1,
         }
     }
 }
@@ -155,7 +164,9 @@ impl AttnConfig {
 /// launchers and the runner follow): `batch, heads, heads_kv, seq, seq_kv`; bf16 `q, o` (`seq`
 /// queries) and `k, v` (`seq_kv` keys) as `[b, h, s, d]` with the layout's strides, `q, k, v` read
 /// and `o` written; with [`AttnConfig::lse`] then f32 `lse` (written) as `[b, h, seq]`, contiguous
-/// whatever the layout.
+/// whatever the layout. With a key split `o` and `lse` are [`split::O_PARTIAL`] and
+/// [`split::LSE_PARTIAL`] instead, with the split as their first dimension.
+#[derive(Clone)]
 pub(crate) struct Io {
     pub batch: Expr,
     pub heads: Expr,
@@ -167,6 +178,27 @@ pub(crate) struct Io {
     pub v: GlobalId,
     pub o: GlobalId,
     pub lse: Option<GlobalId>,
+    /// With a key split: this block's part (the partial outputs' first coordinate).
+    pub split: Option<Expr>,
+}
+
+impl Io {
+    /// A view of the output `g` (`o` or `lse`) at `origin` (its `[b, h, s, …]` coordinates), in this
+    /// block's plane of the partial output under a key split.
+    pub fn out(
+        &self,
+        k: &KernelBuilder,
+        g: GlobalId,
+        mut origin: Vec<Expr>,
+        (row_dim, col_dim): (u8, u8),
+        (rows, cols): (u32, u32),
+    ) -> kittens_ir::GlobalView {
+        let shift = u8::from(self.split.is_some());
+        if let Some(s) = &self.split {
+            origin.insert(0, s.clone());
+        }
+        k.gview(g, origin, row_dim + shift, col_dim + shift, rows, cols)
+    }
 }
 
 pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
@@ -185,16 +217,28 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
     let q = tensor("q", &heads, &seq, Access::Read);
     let kv_k = tensor("k", &heads_kv, &seq_kv, Access::Read);
     let kv_v = tensor("v", &heads_kv, &seq_kv, Access::Read);
-    let o = tensor("o", &heads, &seq, Access::Write);
-    let lse = cfg.lse.then(|| {
-        let dims = [
-            ("b", batch.clone()),
-            ("h", heads.clone()),
-            ("s", seq.clone()),
-        ];
-        let strides = vec![&heads * seq.clone(), seq.clone(), Expr::c(1)];
-        k.global_strided("lse", DType::F32, &dims, strides, Access::Write)
-    });
+    let (o, lse) = if cfg.kv_splits > 1 {
+        let (o, lse) = split::declare_partials(
+            k,
+            cfg.kv_splits,
+            [&batch, &heads, &seq],
+            &dim,
+            Access::Write,
+        );
+        (o, Some(lse))
+    } else {
+        let o = tensor("o", &heads, &seq, Access::Write);
+        let lse = cfg.lse.then(|| {
+            let dims = [
+                ("b", batch.clone()),
+                ("h", heads.clone()),
+                ("s", seq.clone()),
+            ];
+            let strides = vec![&heads * seq.clone(), seq.clone(), Expr::c(1)];
+            k.global_strided("lse", DType::F32, &dims, strides, Access::Write)
+        });
+        (o, lse)
+    };
     Io {
         batch,
         heads,
@@ -206,6 +250,7 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
         v: kv_v,
         o,
         lse,
+        split: None,
     }
 }
 
@@ -235,15 +280,18 @@ pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     }
 }
 
-/// The kernel's name: each mask and the log-sum-exp output make separate kernels.
-fn name(cfg: &AttnConfig) -> &'static str {
-    match (cfg.causal, cfg.bottom_right, cfg.lse) {
-        (false, _, false) => "attn_fwd",
-        (false, _, true) => "attn_fwd_lse",
-        (true, false, false) => "attn_fwd_causal",
-        (true, false, true) => "attn_fwd_causal_lse",
-        (true, true, false) => "attn_fwd_causal_br",
-        (true, true, true) => "attn_fwd_causal_br_lse",
+/// The kernel's name: each mask, the log-sum-exp output and the key split make separate kernels.
+fn name(cfg: &AttnConfig) -> String {
+    let mask = match (cfg.causal, cfg.bottom_right) {
+        (false, _) => "",
+        (true, false) => "_causal",
+        (true, true) => "_causal_br",
+    };
+    // A split kernel always writes its partial log-sum-exps; `lse` is the merge's business.
+    match (cfg.kv_splits, cfg.lse) {
+        (0 | 1, false) => format!("attn_fwd{mask}"),
+        (0 | 1, true) => format!("attn_fwd{mask}_lse"),
+        (g, _) => format!("attn_fwd{mask}_split{g}"),
     }
 }
 
@@ -258,10 +306,12 @@ impl AttnConfig {
         }
     }
 
-    /// Whether a query row can keep no key at all (bottom-right with more queries than keys): its
-    /// running max stays `−∞` and the softmax needs [`Softmax::floor`].
+    /// Whether a query row can keep no key of the keys its block walks (bottom-right with more
+    /// queries than keys; under a key split, any row whose part lies past its causal limit, and
+    /// every row of a part with no key at all): its running max stays `−∞` and the softmax needs
+    /// [`Softmax::floor`].
     pub(crate) fn empty_rows(&self) -> bool {
-        self.causal && self.bottom_right
+        self.causal && self.bottom_right || self.kv_splits > 1
     }
 }
 
