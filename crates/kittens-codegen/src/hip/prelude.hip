@@ -138,6 +138,20 @@ KITTENS_DEV void mfma_f32_16x16x128_f8f6f4_sched(fp8x32 a, fp8x32 b, f32x4& c) {
 #define KITTENS_STR2(x) #x
 #define KITTENS_STR(x) KITTENS_STR2(x)
 #define KITTENS_RESERVE_AGPRS(LAST) asm volatile("" ::: KITTENS_STR(a##LAST))
+// One MFMA of a pinned tile: D += A·B (or D = A·B, _ZERO) in exactly the registers the constraints
+// name ("+{a[0:15]}", "{a[64:67]}", "v"). VOL 1: `asm volatile`, kept in the written order; VOL 0:
+// plain `asm`, which the compiler may move within its scheduling region (the 4-wave interleave) as
+// far as the operands' data dependencies allow. F names the MFMA's prelude function, which the host
+// emulation calls instead.
+#define KITTENS_ASM_0 asm
+#define KITTENS_ASM_1 asm volatile
+#define KITTENS_PINNED_MFMA(VOL, F, OPCODE, CD, CA, CB, D, A, B) \
+  KITTENS_ASM_##VOL(OPCODE " %0, %1, %2, %0" : CD(D) : CA(A), CB(B))
+#define KITTENS_PINNED_MFMA_ZERO(VOL, F, OPCODE, CD, CA, CB, D, A, B) \
+  KITTENS_ASM_##VOL(OPCODE " %0, %1, %2, 0" : CD(D) : CA(A), CB(B))
+// A tile pinned to AGPRs just written by another op (fill, transpose, load): its value moves to the
+// AGPR file here, so that the accumulating MFMAs' "+a" constraints find it there without copies.
+#define KITTENS_IN_AGPRS(X) asm volatile("" : "+a"(X))
 
 // ---- LDS (shared memory) ---------------------------------------------------------------------------
 // LDS byte address of a __shared__ object: the address-space cast yields the 32-bit LDS offset.
