@@ -28,7 +28,7 @@ pub(super) fn key_loop(k: &mut KernelBuilder, kb: &KeyBlock) {
     k.wait_async(3);
     k.barrier();
     kb.read_rows(k, &Expr::c(0));
-    kb.delta(k, &Expr::c(0));
+    kb.delta(k, &Expr::c(0), false);
     kb.lse(k, &Expr::c(0));
     k.for_range("t", 0, kb.steps(), |k, t| {
         let (tic, toc) = (&t % 2, (&t + 1) % 2);
@@ -47,7 +47,7 @@ pub(super) fn key_loop(k: &mut KernelBuilder, kb: &KeyBlock) {
             kb.read_rows(k, &toc);
             kb.grads(k);
         });
-        kb.delta(k, &toc);
+        kb.delta(k, &toc, false);
         kb.lse(k, &(&t + 1));
     });
 }

@@ -225,14 +225,23 @@ impl<'a> KeyBlock<'a> {
 
     /// The column-layout Q and dO of the step in `slot` (the gradient products' operands).
     pub fn read_cols(&self, k: &mut KernelBuilder, slot: &Expr) {
+        self.read_col_q(k, slot);
+        self.read_col_do(k, slot);
+    }
+    pub fn read_col_q(&self, k: &mut KernelBuilder, slot: &Expr) {
         k.load(self.q_c, self.slot(k, self.x.qk_s, slot));
+    }
+    pub fn read_col_do(&self, k: &mut KernelBuilder, slot: &Expr) {
         k.load(self.do_c, self.slot(k, self.x.dov_s, slot));
     }
 
-    /// `D = rowsum(dO∘O)` of the step in `slot`: the products summed elementwise over
-    /// `D_CHUNK`-column chunks, then one row sum, copied into the score tile's column vector (the
-    /// chunks' waits cover every LDS read issued before).
-    pub fn delta(&self, k: &mut KernelBuilder, slot: &Expr) {
+    /// `D = rowsum(dO∘O)` of the step in `slot`, over `D_CHUNK`-column chunks, copied into the score
+    /// tile's column vector (the chunks' waits cover every LDS read issued before). The products
+    /// are summed elementwise and reduced across lanes once; `lean` reduces each chunk's product
+    /// into the sum instead, which holds one product tile fewer (16 registers per lane at 32
+    /// queries) for three more cross-lane reductions: the 8-wave ping-pong's 256 registers per lane
+    /// need it on gfx942.
+    pub fn delta(&self, k: &mut KernelBuilder, slot: &Expr, lean: bool) {
         let (x, qs) = (self.x, self.x.cfg.key_step);
         for ch in 0..x.cfg.dim / D_CHUNK {
             let sub = |k: &KernelBuilder, ring| -> SharedView {
@@ -241,14 +250,20 @@ impl<'a> KeyBlock<'a> {
             k.load(self.do_ch, sub(k, x.dov_s));
             k.load(self.o_ch, sub(k, x.o_s));
             k.wait_shared(0);
-            if ch == 0 {
+            if lean {
+                k.mul(self.prod, self.do_ch, self.o_ch);
+                let acc = (ch > 0).then_some(self.d_r);
+                k.reduce(Axis::Rows, ReduceOp::Sum, self.d_r, self.prod, acc);
+            } else if ch == 0 {
                 k.mul(self.prod, self.do_ch, self.o_ch);
             } else {
                 k.mul(self.prod_ch, self.do_ch, self.o_ch);
                 k.add(self.prod, self.prod, self.prod_ch);
             }
         }
-        k.reduce(Axis::Rows, ReduceOp::Sum, self.d_r, self.prod, None);
+        if !lean {
+            k.reduce(Axis::Rows, ReduceOp::Sum, self.d_r, self.prod, None);
+        }
         k.copy(self.d_c, self.d_r);
     }
 

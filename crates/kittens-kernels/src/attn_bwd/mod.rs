@@ -224,7 +224,7 @@ impl BwdConfig {
             key_rows: 32,
             query_rows: 16,
             step: 32,
-            key_step: 32,
+            key_step: 16,
             grad_base: BaseShape::S32X32,
             pin_agprs: true,
             ..base

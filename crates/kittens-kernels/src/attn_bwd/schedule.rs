@@ -259,7 +259,7 @@ fn plain_key_loop(k: &mut KernelBuilder, kb: &KeyBlock) {
         // This step's row-layout Q and dO from shared memory.
         kb.read_rows(k, &tic);
         kb.fill(k, toc.clone(), &t + 1);
-        kb.delta(k, &tic);
+        kb.delta(k, &tic, false);
         kb.lse(k, &t);
         kb.scores(k, &t);
         // The column-layout Q and dO only now, behind the softmax's vector work: loaded with the
