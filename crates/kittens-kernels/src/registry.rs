@@ -537,6 +537,24 @@ mod tests {
             assert_eq!(k.name, "attn_fwd_causal", "{t}");
         }
         assert!(attn.build_variant(Target::Sm90a, Some("causal")).is_err());
+        // The backward's AMD schedules on both CDNA targets; its `dq` on Hopper only.
+        let bwd = by_name("attn_bwd").unwrap();
+        for t in [Target::Gfx950, Target::Gfx942] {
+            let k = bwd.build_variant(t, Some("interleave4")).unwrap();
+            assert_eq!(k.schedule, kittens_ir::Schedule::Interleave4, "{t}");
+            let k = bwd.build_variant(t, Some("pingpong8")).unwrap();
+            assert_eq!(
+                (k.schedule, k.waves),
+                (kittens_ir::Schedule::PingPong8, 8),
+                "{t}"
+            );
+            assert!(bwd.build_variant(t, Some("dq")).is_err());
+        }
+        let msg = bwd
+            .build_variant(Target::Sm90a, Some("interleave4"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("gfx950") && msg.contains("gfx942"), "{msg}");
     }
 
     /// Every available plan builds for its target with the schedule it names; a target marked not

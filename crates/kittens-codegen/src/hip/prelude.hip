@@ -258,10 +258,12 @@ KITTENS_DEV unsigned char buffer_load_b8(buffer_rsrc_t r, u32 voffset) {
 // elements relative to it, and an element outside the tensor takes OUT_OF_RANGE, which is at or past
 // every such bound and so reads 0 (a load wholly past the bound; none straddles it).
 constexpr u32 OUT_OF_RANGE = 0x80000000u;
-// A tile whose origin lies past the tensor's end wraps `left`, which then caps: all its lanes are out of
-// range and read OUT_OF_RANGE, at the cap.
+// A tile whose origin lies at or past the tensor's end gets bound 0, so every lane reads 0: its rows may
+// lie inside their own dimension while an outer coordinate does not (a prefetch of the attention
+// backward's step past the last, in a query head past the last), and a wrapped `left` would cap at
+// 2^31 − 1 and let those lanes read past the tensor.
 KITTENS_DEV u32 rebased_bound(u64 span_bytes, u64 origin_bytes) {
-  const u64 left = span_bytes - origin_bytes;
+  const u64 left = origin_bytes < span_bytes ? span_bytes - origin_bytes : 0;
   const u32 hi = (u32)(left >> 32), lo = (u32)left;
   return (hi | (lo >> 31)) != 0 ? 0x7fffffffu : lo;
 }

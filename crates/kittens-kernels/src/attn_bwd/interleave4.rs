@@ -13,7 +13,10 @@
 //!
 //! Before M(t) every wave has read all of step t's slot and its share of step t+1 has landed; after
 //! it step t+1 is visible to all and slot t%2 is free for step t+2 (the GEMM's interleave,
-//! `crate::gemm_bf16`'s `interleave4`, has the same barrier). The configuration
+//! `crate::gemm_bf16`'s `interleave4`, has the same barrier). The last two iterations prefetch steps
+//! past the end, whose tiles start past their tensors (a query head past the last): their buffer
+//! bound is 0 and they read nothing (the lowering's `rebased_bound`; before it was, the ISA
+//! emulator faulted on such a load at BHSD causal D128). The configuration
 //! ([`super::BwdConfig::interleave4`]) gives each wave 32 keys, dK and dV in 32×32 accumulators
 //! (`32x32x16`, the scores `16x16x32`: HipKittens §4's mixed shapes) and pins K, V, dK, dV to AGPRs
 //! (§3.2.1, D.3), where the MFMAs read and accumulate them.

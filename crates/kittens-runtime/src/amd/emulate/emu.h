@@ -137,7 +137,7 @@ typedef i32x4 buffer_rsrc_t;
 inline buffer_rsrc_t make_buffer_rsrc_t(const void* base, u32 bytes) { return make_buffer_rsrc(base, bytes); }
 constexpr u32 OUT_OF_RANGE = 0x80000000u;
 inline u32 rebased_bound(u64 span_bytes, u64 origin_bytes) {
-  const u64 left = span_bytes - origin_bytes;
+  const u64 left = origin_bytes < span_bytes ? span_bytes - origin_bytes : 0;
   const u32 hi = (u32)(left >> 32), lo = (u32)left;
   return (hi | (lo >> 31)) != 0 ? 0x7fffffffu : lo;
 }
