@@ -11,9 +11,8 @@
 //! - the lowered HIP on the host emulation (`hip-emu`) and the code object on the ISA emulator
 //!   (`isa-emu`) pass the test rule on every gradient against the f64 gradients at odd lengths
 //!   (77 queries and 45 keys, and the other way round), GQA, both causal alignments, head dims 64 and
-//!   128 and logits past ±64.
-//!
-//! Each test builds at most three kernels (a host compile of the emulated source is about 10 s).
+//!   128 and logits past ±64: each variant meets every one of these on each backend, split over the
+//!   two targets so that no test builds more than two kernels.
 
 #[path = "amd_support/common.rs"]
 mod amd_common;
@@ -226,60 +225,85 @@ fn passes(backend: &dyn Backend, p: &Problem) {
     assert!(r.passed);
 }
 
-/// GQA without a mask at D64, more queries than keys; causal bottom-right at D128, more keys.
-fn emulated(v: &'static str, target: Target) {
-    let emu = HipEmu::new(target).unwrap();
-    passes(&emu, &problem(v, (4, 2), (77, 45), 64, None));
-    passes(&emu, &problem(v, (3, 1), (45, 77), 128, Some(true)));
+/// The problems: GQA without a mask at D64 with more queries than keys; causal top-left at D128 with
+/// more queries than keys; causal bottom-right at D64 (more keys than queries, GQA) and at D128 (MHA
+/// of three heads).
+fn gqa_d64(v: &'static str) -> Problem {
+    problem(v, (4, 2), (77, 45), 64, None)
 }
+fn top_left_d128(v: &'static str) -> Problem {
+    problem(v, (2, 1), (77, 45), 128, Some(false))
+}
+fn bottom_right_d64(v: &'static str) -> Problem {
+    problem(v, (2, 2), (45, 70), 64, Some(true))
+}
+fn bottom_right_d128(v: &'static str) -> Problem {
+    problem(v, (3, 1), (45, 77), 128, Some(true))
+}
+
+// The host emulation: one kernel per test (a host compile is 10-16 s), each variant's two problems
+// split over the targets.
 
 #[test]
 fn interleave4_on_hip_emu_gfx950() {
-    emulated("interleave4", Target::Gfx950);
+    passes(
+        &HipEmu::new(Target::Gfx950).unwrap(),
+        &gqa_d64("interleave4"),
+    );
 }
 
 #[test]
 fn interleave4_on_hip_emu_gfx942() {
-    emulated("interleave4", Target::Gfx942);
+    passes(
+        &HipEmu::new(Target::Gfx942).unwrap(),
+        &bottom_right_d128("interleave4"),
+    );
 }
 
 #[test]
 fn pingpong8_on_hip_emu_gfx950() {
-    emulated("pingpong8", Target::Gfx950);
+    passes(
+        &HipEmu::new(Target::Gfx950).unwrap(),
+        &bottom_right_d128("pingpong8"),
+    );
 }
 
 #[test]
 fn pingpong8_on_hip_emu_gfx942() {
-    emulated("pingpong8", Target::Gfx942);
+    passes(&HipEmu::new(Target::Gfx942).unwrap(), &gqa_d64("pingpong8"));
 }
 
 /// The code objects on the ISA emulator (loads landing late in random order, registers poisoned
-/// until they land): GQA at D64 without a mask, top-left causal at D128 with more queries than keys,
-/// bottom-right causal at D64 with more keys than queries.
-fn on_isa_emu(v: &'static str, target: Target) {
+/// until they land): GQA at D64 on every target, and one causal kernel, each alignment on one target
+/// per variant.
+fn on_isa_emu(target: Target, problems: &[Problem]) {
     clang_for(target.arch().unwrap());
     let emu = IsaEmu::new(target).unwrap();
-    passes(&emu, &problem(v, (4, 2), (77, 45), 64, None));
-    passes(&emu, &problem(v, (2, 1), (77, 45), 128, Some(false)));
-    passes(&emu, &problem(v, (2, 2), (45, 70), 64, Some(true)));
+    for p in problems {
+        passes(&emu, p);
+    }
 }
 
 #[test]
 fn interleave4_on_isa_emu_gfx950() {
-    on_isa_emu("interleave4", Target::Gfx950);
+    let v = "interleave4";
+    on_isa_emu(Target::Gfx950, &[gqa_d64(v), top_left_d128(v)]);
 }
 
 #[test]
 fn interleave4_on_isa_emu_gfx942() {
-    on_isa_emu("interleave4", Target::Gfx942);
+    let v = "interleave4";
+    on_isa_emu(Target::Gfx942, &[gqa_d64(v), bottom_right_d64(v)]);
 }
 
 #[test]
 fn pingpong8_on_isa_emu_gfx950() {
-    on_isa_emu("pingpong8", Target::Gfx950);
+    let v = "pingpong8";
+    on_isa_emu(Target::Gfx950, &[gqa_d64(v), bottom_right_d64(v)]);
 }
 
 #[test]
 fn pingpong8_on_isa_emu_gfx942() {
-    on_isa_emu("pingpong8", Target::Gfx942);
+    let v = "pingpong8";
+    on_isa_emu(Target::Gfx942, &[gqa_d64(v), top_left_d128(v)]);
 }
