@@ -200,70 +200,45 @@ inline void group_m(u32 xy, u32 rows, u32 cols, u32 window, int& row, int& col) 
   col = (int)(l / h);
 }
 
-// D = A·B + C for one 16×16×K bf16 MFMA across the calling wave; `KR` K values per lane.
-template <int KR, typename AB>
-inline void emu_mfma16(const AB& a, const AB& b, f32x4& c, bool zero) {
+// D = A·B + C for one M×M×K bf16 MFMA across the calling wave (M 16 or 32; kittens-hw's `mma::cdna`
+// maps): lane l holds row (A) or column (B) l % M and the KR consecutive K from (l / M)·KR; its M²/64
+// accumulator slots are column l % M, rows in runs of 4: slot s is row ((s / 4)·G + l / M)·4 + s % 4
+// with G = 64 / M lane groups.
+template <int M, int KR, typename AB, typename CD>
+inline void emu_mfma(const AB& a, const AB& b, CD& c, bool zero) {
+  constexpr int G = 64 / M, SLOTS = M * M / 64;
   EmuWave& w = emu_waves[emu_tid / 64];
   const int l = emu_tid % 64;
   for (int s = 0; s < KR; ++s) { w.a[l][s] = bf16_to_f32(a[s]); w.b[l][s] = bf16_to_f32(b[s]); }
-  for (int s = 0; s < 4; ++s) w.c[l][s] = zero ? 0.0f : c[s];
+  for (int s = 0; s < SLOTS; ++s) w.c[l][s] = zero ? 0.0f : c[s];
   w.bar.arrive_and_wait();
   if (l == 0) {
-    float A[16][4 * KR], B[4 * KR][16], D[16][16];
+    float A[M][G * KR], B[G * KR][M], D[M][M];
     for (int ln = 0; ln < 64; ++ln)
-      for (int s = 0; s < KR; ++s) { A[ln % 16][(ln / 16) * KR + s] = w.a[ln][s]; B[(ln / 16) * KR + s][ln % 16] = w.b[ln][s]; }
+      for (int s = 0; s < KR; ++s) { A[ln % M][(ln / M) * KR + s] = w.a[ln][s]; B[(ln / M) * KR + s][ln % M] = w.b[ln][s]; }
     for (int ln = 0; ln < 64; ++ln)
-      for (int s = 0; s < 4; ++s) D[(ln / 16) * 4 + s][ln % 16] = w.c[ln][s];
-    for (int i = 0; i < 16; ++i)
-      for (int j = 0; j < 16; ++j) {
+      for (int s = 0; s < SLOTS; ++s) D[((s / 4) * G + ln / M) * 4 + s % 4][ln % M] = w.c[ln][s];
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < M; ++j) {
         float acc = D[i][j];
-        for (int k = 0; k < 4 * KR; ++k) acc += A[i][k] * B[k][j];
+        for (int k = 0; k < G * KR; ++k) acc += A[i][k] * B[k][j];
         D[i][j] = acc;
       }
     for (int ln = 0; ln < 64; ++ln)
-      for (int s = 0; s < 4; ++s) w.c[ln][s] = D[(ln / 16) * 4 + s][ln % 16];
+      for (int s = 0; s < SLOTS; ++s) w.c[ln][s] = D[((s / 4) * G + ln / M) * 4 + s % 4][ln % M];
   }
   w.bar.arrive_and_wait();
-  for (int s = 0; s < 4; ++s) c[s] = w.c[l][s];
+  for (int s = 0; s < SLOTS; ++s) c[s] = w.c[l][s];
   w.bar.arrive_and_wait();
 }
-inline void mfma_f32_16x16x16_bf16(b16x4 a, b16x4 b, f32x4& c) { emu_mfma16<4>(a, b, c, false); }
-inline f32x4 mfma_f32_16x16x16_bf16_zero(b16x4 a, b16x4 b) { f32x4 c; emu_mfma16<4>(a, b, c, true); return c; }
-inline void mfma_f32_16x16x32_bf16(b16x8 a, b16x8 b, f32x4& c) { emu_mfma16<8>(a, b, c, false); }
-inline f32x4 mfma_f32_16x16x32_bf16_zero(b16x8 a, b16x8 b) { f32x4 c; emu_mfma16<8>(a, b, c, true); return c; }
-// D = A·B + C for one 32×32×K bf16 MFMA across the calling wave (CDNA4 32x32x16, CDNA3 32x32x8;
-// kittens-hw's `mma::cdna` maps): lane l holds row (A) or column (B) l % 32 and the KR consecutive K
-// from (l / 32)·KR; its 16 accumulator slots are column l % 32, rows 8·(s / 4) + 4·(l / 32) + s % 4.
-template <int KR, typename AB>
-inline void emu_mfma32(const AB& a, const AB& b, f32x16& c, bool zero) {
-  EmuWave& w = emu_waves[emu_tid / 64];
-  const int l = emu_tid % 64;
-  for (int s = 0; s < KR; ++s) { w.a[l][s] = bf16_to_f32(a[s]); w.b[l][s] = bf16_to_f32(b[s]); }
-  for (int s = 0; s < 16; ++s) w.c[l][s] = zero ? 0.0f : c[s];
-  w.bar.arrive_and_wait();
-  if (l == 0) {
-    float A[32][2 * KR], B[2 * KR][32], D[32][32];
-    for (int ln = 0; ln < 64; ++ln)
-      for (int s = 0; s < KR; ++s) { A[ln % 32][(ln / 32) * KR + s] = w.a[ln][s]; B[(ln / 32) * KR + s][ln % 32] = w.b[ln][s]; }
-    for (int ln = 0; ln < 64; ++ln)
-      for (int s = 0; s < 16; ++s) D[8 * (s / 4) + 4 * (ln / 32) + s % 4][ln % 32] = w.c[ln][s];
-    for (int i = 0; i < 32; ++i)
-      for (int j = 0; j < 32; ++j) {
-        float acc = D[i][j];
-        for (int k = 0; k < 2 * KR; ++k) acc += A[i][k] * B[k][j];
-        D[i][j] = acc;
-      }
-    for (int ln = 0; ln < 64; ++ln)
-      for (int s = 0; s < 16; ++s) w.c[ln][s] = D[8 * (s / 4) + 4 * (ln / 32) + s % 4][ln % 32];
-  }
-  w.bar.arrive_and_wait();
-  for (int s = 0; s < 16; ++s) c[s] = w.c[l][s];
-  w.bar.arrive_and_wait();
-}
-inline void mfma_f32_32x32x8_bf16(b16x4 a, b16x4 b, f32x16& c) { emu_mfma32<4>(a, b, c, false); }
-inline f32x16 mfma_f32_32x32x8_bf16_zero(b16x4 a, b16x4 b) { f32x16 c; emu_mfma32<4>(a, b, c, true); return c; }
-inline void mfma_f32_32x32x16_bf16(b16x8 a, b16x8 b, f32x16& c) { emu_mfma32<8>(a, b, c, false); }
-inline f32x16 mfma_f32_32x32x16_bf16_zero(b16x8 a, b16x8 b) { f32x16 c; emu_mfma32<8>(a, b, c, true); return c; }
+inline void mfma_f32_16x16x16_bf16(b16x4 a, b16x4 b, f32x4& c) { emu_mfma<16, 4>(a, b, c, false); }
+inline f32x4 mfma_f32_16x16x16_bf16_zero(b16x4 a, b16x4 b) { f32x4 c; emu_mfma<16, 4>(a, b, c, true); return c; }
+inline void mfma_f32_16x16x32_bf16(b16x8 a, b16x8 b, f32x4& c) { emu_mfma<16, 8>(a, b, c, false); }
+inline f32x4 mfma_f32_16x16x32_bf16_zero(b16x8 a, b16x8 b) { f32x4 c; emu_mfma<16, 8>(a, b, c, true); return c; }
+inline void mfma_f32_32x32x8_bf16(b16x4 a, b16x4 b, f32x16& c) { emu_mfma<32, 4>(a, b, c, false); }
+inline f32x16 mfma_f32_32x32x8_bf16_zero(b16x4 a, b16x4 b) { f32x16 c; emu_mfma<32, 4>(a, b, c, true); return c; }
+inline void mfma_f32_32x32x16_bf16(b16x8 a, b16x8 b, f32x16& c) { emu_mfma<32, 8>(a, b, c, false); }
+inline f32x16 mfma_f32_32x32x16_bf16_zero(b16x8 a, b16x8 b) { f32x16 c; emu_mfma<32, 8>(a, b, c, true); return c; }
 // Pinned MFMAs (the prelude's asm with physical-register constraints) compute the same.
 #define KITTENS_PINNED_MFMA(VOL, F, OPCODE, CD, CA, CB, D, A, B) F(A, B, D)
 #define KITTENS_PINNED_MFMA_ZERO(VOL, F, OPCODE, CD, CA, CB, D, A, B) ((D) = F##_zero(A, B))
