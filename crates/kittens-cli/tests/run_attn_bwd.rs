@@ -96,7 +96,10 @@ fn check_finds_no_hazard() {
 /// the AMD emulation.
 #[test]
 fn schedules_run_from_the_cli() {
-    for (flag, name) in [("interleave4", "interleave4"), ("pingpong8", "ping_pong8")] {
+    for (flag, name) in [
+        ("interleave4", "4-wave interleave"),
+        ("pingpong8", "8-wave ping-pong"),
+    ] {
         let out = kittens(&[
             "run",
             "attn_bwd",

@@ -263,11 +263,12 @@ constexpr u32 OUT_OF_RANGE = 0x80000000u;
 // backward's step past the last, in a query head past the last), and a wrapped `left` would cap at
 // 2^31 − 1 and let those lanes read past the tensor.
 KITTENS_DEV u32 rebased_bound(u64 span_bytes, u64 origin_bytes) {
-  // Past the end the difference is negative (both are below 2^63): its sign, not a 64-bit compare,
-  // which gfx9's scalar unit lacks (clang-19 made it a vector compare and spilled gfx942's GEMM).
+  // Past the end the difference is negative (both are below 2^63): its sign masks the bound. Not a
+  // 64-bit compare, which gfx9's scalar unit lacks (clang-19 made it a vector compare and spilled
+  // gfx942's GEMM), nor a select on the sign (3 SGPR spills in gfx942's fp8 interleave).
   const u64 left = span_bytes - origin_bytes;
   const u32 hi = (u32)(left >> 32), lo = (u32)left;
-  return (int)hi < 0 ? 0u : (hi | (lo >> 31)) != 0 ? 0x7fffffffu : lo;
+  return ((hi | (lo >> 31)) != 0 ? 0x7fffffffu : lo) & ~(u32)((int)hi >> 31);
 }
 KITTENS_DEV i32x4 tile_rsrc(const void* tensor, u64 span_bytes, u64 origin_bytes) {
   return make_buffer_rsrc((const unsigned char*)tensor + origin_bytes, rebased_bound(span_bytes, origin_bytes));

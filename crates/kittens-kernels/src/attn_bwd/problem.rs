@@ -185,8 +185,8 @@ impl KernelProblem for BwdProblem {
             shape: serde_json::json!({
                 "batch": sh.batch, "heads": sh.heads, "heads_kv": sh.heads_kv, "seq_q": sh.seq_q,
                 "seq_kv": sh.seq_kv, "dim": sh.dim, "layout": sh.layout, "causal": causal(p),
-                "schedule": cfg.schedule, "waves": cfg.waves, "key_rows": cfg.key_rows,
-                "query_rows": cfg.query_rows, "step": cfg.step, "key_step": cfg.key_step,
+                "waves": cfg.waves, "key_rows": cfg.key_rows, "query_rows": cfg.query_rows,
+                "step": cfg.step, "key_step": cfg.key_step,
                 "grad_mfma": format!("{}", cfg.grad_base), "pin_agprs": cfg.pin_agprs,
             }),
         })
