@@ -20,7 +20,7 @@
 //! is compute: the query blocks recompute `Sᵀ` and `dPᵀ`, seven matrix products per (query, key)
 //! block pair instead of five (1.4x the FLOPs of the atomic version).
 //!
-//! On CDNA the key blocks' loop is one of three schedules of the same steps ([`key_block`]): the plain
+//! On CDNA the key blocks' loop is one of three schedules of the same steps (`key_block.rs`): the plain
 //! loop ([`schedule`]), HipKittens' 4-wave interleave with mixed MFMA shapes and AGPR-pinned K, V, dK,
 //! dV ([`interleave4`]) and its 8-wave ping-pong ([`ping_pong`]); docs/attn_bwd_amd.md compares them.
 //!
