@@ -597,6 +597,9 @@ pub use kittens_sched::remap::GridOrder;
 pub struct Grid {
     pub extents: Vec<Expr>,
     pub remap: GridOrder,
+    /// A persistent lowering runs launch ids `2u` and `2u + 1` on one block, one after the other,
+    /// whenever there are more tiles than blocks ([`crate::KernelBuilder::pair_long_short`]).
+    pub paired: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -261,7 +261,13 @@ impl fmt::Display for Kernel {
             writeln!(out, "reg {} {} {rows}x{cols} {what}", r.name, r.dtype())?;
         }
         let ext: Vec<String> = self.grid.extents.iter().map(|e| p.expr(e)).collect();
-        writeln!(out, "grid [{}] {:?}", ext.join(", "), self.grid.remap)?;
+        let paired = if self.grid.paired { " paired" } else { "" };
+        writeln!(
+            out,
+            "grid [{}] {:?}{paired}",
+            ext.join(", "),
+            self.grid.remap
+        )?;
         p.body(&mut out, &self.body, 0)?;
         f.write_str(&out)
     }

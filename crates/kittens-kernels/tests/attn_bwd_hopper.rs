@@ -194,3 +194,20 @@ fn queries_without_keys() {
         );
     }
 }
+
+/// Under a causal mask both launches pair their blocks long with short
+/// (`KernelBuilder::pair_long_short`): with 3 and 4 blocks of 128 the pairs reorder them, an odd
+/// count leaves the middle block alone; every block still runs once.
+#[test]
+fn causal_blocks_paired_long_with_short() {
+    check(
+        shape(1, 1, 300, 300, 64, AttnLayout::Bshd),
+        Causal::TopLeft,
+        1.0,
+    );
+    check(
+        shape(2, 1, 390, 500, 64, AttnLayout::Bhsd),
+        Causal::BottomRight,
+        1.0,
+    );
+}

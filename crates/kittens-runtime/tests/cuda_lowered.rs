@@ -101,6 +101,7 @@ fn lowered_attention_compiles_for_sm_90a() {
     // Each configuration also with Q double-buffered across a block's tiles.
     let mut lses = vec![false];
     let mut qd = vec![reg.q_double];
+    let mut causals = vec![reg.causal];
     for (dim, causal, pingpong, overlap, lse) in [
         (64, true, true, true, false),
         (128, true, true, true, false),
@@ -129,11 +130,13 @@ fn lowered_attention_compiles_for_sm_90a() {
         overlaps.push(overlap);
         lses.push(lse);
         qd.push(true);
+        causals.push(causal);
         turns.push(pingpong);
         dims.push(dim);
         overlaps.push(overlap);
         lses.push(lse);
         qd.push(false);
+        causals.push(causal);
         let cfg = AttnConfig {
             dim,
             causal,
@@ -199,6 +202,14 @@ fn lowered_attention_compiles_for_sm_90a() {
             shared_kv, !overlaps[i],
             "K/V barrier sharing for dim {} overlap {}",
             dims[i], overlaps[i]
+        );
+        // Causal: query blocks paired long with short, two launch ids per block in turn.
+        assert_eq!(k.grid.paired, causals[i], "paired grid in kernel {i}");
+        assert_eq!(
+            l.source
+                .contains("2u * (blockIdx.x + (kt_round >> 1) * gridDim.x)"),
+            causals[i],
+            "paired tile loop in kernel {i}"
         );
         // Q double-buffered: alternate tiles of a block read alternate slots.
         assert_eq!(

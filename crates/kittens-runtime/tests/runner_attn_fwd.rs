@@ -74,6 +74,15 @@ fn cases() -> Vec<Case> {
             layout: AttnLayout::Bhsd,
             causal: true,
         },
+        // Three query blocks of 128 on Hopper: the causal pairs (`pair_long_short`) reorder them.
+        Case {
+            heads: 1,
+            heads_kv: 1,
+            seq: 300,
+            dim: 64,
+            layout: AttnLayout::Bshd,
+            causal: true,
+        },
         Case {
             heads: 2,
             heads_kv: 2,

@@ -438,9 +438,19 @@ impl Emit<'_> {
 
     fn tile_loop(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
         // `kt_round` counts the block's tiles (`Expr::Round`); producer and consumers count alike.
-        self.line("for (u32 kt_tile = blockIdx.x, kt_round = 0; kt_tile < kt_tiles; kt_tile += gridDim.x, ++kt_round) {");
-        self.line("(void)kt_round;");
-        self.depth += 1;
+        if self.k.grid.paired {
+            // Launch ids 2u and 2u + 1 on one block in turn (`KernelBuilder::pair_long_short`),
+            // where there are more tiles than blocks.
+            self.line("const bool kt_pair = kt_tiles > gridDim.x;");
+            self.line("for (u32 kt_round = 0;; ++kt_round) {");
+            self.depth += 1;
+            self.line("const u32 kt_tile = kt_pair ? 2u * (blockIdx.x + (kt_round >> 1) * gridDim.x) + (kt_round & 1u) : blockIdx.x + kt_round * gridDim.x;");
+            self.line("if (kt_tile >= kt_tiles) break;");
+        } else {
+            self.line("for (u32 kt_tile = blockIdx.x, kt_round = 0; kt_tile < kt_tiles; kt_tile += gridDim.x, ++kt_round) {");
+            self.line("(void)kt_round;");
+            self.depth += 1;
+        }
         self.grid()?;
         self.waited.clear();
         self.stmts(body)?;

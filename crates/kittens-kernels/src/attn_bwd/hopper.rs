@@ -25,7 +25,7 @@
 //! The scale stays on the f32 scores as in the forward (`exp2(s·c − lse·log2 e)`, `c = log2(e)/√d`);
 //! dK and dQ get their `1/√d` on the f32 accumulators before the bf16 store.
 
-use super::BwdConfig;
+use super::{BwdConfig, Causal};
 use crate::attn_fwd::strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
@@ -246,10 +246,16 @@ pub(super) fn build_kv(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     let (dk_g, dv_g) = (out(&mut k, "dk"), out(&mut k, "dv"));
     let n_kb = io.seq_kv.ceil_div(i64::from(BLOCK));
     k.grid(
-        vec![io.batch.clone(), io.heads_kv.clone(), n_kb],
+        vec![io.batch.clone(), io.heads_kv.clone(), n_kb.clone()],
         GridOrder::RowMajor,
     );
-    let (b, hk, kb) = (k.block(0), k.block(1), k.block(2));
+    // Under a causal mask the first key blocks see the most queries: blocks paired long with short.
+    let kb = if cfg.causal == Causal::No {
+        k.block(2)
+    } else {
+        k.pair_long_short(&k.block(2), &n_kb)
+    };
+    let (b, hk) = (k.block(0), k.block(1));
     let group = &io.heads / io.heads_kv.clone();
     let sm = declare_smem(&mut k, d, STEP, ["k_s", "v_s", "q_s", "do_s"]);
     let [k_s, v_s] = &sm.own;
@@ -395,12 +401,17 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     let dq_g = k.global_strided("dq", Bf16, &dims, st, Access::Write);
     let n_qb = io.seq_q.ceil_div(i64::from(BLOCK));
     // The query blocks of one head adjacent (they share its K and V in L2), the last first (the
-    // longest under a causal mask).
+    // longest under a causal mask), and then paired long with short.
     k.grid(
         vec![io.batch.clone(), io.heads.clone(), n_qb.clone()],
         GridOrder::RowMajor,
     );
-    let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - k.block(2));
+    let rank = if cfg.causal == Causal::No {
+        k.block(2)
+    } else {
+        k.pair_long_short(&k.block(2), &n_qb)
+    };
+    let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - rank);
     let hk = &h / (&io.heads / io.heads_kv.clone());
     let sm = declare_smem(&mut k, d, STEP_Q, ["q_s", "do_s", "k_s", "v_s"]);
     let [q_s, do_s] = &sm.own;

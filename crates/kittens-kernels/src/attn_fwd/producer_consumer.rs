@@ -19,7 +19,8 @@
 //! the barrier after each load is the hand-off of a slot, and the Hopper lowering turns it into
 //! full/empty mbarriers so that the producer runs up to `stages` key blocks ahead. The block order is
 //! written here: the query blocks of one head are adjacent (they share its K and V in L2) and visited
-//! last-first, so that with a causal mask the longest blocks of a head start first.
+//! last-first; with a causal mask, paired long with short (`KernelBuilder::pair_long_short`), so
+//! that every block of the persistent grid gets about the same number of key blocks.
 
 use super::{declare_io, split, AttnConfig, Io, Softmax};
 use crate::KernelError;
@@ -99,7 +100,14 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     );
     let (t, part) = split::coords(k.block(2), g);
     io.split = part;
-    let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - t);
+    // Under a causal mask (and without a key split, whose parts are neighbours) the query blocks
+    // are paired long with short: each block of the persistent grid gets about the same work.
+    let rank = if cfg.causal && g == 1 {
+        k.pair_long_short(&t, &n_qb)
+    } else {
+        t
+    };
+    let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - rank);
     let hk = &h / (&heads / heads_kv.clone()); // GQA
 
     let halves = d / COLS;

@@ -51,7 +51,7 @@ impl std::str::FromStr for HopperTile {
 
 /// The blocks the producer/consumer program is built with. 256×256 is missing: 256 fp32 accumulators
 /// per consumer thread do not fit its registers.
-pub const TILES: [HopperTile; 5] = [
+pub const TILES: [HopperTile; 6] = [
     HopperTile {
         rows: 128,
         cols: 256,
@@ -71,6 +71,10 @@ pub const TILES: [HopperTile; 5] = [
     HopperTile {
         rows: 64,
         cols: 128,
+    },
+    HopperTile {
+        rows: 128,
+        cols: 192,
     },
 ];
 
@@ -132,6 +136,8 @@ impl HopperTile {
     pub fn efficiency(self) -> f64 {
         match (self.rows, self.cols) {
             (128, 256) => 1.0,
+            // Not in the fit run: between 128×256 and 128×128 by bytes per FLOP (0.0130).
+            (128, 192) => 0.965,
             (256, 128) => 0.99,
             (128, 128) => 0.93,
             (64, 256) => 0.89,
@@ -300,11 +306,14 @@ mod tests {
         let e = estimate_us(g, sms, 3000, 3000, 3000, TILES[0]);
         assert_eq!((e.tiles, e.rounds), (288, 3));
         // K = 3000 rows straddle 128-byte lines, but A and B are copied into aligned rows there, so
-        // 3000³ ranks the blocks as 3072³ does: the finer 128x128 quantises better (fit run at 3072³:
-        // 0.813 vs 0.759). Misaligned rows left in place (a small M) rank by bytes per FLOP.
+        // 3000³ ranks the blocks as 3072³ does: 128x192 makes 24 × 16 = 384 tiles, 2.9 rounds of
+        // work in 3 (128x256: 2.2 in 3; 128x128: 4.4 in 5). Misaligned rows left in place (a small
+        // M) rank by bytes per FLOP.
         assert!(copies_misaligned(3000, 3000) && !copies_misaligned(16, 4096));
-        assert_eq!(pick(3000, 3000, 3000).to_string(), "128x128");
-        assert_eq!(pick(3072, 3072, 3072).to_string(), "128x128");
+        let e = estimate_us(g, sms, 3000, 3000, 3000, TILES[5]);
+        assert_eq!((e.tiles, e.rounds), (384, 3));
+        assert_eq!(pick(3000, 3000, 3000).to_string(), "128x192");
+        assert_eq!(pick(3072, 3072, 3072).to_string(), "128x192");
         assert_eq!(pick(16, 4096, 4096).to_string(), "64x128");
         assert_eq!(pick(16, 28672, 4096).to_string(), "64x256");
         assert_eq!(pick(64, 57344, 8192).to_string(), "64x256");
