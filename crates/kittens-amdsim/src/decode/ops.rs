@@ -141,6 +141,14 @@ table! {
     Sop2 0x31 SLshl4AddU32 "s_lshl4_add_u32" [1, 1, 1, 0] Both;
 
     Sopk 0x00 SMovkI32 "s_movk_i32" [1, 0, 0, 0] Both;
+    Sopk 0x02 SCmpkEqI32 "s_cmpk_eq_i32" [0, 1, 0, 0] Both;
+    Sopk 0x03 SCmpkLgI32 "s_cmpk_lg_i32" [0, 1, 0, 0] Both;
+    Sopk 0x04 SCmpkGtI32 "s_cmpk_gt_i32" [0, 1, 0, 0] Both;
+    Sopk 0x05 SCmpkGeI32 "s_cmpk_ge_i32" [0, 1, 0, 0] Both;
+    Sopk 0x06 SCmpkLtI32 "s_cmpk_lt_i32" [0, 1, 0, 0] Both;
+    Sopk 0x07 SCmpkLeI32 "s_cmpk_le_i32" [0, 1, 0, 0] Both;
+    Sopk 0x08 SCmpkEqU32 "s_cmpk_eq_u32" [0, 1, 0, 0] Both;
+    Sopk 0x09 SCmpkLgU32 "s_cmpk_lg_u32" [0, 1, 0, 0] Both;
     Sopk 0x0a SCmpkGtU32 "s_cmpk_gt_u32" [0, 1, 0, 0] Both;
     Sopk 0x0b SCmpkGeU32 "s_cmpk_ge_u32" [0, 1, 0, 0] Both;
     Sopk 0x0c SCmpkLtU32 "s_cmpk_lt_u32" [0, 1, 0, 0] Both;
@@ -233,6 +241,7 @@ table! {
     Vop1 0x08 VCvtI32F32 "v_cvt_i32_f32" [1, 1, 0, 0] Both;
     Vop1 0x1c VTruncF32 "v_trunc_f32" [1, 1, 0, 0] Both;
     Vop1 0x20 VExpF32 "v_exp_f32" [1, 1, 0, 0] Both;
+    Vop1 0x21 VLogF32 "v_log_f32" [1, 1, 0, 0] Both;
     Vop1 0x22 VRcpF32 "v_rcp_f32" [1, 1, 0, 0] Both;
     Vop1 0x23 VRcpIflagF32 "v_rcp_iflag_f32" [1, 1, 0, 0] Both;
     Vop1 0x27 VSqrtF32 "v_sqrt_f32" [1, 1, 0, 0] Both;

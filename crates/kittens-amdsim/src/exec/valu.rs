@@ -1,7 +1,7 @@
 //! The vector ALU (VOP1, VOP2, VOPC, VOP3, VOP3P without MFMA, SDWA), lane by lane under EXEC,
 //! after the CDNA3 ISA guide's "Vector ALU Operations" (and the CDNA4 ISA guide for `v_bitop3_b32`
 //! and `v_cvt_pk_bf16_f32`). Float results are IEEE f32 on the host; transcendental ops
-//! (`v_exp_f32`, `v_rcp_f32`) are computed exactly rather than to the hardware's 1 ULP.
+//! (`v_exp_f32`, `v_log_f32`, `v_rcp_f32`) are computed exactly rather than to the hardware's 1 ULP.
 
 use super::wave::{Wave, AGPR0, LANES};
 use super::ExecError;
@@ -301,6 +301,8 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
         VCvtU32F32 => from_fn(|l| fm(i, 0, a[l]) as u32),
         VCvtI32F32 => from_fn(|l| fm(i, 0, a[l]) as i32 as u32),
         VExpF32 => from_fn(|l| fout(i, fm(i, 0, a[l]).exp2())),
+        // log2: log2(0) = −∞, log2 of a negative number NaN (as the host's).
+        VLogF32 => from_fn(|l| fout(i, fm(i, 0, a[l]).log2())),
         VRcpF32 | VRcpIflagF32 => from_fn(|l| fout(i, 1.0 / fm(i, 0, a[l]))),
         VTruncF32 => from_fn(|l| fout(i, fm(i, 0, a[l]).trunc())),
         // Correctly rounded (the hardware is within 1 ULP).

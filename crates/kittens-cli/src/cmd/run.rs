@@ -45,6 +45,10 @@ pub struct Args {
     /// (producer/consumer, Hopper). On hip-emu, `interleave` builds the target's `interleave4` variant.
     #[arg(long, value_enum, default_value_t = ScheduleArg::Pingpong)]
     pub schedule: ScheduleArg,
+    /// A named variant of the kernel (`kittens list --json` lists them): attn_fwd's `seed001`
+    /// (MI300X-attn's kernel, V given transposed) on every backend. Not with `--schedule interleave`.
+    #[arg(long)]
+    pub variant: Option<String>,
     /// GEMM K step (default 64 as HipKittens E.1 for gemm_bf16, 128 for gemm_fp8).
     #[arg(long)]
     pub k_step: Option<u32>,
@@ -201,6 +205,25 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
 /// On a GPU target the schedule flag picks a registry variant of the target's configuration; the
 /// default ping-pong is the AMD targets' own configuration.
 fn variant(a: &Args) -> anyhow::Result<Option<&'static str>> {
+    if let Some(name) = &a.variant {
+        if a.schedule != ScheduleArg::Pingpong {
+            bail!("--variant and --schedule both pick a configuration; give one");
+        }
+        let v = a.kernel.variants.iter().find(|v| v.name == name);
+        return match v {
+            Some(v) => Ok(Some(v.name)),
+            None => bail!(
+                "`{}` has no variant `{name}`; its variants: {}",
+                a.kernel.name,
+                a.kernel
+                    .variants
+                    .iter()
+                    .map(|v| v.name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        };
+    }
     match (a.backend, a.schedule) {
         (BackendArg::Cpu, _) | (_, ScheduleArg::Pingpong) => Ok(None),
         (_, ScheduleArg::Interleave) => Ok(Some(kittens_kernels::gemm_bf16::problem::INTERLEAVE4)),

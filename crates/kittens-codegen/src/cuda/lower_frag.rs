@@ -494,9 +494,7 @@ impl Emit<'_> {
                 "        p[0] = {s}[i]; if (col + 1 < cols) p[1] = {s}[i + 1];"
             ));
         } else {
-            self.line(format!(
-                "        const u32 v = {pack}({s}[i], {s}[i + 1]);"
-            ));
+            self.line(format!("        const u32 v = {pack}({s}[i], {s}[i + 1]);"));
             self.line("        if (col + 1 < cols) kt::st_global_b32(p, v); else kt::st_global_b16(p, v & 0xffffu);");
         }
         self.line("    }");

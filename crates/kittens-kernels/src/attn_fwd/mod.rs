@@ -6,11 +6,15 @@
 //! - [`AttnSchedule::PingPong8`] ([`ping_pong`]): the 8-wave ping-pong of HipKittens Appendix E.3, the
 //!   AMD schedule;
 //! - [`AttnSchedule::ProducerConsumer`] ([`producer_consumer`]): warp-specialised for Hopper (TMA ring,
-//!   `wgmma` from shared memory and with P from registers).
+//!   `wgmma` from shared memory and with P from registers);
+//! - [`AttnSchedule::Mi300x`] ([`mi300x`]): MI300X-attn's gfx942 kernel (8 waves in two groups, K in
+//!   LDS, V from global memory straight into registers, three 16-query tiles per wave, the last in
+//!   LDS), the registry's `seed001` variant.
 //!
 //! Both keep the softmax scale out of the bf16 operands (see [`ping_pong`]): the scores are f32 and the
 //! scale enters inside the `exp2` argument.
 
+mod mi300x;
 mod ping_pong;
 pub mod problem;
 mod producer_consumer;
@@ -30,6 +34,10 @@ pub enum AttnSchedule {
     /// One producer warpgroup streaming K and V by TMA, two consumer warpgroups of 64 queries each
     /// multiplying with `wgmma` (refused on AMD, whose MFMAs read registers only).
     ProducerConsumer,
+    /// MI300X-attn's kernel (§3-§5.1): the 8-wave ping-pong with one compute and one memory phase per
+    /// key block, K streamed into LDS by one group of four waves, V read from global memory into
+    /// MFMA operand registers, `q_rows / 16` query tiles per wave of which the last lives in LDS.
+    Mi300x,
 }
 
 /// Memory order of the `[batch, heads, seq, dim]` tensors.
@@ -60,6 +68,11 @@ pub struct AttnConfig {
     /// of `−∞`.
     pub bottom_right: bool,
     pub layout: AttnLayout,
+    /// V given transposed, `[b, h_kv, d, s]` with the keys contiguous, whatever `layout` is: what
+    /// MI300X-attn §4.4's transpose pass writes, so that each lane reads its MFMA operand's run of
+    /// keys with one load. Only [`AttnSchedule::Mi300x`] reads V this way (others refuse it); without
+    /// it that schedule reads V in `layout`, one element per load.
+    pub v_transposed: bool,
     /// Also write the log-sum-exp of every query row (natural log of the softmax's denominator,
     /// what a backward pass and a merge of partial attentions need) to an f32 `lse [b, h, s]`.
     pub lse: bool,
@@ -98,6 +111,7 @@ impl Default for AttnConfig {
             causal: false,
             bottom_right: false,
             layout: AttnLayout::Bshd,
+            v_transposed: false,
             lse: false,
             rounding: Rounding::Rtne,
             remap: GridOrder::HeadFirst { xcds: 8 },
@@ -136,6 +150,22 @@ impl AttnConfig {
 }
 
 impl AttnConfig {
+    /// MI300X-attn's configuration (the registry's `seed001` variant on gfx942): 16×16×16 MFMAs
+    /// (§3.3), 64-key blocks whose double buffer is 32 KiB of LDS at head dimension 128 (§4.1), three
+    /// 16-query tiles per wave, 384 queries per block (§5.1), V pre-transposed (§4.4), query blocks
+    /// of a head on one XCD (§4.1's head-first order). Mask, layout, rounding and the log-sum-exp
+    /// are kept from `self`.
+    pub fn mi300x(self) -> Self {
+        AttnConfig {
+            schedule: AttnSchedule::Mi300x,
+            q_rows: 48,
+            kv_block: 64,
+            v_transposed: true,
+            remap: GridOrder::HeadFirst { xcds: 8 },
+            ..self
+        }
+    }
+
     /// The K/V block on CDNA: 64 keys (HipKittens E.3's block) where a ring of three 64-key K and V
     /// slots and the waves' P scratch fit the GPU's shared memory at this head dimension (gfx950's
     /// 160 KiB at head dimension 128), else 32 keys in a ring of two (gfx942's 64 KiB).
@@ -173,19 +203,37 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
     let [batch, heads, heads_kv, seq, seq_kv] =
         ["batch", "heads", "heads_kv", "seq", "seq_kv"].map(|n| k.param(n));
     let dim = Expr::c(i64::from(cfg.dim));
-    let mut tensor = |name: &str, h: &Expr, s: &Expr, access| -> GlobalId {
+    let mut tensor = |name: &str, h: &Expr, s: &Expr, access, strides: Vec<Expr>| -> GlobalId {
         let dims = [
             ("b", batch.clone()),
             ("h", h.clone()),
             ("s", s.clone()),
             ("d", dim.clone()),
         ];
-        k.global_strided(name, Bf16, &dims, strides(cfg.layout, h, s, &dim), access)
+        k.global_strided(name, Bf16, &dims, strides, access)
     };
-    let q = tensor("q", &heads, &seq, Access::Read);
-    let kv_k = tensor("k", &heads_kv, &seq_kv, Access::Read);
-    let kv_v = tensor("v", &heads_kv, &seq_kv, Access::Read);
-    let o = tensor("o", &heads, &seq, Access::Write);
+    let st = |h: &Expr, s: &Expr| strides(cfg.layout, h, s, &dim);
+    let q = tensor("q", &heads, &seq, Access::Read, st(&heads, &seq));
+    let kv_k = tensor(
+        "k",
+        &heads_kv,
+        &seq_kv,
+        Access::Read,
+        st(&heads_kv, &seq_kv),
+    );
+    let v_strides = if cfg.v_transposed {
+        // The logical `[b, h, s, d]` view of a `[b, h_kv, d, s]` buffer.
+        vec![
+            &heads_kv * seq_kv.clone() * dim.clone(),
+            &seq_kv * dim.clone(),
+            Expr::c(1),
+            seq_kv.clone(),
+        ]
+    } else {
+        st(&heads_kv, &seq_kv)
+    };
+    let kv_v = tensor("v", &heads_kv, &seq_kv, Access::Read, v_strides);
+    let o = tensor("o", &heads, &seq, Access::Write, st(&heads, &seq));
     let lse = cfg.lse.then(|| {
         let dims = [
             ("b", batch.clone()),
@@ -229,22 +277,33 @@ pub fn strides(layout: AttnLayout, heads: &Expr, seq: &Expr, dim: &Expr) -> Vec<
 
 /// Parameter order: `batch, heads, heads_kv, seq, seq_kv`; tensors `q, k, v, o` (and `lse`).
 pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
+    if cfg.v_transposed && cfg.schedule != AttnSchedule::Mi300x {
+        return Err(KernelError::Config(format!(
+            "attn_fwd: V given transposed is read by the mi300x schedule only, not {:?}",
+            cfg.schedule
+        )));
+    }
     match cfg.schedule {
         AttnSchedule::PingPong8 => ping_pong::build(cfg),
         AttnSchedule::ProducerConsumer => producer_consumer::build(cfg),
+        AttnSchedule::Mi300x => mi300x::build(cfg),
     }
 }
 
-/// The kernel's name: each mask and the log-sum-exp output make separate kernels.
-fn name(cfg: &AttnConfig) -> &'static str {
-    match (cfg.causal, cfg.bottom_right, cfg.lse) {
-        (false, _, false) => "attn_fwd",
-        (false, _, true) => "attn_fwd_lse",
-        (true, false, false) => "attn_fwd_causal",
-        (true, false, true) => "attn_fwd_causal_lse",
-        (true, true, false) => "attn_fwd_causal_br",
-        (true, true, true) => "attn_fwd_causal_br_lse",
-    }
+/// The kernel's name: each mask and the log-sum-exp output make separate kernels, and MI300X-attn's
+/// schedule is named for it (`attn_fwd_mi300x_causal`).
+fn name(cfg: &AttnConfig) -> String {
+    let base = match cfg.schedule {
+        AttnSchedule::Mi300x => "attn_fwd_mi300x",
+        _ => "attn_fwd",
+    };
+    let mask = match (cfg.causal, cfg.bottom_right) {
+        (false, _) => "",
+        (true, false) => "_causal",
+        (true, true) => "_causal_br",
+    };
+    let lse = if cfg.lse { "_lse" } else { "" };
+    format!("{base}{mask}{lse}")
 }
 
 impl AttnConfig {
@@ -262,6 +321,23 @@ impl AttnConfig {
     /// running max stays `−∞` and the softmax needs [`Softmax::floor`].
     pub(crate) fn empty_rows(&self) -> bool {
         self.causal && self.bottom_right
+    }
+}
+
+/// The key blocks `first .. end` one query block visits: where a block's key range is decided, so
+/// that a split of the range (MI300X-attn §5.2's tail split) has one place to act.
+pub(crate) struct KeyRange {
+    pub first: Expr,
+    pub end: Expr,
+}
+
+impl KeyRange {
+    /// Every key block the query rows up to `q_last` need ([`key_blocks`]), from the first.
+    pub fn whole(seq_kv: &Expr, q_last: &Expr, offset: Option<&Expr>, kv: u32) -> KeyRange {
+        KeyRange {
+            first: Expr::c(0),
+            end: key_blocks(seq_kv, q_last, offset, kv),
+        }
     }
 }
 
@@ -302,9 +378,24 @@ pub(crate) struct Softmax {
 impl Softmax {
     /// Declares the vectors beside the score tile `scores` for head dimension `dim`.
     pub fn declare(k: &mut KernelBuilder, scores: RegId, keys: Axis, dim: u32) -> Softmax {
-        let mut vec = |name: &str| match keys {
-            Axis::Rows => k.row_vec(name, scores, DType::F32),
-            Axis::Cols => k.col_vec(name, scores, DType::F32),
+        Self::declare_named(k, scores, keys, dim, "")
+    }
+
+    /// [`Self::declare`] with `suffix` on every vector's name: one softmax per score tile when a wave
+    /// holds several (MI300X-attn §5.1's query tiles).
+    pub fn declare_named(
+        k: &mut KernelBuilder,
+        scores: RegId,
+        keys: Axis,
+        dim: u32,
+        suffix: &str,
+    ) -> Softmax {
+        let mut vec = |name: &str| {
+            let name = format!("{name}{suffix}");
+            match keys {
+                Axis::Rows => k.row_vec(&name, scores, DType::F32),
+                Axis::Cols => k.col_vec(&name, scores, DType::F32),
+            }
         };
         Softmax {
             max: vec("max_v"),

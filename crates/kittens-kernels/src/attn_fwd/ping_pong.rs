@@ -114,7 +114,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             "attn_fwd: dim {d} and kv_block {kv} must be multiples of 32, q_rows {qr} of 16"
         )));
     }
-    let mut k = KernelBuilder::new(super::name(cfg), Schedule::PingPong8);
+    let mut k = KernelBuilder::new(&super::name(cfg), Schedule::PingPong8);
     let Io {
         batch,
         heads,
@@ -210,7 +210,14 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     }
     k.transpose(o_q, o_r);
     k.rounding = cfg.rounding; // the output's rounding to bf16
-    let dst = k.gview(o, vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)], 2, 3, qr, d);
+    let dst = k.gview(
+        o,
+        vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)],
+        2,
+        3,
+        qr,
+        d,
+    );
     k.store(dst, o_q);
     k.rounding = Rounding::Rtne;
     if let (Some(g), Some(lv)) = (lse, lse_v) {

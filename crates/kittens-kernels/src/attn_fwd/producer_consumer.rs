@@ -70,7 +70,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         producer_regs: 40,
         consumer_regs: 232,
     };
-    let mut k = KernelBuilder::new(super::name(cfg), sched);
+    let mut k = KernelBuilder::new(&super::name(cfg), sched);
     let Io {
         batch,
         heads,

@@ -1,0 +1,69 @@
+//! A hand-assembled gfx942 kernel of one 64-lane workgroup run on the emulator: two pointer
+//! arguments (`s[4:5]` in, `s[6:7]` out once `s_load_dwordx4 s[4:7], s[0:1]` has run), the work-item
+//! id in `v0`.
+
+use kittens_amdsim::exec::{self, Dispatch, Memory, Options, Program, Stats};
+use kittens_amdsim::kernarg::{pack, ArgValue};
+use kittens_amdsim::{KernArg, Kernel, KernelDescriptor};
+use kittens_hw::Arch;
+
+pub const S_LOAD_DWORDX4_S4_S0: [u32; 2] = [0xC00A_0100, 0]; // s_load_dwordx4 s[4:7], s[0:1], 0x0
+pub const S_WAITCNT_LGKM0: u32 = 0xBF8C_C07F; // s_waitcnt lgkmcnt(0)
+pub const S_WAITCNT_VM0: u32 = 0xBF8C_0F70; // s_waitcnt vmcnt(0)
+pub const S_ENDPGM: u32 = 0xBF81_0000;
+
+/// Runs `words` with `input` behind the first pointer and `out_bytes` bytes (0xaa) behind the
+/// second; returns the second buffer as words.
+pub fn run(words: &[u32], input: &[u32], out_bytes: usize, sgprs: u32, vgprs: u32) -> Vec<u32> {
+    let arg = |offset| KernArg {
+        offset,
+        size: 8,
+        kind: "global_buffer".into(),
+    };
+    let k = Kernel {
+        name: "hand".into(),
+        arch: Arch::Cdna3,
+        code: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
+        text_offset: 0,
+        descriptor: KernelDescriptor {
+            group_segment_fixed_size: 0,
+            private_segment_fixed_size: 0,
+            kernarg_size: 16,
+            rsrc1: 0,
+            rsrc2: 2 << 1 | 1 << 7,
+            rsrc3: 0,
+            code_properties: 1 << 3,
+        },
+        args: vec![arg(0), arg(8)],
+        kernarg_segment_size: 16,
+        group_segment_size: 0,
+        max_workgroup_size: 64,
+        wavefront_size: 64,
+        sgpr_count: sgprs,
+        vgpr_count: vgprs,
+        agpr_count: 0,
+    };
+    let prog = Program::new(&k).unwrap();
+    let mut mem = Memory::new();
+    let a = mem.alloc(input.iter().flat_map(|x| x.to_le_bytes()).collect());
+    let b = mem.alloc(vec![0xaa; out_bytes]);
+    let kernarg = mem.alloc(pack(&k, &[ArgValue::Ptr(a), ArgValue::Ptr(b)]).unwrap());
+    let d = Dispatch {
+        workgroups: [1, 1, 1],
+        workgroup_size: 64,
+        kernarg,
+    };
+    exec::run(
+        &prog,
+        &mut mem,
+        d,
+        &Options::default(),
+        &mut Stats::default(),
+    )
+    .unwrap();
+    mem.get(b)
+        .unwrap()
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
