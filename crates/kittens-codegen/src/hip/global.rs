@@ -307,7 +307,12 @@ impl Emitter<'_> {
         let (lane_rel, soff) = if split_rows {
             (
                 self.view_addr(src, "rl", "c").rel,
-                format!("{} * {e}", self.view_addr(src, "ru", "0").rel),
+                // Uniform by construction; `readfirstlane` says so to the compiler (clang 19
+                // placed it in a VGPR, which the instruction's scalar operand cannot take).
+                format!(
+                    "__builtin_amdgcn_readfirstlane({} * {e})",
+                    self.view_addr(src, "ru", "0").rel
+                ),
             )
         } else {
             (a.rel.clone(), "0".to_string())

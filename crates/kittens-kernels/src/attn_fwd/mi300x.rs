@@ -15,8 +15,8 @@
 //!   XOR swizzle (`kittens check attn_fwd --gpu mi300x --banks`).
 //! - **V from global memory straight into registers** (§4.3-§4.4): each chunk of V is loaded by the
 //!   waves themselves as the A operand of `Oᵀ += Vᵀ·P` (all eight waves read the same lines, which
-//!   the L1 serves). With V given transposed ([`AttnConfig::v_transposed`], §4.4's `V_t`) a lane's four
-//!   keys are one 8-byte load; otherwise one load per element.
+//!   the L1 serves). V is given transposed ([`AttnConfig::v_transposed`], §4.4's `V_t`, which the paper
+//!   makes by a transpose launch before the attention), so a lane's four keys are one 8-byte load.
 //! - **Three query tiles per wave** (§5.1): `q_rows / 16` tiles of 16 queries, each with its own
 //!   scores, P, output and softmax, sharing every K and V chunk. The first [`TILES_IN_REGS`] live in
 //!   registers; the others in LDS (32 KiB for the third tile of all eight waves, beside K's 32 KiB),
@@ -204,6 +204,14 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             "attn_fwd (mi300x): dim {d} must be a multiple of {CHUNK}, q_rows {qr} of {TILE_Q} and \
              kv_block {kv} of 32"
         )));
+    }
+    if !cfg.v_transposed {
+        // The MFMA operand wants four consecutive keys of one head-dimension column per lane: from V
+        // stored with the head dimension contiguous that is one load per element (§4.4's reason
+        // for the transpose pass), which the HIP lowering does not emit.
+        return Err(KernelError::Config(
+            "attn_fwd (mi300x): V must be given transposed, [b, h_kv, d, s] (v_transposed)".into(),
+        ));
     }
     let mut k = KernelBuilder::new(&super::name(cfg), Schedule::PingPong8);
     let Io {

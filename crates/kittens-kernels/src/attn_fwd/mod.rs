@@ -70,8 +70,7 @@ pub struct AttnConfig {
     pub layout: AttnLayout,
     /// V given transposed, `[b, h_kv, d, s]` with the keys contiguous, whatever `layout` is: what
     /// MI300X-attn §4.4's transpose pass writes, so that each lane reads its MFMA operand's run of
-    /// keys with one load. Only [`AttnSchedule::Mi300x`] reads V this way (others refuse it); without
-    /// it that schedule reads V in `layout`, one element per load.
+    /// keys with one load. [`AttnSchedule::Mi300x`] needs it; the other schedules refuse it.
     pub v_transposed: bool,
     /// Also write the log-sum-exp of every query row (natural log of the softmax's denominator,
     /// what a backward pass and a merge of partial attentions need) to an f32 `lse [b, h, s]`.
