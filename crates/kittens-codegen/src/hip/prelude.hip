@@ -65,6 +65,7 @@ KITTENS_DEV u32 lane_id() {
 KITTENS_DEV u32 lane_id_here() {
   u32 l;
   asm volatile("v_mbcnt_lo_u32_b32 %0, -1, 0\n\tv_mbcnt_hi_u32_b32 %0, -1, %0" : "=v"(l));
+  __builtin_assume(l < 64u); // wave64: what the compiler knows of v_mbcnt's result
   return l;
 }
 
