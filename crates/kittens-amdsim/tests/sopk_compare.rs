@@ -23,8 +23,11 @@ fn store(off: u32) -> [u32; 2] {
     [0xDC70_8000 | off, 0x0006_0102]
 }
 
+/// A compare's host reading of `(register, simm16)`.
+type Reading = fn(u32, u16) -> bool;
+
 /// The compares, each with its host reading.
-const OPS: [(u32, &str, fn(u32, u16) -> bool); 8] = [
+const OPS: [(u32, &str, Reading); 8] = [
     (2, "eq_i32", |x, k| x as i32 == i32::from(k as i16)),
     (3, "lg_i32", |x, k| x as i32 != i32::from(k as i16)),
     (4, "gt_i32", |x, k| x as i32 > i32::from(k as i16)),

@@ -110,12 +110,15 @@ fn run_amd(args: &Args, arch: Arch) -> Result<()> {
     Ok(())
 }
 
+/// One row of [`print_beside`]: a figure of a report as text.
+type Figure<'a> = &'a dyn Fn(&CodeObjectReport) -> String;
+
 /// The variant's figures beside the default configuration's.
 fn print_beside(variant: &str, v: &CodeObjectReport, d: &CodeObjectReport) {
     let hot = |r: &CodeObjectReport, f: &dyn Fn(&kittens_runtime::amd::LoopReport) -> String| {
         r.hot_loop.as_ref().map_or("-".to_string(), f)
     };
-    let rows: [(&str, &dyn Fn(&CodeObjectReport) -> String); 7] = [
+    let rows: [(&str, Figure); 7] = [
         ("VGPR / AGPR", &|r| format!("{} / {}", r.vgpr, r.agpr)),
         ("spills VGPR / SGPR", &|r| {
             format!("{} / {}", r.vgpr_spill, r.sgpr_spill)
