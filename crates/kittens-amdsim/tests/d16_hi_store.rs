@@ -4,11 +4,12 @@
 
 mod support;
 
-use support::{S_ENDPGM, S_LOAD_DWORDX4_S4_S0, S_WAITCNT_LGKM0, S_WAITCNT_VM0};
+use support::{
+    GLOBAL_LOAD_V2, S_ENDPGM, S_LOAD_DWORDX4_S4_S0, S_WAITCNT_LGKM0, S_WAITCNT_VM0,
+    V_LSHLREV_V1_2_V0,
+};
 
-const V_LSHLREV_V1_2_V0: u32 = 0x2402_0082; // v_lshlrev_b32_e32 v1, 2, v0
 const V_LSHLREV_V1_1_V0: u32 = 0x2402_0081; // v_lshlrev_b32_e32 v1, 1, v0
-const GLOBAL_LOAD_V2: [u32; 2] = [0xDC50_8000, 0x0204_0001]; // global_load_dword v2, v1, s[4:5]
 const STORE_D16_HI: [u32; 2] = [0xDC6C_8000, 0x0006_0201]; // global_store_short_d16_hi v1, v2, s[6:7]
 
 #[test]

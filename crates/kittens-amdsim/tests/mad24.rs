@@ -6,11 +6,10 @@
 
 mod support;
 
-use support::{S_ENDPGM, S_LOAD_DWORDX4_S4_S0, S_WAITCNT_LGKM0, S_WAITCNT_VM0};
-
-const V_LSHLREV_V1_2_V0: u32 = 0x2402_0082; // v_lshlrev_b32_e32 v1, 2, v0
-const GLOBAL_LOAD_V2: [u32; 2] = [0xDC50_8000, 0x0204_0001]; // global_load_dword v2, v1, s[4:5]
-const GLOBAL_STORE_V3: [u32; 2] = [0xDC70_8000, 0x0006_0301]; // global_store_dword v1, v3, s[6:7]
+use support::{
+    GLOBAL_LOAD_V2, GLOBAL_STORE_V3, S_ENDPGM, S_LOAD_DWORDX4_S4_S0, S_WAITCNT_LGKM0,
+    S_WAITCNT_VM0, V_LSHLREV_V1_2_V0,
+};
 
 /// `v_mad_*_24 v3, v2, v2, v1` (VOP3a: opcode in bits 25:16, vdst 7:0; src0 8:0, src1 17:9,
 /// src2 26:18 of the second word, VGPR n as 256 + n).

@@ -214,10 +214,9 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         ));
     }
     let mut k = KernelBuilder::new(&super::name(cfg), Schedule::PingPong8);
+    let io = declare_io(&mut k, cfg);
+    let [b, h, qb, hk] = super::query_grid(&mut k, &io, cfg);
     let Io {
-        batch,
-        heads,
-        heads_kv,
         seq,
         seq_kv,
         q,
@@ -225,14 +224,9 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         v: vg,
         o,
         lse,
-    } = declare_io(&mut k, cfg);
+        ..
+    } = io;
     let block_q = 8 * qr as i64;
-    k.grid(
-        vec![batch.clone(), heads.clone(), seq.ceil_div(block_q)],
-        cfg.remap,
-    );
-    let (b, h, qb) = (k.block(0), k.block(1), k.block(2));
-    let hk = &h / (&heads / heads_kv.clone()); // GQA
     let wave_q0 = &qb * block_q + k.wave() * qr as i64;
     let n_tiles = qr / TILE_Q;
     let lds_tiles = n_tiles.saturating_sub(TILES_IN_REGS);

@@ -256,6 +256,20 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
     }
 }
 
+/// The grid of an 8-wave CDNA program (one block per `8 · q_rows` queries of a batch and head, in
+/// `cfg.remap` order) and the block's coordinates: batch, query head, query block and KV head (GQA:
+/// query head `h` reads KV head `h / (heads / heads_kv)`).
+pub(crate) fn query_grid(k: &mut KernelBuilder, io: &Io, cfg: &AttnConfig) -> [Expr; 4] {
+    let block_q = 8 * i64::from(cfg.q_rows);
+    k.grid(
+        vec![io.batch.clone(), io.heads.clone(), io.seq.ceil_div(block_q)],
+        cfg.remap,
+    );
+    let (b, h, qb) = (k.block(0), k.block(1), k.block(2));
+    let hk = &h / (&io.heads / io.heads_kv.clone());
+    [b, h, qb, hk]
+}
+
 /// Logical `[b, h, s, d]` strides (elements) of a tensor with `heads` heads in `layout`.
 pub fn strides(layout: AttnLayout, heads: &Expr, seq: &Expr, dim: &Expr) -> Vec<Expr> {
     match layout {
