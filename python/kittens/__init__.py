@@ -26,7 +26,7 @@ from typing import Any, Optional
 from . import _kittens
 from ._arrays import Array, adapt, new_like
 
-__all__ = ["matmul", "attention", "layernorm", "rotary", "set_verbose", "AttentionFunction", "__version__"]
+__all__ = ["matmul", "attention", "layernorm", "rotary", "rotary_tables", "set_verbose", "AttentionFunction", "__version__"]
 __version__ = _kittens.__version__
 
 _kittens.set_verbose(os.environ.get("KITTENS_VERBOSE", "") not in ("", "0"))
@@ -160,8 +160,11 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     CPU arrays run on the interpreter. CUDA tensors run ``attn_fwd`` lowered for sm_90a (Hopper) on the
     current torch stream, one compiled kernel per head dim, mask and alignment, memory order and
     log-sum-exp output (compiled or loaded on its first call, cached for the process); there the head
-    dim must be 64 or 128 (a ValueError otherwise). Like :func:`matmul`, CUDA calls allocate nothing but
-    the outputs and synchronise nothing. For torch tensors that need gradients this goes through
+    dim must be 64 or 128 (a ValueError otherwise). Few query rows against many keys (decoding) take
+    the key split where it pays on the device's SMs (Flash-Decoding): the keys cut into parts, one
+    block each, and a second kernel merging the parts by their log-sum-exp, with the partials in
+    stream-ordered scratch. Like :func:`matmul`, CUDA calls allocate nothing else and synchronise
+    nothing. For torch tensors that need gradients this goes through
     :class:`AttentionFunction`, whose backward runs the attention backward kernel
     (``kittens._attention_backward``) on the saved output and log-sum-exp.
     """
@@ -250,7 +253,72 @@ def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, see
     return both[0], both[1]
 
 
-def rotary(q: Any, cos: Any, sin: Any, interleaved: bool = False, *, out: Any = None, inplace: bool = False):
+def rotary_tables(seq: int, dim: int, base: float = 10000.0, *, positions: Any = None, like: Any = None):
+    """The rotary tables ``(cos, sin)``, each (N, D/2) bfloat16, of RoFormer's frequencies: pair ``i`` of
+    position ``p`` turns by ``p * base ** (-2 i / D)``. ``positions`` (N integers, default ``0 .. seq-1``)
+    gives each row's position, e.g. ``start + arange(n)`` for new tokens appended to a KV cache. The
+    angles and their cosines and sines are computed in float64 and rounded once to bfloat16 (RTNE), so
+    the tables carry no error but that rounding. With ``like`` a torch tensor, torch tensors on its
+    device come back; otherwise numpy arrays of ``ml_dtypes.bfloat16``.
+    """
+    import numpy as np
+    import ml_dtypes
+
+    seq, dim = int(seq), int(dim)
+    if seq < 1 or dim < 2 or dim % 2:
+        raise ValueError(f"rotary_tables: seq must be >= 1 and dim a positive even number, got {seq}, {dim}")
+    if not (base > 1.0 and np.isfinite(base)):
+        raise ValueError(f"rotary_tables: base must be a finite number above 1, got {base}")
+    if positions is None:
+        pos = np.arange(seq, dtype=np.float64)
+    else:
+        if hasattr(positions, "detach"):
+            positions = positions.detach().cpu().numpy()
+        pos = np.asarray(positions)
+        if pos.shape != (seq,) or not np.issubdtype(pos.dtype, np.integer):
+            raise ValueError(f"rotary_tables: positions must be {seq} integers, got {pos.dtype} {pos.shape}")
+        pos = pos.astype(np.float64)
+    inv_freq = float(base) ** (-np.arange(0, dim, 2, dtype=np.float64) / dim)
+    ang = np.outer(pos, inv_freq)
+    cos, sin = (f(ang).astype(ml_dtypes.bfloat16) for f in (np.cos, np.sin))
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(like, torch.Tensor):
+        return tuple(
+            torch.from_numpy(t.view(np.int16)).view(torch.bfloat16).to(like.device)
+            for t in (cos, sin)
+        )
+    return cos, sin
+
+
+_TABLES: dict = {}
+
+
+def _tables_for(q: Array, base: float, positions: Any):
+    """Computed tables for ``q`` (N = q's third dimension, D its last), kept per device and shape when
+    ``positions`` is the default."""
+    n, d = q.shape[2], q.shape[3]
+    like = q.obj if q.kind == "torch" else None
+    if positions is not None:
+        return rotary_tables(n, d, base, positions=positions, like=like)
+    key = (n, d, float(base), q.kind, q.device, q.index)
+    if key not in _TABLES:
+        if len(_TABLES) >= 16:  # a few shapes in use at a time; never grows without bound
+            _TABLES.clear()
+        _TABLES[key] = rotary_tables(n, d, base, like=like)
+    return _TABLES[key]
+
+
+def rotary(
+    q: Any,
+    cos: Any = None,
+    sin: Any = None,
+    interleaved: bool = False,
+    *,
+    out: Any = None,
+    inplace: bool = False,
+    base: float = 10000.0,
+    positions: Any = None,
+):
     """Rotary position embedding of bfloat16 ``q`` (B, H, N, D) with tables ``cos``, ``sin`` (N, D/2).
 
     Pairs ``(x[i], x[i + D/2])`` (GPT-NeoX, half rotation) or, with ``interleaved=True``,
@@ -258,8 +326,18 @@ def rotary(q: Any, cos: Any, sin: Any, interleaved: bool = False, *, out: Any = 
     ``q`` is dense (B, H, N, D) or a (B, N, H, D) buffer seen through ``.transpose(1, 2)``; the output
     has q's shape and memory order. ``inplace=True`` writes into ``q`` (``out=q`` does the same). D is a
     multiple of 16 from 16 to 512. CUDA tensors run the kernel lowered for sm_90a on the current torch
-    stream.
+    stream. Without ``cos`` and ``sin`` the tables are computed (:func:`rotary_tables` with ``base`` and
+    ``positions``) and kept for later calls of the same shape and device.
     """
+    if (cos is None) != (sin is None):
+        raise ValueError("rotary: give both cos and sin, or neither (then they are computed)")
+    if cos is None:
+        Q = adapt(q, "q")
+        if len(Q.shape) != 4:
+            raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
+        cos, sin = _tables_for(Q, base, positions)
+    elif positions is not None:
+        raise ValueError("rotary: positions apply to computed tables only (cos and sin were given)")
     Q, C, S = adapt(q, "q"), adapt(cos, "cos"), adapt(sin, "sin")
     if inplace:
         out = q

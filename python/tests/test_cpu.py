@@ -523,3 +523,53 @@ def test_rotary_matches_float64(interleaved, bshd):
     q2 = q.copy()
     kittens.rotary(q2, cos, sin, interleaved=interleaved, inplace=True)
     assert np.array_equal(np.asarray(q2), np.asarray(o))
+
+
+def test_rotary_tables_are_roformer_frequencies_rounded_once():
+    import math
+
+    n, d, base = 29, 48, 500.0
+    cos, sin = kittens.rotary_tables(n, d, base)
+    assert cos.dtype == BF16 and cos.shape == (n, d // 2) and sin.shape == (n, d // 2)
+    for p in (0, 1, 7, 28):
+        for i in range(d // 2):
+            ang = p * math.pow(base, -2.0 * i / d)
+            assert cos[p, i] == np.array(math.cos(ang)).astype(BF16)
+            assert sin[p, i] == np.array(math.sin(ang)).astype(BF16)
+    pos = np.array([1000, 3, 77])
+    c2, s2 = kittens.rotary_tables(3, d, base, positions=pos)
+    assert c2[1, 5] == cos[3, 5] and s2[1, 5] == sin[3, 5]
+    assert c2[0, 0] == np.array(math.cos(1000.0)).astype(BF16)
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rotary_computes_its_tables(interleaved):
+    rng = np.random.default_rng(11 + interleaved)
+    b, h, n, d = 2, 3, 21, 32
+    q = rand(rng, b, h, n, d)
+    o = kittens.rotary(q, interleaved=interleaved)
+    cos, sin = kittens.rotary_tables(n, d)
+    assert np.array_equal(np.asarray(o), np.asarray(kittens.rotary(q, cos, sin, interleaved=interleaved)))
+    # Against exact angles in float64: the tables' one bf16 rounding and the output's.
+    ang = np.outer(np.arange(n), 10000.0 ** (-np.arange(0, d, 2) / d))
+    ref = rotary_ref(q, np.cos(ang), np.sin(ang), interleaved)
+    assert np.abs(np.asarray(o).astype(np.float64) - ref).max() <= 2**-7 * np.abs(ref).max()
+    # New tokens at positions 9..12 of a cache: the same rows as the whole sequence's.
+    part = np.ascontiguousarray(q[:, :, 9:13])
+    o_part = kittens.rotary(part, interleaved=interleaved, positions=np.arange(9, 13))
+    assert np.array_equal(np.asarray(o_part), np.asarray(o)[:, :, 9:13])
+
+
+def test_rotary_table_arguments_are_checked():
+    q = rand(np.random.default_rng(5), 1, 2, 8, 32)
+    cos, sin = kittens.rotary_tables(8, 32)
+    with pytest.raises(ValueError, match="both cos and sin"):
+        kittens.rotary(q, cos)
+    with pytest.raises(ValueError, match="positions apply to computed tables"):
+        kittens.rotary(q, cos, sin, positions=np.arange(8))
+    with pytest.raises(ValueError, match="8 integers"):
+        kittens.rotary(q, positions=np.arange(7))
+    with pytest.raises(ValueError, match="even"):
+        kittens.rotary_tables(8, 33)
+    with pytest.raises(ValueError, match="base"):
+        kittens.rotary_tables(8, 32, base=1.0)

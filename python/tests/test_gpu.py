@@ -240,6 +240,10 @@ def lse_f32(q, k, causal, align):
         (1000, 300, 128, True, "top_left", "bshd"),
         (777, 2048, 64, False, "top_left", "bhsd"),
         (2048, 2048, 128, True, "top_left", "bshd"),
+        # Decoding against long caches: 16 query blocks on the GPU's SMs, so the key split runs (the
+        # kernel's parts, then the merge) and must meet the same rule.
+        (1, 32768, 128, False, "top_left", "bhsd"),
+        (16, 8191, 128, True, "bottom_right", "bshd"),
     ],
 )
 def test_attention_lse_and_lengths_on_cuda(n, nk, d, causal, align, layout):
@@ -314,6 +318,24 @@ def test_attention_cuda_graph_capture_and_replay():
     with torch.cuda.graph(g):
         kittens.attention(q, k, v, out=out)
     q.copy_(qkv(2, 4, 4, 512, 64, "bhsd", seed=52)[0])
+    out.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    check_rule(out, sdpa(q, k, v, False), attention_f64(q, k, v, False))
+
+
+def test_attention_decoding_split_in_a_cuda_graph():
+    """Decoding takes the key split (two launches, their partials in stream-ordered scratch); a
+    captured call replays it on new inputs."""
+    q = qkv(1, 8, 8, 1, 128, "bhsd", seed=71)[0]
+    k, v = qkv(1, 8, 8, 16384, 128, "bhsd", seed=72)[1:]
+    out = torch.empty_like(q)
+    kittens.attention(q, k, v, out=out)  # warm-up: compiles or loads both kernels
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        kittens.attention(q, k, v, out=out)
+    q.copy_(qkv(1, 8, 8, 1, 128, "bhsd", seed=73)[0])
     out.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()
@@ -398,3 +420,15 @@ def test_rotary_cuda_matches_cpu_interpreter(interleaved, bshd, d):
     q2 = q.clone()
     kittens.rotary(q2, cos, sin, interleaved=interleaved, inplace=True)
     assert torch.equal(q2, o)
+
+
+def test_rotary_cuda_computes_tables_on_the_device():
+    q = randn(2, 4, 300, 128, seed=8)
+    o = kittens.rotary(q, base=50000.0)
+    cos, sin = kittens.rotary_tables(300, 128, 50000.0, like=q)
+    assert cos.device == q.device and cos.dtype == torch.bfloat16
+    assert torch.equal(o, kittens.rotary(q, cos, sin))
+    assert torch.equal(o.cpu(), kittens.rotary(q.cpu(), base=50000.0))
+    pos = torch.arange(100, 104, device="cuda")
+    part = kittens.rotary(q[:, :, 100:104].contiguous(), base=50000.0, positions=pos)
+    assert torch.equal(part, o[:, :, 100:104])

@@ -4,10 +4,7 @@
 
 mod support;
 
-use support::{
-    GLOBAL_LOAD_V2, S_ENDPGM, S_LOAD_DWORDX4_S4_S0, S_WAITCNT_LGKM0, S_WAITCNT_VM0,
-    V_LSHLREV_V1_2_V0,
-};
+use support::{S_ENDPGM, S_WAITCNT_VM0};
 
 const V_LSHLREV_V1_1_V0: u32 = 0x2402_0081; // v_lshlrev_b32_e32 v1, 1, v0
 const STORE_D16_HI: [u32; 2] = [0xDC6C_8000, 0x0006_0201]; // global_store_short_d16_hi v1, v2, s[6:7]
@@ -17,12 +14,7 @@ fn global_store_short_d16_hi_stores_the_high_half() {
     let input: Vec<u32> = (0..64u32)
         .map(|i| i.wrapping_mul(2_654_435_761) ^ 0x8000)
         .collect();
-    let mut words = vec![];
-    words.extend(S_LOAD_DWORDX4_S4_S0);
-    words.push(S_WAITCNT_LGKM0);
-    words.push(V_LSHLREV_V1_2_V0);
-    words.extend(GLOBAL_LOAD_V2);
-    words.push(S_WAITCNT_VM0);
+    let mut words = support::load_lane_word();
     words.push(V_LSHLREV_V1_1_V0);
     words.extend(STORE_D16_HI);
     words.push(S_WAITCNT_VM0);

@@ -6,10 +6,7 @@
 
 mod support;
 
-use support::{
-    GLOBAL_LOAD_V2, GLOBAL_STORE_V3, S_ENDPGM, S_LOAD_DWORDX4_S4_S0, S_WAITCNT_LGKM0,
-    S_WAITCNT_VM0, V_LSHLREV_V1_2_V0,
-};
+use support::{GLOBAL_STORE_V3, S_ENDPGM};
 
 /// `v_mad_*_24 v3, v2, v2, v1` (VOP3a: opcode in bits 25:16, vdst 7:0; src0 8:0, src1 17:9,
 /// src2 26:18 of the second word, VGPR n as 256 + n).
@@ -19,12 +16,7 @@ fn mad(opcode: u32) -> [u32; 2] {
 
 /// `out[i] = op(in[i])` for the instruction words `op` (reading v2, writing v3, v1 = 4·i).
 pub(crate) fn per_lane(op: &[u32], input: &[u32]) -> Vec<u32> {
-    let mut words = vec![];
-    words.extend(S_LOAD_DWORDX4_S4_S0);
-    words.push(S_WAITCNT_LGKM0);
-    words.push(V_LSHLREV_V1_2_V0);
-    words.extend(GLOBAL_LOAD_V2);
-    words.push(S_WAITCNT_VM0);
+    let mut words = support::load_lane_word();
     words.extend(op);
     words.extend(GLOBAL_STORE_V3);
     words.push(S_ENDPGM);

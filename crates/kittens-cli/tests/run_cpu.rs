@@ -210,3 +210,58 @@ fn attention_variant_seed001_runs_and_unknown_variants_are_refused() {
         "give one",
     );
 }
+
+/// `--kv-splits`: decoding (one query against 3001 keys) split in 4 on the interpreter passes the rule,
+/// and the report names the split and the merge launch; `auto` reports the planner's count and
+/// reason; a count out of range and the flag on another kernel are refused with a message.
+#[test]
+fn attention_key_split_reports_its_parts() {
+    let run = |extra: &[&str]| {
+        let mut args = vec![
+            "attn_fwd",
+            "--seq",
+            "1",
+            "--seq-kv",
+            "3001",
+            "--input-scale",
+            "8",
+            "--json",
+        ];
+        args.extend_from_slice(extra);
+        let out = kittens_run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args:?}: {err}");
+        serde_json::from_slice::<Value>(&out.stdout).expect("one JSON document")
+    };
+    let v = run(&["--kv-splits", "4"]);
+    assert_eq!(v["shape"]["kv_splits"], 4);
+    assert_eq!(v["then"], serde_json::json!(["attn_fwd_merge4"]));
+    assert_eq!(v["kernel"], "attn_fwd_split4");
+    assert_eq!(v["passed"], true);
+    // B1 H4 against 3001 keys: 4 blocks of 94 key blocks on MI300X's 304 CUs (the CPU runs the
+    // ping-pong, so it plans for gfx942's GPU).
+    let v = run(&["--kv-splits", "auto", "--lse"]);
+    let g = v["shape"]["kv_splits"].as_u64().unwrap();
+    assert!(g > 1, "{v}");
+    assert!(
+        v["shape"]["kv_split_reason"]
+            .as_str()
+            .unwrap()
+            .contains("split"),
+        "{v}"
+    );
+    assert_eq!(v["passed"], true);
+    for (args, needle) in [
+        (&["attn_fwd", "--kv-splits", "17"][..], "from 1 to 16"),
+        (&["attn_fwd", "--kv-splits", "0"][..], "from 1 to 16"),
+        (&["gemm_bf16", "--kv-splits", "2"][..], "attn_fwd only"),
+    ] {
+        let out = kittens_run(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(needle),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

@@ -7,6 +7,7 @@
 //! the inputs, executes them on a backend and judges the output is `kittens_runtime::runner`; the
 //! Python package's path on the caller's own inputs is [`crate::exec`]. Neither names a kernel.
 
+use crate::attn_fwd::split::KvSplits;
 use crate::attn_fwd::{AttnConfig, AttnLayout};
 use crate::gemm_bf16::GemmConfig;
 use crate::reference::{AttnShape, Tolerance};
@@ -33,6 +34,9 @@ pub struct Problem {
     pub bottom_right: bool,
     /// The attention forward also writes the log-sum-exp of every query row (a second output).
     pub lse: bool,
+    /// The attention forward's key split (`attn_fwd::split`): 1 part (the default, the plain
+    /// kernel), a fixed count, or the planner's choice for the GPU the run is configured for.
+    pub kv_splits: KvSplits,
     pub gemm: GemmConfig,
     /// Tile sizes of the attention kernel on the CPU; `dim` is taken from `attn.dim`.
     pub attn_cfg: AttnConfig,
@@ -70,6 +74,7 @@ impl Default for Problem {
             causal: false,
             bottom_right: false,
             lse: false,
+            kv_splits: KvSplits::Fixed(1),
             gemm: GemmConfig::default(),
             attn_cfg: AttnConfig {
                 q_rows: 16,
@@ -127,6 +132,16 @@ impl Launch {
     }
 }
 
+/// One launch of a run that takes several (a key-split attention and its merge): the kernel and its
+/// launch. Tensors pass from one launch to the next by name: a launch's inputs are the tensors of
+/// those names drawn for the run or written by an earlier launch, and the run's outputs are the
+/// outputs no later launch reads, in launch order (`kittens_runtime::runner` runs them so).
+#[derive(Debug, Clone)]
+pub struct Stage {
+    pub kernel: Kernel,
+    pub launch: Launch,
+}
+
 /// A validated run: its launch, what it is called in messages, the multiply-adds it executes on the
 /// problem padded to whole tiles (`None`: over 2^64; each backend has its own limit) and the shape
 /// the report prints.
@@ -164,6 +179,15 @@ pub trait KernelProblem: Sync + std::fmt::Debug {
     /// The kernel a run of `p` on `target` executes: `p`'s tiles on the CPU, the target GPU's
     /// configuration elsewhere (with `p`'s shape-bound settings, e.g. attention's head dimension).
     fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError>;
+
+    /// The launches of a run of `p` on `target` at `plan`, in order ([`Stage`]). Default: the one
+    /// kernel of [`Self::build`] at the plan's launch.
+    fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+        Ok(vec![Stage {
+            kernel: self.build(p, target)?,
+            launch: plan.launch.clone(),
+        }])
+    }
 
     /// The random inputs of a run of `kernel` (as [`Self::build`] made it) at `launch`, in
     /// [`Launch::inputs`] order. By default each is uniform in `[-input_scale, input_scale)` rounded to

@@ -282,7 +282,7 @@ const ATTN_FWD_VARIANTS: &[Variant] = &[
 
 const ATTN_FWD: KernelEntry = KernelEntry {
     name: "attn_fwd",
-    about: "attention forward, online softmax, GQA, causal option, BSHD/BHSD (HipKittens E.3)",
+    about: "attention forward, online softmax, GQA, causal option, BSHD/BHSD (HipKittens E.3); key split for decoding, a merge launch after it (Flash-Decoding, --kv-splits)",
     targets: &[
         TargetPlan {
             target: Target::Gfx942,

@@ -66,8 +66,9 @@ pub unsafe fn matmul(
     unsafe { caller::gemm_bf16_abt(ordinal, stream, &ptrs, lower_tile) }.map_err(cuda_error)
 }
 
-/// Enqueues the attention forward on `stream` of device `ordinal`; returns the kernel load on the first
-/// call of a configuration (head dim, mask, layout) on a device.
+/// Enqueues the attention forward on `stream` of device `ordinal`, with the key split where the
+/// planner says it pays (decoding: few query rows against a long cache); returns the kernel loads of
+/// the first call of a configuration (head dim, mask, layout, split) on a device.
 ///
 /// # Safety
 /// As for [`matmul`]: live device arrays of the checked shapes, kept alive until the stream has run.
@@ -76,7 +77,7 @@ pub unsafe fn attention(
     causal: Causal,
     ordinal: i32,
     stream: u64,
-) -> Result<Option<KernelLoad>, ApiError> {
+) -> Result<Vec<KernelLoad>, ApiError> {
     let ptrs = AttnPointers {
         q: p.q,
         k: p.k,
@@ -94,6 +95,7 @@ pub unsafe fn attention(
             layout: p.layout,
         },
         causal: causal != Causal::No,
+        kv_splits: p.kv_splits,
     };
     // SAFETY: forwarded from the caller.
     unsafe { caller_attn::attention_fwd(ordinal, stream, &ptrs, lowered_attention) }.map_err(|e| {
@@ -105,20 +107,27 @@ pub unsafe fn attention(
 }
 
 /// The registry's `attn_fwd` as built for the H100 (`AttnConfig::for_gpu`: the producer/consumer
-/// schedule), at the problem's head dimension, mask and memory order, lowered for sm_90a.
+/// schedule), at the problem's head dimension, mask, memory order and key split, lowered for sm_90a;
+/// or, for the merge launch of a split, its merge (`attn_fwd::split::build_merge`).
 fn lowered_attention(cfg: &AttnKernelConfig) -> Result<kittens_codegen::Lowered, CudaError> {
     let invalid = |e: String| CudaError::Invalid(e);
     let entry = kittens_kernels::by_name("attn_fwd").map_err(|e| invalid(e.to_string()))?;
     let gpu = kittens_hw::gpu("h100").map_err(|e| invalid(e.to_string()))?;
     let dim = u32::try_from(cfg.dim).map_err(|_| invalid(format!("head dim {}", cfg.dim)))?;
-    let k = attn_fwd::build(&AttnConfig {
+    let config = AttnConfig {
         dim,
         causal: cfg.causal,
         bottom_right: cfg.bottom_right,
         layout: cfg.layout,
         lse: cfg.lse,
+        kv_splits: cfg.kv_splits,
         ..AttnConfig::for_gpu(gpu)
-    })
+    };
+    let k = if cfg.merge {
+        attn_fwd::split::build_merge(&config)
+    } else {
+        attn_fwd::build(&config)
+    }
     .map_err(|e| invalid(format!("building {} for sm_90a: {e}", entry.name)))?;
     kittens_codegen::lower(&k, Target::Sm90a)
         .map_err(|e| invalid(format!("lowering {}: {e}", entry.name)))

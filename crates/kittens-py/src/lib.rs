@@ -148,7 +148,7 @@ fn attention(
         }
         Device::Cuda(ordinal) => {
             // SAFETY: the Python caller passes live tensors of this device used on their own stream.
-            if let Some(load) = unsafe { gpu::attention(&p, causal, ordinal, stream)? } {
+            for load in unsafe { gpu::attention(&p, causal, ordinal, stream)? } {
                 say(&gpu::describe(&load));
             }
             Ok(())

@@ -270,6 +270,8 @@ pub struct Attention {
     pub seq_kv: usize,
     pub dim: usize,
     pub layout: AttnLayout,
+    /// The key split on CUDA (`auto`: where the tail planner says it pays); the CPU path ignores it.
+    pub kv_splits: kittens_kernels::attn_fwd::split::KvSplits,
 }
 
 /// Dense strides of logical (B, H, N, D) in `layout`.
@@ -395,5 +397,6 @@ pub fn attention(
         seq_kv: n_kv,
         dim: d,
         layout,
+        kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Auto,
     })
 }

@@ -8,6 +8,12 @@
 //! the merge to pay; otherwise pick `G` minimising `ceil(tail·G / CUs) × ceil(kv_blocks / G)` plus the
 //! merge.
 //!
+//! The same model covers Flash-Decoding's split of *every* workgroup ([`SplitScope::Every`]), which is
+//! what the kittens attention launches (`kittens_kernels::attn_fwd::split`: the split is one more grid
+//! extent, so every query block is cut alike): then the cost of `G` is `ceil(workgroups·G / CUs) ×
+//! ceil(kv_blocks / G)` plus the merge of every query row. Decoding (few query rows against a long
+//! cache) is the case it is for: `B·H` workgroups leave most CUs idle in the only round.
+//!
 //! Time unit: one K/V-block iteration of one workgroup. The merge is converted into that unit with the
 //! GPU's per-CU matrix rate and HBM bandwidth (see [`TailModel`]).
 
@@ -19,11 +25,23 @@ use serde::Serialize;
 /// 2^20 blocks of 64 keys are 64 M tokens, far past any attention launch.
 pub const MAX_KV_BLOCKS: u64 = 1 << 20;
 
+/// Which workgroups a split cuts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SplitScope {
+    /// Only the stranded last round's workgroups; the full rounds walk unsplit (MI300X-attn §5.2).
+    #[default]
+    Tail,
+    /// Every workgroup's walk, in `G` parts (Flash-Decoding; the kittens attention's key split).
+    Every,
+}
+
 /// The shape of one attention forward launch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct TailInput {
     pub batch: u64,
     pub heads: u64,
+    /// Query rows per head.
     pub seq: u64,
     pub dim: u64,
     /// Query rows per workgroup (MI300X-attn §5.1: 384 with three 16-row Q tiles per wave × 8 waves).
@@ -31,6 +49,34 @@ pub struct TailInput {
     /// Keys per K/V block iteration (MI300X-attn §4.1: the 32 KiB K double buffer holds 2 × 64 rows of
     /// 128 bf16).
     pub kv_block: u64,
+    /// Keys each query walks when they differ from `seq` (decoding against a cache); `None`: `seq`.
+    pub seq_kv: Option<u64>,
+    /// Which workgroups a split cuts.
+    pub scope: SplitScope,
+    /// The most parts a walk may be cut into; 0: as many as it has K/V blocks.
+    pub max_split: u64,
+}
+
+impl TailInput {
+    /// Self-attention (as many keys as queries), the stranded last round split (the seed's planner).
+    pub fn new(batch: u64, heads: u64, seq: u64, dim: u64, block_rows: u64, kv_block: u64) -> Self {
+        TailInput {
+            batch,
+            heads,
+            seq,
+            dim,
+            block_rows,
+            kv_block,
+            seq_kv: None,
+            scope: SplitScope::Tail,
+            max_split: 0,
+        }
+    }
+
+    /// Keys of the walk.
+    pub fn keys(&self) -> u64 {
+        self.seq_kv.unwrap_or(self.seq)
+    }
 }
 
 /// Constants of the cost model; [`TailModel::SEED_001`] documents where each comes from.
@@ -91,10 +137,11 @@ impl TailInput {
             self.dim,
             self.block_rows,
             self.kv_block,
+            self.keys(),
         ];
         if v.contains(&0) {
             return Err(SchedError::Invalid(
-                "batch, heads, seq, dim, block rows and kv block must be positive".into(),
+                "batch, heads, seq, seq_kv, dim, block rows and kv block must be positive".into(),
             ));
         }
         Ok(())
@@ -109,10 +156,9 @@ fn kv_iteration_s(gpu: &Gpu, s: &TailInput, m: &TailModel) -> f64 {
     flops / (per_cu * m.attention_efficiency)
 }
 
-/// Merge cost in K/V-block iterations: launch plus reading `tail·G` fp32 partial outputs with their
-/// (max, sum) statistics and writing the bf16 result.
-fn merge_cost(gpu: &Gpu, s: &TailInput, m: &TailModel, tail: u64, g: u64) -> f64 {
-    let rows = tail as f64 * s.block_rows as f64;
+/// Merge cost in K/V-block iterations: launch plus reading `G` fp32 partial outputs of `rows` query
+/// rows with their (max, sum) statistics and writing the bf16 result.
+fn merge_cost(gpu: &Gpu, s: &TailInput, m: &TailModel, rows: f64, g: u64) -> f64 {
     let bytes = rows * (g as f64 * (s.dim as f64 * 4.0 + 8.0) + s.dim as f64 * 2.0);
     let secs = m.merge_launch_s + bytes / (gpu.hbm_tbps * 1e12 * m.merge_bw_efficiency);
     secs / kv_iteration_s(gpu, s, m)
@@ -122,7 +168,7 @@ fn merge_cost(gpu: &Gpu, s: &TailInput, m: &TailModel, tail: u64, g: u64) -> f64
 pub fn plan_tail(gpu: &Gpu, s: &TailInput, m: &TailModel) -> Result<TailPlan, SchedError> {
     s.validate()?;
     let cus = gpu.compute_units as u64;
-    let kv_blocks = s.seq.div_ceil(s.kv_block);
+    let kv_blocks = s.keys().div_ceil(s.kv_block);
     SchedError::check_budget(
         "a walk",
         kv_blocks as u128,
@@ -167,12 +213,29 @@ pub fn plan_tail(gpu: &Gpu, s: &TailInput, m: &TailModel) -> Result<TailPlan, Sc
         );
         return Ok(plan);
     }
-    let cost = |g: u64| {
-        let merge = merge_cost(gpu, s, m, tail, g);
-        let parts = ((tail * g).div_ceil(cus) * kv_blocks.div_ceil(g)) as f64;
-        ((full_rounds * kv_blocks) as f64 + parts + merge, merge)
+    // The workgroups a split cuts, the rounds that stay whole, and the query rows the merge reads.
+    let (cut, whole) = match s.scope {
+        SplitScope::Tail => (tail, full_rounds * kv_blocks),
+        SplitScope::Every => (workgroups, 0),
     };
-    let (g, (t, merge)) = (2..=kv_blocks)
+    let rows = match s.scope {
+        SplitScope::Tail => tail as f64 * s.block_rows as f64,
+        // Padded blocks hold no rows: at most `batch·heads·seq` (one row per head when decoding).
+        SplitScope::Every => {
+            (workgroups as f64 * s.block_rows as f64).min((s.batch * s.heads) as f64 * s.seq as f64)
+        }
+    };
+    let cost = |g: u64| {
+        let merge = merge_cost(gpu, s, m, rows, g);
+        let parts = ((cut as u128 * g as u128).div_ceil(cus as u128)
+            * kv_blocks.div_ceil(g) as u128) as f64;
+        (whole as f64 + parts + merge, merge)
+    };
+    let most = match s.max_split {
+        0 => kv_blocks,
+        g => g.min(kv_blocks),
+    };
+    let (g, (t, merge)) = (2..=most)
         .map(|g| (g, cost(g)))
         .min_by(|a, b| a.1 .0.total_cmp(&b.1 .0))
         .unwrap_or((1, (unsplit, 0.0)));
@@ -195,9 +258,13 @@ pub fn plan_tail(gpu: &Gpu, s: &TailInput, m: &TailModel) -> Result<TailPlan, Sc
     plan.time_split = t;
     plan.merge_cost = merge;
     plan.reason = format!(
-        "split: the last round holds {tail} of {cus} CUs ({:.1}%); {g} parts of {} K/V blocks each",
+        "split: the last round holds {tail} of {cus} CUs ({:.1}%); {g} parts of {} K/V blocks {}",
         fill * 100.0,
-        kv_blocks.div_ceil(g)
+        kv_blocks.div_ceil(g),
+        match s.scope {
+            SplitScope::Tail => "per stranded workgroup",
+            SplitScope::Every => "per workgroup",
+        }
     );
     Ok(plan)
 }

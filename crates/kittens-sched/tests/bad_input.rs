@@ -72,14 +72,7 @@ fn grid_orders_at_the_top_of_their_range_run() {
 }
 
 fn tail_input(batch: u64, heads: u64, seq: u64, kv_block: u64) -> TailInput {
-    TailInput {
-        batch,
-        heads,
-        seq,
-        dim: 128,
-        block_rows: 384,
-        kv_block,
-    }
+    TailInput::new(batch, heads, seq, 128, 384, kv_block)
 }
 
 /// 10^9 K/V blocks per workgroup: the old planner tried every split G up to 10^9 (a hang).

@@ -4,14 +4,7 @@ use kittens_sched::regs::{plan_regs, RegsInput};
 use kittens_sched::tail::{plan_tail, TailInput, TailModel};
 
 fn shape(batch: u64, heads: u64, seq: u64, block_rows: u64) -> TailInput {
-    TailInput {
-        batch,
-        heads,
-        seq,
-        dim: 128,
-        block_rows,
-        kv_block: 64,
-    }
+    TailInput::new(batch, heads, seq, 128, block_rows, 64)
 }
 
 fn mi300x() -> &'static kittens_hw::Gpu {
@@ -145,4 +138,79 @@ fn hopper_reallocation() {
     assert_eq!(rep.consumer.operands, 0);
     assert_eq!(rep.consumer.accumulators, 128 * 256 / (8 * 32));
     assert!(rep.fits, "{}", rep.reason);
+}
+
+/// Flash-Decoding's split of every workgroup (`SplitScope::Every`, what the kittens attention
+/// launches): one query against a 32768-key cache, B1 H32, 128-row blocks of 128 keys on the H100
+/// (132 SMs): 32 workgroups walk 256 blocks each in one round; 4 parts make 128 workgroups of 64
+/// blocks (5 parts would need a second round), about 4x less the merge.
+#[test]
+fn every_scope_splits_decoding_into_one_round() {
+    use kittens_sched::tail::SplitScope;
+    let h100 = kittens_hw::gpu("h100").unwrap();
+    let decode = |batch, heads, seq, seq_kv| TailInput {
+        seq_kv: Some(seq_kv),
+        scope: SplitScope::Every,
+        max_split: 16,
+        ..TailInput::new(batch, heads, seq, 128, 128, 128)
+    };
+    let p = plan_tail(h100, &decode(1, 32, 1, 32768), &TailModel::SEED_001).unwrap();
+    assert_eq!(
+        (p.workgroups, p.kv_blocks, p.split),
+        (32, 256, 4),
+        "{}",
+        p.reason
+    );
+    assert!(p.speedup > 3.5 && p.speedup < 4.0, "{}", p.speedup);
+    // The merge reads the query rows there are (32), not 32 padded blocks of 128: its cost is
+    // about the 5 µs launch (1.8 steps of 2.7 µs); the padded rows' 9.6 MB would add 1.5 steps.
+    assert!(p.merge_cost > 1.7 && p.merge_cost < 2.0, "{}", p.merge_cost);
+    // 128 workgroups already hold 128 of 132 SMs (97%): declined.
+    let p = plan_tail(h100, &decode(4, 32, 1, 8192), &TailModel::SEED_001).unwrap();
+    assert_eq!(p.split, 1, "{}", p.reason);
+    // A short cache: 2 blocks, the merge's launch outweighs the step saved.
+    let p = plan_tail(h100, &decode(1, 8, 1, 256), &TailModel::SEED_001).unwrap();
+    assert_eq!(p.split, 1, "{}", p.reason);
+    assert!(p.reason.contains("too short"), "{}", p.reason);
+    // `max_split` bounds G: B1 H1 could use 132 parts of a long walk.
+    let p = plan_tail(h100, &decode(1, 1, 1, 1 << 20), &TailModel::SEED_001).unwrap();
+    assert_eq!(p.split, 16, "{}", p.reason);
+}
+
+/// With a free merge the every-workgroup split minimises `ceil(W·G/CUs)·ceil(nkb/G)` over the
+/// allowed G (brute force), the seed's formula with every workgroup cut.
+#[test]
+fn every_scope_minimises_the_rounds_formula() {
+    use kittens_sched::tail::SplitScope;
+    let free = TailModel {
+        merge_launch_s: 0.0,
+        merge_bw_efficiency: 1e12,
+        ..TailModel::SEED_001
+    };
+    let h100 = kittens_hw::gpu("h100").unwrap();
+    for (b, h, s, skv) in [
+        (1, 32, 1, 32768),
+        (2, 8, 16, 100_000),
+        (3, 5, 77, 3001),
+        (1, 40, 1, 9000),
+    ] {
+        let input = TailInput {
+            seq_kv: Some(skv),
+            scope: SplitScope::Every,
+            max_split: 16,
+            ..TailInput::new(b, h, s, 128, 128, 128)
+        };
+        let p = plan_tail(h100, &input, &free).unwrap();
+        let cost = |g: u64| (p.workgroups * g).div_ceil(132) * p.kv_blocks.div_ceil(g);
+        let best = (1..=16.min(p.kv_blocks)).map(cost).min().unwrap();
+        if p.split == 1 {
+            assert!(
+                cost(1) as f64 <= best as f64 * 1.01,
+                "({b},{h},{s},{skv}) {}",
+                p.reason
+            );
+        } else {
+            assert_eq!(cost(p.split), best, "({b},{h},{s},{skv}) G={}", p.split);
+        }
+    }
 }

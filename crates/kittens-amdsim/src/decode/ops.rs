@@ -360,6 +360,7 @@ table! {
     Global 0x1b GlobalStoreShortD16Hi "global_store_short_d16_hi" [1, 2, 0, 0] Both;
     Global 0x1c GlobalStoreDword "global_store_dword" [1, 2, 0, 0] Both;
     Global 0x1d GlobalStoreDwordx2 "global_store_dwordx2" [2, 2, 0, 0] Both;
+    Global 0x1e GlobalStoreDwordx3 "global_store_dwordx3" [3, 2, 0, 0] Both;
     Global 0x1f GlobalStoreDwordx4 "global_store_dwordx4" [4, 2, 0, 0] Both;
 }
 

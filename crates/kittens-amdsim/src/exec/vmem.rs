@@ -28,6 +28,8 @@ fn bytes_of(op: Op) -> u32 {
         16
     } else if n.ends_with("x2") || n.ends_with("b64") {
         8
+    } else if n.ends_with("x3") {
+        12
     } else {
         4
     }

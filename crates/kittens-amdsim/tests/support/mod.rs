@@ -16,6 +16,15 @@ pub const V_LSHLREV_V1_2_V0: u32 = 0x2402_0082; // v_lshlrev_b32_e32 v1, 2, v0
 pub const GLOBAL_LOAD_V2: [u32; 2] = [0xDC50_8000, 0x0204_0001]; // global_load_dword v2, v1, s[4:5]
 pub const GLOBAL_STORE_V3: [u32; 2] = [0xDC70_8000, 0x0006_0301]; // global_store_dword v1, v3, s[6:7]
 
+/// The start of a per-lane kernel: the pointers loaded, `v1 = 4·i` and `v2 = in[i]` landed.
+pub fn load_lane_word() -> Vec<u32> {
+    let mut words = S_LOAD_DWORDX4_S4_S0.to_vec();
+    words.extend([S_WAITCNT_LGKM0, V_LSHLREV_V1_2_V0]);
+    words.extend(GLOBAL_LOAD_V2);
+    words.push(S_WAITCNT_VM0);
+    words
+}
+
 /// The kernel of `words` with `sgprs` and `vgprs` registers.
 pub fn kernel(words: &[u32], sgprs: u32, vgprs: u32) -> Kernel {
     let arg = |offset| KernArg {

@@ -20,8 +20,9 @@ pub struct Args {
     /// cuBLASLt's FP8 GEMM (its default check shapes keep K a multiple of 16); `attn_fwd` against the f64
     /// reference on spot rows by the test rule, and TFLOP/s (`--sizes` picks sequence lengths,
     /// `--timing` does not apply; `--checks none` leaves out the check-only shapes, `--checks only`
-    /// runs just those; for attn_fwd `--checks lse` checks the log-sum-exp, differing lengths and
-    /// both causal alignments).
+    /// runs just those; for attn_fwd `--checks lse` checks the log-sum-exp, differing lengths,
+    /// both causal alignments and the key split, every element; `--checks decode` times decoding
+    /// shapes split by the planner against the unsplit kernel, both checked every element).
     #[arg(value_parser = kittens_kernels::by_name)]
     pub kernel: &'static KernelEntry,
     /// Square sizes M = N = K, comma-separated (2048,4096,8192 when no shape is given at all);

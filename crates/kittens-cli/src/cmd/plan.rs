@@ -71,6 +71,17 @@ pub struct TailArgs {
     /// Keys per K/V block iteration.
     #[arg(long, default_value_t = 64)]
     pub kv_block: u64,
+    /// Keys each query attends to, when they differ from --seq (decoding against a cache).
+    #[arg(long)]
+    pub seq_kv: Option<u64>,
+    /// Split every workgroup's walk (Flash-Decoding, what the kittens attention launches) instead of
+    /// the stranded last round's only (MI300X-attn §5.2).
+    #[arg(long)]
+    pub every: bool,
+    /// The most parts a walk may be cut into (0: as many as it has K/V blocks; the kittens attention
+    /// allows 16).
+    #[arg(long, default_value_t = 0)]
+    pub max_split: u64,
     #[arg(long)]
     pub json: bool,
 }
@@ -196,12 +207,14 @@ fn grid(a: GridArgs) -> anyhow::Result<()> {
 fn tail_cmd(a: TailArgs) -> anyhow::Result<()> {
     let g = a.gpu;
     let input = tail::TailInput {
-        batch: a.batch,
-        heads: a.heads,
-        seq: a.seq,
-        dim: a.dim,
-        block_rows: a.block_rows,
-        kv_block: a.kv_block,
+        seq_kv: a.seq_kv,
+        max_split: a.max_split,
+        scope: if a.every {
+            tail::SplitScope::Every
+        } else {
+            tail::SplitScope::Tail
+        },
+        ..tail::TailInput::new(a.batch, a.heads, a.seq, a.dim, a.block_rows, a.kv_block)
     };
     let model = tail::TailModel::SEED_001;
     let plan = tail::plan_tail(g, &input, &model)?;

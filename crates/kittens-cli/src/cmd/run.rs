@@ -80,6 +80,11 @@ pub struct Args {
     /// attn_fwd: also write the log-sum-exp of every query row (a second output, judged on its own).
     #[arg(long)]
     pub lse: bool,
+    /// attn_fwd: cut each query block's keys into G parts (1 to 16; one block per part, then a
+    /// merge launch) or `auto` (the tail planner's choice for the GPU the run is configured for; on
+    /// the CPU the GPU of the schedule it runs). 1 is the plain kernel.
+    #[arg(long, default_value = "1")]
+    pub kv_splits: kittens_kernels::attn_fwd::split::KvSplits,
     /// Attention tensor layout.
     #[arg(long, value_enum, ignore_case = true, default_value_t = AttnLayoutArg::Bshd)]
     pub layout: AttnLayoutArg,
@@ -159,6 +164,13 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     if a.lse && a.kernel.name != "attn_fwd" {
         bail!("--lse applies to attn_fwd only, not {}", a.kernel.name);
     }
+    let one = kittens_kernels::attn_fwd::split::KvSplits::Fixed(1);
+    if a.kv_splits != one && a.kernel.name != "attn_fwd" {
+        bail!(
+            "--kv-splits applies to attn_fwd only, not {}",
+            a.kernel.name
+        );
+    }
     if matches!(a.kernel.name, "attn_fwd" | "attn_bwd")
         && (a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv))
     {
@@ -172,6 +184,7 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
         bottom_right: a.bottom_right,
         seq_kv: a.seq_kv,
         lse: a.lse,
+        kv_splits: a.kv_splits,
         seed: a.seed,
         input_scale: a.input_scale,
         tolerance: a.tolerance,
@@ -311,10 +324,17 @@ fn print_text(r: &RunReport) {
         Some(gpu) => format!("{}, {} as configured for {gpu}", r.backend, r.target),
         None => r.backend.to_string(),
     };
+    let then: String = r.then.iter().map(|k| format!(" then {k}")).collect();
     println!(
-        "kernel   {} (backend {on}, {} blocks × {} waves)",
+        "kernel   {}{then} (backend {on}, {} blocks × {} waves)",
         r.kernel, r.blocks, r.waves_per_block
     );
+    if let Some(g) = r.shape.get("kv_splits") {
+        let why = r.shape["kv_split_reason"]
+            .as_str()
+            .map_or(String::new(), |w| format!(" ({w})"));
+        println!("split    {g} key part(s){why}");
+    }
     println!("shape    {}", r.shape);
     println!(
         "rel_err  {:.3e}   (‖out − ref‖_F / ‖ref‖_F, f64 reference)",

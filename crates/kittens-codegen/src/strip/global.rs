@@ -13,7 +13,7 @@
 //! phases every load of the run is in flight at once, and only the raw words (half the registers of
 //! bf16 values in f32) live between the phases.
 
-use kittens_ir::{GlobalView, RegId};
+use kittens_ir::{GlobalView, RegId, Rounding};
 
 use super::memory::{from_f32, to_f32, ViewC};
 use super::{unsupported, Dist, Emit, StripError};
@@ -113,7 +113,7 @@ impl Emit<'_> {
 
     /// The chunk stored element by element, each bounds-checked (member `j` is `j` elements after
     /// member 0).
-    fn store_elements(&mut self, a: &Access) {
+    fn store_elements(&mut self, a: &Access, rounding: Rounding) {
         self.line(format!(
             "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {}; ++kt_e_i) {{",
             a.d.v()
@@ -127,33 +127,72 @@ impl Emit<'_> {
             self.line(format!(
                 "if (kt_ok) {}[kt_o + {j}] = {};",
                 a.vc.ptr,
-                from_f32(a.vc.dtype, &a.elem(j, "kt_e_i"))
+                from_f32(a.vc.dtype, &a.elem(j, "kt_e_i"), rounding)
             ));
         }
         self.depth -= 1;
         self.line("}");
     }
 
-    /// One register to or from global memory.
-    pub(super) fn global(
+    /// A row vector (one value per row of its tile, replicated in every lane) to or from the column
+    /// of view `v`, element by element and bounds-checked: every lane loads each value, lane 0 stores
+    /// them (the merge of a split attention's log-sum-exps, one per query row).
+    fn replicated(
         &mut self,
         reg: RegId,
         v: &GlobalView,
-        load: bool,
+        load: Option<Rounding>,
     ) -> Result<(), StripError> {
-        if load {
-            self.global_loads(&[(vec![reg], v.clone())])
-        } else {
-            self.global_store(&[reg], v)
+        let Dist::Replicated { len } = self.dist(reg) else {
+            return unsupported("a tile moved as a row vector");
+        };
+        let vc = self.view(v)?;
+        let r = self.r(reg);
+        self.line("{");
+        self.depth += 1;
+        self.line(format!(
+            "const bool kt_in = {};\nconst long long kt_base = {};",
+            vc.fixed_in, vc.base
+        ));
+        self.line(format!(
+            "#pragma unroll\nfor (int kt_s = 0; kt_s < {len}; ++kt_s) {{"
+        ));
+        self.depth += 1;
+        self.line(format!(
+            "const long long kt_gr = {} + kt_s, kt_gc = {};\nconst bool kt_ok = kt_in && kt_gr >= 0 && kt_gr < {} && kt_gc >= 0 && kt_gc < {};\nconst long long kt_o = kt_base + kt_gr * {} + kt_gc * {};",
+            vc.row0, vc.col0, vc.rows, vc.cols, vc.rstride, vc.cstride
+        ));
+        match load {
+            None => self.line(format!(
+                "{r}[kt_s] = kt_ok ? {} : 0.0f;",
+                to_f32(vc.dtype, &format!("{}[kt_o]", vc.ptr))
+            )),
+            Some(rounding) => self.line(format!(
+                "if (kt_lane == 0 && kt_ok) {}[kt_o] = {};",
+                vc.ptr,
+                from_f32(vc.dtype, &format!("{r}[kt_s]"), rounding)
+            )),
         }
+        self.depth -= 1;
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
     }
 
-    /// Stores `regs` (one register or a pair's members) to view `v`.
+    /// Stores `regs` (one register or a pair's members) to view `v`, rounded to its dtype as
+    /// `rounding` says.
     pub(super) fn global_store(
         &mut self,
         regs: &[RegId],
         v: &GlobalView,
+        rounding: Rounding,
     ) -> Result<(), StripError> {
+        if let [reg] = regs {
+            if matches!(self.dist(*reg), Dist::Replicated { .. }) {
+                return self.replicated(*reg, v, Some(rounding));
+            }
+        }
         let a = self.plan(regs, v)?;
         self.open_access(&a);
         if a.d.grouped() {
@@ -173,7 +212,7 @@ impl Emit<'_> {
                 self.line(format!(
                     "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {}; ++kt_e_i) kt_e[kt_e_i * {m} + {j}] = {};",
                     a.d.v(),
-                    from_f32(a.vc.dtype, &a.elem(j, "kt_e_i"))
+                    from_f32(a.vc.dtype, &a.elem(j, "kt_e_i"), rounding)
                 ));
             }
             for p in 0..pieces {
@@ -189,7 +228,7 @@ impl Emit<'_> {
             self.line("{");
         }
         self.depth += 1;
-        self.store_elements(&a);
+        self.store_elements(&a, rounding);
         self.depth -= 1;
         self.line("}");
         if a.d.grouped() {
@@ -207,6 +246,16 @@ impl Emit<'_> {
         &mut self,
         loads: &[(Vec<RegId>, GlobalView)],
     ) -> Result<(), StripError> {
+        // Row vectors first, each on its own (a handful of scalars in every lane).
+        let (vectors, loads): (Vec<_>, Vec<_>) = loads.iter().partition(
+            |(regs, _)| matches!(regs[..], [r] if matches!(self.dist(r), Dist::Replicated { .. })),
+        );
+        for (regs, v) in vectors {
+            self.replicated(regs[0], v, None)?;
+        }
+        if loads.is_empty() {
+            return Ok(());
+        }
         let plans: Vec<Access> = loads
             .iter()
             .map(|(regs, v)| self.plan(regs, v))

@@ -148,9 +148,12 @@ pub(super) fn to_f32(dt: DType, x: &str) -> String {
         _ => x.to_string(),
     }
 }
-pub(super) fn from_f32(dt: DType, x: &str) -> String {
-    match dt {
-        DType::Bf16 => format!("ks::f32_to_bf16({x})"),
+/// `x` rounded to `dt` as `rounding` says (the three modes MI300X-attn §6 measures for bf16).
+pub(super) fn from_f32(dt: DType, x: &str, rounding: Rounding) -> String {
+    match (dt, rounding) {
+        (DType::Bf16, Rounding::Rtne) => format!("ks::f32_to_bf16({x})"),
+        (DType::Bf16, Rounding::Rtna) => format!("ks::f32_to_bf16_rna({x})"),
+        (DType::Bf16, Rounding::Rtz) => format!("ks::f32_to_bf16_rz({x})"),
         _ => x.to_string(),
     }
 }

@@ -16,7 +16,7 @@
 //!
 //! | IR | CUDA |
 //! |---|---|
-//! | `load`/`store` global | one 16-, 8- or 4-byte access per chunk where the column stride is 1, the chunk lies inside the tensor and its offset is aligned; element by element (bounds-checked) otherwise. A run of consecutive loads issues every load before converting any; the two members of an interleaved pair (column stride 2) move as one contiguous access (`global.rs`) |
+//! | `load`/`store` global | one 16-, 8- or 4-byte access per chunk where the column stride is 1, the chunk lies inside the tensor and its offset is aligned; element by element (bounds-checked) otherwise. A run of consecutive loads issues every load before converting any; the two members of an interleaved pair (column stride 2) move as one contiguous access; a row vector (replicated) is read by every lane and written by lane 0, element by element; bf16 stores round as the op says (RTNE, RTNA, RTZ) (`global.rs`) |
 //! | `map` | per element, in f32; a broadcast vector's entry is a constant index |
 //! | `row_sum`/`row_max` | a lane's slots of the row, then an XOR butterfly over the lanes (CUDA `shfl.xor`, AMD `ds_bpermute`) |
 //! | `random` | Philox 4x32-10 (`ks::philox`), one call per 4 elements of an aligned chunk |
@@ -172,7 +172,7 @@ impl Emit<'_> {
                     } else if let Some((regs, view, false)) =
                         op_at(i).and_then(|b| self.pair(op, b))
                     {
-                        self.global_store(&regs, &view)?;
+                        self.global_store(&regs, &view, Rounding::Rtne)?;
                         i += 1;
                     } else {
                         self.op(op)?;
@@ -313,15 +313,8 @@ impl Emit<'_> {
 
     fn op(&mut self, op: &Op) -> Result<(), StripError> {
         match op {
-            Op::LoadGlobal { dst, src } => self.global(*dst, src, true)?,
-            Op::StoreGlobal { dst, src, rounding } => {
-                if *rounding != Rounding::Rtne {
-                    return unsupported(format!(
-                        "{rounding:?} stores (round to nearest even only)"
-                    ));
-                }
-                self.global(*src, dst, false)?
-            }
+            Op::LoadGlobal { dst, src } => self.global_loads(&[(vec![*dst], src.clone())])?,
+            Op::StoreGlobal { dst, src, rounding } => self.global_store(&[*src], dst, *rounding)?,
             Op::LoadShared { dst, src } => self.shared(*dst, src, true)?,
             Op::StoreShared { dst, src, .. } => self.shared(*src, dst, false)?,
             Op::Map { dst, f, args, .. } => {

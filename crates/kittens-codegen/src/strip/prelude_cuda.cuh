@@ -16,6 +16,19 @@ __device__ __forceinline__ bf16_t f32_to_bf16(float f) {
     return (bf16_t)(u >> 16);
 }
 
+// Ties away from zero and toward zero (MI300X-attn §6's RTNA and RTZ); NaN stays a quiet NaN of its sign,
+// as kittens_ir::numerics rounds.
+__device__ __forceinline__ bf16_t f32_to_bf16_rna(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)(((u >> 16) & 0x8000u) | 0x7fc0u);
+    return (bf16_t)((u + 0x8000u) >> 16);
+}
+__device__ __forceinline__ bf16_t f32_to_bf16_rz(float f) {
+    u32 u = __float_as_uint(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (bf16_t)(((u >> 16) & 0x8000u) | 0x7fc0u);
+    return (bf16_t)(u >> 16);
+}
+
 // Philox 4x32-10 (Random123 §3.2): counter c, key (k0, k1); the function kittens_ir::philox defines.
 __device__ __forceinline__ void philox(u32 c[4], u32 k0, u32 k1) {
 #pragma unroll

@@ -26,10 +26,14 @@
 //!   place (no LDS remap), and the per-query max and sum reduce within a lane and across four lanes.
 //!
 //! The softmax is [`Softmax`] (the scale inside `exp2`, as in [`super::ping_pong`]); masks, layouts,
-//! output rounding and the log-sum-exp are the attention's own. The key range of a query block comes
-//! from [`KeyRange`], the one place a tail split (§5.2) would cut it.
+//! output rounding and the log-sum-exp are the attention's own, and so is the key split (§5.2's tail
+//! split applied to every block, [`super::split`]): the grid, the key blocks a block walks
+//! ([`split::KeyRange`]) and the partial outputs the merge combines. The loop runs over the blocks'
+//! own indices, `first .. end`, slot `j % 2` holding block `j`: with a counter from 0 and
+//! `first + j` for the block, the split kernels kept one more scalar across the loop and spilled 2
+//! to 5 SGPRs (clang 22 and 19); this way none does.
 
-use super::{declare_io, AttnConfig, Io, KeyRange, Softmax};
+use super::{declare_io, split, AttnConfig, Softmax};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -88,7 +92,9 @@ struct Body<'a> {
     /// A chunk of `Vᵀ` as loaded (`CHUNK` × keys) and as the MFMA's A operand (keys × `CHUNK`).
     vt_c: RegId,
     v_c: RegId,
-    seq_kv: Expr,
+    /// The key blocks this block walks (all, or its part under a key split) with the keys it keeps,
+    /// and the causal mask's diagonal offset (top-left or bottom-right).
+    keys: split::KeyRange,
     offset: Option<Expr>,
     b: Expr,
     hk: Expr,
@@ -131,7 +137,7 @@ impl Body<'_> {
     }
 
     /// `Sᵀ = K·Qᵀ` of key block `j` (slot `j % 2`) for every tile, chunk by chunk with the next chunk's
-    /// LDS reads in flight, then masked past the keys and, when causal, above the diagonal.
+    /// LDS reads in flight, then masked past the keys kept and, when causal, above the diagonal.
     fn scores(&self, k: &mut KernelBuilder, j: &Expr) {
         let slot = j % 2;
         let lds = |t: &&QTile| matches!(t.q, QSource::Lds { .. });
@@ -162,7 +168,7 @@ impl Body<'_> {
         let kv0 = j * self.cfg.kv_block as i64;
         for t in &self.tiles {
             let inf = f32::NEG_INFINITY;
-            let past = MaskRule::RowsBelow(self.seq_kv.clone());
+            let past = MaskRule::RowsBelow(self.keys.limit.clone());
             k.mask(t.att, past, &kv0, &t.q0, inf);
             if let Some(offset) = &self.offset {
                 let rule = MaskRule::CausalT {
@@ -214,18 +220,8 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         ));
     }
     let mut k = KernelBuilder::new(&super::name(cfg), Schedule::PingPong8);
-    let io = declare_io(&mut k, cfg);
-    let [b, h, qb, hk] = super::query_grid(&mut k, &io, cfg);
-    let Io {
-        seq,
-        seq_kv,
-        q,
-        k: kg,
-        v: vg,
-        o,
-        lse,
-        ..
-    } = io;
+    let mut io = declare_io(&mut k, cfg);
+    let [b, h, qb, hk] = super::query_grid(&mut k, &mut io, cfg, cfg.remap);
     let block_q = 8 * qr as i64;
     let wave_q0 = &qb * block_q + k.wave() * qr as i64;
     let n_tiles = qr / TILE_Q;
@@ -261,25 +257,26 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     // Vᵀ's lanes hold four consecutive keys of one column: the 16×16×16 A operand (§3.3).
     let vt_c = k.tile("vt_c", Bf16, CHUNK, kv, Layout::Row, BaseShape::S16X16);
     let v_c = k.tile("v_c", Bf16, kv, CHUNK, Layout::Col, BaseShape::S16X16);
-    let offset = cfg.causal_offset(&seq, &seq_kv);
-    let range = KeyRange::whole(&seq_kv, &((&qb + 1) * block_q - 1), offset.as_ref(), kv);
+    let offset = cfg.causal_offset(&io.seq, &io.seq_kv);
+    // This block's key blocks: all its queries need, or its part of them (`super::split`).
+    let keys = split::KeyRange::new(&io, cfg, &((&qb + 1) * block_q - 1));
     let body = Body {
         cfg,
         tiles,
         k_s,
         q_s,
-        kg,
-        vg,
+        kg: io.k,
+        vg: io.v,
         k_c,
         kt_c,
         vt_c,
         v_c,
-        seq_kv,
+        keys,
         offset,
         b: b.clone(),
         hk,
     };
-    // 16 queries of `q` or `o` from query `q0`, `cols` columns from `c0`.
+    // 16 queries of `q` from query `q0`, `cols` columns from `c0`.
     let rows = |k: &KernelBuilder, g: GlobalId, q0: &Expr, c0: u32, cols: u32| {
         let origin = vec![b.clone(), h.clone(), q0.clone(), Expr::c(c0 as i64)];
         k.gview(g, origin, 2, 3, TILE_Q, cols)
@@ -288,8 +285,9 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     // Prologue: the first key block into its slot (every wave), the LDS query tiles into this wave's
     // bands, the register tiles' Qᵀ chunk by chunk (through f32, as `ping_pong` does, so that the
     // prologue consumes these loads and no step in the loop waits for them), and the state of an
-    // empty block before the first: P = 0, correction 1.
-    let first = range.first.clone();
+    // empty block before the first: P = 0, correction 1 (so the first step's `P·V`, of block
+    // `max(first − 1, 0)`, adds nothing).
+    let (first, end) = (body.keys.first.clone(), body.keys.end());
     k.load_async(k.smem(k_s, &first % 2), body.k_view(&k, &first * kv as i64));
     let q_f = k.tile("q_f", F32, TILE_Q, CHUNK, Layout::Row, BaseShape::S16X32);
     let q_r = k.tile("q_r", Bf16, TILE_Q, CHUNK, Layout::Row, BaseShape::S16X32);
@@ -297,14 +295,14 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         match (&t.q, q_s) {
             (QSource::Regs(q_t), _) => {
                 for (c, &qt) in q_t.iter().enumerate() {
-                    k.load_global(q_f, rows(&k, q, &t.q0, c as u32 * CHUNK, CHUNK));
+                    k.load_global(q_f, rows(&k, io.q, &t.q0, c as u32 * CHUNK, CHUNK));
                     k.copy(q_r, q_f);
                     k.transpose(qt, q_r);
                 }
             }
             (QSource::Lds { slot, .. }, Some(q_s)) => {
                 let band = k.smem(q_s, *slot as i64).sub(TILE_Q, d, k.wave(), 0);
-                k.load_async_by(Scope::Wave, band, rows(&k, q, &t.q0, 0, d));
+                k.load_async_by(Scope::Wave, band, rows(&k, io.q, &t.q0, 0, d));
             }
             (QSource::Lds { .. }, None) => unreachable!("LDS tiles are declared with their buffer"),
         }
@@ -317,9 +315,9 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     k.wait_async(0);
     k.barrier();
     k.staggered(|k| {
-        k.for_range("j", first.clone(), range.end.clone(), |k, j| {
+        k.for_range("j", first, end.clone(), |k, j| {
             k.compute("P·V of j-1, K·Qᵀ of j", |k| {
-                body.pv(k, &(&j - 1).max(first.clone()));
+                body.pv(k, &(&j - 1).max(0));
                 body.scores(k, &j);
             });
             k.memory("softmax of j, K of j+1 into LDS", |k| {
@@ -334,11 +332,11 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             });
         });
     });
-    body.pv(&mut k, &(&range.end - 1).max(first));
+    body.pv(&mut k, &(&end - 1).max(0));
 
     // Normalise and store each tile (the output's rounding), then its log-sum-exp.
     let o_q = k.tile("o_q", F32, TILE_Q, CHUNK, Layout::Row, BaseShape::S16X16);
-    let lse_v = lse.map(|_| k.col_vec("lse_v", body.tiles[0].att, F32));
+    let lse_v = io.lse.map(|_| k.col_vec("lse_v", body.tiles[0].att, F32));
     let inv = k.col_vec("inv_norm", body.tiles[0].att, F32);
     for t in &body.tiles {
         t.sm.inv_norm(&mut k, inv);
@@ -346,15 +344,19 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             k.mul_col(oc, oc, inv);
             k.transpose(o_q, oc);
             k.rounding = cfg.rounding;
-            k.store(rows(&k, o, &t.q0, c as u32 * CHUNK, CHUNK), o_q);
+            let at = vec![
+                b.clone(),
+                h.clone(),
+                t.q0.clone(),
+                Expr::c((c as u32 * CHUNK) as i64),
+            ];
+            k.store(io.out(&k, io.o, at, (2, 3), (TILE_Q, CHUNK)), o_q);
             k.rounding = Rounding::Rtne;
         }
-        if let (Some(g), Some(lv)) = (lse, lse_v) {
+        if let (Some(g), Some(lv)) = (io.lse, lse_v) {
             t.sm.lse(&mut k, lv);
-            k.store(
-                k.gview(g, vec![b.clone(), h.clone(), t.q0.clone()], 1, 2, 1, TILE_Q),
-                lv,
-            );
+            let at = vec![b.clone(), h.clone(), t.q0.clone()];
+            k.store(io.out(&k, g, at, (1, 2), (1, TILE_Q)), lv);
         }
     }
     Ok(k.finish()?)

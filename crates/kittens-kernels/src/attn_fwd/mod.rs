@@ -11,13 +11,18 @@
 //!   LDS, V from global memory straight into registers, three 16-query tiles per wave, the last in
 //!   LDS), the registry's `seed001` variant.
 //!
-//! Both keep the softmax scale out of the bf16 operands (see [`ping_pong`]): the scores are f32 and the
+//! All three keep the softmax scale out of the bf16 operands (see [`ping_pong`]): the scores are f32 and the
 //! scale enters inside the `exp2` argument.
+//!
+//! With [`AttnConfig::kv_splits`] `G > 1` every schedule cuts each query block's key walk into `G`
+//! parts, one block per part, and writes partial outputs that [`split::build_merge`] combines
+//! (Flash-Decoding; MI300X-attn §5.2's tail split applied to every block): [`split`] says how.
 
 mod mi300x;
 mod ping_pong;
 pub mod problem;
 mod producer_consumer;
+pub mod split;
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16};
@@ -91,6 +96,9 @@ pub struct AttnConfig {
     /// computes instead of after its last multiply.
     pub q_double: bool,
     pub remap: GridOrder,
+    /// Parts each query block's key walk is cut into ([`split`]): 1 is the plain kernel; with `G > 1`
+    /// the kernel writes f32 partial outputs and log-sum-exps for [`split::build_merge`] to combine.
+    pub kv_splits: u32,
 }
 
 impl Default for AttnConfig {
@@ -114,6 +122,7 @@ impl Default for AttnConfig {
             lse: false,
             rounding: Rounding::Rtne,
             remap: GridOrder::HeadFirst { xcds: 8 },
+            kv_splits: 1,
         }
     }
 }
@@ -184,7 +193,8 @@ impl AttnConfig {
 /// launchers and the runner follow): `batch, heads, heads_kv, seq, seq_kv`; bf16 `q, o` (`seq`
 /// queries) and `k, v` (`seq_kv` keys) as `[b, h, s, d]` with the layout's strides, `q, k, v` read
 /// and `o` written; with [`AttnConfig::lse`] then f32 `lse` (written) as `[b, h, seq]`, contiguous
-/// whatever the layout.
+/// whatever the layout. With a key split `o` and `lse` are [`split::O_PARTIAL`] and
+/// [`split::LSE_PARTIAL`] instead, with the split as their first dimension.
 pub(crate) struct Io {
     pub batch: Expr,
     pub heads: Expr,
@@ -196,6 +206,27 @@ pub(crate) struct Io {
     pub v: GlobalId,
     pub o: GlobalId,
     pub lse: Option<GlobalId>,
+    /// With a key split: this block's part (the partial outputs' first coordinate).
+    pub split: Option<Expr>,
+}
+
+impl Io {
+    /// A view of the output `g` (`o` or `lse`) at `origin` (its `[b, h, s, …]` coordinates), in this
+    /// block's plane of the partial output under a key split.
+    pub fn out(
+        &self,
+        k: &KernelBuilder,
+        g: GlobalId,
+        mut origin: Vec<Expr>,
+        (row_dim, col_dim): (u8, u8),
+        (rows, cols): (u32, u32),
+    ) -> kittens_ir::GlobalView {
+        let shift = u8::from(self.split.is_some());
+        if let Some(s) = &self.split {
+            origin.insert(0, s.clone());
+        }
+        k.gview(g, origin, row_dim + shift, col_dim + shift, rows, cols)
+    }
 }
 
 pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
@@ -232,16 +263,28 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
         st(&heads_kv, &seq_kv)
     };
     let kv_v = tensor("v", &heads_kv, &seq_kv, Access::Read, v_strides);
-    let o = tensor("o", &heads, &seq, Access::Write, st(&heads, &seq));
-    let lse = cfg.lse.then(|| {
-        let dims = [
-            ("b", batch.clone()),
-            ("h", heads.clone()),
-            ("s", seq.clone()),
-        ];
-        let strides = vec![&heads * seq.clone(), seq.clone(), Expr::c(1)];
-        k.global_strided("lse", DType::F32, &dims, strides, Access::Write)
-    });
+    let (o, lse) = if cfg.kv_splits > 1 {
+        let (o, lse) = split::declare_partials(
+            k,
+            cfg.kv_splits,
+            [&batch, &heads, &seq],
+            &dim,
+            Access::Write,
+        );
+        (o, Some(lse))
+    } else {
+        let o = tensor("o", &heads, &seq, Access::Write, st(&heads, &seq));
+        let lse = cfg.lse.then(|| {
+            let dims = [
+                ("b", batch.clone()),
+                ("h", heads.clone()),
+                ("s", seq.clone()),
+            ];
+            let strides = vec![&heads * seq.clone(), seq.clone(), Expr::c(1)];
+            k.global_strided("lse", DType::F32, &dims, strides, Access::Write)
+        });
+        (o, lse)
+    };
     Io {
         batch,
         heads,
@@ -253,19 +296,33 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
         v: kv_v,
         o,
         lse,
+        split: None,
     }
 }
 
-/// The grid of an 8-wave CDNA program (one block per `8 · q_rows` queries of a batch and head, in
-/// `cfg.remap` order) and the block's coordinates: batch, query head, query block and KV head (GQA:
-/// query head `h` reads KV head `h / (heads / heads_kv)`).
-pub(crate) fn query_grid(k: &mut KernelBuilder, io: &Io, cfg: &AttnConfig) -> [Expr; 4] {
-    let block_q = 8 * i64::from(cfg.q_rows);
+/// The grid of every schedule, and this block's coordinates in it: one block per
+/// [`AttnConfig::block_rows`] queries of a batch and head, times [`AttnConfig::kv_splits`] parts under a
+/// key split (the parts of a query block neighbours, [`split::coords`]; the part goes to `io.split`),
+/// launched in `order`. Returns batch, query head, query block (in launch order: a schedule may walk
+/// them backwards) and KV head (GQA: query head `h` reads KV head `h / (heads / heads_kv)`).
+pub(crate) fn query_grid(
+    k: &mut KernelBuilder,
+    io: &mut Io,
+    cfg: &AttnConfig,
+    order: GridOrder,
+) -> [Expr; 4] {
+    let (block_q, g) = (i64::from(cfg.block_rows()), cfg.kv_splits);
     k.grid(
-        vec![io.batch.clone(), io.heads.clone(), io.seq.ceil_div(block_q)],
-        cfg.remap,
+        vec![
+            io.batch.clone(),
+            io.heads.clone(),
+            io.seq.ceil_div(block_q) * i64::from(g),
+        ],
+        order,
     );
-    let (b, h, qb) = (k.block(0), k.block(1), k.block(2));
+    let (qb, part) = split::coords(k.block(2), g);
+    io.split = part;
+    let (b, h) = (k.block(0), k.block(1));
     let hk = &h / (&io.heads / io.heads_kv.clone());
     [b, h, qb, hk]
 }
@@ -303,8 +360,8 @@ pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     }
 }
 
-/// The kernel's name: each mask and the log-sum-exp output make separate kernels, and MI300X-attn's
-/// schedule is named for it (`attn_fwd_mi300x_causal`).
+/// The kernel's name: each mask, the log-sum-exp output and the key split make separate kernels,
+/// and MI300X-attn's schedule is named for it (`attn_fwd_mi300x_causal`).
 fn name(cfg: &AttnConfig) -> String {
     let base = match cfg.schedule {
         AttnSchedule::Mi300x => "attn_fwd_mi300x",
@@ -315,8 +372,12 @@ fn name(cfg: &AttnConfig) -> String {
         (true, false) => "_causal",
         (true, true) => "_causal_br",
     };
-    let lse = if cfg.lse { "_lse" } else { "" };
-    format!("{base}{mask}{lse}")
+    // A split kernel always writes its partial log-sum-exps; `lse` is the merge's business.
+    match (cfg.kv_splits, cfg.lse) {
+        (0 | 1, false) => format!("{base}{mask}"),
+        (0 | 1, true) => format!("{base}{mask}_lse"),
+        (g, _) => format!("{base}{mask}_split{g}"),
+    }
 }
 
 impl AttnConfig {
@@ -330,41 +391,12 @@ impl AttnConfig {
         }
     }
 
-    /// Whether a query row can keep no key at all (bottom-right with more queries than keys): its
-    /// running max stays `−∞` and the softmax needs [`Softmax::floor`].
+    /// Whether a query row can keep no key of the keys its block walks (bottom-right with more
+    /// queries than keys; under a key split, any row whose part lies past its causal limit, and
+    /// every row of a part with no key at all): its running max stays `−∞` and the softmax needs
+    /// [`Softmax::floor`].
     pub(crate) fn empty_rows(&self) -> bool {
-        self.causal && self.bottom_right
-    }
-}
-
-/// The key blocks `first .. end` one query block visits: where a block's key range is decided, so
-/// that a split of the range (MI300X-attn §5.2's tail split) has one place to act.
-pub(crate) struct KeyRange {
-    pub first: Expr,
-    pub end: Expr,
-}
-
-impl KeyRange {
-    /// Every key block the query rows up to `q_last` need ([`key_blocks`]), from the first.
-    pub fn whole(seq_kv: &Expr, q_last: &Expr, offset: Option<&Expr>, kv: u32) -> KeyRange {
-        KeyRange {
-            first: Expr::c(0),
-            end: key_blocks(seq_kv, q_last, offset, kv),
-        }
-    }
-}
-
-/// The key blocks of `kv` keys that the query rows `q_first ..= q_last` need: every block up to the
-/// one holding key `q_last + offset` under a causal mask (at least one, so that a block whose rows keep
-/// no key still runs its pipeline once, fully masked), else all `⌈seq_kv / kv⌉`.
-pub(crate) fn key_blocks(seq_kv: &Expr, q_last: &Expr, offset: Option<&Expr>, kv: u32) -> Expr {
-    let all = seq_kv.ceil_div(kv as i64);
-    match offset {
-        None => all,
-        // Floor division: a last kept key below 0 gives 0 blocks, raised to 1.
-        Some(off) => all
-            .min((q_last + off.clone()) / kv as i64 + 1)
-            .max(Expr::c(1)),
+        self.causal && self.bottom_right || self.kv_splits > 1
     }
 }
 

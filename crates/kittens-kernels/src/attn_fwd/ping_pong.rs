@@ -20,7 +20,7 @@
 //! 0.1 in the exponent, a 6e-2 relative error of the output, where PyTorch-style bf16 attention (f32
 //! scores) has 4e-3. The running max is kept on unscaled scores (`c > 0` preserves the order).
 
-use super::{declare_io, AttnConfig, Io, Softmax};
+use super::{declare_io, split, AttnConfig, Softmax};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -51,8 +51,9 @@ struct Body<'a> {
     vg: GlobalId,
     q_t: RegId,
     o_r: RegId,
-    /// Keys in the sequence, and the causal mask's diagonal offset (top-left or bottom-right).
-    seq_kv: Expr,
+    /// The key blocks this block walks (all, or its part under a key split) with the keys it keeps,
+    /// and the causal mask's diagonal offset (top-left or bottom-right).
+    keys: split::KeyRange,
     offset: Option<Expr>,
     q0: Expr,
     b: Expr,
@@ -72,9 +73,9 @@ impl Body<'_> {
         )
     }
 
-    /// Block `at` of K and of V into ring slot `slot`, asynchronously.
-    fn prefetch(&self, k: &mut KernelBuilder, slot: &Expr, at: Expr) {
-        let s0 = at * self.cfg.kv_block as i64;
+    /// Step `j`'s key block of K and of V into ring slot `slot`, asynchronously.
+    fn prefetch(&self, k: &mut KernelBuilder, slot: &Expr, j: Expr) {
+        let s0 = self.keys.at(&j) * self.cfg.kv_block as i64;
         let kv = self.cfg.kv_block;
         k.load_async(
             k.smem(self.k_s, slot),
@@ -83,7 +84,7 @@ impl Body<'_> {
         k.load_async(k.smem(self.v_s, slot), self.kv_view(k, self.vg, s0, kv));
     }
 
-    /// `att = K·Qᵀ` from the K rows in `k_r` (keys `kv0..`), masked past the keys and, when
+    /// `att = K·Qᵀ` from the K rows in `k_r` (keys `kv0..`), masked past the keys kept and, when
     /// causal, above the (possibly offset) diagonal.
     fn scores(&self, k: &mut KernelBuilder, k_r: RegId, k_t: RegId, att: RegId, kv0: &Expr) {
         k.transpose(k_t, k_r);
@@ -92,7 +93,7 @@ impl Body<'_> {
         let inf = f32::NEG_INFINITY;
         k.mask(
             att,
-            MaskRule::RowsBelow(self.seq_kv.clone()),
+            MaskRule::RowsBelow(self.keys.limit.clone()),
             kv0,
             &self.q0,
             inf,
@@ -115,18 +116,8 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         )));
     }
     let mut k = KernelBuilder::new(&super::name(cfg), Schedule::PingPong8);
-    let io = declare_io(&mut k, cfg);
-    let [b, h, qb, hk] = super::query_grid(&mut k, &io, cfg);
-    let Io {
-        seq,
-        seq_kv,
-        q,
-        k: kg,
-        v: vg,
-        o,
-        lse,
-        ..
-    } = io;
+    let mut io = declare_io(&mut k, cfg);
+    let [b, h, qb, hk] = super::query_grid(&mut k, &mut io, cfg, cfg.remap);
     let block_q = 8 * qr as i64;
     let q0 = &qb * block_q + k.wave() * qr as i64; // this wave's first query
 
@@ -137,17 +128,19 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let q_t = k.tile("q_t", Bf16, d, qr, Layout::Col, BaseShape::S32X16);
     let o_r = k.tile("o_r", F32, d, qr, Layout::Col, BaseShape::S16X16);
     let o_q = k.tile("o_q", F32, qr, d, Layout::Row, BaseShape::S16X16);
-    let offset = cfg.causal_offset(&seq, &seq_kv);
-    let n_kv = super::key_blocks(&seq_kv, &((&qb + 1) * block_q - 1), offset.as_ref(), kv);
+    let offset = cfg.causal_offset(&io.seq, &io.seq_kv);
+    // This block's key blocks: all its queries need, or its part of them (`super::split`).
+    let keys = split::KeyRange::new(&io, cfg, &((&qb + 1) * block_q - 1));
+    let n_kv = keys.count.clone();
     let body = Body {
         cfg,
         k_s,
         v_s,
-        kg,
-        vg,
+        kg: io.k,
+        vg: io.v,
         q_t,
         o_r,
-        seq_kv,
+        keys,
         offset,
         q0: q0.clone(),
         b: b.clone(),
@@ -158,7 +151,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let att = k.tile("att", F32, rows, qr, Layout::Col, BaseShape::S16X16);
     let mut softmax = Softmax::declare(&mut k, att, Axis::Cols, d);
     softmax.floor = cfg.empty_rows();
-    let lse_v = lse.map(|_| k.col_vec("lse_v", att, F32));
+    let lse_v = io.lse.map(|_| k.col_vec("lse_v", att, F32));
     // Rows that keep no key divide a zero output by a zero sum: a guarded reciprocal instead.
     let inv_norm = softmax.floor.then(|| k.col_vec("inv_norm", att, F32));
 
@@ -170,7 +163,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     k.load_global(
         q_f,
         k.gview(
-            q,
+            io.q,
             vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)],
             2,
             3,
@@ -204,20 +197,13 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     }
     k.transpose(o_q, o_r);
     k.rounding = cfg.rounding; // the output's rounding to bf16
-    let dst = k.gview(
-        o,
-        vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)],
-        2,
-        3,
-        qr,
-        d,
-    );
-    k.store(dst, o_q);
+    let at = vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)];
+    k.store(io.out(&k, io.o, at, (2, 3), (qr, d)), o_q);
     k.rounding = Rounding::Rtne;
-    if let (Some(g), Some(lv)) = (lse, lse_v) {
+    if let (Some(g), Some(lv)) = (io.lse, lse_v) {
         // One value per query: the wave's queries are the columns of the transposed scores.
         softmax.lse(&mut k, lv);
-        k.store(k.gview(g, vec![b, h, q0], 1, 2, 1, qr), lv);
+        k.store(io.out(&k, g, vec![b, h, q0], (1, 2), (1, qr)), lv);
     }
     Ok(k.finish()?)
 }
@@ -241,7 +227,7 @@ fn two_slot_loop(k: &mut KernelBuilder, body: &Body, softmax: &Softmax, att: Reg
             });
             k.compute("K·Qᵀ, softmax", |k| {
                 k.wait_shared(0);
-                body.scores(k, k_r, k_t, att, &(&j * kv as i64));
+                body.scores(k, k_r, k_t, att, &(body.keys.at(&j) * kv as i64));
                 softmax.step(k, att);
                 k.copy(p, att);
             });
@@ -283,7 +269,7 @@ fn three_slot_loop(
     k.staggered(|k| {
         k.for_range("j", 0, n_kv.clone(), |k, j| {
             let (cur, ahead) = (&j % 3, (&j + 2) % 3);
-            let kv0 = &j * kv as i64;
+            let kv0 = body.keys.at(&j) * kv as i64;
             k.memory("K to registers, prefetch j+2", |k| {
                 k.load(k_a, k.smem(body.k_s, &cur).sub(half, d, 0, 0));
                 k.load(k_b, k.smem(body.k_s, &cur).sub(half, d, 1, 0));

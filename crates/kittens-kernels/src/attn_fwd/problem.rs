@@ -1,11 +1,12 @@
 //! `attn_fwd` at a problem's sizes: parameters `batch, heads, heads_kv, seq, seq_kv`, inputs Q, K, V and outputs
 //! O (and the log-sum-exp) in the problem's layout, the f64 reference, the PyTorch-style bf16 baseline and the test rule.
 
+use super::split::{self, SplitShape};
 use super::{build, AttnConfig, AttnLayout, AttnSchedule};
 use crate::attn_bwd::{BwdShape, Causal};
 use crate::budget;
 use crate::problem::{
-    elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem, Reference,
+    elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem, Reference, Stage,
     STORE_BYTES,
 };
 use crate::reference::Tolerance;
@@ -54,8 +55,46 @@ fn no_variant(p: &Problem) -> Result<(), KernelError> {
 
 /// The configuration a run on `target` builds: `p.attn_cfg`'s tiles on the CPU, the default tiles
 /// (the registry's for both CDNA targets) elsewhere, MI300X-attn's with the `seed001` variant (on
-/// every target, so that the interpreter runs it too); head dimension, causality and layout from `p`.
-fn config(p: &Problem, target: Target) -> AttnConfig {
+/// every target, so that the interpreter runs it too); head dimension, causality, layout and key split
+/// from `p` ([`splits`]).
+fn config(p: &Problem, target: Target) -> Result<AttnConfig, KernelError> {
+    let cfg = tiles(p, target);
+    let (kv_splits, _) = splits(p, target, &cfg)?;
+    Ok(AttnConfig { kv_splits, ..cfg })
+}
+
+/// The GPU a run's key split is planned for: the target's; on the CPU, the GPU of the target whose
+/// schedule the CPU runs (gfx942's MI300X for the ping-pong and MI300X-attn's kernel, sm_90a's H100
+/// for producer/consumer).
+fn split_gpu(cfg: &AttnConfig, target: Target) -> Option<&'static kittens_hw::Gpu> {
+    target.gpu().or(match cfg.schedule {
+        AttnSchedule::PingPong8 | AttnSchedule::Mi300x => Target::Gfx942.gpu(),
+        AttnSchedule::ProducerConsumer => Target::Sm90a.gpu(),
+    })
+}
+
+/// The key split of `p` with configuration `cfg` on `target`, and the planner's reason when `p`
+/// leaves it to the planner (`--kv-splits auto`).
+fn splits(
+    p: &Problem,
+    target: Target,
+    cfg: &AttnConfig,
+) -> Result<(u32, Option<String>), KernelError> {
+    let a = p.attn;
+    let shape = SplitShape {
+        batch: a.batch as u64,
+        heads: a.heads as u64,
+        seq: a.seq as u64,
+        seq_kv: bwd_shape(p).seq_kv as u64,
+    };
+    match split_gpu(cfg, target) {
+        Some(gpu) => split::resolve(p.kv_splits, gpu, cfg, shape),
+        None => Ok((1, None)),
+    }
+}
+
+/// [`config`] without the key split.
+fn tiles(p: &Problem, target: Target) -> AttnConfig {
     let tiles = match (p.variant, target.gpu()) {
         (Some(SEED001), _) => AttnConfig::default().mi300x(),
         (_, Some(gpu)) => AttnConfig::for_gpu(gpu),
@@ -162,7 +201,8 @@ impl KernelProblem for AttnProblem {
             self.launch(p)?;
         }
         no_variant(p)?;
-        let cfg = config(p, target);
+        let cfg = tiles(p, target);
+        let (g, why) = splits(p, target, &cfg)?;
         let u = |x: usize| x as u64;
         let (b, h, hk, s, skv, d) = (
             u(sh.batch),
@@ -186,13 +226,18 @@ impl KernelProblem for AttnProblem {
             q.and_then(|x| x.checked_mul(4 + STORE_BYTES + 8 + 4)),
             q.and_then(|x| x.checked_mul(4 + STORE_BYTES + 8 + 4))
                 .map(|x| if p.lse { x / 32 } else { 0 }),
+            // a key split's partial outputs (and their log-sum-exps, a 32nd), written and read
+            q.and_then(|x| x.checked_mul(u64::from(g) * (4 + STORE_BYTES + 4) * 33 / 32))
+                .map(|x| if g > 1 { x } else { 0 }),
         ]);
         let what =
             format!("attn_fwd at batch={b} heads={h} heads_kv={hk} seq={s} seq_kv={skv} dim={d}");
         budget::check_host_bytes(&what, bytes)?;
         // Every query block (8 waves × q_rows) against every key block, for Q·Kᵀ and P·V.
+        // A key split rounds each part up to whole blocks and walks one block in a part with none.
+        let parts = if g > 1 { u64::from(g) * kv } else { 0 };
         let work = round_up(s, 8 * qr)
-            .zip(round_up(skv, kv))
+            .zip(round_up(skv, kv).and_then(|pk| pk.checked_add(parts)))
             .and_then(|(pq, pk)| budget::product(&[b, h, pq, pk, d, 2]));
         Ok(Plan {
             launch: self.launch(p)?,
@@ -202,13 +247,59 @@ impl KernelProblem for AttnProblem {
                 "attn": sh, "seq_kv": skv, "causal": causal(p), "lse": p.lse,
                 "q_rows": cfg.q_rows, "kv_block": cfg.kv_block, "program": cfg.schedule,
                 "v_layout": if cfg.v_transposed { "bhds" } else { "as_q" },
+                "kv_splits": g, "kv_splits_asked": p.kv_splits, "kv_split_reason": why,
             }),
         })
     }
 
+    /// The attention kernel; with a key split, the split kernel (the merge is [`Self::stages`]'s
+    /// second launch).
     fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
         no_variant(p)?;
-        build(&config(p, target))
+        build(&config(p, target)?)
+    }
+
+    /// With a key split of `G` parts: the split kernel writing `G` planes of partial outputs and
+    /// log-sum-exps, then the merge reading them and writing O (and the log-sum-exp).
+    fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+        no_variant(p)?;
+        let cfg = config(p, target)?;
+        let kernel = build(&cfg)?;
+        if cfg.kv_splits <= 1 {
+            return Ok(vec![Stage {
+                kernel,
+                launch: plan.launch.clone(),
+            }]);
+        }
+        let (a, g) = (p.attn, cfg.kv_splits as usize);
+        let rows = elements("lse", &[a.batch, a.heads, a.seq])?;
+        let parts = vec![
+            elements("o_partial", &[g, plan.launch.outputs[0]])?,
+            elements("lse_partial", &[g, rows])?,
+        ];
+        let merge = Launch {
+            params: vec![
+                param("batch", a.batch)?,
+                param("heads", a.heads)?,
+                param("seq", a.seq)?,
+            ],
+            inputs: parts.clone(),
+            outputs: plan.launch.outputs.clone(),
+        };
+        let split = Launch {
+            outputs: parts,
+            ..plan.launch.clone()
+        };
+        Ok(vec![
+            Stage {
+                kernel,
+                launch: split,
+            },
+            Stage {
+                kernel: split::build_merge(&cfg)?,
+                launch: merge,
+            },
+        ])
     }
 
     /// O, then (with `p.lse`) the log-sum-exp, each judged by the rule on its own.
@@ -216,7 +307,7 @@ impl KernelProblem for AttnProblem {
         let [q, k, v] = [&inputs[0], &inputs[1], &inputs[2]];
         let (bsh, causal) = (bwd_shape(p), causal(p));
         let v_t;
-        let v = if config(p, Target::Cpu).v_transposed {
+        let v = if tiles(p, Target::Cpu).v_transposed {
             v_t = v_in_layout(v, &bsh);
             &v_t
         } else {

@@ -21,7 +21,7 @@
 //! written here: the query blocks of one head are adjacent (they share its K and V in L2) and visited
 //! last-first, so that with a causal mask the longest blocks of a head start first.
 
-use super::{declare_io, AttnConfig, Io, Softmax};
+use super::{declare_io, split, AttnConfig, Softmax};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -30,8 +30,8 @@ use kittens_ir::{
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
-/// Queries per block: two consumer warpgroups × 64.
-const BLOCK_Q: u32 = 128;
+/// Queries per block: two consumer warpgroups × 64 ([`AttnConfig::block_rows`]).
+pub(super) const BLOCK_Q: u32 = 128;
 /// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
 const COLS: u32 = 64;
 
@@ -71,30 +71,15 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         consumer_regs: 232,
     };
     let mut k = KernelBuilder::new(&super::name(cfg), sched);
-    let Io {
-        batch,
-        heads,
-        heads_kv,
-        seq,
-        seq_kv,
-        q,
-        k: kg,
-        v: vg,
-        o,
-        lse,
-    } = declare_io(&mut k, cfg);
+    let mut io = declare_io(&mut k, cfg);
     // Launch order: the query blocks of one head next to each other (row-major, last extent fastest),
     // so that the blocks running at once share their head's K and V in L2; inside a head the last
     // block first (the longest under a causal mask). With the query block outermost instead, the 132
     // blocks in flight each streamed a different head's K and V from DRAM: ncu on the H100 measured
     // 84% of DRAM bandwidth for B16 H16 N4096 D128 (17.7 GB moved for 1.07 GB of Q, K, V and O).
-    let n_qb = seq.ceil_div(BLOCK_Q as i64);
-    k.grid(
-        vec![batch.clone(), heads.clone(), n_qb.clone()],
-        GridOrder::RowMajor,
-    );
-    let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - k.block(2));
-    let hk = &h / (&heads / heads_kv.clone()); // GQA
+    // With a key split (`super::split`) the parts of one query block are neighbours too.
+    let [b, h, t, hk] = super::query_grid(&mut k, &mut io, cfg, GridOrder::RowMajor);
+    let qb = io.seq.ceil_div(BLOCK_Q as i64) - 1 - t;
 
     let halves = d / COLS;
     // Q's slots: one, or two used by alternate tiles of the block (`AttnConfig::q_double`).
@@ -133,7 +118,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     softmax.floor = cfg.empty_rows();
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
     let inv_norm = k.row_vec("inv_norm", s, F32);
-    let lse_v = lse.map(|_| k.row_vec("lse_v", s, F32));
+    let lse_v = io.lse.map(|_| k.row_vec("lse_v", s, F32));
 
     // `rows × 64` of head `hh` of tensor `g` from sequence position `s0`, columns from `col0`.
     let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, col0: u32, rows| {
@@ -147,13 +132,10 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         )
     };
     let q_blk = &qb * BLOCK_Q as i64;
-    let offset = cfg.causal_offset(&seq, &seq_kv);
-    let n_kv = super::key_blocks(
-        &seq_kv,
-        &(&q_blk + (BLOCK_Q as i64 - 1)),
-        offset.as_ref(),
-        kv,
-    );
+    let offset = cfg.causal_offset(&io.seq, &io.seq_kv);
+    // This block's key blocks: all its queries need, or its part of them (`super::split`).
+    let keys = split::KeyRange::new(&io, cfg, &(&q_blk + (BLOCK_Q as i64 - 1)));
+    let n_kv = keys.count.clone();
     let cw = k.wave() - 4; // consumer wave, 0..8
                            // With `pingpong`, each warpgroup's matrix work is a compute cluster: its turn on the tensor
                            // cores, which the Hopper lowering passes between the two consumer warpgroups.
@@ -168,21 +150,21 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     k.roles(
         |k| {
             for (i, &qs) in q_s.iter().enumerate() {
-                let src = view(k, q, &h, q_blk.clone(), i as u32 * COLS, BLOCK_Q);
+                let src = view(k, io.q, &h, q_blk.clone(), i as u32 * COLS, BLOCK_Q);
                 k.load_async_by(Scope::WarpGroup, k.smem(qs, q_slot.clone()), src);
             }
             k.wait_async(0);
             k.barrier(); // Q to the consumers
             k.for_range("j", 0, &n_kv, |k, j| {
                 let (slot_k, slot_v) = (&j % ring_k as i64, &j % ring_v as i64);
-                let s0 = &j * kv as i64;
+                let s0 = keys.at(&j) * kv as i64;
                 // K's halves, then V's: each tensor's halves share a slot index (one fill each).
                 for (i, &ks) in k_s.iter().enumerate() {
-                    let src = view(k, kg, &hk, s0.clone(), i as u32 * COLS, kv);
+                    let src = view(k, io.k, &hk, s0.clone(), i as u32 * COLS, kv);
                     k.load_async_by(Scope::WarpGroup, k.smem(ks, slot_k.clone()), src);
                 }
                 for (i, &vs) in v_s.iter().enumerate() {
-                    let src = view(k, vg, &hk, s0.clone(), i as u32 * COLS, kv);
+                    let src = view(k, io.v, &hk, s0.clone(), i as u32 * COLS, kv);
                     k.load_async_by(Scope::WarpGroup, k.smem(vs, slot_v.clone()), src);
                 }
                 k.wait_async(0);
@@ -216,9 +198,10 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             // Masks only where key block `j` reaches past the sequence or the diagonal (whole-block
             // conditions, the same for every wave), then the online softmax (P stays f32 in `s`).
             let softmax_block = |k: &mut KernelBuilder, j: &Expr| {
-                let (kv0, kv_end, inf) = (j * kv as i64, (j + 1) * kv as i64, f32::NEG_INFINITY);
-                k.if_(seq_kv.lt(&kv_end), |k| {
-                    k.mask(s, MaskRule::ColsBelow(seq_kv.clone()), &q0, &kv0, inf)
+                let (kv0, inf) = (keys.at(j) * kv as i64, f32::NEG_INFINITY);
+                let kv_end = (keys.at(j) + 1) * kv as i64;
+                k.if_(keys.limit.lt(&kv_end), |k| {
+                    k.mask(s, MaskRule::ColsBelow(keys.limit.clone()), &q0, &kv0, inf)
                 });
                 if let Some(off) = &offset {
                     // The block's first query keeps keys up to `q_blk + off`.
@@ -285,15 +268,20 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             k.rounding = cfg.rounding; // the output's rounding to bf16
             for (i, &or) in o_r.iter().enumerate() {
                 k.mul_row(or, or, inv_norm);
-                let dst = view(k, o, &h, q0.clone(), i as u32 * COLS, 16);
-                k.store(dst, or);
+                let at = vec![
+                    b.clone(),
+                    h.clone(),
+                    q0.clone(),
+                    Expr::c((i as u32 * COLS) as i64),
+                ];
+                k.store(io.out(k, io.o, at, (2, 3), (16, COLS)), or);
             }
             k.rounding = Rounding::Rtne;
-            if let (Some(g), Some(lv)) = (lse, lse_v) {
+            if let (Some(g), Some(lv)) = (io.lse, lse_v) {
                 // One value per query row: the wave's 16 rows down the sequence dimension.
                 softmax.lse(k, lv);
-                let dst = k.gview(g, vec![b.clone(), h.clone(), q0.clone()], 2, 1, 16, 1);
-                k.store(dst, lv);
+                let at = vec![b.clone(), h.clone(), q0.clone()];
+                k.store(io.out(k, g, at, (2, 1), (16, 1)), lv);
             }
         },
     );

@@ -187,6 +187,7 @@ mod tests {
             pingpong: false,
             overlap: true,
             q_double: false,
+            kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Fixed(1),
         }
     }
 

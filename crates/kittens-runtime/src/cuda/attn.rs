@@ -5,30 +5,34 @@
 //!
 //! The tensor maps come from the tile program itself ([`super::args`]): each `TmaMap` of the lowering
 //! names a global tensor, whose dims and element strides give the map's shape — so BSHD and BHSD are
-//! the same kernel with other strides.
+//! the same kernel with other strides. A shape the tail planner splits (few query blocks against many
+//! keys) runs the split kernel and its merge ([`super::attn_split`]).
 
 use std::rc::Rc;
 
 use kittens_codegen::Lowered;
+use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
 use kittens_kernels::reference::{self, AttnShape, ErrorReport, Verdict};
 use serde::Serialize;
 
-use super::args::PackedArgs;
+use super::attn_split::{auto_splits, pack, workspace};
 use super::bench::{bf16_to_f32, median, random_bf16};
-use super::driver::{Device, DeviceBuffer, Event, Function, Stream, TensorMap};
+use super::driver::{Device, DeviceBuffer, Event, Function, Stream};
 use super::{compile, CudaCompileReport, CudaError};
 
 fn invalid(e: impl std::fmt::Display) -> CudaError {
     CudaError::Invalid(e.to_string())
 }
 
-/// The tensors of one attention launch, by the tile program's names.
+/// The tensors of one attention launch, by the tile program's names; `work` holds a key split's
+/// partials ([`super::attn_split::workspace`]).
 pub struct AttnBuffers {
     pub q: DeviceBuffer,
     pub k: DeviceBuffer,
     pub v: DeviceBuffer,
     pub o: DeviceBuffer,
+    pub work: Vec<(&'static str, DeviceBuffer)>,
 }
 
 impl AttnBuffers {
@@ -38,20 +42,30 @@ impl AttnBuffers {
             "k" => Ok(&self.k),
             "v" => Ok(&self.v),
             "o" => Ok(&self.o),
-            _ => Err(invalid(format!(
-                "lowered attention takes an unknown tensor `{name}`"
-            ))),
+            _ => self
+                .work
+                .iter()
+                .find(|w| w.0 == name)
+                .map(|w| &w.1)
+                .ok_or_else(|| {
+                    invalid(format!(
+                        "lowered attention takes an unknown tensor `{name}`"
+                    ))
+                }),
         }
     }
 }
 
-/// A compiled, loaded attention kernel.
+/// A compiled, loaded attention configuration: the kernel, or a key split's kernel and merge.
 pub struct AttnKernel {
-    function: Function,
+    launches: Vec<(Function, Lowered)>,
+    /// The attention's lowering (the first launch).
     pub lowered: Lowered,
     pub compile: CudaCompileReport,
     /// Blocks of the persistent grid resident at once (one per SM).
     pub resident: u32,
+    /// Key parts (1: no split, one launch).
+    pub kv_splits: u32,
 }
 
 /// The parameters of `attn_fwd` for a shape with as many keys as queries, in the tile program's
@@ -120,22 +134,37 @@ fn check_shape_q(sh: &AttnShape) -> Result<(), CudaError> {
 }
 
 impl AttnKernel {
-    /// Compiles (NVRTC, cached) and loads the lowered kernel on `dev`.
-    pub fn prepare(dev: &Rc<Device>, l: &Lowered) -> Result<AttnKernel, CudaError> {
-        let shared = l.dynamic_shared_bytes();
-        let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
-        let module = dev.load_module(&image.cubin)?;
-        let function = module.function(&l.entry, shared)?;
+    /// Compiles (NVRTC, cached) and loads the lowered launches on `dev` (the attention; or a key
+    /// split's kernel and merge, [`super::attn_split::lower_launches`]).
+    pub fn prepare(dev: &Rc<Device>, ls: &[Lowered]) -> Result<AttnKernel, CudaError> {
+        let mut launches = Vec::new();
+        let mut first = None;
+        for l in ls {
+            let shared = l.dynamic_shared_bytes();
+            let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
+            let module = dev.load_module(&image.cubin)?;
+            launches.push((module.function(&l.entry, shared)?, l.clone()));
+            first.get_or_insert(image.report);
+        }
+        let lowered = ls.first().ok_or_else(|| invalid("no launch"))?.clone();
+        let kv_splits = lowered
+            .ir
+            .globals
+            .iter()
+            .find(|g| g.name == kittens_kernels::attn_fwd::split::O_PARTIAL)
+            .and_then(|g| g.dims[0].as_const())
+            .map_or(1, |g| g as u32);
         Ok(AttnKernel {
-            function,
-            lowered: l.clone(),
-            compile: image.report,
+            launches,
+            lowered,
+            compile: first.ok_or_else(|| invalid("no launch"))?,
             resident: dev.multiprocessors,
+            kv_splits,
         })
     }
 
-    /// One launch on `bufs` at shape `sh`: the arguments in the lowering's order (tensor maps,
-    /// pointers, parameters; [`PackedArgs`]); unknown names are refused.
+    /// The launches on `bufs` at shape `sh`, in order: the arguments in each lowering's order
+    /// (tensor maps, pointers, parameters; [`super::attn_split::pack`]); unknown names are refused.
     pub fn launch(
         &self,
         stream: &Stream,
@@ -143,29 +172,21 @@ impl AttnKernel {
         sh: &AttnShape,
     ) -> Result<(), CudaError> {
         check_shape(sh)?;
-        let l = &self.lowered;
         let values = params(sh);
-        let mut args = PackedArgs::pack(
-            l,
-            &values,
-            |g| {
-                let buf = bufs.by_name(&g.tensor)?;
-                Ok(TensorMap::bf16_nd(buf, &g.dims, &g.strides, &g.boxes, g.swizzle)?.map)
-            },
-            |name| Ok(bufs.by_name(name)?.ptr()),
-        )?;
-        let mut pointers = args.pointers();
-        let grid = l
-            .blocks(&values, self.resident)
-            .ok_or_else(|| invalid("grid extents of the lowered kernel"))?;
-        // SAFETY: one pointer per kernel argument in the lowering's order and types (tensor maps by
-        // value, 64-bit device pointers, 32-bit integers); the buffers hold the shape's tensors
-        // (allocated by `AttnBuffers::random` for this shape, the maps checked against them); `args`
-        // lives until the launch returns.
-        unsafe {
-            self.function
-                .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut pointers)
+        let tensor = |name: &str| {
+            let b = bufs.by_name(name)?;
+            Ok((b.ptr(), b.bytes() as u64))
+        };
+        for (f, l) in &self.launches {
+            let (mut args, grid) = pack(l, &values, &tensor, self.resident)?;
+            let mut pointers = args.pointers();
+            // SAFETY: one pointer per kernel argument in the lowering's order and types (tensor
+            // maps by value, 64-bit device pointers, 32-bit integers); the buffers hold the shape's
+            // tensors and the split's workspace (the maps checked against them); `args` lives until
+            // the launch returns.
+            unsafe { f.launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut pointers)? };
         }
+        Ok(())
     }
 }
 
@@ -184,6 +205,8 @@ pub struct AttnCase {
     pub overlap: bool,
     /// Q in two slots used by alternate tiles of a block (`AttnConfig::q_double`).
     pub q_double: bool,
+    /// The key split: `auto` (where the tail planner says it pays on the device) or a count.
+    pub kv_splits: KvSplits,
 }
 
 /// Options of [`run_attn_bench`].
@@ -201,6 +224,8 @@ pub struct AttnBenchOptions {
 pub struct AttnBenchRow {
     pub case: AttnCase,
     pub kernel: String,
+    /// Key parts the launch used (1: unsplit).
+    pub kv_splits: u32,
     pub registers: u32,
     pub spills: u32,
     pub rows_checked: usize,
@@ -222,10 +247,11 @@ pub struct AttnBenchReport {
     pub rows: Vec<AttnBenchRow>,
 }
 
-/// Builds and lowers `attn_fwd` for sm_90a at the case's head dimension, mask and layout.
-pub fn lower_for(case: &AttnCase) -> Result<Lowered, CudaError> {
+/// The case's configuration of `attn_fwd` for sm_90a (head dimension, mask, layout, the schedule's
+/// options), unsplit.
+fn config_for(case: &AttnCase) -> Result<AttnConfig, CudaError> {
     let h100 = kittens_hw::gpu("h100").map_err(invalid)?;
-    let cfg = AttnConfig {
+    Ok(AttnConfig {
         dim: case.shape.dim as u32,
         causal: case.causal,
         layout: case.shape.layout,
@@ -233,9 +259,22 @@ pub fn lower_for(case: &AttnCase) -> Result<Lowered, CudaError> {
         overlap: case.overlap,
         q_double: case.q_double,
         ..AttnConfig::for_gpu(h100)
-    };
-    let k = kittens_kernels::attn_fwd::build(&cfg).map_err(invalid)?;
+    })
+}
+
+/// Builds and lowers `attn_fwd` for sm_90a at the case's head dimension, mask and layout (unsplit).
+pub fn lower_for(case: &AttnCase) -> Result<Lowered, CudaError> {
+    let k = kittens_kernels::attn_fwd::build(&config_for(case)?).map_err(invalid)?;
     kittens_codegen::lower(&k, kittens_hw::Target::Sm90a).map_err(invalid)
+}
+
+/// The case's launches on a device of `sms` SMs: [`lower_for`]'s kernel, or with the key split the
+/// planner (or the case) asks for, the split kernel and its merge.
+pub fn launches_for(case: &AttnCase, sms: u32) -> Result<Vec<Lowered>, CudaError> {
+    let cfg = config_for(case)?;
+    let sh = &case.shape;
+    let kv_splits = auto_splits(case.kv_splits, sms, &cfg, sh, sh.seq)?;
+    super::attn_split::lower_launches(&AttnConfig { kv_splits, ..cfg })
 }
 
 /// Runs every case on device 0.
@@ -245,7 +284,7 @@ pub fn run_attn_bench(opts: &AttnBenchOptions) -> Result<AttnBenchReport, CudaEr
     let mut rows = Vec::new();
     for case in &opts.cases {
         check_shape(&case.shape)?;
-        let kernel = AttnKernel::prepare(&dev, &lower_for(case)?)?;
+        let kernel = AttnKernel::prepare(&dev, &launches_for(case, dev.multiprocessors)?)?;
         rows.push(run_case(&dev, &stream, &kernel, case, opts)?);
         let r = rows.last().expect("pushed");
         eprintln!(
@@ -303,11 +342,16 @@ fn run_case(
     };
     let mut o = dev.alloc(nq * 2)?;
     o.fill_u16(0x7fc0)?; // NaN: a row the kernel does not write fails the check
+    let mut work = Vec::new();
+    for (name, bytes) in workspace(kernel.kv_splits, &sh)? {
+        work.push((name, dev.alloc(bytes as usize)?));
+    }
     let bufs = AttnBuffers {
         q: upload(&hq)?,
         k: upload(&hk)?,
         v: upload(&hv)?,
         o,
+        work,
     };
     kernel.launch(stream, &bufs, &sh)?;
     stream.synchronize()?;
@@ -397,6 +441,7 @@ fn run_case(
     Ok(AttnBenchRow {
         case: *case,
         kernel: kernel.lowered.entry.clone(),
+        kv_splits: kernel.kv_splits,
         registers: r.registers,
         spills: r.spill_stores + r.spill_loads,
         rows_checked: pick.len(),
@@ -435,6 +480,7 @@ pub fn default_cases() -> Vec<AttnCase> {
         pingpong: turns,
         overlap,
         q_double,
+        kv_splits: KvSplits::Auto,
     };
     let check = |shape, causal| AttnCase {
         shape,
@@ -444,6 +490,7 @@ pub fn default_cases() -> Vec<AttnCase> {
         pingpong: turns,
         overlap,
         q_double,
+        kv_splits: KvSplits::Auto,
     };
     let mut v = Vec::new();
     for causal in [false, true] {

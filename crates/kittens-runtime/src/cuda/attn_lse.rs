@@ -12,11 +12,12 @@ use kittens_kernels::reference::{self, ErrorReport, Verdict};
 use kittens_kernels::reference_fwd;
 use serde::Serialize;
 
-use super::args::PackedArgs;
-use super::attn::{check_shape_kv, params_kv};
+use super::attn::check_shape_kv;
+use super::attn_split::{auto_splits, Prepared};
 use super::bench_check::{bf16_to_f32, f32_to_bf16, random_bf16};
-use super::driver::{Device, DeviceBuffer, Stream, TensorMap};
-use super::{compile, CudaError};
+use super::driver::{Device, Stream};
+use super::CudaError;
+use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::reference::AttnShape;
 
 fn invalid(e: impl std::fmt::Display) -> CudaError {
@@ -33,6 +34,9 @@ pub struct LseCase {
     /// inputs and checks that the two rounded the same f32 values ([`rounding_agrees`]).
     #[serde(serialize_with = "rounding_name")]
     pub rounding: Rounding,
+    /// The key split: `auto` (the planner's choice for the device, 1 where it does not pay) or a
+    /// fixed count.
+    pub kv_splits: KvSplits,
 }
 
 fn rounding_name<S: serde::Serializer>(r: &Rounding, s: S) -> Result<S::Ok, S::Error> {
@@ -75,6 +79,8 @@ fn rounding_agrees(mode: Rounding, other: &[u16], rtne: &[u16]) -> bool {
 #[derive(Debug, Clone, Serialize)]
 pub struct LseRow {
     pub case: LseCase,
+    /// The key parts the launch used.
+    pub kv_splits: u32,
     pub kernel: String,
     pub registers: u32,
     pub spills: u32,
@@ -109,6 +115,7 @@ pub fn lse_cases() -> Vec<LseCase> {
             seq_kv,
             causal,
             rounding: Rounding::Rtne,
+            kv_splits: KvSplits::Auto,
         });
     }
     // More tiles than SMs: blocks run several tiles, so Q's slots alternate (`AttnConfig::q_double`).
@@ -124,6 +131,7 @@ pub fn lse_cases() -> Vec<LseCase> {
         seq_kv: 600,
         causal: Causal::TopLeft,
         rounding: Rounding::Rtne,
+        kv_splits: KvSplits::Auto,
     });
     for rounding in [Rounding::Rtz, Rounding::Rtna] {
         v.push(LseCase {
@@ -131,6 +139,39 @@ pub fn lse_cases() -> Vec<LseCase> {
             seq_kv: 333,
             causal: Causal::TopLeft,
             rounding,
+            kv_splits: KvSplits::Auto,
+        });
+    }
+    // The key split (Flash-Decoding): decoding shapes the planner splits, and forced counts at odd
+    // lengths — more parts than key blocks, a causal limit inside the parts, rows with no key
+    // (bottom-right, more queries than keys), GQA, both layouts, each rounding of the merge.
+    use {AttnLayout::*, Causal::*, KvSplits::*, Rounding::*};
+    #[rustfmt::skip]
+    let split = [
+        // b, h, h_kv, seq, seq_kv, mask, dim, layout, split, rounding
+        (1, 16, 16, 1, 8192, No, 128, Bshd, Auto, Rtne),
+        (2, 8, 2, 3, 4000, BottomRight, 64, Bhsd, Auto, Rtne),
+        (1, 32, 8, 16, 2048, BottomRight, 128, Bshd, Auto, Rtne),
+        (2, 4, 2, 1, 3001, No, 64, Bshd, Fixed(8), Rtne),
+        (2, 4, 2, 77, 1000, BottomRight, 128, Bhsd, Fixed(5), Rtz),
+        (2, 4, 1, 77, 63, BottomRight, 64, Bshd, Fixed(3), Rtna),
+        (1, 8, 8, 3, 1000, TopLeft, 64, Bhsd, Fixed(2), Rtne),
+        (2, 6, 3, 300, 3001, TopLeft, 128, Bshd, Fixed(4), Rtne),
+    ];
+    for (batch, heads, heads_kv, seq, seq_kv, causal, dim, layout, kv_splits, rounding) in split {
+        v.push(LseCase {
+            shape: AttnShape {
+                batch,
+                heads,
+                heads_kv,
+                seq,
+                dim,
+                layout,
+            },
+            seq_kv,
+            causal,
+            rounding,
+            kv_splits,
         });
     }
     v
@@ -166,6 +207,9 @@ struct Launched {
     lse: Vec<f32>,
     entry: String,
     report: super::CudaCompileReport,
+    kv_splits: u32,
+    /// Spilled registers of every launch together.
+    spills: u32,
 }
 
 fn bwd_shape(c: &LseCase) -> BwdShape {
@@ -186,7 +230,7 @@ fn launch(
     stream: &Stream,
     c: &LseCase,
     rounding: Rounding,
-    (hq, hk, hv): (&[u16], &[u16], &[u16]),
+    inputs: (&[u16], &[u16], &[u16]),
 ) -> Result<Launched, CudaError> {
     let sh = c.shape;
     let h100 = kittens_hw::gpu("h100").map_err(invalid)?;
@@ -199,106 +243,116 @@ fn launch(
         rounding,
         ..AttnConfig::for_gpu(h100)
     };
-    let k = kittens_kernels::attn_fwd::build(&cfg).map_err(invalid)?;
-    let l = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a).map_err(invalid)?;
-    let shared = l.dynamic_shared_bytes();
-    let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
-    let function = dev.load_module(&image.cubin)?.function(&l.entry, shared)?;
-    let bsh = bwd_shape(c);
-    let upload = |h: &[u16]| -> Result<DeviceBuffer, CudaError> {
-        let mut b = dev.alloc(h.len() * 2)?;
-        b.upload(h)?;
-        Ok(b)
-    };
-    let (q, kb, vb) = (upload(hq)?, upload(hk)?, upload(hv)?);
-    let mut o = dev.alloc(bsh.q_len() * 2)?;
-    o.fill_u16(0x7fc0)?; // NaN: an element the kernel does not write fails the check
-    let mut lse = dev.alloc(bsh.lse_len() * 4)?;
-    lse.upload(&vec![f32::NAN; bsh.lse_len()])?;
-    let by_name = |name: &str| -> Result<&DeviceBuffer, CudaError> {
-        match name {
-            "q" => Ok(&q),
-            "k" => Ok(&kb),
-            "v" => Ok(&vb),
-            "o" => Ok(&o),
-            "lse" => Ok(&lse),
-            _ => Err(invalid(format!("unknown tensor `{name}`"))),
-        }
-    };
-    let values = params_kv(&sh, c.seq_kv);
-    let mut args = PackedArgs::pack(
-        &l,
-        &values,
-        |g| {
-            let buf = by_name(&g.tensor)?;
-            Ok(TensorMap::bf16_nd(buf, &g.dims, &g.strides, &g.boxes, g.swizzle)?.map)
-        },
-        |name| Ok(by_name(name)?.ptr()),
-    )?;
-    let mut pointers = args.pointers();
-    let grid = l
-        .blocks(&values, dev.multiprocessors)
-        .ok_or_else(|| invalid("grid extents of the lowered kernel"))?;
-    // SAFETY: one pointer per kernel argument in the lowering's order and types (`PackedArgs`); the
-    // buffers hold the case's tensors and the maps were built over them; `args` outlives the launch.
-    unsafe { function.launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut pointers)? };
+    // The key split the planner picks for this device (or the case's own count).
+    let kv_splits = auto_splits(c.kv_splits, dev.multiprocessors, &cfg, &sh, c.seq_kv)?;
+    let cfg = AttnConfig { kv_splits, ..cfg };
+    let run = Prepared::new(dev, &cfg, &sh, c.seq_kv, inputs)?;
+    run.enqueue(stream)?;
     stream.synchronize()?;
-    let mut out_o = vec![0u16; bsh.q_len()];
-    o.download(&mut out_o)?;
-    let mut out_lse = vec![0f32; bsh.lse_len()];
-    lse.download(&mut out_lse)?;
+    let (o, lse) = run.read()?;
+    let reports = run.reports();
     Ok(Launched {
-        o: out_o,
-        lse: out_lse,
-        entry: l.entry.clone(),
-        report: image.report,
+        o,
+        lse,
+        entry: reports.iter().map(|r| r.0).collect::<Vec<_>>().join(" + "),
+        // The attention's registers; the spills of every launch below.
+        report: reports[0].1.clone(),
+        kv_splits,
+        spills: reports
+            .iter()
+            .map(|(_, r)| r.spill_stores + r.spill_loads)
+            .sum(),
     })
+}
+
+/// One check's inputs (uniform bf16 times 8, exact in bf16: logits past ±64) and what they are judged
+/// against: the f64 forward and the PyTorch-style bf16 forward, computed side by side.
+pub(crate) struct Checked {
+    q: Vec<u16>,
+    k: Vec<u16>,
+    v: Vec<u16>,
+    ref_o: Vec<f64>,
+    ref_lse: Vec<f64>,
+    base_o: Vec<f32>,
+    base_lse: Vec<f32>,
+}
+
+/// O's and the log-sum-exp's errors (ours, the baseline's) and the rule's verdicts on them.
+pub(crate) type Judged = (
+    (ErrorReport, ErrorReport),
+    (ErrorReport, ErrorReport),
+    Vec<(&'static str, Verdict)>,
+);
+
+impl Checked {
+    /// Inputs at `sh` from `seed`; the baseline rounds its output as the kernel does (`rounding`).
+    pub(crate) fn draw(sh: &BwdShape, causal: Causal, rounding: Rounding, seed: u64) -> Checked {
+        let draw = |len, seed| -> Vec<u16> {
+            random_bf16(len, seed)
+                .into_iter()
+                .map(|x| f32_to_bf16(bf16_to_f32(x) * 8.0))
+                .collect()
+        };
+        let (q, k, v) = (
+            draw(sh.q_len(), seed),
+            draw(sh.kv_len(), seed + 1),
+            draw(sh.kv_len(), seed + 2),
+        );
+        let f = |h: &[u16]| h.iter().map(|&x| bf16_to_f32(x)).collect::<Vec<f32>>();
+        let (qf, kf, vf) = (f(&q), f(&k), f(&v));
+        // Each reference is one thread's work: the two side by side.
+        let ((ref_o, ref_lse, _), (base_o, base_lse)) = std::thread::scope(|s| {
+            let exact = s.spawn(|| reference_fwd::forward(&qf, &kf, &vf, sh, causal));
+            let base = reference_fwd::forward_bf16_baseline(&qf, &kf, &vf, sh, causal, rounding);
+            (exact.join().expect("the f64 reference thread"), base)
+        });
+        Checked {
+            q,
+            k,
+            v,
+            ref_o,
+            ref_lse,
+            base_o,
+            base_lse,
+        }
+    }
+
+    pub(crate) fn inputs(&self) -> (&[u16], &[u16], &[u16]) {
+        (&self.q, &self.k, &self.v)
+    }
+
+    /// `o` (bf16 bits) and `lse` judged by the rule, every element.
+    pub(crate) fn judge(&self, o: &[u16], lse: &[f32]) -> Judged {
+        let o: Vec<f32> = o.iter().map(|&x| bf16_to_f32(x)).collect();
+        let o_err = (
+            reference::compare(&o, &self.ref_o),
+            reference::compare(&self.base_o, &self.ref_o),
+        );
+        let lse_err = (
+            reference::compare(lse, &self.ref_lse),
+            reference::compare(&self.base_lse, &self.ref_lse),
+        );
+        let rule = |ours: f64, base: f64| reference::check_rule(ours, base, reference::RULE_FLOOR);
+        let checks = vec![
+            ("o rel_err", rule(o_err.0.rel_err, o_err.1.rel_err)),
+            ("o max_rel", rule(o_err.0.max_rel, o_err.1.max_rel)),
+            ("lse rel_err", rule(lse_err.0.rel_err, lse_err.1.rel_err)),
+            ("lse max_rel", rule(lse_err.0.max_rel, lse_err.1.max_rel)),
+        ];
+        (o_err, lse_err, checks)
+    }
 }
 
 fn run_case(dev: &std::rc::Rc<Device>, stream: &Stream, c: &LseCase) -> Result<LseRow, CudaError> {
     let sh = c.shape;
     check_shape_kv(&sh, c.seq_kv)?;
-    let bsh = bwd_shape(c);
     let seed = (sh.seq * 131 + c.seq_kv * 7 + sh.dim) as u64;
-    // Inputs times 8 (exact in bf16): logits to about ±64 at head dimension 64.
-    let draw = |len, seed| -> Vec<u16> {
-        random_bf16(len, seed)
-            .into_iter()
-            .map(|x| f32_to_bf16(bf16_to_f32(x) * 8.0))
-            .collect()
-    };
-    let (hq, hk, hv) = (
-        draw(bsh.q_len(), seed),
-        draw(bsh.kv_len(), seed + 1),
-        draw(bsh.kv_len(), seed + 2),
-    );
-    let inputs = (hq.as_slice(), hk.as_slice(), hv.as_slice());
-    let run = launch(dev, stream, c, c.rounding, inputs)?;
-
-    let f = |h: &[u16]| h.iter().map(|&x| bf16_to_f32(x)).collect::<Vec<f32>>();
-    let (qf, kf, vf) = (f(&hq), f(&hk), f(&hv));
-    let (ref_o, ref_lse, _) = reference_fwd::forward(&qf, &kf, &vf, &bsh, c.causal);
-    // The baseline rounds its output as the kernel does (RTZ against RTZ).
-    let (base_o, base_lse) =
-        reference_fwd::forward_bf16_baseline(&qf, &kf, &vf, &bsh, c.causal, c.rounding);
-    let o_err = (
-        reference::compare(&f(&run.o), &ref_o),
-        reference::compare(&base_o, &ref_o),
-    );
-    let lse_err = (
-        reference::compare(&run.lse, &ref_lse),
-        reference::compare(&base_lse, &ref_lse),
-    );
-    let rule = |ours: f64, base: f64| reference::check_rule(ours, base, reference::RULE_FLOOR);
-    let mut checks = vec![
-        ("o rel_err", rule(o_err.0.rel_err, o_err.1.rel_err)),
-        ("o max_rel", rule(o_err.0.max_rel, o_err.1.max_rel)),
-        ("lse rel_err", rule(lse_err.0.rel_err, lse_err.1.rel_err)),
-        ("lse max_rel", rule(lse_err.0.max_rel, lse_err.1.max_rel)),
-    ];
+    let data = Checked::draw(&bwd_shape(c), c.causal, c.rounding, seed);
+    let run = launch(dev, stream, c, c.rounding, data.inputs())?;
+    let (o_err, lse_err, mut checks) = data.judge(&run.o, &run.lse);
     if c.rounding != Rounding::Rtne {
         // The same values rounded to nearest even: the outputs may differ only as the modes do.
-        let rtne = launch(dev, stream, c, Rounding::Rtne, inputs)?;
+        let rtne = launch(dev, stream, c, Rounding::Rtne, data.inputs())?;
         let ok = rounding_agrees(c.rounding, &run.o, &rtne.o);
         let verdict = Verdict {
             passed: ok,
@@ -312,9 +366,10 @@ fn run_case(dev: &std::rc::Rc<Device>, stream: &Stream, c: &LseCase) -> Result<L
     let r = &run.report;
     Ok(LseRow {
         case: *c,
+        kv_splits: run.kv_splits,
         kernel: run.entry.clone(),
         registers: r.registers,
-        spills: r.spill_stores + r.spill_loads,
+        spills: run.spills,
         o: o_err,
         lse: lse_err,
         checks,

@@ -456,7 +456,7 @@ pub unsafe fn gemm_bf16_abt(
 }
 
 /// SMs of device `ordinal` (the shape-aware choice quantises work over them).
-fn multiprocessors(ordinal: i32) -> Result<u32, CudaError> {
+pub(crate) fn multiprocessors(ordinal: i32) -> Result<u32, CudaError> {
     let mut dev = 0;
     // SAFETY: out-parameter.
     check(unsafe { cu::cuDeviceGet(&mut dev, ordinal) }, "cuDeviceGet")?;

@@ -5,19 +5,27 @@
 //! not) is compiled and loaded on first use per device; the shape (batch, heads, query and key
 //! lengths) is a launch parameter, so every shape of a configuration shares it.
 //!
-//! The arguments are packed from the tile program ([`super::args`]) exactly as the benchmark
-//! ([`super::attn`]) packs them over its own buffers, so BSHD and BHSD are the same code with other
-//! strides.
+//! The arguments are packed from the tile program ([`super::attn_split::pack`]) exactly as the
+//! benchmark ([`super::attn`]) packs them over its own buffers, so BSHD and BHSD are the same code
+//! with other strides.
+//!
+//! Few query rows against many keys (decoding) take the key split when the tail planner says it
+//! pays ([`super::attn_split::auto_splits`] for the device's SM count, or the count the caller
+//! gives): the split kernel, then the merge, on the same stream, their f32 partials in
+//! stream-ordered scratch (`cuMemAllocAsync`, freed by `cuMemFreeAsync` after the merge), which a
+//! CUDA graph capture records as memory nodes.
 
 use kittens_codegen::Lowered;
-use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::attn_fwd::split::KvSplits;
+use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
 use kittens_kernels::reference::AttnShape;
 
-use super::args::PackedArgs;
+use cudarc::driver::sys as cu;
+
 use super::attn::{check_shape_kv, params_kv};
-use super::caller::{check_pointer, enqueue, in_context, kernel_on, KernelLoad};
-use super::driver::encode_bf16;
-use super::limits::check_tensor_map_nd;
+use super::attn_split::{auto_splits, pack, workspace};
+use super::caller::{check_pointer, enqueue, in_context, kernel_on, multiprocessors, KernelLoad};
+use super::driver::check as driver_check;
 use super::CudaError;
 
 fn invalid(msg: impl Into<String>) -> CudaError {
@@ -34,13 +42,23 @@ pub struct AttnKernelConfig {
     pub layout: AttnLayout,
     /// The kernel also writes the log-sum-exp (`AttnConfig::lse`).
     pub lse: bool,
+    /// Key parts (`AttnConfig::kv_splits`): 1 is the plain kernel; more, the split kernel writing
+    /// partials, or with `merge` the merge of that many partials.
+    pub kv_splits: u32,
+    /// The merge launch of a split run (`kittens_kernels::attn_fwd::split::build_merge`).
+    pub merge: bool,
 }
 
 impl AttnKernelConfig {
     /// The per-device cache key.
     fn key(&self) -> String {
+        let split = match (self.kv_splits, self.merge) {
+            (0 | 1, _) => String::new(),
+            (g, false) => format!(" split={g}"),
+            (g, true) => format!(" merge={g}"),
+        };
         format!(
-            "attn_fwd dim={} causal={} bottom_right={} layout={:?} lse={}",
+            "attn_fwd dim={} causal={} bottom_right={} layout={:?} lse={}{split}",
             self.dim,
             self.causal,
             self.causal && self.bottom_right,
@@ -68,6 +86,8 @@ pub struct AttnPointers {
     pub seq_kv: usize,
     pub causal: bool,
     pub bottom_right: bool,
+    /// The key split: `auto` (the planner's choice for the device) or a fixed count.
+    pub kv_splits: KvSplits,
 }
 
 impl AttnPointers {
@@ -78,16 +98,30 @@ impl AttnPointers {
             bottom_right: self.causal && self.bottom_right,
             layout: self.shape.layout,
             lse: self.lse.is_some(),
+            kv_splits: 1,
+            merge: false,
         }
     }
 
-    /// The tensors the configuration's kernel takes.
+    /// The tensors the caller hands over.
     fn names(&self) -> &'static [&'static str] {
         if self.lse.is_some() {
             &["q", "k", "v", "o", "lse"]
         } else {
             &["q", "k", "v", "o"]
         }
+    }
+
+    /// The parts the keys are cut into on a device of `sms` SMs.
+    fn splits(&self, sms: u32) -> Result<u32, CudaError> {
+        let gpu = kittens_hw::Target::Sm90a
+            .gpu()
+            .ok_or_else(|| invalid("no sm_90a GPU in the catalog"))?;
+        let cfg = AttnConfig {
+            dim: u32::try_from(self.shape.dim).unwrap_or(u32::MAX),
+            ..AttnConfig::for_gpu(gpu)
+        };
+        auto_splits(self.kv_splits, sms, &cfg, &self.shape, self.seq_kv)
     }
 
     /// Address and size in bytes of the tensor the tile program names `name`.
@@ -138,10 +172,10 @@ impl AttnPointers {
 }
 
 /// Enqueues the attention forward on `stream` (a `CUstream` handle; 0 is the legacy default stream) of
-/// device `ordinal`, in its primary context. Returns the kernel load when this call loaded the
-/// configuration's kernel on the device, else `None`. Errors name the problem: a head dimension other
-/// than 64 or 128, misaligned addresses, no driver, not a Hopper GPU, pointers that are not device
-/// memory of that device or too small.
+/// device `ordinal`, in its primary context: one launch, or with a key split the split kernel and its
+/// merge. Returns the kernel loads this call made (the first use of a configuration on the device).
+/// Errors name the problem: a head dimension other than 64 or 128, misaligned addresses, no driver,
+/// not a Hopper GPU, pointers that are not device memory of that device or too small.
 ///
 /// # Safety
 /// The four ranges must stay allocated until the launch has run on `stream`, o must not overlap q, k
@@ -151,37 +185,65 @@ pub unsafe fn attention_fwd(
     stream: u64,
     p: &AttnPointers,
     lower: LowerAttn,
-) -> Result<Option<KernelLoad>, CudaError> {
+) -> Result<Vec<KernelLoad>, CudaError> {
     p.check()?;
-    let cfg = p.config();
     in_context(ordinal, || {
         for &name in p.names() {
             let (ptr, bytes) = p.tensor(name)?;
             check_pointer(name, ptr, bytes, ordinal)?;
         }
-        let (kernel, fresh) = kernel_on(ordinal, &cfg.key(), &|| lower(&cfg))?;
-        let l = &kernel.lowered;
-        let values = params_kv(&p.shape, p.seq_kv);
-        let mut args = PackedArgs::pack(
-            l,
-            &values,
-            |g| {
-                let (ptr, bytes) = p.tensor(&g.tensor)?;
-                let bytes = usize::try_from(bytes).map_err(|_| invalid("tensor size"))?;
-                check_tensor_map_nd(&g.dims, &g.strides, &g.boxes, bytes)?;
-                encode_bf16(ptr, &g.dims, &g.strides, &g.boxes, g.swizzle)
-            },
-            |name| Ok(p.tensor(name)?.0),
-        )?;
-        let mut pointers = args.pointers();
-        let grid = l
-            .blocks(&values, kernel.multiprocessors)
-            .ok_or_else(|| invalid("grid extents of the lowered attention"))?;
-        // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`), alive
-        // until the call returns; the maps were checked against the allocations the driver reports;
-        // the caller keeps the memory and the stream alive.
-        unsafe { enqueue(&kernel, grid, &mut pointers, stream)? };
-        Ok(fresh.then(|| kernel.load.clone()))
+        let g = p.splits(multiprocessors(ordinal)?)?;
+        let work = workspace(g, &p.shape)?;
+        let raw = stream as cu::CUstream;
+        // The partials in stream order: allocated here, freed after the merge.
+        let mut scratch: Vec<(&str, u64, u64)> = Vec::new();
+        let run = (|| {
+            for &(name, bytes) in &work {
+                let mut ptr = 0;
+                let size = usize::try_from(bytes).map_err(|_| invalid("workspace size"))?;
+                // SAFETY: out-parameter; a stream of the current context.
+                driver_check(
+                    unsafe { cu::cuMemAllocAsync(&mut ptr, size, raw) },
+                    "cuMemAllocAsync",
+                )?;
+                scratch.push((name, ptr, bytes));
+            }
+            let tensor = |name: &str| match scratch.iter().find(|w| w.0 == name) {
+                Some(&(_, ptr, bytes)) => Ok((ptr, bytes)),
+                None => p.tensor(name),
+            };
+            let values = params_kv(&p.shape, p.seq_kv);
+            let mut loads = Vec::new();
+            for merge in if g > 1 {
+                &[false, true][..]
+            } else {
+                &[false][..]
+            } {
+                let cfg = AttnKernelConfig {
+                    kv_splits: g,
+                    merge: *merge,
+                    ..p.config()
+                };
+                let (kernel, fresh) = kernel_on(ordinal, &cfg.key(), &|| lower(&cfg))?;
+                let (mut args, grid) =
+                    pack(&kernel.lowered, &values, &tensor, kernel.multiprocessors)?;
+                let mut pointers = args.pointers();
+                // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`),
+                // alive until the call returns; the maps were checked against the allocations the
+                // driver reports; the caller keeps the memory and the stream alive, the scratch
+                // lives until its stream-ordered free.
+                unsafe { enqueue(&kernel, grid, &mut pointers, stream)? };
+                if fresh {
+                    loads.push(kernel.load.clone());
+                }
+            }
+            Ok::<_, CudaError>(loads)
+        })();
+        for (_, ptr, _) in scratch {
+            // SAFETY: freed after everything enqueued on the stream before it.
+            driver_check(unsafe { cu::cuMemFreeAsync(ptr, raw) }, "cuMemFreeAsync")?;
+        }
+        run
     })
 }
 
@@ -207,10 +269,11 @@ mod tests {
             seq_kv: seq,
             causal: false,
             bottom_right: false,
+            kv_splits: KvSplits::Auto,
         }
     }
 
-    fn launch(p: &AttnPointers) -> Result<Option<KernelLoad>, CudaError> {
+    fn launch(p: &AttnPointers) -> Result<Vec<KernelLoad>, CudaError> {
         let lower: LowerAttn = |_| Err(invalid("not lowered in this test"));
         // SAFETY: the addresses are never dereferenced on the host; the checks refuse them.
         unsafe { attention_fwd(0, 0, p, lower) }
@@ -300,7 +363,14 @@ mod tests {
         let f = p.config().key();
         p.seq_kv = 1;
         assert_eq!(f, p.config().key(), "the key length is a launch parameter");
-        let keys = [a, b, c, d, e, f];
+        let mut cfg = p.config();
+        cfg.kv_splits = 4;
+        let g = cfg.key();
+        cfg.merge = true;
+        let h = cfg.key();
+        cfg.kv_splits = 2;
+        let i = cfg.key();
+        let keys = [a, b, c, d, e, f, g, h, i];
         for i in 0..keys.len() {
             for j in 0..i {
                 assert_ne!(keys[i], keys[j]);

@@ -9,7 +9,9 @@
 
 pub mod args;
 pub mod attn;
+pub mod attn_decode;
 pub mod attn_lse;
+pub mod attn_split;
 pub mod bench;
 pub mod bench_check;
 pub mod bench_fp8;

@@ -19,13 +19,17 @@ pub const EMU_WORK: WorkLimit = WorkLimit {
     executor: "HIP emulation",
 };
 
-/// The host emulation of one AMD target as a runner backend. The last kernel compiled is kept, so a
-/// series of runs of one configuration compiles it once.
+/// Kernels a [`HipEmu`] keeps compiled: a run of several launches (a split attention and its merge)
+/// alternates between them.
+const KEEP: usize = 4;
+
+/// The host emulation of one AMD target as a runner backend. The last few kernels compiled are kept,
+/// so a series of runs of one configuration compiles each of its launches once.
 #[derive(Debug)]
 pub struct HipEmu {
     target: Target,
     arch: Arch,
-    built: Mutex<Option<Emulator>>,
+    built: Mutex<Vec<Emulator>>,
 }
 
 impl HipEmu {
@@ -35,7 +39,7 @@ impl HipEmu {
             Some(gpu) if gpu.arch.is_amd() => Ok(HipEmu {
                 target,
                 arch: gpu.arch,
-                built: Mutex::new(None),
+                built: Mutex::new(Vec::new()),
             }),
             _ => Err(RunError::NotAmd(target)),
         }
@@ -65,9 +69,9 @@ impl Backend for HipEmu {
         } = *job;
         let mut built = self.built.lock().unwrap_or_else(|e| e.into_inner());
         let t0 = Instant::now();
-        let emu = match built.take() {
-            Some(emu) if emu.kernel() == kernel => emu,
-            _ => Emulator::build(kernel, self.arch)?,
+        let emu = match built.iter().position(|e| e.kernel() == kernel) {
+            Some(i) => built.remove(i),
+            None => Emulator::build(kernel, self.arch)?,
         };
         let compile_seconds = t0.elapsed().as_secs_f64();
         // Inputs are declared first and the outputs after them (`Launch`), each in its own dtype.
@@ -94,7 +98,10 @@ impl Backend for HipEmu {
         }
         let blocks = emu.blocks(&launch.params)?;
         let waves_per_block = emu.kernel().waves;
-        *built = Some(emu);
+        built.push(emu);
+        if built.len() > KEEP {
+            built.remove(0);
+        }
         Ok(Execution {
             output,
             blocks,

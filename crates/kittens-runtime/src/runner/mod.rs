@@ -18,6 +18,11 @@
 //! reference, so the vectors the reference is computed from are a snapshot no backend can change;
 //! the backend executes; the f64 reference and the kernel's baseline are computed from that snapshot;
 //! the error is judged once (`kittens_kernels::reference::judge`) into one [`RunReport`].
+//!
+//! A run of several launches (`KernelProblem::stages`: the key-split attention and its merge) runs
+//! them in turn on the same backend ([`execute_stages`]): each launch reads its inputs by name from
+//! the drawn tensors and the earlier launches' outputs, and the outputs no later launch reads are the
+//! run's, judged as one kernel's would be.
 
 pub mod cpu;
 pub mod hip_emu;
@@ -34,7 +39,7 @@ use crate::amd::emulate::EmuError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
 use kittens_kernels::budget::{self, WorkLimit};
-use kittens_kernels::problem::{Launch, Problem};
+use kittens_kernels::problem::{Launch, Problem, Stage};
 use kittens_kernels::reference::{compare, judge, Check, ErrorReport};
 use kittens_kernels::registry::KernelEntry;
 use kittens_kernels::KernelError;
@@ -62,6 +67,14 @@ pub enum RunError {
         backend: &'static str,
         got: usize,
         want: usize,
+    },
+    /// A launch of a several-launch run reads a tensor no earlier launch made, or one of the wrong
+    /// size (a problem definition's mistake, named here rather than read out of bounds).
+    #[error("launch `{kernel}` reads `{tensor}`: {why}")]
+    Chain {
+        kernel: String,
+        tensor: String,
+        why: String,
     },
 }
 
@@ -129,6 +142,10 @@ pub struct RunReport {
     /// Per output, for a kernel with several (the attention backward's dQ, dK, dV); empty for one.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub outputs: Vec<OutputReport>,
+    /// The kernels launched after `kernel`, in order, for a run of several launches (the key-split
+    /// attention's merge); empty for one.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub then: Vec<String>,
     /// Every check passed.
     pub passed: bool,
     /// The largest `rel_err` that passes (the bound of the first `rel_err` check: with several
@@ -168,11 +185,11 @@ fn worst(errs: impl Iterator<Item = ErrorReport>) -> Option<ErrorReport> {
     })
 }
 
-/// Judges each output of `kernel` (the globals after its inputs) on its slice of the concatenated
-/// `out`, reference and baseline: the per-output reports (empty for one output), the overall error and
-/// baseline error, and every check (tagged with its output's name when there are several).
+/// Judges each output (named by `names`) on its slice of the concatenated `out`, reference and
+/// baseline: the per-output reports (empty for one output), the overall error and baseline error,
+/// and every check (tagged with its output's name when there are several).
 fn judge_outputs(
-    kernel: &Kernel,
+    names: &[String],
     launch: &Launch,
     out: &[f32],
     reference: &kittens_kernels::problem::Reference,
@@ -194,10 +211,10 @@ fn judge_outputs(
             .baseline
             .as_ref()
             .map(|b| compare(&b[r.clone()], &reference.values[r.clone()]));
-        let name = kernel
-            .globals
-            .get(launch.inputs.len() + i)
-            .map_or_else(|| format!("output {i}"), |g| g.name.clone());
+        let name = names
+            .get(i)
+            .cloned()
+            .unwrap_or_else(|| format!("output {i}"));
         let mine = judge(tolerance, &error, baseline.as_ref(), tolerance_override);
         let passed = mine.iter().all(|c| c.verdict.passed);
         checks.extend(mine.into_iter().map(|c| Check {
@@ -264,14 +281,11 @@ pub fn validate(
 pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<RunReport, RunError> {
     let plan = validate(entry, p, backend)?;
     let (def, about) = (entry.problem(), backend.about());
-    let kernel = def.build(p, about.target)?;
+    let stages = def.stages(p, about.target, &plan)?;
+    let kernel = &stages[0].kernel;
     let mut rng = SmallRng::seed_from_u64(p.seed);
-    let inputs = def.draw(p, &kernel, &plan.launch, &mut rng);
-    let run = backend.execute(&Job {
-        kernel: &kernel,
-        launch: &plan.launch,
-        inputs: &inputs,
-    })?;
+    let inputs = def.draw(p, kernel, &plan.launch, &mut rng);
+    let (run, names) = execute_stages(backend, &stages, &inputs)?;
     if run.output.len() != plan.launch.output_len() {
         return Err(RunError::Output {
             backend: about.name,
@@ -282,7 +296,7 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
     let r0 = Instant::now();
     let reference = def.reference(p, &inputs);
     let (outputs, error, baseline, checks) = judge_outputs(
-        &kernel,
+        &names,
         &plan.launch,
         &run.output,
         &reference,
@@ -300,6 +314,7 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
         error,
         baseline,
         outputs,
+        then: stages[1..].iter().map(|s| s.kernel.name.clone()).collect(),
         passed: checks.iter().all(|c| c.verdict.passed),
         tolerance: checks[0].verdict.bound,
         checks,
@@ -312,6 +327,133 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
         reference_seconds: r0.elapsed().as_secs_f64(),
         dynamic: run.dynamic,
     })
+}
+
+/// The names of `kernel`'s outputs at `launch` (the globals after its inputs).
+fn output_names(kernel: &Kernel, launch: &Launch) -> Vec<String> {
+    let n_in = launch.inputs.len();
+    (0..launch.outputs.len())
+        .map(|i| {
+            kernel
+                .globals
+                .get(n_in + i)
+                .map_or_else(|| format!("output {i}"), |g| g.name.clone())
+        })
+        .collect()
+}
+
+/// Runs `stages` in turn on `backend` from the drawn `inputs` (the first launch's, in order): each
+/// later launch's inputs by name from the tensors before it; returns the outputs no later launch
+/// reads, concatenated in launch order with their names, and the executions summed (blocks, times;
+/// `dynamic` per launch when there are several).
+pub fn execute_stages(
+    backend: &dyn Backend,
+    stages: &[Stage],
+    inputs: &[Vec<f32>],
+) -> Result<(Execution, Vec<String>), RunError> {
+    let name = backend.about().name;
+    let Some((first, rest)) = stages.split_first() else {
+        return Err(RunError::Kernel(kittens_kernels::KernelError::Problem(
+            "a run with no launch".into(),
+        )));
+    };
+    let run = |st: &Stage, inputs: &[Vec<f32>]| -> Result<(Execution, Vec<Vec<f32>>), RunError> {
+        let e = backend.execute(&Job {
+            kernel: &st.kernel,
+            launch: &st.launch,
+            inputs,
+        })?;
+        if e.output.len() != st.launch.output_len() {
+            return Err(RunError::Output {
+                backend: name,
+                got: e.output.len(),
+                want: st.launch.output_len(),
+            });
+        }
+        let mut at = 0;
+        let outs = st
+            .launch
+            .outputs
+            .iter()
+            .map(|&n| {
+                at += n;
+                e.output[at - n..at].to_vec()
+            })
+            .collect();
+        Ok((e, outs))
+    };
+    if rest.is_empty() {
+        let e = backend.execute(&Job {
+            kernel: &first.kernel,
+            launch: &first.launch,
+            inputs,
+        })?;
+        return Ok((e, output_names(&first.kernel, &first.launch)));
+    }
+    // Every tensor so far by name (later writes of a name replace earlier ones), and whether a
+    // later launch read it.
+    let mut pool: Vec<(String, Vec<f32>, bool)> = first
+        .kernel
+        .globals
+        .iter()
+        .zip(inputs)
+        .map(|(g, t)| (g.name.clone(), t.clone(), true))
+        .collect();
+    let mut total: Option<Execution> = None;
+    let mut dynamic = Vec::new();
+    for (i, st) in stages.iter().enumerate() {
+        let ins: Vec<Vec<f32>> = if i == 0 {
+            Vec::new()
+        } else {
+            let mut ins = Vec::new();
+            for (g, &len) in st.kernel.globals.iter().zip(&st.launch.inputs) {
+                let chain = |why: String| RunError::Chain {
+                    kernel: st.kernel.name.clone(),
+                    tensor: g.name.clone(),
+                    why,
+                };
+                let t = pool
+                    .iter_mut()
+                    .rev()
+                    .find(|t| t.0 == g.name)
+                    .ok_or_else(|| chain("no earlier launch wrote it".into()))?;
+                if t.1.len() != len {
+                    return Err(chain(format!("it has {} elements, not {len}", t.1.len())));
+                }
+                t.2 = true;
+                ins.push(t.1.clone());
+            }
+            ins
+        };
+        let (e, outs) = run(st, if i == 0 { inputs } else { &ins })?;
+        for (n, o) in output_names(&st.kernel, &st.launch).into_iter().zip(outs) {
+            pool.push((n, o, false));
+        }
+        dynamic.push(serde_json::json!({ "kernel": st.kernel.name, "dynamic": e.dynamic }));
+        total = Some(match total {
+            None => e,
+            Some(t) => Execution {
+                output: Vec::new(),
+                blocks: t.blocks + e.blocks,
+                waves_per_block: t.waves_per_block,
+                compile_seconds: t.compile_seconds + e.compile_seconds,
+                run_seconds: t.run_seconds + e.run_seconds,
+                dynamic: None,
+            },
+        });
+    }
+    let mut total = total.expect("at least one launch ran");
+    let (mut output, mut names) = (Vec::new(), Vec::new());
+    for (n, t, read) in pool {
+        if !read {
+            output.extend(t);
+            names.push(n);
+        }
+    }
+    total.output = output;
+    let observed = dynamic.iter().any(|d| !d["dynamic"].is_null());
+    total.dynamic = observed.then_some(serde_json::Value::Array(dynamic));
+    Ok((total, names))
 }
 
 #[cfg(test)]

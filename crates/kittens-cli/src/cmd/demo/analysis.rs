@@ -187,14 +187,7 @@ pub fn planners(s: &mut Section) -> anyhow::Result<Value> {
     let mi300x = gpu("mi300x")?;
     let mut out = Vec::new();
     for (b, h, rows) in [(4, 16, 384), (1, 19, 256), (2, 24, 384)] {
-        let input = tail::TailInput {
-            batch: b,
-            heads: h,
-            seq: 16384,
-            dim: 128,
-            block_rows: rows,
-            kv_block: 64,
-        };
+        let input = tail::TailInput::new(b, h, 16384, 128, rows, 64);
         let p = tail::plan_tail(mi300x, &input, &tail::TailModel::SEED_001)?;
         s.line(format!(
             "tail split mi300x B={b} H={h} N=16384 rows={rows}: G={} ({})",

@@ -1,0 +1,349 @@
+//! The attention forward's key split (Flash-Decoding; MI300X-attn §5.2's tail KV split, applied to
+//! every block): few query rows against many keys — decoding against a KV cache — launch
+//! `B·H·⌈Nq / rows⌉` blocks, far fewer than the GPU has SMs or CUs, and each walks every key. Cut
+//! each query block's walk into `G` parts, one block per part, and `G` times as many SMs share it.
+//!
+//! One mechanism for every schedule ([`super::ping_pong`], [`super::producer_consumer`],
+//! [`super::mi300x`]):
+//!
+//! - the grid's query-block extent becomes `query blocks × G` ([`super::query_grid`], [`coords`]:
+//!   block `t` is query block `t / G`, part `t % G`, so the parts of one query block are neighbours
+//!   and share its Q in L2);
+//! - part `s` walks key blocks `[s·P, min((s+1)·P, n))` of the `n` its query rows need (their
+//!   causal limit included, both alignments), `P = ⌈n / G⌉` ([`KeyRange`]). A part with no block
+//!   (`G > n`, or `s·P ≥ n`) still walks one block, past its range and fully masked, so that its
+//!   pipeline runs as usual and its partial is well defined: log-sum-exp `−∞`, output 0 (the
+//!   softmax's floor, [`super::Softmax::floor`]);
+//! - instead of `o` and `lse` the block writes its normalised f32 output and its log-sum-exp to
+//!   plane `s` of [`O_PARTIAL`] `[G, b, h, s, d]` and [`LSE_PARTIAL`] `[G, b, h, s]`;
+//! - [`build_merge`], a strip program (`kittens_codegen::strip`), combines the planes per row:
+//!   `lse = log Σ_s exp(lse_s)`, `O = Σ_s exp(lse_s − lse)·O_s`, rounded once to bf16 as configured
+//!   (RTNE, RTNA, RTZ), the log-sum-exp written when asked. A row no part kept a key of gets
+//!   `O = 0` and `lse = −∞`, as the unsplit kernel writes.
+//!
+//! `G = 1` is the unsplit kernel itself: no partials, no merge. [`choose`] picks `G` for a shape
+//! and a GPU by the tail planner's model (`kittens_sched::tail`, [`SplitScope::Every`]).
+
+use super::{AttnConfig, AttnSchedule, Io};
+use crate::KernelError;
+use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_hw::Gpu;
+use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, Rounding, Schedule};
+use kittens_sched::tail::{plan_tail, SplitScope, TailInput, TailModel, TailPlan};
+use kittens_tile::{BaseShape, Layout};
+
+/// The split kernel's partial outputs, f32 `[G, b, h, s, d]` (each part's output already divided by
+/// its own softmax sum).
+pub const O_PARTIAL: &str = "o_partial";
+/// The split kernel's partial log-sum-exps, f32 `[G, b, h, s]` (`−∞` where a row kept no key of
+/// the part).
+pub const LSE_PARTIAL: &str = "lse_partial";
+/// The most parts: the merge reads every part's log-sum-exp into registers of its own.
+pub const MAX_KV_SPLITS: u32 = 16;
+/// Waves (query rows) per block of the merge.
+const MERGE_WAVES: u32 = 4;
+
+/// How many parts a run cuts the keys into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvSplits {
+    /// Exactly this many (1: the unsplit kernel).
+    Fixed(u32),
+    /// As [`choose`] decides for the GPU the run is configured for.
+    Auto,
+}
+
+impl Default for KvSplits {
+    fn default() -> Self {
+        KvSplits::Fixed(1)
+    }
+}
+
+impl std::str::FromStr for KvSplits {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s == "auto" {
+            return Ok(KvSplits::Auto);
+        }
+        match s.parse::<u32>() {
+            Ok(g) if (1..=MAX_KV_SPLITS).contains(&g) => Ok(KvSplits::Fixed(g)),
+            _ => Err(format!(
+                "`{s}`: the key split is `auto` or a count from 1 to {MAX_KV_SPLITS}"
+            )),
+        }
+    }
+}
+
+/// The partial outputs a split kernel writes and its merge reads (`access`), as
+/// [`O_PARTIAL`] and [`LSE_PARTIAL`], contiguous whatever the layout.
+pub(crate) fn declare_partials(
+    k: &mut KernelBuilder,
+    splits: u32,
+    [batch, heads, seq]: [&Expr; 3],
+    dim: &Expr,
+    access: Access,
+) -> (GlobalId, GlobalId) {
+    let g = ("g", Expr::c(i64::from(splits)));
+    let (b, h, s) = (
+        ("b", batch.clone()),
+        ("h", heads.clone()),
+        ("s", seq.clone()),
+    );
+    let o = k.global(
+        O_PARTIAL,
+        F32,
+        &[
+            g.clone(),
+            b.clone(),
+            h.clone(),
+            s.clone(),
+            ("d", dim.clone()),
+        ],
+        access,
+    );
+    let lse = k.global(LSE_PARTIAL, F32, &[g, b, h, s], access);
+    (o, lse)
+}
+
+/// The query block and the part of a block whose query-block coordinate is `t` (the grid's extent
+/// being `query blocks × splits`); no part without a split.
+pub(crate) fn coords(t: Expr, splits: u32) -> (Expr, Option<Expr>) {
+    if splits <= 1 {
+        return (t, None);
+    }
+    let g = i64::from(splits);
+    (&t / g, Some(t % g))
+}
+
+/// The key blocks one block walks: `count` blocks from block `first`, keys below `limit` kept. The one
+/// place a block's key range is decided, for every schedule.
+pub(crate) struct KeyRange {
+    pub first: Expr,
+    pub count: Expr,
+    pub limit: Expr,
+}
+
+impl KeyRange {
+    /// The key blocks of `cfg.kv_block` keys that a block whose last query row is `q_last` walks:
+    /// all its rows need ([`needed`]), or under a key split part `io.split` of them (of
+    /// `cfg.kv_splits`); without a part, the unsplit kernel's expressions, unchanged. A part past
+    /// the blocks walks one block whose keys all lie at or above `limit`.
+    pub fn new(io: &Io, cfg: &AttnConfig, q_last: &Expr) -> Self {
+        let (seq_kv, kv) = (&io.seq_kv, cfg.kv_block);
+        let offset = cfg.causal_offset(&io.seq, seq_kv);
+        let n_kv = needed(seq_kv, q_last, offset.as_ref(), kv);
+        let Some(s) = &io.split else {
+            return KeyRange {
+                first: Expr::c(0),
+                count: n_kv,
+                limit: seq_kv.clone(),
+            };
+        };
+        let per = n_kv.ceil_div(i64::from(cfg.kv_splits));
+        let first = s * per.clone();
+        let end = (&first + per).min(n_kv);
+        KeyRange {
+            count: (&end - first.clone()).max(Expr::c(1)),
+            limit: seq_kv.min(end * i64::from(kv)),
+            first,
+        }
+    }
+
+    /// The key block of step `j` of the walk.
+    pub fn at(&self, j: &Expr) -> Expr {
+        &self.first + j.clone()
+    }
+
+    /// The block after the last one walked.
+    pub fn end(&self) -> Expr {
+        &self.first + self.count.clone()
+    }
+}
+
+/// The key blocks of `kv` keys that query rows up to `q_last` need: every block up to the one
+/// holding key `q_last + offset` under a causal mask (at least one, so that a block whose rows keep
+/// no key still runs its pipeline once, fully masked), else all `⌈seq_kv / kv⌉`.
+fn needed(seq_kv: &Expr, q_last: &Expr, offset: Option<&Expr>, kv: u32) -> Expr {
+    let all = seq_kv.ceil_div(kv as i64);
+    match offset {
+        None => all,
+        // Floor division: a last kept key below 0 gives 0 blocks, raised to 1.
+        Some(off) => all
+            .min((q_last + off.clone()) / kv as i64 + 1)
+            .max(Expr::c(1)),
+    }
+}
+
+/// The merge of `cfg.kv_splits` partials (module docs): parameters `batch, heads, seq`; inputs
+/// [`O_PARTIAL`] and [`LSE_PARTIAL`]; outputs bf16 `o` in `cfg.layout` (rounded by `cfg.rounding`)
+/// and, with `cfg.lse`, f32 `lse [b, h, seq]`. One query row per wave, its `d` columns a strip.
+pub fn build_merge(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
+    let (g, d) = (cfg.kv_splits, cfg.dim);
+    if !(2..=MAX_KV_SPLITS).contains(&g) || d == 0 || d % 8 != 0 {
+        return Err(KernelError::Config(format!(
+            "attn_fwd merge: {g} parts (2 to {MAX_KV_SPLITS}) of head dimension {d} (a multiple of 8)"
+        )));
+    }
+    let lse_name = if cfg.lse { "_lse" } else { "" };
+    let mut k = KernelBuilder::new(
+        &format!("attn_fwd_merge{g}{lse_name}"),
+        Schedule::Plain { waves: MERGE_WAVES },
+    );
+    let [batch, heads, seq] = ["batch", "heads", "seq"].map(|n| k.param(n));
+    let dim = Expr::c(i64::from(d));
+    let (o_part, lse_part) =
+        declare_partials(&mut k, g, [&batch, &heads, &seq], &dim, Access::Read);
+    let dims = [
+        ("b", batch.clone()),
+        ("h", heads.clone()),
+        ("s", seq.clone()),
+        ("d", dim.clone()),
+    ];
+    let strides = super::strides(cfg.layout, &heads, &seq, &dim);
+    let o = k.global_strided("o", Bf16, &dims, strides, Access::Write);
+    let lse = cfg
+        .lse
+        .then(|| k.global("lse", F32, &dims[..3], Access::Write));
+    let rows = i64::from(MERGE_WAVES);
+    k.grid(vec![batch, heads, seq.ceil_div(rows)], GridOrder::RowMajor);
+    let (b, h, row) = (k.block(0), k.block(1), k.block(2) * rows + k.wave());
+
+    let acc = k.tile("acc", F32, 1, d, Layout::Row, BaseShape::STRIP);
+    let part = k.tile("part", F32, 1, d, Layout::Row, BaseShape::STRIP);
+    let scalar = |k: &mut KernelBuilder, name: &str| k.row_vec(name, acc, F32);
+    let lse_s: Vec<_> = (0..g).map(|s| scalar(&mut k, &format!("lse{s}"))).collect();
+    let [max, w, sum, lse_v] = ["max", "w", "sum", "lse_v"].map(|n| scalar(&mut k, n));
+    let at = |s: u32| Expr::c(i64::from(s));
+    for (s, &l) in (0..g).zip(&lse_s) {
+        let src = k.gview(
+            lse_part,
+            vec![at(s), b.clone(), h.clone(), row.clone()],
+            3,
+            0,
+            1,
+            1,
+        );
+        k.load_global(l, src);
+    }
+    // The largest part's log-sum-exp, floored so that a row no part kept a key of (all −∞) gets
+    // weights exp(−∞) = 0 rather than exp(−∞ + ∞) = NaN.
+    k.copy(max, lse_s[0]);
+    for &l in &lse_s[1..] {
+        k.max(max, max, l);
+    }
+    k.max(max, max, f32::MIN);
+    k.zero(sum);
+    k.zero(acc);
+    for (s, &l) in (0..g).zip(&lse_s) {
+        k.sub(w, l, max);
+        k.exp(w, w); // exp(lse_s − max) ≤ 1
+        k.add(sum, sum, w);
+        let src = k.gview(
+            o_part,
+            vec![at(s), b.clone(), h.clone(), row.clone(), Expr::c(0)],
+            3,
+            4,
+            1,
+            d,
+        );
+        k.load_global(part, src);
+        k.mul_row(part, part, w);
+        k.add(acc, acc, part);
+    }
+    // lse = max + ln Σ exp(lse_s − max): −∞ when no part kept a key (the sum is 0).
+    k.log(lse_v, sum);
+    k.add(lse_v, lse_v, max);
+    // O = Σ_s exp(lse_s − lse)·O_s; a zero sum (and output) stays 0.
+    k.max(sum, sum, f32::MIN_POSITIVE);
+    k.div(w, 1.0f32, sum);
+    k.mul_row(acc, acc, w);
+    k.rounding = cfg.rounding;
+    k.store(
+        k.gview(
+            o,
+            vec![b.clone(), h.clone(), row.clone(), Expr::c(0)],
+            2,
+            3,
+            1,
+            d,
+        ),
+        acc,
+    );
+    k.rounding = Rounding::Rtne;
+    if let Some(lse) = lse {
+        k.store(k.gview(lse, vec![b, h, row], 2, 1, 1, 1), lse_v);
+    }
+    Ok(k.finish()?)
+}
+
+impl AttnConfig {
+    /// Query rows one block of this configuration computes.
+    pub fn block_rows(&self) -> u32 {
+        match self.schedule {
+            AttnSchedule::PingPong8 | AttnSchedule::Mi300x => 8 * self.q_rows,
+            AttnSchedule::ProducerConsumer => super::producer_consumer::BLOCK_Q,
+        }
+    }
+}
+
+/// The attention shape [`choose`] plans for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SplitShape {
+    pub batch: u64,
+    pub heads: u64,
+    pub seq: u64,
+    pub seq_kv: u64,
+}
+
+/// The key split for `shape` with configuration `cfg` on `gpu`: the tail planner
+/// (`kittens_sched::tail::plan_tail`, the model of MI300X-attn §5.2 with its constants,
+/// [`TailModel::SEED_001`]) asked about splitting every block ([`SplitScope::Every`], since a part
+/// is a grid extent here) into at most [`MAX_KV_SPLITS`] parts. In its unit, one key-block step of
+/// one block, the unsplit launch takes `⌈blocks / SMs⌉ · n` steps and `G` parts take
+/// `⌈blocks·G / SMs⌉ · ⌈n / G⌉` plus the merge (a launch and the partials' bytes at HBM speed);
+/// it declines (`G = 1`) when the blocks fill whole rounds, when the last round is at least 95%
+/// full, or when no `G` gains 1%. Why this rule: the split pays by putting idle SMs to work on the
+/// same walk, which is exactly what the round count measures, and the merge's cost is what stops
+/// it at short key lengths. B1 H32 Nq1 against 32768 keys on an H100 (132 SMs, 128-key blocks)
+/// has 32 blocks of 256 steps: `G = 4` gives 128 blocks of 64 steps. Causal masks shorten the
+/// walks of early query blocks; the model counts every block's full walk (decoding's query blocks
+/// all reach the end of the cache).
+pub fn choose(gpu: &Gpu, cfg: &AttnConfig, shape: SplitShape) -> Result<TailPlan, KernelError> {
+    let input = TailInput {
+        seq_kv: Some(shape.seq_kv),
+        scope: SplitScope::Every,
+        max_split: u64::from(MAX_KV_SPLITS),
+        ..TailInput::new(
+            shape.batch,
+            shape.heads,
+            shape.seq,
+            u64::from(cfg.dim),
+            u64::from(cfg.block_rows()),
+            u64::from(cfg.kv_block),
+        )
+    };
+    plan_tail(gpu, &input, &TailModel::SEED_001).map_err(|e| KernelError::Problem(e.to_string()))
+}
+
+/// `splits` resolved for `shape` on `gpu` ([`choose`] for [`KvSplits::Auto`]), with the planner's
+/// reason when it decided.
+pub fn resolve(
+    splits: KvSplits,
+    gpu: &Gpu,
+    cfg: &AttnConfig,
+    shape: SplitShape,
+) -> Result<(u32, Option<String>), KernelError> {
+    match splits {
+        KvSplits::Fixed(g) if (1..=MAX_KV_SPLITS).contains(&g) => Ok((g, None)),
+        KvSplits::Fixed(g) => Err(KernelError::Config(format!(
+            "attn_fwd: {g} key parts (1 to {MAX_KV_SPLITS})"
+        ))),
+        KvSplits::Auto => {
+            let plan = choose(gpu, cfg, shape)?;
+            let g = u32::try_from(plan.split)
+                .unwrap_or(1)
+                .clamp(1, MAX_KV_SPLITS);
+            Ok((g, Some(plan.reason)))
+        }
+    }
+}
