@@ -92,3 +92,42 @@ fn interleave_variant_banks_are_conflict_free() {
     let out = kittens(&["check", "gemm_bf16", "--schedule", "interleave4", "--banks"]);
     assert!(!out.status.success());
 }
+
+/// The backward's key-block schedules on both CDNA GPUs: every hot-loop access of the shared rings —
+/// Q and dO read in row layout (`ds_read_b128`) and column layout (`ds_read_b64_tr_b16` on gfx950,
+/// 16-bit reads on gfx942), O's chunks, the query blocks' K and V — is conflict-free under the
+/// swizzles solved for it; `interleave4`'s 16×32 column reads give dO's ring another swizzle than the
+/// plain program's 32×16 ones.
+#[test]
+fn backward_schedules_banks_are_conflict_free() {
+    let banks = |gpu: &str, schedule: Option<&str>| -> Value {
+        let mut args = vec!["check", "attn_bwd", "--gpu", gpu, "--banks", "--json"];
+        if let Some(s) = schedule {
+            args.extend(["--schedule", s]);
+        }
+        let out = kittens(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("one JSON document")
+    };
+    let chosen = |doc: &Value, buf: &str| -> String {
+        let tiles = doc["tiles"].as_array().unwrap();
+        let t = tiles.iter().find(|t| t["buffer"] == buf).unwrap();
+        t["chosen"].as_str().unwrap().to_string()
+    };
+    for gpu in ["mi355x", "mi300x"] {
+        for s in ["interleave4", "pingpong8"] {
+            let doc = banks(gpu, Some(s));
+            let rows = doc["banks"].as_array().expect("a banks array");
+            assert!(rows.len() >= 15, "{gpu} {s}: {rows:?}");
+            for r in rows {
+                assert_eq!(r["max_conflict"].as_u64(), Some(1), "{gpu} {s}: {r}");
+            }
+        }
+    }
+    let (plain, i4) = (banks("mi355x", None), banks("mi355x", Some("interleave4")));
+    assert_ne!(chosen(&plain, "dov_s"), chosen(&i4, "dov_s"));
+}

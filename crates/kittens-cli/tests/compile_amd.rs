@@ -238,3 +238,34 @@ fn seed001_compiles_beside_the_default_attention() {
         "{text}"
     );
 }
+
+/// `kittens compile attn_bwd --target gfx950 --schedule interleave4 --json`: the backward's key blocks
+/// as the 4-wave interleave, the hot loop (the key loop, by its MFMA work) mixing the scores'
+/// 16x16x32 MFMAs with dK and dV's 32x32x16 ones, 0 spills.
+#[test]
+fn backward_interleave4_compiles_from_the_cli() {
+    let doc: Value = serde_json::from_str(&kittens(&[
+        "compile",
+        "attn_bwd",
+        "--target",
+        "gfx950",
+        "--schedule",
+        "interleave4",
+        "--json",
+    ]))
+    .expect("one JSON document");
+    assert_eq!(doc["variant"], "interleave4");
+    assert_eq!(
+        (doc["vgpr_spill"].as_u64(), doc["sgpr_spill"].as_u64()),
+        (Some(0), Some(0))
+    );
+    let ops = &doc["hot_loop"]["mix"]["opcodes"];
+    assert!(
+        ops["v_mfma_f32_16x16x32_bf16"].as_u64().unwrap() > 0,
+        "{ops}"
+    );
+    assert!(
+        ops["v_mfma_f32_32x32x16_bf16"].as_u64().unwrap() > 0,
+        "{ops}"
+    );
+}

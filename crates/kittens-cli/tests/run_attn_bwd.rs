@@ -90,3 +90,48 @@ fn check_finds_no_hazard() {
         "{text}"
     );
 }
+
+/// `--schedule interleave4|pingpong8` runs the backward's AMD schedules (the interpreter runs them as
+/// any tile program): the report names the schedule and passes; the Hopper schedule is refused on
+/// the AMD emulation.
+#[test]
+fn schedules_run_from_the_cli() {
+    for (flag, name) in [
+        ("interleave4", "4-wave interleave"),
+        ("pingpong8", "8-wave ping-pong"),
+    ] {
+        let out = kittens(&[
+            "run",
+            "attn_bwd",
+            "--backend",
+            "cpu",
+            "--schedule",
+            flag,
+            "--seq",
+            "45",
+            "--seq-kv",
+            "29",
+            "--dim",
+            "64",
+            "--causal",
+            "--json",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+        assert_eq!(doc["shape"]["schedule"], name, "{doc}");
+        assert_eq!(doc["passed"], true);
+    }
+    let out = kittens(&[
+        "run",
+        "attn_bwd",
+        "--backend",
+        "hip-emu",
+        "--target",
+        "gfx950",
+        "--schedule",
+        "ws",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("Hopper"), "{err}");
+}

@@ -165,12 +165,12 @@ impl KernelEntry {
     }
 }
 
-/// `attn_bwd`'s variant `dq` (the registry lists no other).
-fn attn_bwd_variant(gpu: &Gpu, _: &str) -> Result<Kernel, KernelError> {
-    attn_bwd::build(&attn_bwd::BwdConfig {
-        schedule: attn_bwd::BwdSchedule::HopperQ,
-        ..attn_bwd::BwdConfig::for_gpu(gpu)
-    })
+/// `attn_bwd`'s variants: the AMD schedules of the key blocks, and the Hopper query-block launch.
+fn attn_bwd_variant(gpu: &Gpu, v: &str) -> Result<Kernel, KernelError> {
+    attn_bwd::build(&attn_bwd::problem::variant(
+        attn_bwd::BwdConfig::for_gpu(gpu),
+        v,
+    )?)
 }
 
 /// `build_variant` of a kernel without variants: never reached, since [`KernelEntry::build_variant`]
@@ -353,11 +353,26 @@ const ATTN_BWD: KernelEntry = KernelEntry {
     ],
     build_default: || attn_bwd::build(&attn_bwd::BwdConfig::default()),
     build_gpu: |gpu| attn_bwd::build(&attn_bwd::BwdConfig::for_gpu(gpu)),
-    variants: &[Variant {
-        name: "dq",
-        about: "the Hopper backward's second launch: query blocks for dQ",
-        targets: &[Target::Sm90a],
-    }],
+    variants: &[
+        Variant {
+            name: attn_bwd::problem::INTERLEAVE4,
+            about: "4-wave interleave of the key blocks (HipKittens §3.3.2): LDS reads, prefetches \
+                    and MFMAs alternating; 32 keys per wave, dK/dV by 32x32 MFMAs beside the \
+                    scores' 16x16 ones, K, V, dK, dV pinned to AGPRs",
+            targets: &[Target::Gfx950, Target::Gfx942],
+        },
+        Variant {
+            name: attn_bwd::problem::PINGPONG8,
+            about: "8-wave ping-pong of the key blocks (HipKittens §3.3.2): two groups of four \
+                    waves alternating memory and compute clusters",
+            targets: &[Target::Gfx950, Target::Gfx942],
+        },
+        Variant {
+            name: attn_bwd::problem::DQ,
+            about: "the Hopper backward's second launch: query blocks for dQ",
+            targets: &[Target::Sm90a],
+        },
+    ],
     build_variant: attn_bwd_variant,
     problem: &attn_bwd::problem::BwdProblem,
 };
@@ -540,6 +555,24 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(msg.contains("gfx942"), "{msg}");
+        // The backward's AMD schedules on both CDNA targets; its `dq` on Hopper only.
+        let bwd = by_name("attn_bwd").unwrap();
+        for t in [Target::Gfx950, Target::Gfx942] {
+            let k = bwd.build_variant(t, Some("interleave4")).unwrap();
+            assert_eq!(k.schedule, kittens_ir::Schedule::Interleave4, "{t}");
+            let k = bwd.build_variant(t, Some("pingpong8")).unwrap();
+            assert_eq!(
+                (k.schedule, k.waves),
+                (kittens_ir::Schedule::PingPong8, 8),
+                "{t}"
+            );
+            assert!(bwd.build_variant(t, Some("dq")).is_err());
+        }
+        let msg = bwd
+            .build_variant(Target::Sm90a, Some("interleave4"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("gfx950") && msg.contains("gfx942"), "{msg}");
     }
 
     /// Every available plan builds for its target with the schedule it names; a target marked not

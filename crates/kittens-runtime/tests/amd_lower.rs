@@ -203,7 +203,11 @@ fn pinned_tiles_feed_mfma_from_their_registers() {
         (Arch::Cdna3, "v_mfma_f32_16x16x16_bf16 a[32:35], a[0:1], v"),
     ] {
         let src = lower(&kern, arch).expect("lowers").source;
-        assert!(src.contains("{a[32:35]}\"(r_c_pinned[0][0])"), "{src}");
+        // A fresh accumulator is written to exactly its pinned registers.
+        assert!(
+            src.contains("\"={a[32:35]}\", \"{a[0:") && src.contains("r_c_pinned[0][0], "),
+            "{src}"
+        );
         let asm = clang_for(arch).compile_to_asm(&src, arch).unwrap();
         assert!(
             asm.lines().any(|l| l.trim().starts_with(first)),

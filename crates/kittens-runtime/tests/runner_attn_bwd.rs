@@ -46,9 +46,18 @@ fn entry() -> &'static kittens_kernels::registry::KernelEntry {
 /// Runs one case and asserts every gradient passes the rule; at scale 8 (head dim 64) the logits
 /// must reach ±64.
 fn check(c: &Case) {
-    let r = runner::run(entry(), &problem(c), &Interpreter).unwrap();
+    check_variant(c, None);
+}
+
+/// [`check`] of a named variant of the kernel (`None`: the default program).
+fn check_variant(c: &Case, variant: Option<&'static str>) {
+    let p = Problem {
+        variant,
+        ..problem(c)
+    };
+    let r = runner::run(entry(), &p, &Interpreter).unwrap();
     let what = format!(
-        "H{}/{} Nq{} Nkv{} D{} {:?} causal {:?} scale {}",
+        "{variant:?} H{}/{} Nq{} Nkv{} D{} {:?} causal {:?} scale {}",
         c.heads, c.heads_kv, c.seq_q, c.seq_kv, c.dim, c.layout, c.causal, c.scale
     );
     for o in &r.outputs {
@@ -151,6 +160,40 @@ fn large_logits() {
             causal,
             scale,
         });
+    }
+}
+
+/// The AMD schedules of the key blocks (the registry's `interleave4`: 32 keys per wave, 16-query
+/// steps, dK and dV in 32×32 accumulators; `pingpong8`: 8 waves) are the same tile program and pass
+/// the rule on the interpreter: odd lengths both ways, GQA, both causal alignments, D64 and D128,
+/// logits past ±64, and a query length below one step (a single query).
+#[test]
+fn amd_schedules_of_the_key_blocks() {
+    for variant in ["interleave4", "pingpong8"] {
+        for (heads, heads_kv, seq_q, seq_kv, dim, causal, scale) in [
+            (4, 2, 77, 45, 64, None, 8.0),
+            (2, 1, 45, 77, 128, Some(false), 6.0),
+            (3, 1, 77, 45, 128, Some(true), 6.0),
+            (2, 2, 45, 70, 64, Some(true), 8.0),
+            (2, 2, 70, 29, 64, Some(true), 1.0),
+            (2, 1, 1, 33, 64, None, 1.0),
+        ] {
+            let c = Case {
+                heads,
+                heads_kv,
+                seq_q,
+                seq_kv,
+                dim,
+                layout: if dim == 64 {
+                    AttnLayout::Bshd
+                } else {
+                    AttnLayout::Bhsd
+                },
+                causal,
+                scale,
+            };
+            check_variant(&c, Some(variant));
+        }
     }
 }
 

@@ -324,8 +324,10 @@ table! {
     Vop3p 0x32 VPkAddF32 "v_pk_add_f32" [2, 2, 2, 0] Both;
     Vop3p 0x33 VPkMovB32 "v_pk_mov_b32" [2, 2, 2, 0] Both;
     Vop3p 0x35 VMfmaF32_16x16x32Bf16 "v_mfma_f32_16x16x32_bf16" [4, 4, 4, 4] G950;
+    Vop3p 0x37 VMfmaF32_32x32x16Bf16 "v_mfma_f32_32x32x16_bf16" [16, 4, 4, 16] G950;
     Vop3p 0x58 VAccvgprReadB32 "v_accvgpr_read_b32" [1, 1, 0, 0] Both;
     Vop3p 0x59 VAccvgprWriteB32 "v_accvgpr_write_b32" [1, 1, 0, 0] Both;
+    Vop3p 0x60 VMfmaF32_32x32x8Bf16 "v_mfma_f32_32x32x8_bf16" [16, 2, 2, 16] Both;
     Vop3p 0x61 VMfmaF32_16x16x16Bf16 "v_mfma_f32_16x16x16_bf16" [4, 2, 2, 4] Both;
     Vop3p 0x73 VMfmaF32_16x16x32Fp8Fp8 "v_mfma_f32_16x16x32_fp8_fp8" [4, 2, 2, 4] Both;
 

@@ -10,7 +10,7 @@ use kittens_kernels::gemm_bf16::GemmSchedule;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum ScheduleArg {
     /// 8-wave ping-pong (HipKittens E.1).
-    #[value(alias = "ping-pong")]
+    #[value(alias = "ping-pong", alias = "pingpong8")]
     Pingpong,
     /// 4-wave interleave (HipKittens §3.3.2); on hip-emu the target's `interleave4` variant.
     #[value(alias = "i4", alias = "interleave4")]

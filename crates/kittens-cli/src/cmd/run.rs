@@ -41,12 +41,14 @@ pub struct Args {
     /// as configured for the target's GPU.
     #[arg(long, default_value_t = 256)]
     pub block: u32,
-    /// GEMM schedule: pingpong (8-wave, HipKittens E.1), interleave (4-wave, alias interleave4) or ws
-    /// (producer/consumer, Hopper). On hip-emu, `interleave` builds the target's `interleave4` variant.
-    #[arg(long, value_enum, default_value_t = ScheduleArg::Pingpong)]
-    pub schedule: ScheduleArg,
+    /// Schedule: pingpong (8-wave, HipKittens E.1; alias pingpong8), interleave (4-wave, alias
+    /// interleave4) or ws (producer/consumer, Hopper). GEMMs: the cpu backend's schedule (default
+    /// pingpong), on a GPU target `interleave` builds its `interleave4` variant; attn_bwd: its
+    /// `interleave4` or `pingpong8` variant on any backend (default: the plain program).
+    #[arg(long, value_enum)]
+    pub schedule: Option<ScheduleArg>,
     /// A named variant of the kernel (`kittens list --json` lists them): attn_fwd's `seed001`
-    /// (MI300X-attn's kernel, V given transposed) on every backend. Not with `--schedule interleave`.
+    /// (MI300X-attn's kernel, V given transposed) on every backend. Not with `--schedule`.
     #[arg(long)]
     pub variant: Option<String>,
     /// GEMM K step (default 64 as HipKittens E.1 for gemm_bf16, 128 for gemm_fp8).
@@ -196,7 +198,7 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
         p.gemm = GemmConfig::fp8_default();
     }
     p.gemm.block = a.block;
-    p.gemm.schedule = a.schedule.into();
+    p.gemm.schedule = a.schedule.unwrap_or(ScheduleArg::Pingpong).into();
     p.gemm.k_step = a.k_step.unwrap_or(p.gemm.k_step);
     p.attn.batch = a.batch;
     p.attn.heads = a.heads;
@@ -215,34 +217,54 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     Ok(p)
 }
 
-/// On a GPU target the schedule flag picks a registry variant of the target's configuration; the
-/// default ping-pong is the AMD targets' own configuration.
+/// The registry variant the schedule flag names: the kernel's variant of that name (`interleave4`,
+/// `pingpong8`) where it has one — on a GPU target, and for attn_bwd, whose variants the interpreter
+/// runs too, on the cpu backend; the GEMMs' ping-pong is their targets' own configuration.
 fn variant(a: &Args) -> anyhow::Result<Option<&'static str>> {
     if let Some(name) = &a.variant {
-        if a.schedule != ScheduleArg::Pingpong {
+        if a.schedule.is_some() {
             bail!("--variant and --schedule both pick a configuration; give one");
         }
-        let v = a.kernel.variants.iter().find(|v| v.name == name);
-        return match v {
-            Some(v) => Ok(Some(v.name)),
-            None => bail!(
-                "`{}` has no variant `{name}`; its variants: {}",
-                a.kernel.name,
-                a.kernel
-                    .variants
-                    .iter()
-                    .map(|v| v.name)
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
-        };
+        return named_variant(a, name).map(Some);
     }
-    match (a.backend, a.schedule) {
-        (BackendArg::Cpu, _) | (_, ScheduleArg::Pingpong) => Ok(None),
-        (_, ScheduleArg::Interleave) => Ok(Some(kittens_kernels::gemm_bf16::problem::INTERLEAVE4)),
-        (_, ScheduleArg::Ws) => {
-            bail!("--schedule ws is the Hopper schedule; hip-emu runs pingpong or interleave4")
+    let Some(schedule) = a.schedule else {
+        return Ok(None);
+    };
+    let name = match schedule {
+        ScheduleArg::Pingpong => "pingpong8",
+        ScheduleArg::Interleave => "interleave4",
+        ScheduleArg::Ws => {
+            if a.backend == BackendArg::Cpu {
+                return Ok(None);
+            }
+            bail!("--schedule ws is the Hopper schedule; the AMD backends run pingpong or interleave4")
         }
+    };
+    let found = a.kernel.variants.iter().any(|v| v.name == name);
+    match found {
+        true if a.backend != BackendArg::Cpu || a.kernel.name == "attn_bwd" => {
+            named_variant(a, name).map(Some)
+        }
+        true => Ok(None),
+        false if schedule == ScheduleArg::Pingpong || a.backend == BackendArg::Cpu => Ok(None),
+        false => named_variant(a, name).map(Some),
+    }
+}
+
+/// The kernel's registry variant `name`, or an error that lists its variants.
+fn named_variant(a: &Args, name: &str) -> anyhow::Result<&'static str> {
+    match a.kernel.variants.iter().find(|v| v.name == name) {
+        Some(v) => Ok(v.name),
+        None => bail!(
+            "`{}` has no variant `{name}`; its variants: {}",
+            a.kernel.name,
+            a.kernel
+                .variants
+                .iter()
+                .map(|v| v.name)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     }
 }
 

@@ -72,6 +72,12 @@ pub(super) fn is_involution(s: Swizzle, bytes: u32) -> bool {
 
 impl Emitter<'_> {
     pub(super) fn op(&mut self, op: &Op) -> Result<(), LowerError> {
+        self.op_body(op)?;
+        self.place_pinned(op);
+        Ok(())
+    }
+
+    fn op_body(&mut self, op: &Op) -> Result<(), LowerError> {
         match op {
             Op::LoadAsync { dst, src, scope } => self.load_async(dst, src, *scope),
             Op::LoadShared { dst, src } => self.lds_access(*dst, src, false),
@@ -464,17 +470,12 @@ impl Emitter<'_> {
             self.line(format!("for (int i = 0; i < {mr}; ++i) for (int j = 0; j < {nr}; ++j) {dn}[i][j] = {cn}[i][j];"));
         }
         if [&dt, &at, &bt].iter().any(|t| t.pin.is_some()) {
-            if ta || tb {
-                return Err(LowerError::Unsupported(format!(
-                    "{} on pinned registers (only mma_abt)",
-                    form.name()
-                )));
-            }
             let dmap = self.map(d)?;
             let ops = super::pinned::AbtOperands {
                 d: (&dn, &dt, dmap.elems_per_lane()),
                 a: (&an, &at, amap.elems_per_lane()),
                 b: (&bn, &bt, bmap.elems_per_lane()),
+                transposed: (ta, tb),
             };
             self.mma_pinned(&plan, &ops, c.is_none());
             return Ok(());

@@ -147,6 +147,20 @@ KITTENS_DEV void mfma_f32_16x16x128_f8f6f4_sched(fp8x32 a, fp8x32 b, f32x4& c) {
 #define KITTENS_STR2(x) #x
 #define KITTENS_STR(x) KITTENS_STR2(x)
 #define KITTENS_RESERVE_AGPRS(LAST) asm volatile("" ::: KITTENS_STR(a##LAST))
+// One MFMA of a pinned tile: D += A·B (or D = A·B, _ZERO) in exactly the registers the constraints
+// name ("+{a[0:15]}", "{a[64:67]}", "v"). VOL 1: `asm volatile`, kept in the written order; VOL 0:
+// plain `asm`, which the compiler may move within its scheduling region (the 4-wave interleave) as
+// far as the operands' data dependencies allow. F names the MFMA's prelude function, which the host
+// emulation calls instead.
+#define KITTENS_ASM_0 asm
+#define KITTENS_ASM_1 asm volatile
+#define KITTENS_PINNED_MFMA(VOL, F, OPCODE, CD, CA, CB, D, A, B) \
+  KITTENS_ASM_##VOL(OPCODE " %0, %1, %2, %0" : CD(D) : CA(A), CB(B))
+#define KITTENS_PINNED_MFMA_ZERO(VOL, F, OPCODE, CD, CA, CB, D, A, B) \
+  KITTENS_ASM_##VOL(OPCODE " %0, %1, %2, 0" : CD(D) : CA(A), CB(B))
+// A tile pinned to AGPRs just written by another op (fill, transpose, load): its value moves to the
+// AGPR file here, so that the accumulating MFMAs' "+a" constraints find it there without copies.
+#define KITTENS_IN_AGPRS(X) asm volatile("" : "+a"(X))
 
 // ---- LDS (shared memory) ---------------------------------------------------------------------------
 // LDS byte address of a __shared__ object: the address-space cast yields the 32-bit LDS offset.
@@ -255,12 +269,17 @@ KITTENS_DEV unsigned char buffer_load_b8(buffer_rsrc_t r, u32 voffset) {
 // elements relative to it, and an element outside the tensor takes OUT_OF_RANGE, which is at or past
 // every such bound and so reads 0 (a load wholly past the bound; none straddles it).
 constexpr u32 OUT_OF_RANGE = 0x80000000u;
-// A tile whose origin lies past the tensor's end wraps `left`, which then caps: all its lanes are out of
-// range and read OUT_OF_RANGE, at the cap.
+// A tile whose origin lies at or past the tensor's end gets bound 0, so every lane reads 0: its rows may
+// lie inside their own dimension while an outer coordinate does not (a prefetch of the attention
+// backward's step past the last, in a query head past the last), and a wrapped `left` would cap at
+// 2^31 − 1 and let those lanes read past the tensor.
 KITTENS_DEV u32 rebased_bound(u64 span_bytes, u64 origin_bytes) {
+  // Past the end the difference is negative (both are below 2^63): its sign masks the bound. Not a
+  // 64-bit compare, which gfx9's scalar unit lacks (clang-19 made it a vector compare and spilled
+  // gfx942's GEMM), nor a select on the sign (3 SGPR spills in gfx942's fp8 interleave).
   const u64 left = span_bytes - origin_bytes;
   const u32 hi = (u32)(left >> 32), lo = (u32)left;
-  return (hi | (lo >> 31)) != 0 ? 0x7fffffffu : lo;
+  return ((hi | (lo >> 31)) != 0 ? 0x7fffffffu : lo) & ~(u32)((int)hi >> 31);
 }
 KITTENS_DEV i32x4 tile_rsrc(const void* tensor, u64 span_bytes, u64 origin_bytes) {
   return make_buffer_rsrc((const unsigned char*)tensor + origin_bytes, rebased_bound(span_bytes, origin_bytes));

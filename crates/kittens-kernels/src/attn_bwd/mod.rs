@@ -20,6 +20,10 @@
 //! is compute: the query blocks recompute `Sᵀ` and `dPᵀ`, seven matrix products per (query, key)
 //! block pair instead of five (1.4x the FLOPs of the atomic version).
 //!
+//! On CDNA the key blocks' loop is one of three schedules of the same steps (`key_block.rs`): the plain
+//! loop ([`schedule`]), HipKittens' 4-wave interleave with mixed MFMA shapes and AGPR-pinned K, V, dK,
+//! dV ([`interleave4`]) and its 8-wave ping-pong ([`ping_pong`]); docs/attn_bwd_amd.md compares them.
+//!
 //! On Hopper the same algorithm is two warp-specialised launches ([`hopper`]: the query blocks, which
 //! also compute D, then the key blocks).
 //!
@@ -31,12 +35,16 @@
 //! products that read them; dQ and dK get their `1/√d` on the f32 accumulators.
 
 mod hopper;
+mod interleave4;
+mod key_block;
+mod ping_pong;
 pub mod problem;
 mod schedule;
 
 use crate::attn_fwd::AttnLayout;
 use crate::KernelError;
 use kittens_ir::{Expr, Kernel};
+use kittens_tile::BaseShape;
 
 /// Which (query, key) pairs a causal backward keeps: key `j` is kept for query `i` when
 /// `j ≤ i + offset`.
@@ -129,6 +137,13 @@ impl BwdShape {
 pub enum BwdSchedule {
     /// Key and query blocks in one launch, `waves` waves each (the AMD program, [`schedule`]).
     Plain,
+    /// The same launch with the key blocks' loop as HipKittens' 4-wave interleave (§3.3.2,
+    /// [`interleave4`]): one wave per SIMD, LDS reads, global→LDS prefetches and MFMAs alternating
+    /// in one instruction stream.
+    Interleave4,
+    /// The same launch with 8 waves and the key blocks' loop as HipKittens' 8-wave ping-pong (§3.3.2,
+    /// [`ping_pong`]): two groups of four waves alternating memory and compute clusters.
+    PingPong8,
     /// Hopper, the key blocks (dK, dV) warp-specialised ([`hopper`]); the tiles fields other than
     /// `dim`, `causal` and `layout` are unused.
     HopperKv,
@@ -148,11 +163,23 @@ pub struct BwdConfig {
     pub key_rows: u32,
     /// Queries per wave in a query block (a multiple of 16).
     pub query_rows: u32,
-    /// Rows per pipeline step through shared memory (a multiple of 32): the queries a key block takes
-    /// per step, the keys a query block takes per step (one ring serves both).
+    /// Rows per pipeline step through shared memory (a multiple of 32): the keys a query block takes
+    /// per step, and the rows of each slot of the rings (one ring serves both kinds of block).
     pub step: u32,
+    /// Queries a key block takes per step (at most `step`, the first rows of a slot): a multiple of
+    /// 32, or of 16 with 32×32 gradient accumulators (the `32x32x16` MFMA's K is 16 queries).
+    pub key_step: u32,
     pub causal: Causal,
     pub layout: AttnLayout,
+    /// Base shape of the key blocks' dK and dV accumulators, which picks the MFMA of `dVᵀ += dOᵀ·P`
+    /// and `dKᵀ += Qᵀ·dS`: 16×16 (`16x16x32` on gfx950), or 32×32 (`32x32x16`, gfx942 `32x32x8`) beside
+    /// the `16x16x32` of the score products — HipKittens §4's mixed MFMA shapes in one kernel, which
+    /// take 16 queries per K step (instead of 32) and half the instructions for the same work.
+    pub grad_base: BaseShape,
+    /// Pin the key blocks' K, V (the A operands of the score products) and dK, dV accumulators to
+    /// AGPRs (HipKittens §3.2.1, D.3): the MFMAs read and accumulate there, so the 256 VGPRs hold
+    /// only the per-step tiles. Needs one wave per SIMD (the interleave's 512 registers per lane).
+    pub pin_agprs: bool,
 }
 
 impl Default for BwdConfig {
@@ -168,8 +195,11 @@ impl Default for BwdConfig {
             key_rows: 16,
             query_rows: 16,
             step: 32,
+            key_step: 32,
             causal: Causal::No,
             layout: AttnLayout::Bshd,
+            grad_base: BaseShape::S16X16,
+            pin_agprs: false,
         }
     }
 }
@@ -188,7 +218,64 @@ impl BwdConfig {
         }
     }
 
+    /// HipKittens §3.3.2's 4-wave interleave of the key blocks, configured from `base` (a GPU's
+    /// configuration: its head dimension, mask and layout are kept): 32 keys per wave with dK and dV
+    /// in 32×32 accumulators (the mixed MFMA shapes), K, V, dK, dV pinned to AGPRs, 32-query steps.
+    pub fn interleave4(base: BwdConfig) -> BwdConfig {
+        BwdConfig {
+            schedule: BwdSchedule::Interleave4,
+            waves: 4,
+            key_rows: 32,
+            query_rows: 16,
+            step: 32,
+            key_step: 16,
+            grad_base: BaseShape::S32X32,
+            pin_agprs: true,
+            ..base
+        }
+    }
+
+    /// HipKittens §3.3.2's 8-wave ping-pong of the key blocks, configured from `base`: two waves per
+    /// SIMD leave 256 registers per lane to each, so the key blocks keep the plain program's 16 keys
+    /// per wave and 16×16×32 MFMAs (a 32-key wave's dK, dV, K and V alone would take 192 of them).
+    pub fn pingpong8(base: BwdConfig) -> BwdConfig {
+        BwdConfig {
+            schedule: BwdSchedule::PingPong8,
+            waves: 8,
+            key_rows: 16,
+            query_rows: 16,
+            step: 32,
+            key_step: 32,
+            grad_base: BaseShape::S16X16,
+            pin_agprs: false,
+            ..base
+        }
+    }
+
     fn check(&self) -> Result<(), KernelError> {
+        let grad = self.grad_base;
+        if !(grad == BaseShape::S16X16 || grad == BaseShape::S32X32)
+            || !self.key_rows.is_multiple_of(grad.cols)
+        {
+            return Err(KernelError::Config(format!(
+                "attn_bwd: dK/dV accumulators are 16x16 or 32x32 base tiles dividing key_rows {}, \
+                 not {grad}",
+                self.key_rows
+            )));
+        }
+        let waves = match self.schedule {
+            BwdSchedule::Interleave4 => Some(4),
+            BwdSchedule::PingPong8 => Some(8),
+            _ => None,
+        };
+        if waves.is_some_and(|w| w != self.waves) {
+            return Err(KernelError::Config(format!(
+                "attn_bwd: the {:?} schedule runs {} waves, not {}",
+                self.schedule,
+                waves.unwrap_or(0),
+                self.waves
+            )));
+        }
         let ok = self.dim.is_multiple_of(32)
             && self.dim > 0
             && self.key_rows.is_multiple_of(16)
@@ -197,14 +284,17 @@ impl BwdConfig {
             && self.query_rows > 0
             && self.step.is_multiple_of(32)
             && self.step > 0
+            && self.key_step.is_multiple_of(32 / (grad.rows / 16))
+            && (1..=self.step).contains(&self.key_step)
             && (1..=16).contains(&self.waves);
         if ok {
             Ok(())
         } else {
             Err(KernelError::Config(format!(
                 "attn_bwd: dim {} and step {} must be positive multiples of 32, key_rows {} and \
-                 query_rows {} of 16, waves {} from 1 to 16",
-                self.dim, self.step, self.key_rows, self.query_rows, self.waves
+                 query_rows {} of 16, key_step {} at most step and a multiple of 32 (16 with 32x32 \
+                 gradient accumulators), waves {} from 1 to 16",
+                self.dim, self.step, self.key_rows, self.query_rows, self.key_step, self.waves
             )))
         }
     }
@@ -235,7 +325,9 @@ fn name_dq(cfg: &BwdConfig) -> &'static str {
 pub fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     cfg.check()?;
     match cfg.schedule {
-        BwdSchedule::Plain => schedule::build(cfg),
+        BwdSchedule::Plain | BwdSchedule::Interleave4 | BwdSchedule::PingPong8 => {
+            schedule::build(cfg)
+        }
         BwdSchedule::HopperKv => hopper::build_kv(cfg),
         BwdSchedule::HopperQ => hopper::build_q(cfg),
     }

@@ -47,19 +47,45 @@ pub fn causal(p: &Problem) -> Causal {
     }
 }
 
-/// The configuration a run builds: the target GPU's tiles (the defaults on the CPU), with `p`'s head
-/// dimension, mask and layout.
-fn config(p: &Problem, target: Target) -> BwdConfig {
+/// The 4-wave interleave of the key blocks (`BwdConfig::interleave4`).
+pub const INTERLEAVE4: &str = "interleave4";
+/// The 8-wave ping-pong of the key blocks (`BwdConfig::pingpong8`).
+pub const PINGPONG8: &str = "pingpong8";
+/// The Hopper backward's query-block launch.
+pub const DQ: &str = "dq";
+
+/// `base`, a GPU's configuration, turned into its variant `name`.
+pub fn variant(base: BwdConfig, name: &str) -> Result<BwdConfig, KernelError> {
+    match name {
+        INTERLEAVE4 => Ok(BwdConfig::interleave4(base)),
+        PINGPONG8 => Ok(BwdConfig::pingpong8(base)),
+        DQ => Ok(BwdConfig {
+            schedule: super::BwdSchedule::HopperQ,
+            ..base
+        }),
+        other => Err(KernelError::Config(format!(
+            "attn_bwd: no variant `{other}`; variants: {INTERLEAVE4}, {PINGPONG8}, {DQ}"
+        ))),
+    }
+}
+
+/// The configuration a run builds: the target GPU's tiles (the defaults on the CPU), or the
+/// variant `p.variant` names of them, with `p`'s head dimension, mask and layout.
+fn config(p: &Problem, target: Target) -> Result<BwdConfig, KernelError> {
     let tiles = match target.gpu() {
         Some(gpu) => BwdConfig::for_gpu(gpu),
         None => BwdConfig::default(),
     };
-    BwdConfig {
+    let tiles = match p.variant {
+        Some(v) => variant(tiles, v)?,
+        None => tiles,
+    };
+    Ok(BwdConfig {
         dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
         causal: causal(p),
         layout: p.attn.layout,
         ..tiles
-    }
+    })
 }
 
 impl KernelProblem for BwdProblem {
@@ -103,7 +129,7 @@ impl KernelProblem for BwdProblem {
         if !sh.heads.is_multiple_of(sh.heads_kv) {
             self.launch(p)?;
         }
-        let cfg = config(p, target);
+        let cfg = config(p, target)?;
         let u = |x: usize| x as u64;
         let (b, h, hk, sq, skv, d) = (
             u(sh.batch),
@@ -160,13 +186,14 @@ impl KernelProblem for BwdProblem {
                 "batch": sh.batch, "heads": sh.heads, "heads_kv": sh.heads_kv, "seq_q": sh.seq_q,
                 "seq_kv": sh.seq_kv, "dim": sh.dim, "layout": sh.layout, "causal": causal(p),
                 "waves": cfg.waves, "key_rows": cfg.key_rows, "query_rows": cfg.query_rows,
-                "step": cfg.step,
+                "step": cfg.step, "key_step": cfg.key_step,
+                "grad_mfma": format!("{}", cfg.grad_base), "pin_agprs": cfg.pin_agprs,
             }),
         })
     }
 
     fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
-        build(&config(p, target))
+        build(&config(p, target)?)
     }
 
     /// Q, K, V and dO uniform in `[-input_scale, input_scale)` (bf16); O and the log-sum-exp from the

@@ -22,37 +22,38 @@
 //! `queries × 32` chunks (a queries-per-row vector) copied into the score tile's column vector: on the
 //! MFMA lane maps both hold query `i` in the lanes with `lane % 16 = i % 16`.
 
-use super::{name, BwdConfig};
+use super::key_block::KeyBlock;
+use super::{name, BwdConfig, BwdSchedule};
 use crate::attn_fwd::strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
     Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, ReduceOp, RegId,
-    Schedule, SharedView,
+    Schedule,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile};
 
 /// Rows of the zero-stride tile the log-sum-exp is read through (one base tile of the accumulator).
-const LSE_ROWS: u32 = 16;
+pub(super) const LSE_ROWS: u32 = 16;
 /// Columns of one chunk of the `dO∘O` product.
-const D_CHUNK: u32 = 32;
+pub(super) const D_CHUNK: u32 = 32;
 
 /// The tensors and parameters, in declaration order.
-struct Io {
-    batch: Expr,
-    heads: Expr,
-    heads_kv: Expr,
-    seq_q: Expr,
-    seq_kv: Expr,
-    q: GlobalId,
-    k: GlobalId,
-    v: GlobalId,
-    o: GlobalId,
-    d_o: GlobalId,
-    lse: GlobalId,
-    dq: GlobalId,
-    dk: GlobalId,
-    dv: GlobalId,
+pub(super) struct Io {
+    pub batch: Expr,
+    pub heads: Expr,
+    pub heads_kv: Expr,
+    pub seq_q: Expr,
+    pub seq_kv: Expr,
+    pub q: GlobalId,
+    pub k: GlobalId,
+    pub v: GlobalId,
+    pub o: GlobalId,
+    pub d_o: GlobalId,
+    pub lse: GlobalId,
+    pub dq: GlobalId,
+    pub dk: GlobalId,
+    pub dv: GlobalId,
 }
 
 fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> Io {
@@ -113,26 +114,26 @@ fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> Io {
 }
 
 /// What both kinds of block share: the tensors, the block's batch and KV head, the rings.
-struct Ctx {
-    io: Io,
-    cfg: BwdConfig,
-    b: Expr,
-    hk: Expr,
-    group: Expr,
+pub(super) struct Ctx {
+    pub io: Io,
+    pub cfg: BwdConfig,
+    pub b: Expr,
+    pub hk: Expr,
+    pub group: Expr,
     /// Q (key blocks) or K (query blocks).
-    qk_s: kittens_ir::SharedId,
+    pub qk_s: kittens_ir::SharedId,
     /// dO (key blocks) or V (query blocks).
-    dov_s: kittens_ir::SharedId,
+    pub dov_s: kittens_ir::SharedId,
     /// O (key blocks).
-    o_s: kittens_ir::SharedId,
+    pub o_s: kittens_ir::SharedId,
     /// `exp(x) = exp2(x·log2 e)`; `c = log2(e)/√d` on the unscaled scores.
     c: f32,
-    scale: f32,
+    pub scale: f32,
 }
 
 impl Ctx {
     /// `rows` rows of head `h` of tensor `g` from position `s0`, all `dim` columns.
-    fn view(
+    pub fn view(
         &self,
         k: &KernelBuilder,
         g: GlobalId,
@@ -152,7 +153,7 @@ impl Ctx {
 
     /// The log-sum-exp of `n` queries of head `h` from `q0`, times log2(e), into `lse_c` (a column
     /// vector of a score tile), through the zero-stride tile `lse_t`.
-    fn load_lse(
+    pub fn load_lse(
         &self,
         k: &mut KernelBuilder,
         lse_t: RegId,
@@ -176,7 +177,7 @@ impl Ctx {
 
     /// `Pᵀ = exp(Sᵀ/√d − lse)` in place on the f32 scores (masked entries are −∞ and become 0), and
     /// `dSᵀ = Pᵀ∘(dPᵀ − D)` in place on `dp`.
-    fn probs_and_ds(&self, k: &mut KernelBuilder, s: RegId, dp: RegId, lse_c: RegId, d: RegId) {
+    pub fn probs_and_ds(&self, k: &mut KernelBuilder, s: RegId, dp: RegId, lse_c: RegId, d: RegId) {
         k.mul(s, s, self.c);
         k.sub_col(s, s, lse_c);
         k.exp2(s, s);
@@ -186,7 +187,12 @@ impl Ctx {
 }
 
 pub(super) fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
-    let mut k = KernelBuilder::new(name(cfg), Schedule::Plain { waves: cfg.waves });
+    let schedule = match cfg.schedule {
+        BwdSchedule::Interleave4 => Schedule::Interleave4,
+        BwdSchedule::PingPong8 => Schedule::PingPong8,
+        _ => Schedule::Plain { waves: cfg.waves },
+    };
+    let mut k = KernelBuilder::new(name(cfg), schedule);
     let io = declare_io(&mut k, cfg);
     let (d, step) = (cfg.dim, cfg.step);
     let key_block = i64::from(cfg.waves * cfg.key_rows);
@@ -230,142 +236,42 @@ pub(super) fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     Ok(k.finish()?)
 }
 
-/// A key block: keys `z·waves·key_rows + wave·key_rows` .. `+ key_rows` of this wave; dK and dV.
+/// A key block: keys `z·waves·key_rows + wave·key_rows` .. `+ key_rows` of this wave; dK and dV,
+/// with the loop the configuration's schedule names.
 fn key_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr) {
-    let (cfg, io) = (&x.cfg, &x.io);
-    let (d, kr, qs) = (cfg.dim, cfg.key_rows, cfg.step);
-    let block0 = z * i64::from(cfg.waves * kr);
-    let k0 = &block0 + k.wave() * i64::from(kr);
-    let k_r = k.tile("k_r", Bf16, kr, d, Layout::Row, BaseShape::S16X32);
-    let k_t = k.tile("k_t", Bf16, d, kr, Layout::Col, BaseShape::S32X16);
-    let v_r = k.tile("v_r", Bf16, kr, d, Layout::Row, BaseShape::S16X32);
-    let v_t = k.tile("v_t", Bf16, d, kr, Layout::Col, BaseShape::S32X16);
-    let dk_t = k.tile("dk_t", F32, d, kr, Layout::Col, BaseShape::S16X16);
-    let dv_t = k.tile("dv_t", F32, d, kr, Layout::Col, BaseShape::S16X16);
-    let q_r = k.tile("q_r", Bf16, qs, d, Layout::Row, BaseShape::S16X32);
-    let q_t = k.tile("q_t", Bf16, d, qs, Layout::Col, BaseShape::S32X16);
-    let q_c = k.tile("q_c", Bf16, qs, d, Layout::Col, BaseShape::S32X16);
-    let do_r = k.tile("do_r", Bf16, qs, d, Layout::Row, BaseShape::S16X32);
-    let do_t = k.tile("do_t", Bf16, d, qs, Layout::Col, BaseShape::S32X16);
-    let do_c = k.tile("do_c", Bf16, qs, d, Layout::Col, BaseShape::S32X16);
-    let s_t = k.tile("s_t", F32, kr, qs, Layout::Col, BaseShape::S16X16);
-    let dp_t = k.tile("dp_t", F32, kr, qs, Layout::Col, BaseShape::S16X16);
-    let p_b = k.tile("p_b", Bf16, kr, qs, Layout::Row, BaseShape::S16X32);
-    let p_c = k.tile("p_c", Bf16, qs, kr, Layout::Col, BaseShape::S32X16);
-    let ds_b = k.tile("ds_b", Bf16, kr, qs, Layout::Row, BaseShape::S16X32);
-    let ds_c = k.tile("ds_c", Bf16, qs, kr, Layout::Col, BaseShape::S32X16);
-    let lse_t = k.tile("lse_t", F32, LSE_ROWS, qs, Layout::Col, BaseShape::S16X16);
-    let lse_c = k.col_vec("lse_c", s_t, F32);
-    let d_c = k.col_vec("d_c", s_t, F32);
-    let do_ch = k.tile("do_ch", Bf16, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
-    let o_ch = k.tile("o_ch", Bf16, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
-    let prod = k.tile("prod", F32, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
-    let prod_ch = k.tile("prod_ch", F32, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
-    let d_r = k.row_vec("d_r", prod, F32);
-    let dk_r = k.tile("dk_r", F32, kr, d, Layout::Row, BaseShape::S16X16);
-    let dv_r = k.tile("dv_r", F32, kr, d, Layout::Row, BaseShape::S16X16);
+    let kb = KeyBlock::declare(k, x, z);
+    kb.prologue(k);
+    match x.cfg.schedule {
+        BwdSchedule::Interleave4 => super::interleave4::key_loop(k, &kb),
+        BwdSchedule::PingPong8 => super::ping_pong::key_loop(k, &kb),
+        _ => plain_key_loop(k, &kb),
+    }
+    kb.epilogue(k);
+}
 
-    k.load_global(k_r, x.view(k, io.k, &x.hk, k0.clone(), kr));
-    k.load_global(v_r, x.view(k, io.v, &x.hk, k0.clone(), kr));
-    k.transpose(k_t, k_r);
-    k.transpose(v_t, v_r);
-    k.zero(dk_t);
-    k.zero(dv_t);
-    let step = i64::from(qs);
-    let n_q = io.seq_q.ceil_div(step);
-    // Causal: the first query step that keeps any key of the block (key j ≥ block0 needs
-    // i ≥ j − offset).
-    let offset = cfg.causal.offset_expr(&io.seq_q, &io.seq_kv);
-    let first = match &offset {
-        Some(off) => (&block0 - off.clone()).max(0) / step,
-        None => Expr::c(0),
-    };
-    // One pipeline over every (query head of the group, query step) pair: step `t` is query step
-    // `first + t % steps` of the group's head `t / steps`, so the prefetch runs on across heads
-    // (a loop over heads around a loop over steps kept four more scalar registers live on gfx942,
-    // which clang spilled into vector lanes).
-    let steps = &n_q - first.clone();
-    let per_head = steps.max(1);
-    let head_of = |t: &Expr| &x.hk * x.group.clone() + t / per_head.clone();
-    let q0_of = |t: &Expr| (first.clone() + t % per_head.clone()) * step;
-    let fill = |k: &mut KernelBuilder, slot: Expr, t: Expr| {
-        let (h, q0) = (head_of(&t), q0_of(&t));
-        for (ring, g) in [(x.qk_s, io.q), (x.dov_s, io.d_o), (x.o_s, io.o)] {
-            k.load_async(k.smem(ring, slot.clone()), x.view(k, g, &h, q0.clone(), qs));
-        }
-    };
-    fill(k, Expr::c(0), Expr::c(0));
+/// The plain loop: one query step per iteration, its next step prefetched at the start.
+fn plain_key_loop(k: &mut KernelBuilder, kb: &KeyBlock) {
+    kb.fill(k, Expr::c(0), Expr::c(0));
     k.wait_async(0);
     k.barrier();
-    k.for_range("t", 0, x.group.clone() * steps.max(0), |k, t| {
+    k.for_range("t", 0, kb.steps(), |k, t| {
         let (tic, toc) = (&t % 2, (&t + 1) % 2);
-        let (h, q0) = (head_of(&t), q0_of(&t));
-        let slot = |k: &KernelBuilder, ring| k.smem(ring, tic.clone());
         // This step's row-layout Q and dO from shared memory.
-        k.load(q_r, slot(k, x.qk_s));
-        k.load(do_r, slot(k, x.dov_s));
-        fill(k, toc.clone(), &t + 1);
-        // D = rowsum(dO∘O): the products summed elementwise over D_CHUNK-column chunks, then
-        // one row sum (the chunks' waits cover the loads above).
-        for ch in 0..d / D_CHUNK {
-            let sub = |k: &KernelBuilder, ring| -> SharedView {
-                k.smem(ring, tic.clone()).sub(qs, D_CHUNK, 0, ch)
-            };
-            k.load(do_ch, sub(k, x.dov_s));
-            k.load(o_ch, sub(k, x.o_s));
-            k.wait_shared(0);
-            if ch == 0 {
-                k.mul(prod, do_ch, o_ch);
-            } else {
-                k.mul(prod_ch, do_ch, o_ch);
-                k.add(prod, prod, prod_ch);
-            }
-        }
-        k.reduce(Axis::Rows, ReduceOp::Sum, d_r, prod, None);
-        k.copy(d_c, d_r);
-        x.load_lse(k, lse_t, lse_c, &h, &q0, qs);
-        // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ.
-        k.transpose(q_t, q_r);
-        k.transpose(do_t, do_r);
-        k.zero(s_t);
-        k.mma_atb(s_t, k_t, q_t, s_t);
-        k.zero(dp_t);
-        k.mma_atb(dp_t, v_t, do_t, dp_t);
-        let inf = f32::NEG_INFINITY;
-        k.mask(s_t, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &q0, inf);
-        if let Some(off) = &offset {
-            k.mask(
-                s_t,
-                MaskRule::CausalT {
-                    offset: off.clone(),
-                },
-                &k0,
-                &q0,
-                inf,
-            );
-        }
+        kb.read_rows(k, &tic);
+        kb.fill(k, toc.clone(), &t + 1);
+        kb.delta(k, &tic, false);
+        kb.lse(k, &t);
+        kb.scores(k, &t);
         // The column-layout Q and dO only now, behind the softmax's vector work: loaded with the
         // row-layout ones they kept 64 more registers live over the products (gfx950: 149 AGPR
         // moves in the loop instead of 35).
-        k.load(q_c, slot(k, x.qk_s));
-        k.load(do_c, slot(k, x.dov_s));
-        x.probs_and_ds(k, s_t, dp_t, lse_c, d_c);
+        kb.read_cols(k, &tic);
+        kb.probs(k);
         k.wait_shared(0);
-        // dVᵀ += dOᵀ·P, dKᵀ += Qᵀ·dS.
-        k.copy(p_b, s_t);
-        k.transpose(p_c, p_b);
-        k.mma_atb(dv_t, do_c, p_c, dv_t);
-        k.copy(ds_b, dp_t);
-        k.transpose(ds_c, ds_b);
-        k.mma_atb(dk_t, q_c, ds_c, dk_t);
+        kb.grads(k);
         k.wait_async(0);
         k.barrier();
     });
-    k.mul(dk_t, dk_t, x.scale);
-    k.transpose(dk_r, dk_t);
-    k.store(x.view(k, io.dk, &x.hk, k0.clone(), kr), dk_r);
-    k.transpose(dv_r, dv_t);
-    k.store(x.view(k, io.dv, &x.hk, k0, kr), dv_r);
 }
 
 /// A query block: queries `qb·waves·query_rows + wave·query_rows` .. `+ query_rows` of query head

@@ -9,7 +9,7 @@
 //! of 8 (AMDGPUUsage, "VGPR allocation granularity" of gfx90a/gfx942/gfx950), at most 8 waves.
 //!
 //! The hot loop is the body of the backward branch (`s_cbranch_*` or `s_branch` to an earlier label)
-//! issuing the most MFMAs from its own body — loops nested in it are left out (in a hot loop they are
+//! issuing the most MFMA work (multiply-adds by the catalog's shapes) from its own body — loops nested in it are left out (in a hot loop they are
 //! cold element-wise paths), and of equal loops the shortest wins. A block placed after a loop that
 //! branches back into its body (a cold path rejoining it) does not count as a loop.
 
@@ -294,7 +294,8 @@ fn mix_of(lines: &[Line]) -> InstructionMix {
     mix
 }
 
-/// The loop with the most MFMAs in its own body (nested loops excluded): its label and that mix.
+/// The loop with the most matrix work (MFMA multiply-adds) in its own body (nested loops excluded):
+/// its label and that mix.
 fn hot_loop(body: &[Line]) -> Option<LoopReport> {
     let label_at: BTreeMap<&str, usize> = body
         .iter()
@@ -342,13 +343,25 @@ fn hot_loop(body: &[Line]) -> Option<LoopReport> {
             .map(|i| body[i])
             .collect()
     };
+    // Matrix work of an iteration: multiply-adds of its MFMAs by the catalog's shapes (a kernel that
+    // mixes 16x16x32 and 32x32x16 MFMAs, the attention backward's, does twice the work per 32x32).
+    let macs = |mix: &InstructionMix| -> u64 {
+        mix.opcodes
+            .iter()
+            .filter(|(op, _)| op.starts_with("v_mfma"))
+            .map(|(op, &n)| {
+                let shape = kittens_hw::mma::instr(op).map_or(1, |i| u64::from(i.m * i.n * i.k));
+                shape * u64::from(n)
+            })
+            .sum()
+    };
     loops
         .iter()
         .map(|l| {
             let lines = own(l);
             (l.0, mix_of(&lines), mfma_runs(&lines))
         })
-        .max_by_key(|(_, mix, _)| (mix.mfma, std::cmp::Reverse(mix.total)))
+        .max_by_key(|(_, mix, _)| (macs(mix), mix.mfma, std::cmp::Reverse(mix.total)))
         .map(|(s, mix, (longest_mfma_run, mfma_runs))| LoopReport {
             label: if let Line::Label(n) = body[s] {
                 n.to_string()

@@ -138,9 +138,12 @@ typedef i32x4 buffer_rsrc_t;
 inline buffer_rsrc_t make_buffer_rsrc_t(const void* base, u32 bytes) { return make_buffer_rsrc(base, bytes); }
 constexpr u32 OUT_OF_RANGE = 0x80000000u;
 inline u32 rebased_bound(u64 span_bytes, u64 origin_bytes) {
+  // Past the end the difference is negative (both are below 2^63): its sign masks the bound. Not a
+  // 64-bit compare, which gfx9's scalar unit lacks (clang-19 made it a vector compare and spilled
+  // gfx942's GEMM), nor a select on the sign (3 SGPR spills in gfx942's fp8 interleave).
   const u64 left = span_bytes - origin_bytes;
   const u32 hi = (u32)(left >> 32), lo = (u32)left;
-  return (hi | (lo >> 31)) != 0 ? 0x7fffffffu : lo;
+  return ((hi | (lo >> 31)) != 0 ? 0x7fffffffu : lo) & ~(u32)((int)hi >> 31);
 }
 inline i32x4 tile_rsrc(const void* tensor, u64 span_bytes, u64 origin_bytes) {
   return make_buffer_rsrc((const unsigned char*)tensor + origin_bytes, rebased_bound(span_bytes, origin_bytes));
@@ -199,37 +202,49 @@ inline void group_m(u32 xy, u32 rows, u32 cols, u32 window, int& row, int& col) 
   col = (int)(l / h);
 }
 
-// D = A·B + C for one 16×16×K bf16 MFMA across the calling wave; `KR` K values per lane.
-template <int KR, typename AB>
-inline void emu_mfma16(const AB& a, const AB& b, f32x4& c, bool zero) {
+// D = A·B + C for one M×M×K bf16 MFMA across the calling wave (M 16 or 32; kittens-hw's `mma::cdna`
+// maps): lane l holds row (A) or column (B) l % M and the KR consecutive K from (l / M)·KR; its M²/64
+// accumulator slots are column l % M, rows in runs of 4: slot s is row ((s / 4)·G + l / M)·4 + s % 4
+// with G = 64 / M lane groups.
+template <int M, int KR, typename AB, typename CD>
+inline void emu_mfma(const AB& a, const AB& b, CD& c, bool zero) {
+  constexpr int G = 64 / M, SLOTS = M * M / 64;
   EmuWave& w = emu_waves[emu_tid / 64];
   const int l = emu_tid % 64;
   for (int s = 0; s < KR; ++s) { w.a[l][s] = bf16_to_f32(a[s]); w.b[l][s] = bf16_to_f32(b[s]); }
-  for (int s = 0; s < 4; ++s) w.c[l][s] = zero ? 0.0f : c[s];
+  for (int s = 0; s < SLOTS; ++s) w.c[l][s] = zero ? 0.0f : c[s];
   w.bar.arrive_and_wait();
   if (l == 0) {
-    float A[16][4 * KR], B[4 * KR][16], D[16][16];
+    float A[M][G * KR], B[G * KR][M], D[M][M];
     for (int ln = 0; ln < 64; ++ln)
-      for (int s = 0; s < KR; ++s) { A[ln % 16][(ln / 16) * KR + s] = w.a[ln][s]; B[(ln / 16) * KR + s][ln % 16] = w.b[ln][s]; }
+      for (int s = 0; s < KR; ++s) { A[ln % M][(ln / M) * KR + s] = w.a[ln][s]; B[(ln / M) * KR + s][ln % M] = w.b[ln][s]; }
     for (int ln = 0; ln < 64; ++ln)
-      for (int s = 0; s < 4; ++s) D[(ln / 16) * 4 + s][ln % 16] = w.c[ln][s];
-    for (int i = 0; i < 16; ++i)
-      for (int j = 0; j < 16; ++j) {
+      for (int s = 0; s < SLOTS; ++s) D[((s / 4) * G + ln / M) * 4 + s % 4][ln % M] = w.c[ln][s];
+    for (int i = 0; i < M; ++i)
+      for (int j = 0; j < M; ++j) {
         float acc = D[i][j];
-        for (int k = 0; k < 4 * KR; ++k) acc += A[i][k] * B[k][j];
+        for (int k = 0; k < G * KR; ++k) acc += A[i][k] * B[k][j];
         D[i][j] = acc;
       }
     for (int ln = 0; ln < 64; ++ln)
-      for (int s = 0; s < 4; ++s) w.c[ln][s] = D[(ln / 16) * 4 + s][ln % 16];
+      for (int s = 0; s < SLOTS; ++s) w.c[ln][s] = D[((s / 4) * G + ln / M) * 4 + s % 4][ln % M];
   }
   w.bar.arrive_and_wait();
-  for (int s = 0; s < 4; ++s) c[s] = w.c[l][s];
+  for (int s = 0; s < SLOTS; ++s) c[s] = w.c[l][s];
   w.bar.arrive_and_wait();
 }
-inline void mfma_f32_16x16x16_bf16(b16x4 a, b16x4 b, f32x4& c) { emu_mfma16<4>(a, b, c, false); }
-inline f32x4 mfma_f32_16x16x16_bf16_zero(b16x4 a, b16x4 b) { f32x4 c; emu_mfma16<4>(a, b, c, true); return c; }
-inline void mfma_f32_16x16x32_bf16(b16x8 a, b16x8 b, f32x4& c) { emu_mfma16<8>(a, b, c, false); }
-inline f32x4 mfma_f32_16x16x32_bf16_zero(b16x8 a, b16x8 b) { f32x4 c; emu_mfma16<8>(a, b, c, true); return c; }
+inline void mfma_f32_16x16x16_bf16(b16x4 a, b16x4 b, f32x4& c) { emu_mfma<16, 4>(a, b, c, false); }
+inline f32x4 mfma_f32_16x16x16_bf16_zero(b16x4 a, b16x4 b) { f32x4 c; emu_mfma<16, 4>(a, b, c, true); return c; }
+inline void mfma_f32_16x16x32_bf16(b16x8 a, b16x8 b, f32x4& c) { emu_mfma<16, 8>(a, b, c, false); }
+inline f32x4 mfma_f32_16x16x32_bf16_zero(b16x8 a, b16x8 b) { f32x4 c; emu_mfma<16, 8>(a, b, c, true); return c; }
+inline void mfma_f32_32x32x8_bf16(b16x4 a, b16x4 b, f32x16& c) { emu_mfma<32, 4>(a, b, c, false); }
+inline f32x16 mfma_f32_32x32x8_bf16_zero(b16x4 a, b16x4 b) { f32x16 c; emu_mfma<32, 4>(a, b, c, true); return c; }
+inline void mfma_f32_32x32x16_bf16(b16x8 a, b16x8 b, f32x16& c) { emu_mfma<32, 8>(a, b, c, false); }
+inline f32x16 mfma_f32_32x32x16_bf16_zero(b16x8 a, b16x8 b) { f32x16 c; emu_mfma<32, 8>(a, b, c, true); return c; }
+// Pinned MFMAs (the prelude's asm with physical-register constraints) compute the same.
+#define KITTENS_PINNED_MFMA(VOL, F, OPCODE, CD, CA, CB, D, A, B) F(A, B, D)
+#define KITTENS_PINNED_MFMA_ZERO(VOL, F, OPCODE, CD, CA, CB, D, A, B) ((D) = F##_zero(A, B))
+#define KITTENS_IN_AGPRS(X) ((void)0)
 // fp8 e4m3 to f32: OCP E4M3FN (bias 7, S.1111.111 NaN; gfx950's f8f6f4 with fp8 operands) or E4M3FNUZ
 // (bias 8, 0x80 the only NaN, no -0; gfx942's fp8 MFMAs).
 inline float fp8_e4m3_to_f32(unsigned char x, bool fnuz) {
