@@ -190,16 +190,16 @@ fn interleave4_compiles_from_the_cli() {
 /// in the hot loop instead of read from LDS column by column as the default does.
 #[test]
 fn seed001_compiles_beside_the_default_attention() {
-    let doc: Value = serde_json::from_str(&kittens(&[
+    let args = [
         "compile",
         "attn_fwd",
         "--target",
         "gfx942",
         "--variant",
         "seed001",
-        "--json",
-    ]))
-    .expect("one JSON document");
+    ];
+    let doc: Value = serde_json::from_str(&kittens(&[&args[..], &["--json"]].concat()))
+        .expect("one JSON document");
     assert_eq!(doc["variant"], "seed001");
     assert_eq!(doc["kernel"], "attn_fwd_mi300x");
     assert_eq!(
@@ -225,14 +225,7 @@ fn seed001_compiles_beside_the_default_attention() {
             > 0
     );
     // The text form prints the two side by side.
-    let text = kittens(&[
-        "compile",
-        "attn_fwd",
-        "--target",
-        "gfx942",
-        "--variant",
-        "seed001",
-    ]);
+    let text = kittens(&args);
     assert!(
         text.contains("seed001") && text.contains("default") && text.contains("MFMA share"),
         "{text}"

@@ -1,4 +1,4 @@
-//! A hand-assembled gfx942 kernel of one 64-lane workgroup run on the emulator: two pointer
+//! A hand-assembled kernel (gfx942 unless told) of one 64-lane workgroup run on the emulator: two pointer
 //! arguments (`s[4:5]` in, `s[6:7]` out once `s_load_dwordx4 s[4:7], s[0:1]` has run), the work-item
 //! id in `v0`.
 #![allow(dead_code)]
@@ -25,8 +25,13 @@ pub fn load_lane_word() -> Vec<u32> {
     words
 }
 
-/// The kernel of `words` with `sgprs` and `vgprs` registers.
+/// The gfx942 kernel of `words` with `sgprs` and `vgprs` registers.
 pub fn kernel(words: &[u32], sgprs: u32, vgprs: u32) -> Kernel {
+    kernel_on(Arch::Cdna3, words, [sgprs, vgprs, 0])
+}
+
+/// The kernel of `words` for `arch` with `[sgprs, vgprs, agprs]` registers.
+pub fn kernel_on(arch: Arch, words: &[u32], [sgprs, vgprs, agprs]: [u32; 3]) -> Kernel {
     let arg = |offset| KernArg {
         offset,
         size: 8,
@@ -34,7 +39,7 @@ pub fn kernel(words: &[u32], sgprs: u32, vgprs: u32) -> Kernel {
     };
     Kernel {
         name: "hand".into(),
-        arch: Arch::Cdna3,
+        arch,
         code: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
         text_offset: 0,
         descriptor: KernelDescriptor {
@@ -55,7 +60,7 @@ pub fn kernel(words: &[u32], sgprs: u32, vgprs: u32) -> Kernel {
         wavefront_size: 64,
         sgpr_count: sgprs,
         vgpr_count: vgprs,
-        agpr_count: 0,
+        agpr_count: agprs,
     }
 }
 

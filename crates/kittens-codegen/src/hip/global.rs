@@ -17,6 +17,7 @@
 //! chunk's in-range elements one by one and zeros the rest — into registers, or, for an asynchronous
 //! load, over the zeros it wrote to LDS once it has landed.
 
+use super::layout::Affine;
 use super::lower::{reg_type, Emitter};
 use super::ops::{is_involution, keeps_granule_pub as keeps_granule, swizzle_c_pub as swizzle_c};
 use super::LowerError;
@@ -130,6 +131,16 @@ pub fn check_launch(k: &Kernel, params: &[i64]) -> Result<(), LowerError> {
 /// epilogue's output store) or hoists them out of the loop around an access, and holds them live
 /// across that loop: MI300X-attn's configuration spilled them. Recomputing them costs a few VALU
 /// instructions per access.
+/// Element `index·extent + base + per_idx·(lane % g) + per_group·(lane / g)` along one axis of a
+/// register tile, as C: `index` is the base tile's loop variable (`bi`, `bj`), `extent` its rows or
+/// columns, `a` the lane map's slot along that axis.
+fn slot_c(index: &str, extent: u32, a: Affine, g: u32) -> String {
+    format!(
+        "({index} * {extent} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
+        a.base, a.per_idx, a.per_group
+    )
+}
+
 const LANE_HERE: &str = "const int lane = (int)lane_id_here();";
 
 /// Steps per wave above which an asynchronous tile load is issued as a rolled loop (see `load_async`).
@@ -586,14 +597,8 @@ impl Emitter<'_> {
                 em.line("#pragma unroll");
                 em.block(format!("for (int bj = 0; bj < {gc}; ++bj)"), |em| {
                     for (s, (row, col)) in map.slots.iter().enumerate() {
-                        let rexpr = format!(
-                            "(bi * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-                            tile.base.rows, row.base, row.per_idx, row.per_group
-                        );
-                        let cexpr = format!(
-                            "(bj * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-                            tile.base.cols, col.base, col.per_idx, col.per_group
-                        );
+                        let rexpr = slot_c("bi", tile.base.rows, *row, g);
+                        let cexpr = slot_c("bj", tile.base.cols, *col, g);
                         let a = em.view_addr(src, &rexpr, &cexpr);
                         em.line(format!(
                             "{{ const u32 voff = {} ? {} * 4 : OUT_OF_RANGE; {name}[bi][bj][{s}] = __builtin_bit_cast(float, buffer_load_b32(rs, voff)); }}",
@@ -639,14 +644,8 @@ impl Emitter<'_> {
                 em.line("#pragma unroll");
                 em.block(format!("for (int bj = 0; bj < {gc}; ++bj)"), |em| {
                     for (s, (row, col)) in slots.iter().enumerate() {
-                        let re = format!(
-                            "(bi * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-                            tile.base.rows, row.base, row.per_idx, row.per_group
-                        );
-                        let ce = format!(
-                            "(bj * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-                            tile.base.cols, col.base, col.per_idx, col.per_group
-                        );
+                        let re = slot_c("bi", tile.base.rows, *row, g);
+                        let ce = slot_c("bj", tile.base.cols, *col, g);
                         let (addr, inb) = em.element_index(dst, &re, &ce, 1);
                         let v = if map.elems_per_lane() == 1 {
                             format!("{name}[bi][bj]")
