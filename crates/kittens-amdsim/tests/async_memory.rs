@@ -3,19 +3,17 @@
 //! an add and a store. With the wait the result is right under every seed; without it the add reads
 //! the load's destination before the load lands and the stale value (0) goes out.
 
+mod support;
+
 use kittens_amdsim::exec::{self, Dispatch, Memory, Options, Program, Stats};
 use kittens_amdsim::kernarg::{pack, ArgValue};
-use kittens_amdsim::{KernArg, Kernel, KernelDescriptor};
-use kittens_hw::Arch;
+use kittens_amdsim::Kernel;
+use support::{
+    GLOBAL_LOAD_V2, GLOBAL_STORE_V3, S_ENDPGM, S_LOAD_DWORDX4_S4_S0, S_WAITCNT_LGKM0,
+    S_WAITCNT_VM0, V_LSHLREV_V1_2_V0,
+};
 
-const S_LOAD_DWORDX4_S4_S0: [u32; 2] = [0xC00A_0100, 0]; // s_load_dwordx4 s[4:7], s[0:1], 0x0
-const S_WAITCNT_LGKM0: u32 = 0xBF8C_C07F; // s_waitcnt lgkmcnt(0)
-const V_LSHLREV_V1_2_V0: u32 = 0x2402_0082; // v_lshlrev_b32_e32 v1, 2, v0
-const GLOBAL_LOAD_V2: [u32; 2] = [0xDC50_8000, 0x0204_0001]; // global_load_dword v2, v1, s[4:5]
-const S_WAITCNT_VM0: u32 = 0xBF8C_0F70; // s_waitcnt vmcnt(0)
 const V_ADD_V3_1_V2: u32 = 0x6806_0481; // v_add_u32_e32 v3, 1, v2
-const GLOBAL_STORE_V3: [u32; 2] = [0xDC70_8000, 0x0006_0301]; // global_store_dword v1, v3, s[6:7]
-const S_ENDPGM: u32 = 0xBF81_0000;
 
 fn kernel(with_wait: bool) -> Kernel {
     let mut words = vec![];
@@ -29,36 +27,7 @@ fn kernel(with_wait: bool) -> Kernel {
     words.push(V_ADD_V3_1_V2);
     words.extend(GLOBAL_STORE_V3);
     words.push(S_ENDPGM);
-    let arg = |offset| KernArg {
-        offset,
-        size: 8,
-        kind: "global_buffer".into(),
-    };
-    Kernel {
-        name: "add_one".into(),
-        arch: Arch::Cdna3,
-        code: words.iter().flat_map(|w| w.to_le_bytes()).collect(),
-        text_offset: 0,
-        descriptor: KernelDescriptor {
-            group_segment_fixed_size: 0,
-            private_segment_fixed_size: 0,
-            kernarg_size: 16,
-            rsrc1: 0,
-            // USER_SGPR_COUNT = 2 (the kernarg pointer), workgroup id X enabled.
-            rsrc2: 2 << 1 | 1 << 7,
-            rsrc3: 0,
-            // ENABLE_SGPR_KERNARG_SEGMENT_PTR only: the pointer is in s[0:1].
-            code_properties: 1 << 3,
-        },
-        args: vec![arg(0), arg(8)],
-        kernarg_segment_size: 16,
-        group_segment_size: 0,
-        max_workgroup_size: 64,
-        wavefront_size: 64,
-        sgpr_count: 8,
-        vgpr_count: 4,
-        agpr_count: 0,
-    }
+    support::kernel(&words, 8, 4)
 }
 
 fn run(with_wait: bool, seed: u64) -> (Vec<u32>, Stats) {
@@ -66,31 +35,13 @@ fn run(with_wait: bool, seed: u64) -> (Vec<u32>, Stats) {
 }
 
 fn run_with(with_wait: bool, seed: u64, poison_in_flight: bool) -> (Vec<u32>, Stats) {
-    let k = kernel(with_wait);
-    let prog = Program::new(&k).unwrap();
-    let mut mem = Memory::new();
-    let input: Vec<u8> = (0..64u32).flat_map(|i| (i * 7 + 3).to_le_bytes()).collect();
-    let a = mem.alloc(input);
-    let b = mem.alloc(vec![0; 256]);
-    let kernarg = mem.alloc(pack(&k, &[ArgValue::Ptr(a), ArgValue::Ptr(b)]).unwrap());
-    let mut stats = Stats::default();
+    let input: Vec<u32> = (0..64u32).map(|i| i * 7 + 3).collect();
     let opts = Options {
         seed,
         poison_in_flight,
         ..Options::default()
     };
-    let d = Dispatch {
-        workgroups: [1, 1, 1],
-        workgroup_size: 64,
-        kernarg,
-    };
-    exec::run(&prog, &mut mem, d, &opts, &mut stats).unwrap();
-    let out = mem.get(b).unwrap();
-    let out = out
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    (out, stats)
+    support::run_kernel(&kernel(with_wait), &input, 256, &opts)
 }
 
 #[test]

@@ -10,19 +10,17 @@
 //! consecutive K from `8·(l / 32)`; accumulator register `s` of lane `l` is row
 //! `8·(s / 4) + 4·(l / 32) + s % 4` of column `l % 32`).
 
-use kittens_amdsim::exec::{self, Dispatch, Memory, Options, Program, Stats};
-use kittens_amdsim::kernarg::{pack, ArgValue};
-use kittens_amdsim::{decode_all, KernArg, Kernel, KernelDescriptor};
+mod support;
+
+use kittens_amdsim::exec::Options;
+use kittens_amdsim::{decode_all, Kernel};
 use kittens_hw::dtype::DType;
 use kittens_hw::Arch;
 use kittens_ir::numerics::{round, to_bits, Rounding};
+use support::{S_ENDPGM, S_LOAD_DWORDX4_S4_S0, S_WAITCNT_LGKM0, S_WAITCNT_VM0};
 
-const S_LOAD_DWORDX4_S4_S0: [u32; 2] = [0xC00A_0100, 0]; // s_load_dwordx4 s[4:7], s[0:1], 0x0
-const S_WAITCNT_LGKM0: u32 = 0xBF8C_C07F; // s_waitcnt lgkmcnt(0)
-const S_WAITCNT_VM0: u32 = 0xBF8C_0F70; // s_waitcnt vmcnt(0)
 const S_NOP_7: u32 = 0xBF80_0007; // s_nop 7 (the MFMA's result latency, which the emulator ignores)
 const V_LSHLREV_V26_6_V0: u32 = 0x2434_0086; // v_lshlrev_b32_e32 v26, 6, v0
-const S_ENDPGM: u32 = 0xBF81_0000;
 
 /// One of the two MFMAs: its name, target, K, bf16 per lane, and the words of its two forms.
 struct Case {
@@ -93,40 +91,11 @@ fn words(c: &Case) -> Vec<u32> {
 }
 
 fn kernel(c: &Case) -> Kernel {
-    let arg = |offset| KernArg {
-        offset,
-        size: 8,
-        kind: "global_buffer".into(),
-    };
-    Kernel {
-        name: "mfma32".into(),
-        arch: c.arch,
-        code: words(c).iter().flat_map(|w| w.to_le_bytes()).collect(),
-        text_offset: 0,
-        descriptor: KernelDescriptor {
-            group_segment_fixed_size: 0,
-            private_segment_fixed_size: 0,
-            kernarg_size: 16,
-            rsrc1: 0,
-            rsrc2: 2 << 1 | 1 << 7,
-            rsrc3: 0,
-            code_properties: 1 << 3,
-        },
-        args: vec![arg(0), arg(8)],
-        kernarg_segment_size: 16,
-        group_segment_size: 0,
-        max_workgroup_size: 64,
-        wavefront_size: 64,
-        sgpr_count: 8,
-        vgpr_count: 27,
-        agpr_count: 16,
-    }
+    support::kernel_on(c.arch, &words(c), [8, 27, 16])
 }
 
 /// bf16 operands (A's lane registers, then B's), the stored D per lane (16 f32).
 fn run(c: &Case, a: &[Vec<f32>], b: &[Vec<f32>]) -> Vec<Vec<f32>> {
-    let k = kernel(c);
-    let prog = Program::new(&k).unwrap();
     let bits = |v: f32| to_bits(v, DType::Bf16, Rounding::Rtne) as u16;
     let mut input = vec![0u8; 2048];
     for lane in 0..64 {
@@ -138,31 +107,13 @@ fn run(c: &Case, a: &[Vec<f32>], b: &[Vec<f32>]) -> Vec<Vec<f32>> {
             input[at(b0)..at(b0) + 2].copy_from_slice(&bits(b[lane][s]).to_le_bytes());
         }
     }
-    let mut mem = Memory::new();
-    let src = mem.alloc(input);
-    let dst = mem.alloc(vec![0; 64 * 64]);
-    let kernarg = mem.alloc(pack(&k, &[ArgValue::Ptr(src), ArgValue::Ptr(dst)]).unwrap());
-    let d = Dispatch {
-        workgroups: [1, 1, 1],
-        workgroup_size: 64,
-        kernarg,
-    };
-    exec::run(
-        &prog,
-        &mut mem,
-        d,
-        &Options::default(),
-        &mut Stats::default(),
-    )
-    .unwrap();
-    mem.get(dst)
-        .unwrap()
-        .chunks_exact(64)
-        .map(|l| {
-            l.chunks_exact(4)
-                .map(|x| f32::from_le_bytes(x.try_into().unwrap()))
-                .collect()
-        })
+    let words: Vec<u32> = input
+        .chunks_exact(4)
+        .map(|w| u32::from_le_bytes(w.try_into().unwrap()))
+        .collect();
+    let (out, _) = support::run_kernel(&kernel(c), &words, 64 * 64, &Options::default());
+    out.chunks_exact(16)
+        .map(|l| l.iter().map(|&w| f32::from_bits(w)).collect())
         .collect()
 }
 

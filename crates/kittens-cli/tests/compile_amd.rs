@@ -184,6 +184,54 @@ fn interleave4_compiles_from_the_cli() {
     );
 }
 
+/// `kittens compile attn_fwd --target gfx942 --variant seed001 --json`: MI300X-attn's configuration,
+/// with the default configuration's code object beside it (key `default`): no spills, K and the third
+/// Q tile filling the 64 KiB of LDS, 192 16×16×16 MFMAs per key block, V loaded from global memory
+/// in the hot loop instead of read from LDS column by column as the default does.
+#[test]
+fn seed001_compiles_beside_the_default_attention() {
+    let args = [
+        "compile",
+        "attn_fwd",
+        "--target",
+        "gfx942",
+        "--variant",
+        "seed001",
+    ];
+    let doc: Value = serde_json::from_str(&kittens(&[&args[..], &["--json"]].concat()))
+        .expect("one JSON document");
+    assert_eq!(doc["variant"], "seed001");
+    assert_eq!(doc["kernel"], "attn_fwd_mi300x");
+    assert_eq!(
+        (doc["vgpr_spill"].as_u64(), doc["sgpr_spill"].as_u64()),
+        (Some(0), Some(0))
+    );
+    assert_eq!(doc["lds_bytes"], 65536);
+    let ops = &doc["hot_loop"]["mix"]["opcodes"];
+    assert_eq!(ops["v_mfma_f32_16x16x16_bf16"], 192);
+    assert!(ops["buffer_load_dwordx2"].as_u64().unwrap() >= 32, "{ops}");
+    assert!(ops.get("ds_read_u16").is_none(), "{ops}");
+    let default = &doc["default"];
+    assert_eq!(default["variant"], Value::Null);
+    assert_eq!(default["kernel"], "attn_fwd");
+    assert_eq!(
+        default["hot_loop"]["mix"]["opcodes"]["v_mfma_f32_16x16x16_bf16"],
+        64
+    );
+    assert!(
+        default["hot_loop"]["mix"]["opcodes"]["ds_read_u16"]
+            .as_u64()
+            .unwrap()
+            > 0
+    );
+    // The text form prints the two side by side.
+    let text = kittens(&args);
+    assert!(
+        text.contains("seed001") && text.contains("default") && text.contains("MFMA share"),
+        "{text}"
+    );
+}
+
 /// `kittens compile attn_bwd --target gfx950 --schedule interleave4 --json`: the backward's key blocks
 /// as the 4-wave interleave, the hot loop (the key loop, by its MFMA work) mixing the scores'
 /// 16x16x32 MFMAs with dK and dV's 32x32x16 ones, 0 spills.

@@ -172,6 +172,45 @@ fn gemm_fp8_k_step_must_hold_whole_base_tiles() {
     refused(&["gemm_fp8", "--k-step", "64"], "multiple of 128");
 }
 
+/// `kittens run attn_fwd --variant seed001`: MI300X-attn's configuration on the interpreter (its V
+/// drawn transposed, as the kernel reads it) passes the rule at logits past ±64; an unknown variant
+/// is refused naming the kernel's variants, and so is `--variant` with `--schedule`.
+#[test]
+fn attention_variant_seed001_runs_and_unknown_variants_are_refused() {
+    let out = kittens_run(&[
+        "attn_fwd",
+        "--variant",
+        "seed001",
+        "--seq",
+        "77",
+        "--dim",
+        "128",
+        "--causal",
+        "--input-scale",
+        "11",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("one JSON document");
+    assert_eq!(doc["passed"], true, "{doc}");
+    assert_eq!(doc["kernel"], "attn_fwd_mi300x_causal");
+    assert_eq!(doc["shape"]["v_layout"], "bhds");
+    assert_eq!(doc["shape"]["q_rows"], 48);
+    assert!(doc["max_abs_logit"].as_f64().unwrap() >= 64.0, "{doc}");
+    refused(&["attn_fwd", "--variant", "nope"], "seed001");
+    refused(
+        &[
+            "gemm_bf16",
+            "--variant",
+            "interleave4",
+            "--schedule",
+            "interleave",
+        ],
+        "give one",
+    );
+}
+
 /// `--kv-splits`: decoding (one query against 3001 keys) split in 4 on the interpreter passes the rule,
 /// and the report names the split and the merge launch; `auto` reports the planner's count and
 /// reason; a count out of range and the flag on another kernel are refused with a message.

@@ -263,12 +263,22 @@ const GEMM_FP8: KernelEntry = KernelEntry {
 };
 
 /// The attention's variants on CDNA: its causal kernel (a separate code object, `kittens run
-/// --causal` builds it), so that `kittens compile` reports its registers and spills too.
-const ATTN_FWD_VARIANTS: &[Variant] = &[Variant {
-    name: attn_fwd::problem::CAUSAL,
-    about: "the causal kernel (top-left mask, key blocks past the diagonal skipped)",
-    targets: &[Target::Gfx942, Target::Gfx950],
-}];
+/// --causal` builds it), so that `kittens compile` reports its registers and spills too; and
+/// MI300X-attn's gfx942 kernel as a configuration of the same program.
+const ATTN_FWD_VARIANTS: &[Variant] = &[
+    Variant {
+        name: attn_fwd::problem::CAUSAL,
+        about: "the causal kernel (top-left mask, key blocks past the diagonal skipped)",
+        targets: &[Target::Gfx942, Target::Gfx950],
+    },
+    Variant {
+        name: attn_fwd::problem::SEED001,
+        about: "MI300X-attn's kernel: 8 waves in two groups of four, K in LDS (64-key blocks, \
+                double buffered, XOR swizzle), V from global memory into MFMA operands (given \
+                transposed), three 16-query tiles per wave (the third in LDS), 16x16x16 MFMAs",
+        targets: &[Target::Gfx942],
+    },
+];
 
 const ATTN_FWD: KernelEntry = KernelEntry {
     name: "attn_fwd",
@@ -522,7 +532,7 @@ mod tests {
             let k = e.build_variant(Target::Gfx950, None).unwrap();
             assert_eq!(k.schedule, kittens_ir::Schedule::PingPong8, "{name}");
         }
-        // The attention's one variant is its causal kernel, on both CDNA targets.
+        // The attention's variants: its causal kernel on both CDNA targets, MI300X-attn's on gfx942.
         let attn = by_name("attn_fwd").unwrap();
         let msg = attn
             .build_variant(Target::Gfx950, Some("interleave4"))
@@ -537,6 +547,14 @@ mod tests {
             assert_eq!(k.name, "attn_fwd_causal", "{t}");
         }
         assert!(attn.build_variant(Target::Sm90a, Some("causal")).is_err());
+        let k = attn.build_variant(Target::Gfx942, Some("seed001")).unwrap();
+        assert_eq!(k.name, "attn_fwd_mi300x");
+        assert_eq!((k.waves, k.shared_bytes()), (8, 65536));
+        let msg = attn
+            .build_variant(Target::Gfx950, Some("seed001"))
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains("gfx942"), "{msg}");
         // The backward's AMD schedules on both CDNA targets; its `dq` on Hopper only.
         let bwd = by_name("attn_bwd").unwrap();
         for t in [Target::Gfx950, Target::Gfx942] {

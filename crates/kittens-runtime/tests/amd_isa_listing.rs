@@ -183,9 +183,9 @@ fn decoder_agrees_with_llvm_listing_on_every_shipped_kernel() {
         }
     }
     assert_eq!(
-        checked, 20,
+        checked, 21,
         "six kernels on two AMD targets, two gfx950 GEMM variants, the causal attention on both, \
-         the backward's interleave4 and pingpong8 on both"
+         the backward's interleave4 and pingpong8 on both, MI300X-attn's configuration on gfx942"
     );
 }
 
@@ -291,7 +291,8 @@ fn decoder_agrees_with_llvm_objdump_19_on_gfx942() {
 /// The code objects the emulator tests run are built for their problems (head dim, mask, layout,
 /// rotary pairing, the attention's key split and its merge), not only in the registry's default
 /// configuration: each of those decodes to the listing too (the causal backward's `v_add_co_u32`
-/// was missing from the decoder until this ran, the split's log-sum-exp `v_log_f32` likewise).
+/// was missing from the decoder until this ran, the split's log-sum-exp `v_log_f32` likewise, and
+/// `global_store_dwordx3` of MI300X-attn's split kernel, a gfx942 configuration).
 #[test]
 fn decoder_agrees_with_llvm_listing_on_problem_built_code_objects() {
     use kittens_kernels::attn_fwd::AttnLayout;
@@ -325,9 +326,16 @@ fn decoder_agrees_with_llvm_listing_on_problem_built_code_objects() {
         kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Fixed(3),
         ..attn(77, 63, 64, true, true)
     };
+    let seed001_split = Problem {
+        lse: true,
+        kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Fixed(4),
+        variant: Some(kittens_kernels::attn_fwd::problem::SEED001),
+        ..attn(77, 63, 64, true, true)
+    };
     let cases: Vec<(&str, Problem)> = vec![
         ("attn_fwd", fwd_causal),
         ("attn_fwd", fwd_split),
+        ("attn_fwd", seed001_split),
         ("attn_bwd", attn(53, 70, 64, false, false)),
         ("attn_bwd", attn(45, 37, 64, true, false)),
         ("attn_bwd", attn(45, 77, 128, true, true)),
@@ -338,7 +346,9 @@ fn decoder_agrees_with_llvm_listing_on_problem_built_code_objects() {
     let mut checked = 0;
     for target in [Target::Gfx942, Target::Gfx950] {
         let arch = target.arch().unwrap();
-        for (name, p) in &cases {
+        // A named variant only on its targets (`seed001`: gfx942).
+        let on_target = |p: &&(&str, Problem)| p.1.variant.is_none() || target == Target::Gfx942;
+        for (name, p) in cases.iter().filter(on_target) {
             let entry = kittens_kernels::by_name(name).unwrap();
             let plan = entry.problem().plan(p, target).unwrap();
             // Every launch of the problem (a split attention's kernel and merge).
@@ -363,5 +373,5 @@ fn decoder_agrees_with_llvm_listing_on_problem_built_code_objects() {
             }
         }
     }
-    assert!(checked >= 12, "only {checked} distinct code objects");
+    assert!(checked >= 14, "only {checked} distinct code objects");
 }

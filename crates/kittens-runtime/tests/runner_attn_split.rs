@@ -1,18 +1,20 @@
 //! The attention forward's key split (`kittens_kernels::attn_fwd::split`) on the CPU interpreter: the
 //! split kernel and its merge, run as the runner's two launches, judged by the same rule as the
 //! unsplit attention (O and the log-sum-exp each at most 2x the PyTorch-style bf16 forward's error
-//! against the f64 reference, plus a floor), for the AMD program (8-wave ping-pong) and the Hopper
-//! program (producer/consumer), at odd lengths (Nq 1, 3, 77; Nkv 1, 63, 1000, 3001), causal top-left
-//! and bottom-right (rows with no key at all: O = 0 and lse = −∞ exactly, or the check fails), GQA,
-//! D64/D128, logits past ±64, and 2 to 8 parts, more parts than key blocks included.
+//! against the f64 reference, plus a floor), for the AMD program (8-wave ping-pong), MI300X-attn's
+//! kernel (`--variant seed001`) and the Hopper program (producer/consumer), at odd lengths (Nq 1, 3,
+//! 77; Nkv 1, 63, 1000, 3001), causal top-left and bottom-right (rows with no key at all: O = 0 and
+//! lse = −∞ exactly, or the check fails), GQA, D64/D128, logits past ±64, and 2 to 8 parts, more
+//! parts than key blocks included.
 
 use kittens_hw::Target;
 use kittens_ir::Rounding;
+use kittens_kernels::attn_fwd::problem::SEED001;
 use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
 use kittens_kernels::problem::Problem;
 use kittens_kernels::reference::AttnShape;
-use kittens_runtime::runner::{self, Interpreter};
+use kittens_runtime::runner::{self, Interpreter, RunReport};
 
 #[derive(Debug, Clone, Copy)]
 struct Case {
@@ -66,9 +68,13 @@ fn entry() -> &'static kittens_kernels::registry::KernelEntry {
 
 /// Runs `c` split in `c.splits` parts and asserts both outputs pass the rule.
 fn check(c: &Case, cfg: AttnConfig, layout: AttnLayout) {
-    let p = problem(c, cfg, layout);
-    let r = runner::run(entry(), &p, &Interpreter).unwrap();
-    let what = format!("{:?} {c:?} {layout:?}", cfg.schedule);
+    judge(c, &problem(c, cfg, layout), layout);
+}
+
+/// Runs problem `p` of case `c` and asserts both outputs pass the rule; the report.
+fn judge(c: &Case, p: &Problem, layout: AttnLayout) -> RunReport {
+    let r = runner::run(entry(), p, &Interpreter).unwrap();
+    let what = format!("{} {c:?} {layout:?}", r.shape["program"]);
     assert_eq!(r.shape["kv_splits"], c.splits, "{what}");
     assert_eq!(
         r.then,
@@ -90,6 +96,24 @@ fn check(c: &Case, cfg: AttnConfig, layout: AttnLayout) {
     // A handful of logits may stay below 64 (one key); any few hundred reach past it.
     if c.heads * c.seq * c.seq_kv >= 600 {
         assert!(r.max_abs_logit.unwrap_or(0.0) > 64.0, "{what}: logits");
+    }
+    r
+}
+
+/// A case with its mask (`None`, or `Some(bottom_right)`) and parts.
+fn split_case(
+    heads: usize,
+    heads_kv: usize,
+    seq: usize,
+    seq_kv: usize,
+    dim: usize,
+    causal: Option<bool>,
+    splits: u32,
+) -> Case {
+    Case {
+        causal,
+        splits,
+        ..case(heads, heads_kv, seq, seq_kv, dim)
     }
 }
 
@@ -131,13 +155,68 @@ fn ping_pong_split_passes_the_rule() {
     }
 }
 
+/// MI300X-attn's kernel (384-query blocks, 64-key steps, V given transposed) split by the same
+/// mechanism, 2 to 5 parts.
+#[test]
+fn seed001_split_passes_the_rule() {
+    let c = split_case;
+    for (c, layout, rounding) in [
+        // Decoding: one query against 3001 keys (47 blocks) in 5 parts, GQA 4/1.
+        (
+            c(4, 1, 1, 3001, 128, None, 5),
+            AttnLayout::Bshd,
+            Rounding::Rtne,
+        ),
+        // More queries than keys, bottom-right: 14 rows keep no key at all; 63 keys are one
+        // block, so parts 1-3 have none.
+        (
+            c(2, 1, 77, 63, 64, Some(true), 4),
+            AttnLayout::Bhsd,
+            Rounding::Rtne,
+        ),
+        // Three queries bottom-right against 1000 keys (16 blocks) in 3 parts, RTZ output.
+        (
+            c(2, 2, 3, 1000, 64, Some(true), 3),
+            AttnLayout::Bshd,
+            Rounding::Rtz,
+        ),
+        // 77 queries top-left against 1000 keys: the block's causal limit leaves 6 blocks, 2
+        // parts of 3; the rows below 192 keep no key of the second.
+        (
+            c(2, 1, 77, 1000, 128, Some(false), 2),
+            AttnLayout::Bhsd,
+            Rounding::Rtna,
+        ),
+    ] {
+        let cfg = AttnConfig {
+            rounding,
+            ..ping_pong()
+        };
+        let p = Problem {
+            variant: Some(SEED001),
+            ..problem(&c, cfg, layout)
+        };
+        let r = judge(&c, &p, layout);
+        assert_eq!(r.shape["program"], "mi300x");
+        assert_eq!(
+            r.kernel,
+            format!("attn_fwd_mi300x{}_split{}", mask(&c), c.splits)
+        );
+    }
+}
+
+/// The kernel name's mask part.
+fn mask(c: &Case) -> &'static str {
+    match c.causal {
+        None => "",
+        Some(false) => "_causal",
+        Some(true) => "_causal_br",
+    }
+}
+
 #[test]
 fn producer_consumer_split_passes_the_rule() {
-    let c = |heads, heads_kv, seq, seq_kv, dim, causal, splits| Case {
-        causal,
-        splits,
-        ..case(heads, heads_kv, seq, seq_kv, dim)
-    };
+    let c = split_case;
     for (c, layout) in [
         // Decoding with 3001 keys (24 blocks of 128) in 4 parts, GQA 4/2.
         (c(4, 2, 1, 3001, 128, None, 4), AttnLayout::Bshd),

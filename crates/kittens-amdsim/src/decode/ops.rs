@@ -141,6 +141,14 @@ table! {
     Sop2 0x31 SLshl4AddU32 "s_lshl4_add_u32" [1, 1, 1, 0] Both;
 
     Sopk 0x00 SMovkI32 "s_movk_i32" [1, 0, 0, 0] Both;
+    Sopk 0x02 SCmpkEqI32 "s_cmpk_eq_i32" [0, 1, 0, 0] Both;
+    Sopk 0x03 SCmpkLgI32 "s_cmpk_lg_i32" [0, 1, 0, 0] Both;
+    Sopk 0x04 SCmpkGtI32 "s_cmpk_gt_i32" [0, 1, 0, 0] Both;
+    Sopk 0x05 SCmpkGeI32 "s_cmpk_ge_i32" [0, 1, 0, 0] Both;
+    Sopk 0x06 SCmpkLtI32 "s_cmpk_lt_i32" [0, 1, 0, 0] Both;
+    Sopk 0x07 SCmpkLeI32 "s_cmpk_le_i32" [0, 1, 0, 0] Both;
+    Sopk 0x08 SCmpkEqU32 "s_cmpk_eq_u32" [0, 1, 0, 0] Both;
+    Sopk 0x09 SCmpkLgU32 "s_cmpk_lg_u32" [0, 1, 0, 0] Both;
     Sopk 0x0a SCmpkGtU32 "s_cmpk_gt_u32" [0, 1, 0, 0] Both;
     Sopk 0x0b SCmpkGeU32 "s_cmpk_ge_u32" [0, 1, 0, 0] Both;
     Sopk 0x0c SCmpkLtU32 "s_cmpk_lt_u32" [0, 1, 0, 0] Both;
@@ -351,8 +359,10 @@ table! {
     Global 0x17 GlobalLoadDwordx4 "global_load_dwordx4" [4, 2, 0, 0] Both;
     Global 0x18 GlobalStoreByte "global_store_byte" [1, 2, 0, 0] Both;
     Global 0x1a GlobalStoreShort "global_store_short" [1, 2, 0, 0] Both;
+    Global 0x1b GlobalStoreShortD16Hi "global_store_short_d16_hi" [1, 2, 0, 0] Both;
     Global 0x1c GlobalStoreDword "global_store_dword" [1, 2, 0, 0] Both;
     Global 0x1d GlobalStoreDwordx2 "global_store_dwordx2" [2, 2, 0, 0] Both;
+    Global 0x1e GlobalStoreDwordx3 "global_store_dwordx3" [3, 2, 0, 0] Both;
     Global 0x1f GlobalStoreDwordx4 "global_store_dwordx4" [4, 2, 0, 0] Both;
 }
 

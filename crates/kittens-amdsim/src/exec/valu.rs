@@ -301,7 +301,7 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
         VCvtU32F32 => from_fn(|l| fm(i, 0, a[l]) as u32),
         VCvtI32F32 => from_fn(|l| fm(i, 0, a[l]) as i32 as u32),
         VExpF32 => from_fn(|l| fout(i, fm(i, 0, a[l]).exp2())),
-        // log2: −∞ at ±0 (a row of the attention that kept no key), NaN below 0.
+        // log2: −∞ at ±0 (a row of the attention that kept no key), NaN below 0 (as the host's).
         VLogF32 => from_fn(|l| fout(i, fm(i, 0, a[l]).log2())),
         VRcpF32 | VRcpIflagF32 => from_fn(|l| fout(i, 1.0 / fm(i, 0, a[l]))),
         VTruncF32 => from_fn(|l| fout(i, fm(i, 0, a[l]).trunc())),

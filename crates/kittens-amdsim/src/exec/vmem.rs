@@ -15,7 +15,7 @@ use std::array::from_fn;
 
 /// Bytes per lane of a memory operation.
 fn bytes_of(op: Op) -> u32 {
-    let n = op.name();
+    let n = op.name().trim_end_matches("_d16_hi");
     if n.ends_with("ubyte") || n.ends_with("_byte") || n.ends_with("b8") {
         1
     } else if n.ends_with("ushort")
@@ -28,6 +28,8 @@ fn bytes_of(op: Op) -> u32 {
         16
     } else if n.ends_with("x2") || n.ends_with("b64") {
         8
+    } else if n.ends_with("x3") {
+        12
     } else {
         4
     }
@@ -216,11 +218,13 @@ pub(super) fn global(g: &mut Group, wv: usize, i: &Instr) -> Result<(), ExecErro
     }));
     let effect = if i.op.is_store() {
         let d = Wave::data_reg(i, i.dst)?;
-        Effect::GlobalStore {
-            bytes,
-            lanes,
-            data: regs(w, d, bytes.div_ceil(4) as usize),
+        let mut data = regs(w, d, bytes.div_ceil(4) as usize);
+        if i.op.name().ends_with("_d16_hi") {
+            // The high half of the data register (a bf16 that is an f32's top 16 bits).
+            data.iter_mut()
+                .for_each(|r| r.iter_mut().for_each(|x| *x >>= 16));
         }
+        Effect::GlobalStore { bytes, lanes, data }
     } else {
         Effect::GlobalLoad {
             dst: Wave::data_reg(i, i.dst)?,

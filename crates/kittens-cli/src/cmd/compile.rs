@@ -83,8 +83,18 @@ fn run_amd(args: &Args, arch: Arch) -> Result<()> {
         None => {}
     }
     let out = amd_compile_variant(args.kernel, arch, args.schedule.as_deref())?;
+    // A variant is reported beside the target's default configuration (attn_fwd's `seed001` beside
+    // the HipKittens-style ping-pong): both code objects from the same compiler.
+    let default = match args.schedule {
+        Some(_) => Some(amd_compile_variant(args.kernel, arch, None)?),
+        None => None,
+    };
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&out.json()?)?);
+        let mut doc = out.json()?;
+        if let Some(d) = &default {
+            doc["default"] = d.json()?;
+        }
+        println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         if let Some(g) = out.configured_for {
             println!(
@@ -93,8 +103,40 @@ fn run_amd(args: &Args, arch: Arch) -> Result<()> {
             );
         }
         print_amd(&out.report, &out.version, out.code_object_bytes);
+        if let (Some(d), Some(v)) = (&default, &args.schedule) {
+            print_beside(v, &out.report, &d.report);
+        }
     }
     Ok(())
+}
+
+/// One row of [`print_beside`]: a figure of a report as text.
+type Figure<'a> = &'a dyn Fn(&CodeObjectReport) -> String;
+
+/// The variant's figures beside the default configuration's.
+fn print_beside(variant: &str, v: &CodeObjectReport, d: &CodeObjectReport) {
+    let hot = |r: &CodeObjectReport, f: &dyn Fn(&kittens_runtime::amd::LoopReport) -> String| {
+        r.hot_loop.as_ref().map_or("-".to_string(), f)
+    };
+    let rows: [(&str, Figure); 7] = [
+        ("VGPR / AGPR", &|r| format!("{} / {}", r.vgpr, r.agpr)),
+        ("spills VGPR / SGPR", &|r| {
+            format!("{} / {}", r.vgpr_spill, r.sgpr_spill)
+        }),
+        ("LDS bytes", &|r| r.lds_bytes.to_string()),
+        ("kernel instructions", &|r| r.mix.total.to_string()),
+        ("hot-loop instructions", &|r| {
+            hot(r, &|l| l.mix.total.to_string())
+        }),
+        ("hot-loop MFMAs", &|r| hot(r, &|l| l.mix.mfma.to_string())),
+        ("MFMA share", &|r| {
+            hot(r, &|l| format!("{:.1}%", 100.0 * l.mfma_share))
+        }),
+    ];
+    println!("  {:<22} {:>14} {:>14}", "", variant, "default");
+    for (name, f) in rows {
+        println!("  {name:<22} {:>14} {:>14}", f(v), f(d));
+    }
 }
 
 /// What compiling one kernel for one AMD target produced.

@@ -47,6 +47,10 @@ pub struct Args {
     /// `interleave4` or `pingpong8` variant on any backend (default: the plain program).
     #[arg(long, value_enum)]
     pub schedule: Option<ScheduleArg>,
+    /// A named variant of the kernel (`kittens list --json` lists them): attn_fwd's `seed001`
+    /// (MI300X-attn's kernel, V given transposed) on every backend. Not with `--schedule`.
+    #[arg(long)]
+    pub variant: Option<String>,
     /// GEMM K step (default 64 as HipKittens E.1 for gemm_bf16, 128 for gemm_fp8).
     #[arg(long)]
     pub k_step: Option<u32>,
@@ -217,6 +221,12 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
 /// `pingpong8`) where it has one — on a GPU target, and for attn_bwd, whose variants the interpreter
 /// runs too, on the cpu backend; the GEMMs' ping-pong is their targets' own configuration.
 fn variant(a: &Args) -> anyhow::Result<Option<&'static str>> {
+    if let Some(name) = &a.variant {
+        if a.schedule.is_some() {
+            bail!("--variant and --schedule both pick a configuration; give one");
+        }
+        return named_variant(a, name).map(Some);
+    }
     let Some(schedule) = a.schedule else {
         return Ok(None);
     };
@@ -230,11 +240,21 @@ fn variant(a: &Args) -> anyhow::Result<Option<&'static str>> {
             bail!("--schedule ws is the Hopper schedule; the AMD backends run pingpong or interleave4")
         }
     };
-    let found = a.kernel.variants.iter().find(|v| v.name == name);
+    let found = a.kernel.variants.iter().any(|v| v.name == name);
     match found {
-        Some(v) if a.backend != BackendArg::Cpu || a.kernel.name == "attn_bwd" => Ok(Some(v.name)),
-        Some(_) => Ok(None),
-        None if schedule == ScheduleArg::Pingpong || a.backend == BackendArg::Cpu => Ok(None),
+        true if a.backend != BackendArg::Cpu || a.kernel.name == "attn_bwd" => {
+            named_variant(a, name).map(Some)
+        }
+        true => Ok(None),
+        false if schedule == ScheduleArg::Pingpong || a.backend == BackendArg::Cpu => Ok(None),
+        false => named_variant(a, name).map(Some),
+    }
+}
+
+/// The kernel's registry variant `name`, or an error that lists its variants.
+fn named_variant(a: &Args, name: &str) -> anyhow::Result<&'static str> {
+    match a.kernel.variants.iter().find(|v| v.name == name) {
+        Some(v) => Ok(v.name),
         None => bail!(
             "`{}` has no variant `{name}`; its variants: {}",
             a.kernel.name,

@@ -17,6 +17,7 @@
 //! chunk's in-range elements one by one and zeros the rest — into registers, or, for an asynchronous
 //! load, over the zeros it wrote to LDS once it has landed.
 
+use super::layout::Affine;
 use super::lower::{reg_type, Emitter};
 use super::ops::{is_involution, keeps_granule_pub as keeps_granule, swizzle_c_pub as swizzle_c};
 use super::LowerError;
@@ -121,6 +122,33 @@ pub fn check_launch(k: &Kernel, params: &[i64]) -> Result<(), LowerError> {
         }
     });
     err.map_or(Ok(()), Err)
+}
+
+/// The lane index read where a global access is issued (`lane_id_here`, an `asm volatile`), shadowing
+/// the kernel's `lane` inside the access, so that the addresses computed from it stay there: tile
+/// stores, the cold ragged-edge branch of register loads, and asynchronous loads of many steps. From
+/// the kernel's `lane` the compiler shares such addresses between accesses (a prologue's Q load and the
+/// epilogue's output store) or hoists them out of the loop around an access, and holds them live
+/// across that loop: MI300X-attn's configuration spilled them. Recomputing them costs a few VALU
+/// instructions per access.
+/// Element `index·extent + base + per_idx·(lane % g) + per_group·(lane / g)` along one axis of a
+/// register tile, as C: `index` is the base tile's loop variable (`bi`, `bj`), `extent` its rows or
+/// columns, `a` the lane map's slot along that axis.
+fn slot_c(index: &str, extent: u32, a: Affine, g: u32) -> String {
+    format!(
+        "({index} * {extent} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
+        a.base, a.per_idx, a.per_group
+    )
+}
+
+const LANE_HERE: &str = "const int lane = (int)lane_id_here();";
+
+/// Steps per wave above which an asynchronous tile load is issued as a rolled loop (see `load_async`).
+const ROLLED_STEPS: u32 = 8;
+
+/// True when `s` keeps every byte of a tile of `bytes` in its row of `row_bytes`.
+fn keeps_rows(s: kittens_tile::Swizzle, row_bytes: u32, bytes: u32) -> bool {
+    (0..bytes).all(|o| s.apply(o) / row_bytes == o / row_bytes)
 }
 
 /// The prelude's element load of `bytes`-wide elements.
@@ -254,20 +282,51 @@ impl Emitter<'_> {
         };
         // Lane `lane` of step `i` fills LDS bytes `p .. p + width` of the tile with the logical element
         // run at tile offset `q` (the swizzle is an involution: its own inverse).
+        let (rb, step) = (t.row_bytes(), 64 * width);
+        // A load of many steps per wave (MI300X-attn's K block, loaded by four waves: 16 each) issues
+        // them in a rolled loop and computes each lane's offsets at issue, from the lane index read
+        // there: unrolled, every step's offsets are loop invariants the compiler hoists out of the key
+        // loop around the load and holds live across it (32 VGPRs, then 16 SGPRs of scalar offsets:
+        // that kernel spilled them). When the swizzle keeps every byte in its row and a step covers
+        // whole rows or a part of one, a lane's row is the step's first row (uniform: the scalar
+        // offset, advanced by the loop) plus its own `lane·width / row bytes`. Loads of few steps keep
+        // the unrolled form, whose hoisted offsets cost less than recomputing them.
+        let many = n > ROLLED_STEPS;
+        let split_rows = many
+            && keeps_rows(t.swizzle, rb, t.bytes())
+            && (step.is_multiple_of(rb) || rb.is_multiple_of(step));
         let lane_run = |em: &mut Self| {
             em.line(format!(
-                "const u32 p = region + band + (u32)i * {} + (u32)lane * {width};",
-                64 * width
+                "const u32 p = region + band + (u32)i * {step} + ln * {width};"
             ));
             em.line(format!(
                 "const u32 q = {} - region;",
                 swizzle_c(t.swizzle, "p")
             ));
-            em.line(format!(
-                "const int r = (int)(q / {}), c = (int)(q % {} / {e});",
-                t.row_bytes(),
-                t.row_bytes()
-            ));
+            if split_rows {
+                em.line(format!(
+                    "const int ru = (int)((band + (u32)i * {step}) / {rb}), rl = (int)(ln * {width} / {rb});"
+                ));
+                em.line(format!("const int r = ru + rl, c = (int)(q % {rb} / {e});"));
+            } else {
+                em.line(format!(
+                    "const int r = (int)(q / {rb}), c = (int)(q % {rb} / {e});"
+                ));
+            }
+        };
+        // The lane's offset and the step's scalar offset (bytes from the tile's resource).
+        let (lane_rel, soff) = if split_rows {
+            (
+                self.view_addr(src, "rl", "c").rel,
+                // Uniform by construction; `readfirstlane` says so to the compiler (clang 19
+                // placed it in a VGPR, which the instruction's scalar operand cannot take).
+                format!(
+                    "__builtin_amdgcn_readfirstlane({} * {e})",
+                    self.view_addr(src, "ru", "0").rel
+                ),
+            )
+        } else {
+            (a.rel.clone(), "0".to_string())
         };
         self.block("", |em| {
             em.line(format!(
@@ -284,17 +343,25 @@ impl Emitter<'_> {
             em.line(format!(
                 "const u32 band = (u32){wave_in_scope} * {per_wave};"
             ));
-            em.line("#pragma unroll");
+            // The lane index read here, where the load issues: its offsets are a few VALU
+            // instructions to recompute, where the compiler would otherwise hoist one per step out
+            // of the loop around the load and keep them all live across it.
+            em.line(if many {
+                "const u32 ln = lane_id_here(); // see LANE_HERE"
+            } else {
+                "const u32 ln = lane;"
+            });
+            em.line(if many { "#pragma nounroll" } else { "#pragma unroll" });
             em.block(format!("for (int i = 0; i < {n}; ++i)"), |em| {
                 lane_run(em);
+                // Out of range: the lane's offset alone is past the bound (the scalar offset is
+                // added after the hardware's range check).
                 em.line(format!(
-                    "const u32 voff = {} ? {} * {e} : OUT_OF_RANGE;",
+                    "const u32 voff = {} ? {lane_rel} * {e} : OUT_OF_RANGE;",
                     a.inside(w),
-                    a.rel
                 ));
                 em.line(format!(
-                    "{wrapper}<0>(rs, voff, 0, lds_{name} + tile + region + band + (u32)i * {});",
-                    64 * width
+                    "{wrapper}<0>(rs, voff, {soff}, lds_{name} + tile + region + band + (u32)i * {step});"
                 ));
                 Ok(())
             })?;
@@ -367,15 +434,27 @@ impl Emitter<'_> {
         }
         let (row, col) = map.slots[0];
         let g = map.group;
-        let rexpr = format!(
-            "(bi * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-            tile.base.rows, row.base, row.per_idx, row.per_group
+        let lane_row = format!(
+            "({} + {} * (lane % {g}) + {} * (lane / {g}))",
+            row.base, row.per_idx, row.per_group
         );
-        let cexpr = format!(
-            "(bj * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-            tile.base.cols, col.base, col.per_idx, col.per_group
+        let lane_col = format!(
+            "({} + {} * (lane % {g}) + {} * (lane / {g}))",
+            col.base, col.per_idx, col.per_group
         );
-        let a = self.view_addr(src, &rexpr, &cexpr);
+        let (bi, bj) = (
+            format!("(bi * {})", tile.base.rows),
+            format!("(bj * {})", tile.base.cols),
+        );
+        let a = self.view_addr(
+            src,
+            &format!("({bi} + {lane_row})"),
+            &format!("({bj} + {lane_col})"),
+        );
+        // The lane's offset inside its base tile, and the base tile's offset: uniform, the load's
+        // scalar offset (one offset register for all the tile's loads).
+        let lane_rel = self.view_addr(src, &lane_row, &lane_col).rel;
+        let tile_rel = self.view_addr(src, &bi, &bj).rel;
         let tensor = self.tensor_args(src);
         let gdt = self.k.global(src.tensor).dtype;
         // A bf16 tensor into f32 registers (attention's Q, scaled in f32 before its bf16 copy): load the
@@ -400,9 +479,8 @@ impl Emitter<'_> {
         let bits = epl * e * 8;
         let load = if matches!(bits, 32 | 64 | 128) {
             format!(
-                "const u32 voff = inb ? {} * {e} : OUT_OF_RANGE;\n\
-                 {name}[bi][bj] = __builtin_bit_cast({ty}, buffer_load_b{bits}(rs, voff));",
-                a.rel
+                "const u32 voff = inb ? {lane_rel} * {e} : OUT_OF_RANGE;\n\
+                 {name}[bi][bj] = __builtin_bit_cast({ty}, buffer_load_b{bits}(rs, voff, {tile_rel} * {e}));"
             )
         } else {
             format!(
@@ -450,6 +528,9 @@ impl Emitter<'_> {
             em.block(
                 format!("if (__builtin_expect({}, 0))", a.ragged(src.cols, epl)),
                 |em| {
+                    // This cold branch's addresses computed here, not hoisted out of a loop around
+                    // the load and held across it.
+                    em.line(LANE_HERE);
                     em.line("#pragma unroll");
                     em.block(format!("for (int bi = 0; bi < {gr}; ++bi)"), |em| {
                         em.line("#pragma unroll");
@@ -516,14 +597,8 @@ impl Emitter<'_> {
                 em.line("#pragma unroll");
                 em.block(format!("for (int bj = 0; bj < {gc}; ++bj)"), |em| {
                     for (s, (row, col)) in map.slots.iter().enumerate() {
-                        let rexpr = format!(
-                            "(bi * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-                            tile.base.rows, row.base, row.per_idx, row.per_group
-                        );
-                        let cexpr = format!(
-                            "(bj * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-                            tile.base.cols, col.base, col.per_idx, col.per_group
-                        );
+                        let rexpr = slot_c("bi", tile.base.rows, *row, g);
+                        let cexpr = slot_c("bj", tile.base.cols, *col, g);
                         let a = em.view_addr(src, &rexpr, &cexpr);
                         em.line(format!(
                             "{{ const u32 voff = {} ? {} * 4 : OUT_OF_RANGE; {name}[bi][bj][{s}] = __builtin_bit_cast(float, buffer_load_b32(rs, voff)); }}",
@@ -562,30 +637,27 @@ impl Emitter<'_> {
         let g = map.group;
         let (gr, gc) = tile.base_grid();
         let slots = map.slots.clone();
-        self.line("#pragma unroll");
-        self.block(format!("for (int bi = 0; bi < {gr}; ++bi)"), |em| {
+        self.block("", |em| {
+            em.line(LANE_HERE);
             em.line("#pragma unroll");
-            em.block(format!("for (int bj = 0; bj < {gc}; ++bj)"), |em| {
-                for (s, (row, col)) in slots.iter().enumerate() {
-                    let re = format!(
-                        "(bi * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-                        tile.base.rows, row.base, row.per_idx, row.per_group
-                    );
-                    let ce = format!(
-                        "(bj * {} + {} + {} * (lane % {g}) + {} * (lane / {g}))",
-                        tile.base.cols, col.base, col.per_idx, col.per_group
-                    );
-                    let (addr, inb) = em.element_index(dst, &re, &ce, 1);
-                    let v = if map.elems_per_lane() == 1 {
-                        format!("{name}[bi][bj]")
-                    } else {
-                        format!("{name}[bi][bj][{s}]")
-                    };
-                    em.line(format!(
-                        "if {inb} {{ const auto v = {v}; {gname}[{addr}] = {convert}; }}"
-                    ));
-                }
-                Ok(())
+            em.block(format!("for (int bi = 0; bi < {gr}; ++bi)"), |em| {
+                em.line("#pragma unroll");
+                em.block(format!("for (int bj = 0; bj < {gc}; ++bj)"), |em| {
+                    for (s, (row, col)) in slots.iter().enumerate() {
+                        let re = slot_c("bi", tile.base.rows, *row, g);
+                        let ce = slot_c("bj", tile.base.cols, *col, g);
+                        let (addr, inb) = em.element_index(dst, &re, &ce, 1);
+                        let v = if map.elems_per_lane() == 1 {
+                            format!("{name}[bi][bj]")
+                        } else {
+                            format!("{name}[bi][bj][{s}]")
+                        };
+                        em.line(format!(
+                            "if {inb} {{ const auto v = {v}; {gname}[{addr}] = {convert}; }}"
+                        ));
+                    }
+                    Ok(())
+                })
             })
         })
     }

@@ -99,6 +99,7 @@ pub const WRAPPED_OPCODES: &[(&str, Targets)] = &[
     ("buffer_store_dword", Targets::Both),
     ("s_waitcnt", Targets::Both),
     ("v_perm_b32", Targets::Both),
+    ("v_mbcnt_lo_u32_b32", Targets::Both),
     ("v_cvt_pk_bf16_f32", Targets::Gfx950Only),
 ];
 

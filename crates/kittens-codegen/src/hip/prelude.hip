@@ -59,6 +59,15 @@ KITTENS_DEV u32 wave_id() { return __builtin_amdgcn_workitem_id_x() / 64; }
 KITTENS_DEV u32 lane_id() {
   return __builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u));
 }
+// The same lane index read where it is used and never moved: what is computed from it (an
+// asynchronous load's per-step offsets) stays at its use instead of being hoisted out of the loop
+// around it and held live across that loop.
+KITTENS_DEV u32 lane_id_here() {
+  u32 l;
+  asm volatile("v_mbcnt_lo_u32_b32 %0, -1, 0\n\tv_mbcnt_hi_u32_b32 %0, -1, %0" : "=v"(l));
+  __builtin_assume(l < 64u); // wave64: what the compiler knows of v_mbcnt's result
+  return l;
+}
 
 // ---- MFMA ------------------------------------------------------------------------------------------
 // For each matrix instruction, four forms:
@@ -237,14 +246,16 @@ typedef __amdgpu_buffer_rsrc_t buffer_rsrc_t;
 KITTENS_DEV buffer_rsrc_t make_buffer_rsrc_t(const void* base, u32 num_bytes) {
   return __builtin_amdgcn_make_buffer_rsrc((void*)base, (short)0, (int)num_bytes, 0x00020000);
 }
-KITTENS_DEV u32x4 buffer_load_b128(buffer_rsrc_t r, u32 voffset) {
-  return __builtin_amdgcn_raw_buffer_load_b128(r, voffset, 0, 0);
+// `soffset` (uniform, an SGPR) is a tile's base-tile offset: the lanes then share one offset register
+// for every base tile instead of one each.
+KITTENS_DEV u32x4 buffer_load_b128(buffer_rsrc_t r, u32 voffset, u32 soffset = 0) {
+  return __builtin_amdgcn_raw_buffer_load_b128(r, voffset, soffset, 0);
 }
-KITTENS_DEV u32x2 buffer_load_b64(buffer_rsrc_t r, u32 voffset) {
-  return __builtin_amdgcn_raw_buffer_load_b64(r, voffset, 0, 0);
+KITTENS_DEV u32x2 buffer_load_b64(buffer_rsrc_t r, u32 voffset, u32 soffset = 0) {
+  return __builtin_amdgcn_raw_buffer_load_b64(r, voffset, soffset, 0);
 }
-KITTENS_DEV u32 buffer_load_b32(buffer_rsrc_t r, u32 voffset) {
-  return __builtin_amdgcn_raw_buffer_load_b32(r, voffset, 0, 0);
+KITTENS_DEV u32 buffer_load_b32(buffer_rsrc_t r, u32 voffset, u32 soffset = 0) {
+  return __builtin_amdgcn_raw_buffer_load_b32(r, voffset, soffset, 0);
 }
 // 16- and 8-bit loads: the element-wise path of a chunk that crosses a tensor's last column.
 KITTENS_DEV unsigned short buffer_load_b16(buffer_rsrc_t r, u32 voffset) {
@@ -368,8 +379,10 @@ KITTENS_DEV unsigned short bf16_rtne(float x) {
 
 // ---- register-tile math and lane exchanges (softmax in attention, HipKittens E.3) ------------------
 KITTENS_DEV float bf16_to_f32(unsigned short h) { return __builtin_bit_cast(float, (u32)h << 16); }
-// 2^x on v_exp_f32 (the compiler adds the denormal range fix-up); exp2(-inf) is 0.
-KITTENS_DEV float exp2_f32(float x) { return __builtin_exp2f(x); }
+// 2^x as one v_exp_f32 (1 ULP; exp2(-inf) is 0), without the range fix-up the compiler adds to
+// exp2f for results below 2^-126 (a compare, a select and an ldexp per value, and their constants
+// held in VGPRs): a softmax weight that small is flushed to 0, as CUDA's ex2.approx.ftz flushes it.
+KITTENS_DEV float exp2_f32(float x) { return __builtin_amdgcn_exp2f(x); }
 // The value lane (lane ^ M) holds: ds_bpermute (through LDS hardware, no LDS memory), tracked by the
 // compiler's lgkmcnt. Reductions over the lanes that share a row or column use it as a butterfly.
 template <int M> KITTENS_DEV float shfl_xor_f32(float v) {

@@ -23,7 +23,7 @@ void prelude_smoke(const u32* __restrict__ in, u32* __restrict__ out, u32 n_byte
   KITTENS_RESERVE_AGPRS(63);
   const i32x4 src = make_buffer_rsrc(in, n_bytes);
   const i32x4 dst = make_buffer_rsrc(out, n_bytes);
-  const u32 t = thread_id();
+  const u32 t = thread_id() + (lane_id_here() >> 6); // a lane is below 64: adds 0
   const u32 lds = lds_addr(&smem[0]);
 
   // global -> LDS without registers, and global -> registers

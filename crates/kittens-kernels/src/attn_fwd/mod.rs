@@ -6,15 +6,19 @@
 //! - [`AttnSchedule::PingPong8`] ([`ping_pong`]): the 8-wave ping-pong of HipKittens Appendix E.3, the
 //!   AMD schedule;
 //! - [`AttnSchedule::ProducerConsumer`] ([`producer_consumer`]): warp-specialised for Hopper (TMA ring,
-//!   `wgmma` from shared memory and with P from registers).
+//!   `wgmma` from shared memory and with P from registers);
+//! - [`AttnSchedule::Mi300x`] ([`mi300x`]): MI300X-attn's gfx942 kernel (8 waves in two groups, K in
+//!   LDS, V from global memory straight into registers, three 16-query tiles per wave, the last in
+//!   LDS), the registry's `seed001` variant.
 //!
-//! Both keep the softmax scale out of the bf16 operands (see [`ping_pong`]): the scores are f32 and the
+//! All three keep the softmax scale out of the bf16 operands (see [`ping_pong`]): the scores are f32 and the
 //! scale enters inside the `exp2` argument.
 //!
-//! With [`AttnConfig::kv_splits`] `G > 1` both programs cut each query block's key walk into `G`
-//! parts, one block per part, and write partial outputs that [`split::build_merge`] combines
+//! With [`AttnConfig::kv_splits`] `G > 1` every schedule cuts each query block's key walk into `G`
+//! parts, one block per part, and writes partial outputs that [`split::build_merge`] combines
 //! (Flash-Decoding; MI300X-attn §5.2's tail split applied to every block): [`split`] says how.
 
+mod mi300x;
 mod ping_pong;
 pub mod problem;
 mod producer_consumer;
@@ -35,6 +39,10 @@ pub enum AttnSchedule {
     /// One producer warpgroup streaming K and V by TMA, two consumer warpgroups of 64 queries each
     /// multiplying with `wgmma` (refused on AMD, whose MFMAs read registers only).
     ProducerConsumer,
+    /// MI300X-attn's kernel (§3-§5.1): the 8-wave ping-pong with one compute and one memory phase per
+    /// key block, K streamed into LDS by one group of four waves, V read from global memory into
+    /// MFMA operand registers, `q_rows / 16` query tiles per wave of which the last lives in LDS.
+    Mi300x,
 }
 
 /// Memory order of the `[batch, heads, seq, dim]` tensors.
@@ -65,6 +73,10 @@ pub struct AttnConfig {
     /// of `−∞`.
     pub bottom_right: bool,
     pub layout: AttnLayout,
+    /// V given transposed, `[b, h_kv, d, s]` with the keys contiguous, whatever `layout` is: what
+    /// MI300X-attn §4.4's transpose pass writes, so that each lane reads its MFMA operand's run of
+    /// keys with one load. [`AttnSchedule::Mi300x`] needs it; the other schedules refuse it.
+    pub v_transposed: bool,
     /// Also write the log-sum-exp of every query row (natural log of the softmax's denominator,
     /// what a backward pass and a merge of partial attentions need) to an f32 `lse [b, h, s]`.
     pub lse: bool,
@@ -106,6 +118,7 @@ impl Default for AttnConfig {
             causal: false,
             bottom_right: false,
             layout: AttnLayout::Bshd,
+            v_transposed: false,
             lse: false,
             rounding: Rounding::Rtne,
             remap: GridOrder::HeadFirst { xcds: 8 },
@@ -145,6 +158,22 @@ impl AttnConfig {
 }
 
 impl AttnConfig {
+    /// MI300X-attn's configuration (the registry's `seed001` variant on gfx942): 16×16×16 MFMAs
+    /// (§3.3), 64-key blocks whose double buffer is 32 KiB of LDS at head dimension 128 (§4.1), three
+    /// 16-query tiles per wave, 384 queries per block (§5.1), V pre-transposed (§4.4), query blocks
+    /// of a head on one XCD (§4.1's head-first order). Mask, layout, rounding and the log-sum-exp
+    /// are kept from `self`.
+    pub fn mi300x(self) -> Self {
+        AttnConfig {
+            schedule: AttnSchedule::Mi300x,
+            q_rows: 48,
+            kv_block: 64,
+            v_transposed: true,
+            remap: GridOrder::HeadFirst { xcds: 8 },
+            ..self
+        }
+    }
+
     /// The K/V block on CDNA: 64 keys (HipKittens E.3's block) where a ring of three 64-key K and V
     /// slots and the waves' P scratch fit the GPU's shared memory at this head dimension (gfx950's
     /// 160 KiB at head dimension 128), else 32 keys in a ring of two (gfx942's 64 KiB).
@@ -166,7 +195,6 @@ impl AttnConfig {
 /// and `o` written; with [`AttnConfig::lse`] then f32 `lse` (written) as `[b, h, seq]`, contiguous
 /// whatever the layout. With a key split `o` and `lse` are [`split::O_PARTIAL`] and
 /// [`split::LSE_PARTIAL`] instead, with the split as their first dimension.
-#[derive(Clone)]
 pub(crate) struct Io {
     pub batch: Expr,
     pub heads: Expr,
@@ -205,18 +233,36 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
     let [batch, heads, heads_kv, seq, seq_kv] =
         ["batch", "heads", "heads_kv", "seq", "seq_kv"].map(|n| k.param(n));
     let dim = Expr::c(i64::from(cfg.dim));
-    let mut tensor = |name: &str, h: &Expr, s: &Expr, access| -> GlobalId {
+    let mut tensor = |name: &str, h: &Expr, s: &Expr, access, strides: Vec<Expr>| -> GlobalId {
         let dims = [
             ("b", batch.clone()),
             ("h", h.clone()),
             ("s", s.clone()),
             ("d", dim.clone()),
         ];
-        k.global_strided(name, Bf16, &dims, strides(cfg.layout, h, s, &dim), access)
+        k.global_strided(name, Bf16, &dims, strides, access)
     };
-    let q = tensor("q", &heads, &seq, Access::Read);
-    let kv_k = tensor("k", &heads_kv, &seq_kv, Access::Read);
-    let kv_v = tensor("v", &heads_kv, &seq_kv, Access::Read);
+    let st = |h: &Expr, s: &Expr| strides(cfg.layout, h, s, &dim);
+    let q = tensor("q", &heads, &seq, Access::Read, st(&heads, &seq));
+    let kv_k = tensor(
+        "k",
+        &heads_kv,
+        &seq_kv,
+        Access::Read,
+        st(&heads_kv, &seq_kv),
+    );
+    let v_strides = if cfg.v_transposed {
+        // The logical `[b, h, s, d]` view of a `[b, h_kv, d, s]` buffer.
+        vec![
+            &heads_kv * seq_kv.clone() * dim.clone(),
+            &seq_kv * dim.clone(),
+            Expr::c(1),
+            seq_kv.clone(),
+        ]
+    } else {
+        st(&heads_kv, &seq_kv)
+    };
+    let kv_v = tensor("v", &heads_kv, &seq_kv, Access::Read, v_strides);
     let (o, lse) = if cfg.kv_splits > 1 {
         let (o, lse) = split::declare_partials(
             k,
@@ -227,7 +273,7 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
         );
         (o, Some(lse))
     } else {
-        let o = tensor("o", &heads, &seq, Access::Write);
+        let o = tensor("o", &heads, &seq, Access::Write, st(&heads, &seq));
         let lse = cfg.lse.then(|| {
             let dims = [
                 ("b", batch.clone()),
@@ -254,6 +300,33 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
     }
 }
 
+/// The grid of every schedule, and this block's coordinates in it: one block per
+/// [`AttnConfig::block_rows`] queries of a batch and head, times [`AttnConfig::kv_splits`] parts under a
+/// key split (the parts of a query block neighbours, [`split::coords`]; the part goes to `io.split`),
+/// launched in `order`. Returns batch, query head, query block (in launch order: a schedule may walk
+/// them backwards) and KV head (GQA: query head `h` reads KV head `h / (heads / heads_kv)`).
+pub(crate) fn query_grid(
+    k: &mut KernelBuilder,
+    io: &mut Io,
+    cfg: &AttnConfig,
+    order: GridOrder,
+) -> [Expr; 4] {
+    let (block_q, g) = (i64::from(cfg.block_rows()), cfg.kv_splits);
+    k.grid(
+        vec![
+            io.batch.clone(),
+            io.heads.clone(),
+            io.seq.ceil_div(block_q) * i64::from(g),
+        ],
+        order,
+    );
+    let (qb, part) = split::coords(k.block(2), g);
+    io.split = part;
+    let (b, h) = (k.block(0), k.block(1));
+    let hk = &h / (&io.heads / io.heads_kv.clone());
+    [b, h, qb, hk]
+}
+
 /// Logical `[b, h, s, d]` strides (elements) of a tensor with `heads` heads in `layout`.
 pub fn strides(layout: AttnLayout, heads: &Expr, seq: &Expr, dim: &Expr) -> Vec<Expr> {
     match layout {
@@ -274,14 +347,26 @@ pub fn strides(layout: AttnLayout, heads: &Expr, seq: &Expr, dim: &Expr) -> Vec<
 
 /// Parameter order: `batch, heads, heads_kv, seq, seq_kv`; tensors `q, k, v, o` (and `lse`).
 pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
+    if cfg.v_transposed && cfg.schedule != AttnSchedule::Mi300x {
+        return Err(KernelError::Config(format!(
+            "attn_fwd: V given transposed is read by the mi300x schedule only, not {:?}",
+            cfg.schedule
+        )));
+    }
     match cfg.schedule {
         AttnSchedule::PingPong8 => ping_pong::build(cfg),
         AttnSchedule::ProducerConsumer => producer_consumer::build(cfg),
+        AttnSchedule::Mi300x => mi300x::build(cfg),
     }
 }
 
-/// The kernel's name: each mask, the log-sum-exp output and the key split make separate kernels.
+/// The kernel's name: each mask, the log-sum-exp output and the key split make separate kernels,
+/// and MI300X-attn's schedule is named for it (`attn_fwd_mi300x_causal`).
 fn name(cfg: &AttnConfig) -> String {
+    let base = match cfg.schedule {
+        AttnSchedule::Mi300x => "attn_fwd_mi300x",
+        _ => "attn_fwd",
+    };
     let mask = match (cfg.causal, cfg.bottom_right) {
         (false, _) => "",
         (true, false) => "_causal",
@@ -289,9 +374,9 @@ fn name(cfg: &AttnConfig) -> String {
     };
     // A split kernel always writes its partial log-sum-exps; `lse` is the merge's business.
     match (cfg.kv_splits, cfg.lse) {
-        (0 | 1, false) => format!("attn_fwd{mask}"),
-        (0 | 1, true) => format!("attn_fwd{mask}_lse"),
-        (g, _) => format!("attn_fwd{mask}_split{g}"),
+        (0 | 1, false) => format!("{base}{mask}"),
+        (0 | 1, true) => format!("{base}{mask}_lse"),
+        (g, _) => format!("{base}{mask}_split{g}"),
     }
 }
 
@@ -312,20 +397,6 @@ impl AttnConfig {
     /// [`Softmax::floor`].
     pub(crate) fn empty_rows(&self) -> bool {
         self.causal && self.bottom_right || self.kv_splits > 1
-    }
-}
-
-/// The key blocks of `kv` keys that the query rows `q_first ..= q_last` need: every block up to the
-/// one holding key `q_last + offset` under a causal mask (at least one, so that a block whose rows keep
-/// no key still runs its pipeline once, fully masked), else all `⌈seq_kv / kv⌉`.
-pub(crate) fn key_blocks(seq_kv: &Expr, q_last: &Expr, offset: Option<&Expr>, kv: u32) -> Expr {
-    let all = seq_kv.ceil_div(kv as i64);
-    match offset {
-        None => all,
-        // Floor division: a last kept key below 0 gives 0 blocks, raised to 1.
-        Some(off) => all
-            .min((q_last + off.clone()) / kv as i64 + 1)
-            .max(Expr::c(1)),
     }
 }
 
@@ -352,9 +423,24 @@ pub(crate) struct Softmax {
 impl Softmax {
     /// Declares the vectors beside the score tile `scores` for head dimension `dim`.
     pub fn declare(k: &mut KernelBuilder, scores: RegId, keys: Axis, dim: u32) -> Softmax {
-        let mut vec = |name: &str| match keys {
-            Axis::Rows => k.row_vec(name, scores, DType::F32),
-            Axis::Cols => k.col_vec(name, scores, DType::F32),
+        Self::declare_named(k, scores, keys, dim, "")
+    }
+
+    /// [`Self::declare`] with `suffix` on every vector's name: one softmax per score tile when a wave
+    /// holds several (MI300X-attn §5.1's query tiles).
+    pub fn declare_named(
+        k: &mut KernelBuilder,
+        scores: RegId,
+        keys: Axis,
+        dim: u32,
+        suffix: &str,
+    ) -> Softmax {
+        let mut vec = |name: &str| {
+            let name = format!("{name}{suffix}");
+            match keys {
+                Axis::Rows => k.row_vec(&name, scores, DType::F32),
+                Axis::Cols => k.col_vec(&name, scores, DType::F32),
+            }
         };
         Softmax {
             max: vec("max_v"),

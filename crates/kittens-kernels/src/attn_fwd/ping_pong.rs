@@ -20,7 +20,7 @@
 //! 0.1 in the exponent, a 6e-2 relative error of the output, where PyTorch-style bf16 attention (f32
 //! scores) has 4e-3. The running max is kept on unscaled scores (`c > 0` preserves the order).
 
-use super::{declare_io, split, AttnConfig, Io, Softmax};
+use super::{declare_io, split, AttnConfig, Softmax};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -117,34 +117,8 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     }
     let mut k = KernelBuilder::new(&super::name(cfg), Schedule::PingPong8);
     let mut io = declare_io(&mut k, cfg);
-    let Io {
-        batch,
-        heads,
-        heads_kv,
-        seq,
-        seq_kv,
-        q,
-        k: kg,
-        v: vg,
-        o,
-        lse,
-        ..
-    } = io.clone();
+    let [b, h, qb, hk] = super::query_grid(&mut k, &mut io, cfg, cfg.remap);
     let block_q = 8 * qr as i64;
-    // With a key split (`super::split`) each query block has `kv_splits` neighbouring blocks.
-    let g = cfg.kv_splits;
-    k.grid(
-        vec![
-            batch.clone(),
-            heads.clone(),
-            seq.ceil_div(block_q) * i64::from(g),
-        ],
-        cfg.remap,
-    );
-    let (qb, part) = split::coords(k.block(2), g);
-    io.split = part;
-    let (b, h) = (k.block(0), k.block(1));
-    let hk = &h / (&heads / heads_kv.clone()); // GQA
     let q0 = &qb * block_q + k.wave() * qr as i64; // this wave's first query
 
     let k_s = k.shared_tile("k_s", SharedTile::new(Bf16, kv, d), ring(cfg));
@@ -154,16 +128,16 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let q_t = k.tile("q_t", Bf16, d, qr, Layout::Col, BaseShape::S32X16);
     let o_r = k.tile("o_r", F32, d, qr, Layout::Col, BaseShape::S16X16);
     let o_q = k.tile("o_q", F32, qr, d, Layout::Row, BaseShape::S16X16);
-    let offset = cfg.causal_offset(&seq, &seq_kv);
-    let n_kv = super::key_blocks(&seq_kv, &((&qb + 1) * block_q - 1), offset.as_ref(), kv);
-    let keys = split::KeyRange::new(&n_kv, io.split.as_ref(), g, &seq_kv, kv);
+    let offset = cfg.causal_offset(&io.seq, &io.seq_kv);
+    // This block's key blocks: all its queries need, or its part of them (`super::split`).
+    let keys = split::KeyRange::new(&io, cfg, &((&qb + 1) * block_q - 1));
     let n_kv = keys.count.clone();
     let body = Body {
         cfg,
         k_s,
         v_s,
-        kg,
-        vg,
+        kg: io.k,
+        vg: io.v,
         q_t,
         o_r,
         keys,
@@ -177,7 +151,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let att = k.tile("att", F32, rows, qr, Layout::Col, BaseShape::S16X16);
     let mut softmax = Softmax::declare(&mut k, att, Axis::Cols, d);
     softmax.floor = cfg.empty_rows();
-    let lse_v = lse.map(|_| k.col_vec("lse_v", att, F32));
+    let lse_v = io.lse.map(|_| k.col_vec("lse_v", att, F32));
     // Rows that keep no key divide a zero output by a zero sum: a guarded reciprocal instead.
     let inv_norm = softmax.floor.then(|| k.col_vec("inv_norm", att, F32));
 
@@ -189,7 +163,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     k.load_global(
         q_f,
         k.gview(
-            q,
+            io.q,
             vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)],
             2,
             3,
@@ -224,9 +198,9 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     k.transpose(o_q, o_r);
     k.rounding = cfg.rounding; // the output's rounding to bf16
     let at = vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)];
-    k.store(io.out(&k, o, at, (2, 3), (qr, d)), o_q);
+    k.store(io.out(&k, io.o, at, (2, 3), (qr, d)), o_q);
     k.rounding = Rounding::Rtne;
-    if let (Some(g), Some(lv)) = (lse, lse_v) {
+    if let (Some(g), Some(lv)) = (io.lse, lse_v) {
         // One value per query: the wave's queries are the columns of the transposed scores.
         softmax.lse(&mut k, lv);
         k.store(io.out(&k, g, vec![b, h, q0], (1, 2), (1, qr)), lv);

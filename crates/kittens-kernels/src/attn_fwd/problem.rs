@@ -2,7 +2,7 @@
 //! O (and the log-sum-exp) in the problem's layout, the f64 reference, the PyTorch-style bf16 baseline and the test rule.
 
 use super::split::{self, SplitShape};
-use super::{build, AttnConfig, AttnSchedule};
+use super::{build, AttnConfig, AttnLayout, AttnSchedule};
 use crate::attn_bwd::{BwdShape, Causal};
 use crate::budget;
 use crate::problem::{
@@ -22,6 +22,10 @@ pub struct AttnProblem;
 /// The name of the causal variant (the registry's, for `kittens compile --schedule causal`).
 pub const CAUSAL: &str = "causal";
 
+/// The name of MI300X-attn's kernel as a configuration of this program ([`AttnConfig::mi300x`]):
+/// `kittens compile attn_fwd --target gfx942 --variant seed001`.
+pub const SEED001: &str = "seed001";
+
 /// `base`, a GPU's configuration, turned into its variant `name`.
 pub fn variant(base: AttnConfig, name: &str) -> Result<AttnConfig, KernelError> {
     match name {
@@ -29,17 +33,18 @@ pub fn variant(base: AttnConfig, name: &str) -> Result<AttnConfig, KernelError> 
             causal: true,
             ..base
         }),
+        SEED001 => Ok(base.mi300x()),
         other => Err(KernelError::Config(format!(
-            "attn_fwd: no variant `{other}`; variants: {CAUSAL}"
+            "attn_fwd: no variant `{other}`; variants: {CAUSAL}, {SEED001}"
         ))),
     }
 }
 
 /// A run's variant must agree with its problem: `causal` only with `p.causal` (what `--causal`
-/// already builds); an unknown one is refused rather than ignored.
+/// already builds); `seed001` with any mask; an unknown one is refused rather than ignored.
 fn no_variant(p: &Problem) -> Result<(), KernelError> {
     match p.variant {
-        None => Ok(()),
+        None | Some(SEED001) => Ok(()),
         Some(CAUSAL) if p.causal => Ok(()),
         Some(CAUSAL) => Err(KernelError::Config(
             "attn_fwd: the `causal` variant runs with the causal mask (--causal)".into(),
@@ -49,7 +54,8 @@ fn no_variant(p: &Problem) -> Result<(), KernelError> {
 }
 
 /// The configuration a run on `target` builds: `p.attn_cfg`'s tiles on the CPU, the default tiles
-/// (the registry's for both CDNA targets) elsewhere; head dimension, causality, layout and key split
+/// (the registry's for both CDNA targets) elsewhere, MI300X-attn's with the `seed001` variant (on
+/// every target, so that the interpreter runs it too); head dimension, causality, layout and key split
 /// from `p` ([`splits`]).
 fn config(p: &Problem, target: Target) -> Result<AttnConfig, KernelError> {
     let cfg = tiles(p, target);
@@ -58,10 +64,11 @@ fn config(p: &Problem, target: Target) -> Result<AttnConfig, KernelError> {
 }
 
 /// The GPU a run's key split is planned for: the target's; on the CPU, the GPU of the target whose
-/// schedule the CPU runs (gfx942's MI300X for the ping-pong, sm_90a's H100 for producer/consumer).
+/// schedule the CPU runs (gfx942's MI300X for the ping-pong and MI300X-attn's kernel, sm_90a's H100
+/// for producer/consumer).
 fn split_gpu(cfg: &AttnConfig, target: Target) -> Option<&'static kittens_hw::Gpu> {
     target.gpu().or(match cfg.schedule {
-        AttnSchedule::PingPong8 => Target::Gfx942.gpu(),
+        AttnSchedule::PingPong8 | AttnSchedule::Mi300x => Target::Gfx942.gpu(),
         AttnSchedule::ProducerConsumer => Target::Sm90a.gpu(),
     })
 }
@@ -88,9 +95,10 @@ fn splits(
 
 /// [`config`] without the key split.
 fn tiles(p: &Problem, target: Target) -> AttnConfig {
-    let tiles = match target.gpu() {
-        Some(gpu) => AttnConfig::for_gpu(gpu),
-        None => p.attn_cfg,
+    let tiles = match (p.variant, target.gpu()) {
+        (Some(SEED001), _) => AttnConfig::default().mi300x(),
+        (_, Some(gpu)) => AttnConfig::for_gpu(gpu),
+        (_, None) => p.attn_cfg,
     };
     let cfg = AttnConfig {
         dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
@@ -102,9 +110,27 @@ fn tiles(p: &Problem, target: Target) -> AttnConfig {
         ..tiles
     };
     match target.gpu() {
-        Some(gpu) if gpu.arch.is_amd() => cfg.fit_cdna(gpu),
+        Some(gpu) if gpu.arch.is_amd() && cfg.schedule == AttnSchedule::PingPong8 => {
+            cfg.fit_cdna(gpu)
+        }
         _ => cfg,
     }
+}
+
+/// V in the problem's layout: a kernel that reads V transposed ([`AttnConfig::v_transposed`],
+/// `[b, h_kv, d, s]`) is given it that way, and the references read it in `shape.layout`.
+fn v_in_layout(v: &[f32], shape: &BwdShape) -> Vec<f32> {
+    let (h, s, d) = (shape.heads_kv, shape.seq_kv, shape.dim);
+    let at = |bi: usize, hi: usize, si: usize, di: usize| match shape.layout {
+        AttnLayout::Bshd => ((bi * s + si) * h + hi) * d + di,
+        AttnLayout::Bhsd => ((bi * h + hi) * s + si) * d + di,
+    };
+    let mut out = vec![0.0; v.len()];
+    for (i, &x) in v.iter().enumerate() {
+        let (si, di, hi, bi) = (i % s, i / s % d, i / (s * d) % h, i / (s * d * h));
+        out[at(bi, hi, si, di)] = x;
+    }
+    out
 }
 
 /// The problem's lengths as the general references take them.
@@ -219,7 +245,8 @@ impl KernelProblem for AttnProblem {
             work,
             shape: serde_json::json!({
                 "attn": sh, "seq_kv": skv, "causal": causal(p), "lse": p.lse,
-                "q_rows": cfg.q_rows, "kv_block": cfg.kv_block,
+                "q_rows": cfg.q_rows, "kv_block": cfg.kv_block, "program": cfg.schedule,
+                "v_layout": if cfg.v_transposed { "bhds" } else { "as_q" },
                 "kv_splits": g, "kv_splits_asked": p.kv_splits, "kv_split_reason": why,
             }),
         })
@@ -279,6 +306,13 @@ impl KernelProblem for AttnProblem {
     fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
         let [q, k, v] = [&inputs[0], &inputs[1], &inputs[2]];
         let (bsh, causal) = (bwd_shape(p), causal(p));
+        let v_t;
+        let v = if tiles(p, Target::Cpu).v_transposed {
+            v_t = v_in_layout(v, &bsh);
+            &v_t
+        } else {
+            v
+        };
         let (o, lse, logit) = reference_fwd::forward(q, k, v, &bsh, causal);
         let rounding = p.attn_cfg.rounding; // the baseline rounds its output as the kernel does
         let (ob, lseb) = reference_fwd::forward_bf16_baseline(q, k, v, &bsh, causal, rounding);

@@ -22,7 +22,7 @@
 //! last-first; with a causal mask, paired long with short (`KernelBuilder::pair_long_short`), so
 //! that every block of the persistent grid gets about the same number of key blocks.
 
-use super::{declare_io, split, AttnConfig, Io, Softmax};
+use super::{declare_io, split, AttnConfig, Softmax};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -31,8 +31,8 @@ use kittens_ir::{
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
-/// Queries per block: two consumer warpgroups × 64.
-const BLOCK_Q: u32 = 128;
+/// Queries per block: two consumer warpgroups × 64 ([`AttnConfig::block_rows`]).
+pub(super) const BLOCK_Q: u32 = 128;
 /// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
 const COLS: u32 = 64;
 
@@ -73,42 +73,22 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     };
     let mut k = KernelBuilder::new(&super::name(cfg), sched);
     let mut io = declare_io(&mut k, cfg);
-    let Io {
-        batch,
-        heads,
-        heads_kv,
-        seq,
-        seq_kv,
-        q,
-        k: kg,
-        v: vg,
-        o,
-        lse,
-        ..
-    } = io.clone();
     // Launch order: the query blocks of one head next to each other (row-major, last extent fastest),
     // so that the blocks running at once share their head's K and V in L2; inside a head the last
     // block first (the longest under a causal mask). With the query block outermost instead, the 132
     // blocks in flight each streamed a different head's K and V from DRAM: ncu on the H100 measured
     // 84% of DRAM bandwidth for B16 H16 N4096 D128 (17.7 GB moved for 1.07 GB of Q, K, V and O).
     // With a key split (`super::split`) the parts of one query block are neighbours too.
-    let n_qb = seq.ceil_div(BLOCK_Q as i64);
-    let g = cfg.kv_splits;
-    k.grid(
-        vec![batch.clone(), heads.clone(), &n_qb * i64::from(g)],
-        GridOrder::RowMajor,
-    );
-    let (t, part) = split::coords(k.block(2), g);
-    io.split = part;
+    let [b, h, t, hk] = super::query_grid(&mut k, &mut io, cfg, GridOrder::RowMajor);
     // Under a causal mask (and without a key split, whose parts are neighbours) the query blocks
     // are paired long with short: each block of the persistent grid gets about the same work.
-    let rank = if cfg.causal && g == 1 {
+    let n_qb = io.seq.ceil_div(BLOCK_Q as i64);
+    let rank = if cfg.causal && cfg.kv_splits == 1 {
         k.pair_long_short(&t, &n_qb)
     } else {
         t
     };
-    let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - rank);
-    let hk = &h / (&heads / heads_kv.clone()); // GQA
+    let qb = n_qb - 1 - rank;
 
     let halves = d / COLS;
     // Q's slots: one, or two used by alternate tiles of the block (`AttnConfig::q_double`).
@@ -147,7 +127,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     softmax.floor = cfg.empty_rows();
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
     let inv_norm = k.row_vec("inv_norm", s, F32);
-    let lse_v = lse.map(|_| k.row_vec("lse_v", s, F32));
+    let lse_v = io.lse.map(|_| k.row_vec("lse_v", s, F32));
 
     // `rows × 64` of head `hh` of tensor `g` from sequence position `s0`, columns from `col0`.
     let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, col0: u32, rows| {
@@ -161,15 +141,9 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         )
     };
     let q_blk = &qb * BLOCK_Q as i64;
-    let offset = cfg.causal_offset(&seq, &seq_kv);
-    let n_kv = super::key_blocks(
-        &seq_kv,
-        &(&q_blk + (BLOCK_Q as i64 - 1)),
-        offset.as_ref(),
-        kv,
-    );
-    // This block's key blocks: all `n_kv`, or its part of them.
-    let keys = split::KeyRange::new(&n_kv, io.split.as_ref(), g, &seq_kv, kv);
+    let offset = cfg.causal_offset(&io.seq, &io.seq_kv);
+    // This block's key blocks: all its queries need, or its part of them (`super::split`).
+    let keys = split::KeyRange::new(&io, cfg, &(&q_blk + (BLOCK_Q as i64 - 1)));
     let n_kv = keys.count.clone();
     let cw = k.wave() - 4; // consumer wave, 0..8
                            // With `pingpong`, each warpgroup's matrix work is a compute cluster: its turn on the tensor
@@ -185,7 +159,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     k.roles(
         |k| {
             for (i, &qs) in q_s.iter().enumerate() {
-                let src = view(k, q, &h, q_blk.clone(), i as u32 * COLS, BLOCK_Q);
+                let src = view(k, io.q, &h, q_blk.clone(), i as u32 * COLS, BLOCK_Q);
                 k.load_async_by(Scope::WarpGroup, k.smem(qs, q_slot.clone()), src);
             }
             k.wait_async(0);
@@ -195,11 +169,11 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 let s0 = keys.at(&j) * kv as i64;
                 // K's halves, then V's: each tensor's halves share a slot index (one fill each).
                 for (i, &ks) in k_s.iter().enumerate() {
-                    let src = view(k, kg, &hk, s0.clone(), i as u32 * COLS, kv);
+                    let src = view(k, io.k, &hk, s0.clone(), i as u32 * COLS, kv);
                     k.load_async_by(Scope::WarpGroup, k.smem(ks, slot_k.clone()), src);
                 }
                 for (i, &vs) in v_s.iter().enumerate() {
-                    let src = view(k, vg, &hk, s0.clone(), i as u32 * COLS, kv);
+                    let src = view(k, io.v, &hk, s0.clone(), i as u32 * COLS, kv);
                     k.load_async_by(Scope::WarpGroup, k.smem(vs, slot_v.clone()), src);
                 }
                 k.wait_async(0);
@@ -309,10 +283,10 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                     q0.clone(),
                     Expr::c((i as u32 * COLS) as i64),
                 ];
-                k.store(io.out(k, o, at, (2, 3), (16, COLS)), or);
+                k.store(io.out(k, io.o, at, (2, 3), (16, COLS)), or);
             }
             k.rounding = Rounding::Rtne;
-            if let (Some(g), Some(lv)) = (lse, lse_v) {
+            if let (Some(g), Some(lv)) = (io.lse, lse_v) {
                 // One value per query row: the wave's 16 rows down the sequence dimension.
                 softmax.lse(k, lv);
                 let at = vec![b.clone(), h.clone(), q0.clone()];

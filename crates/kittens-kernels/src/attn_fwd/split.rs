@@ -3,10 +3,12 @@
 //! `B·H·⌈Nq / rows⌉` blocks, far fewer than the GPU has SMs or CUs, and each walks every key. Cut
 //! each query block's walk into `G` parts, one block per part, and `G` times as many SMs share it.
 //!
-//! One mechanism for every schedule ([`super::ping_pong`], [`super::producer_consumer`]):
+//! One mechanism for every schedule ([`super::ping_pong`], [`super::producer_consumer`],
+//! [`super::mi300x`]):
 //!
-//! - the grid's query-block extent becomes `query blocks × G` ([`coords`]: block `t` is query block
-//!   `t / G`, part `t % G`, so the parts of one query block are neighbours and share its Q in L2);
+//! - the grid's query-block extent becomes `query blocks × G` ([`super::query_grid`], [`coords`]:
+//!   block `t` is query block `t / G`, part `t % G`, so the parts of one query block are neighbours
+//!   and share its Q in L2);
 //! - part `s` walks key blocks `[s·P, min((s+1)·P, n))` of the `n` its query rows need (their
 //!   causal limit included, both alignments), `P = ⌈n / G⌉` ([`KeyRange`]). A part with no block
 //!   (`G > n`, or `s·P ≥ n`) still walks one block, past its range and fully masked, so that its
@@ -22,7 +24,7 @@
 //! `G = 1` is the unsplit kernel itself: no partials, no merge. [`choose`] picks `G` for a shape
 //! and a GPU by the tail planner's model (`kittens_sched::tail`, [`SplitScope::Every`]).
 
-use super::{AttnConfig, AttnSchedule};
+use super::{AttnConfig, AttnSchedule, Io};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_hw::Gpu;
@@ -113,7 +115,8 @@ pub(crate) fn coords(t: Expr, splits: u32) -> (Expr, Option<Expr>) {
     (&t / g, Some(t % g))
 }
 
-/// The key blocks one block walks: `count` blocks from block `first`, keys below `limit` kept.
+/// The key blocks one block walks: `count` blocks from block `first`, keys below `limit` kept. The one
+/// place a block's key range is decided, for every schedule.
 pub(crate) struct KeyRange {
     pub first: Expr,
     pub count: Expr,
@@ -121,20 +124,24 @@ pub(crate) struct KeyRange {
 }
 
 impl KeyRange {
-    /// Part `split` of the `n_kv` key blocks (of `kv` keys) its query rows need, of `seq_kv` keys;
-    /// without a part, all of them (the unsplit kernel's expressions, unchanged). A part past the
-    /// blocks walks one block whose keys all lie at or above `limit`.
-    pub fn new(n_kv: &Expr, split: Option<&Expr>, splits: u32, seq_kv: &Expr, kv: u32) -> Self {
-        let Some(s) = split else {
+    /// The key blocks of `cfg.kv_block` keys that a block whose last query row is `q_last` walks:
+    /// all its rows need ([`needed`]), or under a key split part `io.split` of them (of
+    /// `cfg.kv_splits`); without a part, the unsplit kernel's expressions, unchanged. A part past
+    /// the blocks walks one block whose keys all lie at or above `limit`.
+    pub fn new(io: &Io, cfg: &AttnConfig, q_last: &Expr) -> Self {
+        let (seq_kv, kv) = (&io.seq_kv, cfg.kv_block);
+        let offset = cfg.causal_offset(&io.seq, seq_kv);
+        let n_kv = needed(seq_kv, q_last, offset.as_ref(), kv);
+        let Some(s) = &io.split else {
             return KeyRange {
                 first: Expr::c(0),
-                count: n_kv.clone(),
+                count: n_kv,
                 limit: seq_kv.clone(),
             };
         };
-        let per = n_kv.ceil_div(i64::from(splits));
+        let per = n_kv.ceil_div(i64::from(cfg.kv_splits));
         let first = s * per.clone();
-        let end = (&first + per).min(n_kv.clone());
+        let end = (&first + per).min(n_kv);
         KeyRange {
             count: (&end - first.clone()).max(Expr::c(1)),
             limit: seq_kv.min(end * i64::from(kv)),
@@ -145,6 +152,25 @@ impl KeyRange {
     /// The key block of step `j` of the walk.
     pub fn at(&self, j: &Expr) -> Expr {
         &self.first + j.clone()
+    }
+
+    /// The block after the last one walked.
+    pub fn end(&self) -> Expr {
+        &self.first + self.count.clone()
+    }
+}
+
+/// The key blocks of `kv` keys that query rows up to `q_last` need: every block up to the one
+/// holding key `q_last + offset` under a causal mask (at least one, so that a block whose rows keep
+/// no key still runs its pipeline once, fully masked), else all `⌈seq_kv / kv⌉`.
+fn needed(seq_kv: &Expr, q_last: &Expr, offset: Option<&Expr>, kv: u32) -> Expr {
+    let all = seq_kv.ceil_div(kv as i64);
+    match offset {
+        None => all,
+        // Floor division: a last kept key below 0 gives 0 blocks, raised to 1.
+        Some(off) => all
+            .min((q_last + off.clone()) / kv as i64 + 1)
+            .max(Expr::c(1)),
     }
 }
 
@@ -254,8 +280,8 @@ impl AttnConfig {
     /// Query rows one block of this configuration computes.
     pub fn block_rows(&self) -> u32 {
         match self.schedule {
-            AttnSchedule::PingPong8 => 8 * self.q_rows,
-            AttnSchedule::ProducerConsumer => 128,
+            AttnSchedule::PingPong8 | AttnSchedule::Mi300x => 8 * self.q_rows,
+            AttnSchedule::ProducerConsumer => super::producer_consumer::BLOCK_Q,
         }
     }
 }

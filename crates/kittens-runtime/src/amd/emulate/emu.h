@@ -58,6 +58,7 @@ inline unsigned char emu_lds_anchor[16];
 
 inline u32 thread_id() { return (u32)emu_tid; }
 inline u32 lane_id() { return (u32)(emu_tid % 64); }
+inline u32 lane_id_here() { return lane_id(); }
 inline u32 block_id_x() { return (u32)emu_bid; }
 inline int imin(int a, int b) { return a < b ? a : b; }
 inline int imax(int a, int b) { return a > b ? a : b; }
@@ -150,9 +151,9 @@ inline i32x4 tile_rsrc(const void* tensor, u64 span_bytes, u64 origin_bytes) {
 inline buffer_rsrc_t tile_rsrc_t(const void* tensor, u64 span_bytes, u64 origin_bytes) {
   return tile_rsrc(tensor, span_bytes, origin_bytes);
 }
-inline u32x4 buffer_load_b128(buffer_rsrc_t r, u32 off) { u32x4 v; buffer_read(r, off, &v, 16); return v; }
-inline u32x2 buffer_load_b64(buffer_rsrc_t r, u32 off) { u32x2 v; buffer_read(r, off, &v, 8); return v; }
-inline u32 buffer_load_b32(buffer_rsrc_t r, u32 off) { u32 v; buffer_read(r, off, &v, 4); return v; }
+inline u32x4 buffer_load_b128(buffer_rsrc_t r, u32 off, u32 soff = 0) { u32x4 v; buffer_read(r, off + soff, &v, 16); return v; }
+inline u32x2 buffer_load_b64(buffer_rsrc_t r, u32 off, u32 soff = 0) { u32x2 v; buffer_read(r, off + soff, &v, 8); return v; }
+inline u32 buffer_load_b32(buffer_rsrc_t r, u32 off, u32 soff = 0) { u32 v; buffer_read(r, off + soff, &v, 4); return v; }
 inline unsigned short buffer_load_b16(buffer_rsrc_t r, u32 off) { unsigned short v; buffer_read(r, off, &v, 2); return v; }
 inline unsigned char buffer_load_b8(buffer_rsrc_t r, u32 off) { unsigned char v; buffer_read(r, off, &v, 1); return v; }
 template <int OFF = 0> inline void buffer_load_dword_lds(i32x4 r, u32 voff, u32 soff, u32 lds) {
