@@ -165,7 +165,7 @@ impl Emitter<'_> {
             // blocks yet: refused rather than lowered untested.
             Op::AtomicAdd { .. } => Err(LowerError::Unsupported(format!(
                 "atomic_add (reg→global) is not lowered for {}",
-                self.arch
+                self.arch.target()
             ))),
             other => Err(LowerError::Unsupported(format!(
                 "op `{}` is not lowered to HIP yet",
