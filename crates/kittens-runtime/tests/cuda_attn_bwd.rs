@@ -78,7 +78,7 @@ fn attn_bwd_compiles_for_sm_90a_without_spills() {
 
 /// The FlashAttention-3 form (`--schedule hopper-atomic`): the strip passes before and after, and the
 /// key blocks that store dSᵀ to a swizzled shared tile, read it back as an M-major `wgmma` A operand
-/// and add dQ with `red.global.add.f32` — no spills, no serialised `wgmma` (ptxas C7514/C7515).
+/// and add dQ with `red.global.add.v2.f32` (pairs) — no spills, no serialised `wgmma` (ptxas C7514/C7515).
 #[test]
 fn attn_bwd_atomic_dq_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
@@ -108,7 +108,7 @@ fn attn_bwd_atomic_dq_compiles_for_sm_90a_without_spills() {
                     .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
                 if !pass {
                     for needle in [
-                        "kt::red_add_f32(",
+                        "kt::red_add_v2_f32(",
                         "_bf16_ss_ta_tb(",
                         "kt::st_shared_b32(",
                         "kt::fence_proxy_async(); // the stores above",
@@ -128,7 +128,8 @@ fn attn_bwd_atomic_dq_compiles_for_sm_90a_without_spills() {
                 let r = &image.report;
                 eprintln!("{} {dim} {causal:?}: {r:?}", l.entry);
                 // Open: the key blocks at head dimension 128 spill 4 words (16 bytes stored and
-                // loaded, an 8-byte frame) beside dK, dV and the dQ share; everything else none.
+                // loaded, an 8-byte frame) beside dK, dV and the dQ share; everything else none. The
+                // vector reductions (two f32 per `red`) left it unchanged.
                 let known = (schedule, dim) == (BwdSchedule::HopperAtomicKv, 128);
                 let most = if known { (4, 4, 8) } else { (0, 0, 0) };
                 assert!(

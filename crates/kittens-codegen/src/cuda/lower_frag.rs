@@ -497,8 +497,13 @@ impl Emit<'_> {
             "        {ty}* p = {gname} + base + (long long)(row - r0 + (kt_lane / 4)) * rs + (col - c0 + 2 * (kt_lane % 4));"
         ));
         if atomic {
+            // A pair inside the tensor at an 8-byte address (every pair where the row pitch and the
+            // base are even, as a Q-shaped accumulator's) is one vector reduction.
             self.line(format!(
-                "        kt::red_add_f32(p, {s}[i]); if (col + 1 < cols) kt::red_add_f32(p + 1, {s}[i + 1]);"
+                "        if (col + 1 < cols && (reinterpret_cast<unsigned long long>(p) & 7) == 0) kt::red_add_v2_f32(p, {s}[i], {s}[i + 1]);"
+            ));
+            self.line(format!(
+                "        else {{ kt::red_add_f32(p, {s}[i]); if (col + 1 < cols) kt::red_add_f32(p + 1, {s}[i + 1]); }}"
             ));
         } else if g.dtype == DType::F32 {
             // Element stores: a pair is 8-byte aligned only where the row pitch is even.
