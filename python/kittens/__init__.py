@@ -217,13 +217,15 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
     return _result(Q, out), _result(Q, lse)
 
 
-def _attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None):
+def _attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, *, form=None):
     """Gradients ``(dq, dk, dv)`` of :func:`attention` from its output ``out`` and log-sum-exp ``lse``
     (float32 (B, H, N)) for the output gradient ``grad_out``; torch tensors. Private but stable: the
-    entry the autograd function uses (see ``kittens._backward.attention_backward``)."""
+    entry the autograd function uses (see ``kittens._backward.attention_backward``). ``form``
+    (``"two"``, the default, or ``"atomic"``; ``None`` reads ``KITTENS_ATTN_BWD`` once) picks the CUDA
+    launches."""
     from ._backward import attention_backward
 
-    return attention_backward(q, k, v, out, grad_out, lse, causal, scale)
+    return attention_backward(q, k, v, out, grad_out, lse, causal, scale, form=form)
 
 
 def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, seed: int = 0, *,

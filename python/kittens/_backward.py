@@ -1,13 +1,21 @@
 """The attention backward on torch tensors (``kittens._attention_backward``), and the forward's
 log-sum-exp for callers whose forward does not return one.
 
-CUDA tensors run ``attn_bwd``'s two Hopper launches on the current torch stream: the query blocks (dQ,
-and ``D = rowsum(dO * O)`` in float32, the backward's preprocessing, FlashAttention-2 §3.2), then the
-key blocks (dK, dV). CPU tensors run the same gradients on the CPU interpreter
-(``attn_bwd``'s one-launch program, which computes D itself).
+CUDA tensors run ``attn_bwd``'s Hopper launches on the current torch stream, in one of two forms:
+
+- ``"two"`` (the default): the query blocks (dQ, and ``D = rowsum(dO * O)`` in float32, the
+  backward's preprocessing, FlashAttention-2 §3.2), then the key blocks (dK, dV);
+- ``"atomic"`` (FlashAttention-3 §3.3): D and a zeroed float32 dQ accumulator, the key blocks adding
+  dQ into it with float32 atomics beside dK and dV, the conversion to bfloat16 (fewer FLOPs; the
+  accumulator is the runtime's stream-ordered scratch; dQ's last bits vary from run to run).
+
+The form is the ``form=`` argument, else the environment variable ``KITTENS_ATTN_BWD`` (read once).
+CPU tensors run the same gradients on the CPU interpreter (``attn_bwd``'s one-launch program, which
+computes D itself) whatever the form.
 """
 
 import math
+import os
 import sys
 
 from . import _kittens
@@ -43,12 +51,31 @@ def _check(q, k, v, out, grad_out, lse, scale):
     return b, h, hk, n, nk, d
 
 
+FORMS = ("two", "atomic")
+_env_form = None
+
+
+def _form(form):
+    """The launch form: ``form``, else ``KITTENS_ATTN_BWD`` (read on first use), else ``"two"``."""
+    global _env_form
+    if form is None:
+        if _env_form is None:
+            _env_form = os.environ.get("KITTENS_ATTN_BWD", "").strip().lower() or "two"
+        form = _env_form
+        where = f"KITTENS_ATTN_BWD = {form!r}"
+    else:
+        where = f"form = {form!r}"
+    if form not in FORMS:
+        raise ValueError(f"kittens._attention_backward: {where}; the form is 'two' or 'atomic'")
+    return form
+
+
 def _bshd(*ts):
     """True when every tensor is a (B, N, H, D) buffer seen as (B, H, N, D) (and not also dense BHSD)."""
     return all(t.transpose(1, 2).is_contiguous() for t in ts) and not all(t.is_contiguous() for t in ts)
 
 
-def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None):
+def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, form=None):
     """Gradients ``(dq, dk, dv)`` of ``out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)``
     for the output gradient ``grad_out``: bfloat16 q, out, grad_out (B, H, N, D) and k, v
     (B, H_kv, N_kv, D), dK and dV summed over each KV head's query heads; ``lse`` is float32 (B, H, N),
@@ -56,18 +83,19 @@ def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None):
     ``kittens.attention(..., return_lse=True)`` returns). ``causal`` masks keys after each query
     (top-left). The default scale ``1/sqrt(D)`` only. The gradients come back in q's (and k's) memory
     order: (B, H, N, D) or (B, N, H, D) seen through ``.transpose(1, 2)``; other strides are copied to
-    (B, H, N, D) first. On CUDA the head dim must be 64 or 128.
+    (B, H, N, D) first. On CUDA the head dim must be 64 or 128. ``form``: ``"two"`` or ``"atomic"``
+    launches (module docstring); ``None`` takes ``KITTENS_ATTN_BWD``, else ``"two"``.
     """
-    torch = _torch()
     b, h, hk, n, nk, d = _check(q, k, v, out, grad_out, lse, scale)
+    atomic = _form(form) == "atomic"
     if q.device.type == "cuda":
-        return _cuda(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d))
+        return _cuda(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d), atomic)
     if q.device.type == "cpu":
         return _cpu(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d))
     raise ValueError(f"kittens._attention_backward runs on CPU and CUDA tensors, got {q.device}")
 
 
-def _cuda(q, k, v, out, grad_out, lse, causal, shape):
+def _cuda(q, k, v, out, grad_out, lse, causal, shape, atomic):
     torch = _torch()
     from . import _find_nvrtc
 
@@ -81,13 +109,13 @@ def _cuda(q, k, v, out, grad_out, lse, causal, shape):
         return t.contiguous()
 
     qq, kk, vv, oo, go = (order(t) for t in (q, k, v, out, grad_out))
-    # D = rowsum(dO * O), written by the first launch for the second.
+    # D = rowsum(dO * O), written by the first launch for the later ones.
     delta = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
     lse32 = lse.to(torch.float32).contiguous()
     dq, dk, dv = torch.empty_like(qq), torch.empty_like(kk), torch.empty_like(vv)
     ptrs = [t.data_ptr() for t in (qq, kk, vv, oo, go, lse32, delta, dq, dk, dv)]
     stream = int(torch.cuda.current_stream(q.device).cuda_stream)
-    _kittens.attention_backward_cuda(ptrs, shape, bshd, causal, q.device.index or 0, stream)
+    _kittens.attention_backward_cuda(ptrs, shape, bshd, causal, q.device.index or 0, stream, atomic)
     return dq, dk, dv
 
 

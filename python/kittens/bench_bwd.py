@@ -3,12 +3,18 @@
 
 Per shape: the three backward passes timed with CUDA events (median; the backends' backward is
 ``torch.autograd.grad`` of their own forward's output, the forward outside the timing; ours is
-``kittens._attention_backward``, its two launches), and every
+``kittens._attention_backward`` in each form ``--bwd-form`` names: ``two`` launches, FlashAttention-3's
+``atomic`` three, or ``both`` in the same process), and every
 gradient of batch 0's first KV head group checked against float64 autograd by the FlashAttention rule
 (ours at most twice the error of PyTorch's bf16 SDPA backward on that slice plus a floor). TFLOP/s count the backward's five matrix products,
 ``2.5 x`` the forward's ``4 B H N² D`` (halved under the causal mask), as FlashAttention reports them.
 Forward + backward: ours is ``kittens.attention(..., return_lse=True)`` then the backward; the backends'
 is their forward then ``torch.autograd.grad`` (FLOPs 3.5x the forward's).
+
+Row keys: ``{form}_ms``, ``{form}_tflops``, ``{form}_ratio_cudnn`` (cuDNN's time over ours),
+``{form}_{dq,dk,dv}_err``, ``{form}_passed``, ``fwd_bwd_{form}_ms`` per form, and the unprefixed
+``ours_*``, ``ratio_*``, ``*_err``, ``fwd_bwd_*`` keys of the first form named (``two`` with ``both``);
+with both, ``atomic_speedup_vs_two`` is the two-launch time over the atomic one.
 """
 
 import math
@@ -27,8 +33,12 @@ def _grads(torch, q, k, v, do, causal, dtype):
     return torch.autograd.grad(o, (q, k, v), do.to(dtype))
 
 
+FORMS = {"two": ("two",), "atomic": ("atomic",), "both": ("two", "atomic")}
+
+
 def bench_attn_backward(torch, kittens, args) -> List[dict]:
     F = torch.nn.functional
+    forms = FORMS[getattr(args, "bwd_form", "two")]
     rows = []
     shapes = [(args.batch, args.heads, args.heads_kv, n, args.dim) for n in args.seqs] + list(args.extra)
     for b, h, hk, n, d in shapes:
@@ -42,16 +52,20 @@ def bench_attn_backward(torch, kittens, args) -> List[dict]:
             flop = 2.5 * 4.0 * b * h * n * n * d / (2 if causal else 1)
             with torch.no_grad():
                 out, lse = kittens.attention(q, k, v, causal=causal, return_lse=True)
-            ours = lambda i: kittens._attention_backward(q, k, v, out, do, lse, causal)  # noqa: E731
             sel_q, sel_kv = (slice(0, 1), slice(0, h // hk)), (slice(0, 1), slice(0, 1))
             ref = _grads(torch, q[sel_q], k[sel_kv], v[sel_kv], do[sel_q], causal, torch.float64)
             base = _grads(torch, q[sel_q], k[sel_kv], v[sel_kv], do[sel_q], causal, torch.bfloat16)
-            mine = ours(0)
-            for name, x, y, r in zip(("dq", "dk", "dv"), mine, base, ref):
-                sel = sel_q if name == "dq" else sel_kv
-                e_o, e_t = _rel(x[sel], r), _rel(y, r)
-                row[f"{name}_err"], row[f"{name}_err_torch"] = e_o, e_t
-                row[f"{name}_passed"] = bool(torch.isfinite(x).all().item()) and e_o <= 2 * e_t + FLOOR
+            ours = {f: (lambda i, f=f: kittens._attention_backward(q, k, v, out, do, lse, causal, form=f))
+                    for f in forms}
+            mine = {}
+            for f in forms:
+                mine[f] = ours[f](0)
+                for name, x, y, r in zip(("dq", "dk", "dv"), mine[f], base, ref):
+                    sel = sel_q if name == "dq" else sel_kv
+                    e_o, e_t = _rel(x[sel], r), _rel(y, r)
+                    row[f"{f}_{name}_err"], row[f"{name}_err_torch"] = e_o, e_t
+                    row[f"{f}_{name}_passed"] = bool(torch.isfinite(x).all().item()) and e_o <= 2 * e_t + FLOOR
+                row[f"{f}_passed"] = all(row[f"{f}_{g}_passed"] for g in ("dq", "dk", "dv"))
             for backend in ("cudnn", "flash"):
                 qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
                 fwd = _with_backend(torch, backend, lambda i: F.scaled_dot_product_attention(
@@ -66,37 +80,41 @@ def bench_attn_backward(torch, kittens, args) -> List[dict]:
                 t = time_one(torch, theirs, 1, args.warmup, args.iters)
                 row.update({f"{backend}_ms": t, f"{backend}_tflops": flop / t / 1e9})
                 if backend == "cudnn":
-                    row["rel_diff_vs_cudnn"] = [_rel(x, y.double()) for x, y in zip(mine, g_t)]
+                    for f in forms:
+                        row[f"{f}_rel_diff_vs_cudnn"] = [_rel(x, y.double()) for x, y in zip(mine[f], g_t)]
                 del o_t, qq, kk, vv
-            t = time_one(torch, ours, 1, args.warmup, args.iters)
-            row.update({"ours_ms": t, "ours_tflops": flop / t / 1e9})
-            for backend in ("cudnn", "flash"):
-                if row.get(f"{backend}_ms"):
-                    row[f"ratio_{backend}"] = row[f"{backend}_ms"] / t
-            row["passed"] = all(row.get(f"{x}_passed", False) for x in ("dq", "dk", "dv"))
+            for f in forms:
+                t = time_one(torch, ours[f], 1, args.warmup, args.iters)
+                row.update({f"{f}_ms": t, f"{f}_tflops": flop / t / 1e9})
+                for backend in ("cudnn", "flash"):
+                    if row.get(f"{backend}_ms"):
+                        row[f"{f}_ratio_{backend}"] = row[f"{backend}_ms"] / t
+            row["passed"] = all(row[f"{f}_passed"] for f in forms)
+
             # Forward + backward: ours from scratch each time; the backends' forward and backward.
-            def ours_fb(i):
+            def ours_fb(i, f):
                 with torch.no_grad():
                     o, l = kittens.attention(q, k, v, causal=causal, return_lse=True)
-                return kittens._attention_backward(q, k, v, o, do, l, causal)
+                return kittens._attention_backward(q, k, v, o, do, l, causal, form=f)
 
-            t = time_one(torch, ours_fb, 1, args.warmup, args.iters)
-            row.update({"fwd_bwd_ours_ms": t, "fwd_bwd_ours_tflops": 1.4 * flop / t / 1e9})
+            for f in forms:
+                t = time_one(torch, lambda i, f=f: ours_fb(i, f), 1, args.warmup, args.iters)
+                row.update({f"fwd_bwd_{f}_ms": t, f"fwd_bwd_{f}_tflops": 1.4 * flop / t / 1e9})
+            first = forms[0]
+            row["form"] = first
+            row.update({"ours_ms": row.get(f"{first}_ms"), "ours_tflops": row.get(f"{first}_tflops"),
+                        "fwd_bwd_ours_ms": row[f"fwd_bwd_{first}_ms"],
+                        "fwd_bwd_ours_tflops": row[f"fwd_bwd_{first}_tflops"]})
+            for g in ("dq", "dk", "dv"):
+                row[f"{g}_err"], row[f"{g}_passed"] = row[f"{first}_{g}_err"], row[f"{first}_{g}_passed"]
+            if f"{first}_rel_diff_vs_cudnn" in row:
+                row["rel_diff_vs_cudnn"] = row[f"{first}_rel_diff_vs_cudnn"]
             for backend in ("cudnn", "flash"):
-                qq, kk, vv = (t_.detach().clone().requires_grad_() for t_ in (q, k, v))
-
-                def fb(i, qq=qq, kk=kk, vv=vv):
-                    o_ = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal, **gqa)
-                    return torch.autograd.grad(o_, (qq, kk, vv), do)
-
-                try:
-                    fb_b = _with_backend(torch, backend, fb)
-                    fb_b(0)
-                    t = time_one(torch, fb_b, 1, args.warmup, args.iters)
-                except RuntimeError:
-                    continue
-                row.update({f"fwd_bwd_{backend}_ms": t, f"fwd_bwd_ratio_{backend}": t / row["fwd_bwd_ours_ms"]})
-                del qq, kk, vv
+                if row.get(f"{first}_ratio_{backend}"):
+                    row[f"ratio_{backend}"] = row[f"{first}_ratio_{backend}"]
+            if len(forms) == 2:
+                row["atomic_speedup_vs_two"] = row["two_ms"] / row["atomic_ms"]
+                row["fwd_bwd_atomic_speedup_vs_two"] = row["fwd_bwd_two_ms"] / row["fwd_bwd_atomic_ms"]
             rows.append(row)
             del q, k, v, do, out, lse, mine, ref, base
             torch.cuda.empty_cache()
@@ -111,7 +129,7 @@ def _geomean(xs):
 def summary(rows) -> dict:
     """The done-bar's figures: geomean ratios over D128, N >= 2048, causal and not."""
     sel = [r for r in rows if r["dim"] == 128 and r["seq"] >= 2048 and r["heads"] == r["heads_kv"]]
-    return {
+    out = {
         "geomean_vs_cudnn_d128_n2048plus": _geomean([r.get("ratio_cudnn") for r in sel]),
         "geomean_vs_flash_d128_n2048plus": _geomean([r.get("ratio_flash") for r in sel]),
         "fwd_bwd_geomean_vs_cudnn_d128_n2048plus": _geomean([r.get("fwd_bwd_ratio_cudnn") for r in sel]),
@@ -119,6 +137,15 @@ def summary(rows) -> dict:
         "min_vs_cudnn_d128_n2048plus": min((r["ratio_cudnn"] for r in sel if r.get("ratio_cudnn")), default=None),
         "all_passed": all(r["passed"] for r in rows),
     }
+    forms = [f for f in FORMS["both"] if any(f"{f}_ms" in r for r in rows)]
+    for f in forms:
+        out[f"{f}_geomean_vs_cudnn_d128_n2048plus"] = _geomean([r.get(f"{f}_ratio_cudnn") for r in sel])
+        out[f"{f}_all_passed"] = all(r.get(f"{f}_passed", False) for r in rows)
+    if len(forms) == 2:
+        out["atomic_speedup_vs_two_geomean_all"] = _geomean([r.get("atomic_speedup_vs_two") for r in rows])
+        out["atomic_speedup_vs_two_geomean_d128_n2048plus"] = _geomean(
+            [r.get("atomic_speedup_vs_two") for r in sel])
+    return out
 
 
 def print_table(rows) -> None:
@@ -131,6 +158,18 @@ def print_table(rows) -> None:
               f"{f(r.get('flash_tflops'), '7.1f')} {f(r.get('ratio_cudnn'), '8.3f')} {f(r.get('ratio_flash'), '6.2f')} "
               f"{f(r.get('fwd_bwd_ratio_cudnn'), '11.3f')} {f(r.get('fwd_bwd_ratio_flash'), '9.2f')}  "
               f"{errs} {'ok' if r['passed'] else 'FAILED'}")
+    if not any("atomic_speedup_vs_two" in r for r in rows):
+        return
+    print(f"\n{'shape':<30} {'form':>6} {'TF/s':>6} {'x cuDNN':>8} {'x FA2':>6} {'f+b ms':>8} {'x two':>6}  "
+          "rel err dq/dk/dv")
+    for r in rows:
+        for fm in FORMS["both"]:
+            errs = " ".join(f(r.get(f"{fm}_{g}_err"), ".1e") for g in ("dq", "dk", "dv"))
+            speed = r["atomic_speedup_vs_two"] if fm == "atomic" else 1.0
+            print(f"{r['shape']:<30} {fm:>6} {f(r.get(fm + '_tflops'), '6.1f')} "
+                  f"{f(r.get(fm + '_ratio_cudnn'), '8.3f')} {f(r.get(fm + '_ratio_flash'), '6.2f')} "
+                  f"{f(r.get('fwd_bwd_' + fm + '_ms'), '8.3f')} {speed:6.3f}  {errs} "
+                  f"{'ok' if r.get(fm + '_passed') else 'FAILED'}")
 
 
 def plot(rows, path, title) -> None:

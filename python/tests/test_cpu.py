@@ -573,3 +573,25 @@ def test_rotary_table_arguments_are_checked():
         kittens.rotary_tables(8, 33)
     with pytest.raises(ValueError, match="base"):
         kittens.rotary_tables(8, 32, base=1.0)
+
+
+def test_attention_backward_form_choice(monkeypatch):
+    """The backward's launch form: ``form=`` wins, else ``KITTENS_ATTN_BWD`` (read once), else "two";
+    anything but "two" or "atomic" is a ValueError naming where it came from."""
+    from kittens import _backward
+
+    monkeypatch.setattr(_backward, "_env_form", None)
+    monkeypatch.setenv("KITTENS_ATTN_BWD", "Atomic")
+    assert _backward._form(None) == "atomic"
+    monkeypatch.setenv("KITTENS_ATTN_BWD", "two")
+    assert _backward._form(None) == "atomic"  # read once
+    assert _backward._form("two") == "two"
+    with pytest.raises(ValueError, match="form = 'three'.*'two' or 'atomic'"):
+        _backward._form("three")
+    monkeypatch.setattr(_backward, "_env_form", None)
+    monkeypatch.delenv("KITTENS_ATTN_BWD")
+    assert _backward._form(None) == "two"
+    monkeypatch.setattr(_backward, "_env_form", None)
+    monkeypatch.setenv("KITTENS_ATTN_BWD", "fast")
+    with pytest.raises(ValueError, match="KITTENS_ATTN_BWD = 'fast'"):
+        _backward._form(None)

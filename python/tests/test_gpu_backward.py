@@ -55,8 +55,9 @@ SHAPES = [
 ]
 
 
+@pytest.mark.parametrize("form", ["two", "atomic"])
 @pytest.mark.parametrize("b,h,hk,n,d,causal,layout", SHAPES)
-def test_backward_matches_float64(b, h, hk, n, d, causal, layout):
+def test_backward_matches_float64(b, h, hk, n, d, causal, layout, form):
     seed = n * 3 + d + h
     q, k, v = make(b, h, n, d, layout, seed), make(b, hk, n, d, layout, seed + 1), make(b, hk, n, d, layout, seed + 2)
     do = make(b, h, n, d, layout, seed + 3)
@@ -64,7 +65,7 @@ def test_backward_matches_float64(b, h, hk, n, d, causal, layout):
     base = grads(q, k, v, do, causal, torch.bfloat16)
     out = ref[0].to(torch.bfloat16)
     lse = lse_reference(q, k, causal)
-    ours = kittens._attention_backward(q, k, v, out, do, lse, causal)
+    ours = kittens._attention_backward(q, k, v, out, do, lse, causal, form=form)
     msg = []
     for name, x, y, r, like in zip(("dq", "dk", "dv"), ours, base[1:], ref[1:], (q, k, v)):
         assert x.shape == like.shape and x.dtype == torch.bfloat16
@@ -79,7 +80,7 @@ def test_backward_matches_float64(b, h, hk, n, d, causal, layout):
         e_o, e_t = rel(x, r), rel(y, r)
         msg.append(f"{name} {e_o:.2e} <= 2 x {e_t:.2e}")
         assert e_o <= 2 * e_t + FLOOR, f"{name}: ours {e_o:.3e} vs torch {e_t:.3e}"
-    print(f"B{b} H{h}/{hk} N{n} D{d} causal={causal} {layout}: " + ", ".join(msg))
+    print(f"B{b} H{h}/{hk} N{n} D{d} causal={causal} {layout} {form}: " + ", ".join(msg))
 
 
 def test_autograd_through_kittens_attention():
@@ -104,3 +105,5 @@ def test_backward_limits_are_value_errors():
         kittens._attention_backward(q, q, q, q, q, lse, False, 0.5)
     with pytest.raises(ValueError, match="lse"):
         kittens._attention_backward(q, q, q, q, q, lse[:, :1], False)
+    with pytest.raises(ValueError, match="form"):
+        kittens._attention_backward(q, q, q, q, q, lse, False, form="three")

@@ -75,6 +75,19 @@ def test_attention_backward_on_the_cpu_interpreter():
         assert not kittens.attention(q, k, v).requires_grad
 
 
+def test_attention_backward_form_is_checked():
+    """The backward's launch form (``form=`` or ``KITTENS_ATTN_BWD``) is "two" or "atomic"; anything else
+    is a ValueError naming the choices, on any device. On CPU both forms are the interpreter's."""
+    g = torch.Generator().manual_seed(4)
+    q = rand(1, 2, 19, 32, gen=g)
+    lse = torch.zeros(1, 2, 19)
+    with pytest.raises(ValueError, match="'two' or 'atomic'"):
+        kittens._attention_backward(q, q, q, q, q, lse, False, form="three")
+    a = kittens._attention_backward(q, q, q, q, q, lse, True, form="atomic")
+    b = kittens._attention_backward(q, q, q, q, q, lse, True, form="two")
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
 def test_matmul_backward_is_not_implemented():
     g = torch.Generator().manual_seed(3)
     a, w = rand(8, 16, gen=g).requires_grad_(), rand(8, 16, gen=g)

@@ -394,6 +394,11 @@ impl KernelBuilder {
             rounding: self.rounding,
         });
     }
+    /// `dst += src` element by element, atomically per element ([`Op::AtomicAdd`]): an f32 tensor
+    /// that several blocks accumulate into.
+    pub fn atomic_add(&mut self, dst: GlobalView, src: RegId) {
+        self.op(Op::AtomicAdd { dst, src });
+    }
     pub fn store_shared(&mut self, dst: SharedView, src: RegId) {
         self.op(Op::StoreShared {
             dst,

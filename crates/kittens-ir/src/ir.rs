@@ -392,6 +392,16 @@ pub enum Op {
         src: RegId,
         rounding: Rounding,
     },
+    /// `dst[i,j] += src[i,j]` for every element of the view inside the tensor, an f32 read-modify-write
+    /// per element that is atomic with respect to every other block's (Hopper `red.global.add.f32`): a
+    /// commutative reduction into an f32 tensor, so blocks may add into the same elements (FlashAttention-2
+    /// §3.2's dQ accumulated by the key blocks). The CPU interpreter adds in launch order (block id, then
+    /// program order); a device adds in whatever order the blocks reach memory, so the result is not
+    /// bit-reproducible from run to run (f32 addition is not associative), only equal up to rounding.
+    AtomicAdd {
+        dst: GlobalView,
+        src: RegId,
+    },
     /// `d = op(a)·op(b) + c` (`c: None` is zero), f32 accumulation, rounded to `d`'s dtype.
     Mma {
         form: MmaForm,
@@ -479,6 +489,7 @@ impl Op {
             Op::LoadGlobal { .. } => "load (global→reg)".into(),
             Op::StoreShared { .. } => "store (reg→shared)".into(),
             Op::StoreGlobal { .. } => "store (reg→global)".into(),
+            Op::AtomicAdd { .. } => "atomic_add (reg→global)".into(),
             Op::Mma { form, .. } => form.name().into(),
             Op::Map { f, .. } => f.name().into(),
             Op::Reduce { axis, op, .. } => {

@@ -88,6 +88,9 @@ impl Printer<'_> {
             Op::StoreGlobal { dst, src, .. } => {
                 format!("store {} <- {}", self.gview(dst), reg(k, *src))
             }
+            Op::AtomicAdd { dst, src } => {
+                format!("atomic_add {} += {}", self.gview(dst), reg(k, *src))
+            }
             Op::Mma { form, d, a, b, c } => {
                 let c = c.map_or("0".to_string(), |c| reg(k, c).to_string());
                 format!(

@@ -18,7 +18,9 @@ impl Op {
             | Op::Fill { dst, .. }
             | Op::Random { dst, .. }
             | Op::Mask { dst, .. } => v.push(*dst),
-            Op::StoreShared { src, .. } | Op::StoreGlobal { src, .. } => v.push(*src),
+            Op::StoreShared { src, .. }
+            | Op::StoreGlobal { src, .. }
+            | Op::AtomicAdd { src, .. } => v.push(*src),
             Op::Mma { d, a, b, c, .. } => {
                 v.push(*d);
                 operand(a, &mut v);

@@ -321,6 +321,26 @@ fn check_op(k: &Kernel, op: &Op) -> R {
             }
             shape("async load", (dst.rows, dst.cols), (src.rows, src.cols))
         }
+        Op::AtomicAdd { dst, src } => {
+            global_view(k, dst)?;
+            let g = &k.globals[dst.tensor.0 as usize];
+            let r = reg(k, *src)?;
+            if g.dtype != DType::F32 || g.access == Access::Read {
+                return Err(invalid(
+                    "atomic_add",
+                    format!(
+                        "`{}` must be a writable f32 tensor (it is {:?}, {:?})",
+                        g.name, g.dtype, g.access
+                    ),
+                ));
+            }
+            match r.kind {
+                RegKind::Tile(t) => {
+                    shape("atomic_add view", (t.rows, t.cols), (dst.rows, dst.cols))
+                }
+                RegKind::Vec(_) => Err(invalid("atomic_add", "adds a register tile, not a vector")),
+            }
+        }
         Op::LoadShared { dst, src } => shared_reg(k, src, *dst, "shared→register load"),
         Op::StoreShared { dst, src, .. } => shared_reg(k, dst, *src, "register→shared store"),
         Op::LoadGlobal { dst, src }

@@ -1,7 +1,9 @@
 //! The Hopper backward's two launches (key blocks for dK and dV, query blocks for dQ) on the CPU
 //! interpreter against the f64 gradients, each judged by the test rule against the PyTorch-style bf16
 //! backward, at lengths that are no multiple of the 128-row blocks or 64-row steps, with query and key
-//! lengths that differ, MHA and GQA, both masks and both layouts, head dimensions 64 and 128.
+//! lengths that differ, MHA and GQA, both masks and both layouts, head dimensions 64 and 128; and the
+//! FlashAttention-3 form (`BwdSchedule::HopperAtomicPre`, `HopperAtomicKv`, `HopperAtomicDq`: D,
+//! the key blocks adding dQ in f32, the conversion) at the same shapes.
 
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
@@ -15,8 +17,8 @@ use rand::SeedableRng;
 
 /// `empty`: the log-sum-exp given for a query that keeps no key (the f64 forward's own value when
 /// `None`; the forward kernels write −∞).
-fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>) {
-    let what = format!("{sh:?} {causal:?} scale {scale} empty rows {empty:?}");
+fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>, atomic: bool) {
+    let what = format!("{sh:?} {causal:?} scale {scale} empty rows {empty:?} atomic dQ {atomic}");
     let mut rng = SmallRng::seed_from_u64((sh.seq_q * 977 + sh.seq_kv) as u64);
     let q = random_scaled(&mut rng, sh.q_len(), DType::Bf16, scale);
     let k = random_scaled(&mut rng, sh.kv_len(), DType::Bf16, scale);
@@ -71,43 +73,92 @@ fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>) {
         vec![f32::NAN; sh.kv_len()],
         vec![f32::NAN; sh.lse_len()],
     );
-    // The query blocks first: dQ, and D for the key blocks.
-    let qk = build(&cfg(BwdSchedule::HopperQ)).unwrap();
-    let t = run(
-        &qk,
-        &[
-            ("q", &q),
-            ("k", &k),
-            ("v", &v),
-            ("do", &d_o),
-            ("o", &o),
-            ("lse", &lse),
-            ("delta", &nan_s),
-            ("dq", &nan_q),
-        ],
-    );
-    let (dq, d_kernel) = (t[index(&qk, "dq")].clone(), t[index(&qk, "delta")].clone());
+    let (dq, dk, dv, d_kernel) = if atomic {
+        // FlashAttention-3's form: D and the zeroed accumulator, the key blocks adding dQ, the
+        // conversion.
+        let pre = build(&cfg(BwdSchedule::HopperAtomicPre)).unwrap();
+        let nan_acc = vec![f32::NAN; sh.q_len()];
+        let t = run(
+            &pre,
+            &[
+                ("o", &o),
+                ("do", &d_o),
+                ("delta", &nan_s),
+                ("dq_acc", &nan_acc),
+            ],
+        );
+        let (d_kernel, acc) = (
+            t[index(&pre, "delta")].clone(),
+            t[index(&pre, "dq_acc")].clone(),
+        );
+        assert!(acc.iter().all(|&x| x == 0.0), "{what}: dq_acc not zeroed");
+        let kv = build(&cfg(BwdSchedule::HopperAtomicKv)).unwrap();
+        let t = run(
+            &kv,
+            &[
+                ("q", &q),
+                ("k", &k),
+                ("v", &v),
+                ("do", &d_o),
+                ("lse", &lse),
+                ("delta", &d_kernel),
+                ("dk", &nan_kv),
+                ("dv", &nan_kv),
+                ("dq_acc", &acc),
+            ],
+        );
+        let (dk, dv, acc) = (
+            t[index(&kv, "dk")].clone(),
+            t[index(&kv, "dv")].clone(),
+            t[index(&kv, "dq_acc")].clone(),
+        );
+        let conv = build(&cfg(BwdSchedule::HopperAtomicDq)).unwrap();
+        let t = run(&conv, &[("dq_acc", &acc), ("dq", &nan_q)]);
+        (t[index(&conv, "dq")].clone(), dk, dv, d_kernel)
+    } else {
+        // The query blocks first: dQ, and D for the key blocks.
+        let qk = build(&cfg(BwdSchedule::HopperQ)).unwrap();
+        let t = run(
+            &qk,
+            &[
+                ("q", &q),
+                ("k", &k),
+                ("v", &v),
+                ("do", &d_o),
+                ("o", &o),
+                ("lse", &lse),
+                ("delta", &nan_s),
+                ("dq", &nan_q),
+            ],
+        );
+        let (dq, d_kernel) = (t[index(&qk, "dq")].clone(), t[index(&qk, "delta")].clone());
+        let kv = build(&cfg(BwdSchedule::HopperKv)).unwrap();
+        let t = run(
+            &kv,
+            &[
+                ("q", &q),
+                ("k", &k),
+                ("v", &v),
+                ("do", &d_o),
+                ("lse", &lse),
+                ("delta", &d_kernel),
+                ("dk", &nan_kv),
+                ("dv", &nan_kv),
+            ],
+        );
+        (
+            dq,
+            t[index(&kv, "dk")].clone(),
+            t[index(&kv, "dv")].clone(),
+            d_kernel,
+        )
+    };
     // D as the kernel wrote it (f32 sums of the bf16 products) against the f64 sums.
     let e = compare(
         &d_kernel,
         &dl.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
     );
     assert!(e.rel_err < 1e-5, "{what}: D {e:?}");
-    let kv = build(&cfg(BwdSchedule::HopperKv)).unwrap();
-    let t = run(
-        &kv,
-        &[
-            ("q", &q),
-            ("k", &k),
-            ("v", &v),
-            ("do", &d_o),
-            ("lse", &lse),
-            ("delta", &d_kernel),
-            ("dk", &nan_kv),
-            ("dv", &nan_kv),
-        ],
-    );
-    let (dk, dv) = (t[index(&kv, "dk")].clone(), t[index(&kv, "dv")].clone());
     let g = reference_bwd::backward(&q, &k, &v, &d_o, &sh, causal);
     let base = reference_bwd::backward_bf16_baseline(&q, &k, &v, &d_o, &sh, causal);
     for (name, ours, reference, baseline) in [
@@ -128,8 +179,12 @@ fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>) {
     }
 }
 
+/// Both Hopper forms: two launches (the query blocks recompute dQ) and three (dQ added atomically
+/// by the key blocks).
 fn check(sh: BwdShape, causal: Causal, scale: f32) {
-    check_with(sh, causal, scale, None);
+    for atomic in [false, true] {
+        check_with(sh, causal, scale, None, atomic);
+    }
 }
 
 fn shape(
@@ -191,6 +246,14 @@ fn queries_without_keys() {
             Causal::BottomRight,
             1.0,
             empty,
+            true,
+        );
+        check_with(
+            shape(2, 2, 100, 40, 64, AttnLayout::Bshd),
+            Causal::BottomRight,
+            1.0,
+            empty,
+            false,
         );
     }
 }

@@ -245,7 +245,7 @@ pub unsafe fn rotary(
     unsafe { caller_mem::launch_strip(ordinal, stream, &call, &lower) }.map_err(cuda_error)
 }
 
-/// Enqueues the attention backward (`attn_bwd`'s two Hopper launches) on `stream` of device `ordinal`
+/// Enqueues the attention backward (`attn_bwd`'s Hopper launches of `p.form`) on `stream` of device `ordinal`
 /// over raw device addresses; returns the kernel loads of a configuration's first call on a device.
 ///
 /// # Safety
@@ -266,22 +266,16 @@ pub unsafe fn attention_backward(
     })
 }
 
-/// `attn_bwd`'s Hopper programs (the key blocks, or the query blocks with `dq`) at the configuration,
-/// lowered for sm_90a.
+/// `attn_bwd`'s Hopper program `cfg.schedule` at the configuration, lowered for sm_90a.
 fn lowered_attention_bwd(
     cfg: &kittens_runtime::cuda::caller_attn_bwd::AttnBwdKernelConfig,
 ) -> Result<kittens_codegen::Lowered, CudaError> {
-    use kittens_kernels::attn_bwd::{build, BwdConfig, BwdSchedule};
+    use kittens_kernels::attn_bwd::{build, BwdConfig};
     let invalid = |e: String| CudaError::Invalid(e);
     let gpu = kittens_hw::gpu("h100").map_err(|e| invalid(e.to_string()))?;
     let dim = u32::try_from(cfg.dim).map_err(|_| invalid(format!("head dim {}", cfg.dim)))?;
-    let schedule = if cfg.dq {
-        BwdSchedule::HopperQ
-    } else {
-        BwdSchedule::HopperKv
-    };
     let k = build(&BwdConfig {
-        schedule,
+        schedule: cfg.schedule,
         dim,
         causal: cfg.causal,
         layout: cfg.layout,

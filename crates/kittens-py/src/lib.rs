@@ -264,9 +264,11 @@ fn rotary(
 /// dk, dv; `shape` is
 /// (batch, heads, heads_kv, seq_q, seq_kv, dim); `bshd` the memory order of the bf16 tensors (else
 /// BHSD); lse and delta f32 `[batch, heads, seq_q]`. Each range is checked against the driver's
-/// allocation before the launches.
+/// allocation before the launches. `atomic`: FlashAttention-3's three launches (dQ added in f32 by
+/// the key blocks, `AttnBwdForm::AtomicDq`) instead of the default two.
 #[pyfunction]
-#[pyo3(signature = (ptrs, shape, bshd, causal, ordinal, stream))]
+#[pyo3(signature = (ptrs, shape, bshd, causal, ordinal, stream, atomic=false))]
+#[allow(clippy::too_many_arguments)]
 fn attention_backward_cuda(
     py: Python<'_>,
     ptrs: [u64; 10],
@@ -275,9 +277,11 @@ fn attention_backward_cuda(
     causal: bool,
     ordinal: i32,
     stream: u64,
+    atomic: bool,
 ) -> PyResult<()> {
     use kittens_kernels::attn_bwd::{BwdShape, Causal};
     use kittens_kernels::attn_fwd::AttnLayout;
+    use kittens_runtime::cuda::caller_attn_bwd::AttnBwdForm;
     let (batch, heads, heads_kv, seq_q, seq_kv, dim) = shape;
     let [q, k, v, o, d_o, lse, delta, dq, dk, dv] = ptrs;
     let p = kittens_runtime::cuda::caller_attn_bwd::AttnBwdPointers {
@@ -305,6 +309,11 @@ fn attention_backward_cuda(
             },
         },
         causal: if causal { Causal::TopLeft } else { Causal::No },
+        form: if atomic {
+            AttnBwdForm::AtomicDq
+        } else {
+            AttnBwdForm::TwoLaunch
+        },
     };
     guarded(py, move || {
         // SAFETY: the runtime checks every range against the driver before launching; the Python

@@ -75,3 +75,79 @@ fn attn_bwd_compiles_for_sm_90a_without_spills() {
     }
     assert_eq!(n, 18);
 }
+
+/// The FlashAttention-3 form (`--schedule hopper-atomic`): the strip passes before and after, and the
+/// key blocks that store dSᵀ to a swizzled shared tile, read it back as an M-major `wgmma` A operand
+/// and add dQ with `red.global.add.v2.f32` (pairs) — no spills, no serialised `wgmma` (ptxas C7514/C7515).
+#[test]
+fn attn_bwd_atomic_dq_compiles_for_sm_90a_without_spills() {
+    ensure_nvrtc();
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let cache = fresh_cache("lowered-attn-bwd-atomic");
+    let mut n = 0;
+    for schedule in [
+        BwdSchedule::HopperAtomicPre,
+        BwdSchedule::HopperAtomicKv,
+        BwdSchedule::HopperAtomicDq,
+    ] {
+        for dim in [64, 128] {
+            for causal in [Causal::No, Causal::TopLeft, Causal::BottomRight] {
+                let pass = schedule != BwdSchedule::HopperAtomicKv;
+                if pass && causal != Causal::No {
+                    continue; // the strip passes know no mask
+                }
+                let cfg = BwdConfig {
+                    schedule,
+                    dim,
+                    causal,
+                    layout: AttnLayout::Bshd,
+                    ..BwdConfig::for_gpu(h100)
+                };
+                let k = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+                let l = kittens_codegen::lower(&k, Target::Sm90a)
+                    .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+                if !pass {
+                    for needle in [
+                        "kt::red_add_v2_f32(",
+                        "_bf16_ss_ta_tb(",
+                        "kt::st_shared_b32(",
+                        "kt::fence_proxy_async(); // the stores above",
+                        "_bf16_rs_tb",
+                    ] {
+                        assert!(l.source.contains(needle), "{cfg:?} lacks {needle}");
+                    }
+                }
+                let image = compile_with_cache(
+                    &l.source,
+                    &l.entry,
+                    "sm_90a",
+                    l.dynamic_shared_bytes(),
+                    Some(&cache),
+                )
+                .unwrap_or_else(|e| panic!("{cfg:?}: {e}\n{}", l.source));
+                let r = &image.report;
+                eprintln!("{} {dim} {causal:?}: {r:?}", l.entry);
+                // Open: the key blocks at head dimension 128 spill 4 words (16 bytes stored and
+                // loaded, an 8-byte frame) beside dK, dV and the dQ share; everything else none. The
+                // vector reductions (two f32 per `red`) left it unchanged.
+                let known = (schedule, dim) == (BwdSchedule::HopperAtomicKv, 128);
+                let most = if known { (4, 4, 8) } else { (0, 0, 0) };
+                assert!(
+                    r.spill_stores <= most.0 && r.spill_loads <= most.1 && r.stack_frame <= most.2,
+                    "{cfg:?}: {r:?}"
+                );
+                assert!(r.dynamic_shared_bytes <= h100.shared_bytes_per_block);
+                assert!(
+                    r.warnings.iter().all(|w| !w.contains("C7508")
+                        && !w.contains("C7514")
+                        && !w.contains("C7515")
+                        && !w.contains("serialized")),
+                    "{cfg:?}: {:?}",
+                    r.warnings
+                );
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 10);
+}

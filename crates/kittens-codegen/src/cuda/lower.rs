@@ -38,7 +38,9 @@ use kittens_ir::{
 };
 use kittens_tile::Swizzle;
 
-use super::lower_roles::{check_roles, fill_chunks, resident_rings, ring_barriers, Roles};
+use super::lower_roles::{
+    check_roles, consumer_owned, fill_chunks, resident_rings, ring_barriers, Roles,
+};
 use super::{prelude_with, WgmmaInput};
 use crate::cexpr::{self, ident};
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
@@ -122,6 +124,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         maps: Vec::new(),
         wgmma_n: BTreeSet::new(),
         wgmma_tb: BTreeSet::new(),
+        wgmma_ta_tb: BTreeSet::new(),
         wgmma_rs: BTreeSet::new(),
         wgmma_rs_split: BTreeSet::new(),
         groups: Vec::new(),
@@ -131,6 +134,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         dirty: BTreeSet::new(),
         unknown: false,
         resident: resident_rings(k, roles.producer.1),
+        owned: consumer_owned(k, roles.consumer.1),
         group_continues: false,
         group_open: false,
         in_turn: false,
@@ -168,13 +172,20 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     args.extend(k.params.iter().map(|p| format!("int {}", ident(&p.name))));
     let shapes: Vec<(WgmmaInput, u32)> = e.wgmma_n.iter().copied().collect();
     let mut src = prelude_with(&shapes);
-    if !e.wgmma_rs.is_empty() || !e.wgmma_tb.is_empty() || !e.wgmma_rs_split.is_empty() {
+    if !e.wgmma_rs.is_empty()
+        || !e.wgmma_tb.is_empty()
+        || !e.wgmma_ta_tb.is_empty()
+        || !e.wgmma_rs_split.is_empty()
+    {
         src.push_str("namespace kt {\n");
         for &(n, tb) in &e.wgmma_rs {
             src.push_str(&super::wgmma_rs_wrapper(n, tb));
         }
         for &n in &e.wgmma_tb {
             src.push_str(&super::wgmma_wrapper_tb(n));
+        }
+        for &n in &e.wgmma_ta_tb {
+            src.push_str(&super::wgmma_wrapper_ta_tb(n));
         }
         for &(n, tb) in &e.wgmma_rs_split {
             src.push_str(&super::wgmma_rs_wrapper_split(n, tb));
@@ -258,6 +269,8 @@ pub(super) struct Emit<'k> {
     /// Shared-operand wgmma wrappers used with B N-major (their N): bf16 only, since fp8 wgmma reads
     /// K-major operands only and `mma` refuses N-major fp8 before anything is recorded.
     pub(super) wgmma_tb: BTreeSet<u32>,
+    /// The same with A M-major too (`mma_atb`): bf16 only.
+    pub(super) wgmma_ta_tb: BTreeSet<u32>,
     /// Register-A wgmma wrappers used: (N, B transposed).
     pub(super) wgmma_rs: BTreeSet<(u32, bool)>,
     /// Register-A wgmma wrappers with D split over two accumulators (`lower_mma.rs`, fused pairs).
@@ -281,6 +294,9 @@ pub(super) struct Emit<'k> {
     /// Per shared ring: loaded once per tile, outside the producer's loops (attention's Q), so read
     /// across many hand-off epochs and released when the tile's last chain retires.
     pub(super) resident: Vec<bool>,
+    /// Per shared tile: stored by the consumer role itself (`lower_roles::consumer_owned`): read
+    /// without full/empty barriers, ordered by warpgroup named barriers.
+    pub(super) owned: Vec<bool>,
     /// The `mma` being emitted is followed by another: both go in one commit group.
     pub(super) group_continues: bool,
     /// A commit group is open (its `wgmma.fence` issued, not yet committed).
@@ -704,8 +720,28 @@ impl Emit<'_> {
                 } else if self.k.global(dst.tensor).dims.len() == 2 {
                     self.store(dst, *src, *rounding)
                 } else {
-                    self.store_direct(dst, *src, *rounding)
+                    self.store_direct(dst, *src, *rounding, false)
                 }
+            }
+            (Op::StoreShared { dst, src, rounding }, Role::Consumer) => {
+                // Every wgmma of this thread is retired, so after the warpgroup's barrier no
+                // wgmma of the warpgroup still reads the tile (write after read).
+                self.retire_all();
+                self.store_shared_frag(dst, *src, *rounding)
+            }
+            (
+                Op::Barrier {
+                    scope: Scope::WarpGroup,
+                },
+                Role::Consumer,
+            ) => {
+                self.line("kt::fence_proxy_async(); // the stores above before the wgmmas below read them");
+                self.line("kt::named_barrier(1 + threadIdx.x / 128, 128);");
+                Ok(())
+            }
+            (Op::AtomicAdd { dst, src }, Role::Consumer) => {
+                self.retire_for(&[*src]);
+                self.store_direct(dst, *src, kittens_ir::Rounding::Rtne, true)
             }
             (Op::LoadGlobal { dst, src }, Role::Consumer) => {
                 self.retire_for(&[*dst]);

@@ -416,14 +416,22 @@ impl Emit<'_> {
 
     /// A store of a 16 × N fp32 fragment to a tensor of three or more dimensions, by direct bf16 pair
     /// stores, or f32 element stores (split-K's partial sums), guarded by the tensor's bounds (the
-    /// TMA-store epilogue handles row-major matrices).
+    /// TMA-store epilogue handles row-major matrices). With `atomic`, f32 element reductions
+    /// (`red.global.add.f32`, the IR's `atomic_add`) instead of stores.
     pub(super) fn store_direct(
         &mut self,
         dst: &GlobalView,
         src: RegId,
         rounding: Rounding,
+        atomic: bool,
     ) -> Result<(), CudaLowerError> {
         let g = self.k.global(dst.tensor);
+        if atomic && g.dtype != DType::F32 {
+            return unsupported(format!(
+                "atomic_add into `{}` of {:?} (f32 only)",
+                g.name, g.dtype
+            ));
+        }
         let Frag::Acc(n) = self.frag(src)? else {
             return unsupported("a store of something other than an fp32 fragment");
         };
@@ -488,7 +496,16 @@ impl Emit<'_> {
         self.line(format!(
             "        {ty}* p = {gname} + base + (long long)(row - r0 + (kt_lane / 4)) * rs + (col - c0 + 2 * (kt_lane % 4));"
         ));
-        if g.dtype == DType::F32 {
+        if atomic {
+            // A pair inside the tensor at an 8-byte address (every pair where the row pitch and the
+            // base are even, as a Q-shaped accumulator's) is one vector reduction.
+            self.line(format!(
+                "        if (col + 1 < cols && (reinterpret_cast<unsigned long long>(p) & 7) == 0) kt::red_add_v2_f32(p, {s}[i], {s}[i + 1]);"
+            ));
+            self.line(format!(
+                "        else {{ kt::red_add_f32(p, {s}[i]); if (col + 1 < cols) kt::red_add_f32(p + 1, {s}[i + 1]); }}"
+            ));
+        } else if g.dtype == DType::F32 {
             // Element stores: a pair is 8-byte aligned only where the row pitch is even.
             self.line(format!(
                 "        p[0] = {s}[i]; if (col + 1 < cols) p[1] = {s}[i + 1];"
@@ -499,6 +516,91 @@ impl Emit<'_> {
         }
         self.line("    }");
         self.line("}");
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// A store of a wave's 16 × 64 fragment (the fp32 accumulator, or its bf16 A-operand packing) into
+    /// rows of a bf16 shared tile of 64 columns under the 128-byte swizzle (the layout a `wgmma`
+    /// descriptor reads, `lower_mma.rs`): per thread 16 packed pairs, rows `lane/4` and `lane/4 + 8`,
+    /// 16-byte chunk `i` of the row at chunk `i ^ (row % 8)` (the C-slab store's addressing,
+    /// `lower_tma.rs`). The tile must be private to the storing warpgroup (its rows within the
+    /// warpgroup's 64): a warpgroup barrier first, so that no wave of it still reads the tile.
+    pub(super) fn store_shared_frag(
+        &mut self,
+        dst: &kittens_ir::SharedView,
+        src: RegId,
+        rounding: Rounding,
+    ) -> Result<(), CudaLowerError> {
+        let t = self.k.shared_decl(dst.buf).tile;
+        let f = self.frag(src)?;
+        let n = match f {
+            Frag::Acc(n) | Frag::ABf16(n) => n,
+            Frag::RowVec => return unsupported("a row vector stored to shared memory"),
+        };
+        let swizzled = t.swizzle == kittens_tile::Swizzle::NV_128B;
+        if !swizzled
+            || t.dtype != DType::Bf16
+            || t.cols != 64
+            || (dst.rows, dst.cols, n) != (16, 64, 64)
+            || rounding != Rounding::Rtne
+        {
+            return unsupported(format!(
+                "store of {}x{} ({:?}) to shared `{}` ({}x{} {:?}): 16 x 64 fragments into bf16 \
+                 tiles of 64 columns under the 128-byte swizzle, RTNE",
+                dst.rows,
+                dst.cols,
+                f,
+                self.k.shared_decl(dst.buf).name,
+                t.rows,
+                t.cols,
+                t.dtype
+            ));
+        }
+        // Rows a multiple of 8 (the swizzle's phase is then lane/4) inside the warpgroup's 64 rows.
+        for w in 4 * self.producers..self.k.waves {
+            let band = i64::from(w / 4 - self.producers) * 64;
+            let ok = self
+                .at_origin(&dst.row0, w)
+                .is_some_and(|r| r % 8 == 0 && (band..band + 64).contains(&r))
+                && self.at_origin(&dst.col0, w) == Some(0);
+            if !ok {
+                return unsupported(
+                    "a shared store outside the storing warpgroup's 64 rows or not 8-row aligned",
+                );
+            }
+        }
+        let r = self.rname(src);
+        let pair = |i: u32, h: u32| match f {
+            Frag::ABf16(_) => format!("{r}[{}]", 2 * i + h),
+            _ => format!(
+                "kt::pack_bf16x2({r}[{0}], {r}[{1}])",
+                4 * i + 2 * h,
+                4 * i + 2 * h + 1
+            ),
+        };
+        self.line(format!(
+            "{{ // store {r} -> {} (128-byte swizzle)",
+            self.k.shared_decl(dst.buf).name
+        ));
+        self.depth += 1;
+        self.line(
+            "kt::named_barrier(1 + threadIdx.x / 128, 128); // the warpgroup's reads retired",
+        );
+        self.line(format!(
+            "const u32 sw = kt_lane / 4u, base = {} + sw * 128u + (kt_lane % 4u) * 4u;",
+            self.smem_addr(dst, "wave")
+        ));
+        for i in 0..n / 8 {
+            for h in 0..2 {
+                self.line(format!(
+                    "kt::st_shared_b32(base + {}u + (({i}u ^ sw) << 4), {});",
+                    h * 1024,
+                    pair(i, h)
+                ));
+            }
+        }
         self.depth -= 1;
         self.line("}");
         Ok(())

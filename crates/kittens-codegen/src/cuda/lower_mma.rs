@@ -51,15 +51,26 @@ impl Emit<'_> {
         let (MmaOperand::Shared(av), MmaOperand::Shared(bv)) = (a, b) else {
             return unsupported("mma with a register operand (wgmma SS form only)");
         };
-        // B is `N × K` (K-major, `mma_abt`) or `K × N` (N-major, `mma_ab`: wgmma's transposed B).
-        let n_major = match form {
-            MmaForm::Abt => false,
-            MmaForm::Ab => true,
-            f => return unsupported(format!("{} (A K-major, B either way)", f.name())),
+        // B is `N × K` (K-major, `mma_abt`) or `K × N` (N-major, `mma_ab`: wgmma's transposed B);
+        // `mma_atb` reads A as `K × M` too (M-major: the transposed-A immediate).
+        let (m_major, n_major) = match form {
+            MmaForm::Abt => (false, false),
+            MmaForm::Ab => (false, true),
+            MmaForm::Atb => (true, true),
+            f => {
+                return unsupported(format!(
+                    "{} (A K-major, B either way; or both MN-major)",
+                    f.name()
+                ))
+            }
         };
         let (acc, _) = self.acc(d);
         let n = self.k.reg(d).shape().1;
-        let kk = av.cols;
+        let (kk, am) = if m_major {
+            (av.rows, av.cols)
+        } else {
+            (av.cols, av.rows)
+        };
         let (bk, bn) = if n_major {
             (bv.rows, bv.cols)
         } else {
@@ -85,13 +96,13 @@ impl Emit<'_> {
             ));
         }
         let ik = input.k();
-        if av.rows != 16 || bn != n || bk != kk || kk % ik != 0 {
+        if am != 16 || bn != n || bk != kk || kk % ik != 0 {
             return unsupported(format!(
                 "mma shapes A {}x{}, B {}x{}, D 16x{n}",
                 av.rows, av.cols, bv.rows, bv.cols
             ));
         }
-        self.check_slices(av, bv)?;
+        self.check_slices(av, bv, m_major)?;
         let accumulate = match c {
             Some(r) if *r == d => true,
             None => false,
@@ -105,7 +116,20 @@ impl Emit<'_> {
                 _ => unsupported("wgmma operands without a swizzle"),
             }
         };
-        let da = desc(&sa.tile)?;
+        // M-major A (bf16): one 128-byte-swizzled atom of 64 columns holds the warpgroup's 64 rows of
+        // M; a K step moves `ik` rows of 128 bytes, as N-major B's does.
+        let da = if m_major {
+            let t = &sa.tile;
+            if t.swizzle != kittens_tile::Swizzle::NV_128B || t.cols * t.dtype.bytes() != 128 {
+                return unsupported(
+                    "M-major A other than a 128-byte swizzled tile of 64 bf16 columns",
+                );
+            }
+            format!("kt::desc_mnmajor_sw128(a0 + %o, {}u)", t.rows * 128)
+        } else {
+            format!("{}(a0 + %o)", desc(&sa.tile)?)
+        };
+        let a_step = if m_major { ik * 128 } else { 32 };
         // Per K step (32 bytes of K): A's (and K-major B's) descriptor start moves 32 bytes along the
         // row; N-major B's (bf16 only) moves `ik` rows of 128 bytes inside every atom, the atoms
         // `rows × 128` bytes apart.
@@ -125,7 +149,10 @@ impl Emit<'_> {
                     )
                 }
             };
-            if !whole || atoms * 64 != n {
+            // A band of whole rows of a one-atom tile (8-row aligned, checked with the slices): the
+            // descriptor starts at its first row.
+            let band = atoms == 1 && bv.cols == t.cols && bv.rows % 8 == 0;
+            if !(whole || band) || atoms * 64 != n {
                 return unsupported(format!(
                     "N-major B {}x{} of a {}x{} slot (whole slots only)",
                     bv.rows, bv.cols, t.rows, t.cols
@@ -138,7 +165,10 @@ impl Emit<'_> {
         } else {
             (format!("{}(b0 + %o)", desc(&sb.tile)?), 32)
         };
-        let wrapper = if n_major {
+        let wrapper = if m_major {
+            self.wgmma_ta_tb.insert(n);
+            WgmmaInput::Bf16.wrapper_name_ta_tb(n)
+        } else if n_major {
             self.wgmma_tb.insert(n);
             WgmmaInput::Bf16.wrapper_name_tb(n)
         } else {
@@ -147,31 +177,38 @@ impl Emit<'_> {
         };
         self.line(format!("{{ // {} on the warpgroup's 64 rows", form.name()));
         self.depth += 1;
-        self.line(format!(
-            "const u32 sa = {}u + (u32)({}), sb = {}u + (u32)({});",
-            self.bars[av.buf.0 as usize],
-            self.ex_with(&av.index, "kt_wave0"),
-            self.bars[bv.buf.0 as usize],
-            self.ex_with(&bv.index, "kt_wave0")
-        ));
+        // The slots' barrier indices, for the operands a producer fills.
+        for (v, name) in [(av, "sa"), (bv, "sb")] {
+            if !self.owned[v.buf.0 as usize] {
+                self.line(format!(
+                    "const u32 {name} = {}u + (u32)({});",
+                    self.bars[v.buf.0 as usize],
+                    self.ex_with(&v.index, "kt_wave0")
+                ));
+            }
+        }
         self.line(format!(
             "const u32 a0 = {}, b0 = {};",
             self.smem_addr(av, "kt_wave0"),
             self.smem_addr(bv, "kt_wave0")
         ));
-        // A and B filled together share the slot's barrier: one wait.
-        self.wait_full(av, "sa");
-        self.wait_full(bv, "sb");
-        let held = self.hold(&[av, bv]);
+        // A and B filled together share the slot's barrier: one wait. A tile the consumer stores
+        // itself has no barrier: a warpgroup barrier ordered its stores (`lower.rs`).
+        let filled: Vec<(&SharedView, &str)> = [(av, "sa"), (bv, "sb")]
+            .into_iter()
+            .filter(|(v, _)| !self.owned[v.buf.0 as usize])
+            .collect();
+        for &(v, name) in &filled {
+            self.wait_full(v, name);
+        }
+        let held = self.hold(&filled);
         self.line(held);
         self.chain_begin();
         for s in 0..kk / ik {
             let flag = if accumulate || s > 0 { "1u" } else { "0u" };
             let db = b_desc.0.replace("%o", &format!("{}u", s * b_desc.1));
-            self.line(format!(
-                "kt::{wrapper}({acc}, {da}(a0 + {o}u), {db}, {flag});",
-                o = s * 32
-            ));
+            let da = da.replace("%o", &format!("{}u", s * a_step));
+            self.line(format!("kt::{wrapper}({acc}, {da}, {db}, {flag});"));
         }
         self.chain_end();
         self.depth -= 1;
@@ -195,11 +232,10 @@ impl Emit<'_> {
 
     /// The bookkeeping line after waiting on the slots `sa` (and `sb`) of `views`: slots of
     /// tile-resident rings go to `kt_res`, the others to this epoch's `kt_held`.
-    fn hold(&self, views: &[&SharedView]) -> String {
-        let names = ["sa", "sb"];
+    fn hold(&self, views: &[(&SharedView, &str)]) -> String {
         let mut held = Vec::new();
         let mut res = Vec::new();
-        for (v, n) in views.iter().zip(names) {
+        for &(v, n) in views {
             let bit = format!("(1u << {n})");
             if self.resident[v.buf.0 as usize] {
                 res.push(bit);
@@ -279,6 +315,9 @@ impl Emit<'_> {
                 ))
             }
         };
+        if self.owned[bv.buf.0 as usize] {
+            return unsupported("register-A mma with B in a tile the consumer stores");
+        }
         self.wgmma_rs.insert((n, trans_b));
         let wrapper = super::rs_wrapper_name(n, trans_b);
         let (acc, _) = self.acc(d);
@@ -462,20 +501,51 @@ impl Emit<'_> {
     }
 
     /// Checks, by evaluating the views for the waves of each warpgroup, that A's slices step by 16 rows
-    /// per wave and B's view is the same for every wave.
-    fn check_slices(&self, av: &SharedView, bv: &SharedView) -> Result<(), CudaLowerError> {
+    /// per wave (16 columns for an M-major A, `m_major`) and B's view is the same for every wave of
+    /// the warpgroup (at row 0, or an 8-row-aligned band of a tile). A tile the consumer stores
+    /// itself must lie within the warpgroup's own 64 rows (the named barrier orders one warpgroup).
+    fn check_slices(
+        &self,
+        av: &SharedView,
+        bv: &SharedView,
+        m_major: bool,
+    ) -> Result<(), CudaLowerError> {
         let at = |e: &Expr, wave: u32| self.at_origin(e, wave);
+        let (along, across) = if m_major {
+            (&av.col0, &av.row0)
+        } else {
+            (&av.row0, &av.col0)
+        };
         for w0 in (0..self.k.waves).step_by(4) {
             for i in 0..4.min(self.k.waves - w0) {
                 let w = w0 + i;
-                let a_ok = at(&av.row0, w)
-                    .zip(at(&av.row0, w0))
+                let across_ok = if m_major {
+                    at(across, w) == at(across, w0)
+                } else {
+                    at(across, w) == Some(0)
+                };
+                let a_ok = at(along, w)
+                    .zip(at(along, w0))
                     .is_some_and(|(r, r0)| r == r0 + 16 * i as i64)
-                    && at(&av.col0, w) == Some(0)
+                    && across_ok
                     && at(&av.index, w) == at(&av.index, w0);
-                let b_ok = at(&bv.row0, w) == Some(0)
+                let b_row = at(&bv.row0, w);
+                let b_ok = b_row == at(&bv.row0, w0)
+                    && b_row.is_some_and(|r| r % 8 == 0)
                     && at(&bv.col0, w) == Some(0)
                     && at(&bv.index, w) == at(&bv.index, w0);
+                let band = i64::from((w / 4).saturating_sub(self.producers)) * 64;
+                let private = |v: &SharedView| {
+                    !self.owned[v.buf.0 as usize]
+                        || at(&v.row0, w)
+                            .is_some_and(|r| r >= band && r + i64::from(v.rows) <= band + 64)
+                };
+                let consumer = w / 4 >= self.producers;
+                if consumer && (!private(av) || !private(bv)) {
+                    return unsupported(
+                        "an mma reading a consumer-stored tile outside the warpgroup's own 64 rows",
+                    );
+                }
                 if !a_ok || !b_ok {
                     return unsupported(
                         "mma whose per-wave A slices are not consecutive 16-row blocks of one tile",

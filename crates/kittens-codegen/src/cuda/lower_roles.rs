@@ -14,7 +14,8 @@ pub(super) struct Roles<'k> {
 
 /// The shape the barrier → mbarrier hand-off needs (module docs): the body is the role split alone;
 /// the producer only loads, waits and hands over; the consumer loads nothing asynchronously and reads
-/// shared memory only as `mma` operands after a block barrier ([`walk`]).
+/// shared memory only as `mma` operands after a block barrier ([`walk`]), or tiles it stores itself
+/// ([`consumer_owned`]: private to a warpgroup, ordered by warpgroup barriers).
 pub(super) fn check_roles(k: &Kernel) -> Result<Roles<'_>, CudaLowerError> {
     let [Stmt::If { cond, then, els }] = k.body.as_slice() else {
         return unsupported("a body other than the producer/consumer role split");
@@ -38,7 +39,7 @@ pub(super) fn check_roles(k: &Kernel) -> Result<Roles<'_>, CudaLowerError> {
         )),
     })?;
     walk(consumer.1, false, &mut |op, guarded| match op {
-        Op::LoadAsync { .. } | Op::LoadShared { .. } | Op::StoreShared { .. } => {
+        Op::LoadAsync { .. } | Op::LoadShared { .. } => {
             unsupported(format!("`{}` in the consumer role", op.name()))
         }
         Op::Mma { a, b, .. }
@@ -46,9 +47,7 @@ pub(super) fn check_roles(k: &Kernel) -> Result<Roles<'_>, CudaLowerError> {
         {
             unsupported("a shared mma operand read before any block barrier")
         }
-        Op::Barrier { scope } if *scope != Scope::Block => {
-            unsupported("a wave or warpgroup barrier in the consumer role")
-        }
+        Op::Barrier { scope: Scope::Wave } => unsupported("a wave barrier in the consumer role"),
         _ => Ok(()),
     })?;
     Ok(Roles {
@@ -287,4 +286,18 @@ pub(super) fn resident_rings(k: &Kernel, producer: &[Stmt]) -> Vec<bool> {
     }
     visit(producer, false, &mut res);
     res
+}
+
+/// Per shared tile: whether the consumer role stores it ([`Op::StoreShared`]): a tile no producer
+/// fills, read back by the same warpgroup's `wgmma`s after a warpgroup barrier (no full/empty
+/// barriers; `lower.rs` orders it with named barriers).
+pub(super) fn consumer_owned(k: &Kernel, consumer: &[Stmt]) -> Vec<bool> {
+    let mut own = vec![false; k.shared.len()];
+    let _ = walk(consumer, true, &mut |op, _| {
+        if let Op::StoreShared { dst, .. } = op {
+            own[dst.buf.0 as usize] = true;
+        }
+        Ok(())
+    });
+    own
 }

@@ -55,6 +55,10 @@ impl WgmmaInput {
     pub fn wrapper_name_tb(self, n: u32) -> String {
         format!("{}_tb", self.wrapper_name(n))
     }
+    /// The wrapper's C++ name for a given N with A M-major and B N-major ([`wgmma_wrapper_ta_tb`]).
+    pub fn wrapper_name_ta_tb(self, n: u32) -> String {
+        format!("{}_ta_tb", self.wrapper_name(n))
+    }
 }
 
 /// The valid N of a dense wgmma: multiples of 8 up to 256 (PTX ISA, wgmma shapes table).
@@ -66,16 +70,22 @@ pub fn valid_wgmma_n(n: u32) -> bool {
 /// D (64×N fp32, N/2 registers per thread) += A·B with both operands K-major in shared memory. When
 /// `accumulate` is 0 the instruction overwrites D (scale-d = false), so no zeroing pass is needed.
 pub fn wgmma_wrapper(input: WgmmaInput, n: u32) -> String {
-    ss_wrapper(input, n, false)
+    ss_wrapper(input, n, false, false)
 }
 
 /// The same with B N-major (`_tb`: the transpose-B immediate set, PTX ISA §9.7.15.5.1; bf16 only,
 /// fp8 wgmma reads K-major operands only): `C = A·B` with B stored `K × N`.
 pub fn wgmma_wrapper_tb(n: u32) -> String {
-    ss_wrapper(WgmmaInput::Bf16, n, true)
+    ss_wrapper(WgmmaInput::Bf16, n, false, true)
 }
 
-fn ss_wrapper(input: WgmmaInput, n: u32, trans_b: bool) -> String {
+/// The same with A M-major too (`_ta_tb`: both transpose immediates set; bf16 only): `C = Aᵀ·B` with
+/// A stored `K × M` and B `K × N` (the dQ product `dS·K` from a stored `dSᵀ`).
+pub fn wgmma_wrapper_ta_tb(n: u32) -> String {
+    ss_wrapper(WgmmaInput::Bf16, n, true, true)
+}
+
+fn ss_wrapper(input: WgmmaInput, n: u32, trans_a: bool, trans_b: bool) -> String {
     assert!(
         valid_wgmma_n(n),
         "wgmma N must be a multiple of 8 in 8..=256, got {n}"
@@ -84,15 +94,14 @@ fn ss_wrapper(input: WgmmaInput, n: u32, trans_b: bool) -> String {
     let list: Vec<String> = (0..regs).map(|i| format!("%{i}")).collect();
     let outs: Vec<String> = (0..regs).map(|i| format!("\"+f\"(d[{i}])")).collect();
     // bf16 takes the transpose immediates (0 = K-major); fp8 has none (K-major only).
-    let tail = match (input, trans_b) {
-        (WgmmaInput::Bf16, false) => ", 1, 1, 0, 0",
-        (WgmmaInput::Bf16, true) => ", 1, 1, 0, 1",
-        (WgmmaInput::Fp8E4m3, _) => ", 1, 1",
+    let tail = match input {
+        WgmmaInput::Bf16 => format!(", 1, 1, {}, {}", u32::from(trans_a), u32::from(trans_b)),
+        WgmmaInput::Fp8E4m3 => ", 1, 1".to_string(),
     };
-    let name = if trans_b {
-        input.wrapper_name_tb(n)
-    } else {
-        input.wrapper_name(n)
+    let name = match (trans_a, trans_b) {
+        (true, _) => input.wrapper_name_ta_tb(n),
+        (false, true) => input.wrapper_name_tb(n),
+        (false, false) => input.wrapper_name(n),
     };
     let ty = input.ptx();
     format!(

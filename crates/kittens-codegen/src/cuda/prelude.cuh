@@ -247,6 +247,16 @@ __device__ __forceinline__ float exp2_approx(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
 }
+// `*p += v` atomically, result unused (PTX ISA §9.7.12.7 red): the f32 reduction into a global
+// accumulator that several blocks add to (the tile IR's `atomic_add`).
+__device__ __forceinline__ void red_add_f32(float* p, float v) {
+    asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory");
+}
+// `p[0] += a, p[1] += b` as one vector reduction (sm_90, PTX ISA 8.1 red's `.v2.f32`): half the
+// instructions of two `red_add_f32`; `p` must be 8-byte aligned.
+__device__ __forceinline__ void red_add_v2_f32(float* p, float a, float b) {
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};" ::"l"(p), "f"(a), "f"(b) : "memory");
+}
 __device__ __forceinline__ void st_shared_b32(u32 addr, u32 v) {
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
 }

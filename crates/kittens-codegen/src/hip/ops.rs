@@ -161,6 +161,12 @@ impl Emitter<'_> {
                 ));
                 Ok(())
             }
+            // `global_atomic_add_f32` exists on CDNA3, but no AMD program accumulates across
+            // blocks yet: refused rather than lowered untested.
+            Op::AtomicAdd { .. } => Err(LowerError::Unsupported(format!(
+                "atomic_add (reg→global) is not lowered for {}",
+                self.arch.target()
+            ))),
             other => Err(LowerError::Unsupported(format!(
                 "op `{}` is not lowered to HIP yet",
                 other.name()

@@ -479,7 +479,11 @@ fn reg_effects(op: &Op) -> (Vec<RegId>, Vec<RegId>) {
         Op::LoadShared { dst, .. } | Op::LoadGlobal { dst, .. } | Op::Fill { dst, .. } => {
             (vec![], vec![*dst])
         }
-        Op::StoreShared { src, .. } | Op::StoreGlobal { src, .. } => (vec![*src], vec![]),
+        // The atomic add touches global memory only: a commutative reduction, which no block
+        // orders against another (module docs: global memory is not traced).
+        Op::StoreShared { src, .. } | Op::StoreGlobal { src, .. } | Op::AtomicAdd { src, .. } => {
+            (vec![*src], vec![])
+        }
         Op::Mma { d, a, b, c, .. } => (
             [operand(a), operand(b), *c].into_iter().flatten().collect(),
             vec![*d],

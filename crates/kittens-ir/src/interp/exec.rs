@@ -10,10 +10,12 @@ use crate::numerics::round;
 use kittens_hw::dtype::DType;
 use std::collections::VecDeque;
 
-/// The global stores of one block, applied by the driver in block order.
+/// The global stores of one block, applied by the driver in block order, then its atomic adds
+/// (f32, in program order: [`Op::AtomicAdd`]).
 pub struct Writes {
     pub block: i64,
     pub stores: Vec<(usize, usize, f32)>,
+    pub adds: Vec<(usize, usize, f32)>,
 }
 
 /// An async load issued but not yet waited for: shared offsets and the values read at issue.
@@ -48,6 +50,7 @@ struct Block<'a> {
     shared: Vec<Vec<f32>>,
     waves: Vec<Wave>,
     stores: Vec<(usize, usize, f32)>,
+    adds: Vec<(usize, usize, f32)>,
     ops: u64,
 }
 
@@ -116,6 +119,7 @@ pub fn run_block(
         shared,
         waves,
         stores: vec![],
+        adds: vec![],
         ops: 0,
     };
     b.run(prog)?;
@@ -123,6 +127,7 @@ pub fn run_block(
         Writes {
             block: id,
             stores: b.stores,
+            adds: b.adds,
         },
         b.ops,
     ))
@@ -406,6 +411,17 @@ impl<'a> Block<'a> {
                 }
                 Ok(())
             }
+            Op::AtomicAdd { dst, src } => {
+                let offs = self.global_offsets(w, dst)?;
+                let g = dst.tensor.0 as usize;
+                let vals = &self.waves[w].regs[src.0 as usize];
+                for (o, v) in offs.into_iter().zip(vals) {
+                    if let Some(o) = o {
+                        self.adds.push((g, o, *v));
+                    }
+                }
+                Ok(())
+            }
             _ => Ok(()),
         }
     }
@@ -417,7 +433,8 @@ impl<'a> Block<'a> {
             | Op::LoadShared { .. }
             | Op::LoadGlobal { .. }
             | Op::StoreShared { .. }
-            | Op::StoreGlobal { .. } => self.memory(w, op),
+            | Op::StoreGlobal { .. }
+            | Op::AtomicAdd { .. } => self.memory(w, op),
             Op::Mma { form, d, a, b, c } => self.mma(w, op, *form, *d, a, b, *c),
             Op::Map {
                 dst,

@@ -121,7 +121,7 @@ pub fn required_len(k: &Kernel, params: &[i64], g: usize) -> Result<usize, Inter
 fn check_access(k: &Kernel) -> Result<(), InterpError> {
     let mut bad = None;
     k.for_each_op(|r| {
-        if let Op::StoreGlobal { dst, .. } = r.op {
+        if let Op::StoreGlobal { dst, .. } | Op::AtomicAdd { dst, .. } = r.op {
             let g = &k.globals[dst.tensor.0 as usize];
             if g.access == Access::Read && bad.is_none() {
                 bad = Some(InterpError::WriteToReadOnly {
@@ -252,6 +252,10 @@ pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunSt
     for w in all {
         for (g, off, v) in w.stores {
             tensors[g][off] = v;
+        }
+        // In f32, in launch order: one of the orders a device may take (`Op::AtomicAdd`).
+        for (g, off, v) in w.adds {
+            tensors[g][off] += v;
         }
     }
     Ok(RunStats {

@@ -227,10 +227,21 @@ fn view(
 }
 
 /// The key blocks: `dk, dv` (bf16, written) after the inputs. Grid `[batch, heads_kv, key blocks]`.
-pub(super) fn build_kv(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
+///
+/// With `atomic_dq` (FlashAttention-3's backward, [`super::hopper_atomic`]) they also write dQ: one
+/// more tensor, `dq_acc` (f32, Q's shape and layout, zeroed before the launch), into which every
+/// step adds its `dS·K` — `dSᵀ` through a 128-byte-swizzled shared tile (each consumer warpgroup its
+/// own 64 keys), read back transposed as the A operand of `mma_atb` with K from the block's own
+/// tiles, and added with [`kittens_ir::Op::AtomicAdd`] (each warpgroup adds its 64 keys' share).
+pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, KernelError> {
     check(cfg)?;
     let d = cfg.dim;
-    let mut k = KernelBuilder::new(super::name(cfg), schedule());
+    let name = if atomic_dq {
+        super::name_atomic(cfg)
+    } else {
+        super::name(cfg).to_string()
+    };
+    let mut k = KernelBuilder::new(&name, schedule());
     let io = declare_inputs(&mut k, cfg, false);
     let dim = Expr::c(i64::from(d));
     let out = |k: &mut KernelBuilder, name: &str| {
@@ -244,6 +255,16 @@ pub(super) fn build_kv(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         k.global_strided(name, Bf16, &dims, st, Access::Write)
     };
     let (dk_g, dv_g) = (out(&mut k, "dk"), out(&mut k, "dv"));
+    let dq_acc = atomic_dq.then(|| {
+        let dims = [
+            ("b", io.batch.clone()),
+            ("h", io.heads.clone()),
+            ("s", io.seq_q.clone()),
+            ("d", dim.clone()),
+        ];
+        let st = strides(cfg.layout, &io.heads, &io.seq_q, &dim);
+        k.global_strided("dq_acc", F32, &dims, st, Access::ReadWrite)
+    });
     let n_kb = io.seq_kv.ceil_div(i64::from(BLOCK));
     k.grid(
         vec![io.batch.clone(), io.heads_kv.clone(), n_kb.clone()],
@@ -275,6 +296,13 @@ pub(super) fn build_kv(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
             .collect()
     };
     let (dk_r, dv_r) = (acc(&mut k, "dk"), acc(&mut k, "dv"));
+    // dSᵀ of the block (keys × queries) for the dQ product, and that product's 16 × 64 share.
+    let dq_parts = atomic_dq.then(|| {
+        let tile = SharedTile::with_swizzle(Bf16, BLOCK, STEP, Swizzle::NV_128B);
+        let ds_s = k.shared_tile("ds_s", tile, 1);
+        let dq_p = k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
+        (ds_s, dq_p)
+    });
 
     let block0 = &kb * i64::from(BLOCK);
     let step = i64::from(STEP);
@@ -353,6 +381,12 @@ pub(super) fn build_kv(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                 k.if_(io.seq_q.lt(&q_end), |k| {
                     k.mask(s, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &q0, inf)
                 });
+                if atomic_dq {
+                    // Keys past the end would add `dS·0` to dQ: zero only while dS is finite.
+                    k.if_(io.seq_kv.lt(&(&block0 + i64::from(BLOCK))), |k| {
+                        k.mask(s, MaskRule::RowsBelow(io.seq_kv.clone()), &k0, &q0, inf)
+                    });
+                }
                 if let Some(off) = &offset {
                     // Only where the step reaches below the diagonal of the block's last key.
                     let last_key = &block0 + i64::from(BLOCK - 1);
@@ -369,6 +403,22 @@ pub(super) fn build_kv(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                     for (&r, &bt) in accs.iter().zip(streamed) {
                         let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
                         k.mma(MmaForm::Ab, r, MmaOperand::Reg(a), bt, Some(r));
+                    }
+                }
+                if let (Some((ds_s, dq_p)), Some(dq_g)) = (dq_parts, dq_acc) {
+                    // dQ += dS·K: this warpgroup's 64 keys of dSᵀ to shared memory, read back as
+                    // `K × M` (keys × queries) beside the same keys of K, one 64-column half of the
+                    // head dimension at a time; its 16 queries of the product added to dq_acc.
+                    let (g, wq) = (&cw / 4, &cw % 4);
+                    k.store_shared(k.smem(ds_s, 0).sub(16, STEP, &cw, 0), ds);
+                    k.wait_shared(0);
+                    k.barrier_by(Scope::WarpGroup);
+                    for (i, &kt) in k_s.iter().enumerate() {
+                        let a = MmaOperand::Shared(k.smem(ds_s, 0).sub(64, 16, &g, &wq));
+                        let bt = MmaOperand::Shared(k.smem(kt, 0).sub(64, COLS, &g, 0));
+                        k.mma(MmaForm::Atb, dq_p, a, bt, None);
+                        let q_w = &q0 + &wq * 16;
+                        k.atomic_add(view(k, dq_g, &b, &h, q_w, i as u32 * COLS, 16), dq_p);
                     }
                 }
             });

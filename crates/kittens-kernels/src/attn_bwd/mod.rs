@@ -25,7 +25,10 @@
 //! dV ([`interleave4`]) and its 8-wave ping-pong ([`ping_pong`]); docs/attn_bwd_amd.md compares them.
 //!
 //! On Hopper the same algorithm is two warp-specialised launches ([`hopper`]: the query blocks, which
-//! also compute D, then the key blocks).
+//! also compute D, then the key blocks), or — FlashAttention-3's choice, to be measured against it —
+//! three ([`hopper_atomic`]): a strip pass for D, the key blocks adding dQ in f32 with atomic adds
+//! (five products per block pair instead of seven, results not bit-reproducible), a strip pass
+//! converting dQ to bf16.
 //!
 //! The preprocessing `D = rowsum(dO∘O)` is fused: each step computes D for its queries from the O and
 //! dO tiles (f32 products of the bf16 values, f32 sum), so no launch or buffer precedes the kernel.
@@ -35,6 +38,7 @@
 //! products that read them; dQ and dK get their `1/√d` on the f32 accumulators.
 
 mod hopper;
+mod hopper_atomic;
 mod interleave4;
 mod key_block;
 mod ping_pong;
@@ -149,6 +153,30 @@ pub enum BwdSchedule {
     HopperKv,
     /// Hopper, the query blocks (dQ), the second launch of [`BwdSchedule::HopperKv`].
     HopperQ,
+    /// Hopper as FlashAttention-3 (§3.3's backward: dQ accumulated in f32 by the key blocks),
+    /// three launches ([`hopper_atomic`]): first this strip program, `D = rowsum(dO∘O)` and the f32
+    /// dQ accumulator zeroed;
+    HopperAtomicPre,
+    /// then the key blocks of [`BwdSchedule::HopperKv`] adding `dS·K` into the accumulator;
+    HopperAtomicKv,
+    /// then this strip program, dQ = the accumulator times `1/√d`, rounded to bf16.
+    HopperAtomicDq,
+}
+
+impl BwdSchedule {
+    /// The launches of the Hopper backward that `self` belongs to, in stream order (`None` for the
+    /// single-launch AMD programs): `--schedule hopper` (two launches, the default) or
+    /// `hopper-atomic` (three).
+    pub fn hopper_launches(self) -> Option<&'static [BwdSchedule]> {
+        use BwdSchedule::*;
+        match self {
+            HopperKv | HopperQ => Some(&[HopperQ, HopperKv]),
+            HopperAtomicPre | HopperAtomicKv | HopperAtomicDq => {
+                Some(&[HopperAtomicPre, HopperAtomicKv, HopperAtomicDq])
+            }
+            Plain | Interleave4 | PingPong8 => None,
+        }
+    }
 }
 
 /// The backward's tiles.
@@ -318,18 +346,28 @@ fn name_dq(cfg: &BwdConfig) -> &'static str {
     }
 }
 
+/// The Hopper key blocks that also accumulate dQ ([`BwdSchedule::HopperAtomicKv`]).
+fn name_atomic(cfg: &BwdConfig) -> String {
+    format!("{}_kvdq", name(cfg))
+}
+
 /// Parameters `batch, heads, heads_kv, seq_q, seq_kv`. The plain program: tensors `q, k, v, o, do`
 /// (bf16, read), `lse` (f32, read), `dq, dk, dv` (bf16, written). The Hopper launches: `q, k, v, do`
 /// (bf16), `lse` and `delta` (f32 `[b, h, s_q]`, `delta = rowsum(dO∘O)`), then `dk, dv` (key
-/// blocks) or `dq` (query blocks).
+/// blocks) or `dq` (query blocks). The FlashAttention-3 form ([`BwdSchedule::HopperAtomicPre`] and
+/// after): the strip passes take `o, do` → `delta, dq_acc` and `dq_acc` → `dq`; its key blocks take
+/// the key blocks' tensors and `dq_acc` (f32, read and added to) after `dk, dv`.
 pub fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     cfg.check()?;
     match cfg.schedule {
         BwdSchedule::Plain | BwdSchedule::Interleave4 | BwdSchedule::PingPong8 => {
             schedule::build(cfg)
         }
-        BwdSchedule::HopperKv => hopper::build_kv(cfg),
+        BwdSchedule::HopperKv => hopper::build_kv(cfg, false),
         BwdSchedule::HopperQ => hopper::build_q(cfg),
+        BwdSchedule::HopperAtomicPre => hopper_atomic::build_pre(cfg),
+        BwdSchedule::HopperAtomicKv => hopper::build_kv(cfg, true),
+        BwdSchedule::HopperAtomicDq => hopper_atomic::build_dq(cfg),
     }
 }
 

@@ -1,22 +1,54 @@
-//! The attention backward on caller-owned memory: the two lowered sm_90a launches of `attn_bwd`
-//! (`kittens_kernels::attn_bwd`'s Hopper programs: the query blocks, which compute dQ and write
-//! `D = rowsum(dO∘O)`, then the key blocks, which read D and compute dK and dV) on raw device
-//! pointers, enqueued in that order on the caller's stream in the device's primary context, through the machinery of [`super::caller`] and with the arguments packed from the tile
-//! programs as the forward's ([`super::caller_attn`]). One kernel pair per configuration (head
-//! dimension, mask, memory order); the shape is a launch parameter.
+//! The attention backward on caller-owned memory: the lowered sm_90a launches of `attn_bwd`
+//! (`kittens_kernels::attn_bwd`'s Hopper programs) on raw device pointers, enqueued in order on the
+//! caller's stream in the device's primary context, through the machinery of [`super::caller`] and
+//! with the arguments packed from the tile programs as the forward's ([`super::caller_attn`]). One
+//! kernel per launch and configuration (head dimension, mask, memory order); the shape is a launch
+//! parameter. Two forms ([`AttnBwdForm`]):
+//!
+//! - two launches (the default): the query blocks, which compute dQ and write `D = rowsum(dO∘O)`,
+//!   then the key blocks, which read D and compute dK and dV;
+//! - FlashAttention-3's three (§3.3): a strip pass writing D and zeroing an f32 dQ accumulator of
+//!   Q's shape, the key blocks adding `dS·K` into it with atomic adds beside dK and dV, a strip pass
+//!   rounding it to bf16 dQ. The accumulator is stream-ordered scratch (`cuMemAllocAsync`, freed by
+//!   `cuMemFreeAsync` after the last launch), as the forward's split partials.
 
 use kittens_codegen::Lowered;
-use kittens_kernels::attn_bwd::{BwdShape, Causal};
+use kittens_kernels::attn_bwd::{BwdSchedule, BwdShape, Causal};
 use kittens_kernels::attn_fwd::AttnLayout;
+
+use cudarc::driver::sys as cu;
 
 use super::args::PackedArgs;
 use super::caller::{check_pointer, enqueue, in_context, kernel_on, KernelLoad};
-use super::driver::encode_bf16;
+use super::driver::{check as driver_check, encode_bf16};
 use super::limits::check_tensor_map_nd;
 use super::CudaError;
 
 fn invalid(msg: impl Into<String>) -> CudaError {
     CudaError::Invalid(msg.into())
+}
+
+/// Which launches compute the backward.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AttnBwdForm {
+    /// The query blocks (dQ and D), then the key blocks (dK, dV): deterministic, no workspace.
+    #[default]
+    TwoLaunch,
+    /// FlashAttention-3's: D and the zeroed f32 accumulator, the key blocks adding dQ into it with
+    /// f32 atomics, the conversion to bf16 (five products per block pair instead of seven; the dQ
+    /// sum's order varies from run to run).
+    AtomicDq,
+}
+
+impl AttnBwdForm {
+    /// The Hopper programs of this form, in stream order.
+    pub fn launches(self) -> &'static [BwdSchedule] {
+        let first = match self {
+            AttnBwdForm::TwoLaunch => BwdSchedule::HopperKv,
+            AttnBwdForm::AtomicDq => BwdSchedule::HopperAtomicKv,
+        };
+        first.hopper_launches().unwrap_or(&[])
+    }
 }
 
 /// What selects one compiled kernel of the backward; everything else is a launch parameter.
@@ -25,15 +57,20 @@ pub struct AttnBwdKernelConfig {
     pub dim: usize,
     pub causal: Causal,
     pub layout: AttnLayout,
-    /// The query blocks (dQ) rather than the key blocks (dK, dV).
-    pub dq: bool,
+    /// Which of the Hopper programs (one of an [`AttnBwdForm`]'s launches).
+    pub schedule: BwdSchedule,
 }
 
 impl AttnBwdKernelConfig {
     fn key(&self) -> String {
+        // The strip passes know no mask: one kernel serves every mask.
+        let causal = match self.schedule {
+            BwdSchedule::HopperAtomicPre | BwdSchedule::HopperAtomicDq => Causal::No,
+            _ => self.causal,
+        };
         format!(
-            "attn_bwd dim={} causal={:?} layout={:?} dq={}",
-            self.dim, self.causal, self.layout, self.dq
+            "attn_bwd dim={} causal={causal:?} layout={:?} schedule={:?}",
+            self.dim, self.layout, self.schedule
         )
     }
 }
@@ -43,7 +80,8 @@ pub type LowerAttnBwd = fn(&AttnBwdKernelConfig) -> Result<Lowered, CudaError>;
 
 /// The backward's operands at raw device addresses: bf16 q, o, do, dq with `shape.heads` heads and k,
 /// v, dk, dv with `shape.heads_kv`, dense in `shape.layout`; f32 `lse` (read) and `delta` (scratch
-/// the first launch writes, `rowsum(dO∘O)`) `[batch, heads, seq_q]`, contiguous.
+/// the first launch writes, `rowsum(dO∘O)`) `[batch, heads, seq_q]`, contiguous. `form` picks the
+/// launches; the atomic form's f32 dQ accumulator is the runtime's scratch, not an operand.
 #[derive(Debug, Clone, Copy)]
 pub struct AttnBwdPointers {
     pub q: u64,
@@ -58,6 +96,7 @@ pub struct AttnBwdPointers {
     pub dv: u64,
     pub shape: BwdShape,
     pub causal: Causal,
+    pub form: AttnBwdForm,
 }
 
 impl AttnBwdPointers {
@@ -139,7 +178,7 @@ impl AttnBwdPointers {
     }
 }
 
-/// Enqueues the backward (the query blocks, then the key blocks) on `stream` of device `ordinal`.
+/// Enqueues the backward (`p.form`'s launches, in order) on `stream` of device `ordinal`.
 /// Returns the kernel loads this call made (first use of a configuration on the device).
 ///
 /// # Safety
@@ -165,41 +204,68 @@ pub unsafe fn attention_bwd(
             ("seq_q", sh.seq_q as i64),
             ("seq_kv", sh.seq_kv as i64),
         ];
-        let mut loads = Vec::new();
-        // The query blocks write D, which the key blocks read: in that order on the stream.
-        for dq in [true, false] {
-            let cfg = AttnBwdKernelConfig {
-                dim: sh.dim,
-                causal: p.causal,
-                layout: sh.layout,
-                dq,
-            };
-            let (kernel, fresh) = kernel_on(ordinal, &cfg.key(), &|| lower(&cfg))?;
-            let l = &kernel.lowered;
-            let mut args = PackedArgs::pack(
-                l,
-                &values,
-                |g| {
-                    let (ptr, bytes) = p.tensor(&g.tensor)?;
-                    let bytes = usize::try_from(bytes).map_err(|_| invalid("tensor size"))?;
-                    check_tensor_map_nd(&g.dims, &g.strides, &g.boxes, bytes)?;
-                    encode_bf16(ptr, &g.dims, &g.strides, &g.boxes, g.swizzle)
-                },
-                |name| Ok(p.tensor(name)?.0),
-            )?;
-            let mut pointers = args.pointers();
-            let grid = l
-                .blocks(&values, kernel.multiprocessors)
-                .ok_or_else(|| invalid("grid extents of the lowered attention backward"))?;
-            // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`),
-            // alive until the call returns; the maps were checked against the allocations the
-            // driver reports; the caller keeps the memory and the stream alive.
-            unsafe { enqueue(&kernel, grid, &mut pointers, stream)? };
-            if fresh {
-                loads.push(kernel.load.clone());
+        let raw = stream as cu::CUstream;
+        // The atomic form's f32 dQ accumulator (Q's shape and layout) in stream order: allocated
+        // here, zeroed by the first launch, freed after the last.
+        let mut acc = None;
+        let run = (|| {
+            if p.form == AttnBwdForm::AtomicDq {
+                let bytes = sh.q_len() as u64 * 4;
+                let size = usize::try_from(bytes).map_err(|_| invalid("workspace size"))?;
+                let mut ptr = 0;
+                // SAFETY: out-parameter; a stream of the current context.
+                driver_check(
+                    unsafe { cu::cuMemAllocAsync(&mut ptr, size, raw) },
+                    "cuMemAllocAsync",
+                )?;
+                acc = Some((ptr, bytes));
             }
+            let tensor = |name: &str| match (name, acc) {
+                ("dq_acc", Some(a)) => Ok(a),
+                _ => p.tensor(name),
+            };
+            let mut loads = Vec::new();
+            // Each launch reads what the one before it wrote (D, the accumulator): in order.
+            for &schedule in p.form.launches() {
+                let cfg = AttnBwdKernelConfig {
+                    dim: sh.dim,
+                    causal: p.causal,
+                    layout: sh.layout,
+                    schedule,
+                };
+                let (kernel, fresh) = kernel_on(ordinal, &cfg.key(), &|| lower(&cfg))?;
+                let l = &kernel.lowered;
+                let mut args = PackedArgs::pack(
+                    l,
+                    &values,
+                    |g| {
+                        let (ptr, bytes) = tensor(&g.tensor)?;
+                        let bytes = usize::try_from(bytes).map_err(|_| invalid("tensor size"))?;
+                        check_tensor_map_nd(&g.dims, &g.strides, &g.boxes, bytes)?;
+                        encode_bf16(ptr, &g.dims, &g.strides, &g.boxes, g.swizzle)
+                    },
+                    |name| Ok(tensor(name)?.0),
+                )?;
+                let mut pointers = args.pointers();
+                let grid = l
+                    .blocks(&values, kernel.multiprocessors)
+                    .ok_or_else(|| invalid("grid extents of the lowered attention backward"))?;
+                // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`),
+                // alive until the call returns; the maps were checked against the allocations the
+                // driver reports; the caller keeps the memory and the stream alive, the accumulator
+                // lives until its stream-ordered free.
+                unsafe { enqueue(&kernel, grid, &mut pointers, stream)? };
+                if fresh {
+                    loads.push(kernel.load.clone());
+                }
+            }
+            Ok::<_, CudaError>(loads)
+        })();
+        if let Some((ptr, _)) = acc {
+            // SAFETY: freed after everything enqueued on the stream before it.
+            driver_check(unsafe { cu::cuMemFreeAsync(ptr, raw) }, "cuMemFreeAsync")?;
         }
-        Ok(loads)
+        run
     })
 }
 
@@ -229,6 +295,7 @@ mod tests {
                 layout: AttnLayout::Bshd,
             },
             causal: Causal::TopLeft,
+            form: AttnBwdForm::TwoLaunch,
         }
     }
 
@@ -271,5 +338,45 @@ mod tests {
             ),
             "{e}"
         );
+    }
+
+    #[test]
+    fn forms_launch_in_stream_order_and_share_the_strip_passes() {
+        use BwdSchedule::*;
+        assert_eq!(AttnBwdForm::default(), AttnBwdForm::TwoLaunch);
+        assert_eq!(AttnBwdForm::TwoLaunch.launches(), &[HopperQ, HopperKv]);
+        assert_eq!(
+            AttnBwdForm::AtomicDq.launches(),
+            &[HopperAtomicPre, HopperAtomicKv, HopperAtomicDq]
+        );
+        let cfg = |schedule, causal| AttnBwdKernelConfig {
+            dim: 128,
+            causal,
+            layout: AttnLayout::Bshd,
+            schedule,
+        };
+        for s in [HopperAtomicPre, HopperAtomicDq] {
+            assert_eq!(cfg(s, Causal::No).key(), cfg(s, Causal::BottomRight).key());
+        }
+        let keys: std::collections::HashSet<String> = [HopperQ, HopperKv, HopperAtomicKv]
+            .iter()
+            .flat_map(|&s| [Causal::No, Causal::TopLeft].map(|c| cfg(s, c).key()))
+            .collect();
+        assert_eq!(keys.len(), 6);
+    }
+
+    /// The atomic form refuses what the two-launch form refuses, before any allocation.
+    #[test]
+    fn atomic_form_checks_the_same() {
+        let mut p = pointers(96, 4, 2);
+        p.form = AttnBwdForm::AtomicDq;
+        let e = launch(&p).unwrap_err().to_string();
+        assert!(e.contains("head dimension 96"), "{e}");
+        let mut p = pointers(128, 4, 2);
+        p.form = AttnBwdForm::AtomicDq;
+        assert!(matches!(
+            launch(&p).unwrap_err(),
+            CudaError::NoDriver(_) | CudaError::NoDevice(_) | CudaError::Invalid(_)
+        ));
     }
 }
