@@ -368,3 +368,87 @@ fn lowered_fp8_gemm_compiles_for_sm_90a() {
         );
     }
 }
+
+/// Every block shape of the Hopper GEMM with A and B filled by the producer warpgroup's `cp.async`
+/// copies (`SlotFill::CpAsync`, for rows off 128-byte lines) instead of TMA, B stored either way:
+/// it lowers for sm_90a and compiles with NVRTC without spills and without setmaxnreg ignored
+/// (the producers' 40 registers hold the copy loop); the kernel takes only C's tensor map, every
+/// producer thread copies, each slot's `full` barrier expects the 128 threads' arrivals.
+#[test]
+fn every_gemm_block_shape_compiles_with_cp_async_loads() {
+    use kittens_ir::SlotFill;
+    use kittens_kernels::gemm_bf16::{build, shapes::TILES, BLayout, GemmConfig};
+    ensure_nvrtc();
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let cache = fresh_cache("gemm-cp-async");
+    let both = TILES
+        .iter()
+        .flat_map(|&t| [(t, BLayout::Nk), (t, BLayout::Kn)]);
+    for (tile, b_layout) in both {
+        let cfg = GemmConfig {
+            b_layout,
+            loads: SlotFill::CpAsync,
+            ..tile.config(h100)
+        };
+        let k = build(&cfg).unwrap_or_else(|e| panic!("{tile}: {e}"));
+        let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{tile}: {e}"));
+        if let Ok(dir) = std::env::var("KITTENS_DUMP") {
+            std::fs::write(format!("{dir}/gemm_cp_{tile}_{b_layout:?}.cu"), &l.source)
+                .expect("dump");
+        }
+        let maps = l.tma_maps();
+        assert_eq!(maps.len(), 1, "{tile}: only C's store map, {maps:?}");
+        assert_eq!(l.ir.globals[maps[0].global as usize].name, "c", "{tile}");
+        let src = &l.source;
+        assert!(!src.contains("kt::tma_load_"), "{tile}");
+        assert!(!src.contains("if (threadIdx.x % 128 == 0) { // the thread that issues"));
+        assert!(
+            src.contains("const u32 kt_ptid = threadIdx.x % 128u;"),
+            "{tile}"
+        );
+        // One copy loop per operand, one arrival per fill, no expected bytes (nothing uses TMA).
+        assert_eq!(src.matches("kt::cp_async_16(").count(), 2, "{tile}");
+        assert_eq!(
+            src.matches("kt::cp_async_mbarrier_arrive_noinc(KT_FULL(slot))")
+                .count(),
+            1,
+            "{tile}"
+        );
+        assert!(!src.contains("mbarrier_arrive_expect_tx(KT_FULL"), "{tile}");
+        let stages = cfg.stages;
+        assert!(
+            src.contains(&format!(
+                "for (u32 i = 0u; i < {stages}u; ++i) kt::mbarrier_init(KT_FULL(i), 128);"
+            )),
+            "{tile}: full barriers expect the 128 producer threads"
+        );
+        // The consumers fence the generic-proxy copies before their wgmmas read the slot.
+        assert!(src.contains("kt::fence_proxy_async(); // cp.async filled the slot"));
+        let image = compile_with_cache(
+            src,
+            &l.entry,
+            "sm_90a",
+            l.dynamic_shared_bytes(),
+            Some(&cache),
+        )
+        .unwrap_or_else(|e| panic!("{tile} {b_layout:?}: {e}"));
+        let r = &image.report;
+        eprintln!(
+            "{tile} {b_layout:?} cp.async: {} registers, {} B shared, warnings {:?}",
+            r.registers, r.dynamic_shared_bytes, r.warnings
+        );
+        assert_eq!(
+            (r.spill_stores, r.spill_loads, r.stack_frame),
+            (0, 0, 0),
+            "{tile}: {r:?}"
+        );
+        assert!(r.dynamic_shared_bytes <= h100.shared_bytes_per_block);
+        assert!(
+            r.warnings
+                .iter()
+                .all(|w| !w.contains("C75") && !w.contains("serialized")),
+            "{tile}: {:?}",
+            r.warnings
+        );
+    }
+}

@@ -1,0 +1,117 @@
+//! The `cp.async` fill of a ring slot (`kittens_ir::SlotFill::CpAsync`): the producer warpgroup's 128
+//! threads copy the slot in 16-byte pieces (`cp.async.cg.shared.global`, PTX ISA §9.7.9.25.3) into
+//! exactly the layout a TMA box writes (the 128-byte swizzle, column atoms of 64 bf16 one after the
+//! other), so the consumers' `wgmma` descriptors do not change. A piece past the tensor's rows or
+//! columns reads zero bytes (the src-size operand) and is zero-filled, as TMA's out-of-range
+//! elements are. Each thread then hands its copies to the slot's `full` mbarrier with
+//! `cp.async.mbarrier.arrive.noinc` (PTX ISA §9.7.13.15.13): the arrival comes when they land and
+//! counts as one of the barrier's expected arrivals, so `full` expects 128 of them.
+//!
+//! Why: a TMA box row of 128 bytes from rows that start off 128-byte lines (K = 3000 bf16: 6000-byte
+//! rows) straddles two lines, and TMA reads such boxes slowly (bench/NOTES.md); the threads' 16-byte
+//! pieces need 16-byte alignment only.
+
+use kittens_ir::{GlobalView, SharedView};
+use kittens_tile::Swizzle;
+
+use super::lower::{unsupported, CudaLowerError, Emit};
+
+/// Threads of the producer warpgroup.
+const THREADS: u32 = 128;
+/// Bytes per `cp.async` piece (its largest size, `.cg` needs it).
+const PIECE: u32 = 16;
+
+impl Emit<'_> {
+    /// The lines copying the global tile `src` into the whole ring slot `dst` with `cp.async`.
+    pub(super) fn cp_async_load(
+        &self,
+        dst: &SharedView,
+        src: &GlobalView,
+    ) -> Result<Vec<String>, CudaLowerError> {
+        let s = self.k.shared_decl(dst.buf);
+        let g = self.k.global(src.tensor);
+        let (rd, cd) = (src.row_dim as usize, src.col_dim as usize);
+        let elem = s.tile.dtype.bytes();
+        let row_bytes = s.tile.cols * elem;
+        if g.dims.len() < 2 || rd == cd || g.strides[cd] != kittens_ir::Expr::c(1) {
+            return unsupported(format!(
+                "cp.async load of `{}`: 2 or more dimensions with unit stride along the columns",
+                g.name
+            ));
+        }
+        if (dst.rows, dst.cols) != (s.tile.rows, s.tile.cols)
+            || (src.rows, src.cols) != (dst.rows, dst.cols)
+        {
+            return unsupported(format!(
+                "cp.async load into part of `{}` (a fill writes a whole ring slot)",
+                s.name
+            ));
+        }
+        // Pieces per row; thread `t` copies pieces `t`, `t + 128`, … of the slot in row order.
+        let per_row = row_bytes / PIECE;
+        if s.tile.swizzle != Swizzle::NV_128B || !row_bytes.is_multiple_of(128) {
+            return unsupported(format!(
+                "cp.async load into `{}` ({} x {} {}): the 128-byte swizzle on rows of whole 128-byte atoms",
+                s.name, s.tile.rows, s.tile.cols, s.tile.dtype
+            ));
+        }
+        let ex = |e: &kittens_ir::Expr| format!("(long long)({})", self.ex(e));
+        // The view's offset along every dimension but its rows and columns.
+        let mut other: Vec<String> = (0..g.dims.len())
+            .filter(|&i| i != rd && i != cd)
+            .map(|i| format!("{} * {}", ex(&src.origin[i]), ex(&g.strides[i])))
+            .collect();
+        if other.is_empty() {
+            other.push("0ll".into());
+        }
+        let name = crate::cexpr::ident(&g.name);
+        let per = PIECE / elem;
+        let mut l = Vec::new();
+        l.push(format!(
+            "{{ // cp.async {} -> {}: {THREADS} threads, {PIECE}-byte pieces in the 128-byte swizzle",
+            g.name, s.name
+        ));
+        l.push(format!(
+            "    const u32 dst = {};",
+            self.smem_addr(dst, "wave")
+        ));
+        l.push(format!(
+            "    const unsigned char* base = (const unsigned char*)g_{name} + ({}) * {elem}ll;",
+            other.join(" + ")
+        ));
+        l.push(format!(
+            "    const long long rows = {}, cols = {}, pitch = {}, row0 = {}, col0 = {};",
+            ex(&g.dims[rd]),
+            ex(&g.dims[cd]),
+            ex(&g.strides[rd]),
+            ex(&src.origin[rd]),
+            ex(&src.origin[cd])
+        ));
+        // Not unrolled: unrolled, the compiler hoisted every piece's 64-bit offset out of the tile
+        // loop and the producers' 40 registers spilled.
+        l.push("    #pragma unroll 1".into());
+        l.push(format!(
+            "    for (u32 i = kt_ptid; i < {}u; i += {THREADS}u) {{",
+            s.tile.rows * per_row
+        ));
+        l.push(format!(
+            "        const u32 r = i / {per_row}u, c = i % {per_row}u; // row, 16-byte piece"
+        ));
+        l.push(format!(
+            "        const long long row = row0 + r, col = col0 + (long long)c * {per};"
+        ));
+        // Bytes of the piece inside the tensor: 16, fewer at the last column, 0 past the edges.
+        l.push(format!(
+            "        const u32 n = row < rows && col < cols ? (u32)min(cols - col, {per}ll) * {elem}u : 0u;"
+        ));
+        // Atom c/8 of the slot (rows × 128 bytes each); piece c%8 of the row XOR the row within
+        // the 8-row swizzle pattern.
+        l.push(format!(
+            "        kt::cp_async_16(dst + (c / 8u) * {}u + r * 128u + (((c % 8u) ^ (r % 8u)) << 4), n ? base + (row * pitch + col) * {elem}ll : base, n);",
+            s.tile.rows * 128
+        ));
+        l.push("    }".into());
+        l.push("}".into());
+        Ok(l)
+    }
+}
