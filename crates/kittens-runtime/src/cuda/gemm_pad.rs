@@ -16,6 +16,7 @@ use std::rc::Rc;
 use super::driver::{check, Device, Stream};
 use super::gemm_kernel::StripKernel;
 use super::CudaError;
+use kittens_ir::SlotFill;
 use kittens_kernels::gemm_bf16::shapes::copies_misaligned;
 
 /// A row-major bf16 matrix in device memory: `rows × cols`, rows `pitch` elements apart.
@@ -106,6 +107,58 @@ impl PadPlan {
             a: plan.a || (reuse && off_line(a)),
             b: plan.b || (reuse && off_line(b)),
             c: plan.c,
+        }
+    }
+}
+
+/// How a launch reads A and B whose rows start off 128-byte lines (`--loads` of the benchmark).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OperandLoads {
+    /// `CpAsync` where `TmaCopy` would copy A or B only to align their rows (their rows are
+    /// 16-byte aligned and dense already), else `TmaCopy`.
+    Auto,
+    /// TMA, from aligned copies where [`PadPlan::aligned`] makes them.
+    TmaCopy,
+    /// The kernel's own `cp.async` copies from A and B in place (16-byte aligned dense rows only);
+    /// C as TMA needs it ([`PadPlan::of`]).
+    CpAsync,
+}
+
+impl std::str::FromStr for OperandLoads {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(OperandLoads::Auto),
+            "tma-copy" => Ok(OperandLoads::TmaCopy),
+            "cp-async" => Ok(OperandLoads::CpAsync),
+            o => Err(format!("loads `{o}`: auto, tma-copy or cp-async")),
+        }
+    }
+}
+
+impl OperandLoads {
+    /// The kernel's slot fill and the copies made around it for `C = A·B` of `m × n` outputs. An
+    /// error where `CpAsync` cannot read A or B in place.
+    pub fn resolve(
+        self,
+        a: &Mat,
+        b: &Mat,
+        c: &Mat,
+        mn: (usize, usize),
+    ) -> Result<(SlotFill, PadPlan), CudaError> {
+        let (of, aligned) = (PadPlan::of(a, b, c), PadPlan::aligned(a, b, c, mn));
+        let in_place = !of.a && !of.b && a.pitch == a.cols && b.pitch == b.cols;
+        let only_to_align = (aligned.a && !of.a) || (aligned.b && !of.b);
+        match self {
+            OperandLoads::TmaCopy => Ok((SlotFill::Tma, aligned)),
+            OperandLoads::Auto if in_place && only_to_align => Ok((SlotFill::CpAsync, of)),
+            OperandLoads::Auto => Ok((SlotFill::Tma, aligned)),
+            OperandLoads::CpAsync if in_place => Ok((SlotFill::CpAsync, of)),
+            OperandLoads::CpAsync => Err(CudaError::Invalid(format!(
+                "cp.async loads read dense A and B with 16-byte aligned rows: A {}x{} pitch {}, B {}x{} pitch {}",
+                a.rows, a.cols, a.pitch, b.rows, b.cols, b.pitch
+            ))),
         }
     }
 }
@@ -259,5 +312,57 @@ mod tests {
         assert!(!PadPlan::aligned(&a, &b, &c, (16, 4096)).any());
         let (a, b, c) = mats(3000, 3000, 3008);
         assert!(!PadPlan::aligned(&a, &b, &c, (3000, 3000)).any());
+    }
+
+    /// `auto` reads A and B with cp.async exactly where TMA would copy them only to align their
+    /// rows (3000³), keeps TMA where rows are aligned (3008) or reuse does not pay (M = 16), and
+    /// where TMA cannot address the rows at all (K = 777) copies them for TMA; `cp-async` refuses
+    /// the last.
+    #[test]
+    fn auto_loads_use_cp_async_where_copies_only_align() {
+        let mats = |m, n, k| {
+            (
+                Mat::dense(0x1000, m, k),
+                Mat::dense(0x100000, n, k),
+                Mat::dense(0x200000, m, n),
+            )
+        };
+        let go = |l: OperandLoads, (m, n, k)| {
+            let (a, b, c) = mats(m, n, k);
+            l.resolve(&a, &b, &c, (m, n))
+        };
+        let none = PadPlan::default();
+        let ab = PadPlan {
+            a: true,
+            b: true,
+            c: false,
+        };
+        let cube = (3000, 3000, 3000);
+        assert_eq!(
+            go(OperandLoads::Auto, cube).unwrap(),
+            (SlotFill::CpAsync, none)
+        );
+        assert_eq!(
+            go(OperandLoads::TmaCopy, cube).unwrap(),
+            (SlotFill::Tma, ab)
+        );
+        assert_eq!(
+            go(OperandLoads::CpAsync, cube).unwrap(),
+            (SlotFill::CpAsync, none)
+        );
+        let aligned = (3000, 3000, 3008);
+        assert_eq!(
+            go(OperandLoads::Auto, aligned).unwrap(),
+            (SlotFill::Tma, none)
+        );
+        assert_eq!(
+            go(OperandLoads::Auto, (16, 4096, 3000)).unwrap(),
+            (SlotFill::Tma, none)
+        );
+        let odd = (3000, 1000, 777);
+        assert_eq!(go(OperandLoads::Auto, odd).unwrap(), (SlotFill::Tma, ab));
+        assert!(go(OperandLoads::CpAsync, odd).is_err());
+        assert_eq!("cp-async".parse(), Ok(OperandLoads::CpAsync));
+        assert!("tma".parse::<OperandLoads>().is_err());
     }
 }
