@@ -9,7 +9,7 @@
 //! | IR | CUDA |
 //! |---|---|
 //! | the role split `if wave/4 < producers { setmaxnreg; P } else { setmaxnreg; C }` | the same branch; each role then runs a **persistent** loop over the grid's tiles (`blockIdx.x`, step `gridDim.x`; launch [`Lowered::blocks`]) so that the next tile's loads overlap this tile's epilogue |
-//! | producer `load_async`s into ring slot `s` | one thread (the others leave) waits on `empty[s]`, arms `full[s]` with the bytes and issues one TMA 2-D box per load; consecutive loads into rings always filled together (A and B) share one full/empty pair per slot |
+//! | producer `load_async`s into ring slot `s` | one thread (the others leave) waits on `empty[s]`, arms `full[s]` with the bytes and issues one TMA 2-D box per load; consecutive loads into rings always filled together (A and B) share one full/empty pair per slot; from a global with `SlotFill::CpAsync`, all 128 threads copy 16-byte pieces into the same layout and each arrives on `full[s]` when its copies land (`lower_cpasync.rs`) |
 //! | producer `wait_async`, producer `barrier` | nothing: the consumers wait on `full[s]` themselves (docs/ir.md "Hopper notes") |
 //! | consumer `barrier` | the end of a hand-off epoch: every slot read since the previous barrier becomes releasable |
 //! | consumer `mma_abt`, operands in shared | wait on the operands' `full` barriers, then the warpgroup's `wgmma m64nNk16` chain (four waves' 16-row A slices are one 64-row operand); commit; `wait_group 1`, which retires the previous chain, whose releasable slots then go back (`empty`, one arrival per consumer thread) |

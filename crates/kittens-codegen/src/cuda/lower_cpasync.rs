@@ -72,15 +72,15 @@ impl Emit<'_> {
             g.name, s.name
         ));
         l.push(format!(
-            "    const u32 dst = {};",
+            "    const u32 kt_dst = {};",
             self.smem_addr(dst, "wave")
         ));
         l.push(format!(
-            "    const unsigned char* base = (const unsigned char*)g_{name} + ({}) * {elem}ll;",
+            "    const unsigned char* kt_base = (const unsigned char*)g_{name} + ({}) * {elem}ll;",
             other.join(" + ")
         ));
         l.push(format!(
-            "    const long long rows = {}, cols = {}, pitch = {}, row0 = {}, col0 = {};",
+            "    const long long kt_rows = {}, kt_cols = {}, kt_pitch = {}, kt_row0 = {}, kt_col0 = {};",
             ex(&g.dims[rd]),
             ex(&g.dims[cd]),
             ex(&g.strides[rd]),
@@ -91,27 +91,71 @@ impl Emit<'_> {
         // loop and the producers' 40 registers spilled.
         l.push("    #pragma unroll 1".into());
         l.push(format!(
-            "    for (u32 i = kt_ptid; i < {}u; i += {THREADS}u) {{",
+            "    for (u32 kt_i = kt_ptid; kt_i < {}u; kt_i += {THREADS}u) {{",
             s.tile.rows * per_row
         ));
         l.push(format!(
-            "        const u32 r = i / {per_row}u, c = i % {per_row}u; // row, 16-byte piece"
+            "        const u32 kt_r = kt_i / {per_row}u, kt_c = kt_i % {per_row}u; // row, 16-byte piece"
         ));
         l.push(format!(
-            "        const long long row = row0 + r, col = col0 + (long long)c * {per};"
+            "        const long long kt_row = kt_row0 + kt_r, kt_col = kt_col0 + (long long)kt_c * {per};"
         ));
         // Bytes of the piece inside the tensor: 16, fewer at the last column, 0 past the edges.
         l.push(format!(
-            "        const u32 n = row < rows && col < cols ? (u32)min(cols - col, {per}ll) * {elem}u : 0u;"
+            "        const u32 kt_n = kt_row < kt_rows && kt_col < kt_cols ? (u32)min(kt_cols - kt_col, {per}ll) * {elem}u : 0u;"
         ));
         // Atom c/8 of the slot (rows × 128 bytes each); piece c%8 of the row XOR the row within
-        // the 8-row swizzle pattern.
+        // the 8-row swizzle pattern. Locals start with `kt_`: no parameter name can shadow them.
         l.push(format!(
-            "        kt::cp_async_16(dst + (c / 8u) * {}u + r * 128u + (((c % 8u) ^ (r % 8u)) << 4), n ? base + (row * pitch + col) * {elem}ll : base, n);",
+            "        kt::cp_async_16(kt_dst + (kt_c / 8u) * {}u + kt_r * 128u + (((kt_c % 8u) ^ (kt_r % 8u)) << 4), kt_n ? kt_base + (kt_row * kt_pitch + kt_col) * {elem}ll : kt_base, kt_n);",
             s.tile.rows * 128
         ));
         l.push("    }".into());
         l.push("}".into());
         Ok(l)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{PIECE, THREADS};
+
+    /// The emitted piece address (`kt_dst + (c / 8)·rows·128 + r·128 + ((c % 8) ^ (r % 8))·16`)
+    /// is where TMA puts the same 16 bytes — column atom `c / 8` of `rows × 128` bytes, then
+    /// `kt::swizzle128` of the atom-relative offset — and the 128 threads' pieces cover every
+    /// chunk of the slot once, for the slots of the GEMM (K step 64 rows of A and B, B's K × N
+    /// slots of 192 and 256 columns).
+    #[test]
+    fn pieces_land_where_tma_puts_them() {
+        let swizzle128 = |off: u32| off ^ (((off >> 7) & 7) << 4);
+        for (rows, row_bytes) in [
+            (128u32, 128u32),
+            (192, 128),
+            (64, 384),
+            (64, 512),
+            (256, 128),
+        ] {
+            let per_row = row_bytes / PIECE;
+            let total = rows * per_row;
+            let mut hit = vec![0u8; (rows * row_bytes / PIECE) as usize];
+            for t in 0..THREADS {
+                let mut i = t;
+                while i < total {
+                    let (r, c) = (i / per_row, i % per_row);
+                    let emitted = (c / 8) * rows * 128 + r * 128 + (((c % 8) ^ (r % 8)) << 4);
+                    let tma = (c / 8) * rows * 128 + swizzle128(r * 128 + (c % 8) * PIECE);
+                    assert_eq!(
+                        emitted, tma,
+                        "rows {rows} row bytes {row_bytes} r {r} c {c}"
+                    );
+                    hit[(emitted / PIECE) as usize] += 1;
+                    i += THREADS;
+                }
+            }
+            assert!(
+                hit.iter().all(|&h| h == 1),
+                "rows {rows} row bytes {row_bytes}"
+            );
+        }
     }
 }
