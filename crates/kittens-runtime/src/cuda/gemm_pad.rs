@@ -248,6 +248,15 @@ fn descriptor(dst: &Mat, src: &Mat) -> cu::CUDA_MEMCPY2D {
 mod tests {
     use super::*;
 
+    /// Dense A (M×K), B (N×K) and C (M×N) at aligned addresses.
+    fn mats(m: usize, n: usize, k: usize) -> (Mat, Mat, Mat) {
+        (
+            Mat::dense(0x1000, m, k),
+            Mat::dense(0x100000, n, k),
+            Mat::dense(0x200000, m, n),
+        )
+    }
+
     /// The copy's descriptor is built without touching the driver (a zeroed one aborted the first
     /// padded launch on the H100: the memory-type enum has no zero value).
     #[test]
@@ -291,13 +300,6 @@ mod tests {
     /// rows of whole lines never need one.
     #[test]
     fn misaligned_rows_are_copied_where_reuse_pays() {
-        let mats = |m, n, k| {
-            (
-                Mat::dense(0x1000, m, k),
-                Mat::dense(0x100000, n, k),
-                Mat::dense(0x200000, m, n),
-            )
-        };
         let (a, b, c) = mats(3000, 3000, 3000);
         assert!(!PadPlan::of(&a, &b, &c).any());
         assert_eq!(
@@ -320,13 +322,6 @@ mod tests {
     /// the last.
     #[test]
     fn auto_loads_use_cp_async_where_copies_only_align() {
-        let mats = |m, n, k| {
-            (
-                Mat::dense(0x1000, m, k),
-                Mat::dense(0x100000, n, k),
-                Mat::dense(0x200000, m, n),
-            )
-        };
         let go = |l: OperandLoads, (m, n, k)| {
             let (a, b, c) = mats(m, n, k);
             l.resolve(&a, &b, &c, (m, n))
