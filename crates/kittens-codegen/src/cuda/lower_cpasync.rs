@@ -116,9 +116,9 @@ impl Emit<'_> {
         l.push(format!(
             "    const long long kt_step = 16ll * kt_pitch * {elem}ll; // 16 rows, bytes"
         ));
-        l.push(format!(
-            "    const u32 kt_d = kt_dst + kt_pr * 128u + ((kt_pc ^ (kt_pr % 8u)) << 4);"
-        ));
+        l.push(
+            "    const u32 kt_d = kt_dst + kt_pr * 128u + ((kt_pc ^ (kt_pr % 8u)) << 4);".into(),
+        );
         // Rows outermost with a running pointer (one 64-bit register, stepped by 16 rows), atoms
         // inside at constant offsets that fold into the instructions: unrolled with per-piece
         // offsets instead, ptxas kept them all live across the tile loop and the producers' 40
