@@ -32,7 +32,7 @@ if [ "$rc" = 124 ]; then
   gpu | tee -a "$OUT/gpu.txt"
   exit 1
 fi
-echo "== 1b. default check shapes and the issue's shapes, auto loads (cp.async where rows are 16-byte aligned)"
+echo "== 1b. default check shapes and the issue's shapes, auto loads (TMA, aligned copies where they pay)"
 timeout 30 $K bench gemm_bf16 --loads auto --shapes 3000x3000x3000 "${quick[@]}" \
   --checks 1000x1032x520,128x256x64,4160x8184x1032,3000x1000x777,1x1x1,77x99x13,129x264x72 \
   --json "$OUT/auto_checks.json" 2>&1 | tee "$OUT/auto_checks.txt" | grep -E "registers|check|ERROR|FAILED|\[1/"

@@ -77,9 +77,8 @@ pub struct GemmBenchOptions {
     /// K slices per shape: `None` lets `split_k::choose` decide (1 where C's blocks fill the SMs),
     /// `Some(s)` forces `s` where the shape allows a split (C needs no padded copy).
     pub split_k: Option<u32>,
-    /// How A and B are read, each entry a row per block (`auto`: `cp.async` where TMA would read
-    /// copies made only to align rows, [`OperandLoads::resolve`]); both `tma-copy` and `cp-async`
-    /// time the two ways in one run.
+    /// How A and B are read, each entry a row per block (`auto` is `tma-copy`,
+    /// [`OperandLoads::resolve`]); both `tma-copy` and `cp-async` time the two ways in one run.
     pub loads: Vec<OperandLoads>,
 }
 
