@@ -111,8 +111,14 @@ impl KernelBuilder {
             dims: dims.iter().map(|d| d.1.clone()).collect(),
             strides,
             access,
+            slot_fill: SlotFill::Tma,
         });
         GlobalId(self.k.globals.len() as u32 - 1)
+    }
+
+    /// How a target with a choice fills ring slots from global `g` ([`SlotFill`]; TMA by default).
+    pub fn slot_fill(&mut self, g: GlobalId, fill: SlotFill) {
+        self.k.globals[g.0 as usize].slot_fill = fill;
     }
 
     /// A densely packed row-major global tensor (last dimension contiguous).

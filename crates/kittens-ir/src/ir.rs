@@ -55,6 +55,25 @@ pub struct GlobalDecl {
     /// Stride of each logical dimension, in elements.
     pub strides: Vec<Expr>,
     pub access: Access,
+    /// How a target with a choice fills shared ring slots from this tensor (`load_async`); the
+    /// interpreter and the AMD lowerings ignore it: the values loaded are the same either way.
+    pub slot_fill: SlotFill,
+}
+
+/// How the sm_90a lowering fills a shared ring slot from a global tensor. Both write the same
+/// swizzled slot and read past-the-end elements as zero; they differ in what reads global memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotFill {
+    /// One thread hands the whole box to the Tensor Memory Accelerator (a `CUtensorMap` argument).
+    /// Rows that start off 128-byte lines make each 128-byte box row straddle two lines, which TMA
+    /// reads slowly (H100: 3000³ at 0.42 of cuBLAS against 0.82 at 3008³, bench/NOTES.md).
+    #[default]
+    Tma,
+    /// The producer warpgroup's 128 threads copy the slot in 16-byte `cp.async` pieces (PTX ISA
+    /// §9.7.9.25.3) from a plain pointer and the tensor's row stride, with no alignment beyond 16
+    /// bytes asked of the rows; the slot's `full` barrier counts the 128 threads' arrivals.
+    CpAsync,
 }
 
 /// `count` shared tiles of one shape (a double buffer is `count: 2`), addressed by a run-time index.

@@ -7,6 +7,9 @@ mod cuda_common;
 
 use cuda_common::{ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
+use kittens_ir::SlotFill;
+use kittens_kernels::gemm_bf16::shapes::{HopperTile, TILES};
+use kittens_kernels::gemm_bf16::{build, BLayout, GemmConfig};
 use kittens_runtime::cuda::compile_with_cache;
 
 #[test]
@@ -243,24 +246,11 @@ fn lowered_attention_compiles_for_sm_90a() {
 /// blocks issue two wgmma chains per K step.
 #[test]
 fn every_gemm_block_shape_compiles_for_sm_90a() {
-    use kittens_kernels::gemm_bf16::{build, shapes::TILES, BLayout, GemmConfig};
     ensure_nvrtc();
-    let h100 = kittens_hw::gpu("h100").expect("catalog");
     let cache = fresh_cache("gemm-shapes");
-    let both = TILES
-        .iter()
-        .flat_map(|&t| [(t, BLayout::Nk), (t, BLayout::Kn)]);
-    for (tile, b_layout) in both {
-        let cfg = GemmConfig {
-            b_layout,
-            ..tile.config(h100)
-        };
+    for (tile, b_layout) in blocks_and_layouts() {
+        let (cfg, l) = lowered_block(tile, b_layout, SlotFill::Tma);
         let kn = b_layout == BLayout::Kn;
-        let k = build(&cfg).unwrap_or_else(|e| panic!("{tile}: {e}"));
-        let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{tile}: {e}"));
-        if let Ok(dir) = std::env::var("KITTENS_DUMP") {
-            std::fs::write(format!("{dir}/gemm_{tile}_{b_layout:?}.cu"), &l.source).expect("dump");
-        }
         let maps = l.tma_maps();
         // B as K x N: 64-column boxes of K-step rows, one per column atom of the slot.
         let b_box = if kn { (64, 64) } else { (tile.cols, 64) };
@@ -293,34 +283,10 @@ fn every_gemm_block_shape_compiles_for_sm_90a() {
             4 * (tile.rows as usize / (64 * tile.consumers() as usize)),
             "{tile}"
         );
-        let image = compile_with_cache(
-            &l.source,
-            &l.entry,
-            "sm_90a",
-            l.dynamic_shared_bytes(),
-            Some(&cache),
-        )
-        .unwrap_or_else(|e| panic!("{tile}: {e}"));
-        let r = &image.report;
+        let r = compile_clean(&l, &cache, &format!("{tile} {b_layout:?}"));
         eprintln!(
             "{tile}: {} registers, {} B shared, stages {}",
             r.registers, r.dynamic_shared_bytes, cfg.stages
-        );
-        assert_eq!(
-            (r.spill_stores, r.spill_loads, r.stack_frame),
-            (0, 0, 0),
-            "{tile}: {r:?}"
-        );
-        assert!(
-            r.dynamic_shared_bytes <= h100.shared_bytes_per_block,
-            "{tile}"
-        );
-        assert!(
-            r.warnings
-                .iter()
-                .all(|w| !w.contains("C7508") && !w.contains("serialized")),
-            "{tile}: {:?}",
-            r.warnings
         );
     }
 }
@@ -367,4 +333,117 @@ fn lowered_fp8_gemm_compiles_for_sm_90a() {
             r.warnings
         );
     }
+}
+
+/// Every block shape of the Hopper GEMM with A and B filled by the producer warpgroup's `cp.async`
+/// copies (`SlotFill::CpAsync`, for rows off 128-byte lines) instead of TMA, B stored either way:
+/// it lowers for sm_90a and compiles with NVRTC without spills and without setmaxnreg ignored
+/// (the producers' 40 registers hold the copy loop); the kernel takes only C's tensor map, every
+/// producer thread copies, each slot's `full` barrier expects the 128 threads' arrivals.
+#[test]
+fn every_gemm_block_shape_compiles_with_cp_async_loads() {
+    ensure_nvrtc();
+    let cache = fresh_cache("gemm-cp-async");
+    for (tile, b_layout) in blocks_and_layouts() {
+        let (cfg, l) = lowered_block(tile, b_layout, SlotFill::CpAsync);
+        let maps = l.tma_maps();
+        assert_eq!(maps.len(), 1, "{tile}: only C's store map, {maps:?}");
+        assert_eq!(l.ir.globals[maps[0].global as usize].name, "c", "{tile}");
+        let src = &l.source;
+        assert!(!src.contains("kt::tma_load_"), "{tile}");
+        assert!(!src.contains("if (threadIdx.x % 128 == 0) { // the thread that issues"));
+        assert!(
+            src.contains("const u32 kt_ptid = threadIdx.x % 128u;"),
+            "{tile}"
+        );
+        // One copy loop per operand, one arrival per fill, no expected bytes (nothing uses TMA).
+        assert_eq!(src.matches("kt::cp_async_16(").count(), 2, "{tile}");
+        assert_eq!(
+            src.matches("kt::cp_async_mbarrier_arrive_noinc(KT_FULL(slot))")
+                .count(),
+            1,
+            "{tile}"
+        );
+        assert!(!src.contains("mbarrier_arrive_expect_tx(KT_FULL"), "{tile}");
+        let stages = cfg.stages;
+        assert!(
+            src.contains(&format!(
+                "for (u32 i = 0u; i < {stages}u; ++i) kt::mbarrier_init(KT_FULL(i), 128);"
+            )),
+            "{tile}: full barriers expect the 128 producer threads"
+        );
+        // The consumers fence the generic-proxy copies before their wgmmas read the slot.
+        assert!(src.contains("kt::fence_proxy_async(); // cp.async filled the slot"));
+        let r = compile_clean(&l, &cache, &format!("{tile} {b_layout:?} cp.async"));
+        eprintln!(
+            "{tile} {b_layout:?} cp.async: {} registers, {} B shared",
+            r.registers, r.dynamic_shared_bytes
+        );
+    }
+}
+
+/// Every Hopper GEMM block (`gemm_bf16::shapes::TILES`) with B as N × K and as K × N.
+fn blocks_and_layouts() -> impl Iterator<Item = (HopperTile, BLayout)> {
+    TILES
+        .iter()
+        .flat_map(|&t| [(t, BLayout::Nk), (t, BLayout::Kn)])
+}
+
+/// The GEMM of one block, B layout and slot fill, configured for the H100 and lowered for sm_90a
+/// (written to `$KITTENS_DUMP` when set).
+fn lowered_block(
+    tile: HopperTile,
+    b_layout: BLayout,
+    loads: SlotFill,
+) -> (GemmConfig, kittens_codegen::Lowered) {
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let cfg = GemmConfig {
+        b_layout,
+        loads,
+        ..tile.config(h100)
+    };
+    let k = build(&cfg).unwrap_or_else(|e| panic!("{tile}: {e}"));
+    let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{tile}: {e}"));
+    if let Ok(dir) = std::env::var("KITTENS_DUMP") {
+        let path = format!("{dir}/gemm_{tile}_{b_layout:?}_{loads:?}.cu");
+        std::fs::write(path, &l.source).expect("dump");
+    }
+    (cfg, l)
+}
+
+/// Compiles a lowered GEMM with NVRTC for sm_90a and checks what every block must satisfy: no spills
+/// or stack, the H100's shared memory, no ptxas performance warning (C75xx: setmaxnreg ignored, wgmma
+/// serialized).
+fn compile_clean(
+    l: &kittens_codegen::Lowered,
+    cache: &kittens_runtime::cuda::KernelCache,
+    what: &str,
+) -> kittens_runtime::cuda::CudaCompileReport {
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let image = compile_with_cache(
+        &l.source,
+        &l.entry,
+        "sm_90a",
+        l.dynamic_shared_bytes(),
+        Some(cache),
+    )
+    .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let r = image.report;
+    assert_eq!(
+        (r.spill_stores, r.spill_loads, r.stack_frame),
+        (0, 0, 0),
+        "{what}: {r:?}"
+    );
+    assert!(
+        r.dynamic_shared_bytes <= h100.shared_bytes_per_block,
+        "{what}"
+    );
+    assert!(
+        r.warnings
+            .iter()
+            .all(|w| !w.contains("C75") && !w.contains("serialized")),
+        "{what}: {:?}",
+        r.warnings
+    );
+    r
 }

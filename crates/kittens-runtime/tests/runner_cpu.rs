@@ -263,3 +263,39 @@ fn gemm_every_hopper_block_shape() {
         }
     }
 }
+
+/// `cp.async` slot fills (`GemmConfig::loads`, for rows off 128-byte lines on Hopper) are a lowering
+/// choice: the tile program is the same but for A's and B's `slot_fill`, and the interpreter
+/// computes the same C, checked against f64 at edge shapes (partial blocks, K no multiple of 64).
+#[test]
+fn gemm_cp_async_loads_change_no_result() {
+    use kittens_ir::SlotFill;
+    use kittens_kernels::gemm_bf16::{build, shapes::TILES};
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    for tile in [TILES[0], TILES[5]] {
+        let tma = tile.config(h100);
+        let cp = GemmConfig {
+            loads: SlotFill::CpAsync,
+            ..tma
+        };
+        let (kt, kc) = (build(&tma).unwrap(), build(&cp).unwrap());
+        assert_eq!(kt.body, kc.body, "{tile}");
+        let fills: Vec<_> = kc
+            .globals
+            .iter()
+            .map(|g| (g.name.as_str(), g.slot_fill))
+            .collect();
+        assert_eq!(
+            fills,
+            [
+                ("a", SlotFill::CpAsync),
+                ("b", SlotFill::CpAsync),
+                ("c", SlotFill::Tma)
+            ],
+            "{tile}"
+        );
+        for (m, n, k) in [(129, 264, 72), (200, 136, 100)] {
+            assert_eq!(gemm(m, n, k, tma), gemm(m, n, k, cp), "{tile} {m}x{n}x{k}");
+        }
+    }
+}

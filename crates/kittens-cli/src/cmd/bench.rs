@@ -41,6 +41,12 @@ pub struct Args {
     /// (every listed block at every shape; the chosen one is marked).
     #[arg(long, default_value = "auto")]
     pub tiles: String,
+    /// gemm_bf16: how A and B are read, comma-separated, a row per entry and block: `auto`
+    /// (= `tma-copy`, the faster on the H100 at every shape measured), `tma-copy` (TMA, from aligned
+    /// copies where rows start off 128-byte lines), `cp-async` (the kernel's cp.async copies from
+    /// the operands in place).
+    #[arg(long, default_value = "auto")]
+    pub loads: String,
     /// How B is stored: `nk` (N x K, C = A·Bᵀ, a linear layer's weight) or `kn` (K x N, C = A·B);
     /// cuBLAS gets the same layout.
     #[arg(long, value_enum, default_value_t = BLayoutArg::Nk)]
@@ -209,6 +215,11 @@ pub(super) fn options(a: &Args) -> anyhow::Result<GemmBenchOptions> {
     Ok(GemmBenchOptions {
         shapes: timed_shapes(a)?,
         tiles: parse_tiles(&a.tiles)?,
+        loads: a
+            .loads
+            .split(',')
+            .map(|l| l.parse().map_err(anyhow::Error::msg))
+            .collect::<anyhow::Result<_>>()?,
         b_layout: match a.b_layout {
             BLayoutArg::Nk => kittens_kernels::gemm_bf16::BLayout::Nk,
             BLayoutArg::Kn => kittens_kernels::gemm_bf16::BLayout::Kn,

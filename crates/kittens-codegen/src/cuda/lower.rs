@@ -9,7 +9,7 @@
 //! | IR | CUDA |
 //! |---|---|
 //! | the role split `if wave/4 < producers { setmaxnreg; P } else { setmaxnreg; C }` | the same branch; each role then runs a **persistent** loop over the grid's tiles (`blockIdx.x`, step `gridDim.x`; launch [`Lowered::blocks`]) so that the next tile's loads overlap this tile's epilogue |
-//! | producer `load_async`s into ring slot `s` | one thread (the others leave) waits on `empty[s]`, arms `full[s]` with the bytes and issues one TMA 2-D box per load; consecutive loads into rings always filled together (A and B) share one full/empty pair per slot |
+//! | producer `load_async`s into ring slot `s` | one thread (the others leave) waits on `empty[s]`, arms `full[s]` with the bytes and issues one TMA 2-D box per load; consecutive loads into rings always filled together (A and B) share one full/empty pair per slot; from a global with `SlotFill::CpAsync`, all 128 threads copy 16-byte pieces into the same layout and each arrives on `full[s]` when its copies land (`lower_cpasync.rs`) |
 //! | producer `wait_async`, producer `barrier` | nothing: the consumers wait on `full[s]` themselves (docs/ir.md "Hopper notes") |
 //! | consumer `barrier` | the end of a hand-off epoch: every slot read since the previous barrier becomes releasable |
 //! | consumer `mma_abt`, operands in shared | wait on the operands' `full` barriers, then the warpgroup's `wgmma m64nNk16` chain (four waves' 16-row A slices are one 64-row operand); commit; `wait_group 1`, which retires the previous chain, whose releasable slots then go back (`empty`, one arrival per consumer thread) |
@@ -34,7 +34,7 @@ use std::collections::BTreeSet;
 use kittens_hw::{dtype::DType, Target};
 use kittens_ir::{
     ClusterKind, Cond, Expr, GridOrder, Kernel, MmaOperand, Op, RegId, Schedule, Scope, SharedView,
-    Stmt, WaitQueue,
+    SlotFill, Stmt, WaitQueue,
 };
 use kittens_tile::Swizzle;
 
@@ -114,6 +114,8 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         ));
     }
     let consumer_wgs = k.waves / 4 - producers;
+    let cp_rings = cp_async_rings(k);
+    let full_init = full_barrier_init(k, &bar_first, nbars, &cp_rings);
     let slab = super::lower_tma::slab_bytes(k)?;
     let slabs_at = ring_bytes;
     let bars_at = slabs_at + consumer_wgs * slab;
@@ -150,6 +152,8 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         producers,
         slab,
         store_map: None,
+        threaded: cp_rings.iter().any(|&c| c),
+        cp_rings,
     };
     e.declare_fragments()?;
     e.roles(&roles)?;
@@ -211,10 +215,9 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
          \x20   const int wave = threadIdx.x / 32, kt_lane = threadIdx.x % 32;\n\
          \x20   const int kt_wave0 = (threadIdx.x / 128) * 4; // first wave of this warpgroup\n\
          \x20   if (threadIdx.x == 0) {{\n\
-         \x20       for (u32 i = 0; i < {nbars}u; ++i) {{\n\
-         \x20           kt::mbarrier_init(KT_FULL(i), 1);\n\
+         \x20       for (u32 i = 0; i < {nbars}u; ++i)\n\
          \x20           kt::mbarrier_init(KT_EMPTY(i), {empty});\n\
-         \x20       }}\n\
+         {full_init}\
          \x20       kt::fence_mbarrier_init();\n\
          \x20       kt::fence_proxy_async();\n\
          \x20   }}\n\
@@ -326,6 +329,10 @@ pub(super) struct Emit<'k> {
     pub(super) slab: u32,
     /// The tensor map of the TMA-store epilogue, once a store asked for it.
     pub(super) store_map: Option<TmaMap>,
+    /// Per shared ring: filled by `cp.async` (`SlotFill::CpAsync` of its global), not TMA.
+    pub(super) cp_rings: Vec<bool>,
+    /// Every producer thread runs the fills (some ring is filled by `cp.async`), not one.
+    pub(super) threaded: bool,
 }
 
 impl Emit<'_> {
@@ -407,10 +414,17 @@ impl Emit<'_> {
         self.line(format!("if {} {{ // producer", self.cond(r.cond)));
         self.depth += 1;
         self.op(r.producer.0)?;
-        // The producer role only loads (`check_roles`), and one thread issues every TMA: the others
-        // leave at once instead of spinning beside the consumers.
-        self.line("if (threadIdx.x % 128 == 0) { // the thread that issues the TMA loads");
-        self.depth += 1;
+        // The producer role only loads (`check_roles`). With TMA alone one thread issues every
+        // load: the others leave at once instead of spinning beside the consumers. `cp.async` fills
+        // need all 128 (thread `kt_ptid == 0` issues the TMA loads, if any).
+        if self.threaded {
+            self.line("{ // every producer thread copies slots with cp.async");
+            self.depth += 1;
+            self.line("const u32 kt_ptid = threadIdx.x % 128u;");
+        } else {
+            self.line("if (threadIdx.x % 128 == 0) { // the thread that issues the TMA loads");
+            self.depth += 1;
+        }
         self.line("u32 kt_ppar = 0, kt_filled = 0; // per slot: parity of the next fill; filled at least once");
         self.role = Role::Producer;
         self.tile_loop(r.producer.1)?;
@@ -799,6 +813,49 @@ fn global_ctype(g: &kittens_ir::GlobalDecl) -> Result<&'static str, CudaLowerErr
             ))
         }
     })
+}
+
+/// Per shared ring: whether a `load_async` fills it from a global read with `cp.async`.
+fn cp_async_rings(k: &Kernel) -> Vec<bool> {
+    let mut cp = vec![false; k.shared.len()];
+    for r in k.ops() {
+        if let Op::LoadAsync { dst, src, .. } = r.op {
+            if k.global(src.tensor).slot_fill == SlotFill::CpAsync {
+                cp[dst.buf.0 as usize] = true;
+            }
+        }
+    }
+    cp
+}
+
+/// The lines initialising the `full` barriers: a TMA-only slot expects one arrival (the issuing
+/// thread's, with the bytes), a slot any of whose rings `cp.async` fills 128 more (each producer
+/// thread's `cp.async.mbarrier.arrive.noinc`). Barriers with one count share a loop.
+fn full_barrier_init(k: &Kernel, bars: &[u32], nbars: u32, cp: &[bool]) -> String {
+    let (mut tma, mut cpa) = (vec![false; nbars as usize], vec![false; nbars as usize]);
+    for (i, s) in k.shared.iter().enumerate() {
+        for b in bars[i]..(bars[i] + s.count).min(nbars) {
+            if cp[i] {
+                cpa[b as usize] = true;
+            } else {
+                tma[b as usize] = true;
+            }
+        }
+    }
+    let count = |b: usize| u32::from(tma[b] || !cpa[b]) + if cpa[b] { 128 } else { 0 };
+    let mut out = String::new();
+    let mut b = 0usize;
+    while b < nbars as usize {
+        let c = count(b);
+        let end = (b..nbars as usize)
+            .find(|&e| count(e) != c)
+            .unwrap_or(nbars as usize);
+        out.push_str(&format!(
+            "        for (u32 i = {b}u; i < {end}u; ++i) kt::mbarrier_init(KT_FULL(i), {c});\n"
+        ));
+        b = end;
+    }
+    out
 }
 
 /// A statement that is register work only (no barrier, `mma`, loop or cluster): a wait deferred

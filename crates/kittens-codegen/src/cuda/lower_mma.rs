@@ -227,6 +227,11 @@ impl Emit<'_> {
             self.line(format!(
                 "kt::mbarrier_wait(KT_FULL({name}), (kt_cpar >> {name}) & 1u);"
             ));
+            // `cp.async` writes shared memory in the generic proxy and `wgmma` reads it in the
+            // async proxy: a proxy fence after the barrier orders the two (PTX ISA §9.7.12.4).
+            if self.cp_rings[v.buf.0 as usize] {
+                self.line("kt::fence_proxy_async(); // cp.async filled the slot");
+            }
         }
     }
 

@@ -60,7 +60,7 @@ impl Emit<'_> {
     }
 
     fn fill(&mut self, loads: &[&Op]) -> Result<(), CudaLowerError> {
-        let mut tmas = Vec::new();
+        let (mut tmas, mut copies) = (Vec::new(), Vec::new());
         let (mut bytes, mut slot, mut names) = (0u32, String::new(), Vec::new());
         for op in loads {
             let Op::LoadAsync { dst, src, scope } = op else {
@@ -69,9 +69,13 @@ impl Emit<'_> {
             if *scope == Scope::Wave {
                 return unsupported("wave-scoped loads (one producer thread issues every TMA)");
             }
-            let (t, b) = self.tma_load(dst, src)?;
-            tmas.extend(t);
-            bytes += b;
+            if self.cp_rings[dst.buf.0 as usize] {
+                copies.extend(self.cp_async_load(dst, src)?);
+            } else {
+                let (t, b) = self.tma_load(dst, src)?;
+                tmas.extend(t);
+                bytes += b;
+            }
             slot = format!(
                 "{}u + (u32)({})",
                 self.bars[dst.buf.0 as usize],
@@ -84,11 +88,28 @@ impl Emit<'_> {
         self.depth += 1;
         self.line(format!("const u32 slot = {slot};"));
         self.line("kt::mbarrier_wait(KT_EMPTY(slot), ((kt_ppar >> slot) & 1u) ^ 1u); // the previous fill was read");
-        self.line(format!(
-            "kt::mbarrier_arrive_expect_tx(KT_FULL(slot), {bytes}u);"
-        ));
-        for t in tmas {
-            self.line(t);
+        if !tmas.is_empty() {
+            // With every producer thread here (`Emit::threaded`), thread 0 issues the TMA loads.
+            if self.threaded {
+                self.line("if (kt_ptid == 0) {");
+                self.depth += 1;
+            }
+            self.line(format!(
+                "kt::mbarrier_arrive_expect_tx(KT_FULL(slot), {bytes}u);"
+            ));
+            for t in tmas {
+                self.line(t);
+            }
+            if self.threaded {
+                self.depth -= 1;
+                self.line("}");
+            }
+        }
+        if !copies.is_empty() {
+            for c in copies {
+                self.line(c);
+            }
+            self.line("kt::cp_async_mbarrier_arrive_noinc(KT_FULL(slot)); // when this thread's copies land");
         }
         self.line("kt_ppar ^= 1u << slot; kt_filled |= 1u << slot;");
         self.depth -= 1;

@@ -6,6 +6,7 @@
 //! The source is compiled at run time with NVRTC (`kittens_runtime::cuda::compile`).
 
 pub mod lower;
+mod lower_cpasync;
 mod lower_frag;
 mod lower_mma;
 mod lower_roles;

@@ -91,6 +91,16 @@ __device__ __forceinline__ void tma_load_5d(u32 dst, const CUtensorMap* map, u32
         "cp.async.bulk.tensor.5d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6, %7}], [%2];"
         ::"r"(dst), "l"((u64)map), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
 }
+// ---- per-thread async copies (PTX ISA §9.7.9.25.3 cp.async, §9.7.13.15.13 cp.async.mbarrier.arrive) --
+// 16 bytes global -> shared, of which the first `src_bytes` (0 to 16) are read and the rest zeroed.
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+// One arrival on `bar` once every cp.async this thread issued so far has landed; `.noinc`: the
+// arrival is one of the barrier's expected count (the barrier is initialised to count it).
+__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(u32 bar) {
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
+}
 // Shared -> global, tracked by a bulk async-group of this thread.
 __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, u32 src, int c0, int c1) {
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"

@@ -26,7 +26,7 @@ pub mod split_k;
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16, F32};
-use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId};
+use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId, SlotFill};
 use kittens_tile::BaseShape;
 
 /// How the scales of an FP8 GEMM are laid out: `C = (sa ⊙ A)·(sb ⊙ B)ᵀ` computed as
@@ -181,6 +181,11 @@ pub struct GemmConfig {
     /// fp32 partial C to plane `s` of `c_partial[split_k, M, N]`; [`split_k::build_reduce`] sums the
     /// planes into C. Puts every SM to work where `M × N` has fewer blocks than SMs and K is long.
     pub split_k: u32,
+    /// How the Hopper lowering fills the ring slots from A and B: TMA (the default), or the producer
+    /// warpgroup's `cp.async` copies, for rows that start off 128-byte lines (K·2 bytes no multiple
+    /// of 128), which TMA reads slowly and which would otherwise be copied into aligned rows first
+    /// (`shapes::copies_misaligned`). The AMD schedules ignore it.
+    pub loads: SlotFill,
 }
 
 impl Default for GemmConfig {
@@ -202,6 +207,7 @@ impl Default for GemmConfig {
             types: GemmTypes::BF16,
             promote: 0,
             split_k: 1,
+            loads: SlotFill::Tma,
         }
     }
 }

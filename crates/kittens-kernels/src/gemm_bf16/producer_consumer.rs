@@ -107,6 +107,8 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
         cfg.split_k,
     );
     let (kd, [a, b, _]) = (decl.kd.clone(), decl.g);
+    k.slot_fill(a, cfg.loads);
+    k.slot_fill(b, cfg.loads);
     let dt = cfg.types.input;
     // Rows of `ks` operands are 64 or 128 bytes: the matching TMA/wgmma swizzle mode.
     let swz = if (ks * dt.bytes()).is_multiple_of(128) {

@@ -34,11 +34,12 @@ use super::bench_time::{iterations, time_launches, Launch};
 use super::cublas::Cublas;
 use super::driver::{Device, DeviceBuffer, Event, Stream};
 use super::gemm_kernel::GemmKernel;
-use super::gemm_pad::{self, CopyKernel, Mat, PadPlan};
+use super::gemm_pad::{self, CopyKernel, Mat, OperandLoads, PadPlan};
 use super::limits::{
     check_memory, gemm_abt_dims, gemm_memory_need, host_mem_available, rotation_copies,
 };
 use super::CudaError;
+use kittens_ir::SlotFill;
 
 /// Which blocks each shape runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,6 +77,9 @@ pub struct GemmBenchOptions {
     /// K slices per shape: `None` lets `split_k::choose` decide (1 where C's blocks fill the SMs),
     /// `Some(s)` forces `s` where the shape allows a split (C needs no padded copy).
     pub split_k: Option<u32>,
+    /// How A and B are read, each entry a row per block (`auto` is `tma-copy`,
+    /// [`OperandLoads::resolve`]); both `tma-copy` and `cp-async` time the two ways in one run.
+    pub loads: Vec<OperandLoads>,
 }
 
 impl Default for GemmBenchOptions {
@@ -101,6 +105,7 @@ impl Default for GemmBenchOptions {
             ],
             timing: Timing::Interleaved,
             split_k: None,
+            loads: vec![OperandLoads::Auto],
         }
     }
 }
@@ -215,16 +220,19 @@ struct Runner<'a> {
     copier: RefCell<Option<Rc<CopyKernel>>>,
 }
 
-/// A block shape and its K slices: what one compiled kernel is.
-type Block = (HopperTile, u32);
+/// A block shape, its K slices and how it fills slots from A and B: what one compiled kernel is.
+type Block = (HopperTile, u32, SlotFill);
 
-/// `64x128`, or `64x128/k4` with split-K.
-fn block_name((t, s): Block) -> String {
+/// `64x128`, `64x128/k4` with split-K, `64x128/cp` with `cp.async` loads.
+fn block_name((t, s, fill): Block) -> String {
+    let mut name = t.to_string();
     if s > 1 {
-        format!("{t}/k{s}")
-    } else {
-        t.to_string()
+        name.push_str(&format!("/k{s}"));
     }
+    if fill == SlotFill::CpAsync {
+        name.push_str("/cp");
+    }
+    name
 }
 
 impl Runner<'_> {
@@ -234,8 +242,8 @@ impl Runner<'_> {
         if let Some((_, k)) = self.kernels.borrow().iter().find(|(b, _)| *b == block) {
             return k.clone();
         }
-        let (tile, split) = block;
-        let k = GemmKernel::prepare(self.dev, tile, self.opts.b_layout, split).map(Rc::new);
+        let (tile, split, fill) = block;
+        let k = GemmKernel::prepare(self.dev, tile, self.opts.b_layout, split, fill).map(Rc::new);
         if let Ok(k) = &k {
             eprintln!(
                 "  {} ({}, {} stages): {} registers, {} spills, persistent grid of {} blocks",
@@ -288,20 +296,35 @@ impl Runner<'_> {
             TileChoice::Auto => vec![chosen],
             TileChoice::Each(list) => list.clone(),
         };
-        let blocks: Vec<Block> = tiles
-            .iter()
-            .map(|&t| (t, self.split_for(shape, t)))
-            .collect();
-        let base = |(t, split): Block| {
+        let (a0, b0, c0) = self.mats(shape, [0, 0, 0]);
+        let base = |(t, split, fill): Block| {
             let mut r = GemmBenchRow::error(shape, &CudaError::Invalid(String::new()));
-            r.tile = Some(block_name((t, split)));
+            r.tile = Some(block_name((t, split, fill)));
             r.split_k = split;
             r.chosen = t == chosen;
             r.model_us = shapes::estimate_us(self.gpu, sms, m as u64, n as u64, k as u64, t).us;
             r
         };
-        let rows: Vec<GemmBenchRow> = blocks.iter().map(|&b| base(b)).collect();
-        match self.attempt(shape, seed, timed, &blocks, rows.clone()) {
+        // One row per block and way of loading (the same kernel and copies once).
+        let (mut blocks, mut rows, mut refused) = (Vec::new(), Vec::new(), Vec::new());
+        for &t in &tiles {
+            for &loads in &self.opts.loads {
+                match loads.resolve(&a0, &b0, &c0, (m, n)) {
+                    Ok((fill, plan)) => {
+                        let b = (t, self.split_for(shape, t), fill);
+                        if !blocks.iter().any(|&(x, _)| x == b) {
+                            blocks.push((b, plan));
+                            rows.push(base(b));
+                        }
+                    }
+                    Err(e) => refused.push(GemmBenchRow {
+                        error: Some(e.to_string()),
+                        ..base((t, 1, SlotFill::CpAsync))
+                    }),
+                }
+            }
+        }
+        let mut out = match self.attempt(shape, seed, timed, &blocks, rows.clone()) {
             Ok(rows) => rows,
             Err(e) => rows
                 .into_iter()
@@ -310,7 +333,19 @@ impl Runner<'_> {
                     ..r
                 })
                 .collect(),
-        }
+        };
+        out.extend(refused);
+        out
+    }
+
+    /// A, B and C of `shape` at the pointers given, dense (B as `b_layout` stores it).
+    fn mats(&self, (m, n, k): Shape, [a, b, c]: [u64; 3]) -> (Mat, Mat, Mat) {
+        let b = if self.opts.b_layout == BLayout::Kn {
+            Mat::dense(b, k, n)
+        } else {
+            Mat::dense(b, n, k)
+        };
+        (Mat::dense(a, m, k), b, Mat::dense(c, m, n))
     }
 
     /// The input copies a shape uses (several for a timed row, for the L2 rotation), after checking
@@ -342,19 +377,13 @@ impl Runner<'_> {
         shape: Shape,
         seed: u64,
         timed: bool,
-        tiles: &[Block],
+        tiles: &[(Block, PadPlan)],
         mut rows: Vec<GemmBenchRow>,
     ) -> Result<Vec<GemmBenchRow>, CudaError> {
         let (m, n, k) = shape;
         let (dev, stream, opts) = (self.dev, self.stream, self.opts);
         let kn = opts.b_layout == BLayout::Kn;
-        let b_mat = |ptr| {
-            if kn {
-                Mat::dense(ptr, k, n)
-            } else {
-                Mat::dense(ptr, n, k)
-            }
-        };
+        let b_mat = |ptr| self.mats(shape, [0, ptr, 0]).1;
         let cublas = |a: &DeviceBuffer, b: &DeviceBuffer, c: &mut DeviceBuffer| {
             if kn {
                 self.cublas.gemm_bf16_ab(a, b, c, m, n, k)
@@ -363,8 +392,14 @@ impl Runner<'_> {
             }
         };
         // Device allocations are 256-byte aligned: only row pitches decide what TMA can address.
-        let (a0, b0, c0) = (Mat::dense(0, m, k), b_mat(0), Mat::dense(0, m, n));
-        let plan = PadPlan::aligned(&a0, &b0, &c0, (m, n));
+        let (a0, b0, c0) = self.mats(shape, [0, 0, 0]);
+        // Scratch for every block's copies; each block makes its own plan's.
+        let plans: Vec<PadPlan> = tiles.iter().map(|&(_, p)| p).collect();
+        let plan = plans.iter().fold(PadPlan::default(), |u, p| PadPlan {
+            a: u.a || p.a,
+            b: u.b || p.b,
+            c: u.c || p.c,
+        });
         let pad_bytes = [(plan.a, a0), (plan.b, b0), (plan.c, c0)]
             .iter()
             .filter(|(need, _)| *need)
@@ -413,7 +448,12 @@ impl Runner<'_> {
         };
         // The operands the kernel reads and writes for input copy `s`, padded copies made first
         // (`kernel` false: the copies only, for their own timing).
-        let ours = |kernel: Option<&GemmKernel>, s: usize| -> Result<(), CudaError> {
+        let ours = |kernel: Option<&GemmKernel>, s: usize, p: PadPlan| -> Result<(), CudaError> {
+            let pads = (
+                pads.0.filter(|_| p.a),
+                pads.1.filter(|_| p.b),
+                pads.2.filter(|_| p.c),
+            );
             let put = |pad: Option<u64>, src: Mat| -> Result<Mat, CudaError> {
                 match pad {
                     Some(p) => {
@@ -444,8 +484,8 @@ impl Runner<'_> {
         let mut reference = vec![0u16; m * n];
         c_ref.download(&mut reference)?;
         let mut out = vec![0u16; m * n];
-        let mut kerns: Vec<(usize, Rc<GemmKernel>)> = Vec::new();
-        for (i, (&t, row)) in tiles.iter().zip(rows.iter_mut()).enumerate() {
+        let mut kerns: Vec<(usize, Rc<GemmKernel>, PadPlan)> = Vec::new();
+        for (i, (&(t, plan), row)) in tiles.iter().zip(rows.iter_mut()).enumerate() {
             row.padded = plan;
             let kern = match self.kernel(t) {
                 Ok(kern) => kern,
@@ -456,7 +496,7 @@ impl Runner<'_> {
             };
             c_ours.fill_u16(0x7fc0)?;
             dev.synchronize()?;
-            ours(Some(&kern), 0)?;
+            ours(Some(&kern), 0, plan)?;
             stream.synchronize()?;
             c_ours.download(&mut out)?;
             let cmp = compare(&out, &reference);
@@ -487,7 +527,7 @@ impl Runner<'_> {
             row.non_finite = cmp.non_finite;
             row.input_copies = inp.a.len();
             row.passed = passed;
-            kerns.push((i, kern));
+            kerns.push((i, kern, plan));
         }
         if !timed || kerns.is_empty() {
             return Ok(rows);
@@ -512,23 +552,30 @@ impl Runner<'_> {
             let s = i % ncopies;
             cublas(&inp.a[s], &inp.b[s], c_ref)
         }));
-        for (_, kern) in &kerns {
-            let ours = &ours;
-            impls.push(Box::new(move |i: usize| ours(Some(kern), i % ncopies)));
+        for (_, kern, p) in &kerns {
+            let (ours, p) = (&ours, *p);
+            impls.push(Box::new(move |i: usize| ours(Some(kern), i % ncopies, p)));
         }
-        if plan.any() {
+        // The copies alone, once per distinct plan that makes any.
+        let mut copy_plans: Vec<PadPlan> = Vec::new();
+        for (_, _, p) in &kerns {
+            if p.any() && !copy_plans.contains(p) {
+                copy_plans.push(*p);
+            }
+        }
+        for &p in &copy_plans {
             let ours = &ours;
-            impls.push(Box::new(move |i: usize| ours(None, i % ncopies)));
+            impls.push(Box::new(move |i: usize| ours(None, i % ncopies, p)));
         }
         let mut fs: Vec<Launch<'_>> = impls.iter_mut().map(|b| b.as_mut() as Launch<'_>).collect();
         let times = time_launches(stream, warmup, iters, opts.timing, &mut fs)?;
         let flop = 2.0 * m as f64 * n as f64 * k as f64;
-        let pad_ms = if plan.any() {
-            times[times.len() - 1]
-        } else {
-            f64::NAN
-        };
-        for (j, (i, _)) in kerns.iter().enumerate() {
+        let copies_at = 1 + kerns.len();
+        for (j, (i, _, p)) in kerns.iter().enumerate() {
+            let pad_ms = copy_plans
+                .iter()
+                .position(|q| q == p)
+                .map_or(f64::NAN, |c| times[copies_at + c]);
             let row = &mut rows[*i];
             row.cublas_ms = times[0];
             row.ours_ms = times[1 + j];

@@ -10,6 +10,7 @@ use cudarc::driver::sys as cu;
 use kittens_codegen::cuda::TmaMap;
 use kittens_codegen::{KernelArg, Lowered};
 use kittens_hw::dtype::DType;
+use kittens_ir::SlotFill;
 use kittens_kernels::gemm_bf16::shapes::HopperTile;
 use kittens_kernels::gemm_bf16::split_k::PARTIAL;
 use kittens_kernels::gemm_bf16::{BLayout, GemmConfig};
@@ -33,6 +34,9 @@ pub struct GemmKernel {
     pub compile: CudaCompileReport,
     /// Blocks of the persistent grid resident at once.
     pub resident: u32,
+    /// How the kernel fills its ring slots from A and B: TMA maps, or `cp.async` from the dense
+    /// operands' pointers ([`GemmKernel::launch`] checks them).
+    pub loads: SlotFill,
     /// With split-K: the reduction launched after the kernel, and the partials' scratch.
     pub split: Option<SplitReduce>,
 }
@@ -166,12 +170,23 @@ pub fn lower_tile_split(
     b_layout: BLayout,
     split_k: u32,
 ) -> Result<Lowered, CudaError> {
+    lower_tile_loads(tile, b_layout, split_k, SlotFill::Tma)
+}
+
+/// [`lower_tile_split`] with A and B loaded as `loads` says (`GemmConfig::loads`).
+pub fn lower_tile_loads(
+    tile: HopperTile,
+    b_layout: BLayout,
+    split_k: u32,
+    loads: SlotFill,
+) -> Result<Lowered, CudaError> {
     let gpu = kittens_hw::Target::Sm90a
         .gpu()
         .ok_or_else(|| invalid("no sm_90a GPU in the catalog"))?;
     let cfg = GemmConfig {
         b_layout,
         split_k,
+        loads,
         ..tile.config(gpu)
     };
     let k = kittens_kernels::gemm_bf16::build(&cfg)
@@ -191,28 +206,37 @@ pub(crate) fn gemm_maps(l: &Lowered) -> Result<[TmaMap; 3], CudaError> {
         l.ir.globals.get(m.global as usize).map(|g| g.name.as_str()) == Some(name)
     };
     let split = l.ir.globals.iter().any(|g| g.name == PARTIAL);
-    match maps.as_slice() {
-        [ma, mb]
-            if split
-                && named(ma, "a")
-                && named(mb, "b")
-                && [ma, mb].iter().all(|m| m.swizzle_bytes == 128) =>
-        {
-            let unused = TmaMap {
-                box_rows: 64,
-                box_cols: 64,
-                ..*ma
-            };
-            Ok([*ma, *mb, unused])
+    // Operands filled by `cp.async` have no map: a 64 × 64 box over them stands in, encoded by the
+    // launches like the others and never passed to the kernel (`GemmArgs` passes the lowering's).
+    let global = |name: &str| l.ir.globals.iter().position(|g| g.name == name);
+    let cp = |name: &str| {
+        l.ir.globals
+            .iter()
+            .any(|g| g.name == name && g.slot_fill == SlotFill::CpAsync)
+    };
+    // (A split-K GEMM has no `c` global: its stand-in names A's, which nothing reads.)
+    let stand_in = |name: &str| {
+        Some(TmaMap {
+            global: global(name).unwrap_or(0) as u32,
+            box_rows: 64,
+            box_cols: 64,
+            swizzle_bytes: 128,
+            row_dim: 0,
+            col_dim: 1,
+        })
+    };
+    let mut it = maps.iter().copied();
+    let mut next = |name: &str, absent: bool| -> Option<TmaMap> {
+        if absent {
+            stand_in(name)
+        } else {
+            it.next()
+                .filter(|m| named(m, name) && m.swizzle_bytes == 128)
         }
-        [ma, mb, mc]
-            if named(ma, "a")
-                && named(mb, "b")
-                && named(mc, "c")
-                && [ma, mb, mc].iter().all(|m| m.swizzle_bytes == 128) =>
-        {
-            Ok([*ma, *mb, *mc])
-        }
+    };
+    let (a, b, c) = (next("a", cp("a")), next("b", cp("b")), next("c", split));
+    match (a, b, c, it.next()) {
+        (Some(a), Some(b), Some(c), None) => Ok([a, b, c]),
         _ => Err(invalid(format!(
             "lowered gemm_bf16 wants tensor maps {maps:?}"
         ))),
@@ -241,16 +265,17 @@ pub(crate) fn mat_map(m: &Mat, t: &TmaMap) -> Result<cu::CUtensorMap, CudaError>
 
 impl GemmKernel {
     /// Compiles (NVRTC, cached) and loads the lowered `gemm_bf16` of block `tile` with K cut in
-    /// `split_k` slices on `dev`.
+    /// `split_k` slices and A and B loaded as `loads` on `dev`.
     pub fn prepare(
         dev: &Rc<Device>,
         tile: HopperTile,
         b_layout: BLayout,
         split_k: u32,
+        loads: SlotFill,
     ) -> Result<GemmKernel, CudaError> {
         Self::load(
             dev,
-            lower_tile_split(tile, b_layout, split_k)?,
+            lower_tile_loads(tile, b_layout, split_k, loads)?,
             tile,
             b_layout,
         )
@@ -298,6 +323,16 @@ impl GemmKernel {
             maps,
             compile: image.report,
             resident: dev.multiprocessors,
+            loads: if l
+                .ir
+                .globals
+                .iter()
+                .any(|g| g.slot_fill == SlotFill::CpAsync)
+            {
+                SlotFill::CpAsync
+            } else {
+                SlotFill::Tma
+            },
             lowered: l,
             split,
         })
@@ -337,6 +372,14 @@ impl GemmKernel {
             return Err(invalid(format!(
                 "operands {}x{}, {}x{}, {}x{} do not form C = A·B with B {:?}",
                 a.rows, a.cols, b.rows, b.cols, c.rows, c.cols, self.b_layout
+            )));
+        }
+        // `cp.async` reads the operands at the kernel's `k` (or `n`) pitch: dense rows only, 16-byte
+        // aligned as TMA's ([`Mat::tma_ok`], which `mat_map` checks).
+        if self.loads == SlotFill::CpAsync && (a.pitch != a.cols || b.pitch != b.cols) {
+            return Err(invalid(format!(
+                "the cp.async GEMM reads dense A and B: pitches {} and {} for {} and {} columns",
+                a.pitch, b.pitch, a.cols, b.cols
             )));
         }
         let maps = [mat_map(a, &ta)?, mat_map(b, &tb)?, mat_map(c, &tc)?];

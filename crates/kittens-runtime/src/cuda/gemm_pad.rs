@@ -16,6 +16,7 @@ use std::rc::Rc;
 use super::driver::{check, Device, Stream};
 use super::gemm_kernel::StripKernel;
 use super::CudaError;
+use kittens_ir::SlotFill;
 use kittens_kernels::gemm_bf16::shapes::copies_misaligned;
 
 /// A row-major bf16 matrix in device memory: `rows × cols`, rows `pitch` elements apart.
@@ -110,6 +111,55 @@ impl PadPlan {
     }
 }
 
+/// How a launch reads A and B whose rows start off 128-byte lines (`--loads` of the benchmark).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum OperandLoads {
+    /// `TmaCopy`: on the H100 the copies and TMA beat `cp.async` in place at every shape measured
+    /// (3000³ 0.76 against 0.53 of cuBLAS, 3072³ 0.98 against 0.70; bench/NOTES.md).
+    Auto,
+    /// TMA, from aligned copies where [`PadPlan::aligned`] makes them.
+    TmaCopy,
+    /// The kernel's own `cp.async` copies from A and B in place (16-byte aligned dense rows only);
+    /// C as TMA needs it ([`PadPlan::of`]).
+    CpAsync,
+}
+
+impl std::str::FromStr for OperandLoads {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim() {
+            "auto" => Ok(OperandLoads::Auto),
+            "tma-copy" => Ok(OperandLoads::TmaCopy),
+            "cp-async" => Ok(OperandLoads::CpAsync),
+            o => Err(format!("loads `{o}`: auto, tma-copy or cp-async")),
+        }
+    }
+}
+
+impl OperandLoads {
+    /// The kernel's slot fill and the copies made around it for `C = A·B` of `m × n` outputs. An
+    /// error where `CpAsync` cannot read A or B in place.
+    pub fn resolve(
+        self,
+        a: &Mat,
+        b: &Mat,
+        c: &Mat,
+        mn: (usize, usize),
+    ) -> Result<(SlotFill, PadPlan), CudaError> {
+        let (of, aligned) = (PadPlan::of(a, b, c), PadPlan::aligned(a, b, c, mn));
+        let in_place = !of.a && !of.b && a.pitch == a.cols && b.pitch == b.cols;
+        match self {
+            OperandLoads::TmaCopy | OperandLoads::Auto => Ok((SlotFill::Tma, aligned)),
+            OperandLoads::CpAsync if in_place => Ok((SlotFill::CpAsync, of)),
+            OperandLoads::CpAsync => Err(CudaError::Invalid(format!(
+                "cp.async loads read dense A and B with 16-byte aligned rows: A {}x{} pitch {}, B {}x{} pitch {}",
+                a.rows, a.cols, a.pitch, b.rows, b.cols, b.pitch
+            ))),
+        }
+    }
+}
+
 /// Enqueues the copy of `src`'s `rows × cols` into `dst` (same extents, other pitch) on `stream`.
 ///
 /// # Safety
@@ -195,6 +245,15 @@ fn descriptor(dst: &Mat, src: &Mat) -> cu::CUDA_MEMCPY2D {
 mod tests {
     use super::*;
 
+    /// Dense A (M×K), B (N×K) and C (M×N) at aligned addresses.
+    fn mats(m: usize, n: usize, k: usize) -> (Mat, Mat, Mat) {
+        (
+            Mat::dense(0x1000, m, k),
+            Mat::dense(0x100000, n, k),
+            Mat::dense(0x200000, m, n),
+        )
+    }
+
     /// The copy's descriptor is built without touching the driver (a zeroed one aborted the first
     /// padded launch on the H100: the memory-type enum has no zero value).
     #[test]
@@ -238,13 +297,6 @@ mod tests {
     /// rows of whole lines never need one.
     #[test]
     fn misaligned_rows_are_copied_where_reuse_pays() {
-        let mats = |m, n, k| {
-            (
-                Mat::dense(0x1000, m, k),
-                Mat::dense(0x100000, n, k),
-                Mat::dense(0x200000, m, n),
-            )
-        };
         let (a, b, c) = mats(3000, 3000, 3000);
         assert!(!PadPlan::of(&a, &b, &c).any());
         assert_eq!(
@@ -259,5 +311,46 @@ mod tests {
         assert!(!PadPlan::aligned(&a, &b, &c, (16, 4096)).any());
         let (a, b, c) = mats(3000, 3000, 3008);
         assert!(!PadPlan::aligned(&a, &b, &c, (3000, 3000)).any());
+    }
+
+    /// `auto` is TMA with the aligned copies where they pay (3000³), none where rows are aligned
+    /// (3008) or reuse does not pay (M = 16), and copies where TMA cannot address the rows at all
+    /// (K = 777); `cp-async` reads 16-byte aligned dense rows in place and refuses the last.
+    #[test]
+    fn auto_loads_copy_for_tma_and_cp_async_reads_in_place() {
+        let go = |l: OperandLoads, (m, n, k)| {
+            let (a, b, c) = mats(m, n, k);
+            l.resolve(&a, &b, &c, (m, n))
+        };
+        let none = PadPlan::default();
+        let ab = PadPlan {
+            a: true,
+            b: true,
+            c: false,
+        };
+        let cube = (3000, 3000, 3000);
+        assert_eq!(go(OperandLoads::Auto, cube).unwrap(), (SlotFill::Tma, ab));
+        assert_eq!(
+            go(OperandLoads::TmaCopy, cube).unwrap(),
+            (SlotFill::Tma, ab)
+        );
+        assert_eq!(
+            go(OperandLoads::CpAsync, cube).unwrap(),
+            (SlotFill::CpAsync, none)
+        );
+        let aligned = (3000, 3000, 3008);
+        assert_eq!(
+            go(OperandLoads::Auto, aligned).unwrap(),
+            (SlotFill::Tma, none)
+        );
+        assert_eq!(
+            go(OperandLoads::Auto, (16, 4096, 3000)).unwrap(),
+            (SlotFill::Tma, none)
+        );
+        let odd = (3000, 1000, 777);
+        assert_eq!(go(OperandLoads::Auto, odd).unwrap(), (SlotFill::Tma, ab));
+        assert!(go(OperandLoads::CpAsync, odd).is_err());
+        assert_eq!("cp-async".parse(), Ok(OperandLoads::CpAsync));
+        assert!("tma".parse::<OperandLoads>().is_err());
     }
 }
