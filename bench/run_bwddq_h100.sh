@@ -14,12 +14,7 @@ OUT="${OUT:-bench/out}"
 mkdir -p "$OUT"
 SAN=/usr/local/cuda/bin/compute-sanitizer
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee "$OUT/gpu.txt"
-SITE=/tmp/site
-mkdir -p "$SITE"
-W=.carry/python
-python3 -m pip install -q --no-deps --target "$SITE" "$W"/kittens-*.whl
-python3 -c 'import ml_dtypes' 2>/dev/null || python3 -m pip install -q --no-deps --target "$SITE" "$W"/ml_dtypes-*.whl
-export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+. bench/gpu_python_env.sh
 echo "== a. atomic-dQ backward against float64"
 timeout 60 python3 bench/attn_bwd_atomic_check.py 2>&1 | tail -17 | tee "$OUT/atomic_check.txt"
 if [ -x $SAN ]; then

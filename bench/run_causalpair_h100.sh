@@ -14,12 +14,7 @@ mkdir -p "$OUT"
 K=.carry/kittens
 SAN=/usr/local/cuda/bin/compute-sanitizer
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee "$OUT/gpu.txt"
-SITE=/tmp/site
-mkdir -p "$SITE"
-W=.carry/python
-python3 -m pip install -q --no-deps --target "$SITE" "$W"/kittens-*.whl
-python3 -c 'import ml_dtypes' 2>/dev/null || python3 -m pip install -q --no-deps --target "$SITE" "$W"/ml_dtypes-*.whl
-export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+. bench/gpu_python_env.sh
 echo "== paired causal attention, forward and backward, against float64"
 timeout 70 python3 bench/attn_paired_check.py 2>&1 | tail -16 | tee "$OUT/paired_check.txt"
 echo "== attention vs SDPA (cudnn)"

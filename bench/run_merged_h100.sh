@@ -13,14 +13,7 @@ timeout 60 $K bench gemm_bf16 --shapes 3000x3000x3000,3072x3072x3072 --budget-ms
   | grep -v "^  check" | tail -12 | tee "$OUT/gemm.txt"
 echo "== attn_fwd: check shapes"
 timeout 60 $K bench attn_fwd --checks only --iters 1 --warmup 0 2>&1 | tail -14 | tee "$OUT/attn_checks.txt"
-SITE=/tmp/site
-mkdir -p "$SITE"
-W=.carry/python
-python3 -m pip install -q --no-deps --target "$SITE" "$W"/kittens-*.whl
-python3 -c 'import ml_dtypes' 2>/dev/null || python3 -m pip install -q --no-deps --target "$SITE" "$W"/ml_dtypes-*.whl
-python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q --no-deps --target "$SITE" \
-    "$W"/pytest-*.whl "$W"/pluggy-*.whl "$W"/iniconfig-*.whl "$W"/packaging-*.whl "$W"/pygments-*.whl
-export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+. bench/gpu_python_env.sh
 echo "== paired causal attention against float64"
 timeout 60 python3 bench/attn_paired_check.py 2>&1 | tail -11 | tee "$OUT/paired_check.txt"
 echo "== pytest (GPU): attention, matmul, rotary"

@@ -32,14 +32,7 @@ if [ -x $SAN ]; then
   timeout 20 $SAN --tool racecheck $K bench attn_fwd --checks split 2>&1 | tail -3 | tee "$OUT/racecheck.txt"
 fi
 if ls .carry/python/kittens-*.whl >/dev/null 2>&1; then
-  SITE=/tmp/site
-  mkdir -p "$SITE"
-  W=.carry/python
-  python3 -m pip install -q --no-deps --target "$SITE" "$W"/kittens-*.whl
-  python3 -c 'import ml_dtypes' 2>/dev/null || python3 -m pip install -q --no-deps --target "$SITE" "$W"/ml_dtypes-*.whl
-  python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q --no-deps --target "$SITE" \
-      "$W"/pytest-*.whl "$W"/pluggy-*.whl "$W"/iniconfig-*.whl "$W"/packaging-*.whl "$W"/pygments-*.whl
-  export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+  . bench/gpu_python_env.sh
   echo "== pytest: attention lengths, log-sum-exp and decoding on CUDA (the split where it pays)"
   timeout 35 python3 -m pytest -q -rs -k "lse_and_lengths or decoding_split" python/tests/test_gpu.py 2>&1 \
     | tail -8 | tee "$OUT/pytest.txt"

@@ -244,26 +244,29 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     let mut k = KernelBuilder::new(&name, schedule());
     let io = declare_inputs(&mut k, cfg, false);
     let dim = Expr::c(i64::from(d));
-    let out = |k: &mut KernelBuilder, name: &str| {
+    // A `[b, h, s, d]` tensor of `heads` heads and `seq` rows in the configured layout.
+    let global = |k: &mut KernelBuilder, name: &str, heads: &Expr, seq: &Expr, dtype, access| {
         let dims = [
             ("b", io.batch.clone()),
-            ("h", io.heads_kv.clone()),
-            ("s", io.seq_kv.clone()),
+            ("h", heads.clone()),
+            ("s", seq.clone()),
             ("d", dim.clone()),
         ];
-        let st = strides(cfg.layout, &io.heads_kv, &io.seq_kv, &dim);
-        k.global_strided(name, Bf16, &dims, st, Access::Write)
+        let st = strides(cfg.layout, heads, seq, &dim);
+        k.global_strided(name, dtype, &dims, st, access)
     };
-    let (dk_g, dv_g) = (out(&mut k, "dk"), out(&mut k, "dv"));
+    let (kv_heads, kv_seq) = (&io.heads_kv, &io.seq_kv);
+    let dk_g = global(&mut k, "dk", kv_heads, kv_seq, Bf16, Access::Write);
+    let dv_g = global(&mut k, "dv", kv_heads, kv_seq, Bf16, Access::Write);
     let dq_acc = atomic_dq.then(|| {
-        let dims = [
-            ("b", io.batch.clone()),
-            ("h", io.heads.clone()),
-            ("s", io.seq_q.clone()),
-            ("d", dim.clone()),
-        ];
-        let st = strides(cfg.layout, &io.heads, &io.seq_q, &dim);
-        k.global_strided("dq_acc", F32, &dims, st, Access::ReadWrite)
+        global(
+            &mut k,
+            "dq_acc",
+            &io.heads,
+            &io.seq_q,
+            F32,
+            Access::ReadWrite,
+        )
     });
     let n_kb = io.seq_kv.ceil_div(i64::from(BLOCK));
     k.grid(
