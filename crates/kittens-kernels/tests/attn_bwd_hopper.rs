@@ -73,6 +73,31 @@ fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>, atom
         vec![f32::NAN; sh.kv_len()],
         vec![f32::NAN; sh.lse_len()],
     );
+    // The key blocks: dK and dV, and in the atomic form dQ added into `acc` (`dq_acc`; the two-launch
+    // kernel declares no such tensor and the entry is unused).
+    let key_blocks = |schedule, d_kernel: &Vec<f32>, acc: &Vec<f32>| {
+        let kv = build(&cfg(schedule)).unwrap();
+        let t = run(
+            &kv,
+            &[
+                ("q", &q),
+                ("k", &k),
+                ("v", &v),
+                ("do", &d_o),
+                ("lse", &lse),
+                ("delta", d_kernel),
+                ("dk", &nan_kv),
+                ("dv", &nan_kv),
+                ("dq_acc", acc),
+            ],
+        );
+        let acc = kv.globals.iter().position(|g| g.name == "dq_acc");
+        (
+            t[index(&kv, "dk")].clone(),
+            t[index(&kv, "dv")].clone(),
+            acc.map(|i| t[i].clone()),
+        )
+    };
     let (dq, dk, dv, d_kernel) = if atomic {
         // FlashAttention-3's form: D and the zeroed accumulator, the key blocks adding dQ, the
         // conversion.
@@ -92,26 +117,8 @@ fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>, atom
             t[index(&pre, "dq_acc")].clone(),
         );
         assert!(acc.iter().all(|&x| x == 0.0), "{what}: dq_acc not zeroed");
-        let kv = build(&cfg(BwdSchedule::HopperAtomicKv)).unwrap();
-        let t = run(
-            &kv,
-            &[
-                ("q", &q),
-                ("k", &k),
-                ("v", &v),
-                ("do", &d_o),
-                ("lse", &lse),
-                ("delta", &d_kernel),
-                ("dk", &nan_kv),
-                ("dv", &nan_kv),
-                ("dq_acc", &acc),
-            ],
-        );
-        let (dk, dv, acc) = (
-            t[index(&kv, "dk")].clone(),
-            t[index(&kv, "dv")].clone(),
-            t[index(&kv, "dq_acc")].clone(),
-        );
+        let (dk, dv, acc) = key_blocks(BwdSchedule::HopperAtomicKv, &d_kernel, &acc);
+        let acc = acc.expect("the atomic key blocks declare dq_acc");
         let conv = build(&cfg(BwdSchedule::HopperAtomicDq)).unwrap();
         let t = run(&conv, &[("dq_acc", &acc), ("dq", &nan_q)]);
         (t[index(&conv, "dq")].clone(), dk, dv, d_kernel)
@@ -132,26 +139,8 @@ fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>, atom
             ],
         );
         let (dq, d_kernel) = (t[index(&qk, "dq")].clone(), t[index(&qk, "delta")].clone());
-        let kv = build(&cfg(BwdSchedule::HopperKv)).unwrap();
-        let t = run(
-            &kv,
-            &[
-                ("q", &q),
-                ("k", &k),
-                ("v", &v),
-                ("do", &d_o),
-                ("lse", &lse),
-                ("delta", &d_kernel),
-                ("dk", &nan_kv),
-                ("dv", &nan_kv),
-            ],
-        );
-        (
-            dq,
-            t[index(&kv, "dk")].clone(),
-            t[index(&kv, "dv")].clone(),
-            d_kernel,
-        )
+        let (dk, dv, _) = key_blocks(BwdSchedule::HopperKv, &d_kernel, &nan_q);
+        (dq, dk, dv, d_kernel)
     };
     // D as the kernel wrote it (f32 sums of the bf16 products) against the f64 sums.
     let e = compare(

@@ -11,11 +11,7 @@ use kittens_codegen::cuda::TmaMap;
 use kittens_codegen::{KernelArg, Lowered};
 
 use super::driver::Swizzle;
-use super::CudaError;
-
-fn invalid(e: impl std::fmt::Display) -> CudaError {
-    CudaError::Invalid(e.to_string())
-}
+use super::{invalid, CudaError};
 
 /// The parameter named `name` among `values`.
 pub fn param(values: &[(&str, i64)], name: &str) -> Result<i64, CudaError> {

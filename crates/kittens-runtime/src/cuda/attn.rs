@@ -19,11 +19,7 @@ use serde::Serialize;
 use super::attn_split::{auto_splits, pack, workspace};
 use super::bench::{bf16_to_f32, median, random_bf16};
 use super::driver::{Device, DeviceBuffer, Event, Function, Stream};
-use super::{compile, CudaCompileReport, CudaError};
-
-fn invalid(e: impl std::fmt::Display) -> CudaError {
-    CudaError::Invalid(e.to_string())
-}
+use super::{compile, invalid, CudaCompileReport, CudaError};
 
 /// The tensors of one attention launch, by the tile program's names; `work` holds a key split's
 /// partials ([`super::attn_split::workspace`]).

@@ -16,11 +16,7 @@ use super::attn_lse::Checked;
 use super::attn_split::{auto_splits, Prepared};
 use super::bench::median;
 use super::driver::{Device, Event, Stream};
-use super::CudaError;
-
-fn invalid(e: impl std::fmt::Display) -> CudaError {
-    CudaError::Invalid(e.to_string())
-}
+use super::{invalid, CudaError};
 
 /// One decoding shape: `shape.seq` queries against `seq_kv` keys.
 #[derive(Debug, Clone, Copy, Serialize)]

@@ -16,13 +16,9 @@ use super::attn::check_shape_kv;
 use super::attn_split::{auto_splits, Prepared};
 use super::bench_check::{bf16_to_f32, f32_to_bf16, random_bf16};
 use super::driver::{Device, Stream};
-use super::CudaError;
+use super::{invalid, CudaError};
 use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::reference::AttnShape;
-
-fn invalid(e: impl std::fmt::Display) -> CudaError {
-    CudaError::Invalid(e.to_string())
-}
 
 /// One case: `shape.seq` queries against `seq_kv` keys.
 #[derive(Debug, Clone, Copy, Serialize)]

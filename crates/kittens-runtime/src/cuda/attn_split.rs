@@ -19,11 +19,7 @@ use super::args::PackedArgs;
 use super::attn::params_kv;
 use super::driver::{encode_bf16, Device, DeviceBuffer, Function, Stream};
 use super::limits::check_tensor_map_nd;
-use super::{compile, CudaCompileReport, CudaError};
-
-fn invalid(e: impl std::fmt::Display) -> CudaError {
-    CudaError::Invalid(e.to_string())
-}
+use super::{compile, invalid, CudaCompileReport, CudaError};
 
 /// The parts `splits` resolves to for `sh` (`seq_kv` keys) with configuration `cfg` on a device of
 /// `sms` SMs: a fixed count as given; `auto` as the tail planner decides (`split::choose`) for the

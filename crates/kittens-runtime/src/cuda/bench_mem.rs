@@ -13,11 +13,7 @@ use serde::Serialize;
 use super::args::PackedArgs;
 use super::bench::median;
 use super::driver::{Device, Event, Stream};
-use super::{compile, CudaError};
-
-fn invalid(msg: impl Into<String>) -> CudaError {
-    CudaError::Invalid(msg.into())
-}
+use super::{compile, invalid, CudaError};
 
 /// One configuration of one problem.
 #[derive(Debug, Clone)]

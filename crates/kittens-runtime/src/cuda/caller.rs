@@ -23,11 +23,7 @@ use kittens_kernels::gemm_bf16::BLayout;
 use super::driver::check;
 use super::gemm_kernel::{gemm_maps, mat_map, GemmArgs};
 use super::gemm_pad::{self, Mat, PadPlan};
-use super::{compile, CudaCompileReport, CudaError};
-
-fn invalid(msg: impl Into<String>) -> CudaError {
-    CudaError::Invalid(msg.into())
-}
+use super::{compile, invalid, CudaCompileReport, CudaError};
 
 /// Where the kernel comes from: `gemm_bf16` with a given block and B layout, lowered for sm_90a
 /// (`super::gemm_kernel::lower_tile` does it). Called once per device, block and layout, on the first

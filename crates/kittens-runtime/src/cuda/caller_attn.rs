@@ -26,11 +26,7 @@ use super::attn::{check_shape_kv, params_kv};
 use super::attn_split::{auto_splits, pack, workspace};
 use super::caller::{check_pointer, enqueue, in_context, kernel_on, multiprocessors, KernelLoad};
 use super::driver::check as driver_check;
-use super::CudaError;
-
-fn invalid(msg: impl Into<String>) -> CudaError {
-    CudaError::Invalid(msg.into())
-}
+use super::{invalid, CudaError};
 
 /// What selects one compiled attention kernel; everything else is a launch parameter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

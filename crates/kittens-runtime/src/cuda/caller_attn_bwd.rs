@@ -22,11 +22,7 @@ use super::args::PackedArgs;
 use super::caller::{check_pointer, enqueue, in_context, kernel_on, KernelLoad};
 use super::driver::{check as driver_check, encode_bf16};
 use super::limits::check_tensor_map_nd;
-use super::CudaError;
-
-fn invalid(msg: impl Into<String>) -> CudaError {
-    CudaError::Invalid(msg.into())
-}
+use super::{invalid, CudaError};
 
 /// Which launches compute the backward.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -8,11 +8,7 @@ use kittens_codegen::Lowered;
 
 use super::args::PackedArgs;
 use super::caller::{check_pointer, enqueue, in_context, kernel_on, KernelLoad};
-use super::CudaError;
-
-fn invalid(msg: impl Into<String>) -> CudaError {
-    CudaError::Invalid(msg.into())
-}
+use super::{invalid, CudaError};
 
 /// One launch of a strip program on raw device memory.
 #[derive(Debug, Clone)]

@@ -19,7 +19,7 @@ use super::args::PackedArgs;
 
 use super::driver::{encode_bf16, Device, DeviceBuffer, Function, Stream, Swizzle, TensorMap};
 use super::gemm_pad::Mat;
-use super::{compile, CudaCompileReport, CudaError};
+use super::{compile, invalid, CudaCompileReport, CudaError};
 
 /// A compiled, loaded GEMM kernel.
 pub struct GemmKernel {
@@ -39,10 +39,6 @@ pub struct GemmKernel {
     pub loads: SlotFill,
     /// With split-K: the reduction launched after the kernel, and the partials' scratch.
     pub split: Option<SplitReduce>,
-}
-
-fn invalid(e: impl std::fmt::Display) -> CudaError {
-    CudaError::Invalid(e.to_string())
 }
 
 /// A strip program (`kittens_codegen::strip`) the GEMM launchers run beside the kernel: the split-K

@@ -65,6 +65,11 @@ pub enum CudaError {
     Size(#[from] limits::SizeError),
 }
 
+/// [`CudaError::Invalid`] from any message: one constructor for every module of the CUDA side.
+pub(crate) fn invalid(e: impl std::fmt::Display) -> CudaError {
+    CudaError::Invalid(e.to_string())
+}
+
 /// Compiles `source` for `target` and returns only the report (what `kittens compile --target sm_90a`
 /// prints). `kernel` is the `extern "C"` name of the kernel to report on.
 pub fn compile_report(
