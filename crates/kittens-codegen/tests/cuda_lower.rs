@@ -244,3 +244,33 @@ fn attn_bwd_statistics_are_read_once_per_value() {
         );
     }
 }
+
+/// The commit groups a loop leaves in flight at its back edge are known at its head (a fixpoint of
+/// the body, `lower_wait.rs`): in the backward's key blocks the next step's statistics load from
+/// global memory while the previous step's dK chain is still on the tensor cores, and the first wait
+/// of a step is a `wait_group 1` that leaves the step's `Sᵀ` chain running, not a `wait_group 0`.
+#[test]
+fn loop_head_keeps_the_previous_steps_chain_in_flight() {
+    use kittens_kernels::attn_bwd::{build as build_bwd, BwdConfig};
+    let gpu = kittens_hw::gpu("h100").expect("catalogued");
+    let ir = build_bwd(&BwdConfig::for_gpu(gpu)).expect("the Hopper backward builds");
+    let l = lower(&ir).unwrap_or_else(|e| panic!("{e}"));
+    let src = &l.source;
+    let step = src
+        .find("for (int v1_t = 0;")
+        .expect("the consumers' step loop");
+    let body = &src[step..];
+    let load = body
+        .find("// load lse -> r_s_t")
+        .expect("the statistics load");
+    let chain = body
+        .find("wgmma_m64n64k16_bf16_ss(r_s_t")
+        .expect("the scores chain");
+    let first_wait = body.find("kt::wgmma_wait<").expect("a wait in the step");
+    assert!(
+        load < chain && chain < first_wait,
+        "{}",
+        &body[..first_wait.min(4000)]
+    );
+    assert!(body[first_wait..].starts_with("kt::wgmma_wait<1>"));
+}

@@ -262,6 +262,7 @@ pub(super) enum Role {
     Consumer,
 }
 
+#[derive(Clone)]
 pub(super) struct Emit<'k> {
     pub(super) k: &'k Kernel,
     pub(super) out: String,
@@ -490,7 +491,7 @@ impl Emit<'_> {
         Ok(())
     }
 
-    fn stmts(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
+    pub(super) fn stmts(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
         let mut run: Vec<&Op> = Vec::new();
         let mut fused = false;
         let outer_reads = self.reads_ahead;
@@ -549,15 +550,18 @@ impl Emit<'_> {
                         self.ex(end)
                     ));
                     self.loops += 1;
-                    // Whatever the previous iteration left in flight is pending at the head.
-                    self.unknown = true;
+                    // Whatever the previous iteration left in flight is pending at the head: the
+                    // fixpoint of the body's effect when there is one (`lower_wait.rs`), else unknown.
+                    let head = self.loop_head(body)?;
+                    self.enter_head(&head);
                     self.depth += 1;
                     self.stmts(body)?;
                     // The back edge: the next iteration may open another epoch.
                     self.settle();
                     self.depth -= 1;
                     self.waited.clear();
-                    self.unknown = true;
+                    // The loop leaves at its head's test.
+                    self.enter_head(&head);
                     self.loops -= 1;
                     self.line("}");
                 }

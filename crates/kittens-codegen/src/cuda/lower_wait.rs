@@ -12,7 +12,8 @@ use std::collections::BTreeSet;
 
 use kittens_ir::{MmaOperand, Op, RegId, Stmt};
 
-use super::lower::{cname, Emit};
+use super::lower::{cname, Emit, Role};
+use super::CudaLowerError;
 
 /// Whether `next` continues the commit group of `op`: both `mma`, on the same accumulator (a chain
 /// over K), with the same register A (the halves of one product), or both from shared memory over
@@ -84,7 +85,67 @@ pub(super) fn stmt_regs(body: &[Stmt], out: &mut Vec<RegId>) {
     }
 }
 
+/// The commit groups that may be in flight at a loop's head, when emission can tell
+/// ([`Emit::loop_head`]).
+pub(super) struct Head {
+    groups: Option<Vec<BTreeSet<RegId>>>,
+    /// Fewest groups committed since the last barrier, over the entry and the back edge.
+    since_barrier: usize,
+}
+
 impl Emit<'_> {
+    /// The groups in flight at the head of a loop over `body`: those on entry, merged with what an
+    /// iteration that starts from them leaves at its back edge, until that no longer changes (a
+    /// few trial emissions of the body, thrown away). A loop that leaves the last step's products
+    /// on the tensor cores (the backward's dK chain) then lets the next step's register work that
+    /// does not touch them — loading the statistics — start before they retire, where an unknown
+    /// head would wait for every group first.
+    pub(super) fn loop_head(&self, body: &[Stmt]) -> Result<Head, CudaLowerError> {
+        let mut head = Head {
+            groups: None,
+            since_barrier: self.since_barrier,
+        };
+        if self.unknown || self.role != Role::Consumer {
+            return Ok(head);
+        }
+        let mut groups = self.groups.clone();
+        for _ in 0..4 {
+            let mut trial = self.clone();
+            trial.out = String::new();
+            trial.groups = groups.clone();
+            trial.stmts(body)?;
+            trial.settle();
+            if trial.unknown {
+                return Ok(head);
+            }
+            let mut merged = trial.clone();
+            merged.groups = groups.clone();
+            merged.merge_groups(trial.groups.clone());
+            if merged.unknown {
+                return Ok(head);
+            }
+            head.since_barrier = head.since_barrier.min(trial.since_barrier);
+            if merged.groups == groups {
+                head.groups = Some(groups);
+                return Ok(head);
+            }
+            groups = merged.groups;
+        }
+        Ok(head)
+    }
+
+    /// Takes the state of a loop's head (on entry to the body and on leaving the loop).
+    pub(super) fn enter_head(&mut self, head: &Head) {
+        match &head.groups {
+            Some(g) => {
+                self.groups = g.clone();
+                self.unknown = false;
+                self.since_barrier = self.since_barrier.min(head.since_barrier);
+            }
+            None => self.unknown = true,
+        }
+    }
+
     /// The open group is committed: it joins the list of groups in flight.
     pub(super) fn commit_group(&mut self) {
         let g = std::mem::take(&mut self.open_group);
