@@ -270,16 +270,30 @@ pub unsafe fn attention_backward(
 fn lowered_attention_bwd(
     cfg: &kittens_runtime::cuda::caller_attn_bwd::AttnBwdKernelConfig,
 ) -> Result<kittens_codegen::Lowered, CudaError> {
-    use kittens_kernels::attn_bwd::{build, BwdConfig};
+    use kittens_kernels::attn_bwd::{build, BwdConfig, BwdTurns};
     let invalid = |e: String| CudaError::Invalid(e);
     let gpu = kittens_hw::gpu("h100").map_err(|e| invalid(e.to_string()))?;
     let dim = u32::try_from(cfg.dim).map_err(|_| invalid(format!("head dim {}", cfg.dim)))?;
+    let base = BwdConfig::for_gpu(gpu);
+    // Measurement knob (bench/NOTES.md): the key blocks' warpgroup turns, `none|scores|both`.
+    let turns = match std::env::var("KITTENS_ATTN_BWD_TURNS").as_deref() {
+        Ok("none") => BwdTurns::None,
+        Ok("scores") => BwdTurns::Scores,
+        Ok("both") => BwdTurns::Both,
+        Ok(other) => {
+            return Err(invalid(format!(
+                "KITTENS_ATTN_BWD_TURNS = {other:?}: none, scores or both"
+            )))
+        }
+        Err(_) => base.turns,
+    };
     let k = build(&BwdConfig {
         schedule: cfg.schedule,
         dim,
         causal: cfg.causal,
         layout: cfg.layout,
-        ..BwdConfig::for_gpu(gpu)
+        turns,
+        ..base
     })
     .map_err(|e| invalid(format!("building attn_bwd for sm_90a: {e}")))?;
     kittens_codegen::lower(&k, Target::Sm90a)

@@ -25,7 +25,7 @@
 //! The scale stays on the f32 scores as in the forward (`exp2(s·c − lse·log2 e)`, `c = log2(e)/√d`);
 //! dK and dQ get their `1/√d` on the f32 accumulators before the bf16 store.
 
-use super::{BwdConfig, Causal};
+use super::{BwdConfig, BwdTurns, Causal};
 use crate::attn_fwd::strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
@@ -327,6 +327,14 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     let cw = k.wave() - 4; // consumer wave, 0..8
     let k0 = &block0 + &cw * 16; // this wave's first key
     let c = std::f32::consts::LOG2_E / (d as f32).sqrt();
+    // A warpgroup's turn on the tensor cores ([`BwdConfig::turns`]), or the products as they come.
+    let turn = |k: &mut KernelBuilder, on: bool, label: &str, f: &dyn Fn(&mut KernelBuilder)| {
+        if on {
+            k.compute(label, |k| f(k));
+        } else {
+            f(k);
+        }
+    };
     k.roles(
         |k| {
             for (own, g) in [(k_s, io.k), (v_s, io.v)] {
@@ -374,11 +382,14 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 k.mul(dp, dp, -1.0f32);
                 // Sᵀ += K·Qᵀ and dPᵀ += V·dOᵀ over the head dimension, 64 columns at a time.
                 for (dst, own, streamed) in [(s, k_s, q_s), (dp, v_s, do_s)] {
-                    for (&a, &bt) in own.iter().zip(streamed) {
-                        let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
-                        let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
-                        k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
-                    }
+                    let on = cfg.turns != BwdTurns::None && dst == s;
+                    turn(k, on, "Sᵀ", &|k| {
+                        for (&a, &bt) in own.iter().zip(streamed) {
+                            let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
+                            let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
+                            k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
+                        }
+                    });
                 }
                 let (inf, q_end) = (f32::NEG_INFINITY, &q0 + step);
                 k.if_(io.seq_q.lt(&q_end), |k| {
@@ -402,12 +413,14 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 k.copy(p, s);
                 k.copy(ds, dp);
                 // dV += Pᵀ·dO and dK += dSᵀ·Q (Pᵀ and dSᵀ from registers).
-                for (accs, a, streamed) in [(&dv_r, p, do_s), (&dk_r, ds, q_s)] {
-                    for (&r, &bt) in accs.iter().zip(streamed) {
-                        let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
-                        k.mma(MmaForm::Ab, r, MmaOperand::Reg(a), bt, Some(r));
+                turn(k, cfg.turns == BwdTurns::Both, "dV, dK", &|k| {
+                    for (accs, a, streamed) in [(&dv_r, p, do_s), (&dk_r, ds, q_s)] {
+                        for (&r, &bt) in accs.iter().zip(streamed) {
+                            let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
+                            k.mma(MmaForm::Ab, r, MmaOperand::Reg(a), bt, Some(r));
+                        }
                     }
-                }
+                });
                 if let (Some((ds_s, dq_p)), Some(dq_g)) = (dq_parts, dq_acc) {
                     // dQ += dS·K: this warpgroup's 64 keys of dSᵀ to shared memory, read back as
                     // `K × M` (keys × queries) beside the same keys of K, one 64-column half of the

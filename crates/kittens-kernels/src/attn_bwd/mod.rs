@@ -208,6 +208,24 @@ pub struct BwdConfig {
     /// AGPRs (HipKittens §3.2.1, D.3): the MFMAs read and accumulate there, so the 256 VGPRs hold
     /// only the per-step tiles. Needs one wave per SIMD (the interleave's 512 registers per lane).
     pub pin_agprs: bool,
+    /// Hopper key blocks: which products are a warpgroup's turn on the tensor cores (a compute
+    /// cluster, passed between the two consumer warpgroups by named barriers, FlashAttention-3 §3.1's
+    /// warp-specialised ping-pong), so that one warpgroup's softmax runs beside the other's products.
+    pub turns: BwdTurns,
+}
+
+/// The products of a Hopper key-block step taken in turns by the consumer warpgroups
+/// ([`BwdConfig::turns`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BwdTurns {
+    /// No turns: both warpgroups issue as soon as their operands are ready.
+    None,
+    /// `Sᵀ` (the first score product) in turns: a turn around both score products kept the previous
+    /// step's dK chain, `Sᵀ` and `dPᵀ` in flight together and spilled 68 bytes.
+    Scores,
+    /// `Sᵀ` in one turn and the gradient products (`dV`, `dK`) in another.
+    Both,
 }
 
 impl Default for BwdConfig {
@@ -228,6 +246,7 @@ impl Default for BwdConfig {
             layout: AttnLayout::Bshd,
             grad_base: BaseShape::S16X16,
             pin_agprs: false,
+            turns: BwdTurns::None,
         }
     }
 }
