@@ -206,6 +206,16 @@ fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId) {
     k.mul(dp, s, dp);
 }
 
+/// `f`'s products as a warpgroup's turn on the tensor cores ([`BwdConfig::turns`]) when `on`, else
+/// as they come.
+fn turn(k: &mut KernelBuilder, on: bool, label: &str, f: &dyn Fn(&mut KernelBuilder)) {
+    if on {
+        k.compute(label, |k| f(k));
+    } else {
+        f(k);
+    }
+}
+
 /// `rows × 64` of head `h` of tensor `g` from sequence position `s0`, columns from `col0`.
 fn view(
     k: &KernelBuilder,
@@ -327,13 +337,16 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     let cw = k.wave() - 4; // consumer wave, 0..8
     let k0 = &block0 + &cw * 16; // this wave's first key
     let c = std::f32::consts::LOG2_E / (d as f32).sqrt();
-    // A warpgroup's turn on the tensor cores ([`BwdConfig::turns`]), or the products as they come.
-    let turn = |k: &mut KernelBuilder, on: bool, label: &str, f: &dyn Fn(&mut KernelBuilder)| {
-        if on {
-            k.compute(label, |k| f(k));
-        } else {
-            f(k);
-        }
+    // The statistics of step `t`'s queries (one per column) start its accumulators: `Sᵀ` from
+    // `−lse·√d` (so that `Sᵀ·c` is the exponent `s·c − lse·log2 e`) and `dPᵀ` from `−D` (so that it
+    // ends as `dPᵀ − D`). Held in separate tiles beside the scores they kept 32 more registers live
+    // through the softmax (88 spilled loads); loaded at the top of the step, their latency from L2
+    // sat between one step's products and the next. `stats` loads (past the last step: clipped or
+    // another head's, unused), `scale_stats` scales once they are needed.
+    let stat = |k: &mut KernelBuilder, g: GlobalId, dst: RegId, t: &Expr| {
+        let origin = vec![b.clone(), head_of(t), Expr::c(0), q0_of(t)];
+        let src = k.gview(g, origin, 2, 3, 16, STEP);
+        k.load_global(dst, src);
     };
     k.roles(
         |k| {
@@ -363,22 +376,13 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
             for &r in dk_r.iter().chain(&dv_r) {
                 k.zero(r);
             }
+            stat(k, io.lse, s, &Expr::c(0));
             k.for_range("t", 0, &total, |k, t| {
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
-                // The statistics of this step's queries (one per column) start the accumulators:
-                // `Sᵀ` from `−lse·√d` (so that `Sᵀ·c` is the exponent `s·c − lse·log2 e`) and `dPᵀ`
-                // from `−D` (so that it ends as `dPᵀ − D`). Held in separate tiles beside the
-                // scores they kept 32 more registers live through the softmax (88 spilled loads).
-                let stat = |k: &mut KernelBuilder, g, dst| {
-                    let origin = vec![b.clone(), h.clone(), Expr::c(0), q0.clone()];
-                    let src = k.gview(g, origin, 2, 3, 16, STEP);
-                    k.load_global(dst, src);
-                };
-                stat(k, io.lse, s);
                 k.mul(s, s, -(d as f32).sqrt());
-                stat(k, io.delta, dp);
+                stat(k, io.delta, dp, &t);
                 k.mul(dp, dp, -1.0f32);
                 // Sᵀ += K·Qᵀ and dPᵀ += V·dOᵀ over the head dimension, 64 columns at a time.
                 for (dst, own, streamed) in [(s, k_s, q_s), (dp, v_s, do_s)] {
@@ -412,6 +416,8 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 probs_and_ds(k, c, s, dp);
                 k.copy(p, s);
                 k.copy(ds, dp);
+                // The next step's log-sum-exp into the free score tile, landing behind dV and dK.
+                stat(k, io.lse, s, &(t + 1));
                 // dV += Pᵀ·dO and dK += dSᵀ·Q (Pᵀ and dSᵀ from registers).
                 turn(k, cfg.turns == BwdTurns::Both, "dV, dK", &|k| {
                     for (accs, a, streamed) in [(&dv_r, p, do_s), (&dk_r, ds, q_s)] {
@@ -586,11 +592,14 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                 k.copy(s, lse2);
                 k.copy(dp, dl);
                 for (dst, own, streamed) in [(s, q_s, k_s), (dp, do_s, v_s)] {
-                    for (&a, &bt) in own.iter().zip(streamed) {
-                        let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
-                        let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
-                        k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
-                    }
+                    let on = cfg.turns != BwdTurns::None && dst == s;
+                    turn(k, on, "S", &|k| {
+                        for (&a, &bt) in own.iter().zip(streamed) {
+                            let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
+                            let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
+                            k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
+                        }
+                    });
                 }
                 let (inf, kv_end) = (f32::NEG_INFINITY, &kv0 + step);
                 k.if_(io.seq_kv.lt(&kv_end), |k| {
