@@ -18,8 +18,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu,power.draw 
 NEW="$PYTHONPATH"
 mkdir -p /tmp/site_prev
 python3 -m pip install -q --no-deps --target /tmp/site_prev .carry/prev/kittens-*.whl
-PREV="/tmp/site_prev:${NEW#*:}"
-[ "$PREV" = "/tmp/site_prev:$NEW" ] || PREV="/tmp/site_prev:$NEW"
+PREV="/tmp/site_prev:$NEW"  # the previous wheel's kittens shadows this one's
 for t in none scores; do
   echo "== 1. $t: checks against float64"
   KITTENS_ATTN_BWD_TURNS=$t timeout 60 python3 bench/attn_paired_check.py 2>&1 | grep -E "bwd|all" | tail -7 | tee -a "$R/checks.txt"
