@@ -140,13 +140,25 @@ fn fp8_scale_layouts_and_refusals() {
     cfg.types.scales = Some(Scales::PerRowCol);
     let l = lower(&build(&cfg).unwrap()).unwrap_or_else(|e| panic!("{e}"));
     // One scale per row of A (strides 1, 0), one per row of B, i.e. column of C (0, 1): each read
-    // and guarded along its own dimension only.
-    assert!(l
-        .source
-        .contains("(gin && row < rows) ? __ldg(g_scale_a + gb + row * rs + 0)"));
-    assert!(l
-        .source
-        .contains("(gin && col < cols) ? __ldg(g_scale_b + gb + 0 + col * cs)"));
+    // from the thread's first value and guarded along its own dimension only, per value only where
+    // the tile crosses the edge.
+    for (first, guard) in [
+        (
+            "g_scale_a + gb + (long long)r0 * rs + 0",
+            "(gin && dr < rl) ? __ldg(gp + (long long)dr * rs + 0)",
+        ),
+        (
+            "g_scale_b + gb + 0 + (long long)c0 * cs",
+            "(gin && dc < cl) ? __ldg(gp + 0 + (long long)dc * cs)",
+        ),
+    ] {
+        assert!(
+            l.source.contains(&format!("const auto* gp = {first};")),
+            "{first}"
+        );
+        assert!(l.source.contains(guard), "{guard}");
+    }
+    assert!(l.source.contains("if (gin && 8 < rl) {"));
     // Each distinct value read once: two rows per thread, N/4 columns.
     assert!(l.source.contains("float u[2];"));
     assert!(l.source.contains(&format!("float u[{}];", cfg.block / 4)));
@@ -223,9 +235,13 @@ fn attn_bwd_statistics_are_read_once_per_value() {
         (
             BwdSchedule::HopperKv,
             16,
-            "__ldg(g_lse + gb + 0 + col * cs)",
+            "u[j] = __ldg(gp + 0 + (long long)dc * cs);",
         ),
-        (BwdSchedule::HopperQ, 2, "__ldg(g_lse + gb + row * rs + 0)"),
+        (
+            BwdSchedule::HopperQ,
+            2,
+            "u[j] = __ldg(gp + (long long)dr * rs + 0);",
+        ),
     ] {
         let k = build(&BwdConfig {
             schedule,
@@ -246,9 +262,9 @@ fn attn_bwd_statistics_are_read_once_per_value() {
 }
 
 /// The commit groups a loop leaves in flight at its back edge are known at its head (a fixpoint of
-/// the body, `lower_wait.rs`): in the backward's key blocks the next step's statistics load from
-/// global memory while the previous step's dK chain is still on the tensor cores, and the first wait
-/// of a step is a `wait_group 1` that leaves the step's `Sᵀ` chain running, not a `wait_group 0`.
+/// the body, `lower_wait.rs`): in the backward's key blocks a step's D loads from global memory while
+/// the previous step's dK chain is still on the tensor cores, and the first wait of a step is a
+/// `wait_group 1` that leaves the step's `Sᵀ` chain running, not a `wait_group 0`.
 #[test]
 fn loop_head_keeps_the_previous_steps_chain_in_flight() {
     use kittens_kernels::attn_bwd::{build as build_bwd, BwdConfig};
@@ -261,7 +277,7 @@ fn loop_head_keeps_the_previous_steps_chain_in_flight() {
         .expect("the consumers' step loop");
     let body = &src[step..];
     let load = body
-        .find("// load lse -> r_s_t")
+        .find("// load delta -> r_dp_t")
         .expect("the statistics load");
     let chain = body
         .find("wgmma_m64n64k16_bf16_ss(r_s_t")

@@ -592,14 +592,11 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                 k.copy(s, lse2);
                 k.copy(dp, dl);
                 for (dst, own, streamed) in [(s, q_s, k_s), (dp, do_s, v_s)] {
-                    let on = cfg.turns != BwdTurns::None && dst == s;
-                    turn(k, on, "S", &|k| {
-                        for (&a, &bt) in own.iter().zip(streamed) {
-                            let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
-                            let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
-                            k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
-                        }
-                    });
+                    for (&a, &bt) in own.iter().zip(streamed) {
+                        let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
+                        let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
+                        k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
+                    }
                 }
                 let (inf, kv_end) = (f32::NEG_INFINITY, &kv0 + step);
                 k.if_(io.seq_kv.lt(&kv_end), |k| {
