@@ -493,11 +493,10 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     let s = k.tile("s", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
     let dp = k.tile("dp", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
     let ds = k.tile("ds", Bf16, 16, STEP_Q, Layout::Row, BaseShape::S16X32);
-    let lse2 = k.tile("lse_n", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
-    let dl = k.tile("delta_n", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
     let o_f = k.tile("o_f", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
     let do_f = k.tile("do_f", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
     let d_r = k.row_vec("d_r", o_f, F32);
+    let l_r = k.row_vec("l_r", o_f, F32);
     let o_g =
         io.o.ok_or_else(|| KernelError::Config("attn_bwd: the query blocks read O".into()))?;
     let dq_r: Vec<RegId> = (0..halves)
@@ -576,26 +575,27 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                 1,
             );
             k.store(d_dst, d_r);
-            // The statistics, one per row, for every key step, as the accumulators' start values
-            // (the key blocks' note says why): `−lse·√d` and `−D`. A row without keys (lse −∞) then
-            // starts at +∞ and its masked scores end at −∞, P = 0, not ∞ − ∞.
+            // The log-sum-exp, one per row, in base 2 (`lse·log2 e`, so that P = exp2(S·c − it) is
+            // one fused multiply-add per score): read once as a broadcast 16 × 64 tile and reduced
+            // to the row vector. A row without keys (lse −∞; its scores are all masked to −∞) takes
+            // −f32::MAX instead, so that its masked scores stay −∞ (P = 0) and not −∞ + ∞.
+            // Starting each step's accumulators from copies of full statistic tiles instead cost
+            // 128 moves per step and two 64-float tiles of registers.
             let origin = vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)];
-            k.load_global(lse2, k.gview(io.lse, origin, 2, 3, 16, STEP_Q));
-            k.mul(lse2, lse2, -(d as f32).sqrt());
-            k.zero(dl);
-            k.sub_row(dl, dl, d_r);
+            k.load_global(o_f, k.gview(io.lse, origin, 2, 3, 16, COLS));
+            k.reduce(Axis::Rows, ReduceOp::Max, l_r, o_f, None);
+            k.mul(l_r, l_r, std::f32::consts::LOG2_E);
+            k.max(l_r, l_r, -f32::MAX);
             k.for_range("j", 0, &n_kv, |k, j| {
                 k.barrier(); // key step j has landed
                 let slot = &j % ring;
                 let kv0 = &j * step;
-                // S += Q·Kᵀ and dP += dO·Vᵀ over the head dimension, 64 columns at a time.
-                k.copy(s, lse2);
-                k.copy(dp, dl);
+                // S = Q·Kᵀ and dP = dO·Vᵀ over the head dimension, 64 columns at a time.
                 for (dst, own, streamed) in [(s, q_s, k_s), (dp, do_s, v_s)] {
-                    for (&a, &bt) in own.iter().zip(streamed) {
+                    for (i, (&a, &bt)) in own.iter().zip(streamed).enumerate() {
                         let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
                         let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
-                        k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
+                        k.mma(MmaForm::Abt, dst, a, bt, (i > 0).then_some(dst));
                     }
                 }
                 let (inf, kv_end) = (f32::NEG_INFINITY, &kv0 + step);
@@ -608,7 +608,12 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                         k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
                     });
                 }
-                probs_and_ds(k, c, s, dp);
+                // P = exp2(S·c − lse·log2 e) and dS = P∘(dP − D), the statistics per row.
+                k.mul(s, s, c);
+                k.sub_row(s, s, l_r);
+                k.exp2(s, s);
+                k.sub_row(dp, dp, d_r);
+                k.mul(dp, s, dp);
                 k.copy(ds, dp);
                 // dQ += dS·K (dS from registers, K as a keys × dim operand).
                 for (&r, &bt) in dq_r.iter().zip(k_s) {

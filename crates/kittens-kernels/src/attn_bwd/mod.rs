@@ -253,13 +253,15 @@ impl Default for BwdConfig {
 
 impl BwdConfig {
     /// The configuration for one GPU: the plain program on CDNA, the key blocks of the
-    /// warp-specialised one on Hopper (its query blocks are [`BwdSchedule::HopperQ`]).
+    /// warp-specialised one on Hopper (its query blocks are [`BwdSchedule::HopperQ`]), with `Sᵀ` in
+    /// turns (+1.5-3% over none in three runs, bench/NOTES.md; turns on the gradients too lost 7%).
     pub fn for_gpu(gpu: &kittens_hw::Gpu) -> Self {
         if gpu.arch.is_amd() {
             Self::default()
         } else {
             BwdConfig {
                 schedule: BwdSchedule::HopperKv,
+                turns: BwdTurns::Scores,
                 ..Self::default()
             }
         }
