@@ -203,11 +203,18 @@ impl Emit<'_> {
         }
         let held = self.hold(&filled);
         self.line(held);
+        // The descriptors of the chain's first step, then per step their start field moved by the
+        // step's bytes / 16 (`desc_step`).
+        self.line(format!(
+            "const u64 kt_da = {}, kt_db = {};",
+            da.replace("%o", "0u"),
+            b_desc.0.replace("%o", "0u")
+        ));
         self.chain_begin();
         for s in 0..kk / ik {
             let flag = if accumulate || s > 0 { "1u" } else { "0u" };
-            let db = b_desc.0.replace("%o", &format!("{}u", s * b_desc.1));
-            let da = da.replace("%o", &format!("{}u", s * a_step));
+            let db = desc_step("kt_db", s * b_desc.1);
+            let da = desc_step("kt_da", s * a_step);
             self.line(format!("kt::{wrapper}({acc}, {da}, {db}, {flag});"));
         }
         self.chain_end();
@@ -348,6 +355,7 @@ impl Emit<'_> {
             "kt_held |= 1u << sb;"
         };
         self.line(bit);
+        self.line(format!("const u64 kt_db = {};", desc.replace("%o", "0u")));
         self.chain_begin();
         for st in 0..kk / 16 {
             let flag = if accumulate || st > 0 { "1u" } else { "0u" };
@@ -358,7 +366,7 @@ impl Emit<'_> {
                 r + 1,
                 r + 2,
                 r + 3,
-                desc.replace("%o", &format!("{}u", st * step))
+                desc_step("kt_db", st * step)
             ));
         }
         self.chain_end();
@@ -466,19 +474,22 @@ impl Emit<'_> {
             "const u32 b0 = {};",
             self.smem_addr(b0, "kt_wave0")
         ));
-        self.chain_begin();
         let row_bytes = t0.tile.cols * t0.tile.dtype.bytes();
+        self.line(format!(
+            "const u64 kt_db = kt::desc_mnmajor_sw128(b0, {}u);",
+            o1 - o0
+        ));
+        self.chain_begin();
         for st in 0..kk / 16 {
             let flag = if flag0 || st > 0 { "1u" } else { "0u" };
             let r = 4 * st;
             self.line(format!(
-                "kt::{wrapper}({r0}, {r1}, {ar}[{}], {ar}[{}], {ar}[{}], {ar}[{}], kt::desc_mnmajor_sw128(b0 + {}u, {}u), {flag});",
+                "kt::{wrapper}({r0}, {r1}, {ar}[{}], {ar}[{}], {ar}[{}], {ar}[{}], {}, {flag});",
                 r,
                 r + 1,
                 r + 2,
                 r + 3,
-                st * 16 * row_bytes,
-                o1 - o0
+                desc_step("kt_db", st * 16 * row_bytes),
             ));
         }
         self.open_group.extend([*d0, *d1, *a0]);
@@ -559,5 +570,19 @@ impl Emit<'_> {
             }
         }
         Ok(())
+    }
+}
+
+/// The descriptor `base` with its start address moved `bytes` further (a multiple of 16): the start
+/// field holds the shared address / 16 in its low 14 bits (PTX ISA §9.7.15.5.1, matrix descriptor),
+/// and shared addresses stay below 2^18 on sm_90 (228 KiB per SM), so the sum never carries out of
+/// the field. One descriptor per operand and chain, then an integer add per step: composing each
+/// step's descriptor from its address cost about four instructions per `wgmma`.
+fn desc_step(base: &str, bytes: u32) -> String {
+    debug_assert!(bytes % 16 == 0);
+    if bytes == 0 {
+        base.to_string()
+    } else {
+        format!("{base} + {}ull", bytes / 16)
     }
 }
