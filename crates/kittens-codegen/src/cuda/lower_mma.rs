@@ -579,7 +579,7 @@ impl Emit<'_> {
 /// the field. One descriptor per operand and chain, then an integer add per step: composing each
 /// step's descriptor from its address cost about four instructions per `wgmma`.
 fn desc_step(base: &str, bytes: u32) -> String {
-    debug_assert!(bytes % 16 == 0);
+    debug_assert!(bytes.is_multiple_of(16));
     if bytes == 0 {
         base.to_string()
     } else {
