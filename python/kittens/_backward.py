@@ -10,6 +10,10 @@ CUDA tensors run ``attn_bwd``'s Hopper launches on the current torch stream, in 
   accumulator is the runtime's stream-ordered scratch; dQ's last bits vary from run to run).
 
 The form is the ``form=`` argument, else the environment variable ``KITTENS_ATTN_BWD`` (read once).
+``KITTENS_ATTN_BWD_TURNS`` (``none``, ``scores``, ``both``; read when a configuration is first
+lowered) overrides which products of the key blocks the two consumer warpgroups take in turns on the
+tensor cores (default ``scores``): a measurement knob for bench/run_bwd_ab_h100.sh, any other value
+is a ValueError.
 CPU tensors run the same gradients on the CPU interpreter (``attn_bwd``'s one-launch program, which
 computes D itself) whatever the form.
 """
