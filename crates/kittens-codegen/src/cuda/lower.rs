@@ -33,14 +33,12 @@ use std::collections::BTreeSet;
 
 use kittens_hw::{dtype::DType, Target};
 use kittens_ir::{
-    ClusterKind, Cond, Expr, GridOrder, Kernel, MmaOperand, Op, RegId, Schedule, Scope, SharedView,
-    SlotFill, Stmt, WaitQueue,
+    ClusterKind, Cond, Expr, Kernel, MmaOperand, Op, RegId, Schedule, Scope, SharedView, SlotFill,
+    Stmt, WaitQueue,
 };
 use kittens_tile::Swizzle;
 
-use super::lower_roles::{
-    check_roles, consumer_owned, fill_chunks, resident_rings, ring_barriers, Roles,
-};
+use super::lower_roles::{check_roles, consumer_owned, fill_chunks, resident_rings, ring_barriers};
 use super::{prelude_with, WgmmaInput};
 use crate::cexpr::{self, ident};
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
@@ -359,136 +357,8 @@ impl Emit<'_> {
     pub(super) fn ex(&self, e: &Expr) -> String {
         self.ex_with(e, "wave")
     }
-    fn cond(&self, c: &Cond) -> String {
+    pub(super) fn cond(&self, c: &Cond) -> String {
         cexpr::cond_in(self.k, c, &cexpr::CUDA)
-    }
-
-    /// This tile's coordinates `blk0, blk1, …` from the tile index `kt_tile` and the grid remap.
-    fn grid(&mut self) -> Result<(), CudaLowerError> {
-        let ext: Vec<String> = self.k.grid.extents.iter().map(|x| self.ex(x)).collect();
-        let n = ext.len();
-        let names: Vec<String> = (0..n).map(|i| format!("blk{i}")).collect();
-        self.line(format!("int {};", names.join(", ")));
-        let window = match self.k.grid.remap {
-            GridOrder::RowMajor => None,
-            // On a monolithic Hopper die only the group-M window of the chiplet remap matters (the XCD
-            // chunking spreads work over AMD's dies).
-            GridOrder::GroupM { window } | GridOrder::XcdSwizzle { window, .. } if n == 2 => {
-                Some(window)
-            }
-            r => return unsupported(format!("grid remap {r:?} over {n} extents")),
-        };
-        match window {
-            None => {
-                self.line("{ u32 id = kt_tile;");
-                for i in (0..n).rev() {
-                    self.line(format!(
-                        "  blk{i} = (int)(id % (u32)({0})); id /= (u32)({0});",
-                        ext[i]
-                    ));
-                }
-                self.line("}");
-            }
-            Some(w) => {
-                // Groups of `w` tile-rows, column by column inside a group.
-                self.line(format!(
-                    "{{ const u32 id = kt_tile, e0 = (u32)({}), e1 = (u32)({}), per = {w}u * e1;",
-                    ext[0], ext[1]
-                ));
-                self.line(format!("  const u32 first = id / per * {w}u, rows = min({w}u, e0 - first), r = id % per;"));
-                self.line("  blk0 = (int)(first + r % rows); blk1 = (int)(r / rows); }");
-            }
-        }
-        Ok(())
-    }
-
-    /// The role split, each role's body in a persistent loop over the grid's tiles.
-    fn roles(&mut self, r: &Roles) -> Result<(), CudaLowerError> {
-        let tiles: Vec<String> = self
-            .k
-            .grid
-            .extents
-            .iter()
-            .map(|x| format!("(u32)({})", self.ex(x)))
-            .collect();
-        self.line(format!("const u32 kt_tiles = {};", tiles.join(" * ")));
-        self.line(format!("if {} {{ // producer", self.cond(r.cond)));
-        self.depth += 1;
-        self.op(r.producer.0)?;
-        // The producer role only loads (`check_roles`). With TMA alone one thread issues every
-        // load: the others leave at once instead of spinning beside the consumers. `cp.async` fills
-        // need all 128 (thread `kt_ptid == 0` issues the TMA loads, if any).
-        if self.threaded {
-            self.line("{ // every producer thread copies slots with cp.async");
-            self.depth += 1;
-            self.line("const u32 kt_ptid = threadIdx.x % 128u;");
-        } else {
-            self.line("if (threadIdx.x % 128 == 0) { // the thread that issues the TMA loads");
-            self.depth += 1;
-        }
-        self.line("u32 kt_ppar = 0, kt_filled = 0; // per slot: parity of the next fill; filled at least once");
-        self.role = Role::Producer;
-        self.tile_loop(r.producer.1)?;
-        self.line(
-            "// Every fill has landed before the block may exit (each one is also consumed).",
-        );
-        self.line(format!("for (u32 i = 0; i < {}u; ++i)", self.nbars));
-        self.line("    if ((kt_filled >> i) & 1u) kt::mbarrier_wait(KT_FULL(i), ((kt_ppar >> i) & 1u) ^ 1u);");
-        self.depth -= 1;
-        self.line("}");
-        self.depth -= 1;
-        self.line("} else { // consumers");
-        self.depth += 1;
-        self.op(r.consumer.0)?;
-        self.line("// Per slot: parity of the fill to read next; read since the last barrier; releasable.");
-        self.line("u32 kt_cpar = 0, kt_held = 0, kt_rel = 0;");
-        if has_turns(r.consumer.1) && self.consumer_wgs() > 1 {
-            // The turn token starts with the first consumer warpgroup: the last one hands it over.
-            let n = self.consumer_wgs();
-            self.line(format!(
-                "const u32 kt_cwg = threadIdx.x / 128u - {}u; // consumer warpgroup",
-                self.producers
-            ));
-            self.line(format!(
-                "if (kt_cwg == {}u) kt::named_barrier_arrive(1u, 256u);",
-                n - 1
-            ));
-        }
-        if self.resident.iter().any(|&r| r) {
-            self.line("u32 kt_res = 0; // slots of rings read for the whole tile");
-        }
-        self.role = Role::Consumer;
-        self.tile_loop(r.consumer.1)?;
-        self.line("kt::wgmma_wait<0>();");
-        self.line("if (threadIdx.x % 128 == 0) kt::tma_store_wait_all();");
-        self.role = Role::None;
-        self.depth -= 1;
-        self.line("}");
-        Ok(())
-    }
-
-    fn tile_loop(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
-        // `kt_round` counts the block's tiles (`Expr::Round`); producer and consumers count alike.
-        if self.k.grid.paired {
-            // Launch ids 2u and 2u + 1 on one block in turn (`KernelBuilder::pair_long_short`),
-            // where there are more tiles than blocks.
-            self.line("const bool kt_pair = kt_tiles > gridDim.x;");
-            self.line("for (u32 kt_round = 0;; ++kt_round) {");
-            self.depth += 1;
-            self.line("const u32 kt_tile = kt_pair ? 2u * (blockIdx.x + (kt_round >> 1) * gridDim.x) + (kt_round & 1u) : blockIdx.x + kt_round * gridDim.x;");
-            self.line("if (kt_tile >= kt_tiles) break;");
-        } else {
-            self.line("for (u32 kt_tile = blockIdx.x, kt_round = 0; kt_tile < kt_tiles; kt_tile += gridDim.x, ++kt_round) {");
-            self.line("(void)kt_round;");
-            self.depth += 1;
-        }
-        self.grid()?;
-        self.waited.clear();
-        self.stmts(body)?;
-        self.settle();
-        self.depth -= 1;
-        self.line("}");
-        Ok(())
     }
 
     pub(super) fn stmts(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
@@ -623,7 +493,7 @@ impl Emit<'_> {
         Ok(())
     }
 
-    fn consumer_wgs(&self) -> u32 {
+    pub(super) fn consumer_wgs(&self) -> u32 {
         self.k.waves / 4 - self.producers
     }
 
@@ -657,7 +527,7 @@ impl Emit<'_> {
         r
     }
 
-    fn op(&mut self, op: &Op) -> Result<(), CudaLowerError> {
+    pub(super) fn op(&mut self, op: &Op) -> Result<(), CudaLowerError> {
         match (op, self.role) {
             (
                 Op::Wait {
@@ -870,21 +740,6 @@ fn plain_op(s: &Stmt) -> bool {
         Stmt::If { then, els, .. } => then.iter().chain(els).all(plain_op),
         _ => false,
     }
-}
-
-/// Whether a body holds a compute cluster (a ping-pong turn).
-fn has_turns(body: &[Stmt]) -> bool {
-    body.iter().any(|s| match s {
-        Stmt::Cluster {
-            kind: ClusterKind::Compute,
-            ..
-        } => true,
-        Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
-            has_turns(body)
-        }
-        Stmt::If { then, els, .. } => has_turns(then) || has_turns(els),
-        _ => false,
-    })
 }
 
 /// The C name of a register's fragment (without the `r_` prefix).
