@@ -10,7 +10,11 @@
 #   EXTRA  1: also `kittens bench attn_fwd --checks lse` and split-K / padded GEMM checks (kernels
 #          whose global loads share the lowering);
 #   NCU    1: ncu of one key-block launch (B2 H16 N4096 D128);
-#   SAN    1: compute-sanitizer memcheck and racecheck on the small paired check.
+#   SAN    1: compute-sanitizer memcheck and racecheck on the small paired check (and on the small
+#          atomic-dQ cases with FORM=both);
+#   FORM   the backward form(s) timed: two (default), atomic or both (--bwd-form);
+#   SEQS   the sequence lengths timed (default 2048,4096,8192);
+#   GEMM   1: gemm_bf16 at 4096^3 with its check shapes (its TMA-store epilogue's barriers).
 # The calls of 2026-11-25 (bench/results/h200-2026-11-25-bwdlean/README.md) name their variables.
 set -uo pipefail
 OUT="${OUT:-bench/out}"
@@ -39,8 +43,8 @@ for run in ${RUNS:-new:none new:scores}; do
   v=${run%%:*}; t=${run#*:}
   echo "== $v $t: backward against SDPA"
   if [ "$v" = prev ]; then P="$PREV"; else P="$NEW"; fi
-  PYTHONPATH="$P" KITTENS_ATTN_BWD_TURNS=$t timeout 110 python3 -m kittens.bench attn --backward --seqs 2048,4096,8192 \
-    --extra "" --iters 10 --warmup 2 --json "$R/bwd_${v}_$t.json" 2>&1 | tee "$R/bwd_${v}_$t.txt" | tail -9
+  PYTHONPATH="$P" KITTENS_ATTN_BWD_TURNS=$t timeout 150 python3 -m kittens.bench attn --backward --seqs "${SEQS:-2048,4096,8192}" \
+    --extra "" --bwd-form "${FORM:-two}" --iters 10 --warmup 2 --json "$R/bwd_${v}_$t.json" 2>&1 | tee "$R/bwd_${v}_$t.txt" | tail -9
 done
 if [ "${NCU:-0}" = 1 ]; then
   echo "== ncu of one key-block launch"
@@ -63,6 +67,13 @@ if [ "${SAN:-0}" = 1 ] && [ -x $SAN_BIN ]; then
   echo "== memcheck and racecheck"
   KITTENS_ATTN_BWD_TURNS=scores timeout 70 $SAN_BIN --tool memcheck python3 bench/attn_paired_check.py small 2>&1 | tail -3 | tee "$R/sanitizer.txt"
   KITTENS_ATTN_BWD_TURNS=scores timeout 200 $SAN_BIN --tool racecheck python3 bench/attn_paired_check.py small 2>&1 | tail -3 | tee -a "$R/sanitizer.txt"
+  if [ "${FORM:-two}" != two ]; then
+    timeout 90 $SAN_BIN --tool memcheck python3 bench/attn_bwd_atomic_check.py small 2>&1 | tail -3 | tee -a "$R/sanitizer.txt"
+    timeout 200 $SAN_BIN --tool racecheck python3 bench/attn_bwd_atomic_check.py small 2>&1 | tail -3 | tee -a "$R/sanitizer.txt"
+  fi
+fi
+if [ "${GEMM:-0}" = 1 ]; then
+  timeout 60 .carry/kittens bench gemm_bf16 --sizes 4096 --json "$R/gemm.json" 2>&1 | tail -12 | tee "$R/gemm.txt"
 fi
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$R/gpu.txt"
 tar -C "$R" -czf "$OUT/results.tgz" .

@@ -290,3 +290,29 @@ fn loop_head_keeps_the_previous_steps_chain_in_flight() {
     );
     assert!(body[first_wait..].starts_with("kt::wgmma_wait<1>"));
 }
+
+/// Named barriers: the turn ring (IDs 1 + warpgroup, 256 threads) and a warpgroup's own barrier
+/// (128 threads) never share an ID — the atomic-dQ key blocks use both in one step, and a warpgroup
+/// barrier on a turn's ID faulted on the H200 (illegal instruction at B16 H16 N4096).
+#[test]
+fn turn_and_warpgroup_barriers_use_disjoint_ids() {
+    use kittens_kernels::attn_bwd::{build as build_bwd, BwdConfig, BwdSchedule, BwdTurns};
+    let gpu = kittens_hw::gpu("h100").expect("catalogued");
+    let cfg = BwdConfig {
+        schedule: BwdSchedule::HopperAtomicKv,
+        turns: BwdTurns::Scores,
+        ..BwdConfig::for_gpu(gpu)
+    };
+    let l = lower(&build_bwd(&cfg).unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    let src = &l.source;
+    assert!(
+        src.contains("kt::named_barrier(1u + kt_cwg, 256u);"),
+        "a turn"
+    );
+    assert!(
+        src.contains("kt::named_barrier(4 + threadIdx.x / 128, 128);"),
+        "a warpgroup barrier"
+    );
+    // Consumer warpgroups are threads 128.. (IDs 5, 6 for their own barriers); turns use 1 and 2.
+    assert!(!src.contains("named_barrier(1 + threadIdx.x"), "{src}");
+}

@@ -52,6 +52,13 @@ pub enum CudaLowerError {
     Schedule(#[from] kittens_ir::analysis::ScheduleError),
 }
 
+/// A warpgroup's own barrier (its 128 threads; the TMA-store slab, consumer stores to shared memory
+/// read back by `wgmma`). Named barrier 0 is the block's; 1..=3 are the turn ring of up to three
+/// consumer warpgroups ([`Emit::turn`]); the warpgroups' own start at 4, so that no barrier ID is
+/// used with two thread counts at once (a warpgroup barrier on a turn's ID faulted the atomic-dQ
+/// backward at B16 H16 N4096 with an illegal instruction).
+pub(super) const WG_BARRIER: &str = "kt::named_barrier(4 + threadIdx.x / 128, 128);";
+
 pub(super) fn unsupported<T>(what: impl Into<String>) -> Result<T, CudaLowerError> {
     Err(CudaLowerError::Unsupported(what.into()))
 }
@@ -504,6 +511,11 @@ impl Emit<'_> {
     /// for the previous group comes after the turn (deferred, [`Emit::settle`]). Values and memory effects are the cluster's body.
     fn turn(&mut self, label: &str, body: &[Stmt]) -> Result<(), CudaLowerError> {
         let n = self.consumer_wgs();
+        if n > 3 {
+            return unsupported(format!(
+                "turns among {n} consumer warpgroups (named barriers 1-3 hold the ring of at most 3)"
+            ));
+        }
         self.line(format!("// cluster: {label} — this warpgroup's turn"));
         self.line(format!("kt::named_barrier(1u + kt_cwg, {}u);", 128 * 2));
         self.in_turn = true;
@@ -624,7 +636,7 @@ impl Emit<'_> {
                 Role::Consumer,
             ) => {
                 self.line("kt::fence_proxy_async(); // the stores above before the wgmmas below read them");
-                self.line("kt::named_barrier(1 + threadIdx.x / 128, 128);");
+                self.line(WG_BARRIER);
                 Ok(())
             }
             (Op::AtomicAdd { dst, src }, Role::Consumer) => {

@@ -613,9 +613,10 @@ impl Emit<'_> {
             self.k.shared_decl(dst.buf).name
         ));
         self.depth += 1;
-        self.line(
-            "kt::named_barrier(1 + threadIdx.x / 128, 128); // the warpgroup's reads retired",
-        );
+        self.line(format!(
+            "{} // the warpgroup's reads retired",
+            super::lower::WG_BARRIER
+        ));
         self.line(format!(
             "const u32 sw = kt_lane / 4u, base = {} + sw * 128u + (kt_lane % 4u) * 4u;",
             self.smem_addr(dst, "wave")

@@ -256,7 +256,7 @@ impl Emit<'_> {
             self.ex_with(&dst.origin[1], "kt_wave0")
         ));
         l(self, "if (threadIdx.x % 128 == 0) kt::tma_store_wait_read<0>(); // the previous tile's store has read the slab");
-        l(self, "kt::named_barrier(1 + threadIdx.x / 128, 128);");
+        l(self, super::lower::WG_BARRIER);
         // D fragment: rows 16w + l/4 (+8), columns 8i + 2(l%4) (+1). In the 128-byte swizzle
         // (`kt::swizzle128`) the row's 16-byte chunk i%8 moves to chunk (i%8) ^ (row%8), and row%8
         // is l/4 for every fragment row: the address is a per-thread base plus constants and one of
@@ -282,7 +282,7 @@ impl Emit<'_> {
             self,
             "kt::fence_proxy_async(); // generic-proxy writes before the async-proxy (TMA) read",
         );
-        l(self, "kt::named_barrier(1 + threadIdx.x / 128, 128);");
+        l(self, super::lower::WG_BARRIER);
         l(self, "if (threadIdx.x % 128 == 0) {");
         let mi = format!("tma{}", self.maps.len()); // pushed after the loads' maps
         self.line(format!("    for (u32 j = 0; j < {}u; ++j)", n / BOX_COLS));
