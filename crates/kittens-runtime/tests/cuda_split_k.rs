@@ -81,7 +81,10 @@ fn split_gemms_and_the_reduction_compile_for_sm_90a() {
         if cfg.promote > 0 {
             // The chain starts from zero (scale-d off) each K step and is added into the sums.
             assert!(l.source.contains("r_sum0[i] = r_sum0[i] + r_acc0[i]"));
-            assert!(l.source.contains("k32_e4m3_ss(r_acc0, kt::desc_kmajor_sw128(a0 + 0u), kt::desc_kmajor_sw128(b0 + 0u), 0u)"));
+            assert!(l.source.contains(
+                "const u64 kt_da = kt::desc_kmajor_sw128(a0 + 0u), kt_db = kt::desc_kmajor_sw128(b0 + 0u);"
+            ));
+            assert!(l.source.contains("k32_e4m3_ss(r_acc0, kt_da, kt_db, 0u)"));
         }
         compiles(&l, &cache);
     }
