@@ -272,9 +272,9 @@ fn loop_head_keeps_the_previous_steps_chain_in_flight() {
     let ir = build_bwd(&BwdConfig::for_gpu(gpu)).expect("the Hopper backward builds");
     let l = lower(&ir).unwrap_or_else(|e| panic!("{e}"));
     let src = &l.source;
-    // The consumers' step loop: the innermost loop around the statistics' load.
-    let load_at = src.find("// load delta -> r_dp_t").expect("the statistics load");
-    let step = src[..load_at].rfind("for (int v").expect("the consumers' step loop");
+    let step = src
+        .find("for (int v1_t = 0;")
+        .expect("the consumers' step loop");
     let body = &src[step..];
     let load = body
         .find("// load delta -> r_dp_t")

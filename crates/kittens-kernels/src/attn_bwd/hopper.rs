@@ -327,23 +327,24 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
         Some(off) => (&block0 - off.clone()).max(0) / step,
         None => Expr::c(0),
     };
-    // One pipeline over every (query head of the group, query step) pair, as in the AMD program:
-    // step `t = g·steps + j` of the ring is query step `first + j` of the group's head `g`. Nested
-    // loops, not one over `t`: recovering (g, j) from `t` cost an integer division per step.
-    let steps = (&n_q - first.clone()).max(0);
-    let head_of = |g: &Expr| &hk * group.clone() + g.clone();
-    let q0_of = |j: &Expr| (first.clone() + j.clone()) * step;
-    let slot_of = |g: &Expr, j: &Expr| (g * steps.clone() + j.clone()) % i64::from(sm.stages);
+    // One pipeline over every (query head of the group, query step) pair, as in the AMD program.
+    let steps = &n_q - first.clone();
+    let per_head = steps.max(1);
+    let total = group.clone() * steps.max(0);
+    let head_of = |t: &Expr| &hk * group.clone() + t / per_head.clone();
+    let q0_of = |t: &Expr| (first.clone() + t % per_head.clone()) * step;
+    let ring = i64::from(sm.stages);
     let cw = k.wave() - 4; // consumer wave, 0..8
     let k0 = &block0 + &cw * 16; // this wave's first key
     let c = std::f32::consts::LOG2_E / (d as f32).sqrt();
-    // The statistics of a step's queries (one per column) start its accumulators: `Sᵀ` from
+    // The statistics of step `t`'s queries (one per column) start its accumulators: `Sᵀ` from
     // `−lse·√d` (so that `Sᵀ·c` is the exponent `s·c − lse·log2 e`) and `dPᵀ` from `−D` (so that it
     // ends as `dPᵀ − D`). Held in separate tiles beside the scores they kept 32 more registers live
-    // through the softmax (88 spilled loads). Loading the next step's log-sum-exp behind dV and dK
-    // instead of at the top measured no faster (bench/NOTES.md).
-    let stat = |k: &mut KernelBuilder, g: GlobalId, dst: RegId, h: &Expr, q0: &Expr| {
-        let origin = vec![b.clone(), h.clone(), Expr::c(0), q0.clone()];
+    // through the softmax (88 spilled loads); loaded at the top of the step, their latency from L2
+    // sat between one step's products and the next. `stats` loads (past the last step: clipped or
+    // another head's, unused), `scale_stats` scales once they are needed.
+    let stat = |k: &mut KernelBuilder, g: GlobalId, dst: RegId, t: &Expr| {
+        let origin = vec![b.clone(), head_of(t), Expr::c(0), q0_of(t)];
         let src = k.gview(g, origin, 2, 3, 16, STEP);
         k.load_global(dst, src);
     };
@@ -357,19 +358,17 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
             }
             k.wait_async(0);
             k.barrier(); // K and V to the consumers
-            k.for_range("g", 0, &group, |k, g| {
-                k.for_range("j", 0, &steps, |k, j| {
-                    let slot = slot_of(&g, &j);
-                    let (h, q0) = (head_of(&g), q0_of(&j));
-                    for (tiles, gl) in [(q_s, io.q), (do_s, io.d_o)] {
-                        for (i, &ts) in tiles.iter().enumerate() {
-                            let src = view(k, gl, &b, &h, q0.clone(), i as u32 * COLS, STEP);
-                            k.load_async_by(Scope::WarpGroup, k.smem(ts, slot.clone()), src);
-                        }
+            k.for_range("t", 0, &total, |k, t| {
+                let slot = &t % ring;
+                let (h, q0) = (head_of(&t), q0_of(&t));
+                for (tiles, g) in [(q_s, io.q), (do_s, io.d_o)] {
+                    for (i, &ts) in tiles.iter().enumerate() {
+                        let src = view(k, g, &b, &h, q0.clone(), i as u32 * COLS, STEP);
+                        k.load_async_by(Scope::WarpGroup, k.smem(ts, slot.clone()), src);
                     }
-                    k.wait_async(0);
-                    k.barrier(); // query step (g, j) to the consumers
-                });
+                }
+                k.wait_async(0);
+                k.barrier(); // query step t to the consumers
             });
         },
         |k| {
@@ -377,73 +376,73 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
             for &r in dk_r.iter().chain(&dv_r) {
                 k.zero(r);
             }
-            k.for_range("g", 0, &group, |k, g| {
-                k.for_range("j", 0, &steps, |k, j| {
-                    k.barrier(); // query step (g, j) has landed
-                    let slot = slot_of(&g, &j);
-                    let (h, q0) = (head_of(&g), q0_of(&j));
-                    stat(k, io.lse, s, &h, &q0);
-                    k.mul(s, s, -(d as f32).sqrt());
-                    stat(k, io.delta, dp, &h, &q0);
-                    k.mul(dp, dp, -1.0f32);
-                    // Sᵀ += K·Qᵀ and dPᵀ += V·dOᵀ over the head dimension, 64 columns at a time.
-                    for (dst, own, streamed) in [(s, k_s, q_s), (dp, v_s, do_s)] {
-                        let on = cfg.turns != BwdTurns::None && dst == s;
-                        turn(k, on, "Sᵀ", &|k| {
-                            for (&a, &bt) in own.iter().zip(streamed) {
-                                let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
-                                let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
-                                k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
-                            }
-                        });
-                    }
-                    let (inf, q_end) = (f32::NEG_INFINITY, &q0 + step);
-                    k.if_(io.seq_q.lt(&q_end), |k| {
-                        k.mask(s, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &q0, inf)
-                    });
-                    if atomic_dq {
-                        // Keys past the end would add `dS·0` to dQ: zero only while dS is finite.
-                        k.if_(io.seq_kv.lt(&(&block0 + i64::from(BLOCK))), |k| {
-                            k.mask(s, MaskRule::RowsBelow(io.seq_kv.clone()), &k0, &q0, inf)
-                        });
-                    }
-                    if let Some(off) = &offset {
-                        // Only where the step reaches below the diagonal of the block's last key.
-                        let last_key = &block0 + i64::from(BLOCK - 1);
-                        k.if_((&q0 + off.clone()).lt(&last_key), |k| {
-                            let offset = off.clone();
-                            k.mask(s, MaskRule::CausalT { offset }, &k0, &q0, inf)
-                        });
-                    }
-                    probs_and_ds(k, c, s, dp);
-                    k.copy(p, s);
-                    k.copy(ds, dp);
-                    // dV += Pᵀ·dO and dK += dSᵀ·Q (Pᵀ and dSᵀ from registers).
-                    turn(k, cfg.turns == BwdTurns::Both, "dV, dK", &|k| {
-                        for (accs, a, streamed) in [(&dv_r, p, do_s), (&dk_r, ds, q_s)] {
-                            for (&r, &bt) in accs.iter().zip(streamed) {
-                                let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
-                                k.mma(MmaForm::Ab, r, MmaOperand::Reg(a), bt, Some(r));
-                            }
+            stat(k, io.lse, s, &Expr::c(0));
+            k.for_range("t", 0, &total, |k, t| {
+                k.barrier(); // query step t has landed
+                let slot = &t % ring;
+                let (h, q0) = (head_of(&t), q0_of(&t));
+                k.mul(s, s, -(d as f32).sqrt());
+                stat(k, io.delta, dp, &t);
+                k.mul(dp, dp, -1.0f32);
+                // Sᵀ += K·Qᵀ and dPᵀ += V·dOᵀ over the head dimension, 64 columns at a time.
+                for (dst, own, streamed) in [(s, k_s, q_s), (dp, v_s, do_s)] {
+                    let on = cfg.turns != BwdTurns::None && dst == s;
+                    turn(k, on, "Sᵀ", &|k| {
+                        for (&a, &bt) in own.iter().zip(streamed) {
+                            let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
+                            let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
+                            k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
                         }
                     });
-                    if let (Some((ds_s, dq_p)), Some(dq_g)) = (dq_parts, dq_acc) {
-                        // dQ += dS·K: this warpgroup's 64 keys of dSᵀ to shared memory, read back as
-                        // `K × M` (keys × queries) beside the same keys of K, one 64-column half of the
-                        // head dimension at a time; its 16 queries of the product added to dq_acc.
-                        let (g, wq) = (&cw / 4, &cw % 4);
-                        k.store_shared(k.smem(ds_s, 0).sub(16, STEP, &cw, 0), ds);
-                        k.wait_shared(0);
-                        k.barrier_by(Scope::WarpGroup);
-                        for (i, &kt) in k_s.iter().enumerate() {
-                            let a = MmaOperand::Shared(k.smem(ds_s, 0).sub(64, 16, &g, &wq));
-                            let bt = MmaOperand::Shared(k.smem(kt, 0).sub(64, COLS, &g, 0));
-                            k.mma(MmaForm::Atb, dq_p, a, bt, None);
-                            let q_w = &q0 + &wq * 16;
-                            k.atomic_add(view(k, dq_g, &b, &h, q_w, i as u32 * COLS, 16), dq_p);
+                }
+                let (inf, q_end) = (f32::NEG_INFINITY, &q0 + step);
+                k.if_(io.seq_q.lt(&q_end), |k| {
+                    k.mask(s, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &q0, inf)
+                });
+                if atomic_dq {
+                    // Keys past the end would add `dS·0` to dQ: zero only while dS is finite.
+                    k.if_(io.seq_kv.lt(&(&block0 + i64::from(BLOCK))), |k| {
+                        k.mask(s, MaskRule::RowsBelow(io.seq_kv.clone()), &k0, &q0, inf)
+                    });
+                }
+                if let Some(off) = &offset {
+                    // Only where the step reaches below the diagonal of the block's last key.
+                    let last_key = &block0 + i64::from(BLOCK - 1);
+                    k.if_((&q0 + off.clone()).lt(&last_key), |k| {
+                        let offset = off.clone();
+                        k.mask(s, MaskRule::CausalT { offset }, &k0, &q0, inf)
+                    });
+                }
+                probs_and_ds(k, c, s, dp);
+                k.copy(p, s);
+                k.copy(ds, dp);
+                // The next step's log-sum-exp into the free score tile, landing behind dV and dK.
+                stat(k, io.lse, s, &(t + 1));
+                // dV += Pᵀ·dO and dK += dSᵀ·Q (Pᵀ and dSᵀ from registers).
+                turn(k, cfg.turns == BwdTurns::Both, "dV, dK", &|k| {
+                    for (accs, a, streamed) in [(&dv_r, p, do_s), (&dk_r, ds, q_s)] {
+                        for (&r, &bt) in accs.iter().zip(streamed) {
+                            let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
+                            k.mma(MmaForm::Ab, r, MmaOperand::Reg(a), bt, Some(r));
                         }
                     }
                 });
+                if let (Some((ds_s, dq_p)), Some(dq_g)) = (dq_parts, dq_acc) {
+                    // dQ += dS·K: this warpgroup's 64 keys of dSᵀ to shared memory, read back as
+                    // `K × M` (keys × queries) beside the same keys of K, one 64-column half of the
+                    // head dimension at a time; its 16 queries of the product added to dq_acc.
+                    let (g, wq) = (&cw / 4, &cw % 4);
+                    k.store_shared(k.smem(ds_s, 0).sub(16, STEP, &cw, 0), ds);
+                    k.wait_shared(0);
+                    k.barrier_by(Scope::WarpGroup);
+                    for (i, &kt) in k_s.iter().enumerate() {
+                        let a = MmaOperand::Shared(k.smem(ds_s, 0).sub(64, 16, &g, &wq));
+                        let bt = MmaOperand::Shared(k.smem(kt, 0).sub(64, COLS, &g, 0));
+                        k.mma(MmaForm::Atb, dq_p, a, bt, None);
+                        let q_w = &q0 + &wq * 16;
+                        k.atomic_add(view(k, dq_g, &b, &h, q_w, i as u32 * COLS, 16), dq_p);
+                    }
+                }
             });
             let scale = 1.0 / (d as f32).sqrt();
             for (i, (&dkr, &dvr)) in dk_r.iter().zip(&dv_r).enumerate() {
