@@ -5,7 +5,7 @@
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
 
-use cuda_common::{ensure_nvrtc, fresh_cache};
+use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
 use kittens_ir::SlotFill;
 use kittens_kernels::gemm_bf16::shapes::{HopperTile, TILES};
@@ -409,41 +409,4 @@ fn lowered_block(
         std::fs::write(path, &l.source).expect("dump");
     }
     (cfg, l)
-}
-
-/// Compiles a lowered GEMM with NVRTC for sm_90a and checks what every block must satisfy: no spills
-/// or stack, the H100's shared memory, no ptxas performance warning (C75xx: setmaxnreg ignored, wgmma
-/// serialized).
-fn compile_clean(
-    l: &kittens_codegen::Lowered,
-    cache: &kittens_runtime::cuda::KernelCache,
-    what: &str,
-) -> kittens_runtime::cuda::CudaCompileReport {
-    let h100 = kittens_hw::gpu("h100").expect("catalog");
-    let image = compile_with_cache(
-        &l.source,
-        &l.entry,
-        "sm_90a",
-        l.dynamic_shared_bytes(),
-        Some(cache),
-    )
-    .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let r = image.report;
-    assert_eq!(
-        (r.spill_stores, r.spill_loads, r.stack_frame),
-        (0, 0, 0),
-        "{what}: {r:?}"
-    );
-    assert!(
-        r.dynamic_shared_bytes <= h100.shared_bytes_per_block,
-        "{what}"
-    );
-    assert!(
-        r.warnings
-            .iter()
-            .all(|w| !w.contains("C75") && !w.contains("serialized")),
-        "{what}: {:?}",
-        r.warnings
-    );
-    r
 }

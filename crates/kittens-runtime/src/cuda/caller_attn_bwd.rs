@@ -18,10 +18,9 @@ use kittens_kernels::attn_fwd::AttnLayout;
 
 use cudarc::driver::sys as cu;
 
-use super::args::PackedArgs;
+use super::attn_split::pack;
 use super::caller::{check_pointer, enqueue, in_context, kernel_on, KernelLoad};
-use super::driver::{check as driver_check, encode_bf16};
-use super::limits::check_tensor_map_nd;
+use super::driver::check as driver_check;
 use super::{invalid, CudaError};
 
 /// Which launches compute the backward.
@@ -231,21 +230,8 @@ pub unsafe fn attention_bwd(
                 };
                 let (kernel, fresh) = kernel_on(ordinal, &cfg.key(), &|| lower(&cfg))?;
                 let l = &kernel.lowered;
-                let mut args = PackedArgs::pack(
-                    l,
-                    &values,
-                    |g| {
-                        let (ptr, bytes) = tensor(&g.tensor)?;
-                        let bytes = usize::try_from(bytes).map_err(|_| invalid("tensor size"))?;
-                        check_tensor_map_nd(&g.dims, &g.strides, &g.boxes, bytes)?;
-                        encode_bf16(ptr, &g.dims, &g.strides, &g.boxes, g.swizzle)
-                    },
-                    |name| Ok(tensor(name)?.0),
-                )?;
+                let (mut args, grid) = pack(l, &values, &tensor, kernel.multiprocessors)?;
                 let mut pointers = args.pointers();
-                let grid = l
-                    .blocks(&values, kernel.multiprocessors)
-                    .ok_or_else(|| invalid("grid extents of the lowered attention backward"))?;
                 // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`),
                 // alive until the call returns; the maps were checked against the allocations the
                 // driver reports; the caller keeps the memory and the stream alive, the accumulator
