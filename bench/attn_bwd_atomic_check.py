@@ -8,21 +8,7 @@ import sys
 import torch
 import kittens
 
-def rel(a, b):
-    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
-
-def reference(q, k, v, causal, dtype):
-    # Plain attention in `dtype` (float64: the reference; bfloat16: torch's bf16 computation).
-    g = q.shape[1] // k.shape[1]
-    q, k, v = (t.to(dtype) for t in (q, k, v))
-    k, v = (t.repeat_interleave(g, dim=1) for t in (k, v))
-    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
-    if causal:
-        nq, nk = q.shape[2], k.shape[2]
-        keep = torch.arange(nk, device=q.device)[None, :] <= torch.arange(nq, device=q.device)[:, None]
-        s = s.masked_fill(~keep, float("-inf"))
-    p = torch.softmax(s.float() if dtype == torch.bfloat16 else s, dim=-1).to(dtype)
-    return p @ v
+from attn_ref import rel, reference
 
 sms = torch.cuda.get_device_properties(0).multi_processor_count
 failed = 0
@@ -44,9 +30,9 @@ for (b, h, hk, nq, nk, d, causal, scale, layout) in cases:
     with torch.no_grad():
         out, lse = kittens.attention(q, k, v, causal=causal, return_lse=True)
     qd, kd, vd = (t.double().requires_grad_() for t in (q, k, v))
-    reference(qd, kd, vd, causal, torch.float64).backward(do.double())
+    reference(qd, kd, vd, "top_left" if causal else None, torch.float64).backward(do.double())
     qb, kb, vb = (t.clone().requires_grad_() for t in (q, k, v))
-    reference(qb, kb, vb, causal, torch.bfloat16).backward(do)
+    reference(qb, kb, vb, "top_left" if causal else None, torch.bfloat16).backward(do)
     atomic = kittens._attention_backward(q, k, v, out, do, lse, causal, form="atomic")
     two = kittens._attention_backward(q, k, v, out, do, lse, causal, form="two")
     for name, ours, other, r, bl in zip(("dq", "dk", "dv"), atomic, two, (qd.grad, kd.grad, vd.grad),

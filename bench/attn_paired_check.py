@@ -7,21 +7,7 @@ import sys
 import torch
 import kittens
 
-def rel(a, b):
-    return float((a.double() - b.double()).norm() / b.double().norm().clamp_min(1e-30))
-
-def reference(q, k, v, causal_align, dtype):
-    # Plain attention in `dtype` (float64: the reference; bfloat16: torch's bf16 computation).
-    g = q.shape[1] // k.shape[1]
-    q, k, v = (t.to(dtype) for t in (q, k, v))
-    k, v = (t.repeat_interleave(g, dim=1) for t in (k, v))
-    s = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
-    nq, nk = q.shape[2], k.shape[2]
-    off = 0 if causal_align == "top_left" else nk - nq
-    keep = torch.arange(nk, device=q.device)[None, :] <= torch.arange(nq, device=q.device)[:, None] + off
-    s = s.masked_fill(~keep, float("-inf"))
-    p = torch.softmax(s.float() if dtype == torch.bfloat16 else s, dim=-1).to(dtype)
-    return p @ v
+from attn_ref import rel, reference
 
 failed = 0
 cases = [(2, 40, 40, 777, 777, 128, "top_left", 1.0), (4, 48, 12, 600, 600, 64, "top_left", 8.0),
