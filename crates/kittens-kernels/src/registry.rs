@@ -372,6 +372,12 @@ const ATTN_BWD: KernelEntry = KernelEntry {
             about: "the Hopper backward's second launch: query blocks for dQ",
             targets: &[Target::Sm90a],
         },
+        Variant {
+            name: attn_bwd::problem::ATOMIC,
+            about: "the key blocks of the Hopper backward's atomic form (FlashAttention-3): dQ \
+                    added into an f32 accumulator by TMA reductions, no query-block launch",
+            targets: &[Target::Sm90a],
+        },
     ],
     build_variant: attn_bwd_variant,
     problem: &attn_bwd::problem::BwdProblem,
@@ -567,6 +573,7 @@ mod tests {
                 "{t}"
             );
             assert!(bwd.build_variant(t, Some("dq")).is_err());
+            assert!(bwd.build_variant(t, Some("atomic")).is_err());
         }
         let msg = bwd
             .build_variant(Target::Sm90a, Some("interleave4"))

@@ -78,7 +78,8 @@ fn attn_bwd_compiles_for_sm_90a_without_spills() {
 
 /// The FlashAttention-3 form (`--schedule hopper-atomic`): the strip passes before and after, and the
 /// key blocks that store dSᵀ to a swizzled shared tile, read it back as an M-major `wgmma` A operand
-/// and add dQ with `red.global.add.v2.f32` (pairs) — no spills, no serialised `wgmma` (ptxas C7514/C7515).
+/// and add dQ through each warpgroup's f32 staging slab with TMA reductions
+/// (`cp.reduce.async.bulk.tensor.4d … .add`) — no spills, no serialised `wgmma` (ptxas C7514/C7515).
 #[test]
 fn attn_bwd_atomic_dq_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
@@ -108,7 +109,8 @@ fn attn_bwd_atomic_dq_compiles_for_sm_90a_without_spills() {
                     .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
                 if !pass {
                     for needle in [
-                        "kt::red_add_v2_f32(",
+                        "kt::tma_reduce_add_4d(",
+                        "kt::st_shared_v2_f32(",
                         "_bf16_ss_ta_tb(",
                         "kt::st_shared_b32(",
                         "kt::fence_proxy_async(); // the stores above",
@@ -127,11 +129,9 @@ fn attn_bwd_atomic_dq_compiles_for_sm_90a_without_spills() {
                 .unwrap_or_else(|e| panic!("{cfg:?}: {e}\n{}", l.source));
                 let r = &image.report;
                 eprintln!("{} {dim} {causal:?}: {r:?}", l.entry);
-                // Open: the key blocks at head dimension 128 spill 4 words (16 bytes stored and
-                // loaded, an 8-byte frame) beside dK, dV and the dQ share; everything else none. The
-                // vector reductions (two f32 per `red`) left it unchanged.
-                let known = (schedule, dim) == (BwdSchedule::HopperAtomicKv, 128);
-                let most = if known { (4, 4, 8) } else { (0, 0, 0) };
+                // None spills: the TMA reductions hold no per-element addresses (the per-element
+                // `red` version spilled 4 words at head dimension 128).
+                let most = (0, 0, 0);
                 assert!(
                     r.spill_stores <= most.0 && r.spill_loads <= most.1 && r.stack_frame <= most.2,
                     "{cfg:?}: {r:?}"

@@ -641,7 +641,11 @@ impl Emit<'_> {
             }
             (Op::AtomicAdd { dst, src }, Role::Consumer) => {
                 self.retire_for(&[*src]);
-                self.store_direct(dst, *src, kittens_ir::Rounding::Rtne, true)
+                if super::lower_tma::reduces_through_slab(self.k, dst, *src) {
+                    self.reduce_add(dst, *src)
+                } else {
+                    self.store_direct(dst, *src, kittens_ir::Rounding::Rtne, true)
+                }
             }
             (Op::LoadGlobal { dst, src }, Role::Consumer) => {
                 self.retire_for(&[*dst]);

@@ -13,25 +13,74 @@ use kittens_ir::{Expr, GlobalView, Kernel, Op, RegId, Rounding, Scope, SharedVie
 
 use super::lower::{column_atoms, swizzle_bytes, unsupported, CudaLowerError, Emit, TmaMap};
 
-/// Columns of one TMA store box: 64 bf16 = one 128-byte swizzled row.
-const BOX_COLS: u32 = 64;
 /// Rows of a warpgroup's slab: wgmma's M.
 const WG_ROWS: u32 = 64;
 
-/// Bytes of one consumer warpgroup's slab: 64 rows × N bf16 for the widest stored accumulator (0 when
-/// the kernel stores nothing).
-pub(super) fn slab_bytes(k: &Kernel) -> Result<u32, CudaLowerError> {
-    let mut n = 0u32;
-    for r in k.ops() {
-        // Only row-major matrices are stored through the slab (`store`; others `store_direct`).
-        if let Op::StoreGlobal { src, dst, .. } = r.op {
-            if k.global(dst.tensor).dims.len() != 2 {
-                continue;
-            }
-            n = n.max(k.reg(*src).shape().1);
+/// What goes through a warpgroup's slab: a bf16 store (TMA store) or an f32 reduction (TMA
+/// reduce-add). Either way a box row is 128 bytes, the 128-byte swizzle's span.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SlabOp {
+    Store,
+    ReduceAdd,
+}
+
+impl SlabOp {
+    fn dtype(self) -> DType {
+        match self {
+            SlabOp::Store => DType::Bf16,
+            SlabOp::ReduceAdd => DType::F32,
         }
     }
-    Ok(WG_ROWS * n * DType::Bf16.bytes())
+    /// Columns of one box: one 128-byte swizzled row.
+    fn box_cols(self) -> u32 {
+        128 / self.dtype().bytes()
+    }
+    fn name(self) -> &'static str {
+        match self {
+            SlabOp::Store => "store",
+            SlabOp::ReduceAdd => "atomic_add",
+        }
+    }
+    /// The prelude's function, less its `_{rank}d` suffix.
+    fn call(self) -> &'static str {
+        match self {
+            SlabOp::Store => "tma_store",
+            SlabOp::ReduceAdd => "tma_reduce_add",
+        }
+    }
+}
+
+/// Whether an `atomic_add` of `src` into `dst` goes through the slab (TMA reductions): an f32 tensor
+/// of 2 to 5 dimensions with unit column stride and a source as wide as a whole number of boxes.
+/// Others use per-element `red.global.add` (`store_direct`).
+pub(super) fn reduces_through_slab(k: &Kernel, dst: &GlobalView, src: RegId) -> bool {
+    let g = k.global(dst.tensor);
+    let n = k.reg(src).shape().1;
+    g.dtype == DType::F32
+        && (2..=5).contains(&g.dims.len())
+        && g.strides[dst.col_dim as usize] == Expr::c(1)
+        && dst.row_dim != dst.col_dim
+        && n.is_multiple_of(SlabOp::ReduceAdd.box_cols())
+}
+
+/// Bytes of one consumer warpgroup's slab: 64 rows × N elements for the widest accumulator stored
+/// (bf16) or reduced (f32) through it (0 when the kernel does neither).
+pub(super) fn slab_bytes(k: &Kernel) -> Result<u32, CudaLowerError> {
+    let mut bytes = 0u32;
+    for r in k.ops() {
+        let (src, op) = match r.op {
+            // Only row-major matrices are stored through the slab (`store`; others `store_direct`).
+            Op::StoreGlobal { src, dst, .. } if k.global(dst.tensor).dims.len() == 2 => {
+                (*src, SlabOp::Store)
+            }
+            Op::AtomicAdd { src, dst } if reduces_through_slab(k, dst, *src) => {
+                (*src, SlabOp::ReduceAdd)
+            }
+            _ => continue,
+        };
+        bytes = bytes.max(WG_ROWS * k.reg(src).shape().1 * op.dtype().bytes());
+    }
+    Ok(bytes)
 }
 
 impl Emit<'_> {
@@ -197,7 +246,8 @@ impl Emit<'_> {
         Ok((lines, s.tile.bytes()))
     }
 
-    /// Stores the warpgroup's 64×N accumulator (the four waves' 16-row slices) through the slab.
+    /// Stores the warpgroup's 64×N accumulator (the four waves' 16-row slices), rounded to bf16,
+    /// through the slab into a row-major matrix.
     pub(super) fn store(
         &mut self,
         dst: &GlobalView,
@@ -205,16 +255,8 @@ impl Emit<'_> {
         rounding: Rounding,
     ) -> Result<(), CudaLowerError> {
         let g = self.k.global(dst.tensor);
-        let (acc, _) = self.acc(src);
-        let n = self.k.reg(src).shape().1;
-        if rounding != Rounding::Rtne
-            || (dst.rows, dst.cols) != (16, n)
-            || !n.is_multiple_of(BOX_COLS)
-        {
-            return unsupported(format!(
-                "store of {}x{} with {rounding:?} (16 x a multiple of 64, RTNE)",
-                dst.rows, dst.cols
-            ));
+        if rounding != Rounding::Rtne {
+            return unsupported(format!("store to `{}` with {rounding:?} (RTNE)", g.name));
         }
         if g.dtype != DType::Bf16 {
             return unsupported(format!(
@@ -225,24 +267,52 @@ impl Emit<'_> {
         if g.dims.len() != 2 || dst.row_dim != 0 || dst.col_dim != 1 || g.strides[1] != Expr::c(1) {
             return unsupported(format!("store to `{}`: only row-major 2-d tensors", g.name));
         }
+        self.through_slab(dst, src, SlabOp::Store)
+    }
+
+    /// Adds the warpgroup's 64×N f32 accumulator into an f32 tensor of 2 to 5 dimensions through the
+    /// slab and TMA reductions (`cp.reduce.async.bulk.tensor … .add`, PTX ISA §9.7.9.25.4.2): one
+    /// thread hands the whole box to the L2's reduction units, where per-element `red.global.add`
+    /// from every thread (FlashAttention-2's dQ) measured 0.64× the two-launch backward
+    /// (bench/NOTES.md, "dQ by atomics"). The IR's meaning is unchanged: each element is added once;
+    /// rows outside the tensor are clipped by TMA.
+    pub(super) fn reduce_add(&mut self, dst: &GlobalView, src: RegId) -> Result<(), CudaLowerError> {
+        self.through_slab(dst, src, SlabOp::ReduceAdd)
+    }
+
+    fn through_slab(&mut self, dst: &GlobalView, src: RegId, op: SlabOp) -> Result<(), CudaLowerError> {
+        let g = self.k.global(dst.tensor);
+        let (acc, _) = self.acc(src);
+        let n = self.k.reg(src).shape().1;
+        let box_cols = op.box_cols();
+        if (dst.rows, dst.cols) != (16, n) || !n.is_multiple_of(box_cols) {
+            return unsupported(format!(
+                "{} of {}x{} into `{}` (16 x a multiple of {box_cols})",
+                op.name(),
+                dst.rows,
+                dst.cols,
+                g.name
+            ));
+        }
         self.check_store_slices(dst)?;
         let map = TmaMap {
             global: dst.tensor.0,
             box_rows: WG_ROWS,
-            box_cols: BOX_COLS,
+            box_cols,
             swizzle_bytes: 128,
-            row_dim: 0,
-            col_dim: 1,
+            row_dim: dst.row_dim,
+            col_dim: dst.col_dim,
         };
         match self.store_map {
-            Some(m) if m != map => return unsupported("stores to two different tensors"),
+            Some(m) if m != map => return unsupported("slab stores to two different tensors"),
             _ => self.store_map = Some(map),
         }
         let producers = self.producers;
         let (slab, box_bytes) = (self.slab, WG_ROWS * 128);
         let l = |e: &mut Self, s: &str| e.line(s);
         self.line(format!(
-            "{{ // store {} -> {} through a swizzled shared slab and TMA",
+            "{{ // {} {} -> {} through a swizzled shared slab and TMA",
+            op.name(),
             self.k.reg(src).name,
             g.name
         ));
@@ -250,32 +320,44 @@ impl Emit<'_> {
         self.line(format!(
             "const u32 slab = kt_slabs + (threadIdx.x / 128u - {producers}u) * {slab}u, w = (threadIdx.x / 32u) % 4u, l = kt_lane;"
         ));
-        self.line(format!(
-            "const int r0 = {}, c0 = {}; // the warpgroup's first row and column",
-            self.ex_with(&dst.origin[0], "kt_wave0"),
-            self.ex_with(&dst.origin[1], "kt_wave0")
-        ));
-        l(self, "if (threadIdx.x % 128 == 0) kt::tma_store_wait_read<0>(); // the previous tile's store has read the slab");
+        l(self, "if (threadIdx.x % 128 == 0) kt::tma_store_wait_read<0>(); // the previous box has left the slab");
         l(self, super::lower::WG_BARRIER);
         // D fragment: rows 16w + l/4 (+8), columns 8i + 2(l%4) (+1). In the 128-byte swizzle
-        // (`kt::swizzle128`) the row's 16-byte chunk i%8 moves to chunk (i%8) ^ (row%8), and row%8
-        // is l/4 for every fragment row: the address is a per-thread base plus constants and one of
-        // eight XORed chunk offsets, so the compiler keeps 8 offsets live, not one address per store
-        // (it hoisted all of them out of the tile loop, 48 registers at 192 columns).
-        l(
-            self,
-            "const u32 sw = l / 4u, base = slab + (w * 16u + l / 4u) * 128u + (l % 4u) * 4u;",
-        );
-        l(self, "#pragma unroll");
-        self.line(format!("for (u32 i = 0; i < {}u; ++i) {{", n / 8));
-        l(self, "#pragma unroll");
-        l(self, "    for (u32 h = 0; h < 2; ++h) {");
-        self.line(format!(
-            "        const u32 off = (i / 8u) * {box_bytes}u + h * 1024u + (((i % 8u) ^ sw) << 4);"
-        ));
-        self.line(format!(
-            "        kt::st_shared_b32(base + off, kt::pack_bf16x2({acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]));"
-        ));
+        // (`kt::swizzle128`) the row's 16-byte chunk c moves to chunk c ^ (row%8), and row%8 is l/4
+        // for every fragment row: the address is a per-thread base plus constants and one of eight
+        // XORed chunk offsets, so the compiler keeps 8 offsets live, not one address per store (it
+        // hoisted all of them out of the tile loop, 48 registers at 192 columns).
+        match op {
+            // bf16 pairs: 4 bytes at column 8i + 2(l%4) of 64-column boxes, chunk i%8.
+            SlabOp::Store => {
+                l(self, "const u32 sw = l / 4u, base = slab + (w * 16u + l / 4u) * 128u + (l % 4u) * 4u;");
+                l(self, "#pragma unroll");
+                self.line(format!("for (u32 i = 0; i < {}u; ++i) {{", n / 8));
+                l(self, "#pragma unroll");
+                l(self, "    for (u32 h = 0; h < 2; ++h) {");
+                self.line(format!(
+                    "        const u32 off = (i / 8u) * {box_bytes}u + h * 1024u + (((i % 8u) ^ sw) << 4);"
+                ));
+                self.line(format!(
+                    "        kt::st_shared_b32(base + off, kt::pack_bf16x2({acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]));"
+                ));
+            }
+            // f32 pairs: 8 bytes at column 8i + 2(l%4) of 32-column boxes, chunk 2(i%4) + (l%4)/2
+            // (an even number plus 0 or 1, so its XOR with row%8 is 2(i%4) ^ (row%8 ^ (l%4)/2)).
+            SlabOp::ReduceAdd => {
+                l(self, "const u32 sw = (l / 4u) ^ ((l % 4u) / 2u), base = slab + (w * 16u + l / 4u) * 128u + (l % 2u) * 8u;");
+                l(self, "#pragma unroll");
+                self.line(format!("for (u32 i = 0; i < {}u; ++i) {{", n / 8));
+                l(self, "#pragma unroll");
+                l(self, "    for (u32 h = 0; h < 2; ++h) {");
+                self.line(format!(
+                    "        const u32 off = (i / 4u) * {box_bytes}u + h * 1024u + (((2u * (i % 4u)) ^ sw) << 4);"
+                ));
+                self.line(format!(
+                    "        kt::st_shared_v2_f32(base + off, {acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]);"
+                ));
+            }
+        }
         l(self, "    }");
         l(self, "}");
         l(
@@ -285,9 +367,27 @@ impl Emit<'_> {
         l(self, super::lower::WG_BARRIER);
         l(self, "if (threadIdx.x % 128 == 0) {");
         let mi = format!("tma{}", self.maps.len()); // pushed after the loads' maps
-        self.line(format!("    for (u32 j = 0; j < {}u; ++j)", n / BOX_COLS));
+        let order = TmaMap::dim_order(g.dims.len(), dst.row_dim, dst.col_dim);
+        let coords: Vec<String> = order
+            .iter()
+            .map(|&i| {
+                if i == dst.col_dim as usize {
+                    format!("c0 + (int)(j * {box_cols}u)")
+                } else {
+                    format!("(int)({})", self.ex_with(&dst.origin[i], "kt_wave0"))
+                }
+            })
+            .collect();
         self.line(format!(
-            "        kt::tma_store_2d(&{mi}, slab + j * {box_bytes}u, c0 + (int)(j * {BOX_COLS}u), r0);"
+            "    const int c0 = {}; // the warpgroup's first column",
+            self.ex_with(&dst.origin[dst.col_dim as usize], "kt_wave0")
+        ));
+        self.line(format!("    for (u32 j = 0; j < {}u; ++j)", n / box_cols));
+        self.line(format!(
+            "        kt::{}_{}d(&{mi}, slab + j * {box_bytes}u, {});",
+            op.call(),
+            order.len(),
+            coords.join(", ")
         ));
         l(self, "    kt::tma_store_commit();");
         l(self, "}");
@@ -297,21 +397,38 @@ impl Emit<'_> {
     }
 
     /// The four waves of a warpgroup store consecutive 16-row slices at the same columns (evaluated at
-    /// block and loop indices 0), so they form one 64-row box.
+    /// block and loop indices 0) and the same other coordinates (which must not read the wave), so
+    /// they form one 64-row box.
     fn check_store_slices(&self, dst: &GlobalView) -> Result<(), CudaLowerError> {
         let at = |e: &Expr, wave: u32| self.at_origin(e, wave);
+        let (rd, cd) = (dst.row_dim as usize, dst.col_dim as usize);
+        let others_uniform = dst
+            .origin
+            .iter()
+            .enumerate()
+            .all(|(i, e)| i == rd || i == cd || !reads_wave(e));
         for w0 in (4 * self.producers..self.k.waves).step_by(4) {
             for i in 0..4u32 {
-                let ok = at(&dst.origin[0], w0 + i)
-                    .zip(at(&dst.origin[0], w0))
+                let ok = at(&dst.origin[rd], w0 + i)
+                    .zip(at(&dst.origin[rd], w0))
                     .is_some_and(|(r, r0)| r == r0 + 16 * i as i64)
-                    && at(&dst.origin[1], w0 + i) == at(&dst.origin[1], w0);
-                if !ok {
+                    && at(&dst.origin[cd], w0 + i).is_some()
+                    && at(&dst.origin[cd], w0 + i) == at(&dst.origin[cd], w0);
+                if !ok || !others_uniform {
                     return unsupported("a store whose per-wave slices are not one 64-row box");
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// Whether `e` reads the wave index.
+fn reads_wave(e: &Expr) -> bool {
+    match e {
+        Expr::Wave => true,
+        Expr::Bin(_, a, b) => reads_wave(a) || reads_wave(b),
+        _ => false,
     }
 }
 

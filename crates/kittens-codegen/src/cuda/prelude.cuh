@@ -106,6 +106,25 @@ __device__ __forceinline__ void tma_store_2d(const CUtensorMap* map, u32 src, in
     asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%2, %3}], [%1];"
         ::"l"((u64)map), "r"(src), "r"(c0), "r"(c1) : "memory");
 }
+// Shared -> global element-wise f32 addition done by the L2 (PTX ISA §9.7.9.25.4.2,
+// cp.reduce.async.bulk.tensor; the element type is the map's), tracked like a store.
+__device__ __forceinline__ void tma_reduce_add_2d(const CUtensorMap* map, u32 src, int c0, int c1) {
+    asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];"
+        ::"l"((u64)map), "r"(src), "r"(c0), "r"(c1) : "memory");
+}
+__device__ __forceinline__ void tma_reduce_add_3d(const CUtensorMap* map, u32 src, int c0, int c1, int c2) {
+    asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];"
+        ::"l"((u64)map), "r"(src), "r"(c0), "r"(c1), "r"(c2) : "memory");
+}
+__device__ __forceinline__ void tma_reduce_add_4d(const CUtensorMap* map, u32 src, int c0, int c1, int c2, int c3) {
+    asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];"
+        ::"l"((u64)map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3) : "memory");
+}
+__device__ __forceinline__ void tma_reduce_add_5d(const CUtensorMap* map, u32 src, int c0, int c1, int c2, int c3,
+                                                  int c4) {
+    asm volatile("cp.reduce.async.bulk.tensor.5d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];"
+        ::"l"((u64)map), "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4) : "memory");
+}
 __device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Waits until at most N bulk groups still read their shared-memory source.
 template <int N> __device__ __forceinline__ void tma_store_wait_read() {
@@ -269,6 +288,9 @@ __device__ __forceinline__ void red_add_v2_f32(float* p, float a, float b) {
 }
 __device__ __forceinline__ void st_shared_b32(u32 addr, u32 v) {
     asm volatile("st.shared.b32 [%0], %1;" ::"r"(addr), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_shared_v2_f32(u32 addr, float a, float b) {
+    asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(a), "f"(b) : "memory");
 }
 // Byte offset `off` inside a 1024-byte-aligned region laid out with the 128-byte swizzle (TMA's and
 // wgmma's "128B" mode): the 16-byte chunk index is XORed with the row index modulo 8.

@@ -64,12 +64,12 @@ fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
     }
 }
 
-/// Ring slots for the streamed pair of tensors beside the block's own two (`BLOCK` rows each): as
-/// many as fit the H100's 227 KiB, 2 to 4.
-fn stages(dim: u32, step: u32) -> u32 {
-    let own = 2 * BLOCK * dim * 2;
+/// Ring slots for the streamed pair of tensors beside the block's own two (`BLOCK` rows each) and
+/// `extra` bytes of other shared memory: as many as fit the H100's 227 KiB, 2 to 4.
+fn stages(dim: u32, step: u32, extra: u32) -> u32 {
+    let own = 2 * BLOCK * dim * 2 + extra;
     let per_step = 2 * step * dim * 2;
-    ((220 * 1024 - own) / per_step).clamp(2, 4)
+    (220 * 1024u32).saturating_sub(own).div_euclid(per_step).clamp(2, 4)
 }
 
 /// Parameters and tensors of both launches, in declaration order: `batch, heads, heads_kv, seq_q,
@@ -181,9 +181,15 @@ struct Smem {
     stages: u32,
 }
 
-fn declare_smem(k: &mut KernelBuilder, dim: u32, step: u32, names: [&str; 4]) -> Smem {
+fn declare_smem(
+    k: &mut KernelBuilder,
+    dim: u32,
+    step: u32,
+    extra: u32,
+    names: [&str; 4],
+) -> Smem {
     let halves = dim / COLS;
-    let st = stages(dim, step);
+    let st = stages(dim, step, extra);
     let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
     let mut tiles = |name: &str, rows, slots| -> Vec<kittens_ir::SharedId> {
         (0..halves)
@@ -291,7 +297,14 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     };
     let (b, hk) = (k.block(0), k.block(1));
     let group = &io.heads / io.heads_kv.clone();
-    let sm = declare_smem(&mut k, d, STEP, ["k_s", "v_s", "q_s", "do_s"]);
+    // The atomic form also holds dSᵀ (BLOCK × STEP bf16) and, on Hopper, each consumer
+    // warpgroup's staging of its dQ share for the TMA reduction (64 × COLS f32).
+    let extra = if atomic_dq {
+        BLOCK * STEP * 2 + 2 * 64 * COLS * 4
+    } else {
+        0
+    };
+    let sm = declare_smem(&mut k, d, STEP, extra, ["k_s", "v_s", "q_s", "do_s"]);
     let [k_s, v_s] = &sm.own;
     let [q_s, do_s] = &sm.ring;
     let halves = (d / COLS) as usize;
@@ -485,7 +498,7 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     };
     let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - rank);
     let hk = &h / (&io.heads / io.heads_kv.clone());
-    let sm = declare_smem(&mut k, d, STEP_Q, ["q_s", "do_s", "k_s", "v_s"]);
+    let sm = declare_smem(&mut k, d, STEP_Q, 0, ["q_s", "do_s", "k_s", "v_s"]);
     let [q_s, do_s] = &sm.own;
     let [k_s, v_s] = &sm.ring;
     let halves = (d / COLS) as usize;

@@ -53,6 +53,8 @@ pub const INTERLEAVE4: &str = "interleave4";
 pub const PINGPONG8: &str = "pingpong8";
 /// The Hopper backward's query-block launch.
 pub const DQ: &str = "dq";
+/// The key blocks of the Hopper backward's atomic form (dQ added into an f32 accumulator).
+pub const ATOMIC: &str = "atomic";
 
 /// `base`, a GPU's configuration, turned into its variant `name`.
 pub fn variant(base: BwdConfig, name: &str) -> Result<BwdConfig, KernelError> {
@@ -63,8 +65,12 @@ pub fn variant(base: BwdConfig, name: &str) -> Result<BwdConfig, KernelError> {
             schedule: super::BwdSchedule::HopperQ,
             ..base
         }),
+        ATOMIC => Ok(BwdConfig {
+            schedule: super::BwdSchedule::HopperAtomicKv,
+            ..base
+        }),
         other => Err(KernelError::Config(format!(
-            "attn_bwd: no variant `{other}`; variants: {INTERLEAVE4}, {PINGPONG8}, {DQ}"
+            "attn_bwd: no variant `{other}`; variants: {INTERLEAVE4}, {PINGPONG8}, {DQ}, {ATOMIC}"
         ))),
     }
 }

@@ -33,6 +33,8 @@ pub struct MapGeometry {
     pub strides: Vec<u64>,
     pub boxes: Vec<u32>,
     pub swizzle: Swizzle,
+    /// The element type (the map's data type and the unit of `dims` and `boxes`).
+    pub dtype: kittens_hw::dtype::DType,
 }
 
 /// The geometry of map `t` of `l` at parameter values `values`.
@@ -67,11 +69,12 @@ pub fn map_geometry(
         .iter()
         .map(|&i| eval(&g.dims[i]))
         .collect::<Result<_, _>>()?;
+    let elem = u64::from(g.dtype.bytes());
     let strides: Vec<u64> = order[1..]
         .iter()
         .map(|&i| {
             eval(&g.strides[i])?
-                .checked_mul(2)
+                .checked_mul(elem)
                 .ok_or_else(|| invalid(format!("stride of tensor `{}` overflows", g.name)))
         })
         .collect::<Result<_, _>>()?;
@@ -86,6 +89,7 @@ pub fn map_geometry(
         strides,
         boxes,
         swizzle: Swizzle::from_bytes(t.swizzle_bytes)?,
+        dtype: g.dtype,
     })
 }
 

@@ -17,7 +17,7 @@ use std::rc::Rc;
 
 use super::args::PackedArgs;
 use super::attn::params_kv;
-use super::driver::{encode_bf16, Device, DeviceBuffer, Function, Stream};
+use super::driver::{encode_tiled, Device, DeviceBuffer, Function, MapType, Stream};
 use super::limits::check_tensor_map_nd;
 use super::{compile, invalid, CudaCompileReport, CudaError};
 
@@ -96,8 +96,9 @@ pub fn pack(
         |g| {
             let (ptr, bytes) = tensor(&g.tensor)?;
             let bytes = usize::try_from(bytes).map_err(|_| invalid("tensor size"))?;
-            check_tensor_map_nd(&g.dims, &g.strides, &g.boxes, bytes)?;
-            encode_bf16(ptr, &g.dims, &g.strides, &g.boxes, g.swizzle)
+            let ty = MapType::of(g.dtype)?;
+            check_tensor_map_nd(&g.dims, &g.strides, &g.boxes, ty.bytes(), bytes)?;
+            encode_tiled(ptr, ty, &g.dims, &g.strides, &g.boxes, g.swizzle)
         },
         |name| Ok(tensor(name)?.0),
     )?;

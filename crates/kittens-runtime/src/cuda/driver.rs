@@ -540,7 +540,7 @@ impl<'buf> TensorMap<'buf> {
         boxes: &[u32],
         swizzle: Swizzle,
     ) -> Result<TensorMap<'buf>, CudaError> {
-        super::limits::check_tensor_map_nd(dims, strides, boxes, buf.bytes())?;
+        super::limits::check_tensor_map_nd(dims, strides, boxes, 2, buf.bytes())?;
         Self::encode(buf, dims, strides, boxes, swizzle)
     }
 
@@ -591,6 +591,30 @@ pub(crate) enum MapType {
     Bf16,
     /// One byte per element (fp8).
     Bytes,
+    /// f32 (the attention backward's dQ accumulator, added into by TMA reductions).
+    F32,
+}
+
+impl MapType {
+    /// The map type of a tile program's tensor of `dtype`.
+    pub(crate) fn of(dtype: kittens_hw::dtype::DType) -> Result<MapType, CudaError> {
+        use kittens_hw::dtype::DType;
+        match dtype {
+            DType::Bf16 => Ok(MapType::Bf16),
+            DType::Fp8E4m3 => Ok(MapType::Bytes),
+            DType::F32 => Ok(MapType::F32),
+            d => Err(CudaError::Invalid(format!("a tensor map of {d:?} elements"))),
+        }
+    }
+
+    /// Bytes per element.
+    pub(crate) fn bytes(self) -> u64 {
+        match self {
+            MapType::Bf16 => 2,
+            MapType::Bytes => 1,
+            MapType::F32 => 4,
+        }
+    }
 }
 
 /// [`encode_bf16`] for either element type.
@@ -629,6 +653,7 @@ pub(crate) fn encode_tiled(
                 match ty {
                     MapType::Bf16 => cu::CUtensorMapDataType_enum::CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                     MapType::Bytes => cu::CUtensorMapDataType_enum::CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                    MapType::F32 => cu::CUtensorMapDataType_enum::CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
                 },
                 rank as u32,
                 ptr as *mut c_void,

@@ -176,13 +176,14 @@ pub fn check_tensor_map_2d_of(
     check_buffer("tensor map", rows, cols, elem_bytes, buf_bytes)
 }
 
-/// A bf16 tensor map of 1 to 5 dimensions (innermost first, unit stride) within
+/// A tensor map of 1 to 5 dimensions (innermost first, unit stride) of `elem`-byte elements within
 /// `cuTensorMapEncodeTiled`'s limits — dimensions 1..=2³², box sides 1..=256, byte strides multiples of
 /// 16 below 2⁴⁰ — whose farthest element lies inside a buffer of `buf_bytes`.
 pub fn check_tensor_map_nd(
     dims: &[u64],
     strides: &[u64],
     boxes: &[u32],
+    elem: u64,
     buf_bytes: usize,
 ) -> Result<(), SizeError> {
     let rank = dims.len();
@@ -212,11 +213,11 @@ pub fn check_tensor_map_nd(
     for &b in boxes {
         to_u32("tensor map box side", b as u64, 1, 256)?;
     }
-    // The last element's byte offset: (dims[0] - 1) * 2 + Σ (dims[i] - 1) * strides[i - 1].
+    // The last element's byte offset: (dims[0] - 1) * elem + Σ (dims[i] - 1) * strides[i - 1].
     let overflow = || SizeError::Overflow {
         what: "tensor map extent".into(),
     };
-    let mut last = (dims[0] - 1).checked_mul(2).ok_or_else(overflow)?;
+    let mut last = (dims[0] - 1).checked_mul(elem).ok_or_else(overflow)?;
     for (&d, &st) in dims[1..].iter().zip(strides) {
         if !st.is_multiple_of(16) || st >= 1 << 40 {
             return Err(SizeError::OutOfRange {
@@ -231,10 +232,11 @@ pub fn check_tensor_map_nd(
             .and_then(|x| x.checked_add(last))
             .ok_or_else(overflow)?;
     }
-    if last + 2 > buf_bytes as u64 {
+    let need = last.checked_add(elem).ok_or_else(overflow)?;
+    if need > buf_bytes as u64 {
         return Err(SizeError::BufferTooSmall {
             what: "tensor map".into(),
-            need: last + 2,
+            need,
             have: buf_bytes as u64,
         });
     }
@@ -332,16 +334,16 @@ mod tests {
         let dims = [d, s, b, h];
         let strides = [h * d * 2, s * h * d * 2, d * 2];
         let bytes = (b * s * h * d * 2) as usize;
-        check_tensor_map_nd(&dims, &strides, &[64, 128, 1, 1], bytes).unwrap();
+        check_tensor_map_nd(&dims, &strides, &[64, 128, 1, 1], 2, bytes).unwrap();
         assert!(matches!(
-            check_tensor_map_nd(&dims, &strides, &[64, 128, 1, 1], bytes - 2),
+            check_tensor_map_nd(&dims, &strides, &[64, 128, 1, 1], 2, bytes - 2),
             Err(SizeError::BufferTooSmall { .. })
         ));
         let odd = [h * d * 2 + 2, s * h * d * 2, d * 2];
-        assert!(check_tensor_map_nd(&dims, &odd, &[64, 128, 1, 1], bytes * 2).is_err());
-        assert!(check_tensor_map_nd(&dims, &strides, &[64, 257, 1, 1], bytes).is_err());
-        assert!(check_tensor_map_nd(&[1; 6], &[16; 5], &[1; 6], 1 << 20).is_err());
-        assert!(check_tensor_map_nd(&dims, &strides[..2], &[64, 128, 1, 1], bytes).is_err());
+        assert!(check_tensor_map_nd(&dims, &odd, &[64, 128, 1, 1], 2, bytes * 2).is_err());
+        assert!(check_tensor_map_nd(&dims, &strides, &[64, 257, 1, 1], 2, bytes).is_err());
+        assert!(check_tensor_map_nd(&[1; 6], &[16; 5], &[1; 6], 2, 1 << 20).is_err());
+        assert!(check_tensor_map_nd(&dims, &strides[..2], &[64, 128, 1, 1], 2, bytes).is_err());
     }
 
     #[test]
