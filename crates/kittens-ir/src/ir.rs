@@ -181,22 +181,26 @@ pub struct SharedView {
 
 /// Who performs an op together. `Wave` is one AMD wavefront (64 lanes) or one NVIDIA warp (32 lanes);
 /// `WarpGroup` is four consecutive waves (a Hopper warpgroup; on AMD one wave per SIMD, the unit the
-/// 8-wave ping-pong alternates); `Block` is every wave of the block.
+/// 8-wave ping-pong alternates); `Consumers` is every wave of a producer/consumer schedule's consumer
+/// role (barriers only: the consumer warpgroups exchanging tiles in shared memory without the
+/// producer, FlashAttention-3's dS hand-off); `Block` is every wave of the block.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     Wave,
     WarpGroup,
+    Consumers,
     Block,
 }
 
 impl Scope {
-    /// Waves in one instance of the scope, for a block of `waves` waves.
+    /// Waves in one instance of the scope, for a block of `waves` waves (for `Consumers`, which only
+    /// barriers take, an upper bound: [`Schedule::consumer_waves`] gives the exact ones).
     pub fn waves(self, block_waves: u32) -> u32 {
         match self {
             Scope::Wave => 1,
             Scope::WarpGroup => 4.min(block_waves),
-            Scope::Block => block_waves,
+            Scope::Consumers | Scope::Block => block_waves,
         }
     }
 }
@@ -605,6 +609,14 @@ impl Schedule {
                 consumers,
                 ..
             } => 4 * (producers + consumers),
+        }
+    }
+    /// The waves of the consumer role (from the producers' last wave on), for a producer/consumer
+    /// schedule; `None` for the others (they have no roles).
+    pub fn consumer_waves(self) -> Option<std::ops::Range<u32>> {
+        match self {
+            Schedule::ProducerConsumer { producers, .. } => Some(4 * producers..self.waves()),
+            _ => None,
         }
     }
     pub fn name(self) -> &'static str {

@@ -313,6 +313,12 @@ fn check_op(k: &Kernel, op: &Op) -> R {
                 s.tile.dtype,
                 g.dtype,
             )?;
+            if *scope == Scope::Consumers {
+                return Err(invalid(
+                    "scope",
+                    "consumers scope for a load (only barriers take it)".to_string(),
+                ));
+            }
             if *scope == Scope::WarpGroup && !k.waves.is_multiple_of(4) {
                 return Err(invalid(
                     "scope",
@@ -397,6 +403,15 @@ fn check_op(k: &Kernel, op: &Op) -> R {
         Op::Priority(p) if *p > 3 => {
             Err(invalid("priority", format!("{p} (wave priority is 0-3)")))
         }
+        Op::Barrier {
+            scope: Scope::Consumers,
+        } if k.schedule.consumer_waves().is_none() => Err(invalid(
+            "scope",
+            format!(
+                "a consumers barrier in the {} schedule (producer/consumer only)",
+                k.schedule.name()
+            ),
+        )),
         Op::Barrier {
             scope: Scope::WarpGroup,
         } if !k.waves.is_multiple_of(4) => Err(invalid(

@@ -59,6 +59,18 @@ pub enum CudaLowerError {
 /// backward at B16 H16 N4096 with an illegal instruction).
 pub(super) const WG_BARRIER: &str = "kt::named_barrier(4 + threadIdx.x / 128, 128);";
 
+/// The consumer warpgroups' common barrier (the IR's `Scope::Consumers`): the ID after the last
+/// warpgroup's own, so again no ID with two thread counts; Hopper has 16 (PTX ISA `bar.sync`).
+fn consumers_barrier(waves: u32, consumer_wgs: u32) -> Result<String, CudaLowerError> {
+    let id = 4 + waves / 4;
+    if id > 15 {
+        return unsupported(format!(
+            "a consumers barrier in a block of {waves} warps (named barrier {id} of 0-15)"
+        ));
+    }
+    Ok(format!("kt::named_barrier({id}, {});", 128 * consumer_wgs))
+}
+
 pub(super) fn unsupported<T>(what: impl Into<String>) -> Result<T, CudaLowerError> {
     Err(CudaLowerError::Unsupported(what.into()))
 }
@@ -637,6 +649,20 @@ impl Emit<'_> {
             ) => {
                 self.line("kt::fence_proxy_async(); // the stores above before the wgmmas below read them");
                 self.line(WG_BARRIER);
+                Ok(())
+            }
+            (
+                Op::Barrier {
+                    scope: Scope::Consumers,
+                },
+                Role::Consumer,
+            ) => {
+                // The IR's shared reads by `mma` complete at issue: every wgmma of this thread is
+                // retired before the others may overwrite what it read.
+                self.retire_all();
+                let bar = consumers_barrier(self.k.waves, self.consumer_wgs())?;
+                self.line("kt::fence_proxy_async(); // the stores above before any warpgroup's wgmmas read them");
+                self.line(bar);
                 Ok(())
             }
             (Op::AtomicAdd { dst, src }, Role::Consumer) => {

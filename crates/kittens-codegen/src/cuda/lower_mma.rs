@@ -519,7 +519,10 @@ impl Emit<'_> {
     /// Checks, by evaluating the views for the waves of each warpgroup, that A's slices step by 16 rows
     /// per wave (16 columns for an M-major A, `m_major`) and B's view is the same for every wave of
     /// the warpgroup (at row 0, or an 8-row-aligned band of a tile). A tile the consumer stores
-    /// itself must lie within the warpgroup's own 64 rows (the named barrier orders one warpgroup).
+    /// itself must lie within the warpgroup's own 64 rows (the named barrier orders one warpgroup),
+    /// unless the program has consumers barriers: the schedule analysis has then shown every wave's
+    /// slice ordered after its writers, and a `wgmma` reads the union of its four waves' slices only
+    /// once all four have issued it.
     fn check_slices(
         &self,
         av: &SharedView,
@@ -527,6 +530,14 @@ impl Emit<'_> {
         m_major: bool,
     ) -> Result<(), CudaLowerError> {
         let at = |e: &Expr, wave: u32| self.at_origin(e, wave);
+        let shared_by_consumers = self.k.ops().iter().any(|r| {
+            matches!(
+                r.op,
+                kittens_ir::Op::Barrier {
+                    scope: kittens_ir::Scope::Consumers
+                }
+            )
+        });
         let (along, across) = if m_major {
             (&av.col0, &av.row0)
         } else {
@@ -552,7 +563,8 @@ impl Emit<'_> {
                     && at(&bv.index, w) == at(&bv.index, w0);
                 let band = i64::from((w / 4).saturating_sub(self.producers)) * 64;
                 let private = |v: &SharedView| {
-                    !self.owned[v.buf.0 as usize]
+                    shared_by_consumers
+                        || !self.owned[v.buf.0 as usize]
                         || at(&v.row0, w)
                             .is_some_and(|r| r >= band && r + i64::from(v.rows) <= band + 64)
                 };

@@ -276,11 +276,20 @@ impl Emit<'_> {
     /// from every thread (FlashAttention-2's dQ) measured 0.64× the two-launch backward
     /// (bench/NOTES.md, "dQ by atomics"). The IR's meaning is unchanged: each element is added once;
     /// rows outside the tensor are clipped by TMA.
-    pub(super) fn reduce_add(&mut self, dst: &GlobalView, src: RegId) -> Result<(), CudaLowerError> {
+    pub(super) fn reduce_add(
+        &mut self,
+        dst: &GlobalView,
+        src: RegId,
+    ) -> Result<(), CudaLowerError> {
         self.through_slab(dst, src, SlabOp::ReduceAdd)
     }
 
-    fn through_slab(&mut self, dst: &GlobalView, src: RegId, op: SlabOp) -> Result<(), CudaLowerError> {
+    fn through_slab(
+        &mut self,
+        dst: &GlobalView,
+        src: RegId,
+        op: SlabOp,
+    ) -> Result<(), CudaLowerError> {
         let g = self.k.global(dst.tensor);
         let (acc, _) = self.acc(src);
         let n = self.k.reg(src).shape().1;

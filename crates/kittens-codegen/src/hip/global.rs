@@ -269,6 +269,11 @@ impl Emitter<'_> {
             Scope::Block => "wave",
             Scope::WarpGroup => "(wave % 4)",
             Scope::Wave => "0",
+            Scope::Consumers => {
+                return Err(LowerError::Unsupported(
+                    "a consumers-scoped load (only barriers take the scope)".into(),
+                ))
+            }
         };
         let name = ident(&sd.name);
         let (idx, row0) = (self.ex(&dst.index), self.ex(&dst.row0));

@@ -427,7 +427,9 @@ impl Emit<'_> {
                 Scope::Block => self.line(format!("{};", self.d.barrier)),
                 // Registers are per lane: nothing orders within a wave.
                 Scope::Wave => {}
-                Scope::WarpGroup => return unsupported("warpgroup barriers in a strip program"),
+                Scope::WarpGroup | Scope::Consumers => {
+                    return unsupported("warpgroup or consumer barriers in a strip program")
+                }
             },
             Op::Wait { .. } | Op::Priority(_) | Op::Hint(_) | Op::SetMaxRegs { .. } => {}
             other => return unsupported(format!("`{}` in a strip program", other.name())),

@@ -44,12 +44,7 @@ impl Order {
         let mut arrived: Vec<Option<(Domain, usize)>> = vec![None; n];
         let mut seen: Vec<HashMap<Domain, usize>> = vec![HashMap::new(); n];
         let mut epochs = vec![vec![]; n];
-        let members = |d: Domain| -> Vec<usize> {
-            match d {
-                Domain::Block => (0..n).collect(),
-                Domain::Group(g) => (4 * g as usize..(4 * g as usize + 4).min(n)).collect(),
-            }
-        };
+        let members = |d: Domain| -> Vec<usize> { d.members(n) };
         loop {
             let mut progress = false;
             for w in 0..n {

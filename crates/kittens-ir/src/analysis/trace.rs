@@ -19,6 +19,19 @@ use std::collections::{HashMap, HashSet, VecDeque};
 pub(crate) enum Domain {
     Block,
     Group(u32),
+    /// The waves from this one to the block's last: a producer/consumer schedule's consumers.
+    From(u32),
+}
+
+impl Domain {
+    /// The member waves of the domain in a block of `n` waves.
+    pub(crate) fn members(self, n: usize) -> Vec<usize> {
+        match self {
+            Domain::Block => (0..n).collect(),
+            Domain::Group(g) => (4 * g as usize..(4 * g as usize + 4).min(n)).collect(),
+            Domain::From(w) => (w as usize..n).collect(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -441,6 +454,10 @@ impl Walker<'_> {
                     Scope::Wave => return Ok(()),
                     Scope::WarpGroup => Domain::Group(self.wave / 4),
                     Scope::Block => Domain::Block,
+                    Scope::Consumers => match self.k.schedule.consumer_waves() {
+                        Some(c) => Domain::From(c.start),
+                        None => Domain::Block,
+                    },
                 };
                 *self.barriers.entry(domain).or_insert(0) += 1;
                 self.push(idx, EvKind::Barrier { domain })?;
@@ -600,10 +617,7 @@ fn inconsistent_skips(skips: &[Vec<Skip>]) -> HashSet<LoopKey> {
     domains.dedup();
     let mut bad = HashSet::new();
     for d in domains {
-        let members: Vec<usize> = match d {
-            Domain::Block => (0..n as usize).collect(),
-            Domain::Group(g) => (4 * g..(4 * g + 4).min(n)).map(|w| w as usize).collect(),
-        };
+        let members = d.members(n as usize);
         let of = |w: usize| -> Vec<&Skip> { skips[w].iter().filter(|s| s.domain == d).collect() };
         let first = of(members[0]);
         let consistent = members.iter().all(|&w| {

@@ -197,6 +197,18 @@ impl<'a> Block<'a> {
         if any {
             return true;
         }
+        if let Some(c) = self.k.schedule.consumer_waves() {
+            let ws = live(c.start as usize..n, &self.waves);
+            if !ws.is_empty()
+                && ws
+                    .iter()
+                    .all(|&w| self.waves[w].state == State::Barrier(Scope::Consumers))
+            {
+                ws.iter()
+                    .for_each(|&w| self.waves[w].state = State::Running);
+                return true;
+            }
+        }
         let ws = live(0..n, &self.waves);
         if ws
             .iter()

@@ -69,7 +69,11 @@ fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
 fn stages(dim: u32, step: u32, extra: u32) -> u32 {
     let own = 2 * BLOCK * dim * 2 + extra;
     let per_step = 2 * step * dim * 2;
-    (220 * 1024u32).saturating_sub(own).div_euclid(per_step).clamp(2, 4)
+    // 227 KiB less 2 KiB for the 1024-byte alignment of the base and the ring barriers.
+    (225 * 1024u32)
+        .saturating_sub(own)
+        .div_euclid(per_step)
+        .clamp(2, 4)
 }
 
 /// Parameters and tensors of both launches, in declaration order: `batch, heads, heads_kv, seq_q,
@@ -181,13 +185,7 @@ struct Smem {
     stages: u32,
 }
 
-fn declare_smem(
-    k: &mut KernelBuilder,
-    dim: u32,
-    step: u32,
-    extra: u32,
-    names: [&str; 4],
-) -> Smem {
+fn declare_smem(k: &mut KernelBuilder, dim: u32, step: u32, extra: u32, names: [&str; 4]) -> Smem {
     let halves = dim / COLS;
     let st = stages(dim, step, extra);
     let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
@@ -300,7 +298,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     // The atomic form also holds dSᵀ (BLOCK × STEP bf16) and, on Hopper, each consumer
     // warpgroup's staging of its dQ share for the TMA reduction (64 × COLS f32).
     let extra = if atomic_dq {
-        BLOCK * STEP * 2 + 2 * 64 * COLS * 4
+        2 * BLOCK * STEP * 2 + 2 * 64 * COLS * 4
     } else {
         0
     };
@@ -325,7 +323,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     // dSᵀ of the block (keys × queries) for the dQ product, and that product's 16 × 64 share.
     let dq_parts = atomic_dq.then(|| {
         let tile = SharedTile::with_swizzle(Bf16, BLOCK, STEP, Swizzle::NV_128B);
-        let ds_s = k.shared_tile("ds_s", tile, 1);
+        let ds_s = k.shared_tile("ds_s", tile, 2);
         let dq_p = k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
         (ds_s, dq_p)
     });
@@ -429,8 +427,11 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 probs_and_ds(k, c, s, dp);
                 k.copy(p, s);
                 k.copy(ds, dp);
-                // The next step's log-sum-exp into the free score tile, landing behind dV and dK.
-                stat(k, io.lse, s, &(t + 1));
+                // The next step's log-sum-exp into the free score tile, landing behind dV and dK
+                // (in the atomic form after dQ: live through it, it spilled).
+                if !atomic_dq {
+                    stat(k, io.lse, s, &(&t + 1));
+                }
                 // dV += Pᵀ·dO and dK += dSᵀ·Q (Pᵀ and dSᵀ from registers).
                 turn(k, cfg.turns == BwdTurns::Both, "dV, dK", &|k| {
                     for (accs, a, streamed) in [(&dv_r, p, do_s), (&dk_r, ds, q_s)] {
@@ -441,20 +442,42 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                     }
                 });
                 if let (Some((ds_s, dq_p)), Some(dq_g)) = (dq_parts, dq_acc) {
-                    // dQ += dS·K: this warpgroup's 64 keys of dSᵀ to shared memory, read back as
-                    // `K × M` (keys × queries) beside the same keys of K, one 64-column half of the
-                    // head dimension at a time; its 16 queries of the product added to dq_acc.
+                    // dQ += dS·K: this warpgroup's 64 keys of dSᵀ to shared memory (slots
+                    // alternating by step, so that a step's writes never meet the last step's
+                    // reads), read back as `K × M` (keys × queries) beside K.
                     let (g, wq) = (&cw / 4, &cw % 4);
-                    k.store_shared(k.smem(ds_s, 0).sub(16, STEP, &cw, 0), ds);
+                    let (ds_slot, q_w) = (&t % 2, &q0 + &wq * 16);
+                    k.store_shared(k.smem(ds_s, ds_slot.clone()).sub(16, STEP, &cw, 0), ds);
                     k.wait_shared(0);
-                    k.barrier_by(Scope::WarpGroup);
-                    for (i, &kt) in k_s.iter().enumerate() {
-                        let a = MmaOperand::Shared(k.smem(ds_s, 0).sub(64, 16, &g, &wq));
-                        let bt = MmaOperand::Shared(k.smem(kt, 0).sub(64, COLS, &g, 0));
-                        k.mma(MmaForm::Atb, dq_p, a, bt, None);
-                        let q_w = &q0 + &wq * 16;
-                        k.atomic_add(view(k, dq_g, &b, &h, q_w, i as u32 * COLS, 16), dq_p);
+                    if halves == 2 {
+                        // Head dimension 128: both warpgroups' keys, then warpgroup g adds the
+                        // whole product for its 64 columns — one reduction per dQ element.
+                        k.barrier_by(Scope::Consumers);
+                        for (i, &kt) in k_s.iter().enumerate() {
+                            k.if_(g.eq(i as i64), |k| {
+                                let ds_v = k.smem(ds_s, ds_slot.clone()).sub(BLOCK, 16, 0, &wq);
+                                let (a, bt) =
+                                    (MmaOperand::Shared(ds_v), MmaOperand::Shared(k.smem(kt, 0)));
+                                k.mma(MmaForm::Atb, dq_p, a, bt, None);
+                                let col = i as u32 * COLS;
+                                k.atomic_add(view(k, dq_g, &b, &h, q_w.clone(), col, 16), dq_p);
+                            });
+                        }
+                    } else {
+                        // Head dimension 64: each warpgroup adds its own 64 keys' share.
+                        k.barrier_by(Scope::WarpGroup);
+                        for (i, &kt) in k_s.iter().enumerate() {
+                            let ds_v = k.smem(ds_s, ds_slot.clone()).sub(64, 16, &g, &wq);
+                            let k_v = k.smem(kt, 0).sub(64, COLS, &g, 0);
+                            let (a, bt) = (MmaOperand::Shared(ds_v), MmaOperand::Shared(k_v));
+                            k.mma(MmaForm::Atb, dq_p, a, bt, None);
+                            let col = i as u32 * COLS;
+                            k.atomic_add(view(k, dq_g, &b, &h, q_w.clone(), col, 16), dq_p);
+                        }
                     }
+                }
+                if atomic_dq {
+                    stat(k, io.lse, s, &(&t + 1));
                 }
             });
             let scale = 1.0 / (d as f32).sqrt();

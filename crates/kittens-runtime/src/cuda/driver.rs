@@ -603,7 +603,9 @@ impl MapType {
             DType::Bf16 => Ok(MapType::Bf16),
             DType::Fp8E4m3 => Ok(MapType::Bytes),
             DType::F32 => Ok(MapType::F32),
-            d => Err(CudaError::Invalid(format!("a tensor map of {d:?} elements"))),
+            d => Err(CudaError::Invalid(format!(
+                "a tensor map of {d:?} elements"
+            ))),
         }
     }
 
