@@ -39,6 +39,7 @@ use kittens_ir::{
 use kittens_tile::Swizzle;
 
 use super::lower_roles::{check_roles, consumer_owned, fill_chunks, resident_rings, ring_barriers};
+use super::lower_wait::OWNED_READ;
 use super::{prelude_with, WgmmaInput};
 use crate::cexpr::{self, ident};
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
@@ -614,8 +615,13 @@ impl Emit<'_> {
                 if !self.group_open {
                     self.settle();
                 }
-                // The chain's registers join its group before the commit closes it.
+                // The chain's registers join its group before the commit closes it, and the
+                // marker of a read of a tile the consumers write themselves.
                 self.open_group.insert(*d);
+                let owned = |o: &MmaOperand| matches!(o, MmaOperand::Shared(v) if self.owned[v.buf.0 as usize]);
+                if owned(a) || owned(b) {
+                    self.open_group.insert(OWNED_READ);
+                }
                 if let MmaOperand::Reg(ar) = a {
                     self.open_group.insert(*ar);
                 }
@@ -636,9 +642,11 @@ impl Emit<'_> {
                 }
             }
             (Op::StoreShared { dst, src, rounding }, Role::Consumer) => {
-                // Every wgmma of this thread is retired, so after the warpgroup's barrier no
-                // wgmma of the warpgroup still reads the tile (write after read).
-                self.retire_all();
+                // Every wgmma of this thread that reads a consumer-written tile (or the stored
+                // registers) is retired, so after the warpgroup's barrier no wgmma of the
+                // warpgroup still reads the tile (write after read); chains on the producer's
+                // slots stay in flight.
+                self.retire_for(&[*src, OWNED_READ]);
                 self.store_shared_frag(dst, *src, *rounding)
             }
             (
@@ -657,9 +665,9 @@ impl Emit<'_> {
                 },
                 Role::Consumer,
             ) => {
-                // The IR's shared reads by `mma` complete at issue: every wgmma of this thread is
-                // retired before the others may overwrite what it read.
-                self.retire_all();
+                // The IR's shared reads by `mma` complete at issue: every wgmma of this thread that
+                // reads a consumer-written tile is retired before the others may overwrite it.
+                self.retire_for(&[OWNED_READ]);
                 let bar = consumers_barrier(self.k.waves, self.consumer_wgs())?;
                 self.line("kt::fence_proxy_async(); // the stores above before any warpgroup's wgmmas read them");
                 self.line(bar);

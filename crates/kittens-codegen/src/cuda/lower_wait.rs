@@ -15,6 +15,12 @@ use kittens_ir::{MmaOperand, Op, RegId, Stmt};
 use super::lower::{cname, Emit, Role};
 use super::CudaLowerError;
 
+/// Not a register: the marker a group holds when one of its `wgmma`s reads a shared tile the
+/// consumers write themselves (`Emit::owned`), so that a store into such a tile, or a barrier
+/// before others store into it, waits for those groups alone and not for the chains on the
+/// producer's slots (the backward's dV and dK products stay in flight over dSᵀ's store).
+pub(super) const OWNED_READ: RegId = RegId(u32::MAX);
+
 /// Whether `next` continues the commit group of `op`: both `mma`, on the same accumulator (a chain
 /// over K), with the same register A (the halves of one product), or both from shared memory over
 /// the same B slot (the row slices of one block: the 256-row GEMM block's two chains per K step,
@@ -191,7 +197,7 @@ impl Emit<'_> {
             "kt::wgmma_wait<{newer}>(); // {newer} newer group(s) stay in flight"
         ));
         let retired: BTreeSet<RegId> = self.groups.drain(..=g).flatten().collect();
-        for r in retired {
+        for r in retired.into_iter().filter(|&r| r != OWNED_READ) {
             self.line(format!("kt::reg_fence(r_{});", cname(self.k.reg(r))));
         }
         // The groups still running were committed after the last barrier: they read none of the
@@ -267,7 +273,7 @@ impl Emit<'_> {
         } else {
             self.groups.iter().flatten().copied().collect()
         };
-        for r in fenced {
+        for r in fenced.into_iter().filter(|&r| r != OWNED_READ) {
             self.line(format!("kt::reg_fence(r_{});", cname(self.k.reg(r))));
         }
         if self.loops == 0 && !self.reads_ahead {

@@ -432,6 +432,15 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 if !atomic_dq {
                     stat(k, io.lse, s, &(&t + 1));
                 }
+                // dQ += dS·K needs this warpgroup's 64 keys of dSᵀ in shared memory (slots
+                // alternating by step, so that a step's writes never meet the last step's reads),
+                // stored before dV and dK so that their products run behind the store and the
+                // barrier below.
+                let ds_slot = &t % 2;
+                if let Some((ds_s, _)) = dq_parts {
+                    k.store_shared(k.smem(ds_s, ds_slot.clone()).sub(16, STEP, &cw, 0), ds);
+                    k.wait_shared(0);
+                }
                 // dV += Pᵀ·dO and dK += dSᵀ·Q (Pᵀ and dSᵀ from registers).
                 turn(k, cfg.turns == BwdTurns::Both, "dV, dK", &|k| {
                     for (accs, a, streamed) in [(&dv_r, p, do_s), (&dk_r, ds, q_s)] {
@@ -442,13 +451,9 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                     }
                 });
                 if let (Some((ds_s, dq_p)), Some(dq_g)) = (dq_parts, dq_acc) {
-                    // dQ += dS·K: this warpgroup's 64 keys of dSᵀ to shared memory (slots
-                    // alternating by step, so that a step's writes never meet the last step's
-                    // reads), read back as `K × M` (keys × queries) beside K.
+                    // dQ += dS·K with dSᵀ read back as `K × M` (keys × queries) beside K.
                     let (g, wq) = (&cw / 4, &cw % 4);
-                    let (ds_slot, q_w) = (&t % 2, &q0 + &wq * 16);
-                    k.store_shared(k.smem(ds_s, ds_slot.clone()).sub(16, STEP, &cw, 0), ds);
-                    k.wait_shared(0);
+                    let q_w = &q0 + &wq * 16;
                     if halves == 2 {
                         // Head dimension 128: both warpgroups' keys, then warpgroup g adds the
                         // whole product for its 64 columns — one reduction per dQ element.
