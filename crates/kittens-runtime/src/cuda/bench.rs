@@ -312,9 +312,13 @@ impl Runner<'_> {
                 match loads.resolve(&a0, &b0, &c0, (m, n)) {
                     Ok((fill, plan)) => {
                         let b = (t, self.split_for(shape, t), fill);
-                        if !blocks.iter().any(|&(x, _)| x == b) {
+                        if !blocks.iter().any(|&(x, p)| x == b && p == plan) {
                             blocks.push((b, plan));
-                            rows.push(base(b));
+                            let mut row = base(b);
+                            if let (Some(name), Some(copies)) = (&mut row.tile, loads.copies()) {
+                                name.push_str(copies);
+                            }
+                            rows.push(row);
                         }
                     }
                     Err(e) => refused.push(GemmBenchRow {

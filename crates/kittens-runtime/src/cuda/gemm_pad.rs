@@ -120,6 +120,13 @@ pub enum OperandLoads {
     Auto,
     /// TMA, from aligned copies where [`PadPlan::aligned`] makes them.
     TmaCopy,
+    /// TMA, A copied as `TmaCopy` copies it, B read in place wherever TMA can (a measurement: what
+    /// one operand's rows off 128-byte lines cost, against the copy of the other, bench/NOTES.md).
+    TmaCopyA,
+    /// The same with B copied and A read in place.
+    TmaCopyB,
+    /// TMA in place wherever it can read (no copy for rows off 128-byte lines).
+    TmaInPlace,
     /// The kernel's own `cp.async` copies from A and B in place (16-byte aligned dense rows only);
     /// C as TMA needs it ([`PadPlan::of`]).
     CpAsync,
@@ -131,13 +138,28 @@ impl std::str::FromStr for OperandLoads {
         match s.trim() {
             "auto" => Ok(OperandLoads::Auto),
             "tma-copy" => Ok(OperandLoads::TmaCopy),
+            "tma-copy-a" => Ok(OperandLoads::TmaCopyA),
+            "tma-copy-b" => Ok(OperandLoads::TmaCopyB),
+            "tma-in-place" => Ok(OperandLoads::TmaInPlace),
             "cp-async" => Ok(OperandLoads::CpAsync),
-            o => Err(format!("loads `{o}`: auto, tma-copy or cp-async")),
+            o => Err(format!(
+                "loads `{o}`: auto, tma-copy, tma-copy-a, tma-copy-b, tma-in-place or cp-async"
+            )),
         }
     }
 }
 
 impl OperandLoads {
+    /// The suffix of a benchmark row's block name for the measurement-only copy choices.
+    pub fn copies(self) -> Option<&'static str> {
+        match self {
+            OperandLoads::TmaCopyA => Some("/copy-a"),
+            OperandLoads::TmaCopyB => Some("/copy-b"),
+            OperandLoads::TmaInPlace => Some("/in-place"),
+            _ => None,
+        }
+    }
+
     /// The kernel's slot fill and the copies made around it for `C = A·B` of `m × n` outputs. An
     /// error where `CpAsync` cannot read A or B in place.
     pub fn resolve(
@@ -151,6 +173,9 @@ impl OperandLoads {
         let in_place = !of.a && !of.b && a.pitch == a.cols && b.pitch == b.cols;
         match self {
             OperandLoads::TmaCopy | OperandLoads::Auto => Ok((SlotFill::Tma, aligned)),
+            OperandLoads::TmaCopyA => Ok((SlotFill::Tma, PadPlan { b: of.b, ..aligned })),
+            OperandLoads::TmaCopyB => Ok((SlotFill::Tma, PadPlan { a: of.a, ..aligned })),
+            OperandLoads::TmaInPlace => Ok((SlotFill::Tma, of)),
             OperandLoads::CpAsync if in_place => Ok((SlotFill::CpAsync, of)),
             OperandLoads::CpAsync => Err(CudaError::Invalid(format!(
                 "cp.async loads read dense A and B with 16-byte aligned rows: A {}x{} pitch {}, B {}x{} pitch {}",
