@@ -1,7 +1,7 @@
 //! The padded copy of a GEMM operand as a strip program (`kittens_codegen::strip`): the `rows × cols`
 //! bf16 matrix `src` (rows `src_pitch` elements apart) into `dst` (rows `dst_pitch` apart), so that
-//! TMA can read it in place or from rows on 128-byte lines. Each wave copies `8 × lanes` columns of
-//! one row in 16-byte vectors where both rows allow them. The driver's pitched copy
+//! TMA can read it in place or from rows on 128-byte lines. Each wave copies `8 × lanes × VECTORS`
+//! columns of one row in 16-byte vectors where both rows allow them. The driver's pitched copy
 //! (`cuMemcpy2DAsync`) moved A and B of 3000³ in 51 µs on the H100 (about 1.4 TB/s of reads and
 //! writes, bench/NOTES.md); a copy kernel streams at the DRAM's rate.
 
@@ -12,6 +12,10 @@ use kittens_tile::{BaseShape, Layout};
 
 /// Rows per block (one per wave).
 const WAVES: u32 = 4;
+/// 16-byte vectors per lane: four loads in flight per thread, where one per thread left the copy of
+/// 3000³'s B at 2.5 TB/s on the H200 (14.5 µs for 36 MB read and written, bench/NOTES.md) — short
+/// blocks, 9000 of them, each thread one load.
+const VECTORS: u32 = 4;
 
 /// The copy on waves of `lanes` lanes: parameters `rows, cols, src_pitch, dst_pitch`; tensors `src`
 /// (read) and `dst` (written), both `rows × cols` bf16 with those row pitches.
@@ -21,7 +25,7 @@ pub fn build_copy(lanes: u32) -> Result<Kernel, KernelError> {
             "gemm operand copy: {lanes} lanes per wave (32 or 64)"
         )));
     }
-    let cols_per = 8 * lanes;
+    let cols_per = 8 * lanes * VECTORS;
     let mut k = KernelBuilder::new("gemm_operand_copy", Schedule::Plain { waves: WAVES });
     let (rows, cols) = (k.param("rows"), k.param("cols"));
     let (sp, dp) = (k.param("src_pitch"), k.param("dst_pitch"));
