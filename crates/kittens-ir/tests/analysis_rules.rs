@@ -589,3 +589,70 @@ fn producer_consumer_roles_hand_slots_over_through_barriers() {
         assert!(access.wave >= 4 || access.op_name == "load_async", "{h}");
     }
 }
+
+/// Two consumer warpgroups exchanging a tile in shared memory (the atomic-dQ backward's dSᵀ): each
+/// stores its 16-row slice per wave, then every consumer wave reads the whole tile. `scope` orders
+/// the stores before the reads.
+fn consumers_exchange(scope: kittens_ir::Scope) -> Kernel {
+    let schedule = Schedule::ProducerConsumer {
+        producers: 1,
+        consumers: 2,
+        producer_regs: 40,
+        consumer_regs: 232,
+    };
+    let mut b = KernelBuilder::new("exchange", schedule);
+    // 8 consumer waves × 16 rows.
+    let s = b.shared("S", DType::Bf16, 128, COLS, Swizzle::None, 1);
+    let part = b.tile(
+        "part",
+        DType::Bf16,
+        16,
+        COLS,
+        Layout::Row,
+        BaseShape::S16X32,
+    );
+    let whole = b.tile(
+        "whole",
+        DType::Bf16,
+        128,
+        COLS,
+        Layout::Row,
+        BaseShape::S16X32,
+    );
+    b.roles(
+        |_| {},
+        |b| {
+            b.fill(part, 1.0);
+            let cw = Expr::Wave - 4;
+            b.store_shared(b.smem(s, 0).sub(16, COLS, &cw, 0), part);
+            b.wait_shared(0);
+            b.barrier_by(scope);
+            b.load(whole, b.smem(s, 0));
+            b.wait_shared(0);
+        },
+    );
+    b.finish().expect("test kernel builds")
+}
+
+#[test]
+fn consumers_barrier_orders_both_warpgroups() {
+    let r = run(&consumers_exchange(kittens_ir::Scope::Consumers));
+    assert!(r.hazards.is_empty(), "{r}");
+    // A warpgroup's own barrier orders only its four waves' slices: the other warpgroup's race.
+    let r = run(&consumers_exchange(kittens_ir::Scope::WarpGroup));
+    assert!(
+        kinds(&r).iter().any(|k| k.0 == "barrier"),
+        "a warpgroup barrier must not order the other warpgroup's stores: {r}"
+    );
+    // The interpreter releases the consumers without the producer (which never reaches a barrier).
+    let k = consumers_exchange(kittens_ir::Scope::Consumers);
+    kittens_ir::interp::run(&k, &[], &mut []).expect("the consumers barrier releases");
+}
+
+#[test]
+fn consumers_barrier_needs_roles() {
+    let mut b = KernelBuilder::new("plain_consumers", plain(4));
+    b.barrier_by(kittens_ir::Scope::Consumers);
+    let e = b.finish().expect_err("a consumers barrier without roles");
+    assert!(e.to_string().contains("producer/consumer"), "{e}");
+}

@@ -463,4 +463,28 @@ mod tests {
             }
         }
     }
+
+    /// The f32 slab of the TMA reductions: the address the emitted code forms (a per-thread base with
+    /// the chunk's low bit folded into the XOR term) equals `swizzle128` of the plain offset of
+    /// 32-column boxes, for every lane, wave, fragment column block and row half.
+    #[test]
+    fn f32_slab_address_is_the_128_byte_swizzle() {
+        let box_bytes = super::WG_ROWS * 128;
+        let swizzle128 = |off: u32| off ^ (((off >> 7) & 7) << 4);
+        for w in 0..4u32 {
+            for l in 0..32u32 {
+                let sw = (l / 4) ^ ((l % 4) / 2);
+                let base = (w * 16 + l / 4) * 128 + (l % 2) * 8;
+                for i in 0..16u32 {
+                    for h in 0..2u32 {
+                        let (row, col) = (w * 16 + l / 4 + 8 * h, i * 8 + (l % 4) * 2);
+                        let plain = (col / 32) * box_bytes + row * 128 + (col % 32) * 4;
+                        let xor =
+                            base + (i / 4) * box_bytes + h * 1024 + (((2 * (i % 4)) ^ sw) << 4);
+                        assert_eq!(swizzle128(plain), xor, "w {w} l {l} i {i} h {h}");
+                    }
+                }
+            }
+        }
+    }
 }
