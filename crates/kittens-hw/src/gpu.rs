@@ -229,19 +229,6 @@ pub const H200: Gpu = Gpu {
     ..H100
 };
 
-/// The catalog's entry for a Hopper device by the name the driver reports (`cuDeviceGetName`:
-/// "NVIDIA H200", "NVIDIA H100 80GB HBM3", …): the H200 by name, every other sm_90 device as the
-/// H100. The two differ in HBM only (H200-DS), which is what the GEMMs' split-K model streams at:
-/// with the H100's 3.35 TB/s it left 16×8192×8192 unsplit on an H200, 0.82 of cuBLAS
-/// (bench/results/h200-2026-11-26-bwdreduce).
-pub fn hopper_named(device_name: &str) -> &'static Gpu {
-    if device_name.contains("H200") {
-        &H200
-    } else {
-        &H100
-    }
-}
-
 /// Every GPU in the catalog, AMD first.
 pub const ALL: [&Gpu; 6] = [&MI300X, &MI325X, &MI350X, &MI355X, &H100, &H200];
 

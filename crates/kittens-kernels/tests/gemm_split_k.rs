@@ -174,24 +174,6 @@ fn split_only_where_blocks_leave_sms_idle() {
     }
 }
 
-/// The H200 streams at 4.8 TB/s (the H100 3.35): 48 and 64 blocks of 64×128 no longer saturate its
-/// DRAM, so those small-M shapes split in two there and stay whole on the H100; the catalog entry
-/// follows the device's name.
-#[test]
-fn the_h200s_bandwidth_splits_the_mid_block_counts() {
-    let h200 = kittens_hw::gpu::hopper_named("NVIDIA H200");
-    assert_eq!(h200.name, "h200");
-    assert_eq!(
-        kittens_hw::gpu::hopper_named("NVIDIA H100 80GB HBM3").name,
-        "h100"
-    );
-    let choose = |m, n, k| split_k::choose(h200, 132, (m, n, k), (64, 128), 64, 2);
-    assert_eq!(choose(16, 8192, 8192), 2);
-    assert_eq!(choose(16, 6144, 4096), 2);
-    assert_eq!(choose(16, 4096, 14336), 4);
-    assert_eq!(choose(4096, 4096, 4096), 1);
-}
-
 #[test]
 fn bad_configurations_are_refused() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");

@@ -123,7 +123,9 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
             dev.name, dev.compute_capability
         )));
     }
-    let gpu = kittens_hw::gpu::hopper_named(&dev.name);
+    let gpu = kittens_hw::Target::Sm90a
+        .gpu()
+        .ok_or_else(|| CudaError::Invalid("no sm_90a GPU in the catalog".into()))?;
     let stream = Stream::new()?;
     let cublas = Cublas::new(&stream)?;
     let run = Runner {

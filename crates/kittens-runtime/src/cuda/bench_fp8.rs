@@ -273,10 +273,10 @@ impl Runner<'_> {
     /// K slices for `shape` with configuration `c`: the option's, or `split_k::choose`'s for its
     /// block and K step (fp8: one byte per operand).
     fn split_for(&self, c: &GemmConfig, (m, n, k): Shape) -> u32 {
-        let gpu = kittens_hw::gpu::hopper_named(&self.dev.name);
-        match self.opts.split_k {
-            Some(s) => s,
-            None => split_k::choose(
+        let gpu = kittens_hw::Target::Sm90a.gpu();
+        match (self.opts.split_k, gpu) {
+            (Some(s), _) => s,
+            (None, Some(gpu)) => split_k::choose(
                 gpu,
                 self.dev.multiprocessors,
                 (m as u64, n as u64, k as u64),
@@ -284,6 +284,7 @@ impl Runner<'_> {
                 c.k_step,
                 1,
             ),
+            (None, None) => 1,
         }
     }
 

@@ -141,9 +141,18 @@ fn load(ordinal: i32, lower: &dyn Fn() -> Result<Lowered, CudaError>) -> Result<
     let t = Instant::now();
     use cu::CUdevice_attribute as A;
     let mut dev = 0;
-    // SAFETY: out-parameter.
-    check(unsafe { cu::cuDeviceGet(&mut dev, ordinal) }, "cuDeviceGet")?;
-    let name = device_name(dev)?;
+    // SAFETY: out-parameters.
+    let name = unsafe {
+        check(cu::cuDeviceGet(&mut dev, ordinal), "cuDeviceGet")?;
+        let mut name = [0 as std::ffi::c_char; 256];
+        check(
+            cu::cuDeviceGetName(name.as_mut_ptr(), 256, dev),
+            "cuDeviceGetName",
+        )?;
+        std::ffi::CStr::from_ptr(name.as_ptr())
+            .to_string_lossy()
+            .into_owned()
+    };
     let cc = (
         attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
         attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
@@ -367,7 +376,9 @@ pub unsafe fn gemm_bf16_abt(
         check_pointer("B", p.b, bytes(n, k), ordinal)?;
         check_pointer("C", p.c, bytes(m, n), ordinal)?;
         let sms = multiprocessors(ordinal)?;
-        let gpu = catalog_gpu(ordinal)?;
+        let gpu = kittens_hw::Target::Sm90a
+            .gpu()
+            .ok_or_else(|| invalid("no sm_90a GPU in the catalog"))?;
         let tile = shapes::choose(gpu, sms, m as u64, n as u64, k as u64);
         let key = format!("gemm_bf16 {tile} {:?}", p.b_layout);
         let (g, fresh) = kernel_on(ordinal, &key, &|| lower(tile, p.b_layout))?;
@@ -442,29 +453,6 @@ pub unsafe fn gemm_bf16_abt(
 }
 
 /// SMs of device `ordinal` (the shape-aware choice quantises work over them).
-/// The driver's name of device `dev`.
-fn device_name(dev: cu::CUdevice) -> Result<String, CudaError> {
-    let mut name = [0 as std::ffi::c_char; 256];
-    // SAFETY: a buffer of the length given; the driver writes a NUL-terminated string into it.
-    unsafe {
-        check(
-            cu::cuDeviceGetName(name.as_mut_ptr(), 256, dev),
-            "cuDeviceGetName",
-        )?;
-        Ok(std::ffi::CStr::from_ptr(name.as_ptr())
-            .to_string_lossy()
-            .into_owned())
-    }
-}
-
-/// The catalog entry of device `ordinal` (`kittens_hw::gpu::hopper_named`).
-pub(crate) fn catalog_gpu(ordinal: i32) -> Result<&'static kittens_hw::Gpu, CudaError> {
-    let mut dev = 0;
-    // SAFETY: out-parameter.
-    check(unsafe { cu::cuDeviceGet(&mut dev, ordinal) }, "cuDeviceGet")?;
-    Ok(kittens_hw::gpu::hopper_named(&device_name(dev)?))
-}
-
 pub(crate) fn multiprocessors(ordinal: i32) -> Result<u32, CudaError> {
     let mut dev = 0;
     // SAFETY: out-parameter.
