@@ -6,8 +6,10 @@ CUDA tensors run ``attn_bwd``'s Hopper launches on the current torch stream, in 
 - ``"two"`` (the default): the query blocks (dQ, and ``D = rowsum(dO * O)`` in float32, the
   backward's preprocessing, FlashAttention-2 §3.2), then the key blocks (dK, dV);
 - ``"atomic"`` (FlashAttention-3 §3.3): D and a zeroed float32 dQ accumulator, the key blocks adding
-  dQ into it with float32 atomics beside dK and dV, the conversion to bfloat16 (fewer FLOPs; the
-  accumulator is the runtime's stream-ordered scratch; dQ's last bits vary from run to run).
+  dQ into it beside dK and dV (each warpgroup's 64 x 64 share staged in shared memory and added by
+  one TMA reduction in the L2), the conversion to bfloat16 (fewer FLOPs; the accumulator is the
+  runtime's stream-ordered scratch; dQ's last bits vary from run to run; 0.986x the two launches'
+  speed on the H200, bench/results/h200-2026-11-26-bwdreduce).
 
 The form is the ``form=`` argument, else the environment variable ``KITTENS_ATTN_BWD`` (read once).
 ``KITTENS_ATTN_BWD_TURNS`` (``none``, ``scores``, ``both``; read when a configuration is first
