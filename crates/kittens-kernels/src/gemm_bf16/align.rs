@@ -15,7 +15,7 @@ const WAVES: u32 = 4;
 /// 16-byte vectors per lane: four loads in flight per thread, where one per thread left the copy of
 /// 3000³'s B at 2.5 TB/s on the H200 (14.5 µs for 36 MB read and written, bench/NOTES.md) — short
 /// blocks, 9000 of them, each thread one load.
-const VECTORS: u32 = 8;
+const VECTORS: u32 = 4;
 
 /// The copy on waves of `lanes` lanes: parameters `rows, cols, src_pitch, dst_pitch`; tensors `src`
 /// (read) and `dst` (written), both `rows × cols` bf16 with those row pitches.
