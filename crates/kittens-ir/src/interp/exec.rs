@@ -174,51 +174,40 @@ impl<'a> Block<'a> {
         }
     }
 
-    /// Releases a warpgroup whose live waves all wait at warpgroup barriers, else the block when every
-    /// live wave waits at a block barrier; false when neither is possible (a deadlock).
+    /// Releases a warpgroup whose live waves all wait at warpgroup barriers, else the consumer role's
+    /// waves when all wait at consumers barriers, else the block when every live wave waits at a
+    /// block barrier; false when none is possible (a deadlock).
     fn release(&mut self) -> bool {
         let n = self.waves.len();
-        let live = |ws: std::ops::Range<usize>, st: &[Wave]| -> Vec<usize> {
-            ws.filter(|&w| st[w].state != State::Done).collect()
-        };
         let mut any = false;
         for g in 0..n.div_ceil(4) {
-            let ws = live(g * 4..(g * 4 + 4).min(n), &self.waves);
-            if !ws.is_empty()
-                && ws
-                    .iter()
-                    .all(|&w| self.waves[w].state == State::Barrier(Scope::WarpGroup))
-            {
-                ws.iter()
-                    .for_each(|&w| self.waves[w].state = State::Running);
-                any = true;
-            }
+            any |= self.release_if(g * 4..(g * 4 + 4).min(n), Scope::WarpGroup, false);
         }
         if any {
             return true;
         }
         if let Some(c) = self.k.schedule.consumer_waves() {
-            let ws = live(c.start as usize..n, &self.waves);
-            if !ws.is_empty()
-                && ws
-                    .iter()
-                    .all(|&w| self.waves[w].state == State::Barrier(Scope::Consumers))
-            {
-                ws.iter()
-                    .for_each(|&w| self.waves[w].state = State::Running);
+            if self.release_if(c.start as usize..n, Scope::Consumers, false) {
                 return true;
             }
         }
-        let ws = live(0..n, &self.waves);
-        if ws
-            .iter()
-            .all(|&w| self.waves[w].state == State::Barrier(Scope::Block))
+        self.release_if(0..n, Scope::Block, true)
+    }
+
+    /// Sets the live waves of `ws` running when all of them wait at a barrier of `scope` (and there
+    /// is at least one, unless `empty_ok`).
+    fn release_if(&mut self, ws: std::ops::Range<usize>, scope: Scope, empty_ok: bool) -> bool {
+        let live: Vec<usize> = ws.filter(|&w| self.waves[w].state != State::Done).collect();
+        if (live.is_empty() && !empty_ok)
+            || !live
+                .iter()
+                .all(|&w| self.waves[w].state == State::Barrier(scope))
         {
-            ws.iter()
-                .for_each(|&w| self.waves[w].state = State::Running);
-            return true;
+            return false;
         }
-        false
+        live.iter()
+            .for_each(|&w| self.waves[w].state = State::Running);
+        true
     }
 
     /// Runs wave `w` until it stops at a barrier or reaches the end of the program.
