@@ -14,6 +14,8 @@
 //! | consumer `barrier` | the end of a hand-off epoch: every slot read since the previous barrier becomes releasable |
 //! | consumer `mma_abt`, operands in shared | wait on the operands' `full` barriers, then the warpgroup's `wgmma m64nNk16` chain (four waves' 16-row A slices are one 64-row operand); commit; `wait_group 1`, which retires the previous chain, whose releasable slots then go back (`empty`, one arrival per consumer thread) |
 //! | `fill` / `store` of the accumulator | `wait_group 0` first; `store` of a warpgroup's 64×N accumulator goes through a 128-byte-swizzled shared slab and TMA stores (clipped by TMA at C's edges) |
+//! | `atomic_add` of the accumulator | the retire of its chain; a warpgroup's 64×N f32 box through the slab and TMA reductions (`lower_tma.rs`), else `red.global.add` per element |
+//! | consumers `barrier` | the retire of the groups reading consumer-written tiles (`OWNED_READ`), the async-proxy fence, a named barrier of every consumer thread |
 //! | `set_max_regs` | `setmaxnreg.dec` / `.inc` against the launch cap of `__launch_bounds__(threads, 1)` |
 //!
 //! Replacing the barriers by per-slot full/empty mbarriers is sound for programs of the shape checked in
