@@ -38,7 +38,6 @@ use kittens_ir::{
     ClusterKind, Cond, Expr, Kernel, MmaOperand, Op, RegId, Schedule, Scope, SharedView, SlotFill,
     Stmt, WaitQueue,
 };
-use kittens_tile::Swizzle;
 
 use super::lower_roles::{check_roles, consumer_owned, fill_chunks, resident_rings, ring_barriers};
 use super::lower_wait::OWNED_READ;
@@ -797,37 +796,4 @@ fn plain_op(s: &Stmt) -> bool {
 /// The C name of a register's fragment (without the `r_` prefix).
 pub(super) fn cname(r: &kittens_ir::RegDecl) -> String {
     ident(&r.name)
-}
-
-/// The TMA/wgmma swizzle of a shared tile whose rows are `row_bytes` long: the NVIDIA modes are an XOR
-/// of 16-byte chunks by the row within an 8-row atom, and they require rows of exactly that width.
-pub(super) fn swizzle_bytes(sw: Swizzle, row_bytes: u32) -> Result<u32, CudaLowerError> {
-    let bytes = if sw == Swizzle::NV_128B {
-        128
-    } else if sw == Swizzle::NV_64B {
-        64
-    } else if sw == Swizzle::NV_32B {
-        32
-    } else if sw == Swizzle::None {
-        0
-    } else {
-        return unsupported(format!(
-            "shared swizzle {sw:?} (TMA has the NVIDIA modes only)"
-        ));
-    };
-    if bytes != 0 && bytes != row_bytes {
-        return unsupported(format!("{bytes}-byte swizzle on {row_bytes}-byte rows"));
-    }
-    Ok(bytes)
-}
-
-/// Column atoms of a shared tile whose rows are wider than its swizzle: a tile of `rows × cols` under
-/// the 128-byte swizzle with rows of `128·a` bytes is kept as `a` atoms of `rows × 128` bytes, one after
-/// the other (atom `j` holds columns `j·128/elem ..`), each exactly what one TMA box writes and what a
-/// wgmma descriptor steps through with its leading offset (N-major B of `C = A·B`). `None` for a tile
-/// [`swizzle_bytes`] takes as it is.
-pub(super) fn column_atoms(t: &kittens_tile::SharedTile) -> Option<u32> {
-    let row_bytes = t.cols * t.dtype.bytes();
-    (t.swizzle == Swizzle::NV_128B && row_bytes > 128 && row_bytes.is_multiple_of(128))
-        .then_some(row_bytes / 128)
 }

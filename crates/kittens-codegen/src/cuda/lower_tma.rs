@@ -12,7 +12,8 @@
 use kittens_hw::dtype::DType;
 use kittens_ir::{Expr, GlobalView, Kernel, Op, RegId, Rounding, Scope, SharedView};
 
-use super::lower::{column_atoms, swizzle_bytes, unsupported, CudaLowerError, Emit, TmaMap};
+use super::lower::{unsupported, CudaLowerError, Emit, TmaMap};
+use kittens_tile::Swizzle;
 
 /// Rows of a warpgroup's slab: wgmma's M.
 const WG_ROWS: u32 = 64;
@@ -168,7 +169,7 @@ impl Emit<'_> {
     }
 
     /// The TMA boxes of a load filling a whole ring slot (one, or one per column atom of a tile wider
-    /// than its swizzle: `lower::column_atoms`), and its bytes.
+    /// than its swizzle: [`column_atoms`]), and its bytes.
     fn tma_load(
         &mut self,
         dst: &SharedView,
@@ -440,6 +441,39 @@ fn reads_wave(e: &Expr) -> bool {
         Expr::Bin(_, a, b) => reads_wave(a) || reads_wave(b),
         _ => false,
     }
+}
+
+/// The TMA/wgmma swizzle of a shared tile whose rows are `row_bytes` long: the NVIDIA modes are an XOR
+/// of 16-byte chunks by the row within an 8-row atom, and they require rows of exactly that width.
+pub(super) fn swizzle_bytes(sw: Swizzle, row_bytes: u32) -> Result<u32, CudaLowerError> {
+    let bytes = if sw == Swizzle::NV_128B {
+        128
+    } else if sw == Swizzle::NV_64B {
+        64
+    } else if sw == Swizzle::NV_32B {
+        32
+    } else if sw == Swizzle::None {
+        0
+    } else {
+        return unsupported(format!(
+            "shared swizzle {sw:?} (TMA has the NVIDIA modes only)"
+        ));
+    };
+    if bytes != 0 && bytes != row_bytes {
+        return unsupported(format!("{bytes}-byte swizzle on {row_bytes}-byte rows"));
+    }
+    Ok(bytes)
+}
+
+/// Column atoms of a shared tile whose rows are wider than its swizzle: a tile of `rows × cols` under
+/// the 128-byte swizzle with rows of `128·a` bytes is kept as `a` atoms of `rows × 128` bytes, one after
+/// the other (atom `j` holds columns `j·128/elem ..`), each exactly what one TMA box writes and what a
+/// wgmma descriptor steps through with its leading offset (N-major B of `C = A·B`). `None` for a tile
+/// [`swizzle_bytes`] takes as it is.
+pub(super) fn column_atoms(t: &kittens_tile::SharedTile) -> Option<u32> {
+    let row_bytes = t.cols * t.dtype.bytes();
+    (t.swizzle == Swizzle::NV_128B && row_bytes > 128 && row_bytes.is_multiple_of(128))
+        .then_some(row_bytes / 128)
 }
 
 #[cfg(test)]
