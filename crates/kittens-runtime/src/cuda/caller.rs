@@ -395,7 +395,7 @@ pub unsafe fn gemm_bf16_abt(
             BLayout::Kn => Mat::dense(p.b, k, n),
         };
         let (a, c) = (Mat::dense(p.a, m, k), Mat::dense(p.c, m, n));
-        // The bench's plan: what TMA cannot address, and B off 128-byte lines where it pays.
+        // The bench's plan: what TMA cannot address, and rows off 128-byte lines where copies pay.
         let plan = PadPlan::aligned(&a, &b, &c, (m, n));
         let raw = stream as cu::CUstream;
         // Scratch for the padded copies, in stream order: allocated, filled, read, freed.

@@ -95,22 +95,15 @@ impl PadPlan {
         self.a || self.b || self.c
     }
 
-    /// [`PadPlan::of`], plus B copied into 128-byte aligned rows where TMA could read it in place but
-    /// its rows start off 128-byte lines, in a GEMM of `m × n` outputs whose operand rows serve
-    /// enough outputs for the copy to pay (`kittens_kernels::gemm_bf16::shapes::copies_misaligned`,
-    /// which the block choice also reads). A stays in place: at 3000³ on the H200 reading A off its
-    /// lines cost the kernel 5 µs where copying it cost 12, and reading B off its lines 22 µs
-    /// (`--loads` rows of bench/results/h200-2026-11-26-bwdreduce, bench/NOTES.md).
-    pub fn aligned(a: &Mat, b: &Mat, c: &Mat, mn: (usize, usize)) -> PadPlan {
-        PadPlan {
-            a: PadPlan::of(a, b, c).a,
-            ..PadPlan::both_aligned(a, b, c, mn)
-        }
-    }
-
-    /// [`PadPlan::aligned`] with A copied under the same rule as B (the policy before the
-    /// measurement above; `--loads tma-copy-both`).
-    pub fn both_aligned(a: &Mat, b: &Mat, c: &Mat, (m, n): (usize, usize)) -> PadPlan {
+    /// [`PadPlan::of`], plus A and B copied into 128-byte aligned rows where TMA could read them in
+    /// place but their rows start off 128-byte lines, in a GEMM of `m × n` outputs whose operand rows
+    /// serve enough outputs for the copy to pay (`kittens_kernels::gemm_bf16::shapes::
+    /// copies_misaligned`, which the block choice also reads). Which operand's misalignment costs
+    /// depends on the card: at 3000³ reading A off its lines cost the kernel 22 µs on the H100 and 5 on
+    /// the H200, B's 22 and 17; copying both is the better rule on the H100 (0.769 against 0.748 of
+    /// cuBLAS for B alone), B alone on the H200 (0.83 against 0.79); `--loads tma-copy-b` measures
+    /// the latter (bench/results/h200-2026-11-26-bwdreduce, bench/NOTES.md).
+    pub fn aligned(a: &Mat, b: &Mat, c: &Mat, (m, n): (usize, usize)) -> PadPlan {
         let plan = PadPlan::of(a, b, c);
         let reuse = copies_misaligned(m as u64, n as u64);
         let off_line = |x: &Mat| !(x.pitch * 2).is_multiple_of(128);
@@ -129,13 +122,12 @@ pub enum OperandLoads {
     /// `TmaCopy`: on the H100 the copies and TMA beat `cp.async` in place at every shape measured
     /// (3000³ 0.76 against 0.53 of cuBLAS, 3072³ 0.98 against 0.70; bench/NOTES.md).
     Auto,
-    /// TMA, from aligned copies where [`PadPlan::aligned`] makes them (B's rows off 128-byte lines).
+    /// TMA, from aligned copies where [`PadPlan::aligned`] makes them.
     TmaCopy,
-    /// For measurement: both operands copied where their rows start off 128-byte lines
-    /// ([`PadPlan::both_aligned`]).
-    TmaCopyBoth,
     /// For measurement: A copied under that rule, B read in place wherever TMA can.
     TmaCopyA,
+    /// For measurement: B copied under that rule, A read in place wherever TMA can.
+    TmaCopyB,
     /// For measurement: TMA in place wherever it can read (no copy for rows off 128-byte lines).
     TmaInPlace,
     /// The kernel's own `cp.async` copies from A and B in place (16-byte aligned dense rows only);
@@ -149,12 +141,12 @@ impl std::str::FromStr for OperandLoads {
         match s.trim() {
             "auto" => Ok(OperandLoads::Auto),
             "tma-copy" => Ok(OperandLoads::TmaCopy),
-            "tma-copy-both" => Ok(OperandLoads::TmaCopyBoth),
             "tma-copy-a" => Ok(OperandLoads::TmaCopyA),
+            "tma-copy-b" => Ok(OperandLoads::TmaCopyB),
             "tma-in-place" => Ok(OperandLoads::TmaInPlace),
             "cp-async" => Ok(OperandLoads::CpAsync),
             o => Err(format!(
-                "loads `{o}`: auto, tma-copy, tma-copy-both, tma-copy-a, tma-in-place or cp-async"
+                "loads `{o}`: auto, tma-copy, tma-copy-a, tma-copy-b, tma-in-place or cp-async"
             )),
         }
     }
@@ -164,8 +156,8 @@ impl OperandLoads {
     /// The suffix of a benchmark row's block name for the measurement-only copy choices.
     pub fn copies(self) -> Option<&'static str> {
         match self {
-            OperandLoads::TmaCopyBoth => Some("/copy-both"),
             OperandLoads::TmaCopyA => Some("/copy-a"),
+            OperandLoads::TmaCopyB => Some("/copy-b"),
             OperandLoads::TmaInPlace => Some("/in-place"),
             _ => None,
         }
@@ -181,12 +173,11 @@ impl OperandLoads {
         mn: (usize, usize),
     ) -> Result<(SlotFill, PadPlan), CudaError> {
         let (of, aligned) = (PadPlan::of(a, b, c), PadPlan::aligned(a, b, c, mn));
-        let both = PadPlan::both_aligned(a, b, c, mn);
         let in_place = !of.a && !of.b && a.pitch == a.cols && b.pitch == b.cols;
         match self {
             OperandLoads::TmaCopy | OperandLoads::Auto => Ok((SlotFill::Tma, aligned)),
-            OperandLoads::TmaCopyBoth => Ok((SlotFill::Tma, both)),
-            OperandLoads::TmaCopyA => Ok((SlotFill::Tma, PadPlan { b: of.b, ..both })),
+            OperandLoads::TmaCopyA => Ok((SlotFill::Tma, PadPlan { b: of.b, ..aligned })),
+            OperandLoads::TmaCopyB => Ok((SlotFill::Tma, PadPlan { a: of.a, ..aligned })),
             OperandLoads::TmaInPlace => Ok((SlotFill::Tma, of)),
             OperandLoads::CpAsync if in_place => Ok((SlotFill::CpAsync, of)),
             OperandLoads::CpAsync => Err(CudaError::Invalid(format!(
@@ -329,27 +320,19 @@ mod tests {
         assert!(Mat::dense(0, usize::MAX / 2, 9).padded_bytes().is_err());
     }
 
-    /// 3000³: rows of 6000 bytes are TMA-addressable but off 128-byte lines, so B is copied (A is
-    /// read in place, C is not copied: neither is the bottleneck; `tma-copy-both` copies A too); a
-    /// decode-sized M does not pay for the copy, and rows of whole lines never need one.
+    /// 3000³: rows of 6000 bytes are TMA-addressable but off 128-byte lines, so A and B are copied
+    /// (C is not: its stores are not the bottleneck); a decode-sized M does not pay for the copy, and
+    /// rows of whole lines never need one.
     #[test]
     fn misaligned_rows_are_copied_where_reuse_pays() {
         let (a, b, c) = mats(3000, 3000, 3000);
         assert!(!PadPlan::of(&a, &b, &c).any());
-        let (only_b, ab) = (
-            PadPlan {
-                a: false,
-                b: true,
-                c: false,
-            },
-            PadPlan {
-                a: true,
-                b: true,
-                c: false,
-            },
-        );
-        assert_eq!(PadPlan::aligned(&a, &b, &c, (3000, 3000)), only_b);
-        assert_eq!(PadPlan::both_aligned(&a, &b, &c, (3000, 3000)), ab);
+        let ab = PadPlan {
+            a: true,
+            b: true,
+            c: false,
+        };
+        assert_eq!(PadPlan::aligned(&a, &b, &c, (3000, 3000)), ab);
         let (a, b, c) = mats(16, 4096, 3000);
         assert!(!PadPlan::aligned(&a, &b, &c, (16, 4096)).any());
         let (a, b, c) = mats(3000, 3000, 3008);
@@ -371,23 +354,19 @@ mod tests {
             b: true,
             c: false,
         };
-        let only_b = PadPlan { a: false, ..ab };
         let cube = (3000, 3000, 3000);
-        assert_eq!(
-            go(OperandLoads::Auto, cube).unwrap(),
-            (SlotFill::Tma, only_b)
-        );
+        assert_eq!(go(OperandLoads::Auto, cube).unwrap(), (SlotFill::Tma, ab));
         assert_eq!(
             go(OperandLoads::TmaCopy, cube).unwrap(),
-            (SlotFill::Tma, only_b)
-        );
-        assert_eq!(
-            go(OperandLoads::TmaCopyBoth, cube).unwrap(),
             (SlotFill::Tma, ab)
         );
         assert_eq!(
             go(OperandLoads::TmaCopyA, cube).unwrap(),
             (SlotFill::Tma, PadPlan { b: false, ..ab })
+        );
+        assert_eq!(
+            go(OperandLoads::TmaCopyB, cube).unwrap(),
+            (SlotFill::Tma, PadPlan { a: false, ..ab })
         );
         assert_eq!(
             go(OperandLoads::TmaInPlace, cube).unwrap(),
