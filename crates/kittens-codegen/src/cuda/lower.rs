@@ -61,18 +61,6 @@ pub enum CudaLowerError {
 /// backward at B16 H16 N4096 with an illegal instruction).
 pub(super) const WG_BARRIER: &str = "kt::named_barrier(4 + threadIdx.x / 128, 128);";
 
-/// The consumer warpgroups' common barrier (the IR's `Scope::Consumers`): the ID after the last
-/// warpgroup's own, so again no ID with two thread counts; Hopper has 16 (PTX ISA `bar.sync`).
-fn consumers_barrier(waves: u32, consumer_wgs: u32) -> Result<String, CudaLowerError> {
-    let id = 4 + waves / 4;
-    if id > 15 {
-        return unsupported(format!(
-            "a consumers barrier in a block of {waves} warps (named barrier {id} of 0-15)"
-        ));
-    }
-    Ok(format!("kt::named_barrier({id}, {});", 128 * consumer_wgs))
-}
-
 pub(super) fn unsupported<T>(what: impl Into<String>) -> Result<T, CudaLowerError> {
     Err(CudaLowerError::Unsupported(what.into()))
 }
@@ -156,6 +144,14 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         unknown: false,
         resident: resident_rings(k, roles.producer.1),
         owned: consumer_owned(k, roles.consumer.1),
+        consumers_exchange: k.ops().iter().any(|r| {
+            matches!(
+                r.op,
+                Op::Barrier {
+                    scope: Scope::Consumers
+                }
+            )
+        }),
         group_continues: false,
         group_open: false,
         in_turn: false,
@@ -320,6 +316,9 @@ pub(super) struct Emit<'k> {
     /// Per shared tile: stored by the consumer role itself (`lower_roles::consumer_owned`): read
     /// without full/empty barriers, ordered by warpgroup named barriers.
     pub(super) owned: Vec<bool>,
+    /// The program has consumers barriers: consumer warpgroups may read each other's stored tiles
+    /// (the schedule analysis has shown those reads ordered).
+    pub(super) consumers_exchange: bool,
     /// The `mma` being emitted is followed by another: both go in one commit group.
     pub(super) group_continues: bool,
     /// A commit group is open (its `wgmma.fence` issued, not yet committed).
@@ -669,7 +668,7 @@ impl Emit<'_> {
                 // The IR's shared reads by `mma` complete at issue: every wgmma of this thread that
                 // reads a consumer-written tile is retired before the others may overwrite it.
                 self.retire_for(&[OWNED_READ]);
-                let bar = consumers_barrier(self.k.waves, self.consumer_wgs())?;
+                let bar = super::lower_roles::consumers_barrier(self.k.waves, self.consumer_wgs())?;
                 self.line("kt::fence_proxy_async(); // the stores above before any warpgroup's wgmmas read them");
                 self.line(bar);
                 Ok(())

@@ -531,14 +531,6 @@ impl Emit<'_> {
         m_major: bool,
     ) -> Result<(), CudaLowerError> {
         let at = |e: &Expr, wave: u32| self.at_origin(e, wave);
-        let shared_by_consumers = self.k.ops().iter().any(|r| {
-            matches!(
-                r.op,
-                kittens_ir::Op::Barrier {
-                    scope: kittens_ir::Scope::Consumers
-                }
-            )
-        });
         let (along, across) = if m_major {
             (&av.col0, &av.row0)
         } else {
@@ -564,7 +556,7 @@ impl Emit<'_> {
                     && at(&bv.index, w) == at(&bv.index, w0);
                 let band = i64::from((w / 4).saturating_sub(self.producers)) * 64;
                 let private = |v: &SharedView| {
-                    shared_by_consumers
+                    self.consumers_exchange
                         || !self.owned[v.buf.0 as usize]
                         || at(&v.row0, w)
                             .is_some_and(|r| r >= band && r + i64::from(v.rows) <= band + 64)

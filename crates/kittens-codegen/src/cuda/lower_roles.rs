@@ -119,6 +119,18 @@ fn walk(
     Ok(())
 }
 
+/// The consumer warpgroups' common barrier (the IR's `Scope::Consumers`): the ID after the last
+/// warpgroup's own, so again no ID with two thread counts; Hopper has 16 (PTX ISA `bar.sync`).
+pub(super) fn consumers_barrier(waves: u32, consumer_wgs: u32) -> Result<String, CudaLowerError> {
+    let id = 4 + waves / 4;
+    if id > 15 {
+        return unsupported(format!(
+            "a consumers barrier in a block of {waves} warps (named barrier {id} of 0-15)"
+        ));
+    }
+    Ok(format!("kt::named_barrier({id}, {});", 128 * consumer_wgs))
+}
+
 /// A chunk of a run of consecutive `load_async` ops: loads with the same ring-slot index into rings of
 /// the same depth. One chunk becomes one fill: one `empty` wait, one `full` barrier armed with the sum
 /// of the bytes, one TMA per load: one barrier pair per stage for A and B together.
