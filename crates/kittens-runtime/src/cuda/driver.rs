@@ -619,6 +619,19 @@ impl MapType {
     }
 }
 
+/// The L2 fill size TMA asks for (the driver's `CUtensorMapL2promotion`): 256 bytes unless the
+/// measurement knob `KITTENS_TMA_L2_PROMOTION` says `none`, `64`, `128` or `256` (read once).
+fn l2_promotion() -> cu::CUtensorMapL2promotion_enum {
+    use cu::CUtensorMapL2promotion_enum as P;
+    static CHOICE: std::sync::OnceLock<P> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| match std::env::var("KITTENS_TMA_L2_PROMOTION").as_deref() {
+        Ok("none") => P::CU_TENSOR_MAP_L2_PROMOTION_NONE,
+        Ok("64") => P::CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
+        Ok("128") => P::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        _ => P::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+    })
+}
+
 /// [`encode_bf16`] for either element type.
 pub(crate) fn encode_tiled(
     ptr: u64,
@@ -665,7 +678,7 @@ pub(crate) fn encode_tiled(
                 elem.as_ptr(),
                 cu::CUtensorMapInterleave_enum::CU_TENSOR_MAP_INTERLEAVE_NONE,
                 sw,
-                cu::CUtensorMapL2promotion_enum::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                l2_promotion(),
                 cu::CUtensorMapFloatOOBfill_enum::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
             )
         },
