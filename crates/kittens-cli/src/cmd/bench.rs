@@ -42,10 +42,10 @@ pub struct Args {
     #[arg(long, default_value = "auto")]
     pub tiles: String,
     /// gemm_bf16: how A and B are read, comma-separated, a row per entry and block: `auto`
-    /// (= `tma-copy`, the faster on the H100 at every shape measured), `tma-copy` (TMA, from aligned
-    /// copies where rows start off 128-byte lines), `cp-async` (the kernel's cp.async copies from
-    /// the operands in place); for measurement `tma-copy-a` / `tma-copy-b` (one operand copied)
-    /// and `tma-in-place` (none).
+    /// (= `tma-copy`, the faster on the H100 at every shape measured), `tma-copy` (TMA, from an aligned
+    /// copy of B where its rows start off 128-byte lines, A in place), `cp-async` (the kernel's
+    /// cp.async copies from the operands in place); for measurement `tma-copy-both`, `tma-copy-a`
+    /// (A alone copied) and `tma-in-place` (none).
     #[arg(long, default_value = "auto")]
     pub loads: String,
     /// How B is stored: `nk` (N x K, C = A·Bᵀ, a linear layer's weight) or `kn` (K x N, C = A·B);

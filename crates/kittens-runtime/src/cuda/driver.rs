@@ -619,17 +619,32 @@ impl MapType {
     }
 }
 
-/// The L2 fill size TMA asks for (the driver's `CUtensorMapL2promotion`): 256 bytes unless the
-/// measurement knob `KITTENS_TMA_L2_PROMOTION` says `none`, `64`, `128` or `256` (read once).
-fn l2_promotion() -> cu::CUtensorMapL2promotion_enum {
+/// The L2 fill size TMA asks for (the driver's `CUtensorMapL2promotion`): 256 bytes where the base and
+/// every row pitch lie on 128-byte lines, 128 where they do not. Rows off their lines straddle two
+/// lines per box row, and with 256-byte promotion the GEMM at 3000³ on the H100 ran 0.734 of cuBLAS
+/// reading A in place against 0.852 with 128 (0.538 against 0.627 with both in place; 3072³ alike
+/// under either): bench/NOTES.md, "L2 promotion". `KITTENS_TMA_L2_PROMOTION` (`none`, `64`, `128`,
+/// `256`) overrides the rule for measurement (read once).
+fn l2_promotion(ptr: u64, strides: &[u64]) -> cu::CUtensorMapL2promotion_enum {
     use cu::CUtensorMapL2promotion_enum as P;
-    static CHOICE: std::sync::OnceLock<P> = std::sync::OnceLock::new();
-    *CHOICE.get_or_init(|| match std::env::var("KITTENS_TMA_L2_PROMOTION").as_deref() {
-        Ok("none") => P::CU_TENSOR_MAP_L2_PROMOTION_NONE,
-        Ok("64") => P::CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
-        Ok("128") => P::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
-        _ => P::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+    static FORCED: std::sync::OnceLock<Option<P>> = std::sync::OnceLock::new();
+    let forced = FORCED.get_or_init(|| match std::env::var("KITTENS_TMA_L2_PROMOTION").as_deref() {
+        Ok("none") => Some(P::CU_TENSOR_MAP_L2_PROMOTION_NONE),
+        Ok("64") => Some(P::CU_TENSOR_MAP_L2_PROMOTION_L2_64B),
+        Ok("128") => Some(P::CU_TENSOR_MAP_L2_PROMOTION_L2_128B),
+        Ok("256") => Some(P::CU_TENSOR_MAP_L2_PROMOTION_L2_256B),
+        _ => None,
+    });
+    forced.unwrap_or(if on_lines(ptr, strides) {
+        P::CU_TENSOR_MAP_L2_PROMOTION_L2_256B
+    } else {
+        P::CU_TENSOR_MAP_L2_PROMOTION_L2_128B
     })
+}
+
+/// Whether a map's base and row pitches (bytes) all lie on 128-byte lines.
+fn on_lines(ptr: u64, strides: &[u64]) -> bool {
+    ptr.is_multiple_of(128) && strides.iter().all(|s| s.is_multiple_of(128))
 }
 
 /// [`encode_bf16`] for either element type.
@@ -678,11 +693,27 @@ pub(crate) fn encode_tiled(
                 elem.as_ptr(),
                 cu::CUtensorMapInterleave_enum::CU_TENSOR_MAP_INTERLEAVE_NONE,
                 sw,
-                l2_promotion(),
+                l2_promotion(ptr, strides),
                 cu::CUtensorMapFloatOOBfill_enum::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
             )
         },
         "cuTensorMapEncodeTiled",
     )?;
     Ok(map)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::on_lines;
+
+    /// 3000 bf16 per row is 6000 bytes: 16-byte aligned (TMA can address it) but off 128-byte
+    /// lines, so such a map asks for 128-byte promotion; 3008 per row (6016 bytes) lies on them.
+    #[test]
+    fn maps_off_128_byte_lines_are_told_apart() {
+        assert!(on_lines(1 << 20, &[3008 * 2]));
+        assert!(!on_lines(1 << 20, &[3000 * 2]));
+        assert!(!on_lines((1 << 20) + 16, &[3008 * 2]));
+        assert!(on_lines(1 << 20, &[]));
+        assert!(!on_lines(1 << 20, &[4096 * 2, 3000 * 2]));
+    }
 }

@@ -95,15 +95,22 @@ impl PadPlan {
         self.a || self.b || self.c
     }
 
-    /// [`PadPlan::of`], plus A and B copied into 128-byte aligned rows where TMA could read them in
-    /// place but their rows start off 128-byte lines, in a GEMM of `m × n` outputs whose operand rows
-    /// serve enough outputs for the copy to pay (`kittens_kernels::gemm_bf16::shapes::
-    /// copies_misaligned`, which the block choice also reads). Which operand's misalignment costs
-    /// depends on the card: at 3000³ reading A off its lines cost the kernel 22 µs on the H100 and 5 on
-    /// the H200, B's 22 and 17; copying both is the better rule on the H100 (0.769 against 0.748 of
-    /// cuBLAS for B alone), B alone on the H200 (0.83 against 0.79); `--loads tma-copy-b` measures
-    /// the latter (bench/results/h200-2026-11-26-bwdreduce, bench/NOTES.md).
-    pub fn aligned(a: &Mat, b: &Mat, c: &Mat, (m, n): (usize, usize)) -> PadPlan {
+    /// [`PadPlan::of`], plus B copied into 128-byte aligned rows where TMA could read it in place but
+    /// its rows start off 128-byte lines, in a GEMM of `m × n` outputs whose operand rows serve
+    /// enough outputs for the copy to pay (`kittens_kernels::gemm_bf16::shapes::copies_misaligned`,
+    /// which the block choice also reads). A stays in place: with the 128-byte L2 promotion its maps
+    /// then get (`driver::l2_promotion`) reading A off its lines cost the kernel about 2 µs at 3000³ on
+    /// the H100, against 12 to copy it, while B off its lines cost about 28 (0.852 of cuBLAS for B
+    /// copied, 0.767 for both, 0.666 for A alone: bench/NOTES.md, "L2 promotion").
+    pub fn aligned(a: &Mat, b: &Mat, c: &Mat, mn: (usize, usize)) -> PadPlan {
+        PadPlan {
+            a: PadPlan::of(a, b, c).a,
+            ..PadPlan::both_aligned(a, b, c, mn)
+        }
+    }
+
+    /// [`PadPlan::aligned`] with A copied under the same rule as B (for measurement).
+    pub fn both_aligned(a: &Mat, b: &Mat, c: &Mat, (m, n): (usize, usize)) -> PadPlan {
         let plan = PadPlan::of(a, b, c);
         let reuse = copies_misaligned(m as u64, n as u64);
         let off_line = |x: &Mat| !(x.pitch * 2).is_multiple_of(128);
@@ -122,12 +129,12 @@ pub enum OperandLoads {
     /// `TmaCopy`: on the H100 the copies and TMA beat `cp.async` in place at every shape measured
     /// (3000³ 0.76 against 0.53 of cuBLAS, 3072³ 0.98 against 0.70; bench/NOTES.md).
     Auto,
-    /// TMA, from aligned copies where [`PadPlan::aligned`] makes them.
+    /// TMA, from aligned copies where [`PadPlan::aligned`] makes them (B only).
     TmaCopy,
+    /// For measurement: A and B copied under that rule ([`PadPlan::both_aligned`]).
+    TmaCopyBoth,
     /// For measurement: A copied under that rule, B read in place wherever TMA can.
     TmaCopyA,
-    /// For measurement: B copied under that rule, A read in place wherever TMA can.
-    TmaCopyB,
     /// For measurement: TMA in place wherever it can read (no copy for rows off 128-byte lines).
     TmaInPlace,
     /// The kernel's own `cp.async` copies from A and B in place (16-byte aligned dense rows only);
@@ -141,12 +148,12 @@ impl std::str::FromStr for OperandLoads {
         match s.trim() {
             "auto" => Ok(OperandLoads::Auto),
             "tma-copy" => Ok(OperandLoads::TmaCopy),
+            "tma-copy-both" => Ok(OperandLoads::TmaCopyBoth),
             "tma-copy-a" => Ok(OperandLoads::TmaCopyA),
-            "tma-copy-b" => Ok(OperandLoads::TmaCopyB),
             "tma-in-place" => Ok(OperandLoads::TmaInPlace),
             "cp-async" => Ok(OperandLoads::CpAsync),
             o => Err(format!(
-                "loads `{o}`: auto, tma-copy, tma-copy-a, tma-copy-b, tma-in-place or cp-async"
+                "loads `{o}`: auto, tma-copy, tma-copy-both, tma-copy-a, tma-in-place or cp-async"
             )),
         }
     }
@@ -156,8 +163,8 @@ impl OperandLoads {
     /// The suffix of a benchmark row's block name for the measurement-only copy choices.
     pub fn copies(self) -> Option<&'static str> {
         match self {
+            OperandLoads::TmaCopyBoth => Some("/copy-both"),
             OperandLoads::TmaCopyA => Some("/copy-a"),
-            OperandLoads::TmaCopyB => Some("/copy-b"),
             OperandLoads::TmaInPlace => Some("/in-place"),
             _ => None,
         }
@@ -172,12 +179,13 @@ impl OperandLoads {
         c: &Mat,
         mn: (usize, usize),
     ) -> Result<(SlotFill, PadPlan), CudaError> {
-        let (of, aligned) = (PadPlan::of(a, b, c), PadPlan::aligned(a, b, c, mn));
+        let of = PadPlan::of(a, b, c);
+        let both = PadPlan::both_aligned(a, b, c, mn);
         let in_place = !of.a && !of.b && a.pitch == a.cols && b.pitch == b.cols;
         match self {
-            OperandLoads::TmaCopy | OperandLoads::Auto => Ok((SlotFill::Tma, aligned)),
-            OperandLoads::TmaCopyA => Ok((SlotFill::Tma, PadPlan { b: of.b, ..aligned })),
-            OperandLoads::TmaCopyB => Ok((SlotFill::Tma, PadPlan { a: of.a, ..aligned })),
+            OperandLoads::TmaCopy | OperandLoads::Auto => Ok((SlotFill::Tma, PadPlan { a: of.a, ..both })),
+            OperandLoads::TmaCopyBoth => Ok((SlotFill::Tma, both)),
+            OperandLoads::TmaCopyA => Ok((SlotFill::Tma, PadPlan { b: of.b, ..both })),
             OperandLoads::TmaInPlace => Ok((SlotFill::Tma, of)),
             OperandLoads::CpAsync if in_place => Ok((SlotFill::CpAsync, of)),
             OperandLoads::CpAsync => Err(CudaError::Invalid(format!(
@@ -320,9 +328,9 @@ mod tests {
         assert!(Mat::dense(0, usize::MAX / 2, 9).padded_bytes().is_err());
     }
 
-    /// 3000³: rows of 6000 bytes are TMA-addressable but off 128-byte lines, so A and B are copied
-    /// (C is not: its stores are not the bottleneck); a decode-sized M does not pay for the copy, and
-    /// rows of whole lines never need one.
+    /// 3000³: rows of 6000 bytes are TMA-addressable but off 128-byte lines, so B is copied (A is
+    /// read in place, C is not copied: its stores are not the bottleneck); a decode-sized M does not
+    /// pay for the copy, and rows of whole lines never need one.
     #[test]
     fn misaligned_rows_are_copied_where_reuse_pays() {
         let (a, b, c) = mats(3000, 3000, 3000);
@@ -332,14 +340,18 @@ mod tests {
             b: true,
             c: false,
         };
-        assert_eq!(PadPlan::aligned(&a, &b, &c, (3000, 3000)), ab);
+        assert_eq!(PadPlan::both_aligned(&a, &b, &c, (3000, 3000)), ab);
+        assert_eq!(
+            PadPlan::aligned(&a, &b, &c, (3000, 3000)),
+            PadPlan { a: false, ..ab }
+        );
         let (a, b, c) = mats(16, 4096, 3000);
         assert!(!PadPlan::aligned(&a, &b, &c, (16, 4096)).any());
         let (a, b, c) = mats(3000, 3000, 3008);
         assert!(!PadPlan::aligned(&a, &b, &c, (3000, 3000)).any());
     }
 
-    /// `auto` is TMA with the aligned copies where they pay (3000³), none where rows are aligned
+    /// `auto` is TMA with B's aligned copy where it pays (3000³), none where rows are aligned
     /// (3008) or reuse does not pay (M = 16), and copies where TMA cannot address the rows at all
     /// (K = 777); `cp-async` reads 16-byte aligned dense rows in place and refuses the last.
     #[test]
@@ -354,19 +366,20 @@ mod tests {
             b: true,
             c: false,
         };
+        let b_only = PadPlan { a: false, ..ab };
         let cube = (3000, 3000, 3000);
-        assert_eq!(go(OperandLoads::Auto, cube).unwrap(), (SlotFill::Tma, ab));
+        assert_eq!(go(OperandLoads::Auto, cube).unwrap(), (SlotFill::Tma, b_only));
         assert_eq!(
             go(OperandLoads::TmaCopy, cube).unwrap(),
-            (SlotFill::Tma, ab)
+            (SlotFill::Tma, b_only)
         );
         assert_eq!(
             go(OperandLoads::TmaCopyA, cube).unwrap(),
             (SlotFill::Tma, PadPlan { b: false, ..ab })
         );
         assert_eq!(
-            go(OperandLoads::TmaCopyB, cube).unwrap(),
-            (SlotFill::Tma, PadPlan { a: false, ..ab })
+            go(OperandLoads::TmaCopyBoth, cube).unwrap(),
+            (SlotFill::Tma, ab)
         );
         assert_eq!(
             go(OperandLoads::TmaInPlace, cube).unwrap(),
