@@ -163,6 +163,14 @@ impl Emit<'_> {
             self.line(format!(
                 "kt::stage_done(kt_stage_flags_{id} + kt_c, kt_ct, {COPY_BARRIER}u);"
             ));
+            // PROBE (measurement only, removed after): `nocopy` skips the copy.
+            if std::env::var("KITTENS_STAGE_PROBE").as_deref() == Ok("nocopy") {
+                let body = std::mem::take(&mut self.out);
+                let cut = body.rfind("for (u32 r = my0").unwrap_or(body.len());
+                let end = body.rfind("kt::stage_done(").unwrap_or(body.len());
+                let line_start = body[..end].rfind('\n').map_or(end, |i| i + 1);
+                self.out = format!("{}{}", &body[..cut], &body[line_start..]);
+            }
             self.depth -= 1;
             self.line("}");
             self.depth -= 1;
@@ -207,6 +215,9 @@ impl Emit<'_> {
         }
         let id = ident(&g.name);
         let origin = self.ex(&src.origin[k_axis as usize]);
+        if std::env::var("KITTENS_STAGE_PROBE").as_deref() == Ok("nowait") {
+            return Ok(Some(format!("(void)kt_ready_{id}; (void)kt_stage_target; (void)({origin});")));
+        }
         Ok(Some(format!(
             "kt_ready_{id} = kt::stage_wait(kt_stage_flags_{id}, (u32)({origin}) / {CHUNK}u, kt_ready_{id}, kt_stage_target);"
         )))

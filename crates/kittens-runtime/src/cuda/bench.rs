@@ -483,9 +483,10 @@ impl Runner<'_> {
             let (b_src, b) = put(pads.1, b_mat(inp.b[s].ptr()), stage[1])?;
             let c = pads.2.map_or(c_dense, |p| c_dense.padded_at(p));
             match kernel {
+                // A staged operand as given (the kernel copies it), any other as copied here.
                 Some(kern) if stage.contains(&true) => kern.launch_staged(
                     stream,
-                    (&a_src, &b_src, &c),
+                    (if stage[0] { &a_src } else { &a }, if stage[1] { &b_src } else { &b }, &c),
                     [Some(&a).filter(|_| stage[0]), Some(&b).filter(|_| stage[1])],
                     &flags,
                 )?,
