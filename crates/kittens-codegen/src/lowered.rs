@@ -52,24 +52,6 @@ pub enum KernelArg {
     Global { name: String },
     /// A 32-bit integer parameter of this name.
     Param { name: String },
-    /// What the in-kernel copy of a `SlotFill::TmaStaged` tensor needs (`cuda::lower_staged`).
-    Stage(StageArg),
-}
-
-/// The arguments of a `SlotFill::TmaStaged` tensor's in-kernel copy: per staged tensor the copy's
-/// address, its row pitch and its chunk flags, then once the flags' count at launch.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case", tag = "part")]
-pub enum StageArg {
-    /// The device address of the tensor's copy on 128-byte lines (what its tensor map describes).
-    Copy { name: String },
-    /// The copy's row pitch in elements (a 32-bit integer).
-    Pitch { name: String },
-    /// The device address of the tensor's chunk flags (one `u32` per chunk along its K axis).
-    Flags { name: String },
-    /// Every flag's value when the launch starts (a 32-bit integer; each block adds one per chunk,
-    /// so a chunk is done at this plus the grid's blocks, compared modulo 2³²).
-    Base,
 }
 
 /// A kernel lowered for one target: its source and its launch contract.

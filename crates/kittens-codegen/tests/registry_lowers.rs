@@ -41,7 +41,7 @@ fn available_plans_lower_with_a_consistent_contract() {
                 .iter()
                 .filter_map(|a| match a {
                     KernelArg::Global { name } | KernelArg::Param { name } => Some(name.as_str()),
-                    KernelArg::TensorMap(_) | KernelArg::Stage(_) => None,
+                    KernelArg::TensorMap(_) => None,
                 })
                 .collect();
             let want: Vec<&str> = k

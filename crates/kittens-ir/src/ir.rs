@@ -74,13 +74,6 @@ pub enum SlotFill {
     /// §9.7.9.25.3) from a plain pointer and the tensor's row stride, with no alignment beyond 16
     /// bytes asked of the rows; the slot's `full` barrier counts the 128 threads' arrivals.
     CpAsync,
-    /// TMA, from a copy of the tensor on 128-byte lines that the kernel makes while it runs: the
-    /// producer warpgroup's other three warps copy the (2-D, bf16) tensor in chunks of 256 elements
-    /// along `k_axis` (the axis the ring walks), every block a share of each chunk's rows, and count
-    /// each chunk done in a global flag; the TMA thread waits for a chunk's count before its first
-    /// box from it. The copy costs reads and writes of the tensor once, overlapped with the
-    /// multiplies, where a copy before the launch (H100, 3000³: 13-16 µs) adds to them.
-    TmaStaged { k_axis: u8 },
 }
 
 /// `count` shared tiles of one shape (a double buffer is `count: 2`), addressed by a run-time index.

@@ -249,7 +249,7 @@ fn every_gemm_block_shape_compiles_for_sm_90a() {
     ensure_nvrtc();
     let cache = fresh_cache("gemm-shapes");
     for (tile, b_layout) in blocks_and_layouts() {
-        let (cfg, l) = lowered_block(tile, b_layout, SlotFill::Tma, [false; 2]);
+        let (cfg, l) = lowered_block(tile, b_layout, SlotFill::Tma);
         let kn = b_layout == BLayout::Kn;
         let maps = l.tma_maps();
         // B as K x N: 64-column boxes of K-step rows, one per column atom of the slot.
@@ -345,7 +345,7 @@ fn every_gemm_block_shape_compiles_with_cp_async_loads() {
     ensure_nvrtc();
     let cache = fresh_cache("gemm-cp-async");
     for (tile, b_layout) in blocks_and_layouts() {
-        let (cfg, l) = lowered_block(tile, b_layout, SlotFill::CpAsync, [false; 2]);
+        let (cfg, l) = lowered_block(tile, b_layout, SlotFill::CpAsync);
         let maps = l.tma_maps();
         assert_eq!(maps.len(), 1, "{tile}: only C's store map, {maps:?}");
         assert_eq!(l.ir.globals[maps[0].global as usize].name, "c", "{tile}");
@@ -382,39 +382,6 @@ fn every_gemm_block_shape_compiles_with_cp_async_loads() {
     }
 }
 
-/// Every block shape of the Hopper GEMM that can (`HopperTile::can_stage`) with B (and, for one
-/// block, A too) copied onto 128-byte lines by the kernel itself (`SlotFill::TmaStaged`, `lower_staged.rs`), B stored either way: it
-/// lowers and compiles without spills (eight vectors in flight per copying thread at the
-/// producers' 72 registers); the copy runs on producer warps 1-3 and counts each chunk in its flag,
-/// the TMA thread waits for a chunk before its boxes, and the staging arguments follow the
-/// parameters: per staged operand its copy, pitch and flags, then the flags' count at launch.
-#[test]
-fn every_gemm_block_shape_compiles_with_staged_copies() {
-    ensure_nvrtc();
-    let cache = fresh_cache("gemm-staged");
-    let cases = blocks_and_layouts()
-        .filter(|(t, _)| t.can_stage())
-        .map(|(t, l)| (t, l, [false, true]))
-        .chain([(TILES[5], BLayout::Nk, [true, true])]);
-    for (tile, b_layout, stage) in cases {
-        let (_, l) = lowered_block(tile, b_layout, SlotFill::Tma, stage);
-        let src = &l.source;
-        let what = format!("{tile} {b_layout:?} staged {stage:?}");
-        let copies = stage.iter().filter(|&&s| s).count();
-        assert_eq!(src.matches("kt::stage_done(").count(), copies, "{what}");
-        assert!(src.contains("if (threadIdx.x % 128u >= 32u) { // warps 1-3"), "{what}");
-        assert!(src.contains("kt_ready_b = kt::stage_wait(kt_stage_flags_b,"), "{what}");
-        assert_eq!(src.contains("kt_ready_a = kt::stage_wait("), stage[0], "{what}");
-        let tail: Vec<String> = l.args[l.args.len() - (3 * copies + 1)..]
-            .iter()
-            .map(|a| format!("{a:?}"))
-            .collect();
-        assert!(tail[0].starts_with("Stage(Copy") && tail.last().unwrap() == "Stage(Base)", "{what}: {tail:?}");
-        let r = compile_clean(&l, &cache, &what);
-        eprintln!("{what}: {} registers", r.registers);
-    }
-}
-
 /// Every Hopper GEMM block (`gemm_bf16::shapes::TILES`) with B as N × K and as K × N.
 fn blocks_and_layouts() -> impl Iterator<Item = (HopperTile, BLayout)> {
     TILES
@@ -428,19 +395,17 @@ fn lowered_block(
     tile: HopperTile,
     b_layout: BLayout,
     loads: SlotFill,
-    stage: [bool; 2],
 ) -> (GemmConfig, kittens_codegen::Lowered) {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let cfg = GemmConfig {
         b_layout,
         loads,
-        stage,
         ..tile.config(h100)
     };
     let k = build(&cfg).unwrap_or_else(|e| panic!("{tile}: {e}"));
     let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{tile}: {e}"));
     if let Ok(dir) = std::env::var("KITTENS_DUMP") {
-        let path = format!("{dir}/gemm_{tile}_{b_layout:?}_{loads:?}_{stage:?}.cu");
+        let path = format!("{dir}/gemm_{tile}_{b_layout:?}_{loads:?}.cu");
         std::fs::write(path, &l.source).expect("dump");
     }
     (cfg, l)

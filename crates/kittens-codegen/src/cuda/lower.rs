@@ -122,7 +122,6 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     }
     let consumer_wgs = k.waves / 4 - producers;
     let cp_rings = cp_async_rings(k);
-    super::lower_staged::check(k, cp_rings.iter().any(|&c| c))?;
     let full_init = full_barrier_init(k, &bar_first, nbars, &cp_rings);
     let slab = super::lower_tma::slab_bytes(k)?;
     let slabs_at = ring_bytes;
@@ -190,8 +189,6 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         ));
     }
     args.extend(k.params.iter().map(|p| format!("int {}", ident(&p.name))));
-    let (stage_args, stage_decls) = super::lower_staged::args(k);
-    args.extend(stage_decls);
     let shapes: Vec<(WgmmaInput, u32)> = e.wgmma_n.iter().copied().collect();
     let mut src = prelude_with(&shapes);
     if !e.wgmma_rs.is_empty()
@@ -259,7 +256,6 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     kargs.extend(k.params.iter().map(|p| KernelArg::Param {
         name: p.name.clone(),
     }));
-    kargs.extend(stage_args);
     Ok(Lowered {
         target: Target::Sm90a,
         source: src,

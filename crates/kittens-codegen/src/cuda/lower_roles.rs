@@ -377,10 +377,8 @@ impl Emit<'_> {
             self.depth += 1;
             self.line("const u32 kt_ptid = threadIdx.x % 128u;");
         } else {
-            self.staged_copies()?;
             self.line("if (threadIdx.x % 128 == 0) { // the thread that issues the TMA loads");
             self.depth += 1;
-            self.staged_ready_decls();
         }
         self.line("u32 kt_ppar = 0, kt_filled = 0; // per slot: parity of the next fill; filled at least once");
         self.role = Role::Producer;

@@ -123,8 +123,6 @@ impl Emit<'_> {
             if self.cp_rings[dst.buf.0 as usize] {
                 copies.extend(self.cp_async_load(dst, src)?);
             } else {
-                // A staged global's box waits for its chunk of the in-kernel copy first.
-                tmas.extend(self.staged_wait(src)?);
                 let (t, b) = self.tma_load(dst, src)?;
                 tmas.extend(t);
                 bytes += b;

@@ -10,7 +10,6 @@ mod lower_cpasync;
 mod lower_frag;
 mod lower_mma;
 mod lower_roles;
-mod lower_staged;
 mod lower_tma;
 mod lower_wait;
 

@@ -178,42 +178,6 @@ __device__ __forceinline__ void named_barrier_arrive(u32 id, u32 threads) {
     asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// ---- the in-kernel staged copy (lower_staged.rs; PTX ISA §8 memory consistency model) -------------
-// 16 bytes from a tensor the kernel only reads, not kept in L1; and the plain store of the copy.
-__device__ __forceinline__ uint4 ld_global_nc_v4(const bf16_t* p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
-    return v;
-}
-__device__ __forceinline__ void st_global_v4(bf16_t* p, uint4 v) {
-    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w)
-                 : "memory");
-}
-// A block's share of a chunk is copied: every copying thread orders its stores for the async proxy
-// (TMA reads the copy) and the GPU, the `threads` meet, and one adds one to the chunk's flag.
-__device__ __forceinline__ void stage_done(u32* flag, u32 tid, u32 barrier) {
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    __threadfence();
-    named_barrier(barrier, 96u);
-    if (tid == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(flag) : "memory");
-}
-// Waits until chunks `ready..=c` are copied (their flags reach `target`, modulo 2^32), then orders the
-// async proxy after them; returns the chunks now known copied.
-__device__ __forceinline__ u32 stage_wait(const u32* flags, u32 c, u32 ready, u32 target) {
-    if (c < ready) return ready;
-    for (; ready <= c; ++ready) {
-        for (;;) {
-            u32 v;
-            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flags + ready) : "memory");
-            if ((int)(v - target) >= 0) break;
-            __nanosleep(64);
-        }
-    }
-    asm volatile("fence.proxy.async.global;" ::: "memory");
-    return ready;
-}
-
 // ---- warpgroup register reallocation (PTX ISA §9.7.17.1 setmaxnreg) ---------------------------------
 // Takes effect only with a register cap at entry: the kernel needs __launch_bounds__(threads, 1).
 template <int N> __device__ __forceinline__ void setmaxnreg_inc() {

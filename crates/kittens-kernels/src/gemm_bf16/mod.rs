@@ -186,10 +186,6 @@ pub struct GemmConfig {
     /// of 128), which TMA reads slowly and which would otherwise be copied into aligned rows first
     /// (`shapes::copies_misaligned`). The AMD schedules ignore it.
     pub loads: SlotFill,
-    /// A and B (in that order) copied onto 128-byte lines by the kernel itself while it runs
-    /// (`SlotFill::TmaStaged`, the producer warpgroup's idle warps; bf16 TMA loads only): for rows
-    /// that start off those lines, instead of a copy before the launch. The AMD schedules ignore it.
-    pub stage: [bool; 2],
 }
 
 impl Default for GemmConfig {
@@ -212,7 +208,6 @@ impl Default for GemmConfig {
             promote: 0,
             split_k: 1,
             loads: SlotFill::Tma,
-            stage: [false; 2],
         }
     }
 }

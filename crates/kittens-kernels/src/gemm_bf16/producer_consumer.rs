@@ -24,8 +24,8 @@
 
 use super::{declare, store_scaled, BLayout, GemmConfig};
 use crate::KernelError;
-use kittens_hw::dtype::DType::{self, F32};
-use kittens_ir::{Expr, Kernel, KernelBuilder, MmaForm, MmaOperand, Schedule, Scope, SlotFill};
+use kittens_hw::dtype::DType::F32;
+use kittens_ir::{Expr, Kernel, KernelBuilder, MmaForm, MmaOperand, Schedule, Scope};
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Accumulator floats one consumer thread may hold: 128 (a 64×256 fp32 tile over a warpgroup), the
@@ -78,10 +78,6 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             if promote > 0 { " (promoted)" } else { "" }
         ));
     }
-    let staged = cfg.stage.contains(&true);
-    if staged && (promote > 0 || cfg.loads != SlotFill::Tma || cfg.types.input != DType::Bf16) {
-        return bad("in-kernel copies of bf16 operands read by TMA, without promotion".into());
-    }
     let sched = if consumers == 1 {
         Schedule::ProducerConsumer {
             producers: 1,
@@ -92,19 +88,7 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     } else {
         // Promoted sums need every register the consumers can get: 24 for the one TMA thread's
         // warpgroup, 240 for the consumers (128·24 + 256·240 = 64512, the launch's 384 × 168).
-        // In-kernel copies (`cfg.stage`) keep eight 16-byte vectors in flight per producer thread
-        // with 72 registers there (at 56 even two spilled), leaving 216 for the consumers: enough
-        // beside 96 accumulators (128×192), not 128 (`HopperTile::can_stage`).
-        let (producer_regs, consumer_regs) = match (promote > 0, staged) {
-            (true, _) => (24, 240),
-            (false, true) if per_thread <= 96 => (72, 216),
-            (false, true) => {
-                return bad(format!(
-                    "in-kernel copies with {per_thread} accumulator floats per consumer thread (at most 96)"
-                ))
-            }
-            (false, false) => (40, 232),
-        };
+        let (producer_regs, consumer_regs) = if promote > 0 { (24, 240) } else { (40, 232) };
         Schedule::ProducerConsumer {
             producers: 1,
             consumers,
@@ -123,16 +107,8 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
         cfg.split_k,
     );
     let (kd, [a, b, _]) = (decl.kd.clone(), decl.g);
-    let kn = cfg.b_layout == BLayout::Kn;
-    let fill = |staged: bool, k_axis: u8| {
-        if staged {
-            SlotFill::TmaStaged { k_axis }
-        } else {
-            cfg.loads
-        }
-    };
-    k.slot_fill(a, fill(cfg.stage[0], 1));
-    k.slot_fill(b, fill(cfg.stage[1], if kn { 0 } else { 1 }));
+    k.slot_fill(a, cfg.loads);
+    k.slot_fill(b, cfg.loads);
     let dt = cfg.types.input;
     // Rows of `ks` operands are 64 or 128 bytes: the matching TMA/wgmma swizzle mode.
     let swz = if (ks * dt.bytes()).is_multiple_of(128) {
@@ -144,6 +120,7 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let a_s = k.shared_tile("a_s", SharedTile::with_swizzle(dt, bm, ks, swz), cfg.stages);
     // B's slot as B is stored: `bn × ks` (K contiguous), or `ks × bn` (N contiguous; the Hopper
     // lowering keeps such a tile as 64-column atoms in the 128-byte swizzle, one TMA box each).
+    let kn = cfg.b_layout == BLayout::Kn;
     if kn && (dt.bytes() != 2 || bn % 64 != 0) {
         return bad(format!(
             "B as K x N needs bf16 operands and a block width that is a multiple of 64, got {dt} and {bn}"

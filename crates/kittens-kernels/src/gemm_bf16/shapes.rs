@@ -97,14 +97,6 @@ impl HopperTile {
         }
     }
 
-    /// Whether the block can copy operands onto 128-byte lines itself (`GemmConfig::stage`): the
-    /// copying producer threads need 72 registers, which leaves two consumer warpgroups 216, enough
-    /// beside 96 accumulators per thread and not beside 128 (128×256, 256×128); one consumer
-    /// warpgroup keeps the launch's 256 everywhere.
-    pub fn can_stage(self) -> bool {
-        self.consumers() == 1 || self.rows / 128 * self.cols / 2 <= 96
-    }
-
     /// Shared bytes of one ring stage (A and B, bf16) and of the lowering's C slabs (64 rows × cols
     /// bf16 per consumer warpgroup).
     fn bytes(self) -> (u32, u32) {

@@ -130,12 +130,6 @@ impl PackedArgs {
                     p.ptrs.push(address(name)?);
                     p.slots.push((Slot::Ptr, p.ptrs.len() - 1));
                 }
-                KernelArg::Stage(part) => {
-                    return Err(invalid(format!(
-                        "{}: a staged-copy argument {part:?} (only the GEMM launchers stage operands)",
-                        l.entry
-                    )))
-                }
                 KernelArg::Param { name } => {
                     let v = param(values, name)?;
                     p.ints

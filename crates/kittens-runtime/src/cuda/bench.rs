@@ -34,8 +34,7 @@ use super::bench_time::{iterations, time_launches, Launch};
 use super::cublas::Cublas;
 use super::driver::{Device, DeviceBuffer, Event, Stream};
 use super::gemm_kernel::GemmKernel;
-use super::gemm_pad::{self, CopyKernel, Fill, Mat, OperandLoads, PadPlan};
-use super::gemm_staged::StageFlags;
+use super::gemm_pad::{self, CopyKernel, Mat, OperandLoads, PadPlan};
 use super::limits::{
     check_memory, gemm_abt_dims, gemm_memory_need, host_mem_available, rotation_copies,
 };
@@ -222,7 +221,7 @@ struct Runner<'a> {
 }
 
 /// A block shape, its K slices and how it fills slots from A and B: what one compiled kernel is.
-type Block = (HopperTile, u32, Fill);
+type Block = (HopperTile, u32, SlotFill);
 
 /// `64x128`, `64x128/k4` with split-K, `64x128/cp` with `cp.async` loads.
 fn block_name((t, s, fill): Block) -> String {
@@ -230,7 +229,7 @@ fn block_name((t, s, fill): Block) -> String {
     if s > 1 {
         name.push_str(&format!("/k{s}"));
     }
-    if fill.slots == SlotFill::CpAsync {
+    if fill == SlotFill::CpAsync {
         name.push_str("/cp");
     }
     name
@@ -312,8 +311,6 @@ impl Runner<'_> {
             for &loads in &self.opts.loads {
                 match loads.resolve(&a0, &b0, &c0, (m, n)) {
                     Ok((fill, plan)) => {
-                        // Blocks whose producers cannot copy in the kernel copy before it.
-                        let fill = if t.can_stage() { fill } else { Fill { stage: [false; 2], ..fill } };
                         let b = (t, self.split_for(shape, t), fill);
                         if !blocks.iter().any(|&(x, p)| x == b && p == plan) {
                             blocks.push((b, plan));
@@ -326,7 +323,7 @@ impl Runner<'_> {
                     }
                     Err(e) => refused.push(GemmBenchRow {
                         error: Some(e.to_string()),
-                        ..base((t, 1, Fill::CP_ASYNC))
+                        ..base((t, 1, SlotFill::CpAsync))
                     }),
                 }
             }
@@ -453,45 +450,29 @@ impl Runner<'_> {
                 None => unsafe { gemm_pad::copy(dst, src, stream.raw()) },
             }
         };
-        // The chunk flags of kernels that copy A or B themselves (K elements along K either way).
-        let flags = StageFlags::new(dev, &[("a", k), ("b", k)])?;
         // The operands the kernel reads and writes for input copy `s`, padded copies made first
-        // unless the kernel makes them (`kernel` None: the copies only, for their own timing).
+        // (`kernel` false: the copies only, for their own timing).
         let ours = |kernel: Option<&GemmKernel>, s: usize, p: PadPlan| -> Result<(), CudaError> {
             let pads = (
                 pads.0.filter(|_| p.a),
                 pads.1.filter(|_| p.b),
                 pads.2.filter(|_| p.c),
             );
-            let stage = kernel.map_or([false; 2], |kern| {
-                ["a", "b"].map(|x| kern.staged.iter().any(|(n, _)| n == x))
-            });
-            // The operand as given, and the matrix the kernel's map reads (its copy, if any).
-            let put = |pad: Option<u64>, src: Mat, staged: bool| -> Result<(Mat, Mat), CudaError> {
+            let put = |pad: Option<u64>, src: Mat| -> Result<Mat, CudaError> {
                 match pad {
                     Some(p) => {
                         let dst = src.padded_at(p);
-                        if !staged {
-                            copier(&dst, &src)?;
-                        }
-                        Ok((src, dst))
+                        copier(&dst, &src)?;
+                        Ok(dst)
                     }
-                    None => Ok((src, src)),
+                    None => Ok(src),
                 }
             };
-            let (a_src, a) = put(pads.0, Mat::dense(inp.a[s].ptr(), m, k), stage[0])?;
-            let (b_src, b) = put(pads.1, b_mat(inp.b[s].ptr()), stage[1])?;
+            let a = put(pads.0, Mat::dense(inp.a[s].ptr(), m, k))?;
+            let b = put(pads.1, b_mat(inp.b[s].ptr()))?;
             let c = pads.2.map_or(c_dense, |p| c_dense.padded_at(p));
-            match kernel {
-                // A staged operand as given (the kernel copies it), any other as copied here.
-                Some(kern) if stage.contains(&true) => kern.launch_staged(
-                    stream,
-                    (if stage[0] { &a_src } else { &a }, if stage[1] { &b_src } else { &b }, &c),
-                    [Some(&a).filter(|_| stage[0]), Some(&b).filter(|_| stage[1])],
-                    &flags,
-                )?,
-                Some(kern) => kern.launch(stream, &a, &b, &c)?,
-                None => {}
+            if let Some(kern) = kernel {
+                kern.launch(stream, &a, &b, &c)?;
             }
             if pads.2.is_some() {
                 copier(&c_dense, &c)?;
@@ -579,10 +560,10 @@ impl Runner<'_> {
             let (ours, p) = (&ours, *p);
             impls.push(Box::new(move |i: usize| ours(Some(kern), i % ncopies, p)));
         }
-        // The copies alone, once per distinct plan that makes any before the launch.
+        // The copies alone, once per distinct plan that makes any.
         let mut copy_plans: Vec<PadPlan> = Vec::new();
-        for (_, kern, p) in &kerns {
-            if p.any() && kern.staged.is_empty() && !copy_plans.contains(p) {
+        for (_, _, p) in &kerns {
+            if p.any() && !copy_plans.contains(p) {
                 copy_plans.push(*p);
             }
         }
@@ -594,10 +575,10 @@ impl Runner<'_> {
         let times = time_launches(stream, warmup, iters, opts.timing, &mut fs)?;
         let flop = 2.0 * m as f64 * n as f64 * k as f64;
         let copies_at = 1 + kerns.len();
-        for (j, (i, kern, p)) in kerns.iter().enumerate() {
+        for (j, (i, _, p)) in kerns.iter().enumerate() {
             let pad_ms = copy_plans
                 .iter()
-                .position(|q| q == p && kern.staged.is_empty())
+                .position(|q| q == p)
                 .map_or(f64::NAN, |c| times[copies_at + c]);
             let row = &mut rows[*i];
             row.cublas_ms = times[0];

@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use cudarc::driver::sys as cu;
 use kittens_codegen::cuda::TmaMap;
-use kittens_codegen::{KernelArg, Lowered, StageArg};
+use kittens_codegen::{KernelArg, Lowered};
 use kittens_hw::dtype::DType;
 use kittens_ir::SlotFill;
 use kittens_kernels::gemm_bf16::shapes::HopperTile;
@@ -18,8 +18,7 @@ use kittens_kernels::gemm_bf16::{BLayout, GemmConfig};
 use super::args::PackedArgs;
 
 use super::driver::{encode_bf16, Device, DeviceBuffer, Function, Stream, Swizzle, TensorMap};
-use super::gemm_pad::{Fill, Mat};
-use super::gemm_staged::{stageable, StageFlags, StageValues};
+use super::gemm_pad::Mat;
 use super::{compile, invalid, CudaCompileReport, CudaError};
 
 /// A compiled, loaded GEMM kernel.
@@ -40,9 +39,6 @@ pub struct GemmKernel {
     pub loads: SlotFill,
     /// With split-K: the reduction launched after the kernel, and the partials' scratch.
     pub split: Option<SplitReduce>,
-    /// Operands the kernel copies onto 128-byte lines itself (`SlotFill::TmaStaged`): name and K
-    /// axis; launched by [`GemmKernel::launch_staged`].
-    pub staged: Vec<(String, u8)>,
 }
 
 /// A strip program (`kittens_codegen::strip`) the GEMM launchers run beside the kernel: the split-K
@@ -170,15 +166,15 @@ pub fn lower_tile_split(
     b_layout: BLayout,
     split_k: u32,
 ) -> Result<Lowered, CudaError> {
-    lower_tile_loads(tile, b_layout, split_k, Fill::TMA)
+    lower_tile_loads(tile, b_layout, split_k, SlotFill::Tma)
 }
 
-/// [`lower_tile_split`] with A and B loaded as `loads` says (`GemmConfig::loads`, `::stage`).
+/// [`lower_tile_split`] with A and B loaded as `loads` says (`GemmConfig::loads`).
 pub fn lower_tile_loads(
     tile: HopperTile,
     b_layout: BLayout,
     split_k: u32,
-    loads: Fill,
+    loads: SlotFill,
 ) -> Result<Lowered, CudaError> {
     let gpu = kittens_hw::Target::Sm90a
         .gpu()
@@ -186,8 +182,7 @@ pub fn lower_tile_loads(
     let cfg = GemmConfig {
         b_layout,
         split_k,
-        loads: loads.slots,
-        stage: loads.stage,
+        loads,
         ..tile.config(gpu)
     };
     let k = kittens_kernels::gemm_bf16::build(&cfg)
@@ -272,7 +267,7 @@ impl GemmKernel {
         tile: HopperTile,
         b_layout: BLayout,
         split_k: u32,
-        loads: Fill,
+        loads: SlotFill,
     ) -> Result<GemmKernel, CudaError> {
         Self::load(
             dev,
@@ -334,15 +329,6 @@ impl GemmKernel {
             } else {
                 SlotFill::Tma
             },
-            staged: l
-                .ir
-                .globals
-                .iter()
-                .filter_map(|g| match g.slot_fill {
-                    SlotFill::TmaStaged { k_axis } => Some((g.name.clone(), k_axis)),
-                    _ => None,
-                })
-                .collect(),
             lowered: l,
             split,
         })
@@ -392,58 +378,9 @@ impl GemmKernel {
                 a.pitch, b.pitch, a.cols, b.cols
             )));
         }
-        if !self.staged.is_empty() {
-            return Err(invalid(format!(
-                "{} copies {:?} itself: launch it with their copies and flags (launch_staged)",
-                self.name, self.staged
-            )));
-        }
         let maps = [mat_map(a, &ta)?, mat_map(b, &tb)?, mat_map(c, &tc)?];
         let ptrs = [("a", a.ptr), ("b", b.ptr), ("c", c.ptr)];
-        self.launch_named(stream, maps, &ptrs, [m, n, k], c.ptr, None)
-            .map(|_| ())
-    }
-
-    /// [`GemmKernel::launch`] for a kernel that copies operands onto 128-byte lines itself
-    /// ([`GemmKernel::staged`]): `a` and `b` are the operands as given (a staged one dense, 16-byte
-    /// aligned: [`super::gemm_staged::stageable`]), `copies` the aligned copies of the staged ones
-    /// (A's, B's; same extents), `flags` their chunk flags (one K, one stream).
-    pub fn launch_staged(
-        &self,
-        stream: &Stream,
-        (a, b, c): (&Mat, &Mat, &Mat),
-        copies: [Option<&Mat>; 2],
-        flags: &StageFlags,
-    ) -> Result<(), CudaError> {
-        let [ta, tb, tc] = self.maps;
-        let (m, n, k) = (a.rows, c.cols, a.cols);
-        let mut mapped = [*a, *b];
-        let mut staged = Vec::new();
-        for (name, axis) in &self.staged {
-            let i = ["a", "b"]
-                .iter()
-                .position(|x| x == name)
-                .ok_or_else(|| invalid(format!("a staged operand `{name}`")))?;
-            let (src, copy) = (mapped[i], copies[i]);
-            let copy = copy.filter(|d| (d.rows, d.cols) == (src.rows, src.cols)).ok_or_else(|| {
-                invalid(format!("staged `{name}` ({}x{}) without a copy of its extents", src.rows, src.cols))
-            })?;
-            if !stageable(&src) {
-                return Err(invalid(format!(
-                    "staged `{name}` must be dense with 16-byte rows of whole vectors: {}x{} pitch {} at {:#x}",
-                    src.rows, src.cols, src.pitch, src.ptr
-                )));
-            }
-            let along = if *axis == 1 { src.cols } else { src.rows };
-            staged.push((name.as_str(), along, copy));
-            mapped[i] = *copy;
-        }
-        let stage = flags.values(&staged)?;
-        let maps = [mat_map(&mapped[0], &ta)?, mat_map(&mapped[1], &tb)?, mat_map(c, &tc)?];
-        let ptrs = [("a", a.ptr), ("b", b.ptr), ("c", c.ptr)];
-        let grid = self.launch_named(stream, maps, &ptrs, [m, n, k], c.ptr, Some(&stage))?;
-        flags.launched(grid);
-        Ok(())
+        self.launch_named(stream, maps, &ptrs, [m, n, k], c.ptr)
     }
 
     /// One launch of `gemm_fp8` (C = (sa·A)·(sb·B)ᵀ, B `n × k`): `maps` are A's and B's fp8 tensor maps
@@ -477,15 +414,12 @@ impl GemmKernel {
             &ptrs,
             [m, n, k],
             c_ptr,
-            None,
         )
-        .map(|_| ())
     }
 
     /// One launch with A's, B's and C's tensor maps and the device pointers by tensor name
     /// ([`GemmArgs::named`]); with split-K the partials go to the scratch and the reduction writes
     /// them into the dense `m × n` C at `c`.
-    /// `stage`: the staging arguments, for a kernel with staged operands. Returns the grid's blocks.
     fn launch_named(
         &self,
         stream: &Stream,
@@ -493,8 +427,7 @@ impl GemmKernel {
         ptrs: &[(&str, u64)],
         [m, n, k]: [usize; 3],
         c: u64,
-        stage: Option<&StageValues>,
-    ) -> Result<u32, CudaError> {
+    ) -> Result<(), CudaError> {
         let l = &self.lowered;
         let partial = match &self.split {
             Some(s) => Some(s.scratch(m, n)?),
@@ -504,8 +437,7 @@ impl GemmKernel {
         if let Some(p) = partial {
             named.push((PARTIAL, p));
         }
-        let no_stage = StageValues::default();
-        let mut args = GemmArgs::named(l, maps, &named, [m, n, k], stage.unwrap_or(&no_stage))?;
+        let mut args = GemmArgs::named(l, maps, &named, [m, n, k])?;
         let mut params = args.pointers();
         let grid = l
             .blocks(
@@ -521,10 +453,9 @@ impl GemmKernel {
                 .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut params)?
         };
         match (&self.split, partial) {
-            (Some(s), Some(p)) => s.launch(stream, p, c, m, n)?,
-            _ => {}
+            (Some(s), Some(p)) => s.launch(stream, p, c, m, n),
+            _ => Ok(()),
         }
-        Ok(grid)
     }
 }
 
@@ -548,17 +479,16 @@ impl GemmArgs {
         mnk: [usize; 3],
     ) -> Result<GemmArgs, CudaError> {
         let named = [("a", ptrs[0]), ("b", ptrs[1]), ("c", ptrs[2])];
-        Self::named(l, maps, &named, mnk, &StageValues::default())
+        Self::named(l, maps, &named, mnk)
     }
 
     /// As [`Self::new`], the device pointers given by tensor name (`gemm_fp8` adds `scale_a`,
-    /// `scale_b`); the maps are A's, B's and C's; `stage` the staged operands' copies and flags.
+    /// `scale_b`); the maps are A's, B's and C's.
     pub(crate) fn named(
         l: &Lowered,
         maps: [cu::CUtensorMap; 3],
         ptrs: &[(&str, u64)],
         mnk: [usize; 3],
-        stage: &StageValues,
     ) -> Result<GemmArgs, CudaError> {
         let globals: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
         let tensor = |name: &str| -> Result<usize, CudaError> {
@@ -602,27 +532,6 @@ impl GemmArgs {
                         .push(u32::try_from(v).map_err(|_| invalid(format!("{name} = {v}")))?);
                     out.slots.push((2, out.ints.len() - 1));
                 }
-                KernelArg::Stage(part) => {
-                    let copy = |name: &str| {
-                        stage.copies.iter().find(|c| c.0 == name).ok_or_else(|| {
-                            invalid(format!("lowered GEMM stages `{name}`, launched without its copy"))
-                        })
-                    };
-                    let (ptr, int) = match part {
-                        StageArg::Copy { name } => (Some(copy(name)?.1), None),
-                        StageArg::Pitch { name } => (None, Some(copy(name)?.2)),
-                        StageArg::Flags { name } => (Some(copy(name)?.3), None),
-                        StageArg::Base => (None, Some(stage.base)),
-                    };
-                    if let Some(p) = ptr {
-                        out.ptrs.push(p);
-                        out.slots.push((1, out.ptrs.len() - 1));
-                    }
-                    if let Some(v) = int {
-                        out.ints.push(v);
-                        out.slots.push((2, out.ints.len() - 1));
-                    }
-                }
             }
         }
         Ok(out)
@@ -665,13 +574,13 @@ mod tests {
             ("scale_a", 3),
             ("b", 2),
         ];
-        let args = GemmArgs::named(&l, maps, &ptrs, [10, 20, 32], &StageValues::default()).unwrap();
+        let args = GemmArgs::named(&l, maps, &ptrs, [10, 20, 32]).unwrap();
         assert_eq!(args.maps.len(), 3);
         assert_eq!(args.ptrs, [1, 2, 3, 4, 5]);
         assert_eq!(args.ints, [10, 20, 32]);
         assert_eq!(args.slots.len(), l.args.len());
         let no_scale_a = [ptrs[0], ptrs[1], ptrs[2], ptrs[4]];
-        let e = GemmArgs::named(&l, maps, &no_scale_a, [10, 20, 32], &StageValues::default())
+        let e = GemmArgs::named(&l, maps, &no_scale_a, [10, 20, 32])
             .err()
             .expect("scale_a missing");
         assert!(e.to_string().contains("scale_a"), "{e}");

@@ -122,25 +122,6 @@ impl PadPlan {
     }
 }
 
-/// What one compiled GEMM does to fill its ring slots: TMA or `cp.async` (`slots`), and which of A
-/// and B it copies onto 128-byte lines itself while it runs (`stage`, `SlotFill::TmaStaged`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Fill {
-    pub slots: SlotFill,
-    pub stage: [bool; 2],
-}
-
-impl Fill {
-    pub const TMA: Fill = Fill {
-        slots: SlotFill::Tma,
-        stage: [false; 2],
-    };
-    pub const CP_ASYNC: Fill = Fill {
-        slots: SlotFill::CpAsync,
-        stage: [false; 2],
-    };
-}
-
 /// How a launch reads A and B whose rows start off 128-byte lines (`--loads` of the benchmark).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -156,9 +137,6 @@ pub enum OperandLoads {
     TmaCopyA,
     /// For measurement: TMA in place wherever it can read (no copy for rows off 128-byte lines).
     TmaInPlace,
-    /// TMA, B's copy of [`PadPlan::aligned`] made by the kernel itself while it runs
-    /// (`SlotFill::TmaStaged`); where B needs no such copy, as `TmaCopy`.
-    TmaStaged,
     /// The kernel's own `cp.async` copies from A and B in place (16-byte aligned dense rows only);
     /// C as TMA needs it ([`PadPlan::of`]).
     CpAsync,
@@ -173,10 +151,9 @@ impl std::str::FromStr for OperandLoads {
             "tma-copy-both" => Ok(OperandLoads::TmaCopyBoth),
             "tma-copy-a" => Ok(OperandLoads::TmaCopyA),
             "tma-in-place" => Ok(OperandLoads::TmaInPlace),
-            "tma-staged" => Ok(OperandLoads::TmaStaged),
             "cp-async" => Ok(OperandLoads::CpAsync),
             o => Err(format!(
-                "loads `{o}`: auto, tma-copy, tma-staged, tma-copy-both, tma-copy-a, tma-in-place or cp-async"
+                "loads `{o}`: auto, tma-copy, tma-copy-both, tma-copy-a, tma-in-place or cp-async"
             )),
         }
     }
@@ -189,7 +166,6 @@ impl OperandLoads {
             OperandLoads::TmaCopyBoth => Some("/copy-both"),
             OperandLoads::TmaCopyA => Some("/copy-a"),
             OperandLoads::TmaInPlace => Some("/in-place"),
-            OperandLoads::TmaStaged => Some("/staged"),
             _ => None,
         }
     }
@@ -202,29 +178,16 @@ impl OperandLoads {
         b: &Mat,
         c: &Mat,
         mn: (usize, usize),
-    ) -> Result<(Fill, PadPlan), CudaError> {
+    ) -> Result<(SlotFill, PadPlan), CudaError> {
         let of = PadPlan::of(a, b, c);
         let both = PadPlan::both_aligned(a, b, c, mn);
-        let aligned = PadPlan { a: of.a, ..both };
         let in_place = !of.a && !of.b && a.pitch == a.cols && b.pitch == b.cols;
-        let tma = |p: PadPlan| Ok((Fill::TMA, p));
         match self {
-            OperandLoads::TmaCopy | OperandLoads::Auto => tma(aligned),
-            OperandLoads::TmaCopyBoth => tma(both),
-            OperandLoads::TmaCopyA => tma(PadPlan { b: of.b, ..both }),
-            OperandLoads::TmaInPlace => tma(of),
-            // B copied by the kernel where the rule copies it and the kernel can read it in place.
-            OperandLoads::TmaStaged if aligned.b && !of.b && super::gemm_staged::stageable(b) => {
-                Ok((
-                    Fill {
-                        slots: SlotFill::Tma,
-                        stage: [false, true],
-                    },
-                    aligned,
-                ))
-            }
-            OperandLoads::TmaStaged => tma(aligned),
-            OperandLoads::CpAsync if in_place => Ok((Fill::CP_ASYNC, of)),
+            OperandLoads::TmaCopy | OperandLoads::Auto => Ok((SlotFill::Tma, PadPlan { a: of.a, ..both })),
+            OperandLoads::TmaCopyBoth => Ok((SlotFill::Tma, both)),
+            OperandLoads::TmaCopyA => Ok((SlotFill::Tma, PadPlan { b: of.b, ..both })),
+            OperandLoads::TmaInPlace => Ok((SlotFill::Tma, of)),
+            OperandLoads::CpAsync if in_place => Ok((SlotFill::CpAsync, of)),
             OperandLoads::CpAsync => Err(CudaError::Invalid(format!(
                 "cp.async loads read dense A and B with 16-byte aligned rows: A {}x{} pitch {}, B {}x{} pitch {}",
                 a.rows, a.cols, a.pitch, b.rows, b.cols, b.pitch
@@ -405,47 +368,39 @@ mod tests {
         };
         let b_only = PadPlan { a: false, ..ab };
         let cube = (3000, 3000, 3000);
-        assert_eq!(go(OperandLoads::Auto, cube).unwrap(), (Fill::TMA, b_only));
+        assert_eq!(go(OperandLoads::Auto, cube).unwrap(), (SlotFill::Tma, b_only));
         assert_eq!(
             go(OperandLoads::TmaCopy, cube).unwrap(),
-            (Fill::TMA, b_only)
+            (SlotFill::Tma, b_only)
         );
         assert_eq!(
             go(OperandLoads::TmaCopyA, cube).unwrap(),
-            (Fill::TMA, PadPlan { b: false, ..ab })
+            (SlotFill::Tma, PadPlan { b: false, ..ab })
         );
         assert_eq!(
             go(OperandLoads::TmaCopyBoth, cube).unwrap(),
-            (Fill::TMA, ab)
+            (SlotFill::Tma, ab)
         );
         assert_eq!(
             go(OperandLoads::TmaInPlace, cube).unwrap(),
-            (Fill::TMA, none)
+            (SlotFill::Tma, none)
         );
         assert_eq!(
             go(OperandLoads::CpAsync, cube).unwrap(),
-            (Fill::CP_ASYNC, none)
+            (SlotFill::CpAsync, none)
         );
         let aligned = (3000, 3000, 3008);
         assert_eq!(
             go(OperandLoads::Auto, aligned).unwrap(),
-            (Fill::TMA, none)
+            (SlotFill::Tma, none)
         );
         assert_eq!(
             go(OperandLoads::Auto, (16, 4096, 3000)).unwrap(),
-            (Fill::TMA, none)
+            (SlotFill::Tma, none)
         );
-        let staged_b = Fill {
-            slots: SlotFill::Tma,
-            stage: [false, true],
-        };
-        assert_eq!(go(OperandLoads::TmaStaged, cube).unwrap(), (staged_b, b_only));
-        assert_eq!(go(OperandLoads::TmaStaged, aligned).unwrap(), (Fill::TMA, none));
         let odd = (3000, 1000, 777);
-        assert_eq!(go(OperandLoads::Auto, odd).unwrap(), (Fill::TMA, ab));
+        assert_eq!(go(OperandLoads::Auto, odd).unwrap(), (SlotFill::Tma, ab));
         assert!(go(OperandLoads::CpAsync, odd).is_err());
-        // K = 777: B is copied before the launch (TMA cannot address its rows), not staged.
-        assert_eq!(go(OperandLoads::TmaStaged, odd).unwrap(), (Fill::TMA, ab));
         assert_eq!("cp-async".parse(), Ok(OperandLoads::CpAsync));
         assert!("tma".parse::<OperandLoads>().is_err());
     }

@@ -29,7 +29,6 @@ pub mod cublaslt;
 pub mod driver;
 pub mod gemm_kernel;
 pub mod gemm_pad;
-pub mod gemm_staged;
 pub mod libs;
 pub mod limits;
 pub mod nvrtc;

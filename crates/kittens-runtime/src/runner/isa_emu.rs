@@ -219,7 +219,6 @@ pub(crate) fn arg_values(
                     .map_err(|_| isa(format!("parameter {name} = {v} is not a 32-bit int")))
             }
             KernelArg::TensorMap(_) => Err(isa("a tensor map argument on an AMD target")),
-            KernelArg::Stage(_) => Err(isa("a staged-copy argument on an AMD target")),
         })
         .collect()
 }
