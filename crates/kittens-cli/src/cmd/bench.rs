@@ -48,6 +48,10 @@ pub struct Args {
     /// (A alone copied) and `tma-in-place` (none).
     #[arg(long, default_value = "auto")]
     pub loads: String,
+    /// gemm_bf16: launch the GEMM after an operand copy as a programmatic dependent (it starts while
+    /// the copy finishes); `off` launches it plainly, for measuring what that buys.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub programmatic: OnOff,
     /// How B is stored: `nk` (N x K, C = A·Bᵀ, a linear layer's weight) or `kn` (K x N, C = A·B);
     /// cuBLAS gets the same layout.
     #[arg(long, value_enum, default_value_t = BLayoutArg::Nk)]
@@ -102,6 +106,13 @@ pub struct Args {
     /// same code object on the ISA emulator instead.
     #[arg(long)]
     pub target: Option<Target>,
+}
+
+/// `--programmatic`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 /// `--b-layout`.
@@ -221,6 +232,7 @@ pub(super) fn options(a: &Args) -> anyhow::Result<GemmBenchOptions> {
             .split(',')
             .map(|l| l.parse().map_err(anyhow::Error::msg))
             .collect::<anyhow::Result<_>>()?,
+        programmatic: a.programmatic == OnOff::On,
         b_layout: match a.b_layout {
             BLayoutArg::Nk => kittens_kernels::gemm_bf16::BLayout::Nk,
             BLayoutArg::Kn => kittens_kernels::gemm_bf16::BLayout::Kn,

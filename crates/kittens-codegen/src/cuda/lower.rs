@@ -236,7 +236,8 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
          \x20       kt::fence_mbarrier_init();\n\
          \x20       kt::fence_proxy_async();\n\
          \x20   }}\n\
-         \x20   __syncthreads();\n{body}}}\n",
+         \x20   __syncthreads();\n\
+         \x20   kt::griddep_wait(); // a programmatic launch starts here, before the previous grid ends\n{body}}}\n",
         k.name,
         args.join(", "),
         empty = 128 * consumer_wgs,

@@ -54,6 +54,23 @@ pub unsafe fn launch_strip(
         for (name, ptr, bytes) in call.tensors {
             check_pointer(name, *ptr, *bytes, ordinal)?;
         }
+        // SAFETY: forwarded from the caller, in the device's context.
+        unsafe { enqueue_strip(ordinal, stream, call, lower) }
+    })
+}
+
+/// [`launch_strip`] inside the device's context with the tensors already checked (the GEMM
+/// launcher's padded copies, `super::caller`).
+///
+/// # Safety
+/// As [`launch_strip`], and the device's primary context is current.
+pub(crate) unsafe fn enqueue_strip(
+    ordinal: i32,
+    stream: u64,
+    call: &StripCall,
+    lower: &dyn Fn() -> Result<Lowered, CudaError>,
+) -> Result<Option<KernelLoad>, CudaError> {
+    {
         let (kernel, fresh) = kernel_on(ordinal, &call.key, lower)?;
         let l = &kernel.lowered;
         let address = |name: &str| {
@@ -83,7 +100,7 @@ pub unsafe fn launch_strip(
             unsafe { enqueue(&kernel, grid, &mut pointers, stream)? };
         }
         Ok(fresh.then(|| kernel.load.clone()))
-    })
+    }
 }
 
 #[cfg(test)]

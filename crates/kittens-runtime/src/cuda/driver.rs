@@ -436,6 +436,46 @@ impl Function {
             "cuLaunchKernel",
         )
     }
+
+    /// [`Function::launch`] with programmatic stream serialization (`cuLaunchKernelEx`): the grid may
+    /// start while the previous kernel on `stream` is finishing, once every block of that kernel has
+    /// begun (or triggered); the kernel waits for its completion with `griddepcontrol.wait` before
+    /// reading what it wrote (the Hopper lowering does at its start). Hides the launch gap after a
+    /// short kernel (the GEMM's operand copy).
+    ///
+    /// # Safety
+    /// As [`Function::launch`]; the kernel must wait (`griddepcontrol.wait`) before touching memory
+    /// the previous kernel writes.
+    pub unsafe fn launch_programmatic(
+        &self,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        stream: &Stream,
+        params: &mut [*mut c_void],
+    ) -> Result<(), CudaError> {
+        check_launch(grid, block)?;
+        // SAFETY: zeroed storage is a valid bit pattern for the attribute (a C union and an enum
+        // whose zero is a listed value); both fields used are set below.
+        let mut attr: cu::CUlaunchAttribute = std::mem::zeroed();
+        attr.id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let config = cu::CUlaunchConfig {
+            gridDimX: grid.0,
+            gridDimY: grid.1,
+            gridDimZ: grid.2,
+            blockDimX: block.0,
+            blockDimY: block.1,
+            blockDimZ: block.2,
+            sharedMemBytes: self.shared,
+            hStream: stream.0,
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        check(
+            cu::cuLaunchKernelEx(&config, self.raw, params.as_mut_ptr(), std::ptr::null_mut()),
+            "cuLaunchKernelEx",
+        )
+    }
 }
 
 /// A TMA tensor map (128 bytes, 64-byte aligned), passed to kernels by value as a

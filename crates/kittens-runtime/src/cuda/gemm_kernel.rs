@@ -357,7 +357,16 @@ impl GemmKernel {
     /// One launch computing C = A·Bᵀ (A `m × k`, B `n × k`, C `m × n`), or C = A·B with B `k × n`
     /// ([`BLayout::Kn`]), each operand addressable by TMA in place ([`Mat::tma_ok`]; `super::gemm_pad`
     /// makes copies that are).
-    pub fn launch(&self, stream: &Stream, a: &Mat, b: &Mat, c: &Mat) -> Result<(), CudaError> {
+    /// `after_copy`: the previous kernel on `stream` wrote A or B (an aligned copy): the GEMM is
+    /// launched programmatically and starts while the copy finishes ([`Function::launch_programmatic`]).
+    pub fn launch(
+        &self,
+        stream: &Stream,
+        a: &Mat,
+        b: &Mat,
+        c: &Mat,
+        after_copy: bool,
+    ) -> Result<(), CudaError> {
         let [ta, tb, tc] = self.maps;
         let (m, n, k) = (a.rows, c.cols, a.cols);
         let b_dims = match self.b_layout {
@@ -380,7 +389,7 @@ impl GemmKernel {
         }
         let maps = [mat_map(a, &ta)?, mat_map(b, &tb)?, mat_map(c, &tc)?];
         let ptrs = [("a", a.ptr), ("b", b.ptr), ("c", c.ptr)];
-        self.launch_named(stream, maps, &ptrs, [m, n, k], c.ptr)
+        self.launch_named(stream, maps, &ptrs, [m, n, k], c.ptr, after_copy)
     }
 
     /// One launch of `gemm_fp8` (C = (sa·A)·(sb·B)ᵀ, B `n × k`): `maps` are A's and B's fp8 tensor maps
@@ -414,6 +423,7 @@ impl GemmKernel {
             &ptrs,
             [m, n, k],
             c_ptr,
+            false,
         )
     }
 
@@ -427,6 +437,7 @@ impl GemmKernel {
         ptrs: &[(&str, u64)],
         [m, n, k]: [usize; 3],
         c: u64,
+        programmatic: bool,
     ) -> Result<(), CudaError> {
         let l = &self.lowered;
         let partial = match &self.split {
@@ -449,8 +460,17 @@ impl GemmKernel {
         // argument list (tensor maps by value, 64-bit device pointers, 32-bit integers); the storage
         // vectors are not touched again until the launch has returned.
         unsafe {
-            self.function
-                .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut params)?
+            if programmatic {
+                self.function.launch_programmatic(
+                    (grid, 1, 1),
+                    (l.threads, 1, 1),
+                    stream,
+                    &mut params,
+                )?
+            } else {
+                self.function
+                    .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut params)?
+            }
         };
         match (&self.split, partial) {
             (Some(s), Some(p)) => s.launch(stream, p, c, m, n),
