@@ -48,8 +48,8 @@ pub struct Args {
     /// (A alone copied) and `tma-in-place` (none).
     #[arg(long, default_value = "auto")]
     pub loads: String,
-    /// gemm_bf16: launch the GEMM after an operand copy as a programmatic dependent (it starts while
-    /// the copy finishes); `off` launches it plainly, for measuring what that buys.
+    /// gemm_bf16: launch the GEMM after an operand copy as a programmatic dependent (its launch and
+    /// setup overlap the copy's end); `off` launches it plainly, for measuring what that buys.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub programmatic: OnOff,
     /// How B is stored: `nk` (N x K, C = A·Bᵀ, a linear layer's weight) or `kn` (K x N, C = A·B);

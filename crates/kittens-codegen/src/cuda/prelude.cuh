@@ -54,13 +54,15 @@ __device__ __forceinline__ void mbarrier_wait(u32 bar, u32 phase) {
     }
 }
 
-// ---- proxy fences (PTX ISA §9.7.12.4 membar/fence) -------------------------------------------------
-// Orders this thread's generic-proxy shared-memory accesses before later async-proxy (TMA, wgmma)
-// accesses: needed after mbarrier.init and after ordinary stores that TMA or wgmma will read.
+// ---- programmatic dependent launch ------------------------------------------------------------------
 // Programmatic dependent launch (PTX ISA §9.7.13.9 griddepcontrol): wait until the grids this one was
 // launched after (with programmatic stream serialization) have completed and their memory is
 // visible; returns at once for a grid launched without it.
 __device__ __forceinline__ void griddep_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// ---- proxy fences (PTX ISA §9.7.12.4 membar/fence) -------------------------------------------------
+// Orders this thread's generic-proxy shared-memory accesses before later async-proxy (TMA, wgmma)
+// accesses: needed after mbarrier.init and after ordinary stores that TMA or wgmma will read.
 __device__ __forceinline__ void fence_proxy_async() {
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 }

@@ -14,11 +14,6 @@ pub const CUDA: Dialect = Dialect {
     thread: "threadIdx.x",
     block: "blockIdx.x",
     launch: |t| format!("void __launch_bounds__({t})"),
-    // A kernel launched after this one with programmatic stream serialization (the GEMM after its
-    // operand copy) may start once every block of this one has begun; it waits for this grid's
-    // completion and memory itself (`griddepcontrol.wait`, PTX ISA §9.7.13.9). Without such a
-    // dependent the instruction does nothing.
-    entry_prologue: "",
     entry: |name| format!("{}_sm90_lowered", ident(name)),
     shfl_xor: |v, m| format!("__shfl_xor_sync(0xffffffffu, {v}, {m})"),
     barrier: "__syncthreads()",
@@ -69,7 +64,6 @@ pub fn hip(arch: Arch) -> Dialect {
         thread: "kittens::thread_id()",
         block: "kittens::block_id_x()",
         launch: |t| format!("KITTENS_LAUNCH_BOUNDS({t}) void"),
-        entry_prologue: "",
         entry: ident,
         shfl_xor: |v, m| format!("kittens::shfl_xor_f32<{m}>({v})"),
         // A bare s_barrier orders no memory: the LDS writes before it must have completed (lgkmcnt 0)

@@ -80,7 +80,7 @@ pub struct GemmBenchOptions {
     /// How A and B are read, each entry a row per block (`auto` is `tma-copy`,
     /// [`OperandLoads::resolve`]); both `tma-copy` and `cp-async` time the two ways in one run.
     pub loads: Vec<OperandLoads>,
-    /// Launch the GEMM after an operand copy programmatically (it starts while the copy finishes,
+    /// Launch the GEMM after an operand copy programmatically (its launch and setup overlap the copy's end,
     /// [`super::driver::Function::launch_programmatic`]); `false` for measuring what that buys.
     pub programmatic: bool,
 }
@@ -474,7 +474,7 @@ impl Runner<'_> {
             };
             let a = put(pads.0, Mat::dense(inp.a[s].ptr(), m, k))?;
             let b = put(pads.1, b_mat(inp.b[s].ptr()))?;
-            // The copy of B (or A) right before: the GEMM starts while it finishes.
+            // The copy of B (or A) right before: the GEMM's launch and setup overlap its end.
             let after_copy = pads.0.is_some() || pads.1.is_some();
             let c = pads.2.map_or(c_dense, |p| c_dense.padded_at(p));
             if let Some(kern) = kernel {

@@ -250,7 +250,37 @@ pub(crate) unsafe fn enqueue(
     params: &mut [*mut c_void],
     stream: u64,
 ) -> Result<(), CudaError> {
+    // SAFETY: forwarded.
+    unsafe { enqueue_as(k, grid, params, stream, false) }
+}
+
+/// [`enqueue`], `programmatic`: with programmatic stream serialization (the GEMM after its operand
+/// copies: its launch and setup overlap the copy's end, `driver::launch_programmatic`).
+///
+/// # Safety
+/// As [`enqueue`]; a `programmatic` kernel waits (`griddepcontrol.wait`) before touching what the
+/// kernel before it writes.
+unsafe fn enqueue_as(
+    k: &Loaded,
+    grid: u32,
+    params: &mut [*mut c_void],
+    stream: u64,
+    programmatic: bool,
+) -> Result<(), CudaError> {
     let l = &k.lowered;
+    if programmatic {
+        // SAFETY: forwarded.
+        return unsafe {
+            super::driver::launch_programmatic(
+                k.function,
+                (grid, 1, 1),
+                (l.threads, 1, 1),
+                l.dynamic_shared_bytes(),
+                stream as cu::CUstream,
+                params,
+            )
+        };
+    }
     // SAFETY: forwarded from the caller.
     check(
         unsafe {
@@ -435,8 +465,9 @@ pub unsafe fn gemm_bf16_abt(
                 .ok_or_else(|| invalid("grid extents of the lowered GEMM"))?;
             // SAFETY: one pointer per argument of the lowering's list (`GemmArgs`), alive until the
             // call returns; the caller keeps the buffers and the stream alive, the scratch lives until
-            // its stream-ordered free below.
-            unsafe { enqueue(&g, grid, &mut params, stream)? };
+            // its stream-ordered free below. After copies of A or B the launch is programmatic: the
+            // lowered GEMM waits for the copies (`griddepcontrol.wait`) after its barrier setup.
+            unsafe { enqueue_as(&g, grid, &mut params, stream, plan.a || plan.b)? };
             if plan.c {
                 // SAFETY: scratch C and the caller's C, both live in stream order.
                 unsafe { copy(ordinal, stream, &c, &pc)? };

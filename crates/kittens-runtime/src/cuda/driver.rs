@@ -438,10 +438,12 @@ impl Function {
     }
 
     /// [`Function::launch`] with programmatic stream serialization (`cuLaunchKernelEx`): the grid may
-    /// start while the previous kernel on `stream` is finishing, once every block of that kernel has
-    /// begun (or triggered); the kernel waits for its completion with `griddepcontrol.wait` before
-    /// reading what it wrote (the Hopper lowering does at its start). Hides the launch gap after a
-    /// short kernel (the GEMM's operand copy).
+    /// launch once every block of the previous kernel on `stream` has triggered or exited, before
+    /// that kernel's memory is flushed; it waits for that with `griddepcontrol.wait` (the Hopper
+    /// lowering does after its barrier setup). The kernels before it here never trigger early (the
+    /// GEMM's operand copy did at entry once: the GEMM's blocks then held SMs the copy's last blocks
+    /// needed, 0.73 against 0.83 of cuBLAS at 3000³); launched when they exit, the GEMM's launch
+    /// and setup overlap the copy's end: 0.828-0.831 against 0.804-0.817 (H100, bench/NOTES.md).
     ///
     /// # Safety
     /// As [`Function::launch`]; the kernel must wait (`griddepcontrol.wait`) before touching memory
@@ -454,28 +456,47 @@ impl Function {
         params: &mut [*mut c_void],
     ) -> Result<(), CudaError> {
         check_launch(grid, block)?;
-        // SAFETY: zeroed storage is a valid bit pattern for the attribute (a C union and an enum
-        // whose zero is a listed value); both fields used are set below.
-        let mut attr: cu::CUlaunchAttribute = std::mem::zeroed();
-        attr.id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-        attr.value.programmaticStreamSerializationAllowed = 1;
-        let config = cu::CUlaunchConfig {
-            gridDimX: grid.0,
-            gridDimY: grid.1,
-            gridDimZ: grid.2,
-            blockDimX: block.0,
-            blockDimY: block.1,
-            blockDimZ: block.2,
-            sharedMemBytes: self.shared,
-            hStream: stream.0,
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
-        check(
-            cu::cuLaunchKernelEx(&config, self.raw, params.as_mut_ptr(), std::ptr::null_mut()),
-            "cuLaunchKernelEx",
-        )
+        // SAFETY: forwarded.
+        unsafe { launch_programmatic(self.raw, grid, block, self.shared, stream.0, params) }
     }
+}
+
+/// `cuLaunchKernelEx` of `function` with programmatic stream serialization
+/// ([`Function::launch_programmatic`]; the caller-memory launchers' raw handles use it too).
+///
+/// # Safety
+/// As [`Function::launch_programmatic`]; `function` a live kernel of the current context, `stream`
+/// a live stream of it (or null), `shared` at most what the function allows.
+pub(crate) unsafe fn launch_programmatic(
+    function: cu::CUfunction,
+    grid: (u32, u32, u32),
+    block: (u32, u32, u32),
+    shared: u32,
+    stream: cu::CUstream,
+    params: &mut [*mut c_void],
+) -> Result<(), CudaError> {
+    // SAFETY: zeroed storage is a valid bit pattern for the attribute (a C union and an enum whose
+    // zero is a listed value); both fields used are set below.
+    let mut attr: cu::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    let config = cu::CUlaunchConfig {
+        gridDimX: grid.0,
+        gridDimY: grid.1,
+        gridDimZ: grid.2,
+        blockDimX: block.0,
+        blockDimY: block.1,
+        blockDimZ: block.2,
+        sharedMemBytes: shared,
+        hStream: stream,
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    // SAFETY: a fully initialised config; the rest forwarded from the caller.
+    check(
+        unsafe { cu::cuLaunchKernelEx(&config, function, params.as_mut_ptr(), std::ptr::null_mut()) },
+        "cuLaunchKernelEx",
+    )
 }
 
 /// A TMA tensor map (128 bytes, 64-byte aligned), passed to kernels by value as a

@@ -358,7 +358,7 @@ impl GemmKernel {
     /// ([`BLayout::Kn`]), each operand addressable by TMA in place ([`Mat::tma_ok`]; `super::gemm_pad`
     /// makes copies that are).
     /// `after_copy`: the previous kernel on `stream` wrote A or B (an aligned copy): the GEMM is
-    /// launched programmatically and starts while the copy finishes ([`Function::launch_programmatic`]).
+    /// launched programmatically: its launch and setup overlap the copy's end ([`Function::launch_programmatic`]).
     pub fn launch(
         &self,
         stream: &Stream,
