@@ -179,16 +179,12 @@ pub fn lower_tile_loads(
     let gpu = kittens_hw::Target::Sm90a
         .gpu()
         .ok_or_else(|| invalid("no sm_90a GPU in the catalog"))?;
-    let mut cfg = GemmConfig {
+    let cfg = GemmConfig {
         b_layout,
         split_k,
         loads,
         ..tile.config(gpu)
     };
-    // PROBE (measurement only, to be removed): the grid order's group of tile rows.
-    if let Some(w) = std::env::var("KITTENS_GEMM_WINDOW").ok().and_then(|v| v.parse().ok()) {
-        cfg.remap = kittens_ir::GridOrder::GroupM { window: w };
-    }
     let k = kittens_kernels::gemm_bf16::build(&cfg)
         .map_err(|e| invalid(format!("gemm_bf16 {tile}: {e}")))?;
     kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
