@@ -25,17 +25,8 @@ pub fn build_copy(lanes: u32) -> Result<Kernel, KernelError> {
             "gemm operand copy: {lanes} lanes per wave (32 or 64)"
         )));
     }
-    // PROBE (measurement only, to be removed): KITTENS_COPY_SHAPE=waves,vectors.
-    let (waves_, vectors_) = std::env::var("KITTENS_COPY_SHAPE")
-        .ok()
-        .and_then(|v| {
-            let (a, b) = v.split_once(',')?;
-            Some((a.parse().ok()?, b.parse().ok()?))
-        })
-        .unwrap_or((WAVES, VECTORS));
-    let (waves_n, vectors_n): (u32, u32) = (waves_, vectors_);
-    let cols_per = 8 * lanes * vectors_n;
-    let mut k = KernelBuilder::new("gemm_operand_copy", Schedule::Plain { waves: waves_n });
+    let cols_per = 8 * lanes * VECTORS;
+    let mut k = KernelBuilder::new("gemm_operand_copy", Schedule::Plain { waves: WAVES });
     let (rows, cols) = (k.param("rows"), k.param("cols"));
     let (sp, dp) = (k.param("src_pitch"), k.param("dst_pitch"));
     let dims = [("r", rows.clone()), ("c", cols.clone())];
@@ -43,12 +34,12 @@ pub fn build_copy(lanes: u32) -> Result<Kernel, KernelError> {
     let dst = k.global_strided("dst", Bf16, &dims, vec![dp, Expr::c(1)], Access::Write);
     k.grid(
         vec![
-            rows.ceil_div(i64::from(waves_n)),
+            rows.ceil_div(i64::from(WAVES)),
             cols.ceil_div(i64::from(cols_per)),
         ],
         GridOrder::RowMajor,
     );
-    let row = k.block(0) * i64::from(waves_n) + k.wave();
+    let row = k.block(0) * i64::from(WAVES) + k.wave();
     let col0 = k.block(1) * i64::from(cols_per);
     let t = k.tile("row", Bf16, 1, cols_per, Layout::Row, BaseShape::STRIP);
     k.load_global(
