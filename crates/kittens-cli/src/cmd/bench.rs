@@ -48,8 +48,9 @@ pub struct Args {
     /// (A alone copied) and `tma-in-place` (none).
     #[arg(long, default_value = "auto")]
     pub loads: String,
-    /// gemm_bf16: launch the GEMM after an operand copy as a programmatic dependent (its launch and
-    /// setup overlap the copy's end); `off` launches it plainly, for measuring what that buys.
+    /// gemm_bf16: launch the GEMM after an operand copy, and the split-K reduction after the GEMM, as
+    /// programmatic dependents (their launch and setup overlap the end of the kernel before);
+    /// `off` launches them plainly, for measuring what that buys.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub programmatic: OnOff,
     /// How B is stored: `nk` (N x K, C = A·Bᵀ, a linear layer's weight) or `kn` (K x N, C = A·B);

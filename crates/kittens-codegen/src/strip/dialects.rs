@@ -14,6 +14,11 @@ pub const CUDA: Dialect = Dialect {
     thread: "threadIdx.x",
     block: "blockIdx.x",
     launch: |t| format!("void __launch_bounds__({t})"),
+    // Launched as the programmatic dependent of the kernel before it (the split-K GEMM's
+    // reduction), a strip kernel waits for that grid's completion and memory first
+    // (`griddepcontrol.wait`, PTX ISA §9.7.13.9); launched plainly, the wait returns at once. The
+    // kernels before never trigger early: the dependent launches as their blocks exit.
+    entry_prologue: "    asm volatile(\"griddepcontrol.wait;\" ::: \"memory\");\n",
     entry: |name| format!("{}_sm90_lowered", ident(name)),
     shfl_xor: |v, m| format!("__shfl_xor_sync(0xffffffffu, {v}, {m})"),
     barrier: "__syncthreads()",
@@ -64,6 +69,7 @@ pub fn hip(arch: Arch) -> Dialect {
         thread: "kittens::thread_id()",
         block: "kittens::block_id_x()",
         launch: |t| format!("KITTENS_LAUNCH_BOUNDS({t}) void"),
+        entry_prologue: "",
         entry: ident,
         shfl_xor: |v, m| format!("kittens::shfl_xor_f32<{m}>({v})"),
         // A bare s_barrier orders no memory: the LDS writes before it must have completed (lgkmcnt 0)

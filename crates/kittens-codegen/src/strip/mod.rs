@@ -65,6 +65,9 @@ pub struct Dialect {
     pub block: &'static str,
     /// `extern "C"` kernel attributes before the name, given threads per block.
     pub launch: fn(u32) -> String,
+    /// The first statement of every kernel body (CUDA: wait for the grid before, where launched as
+    /// its programmatic dependent).
+    pub entry_prologue: &'static str,
     /// The entry's name for a kernel.
     pub entry: fn(&str) -> String,
     /// `v` XOR-exchanged with the lane `m` apart, as a C expression.
@@ -636,11 +639,12 @@ pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
     let threads = lanes * k.waves;
     let src = format!(
         "{}\n// Lowered from the tile program `{}` by kittens-codegen::strip.\n\
-         extern \"C\" __global__ {}\n{name}({}) {{\n{body}}}\n",
+         extern \"C\" __global__ {}\n{name}({}) {{\n{}{body}}}\n",
         d.prelude,
         k.name,
         (d.launch)(threads),
-        args.join(", ")
+        args.join(", "),
+        d.entry_prologue
     );
     let mut kargs: Vec<KernelArg> = k
         .globals

@@ -33,7 +33,7 @@ pub use super::bench_time::Timing;
 use super::bench_time::{iterations, time_launches, Launch};
 use super::cublas::Cublas;
 use super::driver::{Device, DeviceBuffer, Event, Stream};
-use super::gemm_kernel::GemmKernel;
+use super::gemm_kernel::{GemmKernel, Pdl};
 use super::gemm_pad::{self, CopyKernel, Mat, OperandLoads, PadPlan};
 use super::limits::{
     check_memory, gemm_abt_dims, gemm_memory_need, host_mem_available, rotation_copies,
@@ -80,7 +80,8 @@ pub struct GemmBenchOptions {
     /// How A and B are read, each entry a row per block (`auto` is `tma-copy`,
     /// [`OperandLoads::resolve`]); both `tma-copy` and `cp-async` time the two ways in one run.
     pub loads: Vec<OperandLoads>,
-    /// Launch the GEMM after an operand copy programmatically (its launch and setup overlap the copy's end,
+    /// Launch the GEMM after an operand copy and the split-K reduction after the GEMM programmatically
+    /// (their launch and setup overlap the end of the kernel before,
     /// [`super::driver::Function::launch_programmatic`]); `false` for measuring what that buys.
     pub programmatic: bool,
 }
@@ -478,7 +479,11 @@ impl Runner<'_> {
             let after_copy = pads.0.is_some() || pads.1.is_some();
             let c = pads.2.map_or(c_dense, |p| c_dense.padded_at(p));
             if let Some(kern) = kernel {
-                kern.launch(stream, &a, &b, &c, after_copy && opts.programmatic)?;
+                let pdl = Pdl {
+                    gemm: after_copy && opts.programmatic,
+                    reduce: opts.programmatic,
+                };
+                kern.launch(stream, &a, &b, &c, pdl)?;
             }
             if pads.2.is_some() {
                 copier(&c_dense, &c)?;

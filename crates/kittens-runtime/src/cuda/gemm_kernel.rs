@@ -41,6 +41,16 @@ pub struct GemmKernel {
     pub split: Option<SplitReduce>,
 }
 
+/// Which of a GEMM's launches go as programmatic dependents of the kernel before them on the stream
+/// (`Function::launch_programmatic`): the GEMM after its operand copies (`gemm`: 0.828-0.831 of
+/// cuBLAS against 0.804-0.817 at 3000³ on the H100), the split-K reduction after the GEMM (`reduce`).
+/// The kernels before never trigger early; the dependents wait for them (`griddepcontrol.wait`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pdl {
+    pub gemm: bool,
+    pub reduce: bool,
+}
+
 /// A strip program (`kittens_codegen::strip`) the GEMM launchers run beside the kernel: the split-K
 /// reduction, the padded copy of an operand. Lowered for sm_90a, compiled (NVRTC, cached), loaded;
 /// launched with one block per tile of its grid and its tensors by name.
@@ -70,6 +80,18 @@ impl StripKernel {
         params: &[(&str, i64)],
         tensors: &[(&str, u64)],
     ) -> Result<(), CudaError> {
+        self.launch_as(stream, params, tensors, false)
+    }
+
+    /// [`StripKernel::launch`], `programmatic`: as the programmatic dependent of the kernel before it
+    /// on `stream` (strip kernels wait for that grid at entry, `griddepcontrol.wait`).
+    pub(crate) fn launch_as(
+        &self,
+        stream: &Stream,
+        params: &[(&str, i64)],
+        tensors: &[(&str, u64)],
+        programmatic: bool,
+    ) -> Result<(), CudaError> {
         let l = &self.lowered;
         let address = |name: &str| {
             tensors
@@ -92,10 +114,16 @@ impl StripKernel {
             return Ok(());
         }
         // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`); the
-        // caller keeps the tensors alive until the launch has run on `stream`.
+        // caller keeps the tensors alive until the launch has run on `stream`; a programmatic launch
+        // waits for the grid before it at the kernel's entry (the strip dialect's prologue).
         unsafe {
-            self.function
-                .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut ptrs)
+            if programmatic {
+                self.function
+                    .launch_programmatic((grid, 1, 1), (l.threads, 1, 1), stream, &mut ptrs)
+            } else {
+                self.function
+                    .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut ptrs)
+            }
         }
     }
 }
@@ -137,19 +165,22 @@ impl SplitReduce {
         Ok(s.as_ref().map_or(0, |b| b.ptr()))
     }
 
-    /// Enqueues the reduction of the scratch at `partial` into the dense bf16 `m × n` C at `c`.
+    /// Enqueues the reduction of the scratch at `partial` into the dense bf16 `m × n` C at `c`, right
+    /// after the GEMM that wrote it: `programmatic`, as its programmatic dependent (the launch gap
+    /// hidden, [`Function::launch_programmatic`]).
     fn launch(
         &self,
         stream: &Stream,
         partial: u64,
         c: u64,
-        m: usize,
-        n: usize,
+        (m, n): (usize, usize),
+        programmatic: bool,
     ) -> Result<(), CudaError> {
-        self.kernel.launch(
+        self.kernel.launch_as(
             stream,
             &[("m", m as i64), ("n", n as i64)],
             &[("c", c), (PARTIAL, partial)],
+            programmatic,
         )
     }
 }
@@ -357,15 +388,15 @@ impl GemmKernel {
     /// One launch computing C = A·Bᵀ (A `m × k`, B `n × k`, C `m × n`), or C = A·B with B `k × n`
     /// ([`BLayout::Kn`]), each operand addressable by TMA in place ([`Mat::tma_ok`]; `super::gemm_pad`
     /// makes copies that are).
-    /// `after_copy`: the previous kernel on `stream` wrote A or B (an aligned copy): the GEMM is
-    /// launched programmatically: its launch and setup overlap the copy's end ([`Function::launch_programmatic`]).
+    /// `pdl`: which launches go as programmatic dependents of the kernel before them
+    /// ([`Function::launch_programmatic`]: their launch and setup overlap its end).
     pub fn launch(
         &self,
         stream: &Stream,
         a: &Mat,
         b: &Mat,
         c: &Mat,
-        after_copy: bool,
+        pdl: Pdl,
     ) -> Result<(), CudaError> {
         let [ta, tb, tc] = self.maps;
         let (m, n, k) = (a.rows, c.cols, a.cols);
@@ -389,7 +420,7 @@ impl GemmKernel {
         }
         let maps = [mat_map(a, &ta)?, mat_map(b, &tb)?, mat_map(c, &tc)?];
         let ptrs = [("a", a.ptr), ("b", b.ptr), ("c", c.ptr)];
-        self.launch_named(stream, maps, &ptrs, [m, n, k], c.ptr, after_copy)
+        self.launch_named(stream, maps, &ptrs, [m, n, k], c.ptr, pdl)
     }
 
     /// One launch of `gemm_fp8` (C = (sa·A)·(sb·B)ᵀ, B `n × k`): `maps` are A's and B's fp8 tensor maps
@@ -423,7 +454,7 @@ impl GemmKernel {
             &ptrs,
             [m, n, k],
             c_ptr,
-            false,
+            Pdl::default(),
         )
     }
 
@@ -437,7 +468,7 @@ impl GemmKernel {
         ptrs: &[(&str, u64)],
         [m, n, k]: [usize; 3],
         c: u64,
-        programmatic: bool,
+        pdl: Pdl,
     ) -> Result<(), CudaError> {
         let l = &self.lowered;
         let partial = match &self.split {
@@ -460,7 +491,7 @@ impl GemmKernel {
         // argument list (tensor maps by value, 64-bit device pointers, 32-bit integers); the storage
         // vectors are not touched again until the launch has returned.
         unsafe {
-            if programmatic {
+            if pdl.gemm {
                 self.function.launch_programmatic(
                     (grid, 1, 1),
                     (l.threads, 1, 1),
@@ -473,7 +504,7 @@ impl GemmKernel {
             }
         };
         match (&self.split, partial) {
-            (Some(s), Some(p)) => s.launch(stream, p, c, m, n),
+            (Some(s), Some(p)) => s.launch(stream, p, c, (m, n), pdl.reduce),
             _ => Ok(()),
         }
     }
