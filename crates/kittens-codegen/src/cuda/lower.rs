@@ -122,7 +122,6 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     }
     let consumer_wgs = k.waves / 4 - producers;
     let cp_rings = cp_async_rings(k);
-    let owned = consumer_owned(k, roles.consumer.1);
     let full_init = full_barrier_init(k, &bar_first, nbars, &cp_rings);
     let slab = super::lower_tma::slab_bytes(k)?;
     let slabs_at = ring_bytes;
@@ -144,9 +143,15 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         dirty: BTreeSet::new(),
         unknown: false,
         resident: resident_rings(k, roles.producer.1),
-        owned: owned.clone(),
-        consumers_exchange: super::lower_exchange::exchanges(k),
-        split_exchange: super::lower_exchange::splits(roles.consumer.1, &owned, consumer_wgs),
+        owned: consumer_owned(k, roles.consumer.1),
+        consumers_exchange: k.ops().iter().any(|r| {
+            matches!(
+                r.op,
+                Op::Barrier {
+                    scope: Scope::Consumers
+                }
+            )
+        }),
         group_continues: false,
         group_open: false,
         in_turn: false,
@@ -315,8 +320,6 @@ pub(super) struct Emit<'k> {
     /// The program has consumers barriers: consumer warpgroups may read each other's stored tiles
     /// (the schedule analysis has shown those reads ordered).
     pub(super) consumers_exchange: bool,
-    /// That barrier is split into an arrive after the store and a wait (`lower_exchange.rs`).
-    pub(super) split_exchange: bool,
     /// The `mma` being emitted is followed by another: both go in one commit group.
     pub(super) group_continues: bool,
     /// A commit group is open (its `wgmma.fence` issued, not yet committed).
@@ -645,11 +648,7 @@ impl Emit<'_> {
                 // warpgroup still reads the tile (write after read); chains on the producer's
                 // slots stay in flight.
                 self.retire_for(&[*src, OWNED_READ]);
-                self.store_shared_frag(dst, *src, *rounding)?;
-                if self.split_exchange && self.owned[dst.buf.0 as usize] {
-                    self.exchange_arrive()?;
-                }
-                Ok(())
+                self.store_shared_frag(dst, *src, *rounding)
             }
             (
                 Op::Barrier {
@@ -670,7 +669,10 @@ impl Emit<'_> {
                 // The IR's shared reads by `mma` complete at issue: every wgmma of this thread that
                 // reads a consumer-written tile is retired before the others may overwrite it.
                 self.retire_for(&[OWNED_READ]);
-                self.consumers_barrier()
+                let bar = super::lower_roles::consumers_barrier(self.k.waves, self.consumer_wgs())?;
+                self.line("kt::fence_proxy_async(); // the stores above before any warpgroup's wgmmas read them");
+                self.line(bar);
+                Ok(())
             }
             (Op::AtomicAdd { dst, src }, Role::Consumer) => {
                 self.retire_for(&[*src]);

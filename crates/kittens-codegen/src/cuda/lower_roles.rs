@@ -396,22 +396,17 @@ impl Emit<'_> {
         self.op(r.consumer.0)?;
         self.line("// Per slot: parity of the fill to read next; read since the last barrier; releasable.");
         self.line("u32 kt_cpar = 0, kt_held = 0, kt_rel = 0;");
-        let turns = has_turns(r.consumer.1) && self.consumer_wgs() > 1;
-        if turns || self.split_exchange {
+        if has_turns(r.consumer.1) && self.consumer_wgs() > 1 {
+            // The turn token starts with the first consumer warpgroup: the last one hands it over.
+            let n = self.consumer_wgs();
             self.line(format!(
                 "const u32 kt_cwg = threadIdx.x / 128u - {}u; // consumer warpgroup",
                 self.producers
             ));
-        }
-        if turns {
-            // The turn token starts with the first consumer warpgroup: the last one hands it over.
             self.line(format!(
                 "if (kt_cwg == {}u) kt::named_barrier_arrive(1u, 256u);",
-                self.consumer_wgs() - 1
+                n - 1
             ));
-        }
-        if self.split_exchange {
-            self.line("u32 kt_xpar = 0; // generation parity of the split consumers barrier");
         }
         if self.resident.iter().any(|&r| r) {
             self.line("u32 kt_res = 0; // slots of rings read for the whole tile");

@@ -7,7 +7,6 @@
 
 pub mod lower;
 mod lower_cpasync;
-mod lower_exchange;
 mod lower_frag;
 mod lower_mma;
 mod lower_roles;
