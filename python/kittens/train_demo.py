@@ -147,7 +147,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kittens.train_demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--d", type=int, default=512)
+    p.add_argument("--d-model", dest="d", type=int, default=512, help="model width (as kittens.train_dist)")
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--batch", type=int, default=8)

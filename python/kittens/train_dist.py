@@ -260,12 +260,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kittens.train_dist", description=__doc__.split("\n\n")[0])
     p.add_argument("--mode", choices=["single", "ddp", "cp"], default="single")
     p.add_argument("--attn", choices=["kittens", "sdpa"], default="kittens", help="attention of single/ddp")
-    p.add_argument("--preset", choices=sorted(PRESETS), help="model size (sets --layers, --d, --heads)")
+    p.add_argument("--preset", choices=sorted(PRESETS), help="model size (sets --layers, --d-model, --heads)")
     p.add_argument("--init-on-device", action="store_true",
                    help="draw the initial weights on the GPU (fast for a large model; other numbers than the CPU's)")
     p.add_argument("--steps", type=int, default=150)
     p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--d", type=int, default=512)
+    # Not `--d`: torchrun (torch 2.11) parses options before the module's and refuses `--d` as an
+    # ambiguous prefix of its own `--duplicate-stdout-filters` and the like.
+    p.add_argument("--d-model", dest="d", type=int, default=512, help="model width")
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--batch", type=int, default=8, help="sequences per step (per rank with ddp)")

@@ -104,7 +104,7 @@ def test_context_and_data_parallel_training_follow_the_single_process_run(tmp_pa
 
     text = tmp_path / "text.txt"
     text.write_bytes(open(__file__, "rb").read() * 4)
-    common = ["--device", "cpu", "--layers", "2", "--d", "64", "--heads", "4", "--seq", "64", "--steps", "12",
+    common = ["--device", "cpu", "--layers", "2", "--d-model", "64", "--heads", "4", "--seq", "64", "--steps", "12",
               "--warmup", "2", "--lr", "3e-3", "--skip-timing", "2", "--text", str(text)]
     env = dict(os.environ, OMP_NUM_THREADS="1")
 
