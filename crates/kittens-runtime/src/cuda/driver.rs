@@ -494,7 +494,9 @@ pub(crate) unsafe fn launch_programmatic(
     };
     // SAFETY: a fully initialised config; the rest forwarded from the caller.
     check(
-        unsafe { cu::cuLaunchKernelEx(&config, function, params.as_mut_ptr(), std::ptr::null_mut()) },
+        unsafe {
+            cu::cuLaunchKernelEx(&config, function, params.as_mut_ptr(), std::ptr::null_mut())
+        },
         "cuLaunchKernelEx",
     )
 }
@@ -689,13 +691,16 @@ impl MapType {
 fn l2_promotion(ptr: u64, strides: &[u64]) -> cu::CUtensorMapL2promotion_enum {
     use cu::CUtensorMapL2promotion_enum as P;
     static FORCED: std::sync::OnceLock<Option<P>> = std::sync::OnceLock::new();
-    let forced = FORCED.get_or_init(|| match std::env::var("KITTENS_TMA_L2_PROMOTION").as_deref() {
-        Ok("none") => Some(P::CU_TENSOR_MAP_L2_PROMOTION_NONE),
-        Ok("64") => Some(P::CU_TENSOR_MAP_L2_PROMOTION_L2_64B),
-        Ok("128") => Some(P::CU_TENSOR_MAP_L2_PROMOTION_L2_128B),
-        Ok("256") => Some(P::CU_TENSOR_MAP_L2_PROMOTION_L2_256B),
-        _ => None,
-    });
+    let forced =
+        FORCED.get_or_init(
+            || match std::env::var("KITTENS_TMA_L2_PROMOTION").as_deref() {
+                Ok("none") => Some(P::CU_TENSOR_MAP_L2_PROMOTION_NONE),
+                Ok("64") => Some(P::CU_TENSOR_MAP_L2_PROMOTION_L2_64B),
+                Ok("128") => Some(P::CU_TENSOR_MAP_L2_PROMOTION_L2_128B),
+                Ok("256") => Some(P::CU_TENSOR_MAP_L2_PROMOTION_L2_256B),
+                _ => None,
+            },
+        );
     forced.unwrap_or(if on_lines(ptr, strides) {
         P::CU_TENSOR_MAP_L2_PROMOTION_L2_256B
     } else {

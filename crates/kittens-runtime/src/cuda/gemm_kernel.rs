@@ -118,8 +118,12 @@ impl StripKernel {
         // waits for the grid before it at the kernel's entry (the strip dialect's prologue).
         unsafe {
             if programmatic {
-                self.function
-                    .launch_programmatic((grid, 1, 1), (l.threads, 1, 1), stream, &mut ptrs)
+                self.function.launch_programmatic(
+                    (grid, 1, 1),
+                    (l.threads, 1, 1),
+                    stream,
+                    &mut ptrs,
+                )
             } else {
                 self.function
                     .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut ptrs)

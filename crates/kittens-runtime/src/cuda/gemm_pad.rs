@@ -368,7 +368,10 @@ mod tests {
         };
         let b_only = PadPlan { a: false, ..ab };
         let cube = (3000, 3000, 3000);
-        assert_eq!(go(OperandLoads::Auto, cube).unwrap(), (SlotFill::Tma, b_only));
+        assert_eq!(
+            go(OperandLoads::Auto, cube).unwrap(),
+            (SlotFill::Tma, b_only)
+        );
         assert_eq!(
             go(OperandLoads::TmaCopy, cube).unwrap(),
             (SlotFill::Tma, b_only)
