@@ -82,7 +82,7 @@ pub struct GemmBenchOptions {
     pub loads: Vec<OperandLoads>,
     /// Launch the GEMM after an operand copy and the split-K reduction after the GEMM programmatically
     /// (their launch and setup overlap the end of the kernel before,
-    /// [`super::driver::Function::launch_programmatic`]); `false` for measuring what that buys.
+    /// [`super::driver::Function::launch_as`]); `false` for measuring what that buys.
     pub programmatic: bool,
 }
 

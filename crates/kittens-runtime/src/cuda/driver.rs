@@ -418,7 +418,37 @@ impl Function {
         stream: &Stream,
         params: &mut [*mut c_void],
     ) -> Result<(), CudaError> {
+        // SAFETY: forwarded.
+        unsafe { self.launch_as(grid, block, stream, params, false) }
+    }
+
+    /// [`Function::launch`], `programmatic`: with programmatic stream serialization
+    /// (`cuLaunchKernelEx`): the grid may launch once every block of the previous kernel on `stream`
+    /// has triggered or exited, before that kernel's memory is flushed; it waits for that with
+    /// `griddepcontrol.wait` (the Hopper lowering after its barrier setup, strip kernels at entry).
+    /// The kernels before it here never trigger early (the GEMM's operand copy did at entry once:
+    /// the GEMM's blocks then held SMs the copy's last blocks needed, 0.73 against 0.83 of cuBLAS at
+    /// 3000³); launched when they exit, the GEMM's launch and setup overlap the copy's end:
+    /// 0.828-0.831 against 0.804-0.817 (H100, bench/NOTES.md).
+    ///
+    /// # Safety
+    /// As [`Function::launch`]; a programmatic kernel must wait (`griddepcontrol.wait`) before
+    /// touching memory the previous kernel writes.
+    pub unsafe fn launch_as(
+        &self,
+        grid: (u32, u32, u32),
+        block: (u32, u32, u32),
+        stream: &Stream,
+        params: &mut [*mut c_void],
+        programmatic: bool,
+    ) -> Result<(), CudaError> {
         check_launch(grid, block)?;
+        if programmatic {
+            // SAFETY: forwarded.
+            return unsafe {
+                launch_programmatic(self.raw, grid, block, self.shared, stream.0, params)
+            };
+        }
         check(
             cu::cuLaunchKernel(
                 self.raw,
@@ -436,36 +466,13 @@ impl Function {
             "cuLaunchKernel",
         )
     }
-
-    /// [`Function::launch`] with programmatic stream serialization (`cuLaunchKernelEx`): the grid may
-    /// launch once every block of the previous kernel on `stream` has triggered or exited, before
-    /// that kernel's memory is flushed; it waits for that with `griddepcontrol.wait` (the Hopper
-    /// lowering does after its barrier setup). The kernels before it here never trigger early (the
-    /// GEMM's operand copy did at entry once: the GEMM's blocks then held SMs the copy's last blocks
-    /// needed, 0.73 against 0.83 of cuBLAS at 3000³); launched when they exit, the GEMM's launch
-    /// and setup overlap the copy's end: 0.828-0.831 against 0.804-0.817 (H100, bench/NOTES.md).
-    ///
-    /// # Safety
-    /// As [`Function::launch`]; the kernel must wait (`griddepcontrol.wait`) before touching memory
-    /// the previous kernel writes.
-    pub unsafe fn launch_programmatic(
-        &self,
-        grid: (u32, u32, u32),
-        block: (u32, u32, u32),
-        stream: &Stream,
-        params: &mut [*mut c_void],
-    ) -> Result<(), CudaError> {
-        check_launch(grid, block)?;
-        // SAFETY: forwarded.
-        unsafe { launch_programmatic(self.raw, grid, block, self.shared, stream.0, params) }
-    }
 }
 
 /// `cuLaunchKernelEx` of `function` with programmatic stream serialization
-/// ([`Function::launch_programmatic`]; the caller-memory launchers' raw handles use it too).
+/// ([`Function::launch_as`]; the caller-memory launchers' raw handles use it too).
 ///
 /// # Safety
-/// As [`Function::launch_programmatic`]; `function` a live kernel of the current context, `stream`
+/// As [`Function::launch_as`]; `function` a live kernel of the current context, `stream`
 /// a live stream of it (or null), `shared` at most what the function allows.
 pub(crate) unsafe fn launch_programmatic(
     function: cu::CUfunction,

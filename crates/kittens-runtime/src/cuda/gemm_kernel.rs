@@ -42,7 +42,7 @@ pub struct GemmKernel {
 }
 
 /// Which of a GEMM's launches go as programmatic dependents of the kernel before them on the stream
-/// (`Function::launch_programmatic`): the GEMM after its operand copies (`gemm`: 0.828-0.831 of
+/// (`Function::launch_as`): the GEMM after its operand copies (`gemm`: 0.828-0.831 of
 /// cuBLAS against 0.804-0.817 at 3000³ on the H100), the split-K reduction after the GEMM (`reduce`).
 /// The kernels before never trigger early; the dependents wait for them (`griddepcontrol.wait`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -117,17 +117,13 @@ impl StripKernel {
         // caller keeps the tensors alive until the launch has run on `stream`; a programmatic launch
         // waits for the grid before it at the kernel's entry (the strip dialect's prologue).
         unsafe {
-            if programmatic {
-                self.function.launch_programmatic(
-                    (grid, 1, 1),
-                    (l.threads, 1, 1),
-                    stream,
-                    &mut ptrs,
-                )
-            } else {
-                self.function
-                    .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut ptrs)
-            }
+            self.function.launch_as(
+                (grid, 1, 1),
+                (l.threads, 1, 1),
+                stream,
+                &mut ptrs,
+                programmatic,
+            )
         }
     }
 }
@@ -171,7 +167,7 @@ impl SplitReduce {
 
     /// Enqueues the reduction of the scratch at `partial` into the dense bf16 `m × n` C at `c`, right
     /// after the GEMM that wrote it: `programmatic`, as its programmatic dependent (the launch gap
-    /// hidden, [`Function::launch_programmatic`]).
+    /// hidden, [`Function::launch_as`]).
     fn launch(
         &self,
         stream: &Stream,
@@ -393,7 +389,7 @@ impl GemmKernel {
     /// ([`BLayout::Kn`]), each operand addressable by TMA in place ([`Mat::tma_ok`]; `super::gemm_pad`
     /// makes copies that are).
     /// `pdl`: which launches go as programmatic dependents of the kernel before them
-    /// ([`Function::launch_programmatic`]: their launch and setup overlap its end).
+    /// ([`Function::launch_as`]: their launch and setup overlap its end).
     pub fn launch(
         &self,
         stream: &Stream,
@@ -495,17 +491,13 @@ impl GemmKernel {
         // argument list (tensor maps by value, 64-bit device pointers, 32-bit integers); the storage
         // vectors are not touched again until the launch has returned.
         unsafe {
-            if pdl.gemm {
-                self.function.launch_programmatic(
-                    (grid, 1, 1),
-                    (l.threads, 1, 1),
-                    stream,
-                    &mut params,
-                )?
-            } else {
-                self.function
-                    .launch((grid, 1, 1), (l.threads, 1, 1), stream, &mut params)?
-            }
+            self.function.launch_as(
+                (grid, 1, 1),
+                (l.threads, 1, 1),
+                stream,
+                &mut params,
+                pdl.gemm,
+            )?
         };
         match (&self.split, partial) {
             (Some(s), Some(p)) => s.launch(stream, p, c, (m, n), pdl.reduce),
