@@ -164,16 +164,17 @@ impl HopperTile {
     }
 }
 
-/// Least `m·n / (m + n)` (outputs per operand row, roughly) at which the launchers copy A and B whose
+/// Least `m·n / (m + n)` (outputs per operand row, roughly) at which the launchers copy operands whose
 /// rows start off 128-byte lines into aligned rows ([`copies_misaligned`]).
 pub const ALIGN_REUSE: u64 = 256;
 
-/// Whether A and B of an `m × n` GEMM whose rows are no whole number of 128-byte lines are copied into
-/// aligned rows before the kernel: where each operand row serves enough outputs for the copy (one read
-/// and write of A and B) to cost less than the misaligned loads. H100: 3000³ ran at 0.42 of cuBLAS
-/// with misaligned rows where 3008³ ran at 0.82 (bench/NOTES.md); the copies of A and B cost about
-/// 24 µs at 3000³ against about 100 µs lost. Both M and N of about 512 or more qualify; a decode-sized
-/// M (memory-bound, each B row read once) does not.
+/// Whether the operands of an `m × n` GEMM whose rows are no whole number of 128-byte lines are copied
+/// into aligned rows before the kernel (the launchers copy B and read A in place, with 128-byte L2
+/// promotion: `gemm_pad::PadPlan::aligned` in the runtime): where each operand row serves enough
+/// outputs for the copy (one read and write) to cost less than the misaligned loads. H100: 3000³ ran
+/// at 0.42 of cuBLAS with misaligned rows where 3008³ ran at 0.82; copying B costs 13-15 µs there
+/// (bench/NOTES.md). Both M and N of about 512 or more qualify; a decode-sized M (memory-bound, each
+/// B row read once) does not.
 pub fn copies_misaligned(m: u64, n: u64) -> bool {
     m.saturating_mul(n) / m.saturating_add(n).max(1) >= ALIGN_REUSE
 }
@@ -305,8 +306,9 @@ mod tests {
         }
         let e = estimate_us(g, sms, 3000, 3000, 3000, TILES[0]);
         assert_eq!((e.tiles, e.rounds), (288, 3));
-        // K = 3000 rows straddle 128-byte lines, but A and B are copied into aligned rows there, so
-        // 3000³ ranks the blocks as 3072³ does: 128x192 makes 24 × 16 = 384 tiles, 2.9 rounds of
+        // K = 3000 rows straddle 128-byte lines, but B is copied into aligned rows there (A read
+        // in place costs the kernel little with 128-byte L2 promotion), so 3000³ ranks the blocks as
+        // 3072³ does: 128x192 makes 24 × 16 = 384 tiles, 2.9 rounds of
         // work in 3 (128x256: 2.2 in 3; 128x128: 4.4 in 5). Misaligned rows left in place (a small
         // M) rank by bytes per FLOP.
         assert!(copies_misaligned(3000, 3000) && !copies_misaligned(16, 4096));
