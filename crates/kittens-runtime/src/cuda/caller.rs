@@ -255,7 +255,7 @@ pub(crate) unsafe fn enqueue(
 }
 
 /// [`enqueue`], `programmatic`: with programmatic stream serialization (the GEMM after its operand
-/// copies: its launch and setup overlap the copy's end, `driver::launch_programmatic`).
+/// copies: its launch and setup overlap the copy's end, `driver::launch_raw`).
 ///
 /// # Safety
 /// As [`enqueue`]; a `programmatic` kernel waits (`griddepcontrol.wait`) before touching what the
@@ -268,38 +268,18 @@ unsafe fn enqueue_as(
     programmatic: bool,
 ) -> Result<(), CudaError> {
     let l = &k.lowered;
-    if programmatic {
-        // SAFETY: forwarded.
-        return unsafe {
-            super::driver::launch_programmatic(
-                k.function,
-                (grid, 1, 1),
-                (l.threads, 1, 1),
-                l.dynamic_shared_bytes(),
-                stream as cu::CUstream,
-                params,
-            )
-        };
-    }
     // SAFETY: forwarded from the caller.
-    check(
-        unsafe {
-            cu::cuLaunchKernel(
-                k.function,
-                grid,
-                1,
-                1,
-                l.threads,
-                1,
-                1,
-                l.dynamic_shared_bytes(),
-                stream as cu::CUstream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        },
-        "cuLaunchKernel",
-    )
+    unsafe {
+        super::driver::launch_raw(
+            k.function,
+            (grid, 1, 1),
+            (l.threads, 1, 1),
+            l.dynamic_shared_bytes(),
+            stream as cu::CUstream,
+            params,
+            programmatic,
+        )
+    }
 }
 
 /// Checks that `[ptr, ptr + bytes)` lies inside one allocation on device `ordinal`.
@@ -509,9 +489,7 @@ unsafe fn copy(ordinal: i32, stream: u64, dst: &Mat, src: &Mat) -> Result<(), Cu
         ],
     };
     let lower = || {
-        let k = kittens_kernels::gemm_bf16::align::build_copy(32)
-            .map_err(|e| invalid(e.to_string()))?;
-        kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
+        kittens_codegen::lower(&gemm_pad::copy_program()?, kittens_hw::Target::Sm90a)
             .map_err(|e| invalid(format!("lowering the operand copy: {e}")))
     };
     // SAFETY: forwarded; the tensors' ranges are the matrices' (checked by the caller).

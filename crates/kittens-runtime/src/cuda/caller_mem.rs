@@ -70,37 +70,35 @@ pub(crate) unsafe fn enqueue_strip(
     call: &StripCall,
     lower: &dyn Fn() -> Result<Lowered, CudaError>,
 ) -> Result<Option<KernelLoad>, CudaError> {
-    {
-        let (kernel, fresh) = kernel_on(ordinal, &call.key, lower)?;
-        let l = &kernel.lowered;
-        let address = |name: &str| {
-            call.tensors
-                .iter()
-                .find(|(n, _, _)| *n == name)
-                .map(|(_, p, _)| *p)
-                .ok_or_else(|| {
-                    invalid(format!(
-                        "the lowered kernel takes an unknown tensor `{name}`"
-                    ))
-                })
-        };
-        let mut args = PackedArgs::pack(
-            l,
-            call.params,
-            |_| Err(invalid("a strip program takes no tensor maps")),
-            address,
-        )?;
-        let mut pointers = args.pointers();
-        let grid = l
-            .blocks(call.params, kernel.multiprocessors)
-            .ok_or_else(|| invalid("grid extents of the lowered kernel"))?;
-        if grid > 0 {
-            // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`),
-            // alive until the call returns; the caller keeps the memory and the stream alive.
-            unsafe { enqueue(&kernel, grid, &mut pointers, stream)? };
-        }
-        Ok(fresh.then(|| kernel.load.clone()))
+    let (kernel, fresh) = kernel_on(ordinal, &call.key, lower)?;
+    let l = &kernel.lowered;
+    let address = |name: &str| {
+        call.tensors
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .map(|(_, p, _)| *p)
+            .ok_or_else(|| {
+                invalid(format!(
+                    "the lowered kernel takes an unknown tensor `{name}`"
+                ))
+            })
+    };
+    let mut args = PackedArgs::pack(
+        l,
+        call.params,
+        |_| Err(invalid("a strip program takes no tensor maps")),
+        address,
+    )?;
+    let mut pointers = args.pointers();
+    let grid = l
+        .blocks(call.params, kernel.multiprocessors)
+        .ok_or_else(|| invalid("grid extents of the lowered kernel"))?;
+    if grid > 0 {
+        // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`),
+        // alive until the call returns; the caller keeps the memory and the stream alive.
+        unsafe { enqueue(&kernel, grid, &mut pointers, stream)? };
     }
+    Ok(fresh.then(|| kernel.load.clone()))
 }
 
 #[cfg(test)]

@@ -443,45 +443,58 @@ impl Function {
         programmatic: bool,
     ) -> Result<(), CudaError> {
         check_launch(grid, block)?;
-        if programmatic {
-            // SAFETY: forwarded.
-            return unsafe {
-                launch_programmatic(self.raw, grid, block, self.shared, stream.0, params)
-            };
-        }
-        check(
-            cu::cuLaunchKernel(
+        // SAFETY: forwarded.
+        unsafe {
+            launch_raw(
                 self.raw,
-                grid.0,
-                grid.1,
-                grid.2,
-                block.0,
-                block.1,
-                block.2,
+                grid,
+                block,
                 self.shared,
                 stream.0,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            ),
-            "cuLaunchKernel",
-        )
+                params,
+                programmatic,
+            )
+        }
     }
 }
 
-/// `cuLaunchKernelEx` of `function` with programmatic stream serialization
+/// Launches `function` with `shared` bytes of dynamic shared memory: `cuLaunchKernel`, or with
+/// `programmatic` `cuLaunchKernelEx` with programmatic stream serialization
 /// ([`Function::launch_as`]; the caller-memory launchers' raw handles use it too).
 ///
 /// # Safety
-/// As [`Function::launch_as`]; `function` a live kernel of the current context, `stream`
-/// a live stream of it (or null), `shared` at most what the function allows.
-pub(crate) unsafe fn launch_programmatic(
+/// As [`Function::launch_as`]; `function` a live kernel of the current context, `stream` a live
+/// stream of it (or null), `shared` at most what the function allows.
+pub(crate) unsafe fn launch_raw(
     function: cu::CUfunction,
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
     shared: u32,
     stream: cu::CUstream,
     params: &mut [*mut c_void],
+    programmatic: bool,
 ) -> Result<(), CudaError> {
+    if !programmatic {
+        // SAFETY: forwarded from the caller.
+        return check(
+            unsafe {
+                cu::cuLaunchKernel(
+                    function,
+                    grid.0,
+                    grid.1,
+                    grid.2,
+                    block.0,
+                    block.1,
+                    block.2,
+                    shared,
+                    stream,
+                    params.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            },
+            "cuLaunchKernel",
+        );
+    }
     // SAFETY: zeroed storage is a valid bit pattern for the attribute (a C union and an enum whose
     // zero is a listed value); both fields used are set below.
     let mut attr: cu::CUlaunchAttribute = unsafe { std::mem::zeroed() };

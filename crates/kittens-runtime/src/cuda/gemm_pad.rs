@@ -214,11 +214,14 @@ pub unsafe fn copy(dst: &Mat, src: &Mat, stream: cu::CUstream) -> Result<(), Cud
 /// moved A and B of 3000³ at about 1.4 TB/s on the H100, a strip program streams at the DRAM's rate.
 pub struct CopyKernel(StripKernel);
 
+/// The copy's tile program on 32-lane waves: this launcher's and `kittens.matmul`'s (`super::caller`).
+pub(crate) fn copy_program() -> Result<kittens_ir::Kernel, CudaError> {
+    kittens_kernels::gemm_bf16::align::build_copy(32).map_err(|e| CudaError::Invalid(e.to_string()))
+}
+
 impl CopyKernel {
     pub fn load(dev: &Rc<Device>) -> Result<CopyKernel, CudaError> {
-        let k = kittens_kernels::gemm_bf16::align::build_copy(32)
-            .map_err(|e| CudaError::Invalid(e.to_string()))?;
-        Ok(CopyKernel(StripKernel::load(dev, &k)?))
+        Ok(CopyKernel(StripKernel::load(dev, &copy_program()?)?))
     }
 
     /// Enqueues the copy of `src`'s `rows × cols` into `dst` (same extents, other pitch).
