@@ -68,6 +68,9 @@ pub struct Lowered {
     pub shared_bytes: u32,
     pub shared_alloc: SharedAlloc,
     pub grid: GridRule,
+    /// Blocks per thread-block cluster (1: none): the launch asks for clusters of this many along x,
+    /// and a persistent grid is a whole number of them (`kittens_ir::Grid::cluster`).
+    pub cluster: u32,
     pub args: Vec<KernelArg>,
     /// The tile program it came from (grid extents, parameter order).
     pub ir: Kernel,
@@ -96,21 +99,32 @@ impl Lowered {
     /// Tiles of the tile program's grid (`∏ grid.extents`) for parameter values given by name; `None`
     /// when one is missing or an extent cannot be evaluated.
     pub fn tiles(&self, params: &[(&str, i64)]) -> Option<u64> {
-        let values: Option<Vec<i64>> = self
-            .ir
+        self.ir.blocks(&self.param_values(params)?)
+    }
+
+    /// The tile program's parameters in declaration order from values given by name.
+    fn param_values(&self, params: &[(&str, i64)]) -> Option<Vec<i64>> {
+        self.ir
             .params
             .iter()
             .map(|p| params.iter().find(|(n, _)| *n == p.name).map(|&(_, v)| v))
-            .collect();
-        self.ir.blocks(&values?)
+            .collect()
     }
 
     /// Blocks to launch by the [`GridRule`]: every tile, or for a persistent grid at most `resident`
-    /// blocks (the GPU's SMs) and never more than there are tiles.
+    /// blocks (the GPU's SMs) and never more than there are tiles; with clusters a whole number of
+    /// clusters, at most as many as there are clusters of tiles.
     pub fn blocks(&self, params: &[(&str, i64)], resident: u32) -> Option<u32> {
         let tiles = self.tiles(params)?;
         match self.grid {
             GridRule::PerTile => u32::try_from(tiles).ok(),
+            GridRule::Persistent if self.cluster > 1 => {
+                let values = self.param_values(params)?;
+                let clusters = self.ir.cluster_tiles(&values)?;
+                let c = u64::from(self.cluster);
+                let resident = (u64::from(resident) / c).max(1);
+                Some((clusters.min(resident).max(1) * c) as u32)
+            }
             GridRule::Persistent => Some(tiles.min(u64::from(resident.max(1))).max(1) as u32),
         }
     }

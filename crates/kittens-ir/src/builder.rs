@@ -65,6 +65,7 @@ impl KernelBuilder {
                 extents: vec![Expr::c(1)],
                 remap: GridOrder::RowMajor,
                 paired: false,
+                cluster: 1,
             },
             body: vec![],
         };
@@ -142,7 +143,20 @@ impl KernelBuilder {
             extents,
             remap,
             paired: false,
+            cluster: 1,
         };
+    }
+
+    /// Runs consecutive row tiles (grid extent 0) in thread-block clusters of `n` (1 or 2): their
+    /// shared loads are fetched once per cluster where the target has clusters ([`crate::Grid::cluster`]).
+    pub fn cluster_rows(&mut self, n: u32) {
+        if !matches!(n, 1 | 2) {
+            self.fail(BuildError::Structure(format!(
+                "clusters of {n} blocks (1 or 2)"
+            )));
+            return;
+        }
+        self.k.grid.cluster = n;
     }
 
     /// Balance a persistent grid whose tiles cost in proportion to their rank `r = 0, 1, …, n − 1`

@@ -128,6 +128,15 @@ impl Expr {
         }
     }
 
+    /// Whether the expression reads grid coordinate `i` (`Expr::Block(i)`).
+    pub fn reads_block(&self, i: u8) -> bool {
+        match self {
+            Expr::Block(j) => *j == i,
+            Expr::Bin(_, a, b) => a.reads_block(i) || b.reads_block(i),
+            _ => false,
+        }
+    }
+
     /// The constant value, if the expression has no free variables.
     pub fn as_const(&self) -> Option<i64> {
         match self {

@@ -642,6 +642,12 @@ pub struct Grid {
     /// A persistent lowering runs launch ids `2u` and `2u + 1` on one block, one after the other,
     /// whenever there are more tiles than blocks ([`crate::KernelBuilder::pair_long_short`]).
     pub paired: bool,
+    /// Blocks of consecutive tiles along extent 0 (a GEMM's row tiles) that run as one thread-block
+    /// cluster on GPUs that have them (Hopper): 1 (none) or 2. A load whose global origin does not
+    /// depend on `Block(0)` reads the same box in both blocks; the sm_90a lowering has each block
+    /// fetch half of it and multicast it to both. Nothing else changes: the interpreter and the AMD
+    /// lowerings, which run a block per tile, ignore it.
+    pub cluster: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -710,5 +716,21 @@ impl Kernel {
             .extents
             .iter()
             .try_fold(1u64, |n, e| Some(n * e.eval(&env)?.max(0) as u64))
+    }
+
+    /// Clusters of the launch (`Grid::cluster` blocks each; extent 0 rounded up to a whole number of
+    /// them): the tiles themselves without clusters.
+    pub fn cluster_tiles(&self, params: &[i64]) -> Option<u64> {
+        let env = crate::expr::Env {
+            params,
+            vars: &[],
+            block: &[],
+            wave: 0,
+        };
+        let c = u64::from(self.grid.cluster.max(1));
+        self.grid.extents.iter().enumerate().try_fold(1u64, |n, (i, e)| {
+            let x = e.eval(&env)?.max(0) as u64;
+            Some(n * if i == 0 { x.div_ceil(c) } else { x })
+        })
     }
 }

@@ -265,9 +265,13 @@ impl fmt::Display for Kernel {
         }
         let ext: Vec<String> = self.grid.extents.iter().map(|e| p.expr(e)).collect();
         let paired = if self.grid.paired { " paired" } else { "" };
+        let cluster = match self.grid.cluster {
+            0 | 1 => String::new(),
+            n => format!(" clusters of {n}"),
+        };
         writeln!(
             out,
-            "grid [{}] {:?}{paired}",
+            "grid [{}] {:?}{paired}{cluster}",
             ext.join(", "),
             self.grid.remap
         )?;

@@ -382,6 +382,59 @@ fn every_gemm_block_shape_compiles_with_cp_async_loads() {
     }
 }
 
+/// Every block shape in clusters of two row tiles (`GemmConfig::cluster`): B's boxes are fetched
+/// half by each block and multicast to both (a map of half the rows, each half at its rank's rows and
+/// shared offset), A's as before; the frame synchronises the cluster after the barrier setup and at
+/// the end, the releases arrive on the `empty` barrier of block `lane % 2`, the tile loop walks pairs
+/// of row tiles; it compiles without spills. Split-K with clusters is refused.
+#[test]
+fn every_gemm_block_shape_compiles_in_clusters_of_two() {
+    ensure_nvrtc();
+    let cache = fresh_cache("gemm-clusters");
+    for (tile, b_layout) in blocks_and_layouts() {
+        let (_, l) = lowered_cluster(tile, b_layout, SlotFill::Tma, 2);
+        let kn = b_layout == BLayout::Kn;
+        let maps = l.tma_maps();
+        let b_box = if kn { (32, 64) } else { (tile.cols / 2, 64) };
+        assert_eq!(
+            (maps[0].box_rows, (maps[1].box_rows, maps[1].box_cols)),
+            (tile.rows, b_box),
+            "{tile} {b_layout:?}: {maps:?}"
+        );
+        let src = &l.source;
+        let boxes = if kn { tile.cols as usize / 64 } else { 1 };
+        assert_eq!(
+            src.matches("kt::tma_load_2d_multicast(").count(),
+            boxes,
+            "{tile} {b_layout:?}"
+        );
+        assert_eq!(src.matches("&tma0, KT_FULL(slot)").count(), 1, "{tile}");
+        let half = b_box.0 * 128;
+        assert!(
+            src.contains(&format!("kt_crank * {half}u, &tma1"))
+                && src.contains(&format!("(int)kt_crank * {}", b_box.0)),
+            "{tile} {b_layout:?}: half {half}"
+        );
+        assert_eq!(src.matches("kt::cluster_sync();").count(), 2, "{tile}");
+        assert!(src.contains("kt::map_shared_to_cta(KT_EMPTY(i), threadIdx.x & 1u)"));
+        assert!(src.contains("kt_tile = blockIdx.x / 2u") && src.contains("blk0 = 2 * blk0 + (int)kt_crank;"));
+        assert_eq!(l.cluster, 2);
+        // 3000 rows of C: 24 row tiles of 128, 12 pairs; 132 SMs hold 66 pairs.
+        let blocks = l.blocks(&[("m", 3000), ("n", 3000), ("k", 3000)], 132);
+        let pairs = 3000u32.div_ceil(tile.rows).div_ceil(2) * 3000u32.div_ceil(tile.cols);
+        assert_eq!(blocks, Some(2 * pairs.min(66)), "{tile}");
+        compile_clean(&l, &cache, &format!("{tile} {b_layout:?} clusters of 2"));
+    }
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let split = GemmConfig {
+        split_k: 2,
+        cluster: 2,
+        ..TILES[0].config(h100)
+    };
+    let e = build(&split).expect_err("split-K in clusters").to_string();
+    assert!(e.contains("clusters of 2 with split_k 2"), "{e}");
+}
+
 /// Every Hopper GEMM block (`gemm_bf16::shapes::TILES`) with B as N × K and as K × N.
 fn blocks_and_layouts() -> impl Iterator<Item = (HopperTile, BLayout)> {
     TILES
@@ -396,16 +449,27 @@ fn lowered_block(
     b_layout: BLayout,
     loads: SlotFill,
 ) -> (GemmConfig, kittens_codegen::Lowered) {
+    lowered_cluster(tile, b_layout, loads, 1)
+}
+
+/// [`lowered_block`] with row tiles in clusters of `cluster`.
+fn lowered_cluster(
+    tile: HopperTile,
+    b_layout: BLayout,
+    loads: SlotFill,
+    cluster: u32,
+) -> (GemmConfig, kittens_codegen::Lowered) {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let cfg = GemmConfig {
         b_layout,
         loads,
+        cluster,
         ..tile.config(h100)
     };
     let k = build(&cfg).unwrap_or_else(|e| panic!("{tile}: {e}"));
     let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{tile}: {e}"));
     if let Ok(dir) = std::env::var("KITTENS_DUMP") {
-        let path = format!("{dir}/gemm_{tile}_{b_layout:?}_{loads:?}.cu");
+        let path = format!("{dir}/gemm_{tile}_{b_layout:?}_{loads:?}_c{cluster}.cu");
         std::fs::write(path, &l.source).expect("dump");
     }
     (cfg, l)

@@ -33,12 +33,14 @@
 
 use std::collections::BTreeSet;
 
-use kittens_hw::{dtype::DType, Target};
+use kittens_hw::Target;
 use kittens_ir::{
-    ClusterKind, Cond, Expr, Kernel, MmaOperand, Op, RegId, Schedule, Scope, SharedView, SlotFill,
-    Stmt, WaitQueue,
+    ClusterKind, Cond, Expr, Kernel, MmaOperand, Op, RegId, Schedule, Scope, SharedView, Stmt, WaitQueue,
 };
 
+use super::lower_frame::{
+    check_cluster, cp_async_rings, frame, full_barrier_init, global_ctype, Frame,
+};
 use super::lower_roles::{check_roles, consumer_owned, fill_chunks, resident_rings, ring_barriers};
 use super::lower_wait::OWNED_READ;
 use super::{prelude_with, WgmmaInput};
@@ -107,6 +109,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         ));
     };
     let roles = check_roles(k)?;
+    check_cluster(k, roles.producer.1)?;
     let sm = Target::Sm90a
         .gpu()
         .ok_or_else(|| CudaLowerError::Unsupported("no sm_90a GPU in the catalog".into()))?;
@@ -211,45 +214,20 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         }
         src.push_str("} // namespace kt\n");
     }
-    src.push_str(&format!(
-        "\n// Lowered from the tile program `{}` by kittens-codegen::cuda::lower.\n\
-         // Slot i of the rings has mbarriers full[i] (TMA landed) and empty[i] (every consumer warp done).\n\
-         #define KT_FULL(i) (kt_bars + 8u * (u32)(i))\n\
-         #define KT_EMPTY(i) (kt_bars + 8u * ({nbars}u + (u32)(i)))\n\
-         // Every consumer thread hands back the slots in `mask` (its warpgroup's wgmmas on them are done).\n\
-         __device__ __forceinline__ void kt_release(u32 kt_bars, u32 mask) {{\n\
-         #pragma unroll\n\
-         \x20   for (u32 i = 0; i < {nbars}u; ++i)\n\
-         \x20       if ((mask >> i) & 1u) kt::mbarrier_arrive(KT_EMPTY(i));\n\
-         }}\n\
-         extern \"C\" __global__ void __launch_bounds__({threads}, 1)\n{name}({}) {{\n\
-         \x20   extern __shared__ __align__(1024) unsigned char kt_smem_raw[];\n\
-         \x20   const u32 kt_smem = (kt::smem_u32(kt_smem_raw) + 1023u) & ~1023u;\n\
-         {slabs}\
-         \x20   const u32 kt_bars = kt_smem + {bars_at}u;\n\
-         \x20   const int wave = threadIdx.x / 32, kt_lane = threadIdx.x % 32;\n\
-         \x20   const int kt_wave0 = (threadIdx.x / 128) * 4; // first wave of this warpgroup\n\
-         \x20   if (threadIdx.x == 0) {{\n\
-         \x20       for (u32 i = 0; i < {nbars}u; ++i)\n\
-         \x20           kt::mbarrier_init(KT_EMPTY(i), {empty});\n\
-         {full_init}\
-         \x20       kt::fence_mbarrier_init();\n\
-         \x20       kt::fence_proxy_async();\n\
-         \x20   }}\n\
-         \x20   __syncthreads();\n\
-         \x20   kt::griddep_wait(); // a programmatic launch starts here, before the previous grid ends\n{body}}}\n",
-        k.name,
-        args.join(", "),
-        empty = 128 * consumer_wgs,
-        // The C staging slabs, when a store goes through them.
-        slabs = if slab > 0 {
-            format!(
-                "    const u32 kt_slabs = kt_smem + {slabs_at}u; // C staging, {slab} bytes per consumer warpgroup\n"
-            )
-        } else {
-            String::new()
-        },
-    ));
+    src.push_str(&frame(&Frame {
+        kernel: &k.name,
+        entry: &name,
+        args: args.join(", "),
+        threads,
+        nbars,
+        empty: 128 * consumer_wgs,
+        full_init,
+        slabs_at,
+        slab,
+        bars_at,
+        cluster: k.grid.cluster,
+        body,
+    }));
     let mut kargs: Vec<KernelArg> = e.maps.into_iter().map(KernelArg::TensorMap).collect();
     kargs.extend(k.globals.iter().map(|g| KernelArg::Global {
         name: g.name.clone(),
@@ -265,6 +243,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         shared_bytes: bars_at + 16 * nbars + 1024,
         shared_alloc: SharedAlloc::Dynamic,
         grid: GridRule::Persistent,
+        cluster: k.grid.cluster.max(1),
         args: kargs,
         ir: k.clone(),
     })
@@ -716,71 +695,6 @@ impl Emit<'_> {
             s.tile.dtype.bytes()
         )
     }
-}
-
-/// The C type of a global tensor's kernel argument: bf16 bits, fp8 e4m3 bytes (OCP, the format of
-/// Hopper's `wgmma ... e4m3`, PTX ISA §9.7.15.5), or f32 (the FP8 GEMM's scales, the attention's
-/// log-sum-exp). Tiles are written as bf16 (the TMA-store epilogue packs bf16), f32 only from row
-/// vectors.
-fn global_ctype(g: &kittens_ir::GlobalDecl) -> Result<&'static str, CudaLowerError> {
-    let write = g.access != kittens_ir::Access::Read;
-    Ok(match (g.dtype, write) {
-        (DType::Bf16, _) => "bf16_t*",
-        (DType::Fp8E4m3, false) => "const unsigned char*",
-        (DType::F32, false) => "const float*",
-        // A row vector stored per query (the attention's log-sum-exp).
-        (DType::F32, true) => "float*",
-        (dt, w) => {
-            return unsupported(format!(
-                "global `{}` of {dt:?}{} (bf16 tensors, read-only e4m3 or f32 ones)",
-                g.name,
-                if w { ", written" } else { "" }
-            ))
-        }
-    })
-}
-
-/// Per shared ring: whether a `load_async` fills it from a global read with `cp.async`.
-fn cp_async_rings(k: &Kernel) -> Vec<bool> {
-    let mut cp = vec![false; k.shared.len()];
-    for r in k.ops() {
-        if let Op::LoadAsync { dst, src, .. } = r.op {
-            if k.global(src.tensor).slot_fill == SlotFill::CpAsync {
-                cp[dst.buf.0 as usize] = true;
-            }
-        }
-    }
-    cp
-}
-
-/// The lines initialising the `full` barriers: a TMA-only slot expects one arrival (the issuing
-/// thread's, with the bytes), a slot any of whose rings `cp.async` fills 128 more (each producer
-/// thread's `cp.async.mbarrier.arrive.noinc`). Barriers with one count share a loop.
-fn full_barrier_init(k: &Kernel, bars: &[u32], nbars: u32, cp: &[bool]) -> String {
-    let (mut tma, mut cpa) = (vec![false; nbars as usize], vec![false; nbars as usize]);
-    for (i, s) in k.shared.iter().enumerate() {
-        for b in bars[i]..(bars[i] + s.count).min(nbars) {
-            if cp[i] {
-                cpa[b as usize] = true;
-            } else {
-                tma[b as usize] = true;
-            }
-        }
-    }
-    let count = |b: usize| u32::from(tma[b] || !cpa[b]) + if cpa[b] { 128 } else { 0 };
-    let mut out = String::new();
-    let mut b = 0usize;
-    while b < nbars as usize {
-        let c = count(b);
-        let end = (b..nbars as usize)
-            .find(|&e| count(e) != c)
-            .unwrap_or(nbars as usize);
-        out.push_str(&format!(
-            "        for (u32 i = {b}u; i < {end}u; ++i) kt::mbarrier_init(KT_FULL(i), {c});\n"
-        ));
-        b = end;
-    }
-    out
 }
 
 /// A statement that is register work only (no barrier, `mma`, loop or cluster): a wait deferred

@@ -319,16 +319,28 @@ pub(super) fn consumer_owned(k: &Kernel, consumer: &[Stmt]) -> Vec<bool> {
 impl Emit<'_> {
     /// This tile's coordinates `blk0, blk1, …` from the tile index `kt_tile` and the grid remap.
     pub(super) fn grid(&mut self) -> Result<(), CudaLowerError> {
-        let ext: Vec<String> = self.k.grid.extents.iter().map(|x| self.ex(x)).collect();
+        let mut ext: Vec<String> = self.k.grid.extents.iter().map(|x| self.ex(x)).collect();
         let n = ext.len();
+        // In clusters of two the tile index counts pairs of row tiles; the pair's blocks take its
+        // rows 2p and 2p + 1 (the second past the end when the row tiles are odd: its loads read
+        // zeros and TMA clips its stores, `lower_frame.rs`).
+        let clustered = self.k.grid.cluster > 1;
+        if clustered {
+            ext[0] = format!("(({}) + 1) / 2", ext[0]);
+        }
         let names: Vec<String> = (0..n).map(|i| format!("blk{i}")).collect();
         self.line(format!("int {};", names.join(", ")));
         let window = match self.k.grid.remap {
             GridOrder::RowMajor => None,
             // On a monolithic Hopper die only the group-M window of the chiplet remap matters (the XCD
             // chunking spreads work over AMD's dies).
+            // (With clusters the window counts pairs: half as many, the same rows.)
             GridOrder::GroupM { window } | GridOrder::XcdSwizzle { window, .. } if n == 2 => {
-                Some(window)
+                Some(if clustered {
+                    window.div_ceil(2).max(1)
+                } else {
+                    window
+                })
             }
             r => return unsupported(format!("grid remap {r:?} over {n} extents")),
         };
@@ -353,17 +365,25 @@ impl Emit<'_> {
                 self.line("  blk0 = (int)(first + r % rows); blk1 = (int)(r / rows); }");
             }
         }
+        if clustered {
+            self.line("blk0 = 2 * blk0 + (int)kt_crank;");
+        }
         Ok(())
     }
 
     /// The role split, each role's body in a persistent loop over the grid's tiles.
     pub(super) fn roles(&mut self, r: &Roles) -> Result<(), CudaLowerError> {
+        // Tiles, or with clusters of two pairs of row tiles (`grid`).
         let tiles: Vec<String> = self
             .k
             .grid
             .extents
             .iter()
-            .map(|x| format!("(u32)({})", self.ex(x)))
+            .enumerate()
+            .map(|(i, x)| match i {
+                0 if self.k.grid.cluster > 1 => format!("(((u32)({}) + 1u) / 2u)", self.ex(x)),
+                _ => format!("(u32)({})", self.ex(x)),
+            })
             .collect();
         self.line(format!("const u32 kt_tiles = {};", tiles.join(" * ")));
         self.line(format!("if {} {{ // producer", self.cond(r.cond)));
@@ -432,7 +452,13 @@ impl Emit<'_> {
             self.line("const u32 kt_tile = kt_pair ? 2u * (blockIdx.x + (kt_round >> 1) * gridDim.x) + (kt_round & 1u) : blockIdx.x + kt_round * gridDim.x;");
             self.line("if (kt_tile >= kt_tiles) break;");
         } else {
-            self.line("for (u32 kt_tile = blockIdx.x, kt_round = 0; kt_tile < kt_tiles; kt_tile += gridDim.x, ++kt_round) {");
+            // A cluster's blocks walk its pairs of tiles together (the launch is a whole number of
+            // clusters, `Lowered::blocks`).
+            let (first, step) = match self.k.grid.cluster {
+                0 | 1 => ("blockIdx.x".to_string(), "gridDim.x".to_string()),
+                c => (format!("blockIdx.x / {c}u"), format!("gridDim.x / {c}u")),
+            };
+            self.line(format!("for (u32 kt_tile = {first}, kt_round = 0; kt_tile < kt_tiles; kt_tile += {step}, ++kt_round) {{"));
             self.line("(void)kt_round;");
             self.depth += 1;
         }

@@ -202,9 +202,22 @@ impl Emit<'_> {
                 src.cols,
             ),
         };
+        // Multicast in a cluster of two (`lower_frame.rs`): this block fetches rows
+        // `kt_crank·rows/2 ..` of each box into both blocks. Half a box is a whole number of 8-row
+        // swizzle atoms, so the swizzle (a function of the shared address) is the whole box's.
+        let mc = super::lower_frame::multicast(self.k, src);
+        let rows = if mc { src.rows / 2 } else { src.rows };
+        if mc && (src.rows % 16 != 0 || g.dims.len() != 2) {
+            return unsupported(format!(
+                "multicast of `{}`: 2-d boxes of a multiple of 16 rows, got {} rows of a {}-d tensor",
+                g.name,
+                src.rows,
+                g.dims.len()
+            ));
+        }
         let map = TmaMap {
             global: src.tensor.0,
-            box_rows: src.rows,
+            box_rows: rows,
             box_cols,
             swizzle_bytes,
             row_dim: src.row_dim,
@@ -227,17 +240,27 @@ impl Emit<'_> {
                         let c = format!("(int)({})", self.ex(&src.origin[i]));
                         if i == cd && j > 0 {
                             format!("{c} + {}", j * box_cols)
+                        } else if i == rd && mc {
+                            format!("{c} + (int)kt_crank * {rows}")
                         } else {
                             c
                         }
                     })
                     .collect();
                 // Atom `j` lies `j` atoms (rows × 128 bytes) into the slot.
-                let at = if j > 0 {
+                let mut at = if j > 0 {
                     format!("{base} + {}u", j * src.rows * 128)
                 } else {
                     base.clone()
                 };
+                if mc {
+                    let half = rows * box_cols * s.tile.dtype.bytes();
+                    at = format!("{at} + kt_crank * {half}u");
+                    return format!(
+                        "kt::tma_load_2d_multicast({at}, &tma{mi}, KT_FULL(slot), {}, (unsigned short)3);",
+                        coords.join(", ")
+                    );
+                }
                 format!(
                     "kt::tma_load_{}d({at}, &tma{mi}, KT_FULL(slot), {});",
                     g.dims.len(),

@@ -8,6 +8,7 @@
 pub mod lower;
 mod lower_cpasync;
 mod lower_frag;
+mod lower_frame;
 mod lower_mma;
 mod lower_roles;
 mod lower_tma;

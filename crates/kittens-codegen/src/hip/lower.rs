@@ -71,6 +71,7 @@ pub fn lower(k: &Kernel, arch: Arch) -> Result<Lowered, LowerError> {
         shared_bytes: shared,
         shared_alloc: SharedAlloc::Static,
         grid: GridRule::PerTile,
+        cluster: 1,
         args,
         ir: k.clone(),
     })

@@ -664,6 +664,7 @@ pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         shared_bytes: k.shared_bytes(),
         shared_alloc: SharedAlloc::Static,
         grid: GridRule::PerTile,
+        cluster: 1,
         args: kargs,
         ir: k.clone(),
     })

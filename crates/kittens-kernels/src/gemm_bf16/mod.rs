@@ -186,6 +186,10 @@ pub struct GemmConfig {
     /// of 128), which TMA reads slowly and which would otherwise be copied into aligned rows first
     /// (`shapes::copies_misaligned`). The AMD schedules ignore it.
     pub loads: SlotFill,
+    /// Producer/consumer schedule: consecutive row tiles run as thread-block clusters of this many
+    /// (1: none, or 2), which on Hopper fetch each B box once per pair and multicast it
+    /// (`kittens_ir::Grid::cluster`; cuBLAS's kernels run in pairs). The AMD schedules ignore it.
+    pub cluster: u32,
 }
 
 impl Default for GemmConfig {
@@ -208,6 +212,7 @@ impl Default for GemmConfig {
             promote: 0,
             split_k: 1,
             loads: SlotFill::Tma,
+            cluster: 1,
         }
     }
 }

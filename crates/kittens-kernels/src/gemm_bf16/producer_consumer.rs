@@ -106,6 +106,13 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
         cfg.b_layout,
         cfg.split_k,
     );
+    if cfg.cluster > 1 && cfg.split_k > 1 {
+        return bad(format!(
+            "clusters of {} with split_k {} (a cluster pairs row tiles of one K slice)",
+            cfg.cluster, cfg.split_k
+        ));
+    }
+    k.cluster_rows(cfg.cluster);
     let (kd, [a, b, _]) = (decl.kd.clone(), decl.g);
     k.slot_fill(a, cfg.loads);
     k.slot_fill(b, cfg.loads);

@@ -84,6 +84,9 @@ pub struct GemmBenchOptions {
     /// (their launch and setup overlap the end of the kernel before,
     /// [`super::driver::Function::launch_as`]); `false` for measuring what that buys.
     pub programmatic: bool,
+    /// Row tiles per thread-block cluster, a row per entry and block (`GemmConfig::cluster`: 2
+    /// multicasts each B box to a pair of blocks); split-K blocks run without.
+    pub clusters: Vec<u32>,
 }
 
 impl Default for GemmBenchOptions {
@@ -111,6 +114,7 @@ impl Default for GemmBenchOptions {
             split_k: None,
             loads: vec![OperandLoads::Auto],
             programmatic: true,
+            clusters: vec![1],
         }
     }
 }
@@ -225,17 +229,22 @@ struct Runner<'a> {
     copier: RefCell<Option<Rc<CopyKernel>>>,
 }
 
-/// A block shape, its K slices and how it fills slots from A and B: what one compiled kernel is.
-type Block = (HopperTile, u32, SlotFill);
+/// A block shape, its K slices, how it fills slots from A and B and its cluster: what one compiled
+/// kernel is.
+type Block = (HopperTile, u32, SlotFill, u32);
 
-/// `64x128`, `64x128/k4` with split-K, `64x128/cp` with `cp.async` loads.
-fn block_name((t, s, fill): Block) -> String {
+/// `64x128`, `64x128/k4` with split-K, `64x128/cp` with `cp.async` loads, `128x256/c2` in clusters of
+/// two.
+fn block_name((t, s, fill, cluster): Block) -> String {
     let mut name = t.to_string();
     if s > 1 {
         name.push_str(&format!("/k{s}"));
     }
     if fill == SlotFill::CpAsync {
         name.push_str("/cp");
+    }
+    if cluster > 1 {
+        name.push_str(&format!("/c{cluster}"));
     }
     name
 }
@@ -247,8 +256,9 @@ impl Runner<'_> {
         if let Some((_, k)) = self.kernels.borrow().iter().find(|(b, _)| *b == block) {
             return k.clone();
         }
-        let (tile, split, fill) = block;
-        let k = GemmKernel::prepare(self.dev, tile, self.opts.b_layout, split, fill).map(Rc::new);
+        let (tile, split, fill, cluster) = block;
+        let k = GemmKernel::prepare(self.dev, tile, self.opts.b_layout, split, fill, cluster)
+            .map(Rc::new);
         if let Ok(k) = &k {
             eprintln!(
                 "  {} ({}, {} stages): {} registers, {} spills, persistent grid of {} blocks",
@@ -302,9 +312,9 @@ impl Runner<'_> {
             TileChoice::Each(list) => list.clone(),
         };
         let (a0, b0, c0) = self.mats(shape, [0, 0, 0]);
-        let base = |(t, split, fill): Block| {
+        let base = |b @ (t, split, _, _): Block| {
             let mut r = GemmBenchRow::error(shape, &CudaError::Invalid(String::new()));
-            r.tile = Some(block_name((t, split, fill)));
+            r.tile = Some(block_name(b));
             r.split_k = split;
             r.chosen = t == chosen;
             r.model_us = shapes::estimate_us(self.gpu, sms, m as u64, n as u64, k as u64, t).us;
@@ -313,10 +323,13 @@ impl Runner<'_> {
         // One row per block and way of loading (the same kernel and copies once).
         let (mut blocks, mut rows, mut refused) = (Vec::new(), Vec::new(), Vec::new());
         for &t in &tiles {
-            for &loads in &self.opts.loads {
+            for (&loads, &cluster) in self.opts.loads.iter().flat_map(|l| {
+                self.opts.clusters.iter().map(move |c| (l, c))
+            }) {
                 match loads.resolve(&a0, &b0, &c0, (m, n)) {
                     Ok((fill, plan)) => {
-                        let b = (t, self.split_for(shape, t), fill);
+                        let split = self.split_for(shape, t);
+                        let b = (t, split, fill, if split > 1 { 1 } else { cluster });
                         if !blocks.iter().any(|&(x, p)| x == b && p == plan) {
                             blocks.push((b, plan));
                             let mut row = base(b);
@@ -328,7 +341,7 @@ impl Runner<'_> {
                     }
                     Err(e) => refused.push(GemmBenchRow {
                         error: Some(e.to_string()),
-                        ..base((t, 1, SlotFill::CpAsync))
+                        ..base((t, 1, SlotFill::CpAsync, 1))
                     }),
                 }
             }

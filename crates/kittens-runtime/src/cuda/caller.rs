@@ -274,7 +274,7 @@ unsafe fn enqueue_as(
             k.function,
             (grid, 1, 1),
             (l.threads, 1, 1),
-            l.dynamic_shared_bytes(),
+            (l.dynamic_shared_bytes(), l.cluster),
             stream as cu::CUstream,
             params,
             programmatic,

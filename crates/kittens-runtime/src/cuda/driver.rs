@@ -367,6 +367,7 @@ impl Module {
         Ok(Function {
             raw: f,
             shared: dynamic_shared_bytes,
+            cluster: 1,
             _module: self.raw.clone(),
         })
     }
@@ -376,14 +377,22 @@ impl Module {
 pub struct Function {
     raw: cu::CUfunction,
     shared: u32,
+    /// Blocks per thread-block cluster every launch asks for (1: none; `Lowered::cluster`).
+    cluster: u32,
     _module: Rc<RawModule>,
 }
 
 impl Function {
+    /// The same kernel launched in clusters of `n` blocks along x (`Lowered::cluster`).
+    pub fn with_cluster(mut self, n: u32) -> Function {
+        self.cluster = n.max(1);
+        self
+    }
+
     /// How many clusters of this kernel can be resident at once with `block` threads a block and
-    /// `blocks` blocks launched (`cuOccupancyMaxActiveClusters`; the cluster shape is the kernel's own
-    /// `__cluster_dims__`).
+    /// `blocks` blocks launched (`cuOccupancyMaxActiveClusters`, clusters of [`Function::with_cluster`]).
     pub fn max_active_clusters(&self, blocks: u32, block: u32) -> Result<u32, CudaError> {
+        let mut attr = cluster_attr(self.cluster);
         let config = cu::CUlaunchConfig {
             gridDimX: blocks,
             gridDimY: 1,
@@ -393,11 +402,11 @@ impl Function {
             blockDimZ: 1,
             sharedMemBytes: self.shared,
             hStream: std::ptr::null_mut(),
-            attrs: std::ptr::null_mut(),
-            numAttrs: 0,
+            attrs: &mut attr,
+            numAttrs: 1,
         };
         let mut n = 0;
-        // SAFETY: a fully initialised config without attributes; out-parameter.
+        // SAFETY: a fully initialised config with one attribute; out-parameter.
         check(
             unsafe { cu::cuOccupancyMaxActiveClusters(&mut n, self.raw, &config) },
             "cuOccupancyMaxActiveClusters",
@@ -449,7 +458,7 @@ impl Function {
                 self.raw,
                 grid,
                 block,
-                self.shared,
+                (self.shared, self.cluster),
                 stream.0,
                 params,
                 programmatic,
@@ -469,12 +478,12 @@ pub(crate) unsafe fn launch_raw(
     function: cu::CUfunction,
     grid: (u32, u32, u32),
     block: (u32, u32, u32),
-    shared: u32,
+    (shared, cluster): (u32, u32),
     stream: cu::CUstream,
     params: &mut [*mut c_void],
     programmatic: bool,
 ) -> Result<(), CudaError> {
-    if !programmatic {
+    if !programmatic && cluster <= 1 {
         // SAFETY: forwarded from the caller.
         return check(
             unsafe {
@@ -495,11 +504,21 @@ pub(crate) unsafe fn launch_raw(
             "cuLaunchKernel",
         );
     }
-    // SAFETY: zeroed storage is a valid bit pattern for the attribute (a C union and an enum whose
-    // zero is a listed value); both fields used are set below.
-    let mut attr: cu::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-    attr.id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
+    if cluster > 1 && !grid.0.is_multiple_of(cluster) {
+        return Err(CudaError::Invalid(format!(
+            "a grid of {} blocks in clusters of {cluster}",
+            grid.0
+        )));
+    }
+    let mut attrs = vec![cluster_attr(cluster)];
+    if programmatic {
+        // SAFETY: zeroed storage is a valid bit pattern for the attribute (a C union and an enum
+        // whose zero is a listed value); both fields used are set below.
+        let mut attr: cu::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        attrs.push(attr);
+    }
     let config = cu::CUlaunchConfig {
         gridDimX: grid.0,
         gridDimY: grid.1,
@@ -509,16 +528,30 @@ pub(crate) unsafe fn launch_raw(
         blockDimZ: block.2,
         sharedMemBytes: shared,
         hStream: stream,
-        attrs: &mut attr,
-        numAttrs: 1,
+        attrs: attrs.as_mut_ptr(),
+        numAttrs: attrs.len() as u32,
     };
-    // SAFETY: a fully initialised config; the rest forwarded from the caller.
+    // SAFETY: a fully initialised config whose attributes outlive the call; the rest forwarded from
+    // the caller.
     check(
         unsafe {
             cu::cuLaunchKernelEx(&config, function, params.as_mut_ptr(), std::ptr::null_mut())
         },
         "cuLaunchKernelEx",
     )
+}
+
+/// The launch attribute asking for clusters of `n` blocks along x (1: a cluster of one, as a launch
+/// without the attribute).
+fn cluster_attr(n: u32) -> cu::CUlaunchAttribute {
+    // SAFETY: zeroed storage is a valid bit pattern for the attribute (a C union and an enum whose
+    // zero is a listed value); the fields used are set below.
+    let mut attr: cu::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+    attr.id = cu::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    attr.value.clusterDim.x = n.max(1);
+    attr.value.clusterDim.y = 1;
+    attr.value.clusterDim.z = 1;
+    attr
 }
 
 /// A TMA tensor map (128 bytes, 64-byte aligned), passed to kernels by value as a

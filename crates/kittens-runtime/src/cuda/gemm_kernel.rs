@@ -197,15 +197,17 @@ pub fn lower_tile_split(
     b_layout: BLayout,
     split_k: u32,
 ) -> Result<Lowered, CudaError> {
-    lower_tile_loads(tile, b_layout, split_k, SlotFill::Tma)
+    lower_tile_loads(tile, b_layout, split_k, SlotFill::Tma, 1)
 }
 
-/// [`lower_tile_split`] with A and B loaded as `loads` says (`GemmConfig::loads`).
+/// [`lower_tile_split`] with A and B loaded as `loads` says (`GemmConfig::loads`) and row tiles in
+/// clusters of `cluster` (`GemmConfig::cluster`).
 pub fn lower_tile_loads(
     tile: HopperTile,
     b_layout: BLayout,
     split_k: u32,
     loads: SlotFill,
+    cluster: u32,
 ) -> Result<Lowered, CudaError> {
     let gpu = kittens_hw::Target::Sm90a
         .gpu()
@@ -214,6 +216,7 @@ pub fn lower_tile_loads(
         b_layout,
         split_k,
         loads,
+        cluster,
         ..tile.config(gpu)
     };
     let k = kittens_kernels::gemm_bf16::build(&cfg)
@@ -299,10 +302,11 @@ impl GemmKernel {
         b_layout: BLayout,
         split_k: u32,
         loads: SlotFill,
+        cluster: u32,
     ) -> Result<GemmKernel, CudaError> {
         Self::load(
             dev,
-            lower_tile_loads(tile, b_layout, split_k, loads)?,
+            lower_tile_loads(tile, b_layout, split_k, loads, cluster)?,
             tile,
             b_layout,
         )
@@ -319,7 +323,15 @@ impl GemmKernel {
         let shared = l.dynamic_shared_bytes();
         let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
         let module = dev.load_module(&image.cubin)?;
-        let function = module.function(&l.entry, shared)?;
+        let function = module.function(&l.entry, shared)?.with_cluster(l.cluster);
+        // A persistent grid in clusters holds as many blocks as whole clusters fit at once (a GPC
+        // whose SM count is odd leaves one SM out).
+        let resident = if l.cluster > 1 {
+            let fit = function.max_active_clusters(dev.multiprocessors, l.threads)?;
+            (fit * l.cluster).clamp(l.cluster, dev.multiprocessors.max(l.cluster))
+        } else {
+            dev.multiprocessors
+        };
         let maps = gemm_maps(&l)?;
         let stages = l.ir.shared.first().map_or(0, |s| s.count);
         let split = match l.ir.globals.iter().find(|g| g.name == PARTIAL) {
@@ -349,7 +361,7 @@ impl GemmKernel {
             stages,
             maps,
             compile: image.report,
-            resident: dev.multiprocessors,
+            resident,
             loads: if l
                 .ir
                 .globals
