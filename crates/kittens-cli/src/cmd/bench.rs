@@ -53,9 +53,10 @@ pub struct Args {
     /// `off` launches them plainly, for measuring what that buys.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub programmatic: OnOff,
-    /// gemm_bf16: row tiles per thread-block cluster, comma-separated, a row per entry and block:
-    /// `1` (none) or `2` (each B box fetched once per pair of blocks and multicast to both).
-    #[arg(long, default_value = "1")]
+    /// gemm_bf16: row tiles per thread-block cluster: `auto` (2 where B is read in place off
+    /// 128-byte lines, else 1), or comma-separated `1` (none) and `2` (each B box fetched once per
+    /// pair of blocks and multicast to both), a row per entry and block.
+    #[arg(long, default_value = "auto")]
     pub clusters: String,
     /// How B is stored: `nk` (N x K, C = A·Bᵀ, a linear layer's weight) or `kn` (K x N, C = A·B);
     /// cuBLAS gets the same layout.
@@ -238,14 +239,17 @@ pub(super) fn options(a: &Args) -> anyhow::Result<GemmBenchOptions> {
             .map(|l| l.parse().map_err(anyhow::Error::msg))
             .collect::<anyhow::Result<_>>()?,
         programmatic: a.programmatic == OnOff::On,
-        clusters: a
-            .clusters
-            .split(',')
-            .map(|c| match c.trim().parse::<u32>() {
-                Ok(n @ (1 | 2)) => Ok(n),
-                _ => Err(anyhow::anyhow!("--clusters: `{c}` is not 1 or 2")),
-            })
-            .collect::<anyhow::Result<_>>()?,
+        clusters: match a.clusters.trim() {
+            "auto" => None,
+            list => Some(
+                list.split(',')
+                    .map(|c| match c.trim().parse::<u32>() {
+                        Ok(n @ (1 | 2)) => Ok(n),
+                        _ => Err(anyhow::anyhow!("--clusters: `{c}` is not auto, 1 or 2")),
+                    })
+                    .collect::<anyhow::Result<_>>()?,
+            ),
+        },
         b_layout: match a.b_layout {
             BLayoutArg::Nk => kittens_kernels::gemm_bf16::BLayout::Nk,
             BLayoutArg::Kn => kittens_kernels::gemm_bf16::BLayout::Kn,

@@ -168,13 +168,13 @@ impl HopperTile {
 /// rows start off 128-byte lines into aligned rows ([`copies_misaligned`]).
 pub const ALIGN_REUSE: u64 = 256;
 
-/// Whether the operands of an `m × n` GEMM whose rows are no whole number of 128-byte lines are copied
-/// into aligned rows before the kernel (the launchers copy B and read A in place, with 128-byte L2
-/// promotion: `gemm_pad::PadPlan::aligned` in the runtime): where each operand row serves enough
-/// outputs for the copy (one read and write) to cost less than the misaligned loads. H100: 3000³ ran
-/// at 0.42 of cuBLAS with misaligned rows where 3008³ ran at 0.82; copying B costs 13-15 µs there
-/// (bench/NOTES.md). Both M and N of about 512 or more qualify; a decode-sized M (memory-bound, each
-/// B row read once) does not.
+/// Whether the launchers treat the operand rows of an `m × n` GEMM that are no whole number of
+/// 128-byte lines as the kernel's cost (each row serves enough outputs that the loads, not the
+/// bytes, bound it): they then read B in place in thread-block clusters of two that multicast it
+/// (`gemm_pad::PadPlan::auto` in the runtime; `tma-copy` copies it into aligned rows instead) and A in
+/// place with 128-byte L2 promotion. H100: 3000³ ran at 0.42 of cuBLAS with misaligned rows where 3008³
+/// ran at 0.82; copying B costs 13-15 µs there (bench/NOTES.md). Both M and N of about 512 or more
+/// qualify; a decode-sized M (memory-bound, each B row read once) does not.
 pub fn copies_misaligned(m: u64, n: u64) -> bool {
     m.saturating_mul(n) / m.saturating_add(n).max(1) >= ALIGN_REUSE
 }

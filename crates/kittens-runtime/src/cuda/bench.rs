@@ -85,8 +85,9 @@ pub struct GemmBenchOptions {
     /// [`super::driver::Function::launch_as`]); `false` for measuring what that buys.
     pub programmatic: bool,
     /// Row tiles per thread-block cluster, a row per entry and block (`GemmConfig::cluster`: 2
-    /// multicasts each B box to a pair of blocks); split-K blocks run without.
-    pub clusters: Vec<u32>,
+    /// multicasts each B box to a pair of blocks); `None`: as the loads plan it
+    /// ([`OperandLoads::resolve`]). Split-K blocks run without.
+    pub clusters: Option<Vec<u32>>,
 }
 
 impl Default for GemmBenchOptions {
@@ -114,7 +115,7 @@ impl Default for GemmBenchOptions {
             split_k: None,
             loads: vec![OperandLoads::Auto],
             programmatic: true,
-            clusters: vec![1],
+            clusters: None,
         }
     }
 }
@@ -323,13 +324,26 @@ impl Runner<'_> {
         // One row per block and way of loading (the same kernel and copies once).
         let (mut blocks, mut rows, mut refused) = (Vec::new(), Vec::new(), Vec::new());
         for &t in &tiles {
-            for (&loads, &cluster) in self.opts.loads.iter().flat_map(|l| {
-                self.opts.clusters.iter().map(move |c| (l, c))
-            }) {
+            // No `--clusters`: the cluster the loads plan (`PadPlan::auto`).
+            let clusters: Vec<Option<u32>> = match &self.opts.clusters {
+                Some(list) => list.iter().map(|&c| Some(c)).collect(),
+                None => vec![None],
+            };
+            for (&loads, &cluster) in self
+                .opts
+                .loads
+                .iter()
+                .flat_map(|l| clusters.iter().map(move |c| (l, c)))
+            {
                 match loads.resolve(&a0, &b0, &c0, (m, n)) {
-                    Ok((fill, plan)) => {
+                    Ok((fill, plan, planned)) => {
                         let split = self.split_for(shape, t);
-                        let b = (t, split, fill, if split > 1 { 1 } else { cluster });
+                        let cluster = if split > 1 {
+                            1
+                        } else {
+                            cluster.unwrap_or(planned)
+                        };
+                        let b = (t, split, fill, cluster);
                         if !blocks.iter().any(|&(x, p)| x == b && p == plan) {
                             blocks.push((b, plan));
                             let mut row = base(b);

@@ -25,10 +25,10 @@ use super::gemm_kernel::{gemm_maps, mat_map, GemmArgs};
 use super::gemm_pad::{self, Mat, PadPlan};
 use super::{compile, invalid, CudaCompileReport, CudaError};
 
-/// Where the kernel comes from: `gemm_bf16` with a given block and B layout, lowered for sm_90a
-/// (`super::gemm_kernel::lower_tile` does it). Called once per device, block and layout, on the first
-/// launch.
-pub type LowerGemm = fn(HopperTile, BLayout) -> Result<Lowered, CudaError>;
+/// Where the kernel comes from: `gemm_bf16` with a given block, B layout and cluster, lowered for
+/// sm_90a (`super::gemm_kernel::lower_tile` does it). Called once per device, block, layout and
+/// cluster, on the first launch.
+pub type LowerGemm = fn(HopperTile, BLayout, u32) -> Result<Lowered, CudaError>;
 
 /// What the first call on a device did to get the kernel (for a verbose report).
 #[derive(Debug, Clone)]
@@ -44,6 +44,7 @@ pub struct KernelLoad {
 pub(crate) struct Loaded {
     function: cu::CUfunction,
     pub(crate) lowered: Lowered,
+    /// Blocks of a persistent grid: the SMs, or as many as whole clusters fit at once.
     pub(crate) multiprocessors: u32,
     pub(crate) load: KernelLoad,
 }
@@ -193,6 +194,8 @@ fn load(ordinal: i32, lower: &dyn Fn() -> Result<Lowered, CudaError>) -> Result<
             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
         )?;
     }
+    let multiprocessors =
+        super::driver::resident_blocks(function, shared, l.threads, l.cluster, multiprocessors)?;
     Ok(Loaded {
         function,
         multiprocessors,
@@ -390,8 +393,16 @@ pub unsafe fn gemm_bf16_abt(
             .gpu()
             .ok_or_else(|| invalid("no sm_90a GPU in the catalog"))?;
         let tile = shapes::choose(gpu, sms, m as u64, n as u64, k as u64);
-        let key = format!("gemm_bf16 {tile} {:?}", p.b_layout);
-        let (g, fresh) = kernel_on(ordinal, &key, &|| lower(tile, p.b_layout))?;
+        let b = match p.b_layout {
+            BLayout::Nk => Mat::dense(p.b, n, k),
+            BLayout::Kn => Mat::dense(p.b, k, n),
+        };
+        let (a, c) = (Mat::dense(p.a, m, k), Mat::dense(p.c, m, n));
+        // The bench's plan: what TMA cannot address copied, B off 128-byte lines read in place by
+        // clusters of two where its copy would pay.
+        let (plan, cluster) = PadPlan::auto(&a, &b, &c, (m, n));
+        let key = format!("gemm_bf16 {tile} {:?} c{cluster}", p.b_layout);
+        let (g, fresh) = kernel_on(ordinal, &key, &|| lower(tile, p.b_layout, cluster))?;
         let l = &g.lowered;
         let globals: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
         if globals != ["a", "b", "c"] {
@@ -400,13 +411,6 @@ pub unsafe fn gemm_bf16_abt(
             )));
         }
         let [ma, mb, mc] = gemm_maps(l)?;
-        let b = match p.b_layout {
-            BLayout::Nk => Mat::dense(p.b, n, k),
-            BLayout::Kn => Mat::dense(p.b, k, n),
-        };
-        let (a, c) = (Mat::dense(p.a, m, k), Mat::dense(p.c, m, n));
-        // The bench's plan: what TMA cannot address, and rows off 128-byte lines where copies pay.
-        let plan = PadPlan::aligned(&a, &b, &c, (m, n));
         let raw = stream as cu::CUstream;
         // Scratch for the padded copies, in stream order: allocated, filled, read, freed.
         let mut scratch = Vec::new();
@@ -523,7 +527,7 @@ mod tests {
             b_layout: BLayout::Nk,
         };
         // SAFETY: the addresses are never dereferenced on the host; the driver checks refuse them.
-        let lower: LowerGemm = |_, _| Err(invalid("not lowered in this test"));
+        let lower: LowerGemm = |_, _, _| Err(invalid("not lowered in this test"));
         unsafe { gemm_bf16_abt(0, 0, &p, lower) }
     }
 

@@ -389,29 +389,10 @@ impl Function {
         self
     }
 
-    /// How many clusters of this kernel can be resident at once with `block` threads a block and
-    /// `blocks` blocks launched (`cuOccupancyMaxActiveClusters`, clusters of [`Function::with_cluster`]).
-    pub fn max_active_clusters(&self, blocks: u32, block: u32) -> Result<u32, CudaError> {
-        let mut attr = cluster_attr(self.cluster);
-        let config = cu::CUlaunchConfig {
-            gridDimX: blocks,
-            gridDimY: 1,
-            gridDimZ: 1,
-            blockDimX: block,
-            blockDimY: 1,
-            blockDimZ: 1,
-            sharedMemBytes: self.shared,
-            hStream: std::ptr::null_mut(),
-            attrs: &mut attr,
-            numAttrs: 1,
-        };
-        let mut n = 0;
-        // SAFETY: a fully initialised config with one attribute; out-parameter.
-        check(
-            unsafe { cu::cuOccupancyMaxActiveClusters(&mut n, self.raw, &config) },
-            "cuOccupancyMaxActiveClusters",
-        )?;
-        Ok(u32::try_from(n).unwrap_or(0))
+    /// Blocks of a persistent grid of this kernel with `block` threads a block on a GPU of `sms`
+    /// SMs ([`resident_blocks`]).
+    pub fn resident_blocks(&self, sms: u32, block: u32) -> Result<u32, CudaError> {
+        resident_blocks(self.raw, self.shared, block, self.cluster, sms)
     }
 
     /// Launches with the dynamic shared memory set in [`Module::function`], after checking the grid and
@@ -510,7 +491,11 @@ pub(crate) unsafe fn launch_raw(
             grid.0
         )));
     }
-    let mut attrs = vec![cluster_attr(cluster)];
+    // (A cluster attribute of one block is left out: the launch stays an ordinary one.)
+    let mut attrs = Vec::new();
+    if cluster > 1 {
+        attrs.push(cluster_attr(cluster));
+    }
     if programmatic {
         // SAFETY: zeroed storage is a valid bit pattern for the attribute (a C union and an enum
         // whose zero is a listed value); both fields used are set below.
@@ -539,6 +524,42 @@ pub(crate) unsafe fn launch_raw(
         },
         "cuLaunchKernelEx",
     )
+}
+
+/// Blocks of a persistent grid of `function` (`block` threads, `shared` dynamic bytes) on a GPU of
+/// `sms` SMs: one per SM, or in clusters of `cluster` as many as whole clusters fit at once
+/// (`cuOccupancyMaxActiveClusters`: a GPC whose free SMs are odd leaves one out), at least one cluster.
+pub(crate) fn resident_blocks(
+    function: cu::CUfunction,
+    shared: u32,
+    block: u32,
+    cluster: u32,
+    sms: u32,
+) -> Result<u32, CudaError> {
+    if cluster <= 1 {
+        return Ok(sms);
+    }
+    let mut attr = cluster_attr(cluster);
+    let config = cu::CUlaunchConfig {
+        gridDimX: sms / cluster * cluster,
+        gridDimY: 1,
+        gridDimZ: 1,
+        blockDimX: block,
+        blockDimY: 1,
+        blockDimZ: 1,
+        sharedMemBytes: shared,
+        hStream: std::ptr::null_mut(),
+        attrs: &mut attr,
+        numAttrs: 1,
+    };
+    let mut n = 0;
+    // SAFETY: a fully initialised config with one attribute; a live function; out-parameter.
+    check(
+        unsafe { cu::cuOccupancyMaxActiveClusters(&mut n, function, &config) },
+        "cuOccupancyMaxActiveClusters",
+    )?;
+    let fit = u32::try_from(n).unwrap_or(0);
+    Ok((fit * cluster).clamp(cluster, sms.max(cluster)))
 }
 
 /// The launch attribute asking for clusters of `n` blocks along x (1: a cluster of one, as a launch

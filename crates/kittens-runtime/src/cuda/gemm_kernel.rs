@@ -185,23 +185,15 @@ impl SplitReduce {
     }
 }
 
-/// The registry's `gemm_bf16` program with block `tile` and B stored as `b_layout`, configured for the
-/// H100 (ring stages that fit its shared memory) and lowered for sm_90a.
-pub fn lower_tile(tile: HopperTile, b_layout: BLayout) -> Result<Lowered, CudaError> {
-    lower_tile_split(tile, b_layout, 1)
+/// The registry's `gemm_bf16` program with block `tile`, B stored as `b_layout` and row tiles in
+/// clusters of `cluster`, configured for the H100 (ring stages that fit its shared memory) and
+/// lowered for sm_90a.
+pub fn lower_tile(tile: HopperTile, b_layout: BLayout, cluster: u32) -> Result<Lowered, CudaError> {
+    lower_tile_loads(tile, b_layout, 1, SlotFill::Tma, cluster)
 }
 
-/// [`lower_tile`] with K cut in `split_k` slices (`kittens_kernels::gemm_bf16::split_k`).
-pub fn lower_tile_split(
-    tile: HopperTile,
-    b_layout: BLayout,
-    split_k: u32,
-) -> Result<Lowered, CudaError> {
-    lower_tile_loads(tile, b_layout, split_k, SlotFill::Tma, 1)
-}
-
-/// [`lower_tile_split`] with A and B loaded as `loads` says (`GemmConfig::loads`) and row tiles in
-/// clusters of `cluster` (`GemmConfig::cluster`).
+/// [`lower_tile`] with K cut in `split_k` slices (`kittens_kernels::gemm_bf16::split_k`) and A and
+/// B loaded as `loads` says (`GemmConfig::loads`).
 pub fn lower_tile_loads(
     tile: HopperTile,
     b_layout: BLayout,
@@ -324,14 +316,7 @@ impl GemmKernel {
         let image = compile(&l.source, &l.entry, l.target.name(), shared)?;
         let module = dev.load_module(&image.cubin)?;
         let function = module.function(&l.entry, shared)?.with_cluster(l.cluster);
-        // A persistent grid in clusters holds as many blocks as whole clusters fit at once (a GPC
-        // whose SM count is odd leaves one SM out).
-        let resident = if l.cluster > 1 {
-            let fit = function.max_active_clusters(dev.multiprocessors, l.threads)?;
-            (fit * l.cluster).clamp(l.cluster, dev.multiprocessors.max(l.cluster))
-        } else {
-            dev.multiprocessors
-        };
+        let resident = function.resident_blocks(dev.multiprocessors, l.threads)?;
         let maps = gemm_maps(&l)?;
         let stages = l.ir.shared.first().map_or(0, |s| s.count);
         let split = match l.ir.globals.iter().find(|g| g.name == PARTIAL) {

@@ -109,6 +109,20 @@ impl PadPlan {
         }
     }
 
+    /// The default launch ([`OperandLoads::Auto`]) and its cluster: [`PadPlan::aligned`], except that
+    /// a B which TMA can address but whose rows start off 128-byte lines, where that rule copies it,
+    /// stays in place and the kernel runs in clusters of two row tiles that multicast each B box
+    /// (`GemmConfig::cluster`): half the L2 requests for the rows that straddle two lines, and no
+    /// copy (bench/NOTES.md, "clusters of two"). On aligned rows clusters measured 1-6% slower.
+    pub fn auto(a: &Mat, b: &Mat, c: &Mat, mn: (usize, usize)) -> (PadPlan, u32) {
+        let plan = PadPlan::aligned(a, b, c, mn);
+        if plan.b && !PadPlan::of(a, b, c).b {
+            (PadPlan { b: false, ..plan }, 2)
+        } else {
+            (plan, 1)
+        }
+    }
+
     /// [`PadPlan::aligned`] with A copied under the same rule as B (for measurement).
     pub fn both_aligned(a: &Mat, b: &Mat, c: &Mat, (m, n): (usize, usize)) -> PadPlan {
         let plan = PadPlan::of(a, b, c);
@@ -126,8 +140,9 @@ impl PadPlan {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OperandLoads {
-    /// `TmaCopy`: on the H100 the copies and TMA beat `cp.async` in place at every shape measured
-    /// (3000³ 0.76 against 0.53 of cuBLAS, 3072³ 0.98 against 0.70; bench/NOTES.md).
+    /// TMA as [`PadPlan::auto`] plans it: B off 128-byte lines read in place by clusters of two
+    /// (multicast), what TMA cannot address copied. On the H100 TMA beat `cp.async` in place at every
+    /// shape measured (3000³ 0.76 against 0.53 of cuBLAS, 3072³ 0.98 against 0.70; bench/NOTES.md).
     Auto,
     /// TMA, from aligned copies where [`PadPlan::aligned`] makes them (B only).
     TmaCopy,
@@ -170,24 +185,30 @@ impl OperandLoads {
         }
     }
 
-    /// The kernel's slot fill and the copies made around it for `C = A·B` of `m × n` outputs. An
-    /// error where `CpAsync` cannot read A or B in place.
+    /// The kernel's slot fill, the copies made around it for `C = A·B` of `m × n` outputs, and the
+    /// kernel's cluster (1 but for `Auto`, [`PadPlan::auto`]). An error where `CpAsync` cannot read
+    /// A or B in place.
     pub fn resolve(
         self,
         a: &Mat,
         b: &Mat,
         c: &Mat,
         mn: (usize, usize),
-    ) -> Result<(SlotFill, PadPlan), CudaError> {
+    ) -> Result<(SlotFill, PadPlan, u32), CudaError> {
         let of = PadPlan::of(a, b, c);
         let both = PadPlan::both_aligned(a, b, c, mn);
         let in_place = !of.a && !of.b && a.pitch == a.cols && b.pitch == b.cols;
+        let tma = |p: PadPlan| Ok((SlotFill::Tma, p, 1));
         match self {
-            OperandLoads::TmaCopy | OperandLoads::Auto => Ok((SlotFill::Tma, PadPlan { a: of.a, ..both })),
-            OperandLoads::TmaCopyBoth => Ok((SlotFill::Tma, both)),
-            OperandLoads::TmaCopyA => Ok((SlotFill::Tma, PadPlan { b: of.b, ..both })),
-            OperandLoads::TmaInPlace => Ok((SlotFill::Tma, of)),
-            OperandLoads::CpAsync if in_place => Ok((SlotFill::CpAsync, of)),
+            OperandLoads::Auto => {
+                let (p, cluster) = PadPlan::auto(a, b, c, mn);
+                Ok((SlotFill::Tma, p, cluster))
+            }
+            OperandLoads::TmaCopy => tma(PadPlan { a: of.a, ..both }),
+            OperandLoads::TmaCopyBoth => tma(both),
+            OperandLoads::TmaCopyA => tma(PadPlan { b: of.b, ..both }),
+            OperandLoads::TmaInPlace => tma(of),
+            OperandLoads::CpAsync if in_place => Ok((SlotFill::CpAsync, of, 1)),
             OperandLoads::CpAsync => Err(CudaError::Invalid(format!(
                 "cp.async loads read dense A and B with 16-byte aligned rows: A {}x{} pitch {}, B {}x{} pitch {}",
                 a.rows, a.cols, a.pitch, b.rows, b.cols, b.pitch
@@ -354,7 +375,8 @@ mod tests {
         assert!(!PadPlan::aligned(&a, &b, &c, (3000, 3000)).any());
     }
 
-    /// `auto` is TMA with B's aligned copy where it pays (3000³), none where rows are aligned
+    /// `auto` is TMA with B in place and clusters of two where its copy would pay (3000³; `tma-copy`
+    /// copies it there), none where rows are aligned
     /// (3008) or reuse does not pay (M = 16), and copies where TMA cannot address the rows at all
     /// (K = 777); `cp-async` reads 16-byte aligned dense rows in place and refuses the last.
     #[test]
@@ -373,39 +395,41 @@ mod tests {
         let cube = (3000, 3000, 3000);
         assert_eq!(
             go(OperandLoads::Auto, cube).unwrap(),
-            (SlotFill::Tma, b_only)
+            (SlotFill::Tma, none, 2),
+            "B off its lines in place, multicast by clusters of two"
         );
         assert_eq!(
             go(OperandLoads::TmaCopy, cube).unwrap(),
-            (SlotFill::Tma, b_only)
+            (SlotFill::Tma, b_only, 1)
         );
         assert_eq!(
             go(OperandLoads::TmaCopyA, cube).unwrap(),
-            (SlotFill::Tma, PadPlan { b: false, ..ab })
+            (SlotFill::Tma, PadPlan { b: false, ..ab }, 1)
         );
         assert_eq!(
             go(OperandLoads::TmaCopyBoth, cube).unwrap(),
-            (SlotFill::Tma, ab)
+            (SlotFill::Tma, ab, 1)
         );
         assert_eq!(
             go(OperandLoads::TmaInPlace, cube).unwrap(),
-            (SlotFill::Tma, none)
+            (SlotFill::Tma, none, 1)
         );
         assert_eq!(
             go(OperandLoads::CpAsync, cube).unwrap(),
-            (SlotFill::CpAsync, none)
+            (SlotFill::CpAsync, none, 1)
         );
         let aligned = (3000, 3000, 3008);
         assert_eq!(
             go(OperandLoads::Auto, aligned).unwrap(),
-            (SlotFill::Tma, none)
+            (SlotFill::Tma, none, 1)
         );
         assert_eq!(
             go(OperandLoads::Auto, (16, 4096, 3000)).unwrap(),
-            (SlotFill::Tma, none)
+            (SlotFill::Tma, none, 1)
         );
+        // K = 777: rows TMA cannot address are copied, and the copies are aligned: no clusters.
         let odd = (3000, 1000, 777);
-        assert_eq!(go(OperandLoads::Auto, odd).unwrap(), (SlotFill::Tma, ab));
+        assert_eq!(go(OperandLoads::Auto, odd).unwrap(), (SlotFill::Tma, ab, 1));
         assert!(go(OperandLoads::CpAsync, odd).is_err());
         assert_eq!("cp-async".parse(), Ok(OperandLoads::CpAsync));
         assert!("tma".parse::<OperandLoads>().is_err());
