@@ -385,7 +385,7 @@ fn every_gemm_block_shape_compiles_with_cp_async_loads() {
 /// Every block shape in clusters of two row tiles (`GemmConfig::cluster`): B's boxes are fetched
 /// half by each block and multicast to both (a map of half the rows, each half at its rank's rows and
 /// shared offset), A's as before; the frame synchronises the cluster after the barrier setup and at
-/// the end, the releases arrive on the `empty` barrier of block `lane % 2`, the tile loop walks pairs
+/// the end, lanes 0 and 1 of each consumer warp release to blocks 0 and 1, the tile loop walks pairs
 /// of row tiles; it compiles without spills. Split-K with clusters is refused.
 #[test]
 fn every_gemm_block_shape_compiles_in_clusters_of_two() {
@@ -416,7 +416,15 @@ fn every_gemm_block_shape_compiles_in_clusters_of_two() {
             "{tile} {b_layout:?}: half {half}"
         );
         assert_eq!(src.matches("kt::cluster_sync();").count(), 2, "{tile}");
-        assert!(src.contains("kt::map_shared_to_cta(KT_EMPTY(i), threadIdx.x & 1u)"));
+        assert!(src.contains(
+            "if (kt::lane_id() < 2u) kt::mbarrier_arrive_cluster(kt::map_shared_to_cta(KT_EMPTY(i), kt::lane_id()))"
+        ));
+        // Each `empty` barrier counts the consumer warps of both blocks.
+        let warps = 4 * tile.consumers() * 2;
+        assert!(
+            src.contains(&format!("kt::mbarrier_init(KT_EMPTY(i), {warps});")),
+            "{tile}"
+        );
         assert!(src.contains("kt_tile = blockIdx.x / 2u") && src.contains("blk0 = 2 * blk0 + (int)kt_crank;"));
         assert_eq!(l.cluster, 2);
         // 3000 rows of C: 24 row tiles of 128, 12 pairs; 132 SMs hold 66 pairs.

@@ -9,11 +9,11 @@
 //! per pair. cuBLAS's kernel at 3000³ runs in such pairs (ncu, bench/NOTES.md: 8.1 M L2 requests
 //! against our 15.2 M with both operands read in place). What that asks of the frame:
 //!
-//! - a block may overwrite a slot of its partner only once the partner's consumers have read it: every
-//!   consumer thread arrives on the `empty` barrier of cluster block `lane % 2` (`mapa`, then a remote
-//!   arrive with the default `.release.cta` semantics — an explicit `.release.cluster` compiled to a
-//!   GPU-wide membar per arrive and halved the hand-written 2-CTA GEMM, bench/NOTES.md). Each `empty`
-//!   barrier still counts 128 arrivals per consumer warpgroup, half from each block;
+//! - a block may overwrite a slot of its partner only once the partner's consumers have read it:
+//!   lanes 0 and 1 of every consumer warp arrive on the `empty` barriers of cluster blocks 0 and 1
+//!   (`mapa`, then a remote arrive with the default `.release.cta` semantics — an explicit
+//!   `.release.cluster` compiled to a GPU-wide membar per arrive and halved the hand-written 2-CTA
+//!   GEMM, bench/NOTES.md), so each `empty` barrier counts the consumer warps of both blocks;
 //! - the partner's copies may arrive before this block's producer arms `full` with the bytes (the
 //!   transaction count goes negative for a while, which the mbarrier allows);
 //! - no block initialises its barriers after its partner may have signalled them, nor exits while its
@@ -56,11 +56,17 @@ pub(super) fn frame(f: &Frame) -> String {
         ..
     } = *f;
     let clustered = f.cluster > 1;
-    // The release arrives on this block's `empty` barrier, or in a cluster on that of block lane % 2.
-    let arrive = if clustered {
-        "kt::mbarrier_arrive_cluster(kt::map_shared_to_cta(KT_EMPTY(i), threadIdx.x & 1u))"
+    // The release: every consumer thread arrives on this block's `empty` barrier; in a cluster lanes
+    // 0 and 1 of each warp arrive on those of blocks 0 and 1 (a remote arrive is a cluster
+    // transaction: one per warp and block, not one per thread), so each counts the consumer warps of
+    // both blocks.
+    let (arrive, empty) = if clustered {
+        (
+            "if (kt::lane_id() < 2u) kt::mbarrier_arrive_cluster(kt::map_shared_to_cta(KT_EMPTY(i), kt::lane_id()))",
+            empty / 32 * f.cluster,
+        )
     } else {
-        "kt::mbarrier_arrive(KT_EMPTY(i))"
+        ("kt::mbarrier_arrive(KT_EMPTY(i))", empty)
     };
     let sync = if clustered {
         "kt::cluster_sync(); // the partner block's barriers are initialised before it signals ours"

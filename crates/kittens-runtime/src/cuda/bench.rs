@@ -335,7 +335,7 @@ impl Runner<'_> {
                 .iter()
                 .flat_map(|l| clusters.iter().map(move |c| (l, c)))
             {
-                match loads.resolve(&a0, &b0, &c0, (m, n)) {
+                match loads.resolve(&a0, &b0, &c0, (m, n), t.rows) {
                     Ok((fill, plan, planned)) => {
                         let split = self.split_for(shape, t);
                         let cluster = if split > 1 {

@@ -400,7 +400,7 @@ pub unsafe fn gemm_bf16_abt(
         let (a, c) = (Mat::dense(p.a, m, k), Mat::dense(p.c, m, n));
         // The bench's plan: what TMA cannot address copied, B off 128-byte lines read in place by
         // clusters of two where its copy would pay.
-        let (plan, cluster) = PadPlan::auto(&a, &b, &c, (m, n));
+        let (plan, cluster) = PadPlan::auto(&a, &b, &c, (m, n), tile.rows);
         let key = format!("gemm_bf16 {tile} {:?} c{cluster}", p.b_layout);
         let (g, fresh) = kernel_on(ordinal, &key, &|| lower(tile, p.b_layout, cluster))?;
         let l = &g.lowered;

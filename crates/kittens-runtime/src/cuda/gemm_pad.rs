@@ -113,10 +113,11 @@ impl PadPlan {
     /// a B which TMA can address but whose rows start off 128-byte lines, where that rule copies it,
     /// stays in place and the kernel runs in clusters of two row tiles that multicast each B box
     /// (`GemmConfig::cluster`): half the L2 requests for the rows that straddle two lines, and no
-    /// copy (bench/NOTES.md, "clusters of two"). On aligned rows clusters measured 1-6% slower.
-    pub fn auto(a: &Mat, b: &Mat, c: &Mat, mn: (usize, usize)) -> (PadPlan, u32) {
+    /// copy (bench/NOTES.md, "clusters of two"). Not for blocks of 64 rows (`tile_rows`): 5000³ ran
+    /// 0.68 of cuBLAS so against 0.83 copied. On aligned rows clusters measured 1-6% slower.
+    pub fn auto(a: &Mat, b: &Mat, c: &Mat, mn: (usize, usize), tile_rows: u32) -> (PadPlan, u32) {
         let plan = PadPlan::aligned(a, b, c, mn);
-        if plan.b && !PadPlan::of(a, b, c).b {
+        if plan.b && !PadPlan::of(a, b, c).b && tile_rows >= 128 {
             (PadPlan { b: false, ..plan }, 2)
         } else {
             (plan, 1)
@@ -186,14 +187,15 @@ impl OperandLoads {
     }
 
     /// The kernel's slot fill, the copies made around it for `C = A·B` of `m × n` outputs, and the
-    /// kernel's cluster (1 but for `Auto`, [`PadPlan::auto`]). An error where `CpAsync` cannot read
-    /// A or B in place.
+    /// kernel's cluster (1 but for `Auto`, [`PadPlan::auto`], blocks of `tile_rows`). An error where
+    /// `CpAsync` cannot read A or B in place.
     pub fn resolve(
         self,
         a: &Mat,
         b: &Mat,
         c: &Mat,
         mn: (usize, usize),
+        tile_rows: u32,
     ) -> Result<(SlotFill, PadPlan, u32), CudaError> {
         let of = PadPlan::of(a, b, c);
         let both = PadPlan::both_aligned(a, b, c, mn);
@@ -201,7 +203,7 @@ impl OperandLoads {
         let tma = |p: PadPlan| Ok((SlotFill::Tma, p, 1));
         match self {
             OperandLoads::Auto => {
-                let (p, cluster) = PadPlan::auto(a, b, c, mn);
+                let (p, cluster) = PadPlan::auto(a, b, c, mn, tile_rows);
                 Ok((SlotFill::Tma, p, cluster))
             }
             OperandLoads::TmaCopy => tma(PadPlan { a: of.a, ..both }),
@@ -383,7 +385,7 @@ mod tests {
     fn auto_loads_copy_for_tma_and_cp_async_reads_in_place() {
         let go = |l: OperandLoads, (m, n, k)| {
             let (a, b, c) = mats(m, n, k);
-            l.resolve(&a, &b, &c, (m, n))
+            l.resolve(&a, &b, &c, (m, n), 128)
         };
         let none = PadPlan::default();
         let ab = PadPlan {
@@ -431,6 +433,12 @@ mod tests {
         let odd = (3000, 1000, 777);
         assert_eq!(go(OperandLoads::Auto, odd).unwrap(), (SlotFill::Tma, ab, 1));
         assert!(go(OperandLoads::CpAsync, odd).is_err());
+        // Blocks of 64 rows copy B instead of running in clusters.
+        let (a, b, c) = mats(5000, 5000, 5000);
+        assert_eq!(
+            OperandLoads::Auto.resolve(&a, &b, &c, (5000, 5000), 64).unwrap(),
+            (SlotFill::Tma, b_only, 1)
+        );
         assert_eq!("cp-async".parse(), Ok(OperandLoads::CpAsync));
         assert!("tma".parse::<OperandLoads>().is_err());
     }
