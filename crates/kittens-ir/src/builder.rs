@@ -147,12 +147,12 @@ impl KernelBuilder {
         };
     }
 
-    /// Runs consecutive row tiles (grid extent 0) in thread-block clusters of `n` (1 or 2): their
+    /// Runs consecutive row tiles (grid extent 0) in thread-block clusters of `n` (1, 2 or 4): their
     /// shared loads are fetched once per cluster where the target has clusters ([`crate::Grid::cluster`]).
     pub fn cluster_rows(&mut self, n: u32) {
-        if !matches!(n, 1 | 2) {
+        if !matches!(n, 1 | 2 | 4) {
             self.fail(BuildError::Structure(format!(
-                "clusters of {n} blocks (1 or 2)"
+                "clusters of {n} blocks (1, 2 or 4)"
             )));
             return;
         }

@@ -643,9 +643,9 @@ pub struct Grid {
     /// whenever there are more tiles than blocks ([`crate::KernelBuilder::pair_long_short`]).
     pub paired: bool,
     /// Blocks of consecutive tiles along extent 0 (a GEMM's row tiles) that run as one thread-block
-    /// cluster on GPUs that have them (Hopper): 1 (none) or 2. A load whose global origin does not
-    /// depend on `Block(0)` reads the same box in both blocks; the sm_90a lowering has each block
-    /// fetch half of it and multicast it to both. Nothing else changes: the interpreter and the AMD
+    /// cluster on GPUs that have them (Hopper): 1 (none), 2 or 4. A load whose global origin does not
+    /// depend on `Block(0)` reads the same box in every block of a cluster; the sm_90a lowering has
+    /// each block fetch its share of the rows and multicast it to all. Nothing else changes: the interpreter and the AMD
     /// lowerings, which run a block per tile, ignore it.
     pub cluster: u32,
 }

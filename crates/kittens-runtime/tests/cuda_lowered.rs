@@ -382,56 +382,65 @@ fn every_gemm_block_shape_compiles_with_cp_async_loads() {
     }
 }
 
-/// Every block shape in clusters of two row tiles (`GemmConfig::cluster`): B's boxes are fetched
-/// half by each block and multicast to both (a map of half the rows, each half at its rank's rows and
-/// shared offset), A's as before; the frame synchronises the cluster after the barrier setup and at
-/// the end, lanes 0 and 1 of each consumer warp release to blocks 0 and 1, the tile loop walks pairs
+/// Every block shape in clusters of two and four row tiles (`GemmConfig::cluster`): B's boxes are
+/// fetched a share by each block and multicast to all (a map of 1/c of the rows, each share at its
+/// rank's rows and shared offset), A's as before; the frame synchronises the cluster after the barrier
+/// setup and at the end, lane r of each consumer warp releases to block r, the tile loop walks groups
 /// of row tiles; it compiles without spills. Split-K with clusters is refused.
 #[test]
-fn every_gemm_block_shape_compiles_in_clusters_of_two() {
+fn every_gemm_block_shape_compiles_in_clusters_of_two_and_four() {
     ensure_nvrtc();
     let cache = fresh_cache("gemm-clusters");
     for (tile, b_layout) in blocks_and_layouts() {
-        let (_, l) = lowered_cluster(tile, b_layout, SlotFill::Tma, 2);
-        let kn = b_layout == BLayout::Kn;
-        let maps = l.tma_maps();
-        let b_box = if kn { (32, 64) } else { (tile.cols / 2, 64) };
-        assert_eq!(
-            (maps[0].box_rows, (maps[1].box_rows, maps[1].box_cols)),
-            (tile.rows, b_box),
-            "{tile} {b_layout:?}: {maps:?}"
-        );
-        let src = &l.source;
-        let boxes = if kn { tile.cols as usize / 64 } else { 1 };
-        assert_eq!(
-            src.matches("kt::tma_load_2d_multicast(").count(),
-            boxes,
-            "{tile} {b_layout:?}"
-        );
-        assert_eq!(src.matches("&tma0, KT_FULL(slot)").count(), 1, "{tile}");
-        let half = b_box.0 * 128;
-        assert!(
-            src.contains(&format!("kt_crank * {half}u, &tma1"))
-                && src.contains(&format!("(int)kt_crank * {}", b_box.0)),
-            "{tile} {b_layout:?}: half {half}"
-        );
-        assert_eq!(src.matches("kt::cluster_sync();").count(), 2, "{tile}");
-        assert!(src.contains(
-            "if (kt::lane_id() < 2u) kt::mbarrier_arrive_cluster(kt::map_shared_to_cta(KT_EMPTY(i), kt::lane_id()))"
-        ));
-        // Each `empty` barrier counts the consumer warps of both blocks.
-        let warps = 4 * tile.consumers() * 2;
-        assert!(
-            src.contains(&format!("kt::mbarrier_init(KT_EMPTY(i), {warps});")),
-            "{tile}"
-        );
-        assert!(src.contains("kt_tile = blockIdx.x / 2u") && src.contains("blk0 = 2 * blk0 + (int)kt_crank;"));
-        assert_eq!(l.cluster, 2);
-        // 3000 rows of C: 24 row tiles of 128, 12 pairs; 132 SMs hold 66 pairs.
-        let blocks = l.blocks(&[("m", 3000), ("n", 3000), ("k", 3000)], 132);
-        let pairs = 3000u32.div_ceil(tile.rows).div_ceil(2) * 3000u32.div_ceil(tile.cols);
-        assert_eq!(blocks, Some(2 * pairs.min(66)), "{tile}");
-        compile_clean(&l, &cache, &format!("{tile} {b_layout:?} clusters of 2"));
+        for c in [2u32, 4] {
+            let (_, l) = lowered_cluster(tile, b_layout, SlotFill::Tma, c);
+            let what = format!("{tile} {b_layout:?} clusters of {c}");
+            let kn = b_layout == BLayout::Kn;
+            let maps = l.tma_maps();
+            let b_box = if kn { (64 / c, 64) } else { (tile.cols / c, 64) };
+            assert_eq!(
+                (maps[0].box_rows, (maps[1].box_rows, maps[1].box_cols)),
+                (tile.rows, b_box),
+                "{what}: {maps:?}"
+            );
+            let src = &l.source;
+            let boxes = if kn { tile.cols as usize / 64 } else { 1 };
+            let mask = format!("(unsigned short){});", (1 << c) - 1);
+            assert_eq!(
+                src.matches("kt::tma_load_2d_multicast(").count(),
+                boxes,
+                "{what}"
+            );
+            assert_eq!(src.matches(&mask).count(), boxes, "{what}");
+            assert_eq!(src.matches("&tma0, KT_FULL(slot)").count(), 1, "{what}");
+            let share = b_box.0 * 128;
+            assert!(
+                src.contains(&format!("kt_crank * {share}u, &tma1"))
+                    && src.contains(&format!("(int)kt_crank * {}", b_box.0)),
+                "{what}: share {share}"
+            );
+            assert_eq!(src.matches("kt::cluster_sync();").count(), 2, "{what}");
+            assert!(src.contains(&format!(
+                "if (kt::lane_id() < {c}u) kt::mbarrier_arrive_cluster(kt::map_shared_to_cta(KT_EMPTY(i), kt::lane_id()))"
+            )));
+            // Each `empty` barrier counts the consumer warps of every block of the cluster.
+            let warps = 4 * tile.consumers() * c;
+            assert!(
+                src.contains(&format!("kt::mbarrier_init(KT_EMPTY(i), {warps});")),
+                "{what}"
+            );
+            assert!(
+                src.contains(&format!("kt_tile = blockIdx.x / {c}u"))
+                    && src.contains(&format!("blk0 = {c} * blk0 + (int)kt_crank;")),
+                "{what}"
+            );
+            assert_eq!(l.cluster, c);
+            // 3000 rows of C: 132 SMs hold 132 / c clusters.
+            let blocks = l.blocks(&[("m", 3000), ("n", 3000), ("k", 3000)], 132);
+            let groups = 3000u32.div_ceil(tile.rows).div_ceil(c) * 3000u32.div_ceil(tile.cols);
+            assert_eq!(blocks, Some(c * groups.min(132 / c)), "{what}");
+            compile_clean(&l, &cache, &what);
+        }
     }
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let split = GemmConfig {

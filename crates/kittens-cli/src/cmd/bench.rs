@@ -54,8 +54,8 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub programmatic: OnOff,
     /// gemm_bf16: row tiles per thread-block cluster: `auto` (2 where B is read in place off
-    /// 128-byte lines, else 1), or comma-separated `1` (none) and `2` (each B box fetched once per
-    /// pair of blocks and multicast to both), a row per entry and block.
+    /// 128-byte lines, else 1), or comma-separated `1` (none), `2` or `4` (each B box fetched once
+    /// per cluster of row tiles and multicast to all), a row per entry and block.
     #[arg(long, default_value = "auto")]
     pub clusters: String,
     /// How B is stored: `nk` (N x K, C = A·Bᵀ, a linear layer's weight) or `kn` (K x N, C = A·B);
@@ -244,8 +244,8 @@ pub(super) fn options(a: &Args) -> anyhow::Result<GemmBenchOptions> {
             list => Some(
                 list.split(',')
                     .map(|c| match c.trim().parse::<u32>() {
-                        Ok(n @ (1 | 2)) => Ok(n),
-                        _ => Err(anyhow::anyhow!("--clusters: `{c}` is not auto, 1 or 2")),
+                        Ok(n @ (1 | 2 | 4)) => Ok(n),
+                        _ => Err(anyhow::anyhow!("--clusters: `{c}` is not auto, 1, 2 or 4")),
                     })
                     .collect::<anyhow::Result<_>>()?,
             ),

@@ -2,15 +2,15 @@
 //! the consumers' release helper, and what thread-block clusters change there
 //! ([`kittens_ir::Grid::cluster`]).
 //!
-//! **Clusters of two blocks** (`Grid::cluster == 2`): consecutive row tiles of a GEMM read the same B
-//! box at every K step. Each block of the pair fetches half of that box's rows and multicasts it into
-//! both blocks' slots (`cp.async.bulk.tensor … .multicast::cluster`, PTX ISA §9.7.9.25; each copy
+//! **Clusters of two (or four) blocks** (`Grid::cluster`): consecutive row tiles of a GEMM read the
+//! same B box at every K step. Each block of the cluster fetches its share of that box's rows and
+//! multicasts it into every block's slots (`cp.async.bulk.tensor … .multicast::cluster`, PTX ISA §9.7.9.25; each copy
 //! completes on the `full` mbarrier at the same offset in each block), so the L2 serves the box once
 //! per pair. cuBLAS's kernel at 3000³ runs in such pairs (ncu, bench/NOTES.md: 8.1 M L2 requests
 //! against our 15.2 M with both operands read in place). What that asks of the frame:
 //!
 //! - a block may overwrite a slot of its partner only once the partner's consumers have read it:
-//!   lanes 0 and 1 of every consumer warp arrive on the `empty` barriers of cluster blocks 0 and 1
+//!   lane r of every consumer warp arrives on the `empty` barrier of cluster block r
 //!   (`mapa`, then a remote arrive with the default `.release.cta` semantics — an explicit
 //!   `.release.cluster` compiled to a GPU-wide membar per arrive and halved the hand-written 2-CTA
 //!   GEMM, bench/NOTES.md), so each `empty` barrier counts the consumer warps of both blocks;
@@ -62,11 +62,11 @@ pub(super) fn frame(f: &Frame) -> String {
     // both blocks.
     let (arrive, empty) = if clustered {
         (
-            "if (kt::lane_id() < 2u) kt::mbarrier_arrive_cluster(kt::map_shared_to_cta(KT_EMPTY(i), kt::lane_id()))",
+            format!("if (kt::lane_id() < {}u) kt::mbarrier_arrive_cluster(kt::map_shared_to_cta(KT_EMPTY(i), kt::lane_id()))", f.cluster),
             empty / 32 * f.cluster,
         )
     } else {
-        ("kt::mbarrier_arrive(KT_EMPTY(i))", empty)
+        ("kt::mbarrier_arrive(KT_EMPTY(i))".to_string(), empty)
     };
     let sync = if clustered {
         "kt::cluster_sync(); // the partner block's barriers are initialised before it signals ours"
@@ -130,8 +130,8 @@ pub(super) fn frame(f: &Frame) -> String {
 pub(super) fn check_cluster(k: &Kernel, producer: &[Stmt]) -> Result<(), CudaLowerError> {
     match k.grid.cluster {
         0 | 1 => return Ok(()),
-        2 => {}
-        n => return unsupported(format!("clusters of {n} blocks (2)")),
+        2 | 4 => {}
+        n => return unsupported(format!("clusters of {n} blocks (2 or 4)")),
     }
     if k.grid.paired {
         return unsupported("clusters on a paired grid");
@@ -169,7 +169,7 @@ pub(super) fn check_cluster(k: &Kernel, producer: &[Stmt]) -> Result<(), CudaLow
 /// Whether a load is multicast in a cluster: its box does not depend on the row tile, so both blocks
 /// of the pair read the same one.
 pub(super) fn multicast(k: &Kernel, src: &GlobalView) -> bool {
-    k.grid.cluster == 2 && !src.origin.iter().any(|e: &Expr| e.reads_block(0))
+    k.grid.cluster > 1 && !src.origin.iter().any(|e: &Expr| e.reads_block(0))
 }
 
 /// The C type of a global tensor's kernel argument: bf16 bits, fp8 e4m3 bytes (OCP, the format of

@@ -321,12 +321,13 @@ impl Emit<'_> {
     pub(super) fn grid(&mut self) -> Result<(), CudaLowerError> {
         let mut ext: Vec<String> = self.k.grid.extents.iter().map(|x| self.ex(x)).collect();
         let n = ext.len();
-        // In clusters of two the tile index counts pairs of row tiles; the pair's blocks take its
-        // rows 2p and 2p + 1 (the second past the end when the row tiles are odd: its loads read
+        // In clusters of c the tile index counts groups of c row tiles; block r of the cluster takes
+        // row tile c·p + r (past the end where the row tiles are no multiple of c: its loads read
         // zeros and TMA clips its stores, `lower_frame.rs`).
-        let clustered = self.k.grid.cluster > 1;
+        let cluster = self.k.grid.cluster.max(1);
+        let clustered = cluster > 1;
         if clustered {
-            ext[0] = format!("(({}) + 1) / 2", ext[0]);
+            ext[0] = format!("(({}) + {}) / {cluster}", ext[0], cluster - 1);
         }
         let names: Vec<String> = (0..n).map(|i| format!("blk{i}")).collect();
         self.line(format!("int {};", names.join(", ")));
@@ -334,13 +335,9 @@ impl Emit<'_> {
             GridOrder::RowMajor => None,
             // On a monolithic Hopper die only the group-M window of the chiplet remap matters (the XCD
             // chunking spreads work over AMD's dies).
-            // (With clusters the window counts pairs: half as many, the same rows.)
+            // (With clusters the window counts clusters of row tiles: the same rows.)
             GridOrder::GroupM { window } | GridOrder::XcdSwizzle { window, .. } if n == 2 => {
-                Some(if clustered {
-                    window.div_ceil(2).max(1)
-                } else {
-                    window
-                })
+                Some(window.div_ceil(cluster).max(1))
             }
             r => return unsupported(format!("grid remap {r:?} over {n} extents")),
         };
@@ -366,14 +363,14 @@ impl Emit<'_> {
             }
         }
         if clustered {
-            self.line("blk0 = 2 * blk0 + (int)kt_crank;");
+            self.line(format!("blk0 = {cluster} * blk0 + (int)kt_crank;"));
         }
         Ok(())
     }
 
     /// The role split, each role's body in a persistent loop over the grid's tiles.
     pub(super) fn roles(&mut self, r: &Roles) -> Result<(), CudaLowerError> {
-        // Tiles, or with clusters of two pairs of row tiles (`grid`).
+        // Tiles, or with clusters groups of row tiles (`grid`).
         let tiles: Vec<String> = self
             .k
             .grid
@@ -381,7 +378,10 @@ impl Emit<'_> {
             .iter()
             .enumerate()
             .map(|(i, x)| match i {
-                0 if self.k.grid.cluster > 1 => format!("(((u32)({}) + 1u) / 2u)", self.ex(x)),
+                0 if self.k.grid.cluster > 1 => {
+                    let c = self.k.grid.cluster;
+                    format!("(((u32)({}) + {}u) / {c}u)", self.ex(x), c - 1)
+                }
                 _ => format!("(u32)({})", self.ex(x)),
             })
             .collect();

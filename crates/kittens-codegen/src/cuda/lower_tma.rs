@@ -202,15 +202,17 @@ impl Emit<'_> {
                 src.cols,
             ),
         };
-        // Multicast in a cluster of two (`lower_frame.rs`): this block fetches rows
-        // `kt_crank·rows/2 ..` of each box into both blocks. Half a box is a whole number of 8-row
+        // Multicast in a cluster of c (`lower_frame.rs`): this block fetches rows
+        // `kt_crank·rows/c ..` of each box into every block. A share is a whole number of 8-row
         // swizzle atoms, so the swizzle (a function of the shared address) is the whole box's.
         let mc = super::lower_frame::multicast(self.k, src);
-        let rows = if mc { src.rows / 2 } else { src.rows };
-        if mc && (src.rows % 16 != 0 || g.dims.len() != 2) {
+        let cluster = self.k.grid.cluster.max(1);
+        let rows = if mc { src.rows / cluster } else { src.rows };
+        if mc && (src.rows % (8 * cluster) != 0 || g.dims.len() != 2) {
             return unsupported(format!(
-                "multicast of `{}`: 2-d boxes of a multiple of 16 rows, got {} rows of a {}-d tensor",
+                "multicast of `{}` to {cluster} blocks: 2-d boxes of a multiple of {} rows, got {} rows of a {}-d tensor",
                 g.name,
+                8 * cluster,
                 src.rows,
                 g.dims.len()
             ));
@@ -257,8 +259,9 @@ impl Emit<'_> {
                     let half = rows * box_cols * s.tile.dtype.bytes();
                     at = format!("{at} + kt_crank * {half}u");
                     return format!(
-                        "kt::tma_load_2d_multicast({at}, &tma{mi}, KT_FULL(slot), {}, (unsigned short)3);",
-                        coords.join(", ")
+                        "kt::tma_load_2d_multicast({at}, &tma{mi}, KT_FULL(slot), {}, (unsigned short){});",
+                        coords.join(", "),
+                        (1u32 << cluster) - 1
                     );
                 }
                 format!(

@@ -187,7 +187,7 @@ pub struct GemmConfig {
     /// (`shapes::copies_misaligned`). The AMD schedules ignore it.
     pub loads: SlotFill,
     /// Producer/consumer schedule: consecutive row tiles run as thread-block clusters of this many
-    /// (1: none, or 2), which on Hopper fetch each B box once per pair and multicast it
+    /// (1: none, 2 or 4), which on Hopper fetch each B box once per cluster and multicast it
     /// (`kittens_ir::Grid::cluster`; cuBLAS's kernels run in pairs). The AMD schedules ignore it.
     pub cluster: u32,
 }
