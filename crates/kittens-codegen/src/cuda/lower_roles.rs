@@ -410,6 +410,11 @@ impl Emit<'_> {
         self.line("    if ((kt_filled >> i) & 1u) kt::mbarrier_wait(KT_FULL(i), ((kt_ppar >> i) & 1u) ^ 1u);");
         self.depth -= 1;
         self.line("}");
+        if self.k.grid.cluster > 1 {
+            // Exited threads do not count at a cluster barrier: the consumers alone hold the block
+            // until the cluster's last one (`lower_frame.rs`), and the producer threads do not wait.
+            self.line("return;");
+        }
         self.depth -= 1;
         self.line("} else { // consumers");
         self.depth += 1;

@@ -204,13 +204,21 @@ pub fn lower_tile_loads(
     let gpu = kittens_hw::Target::Sm90a
         .gpu()
         .ok_or_else(|| invalid("no sm_90a GPU in the catalog"))?;
-    let cfg = GemmConfig {
+    let mut cfg = GemmConfig {
         b_layout,
         split_k,
         loads,
         cluster,
         ..tile.config(gpu)
     };
+    // For measurement: `KITTENS_GEMM_WINDOW` rows per group of the grid order (8 by default).
+    if let Some(w) = std::env::var("KITTENS_GEMM_WINDOW")
+        .ok()
+        .and_then(|w| w.parse::<u32>().ok())
+        .filter(|&w| w > 0)
+    {
+        cfg.remap = kittens_ir::GridOrder::GroupM { window: w };
+    }
     let k = kittens_kernels::gemm_bf16::build(&cfg)
         .map_err(|e| invalid(format!("gemm_bf16 {tile}: {e}")))?;
     kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
