@@ -316,3 +316,46 @@ fn turn_and_warpgroup_barriers_use_disjoint_ids() {
     // Consumer warpgroups are threads 128.. (IDs 5, 6 for their own barriers); turns use 1 and 2.
     assert!(!src.contains("named_barrier(1 + threadIdx.x"), "{src}");
 }
+
+/// Clusters (`Grid::cluster`): each block of a cluster must issue the fills its partners wait for,
+/// so a producer whose loop bound reads the row tile is refused, and so is a paired grid; the fill
+/// still expects a whole stage (the partner's share of B lands in this block too).
+#[test]
+fn clusters_need_fills_in_step() {
+    use kittens_ir::{BinOp, Expr, Stmt};
+    let gpu = kittens_hw::gpu("h100").expect("catalogued");
+    let cfg = GemmConfig {
+        cluster: 2,
+        ..GemmConfig::for_gpu(gpu)
+    };
+    let ir = build(&cfg).expect("the clustered gemm builds");
+    let l = lower(&ir).unwrap_or_else(|e| panic!("{e}"));
+    let stage_bytes = (128 + cfg.block) * cfg.k_step * 2;
+    assert!(l.source.contains(&format!(
+        "kt::mbarrier_arrive_expect_tx(KT_FULL(slot), {stage_bytes}u);"
+    )));
+    let mut paired = ir.clone();
+    paired.grid.paired = true;
+    let e = lower(&paired).unwrap_err().to_string();
+    assert!(e.contains("clusters on a paired grid"), "{e}");
+    // The producer's K loop made to run `+ 0·row tile` steps: same values, but it reads Block(0).
+    fn touch(body: &mut [Stmt]) -> bool {
+        body.iter_mut().any(|s| match s {
+            Stmt::For { end, .. } => {
+                let zero = Expr::Bin(BinOp::Mul, Box::new(Expr::Block(0)), Box::new(Expr::c(0)));
+                *end = Expr::Bin(BinOp::Add, Box::new(end.clone()), Box::new(zero));
+                true
+            }
+            Stmt::If { then, .. } => touch(then),
+            _ => false,
+        })
+    }
+    let mut uneven = ir.clone();
+    assert!(touch(&mut uneven.body), "a producer loop to touch");
+    let e = lower(&uneven).unwrap_err().to_string();
+    assert!(e.contains("loops or branches on the row tile"), "{e}");
+    assert!(matches!(
+        lower(&uneven),
+        Err(CudaLowerError::Unsupported(_))
+    ));
+}

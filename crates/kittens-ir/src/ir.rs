@@ -728,9 +728,13 @@ impl Kernel {
             wave: 0,
         };
         let c = u64::from(self.grid.cluster.max(1));
-        self.grid.extents.iter().enumerate().try_fold(1u64, |n, (i, e)| {
-            let x = e.eval(&env)?.max(0) as u64;
-            Some(n * if i == 0 { x.div_ceil(c) } else { x })
-        })
+        self.grid
+            .extents
+            .iter()
+            .enumerate()
+            .try_fold(1u64, |n, (i, e)| {
+                let x = e.eval(&env)?.max(0) as u64;
+                Some(n * if i == 0 { x.div_ceil(c) } else { x })
+            })
     }
 }

@@ -397,7 +397,11 @@ fn every_gemm_block_shape_compiles_in_clusters_of_two_and_four() {
             let what = format!("{tile} {b_layout:?} clusters of {c}");
             let kn = b_layout == BLayout::Kn;
             let maps = l.tma_maps();
-            let b_box = if kn { (64 / c, 64) } else { (tile.cols / c, 64) };
+            let b_box = if kn {
+                (64 / c, 64)
+            } else {
+                (tile.cols / c, 64)
+            };
             assert_eq!(
                 (maps[0].box_rows, (maps[1].box_rows, maps[1].box_cols)),
                 (tile.rows, b_box),

@@ -35,7 +35,8 @@ use std::collections::BTreeSet;
 
 use kittens_hw::Target;
 use kittens_ir::{
-    ClusterKind, Cond, Expr, Kernel, MmaOperand, Op, RegId, Schedule, Scope, SharedView, Stmt, WaitQueue,
+    ClusterKind, Cond, Expr, Kernel, MmaOperand, Op, RegId, Schedule, Scope, SharedView, Stmt,
+    WaitQueue,
 };
 
 use super::lower_frame::{

@@ -335,9 +335,13 @@ impl Emit<'_> {
             GridOrder::RowMajor => None,
             // On a monolithic Hopper die only the group-M window of the chiplet remap matters (the XCD
             // chunking spreads work over AMD's dies).
-            // (With clusters the window counts clusters of row tiles: the same rows.)
+            // With clusters the window counts clusters of row tiles, so a group spans `cluster` times
+            // the rows: for 128-row blocks of 192 or 256 columns on 132 SMs 16 rows balance the A
+            // and B bytes a group keeps in the L2, and clusters of two at 3000³ ran 0.850-0.857 of
+            // cuBLAS so against 0.839-0.844 with 8 (H100, bench/NOTES.md); without clusters 8 and 16
+            // measured alike over the sweep.
             GridOrder::GroupM { window } | GridOrder::XcdSwizzle { window, .. } if n == 2 => {
-                Some(window.div_ceil(cluster).max(1))
+                Some(window)
             }
             r => return unsupported(format!("grid remap {r:?} over {n} extents")),
         };

@@ -208,7 +208,7 @@ impl Emit<'_> {
         let mc = super::lower_frame::multicast(self.k, src);
         let cluster = self.k.grid.cluster.max(1);
         let rows = if mc { src.rows / cluster } else { src.rows };
-        if mc && (src.rows % (8 * cluster) != 0 || g.dims.len() != 2) {
+        if mc && (!src.rows.is_multiple_of(8 * cluster) || g.dims.len() != 2) {
             return unsupported(format!(
                 "multicast of `{}` to {cluster} blocks: 2-d boxes of a multiple of {} rows, got {} rows of a {}-d tensor",
                 g.name,

@@ -436,7 +436,9 @@ mod tests {
         // Blocks of 64 rows copy B instead of running in clusters.
         let (a, b, c) = mats(5000, 5000, 5000);
         assert_eq!(
-            OperandLoads::Auto.resolve(&a, &b, &c, (5000, 5000), 64).unwrap(),
+            OperandLoads::Auto
+                .resolve(&a, &b, &c, (5000, 5000), 64)
+                .unwrap(),
             (SlotFill::Tma, b_only, 1)
         );
         assert_eq!("cp-async".parse(), Ok(OperandLoads::CpAsync));
