@@ -80,15 +80,18 @@ def test_runs_on_a_non_default_stream_in_order():
     check_rule(c, ref, (a * 2).double() @ w.double().T)
 
 
-def test_cuda_graph_capture_and_replay():
-    a, w = randn(1024, 512, seed=5), randn(768, 512, seed=6)
+# K = 1000: rows off 128-byte lines, read in place by thread-block clusters of two (a launch with the
+# cluster attribute inside the capture).
+@pytest.mark.parametrize("k", [512, 1000])
+def test_cuda_graph_capture_and_replay(k):
+    a, w = randn(1024, k, seed=5), randn(768, k, seed=6)
     out = torch.empty(1024, 768, device="cuda", dtype=torch.bfloat16)
     kittens.matmul(a, w.T, out=out)  # warm-up: compiles or loads the kernel outside the capture
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         kittens.matmul(a, w.T, out=out)
-    a.copy_(randn(1024, 512, seed=7))
+    a.copy_(randn(1024, k, seed=7))
     out.fill_(float("nan"))
     g.replay()
     torch.cuda.synchronize()
@@ -103,10 +106,12 @@ def test_cuda_errors():
         kittens.matmul(a, w[:, ::2])
 
 
-@pytest.mark.parametrize("m,n,k", [(64, 60, 60), (1, 1, 1), (77, 99, 13), (3000, 1000, 777), (16, 4096, 4104)])
+@pytest.mark.parametrize(
+    "m,n,k", [(64, 60, 60), (1, 1, 1), (77, 99, 13), (3000, 1000, 777), (16, 4096, 4104), (1000, 1032, 1000)]
+)
 def test_any_shape(m, n, k):
-    """N or K no multiple of 8 goes through padded copies, and small M takes 64-row blocks: every shape
-    is computed, not refused."""
+    """N or K no multiple of 8 goes through padded copies, small M takes 64-row blocks, rows off
+    128-byte lines (K = 1000) thread-block clusters: every shape is computed, not refused."""
     a, w = randn(m, k, seed=m + 1), randn(n, k, seed=n + 2)
     out = kittens.matmul(a, w.T)
     check_rule(out, torch.matmul(a, w.T), a.double() @ w.double().T)
