@@ -7,17 +7,9 @@
 use kittens_kernels::exec::interpret;
 use kittens_kernels::gemm_bf16::shapes::HopperTile;
 use kittens_kernels::gemm_bf16::{build, BLayout, GemmConfig};
-use rand::{rngs::SmallRng, Rng, SeedableRng};
-
-/// bf16-exact random values in [-1, 1).
-fn operand(len: usize, rng: &mut SmallRng) -> Vec<f32> {
-    (0..len)
-        .map(|_| {
-            let x: f32 = rng.gen_range(-1.0..1.0);
-            f32::from_bits(x.to_bits() & 0xffff_0000)
-        })
-        .collect()
-}
+use kittens_hw::dtype::DType::Bf16;
+use kittens_kernels::problem::random;
+use rand::{rngs::SmallRng, SeedableRng};
 
 #[test]
 fn clusters_leave_the_product_unchanged() {
@@ -30,7 +22,7 @@ fn clusters_leave_the_product_unchanged() {
     for b_layout in [BLayout::Nk, BLayout::Kn] {
         // 3 row tiles (odd: the last cluster's second block lies past M), partial K and N blocks.
         let (m, n, k) = (300, 136, 72);
-        let (a, b) = (operand(m * k, &mut rng), operand(n * k, &mut rng));
+        let (a, b) = (random(&mut rng, m * k, Bf16), random(&mut rng, n * k, Bf16));
         let params = [m as i64, n as i64, k as i64];
         let run = |cluster: u32| {
             let cfg = GemmConfig {
