@@ -4,10 +4,10 @@
 //! one and close to the f64 product; clusters other than 1, 2 and 4, and clusters with split-K, are
 //! refused.
 
+use kittens_hw::dtype::DType::Bf16;
 use kittens_kernels::exec::interpret;
 use kittens_kernels::gemm_bf16::shapes::HopperTile;
 use kittens_kernels::gemm_bf16::{build, BLayout, GemmConfig};
-use kittens_hw::dtype::DType::Bf16;
 use kittens_kernels::problem::random;
 use rand::{rngs::SmallRng, SeedableRng};
 
