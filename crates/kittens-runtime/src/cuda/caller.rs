@@ -45,7 +45,7 @@ pub(crate) struct Loaded {
     function: cu::CUfunction,
     pub(crate) lowered: Lowered,
     /// Blocks of a persistent grid: the SMs, or as many as whole clusters fit at once.
-    pub(crate) multiprocessors: u32,
+    pub(crate) resident: u32,
     pub(crate) load: KernelLoad,
 }
 
@@ -194,11 +194,11 @@ fn load(ordinal: i32, lower: &dyn Fn() -> Result<Lowered, CudaError>) -> Result<
             "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)",
         )?;
     }
-    let multiprocessors =
+    let resident =
         super::driver::resident_blocks(function, shared, l.threads, l.cluster, multiprocessors)?;
     Ok(Loaded {
         function,
-        multiprocessors,
+        resident,
         load: KernelLoad {
             kernel: l.entry.clone(),
             device: name,
@@ -444,7 +444,7 @@ pub unsafe fn gemm_bf16_abt(
             let grid = l
                 .blocks(
                     &[("m", m as i64), ("n", n as i64), ("k", k as i64)],
-                    g.multiprocessors,
+                    g.resident,
                 )
                 .ok_or_else(|| invalid("grid extents of the lowered GEMM"))?;
             // SAFETY: one pointer per argument of the lowering's list (`GemmArgs`), alive until the

@@ -221,8 +221,7 @@ pub unsafe fn attention_fwd(
                     ..p.config()
                 };
                 let (kernel, fresh) = kernel_on(ordinal, &cfg.key(), &|| lower(&cfg))?;
-                let (mut args, grid) =
-                    pack(&kernel.lowered, &values, &tensor, kernel.multiprocessors)?;
+                let (mut args, grid) = pack(&kernel.lowered, &values, &tensor, kernel.resident)?;
                 let mut pointers = args.pointers();
                 // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`),
                 // alive until the call returns; the maps were checked against the allocations the

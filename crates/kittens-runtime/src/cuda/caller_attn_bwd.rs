@@ -230,7 +230,7 @@ pub unsafe fn attention_bwd(
                 };
                 let (kernel, fresh) = kernel_on(ordinal, &cfg.key(), &|| lower(&cfg))?;
                 let l = &kernel.lowered;
-                let (mut args, grid) = pack(l, &values, &tensor, kernel.multiprocessors)?;
+                let (mut args, grid) = pack(l, &values, &tensor, kernel.resident)?;
                 let mut pointers = args.pointers();
                 // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`),
                 // alive until the call returns; the maps were checked against the allocations the

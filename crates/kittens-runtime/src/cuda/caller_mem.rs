@@ -91,7 +91,7 @@ pub(crate) unsafe fn enqueue_strip(
     )?;
     let mut pointers = args.pointers();
     let grid = l
-        .blocks(call.params, kernel.multiprocessors)
+        .blocks(call.params, kernel.resident)
         .ok_or_else(|| invalid("grid extents of the lowered kernel"))?;
     if grid > 0 {
         // SAFETY: one pointer per argument in the lowering's order and types (`PackedArgs`),
