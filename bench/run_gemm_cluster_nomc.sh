@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Clusters of two with and without the multicast of B (KITTENS_PROBE_NO_MULTICAST: each block loads
 # all of B, the cross-block releases kept), against no clusters, alternated twice, in ONE device call.
+# The knob existed only in the probe commit 2ee6903 (reverted in the next commits): build .carry/kittens
+# from it to re-run this.
 set -uo pipefail
 R=$(mktemp -d); K=.carry/kittens
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee $R/gpu.txt
