@@ -502,12 +502,12 @@ impl Runner<'_> {
             };
             let a = put(pads.0, Mat::dense(inp.a[s].ptr(), m, k))?;
             let b = put(pads.1, b_mat(inp.b[s].ptr()))?;
+            // The copy of B (or A) right before: the GEMM's launch and setup overlap its end.
+            let after_copy = pads.0.is_some() || pads.1.is_some();
             let c = pads.2.map_or(c_dense, |p| c_dense.padded_at(p));
             if let Some(kern) = kernel {
-                // Every GEMM launch programmatic (probe): its launch and setup overlap the end of
-                // whatever kernel ran before it on the stream, which it waits for.
                 let pdl = Pdl {
-                    gemm: opts.programmatic,
+                    gemm: after_copy && opts.programmatic,
                     reduce: opts.programmatic,
                 };
                 kern.launch(stream, &a, &b, &c, pdl)?;
