@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Every GEMM launch programmatic (`--programmatic on` at the probe commit) against none (`off`), at
 # shapes without copies or split-K (so only the GEMM's own launch differs): clusters 1 and 2 at 2048^3,
-# 3008^3 and 3000^3, and 4096^3, 8192^3; alternated twice, in ONE device call. Needs .carry/kittens.
+# 3008^3 and 3000^3, and 4096^3, 8192^3; alternated twice, in ONE device call. Needs .carry/kittens
+# built from the probe commit 111d604 (reverted in the next commits).
 set -uo pipefail
 OUT="${OUT:-bench/out}"
 R=$(mktemp -d)
