@@ -3,7 +3,7 @@
 # (KITTENS_PROBE_NO_MULTICAST), and without the multicast and with local releases
 # (+ KITTENS_PROBE_INDEPENDENT: the blocks share only the cluster launch and barriers), against no
 # clusters, at 2048^3, 3008^3 and 4096^3, alternated twice, in ONE device call. Needs .carry/kittens
-# built from the probe commit that adds KITTENS_PROBE_INDEPENDENT (reverted after).
+# built from the probe commit 5c6f4cc (reverted in the next commits).
 set -uo pipefail
 OUT="${OUT:-bench/out}"
 R=$(mktemp -d)
