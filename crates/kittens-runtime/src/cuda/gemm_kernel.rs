@@ -272,15 +272,6 @@ pub fn lower_tile_loads(
                 &init,
                 &format!("kt::mbarrier_init(KT_EMPTY(i), {});", warps * 32),
             );
-        // `KITTENS_PROBE_NO_CLUSTER_BARRIERS`: and no cluster barriers (nothing is shared).
-        if std::env::var_os("KITTENS_PROBE_NO_CLUSTER_BARRIERS").is_some() {
-            let start = "kt::cluster_sync(); // the partner block's barriers are initialised before it signals ours";
-            let end = "kt::cluster_sync(); // no block leaves while its partner may still signal its barriers";
-            if !l.source.contains(start) || !l.source.contains(end) {
-                return Err(invalid("probe: the cluster barriers moved"));
-            }
-            l.source = l.source.replace(start, "__syncthreads();").replace(end, "");
-        }
     }
     Ok(l)
 }
