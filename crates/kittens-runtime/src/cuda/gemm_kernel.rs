@@ -254,26 +254,8 @@ pub fn lower_tile_loads(
             .unwrap_or(usize::MAX) as u32;
         touch(&mut k.body, b);
     }
-    let mut l = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
-        .map_err(|e| invalid(format!("lowering gemm_bf16 {tile}: {e}")))?;
-    // Probe: `KITTENS_PROBE_INDEPENDENT` (with the one above) also makes the releases local, so the
-    // blocks of a cluster share nothing but the launch and the cluster barriers.
-    if cluster == 2 && std::env::var_os("KITTENS_PROBE_INDEPENDENT").is_some() {
-        let remote = "if (kt::lane_id() < 2u) kt::mbarrier_arrive_cluster(kt::map_shared_to_cta(KT_EMPTY(i), kt::lane_id()))";
-        let warps = 4 * (l.threads / 128 - 1);
-        let init = format!("kt::mbarrier_init(KT_EMPTY(i), {});", warps * 2);
-        if !l.source.contains(remote) || !l.source.contains(&init) {
-            return Err(invalid("probe: the release lines moved"));
-        }
-        l.source = l
-            .source
-            .replace(remote, "kt::mbarrier_arrive(KT_EMPTY(i))")
-            .replace(
-                &init,
-                &format!("kt::mbarrier_init(KT_EMPTY(i), {});", warps * 32),
-            );
-    }
-    Ok(l)
+    kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
+        .map_err(|e| invalid(format!("lowering gemm_bf16 {tile}: {e}")))
 }
 
 /// The three tensor maps of a lowered GEMM (A, B, then C for the TMA-store epilogue, 128-byte
