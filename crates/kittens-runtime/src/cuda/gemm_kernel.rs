@@ -219,41 +219,8 @@ pub fn lower_tile_loads(
     {
         cfg.remap = kittens_ir::GridOrder::GroupM { window: w };
     }
-    let mut k = kittens_kernels::gemm_bf16::build(&cfg)
+    let k = kittens_kernels::gemm_bf16::build(&cfg)
         .map_err(|e| invalid(format!("gemm_bf16 {tile}: {e}")))?;
-    // Probe (for measurement, to be removed): `KITTENS_PROBE_NO_MULTICAST` makes B's loads read
-    // `+ 0·Block(0)`, so a clustered kernel keeps its cluster launch and cross-block releases but
-    // each block loads all of B itself.
-    if cluster > 1 && std::env::var_os("KITTENS_PROBE_NO_MULTICAST").is_some() {
-        fn touch(body: &mut [kittens_ir::Stmt], b: u32) {
-            use kittens_ir::{BinOp, Expr, Op, Stmt};
-            for s in body {
-                match s {
-                    Stmt::Op {
-                        op: Op::LoadAsync { src, .. },
-                        ..
-                    } if src.tensor.0 == b => {
-                        let zero =
-                            Expr::Bin(BinOp::Mul, Box::new(Expr::Block(0)), Box::new(Expr::c(0)));
-                        src.origin[0] =
-                            Expr::Bin(BinOp::Add, Box::new(src.origin[0].clone()), Box::new(zero));
-                    }
-                    Stmt::For { body, .. } => touch(body, b),
-                    Stmt::If { then, els, .. } => {
-                        touch(then, b);
-                        touch(els, b)
-                    }
-                    _ => {}
-                }
-            }
-        }
-        let b = k
-            .globals
-            .iter()
-            .position(|g| g.name == "b")
-            .unwrap_or(usize::MAX) as u32;
-        touch(&mut k.body, b);
-    }
     kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
         .map_err(|e| invalid(format!("lowering gemm_bf16 {tile}: {e}")))
 }
