@@ -407,18 +407,21 @@ impl Emit<'_> {
         self.line("u32 kt_ppar = 0, kt_filled = 0; // per slot: parity of the next fill; filled at least once");
         self.role = Role::Producer;
         self.tile_loop(r.producer.1)?;
-        self.line(
-            "// Every fill has landed before the block may exit (each one is also consumed).",
-        );
         self.line(format!("for (u32 i = 0; i < {}u; ++i)", self.nbars));
-        self.line("    if ((kt_filled >> i) & 1u) kt::mbarrier_wait(KT_FULL(i), ((kt_ppar >> i) & 1u) ^ 1u);");
+        if self.k.grid.cluster > 1 {
+            // Every fill has been released by the consumers of every block of the cluster (the wait
+            // before a next fill): no partner arrives on this block's barriers later, and every
+            // multicast into it has landed and been read, so the block may exit — the producer's
+            // tail CUTLASS uses instead of a cluster barrier at the end, which cost about 1.4 µs per
+            // launch here (bench/NOTES.md, "clusters").
+            self.line("    if ((kt_filled >> i) & 1u) kt::mbarrier_wait(KT_EMPTY(i), ((kt_ppar >> i) & 1u) ^ 1u);");
+        } else {
+            // Every fill has landed before the block may exit (each one is also consumed).
+            self.line("    if ((kt_filled >> i) & 1u) kt::mbarrier_wait(KT_FULL(i), ((kt_ppar >> i) & 1u) ^ 1u);");
+        }
         self.depth -= 1;
         self.line("}");
-        if self.k.grid.cluster > 1 {
-            // Exited threads do not count at a cluster barrier: the consumers alone hold the block
-            // until the cluster's last one (`lower_frame.rs`), and the producer threads do not wait.
-            self.line("return;");
-        }
+
         self.depth -= 1;
         self.line("} else { // consumers");
         self.depth += 1;
