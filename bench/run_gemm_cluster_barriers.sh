@@ -3,7 +3,7 @@
 # + KITTENS_PROBE_INDEPENDENT) with and without the start and end cluster barriers
 # (+ KITTENS_PROBE_NO_CLUSTER_BARRIERS), against no clusters and the submitted clusters, at 2048^3,
 # 3008^3 and 4096^3, alternated twice, in ONE device call. Needs .carry/kittens built from the probe
-# commit that adds KITTENS_PROBE_NO_CLUSTER_BARRIERS (reverted after).
+# commit fdc4894 (reverted in the next commits).
 set -uo pipefail
 OUT="${OUT:-bench/out}"
 R=$(mktemp -d)
