@@ -318,17 +318,29 @@ pub(super) fn consumer_owned(k: &Kernel, consumer: &[Stmt]) -> Vec<bool> {
 /// The persistent grid and the role split as C: each role's body in a loop over the block's tiles.
 impl Emit<'_> {
     /// This tile's coordinates `blk0, blk1, …` from the tile index `kt_tile` and the grid remap.
+    /// The extents the tile index runs over, as C: the grid's, except that in clusters of c extent 0
+    /// counts groups of c row tiles (block r of the cluster takes row tile c·p + r, [`Emit::grid`]).
+    fn tile_extents(&self) -> Vec<String> {
+        let c = self.k.grid.cluster.max(1);
+        self.k
+            .grid
+            .extents
+            .iter()
+            .enumerate()
+            .map(|(i, x)| match i {
+                0 if c > 1 => format!("(((u32)({}) + {}u) / {c}u)", self.ex(x), c - 1),
+                _ => format!("(u32)({})", self.ex(x)),
+            })
+            .collect()
+    }
+
     pub(super) fn grid(&mut self) -> Result<(), CudaLowerError> {
-        let mut ext: Vec<String> = self.k.grid.extents.iter().map(|x| self.ex(x)).collect();
+        let ext = self.tile_extents();
         let n = ext.len();
-        // In clusters of c the tile index counts groups of c row tiles; block r of the cluster takes
-        // row tile c·p + r (past the end where the row tiles are no multiple of c: its loads read
-        // zeros and TMA clips its stores, `lower_frame.rs`).
+        // In clusters the last row tiles' blocks may lie past the end (row tiles no multiple of the
+        // cluster): their loads read zeros and TMA clips their stores (`lower_frame.rs`).
         let cluster = self.k.grid.cluster.max(1);
         let clustered = cluster > 1;
-        if clustered {
-            ext[0] = format!("(({}) + {}) / {cluster}", ext[0], cluster - 1);
-        }
         let names: Vec<String> = (0..n).map(|i| format!("blk{i}")).collect();
         self.line(format!("int {};", names.join(", ")));
         let window = match self.k.grid.remap {
@@ -374,21 +386,8 @@ impl Emit<'_> {
 
     /// The role split, each role's body in a persistent loop over the grid's tiles.
     pub(super) fn roles(&mut self, r: &Roles) -> Result<(), CudaLowerError> {
-        // Tiles, or with clusters groups of row tiles (`grid`).
-        let tiles: Vec<String> = self
-            .k
-            .grid
-            .extents
-            .iter()
-            .enumerate()
-            .map(|(i, x)| match i {
-                0 if self.k.grid.cluster > 1 => {
-                    let c = self.k.grid.cluster;
-                    format!("(((u32)({}) + {}u) / {c}u)", self.ex(x), c - 1)
-                }
-                _ => format!("(u32)({})", self.ex(x)),
-            })
-            .collect();
+        // Tiles, or with clusters groups of row tiles.
+        let tiles = self.tile_extents();
         self.line(format!("const u32 kt_tiles = {};", tiles.join(" * ")));
         self.line(format!("if {} {{ // producer", self.cond(r.cond)));
         self.depth += 1;
@@ -421,7 +420,6 @@ impl Emit<'_> {
         }
         self.depth -= 1;
         self.line("}");
-
         self.depth -= 1;
         self.line("} else { // consumers");
         self.depth += 1;
@@ -464,8 +462,8 @@ impl Emit<'_> {
             self.line("const u32 kt_tile = kt_pair ? 2u * (blockIdx.x + (kt_round >> 1) * gridDim.x) + (kt_round & 1u) : blockIdx.x + kt_round * gridDim.x;");
             self.line("if (kt_tile >= kt_tiles) break;");
         } else {
-            // A cluster's blocks walk its pairs of tiles together (the launch is a whole number of
-            // clusters, `Lowered::blocks`).
+            // A cluster's blocks walk its groups of row tiles together (the launch is a whole number
+            // of clusters, `Lowered::blocks`).
             let (first, step) = match self.k.grid.cluster {
                 0 | 1 => ("blockIdx.x".to_string(), "gridDim.x".to_string()),
                 c => (format!("blockIdx.x / {c}u"), format!("gridDim.x / {c}u")),

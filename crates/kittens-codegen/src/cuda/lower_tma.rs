@@ -256,8 +256,8 @@ impl Emit<'_> {
                     base.clone()
                 };
                 if mc {
-                    let half = rows * box_cols * s.tile.dtype.bytes();
-                    at = format!("{at} + kt_crank * {half}u");
+                    let share = rows * box_cols * s.tile.dtype.bytes();
+                    at = format!("{at} + kt_crank * {share}u");
                     return format!(
                         "kt::tma_load_2d_multicast({at}, &tma{mi}, KT_FULL(slot), {}, (unsigned short){});",
                         coords.join(", "),

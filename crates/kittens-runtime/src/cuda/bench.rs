@@ -77,8 +77,8 @@ pub struct GemmBenchOptions {
     /// K slices per shape: `None` lets `split_k::choose` decide (1 where C's blocks fill the SMs),
     /// `Some(s)` forces `s` where the shape allows a split (C needs no padded copy).
     pub split_k: Option<u32>,
-    /// How A and B are read, each entry a row per block (`auto` is `tma-copy`,
-    /// [`OperandLoads::resolve`]); both `tma-copy` and `cp-async` time the two ways in one run.
+    /// How A and B are read, each entry a row per block (`auto`: B off 128-byte lines in place by
+    /// clusters of two, [`OperandLoads::resolve`]); e.g. `auto` and `tma-copy` time two ways in one run.
     pub loads: Vec<OperandLoads>,
     /// Launch the GEMM after an operand copy and the split-K reduction after the GEMM programmatically
     /// (their launch and setup overlap the end of the kernel before,
