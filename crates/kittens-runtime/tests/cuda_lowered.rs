@@ -463,6 +463,95 @@ fn every_gemm_block_shape_compiles_in_clusters_of_two_and_four() {
     assert!(e.contains("clusters of 2 with split_k 2"), "{e}");
 }
 
+/// A ring deeper than fits beside the whole C slab: the lowering keeps as many 64 × 64 C boxes per
+/// consumer warpgroup as fit beside it and stores box by box (each box waits until the one before it
+/// in its buffer has left the slab); the kernel compiles clean within the H100's shared memory. A
+/// ring that leaves no room for one box is refused with the limit named.
+#[test]
+fn deeper_rings_store_c_box_by_box() {
+    ensure_nvrtc();
+    let cache = fresh_cache("gemm-deep-ring");
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    // (block, stages, boxes per warpgroup left beside the ring): 128×192 at five 40 KiB stages keeps
+    // one of its three boxes, 128×256 at four 48 KiB stages two of four.
+    for (tile, stages, bufs) in [
+        (
+            HopperTile {
+                rows: 128,
+                cols: 192,
+            },
+            5,
+            1u32,
+        ),
+        (
+            HopperTile {
+                rows: 128,
+                cols: 256,
+            },
+            4,
+            2,
+        ),
+    ] {
+        assert!(
+            stages > tile.stages(h100),
+            "{tile}: the default ring already holds {stages}"
+        );
+        for b_layout in [BLayout::Nk, BLayout::Kn] {
+            let cfg = GemmConfig {
+                b_layout,
+                stages,
+                ..tile.config(h100)
+            };
+            let k = build(&cfg).unwrap_or_else(|e| panic!("{tile}: {e}"));
+            let l =
+                kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{tile}: {e}"));
+            if let Ok(dir) = std::env::var("KITTENS_DUMP") {
+                let path = format!("{dir}/gemm_{tile}_{b_layout:?}_s{stages}.cu");
+                std::fs::write(path, &l.source).expect("dump");
+            }
+            let boxes = tile.cols / 64;
+            assert!(
+                l.source
+                    .contains(&format!("for (u32 j = 0; j < {boxes}u; ++j) {{"))
+                    && l.source
+                        .contains(&format!("kt::tma_store_wait_read<{}>()", bufs - 1))
+                    && l.source.contains(&format!("slab + (j % {bufs}u) * 8192u")),
+                "{tile}: no box-by-box store"
+            );
+            assert!(
+                l.source.contains(&format!(
+                    "C staging, {} bytes per consumer warpgroup",
+                    bufs * 8192
+                )),
+                "{tile}"
+            );
+            let r = compile_clean(&l, &cache, &format!("{tile} {b_layout:?} {stages} stages"));
+            assert!(
+                r.dynamic_shared_bytes > (stages * (tile.rows + tile.cols) * 128),
+                "{r:?}"
+            );
+        }
+    }
+    // Seven 32 KiB stages of 128×128 leave under 2 KiB.
+    let tile = HopperTile {
+        rows: 128,
+        cols: 128,
+    };
+    let k = build(&GemmConfig {
+        stages: 7,
+        ..tile.config(h100)
+    })
+    .expect("the IR's budget counts the ring alone");
+    let e = kittens_codegen::lower(&k, Target::Sm90a)
+        .map(|_| ())
+        .expect_err("no room for C staging")
+        .to_string();
+    assert!(
+        e.contains("bytes per block") && e.contains("C staging"),
+        "{e}"
+    );
+}
+
 /// Every Hopper GEMM block (`gemm_bf16::shapes::TILES`) with B as N × K and as K × N.
 fn blocks_and_layouts() -> impl Iterator<Item = (HopperTile, BLayout)> {
     TILES

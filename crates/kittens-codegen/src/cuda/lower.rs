@@ -127,7 +127,12 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     let consumer_wgs = k.waves / 4 - producers;
     let cp_rings = cp_async_rings(k);
     let full_init = full_barrier_init(k, &bar_first, nbars, &cp_rings);
-    let slab = super::lower_tma::slab_bytes(k)?;
+    let slab = super::lower_tma::fit_slab(
+        super::lower_tma::slab_bytes(k)?,
+        consumer_wgs,
+        ring_bytes + 16 * nbars + 1024,
+        sm.shared_bytes_per_block,
+    )?;
     let slabs_at = ring_bytes;
     let bars_at = slabs_at + consumer_wgs * slab;
     let mut e = Emit {

@@ -85,6 +85,27 @@ pub(super) fn slab_bytes(k: &Kernel) -> Result<u32, CudaLowerError> {
     Ok(bytes)
 }
 
+/// Bytes of each consumer warpgroup's slab within `limit` bytes of shared memory per block, `other`
+/// of which the ring, the barriers and the alignment take: the whole accumulator (`full`, from
+/// [`slab_bytes`]) where it fits, else as many 64-row boxes as fit, through which the store goes box
+/// by box (`through_slab`). A deeper ring can be worth more than staging all of C at once: cuBLAS's
+/// kernel at 3000³ on the H100 runs five 64-deep stages of a 128×192 block beside a small epilogue
+/// buffer (bench/NOTES.md).
+pub(super) fn fit_slab(full: u32, wgs: u32, other: u32, limit: u32) -> Result<u32, CudaLowerError> {
+    let per_wg = limit.saturating_sub(other) / wgs.max(1);
+    let box_bytes = WG_ROWS * 128;
+    if full <= per_wg {
+        Ok(full)
+    } else if per_wg >= box_bytes {
+        Ok(per_wg / box_bytes * box_bytes)
+    } else {
+        unsupported(format!(
+            "shared memory: the ring and barriers take {other} of the {limit} bytes per block, \
+             leaving less than one {box_bytes}-byte C staging box per consumer warpgroup"
+        ))
+    }
+}
+
 impl Emit<'_> {
     /// Loads with one ring-slot index: those whose rings share barriers are one fill (one `empty`
     /// wait, `full` armed once with their summed bytes, one TMA each); the others one fill each.
@@ -346,6 +367,10 @@ impl Emit<'_> {
         }
         let producers = self.producers;
         let (slab, box_bytes) = (self.slab, WG_ROWS * 128);
+        // Boxes of this store, and slab buffers (boxes) per warpgroup: all of them at once where the
+        // slab holds them, else box by box through the buffers there are (`fit_slab`).
+        let (boxes, bufs) = (n / box_cols, (slab / box_bytes).max(1));
+        let piped = boxes > bufs;
         let l = |e: &mut Self, s: &str| e.line(s);
         self.line(format!(
             "{{ // {} {} -> {} through a swizzled shared slab and TMA",
@@ -357,8 +382,62 @@ impl Emit<'_> {
         self.line(format!(
             "const u32 slab = kt_slabs + (threadIdx.x / 128u - {producers}u) * {slab}u, w = (threadIdx.x / 32u) % 4u, l = kt_lane;"
         ));
-        l(self, "if (threadIdx.x % 128 == 0) kt::tma_store_wait_read<0>(); // the previous box has left the slab");
-        l(self, super::lower::WG_BARRIER);
+        let mi = format!("tma{}", self.maps.len()); // pushed after the loads' maps
+        let order = TmaMap::dim_order(g.dims.len(), dst.row_dim, dst.col_dim);
+        let coords: Vec<String> = order
+            .iter()
+            .map(|&i| {
+                if i == dst.col_dim as usize {
+                    format!("c0 + (int)(j * {box_cols}u)")
+                } else {
+                    format!("(int)({})", self.ex_with(&dst.origin[i], "kt_wave0"))
+                }
+            })
+            .collect();
+        let first_col = format!(
+            "const int c0 = {}; // the warpgroup's first column",
+            self.ex_with(&dst.origin[dst.col_dim as usize], "kt_wave0")
+        );
+        let buf = if piped {
+            format!("(j % {bufs}u)")
+        } else {
+            "j".to_string()
+        };
+        let issue = format!(
+            "kt::{}_{}d(&{mi}, slab + {buf} * {box_bytes}u, {});",
+            op.call(),
+            order.len(),
+            coords.join(", ")
+        );
+        // Fragment i (8 columns) of the accumulator lies in box i / per_box.
+        let per_box = box_cols / 8;
+        if piped {
+            // Box j into buffer j % bufs: before it, the previous store's boxes have all left the
+            // slab (j = 0) or box j - bufs has (at most bufs - 1 later groups still read).
+            self.line(&first_col);
+            l(self, "#pragma unroll");
+            self.line(format!("for (u32 j = 0; j < {boxes}u; ++j) {{"));
+            self.line(format!(
+                "    if (j == 0u || j >= {bufs}u) {{ if (threadIdx.x % 128 == 0) {{ if (j == 0u) kt::tma_store_wait_read<0>(); else kt::tma_store_wait_read<{}>(); }} {} }}",
+                bufs - 1,
+                super::lower::WG_BARRIER
+            ));
+            self.depth += 1;
+        } else {
+            l(self, "if (threadIdx.x % 128 == 0) kt::tma_store_wait_read<0>(); // the previous box has left the slab");
+            l(self, super::lower::WG_BARRIER);
+        }
+        let (i_range, box_of_i) = if piped {
+            (
+                format!("u32 i = j * {per_box}u; i < (j + 1u) * {per_box}u; ++i"),
+                buf.clone(),
+            )
+        } else {
+            (
+                format!("u32 i = 0; i < {}u; ++i", n / 8),
+                format!("(i / {per_box}u)"),
+            )
+        };
         // D fragment: rows 16w + l/4 (+8), columns 8i + 2(l%4) (+1). In the 128-byte swizzle
         // (`kt::swizzle128`) the row's 16-byte chunk c moves to chunk c ^ (row%8), and row%8 is l/4
         // for every fragment row: the address is a per-thread base plus constants and one of eight
@@ -369,11 +448,11 @@ impl Emit<'_> {
             SlabOp::Store => {
                 l(self, "const u32 sw = l / 4u, base = slab + (w * 16u + l / 4u) * 128u + (l % 4u) * 4u;");
                 l(self, "#pragma unroll");
-                self.line(format!("for (u32 i = 0; i < {}u; ++i) {{", n / 8));
+                self.line(format!("for ({i_range}) {{"));
                 l(self, "#pragma unroll");
                 l(self, "    for (u32 h = 0; h < 2; ++h) {");
                 self.line(format!(
-                    "        const u32 off = (i / 8u) * {box_bytes}u + h * 1024u + (((i % 8u) ^ sw) << 4);"
+                    "        const u32 off = {box_of_i} * {box_bytes}u + h * 1024u + (((i % 8u) ^ sw) << 4);"
                 ));
                 self.line(format!(
                     "        kt::st_shared_b32(base + off, kt::pack_bf16x2({acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]));"
@@ -384,11 +463,11 @@ impl Emit<'_> {
             SlabOp::ReduceAdd => {
                 l(self, "const u32 sw = (l / 4u) ^ ((l % 4u) / 2u), base = slab + (w * 16u + l / 4u) * 128u + (l % 2u) * 8u;");
                 l(self, "#pragma unroll");
-                self.line(format!("for (u32 i = 0; i < {}u; ++i) {{", n / 8));
+                self.line(format!("for ({i_range}) {{"));
                 l(self, "#pragma unroll");
                 l(self, "    for (u32 h = 0; h < 2; ++h) {");
                 self.line(format!(
-                    "        const u32 off = (i / 4u) * {box_bytes}u + h * 1024u + (((2u * (i % 4u)) ^ sw) << 4);"
+                    "        const u32 off = {box_of_i} * {box_bytes}u + h * 1024u + (((2u * (i % 4u)) ^ sw) << 4);"
                 ));
                 self.line(format!(
                     "        kt::st_shared_v2_f32(base + off, {acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]);"
@@ -402,32 +481,20 @@ impl Emit<'_> {
             "kt::fence_proxy_async(); // generic-proxy writes before the async-proxy (TMA) read",
         );
         l(self, super::lower::WG_BARRIER);
-        l(self, "if (threadIdx.x % 128 == 0) {");
-        let mi = format!("tma{}", self.maps.len()); // pushed after the loads' maps
-        let order = TmaMap::dim_order(g.dims.len(), dst.row_dim, dst.col_dim);
-        let coords: Vec<String> = order
-            .iter()
-            .map(|&i| {
-                if i == dst.col_dim as usize {
-                    format!("c0 + (int)(j * {box_cols}u)")
-                } else {
-                    format!("(int)({})", self.ex_with(&dst.origin[i], "kt_wave0"))
-                }
-            })
-            .collect();
-        self.line(format!(
-            "    const int c0 = {}; // the warpgroup's first column",
-            self.ex_with(&dst.origin[dst.col_dim as usize], "kt_wave0")
-        ));
-        self.line(format!("    for (u32 j = 0; j < {}u; ++j)", n / box_cols));
-        self.line(format!(
-            "        kt::{}_{}d(&{mi}, slab + j * {box_bytes}u, {});",
-            op.call(),
-            order.len(),
-            coords.join(", ")
-        ));
-        l(self, "    kt::tma_store_commit();");
-        l(self, "}");
+        if piped {
+            self.line(format!(
+                "if (threadIdx.x % 128 == 0) {{ {issue} kt::tma_store_commit(); }}"
+            ));
+            self.depth -= 1;
+            l(self, "}");
+        } else {
+            l(self, "if (threadIdx.x % 128 == 0) {");
+            self.line(format!("    {first_col}"));
+            self.line(format!("    for (u32 j = 0; j < {boxes}u; ++j)"));
+            self.line(format!("        {issue}"));
+            l(self, "    kt::tma_store_commit();");
+            l(self, "}");
+        }
         self.depth -= 1;
         l(self, "}");
         Ok(())

@@ -219,6 +219,13 @@ pub fn lower_tile_loads(
     {
         cfg.remap = kittens_ir::GridOrder::GroupM { window: w };
     }
+    // For measurement: `KITTENS_GEMM_STAGES` ring stages (the C staging slab shrinks to fit them).
+    if let Some(s) = std::env::var("KITTENS_GEMM_STAGES")
+        .ok()
+        .and_then(|s| s.parse::<u32>().ok())
+    {
+        cfg.stages = s;
+    }
     let k = kittens_kernels::gemm_bf16::build(&cfg)
         .map_err(|e| invalid(format!("gemm_bf16 {tile}: {e}")))?;
     kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
