@@ -472,26 +472,10 @@ fn deeper_rings_store_c_box_by_box() {
     ensure_nvrtc();
     let cache = fresh_cache("gemm-deep-ring");
     let h100 = kittens_hw::gpu("h100").expect("catalog");
-    // (block, stages, boxes per warpgroup left beside the ring): 128×192 at five 40 KiB stages keeps
-    // one of its three boxes, 128×256 at four 48 KiB stages two of four.
-    for (tile, stages, bufs) in [
-        (
-            HopperTile {
-                rows: 128,
-                cols: 192,
-            },
-            5,
-            1u32,
-        ),
-        (
-            HopperTile {
-                rows: 128,
-                cols: 256,
-            },
-            4,
-            2,
-        ),
-    ] {
+    // (block, stages, 4 KiB boxes of 32 columns per warpgroup beside the ring): 128×192 at five
+    // 40 KiB stages keeps three of its six, 128×256 at four 48 KiB stages four of eight.
+    let tile = |rows, cols| HopperTile { rows, cols };
+    for (tile, stages, bufs) in [(tile(128, 192), 5, 3u32), (tile(128, 256), 4, 4)] {
         assert!(
             stages > tile.stages(h100),
             "{tile}: the default ring already holds {stages}"
@@ -509,19 +493,19 @@ fn deeper_rings_store_c_box_by_box() {
                 let path = format!("{dir}/gemm_{tile}_{b_layout:?}_s{stages}.cu");
                 std::fs::write(path, &l.source).expect("dump");
             }
-            let boxes = tile.cols / 64;
+            let boxes = tile.cols / 32;
             assert!(
                 l.source
                     .contains(&format!("for (u32 j = 0; j < {boxes}u; ++j) {{"))
                     && l.source
                         .contains(&format!("kt::tma_store_wait_read<{}>()", bufs - 1))
-                    && l.source.contains(&format!("slab + (j % {bufs}u) * 8192u")),
+                    && l.source.contains(&format!("slab + (j % {bufs}u) * 4096u")),
                 "{tile}: no box-by-box store"
             );
             assert!(
                 l.source.contains(&format!(
                     "C staging, {} bytes per consumer warpgroup",
-                    bufs * 8192
+                    bufs * 4096
                 )),
                 "{tile}"
             );

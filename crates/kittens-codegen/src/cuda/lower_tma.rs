@@ -87,13 +87,13 @@ pub(super) fn slab_bytes(k: &Kernel) -> Result<u32, CudaLowerError> {
 
 /// Bytes of each consumer warpgroup's slab within `limit` bytes of shared memory per block, `other`
 /// of which the ring, the barriers and the alignment take: the whole accumulator (`full`, from
-/// [`slab_bytes`]) where it fits, else as many 64-row boxes as fit, through which the store goes box
-/// by box (`through_slab`). A deeper ring can be worth more than staging all of C at once: cuBLAS's
+/// [`slab_bytes`]) where it fits, else as many 64-row boxes of 64-byte rows (4 KiB, the smallest box
+/// the store uses) as fit, through which the store goes box by box (`through_slab`). A deeper ring can be worth more than staging all of C at once: cuBLAS's
 /// kernel at 3000³ on the H100 runs five 64-deep stages of a 128×192 block beside a small epilogue
 /// buffer (bench/NOTES.md).
 pub(super) fn fit_slab(full: u32, wgs: u32, other: u32, limit: u32) -> Result<u32, CudaLowerError> {
     let per_wg = limit.saturating_sub(other) / wgs.max(1);
-    let box_bytes = WG_ROWS * 128;
+    let box_bytes = WG_ROWS * 64;
     if full <= per_wg {
         Ok(full)
     } else if per_wg >= box_bytes {
@@ -342,10 +342,10 @@ impl Emit<'_> {
         let g = self.k.global(dst.tensor);
         let (acc, _) = self.acc(src);
         let n = self.k.reg(src).shape().1;
-        let box_cols = op.box_cols();
-        if (dst.rows, dst.cols) != (16, n) || !n.is_multiple_of(box_cols) {
+        let wide = op.box_cols();
+        if (dst.rows, dst.cols) != (16, n) || !n.is_multiple_of(wide) {
             return unsupported(format!(
-                "{} of {}x{} into `{}` (16 x a multiple of {box_cols})",
+                "{} of {}x{} into `{}` (16 x a multiple of {wide})",
                 op.name(),
                 dst.rows,
                 dst.cols,
@@ -353,11 +353,26 @@ impl Emit<'_> {
             ));
         }
         self.check_store_slices(dst)?;
+        let slab = self.slab;
+        // All boxes at once where the slab holds the whole accumulator; else box by box through the
+        // buffers the slab holds (`fit_slab`): bf16 then in boxes of 32 columns (64-byte rows in the
+        // 64-byte swizzle), three of which fit beside a five-stage 128×192 ring.
+        let piped = slab < WG_ROWS * n * op.dtype().bytes();
+        let narrow = piped && op == SlabOp::Store;
+        let (box_cols, row_bytes) = if narrow { (32, 64) } else { (wide, 128) };
+        let box_bytes = WG_ROWS * row_bytes;
+        let (boxes, bufs) = (n / box_cols, slab / box_bytes);
+        if bufs == 0 {
+            return unsupported(format!(
+                "{} through a {slab}-byte slab (one {box_bytes}-byte box at least)",
+                op.name()
+            ));
+        }
         let map = TmaMap {
             global: dst.tensor.0,
             box_rows: WG_ROWS,
             box_cols,
-            swizzle_bytes: 128,
+            swizzle_bytes: row_bytes,
             row_dim: dst.row_dim,
             col_dim: dst.col_dim,
         };
@@ -366,11 +381,6 @@ impl Emit<'_> {
             _ => self.store_map = Some(map),
         }
         let producers = self.producers;
-        let (slab, box_bytes) = (self.slab, WG_ROWS * 128);
-        // Boxes of this store, and slab buffers (boxes) per warpgroup: all of them at once where the
-        // slab holds them, else box by box through the buffers there are (`fit_slab`).
-        let (boxes, bufs) = (n / box_cols, (slab / box_bytes).max(1));
-        let piped = boxes > bufs;
         let l = |e: &mut Self, s: &str| e.line(s);
         self.line(format!(
             "{{ // {} {} -> {} through a swizzled shared slab and TMA",
@@ -444,6 +454,21 @@ impl Emit<'_> {
         // XORed chunk offsets, so the compiler keeps 8 offsets live, not one address per store (it
         // hoisted all of them out of the tile loop, 48 registers at 192 columns).
         match op {
+            // bf16 pairs in 32-column boxes: 4 bytes at column 8i + 2(l%4), chunk i%4 of a 64-byte
+            // row; the 64-byte swizzle XORs it with (row/2)%4, which is l/8 for every fragment row.
+            SlabOp::Store if narrow => {
+                l(self, "const u32 sw = l / 8u, base = slab + (w * 16u + l / 4u) * 64u + (l % 4u) * 4u;");
+                l(self, "#pragma unroll");
+                self.line(format!("for ({i_range}) {{"));
+                l(self, "#pragma unroll");
+                l(self, "    for (u32 h = 0; h < 2; ++h) {");
+                self.line(format!(
+                    "        const u32 off = {box_of_i} * {box_bytes}u + h * 512u + (((i % 4u) ^ sw) << 4);"
+                ));
+                self.line(format!(
+                    "        kt::st_shared_b32(base + off, kt::pack_bf16x2({acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]));"
+                ));
+            }
             // bf16 pairs: 4 bytes at column 8i + 2(l%4) of 64-column boxes, chunk i%8.
             SlabOp::Store => {
                 l(self, "const u32 sw = l / 4u, base = slab + (w * 16u + l / 4u) * 128u + (l % 4u) * 4u;");
@@ -586,6 +611,28 @@ mod tests {
                         let plain = (col / 64) * box_bytes + row * 128 + (col % 64) * 2;
                         let xor = base + (i / 8) * box_bytes + h * 1024 + (((i % 8) ^ sw) << 4);
                         assert_eq!(swizzle128(plain), xor, "w {w} l {l} i {i} h {h}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// The narrow boxes of the box-by-box store (32 bf16 columns, 64-byte rows): the emitted address
+    /// equals the 64-byte swizzle (16-byte chunk XOR bits 7-8 of the offset, i.e. row/2 mod 4) of
+    /// the fragment's plain offset, for every lane, wave, fragment column block and row half.
+    #[test]
+    fn narrow_slab_address_is_the_64_byte_swizzle() {
+        let box_bytes = super::WG_ROWS * 64;
+        let swizzle64 = |off: u32| off ^ (((off >> 7) & 3) << 4);
+        for w in 0..4u32 {
+            for l in 0..32u32 {
+                let (sw, base) = (l / 8, (w * 16 + l / 4) * 64 + (l % 4) * 4);
+                for i in 0..32u32 {
+                    for h in 0..2u32 {
+                        let (row, col) = (w * 16 + l / 4 + 8 * h, i * 8 + (l % 4) * 2);
+                        let plain = (col / 32) * box_bytes + row * 64 + (col % 32) * 2;
+                        let xor = base + (i / 4) * box_bytes + h * 512 + (((i % 4) ^ sw) << 4);
+                        assert_eq!(swizzle64(plain), xor, "w {w} l {l} i {i} h {h}");
                     }
                 }
             }

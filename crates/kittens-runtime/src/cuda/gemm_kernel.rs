@@ -268,7 +268,9 @@ pub(crate) fn gemm_maps(l: &Lowered) -> Result<[TmaMap; 3], CudaError> {
             stand_in(name)
         } else {
             it.next()
-                .filter(|m| named(m, name) && m.swizzle_bytes == 128)
+                // C's boxes are 64-byte rows where the store goes box by box (the lowering's
+                // `fit_slab`); the operands' rows are 128 bytes.
+                .filter(|m| named(m, name) && (m.swizzle_bytes == 128 || name == "c"))
         }
     };
     let (a, b, c) = (next("a", cp("a")), next("b", cp("b")), next("c", split));
