@@ -84,12 +84,6 @@ const K_STEP: u32 = 64;
 /// 3 and 4 measured the same (bench/NOTES.md), but a 64-row block streams B from DRAM with the tensor
 /// cores mostly idle, and the bytes in flight per SM (stages × stage bytes) bound its rate.
 const MAX_STAGES: u32 = 8;
-/// Fewest stages worth a smaller C slab: where fewer fit beside the whole slab (128×256: three), the
-/// ring takes this many and the lowering stores C box by box through what is left of the slab
-/// (half of it, at 128×256). Four measured +1-2% over three at 2048³ and 4096³ on the H100 and no
-/// change at 8192³; five at 128×192 (where four fit beside the whole slab) measured 1-5% slower
-/// than four (bench/results/h100-2026-11-26-deepring).
-const MIN_RING: u32 = 4;
 /// Shared bytes the lowering keeps for mbarriers beside the ring and the C slabs.
 const BARRIER_BYTES: u32 = 1024;
 
@@ -113,17 +107,13 @@ impl HopperTile {
     }
 
     /// Ring stages that fit `gpu`'s shared memory per block beside the slabs, at most [`MAX_STAGES`]
-    /// and at least 2; [`MIN_RING`] beside half the slabs where fewer fit beside all of them.
+    /// and at least 2.
     pub fn stages(self, gpu: &Gpu) -> u32 {
         let (stage, slab) = self.bytes();
-        let beside = |slab: u32| {
-            gpu.shared_bytes_per_block
-                .saturating_sub(slab + BARRIER_BYTES)
-                / stage
-        };
-        beside(slab)
-            .max(beside(slab / 2).min(MIN_RING))
-            .clamp(2, MAX_STAGES)
+        let free = gpu
+            .shared_bytes_per_block
+            .saturating_sub(slab + BARRIER_BYTES);
+        (free / stage).clamp(2, MAX_STAGES)
     }
 
     /// The Hopper GEMM configuration with this block.
@@ -276,19 +266,14 @@ mod tests {
         assert!("x".parse::<HopperTile>().is_err() && "64".parse::<HopperTile>().is_err());
     }
 
-    /// Stages fill the H100's 227 KiB beside the slabs, up to 8 where they fit; 128×256, where three
-    /// 48 KiB stages fit beside its 64 KiB of slabs, takes four beside half of them.
+    /// Stages fill the H100's 227 KiB: 3 × 48 KiB + 64 KiB of slabs for 128×256 (the measured
+    /// configuration), up to 8 where they fit.
     #[test]
     fn stages_fit_shared_memory() {
         let g = h100();
         for t in TILES {
             let (stage, slab) = t.bytes();
             let s = t.stages(g);
-            let slab = if t.rows == 128 && t.cols == 256 {
-                slab / 2
-            } else {
-                slab
-            };
             assert!(
                 s * stage + slab + BARRIER_BYTES <= g.shared_bytes_per_block,
                 "{t}"
@@ -300,7 +285,7 @@ mod tests {
                 cols: 256
             }
             .stages(g),
-            4
+            3
         );
         let stages = |rows, cols| HopperTile { rows, cols }.stages(g);
         assert_eq!(
