@@ -54,8 +54,7 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub programmatic: OnOff,
     /// gemm_bf16: row tiles per thread-block cluster: `auto` (2 where B is read in place off
-    /// 128-byte lines, unless its rows start on 32-byte sectors and A and B fit in half the L2;
-    /// else 1), or comma-separated `1` (none), `2` or `4` (each B box fetched once
+    /// 128-byte lines, else 1), or comma-separated `1` (none), `2` or `4` (each B box fetched once
     /// per cluster of row tiles and multicast to all), a row per entry and block.
     #[arg(long, default_value = "auto")]
     pub clusters: String,

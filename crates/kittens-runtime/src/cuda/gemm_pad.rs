@@ -115,28 +115,10 @@ impl PadPlan {
     /// (`GemmConfig::cluster`): half the L2 requests for the rows that straddle two lines, and no
     /// copy (bench/NOTES.md, "clusters of two"). Not for blocks of 64 rows (`tile_rows`): 5000³ ran
     /// 0.68 of cuBLAS so against 0.83 copied. On aligned rows clusters measured 1-6% slower.
-    ///
-    /// Nor where B's rows start on 32-byte sectors and A and B fit in half the L2 together: such
-    /// rows read in place cost nothing measurable while the operands stay in the L2, and the
-    /// clusters' fixed cost (about 1.5 µs a launch) does (H100, 2000³ to 2032³, 16.5 MB: in place
-    /// 1.00 of cuBLAS, clusters 0.976); from 3024³ (36.6 MB) clusters are ahead again (0.95
-    /// against 0.93). Rows off sectors (16 bytes past) lose 20-40% in place at any size (2008³ 0.78
-    /// against 0.96 in clusters). Half the L2 is a point between the two measured sizes
-    /// (bench/NOTES.md, "rows on sectors").
     pub fn auto(a: &Mat, b: &Mat, c: &Mat, mn: (usize, usize), tile_rows: u32) -> (PadPlan, u32) {
         let plan = PadPlan::aligned(a, b, c, mn);
         if plan.b && !PadPlan::of(a, b, c).b && tile_rows >= 128 {
-            let bytes = |x: &Mat| (x.rows as u64).saturating_mul(x.pitch as u64 * 2);
-            let l2_half = kittens_hw::Target::Sm90a
-                .gpu()
-                .map_or(0, |g| g.l2_bytes / 2);
-            let on_sectors = (b.pitch * 2).is_multiple_of(32);
-            let cluster = if on_sectors && bytes(a).saturating_add(bytes(b)) <= l2_half {
-                1
-            } else {
-                2
-            };
-            (PadPlan { b: false, ..plan }, cluster)
+            (PadPlan { b: false, ..plan }, 2)
         } else {
             (plan, 1)
         }
@@ -451,22 +433,6 @@ mod tests {
         let odd = (3000, 1000, 777);
         assert_eq!(go(OperandLoads::Auto, odd).unwrap(), (SlotFill::Tma, ab, 1));
         assert!(go(OperandLoads::CpAsync, odd).is_err());
-        // Rows on 32-byte sectors with A and B in half the L2: in place, no clusters; larger, or
-        // off sectors (2008: 16 bytes past), in clusters.
-        for (shape, cluster) in [((2000, 2000, 2000), 1), ((2032, 2032, 2032), 1)] {
-            assert_eq!(
-                go(OperandLoads::Auto, shape).unwrap(),
-                (SlotFill::Tma, none, cluster),
-                "{shape:?}"
-            );
-        }
-        for shape in [(2008, 2008, 2008), (3024, 3024, 3024), (4000, 4000, 4000)] {
-            assert_eq!(
-                go(OperandLoads::Auto, shape).unwrap(),
-                (SlotFill::Tma, none, 2),
-                "{shape:?}"
-            );
-        }
         // Blocks of 64 rows copy B instead of running in clusters.
         let (a, b, c) = mats(5000, 5000, 5000);
         assert_eq!(
