@@ -396,14 +396,9 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
-                // PROBE (speed only, wrong gradients): the statistics' scaling left out.
-                if std::env::var("KITTENS_PROBE_NO_STAT_MUL").is_err() {
-                    k.mul(s, s, -(d as f32).sqrt());
-                }
+                k.mul(s, s, -(d as f32).sqrt());
                 stat(k, io.delta, dp, &t);
-                if std::env::var("KITTENS_PROBE_NO_STAT_MUL").is_err() {
-                    k.mul(dp, dp, -1.0f32);
-                }
+                k.mul(dp, dp, -1.0f32);
                 // Sᵀ += K·Qᵀ and dPᵀ += V·dOᵀ over the head dimension, 64 columns at a time.
                 for (dst, own, streamed) in [(s, k_s, q_s), (dp, v_s, do_s)] {
                     let on = cfg.turns != BwdTurns::None && dst == s;
