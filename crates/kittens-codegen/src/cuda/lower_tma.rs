@@ -88,9 +88,10 @@ pub(super) fn slab_bytes(k: &Kernel) -> Result<u32, CudaLowerError> {
 /// Bytes of each consumer warpgroup's slab within `limit` bytes of shared memory per block, `other`
 /// of which the ring, the barriers and the alignment take: the whole accumulator (`full`, from
 /// [`slab_bytes`]) where it fits, else as many 64-row boxes of 64-byte rows (4 KiB, the smallest box
-/// the store uses) as fit, through which the store goes box by box (`through_slab`). A deeper ring can be worth more than staging all of C at once: cuBLAS's
-/// kernel at 3000³ on the H100 runs five 64-deep stages of a 128×192 block beside a small epilogue
-/// buffer (bench/NOTES.md).
+/// the store uses) as fit, through which the store goes box by box (`through_slab`). This lets a
+/// ring deeper than fits beside the whole slab lower (cuBLAS's kernel at 3000³ on the H100 runs five
+/// 64-deep stages of a 128×192 block); the GEMM's default rings still fit beside the whole slab, as
+/// a fifth 128×192 stage measured 1-5% slower with the box-by-box store (bench/NOTES.md).
 pub(super) fn fit_slab(full: u32, wgs: u32, other: u32, limit: u32) -> Result<u32, CudaLowerError> {
     let per_wg = limit.saturating_sub(other) / wgs.max(1);
     let box_bytes = WG_ROWS * 64;

@@ -219,12 +219,14 @@ pub fn lower_tile_loads(
     {
         cfg.remap = kittens_ir::GridOrder::GroupM { window: w };
     }
-    // For measurement: `KITTENS_GEMM_STAGES` ring stages (the C staging slab shrinks to fit them).
-    if let Some(s) = std::env::var("KITTENS_GEMM_STAGES")
-        .ok()
-        .and_then(|s| s.parse::<u32>().ok())
-    {
-        cfg.stages = s;
+    // For measurement: `KITTENS_GEMM_STAGES` ring stages (the C staging slab shrinks to fit them;
+    // the program refuses counts outside 2..=8).
+    if let Ok(v) = std::env::var("KITTENS_GEMM_STAGES") {
+        cfg.stages = v.trim().parse().map_err(|_| {
+            invalid(format!(
+                "KITTENS_GEMM_STAGES = {v:?}: a number of ring stages"
+            ))
+        })?;
     }
     let k = kittens_kernels::gemm_bf16::build(&cfg)
         .map_err(|e| invalid(format!("gemm_bf16 {tile}: {e}")))?;
