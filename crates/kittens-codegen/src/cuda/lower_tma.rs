@@ -434,8 +434,6 @@ impl Emit<'_> {
                 super::lower::WG_BARRIER
             ));
             self.depth += 1;
-        } else if op == SlabOp::ReduceAdd && std::env::var("KITTENS_PROBE_SLAB").is_ok() {
-            // PROBE (wrong results by design): no wait for the slab's last read, no barrier.
         } else {
             l(self, "if (threadIdx.x % 128 == 0) kt::tma_store_wait_read<0>(); // the previous box has left the slab");
             l(self, super::lower::WG_BARRIER);
@@ -508,9 +506,7 @@ impl Emit<'_> {
             self,
             "kt::fence_proxy_async(); // generic-proxy writes before the async-proxy (TMA) read",
         );
-        if !(op == SlabOp::ReduceAdd && std::env::var("KITTENS_PROBE_SLAB").is_ok()) {
-            l(self, super::lower::WG_BARRIER);
-        }
+        l(self, super::lower::WG_BARRIER);
         if piped {
             self.line(format!(
                 "if (threadIdx.x % 128 == 0) {{ {issue} kt::tma_store_commit(); }}"
