@@ -597,25 +597,33 @@ pub(super) fn column_atoms(t: &kittens_tile::SharedTile) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+    /// Calls `check(w, l, i, h, row, col)` for every wave `w` of a warpgroup, lane `l`, fragment
+    /// column block `i` (of `blocks`) and row half `h`, with the D fragment's element that thread
+    /// holds there: row `16w + l/4 + 8h`, column `8i + 2(l%4)`.
+    fn each_fragment(blocks: u32, check: impl Fn(u32, u32, u32, u32, u32, u32)) {
+        for w in 0..4u32 {
+            for l in 0..32u32 {
+                for i in 0..blocks {
+                    for h in 0..2u32 {
+                        check(w, l, i, h, w * 16 + l / 4 + 8 * h, i * 8 + (l % 4) * 2);
+                    }
+                }
+            }
+        }
+    }
+
     /// The slab address the store emits equals `swizzle128` of the fragment's plain offset for every
     /// lane, wave, fragment column block and row half (`kt::swizzle128`: `off ^ (((off >> 7) & 7) << 4)`).
     #[test]
     fn xor_form_is_the_128_byte_swizzle() {
         let box_bytes = super::WG_ROWS * 128;
         let swizzle128 = |off: u32| off ^ (((off >> 7) & 7) << 4);
-        for w in 0..4u32 {
-            for l in 0..32u32 {
-                let (sw, base) = (l / 4, (w * 16 + l / 4) * 128 + (l % 4) * 4);
-                for i in 0..32u32 {
-                    for h in 0..2u32 {
-                        let (row, col) = (w * 16 + l / 4 + 8 * h, i * 8 + (l % 4) * 2);
-                        let plain = (col / 64) * box_bytes + row * 128 + (col % 64) * 2;
-                        let xor = base + (i / 8) * box_bytes + h * 1024 + (((i % 8) ^ sw) << 4);
-                        assert_eq!(swizzle128(plain), xor, "w {w} l {l} i {i} h {h}");
-                    }
-                }
-            }
-        }
+        each_fragment(32, |w, l, i, h, row, col| {
+            let (sw, base) = (l / 4, (w * 16 + l / 4) * 128 + (l % 4) * 4);
+            let plain = (col / 64) * box_bytes + row * 128 + (col % 64) * 2;
+            let xor = base + (i / 8) * box_bytes + h * 1024 + (((i % 8) ^ sw) << 4);
+            assert_eq!(swizzle128(plain), xor, "w {w} l {l} i {i} h {h}");
+        });
     }
 
     /// The narrow boxes of the box-by-box store (32 bf16 columns, 64-byte rows): the emitted address
@@ -625,19 +633,12 @@ mod tests {
     fn narrow_slab_address_is_the_64_byte_swizzle() {
         let box_bytes = super::WG_ROWS * 64;
         let swizzle64 = |off: u32| off ^ (((off >> 7) & 3) << 4);
-        for w in 0..4u32 {
-            for l in 0..32u32 {
-                let (sw, base) = (l / 8, (w * 16 + l / 4) * 64 + (l % 4) * 4);
-                for i in 0..32u32 {
-                    for h in 0..2u32 {
-                        let (row, col) = (w * 16 + l / 4 + 8 * h, i * 8 + (l % 4) * 2);
-                        let plain = (col / 32) * box_bytes + row * 64 + (col % 32) * 2;
-                        let xor = base + (i / 4) * box_bytes + h * 512 + (((i % 4) ^ sw) << 4);
-                        assert_eq!(swizzle64(plain), xor, "w {w} l {l} i {i} h {h}");
-                    }
-                }
-            }
-        }
+        each_fragment(32, |w, l, i, h, row, col| {
+            let (sw, base) = (l / 8, (w * 16 + l / 4) * 64 + (l % 4) * 4);
+            let plain = (col / 32) * box_bytes + row * 64 + (col % 32) * 2;
+            let xor = base + (i / 4) * box_bytes + h * 512 + (((i % 4) ^ sw) << 4);
+            assert_eq!(swizzle64(plain), xor, "w {w} l {l} i {i} h {h}");
+        });
     }
 
     /// The f32 slab of the TMA reductions: the address the emitted code forms (a per-thread base with
@@ -647,20 +648,12 @@ mod tests {
     fn f32_slab_address_is_the_128_byte_swizzle() {
         let box_bytes = super::WG_ROWS * 128;
         let swizzle128 = |off: u32| off ^ (((off >> 7) & 7) << 4);
-        for w in 0..4u32 {
-            for l in 0..32u32 {
-                let sw = (l / 4) ^ ((l % 4) / 2);
-                let base = (w * 16 + l / 4) * 128 + (l % 2) * 8;
-                for i in 0..16u32 {
-                    for h in 0..2u32 {
-                        let (row, col) = (w * 16 + l / 4 + 8 * h, i * 8 + (l % 4) * 2);
-                        let plain = (col / 32) * box_bytes + row * 128 + (col % 32) * 4;
-                        let xor =
-                            base + (i / 4) * box_bytes + h * 1024 + (((2 * (i % 4)) ^ sw) << 4);
-                        assert_eq!(swizzle128(plain), xor, "w {w} l {l} i {i} h {h}");
-                    }
-                }
-            }
-        }
+        each_fragment(16, |w, l, i, h, row, col| {
+            let sw = (l / 4) ^ ((l % 4) / 2);
+            let base = (w * 16 + l / 4) * 128 + (l % 2) * 8;
+            let plain = (col / 32) * box_bytes + row * 128 + (col % 32) * 4;
+            let xor = base + (i / 4) * box_bytes + h * 1024 + (((2 * (i % 4)) ^ sw) << 4);
+            assert_eq!(swizzle128(plain), xor, "w {w} l {l} i {i} h {h}");
+        });
     }
 }
