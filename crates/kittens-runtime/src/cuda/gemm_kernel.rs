@@ -211,27 +211,37 @@ pub fn lower_tile_loads(
         cluster,
         ..tile.config(gpu)
     };
-    // For measurement: `KITTENS_GEMM_WINDOW` rows per group of the grid order (8 by default).
-    if let Some(w) = std::env::var("KITTENS_GEMM_WINDOW")
-        .ok()
-        .and_then(|w| w.parse::<u32>().ok())
-        .filter(|&w| w > 0)
-    {
+    // For measurement: `KITTENS_GEMM_WINDOW` rows per group of the grid order (8 by default) and
+    // `KITTENS_GEMM_STAGES` ring stages (the C staging slab shrinks to fit them; the program refuses
+    // counts outside 2..=8).
+    if let Some(w) = measurement_knob("KITTENS_GEMM_WINDOW")? {
+        if w == 0 {
+            return Err(invalid(
+                "KITTENS_GEMM_WINDOW = 0: at least one row per group",
+            ));
+        }
         cfg.remap = kittens_ir::GridOrder::GroupM { window: w };
     }
-    // For measurement: `KITTENS_GEMM_STAGES` ring stages (the C staging slab shrinks to fit them;
-    // the program refuses counts outside 2..=8).
-    if let Ok(v) = std::env::var("KITTENS_GEMM_STAGES") {
-        cfg.stages = v.trim().parse().map_err(|_| {
-            invalid(format!(
-                "KITTENS_GEMM_STAGES = {v:?}: a number of ring stages"
-            ))
-        })?;
+    if let Some(s) = measurement_knob("KITTENS_GEMM_STAGES")? {
+        cfg.stages = s;
     }
     let k = kittens_kernels::gemm_bf16::build(&cfg)
         .map_err(|e| invalid(format!("gemm_bf16 {tile}: {e}")))?;
     kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
         .map_err(|e| invalid(format!("lowering gemm_bf16 {tile}: {e}")))
+}
+
+/// The number a measurement environment variable holds, `None` where it is unset; an error naming it
+/// where it holds anything else.
+fn measurement_knob(name: &str) -> Result<Option<u32>, CudaError> {
+    match std::env::var(name) {
+        Err(_) => Ok(None),
+        Ok(v) => v
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| invalid(format!("{name} = {v:?}: expected a whole number"))),
+    }
 }
 
 /// The three tensor maps of a lowered GEMM (A, B, then C for the TMA-store epilogue, 128-byte
