@@ -446,32 +446,39 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                     k.wait_shared(0);
                 }
                 // dV += Pᵀ·dO and dK += dSᵀ·Q (Pᵀ and dSᵀ from registers).
+                let grad = |k: &mut KernelBuilder, accs: &[RegId], a: RegId, streamed: &[_]| {
+                    for (&r, &bt) in accs.iter().zip(streamed) {
+                        let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
+                        k.mma(MmaForm::Ab, r, MmaOperand::Reg(a), bt, Some(r));
+                    }
+                };
+                let dq_between = atomic_dq && halves == 2;
                 turn(k, cfg.turns == BwdTurns::Both, "dV, dK", &|k| {
-                    for (accs, a, streamed) in [(&dv_r, p, do_s), (&dk_r, ds, q_s)] {
-                        for (&r, &bt) in accs.iter().zip(streamed) {
-                            let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
-                            k.mma(MmaForm::Ab, r, MmaOperand::Reg(a), bt, Some(r));
-                        }
+                    grad(k, &dv_r, p, do_s);
+                    if !dq_between {
+                        grad(k, &dk_r, ds, q_s);
                     }
                 });
                 if let (Some((ds_s, dq_p)), Some(dq_g)) = (dq_parts, dq_acc) {
                     // dQ += dS·K with dSᵀ read back as `K × M` (keys × queries) beside K.
                     let (g, wq) = (&cw / 4, &cw % 4);
                     let q_w = &q0 + &wq * 16;
-                    if halves == 2 {
+                    if dq_between {
                         // Head dimension 128: both warpgroups' keys, then warpgroup g adds the
-                        // whole product for its 64 columns — one reduction per dQ element.
+                        // whole product for its 64 columns — one reduction per dQ element. dQ goes
+                        // between dV and dK (FlashAttention-3's order): its wait leaves dK on the
+                        // tensor cores while the f32 share is staged and reduced.
                         k.barrier_by(Scope::Consumers);
-                        for (i, &kt) in k_s.iter().enumerate() {
-                            k.if_(g.eq(i as i64), |k| {
-                                let ds_v = k.smem(ds_s, ds_slot.clone()).sub(BLOCK, 16, 0, &wq);
-                                let (a, bt) =
-                                    (MmaOperand::Shared(ds_v), MmaOperand::Shared(k.smem(kt, 0)));
-                                k.mma(MmaForm::Atb, dq_p, a, bt, None);
-                                let col = i as u32 * COLS;
-                                k.atomic_add(view(k, dq_g, &b, &h, q_w.clone(), col, 16), dq_p);
-                            });
-                        }
+                        let dq_mma = |k: &mut KernelBuilder, kt| {
+                            let ds_v = k.smem(ds_s, ds_slot.clone()).sub(BLOCK, 16, 0, &wq);
+                            let (a, bt) =
+                                (MmaOperand::Shared(ds_v), MmaOperand::Shared(k.smem(kt, 0)));
+                            k.mma(MmaForm::Atb, dq_p, a, bt, None);
+                        };
+                        k.if_else(g.eq(0), |k| dq_mma(k, k_s[0]), |k| dq_mma(k, k_s[1]));
+                        grad(k, &dk_r, ds, q_s);
+                        let origin = vec![b.clone(), h.clone(), q_w.clone(), &g * i64::from(COLS)];
+                        k.atomic_add(k.gview(dq_g, origin, 2, 3, 16, COLS), dq_p);
                     } else {
                         // Head dimension 64: each warpgroup adds its own 64 keys' share.
                         k.barrier_by(Scope::WarpGroup);
