@@ -392,17 +392,12 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 k.zero(r);
             }
             stat(k, io.lse, s, &Expr::c(0));
-            if atomic_dq {
-                stat(k, io.delta, dp, &Expr::c(0));
-            }
             k.for_range("t", 0, &total, |k, t| {
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
                 k.mul(s, s, -(d as f32).sqrt());
-                if !atomic_dq {
-                    stat(k, io.delta, dp, &t);
-                }
+                stat(k, io.delta, dp, &t);
                 k.mul(dp, dp, -1.0f32);
                 // Sᵀ += K·Qᵀ and dPᵀ += V·dOᵀ over the head dimension, 64 columns at a time.
                 for (dst, own, streamed) in [(s, k_s, q_s), (dp, v_s, do_s)] {
@@ -499,7 +494,6 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 }
                 if atomic_dq {
                     stat(k, io.lse, s, &(&t + 1));
-                    stat(k, io.delta, dp, &(&t + 1));
                 }
             });
             let scale = 1.0 / (d as f32).sqrt();
