@@ -18,8 +18,8 @@ use kittens_tile::Swizzle;
 /// Rows of a warpgroup's slab: wgmma's M.
 const WG_ROWS: u32 = 64;
 
-/// What goes through a warpgroup's slab: a bf16 store (TMA store, 128-byte rows in the 128-byte
-/// swizzle) or an f32 reduction (TMA reduce-add, 32-byte rows unswizzled: see [`SlabOp::row_bytes`]).
+/// What goes through a warpgroup's slab: a bf16 store (TMA store) or an f32 reduction (TMA
+/// reduce-add). Either way a box row is 128 bytes, the 128-byte swizzle's span.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum SlabOp {
     Store,
@@ -33,28 +33,9 @@ impl SlabOp {
             SlabOp::ReduceAdd => DType::F32,
         }
     }
-    /// Bytes of one box row. The f32 pairs of a D fragment (8 bytes per lane) in 128-byte swizzled
-    /// rows met two to a bank (rows `r` and `r ^ 1` of a half-warp share their two 16-byte chunks:
-    /// ncu counted twice the ideal shared wavefronts on every store of the backward's dQ slab,
-    /// bench/NOTES.md); in 32-byte rows the four rows of a half-warp start 8 banks apart, so its 16
-    /// lanes cover the 32 banks once. TMA reads such boxes unswizzled (its inner box dimension needs
-    /// only a multiple of 16 bytes, CUDA driver API `cuTensorMapEncodeTiled`).
-    fn row_bytes(self) -> u32 {
-        match self {
-            SlabOp::Store => 128,
-            SlabOp::ReduceAdd => 32,
-        }
-    }
-    /// The TMA swizzle of a box (0: none).
-    fn swizzle_bytes(self) -> u32 {
-        match self {
-            SlabOp::Store => 128,
-            SlabOp::ReduceAdd => 0,
-        }
-    }
-    /// Columns of one box: one row.
+    /// Columns of one box: one 128-byte swizzled row.
     fn box_cols(self) -> u32 {
-        self.row_bytes() / self.dtype().bytes()
+        128 / self.dtype().bytes()
     }
     fn name(self) -> &'static str {
         match self {
@@ -379,11 +360,7 @@ impl Emit<'_> {
         // 64-byte swizzle), three of which fit beside a five-stage 128×192 ring.
         let piped = slab < WG_ROWS * n * op.dtype().bytes();
         let narrow = piped && op == SlabOp::Store;
-        let (box_cols, row_bytes, swizzle_bytes) = if narrow {
-            (32, 64, 64)
-        } else {
-            (wide, op.row_bytes(), op.swizzle_bytes())
-        };
+        let (box_cols, row_bytes) = if narrow { (32, 64) } else { (wide, 128) };
         let box_bytes = WG_ROWS * row_bytes;
         let (boxes, bufs) = (n / box_cols, slab / box_bytes);
         if bufs == 0 {
@@ -396,7 +373,7 @@ impl Emit<'_> {
             global: dst.tensor.0,
             box_rows: WG_ROWS,
             box_cols,
-            swizzle_bytes,
+            swizzle_bytes: row_bytes,
             row_dim: dst.row_dim,
             col_dim: dst.col_dim,
         };
@@ -407,7 +384,7 @@ impl Emit<'_> {
         let producers = self.producers;
         let l = |e: &mut Self, s: &str| e.line(s);
         self.line(format!(
-            "{{ // {} {} -> {} through a shared slab and TMA",
+            "{{ // {} {} -> {} through a swizzled shared slab and TMA",
             op.name(),
             self.k.reg(src).name,
             g.name
@@ -507,19 +484,16 @@ impl Emit<'_> {
                     "        kt::st_shared_b32(base + off, kt::pack_bf16x2({acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]));"
                 ));
             }
-            // f32 pairs: 8 bytes at column 8i + 2(l%4), i.e. byte 8(l%4) of a 32-byte row of box i
-            // (unswizzled): a per-thread base plus constants.
+            // f32 pairs: 8 bytes at column 8i + 2(l%4) of 32-column boxes, chunk 2(i%4) + (l%4)/2
+            // (an even number plus 0 or 1, so its XOR with row%8 is 2(i%4) ^ (row%8 ^ (l%4)/2)).
             SlabOp::ReduceAdd => {
-                l(
-                    self,
-                    "const u32 base = slab + (w * 16u + l / 4u) * 32u + (l % 4u) * 8u;",
-                );
+                l(self, "const u32 sw = (l / 4u) ^ ((l % 4u) / 2u), base = slab + (w * 16u + l / 4u) * 128u + (l % 2u) * 8u;");
                 l(self, "#pragma unroll");
                 self.line(format!("for ({i_range}) {{"));
                 l(self, "#pragma unroll");
                 l(self, "    for (u32 h = 0; h < 2; ++h) {");
                 self.line(format!(
-                    "        const u32 off = {box_of_i} * {box_bytes}u + h * 256u;"
+                    "        const u32 off = {box_of_i} * {box_bytes}u + h * 1024u + (((2u * (i % 4u)) ^ sw) << 4);"
                 ));
                 self.line(format!(
                     "        kt::st_shared_v2_f32(base + off, {acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]);"
@@ -667,56 +641,19 @@ mod tests {
         });
     }
 
-    /// The f32 slab of the TMA reductions: the address the emitted code forms is the fragment's plain
-    /// offset in 8-column (32-byte) boxes, for every lane, wave, fragment column block and row half.
+    /// The f32 slab of the TMA reductions: the address the emitted code forms (a per-thread base with
+    /// the chunk's low bit folded into the XOR term) equals `swizzle128` of the plain offset of
+    /// 32-column boxes, for every lane, wave, fragment column block and row half.
     #[test]
-    fn f32_slab_address_is_plain_32_byte_rows() {
-        let box_bytes = super::WG_ROWS * 32;
-        each_fragment(16, |w, l, i, h, row, col| {
-            let base = (w * 16 + l / 4) * 32 + (l % 4) * 8;
-            let plain = (col / 8) * box_bytes + row * 32 + (col % 8) * 4;
-            assert_eq!(
-                plain,
-                base + i * box_bytes + h * 256,
-                "w {w} l {l} i {i} h {h}"
-            );
-        });
-    }
-
-    /// No shared-memory bank is hit twice by one slab store instruction: a 4-byte store (bf16 pairs)
-    /// is one wavefront of 32 lanes, an 8-byte store (f32 pairs) two of 16 lanes (half-warps), and
-    /// within a wavefront the lanes' 4-byte words fall in distinct banks (address / 4 mod 32).
-    #[test]
-    fn slab_stores_are_free_of_bank_conflicts() {
+    fn f32_slab_address_is_the_128_byte_swizzle() {
+        let box_bytes = super::WG_ROWS * 128;
         let swizzle128 = |off: u32| off ^ (((off >> 7) & 7) << 4);
-        let distinct = |words: Vec<u32>| {
-            let mut banks: Vec<u32> = words.iter().map(|a| (a / 4) % 32).collect();
-            banks.sort_unstable();
-            banks.dedup();
-            banks.len() == words.len()
-        };
-        for w in 0..4u32 {
-            for i in 0..8u32 {
-                for h in 0..2u32 {
-                    // bf16: 64-column boxes, 128-byte rows, the 128-byte swizzle.
-                    let bf16: Vec<u32> = (0..32u32)
-                        .map(|l| {
-                            swizzle128((w * 16 + l / 4 + 8 * h) * 128 + (i * 8 + (l % 4) * 2) * 2)
-                        })
-                        .collect();
-                    assert!(distinct(bf16), "bf16 w {w} i {i} h {h}");
-                    // f32: the two words of each lane's pair, per half-warp.
-                    for half in 0..2u32 {
-                        let f32: Vec<u32> = (16 * half..16 * half + 16)
-                            .flat_map(|l| {
-                                let a = (w * 16 + l / 4) * 32 + (l % 4) * 8 + i * 2048 + h * 256;
-                                [a, a + 4]
-                            })
-                            .collect();
-                        assert!(distinct(f32), "f32 w {w} i {i} h {h} half {half}");
-                    }
-                }
-            }
-        }
+        each_fragment(16, |w, l, i, h, row, col| {
+            let sw = (l / 4) ^ ((l % 4) / 2);
+            let base = (w * 16 + l / 4) * 128 + (l % 2) * 8;
+            let plain = (col / 32) * box_bytes + row * 128 + (col % 32) * 4;
+            let xor = base + (i / 4) * box_bytes + h * 1024 + (((2 * (i % 4)) ^ sw) << 4);
+            assert_eq!(swizzle128(plain), xor, "w {w} l {l} i {i} h {h}");
+        });
     }
 }
