@@ -484,10 +484,14 @@ impl Emit<'_> {
                     "        kt::st_shared_b32(base + off, kt::pack_bf16x2({acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]));"
                 ));
             }
-            // f32 pairs: 8 bytes at column 8i + 2(l%4) of 32-column boxes, chunk 2(i%4) + (l%4)/2
-            // (an even number plus 0 or 1, so its XOR with row%8 is 2(i%4) ^ (row%8 ^ (l%4)/2)).
+            // f32 pairs: 8 bytes at column 8g + 2(l%4) of 32-column boxes, chunk 2(g%4) + (l%4)/2
+            // (an even number plus 0 or 1, so its XOR with row%8 is 2(g%4) ^ (row%8 ^ (l%4)/2)).
+            // Stored in column group order (g = i), the rows r and r ^ 1 of a half-warp would hit
+            // the same two chunks, two lanes to a bank (ncu: twice the ideal wavefronts); lanes on odd
+            // rows store group g = i ^ 2 at step i instead (the same box), so a half-warp's eight
+            // (row, half-chunk) pairs fall on eight distinct chunks. That costs one select per value.
             SlabOp::ReduceAdd => {
-                l(self, "const u32 sw = (l / 4u) ^ ((l % 4u) / 2u), base = slab + (w * 16u + l / 4u) * 128u + (l % 2u) * 8u;");
+                l(self, "const u32 odd = (l / 4u) & 1u, sw = (l / 4u) ^ ((l % 4u) / 2u) ^ (odd << 2), base = slab + (w * 16u + l / 4u) * 128u + (l % 2u) * 8u;");
                 l(self, "#pragma unroll");
                 self.line(format!("for ({i_range}) {{"));
                 l(self, "#pragma unroll");
@@ -496,8 +500,9 @@ impl Emit<'_> {
                     "        const u32 off = {box_of_i} * {box_bytes}u + h * 1024u + (((2u * (i % 4u)) ^ sw) << 4);"
                 ));
                 self.line(format!(
-                    "        kt::st_shared_v2_f32(base + off, {acc}[4 * i + 2 * h], {acc}[4 * i + 2 * h + 1]);"
+                    "        const float x0 = odd ? {acc}[4 * (i ^ 2u) + 2 * h] : {acc}[4 * i + 2 * h], x1 = odd ? {acc}[4 * (i ^ 2u) + 2 * h + 1] : {acc}[4 * i + 2 * h + 1];"
                 ));
+                self.line("        kt::st_shared_v2_f32(base + off, x0, x1);".to_string());
             }
         }
         l(self, "    }");
@@ -641,19 +646,66 @@ mod tests {
         });
     }
 
-    /// The f32 slab of the TMA reductions: the address the emitted code forms (a per-thread base with
-    /// the chunk's low bit folded into the XOR term) equals `swizzle128` of the plain offset of
-    /// 32-column boxes, for every lane, wave, fragment column block and row half.
+    /// The f32 slab of the TMA reductions: the address the emitted code forms for the column group
+    /// a lane stores at step `i` (`g = i ^ 2` on odd rows, the chunk's low bit and the odd rows'
+    /// group swap folded into the XOR term) equals `swizzle128` of that group's plain offset in
+    /// 32-column boxes, for every lane, wave, step and row half; and every group is stored once.
     #[test]
     fn f32_slab_address_is_the_128_byte_swizzle() {
         let box_bytes = super::WG_ROWS * 128;
         let swizzle128 = |off: u32| off ^ (((off >> 7) & 7) << 4);
-        each_fragment(16, |w, l, i, h, row, col| {
-            let sw = (l / 4) ^ ((l % 4) / 2);
+        each_fragment(16, |w, l, i, h, row, _| {
+            let odd = (l / 4) & 1;
+            let g = i ^ (2 * odd);
+            let col = g * 8 + (l % 4) * 2;
+            let sw = (l / 4) ^ ((l % 4) / 2) ^ (odd << 2);
             let base = (w * 16 + l / 4) * 128 + (l % 2) * 8;
             let plain = (col / 32) * box_bytes + row * 128 + (col % 32) * 4;
             let xor = base + (i / 4) * box_bytes + h * 1024 + (((2 * (i % 4)) ^ sw) << 4);
             assert_eq!(swizzle128(plain), xor, "w {w} l {l} i {i} h {h}");
         });
+        let mut groups: Vec<u32> = (0..16u32).map(|i| i ^ 2).collect();
+        groups.sort_unstable();
+        assert_eq!(groups, (0..16).collect::<Vec<_>>());
+    }
+
+    /// No shared-memory bank is hit twice by one slab store instruction: a 4-byte store (bf16 pairs)
+    /// is one wavefront of 32 lanes, an 8-byte store (f32 pairs) two of 16 lanes (half-warps), and
+    /// within a wavefront the lanes' 4-byte words fall in distinct banks (address / 4 mod 32).
+    /// Stored in plain group order the f32 slab failed this (ncu saw the 2-way conflicts too).
+    #[test]
+    fn slab_stores_are_free_of_bank_conflicts() {
+        let distinct = |words: &[u32]| {
+            let mut banks: Vec<u32> = words.iter().map(|a| (a / 4) % 32).collect();
+            banks.sort_unstable();
+            banks.dedup();
+            banks.len() == words.len()
+        };
+        for w in 0..4u32 {
+            for i in 0..8u32 {
+                for h in 0..2u32 {
+                    // bf16: 64-column boxes, the emitted `base + off` of the 128-byte swizzle.
+                    let bf16: Vec<u32> = (0..32u32)
+                        .map(|l| {
+                            (w * 16 + l / 4) * 128 + (l % 4) * 4 + h * 1024 + ((i ^ (l / 4)) << 4)
+                        })
+                        .collect();
+                    assert!(distinct(&bf16), "bf16 w {w} i {i} h {h}");
+                    // f32: the two words of each lane's pair, per half-warp, as emitted.
+                    for half in 0..2u32 {
+                        let f32: Vec<u32> = (16 * half..16 * half + 16)
+                            .flat_map(|l| {
+                                let odd = (l / 4) & 1;
+                                let sw = (l / 4) ^ ((l % 4) / 2) ^ (odd << 2);
+                                let base = (w * 16 + l / 4) * 128 + (l % 2) * 8;
+                                let a = base + h * 1024 + (((2 * (i % 4)) ^ sw) << 4);
+                                [a, a + 4]
+                            })
+                            .collect();
+                        assert!(distinct(&f32), "f32 w {w} i {i} h {h} half {half}");
+                    }
+                }
+            }
+        }
     }
 }
