@@ -221,8 +221,8 @@ def _attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, *
     """Gradients ``(dq, dk, dv)`` of :func:`attention` from its output ``out`` and log-sum-exp ``lse``
     (float32 (B, H, N)) for the output gradient ``grad_out``; torch tensors. Private but stable: the
     entry the autograd function uses (see ``kittens._backward.attention_backward``). ``form``
-    (``"two"``, the default, or ``"atomic"``; ``None`` reads ``KITTENS_ATTN_BWD`` once) picks the CUDA
-    launches."""
+    (``"auto"``, the default: ``"atomic"`` at head dim 128, else ``"two"``; ``"two"`` is deterministic;
+    ``None`` reads ``KITTENS_ATTN_BWD`` once) picks the CUDA launches."""
     from ._backward import attention_backward
 
     return attention_backward(q, k, v, out, grad_out, lse, causal, scale, form=form)

@@ -3,15 +3,18 @@ log-sum-exp for callers whose forward does not return one.
 
 CUDA tensors run ``attn_bwd``'s Hopper launches on the current torch stream, in one of two forms:
 
-- ``"two"`` (the default): the query blocks (dQ, and ``D = rowsum(dO * O)`` in float32, the
-  backward's preprocessing, FlashAttention-2 §3.2), then the key blocks (dK, dV);
+- ``"two"``: the query blocks (dQ, and ``D = rowsum(dO * O)`` in float32, the backward's
+  preprocessing, FlashAttention-2 §3.2), then the key blocks (dK, dV); deterministic, no workspace;
 - ``"atomic"`` (FlashAttention-3 §3.3): D and a zeroed float32 dQ accumulator, the key blocks adding
   dQ into it beside dK and dV (each warpgroup's 64 x 64 share staged in shared memory and added by
-  one TMA reduction in the L2), the conversion to bfloat16 (fewer FLOPs; the accumulator is the
-  runtime's stream-ordered scratch; dQ's last bits vary from run to run; 0.986x the two launches'
-  speed on the H200, bench/results/h200-2026-11-26-bwdreduce).
+  one TMA reduction in the L2), the conversion to bfloat16: five matrix products per pair of blocks
+  instead of seven; the accumulator (4 bytes per element of Q) is the runtime's stream-ordered
+  scratch, and dQ's last bits vary from run to run with the order of the f32 additions.
 
-The form is the ``form=`` argument, else the environment variable ``KITTENS_ATTN_BWD`` (read once).
+``"auto"`` (the default) is ``"atomic"`` at head dim 128, where it measured 1.05-1.07x the two
+launches on the H100 (bench/results/h100-2026-11-26-dqorder), and ``"two"`` at head dim 64, where it
+did not gain. The form is the ``form=`` argument, else the environment variable ``KITTENS_ATTN_BWD``
+(read once), else ``"auto"``; ``form="two"`` is the deterministic choice.
 ``KITTENS_ATTN_BWD_TURNS`` (``none``, ``scores``, ``both``; read when a configuration is first
 lowered) overrides which products of the key blocks the two consumer warpgroups take in turns on the
 tensor cores (default ``scores``): a measurement knob for bench/run_bwd_ab_h100.sh, any other value
@@ -57,22 +60,25 @@ def _check(q, k, v, out, grad_out, lse, scale):
     return b, h, hk, n, nk, d
 
 
-FORMS = ("two", "atomic")
+FORMS = ("auto", "two", "atomic")
 _env_form = None
 
 
-def _form(form):
-    """The launch form: ``form``, else ``KITTENS_ATTN_BWD`` (read on first use), else ``"two"``."""
+def _form(form, dim):
+    """The launch form for head dim ``dim``: ``form``, else ``KITTENS_ATTN_BWD`` (read on first use), else
+    ``"auto"``; ``"auto"`` resolves to ``"atomic"`` at head dim 128 and ``"two"`` otherwise."""
     global _env_form
     if form is None:
         if _env_form is None:
-            _env_form = os.environ.get("KITTENS_ATTN_BWD", "").strip().lower() or "two"
+            _env_form = os.environ.get("KITTENS_ATTN_BWD", "").strip().lower() or "auto"
         form = _env_form
         where = f"KITTENS_ATTN_BWD = {form!r}"
     else:
         where = f"form = {form!r}"
     if form not in FORMS:
-        raise ValueError(f"kittens._attention_backward: {where}; the form is 'two' or 'atomic'")
+        raise ValueError(f"kittens._attention_backward: {where}; the form is 'auto', 'two' or 'atomic'")
+    if form == "auto":
+        return "atomic" if dim == 128 else "two"
     return form
 
 
@@ -89,11 +95,11 @@ def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, fo
     ``kittens.attention(..., return_lse=True)`` returns). ``causal`` masks keys after each query
     (top-left). The default scale ``1/sqrt(D)`` only. The gradients come back in q's (and k's) memory
     order: (B, H, N, D) or (B, N, H, D) seen through ``.transpose(1, 2)``; other strides are copied to
-    (B, H, N, D) first. On CUDA the head dim must be 64 or 128. ``form``: ``"two"`` or ``"atomic"``
-    launches (module docstring); ``None`` takes ``KITTENS_ATTN_BWD``, else ``"two"``.
+    (B, H, N, D) first. On CUDA the head dim must be 64 or 128. ``form``: ``"auto"``, ``"two"`` or
+    ``"atomic"`` launches (module docstring); ``None`` takes ``KITTENS_ATTN_BWD``, else ``"auto"``.
     """
     b, h, hk, n, nk, d = _check(q, k, v, out, grad_out, lse, scale)
-    atomic = _form(form) == "atomic"
+    atomic = _form(form, d) == "atomic"
     if q.device.type == "cuda":
         return _cuda(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d), atomic)
     if q.device.type == "cpu":

@@ -349,9 +349,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="attn: the SDPA backend to compare with (default: PyTorch's choice)")
     p.add_argument("--backward", action="store_true",
                    help="attn: the backward against SDPA's cuDNN and flash backends (kittens.bench_bwd)")
-    p.add_argument("--bwd-form", choices=["two", "atomic", "both"], default="two",
-                   help="attn --backward: our launches: two (query then key blocks), FlashAttention-3's atomic "
-                        "three (dQ added in f32 by the key blocks), or both timed in the same process")
+    p.add_argument("--bwd-form", choices=["auto", "two", "atomic", "both"], default="auto",
+                   help="attn --backward: our launches: auto (the library's choice per head dim), two (query then "
+                        "key blocks), FlashAttention-3's atomic three (dQ added in f32 by the key blocks), or both "
+                        "timed in the same process")
     p.add_argument("--extra", default="16x16x4x4096x128,16x16x16x4096x64",
                    help="attn --backward: more shapes BxHxH_kvxNxD (GQA, head dim 64)")
     p.add_argument("--iters", type=int, default=100)

@@ -3,8 +3,9 @@
 
 Per shape: the three backward passes timed with CUDA events (median; the backends' backward is
 ``torch.autograd.grad`` of their own forward's output, the forward outside the timing; ours is
-``kittens._attention_backward`` in each form ``--bwd-form`` names: ``two`` launches, FlashAttention-3's
-``atomic`` three, or ``both`` in the same process), and every
+``kittens._attention_backward`` in each form ``--bwd-form`` names: ``auto`` (the library's default,
+resolved per head dim), ``two`` launches, FlashAttention-3's ``atomic`` three, or ``both`` in the same
+process), and every
 gradient of batch 0's first KV head group checked against float64 autograd by the FlashAttention rule
 (ours at most twice the error of PyTorch's bf16 SDPA backward on that slice plus a floor). TFLOP/s count the backward's five matrix products,
 ``2.5 x`` the forward's ``4 B H N² D`` (halved under the causal mask), as FlashAttention reports them.
@@ -20,6 +21,7 @@ with both, ``atomic_speedup_vs_two`` is the two-launch time over the atomic one.
 import math
 from typing import List
 
+from ._backward import _form
 from .bench import FLOOR, _rel, _with_backend, time_one
 
 
@@ -38,10 +40,11 @@ FORMS = {"two": ("two",), "atomic": ("atomic",), "both": ("two", "atomic")}
 
 def bench_attn_backward(torch, kittens, args) -> List[dict]:
     F = torch.nn.functional
-    forms = FORMS[getattr(args, "bwd_form", "two")]
+    choice = getattr(args, "bwd_form", "auto")
     rows = []
     shapes = [(args.batch, args.heads, args.heads_kv, n, args.dim) for n in args.seqs] + list(args.extra)
     for b, h, hk, n, d in shapes:
+        forms = (_form("auto", d),) if choice == "auto" else FORMS[choice]
         for causal in (False, True):
             gen = torch.Generator(device="cuda").manual_seed(n + d + hk)
             mk = lambda hh: torch.randn(b, n, hh, d, device="cuda", generator=gen).to(torch.bfloat16).transpose(1, 2)  # noqa: E731
@@ -140,6 +143,7 @@ def summary(rows) -> dict:
     forms = [f for f in FORMS["both"] if any(f"{f}_ms" in r for r in rows)]
     for f in forms:
         out[f"{f}_geomean_vs_cudnn_d128_n2048plus"] = _geomean([r.get(f"{f}_ratio_cudnn") for r in sel])
+        out[f"{f}_geomean_vs_flash_d128_n2048plus"] = _geomean([r.get(f"{f}_ratio_flash") for r in sel])
         out[f"{f}_all_passed"] = all(r.get(f"{f}_passed", False) for r in rows)
     if len(forms) == 2:
         out["atomic_speedup_vs_two_geomean_all"] = _geomean([r.get("atomic_speedup_vs_two") for r in rows])
@@ -150,11 +154,11 @@ def summary(rows) -> dict:
 
 def print_table(rows) -> None:
     f = lambda x, s: "-" if x is None else format(x, s)  # noqa: E731
-    print(f"{'shape':<30} {'ours TF/s':>9} {'cuDNN':>7} {'FA2':>7} {'x cuDNN':>8} {'x FA2':>6} "
+    print(f"{'shape':<30} {'form':>6} {'ours TF/s':>9} {'cuDNN':>7} {'FA2':>7} {'x cuDNN':>8} {'x FA2':>6} "
           f"{'f+b x cuDNN':>11} {'f+b x FA2':>9}  rel err dq/dk/dv (ours | torch bf16)")
     for r in rows:
         errs = " ".join(f"{f(r.get(g + '_err'), '.1e')}|{f(r.get(g + '_err_torch'), '.1e')}" for g in ("dq", "dk", "dv"))
-        print(f"{r['shape']:<30} {f(r.get('ours_tflops'), '9.1f')} {f(r.get('cudnn_tflops'), '7.1f')} "
+        print(f"{r['shape']:<30} {r.get('form', '-'):>6} {f(r.get('ours_tflops'), '9.1f')} {f(r.get('cudnn_tflops'), '7.1f')} "
               f"{f(r.get('flash_tflops'), '7.1f')} {f(r.get('ratio_cudnn'), '8.3f')} {f(r.get('ratio_flash'), '6.2f')} "
               f"{f(r.get('fwd_bwd_ratio_cudnn'), '11.3f')} {f(r.get('fwd_bwd_ratio_flash'), '9.2f')}  "
               f"{errs} {'ok' if r['passed'] else 'FAILED'}")
