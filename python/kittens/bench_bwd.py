@@ -144,7 +144,7 @@ def summary(rows) -> dict:
     for f in forms:
         out[f"{f}_geomean_vs_cudnn_d128_n2048plus"] = _geomean([r.get(f"{f}_ratio_cudnn") for r in sel])
         out[f"{f}_geomean_vs_flash_d128_n2048plus"] = _geomean([r.get(f"{f}_ratio_flash") for r in sel])
-        out[f"{f}_all_passed"] = all(r.get(f"{f}_passed", False) for r in rows)
+        out[f"{f}_all_passed"] = all(r[f"{f}_passed"] for r in rows if f"{f}_passed" in r)
     if len(forms) == 2:
         out["atomic_speedup_vs_two_geomean_all"] = _geomean([r.get("atomic_speedup_vs_two") for r in rows])
         out["atomic_speedup_vs_two_geomean_d128_n2048plus"] = _geomean(
