@@ -13,7 +13,8 @@ Forward + backward: ours is ``kittens.attention(..., return_lse=True)`` then the
 is their forward then ``torch.autograd.grad`` (FLOPs 3.5x the forward's).
 
 Row keys: ``{form}_ms``, ``{form}_tflops``, ``{form}_ratio_cudnn`` (cuDNN's time over ours),
-``{form}_{dq,dk,dv}_err``, ``{form}_passed``, ``fwd_bwd_{form}_ms`` per form, and the unprefixed
+``{form}_{dq,dk,dv}_err``, ``{form}_passed``, ``fwd_bwd_{form}_ms`` and ``fwd_bwd_{form}_ratio_{cudnn,flash}``
+per form, ``{cudnn,flash}_ms`` and ``fwd_bwd_{cudnn,flash}_ms`` per backend, and the unprefixed
 ``ours_*``, ``ratio_*``, ``*_err``, ``fwd_bwd_*`` keys of the first form named (``two`` with ``both``);
 with both, ``atomic_speedup_vs_two`` is the two-launch time over the atomic one.
 """
@@ -82,6 +83,10 @@ def bench_attn_backward(torch, kittens, args) -> List[dict]:
                     continue
                 t = time_one(torch, theirs, 1, args.warmup, args.iters)
                 row.update({f"{backend}_ms": t, f"{backend}_tflops": flop / t / 1e9})
+                # Forward + backward: the backend's forward, then the gradients through its own backward.
+                fb = lambda i, fwd=fwd: torch.autograd.grad(fwd(i), (qq, kk, vv), do)  # noqa: E731
+                t = time_one(torch, fb, 1, args.warmup, args.iters)
+                row.update({f"fwd_bwd_{backend}_ms": t, f"fwd_bwd_{backend}_tflops": 1.4 * flop / t / 1e9})
                 if backend == "cudnn":
                     for f in forms:
                         row[f"{f}_rel_diff_vs_cudnn"] = [_rel(x, y.double()) for x, y in zip(mine[f], g_t)]
@@ -103,6 +108,9 @@ def bench_attn_backward(torch, kittens, args) -> List[dict]:
             for f in forms:
                 t = time_one(torch, lambda i, f=f: ours_fb(i, f), 1, args.warmup, args.iters)
                 row.update({f"fwd_bwd_{f}_ms": t, f"fwd_bwd_{f}_tflops": 1.4 * flop / t / 1e9})
+                for backend in ("cudnn", "flash"):
+                    if row.get(f"fwd_bwd_{backend}_ms"):
+                        row[f"fwd_bwd_{f}_ratio_{backend}"] = row[f"fwd_bwd_{backend}_ms"] / t
             first = forms[0]
             row["form"] = first
             row.update({"ours_ms": row.get(f"{first}_ms"), "ours_tflops": row.get(f"{first}_tflops"),
@@ -115,6 +123,8 @@ def bench_attn_backward(torch, kittens, args) -> List[dict]:
             for backend in ("cudnn", "flash"):
                 if row.get(f"{first}_ratio_{backend}"):
                     row[f"ratio_{backend}"] = row[f"{first}_ratio_{backend}"]
+                if row.get(f"fwd_bwd_{first}_ratio_{backend}"):
+                    row[f"fwd_bwd_ratio_{backend}"] = row[f"fwd_bwd_{first}_ratio_{backend}"]
             if len(forms) == 2:
                 row["atomic_speedup_vs_two"] = row["two_ms"] / row["atomic_ms"]
                 row["fwd_bwd_atomic_speedup_vs_two"] = row["fwd_bwd_two_ms"] / row["fwd_bwd_atomic_ms"]
