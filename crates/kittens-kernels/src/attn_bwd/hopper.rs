@@ -396,10 +396,8 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
-                // D's loads issued before the log-sum-exp (loaded at the end of the last step) is
-                // scaled, so that their latency runs beside the wait for it.
-                stat(k, io.delta, dp, &t);
                 k.mul(s, s, -(d as f32).sqrt());
+                stat(k, io.delta, dp, &t);
                 k.mul(dp, dp, -1.0f32);
                 // Sᵀ += K·Qᵀ and dPᵀ += V·dOᵀ over the head dimension, 64 columns at a time.
                 for (dst, own, streamed) in [(s, k_s, q_s), (dp, v_s, do_s)] {
