@@ -502,7 +502,7 @@ impl Emit<'_> {
                 self.line(format!(
                     "        const float x0 = odd ? {acc}[4 * (i ^ 2u) + 2 * h] : {acc}[4 * i + 2 * h], x1 = odd ? {acc}[4 * (i ^ 2u) + 2 * h + 1] : {acc}[4 * i + 2 * h + 1];"
                 ));
-                self.line("        kt::st_shared_v2_f32(base + off, x0, x1);".to_string());
+                l(self, "        kt::st_shared_v2_f32(base + off, x0, x1);");
             }
         }
         l(self, "    }");
