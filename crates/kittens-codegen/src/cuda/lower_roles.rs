@@ -444,9 +444,7 @@ impl Emit<'_> {
         self.role = Role::Consumer;
         self.tile_loop(r.consumer.1)?;
         self.line("kt::wgmma_wait<0>();");
-        // Every TMA store or reduction has left shared memory before the block exits; the warp-level
-        // reductions (`through_slab`) are issued by each warp's lane 0.
-        self.line("if (kt_lane == 0) kt::tma_store_wait_all();");
+        self.line("if (threadIdx.x % 128 == 0) kt::tma_store_wait_all();");
         self.role = Role::None;
         self.depth -= 1;
         self.line("}");

@@ -369,13 +369,9 @@ impl Emit<'_> {
                 op.name()
             ));
         }
-        // A whole-slab reduction goes warp by warp: each warp's lane 0 hands its own 16 rows to TMA
-        // once the warp's stores are fenced, so no warpgroup barrier sits before or after the stores
-        // (each warp writes and reads only its rows of the slab).
-        let per_warp = op == SlabOp::ReduceAdd && !piped;
         let map = TmaMap {
             global: dst.tensor.0,
-            box_rows: if per_warp { 16 } else { WG_ROWS },
+            box_rows: WG_ROWS,
             box_cols,
             swizzle_bytes: row_bytes,
             row_dim: dst.row_dim,
@@ -405,12 +401,7 @@ impl Emit<'_> {
                 if i == dst.col_dim as usize {
                     format!("c0 + (int)(j * {box_cols}u)")
                 } else {
-                    let wave = if per_warp && i == dst.row_dim as usize {
-                        "wave"
-                    } else {
-                        "kt_wave0"
-                    };
-                    format!("(int)({})", self.ex_with(&dst.origin[i], wave))
+                    format!("(int)({})", self.ex_with(&dst.origin[i], "kt_wave0"))
                 }
             })
             .collect();
@@ -423,9 +414,8 @@ impl Emit<'_> {
         } else {
             "j".to_string()
         };
-        let warp_rows = if per_warp { " + w * 2048u" } else { "" };
         let issue = format!(
-            "kt::{}_{}d(&{mi}, slab + {buf} * {box_bytes}u{warp_rows}, {});",
+            "kt::{}_{}d(&{mi}, slab + {buf} * {box_bytes}u, {});",
             op.call(),
             order.len(),
             coords.join(", ")
@@ -444,9 +434,6 @@ impl Emit<'_> {
                 super::lower::WG_BARRIER
             ));
             self.depth += 1;
-        } else if per_warp {
-            l(self, "if (l == 0) kt::tma_store_wait_read<0>(); // the warp's previous boxes have left the slab");
-            l(self, "__syncwarp();");
         } else {
             l(self, "if (threadIdx.x % 128 == 0) kt::tma_store_wait_read<0>(); // the previous box has left the slab");
             l(self, super::lower::WG_BARRIER);
@@ -524,14 +511,7 @@ impl Emit<'_> {
             self,
             "kt::fence_proxy_async(); // generic-proxy writes before the async-proxy (TMA) read",
         );
-        l(
-            self,
-            if per_warp {
-                "__syncwarp();"
-            } else {
-                super::lower::WG_BARRIER
-            },
-        );
+        l(self, super::lower::WG_BARRIER);
         if piped {
             self.line(format!(
                 "if (threadIdx.x % 128 == 0) {{ {issue} kt::tma_store_commit(); }}"
@@ -539,14 +519,7 @@ impl Emit<'_> {
             self.depth -= 1;
             l(self, "}");
         } else {
-            l(
-                self,
-                if per_warp {
-                    "if (l == 0) {"
-                } else {
-                    "if (threadIdx.x % 128 == 0) {"
-                },
-            );
+            l(self, "if (threadIdx.x % 128 == 0) {");
             self.line(format!("    {first_col}"));
             self.line(format!("    for (u32 j = 0; j < {boxes}u; ++j)"));
             self.line(format!("        {issue}"));
