@@ -13,8 +13,9 @@ CUDA tensors run ``attn_bwd``'s Hopper launches on the current torch stream, in 
 
 ``"auto"`` (the default) is ``"atomic"`` at head dim 128, where it measured 1.05-1.07x the two
 launches on the H100 (bench/results/h100-2026-11-26-dqorder), and ``"two"`` at head dim 64, where its
-1.01-1.04x in one run is within the run-to-run spread and the deterministic launches are kept. The form is the ``form=`` argument, else the environment variable ``KITTENS_ATTN_BWD``
-(read once), else ``"auto"``; ``form="two"`` is the deterministic choice.
+1.01-1.04x in one run is within the run-to-run spread and the deterministic launches are kept. The
+form is the ``form=`` argument, else the environment variable ``KITTENS_ATTN_BWD`` (read once), else
+``"auto"``; ``form="two"`` is the deterministic choice.
 ``KITTENS_ATTN_BWD_TURNS`` (``none``, ``scores``, ``both``; read when a configuration is first
 lowered) overrides which products of the key blocks the two consumer warpgroups take in turns on the
 tensor cores (default ``scores``): a measurement knob for bench/run_bwd_ab_h100.sh, any other value

@@ -664,9 +664,14 @@ mod tests {
             let xor = base + (i / 4) * box_bytes + h * 1024 + (((2 * (i % 4)) ^ sw) << 4);
             assert_eq!(swizzle128(plain), xor, "w {w} l {l} i {i} h {h}");
         });
-        let mut groups: Vec<u32> = (0..16u32).map(|i| i ^ 2).collect();
-        groups.sort_unstable();
-        assert_eq!(groups, (0..16).collect::<Vec<_>>());
+        // Every lane stores each of its 16 column groups once, each in the box of its step.
+        for l in 0..32u32 {
+            let odd = (l / 4) & 1;
+            let mut groups: Vec<u32> = (0..16u32).map(|i| i ^ (2 * odd)).collect();
+            assert!((0..16u32).all(|i| (i ^ (2 * odd)) / 4 == i / 4), "lane {l}");
+            groups.sort_unstable();
+            assert_eq!(groups, (0..16).collect::<Vec<_>>(), "lane {l}");
+        }
     }
 
     /// No shared-memory bank is hit twice by one slab store instruction: a 4-byte store (bf16 pairs)
