@@ -340,9 +340,10 @@ const ATTN_BWD: KernelEntry = KernelEntry {
         TargetPlan {
             target: Target::Sm90a,
             schedule: "producer/consumer, key blocks (dK, dV); the query blocks (dQ, D) are the \
-                       variant `dq`",
+                       variant `dq`; the variant `atomic` adds dQ from the key blocks \
+                       (FlashAttention-3's form, the Python default at head dim 128)",
             status: Status::Measured {
-                evidence: "bench/results/h100-2026-11-23-attnbwd",
+                evidence: "bench/results/h100-2026-11-26-dqorder",
             },
         },
         TargetPlan {
