@@ -317,6 +317,43 @@ fn turn_and_warpgroup_barriers_use_disjoint_ids() {
     assert!(!src.contains("named_barrier(1 + threadIdx.x"), "{src}");
 }
 
+/// The atomic-dQ key blocks at head dim 128 issue dQ's product between dV and dK (FlashAttention-3's
+/// order) and wait for it with one group still in flight (dK), so that dK runs on the tensor cores
+/// while dQ's share is staged and reduced; waiting for both (`wait_group 0`) measured 4-8% slower on
+/// the H100 (bench/results/h100-2026-11-26-dqorder).
+#[test]
+fn atomic_dq_waits_with_dk_still_in_flight() {
+    use kittens_kernels::attn_bwd::{build as build_bwd, BwdConfig, BwdSchedule};
+    let gpu = kittens_hw::gpu("h100").expect("catalogued");
+    let cfg = BwdConfig {
+        schedule: BwdSchedule::HopperAtomicKv,
+        ..BwdConfig::for_gpu(gpu)
+    };
+    let l = lower(&build_bwd(&cfg).unwrap()).unwrap_or_else(|e| panic!("{e}"));
+    let src = &l.source;
+    let body = &src[src
+        .find("for (int v1_t = 0;")
+        .expect("the consumers' step loop")..];
+    let at = |what: &str| body.find(what).unwrap_or_else(|| panic!("{what}"));
+    let (dv, dq, dk) = (
+        at("wgmma_m64n128k16_bf16_rs_tb_split(r_dv0"),
+        at("wgmma_m64n64k16_bf16_ss_ta_tb(r_dq_p"),
+        at("wgmma_m64n128k16_bf16_rs_tb_split(r_dk0"),
+    );
+    let slab = at("// atomic_add dq_p -> dq_acc");
+    assert!(
+        dv < dq && dq < dk && dk < slab,
+        "dV {dv}, dQ {dq}, dK {dk}, slab {slab}"
+    );
+    // The last wait before the slab's stores leaves dK's group running.
+    let wait = body[dk..slab].rfind("kt::wgmma_wait<").expect("dQ's wait") + dk;
+    assert!(
+        body[wait..].starts_with("kt::wgmma_wait<1>"),
+        "{}",
+        &body[dk..slab]
+    );
+}
+
 /// Clusters (`Grid::cluster`): each block of a cluster must issue the fills its partners wait for,
 /// so a producer whose loop bound reads the row tile is refused, and so is a paired grid; the fill
 /// still expects a whole stage (the partner's share of B lands in this block too).
