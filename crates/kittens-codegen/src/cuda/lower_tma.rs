@@ -602,6 +602,26 @@ pub(super) fn column_atoms(t: &kittens_tile::SharedTile) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+    /// The slab address each store path emits for wave `w`, lane `l`, step `i` and row half `h`
+    /// (`through_slab`'s `base + off`), written once for the address and bank tests below.
+    /// bf16, 64-column boxes in the 128-byte swizzle:
+    fn bf16_addr(w: u32, l: u32, i: u32, h: u32) -> u32 {
+        let (sw, base) = (l / 4, (w * 16 + l / 4) * 128 + (l % 4) * 4);
+        base + (i / 8) * super::WG_ROWS * 128 + h * 1024 + (((i % 8) ^ sw) << 4)
+    }
+    /// bf16, the box-by-box store's 32-column boxes in the 64-byte swizzle:
+    fn narrow_addr(w: u32, l: u32, i: u32, h: u32) -> u32 {
+        let (sw, base) = (l / 8, (w * 16 + l / 4) * 64 + (l % 4) * 4);
+        base + (i / 4) * super::WG_ROWS * 64 + h * 512 + (((i % 4) ^ sw) << 4)
+    }
+    /// f32 pairs, 32-column boxes in the 128-byte swizzle, odd rows storing group `i ^ 2` at step `i`:
+    fn f32_addr(w: u32, l: u32, i: u32, h: u32) -> u32 {
+        let odd = (l / 4) & 1;
+        let sw = (l / 4) ^ ((l % 4) / 2) ^ (odd << 2);
+        let base = (w * 16 + l / 4) * 128 + (l % 2) * 8;
+        base + (i / 4) * super::WG_ROWS * 128 + h * 1024 + (((2 * (i % 4)) ^ sw) << 4)
+    }
+
     /// Calls `check(w, l, i, h, row, col)` for every wave `w` of a warpgroup, lane `l`, fragment
     /// column block `i` (of `blocks`) and row half `h`, with the D fragment's element that thread
     /// holds there: row `16w + l/4 + 8h`, column `8i + 2(l%4)`.
@@ -624,10 +644,12 @@ mod tests {
         let box_bytes = super::WG_ROWS * 128;
         let swizzle128 = |off: u32| off ^ (((off >> 7) & 7) << 4);
         each_fragment(32, |w, l, i, h, row, col| {
-            let (sw, base) = (l / 4, (w * 16 + l / 4) * 128 + (l % 4) * 4);
             let plain = (col / 64) * box_bytes + row * 128 + (col % 64) * 2;
-            let xor = base + (i / 8) * box_bytes + h * 1024 + (((i % 8) ^ sw) << 4);
-            assert_eq!(swizzle128(plain), xor, "w {w} l {l} i {i} h {h}");
+            assert_eq!(
+                swizzle128(plain),
+                bf16_addr(w, l, i, h),
+                "w {w} l {l} i {i} h {h}"
+            );
         });
     }
 
@@ -639,10 +661,12 @@ mod tests {
         let box_bytes = super::WG_ROWS * 64;
         let swizzle64 = |off: u32| off ^ (((off >> 7) & 3) << 4);
         each_fragment(32, |w, l, i, h, row, col| {
-            let (sw, base) = (l / 8, (w * 16 + l / 4) * 64 + (l % 4) * 4);
             let plain = (col / 32) * box_bytes + row * 64 + (col % 32) * 2;
-            let xor = base + (i / 4) * box_bytes + h * 512 + (((i % 4) ^ sw) << 4);
-            assert_eq!(swizzle64(plain), xor, "w {w} l {l} i {i} h {h}");
+            assert_eq!(
+                swizzle64(plain),
+                narrow_addr(w, l, i, h),
+                "w {w} l {l} i {i} h {h}"
+            );
         });
     }
 
@@ -658,11 +682,12 @@ mod tests {
             let odd = (l / 4) & 1;
             let g = i ^ (2 * odd);
             let col = g * 8 + (l % 4) * 2;
-            let sw = (l / 4) ^ ((l % 4) / 2) ^ (odd << 2);
-            let base = (w * 16 + l / 4) * 128 + (l % 2) * 8;
             let plain = (col / 32) * box_bytes + row * 128 + (col % 32) * 4;
-            let xor = base + (i / 4) * box_bytes + h * 1024 + (((2 * (i % 4)) ^ sw) << 4);
-            assert_eq!(swizzle128(plain), xor, "w {w} l {l} i {i} h {h}");
+            assert_eq!(
+                swizzle128(plain),
+                f32_addr(w, l, i, h),
+                "w {w} l {l} i {i} h {h}"
+            );
         });
         // Every lane stores each of its 16 column groups once, each in the box of its step.
         for l in 0..32u32 {
@@ -674,7 +699,8 @@ mod tests {
         }
     }
 
-    /// No shared-memory bank is hit twice by one slab store instruction: a 4-byte store (bf16 pairs)
+    /// No shared-memory bank is hit twice by one slab store instruction: a 4-byte store (bf16 pairs,
+    /// either box width)
     /// is one wavefront of 32 lanes, an 8-byte store (f32 pairs) two of 16 lanes (half-warps), and
     /// within a wavefront the lanes' 4-byte words fall in distinct banks (address / 4 mod 32).
     /// Stored in plain group order the f32 slab failed this (ncu saw the 2-way conflicts too).
@@ -689,25 +715,23 @@ mod tests {
         for w in 0..4u32 {
             for i in 0..8u32 {
                 for h in 0..2u32 {
-                    // bf16: 64-column boxes, the emitted `base + off` of the 128-byte swizzle.
-                    let bf16: Vec<u32> = (0..32u32)
-                        .map(|l| {
-                            (w * 16 + l / 4) * 128 + (l % 4) * 4 + h * 1024 + ((i ^ (l / 4)) << 4)
-                        })
-                        .collect();
-                    assert!(distinct(&bf16), "bf16 w {w} i {i} h {h}");
-                    // f32: the two words of each lane's pair, per half-warp, as emitted.
+                    // bf16 (both box widths): one 4-byte word per lane, one wavefront.
+                    for (name, addr) in [
+                        ("bf16", bf16_addr as fn(u32, u32, u32, u32) -> u32),
+                        ("narrow", narrow_addr),
+                    ] {
+                        let words: Vec<u32> = (0..32u32).map(|l| addr(w, l, i, h)).collect();
+                        assert!(distinct(&words), "{name} w {w} i {i} h {h}");
+                    }
+                    // f32: the two words of each lane's pair, per half-warp.
                     for half in 0..2u32 {
-                        let f32: Vec<u32> = (16 * half..16 * half + 16)
+                        let words: Vec<u32> = (16 * half..16 * half + 16)
                             .flat_map(|l| {
-                                let odd = (l / 4) & 1;
-                                let sw = (l / 4) ^ ((l % 4) / 2) ^ (odd << 2);
-                                let base = (w * 16 + l / 4) * 128 + (l % 2) * 8;
-                                let a = base + h * 1024 + (((2 * (i % 4)) ^ sw) << 4);
+                                let a = f32_addr(w, l, i, h);
                                 [a, a + 4]
                             })
                             .collect();
-                        assert!(distinct(&f32), "f32 w {w} i {i} h {h} half {half}");
+                        assert!(distinct(&words), "f32 w {w} i {i} h {h} half {half}");
                     }
                 }
             }
