@@ -73,10 +73,13 @@ def _spin_up(torch, fns, copies: int) -> None:
         torch.cuda.synchronize()
 
 
-def time_pair(torch, ours: Callable[[int], None], theirs: Callable[[int], None], copies: int,
-              warmup: int, iters: int, timing: str):
-    """Median milliseconds per launch of `ours(i)` and `theirs(i)` (i = input copy), from events around
-    every launch on the current stream."""
+def time_many(torch, fns: Dict[str, Callable[[int], object]], copies: int, warmup: int, iters: int,
+              timing: str = "interleaved") -> Dict[str, float]:
+    """Median milliseconds per call of each ``fns[name](i)`` (i = input copy), from CUDA events around
+    every call on the current stream, each after a GPU sleep (``HEAD_START_CYCLES``: the events time the
+    GPU's work, not the host's call). ``interleaved``: one call of each in turn per iteration, so that
+    all see the same clocks (a GPU at its power limit lowers them as it heats: whoever ran last in a
+    blocked run ran slowest); ``blocked``: all calls of one, then the next."""
     stream = torch.cuda.current_stream()
 
     def one(fn, i, acc):
@@ -87,23 +90,31 @@ def time_pair(torch, ours: Callable[[int], None], theirs: Callable[[int], None],
         e.record(stream)
         acc.append((s, e))
 
-    times: Dict[str, list] = {"ours": [], "theirs": []}
-    _spin_up(torch, (ours, theirs), copies)
+    times: Dict[str, list] = {k: [] for k in fns}
     if timing == "interleaved":
+        _spin_up(torch, tuple(fns.values()), copies)
         for i in range(warmup):
-            ours(i % copies)
-            theirs(i % copies)
+            for fn in fns.values():
+                fn(i % copies)
         for i in range(iters):
-            one(ours, i, times["ours"])
-            one(theirs, i, times["theirs"])
+            for name, fn in fns.items():
+                one(fn, i, times[name])
     else:
-        for name, fn in (("ours", ours), ("theirs", theirs)):
+        for name, fn in fns.items():
+            _spin_up(torch, (fn,), copies)
             for i in range(warmup):
                 fn(i % copies)
             for i in range(iters):
                 one(fn, i, times[name])
     torch.cuda.synchronize()
-    return tuple(_median([s.elapsed_time(e) for s, e in times[k]]) for k in ("ours", "theirs"))
+    return {k: _median([s.elapsed_time(e) for s, e in v]) for k, v in times.items()}
+
+
+def time_pair(torch, ours: Callable[[int], None], theirs: Callable[[int], None], copies: int,
+              warmup: int, iters: int, timing: str):
+    """:func:`time_many` of two: ``(ours, theirs)`` milliseconds."""
+    t = time_many(torch, {"ours": ours, "theirs": theirs}, copies, warmup, iters, timing)
+    return t["ours"], t["theirs"]
 
 
 def _rel(x, ref) -> float:
@@ -253,20 +264,8 @@ def _with_backend(torch, name, fn):
 
 
 def time_one(torch, fn, copies, warmup, iters) -> float:
-    _spin_up(torch, (fn,), copies)
-    for i in range(warmup):
-        fn(i % copies)
-    ev = []
-    stream = torch.cuda.current_stream()
-    for i in range(iters):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(HEAD_START_CYCLES)
-        s.record(stream)
-        fn(i % copies)
-        e.record(stream)
-        ev.append((s, e))
-    torch.cuda.synchronize()
-    return _median([s.elapsed_time(e) for s, e in ev])
+    """:func:`time_many` of one."""
+    return time_many(torch, {"one": fn}, copies, warmup, iters)["one"]
 
 
 def _fmt(x, spec):
@@ -425,7 +424,8 @@ def main_backward(torch, kittens, args) -> int:
         "rows": rows,
     })
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    print(f"{props.name}, torch {torch.__version__}, commit {report['commit']}, {report['date']}, median of {args.iters}")
+    print(f"{props.name}, torch {torch.__version__}, commit {report['commit']}, {report['date']}, "
+          f"timing {args.timing}, median of {args.iters}")
     bench_bwd.print_table(rows)
     print(json.dumps(report["summary"]))
     if args.json:

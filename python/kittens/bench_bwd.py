@@ -1,7 +1,8 @@
 """``python -m kittens.bench attn --backward``: the attention backward, kittens against
 ``F.scaled_dot_product_attention``'s cuDNN and FlashAttention-2 (``flash``) backends on the same tensors.
 
-Per shape: the three backward passes timed with CUDA events (median; the backends' backward is
+Per shape: the three backward passes timed with CUDA events (median; ``--timing interleaved``, the
+default, runs one of each in turn per iteration so that all see the same clocks; the backends' backward is
 ``torch.autograd.grad`` of their own forward's output, the forward outside the timing; ours is
 ``kittens._attention_backward`` in each form ``--bwd-form`` names: ``auto`` (the library's default,
 resolved per head dim), ``two`` launches, FlashAttention-3's ``atomic`` three, or ``both`` in the same
@@ -23,7 +24,7 @@ import math
 from typing import List
 
 from ._backward import _form
-from .bench import FLOOR, _rel, _with_backend, time_one
+from .bench import FLOOR, _rel, _with_backend, time_many
 
 
 def _grads(torch, q, k, v, do, causal, dtype):
@@ -70,34 +71,6 @@ def bench_attn_backward(torch, kittens, args) -> List[dict]:
                     row[f"{f}_{name}_err"], row[f"{name}_err_torch"] = e_o, e_t
                     row[f"{f}_{name}_passed"] = bool(torch.isfinite(x).all().item()) and e_o <= 2 * e_t + FLOOR
                 row[f"{f}_passed"] = all(row[f"{f}_{g}_passed"] for g in ("dq", "dk", "dv"))
-            for backend in ("cudnn", "flash"):
-                qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
-                fwd = _with_backend(torch, backend, lambda i: F.scaled_dot_product_attention(
-                    qq, kk, vv, is_causal=causal, **gqa))
-                try:
-                    o_t = fwd(0)
-                    theirs = lambda i: torch.autograd.grad(o_t, (qq, kk, vv), do, retain_graph=True)  # noqa: E731
-                    g_t = theirs(0)
-                except RuntimeError as e:
-                    row[f"{backend}_error"] = str(e).split("\n")[0]
-                    continue
-                t = time_one(torch, theirs, 1, args.warmup, args.iters)
-                row.update({f"{backend}_ms": t, f"{backend}_tflops": flop / t / 1e9})
-                # Forward + backward: the backend's forward, then the gradients through its own backward.
-                fb = lambda i, fwd=fwd: torch.autograd.grad(fwd(i), (qq, kk, vv), do)  # noqa: E731
-                t = time_one(torch, fb, 1, args.warmup, args.iters)
-                row.update({f"fwd_bwd_{backend}_ms": t, f"fwd_bwd_{backend}_tflops": 1.4 * flop / t / 1e9})
-                if backend == "cudnn":
-                    for f in forms:
-                        row[f"{f}_rel_diff_vs_cudnn"] = [_rel(x, y.double()) for x, y in zip(mine[f], g_t)]
-                del o_t, qq, kk, vv
-            for f in forms:
-                t = time_one(torch, ours[f], 1, args.warmup, args.iters)
-                row.update({f"{f}_ms": t, f"{f}_tflops": flop / t / 1e9})
-                for backend in ("cudnn", "flash"):
-                    if row.get(f"{backend}_ms"):
-                        row[f"{f}_ratio_{backend}"] = row[f"{backend}_ms"] / t
-            row["passed"] = all(row[f"{f}_passed"] for f in forms)
 
             # Forward + backward: ours from scratch each time; the backends' forward and backward.
             def ours_fb(i, f):
@@ -105,12 +78,41 @@ def bench_attn_backward(torch, kittens, args) -> List[dict]:
                     o, l = kittens.attention(q, k, v, causal=causal, return_lse=True)
                 return kittens._attention_backward(q, k, v, o, do, l, causal, form=f)
 
+            bwd = dict(ours)
+            fwd_bwd = {f: (lambda i, f=f: ours_fb(i, f)) for f in forms}
+            for backend in ("cudnn", "flash"):
+                qq, kk, vv = (t.detach().clone().requires_grad_() for t in (q, k, v))
+                fwd = _with_backend(torch, backend, lambda i, qq=qq, kk=kk, vv=vv: F.scaled_dot_product_attention(
+                    qq, kk, vv, is_causal=causal, **gqa))
+                try:
+                    o_t = fwd(0)
+                    theirs = lambda i, o_t=o_t, g=(qq, kk, vv): torch.autograd.grad(o_t, g, do, retain_graph=True)  # noqa: E731
+                    g_t = theirs(0)
+                except RuntimeError as e:
+                    row[f"{backend}_error"] = str(e).split("\n")[0]
+                    continue
+                bwd[backend] = theirs
+                # Forward + backward: the backend's forward, then the gradients through its own backward.
+                fwd_bwd[backend] = lambda i, fwd=fwd, g=(qq, kk, vv): torch.autograd.grad(fwd(i), g, do)  # noqa: E731
+                if backend == "cudnn":
+                    for f in forms:
+                        row[f"{f}_rel_diff_vs_cudnn"] = [_rel(x, y.double()) for x, y in zip(mine[f], g_t)]
+                del g_t
+            timing = getattr(args, "timing", "interleaved")
+            t_bwd = time_many(torch, bwd, 1, args.warmup, args.iters, timing)
+            t_fb = time_many(torch, fwd_bwd, 1, args.warmup, args.iters, timing)
+            del bwd, fwd_bwd
+            for name, t in t_bwd.items():
+                row.update({f"{name}_ms": t, f"{name}_tflops": flop / t / 1e9})
+            for name, t in t_fb.items():
+                row.update({f"fwd_bwd_{name}_ms": t, f"fwd_bwd_{name}_tflops": 1.4 * flop / t / 1e9})
             for f in forms:
-                t = time_one(torch, lambda i, f=f: ours_fb(i, f), 1, args.warmup, args.iters)
-                row.update({f"fwd_bwd_{f}_ms": t, f"fwd_bwd_{f}_tflops": 1.4 * flop / t / 1e9})
                 for backend in ("cudnn", "flash"):
+                    if row.get(f"{backend}_ms"):
+                        row[f"{f}_ratio_{backend}"] = row[f"{backend}_ms"] / row[f"{f}_ms"]
                     if row.get(f"fwd_bwd_{backend}_ms"):
-                        row[f"fwd_bwd_{f}_ratio_{backend}"] = row[f"fwd_bwd_{backend}_ms"] / t
+                        row[f"fwd_bwd_{f}_ratio_{backend}"] = row[f"fwd_bwd_{backend}_ms"] / row[f"fwd_bwd_{f}_ms"]
+            row["passed"] = all(row[f"{f}_passed"] for f in forms)
             first = forms[0]
             row["form"] = first
             row.update({"ours_ms": row.get(f"{first}_ms"), "ours_tflops": row.get(f"{first}_tflops"),

@@ -20,31 +20,9 @@ from __future__ import annotations
 import math
 from typing import Callable, Dict, List
 
-from .bench import HEAD_START_CYCLES, L2_MULTIPLE, _l2_bytes, _median, _spin_up
+from .bench import L2_MULTIPLE, _l2_bytes, time_many
 
 FLOOR = 1e-5
-
-
-def time_many(torch, fns: Dict[str, Callable[[int], object]], copies: int, warmup: int, iters: int):
-    """Median milliseconds per launch of each `fns[name](i)`, interleaved launch by launch (the same
-    clocks for all), events around every launch after a GPU sleep (the events time the kernel, not the
-    host's call)."""
-    stream = torch.cuda.current_stream()
-    _spin_up(torch, tuple(fns.values()), copies)
-    for i in range(warmup):
-        for fn in fns.values():
-            fn(i % copies)
-    ev: Dict[str, list] = {k: [] for k in fns}
-    for i in range(iters):
-        for name, fn in fns.items():
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda._sleep(HEAD_START_CYCLES)
-            s.record(stream)
-            fn(i % copies)
-            e.record(stream)
-            ev[name].append((s, e))
-    torch.cuda.synchronize()
-    return {k: _median([s.elapsed_time(e) for s, e in v]) for k, v in ev.items()}
 
 
 def copy_bandwidth(torch, iters: int = 30) -> float:
