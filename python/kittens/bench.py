@@ -77,9 +77,11 @@ def time_many(torch, fns: Dict[str, Callable[[int], object]], copies: int, warmu
               timing: str = "interleaved") -> Dict[str, float]:
     """Median milliseconds per call of each ``fns[name](i)`` (i = input copy), from CUDA events around
     every call on the current stream, each after a GPU sleep (``HEAD_START_CYCLES``: the events time the
-    GPU's work, not the host's call). ``interleaved``: one call of each in turn per iteration, so that
-    all see the same clocks (a GPU at its power limit lowers them as it heats: whoever ran last in a
-    blocked run ran slowest); ``blocked``: all calls of one, then the next."""
+    GPU's work, not the host's call). ``interleaved``: one call of each in turn per iteration, the turn
+    starting one further each iteration, so that all see the same clocks (an H100 at its power cap sets
+    them by what ran in the last milliseconds: in blocked runs of the attention backward the library
+    timed first gained about 5% on the one timed last, bench/NOTES.md); ``blocked``: all calls of one,
+    then the next."""
     stream = torch.cuda.current_stream()
 
     def one(fn, i, acc):
@@ -96,8 +98,10 @@ def time_many(torch, fns: Dict[str, Callable[[int], object]], copies: int, warmu
         for i in range(warmup):
             for fn in fns.values():
                 fn(i % copies)
+        order = list(fns.items())
         for i in range(iters):
-            for name, fn in fns.items():
+            # Each in every position of the turn by iteration: none always follows the same one.
+            for name, fn in order[i % len(order):] + order[:i % len(order)]:
                 one(fn, i, times[name])
     else:
         for name, fn in fns.items():

@@ -1,0 +1,10 @@
+# Call 2: the backward's kernels one by one (torch.profiler), ours in both forms against SDPA's cuDNN
+# and FlashAttention-2 backends, B16 H16 D128 N 2048 and 8192, causal and not;
+# call 2 also both memory orders and the time between events around each backward (the bench's).
+set -uo pipefail
+R=$(mktemp -d)
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$R/gpu.txt"
+. bench/gpu_python_env.sh
+timeout 400 python3 bench/attn_bwd_kernel_times.py --seqs 2048,8192 --reps 7 --json "$R/times.json" > "$R/times.txt" 2>&1; echo "rc $?"
+grep -E "^B|us of kernels|kvdq|attn_bwd_sm90|dq_sm90|causal_sm90|flash_bprop" "$R/times.txt" | cut -c1-110
+tar -C "$R" -czf "$OUT/results.tgz" .
