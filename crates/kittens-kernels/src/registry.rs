@@ -343,7 +343,7 @@ const ATTN_BWD: KernelEntry = KernelEntry {
                        variant `dq`; the variant `atomic` adds dQ from the key blocks \
                        (FlashAttention-3's form, the Python default at head dim 128)",
             status: Status::Measured {
-                evidence: "bench/results/h100-2026-11-26-dqorder",
+                evidence: "bench/results/h100-2026-11-26-bwdtimes",
             },
         },
         TargetPlan {

@@ -27,3 +27,26 @@ fn gemm_listing_shows_the_schedule() {
     );
     assert!(text.contains("mma_abt c00 <- a_r, b_r0, c00"));
 }
+
+/// Every measured status points at a results folder of this repository with its README, so that
+/// `kittens list` never cites evidence that is not there.
+#[test]
+fn measured_evidence_is_in_the_repository() {
+    use kittens_kernels::registry::{Status, ALL};
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut cited = 0;
+    for entry in &ALL {
+        for plan in entry.targets {
+            if let Status::Measured { evidence } = plan.status {
+                let readme = root.join(evidence).join("README.md");
+                assert!(
+                    readme.is_file(),
+                    "{}: {evidence} has no README.md",
+                    entry.name
+                );
+                cited += 1;
+            }
+        }
+    }
+    assert!(cited >= 4, "only {cited} measured targets");
+}
