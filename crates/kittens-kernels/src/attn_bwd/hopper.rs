@@ -240,48 +240,6 @@ fn view(
     )
 }
 
-/// The atomic form's dQ at head dimension 128: warpgroup `g` multiplies the block's whole dSᵀ (both
-/// warpgroups' 64 keys, one `ds_s` slot) by its 64 columns of K and adds the 64 × 64 product for
-/// its columns — one reduction per dQ element.
-///
-/// The two consumer warpgroups run staggered. Waiting for both halves of dSᵀ at the same point of
-/// every step held them in lock-step, their softmax phases together and the tensor cores idle
-/// meanwhile (the Sᵀ turn took 10% of the stall samples; without the barrier, racy, the
-/// backward ran 6-8% faster, bench/NOTES.md). So the leading warpgroup (0) adds step t−1's dQ at
-/// step t, issued beside its scores, and the lagging one (1) step t's after storing its dSᵀ: the
-/// consumers barrier before each product then meets the leader before its softmax and the lagger
-/// after its own, about half a step apart. Two `ds_s` slots suffice: both warpgroups' reads of a
-/// slot end before the next consumers barrier, and its next writes come after that one.
-struct DqShare {
-    ds_s: kittens_ir::SharedId,
-    dq_p: RegId,
-    dq_g: GlobalId,
-    b: Expr,
-    /// The consumer warpgroup (0 leads) and the wave's 16 queries in the step's 64.
-    g: Expr,
-    wq: Expr,
-}
-
-impl DqShare {
-    /// `dq_p = dS·K` of the step whose dSᵀ is in `slot`, with this warpgroup's columns `kt` of K.
-    fn mma(&self, k: &mut KernelBuilder, kt: kittens_ir::SharedId, slot: Expr) {
-        let ds_v = k.smem(self.ds_s, slot).sub(BLOCK, 16, 0, &self.wq);
-        let (a, bt) = (MmaOperand::Shared(ds_v), MmaOperand::Shared(k.smem(kt, 0)));
-        k.mma(MmaForm::Atb, self.dq_p, a, bt, None);
-    }
-
-    /// `dq_p` added into the 64 queries of head `h` from `q0`, this warpgroup's 64 columns.
-    fn add(&self, k: &mut KernelBuilder, (h, q0): (Expr, Expr)) {
-        let origin = vec![
-            self.b.clone(),
-            h,
-            &q0 + &self.wq * 16,
-            &self.g * i64::from(COLS),
-        ];
-        k.atomic_add(k.gview(self.dq_g, origin, 2, 3, 16, COLS), self.dq_p);
-    }
-}
-
 /// The key blocks: `dk, dv` (bf16, written) after the inputs. Grid `[batch, heads_kv, key blocks]`.
 ///
 /// With `atomic_dq` (FlashAttention-3's backward, [`super::hopper_atomic`]) they also write dQ: one
@@ -341,21 +299,10 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     };
     let (b, hk) = (k.block(0), k.block(1));
     let group = &io.heads / io.heads_kv.clone();
-    // Head dimension 128: dQ's product reads both warpgroups' dSᵀ; the warpgroups run staggered
-    // ([`DqShare`]). Slots of dSᵀ: a step's writes must not meet the reads of a step before. With
-    // the Sᵀ turns a warpgroup stores step t+1's dSᵀ only after the other issued its Sᵀ of t+1,
-    // so after it read step t−1's: two slots. Without turns only the consumers barriers order
-    // them: three.
-    let staggered = atomic_dq && d / COLS == 2;
-    let ds_slots: u32 = if staggered && cfg.turns == BwdTurns::None {
-        3
-    } else {
-        2
-    };
     // The atomic form also holds dSᵀ (BLOCK × STEP bf16) and, on Hopper, each consumer
     // warpgroup's staging of its dQ share for the TMA reduction (64 × COLS f32).
     let extra = if atomic_dq {
-        ds_slots * BLOCK * STEP * 2 + 2 * 64 * COLS * 4
+        2 * BLOCK * STEP * 2 + 2 * 64 * COLS * 4
     } else {
         0
     };
@@ -380,7 +327,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     // dSᵀ of the block (keys × queries) for the dQ product, and that product's 16 × 64 share.
     let dq_parts = atomic_dq.then(|| {
         let tile = SharedTile::with_swizzle(Bf16, BLOCK, STEP, Swizzle::NV_128B);
-        let ds_s = k.shared_tile("ds_s", tile, ds_slots);
+        let ds_s = k.shared_tile("ds_s", tile, 2);
         let dq_p = k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
         (ds_s, dq_p)
     });
@@ -445,18 +392,6 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 k.zero(r);
             }
             stat(k, io.lse, s, &Expr::c(0));
-            let lead = (&cw / 4).eq(0);
-            let dq = match (dq_parts, dq_acc) {
-                (Some((ds_s, dq_p)), Some(dq_g)) if staggered => Some(DqShare {
-                    ds_s,
-                    dq_p,
-                    dq_g,
-                    b: b.clone(),
-                    g: &cw / 4,
-                    wq: &cw % 4,
-                }),
-                _ => None,
-            };
             k.for_range("t", 0, &total, |k, t| {
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
@@ -475,30 +410,41 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                         }
                     });
                 }
-                // The masks, P and dS of step t (registers only): `p` and `ds` hold them in bf16.
-                let softmax = |k: &mut KernelBuilder| {
-                    let (inf, q_end) = (f32::NEG_INFINITY, &q0 + step);
-                    k.if_(io.seq_q.lt(&q_end), |k| {
-                        k.mask(s, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &q0, inf)
+                let (inf, q_end) = (f32::NEG_INFINITY, &q0 + step);
+                k.if_(io.seq_q.lt(&q_end), |k| {
+                    k.mask(s, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &q0, inf)
+                });
+                if atomic_dq {
+                    // Keys past the end would add `dS·0` to dQ: zero only while dS is finite.
+                    k.if_(io.seq_kv.lt(&(&block0 + i64::from(BLOCK))), |k| {
+                        k.mask(s, MaskRule::RowsBelow(io.seq_kv.clone()), &k0, &q0, inf)
                     });
-                    if atomic_dq {
-                        // Keys past the end would add `dS·0` to dQ: zero only while dS is finite.
-                        k.if_(io.seq_kv.lt(&(&block0 + i64::from(BLOCK))), |k| {
-                            k.mask(s, MaskRule::RowsBelow(io.seq_kv.clone()), &k0, &q0, inf)
-                        });
-                    }
-                    if let Some(off) = &offset {
-                        // Only where the step reaches below the diagonal of the block's last key.
-                        let last_key = &block0 + i64::from(BLOCK - 1);
-                        k.if_((&q0 + off.clone()).lt(&last_key), |k| {
-                            let offset = off.clone();
-                            k.mask(s, MaskRule::CausalT { offset }, &k0, &q0, inf)
-                        });
-                    }
-                    probs_and_ds(k, c, s, dp);
-                    k.copy(p, s);
-                    k.copy(ds, dp);
-                };
+                }
+                if let Some(off) = &offset {
+                    // Only where the step reaches below the diagonal of the block's last key.
+                    let last_key = &block0 + i64::from(BLOCK - 1);
+                    k.if_((&q0 + off.clone()).lt(&last_key), |k| {
+                        let offset = off.clone();
+                        k.mask(s, MaskRule::CausalT { offset }, &k0, &q0, inf)
+                    });
+                }
+                probs_and_ds(k, c, s, dp);
+                k.copy(p, s);
+                k.copy(ds, dp);
+                // The next step's log-sum-exp into the free score tile, landing behind dV and dK
+                // (in the atomic form after dQ: live through it, it spilled).
+                if !atomic_dq {
+                    stat(k, io.lse, s, &(&t + 1));
+                }
+                // dQ += dS·K needs this warpgroup's 64 keys of dSᵀ in shared memory (slots
+                // alternating by step, so that a step's writes never meet the last step's reads),
+                // stored before dV and dK so that their products run behind the store and the
+                // barrier below.
+                let ds_slot = &t % 2;
+                if let Some((ds_s, _)) = dq_parts {
+                    k.store_shared(k.smem(ds_s, ds_slot.clone()).sub(16, STEP, &cw, 0), ds);
+                    k.wait_shared(0);
+                }
                 // dV += Pᵀ·dO and dK += dSᵀ·Q (Pᵀ and dSᵀ from registers).
                 let grad = |k: &mut KernelBuilder, accs: &[RegId], a: RegId, streamed: &[_]| {
                     for (&r, &bt) in accs.iter().zip(streamed) {
@@ -506,59 +452,38 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                         k.mma(MmaForm::Ab, r, MmaOperand::Reg(a), bt, Some(r));
                     }
                 };
-                // dV and dK, with `between` issued after dV (dQ's product: FlashAttention-3's
-                // order, so that its wait leaves dK on the tensor cores).
-                let grads = |k: &mut KernelBuilder, between: &dyn Fn(&mut KernelBuilder)| {
-                    turn(k, cfg.turns == BwdTurns::Both, "dV, dK", &|k| {
-                        grad(k, &dv_r, p, do_s);
-                        between(k);
+                let dq_between = atomic_dq && halves == 2;
+                turn(k, cfg.turns == BwdTurns::Both, "dV, dK", &|k| {
+                    grad(k, &dv_r, p, do_s);
+                    if !dq_between {
                         grad(k, &dk_r, ds, q_s);
-                    })
-                };
-                // dQ += dS·K needs this warpgroup's 64 keys of dSᵀ in shared memory (slots
-                // alternating by step, so that a step's writes never meet the last step's reads).
-                let store_ds = |k: &mut KernelBuilder, ds_s| {
-                    let slot = &t % i64::from(ds_slots);
-                    k.store_shared(k.smem(ds_s, slot).sub(16, STEP, &cw, 0), ds);
-                    k.wait_shared(0);
-                };
-                match (dq_parts, dq_acc) {
-                    (Some((ds_s, _)), Some(_)) if staggered => {
-                        // Both warpgroups add step t−1's dQ at step t, after the consumers
-                        // barrier: the leader before its softmax, the lagger after its own.
-                        let dq = dq.as_ref().expect("the staggered form adds dQ");
-                        let prev = (&t + i64::from(ds_slots - 1)) % i64::from(ds_slots);
-                        // (t − 1 as max(t, 1) − 1: the same where it is used, and a step at t = 0.)
-                        let add_prev = |k: &mut KernelBuilder| {
-                            let u = t.max(1) - 1;
-                            k.if_(Expr::c(0).lt(&t), |k| dq.add(k, (head_of(&u), q0_of(&u))))
-                        };
-                        let lag = (&cw / 4).eq(1);
-                        k.if_(lead.clone(), |k| k.barrier_by(Scope::Consumers));
-                        softmax(k);
-                        store_ds(k, ds_s);
-                        grads(k, &|k| {
-                            k.if_(lag.clone(), |k| k.barrier_by(Scope::Consumers));
-                            k.if_else(
-                                lead.clone(),
-                                |k| dq.mma(k, k_s[0], prev.clone()),
-                                |k| dq.mma(k, k_s[1], prev.clone()),
-                            );
-                        });
-                        add_prev(k);
                     }
-                    (Some((ds_s, dq_p)), Some(dq_g)) => {
-                        // Head dimension 64: each warpgroup adds its own 64 keys' share of all
-                        // columns, dSᵀ stored before dV and dK so that their products run behind
-                        // the store and the barrier.
-                        softmax(k);
-                        store_ds(k, ds_s);
-                        grads(k, &|_| {});
+                });
+                if let (Some((ds_s, dq_p)), Some(dq_g)) = (dq_parts, dq_acc) {
+                    // dQ += dS·K with dSᵀ read back as `K × M` (keys × queries) beside K.
+                    let (g, wq) = (&cw / 4, &cw % 4);
+                    let q_w = &q0 + &wq * 16;
+                    if dq_between {
+                        // Head dimension 128: both warpgroups' keys, then warpgroup g adds the
+                        // whole product for its 64 columns — one reduction per dQ element. dQ goes
+                        // between dV and dK (FlashAttention-3's order): its wait leaves dK on the
+                        // tensor cores while the f32 share is staged and reduced.
+                        k.barrier_by(Scope::Consumers);
+                        let dq_mma = |k: &mut KernelBuilder, kt| {
+                            let ds_v = k.smem(ds_s, ds_slot.clone()).sub(BLOCK, 16, 0, &wq);
+                            let (a, bt) =
+                                (MmaOperand::Shared(ds_v), MmaOperand::Shared(k.smem(kt, 0)));
+                            k.mma(MmaForm::Atb, dq_p, a, bt, None);
+                        };
+                        k.if_else(g.eq(0), |k| dq_mma(k, k_s[0]), |k| dq_mma(k, k_s[1]));
+                        grad(k, &dk_r, ds, q_s);
+                        let origin = vec![b.clone(), h.clone(), q_w.clone(), &g * i64::from(COLS)];
+                        k.atomic_add(k.gview(dq_g, origin, 2, 3, 16, COLS), dq_p);
+                    } else {
+                        // Head dimension 64: each warpgroup adds its own 64 keys' share.
                         k.barrier_by(Scope::WarpGroup);
-                        let (g, wq) = (&cw / 4, &cw % 4);
-                        let q_w = &q0 + &wq * 16;
                         for (i, &kt) in k_s.iter().enumerate() {
-                            let ds_v = k.smem(ds_s, &t % i64::from(ds_slots)).sub(64, 16, &g, &wq);
+                            let ds_v = k.smem(ds_s, ds_slot.clone()).sub(64, 16, &g, &wq);
                             let k_v = k.smem(kt, 0).sub(64, COLS, &g, 0);
                             let (a, bt) = (MmaOperand::Shared(ds_v), MmaOperand::Shared(k_v));
                             k.mma(MmaForm::Atb, dq_p, a, bt, None);
@@ -566,35 +491,11 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                             k.atomic_add(view(k, dq_g, &b, &h, q_w.clone(), col, 16), dq_p);
                         }
                     }
-                    _ => {
-                        softmax(k);
-                        // The next step's log-sum-exp into the free score tile, landing behind
-                        // dV and dK.
-                        stat(k, io.lse, s, &(&t + 1));
-                        grads(k, &|_| {});
-                    }
                 }
                 if atomic_dq {
-                    // After dQ: live through it, it spilled.
                     stat(k, io.lse, s, &(&t + 1));
                 }
             });
-            if let Some(dq) = &dq {
-                // The last step's dQ: the group's last head, the head's last step.
-                let last = total.max(1) - 1;
-                let h_last = &hk * group.clone() + (group.clone() - 1);
-                let q_last = (first.clone() + per_head.clone() - 1) * step;
-                k.if_(Expr::c(0).lt(&total), |k| {
-                    k.barrier_by(Scope::Consumers);
-                    let slot = &last % i64::from(ds_slots);
-                    k.if_else(
-                        lead.clone(),
-                        |k| dq.mma(k, k_s[0], slot.clone()),
-                        |k| dq.mma(k, k_s[1], slot.clone()),
-                    );
-                    dq.add(k, (h_last, q_last));
-                });
-            }
             let scale = 1.0 / (d as f32).sqrt();
             for (i, (&dkr, &dvr)) in dk_r.iter().zip(&dv_r).enumerate() {
                 k.mul(dkr, dkr, scale);
