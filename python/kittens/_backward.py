@@ -13,7 +13,8 @@ CUDA tensors run ``attn_bwd``'s Hopper launches on the current torch stream, in 
 
 ``"auto"`` (the default) is ``"atomic"`` at head dim 128, where it measured 1.05-1.07x the two
 launches on the H100 (bench/results/h100-2026-11-26-dqorder), and ``"two"`` at head dim 64, where its
-1.01-1.04x in one run is within the run-to-run spread and the deterministic launches are kept. The
+1.01-1.04x in one run was within the run-to-run spread (timed interleaved later: 0.98-1.01, 0.999 over
+N 1024-8192, bench/results/h100-2026-11-26-bwdtimes) and the deterministic launches are kept. The
 form is the ``form=`` argument, else the environment variable ``KITTENS_ATTN_BWD`` (read once), else
 ``"auto"``; ``form="two"`` is the deterministic choice.
 ``KITTENS_ATTN_BWD_TURNS`` (``none``, ``scores``, ``both``; read when a configuration is first

@@ -9,7 +9,10 @@ PyTorch's own kernels on the same tensors, in one process.
 Timing: CUDA events around every launch, warm-up first, the median of ``--iters`` launches; the inputs
 rotate over enough copies that together they span 4x the L2 (each launch reads operands the previous
 ones evicted); ``--timing interleaved`` (ours, theirs, ours, ...: the same clocks for both, as
-``kittens bench gemm``'s default) or ``blocked`` (all of ours, then all of theirs).
+``kittens bench gemm``'s default; the turn starts one further each iteration) or ``blocked`` (all of
+ours, then all of theirs). An H100 runs these benches at its power cap, and its clock follows what ran
+in the last milliseconds: blocked, the library timed first gains (5% on the attention backward,
+bench/results/h100-2026-11-26-bwdtimes).
 
 Correctness, on the first input copy of every shape: ours against theirs (bit-identical or not), and
 both against a float64 reference (all of C up to 4096^2 outputs, else 256 sampled rows): the
@@ -436,7 +439,8 @@ def main_backward(torch, kittens, args) -> int:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)
     if args.plot:
-        bench_bwd.plot(rows, args.plot, f"attention backward: kittens vs SDPA cuDNN / flash\n{props.name}, {report['date']}")
+        bench_bwd.plot(rows, args.plot, f"attention backward: kittens vs SDPA cuDNN / flash\n{props.name}, "
+                                        f"{report['date']}, timed {args.timing}")
     return 0 if report["summary"]["all_passed"] else 1
 
 
