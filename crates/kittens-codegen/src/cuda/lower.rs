@@ -98,7 +98,7 @@ impl TmaMap {
 /// persistent grid, one block per SM; dynamic shared memory; the tensor maps (the loads' first, then
 /// the stored tensor's when the accumulator store goes through TMA), globals, parameters).
 pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
-    // PROBE: verification off (the probe is racy on purpose).
+    kittens_ir::analysis::verify(k)?;
     if crate::strip::is_strip_program(k) {
         return crate::strip::lower_strip(k, crate::strip::CUDA)
             .map_err(|e| CudaLowerError::Unsupported(e.0));
@@ -153,7 +153,14 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         unknown: false,
         resident: resident_rings(k, roles.producer.1),
         owned: consumer_owned(k, roles.consumer.1),
-        consumers_exchange: true, // PROBE
+        consumers_exchange: k.ops().iter().any(|r| {
+            matches!(
+                r.op,
+                Op::Barrier {
+                    scope: Scope::Consumers
+                }
+            )
+        }),
         group_continues: false,
         group_open: false,
         in_turn: false,

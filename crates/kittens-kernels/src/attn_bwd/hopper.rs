@@ -468,7 +468,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                         // whole product for its 64 columns — one reduction per dQ element. dQ goes
                         // between dV and dK (FlashAttention-3's order): its wait leaves dK on the
                         // tensor cores while the f32 share is staged and reduced.
-                        // PROBE (racy, timing bound only): no consumers barrier before dQ.
+                        k.barrier_by(Scope::Consumers);
                         let dq_mma = |k: &mut KernelBuilder, kt| {
                             let ds_v = k.smem(ds_s, ds_slot.clone()).sub(BLOCK, 16, 0, &wq);
                             let (a, bt) =
