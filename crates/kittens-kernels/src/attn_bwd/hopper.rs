@@ -302,7 +302,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     // The atomic form also holds dSᵀ (BLOCK × STEP bf16) and, on Hopper, each consumer
     // warpgroup's staging of its dQ share for the TMA reduction (64 × COLS f32).
     let extra = if atomic_dq {
-        3 * BLOCK * STEP * 2 + 2 * 64 * COLS * 4
+        2 * BLOCK * STEP * 2 + 2 * 64 * COLS * 4
     } else {
         0
     };
@@ -327,7 +327,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     // dSᵀ of the block (keys × queries) for the dQ product, and that product's 16 × 64 share.
     let dq_parts = atomic_dq.then(|| {
         let tile = SharedTile::with_swizzle(Bf16, BLOCK, STEP, Swizzle::NV_128B);
-        let ds_s = k.shared_tile("ds_s", tile, 3); // PROBE: a third slot, unused (the ring drops to 2 stages)
+        let ds_s = k.shared_tile("ds_s", tile, 2);
         let dq_p = k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
         (ds_s, dq_p)
     });
