@@ -452,7 +452,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                         k.mma(MmaForm::Ab, r, MmaOperand::Reg(a), bt, Some(r));
                     }
                 };
-                let dq_between = false; // PROBE: each warpgroup adds its own keys' share at head dim 128 too (no exchange)
+                let dq_between = atomic_dq && halves == 2;
                 turn(k, cfg.turns == BwdTurns::Both, "dV, dK", &|k| {
                     grad(k, &dv_r, p, do_s);
                     if !dq_between {
