@@ -21,5 +21,5 @@ unset KITTENS_ATTN_BWD_TURNS
 export PYTHONPATH="/tmp/siteG:$BASE"
 timeout 60 compute-sanitizer --tool memcheck python3 bench/attn_bwd_atomic_check.py small > "$R/memcheck.txt" 2>&1; echo "memcheck rc $?: $(grep -E 'ERROR SUMMARY' "$R/memcheck.txt" | tail -1)"
 timeout 60 compute-sanitizer --tool synccheck python3 bench/attn_bwd_atomic_check.py small > "$R/synccheck.txt" 2>&1; echo "synccheck rc $?: $(grep -E 'ERROR SUMMARY' "$R/synccheck.txt" | tail -1)"
-timeout 100 compute-sanitizer --tool racecheck --racecheck-report hazard python3 bench/attn_bwd_atomic_check.py small > "$R/racecheck.txt" 2>&1; echo "racecheck rc $?: $(grep -E 'Race reported|RACECHECK SUMMARY' "$R/racecheck.txt" | sort | uniq -c | head -4)"
+timeout 100 compute-sanitizer --tool racecheck python3 bench/attn_bwd_atomic_check.py small > "$R/racecheck.txt" 2>&1; echo "racecheck rc $?: $(grep -E 'Race reported|RACECHECK SUMMARY' "$R/racecheck.txt" | sort | uniq -c | head -4)"
 tar -C "$R" -czf "$OUT/results.tgz" .
