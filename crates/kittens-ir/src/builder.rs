@@ -662,21 +662,6 @@ impl KernelBuilder {
     pub fn barrier_by(&mut self, scope: Scope) {
         self.op(Op::Barrier { scope });
     }
-    /// This wave's arrival at the next instance of consumer `channel` ([`Op::Signal`]): it goes on.
-    pub fn arrive(&mut self, channel: impl Into<Expr>) {
-        self.op(Op::Signal {
-            channel: channel.into(),
-            wait: false,
-        });
-    }
-    /// This wave's arrival at the next instance of consumer `channel`, waiting for every consumer
-    /// wave to reach it ([`Op::Signal`]).
-    pub fn await_signal(&mut self, channel: impl Into<Expr>) {
-        self.op(Op::Signal {
-            channel: channel.into(),
-            wait: true,
-        });
-    }
     /// Wait until at most `n` of this wave's async global→shared loads are in flight.
     pub fn wait_async(&mut self, n: u32) {
         self.op(Op::Wait {

@@ -494,17 +494,6 @@ pub enum Op {
     Barrier {
         scope: Scope,
     },
-    /// One side of a one-way hand-off between the consumer warpgroups of a producer/consumer schedule
-    /// (a split named barrier: PTX `bar.arrive` / `bar.sync`). Every consumer wave takes part in each
-    /// instance of `channel` (instances matched by count per wave, as barriers are), either arriving
-    /// (`wait: false`: it goes on at once) or waiting (`wait: true`: it goes on once every consumer
-    /// wave has reached this instance). What a wave did before it arrived happens before what the
-    /// waiting waves do after; an arriving wave learns nothing. `channel` (0-7) may depend on loop
-    /// variables, so that successive instances rotate over channels.
-    Signal {
-        channel: Expr,
-        wait: bool,
-    },
     /// Wave priority (AMD `s_setprio`, 0–3); a no-op on NVIDIA.
     Priority(u8),
     Hint(SchedHint),
@@ -537,9 +526,6 @@ impl Op {
             Op::Mask { .. } => "mask".into(),
             Op::Wait { queue, count } => format!("wait({queue:?}, {count:?})"),
             Op::Barrier { scope } => format!("barrier({scope:?})"),
-            Op::Signal { channel, wait } => {
-                format!("{}({channel:?})", if *wait { "await" } else { "arrive" })
-            }
             Op::Priority(p) => format!("priority({p})"),
             Op::Hint(h) => format!("hint({h:?})"),
             Op::SetMaxRegs { regs } => format!("setmaxnreg({regs})"),

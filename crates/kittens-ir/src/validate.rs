@@ -412,13 +412,6 @@ fn check_op(k: &Kernel, op: &Op) -> R {
                 k.schedule.name()
             ),
         )),
-        Op::Signal { .. } if k.schedule.consumer_waves().is_none() => Err(invalid(
-            "signal",
-            format!(
-                "a consumer signal in the {} schedule (producer/consumer only)",
-                k.schedule.name()
-            ),
-        )),
         Op::Barrier {
             scope: Scope::WarpGroup,
         } if !k.waves.is_multiple_of(4) => Err(invalid(

@@ -158,7 +158,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
                 r.op,
                 Op::Barrier {
                     scope: Scope::Consumers
-                } | Op::Signal { .. }
+                }
             )
         }),
         group_continues: false,
@@ -645,28 +645,6 @@ impl Emit<'_> {
                 self.line(WG_BARRIER);
                 Ok(())
             }
-            (Op::Signal { channel, wait }, Role::Consumer) => {
-                // Consumer signal channels are named barriers 8-15 over both consumer warpgroups:
-                // one side arrives (`bar.arrive`), the other waits (`bar.sync`).
-                if 4 + self.k.waves / 4 >= 8 {
-                    return unsupported(format!(
-                        "consumer signals in a block of {} warps (their named barriers 8-15 meet the warpgroups')",
-                        self.k.waves
-                    ));
-                }
-                let threads = 128 * self.consumer_wgs();
-                let id = format!("8u + (u32)({})", self.ex(channel));
-                if *wait {
-                    self.line(format!("kt::named_barrier({id}, {threads}u);"));
-                } else {
-                    // What this thread did before, wgmma reads of consumer-written tiles included
-                    // (they complete at issue in the IR), happens before the waiting side's work.
-                    self.retire_for(&[OWNED_READ]);
-                    self.line("kt::fence_proxy_async(); // the stores above before the other warpgroup's wgmmas read them");
-                    self.line(format!("kt::named_barrier_arrive({id}, {threads}u);"));
-                }
-                Ok(())
-            }
             (
                 Op::Barrier {
                     scope: Scope::Consumers,
@@ -729,9 +707,7 @@ impl Emit<'_> {
 /// past it cannot release a slot too early.
 fn plain_op(s: &Stmt) -> bool {
     match s {
-        Stmt::Op { op, .. } => {
-            !matches!(op, Op::Barrier { .. } | Op::Signal { .. } | Op::Mma { .. })
-        }
+        Stmt::Op { op, .. } => !matches!(op, Op::Barrier { .. } | Op::Mma { .. }),
         Stmt::If { then, els, .. } => then.iter().chain(els).all(plain_op),
         _ => false,
     }

@@ -78,8 +78,6 @@ pub enum AnalysisError {
     },
     #[error("the grid has more than 2^64 blocks")]
     TooManyBlocks,
-    #[error("op #{op}: {why}")]
-    BadSignal { op: usize, why: String },
 }
 
 /// What to analyse: one block of a launch with concrete parameters.

@@ -10,9 +10,7 @@
 //! holds a barrier back (our reading of `S_BARRIER` in AMD's ISA guides: it waits on the waves still
 //! alive; not verified on hardware here), so it is treated as arrived
 //! at every later instance. Warpgroup-scoped barriers (NVIDIA named barriers) are matched by count per
-//! warpgroup in the same way, and so are the consumer signal channels (`Op::Signal`, split named
-//! barriers: PTX `bar.arrive` / `bar.sync`), except that a wave *arriving* at a signal instance adds
-//! what it did so far to the instance and goes on, learning nothing; the waiting waves get it all. A barrier orders execution only: it does not wait for a wave's
+//! warpgroup in the same way. A barrier orders execution only: it does not wait for a wave's
 //! outstanding loads (`s_barrier` is not `s_waitcnt`), which is why a load must be waited on by its own
 //! wave *before* the barrier that publishes it.
 
@@ -46,9 +44,6 @@ impl Order {
         let mut arrived: Vec<Option<(Domain, usize)>> = vec![None; n];
         let mut seen: Vec<HashMap<Domain, usize>> = vec![HashMap::new(); n];
         let mut epochs = vec![vec![]; n];
-        // Per barrier instance: the waves that reached it and the join of their clocks there. A
-        // signal's arriving side (`arrive`) adds its clock and goes on; the others wait for all.
-        let mut reached: HashMap<(Domain, usize), (Vec<usize>, Vec<usize>)> = HashMap::new();
         let members = |d: Domain| -> Vec<usize> { d.members(n) };
         loop {
             let mut progress = false;
@@ -56,61 +51,42 @@ impl Order {
                 if done[w] || arrived[w].is_some() {
                     continue;
                 }
-                loop {
-                    while pc[w] < waves[w].len()
-                        && !matches!(waves[w][pc[w]].kind, EvKind::Barrier { .. })
-                    {
-                        pc[w] += 1;
+                while pc[w] < waves[w].len()
+                    && !matches!(waves[w][pc[w]].kind, EvKind::Barrier { .. })
+                {
+                    pc[w] += 1;
+                }
+                progress = true;
+                match waves[w].get(pc[w]).map(|e| &e.kind) {
+                    Some(EvKind::Barrier { domain }) => {
+                        let k = seen[w].entry(*domain).or_insert(0);
+                        arrived[w] = Some((*domain, *k));
+                        *k += 1;
                     }
-                    progress = true;
-                    match waves[w].get(pc[w]).map(|e| &e.kind) {
-                        Some(EvKind::Barrier { domain, arrive }) => {
-                            let k = seen[w].entry(*domain).or_insert(0);
-                            let inst = (*domain, *k);
-                            *k += 1;
-                            let mut c = clock[w].clone();
-                            c[w] = pc[w];
-                            let r = reached.entry(inst).or_insert_with(|| (vec![], vec![0; n]));
-                            r.0.push(w);
-                            r.1.iter_mut().zip(&c).for_each(|(x, y)| *x = (*x).max(*y));
-                            if *arrive {
-                                pc[w] += 1;
-                                continue;
-                            }
-                            arrived[w] = Some(inst);
-                        }
-                        _ => {
-                            done[w] = true;
-                            clock[w][w] = waves[w].len();
-                        }
+                    _ => {
+                        done[w] = true;
+                        clock[w][w] = waves[w].len();
                     }
-                    break;
                 }
             }
             let pending: Vec<(Domain, usize)> = arrived.iter().flatten().copied().collect();
             for inst in pending {
                 let ms = members(inst.0);
-                let Some((got, merged)) = reached.get(&inst) else {
-                    continue;
-                };
-                if !ms.iter().all(|&m| done[m] || got.contains(&m)) {
+                if !ms.iter().all(|&m| done[m] || arrived[m] == Some(inst)) {
                     continue;
                 }
-                // A wave that has ended is treated as arrived, with all its events before.
-                let mut merged = merged.clone();
-                for &m in ms.iter().filter(|&&m| done[m] && !got.contains(&m)) {
+                let mut merged = vec![0usize; n];
+                for &m in &ms {
+                    let mut c = clock[m].clone();
+                    if !done[m] {
+                        c[m] = pc[m];
+                    }
                     merged
                         .iter_mut()
-                        .zip(&clock[m])
+                        .zip(&c)
                         .for_each(|(x, y)| *x = (*x).max(*y));
                 }
-                reached.remove(&inst);
-                let waiting: Vec<usize> = ms
-                    .iter()
-                    .copied()
-                    .filter(|&m| arrived[m] == Some(inst))
-                    .collect();
-                for m in waiting {
+                for &m in ms.iter().filter(|&&m| !done[m]) {
                     clock[m] = merged.clone();
                     epochs[m].push((pc[m], merged.clone()));
                     pc[m] += 1;

@@ -21,11 +21,6 @@ pub(crate) enum Domain {
     Group(u32),
     /// The waves from this one to the block's last: a producer/consumer schedule's consumers.
     From(u32),
-    /// A consumer signal channel ([`crate::ir::Op::Signal`]) among the waves from `first` on.
-    Channel {
-        first: u32,
-        channel: u8,
-    },
 }
 
 impl Domain {
@@ -34,7 +29,7 @@ impl Domain {
         match self {
             Domain::Block => (0..n).collect(),
             Domain::Group(g) => (4 * g as usize..(4 * g as usize + 4).min(n)).collect(),
-            Domain::From(w) | Domain::Channel { first: w, .. } => (w as usize..n).collect(),
+            Domain::From(w) => (w as usize..n).collect(),
         }
     }
 }
@@ -62,10 +57,8 @@ pub(crate) enum EvKind {
         queue: WaitQueue,
         count: WaitCount,
     },
-    /// A barrier, or one side of a signal: `arrive` goes on without waiting or learning anything.
     Barrier {
         domain: Domain,
-        arrive: bool,
     },
 }
 
@@ -467,40 +460,7 @@ impl Walker<'_> {
                     },
                 };
                 *self.barriers.entry(domain).or_insert(0) += 1;
-                self.push(
-                    idx,
-                    EvKind::Barrier {
-                        domain,
-                        arrive: false,
-                    },
-                )?;
-            }
-            Op::Signal { channel, wait } => {
-                let Some(c) = self.k.schedule.consumer_waves() else {
-                    return Err(AnalysisError::BadSignal {
-                        op: idx,
-                        why: "a signal outside a producer/consumer schedule".into(),
-                    });
-                };
-                let ch = self.eval(channel, idx)?;
-                let channel = u8::try_from(ch).ok().filter(|&x| x < 8).ok_or_else(|| {
-                    AnalysisError::BadSignal {
-                        op: idx,
-                        why: format!("signal channel {ch} outside 0..8"),
-                    }
-                })?;
-                let domain = Domain::Channel {
-                    first: c.start,
-                    channel,
-                };
-                *self.barriers.entry(domain).or_insert(0) += 1;
-                self.push(
-                    idx,
-                    EvKind::Barrier {
-                        domain,
-                        arrive: !*wait,
-                    },
-                )?;
+                self.push(idx, EvKind::Barrier { domain })?;
             }
             _ => {}
         }

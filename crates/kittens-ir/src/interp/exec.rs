@@ -29,13 +29,8 @@ enum State {
     Running,
     /// Stopped at a barrier of this scope.
     Barrier(Scope),
-    /// Waiting at instance `.1` of consumer signal channel `.0` ([`Op::Signal`]).
-    Await(usize, usize),
     Done,
 }
-
-/// Consumer signal channels ([`Op::Signal`]): PTX named barriers 8-15 on Hopper.
-pub const SIGNAL_CHANNELS: usize = 8;
 
 struct Wave {
     regs: Vec<Vec<f32>>,
@@ -45,8 +40,6 @@ struct Wave {
     pc: usize,
     state: State,
     pending: VecDeque<Pending>,
-    /// Instances of each signal channel this wave has reached.
-    signals: [usize; SIGNAL_CHANNELS],
 }
 
 struct Block<'a> {
@@ -114,7 +107,6 @@ pub fn run_block(
             vars: vec![0; k.vars.len()],
             ends: vec![0; prog.loops],
             pc: 0,
-            signals: [0; SIGNAL_CHANNELS],
             state: State::Running,
             pending: VecDeque::new(),
         })
@@ -188,23 +180,6 @@ impl<'a> Block<'a> {
     fn release(&mut self) -> bool {
         let n = self.waves.len();
         let mut any = false;
-        // A wave waiting at a signal instance goes on once every live consumer wave has reached it.
-        if let Some(c) = self.k.schedule.consumer_waves() {
-            for w in 0..n {
-                if let State::Await(ch, inst) = self.waves[w].state {
-                    let reached = (c.start as usize..n).all(|v| {
-                        self.waves[v].state == State::Done || self.waves[v].signals[ch] > inst
-                    });
-                    if reached {
-                        self.waves[w].state = State::Running;
-                        any = true;
-                    }
-                }
-            }
-        }
-        if any {
-            return true;
-        }
         for g in 0..n.div_ceil(4) {
             any |= self.release_if(g * 4..(g * 4 + 4).min(n), Scope::WarpGroup, false);
         }
@@ -252,23 +227,6 @@ impl<'a> Block<'a> {
                         Op::Barrier { scope } => {
                             self.waves[w].state = State::Barrier(*scope);
                             return Ok(());
-                        }
-                        Op::Signal { channel, wait } => {
-                            let ch = usize::try_from(self.eval(w, channel)?)
-                                .ok()
-                                .filter(|&c| c < SIGNAL_CHANNELS)
-                                .ok_or_else(|| {
-                                    err(
-                                        op,
-                                        format!("channel {channel} outside 0..{SIGNAL_CHANNELS}"),
-                                    )
-                                })?;
-                            let inst = self.waves[w].signals[ch];
-                            self.waves[w].signals[ch] += 1;
-                            if *wait {
-                                self.waves[w].state = State::Await(ch, inst);
-                                return Ok(());
-                            }
                         }
                         _ => self.op(w, op)?,
                     }
@@ -530,11 +488,7 @@ impl<'a> Block<'a> {
                 col0,
                 value,
             } => self.mask(w, *dst, rule, row0, col0, *value),
-            Op::Barrier { .. }
-            | Op::Signal { .. }
-            | Op::Priority(_)
-            | Op::Hint(_)
-            | Op::SetMaxRegs { .. } => Ok(()),
+            Op::Barrier { .. } | Op::Priority(_) | Op::Hint(_) | Op::SetMaxRegs { .. } => Ok(()),
         }
     }
 

@@ -301,12 +301,8 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     let group = &io.heads / io.heads_kv.clone();
     // The atomic form also holds dSᵀ (BLOCK × STEP bf16) and, on Hopper, each consumer
     // warpgroup's staging of its dQ share for the TMA reduction (64 × COLS f32).
-    // Head dimension 128: dQ's product reads both warpgroups' dSᵀ, handed over by one-way signals
-    // (see the step below); a step's dSᵀ is read a step later, so three slots rotate.
-    let signalled = atomic_dq && d / COLS == 2;
-    let ds_slots: u32 = if signalled { 3 } else { 2 };
     let extra = if atomic_dq {
-        ds_slots * BLOCK * STEP * 2 + 2 * 64 * COLS * 4
+        2 * BLOCK * STEP * 2 + 2 * 64 * COLS * 4
     } else {
         0
     };
@@ -331,7 +327,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     // dSᵀ of the block (keys × queries) for the dQ product, and that product's 16 × 64 share.
     let dq_parts = atomic_dq.then(|| {
         let tile = SharedTile::with_swizzle(Bf16, BLOCK, STEP, Swizzle::NV_128B);
-        let ds_s = k.shared_tile("ds_s", tile, ds_slots);
+        let ds_s = k.shared_tile("ds_s", tile, 2);
         let dq_p = k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
         (ds_s, dq_p)
     });
@@ -444,7 +440,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 // alternating by step, so that a step's writes never meet the last step's reads),
                 // stored before dV and dK so that their products run behind the store and the
                 // barrier below.
-                let ds_slot = &t % i64::from(ds_slots);
+                let ds_slot = &t % 2;
                 if let Some((ds_s, _)) = dq_parts {
                     k.store_shared(k.smem(ds_s, ds_slot.clone()).sub(16, STEP, &cw, 0), ds);
                     k.wait_shared(0);
@@ -472,44 +468,17 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                         // whole product for its 64 columns — one reduction per dQ element. dQ goes
                         // between dV and dK (FlashAttention-3's order): its wait leaves dK on the
                         // tensor cores while the f32 share is staged and reduced.
-                        //
-                        // The warpgroups must not meet at one point of every step: a barrier there
-                        // held them in lock-step, their softmax phases together and the tensor cores
-                        // idle meanwhile (6-8% of the backward, bench/NOTES.md). So dQ lags a step:
-                        // each warpgroup signals, at the end of step t, its stored dSᵀ of step t
-                        // (arriving, without waiting) and at step t+1 waits only for the other's.
-                        // Channels 3g + t mod 3 and three dSᵀ slots: a warpgroup arrives on a
-                        // channel again, or overwrites a slot, only after waiting for the other's
-                        // signal of a later step, which the other sent after taking the first.
-                        let other = Expr::c(1) - g.clone();
-                        let prev = (&t + i64::from(ds_slots - 1)) % i64::from(ds_slots);
-                        k.if_(Expr::c(0).lt(&t), |k| {
-                            k.await_signal(&other * 3 + prev.clone())
-                        });
-                        let slot = prev.clone();
+                        k.barrier_by(Scope::Consumers);
                         let dq_mma = |k: &mut KernelBuilder, kt| {
-                            let ds_v = k.smem(ds_s, slot.clone()).sub(BLOCK, 16, 0, &wq);
+                            let ds_v = k.smem(ds_s, ds_slot.clone()).sub(BLOCK, 16, 0, &wq);
                             let (a, bt) =
                                 (MmaOperand::Shared(ds_v), MmaOperand::Shared(k.smem(kt, 0)));
                             k.mma(MmaForm::Atb, dq_p, a, bt, None);
                         };
-                        // (At t = 0 a product of a stale slot, dropped: the same wgmma groups on
-                        // every step.)
                         k.if_else(g.eq(0), |k| dq_mma(k, k_s[0]), |k| dq_mma(k, k_s[1]));
                         grad(k, &dk_r, ds, q_s);
-                        let u = t.max(1) - 1;
-                        let origin = vec![
-                            b.clone(),
-                            head_of(&u),
-                            q0_of(&u) + &wq * 16,
-                            &g * i64::from(COLS),
-                        ];
-                        k.if_(Expr::c(0).lt(&t), |k| {
-                            k.atomic_add(k.gview(dq_g, origin, 2, 3, 16, COLS), dq_p)
-                        });
-                        // Step t's dSᵀ is stored and step t−1's read: the other may take the
-                        // one and overwrite the other's slot three steps on.
-                        k.arrive(&g * 3 + ds_slot.clone());
+                        let origin = vec![b.clone(), h.clone(), q_w.clone(), &g * i64::from(COLS)];
+                        k.atomic_add(k.gview(dq_g, origin, 2, 3, 16, COLS), dq_p);
                     } else {
                         // Head dimension 64: each warpgroup adds its own 64 keys' share.
                         k.barrier_by(Scope::WarpGroup);
@@ -527,25 +496,6 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                     stat(k, io.lse, s, &(&t + 1));
                 }
             });
-            if let (true, Some((ds_s, dq_p)), Some(dq_g)) = (signalled, dq_parts, dq_acc) {
-                // The last step's dQ: the group's last query head, its last step.
-                let (g, wq) = (&cw / 4, &cw % 4);
-                let last = total.max(1) - 1;
-                let slot = &last % i64::from(ds_slots);
-                let h_last = &hk * group.clone() + (group.clone() - 1);
-                let q_last = (first.clone() + per_head.clone() - 1) * step;
-                k.if_(Expr::c(0).lt(&total), |k| {
-                    k.await_signal((Expr::c(1) - g.clone()) * 3 + slot.clone());
-                    let dq_mma = |k: &mut KernelBuilder, kt| {
-                        let ds_v = k.smem(ds_s, slot.clone()).sub(BLOCK, 16, 0, &wq);
-                        let (a, bt) = (MmaOperand::Shared(ds_v), MmaOperand::Shared(k.smem(kt, 0)));
-                        k.mma(MmaForm::Atb, dq_p, a, bt, None);
-                    };
-                    k.if_else(g.eq(0), |k| dq_mma(k, k_s[0]), |k| dq_mma(k, k_s[1]));
-                    let origin = vec![b.clone(), h_last, &q_last + &wq * 16, &g * i64::from(COLS)];
-                    k.atomic_add(k.gview(dq_g, origin, 2, 3, 16, COLS), dq_p);
-                });
-            }
             let scale = 1.0 / (d as f32).sqrt();
             for (i, (&dkr, &dvr)) in dk_r.iter().zip(&dv_r).enumerate() {
                 k.mul(dkr, dkr, scale);
