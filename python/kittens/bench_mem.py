@@ -18,7 +18,7 @@ time; ``copy`` is ``dst.copy_(src)`` of a 1 GiB buffer (read + write), the devic
 from __future__ import annotations
 
 import math
-from typing import Callable, Dict, List
+from typing import Dict, List
 
 from .bench import L2_MULTIPLE, _l2_bytes, time_many
 
