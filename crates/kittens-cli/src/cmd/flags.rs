@@ -59,6 +59,9 @@ pub enum BackendArg {
     IsaEmu,
     /// The same code object on an AMD GPU through the HIP runtime (ROCm's libamdhip64).
     Hip,
+    /// The kernel lowered for sm_90a, compiled by NVRTC and launched on an NVIDIA Hopper GPU through
+    /// the generic launch (`kittens_runtime::cuda::launch`).
+    Cuda,
 }
 
 #[cfg(test)]

@@ -11,7 +11,9 @@ use kittens_hw::Target;
 use kittens_kernels::gemm_bf16::GemmConfig;
 use kittens_kernels::problem::Problem;
 use kittens_kernels::registry::KernelEntry;
-use kittens_runtime::runner::{self, Backend, HipEmu, HipGpu, Interpreter, IsaEmu, RunReport};
+use kittens_runtime::runner::{
+    self, Backend, CudaGpu, HipEmu, HipGpu, Interpreter, IsaEmu, RunReport,
+};
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -21,12 +23,16 @@ pub struct Args {
     /// Where to run: `cpu` (the interpreter), `hip-emu` (the lowered HIP for --target, compiled for
     /// and run on this CPU through the emulation header) or `isa-emu` (the code object for --target,
     /// run instruction by instruction by the ISA emulator) or `hip` (that code object on an AMD GPU
-    /// through ROCm's HIP runtime, loaded at run time). NVIDIA GPU runs are `kittens bench`'s job.
+    /// through ROCm's HIP runtime, loaded at run time) or `cuda` (the kernel lowered for sm_90a on an
+    /// NVIDIA Hopper GPU, `--device` picks which).
     #[arg(long, value_enum, default_value_t = BackendArg::Cpu)]
     pub backend: BackendArg,
-    /// AMD target of `--backend hip-emu` or `isa-emu`: gfx942 or gfx950.
+    /// AMD target of `--backend hip-emu` or `isa-emu`: gfx942 or gfx950 (`--backend cuda` is sm_90a).
     #[arg(long)]
     pub target: Option<kittens_hw::Target>,
+    /// `--backend cuda`: the GPU's ordinal.
+    #[arg(long)]
+    pub device: Option<usize>,
     /// GEMM rows of A and C.
     #[arg(long, default_value_t = 256)]
     pub m: usize,
@@ -289,6 +295,10 @@ fn backend(args: &Args) -> anyhow::Result<Box<dyn Backend>> {
         }
         (BackendArg::Hip, None) => bail!("--backend hip needs --target gfx942 or --target gfx950"),
         (BackendArg::Hip, Some(t)) => Box::new(HipGpu::new(t)?),
+        (BackendArg::Cuda, None | Some(Target::Sm90a)) => {
+            Box::new(CudaGpu::new(args.device.unwrap_or(0)))
+        }
+        (BackendArg::Cuda, Some(t)) => bail!("--backend cuda runs sm_90a, not --target {t}"),
     })
 }
 
@@ -296,6 +306,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     let entry = args.kernel;
     if args.isa_seed.is_some() && args.backend != BackendArg::IsaEmu {
         bail!("--isa-seed seeds the ISA emulator; it needs --backend isa-emu");
+    }
+    if args.device.is_some() && args.backend != BackendArg::Cuda {
+        bail!("--device picks the GPU of --backend cuda");
     }
     let mut p = problem(&args)?;
     p.variant = variant(&args)?;
@@ -308,6 +321,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         (Target::Cpu, _) => "on the CPU interpreter".to_string(),
         (t, BackendArg::IsaEmu) => format!("for {t} on the ISA emulator"),
         (t, BackendArg::Hip) => format!("for {t} on an AMD GPU through HIP"),
+        (t, BackendArg::Cuda) => format!("for {t} on an NVIDIA GPU"),
         (t, _) => format!("for {t} on the HIP emulation"),
     };
     let r = runner::run(entry, &p, backend.as_ref())

@@ -29,6 +29,7 @@ pub mod cublaslt;
 pub mod driver;
 pub mod gemm_kernel;
 pub mod gemm_pad;
+pub mod launch;
 pub mod libs;
 pub mod limits;
 pub mod nvrtc;

@@ -25,12 +25,14 @@
 //! run's, judged as one kernel's would be.
 
 pub mod cpu;
+pub mod cuda_gpu;
 pub mod hip_emu;
 pub mod hip_gpu;
 mod isa_banks;
 pub mod isa_emu;
 
 pub use cpu::Interpreter;
+pub use cuda_gpu::CudaGpu;
 pub use hip_emu::HipEmu;
 pub use hip_gpu::HipGpu;
 pub use isa_emu::IsaEmu;
