@@ -1,4 +1,4 @@
-# Sourced by the bench/run_*_h100.sh scripts on a GPU machine without internet: installs the carried
+# Sourced by bench/run_h100.sh on a GPU machine without internet: installs the carried
 # kittens wheel (scripts/python-gpu-bundle.sh puts it in .carry/python, or $W) and the test wheels the
 # machine may lack into /tmp/site, and puts that on PYTHONPATH.
 SITE=/tmp/site

@@ -2,7 +2,7 @@
 # Prepares the Python package for a GPU machine without internet (CPython 3.12, x86-64 there): builds
 # the kittens wheel — manylinux_2_28, abi3, so the one wheel serves every CPython >= 3.9 — and downloads
 # the wheels the GPU tests need but such a machine may lack (pytest and its dependencies, ml_dtypes,
-# numpy), all into .carry/python/. bench/run_python_h100.sh installs them there with
+# numpy), all into .carry/python/. bench/run_h100.sh installs them there with
 # `pip install --no-deps --target` and runs the tests and benchmarks.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -5,6 +5,16 @@
 # the Python package's tests (scripts/test-python.sh: wheel, fresh virtualenv, pytest on the CPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Formatting and lints first: `cargo fmt --check` and clippy with every warning an error.
+for c in rustfmt clippy; do  # rustup's minimal profile has neither
+  if ! cargo "${c/rustfmt/fmt}" --version >/dev/null 2>&1 && command -v rustup >/dev/null; then
+    rustup component add "$c"
+  fi
+done
+echo "== cargo fmt --all --check"
+cargo fmt --all --check
+echo "== cargo clippy --workspace --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings 2>&1
 echo "== installing toolchains (idempotent)"
 bash scripts/install-amdgpu-clang.sh
 bash scripts/install-nvrtc.sh

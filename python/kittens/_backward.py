@@ -12,14 +12,14 @@ CUDA tensors run ``attn_bwd``'s Hopper launches on the current torch stream, in 
   scratch, and dQ's last bits vary from run to run with the order of the f32 additions.
 
 ``"auto"`` (the default) is ``"atomic"`` at head dim 128, where it measured 1.05-1.07x the two
-launches on the H100 (bench/results/h100-2026-11-26-dqorder), and ``"two"`` at head dim 64, where its
+launches on the H100 (docs/performance.md, "attn_bwd"), and ``"two"`` at head dim 64, where its
 1.01-1.04x in one run was within the run-to-run spread (timed interleaved later: 0.98-1.01, 0.999 over
-N 1024-8192, bench/results/h100-2026-11-26-bwdtimes) and the deterministic launches are kept. The
+N 1024-8192) and the deterministic launches are kept. The
 form is the ``form=`` argument, else the environment variable ``KITTENS_ATTN_BWD`` (read once), else
 ``"auto"``; ``form="two"`` is the deterministic choice.
 ``KITTENS_ATTN_BWD_TURNS`` (``none``, ``scores``, ``both``; read when a configuration is first
 lowered) overrides which products of the key blocks the two consumer warpgroups take in turns on the
-tensor cores (default ``scores``): a measurement knob for bench/run_bwd_ab_h100.sh, any other value
+tensor cores (default ``scores``): a measurement knob (docs/performance.md), any other value
 is a ValueError.
 CPU tensors run the same gradients on the CPU interpreter (``attn_bwd``'s one-launch program, which
 computes D itself) whatever the form.

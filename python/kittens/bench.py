@@ -12,7 +12,7 @@ ones evicted); ``--timing interleaved`` (ours, theirs, ours, ...: the same clock
 ``kittens bench gemm``'s default; the turn starts one further each iteration) or ``blocked`` (all of
 ours, then all of theirs). An H100 runs these benches at its power cap, and its clock follows what ran
 in the last milliseconds: blocked, the library timed first gains (5% on the attention backward,
-bench/results/h100-2026-11-26-bwdtimes).
+docs/performance.md, "Method").
 
 Correctness, on the first input copy of every shape: ours against theirs (bit-identical or not), and
 both against a float64 reference (all of C up to 4096^2 outputs, else 256 sampled rows): the
@@ -83,7 +83,7 @@ def time_many(torch, fns: Dict[str, Callable[[int], object]], copies: int, warmu
     GPU's work, not the host's call). ``interleaved``: one call of each in turn per iteration, the turn
     starting one further each iteration, so that all see the same clocks (an H100 at its power cap sets
     them by what ran in the last milliseconds: in blocked runs of the attention backward the library
-    timed first gained about 5% on the one timed last, bench/NOTES.md); ``blocked``: all calls of one,
+    timed first gained about 5% on the one timed last, docs/performance.md); ``blocked``: all calls of one,
     then the next."""
     stream = torch.cuda.current_stream()
 

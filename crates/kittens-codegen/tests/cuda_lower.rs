@@ -320,7 +320,7 @@ fn turn_and_warpgroup_barriers_use_disjoint_ids() {
 /// The atomic-dQ key blocks at head dim 128 issue dQ's product between dV and dK (FlashAttention-3's
 /// order) and wait for it with one group still in flight (dK), so that dK runs on the tensor cores
 /// while dQ's share is staged and reduced; waiting for both (`wait_group 0`) measured 7-10% slower on
-/// the H100 (bench/results/h100-2026-11-26-dqorder).
+/// the H100 (docs/performance.md, "attn_bwd").
 #[test]
 fn atomic_dq_waits_with_dk_still_in_flight() {
     use kittens_kernels::attn_bwd::{build as build_bwd, BwdConfig, BwdSchedule};

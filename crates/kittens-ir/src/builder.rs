@@ -167,7 +167,7 @@ impl KernelBuilder {
     /// cost about `n + 1` blocks of work, where the plain round-robin (tile `blockIdx + r·gridDim`)
     /// hands some blocks mostly long tiles. Modelled for causal attention on 132 SMs: the busiest
     /// block runs 1.2 times the mean at B16 H16 N2048 and B2 H24 N16384 round-robin, at most 1.03
-    /// times paired (bench/NOTES.md). Where every tile has its own block (the interpreter, the AMD
+    /// times paired (`tests/grid_pairs.rs`). Where every tile has its own block (the interpreter, the AMD
     /// lowerings) only the order changes.
     pub fn pair_long_short(&mut self, t: &Expr, n: &Expr) -> Expr {
         self.k.grid.paired = true;

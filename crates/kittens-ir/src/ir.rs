@@ -67,7 +67,7 @@ pub struct GlobalDecl {
 pub enum SlotFill {
     /// One thread hands the whole box to the Tensor Memory Accelerator (a `CUtensorMap` argument).
     /// Rows that start off 128-byte lines make each 128-byte box row straddle two lines, which TMA
-    /// reads slowly (H100: 3000³ at 0.42 of cuBLAS against 0.82 at 3008³, bench/NOTES.md).
+    /// reads slowly (H100: 3000³ at 0.42 of cuBLAS against 0.82 at 3008³, docs/performance.md).
     #[default]
     Tma,
     /// The producer warpgroup's 128 threads copy the slot in 16-byte `cp.async` pieces (PTX ISA

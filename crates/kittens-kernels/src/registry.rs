@@ -205,7 +205,7 @@ const GEMM_BF16: KernelEntry = KernelEntry {
             target: Target::Sm90a,
             schedule: "producer/consumer, 1 TMA warpgroup + 2 wgmma warpgroups",
             status: Status::Measured {
-                evidence: "bench/results/h100-2026-11-22",
+                evidence: "bench/results/gemm_bf16",
             },
         },
         TargetPlan {
@@ -243,7 +243,7 @@ const GEMM_FP8: KernelEntry = KernelEntry {
             target: Target::Sm90a,
             schedule: "producer/consumer, 1 TMA warpgroup + 2 wgmma warpgroups, e4m3 (wgmma k32), K step 128",
             status: Status::Measured {
-                evidence: "bench/results/h100-2026-11-22-fp8",
+                evidence: "bench/results/gemm_fp8",
             },
         },
         TargetPlan {
@@ -298,7 +298,7 @@ const ATTN_FWD: KernelEntry = KernelEntry {
             target: Target::Sm90a,
             schedule: "producer/consumer, 1 TMA warpgroup + 2 wgmma warpgroups (P from registers)",
             status: Status::Measured {
-                evidence: "bench/results/h100-2026-11-22-attn",
+                evidence: "bench/results/attn_fwd",
             },
         },
         TargetPlan {
@@ -343,7 +343,7 @@ const ATTN_BWD: KernelEntry = KernelEntry {
                        variant `dq`; the variant `atomic` adds dQ from the key blocks \
                        (FlashAttention-3's form, the Python default at head dim 128)",
             status: Status::Measured {
-                evidence: "bench/results/h100-2026-11-26-bwdtimes",
+                evidence: "bench/results/attn_bwd",
             },
         },
         TargetPlan {
@@ -404,7 +404,7 @@ const LAYERNORM: KernelEntry = KernelEntry {
             target: Target::Sm90a,
             schedule: "plain, one 16-byte chunk per lane: a D = 2048 row over 8 warps",
             status: Status::Measured {
-                evidence: "bench/results/h100-2026-11-23-memk",
+                evidence: "bench/results/layernorm",
             },
         },
         TargetPlan {
@@ -440,7 +440,7 @@ const ROTARY: KernelEntry = KernelEntry {
             target: Target::Sm90a,
             schedule: "plain, heads of one position per warp (the table row broadcast)",
             status: Status::Measured {
-                evidence: "bench/results/h100-2026-11-23-memk",
+                evidence: "bench/results/rotary",
             },
         },
         TargetPlan {

@@ -275,7 +275,7 @@ fn lowered_attention_bwd(
     let gpu = kittens_hw::gpu("h100").map_err(|e| invalid(e.to_string()))?;
     let dim = u32::try_from(cfg.dim).map_err(|_| invalid(format!("head dim {}", cfg.dim)))?;
     let base = BwdConfig::for_gpu(gpu);
-    // Measurement knob (bench/NOTES.md): the key blocks' warpgroup turns, `none|scores|both`.
+    // Measurement knob (docs/performance.md, "attn_bwd"): the key blocks' warpgroup turns, `none|scores|both`.
     let turns = match std::env::var("KITTENS_ATTN_BWD_TURNS").as_deref() {
         Ok("none") => BwdTurns::None,
         Ok("scores") => BwdTurns::Scores,

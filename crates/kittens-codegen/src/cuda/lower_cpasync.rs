@@ -8,7 +8,7 @@
 //! counts as one of the barrier's expected arrivals, so `full` expects 128 of them.
 //!
 //! Why: a TMA box row of 128 bytes from rows that start off 128-byte lines (K = 3000 bf16: 6000-byte
-//! rows) straddles two lines, and TMA reads such boxes slowly (bench/NOTES.md); the threads' 16-byte
+//! rows) straddles two lines, and TMA reads such boxes slowly (docs/performance.md); the threads' 16-byte
 //! pieces need 16-byte alignment only.
 
 use kittens_ir::{GlobalView, SharedView};

@@ -6,14 +6,14 @@
 //! same B box at every K step. Each block of the cluster fetches its share of that box's rows and
 //! multicasts it into every block's slots (`cp.async.bulk.tensor … .multicast::cluster`, PTX ISA §9.7.9.25; each copy
 //! completes on the `full` mbarrier at the same offset in each block), so the L2 serves the box once
-//! per pair. cuBLAS's kernel at 3000³ runs in such pairs (ncu, bench/NOTES.md: 8.1 M L2 requests
-//! against our 15.2 M with both operands read in place). What that asks of the frame:
+//! per pair. cuBLAS's kernel at 3000³ runs in such pairs (ncu: about half our L2 requests with both
+//! operands read in place; docs/performance.md, "gemm_bf16"). What that asks of the frame:
 //!
 //! - a block may overwrite a slot of its partner only once the partner's consumers have read it:
 //!   lane r of every consumer warp arrives on the `empty` barrier of cluster block r
 //!   (`mapa`, then a remote arrive with the default `.release.cta` semantics — an explicit
 //!   `.release.cluster` compiled to a GPU-wide membar per arrive and halved the hand-written 2-CTA
-//!   GEMM, bench/NOTES.md), so each `empty` barrier counts the consumer warps of both blocks;
+//!   GEMM, docs/performance.md), so each `empty` barrier counts the consumer warps of both blocks;
 //! - the partner's copies may arrive before this block's producer arms `full` with the bytes (the
 //!   transaction count goes negative for a while, which the mbarrier allows);
 //! - no block initialises its barriers after its partner may have signalled them: a cluster barrier
@@ -21,7 +21,7 @@
 //! - no block exits while a partner may still signal its barriers or write its slots: its producer
 //!   thread waits until every slot's last fill has been released by every block's consumers (as
 //!   CUTLASS's producer tail does; `lower_roles.rs`). A cluster barrier at the end instead cost about
-//!   1.4 µs per launch (5% at 2048³ on the H100, bench/NOTES.md).
+//!   1.4 µs per launch (5% at 2048³ on the H100, docs/performance.md).
 
 use kittens_hw::dtype::DType;
 use kittens_ir::{Cond, Expr, GlobalView, Kernel, Op, SlotFill, Stmt};

@@ -350,7 +350,7 @@ impl Emit<'_> {
             // With clusters the window counts clusters of row tiles, so a group spans `cluster` times
             // the rows: for 128-row blocks of 192 or 256 columns on 132 SMs 16 rows balance the A
             // and B bytes a group keeps in the L2, and clusters of two at 3000³ ran 0.850-0.857 of
-            // cuBLAS so against 0.839-0.844 with 8 (H100, bench/NOTES.md); without clusters 8 and 16
+            // cuBLAS so against 0.839-0.844 with 8 (H100, docs/performance.md); without clusters 8 and 16
             // measured alike over the sweep.
             GridOrder::GroupM { window } | GridOrder::XcdSwizzle { window, .. } if n == 2 => {
                 Some(window)
@@ -412,7 +412,7 @@ impl Emit<'_> {
             // before a next fill): no partner arrives on this block's barriers later, and every
             // multicast into it has landed and been read, so the block may exit — the producer's
             // tail CUTLASS uses instead of a cluster barrier at the end, which cost about 1.4 µs per
-            // launch here (bench/NOTES.md, "clusters").
+            // launch here (docs/performance.md, "gemm_bf16").
             self.line("    if ((kt_filled >> i) & 1u) kt::mbarrier_wait(KT_EMPTY(i), ((kt_ppar >> i) & 1u) ^ 1u);");
         } else {
             // Every fill has landed before the block may exit (each one is also consumed).

@@ -6,7 +6,7 @@
 //! warpgroup write their slices, rounded to bf16, into one 64×N shared slab in the 128-byte swizzle, and
 //! one thread hands the slab to TMA stores (64×64 boxes, clipped by TMA at the tensor's edges). The
 //! warpgroup then starts its next tile while TMA writes C out: on the H100 this epilogue measured +9.6%
-//! over direct predicated global stores at 8192³ (bench/NOTES.md, run 3). An `atomic_add` of f32
+//! over direct predicated global stores at 8192³ (docs/performance.md). An `atomic_add` of f32
 //! slices goes the same way, as f32 in 32-column boxes handed to TMA reductions (`reduce_add`).
 
 use kittens_hw::dtype::DType;
@@ -91,7 +91,7 @@ pub(super) fn slab_bytes(k: &Kernel) -> Result<u32, CudaLowerError> {
 /// the store uses) as fit, through which the store goes box by box (`through_slab`). This lets a
 /// ring deeper than fits beside the whole slab lower (cuBLAS's kernel at 3000³ on the H100 runs five
 /// 64-deep stages of a 128×192 block); the GEMM's default rings still fit beside the whole slab, as
-/// a fifth 128×192 stage measured 1-5% slower with the box-by-box store (bench/NOTES.md).
+/// a fifth 128×192 stage measured 1-5% slower with the box-by-box store (docs/performance.md).
 pub(super) fn fit_slab(full: u32, wgs: u32, other: u32, limit: u32) -> Result<u32, CudaLowerError> {
     let per_wg = limit.saturating_sub(other) / wgs.max(1);
     let box_bytes = WG_ROWS * 64;
@@ -324,7 +324,7 @@ impl Emit<'_> {
     /// slab and TMA reductions (`cp.reduce.async.bulk.tensor … .add`, PTX ISA §9.7.9.25.4.2): one
     /// thread hands the whole box to the L2's reduction units, where per-element `red.global.add`
     /// from every thread (FlashAttention-2's dQ) measured 0.64× the two-launch backward
-    /// (bench/NOTES.md, "dQ by atomics"). The IR's meaning is unchanged: each element is added once;
+    /// (docs/performance.md, "attn_bwd"). The IR's meaning is unchanged: each element is added once;
     /// rows outside the tensor are clipped by TMA.
     pub(super) fn reduce_add(
         &mut self,

@@ -165,7 +165,7 @@ __device__ __forceinline__ u32 map_shared_to_cta(u32 addr, u32 cta) {
 // Arrive on an mbarrier anywhere in the cluster (address from map_shared_to_cta), with the default
 // .release.cta semantics, as CUTLASS's ClusterBarrier does. An explicit `.release.cluster` here compiled
 // to MEMBAR.ALL.GPU + ERRBAR before every arrive (SASS, NVRTC 13.0), and the 2-CTA GEMM that used it ran
-// at 0.4x of the single-CTA one on the H100 (bench/results/h100-2026-11-22/run3-variants).
+// at 0.4x of the single-CTA one on the H100 (docs/performance.md, "gemm_bf16").
 __device__ __forceinline__ void mbarrier_arrive_cluster(u32 cluster_addr) {
     asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];" ::"r"(cluster_addr) : "memory");
 }

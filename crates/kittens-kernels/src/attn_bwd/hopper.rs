@@ -250,7 +250,7 @@ fn view(
 /// (on sm_90a one TMA reduction per warpgroup). At head dimension 128 the warpgroups exchange their
 /// keys through a consumers barrier ([`Scope::Consumers`]) and warpgroup g adds columns 64g.. over
 /// all 128 keys: one reduction per dQ element (0.899x → 0.984x the two launches on the H200,
-/// bench/NOTES.md); at 64 each warpgroup adds its own keys' share of all columns.
+/// docs/performance.md); at 64 each warpgroup adds its own keys' share of all columns.
 pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, KernelError> {
     check(cfg)?;
     let d = cfg.dim;

@@ -254,7 +254,7 @@ impl Default for BwdConfig {
 impl BwdConfig {
     /// The configuration for one GPU: the plain program on CDNA, the key blocks of the
     /// warp-specialised one on Hopper (its query blocks are [`BwdSchedule::HopperQ`]), with `Sᵀ` in
-    /// turns (+1.5-3% over none in three runs, bench/NOTES.md; turns on the gradients too lost 7%).
+    /// turns (+1.5-3% over none, docs/performance.md; turns on the gradients too lost 7%).
     pub fn for_gpu(gpu: &kittens_hw::Gpu) -> Self {
         if gpu.arch.is_amd() {
             Self::default()

@@ -136,18 +136,16 @@ impl AttnConfig {
         }
         AttnConfig {
             schedule: AttnSchedule::ProducerConsumer,
-            // Measured on the H100 (bench/results/h100-2026-11-22-attnperf, run 3): once the
-            // `wgmma`s were no longer serialised, the turns around Q·Kᵀ gave 3-15% on every D128
-            // shape (612 vs 571 TFLOP/s at B16 H16 N4096; causal 444 vs 429 at N8192).
+            // Measured on the H100 (docs/performance.md, "attn_fwd"): with the `wgmma`s pipelined,
+            // the turns around Q·Kᵀ gave 3-15% on every D128 shape (612 vs 571 TFLOP/s at B16 H16
+            // N4096; causal 444 vs 429 at N8192).
             pingpong: true,
-            // The rotated loop (softmax of block j while P·V of block j-1 runs): its first H100 run
-            // hung (at head dim 64, K and V shared a barrier while read a block apart; the lowering
-            // no longer shares it); measured since (bench/results/h100-2026-11-23-session, rust
-            // call): every check and timed shape passes the rule, +5-12% over the turns alone at
-            // every D128 shape (638 vs 571 TFLOP/s at B16 H16 N4096, causal 499 vs 460 at N8192).
+            // The rotated loop (softmax of block j while P·V of block j-1 runs): every check and
+            // timed shape passes the rule, +5-12% over the turns alone at every D128 shape (638 vs
+            // 571 TFLOP/s at B16 H16 N4096, causal 499 vs 460 at N8192).
             overlap: true,
             // Q in two slots used by alternate tiles of a block: the next tile's Q loads while this
-            // tile computes (bench/NOTES.md has what it measured).
+            // tile computes (docs/performance.md has what it measured).
             q_double: true,
             q_rows: 16,
             kv_block: 128,

@@ -267,7 +267,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                     to_p(k);
                     rescale(k);
                     // Outside the turn: only Q·Kᵀ is ordered between the warpgroups (measured on
-                    // the H100: a second turn around P·V serialised them, bench/NOTES.md).
+                    // the H100: a second turn around P·V serialised them, docs/performance.md).
                     pv(k, &j);
                 });
             }

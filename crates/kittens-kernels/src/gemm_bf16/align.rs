@@ -3,7 +3,7 @@
 //! TMA can read it in place or from rows on 128-byte lines. Each wave copies `8 × lanes × VECTORS`
 //! columns of one row in 16-byte vectors where both rows allow them. The driver's pitched copy
 //! (`cuMemcpy2DAsync`) moved A and B of 3000³ in 51 µs on the H100 (about 1.4 TB/s of reads and
-//! writes, bench/NOTES.md); a copy kernel streams at the DRAM's rate.
+//! writes, docs/performance.md); a copy kernel streams at the DRAM's rate.
 
 use crate::KernelError;
 use kittens_hw::dtype::DType::Bf16;
@@ -13,7 +13,7 @@ use kittens_tile::{BaseShape, Layout};
 /// Rows per block (one per wave).
 const WAVES: u32 = 4;
 /// 16-byte vectors per lane: four loads in flight per thread, where one per thread left the copy of
-/// 3000³'s B at 2.5 TB/s on the H200 (14.5 µs for 36 MB read and written, bench/NOTES.md) — short
+/// 3000³'s B at 2.5 TB/s on the H200 (14.5 µs for 36 MB read and written, docs/performance.md) — short
 /// blocks, 9000 of them, each thread one load.
 const VECTORS: u32 = 4;
 

@@ -288,9 +288,9 @@ impl GemmConfig {
         };
         if !gpu.arch.is_amd() {
             // Groups of 16 tile-rows: on the H100 at or above the 8 of the BF16 GEMM by the ratio to
-            // cuBLASLt in every paired run at 8192 and 16384 (bench/results/h100-2026-11-22-fp8).
+            // cuBLASLt in every paired run at 8192 and 16384 (docs/performance.md, "gemm_fp8").
             // Promotion after every K step of 128 (four k32 wgmmas), as DeepGEMM does: one chain
-            // over all of K lost accuracy past cuBLASLt's at 16384³ (bench/NOTES.md). Its second
+            // over all of K lost accuracy past cuBLASLt's at 16384³ (docs/performance.md). Its second
             // accumulator leaves room for 192 columns per consumer warpgroup (2 × 96 floats at 240
             // registers), not 256; four 40 KiB stages fit beside the 48 KiB of C slabs.
             return GemmConfig {

@@ -6,7 +6,7 @@
 //! SM, each taking every `SMs`-th tile, so the slowest SM does `⌈tiles / SMs⌉` tiles. With 128×256
 //! tiles, 3000³ has 24 × 12 = 288 tiles: three rounds on 132 SMs for 2.18 rounds of work (73% of the
 //! SMs busy in the last), and a 16-row M wastes 112 of every 128 rows computed. A smaller block
-//! quantises more finely but moves more operand bytes per FLOP (bench/NOTES.md: 128×128 ran at 0.81×
+//! quantises more finely but moves more operand bytes per FLOP (docs/performance.md: 128×128 ran at 0.81×
 //! where 128×256 ran at 0.97× at 8192³), so the choice is a trade, made by the cost model of
 //! [`estimate_us`].
 
@@ -81,7 +81,7 @@ pub const TILES: [HopperTile; 6] = [
 /// K per pipeline step (64 bf16 = one 128-byte swizzled row).
 const K_STEP: u32 = 64;
 /// Most ring stages. Stages fill the shared memory left beside the C slabs: at 128×256 (three fit)
-/// 3 and 4 measured the same (bench/NOTES.md), but a 64-row block streams B from DRAM with the tensor
+/// 3 and 4 measured the same (docs/performance.md), but a 64-row block streams B from DRAM with the tensor
 /// cores mostly idle, and the bytes in flight per SM (stages × stage bytes) bound its rate.
 const MAX_STAGES: u32 = 8;
 /// Shared bytes the lowering keeps for mbarriers beside the ring and the C slabs.
@@ -129,7 +129,7 @@ impl HopperTile {
 
     /// Relative throughput of one SM running this block on a long K loop, against 128×256 (1.0):
     /// the median over the compute-bound shapes (M ≥ 4096) of the LLM sweep on the H100, every block
-    /// in the same run (bench/results/h100-2026-11-22-gemmshapes/fit): 256×128 0.99, 128×128 0.93,
+    /// in the same run (docs/performance.md, "gemm_bf16"): 256×128 0.99, 128×128 0.93,
     /// 64×256 0.89 (one consumer warpgroup: half the wgmma issue), 64×128 0.59. Operand bytes per FLOP
     /// grow as `1/rows + 1/cols` (0.0117 B/FLOP for 128×256, 0.0156 for 128×128 and 64×256, 0.0234 for
     /// 64×128), which orders them the same way.
@@ -173,7 +173,7 @@ pub const ALIGN_REUSE: u64 = 256;
 /// bytes, bound it): they then read B in place in thread-block clusters of two that multicast it
 /// (`gemm_pad::PadPlan::auto` in the runtime; `tma-copy` copies it into aligned rows instead) and A in
 /// place with 128-byte L2 promotion. H100: 3000³ ran at 0.42 of cuBLAS with misaligned rows where 3008³
-/// ran at 0.82; copying B costs 13-15 µs there (bench/NOTES.md). Both M and N of about 512 or more
+/// ran at 0.82; copying B costs 13-15 µs there (docs/performance.md). Both M and N of about 512 or more
 /// qualify; a decode-sized M (memory-bound, each B row read once) does not.
 pub fn copies_misaligned(m: u64, n: u64) -> bool {
     m.saturating_mul(n) / m.saturating_add(n).max(1) >= ALIGN_REUSE
@@ -200,7 +200,7 @@ pub struct Estimate {
 /// - **memory**: A and B read once, C written once, at the HBM bandwidth.
 ///
 /// On the 50 shapes of the fit run this choice reached a geometric mean of 0.931 of cuBLAS where the
-/// best block of every shape reached 0.936 (bench/NOTES.md).
+/// best block of every shape reached 0.936 (docs/performance.md).
 pub fn estimate_us(gpu: &Gpu, sms: u32, m: u64, n: u64, k: u64, tile: HopperTile) -> Estimate {
     let tiles = m.div_ceil(tile.rows.into()) * n.div_ceil(tile.cols.into());
     let rounds = tiles.div_ceil(u64::from(sms.max(1)));

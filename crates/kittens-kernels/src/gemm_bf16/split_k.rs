@@ -3,7 +3,7 @@
 //!
 //! Why: a GEMM whose C has fewer blocks than the GPU has SMs leaves SMs idle however long K is. At
 //! 16×4096×14336 (a decode step's MLP down-projection) C has 32 blocks of 64×128 for 132 SMs, and each
-//! streams 3.7 MB of B alone (bench/NOTES.md). Cut K in four and 128 blocks stream a quarter each.
+//! streams 3.7 MB of B alone (docs/performance.md). Cut K in four and 128 blocks stream a quarter each.
 //!
 //! The GEMM is the same tile program ([`super::producer_consumer`]) with [`super::GemmConfig::split_k`]
 //! set: a third grid extent names the block's slice of K, and it stores its fp32 partial C (already
@@ -104,7 +104,7 @@ pub const MIN_STEPS: u64 = 8;
 /// Bytes per second one SM streams from DRAM with the deepest ring that fits beside a 64-row block
 /// (8 stages): H100, 16×4096×14336 with 32 blocks of 64×128 moved its 117 MB at 2.1 TB/s, 66 GB/s
 /// per SM, and 48 or 64 such blocks reached cuBLAS's rate (about 2.6 TB/s) without a split
-/// (bench/results/h100-2026-11-23-gemm).
+/// (docs/performance.md, "gemm_bf16").
 pub const SM_STREAM_BYTES_PER_S: f64 = 66e9;
 
 /// Fixed cost of the reduction pass beside its bytes (a second launch), µs.
@@ -158,7 +158,7 @@ pub fn estimate_us(
 /// SMs (a split never adds a round) and at least [`MIN_STEPS`] K steps per slice, the largest whose
 /// [`estimate_us`] is within 3% of the least. Ties go up because the model cannot tell DRAM-bound
 /// splits apart while the H100 could: 16×4096×4096 with 64×128 blocks ran at 1.13 of cuBLAS split in
-/// 4 and 0.88 split in 2 (bench/results/h100-2026-11-23-gemm). Large-M shapes fill the SMs without a
+/// 4 and 0.88 split in 2 (docs/performance.md). Large-M shapes fill the SMs without a
 /// split; a small M streams B from too few SMs (32 blocks: split 4) unless there are enough blocks to
 /// saturate DRAM (16×8192×8192: 64 blocks, no split: the second launch costs more than it buys), and
 /// a mid-size M whose few blocks run a long K loop splits for compute.

@@ -34,7 +34,7 @@ use kittens_tile::{BaseShape, Layout, Swizzle};
 pub const DIMS: std::ops::RangeInclusive<u32> = 768..=8192;
 /// Values per lane a wave holds of a row before the row is split over more waves: one 16-byte chunk
 /// of each tensor, as `torch.compile`'s persistent reduction does (one row per block, 8 values per
-/// thread). Measured on the H100 (bench/results/h100-2026-11-23-memk, run 2's sweep at D = 2048,
+/// thread). Measured on the H100 (docs/performance.md, "layernorm and rotary"; at D = 2048,
 /// loads of a run issued before any is converted): 8 values per lane 0.99 of the copy bandwidth at
 /// p = 0 and 0.94 at p = 0.1 (32 registers); 16 per lane 0.99 and 1.00 (53-56 registers); 32 per lane
 /// 0.98 and 0.90; 64 per lane 0.98 and 0.81.

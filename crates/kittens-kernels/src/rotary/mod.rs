@@ -65,7 +65,7 @@ impl RotaryConfig {
     /// (a power-of-two `dim`: the broadcast needs every lane to hold one chunk of the row), else
     /// positions along the rows; one 16-byte chunk of each member per lane (256 values of each
     /// member per wave: 4 rows at D128, 8 at D64), four waves per block. Measured on the H100
-    /// (bench/results/h100-2026-11-23-memk, run 2's sweep, B16 H16 N4096 D128 / B16 H32 N4096 D64,
+    /// (docs/performance.md, "layernorm and rotary"; B16 H16 N4096 D128 / B16 H32 N4096 D64,
     /// heads along the rows): half rotation BSHD 0.95 / 0.92 of the copy bandwidth, BHSD 0.95 / 0.93;
     /// interleaved BSHD 0.92 / 0.94, BHSD 0.94 / 0.94. Twice the rows: 0.90-0.94; four times: 0.77-0.92;
     /// half (D64, half the lanes idle): 0.63-0.67.

@@ -9,7 +9,7 @@
 //! device memory are checked before anything is allocated. Shapes whose rows TMA cannot address (N or
 //! K no multiple of 8) run through padded copies (`super::gemm_pad`), timed with the kernel and
 //! reported on their own.
-//! Timing (bench/NOTES.md, "Method"; `super::bench_time`): CUDA events around each launch, warm-up
+//! Timing (docs/performance.md, "Method"; `super::bench_time`): CUDA events around each launch, warm-up
 //! first, the median of as many launches as fit a time budget per shape, ours and cuBLAS interleaved
 //! launch by launch, rotating among enough input copies that their total exceeds the L2 several times
 //! over, so the L2 cannot serve the inputs.

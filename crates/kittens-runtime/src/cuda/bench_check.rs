@@ -1,5 +1,5 @@
 //! The numerics the GEMM benchmarks share: bf16 conversions, random inputs, the median, our C against
-//! the vendor's over every element, and f64 dot products at random entries (bench/NOTES.md, "Method",
+//! the vendor's over every element, and f64 dot products at random entries (docs/performance.md, "Method",
 //! step 4).
 
 /// f32 → bf16 bits, round to nearest even (NaN stays NaN).

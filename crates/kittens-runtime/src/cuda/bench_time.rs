@@ -1,4 +1,4 @@
-//! Timing several implementations of one problem in the same run (bench/NOTES.md, "Method", step 3):
+//! Timing several implementations of one problem in the same run (docs/performance.md, "Method", step 3):
 //! CUDA events around every launch, warm-up launches first, the median of the timed ones; launches
 //! interleaved implementation by implementation, or each implementation in its own block.
 

@@ -470,7 +470,7 @@ pub unsafe fn gemm_bf16_abt(
 /// Enqueues the copy of `src`'s rows into `dst` (same extents, other pitch) on `stream`: with the copy
 /// kernel (`gemm_bf16::align`, loaded once per device) where both bases are 16-byte aligned, else
 /// the driver's pitched copy, which moved 3000³'s operands at about 1.4 TB/s on the H100 where the
-/// kernel streams at the DRAM's rate (bench/NOTES.md).
+/// kernel streams at the DRAM's rate (docs/performance.md).
 ///
 /// # Safety
 /// Both matrices inside live device allocations of the current context until the copy has run on

@@ -419,7 +419,7 @@ impl Function {
     /// The kernels before it here never trigger early (the GEMM's operand copy did at entry once:
     /// the GEMM's blocks then held SMs the copy's last blocks needed, 0.73 against 0.83 of cuBLAS at
     /// 3000³); launched when they exit, the GEMM's launch and setup overlap the copy's end:
-    /// 0.828-0.831 against 0.804-0.817 (H100, bench/NOTES.md).
+    /// 0.828-0.831 against 0.804-0.817 (H100, docs/performance.md).
     ///
     /// # Safety
     /// As [`Function::launch`]; a programmatic kernel must wait (`griddepcontrol.wait`) before
@@ -760,7 +760,7 @@ impl MapType {
 /// every row pitch lie on 128-byte lines, 128 where they do not. Rows off their lines straddle two
 /// lines per box row, and with 256-byte promotion the GEMM at 3000³ on the H100 ran 0.734 of cuBLAS
 /// reading A in place against 0.852 with 128 (0.538 against 0.627 with both in place; 3072³ alike
-/// under either): bench/NOTES.md, "L2 promotion". `KITTENS_TMA_L2_PROMOTION` (`none`, `64`, `128`,
+/// under either): docs/performance.md, "gemm_bf16". `KITTENS_TMA_L2_PROMOTION` (`none`, `64`, `128`,
 /// `256`) overrides the rule for measurement (read once).
 fn l2_promotion(ptr: u64, strides: &[u64]) -> cu::CUtensorMapL2promotion_enum {
     use cu::CUtensorMapL2promotion_enum as P;

@@ -70,7 +70,7 @@ impl Mat {
 
 /// `cols` rounded up to a multiple of 64 bf16 (128 bytes): TMA needs 16-byte rows, but rows that start
 /// on 128-byte lines load faster (H100: 3000x3000x3008, whose A and B rows are 6016 = 47·128 bytes,
-/// ran at 0.756 of cuBLAS where 3000³ ran at 0.416, bench/NOTES.md), at the same bytes copied.
+/// ran at 0.756 of cuBLAS where 3000³ ran at 0.416, docs/performance.md), at the same bytes copied.
 pub fn padded_cols(cols: usize) -> usize {
     cols.div_ceil(64) * 64
 }
@@ -101,7 +101,7 @@ impl PadPlan {
     /// which the block choice also reads). A stays in place: with the 128-byte L2 promotion its maps
     /// then get (`driver::l2_promotion`) reading A off its lines cost the kernel about 2 µs at 3000³ on
     /// the H100, against 12 to copy it, while B off its lines cost about 28 (0.852 of cuBLAS for B
-    /// copied, 0.767 for both, 0.666 for A alone: bench/NOTES.md, "L2 promotion").
+    /// copied, 0.767 for both, 0.666 for A alone: docs/performance.md, "gemm_bf16").
     pub fn aligned(a: &Mat, b: &Mat, c: &Mat, mn: (usize, usize)) -> PadPlan {
         PadPlan {
             a: PadPlan::of(a, b, c).a,
@@ -113,7 +113,7 @@ impl PadPlan {
     /// a B which TMA can address but whose rows start off 128-byte lines, where that rule copies it,
     /// stays in place and the kernel runs in clusters of two row tiles that multicast each B box
     /// (`GemmConfig::cluster`): half the L2 requests for the rows that straddle two lines, and no
-    /// copy (bench/NOTES.md, "clusters of two"). Not for blocks of 64 rows (`tile_rows`): 5000³ ran
+    /// copy (docs/performance.md, "gemm_bf16"). Not for blocks of 64 rows (`tile_rows`): 5000³ ran
     /// 0.68 of cuBLAS so against 0.83 copied. On aligned rows clusters measured 1-6% slower.
     pub fn auto(a: &Mat, b: &Mat, c: &Mat, mn: (usize, usize), tile_rows: u32) -> (PadPlan, u32) {
         let plan = PadPlan::aligned(a, b, c, mn);
@@ -143,7 +143,7 @@ impl PadPlan {
 pub enum OperandLoads {
     /// TMA as [`PadPlan::auto`] plans it: B off 128-byte lines read in place by clusters of two
     /// (multicast), what TMA cannot address copied. On the H100 TMA beat `cp.async` in place at every
-    /// shape measured (3000³ 0.76 against 0.53 of cuBLAS, 3072³ 0.98 against 0.70; bench/NOTES.md).
+    /// shape measured (3000³ 0.76 against 0.53 of cuBLAS, 3072³ 0.98 against 0.70; docs/performance.md).
     Auto,
     /// TMA, from aligned copies where [`PadPlan::aligned`] makes them (B only).
     TmaCopy,
