@@ -121,8 +121,10 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
     let q = tensor(k, "q", &heads, &seq_q);
     let kg = tensor(k, "k", &heads_kv, &seq_kv);
     let v = tensor(k, "v", &heads_kv, &seq_kv);
-    let d_o = tensor(k, "do", &heads, &seq_q);
+    // O before dO, as the problem draws them (`super::problem`): the first launch's inputs are bound
+    // in declaration order.
     let o = query_blocks.then(|| tensor(k, "o", &heads, &seq_q));
+    let d_o = tensor(k, "do", &heads, &seq_q);
     let stats = |k: &mut KernelBuilder, name: &str| -> GlobalId {
         let (b_s, h_s) = (&heads * seq_q.clone(), seq_q.clone());
         let width = Expr::c(i64::from(STEP_Q));

@@ -9,7 +9,7 @@ use super::{build, BwdConfig, BwdShape, Causal};
 use crate::budget;
 use crate::problem::{
     draw_operands, elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem,
-    Reference, STORE_BYTES,
+    Reference, Stage, STORE_BYTES,
 };
 use crate::reference::Tolerance;
 use crate::reference_bwd;
@@ -175,15 +175,9 @@ impl KernelProblem for BwdProblem {
                     .and_then(|(pq, pk)| budget::product(&[b, h, pq, pk, d, 3])),
             )
             .and_then(|(a, c)| a.checked_add(c));
-        // On Hopper the registered kernel is the key-block launch (`super::hopper`): Q, K, V, dO, the
-        // log-sum-exp and D in, dK and dV out. The runner has no sm_90a backend: those launches are
-        // checked by the interpreter test of both launches and on the GPU, not through this plan.
-        let mut launch = self.launch(p)?;
-        if cfg.schedule == super::BwdSchedule::HopperKv {
-            let [q, kv, lse] = [launch.inputs[0], launch.inputs[1], launch.inputs[5]];
-            launch.inputs = vec![q, kv, kv, q, lse, lse];
-            launch.outputs = vec![kv, kv];
-        }
+        // On Hopper the backward is several launches (`stages`); the plan's launch is the run's: the
+        // drawn inputs in, dQ, dK and dV out.
+        let launch = self.launch(p)?;
         Ok(Plan {
             launch,
             what,
@@ -200,6 +194,46 @@ impl KernelProblem for BwdProblem {
 
     fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
         build(&config(p, target)?)
+    }
+
+    /// One launch, except for the Hopper programs: the query blocks (dQ, and D for the next launch),
+    /// then the key blocks (dK, dV), the tensors passed by name (FlashAttention-2 §3.2's split). The
+    /// `dq` variant names the first of them and runs the same two.
+    fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+        use super::BwdSchedule::{HopperKv, HopperQ};
+        let cfg = config(p, target)?;
+        match cfg.schedule.hopper_launches() {
+            None => Ok(vec![Stage {
+                kernel: build(&cfg)?,
+                launch: plan.launch.clone(),
+            }]),
+            Some([HopperQ, HopperKv]) => {
+                let l = &plan.launch;
+                let [q, kv, lse] = [l.inputs[0], l.inputs[1], l.inputs[5]];
+                let stage = |schedule, inputs, outputs| -> Result<Stage, KernelError> {
+                    Ok(Stage {
+                        kernel: build(&BwdConfig { schedule, ..cfg })?,
+                        launch: Launch {
+                            params: l.params.clone(),
+                            inputs,
+                            outputs,
+                        },
+                    })
+                };
+                Ok(vec![
+                    // q, k, v, o, do, lse in; delta, dq out.
+                    stage(HopperQ, vec![q, kv, kv, q, q, lse], vec![lse, q])?,
+                    // q, k, v, do, lse, delta in; dk, dv out.
+                    stage(HopperKv, vec![q, kv, kv, q, lse, lse], vec![kv, kv])?,
+                ])
+            }
+            Some(_) => Err(KernelError::Config(
+                "attn_bwd: the runner runs the Hopper two-launch form (the default, or `dq`); the \
+                 atomic form's f32 dQ accumulator is read and written by one launch, which the \
+                 runner's tensors (inputs, then outputs) cannot express yet"
+                    .into(),
+            )),
+        }
     }
 
     /// Q, K, V and dO uniform in `[-input_scale, input_scale)` (bf16); O and the log-sum-exp from the

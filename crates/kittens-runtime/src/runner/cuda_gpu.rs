@@ -81,6 +81,17 @@ impl Backend for CudaGpu {
         let compile_seconds = t0.elapsed().as_secs_f64();
 
         let n_in = job.inputs.len();
+        let tensors = job.launch.inputs.len() + job.launch.outputs.len();
+        if tensors != job.kernel.globals.len() || n_in != job.launch.inputs.len() {
+            return Err(gpu(format!(
+                "`{}` declares {} tensors; the launch has {} inputs ({} given) and {} outputs",
+                job.kernel.name,
+                job.kernel.globals.len(),
+                job.launch.inputs.len(),
+                n_in,
+                job.launch.outputs.len()
+            )));
+        }
         let dtype = |i: usize| job.kernel.globals.get(i).map_or(DType::Bf16, |g| g.dtype);
         let mut bufs: Vec<DeviceBuffer> = Vec::with_capacity(job.kernel.globals.len());
         for (i, &len) in job
