@@ -6,4 +6,5 @@
 pub mod amd;
 pub mod build_info;
 pub mod cuda;
+pub mod kernel;
 pub mod runner;

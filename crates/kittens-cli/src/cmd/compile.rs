@@ -59,9 +59,9 @@ pub fn lowered_variant(
     target: Target,
     variant: Option<&str>,
 ) -> Result<Lowered> {
-    let k = kernel.build_variant(target, variant)?;
-    kittens_codegen::lower(&k, target)
-        .with_context(|| format!("lowering `{}` for {target}", kernel.name))
+    Ok(kittens_runtime::kernel::lower_entry(
+        kernel, target, variant,
+    )?)
 }
 
 fn run_amd(args: &Args, arch: Arch) -> Result<()> {

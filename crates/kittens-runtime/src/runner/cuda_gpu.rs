@@ -9,6 +9,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use super::{About, Backend, Execution, Job, RunError};
+use crate::cuda::bench_time::{time_launches, Timing};
 use crate::cuda::launch::{LoadedKernel, TensorArg};
 use crate::cuda::{Device, DeviceBuffer, Stream};
 use kittens_hw::dtype::DType;
@@ -26,11 +27,33 @@ pub const CUDA_WORK: WorkLimit = WorkLimit {
 #[derive(Debug, Clone)]
 pub struct CudaGpu {
     pub ordinal: usize,
+    /// After the checked launch, time the kernel (`None`: run once).
+    pub timed: Option<Timed>,
+}
+
+/// How a [`CudaGpu`] times a launch: `warmup` launches, then the median of `iters` timed by CUDA
+/// events, interleaved with a device-to-device copy of as many bytes as the kernel's tensors hold
+/// (half of them read, half written: the traffic a memory-bound kernel cannot beat).
+#[derive(Debug, Clone, Copy)]
+pub struct Timed {
+    pub warmup: usize,
+    pub iters: usize,
 }
 
 impl CudaGpu {
     pub fn new(ordinal: usize) -> Self {
-        CudaGpu { ordinal }
+        CudaGpu {
+            ordinal,
+            timed: None,
+        }
+    }
+
+    /// The same GPU timing every launch as `t` says.
+    pub fn timed(ordinal: usize, t: Timed) -> Self {
+        CudaGpu {
+            ordinal,
+            timed: Some(t),
+        }
     }
 }
 
@@ -162,6 +185,34 @@ impl Backend for CudaGpu {
             b.download(&mut host).map_err(gpu)?;
             output.extend(from_bytes(&host, dtype(i)).map_err(gpu)?);
         }
+        let timing = match self.timed {
+            None => serde_json::Value::Null,
+            Some(t) => {
+                let bytes: usize = bufs.iter().map(|b| b.bytes()).sum();
+                let half = (bytes / 2).max(2);
+                let src = dev.alloc(half).map_err(gpu)?;
+                let mut dst = dev.alloc(half).map_err(gpu)?;
+                let mut ours = |_: usize| {
+                    // SAFETY: as the checked launch above; the buffers outlive the timing.
+                    unsafe { kernel.launch(&stream, &params, &tensors) }
+                        .map(|_| ())
+                        .map_err(|e| crate::cuda::CudaError::Invalid(e.to_string()))
+                };
+                let mut copy = |_: usize| dst.copy_from(&src);
+                let ms = time_launches(
+                    &stream,
+                    t.warmup,
+                    t.iters.max(1),
+                    Timing::Interleaved,
+                    &mut [&mut ours, &mut copy],
+                )
+                .map_err(gpu)?;
+                serde_json::json!({
+                    "median_ms": ms[0], "copy_ms": ms[1], "tensor_bytes": bytes,
+                    "iters": t.iters.max(1), "warmup": t.warmup, "timing": "interleaved",
+                })
+            }
+        };
         let c = &kernel.compile;
         Ok(Execution {
             output,
@@ -176,6 +227,7 @@ impl Backend for CudaGpu {
                 "spill_stores": c.spill_stores,
                 "dynamic_shared_bytes": c.dynamic_shared_bytes,
                 "cached_compile": c.cached,
+                "timed": timing,
             })),
         })
     }

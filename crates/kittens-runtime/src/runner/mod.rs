@@ -32,7 +32,7 @@ mod isa_banks;
 pub mod isa_emu;
 
 pub use cpu::Interpreter;
-pub use cuda_gpu::CudaGpu;
+pub use cuda_gpu::{CudaGpu, Timed};
 pub use hip_emu::HipEmu;
 pub use hip_gpu::HipGpu;
 pub use isa_emu::IsaEmu;
@@ -329,6 +329,27 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
         reference_seconds: r0.elapsed().as_secs_f64(),
         dynamic: run.dynamic,
     })
+}
+
+/// Runs `entry` at `p` on `backend` for timing: the same plan and launches as [`run`], on plain
+/// random inputs (uniform in `[-input_scale, input_scale)`, [`kittens_kernels::problem::draw_operands`]:
+/// no f64 forward for the backward's O) and with no reference, which at timing sizes would take the
+/// host longer than the GPU by orders of magnitude. What the backend measured is in its `dynamic`.
+pub fn time(
+    entry: &KernelEntry,
+    p: &Problem,
+    backend: &dyn Backend,
+) -> Result<(Execution, Vec<String>), RunError> {
+    let plan = validate(entry, p, backend)?;
+    let stages = entry.problem().stages(p, backend.about().target, &plan)?;
+    let mut rng = SmallRng::seed_from_u64(p.seed);
+    let inputs = kittens_kernels::problem::draw_operands(
+        p,
+        &stages[0].kernel,
+        &plan.launch.inputs,
+        &mut rng,
+    );
+    execute_stages(backend, &stages, &inputs)
 }
 
 /// The names of `kernel`'s outputs at `launch` (the globals after its inputs).

@@ -1,5 +1,5 @@
-//! `kittens demo`: the main job. With an NVIDIA driver it benchmarks the suite against the vendor
-//! libraries; without one it runs the suite on the CPU backend, compiles it for every target and prints
+//! `kittens demo`: the main job. With an NVIDIA driver it checks every kernel on the GPU through the
+//! generic CUDA runner and times each against its baseline (`gpu`); without one it runs the suite on the CPU backend, compiles it for every target and prints
 //! the hardware analysis. Each part is a [`Section`] that prints as it goes (progress on stderr) and
 //! contributes one key to the `--json` document.
 
@@ -64,9 +64,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     match &gpu {
         Ok(name) => {
             eprintln!(
-                "NVIDIA GPU found ({name}): benchmarking the suite against the vendor library"
+                "NVIDIA GPU found ({name}): every kernel checked and timed against its baseline"
             );
-            parts.push(("gpu", "gemm_bf16 vs cuBLAS on the GPU", gpu::run));
+            parts.push((
+                "gpu",
+                "The kernel suite on the GPU: checked against f64, timed against its baseline",
+                gpu::run,
+            ));
         }
         Err(why) => {
             eprintln!(
