@@ -1,8 +1,9 @@
-"""``python -m kittens.bench gemm|attn|layernorm|rotary [--json F] [--plot F.png]``: kittens against
+"""``python -m kittens.bench gemm|attn|layernorm|rotary|overhead [--json F] [--plot F.png]``: kittens against
 PyTorch's own kernels on the same tensors, in one process.
 
 * gemm: ``kittens.matmul(a, w.T)`` against ``torch.matmul(a, w.T)`` (cuBLAS).
 * attn: ``kittens.attention`` against ``F.scaled_dot_product_attention`` (cuDNN / FlashAttention).
+* overhead: per-call time of a loop of calls, host included, against PyTorch's op (``kittens.bench_overhead``).
 * layernorm, rotary: against PyTorch eager and ``torch.compile`` of the same expression, in GB/s and as
   a fraction of the copy bandwidth measured in the same run (``kittens.bench_mem``).
 
@@ -337,7 +338,9 @@ def cpu_check(kittens) -> None:
 
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kittens.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=["gemm", "attn", "layernorm", "rotary"])
+    p.add_argument("what", choices=["gemm", "attn", "layernorm", "rotary", "overhead"])
+    p.add_argument("--calls", type=int, default=300, help="overhead: calls per timed loop (at least 200)")
+    p.add_argument("--rounds", type=int, default=7, help="overhead: timed loops per side")
     p.add_argument("--ln-shapes", default="16x4096x2048,4x4096x8192,16x4096x768",
                    help="layernorm: BxNxD (rows = B*N)")
     p.add_argument("--p", type=float, default=0.1, help="layernorm: dropout of the extra p > 0 row (0: none)")
@@ -389,6 +392,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     if args.what in ("layernorm", "rotary"):
         return main_mem(torch, kittens, args)
+    if args.what == "overhead":
+        return main_overhead(torch, kittens, args)
     if args.what == "attn" and args.backward:
         return main_backward(torch, kittens, args)
     if args.what == "gemm":
@@ -442,6 +447,29 @@ def main_backward(torch, kittens, args) -> int:
         bench_bwd.plot(rows, args.plot, f"attention backward: kittens vs SDPA cuDNN / flash\n{props.name}, "
                                         f"{report['date']}, timed {args.timing}")
     return 0 if report["summary"]["all_passed"] else 1
+
+
+def main_overhead(torch, kittens, args) -> int:
+    """Per-call host time of a loop of calls, ours against PyTorch's op (``kittens.bench_overhead``)."""
+    from . import bench_overhead
+
+    if args.calls < 200:
+        print("kittens.bench overhead: --calls must be at least 200", file=sys.stderr)
+        return 2
+    rows = bench_overhead.bench_overhead(torch, kittens, args.calls, args.rounds)
+    report = _header(torch, kittens, args)
+    report.update({"rows": rows, "method": bench_overhead.__doc__})
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    print(f"{props.name}, torch {torch.__version__}, commit {report['commit']}, {report['date']}, "
+          f"{args.calls} calls per loop, median of {args.rounds} loops per side")
+    bench_overhead.print_table(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    if args.plot:
+        bench_overhead.plot(rows, args.plot, f"per-call time, host included: kittens vs torch\n{props.name}, "
+                                             f"{report['date']}")
+    return 0 if all("ratio" in r for r in rows) else 1
 
 
 def _header(torch, kittens, args) -> dict:
