@@ -72,6 +72,31 @@ def _result(ref: Array, out):
     return out
 
 
+_OPS = None
+
+
+def _torch_op(*xs) -> bool:
+    """Whether every one of ``xs`` is a torch tensor: then the call goes through the ``torch.ops.kittens``
+    custom op (:mod:`kittens.ops`: autograd, ``torch.compile``), which this registers on first use."""
+    global _OPS
+    torch = sys.modules.get("torch")
+    if torch is None or not all(isinstance(x, torch.Tensor) for x in xs):
+        return False
+    if _OPS is None:
+        from . import ops
+
+        _OPS = ops
+    return True
+
+
+def _no_autograd_with_out(what: str, *xs) -> None:
+    """``out=`` (or ``inplace=True``) writes into the caller's array, outside autograd: refused, naming
+    the call, when an input needs a gradient (never a silently dropped gradient)."""
+    if _grad_needed(*xs):
+        raise RuntimeError(f"kittens.{what} does not support autograd (an input requires grad); call it "
+                           "without out= / inplace=, or under torch.no_grad()")
+
+
 def _grad_needed(*xs) -> bool:
     torch = sys.modules.get("torch")
     return (
@@ -98,8 +123,9 @@ def matmul(a: Any, b: Any, *, out: Any = None):
     nothing, so after one warm-up call (which compiles or loads the kernel) they can be captured in a
     CUDA graph.
     """
-    if _grad_needed(a, b):
-        return _torch_functions().MatmulFunction.apply(a, b)
+    if out is None and _torch_op(a, b):
+        return sys.modules["torch"].ops.kittens.matmul(a, b)
+    _no_autograd_with_out("matmul(out=...)", a, b)
     return _matmul(a, b, out)
 
 
@@ -176,15 +202,13 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
         raise TypeError(f"causal_align must be a str, one of {_CAUSAL_ALIGN}, got {type(causal_align).__name__}")
     if causal_align not in _CAUSAL_ALIGN:
         raise ValueError(f"causal_align={causal_align!r}: expected one of {_CAUSAL_ALIGN}")
-    if _grad_needed(q, k, v):
-        if out is not None:
-            raise RuntimeError("kittens.attention(out=...) does not support autograd; use torch.no_grad()")
-        if return_lse or causal_align != "top_left":
-            raise RuntimeError(
-                "kittens.attention with return_lse=True or causal_align='bottom_right' does not support "
-                "autograd yet; call it under torch.no_grad()"
-            )
-        return _torch_functions().AttentionFunction.apply(q, k, v, causal, scale)
+    if out is None and _torch_op(q, k, v):
+        o, lse = sys.modules["torch"].ops.kittens.attention(
+            q, k, v, bool(causal), None if scale is None else float(scale), causal_align == "bottom_right",
+            bool(return_lse),
+        )
+        return (o, lse) if return_lse else o
+    _no_autograd_with_out("attention(out=...)", q, k, v)
     return _attention(q, k, v, causal, scale, out, return_lse, causal_align)
 
 
@@ -241,6 +265,14 @@ def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, see
     planes. CUDA tensors run the kernel lowered for sm_90a on the current torch stream (compiled per D,
     p and eps on first use).
     """
+    if out is None and _torch_op(x, residual, weight, bias):
+        if not 0.0 <= float(p) < 1.0:
+            raise ValueError(f"dropout p = {p} must be in [0, 1)")
+        both = sys.modules["torch"].ops.kittens.layernorm(
+            x, residual, weight, bias, float(p), _OPS.seed_arg(seed), _OPS.seed_arg(offset), float(eps)
+        )
+        return both[0], both[1]
+    _no_autograd_with_out("layernorm(out=...)", x, residual, weight, bias)
     X, R, W, B = adapt(x, "x"), adapt(residual, "residual"), adapt(weight, "weight"), adapt(bias, "bias")
     if not 0.0 <= float(p) < 1.0:
         raise ValueError(f"dropout p = {p} must be in [0, 1)")
@@ -340,6 +372,9 @@ def rotary(
         cos, sin = _tables_for(Q, base, positions)
     elif positions is not None:
         raise ValueError("rotary: positions apply to computed tables only (cos and sin were given)")
+    if out is None and not inplace and _torch_op(q, cos, sin):
+        return sys.modules["torch"].ops.kittens.rotary(q, cos, sin, bool(interleaved))
+    _no_autograd_with_out("rotary(out=... or inplace=True)", q, cos, sin)
     Q, C, S = adapt(q, "q"), adapt(cos, "cos"), adapt(sin, "sin")
     if inplace:
         out = q
