@@ -64,10 +64,11 @@ def attention_ref(q, k, v, causal=False, scale=None, bottom_right=False):
     v = v.repeat_interleave(h // hk, dim=1)
     scale = 1.0 / math.sqrt(d) if scale is None else scale
     s = torch.matmul(q, k.transpose(-1, -2)) * scale
-    keep = torch.ones(n, nk, dtype=torch.bool)
+    keep = torch.ones(n, nk, dtype=torch.bool, device=q.device)
     if causal:
         shift = nk - n if bottom_right else 0
-        keep = torch.arange(nk)[None, :] <= torch.arange(n)[:, None] + shift
+        at = lambda m: torch.arange(m, device=q.device)  # noqa: E731
+        keep = at(nk)[None, :] <= at(n)[:, None] + shift
     empty = ~keep.any(dim=-1, keepdim=True)
     s = torch.where(empty, torch.zeros_like(s), s.masked_fill(~keep, float("-inf")))
     lse = torch.logsumexp(s.float(), dim=-1).to(s.dtype)
@@ -345,7 +346,7 @@ def block(x, res, ln_w, ln_b, w_qkv, w_o, cos, sin):
     """A prenorm attention block from kittens ops only: layernorm, QKV projection, rotary, causal
     attention (q, k, v strided views of one projection), output projection."""
     n, dm = x.shape[-2], x.shape[-1]
-    heads, hd = 2, 32
+    heads, hd = 2, w_o.shape[1] // 2
     y, h = kittens.layernorm(x, res, ln_w, ln_b)
     qkv = kittens.matmul(y.reshape(-1, dm), w_qkv.t()).reshape(1, n, 3, heads, hd)
     q, k, v = (qkv[:, :, i].transpose(1, 2) for i in range(3))
@@ -355,14 +356,17 @@ def block(x, res, ln_w, ln_b, w_qkv, w_o, cos, sin):
     return kittens.matmul(o, w_o.t()).reshape(1, n, dm), h
 
 
-def block_inputs(n, seed):
+def block_inputs(n, seed, hd=32, device="cpu"):
+    """The block's parameters (2 heads of head dim hd, model dim 768, the layernorm kernel's least) and
+    rotary tables, on device."""
     dm = 768
     x, res = rand(1, n, dm, seed=seed), rand(1, n, dm, seed=seed + 1)
     ln_w, ln_b = (1 + rand(dm, seed=seed + 2).float() * 0.1).to(BF), rand(dm, seed=seed + 3)
-    w_qkv = (rand(3 * 64, dm, seed=seed + 4).float() * 0.05).to(BF)
-    w_o = (rand(dm, 64, seed=seed + 5).float() * 0.1).to(BF)
-    cos, sin = kittens.rotary_tables(n, 32, like=x)
-    return [x, res, ln_w, ln_b, w_qkv, w_o], [cos, sin]
+    w_qkv = (rand(3 * 2 * hd, dm, seed=seed + 4).float() * 0.05).to(BF)
+    w_o = (rand(dm, 2 * hd, seed=seed + 5).float() * 0.1).to(BF)
+    params = [t.to(device) for t in (x, res, ln_w, ln_b, w_qkv, w_o)]
+    cos, sin = kittens.rotary_tables(n, hd, like=params[0])
+    return params, [cos, sin]
 
 
 def run_block(f, params, tables):
