@@ -97,8 +97,9 @@ def _no_autograd_with_out(what: str, *xs) -> None:
     """``out=`` (or ``inplace=True``) writes into the caller's array, outside autograd: refused, naming
     the call, when an input needs a gradient (never a silently dropped gradient)."""
     if _grad_needed(*xs):
-        raise RuntimeError(f"kittens.{what} does not support autograd (an input requires grad); call it "
-                           "without out= / inplace=, or under torch.no_grad()")
+        raise RuntimeError(f"kittens.{what} does not support autograd (an input requires grad): only "
+                           "torch tensors without out= / inplace= go through the differentiable ops; "
+                           "otherwise call it under torch.no_grad()")
 
 
 def _grad_needed(*xs) -> bool:
@@ -134,7 +135,7 @@ def matmul(a: Any, b: Any, *, out: Any = None):
     """
     if out is None and _torch_op(a, b):
         return sys.modules["torch"].ops.kittens.matmul(a, b)
-    _no_autograd_with_out("matmul(out=...)", a, b)
+    _no_autograd_with_out("matmul with out= or a non-torch argument", a, b)
     return _matmul(a, b, out)
 
 
@@ -223,7 +224,7 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
             bool(return_lse),
         )
         return (o, lse) if return_lse else o
-    _no_autograd_with_out("attention(out=...)", q, k, v)
+    _no_autograd_with_out("attention with out= or a non-torch argument", q, k, v)
     return _attention(q, k, v, causal, scale, out, return_lse, causal_align)
 
 
@@ -293,7 +294,7 @@ def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, see
             x, residual, weight, bias, float(p), _OPS.seed_arg(seed), _OPS.seed_arg(offset), float(eps)
         )
         return both[0], both[1]
-    _no_autograd_with_out("layernorm(out=...)", x, residual, weight, bias)
+    _no_autograd_with_out("layernorm with out= or a non-torch argument", x, residual, weight, bias)
     X, R, W, B = adapt(x, "x"), adapt(residual, "residual"), adapt(weight, "weight"), adapt(bias, "bias")
     if not 0.0 <= float(p) < 1.0:
         raise ValueError(f"dropout p = {p} must be in [0, 1)")
@@ -401,7 +402,7 @@ def rotary(
         raise ValueError("rotary: positions apply to computed tables only (cos and sin were given)")
     if out is None and not inplace and _torch_op(q, cos, sin):
         return sys.modules["torch"].ops.kittens.rotary(q, cos, sin, bool(interleaved))
-    _no_autograd_with_out("rotary(out=... or inplace=True)", q, cos, sin)
+    _no_autograd_with_out("rotary with out=, inplace=True or a non-torch argument", q, cos, sin)
     Q, C, S = adapt(q, "q"), adapt(cos, "cos"), adapt(sin, "sin")
     if inplace:
         out = q
