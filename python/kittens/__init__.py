@@ -383,8 +383,8 @@ def rotary(
     has q's shape and memory order. ``inplace=True`` writes into ``q`` (``out=q`` does the same). D is a
     multiple of 16 from 16 to 512. CUDA tensors run the kernel lowered for sm_90a on the current torch
     stream. Without ``cos`` and ``sin`` the tables are computed (:func:`rotary_tables` with ``base`` and
-    ``positions``) and kept for later calls of the same shape and device (computed tables are numpy
-    work: under ``torch.compile(fullgraph=True)`` pass ``cos`` and ``sin``).
+    ``positions``) and kept for later calls of the same shape and device (under ``torch.compile`` they
+    are computed in the graph by torch ops instead, :func:`kittens.ops.rotary_tables`).
 
     Torch tensors go through ``torch.ops.kittens.rotary`` (q in neither dense layout is copied to
     (B, H, N, D) first): its backward is the same kernel with ``-sin``, the inverse rotation, and
@@ -393,7 +393,12 @@ def rotary(
     """
     if (cos is None) != (sin is None):
         raise ValueError("rotary: give both cos and sin, or neither (then they are computed)")
-    if cos is None:
+    if cos is None and _torch_op(q) and sys.modules["torch"].compiler.is_compiling():
+        # Traced (torch.compile): the tables in torch ops, inside the graph (no numpy, no cache).
+        if q.dim() != 4:
+            raise ValueError(f"q must be 4-D (B, H, N, D), got shape {tuple(q.shape)}")
+        cos, sin = _OPS.rotary_tables(q.shape[2], q.shape[3], base, positions, q.device)
+    elif cos is None:
         Q = adapt(q, "q")
         if len(Q.shape) != 4:
             raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")

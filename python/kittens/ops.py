@@ -50,7 +50,7 @@ from torch import Tensor
 from . import _attention, _kittens, _matmul
 
 __all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "rotary",
-           "dropout_keep", "seed_arg"]
+           "dropout_keep", "seed_arg", "rotary_tables"]
 
 
 # -- helpers shared by the real and the fake implementations -------------------------------------------
@@ -442,6 +442,22 @@ def dropout_keep(rows: int, dim: int, p: float, seed: int, offset: int, device=N
 
 
 # -- rotary --------------------------------------------------------------------------------------------
+
+
+def rotary_tables(seq: int, dim: int, base: float = 10000.0, positions: Optional[Tensor] = None,
+                  device=None) -> Tuple[Tensor, Tensor]:
+    """:func:`kittens.rotary_tables` in torch ops, for traced code (``kittens.rotary(q)`` without
+    tables under ``torch.compile``, where the numpy tables and their cache would break the graph):
+    the angles, cosines and sines in float64, rounded once to bfloat16. The same values as the numpy
+    tables up to float64's last bit before that rounding (``pow`` and ``cos`` of two libraries)."""
+    f64 = torch.float64
+    if positions is None:
+        pos = torch.arange(seq, dtype=f64, device=device)
+    else:
+        pos = torch.as_tensor(positions, device=device).to(f64)
+    inv_freq = float(base) ** (-torch.arange(0, dim, 2, dtype=f64, device=device) / dim)
+    ang = pos[:, None] * inv_freq[None, :]
+    return torch.cos(ang).to(torch.bfloat16), torch.sin(ang).to(torch.bfloat16)
 
 
 def _rotary_layout(q: Tensor) -> str:

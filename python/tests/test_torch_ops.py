@@ -398,3 +398,15 @@ def test_compile_dynamic_two_lengths():
         got = run_block(compiled, params, tables)
         for a, b in zip(got, eager):
             torch.testing.assert_close(a.float(), b.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_compile_rotary_with_computed_tables():
+    """kittens.rotary(q) without tables under torch.compile(fullgraph=True): the tables are computed in
+    the graph (torch ops in float64, rounded once to bf16), equal to the numpy tables of eager."""
+    torch._dynamo.reset()
+    q = rand(1, 11, 2, 64, seed=120).transpose(1, 2)
+    cos, sin = kittens.rotary_tables(11, 64, like=q)
+    tc, ts = ops.rotary_tables(11, 64)
+    assert torch.equal(tc, cos) and torch.equal(ts, sin)
+    compiled = torch.compile(lambda q: kittens.rotary(q), fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(q), kittens.rotary(q))
