@@ -8,12 +8,17 @@
 #
 # torch: PyPI has no CPU-only Linux x86-64 wheel (that one lives on download.pytorch.org, which CI does
 # not reach), and `pip install --no-deps torch` does not import (torch/__init__ preloads cuBLAS and the
-# other nvidia-* wheels). So the whole wheel set comes from PyPI: measured 2026-11-28 on the 2-core dev
-# machine, ~3.0 GB downloaded (torch 2.15.0 539 MB, nvidia-* and triton the rest), 5.3 GB installed, 6
-# minutes wall clock under a heavily loaded machine (1.3 minutes of it the torch wheel alone). pip's cache
-# (~/.cache/pip, or PIP_CACHE_DIR) makes later runs on one machine mostly a copy. KITTENS_TORCH (a pip
-# requirement, default "torch") pins it; KITTENS_TORCH=none skips the install, for a machine without the
-# disk, and then the torch tests fail rather than skip.
+# other nvidia-* wheels). So the whole wheel set comes from PyPI. Measured 2026-11-28 on the 2-core dev
+# machine under a load average of 100-900 (other builds): ~3.0 GB downloaded (torch 2.15.0 539 MB,
+# nvidia-* and triton the rest), 5.3 GB installed, 4-6 minutes wall clock from a cold pip cache (233 s
+# in this script with matplotlib; 6 min in a scratch venv; 1.3 min of it the torch wheel alone). pytest
+# then took 349 s for 117 tests; the torch tests are test_torch_ops.py + test_torch_cpu.py ~100 s
+# (inductor's C++ compile of the block ~45 s with a cold cache) and test_ring_torch_cpu.py (gloo
+# processes, skipped in CI before) ~250 s. The whole script ran in 12.3 minutes (wheel build
+# incremental). pip's cache (~/.cache/pip, or PIP_CACHE_DIR) makes later runs on one machine mostly a
+# copy. torch.compile's CPU backend (inductor) compiles C++: g++ must be on PATH (it is wherever the
+# wheel builds). KITTENS_TORCH (a pip requirement, default "torch") pins the version; KITTENS_TORCH=none
+# skips the install, for a machine without the disk, and then the torch tests fail rather than skip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
