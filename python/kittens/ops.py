@@ -47,7 +47,7 @@ from typing import Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from . import _attention, _kittens, _matmul
+from . import _attention, _matmul
 
 __all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "rotary",
            "dropout_keep", "seed_arg", "rotary_tables"]
