@@ -10,7 +10,11 @@ position embedding, for bfloat16 arrays:
 * CPU arrays run on the CPU interpreter (exact storage numerics, slow); CUDA tensors run the kernel
   lowered for sm_90a (Hopper) on the caller's current stream, in the primary context PyTorch uses;
 * outputs are new arrays of the input's kind and device, or ``out=``;
-* layouts are read in place or refused (no hidden copies): see :func:`matmul` and :func:`attention`.
+* layouts are read in place or refused (no hidden copies): see :func:`matmul` and :func:`attention`;
+* torch tensors go through ``torch.library`` custom ops (``torch.ops.kittens.*``, :mod:`kittens.ops`):
+  every kernel has an autograd formula and a fake implementation, so ``loss.backward()`` reaches every
+  input and ``torch.compile(fullgraph=True)`` traces through them. Under the ops, attention takes q, k
+  and v each in its own layout (the odd ones out copied, for now) and any ``scale``.
 
 ``kittens.set_verbose(True)`` (or ``KITTENS_VERBOSE=1``) reports on stderr when a GPU kernel is compiled
 (NVRTC, on first use per process; later processes read the disk cache) and how long CPU calls take.
@@ -72,6 +76,32 @@ def _result(ref: Array, out):
     return out
 
 
+_OPS = None
+
+
+def _torch_op(*xs) -> bool:
+    """Whether every one of ``xs`` is a torch tensor: then the call goes through the ``torch.ops.kittens``
+    custom op (:mod:`kittens.ops`: autograd, ``torch.compile``), which this registers on first use."""
+    global _OPS
+    torch = sys.modules.get("torch")
+    if torch is None or not all(isinstance(x, torch.Tensor) for x in xs):
+        return False
+    if _OPS is None:
+        from . import ops
+
+        _OPS = ops
+    return True
+
+
+def _no_autograd_with_out(what: str, *xs) -> None:
+    """``out=`` (or ``inplace=True``) writes into the caller's array, outside autograd: refused, naming
+    the call, when an input needs a gradient (never a silently dropped gradient)."""
+    if _grad_needed(*xs):
+        raise RuntimeError(f"kittens.{what} does not support autograd (an input requires grad): only "
+                           "torch tensors without out= / inplace= go through the differentiable ops; "
+                           "otherwise call it under torch.no_grad()")
+
+
 def _grad_needed(*xs) -> bool:
     torch = sys.modules.get("torch")
     return (
@@ -97,9 +127,15 @@ def matmul(a: Any, b: Any, *, out: Any = None):
     the output (none with ``out=``) and, for padded shapes, stream-ordered scratch, and synchronise
     nothing, so after one warm-up call (which compiles or loads the kernel) they can be captured in a
     CUDA graph.
+
+    Torch tensors go through ``torch.ops.kittens.matmul``, whose backward runs the same GEMM:
+    ``dA = dC·Bᵀ`` in place, ``dB = Aᵀ·dC`` through one transposed copy (of ``a`` or of ``dC``, the
+    smaller) until the GEMM reads A transposed. ``out=`` writes outside autograd: with an input that
+    requires grad it is a RuntimeError.
     """
-    if _grad_needed(a, b):
-        return _torch_functions().MatmulFunction.apply(a, b)
+    if out is None and _torch_op(a, b):
+        return sys.modules["torch"].ops.kittens.matmul(a, b)
+    _no_autograd_with_out("matmul with out= or a non-torch argument", a, b)
     return _matmul(a, b, out)
 
 
@@ -144,14 +180,19 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     """``F.scaled_dot_product_attention(q, k, v, is_causal=causal)`` for bfloat16 q (B, H, N, D) and
     k, v (B, H_kv, N_kv, D); grouped-query attention when H_kv divides H (as ``enable_gqa=True``).
 
-    All four arrays must be dense in one memory order: (B, H, N, D), or (B, N, H, D) seen through
-    ``.transpose(1, 2)`` (the usual projection output); the output takes q's order. The head dim must be
+    The kernel reads all four arrays dense in one memory order: (B, H, N, D), or (B, N, H, D) seen
+    through ``.transpose(1, 2)`` (the usual projection output); the output takes q's order. Torch
+    tensors go through ``torch.ops.kittens.attention``, which takes q, k and v each in its own layout
+    (e.g. a Hugging Face model's transposed q with dense k and v) and copies the odd ones out into q's
+    order (for now: the no-copy form is kernel work); numpy and DLPack arrays, and ``out=``, must all be
+    in one order. The head dim must be
     a multiple of 32 from 32 to 256. Queries and keys may differ in number (N_kv >= 1; decoding is
     N = 1). ``causal`` masks keys after each query, aligned as ``causal_align`` says: ``"top_left"``
     (PyTorch's ``is_causal``: query i keeps keys j <= i) or ``"bottom_right"`` (FlashAttention's: query
     i keeps keys j <= i + N_kv - N, so the last query sees every key). A query that keeps no key (bottom-
     right with N > N_kv) gets a zero output row. The kernel applies the default scale ``1/sqrt(D)``
-    only: another ``scale`` is a ValueError.
+    only: for torch tensors another ``scale`` runs it on ``q * (scale * sqrt(D))`` (one bf16 rounding of
+    q, for now); for numpy and DLPack arrays it is a ValueError.
 
     ``return_lse=True`` returns ``(out, lse)``: ``lse`` is a new float32 array (B, H, N) on q's device,
     ``lse[b, h, i] = log(sum_j exp(scale * q_i . k_j))`` over the keys query i keeps (natural log;
@@ -164,9 +205,10 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     the key split where it pays on the device's SMs (Flash-Decoding): the keys cut into parts, one
     block each, and a second kernel merging the parts by their log-sum-exp, with the partials in
     stream-ordered scratch. Like :func:`matmul`, CUDA calls allocate nothing else and synchronise
-    nothing. For torch tensors that need gradients this goes through
-    :class:`AttentionFunction`, whose backward runs the attention backward kernel
-    (``kittens._attention_backward``) on the saved output and log-sum-exp.
+    nothing. The autograd of ``torch.ops.kittens.attention`` runs the attention backward kernel
+    (``torch.ops.kittens.attention_backward``) on the saved output and log-sum-exp, for either causal
+    alignment and any scale; with ``return_lse=True`` the lse's gradient too (one more backward run,
+    for now). ``out=`` writes outside autograd: with an input that requires grad it is a RuntimeError.
     """
     if not isinstance(causal, bool) and type(causal).__name__ != "bool_":  # numpy's bool too
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
@@ -176,15 +218,13 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
         raise TypeError(f"causal_align must be a str, one of {_CAUSAL_ALIGN}, got {type(causal_align).__name__}")
     if causal_align not in _CAUSAL_ALIGN:
         raise ValueError(f"causal_align={causal_align!r}: expected one of {_CAUSAL_ALIGN}")
-    if _grad_needed(q, k, v):
-        if out is not None:
-            raise RuntimeError("kittens.attention(out=...) does not support autograd; use torch.no_grad()")
-        if return_lse or causal_align != "top_left":
-            raise RuntimeError(
-                "kittens.attention with return_lse=True or causal_align='bottom_right' does not support "
-                "autograd yet; call it under torch.no_grad()"
-            )
-        return _torch_functions().AttentionFunction.apply(q, k, v, causal, scale)
+    if out is None and _torch_op(q, k, v):
+        o, lse = sys.modules["torch"].ops.kittens.attention(
+            q, k, v, bool(causal), None if scale is None else float(scale), causal_align == "bottom_right",
+            bool(return_lse),
+        )
+        return (o, lse) if return_lse else o
+    _no_autograd_with_out("attention with out= or a non-torch argument", q, k, v)
     return _attention(q, k, v, causal, scale, out, return_lse, causal_align)
 
 
@@ -240,7 +280,21 @@ def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, see
     ``(2, ..., D)`` array holds both outputs (``out=`` passes one); the two returned arrays are its
     planes. CUDA tensors run the kernel lowered for sm_90a on the current torch stream (compiled per D,
     p and eps on first use).
+
+    Torch tensors go through ``torch.ops.kittens.layernorm``: ``x``, ``residual``, ``weight`` and
+    ``bias`` all get gradients, from ``torch.ops.kittens.layernorm_backward``, for now PyTorch ops in
+    float32 (h, its statistics and the dropout mask recomputed from the saved inputs and the seed)
+    until the layernorm backward kernel exists. ``out=`` writes outside autograd: with an input that
+    requires grad it is a RuntimeError.
     """
+    if out is None and _torch_op(x, residual, weight, bias):
+        if not 0.0 <= float(p) < 1.0:
+            raise ValueError(f"dropout p = {p} must be in [0, 1)")
+        both = sys.modules["torch"].ops.kittens.layernorm(
+            x, residual, weight, bias, float(p), _OPS.seed_arg(seed), _OPS.seed_arg(offset), float(eps)
+        )
+        return both[0], both[1]
+    _no_autograd_with_out("layernorm with out= or a non-torch argument", x, residual, weight, bias)
     X, R, W, B = adapt(x, "x"), adapt(residual, "residual"), adapt(weight, "weight"), adapt(bias, "bias")
     if not 0.0 <= float(p) < 1.0:
         raise ValueError(f"dropout p = {p} must be in [0, 1)")
@@ -329,17 +383,31 @@ def rotary(
     has q's shape and memory order. ``inplace=True`` writes into ``q`` (``out=q`` does the same). D is a
     multiple of 16 from 16 to 512. CUDA tensors run the kernel lowered for sm_90a on the current torch
     stream. Without ``cos`` and ``sin`` the tables are computed (:func:`rotary_tables` with ``base`` and
-    ``positions``) and kept for later calls of the same shape and device.
+    ``positions``) and kept for later calls of the same shape and device (under ``torch.compile`` they
+    are computed in the graph by torch ops instead, :func:`kittens.ops.rotary_tables`).
+
+    Torch tensors go through ``torch.ops.kittens.rotary`` (q in neither dense layout is copied to
+    (B, H, N, D) first): its backward is the same kernel with ``-sin``, the inverse rotation, and
+    ``cos``/``sin`` that require grad get theirs (PyTorch ops). ``out=`` and ``inplace=True`` write
+    outside autograd: with an input that requires grad they are a RuntimeError.
     """
     if (cos is None) != (sin is None):
         raise ValueError("rotary: give both cos and sin, or neither (then they are computed)")
-    if cos is None:
+    if cos is None and _torch_op(q) and sys.modules["torch"].compiler.is_compiling():
+        # Traced (torch.compile): the tables in torch ops, inside the graph (no numpy, no cache).
+        if q.dim() != 4:
+            raise ValueError(f"q must be 4-D (B, H, N, D), got shape {tuple(q.shape)}")
+        cos, sin = _OPS.rotary_tables(q.shape[2], q.shape[3], base, positions, q.device)
+    elif cos is None:
         Q = adapt(q, "q")
         if len(Q.shape) != 4:
             raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
         cos, sin = _tables_for(Q, base, positions)
     elif positions is not None:
         raise ValueError("rotary: positions apply to computed tables only (cos and sin were given)")
+    if out is None and not inplace and _torch_op(q, cos, sin):
+        return sys.modules["torch"].ops.kittens.rotary(q, cos, sin, bool(interleaved))
+    _no_autograd_with_out("rotary with out=, inplace=True or a non-torch argument", q, cos, sin)
     Q, C, S = adapt(q, "q"), adapt(cos, "cos"), adapt(sin, "sin")
     if inplace:
         out = q

@@ -1,13 +1,14 @@
-"""The torch.autograd.Functions behind kittens.attention and kittens.matmul (imported only with torch).
+"""``kittens.AttentionFunction``, the torch.autograd.Function kittens.attention used before the
+``torch.library`` ops (kept for callers that apply it directly; imported only with torch).
 
-Attention has its backward kernel (``kittens._attention_backward``); matmul has none yet: its backward
-raises NotImplementedError, so a training step through it fails loudly instead of producing a gradient
-that silently skips the op.
+The public functions now go through the custom ops of :mod:`kittens.ops` (``torch.ops.kittens.*``),
+whose autograd covers every kernel (matmul, attention with any scale, bottom-right causal and the lse's
+gradient, layernorm, rotary) and which ``torch.compile(fullgraph=True)`` traces.
 """
 
 import torch
 
-from . import _attention, _matmul
+from . import _attention
 from ._backward import attention_backward
 
 
@@ -27,18 +28,3 @@ class AttentionFunction(torch.autograd.Function):
         q, k, v, out, lse = ctx.saved_tensors
         dq, dk, dv = attention_backward(q, k, v, out, grad_out.to(torch.bfloat16), lse, ctx.causal, ctx.scale)
         return dq, dk, dv, None, None
-
-
-class MatmulFunction(torch.autograd.Function):
-    """Forward: kittens' GEMM. Backward: not written yet."""
-
-    @staticmethod
-    def forward(ctx, a, b):
-        return _matmul(a, b, None)
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        raise NotImplementedError(
-            "kittens.matmul has no backward yet; use torch.matmul for training or call kittens.matmul "
-            "under torch.no_grad()"
-        )

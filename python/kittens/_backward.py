@@ -89,13 +89,14 @@ def _bshd(*ts):
     return all(t.transpose(1, 2).is_contiguous() for t in ts) and not all(t.is_contiguous() for t in ts)
 
 
-def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, form=None):
+def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, form=None, *, bottom_right=False):
     """Gradients ``(dq, dk, dv)`` of ``out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)``
     for the output gradient ``grad_out``: bfloat16 q, out, grad_out (B, H, N, D) and k, v
     (B, H_kv, N_kv, D), dK and dV summed over each KV head's query heads; ``lse`` is float32 (B, H, N),
     the natural log of each query's sum of ``exp(scale * q·k)`` over its unmasked keys (what
-    ``kittens.attention(..., return_lse=True)`` returns). ``causal`` masks keys after each query
-    (top-left). The default scale ``1/sqrt(D)`` only. The gradients come back in q's (and k's) memory
+    ``kittens.attention(..., return_lse=True)`` returns, but ``+inf`` for a query that keeps no key).
+    ``causal`` masks keys after each query, top-left, or bottom-right with ``bottom_right`` (query i
+    keeps keys j <= i + N_kv - N, the forward's ``causal_align="bottom_right"``). The default scale ``1/sqrt(D)`` only. The gradients come back in q's (and k's) memory
     order: (B, H, N, D) or (B, N, H, D) seen through ``.transpose(1, 2)``; other strides are copied to
     (B, H, N, D) first. On CUDA the head dim must be 64 or 128. ``form``: ``"auto"``, ``"two"`` or
     ``"atomic"`` launches (module docstring); ``None`` takes ``KITTENS_ATTN_BWD``, else ``"auto"``.
@@ -103,13 +104,13 @@ def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, fo
     b, h, hk, n, nk, d = _check(q, k, v, out, grad_out, lse, scale)
     atomic = _form(form, d) == "atomic"
     if q.device.type == "cuda":
-        return _cuda(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d), atomic)
+        return _cuda(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d), atomic, bool(bottom_right))
     if q.device.type == "cpu":
-        return _cpu(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d))
+        return _cpu(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d), bool(bottom_right))
     raise ValueError(f"kittens._attention_backward runs on CPU and CUDA tensors, got {q.device}")
 
 
-def _cuda(q, k, v, out, grad_out, lse, causal, shape, atomic):
+def _cuda(q, k, v, out, grad_out, lse, causal, shape, atomic, bottom_right=False):
     torch = _torch()
     from . import _find_nvrtc
 
@@ -129,17 +130,22 @@ def _cuda(q, k, v, out, grad_out, lse, causal, shape, atomic):
     dq, dk, dv = torch.empty_like(qq), torch.empty_like(kk), torch.empty_like(vv)
     ptrs = [t.data_ptr() for t in (qq, kk, vv, oo, go, lse32, delta, dq, dk, dv)]
     stream = int(torch.cuda.current_stream(q.device).cuda_stream)
-    _kittens.attention_backward_cuda(ptrs, shape, bshd, causal, q.device.index or 0, stream, atomic)
+    if bottom_right and causal:
+        _kittens.attention_backward_cuda(ptrs, shape, bshd, causal, q.device.index or 0, stream, atomic, True)
+    else:
+        _kittens.attention_backward_cuda(ptrs, shape, bshd, causal, q.device.index or 0, stream, atomic)
     return dq, dk, dv
 
 
-def _cpu(q, k, v, out, grad_out, lse, causal, shape):
+def _cpu(q, k, v, out, grad_out, lse, causal, shape, bottom_right=False):
     torch = _torch()
     b, h, hk, n, nk, d = shape
     f32 = lambda t: t.detach().to(torch.float32).contiguous().numpy().tobytes()
-    dq, dk, dv = _kittens.attention_backward_cpu(
-        [f32(q), f32(k), f32(v), f32(out), f32(grad_out), f32(lse)], shape, causal
-    )
+    arrays = [f32(q), f32(k), f32(v), f32(out), f32(grad_out), f32(lse)]
+    if bottom_right and causal:
+        dq, dk, dv = _kittens.attention_backward_cpu(arrays, shape, causal, True)
+    else:
+        dq, dk, dv = _kittens.attention_backward_cpu(arrays, shape, causal)
     as_t = lambda raw, like: torch.frombuffer(bytearray(raw), dtype=torch.float32).reshape(like.shape).to(
         torch.bfloat16)
     return as_t(dq, q), as_t(dk, k), as_t(dv, v)

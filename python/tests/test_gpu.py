@@ -278,7 +278,7 @@ def test_attention_lse_and_lengths_on_cuda(n, nk, d, causal, align, layout):
     rows = fin[..., None].expand_as(ours)
     print(f"N{n} Nkv{nk} D{d} {align if causal else 'full'}: lse {e_ours:.2e} (f32 {e_base:.2e}), "
           f"O {check_rule(ours[rows], theirs[rows], ref[rows])}")
-    # return_lse=False runs the kernel without the log-sum-exp: the same output bits.
+    # return_lse=False: the same output bits (through the op the kernel writes the lse either way).
     assert torch.equal(kittens.attention(q, k, v, causal=causal, causal_align=align), ours)
 
 
@@ -352,8 +352,10 @@ def test_attention_cuda_limits_are_value_errors():
     with pytest.raises(ValueError, match="64 or 128"):
         kittens.attention(q, k, v)
     q, k, v = qkv(1, 2, 2, 64, 64, "bhsd", seed=62)
+    # Another scale on torch tensors runs the kernel on q * (scale * sqrt(D)) (kittens.ops); with out=
+    # (the direct kernel call) it is still refused.
     with pytest.raises(ValueError, match="default softmax scale"):
-        kittens.attention(q, k, v, scale=0.5)
+        kittens.attention(q, k, v, scale=0.5, out=torch.empty_like(q))
     k2, v2 = randn(1, 2, 0, 64, seed=63), randn(1, 2, 0, 64, seed=64)
     with pytest.raises(ValueError, match="no keys"):
         kittens.attention(q, k2, v2)
@@ -362,7 +364,19 @@ def test_attention_cuda_limits_are_value_errors():
     with pytest.raises(ValueError, match="different devices"):
         kittens.attention(q, k.cpu(), v)
     with pytest.raises(ValueError, match="dense in one layout"):
-        kittens.attention(q[:, :, ::2], k[:, :, ::2], v[:, :, ::2])
+        kittens.attention(q[:, :, ::2], k[:, :, ::2], v[:, :, ::2], out=torch.empty_like(q[:, :, ::2]))
+
+
+def test_attention_any_scale_and_strided_views_through_the_op():
+    """torch.ops.kittens.attention: any scale (q pre-scaled, for now) and strided views (copied into a
+    dense layout, for now) match SDPA on the same tensors by the rule."""
+    q, k, v = qkv(1, 2, 2, 128, 64, "bhsd", seed=65)
+    ours = kittens.attention(q, k, v, scale=0.5)
+    theirs = F.scaled_dot_product_attention(q, k, v, scale=0.5)
+    ref = torch.softmax(q.double() @ k.double().transpose(-1, -2) * 0.5, -1) @ v.double()
+    check_rule(ours, theirs, ref)
+    qs, ks, vs = q[:, :, ::2], k[:, :, ::2], v.transpose(1, 2).contiguous().transpose(1, 2)[:, :, ::2]
+    check_rule(kittens.attention(qs, ks, vs), sdpa(qs, ks, vs, False), attention_f64(qs, ks, vs, False))
 
 
 def test_attention_backward_runs():

@@ -1,6 +1,7 @@
-"""kittens on torch CPU tensors: outputs of torch's kind, and autograd that refuses to fake a gradient.
+"""kittens on torch CPU tensors: outputs of torch's kind, and autograd through the kernels.
 
-Needs torch (not installed by scripts/test-python.sh: torch is large; the H100 run has it).
+Needs torch (scripts/test-python.sh installs it; in CI a missing torch fails, see conftest.py). The ops,
+their gradients and torch.compile are tested in test_torch_ops.py.
 """
 
 import numpy as np
@@ -88,8 +89,12 @@ def test_attention_backward_form_is_checked():
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
-def test_matmul_backward_is_not_implemented():
+def test_matmul_backward_runs_through_the_gemm():
+    """kittens.matmul has a backward (dA = dC·Bᵀ and dB = Aᵀ·dC through the GEMM; test_torch_ops.py
+    checks its values against float64)."""
     g = torch.Generator().manual_seed(3)
-    a, w = rand(8, 16, gen=g).requires_grad_(), rand(8, 16, gen=g)
-    with pytest.raises(NotImplementedError, match="no backward"):
-        kittens.matmul(a, w.T).float().sum().backward()
+    a, w = rand(8, 16, gen=g).requires_grad_(), rand(8, 16, gen=g).requires_grad_()
+    kittens.matmul(a, w.T).float().sum().backward()
+    assert a.grad is not None and w.grad is not None
+    ref = torch.ones(8, 8, dtype=torch.float64) @ w.detach().double()
+    assert rel_err(a.grad, ref.numpy()) < 1e-2

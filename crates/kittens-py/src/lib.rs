@@ -265,9 +265,10 @@ fn rotary(
 /// (batch, heads, heads_kv, seq_q, seq_kv, dim); `bshd` the memory order of the bf16 tensors (else
 /// BHSD); lse and delta f32 `[batch, heads, seq_q]`. Each range is checked against the driver's
 /// allocation before the launches. `atomic`: FlashAttention-3's three launches (dQ added in f32 by
-/// the key blocks, `AttnBwdForm::AtomicDq`) instead of the default two.
+/// the key blocks, `AttnBwdForm::AtomicDq`) instead of the default two. `bottom_right`: the causal mask
+/// aligned bottom-right (`j ≤ i + N_kv − N`, as the forward's `causal_align="bottom_right"`).
 #[pyfunction]
-#[pyo3(signature = (ptrs, shape, bshd, causal, ordinal, stream, atomic=false))]
+#[pyo3(signature = (ptrs, shape, bshd, causal, ordinal, stream, atomic=false, bottom_right=false))]
 #[allow(clippy::too_many_arguments)]
 fn attention_backward_cuda(
     py: Python<'_>,
@@ -278,6 +279,7 @@ fn attention_backward_cuda(
     ordinal: i32,
     stream: u64,
     atomic: bool,
+    bottom_right: bool,
 ) -> PyResult<()> {
     use kittens_kernels::attn_bwd::{BwdShape, Causal};
     use kittens_kernels::attn_fwd::AttnLayout;
@@ -308,7 +310,11 @@ fn attention_backward_cuda(
                 AttnLayout::Bhsd
             },
         },
-        causal: if causal { Causal::TopLeft } else { Causal::No },
+        causal: match (causal, bottom_right) {
+            (false, _) => Causal::No,
+            (true, false) => Causal::TopLeft,
+            (true, true) => Causal::BottomRight,
+        },
         form: if atomic {
             AttnBwdForm::AtomicDq
         } else {
@@ -328,13 +334,16 @@ fn attention_backward_cuda(
 /// The attention backward on the CPU interpreter (`kittens_kernels::exec::attention_bwd`): `arrays` are
 /// q, k, v, out, grad_out (f32 values of bf16 tensors, dense (B, H, N, D)) and lse (f32 (B, H, N)) as
 /// native-endian bytes; `shape` (batch, heads, heads_kv, seq_q, seq_kv, dim). Returns dq, dk, dv as
-/// f32 bytes of the same orders.
+/// f32 bytes of the same orders. `bottom_right`: the causal mask aligned bottom-right (lse `+∞` for a
+/// row that keeps no key).
 #[pyfunction]
+#[pyo3(signature = (arrays, shape, causal, bottom_right=false))]
 fn attention_backward_cpu<'py>(
     py: Python<'py>,
     arrays: [Vec<u8>; 6],
     shape: (usize, usize, usize, usize, usize, usize),
     causal: bool,
+    bottom_right: bool,
 ) -> PyResult<(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
@@ -358,7 +367,11 @@ fn attention_backward_cpu<'py>(
             .collect()
     };
     let [q, k, v, o, d_o, lse] = arrays.map(|a| floats(&a));
-    let causal = if causal { Causal::TopLeft } else { Causal::No };
+    let causal = match (causal, bottom_right) {
+        (false, _) => Causal::No,
+        (true, false) => Causal::TopLeft,
+        (true, true) => Causal::BottomRight,
+    };
     let grads = guarded(py, move || {
         let t = std::time::Instant::now();
         let g = kittens_kernels::exec::attention_bwd(&q, &k, &v, &o, &d_o, &lse, &sh, causal)

@@ -1,0 +1,521 @@
+"""kittens' kernels as PyTorch operators (``torch.ops.kittens.*``; imported on first use with torch).
+
+Each kernel is a ``torch.library`` custom op with a fake implementation (output shapes, dtypes and
+strides without running it, for ``torch.compile`` and FakeTensor tracing) and an autograd formula, so
+``torch.compile(fullgraph=True)`` traces through them and every differentiable input gets a gradient:
+
+=========================================  ===============================================================
+``kittens::matmul(a, b)``                  ``a @ b`` (GEMM kernel); backward through the same op
+``kittens::attention(q, k, v, ...)``       ``(out, lse)`` (attention forward kernel)
+``kittens::attention_backward(...)``       ``(dq, dk, dv)`` (attention backward kernel)
+``kittens::layernorm(x, residual, ...)``   ``(2, ..., D)``: the normed rows and the new residual
+``kittens::layernorm_backward(...)``       ``(dx, dresidual, dweight, dbias)``: PyTorch ops for now
+``kittens::rotary(q, cos, sin, ...)``      the rotated q (rotary kernel); backward = the same kernel
+=========================================  ===============================================================
+
+What is interim here (each says so where it is done):
+
+* ``layernorm_backward`` is a composite of PyTorch ops (float32, recomputing ``h``, its statistics and
+  the dropout mask from the saved inputs) until a layernorm backward kernel exists; the mask is drawn
+  by :func:`dropout_keep`, the kernels' Philox 4x32-10 stream written in integer torch ops (same bits as
+  the kernel: the tests check it against the forward kernel's mask).
+* matmul's ``dB = Aᵀ·dC`` reads a transposed operand the GEMM does not read in place: one operand (the
+  smaller of ``a`` and ``dC``) is copied ``.contiguous()`` until the GEMM reads A transposed.
+* attention with a ``scale`` other than ``1/sqrt(D)``: the kernels apply the default scale only, so the
+  ops run them on ``q * (scale * sqrt(D))`` (one bf16 rounding of q) and scale ``dq`` back.
+* attention's ``lse`` gradient (``return_lse=True`` under autograd) costs one more run of the backward
+  kernel (dS = dlse * P taken from a backward over ones and zeros, see :func:`_lse_grad`), until the
+  backward kernel takes ``delta - dlse`` as an input.
+* attention with q, k, v in different layouts: the kernels read one layout for all four arrays, so the
+  odd ones out are copied into q's layout (head dim contiguous is all the op needs).
+
+Each op takes ``bfloat16`` CPU or CUDA tensors, like the public functions (:func:`kittens.matmul` etc.,
+which call these ops on torch tensors). The ops are defined with ``torch.library.custom_op``. Its
+Python dispatch costs time on every eager call: measured on the 2-core dev machine (torch 2.15, CPU,
+heavily loaded, so read the ratios), a trivial op took 25 us through ``custom_op`` (41 us with an input
+that requires grad) against 6 us as a plain Python call and 9 us through ``torch.library.define`` /
+``impl``. Beside a GPU launch of a small kernel (decoding) that is not negligible; defining the same
+schemas with ``define``/``impl`` (``register_fake`` and ``register_autograd`` work on those too) is the
+change to make if it shows. Under ``torch.compile`` the cost is gone (the graph calls the kernels).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _attention, _matmul
+
+__all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "rotary",
+           "dropout_keep", "seed_arg", "rotary_tables"]
+
+
+# -- helpers shared by the real and the fake implementations -------------------------------------------
+
+_BSHD = (0, 2, 1, 3)
+
+
+def _layouts(t: Tensor) -> Tuple[str, ...]:
+    """The dense layouts of attention a 4-D tensor is in: "bhsd" (dense (B, H, N, D)) and/or "bshd"
+    (a (B, N, H, D) buffer seen through ``.transpose(1, 2)``); size-1 dimensions match any stride."""
+    b, h, n, d = t.shape
+    s = t.stride()
+    got = []
+    for name, want in (("bhsd", (h * n * d, n * d, d, 1)), ("bshd", (n * h * d, d, h * d, 1))):
+        if all(size <= 1 or st == w for st, w, size in zip(s, want, (b, h, n, d))):
+            got.append(name)
+    return tuple(got)
+
+
+def _in_layout(t: Tensor, layout: str) -> Tensor:
+    """``t`` itself if it is dense in ``layout``, else a copy that is."""
+    if layout in _layouts(t):
+        return t
+    if layout == "bshd":
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    return t.contiguous()
+
+
+def _pick_layout(q: Tensor, k: Tensor, v: Tensor) -> str:
+    """The layout the attention kernels run in for these inputs: one of q's if q has one (k and v's
+    where they share it, so nothing is copied), else k and v's common one, else (B, H, N, D)."""
+    lq, lk, lv = _layouts(q), _layouts(k), _layouts(v)
+    for cand in ("bhsd", "bshd"):
+        if cand in lq and cand in lk and cand in lv:
+            return cand
+    if lq:
+        return lq[0]
+    for cand in ("bhsd", "bshd"):
+        if cand in lk and cand in lv:
+            return cand
+    return "bhsd"
+
+
+def _empty(shape: Sequence[int], layout: str, like: Tensor, dtype=torch.bfloat16) -> Tensor:
+    if layout == "bshd":
+        b, h, n, d = shape
+        return like.new_empty((b, n, h, d), dtype=dtype).transpose(1, 2)
+    return like.new_empty(tuple(shape), dtype=dtype)
+
+
+def _default_scale(d: int) -> float:
+    return 1.0 / math.sqrt(d)
+
+
+def _q_factor(scale: Optional[float], d: int) -> Optional[float]:
+    """The factor q is multiplied by so that the kernels' fixed ``1/sqrt(D)`` gives ``scale``; None
+    when ``scale`` is the default (within the kernels' own tolerance)."""
+    if scale is None:
+        return None
+    s = float(scale)
+    if not math.isfinite(s):
+        raise ValueError(f"kittens.attention: scale = {scale} must be a finite number")
+    default = _default_scale(d)
+    if abs(s - default) <= 1e-6 * default:
+        return None
+    return s / default
+
+
+def _bf16(name: str, t: Tensor) -> None:
+    if t.dtype != torch.bfloat16:
+        raise TypeError(f"{name} has dtype {t.dtype}; kittens' kernels take bfloat16")
+
+
+def seed_arg(x: int) -> int:
+    """A 64-bit seed or counter as the signed int64 the op schemas carry (the ops take it back mod 2^64)."""
+    x = int(x) % 2**64
+    return x - 2**64 if x >= 2**63 else x
+
+
+# -- matmul --------------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("kittens::matmul", mutates_args=())
+def matmul(a: Tensor, b: Tensor) -> Tensor:
+    """``a @ b`` through the GEMM kernel: a row-major (M, K); b row-major (K, N) or ``w.T`` of a
+    row-major (N, K) ``w`` (both read in place; other strides are refused, see kittens.matmul)."""
+    return _matmul(a, b, None)
+
+
+@matmul.register_fake
+def _(a, b):
+    _bf16("a", a)
+    _bf16("b", b)
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"kittens.matmul takes 2-D arrays, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    torch._check(a.shape[1] == b.shape[0], lambda: f"a @ b: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+def _matmul_setup(ctx, inputs, output):
+    a, b = inputs
+    ctx.save_for_backward(a, b)
+
+
+def _matmul_backward(ctx, grad):
+    a, b = ctx.saved_tensors
+    grad = grad.contiguous()  # the GEMM reads dC row-major (a copy only where autograd hands other strides)
+    da = db = None
+    if ctx.needs_input_grad[0]:
+        # dA = dC·Bᵀ: Bᵀ of a row-major b is the ``w.T`` form, of b = w.T the row-major w: both in place.
+        da = torch.ops.kittens.matmul(grad, b.t())
+    if ctx.needs_input_grad[1]:
+        # dB = Aᵀ·dC. The GEMM reads its first operand row-major only, so one transposed operand is
+        # copied (interim, until the GEMM reads A transposed): Aᵀ (K x M) for dB directly, or dCᵀ (N x M)
+        # for dBᵀ = dCᵀ·A; the smaller copy, and on a tie the form whose result has b's memory order.
+        m, k = a.shape
+        n = b.shape[1]
+        b_is_wt = b.stride(0) == 1 and b.stride(1) != 1
+        if n < k or (n == k and b_is_wt):
+            db = torch.ops.kittens.matmul(grad.t().contiguous(), a).t()
+        else:
+            db = torch.ops.kittens.matmul(a.t().contiguous(), grad)
+    return da, db
+
+
+matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
+
+
+# -- attention -----------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("kittens::attention", mutates_args=())
+def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Optional[float] = None,
+              bottom_right: bool = False, lse_grad: bool = False) -> Tuple[Tensor, Tensor]:
+    """``(out, lse)``: attention of q (B, H, N, D) over k, v (B, H_kv, N_kv, D) and the float32
+    log-sum-exp (B, H, N) of every query's scaled logits (``-inf`` where a query keeps no key).
+
+    q, k, v may each be in its own layout: the kernel reads one, so the op copies the odd ones out into
+    q's (interim; the output takes it too). ``lse_grad``: whether ``lse`` is differentiable (the
+    public ``kittens.attention(..., return_lse=True)``); otherwise it carries no gradient, and the
+    backward skips its term."""
+    layout = _pick_layout(q, k, v)
+    qf = _q_factor(scale, q.shape[-1])
+    if qf is not None:
+        q = q * qf  # interim: the kernels' softmax scale is 1/sqrt(D); one bf16 rounding of q
+    q, k, v = (_in_layout(t, layout) for t in (q, k, v))
+    out = _empty(q.shape, layout, q)
+    return _attention(q, k, v, causal, None, out, True, "bottom_right" if bottom_right else "top_left")
+
+
+@attention.register_fake
+def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False):
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _bf16(name, t)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (B, H, N, D), got shape {tuple(t.shape)}")
+    layout = _pick_layout(q, k, v)
+    b, h, n, _ = q.shape
+    return _empty(q.shape, layout, q), q.new_empty((b, h, n), dtype=torch.float32)
+
+
+def _attention_setup(ctx, inputs, output):
+    q, k, v, causal, scale, bottom_right, lse_grad = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.causal, ctx.scale, ctx.bottom_right, ctx.lse_grad = causal, scale, bottom_right, lse_grad
+    if not lse_grad:
+        ctx.mark_non_differentiable(lse)
+
+
+def _attention_grad(ctx, grad_out, grad_lse):
+    q, k, v, out, lse = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    dq, dk, dv = torch.ops.kittens.attention_backward(
+        grad_out.to(torch.bfloat16), q, k, v, out, lse, ctx.causal, ctx.scale, ctx.bottom_right
+    )
+    if ctx.lse_grad and grad_lse is not None:
+        dq2, dk2 = _lse_grad(grad_lse, q, k, v, lse, ctx.causal, ctx.scale, ctx.bottom_right)
+        dq, dk = dq + dq2, dk + dk2
+    return dq, dk, dv, None, None, None, None
+
+
+def _lse_grad(grad_lse, q, k, v, lse, causal, scale, bottom_right):
+    """The gradients of ``sum(grad_lse * lse)`` for q and k, by the attention backward kernel.
+
+    ``d lse_i / d s_ij = P_ij`` (the softmax), so the logits' gradient is ``dS = grad_lse_i * P_ij``.
+    The backward kernel computes ``dS = P * (dO·Vᵀ - rowsum(dO * O))``: with V all ones, O all zeros
+    and dO holding grad_lse in its first two columns (a bf16 pair ``hi + lo`` that sums to grad_lse
+    within float32's precision) that is ``P * grad_lse``, and its dQ and dK are the terms to add.
+    Interim: one more backward run; a kernel taking ``delta - dlse`` would fold it in for free.
+    """
+    g = grad_lse.to(torch.float32)
+    hi = g.to(torch.bfloat16)
+    lo = (g - hi.to(torch.float32)).to(torch.bfloat16)
+    zeros = torch.zeros_like(q)  # O, and dO's other columns (q's layout, so nothing more is copied)
+    d_o = torch.cat([hi.unsqueeze(-1), lo.unsqueeze(-1), zeros[..., 2:]], dim=-1)
+    ones = torch.ones_like(k)
+    dq, dk, _ = torch.ops.kittens.attention_backward(d_o, q, k, ones, zeros, lse, causal, scale, bottom_right)
+    return dq, dk
+
+
+attention.register_autograd(_attention_grad, setup_context=_attention_setup)
+
+
+def _bwd_layout(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -> str:
+    """The layout of the backward's gradients: (B, N, H, D) seen as (B, H, N, D) when every input is
+    in it (the CUDA kernel then reads them in place), else dense (B, H, N, D)."""
+    return "bshd" if all("bshd" in _layouts(t) for t in (q, k, v, grad_out)) and not all(
+        "bhsd" in _layouts(t) for t in (q, k, v, grad_out)) else "bhsd"
+
+
+@torch.library.custom_op("kittens::attention_backward", mutates_args=())
+def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                       causal: bool = False, scale: Optional[float] = None,
+                       bottom_right: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(dq, dk, dv)`` of :func:`attention` from its output and log-sum-exp, by the attention
+    backward kernel (dK and dV summed over each KV head's query heads); any strides (copied where the
+    kernel needs them); gradients in (B, N, H, D) order when all of q, k, v and grad_out are, else
+    dense (B, H, N, D)."""
+    from ._backward import attention_backward as run
+
+    layout = _bwd_layout(q, k, v, grad_out)
+    qf = _q_factor(scale, q.shape[-1])
+    if qf is not None:
+        q = q * qf  # the forward's scaled q, bit for bit (interim, see attention)
+    # A query that keeps no key has lse = -inf from the forward; the backward takes +inf there (P = 0).
+    lse = torch.where(lse == float("-inf"), torch.full_like(lse, float("inf")), lse)
+    dq, dk, dv = run(q, k, v, out, grad_out, lse, causal, None, bottom_right=bottom_right)
+    if qf is not None:
+        dq = dq * qf
+    return tuple(_in_layout(t, layout) for t in (dq, dk, dv))
+
+
+@attention_backward.register_fake
+def _(grad_out, q, k, v, out, lse, causal=False, scale=None, bottom_right=False):
+    layout = _bwd_layout(q, k, v, grad_out)
+    return tuple(_empty(t.shape, layout, q) for t in (q, k, v))
+
+
+def _attention_backward_setup(ctx, inputs, output):
+    ctx.save_for_backward()
+
+
+def _attention_backward_grad(ctx, *grads):
+    raise RuntimeError(
+        "kittens::attention_backward has no backward (double backward through kittens.attention is not "
+        "implemented): grad_out, q, k, v, out and lse cannot be differentiated"
+    )
+
+
+attention_backward.register_autograd(_attention_backward_grad, setup_context=_attention_backward_setup)
+
+
+# -- layernorm -----------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("kittens::layernorm", mutates_args=())
+def layernorm(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, p: float = 0.0, seed: int = 0,
+              offset: int = 0, eps: float = 1e-5) -> Tensor:
+    """``(2, ..., D)``: plane 0 ``LayerNorm(h) * weight + bias``, plane 1 ``h = residual + dropout(x, p)``
+    (the fused layernorm kernel; ``seed`` and ``offset`` as signed int64, taken mod 2^64)."""
+    from . import layernorm as run
+
+    both = x.new_empty((2,) + tuple(x.shape))
+    run(x, residual, weight, bias, p, seed % 2**64, offset=offset % 2**64, eps=eps, out=both)
+    return both
+
+
+@layernorm.register_fake
+def _(x, residual, weight, bias, p=0.0, seed=0, offset=0, eps=1e-5):
+    for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias)):
+        _bf16(name, t)
+    return x.new_empty((2,) + tuple(x.shape))
+
+
+def _layernorm_setup(ctx, inputs, output):
+    x, residual, weight, bias, p, seed, offset, eps = inputs
+    ctx.save_for_backward(x, residual, weight, bias)
+    ctx.p, ctx.seed, ctx.offset, ctx.eps = p, seed, offset, eps
+
+
+def _layernorm_grad(ctx, grad):
+    x, residual, weight, bias = ctx.saved_tensors
+    grads = torch.ops.kittens.layernorm_backward(grad, x, residual, weight, bias, ctx.p, ctx.seed,
+                                                 ctx.offset, ctx.eps)
+    return tuple(grads) + (None, None, None, None)
+
+
+layernorm.register_autograd(_layernorm_grad, setup_context=_layernorm_setup)
+
+
+@torch.library.custom_op("kittens::layernorm_backward", mutates_args=())
+def layernorm_backward(grad: Tensor, x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor,
+                       p: float = 0.0, seed: int = 0, offset: int = 0,
+                       eps: float = 1e-5) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(dx, dresidual, dweight, dbias)`` of :func:`layernorm` for ``grad`` of its ``(2, ..., D)``
+    output (plane 0 the normed rows' gradient, plane 1 the new residual's).
+
+    Interim: PyTorch ops in float32 until the layernorm backward kernel exists. It recomputes the
+    kernel's float32 ``h`` (the dropout mask drawn again from ``seed`` and ``offset`` by
+    :func:`dropout_keep`), its mean and ``1/sqrt(var + eps)``, and takes LayerNorm's gradient.
+    """
+    d = x.shape[-1]
+    f32 = torch.float32
+    xs = x.reshape(-1, d).to(f32)
+    r = residual.reshape(-1, d).to(f32)
+    g = grad.reshape(2, -1, d).to(f32)
+    dy, dh_out = g[0], g[1]
+    keep = None
+    if p > 0.0:
+        keep = dropout_keep(xs.shape[0], d, p, seed, offset, x.device).to(f32) * (1.0 / (1.0 - p))
+        xs = xs * keep
+    h = r + xs
+    mean = h.mean(dim=-1, keepdim=True)
+    hc = h - mean
+    rstd = torch.rsqrt((hc * hc).mean(dim=-1, keepdim=True) + eps)
+    xhat = hc * rstd
+    w = weight.to(f32)
+    dweight = (dy * xhat).sum(dim=0)
+    dbias = dy.sum(dim=0)
+    gw = dy * w
+    dh = rstd * (gw - gw.mean(dim=-1, keepdim=True) - xhat * (gw * xhat).mean(dim=-1, keepdim=True))
+    dh = dh + dh_out
+    dx = dh * keep if keep is not None else dh
+    bf = torch.bfloat16
+    return (dx.to(bf).reshape(x.shape), dh.to(bf).reshape(residual.shape), dweight.to(weight.dtype),
+            dbias.to(bias.dtype))
+
+
+@layernorm_backward.register_fake
+def _(grad, x, residual, weight, bias, p=0.0, seed=0, offset=0, eps=1e-5):
+    return (torch.empty_like(x, memory_format=torch.contiguous_format),
+            torch.empty_like(residual, memory_format=torch.contiguous_format),
+            torch.empty_like(weight, memory_format=torch.contiguous_format),
+            torch.empty_like(bias, memory_format=torch.contiguous_format))
+
+
+def _layernorm_backward_setup(ctx, inputs, output):
+    pass
+
+
+def _layernorm_backward_grad(ctx, *grads):
+    raise RuntimeError("kittens::layernorm_backward has no backward (double backward through "
+                       "kittens.layernorm is not implemented)")
+
+
+layernorm_backward.register_autograd(_layernorm_backward_grad, setup_context=_layernorm_backward_setup)
+
+
+# The kernels' dropout stream (kittens_ir::philox): element e of the stream keyed by (seed, offset) is word
+# e mod 4 of Philox 4x32-10 at counter [e/4 lo, e/4 hi, offset lo, offset hi], key [seed lo, seed hi]; its
+# uniform is the word's top 24 bits times 2^-24, kept where it is >= p (compared in float32).
+_M0, _M1, _W0, _W1, _MASK = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85, 0xFFFFFFFF
+
+
+def _mulhilo(m: int, a: Tensor) -> Tuple[Tensor, Tensor]:
+    """The high and low 32-bit halves of ``m * a`` (32-bit unsigned values held in int64) without
+    overflowing int64: m split into 16-bit halves, each partial product below 2^48."""
+    lo_p = a * (m & 0xFFFF)
+    hi_p = a * (m >> 16)
+    lo = (lo_p + ((hi_p & 0xFFFF) << 16)) & _MASK
+    hi = (hi_p + (lo_p >> 16)) >> 16
+    return hi, lo
+
+
+def dropout_keep(rows: int, dim: int, p: float, seed: int, offset: int, device=None) -> Tensor:
+    """The layernorm kernel's dropout mask, ``(rows, dim)`` bool (True: kept), drawn with integer torch
+    ops on ``device`` (the same bits as the kernels' Philox 4x32-10; any seed and offset, taken mod
+    2^64)."""
+    n = rows * dim
+    seed, offset = int(seed) % 2**64, int(offset) % 2**64
+    groups = torch.arange((n + 3) // 4, dtype=torch.int64, device=device)
+    c0 = groups & _MASK
+    c1 = groups >> 32
+    c2 = torch.full_like(groups, offset & _MASK)
+    c3 = torch.full_like(groups, offset >> 32)
+    k0, k1 = seed & _MASK, seed >> 32
+    for r in range(10):
+        if r > 0:
+            k0, k1 = (k0 + _W0) & _MASK, (k1 + _W1) & _MASK
+        hi0, lo0 = _mulhilo(_M0, c0)
+        hi1, lo1 = _mulhilo(_M1, c2)
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    words = torch.stack([c0, c1, c2, c3], dim=-1).reshape(-1)[:n]
+    u = (words >> 8).to(torch.float32) * (1.0 / 16777216.0)
+    p32 = torch.tensor(p, dtype=torch.float32).item()  # the kernels compare in float32
+    return (u >= p32).reshape(rows, dim)
+
+
+# -- rotary --------------------------------------------------------------------------------------------
+
+
+def rotary_tables(seq: int, dim: int, base: float = 10000.0, positions: Optional[Tensor] = None,
+                  device=None) -> Tuple[Tensor, Tensor]:
+    """:func:`kittens.rotary_tables` in torch ops, for traced code (``kittens.rotary(q)`` without
+    tables under ``torch.compile``, where the numpy tables and their cache would break the graph):
+    the angles, cosines and sines in float64, rounded once to bfloat16. The same values as the numpy
+    tables up to float64's last bit before that rounding (``pow`` and ``cos`` of two libraries)."""
+    f64 = torch.float64
+    if positions is None:
+        pos = torch.arange(seq, dtype=f64, device=device)
+    else:
+        pos = torch.as_tensor(positions, device=device).to(f64)
+    inv_freq = float(base) ** (-torch.arange(0, dim, 2, dtype=f64, device=device) / dim)
+    ang = pos[:, None] * inv_freq[None, :]
+    return torch.cos(ang).to(torch.bfloat16), torch.sin(ang).to(torch.bfloat16)
+
+
+def _rotary_layout(q: Tensor) -> str:
+    lq = _layouts(q)
+    return lq[0] if lq else "bhsd"
+
+
+@torch.library.custom_op("kittens::rotary", mutates_args=())
+def rotary(q: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False) -> Tensor:
+    """Rotary embedding of q (B, H, N, D) with tables cos, sin (N, D/2); the output in q's layout (q in
+    neither dense layout is copied to (B, H, N, D) first)."""
+    from . import rotary as run
+
+    layout = _rotary_layout(q)
+    q = _in_layout(q, layout)
+    out = _empty(q.shape, layout, q)
+    run(q, cos.contiguous(), sin.contiguous(), interleaved, out=out)
+    return out
+
+
+@rotary.register_fake
+def _(q, cos, sin, interleaved=False):
+    for name, t in (("q", q), ("cos", cos), ("sin", sin)):
+        _bf16(name, t)
+    if q.dim() != 4:
+        raise ValueError(f"q must be 4-D (B, H, N, D), got shape {tuple(q.shape)}")
+    return _empty(q.shape, _rotary_layout(q), q)
+
+
+def _rotary_setup(ctx, inputs, output):
+    q, cos, sin, interleaved = inputs
+    ctx.interleaved = interleaved
+    ctx.save_for_backward(q, cos, sin)
+
+
+def _pairs(t: Tensor, interleaved: bool) -> Tuple[Tensor, Tensor]:
+    if interleaved:
+        return t[..., 0::2], t[..., 1::2]
+    half = t.shape[-1] // 2
+    return t[..., :half], t[..., half:]
+
+
+def _rotary_grad(ctx, grad):
+    q, cos, sin = ctx.saved_tensors
+    dq = dcos = dsin = None
+    if ctx.needs_input_grad[0]:
+        # The rotation's transpose is the rotation by -angle: the same kernel with -sin (exact).
+        dq = torch.ops.kittens.rotary(grad, cos, -sin, ctx.interleaved)
+    if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
+        # The tables' gradients, PyTorch ops in float32 (y0 = x0 c - x1 s, y1 = x1 c + x0 s), summed over
+        # batch and heads.
+        x0, x1 = _pairs(q.to(torch.float32), ctx.interleaved)
+        g0, g1 = _pairs(grad.to(torch.float32), ctx.interleaved)
+        if ctx.needs_input_grad[1]:
+            dcos = (g0 * x0 + g1 * x1).sum(dim=(0, 1)).to(cos.dtype)
+        if ctx.needs_input_grad[2]:
+            dsin = (g1 * x0 - g0 * x1).sum(dim=(0, 1)).to(sin.dtype)
+    return dq, dcos, dsin, None
+
+
+rotary.register_autograd(_rotary_grad, setup_context=_rotary_setup)
