@@ -60,6 +60,10 @@ def _stream(a: Array) -> int:
         return 0
     torch = sys.modules["torch"]
     _find_nvrtc()
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        # The handle itself, without building a torch.cuda.Stream object (what Triton's launcher reads).
+        return int(raw(a.index))
     return int(torch.cuda.current_stream(a.obj.device).cuda_stream)
 
 
@@ -91,6 +95,16 @@ def _torch_op(*xs) -> bool:
 
         _OPS = ops
     return True
+
+
+def _eager(*xs) -> bool:
+    """Eager (not traced by torch.compile) and no input needs a gradient: then a torch call runs the op's
+    body directly (``kittens.ops.<op>_eager``), skipping the custom op's dispatch, which costs more than
+    the kernel's launch at the sizes models call it."""
+    torch = sys.modules["torch"]
+    if torch.compiler.is_compiling():
+        return False
+    return not (torch.is_grad_enabled() and any(x.requires_grad for x in xs))
 
 
 def _no_autograd_with_out(what: str, *xs) -> None:
@@ -134,6 +148,8 @@ def matmul(a: Any, b: Any, *, out: Any = None):
     requires grad it is a RuntimeError.
     """
     if out is None and _torch_op(a, b):
+        if _eager(a, b):
+            return _OPS.matmul_eager(a, b)
         return sys.modules["torch"].ops.kittens.matmul(a, b)
     _no_autograd_with_out("matmul with out= or a non-torch argument", a, b)
     return _matmul(a, b, out)
@@ -219,7 +235,8 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     if causal_align not in _CAUSAL_ALIGN:
         raise ValueError(f"causal_align={causal_align!r}: expected one of {_CAUSAL_ALIGN}")
     if out is None and _torch_op(q, k, v):
-        o, lse = sys.modules["torch"].ops.kittens.attention(
+        op = _OPS.attention_eager if _eager(q, k, v) else sys.modules["torch"].ops.kittens.attention
+        o, lse = op(
             q, k, v, bool(causal), None if scale is None else float(scale), causal_align == "bottom_right",
             bool(return_lse),
         )
@@ -290,7 +307,8 @@ def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, see
     if out is None and _torch_op(x, residual, weight, bias):
         if not 0.0 <= float(p) < 1.0:
             raise ValueError(f"dropout p = {p} must be in [0, 1)")
-        both = sys.modules["torch"].ops.kittens.layernorm(
+        op = _OPS.layernorm_eager if _eager(x, residual, weight, bias) else sys.modules["torch"].ops.kittens.layernorm
+        both = op(
             x, residual, weight, bias, float(p), _OPS.seed_arg(seed), _OPS.seed_arg(offset), float(eps)
         )
         return both[0], both[1]
@@ -406,6 +424,8 @@ def rotary(
     elif positions is not None:
         raise ValueError("rotary: positions apply to computed tables only (cos and sin were given)")
     if out is None and not inplace and _torch_op(q, cos, sin):
+        if _eager(q, cos, sin):
+            return _OPS.rotary_eager(q, cos, sin, bool(interleaved))
         return sys.modules["torch"].ops.kittens.rotary(q, cos, sin, bool(interleaved))
     _no_autograd_with_out("rotary with out=, inplace=True or a non-torch argument", q, cos, sin)
     Q, C, S = adapt(q, "q"), adapt(cos, "cos"), adapt(sin, "sin")

@@ -130,14 +130,20 @@ def seed_arg(x: int) -> int:
     return x - 2**64 if x >= 2**63 else x
 
 
+# Each op's body is also callable as ``<op>_eager``: ``kittens.<op>`` calls it directly in eager mode when
+# no input needs a gradient (the custom op's dispatch costs tens of microseconds a call; what it buys,
+# tracing and autograd, is needed then only), and through the op otherwise.
+
 # -- matmul --------------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("kittens::matmul", mutates_args=())
-def matmul(a: Tensor, b: Tensor) -> Tensor:
+def matmul_eager(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b`` through the GEMM kernel: a row-major (M, K); b row-major (K, N) or ``w.T`` of a
     row-major (N, K) ``w`` (both read in place; other strides are refused, see kittens.matmul)."""
     return _matmul(a, b, None)
+
+
+matmul = torch.library.custom_op("kittens::matmul", mutates_args=())(matmul_eager)
 
 
 @matmul.register_fake
@@ -182,8 +188,7 @@ matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
 # -- attention -----------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("kittens::attention", mutates_args=())
-def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Optional[float] = None,
+def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Optional[float] = None,
               bottom_right: bool = False, lse_grad: bool = False) -> Tuple[Tensor, Tensor]:
     """``(out, lse)``: attention of q (B, H, N, D) over k, v (B, H_kv, N_kv, D) and the float32
     log-sum-exp (B, H, N) of every query's scaled logits (``-inf`` where a query keeps no key).
@@ -199,6 +204,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Opti
     q, k, v = (_in_layout(t, layout) for t in (q, k, v))
     out = _empty(q.shape, layout, q)
     return _attention(q, k, v, causal, None, out, True, "bottom_right" if bottom_right else "top_left")
+
+
+attention = torch.library.custom_op("kittens::attention", mutates_args=())(attention_eager)
 
 
 @attention.register_fake
@@ -308,8 +316,7 @@ attention_backward.register_autograd(_attention_backward_grad, setup_context=_at
 # -- layernorm -----------------------------------------------------------------------------------------
 
 
-@torch.library.custom_op("kittens::layernorm", mutates_args=())
-def layernorm(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, p: float = 0.0, seed: int = 0,
+def layernorm_eager(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, p: float = 0.0, seed: int = 0,
               offset: int = 0, eps: float = 1e-5) -> Tensor:
     """``(2, ..., D)``: plane 0 ``LayerNorm(h) * weight + bias``, plane 1 ``h = residual + dropout(x, p)``
     (the fused layernorm kernel; ``seed`` and ``offset`` as signed int64, taken mod 2^64)."""
@@ -318,6 +325,9 @@ def layernorm(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, p: floa
     both = x.new_empty((2,) + tuple(x.shape))
     run(x, residual, weight, bias, p, seed % 2**64, offset=offset % 2**64, eps=eps, out=both)
     return both
+
+
+layernorm = torch.library.custom_op("kittens::layernorm", mutates_args=())(layernorm_eager)
 
 
 @layernorm.register_fake
@@ -465,8 +475,7 @@ def _rotary_layout(q: Tensor) -> str:
     return lq[0] if lq else "bhsd"
 
 
-@torch.library.custom_op("kittens::rotary", mutates_args=())
-def rotary(q: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False) -> Tensor:
+def rotary_eager(q: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False) -> Tensor:
     """Rotary embedding of q (B, H, N, D) with tables cos, sin (N, D/2); the output in q's layout (q in
     neither dense layout is copied to (B, H, N, D) first)."""
     from . import rotary as run
@@ -476,6 +485,9 @@ def rotary(q: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False) -> Te
     out = _empty(q.shape, layout, q)
     run(q, cos.contiguous(), sin.contiguous(), interleaved, out=out)
     return out
+
+
+rotary = torch.library.custom_op("kittens::rotary", mutates_args=())(rotary_eager)
 
 
 @rotary.register_fake
