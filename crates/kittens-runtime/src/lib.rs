@@ -7,3 +7,4 @@ pub mod amd;
 pub mod build_info;
 pub mod cuda;
 pub mod runner;
+pub mod trust;

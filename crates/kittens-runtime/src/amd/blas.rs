@@ -69,6 +69,9 @@ pub enum BlasError {
     NoAlgorithm { m: usize, n: usize, k: usize },
     #[error(transparent)]
     Hip(#[from] super::hip::HipError),
+    /// `KITTENS_HIPBLASLT_LIB` or `KITTENS_ROCBLAS_LIB` names a library that cannot be trusted.
+    #[error("vendor BLAS not loaded: {0}")]
+    Untrusted(#[from] crate::trust::TrustError),
     #[error("GEMM extent {0} does not fit the library's 32-bit sizes")]
     Extent(usize),
 }
@@ -179,18 +182,19 @@ pub struct VendorGemm<'r> {
     _lib: Library,
 }
 
-/// Where the libraries are looked for, in order (KITTENS_HIPBLASLT_LIB / KITTENS_ROCBLAS_LIB first).
-pub fn candidates() -> (Vec<String>, Vec<String>) {
-    let with_env = |var: &str, names: &[&str]| {
-        let mut v: Vec<String> = std::env::var(var)
-            .ok()
-            .filter(|s| !s.is_empty())
+/// Where the libraries are looked for, in order: `KITTENS_HIPBLASLT_LIB` / `KITTENS_ROCBLAS_LIB`
+/// first (absolute paths that pass [`crate::trust::explicit_file`], else an error), then the loader's
+/// search path by name and ROCm's folder.
+pub fn candidates() -> Result<(Vec<String>, Vec<String>), BlasError> {
+    let with_env = |var: &str, names: &[&str]| -> Result<Vec<String>, BlasError> {
+        let mut v: Vec<String> = crate::trust::explicit_file(var)?
+            .map(|p| p.to_string_lossy().into_owned())
             .into_iter()
             .collect();
         v.extend(names.iter().map(|s| s.to_string()));
-        v
+        Ok(v)
     };
-    (
+    Ok((
         with_env(
             "KITTENS_HIPBLASLT_LIB",
             &[
@@ -199,7 +203,7 @@ pub fn candidates() -> (Vec<String>, Vec<String>) {
                 "libhipblaslt.so.0",
                 "/opt/rocm/lib/libhipblaslt.so",
             ],
-        ),
+        )?,
         with_env(
             "KITTENS_ROCBLAS_LIB",
             &[
@@ -208,8 +212,8 @@ pub fn candidates() -> (Vec<String>, Vec<String>) {
                 "librocblas.so.4",
                 "/opt/rocm/lib/librocblas.so",
             ],
-        ),
-    )
+        )?,
+    ))
 }
 
 fn open(paths: &[String]) -> Option<(Library, String)> {
@@ -221,7 +225,7 @@ fn open(paths: &[String]) -> Option<(Library, String)> {
 impl<'r> VendorGemm<'r> {
     /// hipBLASLt if it loads, else rocBLAS.
     pub fn load(rt: &'r HipRuntime) -> Result<VendorGemm<'r>, BlasError> {
-        let (lt, roc) = candidates();
+        let (lt, roc) = candidates()?;
         macro_rules! sym {
             ($lib:expr, $path:expr, $name:literal) => {{
                 let s: Symbol<_> =
