@@ -13,7 +13,8 @@ fn kittens(args: &[&str]) -> String {
     // The command finds its compiler itself; install PyPI ziglang's clang first where none is found
     // (what scripts/install-amdgpu-clang.sh does in CI).
     if find_clang(Arch::Cdna4).is_err() {
-        install_ziglang_for_user().expect("installing PyPI ziglang into the user's toolchain folder");
+        install_ziglang_for_user()
+            .expect("installing PyPI ziglang into the user's toolchain folder");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_kittens"))
         .args(args)

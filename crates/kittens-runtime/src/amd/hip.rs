@@ -88,8 +88,16 @@ const END: usize = 3;
 /// [`crate::trust::explicit_file`]; otherwise an error, never a library from the current folder), the
 /// loader's search path by name, then ROCm's folder.
 pub fn candidates() -> Result<Vec<String>, HipError> {
+    candidates_in(|v| std::env::var_os(v))
+}
+
+/// [`candidates`] with the environment as `var` reports it.
+pub fn candidates_in(
+    var: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<Vec<String>, HipError> {
+    use crate::trust::{explicit, Role};
     let mut v = Vec::new();
-    if let Some(p) = crate::trust::explicit_file("KITTENS_HIP_LIB")? {
+    if let Some(p) = explicit("KITTENS_HIP_LIB", var("KITTENS_HIP_LIB"), Role::File)? {
         v.push(p.to_string_lossy().into_owned());
     }
     v.extend(

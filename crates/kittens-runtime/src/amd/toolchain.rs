@@ -103,6 +103,26 @@ pub fn zig_in(toolchains: &Path) -> PathBuf {
     toolchains.join("ziglang").join("ziglang").join("zig")
 }
 
+/// A toolchain inside the user's cache (the parent of `toolchains`), checked before it is run:
+/// [`trust::check_cached_file`].
+fn trusted_in_cache(toolchains: &Result<PathBuf, TrustError>, file: &Path) -> Result<(), AmdError> {
+    let cache = match toolchains {
+        Ok(t) => t.parent().unwrap_or(t),
+        Err(e) => {
+            return Err(AmdError::Untrusted {
+                what: "the cached ziglang".into(),
+                source: e.clone(),
+            })
+        }
+    };
+    trust::check_cached_file(cache, file)
+        .map(drop)
+        .map_err(|source| AmdError::Untrusted {
+            what: "the cached ziglang".into(),
+            source,
+        })
+}
+
 /// `path` checked before it is run: an error naming `what` when it fails [`trust::check_file`].
 fn trusted(what: &str, path: &Path) -> Result<(), AmdError> {
     trust::check_file(path)
@@ -168,7 +188,7 @@ impl ToolchainSearch {
             // symlink_metadata: a link planted in its place is judged, not skipped.
             std::fs::symlink_metadata(z).is_ok()
         }) {
-            trusted("the cached ziglang", &zig)?;
+            trusted_in_cache(&self.toolchains, &zig)?;
             return Ok(AmdgpuClang {
                 source: ClangSource::Ziglang,
                 clang: Tool {
@@ -272,7 +292,7 @@ pub fn install_ziglang(toolchains: &Path) -> Result<PathBuf, AmdError> {
     let dest = toolchains.join("ziglang");
     let zig = zig_in(toolchains);
     if zig.is_file() {
-        trusted("the cached ziglang", &zig)?;
+        trusted_in_cache(&Ok(toolchains.to_path_buf()), &zig)?;
         if zig_version(&zig).as_deref() == Some(ZIGLANG_VERSION) {
             return Ok(zig);
         }

@@ -144,12 +144,20 @@ impl KernelCache {
         )
         .map_err(|e| io(e.into()))?;
         // The handle must be the folder just checked (same device and inode) and still pass the rule.
-        let opened = File::from(fd.try_clone().map_err(io)?).metadata().map_err(io)?;
+        let opened = File::from(fd.try_clone().map_err(io)?)
+            .metadata()
+            .map_err(io)?;
         let checked = std::fs::symlink_metadata(&real).map_err(io)?;
         if (opened.dev(), opened.ino()) != (checked.dev(), checked.ino()) {
             return Err(io(std::io::Error::other("replaced while it was opened")));
         }
-        trust::check_mode(&real, opened.mode(), opened.uid(), trust::my_uid(), Role::OwnFolder)?;
+        trust::check_mode(
+            &real,
+            opened.mode(),
+            opened.uid(),
+            trust::my_uid(),
+            Role::OwnFolder,
+        )?;
         let cache = KernelCache {
             dir: real,
             fd: Arc::new(fd),
@@ -307,7 +315,10 @@ impl KernelCache {
             let mtime = SystemTime::UNIX_EPOCH
                 + Duration::new(st.st_mtime.max(0) as u64, st.st_mtime_nsec as u32);
             if is_temporary(&name) {
-                if now.duration_since(mtime).is_ok_and(|age| age > STALE_TEMPORARY) {
+                if now
+                    .duration_since(mtime)
+                    .is_ok_and(|age| age > STALE_TEMPORARY)
+                {
                     let _ = rustix::fs::unlinkat(dir, name.as_str(), AtFlags::empty());
                 }
                 continue;

@@ -42,7 +42,10 @@ fn location_rule_and_size_bound_from_the_environment() {
     let e = cache_root(env(&[("KITTENS_CACHE", ".cache")])).unwrap_err();
     assert!(e.to_string().contains("relative"), "{e}");
     assert_eq!(max_bytes(env(&[])), Ok(DEFAULT_MAX_BYTES));
-    assert_eq!(max_bytes(env(&[("KITTENS_CACHE_MAX_BYTES", "4096")])), Ok(4096));
+    assert_eq!(
+        max_bytes(env(&[("KITTENS_CACHE_MAX_BYTES", "4096")])),
+        Ok(4096)
+    );
     assert!(matches!(
         max_bytes(env(&[("KITTENS_CACHE_MAX_BYTES", "1G")])),
         Err(CacheError::BadMaxBytes(_))
@@ -57,14 +60,23 @@ fn shared_folders_on_disk_are_refused() {
     chmod(&dir, 0o777);
     let r = KernelCache::at(&dir);
     assert!(
-        matches!(r, Err(CacheError::Untrusted(TrustError::WorldWritable { .. }))),
+        matches!(
+            r,
+            Err(CacheError::Untrusted(TrustError::WorldWritable { .. }))
+        ),
         "{r:?}"
     );
-    assert!(r.unwrap_err().to_string().contains("writable by every user"));
+    assert!(r
+        .unwrap_err()
+        .to_string()
+        .contains("writable by every user"));
     chmod(&dir, 0o770);
     let r = KernelCache::at(&dir);
     assert!(
-        matches!(r, Err(CacheError::Untrusted(TrustError::GroupWritable { .. }))),
+        matches!(
+            r,
+            Err(CacheError::Untrusted(TrustError::GroupWritable { .. }))
+        ),
         "{r:?}"
     );
     // A folder above the cache that others may write: the cache could be swapped, refused too.
@@ -137,12 +149,18 @@ fn foreign_entries_are_never_trusted_and_never_hang() {
     let (linked_cubin, linked_record) = cache.entry_paths("linked");
     std::fs::remove_file(&linked_cubin).unwrap();
     std::os::unix::fs::symlink(outside.join("c.cubin"), &linked_cubin).unwrap();
-    assert!(cache.get("linked").is_none(), "a linked cubin is not followed");
+    assert!(
+        cache.get("linked").is_none(),
+        "a linked cubin is not followed"
+    );
     std::fs::remove_file(&linked_cubin).unwrap();
     std::fs::copy(&good_cubin, &linked_cubin).unwrap();
     std::fs::remove_file(&linked_record).unwrap();
     std::os::unix::fs::symlink(outside.join("r.json"), &linked_record).unwrap();
-    assert!(cache.get("linked").is_none(), "a linked record is not followed");
+    assert!(
+        cache.get("linked").is_none(),
+        "a linked record is not followed"
+    );
     // A FIFO as the record: opening it must not wait for a writer.
     cache.put("fifo", &cubin, &report()).unwrap();
     let (_, fifo_record) = cache.entry_paths("fifo");

@@ -36,7 +36,10 @@ pub(crate) fn load() -> Result<String, CudaError> {
         .get_or_init(|| {
             let mut tried = Vec::new();
             for c in candidate_dirs()? {
-                let (lt, blas) = (c.dir.join("libcublasLt.so.13"), c.dir.join("libcublas.so.13"));
+                let (lt, blas) = (
+                    c.dir.join("libcublasLt.so.13"),
+                    c.dir.join("libcublas.so.13"),
+                );
                 if usable(&c, &[lt.clone(), blas.clone()], &mut tried)
                     .map_err(|e| CudaError::Cublas(e.to_string()))?
                 {

@@ -50,6 +50,8 @@ pub fn env_dir(var: &str, value: Option<OsString>) -> Result<Option<PathBuf>, Cu
 pub struct Candidate {
     pub dir: PathBuf,
     pub strict: bool,
+    /// The user's cache when `dir` is inside it: checked with [`crate::trust::check_cached_file`].
+    pub cache: Option<PathBuf>,
 }
 
 /// The candidates: `var`'s folder, then `<user toolchains>/<sub>` (when given and the user's cache
@@ -62,17 +64,23 @@ pub fn candidates(
 ) -> Result<Vec<Candidate>, CudaError> {
     let mut v: Vec<Candidate> = env_dir(var, value)?
         .into_iter()
-        .map(|dir| Candidate { dir, strict: true })
-        .collect();
-    if let (Some(sub), Ok(t)) = (sub, crate::trust::toolchains_dir(|v| std::env::var_os(v))) {
-        v.push(Candidate {
-            dir: t.join(sub),
+        .map(|dir| Candidate {
+            dir,
             strict: true,
+            cache: None,
+        })
+        .collect();
+    if let (Some(sub), Ok(cache)) = (sub, crate::trust::user_cache_path(|v| std::env::var_os(v))) {
+        v.push(Candidate {
+            dir: cache.join("toolchains").join(sub),
+            strict: true,
+            cache: Some(cache),
         });
     }
     v.extend(system.iter().map(|d| Candidate {
         dir: PathBuf::from(d),
         strict: false,
+        cache: None,
     }));
     Ok(v)
 }
@@ -86,7 +94,11 @@ pub fn usable(c: &Candidate, libs: &[PathBuf], tried: &mut Vec<String>) -> Resul
             tried.push(lib.display().to_string());
             return Ok(false);
         }
-        if let Err(e) = crate::trust::check_file(lib) {
+        let checked = match &c.cache {
+            Some(cache) => crate::trust::check_cached_file(cache, lib),
+            None => crate::trust::check_file(lib),
+        };
+        if let Err(e) = checked {
             if c.strict {
                 return Err(CudaError::Untrusted(e));
             }
@@ -121,7 +133,9 @@ mod tests {
         let build_tree = Path::new(build_tree).canonicalize().unwrap();
         assert!(
             !c.iter().any(|c| c.dir.starts_with(&build_tree)
-                || c.dir.canonicalize().is_ok_and(|d| d.starts_with(&build_tree))),
+                || c.dir
+                    .canonicalize()
+                    .is_ok_and(|d| d.starts_with(&build_tree))),
             "{c:?}"
         );
         assert_eq!(c.last().map(|c| c.strict), Some(false));
@@ -138,6 +152,7 @@ mod tests {
         let strict = Candidate {
             dir: tmp.path().to_path_buf(),
             strict: true,
+            cache: None,
         };
         let e = usable(&strict, &[lib.clone()], &mut tried).unwrap_err();
         assert!(e.to_string().contains("writable by every user"), "{e}");
@@ -145,7 +160,10 @@ mod tests {
             strict: false,
             ..strict
         };
-        assert!(matches!(usable(&system, &[lib.clone()], &mut tried), Ok(false)));
+        assert!(matches!(
+            usable(&system, &[lib.clone()], &mut tried),
+            Ok(false)
+        ));
         assert!(tried[0].contains("refused"), "{tried:?}");
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
         assert!(matches!(usable(&system, &[lib], &mut tried), Ok(true)));

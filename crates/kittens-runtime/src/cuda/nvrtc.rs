@@ -97,8 +97,11 @@ fn load() -> Result<Loaded, CudaError> {
         // as the library is.
         let builtins = c.dir.join("libnvrtc-builtins.so.13.0");
         if std::fs::symlink_metadata(&builtins).is_ok() {
-            crate::trust::check_file(&builtins)
-                .map_err(|e| CudaError::NvrtcMissing(format!("not loaded: {e}")))?;
+            match &c.cache {
+                Some(cache) => crate::trust::check_cached_file(cache, &builtins),
+                None => crate::trust::check_file(&builtins),
+            }
+            .map_err(|e| CudaError::NvrtcMissing(format!("not loaded: {e}")))?;
             libs.push(open_global(&builtins).map_err(|e| CudaError::NvrtcMissing(e.to_string()))?);
         }
         libs.push(open_global(&lib).map_err(|e| CudaError::NvrtcMissing(e.to_string()))?);

@@ -106,12 +106,18 @@ mod tests {
 
     #[test]
     fn scratch_folders_are_private_unpredictable_and_removed() {
-        let (a, b) = (ScratchDir::new("kittens-t-").unwrap(), ScratchDir::new("kittens-t-").unwrap());
+        let (a, b) = (
+            ScratchDir::new("kittens-t-").unwrap(),
+            ScratchDir::new("kittens-t-").unwrap(),
+        );
         assert_ne!(a.path(), b.path());
         let name = a.path().file_name().unwrap().to_string_lossy().into_owned();
         // The random part: at least 6 characters after the prefix, not the process id.
         let tail = name.strip_prefix("kittens-t-").expect("the prefix");
-        assert!(tail.len() >= 6 && !tail.contains(&std::process::id().to_string()), "{name}");
+        assert!(
+            tail.len() >= 6 && !tail.contains(&std::process::id().to_string()),
+            "{name}"
+        );
         let meta = std::fs::symlink_metadata(a.path()).unwrap();
         assert!(meta.is_dir());
         assert_eq!(meta.permissions().mode() & 0o7777, 0o700);
@@ -126,8 +132,14 @@ mod tests {
         let target = d.join("target");
         std::fs::write(&target, b"original").unwrap();
         write_new(&d.join("a"), b"x").unwrap();
-        assert_eq!(std::fs::metadata(d.join("a")).unwrap().mode() & 0o777, 0o600);
-        assert!(write_new(&d.join("a"), b"y").is_err(), "an existing file is not reused");
+        assert_eq!(
+            std::fs::metadata(d.join("a")).unwrap().mode() & 0o777,
+            0o600
+        );
+        assert!(
+            write_new(&d.join("a"), b"y").is_err(),
+            "an existing file is not reused"
+        );
         std::os::unix::fs::symlink(&target, d.join("link")).unwrap();
         assert!(write_new(&d.join("link"), b"planted").is_err());
         assert_eq!(std::fs::read(&target).unwrap(), b"original");

@@ -35,7 +35,9 @@ pub enum TrustError {
         "no cache folder: none of KITTENS_CACHE, XDG_CACHE_HOME, HOME is set to an absolute path"
     )]
     NoLocation,
-    #[error("{var}={path} is a relative path; only absolute paths are used (never the current folder)")]
+    #[error(
+        "{var}={path} is a relative path; only absolute paths are used (never the current folder)"
+    )]
     Relative { var: String, path: String },
     #[error("{path} is writable by every user (mode {mode:o}); refusing it")]
     WorldWritable { path: String, mode: u32 },
@@ -78,7 +80,13 @@ pub enum Role {
 }
 
 /// The rule for one path's `mode` and `owner` (`me` is this user).
-pub fn check_mode(path: &Path, mode: u32, owner: u32, me: u32, role: Role) -> Result<(), TrustError> {
+pub fn check_mode(
+    path: &Path,
+    mode: u32,
+    owner: u32,
+    me: u32,
+    role: Role,
+) -> Result<(), TrustError> {
     let shown = || path.display().to_string();
     let owner_ok = match role {
         Role::OwnFolder => owner == me,
@@ -181,6 +189,31 @@ pub fn check_file(path: &Path) -> Result<PathBuf, TrustError> {
     check_path(path, Role::File)
 }
 
+/// A file inside the user's cache `cache` (a toolchain the install scripts put there): `cache` and
+/// every folder between it and the file must be this user's own (no sticky exception: the cache is
+/// never a shared folder), the folders above `cache` and the file itself pass [`check_file`]'s rule.
+pub fn check_cached_file(cache: &Path, file: &Path) -> Result<PathBuf, TrustError> {
+    let rest = file.strip_prefix(cache).map_err(|_| TrustError::Io {
+        path: file.display().to_string(),
+        msg: format!("not inside the cache {}", cache.display()),
+    })?;
+    check_path(cache, Role::OwnFolder)?;
+    let me = my_uid();
+    let mut cur = cache.to_path_buf();
+    let comps: Vec<Component> = rest.components().collect();
+    for c in comps.iter().take(comps.len().saturating_sub(1)) {
+        cur.push(c);
+        let meta = std::fs::symlink_metadata(&cur).map_err(|e| TrustError::io(&cur, e))?;
+        let mode = if meta.file_type().is_symlink() {
+            0
+        } else {
+            meta.mode()
+        };
+        check_mode(&cur, mode, meta.uid(), me, Role::OwnFolder)?;
+    }
+    check_file(file)
+}
+
 /// The location rule of [`user_cache`], from the environment as `var` reports it; creates nothing.
 pub fn user_cache_path(var: impl Fn(&str) -> Option<OsString>) -> Result<PathBuf, TrustError> {
     let set = |name: &'static str| var(name).filter(|v| !v.is_empty()).map(|v| (name, v));
@@ -237,7 +270,11 @@ pub fn toolchains_dir(var: impl Fn(&str) -> Option<OsString>) -> Result<PathBuf,
 
 /// The absolute path an explicit variable names (`value` is its value; empty counts as unset), or
 /// why it is refused: relative, or failing [`check_path`] with `role`.
-pub fn explicit(var: &str, value: Option<OsString>, role: Role) -> Result<Option<PathBuf>, TrustError> {
+pub fn explicit(
+    var: &str,
+    value: Option<OsString>,
+    role: Role,
+) -> Result<Option<PathBuf>, TrustError> {
     let Some(v) = value.filter(|v| !v.is_empty()) else {
         return Ok(None);
     };

@@ -42,7 +42,11 @@ fn location_rule_order_and_absolute_paths() {
     // A relative KITTENS_CACHE would be the current folder's: refused, not used.
     let e = user_cache_path(env(&[("KITTENS_CACHE", ".cache"), ("HOME", "/h")])).unwrap_err();
     assert!(matches!(&e, TrustError::Relative { var, .. } if var == "KITTENS_CACHE"));
-    assert!(e.to_string().contains("KITTENS_CACHE=.cache is a relative path"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("KITTENS_CACHE=.cache is a relative path"),
+        "{e}"
+    );
     // A relative XDG_CACHE_HOME is invalid by the XDG specification: ignored.
     assert_eq!(
         user_cache_path(env(&[("XDG_CACHE_HOME", "cache"), ("HOME", "/h")])),
@@ -79,7 +83,11 @@ fn mode_rule() {
     ));
     assert!(matches!(
         check_mode(p, 0o40700, 0, 1000, Role::OwnFolder),
-        Err(TrustError::NotOwned { owner: 0, me: 1000, .. })
+        Err(TrustError::NotOwned {
+            owner: 0,
+            me: 1000,
+            ..
+        })
     ));
     assert!(matches!(
         check_mode(p, 0o40755, 1001, 1000, Role::Ancestor),
@@ -102,15 +110,25 @@ fn planted_files_in_shared_folders_are_refused_on_disk() {
     assert_eq!(check_file(&tool).unwrap(), tool.canonicalize().unwrap());
     // The folder on the way made writable by every user, then by the group.
     chmod(&root.join("bin"), 0o777);
-    assert!(matches!(check_file(&tool), Err(TrustError::WorldWritable { .. })));
+    assert!(matches!(
+        check_file(&tool),
+        Err(TrustError::WorldWritable { .. })
+    ));
     chmod(&root.join("bin"), 0o775);
     let e = check_file(&tool).unwrap_err();
     assert!(matches!(e, TrustError::GroupWritable { .. }));
-    assert!(e.to_string().contains(&root.join("bin").display().to_string()), "{e}");
+    assert!(
+        e.to_string()
+            .contains(&root.join("bin").display().to_string()),
+        "{e}"
+    );
     chmod(&root.join("bin"), 0o755);
     // The file itself group-writable.
     chmod(&tool, 0o775);
-    assert!(matches!(check_file(&tool), Err(TrustError::GroupWritable { .. })));
+    assert!(matches!(
+        check_file(&tool),
+        Err(TrustError::GroupWritable { .. })
+    ));
     chmod(&tool, 0o755);
     // A link to a file in a shared folder: the link is fine, its target is not.
     let shared = root.join("shared");
@@ -131,18 +149,56 @@ fn planted_files_in_shared_folders_are_refused_on_disk() {
 }
 
 #[test]
+fn a_cached_file_needs_a_private_cache_even_under_a_sticky_folder() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("cache");
+    let zig = cache.join("toolchains/ziglang/zig");
+    std::fs::create_dir_all(zig.parent().unwrap()).unwrap();
+    std::fs::write(&zig, b"").unwrap();
+    chmod(&zig, 0o755);
+    for d in [
+        &cache,
+        &cache.join("toolchains"),
+        &cache.join("toolchains/ziglang"),
+    ] {
+        chmod(d, 0o700);
+    }
+    assert!(check_cached_file(&cache, &zig).is_ok());
+    // As /tmp is: sticky and world-writable. Fine above a cache (check_file alone accepts it when
+    // root owns it), never as the cache or inside it.
+    for d in [cache.clone(), cache.join("toolchains")] {
+        chmod(&d, 0o1777);
+        let e = check_cached_file(&cache, &zig).unwrap_err();
+        assert!(matches!(e, TrustError::WorldWritable { .. }), "{e}");
+        chmod(&d, 0o700);
+    }
+    assert!(check_cached_file(Path::new("/elsewhere"), &zig).is_err());
+}
+
+#[test]
 fn the_users_cache_is_created_private_and_a_shared_one_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let cache = tmp.path().join("a/b/kittens");
     let got = ensure_own_dir(&cache).unwrap();
     assert_eq!(got, cache.canonicalize().unwrap());
     for d in [tmp.path().join("a"), tmp.path().join("a/b"), cache.clone()] {
-        assert_eq!(std::fs::metadata(&d).unwrap().mode() & 0o7777, 0o700, "{}", d.display());
+        assert_eq!(
+            std::fs::metadata(&d).unwrap().mode() & 0o7777,
+            0o700,
+            "{}",
+            d.display()
+        );
     }
     chmod(&cache, 0o770);
-    assert!(matches!(ensure_own_dir(&cache), Err(TrustError::GroupWritable { .. })));
+    assert!(matches!(
+        ensure_own_dir(&cache),
+        Err(TrustError::GroupWritable { .. })
+    ));
     chmod(&cache, 0o1777);
-    assert!(matches!(ensure_own_dir(&cache), Err(TrustError::WorldWritable { .. })));
+    assert!(matches!(
+        ensure_own_dir(&cache),
+        Err(TrustError::WorldWritable { .. })
+    ));
     chmod(&cache, 0o700);
     assert!(matches!(
         ensure_own_dir(Path::new("relative/cache")),
@@ -154,7 +210,8 @@ fn the_users_cache_is_created_private_and_a_shared_one_refused() {
 fn explicit_variables_must_be_absolute_and_checked() {
     let e = explicit("KITTENS_HIP_LIB", Some("./evil.so".into()), Role::File).unwrap_err();
     assert!(
-        e.to_string().contains("KITTENS_HIP_LIB=./evil.so is a relative path"),
+        e.to_string()
+            .contains("KITTENS_HIP_LIB=./evil.so is a relative path"),
         "{e}"
     );
     assert_eq!(explicit("X", None, Role::File), Ok(None));
@@ -180,7 +237,11 @@ fn which_skips_relative_path_entries() {
     // PATH entry, which is skipped.
     assert!(Path::new("Cargo.toml").is_file());
     for path in [".", "", "./", "src/.."] {
-        assert_eq!(which_in(Path::new("Cargo.toml"), Some(path.into())), None, "PATH={path:?}");
+        assert_eq!(
+            which_in(Path::new("Cargo.toml"), Some(path.into())),
+            None,
+            "PATH={path:?}"
+        );
     }
     assert_eq!(which_in(Path::new("./Cargo.toml"), None), None);
     let here = std::env::current_dir().unwrap();

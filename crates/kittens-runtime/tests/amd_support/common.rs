@@ -3,14 +3,13 @@
 #![allow(dead_code)]
 
 use kittens_hw::Arch;
-use kittens_runtime::amd::{
-    find_clang, install_ziglang_for_user, AmdgpuClang, ToolchainSearch,
-};
+use kittens_runtime::amd::{find_clang, install_ziglang_for_user, AmdgpuClang, ToolchainSearch};
 use std::path::PathBuf;
 
 pub fn clang_for(arch: Arch) -> AmdgpuClang {
     find_clang(arch).unwrap_or_else(|_| {
-        install_ziglang_for_user().expect("installing PyPI ziglang into the user's toolchain folder");
+        install_ziglang_for_user()
+            .expect("installing PyPI ziglang into the user's toolchain folder");
         find_clang(arch).expect("an AMDGPU clang after installing ziglang")
     })
 }

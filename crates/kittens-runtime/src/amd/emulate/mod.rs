@@ -76,7 +76,7 @@ pub struct HostCxx {
 
 /// The host compiler: `$KITTENS_HOST_CXX` (an absolute path, checked by [`trust::explicit_file`]),
 /// Debian's `clang++-19`, `clang++` (on `PATH`'s absolute entries), else `zig c++` of PyPI ziglang in
-/// the user's toolchain folder (checked by [`trust::check_file`]). Only clang will do: the header uses
+/// the user's toolchain folder (checked by [`trust::check_cached_file`]). Only clang will do: the header uses
 /// its `ext_vector_type`.
 pub fn find_host_cxx() -> Result<HostCxx, EmuError> {
     let mut looked = Vec::new();
@@ -104,7 +104,8 @@ pub fn find_host_cxx() -> Result<HostCxx, EmuError> {
     };
     looked.push(zig.display().to_string());
     if std::fs::symlink_metadata(&zig).is_ok() {
-        trust::check_file(&zig)?;
+        let dir = super::toolchains_dir()?;
+        trust::check_cached_file(dir.parent().unwrap_or(&dir), &zig)?;
         return Ok(HostCxx {
             program: zig,
             prefix: vec!["c++".into()],
