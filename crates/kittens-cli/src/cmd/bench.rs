@@ -525,8 +525,8 @@ mod tests {
     /// against the f64 reference (computed here, not assumed).
     #[test]
     fn no_gpu_falls_back_to_the_cpu_backend() {
-        let path =
-            std::env::temp_dir().join(format!("kittens_bench_cpu_{}.json", std::process::id()));
+        let tmp = tempfile::tempdir().expect("a private temporary folder");
+        let path = tmp.path().join("bench_cpu.json");
         let p = path.to_str().expect("utf-8 temp path");
         no_gpu(&CudaError::NoDriver("test: no libcuda".into()), Some(p)).expect("fallback runs");
         let doc: serde_json::Value =

@@ -154,8 +154,9 @@ fn check_prefixes(path: &Path, last: Role, me: u32) -> Result<(), TrustError> {
     Ok(())
 }
 
-/// Checks `path` (absolute) and the path it resolves to: see the module documentation. `expect_dir`
-/// says whether the resolved path must be a folder or a regular file. Returns the resolved path.
+/// Checks `path` (absolute) and the path it resolves to: see the module documentation. `last` says
+/// what the path itself is: a file (the resolved path must be a regular file) or a folder. Returns
+/// the resolved path.
 pub fn check_path(path: &Path, last: Role) -> Result<PathBuf, TrustError> {
     if !path.is_absolute() {
         return Err(TrustError::Relative {
