@@ -76,8 +76,8 @@ pub struct HostCxx {
 
 /// The host compiler: `$KITTENS_HOST_CXX` (an absolute path, checked by [`trust::explicit_file`]),
 /// Debian's `clang++-19`, `clang++` (on `PATH`'s absolute entries), else `zig c++` of PyPI ziglang in
-/// the user's toolchain folder (checked by [`trust::check_cached_file`]). Only clang will do: the header uses
-/// its `ext_vector_type`.
+/// the user's toolchain folder (checked by [`trust::check_cached_file`]). Only clang will do: the
+/// header uses its `ext_vector_type`.
 pub fn find_host_cxx() -> Result<HostCxx, EmuError> {
     let mut looked = Vec::new();
     let plain = |p: PathBuf| HostCxx {
