@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
 # Installs the AMDGPU compilers the gfx942/gfx950 checks use, with no ROCm (docs/architecture.md §6):
-#   1. PyPI `ziglang` 0.17.0, which carries clang 22.1 (targets gfx942 and gfx950), into
-#      ${KITTENS_CACHE:-<repo>/.cache}/ziglang;
+#   1. PyPI `ziglang` 0.17.0, which carries clang 22.1 (targets gfx942 and gfx950), into the user's
+#      cache, <cache>/toolchains/ziglang, where <cache> is $KITTENS_CACHE, else $XDG_CACHE_HOME/kittens,
+#      else ~/.cache/kittens (scripts/user-cache.sh; created 0700);
 #   2. Debian's clang-19, lld-19 and llvm-19 (gfx942 only), when apt-get exists and clang-19 is missing.
 # Idempotent: a second run finds both and does nothing. Prints one line per step saying what it did.
-# The runtime (kittens_runtime::amd) searches $KITTENS_AMDGPU_CLANG, /opt/rocm/llvm/bin/clang, this cache,
-# then clang-19.
+# The runtime (kittens_runtime::amd) searches $KITTENS_AMDGPU_CLANG, /opt/rocm/llvm/bin/clang, this
+# folder, then clang-19.
 set -euo pipefail
 ZIG_VERSION="0.17.0"
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-CACHE="${KITTENS_CACHE:-$ROOT/.cache}"
-DEST="$CACHE/ziglang"
+# shellcheck source=scripts/user-cache.sh
+. "$(dirname "$0")/user-cache.sh"
+TOOLCHAINS="$(kittens_toolchains)"
+DEST="$TOOLCHAINS/ziglang"
 ZIG="$DEST/ziglang/zig"
+umask 077
 
 if [ -x "$ZIG" ] && [ "$("$ZIG" version 2>/dev/null)" = "$ZIG_VERSION" ]; then
     echo "ziglang: $ZIG_VERSION already in $DEST"
 else
-    mkdir -p "$CACHE"
     # One installer at a time: parallel test binaries may call this script together.
-    exec 9>"$CACHE/.ziglang.lock"
+    exec 9>"$TOOLCHAINS/.ziglang.lock"
     flock 9
     if ! { [ -x "$ZIG" ] && [ "$("$ZIG" version 2>/dev/null)" = "$ZIG_VERSION" ]; }; then
         PY="$(command -v python3 || command -v python)"

@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# Installs NVRTC (NVIDIA's run-time CUDA compiler) from PyPI into <repo>/.cache/nvrtc, so that the sm_90a
-# compile checks run on a machine with no GPU and no CUDA toolkit (docs/architecture.md §6: PyPI
-# nvidia-cuda-nvrtc 13.0.88 compiles wgmma code for sm_90a on a CPU-only machine).
+# Installs NVRTC (NVIDIA's run-time CUDA compiler) from PyPI into the user's cache,
+# <cache>/toolchains/nvrtc (scripts/user-cache.sh: $KITTENS_CACHE, else $XDG_CACHE_HOME/kittens, else
+# ~/.cache/kittens; created 0700), so that the sm_90a compile checks run on a machine with no GPU and
+# no CUDA toolkit (docs/architecture.md §6: PyPI nvidia-cuda-nvrtc 13.0.88 compiles wgmma code for
+# sm_90a on a CPU-only machine).
 # Idempotent: a second run finds the library and does nothing. Prints the library folder on success.
-# The runtime looks for NVRTC in $KITTENS_NVRTC (absolute), then this cache (found from the source tree or
-# the executable's cargo tree, never the current folder), then the system (/usr/local/cuda, ldconfig).
+# The runtime looks for NVRTC in $KITTENS_NVRTC (absolute), then this folder (the same rule, never the
+# current folder nor the source tree), then the system (/usr/local/cuda, ldconfig).
 set -euo pipefail
 VERSION="13.0.88"
-ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-DEST="${KITTENS_NVRTC_CACHE:-$ROOT/.cache/nvrtc}"
-# The runtime loads libraries from absolute paths only: resolve a relative override here, once.
-case "$DEST" in /*) ;; *) DEST="$(pwd)/$DEST" ;; esac
+# shellcheck source=scripts/user-cache.sh
+. "$(dirname "$0")/user-cache.sh"
+DEST="$(kittens_toolchains)/nvrtc"
 LIB="$DEST/nvidia/cu13/lib"
+umask 077
 
 if [ -f "$LIB/libnvrtc.so.13" ] && [ -f "$DEST/.version" ] && [ "$(cat "$DEST/.version")" = "$VERSION" ]; then
     echo "$LIB"

@@ -13,9 +13,10 @@ rm -rf "$out"
 mkdir -p "$out"
 [ -x "$venv/bin/maturin" ] || { python3 -m venv "$venv" && "$venv/bin/pip" install -q --disable-pip-version-check "maturin>=1.9,<2"; }
 # manylinux_2_28 needs glibc symbols no newer than 2.28: link through zig (the ziglang that
-# scripts/install-amdgpu-clang.sh puts in the cache) with maturin's --zig.
+# scripts/install-amdgpu-clang.sh puts in the user's cache) with maturin's --zig.
 bash scripts/install-amdgpu-clang.sh >/dev/null
-zig=$(ls "${KITTENS_CACHE:-$PWD/.cache}"/ziglang/ziglang/zig)
+. scripts/user-cache.sh
+zig=$(ls "$(kittens_toolchains)"/ziglang/ziglang/zig)
 mkdir -p target/zigbin
 ln -sf "$zig" target/zigbin/zig
 (cd python && PATH="$PWD/../target/zigbin:$PATH" "../$venv/bin/maturin" build --release --zig \

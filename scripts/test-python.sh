@@ -51,6 +51,12 @@ if readelf -d "$so" | grep NEEDED | grep -Eiq 'cuda|nvrtc|cublas|hip|amdhip|pyth
     echo "the extension module links a GPU library or libpython" >&2
     exit 1
 fi
+# No path of this checkout in the extension: a wheel built here would otherwise trust whatever lies at
+# that path on the machine it is installed on.
+if grep -qaF "$root" "$so"; then
+    echo "the extension module holds the build path $root" >&2
+    exit 1
+fi
 echo "== python: pytest"
 # Run from outside python/ so that `import kittens` is the installed wheel, not the source folder.
 cd "$(mktemp -d)"

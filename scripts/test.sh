@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (the README's second command). On a fresh machine it installs what the
-# tests need into ./.cache and the system — PyPI's ziglang (clang 22, gfx942 + gfx950), Debian's clang-19
+# tests need into the user's cache (scripts/user-cache.sh: ~/.cache/kittens/toolchains unless
+# KITTENS_CACHE or XDG_CACHE_HOME say otherwise) and the system — PyPI's ziglang (clang 22, gfx942 + gfx950), Debian's clang-19
 # (gfx942), PyPI's nvidia-cuda-nvrtc (sm_90a) — then runs every test of the workspace in release mode, and
 # the Python package's tests (scripts/test-python.sh: wheel, fresh virtualenv, pytest on the CPU).
 set -euo pipefail

@@ -47,6 +47,10 @@ def _find_nvrtc() -> None:
     if os.environ.get("KITTENS_NVRTC"):
         return
     for base in sys.path:
+        # A relative entry ("" is the current folder) would name a library of whatever folder Python
+        # runs in; the runtime refuses relative paths, so never hand it one.
+        if not os.path.isabs(base):
+            continue
         for sub in ("nvidia/cu13/lib", "nvidia/cuda_nvrtc/lib"):
             hits = glob.glob(os.path.join(base, sub, "libnvrtc.so.13"))
             if hits:

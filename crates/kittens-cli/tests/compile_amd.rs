@@ -4,7 +4,7 @@
 //! clang-19 (required when `CI=true`, skipped with a note elsewhere).
 
 use kittens_hw::Arch;
-use kittens_runtime::amd::{analyze, cache_dir, find_clang, install_ziglang, ToolchainSearch};
+use kittens_runtime::amd::{analyze, find_clang, install_ziglang_for_user, ToolchainSearch};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::process::Command;
@@ -13,7 +13,8 @@ fn kittens(args: &[&str]) -> String {
     // The command finds its compiler itself; install PyPI ziglang's clang first where none is found
     // (what scripts/install-amdgpu-clang.sh does in CI).
     if find_clang(Arch::Cdna4).is_err() {
-        install_ziglang(&cache_dir()).expect("installing PyPI ziglang into the project cache");
+        install_ziglang_for_user()
+            .expect("installing PyPI ziglang into the user's toolchain folder");
     }
     let out = Command::new(env!("CARGO_BIN_EXE_kittens"))
         .args(args)
@@ -94,7 +95,7 @@ fn gemm_bf16_gfx942_source_builds_with_clang19() {
     let only_clang19 = ToolchainSearch {
         env_override: None,
         rocm_clang: PathBuf::from("/nonexistent/clang"),
-        cache_dir: PathBuf::from("/nonexistent"),
+        toolchains: Ok(PathBuf::from("/nonexistent")),
         debian_clang: PathBuf::from("clang-19"),
     };
     let clang = match only_clang19.find(Arch::Cdna3) {

@@ -25,6 +25,15 @@ fn fresh_dir(tag: &str) -> PathBuf {
     d
 }
 
+/// The folder of the NVRTC this process loaded (installed into this user's cache): the children get
+/// it as `KITTENS_NVRTC`, since they run with other cache locations, where no NVRTC is installed.
+fn nvrtc_dir() -> PathBuf {
+    let info = kittens_runtime::cuda::nvrtc().expect("NVRTC loads");
+    let lib = Path::new(&info.path);
+    assert!(lib.is_absolute(), "NVRTC found by path: {}", info.path);
+    lib.parent().unwrap().to_path_buf()
+}
+
 /// `kittens compile gemm_bf16 --target sm_90a --json` run in `cwd` with exactly the cache variables
 /// given (the others removed).
 fn compile_cmd(cwd: &Path, vars: &[(&str, &Path)]) -> Command {
@@ -33,7 +42,8 @@ fn compile_cmd(cwd: &Path, vars: &[(&str, &Path)]) -> Command {
         .current_dir(cwd)
         .env_remove("KITTENS_CACHE")
         .env_remove("XDG_CACHE_HOME")
-        .env_remove("HOME");
+        .env_remove("HOME")
+        .env("KITTENS_NVRTC", nvrtc_dir());
     for (k, v) in vars {
         c.env(k, v);
     }

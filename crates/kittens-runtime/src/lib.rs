@@ -8,3 +8,4 @@ pub mod build_info;
 pub mod cuda;
 pub mod kernel;
 pub mod runner;
+pub mod trust;

@@ -27,7 +27,7 @@ fn search(root: &Path, env: bool) -> ToolchainSearch {
     ToolchainSearch {
         env_override: env.then(|| root.join("env/bin/clang")),
         rocm_clang: root.join("rocm/llvm/bin/clang"),
-        cache_dir: root.join("cache"),
+        toolchains: Ok(root.join("cache/toolchains")),
         debian_clang: root.join("debian/clang-19"),
     }
 }
@@ -38,7 +38,7 @@ fn search_order_is_env_rocm_cache_debian() {
         "env/bin/clang",
         "rocm/llvm/bin/clang",
         "rocm/llvm/bin/ld.lld",
-        "cache/ziglang/ziglang/zig",
+        "cache/toolchains/ziglang/ziglang/zig",
         "debian/clang-19",
     ];
     let root = fake_tree("order", &all);
@@ -165,12 +165,13 @@ extern "C" __global__ void loopy(f32x4* out, u32 n, u32 m) {
 #[test]
 #[ignore]
 fn installs_ziglang_into_a_fresh_cache() {
-    let cache = std::env::temp_dir().join(format!("kittens-zig-cache-{}", std::process::id()));
+    let tmp = tempfile::tempdir().unwrap();
+    let cache = tmp.path().join("toolchains");
     let zig = kittens_runtime::amd::install_ziglang(&cache).expect("pip install ziglang");
     let search = ToolchainSearch {
         env_override: None,
         rocm_clang: "/nonexistent".into(),
-        cache_dir: cache.clone(),
+        toolchains: Ok(cache.clone()),
         debian_clang: "/nonexistent".into(),
     };
     let clang = search.find(Arch::Cdna4).expect("found in the fresh cache");
@@ -181,5 +182,4 @@ fn installs_ziglang_into_a_fresh_cache() {
     assert!(clang.version().unwrap().contains("clang version 22"));
     // Idempotent: a second call finds it without reinstalling.
     assert_eq!(kittens_runtime::amd::install_ziglang(&cache).unwrap(), zig);
-    std::fs::remove_dir_all(cache).unwrap();
 }

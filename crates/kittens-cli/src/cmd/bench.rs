@@ -72,8 +72,8 @@ pub struct Args {
     /// `--min-iters..=--iters`.
     #[arg(long, default_value_t = 300.0)]
     pub budget_ms: f64,
-    /// Write a plot of the ratio to cuBLAS per shape (PNG; needs python3 with matplotlib and
-    /// bench/plot_gemm.py) beside the JSON.
+    /// Print the command that plots the ratio to cuBLAS per shape into this PNG from the JSON
+    /// (bench/plot_gemm.py, python3 with matplotlib; run from the repository's root). Needs --json.
     #[arg(long)]
     pub plot: Option<String>,
     #[arg(long, default_value_t = 10)]
@@ -488,19 +488,18 @@ pub(super) fn print_table(r: &GemmBenchReport) {
     }
 }
 
-/// Runs bench/plot_gemm.py on the JSON document: the plot is a convenience, so a missing python3 or
-/// matplotlib is reported, not fatal.
+/// The command that draws the plot of the JSON document. It is printed, not run: the script lives in
+/// the repository, and a relative path run from the current folder would execute whatever a folder
+/// the command happens to run in holds under that name.
+fn plot_command(json: &str, png: &str) -> String {
+    format!("python3 bench/plot_gemm.py {json} {png}")
+}
+
 fn plot(json: &str, png: &str) {
-    let script = std::path::Path::new("bench/plot_gemm.py");
-    let r = std::process::Command::new("python3")
-        .arg(script)
-        .args([json, png])
-        .status();
-    match r {
-        Ok(s) if s.success() => eprintln!("  plot written to {png}"),
-        Ok(s) => eprintln!("  plot: {} exited with {s}", script.display()),
-        Err(e) => eprintln!("  plot: could not run python3: {e}"),
-    }
+    eprintln!(
+        "  plot: from the repository's root (needs matplotlib), run: {}",
+        plot_command(json, png)
+    );
 }
 
 #[cfg(test)]
@@ -526,8 +525,8 @@ mod tests {
     /// against the f64 reference (computed here, not assumed).
     #[test]
     fn no_gpu_falls_back_to_the_cpu_backend() {
-        let path =
-            std::env::temp_dir().join(format!("kittens_bench_cpu_{}.json", std::process::id()));
+        let tmp = tempfile::tempdir().expect("a private temporary folder");
+        let path = tmp.path().join("bench_cpu.json");
         let p = path.to_str().expect("utf-8 temp path");
         no_gpu(&CudaError::NoDriver("test: no libcuda".into()), Some(p)).expect("fallback runs");
         let doc: serde_json::Value =

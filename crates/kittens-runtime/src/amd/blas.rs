@@ -69,6 +69,9 @@ pub enum BlasError {
     NoAlgorithm { m: usize, n: usize, k: usize },
     #[error(transparent)]
     Hip(#[from] super::hip::HipError),
+    /// `KITTENS_HIPBLASLT_LIB` or `KITTENS_ROCBLAS_LIB` names a library that cannot be trusted.
+    #[error("vendor BLAS not loaded: {0}")]
+    Untrusted(#[from] crate::trust::TrustError),
     #[error("GEMM extent {0} does not fit the library's 32-bit sizes")]
     Extent(usize),
 }
@@ -179,18 +182,27 @@ pub struct VendorGemm<'r> {
     _lib: Library,
 }
 
-/// Where the libraries are looked for, in order (KITTENS_HIPBLASLT_LIB / KITTENS_ROCBLAS_LIB first).
-pub fn candidates() -> (Vec<String>, Vec<String>) {
-    let with_env = |var: &str, names: &[&str]| {
-        let mut v: Vec<String> = std::env::var(var)
-            .ok()
-            .filter(|s| !s.is_empty())
+/// Where the libraries are looked for, in order: `KITTENS_HIPBLASLT_LIB` / `KITTENS_ROCBLAS_LIB`
+/// first (absolute paths that pass [`crate::trust::explicit_file`], else an error), then the loader's
+/// search path by name and ROCm's folder.
+pub fn candidates() -> Result<(Vec<String>, Vec<String>), BlasError> {
+    candidates_in(|v| std::env::var_os(v))
+}
+
+/// [`candidates`] with the environment as `env` reports it.
+pub fn candidates_in(
+    env: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<(Vec<String>, Vec<String>), BlasError> {
+    use crate::trust::{explicit, Role};
+    let with_env = |var: &str, names: &[&str]| -> Result<Vec<String>, BlasError> {
+        let mut v: Vec<String> = explicit(var, env(var), Role::File)?
+            .map(|p| p.to_string_lossy().into_owned())
             .into_iter()
             .collect();
         v.extend(names.iter().map(|s| s.to_string()));
-        v
+        Ok(v)
     };
-    (
+    Ok((
         with_env(
             "KITTENS_HIPBLASLT_LIB",
             &[
@@ -199,7 +211,7 @@ pub fn candidates() -> (Vec<String>, Vec<String>) {
                 "libhipblaslt.so.0",
                 "/opt/rocm/lib/libhipblaslt.so",
             ],
-        ),
+        )?,
         with_env(
             "KITTENS_ROCBLAS_LIB",
             &[
@@ -208,8 +220,8 @@ pub fn candidates() -> (Vec<String>, Vec<String>) {
                 "librocblas.so.4",
                 "/opt/rocm/lib/librocblas.so",
             ],
-        ),
-    )
+        )?,
+    ))
 }
 
 fn open(paths: &[String]) -> Option<(Library, String)> {
@@ -221,7 +233,7 @@ fn open(paths: &[String]) -> Option<(Library, String)> {
 impl<'r> VendorGemm<'r> {
     /// hipBLASLt if it loads, else rocBLAS.
     pub fn load(rt: &'r HipRuntime) -> Result<VendorGemm<'r>, BlasError> {
-        let (lt, roc) = candidates();
+        let (lt, roc) = candidates()?;
         macro_rules! sym {
             ($lib:expr, $path:expr, $name:literal) => {{
                 let s: Symbol<_> =
@@ -460,5 +472,40 @@ mod tests {
         assert_eq!(std::mem::size_of::<LtAlgo>(), 24);
         assert_eq!(std::mem::size_of::<LtHeuristic>(), 56);
         assert_eq!(std::mem::offset_of!(LtHeuristic, state), 32);
+    }
+
+    /// A relative library path would load a file of the current folder: refused, naming the variable;
+    /// an absolute one leads its list.
+    #[test]
+    fn library_variables_must_be_absolute() {
+        for (var, other) in [
+            ("KITTENS_HIPBLASLT_LIB", "KITTENS_ROCBLAS_LIB"),
+            ("KITTENS_ROCBLAS_LIB", "KITTENS_HIPBLASLT_LIB"),
+        ] {
+            let e = candidates_in(|v| (v == var).then(|| "./evil.so".into())).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains(&format!("{var}=./evil.so is a relative path")),
+                "{e}"
+            );
+            assert!(candidates_in(|v| (v == other).then(|| "evil.so".into())).is_err());
+        }
+        let e = super::super::hip::candidates_in(|v| {
+            (v == "KITTENS_HIP_LIB").then(|| "evil.so".into())
+        })
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("KITTENS_HIP_LIB=evil.so is a relative path"),
+            "{e}"
+        );
+        let (lt, roc) = candidates_in(|_| None).unwrap();
+        assert!(lt.iter().chain(&roc).all(|p| !p.starts_with('.')));
+        let tmp = tempfile::tempdir().unwrap();
+        let lib = tmp.path().join("libhipblaslt.so");
+        std::fs::write(&lib, b"").unwrap();
+        let (lt, _) =
+            candidates_in(|v| (v == "KITTENS_HIPBLASLT_LIB").then(|| lib.clone().into())).unwrap();
+        assert_eq!(lt[0], lib.to_string_lossy());
     }
 }

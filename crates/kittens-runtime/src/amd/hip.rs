@@ -17,6 +17,9 @@ pub enum HipError {
          KITTENS_HIP_LIB to the library's path"
     )]
     NoRocm { looked: String },
+    /// `KITTENS_HIP_LIB` names a library that cannot be trusted (relative, or others may write it).
+    #[error("libamdhip64 not loaded: {0}")]
+    Untrusted(#[from] crate::trust::TrustError),
     #[error("{lib} lacks the HIP function `{name}`")]
     Symbol { lib: String, name: &'static str },
     #[error("{call} failed: HIP error {code} ({text})")]
@@ -81,10 +84,20 @@ const BUFFER_POINTER: usize = 1;
 const BUFFER_SIZE: usize = 2;
 const END: usize = 3;
 
-/// Where libamdhip64 is looked for, in order.
-pub fn candidates() -> Vec<String> {
+/// Where libamdhip64 is looked for, in order: `KITTENS_HIP_LIB` (an absolute path that passes
+/// [`crate::trust::explicit_file`]; otherwise an error, never a library from the current folder), the
+/// loader's search path by name, then ROCm's folder.
+pub fn candidates() -> Result<Vec<String>, HipError> {
+    candidates_in(|v| std::env::var_os(v))
+}
+
+/// [`candidates`] with the environment as `var` reports it.
+pub fn candidates_in(
+    var: impl Fn(&str) -> Option<std::ffi::OsString>,
+) -> Result<Vec<String>, HipError> {
+    use crate::trust::{explicit, Role};
     let mut v = Vec::new();
-    if let Some(p) = std::env::var_os("KITTENS_HIP_LIB").filter(|p| !p.is_empty()) {
+    if let Some(p) = explicit("KITTENS_HIP_LIB", var("KITTENS_HIP_LIB"), Role::File)? {
         v.push(p.to_string_lossy().into_owned());
     }
     v.extend(
@@ -95,13 +108,13 @@ pub fn candidates() -> Vec<String> {
         ]
         .map(String::from),
     );
-    v
+    Ok(v)
 }
 
 impl HipRuntime {
     /// Open libamdhip64 and initialise HIP; [`HipError::NoRocm`] when no library is found.
     pub fn load() -> Result<HipRuntime, HipError> {
-        let looked = candidates();
+        let looked = candidates()?;
         let (lib, path) = looked
             .iter()
             .find_map(|p| unsafe { Library::new(p) }.ok().map(|l| (l, p.clone())))

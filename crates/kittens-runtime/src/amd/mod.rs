@@ -1,8 +1,8 @@
 //! AMD CDNA toolchain and code-object analysis, with no ROCm install (docs/architecture.md principle 5).
 //!
-//! - [`toolchain`]: find an AMDGPU clang ($KITTENS_AMDGPU_CLANG, ROCm's, PyPI `ziglang`'s in the project
-//!   cache, Debian's clang-19 for gfx942), install `ziglang` into the cache, and compile HIP source to
-//!   assembly and a code object;
+//! - [`toolchain`]: find an AMDGPU clang ($KITTENS_AMDGPU_CLANG, ROCm's, PyPI `ziglang`'s in the user's
+//!   toolchain folder, Debian's clang-19 for gfx942; every one checked by [`crate::trust`]), install
+//!   `ziglang` there, and compile HIP source to assembly and a code object;
 //! - [`analysis`]: read the AMDHSA metadata and the assembly listing into a [`CodeObjectReport`]
 //!   (registers, spills, scratch, LDS, waves per SIMD, instruction mix of the whole kernel and of the
 //!   hot loop);
@@ -20,8 +20,8 @@ pub mod toolchain;
 
 pub use analysis::{analyze, CodeObjectReport, InstructionMix, LoopReport};
 pub use toolchain::{
-    cache_dir, find_clang, install_ziglang, AmdgpuClang, ClangSource, CompiledHip, ToolchainSearch,
-    ZIGLANG_VERSION,
+    find_clang, install_ziglang, install_ziglang_for_user, toolchains_dir, zig_in, AmdgpuClang,
+    ClangSource, CompiledHip, ToolchainSearch, ZIGLANG_VERSION,
 };
 
 use kittens_hw::Arch;
@@ -46,6 +46,13 @@ pub enum AmdError {
         cache: String,
         zig: &'static str,
         hint: &'static str,
+    },
+    /// A compiler was found where it cannot be trusted (a relative path, or a file or folder others
+    /// may write); the message names the path and the reason.
+    #[error("{what} is not used: {source}")]
+    Untrusted {
+        what: String,
+        source: crate::trust::TrustError,
     },
     /// A program could not be started.
     #[error("could not run `{program}`: {source}")]

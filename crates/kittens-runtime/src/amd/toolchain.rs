@@ -1,8 +1,11 @@
 //! Finding, installing and running an AMDGPU clang.
 //!
-//! Search order (first hit wins): `$KITTENS_AMDGPU_CLANG`, ROCm's `/opt/rocm/llvm/bin/clang`, the clang
-//! inside PyPI's `ziglang` in the project cache (`$KITTENS_CACHE`, else `<repo>/.cache`), and Debian's
-//! `clang-19` — the last only for gfx942, since clang 19 predates gfx950 (docs/architecture.md §6).
+//! Search order (first hit wins): `$KITTENS_AMDGPU_CLANG` (absolute), ROCm's `/opt/rocm/llvm/bin/clang`,
+//! the clang inside PyPI's `ziglang` in the user's toolchain folder (`<user cache>/toolchains/ziglang`,
+//! [`crate::trust`]), and Debian's `clang-19` on `PATH` — the last only for gfx942, since clang 19
+//! predates gfx950 (docs/architecture.md §6). A compiler found by path is run only when it and every
+//! folder above it pass [`crate::trust::check_file`]; one that fails is an error naming the path and
+//! the reason, never skipped for the next candidate, since a planted compiler is worth saying.
 //!
 //! Compilation follows the flags docs/architecture.md §6 records: `-x hip --cuda-device-only -nogpuinc -nogpulib
 //! --offload-arch=<gfx> -O3 -S`. The assembly is the analysed artefact; the code object is then built
@@ -10,10 +13,16 @@
 //! a separate `ld.lld` for its own device link.
 
 use super::AmdError;
+use crate::trust::files::{read_regular, read_regular_string, write_new, ScratchDir};
+use crate::trust::{self, TrustError};
 use kittens_hw::Arch;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
+
+pub use crate::trust::which;
+
+/// The largest compiler output (assembly listing, code object) read back.
+const MAX_OUTPUT_BYTES: u64 = 256 << 20;
 
 /// The `ziglang` release whose clang (22.1) was checked to build gfx942 and gfx950 code (docs/architecture.md §6).
 pub const ZIGLANG_VERSION: &str = "0.17.0";
@@ -26,7 +35,7 @@ pub enum ClangSource {
     Env,
     /// A ROCm install.
     Rocm,
-    /// PyPI `ziglang` in the project cache (`zig clang`).
+    /// PyPI `ziglang` in the user's toolchain folder (`zig clang`).
     Ziglang,
     /// Debian's `clang-19` (gfx942 only).
     DebianClang19,
@@ -74,19 +83,54 @@ pub struct CompiledHip {
 /// Where to look; [`ToolchainSearch::from_env`] fills it from the environment, tests build their own.
 #[derive(Debug, Clone)]
 pub struct ToolchainSearch {
+    /// `$KITTENS_AMDGPU_CLANG` as given (a relative value is refused by [`ToolchainSearch::find`]).
     pub env_override: Option<PathBuf>,
     pub rocm_clang: PathBuf,
-    pub cache_dir: PathBuf,
-    /// Name or path of Debian's clang-19 (looked up on `PATH` when a bare name).
+    /// The user's toolchain folder ([`trust::toolchains_dir`]), or why there is none.
+    pub toolchains: Result<PathBuf, TrustError>,
+    /// Name or path of Debian's clang-19 (looked up on `PATH`'s absolute entries when a bare name).
     pub debian_clang: PathBuf,
 }
 
-/// The project cache: `$KITTENS_CACHE`, else `<repo>/.cache` of the checkout this crate was built from.
-pub fn cache_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("KITTENS_CACHE").filter(|d| !d.is_empty()) {
-        return PathBuf::from(dir);
-    }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.cache")
+/// The user's toolchain folder, `<user cache>/toolchains`, where `scripts/install-amdgpu-clang.sh`
+/// puts ziglang (not created here).
+pub fn toolchains_dir() -> Result<PathBuf, TrustError> {
+    trust::toolchains_dir(|v| std::env::var_os(v))
+}
+
+/// The `zig` of PyPI's `ziglang` inside a toolchain folder.
+pub fn zig_in(toolchains: &Path) -> PathBuf {
+    toolchains.join("ziglang").join("ziglang").join("zig")
+}
+
+/// A toolchain inside the user's cache (the parent of `toolchains`), checked before it is run:
+/// [`trust::check_cached_file`].
+fn trusted_in_cache(toolchains: &Result<PathBuf, TrustError>, file: &Path) -> Result<(), AmdError> {
+    let cache = match toolchains {
+        Ok(t) => t.parent().unwrap_or(t),
+        Err(e) => {
+            return Err(AmdError::Untrusted {
+                what: "the cached ziglang".into(),
+                source: e.clone(),
+            })
+        }
+    };
+    trust::check_cached_file(cache, file)
+        .map(drop)
+        .map_err(|source| AmdError::Untrusted {
+            what: "the cached ziglang".into(),
+            source,
+        })
+}
+
+/// `path` checked before it is run: an error naming `what` when it fails [`trust::check_file`].
+fn trusted(what: &str, path: &Path) -> Result<(), AmdError> {
+    trust::check_file(path)
+        .map(drop)
+        .map_err(|source| AmdError::Untrusted {
+            what: what.to_string(),
+            source,
+        })
 }
 
 /// `find_clang(arch)` with the search taken from the environment.
@@ -102,14 +146,9 @@ impl ToolchainSearch {
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from),
             rocm_clang: PathBuf::from("/opt/rocm/llvm/bin/clang"),
-            cache_dir: cache_dir(),
+            toolchains: toolchains_dir(),
             debian_clang: PathBuf::from("clang-19"),
         }
-    }
-
-    /// The `zig` executable of the cached `ziglang` package.
-    pub fn zig_path(&self) -> PathBuf {
-        self.cache_dir.join("ziglang").join("ziglang").join("zig")
     }
 
     /// The first usable compiler for `arch`, or [`AmdError::ClangNotFound`] saying what to install.
@@ -118,17 +157,38 @@ impl ToolchainSearch {
         let mut looked = Vec::new();
         if let Some(p) = &self.env_override {
             looked.push(format!("$KITTENS_AMDGPU_CLANG={}", p.display()));
+            if !p.is_absolute() {
+                return Err(AmdError::Untrusted {
+                    what: "the AMDGPU clang".into(),
+                    source: TrustError::Relative {
+                        var: "KITTENS_AMDGPU_CLANG".into(),
+                        path: p.display().to_string(),
+                    },
+                });
+            }
             if p.is_file() {
-                return Ok(from_clang_path(p, ClangSource::Env));
+                trusted("$KITTENS_AMDGPU_CLANG", p)?;
+                return from_clang_path(p, ClangSource::Env);
             }
         }
         looked.push(self.rocm_clang.display().to_string());
         if self.rocm_clang.is_file() {
-            return Ok(from_clang_path(&self.rocm_clang, ClangSource::Rocm));
+            trusted("ROCm's clang", &self.rocm_clang)?;
+            return from_clang_path(&self.rocm_clang, ClangSource::Rocm);
         }
-        let zig = self.zig_path();
-        looked.push(zig.display().to_string());
-        if zig.is_file() {
+        let zig = match &self.toolchains {
+            Ok(dir) => Some(zig_in(dir)),
+            Err(e) => {
+                looked.push(format!("no user toolchain folder ({e})"));
+                None
+            }
+        };
+        if let Some(zig) = zig.filter(|z| {
+            looked.push(z.display().to_string());
+            // symlink_metadata: a link planted in its place is judged, not skipped.
+            std::fs::symlink_metadata(z).is_ok()
+        }) {
+            trusted_in_cache(&self.toolchains, &zig)?;
             return Ok(AmdgpuClang {
                 source: ClangSource::Ziglang,
                 clang: Tool {
@@ -143,9 +203,9 @@ impl ToolchainSearch {
         }
         if arch == Arch::Cdna3 {
             looked.push(self.debian_clang.display().to_string());
-            if let Some(clang) = which(&self.debian_clang) {
-                let lld =
-                    which(Path::new("ld.lld-19")).unwrap_or_else(|| PathBuf::from("ld.lld-19"));
+            if let Some(clang) = trust::which(&self.debian_clang) {
+                let lld = trust::which(Path::new("ld.lld-19"))
+                    .unwrap_or_else(|| PathBuf::from("ld.lld-19"));
                 return Ok(AmdgpuClang {
                     source: ClangSource::DebianClang19,
                     clang: Tool::plain(clang),
@@ -156,7 +216,10 @@ impl ToolchainSearch {
         Err(AmdError::ClangNotFound {
             target,
             looked: looked.join(", "),
-            cache: self.cache_dir.join("ziglang").display().to_string(),
+            cache: match &self.toolchains {
+                Ok(d) => d.join("ziglang").display().to_string(),
+                Err(e) => format!("the user's cache, which is unusable: {e}"),
+            },
             zig: ZIGLANG_VERSION,
             hint: if arch == Arch::Cdna3 {
                 " (Debian: apt-get install clang-19 lld-19 llvm-19 also works)"
@@ -176,10 +239,11 @@ pub(crate) fn amd_target(arch: Arch) -> Result<&'static str, AmdError> {
     }
 }
 
-/// A clang given by path (env or ROCm): `zig` means `zig clang`; ld.lld is its sibling when present.
-fn from_clang_path(path: &Path, source: ClangSource) -> AmdgpuClang {
+/// A clang given by path (env or ROCm), already checked: `zig` means `zig clang`; ld.lld is its
+/// sibling when present (checked too), else `ld.lld` on `PATH`'s absolute entries.
+fn from_clang_path(path: &Path, source: ClangSource) -> Result<AmdgpuClang, AmdError> {
     if path.file_name().is_some_and(|n| n == "zig") {
-        return AmdgpuClang {
+        return Ok(AmdgpuClang {
             source,
             clang: Tool {
                 program: path.to_path_buf(),
@@ -189,48 +253,58 @@ fn from_clang_path(path: &Path, source: ClangSource) -> AmdgpuClang {
                 program: path.to_path_buf(),
                 prefix: vec!["ld.lld".into()],
             },
-        };
+        });
     }
     let sibling = path.with_file_name("ld.lld");
     let lld = if sibling.is_file() {
+        trusted("ld.lld beside the clang", &sibling)?;
         sibling
     } else {
-        PathBuf::from("ld.lld")
+        trust::which(Path::new("ld.lld")).unwrap_or_else(|| PathBuf::from("ld.lld"))
     };
-    AmdgpuClang {
+    Ok(AmdgpuClang {
         source,
         clang: Tool::plain(path),
         lld: Tool::plain(lld),
-    }
+    })
 }
 
-/// Resolve a bare program name on `PATH` (a path with a separator is taken as is).
-pub fn which(program: &Path) -> Option<PathBuf> {
-    if program.components().count() > 1 {
-        return program.is_file().then(|| program.to_path_buf());
-    }
-    std::env::var_os("PATH")
-        .map(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join(program))
-                .find(|p| p.is_file())
-        })
-        .unwrap_or(None)
+/// [`install_ziglang`] into the user's toolchain folder, created 0700 and checked first.
+pub fn install_ziglang_for_user() -> Result<PathBuf, AmdError> {
+    let dir = toolchains_dir()
+        .and_then(|d| trust::ensure_own_dir(&d))
+        .map_err(|source| AmdError::Untrusted {
+            what: "the user's toolchain folder".into(),
+            source,
+        })?;
+    install_ziglang(&dir)
 }
 
-/// Install PyPI `ziglang` [`ZIGLANG_VERSION`] into `<cache>/ziglang` with `python3 -m pip install
-/// --target`, returning the `zig` path. A no-op when that version is already there.
-pub fn install_ziglang(cache: &Path) -> Result<PathBuf, AmdError> {
-    let dest = cache.join("ziglang");
-    let zig = dest.join("ziglang").join("zig");
-    if zig.is_file() && zig_version(&zig).as_deref() == Some(ZIGLANG_VERSION) {
-        return Ok(zig);
-    }
-    std::fs::create_dir_all(cache).map_err(|source| AmdError::Io {
-        path: cache.to_path_buf(),
+/// Install PyPI `ziglang` [`ZIGLANG_VERSION`] into `<toolchains>/ziglang` (`toolchains` absolute and
+/// this user's) with `python3 -m pip install --target`, returning the `zig` path. A no-op when that
+/// version is already there.
+pub fn install_ziglang(toolchains: &Path) -> Result<PathBuf, AmdError> {
+    let untrusted = |source| AmdError::Untrusted {
+        what: "the ziglang install folder".into(),
         source,
+    };
+    trust::ensure_own_dir(toolchains).map_err(untrusted)?;
+    let dest = toolchains.join("ziglang");
+    let zig = zig_in(toolchains);
+    if zig.is_file() {
+        trusted_in_cache(&Ok(toolchains.to_path_buf()), &zig)?;
+        if zig_version(&zig).as_deref() == Some(ZIGLANG_VERSION) {
+            return Ok(zig);
+        }
+    }
+    let python = trust::which(Path::new("python3")).ok_or_else(|| AmdError::Spawn {
+        program: "python3".into(),
+        source: std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "not found on PATH's absolute entries",
+        ),
     })?;
-    let mut cmd = Command::new("python3");
+    let mut cmd = Command::new(python);
     cmd.args([
         "-m",
         "pip",
@@ -265,9 +339,20 @@ fn zig_version(zig: &Path) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }
 
-/// Run a command to completion; a non-zero exit becomes [`AmdError::ToolFailed`] with its stderr.
+/// Run a command to completion; a non-zero exit becomes [`AmdError::ToolFailed`] with its stderr. The
+/// program must be an absolute path: a bare name would be looked up on `PATH`, whose relative entries
+/// name the current folder.
 fn run(cmd: &mut Command) -> Result<std::process::Output, AmdError> {
     let program = format!("{:?}", cmd.get_program());
+    if !Path::new(cmd.get_program()).is_absolute() {
+        return Err(AmdError::Spawn {
+            program,
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "not found on PATH's absolute entries",
+            ),
+        });
+    }
     let out = cmd
         .output()
         .map_err(|source| AmdError::Spawn { program, source })?;
@@ -286,31 +371,25 @@ fn run(cmd: &mut Command) -> Result<std::process::Output, AmdError> {
     }
 }
 
-/// A fresh private directory under the system temp dir, removed when dropped.
-struct ScratchDir(PathBuf);
-
-impl ScratchDir {
-    fn new() -> Result<Self, AmdError> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let dir =
-            std::env::temp_dir().join(format!("kittens-amd-{}-{nanos}-{n}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|source| AmdError::Io {
-            path: dir.clone(),
-            source,
-        })?;
-        Ok(ScratchDir(dir))
-    }
+fn scratch() -> Result<ScratchDir, AmdError> {
+    ScratchDir::new("kittens-amd-").map_err(|source| AmdError::Io {
+        path: std::env::temp_dir(),
+        source,
+    })
 }
 
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn write_input(path: &Path, text: &str) -> Result<(), AmdError> {
+    write_new(path, text.as_bytes()).map_err(|source| AmdError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+fn read_output(path: &Path) -> Result<String, AmdError> {
+    read_regular_string(path, MAX_OUTPUT_BYTES).map_err(|source| AmdError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 impl AmdgpuClang {
@@ -326,18 +405,18 @@ impl AmdgpuClang {
 
     /// Compile self-contained HIP device source for `arch` into assembly only (no code object).
     pub fn compile_to_asm(&self, source: &str, arch: Arch) -> Result<String, AmdError> {
-        let dir = ScratchDir::new()?;
+        let dir = scratch()?;
         self.hip_to_asm(&dir, source, arch)
     }
 
     /// Compile self-contained HIP device source for `arch` into assembly and a linked code object.
     pub fn compile(&self, source: &str, arch: Arch) -> Result<CompiledHip, AmdError> {
-        let dir = ScratchDir::new()?;
+        let dir = scratch()?;
         let asm = self.hip_to_asm(&dir, source, arch)?;
         let (s, o, co) = (
-            dir.0.join("kernel.s"),
-            dir.0.join("kernel.o"),
-            dir.0.join("kernel.hsaco"),
+            dir.join("kernel.s"),
+            dir.join("kernel.o"),
+            dir.join("kernel.hsaco"),
         );
         let target = amd_target(arch)?;
         run(self
@@ -356,7 +435,7 @@ impl AmdgpuClang {
             .arg(&o)
             .arg(&s))?;
         run(self.lld.command().args(["-shared", "-o"]).arg(&co).arg(&o))?;
-        let code_object = std::fs::read(&co).map_err(|source| AmdError::Io {
+        let code_object = read_regular(&co, MAX_OUTPUT_BYTES).map_err(|source| AmdError::Io {
             path: co.clone(),
             source,
         })?;
@@ -367,13 +446,10 @@ impl AmdgpuClang {
     /// -show-encoding`): LLVM's printer text and its encoder's bytes, the independent reference the
     /// ISA emulator's decoder is tested against.
     pub fn encoding_listing(&self, asm: &str, arch: Arch) -> Result<String, AmdError> {
-        let dir = ScratchDir::new()?;
+        let dir = scratch()?;
         let target = amd_target(arch)?;
-        let (s, out) = (dir.0.join("kernel.s"), dir.0.join("listing.s"));
-        std::fs::write(&s, asm).map_err(|e| AmdError::Io {
-            path: s.clone(),
-            source: e,
-        })?;
+        let (s, out) = (dir.join("kernel.s"), dir.join("listing.s"));
+        write_input(&s, asm)?;
         run(self
             .clang
             .command()
@@ -390,19 +466,13 @@ impl AmdgpuClang {
             ])
             .arg(&out)
             .arg(&s))?;
-        std::fs::read_to_string(&out).map_err(|source| AmdError::Io {
-            path: out.clone(),
-            source,
-        })
+        read_output(&out)
     }
 
     fn hip_to_asm(&self, dir: &ScratchDir, source: &str, arch: Arch) -> Result<String, AmdError> {
         let target = amd_target(arch)?;
-        let (hip, s) = (dir.0.join("kernel.hip"), dir.0.join("kernel.s"));
-        std::fs::write(&hip, source).map_err(|e| AmdError::Io {
-            path: hip.clone(),
-            source: e,
-        })?;
+        let (hip, s) = (dir.join("kernel.hip"), dir.join("kernel.s"));
+        write_input(&hip, source)?;
         run(self
             .clang
             .command()
@@ -419,9 +489,6 @@ impl AmdgpuClang {
             .arg("-o")
             .arg(&s)
             .arg(&hip))?;
-        std::fs::read_to_string(&s).map_err(|source| AmdError::Io {
-            path: s.clone(),
-            source,
-        })
+        read_output(&s)
     }
 }

@@ -3,89 +3,74 @@
 //!
 //! An entry is two files named by the cache key: `<key>.cubin` (the raw cubin, so that `cuobjdump` can
 //! read it) and `<key>.json` (the compile report, the cubin's length and its SHA-256). Each is written to
-//! a fresh temporary file in the same folder and renamed into place, which POSIX makes atomic; the cubin
-//! goes first, the record second. A reader accepts an entry only when the cubin it read has the length
-//! and hash the record states, so a truncated, corrupted or half-replaced entry is a miss (and is
-//! recompiled), never a cubin passed to `cuModuleLoadData`.
+//! a fresh temporary file in the same folder (created exclusively) and renamed into place, which POSIX
+//! makes atomic; the cubin goes first, the record second. A reader accepts an entry only when the cubin
+//! it read has the length and hash the record states, so a truncated, corrupted, foreign or
+//! half-replaced entry is a miss (and is recompiled and replaced), never a cubin passed to
+//! `cuModuleLoadData`.
 //!
-//! Location: `$KITTENS_CACHE`, else `$XDG_CACHE_HOME/kittens`, else `$HOME/.cache/kittens`, each only
-//! when absolute (XDG Base Directory Specification: relative paths are invalid), with the cubins in its
-//! `cuda` folder. Never the current folder and never a folder other users may write into: the cubin
-//! folder must belong to this user and must not be world-writable, else the cache is refused.
+//! Location: the `cuda` folder of the user's cache ([`crate::trust::user_cache`]: `$KITTENS_CACHE`,
+//! else `$XDG_CACHE_HOME/kittens`, else `$HOME/.cache/kittens`, absolute only). The folder is created
+//! 0700 and checked once, with every folder above it ([`crate::trust::ensure_own_dir`]: this user's,
+//! not writable by group or others), then opened, and every later file operation goes through that
+//! open handle (`openat`, `renameat`, `unlinkat`), so the path cannot be swapped after the check.
+//! Entries are opened with `O_NOFOLLOW | O_NONBLOCK` and must be regular files within a size bound
+//! ([`MAX_CUBIN_BYTES`], [`MAX_RECORD_BYTES`]): a link, a FIFO or a huge file is a miss, never a hang
+//! or an unbounded read. Temporaries older than an hour (a writer that died) are removed when the
+//! cache opens, and the cache is kept under [`max_bytes`] by removing the entries used least recently
+//! (a hit refreshes an entry's modification time).
 
 use std::ffi::OsString;
-use std::fs::{DirBuilder, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
 
+use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::nvrtc::CudaCompileReport;
+use crate::trust::{self, Role, TrustError};
+
+/// The largest cubin read or written (an sm_90a cubin of ours is well under 1 MiB).
+pub const MAX_CUBIN_BYTES: u64 = 64 << 20;
+/// The largest record read.
+pub const MAX_RECORD_BYTES: u64 = 1 << 20;
+/// The cache's size bound when `KITTENS_CACHE_MAX_BYTES` is unset.
+pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
+/// A temporary this old belongs to a writer that died.
+const STALE_TEMPORARY: Duration = Duration::from_secs(3600);
 
 /// Why the cache cannot be used (compilation still works, uncached).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CacheError {
-    #[error(
-        "no cache folder: none of KITTENS_CACHE, XDG_CACHE_HOME, HOME is set to an absolute path"
-    )]
-    NoLocation,
-    #[error("{var}={path} is a relative path; the cache folder must be absolute (never the current folder)")]
-    Relative { var: &'static str, path: String },
-    #[error("cache folder {dir} is writable by every user (mode {mode:o}); refusing to read or write cubins there")]
-    WorldWritable { dir: String, mode: u32 },
-    #[error("cache folder {dir} belongs to uid {owner}, not to this user (uid {me}); refusing it")]
-    NotOwned { dir: String, owner: u32, me: u32 },
+    #[error("{0}")]
+    Untrusted(#[from] TrustError),
+    #[error("KITTENS_CACHE_MAX_BYTES={0:?} is not a number of bytes")]
+    BadMaxBytes(String),
     #[error("cache folder {dir}: {msg}")]
     Io { dir: String, msg: String },
 }
 
 /// Picks the cache root by the location rule from the environment as `var` reports it.
 pub fn cache_root(var: impl Fn(&str) -> Option<OsString>) -> Result<PathBuf, CacheError> {
-    let set = |name: &'static str| var(name).filter(|v| !v.is_empty()).map(|v| (name, v));
-    let absolute = |(name, v): (&'static str, OsString)| {
-        let p = PathBuf::from(&v);
-        if p.is_absolute() {
-            Ok(p)
-        } else {
-            Err(CacheError::Relative {
-                var: name,
-                path: p.display().to_string(),
-            })
-        }
-    };
-    if let Some(v) = set("KITTENS_CACHE") {
-        return absolute(v);
-    }
-    // XDG: a relative XDG_CACHE_HOME is invalid and is ignored, not an error.
-    if let Some(p) = set("XDG_CACHE_HOME").and_then(|v| absolute(v).ok()) {
-        return Ok(p.join("kittens"));
-    }
-    match set("HOME") {
-        Some(v) => absolute(v).map(|h| h.join(".cache").join("kittens")),
-        None => Err(CacheError::NoLocation),
-    }
+    Ok(trust::user_cache_path(var)?)
 }
 
-/// Whether a folder with this mode and owner is safe for this user's cubins: owned by `me` and not
-/// writable by every user (a world-writable folder lets anyone plant an entry, sticky bit or not).
-pub fn check_folder(dir: &Path, mode: u32, owner: u32, me: u32) -> Result<(), CacheError> {
-    if mode & 0o002 != 0 {
-        return Err(CacheError::WorldWritable {
-            dir: dir.display().to_string(),
-            mode: mode & 0o7777,
-        });
+/// The size bound: `KITTENS_CACHE_MAX_BYTES` as `var` reports it, else [`DEFAULT_MAX_BYTES`].
+pub fn max_bytes(var: impl Fn(&str) -> Option<OsString>) -> Result<u64, CacheError> {
+    match var("KITTENS_CACHE_MAX_BYTES").filter(|v| !v.is_empty()) {
+        None => Ok(DEFAULT_MAX_BYTES),
+        Some(v) => v
+            .to_str()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or_else(|| CacheError::BadMaxBytes(v.to_string_lossy().into_owned())),
     }
-    if owner != me {
-        return Err(CacheError::NotOwned {
-            dir: dir.display().to_string(),
-            owner,
-            me,
-        });
-    }
-    Ok(())
 }
 
 /// The record stored beside each cubin.
@@ -104,320 +89,280 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// Checks a cubin read from disk against its record: the report when length, hash and ELF magic agree.
-fn validate(cubin: &[u8], record_json: &str) -> Option<CudaCompileReport> {
-    let r: Record = serde_json::from_str(record_json).ok()?;
+fn validate(cubin: &[u8], r: &Record) -> Option<CudaCompileReport> {
     (cubin.len() == r.cubin_len
         && cubin.starts_with(b"\x7fELF")
         && sha256_hex(cubin) == r.cubin_sha256)
-        .then_some(r.report)
+        .then(|| r.report.clone())
 }
 
-/// A cache folder that passed the safety checks.
+/// A key names two files in the folder: plain characters only, so it cannot name anything else.
+fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 128
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn is_temporary(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".tmp")
+}
+
+/// A cache folder that passed the checks, held open.
 #[derive(Debug, Clone)]
 pub struct KernelCache {
     dir: PathBuf,
+    fd: Arc<OwnedFd>,
+    max_bytes: u64,
 }
 
 impl KernelCache {
     /// The cache the environment names (see the module documentation).
     pub fn from_env() -> Result<KernelCache, CacheError> {
-        KernelCache::at(&cache_root(|v| std::env::var_os(v))?.join("cuda"))
+        let var = |v: &str| std::env::var_os(v);
+        KernelCache::with_max_bytes(&cache_root(var)?.join("cuda"), max_bytes(var)?)
     }
 
-    /// A cache in `dir` (absolute), created with mode 0700 when missing, then checked.
+    /// A cache in `dir` (absolute), created with mode 0700 when missing, then checked, with the size
+    /// bound the environment names.
     pub fn at(dir: &Path) -> Result<KernelCache, CacheError> {
+        KernelCache::with_max_bytes(dir, max_bytes(|v| std::env::var_os(v))?)
+    }
+
+    /// [`KernelCache::at`] with an explicit size bound.
+    pub fn with_max_bytes(dir: &Path, max_bytes: u64) -> Result<KernelCache, CacheError> {
+        let real = trust::ensure_own_dir(dir)?;
         let io = |e: std::io::Error| CacheError::Io {
-            dir: dir.display().to_string(),
+            dir: real.display().to_string(),
             msg: e.to_string(),
         };
-        if !dir.is_absolute() {
-            return Err(CacheError::Relative {
-                var: "cache folder",
-                path: dir.display().to_string(),
-            });
-        }
-        DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(dir)
+        let fd = rustix::fs::open(
+            &real,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| io(e.into()))?;
+        // The handle must be the folder just checked (same device and inode) and still pass the rule.
+        let opened = File::from(fd.try_clone().map_err(io)?)
+            .metadata()
             .map_err(io)?;
-        // symlink_metadata: a link planted in place of the folder is judged as the link's owner made it.
-        let meta = std::fs::symlink_metadata(dir).map_err(io)?;
-        if !meta.is_dir() {
-            return Err(io(std::io::Error::other(
-                "not a folder (or a symbolic link)",
-            )));
+        let checked = std::fs::symlink_metadata(&real).map_err(io)?;
+        if (opened.dev(), opened.ino()) != (checked.dev(), checked.ino()) {
+            return Err(io(std::io::Error::other("replaced while it was opened")));
         }
-        // SAFETY: getuid has no preconditions and cannot fail.
-        let me = unsafe { libc::getuid() };
-        check_folder(dir, meta.mode(), meta.uid(), me)?;
-        Ok(KernelCache {
-            dir: dir.to_path_buf(),
-        })
+        trust::check_mode(
+            &real,
+            opened.mode(),
+            opened.uid(),
+            trust::my_uid(),
+            Role::OwnFolder,
+        )?;
+        let cache = KernelCache {
+            dir: real,
+            fd: Arc::new(fd),
+            max_bytes,
+        };
+        cache.sweep(None);
+        Ok(cache)
     }
 
+    /// The folder (resolved), for messages and tests; every operation goes through the open handle.
     pub fn dir(&self) -> &Path {
         &self.dir
     }
 
-    /// Paths of the entry for `key`: (cubin, record).
-    pub fn entry_paths(&self, key: &str) -> (PathBuf, PathBuf) {
-        (
-            self.dir.join(format!("{key}.cubin")),
-            self.dir.join(format!("{key}.json")),
-        )
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
     }
 
-    /// The cubin and report stored under `key`, when present and intact.
+    /// File names of the entry for `key`: (cubin, record).
+    pub fn entry_names(key: &str) -> (String, String) {
+        (format!("{key}.cubin"), format!("{key}.json"))
+    }
+
+    /// Paths of the entry for `key`: (cubin, record); for tests and messages.
+    pub fn entry_paths(&self, key: &str) -> (PathBuf, PathBuf) {
+        let (c, r) = Self::entry_names(key);
+        (self.dir.join(c), self.dir.join(r))
+    }
+
+    /// Opens `name` in the folder for reading: no link followed, no wait on a FIFO, a regular file of
+    /// at most `max` bytes, or `None`.
+    fn open_entry(&self, name: &str, max: u64) -> Option<(File, u64)> {
+        let fd = rustix::fs::openat(
+            self.fd.as_fd(),
+            name,
+            OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .ok()?;
+        let f = File::from(fd);
+        let meta = f.metadata().ok()?;
+        (meta.is_file() && meta.len() <= max).then_some((f, meta.len()))
+    }
+
+    fn read_entry(&self, name: &str, max: u64) -> Option<(File, Vec<u8>)> {
+        let (f, len) = self.open_entry(name, max)?;
+        let mut buf = Vec::with_capacity(len as usize);
+        (&f).take(max + 1).read_to_end(&mut buf).ok()?;
+        (buf.len() as u64 <= max).then_some((f, buf))
+    }
+
+    /// The cubin and report stored under `key`, when present and intact. A hit marks the entry as
+    /// recently used.
     pub fn get(&self, key: &str) -> Option<(Vec<u8>, CudaCompileReport)> {
-        let (cubin_path, record_path) = self.entry_paths(key);
-        let record = std::fs::read_to_string(record_path).ok()?;
-        let cubin = std::fs::read(cubin_path).ok()?;
-        validate(&cubin, &record).map(|report| (cubin, report))
+        if !valid_key(key) {
+            return None;
+        }
+        let (cubin_name, record_name) = Self::entry_names(key);
+        let (record_file, record) = self.read_entry(&record_name, MAX_RECORD_BYTES)?;
+        let record: Record = serde_json::from_slice(&record).ok()?;
+        if record.cubin_len as u64 > MAX_CUBIN_BYTES {
+            return None;
+        }
+        let (cubin_file, cubin) = self.read_entry(&cubin_name, record.cubin_len as u64)?;
+        let report = validate(&cubin, &record)?;
+        let now = SystemTime::now();
+        let _ = record_file.set_modified(now);
+        let _ = cubin_file.set_modified(now);
+        Some((cubin, report))
     }
 
     /// Stores an entry: cubin first, then its record, each written whole under a temporary name and
-    /// renamed into place.
+    /// renamed into place; then keeps the cache under its size bound.
     pub fn put(
         &self,
         key: &str,
         cubin: &[u8],
         report: &CudaCompileReport,
     ) -> Result<(), CacheError> {
+        let err = |msg: String| CacheError::Io {
+            dir: self.dir.display().to_string(),
+            msg,
+        };
+        if !valid_key(key) {
+            return Err(err(format!("{key:?} is not a cache key")));
+        }
+        if cubin.len() as u64 > MAX_CUBIN_BYTES {
+            return Err(err(format!(
+                "a cubin of {} bytes is over the {MAX_CUBIN_BYTES}-byte bound",
+                cubin.len()
+            )));
+        }
         let record = Record {
             cubin_len: cubin.len(),
             cubin_sha256: sha256_hex(cubin),
             report: report.clone(),
         };
-        let json = serde_json::to_vec(&record).map_err(|e| CacheError::Io {
-            dir: self.dir.display().to_string(),
-            msg: e.to_string(),
-        })?;
-        let (cubin_path, record_path) = self.entry_paths(key);
-        self.write_atomic(&cubin_path, cubin)?;
-        self.write_atomic(&record_path, &json)
+        let json = serde_json::to_vec(&record).map_err(|e| err(e.to_string()))?;
+        let (cubin_name, record_name) = Self::entry_names(key);
+        self.write_atomic(&cubin_name, cubin)?;
+        self.write_atomic(&record_name, &json)?;
+        self.sweep(Some(key));
+        Ok(())
     }
 
-    fn write_atomic(&self, dest: &Path, bytes: &[u8]) -> Result<(), CacheError> {
+    fn write_atomic(&self, dest: &str, bytes: &[u8]) -> Result<(), CacheError> {
         static SERIAL: AtomicU64 = AtomicU64::new(0);
-        let io = |e: std::io::Error| CacheError::Io {
-            dir: self.dir.display().to_string(),
-            msg: format!("{}: {e}", dest.display()),
-        };
-        let name = dest.file_name().map(|n| n.to_string_lossy().into_owned());
-        let tmp = self.dir.join(format!(
-            ".{}.{}.{}.tmp",
-            name.unwrap_or_default(),
+        let tmp = format!(
+            ".{dest}.{}.{}.tmp",
             std::process::id(),
             SERIAL.fetch_add(1, Ordering::Relaxed)
-        ));
-        // create_new: never follow or reuse a file someone else put there.
+        );
+        let dir = self.fd.as_fd();
+        // O_EXCL | O_NOFOLLOW: never follow or reuse a file someone else put there.
         let write = || -> std::io::Result<()> {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&tmp)?;
+            let fd = rustix::fs::openat(
+                dir,
+                tmp.as_str(),
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )?;
+            let mut f = File::from(fd);
             f.write_all(bytes)?;
             f.sync_all()?;
-            std::fs::rename(&tmp, dest)
+            rustix::fs::renameat(dir, tmp.as_str(), dir, dest)?;
+            Ok(())
         };
         write().map_err(|e| {
-            let _ = std::fs::remove_file(&tmp);
-            io(e)
+            let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
+            CacheError::Io {
+                dir: self.dir.display().to_string(),
+                msg: format!("{dest}: {e}"),
+            }
         })
+    }
+
+    /// Removes stale temporaries, then, while the entries' total size is over the bound, the entries
+    /// used least recently (never `keep`, the one just written). Best effort: a file another process
+    /// removed first is simply gone.
+    fn sweep(&self, keep: Option<&str>) {
+        let dir = self.fd.as_fd();
+        let Ok(listing) = rustix::fs::Dir::read_from(dir) else {
+            return;
+        };
+        let now = SystemTime::now();
+        // key -> (bytes, newest modification time)
+        let mut entries: std::collections::HashMap<String, (u64, SystemTime)> = Default::default();
+        for ent in listing.flatten() {
+            let Ok(name) = ent.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            let Ok(st) = rustix::fs::statat(dir, name.as_str(), AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            let mtime = SystemTime::UNIX_EPOCH
+                + Duration::new(st.st_mtime.max(0) as u64, st.st_mtime_nsec as u32);
+            if is_temporary(&name) {
+                if now
+                    .duration_since(mtime)
+                    .is_ok_and(|age| age > STALE_TEMPORARY)
+                {
+                    let _ = rustix::fs::unlinkat(dir, name.as_str(), AtFlags::empty());
+                }
+                continue;
+            }
+            let Some(key) = name
+                .strip_suffix(".cubin")
+                .or_else(|| name.strip_suffix(".json"))
+            else {
+                continue;
+            };
+            if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+                // Not ours to keep: a cache entry is a regular file.
+                let _ = rustix::fs::unlinkat(dir, name.as_str(), AtFlags::empty());
+                continue;
+            }
+            let e = entries
+                .entry(key.to_string())
+                .or_insert((0, SystemTime::UNIX_EPOCH));
+            e.0 += st.st_size.max(0) as u64;
+            e.1 = e.1.max(mtime);
+        }
+        let mut total: u64 = entries.values().map(|e| e.0).sum();
+        if total <= self.max_bytes {
+            return;
+        }
+        let mut order: Vec<(String, u64, SystemTime)> = entries
+            .into_iter()
+            .filter(|(k, _)| Some(k.as_str()) != keep)
+            .map(|(k, (b, t))| (k, b, t))
+            .collect();
+        order.sort_by_key(|e| e.2);
+        for (key, bytes, _) in order {
+            if total <= self.max_bytes {
+                break;
+            }
+            // The record first: a cubin without its record is a miss, never a wrong hit.
+            let (cubin_name, record_name) = Self::entry_names(&key);
+            let _ = rustix::fs::unlinkat(dir, record_name.as_str(), AtFlags::empty());
+            let _ = rustix::fs::unlinkat(dir, cubin_name.as_str(), AtFlags::empty());
+            total = total.saturating_sub(bytes);
+        }
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
-        move |k| {
-            pairs
-                .iter()
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| OsString::from(v))
-        }
-    }
-
-    #[test]
-    fn location_rule_order_and_absolute_paths() {
-        let all = [
-            ("KITTENS_CACHE", "/k"),
-            ("XDG_CACHE_HOME", "/x"),
-            ("HOME", "/h"),
-        ];
-        assert_eq!(cache_root(env(&all)), Ok(PathBuf::from("/k")));
-        assert_eq!(cache_root(env(&all[1..])), Ok(PathBuf::from("/x/kittens")));
-        assert_eq!(
-            cache_root(env(&all[2..])),
-            Ok(PathBuf::from("/h/.cache/kittens"))
-        );
-        // Empty values count as unset.
-        assert_eq!(
-            cache_root(env(&[("KITTENS_CACHE", ""), ("HOME", "/h")])),
-            Ok(PathBuf::from("/h/.cache/kittens"))
-        );
-        // A relative KITTENS_CACHE would be the current folder's: refused, not used.
-        assert!(matches!(
-            cache_root(env(&[("KITTENS_CACHE", ".cache"), ("HOME", "/h")])),
-            Err(CacheError::Relative {
-                var: "KITTENS_CACHE",
-                ..
-            })
-        ));
-        // A relative XDG_CACHE_HOME is invalid by the XDG specification: ignored.
-        assert_eq!(
-            cache_root(env(&[("XDG_CACHE_HOME", "cache"), ("HOME", "/h")])),
-            Ok(PathBuf::from("/h/.cache/kittens"))
-        );
-        assert!(matches!(
-            cache_root(env(&[("HOME", "home")])),
-            Err(CacheError::Relative { var: "HOME", .. })
-        ));
-        assert_eq!(cache_root(env(&[])), Err(CacheError::NoLocation));
-    }
-
-    #[test]
-    fn shared_folders_are_refused() {
-        let d = Path::new("/tmp");
-        // /tmp itself: world-writable with the sticky bit; others may still plant entries.
-        assert!(matches!(
-            check_folder(d, 0o41777, 0, 1000),
-            Err(CacheError::WorldWritable { mode: 0o1777, .. })
-        ));
-        assert!(matches!(
-            check_folder(d, 0o40777, 1000, 1000),
-            Err(CacheError::WorldWritable { .. })
-        ));
-        assert!(matches!(
-            check_folder(d, 0o40700, 0, 1000),
-            Err(CacheError::NotOwned {
-                owner: 0,
-                me: 1000,
-                ..
-            })
-        ));
-        assert_eq!(check_folder(d, 0o40700, 1000, 1000), Ok(()));
-        assert_eq!(check_folder(d, 0o40755, 1000, 1000), Ok(()));
-    }
-
-    #[test]
-    fn a_world_writable_folder_on_disk_is_refused() {
-        let dir = std::env::temp_dir().join(format!("kittens-cache-ww-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        KernelCache::at(&dir).expect("a fresh private folder is accepted");
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
-        let r = KernelCache::at(&dir);
-        std::fs::remove_dir_all(&dir).unwrap();
-        assert!(matches!(r, Err(CacheError::WorldWritable { .. })), "{r:?}");
-        assert!(matches!(
-            KernelCache::at(Path::new("relative/cache")),
-            Err(CacheError::Relative { .. })
-        ));
-    }
-    fn report() -> CudaCompileReport {
-        let log = "ptxas info    : Function properties for k\n    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\nptxas info    : Used 32 registers, used 0 barriers\n";
-        super::super::nvrtc::parse_ptxas_log(log, "k").expect("report")
-    }
-
-    /// A stand-in cubin: an ELF header's magic and `len` bytes of a pattern seeded by `seed`.
-    fn fake_cubin(len: usize, seed: u8) -> Vec<u8> {
-        let mut v = b"\x7fELF".to_vec();
-        v.extend((0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)));
-        v
-    }
-
-    fn fresh_dir(tag: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("kittens-cache-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
-    }
-
-    #[test]
-    fn truncated_or_corrupted_entries_are_misses() {
-        let dir = fresh_dir("trunc");
-        let cache = KernelCache::at(&dir).unwrap();
-        let cubin = fake_cubin(4096, 1);
-        cache.put("k1", &cubin, &report()).unwrap();
-        let (got, rep) = cache.get("k1").expect("intact entry hits");
-        assert_eq!((got, rep.registers), (cubin.clone(), 32));
-        let (cubin_path, record_path) = cache.entry_paths("k1");
-        // Truncated cubin (a writer killed halfway under the old in-place write).
-        std::fs::write(&cubin_path, &cubin[..1000]).unwrap();
-        assert!(cache.get("k1").is_none());
-        // Same length, one flipped byte.
-        let mut bad = cubin.clone();
-        bad[2000] ^= 1;
-        std::fs::write(&cubin_path, &bad).unwrap();
-        assert!(cache.get("k1").is_none());
-        // Truncated record.
-        cache.put("k1", &cubin, &report()).unwrap();
-        let rec = std::fs::read(&record_path).unwrap();
-        std::fs::write(&record_path, &rec[..rec.len() / 2]).unwrap();
-        assert!(cache.get("k1").is_none());
-        // A cubin without its record (the old layout, or a writer stopped between the two renames).
-        std::fs::remove_file(&record_path).unwrap();
-        assert!(cache.get("k1").is_none());
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    /// Writers and readers of one key at once: every read is a miss or the whole entry of one writer,
-    /// and every write succeeds.
-    #[test]
-    fn concurrent_writers_and_readers_never_see_half_an_entry() {
-        let dir = fresh_dir("conc");
-        let cache = KernelCache::at(&dir).unwrap();
-        let versions: Vec<Vec<u8>> = (0..4).map(|s| fake_cubin(1 << 18, s)).collect();
-        std::thread::scope(|s| {
-            for v in &versions {
-                let cache = &cache;
-                s.spawn(move || {
-                    for _ in 0..20 {
-                        cache.put("shared", v, &report()).expect("write succeeds");
-                    }
-                });
-            }
-            for _ in 0..2 {
-                let (cache, versions) = (&cache, &versions);
-                s.spawn(move || {
-                    for _ in 0..200 {
-                        if let Some((c, _)) = cache.get("shared") {
-                            assert!(versions.contains(&c), "a read returned a mixed cubin");
-                        }
-                    }
-                });
-            }
-        });
-        // Writers of different cubins under one key may leave one writer's cubin beside another's
-        // record: that reads as a miss (recompiled and rewritten), never as a mixed cubin.
-        if let Some((c, _)) = cache.get("shared") {
-            assert!(versions.contains(&c));
-        }
-        // Writers of the same cubin (one key is one source, and NVRTC's output for it) always leave
-        // a whole entry behind.
-        std::thread::scope(|s| {
-            for _ in 0..4 {
-                let (cache, v) = (&cache, &versions[0]);
-                s.spawn(move || {
-                    for _ in 0..20 {
-                        cache.put("same", v, &report()).expect("write succeeds");
-                    }
-                });
-            }
-        });
-        let (c, _) = cache.get("same").expect("an entry is there at the end");
-        assert_eq!(c, versions[0]);
-        // No temporary file is left behind.
-        let leftovers: Vec<_> = std::fs::read_dir(&dir)
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
-            .collect();
-        assert!(leftovers.is_empty(), "{leftovers:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-}
+#[path = "cache_tests.rs"]
+mod tests;

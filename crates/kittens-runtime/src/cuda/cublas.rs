@@ -2,31 +2,30 @@
 //! (`cublasGemmEx`, `CUBLAS_COMPUTE_32F`), loaded at run time through `cudarc`.
 
 use std::ffi::c_void;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use cudarc::cublas::sys as cb;
 
 use super::driver::{DeviceBuffer, Stream};
-use super::libs::{env_dir, open_global};
+use super::libs::{candidates, open_global, usable, Candidate};
 use super::limits::gemm_abt_dims;
 use super::CudaError;
 
 /// Folders that may hold `libcublas.so.13`, besides the loader's own search path: `$KITTENS_CUBLAS`
 /// (absolute), the CUDA toolkit, and PyPI's `nvidia-cublas` inside the GPU machine's PyTorch environment.
-fn candidate_dirs() -> Result<Vec<PathBuf>, CudaError> {
-    let mut dirs: Vec<PathBuf> = env_dir("KITTENS_CUBLAS", std::env::var_os("KITTENS_CUBLAS"))
-        .map_err(|e| CudaError::Cublas(e.to_string()))?
-        .into_iter()
-        .collect();
-    for d in [
-        "/usr/local/cuda/lib64",
-        "/usr/local/cuda/targets/x86_64-linux/lib",
-        "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib",
-    ] {
-        dirs.push(PathBuf::from(d));
-    }
-    Ok(dirs)
+fn candidate_dirs() -> Result<Vec<Candidate>, CudaError> {
+    candidates(
+        "KITTENS_CUBLAS",
+        std::env::var_os("KITTENS_CUBLAS"),
+        None,
+        &[
+            "/usr/local/cuda/lib64",
+            "/usr/local/cuda/targets/x86_64-linux/lib",
+            "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cu13/lib",
+        ],
+    )
+    .map_err(|e| CudaError::Cublas(e.to_string()))
 }
 
 /// Opens cuBLAS (and cuBLASLt, which it needs) once, by full path where one is found, so that `cudarc`'s
@@ -35,9 +34,15 @@ pub(crate) fn load() -> Result<String, CudaError> {
     static LOADED: OnceLock<Result<String, CudaError>> = OnceLock::new();
     LOADED
         .get_or_init(|| {
-            for dir in candidate_dirs()? {
-                let (lt, blas) = (dir.join("libcublasLt.so.13"), dir.join("libcublas.so.13"));
-                if lt.is_file() && blas.is_file() {
+            let mut tried = Vec::new();
+            for c in candidate_dirs()? {
+                let (lt, blas) = (
+                    c.dir.join("libcublasLt.so.13"),
+                    c.dir.join("libcublas.so.13"),
+                );
+                if usable(&c, &[lt.clone(), blas.clone()], &mut tried)
+                    .map_err(|e| CudaError::Cublas(e.to_string()))?
+                {
                     let libs = [open_global(&lt), open_global(&blas)];
                     if libs.iter().all(Result::is_ok) {
                         libs.into_iter().flatten().for_each(std::mem::forget);

@@ -3,12 +3,14 @@
 //! `RTLD_GLOBAL`: the dynamic loader then answers `cudarc`'s later open by name with the library already
 //! in the process, matched by its SONAME.
 //!
-//! Every folder searched is absolute: a library is never loaded from a path relative to the current
-//! folder (whoever controls the folder a command runs in would otherwise choose the code it runs).
-//! Folders come from an environment variable (refused when relative), from the project's own toolchain
-//! cache (`<repo>/.cache`, found from the source tree this crate was built from or from the
-//! executable's `target/` folder), or from the CUDA toolkit's fixed places; libraries opened by bare
-//! name go through the loader's own search path, which never includes the current folder.
+//! Folders come from, in order: an environment variable (refused when relative), the user's toolchain
+//! folder (`<user cache>/toolchains`, where `scripts/install-nvrtc.sh` installs; [`crate::trust`]),
+//! and the CUDA toolkit's fixed places; libraries opened by bare name go through the loader's own
+//! search path, which never includes the current folder. Never a folder fixed at build time. A
+//! library found by path is opened only when it and every folder above it pass
+//! [`crate::trust::check_file`]: a refusal in a folder the user named or owns is an error (something
+//! was planted or a permission is wrong, and the user should hear of it); one in a system folder is
+//! noted and the search goes on.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -30,10 +32,10 @@ pub fn env_dir(var: &str, value: Option<OsString>) -> Result<Option<PathBuf>, Cu
     };
     let p = PathBuf::from(v);
     if !p.is_absolute() {
-        return Err(CudaError::Invalid(format!(
-            "{var}={} is a relative path; libraries are only loaded from absolute paths",
-            p.display()
-        )));
+        return Err(CudaError::Untrusted(crate::trust::TrustError::Relative {
+            var: var.to_string(),
+            path: p.display().to_string(),
+        }));
     }
     Ok(Some(if p.is_file() {
         p.parent().map(Path::to_path_buf).unwrap_or(p)
@@ -42,49 +44,69 @@ pub fn env_dir(var: &str, value: Option<OsString>) -> Result<Option<PathBuf>, Cu
     }))
 }
 
-/// The repository root of a cargo-built executable at `exe` (`<root>/target/<profile>/kittens`, or
-/// `.../deps/` for test binaries): the parent of the nearest `target` ancestor, when that holds a
-/// `Cargo.toml`. Absolute `exe` gives an absolute root; anything else gives none.
-pub fn repo_root_of_exe(exe: &Path) -> Option<PathBuf> {
-    if !exe.is_absolute() {
-        return None;
-    }
-    let target = exe
-        .ancestors()
-        .skip(1)
-        .take(4)
-        .find(|a| a.file_name().is_some_and(|n| n == "target"))?;
-    let root = target.parent()?;
-    root.join("Cargo.toml")
-        .is_file()
-        .then(|| root.to_path_buf())
+/// One folder to look in, and whether a library there that fails the trust check is an error (the
+/// user named or owns the folder) or is passed over (a system folder).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub dir: PathBuf,
+    pub strict: bool,
+    /// The user's cache when `dir` is inside it: checked with [`crate::trust::check_cached_file`].
+    pub cache: Option<PathBuf>,
 }
 
-/// The project's toolchain cache folders `<root>/.cache/<sub>`: the source tree this crate was compiled
-/// from (absolute: cargo sets `CARGO_MANIFEST_DIR` to an absolute path), then the tree of the running
-/// executable, deduplicated.
-pub fn project_cache_dirs(sub: &str) -> Vec<PathBuf> {
-    let mut roots = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")];
-    if let Some(r) = std::env::current_exe()
-        .ok()
-        .and_then(|e| e.canonicalize().ok())
-        .and_then(|e| repo_root_of_exe(&e))
-    {
-        roots.push(r);
+/// The candidates: `var`'s folder, then `<user toolchains>/<sub>` (when given and the user's cache
+/// location is known), then the `system` folders.
+pub fn candidates(
+    var: &str,
+    value: Option<OsString>,
+    sub: Option<&str>,
+    system: &[&str],
+) -> Result<Vec<Candidate>, CudaError> {
+    let mut v: Vec<Candidate> = env_dir(var, value)?
+        .into_iter()
+        .map(|dir| Candidate {
+            dir,
+            strict: true,
+            cache: None,
+        })
+        .collect();
+    if let (Some(sub), Ok(cache)) = (sub, crate::trust::user_cache_path(|v| std::env::var_os(v))) {
+        v.push(Candidate {
+            dir: cache.join("toolchains").join(sub),
+            strict: true,
+            cache: Some(cache),
+        });
     }
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    for r in roots {
-        let d = r.join(".cache").join(sub);
-        let key = d.canonicalize().unwrap_or_else(|_| d.clone());
-        if d.is_absolute()
-            && !dirs
-                .iter()
-                .any(|x| x.canonicalize().ok().as_ref() == Some(&key))
-        {
-            dirs.push(d);
+    v.extend(system.iter().map(|d| Candidate {
+        dir: PathBuf::from(d),
+        strict: false,
+        cache: None,
+    }));
+    Ok(v)
+}
+
+/// Whether the library files `libs` may be opened: `Ok(true)` when all exist and pass the trust
+/// check, `Ok(false)` when one is missing (or, in a system folder, refused: the reason goes into
+/// `tried`), `Err` when one in a strict folder is refused.
+pub fn usable(c: &Candidate, libs: &[PathBuf], tried: &mut Vec<String>) -> Result<bool, CudaError> {
+    for lib in libs {
+        if std::fs::symlink_metadata(lib).is_err() {
+            tried.push(lib.display().to_string());
+            return Ok(false);
+        }
+        let checked = match &c.cache {
+            Some(cache) => crate::trust::check_cached_file(cache, lib),
+            None => crate::trust::check_file(lib),
+        };
+        if let Err(e) = checked {
+            if c.strict {
+                return Err(CudaError::Untrusted(e));
+            }
+            tried.push(format!("{} (refused: {e})", lib.display()));
+            return Ok(false);
         }
     }
-    dirs
+    Ok(true)
 }
 
 #[cfg(test)]
@@ -104,28 +126,46 @@ mod tests {
     }
 
     #[test]
-    fn exe_root_is_the_cargo_tree_and_absolute() {
-        let root = std::env::temp_dir().join(format!("kittens-exe-root-{}", std::process::id()));
-        std::fs::create_dir_all(root.join("target/release/deps")).unwrap();
-        std::fs::write(root.join("Cargo.toml"), "").unwrap();
-        let found = |p: &str| repo_root_of_exe(&root.join(p));
-        assert_eq!(found("target/release/kittens"), Some(root.clone()));
-        assert_eq!(
-            found("target/release/deps/cuda_compile-0123"),
-            Some(root.clone())
+    fn candidates_never_come_from_the_build_tree() {
+        let c = candidates("X", None, Some("nvrtc"), &["/usr/local/cuda/lib64"]).unwrap();
+        assert!(c.iter().all(|c| c.dir.is_absolute()), "{c:?}");
+        let build_tree = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+        let build_tree = Path::new(build_tree).canonicalize().unwrap();
+        assert!(
+            !c.iter().any(|c| c.dir.starts_with(&build_tree)
+                || c.dir
+                    .canonicalize()
+                    .is_ok_and(|d| d.starts_with(&build_tree))),
+            "{c:?}"
         );
-        // A `target` folder without a Cargo.toml beside it is not a cargo tree.
-        std::fs::remove_file(root.join("Cargo.toml")).unwrap();
-        assert_eq!(found("target/release/kittens"), None);
-        std::fs::remove_dir_all(&root).unwrap();
-        assert_eq!(repo_root_of_exe(Path::new("target/release/kittens")), None);
-        assert_eq!(repo_root_of_exe(Path::new("/usr/bin/kittens")), None);
+        assert_eq!(c.last().map(|c| c.strict), Some(false));
     }
 
     #[test]
-    fn project_cache_dirs_are_absolute() {
-        let dirs = project_cache_dirs("nvrtc");
-        assert!(!dirs.is_empty());
-        assert!(dirs.iter().all(|d| d.is_absolute()), "{dirs:?}");
+    fn a_planted_library_is_an_error_in_a_strict_folder_and_skipped_in_a_system_one() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let lib = tmp.path().join("libnvrtc.so.13");
+        std::fs::write(&lib, b"").unwrap();
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let mut tried = Vec::new();
+        let strict = Candidate {
+            dir: tmp.path().to_path_buf(),
+            strict: true,
+            cache: None,
+        };
+        let e = usable(&strict, &[lib.clone()], &mut tried).unwrap_err();
+        assert!(e.to_string().contains("writable by every user"), "{e}");
+        let system = Candidate {
+            strict: false,
+            ..strict
+        };
+        assert!(matches!(
+            usable(&system, &[lib.clone()], &mut tried),
+            Ok(false)
+        ));
+        assert!(tried[0].contains("refused"), "{tried:?}");
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(matches!(usable(&system, &[lib], &mut tried), Ok(true)));
     }
 }

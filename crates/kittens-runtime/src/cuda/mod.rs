@@ -62,6 +62,9 @@ pub enum CudaError {
     Cublas(String),
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A library found where it cannot be trusted (see [`crate::trust`]).
+    #[error("library not loaded: {0}")]
+    Untrusted(#[from] crate::trust::TrustError),
     #[error(transparent)]
     Size(#[from] limits::SizeError),
 }

@@ -4,10 +4,11 @@
 //!
 //! NVRTC is loaded at run time through `cudarc` (docs/architecture.md principle 5), from absolute folders only
 //! ([`super::libs`]): `$KITTENS_NVRTC`, the PyPI wheel that `scripts/install-nvrtc.sh` puts in the
-//! project's `.cache/nvrtc`, the CUDA toolkit's places, then the loader's search path.
+//! user's toolchain folder (`<user cache>/toolchains/nvrtc`), the CUDA toolkit's places, then the
+//! loader's search path; each library file checked by [`crate::trust::check_file`] before it is opened.
 
 use std::ffi::{CStr, CString};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::OnceLock;
 
 use cudarc::nvrtc::sys as nv;
@@ -15,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::cache::{CacheError, KernelCache};
-use super::libs::{env_dir, open_global, project_cache_dirs};
+use super::libs::{candidates, open_global, usable, Candidate};
 use super::CudaError;
 
 /// What NVRTC and ptxas said about one compiled kernel. `shared_bytes` is the kernel's static shared
@@ -65,39 +66,42 @@ struct Loaded {
 }
 
 /// NVRTC's candidate folders, in order: `$KITTENS_NVRTC` (a folder or the library itself; absolute),
-/// the project's cache (`scripts/install-nvrtc.sh`), then the CUDA toolkit's usual places.
-fn candidate_dirs() -> Result<Vec<PathBuf>, CudaError> {
-    let mut dirs: Vec<PathBuf> = env_dir("KITTENS_NVRTC", std::env::var_os("KITTENS_NVRTC"))
-        .map_err(|e| CudaError::NvrtcMissing(e.to_string()))?
-        .into_iter()
-        .collect();
-    dirs.extend(
-        project_cache_dirs("nvrtc")
-            .into_iter()
-            .map(|d| d.join("nvidia/cu13/lib")),
-    );
-    for d in [
-        "/usr/local/cuda/lib64",
-        "/usr/local/cuda/targets/x86_64-linux/lib",
-        "/usr/lib/x86_64-linux-gnu",
-    ] {
-        dirs.push(PathBuf::from(d));
-    }
-    Ok(dirs)
+/// the user's toolchain folder (`scripts/install-nvrtc.sh`), then the CUDA toolkit's usual places.
+fn candidate_dirs() -> Result<Vec<Candidate>, CudaError> {
+    let mut c = candidates(
+        "KITTENS_NVRTC",
+        std::env::var_os("KITTENS_NVRTC"),
+        Some("nvrtc/nvidia/cu13/lib"),
+        &[
+            "/usr/local/cuda/lib64",
+            "/usr/local/cuda/targets/x86_64-linux/lib",
+            "/usr/lib/x86_64-linux-gnu",
+        ],
+    )
+    .map_err(|e| CudaError::NvrtcMissing(e.to_string()))?;
+    c.dedup();
+    Ok(c)
 }
 
 fn load() -> Result<Loaded, CudaError> {
     let mut tried = Vec::new();
-    for dir in candidate_dirs()? {
-        let lib = dir.join("libnvrtc.so.13");
-        if !lib.is_file() {
-            tried.push(lib.display().to_string());
+    for c in candidate_dirs()? {
+        let lib = c.dir.join("libnvrtc.so.13");
+        if !usable(&c, std::slice::from_ref(&lib), &mut tried)
+            .map_err(|e| CudaError::NvrtcMissing(e.to_string()))?
+        {
             continue;
         }
         let mut libs = Vec::new();
-        // The builtins library is opened by NVRTC by name; preload it from the same folder.
-        let builtins = dir.join("libnvrtc-builtins.so.13.0");
-        if builtins.is_file() {
+        // The builtins library is opened by NVRTC by name; preload it from the same folder, checked
+        // as the library is.
+        let builtins = c.dir.join("libnvrtc-builtins.so.13.0");
+        if std::fs::symlink_metadata(&builtins).is_ok() {
+            match &c.cache {
+                Some(cache) => crate::trust::check_cached_file(cache, &builtins),
+                None => crate::trust::check_file(&builtins),
+            }
+            .map_err(|e| CudaError::NvrtcMissing(format!("not loaded: {e}")))?;
             libs.push(open_global(&builtins).map_err(|e| CudaError::NvrtcMissing(e.to_string()))?);
         }
         libs.push(open_global(&lib).map_err(|e| CudaError::NvrtcMissing(e.to_string()))?);

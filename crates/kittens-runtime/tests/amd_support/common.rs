@@ -1,14 +1,15 @@
-//! Shared by the amd_* tests: a compiler for a target, installing PyPI ziglang into the project cache
-//! when none is found (what scripts/install-amdgpu-clang.sh does in CI).
+//! Shared by the amd_* tests: a compiler for a target, installing PyPI ziglang into the user's toolchain
+//! folder when none is found (what scripts/install-amdgpu-clang.sh does in CI).
 #![allow(dead_code)]
 
 use kittens_hw::Arch;
-use kittens_runtime::amd::{cache_dir, find_clang, install_ziglang, AmdgpuClang, ToolchainSearch};
+use kittens_runtime::amd::{find_clang, install_ziglang_for_user, AmdgpuClang, ToolchainSearch};
 use std::path::PathBuf;
 
 pub fn clang_for(arch: Arch) -> AmdgpuClang {
     find_clang(arch).unwrap_or_else(|_| {
-        install_ziglang(&cache_dir()).expect("installing PyPI ziglang into the project cache");
+        install_ziglang_for_user()
+            .expect("installing PyPI ziglang into the user's toolchain folder");
         find_clang(arch).expect("an AMDGPU clang after installing ziglang")
     })
 }
@@ -20,7 +21,7 @@ pub fn debian_clang19() -> Option<AmdgpuClang> {
     let only_clang19 = ToolchainSearch {
         env_override: None,
         rocm_clang: PathBuf::from("/nonexistent/clang"),
-        cache_dir: PathBuf::from("/nonexistent"),
+        toolchains: Ok(PathBuf::from("/nonexistent")),
         debian_clang: PathBuf::from("clang-19"),
     };
     match only_clang19.find(Arch::Cdna3) {

@@ -1,4 +1,4 @@
-//! Shared by the cuda_* tests: NVRTC (installed into the project's cache by scripts/install-nvrtc.sh when
+//! Shared by the cuda_* tests: NVRTC (installed into the user's cache by scripts/install-nvrtc.sh when
 //! none is found) and a fresh, empty compile cache per test, so that no test trusts a cubin it did not
 //! compile itself.
 #![allow(dead_code)]

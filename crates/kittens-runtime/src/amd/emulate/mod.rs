@@ -11,8 +11,14 @@
 //! tensor has an extent but no storage (its 16-bit words read as [`virtual_word`]), so the addressing of
 //! tensors of many GiB is testable without allocating them. `kittens run --backend hip-emu` runs a
 //! registry kernel here through the runner (`crate::runner::HipEmu`).
+//!
+//! The source, the host program built from it, its inputs and its outputs live in a private scratch
+//! folder ([`crate::trust::files`]: an unpredictable name, mode 0700, removed with the [`Emulator`]);
+//! each run gets a fresh private folder inside it, so nothing run or read back was put there by
+//! anyone else.
 
-use super::cache_dir;
+use crate::trust::files::{read_regular, write_new, ScratchDir};
+use crate::trust::{self, TrustError};
 use kittens_codegen::hip::{c_elem, lower, LowerError, PRELUDE};
 use kittens_hw::Arch;
 use kittens_ir::{Access, Env, Kernel};
@@ -36,6 +42,9 @@ pub enum EmuError {
          scripts/install-amdgpu-clang.sh (PyPI ziglang's `zig c++`)"
     )]
     NoHostCompiler { looked: String },
+    /// A host compiler was found where it cannot be trusted; the message names the path and why.
+    #[error("host C++ compiler not used: {0}")]
+    Untrusted(#[from] TrustError),
     #[error(transparent)]
     Lower(#[from] LowerError),
     #[error("host compile of the emulated `{kernel}` failed:\n{stderr}")]
@@ -65,30 +74,38 @@ pub struct HostCxx {
     pub prefix: Vec<String>,
 }
 
-/// The host compiler: `$KITTENS_HOST_CXX`, Debian's `clang++-19`, `clang++`, else the project cache's
-/// `zig c++` (PyPI ziglang). Only clang will do: the header uses its `ext_vector_type`.
+/// The host compiler: `$KITTENS_HOST_CXX` (an absolute path, checked by [`trust::explicit_file`]),
+/// Debian's `clang++-19`, `clang++` (on `PATH`'s absolute entries), else `zig c++` of PyPI ziglang in
+/// the user's toolchain folder (checked by [`trust::check_cached_file`]). Only clang will do: the
+/// header uses its `ext_vector_type`.
 pub fn find_host_cxx() -> Result<HostCxx, EmuError> {
     let mut looked = Vec::new();
     let plain = |p: PathBuf| HostCxx {
         program: p,
         prefix: vec![],
     };
-    if let Some(p) = std::env::var_os("KITTENS_HOST_CXX").filter(|p| !p.is_empty()) {
-        let p = PathBuf::from(p);
-        looked.push(format!("$KITTENS_HOST_CXX={}", p.display()));
-        if let Some(found) = super::toolchain::which(&p) {
-            return Ok(plain(found));
-        }
+    if let Some(p) = trust::explicit_file("KITTENS_HOST_CXX")? {
+        return Ok(plain(p));
     }
     for name in ["clang++-19", "clang++"] {
         looked.push(name.to_string());
-        if let Some(found) = super::toolchain::which(Path::new(name)) {
+        if let Some(found) = trust::which(Path::new(name)) {
             return Ok(plain(found));
         }
     }
-    let zig = cache_dir().join("ziglang/ziglang/zig");
+    let zig = match super::toolchains_dir() {
+        Ok(dir) => super::zig_in(&dir),
+        Err(e) => {
+            looked.push(format!("no user toolchain folder ({e})"));
+            return Err(EmuError::NoHostCompiler {
+                looked: looked.join(", "),
+            });
+        }
+    };
     looked.push(zig.display().to_string());
-    if zig.is_file() {
+    if std::fs::symlink_metadata(&zig).is_ok() {
+        let dir = super::toolchains_dir()?;
+        trust::check_cached_file(dir.parent().unwrap_or(&dir), &zig)?;
         return Ok(HostCxx {
             program: zig,
             prefix: vec!["c++".into()],
@@ -115,19 +132,13 @@ pub enum HostTensor {
     Virtual { bytes: u64 },
 }
 
-/// A kernel's lowered HIP compiled for the host, ready to run. The build directory is removed on drop.
+/// A kernel's lowered HIP compiled for the host, ready to run. The build folder is removed on drop.
 #[derive(Debug)]
 pub struct Emulator {
     kernel: Kernel,
     arch: Arch,
-    dir: PathBuf,
+    dir: ScratchDir,
     exe: PathBuf,
-}
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EmuError + '_ {
@@ -229,15 +240,8 @@ impl Emulator {
             ))
         })?;
         let cxx = find_host_cxx()?;
-        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!(
-            "kittens-emu-{}-{}-{}-{seq}",
-            kernel.name,
-            arch.target(),
-            std::process::id()
-        ));
-        std::fs::create_dir_all(&dir).map_err(io(&dir))?;
+        let tmp = std::env::temp_dir();
+        let dir = ScratchDir::new("kittens-emu-").map_err(io(&tmp))?;
         let emu = Emulator {
             kernel: kernel.clone(),
             arch,
@@ -246,7 +250,7 @@ impl Emulator {
         };
         let cpp = emu.dir.join("emu.cpp");
         let text = format!("{EMU_HEADER}\n{body}\n{}", driver(kernel));
-        std::fs::write(&cpp, text).map_err(io(&cpp))?;
+        write_new(&cpp, text.as_bytes()).map_err(io(&cpp))?;
         let out = Command::new(&cxx.program)
             .args(&cxx.prefix)
             .args(["-std=c++20", "-O2", "-pthread", "-w", "-o"])
@@ -364,6 +368,7 @@ impl Emulator {
         if let Some(id) = ids.iter().find(|&&id| id >= blocks || id > i32::MAX as u64) {
             return Err(self.launch_error(format!("block {id} is outside the grid of {blocks}")));
         }
+        let run = ScratchDir::new_in(self.dir.path(), "run-").map_err(io(self.dir.path()))?;
         let mut manifest = params.iter().map(|p| p.to_string()).collect::<Vec<_>>();
         for (i, t) in tensors.iter().enumerate() {
             let need = self.tensor_bytes(i, params)?;
@@ -383,17 +388,17 @@ impl Emulator {
                 )));
             }
             if let HostTensor::Data(d) = t {
-                let p = self.dir.join(format!("t{i}.bin"));
-                std::fs::write(&p, d).map_err(io(&p))?;
+                let p = run.join(&format!("t{i}.bin"));
+                write_new(&p, d).map_err(io(&p))?;
             }
             manifest.push(format!("{bytes} {virt}"));
         }
         manifest.push(ids.len().to_string());
         manifest.extend(ids.iter().map(|id| id.to_string()));
-        let mp = self.dir.join("manifest");
-        std::fs::write(&mp, manifest.join("\n") + "\n").map_err(io(&mp))?;
+        let mp = run.join("manifest");
+        write_new(&mp, (manifest.join("\n") + "\n").as_bytes()).map_err(io(&mp))?;
         let out = Command::new(&self.exe)
-            .arg(&self.dir)
+            .arg(run.path())
             .output()
             .map_err(io(&self.exe))?;
         if !out.status.success() {
@@ -405,8 +410,16 @@ impl Emulator {
         }
         for (i, t) in tensors.iter_mut().enumerate() {
             if let (HostTensor::Data(d), true) = (t, k.globals[i].access != Access::Read) {
-                let p = self.dir.join(format!("t{i}.out"));
-                *d = std::fs::read(&p).map_err(io(&p))?;
+                let p = run.join(&format!("t{i}.out"));
+                let want = d.len();
+                *d = read_regular(&p, want as u64).map_err(io(&p))?;
+                if d.len() != want {
+                    return Err(self.launch_error(format!(
+                        "{} has {} bytes, expected {want}",
+                        p.display(),
+                        d.len()
+                    )));
+                }
             }
         }
         Ok(())
