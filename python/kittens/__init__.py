@@ -41,11 +41,18 @@ def set_verbose(on: bool = True) -> None:
     _kittens.set_verbose(bool(on))
 
 
+_NVRTC_LOOKED = False
+
+
 def _find_nvrtc() -> None:
     """Point the runtime at a pip-installed NVRTC 13 (``nvidia-cuda-nvrtc``, which torch may bring along)
-    unless ``KITTENS_NVRTC`` already names one; the runtime also looks in the CUDA toolkit's places."""
-    if os.environ.get("KITTENS_NVRTC"):
+    unless ``KITTENS_NVRTC`` already names one; the runtime also looks in the CUDA toolkit's places.
+    Looked for once per process: every CUDA call asks, and a search of ``sys.path`` costs more than a
+    launch."""
+    global _NVRTC_LOOKED
+    if _NVRTC_LOOKED or os.environ.get("KITTENS_NVRTC"):
         return
+    _NVRTC_LOOKED = True
     for base in sys.path:
         # A relative entry ("" is the current folder) would name a library of whatever folder Python
         # runs in; the runtime refuses relative paths, so never hand it one.
