@@ -23,8 +23,8 @@ pub struct Args {
     /// Print the generated source (hip, cuda) or the compiler's assembly (asm) instead of the report.
     #[arg(long, value_enum)]
     pub emit: Option<Emit>,
-    /// Print one JSON document on stdout.
-    #[arg(long)]
+    /// Print one JSON document on stdout (the report; not with --emit, whose text is no JSON).
+    #[arg(long, conflicts_with = "emit")]
     pub json: bool,
 }
 
@@ -197,13 +197,10 @@ pub fn amd_compile_variant(
     })
 }
 
-/// Print emitted text; a closed pipe (`| head`) ends quietly instead of panicking.
+/// Print emitted text; a closed pipe (`| head`) ends quietly, a full disk is an error (`crate::out`).
 fn emit(text: &str) -> Result<()> {
-    use std::io::Write;
-    match std::io::stdout().lock().write_all(text.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => Ok(other?),
-    }
+    crate::out::write_str(text);
+    Ok(())
 }
 
 fn print_amd(r: &CodeObjectReport, compiler: &str, code_object_bytes: usize) {
