@@ -52,6 +52,14 @@ fn check_lens(launch: &Launch, inputs: &[(&str, &[f32])]) -> Result<(), KernelEr
     Ok(())
 }
 
+/// The CLI's limits for a run of `p` (`KernelProblem::plan` on the CPU: sizes, host bytes, and
+/// [`crate::budget::INTERPRETER_WORK`]), so that a call on the caller's arrays is refused where
+/// `kittens run` would be instead of running for hours. Empty problems are answered before this.
+fn within_budget(def: &dyn KernelProblem, p: &Problem) -> Result<(), KernelError> {
+    let plan = def.plan(p, Target::Cpu)?;
+    crate::budget::check_work(&plan.what, plan.work, crate::budget::INTERPRETER_WORK)
+}
+
 /// Runs `def`'s kernel for `p` on the interpreter on the caller's (checked) tensors.
 fn run_on(
     def: &dyn KernelProblem,
@@ -90,9 +98,13 @@ pub fn gemm_abt(
         ..Problem::default()
     };
     let launch = GemmProblem::BF16.launch(&p)?;
+    let empty = launch.output_len() == 0 || k == 0;
+    if !empty {
+        within_budget(&GemmProblem::BF16, &p)?;
+    }
     let inputs = [("A", a), ("B", b)];
     check_lens(&launch, &inputs)?;
-    if launch.output_len() == 0 || k == 0 {
+    if empty {
         return Ok(vec![0.0; launch.output_len()]);
     }
     run_on(&GemmProblem::BF16, &p, launch, &inputs)
@@ -123,9 +135,13 @@ pub fn gemm_ab(
         ..Problem::default()
     };
     let launch = GemmProblem::BF16.launch(&p)?;
+    let empty = launch.output_len() == 0 || k == 0;
+    if !empty {
+        within_budget(&GemmProblem::BF16, &p)?;
+    }
     let inputs = [("A", a), ("B", b)];
     check_lens(&launch, &inputs)?;
-    if launch.output_len() == 0 || k == 0 {
+    if empty {
         return Ok(vec![0.0; launch.output_len()]);
     }
     run_on(&GemmProblem::BF16, &p, launch, &inputs)
@@ -206,6 +222,7 @@ pub fn attention_lse(
             sh.seq_q
         )));
     }
+    within_budget(&AttnProblem, &p)?;
     let mut all = run_on(&AttnProblem, &p, launch, &inputs)?;
     let rest = all.split_off(lens[0].min(all.len()));
     Ok((all, lse.then_some(rest)))
@@ -243,6 +260,7 @@ pub fn layernorm(
     if launch.output_len() == 0 {
         return Ok(Vec::new());
     }
+    within_budget(&crate::layernorm::problem::LayerNormProblem, &p)?;
     run_kernel(&kernel, &launch, &inputs)
 }
 
@@ -267,6 +285,7 @@ pub fn rotary(
     if launch.output_len() == 0 {
         return Ok(Vec::new());
     }
+    within_budget(&RotaryProblem, &p)?;
     run_on(&RotaryProblem, &p, launch, &inputs)
 }
 
@@ -321,6 +340,7 @@ pub fn attention_bwd(
     let all = if launch.output_len() == 0 {
         Vec::new()
     } else {
+        within_budget(&BwdProblem, &p)?;
         run_on(&BwdProblem, &p, launch, &inputs)?
     };
     let (dq, rest) = all.split_at(lens[0].min(all.len()));
@@ -349,6 +369,18 @@ mod tests {
         assert!(e.rel_err < 1e-2, "{e:?}");
         // bf16 outputs: every value is representable in bf16.
         assert!(c.iter().all(|x| x.to_bits() & 0xffff == 0));
+    }
+
+    /// The caller-input path takes the CLI's work budget: 16384³ (2^42 multiply-adds) is refused at
+    /// once, naming the limit, instead of running for hours.
+    #[test]
+    fn gemm_over_the_work_budget_is_refused_before_anything_runs() {
+        let n = 16384;
+        for e in [gemm_abt(&[], &[], n, n, n), gemm_ab(&[], &[], n, n, n)] {
+            let e = e.unwrap_err();
+            assert!(matches!(e, KernelError::OverBudget { .. }), "{e}");
+            assert!(e.to_string().contains("2^34"), "{e}");
+        }
     }
 
     #[test]

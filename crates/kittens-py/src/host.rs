@@ -8,9 +8,14 @@ use kittens_kernels::reference::AttnShape;
 
 use crate::view::{ApiError, Attention, Matmul};
 
-fn kernel_error(e: kittens_kernels::KernelError) -> ApiError {
+/// A kernel error as the Python exception it becomes: bad configurations, problems and sizes over
+/// the CLI's budget (`kittens_kernels::budget`) are ValueErrors, a cancelled run an interrupt.
+pub(crate) fn kernel_error(e: kittens_kernels::KernelError) -> ApiError {
+    use kittens_kernels::KernelError as K;
     match e {
-        kittens_kernels::KernelError::Config(m) => ApiError::Value(m),
+        K::Interp(kittens_ir::interp::InterpError::Cancelled) => ApiError::Interrupted,
+        K::Config(m) => ApiError::Value(m),
+        e @ (K::OverBudget { .. } | K::Problem(_)) => ApiError::Value(e.to_string()),
         other => ApiError::Runtime(other.to_string()),
     }
 }

@@ -21,6 +21,9 @@ pub enum ApiError {
     /// `RuntimeError`: no driver, no kernel for this device, a failed launch.
     #[error("{0}")]
     Runtime(String),
+    /// `KeyboardInterrupt`: the CPU run stopped at a signal (`kittens_ir::interp::InterpError::Cancelled`).
+    #[error("interrupted")]
+    Interrupted,
 }
 
 /// Where an array lives.
@@ -101,13 +104,48 @@ fn view_of(name: &'static str, args: ViewArgs, want: &str, why: &str) -> Result<
 }
 
 impl View {
+    /// The array a call would allocate when the caller passes none (`shape`, `strides` like `self`'s
+    /// device): the checks run on it before the Python side allocates, so a bad input is refused
+    /// before a huge output is allocated for it. Its address range is placed at the top of the
+    /// address space, where it overlaps no caller array.
+    pub(crate) fn planned(&self, name: &'static str, shape: Vec<usize>, strides: Vec<i64>) -> View {
+        let bytes = shape
+            .iter()
+            .try_fold(self.elem, |a, &d| a.checked_mul(d as u64))
+            .unwrap_or(u64::MAX);
+        View {
+            name,
+            ptr: (u64::MAX - bytes.min(u64::MAX - 1)) & !15,
+            shape,
+            strides,
+            device: self.device,
+            elem: self.elem,
+        }
+    }
+
+    /// Row-major strides of `shape` (saturating: a shape too large is refused by its size check).
+    pub(crate) fn row_major(shape: &[usize]) -> Vec<i64> {
+        let mut strides = vec![0i64; shape.len()];
+        let mut s = 1i64;
+        for i in (0..shape.len()).rev() {
+            strides[i] = s;
+            s = s.saturating_mul(i64::try_from(shape[i]).unwrap_or(i64::MAX));
+        }
+        strides
+    }
+
     pub(crate) fn dims(&self) -> String {
         format!("{:?}", self.shape)
     }
 
     /// Whether the strides are `want` on every dimension longer than 1 (a size-1 dimension's stride is
-    /// never used to address anything, and frameworks set it freely).
+    /// never used to address anything, and frameworks set it freely). An empty array (a dimension of
+    /// 0) addresses nothing at all: any strides are its strides (numpy gives some empty arrays zero
+    /// strides, its own `np.empty((0, 8))` included).
     pub(crate) fn strides_are(&self, want: &[usize]) -> bool {
+        if self.shape.contains(&0) {
+            return true;
+        }
         self.shape
             .iter()
             .zip(&self.strides)
@@ -338,7 +376,8 @@ pub fn attention(
     // attn_fwd scales Q by log2(e)/√d before the exp2 softmax: that is the only scale it computes.
     let default = 1.0 / (d as f64).sqrt();
     if let Some(s) = scale {
-        if (s - default).abs() > 1e-6 * default {
+        // Written so that NaN (for which every comparison is false) is refused too.
+        if !((s - default).abs() <= 1e-6 * default) {
             return Err(ApiError::Value(format!(
                 "scale={s} is not supported: the kernel applies the default softmax scale 1/sqrt({d}) = \
                  {default:.6} only; pass scale=None"
