@@ -80,6 +80,38 @@ fn run_kernel(
     Ok(interpret(kernel, &launch.params, tensors, &launch.outputs)?.0)
 }
 
+/// The GEMM problem [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true) runs.
+fn gemm_problem(m: usize, n: usize, k: usize, kn: bool) -> Problem {
+    use crate::gemm_bf16::{BLayout, GemmSchedule};
+    let gemm = match kn {
+        false => GemmConfig::default(),
+        true => GemmConfig {
+            schedule: GemmSchedule::ProducerConsumer,
+            block: 128,
+            block_rows: 128,
+            b_layout: BLayout::Kn,
+            ..GemmConfig::default()
+        },
+    };
+    Problem {
+        m,
+        n,
+        k,
+        gemm,
+        ..Problem::default()
+    }
+}
+
+/// Whether [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true) at these sizes is within the run
+/// budget, checked before the caller reads its arrays (an empty problem always is).
+pub fn gemm_budget(m: usize, n: usize, k: usize, kn: bool) -> Result<(), KernelError> {
+    let p = gemm_problem(m, n, k, kn);
+    if GemmProblem::BF16.launch(&p)?.output_len() == 0 || k == 0 {
+        return Ok(());
+    }
+    within_budget(&GemmProblem::BF16, &p)
+}
+
 /// `C = A·Bᵀ` through `gemm_bf16` (HipKittens Appendix E.1 tiles, the ping-pong schedule): A is
 /// `m × k`, B is `n × k`, both row-major; returns C, `m × n` row-major. `k = 0` gives zeros without
 /// running the kernel (an empty sum); `m = 0` or `n = 0` an empty C.
@@ -90,13 +122,7 @@ pub fn gemm_abt(
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>, KernelError> {
-    let p = Problem {
-        m,
-        n,
-        k,
-        gemm: GemmConfig::default(),
-        ..Problem::default()
-    };
+    let p = gemm_problem(m, n, k, false);
     let launch = GemmProblem::BF16.launch(&p)?;
     let empty = launch.output_len() == 0 || k == 0;
     if !empty {
@@ -120,20 +146,7 @@ pub fn gemm_ab(
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>, KernelError> {
-    use crate::gemm_bf16::{BLayout, GemmSchedule};
-    let p = Problem {
-        m,
-        n,
-        k,
-        gemm: GemmConfig {
-            schedule: GemmSchedule::ProducerConsumer,
-            block: 128,
-            block_rows: 128,
-            b_layout: BLayout::Kn,
-            ..GemmConfig::default()
-        },
-        ..Problem::default()
-    };
+    let p = gemm_problem(m, n, k, true);
     let launch = GemmProblem::BF16.launch(&p)?;
     let empty = launch.output_len() == 0 || k == 0;
     if !empty {
@@ -174,6 +187,36 @@ pub fn attention(
     Ok(attention_lse(q, k, v, &sh, causal, false)?.0)
 }
 
+/// The problem [`attention_lse`] runs.
+fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool) -> Problem {
+    Problem {
+        attn: AttnShape {
+            batch: sh.batch,
+            heads: sh.heads,
+            heads_kv: sh.heads_kv,
+            seq: sh.seq_q,
+            dim: sh.dim,
+            layout: sh.layout,
+        },
+        seq_kv: Some(sh.seq_kv),
+        causal: causal != Causal::No,
+        bottom_right: causal == Causal::BottomRight,
+        lse,
+        attn_cfg: AttnConfig::default(),
+        ..Problem::default()
+    }
+}
+
+/// Whether [`attention_lse`] at `sh` is within the run budget, checked before the caller reads its
+/// arrays (an empty problem always is).
+pub fn attention_budget(sh: &BwdShape, causal: Causal, lse: bool) -> Result<(), KernelError> {
+    let p = attn_problem(sh, causal, lse);
+    if AttnProblem.launch(&p)?.output_len() == 0 || sh.seq_kv == 0 {
+        return Ok(());
+    }
+    within_budget(&AttnProblem, &p)
+}
+
 /// [`attention`] at `sh.seq_q` queries and `sh.seq_kv` keys with either causal alignment, and with
 /// `lse` also the log-sum-exp (f32 `[batch, heads, seq_q]`, natural-log units of the scaled logits,
 /// `−∞` for a row that keeps no key, whose output row is 0).
@@ -193,22 +236,7 @@ pub fn attention_lse(
             ATTN_DIMS.end()
         )));
     }
-    let p = Problem {
-        attn: AttnShape {
-            batch: sh.batch,
-            heads: sh.heads,
-            heads_kv: sh.heads_kv,
-            seq: sh.seq_q,
-            dim: sh.dim,
-            layout: sh.layout,
-        },
-        seq_kv: Some(sh.seq_kv),
-        causal: causal != Causal::No,
-        bottom_right: causal == Causal::BottomRight,
-        lse,
-        attn_cfg: AttnConfig::default(),
-        ..Problem::default()
-    };
+    let p = attn_problem(sh, causal, lse);
     let launch = AttnProblem.launch(&p)?;
     let inputs = [("Q", q), ("K", k), ("V", v)];
     check_lens(&launch, &inputs)?;
