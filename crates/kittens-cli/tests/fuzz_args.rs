@@ -61,11 +61,53 @@ const NUMBERS: &[&str] = &[
 
 /// Values a user might mean.
 const PLAUSIBLE: &[&str] = &[
-    "16x32", "32x32", "192x256x64", "256x256", "16x16x32", "row", "col", "bf16", "f32", "fp8", "none",
-    "default", "hk16x32", "nv128", "xor(2,4,3)", "xor(1,3,2)+xor(2,5,1)", "ds_read_b128",
-    "ds_write_b64", "ldmatrix", "a", "b", "c", "d", "mi355x", "mi300x", "h100", "gfx950", "gfx942",
-    "sm_90a", "cpu", "hip-emu", "isa-emu", "pingpong", "interleave", "ws", "interleave4", "seed001",
-    "bshd", "bhsd", "auto", "m=64", "k=128", "seq=100", "heads=4,heads_kv=2", "rows=3", "0,0", "1,0",
+    "16x32",
+    "32x32",
+    "192x256x64",
+    "256x256",
+    "16x16x32",
+    "row",
+    "col",
+    "bf16",
+    "f32",
+    "fp8",
+    "none",
+    "default",
+    "hk16x32",
+    "nv128",
+    "xor(2,4,3)",
+    "xor(1,3,2)+xor(2,5,1)",
+    "ds_read_b128",
+    "ds_write_b64",
+    "ldmatrix",
+    "a",
+    "b",
+    "c",
+    "d",
+    "mi355x",
+    "mi300x",
+    "h100",
+    "gfx950",
+    "gfx942",
+    "sm_90a",
+    "cpu",
+    "hip-emu",
+    "isa-emu",
+    "pingpong",
+    "interleave",
+    "ws",
+    "interleave4",
+    "seed001",
+    "bshd",
+    "bhsd",
+    "auto",
+    "m=64",
+    "k=128",
+    "seq=100",
+    "heads=4,heads_kv=2",
+    "rows=3",
+    "0,0",
+    "1,0",
 ];
 
 /// Values nobody means.
@@ -191,11 +233,16 @@ fn flags_of(sub: &[&str]) -> Vec<Flag> {
         for (open, list) in [("[default: ", false), ("[possible values: ", true)] {
             if let Some(rest) = t.find(open).map(|k| &t[k + open.len()..]) {
                 let inner = rest.split(']').next().unwrap_or("");
-                let items: Vec<&str> = if list { inner.split(", ").collect() } else { vec![inner] };
+                let items: Vec<&str> = if list {
+                    inner.split(", ").collect()
+                } else {
+                    vec![inner]
+                };
                 for v in items {
                     f.choices.push(v.to_string());
                     if let Ok(n) = v.parse::<u64>() {
-                        f.choices.extend([1, n / 2, n + 1, n * 2].map(|x| x.to_string()));
+                        f.choices
+                            .extend([1, n / 2, n + 1, n * 2].map(|x| x.to_string()));
                     }
                 }
             }
@@ -374,5 +421,8 @@ fn random_arguments_never_panic_hang_or_blow_up() {
         start.elapsed().as_secs_f64()
     );
     // The generator must reach past clap: some cases run, some are refused by validation.
-    assert!(ok > 0 && refused > 0, "{ok} ran, {refused} refused: the fuzz only reaches clap");
+    assert!(
+        ok > 0 && refused > 0,
+        "{ok} ran, {refused} refused: the fuzz only reaches clap"
+    );
 }

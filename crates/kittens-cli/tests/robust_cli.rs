@@ -55,7 +55,14 @@ fn a_closed_stdout_ends_quietly() {
         &["list", "--json"],
         &["banks", "--instr", "ds_read_b128", "--tile", "16x32"],
         &["plan", "regs"],
-        &["compile", "gemm_bf16", "--target", "gfx950", "--emit", "hip"],
+        &[
+            "compile",
+            "gemm_bf16",
+            "--target",
+            "gfx950",
+            "--emit",
+            "hip",
+        ],
     ] {
         let out = with_closed_stdout(args);
         let err = text(&out.stderr);
@@ -107,10 +114,7 @@ fn check_block_must_be_a_block_of_the_grid() {
         &["check", "gemm_bf16", "--block", "0,0,0"],
         &["--block [0, 0, 0]", "2 dimension(s)"],
     );
-    refused(
-        &["check", "gemm_bf16", "--block", "0"],
-        &["2 dimension(s)"],
-    );
+    refused(&["check", "gemm_bf16", "--block", "0"], &["2 dimension(s)"]);
     refused(
         &["check", "gemm_bf16", "--block", "5,0"],
         &["block [5, 0]", "the grid is [2, 2]"],
@@ -141,7 +145,10 @@ fn check_takes_a_zero_seed_or_offset_word() {
         &["check", "layernorm", "-p", "offset_lo=4294967296"],
         &["32-bit word"],
     );
-    refused(&["check", "layernorm", "-p", "rows=0"], &["`rows`", "empty"]);
+    refused(
+        &["check", "layernorm", "-p", "rows=0"],
+        &["`rows`", "empty"],
+    );
 }
 
 #[test]
@@ -166,14 +173,23 @@ fn plan_regs_refuses_empty_stages_and_partial_instructions() {
 #[test]
 fn plan_grid_refuses_zero_windows_chunks_and_cells() {
     let base = ["plan", "grid", "--m", "4096", "--n", "4096", "--k", "4096"];
-    let with = |extra: &[&'static str]| -> Vec<&str> { base.iter().chain(extra).copied().collect() };
+    let with =
+        |extra: &[&'static str]| -> Vec<&str> { base.iter().chain(extra).copied().collect() };
     refused(&with(&["--window", "0"]), &["Group-M W0", "at least 1"]);
     refused(
         &with(&["--window", "4", "--chunk", "0"]),
         &["XCD W4/C0", "at least 1"],
     );
-    refused_with(2, &with(&["--cell", "0", "--png", "/dev/null"]), &["--cell"]);
-    refused_with(2, &with(&["--cell", "1", "--png", "/dev/null"]), &["--cell"]);
+    refused_with(
+        2,
+        &with(&["--cell", "0", "--png", "/dev/null"]),
+        &["--cell"],
+    );
+    refused_with(
+        2,
+        &with(&["--cell", "1", "--png", "/dev/null"]),
+        &["--cell"],
+    );
     // --cell without --png would be ignored.
     refused_with(2, &with(&["--cell", "8"]), &["--png"]);
 }
@@ -214,7 +230,13 @@ fn compile_emit_is_not_json() {
     refused_with(
         2,
         &[
-            "compile", "gemm_bf16", "--target", "gfx950", "--emit", "asm", "--json",
+            "compile",
+            "gemm_bf16",
+            "--target",
+            "gfx950",
+            "--emit",
+            "asm",
+            "--json",
         ],
         &["--json", "--emit"],
     );
@@ -223,7 +245,15 @@ fn compile_emit_is_not_json() {
 #[test]
 fn run_refuses_flags_the_kernel_does_not_take() {
     refused(
-        &["run", "gemm_bf16", "--causal", "--p", "1.5", "--layout", "bhsd"],
+        &[
+            "run",
+            "gemm_bf16",
+            "--causal",
+            "--p",
+            "1.5",
+            "--layout",
+            "bhsd",
+        ],
         &["--causal", "--p", "--layout", "do not apply to gemm_bf16"],
     );
     refused(
@@ -235,7 +265,16 @@ fn run_refuses_flags_the_kernel_does_not_take() {
         &["--heads-kv does not apply to rotary"],
     );
     refused(
-        &["run", "gemm_bf16", "--backend", "hip-emu", "--target", "gfx950", "--block", "128"],
+        &[
+            "run",
+            "gemm_bf16",
+            "--backend",
+            "hip-emu",
+            "--target",
+            "gfx950",
+            "--block",
+            "128",
+        ],
         &["--block configures the interpreter's tiles"],
     );
 }
@@ -262,7 +301,17 @@ fn run_refuses_schedules_the_kernel_does_not_have() {
 fn run_variant_interleave4_on_the_cpu_runs_the_interleave() {
     let run = |extra: &[&str]| -> serde_json::Value {
         let mut args = vec![
-            "run", "gemm_bf16", "--m", "128", "--n", "128", "--k", "128", "--block", "128", "--json",
+            "run",
+            "gemm_bf16",
+            "--m",
+            "128",
+            "--n",
+            "128",
+            "--k",
+            "128",
+            "--block",
+            "128",
+            "--json",
         ];
         args.extend_from_slice(extra);
         let out = kittens(&args);

@@ -27,7 +27,9 @@ fn to_py(e: ApiError) -> PyErr {
         ApiError::Type(m) => PyTypeError::new_err(m),
         ApiError::Value(m) => PyValueError::new_err(m),
         ApiError::Runtime(m) => PyRuntimeError::new_err(m),
-        ApiError::Interrupted => PyKeyboardInterrupt::new_err("kittens: the CPU run was interrupted"),
+        ApiError::Interrupted => {
+            PyKeyboardInterrupt::new_err("kittens: the CPU run was interrupted")
+        }
     }
 }
 

@@ -155,7 +155,10 @@ fn regs_planner_refuses_empty_stages_and_partial_instructions() {
     limit_error(plan_regs(g, &s), "stage K 0");
     let mut s = regs_input(0, 8);
     s.k_step = 1;
-    limit_error(plan_regs(g, &s), "k step 1 is not a multiple of the instruction's K 32");
+    limit_error(
+        plan_regs(g, &s),
+        "k step 1 is not a multiple of the instruction's K 32",
+    );
     let mut s = regs_input(0, 8);
     s.k_step = 64;
     assert!(plan_regs(g, &s).is_ok());

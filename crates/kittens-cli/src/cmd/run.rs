@@ -162,12 +162,33 @@ pub fn explicit_flags(matches: &clap::ArgMatches) -> Vec<String> {
 fn kernel_flags(kernel: &str) -> &'static [&'static str] {
     const GEMM: &[&str] = &["m", "n", "k", "block", "k_step", "schedule", "variant"];
     const ATTN_FWD: &[&str] = &[
-        "batch", "heads", "heads_kv", "seq", "seq_kv", "dim", "causal", "bottom_right", "lse",
-        "kv_splits", "layout", "q_rows", "kv_block", "variant",
+        "batch",
+        "heads",
+        "heads_kv",
+        "seq",
+        "seq_kv",
+        "dim",
+        "causal",
+        "bottom_right",
+        "lse",
+        "kv_splits",
+        "layout",
+        "q_rows",
+        "kv_block",
+        "variant",
     ];
     const ATTN_BWD: &[&str] = &[
-        "batch", "heads", "heads_kv", "seq", "seq_kv", "dim", "causal", "bottom_right", "layout",
-        "schedule", "variant",
+        "batch",
+        "heads",
+        "heads_kv",
+        "seq",
+        "seq_kv",
+        "dim",
+        "causal",
+        "bottom_right",
+        "layout",
+        "schedule",
+        "variant",
     ];
     const LAYERNORM: &[&str] = &["rows", "hidden", "p", "dropout_seed", "offset"];
     const ROTARY: &[&str] = &["batch", "heads", "seq", "dim", "layout", "interleaved"];
@@ -183,7 +204,15 @@ fn kernel_flags(kernel: &str) -> &'static [&'static str] {
 
 /// Flags every kernel takes.
 const COMMON_FLAGS: &[&str] = &[
-    "kernel", "backend", "target", "seed", "isa_seed", "input_scale", "tolerance", "ir", "json",
+    "kernel",
+    "backend",
+    "target",
+    "seed",
+    "isa_seed",
+    "input_scale",
+    "tolerance",
+    "ir",
+    "json",
 ];
 
 /// Tile flags that configure the interpreter's program only (a GPU target builds its GPU's tiles).
@@ -211,7 +240,11 @@ fn check_flags(a: &Args) -> anyhow::Result<()> {
         );
     }
     if a.backend != BackendArg::Cpu {
-        if let Some(f) = a.explicit.iter().find(|f| CPU_TILE_FLAGS.contains(&f.as_str())) {
+        if let Some(f) = a
+            .explicit
+            .iter()
+            .find(|f| CPU_TILE_FLAGS.contains(&f.as_str()))
+        {
             bail!(
                 "--{} configures the interpreter's tiles (--backend cpu); a GPU target builds its GPU's \
                  configuration (pick another with --schedule or --variant)",

@@ -228,7 +228,11 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
     // Missing coordinates are 0; extra ones, or one outside its extent, name no block of the launch.
     let extents = grid_extents(kernel, &opts.params)?;
     let outside = opts.block.len() > extents.len()
-        || opts.block.iter().zip(&extents).any(|(&b, &e)| !(0..e).contains(&b));
+        || opts
+            .block
+            .iter()
+            .zip(&extents)
+            .any(|(&b, &e)| !(0..e).contains(&b));
     if outside {
         return Err(AnalysisError::BlockOutsideGrid {
             block: opts.block.clone(),

@@ -304,7 +304,12 @@ mod cancel_tests {
     fn a_raised_flag_stops_the_run_and_writes_nothing() {
         let mut k = KernelBuilder::new("exp2", Schedule::Plain { waves: 1 });
         let n = k.param("n");
-        let x = k.global("x", F32, &[("r", n.clone()), ("c", n.clone())], Access::Read);
+        let x = k.global(
+            "x",
+            F32,
+            &[("r", n.clone()), ("c", n.clone())],
+            Access::Read,
+        );
         let y = k.global("y", F32, &[("r", n.clone()), ("c", n)], Access::Write);
         let t = k.tile("t", F32, 16, 16, Layout::Row, BaseShape::S16X16);
         k.load_global(t, k.gtile(x, 16, 16, 0, 0));
