@@ -239,6 +239,7 @@ fn print_amd(r: &CodeObjectReport, compiler: &str, code_object_bytes: usize) {
                 l.mfma_runs,
                 l.longest_mfma_run
             );
+            println!("             MFMAs {}", hot_loop_mfmas(r));
         }
         None => println!("  hot loop   none (no backward branch)"),
     }
