@@ -399,16 +399,25 @@ mod tests {
         assert!(c.iter().all(|x| x.to_bits() & 0xffff == 0));
     }
 
-    /// The caller-input path takes the CLI's work budget: 16384³ (2^42 multiply-adds) is refused at
-    /// once, naming the limit, instead of running for hours.
+    /// The caller-input path takes the CLI's work budget: 4096³ (2^36 multiply-adds) is refused at
+    /// once, naming the limit, instead of running for many minutes; 16384³ also by its host memory.
     #[test]
     fn gemm_over_the_work_budget_is_refused_before_anything_runs() {
-        let n = 16384;
-        for e in [gemm_abt(&[], &[], n, n, n), gemm_ab(&[], &[], n, n, n)] {
+        let n = 4096;
+        for e in [
+            gemm_abt(&[], &[], n, n, n).map(|_| ()),
+            gemm_ab(&[], &[], n, n, n).map(|_| ()),
+            gemm_budget(n, n, n, false),
+            gemm_budget(n, n, n, true),
+        ] {
             let e = e.unwrap_err();
             assert!(matches!(e, KernelError::OverBudget { .. }), "{e}");
-            assert!(e.to_string().contains("2^34"), "{e}");
+            assert!(e.to_string().contains("(2^34"), "{e}");
         }
+        let e = gemm_budget(16384, 16384, 16384, false).unwrap_err();
+        assert!(e.to_string().contains("4.0 GiB"), "{e}");
+        assert!(gemm_budget(256, 256, 256, false).is_ok());
+        assert!(gemm_budget(0, 1 << 20, 1 << 20, false).is_ok(), "empty");
     }
 
     #[test]
