@@ -28,7 +28,7 @@ import sys
 from typing import Any, Optional
 
 from . import _kittens
-from ._arrays import Array, adapt, new_like
+from ._arrays import Array, adapt, as_bool, as_int, new_like
 
 __all__ = ["matmul", "attention", "layernorm", "rotary", "rotary_tables", "set_verbose", "AttentionFunction", "__version__"]
 __version__ = _kittens.__version__
@@ -172,6 +172,7 @@ def _matmul(a, b, out):
         raise ValueError(f"kittens.matmul takes 2-D arrays, got shapes {A.shape} and {B.shape}")
     m, n = A.shape[0], B.shape[1]
     if out is None:
+        _kittens.matmul(A.args(), B.args(), None, 0)  # the checks, before the output is allocated
         out = new_like(A, (m, n))
     O = adapt(out, "out", writable=True)
     same_cuda = A.device == "cuda" and A.where() == B.where() == O.where()
@@ -271,6 +272,11 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
     Q, K, V = adapt(q, "q"), adapt(k, "k"), adapt(v, "v")
     if len(Q.shape) != 4:
         raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
+    # The checks (layouts, shapes, scale, mask), before any output is allocated.
+    _kittens.attention(
+        Q.args(), K.args(), V.args(), None, None, bool(causal), causal_align == "bottom_right",
+        None if scale is None else float(scale), 0,
+    )
     if out is None:
         out = new_like(Q, Q.shape, _attn_order(Q))
     O = adapt(out, "out", writable=True)
@@ -327,13 +333,14 @@ def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, see
     X, R, W, B = adapt(x, "x"), adapt(residual, "residual"), adapt(weight, "weight"), adapt(bias, "bias")
     if not 0.0 <= float(p) < 1.0:
         raise ValueError(f"dropout p = {p} must be in [0, 1)")
+    # Philox key and counter words: exact integers in [0, 2**64), never wrapped or truncated.
+    seed, offset = as_int(seed, "seed", 0, 2**64), as_int(offset, "offset", 0, 2**64)
+    ins = (X.args(), R.args(), W.args(), B.args())
     if out is None:
+        _kittens.layernorm(*ins, None, float(p), seed, offset, float(eps), 0)  # the checks first
         out = new_like(X, (2,) + tuple(X.shape))
     O = adapt(out, "out", writable=True)
-    _kittens.layernorm(
-        X.args(), R.args(), W.args(), B.args(), O.args(), float(p), int(seed) % 2**64, int(offset) % 2**64,
-        float(eps), _stream(X),
-    )
+    _kittens.layernorm(*ins, O.args(), float(p), seed, offset, float(eps), _stream(X))
     both = _result(X, out)
     return both[0], both[1]
 
@@ -349,8 +356,8 @@ def rotary_tables(seq: int, dim: int, base: float = 10000.0, *, positions: Any =
     import numpy as np
     import ml_dtypes
 
-    seq, dim = int(seq), int(dim)
-    if seq < 1 or dim < 2 or dim % 2:
+    seq, dim = as_int(seq, "rotary_tables: seq", 1), as_int(dim, "rotary_tables: dim", 2)
+    if dim % 2:
         raise ValueError(f"rotary_tables: seq must be >= 1 and dim a positive even number, got {seq}, {dim}")
     if not (base > 1.0 and np.isfinite(base)):
         raise ValueError(f"rotary_tables: base must be a finite number above 1, got {base}")
@@ -420,6 +427,7 @@ def rotary(
     ``cos``/``sin`` that require grad get theirs (PyTorch ops). ``out=`` and ``inplace=True`` write
     outside autograd: with an input that requires grad they are a RuntimeError.
     """
+    interleaved, inplace = as_bool(interleaved, "interleaved"), as_bool(inplace, "inplace")
     if (cos is None) != (sin is None):
         raise ValueError("rotary: give both cos and sin, or neither (then they are computed)")
     if cos is None and _torch_op(q) and sys.modules["torch"].compiler.is_compiling():
@@ -431,6 +439,7 @@ def rotary(
         Q = adapt(q, "q")
         if len(Q.shape) != 4:
             raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
+        _kittens.rotary(Q.args(), None, None, None, interleaved, 0)  # q's checks, before the tables
         cos, sin = _tables_for(Q, base, positions)
     elif positions is not None:
         raise ValueError("rotary: positions apply to computed tables only (cos and sin were given)")
@@ -445,6 +454,7 @@ def rotary(
     if out is None:
         if len(Q.shape) != 4:
             raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
+        _kittens.rotary(Q.args(), C.args(), S.args(), None, interleaved, 0)  # the checks first
         out = new_like(Q, Q.shape, _attn_order(Q))
     O = adapt(out, "out", writable=True)
     _kittens.rotary(Q.args(), C.args(), S.args(), O.args(), bool(interleaved), _stream(Q))

@@ -9,6 +9,7 @@ with a message saying what layout it needs.
 from __future__ import annotations
 
 import ctypes
+import operator
 import sys
 from dataclasses import dataclass, field
 from typing import Any, List, Optional, Tuple
@@ -43,6 +44,30 @@ class Array:
 
     def where(self) -> str:
         return self.device if self.device == "cpu" else f"{self.device}:{self.index}"
+
+
+def as_bool(value: Any, name: str) -> bool:
+    """``value`` if it is a bool (Python's or numpy's); a TypeError otherwise, never a truthiness
+    coercion (``interleaved='no'`` is not True)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        return bool(value)
+    raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+
+
+def as_int(value: Any, name: str, lo: int, hi: Optional[int] = None) -> int:
+    """``value`` as an exact integer in ``[lo, hi)`` (``hi`` None: no upper bound): floats are a
+    TypeError (``1.5`` and ``3.7`` are not truncated), bools too, and out-of-range values a ValueError
+    (``-1`` and ``2**64`` are not wrapped)."""
+    if isinstance(value, bool) or type(value).__name__ == "bool_":
+        raise TypeError(f"{name} must be an integer, got a bool")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}") from None
+    if v < lo or (hi is not None and v >= hi):
+        upper = "" if hi is None else f" and below {hi}"
+        raise ValueError(f"{name} = {v} must be at least {lo}{upper}")
+    return v
 
 
 def adapt(x: Any, name: str, writable: bool = False) -> Array:
@@ -105,6 +130,21 @@ class _DLTensor(ctypes.Structure):
     ]
 
 
+class _DLManagedTensorVersioned(ctypes.Structure):
+    """DLPack 1.0's versioned capsule ("dltensor_versioned"): the one that says whether the memory may
+    be written (``flags`` bit 0, DLPACK_FLAG_BITMASK_READ_ONLY)."""
+
+    _fields_ = [
+        ("version_major", ctypes.c_uint32),
+        ("version_minor", ctypes.c_uint32),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", ctypes.c_void_p),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", _DLTensor),
+    ]
+
+
+_DL_READ_ONLY = 1
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 _DL_CODES = {0: "int", 1: "uint", 2: "float", 4: "bfloat"}
 
@@ -135,12 +175,15 @@ def _from_dlpack(x, name: str, writable: bool) -> Array:
         a = _from_torch(torch.from_dlpack(x), name)
         a.keep.append(x)
         return a
-    capsule = x.__dlpack__()
     get = ctypes.pythonapi.PyCapsule_GetPointer
     get.restype = ctypes.c_void_p
     get.argtypes = [ctypes.py_object, ctypes.c_char_p]
-    ptr = get(capsule, b"dltensor")  # raises ValueError if it is not an unconsumed DLPack capsule
-    t = _DLTensor.from_address(ptr)
+    if writable:
+        t, capsule = _writable_dlpack(x, name, get)
+    else:
+        capsule = x.__dlpack__()
+        ptr = get(capsule, b"dltensor")  # raises ValueError if it is not an unconsumed DLPack capsule
+        t = _DLTensor.from_address(ptr)
     ndim = t.ndim
     shape = tuple(t.shape[i] for i in range(ndim))
     if t.strides:
@@ -159,6 +202,28 @@ def _from_dlpack(x, name: str, writable: bool) -> Array:
     # The capsule is not consumed (not renamed): its destructor frees the producer's tensor once the call
     # is over and the capsule is dropped; until then `keep` holds it.
     return Array(x, "dlpack", data, shape, strides, dtype, device, t.device.device_id, keep=[capsule])
+
+
+def _writable_dlpack(x, name: str, get):
+    """``(DLTensor, capsule)`` of an output passed through DLPack, from a DLPack 1.0 capsule whose flags say the
+    memory may be written; a read-only one, or a producer that cannot say (the unversioned capsule
+    carries no such flag), is a ValueError: kittens never writes memory it may not."""
+    try:
+        capsule = x.__dlpack__(max_version=(1, 0))
+    except TypeError:
+        capsule = None
+    name_of = ctypes.pythonapi.PyCapsule_GetName
+    name_of.restype = ctypes.c_char_p
+    name_of.argtypes = [ctypes.py_object]
+    if capsule is None or name_of(capsule) != b"dltensor_versioned":
+        raise ValueError(
+            f"{name}: this DLPack producer does not say whether its memory may be written (it gives no "
+            "DLPack 1.0 capsule); pass a writable numpy array or torch tensor as the output"
+        )
+    m = _DLManagedTensorVersioned.from_address(get(capsule, b"dltensor_versioned"))
+    if m.flags & _DL_READ_ONLY:
+        raise ValueError(f"{name} is a read-only DLPack array; kittens writes its output there")
+    return m.dl_tensor, capsule
 
 
 def new_like(ref: Array, shape: Tuple[int, ...], order: Optional[Tuple[int, ...]] = None):

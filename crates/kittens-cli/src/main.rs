@@ -1,8 +1,20 @@
 //! `kittens`: the command-line face of the project. Each subcommand lives in `cmd/<name>.rs`.
 
-mod cmd;
+// Every `print!` / `println!` of the subcommands goes through `out` (these macros shadow std's for the
+// whole crate: textual `macro_rules!` scope wins over the prelude's), so a closed or full stdout is
+// an ordinary outcome instead of std's panic (exit 101 with a backtrace).
+macro_rules! print {
+    ($($t:tt)*) => { $crate::out::write(format_args!($($t)*)) };
+}
+macro_rules! println {
+    () => { $crate::out::write(format_args!("\n")) };
+    ($($t:tt)*) => { $crate::out::write(format_args!("{}\n", format_args!($($t)*))) };
+}
 
-use clap::{Parser, Subcommand};
+mod cmd;
+mod out;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -43,19 +55,28 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Demo(a) => cmd::demo::run(a),
         Command::List(a) => cmd::list::run(a),
         Command::Layout(a) => cmd::layout::run(a),
         Command::Banks(a) => cmd::banks::run(a),
         Command::Plan(c) => cmd::plan::run(c),
-        Command::Run(a) => cmd::run::run(a),
+        Command::Run(mut a) => {
+            a.explicit = cmd::run::explicit_flags(&matches);
+            cmd::run::run(a)
+        }
         Command::Check(a) => cmd::check::run(a),
         Command::Compile(a) => cmd::compile::run(a),
         Command::Bench(a) => cmd::bench::run(a),
         Command::Ladder(a) => cmd::ladder::run(a),
     };
+    // What is still buffered goes out now, where a failure can be reported.
+    out::flush();
     if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(1);

@@ -76,7 +76,10 @@ fn key_length_is_refused_outside_attention() {
     let out = kittens(&["run", "gemm_bf16", "--seq", "40", "--seq-kv", "30"]);
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("apply to attn_fwd and attn_bwd only"), "{err}");
+    assert!(
+        err.contains("--seq, --seq-kv do not apply to gemm_bf16"),
+        "{err}"
+    );
     assert!(out.stdout.is_empty());
 }
 

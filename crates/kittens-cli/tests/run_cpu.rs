@@ -254,7 +254,10 @@ fn attention_key_split_reports_its_parts() {
     for (args, needle) in [
         (&["attn_fwd", "--kv-splits", "17"][..], "from 1 to 16"),
         (&["attn_fwd", "--kv-splits", "0"][..], "from 1 to 16"),
-        (&["gemm_bf16", "--kv-splits", "2"][..], "attn_fwd only"),
+        (
+            &["gemm_bf16", "--kv-splits", "2"][..],
+            "--kv-splits does not apply to gemm_bf16",
+        ),
     ] {
         let out = kittens_run(args);
         let err = String::from_utf8_lossy(&out.stderr);

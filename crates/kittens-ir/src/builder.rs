@@ -85,7 +85,19 @@ impl KernelBuilder {
 
     /// A run-time integer parameter (a problem size).
     pub fn param(&mut self, name: &str) -> Expr {
-        self.k.params.push(ParamDecl { name: name.into() });
+        self.k.params.push(ParamDecl {
+            name: name.into(),
+            word: false,
+        });
+        Expr::Param(ParamId(self.k.params.len() as u32 - 1))
+    }
+
+    /// A parameter that is a 32-bit data word (a seed or counter word, 0 allowed), not a size.
+    pub fn param_word(&mut self, name: &str) -> Expr {
+        self.k.params.push(ParamDecl {
+            name: name.into(),
+            word: true,
+        });
         Expr::Param(ParamId(self.k.params.len() as u32 - 1))
     }
 

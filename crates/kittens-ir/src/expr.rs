@@ -154,10 +154,8 @@ fn eval_bin(op: BinOp, a: i64, b: i64) -> Option<i64> {
         BinOp::Div => a.checked_div_euclid(b)?,
         BinOp::Rem => a.checked_rem_euclid(b)?,
         BinOp::CeilDiv => {
-            if b == 0 {
-                return None;
-            }
-            (a + b - 1).div_euclid(b)
+            // Checked: `m = i64::MAX` must not wrap into a negative block count.
+            a.checked_add(b.checked_sub(1)?)?.checked_div_euclid(b)?
         }
         BinOp::Min => a.min(b),
         BinOp::Max => a.max(b),

@@ -33,6 +33,10 @@ pub struct RegId(pub u32);
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ParamDecl {
     pub name: String,
+    /// A 32-bit data word (a seed or counter word: any value in `0..2^32`, 0 included) rather than a
+    /// problem size (at least 1); [`crate::KernelBuilder::param_word`] declares one.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub word: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

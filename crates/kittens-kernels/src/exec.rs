@@ -52,6 +52,14 @@ fn check_lens(launch: &Launch, inputs: &[(&str, &[f32])]) -> Result<(), KernelEr
     Ok(())
 }
 
+/// The CLI's limits for a run of `p` (`KernelProblem::plan` on the CPU: sizes, host bytes, and
+/// [`crate::budget::INTERPRETER_WORK`]), so that a call on the caller's arrays is refused where
+/// `kittens run` would be instead of running for hours. Empty problems are answered before this.
+fn within_budget(def: &dyn KernelProblem, p: &Problem) -> Result<(), KernelError> {
+    let plan = def.plan(p, Target::Cpu)?;
+    crate::budget::check_work(&plan.what, plan.work, crate::budget::INTERPRETER_WORK)
+}
+
 /// Runs `def`'s kernel for `p` on the interpreter on the caller's (checked) tensors.
 fn run_on(
     def: &dyn KernelProblem,
@@ -72,6 +80,38 @@ fn run_kernel(
     Ok(interpret(kernel, &launch.params, tensors, &launch.outputs)?.0)
 }
 
+/// The GEMM problem [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true) runs.
+fn gemm_problem(m: usize, n: usize, k: usize, kn: bool) -> Problem {
+    use crate::gemm_bf16::{BLayout, GemmSchedule};
+    let gemm = match kn {
+        false => GemmConfig::default(),
+        true => GemmConfig {
+            schedule: GemmSchedule::ProducerConsumer,
+            block: 128,
+            block_rows: 128,
+            b_layout: BLayout::Kn,
+            ..GemmConfig::default()
+        },
+    };
+    Problem {
+        m,
+        n,
+        k,
+        gemm,
+        ..Problem::default()
+    }
+}
+
+/// Whether [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true) at these sizes is within the run
+/// budget, checked before the caller reads its arrays (an empty problem always is).
+pub fn gemm_budget(m: usize, n: usize, k: usize, kn: bool) -> Result<(), KernelError> {
+    let p = gemm_problem(m, n, k, kn);
+    if GemmProblem::BF16.launch(&p)?.output_len() == 0 || k == 0 {
+        return Ok(());
+    }
+    within_budget(&GemmProblem::BF16, &p)
+}
+
 /// `C = A·Bᵀ` through `gemm_bf16` (HipKittens Appendix E.1 tiles, the ping-pong schedule): A is
 /// `m × k`, B is `n × k`, both row-major; returns C, `m × n` row-major. `k = 0` gives zeros without
 /// running the kernel (an empty sum); `m = 0` or `n = 0` an empty C.
@@ -82,17 +122,15 @@ pub fn gemm_abt(
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>, KernelError> {
-    let p = Problem {
-        m,
-        n,
-        k,
-        gemm: GemmConfig::default(),
-        ..Problem::default()
-    };
+    let p = gemm_problem(m, n, k, false);
     let launch = GemmProblem::BF16.launch(&p)?;
+    let empty = launch.output_len() == 0 || k == 0;
+    if !empty {
+        within_budget(&GemmProblem::BF16, &p)?;
+    }
     let inputs = [("A", a), ("B", b)];
     check_lens(&launch, &inputs)?;
-    if launch.output_len() == 0 || k == 0 {
+    if empty {
         return Ok(vec![0.0; launch.output_len()]);
     }
     run_on(&GemmProblem::BF16, &p, launch, &inputs)
@@ -108,24 +146,15 @@ pub fn gemm_ab(
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>, KernelError> {
-    use crate::gemm_bf16::{BLayout, GemmSchedule};
-    let p = Problem {
-        m,
-        n,
-        k,
-        gemm: GemmConfig {
-            schedule: GemmSchedule::ProducerConsumer,
-            block: 128,
-            block_rows: 128,
-            b_layout: BLayout::Kn,
-            ..GemmConfig::default()
-        },
-        ..Problem::default()
-    };
+    let p = gemm_problem(m, n, k, true);
     let launch = GemmProblem::BF16.launch(&p)?;
+    let empty = launch.output_len() == 0 || k == 0;
+    if !empty {
+        within_budget(&GemmProblem::BF16, &p)?;
+    }
     let inputs = [("A", a), ("B", b)];
     check_lens(&launch, &inputs)?;
-    if launch.output_len() == 0 || k == 0 {
+    if empty {
         return Ok(vec![0.0; launch.output_len()]);
     }
     run_on(&GemmProblem::BF16, &p, launch, &inputs)
@@ -158,6 +187,36 @@ pub fn attention(
     Ok(attention_lse(q, k, v, &sh, causal, false)?.0)
 }
 
+/// The problem [`attention_lse`] runs.
+fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool) -> Problem {
+    Problem {
+        attn: AttnShape {
+            batch: sh.batch,
+            heads: sh.heads,
+            heads_kv: sh.heads_kv,
+            seq: sh.seq_q,
+            dim: sh.dim,
+            layout: sh.layout,
+        },
+        seq_kv: Some(sh.seq_kv),
+        causal: causal != Causal::No,
+        bottom_right: causal == Causal::BottomRight,
+        lse,
+        attn_cfg: AttnConfig::default(),
+        ..Problem::default()
+    }
+}
+
+/// Whether [`attention_lse`] at `sh` is within the run budget, checked before the caller reads its
+/// arrays (an empty problem always is).
+pub fn attention_budget(sh: &BwdShape, causal: Causal, lse: bool) -> Result<(), KernelError> {
+    let p = attn_problem(sh, causal, lse);
+    if AttnProblem.launch(&p)?.output_len() == 0 || sh.seq_kv == 0 {
+        return Ok(());
+    }
+    within_budget(&AttnProblem, &p)
+}
+
 /// [`attention`] at `sh.seq_q` queries and `sh.seq_kv` keys with either causal alignment, and with
 /// `lse` also the log-sum-exp (f32 `[batch, heads, seq_q]`, natural-log units of the scaled logits,
 /// `−∞` for a row that keeps no key, whose output row is 0).
@@ -177,22 +236,7 @@ pub fn attention_lse(
             ATTN_DIMS.end()
         )));
     }
-    let p = Problem {
-        attn: AttnShape {
-            batch: sh.batch,
-            heads: sh.heads,
-            heads_kv: sh.heads_kv,
-            seq: sh.seq_q,
-            dim: sh.dim,
-            layout: sh.layout,
-        },
-        seq_kv: Some(sh.seq_kv),
-        causal: causal != Causal::No,
-        bottom_right: causal == Causal::BottomRight,
-        lse,
-        attn_cfg: AttnConfig::default(),
-        ..Problem::default()
-    };
+    let p = attn_problem(sh, causal, lse);
     let launch = AttnProblem.launch(&p)?;
     let inputs = [("Q", q), ("K", k), ("V", v)];
     check_lens(&launch, &inputs)?;
@@ -206,6 +250,7 @@ pub fn attention_lse(
             sh.seq_q
         )));
     }
+    within_budget(&AttnProblem, &p)?;
     let mut all = run_on(&AttnProblem, &p, launch, &inputs)?;
     let rest = all.split_off(lens[0].min(all.len()));
     Ok((all, lse.then_some(rest)))
@@ -243,6 +288,7 @@ pub fn layernorm(
     if launch.output_len() == 0 {
         return Ok(Vec::new());
     }
+    within_budget(&crate::layernorm::problem::LayerNormProblem, &p)?;
     run_kernel(&kernel, &launch, &inputs)
 }
 
@@ -267,6 +313,7 @@ pub fn rotary(
     if launch.output_len() == 0 {
         return Ok(Vec::new());
     }
+    within_budget(&RotaryProblem, &p)?;
     run_on(&RotaryProblem, &p, launch, &inputs)
 }
 
@@ -321,6 +368,7 @@ pub fn attention_bwd(
     let all = if launch.output_len() == 0 {
         Vec::new()
     } else {
+        within_budget(&BwdProblem, &p)?;
         run_on(&BwdProblem, &p, launch, &inputs)?
     };
     let (dq, rest) = all.split_at(lens[0].min(all.len()));
@@ -349,6 +397,27 @@ mod tests {
         assert!(e.rel_err < 1e-2, "{e:?}");
         // bf16 outputs: every value is representable in bf16.
         assert!(c.iter().all(|x| x.to_bits() & 0xffff == 0));
+    }
+
+    /// The caller-input path takes the CLI's work budget: 4096³ (2^36 multiply-adds) is refused at
+    /// once, naming the limit, instead of running for many minutes; 16384³ also by its host memory.
+    #[test]
+    fn gemm_over_the_work_budget_is_refused_before_anything_runs() {
+        let n = 4096;
+        for e in [
+            gemm_abt(&[], &[], n, n, n).map(|_| ()),
+            gemm_ab(&[], &[], n, n, n).map(|_| ()),
+            gemm_budget(n, n, n, false),
+            gemm_budget(n, n, n, true),
+        ] {
+            let e = e.unwrap_err();
+            assert!(matches!(e, KernelError::OverBudget { .. }), "{e}");
+            assert!(e.to_string().contains("(2^34"), "{e}");
+        }
+        let e = gemm_budget(16384, 16384, 16384, false).unwrap_err();
+        assert!(e.to_string().contains("4.0 GiB"), "{e}");
+        assert!(gemm_budget(256, 256, 256, false).is_ok());
+        assert!(gemm_budget(0, 1 << 20, 1 << 20, false).is_ok(), "empty");
     }
 
     #[test]

@@ -8,9 +8,14 @@ use kittens_kernels::reference::AttnShape;
 
 use crate::view::{ApiError, Attention, Matmul};
 
-fn kernel_error(e: kittens_kernels::KernelError) -> ApiError {
+/// A kernel error as the Python exception it becomes: bad configurations, problems and sizes over
+/// the CLI's budget (`kittens_kernels::budget`) are ValueErrors, a cancelled run an interrupt.
+pub(crate) fn kernel_error(e: kittens_kernels::KernelError) -> ApiError {
+    use kittens_kernels::KernelError as K;
     match e {
-        kittens_kernels::KernelError::Config(m) => ApiError::Value(m),
+        K::Interp(kittens_ir::interp::InterpError::Cancelled) => ApiError::Interrupted,
+        K::Config(m) => ApiError::Value(m),
+        e @ (K::OverBudget { .. } | K::Problem(_)) => ApiError::Value(e.to_string()),
         other => ApiError::Runtime(other.to_string()),
     }
 }
@@ -60,6 +65,8 @@ fn aligned(ptrs: &[(&str, u64)]) -> Result<(), ApiError> {
 /// The addresses in `p` must be live host arrays of the checked shapes (`crate::view::matmul`).
 pub unsafe fn matmul(p: &Matmul) -> Result<(), ApiError> {
     aligned(&[("a", p.a), ("b", p.b), ("out", p.c)])?;
+    // The budget before the arrays are read (copied to f32): a refused size allocates nothing.
+    exec::gemm_budget(p.m, p.n, p.k, p.b_layout == BLayout::Kn).map_err(kernel_error)?;
     // SAFETY: dense arrays of these sizes, checked by `view::matmul`; guaranteed live by the caller.
     let (a, b) = unsafe { (read_bf16(p.a, p.m * p.k), read_bf16(p.b, p.n * p.k)) };
     let c = match p.b_layout {
@@ -94,6 +101,7 @@ pub unsafe fn attention(p: &Attention, causal: Causal) -> Result<(), ApiError> {
         dim: p.dim,
         layout: p.layout,
     };
+    exec::attention_budget(&sh, causal, p.lse.is_some()).map_err(kernel_error)?;
     // SAFETY: dense arrays of these sizes, checked by `view::attention`; live per the caller.
     let (q, k, v) = unsafe {
         (

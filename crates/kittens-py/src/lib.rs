@@ -13,12 +13,12 @@ mod view_mem;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use kittens_kernels::attn_bwd::Causal;
-use view::{ApiError, Device, ViewArgs};
+use view::{ApiError, Device, View, ViewArgs};
 
 static VERBOSE: AtomicBool = AtomicBool::new(false);
 
@@ -27,7 +27,22 @@ fn to_py(e: ApiError) -> PyErr {
         ApiError::Type(m) => PyTypeError::new_err(m),
         ApiError::Value(m) => PyValueError::new_err(m),
         ApiError::Runtime(m) => PyRuntimeError::new_err(m),
+        ApiError::Interrupted => {
+            PyKeyboardInterrupt::new_err("kittens: the CPU run was interrupted")
+        }
     }
+}
+
+/// A caught panic as the RuntimeError it becomes.
+fn panic_error(p: Box<dyn std::any::Any + Send>) -> PyErr {
+    let msg = p
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "unknown panic".into());
+    PyRuntimeError::new_err(format!(
+        "kittens internal error (a Rust panic, caught): {msg}"
+    ))
 }
 
 /// Runs `f` without the GIL and with panics caught: a bug becomes a RuntimeError, never an abort.
@@ -35,17 +50,58 @@ fn guarded<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, ApiError> + Se
     let r = py.detach(|| std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)));
     match r {
         Ok(v) => v.map_err(to_py),
-        Err(p) => {
-            let msg = p
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "unknown panic".into());
-            Err(PyRuntimeError::new_err(format!(
-                "kittens internal error (a Rust panic, caught): {msg}"
-            )))
-        }
+        Err(p) => Err(panic_error(p)),
     }
+}
+
+/// Runs a CPU-interpreter call `f` on a worker thread, without the GIL, while this thread checks
+/// Python's signals every 50 ms (`Python::check_signals`, which runs the handlers: Ctrl-C raises
+/// KeyboardInterrupt). On an exception the interpreter's cancel flag (`kittens_ir::interp::with_cancel`)
+/// is raised, the run stops before its next block, and the exception propagates: an interrupt costs at
+/// most one block's time per host thread instead of the whole run.
+fn interruptible<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> Result<T, ApiError> + Send,
+) -> PyResult<T> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Condvar, Mutex, PoisonError};
+    let cancel = Arc::new(AtomicBool::new(false));
+    let done = (Mutex::new(false), Condvar::new());
+    std::thread::scope(|s| {
+        let flag = cancel.clone();
+        let done = &done;
+        let worker = s.spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                kittens_ir::interp::with_cancel(flag, f)
+            }));
+            *done.0.lock().unwrap_or_else(PoisonError::into_inner) = true;
+            done.1.notify_all();
+            r
+        });
+        loop {
+            let finished = py.detach(|| {
+                let g = done.0.lock().unwrap_or_else(PoisonError::into_inner);
+                let tick = std::time::Duration::from_millis(50);
+                let (g, _) = done
+                    .1
+                    .wait_timeout_while(g, tick, |d| !*d)
+                    .unwrap_or_else(PoisonError::into_inner);
+                *g
+            });
+            if finished {
+                break;
+            }
+            if let Err(e) = py.check_signals() {
+                cancel.store(true, Ordering::Relaxed);
+                let _ = py.detach(|| worker.join());
+                return Err(e);
+            }
+        }
+        match py.detach(|| worker.join()) {
+            Ok(Ok(v)) => v.map_err(to_py),
+            Ok(Err(p)) | Err(p) => Err(panic_error(p)),
+        }
+    })
 }
 
 fn say(msg: &str) {
@@ -57,15 +113,29 @@ fn say(msg: &str) {
 /// `out = a @ b` for bf16 `a` (M, K) row-major and `b` (K, N) = `w.T` of a row-major (N, K) `w`. CPU
 /// arrays run on the interpreter; CUDA arrays are launched on `stream` (a `CUstream` handle; 0 is the
 /// legacy default stream) and the call returns once the launch is enqueued.
+/// Without `out`, only the checks run (against the output the call would allocate): the Python side
+/// calls so before allocating.
 #[pyfunction]
-fn matmul(py: Python<'_>, a: ViewArgs, b: ViewArgs, out: ViewArgs, stream: u64) -> PyResult<()> {
-    let (a, b, out) = (
+fn matmul(
+    py: Python<'_>,
+    a: ViewArgs,
+    b: ViewArgs,
+    out: Option<ViewArgs>,
+    stream: u64,
+) -> PyResult<()> {
+    let (a, b) = (
         view::view("a", a).map_err(to_py)?,
         view::view("b", b).map_err(to_py)?,
-        view::view("out", out).map_err(to_py)?,
     );
+    let Some(out) = out else {
+        let (m, n) = (a.shape.first(), b.shape.get(1));
+        let shape = vec![m.copied().unwrap_or(0), n.copied().unwrap_or(0)];
+        let out = a.planned("out", shape.clone(), View::row_major(&shape));
+        return view::matmul(&a, &b, &out).map(|_| ()).map_err(to_py);
+    };
+    let out = view::view("out", out).map_err(to_py)?;
     let p = view::matmul(&a, &b, &out).map_err(to_py)?;
-    guarded(py, move || match p.device {
+    let run = move || match p.device {
         Device::Cpu => {
             let t = std::time::Instant::now();
             // SAFETY: the Python caller holds the arrays alive for the call; shapes checked above.
@@ -86,7 +156,11 @@ fn matmul(py: Python<'_>, a: ViewArgs, b: ViewArgs, out: ViewArgs, stream: u64) 
             }
             Ok(())
         }
-    })
+    };
+    match p.device {
+        Device::Cpu => interruptible(py, run),
+        Device::Cuda(_) => guarded(py, run),
+    }
 }
 
 /// `out = softmax(q·kᵀ·scale)·v` for bf16 (B, H, N, D) `q`/`out` and (B, H_kv, N_kv, D) `k`/`v` (GQA
@@ -102,21 +176,29 @@ fn attention(
     q: ViewArgs,
     k: ViewArgs,
     v: ViewArgs,
-    out: ViewArgs,
+    out: Option<ViewArgs>,
     lse: Option<ViewArgs>,
     causal: bool,
     bottom_right: bool,
     scale: Option<f64>,
     stream: u64,
 ) -> PyResult<()> {
-    let views = [
-        view::view("q", q),
-        view::view("k", k),
-        view::view("v", v),
-        view::view("out", out),
-    ];
-    let [q, k, v, out] = views.map(|r| r.map_err(to_py));
-    let (q, k, v, out) = (q?, k?, v?, out?);
+    let views = [view::view("q", q), view::view("k", k), view::view("v", v)];
+    let [q, k, v] = views.map(|r| r.map_err(to_py));
+    let (q, k, v) = (q?, k?, v?);
+    if bottom_right && !causal {
+        return Err(PyValueError::new_err(
+            "causal_align='bottom_right' aligns the causal mask; it needs causal=True",
+        ));
+    }
+    let Some(out) = out else {
+        // Only the checks, against an output of q's shape and memory order (what the caller allocates).
+        let out = q.planned("out", q.shape.clone(), q.strides.clone());
+        return view::attention(&q, &k, &v, &out, None, scale)
+            .map(|_| ())
+            .map_err(to_py);
+    };
+    let out = view::view("out", out).map_err(to_py)?;
     let lse = lse
         .map(|l| view::view_f32("lse", l))
         .transpose()
@@ -127,7 +209,7 @@ fn attention(
         (true, false) => Causal::TopLeft,
         (true, true) => Causal::BottomRight,
     };
-    guarded(py, move || match p.device {
+    let run = move || match p.device {
         Device::Cpu => {
             let t = std::time::Instant::now();
             // SAFETY: the Python caller holds the arrays alive for the call; shapes checked above.
@@ -153,7 +235,11 @@ fn attention(
             }
             Ok(())
         }
-    })
+    };
+    match p.device {
+        Device::Cpu => interruptible(py, run),
+        Device::Cuda(_) => guarded(py, run),
+    }
 }
 
 /// `out[0] = LayerNorm(residual + dropout(x))·weight + bias`, `out[1] = residual + dropout(x)` for
@@ -169,11 +255,11 @@ fn layernorm(
     residual: ViewArgs,
     weight: ViewArgs,
     bias: ViewArgs,
-    out: ViewArgs,
-    p: f32,
+    out: Option<ViewArgs>,
+    p: f64,
     seed: u64,
     offset: u64,
-    eps: f32,
+    eps: f64,
     stream: u64,
 ) -> PyResult<()> {
     let views = [
@@ -181,10 +267,32 @@ fn layernorm(
         view::view("residual", residual),
         view::view("weight", weight),
         view::view("bias", bias),
-        view::view("out", out),
     ];
-    let [x, r, w, b, o] = views.map(|v| v.map_err(to_py));
-    let (x, r, w, b, o) = (x?, r?, w?, b?, o?);
+    let [x, r, w, b] = views.map(|v| v.map_err(to_py));
+    let (x, r, w, b) = (x?, r?, w?, b?);
+    if !(0.0..1.0).contains(&p) {
+        return Err(PyValueError::new_err(format!(
+            "dropout p = {p} must be in [0, 1)"
+        )));
+    }
+    if !(eps.is_finite() && eps > 0.0 && eps <= f64::from(f32::MAX)) {
+        return Err(PyValueError::new_err(format!(
+            "eps = {eps} must be a positive finite float32"
+        )));
+    }
+    let (p, eps) = (p as f32, eps as f32);
+    let o = match out {
+        Some(o) => view::view("out", o).map_err(to_py)?,
+        None => {
+            let mut shape = vec![2];
+            shape.extend_from_slice(&x.shape);
+            let o = x.planned("out", shape.clone(), View::row_major(&shape));
+            // Only the checks, before the caller allocates the output.
+            return view_mem::layernorm(&x, &r, &w, &b, &o)
+                .map(|_| ())
+                .map_err(to_py);
+        }
+    };
     let call = view_mem::layernorm(&x, &r, &w, &b, &o).map_err(to_py)?;
     let norm = kittens_kernels::problem::NormShape {
         rows: call.rows,
@@ -196,7 +304,7 @@ fn layernorm(
     if call.rows == 0 {
         return Ok(());
     }
-    guarded(py, move || match call.device {
+    let run = move || match call.device {
         Device::Cpu => {
             let t = std::time::Instant::now();
             // SAFETY: the Python caller holds the arrays alive for the call; shapes checked above.
@@ -216,7 +324,11 @@ fn layernorm(
             }
             Ok(())
         }
-    })
+    };
+    match call.device {
+        Device::Cpu => interruptible(py, run),
+        Device::Cuda(_) => guarded(py, run),
+    }
 }
 
 /// Rotary embedding of bf16 `q` (B, H, N, D) (dense, or a transposed (B, N, H, D) buffer) with `cos`,
@@ -226,25 +338,39 @@ fn layernorm(
 fn rotary(
     py: Python<'_>,
     q: ViewArgs,
-    cos: ViewArgs,
-    sin: ViewArgs,
-    out: ViewArgs,
+    cos: Option<ViewArgs>,
+    sin: Option<ViewArgs>,
+    out: Option<ViewArgs>,
     interleaved: bool,
     stream: u64,
 ) -> PyResult<()> {
-    let views = [
-        view::view("q", q),
-        view::view("cos", cos),
-        view::view("sin", sin),
-        view::view("out", out),
-    ];
-    let [q, c, s, o] = views.map(|v| v.map_err(to_py));
-    let (q, c, s, o) = (q?, c?, s?, o?);
+    let q = view::view("q", q).map_err(to_py)?;
+    // Tables and output the caller has not made yet are checked as what it would make: (N, D/2)
+    // contiguous tables, an output of q's shape and memory order.
+    let table = |name: &'static str| {
+        let shape = vec![
+            q.shape.get(2).copied().unwrap_or(0),
+            q.shape.get(3).copied().unwrap_or(0) / 2,
+        ];
+        q.planned(name, shape.clone(), View::row_major(&shape))
+    };
+    let given = |name: &'static str, v: Option<ViewArgs>| match v {
+        Some(v) => view::view(name, v).map_err(to_py).map(Some),
+        None => Ok(None),
+    };
+    let (c, s, o) = (given("cos", cos)?, given("sin", sin)?, given("out", out)?);
+    let check_only = c.is_none() || s.is_none() || o.is_none();
+    let c = c.unwrap_or_else(|| table("cos"));
+    let s = s.unwrap_or_else(|| table("sin"));
+    let o = o.unwrap_or_else(|| q.planned("out", q.shape.clone(), q.strides.clone()));
     let call = view_mem::rotary(&q, &c, &s, &o).map_err(to_py)?;
+    if check_only {
+        return Ok(());
+    }
     if call.batch * call.heads * call.seq == 0 {
         return Ok(());
     }
-    guarded(py, move || match call.device {
+    let run = move || match call.device {
         Device::Cpu => {
             // SAFETY: the Python caller holds the arrays alive for the call; shapes checked above.
             unsafe { host::rotary(&call, interleaved) }
@@ -256,7 +382,11 @@ fn rotary(
             }
             Ok(())
         }
-    })
+    };
+    match call.device {
+        Device::Cpu => interruptible(py, run),
+        Device::Cuda(_) => guarded(py, run),
+    }
 }
 
 /// The attention backward on CUDA over device addresses (the Python side, `kittens._attention_backward`,
@@ -372,10 +502,13 @@ fn attention_backward_cpu<'py>(
         (true, false) => Causal::TopLeft,
         (true, true) => Causal::BottomRight,
     };
-    let grads = guarded(py, move || {
+    let grads = interruptible(py, move || {
         let t = std::time::Instant::now();
         let g = kittens_kernels::exec::attention_bwd(&q, &k, &v, &o, &d_o, &lse, &sh, causal)
-            .map_err(|e| ApiError::Value(format!("kittens._attention_backward: {e}")))?;
+            .map_err(|e| match host::kernel_error(e) {
+                ApiError::Interrupted => ApiError::Interrupted,
+                e => ApiError::Value(format!("kittens._attention_backward: {e}")),
+            })?;
         say(&format!(
             "kittens: attention backward {sh:?} on the CPU interpreter in {:.3} s",
             t.elapsed().as_secs_f64()

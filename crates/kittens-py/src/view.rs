@@ -21,6 +21,9 @@ pub enum ApiError {
     /// `RuntimeError`: no driver, no kernel for this device, a failed launch.
     #[error("{0}")]
     Runtime(String),
+    /// `KeyboardInterrupt`: the CPU run stopped at a signal (`kittens_ir::interp::InterpError::Cancelled`).
+    #[error("interrupted")]
+    Interrupted,
 }
 
 /// Where an array lives.
@@ -52,6 +55,9 @@ pub struct View {
     pub device: Device,
     /// Bytes per element (2 for bf16, 4 for the f32 log-sum-exp).
     pub elem: u64,
+    /// An array the call would allocate ([`View::planned`]): checked for shape and layout, but it
+    /// has no memory yet to overlap anything.
+    pub planned: bool,
 }
 
 /// Reads one array's description, checking the dtype (bf16) and the device.
@@ -97,17 +103,49 @@ fn view_of(name: &'static str, args: ViewArgs, want: &str, why: &str) -> Result<
         strides,
         device,
         elem: if want == "float32" { 4 } else { 2 },
+        planned: false,
     })
 }
 
 impl View {
+    /// The array a call would allocate when the caller passes none (`shape`, `strides` like `self`'s
+    /// device): the checks run on it before the Python side allocates, so a bad input is refused
+    /// before a huge output is allocated for it. It has no address: [`disjoint`] skips it.
+    pub(crate) fn planned(&self, name: &'static str, shape: Vec<usize>, strides: Vec<i64>) -> View {
+        View {
+            name,
+            ptr: 0,
+            shape,
+            strides,
+            device: self.device,
+            elem: self.elem,
+            planned: true,
+        }
+    }
+
+    /// Row-major strides of `shape` (saturating: a shape too large is refused by its size check).
+    pub(crate) fn row_major(shape: &[usize]) -> Vec<i64> {
+        let mut strides = vec![0i64; shape.len()];
+        let mut s = 1i64;
+        for i in (0..shape.len()).rev() {
+            strides[i] = s;
+            s = s.saturating_mul(i64::try_from(shape[i]).unwrap_or(i64::MAX));
+        }
+        strides
+    }
+
     pub(crate) fn dims(&self) -> String {
         format!("{:?}", self.shape)
     }
 
     /// Whether the strides are `want` on every dimension longer than 1 (a size-1 dimension's stride is
-    /// never used to address anything, and frameworks set it freely).
+    /// never used to address anything, and frameworks set it freely). An empty array (a dimension of
+    /// 0) addresses nothing at all: any strides are its strides (numpy gives some empty arrays zero
+    /// strides, its own `np.empty((0, 8))` included).
     pub(crate) fn strides_are(&self, want: &[usize]) -> bool {
+        if self.shape.contains(&0) {
+            return true;
+        }
         self.shape
             .iter()
             .zip(&self.strides)
@@ -157,6 +195,9 @@ pub(crate) fn disjoint(out: &View, inputs: &[&View]) -> Result<(), ApiError> {
     let (o0, o1) = out.bytes()?;
     for v in inputs {
         let (i0, i1) = v.bytes()?;
+        if out.planned || v.planned {
+            continue;
+        }
         if o0 < i1 && i0 < o1 && o0 < o1 && i0 < i1 {
             return Err(ApiError::Value(format!(
                 "{} overlaps {} in memory; pass a separate output array",
@@ -338,7 +379,8 @@ pub fn attention(
     // attn_fwd scales Q by log2(e)/√d before the exp2 softmax: that is the only scale it computes.
     let default = 1.0 / (d as f64).sqrt();
     if let Some(s) = scale {
-        if (s - default).abs() > 1e-6 * default {
+        // Written so that NaN (for which every comparison is false) is refused too.
+        if !((s - default).abs() <= 1e-6 * default) {
             return Err(ApiError::Value(format!(
                 "scale={s} is not supported: the kernel applies the default softmax scale 1/sqrt({d}) = \
                  {default:.6} only; pass scale=None"

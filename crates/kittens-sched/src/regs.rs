@@ -109,6 +109,20 @@ impl RegsInput {
                 "consumers, tile, instruction, k step, stages must be positive".into(),
             ));
         }
+        // A shared-memory pipeline of no stage, or stages of no K, holds nothing to compute from.
+        if self.depth == 0 || self.lds_k == 0 {
+            return Err(SchedError::Invalid(format!(
+                "shared-memory depth {} and stage K {} must be positive",
+                self.depth, self.lds_k
+            )));
+        }
+        // A register stage feeds whole instructions: its K is a multiple of the instruction's.
+        if !self.k_step.is_multiple_of(self.mma.2) {
+            return Err(SchedError::Invalid(format!(
+                "k step {} is not a multiple of the instruction's K {}",
+                self.k_step, self.mma.2
+            )));
+        }
         let threads = (self.producers as u128 + self.consumers as u128) * lanes as u128;
         if threads > MAX_THREADS_PER_BLOCK as u128 {
             return Err(SchedError::Invalid(format!(

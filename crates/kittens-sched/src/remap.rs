@@ -165,6 +165,19 @@ impl GridOrder {
     pub fn check(&self, rows: u64, cols: u64) -> Result<(), crate::SchedError> {
         use crate::mul64;
         mul64(rows, cols, "grid rows x columns")?;
+        // The remaps read a window or chunk of 0 as 1; an order that says W0 or C0 but computes W1 or
+        // C1 would be reported under a label it did not run, so it is refused here.
+        let zero = match *self {
+            GridOrder::GroupM { window } => window == 0,
+            GridOrder::XcdSwizzle { window, chunk, .. } => window == 0 || chunk == 0,
+            _ => false,
+        };
+        if zero {
+            return Err(crate::SchedError::Invalid(format!(
+                "{}: the window W and the chunk C must be at least 1",
+                self.label()
+            )));
+        }
         match *self {
             GridOrder::RowMajor | GridOrder::HeadFirst { .. } => {}
             GridOrder::GroupM { window } => {

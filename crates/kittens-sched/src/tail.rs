@@ -24,6 +24,9 @@ use serde::Serialize;
 /// Most K/V blocks one workgroup may walk: the planner tries every split `G` up to that count.
 /// 2^20 blocks of 64 keys are 64 M tokens, far past any attention launch.
 pub const MAX_KV_BLOCKS: u64 = 1 << 20;
+/// The most K/V-block iterations of an unsplit launch the planner models: 2^53, the integers f64
+/// holds exactly (its predicted times are f64 counts of iterations).
+pub const MAX_EXACT_ITERATIONS: u64 = 1 << 53;
 
 /// Which workgroups a split cuts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
@@ -185,7 +188,18 @@ pub fn plan_tail(gpu: &Gpu, s: &TailInput, m: &TailModel) -> Result<TailPlan, Sc
     )?;
     let (full_rounds, tail) = (workgroups / cus, workgroups % cus);
     let rounds = full_rounds + u64::from(tail > 0);
-    let unsplit = mul64(rounds, kv_blocks, "rounds x K/V blocks")? as f64;
+    let unsplit = mul64(rounds, kv_blocks, "rounds x K/V blocks")?;
+    // The model times in f64, which holds integers exactly only up to 2^53: a count past it would be
+    // printed rounded as if exact.
+    SchedError::check_budget(
+        format!("a launch of {workgroups} workgroups"),
+        u128::from(unsplit),
+        "K/V-block iterations",
+        "tail planner",
+        MAX_EXACT_ITERATIONS,
+        "; its predicted times are f64 counts, exact only to 2^53",
+    )?;
+    let unsplit = unsplit as f64;
     let mut plan = TailPlan {
         split: 1,
         reason: String::new(),

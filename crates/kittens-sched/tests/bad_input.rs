@@ -141,3 +141,25 @@ fn regs_planner_refuses_register_counts_that_overflow() {
     (s.tile_m, s.tile_n) = (1 << 16, 1 << 16);
     limit_error(plan_regs(g, &s), "2^24");
 }
+
+/// A pipeline of no stage, stages of no K, or a register step that is not whole instructions used to
+/// be planned (and "fit"); each is refused with the value named.
+#[test]
+fn regs_planner_refuses_empty_stages_and_partial_instructions() {
+    let g = gpu("mi355x");
+    let mut s = regs_input(0, 8);
+    s.depth = 0;
+    limit_error(plan_regs(g, &s), "depth 0");
+    let mut s = regs_input(0, 8);
+    s.lds_k = 0;
+    limit_error(plan_regs(g, &s), "stage K 0");
+    let mut s = regs_input(0, 8);
+    s.k_step = 1;
+    limit_error(
+        plan_regs(g, &s),
+        "k step 1 is not a multiple of the instruction's K 32",
+    );
+    let mut s = regs_input(0, 8);
+    s.k_step = 64;
+    assert!(plan_regs(g, &s).is_ok());
+}

@@ -152,8 +152,11 @@ impl Swizzle {
                 .map(|x| x.trim().parse().ok())
                 .collect::<Option<_>>()?;
             match v[..] {
+                // The sum in u64: in u32 `xor(1,4294967295,1)` would wrap to 1 and pass.
                 [bits, base, shift]
-                    if (1..=8).contains(&bits) && shift >= 1 && base + bits + shift <= 31 =>
+                    if (1..=8).contains(&bits)
+                        && shift >= 1
+                        && u64::from(base) + u64::from(bits) + u64::from(shift) <= 31 =>
                 {
                     Some(XorTerm { bits, base, shift })
                 }
@@ -250,6 +253,11 @@ mod tests {
             assert_eq!(Swizzle::parse(&s.name()), Some(s), "{}", s.name());
         }
         assert_eq!(Swizzle::parse("xor(0,3,4)"), None);
+        // Limits summed without wrapping: base near u32::MAX is refused, not taken as a small sum.
+        assert_eq!(Swizzle::parse("xor(1,4294967295,1)"), None);
+        assert_eq!(Swizzle::parse("xor(8,4294967295,4294967295)"), None);
+        assert!(Swizzle::parse("xor(1,29,1)").is_some());
+        assert_eq!(Swizzle::parse("xor(1,30,1)"), None);
         assert_eq!(Swizzle::parse("fancy"), None);
     }
 }

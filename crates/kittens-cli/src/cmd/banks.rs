@@ -59,7 +59,7 @@ fn shared_tile(dtype: DType, rows: u32, cols: u32, swizzle: &str) -> anyhow::Res
         SharedTile::new(dtype, rows, cols)
     } else {
         let sw = Swizzle::parse(swizzle).ok_or_else(|| {
-            anyhow!("unknown swizzle `{swizzle}`; use none, default, hk16x32, hk16x16, hk32x32, hk32x16, nv128, nv64, nv32 or xor(b,m,s)")
+            anyhow!("unknown swizzle `{swizzle}`; use none, default, hk16x32, hk16x16, hk32x32, hk32x16, nv128, nv64, nv32 or xor(bits,base,shift) (bits 1 to 8, shift at least 1, bits + base + shift at most 31; two terms joined by `+`)")
         })?;
         SharedTile::with_swizzle(dtype, rows, cols, sw)
     };

@@ -53,9 +53,11 @@ pub struct Args {
     pub json: bool,
 }
 
-/// A small default for a parameter, so that loops run a handful of iterations.
-fn default_param(name: &str) -> i64 {
+/// A small default for a parameter, so that loops run a handful of iterations; data words (seeds,
+/// counters) default to 0, as `kittens run`'s.
+fn default_param(name: &str, word: bool) -> i64 {
     match name {
+        _ if word => 0,
         "m" | "n" | "seq" | "seq_kv" => 512,
         "k" => 1024,
         "batch" | "heads_kv" => 1,
@@ -64,8 +66,24 @@ fn default_param(name: &str) -> i64 {
     }
 }
 
-fn param_values(names: &[String], given: &[String]) -> anyhow::Result<Vec<i64>> {
-    let mut values: Vec<i64> = names.iter().map(|n| default_param(n)).collect();
+/// Relations between parameters that the kernels assume and the analysis cannot see (`kittens run`
+/// refuses the same): grouped-query attention's key/value heads divide the query heads.
+fn check_relations(names: &[String], values: &[i64]) -> anyhow::Result<()> {
+    let get = |n: &str| names.iter().position(|x| x == n).map(|i| values[i]);
+    if let (Some(h), Some(hkv)) = (get("heads"), get("heads_kv")) {
+        if hkv >= 1 && h >= 1 && h % hkv != 0 {
+            bail!("--param heads_kv={hkv} must divide heads={h}");
+        }
+    }
+    Ok(())
+}
+
+fn param_values(names: &[String], words: &[bool], given: &[String]) -> anyhow::Result<Vec<i64>> {
+    let mut values: Vec<i64> = names
+        .iter()
+        .zip(words)
+        .map(|(n, &w)| default_param(n, w))
+        .collect();
     for g in given {
         let (name, value) = g
             .split_once('=')
@@ -146,8 +164,19 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             .with_context(|| format!("--drop-op {i}: no such op"))?;
     }
     let names: Vec<String> = kernel.params.iter().map(|p| p.name.clone()).collect();
+    let words: Vec<bool> = kernel.params.iter().map(|p| p.word).collect();
+    let params = param_values(&names, &words, &args.params)?;
+    check_relations(&names, &params)?;
+    let dims = kernel.grid.extents.len();
+    if !args.block.is_empty() && args.block.len() != dims {
+        bail!(
+            "--block {:?}: the grid of {} has {dims} dimension(s); give {dims} coordinate(s)",
+            args.block,
+            info.name
+        );
+    }
     let opts = Options {
-        params: param_values(&names, &args.params)?,
+        params,
         block: args.block.clone(),
         head_iters: args.head_iters,
         trust_lds_latency: args.trust_lds_latency,
@@ -206,14 +235,27 @@ mod tests {
     #[test]
     fn params_default_and_override_by_name() {
         let names: Vec<String> = ["m", "n", "k"].map(String::from).into();
-        assert_eq!(param_values(&names, &[]).unwrap(), vec![512, 512, 1024]);
+        let w = [false; 3];
+        assert_eq!(param_values(&names, &w, &[]).unwrap(), vec![512, 512, 1024]);
         assert_eq!(
-            param_values(&names, &["k=64".into(), "m = 128".into()]).unwrap(),
+            param_values(&names, &w, &["k=64".into(), "m = 128".into()]).unwrap(),
             vec![128, 512, 64]
         );
-        assert!(param_values(&names, &["q=1".into()]).is_err());
-        assert!(param_values(&names, &["k".into()]).is_err());
-        assert!(param_values(&names, &["k=x".into()]).is_err());
+        assert!(param_values(&names, &w, &["q=1".into()]).is_err());
+        assert!(param_values(&names, &w, &["k".into()]).is_err());
+        assert!(param_values(&names, &w, &["k=x".into()]).is_err());
+        let words: Vec<String> = ["rows", "seed_lo"].map(String::from).into();
+        assert_eq!(
+            param_values(&words, &[false, true], &[]).unwrap(),
+            vec![256, 0]
+        );
+    }
+
+    #[test]
+    fn key_value_heads_must_divide_the_query_heads() {
+        let names: Vec<String> = ["heads", "heads_kv"].map(String::from).into();
+        assert!(check_relations(&names, &[3, 2]).is_err());
+        assert!(check_relations(&names, &[4, 2]).is_ok());
     }
 
     #[test]

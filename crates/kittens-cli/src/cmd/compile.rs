@@ -23,8 +23,8 @@ pub struct Args {
     /// Print the generated source (hip, cuda) or the compiler's assembly (asm) instead of the report.
     #[arg(long, value_enum)]
     pub emit: Option<Emit>,
-    /// Print one JSON document on stdout.
-    #[arg(long)]
+    /// Print one JSON document on stdout (the report; not with --emit, whose text is no JSON).
+    #[arg(long, conflicts_with = "emit")]
     pub json: bool,
 }
 
@@ -197,13 +197,10 @@ pub fn amd_compile_variant(
     })
 }
 
-/// Print emitted text; a closed pipe (`| head`) ends quietly instead of panicking.
+/// Print emitted text; a closed pipe (`| head`) ends quietly, a full disk is an error (`crate::out`).
 fn emit(text: &str) -> Result<()> {
-    use std::io::Write;
-    match std::io::stdout().lock().write_all(text.as_bytes()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => Ok(other?),
-    }
+    crate::out::write_str(text);
+    Ok(())
 }
 
 fn print_amd(r: &CodeObjectReport, compiler: &str, code_object_bytes: usize) {
@@ -242,6 +239,7 @@ fn print_amd(r: &CodeObjectReport, compiler: &str, code_object_bytes: usize) {
                 l.mfma_runs,
                 l.longest_mfma_run
             );
+            println!("             MFMAs {}", hot_loop_mfmas(r));
         }
         None => println!("  hot loop   none (no backward branch)"),
     }
@@ -312,4 +310,86 @@ pub fn cuda_compile_variant(
         l.target.name(),
         l.dynamic_shared_bytes(),
     )?)
+}
+
+/// The hot loop's MFMAs as the code object has them, for one-line summaries (the demo's): their
+/// count and opcodes, e.g. `32 (v_mfma_f32_16x16x128_f8f6f4)`; `0 (no MFMA)` for a loop without
+/// any and `- (no loop)` without a hot loop. Read from the report, never from the target's default
+/// instruction: gemm_fp8's loop issues fp8 MFMAs, layernorm's none.
+pub fn hot_loop_mfmas(r: &CodeObjectReport) -> String {
+    let Some(l) = &r.hot_loop else {
+        return "- (no loop)".into();
+    };
+    let ops: Vec<(&String, &u32)> = l
+        .mix
+        .opcodes
+        .iter()
+        .filter(|(op, _)| op.starts_with("v_mfma"))
+        .collect();
+    match ops.as_slice() {
+        [] => format!("{} (no MFMA)", l.mix.mfma),
+        [(op, _)] => format!("{} ({op})", l.mix.mfma),
+        many => {
+            let each: Vec<String> = many.iter().map(|(op, n)| format!("{n} {op}")).collect();
+            format!("{} ({})", l.mix.mfma, each.join(", "))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kittens_runtime::amd::{InstructionMix, LoopReport};
+
+    fn report(opcodes: &[(&str, u32)]) -> CodeObjectReport {
+        let mut mix = InstructionMix::default();
+        for &(op, n) in opcodes {
+            mix.total += n;
+            if op.starts_with("v_mfma") {
+                mix.mfma += n;
+            }
+            mix.opcodes.insert(op.to_string(), n);
+        }
+        let hot_loop = Some(LoopReport {
+            label: ".LBB0_1".into(),
+            mix,
+            mfma_share: 0.0,
+            longest_mfma_run: 0,
+            mfma_runs: 0,
+        });
+        CodeObjectReport {
+            kernel: "k".into(),
+            target: "gfx950".into(),
+            vgpr: 0,
+            agpr: 0,
+            unified_vgpr: 0,
+            sgpr: 0,
+            vgpr_spill: 0,
+            sgpr_spill: 0,
+            scratch_bytes: 0,
+            lds_bytes: 0,
+            lds_budget_bytes: 0,
+            waves_per_simd: 0,
+            occupancy: 0,
+            instructions: Default::default(),
+            mix: InstructionMix::default(),
+            hot_loop,
+        }
+    }
+
+    #[test]
+    fn hot_loop_mfmas_names_the_loops_own_instructions() {
+        let fp8 = report(&[("v_mfma_f32_16x16x128_f8f6f4", 32), ("ds_read_b128", 8)]);
+        assert_eq!(hot_loop_mfmas(&fp8), "32 (v_mfma_f32_16x16x128_f8f6f4)");
+        let norm = report(&[("v_add_f32", 40)]);
+        assert_eq!(hot_loop_mfmas(&norm), "0 (no MFMA)");
+        let mixed = report(&[
+            ("v_mfma_f32_16x16x32_bf16", 16),
+            ("v_mfma_f32_32x32x16_bf16", 8),
+        ]);
+        assert_eq!(
+            hot_loop_mfmas(&mixed),
+            "24 (16 v_mfma_f32_16x16x32_bf16, 8 v_mfma_f32_32x32x16_bf16)"
+        );
+    }
 }

@@ -16,8 +16,8 @@ pub struct Args {
     /// Operand: a (M×K), b (K×N), c or d (M×N).
     #[arg(long, short = 'm', default_value = "d")]
     pub matrix: String,
-    /// List the instructions in the catalog instead.
-    #[arg(long)]
+    /// List the instructions in the catalog instead (not with an instruction or --matrix).
+    #[arg(long, conflicts_with_all = ["instruction", "matrix"])]
     pub list: bool,
     /// Print one JSON document on stdout.
     #[arg(long)]

@@ -45,8 +45,8 @@ pub struct GridArgs {
     /// docs/grid.md discusses 0.1).
     #[arg(long, default_value_t = 0.0)]
     pub stagger: f64,
-    /// Pixels per tile in the PNG.
-    #[arg(long, default_value_t = 12)]
+    /// Pixels per tile in the PNG (at least 2: one pixel of each tile is its border).
+    #[arg(long, default_value_t = 12, requires = "png", value_parser = clap::value_parser!(u32).range(2..))]
     pub cell: u32,
     /// Print one JSON document on stdout.
     #[arg(long)]
@@ -165,7 +165,7 @@ fn grid(a: GridArgs) -> anyhow::Result<()> {
     let (rows, cols) = shape.grid();
     let map = draw::first_round(rows, cols, g.xcds as u64, g.compute_units as u64, order)?;
     if let Some(path) = &a.png {
-        let (w, h, px) = draw::render_rgb(&map, a.cell.max(2))?;
+        let (w, h, px) = draw::render_rgb(&map, a.cell)?;
         std::fs::write(path, draw::encode_png(w, h, &px))
             .with_context(|| format!("writing {}", path.display()))?;
     }

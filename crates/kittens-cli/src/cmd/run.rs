@@ -142,6 +142,123 @@ pub struct Args {
     /// Print one JSON document on stdout.
     #[arg(long)]
     pub json: bool,
+    /// The flags given on the command line (clap ids), filled by `main` from the parsed matches: a
+    /// flag that does not apply to the kernel or backend is refused instead of ignored.
+    #[arg(skip)]
+    pub explicit: Vec<String>,
+}
+
+/// The ids of the `run` flags given on the command line (not defaults).
+pub fn explicit_flags(matches: &clap::ArgMatches) -> Vec<String> {
+    let Some(m) = matches.subcommand_matches("run") else {
+        return Vec::new();
+    };
+    // Argument ids only (the matches also hold the group the derive names after the struct).
+    let cmd = <Args as clap::Args>::augment_args(clap::Command::new("run"));
+    let args: Vec<&str> = cmd.get_arguments().map(|a| a.get_id().as_str()).collect();
+    m.ids()
+        .filter(|id| args.contains(&id.as_str()))
+        .filter(|id| m.value_source(id.as_str()) == Some(clap::parser::ValueSource::CommandLine))
+        .map(|id| id.as_str().to_string())
+        .collect()
+}
+
+/// The `run` flags each kernel reads (clap ids); the backend, target, seeds, scale, tolerance and
+/// output flags apply to every kernel.
+fn kernel_flags(kernel: &str) -> &'static [&'static str] {
+    const GEMM: &[&str] = &["m", "n", "k", "block", "k_step", "schedule", "variant"];
+    const ATTN_FWD: &[&str] = &[
+        "batch",
+        "heads",
+        "heads_kv",
+        "seq",
+        "seq_kv",
+        "dim",
+        "causal",
+        "bottom_right",
+        "lse",
+        "kv_splits",
+        "layout",
+        "q_rows",
+        "kv_block",
+        "variant",
+    ];
+    const ATTN_BWD: &[&str] = &[
+        "batch",
+        "heads",
+        "heads_kv",
+        "seq",
+        "seq_kv",
+        "dim",
+        "causal",
+        "bottom_right",
+        "layout",
+        "schedule",
+        "variant",
+    ];
+    const LAYERNORM: &[&str] = &["rows", "hidden", "p", "dropout_seed", "offset"];
+    const ROTARY: &[&str] = &["batch", "heads", "seq", "dim", "layout", "interleaved"];
+    match kernel {
+        "gemm_bf16" | "gemm_fp8" => GEMM,
+        "attn_fwd" => ATTN_FWD,
+        "attn_bwd" => ATTN_BWD,
+        "layernorm" => LAYERNORM,
+        "rotary" => ROTARY,
+        _ => &[],
+    }
+}
+
+/// Flags every kernel takes.
+const COMMON_FLAGS: &[&str] = &[
+    "kernel",
+    "backend",
+    "target",
+    "seed",
+    "isa_seed",
+    "input_scale",
+    "tolerance",
+    "ir",
+    "json",
+];
+
+/// Tile flags that configure the interpreter's program only (a GPU target builds its GPU's tiles).
+const CPU_TILE_FLAGS: &[&str] = &["block", "k_step", "q_rows", "kv_block"];
+
+/// Refuses a flag given on the command line that the kernel (or the backend) would ignore.
+fn check_flags(a: &Args) -> anyhow::Result<()> {
+    let own = kernel_flags(a.kernel.name);
+    let foreign: Vec<String> = a
+        .explicit
+        .iter()
+        .filter(|f| !COMMON_FLAGS.contains(&f.as_str()) && !own.contains(&f.as_str()))
+        .map(|f| format!("--{}", f.replace('_', "-")))
+        .collect();
+    if !foreign.is_empty() {
+        bail!(
+            "{} {} not apply to {}; its flags: {}",
+            foreign.join(", "),
+            if foreign.len() == 1 { "does" } else { "do" },
+            a.kernel.name,
+            own.iter()
+                .map(|f| format!("--{}", f.replace('_', "-")))
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+    }
+    if a.backend != BackendArg::Cpu {
+        if let Some(f) = a
+            .explicit
+            .iter()
+            .find(|f| CPU_TILE_FLAGS.contains(&f.as_str()))
+        {
+            bail!(
+                "--{} configures the interpreter's tiles (--backend cpu); a GPU target builds its GPU's \
+                 configuration (pick another with --schedule or --variant)",
+                f.replace('_', "-")
+            );
+        }
+    }
+    Ok(())
 }
 
 pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
@@ -236,9 +353,19 @@ fn variant(a: &Args) -> anyhow::Result<Option<&'static str>> {
     let Some(schedule) = a.schedule else {
         return Ok(None);
     };
+    let gemm = matches!(a.kernel.name, "gemm_bf16" | "gemm_fp8");
+    if !gemm && a.kernel.name != "attn_bwd" {
+        bail!(
+            "--schedule applies to the GEMMs and attn_bwd, not {} (its variants: --variant)",
+            a.kernel.name
+        );
+    }
     let name = match schedule {
         ScheduleArg::Pingpong => "pingpong8",
         ScheduleArg::Interleave => "interleave4",
+        ScheduleArg::Ws if !gemm => {
+            bail!("--schedule ws is the GEMMs' Hopper schedule; attn_bwd runs interleave4 or pingpong8")
+        }
         ScheduleArg::Ws => {
             if a.backend == BackendArg::Cpu {
                 return Ok(None);
@@ -310,8 +437,18 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.device.is_some() && args.backend != BackendArg::Cuda {
         bail!("--device picks the GPU of --backend cuda");
     }
+    check_flags(&args)?;
     let mut p = problem(&args)?;
     p.variant = variant(&args)?;
+    // On the interpreter the GEMMs' `interleave4` variant is their 4-wave schedule (what `--schedule
+    // interleave` runs there); the registry variant itself configures a GPU target.
+    if args.backend == BackendArg::Cpu
+        && matches!(entry.name, "gemm_bf16" | "gemm_fp8")
+        && p.variant == Some(kittens_kernels::gemm_bf16::problem::INTERLEAVE4)
+    {
+        p.gemm.schedule = ScheduleArg::Interleave.into();
+        p.variant = None;
+    }
     let backend = backend(&args)?;
     let target = backend.about().target;
     if args.ir && target != Target::Cpu {

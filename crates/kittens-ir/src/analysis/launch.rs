@@ -15,7 +15,7 @@
 use super::period;
 use super::trace::{self, Traces};
 use super::{AnalysisError, Hazard, Options, Report};
-use crate::expr::{Cond, Env, Expr};
+use crate::expr::{Cond, Expr};
 use crate::ir::Kernel;
 use serde::Serialize;
 use std::collections::hash_map::DefaultHasher;
@@ -112,30 +112,7 @@ fn launch(
 ) -> Result<LaunchReport, AnalysisError> {
     super::check_params(kernel, &opts.params)?;
     let head = super::head_iters(kernel, opts);
-    let env = Env {
-        params: &opts.params,
-        vars: &[],
-        block: &[],
-        wave: 0,
-    };
-    let extents: Vec<i64> = kernel
-        .grid
-        .extents
-        .iter()
-        .map(|e| {
-            e.eval(&env).ok_or_else(|| AnalysisError::Eval {
-                op: 0,
-                expr: e.to_string(),
-            })
-        })
-        .collect::<Result<_, _>>()?;
-    if let Some(d) = extents.iter().position(|&x| x <= 0) {
-        return Err(AnalysisError::EmptyGrid {
-            dim: d,
-            extent: kernel.grid.extents[d].to_string(),
-            value: extents[d],
-        });
-    }
+    let extents = super::grid_extents(kernel, &opts.params)?;
     let blocks = extents
         .iter()
         .try_fold(1u64, |n, &x| n.checked_mul(x as u64))

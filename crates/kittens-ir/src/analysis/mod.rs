@@ -39,6 +39,7 @@ pub use launch::{
 pub use period::Periodicity;
 pub use trace::LoopUnroll;
 
+use crate::expr::Env;
 use crate::ir::{Kernel, Op, SharedId, Stmt, WaitCount, WaitQueue};
 use hazards::{Counts, Ctx, Race};
 use serde::Serialize;
@@ -53,7 +54,7 @@ pub enum AnalysisError {
         expected: usize,
         got: usize,
     },
-    #[error("op #{op}: cannot evaluate `{expr}` (unbound variable or division by zero)")]
+    #[error("op #{op}: cannot evaluate `{expr}` (unbound variable, division by zero or a value past 64 bits)")]
     Eval { op: usize, expr: String },
     #[error("op #{op} names a shared buffer the kernel does not declare")]
     NoSuchBuffer { op: usize },
@@ -70,6 +71,16 @@ pub enum AnalysisError {
     /// empty problem has no schedule to analyse (reporting "no hazards" would claim what was not checked).
     #[error("parameter `{name}` = {value}: the problem is empty (every size must be at least 1)")]
     EmptyProblem { name: String, value: i64 },
+    /// A data word (seed, counter) outside `0..2^32`.
+    #[error("parameter `{name}` = {value}: a 32-bit word, 0 to 4294967295")]
+    BadWord { name: String, value: i64 },
+    /// Block coordinates that name no block of the launch.
+    #[error("block {block:?}: the grid is {extents:?} ({dims} coordinate(s), each from 0 to its extent - 1)")]
+    BlockOutsideGrid {
+        block: Vec<i64>,
+        extents: Vec<i64>,
+        dims: usize,
+    },
     #[error("grid dimension {dim} (`{extent}`) has {value} blocks: the launch is empty")]
     EmptyGrid {
         dim: usize,
@@ -214,8 +225,22 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
     check_params(kernel, &opts.params)?;
     let head = head_iters(kernel, opts);
     let mut opts = opts.clone();
-    let dims = kernel.grid.extents.len().max(opts.block.len());
-    opts.block.resize(dims, 0);
+    // Missing coordinates are 0; extra ones, or one outside its extent, name no block of the launch.
+    let extents = grid_extents(kernel, &opts.params)?;
+    let outside = opts.block.len() > extents.len()
+        || opts
+            .block
+            .iter()
+            .zip(&extents)
+            .any(|(&b, &e)| !(0..e).contains(&b));
+    if outside {
+        return Err(AnalysisError::BlockOutsideGrid {
+            block: opts.block.clone(),
+            extents,
+            dims: kernel.grid.extents.len(),
+        });
+    }
+    opts.block.resize(kernel.grid.extents.len(), 0);
     let traces = trace::trace(kernel, &opts.params, &opts.block, head)?;
     Ok(report_of(kernel, &opts, head, &traces, true))
 }
@@ -229,13 +254,50 @@ fn check_params(kernel: &Kernel, params: &[i64]) -> Result<(), AnalysisError> {
             got: params.len(),
         });
     }
-    match kernel.params.iter().zip(params).find(|(_, &v)| v < 1) {
-        Some((p, &value)) => Err(AnalysisError::EmptyProblem {
-            name: p.name.clone(),
-            value,
-        }),
-        None => Ok(()),
+    for (p, &value) in kernel.params.iter().zip(params) {
+        if p.word && !(0..=i64::from(u32::MAX)).contains(&value) {
+            return Err(AnalysisError::BadWord {
+                name: p.name.clone(),
+                value,
+            });
+        }
+        if !p.word && value < 1 {
+            return Err(AnalysisError::EmptyProblem {
+                name: p.name.clone(),
+                value,
+            });
+        }
     }
+    Ok(())
+}
+
+/// The grid's extents at `params`, each at least 1 (an empty grid is refused).
+pub(crate) fn grid_extents(kernel: &Kernel, params: &[i64]) -> Result<Vec<i64>, AnalysisError> {
+    let env = Env {
+        params,
+        vars: &[],
+        block: &[],
+        wave: 0,
+    };
+    let extents: Vec<i64> = kernel
+        .grid
+        .extents
+        .iter()
+        .map(|e| {
+            e.eval(&env).ok_or_else(|| AnalysisError::Eval {
+                op: 0,
+                expr: e.to_string(),
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    if let Some(d) = extents.iter().position(|&x| x <= 0) {
+        return Err(AnalysisError::EmptyGrid {
+            dim: d,
+            extent: kernel.grid.extents[d].to_string(),
+            value: extents[d],
+        });
+    }
+    Ok(extents)
 }
 
 /// Loop iterations kept at each end: as given, else 3 + the deepest shared ring.

@@ -28,6 +28,8 @@ mod program;
 use crate::expr::Env;
 use crate::ir::{Access, GridOrder, Kernel, Op};
 use kittens_hw::dtype::DType;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use thiserror::Error;
 
 #[derive(Debug, Clone, PartialEq, Error)]
@@ -69,6 +71,24 @@ pub enum InterpError {
     },
     #[error("{what} overflows 64-bit arithmetic")]
     Overflow { what: String },
+    /// The caller's cancel flag ([`with_cancel`]) was raised: the run stopped between blocks and
+    /// wrote nothing.
+    #[error("the run was cancelled")]
+    Cancelled,
+}
+
+thread_local! {
+    static CANCEL: std::cell::RefCell<Option<Arc<AtomicBool>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f` with `flag` as the cancel flag of every [`run`] it makes on this thread: once the flag is
+/// set, each run stops before its next block with [`InterpError::Cancelled`] (an interrupted Python
+/// call, for instance). Blocks already started finish; nothing is written to the tensors.
+pub fn with_cancel<R>(flag: Arc<AtomicBool>, f: impl FnOnce() -> R) -> R {
+    let old = CANCEL.with(|c| c.replace(Some(flag)));
+    let r = f();
+    CANCEL.with(|c| *c.borrow_mut() = old);
+    r
 }
 
 /// What a run did.
@@ -218,6 +238,9 @@ pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunSt
     let inputs = &inputs[..];
     let program = program::Program::new(&k.body);
     let prog = &program;
+    let cancel = CANCEL.with(|c| c.borrow().clone());
+    let cancelled = || cancel.as_ref().is_some_and(|c| c.load(Ordering::Relaxed));
+    let cancelled = &cancelled;
     let results: Vec<Result<(Vec<exec::Writes>, u64), InterpError>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|t| {
@@ -226,6 +249,9 @@ pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunSt
                     let mut out = Vec::new();
                     let mut ops = 0;
                     for id in (t as i64..blocks).step_by(threads) {
+                        if cancelled() {
+                            return Err(InterpError::Cancelled);
+                        }
                         let coords = block_coords(k.grid.remap, extents, id)?;
                         let (w, n) = exec::run_block(k, prog, params, inputs, &coords, id)?;
                         out.push(w);
@@ -263,4 +289,40 @@ pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunSt
         waves_per_block: k.waves,
         wave_ops,
     })
+}
+
+#[cfg(test)]
+mod cancel_tests {
+    use super::*;
+    use crate::{Access, KernelBuilder, Schedule};
+    use kittens_hw::dtype::DType::F32;
+    use kittens_tile::{BaseShape, Layout};
+
+    /// A raised flag stops a run before its first block and leaves the tensors as they were; the
+    /// flag applies only inside `with_cancel`.
+    #[test]
+    fn a_raised_flag_stops_the_run_and_writes_nothing() {
+        let mut k = KernelBuilder::new("exp2", Schedule::Plain { waves: 1 });
+        let n = k.param("n");
+        let x = k.global(
+            "x",
+            F32,
+            &[("r", n.clone()), ("c", n.clone())],
+            Access::Read,
+        );
+        let y = k.global("y", F32, &[("r", n.clone()), ("c", n)], Access::Write);
+        let t = k.tile("t", F32, 16, 16, Layout::Row, BaseShape::S16X16);
+        k.load_global(t, k.gtile(x, 16, 16, 0, 0));
+        k.exp2(t, t);
+        k.store(k.gtile(y, 16, 16, 0, 0), t);
+        let kernel = k.finish().unwrap();
+        let mut tensors = vec![vec![1.0; 16 * 16], vec![0.0; 16 * 16]];
+        let flag = Arc::new(AtomicBool::new(true));
+        let r = with_cancel(flag.clone(), || run(&kernel, &[16], &mut tensors));
+        assert_eq!(r, Err(InterpError::Cancelled));
+        assert!(tensors[1].iter().all(|&v| v == 0.0));
+        // Outside `with_cancel` the flag is not consulted.
+        run(&kernel, &[16], &mut tensors).unwrap();
+        assert!(tensors[1].iter().all(|&v| v == 2.0));
+    }
 }

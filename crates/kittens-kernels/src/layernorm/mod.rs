@@ -132,8 +132,8 @@ pub fn build(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
         Schedule::Plain { waves: cfg.waves },
     );
     let rows = k.param("rows");
-    let seed = [k.param("seed_lo"), k.param("seed_hi")];
-    let offset = [k.param("offset_lo"), k.param("offset_hi")];
+    let seed = [k.param_word("seed_lo"), k.param_word("seed_hi")];
+    let offset = [k.param_word("offset_lo"), k.param_word("offset_hi")];
     let d = Expr::c(i64::from(dim));
     let matrix = [("row", rows.clone()), ("col", d.clone())];
     let x = k.global("x", Bf16, &matrix, Access::Read);
