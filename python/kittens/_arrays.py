@@ -84,14 +84,21 @@ def adapt(x: Any, name: str, writable: bool = False) -> Array:
     )
 
 
+_TORCH_DTYPES: dict = {}
+
+
 def _from_torch(x, name: str) -> Array:
-    dev = x.device
-    index = dev.index if dev.index is not None else 0
-    if dev.type == "cuda" and dev.index is None:
-        index = _torch().cuda.current_device()
-    dtype = str(x.dtype).replace("torch.", "")
-    ptr = x.data_ptr() if dev.type in ("cpu", "cuda") else 0
-    return Array(x, "torch", ptr, tuple(x.shape), tuple(x.stride()), dtype, dev.type, index)
+    # Every CUDA call reads its tensors here: the common cases without building a torch.device.
+    if x.is_cuda:
+        kind, index = "cuda", x.get_device()
+    else:
+        dev = x.device
+        kind, index = dev.type, dev.index if dev.index is not None else 0
+    dtype = _TORCH_DTYPES.get(x.dtype)
+    if dtype is None:
+        dtype = _TORCH_DTYPES.setdefault(x.dtype, str(x.dtype).replace("torch.", ""))
+    ptr = x.data_ptr() if kind in ("cpu", "cuda") else 0
+    return Array(x, "torch", ptr, tuple(x.shape), tuple(x.stride()), dtype, kind, index)
 
 
 def _numpy_dtype_name(x) -> str:

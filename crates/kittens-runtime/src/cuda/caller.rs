@@ -114,6 +114,17 @@ pub(crate) fn in_context<T>(
     f: impl FnOnce() -> Result<T, CudaError>,
 ) -> Result<T, CudaError> {
     let ctx = primary_context(ordinal)?;
+    let mut current = std::ptr::null_mut();
+    // SAFETY: out-parameter.
+    check(
+        unsafe { cu::cuCtxGetCurrent(&mut current) },
+        "cuCtxGetCurrent",
+    )?;
+    if current == ctx {
+        // The framework (PyTorch) already has this device's primary context current on the thread:
+        // nothing to push or pop.
+        return f();
+    }
     // SAFETY: a retained context; popped below on every path.
     check(unsafe { cu::cuCtxPushCurrent_v2(ctx) }, "cuCtxPushCurrent")?;
     let r = f();
@@ -285,7 +296,9 @@ unsafe fn enqueue_as(
     }
 }
 
-/// Checks that `[ptr, ptr + bytes)` lies inside one allocation on device `ordinal`.
+/// Checks that `[ptr, ptr + bytes)` lies inside one allocation on device `ordinal`: one
+/// `cuPointerGetAttributes` call for the device, the allocation's start and its size (CUDA driver API
+/// §"Unified Addressing": an address that is no CUDA allocation gets no range, not an error).
 pub(crate) fn check_pointer(
     what: &str,
     ptr: u64,
@@ -295,42 +308,30 @@ pub(crate) fn check_pointer(
     let mut dev: i32 = -1;
     let (mut start, mut size): (u64, usize) = (0, 0);
     use cu::CUpointer_attribute as P;
-    // SAFETY: out-parameters of the sizes each attribute documents (int, CUdeviceptr, size_t).
+    let mut attrs = [
+        P::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+        P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        P::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+    ];
+    let mut data: [*mut c_void; 3] = [
+        (&mut dev as *mut i32).cast(),
+        (&mut start as *mut u64).cast(),
+        (&mut size as *mut usize).cast(),
+    ];
+    // SAFETY: three attributes, each with an out-parameter of the size it documents (int,
+    // CUdeviceptr, size_t), alive for the call.
     let r = unsafe {
         check(
-            cu::cuPointerGetAttribute(
-                (&mut dev as *mut i32).cast::<c_void>(),
-                P::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                ptr,
-            ),
-            "cuPointerGetAttribute(DEVICE_ORDINAL)",
+            cu::cuPointerGetAttributes(3, attrs.as_mut_ptr(), data.as_mut_ptr(), ptr),
+            "cuPointerGetAttributes",
         )
-        .and_then(|_| {
-            check(
-                cu::cuPointerGetAttribute(
-                    (&mut start as *mut u64).cast::<c_void>(),
-                    P::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-                    ptr,
-                ),
-                "cuPointerGetAttribute(RANGE_START_ADDR)",
-            )
-        })
-        .and_then(|_| {
-            check(
-                cu::cuPointerGetAttribute(
-                    (&mut size as *mut usize).cast::<c_void>(),
-                    P::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-                    ptr,
-                ),
-                "cuPointerGetAttribute(RANGE_SIZE)",
-            )
-        })
     };
-    r.map_err(|e| {
-        invalid(format!(
-            "{what} at {ptr:#x} is not CUDA device memory ({e})"
-        ))
-    })?;
+    r.map_err(|e| invalid(format!("{what} at {ptr:#x}: {e}")))?;
+    if size == 0 {
+        return Err(invalid(format!(
+            "{what} at {ptr:#x} is not CUDA device memory"
+        )));
+    }
     if dev != ordinal {
         return Err(invalid(format!(
             "{what} lives on device {dev}, the launch is on device {ordinal}"
@@ -500,8 +501,18 @@ unsafe fn copy(ordinal: i32, stream: u64, dst: &Mat, src: &Mat) -> Result<(), Cu
     unsafe { super::caller_mem::enqueue_strip(ordinal, stream, &call, &lower) }.map(|_| ())
 }
 
-/// SMs of device `ordinal` (the shape-aware choice quantises work over them).
+/// SMs of device `ordinal` (the shape-aware choice quantises work over them), asked of the driver
+/// once per device.
 pub(crate) fn multiprocessors(ordinal: i32) -> Result<u32, CudaError> {
+    static SMS: Mutex<Vec<(i32, u32)>> = Mutex::new(Vec::new());
+    if let Some(&(_, n)) = SMS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .find(|(o, _)| *o == ordinal)
+    {
+        return Ok(n);
+    }
     let mut dev = 0;
     // SAFETY: out-parameter.
     check(unsafe { cu::cuDeviceGet(&mut dev, ordinal) }, "cuDeviceGet")?;
@@ -509,7 +520,11 @@ pub(crate) fn multiprocessors(ordinal: i32) -> Result<u32, CudaError> {
         dev,
         cu::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
     )?;
-    u32::try_from(n).map_err(|_| invalid(format!("{n} multiprocessors")))
+    let n = u32::try_from(n).map_err(|_| invalid(format!("{n} multiprocessors")))?;
+    SMS.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .push((ordinal, n));
+    Ok(n)
 }
 
 #[cfg(test)]
