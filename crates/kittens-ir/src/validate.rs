@@ -516,16 +516,63 @@ pub struct TargetReport {
 }
 
 /// Registers per lane a wave needs at its peak: the largest sum over the registers live at one op
-/// ([`crate::regs::live_ranges`]; a register used in a loop is live through the whole loop), plus 16
+/// ([`crate::regs::live_ranges`]; a register whose value may cross a loop's back edge is live through the whole loop), plus 16
 /// for addresses, indices and loop counters. The compiler may do better (e.g. `transpose` reuses its
 /// source's registers when the source dies), so this is an estimate on the high side.
 pub fn reg_estimate(k: &Kernel, lanes: u32) -> u32 {
+    reg_peak(k, lanes).regs
+}
+
+/// Where a wave's register estimate peaks ([`reg_estimate`]) and what is live there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RegPeak {
+    /// The estimate: registers live at the peak + 16.
+    pub regs: u32,
+    /// The first op index at which the peak is reached (`None`: no register is used).
+    pub op: Option<usize>,
+    /// The registers live at the peak with their 32-bit registers per lane, costliest first.
+    pub live: Vec<(String, u32)>,
+}
+
+impl RegPeak {
+    /// `` `a` (64), `b` (32), `c` (16) `` — the costliest few, for messages.
+    pub fn costliest(&self, n: usize) -> String {
+        let mut s: Vec<String> = self
+            .live
+            .iter()
+            .take(n)
+            .map(|(name, r)| format!("`{name}` ({r})"))
+            .collect();
+        if self.live.len() > n {
+            s.push(format!("and {} more", self.live.len() - n));
+        }
+        s.join(", ")
+    }
+}
+
+/// [`reg_estimate`] with the op where it peaks and the registers live there.
+pub fn reg_peak(k: &Kernel, lanes: u32) -> RegPeak {
     let ranges = crate::regs::live_ranges(k);
     let sizes: Vec<u32> = k
         .regs
         .iter()
         .map(|r| crate::regs::regs_per_lane(&r.kind, lanes))
         .collect();
+    let (regs, op) = peak_of(&ranges, &sizes);
+    let mut live: Vec<(String, u32)> = match op {
+        Some(at) => ranges
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.is_some_and(|(lo, hi)| lo <= at && at < hi))
+            .map(|(i, _)| (k.regs[i].name.clone(), sizes[i]))
+            .collect(),
+        None => vec![],
+    };
+    live.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    RegPeak { regs, op, live }
+}
+
+fn peak_of(ranges: &[Option<(usize, usize)>], sizes: &[u32]) -> (u32, Option<usize>) {
     let mut events: Vec<(usize, i64)> = Vec::new();
     for (r, range) in ranges.iter().enumerate() {
         if let Some((lo, hi)) = range {
@@ -535,12 +582,14 @@ pub fn reg_estimate(k: &Kernel, lanes: u32) -> u32 {
     }
     // Ends before starts at the same index: ranges are half-open.
     events.sort_by_key(|&(i, d)| (i, d));
-    let (mut live, mut peak) = (0i64, 0i64);
-    for (_, d) in events {
+    let (mut live, mut peak, mut at) = (0i64, 0i64, None);
+    for (i, d) in events {
         live += d;
-        peak = peak.max(live);
+        if live > peak {
+            (peak, at) = (live, Some(i));
+        }
     }
-    peak as u32 + 16
+    (peak as u32 + 16, at)
 }
 
 /// Shared memory, register and block-size budgets on `gpu`, and the target rules: AMD matrix
