@@ -205,3 +205,122 @@ pub fn regs_per_lane(kind: &RegKind, lanes: u32) -> u32 {
         RegKind::Vec(v) => (v.len.div_ceil(16) * v.dtype.bytes()).div_ceil(4),
     }
 }
+
+/// For each op (by index), the registers that hold a value while it runs: those live into it (read
+/// later on some path before being written whole again, by a backward dataflow over the structured
+/// program: loops may run no times or repeat, both branches of a conditional are paths) and those it
+/// touches. A register written whole ([`Op::full_def`]) is dead before the write, so a tile reloaded
+/// at the top of every iteration, or written in both branches of a conditional, is not live across
+/// the back edge; an accumulator read by its own update is.
+pub fn occupancy(k: &Kernel) -> Vec<Vec<RegId>> {
+    let n_regs = k.regs.len();
+    let mut ops: Vec<&Op> = Vec::new();
+    k.for_each_op(|r| ops.push(r.op));
+    let n = ops.len();
+    // Nodes 0..n are the ops; then loop headers, branch points and the exit, which touch nothing.
+    let mut succ: Vec<Vec<usize>> = vec![Vec::new(); n];
+    let exit = succ.len();
+    succ.push(Vec::new());
+    fn count(s: &Stmt) -> usize {
+        match s {
+            Stmt::Op { .. } => 1,
+            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
+                body.iter().map(count).sum()
+            }
+            Stmt::If { then, els, .. } => then.iter().chain(els).map(count).sum(),
+            Stmt::Roles { producer, consumer } => producer.iter().chain(consumer).map(count).sum(),
+        }
+    }
+    fn build(body: &[Stmt], first: usize, follow: usize, succ: &mut Vec<Vec<usize>>) -> usize {
+        let mut starts = Vec::with_capacity(body.len());
+        let mut at = first;
+        for s in body {
+            starts.push(at);
+            at += count(s);
+        }
+        let mut entry = follow;
+        for (s, &st) in body.iter().zip(&starts).rev() {
+            entry = match s {
+                Stmt::Op { .. } => {
+                    succ[st] = vec![entry];
+                    st
+                }
+                Stmt::For { body, .. } => {
+                    let h = succ.len();
+                    succ.push(Vec::new());
+                    let b = build(body, st, h, succ);
+                    succ[h] = vec![b, entry];
+                    h
+                }
+                Stmt::If { then, els, .. } => {
+                    let t = build(then, st, entry, succ);
+                    let e = build(els, st + then.iter().map(count).sum::<usize>(), entry, succ);
+                    let h = succ.len();
+                    succ.push(vec![t, e]);
+                    h
+                }
+                Stmt::Roles { producer, consumer } => {
+                    let t = build(producer, st, entry, succ);
+                    let e = build(consumer, st + producer.iter().map(count).sum::<usize>(), entry, succ);
+                    let h = succ.len();
+                    succ.push(vec![t, e]);
+                    h
+                }
+                Stmt::Cluster { body, .. } | Stmt::Staggered { body } => build(body, st, entry, succ),
+            };
+        }
+        entry
+    }
+    build(&k.body, 0, exit, &mut succ);
+    let nodes = succ.len();
+    let words = n_regs.div_ceil(64).max(1);
+    let set = |v: &mut [u64], r: usize| v[r / 64] |= 1 << (r % 64);
+    let mut uses = vec![vec![0u64; words]; nodes];
+    let mut kill = vec![vec![0u64; words]; nodes];
+    for (i, op) in ops.iter().enumerate() {
+        let def = op.full_def().filter(|d| op.regs().iter().filter(|&&x| x == *d).count() == 1);
+        for r in op.regs() {
+            if (r.0 as usize) < n_regs {
+                if Some(r) == def {
+                    set(&mut kill[i], r.0 as usize);
+                } else {
+                    set(&mut uses[i], r.0 as usize);
+                }
+            }
+        }
+    }
+    let mut live_in = vec![vec![0u64; words]; nodes];
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for v in (0..nodes).rev() {
+            let mut out = vec![0u64; words];
+            for &s in &succ[v] {
+                for w in 0..words {
+                    out[w] |= live_in[s][w];
+                }
+            }
+            for w in 0..words {
+                let x = uses[v][w] | (out[w] & !kill[v][w]);
+                if x != live_in[v][w] {
+                    live_in[v][w] = x;
+                    changed = true;
+                }
+            }
+        }
+    }
+    (0..n)
+        .map(|i| {
+            let mut v: Vec<RegId> = (0..n_regs)
+                .filter(|&r| live_in[i][r / 64] >> (r % 64) & 1 == 1)
+                .map(|r| RegId(r as u32))
+                .collect();
+            for r in ops[i].regs() {
+                if (r.0 as usize) < n_regs && !v.contains(&r) {
+                    v.push(r);
+                }
+            }
+            v
+        })
+        .collect()
+}

@@ -355,11 +355,12 @@ fn register_estimate_follows_liveness() {
     k.load_global(a, k.gtile(x, 64, 64, 0, 0)); // 0: a live 0..2
     k.add(a, a, 1.0); // 1
     k.load_global(b, k.gtile(x, 64, 64, 0, 0)); // 2: b live 2..3
+    k.zero(d); // 3
     k.for_range("i", 0, 4, |k, _| {
-        k.zero(c); // 3: c written afresh every iteration: live 3..4
-        k.fence(); // 4
-        k.add(d, d, 1.0); // 5: d read before written, carried: live through the loop 3..7
-        k.fence(); // 6
+        k.zero(c); // 4: c written afresh every iteration: live 4..5
+        k.fence(); // 5
+        k.add(d, d, 1.0); // 6: d read before written, carried: live through the loop, 3..8
+        k.fence(); // 7
     });
     let k = k.finish().unwrap();
     // 64×64 f32 on 64 lanes is 64 registers; at most c and d live at once.
@@ -367,10 +368,10 @@ fn register_estimate_follows_liveness() {
     let ranges = regs::live_ranges(&k);
     assert_eq!(
         ranges,
-        vec![Some((0, 2)), Some((2, 3)), Some((3, 4)), Some((3, 7))]
+        vec![Some((0, 2)), Some((2, 3)), Some((4, 5)), Some((3, 8))]
     );
     let peak = validate::reg_peak(&k, 64);
-    assert_eq!(peak.op, Some(3));
+    assert_eq!(peak.op, Some(4));
     assert_eq!(peak.costliest(4), "`c` (64), `d` (64)");
 }
 
