@@ -157,7 +157,8 @@ fn eval_bin(op: BinOp, a: i64, b: i64) -> Option<i64> {
             if b == 0 {
                 return None;
             }
-            (a + b - 1).div_euclid(b)
+            // Checked: a kernel file may hold any constants.
+            a.checked_add(b.checked_sub(1)?)?.checked_div_euclid(b)?
         }
         BinOp::Min => a.min(b),
         BinOp::Max => a.max(b),
