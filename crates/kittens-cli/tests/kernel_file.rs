@@ -49,8 +49,18 @@ fn scale(dim: u32) -> Kernel {
 /// Two waves hand a row over through shared memory; `barrier: false` is a race.
 fn handoff(barrier: bool) -> Kernel {
     let mut k = KernelBuilder::new("handoff", Schedule::Plain { waves: 2 });
-    let x = k.global("x", F32, &[("r", Expr::c(1)), ("c", Expr::c(64))], Access::Read);
-    let y = k.global("y", F32, &[("r", Expr::c(1)), ("c", Expr::c(64))], Access::Write);
+    let x = k.global(
+        "x",
+        F32,
+        &[("r", Expr::c(1)), ("c", Expr::c(64))],
+        Access::Read,
+    );
+    let y = k.global(
+        "y",
+        F32,
+        &[("r", Expr::c(1)), ("c", Expr::c(64))],
+        Access::Write,
+    );
     let s = k.shared("s", F32, 1, 64, Swizzle::None, 1);
     let t = k.tile("t", F32, 1, 64, Layout::Row, BaseShape::STRIP);
     k.if_(k.wave().eq(0), |k| {
@@ -75,11 +85,31 @@ fn check_compile_and_run_a_kernel_file() {
     let f = f.to_str().unwrap();
     let out = kittens(&["check", "--kernel-file", f, "-p", "rows=9"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("no hazards"), "{}", text(&out.stdout));
-    let out = kittens(&["compile", "--kernel-file", f, "--target", "sm_90a", "--emit", "cuda"]);
+    assert!(
+        text(&out.stdout).contains("no hazards"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = kittens(&[
+        "compile",
+        "--kernel-file",
+        f,
+        "--target",
+        "sm_90a",
+        "--emit",
+        "cuda",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("__global__"));
-    let out = kittens(&["compile", "--kernel-file", f, "--target", "gfx942", "--emit", "hip"]);
+    let out = kittens(&[
+        "compile",
+        "--kernel-file",
+        f,
+        "--target",
+        "gfx942",
+        "--emit",
+        "hip",
+    ]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let out = kittens(&["run", "--kernel-file", f, "-p", "rows=37", "--json"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -95,16 +125,39 @@ fn check_compile_and_run_a_kernel_file() {
 /// read back passes as the registry kernel does; a kernel with other tensors is refused by name.
 #[test]
 fn a_kernel_file_is_judged_by_a_named_reference() {
-    let gemm = kittens_kernels::by_name("gemm_bf16").unwrap().build_default().unwrap();
+    let gemm = kittens_kernels::by_name("gemm_bf16")
+        .unwrap()
+        .build_default()
+        .unwrap();
     let f = file("gemm.json", &to_json(&gemm));
-    let args = ["run", "--kernel-file", f.to_str().unwrap(), "--reference", "gemm_bf16"];
+    let args = [
+        "run",
+        "--kernel-file",
+        f.to_str().unwrap(),
+        "--reference",
+        "gemm_bf16",
+    ];
     let out = kittens(&[&args[..], &["--m", "96", "--n", "80", "--k", "64"]].concat());
     assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("rel_err"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("rel_err"),
+        "{}",
+        text(&out.stdout)
+    );
     let f = file("scale_ref.json", &to_json(&scale(64)));
-    let out = kittens(&["run", "--kernel-file", f.to_str().unwrap(), "--reference", "gemm_bf16"]);
+    let out = kittens(&[
+        "run",
+        "--kernel-file",
+        f.to_str().unwrap(),
+        "--reference",
+        "gemm_bf16",
+    ]);
     assert!(!out.status.success());
-    assert!(text(&out.stderr).contains("takes 1 parameters and 2 tensors"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("takes 1 parameters and 2 tensors"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
@@ -112,9 +165,21 @@ fn bad_files_and_arguments_are_clear_errors() {
     let good = to_json(&scale(64));
     let cases = [
         ("truncated.json", good[..good.len() / 2].to_string(), "line"),
-        ("op.json", good.replacen("\"mul\"", "\"silu\"", 1), "unknown variant `silu`"),
-        ("ver.json", good.replacen("\"version\": 1", "\"version\": 7", 1), "version 7"),
-        ("tile.json", good.replacen("\"cols\": 64", "\"cols\": 1073741824", 1), "budget of 1048576 bytes"),
+        (
+            "op.json",
+            good.replacen("\"mul\"", "\"silu\"", 1),
+            "unknown variant `silu`",
+        ),
+        (
+            "ver.json",
+            good.replacen("\"version\": 1", "\"version\": 7", 1),
+            "version 7",
+        ),
+        (
+            "tile.json",
+            good.replacen("\"cols\": 64", "\"cols\": 1073741824", 1),
+            "budget of 1048576 bytes",
+        ),
     ];
     for (name, body, want) in cases {
         let f = file(name, &body);
@@ -126,16 +191,31 @@ fn bad_files_and_arguments_are_clear_errors() {
             let out = kittens(&args);
             let err = text(&out.stderr);
             assert!(!out.status.success(), "{cmd} {name}");
-            assert!(err.contains(want) && !err.contains("panicked"), "{cmd} {name}: {err}");
+            assert!(
+                err.contains(want) && !err.contains("panicked"),
+                "{cmd} {name}: {err}"
+            );
         }
     }
     let out = kittens(&["check", "--kernel-file", "/nonexistent/k.json"]);
-    assert!(text(&out.stderr).contains("reading kernel file"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("reading kernel file"),
+        "{}",
+        text(&out.stderr)
+    );
     let f = file("both.json", &good);
     let out = kittens(&["check", "gemm_bf16", "--kernel-file", f.to_str().unwrap()]);
-    assert!(text(&out.stderr).contains("not both"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("not both"),
+        "{}",
+        text(&out.stderr)
+    );
     let out = kittens(&["check"]);
-    assert!(text(&out.stderr).contains("--kernel-file"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--kernel-file"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 /// A row of 4096 f32 values held twice by one warp is over sm_90a's register budget: lowering
@@ -143,10 +223,21 @@ fn bad_files_and_arguments_are_clear_errors() {
 #[test]
 fn a_budget_overrun_is_refused_at_lowering() {
     let f = file("big.json", &to_json(&scale(4096)));
-    let out = kittens(&["compile", "--kernel-file", f.to_str().unwrap(), "--target", "sm_90a", "--emit", "cuda"]);
+    let out = kittens(&[
+        "compile",
+        "--kernel-file",
+        f.to_str().unwrap(),
+        "--target",
+        "sm_90a",
+        "--emit",
+        "cuda",
+    ]);
     let err = text(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("register budget") && err.contains("`h` (128)") && err.contains("255"), "{err}");
+    assert!(
+        err.contains("register budget") && err.contains("`h` (128)") && err.contains("255"),
+        "{err}"
+    );
 }
 
 /// A racy kernel file: `check --deny-hazards` fails, `run` on the interpreter refuses it.
@@ -158,11 +249,18 @@ fn a_racy_kernel_file_is_refused() {
     let f = f.to_str().unwrap();
     let out = kittens(&["check", "--kernel-file", f, "--deny-hazards"]);
     assert!(!out.status.success());
-    assert!(text(&out.stdout).contains("missing barrier"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).contains("missing barrier"),
+        "{}",
+        text(&out.stdout)
+    );
     let out = kittens(&["run", "--kernel-file", f]);
     let err = text(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("racy") && err.contains("missing barrier"), "{err}");
+    assert!(
+        err.contains("racy") && err.contains("missing barrier"),
+        "{err}"
+    );
     let f = file("norace.json", &to_json(&ok));
     let out = kittens(&["run", "--kernel-file", f.to_str().unwrap()]);
     assert!(out.status.success(), "{}", text(&out.stderr));

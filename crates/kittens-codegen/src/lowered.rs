@@ -76,8 +76,11 @@ pub fn check_budgets(k: &Kernel, target: Target) -> Result<kittens_ir::TargetRep
             }
         }
         BuildError::SharedBudget { need, have, .. } => {
-            let mut bufs: Vec<(&str, u32)> =
-                k.shared.iter().map(|s| (s.name.as_str(), s.bytes())).collect();
+            let mut bufs: Vec<(&str, u32)> = k
+                .shared
+                .iter()
+                .map(|s| (s.name.as_str(), s.bytes()))
+                .collect();
             bufs.sort_by(|a, b| b.1.cmp(&a.1));
             let largest = bufs
                 .iter()

@@ -75,7 +75,10 @@ impl Op {
             Op::Reduce { dst, src, acc, .. } => src == dst || *acc == Some(*dst),
             Op::Transpose { dst, src } | Op::SwapLayout { dst, src } => src == dst,
             Op::Mma { d, a, b, c, .. } => {
-                *c == Some(*d) || [a, b].iter().any(|o| matches!(o, MmaOperand::Reg(r) if r == d))
+                *c == Some(*d)
+                    || [a, b]
+                        .iter()
+                        .any(|o| matches!(o, MmaOperand::Reg(r) if r == d))
             }
             _ => true,
         }
@@ -167,9 +170,7 @@ pub fn live_ranges(k: &Kernel) -> Vec<Option<(usize, usize)>> {
                 continue;
             }
             let first = refs[r].iter().find(|(i, _)| (lo..hi).contains(i));
-            let fresh = first.is_some_and(|&(i, full)| {
-                full && place.ops[i] == (Some(l), true)
-            });
+            let fresh = first.is_some_and(|&(i, full)| full && place.ops[i] == (Some(l), true));
             if !fresh {
                 (*a, *b) = ((*a).min(lo), (*b).max(hi));
             }
@@ -187,7 +188,12 @@ pub fn live_ranges(k: &Kernel) -> Vec<Option<(usize, usize)>> {
 /// dealt to the lanes round robin; a column vector spread like a one-row tile (one chunk per lane when
 /// it has fewer chunks than lanes); a row vector replicated in every lane.
 pub fn regs_per_lane(kind: &RegKind, lanes: u32) -> u32 {
-    let chunk = |cols: u32| [8, 4, 2, 1].into_iter().find(|v| cols % v == 0).unwrap_or(1);
+    let chunk = |cols: u32| {
+        [8, 4, 2, 1]
+            .into_iter()
+            .find(|v| cols % v == 0)
+            .unwrap_or(1)
+    };
     let lanes = lanes.max(1);
     match kind {
         RegKind::Tile(t) if t.base == kittens_tile::BaseShape::STRIP => {
@@ -261,12 +267,19 @@ pub fn occupancy(k: &Kernel) -> Vec<Vec<RegId>> {
                 }
                 Stmt::Roles { producer, consumer } => {
                     let t = build(producer, st, entry, succ);
-                    let e = build(consumer, st + producer.iter().map(count).sum::<usize>(), entry, succ);
+                    let e = build(
+                        consumer,
+                        st + producer.iter().map(count).sum::<usize>(),
+                        entry,
+                        succ,
+                    );
                     let h = succ.len();
                     succ.push(vec![t, e]);
                     h
                 }
-                Stmt::Cluster { body, .. } | Stmt::Staggered { body } => build(body, st, entry, succ),
+                Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
+                    build(body, st, entry, succ)
+                }
             };
         }
         entry
@@ -278,7 +291,9 @@ pub fn occupancy(k: &Kernel) -> Vec<Vec<RegId>> {
     let mut uses = vec![vec![0u64; words]; nodes];
     let mut kill = vec![vec![0u64; words]; nodes];
     for (i, op) in ops.iter().enumerate() {
-        let def = op.full_def().filter(|d| op.regs().iter().filter(|&&x| x == *d).count() == 1);
+        let def = op
+            .full_def()
+            .filter(|d| op.regs().iter().filter(|&&x| x == *d).count() == 1);
         for r in op.regs() {
             if (r.0 as usize) < n_regs {
                 if Some(r) == def {

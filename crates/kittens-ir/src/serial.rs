@@ -80,7 +80,9 @@ pub fn to_json(k: &Kernel) -> String {
         version: VERSION,
         kernel: k,
     })
-    .expect("a kernel always serialises: no maps with non-string keys, non-finite floats as strings")
+    .expect(
+        "a kernel always serialises: no maps with non-string keys, non-finite floats as strings",
+    )
 }
 
 /// Reads a kernel file: parses it, checks the format and version, the structure
@@ -204,9 +206,9 @@ fn op_exprs(op: &Op) -> Vec<&Expr> {
         Op::LoadAsync { dst, src, .. } => sv(dst).into_iter().chain(&src.origin).collect(),
         Op::LoadShared { src, .. } => sv(src),
         Op::StoreShared { dst, .. } => sv(dst),
-        Op::LoadGlobal { src: v, .. } | Op::StoreGlobal { dst: v, .. } | Op::AtomicAdd { dst: v, .. } => {
-            v.origin.iter().collect()
-        }
+        Op::LoadGlobal { src: v, .. }
+        | Op::StoreGlobal { dst: v, .. }
+        | Op::AtomicAdd { dst: v, .. } => v.origin.iter().collect(),
         Op::Mma { a, b, .. } => [a, b]
             .into_iter()
             .flat_map(|o| match o {
@@ -220,7 +222,11 @@ fn op_exprs(op: &Op) -> Vec<&Expr> {
             index0,
             row_stride,
             ..
-        } => seed.iter().chain(offset).chain([index0, row_stride]).collect(),
+        } => seed
+            .iter()
+            .chain(offset)
+            .chain([index0, row_stride])
+            .collect(),
         Op::Mask {
             rule, row0, col0, ..
         } => {
@@ -303,7 +309,8 @@ fn body(k: &Kernel, ids: &Ids, stmts: &[Stmt], next: &mut usize) -> Result<(), B
 }
 
 fn swizzle(name: &str, s: Swizzle) -> Result<(), BuildError> {
-    let term = |t: XorTerm| t.bits >= 1 && t.bits <= 8 && t.shift >= 1 && t.base + t.shift + t.bits <= 31;
+    let term =
+        |t: XorTerm| t.bits >= 1 && t.bits <= 8 && t.shift >= 1 && t.base + t.shift + t.bits <= 31;
     let ok = match s {
         Swizzle::None => true,
         Swizzle::Xor { bits, base, shift } => term(XorTerm { bits, base, shift }),
@@ -324,11 +331,16 @@ fn swizzle(name: &str, s: Swizzle) -> Result<(), BuildError> {
 pub fn check_structure(k: &Kernel) -> Result<(), BuildError> {
     ident("kernel", &k.name)?;
     if k.waves == 0 || k.waves > MAX_WAVES {
-        return Err(bad(format!("{} waves per block (1 to {MAX_WAVES})", k.waves)));
+        return Err(bad(format!(
+            "{} waves per block (1 to {MAX_WAVES})",
+            k.waves
+        )));
     }
     match k.schedule {
         Schedule::Plain { waves } if waves == 0 || waves > MAX_WAVES => {
-            return Err(bad(format!("plain schedule of {waves} waves (1 to {MAX_WAVES})")))
+            return Err(bad(format!(
+                "plain schedule of {waves} waves (1 to {MAX_WAVES})"
+            )))
         }
         Schedule::ProducerConsumer {
             producers,
@@ -380,7 +392,15 @@ pub fn check_structure(k: &Kernel) -> Result<(), BuildError> {
     }
     for (i, e) in k.grid.extents.iter().enumerate() {
         let at = || format!("grid extent {i}");
-        expr(&Ids { vars: 0, grid: 0, ..ids }, &at, e)?;
+        expr(
+            &Ids {
+                vars: 0,
+                grid: 0,
+                ..ids
+            },
+            &at,
+            e,
+        )?;
     }
     let remap_ok = match k.grid.remap {
         GridOrder::RowMajor => true,
@@ -392,7 +412,12 @@ pub fn check_structure(k: &Kernel) -> Result<(), BuildError> {
         GridOrder::GroupM { window } => window >= 1,
         GridOrder::HeadFirst { xcds } => xcds >= 1,
     };
-    if !remap_ok || k.grid.remap.dims().is_some_and(|d| d != k.grid.extents.len()) {
+    if !remap_ok
+        || k.grid
+            .remap
+            .dims()
+            .is_some_and(|d| d != k.grid.extents.len())
+    {
         return Err(bad(format!(
             "grid order {:?} on a grid of {} dimensions (its sizes must be at least 1 and its \
              dimensions match the grid)",
@@ -401,7 +426,10 @@ pub fn check_structure(k: &Kernel) -> Result<(), BuildError> {
         )));
     }
     if !matches!(k.grid.cluster, 1 | 2 | 4) {
-        return Err(bad(format!("clusters of {} blocks (1, 2 or 4)", k.grid.cluster)));
+        return Err(bad(format!(
+            "clusters of {} blocks (1, 2 or 4)",
+            k.grid.cluster
+        )));
     }
     // Globals.
     for g in &k.globals {
@@ -421,7 +449,15 @@ pub fn check_structure(k: &Kernel) -> Result<(), BuildError> {
         let at = || format!("global `{}`", g.name);
         for e in g.dims.iter().chain(&g.strides) {
             // Shapes and strides are read before any block runs: parameters only.
-            expr(&Ids { vars: 0, grid: 0, ..ids }, &at, e)?;
+            expr(
+                &Ids {
+                    vars: 0,
+                    grid: 0,
+                    ..ids
+                },
+                &at,
+                e,
+            )?;
         }
     }
     // Shared buffers.

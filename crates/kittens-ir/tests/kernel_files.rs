@@ -56,9 +56,14 @@ fn registry_kernels_read_back_interpret_to_the_same_bits() {
         let mut rng = SmallRng::seed_from_u64(7);
         let inputs = def.draw(&p, &st.kernel, &st.launch, &mut rng);
         let run = |k: &Kernel| {
-            kittens_kernels::exec::interpret(k, &st.launch.params, inputs.clone(), &st.launch.outputs)
-                .unwrap()
-                .0
+            kittens_kernels::exec::interpret(
+                k,
+                &st.launch.params,
+                inputs.clone(),
+                &st.launch.outputs,
+            )
+            .unwrap()
+            .0
         };
         let (a, b) = (run(&st.kernel), run(&back));
         assert_eq!(a.len(), b.len());
@@ -112,7 +117,10 @@ fn truncated_and_non_json_files_are_refused_with_the_position() {
         assert!(matches!(e, LoadError::Json { .. }), "{e}");
         assert!(e.to_string().contains("line"), "{e}");
     }
-    assert!(matches!(from_json("[1, 2]").unwrap_err(), LoadError::Json { .. }));
+    assert!(matches!(
+        from_json("[1, 2]").unwrap_err(),
+        LoadError::Json { .. }
+    ));
 }
 
 #[test]

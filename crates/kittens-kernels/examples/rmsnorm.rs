@@ -22,16 +22,27 @@ fn rmsnorm(dim: u32, waves_per_row: u32) -> Kernel {
     let slice = dim / waves_per_row;
     let mut k = KernelBuilder::new(
         &format!("rmsnorm_d{dim}_w{waves_per_row}"),
-        Schedule::Plain { waves: rows_per_block * waves_per_row },
+        Schedule::Plain {
+            waves: rows_per_block * waves_per_row,
+        },
     );
     // Declarations: one parameter, three tensors (the weight broadcast to every row by a zero stride).
     let rows = k.param("rows");
     let d = Expr::c(i64::from(dim));
     let shape = [("row", rows.clone()), ("col", d.clone())];
     let x = k.global("x", Bf16, &shape, Access::Read);
-    let w = k.global_strided("w", Bf16, &shape, vec![Expr::c(0), Expr::c(1)], Access::Read);
+    let w = k.global_strided(
+        "w",
+        Bf16,
+        &shape,
+        vec![Expr::c(0), Expr::c(1)],
+        Access::Read,
+    );
     let y = k.global("y", Bf16, &shape, Access::Write);
-    k.grid(vec![rows.ceil_div(i64::from(rows_per_block))], GridOrder::RowMajor);
+    k.grid(
+        vec![rows.ceil_div(i64::from(rows_per_block))],
+        GridOrder::RowMajor,
+    );
     // This wave's row and its slice of the columns.
     let wpr = i64::from(waves_per_row);
     let (row_in_block, part) = (k.wave() / wpr, k.wave() % wpr);
@@ -49,14 +60,27 @@ fn rmsnorm(dim: u32, waves_per_row: u32) -> Kernel {
     k.row_sum(ms, sq); // over this wave's slice
     if waves_per_row > 1 {
         // The block-wide row sum: each wave stores its partial, a barrier, each wave reads the row's.
-        let partials = k.shared("partials", F32, rows_per_block, waves_per_row, Swizzle::None, 1);
+        let partials = k.shared(
+            "partials",
+            F32,
+            rows_per_block,
+            waves_per_row,
+            Swizzle::None,
+            1,
+        );
         let mine = k.tile("mine", F32, 1, 1, Layout::Row, BaseShape::STRIP);
         let all = k.tile("all", F32, 1, waves_per_row, Layout::Row, BaseShape::STRIP);
         k.copy(mine, ms);
-        k.store_shared(k.smem(partials, 0).sub(1, 1, row_in_block.clone(), part), mine);
+        k.store_shared(
+            k.smem(partials, 0).sub(1, 1, row_in_block.clone(), part),
+            mine,
+        );
         k.wait_shared(0);
         k.barrier();
-        k.load(all, k.smem(partials, 0).sub(1, waves_per_row, row_in_block, 0));
+        k.load(
+            all,
+            k.smem(partials, 0).sub(1, waves_per_row, row_in_block, 0),
+        );
         k.wait_shared(0);
         k.row_sum(ms, all);
     }
@@ -99,7 +123,10 @@ fn main() {
         let mut t = vec![x.clone(), w.clone(), vec![f32::NAN; n]];
         kittens_ir::interp::run(k, &params, &mut t).expect("the interpreter runs it");
         let e = kittens_kernels::reference::compare(&t[2], &reference(&x, &w, rows, dim as usize));
-        println!("{}: interpreter vs f64: rel_err {:.2e}, max_rel {:.2e}", k.name, e.rel_err, e.max_rel);
+        println!(
+            "{}: interpreter vs f64: rel_err {:.2e}, max_rel {:.2e}",
+            k.name, e.rel_err, e.max_rel
+        );
         assert!(e.rel_err < 1e-2, "rel_err {}", e.rel_err);
         assert_eq!(common::race_check(k, &params), 0);
     }

@@ -17,11 +17,22 @@ fn swiglu(f: u32) -> Kernel {
     let mut k = KernelBuilder::new(&format!("swiglu_f{f}"), Schedule::Plain { waves: 4 });
     let rows = k.param("rows");
     let ff = i64::from(f);
-    let x = k.global("x", Bf16, &[("row", rows.clone()), ("col", Expr::c(2 * ff))], Access::Read);
-    let out = k.global("out", Bf16, &[("row", rows.clone()), ("col", Expr::c(ff))], Access::Write);
+    let x = k.global(
+        "x",
+        Bf16,
+        &[("row", rows.clone()), ("col", Expr::c(2 * ff))],
+        Access::Read,
+    );
+    let out = k.global(
+        "out",
+        Bf16,
+        &[("row", rows.clone()), ("col", Expr::c(ff))],
+        Access::Write,
+    );
     k.grid(vec![rows.ceil_div(4)], GridOrder::RowMajor);
     let row = k.block(0) * 4 + k.wave();
-    let strip = |k: &mut KernelBuilder, name: &str| k.tile(name, F32, 1, f, Layout::Row, BaseShape::STRIP);
+    let strip =
+        |k: &mut KernelBuilder, name: &str| k.tile(name, F32, 1, f, Layout::Row, BaseShape::STRIP);
     let (g, u, s) = (strip(&mut k, "g"), strip(&mut k, "u"), strip(&mut k, "s"));
     k.load_global(g, k.gview(x, vec![row.clone(), Expr::c(0)], 0, 1, 1, f));
     k.load_global(u, k.gview(x, vec![row.clone(), Expr::c(ff)], 0, 1, 1, f));
@@ -57,7 +68,10 @@ fn main() {
     let mut t = vec![x.clone(), vec![f32::NAN; rows * f as usize]];
     kittens_ir::interp::run(&k, &params, &mut t).expect("the interpreter runs it");
     let e = kittens_kernels::reference::compare(&t[1], &reference(&x, rows, f as usize));
-    println!("{}: interpreter vs f64: rel_err {:.2e}, max_rel {:.2e}", k.name, e.rel_err, e.max_rel);
+    println!(
+        "{}: interpreter vs f64: rel_err {:.2e}, max_rel {:.2e}",
+        k.name, e.rel_err, e.max_rel
+    );
     assert!(e.rel_err < 1e-2, "rel_err {}", e.rel_err);
     assert_eq!(common::race_check(&k, &params), 0);
     assert_eq!(common::lowering_report(&k).len(), 3, "fits every target");

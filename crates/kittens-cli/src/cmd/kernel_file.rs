@@ -16,9 +16,7 @@ use anyhow::{bail, Context, Result};
 use kittens_hw::{Gpu, Target};
 use kittens_ir::analysis::{analyze_launch, Options};
 use kittens_ir::{Access, Kernel};
-use kittens_kernels::problem::{
-    KernelProblem, Launch, Plan, Problem, Reference, Stage,
-};
+use kittens_kernels::problem::{KernelProblem, Launch, Plan, Problem, Reference, Stage};
 use kittens_kernels::reference::Tolerance;
 use kittens_kernels::registry::{KernelEntry, Status, TargetPlan};
 use kittens_kernels::KernelError;
@@ -161,7 +159,12 @@ pub struct RunFile {
     pub reference: Option<String>,
     /// With --kernel-file --reference none: a kernel parameter, `name=value` (repeatable or
     /// comma-separated); unset ones take the defaults of `kittens check`.
-    #[arg(long = "param", short = 'p', value_delimiter = ',', requires = "kernel_file")]
+    #[arg(
+        long = "param",
+        short = 'p',
+        value_delimiter = ',',
+        requires = "kernel_file"
+    )]
     pub params: Vec<String>,
 }
 
@@ -249,7 +252,13 @@ impl KernelProblem for FileProblem {
             launch: plan.launch.clone(),
         }])
     }
-    fn draw(&self, p: &Problem, kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
+    fn draw(
+        &self,
+        p: &Problem,
+        kernel: &Kernel,
+        launch: &Launch,
+        rng: &mut SmallRng,
+    ) -> Vec<Vec<f32>> {
         self.inner.draw(p, kernel, launch, rng)
     }
     fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
@@ -321,7 +330,11 @@ fn stats(name: &str, v: &[f32]) -> OutputStats {
 /// The launch of a kernel file at `params`: read-only tensors are the inputs, declared first; the
 /// others are the outputs. Sizes from the tensors' shapes and strides, within [`MAX_RUN_ELEMENTS`].
 pub fn launch_of(k: &Kernel, params: &[i64]) -> Result<Launch> {
-    let n_in = k.globals.iter().take_while(|g| g.access == Access::Read).count();
+    let n_in = k
+        .globals
+        .iter()
+        .take_while(|g| g.access == Access::Read)
+        .count();
     if let Some(g) = k.globals[n_in..].iter().find(|g| g.access == Access::Read) {
         bail!(
             "`{}`: the read-only tensor `{}` is declared after an output; `kittens run --kernel-file` \
@@ -331,7 +344,10 @@ pub fn launch_of(k: &Kernel, params: &[i64]) -> Result<Launch> {
         );
     }
     if n_in == k.globals.len() {
-        bail!("`{}` declares no output (a tensor that is not read-only)", k.name);
+        bail!(
+            "`{}` declares no output (a tensor that is not read-only)",
+            k.name
+        );
     }
     let mut lens = Vec::new();
     let mut total = 0u64;
@@ -442,7 +458,11 @@ pub fn run_unreferenced(
                 "analysis no hazard ({} block class(es), {} blocks traced{})",
                 verdict["classes"],
                 verdict["traced_blocks"],
-                if verdict["exhaustive"] == true { "" } else { ", sampled" }
+                if verdict["exhaustive"] == true {
+                    ""
+                } else {
+                    ", sampled"
+                }
             ),
             Some(h) => {
                 println!("analysis {} hazard(s):", h.len());

@@ -300,8 +300,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         super::kernel_file::ForRun::Unreferenced(k) => {
             let b = backend(&args)?;
             let (seed, scale) = (args.seed, args.input_scale);
-            return super::kernel_file::run_unreferenced(&k, &args.file.params, b.as_ref(), seed, scale, args.json)
-                .map(|_| ());
+            return super::kernel_file::run_unreferenced(
+                &k,
+                &args.file.params,
+                b.as_ref(),
+                seed,
+                scale,
+                args.json,
+            )
+            .map(|_| ());
         }
     };
     let entry = args.kernel;
