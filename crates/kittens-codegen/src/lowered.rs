@@ -81,7 +81,7 @@ pub fn check_budgets(k: &Kernel, target: Target) -> Result<kittens_ir::TargetRep
                 .iter()
                 .map(|s| (s.name.as_str(), s.bytes()))
                 .collect();
-            bufs.sort_by(|a, b| b.1.cmp(&a.1));
+            bufs.sort_by_key(|b| std::cmp::Reverse(b.1));
             let largest = bufs
                 .iter()
                 .take(4)

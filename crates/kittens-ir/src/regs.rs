@@ -191,7 +191,7 @@ pub fn regs_per_lane(kind: &RegKind, lanes: u32) -> u32 {
     let chunk = |cols: u32| {
         [8, 4, 2, 1]
             .into_iter()
-            .find(|v| cols % v == 0)
+            .find(|v| cols.is_multiple_of(*v))
             .unwrap_or(1)
     };
     let lanes = lanes.max(1);

@@ -70,7 +70,10 @@ pub enum LoadError {
     Version { found: u32 },
     /// The kernel parsed but is not a valid program.
     #[error("kernel file: kernel `{kernel}`: {error}")]
-    Invalid { kernel: String, error: BuildError },
+    Invalid {
+        kernel: String,
+        error: Box<BuildError>,
+    },
 }
 
 /// The kernel as a kernel-file JSON document (pretty-printed).
@@ -104,7 +107,7 @@ pub fn from_json(text: &str) -> Result<Kernel, LoadError> {
     let k = file.kernel;
     let invalid = |error| LoadError::Invalid {
         kernel: k.name.clone(),
-        error,
+        error: Box::new(error),
     };
     check_structure(&k).map_err(invalid)?;
     crate::validate::validate(&k).map_err(invalid)?;
@@ -240,7 +243,7 @@ fn op_exprs(op: &Op) -> Vec<&Expr> {
     }
 }
 
-fn body(k: &Kernel, ids: &Ids, stmts: &[Stmt], next: &mut usize) -> Result<(), BuildError> {
+fn body(ids: &Ids, stmts: &[Stmt], next: &mut usize) -> Result<(), BuildError> {
     for s in stmts {
         match s {
             Stmt::Op { op, .. } => {
@@ -284,19 +287,19 @@ fn body(k: &Kernel, ids: &Ids, stmts: &[Stmt], next: &mut usize) -> Result<(), B
                 }
                 expr(ids, &at, start)?;
                 expr(ids, &at, end)?;
-                body(k, ids, b, next)?;
+                body(ids, b, next)?;
             }
             Stmt::If { cond: c, then, els } => {
                 let at = || format!("conditional before op #{next}");
                 cond(ids, &at, c)?;
-                body(k, ids, then, next)?;
-                body(k, ids, els, next)?;
+                body(ids, then, next)?;
+                body(ids, els, next)?;
             }
             Stmt::Cluster { label: l, body: b, .. } => {
                 label("cluster label", l)?;
-                body(k, ids, b, next)?;
+                body(ids, b, next)?;
             }
-            Stmt::Staggered { body: b } => body(k, ids, b, next)?,
+            Stmt::Staggered { body: b } => body(ids, b, next)?,
             Stmt::Roles { .. } => {
                 return Err(bad(format!(
                     "roles before op #{next}: a kernel's body is stored after schedule expansion, which \
@@ -533,7 +536,7 @@ pub fn check_structure(k: &Kernel) -> Result<(), BuildError> {
         }
     }
     let mut next = 0;
-    body(k, &ids, &k.body, &mut next)
+    body(&ids, &k.body, &mut next)
 }
 
 /// Serde for an `f32` that may be infinite or NaN: finite values as JSON numbers, the others as the

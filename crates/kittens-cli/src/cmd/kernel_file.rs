@@ -173,7 +173,7 @@ pub enum ForRun {
     /// Run this entry through the runner (a registry kernel, or a kernel file judged by one).
     Entry(&'static KernelEntry),
     /// A kernel file with no reference: run it with [`run_unreferenced`].
-    Unreferenced(Kernel),
+    Unreferenced(Box<Kernel>),
 }
 
 impl RunFile {
@@ -190,7 +190,7 @@ impl RunFile {
             );
         }
         match self.reference.as_deref() {
-            None | Some("none") => Ok(ForRun::Unreferenced(load(path)?)),
+            None | Some("none") => Ok(ForRun::Unreferenced(Box::new(load(path)?))),
             Some(name) => {
                 let judge = kittens_kernels::by_name(name)
                     .with_context(|| format!("--reference {name}"))?;
