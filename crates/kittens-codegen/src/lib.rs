@@ -8,4 +8,4 @@ pub mod hip;
 mod lowered;
 pub mod strip;
 
-pub use lowered::{lower, GridRule, KernelArg, LowerError, Lowered, SharedAlloc};
+pub use lowered::{check_budgets, lower, GridRule, KernelArg, LowerError, Lowered, SharedAlloc};

@@ -6,10 +6,10 @@
 //! NaN is the pattern 0x80), the format CDNA3's `fp8` MFMAs read (CDNA3 ISA guide, "FP8" data format; the
 //! name is `ml_dtypes`' `float8_e4m3fnuz`).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DType {
     F32,

@@ -6,17 +6,17 @@
 //! them per wave. Division and remainder are floor operations on non-negative operands (all indices
 //! are); `CeilDiv` is spelled out because tile counts need it everywhere.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A run-time integer parameter of the kernel (a problem size), by position in [`crate::Kernel::params`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct ParamId(pub u32);
 
 /// A loop variable, by position in [`crate::Kernel::vars`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct VarId(pub u32);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum BinOp {
     Add,
@@ -30,7 +30,7 @@ pub enum BinOp {
     Max,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Expr {
     Const(i64),
@@ -51,7 +51,7 @@ pub enum Expr {
 }
 
 /// A boolean over expressions, for conditionals on the wave or warpgroup and on loop counters.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Cond {
     Eq(Expr, Expr),
@@ -154,7 +154,10 @@ fn eval_bin(op: BinOp, a: i64, b: i64) -> Option<i64> {
         BinOp::Div => a.checked_div_euclid(b)?,
         BinOp::Rem => a.checked_rem_euclid(b)?,
         BinOp::CeilDiv => {
-            // Checked: `m = i64::MAX` must not wrap into a negative block count.
+            if b == 0 {
+                return None;
+            }
+            // Checked: `m = i64::MAX` or a kernel file's constants must not wrap.
             a.checked_add(b.checked_sub(1)?)?.checked_div_euclid(b)?
         }
         BinOp::Min => a.min(b),

@@ -16,30 +16,30 @@
 use crate::expr::{Cond, Expr, ParamId, VarId};
 use kittens_hw::dtype::DType;
 use kittens_tile::{BaseShape, Layout, RegTile, SharedTile};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 pub use crate::numerics::Rounding;
 
 /// A global tensor, by position in [`Kernel::globals`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct GlobalId(pub u32);
 /// A shared-memory buffer (ring of `count` tiles), by position in [`Kernel::shared`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SharedId(pub u32);
 /// A register tile or vector (per wave), by position in [`Kernel::regs`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RegId(pub u32);
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ParamDecl {
     pub name: String,
     /// A 32-bit data word (a seed or counter word: any value in `0..2^32`, 0 included) rather than a
     /// problem size (at least 1); [`crate::KernelBuilder::param_word`] declares one.
-    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub word: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Access {
     Read,
@@ -49,7 +49,7 @@ pub enum Access {
 
 /// A global tensor: a logical N-d shape with strides in elements, so BSHD and BHSD attention layouts
 /// are the same logical `[B, H, S, D]` tensor with different strides (no copies).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GlobalDecl {
     pub name: String,
     pub dtype: DType,
@@ -66,7 +66,7 @@ pub struct GlobalDecl {
 
 /// How the sm_90a lowering fills a shared ring slot from a global tensor. Both write the same
 /// swizzled slot and read past-the-end elements as zero; they differ in what reads global memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SlotFill {
     /// One thread hands the whole box to the Tensor Memory Accelerator (a `CUtensorMap` argument).
@@ -81,7 +81,7 @@ pub enum SlotFill {
 }
 
 /// `count` shared tiles of one shape (a double buffer is `count: 2`), addressed by a run-time index.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SharedDecl {
     pub name: String,
     pub tile: SharedTile,
@@ -96,7 +96,7 @@ impl SharedDecl {
 
 /// Which tile axis a register vector is indexed by: `Rows` holds one value per row (what `row_max`
 /// produces and `sub_row` broadcasts), `Cols` one value per column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Axis {
     Rows,
@@ -105,7 +105,7 @@ pub enum Axis {
 
 /// A register vector, distributed over a wave's lanes like the rows (or columns) of a tile with the given
 /// layout and base shape — the lowering needs those to know which lanes hold which entries.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RegVec {
     pub dtype: DType,
     pub len: u32,
@@ -114,14 +114,14 @@ pub struct RegVec {
     pub base: BaseShape,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RegKind {
     Tile(RegTile),
     Vec(RegVec),
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RegDecl {
     pub name: String,
     pub kind: RegKind,
@@ -155,14 +155,14 @@ impl RegDecl {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct VarDecl {
     pub name: String,
 }
 
 /// A `rows × cols` window of a global tensor: element `(i, j)` is
 /// `tensor[origin + i·e(row_dim) + j·e(col_dim)]` where `origin` has one coordinate per dimension.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GlobalView {
     pub tensor: GlobalId,
     pub origin: Vec<Expr>,
@@ -173,7 +173,7 @@ pub struct GlobalView {
 }
 
 /// A `rows × cols` sub-tile of buffer `index` of a shared ring, starting at element `(row0, col0)`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SharedView {
     pub buf: SharedId,
     pub index: Expr,
@@ -188,7 +188,7 @@ pub struct SharedView {
 /// 8-wave ping-pong alternates); `Consumers` is every wave of a producer/consumer schedule's consumer
 /// role (barriers only: the consumer warpgroups exchanging tiles in shared memory without the
 /// producer, FlashAttention-3's dS hand-off); `Block` is every wave of the block.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Scope {
     Wave,
@@ -210,7 +210,7 @@ impl Scope {
 }
 
 /// The four operand forms of a matrix multiply-accumulate `D = op(A)·op(B) + C`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MmaForm {
     /// A is M×K, B is K×N.
@@ -242,7 +242,7 @@ impl MmaForm {
 
 /// An `mma` input: a register tile, or a shared tile (Hopper `wgmma` reads B — and optionally A — from
 /// shared memory; validation refuses shared operands on AMD, whose MFMAs read registers only).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MmaOperand {
     Reg(RegId),
@@ -250,7 +250,7 @@ pub enum MmaOperand {
 }
 
 /// Elementwise functions. Binary ones take two arguments, unary ones one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MapFn {
     Add,
@@ -306,7 +306,7 @@ impl MapFn {
 }
 
 /// An argument of an elementwise map, as seen at element `(i, j)` of the destination.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Arg {
     /// The same-shaped register tile or vector, element `(i, j)`.
@@ -315,10 +315,10 @@ pub enum Arg {
     RowBcast(RegId),
     /// A per-column vector broadcast along each column: element `v[j]` (`sub_col`, `mul_col`, ...).
     ColBcast(RegId),
-    Scalar(f32),
+    Scalar(#[serde(with = "crate::serial::any_f32")] f32),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ReduceOp {
     Sum,
@@ -328,7 +328,7 @@ pub enum ReduceOp {
 
 /// Which elements a [`Op::Mask`] keeps (others are set to its value). Coordinates are global: element
 /// `(i, j)` of the tile is `(row0 + i, col0 + j)`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MaskRule {
     /// Keep `col <= row + offset`: causal attention on a `queries × keys` score tile (`offset` 0 is
@@ -346,7 +346,7 @@ pub enum MaskRule {
 /// Which asynchronous queue a wait drains. `Async`: global→shared loads (AMD `vmcnt` for
 /// `buffer_load … lds`; Hopper TMA completion on an mbarrier). `Shared`: shared→register loads (AMD
 /// `lgkmcnt`; a no-op on Hopper where `ld.shared` is synchronous to the issuing thread).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitQueue {
     Async,
@@ -355,7 +355,7 @@ pub enum WaitQueue {
 
 /// How far a wait drains its queue, counted in IR ops issued by this wave (the lowering converts to
 /// instruction counts: one op may be several `buffer_load`s).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum WaitCount {
     /// Wait until at most `n` of this wave's ops on the queue are outstanding.
@@ -365,7 +365,7 @@ pub enum WaitCount {
 }
 
 /// Instruction-scheduling hints for the compiler (no effect on values).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SchedHint {
     /// Nothing may be scheduled across this point (AMD `sched_barrier(0)`, HipKittens E.1).
@@ -384,7 +384,7 @@ pub enum SchedHint {
 
 /// One operation. Register ops are performed by each executing wave on its own registers; memory ops that
 /// waves share name their [`Scope`].
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Op {
     /// Asynchronous global→shared copy of `src` into `dst`, split among the waves of `scope` (each wave
@@ -467,6 +467,7 @@ pub enum Op {
     /// Set every element to `value` (`zero`, `neg_infty`).
     Fill {
         dst: RegId,
+        #[serde(with = "crate::serial::any_f32")]
         value: f32,
     },
     /// `dst = srcᵀ` with the layout swapped (HipKittens `swap_layout_and_transpose`): the same registers
@@ -486,6 +487,7 @@ pub enum Op {
         rule: MaskRule,
         row0: Expr,
         col0: Expr,
+        #[serde(with = "crate::serial::any_f32")]
         value: f32,
     },
     /// Block until this wave has at most `count` outstanding ops on `queue`.
@@ -538,7 +540,7 @@ impl Op {
 }
 
 /// What a cluster does in its schedule (HipKittens §3.3.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ClusterKind {
     /// Matrix work: run at raised priority in the ping-pong.
@@ -547,7 +549,7 @@ pub enum ClusterKind {
     Memory,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stmt {
     /// An op; `implied` marks ops the schedule expansion inserted (stagger barriers, priorities, fences).
@@ -582,7 +584,7 @@ pub enum Stmt {
 }
 
 /// How the kernel's waves share the work (HipKittens §3.3.2; docs/architecture.md principle 2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum Schedule {
     /// No implied synchronisation; `waves` waves.
@@ -639,7 +641,7 @@ pub use kittens_sched::remap::GridOrder;
 
 /// The launch: a 1-d grid of `∏ extents` blocks; `remap` maps each launch id to coordinates
 /// `Expr::Block(0..extents.len())`.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Grid {
     pub extents: Vec<Expr>,
     pub remap: GridOrder,
@@ -654,7 +656,7 @@ pub struct Grid {
     pub cluster: u32,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Kernel {
     pub name: String,
     pub schedule: Schedule,

@@ -12,7 +12,8 @@
 //! - [`numerics`]: storage rounding (bf16, f16, fp8) in the RTNE/RTNA/RTZ modes;
 //! - [`philox`]: Philox 4x32-10, the counter-based generator of the `random` op (dropout masks);
 //! - [`interp`]: the CPU interpreter, the `cpu` backend and the test oracle;
-//! - [`print`]: the kernel listing (`Display for Kernel`).
+//! - [`print`]: the kernel listing (`Display for Kernel`);
+//! - [`serial`]: kernels as files (JSON), read back through the structure checks and [`validate`].
 //!
 //! A kernel in brief (a one-wave `y = exp2(x)` over a 16×16 tile):
 //!
@@ -48,6 +49,7 @@ pub mod philox;
 pub mod print;
 pub mod regs;
 pub mod schedule;
+pub mod serial;
 pub mod validate;
 pub mod walk;
 

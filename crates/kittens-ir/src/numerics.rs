@@ -36,7 +36,7 @@ use kittens_hw::dtype::DType;
 use thiserror::Error;
 
 /// How an f32 value is rounded to a narrower storage format (MI300X-attn §6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Rounding {
     /// Round to nearest, ties to even (IEEE-754 default).

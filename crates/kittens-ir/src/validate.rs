@@ -516,31 +516,71 @@ pub struct TargetReport {
 }
 
 /// Registers per lane a wave needs at its peak: the largest sum over the registers live at one op
-/// ([`crate::regs::live_ranges`]; a register used in a loop is live through the whole loop), plus 16
+/// ([`crate::regs::occupancy`]: a register is live from a write to its last read on some path; one
+/// read before it is written in a loop is live through the loop), plus 16
 /// for addresses, indices and loop counters. The compiler may do better (e.g. `transpose` reuses its
 /// source's registers when the source dies), so this is an estimate on the high side.
 pub fn reg_estimate(k: &Kernel, lanes: u32) -> u32 {
-    let ranges = crate::regs::live_ranges(k);
+    reg_peak(k, lanes).regs
+}
+
+/// Where a wave's register estimate peaks ([`reg_estimate`]) and what is live there.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RegPeak {
+    /// The estimate: registers live at the peak + 16.
+    pub regs: u32,
+    /// The first op index at which the peak is reached (`None`: no register is used).
+    pub op: Option<usize>,
+    /// The registers live at the peak with their 32-bit registers per lane, costliest first.
+    pub live: Vec<(String, u32)>,
+}
+
+impl RegPeak {
+    /// `` `a` (64), `b` (32), `c` (16) `` — the costliest few, for messages.
+    pub fn costliest(&self, n: usize) -> String {
+        let mut s: Vec<String> = self
+            .live
+            .iter()
+            .take(n)
+            .map(|(name, r)| format!("`{name}` ({r})"))
+            .collect();
+        if self.live.len() > n {
+            s.push(format!("and {} more", self.live.len() - n));
+        }
+        s.join(", ")
+    }
+}
+
+/// [`reg_estimate`] with the op where it peaks and the registers live there: the registers each op
+/// holds ([`crate::regs::occupancy`], a backward liveness over the program), summed, at the op where
+/// the sum is largest.
+pub fn reg_peak(k: &Kernel, lanes: u32) -> RegPeak {
     let sizes: Vec<u32> = k
         .regs
         .iter()
         .map(|r| crate::regs::regs_per_lane(&r.kind, lanes))
         .collect();
-    let mut events: Vec<(usize, i64)> = Vec::new();
-    for (r, range) in ranges.iter().enumerate() {
-        if let Some((lo, hi)) = range {
-            events.push((*lo, sizes[r] as i64));
-            events.push((*hi, -(sizes[r] as i64)));
+    let occ = crate::regs::occupancy(k);
+    let mut best: (u32, Option<usize>) = (0, None);
+    for (i, regs) in occ.iter().enumerate() {
+        let sum: u32 = regs.iter().map(|r| sizes[r.0 as usize]).sum();
+        if best.1.is_none() || sum > best.0 {
+            best = (sum, Some(i));
         }
     }
-    // Ends before starts at the same index: ranges are half-open.
-    events.sort_by_key(|&(i, d)| (i, d));
-    let (mut live, mut peak) = (0i64, 0i64);
-    for (_, d) in events {
-        live += d;
-        peak = peak.max(live);
+    let mut live: Vec<(String, u32)> = match best.1 {
+        Some(i) => occ[i]
+            .iter()
+            .map(|r| (k.regs[r.0 as usize].name.clone(), sizes[r.0 as usize]))
+            .collect(),
+        None => vec![],
+    };
+    live.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    RegPeak {
+        regs: best.0 + 16,
+        op: best.1,
+        live,
     }
-    peak as u32 + 16
 }
 
 /// Shared memory, register and block-size budgets on `gpu`, and the target rules: AMD matrix

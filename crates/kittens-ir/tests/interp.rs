@@ -236,9 +236,18 @@ fn stale_kernel(wait: Option<u32>) -> Kernel {
 #[test]
 fn async_loads_land_only_at_a_covering_wait() {
     let v = random(&mut SmallRng::seed_from_u64(4), 64 * 32, Bf16);
-    let run = |wait| {
+    // Without a wait that lands both loads the kernel is racy: `run` refuses it, so the stale
+    // reads are shown with `run_unchecked`.
+    let run = |wait: Option<u32>| {
         let mut t = vec![v.clone(), vec![0.0; 64 * 32]];
-        interp::run(&stale_kernel(wait), &[], &mut t).unwrap();
+        let k = stale_kernel(wait);
+        if wait == Some(0) {
+            interp::run(&k, &[], &mut t).unwrap();
+        } else {
+            let e = interp::run(&k, &[], &mut t).unwrap_err();
+            assert!(matches!(e, interp::InterpError::Race { .. }), "{e}");
+            interp::run_unchecked(&k, &[], &mut t).unwrap();
+        }
         t.pop().unwrap()
     };
     assert_eq!(run(Some(0)), v, "all landed");
@@ -276,7 +285,8 @@ fn wrong_launch_arguments_are_errors() {
 }
 
 /// Wave 1 writes a shared tile that wave 0 then reads: with the barrier wave 0 sees the data; without
-/// it, wave 0 runs to its end first (waves between two barriers run in wave order) and reads zeros.
+/// it, wave 0 runs to its end first (waves between two barriers run in wave order) and reads zeros —
+/// which is why `interp::run` refuses the kernel without the barrier.
 fn handoff(barrier: bool) -> Vec<f32> {
     let mut k = KernelBuilder::new("handoff", Schedule::Plain { waves: 2 });
     let gy = mat(&mut k, "y", F32, 16, 16, Access::Write);
@@ -285,6 +295,7 @@ fn handoff(barrier: bool) -> Vec<f32> {
     k.if_(k.wave().eq(1), |k| {
         k.fill(r, 7.0);
         k.store_shared(k.smem(s, 0), r);
+        k.wait_shared(0);
     });
     if barrier {
         k.barrier();
@@ -295,7 +306,14 @@ fn handoff(barrier: bool) -> Vec<f32> {
         k.store(k.gtile(gy, 16, 16, 0, 0), r);
     });
     let mut t = vec![vec![0.0; 256]];
-    interp::run(&k.finish().unwrap(), &[], &mut t).unwrap();
+    let k = k.finish().unwrap();
+    if barrier {
+        interp::run(&k, &[], &mut t).unwrap();
+    } else {
+        // Racy: refused by `run`, shown with `run_unchecked`.
+        assert!(interp::run(&k, &[], &mut t).is_err());
+        interp::run_unchecked(&k, &[], &mut t).unwrap();
+    }
     t.pop().unwrap()
 }
 
@@ -316,4 +334,51 @@ fn mismatched_barrier_scopes_deadlock() {
     );
     let e = interp::run(&k.finish().unwrap(), &[], &mut []).unwrap_err();
     assert!(e.to_string().contains("deadlock"), "{e}");
+}
+
+/// A two-wave hand-off through shared memory: wave 0 writes a row, a barrier, wave 1 reads it back
+/// and stores it. Without the barrier the schedule analysis finds the race and the interpreter refuses
+/// the kernel (its one wave order would hand the row over anyway and hide the bug);
+/// `run_unchecked` still runs it.
+#[test]
+fn the_interpreter_refuses_a_kernel_with_a_race() {
+    let mut k = KernelBuilder::new("handoff", Schedule::Plain { waves: 2 });
+    let x = mat(&mut k, "x", F32, 1, 64, Access::Read);
+    let y = mat(&mut k, "y", F32, 1, 64, Access::Write);
+    let s = k.shared("s", F32, 1, 64, Swizzle::None, 1);
+    let t = k.tile("t", F32, 1, 64, Layout::Row, BaseShape::STRIP);
+    k.if_(k.wave().eq(0), |k| {
+        k.load_global(t, k.gtile(x, 1, 64, 0, 0));
+        k.store_shared(k.smem(s, 0), t);
+        k.wait_shared(0);
+    });
+    k.barrier();
+    k.if_(k.wave().eq(1), |k| {
+        k.load(t, k.smem(s, 0));
+        k.wait_shared(0);
+        k.store(k.gtile(y, 1, 64, 0, 0), t);
+    });
+    let kernel = k.finish().unwrap();
+    let input: Vec<f32> = (0..64).map(|i| i as f32 / 8.0).collect();
+    let mut t = vec![input.clone(), vec![0.0; 64]];
+    interp::run(&kernel, &[], &mut t).unwrap();
+    assert_eq!(t[1], input);
+
+    let barrier = kernel
+        .ops()
+        .into_iter()
+        .find(|o| matches!(o.op, Op::Barrier { .. }))
+        .unwrap()
+        .index;
+    let racy = kernel.without_op(barrier).unwrap();
+    let mut t = vec![input.clone(), vec![0.0; 64]];
+    let e = interp::run(&racy, &[], &mut t).unwrap_err();
+    assert!(matches!(e, interp::InterpError::Race { .. }), "{e}");
+    let m = e.to_string();
+    assert!(m.contains("handoff") && m.contains("racy"), "{m}");
+    assert!(m.contains("barrier"), "names the missing barrier: {m}");
+    assert_eq!(t[1], vec![0.0; 64], "nothing ran");
+    // The same verdict from the cache.
+    assert!(interp::run(&racy, &[], &mut t).is_err());
+    interp::run_unchecked(&racy, &[], &mut t).unwrap();
 }

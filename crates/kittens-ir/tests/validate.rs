@@ -338,8 +338,9 @@ fn pinned_tiles_are_checked() {
     assert!(e.to_string().contains("256 vgprs per lane"), "{e}");
 }
 
-/// The estimate is a peak over live ranges: tiles used at disjoint points share registers, a tile used
-/// in a loop is live through it.
+/// The estimate is a peak over live ranges: tiles used at disjoint points share registers; a tile
+/// whose value crosses a loop's back edge (read before it is written in the loop) is live through the
+/// loop, one written afresh at the top of every iteration only from that write to its last use.
 #[test]
 fn register_estimate_follows_liveness() {
     let mut k = KernelBuilder::new("live", Schedule::Plain { waves: 4 });
@@ -349,19 +350,29 @@ fn register_estimate_follows_liveness() {
         &[("r", Expr::c(64)), ("c", Expr::c(64))],
         Access::Read,
     );
-    let [a, b, c] = ["a", "b", "c"].map(|n| k.tile(n, F32, 64, 64, Layout::Row, BaseShape::S16X16));
+    let [a, b, c, d] =
+        ["a", "b", "c", "d"].map(|n| k.tile(n, F32, 64, 64, Layout::Row, BaseShape::S16X16));
     k.load_global(a, k.gtile(x, 64, 64, 0, 0)); // 0: a live 0..2
     k.add(a, a, 1.0); // 1
     k.load_global(b, k.gtile(x, 64, 64, 0, 0)); // 2: b live 2..3
+    k.zero(d); // 3
     k.for_range("i", 0, 4, |k, _| {
-        k.zero(c); // 3: c live through the loop
-        k.fence(); // 4
+        k.zero(c); // 4: c written afresh every iteration: live 4..5
+        k.fence(); // 5
+        k.add(d, d, 1.0); // 6: d read before written, carried: live through the loop, 3..8
+        k.fence(); // 7
     });
     let k = k.finish().unwrap();
-    // 64×64 f32 on 64 lanes is 64 registers; never more than one tile live at once.
-    assert_eq!(validate::reg_estimate(&k, 64), 64 + 16);
+    // 64×64 f32 on 64 lanes is 64 registers; at most c and d live at once.
+    assert_eq!(validate::reg_estimate(&k, 64), 2 * 64 + 16);
     let ranges = regs::live_ranges(&k);
-    assert_eq!(ranges, vec![Some((0, 2)), Some((2, 3)), Some((3, 5))]);
+    assert_eq!(
+        ranges,
+        vec![Some((0, 2)), Some((2, 3)), Some((4, 5)), Some((3, 8))]
+    );
+    let peak = validate::reg_peak(&k, 64);
+    assert_eq!(peak.op, Some(4));
+    assert_eq!(peak.costliest(4), "`c` (64), `d` (64)");
 }
 
 /// The other schedules: 4-wave interleave ends clusters in fences only; producer/consumer turns roles into

@@ -62,7 +62,9 @@ pub struct Variant {
     pub targets: &'static [Target],
 }
 
-/// A registered kernel.
+/// A registered kernel. The fields are public so that a kernel from elsewhere — a user's crate, a
+/// kernel file read by `kittens --kernel-file` — is an entry like the registry's own and every tool
+/// that takes an entry (the runner, `check`, `compile`) takes it.
 #[derive(Debug, Serialize)]
 pub struct KernelEntry {
     pub name: &'static str,
@@ -70,14 +72,18 @@ pub struct KernelEntry {
     pub targets: &'static [TargetPlan],
     /// Other configurations than the targets' defaults, by name.
     pub variants: &'static [Variant],
+    /// The kernel in the named variant for a GPU (reached only for names `variants` lists).
     #[serde(skip)]
-    build_variant: fn(&Gpu, &str) -> Result<Kernel, KernelError>,
+    pub build_variant: fn(&Gpu, &str) -> Result<Kernel, KernelError>,
+    /// The default configuration (the CPU interpreter's).
     #[serde(skip)]
-    build_default: fn() -> Result<Kernel, KernelError>,
+    pub build_default: fn() -> Result<Kernel, KernelError>,
+    /// The configuration for one GPU model.
     #[serde(skip)]
-    build_gpu: fn(&Gpu) -> Result<Kernel, KernelError>,
+    pub build_gpu: fn(&Gpu) -> Result<Kernel, KernelError>,
+    /// How it runs at a problem's sizes (launch, inputs, reference, tolerance).
     #[serde(skip)]
-    problem: &'static dyn KernelProblem,
+    pub problem: &'static dyn KernelProblem,
 }
 
 impl KernelEntry {
@@ -175,7 +181,7 @@ fn attn_bwd_variant(gpu: &Gpu, v: &str) -> Result<Kernel, KernelError> {
 
 /// `build_variant` of a kernel without variants: never reached, since [`KernelEntry::build_variant`]
 /// refuses a name its `variants` do not list before calling it.
-fn no_variants(_: &Gpu, v: &str) -> Result<Kernel, KernelError> {
+pub fn no_variants(_: &Gpu, v: &str) -> Result<Kernel, KernelError> {
     Err(KernelError::Config(format!("no variant `{v}`")))
 }
 

@@ -193,9 +193,10 @@ fn gfx950_attention_prefetches_a_block_ahead() {
         };
         assert_eq!(cfg.kv_block, 64);
         let k = build(&cfg).unwrap();
-        // Registers: `reg_estimate` counts a loop's tiles as live through the whole loop (362 here);
-        // the compiler fits K and V, which are never live together, in 256 without spills
-        // (kittens-runtime amd_registry).
+        // Registers: `reg_estimate` counts a tile as live through the whole loop only when its value
+        // crosses the back edge (it counted every loop tile so until the budgets were checked at
+        // lowering: 362 here, over the 256 of 8 waves); K and V, loaded afresh every step and never
+        // live together, fit in 256 without spills (kittens-runtime amd_registry).
         let slots: Vec<u32> = k.shared.iter().map(|s| s.count).collect();
         assert_eq!(slots, vec![3, 3], "K and V rings");
         let r = analyze(

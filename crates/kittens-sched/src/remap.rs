@@ -15,7 +15,7 @@
 //! [`xcd_swizzle`] composes them; [`head_first`] is [`xcd_chunk`] with the chunk set to the query blocks
 //! of one (batch, head) — MI300X-attn §4.1's attention swizzle.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A launch id's place in HipKittens Algorithm 1 lines 1–12: `chunk ∘ interleave`.
 ///
@@ -90,7 +90,7 @@ pub fn head_first(id: u64, batch: u64, heads: u64, q_blocks: u64, n_xcd: u64) ->
 /// A grid order: which logical tile each launch id computes, as a value. Kernels carry one in their
 /// grid (`kittens_ir::Grid`, lowered per target); the interpreter, the cache model and the pictures
 /// evaluate it with the functions above.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum GridOrder {
     /// Launch id → coordinates in row-major order of the extents (last coordinate fastest).

@@ -1,11 +1,11 @@
 //! Register layouts and base shapes.
 
 use crate::TileError;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Which dimension a lane's consecutive elements run along (HipKittens D.1): in a row layout each lane holds
 /// consecutive elements of a row (the reduction dimension of an A operand); in a column layout, of a column.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Layout {
     Row,
@@ -49,7 +49,7 @@ impl Layout {
 
 /// The rows × cols one matrix-instruction operand covers; a register tile is a grid of these
 /// (HipKittens' `rt_16x32_s` and friends, HipKittens §3.2.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct BaseShape {
     pub rows: u32,
     pub cols: u32,

@@ -1,10 +1,10 @@
 //! Register tiles.
 
 use crate::{BaseShape, DType, Layout, TileError};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Which register file a pinned tile lives in (HipKittens §3.2.1: AGPRs may feed MFMAs directly).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RegFile {
     Vgpr,
@@ -22,7 +22,7 @@ impl RegFile {
 
 /// Explicit registers for a tile: the contiguous range `first..=last` of one register file, split in
 /// order among the tile's base tiles (HipKittens' `split_many_t<type_list<range<24, 39>>, 4>`, HipKittens D.3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RegPin {
     pub file: RegFile,
     pub first: u32,
@@ -30,7 +30,7 @@ pub struct RegPin {
 }
 
 /// A register tile distributed over the lanes of one wave (AMD, 64 lanes) or warp (NVIDIA, 32 lanes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RegTile {
     pub dtype: DType,
     pub rows: u32,

@@ -2,7 +2,7 @@
 
 use crate::swizzle::default_swizzle;
 use crate::{DType, RegTile, Swizzle, TileError};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Most bytes one shared or register tile may hold: 1 MiB, more than one block's shared memory or one
 /// wave's registers on any GPU in the catalog, so every real tile fits while a tile's byte offsets
@@ -28,7 +28,7 @@ pub(crate) fn check_size(dtype: DType, rows: u32, cols: u32) -> Result<(), TileE
 }
 
 /// A row-major tile in shared memory (LDS on AMD), stored through its swizzle.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct SharedTile {
     pub dtype: DType,
     pub rows: u32,

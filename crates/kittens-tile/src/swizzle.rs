@@ -11,10 +11,10 @@
 //! Every member with `shift ≥ 1` is a bijection: bit `i` is flipped by a higher bit, so the map is
 //! unitriangular over GF(2).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// One XOR term: flip the `bits` bits at `base` with the bits at `base + shift`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct XorTerm {
     pub bits: u32,
     pub base: u32,
@@ -38,7 +38,7 @@ impl XorTerm {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum Swizzle {
     None,

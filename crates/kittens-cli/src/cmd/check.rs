@@ -8,9 +8,11 @@ use kittens_kernels::registry::KernelEntry;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Kernel name, from the registry (`kittens list`).
-    #[arg(value_parser = kittens_kernels::by_name)]
+    /// Kernel name, from the registry (`kittens list`); none with --kernel-file.
+    #[arg(value_parser = super::kernel_file::kernel_arg, default_value = super::kernel_file::NONE_GIVEN, hide_default_value = true)]
     pub kernel: &'static KernelEntry,
+    #[command(flatten)]
+    pub file: super::kernel_file::KernelFile,
     /// A kernel parameter, `name=value` (repeatable, or comma-separated). Unset parameters take small
     /// defaults: m=n=512, k=1024, batch=1, heads=2, heads_kv=1, seq=512, anything else 256.
     #[arg(long = "param", short = 'p', value_delimiter = ',')]
@@ -78,7 +80,11 @@ fn check_relations(names: &[String], values: &[i64]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn param_values(names: &[String], words: &[bool], given: &[String]) -> anyhow::Result<Vec<i64>> {
+pub(crate) fn param_values(
+    names: &[String],
+    words: &[bool],
+    given: &[String],
+) -> anyhow::Result<Vec<i64>> {
     let mut values: Vec<i64> = names
         .iter()
         .zip(words)
@@ -139,7 +145,7 @@ fn renumber(r: &mut Report, dropped: &[usize]) {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let info = args.kernel;
+    let info = args.file.resolve(args.kernel)?;
     let mut kernel = match (&args.gpu, &args.schedule) {
         (Some(gpu), Some(v)) => info.build_variant(kittens_hw::Target::from(gpu.arch), Some(v)),
         (Some(gpu), None) => info.build_for_gpu(gpu),

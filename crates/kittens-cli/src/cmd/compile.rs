@@ -10,9 +10,11 @@ use kittens_runtime::amd::{self, CodeObjectReport};
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Kernel name, from the registry (`kittens list`).
-    #[arg(value_parser = kittens_kernels::by_name)]
+    /// Kernel name, from the registry (`kittens list`); none with --kernel-file.
+    #[arg(value_parser = super::kernel_file::kernel_arg, default_value = super::kernel_file::NONE_GIVEN, hide_default_value = true)]
     pub kernel: &'static KernelEntry,
+    #[command(flatten)]
+    pub file: super::kernel_file::KernelFile,
     /// Compiler target: gfx942 (MI300X/MI325X), gfx950 (MI350X/MI355X) or sm_90a (H100/H200).
     #[arg(long)]
     pub target: Target,
@@ -36,6 +38,10 @@ pub enum Emit {
 }
 
 pub fn run(args: Args) -> Result<()> {
+    let args = Args {
+        kernel: args.file.resolve(args.kernel)?,
+        ..args
+    };
     match (args.target.backend(), args.target.arch()) {
         (Backend::Cuda, _) => run_cuda(&args),
         (Backend::Hip, Some(arch)) => run_amd(&args, arch),

@@ -11,6 +11,7 @@ pub mod check_banks;
 pub mod compile;
 pub mod demo;
 pub mod flags;
+pub mod kernel_file;
 pub mod ladder;
 pub mod layout;
 pub mod list;

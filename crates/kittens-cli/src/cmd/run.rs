@@ -17,9 +17,11 @@ use kittens_runtime::runner::{
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Kernel name, from the registry (`kittens list`).
-    #[arg(value_parser = kittens_kernels::by_name)]
+    /// Kernel name, from the registry (`kittens list`); none with --kernel-file.
+    #[arg(value_parser = super::kernel_file::kernel_arg, default_value = super::kernel_file::NONE_GIVEN, hide_default_value = true)]
     pub kernel: &'static KernelEntry,
+    #[command(flatten)]
+    pub file: super::kernel_file::RunFile,
     /// Where to run: `cpu` (the interpreter), `hip-emu` (the lowered HIP for --target, compiled for
     /// and run on this CPU through the emulation header) or `isa-emu` (the code object for --target,
     /// run instruction by instruction by the ISA emulator) or `hip` (that code object on an AMD GPU
@@ -430,6 +432,22 @@ fn backend(args: &Args) -> anyhow::Result<Box<dyn Backend>> {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
+    let args = match args.file.resolve(args.kernel)? {
+        super::kernel_file::ForRun::Entry(kernel) => Args { kernel, ..args },
+        super::kernel_file::ForRun::Unreferenced(k) => {
+            let b = backend(&args)?;
+            let (seed, scale) = (args.seed, args.input_scale);
+            return super::kernel_file::run_unreferenced(
+                &k,
+                &args.file.params,
+                b.as_ref(),
+                seed,
+                scale,
+                args.json,
+            )
+            .map(|_| ());
+        }
+    };
     let entry = args.kernel;
     if args.isa_seed.is_some() && args.backend != BackendArg::IsaEmu {
         bail!("--isa-seed seeds the ISA emulator; it needs --backend isa-emu");

@@ -71,6 +71,19 @@ pub enum InterpError {
     },
     #[error("{what} overflows 64-bit arithmetic")]
     Overflow { what: String },
+    /// The schedule analysis finds a hazard at these parameters: the one order the interpreter runs
+    /// the waves in would give numbers a device need not (see [`run`]; [`run_unchecked`] runs anyway).
+    #[error(
+        "kernel `{kernel}` is racy at these parameters ({more} more hazard(s) found), so the interpreter \
+         refuses it: {hazard} (block {block:?}; `kittens check` lists them, `--drop-op` shows what each \
+         barrier and wait guards)"
+    )]
+    Race {
+        kernel: String,
+        hazard: Box<crate::analysis::Hazard>,
+        block: Vec<i64>,
+        more: usize,
+    },
     /// The caller's cancel flag ([`with_cancel`]) was raised: the run stopped between blocks and
     /// wrote nothing.
     #[error("the run was cancelled")]
@@ -174,7 +187,81 @@ pub fn block_coords(
 
 /// Runs `k` with `params` over host tensors (one per global, in declaration order, values as f32 laid
 /// out by the global's strides). Inputs are first rounded to their dtypes; outputs are written rounded.
+///
+/// The interpreter runs the waves between two barriers in one order, so a racy kernel would return
+/// numbers a device need not: first the schedule analysis runs on the launch at `params`
+/// ([`race_check`], cached per kernel and parameters), and a hazard is an [`InterpError::Race`] that
+/// names it. [`run_unchecked`] skips the check (tests that show what a race does to the numbers).
 pub fn run(k: &Kernel, params: &[i64], tensors: &mut [Vec<f32>]) -> Result<RunStats, InterpError> {
+    if params.len() == k.params.len() {
+        race_check(k, params)?;
+    }
+    run_unchecked(k, params, tensors)
+}
+
+/// The schedule analysis of `k`'s launch at `params` ([`crate::analysis::analyze_launch`]): the first
+/// hazard as an [`InterpError::Race`]. An analysis that cannot run at these parameters (an empty or
+/// too large problem, an expression it cannot evaluate) does not refuse the kernel: the interpreter
+/// reports such problems itself. Verdicts are cached per kernel and parameters (the analysis of a
+/// large launch takes longer than a small run).
+pub fn race_check(k: &Kernel, params: &[i64]) -> Result<(), InterpError> {
+    use std::collections::HashMap;
+    use std::hash::{Hash, Hasher};
+    use std::sync::{Mutex, OnceLock};
+    type Verdict = Option<(crate::analysis::Hazard, Vec<i64>, usize)>;
+    static CACHE: OnceLock<Mutex<HashMap<u64, Verdict>>> = OnceLock::new();
+    let key = {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        format!("{k:?}").hash(&mut h);
+        params.hash(&mut h);
+        h.finish()
+    };
+    let cache = CACHE.get_or_init(Default::default);
+    let cached = cache.lock().ok().and_then(|c| c.get(&key).cloned());
+    let verdict = match cached {
+        Some(v) => v,
+        None => {
+            let opts = crate::analysis::Options {
+                params: params.to_vec(),
+                ..Default::default()
+            };
+            let v = match crate::analysis::analyze_launch(k, &opts) {
+                Ok(launch) => {
+                    let n = launch.hazards().count();
+                    launch
+                        .hazards()
+                        .next()
+                        .map(|(r, h)| (h.clone(), r.block.clone(), n - 1))
+                }
+                Err(_) => None,
+            };
+            if let Ok(mut c) = cache.lock() {
+                if c.len() > 4096 {
+                    c.clear();
+                }
+                c.insert(key, v.clone());
+            }
+            v
+        }
+    };
+    match verdict {
+        None => Ok(()),
+        Some((hazard, block, more)) => Err(InterpError::Race {
+            kernel: k.name.clone(),
+            hazard: Box::new(hazard),
+            block,
+            more,
+        }),
+    }
+}
+
+/// [`run`] without the race check: the waves run in the interpreter's one order whatever the
+/// schedule analysis would say (for tests that show what a missing barrier or wait does to the numbers).
+pub fn run_unchecked(
+    k: &Kernel,
+    params: &[i64],
+    tensors: &mut [Vec<f32>],
+) -> Result<RunStats, InterpError> {
     if params.len() != k.params.len() {
         return Err(InterpError::Params {
             kernel: k.name.clone(),
