@@ -328,3 +328,48 @@ fn run_variant_interleave4_on_the_cpu_runs_the_interleave() {
         "the interleave runs 4 waves, the ping-pong 8"
     );
 }
+
+/// The cuda backend: `--device` belongs to it (refused elsewhere, never taken for a kernel flag), its
+/// target is sm_90a only, and on a machine without a driver (CI) it says so instead of crashing.
+#[test]
+fn the_cuda_backend_takes_its_own_flags_and_says_what_is_missing() {
+    refused(
+        &["run", "gemm_bf16", "--device", "1"],
+        &["--device picks the GPU of --backend cuda"],
+    );
+    refused(
+        &[
+            "run",
+            "gemm_bf16",
+            "--backend",
+            "cuda",
+            "--target",
+            "gfx942",
+        ],
+        &["--backend cuda runs sm_90a"],
+    );
+    let out = kittens(&[
+        "run",
+        "gemm_bf16",
+        "--backend",
+        "cuda",
+        "--device",
+        "0",
+        "--m",
+        "64",
+    ]);
+    let err = text(&out.stderr);
+    assert!(!err.contains("does not apply"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    if out.status.success() {
+        // A machine with a Hopper GPU ran and judged it.
+        assert!(
+            text(&out.stdout).contains("passed"),
+            "{}",
+            text(&out.stdout)
+        );
+    } else {
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(err.contains("for sm_90a on an NVIDIA GPU"), "{err}");
+    }
+}

@@ -221,6 +221,11 @@ const COMMON_FLAGS: &[&str] = &[
     "tolerance",
     "ir",
     "json",
+    "device",
+    // The kernel file's own flags (`super::kernel_file::RunFile`): they apply to any kernel.
+    "kernel_file",
+    "reference",
+    "params",
 ];
 
 /// Tile flags that configure the interpreter's program only (a GPU target builds its GPU's tiles).
