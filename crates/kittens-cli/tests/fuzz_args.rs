@@ -368,7 +368,7 @@ fn random_arguments_never_panic_hang_or_blow_up() {
     let seed: u64 = std::env::var("KITTENS_FUZZ_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0x6b69_7474_656e_73);
+        .unwrap_or(0x006b_6974_7465_6e73);
     let cases: usize = std::env::var("KITTENS_FUZZ_CASES")
         .ok()
         .and_then(|s| s.parse().ok())

@@ -379,8 +379,8 @@ pub fn attention(
     // attn_fwd scales Q by log2(e)/√d before the exp2 softmax: that is the only scale it computes.
     let default = 1.0 / (d as f64).sqrt();
     if let Some(s) = scale {
-        // Written so that NaN (for which every comparison is false) is refused too.
-        if !((s - default).abs() <= 1e-6 * default) {
+        // NaN (for which every comparison is false) is refused too.
+        if s.is_nan() || (s - default).abs() > 1e-6 * default {
             return Err(ApiError::Value(format!(
                 "scale={s} is not supported: the kernel applies the default softmax scale 1/sqrt({d}) = \
                  {default:.6} only; pass scale=None"

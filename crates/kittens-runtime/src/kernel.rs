@@ -17,7 +17,7 @@ pub enum LowerEntryError {
         kernel: &'static str,
         target: Target,
         #[source]
-        source: LowerError,
+        source: Box<LowerError>,
     },
 }
 
@@ -33,6 +33,6 @@ pub fn lower_entry(
     kittens_codegen::lower(&k, target).map_err(|source| LowerEntryError::Lower {
         kernel: entry.name,
         target,
-        source,
+        source: Box::new(source),
     })
 }

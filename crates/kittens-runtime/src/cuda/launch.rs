@@ -208,7 +208,8 @@ pub fn check_args(
         let span = span.filter(|&b| i64::try_from(b).is_ok()).ok_or_else(|| {
             terr(
                 &g.name,
-                format!("its layout spans more than 2^63 bytes, past the generated code's offsets"),
+                "its layout spans more than 2^63 bytes, past the generated code's offsets"
+                    .to_string(),
             )
         })?;
         if span > 0 && t.ptr % ALIGN != 0 {

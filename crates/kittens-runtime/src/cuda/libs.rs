@@ -154,14 +154,14 @@ mod tests {
             strict: true,
             cache: None,
         };
-        let e = usable(&strict, &[lib.clone()], &mut tried).unwrap_err();
+        let e = usable(&strict, std::slice::from_ref(&lib), &mut tried).unwrap_err();
         assert!(e.to_string().contains("writable by every user"), "{e}");
         let system = Candidate {
             strict: false,
             ..strict
         };
         assert!(matches!(
-            usable(&system, &[lib.clone()], &mut tried),
+            usable(&system, std::slice::from_ref(&lib), &mut tried),
             Ok(false)
         ));
         assert!(tried[0].contains("refused"), "{tried:?}");
