@@ -27,12 +27,12 @@ fn amd_line(kernel: &KernelEntry, arch: Arch) -> (String, Value) {
     match compile::amd_compile(kernel, arch) {
         Ok(c) => {
             let r = &c.report;
-            let mfma = kittens_codegen::hip::bf16_mfma_opcode(arch).unwrap_or("?");
-            let hot = r.hot_loop.as_ref().map(|l| l.mix.mfma).unwrap_or(0);
+            // The hot loop's own MFMA opcodes (gemm_fp8's f8f6f4, none for the strip kernels), not
+            // the target's bf16 default.
             let text = format!(
-                "vgpr {:>3} agpr {} sgpr {:>3}  spills {}/{}  scratch {} B  LDS {:>6}/{} B  hot-loop MFMA {} ({})",
+                "vgpr {:>3} agpr {} sgpr {:>3}  spills {}/{}  scratch {} B  LDS {:>6}/{} B  hot-loop MFMA {}",
                 r.vgpr, r.agpr, r.sgpr, r.vgpr_spill, r.sgpr_spill, r.scratch_bytes, r.lds_bytes,
-                r.lds_budget_bytes, hot, mfma
+                r.lds_budget_bytes, compile::hot_loop_mfmas(r)
             );
             (text, c.json().unwrap_or(Value::Null))
         }
