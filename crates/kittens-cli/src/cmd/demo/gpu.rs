@@ -183,7 +183,16 @@ pub fn run(s: &mut Section) -> anyhow::Result<Value> {
     for (i, (name, shape, p)) in cases.iter().enumerate() {
         eprintln!("  [{}/{}] checking {name} {shape} ...", i + 1, cases.len());
         let entry = kittens_kernels::by_name(name)?;
+        let started = Instant::now();
         let r = runner::run(entry, p, &CudaGpu::new(0));
+        if let Ok(r) = &r {
+            // The first run of a kernel compiles it (NVRTC; later processes read the disk cache).
+            eprintln!(
+                "        {:.1} s, of which compile or cache load {:.1} s",
+                started.elapsed().as_secs_f64(),
+                r.compile_seconds
+            );
+        }
         let (verdict, detail) = match &r {
             Ok(r) if r.passed => (
                 "correct",
