@@ -645,17 +645,22 @@ mod tests {
                     "{} {t}",
                     e.name
                 );
-                let launch = def.plan(&p, t).unwrap().launch;
-                assert_eq!(launch.params.len(), k.params.len(), "{} {t}", e.name);
-                let n = launch.inputs.len() + launch.outputs.len();
-                assert_eq!(n, k.globals.len(), "{} {t}", e.name);
-                assert!(
-                    k.globals[launch.inputs.len()..]
-                        .iter()
-                        .all(|g| g.access != kittens_ir::Access::Read),
-                    "{} {t}",
-                    e.name
-                );
+                // Every launch of the run (one, or the stages of a several-launch run such as the
+                // Hopper backward's query and key blocks) matches its kernel.
+                let plan = def.plan(&p, t).unwrap();
+                for st in def.stages(&p, t, &plan).unwrap() {
+                    let (launch, k) = (&st.launch, &st.kernel);
+                    let what = format!("{} {t} {}", e.name, k.name);
+                    assert_eq!(launch.params.len(), k.params.len(), "{what}");
+                    let n = launch.inputs.len() + launch.outputs.len();
+                    assert_eq!(n, k.globals.len(), "{what}");
+                    assert!(
+                        k.globals[launch.inputs.len()..]
+                            .iter()
+                            .all(|g| g.access != kittens_ir::Access::Read),
+                        "{what}"
+                    );
+                }
             }
         }
     }
