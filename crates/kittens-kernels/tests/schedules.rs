@@ -159,7 +159,8 @@ fn producer_consumer_attention_schedule() {
                     &k,
                     &Options {
                         params: vec![1, 2, 1, 700, 700],
-                        block: vec![qb, 0, 1],
+                        // The grid is [batch, heads, query blocks]: head 1, query block `qb`.
+                        block: vec![0, 1, qb],
                         ..Default::default()
                     },
                 )
