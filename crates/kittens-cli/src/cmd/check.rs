@@ -2,9 +2,11 @@
 //! clusters each wave runs in which barrier interval, the hazards (missing waits, missing barriers,
 //! deadlocks) of every distinct block, and every wait's written and computed count.
 
-use anyhow::{anyhow, bail, Context};
+use anyhow::{bail, Context};
 use kittens_ir::analysis::{analyze, analyze_launch, Hazard, Options, Report, Site};
 use kittens_kernels::registry::KernelEntry;
+
+use super::flags::param_values;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -55,19 +57,6 @@ pub struct Args {
     pub json: bool,
 }
 
-/// A small default for a parameter, so that loops run a handful of iterations; data words (seeds,
-/// counters) default to 0, as `kittens run`'s.
-fn default_param(name: &str, word: bool) -> i64 {
-    match name {
-        _ if word => 0,
-        "m" | "n" | "seq" | "seq_kv" => 512,
-        "k" => 1024,
-        "batch" | "heads_kv" => 1,
-        "heads" => 2,
-        _ => 256,
-    }
-}
-
 /// Relations between parameters that the kernels assume and the analysis cannot see (`kittens run`
 /// refuses the same): grouped-query attention's key/value heads divide the query heads.
 fn check_relations(names: &[String], values: &[i64]) -> anyhow::Result<()> {
@@ -78,34 +67,6 @@ fn check_relations(names: &[String], values: &[i64]) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-pub(crate) fn param_values(
-    names: &[String],
-    words: &[bool],
-    given: &[String],
-) -> anyhow::Result<Vec<i64>> {
-    let mut values: Vec<i64> = names
-        .iter()
-        .zip(words)
-        .map(|(n, &w)| default_param(n, w))
-        .collect();
-    for g in given {
-        let (name, value) = g
-            .split_once('=')
-            .ok_or_else(|| anyhow!("--param `{g}`: expected name=value"))?;
-        let i = names.iter().position(|n| n == name.trim()).ok_or_else(|| {
-            anyhow!(
-                "--param `{name}`: the kernel's parameters are {}",
-                names.join(", ")
-            )
-        })?;
-        values[i] = value
-            .trim()
-            .parse()
-            .with_context(|| format!("--param `{g}`: not an integer"))?;
-    }
-    Ok(values)
 }
 
 /// Index in the unmodified kernel of op `i` of the kernel with the ops `dropped` (ascending) removed.

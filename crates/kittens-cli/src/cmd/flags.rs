@@ -3,6 +3,7 @@
 //! operands) are parsed by the library's `FromStr` instead, whose error lists the valid names and which
 //! keeps the library's aliases.
 
+use anyhow::{anyhow, Context};
 use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::gemm_bf16::GemmSchedule;
 
@@ -62,6 +63,49 @@ pub enum BackendArg {
     /// The kernel lowered for sm_90a, compiled by NVRTC and launched on an NVIDIA Hopper GPU through
     /// the generic launch (`kittens_runtime::cuda::launch`).
     Cuda,
+}
+
+/// A small default for a parameter, so that loops run a handful of iterations; data words (seeds,
+/// counters) default to 0, as `kittens run`'s.
+fn default_param(name: &str, word: bool) -> i64 {
+    match name {
+        _ if word => 0,
+        "m" | "n" | "seq" | "seq_kv" => 512,
+        "k" => 1024,
+        "batch" | "heads_kv" => 1,
+        "heads" => 2,
+        _ => 256,
+    }
+}
+
+/// The values of a kernel's parameters (`names`, `words` marking data words) from `-p name=value`
+/// flags, the rest at their defaults: what `check` and a kernel file's `run` analyse and launch.
+pub(crate) fn param_values(
+    names: &[String],
+    words: &[bool],
+    given: &[String],
+) -> anyhow::Result<Vec<i64>> {
+    let mut values: Vec<i64> = names
+        .iter()
+        .zip(words)
+        .map(|(n, &w)| default_param(n, w))
+        .collect();
+    for g in given {
+        let (name, value) = g
+            .split_once('=')
+            .ok_or_else(|| anyhow!("--param `{g}`: expected name=value"))?;
+        let i = names.iter().position(|n| n == name.trim()).ok_or_else(|| {
+            anyhow!(
+                "--param `{name}`: the kernel's parameters are {}",
+                names.join(", ")
+            )
+        })?;
+        values[i] = value
+            .trim()
+            .parse()
+            .with_context(|| format!("--param `{g}`: not an integer"))?;
+    }
+    Ok(values)
 }
 
 #[cfg(test)]

@@ -385,7 +385,7 @@ pub fn run_unreferenced(
     kittens_kernels::budget::check_input_scale(scale)?;
     let names: Vec<String> = k.params.iter().map(|p| p.name.clone()).collect();
     let words: Vec<bool> = k.params.iter().map(|p| p.word).collect();
-    let params = super::check::param_values(&names, &words, given)?;
+    let params = super::flags::param_values(&names, &words, given)?;
     let launch = launch_of(k, &params)?;
     // The verdict first: a racy kernel is refused by the interpreter, and the other backends
     // deserve the same warning.
