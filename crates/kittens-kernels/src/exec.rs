@@ -9,6 +9,7 @@
 
 use crate::attn_bwd::{problem::BwdProblem, BwdShape, Causal};
 use crate::attn_fwd::{problem::AttnProblem, AttnConfig};
+use crate::attn_score::Logits;
 use crate::gemm_bf16::{problem::GemmProblem, GemmConfig};
 use crate::problem::{KernelProblem, Launch, Problem};
 use crate::reference::AttnShape;
@@ -189,6 +190,11 @@ pub fn attention(
 
 /// The problem [`attention_lse`] runs.
 fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool) -> Problem {
+    attn_problem_with(sh, causal, lse, Logits::default())
+}
+
+/// [`attn_problem`] with the logits `logits`.
+fn attn_problem_with(sh: &BwdShape, causal: Causal, lse: bool, logits: Logits) -> Problem {
     Problem {
         attn: AttnShape {
             batch: sh.batch,
@@ -202,6 +208,7 @@ fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool) -> Problem {
         causal: causal != Causal::No,
         bottom_right: causal == Causal::BottomRight,
         lse,
+        logits,
         attn_cfg: AttnConfig::default(),
         ..Problem::default()
     }
@@ -228,6 +235,21 @@ pub fn attention_lse(
     causal: Causal,
     lse: bool,
 ) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
+    attention_lse_with(q, k, v, sh, causal, lse, &Logits::default())
+}
+
+/// [`attention_lse`] with the logits `logits` (any softmax scale, a soft cap; refused with an error
+/// naming `scale` or `softcap` when not finite and positive).
+pub fn attention_lse_with(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: &BwdShape,
+    causal: Causal,
+    lse: bool,
+    logits: &Logits,
+) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
+    logits.check()?;
     if !ATTN_DIMS.contains(&sh.dim) || !sh.dim.is_multiple_of(32) {
         return Err(KernelError::Config(format!(
             "head dimension {} is not supported: attn_fwd takes multiples of 32 from {} to {}",
@@ -236,7 +258,7 @@ pub fn attention_lse(
             ATTN_DIMS.end()
         )));
     }
-    let p = attn_problem(sh, causal, lse);
+    let p = attn_problem_with(sh, causal, lse, *logits);
     let launch = AttnProblem.launch(&p)?;
     let inputs = [("Q", q), ("K", k), ("V", v)];
     check_lens(&launch, &inputs)?;
@@ -332,6 +354,23 @@ pub fn attention_bwd(
     sh: &BwdShape,
     causal: Causal,
 ) -> Result<[Vec<f32>; 3], KernelError> {
+    attention_bwd_with(q, k, v, o, d_o, lse, sh, causal, &Logits::default())
+}
+
+/// [`attention_bwd`] with the logits `logits` (as the forward that gave `o` and `lse` had them).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_bwd_with(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &[f32],
+    d_o: &[f32],
+    lse: &[f32],
+    sh: &BwdShape,
+    causal: Causal,
+    logits: &Logits,
+) -> Result<[Vec<f32>; 3], KernelError> {
+    logits.check()?;
     if !ATTN_DIMS.contains(&sh.dim) || !sh.dim.is_multiple_of(32) {
         return Err(KernelError::Config(format!(
             "head dimension {} is not supported: attn_bwd takes multiples of 32 from {} to {}",
@@ -352,6 +391,7 @@ pub fn attention_bwd(
         seq_kv: Some(sh.seq_kv),
         causal: causal != Causal::No,
         bottom_right: causal == Causal::BottomRight,
+        logits: *logits,
         ..Problem::default()
     };
     let launch = BwdProblem.launch(&p)?;

@@ -9,6 +9,7 @@
 
 pub mod attn_bwd;
 pub mod attn_fwd;
+pub mod attn_score;
 pub mod budget;
 pub mod exec;
 pub mod gemm_bf16;

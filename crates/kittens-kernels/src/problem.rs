@@ -9,6 +9,7 @@
 
 use crate::attn_fwd::split::KvSplits;
 use crate::attn_fwd::{AttnConfig, AttnLayout};
+use crate::attn_score::Logits;
 use crate::gemm_bf16::GemmConfig;
 use crate::reference::{AttnShape, Tolerance};
 use crate::KernelError;
@@ -34,6 +35,8 @@ pub struct Problem {
     pub bottom_right: bool,
     /// The attention forward also writes the log-sum-exp of every query row (a second output).
     pub lse: bool,
+    /// Attention: the softmax scale and soft cap (`None`s: `1/√d`, no cap).
+    pub logits: Logits,
     /// The attention forward's key split (`attn_fwd::split`): 1 part (the default, the plain
     /// kernel), a fixed count, or the planner's choice for the GPU the run is configured for.
     pub kv_splits: KvSplits,
@@ -74,6 +77,7 @@ impl Default for Problem {
             causal: false,
             bottom_right: false,
             lse: false,
+            logits: Logits::default(),
             kv_splits: KvSplits::Fixed(1),
             gemm: GemmConfig::default(),
             attn_cfg: AttnConfig {

@@ -1,15 +1,18 @@
-//! f64 references of the attention backward (the gradients dQ, dK, dV of `O = softmax(Q·Kᵀ/√d)·V`),
+//! f64 references of the attention backward (the gradients dQ, dK, dV of `O = softmax(Q·Kᵀ/√d)·V`,
+//! or of any logits `crate::attn_score::Logits` describes: the `_with` forms),
 //! the forward quantities a backward takes as inputs (O and the log-sum-exp), and the PyTorch-style
 //! bf16 backward, the baseline of the test rule (`crate::reference::check_rule`).
 //!
 //! The gradients (FlashAttention-2 Algorithm 2, in exact arithmetic): with `s_ij = q_i·k_j/√d` over
 //! the kept keys, `P = softmax(s)` per row, `dP_ij = dO_i·v_j`, `D_i = Σ_j P_ij·dP_ij = dO_i·O_i`,
 //! `dS_ij = P_ij·(dP_ij − D_i)`: `dV_j = Σ_i P_ij·dO_i`, `dQ_i = Σ_j dS_ij·k_j/√d`,
-//! `dK_j = Σ_i dS_ij·q_i/√d`, dK and dV summed over the query heads that share a KV head (GQA).
+//! `dK_j = Σ_i dS_ij·q_i/√d`, dK and dV summed over the query heads that share a KV head (GQA). With
+//! other logits `l_ij = f(q_i·k_j)`, `1/√d` becomes `f′(q_i·k_j)` inside each sum.
 //! A query row with no kept key (causal, bottom-right, more queries than keys) has `O = 0`,
 //! `lse = +∞` and contributes nothing.
 
 use crate::attn_bwd::{BwdShape, Causal};
+use crate::attn_score::Logits;
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
 
@@ -37,16 +40,27 @@ fn kept(sh: &BwdShape, causal: Causal, i: usize) -> usize {
     }
 }
 
-/// `s_ij` for `j < keys` of row `(b, h, i)` into `s`.
-fn scores(q: &[f32], k: &[f32], sh: &BwdShape, (b, h, i): (usize, usize, usize), s: &mut [f64]) {
-    let scale = 1.0 / (sh.dim as f64).sqrt();
+/// The dots `q_i·k_j` for `j < keys` of row `(b, h, i)` into `s`.
+fn dots(q: &[f32], k: &[f32], sh: &BwdShape, (b, h, i): (usize, usize, usize), s: &mut [f64]) {
     let hk = sh.kv_head(h);
     for (j, sj) in s.iter_mut().enumerate() {
         *sj = (0..sh.dim)
             .map(|x| q[sh.q_at(b, h, i, x)] as f64 * k[sh.kv_at(b, hk, j, x)] as f64)
-            .sum::<f64>()
-            * scale;
+            .sum::<f64>();
     }
+}
+
+/// The logits `l_ij` for `j < keys` of row `(b, h, i)` into `s`.
+fn scores(
+    q: &[f32],
+    k: &[f32],
+    sh: &BwdShape,
+    lg: &Logits,
+    row: (usize, usize, usize),
+    s: &mut [f64],
+) {
+    dots(q, k, sh, row, s);
+    s.iter_mut().for_each(|x| *x = lg.f64(*x, sh.dim));
 }
 
 /// Softmax of `s` in place; returns the log-sum-exp (`+∞` for an empty row).
@@ -63,6 +77,18 @@ fn softmax(s: &mut [f64]) -> f64 {
 
 /// The exact forward (see [`Forward`]).
 pub fn forward(q: &[f32], k: &[f32], v: &[f32], sh: &BwdShape, causal: Causal) -> Forward {
+    forward_with(q, k, v, sh, causal, &Logits::default())
+}
+
+/// [`forward`] with the logits `lg`.
+pub fn forward_with(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: &BwdShape,
+    causal: Causal,
+    lg: &Logits,
+) -> Forward {
     let mut o = vec![0.0; sh.q_len()];
     let mut lse = vec![0.0; sh.lse_len()];
     let mut max_abs_logit = 0.0f64;
@@ -72,7 +98,7 @@ pub fn forward(q: &[f32], k: &[f32], v: &[f32], sh: &BwdShape, causal: Causal) -
             let hk = sh.kv_head(h);
             for i in 0..sh.seq_q {
                 let p = &mut p[..kept(sh, causal, i)];
-                scores(q, k, sh, (b, h, i), p);
+                scores(q, k, sh, lg, (b, h, i), p);
                 max_abs_logit = p.iter().fold(max_abs_logit, |m, x| m.max(x.abs()));
                 lse[sh.lse_at(b, h, i)] = softmax(p);
                 for x in 0..sh.dim {
@@ -101,7 +127,20 @@ pub fn backward(
     sh: &BwdShape,
     causal: Causal,
 ) -> Grads {
-    let scale = 1.0 / (sh.dim as f64).sqrt();
+    backward_with(q, k, v, d_o, sh, causal, &Logits::default())
+}
+
+/// [`backward`] with the logits `lg`.
+pub fn backward_with(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_o: &[f32],
+    sh: &BwdShape,
+    causal: Causal,
+    lg: &Logits,
+) -> Grads {
+    let mut dot = vec![0.0; sh.seq_kv];
     let (mut dq, mut dk, mut dv) = (
         vec![0.0; sh.q_len()],
         vec![0.0; sh.kv_len()],
@@ -114,7 +153,10 @@ pub fn backward(
             for i in 0..sh.seq_q {
                 let keys = kept(sh, causal, i);
                 let (p, dp) = (&mut p[..keys], &mut dp[..keys]);
-                scores(q, k, sh, (b, h, i), p);
+                dots(q, k, sh, (b, h, i), &mut dot[..keys]);
+                p.iter_mut()
+                    .zip(&dot)
+                    .for_each(|(pj, &x)| *pj = lg.f64(x, sh.dim));
                 softmax(p);
                 let doi = |x| d_o[sh.q_at(b, h, i, x)] as f64;
                 for (j, dpj) in dp.iter_mut().enumerate() {
@@ -124,7 +166,7 @@ pub fn backward(
                 }
                 let d: f64 = p.iter().zip(dp.iter()).map(|(a, b)| a * b).sum();
                 for j in 0..keys {
-                    let ds = p[j] * (dp[j] - d) * scale;
+                    let ds = p[j] * (dp[j] - d) * lg.grad_f64(dot[j], sh.dim);
                     for x in 0..sh.dim {
                         let kv = sh.kv_at(b, hk, j, x);
                         dq[sh.q_at(b, h, i, x)] += ds * k[kv] as f64;
@@ -161,8 +203,25 @@ pub fn backward_bf16_baseline(
     sh: &BwdShape,
     causal: Causal,
 ) -> [Vec<f32>; 3] {
+    backward_bf16_baseline_with(q, k, v, d_o, sh, causal, &Logits::default())
+}
+
+/// [`backward_bf16_baseline`] with the logits `lg`: with a soft cap, dS is multiplied by the cap's
+/// derivative (`1 − tanh²`, f32) before its bf16 rounding, as autograd through `cap·tanh(s/cap)`
+/// in f32 scores does; the scale stays on the f32 sums.
+pub fn backward_bf16_baseline_with(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_o: &[f32],
+    sh: &BwdShape,
+    causal: Causal,
+    lg: &Logits,
+) -> [Vec<f32>; 3] {
     let bf16 = |x: f32| round(x, DType::Bf16, Rounding::Rtne);
-    let scale = 1.0 / (sh.dim as f32).sqrt();
+    let scale = lg.scale(sh.dim as u32);
+    // d logit / d(x·scale) of each kept pair (1 without a cap).
+    let mut cap_grad = vec![1.0f32; sh.seq_q * sh.seq_kv];
     let (sq, skv, dd) = (sh.seq_q, sh.seq_kv, sh.dim);
     let mut dq = vec![0.0f32; sh.q_len()];
     let (mut dk, mut dv) = (vec![0.0f32; sh.kv_len()], vec![0.0f32; sh.kv_len()]);
@@ -180,7 +239,9 @@ pub fn backward_bf16_baseline(
                 let row = &mut p[i * skv..(i + 1) * skv];
                 row.fill(0.0);
                 for (j, pj) in row.iter_mut().enumerate().take(keys) {
-                    *pj = (0..dd).fold(0.0f32, |a, x| a + qv(i, x) * k[kv(j, x)]) * scale;
+                    let dot = (0..dd).fold(0.0f32, |a, x| a + qv(i, x) * k[kv(j, x)]);
+                    *pj = lg.f32(dot, dd);
+                    cap_grad[i * skv + j] = lg.grad_f32(dot, dd) / scale;
                 }
                 let mx = row[..keys]
                     .iter()
@@ -200,7 +261,7 @@ pub fn backward_bf16_baseline(
                 }
                 let dsum = (0..keys).fold(0.0f32, |a, j| a + row[j] * drow[j]);
                 for j in 0..keys {
-                    drow[j] = bf16(row[j] * (drow[j] - dsum));
+                    drow[j] = bf16(row[j] * (drow[j] - dsum) * cap_grad[i * skv + j]);
                 }
             }
             for x in 0..dd {

@@ -7,6 +7,7 @@
 //! keys) has `lse = −∞` and an all-zero output row.
 
 use crate::attn_bwd::{BwdShape, Causal};
+use crate::attn_score::Logits;
 use crate::reference_bwd;
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
@@ -28,9 +29,21 @@ pub fn forward(
     sh: &BwdShape,
     causal: Causal,
 ) -> (Vec<f64>, Vec<f64>, f64) {
+    forward_with(q, k, v, sh, causal, &Logits::default())
+}
+
+/// [`forward`] with the logits `lg` (any scale, a soft cap); the log-sum-exp is of those logits.
+pub fn forward_with(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: &BwdShape,
+    causal: Causal,
+    lg: &Logits,
+) -> (Vec<f64>, Vec<f64>, f64) {
     // The backward's reference computes the same forward; its empty rows carry `+∞` (what makes
     // `exp(s − lse)` vanish there), the forward's output contract `−∞` (the log of an empty sum).
-    let f = reference_bwd::forward(q, k, v, sh, causal);
+    let f = reference_bwd::forward_with(q, k, v, sh, causal, lg);
     let lse = f
         .lse
         .iter()
@@ -59,8 +72,21 @@ pub fn forward_bf16_baseline(
     causal: Causal,
     rounding: Rounding,
 ) -> (Vec<f32>, Vec<f32>) {
+    forward_bf16_baseline_with(q, k, v, sh, causal, rounding, &Logits::default())
+}
+
+/// [`forward_bf16_baseline`] with the logits `lg`, computed in f32 from the f32 score
+/// ([`Logits::f32`]).
+pub fn forward_bf16_baseline_with(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: &BwdShape,
+    causal: Causal,
+    rounding: Rounding,
+    lg: &Logits,
+) -> (Vec<f32>, Vec<f32>) {
     let bf16 = |x: f32| round(x, DType::Bf16, Rounding::Rtne);
-    let scale = 1.0 / (sh.dim as f32).sqrt();
     let mut o = vec![0.0f32; sh.q_len()];
     let mut lse = vec![f32::NEG_INFINITY; sh.lse_len()];
     let mut p = vec![0.0f32; sh.seq_kv];
@@ -77,7 +103,7 @@ pub fn forward_bf16_baseline(
                     let dot = (0..sh.dim).fold(0.0f32, |acc, x| {
                         acc + q[sh.q_at(b, h, i, x)] * k[sh.kv_at(b, hk, j, x)]
                     });
-                    *pj = dot * scale;
+                    *pj = lg.f32(dot, sh.dim);
                 }
                 let mx = p.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
                 let mut sum = 0.0f32;

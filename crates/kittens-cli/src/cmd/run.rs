@@ -8,6 +8,7 @@
 use super::flags::{AttnLayoutArg, BackendArg, ScheduleArg};
 use anyhow::{bail, Context};
 use kittens_hw::Target;
+use kittens_kernels::attn_score::Logits;
 use kittens_kernels::gemm_bf16::GemmConfig;
 use kittens_kernels::problem::Problem;
 use kittens_kernels::registry::KernelEntry;
@@ -87,6 +88,14 @@ pub struct Args {
     /// attn_bwd.
     #[arg(long, requires = "causal")]
     pub bottom_right: bool,
+    /// Attention: the softmax scale (finite, positive; default 1/sqrt(dim)), a constant of the
+    /// kernel (attn_fwd, attn_bwd).
+    #[arg(long, allow_negative_numbers = true)]
+    pub softmax_scale: Option<f32>,
+    /// Attention: cap the logits, l -> softcap * tanh(l / softcap) (finite, positive; Gemma 2's
+    /// 50), attn_fwd on every target, attn_bwd on CDNA and the CPU.
+    #[arg(long, allow_negative_numbers = true)]
+    pub softcap: Option<f32>,
     /// attn_fwd: also write the log-sum-exp of every query row (a second output, judged on its own).
     #[arg(long)]
     pub lse: bool,
@@ -178,6 +187,8 @@ fn kernel_flags(kernel: &str) -> &'static [&'static str] {
         "dim",
         "causal",
         "bottom_right",
+        "softmax_scale",
+        "softcap",
         "lse",
         "kv_splits",
         "layout",
@@ -194,6 +205,8 @@ fn kernel_flags(kernel: &str) -> &'static [&'static str] {
         "dim",
         "causal",
         "bottom_right",
+        "softmax_scale",
+        "softcap",
         "layout",
         "schedule",
         "variant",
@@ -316,6 +329,10 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
         bottom_right: a.bottom_right,
         seq_kv: a.seq_kv,
         lse: a.lse,
+        logits: Logits {
+            scale: a.softmax_scale,
+            softcap: a.softcap,
+        },
         kv_splits: a.kv_splits,
         seed: a.seed,
         input_scale: a.input_scale,

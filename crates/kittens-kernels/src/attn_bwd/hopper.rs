@@ -22,8 +22,9 @@
 //! The 64-query steps of the key blocks are what fits 240 registers beside the dK and dV accumulators
 //! (128 would need two more 64-float score tiles).
 //!
-//! The scale stays on the f32 scores as in the forward (`exp2(s·c − lse·log2 e)`, `c = log2(e)/√d`);
-//! dK and dQ get their `1/√d` on the f32 accumulators before the bf16 store.
+//! The scale stays on the f32 scores as in the forward (`exp2(s·c − lse·log2 e)`, `c = log2(e)·scale`,
+//! `scale` = `1/√d` unless configured, `crate::attn_score`);
+//! dK and dQ get their scale on the f32 accumulators before the bf16 store.
 
 use super::{BwdConfig, BwdTurns, Causal};
 use crate::attn_fwd::strides;
@@ -203,7 +204,7 @@ fn declare_smem(k: &mut KernelBuilder, dim: u32, step: u32, extra: u32, names: [
     }
 }
 
-/// The score-side work of one step, shared by both launches: `s` holds `S·√d − lse·√d` (scaled by
+/// The score-side work of one step, shared by both launches: `s` holds `S − lse/scale` (scaled by
 /// `c` it is the exponent of P in base 2) and `dp` `dP − D`, both f32; on return `s` holds P and `dp`
 /// dS.
 fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId) {
@@ -353,9 +354,10 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     let ring = i64::from(sm.stages);
     let cw = k.wave() - 4; // consumer wave, 0..8
     let k0 = &block0 + &cw * 16; // this wave's first key
-    let c = std::f32::consts::LOG2_E / (d as f32).sqrt();
+    let scale = cfg.logits.scale(d);
+    let c = std::f32::consts::LOG2_E * scale;
     // The statistics of step `t`'s queries (one per column) start its accumulators: `Sᵀ` from
-    // `−lse·√d` (so that `Sᵀ·c` is the exponent `s·c − lse·log2 e`) and `dPᵀ` from `−D` (so that it
+    // `−lse/scale` (so that `Sᵀ·c` is the exponent `s·c − lse·log2 e`) and `dPᵀ` from `−D` (so that it
     // ends as `dPᵀ − D`). Held in separate tiles beside the scores they kept 32 more registers live
     // through the softmax (88 spilled loads); loaded at the top of the step, their latency from L2
     // sat between one step's products and the next. `stats` loads (past the last step: clipped or
@@ -398,7 +400,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
-                k.mul(s, s, -(d as f32).sqrt());
+                k.mul(s, s, -1.0 / scale);
                 stat(k, io.delta, dp, &t);
                 k.mul(dp, dp, -1.0f32);
                 // Sᵀ += K·Qᵀ and dPᵀ += V·dOᵀ over the head dimension, 64 columns at a time.
@@ -498,7 +500,6 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                     stat(k, io.lse, s, &(&t + 1));
                 }
             });
-            let scale = 1.0 / (d as f32).sqrt();
             for (i, (&dkr, &dvr)) in dk_r.iter().zip(&dv_r).enumerate() {
                 k.mul(dkr, dkr, scale);
                 let col = i as u32 * COLS;
@@ -581,7 +582,8 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     let ring = i64::from(sm.stages);
     let cw = k.wave() - 4;
     let q0 = &q_blk + &cw * 16; // this wave's first query
-    let c = std::f32::consts::LOG2_E / (d as f32).sqrt();
+    let scale = cfg.logits.scale(d);
+    let c = std::f32::consts::LOG2_E * scale;
     k.roles(
         |k| {
             for (own, g) in [(q_s, io.q), (do_s, io.d_o)] {
@@ -675,7 +677,6 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                     k.mma(MmaForm::Ab, r, MmaOperand::Reg(ds), bt, Some(r));
                 }
             });
-            let scale = 1.0 / (d as f32).sqrt();
             for (i, &r) in dq_r.iter().enumerate() {
                 k.mul(r, r, scale);
                 k.store(view(k, dq_g, &b, &h, q0.clone(), i as u32 * COLS, 16), r);

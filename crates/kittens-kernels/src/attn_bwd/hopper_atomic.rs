@@ -139,7 +139,7 @@ pub(super) fn build_pre(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     Ok(st.k.finish()?)
 }
 
-/// `dq_acc` (f32, read) → `dq` (bf16, Q's shape and layout) = `dq_acc / √d`.
+/// `dq_acc` (f32, read) → `dq` (bf16, Q's shape and layout) = `dq_acc · scale` (`1/√d` by default).
 pub(super) fn build_dq(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     let mut st = Strip::new(
         cfg,
@@ -152,7 +152,7 @@ pub(super) fn build_dq(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     let (src, dst) = (st.rows(acc, d), st.rows(dq, d));
     let k = &mut st.k;
     k.load_global(t, src);
-    k.mul(t, t, 1.0 / (d as f32).sqrt());
+    k.mul(t, t, cfg.logits.scale(d));
     k.store(dst, t);
     Ok(st.k.finish()?)
 }

@@ -39,6 +39,8 @@ pub(super) struct KeyBlock<'a> {
     do_t: RegId,
     do_c: RegId,
     s_t: RegId,
+    /// With a soft cap: the cap's derivative at each score (`crate::attn_score::Logits::cap`).
+    cap_g: Option<RegId>,
     dp_t: RegId,
     p_b: RegId,
     p_c: RegId,
@@ -107,6 +109,10 @@ impl<'a> KeyBlock<'a> {
         let do_t = k.tile("do_t", Bf16, d, qs, Layout::Col, BaseShape::S32X16);
         let do_c = k.tile("do_c", Bf16, qs, d, Layout::Col, col_op);
         let s_t = k.tile("s_t", F32, kr, qs, Layout::Col, BaseShape::S16X16);
+        let cap_g = cfg
+            .logits
+            .softcap
+            .map(|_| k.tile("cap_g", F32, kr, qs, Layout::Col, BaseShape::S16X16));
         let dp_t = k.tile("dp_t", F32, kr, qs, Layout::Col, BaseShape::S16X16);
         let p_b = k.tile("p_b", Bf16, kr, qs, Layout::Row, row_op);
         let p_c = k.tile("p_c", Bf16, qs, kr, Layout::Col, col_op);
@@ -151,6 +157,7 @@ impl<'a> KeyBlock<'a> {
             do_t,
             do_c,
             s_t,
+            cap_g,
             dp_t,
             p_b,
             p_c,
@@ -291,11 +298,14 @@ impl<'a> KeyBlock<'a> {
         k.mma_atb(self.dp_t, self.v_t, self.do_t, self.dp_t);
     }
 
-    /// The scores of step `t` masked past the queries and, when causal, above the diagonal.
+    /// The scores of step `t` capped (with a soft cap), then masked past the queries and, when
+    /// causal, above the diagonal.
     pub fn mask(&self, k: &mut KernelBuilder, t: &Expr) {
         let (io, q0) = (&self.x.io, self.q0_of(t));
         let inf = f32::NEG_INFINITY;
         let s_t = self.s_t;
+        let cfg = &self.x.cfg;
+        cfg.logits.cap(k, s_t, cfg.dim, self.cap_g);
         k.mask(
             s_t,
             MaskRule::ColsBelow(io.seq_q.clone()),
@@ -311,10 +321,11 @@ impl<'a> KeyBlock<'a> {
         }
     }
 
-    /// `Pᵀ = exp(Sᵀ/√d − lse)` and `dSᵀ = Pᵀ∘(dPᵀ − D)` in place.
+    /// `Pᵀ = exp(logits − lse)` and `dSᵀ = Pᵀ∘(dPᵀ − D)` in place.
     pub fn probs(&self, k: &mut KernelBuilder) {
+        let (s, dp) = (self.s_t, self.dp_t);
         self.x
-            .probs_and_ds(k, self.s_t, self.dp_t, self.lse_c, self.d_c);
+            .probs_and_ds(k, s, dp, self.lse_c, self.d_c, self.cap_g);
     }
 
     /// `dVᵀ += dOᵀ·P`, then `dKᵀ += Qᵀ·dS`: P and dS rounded to bf16 and remapped into the
@@ -336,7 +347,7 @@ impl<'a> KeyBlock<'a> {
         k.mma_atb(self.dk_t, self.q_c, self.ds_c, self.dk_t);
     }
 
-    /// dK (with its `1/√d`) and dV of this wave's keys out.
+    /// dK (with its scale) and dV of this wave's keys out.
     pub fn epilogue(&self, k: &mut KernelBuilder) {
         let (x, kr) = (self.x, self.x.cfg.key_rows);
         k.mul(self.dk_t, self.dk_t, x.scale);

@@ -46,6 +46,7 @@ pub mod problem;
 mod schedule;
 
 use crate::attn_fwd::AttnLayout;
+use crate::attn_score::Logits;
 use crate::KernelError;
 use kittens_ir::{Expr, Kernel};
 use kittens_tile::BaseShape;
@@ -212,6 +213,9 @@ pub struct BwdConfig {
     /// cluster, passed between the two consumer warpgroups by named barriers, FlashAttention-3 §3.1's
     /// warp-specialised ping-pong), so that one warpgroup's softmax runs beside the other's products.
     pub turns: BwdTurns,
+    /// The softmax scale and soft cap ([`Logits`]), constants of the kernel. A soft cap is taken by
+    /// the CDNA programs (and so the CPU's); the Hopper launches refuse it.
+    pub logits: Logits,
 }
 
 /// The products of a Hopper key-block step taken in turns by the consumer warpgroups
@@ -247,6 +251,7 @@ impl Default for BwdConfig {
             grad_base: BaseShape::S16X16,
             pin_agprs: false,
             turns: BwdTurns::None,
+            logits: Logits::default(),
         }
     }
 }
@@ -380,6 +385,14 @@ fn name_atomic(cfg: &BwdConfig) -> String {
 /// the key blocks' tensors and `dq_acc` (f32, read and added to) after `dk, dv`.
 pub fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     cfg.check()?;
+    cfg.logits.check()?;
+    if cfg.logits.softcap.is_some() && cfg.schedule.hopper_launches().is_some() {
+        return Err(KernelError::Config(format!(
+            "attn_bwd: softcap is taken by the CDNA programs (and the CPU's), not yet by the \
+             Hopper schedule {:?}",
+            cfg.schedule
+        )));
+    }
     match cfg.schedule {
         BwdSchedule::Plain | BwdSchedule::Interleave4 | BwdSchedule::PingPong8 => {
             schedule::build(cfg)

@@ -126,8 +126,10 @@ pub(super) struct Ctx {
     pub dov_s: kittens_ir::SharedId,
     /// O (key blocks).
     pub o_s: kittens_ir::SharedId,
-    /// `exp(x) = exp2(x·log2 e)`; `c = log2(e)/√d` on the unscaled scores.
+    /// `exp(x) = exp2(x·log2 e)`; `c = log2(e)·scale` on the unscaled scores (`log2(e)` on capped
+    /// logits).
     c: f32,
+    /// The softmax scale, which dQ and dK take on their f32 accumulators.
     pub scale: f32,
 }
 
@@ -175,14 +177,26 @@ impl Ctx {
         k.mul(lse_c, lse_c, std::f32::consts::LOG2_E);
     }
 
-    /// `Pᵀ = exp(Sᵀ/√d − lse)` in place on the f32 scores (masked entries are −∞ and become 0), and
-    /// `dSᵀ = Pᵀ∘(dPᵀ − D)` in place on `dp`.
-    pub fn probs_and_ds(&self, k: &mut KernelBuilder, s: RegId, dp: RegId, lse_c: RegId, d: RegId) {
+    /// `Pᵀ = exp(Sᵀ·scale − lse)` in place on the f32 scores (masked entries are −∞ and become 0),
+    /// and `dSᵀ = Pᵀ∘(dPᵀ − D)` in place on `dp`; with a soft cap (`s` holding capped logits), dS
+    /// times the cap's derivative `cap_g` (the chain rule through `cap·tanh`).
+    pub fn probs_and_ds(
+        &self,
+        k: &mut KernelBuilder,
+        s: RegId,
+        dp: RegId,
+        lse_c: RegId,
+        d: RegId,
+        cap_g: Option<RegId>,
+    ) {
         k.mul(s, s, self.c);
         k.sub_col(s, s, lse_c);
         k.exp2(s, s);
         k.sub_col(dp, dp, d);
         k.mul(dp, s, dp);
+        if let Some(g) = cap_g {
+            k.mul(dp, dp, g);
+        }
     }
 }
 
@@ -215,7 +229,7 @@ pub(super) fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         ring(&mut k, "dov_s"),
         ring(&mut k, "o_s"),
     );
-    let c = std::f32::consts::LOG2_E / (d as f32).sqrt();
+    let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
     let ctx = Ctx {
         io,
         cfg: *cfg,
@@ -226,7 +240,7 @@ pub(super) fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         dov_s,
         o_s,
         c,
-        scale: 1.0 / (d as f32).sqrt(),
+        scale: cfg.logits.scale(d),
     };
     k.if_else(
         z.lt(n_kb.clone()),
@@ -295,6 +309,10 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
     let vv_t = k.tile("vv_t", Bf16, d, kvs, Layout::Col, BaseShape::S32X16);
     let s_t = k.tile("qs_t", F32, kvs, qr, Layout::Col, BaseShape::S16X16);
     let dp_t = k.tile("qdp_t", F32, kvs, qr, Layout::Col, BaseShape::S16X16);
+    let cap_g = cfg
+        .logits
+        .softcap
+        .map(|_| k.tile("qcap_g", F32, kvs, qr, Layout::Col, BaseShape::S16X16));
     let ds_b = k.tile("qds_b", Bf16, kvs, qr, Layout::Col, BaseShape::S32X16);
     let lse_t = k.tile("qlse_t", F32, LSE_ROWS, qr, Layout::Col, BaseShape::S16X16);
     let lse_c = k.col_vec("qlse_c", s_t, F32);
@@ -350,11 +368,12 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
         k.zero(dp_t);
         k.mma_atb(dp_t, vv_t, do_t, dp_t);
         let inf = f32::NEG_INFINITY;
+        cfg.logits.cap(k, s_t, d, cap_g);
         k.mask(s_t, MaskRule::RowsBelow(io.seq_kv.clone()), &kv0, &q0, inf);
         if let Some(off) = cfg.causal.offset_expr(&io.seq_q, &io.seq_kv) {
             k.mask(s_t, MaskRule::CausalT { offset: off }, &kv0, &q0, inf);
         }
-        x.probs_and_ds(k, s_t, dp_t, lse_c, d_c);
+        x.probs_and_ds(k, s_t, dp_t, lse_c, d_c, cap_g);
         // dQᵀ += Kᵀ·dSᵀ.
         k.copy(ds_b, dp_t);
         k.mma_atb(dq_t, kk_c, ds_b, dq_t);

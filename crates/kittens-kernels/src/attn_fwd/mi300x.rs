@@ -167,6 +167,7 @@ impl Body<'_> {
         }
         let kv0 = j * self.cfg.kv_block as i64;
         for t in &self.tiles {
+            self.cfg.logits.cap(k, t.att, self.cfg.dim, None);
             let inf = f32::NEG_INFINITY;
             let past = MaskRule::RowsBelow(self.keys.limit.clone());
             k.mask(t.att, past, &kv0, &t.q0, inf);
@@ -404,7 +405,7 @@ fn declare_tile(k: &mut KernelBuilder, cfg: &AttnConfig, t: u32, wave_q0: &Expr)
             k.tile(&name, F32, CHUNK, TILE_Q, Layout::Col, BaseShape::S16X16)
         })
         .collect();
-    let mut sm = Softmax::declare_named(k, att, Axis::Cols, d, &format!("_{t}"));
+    let mut sm = Softmax::declare_named(k, att, Axis::Cols, cfg, &format!("_{t}"));
     sm.floor = cfg.empty_rows();
     QTile {
         q0: wave_q0 + (t * TILE_Q) as i64,

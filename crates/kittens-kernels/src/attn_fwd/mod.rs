@@ -1,4 +1,5 @@
-//! Attention forward `O = softmax(Q·Kᵀ/√d)·V` with online softmax (HipKittens E.3, MI300X-attn §3), causal or
+//! Attention forward `O = softmax(Q·Kᵀ·scale)·V` (any scale, `1/√d` by default; optionally soft-capped
+//! logits, [`crate::attn_score`]) with online softmax (HipKittens E.3, MI300X-attn §3), causal or
 //! not, grouped-query heads (GQA: query head `h` reads KV head `h / (heads / heads_kv)`), BSHD or BHSD
 //! tensors (same logical `[b, h, s, d]` view, different strides — no copies). One kernel with a schedule
 //! per target:
@@ -24,6 +25,7 @@ pub mod problem;
 mod producer_consumer;
 pub mod split;
 
+use crate::attn_score::Logits;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16};
 use kittens_ir::{
@@ -99,6 +101,8 @@ pub struct AttnConfig {
     /// Parts each query block's key walk is cut into ([`split`]): 1 is the plain kernel; with `G > 1`
     /// the kernel writes f32 partial outputs and log-sum-exps for [`split::build_merge`] to combine.
     pub kv_splits: u32,
+    /// The softmax scale and soft cap ([`Logits`]), constants of the kernel.
+    pub logits: Logits,
 }
 
 impl Default for AttnConfig {
@@ -123,6 +127,7 @@ impl Default for AttnConfig {
             rounding: Rounding::Rtne,
             remap: GridOrder::HeadFirst { xcds: 8 },
             kv_splits: 1,
+            logits: Logits::default(),
         }
     }
 }
@@ -345,6 +350,7 @@ pub fn strides(layout: AttnLayout, heads: &Expr, seq: &Expr, dim: &Expr) -> Vec<
 
 /// Parameter order: `batch, heads, heads_kv, seq, seq_kv`; tensors `q, k, v, o` (and `lse`).
 pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
+    cfg.logits.check()?;
     if cfg.v_transposed && cfg.schedule != AttnSchedule::Mi300x {
         return Err(KernelError::Config(format!(
             "attn_fwd: V given transposed is read by the mi300x schedule only, not {:?}",
@@ -401,7 +407,7 @@ impl AttnConfig {
 /// The online softmax (FlashAttention-2 §3.1) of one query per row (`keys = Axis::Rows`: S = Q·Kᵀ) or
 /// per column (`keys = Axis::Cols`: Sᵀ = K·Qᵀ) of an f32 score tile: its register vectors (the running
 /// max, its value before this block, the max times the scale, the running sum, the correction factor
-/// of this block), the axis that runs over keys, and the scale `c = log2(e)/√d` that turns exp(x/√d)
+/// of this block), the axis that runs over keys, and the scale `c = log2(e)·scale` that turns exp(x·scale)
 /// into exp2(x·c).
 pub(crate) struct Softmax {
     pub max: RegId,
@@ -411,7 +417,7 @@ pub(crate) struct Softmax {
     pub scale: RegId,
     pub keys: Axis,
     pub c: f32,
-    /// The softmax scale `1/√d` itself: the log-sum-exp is in natural-log units of the scaled logits.
+    /// The softmax scale itself (`1/√d` by default, 1 on capped logits): the log-sum-exp is in natural-log units of the scaled logits.
     pub scale_nat: f32,
     /// Rows may keep no key ([`AttnConfig::empty_rows`]): the running max is floored at the lowest
     /// finite f32 and [`Self::inv_norm`] guards the division.
@@ -419,9 +425,10 @@ pub(crate) struct Softmax {
 }
 
 impl Softmax {
-    /// Declares the vectors beside the score tile `scores` for head dimension `dim`.
-    pub fn declare(k: &mut KernelBuilder, scores: RegId, keys: Axis, dim: u32) -> Softmax {
-        Self::declare_named(k, scores, keys, dim, "")
+    /// Declares the vectors beside the score tile `scores` for the logits of `cfg`: the softmax
+    /// scales what [`Logits::cap`] left in the tile ([`Logits::softmax_scale`]).
+    pub fn declare(k: &mut KernelBuilder, scores: RegId, keys: Axis, cfg: &AttnConfig) -> Softmax {
+        Self::declare_named(k, scores, keys, cfg, "")
     }
 
     /// [`Self::declare`] with `suffix` on every vector's name: one softmax per score tile when a wave
@@ -430,9 +437,10 @@ impl Softmax {
         k: &mut KernelBuilder,
         scores: RegId,
         keys: Axis,
-        dim: u32,
+        cfg: &AttnConfig,
         suffix: &str,
     ) -> Softmax {
+        let scale = cfg.logits.softmax_scale(cfg.dim);
         let mut vec = |name: &str| {
             let name = format!("{name}{suffix}");
             match keys {
@@ -447,8 +455,8 @@ impl Softmax {
             scale: vec("scale"),
             norm: vec("norm"),
             keys,
-            c: std::f32::consts::LOG2_E / (dim as f32).sqrt(),
-            scale_nat: 1.0 / (dim as f32).sqrt(),
+            c: std::f32::consts::LOG2_E * scale,
+            scale_nat: scale,
             floor: false,
         }
     }
@@ -510,8 +518,8 @@ impl Softmax {
     }
 
     /// After the last block: the log-sum-exp of each query into `lse` (a vector like `max`),
-    /// `ln Σ_j exp(s_j/√d) = max/√d + ln(norm)`, the running max being of the unscaled scores and the
-    /// running sum relative to it (`max_c` is free after the loop and holds `max/√d`). A query that
+    /// `ln Σ_j exp(s_j·scale) = max·scale + ln(norm)`, the running max being of the unscaled scores and the
+    /// running sum relative to it (`max_c` is free after the loop and holds `max·scale`). A query that
     /// kept no key has `norm = 0`, so `ln 0 = −∞` makes its log-sum-exp `−∞`.
     pub fn lse(&self, k: &mut KernelBuilder, lse: RegId) {
         k.log(lse, self.norm);

@@ -90,6 +90,7 @@ impl Body<'_> {
         k.transpose(k_t, k_r);
         k.zero(att);
         k.mma_atb(att, k_t, self.q_t, att);
+        self.cfg.logits.cap(k, att, self.cfg.dim, None);
         let inf = f32::NEG_INFINITY;
         k.mask(
             att,
@@ -149,7 +150,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     // The score tiles: one per block, or one per half-block (module docs).
     let rows = if ring(cfg) == 3 { kv / 2 } else { kv };
     let att = k.tile("att", F32, rows, qr, Layout::Col, BaseShape::S16X16);
-    let mut softmax = Softmax::declare(&mut k, att, Axis::Cols, d);
+    let mut softmax = Softmax::declare(&mut k, att, Axis::Cols, cfg);
     softmax.floor = cfg.empty_rows();
     let lse_v = io.lse.map(|_| k.col_vec("lse_v", att, F32));
     // Rows that keep no key divide a zero output by a zero sum: a guarded reciprocal instead.

@@ -106,6 +106,7 @@ fn tiles(p: &Problem, target: Target) -> AttnConfig {
         bottom_right: p.causal && p.bottom_right,
         layout: p.attn.layout,
         lse: p.lse,
+        logits: p.logits,
         rounding: p.attn_cfg.rounding,
         ..tiles
     };
@@ -201,6 +202,7 @@ impl KernelProblem for AttnProblem {
             self.launch(p)?;
         }
         no_variant(p)?;
+        p.logits.check()?;
         let cfg = tiles(p, target);
         let (g, why) = splits(p, target, &cfg)?;
         let u = |x: usize| x as u64;
@@ -248,6 +250,7 @@ impl KernelProblem for AttnProblem {
                 "q_rows": cfg.q_rows, "kv_block": cfg.kv_block, "program": cfg.schedule,
                 "v_layout": if cfg.v_transposed { "bhds" } else { "as_q" },
                 "kv_splits": g, "kv_splits_asked": p.kv_splits, "kv_split_reason": why,
+                "scale": cfg.logits.scale(cfg.dim), "softcap": cfg.logits.softcap,
             }),
         })
     }
@@ -313,9 +316,11 @@ impl KernelProblem for AttnProblem {
         } else {
             v
         };
-        let (o, lse, logit) = reference_fwd::forward(q, k, v, &bsh, causal);
+        let lg = &p.logits;
+        let (o, lse, logit) = reference_fwd::forward_with(q, k, v, &bsh, causal, lg);
         let rounding = p.attn_cfg.rounding; // the baseline rounds its output as the kernel does
-        let (ob, lseb) = reference_fwd::forward_bf16_baseline(q, k, v, &bsh, causal, rounding);
+        let (ob, lseb) =
+            reference_fwd::forward_bf16_baseline_with(q, k, v, &bsh, causal, rounding, lg);
         let (values, baseline) = if p.lse {
             ([o, lse].concat(), [ob, lseb].concat())
         } else {

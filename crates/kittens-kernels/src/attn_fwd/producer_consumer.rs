@@ -123,7 +123,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             )
         })
         .collect();
-    let mut softmax = Softmax::declare(&mut k, s, Axis::Rows, d);
+    let mut softmax = Softmax::declare(&mut k, s, Axis::Rows, cfg);
     softmax.floor = cfg.empty_rows();
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
     let inv_norm = k.row_vec("inv_norm", s, F32);
@@ -209,6 +209,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             let softmax_block = |k: &mut KernelBuilder, j: &Expr| {
                 let (kv0, inf) = (keys.at(j) * kv as i64, f32::NEG_INFINITY);
                 let kv_end = (keys.at(j) + 1) * kv as i64;
+                cfg.logits.cap(k, s, cfg.dim, None);
                 k.if_(keys.limit.lt(&kv_end), |k| {
                     k.mask(s, MaskRule::ColsBelow(keys.limit.clone()), &q0, &kv0, inf)
                 });
