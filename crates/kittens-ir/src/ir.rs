@@ -337,6 +337,11 @@ pub enum MaskRule {
     /// Keep `row <= col + offset`: the same rule on a transposed `keys × queries` tile (HipKittens E.3
     /// computes `K·Qᵀ`).
     CausalT { offset: Expr },
+    /// Keep `col >= row + offset`: the left edge of a sliding window on a `queries × keys` tile
+    /// (FlashAttention's `window_size[0]`; the right edge is [`MaskRule::Causal`]).
+    WindowStart { offset: Expr },
+    /// Keep `row >= col + offset`: the same rule on a transposed `keys × queries` tile.
+    WindowStartT { offset: Expr },
     /// Keep `col < limit` (key columns past the sequence end).
     ColsBelow(Expr),
     /// Keep `row < limit`.

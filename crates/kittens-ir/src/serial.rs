@@ -234,7 +234,10 @@ fn op_exprs(op: &Op) -> Vec<&Expr> {
             rule, row0, col0, ..
         } => {
             let r = match rule {
-                MaskRule::Causal { offset } | MaskRule::CausalT { offset } => offset,
+                MaskRule::Causal { offset }
+                | MaskRule::CausalT { offset }
+                | MaskRule::WindowStart { offset }
+                | MaskRule::WindowStartT { offset } => offset,
                 MaskRule::ColsBelow(e) | MaskRule::RowsBelow(e) => e,
             };
             vec![r, row0, col0]

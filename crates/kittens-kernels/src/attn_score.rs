@@ -12,9 +12,11 @@
 //! five elementwise ops in place, exact at both ends (`exp2` over- or underflowing gives `±cap`).
 //! A masked score (`−∞`) would become `−cap`, so every schedule applies the cap before its masks.
 
+use crate::attn_bwd::Causal;
 use crate::KernelError;
-use kittens_ir::{KernelBuilder, RegId};
+use kittens_ir::{Expr, KernelBuilder, RegId};
 use std::f32::consts::LOG2_E;
+use std::ops::Range;
 
 /// The score-to-logit map of an attention (module docs). `Default`: scale `1/√d`, no cap.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
@@ -120,6 +122,111 @@ impl Logits {
                 scale * (1.0 - t * t)
             }
             None => scale,
+        }
+    }
+}
+
+/// A sliding window (FlashAttention's `window_size=(left, right)`, Mistral's and Gemma's local
+/// attention): query `i` keeps key `j` when `i + δ − left ≤ j ≤ i + δ + right`, `δ = seq_kv − seq_q`
+/// (FlashAttention's bottom-right alignment, whatever the causal mask's), a side of `-1` being
+/// unbounded. With a causal mask both apply (FlashAttention's `causal=True` is the window's right
+/// side at 0). Key blocks wholly outside the window are not walked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Window {
+    pub left: i64,
+    pub right: i64,
+}
+
+impl Window {
+    /// The window `(left, right)`, each side at least `-1`, refused naming `window` otherwise.
+    pub fn new(left: i64, right: i64) -> Result<Window, KernelError> {
+        for (side, v) in [("left", left), ("right", right)] {
+            if v < -1 {
+                return Err(KernelError::Problem(format!(
+                    "window: the {side} side must be -1 (unbounded) or at least 0, got {v}"
+                )));
+            }
+        }
+        Ok(Window { left, right })
+    }
+
+    /// [`Self::new`]'s check on a window built field by field.
+    pub fn check(&self) -> Result<(), KernelError> {
+        Window::new(self.left, self.right).map(|_| ())
+    }
+
+    /// The offset of the window's last key (`j ≤ i + offset`) at lengths `seq_q`, `seq_kv`; `None`
+    /// when unbounded on the right.
+    pub fn end(&self, seq_q: i64, seq_kv: i64) -> Option<i64> {
+        (self.right >= 0).then(|| seq_kv - seq_q + self.right)
+    }
+
+    /// The offset of the window's first key (`j ≥ i + offset`); `None` when unbounded on the left.
+    pub fn start(&self, seq_q: i64, seq_kv: i64) -> Option<i64> {
+        (self.left >= 0).then(|| seq_kv - seq_q - self.left)
+    }
+
+    /// [`Self::end`] as an expression over the kernel's lengths.
+    pub fn end_expr(&self, seq_q: &Expr, seq_kv: &Expr) -> Option<Expr> {
+        (self.right >= 0).then(|| seq_kv - seq_q.clone() + self.right)
+    }
+
+    /// [`Self::start`] as an expression over the kernel's lengths.
+    pub fn start_expr(&self, seq_q: &Expr, seq_kv: &Expr) -> Option<Expr> {
+        (self.left >= 0).then(|| seq_kv - seq_q.clone() - self.left)
+    }
+}
+
+/// The tighter of two "key `j ≤ i + offset`" bounds (`None`: unbounded).
+pub fn min_offset(a: Option<Expr>, b: Option<Expr>) -> Option<Expr> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// What an attention computes beyond its shape and causal mask, as the references take it: its
+/// logits and its window.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct AttnOptions {
+    pub logits: Logits,
+    pub window: Option<Window>,
+}
+
+impl AttnOptions {
+    /// The keys query `i` keeps (of `seq_kv`, with `seq_q` queries) under `causal` and the window:
+    /// a range, empty when none.
+    pub fn keys(&self, causal: Causal, seq_q: usize, seq_kv: usize, i: usize) -> Range<usize> {
+        let (nq, nk, i) = (seq_q as i64, seq_kv as i64, i as i64);
+        let mut end = nk;
+        let mut start = 0;
+        if let Some(off) = causal.offset(seq_q, seq_kv) {
+            end = end.min(i + off + 1);
+        }
+        if let Some(w) = self.window {
+            if let Some(e) = w.end(nq, nk) {
+                end = end.min(i + e + 1);
+            }
+            if let Some(s) = w.start(nq, nk) {
+                start = start.max(i + s);
+            }
+        }
+        let start = start.clamp(0, nk);
+        start as usize..end.clamp(start, nk) as usize
+    }
+}
+
+impl std::str::FromStr for Window {
+    type Err = String;
+    /// `left,right` (as FlashAttention's `window_size`), each side `-1` or at least 0.
+    fn from_str(s: &str) -> Result<Self, String> {
+        let parse = |x: Option<&str>| x.and_then(|x| x.trim().parse::<i64>().ok());
+        let mut it = s.split(',');
+        match (parse(it.next()), parse(it.next()), it.next()) {
+            (Some(l), Some(r), None) => Window::new(l, r).map_err(|e| e.to_string()),
+            _ => Err(format!(
+                "window: `{s}` is not `left,right` (two integers, -1 for an unbounded side)"
+            )),
         }
     }
 }

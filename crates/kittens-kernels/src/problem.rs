@@ -9,7 +9,7 @@
 
 use crate::attn_fwd::split::KvSplits;
 use crate::attn_fwd::{AttnConfig, AttnLayout};
-use crate::attn_score::Logits;
+use crate::attn_score::{AttnOptions, Logits, Window};
 use crate::gemm_bf16::GemmConfig;
 use crate::reference::{AttnShape, Tolerance};
 use crate::KernelError;
@@ -37,6 +37,8 @@ pub struct Problem {
     pub lse: bool,
     /// Attention: the softmax scale and soft cap (`None`s: `1/√d`, no cap).
     pub logits: Logits,
+    /// Attention: a sliding window (bottom-right aligned, `crate::attn_score::Window`).
+    pub window: Option<Window>,
     /// The attention forward's key split (`attn_fwd::split`): 1 part (the default, the plain
     /// kernel), a fixed count, or the planner's choice for the GPU the run is configured for.
     pub kv_splits: KvSplits,
@@ -59,6 +61,22 @@ pub struct Problem {
     pub variant: Option<&'static str>,
 }
 
+impl Problem {
+    /// The attention's logits and window, as the references take them.
+    pub fn attn_options(&self) -> AttnOptions {
+        AttnOptions {
+            logits: self.logits,
+            window: self.window,
+        }
+    }
+
+    /// Refuses a softmax scale, soft cap or window out of range, naming it.
+    pub fn check_attn_options(&self) -> Result<(), KernelError> {
+        self.logits.check()?;
+        self.window.map_or(Ok(()), |w| w.check())
+    }
+}
+
 impl Default for Problem {
     fn default() -> Self {
         Problem {
@@ -78,6 +96,7 @@ impl Default for Problem {
             bottom_right: false,
             lse: false,
             logits: Logits::default(),
+            window: None,
             kv_splits: KvSplits::Fixed(1),
             gemm: GemmConfig::default(),
             attn_cfg: AttnConfig {

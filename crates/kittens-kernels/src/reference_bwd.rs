@@ -12,9 +12,10 @@
 //! `lse = +∞` and contributes nothing.
 
 use crate::attn_bwd::{BwdShape, Causal};
-use crate::attn_score::Logits;
+use crate::attn_score::AttnOptions;
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
+use std::ops::Range;
 
 /// The exact forward at `q, k, v`: O (Q's layout), the log-sum-exp `lse_i = max_j s_ij +
 /// ln Σ_j exp(s_ij − max)` (`[b, h, s_q]` contiguous; `+∞` for a row with no kept key) and the largest
@@ -32,35 +33,26 @@ pub struct Grads {
     pub dv: Vec<f64>,
 }
 
-/// The keys query `i` keeps: `0..keys`.
-fn kept(sh: &BwdShape, causal: Causal, i: usize) -> usize {
-    match causal.offset(sh.seq_q, sh.seq_kv) {
-        None => sh.seq_kv,
-        Some(off) => (i as i64 + off + 1).clamp(0, sh.seq_kv as i64) as usize,
-    }
+/// The keys query `i` keeps.
+pub(crate) fn kept(sh: &BwdShape, causal: Causal, opts: &AttnOptions, i: usize) -> Range<usize> {
+    opts.keys(causal, sh.seq_q, sh.seq_kv, i)
 }
 
-/// The dots `q_i·k_j` for `j < keys` of row `(b, h, i)` into `s`.
-fn dots(q: &[f32], k: &[f32], sh: &BwdShape, (b, h, i): (usize, usize, usize), s: &mut [f64]) {
-    let hk = sh.kv_head(h);
-    for (j, sj) in s.iter_mut().enumerate() {
-        *sj = (0..sh.dim)
-            .map(|x| q[sh.q_at(b, h, i, x)] as f64 * k[sh.kv_at(b, hk, j, x)] as f64)
-            .sum::<f64>();
-    }
-}
-
-/// The logits `l_ij` for `j < keys` of row `(b, h, i)` into `s`.
-fn scores(
+/// The dots `q_i·k_{j0 + j}` of row `(b, h, i)` into `s[j]`.
+fn dots(
     q: &[f32],
     k: &[f32],
     sh: &BwdShape,
-    lg: &Logits,
-    row: (usize, usize, usize),
+    (b, h, i): (usize, usize, usize),
+    j0: usize,
     s: &mut [f64],
 ) {
-    dots(q, k, sh, row, s);
-    s.iter_mut().for_each(|x| *x = lg.f64(*x, sh.dim));
+    let hk = sh.kv_head(h);
+    for (j, sj) in s.iter_mut().enumerate() {
+        *sj = (0..sh.dim)
+            .map(|x| q[sh.q_at(b, h, i, x)] as f64 * k[sh.kv_at(b, hk, j0 + j, x)] as f64)
+            .sum::<f64>();
+    }
 }
 
 /// Softmax of `s` in place; returns the log-sum-exp (`+∞` for an empty row).
@@ -77,17 +69,17 @@ fn softmax(s: &mut [f64]) -> f64 {
 
 /// The exact forward (see [`Forward`]).
 pub fn forward(q: &[f32], k: &[f32], v: &[f32], sh: &BwdShape, causal: Causal) -> Forward {
-    forward_with(q, k, v, sh, causal, &Logits::default())
+    forward_with(q, k, v, sh, causal, &AttnOptions::default())
 }
 
-/// [`forward`] with the logits `lg`.
+/// [`forward`] with the logits and window of `opts`.
 pub fn forward_with(
     q: &[f32],
     k: &[f32],
     v: &[f32],
     sh: &BwdShape,
     causal: Causal,
-    lg: &Logits,
+    opts: &AttnOptions,
 ) -> Forward {
     let mut o = vec![0.0; sh.q_len()];
     let mut lse = vec![0.0; sh.lse_len()];
@@ -97,15 +89,17 @@ pub fn forward_with(
         for h in 0..sh.heads {
             let hk = sh.kv_head(h);
             for i in 0..sh.seq_q {
-                let p = &mut p[..kept(sh, causal, i)];
-                scores(q, k, sh, lg, (b, h, i), p);
+                let keys = kept(sh, causal, opts, i);
+                let p = &mut p[..keys.len()];
+                dots(q, k, sh, (b, h, i), keys.start, p);
+                p.iter_mut().for_each(|x| *x = opts.logits.f64(*x, sh.dim));
                 max_abs_logit = p.iter().fold(max_abs_logit, |m, x| m.max(x.abs()));
                 lse[sh.lse_at(b, h, i)] = softmax(p);
                 for x in 0..sh.dim {
                     o[sh.q_at(b, h, i, x)] = p
                         .iter()
-                        .enumerate()
-                        .map(|(j, pj)| pj * v[sh.kv_at(b, hk, j, x)] as f64)
+                        .zip(keys.clone())
+                        .map(|(pj, j)| pj * v[sh.kv_at(b, hk, j, x)] as f64)
                         .sum();
                 }
             }
@@ -127,10 +121,10 @@ pub fn backward(
     sh: &BwdShape,
     causal: Causal,
 ) -> Grads {
-    backward_with(q, k, v, d_o, sh, causal, &Logits::default())
+    backward_with(q, k, v, d_o, sh, causal, &AttnOptions::default())
 }
 
-/// [`backward`] with the logits `lg`.
+/// [`backward`] with the logits and window of `opts`.
 pub fn backward_with(
     q: &[f32],
     k: &[f32],
@@ -138,8 +132,9 @@ pub fn backward_with(
     d_o: &[f32],
     sh: &BwdShape,
     causal: Causal,
-    lg: &Logits,
+    opts: &AttnOptions,
 ) -> Grads {
+    let lg = &opts.logits;
     let mut dot = vec![0.0; sh.seq_kv];
     let (mut dq, mut dk, mut dv) = (
         vec![0.0; sh.q_len()],
@@ -151,27 +146,28 @@ pub fn backward_with(
         for h in 0..sh.heads {
             let hk = sh.kv_head(h);
             for i in 0..sh.seq_q {
-                let keys = kept(sh, causal, i);
-                let (p, dp) = (&mut p[..keys], &mut dp[..keys]);
-                dots(q, k, sh, (b, h, i), &mut dot[..keys]);
+                let keys = kept(sh, causal, opts, i);
+                let n = keys.len();
+                let (p, dp, dot) = (&mut p[..n], &mut dp[..n], &mut dot[..n]);
+                dots(q, k, sh, (b, h, i), keys.start, dot);
                 p.iter_mut()
-                    .zip(&dot)
+                    .zip(dot.iter())
                     .for_each(|(pj, &x)| *pj = lg.f64(x, sh.dim));
                 softmax(p);
                 let doi = |x| d_o[sh.q_at(b, h, i, x)] as f64;
-                for (j, dpj) in dp.iter_mut().enumerate() {
+                for (dpj, j) in dp.iter_mut().zip(keys.clone()) {
                     *dpj = (0..sh.dim)
                         .map(|x| doi(x) * v[sh.kv_at(b, hk, j, x)] as f64)
                         .sum();
                 }
                 let d: f64 = p.iter().zip(dp.iter()).map(|(a, b)| a * b).sum();
-                for j in 0..keys {
-                    let ds = p[j] * (dp[j] - d) * lg.grad_f64(dot[j], sh.dim);
+                for (t, j) in keys.enumerate() {
+                    let ds = p[t] * (dp[t] - d) * lg.grad_f64(dot[t], sh.dim);
                     for x in 0..sh.dim {
                         let kv = sh.kv_at(b, hk, j, x);
                         dq[sh.q_at(b, h, i, x)] += ds * k[kv] as f64;
                         dk[kv] += ds * q[sh.q_at(b, h, i, x)] as f64;
-                        dv[kv] += p[j] * doi(x);
+                        dv[kv] += p[t] * doi(x);
                     }
                 }
             }
@@ -203,7 +199,7 @@ pub fn backward_bf16_baseline(
     sh: &BwdShape,
     causal: Causal,
 ) -> [Vec<f32>; 3] {
-    backward_bf16_baseline_with(q, k, v, d_o, sh, causal, &Logits::default())
+    backward_bf16_baseline_with(q, k, v, d_o, sh, causal, &AttnOptions::default())
 }
 
 /// [`backward_bf16_baseline`] with the logits `lg`: with a soft cap, dS is multiplied by the cap's
@@ -216,8 +212,9 @@ pub fn backward_bf16_baseline_with(
     d_o: &[f32],
     sh: &BwdShape,
     causal: Causal,
-    lg: &Logits,
+    opts: &AttnOptions,
 ) -> [Vec<f32>; 3] {
+    let lg = &opts.logits;
     let bf16 = |x: f32| round(x, DType::Bf16, Rounding::Rtne);
     let scale = lg.scale(sh.dim as u32);
     // d logit / d(x·scale) of each kept pair (1 without a cap).
@@ -235,32 +232,30 @@ pub fn backward_bf16_baseline_with(
             let dov = |i, x| d_o[sh.q_at(b, h, i, x)];
             let kv = |j, x| sh.kv_at(b, hk, j, x);
             for i in 0..sq {
-                let keys = kept(sh, causal, i);
+                let keys = kept(sh, causal, opts, i);
                 let row = &mut p[i * skv..(i + 1) * skv];
                 row.fill(0.0);
-                for (j, pj) in row.iter_mut().enumerate().take(keys) {
+                for j in keys.clone() {
                     let dot = (0..dd).fold(0.0f32, |a, x| a + qv(i, x) * k[kv(j, x)]);
-                    *pj = lg.f32(dot, dd);
+                    row[j] = lg.f32(dot, dd);
                     cap_grad[i * skv + j] = lg.grad_f32(dot, dd) / scale;
                 }
-                let mx = row[..keys]
-                    .iter()
-                    .cloned()
-                    .fold(f32::NEG_INFINITY, f32::max);
+                let kept_row = &mut row[keys.clone()];
+                let mx = kept_row.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
                 let mut sum = 0.0f32;
-                for pj in &mut row[..keys] {
+                for pj in kept_row.iter_mut() {
                     *pj = (*pj - mx).exp();
                     sum += *pj;
                 }
-                row[..keys].iter_mut().for_each(|pj| *pj = bf16(*pj / sum));
+                kept_row.iter_mut().for_each(|pj| *pj = bf16(*pj / sum));
                 // dP (bf16), then the softmax backward.
                 let drow = &mut ds[i * skv..(i + 1) * skv];
                 drow.fill(0.0);
-                for (j, dpj) in drow.iter_mut().enumerate().take(keys) {
-                    *dpj = bf16((0..dd).fold(0.0f32, |a, x| a + dov(i, x) * v[kv(j, x)]));
+                for j in keys.clone() {
+                    drow[j] = bf16((0..dd).fold(0.0f32, |a, x| a + dov(i, x) * v[kv(j, x)]));
                 }
-                let dsum = (0..keys).fold(0.0f32, |a, j| a + row[j] * drow[j]);
-                for j in 0..keys {
+                let dsum = keys.clone().fold(0.0f32, |a, j| a + row[j] * drow[j]);
+                for j in keys {
                     drow[j] = bf16(row[j] * (drow[j] - dsum) * cap_grad[i * skv + j]);
                 }
             }

@@ -7,17 +7,14 @@
 //! keys) has `lse = −∞` and an all-zero output row.
 
 use crate::attn_bwd::{BwdShape, Causal};
-use crate::attn_score::Logits;
+use crate::attn_score::AttnOptions;
 use crate::reference_bwd;
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
 
-/// The keys query `i` keeps: `0..kept`.
+/// The keys query `i` keeps under `causal` alone: `0..kept`.
 pub fn kept(sh: &BwdShape, causal: Causal, i: usize) -> usize {
-    match causal.offset(sh.seq_q, sh.seq_kv) {
-        None => sh.seq_kv,
-        Some(off) => (i as i64 + off + 1).clamp(0, sh.seq_kv as i64) as usize,
-    }
+    reference_bwd::kept(sh, causal, &AttnOptions::default(), i).end
 }
 
 /// The exact forward: O in Q's layout, the log-sum-exp `[b, h, s_q]` (`−∞` for a row with no kept
@@ -29,21 +26,22 @@ pub fn forward(
     sh: &BwdShape,
     causal: Causal,
 ) -> (Vec<f64>, Vec<f64>, f64) {
-    forward_with(q, k, v, sh, causal, &Logits::default())
+    forward_with(q, k, v, sh, causal, &AttnOptions::default())
 }
 
-/// [`forward`] with the logits `lg` (any scale, a soft cap); the log-sum-exp is of those logits.
+/// [`forward`] with the logits (any scale, a soft cap) and window of `opts`; the log-sum-exp is of
+/// those logits.
 pub fn forward_with(
     q: &[f32],
     k: &[f32],
     v: &[f32],
     sh: &BwdShape,
     causal: Causal,
-    lg: &Logits,
+    opts: &AttnOptions,
 ) -> (Vec<f64>, Vec<f64>, f64) {
     // The backward's reference computes the same forward; its empty rows carry `+∞` (what makes
     // `exp(s − lse)` vanish there), the forward's output contract `−∞` (the log of an empty sum).
-    let f = reference_bwd::forward_with(q, k, v, sh, causal, lg);
+    let f = reference_bwd::forward_with(q, k, v, sh, causal, opts);
     let lse = f
         .lse
         .iter()
@@ -72,11 +70,11 @@ pub fn forward_bf16_baseline(
     causal: Causal,
     rounding: Rounding,
 ) -> (Vec<f32>, Vec<f32>) {
-    forward_bf16_baseline_with(q, k, v, sh, causal, rounding, &Logits::default())
+    forward_bf16_baseline_with(q, k, v, sh, causal, rounding, &AttnOptions::default())
 }
 
-/// [`forward_bf16_baseline`] with the logits `lg`, computed in f32 from the f32 score
-/// ([`Logits::f32`]).
+/// [`forward_bf16_baseline`] with the logits and window of `opts`, the logits computed in f32 from
+/// the f32 score (`Logits::f32`).
 pub fn forward_bf16_baseline_with(
     q: &[f32],
     k: &[f32],
@@ -84,8 +82,9 @@ pub fn forward_bf16_baseline_with(
     sh: &BwdShape,
     causal: Causal,
     rounding: Rounding,
-    lg: &Logits,
+    opts: &AttnOptions,
 ) -> (Vec<f32>, Vec<f32>) {
+    let lg = &opts.logits;
     let bf16 = |x: f32| round(x, DType::Bf16, Rounding::Rtne);
     let mut o = vec![0.0f32; sh.q_len()];
     let mut lse = vec![f32::NEG_INFINITY; sh.lse_len()];
@@ -94,12 +93,12 @@ pub fn forward_bf16_baseline_with(
         for h in 0..sh.heads {
             let hk = sh.kv_head(h);
             for i in 0..sh.seq_q {
-                let keys = kept(sh, causal, i);
-                if keys == 0 {
+                let keys = reference_bwd::kept(sh, causal, opts, i);
+                if keys.is_empty() {
                     continue; // O stays 0, the log-sum-exp −∞
                 }
-                let p = &mut p[..keys];
-                for (j, pj) in p.iter_mut().enumerate() {
+                let p = &mut p[..keys.len()];
+                for (pj, j) in p.iter_mut().zip(keys.clone()) {
                     let dot = (0..sh.dim).fold(0.0f32, |acc, x| {
                         acc + q[sh.q_at(b, h, i, x)] * k[sh.kv_at(b, hk, j, x)]
                     });
@@ -114,8 +113,10 @@ pub fn forward_bf16_baseline_with(
                 lse[sh.lse_at(b, h, i)] = mx + sum.ln();
                 p.iter_mut().for_each(|pj| *pj = bf16(*pj / sum));
                 for x in 0..sh.dim {
-                    let acc =
-                        (0..keys).fold(0.0f32, |acc, j| acc + p[j] * v[sh.kv_at(b, hk, j, x)]);
+                    let acc = p
+                        .iter()
+                        .zip(keys.clone())
+                        .fold(0.0f32, |acc, (pj, j)| acc + pj * v[sh.kv_at(b, hk, j, x)]);
                     o[sh.q_at(b, h, i, x)] = round(acc, DType::Bf16, rounding);
                 }
             }

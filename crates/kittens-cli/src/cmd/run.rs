@@ -96,6 +96,11 @@ pub struct Args {
     /// 50), attn_fwd on every target, attn_bwd on CDNA and the CPU.
     #[arg(long, allow_negative_numbers = true)]
     pub softcap: Option<f32>,
+    /// Attention: a sliding window `LEFT,RIGHT` (FlashAttention's window_size, bottom-right aligned:
+    /// query i keeps keys i + seq_kv - seq - LEFT ..= i + seq_kv - seq + RIGHT; -1 = unbounded),
+    /// attn_fwd on every target, attn_bwd on CDNA and the CPU.
+    #[arg(long, allow_hyphen_values = true)]
+    pub window: Option<kittens_kernels::attn_score::Window>,
     /// attn_fwd: also write the log-sum-exp of every query row (a second output, judged on its own).
     #[arg(long)]
     pub lse: bool,
@@ -189,6 +194,7 @@ fn kernel_flags(kernel: &str) -> &'static [&'static str] {
         "bottom_right",
         "softmax_scale",
         "softcap",
+        "window",
         "lse",
         "kv_splits",
         "layout",
@@ -207,6 +213,7 @@ fn kernel_flags(kernel: &str) -> &'static [&'static str] {
         "bottom_right",
         "softmax_scale",
         "softcap",
+        "window",
         "layout",
         "schedule",
         "variant",
@@ -333,6 +340,7 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
             scale: a.softmax_scale,
             softcap: a.softcap,
         },
+        window: a.window,
         kv_splits: a.kv_splits,
         seed: a.seed,
         input_scale: a.input_scale,

@@ -262,6 +262,8 @@ impl Emit<'_> {
         let keep = match rule {
             MaskRule::Causal { offset } => format!("col <= row + ({})", self.ex(offset)),
             MaskRule::CausalT { offset } => format!("row <= col + ({})", self.ex(offset)),
+            MaskRule::WindowStart { offset } => format!("col >= row + ({})", self.ex(offset)),
+            MaskRule::WindowStartT { offset } => format!("row >= col + ({})", self.ex(offset)),
             MaskRule::ColsBelow(e) => format!("col < ({})", self.ex(e)),
             MaskRule::RowsBelow(e) => format!("row < ({})", self.ex(e)),
         };

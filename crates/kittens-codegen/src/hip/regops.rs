@@ -639,6 +639,8 @@ impl Emitter<'_> {
         let keep = match rule {
             MaskRule::Causal { offset } => format!("(c <= r + (int)({}))", self.ex(offset)),
             MaskRule::CausalT { offset } => format!("(r <= c + (int)({}))", self.ex(offset)),
+            MaskRule::WindowStart { offset } => format!("(c >= r + (int)({}))", self.ex(offset)),
+            MaskRule::WindowStartT { offset } => format!("(r >= c + (int)({}))", self.ex(offset)),
             MaskRule::ColsBelow(l) => format!("(c < (int)({}))", self.ex(l)),
             MaskRule::RowsBelow(l) => format!("(r < (int)({}))", self.ex(l)),
         };

@@ -361,6 +361,18 @@ impl Emit<'_> {
                             self.e(offset)
                         )
                     }
+                    MaskRule::WindowStart { offset } => {
+                        format!(
+                            "{c0} + kt_col + kt_e_i >= {r0} + kt_row + {}",
+                            self.e(offset)
+                        )
+                    }
+                    MaskRule::WindowStartT { offset } => {
+                        format!(
+                            "{r0} + kt_row >= {c0} + kt_col + kt_e_i + {}",
+                            self.e(offset)
+                        )
+                    }
                 };
                 let r = self.r(*dst);
                 self.open_slots(d);

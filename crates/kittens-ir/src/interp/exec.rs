@@ -710,6 +710,8 @@ impl<'a> Block<'a> {
             MaskRule::CausalT { offset } => (3, self.eval(w, offset)?),
             MaskRule::ColsBelow(l) => (1, self.eval(w, l)?),
             MaskRule::RowsBelow(l) => (2, self.eval(w, l)?),
+            MaskRule::WindowStart { offset } => (4, self.eval(w, offset)?),
+            MaskRule::WindowStartT { offset } => (5, self.eval(w, offset)?),
         };
         let (_, cols) = self.k.regs[dst.0 as usize].shape();
         let v = store_round(value, self.k.regs[dst.0 as usize].dtype(), Rounding::Rtne);
@@ -720,7 +722,9 @@ impl<'a> Block<'a> {
                 0 => c <= r + bound,
                 1 => c < bound,
                 2 => r < bound,
-                _ => r <= c + bound,
+                3 => r <= c + bound,
+                4 => c >= r + bound,
+                _ => r >= c + bound,
             };
             if !keep {
                 *e = v;

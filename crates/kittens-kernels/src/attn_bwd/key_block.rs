@@ -22,6 +22,10 @@ pub(super) struct KeyBlock<'a> {
     pub k0: Expr,
     /// The first query step that keeps any key of the block, steps per query head, the mask's offset.
     first: Expr,
+    /// The query step after the last that keeps any key of the block (a window's left side), and
+    /// that side's offset (key `j` kept for query `i` when `j ≥ i + start`).
+    end: Expr,
+    start: Option<Expr>,
     per_head: Expr,
     offset: Option<Expr>,
     k_r: RegId,
@@ -128,18 +132,30 @@ impl<'a> KeyBlock<'a> {
         let d_r = k.row_vec("d_r", prod, F32);
         let dk_r = k.tile("dk_r", F32, kr, d, Layout::Row, cfg.grad_base);
         let dv_r = k.tile("dv_r", F32, kr, d, Layout::Row, cfg.grad_base);
-        let offset = cfg.causal.offset_expr(&io.seq_q, &io.seq_kv);
-        // Causal: the first query step that keeps any key of the block (key j ≥ block0 needs
-        // i ≥ j − offset).
+        let offset = cfg.last_key_offset(&io.seq_q, &io.seq_kv);
+        let start = cfg.first_key_offset(&io.seq_q, &io.seq_kv);
+        // Causal (or a window's right side): the first query step that keeps any key of the block
+        // (key j ≥ block0 needs i ≥ j − offset).
         let first = match &offset {
             Some(off) => (&block0 - off.clone()).max(0) / i64::from(qs),
             None => Expr::c(0),
         };
-        let per_head = (io.seq_q.ceil_div(i64::from(qs)) - first.clone()).max(1);
+        // A window's left side: the step after the last that keeps any (key j needs i ≤ j − start).
+        let all = io.seq_q.ceil_div(i64::from(qs));
+        let end = match &start {
+            Some(st) => {
+                let last = &block0 + i64::from(cfg.waves * kr - 1) - st.clone();
+                all.min(last / i64::from(qs) + 1).max(0)
+            }
+            None => all,
+        };
+        let per_head = (&end - first.clone()).max(1);
         KeyBlock {
             x,
             k0,
             first,
+            end,
+            start,
             per_head,
             offset,
             k_r,
@@ -176,8 +192,7 @@ impl<'a> KeyBlock<'a> {
 
     /// Pipeline steps: every (query head of the group, query step) pair, the heads one after another.
     pub fn steps(&self) -> Expr {
-        let io = &self.x.io;
-        let steps = io.seq_q.ceil_div(i64::from(self.x.cfg.key_step)) - self.first.clone();
+        let steps = &self.end - self.first.clone();
         self.x.group.clone() * steps.max(0)
     }
 
@@ -317,6 +332,10 @@ impl<'a> KeyBlock<'a> {
             let rule = MaskRule::CausalT {
                 offset: off.clone(),
             };
+            k.mask(s_t, rule, &self.k0, &q0, inf);
+        }
+        if let Some(st) = &self.start {
+            let rule = MaskRule::WindowStartT { offset: st.clone() };
             k.mask(s_t, rule, &self.k0, &q0, inf);
         }
     }

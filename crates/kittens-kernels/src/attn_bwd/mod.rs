@@ -46,7 +46,7 @@ pub mod problem;
 mod schedule;
 
 use crate::attn_fwd::AttnLayout;
-use crate::attn_score::Logits;
+use crate::attn_score::{min_offset, Logits, Window};
 use crate::KernelError;
 use kittens_ir::{Expr, Kernel};
 use kittens_tile::BaseShape;
@@ -76,7 +76,7 @@ impl Causal {
     }
 
     /// The offset as an expression over the kernel's parameters.
-    fn offset_expr(self, seq_q: &Expr, seq_kv: &Expr) -> Option<Expr> {
+    pub(crate) fn offset_expr(self, seq_q: &Expr, seq_kv: &Expr) -> Option<Expr> {
         match self {
             Causal::No => None,
             Causal::TopLeft => Some(Expr::c(0)),
@@ -216,6 +216,9 @@ pub struct BwdConfig {
     /// The softmax scale and soft cap ([`Logits`]), constants of the kernel. A soft cap is taken by
     /// the CDNA programs (and so the CPU's); the Hopper launches refuse it.
     pub logits: Logits,
+    /// A sliding window ([`Window`], bottom-right aligned): its keys masked on every program; the
+    /// CDNA programs (and the CPU's) also skip the steps wholly outside it.
+    pub window: Option<Window>,
 }
 
 /// The products of a Hopper key-block step taken in turns by the consumer warpgroups
@@ -252,6 +255,7 @@ impl Default for BwdConfig {
             pin_agprs: false,
             turns: BwdTurns::None,
             logits: Logits::default(),
+            window: None,
         }
     }
 }
@@ -354,6 +358,21 @@ impl BwdConfig {
     }
 }
 
+impl BwdConfig {
+    /// The last key's offset (key `j` kept for query `i` when `j ≤ i + offset`): the causal mask's,
+    /// the window's right side's, or the tighter of both; `None` without either.
+    pub(crate) fn last_key_offset(&self, seq_q: &Expr, seq_kv: &Expr) -> Option<Expr> {
+        let causal = self.causal.offset_expr(seq_q, seq_kv);
+        min_offset(causal, self.window.and_then(|w| w.end_expr(seq_q, seq_kv)))
+    }
+
+    /// The first key's offset (key `j` kept for query `i` when `j ≥ i + offset`): the window's left
+    /// side; `None` without one.
+    pub(crate) fn first_key_offset(&self, seq_q: &Expr, seq_kv: &Expr) -> Option<Expr> {
+        self.window.and_then(|w| w.start_expr(seq_q, seq_kv))
+    }
+}
+
 /// The kernel's name: each mask is a separate kernel.
 fn name(cfg: &BwdConfig) -> &'static str {
     match cfg.causal {
@@ -386,10 +405,14 @@ fn name_atomic(cfg: &BwdConfig) -> String {
 pub fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     cfg.check()?;
     cfg.logits.check()?;
-    if cfg.logits.softcap.is_some() && cfg.schedule.hopper_launches().is_some() {
+    if let Some(w) = cfg.window {
+        w.check()?;
+    }
+    let hopper = cfg.schedule.hopper_launches().is_some();
+    if hopper && (cfg.logits.softcap.is_some() || cfg.window.is_some()) {
         return Err(KernelError::Config(format!(
-            "attn_bwd: softcap is taken by the CDNA programs (and the CPU's), not yet by the \
-             Hopper schedule {:?}",
+            "attn_bwd: softcap and window are taken by the CDNA programs (and the CPU's), not \
+             yet by the Hopper schedule {:?}",
             cfg.schedule
         )));
     }

@@ -91,6 +91,7 @@ fn config(p: &Problem, target: Target) -> Result<BwdConfig, KernelError> {
         causal: causal(p),
         layout: p.attn.layout,
         logits: p.logits,
+        window: p.window,
         ..tiles
     })
 }
@@ -136,7 +137,7 @@ impl KernelProblem for BwdProblem {
         if !sh.heads.is_multiple_of(sh.heads_kv) {
             self.launch(p)?;
         }
-        p.logits.check()?;
+        p.check_attn_options()?;
         let cfg = config(p, target)?;
         let u = |x: usize| x as u64;
         let (b, h, hk, sq, skv, d) = (
@@ -190,7 +191,7 @@ impl KernelProblem for BwdProblem {
                 "waves": cfg.waves, "key_rows": cfg.key_rows, "query_rows": cfg.query_rows,
                 "step": cfg.step, "key_step": cfg.key_step,
                 "grad_mfma": format!("{}", cfg.grad_base), "pin_agprs": cfg.pin_agprs,
-                "scale": cfg.logits.scale(cfg.dim), "softcap": cfg.logits.softcap,
+                "scale": cfg.logits.scale(cfg.dim), "softcap": cfg.logits.softcap, "window": cfg.window,
             }),
         })
     }
@@ -252,7 +253,8 @@ impl KernelProblem for BwdProblem {
         let lens = &launch.inputs;
         let qkv = draw_operands(p, kernel, &lens[..3], rng);
         let d_o = draw_operands(p, kernel, &lens[..1], rng).remove(0);
-        let f = reference_bwd::forward_with(&qkv[0], &qkv[1], &qkv[2], &sh, causal(p), &p.logits);
+        let opts = p.attn_options();
+        let f = reference_bwd::forward_with(&qkv[0], &qkv[1], &qkv[2], &sh, causal(p), &opts);
         let o =
             f.o.iter()
                 .map(|&x| round(x as f32, DType::Bf16, Rounding::Rtne))
@@ -265,7 +267,7 @@ impl KernelProblem for BwdProblem {
     fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
         let (sh, c) = (shape(p), causal(p));
         let [q, k, v, _, d_o] = [0, 1, 2, 3, 4].map(|i| inputs[i].as_slice());
-        let lg = &p.logits;
+        let lg = &p.attn_options();
         let g = reference_bwd::backward_with(q, k, v, d_o, &sh, c, lg);
         let base = reference_bwd::backward_bf16_baseline_with(q, k, v, d_o, &sh, c, lg);
         let logit = reference_bwd::forward_with(q, k, v, &sh, c, lg).max_abs_logit;

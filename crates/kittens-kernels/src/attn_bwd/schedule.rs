@@ -323,13 +323,19 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
     let step = i64::from(kvs);
     // Causal: key steps up to the last one the block's last query keeps.
     let n_kv = io.seq_kv.ceil_div(step);
-    let n_kv = match cfg.causal.offset_expr(&io.seq_q, &io.seq_kv) {
+    let n_kv = match cfg.last_key_offset(&io.seq_q, &io.seq_kv) {
         Some(off) => n_kv.min(
             (&block0 + (i64::from(cfg.waves * qr)) + off)
                 .max(0)
                 .ceil_div(step),
         ),
         None => n_kv,
+    };
+    // A window's left side: from the key step holding the block's first query's first key.
+    let start = cfg.first_key_offset(&io.seq_q, &io.seq_kv);
+    let j0 = match &start {
+        Some(st) => ((&block0 + st.clone()) / step).max(0),
+        None => Expr::c(0),
     };
     let fill = |k: &mut KernelBuilder, slot: Expr, j: Expr| {
         let k0 = j * step;
@@ -339,7 +345,7 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
         );
         k.load_async(k.smem(x.dov_s, slot), x.view(k, io.v, &x.hk, k0, kvs));
     };
-    fill(k, Expr::c(0), Expr::c(0));
+    fill(k, Expr::c(0), j0.clone());
     // This wave's queries: Q and dO transposed for the products, D = rowsum(dO∘O), lse.
     k.load_global(q_r, x.view(k, io.q, &h, q0.clone(), qr));
     k.load_global(do_r, x.view(k, io.d_o, &h, q0.clone(), qr));
@@ -353,13 +359,13 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
     k.zero(dq_t);
     k.wait_async(0);
     k.barrier();
-    k.for_range("j", 0, n_kv, |k, j| {
+    k.for_range("j", 0, (n_kv - j0.clone()).max(0), |k, j| {
         let (tic, toc) = (&j % 2, (&j + 1) % 2);
-        let kv0 = &j * step;
+        let kv0 = (&j0 + j.clone()) * step;
         k.load(kk_r, k.smem(x.qk_s, tic.clone()));
         k.load(vv_r, k.smem(x.dov_s, tic.clone()));
         k.load(kk_c, k.smem(x.qk_s, tic.clone()));
-        fill(k, toc, &j + 1);
+        fill(k, toc, &j0 + j.clone() + 1);
         k.wait_shared(0);
         k.transpose(kk_t, kk_r);
         k.transpose(vv_t, vv_r);
@@ -370,8 +376,12 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
         let inf = f32::NEG_INFINITY;
         cfg.logits.cap(k, s_t, d, cap_g);
         k.mask(s_t, MaskRule::RowsBelow(io.seq_kv.clone()), &kv0, &q0, inf);
-        if let Some(off) = cfg.causal.offset_expr(&io.seq_q, &io.seq_kv) {
+        if let Some(off) = cfg.last_key_offset(&io.seq_q, &io.seq_kv) {
             k.mask(s_t, MaskRule::CausalT { offset: off }, &kv0, &q0, inf);
+        }
+        if let Some(st) = &start {
+            let rule = MaskRule::WindowStartT { offset: st.clone() };
+            k.mask(s_t, rule, &kv0, &q0, inf);
         }
         x.probs_and_ds(k, s_t, dp_t, lse_c, d_c, cap_g);
         // dQᵀ += Kᵀ·dSᵀ.

@@ -93,9 +93,11 @@ struct Body<'a> {
     vt_c: RegId,
     v_c: RegId,
     /// The key blocks this block walks (all, or its part under a key split) with the keys it keeps,
-    /// and the causal mask's diagonal offset (top-left or bottom-right).
+    /// the last key's offset (the causal mask's diagonal, top-left or bottom-right, or a window's
+    /// right side) and the first key's (a window's left side).
     keys: split::KeyRange,
     offset: Option<Expr>,
+    start: Option<Expr>,
     b: Expr,
     hk: Expr,
 }
@@ -173,6 +175,12 @@ impl Body<'_> {
             k.mask(t.att, past, &kv0, &t.q0, inf);
             if let Some(offset) = &self.offset {
                 let rule = MaskRule::CausalT {
+                    offset: offset.clone(),
+                };
+                k.mask(t.att, rule, &kv0, &t.q0, inf);
+            }
+            if let Some(offset) = &self.start {
+                let rule = MaskRule::WindowStartT {
                     offset: offset.clone(),
                 };
                 k.mask(t.att, rule, &kv0, &t.q0, inf);
@@ -258,9 +266,11 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     // Vᵀ's lanes hold four consecutive keys of one column: the 16×16×16 A operand (§3.3).
     let vt_c = k.tile("vt_c", Bf16, CHUNK, kv, Layout::Row, BaseShape::S16X16);
     let v_c = k.tile("v_c", Bf16, kv, CHUNK, Layout::Col, BaseShape::S16X16);
-    let offset = cfg.causal_offset(&io.seq, &io.seq_kv);
+    let offset = cfg.last_key_offset(&io.seq, &io.seq_kv);
+    let start = cfg.first_key_offset(&io.seq, &io.seq_kv);
     // This block's key blocks: all its queries need, or its part of them (`super::split`).
-    let keys = split::KeyRange::new(&io, cfg, &((&qb + 1) * block_q - 1));
+    let q_rows = (&qb * block_q, (&qb + 1) * block_q - 1);
+    let keys = split::KeyRange::new(&io, cfg, &q_rows.0, &q_rows.1);
     let body = Body {
         cfg,
         tiles,
@@ -274,6 +284,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         v_c,
         keys,
         offset,
+        start,
         b: b.clone(),
         hk,
     };

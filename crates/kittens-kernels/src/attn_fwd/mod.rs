@@ -25,7 +25,7 @@ pub mod problem;
 mod producer_consumer;
 pub mod split;
 
-use crate::attn_score::Logits;
+use crate::attn_score::{min_offset, Logits, Window};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16};
 use kittens_ir::{
@@ -103,6 +103,8 @@ pub struct AttnConfig {
     pub kv_splits: u32,
     /// The softmax scale and soft cap ([`Logits`]), constants of the kernel.
     pub logits: Logits,
+    /// A sliding window ([`Window`], bottom-right aligned), its sides constants of the kernel.
+    pub window: Option<Window>,
 }
 
 impl Default for AttnConfig {
@@ -128,6 +130,7 @@ impl Default for AttnConfig {
             remap: GridOrder::HeadFirst { xcds: 8 },
             kv_splits: 1,
             logits: Logits::default(),
+            window: None,
         }
     }
 }
@@ -376,6 +379,10 @@ fn name(cfg: &AttnConfig) -> String {
         (true, false) => "_causal",
         (true, true) => "_causal_br",
     };
+    let mask = match cfg.window {
+        Some(_) => format!("{mask}_window"),
+        None => mask.to_string(),
+    };
     // A split kernel always writes its partial log-sum-exps; `lse` is the merge's business.
     match (cfg.kv_splits, cfg.lse) {
         (0 | 1, false) => format!("{base}{mask}"),
@@ -385,22 +392,30 @@ fn name(cfg: &AttnConfig) -> String {
 }
 
 impl AttnConfig {
-    /// The causal offset as an expression (key `j` kept for query `i` when `j ≤ i + offset`), `None`
-    /// without a mask.
-    pub(crate) fn causal_offset(&self, seq: &Expr, seq_kv: &Expr) -> Option<Expr> {
-        match (self.causal, self.bottom_right) {
+    /// The last key's offset as an expression (key `j` kept for query `i` when `j ≤ i + offset`):
+    /// the causal mask's, the window's right side's, or the tighter of both; `None` without either.
+    pub(crate) fn last_key_offset(&self, seq: &Expr, seq_kv: &Expr) -> Option<Expr> {
+        let causal = match (self.causal, self.bottom_right) {
             (false, _) => None,
             (true, false) => Some(Expr::c(0)),
             (true, true) => Some(seq_kv - seq.clone()),
-        }
+        };
+        min_offset(causal, self.window.and_then(|w| w.end_expr(seq, seq_kv)))
+    }
+
+    /// The first key's offset (key `j` kept for query `i` when `j ≥ i + offset`): the window's left
+    /// side; `None` without one.
+    pub(crate) fn first_key_offset(&self, seq: &Expr, seq_kv: &Expr) -> Option<Expr> {
+        self.window.and_then(|w| w.start_expr(seq, seq_kv))
     }
 
     /// Whether a query row can keep no key of the keys its block walks (bottom-right with more
     /// queries than keys; under a key split, any row whose part lies past its causal limit, and
-    /// every row of a part with no key at all): its running max stays `−∞` and the softmax needs
+    /// every row of a part with no key at all; with a window, any row whose window holds no key or
+    /// lies outside the blocks walked): its running max stays `−∞` and the softmax needs
     /// [`Softmax::floor`].
     pub(crate) fn empty_rows(&self) -> bool {
-        self.causal && self.bottom_right || self.kv_splits > 1
+        self.causal && self.bottom_right || self.kv_splits > 1 || self.window.is_some()
     }
 }
 
@@ -481,8 +496,9 @@ impl Softmax {
         if self.floor {
             // A row with no kept key so far has max −∞, and `s·c − max·c` would be −∞ − (−∞) = NaN:
             // the lowest finite f32 instead makes its P exactly 0 and its correction exp2(0) = 1
-            // (FlashAttention-2 substitutes 0 for such a max). No other row is changed.
-            k.max(self.max, self.max, f32::MIN);
+            // (FlashAttention-2 substitutes 0 for such a max). No other row is changed. Divided by
+            // `c` where `c > 1` (a large softmax scale, capped logits), so that `max·c` stays finite.
+            k.max(self.max, self.max, f32::MIN / c.max(1.0));
         }
         k.mul(self.max_c, self.max, c);
         k.mul(s, s, c);

@@ -52,9 +52,11 @@ struct Body<'a> {
     q_t: RegId,
     o_r: RegId,
     /// The key blocks this block walks (all, or its part under a key split) with the keys it keeps,
-    /// and the causal mask's diagonal offset (top-left or bottom-right).
+    /// the last key's offset (the causal mask's diagonal, top-left or bottom-right, or a window's
+    /// right side) and the first key's (a window's left side).
     keys: split::KeyRange,
     offset: Option<Expr>,
+    start: Option<Expr>,
     q0: Expr,
     b: Expr,
     hk: Expr,
@@ -105,6 +107,12 @@ impl Body<'_> {
             };
             k.mask(att, rule, kv0, &self.q0, inf);
         }
+        if let Some(offset) = &self.start {
+            let rule = MaskRule::WindowStartT {
+                offset: offset.clone(),
+            };
+            k.mask(att, rule, kv0, &self.q0, inf);
+        }
     }
 }
 
@@ -129,9 +137,11 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let q_t = k.tile("q_t", Bf16, d, qr, Layout::Col, BaseShape::S32X16);
     let o_r = k.tile("o_r", F32, d, qr, Layout::Col, BaseShape::S16X16);
     let o_q = k.tile("o_q", F32, qr, d, Layout::Row, BaseShape::S16X16);
-    let offset = cfg.causal_offset(&io.seq, &io.seq_kv);
+    let offset = cfg.last_key_offset(&io.seq, &io.seq_kv);
+    let start = cfg.first_key_offset(&io.seq, &io.seq_kv);
     // This block's key blocks: all its queries need, or its part of them (`super::split`).
-    let keys = split::KeyRange::new(&io, cfg, &((&qb + 1) * block_q - 1));
+    let q_rows = (&qb * block_q, (&qb + 1) * block_q - 1);
+    let keys = split::KeyRange::new(&io, cfg, &q_rows.0, &q_rows.1);
     let n_kv = keys.count.clone();
     let body = Body {
         cfg,
@@ -143,6 +153,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         o_r,
         keys,
         offset,
+        start,
         q0: q0.clone(),
         b: b.clone(),
         hk,

@@ -107,6 +107,7 @@ fn tiles(p: &Problem, target: Target) -> AttnConfig {
         layout: p.attn.layout,
         lse: p.lse,
         logits: p.logits,
+        window: p.window,
         rounding: p.attn_cfg.rounding,
         ..tiles
     };
@@ -202,7 +203,7 @@ impl KernelProblem for AttnProblem {
             self.launch(p)?;
         }
         no_variant(p)?;
-        p.logits.check()?;
+        p.check_attn_options()?;
         let cfg = tiles(p, target);
         let (g, why) = splits(p, target, &cfg)?;
         let u = |x: usize| x as u64;
@@ -250,7 +251,7 @@ impl KernelProblem for AttnProblem {
                 "q_rows": cfg.q_rows, "kv_block": cfg.kv_block, "program": cfg.schedule,
                 "v_layout": if cfg.v_transposed { "bhds" } else { "as_q" },
                 "kv_splits": g, "kv_splits_asked": p.kv_splits, "kv_split_reason": why,
-                "scale": cfg.logits.scale(cfg.dim), "softcap": cfg.logits.softcap,
+                "scale": cfg.logits.scale(cfg.dim), "softcap": cfg.logits.softcap, "window": cfg.window,
             }),
         })
     }
@@ -316,7 +317,7 @@ impl KernelProblem for AttnProblem {
         } else {
             v
         };
-        let lg = &p.logits;
+        let lg = &p.attn_options();
         let (o, lse, logit) = reference_fwd::forward_with(q, k, v, &bsh, causal, lg);
         let rounding = p.attn_cfg.rounding; // the baseline rounds its output as the kernel does
         let (ob, lseb) =

@@ -141,9 +141,10 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         )
     };
     let q_blk = &qb * BLOCK_Q as i64;
-    let offset = cfg.causal_offset(&io.seq, &io.seq_kv);
+    let offset = cfg.last_key_offset(&io.seq, &io.seq_kv);
+    let start = cfg.first_key_offset(&io.seq, &io.seq_kv);
     // This block's key blocks: all its queries need, or its part of them (`super::split`).
-    let keys = split::KeyRange::new(&io, cfg, &(&q_blk + (BLOCK_Q as i64 - 1)));
+    let keys = split::KeyRange::new(&io, cfg, &q_blk, &(&q_blk + (BLOCK_Q as i64 - 1)));
     let n_kv = keys.count.clone();
     let cw = k.wave() - 4; // consumer wave, 0..8
                            // With `pingpong`, each warpgroup's matrix work is a compute cluster: its turn on the tensor
@@ -218,6 +219,14 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                     k.if_((&q_blk + off.clone()).lt(&kv_end - 1), |k| {
                         let offset = off.clone();
                         k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
+                    });
+                }
+                if let Some(st) = &start {
+                    // The block's last query keeps keys from `q_blk + BLOCK_Q − 1 + st`.
+                    let last = &q_blk + (BLOCK_Q as i64 - 1) + st.clone();
+                    k.if_(kv0.lt(&last), |k| {
+                        let offset = st.clone();
+                        k.mask(s, MaskRule::WindowStart { offset }, &q0, &kv0, inf)
                     });
                 }
                 softmax.step(k, s);

@@ -124,23 +124,26 @@ pub(crate) struct KeyRange {
 }
 
 impl KeyRange {
-    /// The key blocks of `cfg.kv_block` keys that a block whose last query row is `q_last` walks:
-    /// all its rows need ([`needed`]), or under a key split part `io.split` of them (of
-    /// `cfg.kv_splits`); without a part, the unsplit kernel's expressions, unchanged. A part past
-    /// the blocks walks one block whose keys all lie at or above `limit`.
-    pub fn new(io: &Io, cfg: &AttnConfig, q_last: &Expr) -> Self {
+    /// The key blocks of `cfg.kv_block` keys that a block of query rows `q_first..=q_last` walks:
+    /// all its rows need ([`needed`]; with a window's left side, from the block holding the first
+    /// row's first key, [`first_needed`]), or under a key split part `io.split` of them (of
+    /// `cfg.kv_splits`); without a part or a window, the unsplit kernel's expressions, unchanged.
+    /// A part past the blocks walks one block whose keys all lie at or above `limit`.
+    pub fn new(io: &Io, cfg: &AttnConfig, q_first: &Expr, q_last: &Expr) -> Self {
         let (seq_kv, kv) = (&io.seq_kv, cfg.kv_block);
-        let offset = cfg.causal_offset(&io.seq, seq_kv);
+        let offset = cfg.last_key_offset(&io.seq, seq_kv);
         let n_kv = needed(seq_kv, q_last, offset.as_ref(), kv);
+        let start = cfg.first_key_offset(&io.seq, seq_kv);
+        let first = first_needed(q_first, start.as_ref(), &n_kv, kv);
         let Some(s) = &io.split else {
             return KeyRange {
-                first: Expr::c(0),
-                count: n_kv,
+                count: &n_kv - first.clone(),
+                first,
                 limit: seq_kv.clone(),
             };
         };
-        let per = n_kv.ceil_div(i64::from(cfg.kv_splits));
-        let first = s * per.clone();
+        let per = (&n_kv - first.clone()).ceil_div(i64::from(cfg.kv_splits));
+        let first = first + s * per.clone();
         let end = (&first + per).min(n_kv);
         KeyRange {
             count: (&end - first.clone()).max(Expr::c(1)),
@@ -171,6 +174,19 @@ fn needed(seq_kv: &Expr, q_last: &Expr, offset: Option<&Expr>, kv: u32) -> Expr 
         Some(off) => all
             .min((q_last + off.clone()) / kv as i64 + 1)
             .max(Expr::c(1)),
+    }
+}
+
+/// The first key block of `kv` keys that query rows from `q_first` need under a window's left side
+/// `start` (key `j ≥ i + start`), at most the last of the `n_kv` walked (so that a block whose rows
+/// keep no key still walks one, fully masked); 0 without one.
+fn first_needed(q_first: &Expr, start: Option<&Expr>, n_kv: &Expr, kv: u32) -> Expr {
+    match start {
+        None => Expr::c(0),
+        // Floor division: a first kept key below 0 gives a negative block, raised to 0.
+        Some(off) => ((q_first + off.clone()) / kv as i64)
+            .max(Expr::c(0))
+            .min(n_kv - 1),
     }
 }
 
