@@ -9,7 +9,7 @@
 
 use crate::attn_bwd::{problem::BwdProblem, BwdShape, Causal};
 use crate::attn_fwd::{problem::AttnProblem, AttnConfig};
-use crate::attn_score::Logits;
+use crate::attn_score::AttnOptions;
 use crate::gemm_bf16::{problem::GemmProblem, GemmConfig};
 use crate::problem::{KernelProblem, Launch, Problem};
 use crate::reference::AttnShape;
@@ -190,11 +190,11 @@ pub fn attention(
 
 /// The problem [`attention_lse`] runs.
 fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool) -> Problem {
-    attn_problem_with(sh, causal, lse, Logits::default())
+    attn_problem_with(sh, causal, lse, &AttnOptions::default())
 }
 
-/// [`attn_problem`] with the logits `logits`.
-fn attn_problem_with(sh: &BwdShape, causal: Causal, lse: bool, logits: Logits) -> Problem {
+/// [`attn_problem`] with the options `opts`.
+fn attn_problem_with(sh: &BwdShape, causal: Causal, lse: bool, opts: &AttnOptions) -> Problem {
     Problem {
         attn: AttnShape {
             batch: sh.batch,
@@ -208,7 +208,8 @@ fn attn_problem_with(sh: &BwdShape, causal: Causal, lse: bool, logits: Logits) -
         causal: causal != Causal::No,
         bottom_right: causal == Causal::BottomRight,
         lse,
-        logits,
+        logits: opts.logits,
+        window: opts.window,
         attn_cfg: AttnConfig::default(),
         ..Problem::default()
     }
@@ -235,11 +236,12 @@ pub fn attention_lse(
     causal: Causal,
     lse: bool,
 ) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
-    attention_lse_with(q, k, v, sh, causal, lse, &Logits::default())
+    attention_lse_with(q, k, v, sh, causal, lse, &AttnOptions::default())
 }
 
-/// [`attention_lse`] with the logits `logits` (any softmax scale, a soft cap; refused with an error
-/// naming `scale` or `softcap` when not finite and positive).
+/// [`attention_lse`] with the options `opts`: any softmax scale, a soft cap, a sliding window
+/// (`crate::attn_score`; refused with an error naming `scale`, `softcap` or `window` when out of
+/// range).
 pub fn attention_lse_with(
     q: &[f32],
     k: &[f32],
@@ -247,9 +249,8 @@ pub fn attention_lse_with(
     sh: &BwdShape,
     causal: Causal,
     lse: bool,
-    logits: &Logits,
+    opts: &AttnOptions,
 ) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
-    logits.check()?;
     if !ATTN_DIMS.contains(&sh.dim) || !sh.dim.is_multiple_of(32) {
         return Err(KernelError::Config(format!(
             "head dimension {} is not supported: attn_fwd takes multiples of 32 from {} to {}",
@@ -258,7 +259,8 @@ pub fn attention_lse_with(
             ATTN_DIMS.end()
         )));
     }
-    let p = attn_problem_with(sh, causal, lse, *logits);
+    let p = attn_problem_with(sh, causal, lse, opts);
+    p.check_attn_options()?;
     let launch = AttnProblem.launch(&p)?;
     let inputs = [("Q", q), ("K", k), ("V", v)];
     check_lens(&launch, &inputs)?;
@@ -354,10 +356,10 @@ pub fn attention_bwd(
     sh: &BwdShape,
     causal: Causal,
 ) -> Result<[Vec<f32>; 3], KernelError> {
-    attention_bwd_with(q, k, v, o, d_o, lse, sh, causal, &Logits::default())
+    attention_bwd_with(q, k, v, o, d_o, lse, sh, causal, &AttnOptions::default())
 }
 
-/// [`attention_bwd`] with the logits `logits` (as the forward that gave `o` and `lse` had them).
+/// [`attention_bwd`] with the options `opts` (as the forward that gave `o` and `lse` had them).
 #[allow(clippy::too_many_arguments)]
 pub fn attention_bwd_with(
     q: &[f32],
@@ -368,9 +370,8 @@ pub fn attention_bwd_with(
     lse: &[f32],
     sh: &BwdShape,
     causal: Causal,
-    logits: &Logits,
+    opts: &AttnOptions,
 ) -> Result<[Vec<f32>; 3], KernelError> {
-    logits.check()?;
     if !ATTN_DIMS.contains(&sh.dim) || !sh.dim.is_multiple_of(32) {
         return Err(KernelError::Config(format!(
             "head dimension {} is not supported: attn_bwd takes multiples of 32 from {} to {}",
@@ -391,9 +392,11 @@ pub fn attention_bwd_with(
         seq_kv: Some(sh.seq_kv),
         causal: causal != Causal::No,
         bottom_right: causal == Causal::BottomRight,
-        logits: *logits,
+        logits: opts.logits,
+        window: opts.window,
         ..Problem::default()
     };
+    p.check_attn_options()?;
     let launch = BwdProblem.launch(&p)?;
     let inputs = [
         ("Q", q),
