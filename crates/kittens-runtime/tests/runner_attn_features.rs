@@ -180,7 +180,8 @@ fn check_fwd(c: &Case, cfg: AttnConfig, program: &str) {
         ..problem(c)
     };
     let entry = kittens_kernels::by_name("attn_fwd").unwrap();
-    let r = runner::run(entry, &p, &Interpreter).unwrap_or_else(|e| panic!("{}: {e}", what(c, program)));
+    let r = runner::run(entry, &p, &Interpreter)
+        .unwrap_or_else(|e| panic!("{}: {e}", what(c, program)));
     assert_eq!(r.checks.len(), 4, "{}", what(c, program));
     for o in &r.outputs {
         eprintln!("{}: {} {:?}", what(c, program), o.name, o.error);
@@ -196,7 +197,8 @@ fn check_bwd(c: &Case, variant: Option<&'static str>) {
     };
     let entry = kittens_kernels::by_name("attn_bwd").unwrap();
     let program = format!("bwd {variant:?}");
-    let r = runner::run(entry, &p, &Interpreter).unwrap_or_else(|e| panic!("{}: {e}", what(c, &program)));
+    let r = runner::run(entry, &p, &Interpreter)
+        .unwrap_or_else(|e| panic!("{}: {e}", what(c, &program)));
     let names: Vec<&str> = r.outputs.iter().map(|o| o.name.as_str()).collect();
     assert_eq!(names, ["dq", "dk", "dv"], "{}", what(c, &program));
     for o in &r.outputs {
@@ -302,8 +304,7 @@ fn kernels_use_the_options() {
         },
     ];
     for o in opts {
-        let (out, _) =
-            exec::attention_lse_with(&q, &k, &v, &sh, Causal::No, false, &o).unwrap();
+        let (out, _) = exec::attention_lse_with(&q, &k, &v, &sh, Causal::No, false, &o).unwrap();
         let (own, _, _) = reference_fwd::forward_with(&q, &k, &v, &sh, Causal::No, &o);
         let (plain, _, _) = reference_fwd::forward(&q, &k, &v, &sh, Causal::No);
         let (e_own, e_plain) = (rel(&out, &own), rel(&out, &plain));

@@ -480,7 +480,7 @@ fn packed(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
     let n = if i.op == Op::VPkFmaF32 { 3 } else { 2 };
     let mut s = [[0u64; LANES]; 3];
     for (k, sk) in s.iter_mut().enumerate().take(n) {
-        *sk = w.v64(i, i.src[k])?;
+        *sk = w.v64_packed_f32(i, i.src[k])?;
     }
     let pick = |k: usize, l: usize, hi_result: bool| -> f32 {
         let sel = if hi_result { i.op_sel_hi } else { i.op_sel };

@@ -131,6 +131,17 @@ impl Wave {
     }
 
     /// A 64-bit vector source (a VGPR pair, or a 64-bit scalar broadcast).
+    /// A source of a packed f32 instruction (VOP3P `v_pk_*_f32`): as [`Self::v64`], except that an
+    /// inline float constant is its f32 bit pattern in the low dword (LLVM encodes it with
+    /// OP_SEL_HI 0 so that both halves read that dword), not the f64 pattern a 64-bit operand of
+    /// a double-precision instruction takes.
+    pub fn v64_packed_f32(&self, i: &Instr, code: u16) -> Result<[u64; LANES], ExecError> {
+        match inline_float(code) {
+            Some(f) if code < VGPR0 => Ok([f.to_bits() as u64; LANES]),
+            _ => self.v64(i, code),
+        }
+    }
+
     pub fn v64(&self, i: &Instr, code: u16) -> Result<[u64; LANES], ExecError> {
         if code >= VGPR0 {
             let r = (code - VGPR0) as usize;

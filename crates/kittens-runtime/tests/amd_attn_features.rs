@@ -1,0 +1,127 @@
+//! FlashAttention's options (`kittens_kernels::attn_score`: any softmax scale, a soft cap, a sliding
+//! window) on the CDNA programs, built the way a run builds them (`KernelProblem::build`): compiled
+//! for gfx942 and gfx950 with no spills and no scratch (forward and backward, each option and all
+//! together), and their code objects run on the ISA emulator against the f64 references by the test
+//! rule at ragged lengths with GQA.
+
+#[path = "amd_support/common.rs"]
+mod amd_common;
+
+use amd_common::clang_for;
+use kittens_hw::Target;
+use kittens_kernels::attn_score::{Logits, Window};
+use kittens_kernels::problem::Problem;
+use kittens_kernels::reference::AttnShape;
+use kittens_runtime::amd::analyze;
+use kittens_runtime::runner::{run, IsaEmu};
+
+fn options() -> Vec<(&'static str, Problem)> {
+    let base = Problem::default();
+    vec![
+        (
+            "scale",
+            Problem {
+                logits: Logits {
+                    scale: Some(0.3),
+                    softcap: None,
+                },
+                ..base
+            },
+        ),
+        (
+            "softcap",
+            Problem {
+                logits: Logits {
+                    scale: None,
+                    softcap: Some(30.0),
+                },
+                ..base
+            },
+        ),
+        (
+            "window",
+            Problem {
+                window: Some(Window::new(64, 31).unwrap()),
+                ..base
+            },
+        ),
+        (
+            "all, causal",
+            Problem {
+                causal: true,
+                bottom_right: true,
+                logits: Logits {
+                    scale: Some(0.1),
+                    softcap: Some(5.0),
+                },
+                window: Some(Window::new(40, -1).unwrap()),
+                ..base
+            },
+        ),
+    ]
+}
+
+#[test]
+fn attention_with_options_compiles_without_spills() {
+    for kernel in ["attn_fwd", "attn_bwd"] {
+        let entry = kittens_kernels::by_name(kernel).unwrap();
+        for t in [Target::Gfx950, Target::Gfx942] {
+            let arch = t.arch().unwrap();
+            let clang = clang_for(arch);
+            for (what, p) in options() {
+                for dim in [64, 128] {
+                    let mut p = p;
+                    p.attn.dim = dim;
+                    let k = entry.problem.build(&p, t).unwrap();
+                    let l = kittens_codegen::lower(&k, t).unwrap();
+                    let out = clang
+                        .compile(&l.source, arch)
+                        .unwrap_or_else(|e| panic!("{kernel} {t} {what} D{dim}: {e}"));
+                    let r = analyze(&out.asm, arch, Some(&l.entry)).unwrap();
+                    eprintln!(
+                        "{kernel} {t} {what} D{dim}: {} VGPR + {} AGPR, spills {}/{}, scratch {}",
+                        r.vgpr, r.agpr, r.vgpr_spill, r.sgpr_spill, r.scratch_bytes
+                    );
+                    assert_eq!(
+                        (r.vgpr_spill, r.sgpr_spill, r.scratch_bytes),
+                        (0, 0, 0),
+                        "{kernel} {t} {what} D{dim}"
+                    );
+                    assert!(r.within_budget(), "{kernel} {t} {what} D{dim}: {r:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_with_options_on_the_isa_emulator() {
+    for kernel in ["attn_fwd", "attn_bwd"] {
+        let entry = kittens_kernels::by_name(kernel).unwrap();
+        for t in [Target::Gfx950, Target::Gfx942] {
+            clang_for(t.arch().unwrap());
+            let emu = IsaEmu::new(t).unwrap();
+            for (what, p) in options() {
+                let p = Problem {
+                    attn: AttnShape {
+                        batch: 1,
+                        heads: 2,
+                        heads_kv: 1,
+                        seq: 150,
+                        dim: 64,
+                        ..p.attn
+                    },
+                    seq_kv: Some(133),
+                    input_scale: 4.0,
+                    seed: 9,
+                    ..p
+                };
+                let r = run(entry, &p, &emu).unwrap_or_else(|e| panic!("{kernel} {t} {what}: {e}"));
+                for o in &r.outputs {
+                    eprintln!("{kernel} {t} {what}: {} {:?}", o.name, o.error);
+                }
+                assert!(r.passed, "{kernel} {t} {what}: {:?}", r.failures());
+            }
+        }
+    }
+}
