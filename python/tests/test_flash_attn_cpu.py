@@ -1,0 +1,143 @@
+"""kittens.flash_attn.flash_attn_func (FlashAttention's signature and (B, N, H, D) layout) on torch CPU
+tensors, run on the CPU interpreter, against a float64 torch reference that implements every option
+(softmax_scale, bottom-right causal, window_size, softcap, GQA): outputs and gradients by
+FlashAttention's rule, our error at most twice the plain bf16 torch computation's plus a floor, at odd
+lengths, with GQA and with windows whose edges fall on and off the kernels' 32-key blocks.
+
+Needs torch (scripts/test-python.sh installs it; in CI a missing torch fails, see conftest.py).
+"""
+
+import math
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (the CPU suite runs without it)")
+
+from kittens.flash_attn import flash_attn_func  # noqa: E402
+
+FLOOR = 1e-5
+
+
+def rand(*shape, gen, scale=1.0):
+    return ((torch.rand(*shape, generator=gen, dtype=torch.float32) * 2 - 1) * scale).to(torch.bfloat16)
+
+
+def reference(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0):
+    """FlashAttention's definition in the dtype of q, k, v, (B, N, H, D) layout: logits
+    ``softcap * tanh(scale * q.k / softcap)`` (or ``scale * q.k``), query i keeping keys j with
+    ``i + Nk - Nq - left <= j <= i + Nk - Nq + right`` (a side -1: unbounded; causal: right 0), a
+    query that keeps no key giving a zero row."""
+    b, nq, h, d = q.shape
+    nk, hk = k.shape[1], k.shape[2]
+    scale = 1.0 / math.sqrt(d) if softmax_scale is None else softmax_scale
+    qh = q.transpose(1, 2)
+    kh = k.transpose(1, 2).repeat_interleave(h // hk, 1)
+    vh = v.transpose(1, 2).repeat_interleave(h // hk, 1)
+    s = (qh @ kh.transpose(-1, -2)) * scale
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
+    i = torch.arange(nq).view(-1, 1)
+    j = torch.arange(nk).view(1, -1)
+    diag = i + nk - nq
+    keep = torch.ones(nq, nk, dtype=torch.bool)
+    left, right = window_size
+    if causal:
+        right = 0 if right < 0 else min(right, 0)
+    if right >= 0:
+        keep &= j <= diag + right
+    if left >= 0:
+        keep &= j >= diag - left
+    s = s.masked_fill(~keep, float("-inf"))
+    m = s.amax(-1, keepdim=True)
+    m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
+    e = torch.exp(s - m)
+    den = e.sum(-1, keepdim=True)
+    p = e / torch.where(den == 0, torch.ones_like(den), den)
+    return (p @ vh).transpose(1, 2)
+
+
+def rel_err(x, ref):
+    x, ref = x.to(torch.float64), ref.to(torch.float64)
+    return float(torch.linalg.norm(x - ref) / torch.linalg.norm(ref))
+
+
+CASES = [
+    # (nq, nk, h, hk, d, input scale, kwargs)
+    (77, 77, 4, 2, 64, 4.0, dict(softmax_scale=0.3)),
+    (61, 45, 2, 1, 64, 1.0, dict(softmax_scale=1.5, causal=True)),
+    (93, 150, 4, 2, 64, 8.0, dict(softcap=5.0)),
+    (100, 100, 4, 4, 32, 2.0, dict(softmax_scale=0.2, softcap=2.0, causal=True)),
+    (150, 150, 4, 2, 64, 4.0, dict(window_size=(32, 31))),
+    (129, 200, 2, 1, 64, 4.0, dict(window_size=(64, 0))),
+    (200, 150, 4, 2, 64, 4.0, dict(window_size=(-1, 40))),
+    (70, 101, 4, 2, 64, 4.0, dict(window_size=(17, -1), causal=True)),
+    (45, 37, 4, 2, 64, 4.0, dict(window_size=(0, 0))),
+    (111, 97, 4, 1, 64, 8.0, dict(window_size=(40, 3), softmax_scale=0.5, softcap=3.0, causal=True)),
+]
+
+
+def _ids(c):
+    return f"q{c[0]}k{c[1]}h{c[2]}/{c[3]}d{c[4]}-" + "-".join(f"{k}={v}" for k, v in c[6].items())
+
+
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_flash_attn_func_forward_and_backward(case):
+    nq, nk, h, hk, d, scale, kw = case
+    g = torch.Generator().manual_seed(nq * 1000 + nk)
+    q = rand(1, nq, h, d, gen=g, scale=scale).requires_grad_()
+    k = rand(1, nk, hk, d, gen=g, scale=scale).requires_grad_()
+    v = rand(1, nk, hk, d, gen=g, scale=scale).requires_grad_()
+    do = rand(1, nq, h, d, gen=g)
+
+    out = flash_attn_func(q, k, v, **kw)
+    assert out.shape == (1, nq, h, d) and out.dtype == torch.bfloat16
+    assert out.is_contiguous(), "the output comes back in FlashAttention's (B, N, H, D) memory order"
+    (dq, dk, dv) = torch.autograd.grad(out, (q, k, v), do)
+
+    def run(dtype):
+        qq, kk, vv = (t.detach().to(dtype).requires_grad_() for t in (q, k, v))
+        oo = reference(qq, kk, vv, **kw)
+        return (oo, *torch.autograd.grad(oo, (qq, kk, vv), do.to(dtype)))
+
+    exact, base = run(torch.float64), run(torch.bfloat16)
+    for name, ours, b, r in zip(("out", "dq", "dk", "dv"), (out, dq, dk, dv), base, exact):
+        err, bound = rel_err(ours, r), 2 * rel_err(b, r) + FLOOR
+        assert err <= bound, f"{name}: {err:.3e} over 2 x bf16's {rel_err(b, r):.3e} + {FLOOR}"
+
+
+def test_window_and_causal_reference_agree_with_the_definition():
+    """The test's reference keeps exactly FlashAttention's keys: a (left, right) window of query i is
+    keys i + Nk - Nq - left ..= i + Nk - Nq + right (checked on one-hot values)."""
+    nq, nk, d = 5, 9, 32
+    q = torch.zeros(1, nq, 1, d, dtype=torch.float64)
+    k = torch.zeros(1, nk, 1, d, dtype=torch.float64)
+    v = torch.eye(nk, d, dtype=torch.float64).view(1, nk, 1, d)
+    o = reference(q, k, v, window_size=(1, 2))[0, :, 0, :nk]
+    for i in range(nq):
+        kept = [j for j in range(nk) if i + nk - nq - 1 <= j <= i + nk - nq + 2]
+        want = torch.zeros(nk, dtype=torch.float64)
+        want[kept] = 1.0 / len(kept)
+        assert torch.allclose(o[i], want), (i, o[i], want)
+
+
+@pytest.mark.parametrize(
+    "kw, err, match",
+    [
+        (dict(dropout_p=0.1), NotImplementedError, "dropout_p"),
+        (dict(alibi_slopes=torch.zeros(4)), NotImplementedError, "alibi_slopes"),
+        (dict(return_attn_probs=True), NotImplementedError, "return_attn_probs"),
+        (dict(window_size=(-2, 0)), ValueError, "window_size"),
+        (dict(window_size=(3, -7)), ValueError, "window_size"),
+        (dict(window_size=5), TypeError, "window_size"),
+        (dict(softcap=-1.0), ValueError, "softcap"),
+        (dict(softcap=float("nan")), ValueError, "softcap"),
+        (dict(softmax_scale=-0.5), ValueError, "scale"),
+        (dict(softmax_scale=float("inf")), ValueError, "scale"),
+    ],
+)
+def test_bad_arguments_are_refused_by_name(kw, err, match):
+    g = torch.Generator().manual_seed(3)
+    q = rand(1, 40, 4, 64, gen=g)
+    k = v = rand(1, 40, 2, 64, gen=g)
+    with pytest.raises(err, match=match):
+        flash_attn_func(q, k, v, **kw)
