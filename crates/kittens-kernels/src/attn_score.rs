@@ -63,24 +63,50 @@ impl Logits {
         }
     }
 
-    /// With a cap: the f32 scores `s` (unscaled `q·k`) become the capped logits in place; with
-    /// `grad`, that tile also receives `d logit / d(x·scale) = 1 − tanh²` (what the backward
-    /// multiplies dS by). Without a cap: nothing. Apply before any mask (module docs).
-    pub fn cap(&self, k: &mut KernelBuilder, s: RegId, dim: u32, grad: Option<RegId>) {
+    /// With a cap: the f32 scores `s` (unscaled `q·k`) become the capped logits in place. Without
+    /// a cap: nothing. Apply before any mask (module docs).
+    pub fn cap(&self, k: &mut KernelBuilder, s: RegId, dim: u32) {
         let Some(cap) = self.softcap else { return };
-        // r = 1 / (exp(2u) + 1) with u = x·scale/cap; tanh(u) = 1 − 2r.
+        self.cap_r(k, s, dim, cap);
+        k.mul(s, s, -2.0 * cap);
+        k.add(s, s, cap);
+    }
+
+    /// The backward's [`Self::cap`] on a transposed score tile `s` (a query per column) beside its
+    /// `dp = dPᵀ`: `dp` becomes `(dPᵀ − D)·(1 − tanh²)` (`d`: D, a column vector), the chain rule
+    /// through the cap applied before P is known, so that no tile holds the derivative (gfx942's
+    /// backward is at its 256 VGPRs); the softmax then skips its own `− D`. Returns whether it
+    /// capped. `1 − tanh² = 4r·(1 − r)`; `1 − r` loses `r`'s low bits near 1, an absolute error of
+    /// about 1e-7 in the derivative.
+    pub fn cap_t_with_grad(
+        &self,
+        k: &mut KernelBuilder,
+        s: RegId,
+        dim: u32,
+        dp: RegId,
+        d: RegId,
+    ) -> bool {
+        let Some(cap) = self.softcap else {
+            return false;
+        };
+        self.cap_r(k, s, dim, cap);
+        k.sub_col(dp, dp, d);
+        k.mul(dp, dp, s);
+        k.sub(s, 1.0f32, s);
+        k.mul(dp, dp, s);
+        k.mul(dp, dp, 4.0f32);
+        // cap·tanh(u) = cap·(1 − 2r) = 2cap·(1 − r) − cap.
+        k.mul(s, s, 2.0 * cap);
+        k.sub(s, s, cap);
+        true
+    }
+
+    /// `s := r = 1 / (exp(2u) + 1)` with `u = x·scale/cap`, so that `tanh(u) = 1 − 2r`.
+    fn cap_r(&self, k: &mut KernelBuilder, s: RegId, dim: u32, cap: f32) {
         k.mul(s, s, 2.0 * LOG2_E * self.scale(dim) / cap);
         k.exp2(s, s);
         k.add(s, s, 1.0f32);
         k.div(s, 1.0f32, s);
-        if let Some(g) = grad {
-            // 1 − tanh² = 1 − (1 − 2r)² = 4r·(1 − r).
-            k.sub(g, 1.0f32, s);
-            k.mul(g, g, s);
-            k.mul(g, g, 4.0f32);
-        }
-        k.mul(s, s, -2.0 * cap);
-        k.add(s, s, cap);
     }
 
     /// The exact logit of the score `x` at head dimension `dim`.

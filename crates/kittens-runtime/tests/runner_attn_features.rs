@@ -395,3 +395,27 @@ fn bad_options_are_refused_by_name() {
         .to_string();
     assert!(err.contains("softcap") && err.contains("Hopper"), "{err}");
 }
+
+/// Head dims beyond 64 and 128 (32, 96, 192, 256: FlashAttention-3's set and the smallest) with
+/// every option, forward (the ping-pong program) and backward (the plain program), on the
+/// interpreter. The GPU targets' budgets at these dims are not checked here.
+#[test]
+fn head_dims_32_to_256_with_every_option() {
+    for dim in [32, 96, 192, 256] {
+        let c = Case {
+            dim,
+            heads: 2,
+            heads_kv: 1,
+            causal: Some(true),
+            logits: Logits {
+                scale: Some(0.1),
+                softcap: Some(5.0),
+            },
+            window: Some((30, -1)),
+            input_scale: 2.0,
+            ..case(77, 90)
+        };
+        check_fwd(&c, Problem::default().attn_cfg, "ping-pong");
+        check_bwd(&c, None);
+    }
+}

@@ -43,8 +43,8 @@ pub(super) struct KeyBlock<'a> {
     do_t: RegId,
     do_c: RegId,
     s_t: RegId,
-    /// With a soft cap: the cap's derivative at each score (`crate::attn_score::Logits::cap`).
-    cap_g: Option<RegId>,
+    /// Whether the scores are capped (`crate::attn_score::Logits::cap_t_with_grad`).
+    capped: bool,
     dp_t: RegId,
     p_b: RegId,
     p_c: RegId,
@@ -113,10 +113,6 @@ impl<'a> KeyBlock<'a> {
         let do_t = k.tile("do_t", Bf16, d, qs, Layout::Col, BaseShape::S32X16);
         let do_c = k.tile("do_c", Bf16, qs, d, Layout::Col, col_op);
         let s_t = k.tile("s_t", F32, kr, qs, Layout::Col, BaseShape::S16X16);
-        let cap_g = cfg
-            .logits
-            .softcap
-            .map(|_| k.tile("cap_g", F32, kr, qs, Layout::Col, BaseShape::S16X16));
         let dp_t = k.tile("dp_t", F32, kr, qs, Layout::Col, BaseShape::S16X16);
         let p_b = k.tile("p_b", Bf16, kr, qs, Layout::Row, row_op);
         let p_c = k.tile("p_c", Bf16, qs, kr, Layout::Col, col_op);
@@ -173,7 +169,7 @@ impl<'a> KeyBlock<'a> {
             do_t,
             do_c,
             s_t,
-            cap_g,
+            capped: cfg.logits.softcap.is_some(),
             dp_t,
             p_b,
             p_c,
@@ -320,7 +316,8 @@ impl<'a> KeyBlock<'a> {
         let inf = f32::NEG_INFINITY;
         let s_t = self.s_t;
         let cfg = &self.x.cfg;
-        cfg.logits.cap(k, s_t, cfg.dim, self.cap_g);
+        cfg.logits
+            .cap_t_with_grad(k, s_t, cfg.dim, self.dp_t, self.d_c);
         k.mask(
             s_t,
             MaskRule::ColsBelow(io.seq_q.clone()),
@@ -344,7 +341,7 @@ impl<'a> KeyBlock<'a> {
     pub fn probs(&self, k: &mut KernelBuilder) {
         let (s, dp) = (self.s_t, self.dp_t);
         self.x
-            .probs_and_ds(k, s, dp, self.lse_c, self.d_c, self.cap_g);
+            .probs_and_ds(k, s, dp, self.lse_c, self.d_c, self.capped);
     }
 
     /// `dVᵀ += dOᵀ·P`, then `dKᵀ += Qᵀ·dS`: P and dS rounded to bf16 and remapped into the

@@ -178,8 +178,8 @@ impl Ctx {
     }
 
     /// `Pᵀ = exp(Sᵀ·scale − lse)` in place on the f32 scores (masked entries are −∞ and become 0),
-    /// and `dSᵀ = Pᵀ∘(dPᵀ − D)` in place on `dp`; with a soft cap (`s` holding capped logits), dS
-    /// times the cap's derivative `cap_g` (the chain rule through `cap·tanh`).
+    /// and `dSᵀ = Pᵀ∘(dPᵀ − D)` in place on `dp`; `capped`: `s` holds capped logits and `dp`
+    /// already `(dPᵀ − D)` times the cap's derivative (`crate::attn_score::Logits::cap_t_with_grad`).
     pub fn probs_and_ds(
         &self,
         k: &mut KernelBuilder,
@@ -187,16 +187,15 @@ impl Ctx {
         dp: RegId,
         lse_c: RegId,
         d: RegId,
-        cap_g: Option<RegId>,
+        capped: bool,
     ) {
         k.mul(s, s, self.c);
         k.sub_col(s, s, lse_c);
         k.exp2(s, s);
-        k.sub_col(dp, dp, d);
-        k.mul(dp, s, dp);
-        if let Some(g) = cap_g {
-            k.mul(dp, dp, g);
+        if !capped {
+            k.sub_col(dp, dp, d);
         }
+        k.mul(dp, s, dp);
     }
 }
 
@@ -309,10 +308,6 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
     let vv_t = k.tile("vv_t", Bf16, d, kvs, Layout::Col, BaseShape::S32X16);
     let s_t = k.tile("qs_t", F32, kvs, qr, Layout::Col, BaseShape::S16X16);
     let dp_t = k.tile("qdp_t", F32, kvs, qr, Layout::Col, BaseShape::S16X16);
-    let cap_g = cfg
-        .logits
-        .softcap
-        .map(|_| k.tile("qcap_g", F32, kvs, qr, Layout::Col, BaseShape::S16X16));
     let ds_b = k.tile("qds_b", Bf16, kvs, qr, Layout::Col, BaseShape::S32X16);
     let lse_t = k.tile("qlse_t", F32, LSE_ROWS, qr, Layout::Col, BaseShape::S16X16);
     let lse_c = k.col_vec("qlse_c", s_t, F32);
@@ -374,7 +369,7 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
         k.zero(dp_t);
         k.mma_atb(dp_t, vv_t, do_t, dp_t);
         let inf = f32::NEG_INFINITY;
-        cfg.logits.cap(k, s_t, d, cap_g);
+        let capped = cfg.logits.cap_t_with_grad(k, s_t, d, dp_t, d_c);
         k.mask(s_t, MaskRule::RowsBelow(io.seq_kv.clone()), &kv0, &q0, inf);
         if let Some(off) = cfg.last_key_offset(&io.seq_q, &io.seq_kv) {
             k.mask(s_t, MaskRule::CausalT { offset: off }, &kv0, &q0, inf);
@@ -383,7 +378,7 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
             let rule = MaskRule::WindowStartT { offset: st.clone() };
             k.mask(s_t, rule, &kv0, &q0, inf);
         }
-        x.probs_and_ds(k, s_t, dp_t, lse_c, d_c, cap_g);
+        x.probs_and_ds(k, s_t, dp_t, lse_c, d_c, capped);
         // dQᵀ += Kᵀ·dSᵀ.
         k.copy(ds_b, dp_t);
         k.mma_atb(dq_t, kk_c, ds_b, dq_t);

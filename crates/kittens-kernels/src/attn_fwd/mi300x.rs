@@ -169,7 +169,7 @@ impl Body<'_> {
         }
         let kv0 = j * self.cfg.kv_block as i64;
         for t in &self.tiles {
-            self.cfg.logits.cap(k, t.att, self.cfg.dim, None);
+            self.cfg.logits.cap(k, t.att, self.cfg.dim);
             let inf = f32::NEG_INFINITY;
             let past = MaskRule::RowsBelow(self.keys.limit.clone());
             k.mask(t.att, past, &kv0, &t.q0, inf);

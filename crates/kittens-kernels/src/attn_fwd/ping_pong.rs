@@ -92,7 +92,7 @@ impl Body<'_> {
         k.transpose(k_t, k_r);
         k.zero(att);
         k.mma_atb(att, k_t, self.q_t, att);
-        self.cfg.logits.cap(k, att, self.cfg.dim, None);
+        self.cfg.logits.cap(k, att, self.cfg.dim);
         let inf = f32::NEG_INFINITY;
         k.mask(
             att,

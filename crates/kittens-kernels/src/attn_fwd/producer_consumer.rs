@@ -210,7 +210,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             let softmax_block = |k: &mut KernelBuilder, j: &Expr| {
                 let (kv0, inf) = (keys.at(j) * kv as i64, f32::NEG_INFINITY);
                 let kv_end = (keys.at(j) + 1) * kv as i64;
-                cfg.logits.cap(k, s, cfg.dim, None);
+                cfg.logits.cap(k, s, cfg.dim);
                 k.if_(keys.limit.lt(&kv_end), |k| {
                     k.mask(s, MaskRule::ColsBelow(keys.limit.clone()), &q0, &kv0, inf)
                 });
