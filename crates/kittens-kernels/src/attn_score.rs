@@ -109,9 +109,15 @@ impl Logits {
         k.div(s, 1.0f32, s);
     }
 
+    /// The scale in f64: the given f32 exactly, or `1/√d` in f64.
+    fn scale_f64(&self, dim: usize) -> f64 {
+        self.scale
+            .map_or_else(|| 1.0 / (dim as f64).sqrt(), f64::from)
+    }
+
     /// The exact logit of the score `x` at head dimension `dim`.
     pub fn f64(&self, x: f64, dim: usize) -> f64 {
-        let s = x * f64::from(self.scale(dim as u32));
+        let s = x * self.scale_f64(dim);
         match self.softcap {
             Some(c) => f64::from(c) * (s / f64::from(c)).tanh(),
             None => s,
@@ -120,7 +126,7 @@ impl Logits {
 
     /// `d logit / dx` of [`Self::f64`].
     pub fn grad_f64(&self, x: f64, dim: usize) -> f64 {
-        let scale = f64::from(self.scale(dim as u32));
+        let scale = self.scale_f64(dim);
         match self.softcap {
             Some(c) => {
                 let t = (x * scale / f64::from(c)).tanh();
