@@ -6,60 +6,16 @@
 
 #[path = "amd_support/common.rs"]
 mod amd_common;
+#[path = "attn_support/options.rs"]
+mod attn_options;
 
 use amd_common::clang_for;
+use attn_options::options;
 use kittens_hw::Target;
-use kittens_kernels::attn_score::{Logits, Window};
 use kittens_kernels::problem::Problem;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::amd::analyze;
 use kittens_runtime::runner::{run, IsaEmu};
-
-fn options() -> Vec<(&'static str, Problem)> {
-    let base = Problem::default();
-    vec![
-        (
-            "scale",
-            Problem {
-                logits: Logits {
-                    scale: Some(0.3),
-                    softcap: None,
-                },
-                ..base
-            },
-        ),
-        (
-            "softcap",
-            Problem {
-                logits: Logits {
-                    scale: None,
-                    softcap: Some(30.0),
-                },
-                ..base
-            },
-        ),
-        (
-            "window",
-            Problem {
-                window: Some(Window::new(64, 31).unwrap()),
-                ..base
-            },
-        ),
-        (
-            "all, causal",
-            Problem {
-                causal: true,
-                bottom_right: true,
-                logits: Logits {
-                    scale: Some(0.1),
-                    softcap: Some(5.0),
-                },
-                window: Some(Window::new(40, -1).unwrap()),
-                ..base
-            },
-        ),
-    ]
-}
 
 #[test]
 fn attention_with_options_compiles_without_spills() {

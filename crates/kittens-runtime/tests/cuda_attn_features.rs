@@ -4,60 +4,17 @@
 //! option and all together at both head dimensions, the Hopper backward's two launches with a scale
 //! (it refuses a soft cap and a window, `runner_attn_features`). NVRTC runs without a GPU.
 
+#[path = "attn_support/options.rs"]
+mod attn_options;
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
 
+use attn_options::options;
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
 use kittens_kernels::attn_bwd::BwdConfig;
-use kittens_kernels::attn_score::{Logits, Window};
+use kittens_kernels::attn_score::Logits;
 use kittens_kernels::problem::Problem;
-
-fn options() -> Vec<(&'static str, Problem)> {
-    let base = Problem::default();
-    vec![
-        (
-            "scale",
-            Problem {
-                logits: Logits {
-                    scale: Some(0.3),
-                    softcap: None,
-                },
-                ..base
-            },
-        ),
-        (
-            "softcap",
-            Problem {
-                logits: Logits {
-                    scale: None,
-                    softcap: Some(30.0),
-                },
-                ..base
-            },
-        ),
-        (
-            "window",
-            Problem {
-                window: Some(Window::new(256, 0).unwrap()),
-                ..base
-            },
-        ),
-        (
-            "all, causal",
-            Problem {
-                causal: true,
-                bottom_right: true,
-                logits: Logits {
-                    scale: Some(0.1),
-                    softcap: Some(50.0),
-                },
-                window: Some(Window::new(100, -1).unwrap()),
-                ..base
-            },
-        ),
-    ]
-}
 
 #[test]
 fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
