@@ -45,6 +45,8 @@ pub struct Problem {
     /// Rotary: the interleaved (GPT-J) pairing instead of half rotation (GPT-NeoX); the shape is
     /// `attn`'s (`heads` heads of `dim`, `seq` positions, `layout`).
     pub interleaved: bool,
+    /// Layernorm: the epsilon added to the variance (`None`: the kernel's default, 1e-5).
+    pub eps: Option<f32>,
     pub seed: u64,
     /// The random inputs (uniform in [-1, 1)) are multiplied by this before rounding to bf16; large
     /// scales give attention large logits (`8` at head dimension 64 gives logits of about ±64).
@@ -83,6 +85,7 @@ impl Default for Problem {
             },
             norm: NormShape::default(),
             interleaved: false,
+            eps: None,
             seed: 0,
             input_scale: 1.0,
             tolerance: None,

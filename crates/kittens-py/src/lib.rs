@@ -8,6 +8,7 @@
 
 mod gpu;
 mod host;
+mod prepared;
 mod view;
 mod view_mem;
 
@@ -555,6 +556,8 @@ fn build_commit() -> (&'static str, Option<bool>) {
 
 #[pymodule]
 fn _kittens(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(prepared::prepare, m)?)?;
+    m.add_class::<prepared::Handle>()?;
     m.add_function(wrap_pyfunction!(matmul, m)?)?;
     m.add_function(wrap_pyfunction!(attention, m)?)?;
     m.add_function(wrap_pyfunction!(attention_backward_cuda, m)?)?;

@@ -42,7 +42,7 @@ pub struct KernelLoad {
 
 /// A loaded kernel; the driver handles are plain pointers valid in any thread once the context is current.
 pub(crate) struct Loaded {
-    function: cu::CUfunction,
+    pub(crate) function: cu::CUfunction,
     pub(crate) lowered: Lowered,
     /// Blocks of a persistent grid: the SMs, or as many as whole clusters fit at once.
     pub(crate) resident: u32,

@@ -26,6 +26,7 @@ pub mod caller_attn_bwd;
 pub mod caller_mem;
 pub mod cublas;
 pub mod cublaslt;
+pub mod dispatch;
 pub mod driver;
 pub mod gemm_kernel;
 pub mod gemm_pad;

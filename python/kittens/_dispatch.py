@@ -1,0 +1,323 @@
+"""The one CUDA path of the torch ops: every kernel through a prepared call of the extension module
+(``_kittens.prepare``, ``kittens_runtime::cuda::dispatch``), found by one dictionary lookup per call.
+
+A call's key is everything the preparation checked: the op, each tensor's shape, strides, dtype and
+device, and the op's settings. The first call of a key prepares it (the registry kernel's launches
+for that problem, lowered, compiled or read from the disk cache, loaded; the tensors checked against
+the kernel's declared layouts — any error is raised here, naming the argument); every later call
+allocates the outputs (and any scratch the launches pass between them), reads the addresses and
+enqueues. Nothing here synchronises, so a loop of calls can be captured in a CUDA graph after one
+warm-up call.
+
+What each op does here is only to say which registry kernel runs and how its tensors are seen as the
+kernel declares them (e.g. layernorm's weight as a (rows, D) view with row stride 0); the checks,
+launch configuration, tensor maps and launches are the extension module's, the same for every kernel.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Dict, Tuple
+
+import torch
+
+from . import _kittens
+
+_BF16 = torch.bfloat16
+_HANDLES: Dict[tuple, tuple] = {}
+# Distinct keys kept (a decode loop whose cache grows by one key per token adds one per step); past it
+# the table starts over, so its memory is bounded.
+_MAX_KEYS = 4096
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _say(line: str) -> None:
+    if _kittens.verbose():
+        print(line, file=sys.stderr)
+
+
+def _spec(name: str, shape, strides, dtype: str = "bfloat16"):
+    return (name, [int(s) for s in shape], [int(s) for s in strides], dtype)
+
+
+def _prepare(key, entry: str, problem: dict, tensors, device: int, free=(), extra=None):
+    from . import _find_nvrtc
+
+    _find_nvrtc()
+    handle, loads = _kittens.prepare(entry, problem, list(tensors), list(free), device)
+    for line in loads:
+        _say(line)
+    if len(_HANDLES) >= _MAX_KEYS:
+        _HANDLES.clear()
+    rec = (handle, tuple(handle.scratch), extra)
+    _HANDLES[key] = rec
+    return rec
+
+
+def _scratch(rec, device) -> list:
+    return [torch.empty(n, dtype=torch.uint8, device=device) for n in rec[1]]
+
+
+def _launch(rec, ptrs, device: int, free=(), device_obj=None) -> None:
+    if rec[1]:
+        keep = _scratch(rec, device_obj)
+        ptrs = ptrs + tuple(t.data_ptr() for t in keep)
+    rec[0].launch(ptrs, _raw_stream(device), list(free))
+
+
+def _same_device(*ts) -> int:
+    d = ts[0].get_device()
+    for t in ts[1:]:
+        if t.get_device() != d:
+            raise ValueError(f"kittens: tensors on cuda:{d} and cuda:{t.get_device()}; all must be on one device")
+    return d
+
+
+def _bf16s(**ts) -> None:
+    for name, t in ts.items():
+        if t.dtype != _BF16:
+            raise TypeError(f"{name} has dtype {t.dtype}; kittens' kernels take bfloat16")
+
+
+# -- matmul --------------------------------------------------------------------------------------------
+
+
+def matmul(a, b):
+    """``a @ b`` on CUDA: a (M, K) row-major, b (K, N) row-major or ``w.T`` of a row-major (N, K) w."""
+    key = (0, a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_matmul(key, a, b)
+    mode = rec[2]
+    m, n = a.shape[0], b.shape[1]
+    if mode is not None:
+        return mode(a, b)
+    out = torch.empty((m, n), dtype=_BF16, device=a.device)
+    pa, pb, po = a.data_ptr(), b.data_ptr(), out.data_ptr()
+    if (pa | pb) & 15:  # a view off a 16-byte boundary: TMA and the vector loads need one
+        return _matmul_copied(a, b)
+    rec[0].launch((pa, pb, po), _raw_stream(key[7]))
+    return out
+
+
+def _matmul_copied(a, b):
+    b_kn = b.stride(1) == 1
+    a = a.clone()
+    b = b.clone() if b_kn else b.t().clone().t()
+    return matmul(a, b)
+
+
+def _matmul_empty(a, b):
+    out = torch.empty((a.shape[0], b.shape[1]), dtype=_BF16, device=a.device)
+    if a.shape[1] == 0:
+        out.zero_()
+    return out
+
+
+def _matmul_padded(a, b):
+    """K or N no multiple of 8 (TMA rows are 16-byte multiples): the operands padded with zeros to
+    whole 8s (copies, for now), the result cut back."""
+    m, k = a.shape
+    n = b.shape[1]
+    kp, np_ = -(-k // 8) * 8, -(-n // 8) * 8
+    ap = a.new_zeros((m, kp))
+    ap[:, :k] = a
+    bp = b.new_zeros((np_, kp))  # w-form (N, K): read in place by the kernel
+    bp[:n, :k] = b.t()
+    return matmul(ap, bp.t())[:, :n].contiguous()
+
+
+def _prepare_matmul(key, a, b):
+    _bf16s(a=a, b=b)
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"kittens.matmul takes 2-D arrays, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    m, k = a.shape
+    k2, n = b.shape
+    if k != k2:
+        raise ValueError(f"a @ b: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    dev = _same_device(a, b)
+    if m == 0 or n == 0 or k == 0:
+        rec = (None, (), _matmul_empty)
+        _HANDLES[key] = rec
+        return rec
+    if not ((m <= 1 or a.stride(0) == k) and (k <= 1 or a.stride(1) == 1)):
+        raise ValueError(f"a must be row-major (M, K) with no gaps: strides {a.stride()}, need ({k}, 1) "
+                         "(a transposed or sliced a needs .contiguous())")
+    b_kn = b.stride(1) == 1 and (b.stride(0) == n or k == 1)
+    b_w = b.stride(0) == 1 and (b.stride(1) == k or n == 1)
+    if not (b_kn or b_w):
+        raise ValueError(f"b must be row-major (K, N) or w.T of a row-major (N, K) w: strides {b.stride()}")
+    if k % 8 or n % 8:
+        rec = (None, (), _matmul_padded)
+        _HANDLES[key] = rec
+        return rec
+    a_spec = _spec("a", (m, k), (k, 1))
+    b_spec = _spec("b", (k, n), (n, 1)) if b_kn and not (b_w and n == 1) else _spec("b", (n, k), (k, 1))
+    kn = b_spec[1] == [k, n]
+    problem = {"m": m, "n": n, "k": k, "b_kn": kn}
+    return _prepare(key, "gemm_bf16", problem, (a_spec, b_spec, _spec("c", (m, n), (n, 1))), dev)
+
+
+# -- attention forward ---------------------------------------------------------------------------------
+
+
+def _layout_of(q) -> str:
+    b, h, n, d = q.shape
+    s = q.stride()
+    for name, want in (("bhsd", (h * n * d, n * d, d, 1)), ("bshd", (n * h * d, d, h * d, 1))):
+        if all(size <= 1 or st == w for st, w, size in zip(s, want, (b, h, n, d))):
+            return name
+    raise ValueError(f"q strides {s}: dense (B, H, N, D) or (B, N, H, D) needed")
+
+
+def attention(q, k, v, causal: bool, bottom_right: bool):
+    """``(out, lse)`` of the attention forward on CUDA; q, k, v in one dense layout (the op's body
+    copies odd ones out first). ``out`` takes q's layout; ``lse`` is float32 (B, H, N)."""
+    key = (1, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
+           q.get_device(), k.get_device(), v.get_device(), causal, bottom_right)
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_attention(key, q, k, v, causal, bottom_right)
+    b, h, n, d = q.shape
+    if rec[2] == "bshd":
+        out = torch.empty((b, n, h, d), dtype=_BF16, device=q.device).transpose(1, 2)
+    else:
+        out = torch.empty((b, h, n, d), dtype=_BF16, device=q.device)
+    lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
+    _launch(rec, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()), key[10],
+            device_obj=q.device)
+    return out, lse
+
+
+def _prepare_attention(key, q, k, v, causal, bottom_right):
+    _bf16s(q=q, k=k, v=v)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (B, H, N, D), got shape {tuple(t.shape)}")
+    dev = _same_device(q, k, v)
+    b, h, n, d = q.shape
+    hk, nk = k.shape[1], k.shape[2]
+    layout = _layout_of(q)
+    if layout == "bshd":
+        o_strides = (n * h * d, d, h * d, 1)
+    else:
+        o_strides = (h * n * d, n * d, d, 1)
+    problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d, "layout": layout,
+               "causal": bool(causal), "bottom_right": bool(bottom_right), "lse": True, "kv_splits": "auto"}
+    tensors = (
+        _spec("q", q.shape, q.stride()),
+        _spec("k", k.shape, k.stride()),
+        _spec("v", v.shape, v.stride()),
+        _spec("o", q.shape, o_strides),
+        _spec("lse", (b, h, n), (h * n, n, 1), "float32"),
+    )
+    return _prepare(key, "attn_fwd", problem, tensors, dev, extra=layout)
+
+
+# -- layernorm -----------------------------------------------------------------------------------------
+
+
+def _words(v: int):
+    """A 64-bit seed or counter as the kernel's two 32-bit word parameters, each signed."""
+    v %= 2**64
+    lo, hi = v & 0xFFFFFFFF, v >> 32
+    return (lo - 2**32 if lo >= 2**31 else lo, hi - 2**32 if hi >= 2**31 else hi)
+
+
+def layernorm(x, residual, weight, bias, p: float, seed: int, offset: int, eps: float):
+    """The fused dropout-residual-layernorm on CUDA: a new (2, ..., D) tensor (normed rows, residual)."""
+    key = (2, x.shape, x.stride(), residual.shape, residual.stride(), weight.shape, weight.stride(),
+           bias.shape, bias.stride(), x.dtype, residual.dtype, weight.dtype, bias.dtype, x.get_device(),
+           residual.get_device(), weight.get_device(), bias.get_device(), p, eps)
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_layernorm(key, x, residual, weight, bias, p, eps)
+    out = torch.empty((2,) + tuple(x.shape), dtype=_BF16, device=x.device)
+    if rec[0] is None:
+        return out
+    s0, s1 = _words(seed)
+    o0, o1 = _words(offset)
+    rec[0].launch((x.data_ptr(), residual.data_ptr(), weight.data_ptr(), bias.data_ptr(), out.data_ptr()),
+                  _raw_stream(key[13]), [s0, s1, o0, o1])
+    return out
+
+
+def _prepare_layernorm(key, x, residual, weight, bias, p, eps):
+    _bf16s(x=x, residual=residual, weight=weight, bias=bias)
+    dev = _same_device(x, residual, weight, bias)
+    if x.dim() < 1 or residual.shape != x.shape:
+        raise ValueError(f"x {tuple(x.shape)} and residual {tuple(residual.shape)} must be (..., D) of one shape")
+    d = x.shape[-1]
+    if weight.shape != (d,) or bias.shape != (d,):
+        raise ValueError(f"weight {tuple(weight.shape)} and bias {tuple(bias.shape)} must be (D,) = ({d},)")
+    for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (strides {t.stride()})")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout p = {p} must be in [0, 1)")
+    rows = x.numel() // d if d else 0
+    if rows == 0 or d == 0:
+        rec = (None, (), None)
+        _HANDLES[key] = rec
+        return rec
+    problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps)}
+    tensors = (
+        _spec("x", (rows, d), (d, 1)),
+        _spec("residual", (rows, d), (d, 1)),
+        _spec("weight", (rows, d), (0, 1)),
+        _spec("bias", (rows, d), (0, 1)),
+        _spec("out", (2, rows, d), (rows * d, d, 1)),
+    )
+    free = ("seed_lo", "seed_hi", "offset_lo", "offset_hi")
+    return _prepare(key, "layernorm", problem, tensors, dev, free=free)
+
+
+# -- rotary --------------------------------------------------------------------------------------------
+
+
+def rotary(q, cos, sin, interleaved: bool):
+    """The rotary embedding of q (B, H, N, D) in one dense layout with (N, D/2) tables, on CUDA; the
+    output in q's layout."""
+    key = (3, q.shape, q.stride(), cos.shape, cos.stride(), sin.shape, sin.stride(), q.dtype, cos.dtype,
+           sin.dtype, q.get_device(), cos.get_device(), sin.get_device(), interleaved)
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_rotary(key, q, cos, sin, interleaved)
+    b, h, n, d = q.shape
+    if rec[2] == "bshd":
+        out = torch.empty((b, n, h, d), dtype=_BF16, device=q.device).transpose(1, 2)
+    else:
+        out = torch.empty((b, h, n, d), dtype=_BF16, device=q.device)
+    if rec[0] is not None:
+        rec[0].launch((q.data_ptr(), cos.data_ptr(), sin.data_ptr(), out.data_ptr()), _raw_stream(key[10]))
+    return out
+
+
+def _prepare_rotary(key, q, cos, sin, interleaved):
+    _bf16s(q=q, cos=cos, sin=sin)
+    if q.dim() != 4:
+        raise ValueError(f"q must be 4-D (B, H, N, D), got shape {tuple(q.shape)}")
+    dev = _same_device(q, cos, sin)
+    b, h, n, d = q.shape
+    layout = _layout_of(q)
+    if d % 2 or cos.shape != (n, d // 2) or sin.shape != (n, d // 2):
+        raise ValueError(f"cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must be (N, D/2) = ({n}, {d // 2})")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (strides {t.stride()})")
+    if b * h * n == 0:
+        rec = (None, (), layout)
+        _HANDLES[key] = rec
+        return rec
+    s = q.stride()
+    pairs = ((d // 2, 2), (2, 1)) if interleaved else ((2, d // 2), (d // 2, 1))
+    xs = ((b, h, n) + pairs[0], tuple(s[:3]) + pairs[1])
+    os_ = (n * h * d, d, h * d, 1) if layout == "bshd" else (h * n * d, n * d, d, 1)
+    problem = {"batch": b, "heads": h, "seq": n, "dim": d, "layout": layout, "interleaved": bool(interleaved)}
+    tensors = (
+        _spec("x", *xs),
+        _spec("cos", (b, h, n, d // 2), (0, 0, d // 2, 1)),
+        _spec("sin", (b, h, n, d // 2), (0, 0, d // 2, 1)),
+        _spec("out", xs[0], tuple(os_[:3]) + pairs[1]),
+    )
+    return _prepare(key, "rotary", problem, tensors, dev, extra=layout)
