@@ -49,19 +49,23 @@ def _prepare(key, entry: str, problem: dict, tensors, device: int, free=(), extr
         _say(line)
     if len(_HANDLES) >= _MAX_KEYS:
         _HANDLES.clear()
-    rec = (handle, tuple(handle.scratch), extra)
+    # The scratch tensors as offsets into one allocation (256-byte aligned, as the allocator's own).
+    offsets, total = [], 0
+    for n in handle.scratch:
+        offsets.append(total)
+        total += -(-int(n) // 256) * 256
+    rec = (handle, (total, tuple(offsets)), extra)
     _HANDLES[key] = rec
     return rec
 
 
-def _scratch(rec, device) -> list:
-    return [torch.empty(n, dtype=torch.uint8, device=device) for n in rec[1]]
-
-
 def _launch(rec, ptrs, device: int, free=(), device_obj=None) -> None:
-    if rec[1]:
-        keep = _scratch(rec, device_obj)
-        ptrs = ptrs + tuple(t.data_ptr() for t in keep)
+    total, offsets = rec[1]
+    if offsets:
+        # Stream-ordered like any torch allocation: freed when this returns, reused by later work on
+        # the stream only after the launches (the caching allocator's rule for its current stream).
+        base = torch.empty(total, dtype=torch.uint8, device=device_obj).data_ptr()
+        ptrs = ptrs + tuple(base + o for o in offsets)
     rec[0].launch(ptrs, _raw_stream(device), list(free))
 
 
@@ -137,7 +141,7 @@ def _prepare_matmul(key, a, b):
         raise ValueError(f"a @ b: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
     dev = _same_device(a, b)
     if m == 0 or n == 0 or k == 0:
-        rec = (None, (), _matmul_empty)
+        rec = (None, (0, ()), _matmul_empty)
         _HANDLES[key] = rec
         return rec
     if not ((m <= 1 or a.stride(0) == k) and (k <= 1 or a.stride(1) == 1)):
@@ -148,12 +152,12 @@ def _prepare_matmul(key, a, b):
     if not (b_kn or b_w):
         raise ValueError(f"b must be row-major (K, N) or w.T of a row-major (N, K) w: strides {b.stride()}")
     if k % 8 or n % 8:
-        rec = (None, (), _matmul_padded)
+        rec = (None, (0, ()), _matmul_padded)
         _HANDLES[key] = rec
         return rec
     a_spec = _spec("a", (m, k), (k, 1))
-    b_spec = _spec("b", (k, n), (n, 1)) if b_kn and not (b_w and n == 1) else _spec("b", (n, k), (k, 1))
-    kn = b_spec[1] == [k, n]
+    kn = b_kn and not (b_w and n == 1)
+    b_spec = _spec("b", (k, n), (n, 1)) if kn else _spec("b", (n, k), (k, 1))
     problem = {"m": m, "n": n, "k": k, "b_kn": kn}
     return _prepare(key, "gemm_bf16", problem, (a_spec, b_spec, _spec("c", (m, n), (n, 1))), dev)
 
@@ -170,14 +174,31 @@ def _layout_of(q) -> str:
     raise ValueError(f"q strides {s}: dense (B, H, N, D) or (B, N, H, D) needed")
 
 
+def _dense_layout(q, k, v):
+    """The one dense layout q, k and v share, or None."""
+    for name in ("bhsd", "bshd"):
+        if all(_is_layout(t, name) for t in (q, k, v)):
+            return name
+    return None
+
+
+def _is_layout(t, name: str) -> bool:
+    b, h, n, d = t.shape
+    want = (h * n * d, n * d, d, 1) if name == "bhsd" else (n * h * d, d, h * d, 1)
+    return all(size <= 1 or st == w for st, w, size in zip(t.stride(), want, (b, h, n, d)))
+
+
 def attention(q, k, v, causal: bool, bottom_right: bool):
-    """``(out, lse)`` of the attention forward on CUDA; q, k, v in one dense layout (the op's body
-    copies odd ones out first). ``out`` takes q's layout; ``lse`` is float32 (B, H, N)."""
+    """``(out, lse)`` of the attention forward on CUDA, or None when q, k, v are not all in one dense
+    layout (the op's body then copies the odd ones out and calls again). ``out`` takes q's layout;
+    ``lse`` is float32 (B, H, N)."""
     key = (1, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
            q.get_device(), k.get_device(), v.get_device(), causal, bottom_right)
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_attention(key, q, k, v, causal, bottom_right)
+    if rec[2] is None:
+        return None  # q, k, v not in one dense layout: the op copies them into one first
     b, h, n, d = q.shape
     if rec[2] == "bshd":
         out = torch.empty((b, n, h, d), dtype=_BF16, device=q.device).transpose(1, 2)
@@ -197,7 +218,11 @@ def _prepare_attention(key, q, k, v, causal, bottom_right):
     dev = _same_device(q, k, v)
     b, h, n, d = q.shape
     hk, nk = k.shape[1], k.shape[2]
-    layout = _layout_of(q)
+    layout = _dense_layout(q, k, v)
+    if layout is None:
+        rec = (None, (0, ()), None)
+        _HANDLES[key] = rec
+        return rec
     if layout == "bshd":
         o_strides = (n * h * d, d, h * d, 1)
     else:
@@ -257,7 +282,7 @@ def _prepare_layernorm(key, x, residual, weight, bias, p, eps):
         raise ValueError(f"dropout p = {p} must be in [0, 1)")
     rows = x.numel() // d if d else 0
     if rows == 0 or d == 0:
-        rec = (None, (), None)
+        rec = (None, (0, ()), None)
         _HANDLES[key] = rec
         return rec
     problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps)}
@@ -306,7 +331,7 @@ def _prepare_rotary(key, q, cos, sin, interleaved):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (strides {t.stride()})")
     if b * h * n == 0:
-        rec = (None, (), layout)
+        rec = (None, (0, ()), layout)
         _HANDLES[key] = rec
         return rec
     s = q.stride()

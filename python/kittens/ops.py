@@ -202,13 +202,17 @@ def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale
     q's (interim; the output takes it too). ``lse_grad``: whether ``lse`` is differentiable (the
     public ``kittens.attention(..., return_lse=True)``); otherwise it carries no gradient, and the
     backward skips its term."""
-    layout = _pick_layout(q, k, v)
     qf = _q_factor(scale, q.shape[-1])
+    if q.is_cuda and qf is None:
+        r = _dispatch.attention(q, k, v, bool(causal), bool(bottom_right))
+        if r is not None:
+            return r
+    layout = _pick_layout(q, k, v)
     if qf is not None:
         q = q * qf  # interim: the kernels' softmax scale is 1/sqrt(D); one bf16 rounding of q
     q, k, v = (_in_layout(t, layout) for t in (q, k, v))
     if q.is_cuda:
-        return _dispatch.attention(q, k, v, bool(causal), bool(bottom_right))
+        return _dispatch.attention(q, k, v, bool(causal), bool(bottom_right))  # one layout now
     out = _empty(q.shape, layout, q)
     return _attention(q, k, v, causal, None, out, True, "bottom_right" if bottom_right else "top_left")
 
