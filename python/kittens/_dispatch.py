@@ -69,12 +69,13 @@ def _launch(rec, ptrs, device: int, free=(), device_obj=None) -> None:
     rec[0].launch(ptrs, _raw_stream(device), list(free))
 
 
-def _same_device(*ts) -> int:
-    d = ts[0].get_device()
-    for t in ts[1:]:
-        if t.get_device() != d:
-            raise ValueError(f"kittens: tensors on cuda:{d} and cuda:{t.get_device()}; all must be on one device")
-    return d
+def _same_device(**ts) -> int:
+    (first, t0), *rest = ts.items()
+    for name, t in rest:
+        if t.device != t0.device:
+            raise ValueError(f"kittens: {first} is on {t0.device} and {name} on {t.device}: the tensors are on "
+                             "different devices (all must be on one CUDA device)")
+    return t0.get_device()
 
 
 def _bf16s(**ts) -> None:
@@ -139,7 +140,7 @@ def _prepare_matmul(key, a, b):
     k2, n = b.shape
     if k != k2:
         raise ValueError(f"a @ b: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
-    dev = _same_device(a, b)
+    dev = _same_device(a=a, b=b)
     if m == 0 or n == 0 or k == 0:
         rec = (None, (0, ()), _matmul_empty)
         _HANDLES[key] = rec
@@ -150,7 +151,7 @@ def _prepare_matmul(key, a, b):
     b_kn = b.stride(1) == 1 and (b.stride(0) == n or k == 1)
     b_w = b.stride(0) == 1 and (b.stride(1) == k or n == 1)
     if not (b_kn or b_w):
-        raise ValueError(f"b must be row-major (K, N) or w.T of a row-major (N, K) w: strides {b.stride()}")
+        raise ValueError(f"b must be a row-major (K, N) array or w.T of a row-major (N, K) w: strides {b.stride()}")
     if k % 8 or n % 8:
         rec = (None, (0, ()), _matmul_padded)
         _HANDLES[key] = rec
@@ -215,9 +216,13 @@ def _prepare_attention(key, q, k, v, causal, bottom_right):
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D (B, H, N, D), got shape {tuple(t.shape)}")
-    dev = _same_device(q, k, v)
+    dev = _same_device(q=q, k=k, v=v)
     b, h, n, d = q.shape
     hk, nk = k.shape[1], k.shape[2]
+    if d not in (64, 128):
+        raise ValueError(f"head dim {d}: the attention kernels on CUDA (sm_90a) take 64 or 128")
+    if nk == 0 and n > 0:
+        raise ValueError("k and v have no keys (N_kv = 0): attention over nothing is undefined")
     layout = _dense_layout(q, k, v)
     if layout is None:
         rec = (None, (0, ()), None)
@@ -269,7 +274,7 @@ def layernorm(x, residual, weight, bias, p: float, seed: int, offset: int, eps: 
 
 def _prepare_layernorm(key, x, residual, weight, bias, p, eps):
     _bf16s(x=x, residual=residual, weight=weight, bias=bias)
-    dev = _same_device(x, residual, weight, bias)
+    dev = _same_device(x=x, residual=residual, weight=weight, bias=bias)
     if x.dim() < 1 or residual.shape != x.shape:
         raise ValueError(f"x {tuple(x.shape)} and residual {tuple(residual.shape)} must be (..., D) of one shape")
     d = x.shape[-1]
@@ -322,7 +327,7 @@ def _prepare_rotary(key, q, cos, sin, interleaved):
     _bf16s(q=q, cos=cos, sin=sin)
     if q.dim() != 4:
         raise ValueError(f"q must be 4-D (B, H, N, D), got shape {tuple(q.shape)}")
-    dev = _same_device(q, cos, sin)
+    dev = _same_device(q=q, cos=cos, sin=sin)
     b, h, n, d = q.shape
     layout = _layout_of(q)
     if d % 2 or cos.shape != (n, d // 2) or sin.shape != (n, d // 2):

@@ -105,7 +105,8 @@ def test_attention(b, h, hk, n, nk, d, causal, layout):
         if not br else attn_ref(q.float(), k.float(), v.float(), causal, br)[0].to(BF)
     rule(out, ref, plain)
     assert (lse.double() - ref_lse).abs().max().item() < 1e-2
-    assert out.stride() == (torch.empty_like(q).stride() if layout == "bhsd" else q.stride())
+    if n > 1:  # one query row: both layouts are the same memory
+        assert out.stride() == (torch.empty_like(q).stride() if layout == "bhsd" else q.stride())
 
 
 def test_layernorm_and_dropout_seed_per_call():
