@@ -87,21 +87,47 @@ def _bf16s(**ts) -> None:
 # -- matmul --------------------------------------------------------------------------------------------
 
 
-def matmul(a, b):
-    """``a @ b`` on CUDA: a (M, K) row-major, b (K, N) row-major or ``w.T`` of a row-major (N, K) w."""
+def _check_out(name: str, out, shape, strides, dtype, like) -> None:
+    """``out=`` must be exactly what the call would allocate: shape, dtype, device and memory order."""
+    if out.dtype != dtype or tuple(out.shape) != tuple(shape) or out.device != like.device or (
+        out.numel() > 1 and not all(n <= 1 or s == w for n, s, w in zip(out.shape, out.stride(), strides))
+    ):
+        raise ValueError(
+            f"{name} must be a {dtype} tensor of shape {tuple(shape)} and strides {tuple(strides)} on "
+            f"{like.device} (dense in one layout, as the call would make it); got {out.dtype} "
+            f"{tuple(out.shape)} strides {out.stride()} on {out.device}"
+        )
+
+
+def matmul(a, b, out=None):
+    """``a @ b`` on CUDA: a (M, K) row-major, b (K, N) row-major or ``w.T`` of a row-major (N, K) w;
+    ``out``: the (M, N) row-major output to write (else a new one)."""
+
     key = (0, a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_matmul(key, a, b)
     mode = rec[2]
     m, n = a.shape[0], b.shape[1]
+    if out is not None:
+        _check_out("out", out, (m, n), (n, 1), _BF16, a)
     if mode is not None:
-        return mode(a, b)
-    out = torch.empty((m, n), dtype=_BF16, device=a.device)
-    pa, pb, po = a.data_ptr(), b.data_ptr(), out.data_ptr()
+        return _into(out, mode(a, b))
+    pa, pb = a.data_ptr(), b.data_ptr()
     if (pa | pb) & 15:  # a view off a 16-byte boundary: TMA and the vector loads need one
-        return _matmul_copied(a, b)
-    rec[0].launch((pa, pb, po), _raw_stream(key[7]))
+        return _into(out, _matmul_copied(a, b))
+    if out is None:
+        out = torch.empty((m, n), dtype=_BF16, device=a.device)
+    elif out.data_ptr() & 15:
+        return _into(out, matmul(a, b))
+    rec[0].launch((pa, pb, out.data_ptr()), _raw_stream(key[7]))
+    return out
+
+
+def _into(out, result):
+    if out is None:
+        return result
+    out.copy_(result)
     return out
 
 
@@ -189,7 +215,7 @@ def _is_layout(t, name: str) -> bool:
     return all(size <= 1 or st == w for st, w, size in zip(t.stride(), want, (b, h, n, d)))
 
 
-def attention(q, k, v, causal: bool, bottom_right: bool):
+def attention(q, k, v, causal: bool, bottom_right: bool, out=None, lse=None):
     """``(out, lse)`` of the attention forward on CUDA, or None when q, k, v are not all in one dense
     layout (the op's body then copies the odd ones out and calls again). ``out`` takes q's layout;
     ``lse`` is float32 (B, H, N)."""
@@ -201,14 +227,29 @@ def attention(q, k, v, causal: bool, bottom_right: bool):
     if rec[2] is None:
         return None  # q, k, v not in one dense layout: the op copies them into one first
     b, h, n, d = q.shape
-    if rec[2] == "bshd":
-        out = torch.empty((b, n, h, d), dtype=_BF16, device=q.device).transpose(1, 2)
+    if out is None:
+        out = _new_in_layout(q, rec[2])
     else:
-        out = torch.empty((b, h, n, d), dtype=_BF16, device=q.device)
-    lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
+        _check_out("out", out, q.shape, _layout_strides(q.shape, rec[2]), _BF16, q)
+    if lse is None:
+        lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
+    else:
+        _check_out("lse", lse, (b, h, n), (h * n, n, 1), torch.float32, q)
     _launch(rec, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()), key[10],
             device_obj=q.device)
     return out, lse
+
+
+def _layout_strides(shape, layout: str):
+    b, h, n, d = shape
+    return (n * h * d, d, h * d, 1) if layout == "bshd" else (h * n * d, n * d, d, 1)
+
+
+def _new_in_layout(q, layout: str):
+    b, h, n, d = q.shape
+    if layout == "bshd":
+        return torch.empty((b, n, h, d), dtype=_BF16, device=q.device).transpose(1, 2)
+    return torch.empty((b, h, n, d), dtype=_BF16, device=q.device)
 
 
 def _prepare_attention(key, q, k, v, causal, bottom_right):
@@ -228,10 +269,7 @@ def _prepare_attention(key, q, k, v, causal, bottom_right):
         rec = (None, (0, ()), None)
         _HANDLES[key] = rec
         return rec
-    if layout == "bshd":
-        o_strides = (n * h * d, d, h * d, 1)
-    else:
-        o_strides = (h * n * d, n * d, d, 1)
+    o_strides = _layout_strides(q.shape, layout)
     problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d, "layout": layout,
                "causal": bool(causal), "bottom_right": bool(bottom_right), "lse": True, "kv_splits": "auto"}
     tensors = (
@@ -254,7 +292,7 @@ def _words(v: int):
     return (lo - 2**32 if lo >= 2**31 else lo, hi - 2**32 if hi >= 2**31 else hi)
 
 
-def layernorm(x, residual, weight, bias, p: float, seed: int, offset: int, eps: float):
+def layernorm(x, residual, weight, bias, p: float, seed: int, offset: int, eps: float, out=None):
     """The fused dropout-residual-layernorm on CUDA: a new (2, ..., D) tensor (normed rows, residual)."""
     key = (2, x.shape, x.stride(), residual.shape, residual.stride(), weight.shape, weight.stride(),
            bias.shape, bias.stride(), x.dtype, residual.dtype, weight.dtype, bias.dtype, x.get_device(),
@@ -262,7 +300,11 @@ def layernorm(x, residual, weight, bias, p: float, seed: int, offset: int, eps: 
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_layernorm(key, x, residual, weight, bias, p, eps)
-    out = torch.empty((2,) + tuple(x.shape), dtype=_BF16, device=x.device)
+    shape = (2,) + tuple(x.shape)
+    if out is None:
+        out = torch.empty(shape, dtype=_BF16, device=x.device)
+    else:
+        _check_out("out", out, shape, torch.empty(shape, device="meta").stride(), _BF16, x)
     if rec[0] is None:
         return out
     s0, s1 = _words(seed)
@@ -305,7 +347,7 @@ def _prepare_layernorm(key, x, residual, weight, bias, p, eps):
 # -- rotary --------------------------------------------------------------------------------------------
 
 
-def rotary(q, cos, sin, interleaved: bool):
+def rotary(q, cos, sin, interleaved: bool, out=None):
     """The rotary embedding of q (B, H, N, D) in one dense layout with (N, D/2) tables, on CUDA; the
     output in q's layout."""
     key = (3, q.shape, q.stride(), cos.shape, cos.stride(), sin.shape, sin.stride(), q.dtype, cos.dtype,
@@ -313,11 +355,10 @@ def rotary(q, cos, sin, interleaved: bool):
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_rotary(key, q, cos, sin, interleaved)
-    b, h, n, d = q.shape
-    if rec[2] == "bshd":
-        out = torch.empty((b, n, h, d), dtype=_BF16, device=q.device).transpose(1, 2)
-    else:
-        out = torch.empty((b, h, n, d), dtype=_BF16, device=q.device)
+    if out is None:
+        out = _new_in_layout(q, rec[2])
+    elif out.data_ptr() != q.data_ptr():  # in place (out is q) is allowed: each lane reads, then writes
+        _check_out("out", out, q.shape, _layout_strides(q.shape, rec[2]), _BF16, q)
     if rec[0] is not None:
         rec[0].launch((q.data_ptr(), cos.data_ptr(), sin.data_ptr(), out.data_ptr()), _raw_stream(key[10]))
     return out

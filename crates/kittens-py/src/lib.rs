@@ -1,7 +1,8 @@
 //! `kittens._kittens`, the extension module under the Python package `kittens` (python/kittens): the
 //! kernels on the caller's own arrays. The Python side reads each array's address, shape, strides, dtype
 //! and device (numpy, torch, DLPack) and allocates outputs; this module checks them ([`view`]), runs the
-//! kernel on the CPU interpreter ([`host`]) or launches it on the caller's CUDA stream ([`gpu`]), and
+//! kernel on the CPU interpreter ([`host`]) or, for CUDA tensors, prepares and launches it on the caller's
+//! stream ([`prepared`]; the attention backward: [`gpu`]), and
 //! turns every failure — panics included — into a Python exception.
 //!
 //! No GPU library is linked: the CUDA driver and NVRTC are opened at run time by `kittens-runtime`.
@@ -22,6 +23,11 @@ use kittens_kernels::attn_bwd::Causal;
 use view::{ApiError, Device, View, ViewArgs};
 
 static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// The per-kernel entry points below run CPU arrays; CUDA tensors go through the one prepared-call
+/// path ([`prepared`], `kittens._dispatch`), which the Python package takes for every CUDA call.
+const CUDA_ELSEWHERE: &str =
+    "kittens internal error: CUDA arrays go through kittens._dispatch (prepared calls), not this entry";
 
 fn to_py(e: ApiError) -> PyErr {
     match e {
@@ -112,18 +118,11 @@ fn say(msg: &str) {
 }
 
 /// `out = a @ b` for bf16 `a` (M, K) row-major and `b` (K, N) = `w.T` of a row-major (N, K) `w`. CPU
-/// arrays run on the interpreter; CUDA arrays are launched on `stream` (a `CUstream` handle; 0 is the
-/// legacy default stream) and the call returns once the launch is enqueued.
+/// arrays run on the interpreter (CUDA tensors go through [`prepared`]).
 /// Without `out`, only the checks run (against the output the call would allocate): the Python side
 /// calls so before allocating.
 #[pyfunction]
-fn matmul(
-    py: Python<'_>,
-    a: ViewArgs,
-    b: ViewArgs,
-    out: Option<ViewArgs>,
-    stream: u64,
-) -> PyResult<()> {
+fn matmul(py: Python<'_>, a: ViewArgs, b: ViewArgs, out: Option<ViewArgs>) -> PyResult<()> {
     let (a, b) = (
         view::view("a", a).map_err(to_py)?,
         view::view("b", b).map_err(to_py)?,
@@ -150,13 +149,7 @@ fn matmul(
             ));
             Ok(())
         }
-        Device::Cuda(ordinal) => {
-            // SAFETY: the Python caller passes live tensors of this device used on their own stream.
-            if let Some(load) = unsafe { gpu::matmul(&p, ordinal, stream)? } {
-                say(&gpu::describe(&load));
-            }
-            Ok(())
-        }
+        Device::Cuda(_) => Err(ApiError::Runtime(CUDA_ELSEWHERE.into())),
     };
     match p.device {
         Device::Cpu => interruptible(py, run),
@@ -168,9 +161,9 @@ fn matmul(
 /// when H_kv < H), all in (B, H, N, D) or (B, N, H, D) memory order; `causal` masks keys after each
 /// query, aligned top-left (`j ≤ i`) or with `bottom_right` (`j ≤ i + N_kv − N`); `lse`, when given,
 /// receives the log-sum-exp of every row (f32 (B, H, N)). CPU arrays run on the interpreter; CUDA
-/// arrays are launched on `stream` like [`matmul`]'s.
+/// arrays go through [`prepared`].
 #[pyfunction]
-#[pyo3(signature = (q, k, v, out, lse, causal, bottom_right, scale, stream))]
+#[pyo3(signature = (q, k, v, out, lse, causal, bottom_right, scale))]
 #[allow(clippy::too_many_arguments)]
 fn attention(
     py: Python<'_>,
@@ -182,7 +175,6 @@ fn attention(
     causal: bool,
     bottom_right: bool,
     scale: Option<f64>,
-    stream: u64,
 ) -> PyResult<()> {
     let views = [view::view("q", q), view::view("k", k), view::view("v", v)];
     let [q, k, v] = views.map(|r| r.map_err(to_py));
@@ -229,13 +221,7 @@ fn attention(
             ));
             Ok(())
         }
-        Device::Cuda(ordinal) => {
-            // SAFETY: the Python caller passes live tensors of this device used on their own stream.
-            for load in unsafe { gpu::attention(&p, causal, ordinal, stream)? } {
-                say(&gpu::describe(&load));
-            }
-            Ok(())
-        }
+        Device::Cuda(_) => Err(ApiError::Runtime(CUDA_ELSEWHERE.into())),
     };
     match p.device {
         Device::Cpu => interruptible(py, run),
@@ -245,10 +231,10 @@ fn attention(
 
 /// `out[0] = LayerNorm(residual + dropout(x))·weight + bias`, `out[1] = residual + dropout(x)` for
 /// bf16 `x`, `residual` (…, D), `weight`, `bias` (D,), `out` (2, …, D); dropout with probability `p`
-/// from the Philox stream keyed by `seed` and `offset`. CPU arrays run on the interpreter; CUDA arrays
-/// are launched on `stream` like [`matmul`]'s.
+/// from the Philox stream keyed by `seed` and `offset`. CPU arrays run on the interpreter (CUDA tensors
+/// go through [`prepared`]).
 #[pyfunction]
-#[pyo3(signature = (x, residual, weight, bias, out, p, seed, offset, eps, stream))]
+#[pyo3(signature = (x, residual, weight, bias, out, p, seed, offset, eps))]
 #[allow(clippy::too_many_arguments)]
 fn layernorm(
     py: Python<'_>,
@@ -261,7 +247,6 @@ fn layernorm(
     seed: u64,
     offset: u64,
     eps: f64,
-    stream: u64,
 ) -> PyResult<()> {
     let views = [
         view::view("x", x),
@@ -318,13 +303,7 @@ fn layernorm(
             ));
             Ok(())
         }
-        Device::Cuda(ordinal) => {
-            // SAFETY: the Python caller passes live tensors of this device used on their own stream.
-            if let Some(load) = unsafe { gpu::layernorm(&call, &norm, eps, ordinal, stream)? } {
-                say(&gpu::describe(&load));
-            }
-            Ok(())
-        }
+        Device::Cuda(_) => Err(ApiError::Runtime(CUDA_ELSEWHERE.into())),
     };
     match call.device {
         Device::Cpu => interruptible(py, run),
@@ -334,7 +313,7 @@ fn layernorm(
 
 /// Rotary embedding of bf16 `q` (B, H, N, D) (dense, or a transposed (B, N, H, D) buffer) with `cos`,
 /// `sin` (N, D/2) into `out` (q's shape and order; `out` may be `q`): half rotation, or the interleaved
-/// (GPT-J) pairs. CPU arrays run on the interpreter; CUDA arrays on `stream`.
+/// (GPT-J) pairs. CPU arrays run on the interpreter (CUDA tensors go through [`prepared`]).
 #[pyfunction]
 fn rotary(
     py: Python<'_>,
@@ -343,7 +322,6 @@ fn rotary(
     sin: Option<ViewArgs>,
     out: Option<ViewArgs>,
     interleaved: bool,
-    stream: u64,
 ) -> PyResult<()> {
     let q = view::view("q", q).map_err(to_py)?;
     // Tables and output the caller has not made yet are checked as what it would make: (N, D/2)
@@ -376,13 +354,7 @@ fn rotary(
             // SAFETY: the Python caller holds the arrays alive for the call; shapes checked above.
             unsafe { host::rotary(&call, interleaved) }
         }
-        Device::Cuda(ordinal) => {
-            // SAFETY: the Python caller passes live tensors of this device used on their own stream.
-            if let Some(load) = unsafe { gpu::rotary(&call, interleaved, ordinal, stream)? } {
-                say(&gpu::describe(&load));
-            }
-            Ok(())
-        }
+        Device::Cuda(_) => Err(ApiError::Runtime(CUDA_ELSEWHERE.into())),
     };
     match call.device {
         Device::Cpu => interruptible(py, run),

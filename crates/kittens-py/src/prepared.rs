@@ -152,7 +152,13 @@ pub fn prepare(
     free: Vec<String>,
     device: i32,
 ) -> PyResult<(Handle, Vec<String>)> {
-    let p = problem_from(problem)?;
+    let mut p = problem_from(problem)?;
+    // The configuration is chosen for the device the call runs on (its SM count), not the catalog's.
+    p.sms = Some(
+        kittens_runtime::cuda::dispatch::device_sms(device).map_err(|e| {
+            PyRuntimeError::new_err(format!("kittens.{entry}: CUDA device {device}: {e}"))
+        })?,
+    );
     let specs = tensors
         .into_iter()
         .map(|(name, shape, strides, dt)| {

@@ -473,6 +473,14 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         p.variant = None;
     }
     let backend = backend(&args)?;
+    if args.backend == BackendArg::Cuda {
+        // The configuration is chosen for the GPU that runs it (its SM count), not the catalog's.
+        let ordinal = i32::try_from(args.device.unwrap_or(0)).context("--device")?;
+        p.sms = Some(
+            kittens_runtime::cuda::dispatch::device_sms(ordinal)
+                .with_context(|| format!("opening CUDA device {ordinal}"))?,
+        );
+    }
     let target = backend.about().target;
     if args.ir && target != Target::Cpu {
         bail!("--ir prints the interpreter's kernel; use `kittens compile --emit hip` for the HIP");

@@ -97,9 +97,10 @@ impl GemmProblem {
                     // row-major `b`, both read in place).
                     None if self.types == GemmTypes::BF16 && target == Target::Sm90a => {
                         let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
+                        let sms = p.device_model(gpu).compute_units;
                         Ok(GemmConfig {
                             b_layout: p.gemm.b_layout,
-                            ..shapes::config_for(gpu, gpu.compute_units, m, n, k)
+                            ..shapes::config_for(gpu, sms, m, n, k)
                         })
                     }
                     None => Ok(base),

@@ -35,7 +35,7 @@ use kittens_hw::Target;
 use kittens_ir::Kernel;
 
 use super::args::{map_geometry, MapGeometry};
-use super::caller::{check_pointer, in_context, kernel_on, KernelLoad, Loaded};
+use super::caller::{check_pointer, in_context, kernel_on, multiprocessors, KernelLoad, Loaded};
 use super::driver::{encode_tiled, launch_raw, MapType};
 use super::launch::{check_args, LaunchError, TensorArg, ALIGN};
 use super::limits::check_tensor_map_nd;
@@ -110,6 +110,12 @@ pub struct Prepared {
 // mutexes and nothing else is mutated after construction.
 unsafe impl Send for Prepared {}
 unsafe impl Sync for Prepared {}
+
+/// The multiprocessor count of CUDA device `ordinal` (asked once per process): what a configuration
+/// chosen per device reads ([`kittens_kernels::problem::Problem::sms`]).
+pub fn device_sms(ordinal: i32) -> Result<u32, CudaError> {
+    in_context(ordinal, || multiprocessors(ordinal))
+}
 
 fn ir_key(k: &Kernel) -> String {
     let mut h = DefaultHasher::new();

@@ -545,18 +545,8 @@ pub(crate) struct GemmArgs {
 }
 
 impl GemmArgs {
-    pub(crate) fn new(
-        l: &Lowered,
-        maps: [cu::CUtensorMap; 3],
-        ptrs: [u64; 3],
-        mnk: [usize; 3],
-    ) -> Result<GemmArgs, CudaError> {
-        let named = [("a", ptrs[0]), ("b", ptrs[1]), ("c", ptrs[2])];
-        Self::named(l, maps, &named, mnk)
-    }
-
-    /// As [`Self::new`], the device pointers given by tensor name (`gemm_fp8` adds `scale_a`,
-    /// `scale_b`); the maps are A's, B's and C's.
+    /// The device pointers given by tensor name (`gemm_fp8` adds `scale_a`, `scale_b`); the maps are
+    /// A's, B's and C's.
     pub(crate) fn named(
         l: &Lowered,
         maps: [cu::CUtensorMap; 3],
