@@ -351,7 +351,9 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: Optio
     if why is not None:
         fallback("attention", why)
         return _sdpa(q, k, v, causal, scale)
-    return kittens.attention(q, k, v, causal=causal, scale=scale, causal_align="bottom_right")
+    if not causal:
+        return kittens.attention(q, k, v, scale=scale)
+    return kittens.attention(q, k, v, causal=True, scale=scale, causal_align="bottom_right")
 
 
 class KVCache:

@@ -84,8 +84,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    out = kittens.attention(query, key, value, causal=bool(causal), scale=scaling, causal_align="bottom_right")
-    return out.transpose(1, 2), None
+    return knn.attention(query, key, value, causal=bool(causal), scale=scaling).transpose(1, 2), None
 
 
 def register() -> None:
