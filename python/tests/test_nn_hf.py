@@ -220,3 +220,17 @@ def test_bench_model_refuses_cpu_and_runs_its_arms_on_a_tiny_model():
     infer = {a: bm.infer_arm(torch, transformers, cfg, a, data.long(), args, dev) for a in ("hf", "kittens")}
     for a, v in infer.items():
         assert v["prefill_tokens_per_s"] > 0 and len(v["tokens"]) == 2 and len(v["tokens"][0]) == 4, a
+
+
+def test_llama_compiles_fullgraph():
+    """The patched model traces in one graph (the bench's compiled arm), same logits as eager."""
+    model = tiny_llama(seed=10).to(BF)
+    apply(model)
+    ids = torch.randint(0, 97, (2, 19), generator=torch.Generator().manual_seed(11))
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda ids: model(input_ids=ids, labels=ids), fullgraph=True, backend="aot_eager")
+    out = compiled(ids)
+    out.loss.backward()
+    assert all(p.grad is not None for p in model.parameters())
+    with torch.no_grad():
+        assert torch.equal(out.logits, model(input_ids=ids).logits)
