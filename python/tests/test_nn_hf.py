@@ -88,21 +88,28 @@ def forward_backward(model, ids):
     return out.logits.detach(), out.loss.detach(), {n: p.grad for n, p in model.named_parameters()}
 
 
-def test_llama_logits_loss_grads_against_float64(monkeypatch):
-    base = tiny_llama()
-    keys = {k: v.clone() for k, v in base.state_dict().items()}
-    ref = copy.deepcopy(base).to(F64)
-    ref.set_attn_implementation("eager")
-    base = base.to(BF)
+def patched_run(base, ids, monkeypatch):
+    """apply() on a copy of base, then its forward and backward on ids with the kernels counted: (report,
+    spy, (logits, loss, grads), the warnings)."""
     ours = copy.deepcopy(base)
     knn._WARNED.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         report = apply(ours)
         spy = Spy(monkeypatch)
-        ids = torch.randint(0, 97, (2, 37), generator=torch.Generator().manual_seed(1))
         got = forward_backward(ours, ids)
     assert not fallbacks(caught), fallbacks(caught)
+    return ours, report, spy, got, caught
+
+
+def test_llama_logits_loss_grads_against_float64(monkeypatch):
+    base = tiny_llama()
+    keys = {k: v.clone() for k, v in base.state_dict().items()}
+    ref = copy.deepcopy(base).to(F64)
+    ref.set_attn_implementation("eager")
+    base = base.to(BF)
+    ids = torch.randint(0, 97, (2, 37), generator=torch.Generator().manual_seed(1))
+    ours, report, spy, got, caught = patched_run(base, ids, monkeypatch)
     assert any("loss stays transformers' own" in str(w.message) for w in caught)
     assert report["attention"] == ["kittens"] and len(report["rotary"]) == 2 and len(report["mlp"]) == 2
     assert len(report["norm"]) == 5 and len(report["linear"]) == 15 and report["kept"] == []
@@ -183,15 +190,8 @@ def test_gpt2_conv1d_layernorm_attention(monkeypatch):
     base.set_attn_implementation("sdpa")
     ref = copy.deepcopy(base).to(F64)
     base = base.to(BF)
-    ours = copy.deepcopy(base)
-    knn._WARNED.clear()
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        report = apply(ours)
-        spy = Spy(monkeypatch)
-        ids = torch.randint(0, 97, (1, 21), generator=torch.Generator().manual_seed(9))
-        got = forward_backward(ours, ids)
-    assert not fallbacks(caught), fallbacks(caught)
+    ids = torch.randint(0, 97, (1, 21), generator=torch.Generator().manual_seed(9))
+    _, report, spy, got, _ = patched_run(base, ids, monkeypatch)
     assert len(report["norm"]) == 3 and len(report["linear"]) == 5  # 4 Conv1D and lm_head
     assert spy.calls["layernorm"] >= 3 and spy.calls["attention"] == [(21, 21)]
     want, have = forward_backward(ref, ids), forward_backward(base, ids)
