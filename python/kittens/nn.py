@@ -130,7 +130,7 @@ class Linear(nn.Linear):
 # -- norms ---------------------------------------------------------------------------------------------
 
 
-def _norm_shape_why(shape, x: Tensor, lo: int = 768, hi: int = 8192) -> Optional[str]:
+def _norm_shape_why(shape, lo: int = 768, hi: int = 8192) -> Optional[str]:
     if len(shape) != 1:
         return f"normalized_shape {tuple(shape)}: the kernel normalises the last dimension only"
     d = shape[0]
@@ -147,7 +147,7 @@ class LayerNorm(nn.LayerNorm):
     (one more read of the rows, until a kernel variant without it exists)."""
 
     def forward(self, x: Tensor, residual: Optional[Tensor] = None):
-        why = _why(x) or _norm_shape_why(self.normalized_shape, x)
+        why = _why(x) or _norm_shape_why(self.normalized_shape)
         if why is not None:
             fallback("LayerNorm", why)
             h = x if residual is None else residual + x
@@ -168,7 +168,7 @@ def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, residual: Optional
     ``kittens.ops.rmsnorm`` when it exists and takes the case, else PyTorch (``F.rms_norm``; with
     ``hf_order`` in Hugging Face Llama's order: float32 statistics, the normed rows cast to x's dtype,
     then times weight)."""
-    why = _why(x) or _norm_shape_why((x.shape[-1],), x, 1, 1 << 30)
+    why = _why(x) or _norm_shape_why((x.shape[-1],), 8, 1 << 30)
     if why is None and not hasattr(_ops, "rmsnorm"):
         why = "no kernel yet (kittens.ops.rmsnorm)"
     if why is not None:
