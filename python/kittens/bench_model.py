@@ -16,7 +16,6 @@ It needs a CUDA device: without one it says so and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import copy
 import datetime
 import json
 import math
