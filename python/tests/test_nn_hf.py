@@ -234,3 +234,23 @@ def test_llama_compiles_fullgraph():
     assert all(p.grad is not None for p in model.parameters())
     with torch.no_grad():
         assert torch.equal(out.logits, model(input_ids=ids).logits)
+
+
+def test_gpt_neox_layernorm_attention(monkeypatch):
+    """GPT-NeoX (partial rotary, its own rotary code kept): LayerNorm, Linear and attention kernels."""
+    cfg = transformers.GPTNeoXConfig(vocab_size=97, hidden_size=768, num_hidden_layers=1, num_attention_heads=12,
+                                     intermediate_size=1000, rotary_pct=0.25, max_position_embeddings=64,
+                                     attention_dropout=0.0, hidden_dropout=0.0)
+    torch.manual_seed(12)
+    base = transformers.GPTNeoXForCausalLM(cfg)
+    base.set_attn_implementation("sdpa")
+    ref = copy.deepcopy(base).to(F64)
+    base = base.to(BF)
+    ids = torch.randint(0, 97, (2, 13), generator=torch.Generator().manual_seed(13))
+    _, report, spy, got, _ = patched_run(base, ids, monkeypatch)
+    assert len(report["norm"]) == 3 and len(report["linear"]) == 5 and report["attention"] == ["kittens"]
+    assert spy.calls["layernorm"] >= 3 and spy.calls["attention"] == [(13, 13)]
+    want, have = forward_backward(ref, ids), forward_backward(base, ids)
+    check_rule(got[0], have[0], want[0], "GPT-NeoX logits")
+    for n in want[2]:
+        check_rule(got[2][n], have[2][n], want[2][n], f"GPT-NeoX d {n}")

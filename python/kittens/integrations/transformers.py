@@ -20,8 +20,8 @@ tied, the state dict keeps its keys and values) — each module's class is swapp
   as Gemma's ``1 + weight`` norm is left alone): ``LlamaRMSNorm`` → :func:`kittens.nn.rms_norm` (in
   Llama's rounding order), ``LlamaMLP`` with SiLU → :func:`kittens.nn.swiglu`, ``LlamaAttention`` → the
   same forward with the rotary kernel (:func:`kittens.nn.apply_rotary`) for q and k;
-* the rotary embedding's output is cut to one row when every sequence of the batch has the same
-  positions (one comparison per forward), so the kernel's single table applies.
+* the output of a rotary embedding with Llama's code is cut to one row when every sequence of the batch
+  has the same positions (one comparison per forward), so the kernel's single table applies.
 
 Every case the kernels do not take runs PyTorch's computation with a one-time
 :class:`kittens.nn.FallbackWarning` naming why, never a silently different result. The loss stays
@@ -242,7 +242,8 @@ def apply(model: nn.Module, *, attention: bool = True, norms: bool = True, rotar
                 report["rotary"].append(name)
             else:
                 report["kept"].append(f"{name} ({cls.__name__}: its own rotary code kept)")
-        elif rotary and cls.__name__.endswith("RotaryEmbedding") and not getattr(m, "_kittens_hook", False):
+        elif (rotary and cls.__name__.endswith("RotaryEmbedding") and not getattr(m, "_kittens_hook", False)
+              and _code(cls.forward) == _code(llama.LlamaRotaryEmbedding.forward)):
             m.register_forward_hook(_rope_hook, with_kwargs=True)
             m._kittens_hook = True
     if attention:
