@@ -254,3 +254,14 @@ def test_gpt_neox_layernorm_attention(monkeypatch):
     check_rule(got[0], have[0], want[0], "GPT-NeoX logits")
     for n in want[2]:
         check_rule(got[2][n], have[2][n], want[2][n], f"GPT-NeoX d {n}")
+
+
+def test_imports_without_transformers():
+    """transformers is an optional extra: kittens, kittens.nn and the integration module import without
+    it, and apply() then says how to install it."""
+    code = ("import sys; sys.modules['transformers'] = None\n"
+            "import kittens, kittens.nn, kittens.integrations.transformers as kt\n"
+            "try:\n    kt.apply(None)\nexcept ImportError as e:\n    print('refused:', e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert "refused: kittens.integrations.transformers needs transformers: pip install './python[hf]'" in r.stdout
