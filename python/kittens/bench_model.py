@@ -75,6 +75,10 @@ def make_model(torch, transformers, cfg, arm: str, seed: int, dtype, dev: Device
     if arm.startswith("kittens"):
         import warnings
 
+        import kittens.nn as knn
+
+        knn.device_why(next(model.parameters()))  # the device check's capability lookup, before any tracing
+
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             apply(model)
