@@ -392,3 +392,53 @@ def _prepare_rotary(key, q, cos, sin, interleaved):
         _spec("out", xs[0], tuple(os_[:3]) + pairs[1]),
     )
     return _prepare(key, "rotary", problem, tensors, dev, extra=layout)
+
+
+# -- attention backward --------------------------------------------------------------------------------
+
+
+def attention_backward(q, k, v, out, grad_out, lse, causal: bool, bottom_right: bool, atomic: bool):
+    """``(dq, dk, dv)`` on CUDA: q, k, v, out, grad_out dense in one layout (the caller copies others
+    first), lse float32 (B, H, N) contiguous. ``atomic``: FlashAttention-3's three launches (the key
+    blocks add dQ into a float32 accumulator), else the deterministic two (query blocks, key blocks).
+    The launches' D and accumulator are scratch of this call."""
+    key = (4, q.shape, q.stride(), k.shape, k.stride(), v.stride(), out.stride(), grad_out.stride(),
+           lse.stride(), q.dtype, k.dtype, v.dtype, out.dtype, grad_out.dtype, lse.dtype, q.get_device(),
+           causal, bottom_right, atomic)
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic)
+    dq = _new_in_layout(q, rec[2])
+    dk, dv = _new_in_layout(k, rec[2]), _new_in_layout(v, rec[2])
+    ptrs = tuple(t.data_ptr() for t in (q, k, v, out, grad_out, lse, dq, dk, dv))
+    _launch(rec, ptrs, key[15], device_obj=q.device)
+    return dq, dk, dv
+
+
+def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic):
+    _bf16s(q=q, k=k, v=v, out=out, grad_out=grad_out)
+    dev = _same_device(q=q, k=k, v=v, out=out, grad_out=grad_out, lse=lse)
+    b, h, n, d = q.shape
+    hk, nk = k.shape[1], k.shape[2]
+    if d not in (64, 128):
+        raise ValueError(f"head dim {d}: the attention backward on CUDA (sm_90a) takes 64 or 128")
+    layout = None
+    for name in ("bhsd", "bshd"):
+        if all(_is_layout(t, name) for t in (q, k, v, out, grad_out)):
+            layout = name
+            break
+    if layout is None:
+        raise ValueError("q, k, v, out and grad_out must be dense in one layout (B, H, N, D) or (B, N, H, D)")
+    if lse.dtype != torch.float32 or tuple(lse.shape) != (b, h, n) or not lse.is_contiguous():
+        raise ValueError(f"lse must be a contiguous float32 (B, H, N) = ({b}, {h}, {n}) tensor")
+    problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d, "layout": layout,
+               "causal": bool(causal), "bottom_right": bool(bottom_right),
+               "variant": "atomic" if atomic else "dq"}
+    qs, ks = _layout_strides(q.shape, layout), _layout_strides(k.shape, layout)
+    tensors = (
+        _spec("q", q.shape, qs), _spec("k", k.shape, ks), _spec("v", v.shape, ks),
+        _spec("o", q.shape, qs), _spec("do", q.shape, qs),
+        _spec("lse", (b, h, n), (h * n, n, 1), "float32"),
+        _spec("dq", q.shape, qs), _spec("dk", k.shape, ks), _spec("dv", v.shape, ks),
+    )
+    return _prepare(key, "attn_bwd", problem, tensors, dev, extra=layout)

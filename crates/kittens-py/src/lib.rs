@@ -2,12 +2,11 @@
 //! kernels on the caller's own arrays. The Python side reads each array's address, shape, strides, dtype
 //! and device (numpy, torch, DLPack) and allocates outputs; this module checks them ([`view`]), runs the
 //! kernel on the CPU interpreter ([`host`]) or, for CUDA tensors, prepares and launches it on the caller's
-//! stream ([`prepared`]; the attention backward: [`gpu`]), and
+//! stream ([`prepared`]), and
 //! turns every failure — panics included — into a Python exception.
 //!
 //! No GPU library is linked: the CUDA driver and NVRTC are opened at run time by `kittens-runtime`.
 
-mod gpu;
 mod host;
 mod prepared;
 mod view;
@@ -362,83 +361,6 @@ fn rotary(
     }
 }
 
-/// The attention backward on CUDA over device addresses (the Python side, `kittens._attention_backward`,
-/// allocates and checks the torch tensors): `ptrs` are q, k, v, out, do, lse, delta (f32 scratch), dq,
-/// dk, dv; `shape` is
-/// (batch, heads, heads_kv, seq_q, seq_kv, dim); `bshd` the memory order of the bf16 tensors (else
-/// BHSD); lse and delta f32 `[batch, heads, seq_q]`. Each range is checked against the driver's
-/// allocation before the launches. `atomic`: FlashAttention-3's three launches (dQ added in f32 by
-/// the key blocks, `AttnBwdForm::AtomicDq`) instead of the default two. `bottom_right`: the causal mask
-/// aligned bottom-right (`j ≤ i + N_kv − N`, as the forward's `causal_align="bottom_right"`).
-#[pyfunction]
-#[pyo3(signature = (ptrs, shape, bshd, causal, ordinal, stream, atomic=false, bottom_right=false))]
-#[allow(clippy::too_many_arguments)]
-fn attention_backward_cuda(
-    py: Python<'_>,
-    ptrs: [u64; 10],
-    shape: (usize, usize, usize, usize, usize, usize),
-    bshd: bool,
-    causal: bool,
-    ordinal: i32,
-    stream: u64,
-    atomic: bool,
-    bottom_right: bool,
-) -> PyResult<()> {
-    use kittens_kernels::attn_bwd::{BwdShape, Causal};
-    use kittens_kernels::attn_fwd::AttnLayout;
-    use kittens_runtime::cuda::caller_attn_bwd::AttnBwdForm;
-    let (batch, heads, heads_kv, seq_q, seq_kv, dim) = shape;
-    let [q, k, v, o, d_o, lse, delta, dq, dk, dv] = ptrs;
-    let p = kittens_runtime::cuda::caller_attn_bwd::AttnBwdPointers {
-        q,
-        k,
-        v,
-        o,
-        d_o,
-        lse,
-        delta,
-        dq,
-        dk,
-        dv,
-        shape: BwdShape {
-            batch,
-            heads,
-            heads_kv,
-            seq_q,
-            seq_kv,
-            dim,
-            layout: if bshd {
-                AttnLayout::Bshd
-            } else {
-                AttnLayout::Bhsd
-            },
-        },
-        causal: match (causal, bottom_right) {
-            (false, _) => Causal::No,
-            (true, false) => Causal::TopLeft,
-            (true, true) => Causal::BottomRight,
-        },
-        form: if atomic {
-            AttnBwdForm::AtomicDq
-        } else {
-            AttnBwdForm::TwoLaunch
-        },
-    };
-    guarded(py, move || {
-        // SAFETY: the runtime checks every range against the driver before launching; the Python
-        // caller keeps the tensors alive and uses them on this stream.
-        for load in unsafe { gpu::attention_backward(&p, ordinal, stream)? } {
-            say(&gpu::describe(&load));
-        }
-        Ok(())
-    })
-}
-
-/// The attention backward on the CPU interpreter (`kittens_kernels::exec::attention_bwd`): `arrays` are
-/// q, k, v, out, grad_out (f32 values of bf16 tensors, dense (B, H, N, D)) and lse (f32 (B, H, N)) as
-/// native-endian bytes; `shape` (batch, heads, heads_kv, seq_q, seq_kv, dim). Returns dq, dk, dv as
-/// f32 bytes of the same orders. `bottom_right`: the causal mask aligned bottom-right (lse `+∞` for a
-/// row that keeps no key).
 #[pyfunction]
 #[pyo3(signature = (arrays, shape, causal, bottom_right=false))]
 fn attention_backward_cpu<'py>(
@@ -532,7 +454,6 @@ fn _kittens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<prepared::Handle>()?;
     m.add_function(wrap_pyfunction!(matmul, m)?)?;
     m.add_function(wrap_pyfunction!(attention, m)?)?;
-    m.add_function(wrap_pyfunction!(attention_backward_cuda, m)?)?;
     m.add_function(wrap_pyfunction!(attention_backward_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(layernorm, m)?)?;
     m.add_function(wrap_pyfunction!(rotary, m)?)?;

@@ -20,6 +20,7 @@ use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::gemm_bf16::BLayout;
 use kittens_kernels::problem::{Plan, Problem};
+use kittens_runtime::cuda::caller::KernelLoad;
 use kittens_runtime::cuda::dispatch::{Prepared, StageSpec, TensorSpec};
 
 /// A prepared call (see the module documentation).
@@ -74,7 +75,10 @@ impl Handle {
 }
 
 /// The problem fields Python may set, by name; anything else is a ValueError naming it.
-fn problem_from(d: &Bound<'_, PyDict>) -> PyResult<Problem> {
+fn problem_from(
+    entry: &kittens_kernels::registry::KernelEntry,
+    d: &Bound<'_, PyDict>,
+) -> PyResult<Problem> {
     let mut p = Problem::default();
     for (k, v) in d.iter() {
         let key: String = k.extract()?;
@@ -118,6 +122,17 @@ fn problem_from(d: &Bound<'_, PyDict>) -> PyResult<Problem> {
             "offset" => p.norm.offset = v.extract()?,
             "eps" => p.eps = Some(v.extract()?),
             "interleaved" => p.interleaved = flag()?,
+            "variant" => {
+                let name: String = v.extract()?;
+                let known = entry.variants.iter().find(|x| x.name == name);
+                p.variant = Some(known.map(|x| x.name).ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "{} has no variant {name:?} (it has {:?})",
+                        entry.name,
+                        entry.variants.iter().map(|x| x.name).collect::<Vec<_>>()
+                    ))
+                })?);
+            }
             other => {
                 return Err(PyValueError::new_err(format!(
                     "unknown problem field {other:?}"
@@ -152,7 +167,8 @@ pub fn prepare(
     free: Vec<String>,
     device: i32,
 ) -> PyResult<(Handle, Vec<String>)> {
-    let mut p = problem_from(problem)?;
+    let e = kittens_kernels::by_name(entry).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let mut p = problem_from(e, problem)?;
     // The configuration is chosen for the device the call runs on (its SM count), not the catalog's.
     p.sms = Some(
         kittens_runtime::cuda::dispatch::device_sms(device).map_err(|e| {
@@ -170,7 +186,6 @@ pub fn prepare(
             })
         })
         .collect::<PyResult<Vec<_>>>()?;
-    let e = kittens_kernels::by_name(entry).map_err(|e| PyValueError::new_err(e.to_string()))?;
     if !e.plan(Target::Sm90a).is_some_and(|t| t.status.available()) {
         return Err(PyValueError::new_err(format!(
             "{entry} has no sm_90a (Hopper) kernel"
@@ -227,11 +242,31 @@ pub fn prepare(
             )))
         }
     };
-    let loads = prepared.loads.iter().map(crate::gpu::describe).collect();
+    let loads = prepared.loads.iter().map(describe).collect();
     Ok((
         Handle {
             inner: Arc::new(prepared),
         },
         loads,
     ))
+}
+
+/// What a verbose caller is told about the first launch on a device.
+pub fn describe(load: &KernelLoad) -> String {
+    let c = &load.compile;
+    format!(
+        "kittens: {} on {}: {} in {:.2} s (NVRTC {}, {} registers, {} B spills, {} B dynamic shared)",
+        load.kernel,
+        load.device,
+        if c.cached {
+            "loaded from the disk cache"
+        } else {
+            "compiled"
+        },
+        load.seconds,
+        c.nvrtc_version,
+        c.registers,
+        c.spill_stores,
+        c.dynamic_shared_bytes
+    )
 }

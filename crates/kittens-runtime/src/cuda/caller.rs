@@ -6,7 +6,7 @@
 //!
 //! This module holds what every such launch shares — the retained contexts, pointer checks, and the
 //! per-device cache of loaded kernels keyed by kernel configuration; the launches themselves are
-//! [`super::dispatch`]'s prepared calls (and the attention backward's, [`super::caller_attn_bwd`]). A kernel is compiled (NVRTC, on-disk cache: [`super::nvrtc`])
+//! [`super::dispatch`]'s prepared calls. A kernel is compiled (NVRTC, on-disk cache: [`super::nvrtc`])
 //! and loaded on first use per device and configuration, and kept for the life of the process; the
 //! primary context is retained once and never released, so the loaded modules stay valid whatever the
 //! framework does with its own reference.
@@ -241,50 +241,6 @@ pub(crate) fn kernel_on(
         .ok_or_else(|| invalid("device state vanished"))?;
     d.kernels.push((key.to_owned(), loaded.clone()));
     Ok((loaded, true))
-}
-
-/// Enqueues `k` with `grid` blocks and the argument pointers `params` on `stream`.
-///
-/// # Safety
-/// `params` must hold one live pointer per kernel argument in the lowering's order and types, and the
-/// memory the arguments address must stay allocated until the launch has run; the kernel's context is
-/// current and `stream` is a live stream of it (or 0).
-pub(crate) unsafe fn enqueue(
-    k: &Loaded,
-    grid: u32,
-    params: &mut [*mut c_void],
-    stream: u64,
-) -> Result<(), CudaError> {
-    // SAFETY: forwarded.
-    unsafe { enqueue_as(k, grid, params, stream, false) }
-}
-
-/// [`enqueue`], `programmatic`: with programmatic stream serialization (the GEMM after its operand
-/// copies: its launch and setup overlap the copy's end, `driver::launch_raw`).
-///
-/// # Safety
-/// As [`enqueue`]; a `programmatic` kernel waits (`griddepcontrol.wait`) before touching what the
-/// kernel before it writes.
-unsafe fn enqueue_as(
-    k: &Loaded,
-    grid: u32,
-    params: &mut [*mut c_void],
-    stream: u64,
-    programmatic: bool,
-) -> Result<(), CudaError> {
-    let l = &k.lowered;
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        super::driver::launch_raw(
-            k.function,
-            (grid, 1, 1),
-            (l.threads, 1, 1),
-            (l.dynamic_shared_bytes(), l.cluster),
-            stream as cu::CUstream,
-            params,
-            programmatic,
-        )
-    }
 }
 
 /// Checks that `[ptr, ptr + bytes)` lies inside one allocation on device `ordinal`: one

@@ -21,7 +21,6 @@ pub mod bench_shapes;
 pub mod bench_time;
 pub mod cache;
 pub mod caller;
-pub mod caller_attn_bwd;
 pub mod cublas;
 pub mod cublaslt;
 pub mod dispatch;
