@@ -2,7 +2,7 @@
 //! shared memory) and what it refuses.
 
 use kittens_codegen::cuda::{lower, CudaLowerError, TmaMap};
-use kittens_kernels::gemm_bf16::{build, GemmConfig};
+use kittens_kernels::gemm::{build, GemmConfig};
 
 #[test]
 fn gemm_tile_program_lowers_with_tma_boxes_from_its_loads() {
@@ -134,7 +134,7 @@ fn fp8_gemm_lowers_to_e4m3_wgmma_with_a_scaled_epilogue() {
 #[test]
 fn fp8_scale_layouts_and_refusals() {
     use kittens_hw::dtype::DType;
-    use kittens_kernels::gemm_bf16::Scales;
+    use kittens_kernels::gemm::Scales;
     let gpu = kittens_hw::gpu("h100").expect("catalogued");
     let mut cfg = GemmConfig::fp8_for_gpu(gpu);
     cfg.types.scales = Some(Scales::PerRowCol);
@@ -182,7 +182,7 @@ fn fp8_scale_layouts_and_refusals() {
 #[test]
 fn n_major_b_is_bf16_only() {
     use kittens_ir::{MmaForm, Op, Stmt};
-    use kittens_kernels::gemm_bf16::BLayout;
+    use kittens_kernels::gemm::BLayout;
     fn abt_to_ab(body: &mut [Stmt]) -> usize {
         let mut n = 0;
         for s in body {

@@ -4,7 +4,7 @@
 
 use kittens_codegen::hip::{lower, LowerError};
 use kittens_hw::Arch;
-use kittens_kernels::gemm_bf16::{build, GemmConfig};
+use kittens_kernels::gemm::{build, GemmConfig};
 
 fn lowered(arch: Arch) -> Result<String, LowerError> {
     lower(

@@ -9,7 +9,7 @@
 
 use crate::attn_bwd::{problem::BwdProblem, BwdShape, Causal};
 use crate::attn_fwd::{problem::AttnProblem, AttnConfig};
-use crate::gemm_bf16::{problem::GemmProblem, GemmConfig};
+use crate::gemm::{problem::GemmProblem, GemmConfig};
 use crate::problem::{KernelProblem, Launch, Problem};
 use crate::reference::AttnShape;
 use crate::KernelError;
@@ -82,7 +82,7 @@ fn run_kernel(
 
 /// The GEMM problem [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true) runs.
 fn gemm_problem(m: usize, n: usize, k: usize, kn: bool) -> Problem {
-    use crate::gemm_bf16::{BLayout, GemmSchedule};
+    use crate::gemm::{BLayout, GemmSchedule};
     let gemm = match kn {
         false => GemmConfig::default(),
         true => GemmConfig {

@@ -10,7 +10,7 @@ mod amd_common;
 use amd_common::{clang_for, debian_clang19};
 use kittens_codegen::hip::{bf16_mfma_opcode, lower};
 use kittens_hw::Arch;
-use kittens_kernels::gemm_bf16::{build, GemmConfig, Staging};
+use kittens_kernels::gemm::{build, GemmConfig, Staging};
 use kittens_runtime::amd::{analyze, ClangSource, CodeObjectReport};
 
 /// The registry kernel as `kittens compile` builds it for a GPU, and its HIP.

@@ -1,6 +1,6 @@
 //! The GEMM benchmark behind `kittens bench gemm_bf16`: the Hopper `gemm_bf16` against cuBLAS in the
 //! same run, at any list of shapes (`super::bench_shapes`). Each shape runs the block the shape-aware
-//! configuration chooses (`kittens_kernels::gemm_bf16::shapes::choose`), or every block of a given list
+//! configuration chooses (`kittens_kernels::gemm::shapes::choose`), or every block of a given list
 //! (to fit and check that choice). Correctness: our C against cuBLAS's C over every element, and both
 //! against an f64 dot product at a few hundred random entries, judged by the test rule relative to
 //! cuBLAS's own error (`kittens_kernels::reference::check_rule` with its spot-check floor); the output
@@ -17,9 +17,9 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use kittens_kernels::gemm_bf16::shapes::{self, HopperTile};
-use kittens_kernels::gemm_bf16::split_k;
-use kittens_kernels::gemm_bf16::BLayout;
+use kittens_kernels::gemm::shapes::{self, HopperTile};
+use kittens_kernels::gemm::split_k;
+use kittens_kernels::gemm::BLayout;
 use kittens_kernels::reference::{check_rule, SPOT_RULE_FLOOR};
 
 pub(crate) use super::bench_check::median;

@@ -19,9 +19,9 @@ use std::rc::Rc;
 
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{from_bits, to_bits, Rounding};
-use kittens_kernels::gemm_bf16::shapes::HopperTile;
-use kittens_kernels::gemm_bf16::split_k;
-use kittens_kernels::gemm_bf16::{BLayout, GemmConfig};
+use kittens_kernels::gemm::shapes::HopperTile;
+use kittens_kernels::gemm::split_k;
+use kittens_kernels::gemm::{BLayout, GemmConfig};
 use kittens_kernels::reference::{check_rule, SPOT_RULE_FLOOR};
 use serde::Serialize;
 
@@ -113,7 +113,7 @@ pub fn run_fp8_bench(
         rows: cfg.block_rows,
         cols: cfg.block,
     };
-    let k = kittens_kernels::gemm_bf16::build(cfg)
+    let k = kittens_kernels::gemm::build(cfg)
         .map_err(|e| CudaError::Invalid(format!("gemm_fp8 {tile}: {e}")))?;
     let lowered = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
         .map_err(|e| CudaError::Invalid(format!("lowering gemm_fp8 {tile}: {e}")))?;
@@ -303,7 +303,7 @@ impl Runner<'_> {
             rows: cfg.block_rows,
             cols: cfg.block,
         };
-        let k = kittens_kernels::gemm_bf16::build(&cfg)
+        let k = kittens_kernels::gemm::build(&cfg)
             .map_err(|e| CudaError::Invalid(format!("gemm_fp8 {tile}/k{split}: {e}")))?;
         let lowered = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
             .map_err(|e| CudaError::Invalid(format!("lowering gemm_fp8 {tile}/k{split}: {e}")))?;

@@ -17,8 +17,8 @@ use std::time::Instant;
 
 use cudarc::driver::sys as cu;
 use kittens_codegen::Lowered;
-use kittens_kernels::gemm_bf16::shapes::{self, HopperTile};
-use kittens_kernels::gemm_bf16::BLayout;
+use kittens_kernels::gemm::shapes::{self, HopperTile};
+use kittens_kernels::gemm::BLayout;
 
 use super::driver::check;
 use super::gemm_kernel::{gemm_maps, mat_map, GemmArgs};
