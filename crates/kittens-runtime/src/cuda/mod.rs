@@ -37,7 +37,7 @@ pub mod nvrtc;
 pub use cache::{CacheError, KernelCache};
 pub use driver::{Device, DeviceBuffer, Event, Function, Module, Stream, TensorMap};
 pub use nvrtc::{
-    compile, compile_with_cache, nvrtc, parse_ptxas_log, CudaCompileReport, CudaModuleImage,
+    compile, compile_with_cache, nvrtc, parse_ptxas_log, ptx, CudaCompileReport, CudaModuleImage,
     NvrtcInfo,
 };
 
