@@ -15,6 +15,7 @@ pub mod attn_split;
 pub mod bench;
 pub mod bench_check;
 pub mod bench_fp8;
+mod bench_inputs;
 pub mod bench_mem;
 pub mod bench_report;
 pub mod bench_shapes;
