@@ -2,14 +2,14 @@
 //! kernel knows about running at them ([`KernelProblem`]: its launch parameters and tensors, its
 //! configuration per target, its size budget, its f64 reference and how its error is judged).
 //!
-//! Each kernel implements [`KernelProblem`] beside its own code (`gemm_bf16::problem`,
+//! Each kernel implements [`KernelProblem`] beside its own code (`gemm::problem`,
 //! `attn_fwd::problem`) and the registry hands it out (`KernelEntry::problem`). The runner that draws
 //! the inputs, executes them on a backend and judges the output is `kittens_runtime::runner`; the
 //! Python package's path on the caller's own inputs is [`crate::exec`]. Neither names a kernel.
 
 use crate::attn_fwd::split::KvSplits;
 use crate::attn_fwd::{AttnConfig, AttnLayout};
-use crate::gemm_bf16::GemmConfig;
+use crate::gemm::GemmConfig;
 use crate::reference::{AttnShape, Tolerance};
 use crate::KernelError;
 use kittens_hw::dtype::DType;

@@ -18,7 +18,7 @@ use kittens_hw::dtype::DType;
 use kittens_hw::Target;
 use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::gemm_bf16::BLayout;
+use kittens_kernels::gemm::BLayout;
 use kittens_kernels::problem::{Plan, Problem};
 use kittens_runtime::cuda::caller::KernelLoad;
 use kittens_runtime::cuda::dispatch::{Prepared, StageSpec, TensorSpec};

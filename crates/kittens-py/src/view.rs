@@ -7,7 +7,7 @@
 
 use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::exec::ATTN_DIMS;
-use kittens_kernels::gemm_bf16::BLayout;
+use kittens_kernels::gemm::BLayout;
 
 /// Errors that become Python exceptions of the matching type.
 #[derive(Debug, thiserror::Error)]

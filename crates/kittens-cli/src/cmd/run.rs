@@ -8,7 +8,7 @@
 use super::flags::{AttnLayoutArg, BackendArg, ScheduleArg};
 use anyhow::{bail, Context};
 use kittens_hw::Target;
-use kittens_kernels::gemm_bf16::GemmConfig;
+use kittens_kernels::gemm::GemmConfig;
 use kittens_kernels::problem::Problem;
 use kittens_kernels::registry::KernelEntry;
 use kittens_runtime::runner::{
@@ -467,7 +467,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // interleave` runs there); the registry variant itself configures a GPU target.
     if args.backend == BackendArg::Cpu
         && matches!(entry.name, "gemm_bf16" | "gemm_fp8")
-        && p.variant == Some(kittens_kernels::gemm_bf16::problem::INTERLEAVE4)
+        && p.variant == Some(kittens_kernels::gemm::problem::INTERLEAVE4)
     {
         p.gemm.schedule = ScheduleArg::Interleave.into();
         p.variant = None;

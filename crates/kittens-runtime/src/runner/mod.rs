@@ -522,7 +522,7 @@ mod tests {
             m: 40,
             n: 24,
             k: 36,
-            gemm: kittens_kernels::gemm_bf16::GemmConfig::small(),
+            gemm: kittens_kernels::gemm::GemmConfig::small(),
             ..Problem::default()
         }
     }

@@ -9,7 +9,7 @@ use super::Section;
 use kittens_hw::Target;
 use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::gemm_bf16::GemmConfig;
+use kittens_kernels::gemm::GemmConfig;
 use kittens_kernels::problem::{NormShape, Problem};
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, Timing};
