@@ -191,6 +191,18 @@ impl Prepared {
                 }
             }
         }
+        for t in &tensors[..n_callers] {
+            if !stages
+                .iter()
+                .any(|s| s.kernel.globals.iter().any(|g| g.name == t.name))
+            {
+                return Err(invalid(format!(
+                    "tensor `{}`: no launch of this call takes a tensor of that name",
+                    t.name
+                ))
+                .into());
+            }
+        }
         let mut spans = vec![0u64; tensors.len()];
         let mut loads = Vec::new();
         let bound = in_context(ordinal, || {
@@ -380,6 +392,17 @@ impl MapSlot {
     }
 }
 
+/// A layout's dimensions that address distinct elements: those of more than one element and a
+/// non-zero stride, as (size, stride) in order.
+fn essential(shape: &[u64], strides: &[u64]) -> Vec<(u64, u64)> {
+    shape
+        .iter()
+        .zip(strides)
+        .filter(|&(&d, &s)| d > 1 && s != 0)
+        .map(|(&d, &s)| (d, s))
+        .collect()
+}
+
 /// At most this many free parameters (a dropout seed and counter take four 32-bit words).
 const MAX_FREE: usize = 8;
 
@@ -478,20 +501,50 @@ fn bind(
             .position(|t| t.name == name)
             .ok_or_else(|| invalid(format!("no tensor `{name}`")))
     };
+    let ordered = ordered_params(&l.ir, &s.params)?;
+    // Each launch declares its own view of a tensor: the attention backward's query blocks read the
+    // log-sum-exp as `[b, h, s, d]` with a zero stride over d, its key blocks as `[b, h, 16, s]`. A
+    // tensor matches a declaration when both are the same once broadcast (stride 0) and single
+    // dimensions are left out — the same elements at the same offsets.
+    let mut views = Vec::with_capacity(l.ir.globals.len());
+    for g in &l.ir.globals {
+        let t = &tensors[index(&g.name)?];
+        let (shape, strides) = declared(&l.ir, &g.name, &ordered)?;
+        let empty = shape.contains(&0) || t.shape.contains(&0);
+        let same = if empty {
+            shape.contains(&0) && t.shape.contains(&0)
+        } else {
+            essential(&shape, &strides) == essential(&t.shape, &t.strides)
+        };
+        if t.dtype != g.dtype || !same {
+            return Err(LaunchError::Tensor {
+                kernel: l.ir.name.clone(),
+                tensor: g.name.clone(),
+                why: format!(
+                    "{:?} of shape {:?} and strides {:?} (elements); the kernel at {params:?} reads \
+                     {:?} of shape {shape:?} and strides {strides:?} ({})",
+                    t.dtype,
+                    t.shape,
+                    t.strides,
+                    g.dtype,
+                    g.dim_names.join(", ")
+                ),
+            });
+        }
+        views.push((shape, strides));
+    }
     let args: Vec<TensorArg> =
         l.ir.globals
             .iter()
-            .map(|g| {
-                let t = &tensors[index(&g.name)?];
-                Ok(TensorArg {
-                    name: &t.name,
-                    ptr: ALIGN,
-                    shape: &t.shape,
-                    strides: &t.strides,
-                    dtype: t.dtype,
-                })
+            .zip(&views)
+            .map(|(g, (shape, strides))| TensorArg {
+                name: &g.name,
+                ptr: ALIGN,
+                shape,
+                strides,
+                dtype: g.dtype,
             })
-            .collect::<Result<_, CudaError>>()?;
+            .collect();
     let placed = check_args(&l.ir, &params, &args)?;
     for (g, (_, span)) in l.ir.globals.iter().zip(&placed.spans) {
         let i = index(&g.name)?;

@@ -112,3 +112,41 @@ fn free_parameters_must_not_shape_anything() {
     let e = check_free(stages, &["nope"]).unwrap_err().to_string();
     assert!(e.contains("nope"), "{e}");
 }
+
+/// A broadcast view (stride 0) and a dimension of one element address nothing of their own: two
+/// launches' views of one tensor match when the rest agrees, and a different layout does not.
+#[test]
+fn views_match_without_broadcast_and_unit_dimensions() {
+    // The attention backward's lse: [b, h, s, d] with stride 0 over d, and [b, h, 16, s].
+    let a = essential(&[2, 3, 77, 128], &[231, 77, 1, 0]);
+    let b = essential(&[2, 3, 16, 77], &[231, 77, 0, 1]);
+    let caller = essential(&[2, 3, 77], &[231, 77, 1]);
+    assert_eq!(a, b);
+    assert_eq!(a, caller);
+    assert_eq!(essential(&[1, 5], &[999, 1]), essential(&[5], &[1]));
+    assert_ne!(
+        essential(&[2, 3, 77], &[231, 1, 3]),
+        essential(&[2, 3, 77], &[231, 77, 1])
+    );
+}
+
+/// A tensor the call's launches do not take is refused by name before anything is lowered.
+#[test]
+fn unknown_caller_tensors_are_refused() {
+    let k = layernorm(1024, 0.0, 1e-5);
+    let stage = StageSpec {
+        params: k.params.iter().map(|p| (p.name.clone(), 3)).collect(),
+        kernel: k,
+    };
+    let stray = vec![TensorSpec {
+        name: "weights".into(),
+        shape: vec![1024],
+        strides: vec![1],
+        dtype: DType::Bf16,
+    }];
+    let e = Prepared::new(0, std::slice::from_ref(&stage), stray, &[])
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("`weights`") && e.contains("no launch"), "{e}");
+}
