@@ -261,6 +261,12 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     if causal_align not in _CAUSAL_ALIGN:
         raise ValueError(f"causal_align={causal_align!r}: expected one of {_CAUSAL_ALIGN}")
     if out is None and _torch_op(q, k, v):
+        if not return_lse and scale is None and q.is_cuda and _eager(q, k, v):
+            # No gradient and no log-sum-exp wanted: the kernel without that output, when q, k, v share a
+            # dense layout (else the op below copies them into one).
+            o = _OPS.attention_no_lse(q, k, v, bool(causal), causal_align == "bottom_right")
+            if o is not None:
+                return o
         op = _OPS.attention_eager if _eager(q, k, v) else sys.modules["torch"].ops.kittens.attention
         o, lse = op(
             q, k, v, bool(causal), None if scale is None else float(scale), causal_align == "bottom_right",

@@ -215,15 +215,15 @@ def _is_layout(t, name: str) -> bool:
     return all(size <= 1 or st == w for st, w, size in zip(t.stride(), want, (b, h, n, d)))
 
 
-def attention(q, k, v, causal: bool, bottom_right: bool, out=None, lse=None):
+def attention(q, k, v, causal: bool, bottom_right: bool, out=None, lse=None, need_lse: bool = True):
     """``(out, lse)`` of the attention forward on CUDA, or None when q, k, v are not all in one dense
     layout (the op's body then copies the odd ones out and calls again). ``out`` takes q's layout;
     ``lse`` is float32 (B, H, N)."""
     key = (1, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
-           q.get_device(), k.get_device(), v.get_device(), causal, bottom_right)
+           q.get_device(), k.get_device(), v.get_device(), causal, bottom_right, need_lse)
     rec = _HANDLES.get(key)
     if rec is None:
-        rec = _prepare_attention(key, q, k, v, causal, bottom_right)
+        rec = _prepare_attention(key, q, k, v, causal, bottom_right, need_lse)
     if rec[2] is None:
         return None  # q, k, v not in one dense layout: the op copies them into one first
     b, h, n, d = q.shape
@@ -231,6 +231,9 @@ def attention(q, k, v, causal: bool, bottom_right: bool, out=None, lse=None):
         out = _new_in_layout(q, rec[2])
     else:
         _check_out("out", out, q.shape, _layout_strides(q.shape, rec[2]), _BF16, q)
+    if not need_lse:  # the kernel without the log-sum-exp output (an eager call that does not want it)
+        _launch(rec, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()), key[10], device_obj=q.device)
+        return out, None
     if lse is None:
         lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
     else:
@@ -252,7 +255,7 @@ def _new_in_layout(q, layout: str):
     return torch.empty((b, h, n, d), dtype=_BF16, device=q.device)
 
 
-def _prepare_attention(key, q, k, v, causal, bottom_right):
+def _prepare_attention(key, q, k, v, causal, bottom_right, need_lse=True):
     _bf16s(q=q, k=k, v=v)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
@@ -271,14 +274,14 @@ def _prepare_attention(key, q, k, v, causal, bottom_right):
         return rec
     o_strides = _layout_strides(q.shape, layout)
     problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d, "layout": layout,
-               "causal": bool(causal), "bottom_right": bool(bottom_right), "lse": True, "kv_splits": "auto"}
+               "causal": bool(causal), "bottom_right": bool(bottom_right), "lse": bool(need_lse),
+               "kv_splits": "auto"}
     tensors = (
         _spec("q", q.shape, q.stride()),
         _spec("k", k.shape, k.stride()),
         _spec("v", v.shape, v.stride()),
         _spec("o", q.shape, o_strides),
-        _spec("lse", (b, h, n), (h * n, n, 1), "float32"),
-    )
+    ) + ((_spec("lse", (b, h, n), (h * n, n, 1), "float32"),) if need_lse else ())
     return _prepare(key, "attn_fwd", problem, tensors, dev, extra=layout)
 
 

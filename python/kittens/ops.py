@@ -217,6 +217,13 @@ def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale
     return _attention(q, k, v, causal, None, out, True, "bottom_right" if bottom_right else "top_left")
 
 
+def attention_no_lse(q: Tensor, k: Tensor, v: Tensor, causal: bool, bottom_right: bool) -> Optional[Tensor]:
+    """Eager CUDA attention without the log-sum-exp output (nothing to differentiate, none wanted), or
+    None when q, k, v are not in one dense layout."""
+    r = _dispatch.attention(q, k, v, causal, bottom_right, need_lse=False)
+    return None if r is None else r[0]
+
+
 attention = torch.library.custom_op("kittens::attention", mutates_args=())(attention_eager)
 
 

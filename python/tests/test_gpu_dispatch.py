@@ -178,3 +178,14 @@ def test_calls_capture_in_a_cuda_graph():
     torch.cuda.synchronize()
     for e, c in zip(eager, captured):
         assert torch.equal(e, c)
+
+
+@pytest.mark.parametrize("b,h,hk,n,nk,d", [(2, 8, 2, 300, 300, 64), (1, 32, 8, 1, 4096, 128)])
+def test_attention_without_lse_is_the_same_output(b, h, hk, n, nk, d):
+    """An eager call that wants no log-sum-exp runs the kernel without that output: the same values."""
+    q, k, v = rand(b, h, n, d, seed=50), rand(b, hk, nk, d, seed=51), rand(b, hk, nk, d, seed=52)
+    with_lse, _ = kittens.attention(q, k, v, return_lse=True)
+    n_keys = len(_dispatch._HANDLES)
+    alone = kittens.attention(q, k, v)
+    assert len(_dispatch._HANDLES) == n_keys + 1  # its own prepared call
+    assert torch.equal(alone, with_lse)
