@@ -10,7 +10,7 @@
 use crate::attn_bwd::{problem::BwdProblem, BwdShape, Causal};
 use crate::attn_fwd::{problem::AttnProblem, AttnConfig};
 use crate::attn_score::AttnOptions;
-use crate::gemm_bf16::{problem::GemmProblem, GemmConfig};
+use crate::gemm::{problem::GemmProblem, GemmConfig};
 use crate::problem::{KernelProblem, Launch, Problem};
 use crate::reference::AttnShape;
 use crate::KernelError;
@@ -83,7 +83,7 @@ fn run_kernel(
 
 /// The GEMM problem [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true) runs.
 fn gemm_problem(m: usize, n: usize, k: usize, kn: bool) -> Problem {
-    use crate::gemm_bf16::{BLayout, GemmSchedule};
+    use crate::gemm::{BLayout, GemmSchedule};
     let gemm = match kn {
         false => GemmConfig::default(),
         true => GemmConfig {
@@ -123,18 +123,7 @@ pub fn gemm_abt(
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>, KernelError> {
-    let p = gemm_problem(m, n, k, false);
-    let launch = GemmProblem::BF16.launch(&p)?;
-    let empty = launch.output_len() == 0 || k == 0;
-    if !empty {
-        within_budget(&GemmProblem::BF16, &p)?;
-    }
-    let inputs = [("A", a), ("B", b)];
-    check_lens(&launch, &inputs)?;
-    if empty {
-        return Ok(vec![0.0; launch.output_len()]);
-    }
-    run_on(&GemmProblem::BF16, &p, launch, &inputs)
+    gemm(a, b, (m, n, k), false)
 }
 
 /// `C = A·B` through `gemm_bf16` with B stored `k × n` row-major (`BLayout::Kn`: the Hopper
@@ -147,7 +136,17 @@ pub fn gemm_ab(
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>, KernelError> {
-    let p = gemm_problem(m, n, k, true);
+    gemm(a, b, (m, n, k), true)
+}
+
+/// [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true).
+fn gemm(
+    a: &[f32],
+    b: &[f32],
+    (m, n, k): (usize, usize, usize),
+    kn: bool,
+) -> Result<Vec<f32>, KernelError> {
+    let p = gemm_problem(m, n, k, kn);
     let launch = GemmProblem::BF16.launch(&p)?;
     let empty = launch.output_len() == 0 || k == 0;
     if !empty {
@@ -188,13 +187,9 @@ pub fn attention(
     Ok(attention_lse(q, k, v, &sh, causal, false)?.0)
 }
 
-/// The problem [`attention_lse`] runs.
-fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool) -> Problem {
-    attn_problem_with(sh, causal, lse, &AttnOptions::default())
-}
-
-/// [`attn_problem`] with the options `opts`.
-fn attn_problem_with(sh: &BwdShape, causal: Causal, lse: bool, opts: &AttnOptions) -> Problem {
+/// The attention problem at `sh` with `causal`'s mask and the options `opts`, as
+/// [`attention_bwd_with`] runs it.
+fn attn_shape_problem(sh: &BwdShape, causal: Causal, opts: &AttnOptions) -> Problem {
     Problem {
         attn: AttnShape {
             batch: sh.batch,
@@ -207,18 +202,37 @@ fn attn_problem_with(sh: &BwdShape, causal: Causal, lse: bool, opts: &AttnOption
         seq_kv: Some(sh.seq_kv),
         causal: causal != Causal::No,
         bottom_right: causal == Causal::BottomRight,
-        lse,
         logits: opts.logits,
         window: opts.window,
-        attn_cfg: AttnConfig::default(),
         ..Problem::default()
     }
+}
+
+/// The problem [`attention_lse_with`] runs: [`attn_shape_problem`] with the forward's tiles.
+fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool, opts: &AttnOptions) -> Problem {
+    Problem {
+        lse,
+        attn_cfg: AttnConfig::default(),
+        ..attn_shape_problem(sh, causal, opts)
+    }
+}
+
+/// Refuses a head dimension `kernel` does not take ([`ATTN_DIMS`], multiples of 32), naming it.
+fn check_head_dim(dim: usize, kernel: &str) -> Result<(), KernelError> {
+    if ATTN_DIMS.contains(&dim) && dim.is_multiple_of(32) {
+        return Ok(());
+    }
+    Err(KernelError::Config(format!(
+        "head dimension {dim} is not supported: {kernel} takes multiples of 32 from {} to {}",
+        ATTN_DIMS.start(),
+        ATTN_DIMS.end()
+    )))
 }
 
 /// Whether [`attention_lse`] at `sh` is within the run budget, checked before the caller reads its
 /// arrays (an empty problem always is).
 pub fn attention_budget(sh: &BwdShape, causal: Causal, lse: bool) -> Result<(), KernelError> {
-    let p = attn_problem(sh, causal, lse);
+    let p = attn_problem(sh, causal, lse, &AttnOptions::default());
     if AttnProblem.launch(&p)?.output_len() == 0 || sh.seq_kv == 0 {
         return Ok(());
     }
@@ -251,15 +265,8 @@ pub fn attention_lse_with(
     lse: bool,
     opts: &AttnOptions,
 ) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
-    if !ATTN_DIMS.contains(&sh.dim) || !sh.dim.is_multiple_of(32) {
-        return Err(KernelError::Config(format!(
-            "head dimension {} is not supported: attn_fwd takes multiples of 32 from {} to {}",
-            sh.dim,
-            ATTN_DIMS.start(),
-            ATTN_DIMS.end()
-        )));
-    }
-    let p = attn_problem_with(sh, causal, lse, opts);
+    check_head_dim(sh.dim, "attn_fwd")?;
+    let p = attn_problem(sh, causal, lse, opts);
     p.check_attn_options()?;
     let launch = AttnProblem.launch(&p)?;
     let inputs = [("Q", q), ("K", k), ("V", v)];
@@ -372,30 +379,8 @@ pub fn attention_bwd_with(
     causal: Causal,
     opts: &AttnOptions,
 ) -> Result<[Vec<f32>; 3], KernelError> {
-    if !ATTN_DIMS.contains(&sh.dim) || !sh.dim.is_multiple_of(32) {
-        return Err(KernelError::Config(format!(
-            "head dimension {} is not supported: attn_bwd takes multiples of 32 from {} to {}",
-            sh.dim,
-            ATTN_DIMS.start(),
-            ATTN_DIMS.end()
-        )));
-    }
-    let p = Problem {
-        attn: AttnShape {
-            batch: sh.batch,
-            heads: sh.heads,
-            heads_kv: sh.heads_kv,
-            seq: sh.seq_q,
-            dim: sh.dim,
-            layout: sh.layout,
-        },
-        seq_kv: Some(sh.seq_kv),
-        causal: causal != Causal::No,
-        bottom_right: causal == Causal::BottomRight,
-        logits: opts.logits,
-        window: opts.window,
-        ..Problem::default()
-    };
+    check_head_dim(sh.dim, "attn_bwd")?;
+    let p = attn_shape_problem(sh, causal, opts);
     p.check_attn_options()?;
     let launch = BwdProblem.launch(&p)?;
     let inputs = [

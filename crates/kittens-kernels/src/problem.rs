@@ -2,7 +2,7 @@
 //! kernel knows about running at them ([`KernelProblem`]: its launch parameters and tensors, its
 //! configuration per target, its size budget, its f64 reference and how its error is judged).
 //!
-//! Each kernel implements [`KernelProblem`] beside its own code (`gemm_bf16::problem`,
+//! Each kernel implements [`KernelProblem`] beside its own code (`gemm::problem`,
 //! `attn_fwd::problem`) and the registry hands it out (`KernelEntry::problem`). The runner that draws
 //! the inputs, executes them on a backend and judges the output is `kittens_runtime::runner`; the
 //! Python package's path on the caller's own inputs is [`crate::exec`]. Neither names a kernel.
@@ -10,7 +10,7 @@
 use crate::attn_fwd::split::KvSplits;
 use crate::attn_fwd::{AttnConfig, AttnLayout};
 use crate::attn_score::{AttnOptions, Logits, Window};
-use crate::gemm_bf16::GemmConfig;
+use crate::gemm::GemmConfig;
 use crate::reference::{AttnShape, Tolerance};
 use crate::KernelError;
 use kittens_hw::dtype::DType;
@@ -19,6 +19,18 @@ use kittens_ir::numerics::{round, Rounding};
 use kittens_ir::Kernel;
 use rand::rngs::SmallRng;
 use rand::Rng;
+
+impl Problem {
+    /// The model of `gpu` a configuration is chosen for: the catalog's, with the device's
+    /// multiprocessor count where the problem names one ([`Problem::sms`]; an H200 is not an H100).
+    pub fn device_model(&self, gpu: &kittens_hw::Gpu) -> kittens_hw::Gpu {
+        let mut g = gpu.clone();
+        if let Some(n) = self.sms.filter(|&n| n > 0) {
+            g.compute_units = n;
+        }
+        g
+    }
+}
 
 /// Problem sizes and tile choices for one run. A kernel reads the fields it needs; on a GPU target the
 /// tiles are the target's (`GemmConfig::for_gpu`), not `gemm` / `attn_cfg`.
@@ -50,6 +62,12 @@ pub struct Problem {
     /// Rotary: the interleaved (GPT-J) pairing instead of half rotation (GPT-NeoX); the shape is
     /// `attn`'s (`heads` heads of `dim`, `seq` positions, `layout`).
     pub interleaved: bool,
+    /// Layernorm: the epsilon added to the variance (`None`: the kernel's default, 1e-5).
+    pub eps: Option<f32>,
+    /// On a GPU target, the multiprocessor count of the device the run is for (what the runtime read
+    /// from the device it opened), where the configuration depends on it (the GEMM's block per shape,
+    /// the attention's key split); `None`: the catalog GPU's.
+    pub sms: Option<u32>,
     pub seed: u64,
     /// The random inputs (uniform in [-1, 1)) are multiplied by this before rounding to bf16; large
     /// scales give attention large logits (`8` at head dimension 64 gives logits of about ±64).
@@ -106,6 +124,8 @@ impl Default for Problem {
             },
             norm: NormShape::default(),
             interleaved: false,
+            eps: None,
+            sms: None,
             seed: 0,
             input_scale: 1.0,
             tolerance: None,

@@ -9,7 +9,7 @@ use super::flags::{AttnLayoutArg, BackendArg, ScheduleArg};
 use anyhow::{bail, Context};
 use kittens_hw::Target;
 use kittens_kernels::attn_score::Logits;
-use kittens_kernels::gemm_bf16::GemmConfig;
+use kittens_kernels::gemm::GemmConfig;
 use kittens_kernels::problem::Problem;
 use kittens_kernels::registry::KernelEntry;
 use kittens_runtime::runner::{
@@ -492,12 +492,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // interleave` runs there); the registry variant itself configures a GPU target.
     if args.backend == BackendArg::Cpu
         && matches!(entry.name, "gemm_bf16" | "gemm_fp8")
-        && p.variant == Some(kittens_kernels::gemm_bf16::problem::INTERLEAVE4)
+        && p.variant == Some(kittens_kernels::gemm::problem::INTERLEAVE4)
     {
         p.gemm.schedule = ScheduleArg::Interleave.into();
         p.variant = None;
     }
     let backend = backend(&args)?;
+    if args.backend == BackendArg::Cuda {
+        // The configuration is chosen for the GPU that runs it (its SM count), not the catalog's.
+        let ordinal = i32::try_from(args.device.unwrap_or(0)).context("--device")?;
+        p.sms = Some(
+            kittens_runtime::cuda::dispatch::device_sms(ordinal)
+                .with_context(|| format!("opening CUDA device {ordinal}"))?,
+        );
+    }
     let target = backend.about().target;
     if args.ir && target != Target::Cpu {
         bail!("--ir prints the interpreter's kernel; use `kittens compile --emit hip` for the HIP");
