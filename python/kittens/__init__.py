@@ -218,7 +218,8 @@ _CAUSAL_ALIGN = ("top_left", "bottom_right")
 
 
 def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[float] = None, *, out: Any = None,
-              return_lse: bool = False, causal_align: str = "top_left"):
+              return_lse: bool = False, causal_align: str = "top_left", softcap: Optional[float] = None,
+              window: Optional[Any] = None):
     """``F.scaled_dot_product_attention(q, k, v, is_causal=causal)`` for bfloat16 q (B, H, N, D) and
     k, v (B, H_kv, N_kv, D); grouped-query attention when H_kv divides H (as ``enable_gqa=True``).
 
@@ -260,8 +261,17 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
         raise TypeError(f"causal_align must be a str, one of {_CAUSAL_ALIGN}, got {type(causal_align).__name__}")
     if causal_align not in _CAUSAL_ALIGN:
         raise ValueError(f"causal_align={causal_align!r}: expected one of {_CAUSAL_ALIGN}")
+    # FlashAttention's soft cap and sliding window (kittens_kernels::attn_score): ``softcap`` > 0 caps the
+    # logits at ``softcap * tanh(l / softcap)``; ``window=(left, right)`` (-1 unbounded) keeps keys
+    # ``i + N_kv - N - left ..= i + N_kv - N + right`` of query i, bottom-right aligned whatever the
+    # causal alignment (both masks apply). Bad values are refused by the kernels, naming them.
+    if window is not None:
+        window = [int(window[0]), int(window[1])] if len(window) == 2 else list(window)
+        if len(window) != 2:
+            raise ValueError(f"window={window!r}: a pair (left, right)")
+    softcap = None if softcap is None else float(softcap)
     if out is None and _torch_op(q, k, v):
-        if not return_lse and scale is None and q.is_cuda and _eager(q, k, v):
+        if not return_lse and scale is None and softcap is None and window is None and q.is_cuda and _eager(q, k, v):
             # No gradient and no log-sum-exp wanted: the kernel without that output, when q, k, v share a
             # dense layout (else the op below copies them into one).
             o = _OPS.attention_no_lse(q, k, v, bool(causal), causal_align == "bottom_right")
@@ -270,11 +280,11 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
         op = _OPS.attention_eager if _eager(q, k, v) else sys.modules["torch"].ops.kittens.attention
         o, lse = op(
             q, k, v, bool(causal), None if scale is None else float(scale), causal_align == "bottom_right",
-            bool(return_lse),
+            bool(return_lse), softcap, window,
         )
         return (o, lse) if return_lse else o
     _no_autograd_with_out("attention with out= or a non-torch argument", q, k, v)
-    return _attention(q, k, v, causal, scale, out, return_lse, causal_align)
+    return _attention(q, k, v, causal, scale, out, return_lse, causal_align, softcap, window)
 
 
 def _new_lse(Q: Array, shape):
@@ -287,20 +297,25 @@ def _new_lse(Q: Array, shape):
     return np.empty(tuple(shape), dtype=np.float32)
 
 
-def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_left"):
+def _attn_opts(scale, softcap, window):
+    """The attention's options as the CUDA dispatch's problem fields (a hashable tuple, None omitted)."""
+    items = (("scale", scale), ("softcap", softcap), ("window", None if window is None else tuple(window)))
+    return tuple((name, value) for name, value in items if value is not None)
+
+
+def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_left", softcap=None,
+               window=None):
     """The forward without autograd: ``out``, or ``(out, lse)`` with ``return_lse``."""
     Q, K, V = adapt(q, "q"), adapt(k, "k"), adapt(v, "v")
     if len(Q.shape) != 4:
         raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
     if Q.device == "cuda":
-        if scale is not None and abs(float(scale) * Q.shape[3] ** 0.5 - 1.0) > 1e-6:
-            raise ValueError(f"scale = {scale}: with out= or a non-torch array the kernel applies the default "
-                             "softmax scale 1/sqrt(D) only")
         dispatch = _cuda()
         o = _obj(out, "out")
         f32 = sys.modules["torch"].float32
         lse = Q.obj.new_empty(tuple(Q.shape[:3]), dtype=f32) if return_lse else None
-        r = dispatch.attention(Q.obj, K.obj, V.obj, bool(causal), causal_align == "bottom_right", out=o, lse=lse)
+        r = dispatch.attention(Q.obj, K.obj, V.obj, bool(causal), causal_align == "bottom_right", out=o, lse=lse,
+                               opts=_attn_opts(scale, softcap, window))
         if r is None:
             raise ValueError("q, k, v and out must all be dense in one layout, (B, H, N, D) or (B, N, H, D) "
                              "seen through .transpose(1, 2)")
@@ -308,9 +323,11 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
             return _result(Q, r[0])
         return _result(Q, r[0]), _result(Q, lse)
     # The checks (layouts, shapes, scale, mask), before any output is allocated.
+    win = None if window is None else (int(window[0]), int(window[1]))
+    cap = None if softcap is None else float(softcap)
     _kittens.attention(
         Q.args(), K.args(), V.args(), None, None, bool(causal), causal_align == "bottom_right",
-        None if scale is None else float(scale),
+        None if scale is None else float(scale), cap, win,
     )
     if out is None:
         out = new_like(Q, Q.shape, _attn_order(Q))
@@ -319,7 +336,7 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
     L = adapt(lse, "lse", writable=True).args() if lse is not None else None
     _kittens.attention(
         Q.args(), K.args(), V.args(), O.args(), L, bool(causal), causal_align == "bottom_right",
-        None if scale is None else float(scale),
+        None if scale is None else float(scale), cap, win,
     )
     if lse is None:
         return _result(Q, out)

@@ -53,9 +53,8 @@ def _check(q, k, v, out, grad_out, lse, scale):
     devs = {t.device for t in (q, k, v, out, grad_out, lse)}
     if len(devs) != 1:
         raise ValueError(f"all tensors must be on one device, got {sorted(str(x) for x in devs)}")
-    if scale is not None and not math.isclose(float(scale), 1.0 / math.sqrt(d), rel_tol=1e-6):
-        raise ValueError(f"the kernel applies the default scale 1/sqrt(D) = {1.0 / math.sqrt(d)} only, "
-                         f"got scale = {scale}")
+    if scale is not None and not (math.isfinite(float(scale)) and float(scale) > 0):
+        raise ValueError(f"scale = {scale}: the softmax scale must be finite and positive")
     return b, h, hk, n, nk, d
 
 
@@ -86,7 +85,8 @@ def _bshd(*ts):
     return all(t.transpose(1, 2).is_contiguous() for t in ts) and not all(t.is_contiguous() for t in ts)
 
 
-def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, form=None, *, bottom_right=False):
+def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, form=None, *, bottom_right=False,
+                       softcap=None, window=None):
     """Gradients ``(dq, dk, dv)`` of ``out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)``
     for the output gradient ``grad_out``: bfloat16 q, out, grad_out (B, H, N, D) and k, v
     (B, H_kv, N_kv, D), dK and dV summed over each KV head's query heads; ``lse`` is float32 (B, H, N),
@@ -100,14 +100,17 @@ def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, fo
     """
     b, h, hk, n, nk, d = _check(q, k, v, out, grad_out, lse, scale)
     atomic = _form(form, d) == "atomic"
+    opts = (None if scale is None else float(scale), None if softcap is None else float(softcap),
+            None if window is None else (int(window[0]), int(window[1])))
     if q.device.type == "cuda":
-        return _cuda(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d), atomic, bool(bottom_right))
+        return _cuda(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d), atomic, bool(bottom_right),
+                     opts)
     if q.device.type == "cpu":
-        return _cpu(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d), bool(bottom_right))
+        return _cpu(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d), bool(bottom_right), opts)
     raise ValueError(f"kittens._attention_backward runs on CPU and CUDA tensors, got {q.device}")
 
 
-def _cuda(q, k, v, out, grad_out, lse, causal, shape, atomic, bottom_right=False):
+def _cuda(q, k, v, out, grad_out, lse, causal, shape, atomic, bottom_right=False, opts=(None, None, None)):
     """The CUDA launches through the one prepared-call path (``kittens._dispatch``); tensors in neither
     dense layout, or in two, are copied into one first."""
     from . import _dispatch
@@ -121,18 +124,17 @@ def _cuda(q, k, v, out, grad_out, lse, causal, shape, atomic, bottom_right=False
 
     qq, kk, vv, oo, go = (order(t) for t in (q, k, v, out, grad_out))
     lse32 = lse.to(_torch().float32).contiguous()
-    return _dispatch.attention_backward(qq, kk, vv, oo, go, lse32, causal, bool(bottom_right and causal), atomic)
+    named = tuple((n, x) for n, x in zip(("scale", "softcap", "window"), opts) if x is not None)
+    return _dispatch.attention_backward(qq, kk, vv, oo, go, lse32, causal, bool(bottom_right and causal), atomic,
+                                        named)
 
 
-def _cpu(q, k, v, out, grad_out, lse, causal, shape, bottom_right=False):
+def _cpu(q, k, v, out, grad_out, lse, causal, shape, bottom_right=False, opts=(None, None, None)):
     torch = _torch()
     b, h, hk, n, nk, d = shape
     f32 = lambda t: t.detach().to(torch.float32).contiguous().numpy().tobytes()
     arrays = [f32(q), f32(k), f32(v), f32(out), f32(grad_out), f32(lse)]
-    if bottom_right and causal:
-        dq, dk, dv = _kittens.attention_backward_cpu(arrays, shape, causal, True)
-    else:
-        dq, dk, dv = _kittens.attention_backward_cpu(arrays, shape, causal)
+    dq, dk, dv = _kittens.attention_backward_cpu(arrays, shape, causal, bool(bottom_right and causal), *opts)
     as_t = lambda raw, like: torch.frombuffer(bytearray(raw), dtype=torch.float32).reshape(like.shape).to(
         torch.bfloat16)
     return as_t(dq, q), as_t(dk, k), as_t(dv, v)

@@ -215,15 +215,15 @@ def _is_layout(t, name: str) -> bool:
     return all(size <= 1 or st == w for st, w, size in zip(t.stride(), want, (b, h, n, d)))
 
 
-def attention(q, k, v, causal: bool, bottom_right: bool, out=None, lse=None, need_lse: bool = True):
+def attention(q, k, v, causal: bool, bottom_right: bool, out=None, lse=None, need_lse: bool = True, opts=()):
     """``(out, lse)`` of the attention forward on CUDA, or None when q, k, v are not all in one dense
     layout (the op's body then copies the odd ones out and calls again). ``out`` takes q's layout;
     ``lse`` is float32 (B, H, N)."""
     key = (1, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
-           q.get_device(), k.get_device(), v.get_device(), causal, bottom_right, need_lse)
+           q.get_device(), k.get_device(), v.get_device(), causal, bottom_right, need_lse, opts)
     rec = _HANDLES.get(key)
     if rec is None:
-        rec = _prepare_attention(key, q, k, v, causal, bottom_right, need_lse)
+        rec = _prepare_attention(key, q, k, v, causal, bottom_right, need_lse, opts)
     if rec[2] is None:
         return None  # q, k, v not in one dense layout: the op copies them into one first
     b, h, n, d = q.shape
@@ -255,7 +255,7 @@ def _new_in_layout(q, layout: str):
     return torch.empty((b, h, n, d), dtype=_BF16, device=q.device)
 
 
-def _prepare_attention(key, q, k, v, causal, bottom_right, need_lse=True):
+def _prepare_attention(key, q, k, v, causal, bottom_right, need_lse=True, opts=()):
     _bf16s(q=q, k=k, v=v)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
@@ -275,7 +275,7 @@ def _prepare_attention(key, q, k, v, causal, bottom_right, need_lse=True):
     o_strides = _layout_strides(q.shape, layout)
     problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d, "layout": layout,
                "causal": bool(causal), "bottom_right": bool(bottom_right), "lse": bool(need_lse),
-               "kv_splits": "auto"}
+               "kv_splits": "auto", **dict(opts)}  # opts: scale, softcap, window (kittens_kernels::attn_score)
     tensors = (
         _spec("q", q.shape, q.stride()),
         _spec("k", k.shape, k.stride()),
@@ -400,17 +400,17 @@ def _prepare_rotary(key, q, cos, sin, interleaved):
 # -- attention backward --------------------------------------------------------------------------------
 
 
-def attention_backward(q, k, v, out, grad_out, lse, causal: bool, bottom_right: bool, atomic: bool):
+def attention_backward(q, k, v, out, grad_out, lse, causal: bool, bottom_right: bool, atomic: bool, opts=()):
     """``(dq, dk, dv)`` on CUDA: q, k, v, out, grad_out dense in one layout (the caller copies others
     first), lse float32 (B, H, N) contiguous. ``atomic``: FlashAttention-3's three launches (the key
     blocks add dQ into a float32 accumulator), else the deterministic two (query blocks, key blocks).
     The launches' D and accumulator are scratch of this call."""
     key = (4, q.shape, q.stride(), k.shape, k.stride(), v.stride(), out.stride(), grad_out.stride(),
            lse.stride(), q.dtype, k.dtype, v.dtype, out.dtype, grad_out.dtype, lse.dtype, q.get_device(),
-           causal, bottom_right, atomic)
+           causal, bottom_right, atomic, opts)
     rec = _HANDLES.get(key)
     if rec is None:
-        rec = _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic)
+        rec = _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic, opts)
     dq = _new_in_layout(q, rec[2])
     dk, dv = _new_in_layout(k, rec[2]), _new_in_layout(v, rec[2])
     ptrs = tuple(t.data_ptr() for t in (q, k, v, out, grad_out, lse, dq, dk, dv))
@@ -418,7 +418,7 @@ def attention_backward(q, k, v, out, grad_out, lse, causal: bool, bottom_right: 
     return dq, dk, dv
 
 
-def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic):
+def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic, opts=()):
     _bf16s(q=q, k=k, v=v, out=out, grad_out=grad_out)
     dev = _same_device(q=q, k=k, v=v, out=out, grad_out=grad_out, lse=lse)
     b, h, n, d = q.shape
@@ -436,7 +436,7 @@ def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom
         raise ValueError(f"lse must be a contiguous float32 (B, H, N) = ({b}, {h}, {n}) tensor")
     problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d, "layout": layout,
                "causal": bool(causal), "bottom_right": bool(bottom_right),
-               "variant": "atomic" if atomic else "dq"}
+               "variant": "atomic" if atomic else "dq", **dict(opts)}
     qs, ks = _layout_strides(q.shape, layout), _layout_strides(k.shape, layout)
     tensors = (
         _spec("q", q.shape, qs), _spec("k", k.shape, ks), _spec("v", v.shape, ks),

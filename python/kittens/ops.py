@@ -21,8 +21,6 @@ What is interim here (each says so where it is done):
   the kernel: the tests check it against the forward kernel's mask).
 * matmul's ``dB = Aᵀ·dC`` reads a transposed operand the GEMM does not read in place: one operand (the
   smaller of ``a`` and ``dC``) is copied ``.contiguous()`` until the GEMM reads A transposed.
-* attention with a ``scale`` other than ``1/sqrt(D)``: the kernels apply the default scale only, so the
-  ops run them on ``q * (scale * sqrt(D))`` (one bf16 rounding of q) and scale ``dq`` back.
 * attention's ``lse`` gradient (``return_lse=True`` under autograd) costs one more run of the backward
   kernel (dS = dlse * P taken from a backward over ones and zeros, see :func:`_lse_grad`), until the
   backward kernel takes ``delta - dlse`` as an input.
@@ -42,12 +40,12 @@ change to make if it shows. Under ``torch.compile`` the cost is gone (the graph 
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
-from . import _attention, _matmul
+from . import _attention, _attn_opts, _matmul
 
 if torch.cuda.is_available():
     from . import _dispatch
@@ -102,24 +100,6 @@ def _empty(shape: Sequence[int], layout: str, like: Tensor, dtype=torch.bfloat16
         b, h, n, d = shape
         return like.new_empty((b, n, h, d), dtype=dtype).transpose(1, 2)
     return like.new_empty(tuple(shape), dtype=dtype)
-
-
-def _default_scale(d: int) -> float:
-    return 1.0 / math.sqrt(d)
-
-
-def _q_factor(scale: Optional[float], d: int) -> Optional[float]:
-    """The factor q is multiplied by so that the kernels' fixed ``1/sqrt(D)`` gives ``scale``; None
-    when ``scale`` is the default (within the kernels' own tolerance)."""
-    if scale is None:
-        return None
-    s = float(scale)
-    if not math.isfinite(s):
-        raise ValueError(f"kittens.attention: scale = {scale} must be a finite number")
-    default = _default_scale(d)
-    if abs(s - default) <= 1e-6 * default:
-        return None
-    return s / default
 
 
 def _bf16(name: str, t: Tensor) -> None:
@@ -194,7 +174,8 @@ matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
 
 
 def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Optional[float] = None,
-              bottom_right: bool = False, lse_grad: bool = False) -> Tuple[Tensor, Tensor]:
+              bottom_right: bool = False, lse_grad: bool = False, softcap: Optional[float] = None,
+              window: Optional[List[int]] = None) -> Tuple[Tensor, Tensor]:
     """``(out, lse)``: attention of q (B, H, N, D) over k, v (B, H_kv, N_kv, D) and the float32
     log-sum-exp (B, H, N) of every query's scaled logits (``-inf`` where a query keeps no key).
 
@@ -202,19 +183,19 @@ def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale
     q's (interim; the output takes it too). ``lse_grad``: whether ``lse`` is differentiable (the
     public ``kittens.attention(..., return_lse=True)``); otherwise it carries no gradient, and the
     backward skips its term."""
-    qf = _q_factor(scale, q.shape[-1])
-    if q.is_cuda and qf is None:
-        r = _dispatch.attention(q, k, v, bool(causal), bool(bottom_right))
+    # The kernels take the scale, soft cap and window themselves (kittens_kernels::attn_score).
+    opts = _attn_opts(scale, softcap, window)
+    if q.is_cuda:
+        r = _dispatch.attention(q, k, v, bool(causal), bool(bottom_right), opts=opts)
         if r is not None:
             return r
     layout = _pick_layout(q, k, v)
-    if qf is not None:
-        q = q * qf  # interim: the kernels' softmax scale is 1/sqrt(D); one bf16 rounding of q
     q, k, v = (_in_layout(t, layout) for t in (q, k, v))
     if q.is_cuda:
-        return _dispatch.attention(q, k, v, bool(causal), bool(bottom_right))  # one layout now
+        return _dispatch.attention(q, k, v, bool(causal), bool(bottom_right), opts=opts)  # one layout now
     out = _empty(q.shape, layout, q)
-    return _attention(q, k, v, causal, None, out, True, "bottom_right" if bottom_right else "top_left")
+    return _attention(q, k, v, causal, scale, out, True, "bottom_right" if bottom_right else "top_left",
+                      softcap, window)
 
 
 def attention_no_lse(q: Tensor, k: Tensor, v: Tensor, causal: bool, bottom_right: bool) -> Optional[Tensor]:
@@ -228,7 +209,7 @@ attention = torch.library.custom_op("kittens::attention", mutates_args=())(atten
 
 
 @attention.register_fake
-def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False):
+def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False, softcap=None, window=None):
     for name, t in (("q", q), ("k", k), ("v", v)):
         _bf16(name, t)
         if t.dim() != 4:
@@ -239,10 +220,11 @@ def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False):
 
 
 def _attention_setup(ctx, inputs, output):
-    q, k, v, causal, scale, bottom_right, lse_grad = inputs
+    q, k, v, causal, scale, bottom_right, lse_grad, softcap, window = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.causal, ctx.scale, ctx.bottom_right, ctx.lse_grad = causal, scale, bottom_right, lse_grad
+    ctx.softcap, ctx.window = softcap, window
     if not lse_grad:
         ctx.mark_non_differentiable(lse)
 
@@ -252,15 +234,17 @@ def _attention_grad(ctx, grad_out, grad_lse):
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     dq, dk, dv = torch.ops.kittens.attention_backward(
-        grad_out.to(torch.bfloat16), q, k, v, out, lse, ctx.causal, ctx.scale, ctx.bottom_right
+        grad_out.to(torch.bfloat16), q, k, v, out, lse, ctx.causal, ctx.scale, ctx.bottom_right, ctx.softcap,
+        ctx.window,
     )
     if ctx.lse_grad and grad_lse is not None:
-        dq2, dk2 = _lse_grad(grad_lse, q, k, v, lse, ctx.causal, ctx.scale, ctx.bottom_right)
+        dq2, dk2 = _lse_grad(grad_lse, q, k, v, lse, ctx.causal, ctx.scale, ctx.bottom_right, ctx.softcap,
+                             ctx.window)
         dq, dk = dq + dq2, dk + dk2
-    return dq, dk, dv, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None
 
 
-def _lse_grad(grad_lse, q, k, v, lse, causal, scale, bottom_right):
+def _lse_grad(grad_lse, q, k, v, lse, causal, scale, bottom_right, softcap=None, window=None):
     """The gradients of ``sum(grad_lse * lse)`` for q and k, by the attention backward kernel.
 
     ``d lse_i / d s_ij = P_ij`` (the softmax), so the logits' gradient is ``dS = grad_lse_i * P_ij``.
@@ -275,7 +259,8 @@ def _lse_grad(grad_lse, q, k, v, lse, causal, scale, bottom_right):
     zeros = torch.zeros_like(q)  # O, and dO's other columns (q's layout, so nothing more is copied)
     d_o = torch.cat([hi.unsqueeze(-1), lo.unsqueeze(-1), zeros[..., 2:]], dim=-1)
     ones = torch.ones_like(k)
-    dq, dk, _ = torch.ops.kittens.attention_backward(d_o, q, k, ones, zeros, lse, causal, scale, bottom_right)
+    dq, dk, _ = torch.ops.kittens.attention_backward(d_o, q, k, ones, zeros, lse, causal, scale, bottom_right,
+                                                     softcap, window)
     return dq, dk
 
 
@@ -292,7 +277,8 @@ def _bwd_layout(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -> str:
 @torch.library.custom_op("kittens::attention_backward", mutates_args=())
 def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                        causal: bool = False, scale: Optional[float] = None,
-                       bottom_right: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+                       bottom_right: bool = False, softcap: Optional[float] = None,
+                       window: Optional[List[int]] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """``(dq, dk, dv)`` of :func:`attention` from its output and log-sum-exp, by the attention
     backward kernel (dK and dV summed over each KV head's query heads); any strides (copied where the
     kernel needs them); gradients in (B, N, H, D) order when all of q, k, v and grad_out are, else
@@ -300,19 +286,15 @@ def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: T
     from ._backward import attention_backward as run
 
     layout = _bwd_layout(q, k, v, grad_out)
-    qf = _q_factor(scale, q.shape[-1])
-    if qf is not None:
-        q = q * qf  # the forward's scaled q, bit for bit (interim, see attention)
     # A query that keeps no key has lse = -inf from the forward; the backward takes +inf there (P = 0).
     lse = torch.where(lse == float("-inf"), torch.full_like(lse, float("inf")), lse)
-    dq, dk, dv = run(q, k, v, out, grad_out, lse, causal, None, bottom_right=bottom_right)
-    if qf is not None:
-        dq = dq * qf
+    dq, dk, dv = run(q, k, v, out, grad_out, lse, causal, scale, bottom_right=bottom_right, softcap=softcap,
+                     window=window)
     return tuple(_in_layout(t, layout) for t in (dq, dk, dv))
 
 
 @attention_backward.register_fake
-def _(grad_out, q, k, v, out, lse, causal=False, scale=None, bottom_right=False):
+def _(grad_out, q, k, v, out, lse, causal=False, scale=None, bottom_right=False, softcap=None, window=None):
     layout = _bwd_layout(q, k, v, grad_out)
     return tuple(_empty(t.shape, layout, q) for t in (q, k, v))
 

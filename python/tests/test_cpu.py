@@ -166,8 +166,12 @@ def test_attention_default_scale_is_accepted_and_out_is_written():
 def test_attention_refuses_what_the_kernel_does_not_compute():
     rng = np.random.default_rng(7)
     q, k, v = rand(rng, 1, 2, 16, 64), rand(rng, 1, 2, 16, 64), rand(rng, 1, 2, 16, 64)
-    with pytest.raises(ValueError, match="scale=0.5 is not supported"):
-        kittens.attention(q, k, v, scale=0.5)
+    with pytest.raises(ValueError, match="scale.*-0.5"):
+        kittens.attention(q, k, v, scale=-0.5)
+    with pytest.raises(ValueError, match="softcap"):
+        kittens.attention(q, k, v, softcap=0.0)
+    with pytest.raises(ValueError, match="window"):
+        kittens.attention(q, k, v, window=(-2, 0))
     with pytest.raises(ValueError, match="head dim 48 is not supported"):
         kittens.attention(rand(rng, 1, 2, 16, 48), rand(rng, 1, 2, 16, 48), rand(rng, 1, 2, 16, 48))
     with pytest.raises(ValueError, match="no keys"):
@@ -605,3 +609,15 @@ def test_attention_backward_form_choice(monkeypatch):
     monkeypatch.setenv("KITTENS_ATTN_BWD", "fast")
     with pytest.raises(ValueError, match="KITTENS_ATTN_BWD = 'fast'"):
         _backward._form(None, 128)
+
+
+def test_attention_takes_any_scale_exactly():
+    """A softmax scale other than 1/sqrt(D) is a constant of the kernel (no rescaled copy of q): the
+    interpreter's output matches float64 softmax(scale * q.k) v at bf16 accuracy."""
+    rng = np.random.default_rng(11)
+    q, k, v = rand(rng, 1, 2, 37, 64), rand(rng, 1, 1, 37, 64), rand(rng, 1, 1, 37, 64)
+    for scale in (0.05, 0.5):
+        o = kittens.attention(q, k, v, scale=scale)
+        ref = attention_ref(np.asarray(q, np.float64) * (scale * 8.0), k, v, False)  # 8 = sqrt(64)
+        err = np.linalg.norm(np.asarray(o, np.float64) - ref) / np.linalg.norm(ref)
+        assert err < 1e-2, (scale, err)

@@ -66,10 +66,11 @@ def test_empty_attention_layernorm_rotary():
 
 def test_nan_and_wrong_scales_are_refused():
     q = rand(np.random.default_rng(2), 1, 1, 4, 32)
-    for s in (float("nan"), float("inf"), 0.5):
+    for s in (float("nan"), float("inf"), 0.0, -0.5):
         with pytest.raises(ValueError, match="scale"):
             kittens.attention(q, q, q, scale=s)
     kittens.attention(q, q, q, scale=1 / np.sqrt(32))  # the default scale, given explicitly
+    kittens.attention(q, q, q, scale=0.5)  # any finite positive scale: a constant of the kernel
 
 
 def test_bottom_right_alignment_needs_a_causal_mask():

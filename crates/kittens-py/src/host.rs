@@ -83,7 +83,11 @@ pub unsafe fn matmul(p: &Matmul) -> Result<(), ApiError> {
 ///
 /// # Safety
 /// The addresses in `p` must be live host arrays of the checked shapes (`crate::view::attention`).
-pub unsafe fn attention(p: &Attention, causal: Causal) -> Result<(), ApiError> {
+pub unsafe fn attention(
+    p: &Attention,
+    causal: Causal,
+    opts: &kittens_kernels::attn_score::AttnOptions,
+) -> Result<(), ApiError> {
     aligned(&[("q", p.q), ("k", p.k), ("v", p.v), ("out", p.o)])?;
     if let Some(l) = p.lse {
         if l % 4 != 0 {
@@ -110,8 +114,8 @@ pub unsafe fn attention(p: &Attention, causal: Causal) -> Result<(), ApiError> {
             read_bf16(p.v, sh.kv_len()),
         )
     };
-    let (o, lse) =
-        exec::attention_lse(&q, &k, &v, &sh, causal, p.lse.is_some()).map_err(kernel_error)?;
+    let (o, lse) = exec::attention_lse_with(&q, &k, &v, &sh, causal, p.lse.is_some(), opts)
+        .map_err(kernel_error)?;
     // SAFETY: as above; `out` and `lse` are disjoint from the inputs and each other (checked).
     unsafe { write_bf16(p.o, &o) };
     if let (Some(ptr), Some(lse)) = (p.lse, lse) {

@@ -162,7 +162,7 @@ fn matmul(py: Python<'_>, a: ViewArgs, b: ViewArgs, out: Option<ViewArgs>) -> Py
 /// receives the log-sum-exp of every row (f32 (B, H, N)). CPU arrays run on the interpreter; CUDA
 /// arrays go through [`prepared`].
 #[pyfunction]
-#[pyo3(signature = (q, k, v, out, lse, causal, bottom_right, scale))]
+#[pyo3(signature = (q, k, v, out, lse, causal, bottom_right, scale, softcap=None, window=None))]
 #[allow(clippy::too_many_arguments)]
 fn attention(
     py: Python<'_>,
@@ -174,7 +174,10 @@ fn attention(
     causal: bool,
     bottom_right: bool,
     scale: Option<f64>,
+    softcap: Option<f64>,
+    window: Option<(i64, i64)>,
 ) -> PyResult<()> {
+    let opts = attn_options(scale, softcap, window)?;
     let views = [view::view("q", q), view::view("k", k), view::view("v", v)];
     let [q, k, v] = views.map(|r| r.map_err(to_py));
     let (q, k, v) = (q?, k?, v?);
@@ -205,7 +208,7 @@ fn attention(
         Device::Cpu => {
             let t = std::time::Instant::now();
             // SAFETY: the Python caller holds the arrays alive for the call; shapes checked above.
-            unsafe { host::attention(&p, causal)? };
+            unsafe { host::attention(&p, causal, &opts)? };
             say(&format!(
                 "kittens: attention B={} H={} H_kv={} N={} N_kv={} D={} causal={causal:?} lse={} on the \
                  CPU interpreter in {:.3} s",
@@ -361,14 +364,39 @@ fn rotary(
     }
 }
 
+/// The attention's options from the Python arguments (`kittens_kernels::attn_score`), each checked
+/// and refused naming it: `scale` and `softcap` finite and positive, `window` sides -1 or more.
+fn attn_options(
+    scale: Option<f64>,
+    softcap: Option<f64>,
+    window: Option<(i64, i64)>,
+) -> PyResult<kittens_kernels::attn_score::AttnOptions> {
+    use kittens_kernels::attn_score::{AttnOptions, Logits, Window};
+    let value = |e: kittens_kernels::KernelError| PyValueError::new_err(e.to_string());
+    let logits = Logits {
+        scale: scale.map(|s| s as f32),
+        softcap: softcap.map(|c| c as f32),
+    };
+    logits.check().map_err(value)?;
+    let window = window
+        .map(|(l, r)| Window::new(l, r))
+        .transpose()
+        .map_err(value)?;
+    Ok(AttnOptions { logits, window })
+}
+
 #[pyfunction]
-#[pyo3(signature = (arrays, shape, causal, bottom_right=false))]
+#[pyo3(signature = (arrays, shape, causal, bottom_right=false, scale=None, softcap=None, window=None))]
+#[allow(clippy::too_many_arguments)]
 fn attention_backward_cpu<'py>(
     py: Python<'py>,
     arrays: [Vec<u8>; 6],
     shape: (usize, usize, usize, usize, usize, usize),
     causal: bool,
     bottom_right: bool,
+    scale: Option<f64>,
+    softcap: Option<f64>,
+    window: Option<(i64, i64)>,
 ) -> PyResult<(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
@@ -392,6 +420,7 @@ fn attention_backward_cpu<'py>(
             .collect()
     };
     let [q, k, v, o, d_o, lse] = arrays.map(|a| floats(&a));
+    let opts = attn_options(scale, softcap, window)?;
     let causal = match (causal, bottom_right) {
         (false, _) => Causal::No,
         (true, false) => Causal::TopLeft,
@@ -399,11 +428,13 @@ fn attention_backward_cpu<'py>(
     };
     let grads = interruptible(py, move || {
         let t = std::time::Instant::now();
-        let g = kittens_kernels::exec::attention_bwd(&q, &k, &v, &o, &d_o, &lse, &sh, causal)
-            .map_err(|e| match host::kernel_error(e) {
-                ApiError::Interrupted => ApiError::Interrupted,
-                e => ApiError::Value(format!("kittens._attention_backward: {e}")),
-            })?;
+        let g = kittens_kernels::exec::attention_bwd_with(
+            &q, &k, &v, &o, &d_o, &lse, &sh, causal, &opts,
+        )
+        .map_err(|e| match host::kernel_error(e) {
+            ApiError::Interrupted => ApiError::Interrupted,
+            e => ApiError::Value(format!("kittens._attention_backward: {e}")),
+        })?;
         say(&format!(
             "kittens: attention backward {sh:?} on the CPU interpreter in {:.3} s",
             t.elapsed().as_secs_f64()

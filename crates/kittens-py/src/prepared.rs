@@ -109,6 +109,18 @@ fn problem_from(
             "causal" => p.causal = flag()?,
             "bottom_right" => p.bottom_right = flag()?,
             "lse" => p.lse = flag()?,
+            // The attention's options (`kittens_kernels::attn_score`), checked by the plan.
+            "scale" => p.logits.scale = v.extract::<Option<f32>>()?,
+            "softcap" => p.logits.softcap = v.extract::<Option<f32>>()?,
+            "window" => {
+                p.window = match v.extract::<Option<(i64, i64)>>()? {
+                    None => None,
+                    Some((l, r)) => Some(
+                        kittens_kernels::attn_score::Window::new(l, r)
+                            .map_err(|e| PyValueError::new_err(e.to_string()))?,
+                    ),
+                }
+            }
             "kv_splits" => {
                 p.kv_splits = match v.extract::<u32>() {
                     Ok(n) => KvSplits::Fixed(n),

@@ -374,14 +374,11 @@ pub fn attention(
             ATTN_DIMS.end()
         )));
     }
-    // attn_fwd scales Q by log2(e)/√d before the exp2 softmax: that is the only scale it computes.
-    let default = 1.0 / (d as f64).sqrt();
+    // Any finite positive scale: a constant of the kernel (`kittens_kernels::attn_score::Logits`).
     if let Some(s) = scale {
-        // NaN (for which every comparison is false) is refused too.
-        if s.is_nan() || (s - default).abs() > 1e-6 * default {
+        if !(s.is_finite() && s > 0.0) {
             return Err(ApiError::Value(format!(
-                "scale={s} is not supported: the kernel applies the default softmax scale 1/sqrt({d}) = \
-                 {default:.6} only; pass scale=None"
+                "scale={s}: the softmax scale must be finite and positive"
             )));
         }
     }
