@@ -233,9 +233,13 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     N = 1). ``causal`` masks keys after each query, aligned as ``causal_align`` says: ``"top_left"``
     (PyTorch's ``is_causal``: query i keeps keys j <= i) or ``"bottom_right"`` (FlashAttention's: query
     i keeps keys j <= i + N_kv - N, so the last query sees every key). A query that keeps no key (bottom-
-    right with N > N_kv) gets a zero output row. The kernel applies the default scale ``1/sqrt(D)``
-    only: for torch tensors another ``scale`` runs it on ``q * (scale * sqrt(D))`` (one bf16 rounding of
-    q, for now); for numpy and DLPack arrays it is a ValueError.
+    right with N > N_kv) gets a zero output row. ``scale`` (default ``1/sqrt(D)``; finite, positive),
+    ``softcap`` (logits capped to ``softcap * tanh(l / softcap)``; > 0) and ``window=(left, right)``
+    (FlashAttention's sliding window, bottom-right aligned: query i keeps keys
+    ``i + N_kv - N - left ..= i + N_kv - N + right``, -1 unbounded; with ``causal`` both masks apply)
+    are constants of the kernel, each value its own compiled kernel; the CUDA backward takes the scale
+    only (a soft cap or window there is a ValueError). ``kittens.flash_attn.flash_attn_func`` is
+    FlashAttention's signature over this.
 
     ``return_lse=True`` returns ``(out, lse)``: ``lse`` is a new float32 array (B, H, N) on q's device,
     ``lse[b, h, i] = log(sum_j exp(scale * q_i . k_j))`` over the keys query i keeps (natural log;

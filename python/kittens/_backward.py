@@ -93,7 +93,7 @@ def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, fo
     the natural log of each query's sum of ``exp(scale * q·k)`` over its unmasked keys (what
     ``kittens.attention(..., return_lse=True)`` returns, but ``+inf`` for a query that keeps no key).
     ``causal`` masks keys after each query, top-left, or bottom-right with ``bottom_right`` (query i
-    keeps keys j <= i + N_kv - N, the forward's ``causal_align="bottom_right"``). The default scale ``1/sqrt(D)`` only. The gradients come back in q's (and k's) memory
+    keeps keys j <= i + N_kv - N, the forward's ``causal_align="bottom_right"``). Any finite positive ``scale`` (default ``1/sqrt(D)``), ``softcap`` and ``window`` as the forward took them (the CUDA launches take the scale only). The gradients come back in q's (and k's) memory
     order: (B, H, N, D) or (B, N, H, D) seen through ``.transpose(1, 2)``; other strides are copied to
     (B, H, N, D) first. On CUDA the head dim must be 64 or 128. ``form``: ``"auto"``, ``"two"`` or
     ``"atomic"`` launches (module docstring); ``None`` takes ``KITTENS_ATTN_BWD``, else ``"auto"``.
