@@ -331,7 +331,7 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
     cap = None if softcap is None else float(softcap)
     _kittens.attention(
         Q.args(), K.args(), V.args(), None, None, bool(causal), causal_align == "bottom_right",
-        None if scale is None else float(scale), cap, win,
+        None if scale is None else float(scale), softcap=cap, window=win,
     )
     if out is None:
         out = new_like(Q, Q.shape, _attn_order(Q))
@@ -340,7 +340,7 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
     L = adapt(lse, "lse", writable=True).args() if lse is not None else None
     _kittens.attention(
         Q.args(), K.args(), V.args(), O.args(), L, bool(causal), causal_align == "bottom_right",
-        None if scale is None else float(scale), cap, win,
+        None if scale is None else float(scale), softcap=cap, window=win,
     )
     if lse is None:
         return _result(Q, out)

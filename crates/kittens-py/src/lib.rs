@@ -162,7 +162,7 @@ fn matmul(py: Python<'_>, a: ViewArgs, b: ViewArgs, out: Option<ViewArgs>) -> Py
 /// receives the log-sum-exp of every row (f32 (B, H, N)). CPU arrays run on the interpreter; CUDA
 /// arrays go through [`prepared`].
 #[pyfunction]
-#[pyo3(signature = (q, k, v, out, lse, causal, bottom_right, scale, softcap=None, window=None))]
+#[pyo3(signature = (q, k, v, out, lse, causal, bottom_right, scale, *, softcap=None, window=None))]
 #[allow(clippy::too_many_arguments)]
 fn attention(
     py: Python<'_>,
