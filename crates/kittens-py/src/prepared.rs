@@ -19,9 +19,9 @@ use kittens_hw::Target;
 use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::gemm::BLayout;
-use kittens_kernels::problem::{Plan, Problem};
+use kittens_kernels::problem::Problem;
 use kittens_runtime::cuda::caller::KernelLoad;
-use kittens_runtime::cuda::dispatch::{Prepared, StageSpec, TensorSpec};
+use kittens_runtime::cuda::dispatch::{Prepared, TensorSpec};
 
 /// A prepared call (see the module documentation).
 #[pyclass(frozen, module = "kittens._kittens")]
@@ -203,29 +203,8 @@ pub fn prepare(
             "{entry} has no sm_90a (Hopper) kernel"
         )));
     }
-    let kp = e.problem();
-    let value = |e: kittens_kernels::KernelError| PyValueError::new_err(format!("{entry}: {e}"));
-    let plan = Plan {
-        launch: kp.launch(&p).map_err(value)?,
-        what: entry.to_string(),
-        work: None,
-        shape: serde_json::Value::Null,
-    };
-    let stages: Vec<StageSpec> = kp
-        .stages(&p, Target::Sm90a, &plan)
-        .map_err(value)?
-        .into_iter()
-        .map(|s| StageSpec {
-            params: s
-                .kernel
-                .params
-                .iter()
-                .zip(&s.launch.params)
-                .map(|(d, &v)| (d.name.clone(), v))
-                .collect(),
-            kernel: s.kernel,
-        })
-        .collect();
+    let stages = kittens_runtime::cuda::dispatch::registry_stages(e, &p)
+        .map_err(|err| PyValueError::new_err(format!("{entry}: {err}")))?;
     let r = py.detach(|| {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             Prepared::new(

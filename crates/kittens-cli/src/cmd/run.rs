@@ -36,6 +36,10 @@ pub struct Args {
     /// `--backend cuda`: the GPU's ordinal.
     #[arg(long)]
     pub device: Option<usize>,
+    /// `--backend cuda`: after the check, the per-call time a Rust caller sees — this many calls of
+    /// the prepared launches (`cuda::dispatch`) with one synchronisation at the end.
+    #[arg(long)]
+    pub host_loop: Option<usize>,
     /// GEMM rows of A and C.
     #[arg(long, default_value_t = 256)]
     pub m: usize,
@@ -242,6 +246,7 @@ const COMMON_FLAGS: &[&str] = &[
     "ir",
     "json",
     "device",
+    "host_loop",
     // The kernel file's own flags (`super::kernel_file::RunFile`): they apply to any kernel.
     "kernel_file",
     "reference",
@@ -485,6 +490,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     if args.device.is_some() && args.backend != BackendArg::Cuda {
         bail!("--device picks the GPU of --backend cuda");
     }
+    if args.host_loop.is_some() && args.backend != BackendArg::Cuda {
+        bail!("--host-loop times prepared CUDA launches; it needs --backend cuda");
+    }
+    if args
+        .host_loop
+        .is_some_and(|n| !(1..=1_000_000).contains(&n))
+    {
+        bail!("--host-loop takes 1 to 1000000 calls");
+    }
     check_flags(&args)?;
     let mut p = problem(&args)?;
     p.variant = variant(&args)?;
@@ -524,9 +538,16 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     } else {
         None
     };
+    let host = match args.host_loop {
+        Some(calls) if r.passed => Some(host_loop(entry, &p, args.device.unwrap_or(0), calls)?),
+        _ => None,
+    };
     if args.json {
         let mut v = serde_json::to_value(&r)?;
         v["rel_err_definition"] = "||out - ref||_F / ||ref||_F against an f64 reference".into();
+        if let Some(h) = &host {
+            v["host_loop"] = serde_json::to_value(h)?;
+        }
         if let Some(ir) = ir {
             v["ir"] = ir.into();
         }
@@ -536,6 +557,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             println!("{ir}");
         }
         print_text(&r);
+        if let Some(h) = &host {
+            println!(
+                "host     {:.1} us per call ({} launch(es)), a loop of {} prepared calls with one \
+                 synchronisation at the end",
+                h.us_per_call, h.launches, h.calls
+            );
+        }
     }
     if !r.passed {
         bail!(
@@ -655,4 +683,17 @@ fn print_text(r: &RunReport) {
         "time     compile {:.3} s, run {:.3} s, reference {:.3} s",
         r.compile_seconds, r.run_seconds, r.reference_seconds
     );
+}
+
+/// [`kittens_runtime::cuda::dispatch::host_loop`] over `entry`'s launches at `p` on the device.
+fn host_loop(
+    entry: &KernelEntry,
+    p: &Problem,
+    device: usize,
+    calls: usize,
+) -> anyhow::Result<kittens_runtime::cuda::dispatch::HostLoop> {
+    use kittens_runtime::cuda::dispatch;
+    let stages = dispatch::registry_stages(entry, p)?;
+    let ordinal = i32::try_from(device).context("--device")?;
+    dispatch::host_loop(ordinal, &stages, calls).context("timing the prepared launches")
 }

@@ -616,3 +616,99 @@ fn bind(
 
 #[cfg(test)]
 mod tests;
+
+/// The launches of registry entry `entry` at `p` on sm_90a, as prepared-call stages: the entry's
+/// `KernelProblem::stages` with each launch's parameters by name. No size budget (that bounds the
+/// runner's random inputs and f64 reference, not a launch on the caller's memory).
+pub fn registry_stages(
+    entry: &kittens_kernels::registry::KernelEntry,
+    p: &kittens_kernels::problem::Problem,
+) -> Result<Vec<StageSpec>, kittens_kernels::KernelError> {
+    let kp = entry.problem();
+    let plan = kittens_kernels::problem::Plan {
+        launch: kp.launch(p)?,
+        what: entry.name.to_string(),
+        work: None,
+        shape: serde_json::Value::Null,
+    };
+    Ok(kp
+        .stages(p, Target::Sm90a, &plan)?
+        .into_iter()
+        .map(|s| StageSpec {
+            params: s
+                .kernel
+                .params
+                .iter()
+                .zip(&s.launch.params)
+                .map(|(d, &v)| (d.name.clone(), v))
+                .collect(),
+            kernel: s.kernel,
+        })
+        .collect())
+}
+
+/// What [`host_loop`] measured.
+#[derive(Debug, Clone, Copy, serde::Serialize)]
+pub struct HostLoop {
+    pub calls: usize,
+    /// Wall clock of the loop (host time, and the GPU's where it is the slower) over the calls, in µs.
+    pub us_per_call: f64,
+    /// Launches per call.
+    pub launches: usize,
+}
+
+/// The per-call time a Rust caller of a prepared call sees: `stages` prepared on device `ordinal`
+/// over zeroed device buffers of their declared layouts, `calls` calls enqueued on the default stream
+/// and one synchronisation at the end (what `python -m kittens.bench overhead` measures for the torch
+/// ops), after `calls / 10 + 1` warm-up calls.
+pub fn host_loop(
+    ordinal: i32,
+    stages: &[StageSpec],
+    calls: usize,
+) -> Result<HostLoop, LaunchError> {
+    use super::driver::check;
+    let calls = calls.max(1);
+    let p = Prepared::new(ordinal, stages, Vec::new(), &[])?;
+    let r = in_context(ordinal, || {
+        let mut ptrs = Vec::with_capacity(p.spans.len());
+        let free = |ptrs: &[u64]| {
+            for &q in ptrs {
+                // SAFETY: allocated below with cuMemAlloc, freed once.
+                unsafe { cu::cuMemFree_v2(q) };
+            }
+        };
+        for &bytes in &p.spans {
+            let mut q = 0;
+            let bytes = usize::try_from(bytes).map_err(invalid)?;
+            // SAFETY: out-parameter; the buffer is zeroed before any launch reads it.
+            let r = unsafe {
+                check(cu::cuMemAlloc_v2(&mut q, bytes.max(16)), "cuMemAlloc")
+                    .and_then(|_| check(cu::cuMemsetD8_v2(q, 0, bytes.max(16)), "cuMemsetD8"))
+            };
+            if let Err(e) = r {
+                free(&ptrs);
+                return Err(e);
+            }
+            ptrs.push(q);
+        }
+        let run = |n: usize| -> Result<f64, CudaError> {
+            let t = std::time::Instant::now();
+            for _ in 0..n {
+                // SAFETY: every buffer holds its tensor's declared span; the stream is synchronised
+                // before they are freed.
+                unsafe { p.launch(&ptrs, 0, &[]) }.map_err(|e| invalid(e.to_string()))?;
+            }
+            // SAFETY: no arguments.
+            check(unsafe { cu::cuCtxSynchronize() }, "cuCtxSynchronize")?;
+            Ok(t.elapsed().as_secs_f64())
+        };
+        let timed = run(calls / 10 + 1).and_then(|_| run(calls));
+        free(&ptrs);
+        timed
+    })?;
+    Ok(HostLoop {
+        calls,
+        us_per_call: r * 1e6 / calls as f64,
+        launches: stages.len(),
+    })
+}
