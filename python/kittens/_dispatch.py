@@ -47,14 +47,18 @@ def _prepare(key, entry: str, problem: dict, tensors, device: int, free=(), extr
     handle, loads = _kittens.prepare(entry, problem, list(tensors), list(free), device)
     for line in loads:
         _say(line)
-    if len(_HANDLES) >= _MAX_KEYS:
-        _HANDLES.clear()
     # The scratch tensors as offsets into one allocation (256-byte aligned, as the allocator's own).
     offsets, total = [], 0
     for n in handle.scratch:
         offsets.append(total)
         total += -(-int(n) // 256) * 256
-    rec = (handle, (total, tuple(offsets)), extra)
+    return _store(key, (handle, (total, tuple(offsets)), extra))
+
+
+def _store(key, rec):
+    """Keeps ``rec`` for ``key``; past ``_MAX_KEYS`` keys the table starts over (bounded memory)."""
+    if len(_HANDLES) >= _MAX_KEYS:
+        _HANDLES.clear()
     _HANDLES[key] = rec
     return rec
 
@@ -168,9 +172,7 @@ def _prepare_matmul(key, a, b):
         raise ValueError(f"a @ b: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
     dev = _same_device(a=a, b=b)
     if m == 0 or n == 0 or k == 0:
-        rec = (None, (0, ()), _matmul_empty)
-        _HANDLES[key] = rec
-        return rec
+        return _store(key, (None, (0, ()), _matmul_empty))
     if not ((m <= 1 or a.stride(0) == k) and (k <= 1 or a.stride(1) == 1)):
         raise ValueError(f"a must be row-major (M, K) with no gaps: strides {a.stride()}, need ({k}, 1) "
                          "(a transposed or sliced a needs .contiguous())")
@@ -179,9 +181,7 @@ def _prepare_matmul(key, a, b):
     if not (b_kn or b_w):
         raise ValueError(f"b must be a row-major (K, N) array or w.T of a row-major (N, K) w: strides {b.stride()}")
     if k % 8 or n % 8:
-        rec = (None, (0, ()), _matmul_padded)
-        _HANDLES[key] = rec
-        return rec
+        return _store(key, (None, (0, ()), _matmul_padded))
     a_spec = _spec("a", (m, k), (k, 1))
     kn = b_kn and not (b_w and n == 1)
     b_spec = _spec("b", (k, n), (n, 1)) if kn else _spec("b", (n, k), (k, 1))
@@ -269,9 +269,7 @@ def _prepare_attention(key, q, k, v, causal, bottom_right, need_lse=True, opts=(
         raise ValueError("k and v have no keys (N_kv = 0): attention over nothing is undefined")
     layout = _dense_layout(q, k, v)
     if layout is None:
-        rec = (None, (0, ()), None)
-        _HANDLES[key] = rec
-        return rec
+        return _store(key, (None, (0, ()), None))
     o_strides = _layout_strides(q.shape, layout)
     problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d, "layout": layout,
                "causal": bool(causal), "bottom_right": bool(bottom_right), "lse": bool(need_lse),
@@ -332,9 +330,7 @@ def _prepare_layernorm(key, x, residual, weight, bias, p, eps):
         raise ValueError(f"dropout p = {p} must be in [0, 1)")
     rows = x.numel() // d if d else 0
     if rows == 0 or d == 0:
-        rec = (None, (0, ()), None)
-        _HANDLES[key] = rec
-        return rec
+        return _store(key, (None, (0, ()), None))
     problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps)}
     tensors = (
         _spec("x", (rows, d), (d, 1)),
@@ -380,9 +376,7 @@ def _prepare_rotary(key, q, cos, sin, interleaved):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be contiguous (strides {t.stride()})")
     if b * h * n == 0:
-        rec = (None, (0, ()), layout)
-        _HANDLES[key] = rec
-        return rec
+        return _store(key, (None, (0, ()), layout))
     s = q.stride()
     pairs = ((d // 2, 2), (2, 1)) if interleaved else ((2, d // 2), (d // 2, 1))
     xs = ((b, h, n) + pairs[0], tuple(s[:3]) + pairs[1])
