@@ -45,6 +45,15 @@ pub struct Problem {
     /// Rotary: the interleaved (GPT-J) pairing instead of half rotation (GPT-NeoX); the shape is
     /// `attn`'s (`heads` heads of `dim`, `seq` positions, `layout`).
     pub interleaved: bool,
+    /// RMSNorm (`rmsnorm`, `rmsnorm_bwd`; rows and row length are `norm.rows`, `norm.dim`): add a
+    /// residual first and write the sum out as the new residual (the default); `false`: normalise
+    /// `x` alone.
+    pub residual: bool,
+    /// RMSNorm: added to the mean square.
+    pub rms_eps: f32,
+    /// SwiGLU (`swiglu`, `swiglu_bwd`; `norm.rows` rows of `F = norm.dim`): gate and up are the two
+    /// halves of one `[rows, 2F]` tensor (gate first) instead of two `[rows, F]` tensors.
+    pub packed: bool,
     pub seed: u64,
     /// The random inputs (uniform in [-1, 1)) are multiplied by this before rounding to bf16; large
     /// scales give attention large logits (`8` at head dimension 64 gives logits of about ±64).
@@ -83,6 +92,9 @@ impl Default for Problem {
             },
             norm: NormShape::default(),
             interleaved: false,
+            residual: true,
+            rms_eps: 1e-6,
+            packed: false,
             seed: 0,
             input_scale: 1.0,
             tolerance: None,
