@@ -290,8 +290,6 @@ pub fn build_bwd(cfg: &RmsNormConfig) -> Result<Kernel, KernelError> {
     let wv = k.col_vec("weight", h, Bf16);
     let inv = k.row_vec("rstd", h, F32);
     let dot = k.row_vec("dot", h, F32);
-    let first = k.block(0) * rpb;
-    k.load_global(wv, f.view(&k, w, &first));
     k.zero(acc);
     k.for_range("step", 0, steps, |k, s| {
         // Rows past the end read zero: r̂ = 0 and dy = 0 there, so they add nothing to `dw`.
@@ -303,7 +301,10 @@ pub fn build_bwd(cfg: &RmsNormConfig) -> Result<Kernel, KernelError> {
         k.mul_row(h, h, inv);
         k.mul(t, g, h);
         k.add(acc, acc, t);
-        // dr = rstd · (w·dy − r̂ · mean(w·dy·r̂)); the mean's block-wide sum in slot 1.
+        // dr = rstd · (w·dy − r̂ · mean(w·dy·r̂)); the mean's block-wide sum in slot 1. The weight
+        // is read again for every row (from L2) rather than held across the loop, where NVRTC
+        // spilled at D = 4096 (64 registers, 4 spill stores; 80 and none so).
+        k.load_global(wv, f.view(k, w, &row));
         k.mul_col(g, g, wv);
         k.mul(t, g, h);
         k.row_sum(dot, t);
