@@ -206,6 +206,7 @@ table! {
     Vop2 0x03 VSubrevF32 "v_subrev_f32" [1, 1, 1, 0] Both;
     Vop2 0x05 VMulF32 "v_mul_f32" [1, 1, 1, 0] Both;
     Vop2 0x08 VMulU32U24 "v_mul_u32_u24" [1, 1, 1, 0] Both;
+    Vop2 0x09 VMulHiU32U24 "v_mul_hi_u32_u24" [1, 1, 1, 0] Both;
     Vop2 0x0a VMinF32 "v_min_f32" [1, 1, 1, 0] Both;
     Vop2 0x0b VMaxF32 "v_max_f32" [1, 1, 1, 0] Both;
     Vop2 0x0c VMinI32 "v_min_i32" [1, 1, 1, 0] Both;
