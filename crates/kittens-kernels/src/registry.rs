@@ -474,6 +474,49 @@ const ROTARY: KernelEntry = KernelEntry {
     problem: &rotary::problem::RotaryProblem,
 };
 
+const ROTARY_BWD: KernelEntry = KernelEntry {
+    name: "rotary_bwd",
+    about: "rotary's backward: dx = dy rotated by -theta (rotary with the sine negated), same \
+            layouts and forms",
+    targets: &[
+        TargetPlan {
+            target: Target::Gfx942,
+            schedule: "plain, heads of one position per wave (the table row broadcast)",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Gfx950,
+            schedule: "plain, heads of one position per wave (the table row broadcast)",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Sm90a,
+            schedule: "plain, heads of one position per warp (the table row broadcast)",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Cpu,
+            schedule: "plain, heads of one position per wave (the table row broadcast)",
+            status: Status::Interpreted,
+        },
+    ],
+    build_default: || {
+        rotary::build(&rotary::RotaryConfig {
+            inverse: true,
+            ..rotary::RotaryConfig::new(64, attn_fwd::AttnLayout::Bshd, false)
+        })
+    },
+    build_gpu: |_| {
+        rotary::build(&rotary::RotaryConfig {
+            inverse: true,
+            ..rotary::RotaryConfig::new(128, attn_fwd::AttnLayout::Bshd, false)
+        })
+    },
+    variants: &[],
+    build_variant: no_variants,
+    problem: &rotary::problem::RotaryBwdProblem,
+};
+
 /// The row-wise memory-bound kernels' four targets: one schedule on all of them.
 macro_rules! plain_targets {
     ($cpu:expr, $gpu:expr) => {
@@ -584,7 +627,7 @@ const SWIGLU_BWD: KernelEntry = KernelEntry {
 };
 
 /// Every kernel of the suite, in the order `kittens list` prints them.
-pub static ALL: [KernelEntry; 10] = [
+pub static ALL: [KernelEntry; 11] = [
     GEMM_BF16,
     GEMM_FP8,
     ATTN_FWD,
@@ -595,6 +638,7 @@ pub static ALL: [KernelEntry; 10] = [
     RMSNORM_BWD,
     SWIGLU,
     SWIGLU_BWD,
+    ROTARY_BWD,
 ];
 
 /// The registered names, in registry order.

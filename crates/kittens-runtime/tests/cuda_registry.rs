@@ -64,7 +64,8 @@ fn every_sm90a_registry_kernel_compiles_through_the_one_function() {
             "rmsnorm",
             "rmsnorm_bwd",
             "swiglu",
-            "swiglu_bwd"
+            "swiglu_bwd",
+            "rotary_bwd"
         ]
     );
 }

@@ -1,4 +1,4 @@
-//! `rmsnorm`, `rmsnorm_bwd`, `swiglu`, `swiglu_bwd` on the GPU targets, every configuration the
+//! `rmsnorm`, `rmsnorm_bwd`, `swiglu`, `swiglu_bwd` (and `rotary_bwd`) on the GPU targets, every configuration the
 //! registry builds (the defaults and the variants: the backward's `dweight` launch, SwiGLU's packed
 //! form): gfx942 and gfx950 compile with zero spills (gfx942 also with Debian's clang-19), sm_90a
 //! through NVRTC with zero spills; the lowered HIP on the host emulation and the code objects on the
@@ -18,7 +18,13 @@ use kittens_kernels::rmsnorm;
 use kittens_runtime::amd::analyze;
 use kittens_runtime::runner::{run, Backend, HipEmu, IsaEmu};
 
-const NAMES: [&str; 4] = ["rmsnorm", "rmsnorm_bwd", "swiglu", "swiglu_bwd"];
+const NAMES: [&str; 5] = [
+    "rmsnorm",
+    "rmsnorm_bwd",
+    "swiglu",
+    "swiglu_bwd",
+    "rotary_bwd",
+];
 const AMD: [Target; 2] = [Target::Gfx950, Target::Gfx942];
 
 fn entry(name: &str) -> &'static KernelEntry {
@@ -172,5 +178,48 @@ fn the_code_objects_match_the_reference_on_the_isa_emulator() {
     for t in AMD {
         clang_for(t.gpu().unwrap().arch);
         run_all(&IsaEmu::new(t).unwrap(), &CASES);
+    }
+}
+
+/// `rotary_bwd` (rotation by −θ) on both emulators: both forms, both layouts, the heads-along-rows
+/// and positions-along-rows arrangements (head dimensions 64 and 96).
+#[test]
+fn rotary_backward_on_the_emulators() {
+    use kittens_kernels::attn_fwd::AttnLayout;
+    use kittens_kernels::reference::AttnShape;
+    for t in AMD {
+        clang_for(t.gpu().unwrap().arch);
+        let backends: [Box<dyn Backend>; 2] = [
+            Box::new(HipEmu::new(t).unwrap()),
+            Box::new(IsaEmu::new(t).unwrap()),
+        ];
+        for b in &backends {
+            for (layout, interleaved, heads, seq, dim) in [
+                (AttnLayout::Bshd, false, 3, 37, 64),
+                (AttnLayout::Bhsd, true, 2, 9, 96),
+            ] {
+                let p = Problem {
+                    attn: AttnShape {
+                        batch: 1,
+                        heads,
+                        heads_kv: heads,
+                        seq,
+                        dim,
+                        layout,
+                    },
+                    interleaved,
+                    seed: 23,
+                    ..Problem::default()
+                };
+                let r = run(entry("rotary_bwd"), &p, b.as_ref()).unwrap();
+                eprintln!(
+                    "rotary_bwd {} {t} {}: rel_err {:.3e}",
+                    b.about().name,
+                    r.shape,
+                    r.error.rel_err
+                );
+                assert!(r.passed && r.error.rel_err > 0.0, "{t}: {:?}", r.failures());
+            }
+        }
     }
 }

@@ -228,6 +228,10 @@ table! {
     Vop2 0x1d VSubbCoU32 "v_subb_co_u32" [1, 1, 1, 2] Both;
     Vop2 0x1e VSubbrevCoU32 "v_subbrev_co_u32" [1, 1, 1, 2] Both;
     Vop2 0x26 VAddU16 "v_add_u16" [1, 1, 1, 0] Both;
+    Vop2 0x27 VSubU16 "v_sub_u16" [1, 1, 1, 0] Both;
+    Vop2 0x28 VSubrevU16 "v_subrev_u16" [1, 1, 1, 0] Both;
+    Vop2 0x29 VMulLoU16 "v_mul_lo_u16" [1, 1, 1, 0] Both;
+    Vop2 0x2a VLshlrevB16 "v_lshlrev_b16" [1, 1, 1, 0] Both;
     Vop2 0x2b VLshrrevB16 "v_lshrrev_b16" [1, 1, 1, 0] Both;
     Vop2 0x34 VAddU32 "v_add_u32" [1, 1, 1, 0] Both;
     Vop2 0x35 VSubU32 "v_sub_u32" [1, 1, 1, 0] Both;

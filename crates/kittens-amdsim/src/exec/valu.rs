@@ -52,6 +52,10 @@ fn int2(op: Op, a: u32, b: u32, clamp: bool) -> Option<u32> {
         // GFX9-family 16-bit ALU ops zero the destination's high half (LLVM relies on it).
         VLshrrevB16 => (b & 0xffff) >> (a & 15),
         VAddU16 => (a.wrapping_add(b)) & 0xffff,
+        VSubU16 => a.wrapping_sub(b) & 0xffff,
+        VSubrevU16 => b.wrapping_sub(a) & 0xffff,
+        VMulLoU16 => (a & 0xffff).wrapping_mul(b & 0xffff) & 0xffff,
+        VLshlrevB16 => ((b & 0xffff) << (a & 15)) & 0xffff,
         VAshrrevI32 => ((b as i32) >> (a & 31)) as u32,
         VLshlrevB32 => b << (a & 31),
         VAndB32 => a & b,
@@ -599,5 +603,16 @@ mod tests {
             int2(Op::VMulHiU32U24, 0xff_ffff, 0xff_ffff, false),
             Some(0xffff)
         );
+    }
+
+    /// The GFX9 16-bit integer ops: the low halves' result, the destination's high half zeroed.
+    #[test]
+    fn u16_ops_keep_the_low_half() {
+        let op = |o, a, b| int2(o, a, b, false).unwrap();
+        assert_eq!(op(Op::VMulLoU16, 0x1_0003, 0xffff_0005), 15);
+        assert_eq!(op(Op::VMulLoU16, 0x1234, 0x5678), 0x0060);
+        assert_eq!(op(Op::VSubU16, 3, 5), 0xfffe);
+        assert_eq!(op(Op::VSubrevU16, 3, 5), 2);
+        assert_eq!(op(Op::VLshlrevB16, 4, 0xf_1234), 0x2340);
     }
 }

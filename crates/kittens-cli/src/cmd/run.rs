@@ -219,7 +219,7 @@ fn kernel_flags(kernel: &str) -> &'static [&'static str] {
         "attn_fwd" => ATTN_FWD,
         "attn_bwd" => ATTN_BWD,
         "layernorm" => LAYERNORM,
-        "rotary" => ROTARY,
+        "rotary" | "rotary_bwd" => ROTARY,
         "rmsnorm" | "rmsnorm_bwd" => RMSNORM,
         "swiglu" | "swiglu_bwd" => SWIGLU,
         _ => &[],
