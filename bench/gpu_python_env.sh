@@ -8,4 +8,8 @@ python3 -m pip install -q --no-deps --target "$SITE" "$W"/kittens-*.whl
 python3 -c 'import ml_dtypes' 2>/dev/null || python3 -m pip install -q --no-deps --target "$SITE" "$W"/ml_dtypes-*.whl
 python3 -c 'import pytest' 2>/dev/null || python3 -m pip install -q --no-deps --target "$SITE" \
     "$W"/pytest-*.whl "$W"/pluggy-*.whl "$W"/iniconfig-*.whl "$W"/packaging-*.whl "$W"/pygments-*.whl
+if ! python3 -c 'import transformers' 2>/dev/null && ls "$W"/hf/transformers-*.whl >/dev/null 2>&1; then
+  # kittens.bench model; not numpy (the machine's torch was built against its own)
+  ls "$W"/hf/*.whl | grep -v '/numpy-' | xargs python3 -m pip install -q --no-deps --target "$SITE"
+fi
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1

@@ -8,7 +8,8 @@
 #   bash bench/run_h100.sh                   # about 15 minutes; OUT=dir to choose the folder
 #
 # PARTS picks what runs (default: all, in this order): gemm_bf16 gemm_fp8 attn_fwd attn_bwd layernorm
-# rotary tests. Each part has a timeout and the script goes on when one fails; the folder's log.txt
+# rotary tests; `model` (python -m kittens.bench model: a Llama trained and generating, HF vs kittens, about
+# 10 minutes) runs when named. Each part has a timeout and the script goes on when one fails; the folder's log.txt
 # keeps what each printed. Copy the parts worth keeping into bench/results/<kernel>/ and update its README.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -76,6 +77,10 @@ if has rotary; then
   D="$OUT/rotary"; mkdir -p "$D"
   step 100 $PY rotary --rope-shapes 16x16x4096x128,16x16x8192x128 --iters 30 --json "$D/rotary.json" --plot "$D/rotary.png"
   step 60 "$K" bench rotary --iters 20 --shapes 16x16x4096x128,16x32x4096x64 --json "$D/sweep_rotary.json"
+fi
+if has model; then
+  D="$OUT/model"; mkdir -p "$D"
+  step 1200 $PY model --size 125m --json "$D/llama_125m.json" --plot "$D/llama_125m.png"
 fi
 if has tests; then
   # The GPU tests of the Python package: every kernel on CUDA against the CPU interpreter and float64.

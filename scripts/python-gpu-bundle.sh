@@ -2,8 +2,8 @@
 # Prepares the Python package for a GPU machine without internet (CPython 3.12, x86-64 there): builds
 # the kittens wheel — manylinux_2_28, abi3, so the one wheel serves every CPython >= 3.9 — and downloads
 # the wheels the GPU tests need but such a machine may lack (pytest and its dependencies, ml_dtypes,
-# numpy), all into .carry/python/. bench/run_h100.sh installs them there with
-# `pip install --no-deps --target` and runs the tests and benchmarks.
+# numpy; transformers and its dependencies in hf/), all into .carry/python/. bench/run_h100.sh installs
+# them there with `pip install --no-deps --target` and runs the tests and benchmarks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=.carry/python
@@ -33,5 +33,10 @@ fi
 "$venv/bin/pip" download -q --disable-pip-version-check --only-binary=:all: --implementation cp \
     --python-version "$py" --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
     --platform manylinux_2_17_x86_64 -d "$out" pytest ml_dtypes numpy
+# transformers and its dependencies (kittens.integrations.transformers, `kittens.bench model`), apart: the
+# GPU machine installs them only where it lacks transformers (bench/gpu_python_env.sh).
+"$venv/bin/pip" download -q --disable-pip-version-check --only-binary=:all: --implementation cp \
+    --python-version "$py" --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
+    --platform manylinux_2_17_x86_64 -d "$out/hf" transformers
 ls -l "$out"
 du -sh "$out"

@@ -37,7 +37,7 @@ torch_req=${KITTENS_TORCH:-torch}
 if [ "$torch_req" != none ]; then
     echo "== python: installing $torch_req from PyPI (with its CUDA wheels: PyPI has no CPU-only one) and"
     echo "   matplotlib (kittens.train_dist's plot, tested in test_ring_torch_cpu.py; 12 s, ~80 MB) and"
-    echo "   transformers (test_torch_hf.py: a Hugging Face Llama on kittens.attention; 38 s, ~155 MB)"
+    echo "   transformers (test_torch_hf.py, test_nn_hf.py: Hugging Face models on kittens; 38 s, ~155 MB)"
     t0=$SECONDS
     "$venv/bin/python" -m pip install -q --disable-pip-version-check "$torch_req" matplotlib transformers
     echo "   torch installed in $((SECONDS - t0)) s: $("$venv/bin/python" -c 'import torch; print(torch.__version__)')"

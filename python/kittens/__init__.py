@@ -166,13 +166,27 @@ def matmul(a: Any, b: Any, *, out: Any = None):
     return _matmul(a, b, out)
 
 
+def _cuda():
+    """The CUDA path (``kittens._dispatch``: every kernel through one prepared-call path); CUDA arrays are
+    torch tensors by then (``_arrays`` imports other frameworks' through DLPack)."""
+    from . import _dispatch
+
+    return _dispatch
+
+
+def _obj(x, name: str):
+    return None if x is None else adapt(x, name, writable=True).obj
+
+
 def _matmul(a, b, out):
     A, B = adapt(a, "a"), adapt(b, "b")
+    if A.device == "cuda":
+        return _result(A, _cuda().matmul(A.obj, B.obj, out=_obj(out, "out")))
     if len(A.shape) != 2 or len(B.shape) != 2:
         raise ValueError(f"kittens.matmul takes 2-D arrays, got shapes {A.shape} and {B.shape}")
     m, n = A.shape[0], B.shape[1]
     if out is None:
-        _kittens.matmul(A.args(), B.args(), None, 0)  # the checks, before the output is allocated
+        _kittens.matmul(A.args(), B.args(), None)  # the checks, before the output is allocated
         out = new_like(A, (m, n))
     O = adapt(out, "out", writable=True)
     same_cuda = A.device == "cuda" and A.where() == B.where() == O.where()
@@ -184,7 +198,7 @@ def _matmul(a, b, out):
         if A.shape[1] == 0:
             O.obj.zero_()
             return _result(A, out)
-    _kittens.matmul(A.args(), B.args(), O.args(), _stream(A))
+    _kittens.matmul(A.args(), B.args(), O.args())
     return _result(A, out)
 
 
@@ -272,10 +286,25 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
     Q, K, V = adapt(q, "q"), adapt(k, "k"), adapt(v, "v")
     if len(Q.shape) != 4:
         raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
+    if Q.device == "cuda":
+        if scale is not None and abs(float(scale) * Q.shape[3] ** 0.5 - 1.0) > 1e-6:
+            raise ValueError(f"scale = {scale}: with out= or a non-torch array the kernel applies the default "
+                             "softmax scale 1/sqrt(D) only")
+        dispatch = _cuda()
+        o = _obj(out, "out")
+        f32 = sys.modules["torch"].float32
+        lse = Q.obj.new_empty(tuple(Q.shape[:3]), dtype=f32) if return_lse else None
+        r = dispatch.attention(Q.obj, K.obj, V.obj, bool(causal), causal_align == "bottom_right", out=o, lse=lse)
+        if r is None:
+            raise ValueError("q, k, v and out must all be dense in one layout, (B, H, N, D) or (B, N, H, D) "
+                             "seen through .transpose(1, 2)")
+        if not return_lse:
+            return _result(Q, r[0])
+        return _result(Q, r[0]), _result(Q, lse)
     # The checks (layouts, shapes, scale, mask), before any output is allocated.
     _kittens.attention(
         Q.args(), K.args(), V.args(), None, None, bool(causal), causal_align == "bottom_right",
-        None if scale is None else float(scale), 0,
+        None if scale is None else float(scale),
     )
     if out is None:
         out = new_like(Q, Q.shape, _attn_order(Q))
@@ -284,7 +313,7 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
     L = adapt(lse, "lse", writable=True).args() if lse is not None else None
     _kittens.attention(
         Q.args(), K.args(), V.args(), O.args(), L, bool(causal), causal_align == "bottom_right",
-        None if scale is None else float(scale), _stream(Q),
+        None if scale is None else float(scale),
     )
     if lse is None:
         return _result(Q, out)
@@ -335,12 +364,17 @@ def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, see
         raise ValueError(f"dropout p = {p} must be in [0, 1)")
     # Philox key and counter words: exact integers in [0, 2**64), never wrapped or truncated.
     seed, offset = as_int(seed, "seed", 0, 2**64), as_int(offset, "offset", 0, 2**64)
+    if X.device == "cuda":
+        both = _cuda().layernorm(X.obj, R.obj, W.obj, B.obj, float(p), seed, offset, float(eps),
+                                 out=_obj(out, "out"))
+        both = _result(X, both)
+        return both[0], both[1]
     ins = (X.args(), R.args(), W.args(), B.args())
     if out is None:
-        _kittens.layernorm(*ins, None, float(p), seed, offset, float(eps), 0)  # the checks first
+        _kittens.layernorm(*ins, None, float(p), seed, offset, float(eps))  # the checks first
         out = new_like(X, (2,) + tuple(X.shape))
     O = adapt(out, "out", writable=True)
-    _kittens.layernorm(*ins, O.args(), float(p), seed, offset, float(eps), _stream(X))
+    _kittens.layernorm(*ins, O.args(), float(p), seed, offset, float(eps))
     both = _result(X, out)
     return both[0], both[1]
 
@@ -439,7 +473,7 @@ def rotary(
         Q = adapt(q, "q")
         if len(Q.shape) != 4:
             raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
-        _kittens.rotary(Q.args(), None, None, None, interleaved, 0)  # q's checks, before the tables
+        _kittens.rotary(Q.args(), None, None, None, interleaved)  # q's checks, before the tables
         cos, sin = _tables_for(Q, base, positions)
     elif positions is not None:
         raise ValueError("rotary: positions apply to computed tables only (cos and sin were given)")
@@ -451,13 +485,17 @@ def rotary(
     Q, C, S = adapt(q, "q"), adapt(cos, "cos"), adapt(sin, "sin")
     if inplace:
         out = q
+    if Q.device == "cuda":
+        if len(Q.shape) != 4:
+            raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
+        return _result(Q, _cuda().rotary(Q.obj, C.obj, S.obj, bool(interleaved), out=_obj(out, "out")))
     if out is None:
         if len(Q.shape) != 4:
             raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
-        _kittens.rotary(Q.args(), C.args(), S.args(), None, interleaved, 0)  # the checks first
+        _kittens.rotary(Q.args(), C.args(), S.args(), None, interleaved)  # the checks first
         out = new_like(Q, Q.shape, _attn_order(Q))
     O = adapt(out, "out", writable=True)
-    _kittens.rotary(Q.args(), C.args(), S.args(), O.args(), bool(interleaved), _stream(Q))
+    _kittens.rotary(Q.args(), C.args(), S.args(), O.args(), bool(interleaved))
     return _result(Q, out)
 
 

@@ -16,11 +16,8 @@ launches on the H100 (docs/performance.md, "attn_bwd"), and ``"two"`` at head di
 1.01-1.04x in one run was within the run-to-run spread (timed interleaved later: 0.98-1.01, 0.999 over
 N 1024-8192) and the deterministic launches are kept. The
 form is the ``form=`` argument, else the environment variable ``KITTENS_ATTN_BWD`` (read once), else
-``"auto"``; ``form="two"`` is the deterministic choice.
-``KITTENS_ATTN_BWD_TURNS`` (``none``, ``scores``, ``both``; read when a configuration is first
-lowered) overrides which products of the key blocks the two consumer warpgroups take in turns on the
-tensor cores (default ``scores``): a measurement knob (docs/performance.md), any other value
-is a ValueError.
+``"auto"``; ``form="two"`` is the deterministic choice. Both forms are the registry's ``attn_bwd``
+launches (variants ``dq`` and ``atomic``) through the one prepared-call path (``kittens._dispatch``).
 CPU tensors run the same gradients on the CPU interpreter (``attn_bwd``'s one-launch program, which
 computes D itself) whatever the form.
 """
@@ -111,30 +108,20 @@ def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, fo
 
 
 def _cuda(q, k, v, out, grad_out, lse, causal, shape, atomic, bottom_right=False):
-    torch = _torch()
-    from . import _find_nvrtc
+    """The CUDA launches through the one prepared-call path (``kittens._dispatch``); tensors in neither
+    dense layout, or in two, are copied into one first."""
+    from . import _dispatch
 
-    _find_nvrtc()
-    b, h, hk, n, nk, d = shape
     bshd = _bshd(q, k, v, grad_out)
 
     def order(t):
         if bshd:
-            return t.transpose(1, 2).contiguous().transpose(1, 2)
-        return t.contiguous()
+            return t if t.transpose(1, 2).is_contiguous() else t.transpose(1, 2).contiguous().transpose(1, 2)
+        return t if t.is_contiguous() else t.contiguous()
 
     qq, kk, vv, oo, go = (order(t) for t in (q, k, v, out, grad_out))
-    # D = rowsum(dO * O), written by the first launch for the later ones.
-    delta = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
-    lse32 = lse.to(torch.float32).contiguous()
-    dq, dk, dv = torch.empty_like(qq), torch.empty_like(kk), torch.empty_like(vv)
-    ptrs = [t.data_ptr() for t in (qq, kk, vv, oo, go, lse32, delta, dq, dk, dv)]
-    stream = int(torch.cuda.current_stream(q.device).cuda_stream)
-    if bottom_right and causal:
-        _kittens.attention_backward_cuda(ptrs, shape, bshd, causal, q.device.index or 0, stream, atomic, True)
-    else:
-        _kittens.attention_backward_cuda(ptrs, shape, bshd, causal, q.device.index or 0, stream, atomic)
-    return dq, dk, dv
+    lse32 = lse.to(_torch().float32).contiguous()
+    return _dispatch.attention_backward(qq, kk, vv, oo, go, lse32, causal, bool(bottom_right and causal), atomic)
 
 
 def _cpu(q, k, v, out, grad_out, lse, causal, shape, bottom_right=False):

@@ -1,4 +1,4 @@
-"""``python -m kittens.bench gemm|attn|layernorm|rotary|overhead [--json F] [--plot F.png]``: kittens against
+"""``python -m kittens.bench gemm|attn|layernorm|rotary|overhead|model [--json F] [--plot F.png]``: kittens against
 PyTorch's own kernels on the same tensors, in one process.
 
 * gemm: ``kittens.matmul(a, w.T)`` against ``torch.matmul(a, w.T)`` (cuBLAS).
@@ -6,6 +6,8 @@ PyTorch's own kernels on the same tensors, in one process.
 * overhead: per-call time of a loop of calls, host included, against PyTorch's op (``kittens.bench_overhead``).
 * layernorm, rotary: against PyTorch eager and ``torch.compile`` of the same expression, in GB/s and as
   a fraction of the copy bandwidth measured in the same run (``kittens.bench_mem``).
+* model: a Hugging Face Llama trained and generating with and without
+  ``kittens.integrations.transformers.apply`` (``kittens.bench_model``, its own options: ``model --help``).
 
 Timing: CUDA events around every launch, warm-up first, the median of ``--iters`` launches; the inputs
 rotate over enough copies that together they span 4x the L2 (each launch reads operands the previous
@@ -337,8 +339,13 @@ def cpu_check(kittens) -> None:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["model"]:  # a whole model, its own options (kittens.bench_model)
+        from . import bench_model
+
+        return bench_model.main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m kittens.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=["gemm", "attn", "layernorm", "rotary", "overhead"])
+    p.add_argument("what", choices=["gemm", "attn", "layernorm", "rotary", "overhead", "model"])
     p.add_argument("--calls", type=int, default=300, help="overhead: calls per timed loop (at least 200)")
     p.add_argument("--rounds", type=int, default=7, help="overhead: timed loops per side")
     p.add_argument("--ln-shapes", default="16x4096x2048,4x4096x8192,16x4096x768",

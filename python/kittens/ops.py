@@ -49,6 +49,9 @@ from torch import Tensor
 
 from . import _attention, _matmul
 
+if torch.cuda.is_available():
+    from . import _dispatch
+
 __all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "rotary",
            "dropout_keep", "seed_arg", "rotary_tables"]
 
@@ -140,6 +143,8 @@ def seed_arg(x: int) -> int:
 def matmul_eager(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b`` through the GEMM kernel: a row-major (M, K); b row-major (K, N) or ``w.T`` of a
     row-major (N, K) ``w`` (both read in place; other strides are refused, see kittens.matmul)."""
+    if a.is_cuda:
+        return _dispatch.matmul(a, b)
     return _matmul(a, b, None)
 
 
@@ -197,11 +202,17 @@ def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale
     q's (interim; the output takes it too). ``lse_grad``: whether ``lse`` is differentiable (the
     public ``kittens.attention(..., return_lse=True)``); otherwise it carries no gradient, and the
     backward skips its term."""
-    layout = _pick_layout(q, k, v)
     qf = _q_factor(scale, q.shape[-1])
+    if q.is_cuda and qf is None:
+        r = _dispatch.attention(q, k, v, bool(causal), bool(bottom_right))
+        if r is not None:
+            return r
+    layout = _pick_layout(q, k, v)
     if qf is not None:
         q = q * qf  # interim: the kernels' softmax scale is 1/sqrt(D); one bf16 rounding of q
     q, k, v = (_in_layout(t, layout) for t in (q, k, v))
+    if q.is_cuda:
+        return _dispatch.attention(q, k, v, bool(causal), bool(bottom_right))  # one layout now
     out = _empty(q.shape, layout, q)
     return _attention(q, k, v, causal, None, out, True, "bottom_right" if bottom_right else "top_left")
 
@@ -320,6 +331,8 @@ def layernorm_eager(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, p
               offset: int = 0, eps: float = 1e-5) -> Tensor:
     """``(2, ..., D)``: plane 0 ``LayerNorm(h) * weight + bias``, plane 1 ``h = residual + dropout(x, p)``
     (the fused layernorm kernel; ``seed`` and ``offset`` as signed int64, taken mod 2^64)."""
+    if x.is_cuda:
+        return _dispatch.layernorm(x, residual, weight, bias, float(p), seed, offset, float(eps))
     from . import layernorm as run
 
     both = x.new_empty((2,) + tuple(x.shape))
@@ -482,6 +495,8 @@ def rotary_eager(q: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False)
 
     layout = _rotary_layout(q)
     q = _in_layout(q, layout)
+    if q.is_cuda:
+        return _dispatch.rotary(q, cos.contiguous(), sin.contiguous(), bool(interleaved))
     out = _empty(q.shape, layout, q)
     run(q, cos.contiguous(), sin.contiguous(), interleaved, out=out)
     return out

@@ -1,6 +1,10 @@
 """``python -m kittens.train_demo``: a small GPT trained twice on the same data in the same order, once
-with ``F.scaled_dot_product_attention`` and once with ``kittens.attention``; the two loss curves in one
-plot, tokens/s of each, and whether the final losses agree within 1%.
+from ``torch.nn`` modules with ``F.scaled_dot_product_attention`` and once from :mod:`kittens.nn`
+(``Linear`` on the GEMM kernel, ``LayerNorm`` on the layernorm kernel, :func:`kittens.nn.attention` on
+the attention kernels; the same parameters and state-dict keys); the two loss curves in one plot,
+tokens/s of each, and whether the final losses agree within 1%. The default width (768, 12 heads of
+64) is one the layernorm kernel takes (768 to 8192); a width it does not take runs PyTorch's layernorm
+with a warning saying so.
 
 The text is the repository's own: ``--text FILE``, else README.md and docs/*.md of the checkout this
 package sits in, else the README, docs and Rust sources compiled into the extension module when the
@@ -41,17 +45,19 @@ def load_text(path: Optional[str]) -> Tuple[bytes, str]:
     return bytes(_kittens.corpus()), "the README, docs and sources compiled into the wheel"
 
 
-def build_model(torch, attention, vocab, layers, d, heads, seq):
+def build_model(torch, attention, vocab, layers, d, heads, seq, modules=None):
+    """The GPT, its Linear and LayerNorm from ``modules`` (``torch.nn`` by default, or ``kittens.nn``)."""
     nn, F = torch.nn, torch.nn.functional
+    mods = modules if modules is not None else nn
 
     class Block(nn.Module):
         def __init__(self):
             super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.ln1, self.ln2 = mods.LayerNorm(d), mods.LayerNorm(d)
             # Separate projections so q, k, v are each a dense (B, N, H, D) buffer, read in place.
-            self.q, self.k, self.v = (nn.Linear(d, d, bias=False) for _ in range(3))
-            self.o = nn.Linear(d, d, bias=False)
-            self.up, self.down = nn.Linear(d, 4 * d, bias=False), nn.Linear(4 * d, d, bias=False)
+            self.q, self.k, self.v = (mods.Linear(d, d, bias=False) for _ in range(3))
+            self.o = mods.Linear(d, d, bias=False)
+            self.up, self.down = mods.Linear(d, 4 * d, bias=False), mods.Linear(4 * d, d, bias=False)
 
         def forward(self, x):
             b, n, _ = x.shape
@@ -67,8 +73,8 @@ def build_model(torch, attention, vocab, layers, d, heads, seq):
             self.tok = nn.Embedding(vocab, d)
             self.pos = nn.Embedding(seq, d)
             self.blocks = nn.ModuleList(Block() for _ in range(layers))
-            self.ln = nn.LayerNorm(d)
-            self.head = nn.Linear(d, vocab, bias=False)
+            self.ln = mods.LayerNorm(d)
+            self.head = mods.Linear(d, vocab, bias=False)
 
         def forward(self, idx, targets, pos=None):
             # pos: the tokens' positions in the sequence (a context-parallel shard holds some of them).
@@ -82,13 +88,14 @@ def build_model(torch, attention, vocab, layers, d, heads, seq):
     return GPT()
 
 
-def attention_fns(torch):
-    import kittens
+def arms(torch):
+    """Each arm's attention function and module namespace."""
+    import kittens.nn as knn
 
     F = torch.nn.functional
     return {
-        "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-        "kittens": lambda q, k, v: kittens.attention(q, k, v, causal=True),
+        "sdpa": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True), torch.nn),
+        "kittens": (lambda q, k, v: knn.attention(q, k, v, causal=True), knn),
     }
 
 
@@ -105,9 +112,10 @@ def probe_kittens(torch, device) -> Optional[str]:
     return None
 
 
-def train(torch, arm, attention, data, args, device) -> dict:
+def train(torch, arm, fns, data, args, device) -> dict:
     torch.manual_seed(args.seed)
-    model = build_model(torch, attention, 256, args.layers, args.d, args.heads, args.seq).to(device)
+    attention, modules = fns
+    model = build_model(torch, attention, 256, args.layers, args.d, args.heads, args.seq, modules).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95))
     gen = torch.Generator().manual_seed(args.seed)  # the same batches in the same order for every arm
     losses: List[float] = []
@@ -147,8 +155,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m kittens.train_demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--layers", type=int, default=6)
-    p.add_argument("--d-model", dest="d", type=int, default=512, help="model width (as kittens.train_dist)")
-    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--d-model", dest="d", type=int, default=768, help="model width (as kittens.train_dist)")
+    p.add_argument("--heads", type=int, default=12)
     p.add_argument("--seq", type=int, default=1024)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--lr", type=float, default=6e-4)
@@ -180,7 +188,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     data = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
     print(f"text: {len(text)} bytes from {source}; model: {args.layers} layers, d {args.d}, {args.heads} heads, "
           f"seq {args.seq}, batch {args.batch}, {args.steps} steps, bf16 autocast on {device}")
-    fns = attention_fns(torch)
+    fns = arms(torch)
     results = {}
     for arm in [a for a in args.arms.split(",") if a]:
         if arm not in fns:
@@ -224,7 +232,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             ax.plot(v["losses"], label=f"{k} ({v['final_loss']:.3f})")
         ax.set_xlabel("step")
         ax.set_ylabel("training loss (nats/byte)")
-        ax.set_title(f"GPT {args.layers}x{args.d}, seq {args.seq}: SDPA vs kittens.attention")
+        ax.set_title(f"GPT {args.layers}x{args.d}, seq {args.seq}: torch.nn + SDPA vs kittens.nn")
         ax.legend()
         fig.tight_layout()
         fig.savefig(args.plot, dpi=120)

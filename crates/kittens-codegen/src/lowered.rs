@@ -1,7 +1,7 @@
 //! What every backend's lowering returns: the source and everything a host needs to compile and
 //! launch it, in one shape for HIP and CUDA ([`Lowered`]), reached through one function ([`lower`]).
 
-use kittens_hw::{Backend, Target};
+use kittens_hw::{Language, Target};
 use kittens_ir::Kernel;
 use serde::Serialize;
 
@@ -222,9 +222,9 @@ pub fn lower(k: &Kernel, target: Target) -> Result<Lowered, LowerError> {
     if target.gpu().is_some() {
         check_budgets(k, target)?;
     }
-    match (target.backend(), target.arch()) {
-        (Backend::Hip, Some(arch)) => Ok(hip::lower(k, arch)?),
-        (Backend::Cuda, _) => Ok(crate::cuda::lower(k)?),
+    match (target.language(), target.arch()) {
+        (Language::Hip, Some(arch)) => Ok(hip::lower(k, arch)?),
+        (Language::Cuda, _) => Ok(crate::cuda::lower(k)?),
         _ => Err(LowerError::NoSource(target)),
     }
 }

@@ -2,7 +2,7 @@
 //! shared memory) and what it refuses.
 
 use kittens_codegen::cuda::{lower, CudaLowerError, TmaMap};
-use kittens_kernels::gemm_bf16::{build, GemmConfig};
+use kittens_kernels::gemm::{build, GemmConfig};
 
 #[test]
 fn gemm_tile_program_lowers_with_tma_boxes_from_its_loads() {
@@ -60,20 +60,9 @@ fn gemm_tile_program_lowers_with_tma_boxes_from_its_loads() {
         l.dynamic_shared_bytes(),
         ir.shared_offsets(1024).1 + 2 * 64 * cfg.block * 2 + 16 * stages + 1024
     );
-    // One fill per stage: `full` armed once with A's and B's bytes together; `empty` counts every
-    // consumer thread (2 warpgroups).
-    let stage_bytes = (128 + cfg.block) * ks * 2;
-    assert!(l.source.contains(&format!(
-        "kt::mbarrier_arrive_expect_tx(KT_FULL(slot), {stage_bytes}u);"
-    )));
-    assert_eq!(
-        l.source.matches("kt::mbarrier_arrive_expect_tx(").count(),
-        1
-    );
-    assert!(l.source.contains("kt::mbarrier_init(KT_EMPTY(i), 256);"));
-    // Each K step is one chain of k16 wgmmas on the whole block-wide accumulator.
-    let chain = format!("wgmma_m64n{}k16_bf16_ss(r_acc", cfg.block);
-    assert_eq!(l.source.matches(&chain).count() as u32, ks / 16);
+    // The barriers' counts (one fill per stage, `empty` counting every consumer thread) and the
+    // K step's wgmma chain are checked on what NVRTC compiles this to: kittens-runtime
+    // tests/cuda_ptx.rs.
 }
 
 #[test]
@@ -86,9 +75,9 @@ fn amd_schedule_is_refused() {
     }
 }
 
-/// The FP8 GEMM is the same tile program with e4m3 operands: the lowering picks wgmma's e4m3 form
-/// (K = 32 per instruction, so K step / 32 instructions per chain), passes the operands as bytes and
-/// the scales as f32 pointers, and reads each per-tensor scale once (a scalar broadcast, not 128 loads).
+/// The FP8 GEMM is the same tile program with e4m3 operands: the lowering passes the operands as bytes
+/// and the scales as f32 pointers. (Its wgmma form, K = 32 per instruction, and each per-tensor scale
+/// read once are checked on NVRTC's output: kittens-runtime tests/cuda_ptx.rs.)
 #[test]
 fn fp8_gemm_lowers_to_e4m3_wgmma_with_a_scaled_epilogue() {
     let gpu = kittens_hw::gpu("h100").expect("catalogued");
@@ -102,15 +91,6 @@ fn fp8_gemm_lowers_to_e4m3_wgmma_with_a_scaled_epilogue() {
     assert_eq!((maps[0].box_rows, maps[0].box_cols), (128, ks));
     assert_eq!((maps[1].box_rows, maps[1].box_cols), (cfg.block, ks));
     assert!(maps.iter().all(|m| m.swizzle_bytes == 128), "{maps:?}");
-    let chain = format!("wgmma_m64n{}k32_e4m3_ss(r_acc", cfg.block);
-    assert_eq!(l.source.matches(&chain).count() as u32, ks / 32);
-    assert!(l
-        .source
-        .contains(&format!("m64n{}k32.f32.e4m3.e4m3", cfg.block)));
-    assert!(
-        !l.source.contains("k16_bf16_ss("),
-        "no bf16 wgmma in the fp8 kernel"
-    );
     for arg in [
         "const unsigned char* __restrict__ g_a",
         "const unsigned char* __restrict__ g_b",
@@ -120,13 +100,6 @@ fn fp8_gemm_lowers_to_e4m3_wgmma_with_a_scaled_epilogue() {
     ] {
         assert!(l.source.contains(arg), "signature lacks {arg}");
     }
-    assert_eq!(l.source.matches("__ldg(g_scale_a)").count(), 1);
-    assert_eq!(l.source.matches("__ldg(g_scale_b)").count(), 1);
-    // A stage is A's and B's K step in bytes (1 per element).
-    let stage_bytes = (128 + cfg.block) * ks;
-    assert!(l.source.contains(&format!(
-        "kt::mbarrier_arrive_expect_tx(KT_FULL(slot), {stage_bytes}u);"
-    )));
 }
 
 /// Per-row / per-column scales are read per element under the tensor's bounds; an f32 output (the
@@ -134,7 +107,7 @@ fn fp8_gemm_lowers_to_e4m3_wgmma_with_a_scaled_epilogue() {
 #[test]
 fn fp8_scale_layouts_and_refusals() {
     use kittens_hw::dtype::DType;
-    use kittens_kernels::gemm_bf16::Scales;
+    use kittens_kernels::gemm::Scales;
     let gpu = kittens_hw::gpu("h100").expect("catalogued");
     let mut cfg = GemmConfig::fp8_for_gpu(gpu);
     cfg.types.scales = Some(Scales::PerRowCol);
@@ -182,7 +155,7 @@ fn fp8_scale_layouts_and_refusals() {
 #[test]
 fn n_major_b_is_bf16_only() {
     use kittens_ir::{MmaForm, Op, Stmt};
-    use kittens_kernels::gemm_bf16::BLayout;
+    use kittens_kernels::gemm::BLayout;
     fn abt_to_ab(body: &mut [Stmt]) -> usize {
         let mut n = 0;
         for s in body {
@@ -209,11 +182,9 @@ fn n_major_b_is_bf16_only() {
         b_layout: BLayout::Kn,
         ..GemmConfig::for_gpu(gpu)
     };
-    let l = lower(&build(&bf16_kn).unwrap()).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        l.source.contains("k16_bf16_ss_tb("),
-        "transposed-B bf16 wgmma"
-    );
+    // It lowers (its transposed-B wgmma is checked on NVRTC's output: kittens-runtime
+    // tests/cuda_ptx.rs).
+    lower(&build(&bf16_kn).unwrap()).unwrap_or_else(|e| panic!("{e}"));
     let mut ir = build(&GemmConfig::fp8_for_gpu(gpu)).unwrap();
     assert!(abt_to_ab(&mut ir.body) > 0, "the fp8 GEMM has mma_abt ops");
     match lower(&ir) {
@@ -355,8 +326,7 @@ fn atomic_dq_waits_with_dk_still_in_flight() {
 }
 
 /// Clusters (`Grid::cluster`): each block of a cluster must issue the fills its partners wait for,
-/// so a producer whose loop bound reads the row tile is refused, and so is a paired grid; the fill
-/// still expects a whole stage (the partner's share of B lands in this block too).
+/// so a producer whose loop bound reads the row tile is refused, and so is a paired grid.
 #[test]
 fn clusters_need_fills_in_step() {
     use kittens_ir::{BinOp, Expr, Stmt};
@@ -366,11 +336,9 @@ fn clusters_need_fills_in_step() {
         ..GemmConfig::for_gpu(gpu)
     };
     let ir = build(&cfg).expect("the clustered gemm builds");
-    let l = lower(&ir).unwrap_or_else(|e| panic!("{e}"));
-    let stage_bytes = (128 + cfg.block) * cfg.k_step * 2;
-    assert!(l.source.contains(&format!(
-        "kt::mbarrier_arrive_expect_tx(KT_FULL(slot), {stage_bytes}u);"
-    )));
+    // It lowers (that a block still expects a whole stage is checked on NVRTC's output:
+    // kittens-runtime tests/cuda_ptx.rs).
+    lower(&ir).unwrap_or_else(|e| panic!("{e}"));
     let mut paired = ir.clone();
     paired.grid.paired = true;
     let e = lower(&paired).unwrap_err().to_string();

@@ -5,7 +5,7 @@ use kittens_codegen::{cuda, hip};
 use kittens_hw::Arch;
 use kittens_ir::analysis::{Hazard, ScheduleError};
 use kittens_ir::{Kernel, Op};
-use kittens_kernels::gemm_bf16::{build, GemmConfig};
+use kittens_kernels::gemm::{build, GemmConfig};
 
 /// The kernel without its first barrier written in the program (not implied by the schedule).
 fn without_first_barrier(k: &Kernel) -> Kernel {

@@ -24,12 +24,8 @@ fn available_plans_lower_with_a_consistent_contract() {
             let gpu = t.gpu().expect("a GPU target has a model");
             assert_eq!(l.target, t);
             assert_eq!(l.threads, gpu.wave_width * k.waves, "{} {t}", e.name);
-            assert!(
-                l.source.contains(&format!("{}(", l.entry)),
-                "{} {t}: entry `{}` not in the source",
-                e.name,
-                l.entry
-            );
+            // That the source defines `l.entry` is what compiling it checks: the compilers are asked
+            // for that kernel by name (kittens-runtime tests/cuda_registry.rs, amd_no_spills.rs).
             assert!(
                 l.shared_bytes <= gpu.shared_bytes_per_block,
                 "{} {t}",

@@ -18,6 +18,10 @@ fn count(src: &str, pat: &str) -> usize {
     src.matches(pat).count()
 }
 
+/// sm_90a's source only: on gfx950 the compiled code is checked (kittens-runtime tests/amd_strip.rs,
+/// `interleaved_rotary_moves_pairs_as_16_byte_vectors_on_gfx950`). NVRTC's PTX of this source stores
+/// the first 16 bytes as four 4-byte stores (the second as one 16-byte store), so a check on NVIDIA's
+/// compiled code would not hold yet.
 #[test]
 fn interleaved_rotary_moves_pairs_as_vectors() {
     for layout in [AttnLayout::Bshd, AttnLayout::Bhsd] {
@@ -27,7 +31,7 @@ fn interleaved_rotary_moves_pairs_as_vectors() {
                 ..RotaryConfig::new(128, layout, true)
             };
             let k = rotary::build(&cfg).unwrap();
-            for (t, v16, _) in TARGETS {
+            for (t, v16, _) in TARGETS.into_iter().filter(|(t, ..)| *t == Target::Sm90a) {
                 let src = lower(&k, t).unwrap().source;
                 // D128: a chunk of 8 pairs is 32 contiguous bytes, two 16-byte accesses each way.
                 let loads = count(

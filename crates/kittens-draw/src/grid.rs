@@ -2,8 +2,8 @@
 //! tiles of the first dispatch round coloured by the XCD that runs them, as a text map for terminals
 //! or RGB pixels for [`crate::png`].
 
-use kittens_sched::remap::GridOrder;
-use kittens_sched::SchedError;
+use kittens_grid::remap::GridOrder;
+use kittens_grid::GridError;
 
 /// Most tiles a map may have (one entry each; a text map prints one character per tile).
 pub const MAX_MAP_TILES: u64 = 1 << 22;
@@ -19,11 +19,11 @@ pub fn first_round(
     n_xcd: u64,
     cus: u64,
     order: GridOrder,
-) -> Result<Vec<Vec<Option<u64>>>, SchedError> {
+) -> Result<Vec<Vec<Option<u64>>>, GridError> {
     let tiles = rows as u128 * cols as u128;
-    SchedError::check_budget("a map", tiles, "tiles", "grid map", MAX_MAP_TILES, "")?;
+    GridError::check_budget("a map", tiles, "tiles", "grid map", MAX_MAP_TILES, "")?;
     order.check(rows, cols)?;
-    let not_2d = || SchedError::Invalid(format!("{} is not a 2-d grid order", order.label()));
+    let not_2d = || GridError::Invalid(format!("{} is not a 2-d grid order", order.label()));
     let mut grid = vec![vec![None; cols as usize]; rows as usize];
     for id in 0..cus.min(rows * cols) {
         let (r, c) = order.tile(id, rows, cols).ok_or_else(not_2d)?;
@@ -61,9 +61,9 @@ const PALETTE: [[u8; 3]; 8] = [
 ];
 
 /// RGB pixels of the map, `cell` pixels per tile with a one-pixel grid line; at most [`MAX_PIXELS`].
-pub fn render_rgb(grid: &[Vec<Option<u64>>], cell: u32) -> Result<(u32, u32, Vec<u8>), SchedError> {
+pub fn render_rgb(grid: &[Vec<Option<u64>>], cell: u32) -> Result<(u32, u32, Vec<u8>), GridError> {
     if cell == 0 {
-        return Err(SchedError::Invalid(
+        return Err(GridError::Invalid(
             "a cell must be at least one pixel".into(),
         ));
     }
@@ -76,7 +76,7 @@ pub fn render_rgb(grid: &[Vec<Option<u64>>], cell: u32) -> Result<(u32, u32, Vec
     );
     let what = format!("an image of {w}x{h}");
     let hint = "; use a smaller cell";
-    SchedError::check_budget(what, w * h, "pixels", "picture", MAX_PIXELS, hint)?;
+    GridError::check_budget(what, w * h, "pixels", "picture", MAX_PIXELS, hint)?;
     let (w, h) = (w as u32, h as u32);
     let mut px = vec![0u8; (w as usize) * (h as usize) * 3];
     for y in 0..h {
@@ -125,6 +125,6 @@ mod tests {
     #[test]
     fn orders_of_another_rank_draw_nothing() {
         let r = first_round(4, 4, 8, 16, GridOrder::HeadFirst { xcds: 8 });
-        assert!(matches!(r, Err(SchedError::Invalid(_))), "{r:?}");
+        assert!(matches!(r, Err(GridError::Invalid(_))), "{r:?}");
     }
 }

@@ -1,11 +1,11 @@
 //! Pictures too large to draw are refused with the limit named, before anything is allocated.
 
 use kittens_draw::{first_round, render_rgb};
-use kittens_sched::remap::GridOrder;
-use kittens_sched::SchedError;
+use kittens_grid::remap::GridOrder;
+use kittens_grid::GridError;
 
 /// The error's message, checked to name `limit`.
-fn limit_error<T: std::fmt::Debug>(r: Result<T, SchedError>, limit: &str) -> String {
+fn limit_error<T: std::fmt::Debug>(r: Result<T, GridError>, limit: &str) -> String {
     let msg = r.expect_err("must be refused").to_string();
     assert!(msg.contains(limit), "`{msg}` does not name `{limit}`");
     msg
@@ -35,5 +35,5 @@ fn the_png_refuses_an_image_over_its_pixel_budget() {
 #[test]
 fn the_png_refuses_cells_without_pixels() {
     let map = first_round(2, 2, 8, 256, GridOrder::RowMajor).unwrap();
-    assert!(matches!(render_rgb(&map, 0), Err(SchedError::Invalid(_))));
+    assert!(matches!(render_rgb(&map, 0), Err(GridError::Invalid(_))));
 }

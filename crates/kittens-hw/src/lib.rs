@@ -13,4 +13,4 @@ pub mod mma;
 pub mod target;
 
 pub use gpu::{gpu, Arch, Gpu, L2Scope};
-pub use target::{Backend, Target, UnknownTarget};
+pub use target::{Language, Target, UnknownTarget};

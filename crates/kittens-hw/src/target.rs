@@ -29,10 +29,11 @@ pub enum Target {
     Cpu,
 }
 
-/// The language a target's kernels are written out in.
+/// The language a target's kernels are written out in. (What executes them is a
+/// `kittens_runtime::runner::Backend`: the interpreter, an emulator or a GPU.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Backend {
+pub enum Language {
     /// HIP C++ through an AMDGPU clang.
     Hip,
     /// CUDA C++ through NVRTC.
@@ -41,17 +42,17 @@ pub enum Backend {
     Cpu,
 }
 
-impl Backend {
+impl Language {
     pub fn name(self) -> &'static str {
         match self {
-            Backend::Hip => "HIP",
-            Backend::Cuda => "CUDA",
-            Backend::Cpu => "interpreter",
+            Language::Hip => "HIP",
+            Language::Cuda => "CUDA",
+            Language::Cpu => "interpreter",
         }
     }
 }
 
-/// A target name that is none of [`Target::ALL`]; the message lists every valid name with its backend.
+/// A target name that is none of [`Target::ALL`]; the message lists every valid name with its language.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("unknown target `{0}`; valid targets: {list}", list = Target::valid_names())]
 pub struct UnknownTarget(pub String);
@@ -70,11 +71,11 @@ impl Target {
         }
     }
 
-    pub fn backend(self) -> Backend {
+    pub fn language(self) -> Language {
         match self {
-            Target::Gfx942 | Target::Gfx950 => Backend::Hip,
-            Target::Sm90a => Backend::Cuda,
-            Target::Cpu => Backend::Cpu,
+            Target::Gfx942 | Target::Gfx950 => Language::Hip,
+            Target::Sm90a => Language::Cuda,
+            Target::Cpu => Language::Cpu,
         }
     }
 
@@ -113,7 +114,7 @@ impl Target {
     pub fn valid_names() -> String {
         Target::ALL
             .iter()
-            .map(|t| format!("{} ({})", t.name(), t.backend().name()))
+            .map(|t| format!("{} ({})", t.name(), t.language().name()))
             .collect::<Vec<_>>()
             .join(", ")
     }
@@ -164,7 +165,7 @@ mod tests {
     /// A name of another vendor's target is not called an unknown AMD (or CUDA) target: the error
     /// lists every backend's names.
     #[test]
-    fn unknown_names_list_every_backend() {
+    fn unknown_names_list_every_language() {
         for bad in ["sm_80", "gfx90a", "GFX942", ""] {
             let msg = bad.parse::<Target>().unwrap_err().to_string();
             for want in [

@@ -137,6 +137,15 @@ impl Expr {
         }
     }
 
+    /// Whether the expression reads parameter `i` (`Expr::Param`).
+    pub fn reads_param(&self, i: ParamId) -> bool {
+        match self {
+            Expr::Param(j) => *j == i,
+            Expr::Bin(_, a, b) => a.reads_param(i) || b.reads_param(i),
+            _ => false,
+        }
+    }
+
     /// The constant value, if the expression has no free variables.
     pub fn as_const(&self) -> Option<i64> {
         match self {

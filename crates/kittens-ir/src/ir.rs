@@ -645,7 +645,7 @@ impl Schedule {
 
 /// Which logical tile a launched block computes: one grid-order type for the whole project, defined
 /// beside the remap functions that evaluate it.
-pub use kittens_sched::remap::GridOrder;
+pub use kittens_grid::remap::GridOrder;
 
 /// The launch: a 1-d grid of `∏ extents` blocks; `remap` maps each launch id to coordinates
 /// `Expr::Block(0..extents.len())`.

@@ -2,7 +2,7 @@
 
 use kittens_ir::analysis::{analyze, resolve_auto_waits, Hazard, Options, Report};
 use kittens_ir::{Kernel, Op, Stmt, WaitCount, WaitQueue};
-use kittens_kernels::gemm_bf16::{build, GemmConfig};
+use kittens_kernels::gemm::{build, GemmConfig};
 
 fn gemm() -> Kernel {
     build(&GemmConfig::small()).expect("gemm_bf16 builds")

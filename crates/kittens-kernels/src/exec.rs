@@ -9,7 +9,7 @@
 
 use crate::attn_bwd::{problem::BwdProblem, BwdShape, Causal};
 use crate::attn_fwd::{problem::AttnProblem, AttnConfig};
-use crate::gemm_bf16::{problem::GemmProblem, GemmConfig};
+use crate::gemm::{problem::GemmProblem, GemmConfig};
 use crate::problem::{KernelProblem, Launch, Problem};
 use crate::reference::AttnShape;
 use crate::KernelError;
@@ -82,7 +82,7 @@ fn run_kernel(
 
 /// The GEMM problem [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true) runs.
 fn gemm_problem(m: usize, n: usize, k: usize, kn: bool) -> Problem {
-    use crate::gemm_bf16::{BLayout, GemmSchedule};
+    use crate::gemm::{BLayout, GemmSchedule};
     let gemm = match kn {
         false => GemmConfig::default(),
         true => GemmConfig {
@@ -122,18 +122,7 @@ pub fn gemm_abt(
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>, KernelError> {
-    let p = gemm_problem(m, n, k, false);
-    let launch = GemmProblem::BF16.launch(&p)?;
-    let empty = launch.output_len() == 0 || k == 0;
-    if !empty {
-        within_budget(&GemmProblem::BF16, &p)?;
-    }
-    let inputs = [("A", a), ("B", b)];
-    check_lens(&launch, &inputs)?;
-    if empty {
-        return Ok(vec![0.0; launch.output_len()]);
-    }
-    run_on(&GemmProblem::BF16, &p, launch, &inputs)
+    gemm(a, b, (m, n, k), false)
 }
 
 /// `C = A·B` through `gemm_bf16` with B stored `k × n` row-major (`BLayout::Kn`: the Hopper
@@ -146,7 +135,17 @@ pub fn gemm_ab(
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>, KernelError> {
-    let p = gemm_problem(m, n, k, true);
+    gemm(a, b, (m, n, k), true)
+}
+
+/// [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true).
+fn gemm(
+    a: &[f32],
+    b: &[f32],
+    (m, n, k): (usize, usize, usize),
+    kn: bool,
+) -> Result<Vec<f32>, KernelError> {
+    let p = gemm_problem(m, n, k, kn);
     let launch = GemmProblem::BF16.launch(&p)?;
     let empty = launch.output_len() == 0 || k == 0;
     if !empty {
@@ -187,8 +186,8 @@ pub fn attention(
     Ok(attention_lse(q, k, v, &sh, causal, false)?.0)
 }
 
-/// The problem [`attention_lse`] runs.
-fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool) -> Problem {
+/// The attention problem at `sh` with `causal`'s mask, as [`attention_bwd`] runs it.
+fn attn_shape_problem(sh: &BwdShape, causal: Causal) -> Problem {
     Problem {
         attn: AttnShape {
             batch: sh.batch,
@@ -201,10 +200,29 @@ fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool) -> Problem {
         seq_kv: Some(sh.seq_kv),
         causal: causal != Causal::No,
         bottom_right: causal == Causal::BottomRight,
-        lse,
-        attn_cfg: AttnConfig::default(),
         ..Problem::default()
     }
+}
+
+/// The problem [`attention_lse`] runs: [`attn_shape_problem`] with the forward's tiles.
+fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool) -> Problem {
+    Problem {
+        lse,
+        attn_cfg: AttnConfig::default(),
+        ..attn_shape_problem(sh, causal)
+    }
+}
+
+/// Refuses a head dimension `kernel` does not take ([`ATTN_DIMS`], multiples of 32), naming it.
+fn check_head_dim(dim: usize, kernel: &str) -> Result<(), KernelError> {
+    if ATTN_DIMS.contains(&dim) && dim.is_multiple_of(32) {
+        return Ok(());
+    }
+    Err(KernelError::Config(format!(
+        "head dimension {dim} is not supported: {kernel} takes multiples of 32 from {} to {}",
+        ATTN_DIMS.start(),
+        ATTN_DIMS.end()
+    )))
 }
 
 /// Whether [`attention_lse`] at `sh` is within the run budget, checked before the caller reads its
@@ -228,14 +246,7 @@ pub fn attention_lse(
     causal: Causal,
     lse: bool,
 ) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
-    if !ATTN_DIMS.contains(&sh.dim) || !sh.dim.is_multiple_of(32) {
-        return Err(KernelError::Config(format!(
-            "head dimension {} is not supported: attn_fwd takes multiples of 32 from {} to {}",
-            sh.dim,
-            ATTN_DIMS.start(),
-            ATTN_DIMS.end()
-        )));
-    }
+    check_head_dim(sh.dim, "attn_fwd")?;
     let p = attn_problem(sh, causal, lse);
     let launch = AttnProblem.launch(&p)?;
     let inputs = [("Q", q), ("K", k), ("V", v)];
@@ -332,28 +343,8 @@ pub fn attention_bwd(
     sh: &BwdShape,
     causal: Causal,
 ) -> Result<[Vec<f32>; 3], KernelError> {
-    if !ATTN_DIMS.contains(&sh.dim) || !sh.dim.is_multiple_of(32) {
-        return Err(KernelError::Config(format!(
-            "head dimension {} is not supported: attn_bwd takes multiples of 32 from {} to {}",
-            sh.dim,
-            ATTN_DIMS.start(),
-            ATTN_DIMS.end()
-        )));
-    }
-    let p = Problem {
-        attn: AttnShape {
-            batch: sh.batch,
-            heads: sh.heads,
-            heads_kv: sh.heads_kv,
-            seq: sh.seq_q,
-            dim: sh.dim,
-            layout: sh.layout,
-        },
-        seq_kv: Some(sh.seq_kv),
-        causal: causal != Causal::No,
-        bottom_right: causal == Causal::BottomRight,
-        ..Problem::default()
-    };
+    check_head_dim(sh.dim, "attn_bwd")?;
+    let p = attn_shape_problem(sh, causal);
     let launch = BwdProblem.launch(&p)?;
     let inputs = [
         ("Q", q),

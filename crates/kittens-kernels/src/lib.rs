@@ -11,7 +11,7 @@ pub mod attn_bwd;
 pub mod attn_fwd;
 pub mod budget;
 pub mod exec;
-pub mod gemm_bf16;
+pub mod gemm;
 pub mod layernorm;
 pub mod problem;
 pub mod reference;

@@ -2,14 +2,14 @@
 //! kernel knows about running at them ([`KernelProblem`]: its launch parameters and tensors, its
 //! configuration per target, its size budget, its f64 reference and how its error is judged).
 //!
-//! Each kernel implements [`KernelProblem`] beside its own code (`gemm_bf16::problem`,
+//! Each kernel implements [`KernelProblem`] beside its own code (`gemm::problem`,
 //! `attn_fwd::problem`) and the registry hands it out (`KernelEntry::problem`). The runner that draws
 //! the inputs, executes them on a backend and judges the output is `kittens_runtime::runner`; the
 //! Python package's path on the caller's own inputs is [`crate::exec`]. Neither names a kernel.
 
 use crate::attn_fwd::split::KvSplits;
 use crate::attn_fwd::{AttnConfig, AttnLayout};
-use crate::gemm_bf16::GemmConfig;
+use crate::gemm::GemmConfig;
 use crate::reference::{AttnShape, Tolerance};
 use crate::KernelError;
 use kittens_hw::dtype::DType;
@@ -18,6 +18,18 @@ use kittens_ir::numerics::{round, Rounding};
 use kittens_ir::Kernel;
 use rand::rngs::SmallRng;
 use rand::Rng;
+
+impl Problem {
+    /// The model of `gpu` a configuration is chosen for: the catalog's, with the device's
+    /// multiprocessor count where the problem names one ([`Problem::sms`]; an H200 is not an H100).
+    pub fn device_model(&self, gpu: &kittens_hw::Gpu) -> kittens_hw::Gpu {
+        let mut g = gpu.clone();
+        if let Some(n) = self.sms.filter(|&n| n > 0) {
+            g.compute_units = n;
+        }
+        g
+    }
+}
 
 /// Problem sizes and tile choices for one run. A kernel reads the fields it needs; on a GPU target the
 /// tiles are the target's (`GemmConfig::for_gpu`), not `gemm` / `attn_cfg`.
@@ -49,11 +61,16 @@ pub struct Problem {
     /// residual first and write the sum out as the new residual (the default); `false`: normalise
     /// `x` alone.
     pub residual: bool,
-    /// RMSNorm: added to the mean square.
-    pub rms_eps: f32,
     /// SwiGLU (`swiglu`, `swiglu_bwd`; `norm.rows` rows of `F = norm.dim`): gate and up are the two
     /// halves of one `[rows, 2F]` tensor (gate first) instead of two `[rows, F]` tensors.
     pub packed: bool,
+    /// Layernorm, RMSNorm: the epsilon added to the variance or mean square (`None`: the kernel's
+    /// default, 1e-5 for the layernorm, 1e-6 for the RMSNorm).
+    pub eps: Option<f32>,
+    /// On a GPU target, the multiprocessor count of the device the run is for (what the runtime read
+    /// from the device it opened), where the configuration depends on it (the GEMM's block per shape,
+    /// the attention's key split); `None`: the catalog GPU's.
+    pub sms: Option<u32>,
     pub seed: u64,
     /// The random inputs (uniform in [-1, 1)) are multiplied by this before rounding to bf16; large
     /// scales give attention large logits (`8` at head dimension 64 gives logits of about ±64).
@@ -93,8 +110,9 @@ impl Default for Problem {
             norm: NormShape::default(),
             interleaved: false,
             residual: true,
-            rms_eps: 1e-6,
             packed: false,
+            eps: None,
+            sms: None,
             seed: 0,
             input_scale: 1.0,
             tolerance: None,

@@ -21,14 +21,8 @@ pub fn gemm_abt(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> 
 
 /// Applies an FP8 GEMM's scales to its f64 product `c` (M×N row-major, `n` columns) in f64:
 /// `c[i][j] *= sa·sb` per tensor, `sa[i]·sb[j]` per row of A and row of B.
-pub fn scale_rows_cols(
-    c: &mut [f64],
-    n: usize,
-    mode: crate::gemm_bf16::Scales,
-    sa: &[f32],
-    sb: &[f32],
-) {
-    use crate::gemm_bf16::Scales;
+pub fn scale_rows_cols(c: &mut [f64], n: usize, mode: crate::gemm::Scales, sa: &[f32], sb: &[f32]) {
+    use crate::gemm::Scales;
     for (x, v) in c.iter_mut().enumerate() {
         let (i, j) = match mode {
             Scales::PerTensor => (0, 0),

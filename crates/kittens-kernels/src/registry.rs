@@ -5,7 +5,7 @@
 //! `kittens list` are generated from it.
 
 use crate::problem::KernelProblem;
-use crate::{attn_bwd, attn_fwd, gemm_bf16, layernorm, rmsnorm, rotary, swiglu, KernelError};
+use crate::{attn_bwd, attn_fwd, gemm, layernorm, rmsnorm, rotary, swiglu, KernelError};
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
 use serde::Serialize;
@@ -187,7 +187,7 @@ pub fn no_variants(_: &Gpu, v: &str) -> Result<Kernel, KernelError> {
 
 /// The GEMMs' variants (both element types: the same tile program).
 const GEMM_VARIANTS: &[Variant] = &[Variant {
-    name: gemm_bf16::problem::INTERLEAVE4,
+    name: gemm::problem::INTERLEAVE4,
     about: "4-wave interleave (HipKittens §3.3.2): one wave per SIMD, LDS reads, global loads and \
             MFMAs alternating in the hot loop",
     targets: &[Target::Gfx950],
@@ -222,12 +222,12 @@ const GEMM_BF16: KernelEntry = KernelEntry {
     ],
     variants: GEMM_VARIANTS,
     build_variant: |gpu, v| {
-        let base = gemm_bf16::GemmConfig::for_gpu(gpu);
-        gemm_bf16::build(&gemm_bf16::problem::variant(base, gpu, v)?)
+        let base = gemm::GemmConfig::for_gpu(gpu);
+        gemm::build(&gemm::problem::variant(base, gpu, v)?)
     },
-    build_default: || gemm_bf16::build(&gemm_bf16::GemmConfig::default()),
-    build_gpu: |gpu| gemm_bf16::build(&gemm_bf16::GemmConfig::for_gpu(gpu)),
-    problem: &gemm_bf16::problem::GemmProblem::BF16,
+    build_default: || gemm::build(&gemm::GemmConfig::default()),
+    build_gpu: |gpu| gemm::build(&gemm::GemmConfig::for_gpu(gpu)),
+    problem: &gemm::problem::GemmProblem::BF16,
 };
 
 const GEMM_FP8: KernelEntry = KernelEntry {
@@ -260,12 +260,12 @@ const GEMM_FP8: KernelEntry = KernelEntry {
     ],
     variants: GEMM_VARIANTS,
     build_variant: |gpu, v| {
-        let base = gemm_bf16::GemmConfig::fp8_for_gpu(gpu);
-        gemm_bf16::build(&gemm_bf16::problem::variant(base, gpu, v)?)
+        let base = gemm::GemmConfig::fp8_for_gpu(gpu);
+        gemm::build(&gemm::problem::variant(base, gpu, v)?)
     },
-    build_default: || gemm_bf16::build(&gemm_bf16::GemmConfig::fp8_default()),
-    build_gpu: |gpu| gemm_bf16::build(&gemm_bf16::GemmConfig::fp8_for_gpu(gpu)),
-    problem: &gemm_bf16::problem::GemmProblem::FP8,
+    build_default: || gemm::build(&gemm::GemmConfig::fp8_default()),
+    build_gpu: |gpu| gemm::build(&gemm::GemmConfig::fp8_for_gpu(gpu)),
+    problem: &gemm::problem::GemmProblem::FP8,
 };
 
 /// The attention's variants on CDNA: its causal kernel (a separate code object, `kittens run

@@ -3,8 +3,8 @@
 //! with partial blocks along M, N and K; and the schedules that cannot read it refuse it.
 
 use kittens_kernels::exec::interpret;
-use kittens_kernels::gemm_bf16::shapes::TILES;
-use kittens_kernels::gemm_bf16::{build, BLayout, GemmConfig};
+use kittens_kernels::gemm::shapes::TILES;
+use kittens_kernels::gemm::{build, BLayout, GemmConfig};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 /// bf16-exact random values in [-1, 1).

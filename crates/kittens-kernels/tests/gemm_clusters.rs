@@ -6,8 +6,8 @@
 
 use kittens_hw::dtype::DType::Bf16;
 use kittens_kernels::exec::interpret;
-use kittens_kernels::gemm_bf16::shapes::HopperTile;
-use kittens_kernels::gemm_bf16::{build, BLayout, GemmConfig};
+use kittens_kernels::gemm::shapes::HopperTile;
+use kittens_kernels::gemm::{build, BLayout, GemmConfig};
 use kittens_kernels::problem::random;
 use rand::{rngs::SmallRng, SeedableRng};
 

@@ -3,7 +3,7 @@
 
 use kittens_ir::analysis::{analyze, Hazard, Options};
 use kittens_ir::{interp, Kernel, Op, WaitQueue};
-use kittens_kernels::gemm_bf16::{build, GemmConfig};
+use kittens_kernels::gemm::{build, GemmConfig};
 
 const M: i64 = 256;
 const N: i64 = 256;
@@ -116,7 +116,7 @@ fn missing_wait_reads_stale_data() {
 
 fn register_staged() -> Kernel {
     build(&GemmConfig {
-        staging: kittens_kernels::gemm_bf16::Staging::Registers,
+        staging: kittens_kernels::gemm::Staging::Registers,
         ..GemmConfig::default()
     })
     .unwrap()

@@ -4,9 +4,9 @@
 
 use kittens_hw::dtype::DType;
 use kittens_kernels::exec::interpret;
-use kittens_kernels::gemm_bf16::shapes::TILES;
-use kittens_kernels::gemm_bf16::split_k::{self, build_reduce, PARTIAL};
-use kittens_kernels::gemm_bf16::{build, BLayout, GemmConfig, GemmTypes, Scales};
+use kittens_kernels::gemm::shapes::TILES;
+use kittens_kernels::gemm::split_k::{self, build_reduce, PARTIAL};
+use kittens_kernels::gemm::{build, BLayout, GemmConfig, GemmTypes, Scales};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 /// bf16-exact random values in [-1, 1).
@@ -202,7 +202,7 @@ fn bad_configurations_are_refused() {
 /// a pitch with and one without 16-byte rows) and writes nothing past `cols`.
 #[test]
 fn operand_copy_changes_the_row_pitch() {
-    let copy = kittens_kernels::gemm_bf16::align::build_copy(32).expect("copy");
+    let copy = kittens_kernels::gemm::align::build_copy(32).expect("copy");
     let mut rng = SmallRng::seed_from_u64(3);
     for (rows, cols, sp, dp) in [
         (7usize, 300usize, 301usize, 320usize),

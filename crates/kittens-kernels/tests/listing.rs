@@ -1,6 +1,6 @@
 //! The kernel listing names every op with its index and marks what the schedule implied.
 
-use kittens_kernels::gemm_bf16::{build, GemmConfig};
+use kittens_kernels::gemm::{build, GemmConfig};
 
 #[test]
 fn gemm_listing_shows_the_schedule() {

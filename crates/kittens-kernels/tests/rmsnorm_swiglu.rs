@@ -254,7 +254,7 @@ fn bad_sizes_are_refused_with_the_limit() {
             .to_string();
         assert!(e.contains("rows must be positive"), "{e}");
         let p = Problem {
-            rms_eps: -1.0,
+            eps: Some(-1.0),
             ..problem(2, 1024)
         };
         let e = by_name(name)

@@ -32,7 +32,7 @@ fn attention_schedule_has_no_hazard() {
 /// The warp-specialised GEMM: hazard-free, refused on AMD (shared `mma` operands), within H100 budgets.
 #[test]
 fn producer_consumer_gemm_schedule() {
-    use kittens_kernels::gemm_bf16::{build, GemmConfig, GemmSchedule};
+    use kittens_kernels::gemm::{build, GemmConfig, GemmSchedule};
     let k = build(&GemmConfig {
         schedule: GemmSchedule::ProducerConsumer,
         ..GemmConfig::small()
@@ -60,7 +60,7 @@ fn producer_consumer_gemm_schedule() {
 /// Per-target configurations fit their GPU: shared memory, registers, and the schedule's rules.
 #[test]
 fn gemm_config_per_gpu_fits() {
-    use kittens_kernels::gemm_bf16::{build, GemmConfig, GemmSchedule};
+    use kittens_kernels::gemm::{build, GemmConfig, GemmSchedule};
     for g in kittens_hw::gpu::ALL {
         let cfg = GemmConfig::for_gpu(g);
         let k = build(&cfg).unwrap();
@@ -73,7 +73,7 @@ fn gemm_config_per_gpu_fits() {
     }
     // HipKittens E.1: K step 64 on both CDNA targets; MI325X/MI300X (64 KiB LDS) stage the next K step in
     // registers, MI355X double-buffers it in LDS.
-    use kittens_kernels::gemm_bf16::Staging;
+    use kittens_kernels::gemm::Staging;
     for (name, staging) in [
         ("mi300x", Staging::Registers),
         ("mi325x", Staging::Registers),
@@ -107,7 +107,7 @@ fn attention_fits_cdna() {
 /// The 4-wave interleave GEMM: hazard-free, and one wave per SIMD gets the whole 512-register file.
 #[test]
 fn interleave_gemm_schedule() {
-    use kittens_kernels::gemm_bf16::{build, GemmConfig, GemmSchedule};
+    use kittens_kernels::gemm::{build, GemmConfig, GemmSchedule};
     let k = build(&GemmConfig {
         schedule: GemmSchedule::Interleave4,
         ..GemmConfig::small()

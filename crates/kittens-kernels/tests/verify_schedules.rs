@@ -5,12 +5,12 @@
 use kittens_ir::analysis::{analyze_launch, verify, Options, ScheduleError};
 use kittens_ir::{Kernel, Op};
 use kittens_kernels::attn_fwd::{self, AttnConfig};
-use kittens_kernels::gemm_bf16::{self, GemmConfig, GemmSchedule, Staging};
+use kittens_kernels::gemm::{self, GemmConfig, GemmSchedule, Staging};
 use std::time::Instant;
 
 fn kernels() -> Vec<(&'static str, Kernel)> {
     let gemm = |schedule, staging| {
-        gemm_bf16::build(&GemmConfig {
+        gemm::build(&GemmConfig {
             schedule,
             staging,
             ..GemmConfig::default()
@@ -90,7 +90,7 @@ fn causal_attention_blocks_form_classes_by_trip_count() {
 
 #[test]
 fn the_check_refuses_a_gemm_without_its_prologue_barrier() {
-    let k = gemm_bf16::build(&GemmConfig::default()).unwrap();
+    let k = gemm::build(&GemmConfig::default()).unwrap();
     let first = k
         .ops()
         .into_iter()

@@ -3,7 +3,7 @@
 
 use kittens_kernels::attn_bwd::{BwdShape, Causal};
 use kittens_kernels::exec;
-use kittens_kernels::gemm_bf16::BLayout;
+use kittens_kernels::gemm::BLayout;
 use kittens_kernels::reference::AttnShape;
 
 use crate::view::{ApiError, Attention, Matmul};

@@ -1,13 +1,14 @@
 //! `kittens._kittens`, the extension module under the Python package `kittens` (python/kittens): the
 //! kernels on the caller's own arrays. The Python side reads each array's address, shape, strides, dtype
 //! and device (numpy, torch, DLPack) and allocates outputs; this module checks them ([`view`]), runs the
-//! kernel on the CPU interpreter ([`host`]) or launches it on the caller's CUDA stream ([`gpu`]), and
+//! kernel on the CPU interpreter ([`host`]) or, for CUDA tensors, prepares and launches it on the caller's
+//! stream ([`prepared`]), and
 //! turns every failure — panics included — into a Python exception.
 //!
 //! No GPU library is linked: the CUDA driver and NVRTC are opened at run time by `kittens-runtime`.
 
-mod gpu;
 mod host;
+mod prepared;
 mod view;
 mod view_mem;
 
@@ -21,6 +22,11 @@ use kittens_kernels::attn_bwd::Causal;
 use view::{ApiError, Device, View, ViewArgs};
 
 static VERBOSE: AtomicBool = AtomicBool::new(false);
+
+/// The per-kernel entry points below run CPU arrays; CUDA tensors go through the one prepared-call
+/// path ([`prepared`], `kittens._dispatch`), which the Python package takes for every CUDA call.
+const CUDA_ELSEWHERE: &str =
+    "kittens internal error: CUDA arrays go through kittens._dispatch (prepared calls), not this entry";
 
 fn to_py(e: ApiError) -> PyErr {
     match e {
@@ -111,18 +117,11 @@ fn say(msg: &str) {
 }
 
 /// `out = a @ b` for bf16 `a` (M, K) row-major and `b` (K, N) = `w.T` of a row-major (N, K) `w`. CPU
-/// arrays run on the interpreter; CUDA arrays are launched on `stream` (a `CUstream` handle; 0 is the
-/// legacy default stream) and the call returns once the launch is enqueued.
+/// arrays run on the interpreter (CUDA tensors go through [`prepared`]).
 /// Without `out`, only the checks run (against the output the call would allocate): the Python side
 /// calls so before allocating.
 #[pyfunction]
-fn matmul(
-    py: Python<'_>,
-    a: ViewArgs,
-    b: ViewArgs,
-    out: Option<ViewArgs>,
-    stream: u64,
-) -> PyResult<()> {
+fn matmul(py: Python<'_>, a: ViewArgs, b: ViewArgs, out: Option<ViewArgs>) -> PyResult<()> {
     let (a, b) = (
         view::view("a", a).map_err(to_py)?,
         view::view("b", b).map_err(to_py)?,
@@ -149,13 +148,7 @@ fn matmul(
             ));
             Ok(())
         }
-        Device::Cuda(ordinal) => {
-            // SAFETY: the Python caller passes live tensors of this device used on their own stream.
-            if let Some(load) = unsafe { gpu::matmul(&p, ordinal, stream)? } {
-                say(&gpu::describe(&load));
-            }
-            Ok(())
-        }
+        Device::Cuda(_) => Err(ApiError::Runtime(CUDA_ELSEWHERE.into())),
     };
     match p.device {
         Device::Cpu => interruptible(py, run),
@@ -167,9 +160,9 @@ fn matmul(
 /// when H_kv < H), all in (B, H, N, D) or (B, N, H, D) memory order; `causal` masks keys after each
 /// query, aligned top-left (`j ≤ i`) or with `bottom_right` (`j ≤ i + N_kv − N`); `lse`, when given,
 /// receives the log-sum-exp of every row (f32 (B, H, N)). CPU arrays run on the interpreter; CUDA
-/// arrays are launched on `stream` like [`matmul`]'s.
+/// arrays go through [`prepared`].
 #[pyfunction]
-#[pyo3(signature = (q, k, v, out, lse, causal, bottom_right, scale, stream))]
+#[pyo3(signature = (q, k, v, out, lse, causal, bottom_right, scale))]
 #[allow(clippy::too_many_arguments)]
 fn attention(
     py: Python<'_>,
@@ -181,7 +174,6 @@ fn attention(
     causal: bool,
     bottom_right: bool,
     scale: Option<f64>,
-    stream: u64,
 ) -> PyResult<()> {
     let views = [view::view("q", q), view::view("k", k), view::view("v", v)];
     let [q, k, v] = views.map(|r| r.map_err(to_py));
@@ -228,13 +220,7 @@ fn attention(
             ));
             Ok(())
         }
-        Device::Cuda(ordinal) => {
-            // SAFETY: the Python caller passes live tensors of this device used on their own stream.
-            for load in unsafe { gpu::attention(&p, causal, ordinal, stream)? } {
-                say(&gpu::describe(&load));
-            }
-            Ok(())
-        }
+        Device::Cuda(_) => Err(ApiError::Runtime(CUDA_ELSEWHERE.into())),
     };
     match p.device {
         Device::Cpu => interruptible(py, run),
@@ -244,10 +230,10 @@ fn attention(
 
 /// `out[0] = LayerNorm(residual + dropout(x))·weight + bias`, `out[1] = residual + dropout(x)` for
 /// bf16 `x`, `residual` (…, D), `weight`, `bias` (D,), `out` (2, …, D); dropout with probability `p`
-/// from the Philox stream keyed by `seed` and `offset`. CPU arrays run on the interpreter; CUDA arrays
-/// are launched on `stream` like [`matmul`]'s.
+/// from the Philox stream keyed by `seed` and `offset`. CPU arrays run on the interpreter (CUDA tensors
+/// go through [`prepared`]).
 #[pyfunction]
-#[pyo3(signature = (x, residual, weight, bias, out, p, seed, offset, eps, stream))]
+#[pyo3(signature = (x, residual, weight, bias, out, p, seed, offset, eps))]
 #[allow(clippy::too_many_arguments)]
 fn layernorm(
     py: Python<'_>,
@@ -260,7 +246,6 @@ fn layernorm(
     seed: u64,
     offset: u64,
     eps: f64,
-    stream: u64,
 ) -> PyResult<()> {
     let views = [
         view::view("x", x),
@@ -317,13 +302,7 @@ fn layernorm(
             ));
             Ok(())
         }
-        Device::Cuda(ordinal) => {
-            // SAFETY: the Python caller passes live tensors of this device used on their own stream.
-            if let Some(load) = unsafe { gpu::layernorm(&call, &norm, eps, ordinal, stream)? } {
-                say(&gpu::describe(&load));
-            }
-            Ok(())
-        }
+        Device::Cuda(_) => Err(ApiError::Runtime(CUDA_ELSEWHERE.into())),
     };
     match call.device {
         Device::Cpu => interruptible(py, run),
@@ -333,7 +312,7 @@ fn layernorm(
 
 /// Rotary embedding of bf16 `q` (B, H, N, D) (dense, or a transposed (B, N, H, D) buffer) with `cos`,
 /// `sin` (N, D/2) into `out` (q's shape and order; `out` may be `q`): half rotation, or the interleaved
-/// (GPT-J) pairs. CPU arrays run on the interpreter; CUDA arrays on `stream`.
+/// (GPT-J) pairs. CPU arrays run on the interpreter (CUDA tensors go through [`prepared`]).
 #[pyfunction]
 fn rotary(
     py: Python<'_>,
@@ -342,7 +321,6 @@ fn rotary(
     sin: Option<ViewArgs>,
     out: Option<ViewArgs>,
     interleaved: bool,
-    stream: u64,
 ) -> PyResult<()> {
     let q = view::view("q", q).map_err(to_py)?;
     // Tables and output the caller has not made yet are checked as what it would make: (N, D/2)
@@ -375,13 +353,7 @@ fn rotary(
             // SAFETY: the Python caller holds the arrays alive for the call; shapes checked above.
             unsafe { host::rotary(&call, interleaved) }
         }
-        Device::Cuda(ordinal) => {
-            // SAFETY: the Python caller passes live tensors of this device used on their own stream.
-            if let Some(load) = unsafe { gpu::rotary(&call, interleaved, ordinal, stream)? } {
-                say(&gpu::describe(&load));
-            }
-            Ok(())
-        }
+        Device::Cuda(_) => Err(ApiError::Runtime(CUDA_ELSEWHERE.into())),
     };
     match call.device {
         Device::Cpu => interruptible(py, run),
@@ -389,83 +361,6 @@ fn rotary(
     }
 }
 
-/// The attention backward on CUDA over device addresses (the Python side, `kittens._attention_backward`,
-/// allocates and checks the torch tensors): `ptrs` are q, k, v, out, do, lse, delta (f32 scratch), dq,
-/// dk, dv; `shape` is
-/// (batch, heads, heads_kv, seq_q, seq_kv, dim); `bshd` the memory order of the bf16 tensors (else
-/// BHSD); lse and delta f32 `[batch, heads, seq_q]`. Each range is checked against the driver's
-/// allocation before the launches. `atomic`: FlashAttention-3's three launches (dQ added in f32 by
-/// the key blocks, `AttnBwdForm::AtomicDq`) instead of the default two. `bottom_right`: the causal mask
-/// aligned bottom-right (`j ≤ i + N_kv − N`, as the forward's `causal_align="bottom_right"`).
-#[pyfunction]
-#[pyo3(signature = (ptrs, shape, bshd, causal, ordinal, stream, atomic=false, bottom_right=false))]
-#[allow(clippy::too_many_arguments)]
-fn attention_backward_cuda(
-    py: Python<'_>,
-    ptrs: [u64; 10],
-    shape: (usize, usize, usize, usize, usize, usize),
-    bshd: bool,
-    causal: bool,
-    ordinal: i32,
-    stream: u64,
-    atomic: bool,
-    bottom_right: bool,
-) -> PyResult<()> {
-    use kittens_kernels::attn_bwd::{BwdShape, Causal};
-    use kittens_kernels::attn_fwd::AttnLayout;
-    use kittens_runtime::cuda::caller_attn_bwd::AttnBwdForm;
-    let (batch, heads, heads_kv, seq_q, seq_kv, dim) = shape;
-    let [q, k, v, o, d_o, lse, delta, dq, dk, dv] = ptrs;
-    let p = kittens_runtime::cuda::caller_attn_bwd::AttnBwdPointers {
-        q,
-        k,
-        v,
-        o,
-        d_o,
-        lse,
-        delta,
-        dq,
-        dk,
-        dv,
-        shape: BwdShape {
-            batch,
-            heads,
-            heads_kv,
-            seq_q,
-            seq_kv,
-            dim,
-            layout: if bshd {
-                AttnLayout::Bshd
-            } else {
-                AttnLayout::Bhsd
-            },
-        },
-        causal: match (causal, bottom_right) {
-            (false, _) => Causal::No,
-            (true, false) => Causal::TopLeft,
-            (true, true) => Causal::BottomRight,
-        },
-        form: if atomic {
-            AttnBwdForm::AtomicDq
-        } else {
-            AttnBwdForm::TwoLaunch
-        },
-    };
-    guarded(py, move || {
-        // SAFETY: the runtime checks every range against the driver before launching; the Python
-        // caller keeps the tensors alive and uses them on this stream.
-        for load in unsafe { gpu::attention_backward(&p, ordinal, stream)? } {
-            say(&gpu::describe(&load));
-        }
-        Ok(())
-    })
-}
-
-/// The attention backward on the CPU interpreter (`kittens_kernels::exec::attention_bwd`): `arrays` are
-/// q, k, v, out, grad_out (f32 values of bf16 tensors, dense (B, H, N, D)) and lse (f32 (B, H, N)) as
-/// native-endian bytes; `shape` (batch, heads, heads_kv, seq_q, seq_kv, dim). Returns dq, dk, dv as
-/// f32 bytes of the same orders. `bottom_right`: the causal mask aligned bottom-right (lse `+∞` for a
-/// row that keeps no key).
 #[pyfunction]
 #[pyo3(signature = (arrays, shape, causal, bottom_right=false))]
 fn attention_backward_cpu<'py>(
@@ -555,9 +450,10 @@ fn build_commit() -> (&'static str, Option<bool>) {
 
 #[pymodule]
 fn _kittens(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(prepared::prepare, m)?)?;
+    m.add_class::<prepared::Handle>()?;
     m.add_function(wrap_pyfunction!(matmul, m)?)?;
     m.add_function(wrap_pyfunction!(attention, m)?)?;
-    m.add_function(wrap_pyfunction!(attention_backward_cuda, m)?)?;
     m.add_function(wrap_pyfunction!(attention_backward_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(layernorm, m)?)?;
     m.add_function(wrap_pyfunction!(rotary, m)?)?;

@@ -7,7 +7,7 @@
 
 use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::exec::ATTN_DIMS;
-use kittens_kernels::gemm_bf16::BLayout;
+use kittens_kernels::gemm::BLayout;
 
 /// Errors that become Python exceptions of the matching type.
 #[derive(Debug, thiserror::Error)]
@@ -311,8 +311,6 @@ pub struct Attention {
     pub seq_kv: usize,
     pub dim: usize,
     pub layout: AttnLayout,
-    /// The key split on CUDA (`auto`: where the tail planner says it pays); the CPU path ignores it.
-    pub kv_splits: kittens_kernels::attn_fwd::split::KvSplits,
 }
 
 /// Dense strides of logical (B, H, N, D) in `layout`.
@@ -439,6 +437,5 @@ pub fn attention(
         seq_kv: n_kv,
         dim: d,
         layout,
-        kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Auto,
     })
 }

@@ -114,7 +114,7 @@ fn lowered_gemm_runs_right_gfx942_path() {
 /// stages the next K step in registers (gfx942, HipKittens E.1).
 #[test]
 fn registry_gemm_runs_right_both_paths() {
-    use kittens_kernels::gemm_bf16::{build, GemmConfig, Staging};
+    use kittens_kernels::gemm::{build, GemmConfig, Staging};
     for (gpu, staging) in [("mi355x", Staging::Lds), ("mi325x", Staging::Registers)] {
         let g = kittens_hw::gpu(gpu).unwrap();
         let cfg = GemmConfig::for_gpu(g);
@@ -281,7 +281,7 @@ fn lowered_attention_matches_f64_both_paths() {
 /// masked whole: 64x64x68 gave C[0][0] = 1.0703 for 1.7300, 64x64x3 gave C = 0.
 #[test]
 fn registry_gemm_ragged_shapes_both_targets() {
-    use kittens_kernels::gemm_bf16::{build, GemmConfig};
+    use kittens_kernels::gemm::{build, GemmConfig};
     for gpu in ["mi355x", "mi325x"] {
         let g = kittens_hw::gpu(gpu).unwrap();
         let k = build(&GemmConfig::for_gpu(g)).unwrap();

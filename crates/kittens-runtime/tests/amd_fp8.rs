@@ -12,7 +12,7 @@ use amd_common::{clang_for, debian_clang19};
 use kittens_codegen::hip::lower;
 use kittens_hw::dtype::DType;
 use kittens_hw::Arch;
-use kittens_kernels::gemm_bf16::{build, GemmConfig, Staging};
+use kittens_kernels::gemm::{build, GemmConfig, Staging};
 use kittens_kernels::problem::Problem;
 use kittens_runtime::amd::{analyze, CodeObjectReport};
 use kittens_runtime::runner::{self, HipEmu};
@@ -134,7 +134,7 @@ fn gemm_fp8_runs_right_on_the_emulation() {
 /// order, so a scale taken from the wrong row or column (drawn in [0.5, 2)) would show at order 0.1.
 #[test]
 fn per_row_col_scales_and_f32_output_on_the_emulation() {
-    use kittens_kernels::gemm_bf16::{GemmTypes, Scales};
+    use kittens_kernels::gemm::{GemmTypes, Scales};
     use kittens_kernels::problem::random;
     use kittens_kernels::reference;
     use kittens_runtime::amd::emulate::{Emulator, HostTensor};

@@ -49,6 +49,45 @@ fn strip_kernels_compile_without_spills() {
     }
 }
 
+/// The interleaved rotary pair moves as 16-byte vectors in the code clang builds for gfx950, not element
+/// by element: at D128 a chunk of 8 pairs is 32 contiguous bytes, written as two `global_store_dwordx4`,
+/// and every global load is 16 bytes wide (x's two halves and the table rows), for every layout and
+/// along either rows (heads, positions).
+#[test]
+fn interleaved_rotary_moves_pairs_as_16_byte_vectors_on_gfx950() {
+    use kittens_kernels::rotary::{self, RotaryConfig, RotaryRows};
+    let arch = Arch::Cdna4;
+    for layout in [AttnLayout::Bshd, AttnLayout::Bhsd] {
+        for along in [RotaryRows::Heads, RotaryRows::Positions] {
+            let cfg = RotaryConfig {
+                along,
+                ..RotaryConfig::new(128, layout, true)
+            };
+            let k = rotary::build(&cfg).unwrap();
+            let src = kittens_codegen::hip::lower(&k, arch).unwrap().source;
+            let asm = clang_for(arch).compile_to_asm(&src, arch).unwrap();
+            let r = analyze(&asm, arch, Some(&kittens_codegen::cexpr::ident(&k.name))).unwrap();
+            let global = |prefix: &str| -> Vec<(&str, u32)> {
+                let ops = r.instructions.iter();
+                ops.filter(|(o, _)| o.starts_with(prefix))
+                    .map(|(o, n)| (o.as_str(), *n))
+                    .collect()
+            };
+            assert_eq!(
+                global("global_store"),
+                [("global_store_dwordx4", 2)],
+                "{cfg:?}"
+            );
+            let loads = global("global_load");
+            assert!(
+                !loads.is_empty() && loads.iter().all(|(o, _)| *o == "global_load_dwordx4"),
+                "{cfg:?}: {loads:?}"
+            );
+            assert!(global("buffer_").is_empty(), "{cfg:?}");
+        }
+    }
+}
+
 /// Runs `name` at `p` on the emulation of `t` and on the interpreter, on the same inputs.
 fn both(name: &str, p: &Problem, t: Target) -> (Vec<f32>, Vec<f32>, Vec<f64>) {
     let def = kittens_kernels::by_name(name).unwrap().problem();

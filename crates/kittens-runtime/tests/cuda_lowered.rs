@@ -8,8 +8,8 @@ mod cuda_common;
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
 use kittens_ir::SlotFill;
-use kittens_kernels::gemm_bf16::shapes::{HopperTile, TILES};
-use kittens_kernels::gemm_bf16::{build, BLayout, GemmConfig};
+use kittens_kernels::gemm::shapes::{HopperTile, TILES};
+use kittens_kernels::gemm::{build, BLayout, GemmConfig};
 use kittens_runtime::cuda::compile_with_cache;
 
 #[test]
@@ -240,7 +240,7 @@ fn lowered_attention_compiles_for_sm_90a() {
     }
 }
 
-/// Every block shape of the shape-aware Hopper GEMM (`gemm_bf16::shapes::TILES`) is the one tile
+/// Every block shape of the shape-aware Hopper GEMM (`gemm::shapes::TILES`) is the one tile
 /// program with other parameters, lowers for sm_90a and compiles with NVRTC without spills, within the
 /// H100's shared memory; 64-row blocks run one consumer warpgroup (no register reallocation), 256-row
 /// blocks issue two wgmma chains per K step.
@@ -297,7 +297,7 @@ fn every_gemm_block_shape_compiles_for_sm_90a() {
 #[test]
 fn lowered_fp8_gemm_compiles_for_sm_90a() {
     ensure_nvrtc();
-    use kittens_kernels::gemm_bf16::{build, GemmConfig, Scales};
+    use kittens_kernels::gemm::{build, GemmConfig, Scales};
     let registry = kittens_kernels::by_name("gemm_fp8")
         .and_then(|e| e.build_for(Target::Sm90a))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -536,7 +536,7 @@ fn deeper_rings_store_c_box_by_box() {
     );
 }
 
-/// Every Hopper GEMM block (`gemm_bf16::shapes::TILES`) with B as N × K and as K × N.
+/// Every Hopper GEMM block (`gemm::shapes::TILES`) with B as N × K and as K × N.
 fn blocks_and_layouts() -> impl Iterator<Item = (HopperTile, BLayout)> {
     TILES
         .iter()

@@ -9,9 +9,9 @@ mod cuda_common;
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::dtype::DType;
 use kittens_hw::Target;
-use kittens_kernels::gemm_bf16::shapes::HopperTile;
-use kittens_kernels::gemm_bf16::split_k::{build_reduce, PARTIAL};
-use kittens_kernels::gemm_bf16::{build, GemmConfig};
+use kittens_kernels::gemm::shapes::HopperTile;
+use kittens_kernels::gemm::split_k::{build_reduce, PARTIAL};
+use kittens_kernels::gemm::{build, GemmConfig};
 use kittens_runtime::cuda::KernelCache;
 
 fn compiles(l: &kittens_codegen::Lowered, cache: &KernelCache) {
@@ -66,7 +66,7 @@ fn split_gemms_and_the_reduction_compile_for_sm_90a() {
         }
         compiles(&l, &cache);
     }
-    let copy = kittens_kernels::gemm_bf16::align::build_copy(32).expect("copy");
+    let copy = kittens_kernels::gemm::align::build_copy(32).expect("copy");
     let l = kittens_codegen::lower(&copy, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
     compiles(&l, &cache);
     let reduce = build_reduce(4, DType::Bf16, 32).expect("reduce");

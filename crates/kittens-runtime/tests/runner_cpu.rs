@@ -2,7 +2,7 @@
 //! on random inputs of several shapes including ones that are not multiples of the tile.
 
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::gemm_bf16::GemmConfig;
+use kittens_kernels::gemm::GemmConfig;
 use kittens_kernels::problem::Problem;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{self, Interpreter, RunReport};
@@ -153,7 +153,7 @@ fn attention_out_of_tolerance_fails() {
 }
 
 /// The GEMM with another schedule: small tiles at whole and partial sizes, then the default tiles.
-fn gemm_schedule(schedule: kittens_kernels::gemm_bf16::GemmSchedule, big: (usize, usize, usize)) {
+fn gemm_schedule(schedule: kittens_kernels::gemm::GemmSchedule, big: (usize, usize, usize)) {
     let small = GemmConfig {
         schedule,
         ..GemmConfig::small()
@@ -171,14 +171,14 @@ fn gemm_schedule(schedule: kittens_kernels::gemm_bf16::GemmSchedule, big: (usize
 /// The same GEMM warp-specialised (the Hopper schedule), on the interpreter.
 #[test]
 fn gemm_producer_consumer() {
-    use kittens_kernels::gemm_bf16::GemmSchedule;
+    use kittens_kernels::gemm::GemmSchedule;
     gemm_schedule(GemmSchedule::ProducerConsumer, (256, 512, 192));
 }
 
 /// The same GEMM with the 4-wave interleave schedule.
 #[test]
 fn gemm_interleave4() {
-    use kittens_kernels::gemm_bf16::GemmSchedule;
+    use kittens_kernels::gemm::GemmSchedule;
     gemm_schedule(GemmSchedule::Interleave4, (256, 256, 192));
 }
 
@@ -186,7 +186,7 @@ fn gemm_interleave4() {
 /// interpreter: whole tiles, partial tiles in every dimension, a K shorter than one step.
 #[test]
 fn gemm_register_staging() {
-    use kittens_kernels::gemm_bf16::Staging;
+    use kittens_kernels::gemm::Staging;
     let cfg = GemmConfig {
         staging: Staging::Registers,
         ..GemmConfig::default()
@@ -246,12 +246,12 @@ fn attention_producer_consumer() {
     }
 }
 
-/// Every Hopper block shape (`gemm_bf16::shapes::TILES`: 64, 128 or 256 rows, 128 or 256 columns) of
+/// Every Hopper block shape (`gemm::shapes::TILES`: 64, 128 or 256 rows, 128 or 256 columns) of
 /// the producer/consumer program on the interpreter, at sizes with partial blocks along M, N and K
 /// (fewer rows than one 64-row block, a ragged second block, K past a 64 step).
 #[test]
 fn gemm_every_hopper_block_shape() {
-    use kittens_kernels::gemm_bf16::shapes::TILES;
+    use kittens_kernels::gemm::shapes::TILES;
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     for tile in TILES {
         let cfg = tile.config(h100);
@@ -270,7 +270,7 @@ fn gemm_every_hopper_block_shape() {
 #[test]
 fn gemm_cp_async_loads_change_no_result() {
     use kittens_ir::SlotFill;
-    use kittens_kernels::gemm_bf16::{build, shapes::TILES};
+    use kittens_kernels::gemm::{build, shapes::TILES};
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     for tile in [TILES[0], TILES[5]] {
         let tma = tile.config(h100);

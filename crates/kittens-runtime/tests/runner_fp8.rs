@@ -3,7 +3,7 @@
 //! layouts and both output dtypes, at shapes that are not multiples of the tile.
 
 use kittens_hw::dtype::DType;
-use kittens_kernels::gemm_bf16::{GemmConfig, GemmSchedule, GemmTypes, Scales, Staging};
+use kittens_kernels::gemm::{GemmConfig, GemmSchedule, GemmTypes, Scales, Staging};
 use kittens_kernels::problem::Problem;
 use kittens_runtime::runner::{self, Interpreter, RunReport};
 
@@ -116,9 +116,7 @@ fn k_step_must_hold_whole_fp8_base_tiles() {
         k_step: 64,
         ..GemmConfig::fp8_default()
     };
-    let err = kittens_kernels::gemm_bf16::build(&cfg)
-        .unwrap_err()
-        .to_string();
+    let err = kittens_kernels::gemm::build(&cfg).unwrap_err().to_string();
     assert!(err.contains("multiple of 128"), "{err}");
 }
 

@@ -251,8 +251,8 @@ pub(super) fn options(a: &Args) -> anyhow::Result<GemmBenchOptions> {
             ),
         },
         b_layout: match a.b_layout {
-            BLayoutArg::Nk => kittens_kernels::gemm_bf16::BLayout::Nk,
-            BLayoutArg::Kn => kittens_kernels::gemm_bf16::BLayout::Kn,
+            BLayoutArg::Nk => kittens_kernels::gemm::BLayout::Nk,
+            BLayoutArg::Kn => kittens_kernels::gemm::BLayout::Kn,
         },
         min_iters: a.min_iters,
         budget_ms: a.budget_ms,
@@ -262,10 +262,10 @@ pub(super) fn options(a: &Args) -> anyhow::Result<GemmBenchOptions> {
             TimingArg::Blocked => Timing::Blocked,
         },
         split_k: match a.split_k {
-            Some(s) if !(1..=kittens_kernels::gemm_bf16::split_k::MAX_SPLIT_K).contains(&s) => {
+            Some(s) if !(1..=kittens_kernels::gemm::split_k::MAX_SPLIT_K).contains(&s) => {
                 anyhow::bail!(
                     "--split-k {s}: 1 to {}",
-                    kittens_kernels::gemm_bf16::split_k::MAX_SPLIT_K
+                    kittens_kernels::gemm::split_k::MAX_SPLIT_K
                 )
             }
             s => s,
@@ -304,7 +304,7 @@ fn timed_shapes(a: &Args) -> anyhow::Result<Vec<Shape>> {
 
 /// `--tiles`.
 fn parse_tiles(s: &str) -> anyhow::Result<TileChoice> {
-    use kittens_kernels::gemm_bf16::shapes::{HopperTile, TILES};
+    use kittens_kernels::gemm::shapes::{HopperTile, TILES};
     Ok(match s.trim() {
         "auto" => TileChoice::Auto,
         "all" => TileChoice::Each(TILES.to_vec()),
@@ -324,7 +324,7 @@ const CPU_SHAPE: (usize, usize, usize) = (192, 320, 200);
 /// `gemm_bf16` that the sm_90a lowering compiles) on the CPU backend, the tile-language interpreter, and
 /// report its error against the f64 reference. No timing: the interpreter says nothing about speed.
 fn no_gpu(e: &CudaError, json: Option<&str>) -> anyhow::Result<()> {
-    use kittens_kernels::gemm_bf16::GemmConfig;
+    use kittens_kernels::gemm::GemmConfig;
     use kittens_kernels::problem::Problem;
     use kittens_runtime::runner::{run, Interpreter};
     let msg = format!(

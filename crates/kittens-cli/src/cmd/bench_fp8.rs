@@ -4,7 +4,7 @@
 //! its default accumulation (the ratio) and with fast accumulation (reported beside it).
 
 use anyhow::{bail, Context};
-use kittens_kernels::gemm_bf16::GemmConfig;
+use kittens_kernels::gemm::GemmConfig;
 use kittens_runtime::cuda::bench::TileChoice;
 use kittens_runtime::cuda::bench_fp8::{run_fp8_bench, Fp8BenchReport, CHECKS};
 use kittens_runtime::cuda::CudaError;
@@ -34,7 +34,7 @@ fn config(a: &Args) -> anyhow::Result<GemmConfig> {
         }
         cfg.remap = kittens_ir::GridOrder::GroupM { window: w };
     }
-    let k = kittens_kernels::gemm_bf16::build(&cfg).context("building gemm_fp8 for sm_90a")?;
+    let k = kittens_kernels::gemm::build(&cfg).context("building gemm_fp8 for sm_90a")?;
     kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
         .context("lowering gemm_fp8 for sm_90a")?;
     Ok(cfg)

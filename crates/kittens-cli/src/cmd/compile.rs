@@ -4,7 +4,7 @@
 
 use anyhow::{bail, Context, Result};
 use kittens_codegen::Lowered;
-use kittens_hw::{Arch, Backend, Target};
+use kittens_hw::{Arch, Language, Target};
 use kittens_kernels::registry::KernelEntry;
 use kittens_runtime::amd::{self, CodeObjectReport};
 
@@ -42,9 +42,9 @@ pub fn run(args: Args) -> Result<()> {
         kernel: args.file.resolve(args.kernel)?,
         ..args
     };
-    match (args.target.backend(), args.target.arch()) {
-        (Backend::Cuda, _) => run_cuda(&args),
-        (Backend::Hip, Some(arch)) => run_amd(&args, arch),
+    match (args.target.language(), args.target.arch()) {
+        (Language::Cuda, _) => run_cuda(&args),
+        (Language::Hip, Some(arch)) => run_amd(&args, arch),
         _ => bail!(
             "`kittens compile` needs a GPU target; {} runs kernels with `kittens run`",
             args.target

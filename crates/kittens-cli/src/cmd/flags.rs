@@ -5,7 +5,7 @@
 
 use anyhow::{anyhow, Context};
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::gemm_bf16::GemmSchedule;
+use kittens_kernels::gemm::GemmSchedule;
 
 /// `kittens run --schedule`: the GEMM's schedule.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]

@@ -1,5 +1,5 @@
 //! `kittens ladder gemm_fp8 [--target gfx950] [--json]`: the FP8-tutorial's optimisation ladder
-//! (`kittens_kernels::gemm_bf16::ladder`) as configurations of the FP8 GEMM tile program. Per step:
+//! (`kittens_kernels::gemm::ladder`) as configurations of the FP8 GEMM tile program. Per step:
 //! the configuration's lowered HIP compiled by the AMDGPU clang (VGPR/AGPR, spills, LDS, the hot
 //! loop's instruction mix), the bank model's verdict on its shared accesses, and a run of the lowered
 //! source on the host emulation against f64 on the fp8-rounded inputs at a shape that is not a tile
@@ -7,8 +7,8 @@
 
 use anyhow::{bail, Context, Result};
 use kittens_hw::{Arch, Target};
-use kittens_kernels::gemm_bf16::ladder::{fp8_ladder, LadderStep};
-use kittens_kernels::gemm_bf16::{build, GemmConfig, GemmSchedule, Staging};
+use kittens_kernels::gemm::ladder::{fp8_ladder, LadderStep};
+use kittens_kernels::gemm::{build, GemmConfig, GemmSchedule, Staging};
 use kittens_kernels::problem::random;
 use kittens_kernels::reference;
 use kittens_runtime::amd::emulate::{Emulator, HostTensor};

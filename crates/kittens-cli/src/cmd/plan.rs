@@ -1,9 +1,9 @@
 //! `kittens plan ...`: grid order and the chiplet cache model, the tail KV split, register budgets.
-//! The models live in `kittens_sched`; this module parses, prints and writes the picture.
+//! The models live in `kittens_grid`; this module parses, prints and writes the picture.
 
 use anyhow::{bail, Context};
 use kittens_draw as draw;
-use kittens_sched::{cache, regs, remap::GridOrder, tail};
+use kittens_grid::{l2, regs, remap::GridOrder, tail};
 use serde_json::json;
 
 #[derive(clap::Subcommand)]
@@ -158,9 +158,9 @@ fn grid(a: GridArgs) -> anyhow::Result<()> {
         },
         (false, None, Some(_)) => bail!("--chunk needs --window"),
     };
-    let shape = cache::GemmShape::bf16(a.m, a.n, a.k, (tm, tn, tk));
+    let shape = l2::GemmShape::bf16(a.m, a.n, a.k, (tm, tn, tk));
     let t0 = std::time::Instant::now();
-    let rep = cache::simulate_staggered(g, &shape, order, a.stagger)?;
+    let rep = l2::simulate_staggered(g, &shape, order, a.stagger)?;
     let secs = t0.elapsed().as_secs_f64();
     let (rows, cols) = shape.grid();
     let map = draw::first_round(rows, cols, g.xcds as u64, g.compute_units as u64, order)?;

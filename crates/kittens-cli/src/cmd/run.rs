@@ -8,7 +8,7 @@
 use super::flags::{AttnLayoutArg, BackendArg, ScheduleArg};
 use anyhow::{bail, Context};
 use kittens_hw::Target;
-use kittens_kernels::gemm_bf16::GemmConfig;
+use kittens_kernels::gemm::GemmConfig;
 use kittens_kernels::problem::Problem;
 use kittens_kernels::registry::KernelEntry;
 use kittens_runtime::runner::{
@@ -114,9 +114,10 @@ pub struct Args {
     /// rmsnorm, rmsnorm_bwd: normalise x alone (no residual added, no new residual written).
     #[arg(long)]
     pub no_residual: bool,
-    /// rmsnorm, rmsnorm_bwd: added to the mean square.
-    #[arg(long, default_value_t = 1e-6)]
-    pub eps: f32,
+    /// layernorm: added to the variance (default 1e-5); rmsnorm, rmsnorm_bwd: added to the mean
+    /// square (default 1e-6).
+    #[arg(long)]
+    pub eps: Option<f32>,
     /// swiglu, swiglu_bwd: gate and up as the two halves of one [rows, 2F] tensor (gate first).
     #[arg(long)]
     pub packed: bool,
@@ -208,7 +209,7 @@ fn kernel_flags(kernel: &str) -> &'static [&'static str] {
         "schedule",
         "variant",
     ];
-    const LAYERNORM: &[&str] = &["rows", "hidden", "p", "dropout_seed", "offset"];
+    const LAYERNORM: &[&str] = &["rows", "hidden", "p", "dropout_seed", "offset", "eps"];
     const ROTARY: &[&str] = &["batch", "heads", "seq", "dim", "layout", "interleaved"];
     const RMSNORM: &[&str] = &["rows", "hidden", "no_residual", "eps"];
     // Their variants configure `kittens compile`; a run takes --packed (the backward's `dweight`
@@ -361,7 +362,7 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     p.norm.offset = a.offset;
     p.interleaved = a.interleaved;
     p.residual = !a.no_residual;
-    p.rms_eps = a.eps;
+    p.eps = a.eps;
     p.packed = a.packed;
     Ok(p)
 }
@@ -486,12 +487,20 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // interleave` runs there); the registry variant itself configures a GPU target.
     if args.backend == BackendArg::Cpu
         && matches!(entry.name, "gemm_bf16" | "gemm_fp8")
-        && p.variant == Some(kittens_kernels::gemm_bf16::problem::INTERLEAVE4)
+        && p.variant == Some(kittens_kernels::gemm::problem::INTERLEAVE4)
     {
         p.gemm.schedule = ScheduleArg::Interleave.into();
         p.variant = None;
     }
     let backend = backend(&args)?;
+    if args.backend == BackendArg::Cuda {
+        // The configuration is chosen for the GPU that runs it (its SM count), not the catalog's.
+        let ordinal = i32::try_from(args.device.unwrap_or(0)).context("--device")?;
+        p.sms = Some(
+            kittens_runtime::cuda::dispatch::device_sms(ordinal)
+                .with_context(|| format!("opening CUDA device {ordinal}"))?,
+        );
+    }
     let target = backend.about().target;
     if args.ir && target != Target::Cpu {
         bail!("--ir prints the interpreter's kernel; use `kittens compile --emit hip` for the HIP");

@@ -293,7 +293,7 @@ impl Emit<'_> {
     }
 
     /// A load of an f32 tensor into a 16 × N fp32 fragment: the FP8 GEMM's scales, declared with C's
-    /// shape and broadcasting strides (`kittens_kernels::gemm_bf16::declare`). Strides that are both 0
+    /// shape and broadcasting strides (`kittens_kernels::gemm::declare`). Strides that are both 0
     /// (one per-tensor scale) are one scalar load for every element; any others are read per element,
     /// guarded by the tensor's bounds along the dimensions it varies in (0 outside, where the store
     /// clips anyway).

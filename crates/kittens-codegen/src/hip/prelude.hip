@@ -351,7 +351,7 @@ KITTENS_DEV int imax(int a, int b) { return a > b ? a : b; }
 template <int BITS, int BASE, int SHIFT> KITTENS_DEV u32 xor_flips(u32 off) {
   return (off >> SHIFT) & (((1u << BITS) - 1u) << BASE);
 }
-// HipKittens Algorithm 1 lines 1-12 (kittens_sched::remap::xcd_chunk is the host twin): de-interleave
+// HipKittens Algorithm 1 lines 1-12 (kittens_grid::remap::xcd_chunk is the host twin): de-interleave
 // launch ids so each XCD owns runs of `chunk` consecutive logical ids; the tail keeps its order.
 KITTENS_DEV u32 xcd_chunk(u32 id, u32 blocks, u32 n_xcd, u32 chunk) {
   const u32 n = n_xcd ? n_xcd : 1, c = chunk ? chunk : 1, per_cycle = n * c;
@@ -359,7 +359,7 @@ KITTENS_DEV u32 xcd_chunk(u32 id, u32 blocks, u32 n_xcd, u32 chunk) {
   const u32 local = id / n;
   return (local / c) * per_cycle + (id % n) * c + local % c;
 }
-// HipKittens Algorithm 1 lines 13-21 (host twin kittens_sched::remap::group_m): windows of `window` rows.
+// HipKittens Algorithm 1 lines 13-21 (host twin kittens_grid::remap::group_m): windows of `window` rows.
 KITTENS_DEV void group_m(u32 xy, u32 rows, u32 cols, u32 window, int& row, int& col) {
   const u32 w = window ? window : 1, per_group = w * cols, first_row = (xy / per_group) * w;
   u32 h = rows > first_row ? rows - first_row : 0;

@@ -5,7 +5,7 @@
 //! coordinate none of them reads cannot change the trace, so it is fixed at 0; the coordinates that are
 //! read (a causal attention's loop bound on its query block, a guard on the ragged last tile) are
 //! enumerated over the whole grid. Coordinates are the logical ones after the grid remap, which is a
-//! bijection onto the grid (kittens-sched `remap`), so every remapped order reaches the same blocks.
+//! bijection onto the grid (kittens-grid `remap`), so every remapped order reaches the same blocks.
 //! Blocks whose traces are equal (up to loop-counter values) form one class, analysed once.
 //!
 //! A lowering does not know the problem sizes: [`verify`] analyses a family of sizes chosen from the

@@ -168,7 +168,7 @@ fn check_access(k: &Kernel) -> Result<(), InterpError> {
     bad.map_or(Ok(()), Err)
 }
 
-/// The grid's coordinates for launch id `id` (HipKittens Algorithm 1 / MI300X-attn §4.1 via `kittens_sched`).
+/// The grid's coordinates for launch id `id` (HipKittens Algorithm 1 / MI300X-attn §4.1 via `kittens_grid`).
 pub fn block_coords(
     remap_kind: GridOrder,
     extents: &[i64],

@@ -200,7 +200,9 @@ impl KernelProblem for BwdProblem {
     /// then the key blocks (dK, dV), the tensors passed by name (FlashAttention-2 §3.2's split). The
     /// `dq` variant names the first of them and runs the same two.
     fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
-        use super::BwdSchedule::{HopperKv, HopperQ};
+        use super::BwdSchedule::{
+            HopperAtomicDq, HopperAtomicKv, HopperAtomicPre, HopperKv, HopperQ,
+        };
         let cfg = config(p, target)?;
         match cfg.schedule.hopper_launches() {
             None => Ok(vec![Stage {
@@ -227,12 +229,36 @@ impl KernelProblem for BwdProblem {
                     stage(HopperKv, vec![q, kv, kv, q, lse, lse], vec![kv, kv])?,
                 ])
             }
-            Some(_) => Err(KernelError::Config(
-                "attn_bwd: the runner runs the Hopper two-launch form (the default, or `dq`); the \
-                 atomic form's f32 dQ accumulator is read and written by one launch, which the \
-                 runner's tensors (inputs, then outputs) cannot express yet"
-                    .into(),
-            )),
+            Some([HopperAtomicPre, HopperAtomicKv, HopperAtomicDq]) => {
+                // FlashAttention-3 §3.3: D and the zeroed f32 dQ accumulator (`dq_acc`, Q's shape),
+                // the key blocks adding into it, its rounding to bf16 dQ. `dq_acc` is read and
+                // written by the key blocks (a launch the runner's inputs-then-outputs cannot
+                // express; it refuses it, a prepared call passes the accumulator by name).
+                let l = &plan.launch;
+                let [q, kv, lse] = [l.inputs[0], l.inputs[1], l.inputs[5]];
+                let stage = |schedule, inputs, outputs| -> Result<Stage, KernelError> {
+                    Ok(Stage {
+                        kernel: build(&BwdConfig { schedule, ..cfg })?,
+                        launch: Launch {
+                            params: l.params.clone(),
+                            inputs,
+                            outputs,
+                        },
+                    })
+                };
+                Ok(vec![
+                    stage(HopperAtomicPre, vec![q, q], vec![lse, q])?,
+                    stage(
+                        HopperAtomicKv,
+                        vec![q, kv, kv, q, lse, lse, q],
+                        vec![kv, kv],
+                    )?,
+                    stage(HopperAtomicDq, vec![q], vec![q])?,
+                ])
+            }
+            Some(other) => Err(KernelError::Config(format!(
+                "attn_bwd: no Hopper launches {other:?}"
+            ))),
         }
     }
 

@@ -88,7 +88,7 @@ fn splits(
         seq_kv: bwd_shape(p).seq_kv as u64,
     };
     match split_gpu(cfg, target) {
-        Some(gpu) => split::resolve(p.kv_splits, gpu, cfg, shape),
+        Some(gpu) => split::resolve(p.kv_splits, &p.device_model(gpu), cfg, shape),
         None => Ok((1, None)),
     }
 }

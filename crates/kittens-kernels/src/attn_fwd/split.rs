@@ -22,14 +22,14 @@
 //!   `O = 0` and `lse = −∞`, as the unsplit kernel writes.
 //!
 //! `G = 1` is the unsplit kernel itself: no partials, no merge. [`choose`] picks `G` for a shape
-//! and a GPU by the tail planner's model (`kittens_sched::tail`, [`SplitScope::Every`]).
+//! and a GPU by the tail planner's model (`kittens_grid::tail`, [`SplitScope::Every`]).
 
 use super::{AttnConfig, AttnSchedule, Io};
 use crate::KernelError;
+use kittens_grid::tail::{plan_tail, SplitScope, TailInput, TailModel, TailPlan};
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_hw::Gpu;
 use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, Rounding, Schedule};
-use kittens_sched::tail::{plan_tail, SplitScope, TailInput, TailModel, TailPlan};
 use kittens_tile::{BaseShape, Layout};
 
 /// The split kernel's partial outputs, f32 `[G, b, h, s, d]` (each part's output already divided by
@@ -296,7 +296,7 @@ pub struct SplitShape {
 }
 
 /// The key split for `shape` with configuration `cfg` on `gpu`: the tail planner
-/// (`kittens_sched::tail::plan_tail`, the model of MI300X-attn §5.2 with its constants,
+/// (`kittens_grid::tail::plan_tail`, the model of MI300X-attn §5.2 with its constants,
 /// [`TailModel::SEED_001`]) asked about splitting every block ([`SplitScope::Every`], since a part
 /// is a grid extent here) into at most [`MAX_KV_SPLITS`] parts. In its unit, one key-block step of
 /// one block, the unsplit launch takes `⌈blocks / SMs⌉ · n` steps and `G` parts take

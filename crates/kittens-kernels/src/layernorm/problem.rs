@@ -24,9 +24,13 @@ pub struct LayerNormProblem;
 /// The configuration a run on `target` builds: the target's wave width (32 lanes on the CPU).
 pub fn config(p: &Problem, target: Target) -> LayerNormConfig {
     let dim = u32::try_from(p.norm.dim).unwrap_or(u32::MAX);
-    match target.gpu() {
+    let base = match target.gpu() {
         Some(gpu) => LayerNormConfig::for_gpu(gpu, dim, p.norm.p),
         None => LayerNormConfig::new(dim, p.norm.p, 32),
+    };
+    LayerNormConfig {
+        eps: p.eps.unwrap_or(base.eps),
+        ..base
     }
 }
 

@@ -1,5 +1,5 @@
 //! `rmsnorm` and `rmsnorm_bwd` at a problem's sizes: `norm.rows` rows of `norm.dim`, `residual`,
-//! `rms_eps`; parameter `rows`.
+//! `eps` (`None`: 1e-6); parameter `rows`.
 //!
 //! * `rmsnorm`: inputs `x`, `residual` (with a residual), `weight`; outputs `y`, `residual_out` (with
 //!   a residual).
@@ -35,9 +35,10 @@ pub struct RmsNormBwdProblem;
 pub fn config(p: &Problem, target: Target) -> RmsNormConfig {
     let dim = u32::try_from(p.norm.dim).unwrap_or(u32::MAX);
     let lanes = target.gpu().map_or(32, |g| g.wave_width);
+    let base = RmsNormConfig::new(dim, p.residual, lanes);
     RmsNormConfig {
-        eps: p.rms_eps,
-        ..RmsNormConfig::new(dim, p.residual, lanes)
+        eps: p.eps.unwrap_or(base.eps),
+        ..base
     }
 }
 
@@ -86,7 +87,7 @@ impl KernelProblem for RmsNormProblem {
             what,
             work: Some(m as u64),
             shape: serde_json::json!({
-                "rows": rows, "dim": d, "residual": p.residual, "eps": p.rms_eps,
+                "rows": rows, "dim": d, "residual": p.residual,
                 "config": config(p, target),
             }),
         })
@@ -103,7 +104,7 @@ impl KernelProblem for RmsNormProblem {
         };
         let w = &inputs[inputs.len() - 1];
         let r = residual_sum(x, res);
-        let mut values = forward(&r, w, p.norm.dim, f64::from(p.rms_eps));
+        let mut values = forward(&r, w, p.norm.dim, f64::from(config(p, Target::Cpu).eps));
         if p.residual {
             values.extend(r);
         }
@@ -150,7 +151,7 @@ impl KernelProblem for RmsNormBwdProblem {
             what,
             work: Some(m as u64),
             shape: serde_json::json!({
-                "rows": rows, "dim": d, "residual": p.residual, "eps": p.rms_eps,
+                "rows": rows, "dim": d, "residual": p.residual,
                 "config": cfg, "dw_partial": [d, cfg.parts_at(rows)],
             }),
         })
@@ -197,7 +198,7 @@ impl KernelProblem for RmsNormBwdProblem {
             &inputs[2],
             dres,
             p.norm.dim,
-            f64::from(p.rms_eps),
+            f64::from(config(p, Target::Cpu).eps),
         );
         Reference {
             values: dx.into_iter().chain(dw).collect(),

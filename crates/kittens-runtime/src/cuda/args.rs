@@ -2,7 +2,8 @@
 //! global tensor whose dims and element strides (expressions over the parameters) give the map's
 //! shape in the order `TmaMap::dim_order` fixes, and `Lowered::args` fixes the order and kind of every
 //! argument (tensor maps by value, 64-bit device pointers, 32-bit parameters). The benchmark's buffers
-//! ([`super::attn`]) and the caller's raw pointers ([`super::caller_attn`]) are packed by the same code.
+//! ([`super::attn`]), one-off launches ([`super::launch`]) and prepared calls ([`super::dispatch`]) read
+//! the same geometry.
 
 use std::ffi::c_void;
 

@@ -3,9 +3,9 @@
 //! a shape gets on a device ([`auto_splits`]), the kernels of a configuration lowered for sm_90a
 //! ([`lower_launches`]: the attention; or the split kernel, then the merge), the workspace the split
 //! writes and the merge reads ([`workspace`]), and one launch's arguments packed by tensor name
-//! ([`pack`]). Every sm_90a attention launcher uses these: the benchmark ([`super::attn`]), the
-//! element-wise checks ([`super::attn_lse`], [`super::attn_decode`]) and the caller-memory launcher
-//! of the Python package ([`super::caller_attn`]), so a split run is the same launches everywhere.
+//! ([`pack`]), for the benchmark ([`super::attn`]) and the element-wise checks ([`super::attn_lse`],
+//! [`super::attn_decode`]); the Python package's calls take the registry's launches of the same
+//! kernels through [`super::dispatch`].
 
 use kittens_codegen::Lowered;
 use kittens_hw::Target;

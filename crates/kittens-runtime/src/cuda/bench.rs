@@ -1,6 +1,6 @@
 //! The GEMM benchmark behind `kittens bench gemm_bf16`: the Hopper `gemm_bf16` against cuBLAS in the
 //! same run, at any list of shapes (`super::bench_shapes`). Each shape runs the block the shape-aware
-//! configuration chooses (`kittens_kernels::gemm_bf16::shapes::choose`), or every block of a given list
+//! configuration chooses (`kittens_kernels::gemm::shapes::choose`), or every block of a given list
 //! (to fit and check that choice). Correctness: our C against cuBLAS's C over every element, and both
 //! against an f64 dot product at a few hundred random entries, judged by the test rule relative to
 //! cuBLAS's own error (`kittens_kernels::reference::check_rule` with its spot-check floor); the output
@@ -17,14 +17,15 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use kittens_kernels::gemm_bf16::shapes::{self, HopperTile};
-use kittens_kernels::gemm_bf16::split_k;
-use kittens_kernels::gemm_bf16::BLayout;
+use kittens_kernels::gemm::shapes::{self, HopperTile};
+use kittens_kernels::gemm::split_k;
+use kittens_kernels::gemm::BLayout;
 use kittens_kernels::reference::{check_rule, SPOT_RULE_FLOOR};
 
 pub(crate) use super::bench_check::median;
 pub use super::bench_check::{bf16_to_f32, compare, f32_to_bf16, random_bf16, Comparison};
 use super::bench_check::{report_mismatches, spot_check};
+use super::bench_inputs::{copies_that_fit, make_inputs};
 pub use super::bench_report::{
     summarise, GemmBenchReport, GemmBenchRow, KernelInfo, RowStatus, Summary,
 };
@@ -35,9 +36,7 @@ use super::cublas::Cublas;
 use super::driver::{Device, DeviceBuffer, Event, Stream};
 use super::gemm_kernel::{GemmKernel, Pdl};
 use super::gemm_pad::{self, CopyKernel, Mat, OperandLoads, PadPlan};
-use super::limits::{
-    check_memory, gemm_abt_dims, gemm_memory_need, host_mem_available, rotation_copies,
-};
+use super::limits::gemm_abt_dims;
 use super::CudaError;
 use kittens_ir::SlotFill;
 
@@ -383,26 +382,6 @@ impl Runner<'_> {
         };
         (Mat::dense(a, m, k), b, Mat::dense(c, m, n))
     }
-
-    /// The input copies a shape uses (several for a timed row, for the L2 rotation), after checking
-    /// that its host and device memory (with the padded copies' scratch) are there.
-    fn copies_that_fit(&self, shape: Shape, timed: bool, pad_bytes: u64) -> Result<u64, CudaError> {
-        let copies = if timed {
-            rotation_copies(shape, self.dev.l2_bytes, self.opts.l2_multiple)?
-        } else {
-            1
-        };
-        let mut need = gemm_memory_need(shape, copies)?;
-        need.device = need.device.saturating_add(pad_bytes);
-        let host = host_mem_available().ok_or_else(|| {
-            CudaError::Invalid("cannot read MemAvailable from /proc/meminfo".into())
-        })?;
-        let (free, _) = self.dev.mem_info()?;
-        let (m, n, k) = shape;
-        let what = format!("GEMM {m}x{n}x{k} with {copies} input copies");
-        check_memory(&what, need, host, free)?;
-        Ok(copies)
-    }
 }
 
 impl Runner<'_> {
@@ -442,8 +421,9 @@ impl Runner<'_> {
             .try_fold(0u64, |acc, (_, mat)| {
                 Ok::<u64, CudaError>(acc.saturating_add(mat.padded_bytes()? as u64))
             })?;
-        let copies = self.copies_that_fit(shape, timed, pad_bytes)?;
-        let inp = make_inputs(dev, shape, seed, copies)?;
+        let l2 = self.opts.l2_multiple;
+        let copies = copies_that_fit(dev, "GEMM", shape, timed, l2, pad_bytes)?;
+        let inp = make_inputs(dev, shape, seed, copies, random_bf16)?;
         let (mut c_ours, mut c_ref) = (dev.alloc(m * n * 2)?, dev.alloc(m * n * 2)?);
         // The launchers take the sizes as 32-bit integers: check them, and the buffers, first.
         gemm_abt_dims(
@@ -633,43 +613,3 @@ impl Runner<'_> {
 
 /// An implementation's launch on input copy `i`, owned.
 type BoxedLaunch<'a> = Box<dyn FnMut(usize) -> Result<(), CudaError> + 'a>;
-
-/// Inputs for one size: `copies` identical sets of A and B (different addresses for the L2 rotation).
-struct Inputs {
-    a_host: Vec<u16>,
-    b_host: Vec<u16>,
-    a: Vec<DeviceBuffer>,
-    b: Vec<DeviceBuffer>,
-}
-
-/// Random inputs on the host and `copies` copies on the device. The memory was checked by the caller
-/// ([`Runner::copies_that_fit`]), so the sizes below do not overflow.
-fn make_inputs(
-    dev: &Rc<Device>,
-    (m, n, k): Shape,
-    seed: u64,
-    copies: u64,
-) -> Result<Inputs, CudaError> {
-    let a_host = random_bf16(m * k, seed);
-    let b_host = random_bf16(n * k, seed ^ 0xA5A5_A5A5);
-    let (mut a, mut b) = (Vec::new(), Vec::new());
-    for i in 0..copies {
-        let (mut da, mut db) = (dev.alloc(m * k * 2)?, dev.alloc(n * k * 2)?);
-        if i == 0 {
-            da.upload(&a_host)?;
-            db.upload(&b_host)?;
-        } else {
-            da.copy_from(&a[0])?;
-            db.copy_from(&b[0])?;
-        }
-        a.push(da);
-        b.push(db);
-    }
-    dev.synchronize()?;
-    Ok(Inputs {
-        a_host,
-        b_host,
-        a,
-        b,
-    })
-}

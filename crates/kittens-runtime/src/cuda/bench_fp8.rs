@@ -19,9 +19,9 @@ use std::rc::Rc;
 
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{from_bits, to_bits, Rounding};
-use kittens_kernels::gemm_bf16::shapes::HopperTile;
-use kittens_kernels::gemm_bf16::split_k;
-use kittens_kernels::gemm_bf16::{BLayout, GemmConfig};
+use kittens_kernels::gemm::shapes::HopperTile;
+use kittens_kernels::gemm::split_k;
+use kittens_kernels::gemm::{BLayout, GemmConfig};
 use kittens_kernels::reference::{check_rule, SPOT_RULE_FLOOR};
 use serde::Serialize;
 
@@ -29,13 +29,13 @@ use super::bench::{
     summarise, GemmBenchOptions, GemmBenchReport, GemmBenchRow, KernelInfo, RowStatus,
 };
 use super::bench_check::{bf16_to_f32, compare, f32_to_bf16};
+use super::bench_inputs::{copies_that_fit, make_inputs, Inputs};
 use super::bench_shapes::{Shape, ShapeName};
 use super::bench_time::{iterations, time_launches, Launch};
 use super::cublaslt::{Accumulation, CublasLt};
 use super::driver::{Device, DeviceBuffer, Event, Stream, Swizzle, TensorMap};
 use super::gemm_kernel::GemmKernel;
 use super::gemm_pad::PadPlan;
-use super::limits::{check_memory, gemm_memory_need, host_mem_available, rotation_copies};
 use super::CudaError;
 
 /// The per-tensor scales of every run: not powers of two, so a scale applied twice or not at all
@@ -113,7 +113,7 @@ pub fn run_fp8_bench(
         rows: cfg.block_rows,
         cols: cfg.block,
     };
-    let k = kittens_kernels::gemm_bf16::build(cfg)
+    let k = kittens_kernels::gemm::build(cfg)
         .map_err(|e| CudaError::Invalid(format!("gemm_fp8 {tile}: {e}")))?;
     let lowered = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
         .map_err(|e| CudaError::Invalid(format!("lowering gemm_fp8 {tile}: {e}")))?;
@@ -228,14 +228,6 @@ struct Runner<'a> {
     scales: [&'a DeviceBuffer; 2],
 }
 
-/// Inputs of one shape: `copies` identical A and B (different addresses, for the L2 rotation).
-struct Inputs {
-    a_host: Vec<u8>,
-    b_host: Vec<u8>,
-    a: Vec<DeviceBuffer>,
-    b: Vec<DeviceBuffer>,
-}
-
 impl Runner<'_> {
     /// One row (and, when timed, its fast-accumulation figures): a shape that cannot run becomes a
     /// row that says why, and the run goes on.
@@ -303,7 +295,7 @@ impl Runner<'_> {
             rows: cfg.block_rows,
             cols: cfg.block,
         };
-        let k = kittens_kernels::gemm_bf16::build(&cfg)
+        let k = kittens_kernels::gemm::build(&cfg)
             .map_err(|e| CudaError::Invalid(format!("gemm_fp8 {tile}/k{split}: {e}")))?;
         let lowered = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
             .map_err(|e| CudaError::Invalid(format!("lowering gemm_fp8 {tile}/k{split}: {e}")))?;
@@ -330,60 +322,16 @@ impl Runner<'_> {
         kernel.check_shape(m, n, k)?;
         // The limits count bf16 operands: twice the fp8 bytes, so the host and device need is an upper
         // bound, and twice the L2 multiple gives the fp8 copies the same span.
-        let copies = if timed {
-            rotation_copies(shape, self.dev.l2_bytes, 2 * self.opts.l2_multiple)?
-        } else {
-            1
-        };
-        let need = gemm_memory_need(shape, copies)?;
-        let host = host_mem_available().ok_or_else(|| {
-            CudaError::Invalid("cannot read MemAvailable from /proc/meminfo".into())
-        })?;
-        let (free, _) = self.dev.mem_info()?;
-        check_memory(
-            &format!("FP8 GEMM {m}x{n}x{k} with {copies} input copies"),
-            need,
-            host,
-            free,
-        )?;
-        let inp = self.inputs(shape, seed, copies)?;
+        let l2 = 2 * self.opts.l2_multiple;
+        let copies = copies_that_fit(self.dev, "FP8 GEMM", shape, timed, l2, 0)?;
+        let inp = make_inputs(self.dev, shape, seed, copies, random_e4m3)?;
         self.measure(kernel, &inp, shape, seed, timed)
-    }
-
-    fn inputs(
-        &self,
-        (m, n, k): (usize, usize, usize),
-        seed: u64,
-        copies: u64,
-    ) -> Result<Inputs, CudaError> {
-        let a_host = random_e4m3(m * k, seed);
-        let b_host = random_e4m3(n * k, seed ^ 0xA5A5_A5A5);
-        let (mut a, mut b) = (Vec::new(), Vec::new());
-        for i in 0..copies {
-            let (mut da, mut db) = (self.dev.alloc(m * k)?, self.dev.alloc(n * k)?);
-            if i == 0 {
-                da.upload(&a_host)?;
-                db.upload(&b_host)?;
-            } else {
-                da.copy_from(&a[0])?;
-                db.copy_from(&b[0])?;
-            }
-            a.push(da);
-            b.push(db);
-        }
-        self.dev.synchronize()?;
-        Ok(Inputs {
-            a_host,
-            b_host,
-            a,
-            b,
-        })
     }
 
     fn measure(
         &self,
         kernel: &GemmKernel,
-        inp: &Inputs,
+        inp: &Inputs<u8>,
         (m, n, k): (usize, usize, usize),
         seed: u64,
         timed: bool,
@@ -551,7 +499,7 @@ impl Runner<'_> {
     fn measure_alone(
         &self,
         kernel: &GemmKernel,
-        inp: &Inputs,
+        inp: &Inputs<u8>,
         maps: &(TensorMap, TensorMap),
         c_ours: &mut DeviceBuffer,
         (m, n, k): (usize, usize, usize),
@@ -599,7 +547,7 @@ impl Runner<'_> {
 /// f64 dot products of the fp8 inputs, times both scales, at `opts.spot_checks` random entries;
 /// returns (ours, cuBLASLt, the f64 result rounded to bf16) as max |x − ref| / rms(ref).
 fn spot_check(
-    inp: &Inputs,
+    inp: &Inputs<u8>,
     ours: &[u16],
     reference: &[u16],
     (m, n, k): (usize, usize, usize),

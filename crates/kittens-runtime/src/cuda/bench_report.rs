@@ -2,7 +2,7 @@
 //! against cuBLASLt): one row per shape and block, the compiled kernels, and the summary (geometric
 //! means of the ratio to the vendor library over the timed rows that passed).
 
-use kittens_kernels::gemm_bf16::BLayout;
+use kittens_kernels::gemm::BLayout;
 use serde::Serialize;
 
 use super::bench_shapes::{geomean, Shape, ShapeName};

@@ -4,9 +4,9 @@
 //! Context Management"). Nothing here allocates, copies or synchronises, so a launch can be captured
 //! into a CUDA graph once the kernel is loaded.
 //!
-//! This module holds what every such launcher shares — the retained contexts, pointer checks, and the
-//! per-device cache of loaded kernels keyed by kernel configuration — and the GEMM on it; the attention
-//! forward is in [`super::caller_attn`]. A kernel is compiled (NVRTC, on-disk cache: [`super::nvrtc`])
+//! This module holds what every such launch shares — the retained contexts, pointer checks, and the
+//! per-device cache of loaded kernels keyed by kernel configuration; the launches themselves are
+//! [`super::dispatch`]'s prepared calls. A kernel is compiled (NVRTC, on-disk cache: [`super::nvrtc`])
 //! and loaded on first use per device and configuration, and kept for the life of the process; the
 //! primary context is retained once and never released, so the loaded modules stay valid whatever the
 //! framework does with its own reference.
@@ -17,18 +17,9 @@ use std::time::Instant;
 
 use cudarc::driver::sys as cu;
 use kittens_codegen::Lowered;
-use kittens_kernels::gemm_bf16::shapes::{self, HopperTile};
-use kittens_kernels::gemm_bf16::BLayout;
 
 use super::driver::check;
-use super::gemm_kernel::{gemm_maps, mat_map, GemmArgs};
-use super::gemm_pad::{self, Mat, PadPlan};
 use super::{compile, invalid, CudaCompileReport, CudaError};
-
-/// Where the kernel comes from: `gemm_bf16` with a given block, B layout and cluster, lowered for
-/// sm_90a (`super::gemm_kernel::lower_tile` does it). Called once per device, block, layout and
-/// cluster, on the first launch.
-pub type LowerGemm = fn(HopperTile, BLayout, u32) -> Result<Lowered, CudaError>;
 
 /// What the first call on a device did to get the kernel (for a verbose report).
 #[derive(Debug, Clone)]
@@ -42,7 +33,7 @@ pub struct KernelLoad {
 
 /// A loaded kernel; the driver handles are plain pointers valid in any thread once the context is current.
 pub(crate) struct Loaded {
-    function: cu::CUfunction,
+    pub(crate) function: cu::CUfunction,
     pub(crate) lowered: Lowered,
     /// Blocks of a persistent grid: the SMs, or as many as whole clusters fit at once.
     pub(crate) resident: u32,
@@ -252,50 +243,6 @@ pub(crate) fn kernel_on(
     Ok((loaded, true))
 }
 
-/// Enqueues `k` with `grid` blocks and the argument pointers `params` on `stream`.
-///
-/// # Safety
-/// `params` must hold one live pointer per kernel argument in the lowering's order and types, and the
-/// memory the arguments address must stay allocated until the launch has run; the kernel's context is
-/// current and `stream` is a live stream of it (or 0).
-pub(crate) unsafe fn enqueue(
-    k: &Loaded,
-    grid: u32,
-    params: &mut [*mut c_void],
-    stream: u64,
-) -> Result<(), CudaError> {
-    // SAFETY: forwarded.
-    unsafe { enqueue_as(k, grid, params, stream, false) }
-}
-
-/// [`enqueue`], `programmatic`: with programmatic stream serialization (the GEMM after its operand
-/// copies: its launch and setup overlap the copy's end, `driver::launch_raw`).
-///
-/// # Safety
-/// As [`enqueue`]; a `programmatic` kernel waits (`griddepcontrol.wait`) before touching what the
-/// kernel before it writes.
-unsafe fn enqueue_as(
-    k: &Loaded,
-    grid: u32,
-    params: &mut [*mut c_void],
-    stream: u64,
-    programmatic: bool,
-) -> Result<(), CudaError> {
-    let l = &k.lowered;
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        super::driver::launch_raw(
-            k.function,
-            (grid, 1, 1),
-            (l.threads, 1, 1),
-            (l.dynamic_shared_bytes(), l.cluster),
-            stream as cu::CUstream,
-            params,
-            programmatic,
-        )
-    }
-}
-
 /// Checks that `[ptr, ptr + bytes)` lies inside one allocation on device `ordinal`: one
 /// `cuPointerGetAttributes` call for the device, the allocation's start and its size (CUDA driver API
 /// §"Unified Addressing": an address that is no CUDA allocation gets no range, not an error).
@@ -346,161 +293,6 @@ pub(crate) fn check_pointer(
     Ok(())
 }
 
-/// Dense bf16 GEMM operands at raw device addresses: `C = A·Bᵀ` with A `m × k`, B `n × k` and C `m × n`,
-/// all row-major with no padding; or `C = A·B` with B `k × n` row-major (`b_layout`).
-#[derive(Debug, Clone, Copy)]
-pub struct GemmPointers {
-    pub a: u64,
-    pub b: u64,
-    pub c: u64,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub b_layout: BLayout,
-}
-
-/// Enqueues `C = A·Bᵀ` (or `C = A·B`, by `p.b_layout`) on `stream` (a `CUstream` handle; 0 is the legacy default stream) of device
-/// `ordinal`, in its primary context, with the block the shape-aware configuration chooses
-/// (`gemm_bf16::shapes::choose`) for the device's SM count. Any M, N, K ≥ 1: an operand TMA cannot
-/// address in place (a row pitch that is no multiple of 16 bytes, a base that is not 16-byte aligned)
-/// is copied into stream-ordered scratch (`cuMemAllocAsync`, freed with `cuMemFreeAsync` after the
-/// launch) and C copied back out (`super::gemm_pad`); nothing synchronises. Returns the kernel load when
-/// this call loaded it (the first call of a block on the device), else `None`. Errors name the problem:
-/// no driver, not a Hopper GPU, pointers that are not device memory of that device or too small.
-///
-/// # Safety
-/// The three ranges must stay allocated until the launch has run on `stream`, C must not overlap A or B,
-/// and `stream` must be a live stream of that context (or 0).
-pub unsafe fn gemm_bf16_abt(
-    ordinal: i32,
-    stream: u64,
-    p: &GemmPointers,
-    lower: LowerGemm,
-) -> Result<Option<KernelLoad>, CudaError> {
-    let (m, n, k) = (p.m, p.n, p.k);
-    let fits = |x: usize| x > 0 && i32::try_from(x).is_ok();
-    if !(fits(m) && fits(n) && fits(k)) {
-        return Err(invalid(format!(
-            "{m}x{n}x{k}: every dimension must be in 1..=2^31-1"
-        )));
-    }
-    let bytes = |r: usize, c: usize| (r as u64) * (c as u64) * 2;
-    in_context(ordinal, || {
-        check_pointer("A", p.a, bytes(m, k), ordinal)?;
-        check_pointer("B", p.b, bytes(n, k), ordinal)?;
-        check_pointer("C", p.c, bytes(m, n), ordinal)?;
-        let sms = multiprocessors(ordinal)?;
-        let gpu = kittens_hw::Target::Sm90a
-            .gpu()
-            .ok_or_else(|| invalid("no sm_90a GPU in the catalog"))?;
-        let tile = shapes::choose(gpu, sms, m as u64, n as u64, k as u64);
-        let b = match p.b_layout {
-            BLayout::Nk => Mat::dense(p.b, n, k),
-            BLayout::Kn => Mat::dense(p.b, k, n),
-        };
-        let (a, c) = (Mat::dense(p.a, m, k), Mat::dense(p.c, m, n));
-        // The bench's plan: what TMA cannot address copied, B off 128-byte lines read in place by
-        // clusters of two where its copy would pay.
-        let (plan, cluster) = PadPlan::auto(&a, &b, &c, (m, n), tile.rows);
-        let key = format!("gemm_bf16 {tile} {:?} c{cluster}", p.b_layout);
-        let (g, fresh) = kernel_on(ordinal, &key, &|| lower(tile, p.b_layout, cluster))?;
-        let l = &g.lowered;
-        let globals: Vec<&str> = l.ir.globals.iter().map(|g| g.name.as_str()).collect();
-        if globals != ["a", "b", "c"] {
-            return Err(invalid(format!(
-                "the lowered GEMM takes globals {globals:?}; this launcher knows a, b, c"
-            )));
-        }
-        let [ma, mb, mc] = gemm_maps(l)?;
-        let raw = stream as cu::CUstream;
-        // Scratch for the padded copies, in stream order: allocated, filled, read, freed.
-        let mut scratch = Vec::new();
-        let mut put = |need: bool, src: Mat, copy_in: bool| -> Result<Mat, CudaError> {
-            if !need {
-                return Ok(src);
-            }
-            let mut ptr = 0;
-            // SAFETY: out-parameter; a stream of the current context.
-            check(
-                unsafe { cu::cuMemAllocAsync(&mut ptr, src.padded_bytes()?, raw) },
-                "cuMemAllocAsync",
-            )?;
-            scratch.push(ptr);
-            let dst = src.padded_at(ptr);
-            if copy_in {
-                // SAFETY: the caller's operand (checked above) and fresh scratch of its padded size.
-                unsafe { copy(ordinal, stream, &dst, &src)? };
-            }
-            Ok(dst)
-        };
-        let run = (|| {
-            let (pa, pb, pc) = (
-                put(plan.a, a, true)?,
-                put(plan.b, b, true)?,
-                put(plan.c, c, false)?,
-            );
-            let maps = [mat_map(&pa, &ma)?, mat_map(&pb, &mb)?, mat_map(&pc, &mc)?];
-            let mut args = GemmArgs::new(l, maps, [pa.ptr, pb.ptr, pc.ptr], [m, n, k])?;
-            let mut params = args.pointers();
-            let grid = l
-                .blocks(
-                    &[("m", m as i64), ("n", n as i64), ("k", k as i64)],
-                    g.resident,
-                )
-                .ok_or_else(|| invalid("grid extents of the lowered GEMM"))?;
-            // SAFETY: one pointer per argument of the lowering's list (`GemmArgs`), alive until the
-            // call returns; the caller keeps the buffers and the stream alive, the scratch lives until
-            // its stream-ordered free below. After copies of A or B the launch is programmatic: the
-            // lowered GEMM waits for the copies (`griddepcontrol.wait`) after its barrier setup.
-            unsafe { enqueue_as(&g, grid, &mut params, stream, plan.a || plan.b)? };
-            if plan.c {
-                // SAFETY: scratch C and the caller's C, both live in stream order.
-                unsafe { copy(ordinal, stream, &c, &pc)? };
-            }
-            Ok::<(), CudaError>(())
-        })();
-        for ptr in scratch {
-            // SAFETY: freed after everything enqueued on the stream before it.
-            check(unsafe { cu::cuMemFreeAsync(ptr, raw) }, "cuMemFreeAsync")?;
-        }
-        run?;
-        Ok(fresh.then(|| g.load.clone()))
-    })
-}
-
-/// Enqueues the copy of `src`'s rows into `dst` (same extents, other pitch) on `stream`: with the copy
-/// kernel (`gemm_bf16::align`, loaded once per device) where both bases are 16-byte aligned, else
-/// the driver's pitched copy, which moved 3000³'s operands at about 1.4 TB/s on the H100 where the
-/// kernel streams at the DRAM's rate (docs/performance.md).
-///
-/// # Safety
-/// Both matrices inside live device allocations of the current context until the copy has run on
-/// `stream`, not overlapping.
-unsafe fn copy(ordinal: i32, stream: u64, dst: &Mat, src: &Mat) -> Result<(), CudaError> {
-    if !(src.ptr.is_multiple_of(16) && dst.ptr.is_multiple_of(16)) {
-        // SAFETY: forwarded.
-        return unsafe { gemm_pad::copy(dst, src, stream as cu::CUstream) };
-    }
-    let int = |x: usize| i64::try_from(x).map_err(|_| invalid(format!("copy extent {x}")));
-    let span = |m: &Mat| (m.rows.saturating_sub(1) * m.pitch + m.cols) as u64 * 2;
-    let call = super::caller_mem::StripCall {
-        key: "gemm_operand_copy".into(),
-        tensors: &[("src", src.ptr, span(src)), ("dst", dst.ptr, span(dst))],
-        params: &[
-            ("rows", int(src.rows)?),
-            ("cols", int(src.cols)?),
-            ("src_pitch", int(src.pitch)?),
-            ("dst_pitch", int(dst.pitch)?),
-        ],
-    };
-    let lower = || {
-        kittens_codegen::lower(&gemm_pad::copy_program()?, kittens_hw::Target::Sm90a)
-            .map_err(|e| invalid(format!("lowering the operand copy: {e}")))
-    };
-    // SAFETY: forwarded; the tensors' ranges are the matrices' (checked by the caller).
-    unsafe { super::caller_mem::enqueue_strip(ordinal, stream, &call, &lower) }.map(|_| ())
-}
-
 /// SMs of device `ordinal` (the shape-aware choice quantises work over them), asked of the driver
 /// once per device.
 pub(crate) fn multiprocessors(ordinal: i32) -> Result<u32, CudaError> {
@@ -525,49 +317,4 @@ pub(crate) fn multiprocessors(ordinal: i32) -> Result<u32, CudaError> {
         .unwrap_or_else(|p| p.into_inner())
         .push((ordinal, n));
     Ok(n)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn launch(m: usize, n: usize, k: usize) -> Result<Option<KernelLoad>, CudaError> {
-        let p = GemmPointers {
-            a: 0x1000,
-            b: 0x2000,
-            c: 0x3000,
-            m,
-            n,
-            k,
-            b_layout: BLayout::Nk,
-        };
-        // SAFETY: the addresses are never dereferenced on the host; the driver checks refuse them.
-        let lower: LowerGemm = |_, _, _| Err(invalid("not lowered in this test"));
-        unsafe { gemm_bf16_abt(0, 0, &p, lower) }
-    }
-
-    /// Sizes past 32 bits or empty are refused before any driver call; N or K no multiple of 8 is not
-    /// (it takes the padded path), so on any machine it gets as far as the pointer checks.
-    #[test]
-    fn refuses_sizes_the_launcher_cannot_take() {
-        let e = launch(16, 12, 63).unwrap_err().to_string();
-        assert!(!e.contains("multiple"), "{e}");
-        let e = launch(0, 8, 8).unwrap_err().to_string();
-        assert!(e.contains("1..=2^31-1"), "{e}");
-        let e = launch(1 << 31, 8, 8).unwrap_err().to_string();
-        assert!(e.contains("1..=2^31-1"), "{e}");
-    }
-
-    /// Host addresses are refused on any machine: no driver, no device, or "not CUDA device memory".
-    #[test]
-    fn host_pointers_are_an_error_not_a_crash() {
-        let e = launch(64, 64, 64).unwrap_err();
-        assert!(
-            matches!(
-                e,
-                CudaError::NoDriver(_) | CudaError::NoDevice(_) | CudaError::Invalid(_)
-            ),
-            "{e}"
-        );
-    }
 }

@@ -1,5 +1,5 @@
 //! The GEMM kernel the benchmarks run: a lowered `gemm_bf16` (`kittens_codegen::Lowered`, persistent
-//! grid) in one of its block shapes (`kittens_kernels::gemm_bf16::shapes`), or a lowered `gemm_fp8`,
+//! grid) in one of its block shapes (`kittens_kernels::gemm::shapes`), or a lowered `gemm_fp8`,
 //! compiled, loaded and launched by its argument list: bf16 operands described by [`Mat`] (TMA maps
 //! built here), fp8 operands by their tensor maps and the scale tensors ([`GemmKernel::launch_scaled`]).
 
@@ -11,9 +11,9 @@ use kittens_codegen::cuda::TmaMap;
 use kittens_codegen::{KernelArg, Lowered};
 use kittens_hw::dtype::DType;
 use kittens_ir::SlotFill;
-use kittens_kernels::gemm_bf16::shapes::HopperTile;
-use kittens_kernels::gemm_bf16::split_k::PARTIAL;
-use kittens_kernels::gemm_bf16::{BLayout, GemmConfig};
+use kittens_kernels::gemm::shapes::HopperTile;
+use kittens_kernels::gemm::split_k::PARTIAL;
+use kittens_kernels::gemm::{BLayout, GemmConfig};
 
 use super::args::PackedArgs;
 
@@ -128,7 +128,7 @@ impl StripKernel {
     }
 }
 
-/// The second pass of a split-K GEMM (`kittens_kernels::gemm_bf16::split_k`): the strip program that
+/// The second pass of a split-K GEMM (`kittens_kernels::gemm::split_k`): the strip program that
 /// adds the `split_k` f32 planes of the kernel's partial C into C, and the scratch holding them
 /// (grown on first use at a larger shape: allocation happens at the checked launch, before timing).
 pub struct SplitReduce {
@@ -141,7 +141,7 @@ pub struct SplitReduce {
 impl SplitReduce {
     /// Compiles and loads the reduction for `split_k` planes writing bf16 C.
     fn load(dev: &Rc<Device>, split_k: u32) -> Result<SplitReduce, CudaError> {
-        let k = kittens_kernels::gemm_bf16::split_k::build_reduce(split_k, DType::Bf16, 32)
+        let k = kittens_kernels::gemm::split_k::build_reduce(split_k, DType::Bf16, 32)
             .map_err(invalid)?;
         Ok(SplitReduce {
             split_k,
@@ -192,7 +192,7 @@ pub fn lower_tile(tile: HopperTile, b_layout: BLayout, cluster: u32) -> Result<L
     lower_tile_loads(tile, b_layout, 1, SlotFill::Tma, cluster)
 }
 
-/// [`lower_tile`] with K cut in `split_k` slices (`kittens_kernels::gemm_bf16::split_k`) and A and
+/// [`lower_tile`] with K cut in `split_k` slices (`kittens_kernels::gemm::split_k`) and A and
 /// B loaded as `loads` says (`GemmConfig::loads`).
 pub fn lower_tile_loads(
     tile: HopperTile,
@@ -225,7 +225,7 @@ pub fn lower_tile_loads(
     if let Some(s) = measurement_knob("KITTENS_GEMM_STAGES")? {
         cfg.stages = s;
     }
-    let k = kittens_kernels::gemm_bf16::build(&cfg)
+    let k = kittens_kernels::gemm::build(&cfg)
         .map_err(|e| invalid(format!("gemm_bf16 {tile}: {e}")))?;
     kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
         .map_err(|e| invalid(format!("lowering gemm_bf16 {tile}: {e}")))
@@ -545,18 +545,8 @@ pub(crate) struct GemmArgs {
 }
 
 impl GemmArgs {
-    pub(crate) fn new(
-        l: &Lowered,
-        maps: [cu::CUtensorMap; 3],
-        ptrs: [u64; 3],
-        mnk: [usize; 3],
-    ) -> Result<GemmArgs, CudaError> {
-        let named = [("a", ptrs[0]), ("b", ptrs[1]), ("c", ptrs[2])];
-        Self::named(l, maps, &named, mnk)
-    }
-
-    /// As [`Self::new`], the device pointers given by tensor name (`gemm_fp8` adds `scale_a`,
-    /// `scale_b`); the maps are A's, B's and C's.
+    /// The device pointers given by tensor name (`gemm_fp8` adds `scale_a`, `scale_b`); the maps are
+    /// A's, B's and C's.
     pub(crate) fn named(
         l: &Lowered,
         maps: [cu::CUtensorMap; 3],

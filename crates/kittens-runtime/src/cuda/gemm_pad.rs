@@ -17,7 +17,7 @@ use super::driver::{check, Device, Stream};
 use super::gemm_kernel::StripKernel;
 use super::CudaError;
 use kittens_ir::SlotFill;
-use kittens_kernels::gemm_bf16::shapes::copies_misaligned;
+use kittens_kernels::gemm::shapes::copies_misaligned;
 
 /// A row-major bf16 matrix in device memory: `rows × cols`, rows `pitch` elements apart.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,7 +97,7 @@ impl PadPlan {
 
     /// [`PadPlan::of`], plus B copied into 128-byte aligned rows where TMA could read it in place but
     /// its rows start off 128-byte lines, in a GEMM of `m × n` outputs whose operand rows serve
-    /// enough outputs for the copy to pay (`kittens_kernels::gemm_bf16::shapes::copies_misaligned`,
+    /// enough outputs for the copy to pay (`kittens_kernels::gemm::shapes::copies_misaligned`,
     /// which the block choice also reads). A stays in place: with the 128-byte L2 promotion its maps
     /// then get (`driver::l2_promotion`) reading A off its lines cost the kernel about 2 µs at 3000³ on
     /// the H100, against 12 to copy it, while B off its lines cost about 28 (0.852 of cuBLAS for B
@@ -233,13 +233,13 @@ pub unsafe fn copy(dst: &Mat, src: &Mat, stream: cu::CUstream) -> Result<(), Cud
     )
 }
 
-/// The padded copy as a kernel (`kittens_kernels::gemm_bf16::align`): the driver's pitched copy
+/// The padded copy as a kernel (`kittens_kernels::gemm::align`): the driver's pitched copy
 /// moved A and B of 3000³ at about 1.4 TB/s on the H100, a strip program streams at the DRAM's rate.
 pub struct CopyKernel(StripKernel);
 
 /// The copy's tile program on 32-lane waves: this launcher's and `kittens.matmul`'s (`super::caller`).
 pub(crate) fn copy_program() -> Result<kittens_ir::Kernel, CudaError> {
-    kittens_kernels::gemm_bf16::align::build_copy(32).map_err(|e| CudaError::Invalid(e.to_string()))
+    kittens_kernels::gemm::align::build_copy(32).map_err(|e| CudaError::Invalid(e.to_string()))
 }
 
 impl CopyKernel {

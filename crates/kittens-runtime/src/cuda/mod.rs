@@ -15,17 +15,16 @@ pub mod attn_split;
 pub mod bench;
 pub mod bench_check;
 pub mod bench_fp8;
+mod bench_inputs;
 pub mod bench_mem;
 pub mod bench_report;
 pub mod bench_shapes;
 pub mod bench_time;
 pub mod cache;
 pub mod caller;
-pub mod caller_attn;
-pub mod caller_attn_bwd;
-pub mod caller_mem;
 pub mod cublas;
 pub mod cublaslt;
+pub mod dispatch;
 pub mod driver;
 pub mod gemm_kernel;
 pub mod gemm_pad;
@@ -37,7 +36,7 @@ pub mod nvrtc;
 pub use cache::{CacheError, KernelCache};
 pub use driver::{Device, DeviceBuffer, Event, Function, Module, Stream, TensorMap};
 pub use nvrtc::{
-    compile, compile_with_cache, nvrtc, parse_ptxas_log, CudaCompileReport, CudaModuleImage,
+    compile, compile_with_cache, nvrtc, parse_ptxas_log, ptx, CudaCompileReport, CudaModuleImage,
     NvrtcInfo,
 };
 

@@ -244,6 +244,19 @@ pub fn compile(
     )
 }
 
+/// The PTX NVRTC makes of `source` for `target`'s virtual architecture (`sm_90a` → `compute_90a`), with
+/// the options [`compile`] uses: what the lowering's source became after the compiler's inlining and
+/// constant folding, for tests of what the GPU is given (no GPU needed). Not cached.
+pub fn ptx(source: &str, target: &str) -> Result<String, CudaError> {
+    let Some(arch) = target.strip_prefix("sm_") else {
+        return Err(CudaError::BadTarget(target.to_string()));
+    };
+    let info = nvrtc()?;
+    let mut opts = options(&format!("compute_{arch}"), info.version);
+    opts.retain(|o| o != "-Xptxas=-v");
+    compile_to_ptx(source, &opts)
+}
+
 /// [`compile`] with an explicit cache, or none.
 pub fn compile_with_cache(
     source: &str,

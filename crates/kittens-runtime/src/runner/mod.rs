@@ -375,6 +375,22 @@ pub fn execute_stages(
     inputs: &[Vec<f32>],
 ) -> Result<(Execution, Vec<String>), RunError> {
     let name = backend.about().name;
+    // A launch that reads and writes one tensor (the atomic backward's f32 accumulator) has no place
+    // in inputs-then-outputs; refused by name rather than run on a copy that drops its writes.
+    for st in stages {
+        if let Some(g) = st
+            .kernel
+            .globals
+            .iter()
+            .find(|g| g.access == kittens_ir::Access::ReadWrite)
+        {
+            return Err(RunError::Kernel(kittens_kernels::KernelError::Config(format!(
+                "`{}` reads and writes tensor `{}` in one launch, which the runner's tensors (inputs, \
+                 then outputs) cannot express; prepared calls (kittens_runtime::cuda::dispatch) run it",
+                st.kernel.name, g.name
+            ))));
+        }
+    }
     let Some((first, rest)) = stages.split_first() else {
         return Err(RunError::Kernel(kittens_kernels::KernelError::Problem(
             "a run with no launch".into(),
@@ -506,7 +522,7 @@ mod tests {
             m: 40,
             n: 24,
             k: 36,
-            gemm: kittens_kernels::gemm_bf16::GemmConfig::small(),
+            gemm: kittens_kernels::gemm::GemmConfig::small(),
             ..Problem::default()
         }
     }

@@ -3,8 +3,8 @@
 
 use super::Section;
 use kittens_draw as draw;
+use kittens_grid::{l2, regs, remap::GridOrder, tail};
 use kittens_hw::{gpu, lds::DsInstr, mma};
-use kittens_sched::{cache, regs, remap::GridOrder, tail};
 use kittens_tile::{BaseShape, DType, Layout, RegTile, SharedTile, Swizzle};
 use serde_json::{json, Value};
 
@@ -143,8 +143,8 @@ pub fn grid(s: &mut Section) -> anyhow::Result<Value> {
     );
     let mut out = Vec::new();
     for (size, order, paper) in rows {
-        let shape = cache::GemmShape::bf16(size, size, size, (192, 256, 64));
-        let r = cache::simulate(mi355x, &shape, order)?;
+        let shape = l2::GemmShape::bf16(size, size, size, (192, 256, 64));
+        let r = l2::simulate(mi355x, &shape, order)?;
         let (rows, cols) = shape.grid();
         let first = draw::first_round(
             rows,

@@ -9,7 +9,7 @@ use super::Section;
 use kittens_hw::Target;
 use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::gemm_bf16::GemmConfig;
+use kittens_kernels::gemm::GemmConfig;
 use kittens_kernels::problem::{NormShape, Problem};
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, Timing};
@@ -179,7 +179,12 @@ pub fn run(s: &mut Section) -> anyhow::Result<Value> {
         .collect();
     let mut checked = Vec::new();
     let mut all_correct = true;
-    let cases = checks();
+    let mut cases = checks();
+    // Configured for the GPU that runs them (its SM count), not the catalog's.
+    let sms = kittens_runtime::cuda::dispatch::device_sms(0)?;
+    for (_, _, p) in cases.iter_mut() {
+        p.sms = Some(sms);
+    }
     for (i, (name, shape, p)) in cases.iter().enumerate() {
         eprintln!("  [{}/{}] checking {name} {shape} ...", i + 1, cases.len());
         let entry = kittens_kernels::by_name(name)?;

@@ -4,7 +4,7 @@
 
 use super::Section;
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::gemm_bf16::{GemmConfig, GemmSchedule};
+use kittens_kernels::gemm::{GemmConfig, GemmSchedule};
 use kittens_kernels::problem::Problem;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{self, Interpreter};

@@ -10,13 +10,13 @@
 //! - [`remap::row_major`]`(id, cols) -> (row, col)`; [`remap::GridOrder`] names an order as a value.
 //!
 //! Host-side models and planners:
-//! - [`cache::simulate`]`(gpu, &GemmShape, GridOrder) -> CacheReport`: L2/LLC hit rates, HBM bytes and
+//! - [`l2::simulate`]`(gpu, &GemmShape, GridOrder) -> L2Report`: L2/LLC hit rates, HBM bytes and
 //!   the Eq. 1 bandwidth of a GEMM grid order, blocks in lockstep rounds;
-//!   [`cache::simulate_staggered`]`(…, stagger)` with the CUs of an XCD out of phase;
+//!   [`l2::simulate_staggered`]`(…, stagger)` with the CUs of an XCD out of phase;
 //! - [`tail::plan_tail`]`(gpu, &TailInput, &TailModel) -> TailPlan`: the tail KV split (MI300X-attn §5.2);
 //! - [`regs::plan_regs`]`(gpu, &RegsInput) -> RegsReport`: register budgets (HipKittens Table 2);
 
-pub mod cache;
+pub mod l2;
 pub mod regs;
 pub mod remap;
 pub mod tail;
@@ -25,7 +25,7 @@ use thiserror::Error;
 
 /// Errors of the planners and the model: all are bad inputs.
 #[derive(Debug, Error, PartialEq)]
-pub enum SchedError {
+pub enum GridError {
     #[error("invalid input: {0}")]
     Invalid(String),
     /// An input whose work or memory would exceed what a model or planner allows itself. The budgets
@@ -51,7 +51,7 @@ pub enum SchedError {
     Overflow(String),
 }
 
-impl SchedError {
+impl GridError {
     /// `value` against the power-of-two `limit`.
     pub fn check_budget(
         what: impl Into<String>,
@@ -60,12 +60,12 @@ impl SchedError {
         model: &'static str,
         limit: u64,
         hint: &'static str,
-    ) -> Result<(), SchedError> {
+    ) -> Result<(), GridError> {
         debug_assert!(limit.is_power_of_two());
         if value <= limit as u128 {
             return Ok(());
         }
-        Err(SchedError::Budget {
+        Err(GridError::Budget {
             what: what.into(),
             value,
             unit,
@@ -77,13 +77,13 @@ impl SchedError {
     }
 
     /// The error for `expr` (a formula with its values) not fitting in `bits` bits.
-    pub(crate) fn overflow(expr: String, bits: u32) -> SchedError {
-        SchedError::Overflow(format!("{expr} does not fit in {bits} bits"))
+    pub(crate) fn overflow(expr: String, bits: u32) -> GridError {
+        GridError::Overflow(format!("{expr} does not fit in {bits} bits"))
     }
 }
 
 /// `a · b` in 64 bits, or the overflow error naming the product.
-pub(crate) fn mul64(a: u64, b: u64, what: &str) -> Result<u64, SchedError> {
+pub(crate) fn mul64(a: u64, b: u64, what: &str) -> Result<u64, GridError> {
     a.checked_mul(b)
-        .ok_or_else(|| SchedError::overflow(format!("{what} ({a} x {b})"), 64))
+        .ok_or_else(|| GridError::overflow(format!("{what} ({a} x {b})"), 64))
 }

@@ -17,7 +17,7 @@
 //! Time unit: one K/V-block iteration of one workgroup. The merge is converted into that unit with the
 //! GPU's per-CU matrix rate and HBM bandwidth (see [`TailModel`]).
 
-use crate::{mul64, SchedError};
+use crate::{mul64, GridError};
 use kittens_hw::Gpu;
 use serde::Serialize;
 
@@ -132,7 +132,7 @@ pub struct TailPlan {
 }
 
 impl TailInput {
-    fn validate(&self) -> Result<(), SchedError> {
+    fn validate(&self) -> Result<(), GridError> {
         let v = [
             self.batch,
             self.heads,
@@ -143,7 +143,7 @@ impl TailInput {
             self.keys(),
         ];
         if v.contains(&0) {
-            return Err(SchedError::Invalid(
+            return Err(GridError::Invalid(
                 "batch, heads, seq, seq_kv, dim, block rows and kv block must be positive".into(),
             ));
         }
@@ -168,11 +168,11 @@ fn merge_cost(gpu: &Gpu, s: &TailInput, m: &TailModel, rows: f64, g: u64) -> f64
 }
 
 /// Choose a split `G` for the stranded last round, or decline with the reason (MI300X-attn §5.2).
-pub fn plan_tail(gpu: &Gpu, s: &TailInput, m: &TailModel) -> Result<TailPlan, SchedError> {
+pub fn plan_tail(gpu: &Gpu, s: &TailInput, m: &TailModel) -> Result<TailPlan, GridError> {
     s.validate()?;
     let cus = gpu.compute_units as u64;
     let kv_blocks = s.keys().div_ceil(s.kv_block);
-    SchedError::check_budget(
+    GridError::check_budget(
         "a walk",
         kv_blocks as u128,
         "K/V blocks",
@@ -191,7 +191,7 @@ pub fn plan_tail(gpu: &Gpu, s: &TailInput, m: &TailModel) -> Result<TailPlan, Sc
     let unsplit = mul64(rounds, kv_blocks, "rounds x K/V blocks")?;
     // The model times in f64, which holds integers exactly only up to 2^53: a count past it would be
     // printed rounded as if exact.
-    SchedError::check_budget(
+    GridError::check_budget(
         format!("a launch of {workgroups} workgroups"),
         u128::from(unsplit),
         "K/V-block iterations",

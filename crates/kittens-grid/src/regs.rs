@@ -4,7 +4,7 @@
 //! registers; Hopper lets producers hand registers to consumers (warpgroup register reallocation,
 //! PTX `setmaxnreg`).
 
-use crate::SchedError;
+use crate::GridError;
 use kittens_hw::{Arch, Gpu};
 use serde::Serialize;
 
@@ -90,12 +90,12 @@ fn round_down(x: u32) -> u32 {
 }
 
 /// A register or byte count computed in u64 from u32 inputs, back in u32, or the error naming it.
-fn fit32(v: u64, what: &str) -> Result<u32, SchedError> {
-    u32::try_from(v).map_err(|_| SchedError::overflow(format!("{what} ({v})"), 32))
+fn fit32(v: u64, what: &str) -> Result<u32, GridError> {
+    u32::try_from(v).map_err(|_| GridError::overflow(format!("{what} ({v})"), 32))
 }
 
 impl RegsInput {
-    fn validate(&self, lanes: u32) -> Result<(), SchedError> {
+    fn validate(&self, lanes: u32) -> Result<(), GridError> {
         let v = [
             self.consumers,
             self.tile_m,
@@ -105,34 +105,34 @@ impl RegsInput {
             self.mma.2,
         ];
         if v.contains(&0) || self.k_step == 0 || self.reg_stages == 0 || self.in_bytes == 0 {
-            return Err(SchedError::Invalid(
+            return Err(GridError::Invalid(
                 "consumers, tile, instruction, k step, stages must be positive".into(),
             ));
         }
         // A shared-memory pipeline of no stage, or stages of no K, holds nothing to compute from.
         if self.depth == 0 || self.lds_k == 0 {
-            return Err(SchedError::Invalid(format!(
+            return Err(GridError::Invalid(format!(
                 "shared-memory depth {} and stage K {} must be positive",
                 self.depth, self.lds_k
             )));
         }
         // A register stage feeds whole instructions: its K is a multiple of the instruction's.
         if !self.k_step.is_multiple_of(self.mma.2) {
-            return Err(SchedError::Invalid(format!(
+            return Err(GridError::Invalid(format!(
                 "k step {} is not a multiple of the instruction's K {}",
                 self.k_step, self.mma.2
             )));
         }
         let threads = (self.producers as u128 + self.consumers as u128) * lanes as u128;
         if threads > MAX_THREADS_PER_BLOCK as u128 {
-            return Err(SchedError::Invalid(format!(
+            return Err(GridError::Invalid(format!(
                 "{} producer + {} consumer waves of {lanes} lanes are {threads} threads, over the \
                  {MAX_THREADS_PER_BLOCK} threads a block may have",
                 self.producers, self.consumers
             )));
         }
         let elems = self.tile_m as u128 * self.tile_n as u128;
-        SchedError::check_budget(
+        GridError::check_budget(
             format!("an output tile of {}x{}", self.tile_m, self.tile_n),
             elems,
             "elements",
@@ -141,7 +141,7 @@ impl RegsInput {
             "",
         )?;
         if !self.tile_m.is_multiple_of(self.mma.0) || !self.tile_n.is_multiple_of(self.mma.1) {
-            return Err(SchedError::Invalid(format!(
+            return Err(GridError::Invalid(format!(
                 "output tile {}x{} is not a multiple of the {}x{} instruction",
                 self.tile_m, self.tile_n, self.mma.0, self.mma.1
             )));
@@ -155,7 +155,7 @@ fn consumer_need(
     s: &RegsInput,
     lanes: u32,
     operands_in_regs: bool,
-) -> Result<ConsumerNeed, SchedError> {
+) -> Result<ConsumerNeed, GridError> {
     let c = s.consumers;
     let layout = (1..=c)
         .filter(|r| c.is_multiple_of(*r))
@@ -165,7 +165,7 @@ fn consumer_need(
         })
         .min_by_key(|&(r, q)| s.tile_m / r + s.tile_n / q)
         .ok_or_else(|| {
-            SchedError::Invalid(format!(
+            GridError::Invalid(format!(
                 "{c} consumers cannot tile a {}x{} output",
                 s.tile_m, s.tile_n
             ))
@@ -177,7 +177,7 @@ fn consumer_need(
         let operand_bytes = [s.k_step, s.in_bytes, s.reg_stages]
             .iter()
             .try_fold((sub.0 + sub.1) as u64, |acc, &f| acc.checked_mul(f as u64))
-            .ok_or_else(|| SchedError::overflow("the operand bytes of a consumer".into(), 64))?;
+            .ok_or_else(|| GridError::overflow("the operand bytes of a consumer".into(), 64))?;
         fit32(
             operand_bytes.div_ceil(4 * lanes as u64),
             "operand registers of a consumer",
@@ -200,7 +200,7 @@ fn consumer_need(
 }
 
 /// Plan the register budget of one block on `gpu`.
-pub fn plan_regs(gpu: &Gpu, s: &RegsInput) -> Result<RegsReport, SchedError> {
+pub fn plan_regs(gpu: &Gpu, s: &RegsInput) -> Result<RegsReport, GridError> {
     let lanes = gpu.wave_width;
     s.validate(lanes)?;
     let waves = s.producers + s.consumers;
@@ -211,7 +211,7 @@ pub fn plan_regs(gpu: &Gpu, s: &RegsInput) -> Result<RegsReport, SchedError> {
         .try_fold(s.tile_m as u64 + s.tile_n as u64, |acc, &f| {
             acc.checked_mul(f as u64)
         })
-        .ok_or_else(|| SchedError::overflow("the LDS bytes of a block".into(), 64))?;
+        .ok_or_else(|| GridError::overflow("the LDS bytes of a block".into(), 64))?;
     let lds_limit = gpu.shared_bytes_per_block as u64;
     let model = if gpu.arch == Arch::Hopper {
         RegModel::HopperRealloc

@@ -1,7 +1,7 @@
 //! The tail KV split planner (MI300X-attn §5.2) and the register budget planner (HipKittens Table 2).
 
-use kittens_sched::regs::{plan_regs, RegsInput};
-use kittens_sched::tail::{plan_tail, TailInput, TailModel};
+use kittens_grid::regs::{plan_regs, RegsInput};
+use kittens_grid::tail::{plan_tail, TailInput, TailModel};
 
 fn shape(batch: u64, heads: u64, seq: u64, block_rows: u64) -> TailInput {
     TailInput::new(batch, heads, seq, 128, block_rows, 64)
@@ -146,7 +146,7 @@ fn hopper_reallocation() {
 /// blocks (5 parts would need a second round), about 4x less the merge.
 #[test]
 fn every_scope_splits_decoding_into_one_round() {
-    use kittens_sched::tail::SplitScope;
+    use kittens_grid::tail::SplitScope;
     let h100 = kittens_hw::gpu("h100").unwrap();
     let decode = |batch, heads, seq, seq_kv| TailInput {
         seq_kv: Some(seq_kv),
@@ -181,7 +181,7 @@ fn every_scope_splits_decoding_into_one_round() {
 /// allowed G (brute force), the seed's formula with every workgroup cut.
 #[test]
 fn every_scope_minimises_the_rounds_formula() {
-    use kittens_sched::tail::SplitScope;
+    use kittens_grid::tail::SplitScope;
     let free = TailModel {
         merge_launch_s: 0.0,
         merge_bw_efficiency: 1e12,

@@ -1,7 +1,7 @@
 //! Property tests for the grid remaps: every remap is a bijection on its grid, for many sizes including
 //! block counts that are not multiples of XCDs × C, and Algorithm 1's tail keeps launch order.
 
-use kittens_sched::remap::{group_m, head_first, row_major, xcd_chunk, xcd_swizzle, GridOrder};
+use kittens_grid::remap::{group_m, head_first, row_major, xcd_chunk, xcd_swizzle, GridOrder};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
 fn assert_bijection(n: u64, f: impl Fn(u64) -> u64, what: &str) {

@@ -1,10 +1,10 @@
 //! HipKittens Table 4 on the MI355X: the cache model's hit rates and Eq. 1 bandwidth beside the paper's,
 //! and the paper's directions (which order beats which). Run with `--nocapture` to see the table.
 
-use kittens_sched::cache::{
-    simulate, simulate_staggered, CacheReport, GemmShape, SEED_000_TABLE4_EQ1_TBPS,
+use kittens_grid::l2::{
+    simulate, simulate_staggered, GemmShape, L2Report, SEED_000_TABLE4_EQ1_TBPS,
 };
-use kittens_sched::remap::{xcd_chunk, GridOrder};
+use kittens_grid::remap::{xcd_chunk, GridOrder};
 
 const RM: GridOrder = GridOrder::RowMajor;
 const W7C216: GridOrder = GridOrder::XcdSwizzle {
@@ -41,7 +41,7 @@ const PAPER: [(u64, GridOrder, f64, f64, f64); 6] = [
 /// The stagger docs/grid.md discusses: CUs of an XCD spread over 10% of a block's duration.
 const STAGGER: f64 = 0.1;
 
-fn run(size: u64, order: GridOrder, stagger: f64) -> CacheReport {
+fn run(size: u64, order: GridOrder, stagger: f64) -> L2Report {
     let gpu = kittens_hw::gpu("mi355x").unwrap();
     simulate_staggered(
         gpu,
@@ -52,7 +52,7 @@ fn run(size: u64, order: GridOrder, stagger: f64) -> CacheReport {
     .unwrap()
 }
 
-fn table(stagger: f64) -> Vec<CacheReport> {
+fn table(stagger: f64) -> Vec<L2Report> {
     println!("\nstagger {stagger}: ours (paper)");
     println!(
         "{:>6} {:<14} {:>14} {:>14} {:>18} {:>10}",
@@ -78,7 +78,7 @@ fn table(stagger: f64) -> Vec<CacheReport> {
 /// Every direction Table 4 shows: 9216: W5/C25 bandwidth > row-major, W7/C216 LLC below both;
 /// 14592: W8/C64 > W8/C542 > row-major bandwidth; row-major the lowest L2 in both. Returns the
 /// claims that fail.
-fn failed_directions(r: &[CacheReport]) -> Vec<&'static str> {
+fn failed_directions(r: &[L2Report]) -> Vec<&'static str> {
     let bw = |i: usize| r[i].bandwidth_tbps;
     let checks = [
         (bw(2) > bw(0), "9216: W5/C25 bandwidth > row-major"),

@@ -3,18 +3,18 @@
 //! number. Every case here used to crash (allocation abort, division by zero, index out of range),
 //! hang, or return a report built from wrapped 64-bit or 32-bit arithmetic.
 
-use kittens_sched::cache::{simulate, simulate_staggered, GemmShape};
-use kittens_sched::regs::{plan_regs, RegsInput};
-use kittens_sched::remap::GridOrder;
-use kittens_sched::tail::{plan_tail, TailInput, TailModel};
-use kittens_sched::SchedError;
+use kittens_grid::l2::{simulate, simulate_staggered, GemmShape};
+use kittens_grid::regs::{plan_regs, RegsInput};
+use kittens_grid::remap::GridOrder;
+use kittens_grid::tail::{plan_tail, TailInput, TailModel};
+use kittens_grid::GridError;
 
 fn gpu(name: &str) -> &'static kittens_hw::Gpu {
     kittens_hw::gpu(name).unwrap()
 }
 
 /// The error's message, checked to name `limit`.
-fn limit_error<T: std::fmt::Debug>(r: Result<T, SchedError>, limit: &str) -> String {
+fn limit_error<T: std::fmt::Debug>(r: Result<T, GridError>, limit: &str) -> String {
     let msg = r.expect_err("must be refused").to_string();
     assert!(msg.contains(limit), "`{msg}` does not name `{limit}`");
     msg

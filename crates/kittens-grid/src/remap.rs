@@ -162,7 +162,7 @@ impl GridOrder {
     /// Checks that this order's products on a `rows × cols` grid fit the `u64` arithmetic of
     /// [`GridOrder::tile`] (`rows · cols`, `window · cols`, `xcds · chunk`); the remaps themselves stay
     /// plain integer functions a kernel can evaluate, so the host checks once, here.
-    pub fn check(&self, rows: u64, cols: u64) -> Result<(), crate::SchedError> {
+    pub fn check(&self, rows: u64, cols: u64) -> Result<(), crate::GridError> {
         use crate::mul64;
         mul64(rows, cols, "grid rows x columns")?;
         // The remaps read a window or chunk of 0 as 1; an order that says W0 or C0 but computes W1 or
@@ -173,7 +173,7 @@ impl GridOrder {
             _ => false,
         };
         if zero {
-            return Err(crate::SchedError::Invalid(format!(
+            return Err(crate::GridError::Invalid(format!(
                 "{}: the window W and the chunk C must be at least 1",
                 self.label()
             )));

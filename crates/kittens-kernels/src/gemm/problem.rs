@@ -4,7 +4,7 @@
 //! per tensor, m and n per row/column), output C (m×n); the f64 reference `A·Bᵀ` with the scales
 //! applied in f64, and a fixed tolerance.
 
-use super::{build, GemmConfig, GemmTypes, Scales};
+use super::{build, shapes, GemmConfig, GemmTypes, Scales};
 use crate::budget;
 use crate::problem::{
     draw_operands, elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem,
@@ -92,6 +92,17 @@ impl GemmProblem {
             Some(gpu) => {
                 let base = (self.for_gpu)(gpu);
                 match p.variant {
+                    // bf16 on Hopper: the block the shape-aware model picks for this shape
+                    // (`shapes::choose`), B stored as the problem says (a linear layer's `w` or a
+                    // row-major `b`, both read in place).
+                    None if self.types == GemmTypes::BF16 && target == Target::Sm90a => {
+                        let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
+                        let sms = p.device_model(gpu).compute_units;
+                        Ok(GemmConfig {
+                            b_layout: p.gemm.b_layout,
+                            ..shapes::config_for(gpu, sms, m, n, k)
+                        })
+                    }
                     None => Ok(base),
                     Some(v) => variant(base, gpu, v),
                 }

@@ -1,4 +1,5 @@
-//! A cache model for GEMM grid orders on chiplet GPUs (per-XCD L2 + shared LLC) and single-L2 GPUs.
+//! The L2 cache model (module `l2`; the NVRTC disk cache is `kittens_runtime::cuda::cache`) for GEMM grid
+//! orders on chiplet GPUs (per-XCD L2 + shared LLC) and single-L2 GPUs.
 //!
 //! What is simulated (HipKittens §3.4 "Cost model"):
 //! - blocks are launched in id order and handed to XCDs round-robin (`id mod n_xcd`), one block per CU
@@ -17,7 +18,7 @@
 //! What it ignores is listed in docs/grid.md: the C write-back, set conflicts and address hashing,
 //! blocks drifting out of lockstep, prefetch depth, the L1/LDS, and any timing at all.
 
-use crate::SchedError;
+use crate::GridError;
 use kittens_hw::Gpu;
 use serde::Serialize;
 
@@ -50,7 +51,7 @@ impl GemmShape {
         }
     }
 
-    fn validate(&self) -> Result<(), SchedError> {
+    fn validate(&self) -> Result<(), GridError> {
         let dims = [
             self.m,
             self.n,
@@ -61,7 +62,7 @@ impl GemmShape {
             self.elem_bytes,
         ];
         if dims.contains(&0) {
-            return Err(SchedError::Invalid(
+            return Err(GridError::Invalid(
                 "GEMM sizes, tiles and element size must be positive".into(),
             ));
         }
@@ -89,7 +90,7 @@ impl GemmShape {
 
 /// The result of one simulation. Hit rates are fractions of requested bytes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct CacheReport {
+pub struct L2Report {
     pub gpu: String,
     pub order: String,
     /// L2 hits / L2 requests.
@@ -140,15 +141,15 @@ pub const MAX_BLOCK_STEPS: u64 = 1 << 27;
 
 /// Refuse a problem the model cannot hold or would take too long on, before allocating anything:
 /// every count is computed in u128, so nothing wraps.
-fn check_budgets(shape: &GemmShape, order: GridOrder) -> Result<(), SchedError> {
+fn check_budgets(shape: &GemmShape, order: GridOrder) -> Result<(), GridError> {
     const MODEL: &str = "cache model";
     let (rows, cols) = shape.grid();
     let ks = shape.ksteps() as u128;
     let tiles = rows as u128 * cols as u128;
     let hint = "; use a larger --tile";
-    SchedError::check_budget("a grid", tiles, "tiles", MODEL, MAX_TILES, hint)?;
+    GridError::check_budget("a grid", tiles, "tiles", MODEL, MAX_TILES, hint)?;
     let segments = (rows as u128 + cols as u128) * ks;
-    SchedError::check_budget(
+    GridError::check_budget(
         "a problem",
         segments,
         "operand slices",
@@ -157,7 +158,7 @@ fn check_budgets(shape: &GemmShape, order: GridOrder) -> Result<(), SchedError> 
         hint,
     )?;
     let steps = tiles * ks;
-    SchedError::check_budget(
+    GridError::check_budget(
         "a run",
         steps,
         "block k-steps",
@@ -169,7 +170,7 @@ fn check_budgets(shape: &GemmShape, order: GridOrder) -> Result<(), SchedError> 
     let slice =
         shape.tile_m.max(shape.tile_n) as u128 * shape.tile_k as u128 * shape.elem_bytes as u128;
     if slice > u32::MAX as u128 {
-        return Err(SchedError::overflow(
+        return Err(GridError::overflow(
             format!("an operand k-slice of {slice} bytes"),
             32,
         ));
@@ -177,7 +178,7 @@ fn check_budgets(shape: &GemmShape, order: GridOrder) -> Result<(), SchedError> 
     let compulsory =
         (shape.m as u128 + shape.n as u128) * shape.k as u128 * shape.elem_bytes as u128;
     if compulsory > u64::MAX as u128 {
-        return Err(SchedError::overflow(
+        return Err(GridError::overflow(
             format!(
                 "the compulsory traffic (m + n)·k·{} = {compulsory} bytes",
                 shape.elem_bytes
@@ -302,7 +303,7 @@ impl Hierarchy {
 }
 
 /// Simulate one GEMM under one grid order on one GPU with the lockstep model (see the module doc).
-pub fn simulate(gpu: &Gpu, shape: &GemmShape, order: GridOrder) -> Result<CacheReport, SchedError> {
+pub fn simulate(gpu: &Gpu, shape: &GemmShape, order: GridOrder) -> Result<L2Report, GridError> {
     simulate_staggered(gpu, shape, order, 0.0)
 }
 
@@ -315,10 +316,10 @@ pub fn simulate_staggered(
     shape: &GemmShape,
     order: GridOrder,
     stagger: f64,
-) -> Result<CacheReport, SchedError> {
+) -> Result<L2Report, GridError> {
     shape.validate()?;
     if !(0.0..=1.0).contains(&stagger) {
-        return Err(SchedError::Invalid(format!(
+        return Err(GridError::Invalid(format!(
             "stagger {stagger} outside 0..=1"
         )));
     }
@@ -344,7 +345,7 @@ pub fn simulate_staggered(
         .map(|id| order.tile(id, rows, cols))
         .collect::<Option<_>>()
         .ok_or_else(|| {
-            SchedError::Invalid(format!(
+            GridError::Invalid(format!(
                 "{} is not an order of a 2-d GEMM grid",
                 order.label()
             ))
@@ -389,12 +390,12 @@ fn report(
     c: &Counters,
     size: (u64, u64),
     stagger: f64,
-) -> CacheReport {
+) -> L2Report {
     let (blocks, rounds) = size;
     let frac = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     let l2_hit = frac(c.l2_hit, c.l2_req);
     let llc_hit = frac(c.llc_hit, c.llc_req);
-    CacheReport {
+    L2Report {
         gpu: gpu.name.to_string(),
         order: order.label(),
         l2_hit,

@@ -1,0 +1,272 @@
+//! The one CUDA path of the Python package: any registry kernel, prepared once per configuration and
+//! layout (`kittens_runtime::cuda::dispatch`), then launched on addresses only.
+//!
+//! `prepare(entry, problem, tensors, device)` builds the registry entry's launches for the problem
+//! (`KernelProblem::stages`, the same launches `kittens run --backend cuda` checks), checks the
+//! caller's tensors (name, shape, strides, dtype) against their declarations, and returns a
+//! [`Handle`]; `Handle.launch(ptrs, stream)` enqueues them. The Python side keys its handles by
+//! everything that went into `prepare` (python/kittens/_dispatch.py), so a loop of calls costs one
+//! dictionary lookup, the outputs' allocation and one launch per stage — no per-kernel code here.
+
+use std::sync::Arc;
+
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+
+use kittens_hw::dtype::DType;
+use kittens_hw::Target;
+use kittens_kernels::attn_fwd::split::KvSplits;
+use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::gemm::BLayout;
+use kittens_kernels::problem::{Plan, Problem};
+use kittens_runtime::cuda::caller::KernelLoad;
+use kittens_runtime::cuda::dispatch::{Prepared, StageSpec, TensorSpec};
+
+/// A prepared call (see the module documentation).
+#[pyclass(frozen, module = "kittens._kittens")]
+pub struct Handle {
+    inner: Arc<Prepared>,
+}
+
+#[pymethods]
+impl Handle {
+    /// Enqueues the call on `stream` with the tensors at `ptrs` (the caller's in `prepare`'s order,
+    /// then the scratch). `checked`: first ask the driver that each range lies in one allocation of
+    /// the prepared device (one `cuPointerGetAttributes` per tensor; the ops skip it for torch tensors,
+    /// whose storage torch guarantees).
+    /// `free`: the values of the free parameters `prepare` named, in its order.
+    #[pyo3(signature = (ptrs, stream, free = Vec::new(), checked = false))]
+    fn launch(&self, ptrs: Vec<u64>, stream: u64, free: Vec<i64>, checked: bool) -> PyResult<()> {
+        // Not detached from the GIL: the launch takes microseconds, less than releasing it would.
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if checked {
+                self.inner.check_memory(&ptrs)?;
+            }
+            // SAFETY: the Python caller passes live tensors of the checked layouts on the prepared
+            // device (the ops: torch tensors whose shapes, strides, dtype and device made the key),
+            // kept alive by the caching allocator until the stream has run the launch.
+            unsafe { self.inner.launch(&ptrs, stream, &free) }
+        }));
+        match r {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(PyValueError::new_err(format!("kittens: {e}"))),
+            Err(_) => Err(PyRuntimeError::new_err(
+                "kittens internal error (a Rust panic, caught) in a launch",
+            )),
+        }
+    }
+
+    /// Bytes of each scratch tensor the caller allocates for a launch (after its own tensors).
+    #[getter]
+    fn scratch(&self) -> Vec<u64> {
+        self.inner.scratch_bytes()
+    }
+
+    /// Every tensor `launch` takes an address of, in order.
+    #[getter]
+    fn tensors(&self) -> Vec<String> {
+        self.inner
+            .tensors()
+            .iter()
+            .map(|t| t.name.clone())
+            .collect()
+    }
+}
+
+/// The problem fields Python may set, by name; anything else is a ValueError naming it.
+fn problem_from(
+    entry: &kittens_kernels::registry::KernelEntry,
+    d: &Bound<'_, PyDict>,
+) -> PyResult<Problem> {
+    let mut p = Problem::default();
+    for (k, v) in d.iter() {
+        let key: String = k.extract()?;
+        let size = || -> PyResult<usize> { v.extract() };
+        let flag = || -> PyResult<bool> { v.extract() };
+        match key.as_str() {
+            "m" => p.m = size()?,
+            "n" => p.n = size()?,
+            "k" => p.k = size()?,
+            "b_kn" => p.gemm.b_layout = if flag()? { BLayout::Kn } else { BLayout::Nk },
+            "batch" => p.attn.batch = size()?,
+            "heads" => p.attn.heads = size()?,
+            "heads_kv" => p.attn.heads_kv = size()?,
+            "seq" => p.attn.seq = size()?,
+            "seq_kv" => p.seq_kv = Some(size()?),
+            "dim" => p.attn.dim = size()?,
+            "layout" => {
+                p.attn.layout = match v.extract::<String>()?.as_str() {
+                    "bshd" => AttnLayout::Bshd,
+                    "bhsd" => AttnLayout::Bhsd,
+                    other => {
+                        return Err(PyValueError::new_err(format!(
+                            "layout {other:?}: \"bshd\" or \"bhsd\""
+                        )))
+                    }
+                }
+            }
+            "causal" => p.causal = flag()?,
+            "bottom_right" => p.bottom_right = flag()?,
+            "lse" => p.lse = flag()?,
+            "kv_splits" => {
+                p.kv_splits = match v.extract::<u32>() {
+                    Ok(n) => KvSplits::Fixed(n),
+                    Err(_) => KvSplits::Auto,
+                }
+            }
+            "rows" => p.norm.rows = size()?,
+            "norm_dim" => p.norm.dim = size()?,
+            "p" => p.norm.p = v.extract()?,
+            "dropout_seed" => p.norm.dropout_seed = v.extract()?,
+            "offset" => p.norm.offset = v.extract()?,
+            "eps" => p.eps = Some(v.extract()?),
+            "interleaved" => p.interleaved = flag()?,
+            "variant" => {
+                let name: String = v.extract()?;
+                let known = entry.variants.iter().find(|x| x.name == name);
+                p.variant = Some(known.map(|x| x.name).ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "{} has no variant {name:?} (it has {:?})",
+                        entry.name,
+                        entry.variants.iter().map(|x| x.name).collect::<Vec<_>>()
+                    ))
+                })?);
+            }
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "unknown problem field {other:?}"
+                )))
+            }
+        }
+    }
+    Ok(p)
+}
+
+fn dtype(name: &str, s: &str) -> PyResult<DType> {
+    match s {
+        "bfloat16" => Ok(DType::Bf16),
+        "float32" => Ok(DType::F32),
+        "float16" => Ok(DType::F16),
+        other => Err(PyValueError::new_err(format!(
+            "{name}: dtype {other} is not one the kernels take"
+        ))),
+    }
+}
+
+/// Prepares registry kernel `entry` for `problem` (a dict of problem fields) on CUDA device `device`
+/// with the caller's tensors `(name, shape, strides, dtype)` and the parameters `free` that each launch
+/// passes (a dropout seed; see `Prepared::new`); returns the [`Handle`] and a line per
+/// kernel this call compiled or loaded (empty when all were loaded before).
+#[pyfunction]
+pub fn prepare(
+    py: Python<'_>,
+    entry: &str,
+    problem: &Bound<'_, PyDict>,
+    tensors: Vec<(String, Vec<u64>, Vec<u64>, String)>,
+    free: Vec<String>,
+    device: i32,
+) -> PyResult<(Handle, Vec<String>)> {
+    let e = kittens_kernels::by_name(entry).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let mut p = problem_from(e, problem)?;
+    // The configuration is chosen for the device the call runs on (its SM count), not the catalog's.
+    p.sms = Some(
+        kittens_runtime::cuda::dispatch::device_sms(device).map_err(|e| {
+            PyRuntimeError::new_err(format!("kittens.{entry}: CUDA device {device}: {e}"))
+        })?,
+    );
+    let specs = tensors
+        .into_iter()
+        .map(|(name, shape, strides, dt)| {
+            Ok(TensorSpec {
+                dtype: dtype(&name, &dt)?,
+                name,
+                shape,
+                strides,
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    if !e.plan(Target::Sm90a).is_some_and(|t| t.status.available()) {
+        return Err(PyValueError::new_err(format!(
+            "{entry} has no sm_90a (Hopper) kernel"
+        )));
+    }
+    let kp = e.problem();
+    let value = |e: kittens_kernels::KernelError| PyValueError::new_err(format!("{entry}: {e}"));
+    let plan = Plan {
+        launch: kp.launch(&p).map_err(value)?,
+        what: entry.to_string(),
+        work: None,
+        shape: serde_json::Value::Null,
+    };
+    let stages: Vec<StageSpec> = kp
+        .stages(&p, Target::Sm90a, &plan)
+        .map_err(value)?
+        .into_iter()
+        .map(|s| StageSpec {
+            params: s
+                .kernel
+                .params
+                .iter()
+                .zip(&s.launch.params)
+                .map(|(d, &v)| (d.name.clone(), v))
+                .collect(),
+            kernel: s.kernel,
+        })
+        .collect();
+    let r = py.detach(|| {
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            Prepared::new(
+                device,
+                &stages,
+                specs,
+                &free.iter().map(String::as_str).collect::<Vec<_>>(),
+            )
+        }))
+    });
+    let prepared = match r {
+        Ok(Ok(p)) => p,
+        Ok(Err(e)) => {
+            use kittens_runtime::cuda::{launch::LaunchError, CudaError};
+            let msg = format!("kittens.{entry} on CUDA: {e}");
+            return Err(match e {
+                LaunchError::Cuda(CudaError::Invalid(_))
+                | LaunchError::Tensor { .. }
+                | LaunchError::Param { .. } => PyValueError::new_err(msg),
+                _ => PyRuntimeError::new_err(msg),
+            });
+        }
+        Err(_) => {
+            return Err(PyRuntimeError::new_err(format!(
+                "kittens internal error (a Rust panic, caught) preparing {entry}"
+            )))
+        }
+    };
+    let loads = prepared.loads.iter().map(describe).collect();
+    Ok((
+        Handle {
+            inner: Arc::new(prepared),
+        },
+        loads,
+    ))
+}
+
+/// What a verbose caller is told about the first launch on a device.
+pub fn describe(load: &KernelLoad) -> String {
+    let c = &load.compile;
+    format!(
+        "kittens: {} on {}: {} in {:.2} s (NVRTC {}, {} registers, {} B spills, {} B dynamic shared)",
+        load.kernel,
+        load.device,
+        if c.cached {
+            "loaded from the disk cache"
+        } else {
+            "compiled"
+        },
+        load.seconds,
+        c.nvrtc_version,
+        c.registers,
+        c.spill_stores,
+        c.dynamic_shared_bytes
+    )
+}

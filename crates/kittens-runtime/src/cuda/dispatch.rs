@@ -1,0 +1,565 @@
+//! Prepared calls: the per-call path of every kernel on caller-owned memory (PyTorch's tensors, a Rust
+//! caller's buffers), the same for every kernel and every tile program.
+//!
+//! A call is prepared once per configuration and layout ([`Prepared::new`]): its launches (one or more
+//! tile programs with their parameters by name, [`StageSpec`]) are lowered for sm_90a, compiled
+//! (NVRTC, checked disk cache) and loaded in the device's primary context — each distinct tile program
+//! once per process and device, found by the hash of its serialised IR, so two shapes of one
+//! configuration share the module — and the caller's tensors ([`TensorSpec`]: name, shape, strides,
+//! dtype) are checked against every launch's declarations exactly as [`super::launch::check_args`]
+//! checks a one-off launch. What the launches pass between them and the caller did not name (a key
+//! split's partial results) becomes scratch the caller allocates ([`Prepared::scratch_bytes`]).
+//! Everything a launch needs except the addresses is then fixed: argument order, parameter values,
+//! grid, tensor-map geometry.
+//!
+//! A launch of a prepared call ([`Prepared::launch`]) takes the addresses only: it checks their
+//! alignment, finds each tensor map by address in a small per-map cache (encoded on a miss), fills the
+//! argument array and enqueues. No allocation beyond that array, no synchronisation, no driver call but
+//! the launch (and `cuTensorMapEncodeTiled`, a host-side encoding, on a cache miss) — so a call can be
+//! captured in a CUDA graph once prepared (CUDA driver API §"Graph Management": stream capture records
+//! the launch with its by-value arguments).
+//!
+//! Why prepare: the per-call host time of a framework op is what small and medium calls pay (the
+//! one-path issue measured 2-4x PyTorch's); every check that depends on shapes alone is done once per
+//! shape here, not once per call (Triton's launcher and CUDA graphs make the same split).
+
+use std::collections::hash_map::DefaultHasher;
+use std::ffi::c_void;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use cudarc::driver::sys as cu;
+use kittens_codegen::KernelArg;
+use kittens_hw::dtype::DType;
+use kittens_hw::Target;
+use kittens_ir::Kernel;
+
+use super::args::{map_geometry, MapGeometry};
+use super::caller::{check_pointer, in_context, kernel_on, multiprocessors, KernelLoad, Loaded};
+use super::driver::{encode_tiled, launch_raw, MapType};
+use super::launch::{check_args, LaunchError, TensorArg, ALIGN};
+use super::limits::check_tensor_map_nd;
+use super::{invalid, CudaError};
+
+/// One of the caller's tensors as a prepared call takes it: the layout is fixed, the address is not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TensorSpec {
+    pub name: String,
+    pub shape: Vec<u64>,
+    /// In elements, as the tile program declares strides.
+    pub strides: Vec<u64>,
+    pub dtype: DType,
+}
+
+/// One launch of a call: a tile program and its integer parameters by name.
+#[derive(Debug, Clone)]
+pub struct StageSpec {
+    pub kernel: Kernel,
+    pub params: Vec<(String, i64)>,
+}
+
+/// Tensor maps kept per map slot: a loop over the same tensors (the usual case; PyTorch's caching
+/// allocator hands the same addresses back) encodes each map once.
+const MAP_CACHE: usize = 8;
+
+/// How each kernel argument is filled at launch.
+#[derive(Debug, Clone, Copy)]
+enum Arg {
+    /// `ints[i]`.
+    Int(usize),
+    /// The address of tensor `i` (caller's, then scratch).
+    Ptr(usize),
+    /// Map slot `i`.
+    Map(usize),
+}
+
+struct MapSlot {
+    tensor: usize,
+    geometry: MapGeometry,
+    cache: Mutex<Vec<(u64, cu::CUtensorMap)>>,
+}
+
+/// One launch, bound to a layout.
+struct Bound {
+    kernel: Arc<Loaded>,
+    grid: u32,
+    ints: Vec<i32>,
+    /// For each free parameter of the call, its index in `ints` (`None`: this launch takes none).
+    free: Vec<Option<usize>>,
+    args: Vec<Arg>,
+    maps: Vec<MapSlot>,
+}
+
+/// A call prepared for one configuration and layout on one device (see the module documentation).
+pub struct Prepared {
+    ordinal: i32,
+    /// The caller's tensors, then the scratch, in the order [`Prepared::launch`] takes addresses.
+    tensors: Vec<TensorSpec>,
+    callers: usize,
+    /// Bytes each tensor's declared layout spans.
+    spans: Vec<u64>,
+    stages: Vec<Bound>,
+    /// Parameters given per launch rather than fixed ([`Prepared::new`]'s `free`).
+    free: Vec<String>,
+    /// The kernels this preparation loaded on the device (their first use in the process).
+    pub loads: Vec<KernelLoad>,
+}
+
+// SAFETY: the driver handles inside (`Loaded`'s function, the encoded maps) are process-wide objects
+// usable from any thread with the context current, which every use makes so; the map caches are behind
+// mutexes and nothing else is mutated after construction.
+unsafe impl Send for Prepared {}
+unsafe impl Sync for Prepared {}
+
+/// The multiprocessor count of CUDA device `ordinal` (asked once per process): what a configuration
+/// chosen per device reads ([`kittens_kernels::problem::Problem::sms`]).
+pub fn device_sms(ordinal: i32) -> Result<u32, CudaError> {
+    in_context(ordinal, || multiprocessors(ordinal))
+}
+
+fn ir_key(k: &Kernel) -> String {
+    let mut h = DefaultHasher::new();
+    kittens_ir::serial::to_json(k).hash(&mut h);
+    format!("ir {} {:016x}", k.name, h.finish())
+}
+
+/// The declared dims and strides of `kernel`'s global `name` at `params` (a scratch tensor's layout).
+fn declared(
+    kernel: &Kernel,
+    name: &str,
+    params: &[i64],
+) -> Result<(Vec<u64>, Vec<u64>), CudaError> {
+    let g = kernel
+        .globals
+        .iter()
+        .find(|g| g.name == name)
+        .ok_or_else(|| invalid(format!("no tensor `{name}` in `{}`", kernel.name)))?;
+    let env = kittens_ir::Env {
+        params,
+        vars: &[],
+        block: &[],
+        wave: 0,
+    };
+    let eval = |e: &kittens_ir::Expr| {
+        e.eval(&env)
+            .and_then(|v| u64::try_from(v).ok())
+            .ok_or_else(|| invalid(format!("tensor `{name}`: `{e}` does not evaluate")))
+    };
+    Ok((
+        g.dims.iter().map(eval).collect::<Result<_, _>>()?,
+        g.strides.iter().map(eval).collect::<Result<_, _>>()?,
+    ))
+}
+
+impl Prepared {
+    /// Lowers, compiles and loads `stages` on device `ordinal` (each tile program once per process)
+    /// and checks `callers` against every launch's declared tensors (see the module documentation).
+    /// A tensor a launch declares that `callers` does not name must be written by an earlier launch
+    /// before a later one reads it: it becomes scratch, sized by its declaration.
+    ///
+    /// `free` names parameters whose values each launch passes ([`Prepared::launch`]'s `free`), e.g. a
+    /// dropout seed and counter: each must be a parameter of some launch that no tensor's layout and
+    /// no grid extent reads, so no value of it can change what was checked here.
+    pub fn new(
+        ordinal: i32,
+        stages: &[StageSpec],
+        callers: Vec<TensorSpec>,
+        free: &[&str],
+    ) -> Result<Prepared, LaunchError> {
+        if stages.is_empty() {
+            return Err(invalid("a call of no launches").into());
+        }
+        check_free(stages, free)?;
+        for (i, t) in callers.iter().enumerate() {
+            if callers[..i].iter().any(|u| u.name == t.name) {
+                return Err(invalid(format!("tensor `{}` given twice", t.name)).into());
+            }
+        }
+        let mut tensors = callers;
+        let n_callers = tensors.len();
+        for s in stages {
+            let ordered = ordered_params(&s.kernel, &s.params)?;
+            for g in &s.kernel.globals {
+                if !tensors.iter().any(|t| t.name == g.name) {
+                    let (shape, strides) = declared(&s.kernel, &g.name, &ordered)?;
+                    tensors.push(TensorSpec {
+                        name: g.name.clone(),
+                        shape,
+                        strides,
+                        dtype: g.dtype,
+                    });
+                }
+            }
+        }
+        let mut spans = vec![0u64; tensors.len()];
+        let mut loads = Vec::new();
+        let bound = in_context(ordinal, || {
+            let mut bound = Vec::with_capacity(stages.len());
+            for s in stages {
+                let (kernel, fresh) = kernel_on(ordinal, &ir_key(&s.kernel), &|| {
+                    kittens_codegen::lower(&s.kernel, Target::Sm90a)
+                        .map_err(|e| invalid(format!("lowering `{}`: {e}", s.kernel.name)))
+                })?;
+                if fresh {
+                    loads.push(kernel.load.clone());
+                }
+                bound.push(
+                    bind(kernel, s, &tensors, &mut spans, free).map_err(|e| match e {
+                        LaunchError::Cuda(c) => c,
+                        other => invalid(other.to_string()),
+                    })?,
+                );
+            }
+            Ok(bound)
+        })?;
+        Ok(Prepared {
+            ordinal,
+            tensors,
+            callers: n_callers,
+            spans,
+            stages: bound,
+            free: free.iter().map(|f| f.to_string()).collect(),
+            loads,
+        })
+    }
+
+    /// Bytes of each scratch tensor, in the order [`Prepared::launch`] takes them after the caller's.
+    pub fn scratch_bytes(&self) -> Vec<u64> {
+        self.spans[self.callers..].to_vec()
+    }
+
+    /// The tensors [`Prepared::launch`] takes addresses of, in order (the caller's, then the scratch).
+    pub fn tensors(&self) -> &[TensorSpec] {
+        &self.tensors
+    }
+
+    /// Asks the driver that each address of `ptrs` starts a range of the tensor's span inside one
+    /// allocation of the prepared device (one `cuPointerGetAttributes` each): for callers whose memory
+    /// no framework vouches for.
+    pub fn check_memory(&self, ptrs: &[u64]) -> Result<(), LaunchError> {
+        if ptrs.len() != self.tensors.len() {
+            return Err(invalid(format!(
+                "{} addresses for {} tensors",
+                ptrs.len(),
+                self.tensors.len()
+            ))
+            .into());
+        }
+        in_context(self.ordinal, || {
+            for ((t, &p), &span) in self.tensors.iter().zip(ptrs).zip(&self.spans) {
+                if span > 0 {
+                    check_pointer(&t.name, p, span, self.ordinal)?;
+                }
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+
+    /// Enqueues every launch on `stream` (a `CUstream` of device `ordinal`'s primary context, or 0)
+    /// with the tensors at `ptrs` (the caller's, then the scratch, as [`Prepared::tensors`] lists).
+    ///
+    /// # Safety
+    /// Each address must be live device memory of the prepared device holding at least the tensor's
+    /// declared span, kept until the stream has run the launches; outputs must not overlap inputs
+    /// unless the kernel reads each element before writing it.
+    pub unsafe fn launch(
+        &self,
+        ptrs: &[u64],
+        stream: u64,
+        free: &[i64],
+    ) -> Result<(), LaunchError> {
+        if free.len() != self.free.len() {
+            return Err(invalid(format!(
+                "{} free parameter values for {:?}",
+                free.len(),
+                self.free
+            ))
+            .into());
+        }
+        let mut free32 = [0i32; 8];
+        for (i, (&v, name)) in free.iter().zip(&self.free).enumerate() {
+            free32[i] = i32::try_from(v).map_err(|_| LaunchError::Param {
+                kernel: self.stages[0].kernel.lowered.ir.name.clone(),
+                param: name.clone(),
+                why: format!("{v} is outside the kernel's 32-bit parameter range"),
+            })?;
+        }
+        if ptrs.len() != self.tensors.len() {
+            return Err(invalid(format!(
+                "{} addresses for {} tensors ({:?})",
+                ptrs.len(),
+                self.tensors.len(),
+                self.tensors.iter().map(|t| &t.name).collect::<Vec<_>>()
+            ))
+            .into());
+        }
+        for ((t, &p), &span) in self.tensors.iter().zip(ptrs).zip(&self.spans) {
+            if span > 0 && (p == 0 || !p.is_multiple_of(ALIGN) || p.checked_add(span).is_none()) {
+                return Err(LaunchError::Tensor {
+                    kernel: self.stages[0].kernel.lowered.ir.name.clone(),
+                    tensor: t.name.clone(),
+                    why: format!(
+                        "base {p:#x} is not a {ALIGN}-byte aligned address with {span} bytes after it"
+                    ),
+                });
+            }
+        }
+        in_context(self.ordinal, || {
+            for b in &self.stages {
+                if b.grid == 0 {
+                    continue;
+                }
+                let mut maps: Vec<cu::CUtensorMap> = Vec::with_capacity(b.maps.len());
+                for m in &b.maps {
+                    maps.push(m.get(ptrs[m.tensor])?);
+                }
+                let mut addrs: Vec<u64> = ptrs.to_vec();
+                let mut ints = b.ints.clone();
+                for (slot, &v) in b.free.iter().zip(&free32) {
+                    if let Some(i) = *slot {
+                        ints[i] = v;
+                    }
+                }
+                let (mp, ap, ip) = (maps.as_mut_ptr(), addrs.as_mut_ptr(), ints.as_mut_ptr());
+                let mut pointers: Vec<*mut c_void> = b
+                    .args
+                    .iter()
+                    .map(|&a| {
+                        // SAFETY: every index was bounded by its vector's length when bound.
+                        unsafe {
+                            match a {
+                                Arg::Int(i) => ip.add(i).cast::<c_void>(),
+                                Arg::Ptr(i) => ap.add(i).cast::<c_void>(),
+                                Arg::Map(i) => mp.add(i).cast::<c_void>(),
+                            }
+                        }
+                    })
+                    .collect();
+                let l = &b.kernel.lowered;
+                // SAFETY: one pointer per argument in the lowering's order and types, alive until
+                // the call returns; the caller keeps the memory and the stream alive.
+                unsafe {
+                    launch_raw(
+                        b.kernel.function,
+                        (b.grid, 1, 1),
+                        (l.threads, 1, 1),
+                        (l.dynamic_shared_bytes(), l.cluster),
+                        stream as cu::CUstream,
+                        &mut pointers,
+                        false,
+                    )?
+                };
+            }
+            Ok(())
+        })?;
+        Ok(())
+    }
+}
+
+impl MapSlot {
+    fn get(&self, ptr: u64) -> Result<cu::CUtensorMap, CudaError> {
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, m)) = cache.iter().find(|(p, _)| *p == ptr) {
+            return Ok(*m);
+        }
+        let g = &self.geometry;
+        let m = encode_tiled(
+            ptr,
+            MapType::of(g.dtype)?,
+            &g.dims,
+            &g.strides,
+            &g.boxes,
+            g.swizzle,
+        )?;
+        if cache.len() == MAP_CACHE {
+            cache.remove(0);
+        }
+        cache.push((ptr, m));
+        Ok(m)
+    }
+}
+
+/// At most this many free parameters (a dropout seed and counter take four 32-bit words).
+const MAX_FREE: usize = 8;
+
+/// Every name in `free` is a parameter of some launch, read by no tensor layout and no grid extent.
+fn check_free(stages: &[StageSpec], free: &[&str]) -> Result<(), LaunchError> {
+    if free.len() > MAX_FREE {
+        return Err(invalid(format!(
+            "{} free parameters (at most {MAX_FREE})",
+            free.len()
+        ))
+        .into());
+    }
+    for name in free {
+        let mut found = false;
+        for s in stages {
+            let Some(i) = s.kernel.params.iter().position(|p| p.name == *name) else {
+                continue;
+            };
+            found = true;
+            let id = kittens_ir::ParamId(i as u32);
+            let layout = s
+                .kernel
+                .globals
+                .iter()
+                .find(|g| g.dims.iter().chain(&g.strides).any(|e| e.reads_param(id)));
+            let grid = s.kernel.grid.extents.iter().any(|e| e.reads_param(id));
+            if let Some(g) = layout {
+                return Err(LaunchError::Param {
+                    kernel: s.kernel.name.clone(),
+                    param: name.to_string(),
+                    why: format!(
+                        "the layout of `{}` reads it, so it cannot vary per launch",
+                        g.name
+                    ),
+                });
+            }
+            if grid {
+                return Err(LaunchError::Param {
+                    kernel: s.kernel.name.clone(),
+                    param: name.to_string(),
+                    why: "the grid reads it, so it cannot vary per launch".into(),
+                });
+            }
+        }
+        if !found {
+            return Err(
+                invalid(format!("free parameter `{name}` is no launch's parameter")).into(),
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `params` in `kernel`'s declaration order; a missing or unknown name is an error.
+fn ordered_params(kernel: &Kernel, params: &[(String, i64)]) -> Result<Vec<i64>, LaunchError> {
+    for (name, _) in params {
+        if !kernel.params.iter().any(|p| &p.name == name) {
+            return Err(LaunchError::Param {
+                kernel: kernel.name.clone(),
+                param: name.clone(),
+                why: "the kernel takes no such parameter".into(),
+            });
+        }
+    }
+    kernel
+        .params
+        .iter()
+        .map(|p| {
+            params
+                .iter()
+                .find(|(n, _)| *n == p.name)
+                .map(|&(_, v)| v)
+                .ok_or_else(|| LaunchError::Param {
+                    kernel: kernel.name.clone(),
+                    param: p.name.clone(),
+                    why: "missing".into(),
+                })
+        })
+        .collect()
+}
+
+/// Checks `tensors` against `s`'s declarations (as a one-off launch would, at a stand-in aligned
+/// address) and fixes the launch's arguments, tensor-map geometry and grid.
+fn bind(
+    kernel: Arc<Loaded>,
+    s: &StageSpec,
+    tensors: &[TensorSpec],
+    spans: &mut [u64],
+    free: &[&str],
+) -> Result<Bound, LaunchError> {
+    let l = &kernel.lowered;
+    let params: Vec<(&str, i64)> = s.params.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    let index = |name: &str| {
+        tensors
+            .iter()
+            .position(|t| t.name == name)
+            .ok_or_else(|| invalid(format!("no tensor `{name}`")))
+    };
+    let args: Vec<TensorArg> =
+        l.ir.globals
+            .iter()
+            .map(|g| {
+                let t = &tensors[index(&g.name)?];
+                Ok(TensorArg {
+                    name: &t.name,
+                    ptr: ALIGN,
+                    shape: &t.shape,
+                    strides: &t.strides,
+                    dtype: t.dtype,
+                })
+            })
+            .collect::<Result<_, CudaError>>()?;
+    let placed = check_args(&l.ir, &params, &args)?;
+    for (g, (_, span)) in l.ir.globals.iter().zip(&placed.spans) {
+        let i = index(&g.name)?;
+        spans[i] = spans[i].max(*span);
+    }
+    let mut ints = Vec::new();
+    let mut maps = Vec::new();
+    let mut slots = Vec::with_capacity(l.args.len());
+    for a in &l.args {
+        slots.push(match a {
+            KernelArg::Param { name } => {
+                let v = super::args::param(&params, name)?;
+                ints.push(i32::try_from(v).map_err(|_| invalid(format!("{name} = {v}")))?);
+                Arg::Int(ints.len() - 1)
+            }
+            KernelArg::Global { name } => Arg::Ptr(index(name)?),
+            KernelArg::TensorMap(t) => {
+                let geometry = map_geometry(l, t, &params)?;
+                let tensor = index(&geometry.tensor)?;
+                let bytes = usize::try_from(spans[tensor]).map_err(invalid)?;
+                let ty = MapType::of(geometry.dtype)?;
+                check_tensor_map_nd(
+                    &geometry.dims,
+                    &geometry.strides,
+                    &geometry.boxes,
+                    ty.bytes(),
+                    bytes,
+                )
+                .map_err(|e| invalid(format!("tensor `{}`: {e}", geometry.tensor)))?;
+                maps.push(MapSlot {
+                    tensor,
+                    geometry,
+                    cache: Mutex::new(Vec::with_capacity(MAP_CACHE)),
+                });
+                Arg::Map(maps.len() - 1)
+            }
+        });
+    }
+    let grid = l.blocks(&params, kernel.resident);
+    let grid = grid.ok_or_else(|| {
+        invalid(format!(
+            "the grid of `{}` does not evaluate at {params:?}",
+            l.entry
+        ))
+    })?;
+    let free = free
+        .iter()
+        .map(|f| {
+            l.args
+                .iter()
+                .position(|a| matches!(a, KernelArg::Param { name } if name == f))
+                .map(|pos| {
+                    l.args[..pos]
+                        .iter()
+                        .filter(|a| matches!(a, KernelArg::Param { .. }))
+                        .count()
+                })
+        })
+        .collect();
+    Ok(Bound {
+        kernel,
+        grid,
+        ints,
+        free,
+        args: slots,
+        maps,
+    })
+}
+
+#[cfg(test)]
+mod tests;

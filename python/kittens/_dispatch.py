@@ -1,0 +1,444 @@
+"""The one CUDA path of the torch ops: every kernel through a prepared call of the extension module
+(``_kittens.prepare``, ``kittens_runtime::cuda::dispatch``), found by one dictionary lookup per call.
+
+A call's key is everything the preparation checked: the op, each tensor's shape, strides, dtype and
+device, and the op's settings. The first call of a key prepares it (the registry kernel's launches
+for that problem, lowered, compiled or read from the disk cache, loaded; the tensors checked against
+the kernel's declared layouts — any error is raised here, naming the argument); every later call
+allocates the outputs (and any scratch the launches pass between them), reads the addresses and
+enqueues. Nothing here synchronises, so a loop of calls can be captured in a CUDA graph after one
+warm-up call.
+
+What each op does here is only to say which registry kernel runs and how its tensors are seen as the
+kernel declares them (e.g. layernorm's weight as a (rows, D) view with row stride 0); the checks,
+launch configuration, tensor maps and launches are the extension module's, the same for every kernel.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Dict, Tuple
+
+import torch
+
+from . import _kittens
+
+_BF16 = torch.bfloat16
+_HANDLES: Dict[tuple, tuple] = {}
+# Distinct keys kept (a decode loop whose cache grows by one key per token adds one per step); past it
+# the table starts over, so its memory is bounded.
+_MAX_KEYS = 4096
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def _say(line: str) -> None:
+    if _kittens.verbose():
+        print(line, file=sys.stderr)
+
+
+def _spec(name: str, shape, strides, dtype: str = "bfloat16"):
+    return (name, [int(s) for s in shape], [int(s) for s in strides], dtype)
+
+
+def _prepare(key, entry: str, problem: dict, tensors, device: int, free=(), extra=None):
+    from . import _find_nvrtc
+
+    _find_nvrtc()
+    handle, loads = _kittens.prepare(entry, problem, list(tensors), list(free), device)
+    for line in loads:
+        _say(line)
+    if len(_HANDLES) >= _MAX_KEYS:
+        _HANDLES.clear()
+    # The scratch tensors as offsets into one allocation (256-byte aligned, as the allocator's own).
+    offsets, total = [], 0
+    for n in handle.scratch:
+        offsets.append(total)
+        total += -(-int(n) // 256) * 256
+    rec = (handle, (total, tuple(offsets)), extra)
+    _HANDLES[key] = rec
+    return rec
+
+
+def _launch(rec, ptrs, device: int, free=(), device_obj=None) -> None:
+    total, offsets = rec[1]
+    if offsets:
+        # Stream-ordered like any torch allocation: freed when this returns, reused by later work on
+        # the stream only after the launches (the caching allocator's rule for its current stream).
+        base = torch.empty(total, dtype=torch.uint8, device=device_obj).data_ptr()
+        ptrs = ptrs + tuple(base + o for o in offsets)
+    rec[0].launch(ptrs, _raw_stream(device), list(free))
+
+
+def _same_device(**ts) -> int:
+    (first, t0), *rest = ts.items()
+    for name, t in rest:
+        if t.device != t0.device:
+            raise ValueError(f"kittens: {first} is on {t0.device} and {name} on {t.device}: the tensors are on "
+                             "different devices (all must be on one CUDA device)")
+    return t0.get_device()
+
+
+def _bf16s(**ts) -> None:
+    for name, t in ts.items():
+        if t.dtype != _BF16:
+            raise TypeError(f"{name} has dtype {t.dtype}; kittens' kernels take bfloat16")
+
+
+# -- matmul --------------------------------------------------------------------------------------------
+
+
+def _check_out(name: str, out, shape, strides, dtype, like) -> None:
+    """``out=`` must be exactly what the call would allocate: shape, dtype, device and memory order."""
+    if out.dtype != dtype or tuple(out.shape) != tuple(shape) or out.device != like.device or (
+        out.numel() > 1 and not all(n <= 1 or s == w for n, s, w in zip(out.shape, out.stride(), strides))
+    ):
+        raise ValueError(
+            f"{name} must be a {dtype} tensor of shape {tuple(shape)} and strides {tuple(strides)} on "
+            f"{like.device} (dense in one layout, as the call would make it); got {out.dtype} "
+            f"{tuple(out.shape)} strides {out.stride()} on {out.device}"
+        )
+
+
+def matmul(a, b, out=None):
+    """``a @ b`` on CUDA: a (M, K) row-major, b (K, N) row-major or ``w.T`` of a row-major (N, K) w;
+    ``out``: the (M, N) row-major output to write (else a new one)."""
+
+    key = (0, a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_matmul(key, a, b)
+    mode = rec[2]
+    m, n = a.shape[0], b.shape[1]
+    if out is not None:
+        _check_out("out", out, (m, n), (n, 1), _BF16, a)
+    if mode is not None:
+        return _into(out, mode(a, b))
+    pa, pb = a.data_ptr(), b.data_ptr()
+    if (pa | pb) & 15:  # a view off a 16-byte boundary: TMA and the vector loads need one
+        return _into(out, _matmul_copied(a, b))
+    if out is None:
+        out = torch.empty((m, n), dtype=_BF16, device=a.device)
+    elif out.data_ptr() & 15:
+        return _into(out, matmul(a, b))
+    rec[0].launch((pa, pb, out.data_ptr()), _raw_stream(key[7]))
+    return out
+
+
+def _into(out, result):
+    if out is None:
+        return result
+    out.copy_(result)
+    return out
+
+
+def _matmul_copied(a, b):
+    b_kn = b.stride(1) == 1
+    a = a.clone()
+    b = b.clone() if b_kn else b.t().clone().t()
+    return matmul(a, b)
+
+
+def _matmul_empty(a, b):
+    out = torch.empty((a.shape[0], b.shape[1]), dtype=_BF16, device=a.device)
+    if a.shape[1] == 0:
+        out.zero_()
+    return out
+
+
+def _matmul_padded(a, b):
+    """K or N no multiple of 8 (TMA rows are 16-byte multiples): the operands padded with zeros to
+    whole 8s (copies, for now), the result cut back."""
+    m, k = a.shape
+    n = b.shape[1]
+    kp, np_ = -(-k // 8) * 8, -(-n // 8) * 8
+    ap = a.new_zeros((m, kp))
+    ap[:, :k] = a
+    bp = b.new_zeros((np_, kp))  # w-form (N, K): read in place by the kernel
+    bp[:n, :k] = b.t()
+    return matmul(ap, bp.t())[:, :n].contiguous()
+
+
+def _prepare_matmul(key, a, b):
+    _bf16s(a=a, b=b)
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"kittens.matmul takes 2-D arrays, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    m, k = a.shape
+    k2, n = b.shape
+    if k != k2:
+        raise ValueError(f"a @ b: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    dev = _same_device(a=a, b=b)
+    if m == 0 or n == 0 or k == 0:
+        rec = (None, (0, ()), _matmul_empty)
+        _HANDLES[key] = rec
+        return rec
+    if not ((m <= 1 or a.stride(0) == k) and (k <= 1 or a.stride(1) == 1)):
+        raise ValueError(f"a must be row-major (M, K) with no gaps: strides {a.stride()}, need ({k}, 1) "
+                         "(a transposed or sliced a needs .contiguous())")
+    b_kn = b.stride(1) == 1 and (b.stride(0) == n or k == 1)
+    b_w = b.stride(0) == 1 and (b.stride(1) == k or n == 1)
+    if not (b_kn or b_w):
+        raise ValueError(f"b must be a row-major (K, N) array or w.T of a row-major (N, K) w: strides {b.stride()}")
+    if k % 8 or n % 8:
+        rec = (None, (0, ()), _matmul_padded)
+        _HANDLES[key] = rec
+        return rec
+    a_spec = _spec("a", (m, k), (k, 1))
+    kn = b_kn and not (b_w and n == 1)
+    b_spec = _spec("b", (k, n), (n, 1)) if kn else _spec("b", (n, k), (k, 1))
+    problem = {"m": m, "n": n, "k": k, "b_kn": kn}
+    return _prepare(key, "gemm_bf16", problem, (a_spec, b_spec, _spec("c", (m, n), (n, 1))), dev)
+
+
+# -- attention forward ---------------------------------------------------------------------------------
+
+
+def _layout_of(q) -> str:
+    b, h, n, d = q.shape
+    s = q.stride()
+    for name, want in (("bhsd", (h * n * d, n * d, d, 1)), ("bshd", (n * h * d, d, h * d, 1))):
+        if all(size <= 1 or st == w for st, w, size in zip(s, want, (b, h, n, d))):
+            return name
+    raise ValueError(f"q strides {s}: dense (B, H, N, D) or (B, N, H, D) needed")
+
+
+def _dense_layout(q, k, v):
+    """The one dense layout q, k and v share, or None."""
+    for name in ("bhsd", "bshd"):
+        if all(_is_layout(t, name) for t in (q, k, v)):
+            return name
+    return None
+
+
+def _is_layout(t, name: str) -> bool:
+    b, h, n, d = t.shape
+    want = (h * n * d, n * d, d, 1) if name == "bhsd" else (n * h * d, d, h * d, 1)
+    return all(size <= 1 or st == w for st, w, size in zip(t.stride(), want, (b, h, n, d)))
+
+
+def attention(q, k, v, causal: bool, bottom_right: bool, out=None, lse=None):
+    """``(out, lse)`` of the attention forward on CUDA, or None when q, k, v are not all in one dense
+    layout (the op's body then copies the odd ones out and calls again). ``out`` takes q's layout;
+    ``lse`` is float32 (B, H, N)."""
+    key = (1, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
+           q.get_device(), k.get_device(), v.get_device(), causal, bottom_right)
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_attention(key, q, k, v, causal, bottom_right)
+    if rec[2] is None:
+        return None  # q, k, v not in one dense layout: the op copies them into one first
+    b, h, n, d = q.shape
+    if out is None:
+        out = _new_in_layout(q, rec[2])
+    else:
+        _check_out("out", out, q.shape, _layout_strides(q.shape, rec[2]), _BF16, q)
+    if lse is None:
+        lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
+    else:
+        _check_out("lse", lse, (b, h, n), (h * n, n, 1), torch.float32, q)
+    _launch(rec, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()), key[10],
+            device_obj=q.device)
+    return out, lse
+
+
+def _layout_strides(shape, layout: str):
+    b, h, n, d = shape
+    return (n * h * d, d, h * d, 1) if layout == "bshd" else (h * n * d, n * d, d, 1)
+
+
+def _new_in_layout(q, layout: str):
+    b, h, n, d = q.shape
+    if layout == "bshd":
+        return torch.empty((b, n, h, d), dtype=_BF16, device=q.device).transpose(1, 2)
+    return torch.empty((b, h, n, d), dtype=_BF16, device=q.device)
+
+
+def _prepare_attention(key, q, k, v, causal, bottom_right):
+    _bf16s(q=q, k=k, v=v)
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-D (B, H, N, D), got shape {tuple(t.shape)}")
+    dev = _same_device(q=q, k=k, v=v)
+    b, h, n, d = q.shape
+    hk, nk = k.shape[1], k.shape[2]
+    if d not in (64, 128):
+        raise ValueError(f"head dim {d}: the attention kernels on CUDA (sm_90a) take 64 or 128")
+    if nk == 0 and n > 0:
+        raise ValueError("k and v have no keys (N_kv = 0): attention over nothing is undefined")
+    layout = _dense_layout(q, k, v)
+    if layout is None:
+        rec = (None, (0, ()), None)
+        _HANDLES[key] = rec
+        return rec
+    o_strides = _layout_strides(q.shape, layout)
+    problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d, "layout": layout,
+               "causal": bool(causal), "bottom_right": bool(bottom_right), "lse": True, "kv_splits": "auto"}
+    tensors = (
+        _spec("q", q.shape, q.stride()),
+        _spec("k", k.shape, k.stride()),
+        _spec("v", v.shape, v.stride()),
+        _spec("o", q.shape, o_strides),
+        _spec("lse", (b, h, n), (h * n, n, 1), "float32"),
+    )
+    return _prepare(key, "attn_fwd", problem, tensors, dev, extra=layout)
+
+
+# -- layernorm -----------------------------------------------------------------------------------------
+
+
+def _words(v: int):
+    """A 64-bit seed or counter as the kernel's two 32-bit word parameters, each signed."""
+    v %= 2**64
+    lo, hi = v & 0xFFFFFFFF, v >> 32
+    return (lo - 2**32 if lo >= 2**31 else lo, hi - 2**32 if hi >= 2**31 else hi)
+
+
+def layernorm(x, residual, weight, bias, p: float, seed: int, offset: int, eps: float, out=None):
+    """The fused dropout-residual-layernorm on CUDA: a new (2, ..., D) tensor (normed rows, residual)."""
+    key = (2, x.shape, x.stride(), residual.shape, residual.stride(), weight.shape, weight.stride(),
+           bias.shape, bias.stride(), x.dtype, residual.dtype, weight.dtype, bias.dtype, x.get_device(),
+           residual.get_device(), weight.get_device(), bias.get_device(), p, eps)
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_layernorm(key, x, residual, weight, bias, p, eps)
+    shape = (2,) + tuple(x.shape)
+    if out is None:
+        out = torch.empty(shape, dtype=_BF16, device=x.device)
+    else:
+        _check_out("out", out, shape, torch.empty(shape, device="meta").stride(), _BF16, x)
+    if rec[0] is None:
+        return out
+    s0, s1 = _words(seed)
+    o0, o1 = _words(offset)
+    rec[0].launch((x.data_ptr(), residual.data_ptr(), weight.data_ptr(), bias.data_ptr(), out.data_ptr()),
+                  _raw_stream(key[13]), [s0, s1, o0, o1])
+    return out
+
+
+def _prepare_layernorm(key, x, residual, weight, bias, p, eps):
+    _bf16s(x=x, residual=residual, weight=weight, bias=bias)
+    dev = _same_device(x=x, residual=residual, weight=weight, bias=bias)
+    if x.dim() < 1 or residual.shape != x.shape:
+        raise ValueError(f"x {tuple(x.shape)} and residual {tuple(residual.shape)} must be (..., D) of one shape")
+    d = x.shape[-1]
+    if weight.shape != (d,) or bias.shape != (d,):
+        raise ValueError(f"weight {tuple(weight.shape)} and bias {tuple(bias.shape)} must be (D,) = ({d},)")
+    for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (strides {t.stride()})")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout p = {p} must be in [0, 1)")
+    rows = x.numel() // d if d else 0
+    if rows == 0 or d == 0:
+        rec = (None, (0, ()), None)
+        _HANDLES[key] = rec
+        return rec
+    problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps)}
+    tensors = (
+        _spec("x", (rows, d), (d, 1)),
+        _spec("residual", (rows, d), (d, 1)),
+        _spec("weight", (rows, d), (0, 1)),
+        _spec("bias", (rows, d), (0, 1)),
+        _spec("out", (2, rows, d), (rows * d, d, 1)),
+    )
+    free = ("seed_lo", "seed_hi", "offset_lo", "offset_hi")
+    return _prepare(key, "layernorm", problem, tensors, dev, free=free)
+
+
+# -- rotary --------------------------------------------------------------------------------------------
+
+
+def rotary(q, cos, sin, interleaved: bool, out=None):
+    """The rotary embedding of q (B, H, N, D) in one dense layout with (N, D/2) tables, on CUDA; the
+    output in q's layout."""
+    key = (3, q.shape, q.stride(), cos.shape, cos.stride(), sin.shape, sin.stride(), q.dtype, cos.dtype,
+           sin.dtype, q.get_device(), cos.get_device(), sin.get_device(), interleaved)
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_rotary(key, q, cos, sin, interleaved)
+    if out is None:
+        out = _new_in_layout(q, rec[2])
+    elif out.data_ptr() != q.data_ptr():  # in place (out is q) is allowed: each lane reads, then writes
+        _check_out("out", out, q.shape, _layout_strides(q.shape, rec[2]), _BF16, q)
+    if rec[0] is not None:
+        rec[0].launch((q.data_ptr(), cos.data_ptr(), sin.data_ptr(), out.data_ptr()), _raw_stream(key[10]))
+    return out
+
+
+def _prepare_rotary(key, q, cos, sin, interleaved):
+    _bf16s(q=q, cos=cos, sin=sin)
+    if q.dim() != 4:
+        raise ValueError(f"q must be 4-D (B, H, N, D), got shape {tuple(q.shape)}")
+    dev = _same_device(q=q, cos=cos, sin=sin)
+    b, h, n, d = q.shape
+    layout = _layout_of(q)
+    if d % 2 or cos.shape != (n, d // 2) or sin.shape != (n, d // 2):
+        raise ValueError(f"cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must be (N, D/2) = ({n}, {d // 2})")
+    for name, t in (("cos", cos), ("sin", sin)):
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (strides {t.stride()})")
+    if b * h * n == 0:
+        rec = (None, (0, ()), layout)
+        _HANDLES[key] = rec
+        return rec
+    s = q.stride()
+    pairs = ((d // 2, 2), (2, 1)) if interleaved else ((2, d // 2), (d // 2, 1))
+    xs = ((b, h, n) + pairs[0], tuple(s[:3]) + pairs[1])
+    os_ = (n * h * d, d, h * d, 1) if layout == "bshd" else (h * n * d, n * d, d, 1)
+    problem = {"batch": b, "heads": h, "seq": n, "dim": d, "layout": layout, "interleaved": bool(interleaved)}
+    tensors = (
+        _spec("x", *xs),
+        _spec("cos", (b, h, n, d // 2), (0, 0, d // 2, 1)),
+        _spec("sin", (b, h, n, d // 2), (0, 0, d // 2, 1)),
+        _spec("out", xs[0], tuple(os_[:3]) + pairs[1]),
+    )
+    return _prepare(key, "rotary", problem, tensors, dev, extra=layout)
+
+
+# -- attention backward --------------------------------------------------------------------------------
+
+
+def attention_backward(q, k, v, out, grad_out, lse, causal: bool, bottom_right: bool, atomic: bool):
+    """``(dq, dk, dv)`` on CUDA: q, k, v, out, grad_out dense in one layout (the caller copies others
+    first), lse float32 (B, H, N) contiguous. ``atomic``: FlashAttention-3's three launches (the key
+    blocks add dQ into a float32 accumulator), else the deterministic two (query blocks, key blocks).
+    The launches' D and accumulator are scratch of this call."""
+    key = (4, q.shape, q.stride(), k.shape, k.stride(), v.stride(), out.stride(), grad_out.stride(),
+           lse.stride(), q.dtype, k.dtype, v.dtype, out.dtype, grad_out.dtype, lse.dtype, q.get_device(),
+           causal, bottom_right, atomic)
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic)
+    dq = _new_in_layout(q, rec[2])
+    dk, dv = _new_in_layout(k, rec[2]), _new_in_layout(v, rec[2])
+    ptrs = tuple(t.data_ptr() for t in (q, k, v, out, grad_out, lse, dq, dk, dv))
+    _launch(rec, ptrs, key[15], device_obj=q.device)
+    return dq, dk, dv
+
+
+def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic):
+    _bf16s(q=q, k=k, v=v, out=out, grad_out=grad_out)
+    dev = _same_device(q=q, k=k, v=v, out=out, grad_out=grad_out, lse=lse)
+    b, h, n, d = q.shape
+    hk, nk = k.shape[1], k.shape[2]
+    if d not in (64, 128):
+        raise ValueError(f"head dim {d}: the attention backward on CUDA (sm_90a) takes 64 or 128")
+    layout = None
+    for name in ("bhsd", "bshd"):
+        if all(_is_layout(t, name) for t in (q, k, v, out, grad_out)):
+            layout = name
+            break
+    if layout is None:
+        raise ValueError("q, k, v, out and grad_out must be dense in one layout (B, H, N, D) or (B, N, H, D)")
+    if lse.dtype != torch.float32 or tuple(lse.shape) != (b, h, n) or not lse.is_contiguous():
+        raise ValueError(f"lse must be a contiguous float32 (B, H, N) = ({b}, {h}, {n}) tensor")
+    problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d, "layout": layout,
+               "causal": bool(causal), "bottom_right": bool(bottom_right),
+               "variant": "atomic" if atomic else "dq"}
+    qs, ks = _layout_strides(q.shape, layout), _layout_strides(k.shape, layout)
+    tensors = (
+        _spec("q", q.shape, qs), _spec("k", k.shape, ks), _spec("v", v.shape, ks),
+        _spec("o", q.shape, qs), _spec("do", q.shape, qs),
+        _spec("lse", (b, h, n), (h * n, n, 1), "float32"),
+        _spec("dq", q.shape, qs), _spec("dk", k.shape, ks), _spec("dv", v.shape, ks),
+    )
+    return _prepare(key, "attn_bwd", problem, tensors, dev, extra=layout)

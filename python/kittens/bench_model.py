@@ -1,0 +1,329 @@
+"""``python -m kittens.bench model``: a Llama-style model (``transformers.LlamaConfig``, random weights, no
+download) trained and run in one process with Hugging Face's own modules and with
+:func:`kittens.integrations.transformers.apply`.
+
+* training, each arm from the same initial weights on the same batches (fp32 master weights, AdamW,
+  ``torch.autocast(bfloat16)``): ``hf`` (SDPA attention), ``hf-compile`` (``torch.compile`` of it),
+  ``kittens`` and ``kittens-compile``; tokens/s over the steps after ``--skip-timing``, peak memory of
+  each step (``torch.cuda.max_memory_allocated``, reset before the step), the loss curve (``--plot``);
+* inference in bfloat16, SDPA vs kittens: prefill tokens/s (one forward over the prompt, filling the KV
+  cache) and decode tokens/s (``model.generate`` greedy with the KV cache, minus the prefill's time).
+
+The text is kittens.train_demo's (the repository's own; tokens are bytes, so ids < 256 of the vocabulary).
+It needs a CUDA device: without one it says so and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import sys
+import time
+import traceback
+from typing import List, Optional
+
+SIZES = {
+    # name: hidden, layers, heads, kv heads, intermediate, vocab (head dim 64 throughout: the CUDA kernels
+    # take 64 and 128)
+    "tiny": (256, 2, 4, 2, 688, 32000),
+    "125m": (768, 12, 12, 4, 2048, 32000),
+    "350m": (1024, 24, 16, 8, 2816, 32000),
+    "1b": (2048, 16, 32, 8, 8192, 128256),
+}
+ARMS = ("hf", "hf-compile", "kittens", "kittens-compile")
+
+
+def llama_config(transformers, size: str, seq: int):
+    hidden, layers, heads, kv, inter, vocab = SIZES[size]
+    return transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv, head_dim=hidden // heads, intermediate_size=inter,
+        max_position_embeddings=max(seq, 4096), tie_word_embeddings=False,
+    )
+
+
+class Device:
+    """The timing and memory calls of one device: CUDA (the benchmark) or the CPU (the tests' smoke run of
+    the same code, no memory figures)."""
+
+    def __init__(self, torch, kind: str):
+        self.torch, self.kind, self.cuda = torch, kind, kind == "cuda"
+
+    def sync(self):
+        if self.cuda:
+            self.dev.sync()
+
+    def reset_peak(self):
+        if self.cuda:
+            self.torch.cuda.reset_peak_memory_stats()
+
+    def peak_gib(self):
+        return self.torch.cuda.max_memory_allocated() / 2**30 if self.cuda else None
+
+    def free(self):
+        if self.cuda:
+            self.torch.cuda.empty_cache()
+
+
+def make_model(torch, transformers, cfg, arm: str, seed: int, dtype, dev: Device):
+    from kittens.integrations.transformers import apply
+
+    torch.manual_seed(seed)
+    model = transformers.LlamaForCausalLM(cfg).to(device=dev.kind, dtype=dtype)
+    if arm.startswith("kittens"):
+        import warnings
+
+        import kittens.nn as knn
+
+        knn.device_why(next(model.parameters()))  # the device check's capability lookup, before any tracing
+
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            apply(model)
+        for w in caught:
+            print(f"    {w.message}")
+    else:
+        model.set_attn_implementation("sdpa")
+    return model
+
+
+def batches(torch, data, args, dev: Device):
+    """The same (x, y) batches for every arm: windows of the text at seeded random starts."""
+    gen = torch.Generator().manual_seed(args.seed)
+    n = len(data) - args.seq - 1
+    for _ in range(args.steps):
+        starts = torch.randint(0, n, (args.batch,), generator=gen)
+        x = torch.stack([data[s: s + args.seq] for s in starts])
+        yield x.to(dev.kind)
+
+
+def train_arm(torch, transformers, cfg, arm: str, data, args, dev: Device) -> dict:
+    model = make_model(torch, transformers, cfg, arm, args.seed, torch.float32, dev)
+    model.train()
+    fwd = torch.compile(model) if arm.endswith("compile") else model
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95),
+                            fused=dev.cuda)
+    losses: List[float] = []
+    peaks: List[float] = []
+    step_s: List[float] = []
+    for step, x in enumerate(batches(torch, data, args, dev)):
+        lr = args.lr * min(1.0, (step + 1) / args.warmup)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        dev.reset_peak()
+        dev.sync()
+        t0 = time.perf_counter()
+        with torch.autocast(dev.kind, dtype=torch.bfloat16):
+            loss = fwd(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.item())  # synchronises
+        step_s.append(time.perf_counter() - t0)
+        peaks.append(dev.peak_gib())
+        if step % args.log_every == 0 or step == args.steps - 1:
+            print(f"    {arm} step {step:4d}  loss {losses[-1]:.4f}  {step_s[-1] * 1e3:.0f} ms", flush=True)
+    timed = step_s[args.skip_timing:]
+    tps = args.batch * args.seq * len(timed) / sum(timed) if timed else None
+    del model, fwd, opt
+    dev.free()
+    peak = max(peaks[args.skip_timing:] or peaks) if dev.cuda else None
+    return {"ran": True, "tokens_per_s": tps, "peak_gib": peak,
+            "peak_gib_per_step": peaks, "step_s": step_s, "losses": losses}
+
+
+def infer_arm(torch, transformers, cfg, arm: str, data, args, dev: Device) -> dict:
+    model = make_model(torch, transformers, cfg, arm, args.seed, torch.bfloat16, dev).eval()
+    gen = torch.Generator().manual_seed(args.seed + 1)
+    starts = torch.randint(0, len(data) - args.prompt, (args.gen_batch,), generator=gen)
+    prompt = torch.stack([data[s: s + args.prompt] for s in starts]).to(dev.kind)
+    with torch.no_grad():
+        for _ in range(2):  # warm-up (kernel compilation, allocator)
+            model(input_ids=prompt, use_cache=True)
+            model.generate(prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0)
+        prefill = []
+        for _ in range(args.repeats):
+            dev.sync()
+            t0 = time.perf_counter()
+            model(input_ids=prompt, use_cache=True)
+            dev.sync()
+            prefill.append(time.perf_counter() - t0)
+        total = []
+        for _ in range(args.repeats):
+            dev.sync()
+            t0 = time.perf_counter()
+            out = model.generate(prompt, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
+                                 do_sample=False, pad_token_id=0)
+            dev.sync()
+            total.append(time.perf_counter() - t0)
+    t_pre, t_all = sorted(prefill)[len(prefill) // 2], sorted(total)[len(total) // 2]
+    decode_tokens = args.gen_batch * (args.new_tokens - 1)  # the first new token comes from the prefill
+    del model
+    dev.free()
+    return {"ran": True, "prefill_tokens_per_s": args.gen_batch * args.prompt / t_pre,
+            "decode_tokens_per_s": decode_tokens / max(t_all - t_pre, 1e-9), "prefill_s": t_pre,
+            "generate_s": t_all, "tokens": out[:, args.prompt:].tolist()}
+
+
+def _guarded(fn, *a) -> dict:
+    try:
+        return fn(*a)
+    except Exception as e:  # one arm's failure (e.g. out of memory, a compile error) is reported, not fatal
+        traceback.print_exc()
+        return {"ran": False, "error": f"{type(e).__name__}: {e}"[:2000]}
+
+
+def plot(report: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.5))
+    train = {k: v for k, v in report["training"].items() if v.get("ran")}
+    for k, v in train.items():
+        ax.plot(v["losses"], label=f"{k} ({v['tokens_per_s'] or 0:,.0f} tok/s, {v['peak_gib']:.1f} GiB)", lw=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.set_title(f"Llama {report['config']['size']}, seq {report['config']['seq']}, batch "
+                 f"{report['config']['batch']}")
+    ax.legend(fontsize=8)
+    names = list(train)
+    bx.bar(names, [train[k]["tokens_per_s"] or 0 for k in names])
+    bx.set_ylabel("training tokens/s")
+    bx.set_title(f"{report['device']}, {report['date'][:10]}, {report['commit'][:10]}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m kittens.bench model", description=__doc__.split("\n\n")[0])
+    p.add_argument("--size", choices=list(SIZES), default="125m")
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--skip-timing", type=int, default=10, help="steps before tokens/s is measured (compile)")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--log-every", type=int, default=25)
+    p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--prompt", type=int, default=1024, help="inference: prompt length")
+    p.add_argument("--new-tokens", type=int, default=128, help="inference: tokens generated")
+    p.add_argument("--gen-batch", type=int, default=8, help="inference: sequences at once")
+    p.add_argument("--repeats", type=int, default=3, help="inference: timed runs (median)")
+    p.add_argument("--no-train", action="store_true")
+    p.add_argument("--no-infer", action="store_true")
+    p.add_argument("--text", help="train on this file instead of the repository's own text")
+    p.add_argument("--json", help="write the results here")
+    p.add_argument("--plot", help="write the loss curves and tokens/s (PNG) here")
+    args = p.parse_args(argv)
+    arms = [a for a in args.arms.split(",") if a]
+    for a in arms:
+        if a not in ARMS:
+            print(f"kittens.bench model: unknown arm {a!r}; known: {', '.join(ARMS)}", file=sys.stderr)
+            return 2
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        print(f"kittens.bench model needs torch and transformers (pip install './python[hf]'): {e}",
+              file=sys.stderr)
+        return 2
+    if not torch.cuda.is_available():
+        print("kittens.bench model: no CUDA device (torch sees none); this benchmark runs on a GPU only",
+              file=sys.stderr)
+        return 2
+    import kittens
+
+    from .bench import _commit
+    from .train_demo import load_text
+
+    text, source = load_text(args.text)
+    data = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
+    cfg = llama_config(transformers, args.size, args.seq)
+    n_params = sum(v for v in [cfg.vocab_size * cfg.hidden_size * 2] + [
+        cfg.num_hidden_layers * (cfg.hidden_size * cfg.head_dim * (2 * cfg.num_attention_heads + 2 *
+                                 cfg.num_key_value_heads) + 3 * cfg.hidden_size * cfg.intermediate_size)])
+    dev = Device(torch, "cuda")
+    report = {
+        "what": "model", "commit": _commit(), "device": torch.cuda.get_device_name(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "torch": torch.__version__, "transformers": transformers.__version__, "kittens": kittens.__version__,
+        "config": {k: v for k, v in vars(args).items() if k not in ("json", "plot")},
+        "model": {"params": n_params, **{k: getattr(cfg, k) for k in (
+            "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
+            "intermediate_size", "vocab_size")}},
+        "text": source, "training": {}, "inference": {},
+    }
+    print(f"{report['device']}, torch {torch.__version__}, transformers {transformers.__version__}, commit "
+          f"{report['commit']}; Llama {args.size} ({n_params / 1e6:.0f}M parameters), seq {args.seq}, batch "
+          f"{args.batch}")
+    if not args.no_train:
+        for arm in arms:
+            print(f"  training: {arm}")
+            report["training"][arm] = _guarded(train_arm, torch, transformers, cfg, arm, data, args, dev)
+    if not args.no_infer:
+        for arm in ("hf", "kittens"):
+            print(f"  inference: {arm}")
+            report["inference"][arm] = _guarded(infer_arm, torch, transformers, cfg, arm, data, args, dev)
+    ok = summarize(report, args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    if args.plot and any(v.get("ran") for v in report["training"].values()):
+        plot(report, args.plot)
+    return 0 if ok else 1
+
+
+def summarize(report: dict, args) -> bool:
+    """Print the table and the issue's goals; False when an arm failed or the loss curves differ beyond
+    bf16 noise (mean of the last 20 steps more than 2% apart)."""
+    ok = True
+    tr, inf = report["training"], report["inference"]
+    print(f"\n{'arm':>16} {'tokens/s':>10} {'peak GiB':>9} {'final loss':>11}")
+    for k, v in tr.items():
+        if not v.get("ran"):
+            print(f"{k:>16} FAILED: {v['error'][:200]}")
+            ok = False
+            continue
+        tail = v["losses"][-20:]
+        v["final_loss"] = sum(tail) / len(tail)
+        print(f"{k:>16} {v['tokens_per_s'] or float('nan'):>10,.0f} {v['peak_gib']:>9.2f} {v['final_loss']:>11.4f}")
+    goals = {}
+
+    def ratio(a, b, key):
+        if tr.get(a, {}).get("ran") and tr.get(b, {}).get("ran") and tr[a][key] and tr[b][key]:
+            return tr[a][key] / tr[b][key]
+        return None
+
+    best = max((ratio(k, "hf", "tokens_per_s") or 0.0, k) for k in ("kittens", "kittens-compile"))
+    goals["train_vs_hf_eager (goal >= 1.15)"] = ratio(best[1], "hf", "tokens_per_s")
+    goals["train_vs_hf_compile (goal >= 1.0)"] = ratio(best[1], "hf-compile", "tokens_per_s")
+    goals["peak_memory_vs_hf (goal <= 1.0)"] = ratio("kittens", "hf", "peak_gib")
+    if tr.get("hf", {}).get("ran"):
+        for k, v in tr.items():
+            if v.get("ran") and k != "hf":
+                rel = abs(v["final_loss"] - tr["hf"]["final_loss"]) / tr["hf"]["final_loss"]
+                goals[f"final_loss_{k}_vs_hf (rel, within 0.02)"] = rel
+                ok = ok and math.isfinite(rel) and rel <= 0.02
+    for k, v in inf.items():
+        if not v.get("ran"):
+            print(f"inference {k} FAILED: {v['error'][:200]}")
+            ok = False
+        else:
+            print(f"inference {k:>8}: prefill {v['prefill_tokens_per_s']:,.0f} tokens/s, decode "
+                  f"{v['decode_tokens_per_s']:,.0f} tokens/s")
+    if inf.get("hf", {}).get("ran") and inf.get("kittens", {}).get("ran"):
+        goals["decode_vs_sdpa (goal >= 1.0)"] = inf["kittens"]["decode_tokens_per_s"] / inf["hf"]["decode_tokens_per_s"]
+        goals["prefill_vs_sdpa"] = inf["kittens"]["prefill_tokens_per_s"] / inf["hf"]["prefill_tokens_per_s"]
+        a, b = inf["kittens"]["tokens"], inf["hf"]["tokens"]
+        same = sum(x == y for ra, rb in zip(a, b) for x, y in zip(ra, rb))
+        goals["greedy_tokens_equal_fraction"] = same / max(1, sum(len(r) for r in b))
+    report["goals"] = goals
+    for k, v in goals.items():
+        print(f"  {k}: {'-' if v is None else f'{v:.3f}'}")
+    return ok
