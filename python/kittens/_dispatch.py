@@ -439,3 +439,190 @@ def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom
         _spec("dq", q.shape, qs), _spec("dk", k.shape, ks), _spec("dv", v.shape, ks),
     )
     return _prepare(key, "attn_bwd", problem, tensors, dev, extra=layout)
+
+
+# -- rmsnorm, swiglu -----------------------------------------------------------------------------------
+
+
+def _dense(**ts) -> None:
+    for name, t in ts.items():
+        if not t.is_contiguous():
+            raise ValueError(f"{name} must be contiguous (strides {t.stride()})")
+
+
+def _empty_like(x):
+    return torch.empty(x.shape, dtype=_BF16, device=x.device)
+
+
+def rmsnorm(x, residual, weight, eps: float):
+    """``(y, h)`` on CUDA: ``h = x + residual`` (``None`` without a residual), ``y = h / sqrt(mean(h^2) +
+    eps) * weight`` (registry ``rmsnorm``)."""
+    res = None if residual is None else (residual.shape, residual.stride(), residual.dtype, residual.device)
+    key = (5, x.shape, x.stride(), x.dtype, x.device, res, weight.shape, weight.stride(), weight.dtype,
+           weight.device, eps)
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_rmsnorm(key, x, residual, weight, eps)
+    y = _empty_like(x)
+    h = None if residual is None else _empty_like(x)
+    if rec[0] is None:
+        return y, h
+    ins = (x,) if residual is None else (x, residual)
+    outs = (y,) if h is None else (y, h)
+    _launch(rec, tuple(t.data_ptr() for t in ins + (weight,) + outs), x.get_device(), device_obj=x.device)
+    return y, h
+
+
+def _rows_of(x, weight):
+    if x.dim() < 1:
+        raise ValueError(f"x must be (..., D), got shape {tuple(x.shape)}")
+    d = x.shape[-1]
+    if tuple(weight.shape) != (d,):
+        raise ValueError(f"weight {tuple(weight.shape)} must be (D,) = ({d},)")
+    return (x.numel() // d if d else 0), d
+
+
+def _prepare_rmsnorm(key, x, residual, weight, eps):
+    ts = dict(x=x, weight=weight) if residual is None else dict(x=x, residual=residual, weight=weight)
+    _bf16s(**ts)
+    dev = _same_device(**ts)
+    _dense(**ts)
+    if residual is not None and residual.shape != x.shape:
+        raise ValueError(f"x {tuple(x.shape)} and residual {tuple(residual.shape)} must be (..., D) of one shape")
+    rows, d = _rows_of(x, weight)
+    if rows == 0 or d == 0:
+        rec = (None, (0, ()), None)
+        _HANDLES[key] = rec
+        return rec
+    m = ((rows, d), (d, 1))
+    names = ("x",) if residual is None else ("x", "residual")
+    outs = ("y",) if residual is None else ("y", "residual_out")
+    tensors = [_spec(n, *m) for n in names] + [_spec("weight", (rows, d), (0, 1))]
+    tensors += [_spec(n, *m) for n in outs]
+    problem = {"rows": rows, "norm_dim": d, "eps": float(eps), "residual": residual is not None}
+    return _prepare(key, "rmsnorm", problem, tensors, dev)
+
+
+def rmsnorm_backward(dy, r, weight, dh, eps: float):
+    """``(dx, dweight)`` on CUDA from the forward's ``h`` (``r``; x without a residual) and ``dh``, the
+    gradient of ``h`` (``None``: none, or no residual); ``dx`` is also the residual's gradient
+    (registry ``rmsnorm_bwd``: two launches, the per-block partial sums of dweight are scratch)."""
+    key = (6, dy.shape, dy.stride(), dy.dtype, r.shape, r.stride(), r.dtype, r.device, weight.shape,
+           weight.stride(), weight.dtype, None if dh is None else (dh.stride(), dh.dtype), eps)
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_rmsnorm_backward(key, dy, r, weight, dh, eps)
+    dx = _empty_like(r)
+    dw = torch.empty(weight.shape, dtype=_BF16, device=r.device)
+    if rec[0] is None:
+        return dx, dw.zero_()
+    ins = (dy, r, weight) if dh is None else (dy, r, weight, dh)
+    _launch(rec, tuple(t.data_ptr() for t in ins + (dx, dw)), r.get_device(), device_obj=r.device)
+    return dx, dw
+
+
+def _prepare_rmsnorm_backward(key, dy, r, weight, dh, eps):
+    ts = dict(dy=dy, r=r, weight=weight) if dh is None else dict(dy=dy, r=r, weight=weight, dh=dh)
+    _bf16s(**ts)
+    dev = _same_device(**ts)
+    _dense(**ts)
+    for name, t in ts.items():
+        if name != "weight" and t.shape != r.shape:
+            raise ValueError(f"{name} {tuple(t.shape)} must have h's shape {tuple(r.shape)}")
+    rows, d = _rows_of(r, weight)
+    if rows == 0 or d == 0:
+        rec = (None, (0, ()), None)
+        _HANDLES[key] = rec
+        return rec
+    m = ((rows, d), (d, 1))
+    tensors = [_spec("dy", *m), _spec("r", *m), _spec("weight", (rows, d), (0, 1))]
+    if dh is not None:
+        tensors.append(_spec("dresidual_out", *m))
+    tensors += [_spec("dx", *m), _spec("dweight", (d, 1), (1, 1))]
+    problem = {"rows": rows, "norm_dim": d, "eps": float(eps), "residual": dh is not None}
+    return _prepare(key, "rmsnorm_bwd", problem, tensors, dev)
+
+
+def _packed(gate, up) -> bool:
+    """Gate and up are the two halves of one dense (..., 2F) tensor (a fused projection's output)."""
+    f = gate.shape[-1]
+    return (gate.dim() >= 1 and gate.shape == up.shape and f > 0 and gate.stride(-1) == 1
+            and up.stride(-1) == 1 and up.data_ptr() == gate.data_ptr() + 2 * f
+            and all(s == n * 2 * f for s, n in zip(gate.stride()[:-1], _inner(gate.shape)))
+            and gate.stride() == up.stride())
+
+
+def _inner(shape):
+    """Elements (in units of the last dimension) below each leading dimension of a dense tensor."""
+    out, acc = [], 1
+    for n in reversed(shape[:-1]):
+        out.append(acc)
+        acc *= n
+    return list(reversed(out))
+
+
+def swiglu(gate, up):
+    """``silu(gate) * up`` on CUDA (registry ``swiglu``): two dense (..., F) tensors, or the two halves of
+    one dense (..., 2F) tensor (read in place, the packed form)."""
+    packed = _packed(gate, up)
+    key = (7, gate.shape, gate.stride(), up.stride(), gate.dtype, up.dtype, gate.device, up.device, packed)
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_swiglu(key, "swiglu", gate, up, None, packed)
+    out = _empty_like(gate)
+    if rec[0] is None:
+        return out
+    ins = (gate,) if packed else (gate, up)
+    _launch(rec, tuple(t.data_ptr() for t in ins + (out,)), gate.get_device(), device_obj=gate.device)
+    return out
+
+
+def swiglu_backward(dy, gate, up):
+    """``(dgate, dup)`` on CUDA (registry ``swiglu_bwd``), gate and up as :func:`swiglu` takes them."""
+    packed = _packed(gate, up)
+    key = (8, dy.shape, dy.stride(), dy.dtype, gate.shape, gate.stride(), up.stride(), gate.dtype, up.dtype,
+           gate.device, packed)
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_swiglu(key, "swiglu_bwd", gate, up, dy, packed)
+    if packed:
+        both = torch.empty(tuple(gate.shape[:-1]) + (2 * gate.shape[-1],), dtype=_BF16, device=gate.device)
+        dgate, dup = both.split(gate.shape[-1], dim=-1)
+        outs = (both,)
+    else:
+        dgate, dup = _empty_like(gate), _empty_like(up)
+        outs = (dgate, dup)
+    if rec[0] is None:
+        return dgate, dup
+    ins = (dy, gate) if packed else (dy, gate, up)
+    _launch(rec, tuple(t.data_ptr() for t in ins + outs), gate.get_device(), device_obj=gate.device)
+    return dgate, dup
+
+
+def _prepare_swiglu(key, entry, gate, up, dy, packed):
+    ts = dict(gate=gate, up=up) if dy is None else dict(dy=dy, gate=gate, up=up)
+    _bf16s(**ts)
+    dev = _same_device(**ts)
+    if gate.shape != up.shape or (dy is not None and dy.shape != gate.shape):
+        raise ValueError(f"gate {tuple(gate.shape)}, up {tuple(up.shape)}" +
+                         ("" if dy is None else f" and dy {tuple(dy.shape)}") + " must be (..., F) of one shape")
+    if not packed:
+        _dense(**ts)
+    elif dy is not None:
+        _dense(dy=dy)
+    f = gate.shape[-1] if gate.dim() else 0
+    rows = gate.numel() // f if f else 0
+    if rows == 0 or f == 0:
+        rec = (None, (0, ()), None)
+        _HANDLES[key] = rec
+        return rec
+    m = ((rows, f), (f, 1))
+    pair = ((rows, 2, f), (2 * f, f, 1))
+    tensors = [_spec("dy", *m)] if dy is not None else []
+    tensors += [_spec("x", *pair)] if packed else [_spec("gate", *m), _spec("up", *m)]
+    if dy is None:
+        tensors.append(_spec("out", *m))
+    else:
+        tensors += [_spec("dx", *pair)] if packed else [_spec("dgate", *m), _spec("dup", *m)]
+    problem = {"rows": rows, "norm_dim": f, "packed": bool(packed)}
+    return _prepare(key, entry, problem, tensors, dev)

@@ -51,7 +51,8 @@ if torch.cuda.is_available():
     from . import _dispatch
 
 __all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "rotary",
-           "dropout_keep", "seed_arg", "rotary_tables"]
+           "dropout_keep", "seed_arg", "rotary_tables", "rmsnorm", "rmsnorm_backward", "swiglu",
+           "swiglu_backward"]
 
 
 # -- helpers shared by the real and the fake implementations -------------------------------------------
@@ -535,3 +536,152 @@ def _rotary_grad(ctx, grad):
 
 
 rotary.register_autograd(_rotary_grad, setup_context=_rotary_setup)
+
+
+# -- rmsnorm -------------------------------------------------------------------------------------------
+# CUDA: the registry kernels `rmsnorm` / `rmsnorm_bwd` through `_dispatch`. CPU: PyTorch in float32 with
+# the kernels' rounding points (no per-kernel CPU entry of the extension exists for them yet).
+
+
+def _rms_cpu(h: Tensor, weight: Tensor, eps: float) -> Tensor:
+    hf = h.to(torch.float32)
+    return (hf * torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps) * weight.to(torch.float32)).to(torch.bfloat16)
+
+
+def rmsnorm_eager(x: Tensor, residual: Optional[Tensor], weight: Tensor, eps: float = 1e-6) -> Tuple[Tensor, Tensor]:
+    """``(y, h)``: ``h = x + residual`` (a copy of ``x`` when ``residual`` is None), ``y = h /
+    sqrt(mean(h^2) + eps) * weight`` over the last dimension D (768 to 8192, a multiple of 8 on CUDA),
+    bf16 in and out, float32 statistics (the fused residual-add RMSNorm kernel)."""
+    if x.is_cuda:
+        y, h = _dispatch.rmsnorm(x, residual, weight, float(eps))
+        return y, (x.clone() if h is None else h)
+    hf = x.to(torch.float32) if residual is None else x.to(torch.float32) + residual.to(torch.float32)
+    return _rms_cpu(hf, weight, eps), hf.to(torch.bfloat16)
+
+
+rmsnorm = torch.library.custom_op("kittens::rmsnorm", mutates_args=())(rmsnorm_eager)
+
+
+@rmsnorm.register_fake
+def _(x, residual, weight, eps=1e-6):
+    _bf16("x", x)
+    _bf16("weight", weight)
+    if residual is not None:
+        _bf16("residual", residual)
+    return x.new_empty(x.shape), x.new_empty(x.shape)
+
+
+def _rmsnorm_setup(ctx, inputs, output):
+    x, residual, weight, eps = inputs
+    ctx.has_residual, ctx.eps = residual is not None, eps
+    ctx.save_for_backward(output[1], weight)
+
+
+def _rmsnorm_grad(ctx, grad_y, grad_h):
+    h, weight = ctx.saved_tensors
+    if grad_y is None:
+        grad_y = torch.zeros_like(h)
+    dx, dweight = torch.ops.kittens.rmsnorm_backward(grad_y.contiguous(), h, weight,
+                                                     None if grad_h is None else grad_h.contiguous(), ctx.eps)
+    return dx, (dx if ctx.has_residual else None), dweight, None
+
+
+rmsnorm.register_autograd(_rmsnorm_grad, setup_context=_rmsnorm_setup)
+
+
+@torch.library.custom_op("kittens::rmsnorm_backward", mutates_args=())
+def rmsnorm_backward(grad: Tensor, h: Tensor, weight: Tensor, grad_h: Optional[Tensor],
+                     eps: float = 1e-6) -> Tuple[Tensor, Tensor]:
+    """``(dx, dweight)`` of :func:`rmsnorm`: ``dx = rstd * (w*dy - h_hat * mean(w*dy*h_hat)) + grad_h`` (also
+    the residual's gradient), ``dweight = sum over rows of dy * h_hat``; rstd recomputed from ``h``."""
+    if h.is_cuda:
+        return _dispatch.rmsnorm_backward(grad, h, weight, grad_h, float(eps))
+    d = h.shape[-1]
+    f32 = torch.float32
+    hf = h.reshape(-1, d).to(f32)
+    dy = grad.reshape(-1, d).to(f32)
+    rstd = torch.rsqrt(hf.pow(2).mean(-1, keepdim=True) + eps)
+    hat = hf * rstd
+    wdy = dy * weight.to(f32)
+    dx = rstd * (wdy - hat * (wdy * hat).mean(-1, keepdim=True))
+    if grad_h is not None:
+        dx = dx + grad_h.reshape(-1, d).to(f32)
+    return dx.to(torch.bfloat16).reshape(h.shape), (dy * hat).sum(0).to(weight.dtype)
+
+
+@rmsnorm_backward.register_fake
+def _(grad, h, weight, grad_h, eps=1e-6):
+    return torch.empty_like(h, memory_format=torch.contiguous_format), torch.empty_like(weight)
+
+
+def _no_double_backward(name: str):
+    def grad(ctx, *grads):
+        raise RuntimeError(f"kittens::{name} has no backward (double backward is not implemented)")
+
+    return grad
+
+
+rmsnorm_backward.register_autograd(_no_double_backward("rmsnorm_backward"),
+                                   setup_context=lambda ctx, inputs, output: None)
+
+
+# -- swiglu --------------------------------------------------------------------------------------------
+
+
+def swiglu_eager(gate: Tensor, up: Tensor) -> Tensor:
+    """``silu(gate) * up`` over (..., F) tensors (F a multiple of 8 on CUDA), bf16 in and out, float32
+    inside. On CUDA, gate and up that are the two halves of one dense (..., 2F) tensor are read in place
+    (the packed kernel); other non-contiguous inputs are copied first."""
+    if gate.is_cuda:
+        if not _dispatch._packed(gate, up):
+            gate, up = gate.contiguous(), up.contiguous()
+        return _dispatch.swiglu(gate, up)
+    g = gate.to(torch.float32)
+    return (torch.nn.functional.silu(g) * up.to(torch.float32)).to(torch.bfloat16)
+
+
+swiglu = torch.library.custom_op("kittens::swiglu", mutates_args=())(swiglu_eager)
+
+
+@swiglu.register_fake
+def _(gate, up):
+    _bf16("gate", gate)
+    _bf16("up", up)
+    return torch.empty(gate.shape, dtype=torch.bfloat16, device=gate.device)
+
+
+def _swiglu_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _swiglu_grad(ctx, grad):
+    gate, up = ctx.saved_tensors
+    dgate, dup = torch.ops.kittens.swiglu_backward(grad.contiguous(), gate, up)
+    return dgate, dup
+
+
+swiglu.register_autograd(_swiglu_grad, setup_context=_swiglu_setup)
+
+
+@torch.library.custom_op("kittens::swiglu_backward", mutates_args=())
+def swiglu_backward(grad: Tensor, gate: Tensor, up: Tensor) -> Tuple[Tensor, Tensor]:
+    """``(dgate, dup)`` of :func:`swiglu`: ``dgate = grad * up * silu'(gate)``, ``dup = grad * silu(gate)``
+    (two separate tensors: packed inputs are copied to contiguous ones, since outputs of one op may not
+    alias each other)."""
+    if gate.is_cuda:
+        return _dispatch.swiglu_backward(grad, gate.contiguous(), up.contiguous())
+    g, u, d = gate.to(torch.float32), up.to(torch.float32), grad.to(torch.float32)
+    s = torch.sigmoid(g)
+    silu = g * s
+    bf = torch.bfloat16
+    return (d * u * s * (1.0 + g - silu)).to(bf), (d * silu).to(bf)
+
+
+@swiglu_backward.register_fake
+def _(grad, gate, up):
+    return (torch.empty(gate.shape, dtype=torch.bfloat16, device=gate.device),
+            torch.empty(up.shape, dtype=torch.bfloat16, device=up.device))
+
+
+swiglu_backward.register_autograd(_no_double_backward("swiglu_backward"),
+                                  setup_context=lambda ctx, inputs, output: None)

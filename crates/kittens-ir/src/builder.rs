@@ -498,6 +498,18 @@ impl KernelBuilder {
     pub fn rsqrt(&mut self, dst: RegId, src: impl Into<Arg>) {
         self.map(dst, MapFn::Rsqrt, vec![src.into()]);
     }
+    /// `dst = −src`.
+    pub fn neg(&mut self, dst: RegId, src: impl Into<Arg>) {
+        self.map(dst, MapFn::Neg, vec![src.into()]);
+    }
+    /// `dst = 1 / (1 + e^(−src))` ([`MapFn::Sigmoid`]).
+    pub fn sigmoid(&mut self, dst: RegId, src: impl Into<Arg>) {
+        self.map(dst, MapFn::Sigmoid, vec![src.into()]);
+    }
+    /// `dst = src · sigmoid(src)` ([`MapFn::Silu`]).
+    pub fn silu(&mut self, dst: RegId, src: impl Into<Arg>) {
+        self.map(dst, MapFn::Silu, vec![src.into()]);
+    }
     /// `dst = (a ≥ b) ? 1 : 0`.
     pub fn ge(&mut self, dst: RegId, a: impl Into<Arg>, b: impl Into<Arg>) {
         self.map(dst, MapFn::Ge, vec![a.into(), b.into()]);
@@ -617,6 +629,60 @@ impl KernelBuilder {
     pub fn row_sum_acc(&mut self, dst: RegId, src: RegId, acc: RegId) {
         self.reduce(Axis::Rows, ReduceOp::Sum, dst, src, Some(acc));
     }
+    /// The block-wide row sum of a row split over `parts` waves: `v` (a one-row vector holding this
+    /// wave's partial sum of its share of the row) becomes the row's total. Each wave writes its
+    /// partial to column `part` of row `row` of the `[rows, parts]` f32 buffer `index` of shared ring
+    /// `buf`, the block meets at a barrier, and every wave reads its row's `parts` partials back and
+    /// sums them in the same order, so the waves of a row hold bitwise the same total.
+    ///
+    /// The ops are the ones a kernel would write by hand (shared store, wait, barrier, load, wait,
+    /// `row_sum`); every wave of the block must make the call (the barrier). A buffer may be written
+    /// again only after a barrier that every wave reaches after reading it: calls in a row (or in a
+    /// loop) alternate between two buffers of the ring, whose barriers then order each other's reads.
+    pub fn row_sum_across_waves(
+        &mut self,
+        v: RegId,
+        buf: SharedId,
+        index: impl Into<Expr>,
+        row: impl Into<Expr>,
+        part: impl Into<Expr>,
+        parts: u32,
+    ) {
+        let base = format!("{}_{}", self.reg_name(v), self.k.regs.len());
+        let one = self.tile(
+            &format!("{base}_partial"),
+            DType::F32,
+            1,
+            1,
+            Layout::Row,
+            BaseShape::STRIP,
+        );
+        let all = self.tile(
+            &format!("{base}_partials"),
+            DType::F32,
+            1,
+            parts,
+            Layout::Row,
+            BaseShape::STRIP,
+        );
+        let row = row.into();
+        let slot = self.smem(buf, index);
+        self.copy(one, v);
+        self.store_shared(slot.sub(1, 1, row.clone(), part), one);
+        self.wait_shared(0);
+        self.barrier();
+        self.load(all, slot.sub(1, parts, row, 0));
+        self.wait_shared(0);
+        self.row_sum(v, all);
+    }
+
+    fn reg_name(&self, r: RegId) -> String {
+        self.k
+            .regs
+            .get(r.0 as usize)
+            .map_or_else(|| format!("r{}", r.0), |d| d.name.clone())
+    }
+
     pub fn col_max(&mut self, dst: RegId, src: RegId) {
         self.reduce(Axis::Cols, ReduceOp::Max, dst, src, None);
     }

@@ -266,6 +266,12 @@ pub enum MapFn {
     Abs,
     /// `1/√x` (the device's reciprocal square root: a layernorm's inverse standard deviation).
     Rsqrt,
+    /// `1 / (1 + e^(−x))`, the logistic sigmoid (a gate; SiLU's derivative is built from it).
+    Sigmoid,
+    /// `x / (1 + e^(−x))` = `x · sigmoid(x)`, SiLU (Swish-1; SwiGLU's gate, Shazeer 2020). One op so
+    /// that a gate costs one exponential and one division, and the tails are exact: `e^(−x)` is
+    /// infinite below about −88, where the quotient is −0.
+    Silu,
     /// `1` where `x ≥ y`, else `0` (a mask as a factor: dropout keeps where `uniform ≥ p`).
     Ge,
     /// Copy / convert: the value is rounded to the destination dtype with the op's rounding.
@@ -299,6 +305,8 @@ impl MapFn {
             MapFn::Neg => "neg",
             MapFn::Abs => "abs",
             MapFn::Rsqrt => "rsqrt",
+            MapFn::Sigmoid => "sigmoid",
+            MapFn::Silu => "silu",
             MapFn::Ge => "ge",
             MapFn::Copy => "copy",
         }

@@ -68,21 +68,7 @@ fn rmsnorm(dim: u32, waves_per_row: u32) -> Kernel {
             Swizzle::None,
             1,
         );
-        let mine = k.tile("mine", F32, 1, 1, Layout::Row, BaseShape::STRIP);
-        let all = k.tile("all", F32, 1, waves_per_row, Layout::Row, BaseShape::STRIP);
-        k.copy(mine, ms);
-        k.store_shared(
-            k.smem(partials, 0).sub(1, 1, row_in_block.clone(), part),
-            mine,
-        );
-        k.wait_shared(0);
-        k.barrier();
-        k.load(
-            all,
-            k.smem(partials, 0).sub(1, waves_per_row, row_in_block, 0),
-        );
-        k.wait_shared(0);
-        k.row_sum(ms, all);
+        k.row_sum_across_waves(ms, partials, 0, row_in_block, part, waves_per_row);
     }
     k.mul(ms, ms, 1.0 / dim as f32);
     k.add(ms, ms, EPS);

@@ -19,7 +19,9 @@ pub mod reference;
 pub mod reference_bwd;
 pub mod reference_fwd;
 pub mod registry;
+pub mod rmsnorm;
 pub mod rotary;
+pub mod swiglu;
 
 pub use registry::by_name;
 

@@ -62,7 +62,15 @@ pub struct Problem {
     /// Rotary: the interleaved (GPT-J) pairing instead of half rotation (GPT-NeoX); the shape is
     /// `attn`'s (`heads` heads of `dim`, `seq` positions, `layout`).
     pub interleaved: bool,
-    /// Layernorm: the epsilon added to the variance (`None`: the kernel's default, 1e-5).
+    /// RMSNorm (`rmsnorm`, `rmsnorm_bwd`; rows and row length are `norm.rows`, `norm.dim`): add a
+    /// residual first and write the sum out as the new residual (the default); `false`: normalise
+    /// `x` alone.
+    pub residual: bool,
+    /// SwiGLU (`swiglu`, `swiglu_bwd`; `norm.rows` rows of `F = norm.dim`): gate and up are the two
+    /// halves of one `[rows, 2F]` tensor (gate first) instead of two `[rows, F]` tensors.
+    pub packed: bool,
+    /// Layernorm, RMSNorm: the epsilon added to the variance or mean square (`None`: the kernel's
+    /// default, 1e-5 for the layernorm, 1e-6 for the RMSNorm).
     pub eps: Option<f32>,
     /// On a GPU target, the multiprocessor count of the device the run is for (what the runtime read
     /// from the device it opened), where the configuration depends on it (the GEMM's block per shape,
@@ -124,6 +132,8 @@ impl Default for Problem {
             },
             norm: NormShape::default(),
             interleaved: false,
+            residual: true,
+            packed: false,
             eps: None,
             sms: None,
             seed: 0,

@@ -5,7 +5,7 @@
 //! `kittens list` are generated from it.
 
 use crate::problem::KernelProblem;
-use crate::{attn_bwd, attn_fwd, gemm, layernorm, rotary, KernelError};
+use crate::{attn_bwd, attn_fwd, gemm, layernorm, rmsnorm, rotary, swiglu, KernelError};
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
 use serde::Serialize;
@@ -474,8 +474,172 @@ const ROTARY: KernelEntry = KernelEntry {
     problem: &rotary::problem::RotaryProblem,
 };
 
+const ROTARY_BWD: KernelEntry = KernelEntry {
+    name: "rotary_bwd",
+    about: "rotary's backward: dx = dy rotated by -theta (rotary with the sine negated), same \
+            layouts and forms",
+    targets: &[
+        TargetPlan {
+            target: Target::Gfx942,
+            schedule: "plain, heads of one position per wave (the table row broadcast)",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Gfx950,
+            schedule: "plain, heads of one position per wave (the table row broadcast)",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Sm90a,
+            schedule: "plain, heads of one position per warp (the table row broadcast)",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Cpu,
+            schedule: "plain, heads of one position per wave (the table row broadcast)",
+            status: Status::Interpreted,
+        },
+    ],
+    build_default: || {
+        rotary::build(&rotary::RotaryConfig {
+            inverse: true,
+            ..rotary::RotaryConfig::new(64, attn_fwd::AttnLayout::Bshd, false)
+        })
+    },
+    build_gpu: |_| {
+        rotary::build(&rotary::RotaryConfig {
+            inverse: true,
+            ..rotary::RotaryConfig::new(128, attn_fwd::AttnLayout::Bshd, false)
+        })
+    },
+    variants: &[],
+    build_variant: no_variants,
+    problem: &rotary::problem::RotaryBwdProblem,
+};
+
+/// The row-wise memory-bound kernels' four targets: one schedule on all of them.
+macro_rules! plain_targets {
+    ($cpu:expr, $gpu:expr) => {
+        &[
+            TargetPlan {
+                target: Target::Gfx942,
+                schedule: $gpu,
+                status: Status::Compiles,
+            },
+            TargetPlan {
+                target: Target::Gfx950,
+                schedule: $gpu,
+                status: Status::Compiles,
+            },
+            TargetPlan {
+                target: Target::Sm90a,
+                schedule: $gpu,
+                status: Status::Compiles,
+            },
+            TargetPlan {
+                target: Target::Cpu,
+                schedule: $cpu,
+                status: Status::Interpreted,
+            },
+        ]
+    };
+}
+
+/// Row length of the norms' GPU builds (Llama-2-7B's hidden size).
+const NORM_DIM: u32 = 4096;
+/// Width F of SwiGLU's GPU builds (Llama-3-8B's intermediate size).
+const SWIGLU_F: u32 = 14336;
+const GPU_TARGETS: &[Target] = &[Target::Gfx942, Target::Gfx950, Target::Sm90a];
+
+const RMSNORM: KernelEntry = KernelEntry {
+    name: "rmsnorm",
+    about:
+        "r = x + residual, y = r / sqrt(mean(r^2) + eps) * weight, and the new residual r; bf16 \
+            in/out, f32 statistics (Llama's RMSNorm fused with the residual add)",
+    targets: plain_targets!(
+        "plain, one 16-byte chunk per lane: rows split over waves",
+        "plain, one 16-byte chunk per lane: rows split over waves"
+    ),
+    build_default: || rmsnorm::build(&rmsnorm::RmsNormConfig::new(1000, true, 32)),
+    build_gpu: |gpu| rmsnorm::build(&rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true)),
+    variants: &[],
+    build_variant: no_variants,
+    problem: &rmsnorm::problem::RmsNormProblem,
+};
+
+const RMSNORM_BWD: KernelEntry = KernelEntry {
+    name: "rmsnorm_bwd",
+    about: "rmsnorm's backward: dx (= dresidual) from dy, r, weight and the new residual's gradient, \
+            rstd recomputed; dweight summed over rows in a second launch from per-wave f32 partials",
+    targets: plain_targets!(
+        "plain, rows split over waves, 16 rows per wave; then the dweight launch",
+        "plain, rows split over waves, 16 rows per wave; then the dweight launch (variant `dweight`)"
+    ),
+    build_default: || rmsnorm::build_bwd(&rmsnorm::RmsNormConfig::new(1000, true, 32)),
+    build_gpu: |gpu| rmsnorm::build_bwd(&rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true)),
+    variants: &[Variant {
+        name: "dweight",
+        about: "the backward's second launch: dweight from the first launch's partial sums",
+        targets: GPU_TARGETS,
+    }],
+    build_variant: |gpu, _| {
+        rmsnorm::build_dweight(&rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true))
+    },
+    problem: &rmsnorm::problem::RmsNormBwdProblem,
+};
+
+/// SwiGLU's variant: gate and up as the halves of one tensor.
+const SWIGLU_VARIANTS: &[Variant] = &[Variant {
+    name: "packed",
+    about:
+        "gate and up as the two halves of one [rows, 2F] tensor (a fused gate-and-up projection)",
+    targets: GPU_TARGETS,
+}];
+
+const SWIGLU: KernelEntry = KernelEntry {
+    name: "swiglu",
+    about: "out = silu(gate) * up from two [rows, F] tensors or one [rows, 2F] (--packed); bf16 \
+            in/out, f32 inside",
+    targets: plain_targets!(
+        "plain, one 16-byte chunk per lane, 4 strips of a row per block",
+        "plain, one 16-byte chunk per lane, 4 strips of a row per block"
+    ),
+    build_default: || swiglu::build(&swiglu::SwigluConfig::new(1000, false, 32)),
+    build_gpu: |gpu| swiglu::build(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, false)),
+    variants: SWIGLU_VARIANTS,
+    build_variant: |gpu, _| swiglu::build(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, true)),
+    problem: &swiglu::problem::SwigluProblem::FORWARD,
+};
+
+const SWIGLU_BWD: KernelEntry = KernelEntry {
+    name: "swiglu_bwd",
+    about:
+        "swiglu's backward: dgate = dy * up * silu'(gate), dup = dy * silu(gate), split or packed",
+    targets: plain_targets!(
+        "plain, one 16-byte chunk per lane, 4 strips of a row per block",
+        "plain, one 16-byte chunk per lane, 4 strips of a row per block"
+    ),
+    build_default: || swiglu::build_bwd(&swiglu::SwigluConfig::new(1000, false, 32)),
+    build_gpu: |gpu| swiglu::build_bwd(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, false)),
+    variants: SWIGLU_VARIANTS,
+    build_variant: |gpu, _| swiglu::build_bwd(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, true)),
+    problem: &swiglu::problem::SwigluProblem::BACKWARD,
+};
+
 /// Every kernel of the suite, in the order `kittens list` prints them.
-pub static ALL: [KernelEntry; 6] = [GEMM_BF16, GEMM_FP8, ATTN_FWD, ATTN_BWD, LAYERNORM, ROTARY];
+pub static ALL: [KernelEntry; 11] = [
+    GEMM_BF16,
+    GEMM_FP8,
+    ATTN_FWD,
+    ATTN_BWD,
+    LAYERNORM,
+    ROTARY,
+    RMSNORM,
+    RMSNORM_BWD,
+    SWIGLU,
+    SWIGLU_BWD,
+    ROTARY_BWD,
+];
 
 /// The registered names, in registry order.
 pub fn names() -> Vec<&'static str> {

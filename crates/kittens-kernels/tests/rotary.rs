@@ -14,13 +14,21 @@ fn run(
     sh: AttnShape,
     interleaved: bool,
 ) -> Result<kittens_kernels::reference::ErrorReport, String> {
+    run_named("rotary", sh, interleaved)
+}
+
+fn run_named(
+    name: &str,
+    sh: AttnShape,
+    interleaved: bool,
+) -> Result<kittens_kernels::reference::ErrorReport, String> {
     let p = Problem {
         attn: sh,
         interleaved,
         seed: (sh.seq * 13 + sh.dim) as u64,
         ..Problem::default()
     };
-    let def = by_name("rotary").map_err(|e| e.to_string())?.problem();
+    let def = by_name(name).map_err(|e| e.to_string())?.problem();
     let plan = def.plan(&p, Target::Cpu).map_err(|e| e.to_string())?;
     let kernel = def.build(&p, Target::Cpu).map_err(|e| e.to_string())?;
     let mut rng = SmallRng::seed_from_u64(p.seed);
@@ -152,4 +160,65 @@ fn heads_along_rows_need_a_power_of_two_dim() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("power-of-two head dimension (not 48)"), "{e}");
+}
+
+/// `rotary_bwd` (the rotation by −θ) against its reference at odd shapes, both forms and layouts, the
+/// non-power-of-two head dimension (positions along the rows) included.
+#[test]
+fn backward_at_odd_shapes() {
+    for layout in [AttnLayout::Bshd, AttnLayout::Bhsd] {
+        for interleaved in [false, true] {
+            for (batch, heads, seq, dim) in [(1, 3, 37, 64), (2, 2, 5, 128), (1, 2, 9, 96)] {
+                let sh = AttnShape {
+                    batch,
+                    heads,
+                    heads_kv: heads,
+                    seq,
+                    dim,
+                    layout,
+                };
+                let e = run_named("rotary_bwd", sh, interleaved).unwrap();
+                assert!(
+                    e.max_rel < 1.0 / 256.0 && e.rel_err > 0.0,
+                    "{sh:?} interleaved={interleaved}: {e:?}"
+                );
+            }
+        }
+    }
+}
+
+/// The backward's reference is the forward's adjoint: `⟨R x, y⟩ = ⟨x, Rᵀ y⟩` in f64 on random inputs,
+/// so the gradient of `Σ dy · rotary(x)` with respect to `x` is `rotary_bwd(dy)`.
+#[test]
+fn backward_reference_is_the_adjoint() {
+    let p = Problem {
+        attn: AttnShape {
+            batch: 1,
+            heads: 2,
+            heads_kv: 2,
+            seq: 7,
+            dim: 32,
+            layout: AttnLayout::Bshd,
+        },
+        ..Problem::default()
+    };
+    for interleaved in [false, true] {
+        let p = Problem { interleaved, ..p };
+        let (fwd, bwd) = (by_name("rotary").unwrap(), by_name("rotary_bwd").unwrap());
+        let kernel = fwd.problem().build(&p, Target::Cpu).unwrap();
+        let launch = fwd.problem().launch(&p).unwrap();
+        let mut rng = SmallRng::seed_from_u64(9);
+        let ins = fwd.problem().draw(&p, &kernel, &launch, &mut rng);
+        let ys = fwd.problem().draw(&p, &kernel, &launch, &mut rng);
+        let (x, y) = (&ins[0], &ys[0]);
+        let rx = fwd.problem().reference(&p, &ins).values;
+        let rty = bwd
+            .problem()
+            .reference(&p, &[y.clone(), ins[1].clone(), ins[2].clone()])
+            .values;
+        let dot =
+            |a: &[f64], b: &[f32]| -> f64 { a.iter().zip(b).map(|(a, &b)| a * f64::from(b)).sum() };
+        let (l, r) = (dot(&rx, y), dot(&rty, x));
+        assert!((l - r).abs() < 1e-9 * l.abs().max(1.0), "{l} vs {r}");
+    }
 }

@@ -134,6 +134,8 @@ fn problem_from(
             "offset" => p.norm.offset = v.extract()?,
             "eps" => p.eps = Some(v.extract()?),
             "interleaved" => p.interleaved = flag()?,
+            "residual" => p.residual = flag()?,
+            "packed" => p.packed = flag()?,
             "variant" => {
                 let name: String = v.extract()?;
                 let known = entry.variants.iter().find(|x| x.name == name);

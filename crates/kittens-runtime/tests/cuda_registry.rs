@@ -60,7 +60,12 @@ fn every_sm90a_registry_kernel_compiles_through_the_one_function() {
             "attn_fwd",
             "attn_bwd",
             "layernorm",
-            "rotary"
+            "rotary",
+            "rmsnorm",
+            "rmsnorm_bwd",
+            "swiglu",
+            "swiglu_bwd",
+            "rotary_bwd"
         ]
     );
 }

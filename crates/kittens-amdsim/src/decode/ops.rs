@@ -206,6 +206,7 @@ table! {
     Vop2 0x03 VSubrevF32 "v_subrev_f32" [1, 1, 1, 0] Both;
     Vop2 0x05 VMulF32 "v_mul_f32" [1, 1, 1, 0] Both;
     Vop2 0x08 VMulU32U24 "v_mul_u32_u24" [1, 1, 1, 0] Both;
+    Vop2 0x09 VMulHiU32U24 "v_mul_hi_u32_u24" [1, 1, 1, 0] Both;
     Vop2 0x0a VMinF32 "v_min_f32" [1, 1, 1, 0] Both;
     Vop2 0x0b VMaxF32 "v_max_f32" [1, 1, 1, 0] Both;
     Vop2 0x0c VMinI32 "v_min_i32" [1, 1, 1, 0] Both;
@@ -227,6 +228,10 @@ table! {
     Vop2 0x1d VSubbCoU32 "v_subb_co_u32" [1, 1, 1, 2] Both;
     Vop2 0x1e VSubbrevCoU32 "v_subbrev_co_u32" [1, 1, 1, 2] Both;
     Vop2 0x26 VAddU16 "v_add_u16" [1, 1, 1, 0] Both;
+    Vop2 0x27 VSubU16 "v_sub_u16" [1, 1, 1, 0] Both;
+    Vop2 0x28 VSubrevU16 "v_subrev_u16" [1, 1, 1, 0] Both;
+    Vop2 0x29 VMulLoU16 "v_mul_lo_u16" [1, 1, 1, 0] Both;
+    Vop2 0x2a VLshlrevB16 "v_lshlrev_b16" [1, 1, 1, 0] Both;
     Vop2 0x2b VLshrrevB16 "v_lshrrev_b16" [1, 1, 1, 0] Both;
     Vop2 0x34 VAddU32 "v_add_u32" [1, 1, 1, 0] Both;
     Vop2 0x35 VSubU32 "v_sub_u32" [1, 1, 1, 0] Both;

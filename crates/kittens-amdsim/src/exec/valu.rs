@@ -52,6 +52,10 @@ fn int2(op: Op, a: u32, b: u32, clamp: bool) -> Option<u32> {
         // GFX9-family 16-bit ALU ops zero the destination's high half (LLVM relies on it).
         VLshrrevB16 => (b & 0xffff) >> (a & 15),
         VAddU16 => (a.wrapping_add(b)) & 0xffff,
+        VSubU16 => a.wrapping_sub(b) & 0xffff,
+        VSubrevU16 => b.wrapping_sub(a) & 0xffff,
+        VMulLoU16 => (a & 0xffff).wrapping_mul(b & 0xffff) & 0xffff,
+        VLshlrevB16 => ((b & 0xffff) << (a & 15)) & 0xffff,
         VAshrrevI32 => ((b as i32) >> (a & 31)) as u32,
         VLshlrevB32 => b << (a & 31),
         VAndB32 => a & b,
@@ -66,6 +70,9 @@ fn int2(op: Op, a: u32, b: u32, clamp: bool) -> Option<u32> {
         VMulLoU32 => a.wrapping_mul(b),
         // CDNA3 ISA guide, V_MUL_U32_U24: the low 32 bits of the product of the operands' low 24 bits.
         VMulU32U24 => (a & 0xff_ffff).wrapping_mul(b & 0xff_ffff),
+        // V_MUL_HI_U32_U24: bits 47..32 of the same 48-bit product (LLVM pairs it with the low half
+        // for a 24-bit multiply whose product may pass 32 bits).
+        VMulHiU32U24 => ((u64::from(a & 0xff_ffff) * u64::from(b & 0xff_ffff)) >> 32) as u32,
         VMulHiU32 => ((a as u64 * b as u64) >> 32) as u32,
         _ => return None,
     })
@@ -572,4 +579,40 @@ fn sdwa(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
     });
     w.write_v(d, &out);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 24-bit multiplies take the operands' low 24 bits; the two halves are the 48-bit product.
+    #[test]
+    fn mul_u24_halves_are_the_48_bit_product() {
+        for (a, b) in [
+            (0xff_ffffu32, 0xff_ffffu32),
+            (0x1ab_cdef, 0x12_3456),
+            (3, 5),
+            (0, 7),
+        ] {
+            let p = u64::from(a & 0xff_ffff) * u64::from(b & 0xff_ffff);
+            let lo = int2(Op::VMulU32U24, a, b, false).unwrap();
+            let hi = int2(Op::VMulHiU32U24, a, b, false).unwrap();
+            assert_eq!((u64::from(hi) << 32) | u64::from(lo), p, "{a:#x} * {b:#x}");
+        }
+        assert_eq!(
+            int2(Op::VMulHiU32U24, 0xff_ffff, 0xff_ffff, false),
+            Some(0xffff)
+        );
+    }
+
+    /// The GFX9 16-bit integer ops: the low halves' result, the destination's high half zeroed.
+    #[test]
+    fn u16_ops_keep_the_low_half() {
+        let op = |o, a, b| int2(o, a, b, false).unwrap();
+        assert_eq!(op(Op::VMulLoU16, 0x1_0003, 0xffff_0005), 15);
+        assert_eq!(op(Op::VMulLoU16, 0x1234, 0x5678), 0x0060);
+        assert_eq!(op(Op::VSubU16, 3, 5), 0xfffe);
+        assert_eq!(op(Op::VSubrevU16, 3, 5), 2);
+        assert_eq!(op(Op::VLshlrevB16, 4, 0xf_1234), 0x2340);
+    }
 }

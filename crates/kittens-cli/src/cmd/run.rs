@@ -122,12 +122,23 @@ pub struct Args {
     /// Attention keys per pipeline step (HipKittens E.3: 64).
     #[arg(long, default_value_t = 32)]
     pub kv_block: u32,
-    /// Layernorm rows.
+    /// Layernorm, rmsnorm, swiglu: rows.
     #[arg(long, default_value_t = 37)]
     pub rows: usize,
-    /// Layernorm row length D (a multiple of 8 from 768 to 8192).
+    /// Layernorm, rmsnorm: row length D (a multiple of 8 from 768 to 8192); swiglu: width F (a
+    /// multiple of 8).
     #[arg(long, default_value_t = 1000)]
     pub hidden: usize,
+    /// rmsnorm, rmsnorm_bwd: normalise x alone (no residual added, no new residual written).
+    #[arg(long)]
+    pub no_residual: bool,
+    /// layernorm: added to the variance (default 1e-5); rmsnorm, rmsnorm_bwd: added to the mean
+    /// square (default 1e-6).
+    #[arg(long)]
+    pub eps: Option<f32>,
+    /// swiglu, swiglu_bwd: gate and up as the two halves of one [rows, 2F] tensor (gate first).
+    #[arg(long)]
+    pub packed: bool,
     /// Layernorm dropout probability (0 = plain residual + layernorm).
     #[arg(long, default_value_t = 0.1)]
     pub p: f32,
@@ -222,14 +233,20 @@ fn kernel_flags(kernel: &str) -> &'static [&'static str] {
         "schedule",
         "variant",
     ];
-    const LAYERNORM: &[&str] = &["rows", "hidden", "p", "dropout_seed", "offset"];
+    const LAYERNORM: &[&str] = &["rows", "hidden", "p", "dropout_seed", "offset", "eps"];
     const ROTARY: &[&str] = &["batch", "heads", "seq", "dim", "layout", "interleaved"];
+    const RMSNORM: &[&str] = &["rows", "hidden", "no_residual", "eps"];
+    // Their variants configure `kittens compile`; a run takes --packed (the backward's `dweight`
+    // launch always runs after the first).
+    const SWIGLU: &[&str] = &["rows", "hidden", "packed"];
     match kernel {
         "gemm_bf16" | "gemm_fp8" => GEMM,
         "attn_fwd" => ATTN_FWD,
         "attn_bwd" => ATTN_BWD,
         "layernorm" => LAYERNORM,
-        "rotary" => ROTARY,
+        "rotary" | "rotary_bwd" => ROTARY,
+        "rmsnorm" | "rmsnorm_bwd" => RMSNORM,
+        "swiglu" | "swiglu_bwd" => SWIGLU,
         _ => &[],
     }
 }
@@ -374,6 +391,9 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     p.norm.dropout_seed = a.dropout_seed;
     p.norm.offset = a.offset;
     p.interleaved = a.interleaved;
+    p.residual = !a.no_residual;
+    p.eps = a.eps;
+    p.packed = a.packed;
     Ok(p)
 }
 

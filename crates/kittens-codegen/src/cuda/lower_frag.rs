@@ -190,6 +190,12 @@ impl Emit<'_> {
             (MapFn::Neg, [x]) => format!("-{x}"),
             (MapFn::Abs, [x]) => format!("fabsf({x})"),
             (MapFn::Rsqrt, [x]) => format!("rsqrtf({x})"),
+            (MapFn::Sigmoid, [x]) => {
+                format!("1.0f / (1.0f + kt::exp2_approx({x} * -1.4426950408889634f))")
+            }
+            (MapFn::Silu, [x]) => {
+                format!("{x} / (1.0f + kt::exp2_approx({x} * -1.4426950408889634f))")
+            }
             (MapFn::Ge, [x, y]) => format!("({x} >= {y} ? 1.0f : 0.0f)"),
             (MapFn::Copy, [x]) => x.clone(),
             _ => return unsupported(format!("`{}` with {} arguments", f.name(), a.len())),

@@ -134,6 +134,14 @@ fn apply(f: MapFn, a: &[String]) -> String {
         MapFn::Neg => format!("(-{})", a[0]),
         MapFn::Abs => format!("__builtin_fabsf({})", a[0]),
         MapFn::Rsqrt => format!("(1.0f / __builtin_sqrtf({}))", a[0]),
+        MapFn::Sigmoid => format!(
+            "(1.0f / (1.0f + exp2_f32({} * -1.4426950408889634f)))",
+            a[0]
+        ),
+        MapFn::Silu => format!(
+            "({} / (1.0f + exp2_f32({} * -1.4426950408889634f)))",
+            a[0], a[0]
+        ),
         MapFn::Ge => format!("({} >= {} ? 1.0f : 0.0f)", a[0], a[1]),
         MapFn::Copy => a[0].clone(),
     }

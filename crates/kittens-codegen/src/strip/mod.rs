@@ -564,6 +564,14 @@ impl Emit<'_> {
             (MapFn::Neg, [x]) => format!("(-{x})"),
             (MapFn::Abs, [x]) => format!("{}({x})", d.fabs),
             (MapFn::Rsqrt, [x]) => (d.rsqrt)(x),
+            (MapFn::Sigmoid, [x]) => {
+                let den = (d.arith)('+', "1.0f", &(d.exp)(&format!("(-{x})")));
+                (d.arith)('/', "1.0f", &den)
+            }
+            (MapFn::Silu, [x]) => {
+                let den = (d.arith)('+', "1.0f", &(d.exp)(&format!("(-{x})")));
+                (d.arith)('/', x, &den)
+            }
             (MapFn::Copy, [x]) => x.clone(),
             _ => return unsupported(format!("`{}` with {} arguments", f.name(), a.len())),
         })

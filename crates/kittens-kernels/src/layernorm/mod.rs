@@ -25,9 +25,7 @@ pub mod problem;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_hw::Gpu;
-use kittens_ir::{
-    Access, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, RegId, Schedule, SharedId,
-};
+use kittens_ir::{Access, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, RegId, Schedule};
 use kittens_tile::{BaseShape, Layout, Swizzle};
 
 /// Row lengths the kernel takes (the issue of the suite: hidden sizes of 768 to 8192).
@@ -64,10 +62,7 @@ impl LayerNormConfig {
     /// `lanes ×` [`PER_LANE`] columns, else the fewest of 2, 4, 8 or 16 waves that keep the share
     /// under it (16 at most).
     pub fn new(dim: u32, p: f32, lanes: u32) -> Self {
-        let waves_per_row = [1, 2, 4, 8, MAX_WAVES_PER_ROW]
-            .into_iter()
-            .find(|w| dim.div_ceil(*w) <= lanes * PER_LANE)
-            .unwrap_or(MAX_WAVES_PER_ROW);
+        let waves_per_row = waves_per_row(dim, lanes);
         LayerNormConfig {
             dim,
             p,
@@ -85,8 +80,7 @@ impl LayerNormConfig {
 
     /// Columns of one wave's strip: its share of the row rounded up to whole `lanes × 8` chunks.
     pub fn slice(&self) -> u32 {
-        let chunk = self.lanes * 8;
-        self.dim.div_ceil(self.waves_per_row).div_ceil(chunk) * chunk
+        strip_cols(self.dim, self.waves_per_row, self.lanes)
     }
 
     /// Rows one block normalises.
@@ -121,6 +115,23 @@ impl LayerNormConfig {
         }
         Ok(())
     }
+}
+
+/// Waves sharing a row of `dim` on waves of `lanes` lanes: one wave up to `lanes ×` [`PER_LANE`]
+/// columns, else the fewest of 2, 4, 8 or 16 that keep a wave's share under it (16 at most). The
+/// row-wise kernels (`layernorm`, `rmsnorm`) split their rows so.
+pub fn waves_per_row(dim: u32, lanes: u32) -> u32 {
+    [1, 2, 4, 8, MAX_WAVES_PER_ROW]
+        .into_iter()
+        .find(|w| dim.div_ceil(*w) <= lanes * PER_LANE)
+        .unwrap_or(MAX_WAVES_PER_ROW)
+}
+
+/// Columns of one wave's strip of a row of `dim` split over `waves_per_row` waves: its share rounded up
+/// to whole `lanes × 8` chunks (the strip lowering deals 8-value chunks to the lanes).
+pub fn strip_cols(dim: u32, waves_per_row: u32, lanes: u32) -> u32 {
+    let chunk = lanes * 8;
+    dim.div_ceil(waves_per_row).div_ceil(chunk) * chunk
 }
 
 /// The tensors, in launch order: `x`, `residual`, `weight`, `bias` (bf16 inputs) and `out[2, rows, D]`.
@@ -218,9 +229,10 @@ pub fn build(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
             2,
         )
     });
+    let local = k.wave() / i64::from(w_row);
     let total = |k: &mut KernelBuilder, v: RegId, slot: i64| {
         if let Some(buf) = partials {
-            row_total(k, buf, slot, v, &part, cfg);
+            k.row_sum_across_waves(v, buf, slot, local.clone(), part.clone(), w_row);
         }
     };
     let inv_d = 1.0 / dim as f32;
@@ -255,50 +267,4 @@ pub fn build(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
     k.add_col(h, h, bv);
     k.store(view(&k, out, Some(0)), h);
     Ok(k.finish()?)
-}
-
-/// Replaces each wave's partial row sum `v` by the row's total over its `waves_per_row` waves: each
-/// wave writes its partial to column `part` of its row's entry in ring slot `slot` (drained before
-/// the block barrier), then each wave reads the row's partials back and sums them in the same order.
-fn row_total(
-    k: &mut KernelBuilder,
-    buf: SharedId,
-    slot: i64,
-    v: RegId,
-    part: &Expr,
-    cfg: &LayerNormConfig,
-) {
-    let w_row = cfg.waves_per_row;
-    let one = k.tile(
-        &format!("partial{slot}"),
-        F32,
-        1,
-        1,
-        Layout::Row,
-        BaseShape::STRIP,
-    );
-    let all = k.tile(
-        &format!("partials{slot}"),
-        F32,
-        1,
-        w_row,
-        Layout::Row,
-        BaseShape::STRIP,
-    );
-    let local = k.wave() / i64::from(w_row);
-    k.copy(one, v);
-    let at = |k: &KernelBuilder, col0: Expr, cols: u32| {
-        let mut s = k.smem(buf, slot);
-        s.row0 = local.clone();
-        s.col0 = col0;
-        s.rows = 1;
-        s.cols = cols;
-        s
-    };
-    k.store_shared(at(k, part.clone(), 1), one);
-    k.wait_shared(0);
-    k.barrier();
-    k.load(all, at(k, Expr::c(0), w_row));
-    k.wait_shared(0);
-    k.row_sum(v, all);
 }

@@ -55,6 +55,9 @@ pub struct RotaryConfig {
     /// Rows (heads or positions) per wave.
     pub rows: u32,
     pub waves: u32,
+    /// The backward: rotate by −θ (the transpose of the rotation, i.e. the forward with `sin`
+    /// negated), reading `dy` and writing `dx`.
+    pub inverse: bool,
 }
 
 /// Head dimensions the kernel takes.
@@ -82,6 +85,7 @@ impl RotaryConfig {
             },
             rows: 512u32.checked_div(dim).unwrap_or(1).clamp(1, 64),
             waves: 4,
+            inverse: false,
         }
     }
 
@@ -110,12 +114,17 @@ impl RotaryConfig {
 }
 
 /// The tensors, in launch order: `x` (bf16, read), `cos`, `sin` (bf16 `[seq, dim/2]`), `out` (bf16, the
-/// layout of `x`); parameters `batch, heads, seq`.
+/// layout of `x`); parameters `batch, heads, seq`. The inverse (backward) program reads `dy` and writes
+/// `dx` in their places: `dx₀ = dy₀·cos + dy₁·sin`, `dx₁ = dy₁·cos − dy₀·sin`.
 pub fn build(cfg: &RotaryConfig) -> Result<Kernel, KernelError> {
     cfg.check()?;
     let (dim, half, rows) = (cfg.dim, cfg.dim / 2, cfg.rows);
     let form = if cfg.interleaved { "gptj" } else { "neox" };
-    let name = format!("rotary_{form}_{:?}_d{dim}", cfg.layout).to_lowercase();
+    let (kind, input, output) = match cfg.inverse {
+        false => ("rotary", "x", "out"),
+        true => ("rotary_bwd", "dy", "dx"),
+    };
+    let name = format!("{kind}_{form}_{:?}_d{dim}", cfg.layout).to_lowercase();
     let mut k = KernelBuilder::new(&name, Schedule::Plain { waves: cfg.waves });
     let [batch, heads, seq] = ["batch", "heads", "seq"].map(|n| k.param(n));
     let (d, h) = (Expr::c(i64::from(dim)), Expr::c(i64::from(half)));
@@ -144,7 +153,7 @@ pub fn build(cfg: &RotaryConfig) -> Result<Kernel, KernelError> {
         st.extend(pair_st);
         k.global_strided(name, Bf16, &dims, st, access)
     };
-    let x = pairs(&mut k, "x", Access::Read);
+    let x = pairs(&mut k, input, Access::Read);
     let table = |k: &mut KernelBuilder, name: &str| {
         let dims = [
             ("b", batch.clone()),
@@ -157,7 +166,7 @@ pub fn build(cfg: &RotaryConfig) -> Result<Kernel, KernelError> {
     };
     let cos = table(&mut k, "cos");
     let sin = table(&mut k, "sin");
-    let out = pairs(&mut k, "out", Access::Write);
+    let out = pairs(&mut k, output, Access::Write);
     let strip = |k: &mut KernelBuilder, name: &str, dt| {
         k.tile(name, dt, rows, half, Layout::Row, BaseShape::STRIP)
     };
@@ -184,6 +193,15 @@ pub fn build(cfg: &RotaryConfig) -> Result<Kernel, KernelError> {
         let origin = vec![k.block(0), head.clone(), pos.clone(), Expr::c(0)];
         k.gview(g, origin, 2, 3, table_rows, half)
     };
+    // `o −= t` and `o += t` of the rotation by θ; by −θ the signs of the sine terms swap.
+    let minus = |k: &mut KernelBuilder, o, t| match cfg.inverse {
+        false => k.sub(o, o, t),
+        true => k.add(o, o, t),
+    };
+    let plus = |k: &mut KernelBuilder, o, t| match cfg.inverse {
+        false => k.add(o, o, t),
+        true => k.sub(o, o, t),
+    };
     k.load_global(x0, member(&k, x, 0));
     k.load_global(x1, member(&k, x, 1));
     match cfg.along {
@@ -193,10 +211,10 @@ pub fn build(cfg: &RotaryConfig) -> Result<Kernel, KernelError> {
             k.load_global(s, tab(&k, sin));
             k.mul_col(o0, x0, c);
             k.mul_col(t, x1, s);
-            k.sub(o0, o0, t);
+            minus(&mut k, o0, t);
             k.mul_col(o1, x1, c);
             k.mul_col(t, x0, s);
-            k.add(o1, o1, t);
+            plus(&mut k, o1, t);
         }
         RotaryRows::Positions => {
             let [c, s] = ["cos", "sin"].map(|n| strip(&mut k, n, Bf16));
@@ -204,10 +222,10 @@ pub fn build(cfg: &RotaryConfig) -> Result<Kernel, KernelError> {
             k.load_global(s, tab(&k, sin));
             k.mul(o0, x0, c);
             k.mul(t, x1, s);
-            k.sub(o0, o0, t);
+            minus(&mut k, o0, t);
             k.mul(o1, x1, c);
             k.mul(t, x0, s);
-            k.add(o1, o1, t);
+            plus(&mut k, o1, t);
         }
     }
     k.store(member(&k, out, 0), o0);

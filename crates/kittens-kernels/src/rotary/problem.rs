@@ -20,6 +20,11 @@ pub const TOLERANCE: f64 = 1e-2;
 #[derive(Debug)]
 pub struct RotaryProblem;
 
+/// The backward's (`rotary_bwd`): the same tensors as the forward's, `dy` for `x` and `dx` for `out`,
+/// rotated by −θ.
+#[derive(Debug)]
+pub struct RotaryBwdProblem;
+
 /// The configuration of a run (the same on every target: the program has no target-specific tiles).
 pub fn config(p: &Problem) -> RotaryConfig {
     RotaryConfig::new(
@@ -27,6 +32,37 @@ pub fn config(p: &Problem) -> RotaryConfig {
         p.attn.layout,
         p.interleaved,
     )
+}
+
+impl KernelProblem for RotaryBwdProblem {
+    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
+        RotaryProblem.launch(p)
+    }
+
+    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+        let plan = RotaryProblem.plan(p, target)?;
+        Ok(Plan {
+            what: plan.what.replacen("rotary", "rotary_bwd", 1),
+            ..plan
+        })
+    }
+
+    fn build(&self, p: &Problem, _target: Target) -> Result<Kernel, KernelError> {
+        build(&RotaryConfig {
+            inverse: true,
+            ..config(p)
+        })
+    }
+
+    /// The forward's reference with the sine table negated: the rotation by −θ.
+    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+        let neg: Vec<f32> = inputs[2].iter().map(|v| -v).collect();
+        RotaryProblem.reference(p, &[inputs[0].clone(), inputs[1].clone(), neg])
+    }
+
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Fixed(TOLERANCE)
+    }
 }
 
 impl KernelProblem for RotaryProblem {

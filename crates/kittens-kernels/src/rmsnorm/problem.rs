@@ -1,0 +1,325 @@
+//! `rmsnorm` and `rmsnorm_bwd` at a problem's sizes: `norm.rows` rows of `norm.dim`, `residual`,
+//! `eps` (`None`: 1e-6); parameter `rows`.
+//!
+//! * `rmsnorm`: inputs `x`, `residual` (with a residual), `weight`; outputs `y`, `residual_out` (with
+//!   a residual).
+//! * `rmsnorm_bwd`: inputs `dy`, `r`, `weight`, `dresidual_out` (with a residual); outputs `dx` and
+//!   `dweight`, in two launches ([`super::build_bwd`] writes `dx` and the scratch `dw_partial`,
+//!   [`super::build_dweight`] sums it into `dweight`).
+//!
+//! The f64 references, and a fixed tolerance (each output one bf16 rounding of f32 arithmetic).
+
+use super::{build, build_bwd, build_dweight, RmsNormConfig};
+use crate::budget;
+use crate::problem::{
+    elements, param, positive, KernelProblem, Launch, Plan, Problem, Reference, Stage, STORE_BYTES,
+};
+use crate::reference::Tolerance;
+use crate::KernelError;
+use kittens_hw::Target;
+use kittens_ir::Kernel;
+
+/// The bound on `rel_err`: one bf16 rounding of each output (2^-9 relative) over f32 arithmetic; a
+/// wrong statistic, column or row gives errors of order 0.1 to 1.
+pub const TOLERANCE: f64 = 1e-2;
+
+/// The forward's problem definition (registry `rmsnorm`).
+#[derive(Debug)]
+pub struct RmsNormProblem;
+
+/// The backward's problem definition (registry `rmsnorm_bwd`).
+#[derive(Debug)]
+pub struct RmsNormBwdProblem;
+
+/// The configuration a run on `target` builds: the target's wave width (32 lanes on the CPU).
+pub fn config(p: &Problem, target: Target) -> RmsNormConfig {
+    let dim = u32::try_from(p.norm.dim).unwrap_or(u32::MAX);
+    let lanes = target.gpu().map_or(32, |g| g.wave_width);
+    let base = RmsNormConfig::new(dim, p.residual, lanes);
+    RmsNormConfig {
+        eps: p.eps.unwrap_or(base.eps),
+        ..base
+    }
+}
+
+/// Validates the sizes and the configuration and returns `(rows, dim, rows × dim)`.
+fn sizes(p: &Problem, target: Target, name: &str) -> Result<(usize, usize, usize), KernelError> {
+    positive(name, &[("rows", p.norm.rows), ("dim", p.norm.dim)])?;
+    config(p, target).check()?;
+    let (rows, d) = (p.norm.rows, p.norm.dim);
+    Ok((rows, d, elements("x", &[rows, d])?))
+}
+
+/// The host bytes of a run: `tensors` bf16 tensors of `m` elements in (and their snapshot), `outs`
+/// out (values, pending stores, the f64 reference).
+fn check_bytes(what: &str, m: usize, tensors: u64, outs: u64) -> Result<(), KernelError> {
+    let m = m as u64;
+    budget::check_host_bytes(
+        what,
+        budget::sum(&[
+            m.checked_mul(tensors * 2 * 4),
+            m.checked_mul(outs * (4 + STORE_BYTES + 8)),
+        ]),
+    )
+}
+
+impl KernelProblem for RmsNormProblem {
+    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
+        let (rows, d) = (p.norm.rows, p.norm.dim);
+        let m = elements("x", &[rows, d])?;
+        let n = if p.residual { 2 } else { 1 };
+        let mut inputs = vec![m; n];
+        inputs.push(d);
+        Ok(Launch {
+            params: vec![param("rows", rows)?],
+            inputs,
+            outputs: vec![m; n],
+        })
+    }
+
+    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+        let (rows, d, m) = sizes(p, target, "rmsnorm")?;
+        let what = format!("rmsnorm at rows={rows} dim={d}");
+        let n = if p.residual { 2 } else { 1 };
+        check_bytes(&what, m, n, n)?;
+        Ok(Plan {
+            launch: self.launch(p)?,
+            what,
+            work: Some(m as u64),
+            shape: serde_json::json!({
+                "rows": rows, "dim": d, "residual": p.residual,
+                "config": config(p, target),
+            }),
+        })
+    }
+
+    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+        build(&config(p, target))
+    }
+
+    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+        let (x, res) = match p.residual {
+            true => (&inputs[0], Some(&inputs[1][..])),
+            false => (&inputs[0], None),
+        };
+        let w = &inputs[inputs.len() - 1];
+        let r = residual_sum(x, res);
+        let mut values = forward(&r, w, p.norm.dim, f64::from(config(p, Target::Cpu).eps));
+        if p.residual {
+            values.extend(r);
+        }
+        Reference {
+            values,
+            baseline: None,
+            max_abs_logit: None,
+        }
+    }
+
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Fixed(TOLERANCE)
+    }
+}
+
+impl KernelProblem for RmsNormBwdProblem {
+    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
+        let (rows, d) = (p.norm.rows, p.norm.dim);
+        let m = elements("dy", &[rows, d])?;
+        let mut inputs = vec![m, m, d];
+        if p.residual {
+            inputs.push(m);
+        }
+        Ok(Launch {
+            params: vec![param("rows", rows)?],
+            inputs,
+            outputs: vec![m, d],
+        })
+    }
+
+    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+        let (rows, d, m) = sizes(p, target, "rmsnorm_bwd")?;
+        let cfg = config(p, target);
+        let what = format!("rmsnorm_bwd at rows={rows} dim={d}");
+        let parts = cfg
+            .parts_at(rows)
+            .and_then(|n| n.checked_mul(d))
+            .ok_or_else(|| KernelError::Problem(format!("{what}: the scratch overflows")))?;
+        // Inputs, dx and the scratch (under m / 16 more).
+        check_bytes(&what, m, 3 + u64::from(p.residual), 2)?;
+        budget::check_host_bytes(&what, (parts as u64).checked_mul(4 + STORE_BYTES + 4))?;
+        Ok(Plan {
+            launch: self.launch(p)?,
+            what,
+            work: Some(m as u64),
+            shape: serde_json::json!({
+                "rows": rows, "dim": d, "residual": p.residual,
+                "config": cfg, "dw_partial": [d, cfg.parts_at(rows)],
+            }),
+        })
+    }
+
+    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+        build_bwd(&config(p, target))
+    }
+
+    /// `dx` and the scratch `dw_partial`, then `dweight` from the scratch (passed by name).
+    fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+        let cfg = config(p, target);
+        let l = &plan.launch;
+        let d = p.norm.dim;
+        let scratch = cfg
+            .parts_at(p.norm.rows)
+            .and_then(|n| n.checked_mul(d))
+            .ok_or_else(|| KernelError::Problem("rmsnorm_bwd: the scratch overflows".into()))?;
+        Ok(vec![
+            Stage {
+                kernel: build_bwd(&cfg)?,
+                launch: Launch {
+                    params: l.params.clone(),
+                    inputs: l.inputs.clone(),
+                    outputs: vec![l.outputs[0], scratch],
+                },
+            },
+            Stage {
+                kernel: build_dweight(&cfg)?,
+                launch: Launch {
+                    params: l.params.clone(),
+                    inputs: vec![scratch],
+                    outputs: vec![d],
+                },
+            },
+        ])
+    }
+
+    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+        let dres = p.residual.then(|| &inputs[3][..]);
+        let (dx, dw) = backward(
+            &inputs[0],
+            &inputs[1],
+            &inputs[2],
+            dres,
+            p.norm.dim,
+            f64::from(config(p, Target::Cpu).eps),
+        );
+        Reference {
+            values: dx.into_iter().chain(dw).collect(),
+            baseline: None,
+            max_abs_logit: None,
+        }
+    }
+
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Fixed(TOLERANCE)
+    }
+}
+
+/// `r = x + residual` in f64 (exact for bf16 inputs).
+pub fn residual_sum(x: &[f32], residual: Option<&[f32]>) -> Vec<f64> {
+    match residual {
+        Some(res) => x
+            .iter()
+            .zip(res)
+            .map(|(&a, &b)| f64::from(a) + f64::from(b))
+            .collect(),
+        None => x.iter().map(|&a| f64::from(a)).collect(),
+    }
+}
+
+/// `1 / √(mean(row²) + eps)`.
+fn rstd(row: &[f64], eps: f64) -> f64 {
+    let ms = row.iter().map(|v| v * v).sum::<f64>() / row.len() as f64;
+    1.0 / (ms + eps).sqrt()
+}
+
+/// The f64 forward: `y = r · rstd · w`, row by row (rows of `dim`).
+pub fn forward(r: &[f64], w: &[f32], dim: usize, eps: f64) -> Vec<f64> {
+    r.chunks(dim)
+        .flat_map(|row| {
+            let inv = rstd(row, eps);
+            row.iter()
+                .zip(w)
+                .map(move |(v, &wj)| v * inv * f64::from(wj))
+        })
+        .collect()
+}
+
+/// The f64 backward: `(dx, dweight)` from `dy`, `r`, `w` and the gradient of the new residual.
+pub fn backward(
+    dy: &[f32],
+    r: &[f32],
+    w: &[f32],
+    dres: Option<&[f32]>,
+    dim: usize,
+    eps: f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let mut dx = Vec::with_capacity(r.len());
+    let mut dw = vec![0.0; dim];
+    for (i, (rrow, grow)) in r.chunks(dim).zip(dy.chunks(dim)).enumerate() {
+        let row: Vec<f64> = rrow.iter().map(|&v| f64::from(v)).collect();
+        let inv = rstd(&row, eps);
+        let hat: Vec<f64> = row.iter().map(|v| v * inv).collect();
+        let wdy: Vec<f64> = grow
+            .iter()
+            .zip(w)
+            .map(|(&g, &wj)| f64::from(g) * f64::from(wj))
+            .collect();
+        let c = wdy.iter().zip(&hat).map(|(a, b)| a * b).sum::<f64>() / dim as f64;
+        for j in 0..dim {
+            let extra = dres.map_or(0.0, |d| f64::from(d[i * dim + j]));
+            dx.push(inv * (wdy[j] - hat[j] * c) + extra);
+            dw[j] += f64::from(grow[j]) * hat[j];
+        }
+    }
+    (dx, dw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The analytic backward is the forward's derivative: central differences of the f64 forward
+    /// (through a random linear functional `Σ dy·y + Σ dres·r`) at a few coordinates of `r` and `w`.
+    #[test]
+    fn backward_matches_finite_differences() {
+        let (rows, dim, eps) = (3, 24, 1e-6);
+        let val = |i: usize, s: f32| ((i * 7919 % 1000) as f32 / 500.0 - 1.0) * s;
+        let r: Vec<f32> = (0..rows * dim).map(|i| val(i, 2.0)).collect();
+        // Multiples of 2^-10, so that a step of 2^-10 is exact in f32.
+        let w: Vec<f32> = (0..dim)
+            .map(|i| (val(i + 333, 1.5) * 1024.0).round() / 1024.0)
+            .collect();
+        let dy: Vec<f32> = (0..rows * dim).map(|i| val(i + 77, 1.0)).collect();
+        let dres: Vec<f32> = (0..rows * dim).map(|i| val(i + 555, 1.0)).collect();
+        let loss = |r: &[f64], w: &[f32]| -> f64 {
+            let y = forward(r, w, dim, eps);
+            let a: f64 = y.iter().zip(&dy).map(|(y, &g)| y * f64::from(g)).sum();
+            let b: f64 = r.iter().zip(&dres).map(|(r, &g)| r * f64::from(g)).sum();
+            a + b
+        };
+        let (dx, dw) = backward(&dy, &r, &w, Some(&dres), dim, eps);
+        let r64: Vec<f64> = r.iter().map(|&v| f64::from(v)).collect();
+        let h = 1e-5;
+        for i in [0, 5, dim + 3, 2 * dim + dim - 1] {
+            let (mut up, mut down) = (r64.clone(), r64.clone());
+            up[i] += h;
+            down[i] -= h;
+            let fd = (loss(&up, &w) - loss(&down, &w)) / (2.0 * h);
+            assert!(
+                (fd - dx[i]).abs() < 1e-6 * (1.0 + fd.abs()),
+                "dx[{i}]: {fd} vs {}",
+                dx[i]
+            );
+        }
+        for j in [0, 7, dim - 1] {
+            let hw = 1.0 / 1024.0;
+            let (mut up, mut down) = (w.clone(), w.clone());
+            up[j] += hw;
+            down[j] -= hw;
+            let fd = (loss(&r64, &up) - loss(&r64, &down)) / (2.0 * f64::from(hw));
+            assert!(
+                (fd - dw[j]).abs() < 1e-6 * (1.0 + fd.abs()),
+                "dw[{j}]: {fd} vs {}",
+                dw[j]
+            );
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! `swiglu` and `swiglu_bwd` at a problem's sizes: `norm.rows` rows of `F = norm.dim`, `packed`;
+//! parameter `rows`.
+//!
+//! * `swiglu`: inputs `gate`, `up` (`[rows, F]` each) or, packed, `x` (`[rows, 2F]`); output `out`.
+//! * `swiglu_bwd`: inputs `dy`, then `gate`, `up` or, packed, `x`; outputs `dgate`, `dup` or, packed,
+//!   `dx` (`[rows, 2F]`).
+//!
+//! The f64 references, and a fixed tolerance (each output one bf16 rounding of f32 arithmetic).
+
+use super::{build, build_bwd, SwigluConfig};
+use crate::budget;
+use crate::problem::{
+    elements, param, positive, KernelProblem, Launch, Plan, Problem, Reference, STORE_BYTES,
+};
+use crate::reference::Tolerance;
+use crate::KernelError;
+use kittens_hw::Target;
+use kittens_ir::Kernel;
+
+/// The bound on `rel_err`: one bf16 rounding of each output (2^-9 relative) over f32 arithmetic and
+/// the device's exponential; a wrong half or column gives errors of order 1.
+pub const TOLERANCE: f64 = 1e-2;
+
+/// The problem definitions the registry hands out: the forward (`swiglu`) and the backward
+/// (`swiglu_bwd`).
+#[derive(Debug)]
+pub struct SwigluProblem {
+    pub backward: bool,
+}
+
+impl SwigluProblem {
+    pub const FORWARD: SwigluProblem = SwigluProblem { backward: false };
+    pub const BACKWARD: SwigluProblem = SwigluProblem { backward: true };
+
+    fn name(&self) -> &'static str {
+        if self.backward {
+            "swiglu_bwd"
+        } else {
+            "swiglu"
+        }
+    }
+}
+
+/// The configuration a run on `target` builds: the target's wave width (32 lanes on the CPU).
+pub fn config(p: &Problem, target: Target) -> SwigluConfig {
+    let f = u32::try_from(p.norm.dim).unwrap_or(u32::MAX);
+    SwigluConfig::new(f, p.packed, target.gpu().map_or(32, |g| g.wave_width))
+}
+
+impl KernelProblem for SwigluProblem {
+    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
+        let m = elements("gate", &[p.norm.rows, p.norm.dim])?;
+        let pair = if p.packed {
+            vec![elements("x", &[p.norm.rows, 2, p.norm.dim])?]
+        } else {
+            vec![m, m]
+        };
+        let (inputs, outputs) = if self.backward {
+            ([vec![m], pair.clone()].concat(), pair)
+        } else {
+            (pair, vec![m])
+        };
+        Ok(Launch {
+            params: vec![param("rows", p.norm.rows)?],
+            inputs,
+            outputs,
+        })
+    }
+
+    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+        let name = self.name();
+        positive(name, &[("rows", p.norm.rows), ("dim", p.norm.dim)])?;
+        self.build(p, target)?;
+        let (rows, f) = (p.norm.rows, p.norm.dim);
+        let what = format!("{name} at rows={rows} F={f}");
+        let m = budget::product(&[rows as u64, f as u64]);
+        // Forward: 2 inputs, 1 output; backward: 3 inputs, 2 outputs (of `rows × F` each).
+        let (ins, outs) = if self.backward { (3, 2) } else { (2, 1) };
+        let bytes = budget::sum(&[
+            m.and_then(|x| x.checked_mul(ins * 2 * 4)),
+            m.and_then(|x| x.checked_mul(outs * (4 + STORE_BYTES + 8))),
+        ]);
+        budget::check_host_bytes(&what, bytes)?;
+        Ok(Plan {
+            launch: self.launch(p)?,
+            what,
+            work: m,
+            shape: serde_json::json!({
+                "rows": rows, "f": f, "packed": p.packed, "config": config(p, target),
+            }),
+        })
+    }
+
+    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+        let cfg = config(p, target);
+        if self.backward {
+            build_bwd(&cfg)
+        } else {
+            build(&cfg)
+        }
+    }
+
+    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+        let f = p.norm.dim;
+        let at = usize::from(self.backward);
+        let (gate, up) = split(&inputs[at..], f, p.packed);
+        let values = if self.backward {
+            let (dg, du) = backward(&inputs[0], &gate, &up);
+            pack(dg, du, f, p.packed)
+        } else {
+            forward(&gate, &up)
+        };
+        Reference {
+            values,
+            baseline: None,
+            max_abs_logit: None,
+        }
+    }
+
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Fixed(TOLERANCE)
+    }
+}
+
+/// Gate and up from the inputs: two tensors, or the halves of each `2F` row of one.
+fn split(inputs: &[Vec<f32>], f: usize, packed: bool) -> (Vec<f32>, Vec<f32>) {
+    if !packed {
+        return (inputs[0].clone(), inputs[1].clone());
+    }
+    let (mut g, mut u) = (Vec::new(), Vec::new());
+    for row in inputs[0].chunks(2 * f) {
+        g.extend_from_slice(&row[..f]);
+        u.extend_from_slice(&row[f..]);
+    }
+    (g, u)
+}
+
+/// The two gradients as the outputs are laid out: one after the other, or the halves of `2F` rows.
+fn pack(dg: Vec<f64>, du: Vec<f64>, f: usize, packed: bool) -> Vec<f64> {
+    if !packed {
+        return dg.into_iter().chain(du).collect();
+    }
+    dg.chunks(f)
+        .zip(du.chunks(f))
+        .flat_map(|(a, b)| a.iter().chain(b).copied())
+        .collect()
+}
+
+fn sigmoid(g: f64) -> f64 {
+    1.0 / (1.0 + (-g).exp())
+}
+
+/// `silu(gate) · up` in f64.
+pub fn forward(gate: &[f32], up: &[f32]) -> Vec<f64> {
+    gate.iter()
+        .zip(up)
+        .map(|(&g, &u)| {
+            let g = f64::from(g);
+            g * sigmoid(g) * f64::from(u)
+        })
+        .collect()
+}
+
+/// `(dgate, dup)` in f64.
+pub fn backward(dy: &[f32], gate: &[f32], up: &[f32]) -> (Vec<f64>, Vec<f64>) {
+    dy.iter()
+        .zip(gate.iter().zip(up))
+        .map(|(&d, (&g, &u))| {
+            let (d, g, u) = (f64::from(d), f64::from(g), f64::from(u));
+            let s = sigmoid(g);
+            (d * u * s * (1.0 + g * (1.0 - s)), d * g * s)
+        })
+        .unzip()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The analytic gradients are the forward's derivatives (central differences in f64).
+    #[test]
+    fn backward_matches_finite_differences() {
+        let gates = [-30.0f32, -4.5, -1.0, -0.125, 0.0, 0.3, 2.0, 9.0];
+        let (up, dy) = (0.75f32, -1.25f32);
+        let h = 1e-6;
+        for g in gates {
+            let (dg, du) = backward(&[dy], &[g], &[up]);
+            let fwd = |g: f64, u: f64| g * sigmoid(g) * u * f64::from(dy);
+            let (g64, u64) = (f64::from(g), f64::from(up));
+            let fd_g = (fwd(g64 + h, u64) - fwd(g64 - h, u64)) / (2.0 * h);
+            let fd_u = (fwd(g64, u64 + h) - fwd(g64, u64 - h)) / (2.0 * h);
+            assert!((fd_g - dg[0]).abs() < 1e-7, "g {g}: {fd_g} vs {}", dg[0]);
+            assert!((fd_u - du[0]).abs() < 1e-7, "g {g}: {fd_u} vs {}", du[0]);
+        }
+    }
+}

@@ -1,0 +1,225 @@
+//! `rmsnorm`, `rmsnorm_bwd`, `swiglu`, `swiglu_bwd` (and `rotary_bwd`) on the GPU targets, every configuration the
+//! registry builds (the defaults and the variants: the backward's `dweight` launch, SwiGLU's packed
+//! form): gfx942 and gfx950 compile with zero spills (gfx942 also with Debian's clang-19), sm_90a
+//! through NVRTC with zero spills; the lowered HIP on the host emulation and the code objects on the
+//! ISA emulator match the f64 references at odd shapes, every launch of a run (the backward's two)
+//! included.
+
+#[path = "amd_support/common.rs"]
+mod amd_common;
+#[path = "cuda_support/common.rs"]
+mod cuda_common;
+
+use amd_common::{clang_for, debian_clang19};
+use kittens_hw::Target;
+use kittens_kernels::problem::{NormShape, Problem};
+use kittens_kernels::registry::KernelEntry;
+use kittens_kernels::rmsnorm;
+use kittens_runtime::amd::analyze;
+use kittens_runtime::runner::{run, Backend, HipEmu, IsaEmu};
+
+const NAMES: [&str; 5] = [
+    "rmsnorm",
+    "rmsnorm_bwd",
+    "swiglu",
+    "swiglu_bwd",
+    "rotary_bwd",
+];
+const AMD: [Target; 2] = [Target::Gfx950, Target::Gfx942];
+
+fn entry(name: &str) -> &'static KernelEntry {
+    kittens_kernels::by_name(name).unwrap()
+}
+
+/// The default and every variant the entry lists for `t`, as `(label, kernel)`; for the norms also
+/// the row lengths that change the split (one wave per row at 768 on AMD; 8 and 16 waves; 16 values
+/// per lane at 8192 on NVIDIA) and the backward's second launch at each.
+fn builds(e: &KernelEntry, t: Target) -> Vec<(String, kittens_ir::Kernel)> {
+    let mut v = vec![("default".to_string(), e.build_for(t).unwrap())];
+    for var in e.variants.iter().filter(|v| v.targets.contains(&t)) {
+        v.push((
+            var.name.to_string(),
+            e.build_variant(t, Some(var.name)).unwrap(),
+        ));
+    }
+    let gpu = t.gpu().unwrap();
+    for dim in [768, 3080, 5128, 8192] {
+        let cfg = |residual| rmsnorm::RmsNormConfig::for_gpu(gpu, dim, residual);
+        let label = |what: &str| format!("D{dim} {what}");
+        match e.name {
+            "rmsnorm" => {
+                v.push((label("residual"), rmsnorm::build(&cfg(true)).unwrap()));
+                v.push((label("plain"), rmsnorm::build(&cfg(false)).unwrap()));
+            }
+            "rmsnorm_bwd" => {
+                v.push((label("residual"), rmsnorm::build_bwd(&cfg(true)).unwrap()));
+                v.push((label("plain"), rmsnorm::build_bwd(&cfg(false)).unwrap()));
+                v.push((
+                    label("dweight"),
+                    rmsnorm::build_dweight(&cfg(true)).unwrap(),
+                ));
+            }
+            _ => {}
+        }
+    }
+    v
+}
+
+#[test]
+fn amd_builds_compile_without_spills() {
+    for name in NAMES {
+        for t in AMD {
+            let arch = t.gpu().unwrap().arch;
+            for (label, k) in builds(entry(name), t) {
+                let src = kittens_codegen::hip::lower(&k, arch).unwrap().source;
+                let mut clangs = vec![clang_for(arch)];
+                if t == Target::Gfx942 {
+                    clangs.extend(debian_clang19());
+                }
+                for c in clangs {
+                    let asm = c.compile_to_asm(&src, arch).unwrap();
+                    let ident = kittens_codegen::cexpr::ident(&k.name);
+                    let r = analyze(&asm, arch, Some(&ident)).unwrap();
+                    eprintln!("{name} {label} {t}: {}", serde_json::to_string(&r).unwrap());
+                    assert_eq!(
+                        (r.vgpr_spill, r.sgpr_spill, r.scratch_bytes),
+                        (0, 0, 0),
+                        "{name} {label} {t}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn sm90a_builds_compile_without_spills() {
+    cuda_common::ensure_nvrtc();
+    for name in NAMES {
+        let e = entry(name);
+        for (label, k) in builds(e, Target::Sm90a) {
+            let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap();
+            let image = kittens_runtime::cuda::compile(
+                &l.source,
+                &l.entry,
+                "sm_90a",
+                l.dynamic_shared_bytes(),
+            )
+            .unwrap_or_else(|err| panic!("{name} {label}: {err}"));
+            eprintln!("{name} {label} sm_90a: {:?}", image.report);
+            assert_eq!(
+                image.report.spill_stores, 0,
+                "{name} {label}: {:?}",
+                image.report
+            );
+            assert!(!image.cubin.is_empty(), "{name} {label}");
+        }
+    }
+}
+
+/// Odd shapes for the runs on an emulator: `(rows, D or F, residual, packed)`. On the AMD targets
+/// (64 lanes) D = 1000 and 776 put two rows in a block (and the backward's scratch two rows per
+/// block), D = 3080 splits a row over 8 waves.
+const CASES: [(&str, usize, usize, bool, bool); 8] = [
+    ("rmsnorm", 37, 1000, true, false),
+    ("rmsnorm", 5, 3080, false, false),
+    ("rmsnorm_bwd", 37, 1000, true, false),
+    ("rmsnorm_bwd", 21, 3080, false, false),
+    ("swiglu", 7, 1000, false, false),
+    ("swiglu", 3, 2824, false, true),
+    ("swiglu_bwd", 7, 1000, false, true),
+    ("swiglu_bwd", 3, 2824, false, false),
+];
+
+fn problem(rows: usize, dim: usize, residual: bool, packed: bool) -> Problem {
+    Problem {
+        norm: NormShape {
+            rows,
+            dim,
+            ..NormShape::default()
+        },
+        residual,
+        packed,
+        seed: 17 + rows as u64,
+        input_scale: 4.0,
+        ..Problem::default()
+    }
+}
+
+fn run_all(backend: &dyn Backend, cases: &[(&str, usize, usize, bool, bool)]) {
+    for &(name, rows, dim, residual, packed) in cases {
+        let p = problem(rows, dim, residual, packed);
+        let r = run(entry(name), &p, backend)
+            .unwrap_or_else(|e| panic!("{name} {}: {e}", backend.about().name));
+        for o in &r.outputs {
+            eprintln!(
+                "{name} {} {} {}: {} rel_err {:.3e}",
+                backend.about().name,
+                r.target,
+                r.shape,
+                o.name,
+                o.error.rel_err
+            );
+        }
+        assert!(r.passed, "{name} {}: {:?}", r.target, r.failures());
+        assert!(r.error.rel_err > 0.0, "{name}: bf16 rounding must show");
+    }
+}
+
+#[test]
+fn the_host_emulation_matches_the_reference() {
+    for t in AMD {
+        run_all(&HipEmu::new(t).unwrap(), &CASES);
+    }
+}
+
+#[test]
+fn the_code_objects_match_the_reference_on_the_isa_emulator() {
+    for t in AMD {
+        clang_for(t.gpu().unwrap().arch);
+        run_all(&IsaEmu::new(t).unwrap(), &CASES);
+    }
+}
+
+/// `rotary_bwd` (rotation by −θ) on both emulators: both forms, both layouts, the heads-along-rows
+/// and positions-along-rows arrangements (head dimensions 64 and 96).
+#[test]
+fn rotary_backward_on_the_emulators() {
+    use kittens_kernels::attn_fwd::AttnLayout;
+    use kittens_kernels::reference::AttnShape;
+    for t in AMD {
+        clang_for(t.gpu().unwrap().arch);
+        let backends: [Box<dyn Backend>; 2] = [
+            Box::new(HipEmu::new(t).unwrap()),
+            Box::new(IsaEmu::new(t).unwrap()),
+        ];
+        for b in &backends {
+            for (layout, interleaved, heads, seq, dim) in [
+                (AttnLayout::Bshd, false, 3, 37, 64),
+                (AttnLayout::Bhsd, true, 2, 9, 96),
+            ] {
+                let p = Problem {
+                    attn: AttnShape {
+                        batch: 1,
+                        heads,
+                        heads_kv: heads,
+                        seq,
+                        dim,
+                        layout,
+                    },
+                    interleaved,
+                    seed: 23,
+                    ..Problem::default()
+                };
+                let r = run(entry("rotary_bwd"), &p, b.as_ref()).unwrap();
+                eprintln!(
+                    "rotary_bwd {} {t} {}: rel_err {:.3e}",
+                    b.about().name,
+                    r.shape,
+                    r.error.rel_err
+                );
+                assert!(r.passed && r.error.rel_err > 0.0, "{t}: {:?}", r.failures());
+            }
+        }
+    }
+}
