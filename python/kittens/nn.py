@@ -168,7 +168,7 @@ def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, residual: Optional
     ``kittens.ops.rmsnorm`` when it exists and takes the case, else PyTorch (``F.rms_norm``; with
     ``hf_order`` in Hugging Face Llama's order: float32 statistics, the normed rows cast to x's dtype,
     then times weight)."""
-    why = _why(x) or _norm_shape_why((x.shape[-1],), 8, 1 << 30)
+    why = _why(x) or _norm_shape_why((x.shape[-1],))  # the rmsnorm kernel: D a multiple of 8, 768 to 8192
     if why is None and not hasattr(_ops, "rmsnorm"):
         why = "no kernel yet (kittens.ops.rmsnorm)"
     if why is not None:
@@ -283,6 +283,8 @@ class RotaryEmbedding(nn.Module):
 def swiglu(gate: Tensor, up: Tensor) -> Tensor:
     """``silu(gate) * up``: ``kittens.ops.swiglu`` when it exists and takes the case, else PyTorch."""
     why = device_why(gate) or dtype_why(gate.dtype) or dtype_why(up.dtype)
+    if why is None and gate.is_cuda and gate.shape[-1] % 8:
+        why = f"intermediate size {gate.shape[-1]}: the kernel on CUDA takes a multiple of 8"
     if why is None and not hasattr(_ops, "swiglu"):
         why = "no kernel yet (kittens.ops.swiglu)"
     if why is not None:
