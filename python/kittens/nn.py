@@ -168,7 +168,8 @@ def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, residual: Optional
     ``kittens.ops.rmsnorm`` when it exists and takes the case, else PyTorch (``F.rms_norm``; with
     ``hf_order`` in Hugging Face Llama's order: float32 statistics, the normed rows cast to x's dtype,
     then times weight)."""
-    why = _why(x) or _norm_shape_why((x.shape[-1],))  # the rmsnorm kernel: D a multiple of 8, 768 to 8192
+    # On CUDA the rmsnorm kernel: D a multiple of 8 from 768 to 8192 (the CPU op takes any D).
+    why = _why(x) or (_norm_shape_why((x.shape[-1],)) if x.is_cuda else None)
     if why is None and not hasattr(_ops, "rmsnorm"):
         why = "no kernel yet (kittens.ops.rmsnorm)"
     if why is not None:
