@@ -53,7 +53,7 @@ class Device:
 
     def sync(self):
         if self.cuda:
-            self.dev.sync()
+            self.torch.cuda.synchronize()
 
     def reset_peak(self):
         if self.cuda:

@@ -352,10 +352,14 @@ def test_attention_cuda_limits_are_value_errors():
     with pytest.raises(ValueError, match="64 or 128"):
         kittens.attention(q, k, v)
     q, k, v = qkv(1, 2, 2, 64, 64, "bhsd", seed=62)
-    # Another scale on torch tensors runs the kernel on q * (scale * sqrt(D)) (kittens.ops); with out=
-    # (the direct kernel call) it is still refused.
-    with pytest.raises(ValueError, match="default softmax scale"):
-        kittens.attention(q, k, v, scale=0.5, out=torch.empty_like(q))
+    # Any positive scale is the kernel's own (baked into its configuration), with out= too; a negative
+    # one is refused naming it.
+    o = torch.empty_like(q)
+    kittens.attention(q, k, v, scale=0.5, out=o)
+    check_rule(o, F.scaled_dot_product_attention(q, k, v, scale=0.5),
+               F.scaled_dot_product_attention(q.double(), k.double(), v.double(), scale=0.5))
+    with pytest.raises(ValueError, match="scale"):
+        kittens.attention(q, k, v, scale=-0.5, out=torch.empty_like(q))
     k2, v2 = randn(1, 2, 0, 64, seed=63), randn(1, 2, 0, 64, seed=64)
     with pytest.raises(ValueError, match="no keys"):
         kittens.attention(q, k2, v2)

@@ -102,7 +102,7 @@ def test_backward_limits_are_value_errors():
         kittens._attention_backward(q, q, q, q, q, lse, False)
     q = make(1, 2, 64, 64, "bhsd", 6)
     with pytest.raises(ValueError, match="scale"):
-        kittens._attention_backward(q, q, q, q, q, lse, False, 0.5)
+        kittens._attention_backward(q, q, q, q, q, lse, False, -0.5)  # any positive scale; not this
     with pytest.raises(ValueError, match="lse"):
         kittens._attention_backward(q, q, q, q, q, lse[:, :1], False)
     with pytest.raises(ValueError, match="form"):
