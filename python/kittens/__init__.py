@@ -542,4 +542,10 @@ def _torch_functions():
 def __getattr__(name: str):
     if name == "AttentionFunction":
         return _torch_functions().AttentionFunction
+    if name == "flash_attn_func":
+        # FlashAttention's signature (kittens.flash_attn), so `from kittens import flash_attn_func` is
+        # the import FlashAttention users change; loaded on first use (it needs torch).
+        from .flash_attn import flash_attn_func
+
+        return flash_attn_func
     raise AttributeError(f"module 'kittens' has no attribute {name!r}")

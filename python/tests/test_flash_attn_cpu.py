@@ -147,3 +147,13 @@ def test_bad_arguments_are_refused_by_name(kw, err, match):
     k = v = rand(1, 40, 2, 64, gen=g)
     with pytest.raises(err, match=match):
         flash_attn_func(q, k, v, **kw)
+
+
+def test_the_package_exports_it_as_flash_attn_does():
+    """Replacing ``flash_attn`` by ``kittens`` in the import is enough."""
+    import kittens
+
+    assert kittens.flash_attn_func is flash_attn_func
+    from kittens import flash_attn_func as again
+
+    assert again is flash_attn_func
