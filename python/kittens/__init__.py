@@ -542,4 +542,10 @@ def _torch_functions():
 def __getattr__(name: str):
     if name == "AttentionFunction":
         return _torch_functions().AttentionFunction
+    if name in ("tile", "compile"):
+        # The tile language (kittens.tile), imported on first use.
+        import importlib
+
+        t = importlib.import_module(".tile", __name__)
+        return t if name == "tile" else t.compile
     raise AttributeError(f"module 'kittens' has no attribute {name!r}")
