@@ -548,4 +548,10 @@ def __getattr__(name: str):
         from .flash_attn import flash_attn_func
 
         return flash_attn_func
+    if name in ("tile", "compile"):
+        # The tile language (kittens.tile), imported on first use.
+        import importlib
+
+        t = importlib.import_module(".tile", __name__)
+        return t if name == "tile" else t.compile
     raise AttributeError(f"module 'kittens' has no attribute {name!r}")

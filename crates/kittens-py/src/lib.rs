@@ -9,6 +9,8 @@
 
 mod host;
 mod prepared;
+mod tile;
+mod tile_program;
 mod view;
 mod view_mem;
 
@@ -483,6 +485,7 @@ fn build_commit() -> (&'static str, Option<bool>) {
 fn _kittens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(prepared::prepare, m)?)?;
     m.add_class::<prepared::Handle>()?;
+    tile::register(m)?;
     m.add_function(wrap_pyfunction!(matmul, m)?)?;
     m.add_function(wrap_pyfunction!(attention, m)?)?;
     m.add_function(wrap_pyfunction!(attention_backward_cpu, m)?)?;

@@ -157,7 +157,7 @@ fn problem_from(
     Ok(p)
 }
 
-fn dtype(name: &str, s: &str) -> PyResult<DType> {
+pub(crate) fn dtype(name: &str, s: &str) -> PyResult<DType> {
     match s {
         "bfloat16" => Ok(DType::Bf16),
         "float32" => Ok(DType::F32),

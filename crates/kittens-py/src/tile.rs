@@ -1,0 +1,734 @@
+//! `kittens.tile`: the tile language from Python. [`Builder`] wraps the Rust
+//! [`kittens_ir::KernelBuilder`] op for op (the Rust names; `global_` for Python's keyword), so a
+//! Python program builds exactly the IR the Rust one does and every build error is the Rust error,
+//! raised as a `ValueError`. Enums are strings ("bf16", "read", "row", "strip", "row_major"); ids of
+//! tensors, tiles and shared buffers are small opaque objects tied to the builder that made them.
+//! `finish()` returns a [`crate::tile_program::Program`] (interpreter, race check, lowering, launch).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+
+use kittens_hw::dtype::DType;
+use kittens_ir::{
+    Access, Expr, GlobalId, GlobalView, GridOrder, KernelBuilder, RegId, Schedule, SharedId,
+    SharedView,
+};
+use kittens_tile::{BaseShape, Layout, Swizzle};
+
+use crate::tile_program::Program;
+
+/// An integer index expression (`kittens_ir::Expr`): parameters, the wave and block ids, and the
+/// arithmetic on them (`//` is the IR's floor division of non-negative values, `%` its remainder).
+#[pyclass(name = "Expr", frozen, module = "kittens._kittens")]
+#[derive(Clone)]
+pub struct PyExpr {
+    pub e: Expr,
+}
+
+/// An expression or a Python int, wherever the builder takes an index.
+#[derive(FromPyObject)]
+pub enum ExprIn<'py> {
+    E(PyRef<'py, PyExpr>),
+    I(i64),
+}
+
+impl ExprIn<'_> {
+    fn expr(self) -> Expr {
+        match self {
+            ExprIn::E(e) => e.e.clone(),
+            ExprIn::I(i) => Expr::c(i),
+        }
+    }
+}
+
+fn ex(e: Expr) -> PyExpr {
+    PyExpr { e }
+}
+
+#[pymethods]
+impl PyExpr {
+    fn __add__(&self, o: ExprIn) -> PyExpr {
+        ex(&self.e + o.expr())
+    }
+    fn __radd__(&self, o: ExprIn) -> PyExpr {
+        ex(o.expr() + &self.e)
+    }
+    fn __sub__(&self, o: ExprIn) -> PyExpr {
+        ex(&self.e - o.expr())
+    }
+    fn __rsub__(&self, o: ExprIn) -> PyExpr {
+        ex(o.expr() - &self.e)
+    }
+    fn __mul__(&self, o: ExprIn) -> PyExpr {
+        ex(&self.e * o.expr())
+    }
+    fn __rmul__(&self, o: ExprIn) -> PyExpr {
+        ex(o.expr() * &self.e)
+    }
+    fn __floordiv__(&self, o: ExprIn) -> PyExpr {
+        ex(&self.e / o.expr())
+    }
+    fn __rfloordiv__(&self, o: ExprIn) -> PyExpr {
+        ex(o.expr() / &self.e)
+    }
+    fn __mod__(&self, o: ExprIn) -> PyExpr {
+        ex(&self.e % o.expr())
+    }
+    fn __rmod__(&self, o: ExprIn) -> PyExpr {
+        ex(o.expr() % &self.e)
+    }
+    fn ceil_div(&self, o: ExprIn) -> PyExpr {
+        ex(self.e.ceil_div(o.expr()))
+    }
+    fn min(&self, o: ExprIn) -> PyExpr {
+        ex(self.e.min(o.expr()))
+    }
+    fn max(&self, o: ExprIn) -> PyExpr {
+        ex(self.e.max(o.expr()))
+    }
+    fn __repr__(&self) -> String {
+        format!("Expr({})", self.e)
+    }
+}
+
+/// Builders are numbered so that an id made by one is refused by another (its index would name
+/// some other tile there, or none).
+static BUILDERS: AtomicU64 = AtomicU64::new(1);
+
+/// A global tensor declared by `Builder.global_`.
+#[pyclass(frozen, module = "kittens._kittens")]
+pub struct Global {
+    id: GlobalId,
+    owner: u64,
+    #[pyo3(get)]
+    name: String,
+}
+
+/// A register tile or vector declared by `Builder.tile`, `row_vec` or `col_vec`.
+#[pyclass(frozen, module = "kittens._kittens")]
+pub struct Tile {
+    id: RegId,
+    owner: u64,
+    #[pyo3(get)]
+    name: String,
+}
+
+/// A shared-memory ring declared by `Builder.shared`.
+#[pyclass(frozen, module = "kittens._kittens")]
+pub struct Shared {
+    id: SharedId,
+    owner: u64,
+    #[pyo3(get)]
+    name: String,
+}
+
+/// A window of a global tensor (`Builder.gview`).
+#[pyclass(frozen, module = "kittens._kittens")]
+pub struct GView {
+    v: GlobalView,
+    owner: u64,
+}
+
+/// A window of one slot of a shared ring (`Builder.smem`, then `.sub`).
+#[pyclass(frozen, module = "kittens._kittens")]
+pub struct SView {
+    v: SharedView,
+    owner: u64,
+}
+
+#[pymethods]
+impl SView {
+    /// The `(ti, tj)`-th `rows × cols` sub-tile of this view (`SharedView::sub`).
+    fn sub(&self, rows: u32, cols: u32, ti: ExprIn, tj: ExprIn) -> SView {
+        SView {
+            v: self.v.sub(rows, cols, ti.expr(), tj.expr()),
+            owner: self.owner,
+        }
+    }
+}
+
+/// A tile or a scalar operand of an elementwise op.
+#[derive(FromPyObject)]
+pub enum ArgIn<'py> {
+    T(PyRef<'py, Tile>),
+    S(f32),
+}
+
+fn parse<T>(what: &str, s: &str, table: &[(&str, T)]) -> PyResult<T>
+where
+    T: Copy,
+{
+    table
+        .iter()
+        .find(|(n, _)| *n == s)
+        .map(|(_, v)| *v)
+        .ok_or_else(|| {
+            let names: Vec<&str> = table.iter().map(|(n, _)| *n).collect();
+            PyValueError::new_err(format!("{what}: {s:?} is not one of {names:?}"))
+        })
+}
+
+fn dtype(what: &str, s: &str) -> PyResult<DType> {
+    s.parse::<DType>()
+        .map_err(|e| PyValueError::new_err(format!("{what}: {e}")))
+}
+
+fn access(what: &str, s: &str) -> PyResult<Access> {
+    use Access::*;
+    parse(
+        what,
+        s,
+        &[("read", Read), ("write", Write), ("read_write", ReadWrite)],
+    )
+}
+
+/// The tile language's kernel builder (see the module documentation). After `finish()` it is spent.
+#[pyclass(module = "kittens._kittens")]
+pub struct Builder {
+    k: Option<KernelBuilder>,
+    owner: u64,
+}
+
+impl Builder {
+    fn b(&mut self) -> PyResult<&mut KernelBuilder> {
+        self.k.as_mut().ok_or_else(|| {
+            PyValueError::new_err("this Builder is finished: finish() was called already")
+        })
+    }
+    fn mine(&self, what: &str, name: &str, owner: u64) -> PyResult<()> {
+        if owner == self.owner {
+            Ok(())
+        } else {
+            Err(PyValueError::new_err(format!(
+                "{what} `{name}` belongs to another Builder"
+            )))
+        }
+    }
+    fn reg(&self, op: &str, t: &Tile) -> PyResult<RegId> {
+        self.mine(&format!("{op}: tile"), &t.name, t.owner)?;
+        Ok(t.id)
+    }
+    fn arg(&self, op: &str, a: ArgIn) -> PyResult<kittens_ir::Arg> {
+        Ok(match a {
+            ArgIn::T(t) => self.reg(op, &t)?.into(),
+            ArgIn::S(v) => v.into(),
+        })
+    }
+    fn gv(&self, op: &str, v: &GView) -> PyResult<GlobalView> {
+        self.mine(&format!("{op}: global view"), "", v.owner)?;
+        Ok(v.v.clone())
+    }
+    fn sv(&self, op: &str, v: &SView) -> PyResult<SharedView> {
+        self.mine(&format!("{op}: shared view"), "", v.owner)?;
+        Ok(v.v.clone())
+    }
+    fn tile_of(&self, id: RegId, name: &str) -> Tile {
+        Tile {
+            id,
+            owner: self.owner,
+            name: name.into(),
+        }
+    }
+    fn binary(
+        &mut self,
+        op: &str,
+        dst: &Tile,
+        a: ArgIn,
+        b: ArgIn,
+        f: fn(&mut KernelBuilder, RegId, kittens_ir::Arg, kittens_ir::Arg),
+    ) -> PyResult<()> {
+        let (d, a, b) = (self.reg(op, dst)?, self.arg(op, a)?, self.arg(op, b)?);
+        f(self.b()?, d, a, b);
+        Ok(())
+    }
+    fn unary(
+        &mut self,
+        op: &str,
+        dst: &Tile,
+        src: &Tile,
+        f: fn(&mut KernelBuilder, RegId, RegId),
+    ) -> PyResult<()> {
+        let (d, s) = (self.reg(op, dst)?, self.reg(op, src)?);
+        f(self.b()?, d, s);
+        Ok(())
+    }
+    fn with_vec(
+        &mut self,
+        op: &str,
+        dst: &Tile,
+        src: &Tile,
+        v: &Tile,
+        f: fn(&mut KernelBuilder, RegId, RegId, RegId),
+    ) -> PyResult<()> {
+        let (d, s, v) = (self.reg(op, dst)?, self.reg(op, src)?, self.reg(op, v)?);
+        f(self.b()?, d, s, v);
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl Builder {
+    /// `Builder(name, waves, schedule="plain")`: a kernel of `waves` waves per block. Only the plain
+    /// schedule (no implied synchronisation) is offered from Python for now.
+    #[new]
+    #[pyo3(signature = (name, waves, schedule = "plain"))]
+    fn new(name: &str, waves: u32, schedule: &str) -> PyResult<Self> {
+        let schedule = match schedule {
+            "plain" => Schedule::Plain { waves },
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "schedule: {other:?} is not one of [\"plain\"]"
+                )))
+            }
+        };
+        Ok(Builder {
+            k: Some(KernelBuilder::new(name, schedule)),
+            owner: BUILDERS.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// An integer problem-size parameter (at least 1), given at every run.
+    fn param(&mut self, name: &str) -> PyResult<PyExpr> {
+        Ok(ex(self.b()?.param(name)))
+    }
+
+    /// A dense row-major global tensor: `shape` is a list of `(dim_name, extent)`.
+    fn global_(
+        &mut self,
+        name: &str,
+        dtype: &str,
+        shape: Vec<(String, ExprIn)>,
+        access: &str,
+    ) -> PyResult<Global> {
+        let (dt, acc) = (
+            self::dtype(&format!("tensor `{name}`"), dtype)?,
+            self::access(&format!("tensor `{name}`"), access)?,
+        );
+        let shape: Vec<(String, Expr)> = shape.into_iter().map(|(n, e)| (n, e.expr())).collect();
+        let refs: Vec<(&str, Expr)> = shape.iter().map(|(n, e)| (n.as_str(), e.clone())).collect();
+        let id = self.b()?.global(name, dt, &refs, acc);
+        Ok(Global {
+            id,
+            owner: self.owner,
+            name: name.into(),
+        })
+    }
+
+    /// A global tensor with explicit element strides (0 broadcasts a dimension).
+    fn global_strided(
+        &mut self,
+        name: &str,
+        dtype: &str,
+        shape: Vec<(String, ExprIn)>,
+        strides: Vec<ExprIn>,
+        access: &str,
+    ) -> PyResult<Global> {
+        let (dt, acc) = (
+            self::dtype(&format!("tensor `{name}`"), dtype)?,
+            self::access(&format!("tensor `{name}`"), access)?,
+        );
+        let shape: Vec<(String, Expr)> = shape.into_iter().map(|(n, e)| (n, e.expr())).collect();
+        let refs: Vec<(&str, Expr)> = shape.iter().map(|(n, e)| (n.as_str(), e.clone())).collect();
+        let strides = strides.into_iter().map(ExprIn::expr).collect();
+        let id = self.b()?.global_strided(name, dt, &refs, strides, acc);
+        Ok(Global {
+            id,
+            owner: self.owner,
+            name: name.into(),
+        })
+    }
+
+    /// The grid: one block per point of `extents`, launched in `order` ("row_major").
+    #[pyo3(signature = (extents, order = "row_major"))]
+    fn grid(&mut self, extents: Vec<ExprIn>, order: &str) -> PyResult<()> {
+        let order = parse("grid order", order, &[("row_major", GridOrder::RowMajor)])?;
+        let extents = extents.into_iter().map(ExprIn::expr).collect();
+        self.b()?.grid(extents, order);
+        Ok(())
+    }
+
+    /// This block's coordinate `i` in the grid.
+    fn block(&mut self, i: u8) -> PyResult<PyExpr> {
+        Ok(ex(self.b()?.block(i)))
+    }
+
+    /// This wave's index in its block.
+    fn wave(&mut self) -> PyResult<PyExpr> {
+        Ok(ex(self.b()?.wave()))
+    }
+
+    /// A `rows × cols` window of tensor `g` at element `origin`, rows along `row_dim`.
+    fn gview(
+        &mut self,
+        g: PyRef<Global>,
+        origin: Vec<ExprIn>,
+        row_dim: u8,
+        col_dim: u8,
+        rows: u32,
+        cols: u32,
+    ) -> PyResult<GView> {
+        self.mine("gview: tensor", &g.name, g.owner)?;
+        let origin = origin.into_iter().map(ExprIn::expr).collect();
+        let v = self.b()?.gview(g.id, origin, row_dim, col_dim, rows, cols);
+        Ok(GView {
+            v,
+            owner: self.owner,
+        })
+    }
+
+    /// A register tile: `layout` "row"/"col", `base` "strip" (no matrix instruction; a row dealt
+    /// to the lanes in 16-byte chunks) or a matrix base shape "16x16", "16x32", "32x16", "32x8", "32x32".
+    #[pyo3(signature = (name, dtype, rows, cols, layout = "row", base = "strip"))]
+    fn tile(
+        &mut self,
+        name: &str,
+        dtype: &str,
+        rows: u32,
+        cols: u32,
+        layout: &str,
+        base: &str,
+    ) -> PyResult<Tile> {
+        let what = format!("tile `{name}`");
+        let dt = self::dtype(&what, dtype)?;
+        let layout = parse(&what, layout, &[("row", Layout::Row), ("col", Layout::Col)])?;
+        let base = parse(
+            &what,
+            base,
+            &[
+                ("strip", BaseShape::STRIP),
+                ("16x16", BaseShape::S16X16),
+                ("16x32", BaseShape::S16X32),
+                ("32x16", BaseShape::S32X16),
+                ("32x8", BaseShape::S32X8),
+                ("32x32", BaseShape::S32X32),
+            ],
+        )?;
+        let id = self.b()?.tile(name, dt, rows, cols, layout, base);
+        Ok(self.tile_of(id, name))
+    }
+
+    /// One value per row of tile `of`.
+    fn row_vec(&mut self, name: &str, of: PyRef<Tile>, dtype: &str) -> PyResult<Tile> {
+        let (of, dt) = (
+            self.reg("row_vec", &of)?,
+            self::dtype(&format!("vector `{name}`"), dtype)?,
+        );
+        let id = self.b()?.row_vec(name, of, dt);
+        Ok(self.tile_of(id, name))
+    }
+
+    /// One value per column of tile `of`.
+    fn col_vec(&mut self, name: &str, of: PyRef<Tile>, dtype: &str) -> PyResult<Tile> {
+        let (of, dt) = (
+            self.reg("col_vec", &of)?,
+            self::dtype(&format!("vector `{name}`"), dtype)?,
+        );
+        let id = self.b()?.col_vec(name, of, dt);
+        Ok(self.tile_of(id, name))
+    }
+
+    /// `count` shared tiles `rows × cols` (no swizzle from Python for now).
+    #[pyo3(signature = (name, dtype, rows, cols, count = 1))]
+    fn shared(
+        &mut self,
+        name: &str,
+        dtype: &str,
+        rows: u32,
+        cols: u32,
+        count: u32,
+    ) -> PyResult<Shared> {
+        let dt = self::dtype(&format!("shared `{name}`"), dtype)?;
+        let id = self.b()?.shared(name, dt, rows, cols, Swizzle::None, count);
+        Ok(Shared {
+            id,
+            owner: self.owner,
+            name: name.into(),
+        })
+    }
+
+    /// Slot `index` of shared ring `buf`, whole (narrow it with `.sub`).
+    fn smem(&mut self, buf: PyRef<Shared>, index: ExprIn) -> PyResult<SView> {
+        self.mine("smem: shared buffer", &buf.name, buf.owner)?;
+        let v = self.b()?.smem(buf.id, index.expr());
+        Ok(SView {
+            v,
+            owner: self.owner,
+        })
+    }
+
+    /// Global → registers (converted to the tile's dtype).
+    fn load_global(&mut self, dst: PyRef<Tile>, src: PyRef<GView>) -> PyResult<()> {
+        let (d, s) = (
+            self.reg("load_global", &dst)?,
+            self.gv("load_global", &src)?,
+        );
+        self.b()?.load_global(d, s);
+        Ok(())
+    }
+
+    /// Shared → registers.
+    fn load(&mut self, dst: PyRef<Tile>, src: PyRef<SView>) -> PyResult<()> {
+        let (d, s) = (self.reg("load", &dst)?, self.sv("load", &src)?);
+        self.b()?.load(d, s);
+        Ok(())
+    }
+
+    /// Registers → global (rounded to the tensor's dtype).
+    fn store(&mut self, dst: PyRef<GView>, src: PyRef<Tile>) -> PyResult<()> {
+        let (d, s) = (self.gv("store", &dst)?, self.reg("store", &src)?);
+        self.b()?.store(d, s);
+        Ok(())
+    }
+
+    /// Registers → shared.
+    fn store_shared(&mut self, dst: PyRef<SView>, src: PyRef<Tile>) -> PyResult<()> {
+        let (d, s) = (
+            self.sv("store_shared", &dst)?,
+            self.reg("store_shared", &src)?,
+        );
+        self.b()?.store_shared(d, s);
+        Ok(())
+    }
+
+    /// Wait until at most `n` of this wave's shared-memory accesses are outstanding.
+    fn wait_shared(&mut self, n: u32) -> PyResult<()> {
+        self.b()?.wait_shared(n);
+        Ok(())
+    }
+
+    /// A block-wide barrier.
+    fn barrier(&mut self) -> PyResult<()> {
+        self.b()?.barrier();
+        Ok(())
+    }
+
+    /// `dst = 1 / sqrt(src)` (a tile or a scalar).
+    fn rsqrt(&mut self, dst: PyRef<Tile>, src: ArgIn) -> PyResult<()> {
+        let (d, s) = (self.reg("rsqrt", &dst)?, self.arg("rsqrt", src)?);
+        self.b()?.rsqrt(d, s);
+        Ok(())
+    }
+
+    /// Every element of `dst` set to `value`.
+    fn fill(&mut self, dst: PyRef<Tile>, value: f32) -> PyResult<()> {
+        let d = self.reg("fill", &dst)?;
+        self.b()?.fill(d, value);
+        Ok(())
+    }
+
+    /// Every element of `dst` set to 0.
+    fn zero(&mut self, dst: PyRef<Tile>) -> PyResult<()> {
+        let d = self.reg("zero", &dst)?;
+        self.b()?.zero(d);
+        Ok(())
+    }
+
+    /// `dst = a add b` (tiles or scalars).
+    fn add(&mut self, dst: PyRef<Tile>, a: ArgIn, b: ArgIn) -> PyResult<()> {
+        self.binary("add", &dst, a, b, |k, d, a, b| k.add(d, a, b))
+    }
+
+    /// `dst = a sub b` (tiles or scalars).
+    fn sub(&mut self, dst: PyRef<Tile>, a: ArgIn, b: ArgIn) -> PyResult<()> {
+        self.binary("sub", &dst, a, b, |k, d, a, b| k.sub(d, a, b))
+    }
+
+    /// `dst = a mul b` (tiles or scalars).
+    fn mul(&mut self, dst: PyRef<Tile>, a: ArgIn, b: ArgIn) -> PyResult<()> {
+        self.binary("mul", &dst, a, b, |k, d, a, b| k.mul(d, a, b))
+    }
+
+    /// `dst = a div b` (tiles or scalars).
+    fn div(&mut self, dst: PyRef<Tile>, a: ArgIn, b: ArgIn) -> PyResult<()> {
+        self.binary("div", &dst, a, b, |k, d, a, b| k.div(d, a, b))
+    }
+
+    /// `dst = a max b` (tiles or scalars).
+    fn max(&mut self, dst: PyRef<Tile>, a: ArgIn, b: ArgIn) -> PyResult<()> {
+        self.binary("max", &dst, a, b, |k, d, a, b| k.max(d, a, b))
+    }
+
+    /// `dst = a min b` (tiles or scalars).
+    fn min(&mut self, dst: PyRef<Tile>, a: ArgIn, b: ArgIn) -> PyResult<()> {
+        self.binary("min", &dst, a, b, |k, d, a, b| k.min(d, a, b))
+    }
+
+    /// `exp(dst, src)`: the Rust builder's op.
+    fn exp(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("exp", &dst, &src, |k, d, s| k.exp(d, s))
+    }
+
+    /// `exp2(dst, src)`: the Rust builder's op.
+    fn exp2(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("exp2", &dst, &src, |k, d, s| k.exp2(d, s))
+    }
+
+    /// `log(dst, src)`: the Rust builder's op.
+    fn log(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("log", &dst, &src, |k, d, s| k.log(d, s))
+    }
+
+    /// `copy(dst, src)`: the Rust builder's op.
+    fn copy(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("copy", &dst, &src, |k, d, s| k.copy(d, s))
+    }
+
+    /// `row_sum(dst, src)`: the Rust builder's op.
+    fn row_sum(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("row_sum", &dst, &src, |k, d, s| k.row_sum(d, s))
+    }
+
+    /// `row_max(dst, src)`: the Rust builder's op.
+    fn row_max(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("row_max", &dst, &src, |k, d, s| k.row_max(d, s))
+    }
+
+    /// `col_sum(dst, src)`: the Rust builder's op.
+    fn col_sum(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("col_sum", &dst, &src, |k, d, s| k.col_sum(d, s))
+    }
+
+    /// `col_max(dst, src)`: the Rust builder's op.
+    fn col_max(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("col_max", &dst, &src, |k, d, s| k.col_max(d, s))
+    }
+
+    /// `broadcast_row(dst, src)`: the Rust builder's op.
+    fn broadcast_row(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("broadcast_row", &dst, &src, |k, d, s| k.broadcast_row(d, s))
+    }
+
+    /// `broadcast_col(dst, src)`: the Rust builder's op.
+    fn broadcast_col(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("broadcast_col", &dst, &src, |k, d, s| k.broadcast_col(d, s))
+    }
+
+    /// `transpose(dst, src)`: the Rust builder's op.
+    fn transpose(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("transpose", &dst, &src, |k, d, s| k.transpose(d, s))
+    }
+
+    /// `sub_row(dst, src, v)`: `src` with vector `v` applied along its rows or columns.
+    fn sub_row(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>, v: PyRef<Tile>) -> PyResult<()> {
+        self.with_vec("sub_row", &dst, &src, &v, |k, d, s, v| k.sub_row(d, s, v))
+    }
+
+    /// `mul_row(dst, src, v)`: `src` with vector `v` applied along its rows or columns.
+    fn mul_row(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>, v: PyRef<Tile>) -> PyResult<()> {
+        self.with_vec("mul_row", &dst, &src, &v, |k, d, s, v| k.mul_row(d, s, v))
+    }
+
+    /// `div_row(dst, src, v)`: `src` with vector `v` applied along its rows or columns.
+    fn div_row(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>, v: PyRef<Tile>) -> PyResult<()> {
+        self.with_vec("div_row", &dst, &src, &v, |k, d, s, v| k.div_row(d, s, v))
+    }
+
+    /// `sub_col(dst, src, v)`: `src` with vector `v` applied along its rows or columns.
+    fn sub_col(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>, v: PyRef<Tile>) -> PyResult<()> {
+        self.with_vec("sub_col", &dst, &src, &v, |k, d, s, v| k.sub_col(d, s, v))
+    }
+
+    /// `add_col(dst, src, v)`: `src` with vector `v` applied along its rows or columns.
+    fn add_col(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>, v: PyRef<Tile>) -> PyResult<()> {
+        self.with_vec("add_col", &dst, &src, &v, |k, d, s, v| k.add_col(d, s, v))
+    }
+
+    /// `mul_col(dst, src, v)`: `src` with vector `v` applied along its rows or columns.
+    fn mul_col(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>, v: PyRef<Tile>) -> PyResult<()> {
+        self.with_vec("mul_col", &dst, &src, &v, |k, d, s, v| k.mul_col(d, s, v))
+    }
+
+    /// `div_col(dst, src, v)`: `src` with vector `v` applied along its rows or columns.
+    fn div_col(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>, v: PyRef<Tile>) -> PyResult<()> {
+        self.with_vec("div_col", &dst, &src, &v, |k, d, s, v| k.div_col(d, s, v))
+    }
+
+    /// `mma_ab(d, a, b, c)`: the matrix multiply-accumulate `d = a·b + c` in this orientation.
+    fn mma_ab(
+        &mut self,
+        d: PyRef<Tile>,
+        a: PyRef<Tile>,
+        b: PyRef<Tile>,
+        c: PyRef<Tile>,
+    ) -> PyResult<()> {
+        let r = |t: &Tile| self.reg("mma_ab", t);
+        let (d, a, b, c) = (r(&d)?, r(&a)?, r(&b)?, r(&c)?);
+        self.b()?.mma_ab(d, a, b, c);
+        Ok(())
+    }
+
+    /// `mma_abt(d, a, b, c)`: the matrix multiply-accumulate `d = a·b + c` in this orientation.
+    fn mma_abt(
+        &mut self,
+        d: PyRef<Tile>,
+        a: PyRef<Tile>,
+        b: PyRef<Tile>,
+        c: PyRef<Tile>,
+    ) -> PyResult<()> {
+        let r = |t: &Tile| self.reg("mma_abt", t);
+        let (d, a, b, c) = (r(&d)?, r(&a)?, r(&b)?, r(&c)?);
+        self.b()?.mma_abt(d, a, b, c);
+        Ok(())
+    }
+
+    /// `mma_atb(d, a, b, c)`: the matrix multiply-accumulate `d = a·b + c` in this orientation.
+    fn mma_atb(
+        &mut self,
+        d: PyRef<Tile>,
+        a: PyRef<Tile>,
+        b: PyRef<Tile>,
+        c: PyRef<Tile>,
+    ) -> PyResult<()> {
+        let r = |t: &Tile| self.reg("mma_atb", t);
+        let (d, a, b, c) = (r(&d)?, r(&a)?, r(&b)?, r(&c)?);
+        self.b()?.mma_atb(d, a, b, c);
+        Ok(())
+    }
+
+    /// `mma_atbt(d, a, b, c)`: the matrix multiply-accumulate `d = a·b + c` in this orientation.
+    fn mma_atbt(
+        &mut self,
+        d: PyRef<Tile>,
+        a: PyRef<Tile>,
+        b: PyRef<Tile>,
+        c: PyRef<Tile>,
+    ) -> PyResult<()> {
+        let r = |t: &Tile| self.reg("mma_atbt", t);
+        let (d, a, b, c) = (r(&d)?, r(&a)?, r(&b)?, r(&c)?);
+        self.b()?.mma_atbt(d, a, b, c);
+        Ok(())
+    }
+
+    /// Expands the schedule, validates every op (the Rust `KernelBuilder::finish`) and returns the
+    /// [`Program`]; a build error is a ValueError with the Rust message.
+    fn finish(&mut self) -> PyResult<Program> {
+        let k = self.k.take().ok_or_else(|| {
+            PyValueError::new_err("this Builder is finished: finish() was called already")
+        })?;
+        k.finish()
+            .map(Program::new)
+            .map_err(|e| PyValueError::new_err(format!("kittens.tile: {e}")))
+    }
+
+    fn __repr__(&self) -> String {
+        match &self.k {
+            Some(_) => "Builder(open)".into(),
+            None => "Builder(finished)".into(),
+        }
+    }
+}
+
+/// Registers the tile language's classes in the extension module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<PyExpr>()?;
+    m.add_class::<Builder>()?;
+    m.add_class::<Global>()?;
+    m.add_class::<Tile>()?;
+    m.add_class::<Shared>()?;
+    m.add_class::<GView>()?;
+    m.add_class::<SView>()?;
+    m.add_class::<Program>()?;
+    Ok(())
+}

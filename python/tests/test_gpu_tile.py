@@ -1,0 +1,78 @@
+"""kittens.tile on an H100/H200: the Python-built RMSNorm and SwiGLU (python/examples) launched on CUDA
+tensors through the prepared-call path, against the CPU interpreter (bit for bit) and against torch
+(FlashAttention's rule vs float64), repeated calls reusing the prepared launch, and named errors.
+
+Skips without a CUDA device of compute capability 9.0 (CI has none); the lead runs it on the GPU.
+"""
+
+import pathlib
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+    pytest.skip("needs an sm_90a GPU", allow_module_level=True)
+
+import kittens  # noqa: E402
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
+from rmsnorm import EPS, rmsnorm  # noqa: E402
+from swiglu import swiglu  # noqa: E402
+
+BF = torch.bfloat16
+
+
+def rand(*shape, scale=1.0, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return ((torch.rand(*shape, generator=g) * 2 - 1) * scale).to(BF).cuda()
+
+
+def rule(ours, ref64, plain, floor=1e-6):
+    e_ours = (ours.double() - ref64).abs().max().item()
+    e_plain = (plain.double() - ref64).abs().max().item()
+    assert e_ours <= 2 * e_plain + floor, (e_ours, e_plain)
+
+
+@pytest.mark.parametrize("rows,dim,waves_per_row", [(37, 1000, 1), (37, 1024, 2), (1031, 4096, 2)])
+def test_rmsnorm_cuda(rows, dim, waves_per_row):
+    kern = kittens.compile(rmsnorm(dim, waves_per_row))
+    x, w = rand(rows, dim, scale=3, seed=1), rand(dim, scale=2, seed=2)
+    y = torch.full((rows, dim), float("nan"), dtype=BF, device="cuda")
+    kern({"x": x, "w": w.expand(rows, dim), "y": y}, rows=rows)
+    torch.cuda.synchronize()
+    cpu = kern.run({"x": x.cpu(), "w": w.cpu()}, rows=rows)["y"]
+    assert torch.equal(y.float().cpu(), torch.from_numpy(cpu)), "CUDA differs from the interpreter"
+    x64, w64 = x.double(), w.double()
+    ref = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + EPS) * w64
+    plain = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * w
+    rule(y, ref, plain)
+    rule(y, ref, torch.nn.functional.rms_norm(x, (dim,), w, EPS))
+    y2 = torch.empty_like(y)
+    kern({"x": x, "w": w.expand(rows, dim), "y": y2}, rows=rows)  # the prepared launch, reused
+    assert torch.equal(y, y2)
+
+
+@pytest.mark.parametrize("rows,f", [(37, 1000), (1027, 1024)])
+def test_swiglu_cuda(rows, f):
+    kern = kittens.compile(swiglu(f))
+    x = rand(rows, 2 * f, scale=4, seed=3)
+    out = torch.full((rows, f), float("nan"), dtype=BF, device="cuda")
+    kern({"x": x, "out": out}, rows=rows)
+    torch.cuda.synchronize()
+    cpu = kern.run({"x": x.cpu()}, rows=rows)["out"]
+    assert torch.equal(out.float().cpu(), torch.from_numpy(cpu)), "CUDA differs from the interpreter"
+    g, u = x[:, :f], x[:, f:]
+    ref = torch.nn.functional.silu(g.double()) * u.double()
+    rule(out, ref, torch.nn.functional.silu(g) * u)
+
+
+def test_cuda_errors_name_the_tensor():
+    kern = kittens.compile(swiglu(1024))
+    x = rand(8, 2048)
+    with pytest.raises(ValueError, match="tensor `out` not given"):
+        kern({"x": x}, rows=8)
+    with pytest.raises(ValueError, match="`out` is not a CUDA tensor"):
+        kern({"x": x, "out": torch.empty(8, 1024, dtype=BF)}, rows=8)
+    with pytest.raises((ValueError, RuntimeError), match="out"):
+        kern({"x": x, "out": torch.empty(8, 512, dtype=BF, device="cuda")}, rows=8)
