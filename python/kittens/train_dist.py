@@ -308,4 +308,12 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        # A torchrun worker with its report written and its process group destroyed: leave without the
+        # interpreter's exit, where gloo's threads can abort the process ("terminate called without an
+        # active exception") on a loaded machine.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)

@@ -560,6 +560,21 @@ impl Builder {
         self.unary("exp", &dst, &src, |k, d, s| k.exp(d, s))
     }
 
+    /// `neg(dst, src)`: the Rust builder's op.
+    fn neg(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("neg", &dst, &src, |k, d, s| k.neg(d, s))
+    }
+
+    /// `sigmoid(dst, src)`: the Rust builder's op.
+    fn sigmoid(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("sigmoid", &dst, &src, |k, d, s| k.sigmoid(d, s))
+    }
+
+    /// `silu(dst, src)`: the Rust builder's op (`v · sigmoid(v)`).
+    fn silu(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
+        self.unary("silu", &dst, &src, |k, d, s| k.silu(d, s))
+    }
+
     /// `exp2(dst, src)`: the Rust builder's op.
     fn exp2(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
         self.unary("exp2", &dst, &src, |k, d, s| k.exp2(d, s))
