@@ -93,6 +93,11 @@ fn splits(
     }
 }
 
+/// The key parts a run of `p` on `target` uses (1: unsplit), as [`KernelProblem::stages`] launches them.
+pub fn kv_parts(p: &Problem, target: Target) -> Result<u32, KernelError> {
+    Ok(config(p, target)?.kv_splits.max(1))
+}
+
 /// [`config`] without the key split.
 fn tiles(p: &Problem, target: Target) -> AttnConfig {
     let tiles = match (p.variant, target.gpu()) {

@@ -168,13 +168,16 @@ impl PackedArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cuda::attn::{lower_for, params, AttnCase};
+    use kittens_kernels::attn_fwd::split::KvSplits;
     use kittens_kernels::attn_fwd::AttnLayout;
+    use kittens_kernels::problem::Problem;
     use kittens_kernels::reference::AttnShape;
 
-    fn case(dim: usize, layout: AttnLayout) -> AttnCase {
-        AttnCase {
-            shape: AttnShape {
+    /// The registry's attention for sm_90a at B2 H6/2 N77 (causal, unsplit), lowered, and its
+    /// parameters by name.
+    fn lowered(dim: usize, layout: AttnLayout) -> (Lowered, Vec<(String, i64)>) {
+        let p = Problem {
+            attn: AttnShape {
                 batch: 2,
                 heads: 6,
                 heads_kv: 2,
@@ -183,13 +186,17 @@ mod tests {
                 layout,
             },
             causal: true,
-            input_scale: 1.0,
-            timed: false,
-            pingpong: false,
-            overlap: true,
-            q_double: false,
-            kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Fixed(1),
-        }
+            kv_splits: KvSplits::Fixed(1),
+            ..Problem::default()
+        };
+        let entry = kittens_kernels::registry::by_name("attn_fwd").unwrap();
+        let st = crate::cuda::dispatch::registry_stages(entry, &p).unwrap();
+        let l = kittens_codegen::lower(&st[0].kernel, kittens_hw::Target::Sm90a).unwrap();
+        (l, st[0].params.clone())
+    }
+
+    fn by_name(v: &[(String, i64)]) -> Vec<(&str, i64)> {
+        v.iter().map(|(n, x)| (n.as_str(), *x)).collect()
     }
 
     /// The maps of the lowered attention: rows of D contiguous elements, one row per position, the
@@ -198,9 +205,8 @@ mod tests {
     fn attention_maps_follow_the_layout() {
         for dim in [64usize, 128] {
             for layout in [AttnLayout::Bshd, AttnLayout::Bhsd] {
-                let c = case(dim, layout);
-                let l = lower_for(&c).unwrap();
-                let values = params(&c.shape);
+                let (l, named) = lowered(dim, layout);
+                let values = by_name(&named);
                 let mut seen = Vec::new();
                 for t in l.tma_maps() {
                     let g = map_geometry(&l, &t, &values).unwrap();
@@ -232,9 +238,8 @@ mod tests {
     /// Every argument of the lowering gets a slot; a tensor the caller lacks is an error.
     #[test]
     fn packs_every_argument_and_refuses_unknown_names() {
-        let c = case(64, AttnLayout::Bshd);
-        let l = lower_for(&c).unwrap();
-        let values = params(&c.shape);
+        let (l, named) = lowered(64, AttnLayout::Bshd);
+        let values = by_name(&named);
         // SAFETY: an all-zero CUtensorMap is plain bytes; it is never launched.
         let blank = || Ok(unsafe { std::mem::zeroed::<cu::CUtensorMap>() });
         let mut asked = Vec::new();

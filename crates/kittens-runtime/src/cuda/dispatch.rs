@@ -247,6 +247,24 @@ impl Prepared {
         &self.tensors
     }
 
+    /// Bytes each tensor's declared layout spans, in [`Prepared::tensors`]' order.
+    pub fn spans(&self) -> &[u64] {
+        &self.spans
+    }
+
+    /// Each launch's grid (blocks) and threads per block, in launch order.
+    pub fn geometry(&self) -> Vec<(u32, u32)> {
+        self.stages
+            .iter()
+            .map(|s| (s.grid, s.kernel.lowered.threads))
+            .collect()
+    }
+
+    /// Each launch's kernel as loaded (name, compile report: registers, spills, shared memory).
+    pub fn kernels(&self) -> Vec<&KernelLoad> {
+        self.stages.iter().map(|s| &s.kernel.load).collect()
+    }
+
     /// Asks the driver that each address of `ptrs` starts a range of the tensor's span inside one
     /// allocation of the prepared device (one `cuPointerGetAttributes` each): for callers whose memory
     /// no framework vouches for.

@@ -207,6 +207,37 @@ impl DeviceBuffer {
             "cuMemcpyDtoH",
         )
     }
+    /// Copies `data` into the buffer's first `data.len()` bytes (at most the buffer's size).
+    pub fn upload_prefix(&mut self, data: &[u8]) -> Result<(), CudaError> {
+        if data.len() > self.bytes {
+            return Err(CudaError::Invalid(format!(
+                "{} host bytes into a device buffer of {}",
+                data.len(),
+                self.bytes
+            )));
+        }
+        // SAFETY: `data.len()` bytes fit the allocation; the host slice is valid for reads.
+        check(
+            unsafe { cu::cuMemcpyHtoD_v2(self.ptr, data.as_ptr().cast(), data.len()) },
+            "cuMemcpyHtoD",
+        )
+    }
+    /// The buffer's first `len` bytes (at most the buffer's size).
+    pub fn download_prefix(&self, len: usize) -> Result<Vec<u8>, CudaError> {
+        if len > self.bytes {
+            return Err(CudaError::Invalid(format!(
+                "{len} bytes read from a device buffer of {}",
+                self.bytes
+            )));
+        }
+        let mut out = vec![0u8; len];
+        // SAFETY: `len` bytes lie inside the allocation; the host vector is valid for writes.
+        check(
+            unsafe { cu::cuMemcpyDtoH_v2(out.as_mut_ptr().cast(), self.ptr, len) },
+            "cuMemcpyDtoH",
+        )?;
+        Ok(out)
+    }
     /// Device-to-device copy of a whole buffer of the same size.
     pub fn copy_from(&mut self, src: &DeviceBuffer) -> Result<(), CudaError> {
         if src.bytes != self.bytes {

@@ -9,9 +9,6 @@
 
 pub mod args;
 pub mod attn;
-pub mod attn_decode;
-pub mod attn_lse;
-pub mod attn_split;
 pub mod bench;
 pub mod bench_check;
 pub mod bench_fp8;
@@ -24,6 +21,7 @@ pub mod cache;
 pub mod caller;
 pub mod cublas;
 pub mod cublaslt;
+pub mod device_call;
 pub mod dispatch;
 pub mod driver;
 pub mod gemm_kernel;

@@ -121,6 +121,18 @@ pub struct Job<'a> {
 pub trait Backend {
     fn about(&self) -> About;
     fn execute(&self, job: &Job) -> Result<Execution, RunError>;
+
+    /// Runs all of a run's launches at once, the tensors between them staying where the backend
+    /// keeps them (the CUDA backend: one prepared call, as the Python package runs it), returning
+    /// the outputs no later launch reads and their names. `None` (the default): the runner runs the
+    /// launches one by one through [`Backend::execute`], passing tensors by name through the host.
+    fn execute_call(
+        &self,
+        _stages: &[Stage],
+        _inputs: &[Vec<f32>],
+    ) -> Option<Result<(Execution, Vec<String>), RunError>> {
+        None
+    }
 }
 
 /// The report of one run, the same on every backend (`kittens run --json` prints it).
@@ -374,6 +386,9 @@ pub fn execute_stages(
     stages: &[Stage],
     inputs: &[Vec<f32>],
 ) -> Result<(Execution, Vec<String>), RunError> {
+    if let Some(done) = backend.execute_call(stages, inputs) {
+        return done;
+    }
     let name = backend.about().name;
     // A launch that reads and writes one tensor (the atomic backward's f32 accumulator) has no place
     // in inputs-then-outputs; refused by name rather than run on a copy that drops its writes.
