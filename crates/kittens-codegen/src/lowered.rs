@@ -155,6 +155,10 @@ pub struct Lowered {
     /// and a persistent grid is a whole number of them (`kittens_ir::Grid::cluster`).
     pub cluster: u32,
     pub args: Vec<KernelArg>,
+    /// The kernel waits for the grid before it on the stream (`griddepcontrol.wait`, PTX ISA
+    /// §9.7.13.9) before touching global memory, so it may be launched as that grid's programmatic
+    /// dependent (its launch and setup overlapping the previous kernel's end).
+    pub waits_for_previous_grid: bool,
     /// The tile program it came from (grid extents, parameter order).
     pub ir: Kernel,
 }

@@ -299,3 +299,37 @@ fn gemm_cp_async_loads_change_no_result() {
         }
     }
 }
+
+/// Split-K through the registry's own launches (`KernelProblem::stages`: the GEMM writing its
+/// slices' f32 partial sums, then the reduction), on the interpreter at shapes that are no multiple
+/// of the tiles, with slices of unequal length (K steps not a multiple of the split).
+#[test]
+fn gemm_split_k_stages() {
+    use kittens_kernels::gemm::GemmSchedule;
+    for (m, n, k, split) in [(200, 136, 1000, 3), (64, 72, 520, 4)] {
+        let cfg = GemmConfig {
+            schedule: GemmSchedule::ProducerConsumer,
+            split_k: split,
+            ..GemmConfig::small()
+        };
+        let p = Problem {
+            m,
+            n,
+            k,
+            gemm: cfg,
+            seed: (m * 31 + n * 7 + k) as u64,
+            ..Problem::default()
+        };
+        let r = run("gemm_bf16", &p).unwrap();
+        assert_eq!(r.then.len(), 1, "{m}x{n}x{k}/k{split}: {:?}", r.then);
+        assert!(
+            r.then[0].contains("reduce"),
+            "the second launch is the reduction: {:?}",
+            r.then
+        );
+        assert!(
+            r.passed && r.error.rel_err < TOL,
+            "{m}x{n}x{k}/k{split}: {r:?}"
+        );
+    }
+}

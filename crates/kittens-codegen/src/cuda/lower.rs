@@ -251,6 +251,8 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         grid: GridRule::Persistent,
         cluster: k.grid.cluster.max(1),
         args: kargs,
+        // The frame waits after its barrier setup (`lower_frame`).
+        waits_for_previous_grid: true,
         ir: k.clone(),
     })
 }

@@ -73,6 +73,7 @@ pub fn lower(k: &Kernel, arch: Arch) -> Result<Lowered, LowerError> {
         grid: GridRule::PerTile,
         cluster: 1,
         args,
+        waits_for_previous_grid: false,
         ir: k.clone(),
     })
 }

@@ -686,6 +686,7 @@ pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         grid: GridRule::PerTile,
         cluster: 1,
         args: kargs,
+        waits_for_previous_grid: !d.entry_prologue.is_empty(),
         ir: k.clone(),
     })
 }

@@ -4,11 +4,11 @@
 //! per tensor, m and n per row/column), output C (m×n); the f64 reference `A·Bᵀ` with the scales
 //! applied in f64, and a fixed tolerance.
 
-use super::{build, shapes, GemmConfig, GemmTypes, Scales};
+use super::{build, shapes, split_k, BLayout, GemmConfig, GemmTypes, Scales};
 use crate::budget;
 use crate::problem::{
     draw_operands, elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem,
-    Reference, STORE_BYTES,
+    Reference, Stage, STORE_BYTES,
 };
 use crate::reference::{self, Tolerance};
 use crate::KernelError;
@@ -92,17 +92,7 @@ impl GemmProblem {
             Some(gpu) => {
                 let base = (self.for_gpu)(gpu);
                 match p.variant {
-                    // bf16 on Hopper: the block the shape-aware model picks for this shape
-                    // (`shapes::choose`), B stored as the problem says (a linear layer's `w` or a
-                    // row-major `b`, both read in place).
-                    None if self.types == GemmTypes::BF16 && target == Target::Sm90a => {
-                        let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
-                        let sms = p.device_model(gpu).compute_units;
-                        Ok(GemmConfig {
-                            b_layout: p.gemm.b_layout,
-                            ..shapes::config_for(gpu, sms, m, n, k)
-                        })
-                    }
+                    None if target == Target::Sm90a => Ok(self.hopper(p, gpu, base)),
                     None => Ok(base),
                     Some(v) => variant(base, gpu, v),
                 }
@@ -116,6 +106,59 @@ impl GemmProblem {
                     ..p.gemm
                 })
             }
+        }
+    }
+
+    /// The Hopper configuration for `p`'s shape on the device `p` names (its SM count), what every
+    /// caller runs (the package, `kittens run --backend cuda`, `kittens bench`):
+    ///
+    /// - the block: bf16 the one the shape-aware model picks (`shapes::choose`), fp8 64-row blocks
+    ///   for `m ≤ 64` (`GemmConfig::fp8_for_shape`);
+    /// - split-K where C has too few blocks to fill the SMs (`split_k::choose`; the reduction is
+    ///   [`KernelProblem::stages`]' second launch);
+    /// - bf16 with B's rows off 128-byte lines (K, or N for B stored `K × N`, no multiple of 64) at
+    ///   shapes whose operand rows serve enough outputs (`shapes::copies_misaligned`): row tiles in
+    ///   clusters of two that multicast each B box, half the L2 requests for the rows that straddle
+    ///   two lines (not for 64-row blocks, nor with split-K; docs/performance.md, "gemm_bf16").
+    ///
+    /// B is read as the problem stores it (a linear layer's `w` or a row-major `b`, both in place).
+    fn hopper(&self, p: &Problem, gpu: &kittens_hw::Gpu, base: GemmConfig) -> GemmConfig {
+        let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
+        let sms = p.device_model(gpu).compute_units;
+        let bf16 = self.types == GemmTypes::BF16;
+        let cfg = if bf16 {
+            GemmConfig {
+                b_layout: p.gemm.b_layout,
+                ..shapes::config_for(gpu, sms, m, n, k)
+            }
+        } else {
+            GemmConfig::fp8_for_shape(base, gpu, m)
+        };
+        let elem = u64::from(cfg.types.input.bytes());
+        let split = split_k::choose(
+            gpu,
+            sms,
+            (m, n, k),
+            (cfg.block_rows, cfg.block),
+            cfg.k_step,
+            elem,
+        );
+        let b_row_bytes = elem * if cfg.b_layout == BLayout::Kn { n } else { k };
+        let cluster = if bf16
+            && split == 1
+            && cfg.block_rows >= 128
+            && b_row_bytes.is_multiple_of(16)
+            && !b_row_bytes.is_multiple_of(128)
+            && shapes::copies_misaligned(m, n)
+        {
+            2
+        } else {
+            1
+        };
+        GemmConfig {
+            split_k: split,
+            cluster,
+            ..cfg
         }
     }
 
@@ -201,6 +244,39 @@ impl KernelProblem for GemmProblem {
         build(&self.config(p, target)?)
     }
 
+    /// With split-K (`GemmConfig::split_k` > 1): the GEMM writing its slices' f32 partial sums
+    /// (`split_k::PARTIAL`, `[split_k, m, n]`), then the reduction adding them into C.
+    fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+        let cfg = self.config(p, target)?;
+        let gemm = build(&cfg)?;
+        if cfg.split_k <= 1 {
+            return Ok(vec![Stage {
+                kernel: gemm,
+                launch: plan.launch.clone(),
+            }]);
+        }
+        let lanes = target.gpu().map_or(32, |g| g.wave_width);
+        let reduce = split_k::build_reduce(cfg.split_k, cfg.types.output, lanes)?;
+        let partial = elements(split_k::PARTIAL, &[cfg.split_k as usize, p.m, p.n])?;
+        Ok(vec![
+            Stage {
+                kernel: gemm,
+                launch: Launch {
+                    outputs: vec![partial],
+                    ..plan.launch.clone()
+                },
+            },
+            Stage {
+                kernel: reduce,
+                launch: Launch {
+                    params: vec![param("m", p.m)?, param("n", p.n)?],
+                    inputs: vec![partial],
+                    outputs: plan.launch.outputs.clone(),
+                },
+            },
+        ])
+    }
+
     /// A and B in their dtype ([`draw_operands`]); the scales uniform in [`SCALE_RANGE`].
     fn draw(
         &self,
@@ -237,5 +313,62 @@ impl KernelProblem for GemmProblem {
 
     fn tolerance(&self) -> Tolerance {
         Tolerance::Fixed(TOLERANCE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::problem::KernelProblem;
+
+    fn hopper(m: usize, n: usize, k: usize) -> (GemmConfig, usize) {
+        let p = Problem {
+            m,
+            n,
+            k,
+            sms: Some(132),
+            ..Problem::default()
+        };
+        let cfg = GemmProblem::BF16.config(&p, Target::Sm90a).unwrap();
+        let plan = GemmProblem::BF16.plan(&p, Target::Sm90a).unwrap();
+        let stages = GemmProblem::BF16.stages(&p, Target::Sm90a, &plan).unwrap();
+        (cfg, stages.len())
+    }
+
+    /// What every caller runs on Hopper follows the shape: split-K (and its reduction launch) where C
+    /// has too few blocks for the SMs, clusters of two where B's rows start off 128-byte lines, the
+    /// plain kernel elsewhere.
+    #[test]
+    fn hopper_configuration_follows_the_shape() {
+        let (decode, launches) = hopper(16, 4096, 14336);
+        assert!(decode.split_k > 1 && launches == 2, "{decode:?}");
+        let (square, launches) = hopper(4096, 4096, 4096);
+        assert_eq!((square.split_k, square.cluster, launches), (1, 1, 1));
+        let (off_lines, launches) = hopper(3000, 3000, 3000);
+        assert_eq!((off_lines.split_k, off_lines.cluster, launches), (1, 2, 1));
+        // B stored K × N: N decides B's rows.
+        let p = Problem {
+            m: 3000,
+            n: 3000,
+            k: 3072,
+            sms: Some(132),
+            gemm: GemmConfig {
+                b_layout: BLayout::Kn,
+                ..GemmConfig::default()
+            },
+            ..Problem::default()
+        };
+        let kn = GemmProblem::BF16.config(&p, Target::Sm90a).unwrap();
+        assert_eq!((kn.b_layout, kn.cluster), (BLayout::Kn, 2));
+        // fp8 at a decode step's 16 rows: 64-row blocks, split.
+        let p = Problem {
+            m: 16,
+            n: 4096,
+            k: 14336,
+            sms: Some(132),
+            ..Problem::default()
+        };
+        let fp8 = GemmProblem::FP8.config(&p, Target::Sm90a).unwrap();
+        assert!(fp8.block_rows == 64 && fp8.split_k > 1, "{fp8:?}");
     }
 }

@@ -33,12 +33,16 @@ use super::bench_shapes::{Shape, ShapeName};
 pub use super::bench_time::Timing;
 use super::bench_time::{iterations, time_launches, Launch};
 use super::cublas::Cublas;
+use super::device_call::DeviceCall;
+use super::dispatch::registry_stages;
 use super::driver::{Device, DeviceBuffer, Event, Stream};
 use super::gemm_kernel::{GemmKernel, Pdl};
 use super::gemm_pad::{self, CopyKernel, Mat, OperandLoads, PadPlan};
 use super::limits::gemm_abt_dims;
-use super::CudaError;
+use super::{invalid, CudaError};
 use kittens_ir::SlotFill;
+use kittens_kernels::gemm::problem::GemmProblem;
+use kittens_kernels::problem::Problem;
 
 /// Which blocks each shape runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -274,6 +278,23 @@ impl Runner<'_> {
         k
     }
 
+    /// The registry's launches of `gemm_bf16` at `p` prepared on this run's device (the kernels
+    /// compiled and loaded once per configuration, `super::dispatch`).
+    fn registry_call(&self, p: &Problem) -> Result<Rc<Ours>, CudaError> {
+        let entry = kittens_kernels::registry::by_name("gemm_bf16").map_err(invalid)?;
+        let stages = registry_stages(entry, p).map_err(invalid)?;
+        let call = DeviceCall::new(self.dev, &stages)?;
+        for k in call.kernels() {
+            eprintln!(
+                "  {} (registry): {} registers, {} spills",
+                k.kernel,
+                k.compile.registers,
+                k.compile.spill_stores + k.compile.spill_loads
+            );
+        }
+        Ok(Rc::new(Ours::Registry(call)))
+    }
+
     /// The padded copies' kernel, compiled and loaded on first use.
     fn copy_kernel(&self) -> Result<Rc<CopyKernel>, CudaError> {
         if let Some(c) = self.copier.borrow().as_ref() {
@@ -302,11 +323,66 @@ impl Runner<'_> {
         })
     }
 
+    /// The registry's configuration of `gemm_bf16` at `shape` on this device, where this run
+    /// measures what every caller runs (the package's `kittens.matmul`, `kittens run --backend
+    /// cuda`): no measurement option set and operands TMA reads in place. `None`: the run measures
+    /// blocks, loads, clusters or splits of its own, or the shape needs padded copies, through this
+    /// benchmark's own launcher (`super::gemm_kernel`).
+    fn registry_problem(&self, (m, n, k): Shape) -> Option<Problem> {
+        let o = self.opts;
+        let measuring = o.tiles != TileChoice::Auto
+            || o.loads != [OperandLoads::Auto]
+            || o.clusters.is_some()
+            || o.split_k.is_some()
+            || !o.programmatic;
+        let (a, b, c) = self.mats((m, n, k), [0, 0, 0]);
+        if measuring || PadPlan::of(&a, &b, &c).any() {
+            return None;
+        }
+        Some(Problem {
+            m,
+            n,
+            k,
+            gemm: kittens_kernels::gemm::GemmConfig {
+                b_layout: o.b_layout,
+                ..Default::default()
+            },
+            sms: Some(self.dev.multiprocessors),
+            ..Problem::default()
+        })
+    }
+
     /// The rows of one shape: one per block it runs; a shape that cannot run gives error rows.
     fn shape_rows(&self, shape: Shape, seed: u64, timed: bool) -> Vec<GemmBenchRow> {
         let (m, n, k) = shape;
         let sms = self.dev.multiprocessors;
         let chosen = shapes::choose(self.gpu, sms, m as u64, n as u64, k as u64);
+        if let Some(p) = self.registry_problem(shape) {
+            let cfg = match GemmProblem::BF16.config(&p, kittens_hw::Target::Sm90a) {
+                Ok(c) => c,
+                Err(e) => return vec![GemmBenchRow::error(shape, &invalid(e))],
+            };
+            let tile = HopperTile {
+                rows: cfg.block_rows,
+                cols: cfg.block,
+            };
+            let block = (tile, cfg.split_k, SlotFill::Tma, cfg.cluster);
+            let mut row = GemmBenchRow::error(shape, &CudaError::Invalid(String::new()));
+            row.tile = Some(format!("{} (registry)", block_name(block)));
+            row.split_k = cfg.split_k;
+            row.chosen = tile == chosen;
+            row.model_us =
+                shapes::estimate_us(self.gpu, sms, m as u64, n as u64, k as u64, tile).us;
+            let blocks = [(block, PadPlan::default())];
+            return self
+                .attempt(shape, seed, timed, &blocks, vec![row.clone()])
+                .unwrap_or_else(|e| {
+                    vec![GemmBenchRow {
+                        error: Some(e.to_string()),
+                        ..row
+                    }]
+                });
+        }
         let tiles = match &self.opts.tiles {
             TileChoice::Auto => vec![chosen],
             TileChoice::Each(list) => list.clone(),
@@ -464,7 +540,7 @@ impl Runner<'_> {
         };
         // The operands the kernel reads and writes for input copy `s`, padded copies made first
         // (`kernel` false: the copies only, for their own timing).
-        let ours = |kernel: Option<&GemmKernel>, s: usize, p: PadPlan| -> Result<(), CudaError> {
+        let ours = |kernel: Option<&Ours>, s: usize, p: PadPlan| -> Result<(), CudaError> {
             let pads = (
                 pads.0.filter(|_| p.a),
                 pads.1.filter(|_| p.b),
@@ -485,12 +561,20 @@ impl Runner<'_> {
             // The copy of B (or A) right before: the GEMM's launch and setup overlap its end.
             let after_copy = pads.0.is_some() || pads.1.is_some();
             let c = pads.2.map_or(c_dense, |p| c_dense.padded_at(p));
-            if let Some(kern) = kernel {
-                let pdl = Pdl {
-                    gemm: after_copy && opts.programmatic,
-                    reduce: opts.programmatic,
-                };
-                kern.launch(stream, &a, &b, &c, pdl)?;
+            match kernel {
+                Some(Ours::Launcher(kern)) => {
+                    let pdl = Pdl {
+                        gemm: after_copy && opts.programmatic,
+                        reduce: opts.programmatic,
+                    };
+                    kern.launch(stream, &a, &b, &c, pdl)?;
+                }
+                // SAFETY: input copy `s` and C are live buffers of this run holding the dense
+                // operands the call was prepared for (no padded copies on this path), distinct.
+                Some(Ours::Registry(call)) => unsafe {
+                    call.launch_with(stream, &[("a", a.ptr), ("b", b.ptr), ("c", c.ptr)])?
+                },
+                None => {}
             }
             if pads.2.is_some() {
                 copier(&c_dense, &c)?;
@@ -506,10 +590,15 @@ impl Runner<'_> {
         let mut reference = vec![0u16; m * n];
         c_ref.download(&mut reference)?;
         let mut out = vec![0u16; m * n];
-        let mut kerns: Vec<(usize, Rc<GemmKernel>, PadPlan)> = Vec::new();
+        let mut kerns: Vec<(usize, Rc<Ours>, PadPlan)> = Vec::new();
+        let registry = self.registry_problem(shape);
         for (i, (&(t, plan), row)) in tiles.iter().zip(rows.iter_mut()).enumerate() {
             row.padded = plan;
-            let kern = match self.kernel(t) {
+            let kern = match &registry {
+                Some(p) => self.registry_call(p),
+                None => self.kernel(t).map(|k| Rc::new(Ours::Launcher(k))),
+            };
+            let kern = match kern {
                 Ok(kern) => kern,
                 Err(e) => {
                     row.error = Some(e.to_string());
@@ -609,6 +698,13 @@ impl Runner<'_> {
         }
         Ok(rows)
     }
+}
+
+/// Our implementation of a row: the registry's prepared call (what callers run), or this
+/// benchmark's own launcher of one block, split and way of loading (measurement options).
+enum Ours {
+    Registry(DeviceCall),
+    Launcher(Rc<GemmKernel>),
 }
 
 /// An implementation's launch on input copy `i`, owned.

@@ -106,6 +106,26 @@ impl DeviceCall {
         }
     }
 
+    /// [`DeviceCall::launch`] with some tensors at other addresses (`(name, address)`: another copy
+    /// of an input, for timing past the L2); the rest in the call's own buffers.
+    ///
+    /// # Safety
+    /// Each address given must be live device memory of the call's device holding at least the
+    /// tensor's declared span, kept until the stream has run the launches, overlapping no other
+    /// tensor of the call.
+    pub unsafe fn launch_with(&self, stream: &Stream, at: &[(&str, u64)]) -> Result<(), CudaError> {
+        let mut ptrs = self.ptrs.clone();
+        for &(name, ptr) in at {
+            ptrs[self.index(name)?] = ptr;
+        }
+        // SAFETY: the caller's addresses as documented above; the rest as in `launch`.
+        unsafe {
+            self.prepared
+                .launch(&ptrs, stream.raw() as u64, &[])
+                .map_err(invalid)
+        }
+    }
+
     /// Median milliseconds of the whole call (all its launches), timed by CUDA events after
     /// `warmup` calls, with `others` (baselines) interleaved call by call; ours first in the result.
     pub fn time_with(

@@ -338,6 +338,11 @@ impl Prepared {
             }
         }
         in_context(self.ordinal, || {
+            // A launch after another of the call goes as its programmatic dependent where the
+            // kernel waits for the grid before it (`Lowered::waits_for_previous_grid`): its launch
+            // and setup overlap the previous kernel's end (the split-K reduction's, the key split's
+            // merge), as cuBLAS's split-K does with its reduction.
+            let mut after = false;
             for b in &self.stages {
                 if b.grid == 0 {
                     continue;
@@ -379,9 +384,10 @@ impl Prepared {
                         (l.dynamic_shared_bytes(), l.cluster),
                         stream as cu::CUstream,
                         &mut pointers,
-                        false,
+                        after && l.waits_for_previous_grid,
                     )?
                 };
+                after = true;
             }
             Ok(())
         })?;
