@@ -11,9 +11,13 @@ use kittens_runtime::cuda::CudaError;
 
 use super::bench::{options, print_table, utc_now, Args, BLayoutArg};
 
-/// The kernel's configuration: the registry's Hopper one, with `--block` / `--window` if given,
-/// checked by lowering it here (so a bad block is refused before any GPU is looked for).
-fn config(a: &Args) -> anyhow::Result<GemmConfig> {
+/// The measured configuration: `None` (no `--block`, `--promote` or `--window`), the registry's, as
+/// every caller runs it; else the registry's Hopper one with those changes, checked by lowering it
+/// here (so a bad block is refused before any GPU is looked for).
+fn config(a: &Args) -> anyhow::Result<Option<GemmConfig>> {
+    if a.block.is_none() && a.promote.is_none() && a.window.is_none() {
+        return Ok(None);
+    }
     let h100 = kittens_hw::Target::Sm90a.gpu().context("GPU catalog")?;
     let mut cfg = GemmConfig::fp8_for_gpu(h100);
     if let Some(b) = a.block {
@@ -37,7 +41,7 @@ fn config(a: &Args) -> anyhow::Result<GemmConfig> {
     let k = kittens_kernels::gemm::build(&cfg).context("building gemm_fp8 for sm_90a")?;
     kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
         .context("lowering gemm_fp8 for sm_90a")?;
-    Ok(cfg)
+    Ok(Some(cfg))
 }
 
 pub fn run(a: &Args) -> anyhow::Result<()> {
@@ -54,7 +58,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     if a.checks == "default" {
         opts.checks = CHECKS.to_vec();
     }
-    let report = match run_fp8_bench(&cfg, &opts) {
+    let report = match run_fp8_bench(cfg.as_ref(), &opts) {
         Ok(r) => r,
         Err(e @ (CudaError::NoDriver(_) | CudaError::NoDevice(_))) => bail!(
             "no NVIDIA GPU: {e}. The FP8 GEMM's numerics run on the CPU with \

@@ -33,10 +33,14 @@ use super::bench_inputs::{copies_that_fit, make_inputs, Inputs};
 use super::bench_shapes::{Shape, ShapeName};
 use super::bench_time::{iterations, time_launches, Launch};
 use super::cublaslt::{Accumulation, CublasLt};
+use super::device_call::DeviceCall;
+use super::dispatch::registry_stages;
 use super::driver::{Device, DeviceBuffer, Event, Stream, Swizzle, TensorMap};
 use super::gemm_kernel::GemmKernel;
 use super::gemm_pad::PadPlan;
-use super::CudaError;
+use super::{invalid, CudaError};
+use kittens_kernels::gemm::problem::GemmProblem;
+use kittens_kernels::problem::Problem;
 
 /// The per-tensor scales of every run: not powers of two, so a scale applied twice or not at all
 /// shows in the error.
@@ -97,26 +101,21 @@ fn e4m3_table() -> [f64; 256] {
     std::array::from_fn(|b| from_bits(b as u32, DType::Fp8E4m3) as f64)
 }
 
-/// Builds `cfg` (a `gemm_fp8` configuration: `GemmConfig::fp8_for_gpu`, perhaps with another block
-/// or grid order), lowers it for sm_90a, and runs every shape of `opts` against cuBLASLt (B `N × K`:
-/// `opts.tiles` and `opts.b_layout` are the BF16 benchmark's and do not apply).
+/// Runs every shape of `opts` against cuBLASLt (B `N × K`: `opts.tiles` and `opts.b_layout` are
+/// the BF16 benchmark's and do not apply) with our FP8 GEMM as every caller runs it — the registry's
+/// launches at the shape (`GemmProblem::config`: 64-row blocks at small M, split-K where C has too
+/// few blocks) as one prepared call (`super::dispatch`) — or, with `cfg` (`GemmConfig::fp8_for_gpu`
+/// with another block, promotion or grid order, for measurement), this benchmark's own launcher of
+/// that configuration (`super::gemm_kernel`).
 pub fn run_fp8_bench(
-    cfg: &GemmConfig,
+    cfg: Option<&GemmConfig>,
     opts: &GemmBenchOptions,
 ) -> Result<Fp8BenchReport, CudaError> {
-    if opts.b_layout != BLayout::Nk || cfg.b_layout != BLayout::Nk {
+    if opts.b_layout != BLayout::Nk || cfg.is_some_and(|c| c.b_layout != BLayout::Nk) {
         return Err(CudaError::Invalid(
             "gemm_fp8 takes B as N x K only (fp8 wgmma reads K-major operands)".into(),
         ));
     }
-    let tile = HopperTile {
-        rows: cfg.block_rows,
-        cols: cfg.block,
-    };
-    let k = kittens_kernels::gemm::build(cfg)
-        .map_err(|e| CudaError::Invalid(format!("gemm_fp8 {tile}: {e}")))?;
-    let lowered = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
-        .map_err(|e| CudaError::Invalid(format!("lowering gemm_fp8 {tile}: {e}")))?;
     let dev = Device::open(0)?;
     if dev.compute_capability != (9, 0) {
         return Err(CudaError::Invalid(format!(
@@ -124,15 +123,6 @@ pub fn run_fp8_bench(
             dev.name, dev.compute_capability
         )));
     }
-    let kernel = Rc::new(GemmKernel::load(&dev, lowered, tile, BLayout::Nk)?);
-    eprintln!(
-        "  {} ({tile}, {} stages): {} registers, {} spills, persistent grid of {} blocks",
-        kernel.name,
-        kernel.stages,
-        kernel.compile.registers,
-        kernel.compile.spill_stores + kernel.compile.spill_loads,
-        kernel.resident
-    );
     let stream = Stream::new()?;
     let lt = CublasLt::new(&dev)?;
     let mut scales = Vec::new();
@@ -145,7 +135,7 @@ pub fn run_fp8_bench(
     let run = Runner {
         dev: &dev,
         cfg,
-        kernels: RefCell::new(vec![((cfg.block_rows, 1), kernel.clone())]),
+        kernels: RefCell::new(Vec::new()),
         lt: &lt,
         stream: &stream,
         opts,
@@ -187,6 +177,23 @@ pub fn run_fp8_bench(
         checks.push(row);
     }
     let summary = summarise(&rows, &checks);
+    let kernels = run
+        .kernels
+        .borrow()
+        .iter()
+        .map(|((rows, split), k)| KernelInfo {
+            tile: format!(
+                "{}/k{split}",
+                HopperTile {
+                    rows: *rows,
+                    cols: k.tile.cols
+                }
+            ),
+            entry: k.name.clone(),
+            stages: k.stages,
+            compile: k.compile.clone(),
+        })
+        .collect();
     Ok(Fp8BenchReport {
         gemm: GemmBenchReport {
             device: dev.name.clone(),
@@ -196,12 +203,7 @@ pub fn run_fp8_bench(
             driver_version: dev.driver_version,
             cublas: lt.library.clone(),
             b_layout: BLayout::Nk,
-            kernels: vec![KernelInfo {
-                tile: tile.to_string(),
-                entry: kernel.name.clone(),
-                stages: kernel.stages,
-                compile: kernel.compile.clone(),
-            }],
+            kernels,
             warmup: opts.warmup,
             budget_ms: opts.budget_ms,
             timing: opts.timing,
@@ -217,9 +219,17 @@ pub fn run_fp8_bench(
 /// A compiled FP8 kernel's block height and K slices.
 type KernelKey = (u32, u32);
 
+/// Our FP8 GEMM of a row: the registry's prepared call, or this benchmark's launcher of one
+/// configuration.
+enum Ours {
+    Registry(DeviceCall),
+    Launcher(Rc<GemmKernel>),
+}
+
 struct Runner<'a> {
     dev: &'a Rc<Device>,
-    cfg: &'a GemmConfig,
+    /// The measured configuration; `None`: the registry's.
+    cfg: Option<&'a GemmConfig>,
     /// The kernel per block height and K slice count (`cfg`'s own first), built on first use.
     kernels: RefCell<Vec<(KernelKey, Rc<GemmKernel>)>>,
     lt: &'a CublasLt,
@@ -232,33 +242,65 @@ impl Runner<'_> {
     /// One row (and, when timed, its fast-accumulation figures): a shape that cannot run becomes a
     /// row that says why, and the run goes on.
     fn row(&self, shape: Shape, seed: u64, timed: bool) -> (GemmBenchRow, Option<FastAccumRow>) {
-        let cfg = self.config_for(shape);
-        let split = self.split_for(&cfg, shape);
+        let (m, n, k) = shape;
+        let chosen = match self.cfg {
+            None => {
+                let p = Problem {
+                    m,
+                    n,
+                    k,
+                    sms: Some(self.dev.multiprocessors),
+                    ..Problem::default()
+                };
+                GemmProblem::FP8
+                    .config(&p, kittens_hw::Target::Sm90a)
+                    .map_err(invalid)
+                    .and_then(|cfg| Ok((cfg, cfg.split_k, self.registry_call(&p)?)))
+            }
+            Some(base) => {
+                let cfg = self.config_for(base, shape);
+                let split = self.split_for(&cfg, shape);
+                self.kernel(&cfg, split)
+                    .map(|kern| (cfg, split, Ours::Launcher(kern)))
+            }
+        };
+        let (cfg, split, ours) = match chosen {
+            Ok(c) => c,
+            Err(e) => return (GemmBenchRow::error(shape, &e), None),
+        };
         let (mut row, fast) = self
-            .kernel(&cfg, split)
-            .and_then(|kern| self.attempt(&kern, shape, seed, timed))
+            .attempt(&ours, shape, seed, timed)
             .unwrap_or_else(|e| (GemmBenchRow::error(shape, &e), None));
         let tile = HopperTile {
             rows: cfg.block_rows,
             cols: cfg.block,
         };
         row.split_k = split;
-        row.tile = Some(if split > 1 {
+        let name = if split > 1 {
             format!("{tile}/k{split}")
         } else {
             tile.to_string()
+        };
+        row.tile = Some(match ours {
+            Ours::Registry(_) => format!("{name} (registry)"),
+            Ours::Launcher(_) => name,
         });
         (row, fast)
     }
 
+    /// The registry's launches of `gemm_fp8` at `p` prepared on this run's device.
+    fn registry_call(&self, p: &Problem) -> Result<Ours, CudaError> {
+        let entry = kittens_kernels::registry::by_name("gemm_fp8").map_err(invalid)?;
+        let stages = registry_stages(entry, p).map_err(invalid)?;
+        Ok(Ours::Registry(DeviceCall::new(self.dev, &stages)?))
+    }
+
     /// The configuration for `shape`: the run's, with 64-row blocks for `M ≤ 64`
     /// (`GemmConfig::fp8_for_shape`) unless the run's blocks are narrower than 128 rows already.
-    fn config_for(&self, (m, _, _): Shape) -> GemmConfig {
+    fn config_for(&self, base: &GemmConfig, (m, _, _): Shape) -> GemmConfig {
         match kittens_hw::Target::Sm90a.gpu() {
-            Some(gpu) if self.cfg.block_rows == 128 => {
-                GemmConfig::fp8_for_shape(*self.cfg, gpu, m as u64)
-            }
-            _ => *self.cfg,
+            Some(gpu) if base.block_rows == 128 => GemmConfig::fp8_for_shape(*base, gpu, m as u64),
+            _ => *base,
         }
     }
 
@@ -313,13 +355,14 @@ impl Runner<'_> {
 
     fn attempt(
         &self,
-        kernel: &GemmKernel,
+        kernel: &Ours,
         shape: Shape,
         seed: u64,
         timed: bool,
     ) -> Result<(GemmBenchRow, Option<FastAccumRow>), CudaError> {
-        let (m, n, k) = shape;
-        kernel.check_shape(m, n, k)?;
+        if let Ours::Launcher(kernel) = kernel {
+            kernel.check_shape(shape.0, shape.1, shape.2)?;
+        }
         // The limits count bf16 operands: twice the fp8 bytes, so the host and device need is an upper
         // bound, and twice the L2 multiple gives the fp8 copies the same span.
         let l2 = 2 * self.opts.l2_multiple;
@@ -330,57 +373,82 @@ impl Runner<'_> {
 
     fn measure(
         &self,
-        kernel: &GemmKernel,
+        kernel: &Ours,
         inp: &Inputs<u8>,
         (m, n, k): (usize, usize, usize),
         seed: u64,
         timed: bool,
     ) -> Result<(GemmBenchRow, Option<FastAccumRow>), CudaError> {
         let (stream, lt) = (self.stream, self.lt);
-        let [ta, tb, _] = kernel.maps;
-        let (ar, ac, br, bc) = (ta.box_rows, ta.box_cols, tb.box_rows, tb.box_cols);
-        let maps = inp
-            .a
-            .iter()
-            .zip(&inp.b)
-            .map(|(da, db)| {
-                Ok((
-                    TensorMap::fp8_2d(da, m as u64, k as u64, ar, ac, Swizzle::B128)?,
-                    TensorMap::fp8_2d(db, n as u64, k as u64, br, bc, Swizzle::B128)?,
-                ))
-            })
-            .collect::<Result<Vec<_>, CudaError>>()?;
         let mut c_ours = self.dev.alloc(m * n * 2)?;
         let mut c_ref = self.dev.alloc(m * n * 2)?;
         let mut c_fast = self.dev.alloc(m * n * 2)?;
-        // A check-only shape cuBLASLt refuses (its FP8 alignment rules) is judged against f64 alone.
-        let plan = match lt.plan_fp8(m, n, k, self.scales, Accumulation::Promoted) {
-            Ok(p) => p,
-            Err(e) if !timed => {
-                return self.measure_alone(kernel, inp, &maps[0], &mut c_ours, (m, n, k), seed, &e)
-            }
-            Err(e) => return Err(e),
-        };
-        let plan_fast = lt.plan_fp8(m, n, k, self.scales, Accumulation::Fast)?;
+        // NaN first: an element no launch writes fails the comparison.
         for c in [&mut c_ours, &mut c_ref, &mut c_fast] {
             c.fill_u16(0x7fc0)?;
         }
         self.dev.synchronize()?;
-        let c_map = self.c_map(kernel, &c_ours, m, n)?;
-        let ours = |i: usize| {
-            let s = i % maps.len();
-            kernel.launch_scaled(
-                stream,
-                &maps[s],
-                &inp.a[s],
-                &inp.b[s],
-                self.scales,
-                &(c_map, &c_ours),
-                m,
-                n,
-                k,
-            )
+        // The launcher's A, B and C maps per input copy (the prepared call keeps its own).
+        let (maps, c_map) = match kernel {
+            Ours::Launcher(kernel) => {
+                let [ta, tb, _] = kernel.maps;
+                let (ar, ac, br, bc) = (ta.box_rows, ta.box_cols, tb.box_rows, tb.box_cols);
+                let maps = inp
+                    .a
+                    .iter()
+                    .zip(&inp.b)
+                    .map(|(da, db)| {
+                        Ok((
+                            TensorMap::fp8_2d(da, m as u64, k as u64, ar, ac, Swizzle::B128)?,
+                            TensorMap::fp8_2d(db, n as u64, k as u64, br, bc, Swizzle::B128)?,
+                        ))
+                    })
+                    .collect::<Result<Vec<_>, CudaError>>()?;
+                (maps, Some(self.c_map(kernel, &c_ours, m, n)?))
+            }
+            Ours::Registry(_) => (Vec::new(), None),
         };
+        let c_pair = c_map.map(|map| (map, &c_ours));
+        let c_ptr = c_ours.ptr();
+        let ours = |i: usize| match (kernel, &c_pair) {
+            (Ours::Launcher(kern), Some(c)) => {
+                let s = i % maps.len();
+                kern.launch_scaled(
+                    stream,
+                    &maps[s],
+                    &inp.a[s],
+                    &inp.b[s],
+                    self.scales,
+                    c,
+                    m,
+                    n,
+                    k,
+                )
+            }
+            (Ours::Registry(call), _) => {
+                let s = i % inp.a.len();
+                let at = [
+                    ("a", inp.a[s].ptr()),
+                    ("b", inp.b[s].ptr()),
+                    ("scale_a", self.scales[0].ptr()),
+                    ("scale_b", self.scales[1].ptr()),
+                    ("c", c_ptr),
+                ];
+                // SAFETY: input copy `s`, the scales and C are live buffers of this run holding the
+                // dense operands the call was prepared for, distinct from each other.
+                unsafe { call.launch_with(stream, &at) }
+            }
+            (Ours::Launcher(_), None) => Err(invalid("the launcher without its C map")),
+        };
+        // A check-only shape cuBLASLt refuses (its FP8 alignment rules) is judged against f64 alone.
+        let plan = match lt.plan_fp8(m, n, k, self.scales, Accumulation::Promoted) {
+            Ok(p) => p,
+            Err(e) if !timed => {
+                return self.measure_alone(&ours, inp, &c_ours, (m, n, k), seed, &e)
+            }
+            Err(e) => return Err(e),
+        };
+        let plan_fast = lt.plan_fp8(m, n, k, self.scales, Accumulation::Fast)?;
         ours(0)?;
         lt.run(&plan, stream, &inp.a[0], &inp.b[0], &mut c_ref)?;
         lt.run(&plan_fast, stream, &inp.a[0], &inp.b[0], &mut c_fast)?;
@@ -495,31 +563,16 @@ impl Runner<'_> {
     /// A check-only shape without cuBLASLt: ours against f64, with the error of the f64 result
     /// rounded to bf16 (the best a bf16 output can do) as the rule's baseline; `why` says so in the
     /// row.
-    #[allow(clippy::too_many_arguments)]
     fn measure_alone(
         &self,
-        kernel: &GemmKernel,
+        launch: &dyn Fn(usize) -> Result<(), CudaError>,
         inp: &Inputs<u8>,
-        maps: &(TensorMap, TensorMap),
-        c_ours: &mut DeviceBuffer,
+        c_ours: &DeviceBuffer,
         (m, n, k): (usize, usize, usize),
         seed: u64,
         why: &CudaError,
     ) -> Result<(GemmBenchRow, Option<FastAccumRow>), CudaError> {
-        c_ours.fill_u16(0x7fc0)?;
-        self.dev.synchronize()?;
-        let c_map = self.c_map(kernel, c_ours, m, n)?;
-        kernel.launch_scaled(
-            self.stream,
-            maps,
-            &inp.a[0],
-            &inp.b[0],
-            self.scales,
-            &(c_map, c_ours),
-            m,
-            n,
-            k,
-        )?;
+        launch(0)?; // into C poisoned with NaN by the caller
         self.stream.synchronize()?;
         let mut ours = vec![0u16; m * n];
         c_ours.download(&mut ours)?;
