@@ -124,7 +124,10 @@ def matmul(a, b, out=None):
         out = torch.empty((m, n), dtype=_BF16, device=a.device)
     elif out.data_ptr() & 15:
         return _into(out, matmul(a, b))
-    rec[0].launch((pa, pb, out.data_ptr()), _raw_stream(key[7]))
+    if rec[1][1]:  # split-K: the partial sums' scratch, then the reduction
+        _launch(rec, (pa, pb, out.data_ptr()), key[7], device_obj=a.device)
+    else:
+        rec[0].launch((pa, pb, out.data_ptr()), _raw_stream(key[7]))
     return out
 
 
