@@ -40,6 +40,12 @@ pub struct Args {
     /// the prepared launches (`cuda::dispatch`) with one synchronisation at the end.
     #[arg(long)]
     pub host_loop: Option<usize>,
+    /// `--backend cuda`: after the check, time the call (all its launches, as one prepared call) by
+    /// CUDA events: the median of this many calls after 10 warm-up calls, interleaved with a
+    /// device-to-device copy of as many bytes as the call's tensors hold (what a memory-bound kernel
+    /// cannot beat).
+    #[arg(long)]
+    pub time: Option<usize>,
     /// GEMM rows of A and C.
     #[arg(long, default_value_t = 256)]
     pub m: usize,
@@ -264,6 +270,7 @@ const COMMON_FLAGS: &[&str] = &[
     "json",
     "device",
     "host_loop",
+    "time",
     // The kernel file's own flags (`super::kernel_file::RunFile`): they apply to any kernel.
     "kernel_file",
     "reference",
@@ -479,9 +486,13 @@ fn backend(args: &Args) -> anyhow::Result<Box<dyn Backend>> {
         }
         (BackendArg::Hip, None) => bail!("--backend hip needs --target gfx942 or --target gfx950"),
         (BackendArg::Hip, Some(t)) => Box::new(HipGpu::new(t)?),
-        (BackendArg::Cuda, None | Some(Target::Sm90a)) => {
-            Box::new(CudaGpu::new(args.device.unwrap_or(0)))
-        }
+        (BackendArg::Cuda, None | Some(Target::Sm90a)) => match args.time {
+            Some(iters) => Box::new(CudaGpu::timed(
+                args.device.unwrap_or(0),
+                runner::Timed { warmup: 10, iters },
+            )),
+            None => Box::new(CudaGpu::new(args.device.unwrap_or(0))),
+        },
         (BackendArg::Cuda, Some(t)) => bail!("--backend cuda runs sm_90a, not --target {t}"),
     })
 }
@@ -509,6 +520,12 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     if args.device.is_some() && args.backend != BackendArg::Cuda {
         bail!("--device picks the GPU of --backend cuda");
+    }
+    if args.time.is_some() && args.backend != BackendArg::Cuda {
+        bail!("--time times the call on the GPU; it needs --backend cuda");
+    }
+    if args.time.is_some_and(|n| !(1..=100_000).contains(&n)) {
+        bail!("--time takes 1 to 100000 timed calls");
     }
     if args.host_loop.is_some() && args.backend != BackendArg::Cuda {
         bail!("--host-loop times prepared CUDA launches; it needs --backend cuda");
@@ -667,7 +684,33 @@ fn print_text(r: &RunReport) {
             if c.verdict.passed { "ok" } else { "FAILED" }
         );
     }
-    if let Some(d) = &r.dynamic {
+    if let Some(d) = r.dynamic.as_ref().filter(|d| d.get("launches").is_some()) {
+        // The CUDA backend: each launch of the prepared call, and the timing if asked.
+        for l in d["launches"].as_array().into_iter().flatten() {
+            println!(
+                "launch   {} on {}: {} blocks of {} threads, {} registers, {} spill stores, {} B dynamic shared",
+                l["kernel"].as_str().unwrap_or("?"),
+                d["device"].as_str().unwrap_or("?"),
+                l["blocks"],
+                l["threads"],
+                l["registers"],
+                l["spill_stores"],
+                l["dynamic_shared_bytes"]
+            );
+        }
+        let t = &d["timed"];
+        if let (Some(ms), Some(copy)) = (t["median_ms"].as_f64(), t["copy_ms"].as_f64()) {
+            println!(
+                "timed    {:.4} ms per call (median of {}), a copy of its {} tensor bytes {:.4} ms: {:.2}x the copy's time",
+                ms,
+                t["iters"],
+                t["tensor_bytes"],
+                copy,
+                ms / copy
+            );
+        }
+    }
+    if let Some(d) = r.dynamic.as_ref().filter(|d| d.get("stats").is_some()) {
         let s = &d["stats"];
         println!("issued   {}", s["instructions"]);
         println!(

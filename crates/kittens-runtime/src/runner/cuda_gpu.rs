@@ -100,10 +100,13 @@ impl CudaGpu {
         let first = stages.first().ok_or_else(|| gpu("a run with no launch"))?;
         if inputs.len() != first.launch.inputs.len() || first.kernel.globals.len() < inputs.len() {
             return Err(gpu(format!(
-                "`{}` takes {} inputs; {} given",
+                "the run draws {} inputs but its first launch `{}` takes {}: the runner hands a \
+                 run's inputs to its first launch, which this call's launches do not fit (a \
+                 prepared call takes the caller's tensors by name: `kittens_runtime::cuda::dispatch`, \
+                 the Python package)",
+                inputs.len(),
                 first.kernel.name,
-                first.launch.inputs.len(),
-                inputs.len()
+                first.launch.inputs.len()
             )));
         }
         let specs: Vec<StageSpec> = stages
