@@ -48,7 +48,7 @@ enum Command {
     /// Lower a kernel for a target, compile it and analyse the code object.
     Compile(cmd::compile::Args),
     /// Benchmark a kernel against the vendor library on the GPU.
-    Bench(cmd::bench::Args),
+    Bench(cmd::bench_args::Args),
     /// The FP8-tutorial's optimisation ladder as configurations of gemm_fp8, compiled, analysed and
     /// emulated for an AMD target (no AMD speed is measured).
     Ladder(cmd::ladder::Args),

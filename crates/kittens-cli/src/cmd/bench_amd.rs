@@ -3,7 +3,7 @@
 //! says so ("no ROCm runtime found (libamdhip64.so)") and runs the same code object on the ISA
 //! emulator at a small ragged shape instead: numerics only, no speed.
 
-use super::bench::Args;
+use super::bench_args::{utc_now, Args};
 use anyhow::{bail, Context};
 use kittens_hw::Target;
 use kittens_runtime::amd::bench::{run_amd_gemm_bench, AmdBenchError, AmdGemmReport};
@@ -38,7 +38,7 @@ pub fn run(a: &Args, target: Target) -> anyhow::Result<()> {
 fn report(r: &AmdGemmReport, json: Option<&str>) -> anyhow::Result<()> {
     let doc = serde_json::json!({
         "benchmark": format!("gemm_bf16 vs {} (C = A·Bᵀ, bf16 in/out, fp32 accumulation)", r.vendor),
-        "date": super::bench::utc_now(),
+        "date": utc_now(),
         "report": r,
     });
     if let Some(path) = json {

@@ -13,7 +13,7 @@ use kittens_kernels::reference::AttnShape;
 use kittens_runtime::cuda::attn::{default_cases, run_attn_bench, AttnBenchOptions};
 use kittens_runtime::runner::{self, CudaGpu, RunReport, Timed};
 
-use super::bench::Args;
+use super::bench_args::{utc_now, Args};
 
 pub fn run(a: &Args) -> anyhow::Result<()> {
     let mut cases = default_cases();
@@ -45,7 +45,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     use kittens_runtime::build_info::BUILD;
     let doc = serde_json::json!({
         "benchmark": "attn_fwd (producer/consumer tile program, sm_90a) vs the f64 reference on spot rows",
-        "date": super::bench::utc_now(),
+        "date": utc_now(),
         "commit": BUILD.commit,
         "dirty": BUILD.dirty,
         "report": report,
@@ -292,7 +292,7 @@ fn run_lse(a: &Args, split_only: bool) -> anyhow::Result<()> {
     if let Some(path) = a.json.as_deref() {
         let doc = serde_json::json!({
             "benchmark": "attn_fwd with the log-sum-exp, differing lengths, both causal alignments, the key split",
-            "date": super::bench::utc_now(),
+            "date": utc_now(),
             "commit": kittens_runtime::build_info::BUILD.commit,
             "rows": reports,
         });
@@ -372,7 +372,7 @@ fn run_decode(a: &Args) -> anyhow::Result<()> {
     if let Some(path) = a.json.as_deref() {
         let doc = serde_json::json!({
             "benchmark": "attn_fwd decoding: the key split (Flash-Decoding) against the unsplit kernel",
-            "date": super::bench::utc_now(),
+            "date": utc_now(),
             "commit": kittens_runtime::build_info::BUILD.commit,
             "dirty": kittens_runtime::build_info::BUILD.dirty,
             "rows": rows,

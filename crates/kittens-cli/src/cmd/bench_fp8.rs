@@ -9,7 +9,7 @@ use kittens_runtime::cuda::bench::TileChoice;
 use kittens_runtime::cuda::bench_fp8::{run_fp8_bench, Fp8BenchReport, CHECKS};
 use kittens_runtime::cuda::CudaError;
 
-use super::bench::{options, print_table, utc_now, Args, BLayoutArg};
+use super::bench_args::{failed_rows, options, print_table, utc_now, Args, BLayoutArg};
 
 /// The measured configuration: `None` (no `--block`, `--promote` or `--window`), the registry's, as
 /// every caller runs it; else the registry's Hopper one with those changes, checked by lowering it
@@ -76,7 +76,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         }
         None => print(&report),
     }
-    super::bench::failed_rows(&report.gemm, "FP8 GEMM")
+    failed_rows(&report.gemm, "FP8 GEMM")
 }
 
 fn print(r: &Fp8BenchReport) {

@@ -11,7 +11,7 @@ use kittens_kernels::layernorm::{self, LayerNormConfig};
 use kittens_kernels::rotary::{self, RotaryConfig, RotaryRows};
 use kittens_runtime::cuda::bench_mem::{run_strip_sweep, StripCase};
 
-use super::bench::Args;
+use super::bench_args::Args;
 
 fn dims(s: &str, n: usize) -> anyhow::Result<Vec<usize>> {
     let v: Vec<usize> = s

@@ -3,6 +3,7 @@
 pub mod banks;
 pub mod bench;
 pub mod bench_amd;
+pub mod bench_args;
 pub mod bench_attn;
 pub mod bench_fp8;
 pub mod bench_mem;
