@@ -32,8 +32,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         lowered?;
         return super::bench_fp8::run(&a);
     }
-    if a.block.is_some() || a.window.is_some() {
-        bail!("--block and --window configure gemm_fp8's benchmark only");
+    if a.block.is_some() || a.window.is_some() || a.block_rows.is_some() {
+        bail!("--block, --block-rows and --window configure gemm_fp8's benchmark only");
     }
     if a.kernel.name != "gemm_bf16" {
         lowered?;

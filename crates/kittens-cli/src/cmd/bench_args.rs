@@ -89,6 +89,10 @@ pub struct Args {
     /// gemm_fp8: columns of C per block (a multiple of 64 up to 256; the registry's is 192).
     #[arg(long)]
     pub block: Option<u32>,
+    /// gemm_fp8: rows of C per block at every shape, 64 (one consumer warpgroup) or 128 (the registry
+    /// takes 64 where M ≤ 64, else 128), the ring as deep as fits.
+    #[arg(long)]
+    pub block_rows: Option<u32>,
     /// gemm_fp8: K steps per wgmma chain before it is added into the fp32 sums (0: one chain over
     /// all of K, no promotion; the registry's is 1).
     #[arg(long)]

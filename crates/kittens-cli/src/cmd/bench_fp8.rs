@@ -15,7 +15,7 @@ use super::bench_args::{failed_rows, options, print_table, utc_now, Args, BLayou
 /// every caller runs it; else the registry's Hopper one with those changes, checked by lowering it
 /// here (so a bad block is refused before any GPU is looked for).
 fn config(a: &Args) -> anyhow::Result<Option<GemmConfig>> {
-    if a.block.is_none() && a.promote.is_none() && a.window.is_none() {
+    if a.block.is_none() && a.promote.is_none() && a.window.is_none() && a.block_rows.is_none() {
         return Ok(None);
     }
     let h100 = kittens_hw::Target::Sm90a.gpu().context("GPU catalog")?;
@@ -32,6 +32,17 @@ fn config(a: &Args) -> anyhow::Result<Option<GemmConfig>> {
         129..=192 => 4,
         _ => 3,
     };
+    if let Some(r) = a.block_rows {
+        if !matches!(r, 64 | 128) {
+            bail!("--block-rows {r}: 64 or 128");
+        }
+        cfg.block_rows = r;
+        cfg.stages = kittens_kernels::gemm::shapes::HopperTile {
+            rows: r,
+            cols: cfg.block,
+        }
+        .stages(h100);
+    }
     if let Some(w) = a.window {
         if w == 0 {
             bail!("--window must be at least 1");

@@ -132,7 +132,13 @@ impl GemmProblem {
                 ..shapes::config_for(gpu, sms, m, n, k)
             }
         } else {
-            GemmConfig::fp8_for_shape(base, gpu, m)
+            // 64-row blocks (one consumer warpgroup, a deeper ring) where C in them fills the SMs at
+            // most once without splitting K and K is short: at 128-256 rows they beat 128-row blocks
+            // with split-K there (256×4096×4096 0.66 against 0.47 of cuBLASLt on the H200), and lose
+            // wherever C needs more than one wave of them or K is long (docs/performance.md, fp8).
+            let rows64 = m.div_ceil(64) * n.div_ceil(u64::from(base.block));
+            let small = m <= 256 && rows64 <= u64::from(sms) && k <= 8192;
+            GemmConfig::fp8_for_shape(base, gpu, if small { 64 } else { m })
         };
         let elem = u64::from(cfg.types.input.bytes());
         let split = split_k::choose(
@@ -370,5 +376,20 @@ mod tests {
         };
         let fp8 = GemmProblem::FP8.config(&p, Target::Sm90a).unwrap();
         assert!(fp8.block_rows == 64 && fp8.split_k > 1, "{fp8:?}");
+        // fp8 at 256 rows: 64-row blocks where they fill the SMs once and K is short, else 128.
+        let fp8_at = |m, n, k| {
+            let p = Problem {
+                m,
+                n,
+                k,
+                sms: Some(132),
+                ..Problem::default()
+            };
+            GemmProblem::FP8.config(&p, Target::Sm90a).unwrap().block_rows
+        };
+        assert_eq!(fp8_at(256, 4096, 4096), 64);
+        assert_eq!(fp8_at(256, 4096, 14336), 128);
+        assert_eq!(fp8_at(256, 8192, 8192), 128);
+        assert_eq!(fp8_at(512, 4096, 4096), 128);
     }
 }
