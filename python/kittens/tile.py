@@ -26,12 +26,13 @@ from . import _kittens
 
 Builder = _kittens.Builder
 Expr = _kittens.Expr
+Cond = _kittens.Cond
 Program = _kittens.Program
 Tile = _kittens.Tile
 Global = _kittens.Global
 Shared = _kittens.Shared
 
-__all__ = ["Builder", "Expr", "Program", "Tile", "Global", "Shared", "Kernel", "compile"]
+__all__ = ["Builder", "Expr", "Cond", "Program", "Tile", "Global", "Shared", "Kernel", "compile"]
 
 
 def _numpy(a: Any) -> Any:
