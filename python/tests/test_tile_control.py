@@ -135,3 +135,17 @@ def test_misused_bodies_and_conditions_raise():
         k3.if_(k3.wave() == 0, lambda: 1 / 0)
     with pytest.raises(ValueError, match=r"body of if_ raised"):
         k3.finish()
+
+
+def test_matmul_lowers_for_amd_and_is_refused_by_name_on_hopper():
+    import os
+
+    r = kittens.compile(matmul()).report("gfx942")
+    assert r["shared_bytes"] == (16 * 32 + 32 * 16) * 2  # the two bf16 staging tiles
+    if r["compiler"].startswith("none"):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"gfx942: {r['compiler']}")
+    else:
+        assert r["spills"] == 0 and r["vgpr"] > 0 and r["hot_loop"] > 0
+    with pytest.raises(ValueError, match="sm_90a lowering does not support the plain schedule"):
+        kittens.compile(matmul()).report("sm_90a")
