@@ -10,6 +10,7 @@
 mod host;
 mod prepared;
 mod tile;
+mod tile_body;
 mod tile_expr;
 mod tile_program;
 mod view;

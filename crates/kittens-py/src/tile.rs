@@ -17,6 +17,7 @@ use kittens_ir::{
 };
 use kittens_tile::{BaseShape, Layout, Swizzle};
 
+use crate::tile_body::{restore, run_body, take};
 use crate::tile_expr::{ex, ExprIn, PyCond, PyExpr};
 use crate::tile_program::Program;
 
@@ -114,17 +115,17 @@ fn access(what: &str, s: &str) -> PyResult<Access> {
 /// The tile language's kernel builder (see the module documentation). After `finish()` it is spent.
 #[pyclass(module = "kittens._kittens")]
 pub struct Builder {
-    k: Option<KernelBuilder>,
+    pub(crate) k: Option<KernelBuilder>,
     owner: u64,
     /// Why it takes no more ops (empty while it does): finished, or a loop or conditional body
     /// raised.
-    spent: String,
+    pub(crate) spent: String,
     /// How many loop or conditional bodies are open (`finish()` is refused inside one).
-    depth: u32,
+    pub(crate) depth: u32,
 }
 
 impl Builder {
-    fn b(&mut self) -> PyResult<&mut KernelBuilder> {
+    pub(crate) fn b(&mut self) -> PyResult<&mut KernelBuilder> {
         if !self.spent.is_empty() {
             return Err(PyValueError::new_err(format!(
                 "this Builder takes no more ops: {}",
@@ -204,50 +205,6 @@ impl Builder {
         f(self.b()?, d, s, v);
         Ok(())
     }
-}
-
-/// Runs a Python body of a loop or conditional. The Rust builder opens the nested body and hands
-/// its `&mut KernelBuilder` to a closure; the Python body calls methods of the same `Builder`, so
-/// the builder moves back into it for the call (a placeholder stands in the Rust closure's place)
-/// and out again after. `finish()` is refused inside a body, and every nested call moves the
-/// builder back before it returns, so it is always there to take back. A body that raises leaves
-/// the builder spent: its loop would be half built.
-fn run_body(
-    slf: &Bound<'_, Builder>,
-    inner: &mut KernelBuilder,
-    what: &str,
-    call: impl FnOnce() -> PyResult<()>,
-) -> PyResult<()> {
-    let placeholder = KernelBuilder::new("", Schedule::Plain { waves: 1 });
-    {
-        let mut b = slf.borrow_mut();
-        b.k = Some(std::mem::replace(inner, placeholder));
-        b.depth += 1;
-    }
-    let r = call();
-    let mut b = slf.borrow_mut();
-    b.depth -= 1;
-    if let Some(k) = b.k.take() {
-        *inner = k;
-    }
-    if r.is_err() && b.spent.is_empty() {
-        b.spent = format!("the body of {what} raised an exception");
-    }
-    r
-}
-
-/// Takes the builder out of `slf` for a nested body (see [`run_body`]).
-fn take(slf: &Bound<'_, Builder>) -> PyResult<KernelBuilder> {
-    let mut b = slf.borrow_mut();
-    b.b()?;
-    b.k.take()
-        .ok_or_else(|| PyValueError::new_err("this Builder takes no more ops"))
-}
-
-/// Puts the builder back after a nested body, whether or not the body raised.
-fn restore(slf: &Bound<'_, Builder>, k: KernelBuilder, r: PyResult<()>) -> PyResult<()> {
-    slf.borrow_mut().k = Some(k);
-    r
 }
 
 #[pymethods]
