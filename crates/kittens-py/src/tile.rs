@@ -12,8 +12,7 @@ use pyo3::prelude::*;
 
 use kittens_hw::dtype::DType;
 use kittens_ir::{
-    Access, Expr, GlobalId, GlobalView, GridOrder, KernelBuilder, RegId, Schedule, SharedId,
-    SharedView,
+    Access, Expr, GlobalId, GlobalView, GridOrder, KernelBuilder, RegId, SharedId, SharedView,
 };
 use kittens_tile::{BaseShape, Layout, Swizzle};
 
@@ -209,19 +208,18 @@ impl Builder {
 
 #[pymethods]
 impl Builder {
-    /// `Builder(name, waves, schedule="plain")`: a kernel of `waves` waves per block. Only the plain
-    /// schedule (no implied synchronisation) is offered from Python for now.
+    /// `Builder(name, waves, schedule="plain", roles=None)`: a kernel of `waves` waves per block
+    /// under `schedule` (see [`crate::tile_body::schedule`]: "plain", "ping_pong8", "interleave4",
+    /// "producer_consumer" with `roles=(producers, consumers, producer_regs, consumer_regs)`).
     #[new]
-    #[pyo3(signature = (name, waves, schedule = "plain"))]
-    fn new(name: &str, waves: u32, schedule: &str) -> PyResult<Self> {
-        let schedule = match schedule {
-            "plain" => Schedule::Plain { waves },
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "schedule: {other:?} is not one of [\"plain\"]"
-                )))
-            }
-        };
+    #[pyo3(signature = (name, waves, schedule = "plain", roles = None))]
+    fn new(
+        name: &str,
+        waves: u32,
+        schedule: &str,
+        roles: Option<(u32, u32, u32, u32)>,
+    ) -> PyResult<Self> {
+        let schedule = crate::tile_body::schedule(waves, schedule, roles)?;
         Ok(Builder {
             k: Some(KernelBuilder::new(name, schedule)),
             owner: BUILDERS.fetch_add(1, Ordering::Relaxed),
@@ -350,6 +348,59 @@ impl Builder {
             ),
         }
         restore(slf, k, r.and(r2))
+    }
+
+    /// A compute cluster of the schedule: `body()` adds its ops; the schedule adds what it implies
+    /// around them (ping-pong: priority, fences and the cluster-end barrier).
+    fn compute(slf: &Bound<'_, Self>, label: &str, body: Bound<'_, PyAny>) -> PyResult<()> {
+        let (mut k, mut r) = (take(slf)?, Ok(()));
+        k.compute(label, |i| {
+            r = run_body(slf, i, "compute", || body.call0().map(drop))
+        });
+        restore(slf, k, r)
+    }
+
+    /// A memory cluster of the schedule (ping-pong: fences and the cluster-end barrier around it).
+    fn memory(slf: &Bound<'_, Self>, label: &str, body: Bound<'_, PyAny>) -> PyResult<()> {
+        let (mut k, mut r) = (take(slf)?, Ok(()));
+        k.memory(label, |i| {
+            r = run_body(slf, i, "memory", || body.call0().map(drop))
+        });
+        restore(slf, k, r)
+    }
+
+    /// The region where ping-pong's two warpgroups run one cluster apart (the stagger barriers).
+    fn staggered(slf: &Bound<'_, Self>, body: Bound<'_, PyAny>) -> PyResult<()> {
+        let (mut k, mut r) = (take(slf)?, Ok(()));
+        k.staggered(|i| r = run_body(slf, i, "staggered", || body.call0().map(drop)));
+        restore(slf, k, r)
+    }
+
+    /// The producer and consumer bodies of a producer/consumer schedule (each warpgroup runs one,
+    /// after setting its register budget).
+    fn roles(
+        slf: &Bound<'_, Self>,
+        producer: Bound<'_, PyAny>,
+        consumer: Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (mut k, mut r, mut r2) = (take(slf)?, Ok(()), Ok(()));
+        k.roles(
+            |i| r = run_body(slf, i, "roles (producer)", || producer.call0().map(drop)),
+            |i| r2 = run_body(slf, i, "roles (consumer)", || consumer.call0().map(drop)),
+        );
+        restore(slf, k, r.and(r2))
+    }
+
+    /// A scheduling fence: the compiler keeps the ops on either side apart.
+    fn fence(&mut self) -> PyResult<()> {
+        self.b()?.fence();
+        Ok(())
+    }
+
+    /// This wave's scheduling priority from here on (0 to 3).
+    fn prio(&mut self, p: u8) -> PyResult<()> {
+        self.b()?.prio(p);
+        Ok(())
     }
 
     /// A `rows × cols` window of tensor `g` at element `origin`, rows along `row_dim`.

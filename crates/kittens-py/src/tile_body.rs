@@ -52,3 +52,49 @@ pub(crate) fn restore(slf: &Bound<'_, Builder>, k: KernelBuilder, r: PyResult<()
     slf.borrow_mut().k = Some(k);
     r
 }
+
+/// The schedule named `name` for a kernel of `waves` waves. Only "plain" takes any wave count; the
+/// others fix it (ping-pong 8, interleave 4, producer/consumer 4 per warpgroup), and a count that
+/// differs is an error naming both, as is a producer/consumer schedule without its `roles`.
+pub(crate) fn schedule(
+    waves: u32,
+    name: &str,
+    roles: Option<(u32, u32, u32, u32)>,
+) -> PyResult<Schedule> {
+    let s =
+        match (name, roles) {
+            ("plain", None) => Schedule::Plain { waves },
+            ("ping_pong8", None) => Schedule::PingPong8,
+            ("interleave4", None) => Schedule::Interleave4,
+            ("producer_consumer", Some((producers, consumers, producer_regs, consumer_regs))) => {
+                Schedule::ProducerConsumer {
+                    producers,
+                    consumers,
+                    producer_regs,
+                    consumer_regs,
+                }
+            }
+            ("producer_consumer", None) => return Err(PyValueError::new_err(
+                "schedule \"producer_consumer\" needs roles=(producers, consumers, producer_regs, \
+                 consumer_regs)",
+            )),
+            ("plain" | "ping_pong8" | "interleave4", Some(_)) => {
+                return Err(PyValueError::new_err(format!(
+                    "schedule {name:?} takes no roles (only \"producer_consumer\" does)"
+                )))
+            }
+            (other, _) => {
+                return Err(PyValueError::new_err(format!(
+                "schedule: {other:?} is not one of [\"plain\", \"ping_pong8\", \"interleave4\", \
+                 \"producer_consumer\"]"
+            )))
+            }
+        };
+    if s.waves() != waves {
+        return Err(PyValueError::new_err(format!(
+            "schedule {name:?} runs {} waves per block, not waves={waves}",
+            s.waves()
+        )));
+    }
+    Ok(s)
+}
