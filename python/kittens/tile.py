@@ -26,12 +26,33 @@ from . import _kittens
 
 Builder = _kittens.Builder
 Expr = _kittens.Expr
+Cond = _kittens.Cond
 Program = _kittens.Program
 Tile = _kittens.Tile
 Global = _kittens.Global
 Shared = _kittens.Shared
 
-__all__ = ["Builder", "Expr", "Program", "Tile", "Global", "Shared", "Kernel", "compile"]
+# Configurations a kernel keeps prepared; past it its table starts over, so its memory is bounded.
+_MAX_KEYS = 256
+
+
+def _key(ts, count: int, params: Mapping[str, int]) -> tuple:
+    """Everything a prepared launch depends on besides the program: the parameters, how many tensors
+    were given, and each declared tensor's shape, strides, dtype and device (not its address or data)."""
+    return (tuple(params.items()), count, *((t.shape, t.stride(), t.dtype, t.device) for t in ts))
+
+
+def _stream(device: int) -> int:
+    """The current CUDA stream of ``device`` (a ``cudaStream_t`` as an int), as the torch ops take it."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is not None:
+        return raw(device)
+    return int(torch.cuda.current_stream(device).cuda_stream)
+
+
+__all__ = ["Builder", "Expr", "Cond", "Program", "Tile", "Global", "Shared", "Kernel", "compile"]
 
 
 def _numpy(a: Any) -> Any:
@@ -52,6 +73,9 @@ class Kernel:
         if not isinstance(program, Program):
             raise TypeError(f"kittens.compile takes a tile Program (Builder.finish()), got {type(program).__name__}")
         self.program = program
+        self._names = tuple(n for n, _, _ in program.tensors)
+        # Prepared launches by configuration (``_key``), as python/kittens/_dispatch.py keeps the ops'.
+        self._handles: Dict[tuple, Any] = {}
 
     @property
     def name(self) -> str:
@@ -71,17 +95,54 @@ class Kernel:
         compiler is installed, registers and spills. A budget overrun raises ValueError."""
         return self.program.lower(target)
 
+    def _key(self, tensors: Mapping[str, Any], params: Mapping[str, int]) -> tuple:
+        """The key of a call's prepared launch (see ``_key`` at module level)."""
+        return _key([tensors[n] for n in self._names], len(tensors), params)
+
     def __call__(self, tensors: Mapping[str, Any], **params: int) -> None:
         """Launches on CUDA torch tensors (every tensor the kernel declares, by name) on the current
-        stream of their device; outputs are written in place."""
+        stream of their device; outputs are written in place. The launch is prepared (lowered for
+        sm_90a, compiled, loaded, the layouts checked) on the first call of a configuration (see
+        ``_key``); later calls of it are one dictionary lookup and the launch."""
+        try:
+            ts = [tensors[n] for n in self._names]
+            key = _key(ts, len(tensors), params)
+            handle = self._handles.get(key)
+        except (KeyError, AttributeError, TypeError):  # a tensor missing or not a tensor: say which
+            key, handle = None, None
+        if handle is None:
+            handle = self._prepare(key, tensors, params)
+            ts = [tensors[n] for n in self._names]
+        handle.launch([t.data_ptr() for t in ts], _stream(ts[0].get_device()))
+
+    def _prepare(self, key, tensors: Mapping[str, Any], params: Mapping[str, int]):
+        """Checks the tensors (named errors), prepares their launch and keeps it under ``key``."""
         import torch
 
         from . import _find_nvrtc
 
+        for n in tensors:
+            if n not in self._names:
+                raise ValueError(f"{self.name}: no tensor {n!r} (it takes {list(self._names)})")
+        for n in self._names:
+            if n not in tensors:
+                raise ValueError(f"{self.name}: tensor `{n}` not given")
+        ts = []
+        for n in self._names:
+            t = tensors[n]
+            if not isinstance(t, torch.Tensor) or not t.is_cuda:
+                raise ValueError(f"{self.name}: tensor `{n}` is not a CUDA tensor")
+            if t.device != tensors[self._names[0]].device:
+                raise ValueError(f"{self.name}: tensor `{n}` is on {t.device}, "
+                                 f"`{self._names[0]}` on {tensors[self._names[0]].device}")
+            ts.append((n, list(t.shape), list(t.stride()), str(t.dtype).removeprefix("torch.")))
         _find_nvrtc()
-        first = next(iter(tensors.values()))
-        stream = int(torch.cuda.current_stream(first.device).cuda_stream)
-        self.program.launch(dict(tensors), params, stream)
+        handle = self.program.prepare(ts, dict(params), tensors[self._names[0]].get_device())
+        if key is not None:
+            if len(self._handles) >= _MAX_KEYS:
+                self._handles.clear()
+            self._handles[key] = handle
+        return handle
 
     def __repr__(self) -> str:
         return f"kittens.Kernel({self.name})"

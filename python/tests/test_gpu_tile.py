@@ -1,6 +1,8 @@
 """kittens.tile on an H100/H200: the Python-built RMSNorm and SwiGLU (python/examples) launched on CUDA
 tensors through the prepared-call path, against the CPU interpreter (bit for bit) and against torch
-(FlashAttention's rule vs float64), repeated calls reusing the prepared launch, and named errors.
+(FlashAttention's rule vs float64), repeated calls reusing the prepared launch, and named errors; the
+row sum (a loop with a conditional on its variable) likewise; a loop of calls prepared once, its host
+time per call printed next to torch's for the same work (run with -s to see it).
 
 Skips without a CUDA device of compute capability 9.0 (CI has none); the lead runs it on the GPU.
 """
@@ -18,6 +20,7 @@ import kittens  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
 from rmsnorm import EPS, rmsnorm  # noqa: E402
+from row_sum import row_sum  # noqa: E402
 from swiglu import swiglu  # noqa: E402
 
 BF = torch.bfloat16
@@ -87,3 +90,52 @@ def test_cuda_errors_name_the_tensor():
         kern({"x": x, "out": torch.empty(8, 1024, dtype=BF)}, rows=8)
     with pytest.raises((ValueError, RuntimeError), match="out"):
         kern({"x": x, "out": torch.empty(8, 512, dtype=BF, device="cuda")}, rows=8)
+
+
+@pytest.mark.parametrize("rows,cols", [(37, 1000), (1029, 4096)])
+def test_row_sum_loop_cuda(rows, cols):
+    kern = kittens.compile(row_sum(256))
+    x = rand(rows, cols, scale=4, seed=5)
+    y = torch.full((rows, 1), float("nan"), dtype=torch.float32, device="cuda")
+    kern({"x": x, "y": y}, rows=rows, cols=cols)
+    torch.cuda.synchronize()
+    cpu = torch.from_numpy(kern.run({"x": x.cpu()}, rows=rows, cols=cols)["y"])
+    # The f32 sums' order differs (warp shuffles vs the interpreter's lanes): apart by at most 2^-16 of
+    # the row's absolute sum (one bf16 step is 2^-8).
+    bound = x.float().abs().sum(1, keepdim=True).cpu() * 2.0**-16
+    assert ((y.cpu() - cpu).abs() <= bound).all(), "CUDA differs from the interpreter"
+    rule(y[:, 0], x.double().sum(1), x.sum(1))
+
+
+def test_a_loop_of_calls_prepares_once_and_costs_a_lookup():
+    import time
+
+    rows, f = 64, 1024
+    kern = kittens.compile(swiglu(f))
+    x = rand(rows, 2 * f, scale=4, seed=6)
+    out = torch.empty(rows, f, dtype=BF, device="cuda")
+    args = {"x": x, "out": out}
+    kern(args, rows=rows)  # prepares
+    first = out.clone()
+    n = 2000
+
+    def per_call(fn):
+        fn()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        host = (time.perf_counter() - t0) / n
+        torch.cuda.synchronize()
+        return host
+
+    ours = per_call(lambda: kern(args, rows=rows))
+    g, u = x[:, :f], x[:, f:]
+    theirs = per_call(lambda: torch.mul(torch.nn.functional.silu(g), u, out=out))
+    kern(args, rows=rows)
+    torch.cuda.synchronize()
+    assert torch.equal(out, first)
+    assert len(kern._handles) == 1, "one configuration, one prepared launch"
+    print(f"\nhost time per call: kittens.tile swiglu {ours * 1e6:.1f} us, "
+          f"torch silu(g)*u {theirs * 1e6:.1f} us ({n} calls, {rows}x{f})")
+    assert ours < 3 * theirs + 10e-6, (ours, theirs)

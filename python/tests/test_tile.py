@@ -19,6 +19,7 @@ from kittens import tile
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python" / "examples"))
 from rmsnorm import EPS, rmsnorm  # noqa: E402
+from row_sum import row_sum  # noqa: E402
 from swiglu import swiglu  # noqa: E402
 
 BF16 = ml_dtypes.bfloat16
@@ -40,6 +41,7 @@ def rust_kernel_json(example: str, name: str) -> dict:
 @pytest.mark.parametrize("example,build,name", [
     ("rmsnorm", lambda: rmsnorm(1024, 1), "rmsnorm_d1024_w1"),
     ("swiglu", lambda: swiglu(1024), "swiglu_f1024"),
+    ("row_sum", lambda: row_sum(256), "row_sum_s256"),  # a loop and a conditional on its variable
 ])
 def test_same_ir_as_rust(example, build, name):
     p = build()
@@ -115,6 +117,8 @@ def test_bad_input_raises_named_errors():
         m.finish()
     with pytest.raises(ValueError, match="finished"):
         m.finish()
+    with pytest.raises(ValueError, match="finished"):
+        m.barrier()
     # The register budget: one wave per row of 4096 is refused for sm_90a, naming the tiles.
     with pytest.raises(ValueError, match=r"register budget on sm_90a.*`h`"):
         rmsnorm(4096, 1).lower("sm_90a")

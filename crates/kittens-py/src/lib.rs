@@ -10,6 +10,8 @@
 mod host;
 mod prepared;
 mod tile;
+mod tile_body;
+mod tile_expr;
 mod tile_program;
 mod view;
 mod view_mem;

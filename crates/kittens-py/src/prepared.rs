@@ -29,6 +29,12 @@ pub struct Handle {
     inner: Arc<Prepared>,
 }
 
+impl Handle {
+    pub(crate) fn new(inner: Arc<Prepared>) -> Handle {
+        Handle { inner }
+    }
+}
+
 #[pymethods]
 impl Handle {
     /// Enqueues the call on `stream` with the tensors at `ptrs` (the caller's in `prepare`'s order,
@@ -157,6 +163,19 @@ fn problem_from(
     Ok(p)
 }
 
+/// A preparation's error as Python sees it: the caller's mistake (a tensor, a parameter, an invalid
+/// value) a ValueError, the device's or the compiler's a RuntimeError.
+pub(crate) fn launch_error(what: &str, e: kittens_runtime::cuda::launch::LaunchError) -> PyErr {
+    use kittens_runtime::cuda::{launch::LaunchError, CudaError};
+    let msg = format!("{what} on CUDA: {e}");
+    match e {
+        LaunchError::Cuda(CudaError::Invalid(_))
+        | LaunchError::Tensor { .. }
+        | LaunchError::Param { .. } => PyValueError::new_err(msg),
+        _ => PyRuntimeError::new_err(msg),
+    }
+}
+
 pub(crate) fn dtype(name: &str, s: &str) -> PyResult<DType> {
     match s {
         "bfloat16" => Ok(DType::Bf16),
@@ -219,16 +238,7 @@ pub fn prepare(
     });
     let prepared = match r {
         Ok(Ok(p)) => p,
-        Ok(Err(e)) => {
-            use kittens_runtime::cuda::{launch::LaunchError, CudaError};
-            let msg = format!("kittens.{entry} on CUDA: {e}");
-            return Err(match e {
-                LaunchError::Cuda(CudaError::Invalid(_))
-                | LaunchError::Tensor { .. }
-                | LaunchError::Param { .. } => PyValueError::new_err(msg),
-                _ => PyRuntimeError::new_err(msg),
-            });
-        }
+        Ok(Err(e)) => return Err(launch_error(&format!("kittens.{entry}"), e)),
         Err(_) => {
             return Err(PyRuntimeError::new_err(format!(
                 "kittens internal error (a Rust panic, caught) preparing {entry}"

@@ -12,86 +12,13 @@ use pyo3::prelude::*;
 
 use kittens_hw::dtype::DType;
 use kittens_ir::{
-    Access, Expr, GlobalId, GlobalView, GridOrder, KernelBuilder, RegId, Schedule, SharedId,
-    SharedView,
+    Access, Expr, GlobalId, GlobalView, GridOrder, KernelBuilder, RegId, SharedId, SharedView,
 };
 use kittens_tile::{BaseShape, Layout, Swizzle};
 
+use crate::tile_body::{restore, run_body, take};
+use crate::tile_expr::{ex, ExprIn, PyCond, PyExpr};
 use crate::tile_program::Program;
-
-/// An integer index expression (`kittens_ir::Expr`): parameters, the wave and block ids, and the
-/// arithmetic on them (`//` is the IR's floor division of non-negative values, `%` its remainder).
-#[pyclass(name = "Expr", frozen, module = "kittens._kittens")]
-#[derive(Clone)]
-pub struct PyExpr {
-    pub e: Expr,
-}
-
-/// An expression or a Python int, wherever the builder takes an index.
-#[derive(FromPyObject)]
-pub enum ExprIn<'py> {
-    E(PyRef<'py, PyExpr>),
-    I(i64),
-}
-
-impl ExprIn<'_> {
-    fn expr(self) -> Expr {
-        match self {
-            ExprIn::E(e) => e.e.clone(),
-            ExprIn::I(i) => Expr::c(i),
-        }
-    }
-}
-
-fn ex(e: Expr) -> PyExpr {
-    PyExpr { e }
-}
-
-#[pymethods]
-impl PyExpr {
-    fn __add__(&self, o: ExprIn) -> PyExpr {
-        ex(&self.e + o.expr())
-    }
-    fn __radd__(&self, o: ExprIn) -> PyExpr {
-        ex(o.expr() + &self.e)
-    }
-    fn __sub__(&self, o: ExprIn) -> PyExpr {
-        ex(&self.e - o.expr())
-    }
-    fn __rsub__(&self, o: ExprIn) -> PyExpr {
-        ex(o.expr() - &self.e)
-    }
-    fn __mul__(&self, o: ExprIn) -> PyExpr {
-        ex(&self.e * o.expr())
-    }
-    fn __rmul__(&self, o: ExprIn) -> PyExpr {
-        ex(o.expr() * &self.e)
-    }
-    fn __floordiv__(&self, o: ExprIn) -> PyExpr {
-        ex(&self.e / o.expr())
-    }
-    fn __rfloordiv__(&self, o: ExprIn) -> PyExpr {
-        ex(o.expr() / &self.e)
-    }
-    fn __mod__(&self, o: ExprIn) -> PyExpr {
-        ex(&self.e % o.expr())
-    }
-    fn __rmod__(&self, o: ExprIn) -> PyExpr {
-        ex(o.expr() % &self.e)
-    }
-    fn ceil_div(&self, o: ExprIn) -> PyExpr {
-        ex(self.e.ceil_div(o.expr()))
-    }
-    fn min(&self, o: ExprIn) -> PyExpr {
-        ex(self.e.min(o.expr()))
-    }
-    fn max(&self, o: ExprIn) -> PyExpr {
-        ex(self.e.max(o.expr()))
-    }
-    fn __repr__(&self) -> String {
-        format!("Expr({})", self.e)
-    }
-}
 
 /// Builders are numbered so that an id made by one is refused by another (its index would name
 /// some other tile there, or none).
@@ -187,15 +114,26 @@ fn access(what: &str, s: &str) -> PyResult<Access> {
 /// The tile language's kernel builder (see the module documentation). After `finish()` it is spent.
 #[pyclass(module = "kittens._kittens")]
 pub struct Builder {
-    k: Option<KernelBuilder>,
+    pub(crate) k: Option<KernelBuilder>,
     owner: u64,
+    /// Why it takes no more ops (empty while it does): finished, or a loop or conditional body
+    /// raised.
+    pub(crate) spent: String,
+    /// How many loop or conditional bodies are open (`finish()` is refused inside one).
+    pub(crate) depth: u32,
 }
 
 impl Builder {
-    fn b(&mut self) -> PyResult<&mut KernelBuilder> {
-        self.k.as_mut().ok_or_else(|| {
-            PyValueError::new_err("this Builder is finished: finish() was called already")
-        })
+    pub(crate) fn b(&mut self) -> PyResult<&mut KernelBuilder> {
+        if !self.spent.is_empty() {
+            return Err(PyValueError::new_err(format!(
+                "this Builder takes no more ops: {}",
+                self.spent
+            )));
+        }
+        self.k
+            .as_mut()
+            .ok_or_else(|| PyValueError::new_err("this Builder takes no more ops"))
     }
     fn mine(&self, what: &str, name: &str, owner: u64) -> PyResult<()> {
         if owner == self.owner {
@@ -270,22 +208,23 @@ impl Builder {
 
 #[pymethods]
 impl Builder {
-    /// `Builder(name, waves, schedule="plain")`: a kernel of `waves` waves per block. Only the plain
-    /// schedule (no implied synchronisation) is offered from Python for now.
+    /// `Builder(name, waves, schedule="plain", roles=None)`: a kernel of `waves` waves per block
+    /// under `schedule` (see [`crate::tile_body::schedule`]: "plain", "ping_pong8", "interleave4",
+    /// "producer_consumer" with `roles=(producers, consumers, producer_regs, consumer_regs)`).
     #[new]
-    #[pyo3(signature = (name, waves, schedule = "plain"))]
-    fn new(name: &str, waves: u32, schedule: &str) -> PyResult<Self> {
-        let schedule = match schedule {
-            "plain" => Schedule::Plain { waves },
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "schedule: {other:?} is not one of [\"plain\"]"
-                )))
-            }
-        };
+    #[pyo3(signature = (name, waves, schedule = "plain", roles = None))]
+    fn new(
+        name: &str,
+        waves: u32,
+        schedule: &str,
+        roles: Option<(u32, u32, u32, u32)>,
+    ) -> PyResult<Self> {
+        let schedule = crate::tile_body::schedule(waves, schedule, roles)?;
         Ok(Builder {
             k: Some(KernelBuilder::new(name, schedule)),
             owner: BUILDERS.fetch_add(1, Ordering::Relaxed),
+            spent: String::new(),
+            depth: 0,
         })
     }
 
@@ -357,6 +296,111 @@ impl Builder {
     /// This wave's index in its block.
     fn wave(&mut self) -> PyResult<PyExpr> {
         Ok(ex(self.b()?.wave()))
+    }
+
+    /// The warpgroup of this wave (four consecutive waves: `wave // 4`).
+    fn warpgroup(&mut self) -> PyResult<PyExpr> {
+        Ok(ex(self.b()?.warpgroup()))
+    }
+
+    /// `for v in start..end: body(v)`: `body` is a Python function of the loop variable (an `Expr`)
+    /// that adds the loop's ops to this builder; it runs once, at build time, and the loop runs on
+    /// the device (the Rust `KernelBuilder::for_range`).
+    fn for_range(
+        slf: &Bound<'_, Self>,
+        name: &str,
+        start: ExprIn,
+        end: ExprIn,
+        body: Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let what = format!("for_range `{name}`");
+        let mut k = take(slf)?;
+        let mut r = Ok(());
+        k.for_range(name, start.expr(), end.expr(), |inner, v| {
+            r = run_body(slf, inner, &what, || body.call1((ex(v),)).map(drop));
+        });
+        restore(slf, k, r)
+    }
+
+    /// `if cond: then() else: else_()`, decided per wave when the kernel runs (`cond` compares
+    /// expressions of the wave, warpgroup, block, parameters or loop variables); `then` and `else_`
+    /// are Python functions of no argument that add the branch's ops (the Rust `if_`/`if_else`).
+    #[pyo3(signature = (cond, then, else_ = None))]
+    fn if_(
+        slf: &Bound<'_, Self>,
+        cond: PyRef<PyCond>,
+        then: Bound<'_, PyAny>,
+        else_: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let mut k = take(slf)?;
+        let c = cond.c.clone();
+        let (mut r, mut r2) = (Ok(()), Ok(()));
+        let then_ =
+            |inner: &mut KernelBuilder| run_body(slf, inner, "if_", || then.call0().map(drop));
+        match else_ {
+            None => k.if_(c, |inner| r = then_(inner)),
+            // Both bodies are built; the else body of a failed then body adds to a spent builder
+            // and raises at its first op, and the first error is the one reported.
+            Some(g) => k.if_else(
+                c,
+                |inner| r = then_(inner),
+                |inner| r2 = run_body(slf, inner, "if_ (else_)", || g.call0().map(drop)),
+            ),
+        }
+        restore(slf, k, r.and(r2))
+    }
+
+    /// A compute cluster of the schedule: `body()` adds its ops; the schedule adds what it implies
+    /// around them (ping-pong: priority, fences and the cluster-end barrier).
+    fn compute(slf: &Bound<'_, Self>, label: &str, body: Bound<'_, PyAny>) -> PyResult<()> {
+        let (mut k, mut r) = (take(slf)?, Ok(()));
+        k.compute(label, |i| {
+            r = run_body(slf, i, "compute", || body.call0().map(drop))
+        });
+        restore(slf, k, r)
+    }
+
+    /// A memory cluster of the schedule (ping-pong: fences and the cluster-end barrier around it).
+    fn memory(slf: &Bound<'_, Self>, label: &str, body: Bound<'_, PyAny>) -> PyResult<()> {
+        let (mut k, mut r) = (take(slf)?, Ok(()));
+        k.memory(label, |i| {
+            r = run_body(slf, i, "memory", || body.call0().map(drop))
+        });
+        restore(slf, k, r)
+    }
+
+    /// The region where ping-pong's two warpgroups run one cluster apart (the stagger barriers).
+    fn staggered(slf: &Bound<'_, Self>, body: Bound<'_, PyAny>) -> PyResult<()> {
+        let (mut k, mut r) = (take(slf)?, Ok(()));
+        k.staggered(|i| r = run_body(slf, i, "staggered", || body.call0().map(drop)));
+        restore(slf, k, r)
+    }
+
+    /// The producer and consumer bodies of a producer/consumer schedule (each warpgroup runs one,
+    /// after setting its register budget).
+    fn roles(
+        slf: &Bound<'_, Self>,
+        producer: Bound<'_, PyAny>,
+        consumer: Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (mut k, mut r, mut r2) = (take(slf)?, Ok(()), Ok(()));
+        k.roles(
+            |i| r = run_body(slf, i, "roles (producer)", || producer.call0().map(drop)),
+            |i| r2 = run_body(slf, i, "roles (consumer)", || consumer.call0().map(drop)),
+        );
+        restore(slf, k, r.and(r2))
+    }
+
+    /// A scheduling fence: the compiler keeps the ops on either side apart.
+    fn fence(&mut self) -> PyResult<()> {
+        self.b()?.fence();
+        Ok(())
+    }
+
+    /// This wave's scheduling priority from here on (0 to 3).
+    fn prio(&mut self, p: u8) -> PyResult<()> {
+        self.b()?.prio(p);
+        Ok(())
     }
 
     /// A `rows × cols` window of tensor `g` at element `origin`, rows along `row_dim`.
@@ -492,6 +536,20 @@ impl Builder {
         Ok(())
     }
 
+    /// Global → shared, asynchronously, by every wave of the block together (the Rust
+    /// `load_async`); `wait_async(n)` then a `barrier()` make it visible.
+    fn load_async(&mut self, dst: PyRef<SView>, src: PyRef<GView>) -> PyResult<()> {
+        let (d, s) = (self.sv("load_async", &dst)?, self.gv("load_async", &src)?);
+        self.b()?.load_async(d, s);
+        Ok(())
+    }
+
+    /// Wait until at most `n` of this wave's async global → shared loads are in flight.
+    fn wait_async(&mut self, n: u32) -> PyResult<()> {
+        self.b()?.wait_async(n);
+        Ok(())
+    }
+
     /// Wait until at most `n` of this wave's shared-memory accesses are outstanding.
     fn wait_shared(&mut self, n: u32) -> PyResult<()> {
         self.b()?.wait_shared(n);
@@ -610,6 +668,54 @@ impl Builder {
         self.unary("col_max", &dst, &src, |k, d, s| k.col_max(d, s))
     }
 
+    /// `row_sum_acc(dst, src, acc)`: `dst[i] = acc[i] + Σ_j src[i,j]` (a running sum across a loop).
+    fn row_sum_acc(
+        &mut self,
+        dst: PyRef<Tile>,
+        src: PyRef<Tile>,
+        acc: PyRef<Tile>,
+    ) -> PyResult<()> {
+        self.with_vec("row_sum_acc", &dst, &src, &acc, |k, d, s, a| {
+            k.row_sum_acc(d, s, a)
+        })
+    }
+
+    /// `row_max_acc(dst, src, acc)`: `dst[i] = max(acc[i], max_j src[i,j])`.
+    fn row_max_acc(
+        &mut self,
+        dst: PyRef<Tile>,
+        src: PyRef<Tile>,
+        acc: PyRef<Tile>,
+    ) -> PyResult<()> {
+        self.with_vec("row_max_acc", &dst, &src, &acc, |k, d, s, a| {
+            k.row_max_acc(d, s, a)
+        })
+    }
+
+    /// `col_sum_acc(dst, src, acc)`: `dst[j] = acc[j] + Σ_i src[i,j]`.
+    fn col_sum_acc(
+        &mut self,
+        dst: PyRef<Tile>,
+        src: PyRef<Tile>,
+        acc: PyRef<Tile>,
+    ) -> PyResult<()> {
+        self.with_vec("col_sum_acc", &dst, &src, &acc, |k, d, s, a| {
+            k.col_sum_acc(d, s, a)
+        })
+    }
+
+    /// `col_max_acc(dst, src, acc)`: `dst[j] = max(acc[j], max_i src[i,j])`.
+    fn col_max_acc(
+        &mut self,
+        dst: PyRef<Tile>,
+        src: PyRef<Tile>,
+        acc: PyRef<Tile>,
+    ) -> PyResult<()> {
+        self.with_vec("col_max_acc", &dst, &src, &acc, |k, d, s, a| {
+            k.col_max_acc(d, s, a)
+        })
+    }
+
     /// `broadcast_row(dst, src)`: the Rust builder's op.
     fn broadcast_row(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>) -> PyResult<()> {
         self.unary("broadcast_row", &dst, &src, |k, d, s| k.broadcast_row(d, s))
@@ -719,9 +825,17 @@ impl Builder {
     /// Expands the schedule, validates every op (the Rust `KernelBuilder::finish`) and returns the
     /// [`Program`]; a build error is a ValueError with the Rust message.
     fn finish(&mut self) -> PyResult<Program> {
-        let k = self.k.take().ok_or_else(|| {
-            PyValueError::new_err("this Builder is finished: finish() was called already")
-        })?;
+        self.b()?;
+        if self.depth > 0 {
+            return Err(PyValueError::new_err(
+                "finish() inside the body of a for_range or if_: finish the Builder after its \
+                 loops and conditionals",
+            ));
+        }
+        let Some(k) = self.k.take() else {
+            return Err(PyValueError::new_err("this Builder takes no more ops"));
+        };
+        self.spent = "it is finished (finish() was called already)".into();
         k.finish()
             .map(Program::new)
             .map_err(|e| PyValueError::new_err(format!("kittens.tile: {e}")))
@@ -738,6 +852,7 @@ impl Builder {
 /// Registers the tile language's classes in the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyExpr>()?;
+    m.add_class::<PyCond>()?;
     m.add_class::<Builder>()?;
     m.add_class::<Global>()?;
     m.add_class::<Tile>()?;

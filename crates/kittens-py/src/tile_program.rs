@@ -1,20 +1,21 @@
 //! A finished tile program from Python ([`Program`]): its JSON and listing, the CPU interpreter
 //! (`kittens_ir::interp::run`, which refuses a kernel the schedule analysis finds racy), the race
 //! check, the lowering report per target (budgets, source, and what the installed compilers make of
-//! it), and the launch on CUDA tensors through the one prepared-call path
-//! (`kittens_runtime::cuda::dispatch::Prepared`), prepared once per configuration.
+//! it), and the preparation of its CUDA launch on the one prepared-call path
+//! (`kittens_runtime::cuda::dispatch::Prepared`, returned as a `prepared::Handle`; python/kittens/
+//! tile.py keeps one per configuration).
 
-use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 
-use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 use kittens_hw::{Arch, Target};
 use kittens_ir::{Access, Env, Kernel};
 use kittens_runtime::cuda::dispatch::{Prepared, StageSpec, TensorSpec};
+
+use crate::prepared::Handle;
 
 use crate::view::ApiError;
 
@@ -98,15 +99,6 @@ fn span(dims: &[u64], strides: &[u64]) -> usize {
         .zip(strides)
         .map(|(d, s)| ((d - 1) * s) as usize)
         .sum::<usize>()
-}
-
-/// Prepared launches by configuration; a handful of kernels per process is the use, so the map is
-/// simply emptied when full.
-const PREPARED_CACHE: usize = 64;
-
-fn prepared_cache() -> &'static Mutex<HashMap<String, Arc<Prepared>>> {
-    static CACHE: OnceLock<Mutex<HashMap<String, Arc<Prepared>>>> = OnceLock::new();
-    CACHE.get_or_init(Default::default)
 }
 
 #[pymethods]
@@ -295,106 +287,56 @@ impl Program {
         Ok(d)
     }
 
-    /// Launches on CUDA tensors (`torch.Tensor` on one device; every tensor the kernel declares, by
-    /// name) on `stream` (a `cudaStream_t` as an int; 0: the legacy default stream). The launch is
-    /// prepared (lowered for sm_90a, compiled, loaded, the layouts checked) once per configuration,
-    /// and each launch first asks the driver that every tensor lies in one allocation.
-    #[pyo3(signature = (tensors, params, stream = 0))]
-    fn launch(
+    /// Prepares the launch on CUDA device `device` for tensors of these layouts: `tensors` is
+    /// `(name, shape, strides, dtype)` of every tensor the kernel declares, in declaration order
+    /// (`dtype` as torch names it: "bfloat16", "float32", "float16"); the launch is lowered for
+    /// sm_90a, compiled (or read from the disk cache), loaded and the layouts checked against the
+    /// declarations. Returns the [`Handle`] whose `launch(ptrs, stream)` enqueues it; `kittens.tile`
+    /// keeps one per configuration, so a loop of calls prepares once.
+    fn prepare(
         &self,
         py: Python<'_>,
-        tensors: &Bound<'_, PyDict>,
+        tensors: Vec<(String, Vec<u64>, Vec<u64>, String)>,
         params: &Bound<'_, PyDict>,
-        stream: u64,
-    ) -> PyResult<()> {
+        device: i32,
+    ) -> PyResult<Handle> {
         let p = self.params(params)?;
-        let mut specs = Vec::new();
-        let mut ptrs = Vec::new();
-        let mut device = None;
-        for g in &self.kernel.globals {
-            let t = tensors
-                .get_item(&g.name)?
-                .ok_or_else(|| self.err(format!("tensor `{}` not given", g.name)))?;
-            if !t.getattr("is_cuda")?.extract::<bool>()? {
-                return Err(self.err(format!("tensor `{}` is not a CUDA tensor", g.name)));
-            }
-            let dev: i32 = t.getattr("device")?.getattr("index")?.extract()?;
-            if device.is_some_and(|d| d != dev) {
-                return Err(self.err(format!(
-                    "tensor `{}` is on cuda:{dev}, the others on cuda:{}",
-                    g.name,
-                    device.unwrap_or(dev)
-                )));
-            }
-            device = Some(dev);
-            let dt = t.getattr("dtype")?.str()?.to_string();
-            specs.push(TensorSpec {
-                name: g.name.clone(),
-                dtype: crate::prepared::dtype(&g.name, dt.trim_start_matches("torch."))?,
-                shape: t.getattr("shape")?.extract()?,
-                strides: t.call_method0("stride")?.extract()?,
-            });
-            ptrs.push(t.call_method0("data_ptr")?.extract::<u64>()?);
-        }
-        if tensors.len() != specs.len() {
+        let declared: Vec<&str> = self
+            .kernel
+            .globals
+            .iter()
+            .map(|g| g.name.as_str())
+            .collect();
+        let given: Vec<&str> = tensors.iter().map(|t| t.0.as_str()).collect();
+        if given != declared {
             return Err(self.err(format!(
-                "{} tensors given, the kernel takes {:?}",
-                tensors.len(),
-                self.kernel
-                    .globals
-                    .iter()
-                    .map(|g| &g.name)
-                    .collect::<Vec<_>>()
+                "tensors {given:?} given, the kernel takes {declared:?} in this order"
             )));
         }
-        let device = device.unwrap_or(0);
-        let mut h = DefaultHasher::new();
-        self.json.hash(&mut h);
-        let key = format!("{:016x} {p:?} {specs:?} {device}", h.finish());
-        let cached = prepared_cache()
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            .cloned();
-        let prepared = match cached {
-            Some(p) => p,
-            None => {
-                let stage = StageSpec {
-                    kernel: self.kernel.clone(),
-                    params: self.param_names().into_iter().zip(p.clone()).collect(),
-                };
-                let r = py.detach(|| {
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                        Prepared::new(device, &[stage], specs, &[])
-                    }))
-                });
-                let prepared = match r {
-                    Ok(Ok(p)) => Arc::new(p),
-                    Ok(Err(e)) => {
-                        return Err(PyRuntimeError::new_err(format!(
-                            "{} on CUDA: {e}",
-                            self.kernel.name
-                        )))
-                    }
-                    Err(p) => return Err(crate::panic_error(p)),
-                };
-                let mut c = prepared_cache()
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                if c.len() >= PREPARED_CACHE {
-                    c.clear();
-                }
-                c.insert(key, prepared.clone());
-                prepared
-            }
+        let specs = tensors
+            .into_iter()
+            .map(|(name, shape, strides, dt)| {
+                Ok(TensorSpec {
+                    dtype: crate::prepared::dtype(&format!("tensor `{name}`"), &dt)?,
+                    name,
+                    shape,
+                    strides,
+                })
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let stage = StageSpec {
+            kernel: self.kernel.clone(),
+            params: self.param_names().into_iter().zip(p).collect(),
         };
-        prepared
-            .check_memory(&ptrs)
-            .map_err(|e| self.err(format!("on CUDA: {e}")))?;
-        // SAFETY: the tensors' layouts, dtypes and device were checked when the call was prepared
-        // (they are in its key), and check_memory just confirmed each range lies in one live
-        // allocation; the caller's torch tensors stay alive until the stream has run the launch.
-        unsafe { prepared.launch(&ptrs, stream, &[]) }
-            .map_err(|e| PyRuntimeError::new_err(format!("{} on CUDA: {e}", self.kernel.name)))
+        let r = py.detach(|| {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                Prepared::new(device, &[stage], specs, &[])
+            }))
+        });
+        match r {
+            Ok(Ok(p)) => Ok(Handle::new(Arc::new(p))),
+            Ok(Err(e)) => Err(crate::prepared::launch_error(&self.kernel.name, e)),
+            Err(p) => Err(crate::panic_error(p)),
+        }
     }
 }

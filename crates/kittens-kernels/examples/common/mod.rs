@@ -106,9 +106,14 @@ pub fn write_kernel_file(k: &Kernel) -> std::path::PathBuf {
     let path = dir.join(format!("{}.json", k.name));
     std::fs::write(&path, kittens_ir::serial::to_json(k)).expect("writing the kernel file");
     println!("kernel file: {}", path.display());
+    let params: String = k
+        .params
+        .iter()
+        .map(|p| format!(" -p {}=37", p.name))
+        .collect();
     println!(
         "  kittens check --kernel-file {0} | kittens compile --kernel-file {0} --target gfx950 | \
-         kittens run --kernel-file {0} -p rows=37",
+         kittens run --kernel-file {0}{params}",
         path.display()
     );
     path
