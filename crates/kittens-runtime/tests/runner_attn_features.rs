@@ -383,17 +383,21 @@ fn bad_options_are_refused_by_name() {
     }
     let err = "3".parse::<Window>().unwrap_err();
     assert!(err.contains("left,right"), "{err}");
-    // The Hopper backward does not take a soft cap or a window yet: refused, not ignored.
-    let p = Problem {
+    // The Hopper backward's atomic form has too few registers for a soft cap at head dim 128:
+    // refused by name; the two-launch form takes it.
+    let mut p = Problem {
         logits: softcap(5.0),
+        variant: Some("atomic"),
         ..problem(&case(64, 64))
     };
-    let err = bwd
+    p.attn.dim = 128;
+    let sm90 = kittens_hw::Target::Sm90a;
+    let err = bwd.problem.build(&p, sm90).unwrap_err().to_string();
+    assert!(err.contains("softcap") && err.contains("atomic"), "{err}");
+    assert!(bwd
         .problem
-        .build(&p, kittens_hw::Target::Sm90a)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("softcap") && err.contains("Hopper"), "{err}");
+        .build(&Problem { variant: None, ..p }, sm90)
+        .is_ok());
 }
 
 /// Head dims beyond 64 and 128 (32, 96, 192, 256: FlashAttention-3's set and the smallest) with
