@@ -73,6 +73,23 @@ def test_deterministic_backward_is_bit_equal(d, kw):
             assert torch.equal(a, b), f"{name}: {int((a != b).sum())} elements differ between runs"
 
 
+@pytest.mark.parametrize("d", [192, 256])
+@pytest.mark.parametrize("kw", [{}, dict(causal=True), dict(softcap=5.0, window_size=(100, 0))], ids=str)
+def test_forward_head_dims_192_and_256(d, kw):
+    """The Hopper forward at head dims 192 and 256 (64-key blocks) against float64; its backward
+    refuses them, naming the register budget."""
+    g = torch.Generator().manual_seed(d)
+    q, k, v = (rand(2, n, hh, d, gen=g, scale=2.0) for n, hh in ((333, 4), (301, 2), (301, 2)))
+    out = flash_attn_func(q.cuda(), k.cuda(), v.cuda(), **kw).cpu()
+    exact = reference(*(t.double() for t in (q, k, v)), **kw)
+    base = reference(q, k, v, **kw)
+    err, bound = rel_err(out, exact), 2 * rel_err(base, exact) + FLOOR
+    assert err <= bound, f"{err:.3e} over 2 x bf16's {rel_err(base, exact):.3e} + {FLOOR}"
+    qc = q.cuda().requires_grad_()
+    with pytest.raises(ValueError, match="64 or 128.*registers"):
+        flash_attn_func(qc, k.cuda(), v.cuda(), **kw).float().sum().backward()
+
+
 def test_deterministic_must_be_a_bool():
     q = torch.zeros(1, 8, 1, 64, dtype=torch.bfloat16, device="cuda")
     with pytest.raises(TypeError, match="deterministic"):

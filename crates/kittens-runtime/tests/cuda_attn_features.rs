@@ -45,6 +45,55 @@ fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
     assert_eq!(n, 8);
 }
 
+/// The forward at head dims 192 and 256 (64-key blocks, `AttnConfig::fit_hopper`): dense, with the
+/// log-sum-exp, a 3-part key split, and every option with a causal mask.
+#[test]
+fn attn_fwd_head_dims_192_and_256_compile_for_sm_90a_without_spills() {
+    ensure_nvrtc();
+    let cache = fresh_cache("attn-features-dims");
+    let entry = kittens_kernels::by_name("attn_fwd").unwrap();
+    let all = options().pop().expect("the all-options case").1;
+    for dim in [192, 256] {
+        let cases = [
+            ("dense", Problem::default()),
+            (
+                "lse",
+                Problem {
+                    lse: true,
+                    ..Problem::default()
+                },
+            ),
+            (
+                "split 3",
+                Problem {
+                    lse: true,
+                    kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Fixed(3),
+                    ..Problem::default()
+                },
+            ),
+            ("all, causal", all),
+        ];
+        for (what, mut p) in cases {
+            p.attn.dim = dim;
+            let what = format!("{what} D{dim}");
+            for stage in entry
+                .problem
+                .stages(
+                    &p,
+                    Target::Sm90a,
+                    &entry.problem.plan(&p, Target::Sm90a).unwrap(),
+                )
+                .unwrap_or_else(|e| panic!("{what}: {e}"))
+            {
+                let l = kittens_codegen::lower(&stage.kernel, Target::Sm90a)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let r = compile_clean(&l, &cache, &what);
+                eprintln!("{} {what}: {r:?}", l.entry);
+            }
+        }
+    }
+}
+
 /// The Hopper backward's launches — the query blocks (`dq`), the key blocks (the default) and the
 /// key blocks adding dQ atomically (`atomic`) — with each option and all together, at both head
 /// dimensions; the atomic form refuses a soft cap at head dimension 128.

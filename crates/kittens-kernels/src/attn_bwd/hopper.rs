@@ -52,13 +52,15 @@ const STEP: u32 = 64;
 const STEP_Q: u32 = 128;
 /// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
 const COLS: u32 = 64;
+/// Registers per thread of a consumer warpgroup (`setmaxnreg`).
+const CONSUMER_REGS: u32 = 240;
 
 fn schedule() -> Schedule {
     Schedule::ProducerConsumer {
         producers: 1,
         consumers: 2,
         producer_regs: 24,
-        consumer_regs: 240,
+        consumer_regs: CONSUMER_REGS,
     }
 }
 
@@ -66,9 +68,14 @@ fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
     if cfg.dim == 64 || cfg.dim == 128 {
         Ok(())
     } else {
+        // Each consumer wave holds dK and dV (2 × dim/64 f32 tiles of 32 registers) beside the
+        // scores and dP (64): at 192 that is 256 of the 240 registers a consumer gets.
+        let regs = 2 * (cfg.dim / COLS) * 32 + 64;
         Err(KernelError::Config(format!(
-            "attn_bwd (producer/consumer): dim {} must be 64 or 128",
-            cfg.dim
+            "attn_bwd (producer/consumer): dim {} must be 64 or 128 (the key blocks' dK, dV, scores \
+             and dP take {regs} of the {} registers per consumer thread at this dim; 64-column \
+             shared tiles)",
+            cfg.dim, CONSUMER_REGS
         )))
     }
 }
