@@ -219,7 +219,7 @@ _CAUSAL_ALIGN = ("top_left", "bottom_right")
 
 def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[float] = None, *, out: Any = None,
               return_lse: bool = False, causal_align: str = "top_left", softcap: Optional[float] = None,
-              window: Optional[Any] = None):
+              window: Optional[Any] = None, deterministic: bool = False):
     """``F.scaled_dot_product_attention(q, k, v, is_causal=causal)`` for bfloat16 q (B, H, N, D) and
     k, v (B, H_kv, N_kv, D); grouped-query attention when H_kv divides H (as ``enable_gqa=True``).
 
@@ -237,9 +237,10 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     ``softcap`` (logits capped to ``softcap * tanh(l / softcap)``; > 0) and ``window=(left, right)``
     (FlashAttention's sliding window, bottom-right aligned: query i keeps keys
     ``i + N_kv - N - left ..= i + N_kv - N + right``, -1 unbounded; with ``causal`` both masks apply)
-    are constants of the kernel, each value its own compiled kernel; the CUDA backward takes the scale
-    only (a soft cap or window there is a ValueError). ``kittens.flash_attn.flash_attn_func`` is
-    FlashAttention's signature over this.
+    are constants of the kernel, each value its own compiled kernel. ``deterministic=True`` makes the
+    CUDA backward bitwise reproducible: dQ from the query blocks' own pass, never the float32 atomic
+    adds that the default takes at head dim 128 (``kittens._backward``). ``kittens.flash_attn.flash_attn_func``
+    is FlashAttention's signature over this.
 
     ``return_lse=True`` returns ``(out, lse)``: ``lse`` is a new float32 array (B, H, N) on q's device,
     ``lse[b, h, i] = log(sum_j exp(scale * q_i . k_j))`` over the keys query i keeps (natural log;
@@ -248,7 +249,7 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     CPU arrays run on the interpreter. CUDA tensors run ``attn_fwd`` lowered for sm_90a (Hopper) on the
     current torch stream, one compiled kernel per head dim, mask and alignment, memory order and
     log-sum-exp output (compiled or loaded on its first call, cached for the process); there the head
-    dim must be 64 or 128 (a ValueError otherwise). Few query rows against many keys (decoding) take
+    dim must be 64, 128, 192 or 256 (the backward: 64 or 128; a ValueError otherwise). Few query rows against many keys (decoding) take
     the key split where it pays on the device's SMs (Flash-Decoding): the keys cut into parts, one
     block each, and a second kernel merging the parts by their log-sum-exp, with the partials in
     stream-ordered scratch. Like :func:`matmul`, CUDA calls allocate nothing else and synchronise
@@ -261,6 +262,8 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
     if not isinstance(return_lse, bool) and type(return_lse).__name__ != "bool_":
         raise TypeError(f"return_lse must be a bool, got {type(return_lse).__name__}")
+    if not isinstance(deterministic, bool):
+        raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
     if not isinstance(causal_align, str):
         raise TypeError(f"causal_align must be a str, one of {_CAUSAL_ALIGN}, got {type(causal_align).__name__}")
     if causal_align not in _CAUSAL_ALIGN:
@@ -284,7 +287,7 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
         op = _OPS.attention_eager if _eager(q, k, v) else sys.modules["torch"].ops.kittens.attention
         o, lse = op(
             q, k, v, bool(causal), None if scale is None else float(scale), causal_align == "bottom_right",
-            bool(return_lse), softcap, window,
+            bool(return_lse), softcap, window, deterministic,
         )
         return (o, lse) if return_lse else o
     _no_autograd_with_out("attention with out= or a non-torch argument", q, k, v)

@@ -16,7 +16,8 @@ launches on the H100 (docs/performance.md, "attn_bwd"), and ``"two"`` at head di
 1.01-1.04x in one run was within the run-to-run spread (timed interleaved later: 0.98-1.01, 0.999 over
 N 1024-8192) and the deterministic launches are kept. The
 form is the ``form=`` argument, else the environment variable ``KITTENS_ATTN_BWD`` (read once), else
-``"auto"``; ``form="two"`` is the deterministic choice. Both forms are the registry's ``attn_bwd``
+``"auto"``; ``form="two"`` is the deterministic choice (``kittens.attention(..., deterministic=True)`` and
+``flash_attn_func(..., deterministic=True)`` take it). Both forms are the registry's ``attn_bwd``
 launches (variants ``dq`` and ``atomic``) through the one prepared-call path (``kittens._dispatch``).
 CPU tensors run the same gradients on the CPU interpreter (``attn_bwd``'s one-launch program, which
 computes D itself) whatever the form.
@@ -62,9 +63,10 @@ FORMS = ("auto", "two", "atomic")
 _env_form = None
 
 
-def _form(form, dim):
+def _form(form, dim, softcap=None):
     """The launch form for head dim ``dim``: ``form``, else ``KITTENS_ATTN_BWD`` (read on first use), else
-    ``"auto"``; ``"auto"`` resolves to ``"atomic"`` at head dim 128 and ``"two"`` otherwise."""
+    ``"auto"``; ``"auto"`` resolves to ``"atomic"`` at head dim 128 without a soft cap (the atomic
+    key blocks refuse one there: too few registers) and ``"two"`` otherwise."""
     global _env_form
     if form is None:
         if _env_form is None:
@@ -76,7 +78,7 @@ def _form(form, dim):
     if form not in FORMS:
         raise ValueError(f"kittens._attention_backward: {where}; the form is 'auto', 'two' or 'atomic'")
     if form == "auto":
-        return "atomic" if dim == 128 else "two"
+        return "atomic" if dim == 128 and softcap is None else "two"
     return form
 
 
@@ -93,13 +95,13 @@ def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, fo
     the natural log of each query's sum of ``exp(scale * q·k)`` over its unmasked keys (what
     ``kittens.attention(..., return_lse=True)`` returns, but ``+inf`` for a query that keeps no key).
     ``causal`` masks keys after each query, top-left, or bottom-right with ``bottom_right`` (query i
-    keeps keys j <= i + N_kv - N, the forward's ``causal_align="bottom_right"``). Any finite positive ``scale`` (default ``1/sqrt(D)``), ``softcap`` and ``window`` as the forward took them (the CUDA launches take the scale only). The gradients come back in q's (and k's) memory
+    keeps keys j <= i + N_kv - N, the forward's ``causal_align="bottom_right"``). Any finite positive ``scale`` (default ``1/sqrt(D)``), ``softcap`` and ``window`` as the forward took them. The gradients come back in q's (and k's) memory
     order: (B, H, N, D) or (B, N, H, D) seen through ``.transpose(1, 2)``; other strides are copied to
     (B, H, N, D) first. On CUDA the head dim must be 64 or 128. ``form``: ``"auto"``, ``"two"`` or
     ``"atomic"`` launches (module docstring); ``None`` takes ``KITTENS_ATTN_BWD``, else ``"auto"``.
     """
     b, h, hk, n, nk, d = _check(q, k, v, out, grad_out, lse, scale)
-    atomic = _form(form, d) == "atomic"
+    atomic = _form(form, d, softcap) == "atomic"
     opts = (None if scale is None else float(scale), None if softcap is None else float(softcap),
             None if window is None else (int(window[0]), int(window[1])))
     if q.device.type == "cuda":

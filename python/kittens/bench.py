@@ -2,7 +2,8 @@
 PyTorch's own kernels on the same tensors, in one process.
 
 * gemm: ``kittens.matmul(a, w.T)`` against ``torch.matmul(a, w.T)`` (cuBLAS).
-* attn: ``kittens.attention`` against ``F.scaled_dot_product_attention`` (cuDNN / FlashAttention).
+* attn: ``kittens.attention`` against ``F.scaled_dot_product_attention`` (cuDNN / FlashAttention);
+  ``--options``: soft cap, sliding window, ALiBi and head dims (``kittens.bench_attn_opts``).
 * overhead: per-call time of a loop of calls, host included, against PyTorch's op (``kittens.bench_overhead``).
 * layernorm, rotary: against PyTorch eager and ``torch.compile`` of the same expression, in GB/s and as
   a fraction of the copy bandwidth measured in the same run (``kittens.bench_mem``).
@@ -363,6 +364,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--backend", choices=["default", "cudnn", "flash"], default="default",
                    help="attn: the SDPA backend to compare with (default: PyTorch's choice)")
+    p.add_argument("--options", action="store_true",
+                   help="attn: FlashAttention's options (softcap, window, alibi, head dims) against PyTorch "
+                        "(kittens.bench_attn_opts)")
+    p.add_argument("--opt-seq", type=int, default=4096, help="attn --options: the sequence length")
     p.add_argument("--backward", action="store_true",
                    help="attn: the backward against SDPA's cuDNN and flash backends (kittens.bench_bwd)")
     p.add_argument("--bwd-form", choices=["auto", "two", "atomic", "both"], default="auto",
@@ -403,6 +408,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return main_overhead(torch, kittens, args)
     if args.what == "attn" and args.backward:
         return main_backward(torch, kittens, args)
+    if args.what == "attn" and args.options:
+        from . import bench_attn_opts
+
+        return bench_attn_opts.main_options(torch, kittens, args, _header(torch, kittens, args))
     if args.what == "gemm":
         rows = bench_gemm(torch, kittens, args)
         theirs, title = "torch.matmul", "bf16 GEMM, C = A·Wᵀ: kittens vs torch.matmul (cuBLAS)"

@@ -14,8 +14,8 @@ output in FlashAttention's layout, again a view. The mapping:
   seqlen_q + right, -1 unbounded; with ``causal`` both apply, which is FlashAttention's right side 0);
 * ``softcap`` -> ``softcap=`` when > 0 (logits ``softcap * tanh(logits / softcap)``; 0.0, the
   default, is none);
-* ``deterministic``: accepted either way; the kittens backward is deterministic (dQ is a pass of its
-  own, no atomic adds).
+* ``deterministic`` -> ``deterministic=`` (the CUDA backward's dQ from a pass of its own, bitwise
+  reproducible; the default takes float32 atomic adds at head dim 128, whose last bits vary).
 
 Not supported (a clear error rather than a silently different result): ``dropout_p > 0``,
 ``alibi_slopes``, ``return_attn_probs=True``.
@@ -106,6 +106,7 @@ def flash_attn_func(
         causal=causal,
         scale=softmax_scale,
         causal_align="bottom_right" if causal else "top_left",
+        deterministic=deterministic,
         **extra,
     )
     return out.transpose(1, 2)

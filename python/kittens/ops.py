@@ -176,14 +176,15 @@ matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
 
 def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Optional[float] = None,
               bottom_right: bool = False, lse_grad: bool = False, softcap: Optional[float] = None,
-              window: Optional[List[int]] = None) -> Tuple[Tensor, Tensor]:
+              window: Optional[List[int]] = None, deterministic: bool = False) -> Tuple[Tensor, Tensor]:
     """``(out, lse)``: attention of q (B, H, N, D) over k, v (B, H_kv, N_kv, D) and the float32
     log-sum-exp (B, H, N) of every query's scaled logits (``-inf`` where a query keeps no key).
 
     q, k, v may each be in its own layout: the kernel reads one, so the op copies the odd ones out into
     q's (interim; the output takes it too). ``lse_grad``: whether ``lse`` is differentiable (the
     public ``kittens.attention(..., return_lse=True)``); otherwise it carries no gradient, and the
-    backward skips its term."""
+    backward skips its term. ``deterministic``: the backward's dQ is the launches' own pass (bitwise
+    reproducible), never the atomic adds (FlashAttention's ``deterministic=True``)."""
     # The kernels take the scale, soft cap and window themselves (kittens_kernels::attn_score).
     opts = _attn_opts(scale, softcap, window)
     if q.is_cuda:
@@ -210,7 +211,8 @@ attention = torch.library.custom_op("kittens::attention", mutates_args=())(atten
 
 
 @attention.register_fake
-def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False, softcap=None, window=None):
+def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False, softcap=None, window=None,
+      deterministic=False):
     for name, t in (("q", q), ("k", k), ("v", v)):
         _bf16(name, t)
         if t.dim() != 4:
@@ -221,11 +223,11 @@ def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False, sof
 
 
 def _attention_setup(ctx, inputs, output):
-    q, k, v, causal, scale, bottom_right, lse_grad, softcap, window = inputs
+    q, k, v, causal, scale, bottom_right, lse_grad, softcap, window, deterministic = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.causal, ctx.scale, ctx.bottom_right, ctx.lse_grad = causal, scale, bottom_right, lse_grad
-    ctx.softcap, ctx.window = softcap, window
+    ctx.softcap, ctx.window, ctx.deterministic = softcap, window, deterministic
     if not lse_grad:
         ctx.mark_non_differentiable(lse)
 
@@ -236,16 +238,17 @@ def _attention_grad(ctx, grad_out, grad_lse):
         grad_out = torch.zeros_like(out)
     dq, dk, dv = torch.ops.kittens.attention_backward(
         grad_out.to(torch.bfloat16), q, k, v, out, lse, ctx.causal, ctx.scale, ctx.bottom_right, ctx.softcap,
-        ctx.window,
+        ctx.window, ctx.deterministic,
     )
     if ctx.lse_grad and grad_lse is not None:
         dq2, dk2 = _lse_grad(grad_lse, q, k, v, lse, ctx.causal, ctx.scale, ctx.bottom_right, ctx.softcap,
-                             ctx.window)
+                             ctx.window, ctx.deterministic)
         dq, dk = dq + dq2, dk + dk2
-    return dq, dk, dv, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
-def _lse_grad(grad_lse, q, k, v, lse, causal, scale, bottom_right, softcap=None, window=None):
+def _lse_grad(grad_lse, q, k, v, lse, causal, scale, bottom_right, softcap=None, window=None,
+              deterministic=False):
     """The gradients of ``sum(grad_lse * lse)`` for q and k, by the attention backward kernel.
 
     ``d lse_i / d s_ij = P_ij`` (the softmax), so the logits' gradient is ``dS = grad_lse_i * P_ij``.
@@ -261,7 +264,7 @@ def _lse_grad(grad_lse, q, k, v, lse, causal, scale, bottom_right, softcap=None,
     d_o = torch.cat([hi.unsqueeze(-1), lo.unsqueeze(-1), zeros[..., 2:]], dim=-1)
     ones = torch.ones_like(k)
     dq, dk, _ = torch.ops.kittens.attention_backward(d_o, q, k, ones, zeros, lse, causal, scale, bottom_right,
-                                                     softcap, window)
+                                                     softcap, window, deterministic)
     return dq, dk
 
 
@@ -279,23 +282,26 @@ def _bwd_layout(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -> str:
 def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                        causal: bool = False, scale: Optional[float] = None,
                        bottom_right: bool = False, softcap: Optional[float] = None,
-                       window: Optional[List[int]] = None) -> Tuple[Tensor, Tensor, Tensor]:
+                       window: Optional[List[int]] = None,
+                       deterministic: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
     """``(dq, dk, dv)`` of :func:`attention` from its output and log-sum-exp, by the attention
     backward kernel (dK and dV summed over each KV head's query heads); any strides (copied where the
     kernel needs them); gradients in (B, N, H, D) order when all of q, k, v and grad_out are, else
-    dense (B, H, N, D)."""
+    dense (B, H, N, D). ``deterministic``: the two-launch form on CUDA (dQ a pass of its own, bitwise
+    reproducible), whatever ``KITTENS_ATTN_BWD`` says."""
     from ._backward import attention_backward as run
 
     layout = _bwd_layout(q, k, v, grad_out)
     # A query that keeps no key has lse = -inf from the forward; the backward takes +inf there (P = 0).
     lse = torch.where(lse == float("-inf"), torch.full_like(lse, float("inf")), lse)
-    dq, dk, dv = run(q, k, v, out, grad_out, lse, causal, scale, bottom_right=bottom_right, softcap=softcap,
-                     window=window)
+    dq, dk, dv = run(q, k, v, out, grad_out, lse, causal, scale, "two" if deterministic else None,
+                     bottom_right=bottom_right, softcap=softcap, window=window)
     return tuple(_in_layout(t, layout) for t in (dq, dk, dv))
 
 
 @attention_backward.register_fake
-def _(grad_out, q, k, v, out, lse, causal=False, scale=None, bottom_right=False, softcap=None, window=None):
+def _(grad_out, q, k, v, out, lse, causal=False, scale=None, bottom_right=False, softcap=None, window=None,
+      deterministic=False):
     layout = _bwd_layout(q, k, v, grad_out)
     return tuple(_empty(t.shape, layout, q) for t in (q, k, v))
 

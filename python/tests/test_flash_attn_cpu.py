@@ -157,3 +157,36 @@ def test_the_package_exports_it_as_flash_attn_does():
     from kittens import flash_attn_func as again
 
     assert again is flash_attn_func
+
+
+def test_deterministic_reaches_the_backward_form():
+    """``deterministic=True`` asks the backward for the two-launch form (dQ a pass of its own) whatever
+    the default; the default takes the atomic form at head dim 128 only without a soft cap (the atomic
+    key blocks refuse one there); on the CPU both give the interpreter's gradients."""
+    from kittens import _backward
+
+    assert _backward._form("auto", 128) == "atomic"
+    assert _backward._form("auto", 128, softcap=5.0) == "two"
+    assert _backward._form("auto", 64) == "two"
+    seen = []
+    real = _backward.attention_backward
+
+    def spy(*a, **kw):
+        seen.append(a[8] if len(a) > 8 else kw.get("form"))
+        return real(*a, **kw)
+
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (rand(1, 40, 2, 64, gen=g).requires_grad_() for _ in range(3))
+    _backward.attention_backward = spy
+    try:
+        grads = {}
+        for det in (False, True):
+            out = flash_attn_func(q, k, v, causal=True, deterministic=det)
+            grads[det] = torch.autograd.grad(out.float().sum(), (q, k, v))
+    finally:
+        _backward.attention_backward = real
+    assert seen == [None, "two"], seen
+    for a, b in zip(grads[False], grads[True]):
+        assert torch.equal(a, b)
+    with pytest.raises(TypeError, match="deterministic"):
+        flash_attn_func(q, k, v, deterministic=1)

@@ -101,6 +101,17 @@ impl Logits {
         true
     }
 
+    /// With a cap: the f32 scores `s` become `tanh(x·scale/cap)` in place and the cap is returned
+    /// (the Hopper backward forms the logits `cap·tanh` and the derivative `1 − tanh²` in tiles
+    /// of its own choosing, `crate::attn_bwd`'s `hopper`). Without a cap: nothing, `None`.
+    pub fn tanh(&self, k: &mut KernelBuilder, s: RegId, dim: u32) -> Option<f32> {
+        let cap = self.softcap?;
+        self.cap_r(k, s, dim, cap);
+        k.mul(s, s, -2.0f32);
+        k.add(s, s, 1.0f32);
+        Some(cap)
+    }
+
     /// `s := r = 1 / (exp(2u) + 1)` with `u = x·scale/cap`, so that `tanh(u) = 1 − 2r`.
     fn cap_r(&self, k: &mut KernelBuilder, s: RegId, dim: u32, cap: f32) {
         k.mul(s, s, 2.0 * LOG2_E * self.scale(dim) / cap);

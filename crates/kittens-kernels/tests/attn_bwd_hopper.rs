@@ -3,12 +3,15 @@
 //! backward, at lengths that are no multiple of the 128-row blocks or 64-row steps, with query and key
 //! lengths that differ, MHA and GQA, both masks and both layouts, head dimensions 64 and 128; and the
 //! FlashAttention-3 form (`BwdSchedule::HopperAtomicPre`, `HopperAtomicKv`, `HopperAtomicDq`: D,
-//! the key blocks adding dQ in f32, the conversion) at the same shapes.
+//! the key blocks adding dQ in f32, the conversion) at the same shapes; and FlashAttention's
+//! options (`kittens_kernels::attn_score`: a scale, a soft cap, a sliding window, each alone and all
+//! together) against the f64 gradients of the same options.
 
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
 use kittens_kernels::attn_bwd::{build, delta, BwdConfig, BwdSchedule, BwdShape, Causal};
 use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::attn_score::{AttnOptions, Logits, Window};
 use kittens_kernels::problem::random_scaled;
 use kittens_kernels::reference::{compare, judge, Tolerance};
 use kittens_kernels::reference_bwd;
@@ -16,15 +19,28 @@ use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 /// `empty`: the log-sum-exp given for a query that keeps no key (the f64 forward's own value when
-/// `None`; the forward kernels write −∞).
-fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>, atomic: bool) {
-    let what = format!("{sh:?} {causal:?} scale {scale} empty rows {empty:?} atomic dQ {atomic}");
+/// `None`; the forward kernels write −∞). Returns the wave ops the launches ran.
+fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>, atomic: bool) -> u64 {
+    check_opts(sh, causal, scale, empty, atomic, &AttnOptions::default())
+}
+
+/// [`check_with`] with the options `opts`, against the f64 gradients of the same options.
+fn check_opts(
+    sh: BwdShape,
+    causal: Causal,
+    scale: f32,
+    empty: Option<f32>,
+    atomic: bool,
+    opts: &AttnOptions,
+) -> u64 {
+    let what =
+        format!("{sh:?} {causal:?} scale {scale} empty rows {empty:?} atomic dQ {atomic} {opts:?}");
     let mut rng = SmallRng::seed_from_u64((sh.seq_q * 977 + sh.seq_kv) as u64);
     let q = random_scaled(&mut rng, sh.q_len(), DType::Bf16, scale);
     let k = random_scaled(&mut rng, sh.kv_len(), DType::Bf16, scale);
     let v = random_scaled(&mut rng, sh.kv_len(), DType::Bf16, 1.0);
     let d_o = random_scaled(&mut rng, sh.q_len(), DType::Bf16, 1.0);
-    let f = reference_bwd::forward(&q, &k, &v, &sh, causal);
+    let f = reference_bwd::forward_with(&q, &k, &v, &sh, causal, opts);
     let o: Vec<f32> =
         f.o.iter()
             .map(|&x| round(x as f32, DType::Bf16, Rounding::Rtne))
@@ -47,8 +63,11 @@ fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>, atom
         dim: sh.dim as u32,
         causal,
         layout: sh.layout,
+        logits: opts.logits,
+        window: opts.window,
         ..BwdConfig::default()
     };
+    let wave_ops = std::cell::Cell::new(0u64);
     // Tensors by the names the programs declare, in their declaration order.
     let run = |kernel: &kittens_ir::Kernel, named: &[(&str, &Vec<f32>)]| -> Vec<Vec<f32>> {
         let mut t: Vec<Vec<f32>> = kernel
@@ -62,7 +81,9 @@ fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>, atom
                     .unwrap_or_else(|| panic!("{what}: no tensor `{}`", g.name))
             })
             .collect();
-        kittens_ir::interp::run(kernel, &params, &mut t).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let stats = kittens_ir::interp::run(kernel, &params, &mut t)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        wave_ops.set(wave_ops.get() + stats.wave_ops);
         t
     };
     let index = |kernel: &kittens_ir::Kernel, name: &str| {
@@ -148,8 +169,8 @@ fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>, atom
         &dl.iter().map(|&x| f64::from(x)).collect::<Vec<_>>(),
     );
     assert!(e.rel_err < 1e-5, "{what}: D {e:?}");
-    let g = reference_bwd::backward(&q, &k, &v, &d_o, &sh, causal);
-    let base = reference_bwd::backward_bf16_baseline(&q, &k, &v, &d_o, &sh, causal);
+    let g = reference_bwd::backward_with(&q, &k, &v, &d_o, &sh, causal, opts);
+    let base = reference_bwd::backward_bf16_baseline_with(&q, &k, &v, &d_o, &sh, causal, opts);
     for (name, ours, reference, baseline) in [
         ("dq", &dq, &g.dq, &base[0]),
         ("dk", &dk, &g.dk, &base[1]),
@@ -166,6 +187,7 @@ fn check_with(sh: BwdShape, causal: Causal, scale: f32, empty: Option<f32>, atom
             assert!(c.verdict.passed, "{what}: {name} {c:?}");
         }
     }
+    wave_ops.get()
 }
 
 /// Both Hopper forms: two launches (the query blocks recompute dQ) and three (dQ added atomically
@@ -262,4 +284,92 @@ fn causal_blocks_paired_long_with_short() {
         Causal::BottomRight,
         1.0,
     );
+}
+
+fn opts(scale: Option<f32>, softcap: Option<f32>, window: Option<(i64, i64)>) -> AttnOptions {
+    AttnOptions {
+        logits: Logits { scale, softcap },
+        window: window.map(|(l, r)| Window::new(l, r).unwrap()),
+    }
+}
+
+/// [`check_opts`] in both Hopper forms (the atomic one refuses a soft cap past head dimension 64);
+/// the wave ops of the two-launch form.
+fn check_both(sh: BwdShape, causal: Causal, input: f32, o: &AttnOptions) -> u64 {
+    if o.logits.softcap.is_none() || sh.dim == 64 {
+        check_opts(sh, causal, input, None, true, o);
+    }
+    check_opts(sh, causal, input, None, false, o)
+}
+
+/// A soft cap that bites (inputs ×4 at head dimension 64: logits of about ±5 before the cap of 5),
+/// alone and with a scale; at head dimension 128 under GQA and a bottom-right mask.
+#[test]
+fn softcap() {
+    let sh = shape(1, 1, 150, 133, 64, AttnLayout::Bshd);
+    check_both(sh, Causal::No, 4.0, &opts(None, Some(5.0), None));
+    check_both(sh, Causal::TopLeft, 4.0, &opts(Some(0.2), Some(5.0), None));
+    let sh = shape(4, 2, 70, 137, 128, AttnLayout::Bhsd);
+    check_both(sh, Causal::BottomRight, 2.0, &opts(None, Some(3.0), None));
+}
+
+/// Windows whose edges fall inside and on the 64- and 128-row blocks and steps, bounded on one side
+/// or both, with and without a causal mask, query and key lengths that differ.
+#[test]
+fn windows() {
+    let sh = shape(2, 1, 300, 300, 64, AttnLayout::Bshd);
+    for w in [(64, 63), (100, 30), (-1, 40), (50, -1), (128, 0)] {
+        check_both(sh, Causal::No, 1.0, &opts(None, None, Some(w)));
+    }
+    check_both(sh, Causal::TopLeft, 1.0, &opts(None, None, Some((70, -1))));
+    let sh = shape(2, 2, 190, 333, 128, AttnLayout::Bhsd);
+    check_both(
+        sh,
+        Causal::BottomRight,
+        1.0,
+        &opts(None, None, Some((64, 0))),
+    );
+    check_both(sh, Causal::No, 1.0, &opts(None, None, Some((30, 200))));
+}
+
+/// A scale, a soft cap, a window and a bottom-right mask together, GQA, head dimension 128.
+#[test]
+fn every_option_together() {
+    let sh = shape(4, 2, 211, 300, 128, AttnLayout::Bhsd);
+    let o = opts(Some(0.1), Some(5.0), Some((90, 20)));
+    check_both(sh, Causal::BottomRight, 2.0, &o);
+}
+
+/// A window that leaves the first 140 queries without keys (140 more queries than keys, keys
+/// `i − 150 ..= i − 140`), whichever infinity their log-sum-exp is given as, with and without a cap.
+#[test]
+fn windows_leave_queries_without_keys() {
+    let sh = shape(2, 2, 200, 60, 64, AttnLayout::Bshd);
+    for cap in [None, Some(4.0)] {
+        for empty in [None, Some(f32::NEG_INFINITY), Some(f32::INFINITY)] {
+            for atomic in [false, true] {
+                let o = opts(None, cap, Some((10, 0)));
+                check_opts(sh, Causal::No, 2.0, empty, atomic, &o);
+            }
+        }
+    }
+}
+
+/// The key blocks stop at the last query step that reaches their keys and the query blocks start
+/// at the first key step their queries keep: at 2048 queries and keys a (64, 63) window runs a
+/// small part of the dense program's wave ops (both launches).
+#[test]
+fn windows_skip_steps() {
+    let sh = shape(1, 1, 2048, 2048, 64, AttnLayout::Bshd);
+    let dense = check_opts(sh, Causal::No, 1.0, None, false, &AttnOptions::default());
+    let window = check_opts(
+        sh,
+        Causal::No,
+        1.0,
+        None,
+        false,
+        &opts(None, None, Some((64, 63))),
+    );
+    eprintln!("{window} wave ops with a (64, 63) window, {dense} without");
+    assert!(window * 5 < dense, "{window} vs {dense}");
 }

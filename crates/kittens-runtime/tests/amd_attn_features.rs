@@ -38,17 +38,11 @@ fn attention_with_options_compiles_without_spills() {
                         "{kernel} {t} {what} D{dim}: {} VGPR + {} AGPR, spills {}/{}, scratch {}",
                         r.vgpr, r.agpr, r.vgpr_spill, r.sgpr_spill, r.scratch_bytes
                     );
-                    // Known and not fixed: gfx942's backward at head dim 64 with a bottom-right
-                    // causal mask, a window and a soft cap at once (its plain program is at 244-251
-                    // VGPRs with any one of them) runs out of VGPRs: 13 SGPRs spill into VGPR lanes
-                    // and 2 AGPRs are used, 258 unified registers, over the budget. No scratch.
                     if (kernel, t, what, dim) == ("attn_bwd", Target::Gfx942, "all, causal", 64) {
-                        assert_eq!(
-                            (r.vgpr_spill, r.scratch_bytes),
-                            (0, 0),
-                            "{kernel} {t} {what}"
-                        );
-                        continue;
+                        // The plain program spilled 13 SGPRs here: the run takes the 4-wave
+                        // interleave (`attn_bwd::problem::config`).
+                        assert!(l.entry.contains("attn_bwd"), "{}", l.entry);
+                        assert!(r.agpr > 0, "{kernel} {t} {what}: not the interleave: {r:?}");
                     }
                     assert_eq!(
                         (r.vgpr_spill, r.sgpr_spill, r.scratch_bytes),

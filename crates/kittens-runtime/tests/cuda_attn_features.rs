@@ -1,8 +1,8 @@
 //! FlashAttention's options (`kittens_kernels::attn_score`: any softmax scale, a soft cap, a sliding
 //! window) on the sm_90a programs, built the way a run builds them (`KernelProblem::build`), lowered
-//! and compiled by NVRTC without spills, stack or ptxas performance warnings: the forward with each
-//! option and all together at both head dimensions, the Hopper backward's two launches with a scale
-//! (it refuses a soft cap and a window, `runner_attn_features`). NVRTC runs without a GPU.
+//! and compiled by NVRTC without spills, stack or ptxas performance warnings: the forward and the
+//! Hopper backward's launches with each option and all together at both head dimensions. NVRTC runs
+//! without a GPU.
 
 #[path = "attn_support/options.rs"]
 mod attn_options;
@@ -13,7 +13,6 @@ use attn_options::options;
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
 use kittens_kernels::attn_bwd::BwdConfig;
-use kittens_kernels::attn_score::Logits;
 use kittens_kernels::problem::Problem;
 
 #[test]
@@ -46,40 +45,109 @@ fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
     assert_eq!(n, 8);
 }
 
+/// The forward at head dims 192 and 256 (64-key blocks, `AttnConfig::fit_hopper`): dense, with the
+/// log-sum-exp, a 3-part key split, and every option with a causal mask.
 #[test]
-fn attn_bwd_with_a_scale_compiles_for_sm_90a_without_spills() {
+fn attn_fwd_head_dims_192_and_256_compile_for_sm_90a_without_spills() {
+    ensure_nvrtc();
+    let cache = fresh_cache("attn-features-dims");
+    let entry = kittens_kernels::by_name("attn_fwd").unwrap();
+    let all = options().pop().expect("the all-options case").1;
+    for dim in [192, 256] {
+        let cases = [
+            ("dense", Problem::default()),
+            (
+                "lse",
+                Problem {
+                    lse: true,
+                    ..Problem::default()
+                },
+            ),
+            (
+                "split 3",
+                Problem {
+                    lse: true,
+                    kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Fixed(3),
+                    ..Problem::default()
+                },
+            ),
+            ("all, causal", all),
+        ];
+        for (what, mut p) in cases {
+            p.attn.dim = dim;
+            let what = format!("{what} D{dim}");
+            for stage in entry
+                .problem
+                .stages(
+                    &p,
+                    Target::Sm90a,
+                    &entry.problem.plan(&p, Target::Sm90a).unwrap(),
+                )
+                .unwrap_or_else(|e| panic!("{what}: {e}"))
+            {
+                let l = kittens_codegen::lower(&stage.kernel, Target::Sm90a)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                let r = compile_clean(&l, &cache, &what);
+                eprintln!("{} {what}: {r:?}", l.entry);
+            }
+        }
+    }
+}
+
+/// The Hopper backward's launches — the query blocks (`dq`), the key blocks (the default) and the
+/// key blocks adding dQ atomically (`atomic`) — with each option and all together, at both head
+/// dimensions; the atomic form refuses a soft cap at head dimension 128.
+#[test]
+fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
     let cache = fresh_cache("attn-features-bwd");
     let entry = kittens_kernels::by_name("attn_bwd").unwrap();
-    for dim in [64, 128] {
-        let mut p = Problem {
-            causal: true,
-            logits: Logits {
-                scale: Some(0.3),
-                softcap: None,
-            },
-            ..Problem::default()
-        };
-        p.attn.dim = dim;
-        // The query-block launch (`dq`) and the key blocks (the default).
-        for variant in [Some("dq"), None] {
-            let p = Problem { variant, ..p };
-            let k = entry.problem.build(&p, Target::Sm90a).unwrap();
-            let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap();
-            let r = compile_clean(&l, &cache, &format!("{variant:?} D{dim}"));
-            eprintln!("{} D{dim}: {r:?}", l.entry);
+    let mut n = 0;
+    for (what, p) in options() {
+        for dim in [64, 128] {
+            let mut p = p;
+            p.attn.dim = dim;
+            for variant in [Some("dq"), None, Some("atomic")] {
+                let p = Problem { variant, ..p };
+                let what = format!("{what} D{dim} {variant:?}");
+                let k = entry.problem.build(&p, Target::Sm90a);
+                if variant == Some("atomic") && dim == 128 && p.logits.softcap.is_some() {
+                    // Refused by name: too few registers for the atomic form with a cap.
+                    let err = k.unwrap_err().to_string();
+                    assert!(err.contains("softcap") && err.contains("atomic"), "{err}");
+                    continue;
+                }
+                let k = k.unwrap_or_else(|e| panic!("{what}: {e}"));
+                let l = kittens_codegen::lower(&k, Target::Sm90a)
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                if p.window.is_some() {
+                    let mask = ["col >= row + (", "row >= col + ("];
+                    assert!(
+                        mask.iter().any(|m| l.source.contains(m)),
+                        "{what}: no window mask"
+                    );
+                }
+                let r = compile_clean(&l, &cache, &what);
+                eprintln!("{} {what}: {r:?}", l.entry);
+                n += 1;
+            }
         }
     }
-    // The configuration the runs build carries the scale into the program.
+    assert_eq!(n, 22);
+    // The configuration the runs build carries each option into the program.
     let h100 = kittens_hw::gpu("h100").expect("catalog");
-    let cfg = BwdConfig {
-        logits: Logits {
-            scale: Some(0.3),
-            softcap: None,
-        },
-        ..BwdConfig::for_gpu(h100)
-    };
     let plain = kittens_kernels::attn_bwd::build(&BwdConfig::for_gpu(h100)).unwrap();
-    let scaled = kittens_kernels::attn_bwd::build(&cfg).unwrap();
-    assert_ne!(format!("{:?}", plain.body), format!("{:?}", scaled.body));
+    for (what, p) in options() {
+        let cfg = BwdConfig {
+            logits: p.logits,
+            window: p.window,
+            ..BwdConfig::for_gpu(h100)
+        };
+        let k = kittens_kernels::attn_bwd::build(&cfg).unwrap();
+        assert_ne!(
+            format!("{:?}", plain.body),
+            format!("{:?}", k.body),
+            "{what}"
+        );
+    }
 }

@@ -383,17 +383,21 @@ fn bad_options_are_refused_by_name() {
     }
     let err = "3".parse::<Window>().unwrap_err();
     assert!(err.contains("left,right"), "{err}");
-    // The Hopper backward does not take a soft cap or a window yet: refused, not ignored.
-    let p = Problem {
+    // The Hopper backward's atomic form has too few registers for a soft cap at head dim 128:
+    // refused by name; the two-launch form takes it.
+    let mut p = Problem {
         logits: softcap(5.0),
+        variant: Some("atomic"),
         ..problem(&case(64, 64))
     };
-    let err = bwd
+    p.attn.dim = 128;
+    let sm90 = kittens_hw::Target::Sm90a;
+    let err = bwd.problem.build(&p, sm90).unwrap_err().to_string();
+    assert!(err.contains("softcap") && err.contains("atomic"), "{err}");
+    assert!(bwd
         .problem
-        .build(&p, kittens_hw::Target::Sm90a)
-        .unwrap_err()
-        .to_string();
-    assert!(err.contains("softcap") && err.contains("Hopper"), "{err}");
+        .build(&Problem { variant: None, ..p }, sm90)
+        .is_ok());
 }
 
 /// Head dims beyond 64 and 128 (32, 96, 192, 256: FlashAttention-3's set and the smallest) with
@@ -417,5 +421,49 @@ fn head_dims_32_to_256_with_every_option() {
         };
         check_fwd(&c, Problem::default().attn_cfg, "ping-pong");
         check_bwd(&c, None);
+    }
+}
+
+/// The Hopper forward (producer/consumer) at head dims 192 and 256 as the sm_90a runs configure it
+/// (`AttnConfig::fit_hopper`: 64-key blocks, one Q slot at 256), dense and with every option, on
+/// the interpreter; the Hopper backward refuses them naming the register budget.
+#[test]
+fn hopper_forward_head_dims_192_and_256() {
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    for dim in [192, 256] {
+        let cfg = AttnConfig {
+            dim,
+            ..AttnConfig::for_gpu(h100)
+        }
+        .fit_hopper();
+        assert_eq!(cfg.kv_block, 64);
+        assert_eq!(cfg.q_double, dim < 256);
+        let dense = Case {
+            dim: dim as usize,
+            heads: 2,
+            heads_kv: 1,
+            ..case(150, 133)
+        };
+        check_fwd(&dense, cfg, "producer/consumer");
+        let all = Case {
+            causal: Some(true),
+            logits: Logits {
+                scale: Some(0.1),
+                softcap: Some(5.0),
+            },
+            window: Some((30, -1)),
+            input_scale: 2.0,
+            ..dense
+        };
+        check_fwd(&all, cfg, "producer/consumer");
+        let mut p = problem(&dense);
+        p.attn.dim = dim as usize;
+        let bwd = kittens_kernels::by_name("attn_bwd").unwrap();
+        let err = bwd
+            .problem
+            .build(&p, kittens_hw::Target::Sm90a)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("64 or 128") && err.contains("240"), "{err}");
     }
 }

@@ -103,12 +103,12 @@ pub struct Args {
     #[arg(long, allow_negative_numbers = true)]
     pub softmax_scale: Option<f32>,
     /// Attention: cap the logits, l -> softcap * tanh(l / softcap) (finite, positive; Gemma 2's
-    /// 50), attn_fwd on every target, attn_bwd on CDNA and the CPU.
+    /// 50), attn_fwd and attn_bwd on every target.
     #[arg(long, allow_negative_numbers = true)]
     pub softcap: Option<f32>,
     /// Attention: a sliding window `LEFT,RIGHT` (FlashAttention's window_size, bottom-right aligned:
     /// query i keeps keys i + seq_kv - seq - LEFT ..= i + seq_kv - seq + RIGHT; -1 = unbounded),
-    /// attn_fwd on every target, attn_bwd on CDNA and the CPU.
+    /// attn_fwd and attn_bwd on every target.
     #[arg(long, allow_hyphen_values = true)]
     pub window: Option<kittens_kernels::attn_score::Window>,
     /// attn_fwd: also write the log-sum-exp of every query row (a second output, judged on its own).

@@ -22,6 +22,14 @@
 //! The 64-query steps of the key blocks are what fits 240 registers beside the dK and dV accumulators
 //! (128 would need two more 64-float score tiles).
 //!
+//! A soft cap and a sliding window (`crate::attn_score`) as in the forward's Hopper program. The cap
+//! needs the raw scores: a capped step computes `S` from zero, turns it into `tanh`, forms P in the
+//! `dP` tile and `P·(1 − tanh²)` in the score tile, and only then computes `dP` (so three f32 score
+//! tiles are never live at once; the log-sum-exp enters as `(tanh − lse/cap)·cap`). The window's
+//! keys are masked, and the steps wholly outside it are not walked (the key blocks stop at the last
+//! query step that reaches their keys, the query blocks start at the first key step their first
+//! query keeps).
+//!
 //! The scale stays on the f32 scores as in the forward (`exp2(s·c − lse·log2 e)`, `c = log2(e)·scale`,
 //! `scale` = `1/√d` unless configured, `crate::attn_score`);
 //! dK and dQ get their scale on the f32 accumulators before the bf16 store.
@@ -44,13 +52,15 @@ const STEP: u32 = 64;
 const STEP_Q: u32 = 128;
 /// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
 const COLS: u32 = 64;
+/// Registers per thread of a consumer warpgroup (`setmaxnreg`).
+const CONSUMER_REGS: u32 = 240;
 
 fn schedule() -> Schedule {
     Schedule::ProducerConsumer {
         producers: 1,
         consumers: 2,
         producer_regs: 24,
-        consumer_regs: 240,
+        consumer_regs: CONSUMER_REGS,
     }
 }
 
@@ -58,9 +68,14 @@ fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
     if cfg.dim == 64 || cfg.dim == 128 {
         Ok(())
     } else {
+        // Each consumer wave holds dK and dV (2 × dim/64 f32 tiles of 32 registers) beside the
+        // scores and dP (64): at 192 that is 256 of the 240 registers a consumer gets.
+        let regs = 2 * (cfg.dim / COLS) * 32 + 64;
         Err(KernelError::Config(format!(
-            "attn_bwd (producer/consumer): dim {} must be 64 or 128",
-            cfg.dim
+            "attn_bwd (producer/consumer): dim {} must be 64 or 128 (the key blocks' dK, dV, scores \
+             and dP take {regs} of the {} registers per consumer thread at this dim; 64-column \
+             shared tiles)",
+            cfg.dim, CONSUMER_REGS
         )))
     }
 }
@@ -204,9 +219,9 @@ fn declare_smem(k: &mut KernelBuilder, dim: u32, step: u32, extra: u32, names: [
     }
 }
 
-/// The score-side work of one step, shared by both launches: `s` holds `S − lse/scale` (scaled by
-/// `c` it is the exponent of P in base 2) and `dp` `dP − D`, both f32; on return `s` holds P and `dp`
-/// dS.
+/// The key blocks' score-side work of one step without a cap: `s` holds `S − lse/scale` (scaled by
+/// `c` it is the exponent of P in base 2) and `dp` `dP − D`, both f32; on return `s` holds P and
+/// `dp` dS.
 fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId) {
     k.mul(s, s, c);
     k.exp2(s, s);
@@ -256,6 +271,16 @@ fn view(
 /// docs/performance.md); at 64 each warpgroup adds its own keys' share of all columns.
 pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, KernelError> {
     check(cfg)?;
+    if atomic_dq && cfg.logits.softcap.is_some() && cfg.dim > 64 {
+        // Beside the f32 dQ share, a capped step's P (held through dP's product) leaves ptxas too
+        // few of the 240 consumer registers: it serialises the wgmmas (C7512).
+        return Err(KernelError::Config(format!(
+            "attn_bwd (atomic dQ): a softcap at head dim {} does not fit the 240 consumer \
+             registers of the atomic form; the two-launch form (the default, or the `dq` \
+             variant) takes it",
+            cfg.dim
+        )));
+    }
     let d = cfg.dim;
     let name = if atomic_dq {
         super::name_atomic(cfg)
@@ -338,15 +363,25 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     let block0 = &kb * i64::from(BLOCK);
     let step = i64::from(STEP);
     let n_q = io.seq_q.ceil_div(step);
-    // Causal: the first query step that keeps any key of the block (key j ≥ block0 needs
-    // i ≥ j − offset).
-    let offset = cfg.causal.offset_expr(&io.seq_q, &io.seq_kv);
+    // Causal (or a window's right side): the first query step that keeps any key of the block
+    // (key j ≥ block0 needs i ≥ j − offset).
+    let offset = cfg.last_key_offset(&io.seq_q, &io.seq_kv);
     let first = match &offset {
         Some(off) => (&block0 - off.clone()).max(0) / step,
         None => Expr::c(0),
     };
+    // A window's left side: the query step after the last that keeps any key of the block (key j
+    // needs i ≤ j − start).
+    let start = cfg.first_key_offset(&io.seq_q, &io.seq_kv);
+    let end = match &start {
+        Some(st) => {
+            let last = &block0 + i64::from(BLOCK - 1) - st.clone();
+            n_q.clone().min(last / step + 1).max(0)
+        }
+        None => n_q.clone(),
+    };
     // One pipeline over every (query head of the group, query step) pair, as in the AMD program.
-    let steps = &n_q - first.clone();
+    let steps = &end - first.clone();
     let per_head = steps.max(1);
     let total = group.clone() * steps.max(0);
     let head_of = |t: &Expr| &hk * group.clone() + t / per_head.clone();
@@ -355,7 +390,9 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     let cw = k.wave() - 4; // consumer wave, 0..8
     let k0 = &block0 + &cw * 16; // this wave's first key
     let scale = cfg.logits.scale(d);
-    let c = std::f32::consts::LOG2_E * scale;
+    let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
+    // A soft cap needs the raw scores (`crate::attn_score`): `Sᵀ` then starts from zero.
+    let capped = cfg.logits.softcap.is_some();
     // The statistics of step `t`'s queries (one per column) start its accumulators: `Sᵀ` from
     // `−lse/scale` (so that `Sᵀ·c` is the exponent `s·c − lse·log2 e`) and `dPᵀ` from `−D` (so that it
     // ends as `dPᵀ − D`). Held in separate tiles beside the scores they kept 32 more registers live
@@ -395,49 +432,94 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
             for &r in dk_r.iter().chain(&dv_r) {
                 k.zero(r);
             }
-            stat(k, io.lse, s, &Expr::c(0));
+            if !capped {
+                stat(k, io.lse, s, &Expr::c(0));
+            }
             k.for_range("t", 0, &total, |k, t| {
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
-                k.mul(s, s, -1.0 / scale);
-                stat(k, io.delta, dp, &t);
-                k.mul(dp, dp, -1.0f32);
-                // Sᵀ += K·Qᵀ and dPᵀ += V·dOᵀ over the head dimension, 64 columns at a time.
-                for (dst, own, streamed) in [(s, k_s, q_s), (dp, v_s, do_s)] {
+                // `Sᵀ = K·Qᵀ` (`from_zero`) or `dPᵀ += V·dOᵀ` over the head dimension, 64 columns
+                // at a time.
+                let product = |k: &mut KernelBuilder, dst: RegId, from_zero: bool| {
+                    let (own, streamed) = if dst == s { (k_s, q_s) } else { (v_s, do_s) };
                     let on = cfg.turns != BwdTurns::None && dst == s;
                     turn(k, on, "Sᵀ", &|k| {
-                        for (&a, &bt) in own.iter().zip(streamed) {
+                        for (i, (&a, &bt)) in own.iter().zip(streamed).enumerate() {
                             let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
                             let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
-                            k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
+                            let acc = !(from_zero && i == 0);
+                            k.mma(MmaForm::Abt, dst, a, bt, acc.then_some(dst));
                         }
                     });
-                }
-                let (inf, q_end) = (f32::NEG_INFINITY, &q0 + step);
-                k.if_(io.seq_q.lt(&q_end), |k| {
-                    k.mask(s, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &q0, inf)
-                });
-                if atomic_dq {
-                    // Keys past the end would add `dS·0` to dQ: zero only while dS is finite.
-                    k.if_(io.seq_kv.lt(&(&block0 + i64::from(BLOCK))), |k| {
-                        k.mask(s, MaskRule::RowsBelow(io.seq_kv.clone()), &k0, &q0, inf)
+                };
+                // The scores `x` masked: past the queries (and in the atomic form past the keys),
+                // by the causal mask and the window, each only where the step reaches it.
+                let mask = |k: &mut KernelBuilder, x: RegId| {
+                    let (inf, q_end) = (f32::NEG_INFINITY, &q0 + step);
+                    k.if_(io.seq_q.lt(&q_end), |k| {
+                        k.mask(x, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &q0, inf)
                     });
+                    if atomic_dq {
+                        // Keys past the end would add `dS·0` to dQ: zero only while dS is finite.
+                        k.if_(io.seq_kv.lt(&(&block0 + i64::from(BLOCK))), |k| {
+                            k.mask(x, MaskRule::RowsBelow(io.seq_kv.clone()), &k0, &q0, inf)
+                        });
+                    }
+                    if let Some(off) = &offset {
+                        // Only where the step reaches below the diagonal of the block's last key.
+                        let last_key = &block0 + i64::from(BLOCK - 1);
+                        k.if_((&q0 + off.clone()).lt(&last_key), |k| {
+                            let offset = off.clone();
+                            k.mask(x, MaskRule::CausalT { offset }, &k0, &q0, inf)
+                        });
+                    }
+                    if let Some(st) = &start {
+                        // Only where the step's last query keeps no key below the block's first.
+                        let q_last = &q0 + (step - 1) + st.clone();
+                        k.if_(block0.lt(&q_last), |k| {
+                            let offset = st.clone();
+                            k.mask(x, MaskRule::WindowStartT { offset }, &k0, &q0, inf)
+                        });
+                    }
+                };
+                if let Some(cap) = cfg.logits.softcap {
+                    product(k, s, true);
+                    cfg.logits.tanh(k, s, d);
+                    // Capped (`s` holds tanh): P from `dp` used as scratch, then `s` becomes
+                    // `Pᵀ·(1 − tanh²)` and only then is `dPᵀ` computed, so that no third score
+                    // tile is live (a tile of the log-sum-exp beside both spilled at D128).
+                    // `(t − lse/cap)·cap`: a query without keys (lse ±∞, every key masked) stays
+                    // at −∞.
+                    stat(k, io.lse, dp, &t);
+                    k.mul(dp, dp, -1.0 / cap);
+                    k.add(dp, dp, s);
+                    k.mul(dp, dp, cap);
+                    mask(k, dp);
+                    k.mul(dp, dp, std::f32::consts::LOG2_E);
+                    k.exp2(dp, dp);
+                    k.copy(p, dp);
+                    k.mul(s, s, s);
+                    k.sub(s, 1.0f32, s);
+                    k.mul(s, s, dp);
+                    stat(k, io.delta, dp, &t);
+                    k.mul(dp, dp, -1.0f32);
+                    product(k, dp, false);
+                    k.mul(dp, dp, s);
+                } else {
+                    k.mul(s, s, -1.0 / scale);
+                    stat(k, io.delta, dp, &t);
+                    k.mul(dp, dp, -1.0f32);
+                    product(k, s, false);
+                    product(k, dp, false);
+                    mask(k, s);
+                    probs_and_ds(k, c, s, dp);
+                    k.copy(p, s);
                 }
-                if let Some(off) = &offset {
-                    // Only where the step reaches below the diagonal of the block's last key.
-                    let last_key = &block0 + i64::from(BLOCK - 1);
-                    k.if_((&q0 + off.clone()).lt(&last_key), |k| {
-                        let offset = off.clone();
-                        k.mask(s, MaskRule::CausalT { offset }, &k0, &q0, inf)
-                    });
-                }
-                probs_and_ds(k, c, s, dp);
-                k.copy(p, s);
                 k.copy(ds, dp);
                 // The next step's log-sum-exp into the free score tile, landing behind dV and dK
                 // (in the atomic form after dQ: live through it, it spilled).
-                if !atomic_dq {
+                if !atomic_dq && !capped {
                     stat(k, io.lse, s, &(&t + 1));
                 }
                 // dQ += dS·K needs this warpgroup's 64 keys of dSᵀ in shared memory (slots
@@ -496,7 +578,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                         }
                     }
                 }
-                if atomic_dq {
+                if atomic_dq && !capped {
                     stat(k, io.lse, s, &(&t + 1));
                 }
             });
@@ -569,8 +651,8 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
 
     let q_blk = &qb * i64::from(BLOCK);
     let step = i64::from(STEP_Q);
-    let offset = cfg.causal.offset_expr(&io.seq_q, &io.seq_kv);
-    // Causal: key steps up to the last one the block's last query keeps.
+    let offset = cfg.last_key_offset(&io.seq_q, &io.seq_kv);
+    // Causal (or a window's right side): key steps up to the last one the block's last query keeps.
     let n_kv = match &offset {
         Some(off) => io.seq_kv.ceil_div(step).min(
             (&q_blk + i64::from(BLOCK) + off.clone())
@@ -579,11 +661,19 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         ),
         None => io.seq_kv.ceil_div(step),
     };
+    // A window's left side: from the key step holding the block's first query's first key; the
+    // loops count steps from there (`kv_steps`).
+    let start = cfg.first_key_offset(&io.seq_q, &io.seq_kv);
+    let j0 = match &start {
+        Some(st) => ((&q_blk + st.clone()) / step).max(0),
+        None => Expr::c(0),
+    };
+    let kv_steps = (&n_kv - j0.clone()).max(0);
     let ring = i64::from(sm.stages);
     let cw = k.wave() - 4;
     let q0 = &q_blk + &cw * 16; // this wave's first query
     let scale = cfg.logits.scale(d);
-    let c = std::f32::consts::LOG2_E * scale;
+    let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
     k.roles(
         |k| {
             for (own, g) in [(q_s, io.q), (do_s, io.d_o)] {
@@ -594,9 +684,9 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
             }
             k.wait_async(0);
             k.barrier(); // Q and dO to the consumers
-            k.for_range("j", 0, &n_kv, |k, j| {
+            k.for_range("j", 0, &kv_steps, |k, j| {
                 let slot = &j % ring;
-                let s0 = &j * step;
+                let s0 = (&j0 + j) * step;
                 for (tiles, g) in [(k_s, io.k), (v_s, io.v)] {
                     for (i, &ts) in tiles.iter().enumerate() {
                         let src = view(k, g, &b, &hk, s0.clone(), i as u32 * COLS, STEP_Q);
@@ -642,34 +732,67 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
             k.reduce(Axis::Rows, ReduceOp::Max, l_r, o_f, None);
             k.mul(l_r, l_r, std::f32::consts::LOG2_E);
             k.max(l_r, l_r, -f32::MAX);
-            k.for_range("j", 0, &n_kv, |k, j| {
+            k.for_range("j", 0, &kv_steps, |k, j| {
                 k.barrier(); // key step j has landed
                 let slot = &j % ring;
-                let kv0 = &j * step;
-                // S = Q·Kᵀ and dP = dO·Vᵀ over the head dimension, 64 columns at a time.
-                for (dst, own, streamed) in [(s, q_s, k_s), (dp, do_s, v_s)] {
+                let kv0 = (&j0 + j) * step;
+                // S = Q·Kᵀ or dP = dO·Vᵀ over the head dimension, 64 columns at a time.
+                let product = |k: &mut KernelBuilder, dst: RegId| {
+                    let (own, streamed) = if dst == s { (q_s, k_s) } else { (do_s, v_s) };
                     for (i, (&a, &bt)) in own.iter().zip(streamed).enumerate() {
                         let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
                         let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
                         k.mma(MmaForm::Abt, dst, a, bt, (i > 0).then_some(dst));
                     }
-                }
-                let (inf, kv_end) = (f32::NEG_INFINITY, &kv0 + step);
-                k.if_(io.seq_kv.lt(&kv_end), |k| {
-                    k.mask(s, MaskRule::ColsBelow(io.seq_kv.clone()), &q0, &kv0, inf)
-                });
-                if let Some(off) = &offset {
-                    k.if_((&q_blk + off.clone()).lt(&kv_end - 1), |k| {
-                        let offset = off.clone();
-                        k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
+                };
+                // The scores `x` masked past the keys, by the causal mask and the window, each only
+                // where the block reaches it.
+                let mask = |k: &mut KernelBuilder, x: RegId| {
+                    let (inf, kv_end) = (f32::NEG_INFINITY, &kv0 + step);
+                    k.if_(io.seq_kv.lt(&kv_end), |k| {
+                        k.mask(x, MaskRule::ColsBelow(io.seq_kv.clone()), &q0, &kv0, inf)
                     });
+                    if let Some(off) = &offset {
+                        k.if_((&q_blk + off.clone()).lt(&kv_end - 1), |k| {
+                            let offset = off.clone();
+                            k.mask(x, MaskRule::Causal { offset }, &q0, &kv0, inf)
+                        });
+                    }
+                    if let Some(st) = &start {
+                        // The block's last query keeps keys from `q_blk + BLOCK − 1 + st`.
+                        let last = &q_blk + i64::from(BLOCK - 1) + st.clone();
+                        k.if_(kv0.lt(&last), |k| {
+                            let offset = st.clone();
+                            k.mask(x, MaskRule::WindowStart { offset }, &q0, &kv0, inf)
+                        });
+                    }
+                };
+                product(k, s);
+                if let Some(cap) = cfg.logits.tanh(k, s, d) {
+                    // Capped (`s` holds tanh), as the key blocks: P in `dp` as scratch, `s`
+                    // becomes `P·(1 − tanh²)`, and only then is dP computed (both products in
+                    // flight beside the cap's arithmetic spilled at D128).
+                    k.mul(dp, s, cap);
+                    mask(k, dp);
+                    k.mul(dp, dp, std::f32::consts::LOG2_E);
+                    k.sub_row(dp, dp, l_r);
+                    k.exp2(dp, dp);
+                    k.mul(s, s, s);
+                    k.sub(s, 1.0f32, s);
+                    k.mul(s, s, dp);
+                    product(k, dp);
+                    k.sub_row(dp, dp, d_r);
+                    k.mul(dp, dp, s);
+                } else {
+                    product(k, dp);
+                    mask(k, s);
+                    // P = exp2(S·c − lse·log2 e) and dS = P∘(dP − D), the statistics per row.
+                    k.mul(s, s, c);
+                    k.sub_row(s, s, l_r);
+                    k.exp2(s, s);
+                    k.sub_row(dp, dp, d_r);
+                    k.mul(dp, s, dp);
                 }
-                // P = exp2(S·c − lse·log2 e) and dS = P∘(dP − D), the statistics per row.
-                k.mul(s, s, c);
-                k.sub_row(s, s, l_r);
-                k.exp2(s, s);
-                k.sub_row(dp, dp, d_r);
-                k.mul(dp, s, dp);
                 k.copy(ds, dp);
                 // dQ += dS·K (dS from registers, K as a keys × dim operand).
                 for (&r, &bt) in dq_r.iter().zip(k_s) {

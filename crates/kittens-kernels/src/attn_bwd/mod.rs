@@ -213,11 +213,10 @@ pub struct BwdConfig {
     /// cluster, passed between the two consumer warpgroups by named barriers, FlashAttention-3 §3.1's
     /// warp-specialised ping-pong), so that one warpgroup's softmax runs beside the other's products.
     pub turns: BwdTurns,
-    /// The softmax scale and soft cap ([`Logits`]), constants of the kernel. A soft cap is taken by
-    /// the CDNA programs (and so the CPU's); the Hopper launches refuse it.
+    /// The softmax scale and soft cap ([`Logits`]), constants of the kernel, on every program.
     pub logits: Logits,
-    /// A sliding window ([`Window`], bottom-right aligned): its keys masked on every program; the
-    /// CDNA programs (and the CPU's) also skip the steps wholly outside it.
+    /// A sliding window ([`Window`], bottom-right aligned): its keys masked on every program, and
+    /// the steps wholly outside it skipped.
     pub window: Option<Window>,
 }
 
@@ -407,14 +406,6 @@ pub fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     cfg.logits.check()?;
     if let Some(w) = cfg.window {
         w.check()?;
-    }
-    let hopper = cfg.schedule.hopper_launches().is_some();
-    if hopper && (cfg.logits.softcap.is_some() || cfg.window.is_some()) {
-        return Err(KernelError::Config(format!(
-            "attn_bwd: softcap and window are taken by the CDNA programs (and the CPU's), not \
-             yet by the Hopper schedule {:?}",
-            cfg.schedule
-        )));
     }
     match cfg.schedule {
         BwdSchedule::Plain | BwdSchedule::Interleave4 | BwdSchedule::PingPong8 => {

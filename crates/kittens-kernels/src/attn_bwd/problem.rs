@@ -84,6 +84,17 @@ fn config(p: &Problem, target: Target) -> Result<BwdConfig, KernelError> {
     };
     let tiles = match p.variant {
         Some(v) => variant(tiles, v)?,
+        // gfx942's plain program at head dim 64 with a soft cap, a window and a causal mask at once
+        // needs 256 VGPRs + 2 AGPRs and spills 13 SGPRs into VGPR lanes; the 4-wave interleave
+        // (K, V, dK, dV in AGPRs) takes it in 160 VGPRs + 96 AGPRs, no spills.
+        None if target == Target::Gfx942
+            && p.attn.dim == 64
+            && p.causal
+            && p.logits.softcap.is_some()
+            && p.window.is_some() =>
+        {
+            BwdConfig::interleave4(tiles)
+        }
         None => tiles,
     };
     Ok(BwdConfig {

@@ -120,6 +120,7 @@ fn tiles(p: &Problem, target: Target) -> AttnConfig {
         Some(gpu) if gpu.arch.is_amd() && cfg.schedule == AttnSchedule::PingPong8 => {
             cfg.fit_cdna(gpu)
         }
+        Some(_) if cfg.schedule == AttnSchedule::ProducerConsumer => cfg.fit_hopper(),
         _ => cfg,
     }
 }

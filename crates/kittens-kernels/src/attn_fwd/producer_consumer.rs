@@ -52,11 +52,30 @@ fn stages(dim: u32, kv: u32, overlap: bool, q_slots: u32) -> (u32, u32) {
     (k_ring, k_ring.max(3))
 }
 
+impl AttnConfig {
+    /// The Hopper configuration at this head dimension: past 128, 64-key blocks (a 128-key score
+    /// tile beside 3 or 4 output accumulators of 64 columns leaves too few of the 232 consumer
+    /// registers, and the K and V slots too little shared memory), and at 256 one Q slot (two are
+    /// 128 KiB of the 227).
+    pub fn fit_hopper(self) -> Self {
+        match self.dim {
+            d if d > 128 => AttnConfig {
+                kv_block: 64,
+                q_double: self.q_double && d < 256,
+                ..self
+            },
+            _ => self,
+        }
+    }
+}
+
 pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let (d, kv) = (cfg.dim, cfg.kv_block);
-    if !(d == 64 || d == 128) || kv % 64 != 0 || kv > 256 {
+    if !matches!(d, 64 | 128 | 192 | 256) || kv % 64 != 0 || kv > 256 {
         return Err(KernelError::Config(format!(
-            "attn_fwd (producer/consumer): dim {d} must be 64 or 128, kv_block {kv} a multiple of 64 up to 256"
+            "attn_fwd (producer/consumer): dim {d} must be 64, 128, 192 or 256 (64-column shared \
+             tiles: 32 and 96 need a 64-byte swizzle the program does not declare), kv_block {kv} \
+             a multiple of 64 up to 256"
         )));
     }
     if cfg.remap != GridOrder::RowMajor {

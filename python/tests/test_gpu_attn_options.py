@@ -1,0 +1,96 @@
+"""FlashAttention's options on CUDA (sm_90a) through ``kittens.flash_attn.flash_attn_func``: the
+backward with a soft cap and a sliding window (the Hopper launches), checked by FlashAttention's rule
+against the float64 reference of ``test_flash_attn_cpu`` (our error at most twice the plain bf16
+computation's plus a floor); and ``deterministic=True``: two backward runs bit-equal at head dim 128,
+where the default form adds dQ with float32 atomics.
+
+Runs on a Hopper GPU (sm_90a) with torch; anywhere else the whole file is skipped with the reason.
+"""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device visible to torch: the GPU tests need an H100", allow_module_level=True)
+if torch.cuda.get_device_capability() != (9, 0):
+    pytest.skip(f"{torch.cuda.get_device_name()} is not compute capability 9.0 (sm_90a)", allow_module_level=True)
+
+from kittens.flash_attn import flash_attn_func  # noqa: E402
+from test_flash_attn_cpu import FLOOR, rand, reference, rel_err  # noqa: E402
+
+CASES = [
+    # (nq, nk, h, hk, d, input scale, kwargs)
+    (333, 333, 4, 2, 64, 4.0, dict(softcap=5.0)),
+    (300, 417, 4, 2, 128, 4.0, dict(softcap=5.0, causal=True)),
+    (1000, 1000, 4, 4, 128, 2.0, dict(window_size=(128, 0))),
+    (700, 513, 4, 1, 64, 2.0, dict(window_size=(100, 37))),
+    (555, 777, 2, 1, 128, 4.0, dict(window_size=(90, 20), softmax_scale=0.1, softcap=5.0, causal=True)),
+]
+
+
+def _ids(c):
+    return f"q{c[0]}k{c[1]}h{c[2]}/{c[3]}d{c[4]}-" + "-".join(f"{k}={v}" for k, v in c[6].items())
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
+def test_backward_with_options_matches_float64(case, deterministic):
+    nq, nk, h, hk, d, scale, kw = case
+    g = torch.Generator().manual_seed(nq * 1000 + nk)
+    q, k, v = (rand(1, n, hh, d, gen=g, scale=scale) for n, hh in ((nq, h), (nk, hk), (nk, hk)))
+    do = rand(1, nq, h, d, gen=g)
+    qc, kc, vc = (t.cuda().requires_grad_() for t in (q, k, v))
+    out = flash_attn_func(qc, kc, vc, deterministic=deterministic, **kw)
+    ours = (out, *torch.autograd.grad(out, (qc, kc, vc), do.cuda()))
+
+    def run(dtype):
+        qq, kk, vv = (t.to(dtype).requires_grad_() for t in (q, k, v))
+        oo = reference(qq, kk, vv, **kw)
+        return (oo, *torch.autograd.grad(oo, (qq, kk, vv), do.to(dtype)))
+
+    exact, base = run(torch.float64), run(torch.bfloat16)
+    for name, x, b, r in zip(("out", "dq", "dk", "dv"), ours, base, exact):
+        err, bound = rel_err(x.cpu(), r), 2 * rel_err(b, r) + FLOOR
+        assert err <= bound, f"{name}: {err:.3e} over 2 x bf16's {rel_err(b, r):.3e} + {FLOOR}"
+
+
+@pytest.mark.parametrize("d,kw", [(128, {}), (128, dict(causal=True)), (64, dict(window_size=(64, 0)))])
+def test_deterministic_backward_is_bit_equal(d, kw):
+    """Two backward runs with ``deterministic=True`` agree bit for bit (dQ from the query blocks' own
+    pass, not the atomic adds the default form takes at head dim 128)."""
+    g = torch.Generator().manual_seed(d)
+    q, k, v, do = (rand(2, 1500, 8, d, gen=g, scale=2.0).cuda() for _ in range(4))
+
+    def grads():
+        qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
+        out = flash_attn_func(qq, kk, vv, deterministic=True, **kw)
+        return torch.autograd.grad(out, (qq, kk, vv), do)
+
+    first = grads()
+    for _ in range(3):
+        again = grads()
+        for name, a, b in zip(("dq", "dk", "dv"), first, again):
+            assert torch.equal(a, b), f"{name}: {int((a != b).sum())} elements differ between runs"
+
+
+@pytest.mark.parametrize("d", [192, 256])
+@pytest.mark.parametrize("kw", [{}, dict(causal=True), dict(softcap=5.0, window_size=(100, 0))], ids=str)
+def test_forward_head_dims_192_and_256(d, kw):
+    """The Hopper forward at head dims 192 and 256 (64-key blocks) against float64; its backward
+    refuses them, naming the register budget."""
+    g = torch.Generator().manual_seed(d)
+    q, k, v = (rand(2, n, hh, d, gen=g, scale=2.0) for n, hh in ((333, 4), (301, 2), (301, 2)))
+    out = flash_attn_func(q.cuda(), k.cuda(), v.cuda(), **kw).cpu()
+    exact = reference(*(t.double() for t in (q, k, v)), **kw)
+    base = reference(q, k, v, **kw)
+    err, bound = rel_err(out, exact), 2 * rel_err(base, exact) + FLOOR
+    assert err <= bound, f"{err:.3e} over 2 x bf16's {rel_err(base, exact):.3e} + {FLOOR}"
+    qc = q.cuda().requires_grad_()
+    with pytest.raises(ValueError, match="64 or 128.*registers"):
+        flash_attn_func(qc, k.cuda(), v.cuda(), **kw).float().sum().backward()
+
+
+def test_deterministic_must_be_a_bool():
+    q = torch.zeros(1, 8, 1, 64, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(TypeError, match="deterministic"):
+        flash_attn_func(q, q, q, deterministic=1)
