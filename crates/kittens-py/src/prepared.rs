@@ -136,6 +136,8 @@ fn problem_from(
             "interleaved" => p.interleaved = flag()?,
             "residual" => p.residual = flag()?,
             "packed" => p.packed = flag()?,
+            "smoothing" => p.cross_entropy.smoothing = v.extract()?,
+            "f32_logits" => p.cross_entropy.f32_logits = flag()?,
             "variant" => {
                 let name: String = v.extract()?;
                 let known = entry.variants.iter().find(|x| x.name == name);
