@@ -126,7 +126,6 @@ def _forward_and_grads(hidden, weight, labels, ignore_index, smoothing, scale, c
 class _LinearCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden, weight, labels, ignore_index, smoothing, reduction, chunk, num_items):
-        v = weight.shape[0]
         kept = (labels != ignore_index).sum()
         if reduction == "mean":
             div = kept.clamp_min(1).to(torch.float32) if num_items is None else torch.as_tensor(
@@ -138,7 +137,6 @@ class _LinearCrossEntropy(torch.autograd.Function):
         loss, dh, dw = _forward_and_grads(hidden, weight, labels, ignore_index, smoothing, scale, chunk,
                                           need_dh, need_dw)
         ctx.save_for_backward(dh, dw)
-        del v
         return loss.sum() * scale[0]
 
     @staticmethod
@@ -174,9 +172,10 @@ def linear_cross_entropy(hidden: Tensor, weight: Tensor, labels: Tensor, *, igno
     if not h2.is_contiguous():
         h2 = h2.contiguous()
     lab = labels.reshape(-1)
-    chunk = chunk_rows or default_chunk_rows(h2.shape[0], h2.shape[1], weight.shape[0])
-    if chunk < 1:
+    if chunk_rows is not None and chunk_rows < 1:
         raise ValueError(f"chunk_rows = {chunk_rows} must be positive")
+    # Whole 8-row steps, so that every chunk's labels and rows start on a 16-byte boundary.
+    chunk = -(-(chunk_rows or default_chunk_rows(h2.shape[0], h2.shape[1], weight.shape[0])) // 8) * 8
     w = weight if weight.is_contiguous() else weight.contiguous()
     out = _LinearCrossEntropy.apply(h2, w, lab, int(ignore_index), float(label_smoothing), reduction, int(chunk),
                                     num_items_in_batch)
