@@ -76,11 +76,11 @@ def _mm(a: Tensor, b: Tensor, out: Optional[Tensor] = None) -> Tensor:
 
     k, n = a.shape[1], b.shape[1]
     if a.dtype == b.dtype == torch.bfloat16 and k % 8 == 0 and n % 8 == 0 and a.is_contiguous():
-        if a.is_cuda:
+        if a.is_cuda and not torch.compiler.is_compiling():
             from . import _dispatch
 
             return _dispatch.matmul(a, b, out=out)
-        r = ops.matmul_eager(a, b)
+        r = ops.matmul(a, b)  # the custom op: traceable by torch.compile
     else:
         r = a @ b
     if out is None:
