@@ -32,6 +32,15 @@ fn problem(rows: usize, vocab: usize, opts: CrossEntropyOptions) -> Problem {
 /// Runs `cross_entropy` at `p` (with `cfg`'s program, or the problem's own) and judges both outputs;
 /// returns the gradient's and the loss's `rel_err`.
 fn check(p: &Problem, cfg: Option<CrossEntropyConfig>) -> [f64; 2] {
+    check_drawn(p, cfg, |_| {})
+}
+
+/// [`check`] with the drawn inputs changed by `edit` first.
+fn check_drawn(
+    p: &Problem,
+    cfg: Option<CrossEntropyConfig>,
+    edit: impl Fn(&mut Vec<Vec<f32>>),
+) -> [f64; 2] {
     let def = by_name("cross_entropy").unwrap().problem();
     let plan = def.plan(p, Target::Cpu).unwrap();
     let kernel = match cfg {
@@ -39,7 +48,8 @@ fn check(p: &Problem, cfg: Option<CrossEntropyConfig>) -> [f64; 2] {
         None => def.build(p, Target::Cpu).unwrap(),
     };
     let mut rng = SmallRng::seed_from_u64(p.seed);
-    let inputs = def.draw(p, &kernel, &plan.launch, &mut rng);
+    let mut inputs = def.draw(p, &kernel, &plan.launch, &mut rng);
+    edit(&mut inputs);
     assert!(inputs[1].iter().any(|&l| l < 0.0), "some row ignored");
     let (out, _) = interpret(
         &kernel,
@@ -104,6 +114,24 @@ fn label_smoothing_and_f32_logits() {
         ),
         None,
     );
+}
+
+/// Logits that rise along the row (by 40 over it): every step of every wave raises the running
+/// maximum, so the sum must be rescaled at each step and across waves.
+#[test]
+fn a_rising_row_rescales_every_step() {
+    let p = problem(37, 32000, CrossEntropyOptions::default());
+    let ramp = |x: &mut Vec<Vec<f32>>| {
+        for (i, v) in x[0].iter_mut().enumerate() {
+            let j = (i % 32000) as f32;
+            *v = kittens_ir::numerics::round(
+                *v + 40.0 * j / 32000.0,
+                kittens_hw::dtype::DType::Bf16,
+                kittens_ir::numerics::Rounding::Rtne,
+            );
+        }
+    };
+    check_drawn(&p, None, ramp);
 }
 
 /// AMD's configuration (64 lanes, 4 waves of 2048 columns) on the interpreter.
