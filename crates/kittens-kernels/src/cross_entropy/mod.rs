@@ -1,11 +1,11 @@
 //! Cross-entropy over rows of logits, with its gradient written where the logits were: the row-wise
-//! half of a fused linear + cross-entropy (Liger-Kernel's `fused_linear_cross_entropy`: the caller
+//! half of a fused linear + cross-entropy (Liger-Kernel's `fused_linear_cross_entropy`, docs/references.md: the caller
 //! computes one chunk of rows' logits with a GEMM, this kernel turns them into the loss and
 //! `dlogits` in place, and two more GEMMs take `dlogits` to the gradients of the hidden states and
 //! the weight, so the full `rows × V` logits never exist at once).
 //!
 //! ```text
-//! lse   = log Σ_j e^(x_j)                                   (online: Milakov & Gimelshein 2018)
+//! lse   = log Σ_j e^(x_j)                                   (online softmax, docs/references.md)
 //! loss  = lse − (1 − ε)·x_y − ε·mean_j x_j                  (label smoothing ε; 0 for an ignored row)
 //! grad  = scale · (softmax(x) − (1 − ε)·onehot(y) − ε / V)   (0 for an ignored row)
 //! ```
