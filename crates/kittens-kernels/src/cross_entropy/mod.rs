@@ -1,8 +1,8 @@
 //! Cross-entropy over rows of logits, with its gradient written where the logits were: the row-wise
-//! half of a fused linear + cross-entropy (Liger-Kernel's `fused_linear_cross_entropy`, docs/references.md: the caller
-//! computes one chunk of rows' logits with a GEMM, this kernel turns them into the loss and
-//! `dlogits` in place, and two more GEMMs take `dlogits` to the gradients of the hidden states and
-//! the weight, so the full `rows × V` logits never exist at once).
+//! half of a fused linear + cross-entropy (Liger-Kernel's `fused_linear_cross_entropy`,
+//! docs/references.md: the caller computes one chunk of rows' logits with a GEMM, this kernel turns
+//! them into the loss and `dlogits` in place, and two more GEMMs take `dlogits` to the gradients of
+//! the hidden states and the weight, so the full `rows × V` logits never exist at once).
 //!
 //! ```text
 //! lse   = log Σ_j e^(x_j)                                   (online softmax, docs/references.md)
