@@ -10,12 +10,11 @@ mod amd_common;
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
 
-use amd_common::{clang_for, debian_clang19};
+use amd_common::{assert_compiles_without_spills, clang_for};
 use kittens_hw::Target;
 use kittens_kernels::cross_entropy::problem::CrossEntropyOptions;
 use kittens_kernels::cross_entropy::{build, CrossEntropyConfig};
 use kittens_kernels::problem::{NormShape, Problem};
-use kittens_runtime::amd::analyze;
 use kittens_runtime::runner::{run, Backend, HipEmu, IsaEmu};
 
 const AMD: [Target; 2] = [Target::Gfx950, Target::Gfx942];
@@ -38,24 +37,8 @@ fn builds(t: Target) -> Vec<(String, kittens_ir::Kernel)> {
 #[test]
 fn amd_builds_compile_without_spills() {
     for t in AMD {
-        let arch = t.gpu().unwrap().arch;
         for (label, k) in builds(t) {
-            let src = kittens_codegen::hip::lower(&k, arch).unwrap().source;
-            let mut clangs = vec![clang_for(arch)];
-            if t == Target::Gfx942 {
-                clangs.extend(debian_clang19());
-            }
-            for c in clangs {
-                let asm = c.compile_to_asm(&src, arch).unwrap();
-                let ident = kittens_codegen::cexpr::ident(&k.name);
-                let r = analyze(&asm, arch, Some(&ident)).unwrap();
-                eprintln!("{label} {t}: {}", serde_json::to_string(&r).unwrap());
-                assert_eq!(
-                    (r.vgpr_spill, r.sgpr_spill, r.scratch_bytes),
-                    (0, 0, 0),
-                    "{label} {t}"
-                );
-            }
+            assert_compiles_without_spills(&k, t, &label);
         }
     }
 }

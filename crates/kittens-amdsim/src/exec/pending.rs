@@ -147,6 +147,23 @@ pub fn poison(effect: &Effect, w: &mut Wave) {
     }
 }
 
+/// `bytes` from LDS at each active lane's address into its registers from `dst`.
+fn lds_load(
+    w: &mut Wave,
+    lds: &Lds,
+    dst: usize,
+    bytes: u32,
+    exec: u64,
+    addr: &[u32; LANES],
+) -> Result<(), ExecError> {
+    let mut buf = vec![0u8; bytes as usize];
+    for l in (0..LANES).filter(|l| exec >> l & 1 == 1) {
+        lds.read(addr[l], &mut buf)?;
+        write_lane_bytes(w, dst, l, &buf);
+    }
+    Ok(())
+}
+
 /// Apply one landed operation.
 pub fn land(p: Pending, w: &mut Wave, mem: &mut Memory, lds: &mut Lds) -> Result<(), ExecError> {
     let at = |e: ExecError| ExecError::Landing {
@@ -192,25 +209,15 @@ pub fn land(p: Pending, w: &mut Wave, mem: &mut Memory, lds: &mut Lds) -> Result
             bytes,
             exec,
             addr,
-        } => {
-            let mut buf = vec![0u8; bytes as usize];
-            for l in (0..LANES).filter(|l| exec >> l & 1 == 1) {
-                lds.read(addr[l], &mut buf).map_err(at)?;
-                write_lane_bytes(w, dst, l, &buf);
-            }
-        }
+        } => lds_load(w, lds, dst, bytes, exec, &addr).map_err(at)?,
         Effect::LdsLoad2 {
             dst,
             bytes,
             exec,
             addr,
         } => {
-            let mut buf = vec![0u8; bytes as usize];
             for (k, a) in addr.iter().enumerate() {
-                for l in (0..LANES).filter(|l| exec >> l & 1 == 1) {
-                    lds.read(a[l], &mut buf).map_err(at)?;
-                    write_lane_bytes(w, dst + k * (bytes as usize / 4), l, &buf);
-                }
+                lds_load(w, lds, dst + k * (bytes as usize / 4), bytes, exec, a).map_err(at)?;
             }
         }
         Effect::LdsLoadTrB16 { dst, exec, addr } => {
