@@ -11,9 +11,8 @@ does not accumulate). The backward is computed in the forward pass, as Liger doe
 the inputs and the two gradients is one chunk of logits; the backward multiplies the saved gradients by
 the incoming one. ``d_weight`` accumulates in the weight's dtype (bf16 for a bf16 model, as Liger).
 
-On CPU the per-chunk kernel is PyTorch float32 with the kernel's rounding points (one rounding of the
-gradient to the logits' dtype) and the GEMMs are kittens.matmul's (the interpreter) for bf16; the
-``cross_entropy`` kernel itself is checked on the interpreter by the Rust tests.
+On the CPU the per-chunk kernel runs on the interpreter (the registry program, ``_kittens.registry_program``)
+and the GEMMs are kittens.matmul's (the interpreter too) for bf16.
 
 Labels: ``ignore_index`` rows add nothing (loss and gradient 0); any other label outside ``[0, V)`` makes
 the loss non-finite (never a silently different finite value; PyTorch raises a device assert there).
@@ -21,7 +20,6 @@ the loss non-finite (never a silently different finite value; PyTorch raises a d
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
@@ -33,29 +31,38 @@ _NO_MATCH = float(1 << 25)  # a label no column index equals (column indices are
 # -- the per-chunk op ----------------------------------------------------------------------------------
 
 
+_PROGRAMS = {}
+
+
 def cross_entropy_eager(logits: Tensor, labels: Tensor, scale: Tensor, smoothing: float = 0.0) -> Tensor:
     """The per-row loss (float32 (R,)) of ``logits`` (R, V) (bf16 or float32) against ``labels`` (float32
     (R,): a class index, or negative for a row to ignore), writing ``scale * (softmax - (1-ε)·onehot -
-    ε/V)`` over ``logits`` in place (zero for an ignored row). ``scale``: one float32 value."""
+    ε/V)`` over ``logits`` in place (zero for an ignored row). ``scale``: one float32 value. The registry
+    kernel ``cross_entropy``: on CUDA through a prepared call, on the CPU on the interpreter."""
     if logits.is_cuda:
         from . import _dispatch
 
         return _dispatch.cross_entropy_(logits, labels, scale, float(smoothing))
-    x = logits.float()
-    v = x.shape[-1]
-    valid = labels >= 0
-    index = labels.clamp(0, v - 1).long()
-    found = (labels == index.float()) & valid
-    lse = torch.logsumexp(x, -1)
-    xy = x.gather(-1, index[:, None])[:, 0]
-    loss = lse - (1 - smoothing) * xy - smoothing * x.mean(-1)
-    # A label that matches no column: a non-finite loss, as the kernel's.
-    loss = torch.where(valid, torch.where(found, loss, torch.full_like(loss, math.nan)), torch.zeros_like(loss))
-    g = torch.softmax(x, -1) - smoothing / v
-    g.scatter_add_(-1, index[:, None], torch.where(found, -(1 - smoothing), 0.0)[:, None].to(g.dtype))
-    g = g * (scale.float() * valid.float())[:, None]
-    logits.copy_(g.to(logits.dtype))
-    return loss
+    from . import _kittens
+
+    if logits.dtype not in (torch.bfloat16, torch.float32) or logits.dim() != 2:
+        raise TypeError(f"logits must be a bfloat16 or float32 (R, V) tensor, got {logits.dtype} "
+                        f"{tuple(logits.shape)}")
+    f32 = logits.dtype == torch.float32
+    key = (float(smoothing), f32)
+    prog = _PROGRAMS.get(key)
+    if prog is None:
+        prog = _PROGRAMS[key] = _kittens.registry_program(
+            "cross_entropy", {"smoothing": float(smoothing), "f32_logits": f32})
+    rows, v = logits.shape
+    if rows == 0:
+        return torch.zeros(0, dtype=torch.float32)
+    out = prog.interpret({
+        "logits": logits.detach().float().numpy(), "labels": labels.detach().float().reshape(rows, 1).numpy(),
+        "cols": torch.arange(v, dtype=torch.float32).numpy(), "scale": scale.detach().float().reshape(1).numpy(),
+    }, {"rows": rows, "vocab": v})
+    logits.copy_(torch.from_numpy(out["grad"]).to(logits.dtype))
+    return torch.from_numpy(out["loss"]).reshape(rows)
 
 
 cross_entropy_ = torch.library.custom_op("kittens::cross_entropy_", mutates_args=("logits",))(cross_entropy_eager)

@@ -1,4 +1,5 @@
-"""kittens.linear_cross_entropy on the CPU against float64 by FlashAttention's rule (our error at most twice
+"""kittens.linear_cross_entropy on the CPU (the ``cross_entropy`` registry kernel and the GEMM on the
+interpreter) against float64 by FlashAttention's rule (our error at most twice
 the plain bf16 PyTorch computation's — ``F.cross_entropy(h @ w.T, y)`` in bf16 — plus a floor), for the loss
 and both gradients, at shapes no multiple of a tile, with ignored rows, several chunks (and a last short
 one), label smoothing, ``reduction="sum"`` and ``num_items_in_batch``; the per-chunk op's in-place gradient;
