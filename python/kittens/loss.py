@@ -147,10 +147,14 @@ class _LinearCrossEntropy(torch.autograd.Function):
         return loss.sum() * scale[0]
 
     @staticmethod
+    @torch.autograd.function.once_differentiable
     def backward(ctx, grad):
+        # In place (as Liger's): a scaled copy would hold a second weight-sized gradient at the peak. A
+        # second backward (retain_graph) would scale them twice; autograd's version check on the saved
+        # tensors refuses it ("modified by an inplace operation").
         dh, dw = ctx.saved_tensors
         g = grad.to(torch.float32)
-        return (None if dh is None else (dh * g).to(dh.dtype), None if dw is None else (dw * g).to(dw.dtype),
+        return (None if dh is None else dh.mul_(g), None if dw is None else dw.mul_(g),
                 None, None, None, None, None, None)
 
 

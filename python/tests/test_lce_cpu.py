@@ -119,3 +119,15 @@ def test_bad_arguments_raise_naming_them():
         kittens.linear_cross_entropy(hb, wb, y.float())
     with pytest.raises(ValueError, match="weight"):
         kittens.linear_cross_entropy(hb, wb[:, :8], y)
+
+
+def test_backward_scales_by_the_incoming_gradient_once():
+    hb, wb, y = case(37, 72, 1000, seed=9)
+    _, h1, w1 = grads(lambda a, b: kittens.linear_cross_entropy(a, b, y), hb, wb)
+    _, h3, w3 = grads(lambda a, b: 3 * kittens.linear_cross_entropy(a, b, y), hb, wb)
+    assert torch.allclose(h3.float(), 3 * h1.float(), rtol=1e-2) and torch.allclose(w3.float(), 3 * w1.float(), rtol=1e-2)
+    h = hb.detach().clone().requires_grad_()
+    loss = kittens.linear_cross_entropy(h, wb, y)
+    loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        loss.backward()
