@@ -8,13 +8,13 @@
 #   bash bench/run_h100.sh                   # about 15 minutes; OUT=dir to choose the folder
 #
 # PARTS picks what runs (default: all, in this order): gemm_bf16 gemm_fp8 attn_fwd attn_bwd layernorm
-# rotary tests; `model` (python -m kittens.bench model: a Llama trained and generating, HF vs kittens, about
-# 10 minutes) runs when named. Each part has a timeout and the script goes on when one fails; the folder's log.txt
+# rotary norms lce tests; `model` (python -m kittens.bench model: a Llama trained and generating, HF vs
+# kittens, about 10 minutes) and `model1b` (the ~1B Llama at sequence 4096, 200 steps) run when named. Each part has a timeout and the script goes on when one fails; the folder's log.txt
 # keeps what each printed. Copy the parts worth keeping into bench/results/<kernel>/ and update its README.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-bench/results/run-$(date -u +%Y-%m-%d)}"
-PARTS="${PARTS:-gemm_bf16 gemm_fp8 attn_fwd attn_bwd layernorm rotary tests}"
+PARTS="${PARTS:-gemm_bf16 gemm_fp8 attn_fwd attn_bwd layernorm rotary norms lce tests}"
 K="${KITTENS:-}"
 if [ -z "$K" ]; then
   if [ -x .carry/kittens ]; then K=.carry/kittens; else K=target/release/kittens; fi
@@ -78,13 +78,29 @@ if has rotary; then
   step 100 $PY rotary --rope-shapes 16x16x4096x128,16x16x8192x128 --iters 30 --json "$D/rotary.json" --plot "$D/rotary.png"
   step 60 "$K" bench rotary --iters 20 --shapes 16x16x4096x128,16x32x4096x64 --json "$D/sweep_rotary.json"
 fi
+if has norms; then
+  D="$OUT/norms"; mkdir -p "$D"
+  step 300 $PY rmsnorm --iters 30 --json "$D/rmsnorm.json" --plot "$D/rmsnorm.png"
+  step 300 $PY swiglu --iters 30 --json "$D/swiglu.json" --plot "$D/swiglu.png"
+fi
+if has lce; then
+  D="$OUT/lce"; mkdir -p "$D"
+  step 600 $PY lce --json "$D/lce.json"
+  step 600 python3 -m pytest -q -rs -s python/tests/test_gpu_lce.py
+fi
+if has model1b; then
+  D="$OUT/model"; mkdir -p "$D"
+  step 3600 $PY model --preset 1b-4k --json "$D/llama_1b_4k.json" --curves "$D/llama_1b_4k_curves.json" \
+    --plot "$D/llama_1b_4k.png"
+fi
 if has model; then
   D="$OUT/model"; mkdir -p "$D"
   step 1200 $PY model --size 125m --json "$D/llama_125m.json" --plot "$D/llama_125m.png"
 fi
 if has tests; then
   # The GPU tests of the Python package: every kernel on CUDA against the CPU interpreter and float64.
-  step 400 python3 -m pytest -q -rs python/tests/test_gpu.py python/tests/test_gpu_backward.py
+  step 400 python3 -m pytest -q -rs python/tests/test_gpu.py python/tests/test_gpu_backward.py \
+    python/tests/test_gpu_norms.py
 fi
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$OUT/gpu.txt"
 echo "results in $OUT"

@@ -551,6 +551,11 @@ def __getattr__(name: str):
         from .flash_attn import flash_attn_func
 
         return flash_attn_func
+    if name == "linear_cross_entropy":
+        # The fused linear + cross-entropy (kittens.loss), loaded on first use (it needs torch).
+        from .loss import linear_cross_entropy
+
+        return linear_cross_entropy
     if name in ("tile", "compile"):
         # The tile language (kittens.tile), imported on first use.
         import importlib

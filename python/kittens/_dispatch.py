@@ -630,3 +630,68 @@ def _prepare_swiglu(key, entry, gate, up, dy, packed):
         tensors += [_spec("dx", *pair)] if packed else [_spec("dgate", *m), _spec("dup", *m)]
     problem = {"rows": rows, "norm_dim": f, "packed": bool(packed)}
     return _prepare(key, entry, problem, tensors, dev)
+
+
+# -- cross-entropy -------------------------------------------------------------------------------------
+
+_COLS: Dict[tuple, "torch.Tensor"] = {}
+
+
+def _column_indices(vocab: int, device) -> "torch.Tensor":
+    """``0, 1, …, V-1`` as float32 on ``device`` (the kernel's ``cols``: the tile language has no column
+    index), made once per (V, device)."""
+    key = (vocab, str(device))
+    t = _COLS.get(key)
+    if t is None:
+        t = _COLS[key] = torch.arange(vocab, dtype=torch.float32, device=device)
+    return t
+
+
+def cross_entropy_(logits, labels, scale, smoothing: float):
+    """The per-row loss (float32 (R,)) of ``logits`` (R, V), bf16 or float32, dense, and its gradient
+    ``scale * (softmax - (1-ε)·onehot - ε/V)`` written over ``logits`` in place (registry
+    ``cross_entropy``). ``labels``: float32 (R,), a class index or negative (the row ignored: loss and
+    gradient 0); ``scale``: a float32 tensor of one element (no host synchronisation)."""
+    key = (9, logits.shape, logits.stride(), logits.dtype, logits.device, labels.stride(), labels.dtype,
+           scale.dtype, float(smoothing))
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_cross_entropy(key, logits, labels, scale, smoothing)
+    rows = logits.shape[0]
+    loss = torch.empty(rows, dtype=torch.float32, device=logits.device)
+    if rec[0] is None:
+        return loss.zero_()
+    cols = _column_indices(logits.shape[1], logits.device)
+    p = logits.data_ptr()
+    _launch(rec, (p, labels.data_ptr(), cols.data_ptr(), scale.data_ptr(), p, loss.data_ptr()),
+            logits.get_device(), device_obj=logits.device)
+    return loss
+
+
+def _prepare_cross_entropy(key, logits, labels, scale, smoothing):
+    dev = _same_device(logits=logits, labels=labels, scale=scale)
+    if logits.dtype not in (_BF16, torch.float32):
+        raise TypeError(f"logits has dtype {logits.dtype}; the cross-entropy kernel takes bfloat16 or float32")
+    if labels.dtype != torch.float32 or scale.dtype != torch.float32 or scale.numel() != 1:
+        raise TypeError("labels must be float32 (R,) and scale one float32 value")
+    if logits.dim() != 2 or tuple(labels.shape) != (logits.shape[0],):
+        raise ValueError(f"logits {tuple(logits.shape)} must be (R, V) and labels {tuple(labels.shape)} (R,)")
+    _dense(logits=logits, labels=labels)
+    if not 0.0 <= smoothing < 1.0:
+        raise ValueError(f"label_smoothing = {smoothing} must be in [0, 1)")
+    rows, v = logits.shape
+    if not 2 <= v <= 1 << 24:
+        raise ValueError(f"vocabulary size {v}: the cross-entropy kernel takes 2 to 2^24 (labels travel as float32)")
+    if rows == 0:
+        return _store(key, (None, (0, ()), None))
+    dt = "float32" if logits.dtype == torch.float32 else "bfloat16"
+    m = ((rows, v), (v, 1))
+    one = ((rows, 1), (1, 1))
+    tensors = (
+        _spec("logits", *m, dt), _spec("labels", *one, "float32"),
+        _spec("cols", (rows, v), (0, 1), "float32"), _spec("scale", (rows, 1), (0, 0), "float32"),
+        _spec("grad", *m, dt), _spec("loss", *one, "float32"),
+    )
+    problem = {"rows": rows, "norm_dim": v, "smoothing": float(smoothing),
+               "f32_logits": logits.dtype == torch.float32}
+    return _prepare(key, "cross_entropy", problem, tensors, dev)

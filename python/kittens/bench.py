@@ -1,12 +1,15 @@
-"""``python -m kittens.bench gemm|attn|layernorm|rotary|overhead|model [--json F] [--plot F.png]``: kittens against
-PyTorch's own kernels on the same tensors, in one process.
+"""``python -m kittens.bench gemm|attn|layernorm|rotary|rmsnorm|swiglu|lce|overhead|model [--json F] [--plot F.png]``:
+kittens against PyTorch's own kernels on the same tensors, in one process.
 
 * gemm: ``kittens.matmul(a, w.T)`` against ``torch.matmul(a, w.T)`` (cuBLAS).
 * attn: ``kittens.attention`` against ``F.scaled_dot_product_attention`` (cuDNN / FlashAttention);
   ``--options``: soft cap, sliding window, ALiBi and head dims (``kittens.bench_attn_opts``).
 * overhead: per-call time of a loop of calls, host included, against PyTorch's op (``kittens.bench_overhead``).
 * layernorm, rotary: against PyTorch eager and ``torch.compile`` of the same expression, in GB/s and as
-  a fraction of the copy bandwidth measured in the same run (``kittens.bench_mem``).
+  a fraction of the copy bandwidth measured in the same run (``kittens.bench_mem``); rmsnorm and swiglu
+  the same, forward and backward (``kittens.bench_norms``).
+* lce: the fused linear + cross-entropy against matmul + ``F.cross_entropy``, forward and backward: time
+  and peak memory (``kittens.bench_norms``).
 * model: a Hugging Face Llama trained and generating with and without
   ``kittens.integrations.transformers.apply`` (``kittens.bench_model``, its own options: ``model --help``).
 
@@ -346,7 +349,13 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         return bench_model.main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m kittens.bench", description=__doc__.split("\n\n")[0])
-    p.add_argument("what", choices=["gemm", "attn", "layernorm", "rotary", "overhead", "model"])
+    p.add_argument("what", choices=["gemm", "attn", "layernorm", "rotary", "rmsnorm", "swiglu", "lce", "overhead",
+                                    "model"])
+    p.add_argument("--norm-shapes", default="16384x4096,16384x8192,16384x3080,4096x768",
+                   help="rmsnorm: ROWSxD,...")
+    p.add_argument("--glu-shapes", default="8192x14336,16384x11008,4096x2824", help="swiglu: ROWSxF,...")
+    p.add_argument("--lce-shapes", default="8192x4096x128256,8192x2048x32000,4096x768x50257",
+                   help="lce: NxHxV,...")
     p.add_argument("--calls", type=int, default=300, help="overhead: calls per timed loop (at least 200)")
     p.add_argument("--rounds", type=int, default=7, help="overhead: timed loops per side")
     p.add_argument("--ln-shapes", default="16x4096x2048,4x4096x8192,16x4096x768",
@@ -385,6 +394,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args.sizes = [int(s) for s in args.sizes.split(",") if s]
     args.ln_shapes = [tuple(int(x) for x in c.split("x")) for c in args.ln_shapes.split(",") if c]
     args.rope_shapes = [tuple(int(x) for x in c.split("x")) for c in args.rope_shapes.split(",") if c]
+    args.norm_shapes = [tuple(int(x) for x in c.split("x")) for c in args.norm_shapes.split(",") if c]
+    args.glu_shapes = [tuple(int(x) for x in c.split("x")) for c in args.glu_shapes.split(",") if c]
+    args.lce_shapes = [tuple(int(x) for x in c.split("x")) for c in args.lce_shapes.split(",") if c]
     args.seqs = [int(s) for s in args.seqs.split(",") if s]
     args.extra = [tuple(int(x) for x in c.split("x")) for c in args.extra.split(",") if c]
     args.checks = [] if args.checks == "none" else [
@@ -402,8 +414,10 @@ def main(argv: Optional[List[str]] = None) -> int:
               "(not a benchmark):")
         cpu_check(kittens)
         return 2
-    if args.what in ("layernorm", "rotary"):
+    if args.what in ("layernorm", "rotary", "rmsnorm", "swiglu"):
         return main_mem(torch, kittens, args)
+    if args.what == "lce":
+        return main_lce(torch, kittens, args)
     if args.what == "overhead":
         return main_overhead(torch, kittens, args)
     if args.what == "attn" and args.backward:
@@ -511,8 +525,16 @@ def main_mem(torch, kittens, args) -> int:
     """layernorm / rotary: ours, torch eager and torch.compile, and the copy bandwidth, in one run."""
     from . import bench_mem
 
+    from . import bench_norms
+
     copy_gbs = bench_mem.copy_bandwidth(torch)
-    if args.what == "layernorm":
+    if args.what == "rmsnorm":
+        rows = bench_norms.bench_rmsnorm(torch, kittens, args, copy_gbs)
+        title = "residual add + RMSNorm (bf16), forward and backward: kittens vs torch eager and torch.compile"
+    elif args.what == "swiglu":
+        rows = bench_norms.bench_swiglu(torch, kittens, args, copy_gbs)
+        title = "SwiGLU (bf16, packed), forward and backward: kittens vs torch eager and torch.compile"
+    elif args.what == "layernorm":
         rows = bench_mem.bench_layernorm(torch, kittens, args, copy_gbs)
         title = "dropout + residual + layernorm (bf16): kittens vs torch eager and torch.compile"
     else:
@@ -538,6 +560,22 @@ def main_mem(torch, kittens, args) -> int:
     if not ok:
         print("kittens.bench: some shapes failed the check (see above)", file=sys.stderr)
     return 0 if ok else 1
+
+
+def main_lce(torch, kittens, args) -> int:
+    """Fused linear + cross-entropy against matmul + F.cross_entropy: time and peak memory."""
+    from . import bench_norms
+
+    rows = bench_norms.bench_lce(torch, kittens, args)
+    report = _header(torch, kittens, args)
+    report.update({"rows": rows, "rule": "loss on 256 rows: rel_err(ours, f64) <= 2 * rel_err(torch bf16, f64) "
+                                         f"+ {FLOOR}"})
+    print(f"{report['device']}, torch {torch.__version__}, commit {report['commit']}, {report['date']}")
+    bench_norms.print_lce(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=2)
+    return 0 if all(r.get("passed") for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -43,7 +43,8 @@ import kittens
 from . import ops as _ops
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "RotaryEmbedding", "SwiGLU", "Attention", "KVCache",
-           "FallbackWarning", "attention", "apply_rotary", "rotate_half", "rms_norm", "swiglu"]
+           "FallbackWarning", "attention", "apply_rotary", "rotate_half", "rms_norm", "swiglu",
+           "LinearCrossEntropy", "linear_cross_entropy"]
 
 BF16 = torch.bfloat16
 CPU_MACS = 2**34  # the CPU interpreter's budget a call (kittens run's), refused beyond
@@ -423,3 +424,24 @@ class Attention(nn.Module):
             k, v = cache.append(k, v)
         o = attention(q, k, v, causal=self.causal, scale=self.scaling)
         return self.o_proj(o.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
+
+
+linear_cross_entropy = _ops.linear_cross_entropy
+
+
+class LinearCrossEntropy(nn.Module):
+    """``F.cross_entropy(hidden @ weight.T, labels)`` without the logits (:func:`kittens.linear_cross_entropy`):
+    ``forward(hidden, weight, labels)`` (the weight is the caller's, e.g. an LM head's, so tied weights stay
+    tied); ``ignore_index``, ``label_smoothing``, ``reduction`` ("mean" or "sum") and ``chunk_rows`` as
+    the function takes them."""
+
+    def __init__(self, ignore_index: int = -100, label_smoothing: float = 0.0, reduction: str = "mean",
+                 chunk_rows: Optional[int] = None):
+        super().__init__()
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+        self.reduction, self.chunk_rows = reduction, chunk_rows
+
+    def forward(self, hidden: Tensor, weight: Tensor, labels: Tensor) -> Tensor:
+        return linear_cross_entropy(hidden, weight, labels, ignore_index=self.ignore_index,
+                                    label_smoothing=self.label_smoothing, reduction=self.reduction,
+                                    chunk_rows=self.chunk_rows)

@@ -52,7 +52,7 @@ if torch.cuda.is_available():
 
 __all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "rotary",
            "dropout_keep", "seed_arg", "rotary_tables", "rmsnorm", "rmsnorm_backward", "swiglu",
-           "swiglu_backward"]
+           "swiglu_backward", "cross_entropy_", "linear_cross_entropy"]
 
 
 # -- helpers shared by the real and the fake implementations -------------------------------------------
@@ -691,3 +691,10 @@ def _(grad, gate, up):
 
 swiglu_backward.register_autograd(_no_double_backward("swiglu_backward"),
                                   setup_context=lambda ctx, inputs, output: None)
+
+
+# -- cross-entropy -------------------------------------------------------------------------------------
+# ``kittens::cross_entropy_`` (the per-chunk kernel, in place over the logits) and the fused linear +
+# cross-entropy built on it live in kittens/loss.py.
+
+from .loss import cross_entropy_, linear_cross_entropy  # noqa: E402

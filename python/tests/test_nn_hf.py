@@ -38,10 +38,10 @@ def rel(x, ref):
     return ((x - ref).norm() / ref.norm().clamp_min(1e-30)).item()
 
 
-def check_rule(ours, base, ref, what):
+def check_rule(ours, base, ref, what, floor=FLOOR):
     assert ours is not None, f"{what}: no gradient"
     e, b = rel(ours, ref), rel(base, ref)
-    assert e <= 2 * b + FLOOR, f"{what}: ours {e:.3e} vs bf16 {b:.3e}"
+    assert e <= 2 * b + floor, f"{what}: ours {e:.3e} vs bf16 {b:.3e}"
 
 
 def tiny_llama(seed=0, **kw):
@@ -88,14 +88,14 @@ def forward_backward(model, ids):
     return out.logits.detach(), out.loss.detach(), {n: p.grad for n, p in model.named_parameters()}
 
 
-def patched_run(base, ids, monkeypatch):
+def patched_run(base, ids, monkeypatch, **apply_kw):
     """apply() on a copy of base, then its forward and backward on ids with the kernels counted: (report,
     spy, (logits, loss, grads), the warnings)."""
     ours = copy.deepcopy(base)
     knn._WARNED.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        report = apply(ours)
+        report = apply(ours, **apply_kw)
         spy = Spy(monkeypatch)
         got = forward_backward(ours, ids)
     assert not fallbacks(caught), fallbacks(caught)
@@ -109,8 +109,9 @@ def test_llama_logits_loss_grads_against_float64(monkeypatch):
     ref.set_attn_implementation("eager")
     base = base.to(BF)
     ids = torch.randint(0, 97, (2, 37), generator=torch.Generator().manual_seed(1))
-    ours, report, spy, got, caught = patched_run(base, ids, monkeypatch)
-    assert any("loss stays transformers' own" in str(w.message) for w in caught)
+    # The logits too: the loss through transformers' (the fused loss makes none; tested below).
+    ours, report, spy, got, caught = patched_run(base, ids, monkeypatch, loss=False)
+    assert report["loss"] == []
     assert report["attention"] == ["kittens"] and len(report["rotary"]) == 2 and len(report["mlp"]) == 2
     assert len(report["norm"]) == 5 and len(report["linear"]) == 15 and report["kept"] == []
     # 7 Linear forwards a layer + lm_head; every attention call the kernel's, over the whole sequence
@@ -126,6 +127,48 @@ def test_llama_logits_loss_grads_against_float64(monkeypatch):
     check_rule(got[1], have[1], want[1], "loss")
     for n in want[2]:
         check_rule(got[2][n], have[2][n], want[2][n], f"d {n}")
+
+
+def test_llama_fused_loss_against_float64(monkeypatch):
+    """apply()'s loss: while training on labels the LM head and the loss are kittens.linear_cross_entropy
+    (no logits made); the loss and every parameter's gradient (the tied-or-not LM head's included) against
+    the float64 model by the rule; num_items_in_batch as transformers takes it; eval mode is transformers'."""
+    base = tiny_llama(seed=12)
+    ref = copy.deepcopy(base).to(F64)
+    ref.set_attn_implementation("eager")
+    base = base.to(BF)
+    ids = torch.randint(0, 97, (2, 37), generator=torch.Generator().manual_seed(13))
+    labels = ids.clone()
+    labels[0, :5] = -100
+    ours = copy.deepcopy(base)
+    report = apply(ours)
+    assert report["loss"] == ["LlamaForCausalLM"] and type(ours).__name__ == "KittensLlamaForCausalLM"
+    calls = []
+    real = kittens.linear_cross_entropy
+    monkeypatch.setattr(kittens, "linear_cross_entropy", lambda *a, **k: calls.append(1) or real(*a, **k))
+
+    def run(model, **kw):
+        model.zero_grad()
+        out = model(input_ids=ids, labels=labels, **kw)
+        out.loss.backward()
+        return out, {n: p.grad for n, p in model.named_parameters()}
+
+    got, g_ours = run(ours)
+    assert calls == [1] and got.logits is None
+    want, g_ref = run(ref)
+    have, g_base = run(base)
+    # One scalar: the baseline's error can be small by luck; the floor is 1/40 of a bf16 step.
+    check_rule(got.loss.detach(), have.loss.detach(), want.loss.detach(), "loss", floor=1e-4)
+    for n in g_ref:
+        check_rule(g_ours[n], g_base[n], g_ref[n], f"d {n}")
+    # transformers' num_items_in_batch: the sum over the kept tokens divided by it
+    got_n, _ = run(ours, num_items_in_batch=torch.tensor(50))
+    want_n, _ = run(ref, num_items_in_batch=torch.tensor(50))
+    assert abs(got_n.loss.item() - want_n.loss.item()) < 2e-2 * abs(want_n.loss.item())
+    ours.eval()
+    with torch.no_grad():
+        out = ours(input_ids=ids, labels=labels)
+    assert out.logits is not None and calls == [1, 1]
 
 
 def test_llama_generate_with_kv_cache(monkeypatch):
@@ -232,8 +275,11 @@ def test_llama_compiles_fullgraph():
     out = compiled(ids)
     out.loss.backward()
     assert all(p.grad is not None for p in model.parameters())
+    assert out.logits is None  # training on labels: the fused loss
+    assert torch.equal(out.loss.detach(), model(input_ids=ids, labels=ids).loss.detach())
+    compiled = torch.compile(lambda ids: model(input_ids=ids), fullgraph=True, backend="aot_eager")
     with torch.no_grad():
-        assert torch.equal(out.logits, model(input_ids=ids).logits)
+        assert torch.equal(compiled(ids).logits, model(input_ids=ids).logits)
 
 
 def test_gpt_neox_layernorm_attention(monkeypatch):

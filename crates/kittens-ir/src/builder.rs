@@ -648,6 +648,34 @@ impl KernelBuilder {
         part: impl Into<Expr>,
         parts: u32,
     ) {
+        self.row_reduce_across_waves(ReduceOp::Sum, v, buf, index, row, part, parts);
+    }
+
+    /// [`Self::row_sum_across_waves`] with the maximum: `v` (this wave's partial maximum) becomes the
+    /// row's maximum over its `parts` waves (a softmax's row maximum over a row split over waves).
+    pub fn row_max_across_waves(
+        &mut self,
+        v: RegId,
+        buf: SharedId,
+        index: impl Into<Expr>,
+        row: impl Into<Expr>,
+        part: impl Into<Expr>,
+        parts: u32,
+    ) {
+        self.row_reduce_across_waves(ReduceOp::Max, v, buf, index, row, part, parts);
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn row_reduce_across_waves(
+        &mut self,
+        op: ReduceOp,
+        v: RegId,
+        buf: SharedId,
+        index: impl Into<Expr>,
+        row: impl Into<Expr>,
+        part: impl Into<Expr>,
+        parts: u32,
+    ) {
         let base = format!("{}_{}", self.reg_name(v), self.k.regs.len());
         let one = self.tile(
             &format!("{base}_partial"),
@@ -673,7 +701,7 @@ impl KernelBuilder {
         self.barrier();
         self.load(all, slot.sub(1, parts, row, 0));
         self.wait_shared(0);
-        self.row_sum(v, all);
+        self.reduce(Axis::Rows, op, v, all, None);
     }
 
     fn reg_name(&self, r: RegId) -> String {

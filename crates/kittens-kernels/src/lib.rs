@@ -11,6 +11,7 @@ pub mod attn_bwd;
 pub mod attn_fwd;
 pub mod attn_score;
 pub mod budget;
+pub mod cross_entropy;
 pub mod exec;
 pub mod gemm;
 pub mod layernorm;

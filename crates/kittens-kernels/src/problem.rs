@@ -76,6 +76,9 @@ pub struct Problem {
     /// from the device it opened), where the configuration depends on it (the GEMM's block per shape,
     /// the attention's key split); `None`: the catalog GPU's.
     pub sms: Option<u32>,
+    /// Cross-entropy (`cross_entropy`; `norm.rows` rows of `V = norm.dim` logits): label smoothing
+    /// and the logits' dtype.
+    pub cross_entropy: crate::cross_entropy::problem::CrossEntropyOptions,
     pub seed: u64,
     /// The random inputs (uniform in [-1, 1)) are multiplied by this before rounding to bf16; large
     /// scales give attention large logits (`8` at head dimension 64 gives logits of about ±64).
@@ -136,6 +139,7 @@ impl Default for Problem {
             packed: false,
             eps: None,
             sms: None,
+            cross_entropy: Default::default(),
             seed: 0,
             input_scale: 1.0,
             tolerance: None,

@@ -5,7 +5,9 @@
 //! `kittens list` are generated from it.
 
 use crate::problem::KernelProblem;
-use crate::{attn_bwd, attn_fwd, gemm, layernorm, rmsnorm, rotary, swiglu, KernelError};
+use crate::{
+    attn_bwd, attn_fwd, cross_entropy, gemm, layernorm, rmsnorm, rotary, swiglu, KernelError,
+};
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
 use serde::Serialize;
@@ -626,8 +628,33 @@ const SWIGLU_BWD: KernelEntry = KernelEntry {
     problem: &swiglu::problem::SwigluProblem::BACKWARD,
 };
 
+const CROSS_ENTROPY: KernelEntry = KernelEntry {
+    name: "cross_entropy",
+    about:
+        "loss = logsumexp(x) - x[label] per row (label smoothing option, negative label: ignored) \
+            and its gradient scale * (softmax(x) - onehot) written over the logits (bf16 or f32): \
+            the row-wise half of the fused linear + cross-entropy",
+    targets: plain_targets!(
+        "plain, one row per block, interleaved strips of 2 chunks per lane, two passes",
+        "plain, one row per block, interleaved strips of 2 chunks per lane, two passes"
+    ),
+    build_default: || cross_entropy::build(&cross_entropy::CrossEntropyConfig::new(false, 0.0, 32)),
+    build_gpu: |gpu| {
+        cross_entropy::build(&cross_entropy::CrossEntropyConfig::for_gpu(gpu, false, 0.0))
+    },
+    variants: &[Variant {
+        name: "f32",
+        about: "float32 logits and gradient",
+        targets: GPU_TARGETS,
+    }],
+    build_variant: |gpu, _| {
+        cross_entropy::build(&cross_entropy::CrossEntropyConfig::for_gpu(gpu, true, 0.0))
+    },
+    problem: &cross_entropy::problem::CrossEntropyProblem,
+};
+
 /// Every kernel of the suite, in the order `kittens list` prints them.
-pub static ALL: [KernelEntry; 11] = [
+pub static ALL: [KernelEntry; 12] = [
     GEMM_BF16,
     GEMM_FP8,
     ATTN_FWD,
@@ -639,6 +666,7 @@ pub static ALL: [KernelEntry; 11] = [
     SWIGLU,
     SWIGLU_BWD,
     ROTARY_BWD,
+    CROSS_ENTROPY,
 ];
 
 /// The registered names, in registry order.

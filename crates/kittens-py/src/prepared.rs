@@ -142,6 +142,8 @@ fn problem_from(
             "interleaved" => p.interleaved = flag()?,
             "residual" => p.residual = flag()?,
             "packed" => p.packed = flag()?,
+            "smoothing" => p.cross_entropy.smoothing = v.extract()?,
+            "f32_logits" => p.cross_entropy.f32_logits = flag()?,
             "variant" => {
                 let name: String = v.extract()?;
                 let known = entry.variants.iter().find(|x| x.name == name);
@@ -191,6 +193,23 @@ pub(crate) fn dtype(name: &str, s: &str) -> PyResult<DType> {
 /// with the caller's tensors `(name, shape, strides, dtype)` and the parameters `free` that each launch
 /// passes (a dropout seed; see `Prepared::new`); returns the [`Handle`] and a line per
 /// kernel this call compiled or loaded (empty when all were loaded before).
+/// The kernel registry entry `entry` runs for `problem` on the CPU interpreter (the problem's own
+/// configuration, 32-lane waves), as a tile `Program`: `Program.interpret` runs it on CPU arrays, so a
+/// Python op's CPU path can be the registry kernel itself.
+#[pyfunction]
+pub fn registry_program(
+    entry: &str,
+    problem: &Bound<'_, PyDict>,
+) -> PyResult<crate::tile_program::Program> {
+    let e = kittens_kernels::by_name(entry).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let p = problem_from(e, problem)?;
+    let k = e
+        .problem()
+        .build(&p, Target::Cpu)
+        .map_err(|err| PyValueError::new_err(format!("{entry}: {err}")))?;
+    Ok(crate::tile_program::Program::new(k))
+}
+
 #[pyfunction]
 pub fn prepare(
     py: Python<'_>,

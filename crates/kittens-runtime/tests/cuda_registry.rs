@@ -65,7 +65,8 @@ fn every_sm90a_registry_kernel_compiles_through_the_one_function() {
             "rmsnorm_bwd",
             "swiglu",
             "swiglu_bwd",
-            "rotary_bwd"
+            "rotary_bwd",
+            "cross_entropy"
         ]
     );
 }

@@ -10,12 +10,11 @@ mod amd_common;
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
 
-use amd_common::{clang_for, debian_clang19};
+use amd_common::{assert_compiles_without_spills, clang_for};
 use kittens_hw::Target;
 use kittens_kernels::problem::{NormShape, Problem};
 use kittens_kernels::registry::KernelEntry;
 use kittens_kernels::rmsnorm;
-use kittens_runtime::amd::analyze;
 use kittens_runtime::runner::{run, Backend, HipEmu, IsaEmu};
 
 const NAMES: [&str; 5] = [
@@ -69,24 +68,8 @@ fn builds(e: &KernelEntry, t: Target) -> Vec<(String, kittens_ir::Kernel)> {
 fn amd_builds_compile_without_spills() {
     for name in NAMES {
         for t in AMD {
-            let arch = t.gpu().unwrap().arch;
             for (label, k) in builds(entry(name), t) {
-                let src = kittens_codegen::hip::lower(&k, arch).unwrap().source;
-                let mut clangs = vec![clang_for(arch)];
-                if t == Target::Gfx942 {
-                    clangs.extend(debian_clang19());
-                }
-                for c in clangs {
-                    let asm = c.compile_to_asm(&src, arch).unwrap();
-                    let ident = kittens_codegen::cexpr::ident(&k.name);
-                    let r = analyze(&asm, arch, Some(&ident)).unwrap();
-                    eprintln!("{name} {label} {t}: {}", serde_json::to_string(&r).unwrap());
-                    assert_eq!(
-                        (r.vgpr_spill, r.sgpr_spill, r.scratch_bytes),
-                        (0, 0, 0),
-                        "{name} {label} {t}"
-                    );
-                }
+                assert_compiles_without_spills(&k, t, &format!("{name} {label}"));
             }
         }
     }

@@ -24,9 +24,11 @@ tied, the state dict keeps its keys and values) — each module's class is swapp
   has the same positions (one comparison per forward), so the kernel's single table applies.
 
 Every case the kernels do not take runs PyTorch's computation with a one-time
-:class:`kittens.nn.FallbackWarning` naming why, never a silently different result. The loss stays
-transformers' own (``F.cross_entropy`` on the logits) until a fused linear + cross-entropy kernel exists:
-:func:`apply` warns so ("no kernel yet"). Modules apply skipped are listed in the returned report.
+:class:`kittens.nn.FallbackWarning` naming why, never a silently different result. The loss is
+computed by :func:`kittens.linear_cross_entropy` (the LM head and the cross-entropy fused, no logits made) for
+a causal LM whose forward is Llama's own code, while it trains on labels (``model.training``, gradients on):
+that output's ``logits`` is None; in eval mode, without labels or under ``torch.no_grad`` the forward is
+transformers' own. Modules apply skipped are listed in the returned report.
 """
 
 from __future__ import annotations
@@ -41,7 +43,6 @@ from torch import nn
 import kittens
 
 from .. import nn as knn
-from .. import ops as _ops
 
 NAME = "kittens"
 
@@ -179,6 +180,55 @@ def _rope_hook(module, args, kwargs, output):
     return None
 
 
+# -- the LM head and its loss ---------------------------------------------------------------------------
+
+
+def _loss_why(model) -> Optional[str]:
+    head = getattr(model, "lm_head", None)
+    if not isinstance(head, nn.Linear) or head.bias is not None:
+        return "the LM head is not a bias-free Linear"
+    cfg = getattr(model, "config", None)
+    for attr in ("final_logit_softcapping", "logit_scale", "logits_scaling"):
+        if getattr(cfg, attr, None) not in (None, 1, 1.0):
+            return f"config.{attr} = {getattr(cfg, attr)} (the fused loss takes plain logits)"
+    return None
+
+
+def _causal_lm_forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, inputs_embeds=None,
+                       labels=None, use_cache=None, logits_to_keep=0, **kwargs):
+    """LlamaForCausalLM.forward (transformers 5.x) with the LM head and the loss fused
+    (:func:`kittens.linear_cross_entropy`) when it trains on labels: then the output has the loss and no
+    logits (the point is not to make them, as Liger's). Otherwise transformers' own forward."""
+    base = type(self).__mro__[1].forward
+    if labels is None or not (self.training and torch.is_grad_enabled()):
+        return base(self, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+                    inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache, logits_to_keep=logits_to_keep,
+                    **kwargs)
+    weight = self.lm_head.weight
+    dt = weight.dtype
+    if torch.is_autocast_enabled(weight.device.type):  # the head's matmul would run in the autocast dtype
+        dt = torch.get_autocast_dtype(weight.device.type)
+    why = knn.dtype_why(dt)
+    if why is not None:
+        knn.fallback("loss (transformers)", why)
+        return base(self, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+                    inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache, logits_to_keep=logits_to_keep,
+                    **kwargs)
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+                     inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
+    hidden = out.last_hidden_state
+    shift = kwargs.get("shift_labels")
+    if shift is None:  # transformers' ForCausalLMLoss: tokens < n predict n, the last predicts nothing
+        shift = torch.nn.functional.pad(labels, (0, 1), value=-100)[..., 1:]
+    with torch.autocast(hidden.device.type, enabled=False):
+        loss = kittens.linear_cross_entropy(hidden.to(dt), weight.to(dt), shift.to(hidden.device), ignore_index=-100,
+                                            num_items_in_batch=kwargs.get("num_items_in_batch"))
+    return CausalLMOutputWithPast(loss=loss, logits=None, cache=getattr(out, "cache", None),
+                                  hidden_states=out.hidden_states, attentions=out.attentions)
+
+
 # -- apply ---------------------------------------------------------------------------------------------
 
 
@@ -201,15 +251,26 @@ def _swap(m: nn.Module, forward) -> None:
 
 
 def apply(model: nn.Module, *, attention: bool = True, norms: bool = True, rotary: bool = True,
-          mlp: bool = True, linear: bool = True) -> Dict[str, List[str]]:
+          mlp: bool = True, linear: bool = True, loss: bool = True) -> Dict[str, List[str]]:
     """Make ``model`` (a transformers ``PreTrainedModel``) run kittens' kernels, in place; returns a report:
-    ``{"attention": [...], "norm": [...], "rotary": [...], "mlp": [...], "linear": [...], "kept": [...]}``
-    naming the modules changed, and in ``kept`` the ones left on PyTorch and why. Idempotent."""
+    ``{"attention": [...], "norm": [...], "rotary": [...], "mlp": [...], "linear": [...], "loss": [...],
+    "kept": [...]}`` naming the modules changed, and in ``kept`` the ones left on PyTorch and why.
+    ``loss``: a causal LM with Llama's forward computes its training loss by
+    :func:`kittens.linear_cross_entropy` (no logits in that output). Idempotent."""
     tf = _transformers()
     from transformers.models.llama import modeling_llama as llama
     from transformers.pytorch_utils import Conv1D
 
-    report: Dict[str, List[str]] = {k: [] for k in ("attention", "norm", "rotary", "mlp", "linear", "kept")}
+    report: Dict[str, List[str]] = {k: [] for k in ("attention", "norm", "rotary", "mlp", "linear", "loss",
+                                                    "kept")}
+    top = type(model)
+    if loss and not getattr(top, "_kittens", False) and _code(top.forward) == _code(llama.LlamaForCausalLM.forward):
+        why = _loss_why(model)
+        if why is None:
+            _swap(model, _causal_lm_forward)
+            report["loss"].append(top.__name__)
+        else:
+            report["kept"].append(f"loss ({top.__name__}: {why})")
     silu = (nn.SiLU,) + tuple(c for c in (getattr(tf.activations, "SiLUActivation", None),) if c is not None)
     for name, m in model.named_modules():
         cls = type(m)
@@ -254,9 +315,6 @@ def apply(model: nn.Module, *, attention: bool = True, norms: bool = True, rotar
         else:
             report["kept"].append(f"attention ({type(model).__name__} does not take transformers' attention "
                                   "interface)")
-    if not hasattr(_ops, "linear_cross_entropy"):
-        warnings.warn("kittens.integrations.transformers: the loss stays transformers' own (no kernel yet: "
-                      "kittens.ops.linear_cross_entropy)", knn.FallbackWarning, stacklevel=2)
     for why in report["kept"]:
         warnings.warn(f"kittens.integrations.transformers: kept on PyTorch: {why}", knn.FallbackWarning,
                       stacklevel=2)

@@ -264,6 +264,12 @@ table! {
     Vopc 0x46 VCmpGeF32 "v_cmp_ge_f32" [2, 1, 1, 0] Both;
     Vopc 0x47 VCmpOF32 "v_cmp_o_f32" [2, 1, 1, 0] Both;
     Vopc 0x48 VCmpUF32 "v_cmp_u_f32" [2, 1, 1, 0] Both;
+    Vopc 0x49 VCmpNgeF32 "v_cmp_nge_f32" [2, 1, 1, 0] Both;
+    Vopc 0x4a VCmpNlgF32 "v_cmp_nlg_f32" [2, 1, 1, 0] Both;
+    Vopc 0x4b VCmpNgtF32 "v_cmp_ngt_f32" [2, 1, 1, 0] Both;
+    Vopc 0x4c VCmpNleF32 "v_cmp_nle_f32" [2, 1, 1, 0] Both;
+    Vopc 0x4d VCmpNeqF32 "v_cmp_neq_f32" [2, 1, 1, 0] Both;
+    Vopc 0x4e VCmpNltF32 "v_cmp_nlt_f32" [2, 1, 1, 0] Both;
     Vopc 0xc1 VCmpLtI32 "v_cmp_lt_i32" [2, 1, 1, 0] Both;
     Vopc 0xc2 VCmpEqI32 "v_cmp_eq_i32" [2, 1, 1, 0] Both;
     Vopc 0xc3 VCmpLeI32 "v_cmp_le_i32" [2, 1, 1, 0] Both;
@@ -340,11 +346,13 @@ table! {
     Ds 0x1e DsWriteB8 "ds_write_b8" [0, 1, 1, 0] Both;
     Ds 0x1f DsWriteB16 "ds_write_b16" [0, 1, 1, 0] Both;
     Ds 0x36 DsReadB32 "ds_read_b32" [1, 1, 0, 0] Both;
+    Ds 0x37 DsRead2B32 "ds_read2_b32" [2, 1, 0, 0] Both;
     Ds 0x3c DsReadU16 "ds_read_u16" [1, 1, 0, 0] Both;
     Ds 0x3e DsPermuteB32 "ds_permute_b32" [1, 1, 1, 0] Both;
     Ds 0x3f DsBpermuteB32 "ds_bpermute_b32" [1, 1, 1, 0] Both;
     Ds 0x4d DsWriteB64 "ds_write_b64" [0, 1, 2, 0] Both;
     Ds 0x76 DsReadB64 "ds_read_b64" [2, 1, 0, 0] Both;
+    Ds 0x77 DsRead2B64 "ds_read2_b64" [4, 1, 0, 0] Both;
     Ds 0xdf DsWriteB128 "ds_write_b128" [0, 1, 4, 0] Both;
     Ds 0xe3 DsReadB64TrB16 "ds_read_b64_tr_b16" [2, 1, 0, 0] G950;
     Ds 0xff DsReadB128 "ds_read_b128" [4, 1, 0, 0] Both;

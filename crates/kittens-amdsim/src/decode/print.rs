@@ -217,7 +217,14 @@ pub(super) fn text(i: &Instr) -> String {
                     );
                 }
             }
-            if i.imm != 0 {
+            if name.starts_with("ds_read2") {
+                // Two 8-bit offsets in units of the element, each printed where not zero.
+                for (k, off) in [i.imm & 0xff, (i.imm >> 8) & 0xff].into_iter().enumerate() {
+                    if off != 0 {
+                        let _ = write!(t, " offset{k}:{off}");
+                    }
+                }
+            } else if i.imm != 0 {
                 let _ = write!(t, " offset:{}", i.imm);
             }
         }

@@ -52,6 +52,14 @@ pub enum Effect {
         exec: u64,
         addr: Box<[u32; LANES]>,
     },
+    /// `ds_read2_b32` / `ds_read2_b64`: an element of `bytes` at each of the two addresses, the
+    /// second into the registers after the first's.
+    LdsLoad2 {
+        dst: usize,
+        bytes: u32,
+        exec: u64,
+        addr: [Box<[u32; LANES]>; 2],
+    },
     /// `ds_read_b64_tr_b16` (CDNA4 ISA guide, "LDS transpose loads"): lane j of each 16-lane group
     /// gets, as its 16-bit element q, element j % 4 of the four consecutive 16-bit values that lane
     /// 4q + j / 4 of the group addresses.
@@ -125,6 +133,9 @@ pub fn poison(effect: &Effect, w: &mut Wave) {
         Effect::LdsLoad {
             dst, bytes, exec, ..
         } => rows(*dst, bytes.div_ceil(4) as usize, &|l| exec >> l & 1 == 1),
+        Effect::LdsLoad2 {
+            dst, bytes, exec, ..
+        } => rows(*dst, 2 * (*bytes as usize / 4), &|l| exec >> l & 1 == 1),
         Effect::LdsLoadTrB16 { dst, exec, .. } => rows(*dst, 2, &|l| exec >> l & 1 == 1),
         Effect::VgprWrite { dst, exec, .. } => rows(*dst, 1, &|l| exec >> l & 1 == 1),
         Effect::SmemLoad { dst, dwords, .. } => {
@@ -134,6 +145,23 @@ pub fn poison(effect: &Effect, w: &mut Wave) {
         }
         Effect::GlobalStore { .. } | Effect::GlobalToLds { .. } | Effect::LdsStore { .. } => {}
     }
+}
+
+/// `bytes` from LDS at each active lane's address into its registers from `dst`.
+fn lds_load(
+    w: &mut Wave,
+    lds: &Lds,
+    dst: usize,
+    bytes: u32,
+    exec: u64,
+    addr: &[u32; LANES],
+) -> Result<(), ExecError> {
+    let mut buf = vec![0u8; bytes as usize];
+    for l in (0..LANES).filter(|l| exec >> l & 1 == 1) {
+        lds.read(addr[l], &mut buf)?;
+        write_lane_bytes(w, dst, l, &buf);
+    }
+    Ok(())
 }
 
 /// Apply one landed operation.
@@ -181,11 +209,15 @@ pub fn land(p: Pending, w: &mut Wave, mem: &mut Memory, lds: &mut Lds) -> Result
             bytes,
             exec,
             addr,
+        } => lds_load(w, lds, dst, bytes, exec, &addr).map_err(at)?,
+        Effect::LdsLoad2 {
+            dst,
+            bytes,
+            exec,
+            addr,
         } => {
-            let mut buf = vec![0u8; bytes as usize];
-            for l in (0..LANES).filter(|l| exec >> l & 1 == 1) {
-                lds.read(addr[l], &mut buf).map_err(at)?;
-                write_lane_bytes(w, dst, l, &buf);
+            for (k, a) in addr.iter().enumerate() {
+                lds_load(w, lds, dst + k * (bytes as usize / 4), bytes, exec, a).map_err(at)?;
             }
         }
         Effect::LdsLoadTrB16 { dst, exec, addr } => {

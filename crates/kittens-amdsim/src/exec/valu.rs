@@ -113,6 +113,13 @@ fn compare(op: Op, a: u32, b: u32) -> Option<bool> {
         VCmpGeF32 => x >= y,
         VCmpOF32 => !x.is_nan() && !y.is_nan(),
         VCmpUF32 => x.is_nan() || y.is_nan(),
+        // The negated comparisons: true where the relation fails, NaN operands included.
+        VCmpNgeF32 => x.partial_cmp(&y).is_none_or(|o| o.is_lt()),
+        VCmpNlgF32 => !(!x.is_nan() && !y.is_nan() && x != y),
+        VCmpNgtF32 => x.partial_cmp(&y).is_none_or(|o| o.is_le()),
+        VCmpNleF32 => x.partial_cmp(&y).is_none_or(|o| o.is_gt()),
+        VCmpNeqF32 => !(x == y),
+        VCmpNltF32 => x.partial_cmp(&y).is_none_or(|o| o.is_ge()),
         VCmpLtI32 => (a as i32) < b as i32,
         VCmpEqI32 | VCmpEqU32 => a == b,
         VCmpLeI32 => (a as i32) <= b as i32,
@@ -614,5 +621,28 @@ mod tests {
         assert_eq!(op(Op::VSubU16, 3, 5), 0xfffe);
         assert_eq!(op(Op::VSubrevU16, 3, 5), 2);
         assert_eq!(op(Op::VLshlrevB16, 4, 0xf_1234), 0x2340);
+    }
+
+    /// The negated float comparisons are the plain ones' negations: true on NaN operands (AMD's
+    /// "not greater or equal" etc.), where every plain ordered comparison is false.
+    #[test]
+    fn negated_compares_hold_on_nan() {
+        let c = |o, x: f32, y: f32| compare(o, x.to_bits(), y.to_bits()).unwrap();
+        let pairs = [
+            (1.0, 2.0),
+            (2.0, 1.0),
+            (3.0, 3.0),
+            (f32::NAN, 1.0),
+            (1.0, f32::NAN),
+        ];
+        for (x, y) in pairs {
+            assert_eq!(c(Op::VCmpNgeF32, x, y), !c(Op::VCmpGeF32, x, y), "{x} {y}");
+            assert_eq!(c(Op::VCmpNlgF32, x, y), !c(Op::VCmpLgF32, x, y), "{x} {y}");
+            assert_eq!(c(Op::VCmpNgtF32, x, y), !c(Op::VCmpGtF32, x, y), "{x} {y}");
+            assert_eq!(c(Op::VCmpNleF32, x, y), !c(Op::VCmpLeF32, x, y), "{x} {y}");
+            assert_eq!(c(Op::VCmpNeqF32, x, y), !c(Op::VCmpEqF32, x, y), "{x} {y}");
+            assert_eq!(c(Op::VCmpNltF32, x, y), !c(Op::VCmpLtF32, x, y), "{x} {y}");
+        }
+        assert!(c(Op::VCmpNeqF32, f32::NAN, f32::NAN) && !c(Op::VCmpLgF32, 1.0, f32::NAN));
     }
 }

@@ -88,6 +88,20 @@ pub(super) fn ds(g: &mut Group, wv: usize, i: &Instr) -> Result<(), ExecError> {
                 value: Box::new(value),
             }
         }
+        // Two elements at 8-bit offsets in units of the element (CDNA3 ISA guide, "LDS
+        // instructions": DS_READ2_B32, DS_READ2_B64), into consecutive registers.
+        Op::DsRead2B32 | Op::DsRead2B64 => {
+            let unit = if i.op == Op::DsRead2B64 { 8 } else { 4 };
+            let at = |off: i32| -> Box<[u32; LANES]> {
+                Box::new(from_fn(|l| base[l].wrapping_add((off as u32) * unit)))
+            };
+            Effect::LdsLoad2 {
+                dst: Wave::data_reg(i, i.dst)?,
+                bytes: unit,
+                exec,
+                addr: [at(i.imm & 0xff), at((i.imm >> 8) & 0xff)],
+            }
+        }
         Op::DsReadB64TrB16 => Effect::LdsLoadTrB16 {
             dst: Wave::data_reg(i, i.dst)?,
             exec,

@@ -145,6 +145,15 @@ pub struct Args {
     /// swiglu, swiglu_bwd: gate and up as the two halves of one [rows, 2F] tensor (gate first).
     #[arg(long)]
     pub packed: bool,
+    /// cross_entropy: vocabulary size V (columns of the logits; --rows rows).
+    #[arg(long, default_value_t = 32000)]
+    pub vocab: usize,
+    /// cross_entropy: label smoothing in [0, 1).
+    #[arg(long, default_value_t = 0.0)]
+    pub smoothing: f32,
+    /// cross_entropy: float32 logits and gradient instead of bf16.
+    #[arg(long)]
+    pub f32_logits: bool,
     /// Layernorm dropout probability (0 = plain residual + layernorm).
     #[arg(long, default_value_t = 0.1)]
     pub p: f32,
@@ -245,8 +254,10 @@ fn kernel_flags(kernel: &str) -> &'static [&'static str] {
     // Their variants configure `kittens compile`; a run takes --packed (the backward's `dweight`
     // launch always runs after the first).
     const SWIGLU: &[&str] = &["rows", "hidden", "packed"];
+    const CROSS_ENTROPY: &[&str] = &["rows", "vocab", "smoothing", "f32_logits"];
     match kernel {
         "gemm_bf16" | "gemm_fp8" => GEMM,
+        "cross_entropy" => CROSS_ENTROPY,
         "attn_fwd" => ATTN_FWD,
         "attn_bwd" => ATTN_BWD,
         "layernorm" => LAYERNORM,
@@ -401,6 +412,11 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     p.residual = !a.no_residual;
     p.eps = a.eps;
     p.packed = a.packed;
+    if a.kernel.name == "cross_entropy" {
+        p.norm.dim = a.vocab;
+        p.cross_entropy.smoothing = a.smoothing;
+        p.cross_entropy.f32_logits = a.f32_logits;
+    }
     Ok(p)
 }
 

@@ -48,3 +48,26 @@ pub fn printer_comment(asm: &str, key: &str) -> u32 {
         })
         .unwrap_or_else(|| panic!("no `; {key}:` comment in the assembly"))
 }
+
+/// Compiles kernel `k` for `t` (gfx942 or gfx950) with the target's clang, and on gfx942 also with
+/// Debian's clang-19 where installed, and asserts no VGPR or SGPR spill and no scratch; prints each
+/// compiler's report under `label`.
+pub fn assert_compiles_without_spills(k: &kittens_ir::Kernel, t: kittens_hw::Target, label: &str) {
+    let arch = t.gpu().unwrap().arch;
+    let src = kittens_codegen::hip::lower(k, arch).unwrap().source;
+    let mut clangs = vec![clang_for(arch)];
+    if t == kittens_hw::Target::Gfx942 {
+        clangs.extend(debian_clang19());
+    }
+    for c in clangs {
+        let asm = c.compile_to_asm(&src, arch).unwrap();
+        let ident = kittens_codegen::cexpr::ident(&k.name);
+        let r = kittens_runtime::amd::analyze(&asm, arch, Some(&ident)).unwrap();
+        eprintln!("{label} {t}: {}", serde_json::to_string(&r).unwrap());
+        assert_eq!(
+            (r.vgpr_spill, r.sgpr_spill, r.scratch_bytes),
+            (0, 0, 0),
+            "{label} {t}"
+        );
+    }
+}

@@ -1,0 +1,193 @@
+"""Fused linear + cross-entropy: the loss of ``hidden @ weight.T`` against labels, and its gradients with
+respect to ``hidden`` and ``weight``, without the full (rows x vocab) logits (Liger-Kernel's
+``fused_linear_cross_entropy``, docs/references.md).
+
+The rows are taken in chunks. Per chunk: the chunk's logits by a GEMM (the kittens GEMM where it takes
+the shape: bf16, H and V multiples of 8; else PyTorch's), then the ``cross_entropy`` kernel (registry
+``cross_entropy``: each row's log-sum-exp and loss, and ``scale * (softmax - onehot)`` written over the
+chunk's logits in place), then ``d_hidden_chunk = dlogits @ weight`` (GEMM) and ``d_weight +=
+dlogits.T @ hidden_chunk`` (PyTorch's ``addmm_``: the kittens GEMM reads no transposed first operand and
+does not accumulate). The backward is computed in the forward pass, as Liger does, so the memory beyond
+the inputs and the two gradients is one chunk of logits; the backward multiplies the saved gradients by
+the incoming one. ``d_weight`` accumulates in the weight's dtype (bf16 for a bf16 model, as Liger).
+
+On the CPU the per-chunk kernel runs on the interpreter (the registry program, ``_kittens.registry_program``)
+and the GEMMs are kittens.matmul's (the interpreter too) for bf16.
+
+Labels: ``ignore_index`` rows add nothing (loss and gradient 0); any other label outside ``[0, V)`` makes
+the loss non-finite (never a silently different finite value; PyTorch raises a device assert there).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+_NO_MATCH = float(1 << 25)  # a label no column index equals (column indices are below 2^24)
+
+
+# -- the per-chunk op ----------------------------------------------------------------------------------
+
+
+_PROGRAMS = {}
+
+
+def cross_entropy_eager(logits: Tensor, labels: Tensor, scale: Tensor, smoothing: float = 0.0) -> Tensor:
+    """The per-row loss (float32 (R,)) of ``logits`` (R, V) (bf16 or float32) against ``labels`` (float32
+    (R,): a class index, or negative for a row to ignore), writing ``scale * (softmax - (1-ε)·onehot -
+    ε/V)`` over ``logits`` in place (zero for an ignored row). ``scale``: one float32 value. The registry
+    kernel ``cross_entropy``: on CUDA through a prepared call, on the CPU on the interpreter."""
+    if logits.is_cuda:
+        from . import _dispatch
+
+        return _dispatch.cross_entropy_(logits, labels, scale, float(smoothing))
+    from . import _kittens
+
+    if logits.dtype not in (torch.bfloat16, torch.float32) or logits.dim() != 2:
+        raise TypeError(f"logits must be a bfloat16 or float32 (R, V) tensor, got {logits.dtype} "
+                        f"{tuple(logits.shape)}")
+    f32 = logits.dtype == torch.float32
+    key = (float(smoothing), f32)
+    prog = _PROGRAMS.get(key)
+    if prog is None:
+        prog = _PROGRAMS[key] = _kittens.registry_program(
+            "cross_entropy", {"smoothing": float(smoothing), "f32_logits": f32})
+    rows, v = logits.shape
+    if rows == 0:
+        return torch.zeros(0, dtype=torch.float32)
+    out = prog.interpret({
+        "logits": logits.detach().float().numpy(), "labels": labels.detach().float().reshape(rows, 1).numpy(),
+        "cols": torch.arange(v, dtype=torch.float32).numpy(), "scale": scale.detach().float().reshape(1).numpy(),
+    }, {"rows": rows, "vocab": v})
+    logits.copy_(torch.from_numpy(out["grad"]).to(logits.dtype))
+    return torch.from_numpy(out["loss"]).reshape(rows)
+
+
+cross_entropy_ = torch.library.custom_op("kittens::cross_entropy_", mutates_args=("logits",))(cross_entropy_eager)
+
+
+@cross_entropy_.register_fake
+def _(logits, labels, scale, smoothing=0.0):
+    return logits.new_empty((logits.shape[0],), dtype=torch.float32)
+
+
+# -- the chunked loss ----------------------------------------------------------------------------------
+
+
+def _mm(a: Tensor, b: Tensor, out: Optional[Tensor] = None) -> Tensor:
+    """``a @ b`` by the kittens GEMM where it reads both in place (bf16, K and N multiples of 8), else
+    PyTorch's."""
+    from . import ops
+
+    k, n = a.shape[1], b.shape[1]
+    if a.dtype == b.dtype == torch.bfloat16 and k % 8 == 0 and n % 8 == 0 and a.is_contiguous():
+        if a.is_cuda and not torch.compiler.is_compiling():
+            from . import _dispatch
+
+            return _dispatch.matmul(a, b, out=out)
+        r = ops.matmul(a, b)  # the custom op: traceable by torch.compile
+    else:
+        r = a @ b
+    if out is None:
+        return r
+    out.copy_(r)
+    return out
+
+
+def default_chunk_rows(rows: int, hidden: int, vocab: int) -> int:
+    """Liger's chunk: about as many logits per chunk as hidden values in the whole input
+    (``rows / ceil(V / H)``), rounded up to a multiple of 64."""
+    n = -(-rows // max(1, -(-vocab // max(hidden, 1))))
+    return max(64, -(-n // 64) * 64)
+
+
+def _labels_for_kernel(labels: Tensor, ignore_index: int, vocab: int) -> Tensor:
+    lab = labels.to(torch.float32)
+    out_of_range = (labels < 0) | (labels >= vocab)
+    lab = torch.where(out_of_range, torch.full_like(lab, _NO_MATCH), lab)
+    return torch.where(labels == ignore_index, torch.full_like(lab, -1.0), lab)
+
+
+def _forward_and_grads(hidden, weight, labels, ignore_index, smoothing, scale, chunk, need_dh, need_dw):
+    rows, h = hidden.shape
+    v = weight.shape[0]
+    lab = _labels_for_kernel(labels, ignore_index, v)
+    loss = torch.empty(rows, dtype=torch.float32, device=hidden.device)
+    dh = torch.empty_like(hidden) if need_dh else None
+    dw = torch.zeros_like(weight) if need_dw else None
+    wt = weight.t()
+    for s in range(0, rows, chunk):
+        e = min(rows, s + chunk)
+        hc = hidden[s:e]
+        logits = _mm(hc, wt)
+        loss[s:e] = cross_entropy_(logits, lab[s:e], scale, smoothing)
+        if dh is not None:
+            _mm(logits, weight, out=dh[s:e])
+        if dw is not None:
+            dw.addmm_(logits.t(), hc)
+    return loss, dh, dw
+
+
+class _LinearCrossEntropy(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, hidden, weight, labels, ignore_index, smoothing, reduction, chunk, num_items):
+        kept = (labels != ignore_index).sum()
+        if reduction == "mean":
+            div = kept.clamp_min(1).to(torch.float32) if num_items is None else torch.as_tensor(
+                num_items, dtype=torch.float32, device=hidden.device)
+        else:
+            div = torch.ones((), dtype=torch.float32, device=hidden.device)
+        scale = (1.0 / div).reshape(1)
+        need_dh, need_dw = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        loss, dh, dw = _forward_and_grads(hidden, weight, labels, ignore_index, smoothing, scale, chunk,
+                                          need_dh, need_dw)
+        ctx.save_for_backward(dh, dw)
+        return loss.sum() * scale[0]
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad):
+        # In place (as Liger's): a scaled copy would hold a second weight-sized gradient at the peak. A
+        # second backward (retain_graph) would scale them twice; autograd's version check on the saved
+        # tensors refuses it ("modified by an inplace operation").
+        dh, dw = ctx.saved_tensors
+        g = grad.to(torch.float32)
+        return (None if dh is None else dh.mul_(g), None if dw is None else dw.mul_(g),
+                None, None, None, None, None, None)
+
+
+def linear_cross_entropy(hidden: Tensor, weight: Tensor, labels: Tensor, *, ignore_index: int = -100,
+                         label_smoothing: float = 0.0, reduction: str = "mean", chunk_rows: Optional[int] = None,
+                         num_items_in_batch=None) -> Tensor:
+    """``F.cross_entropy(hidden @ weight.T, labels, ignore_index=, label_smoothing=, reduction=)`` for
+    ``hidden`` (..., H), ``weight`` (V, H), ``labels`` (...) of integers, without materialising the logits
+    (see the module documentation). ``reduction``: ``"mean"`` (over the rows not ignored, or over
+    ``num_items_in_batch`` when given, as transformers' loss does) or ``"sum"``. Differentiable in
+    ``hidden`` and ``weight`` (both gradients are computed in this call when they require one)."""
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction {reduction!r}: 'mean' or 'sum' (the gradients are computed in the "
+                         "forward pass, which needs one scalar loss)")
+    if not 0.0 <= label_smoothing < 1.0:
+        raise ValueError(f"label_smoothing = {label_smoothing} must be in [0, 1)")
+    if weight.dim() != 2 or hidden.shape[-1] != weight.shape[1]:
+        raise ValueError(f"hidden {tuple(hidden.shape)} must be (..., H) and weight {tuple(weight.shape)} (V, H)")
+    if tuple(labels.shape) != tuple(hidden.shape[:-1]):
+        raise ValueError(f"labels {tuple(labels.shape)} must be hidden's leading shape {tuple(hidden.shape[:-1])}")
+    if labels.dtype.is_floating_point:
+        raise TypeError(f"labels has dtype {labels.dtype}; class indices (an integer dtype) are needed")
+    if hidden.dtype != weight.dtype:
+        raise TypeError(f"hidden ({hidden.dtype}) and weight ({weight.dtype}) must have one dtype")
+    h2 = hidden.reshape(-1, hidden.shape[-1])
+    if not h2.is_contiguous():
+        h2 = h2.contiguous()
+    lab = labels.reshape(-1)
+    if chunk_rows is not None and chunk_rows < 1:
+        raise ValueError(f"chunk_rows = {chunk_rows} must be positive")
+    # Whole 8-row steps, so that every chunk's labels and rows start on a 16-byte boundary.
+    chunk = -(-(chunk_rows or default_chunk_rows(h2.shape[0], h2.shape[1], weight.shape[0])) // 8) * 8
+    w = weight if weight.is_contiguous() else weight.contiguous()
+    out = _LinearCrossEntropy.apply(h2, w, lab, int(ignore_index), float(label_smoothing), reduction, int(chunk),
+                                    num_items_in_batch)
+    return out
