@@ -385,7 +385,10 @@ mod tests {
                 sms: Some(132),
                 ..Problem::default()
             };
-            GemmProblem::FP8.config(&p, Target::Sm90a).unwrap().block_rows
+            GemmProblem::FP8
+                .config(&p, Target::Sm90a)
+                .unwrap()
+                .block_rows
         };
         assert_eq!(fp8_at(256, 4096, 4096), 64);
         assert_eq!(fp8_at(256, 4096, 14336), 128);
