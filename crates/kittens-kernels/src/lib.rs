@@ -10,6 +10,7 @@
 pub mod attn_bwd;
 pub mod attn_fwd;
 pub mod attn_score;
+pub mod attn_varlen;
 pub mod budget;
 pub mod exec;
 pub mod gemm;
@@ -18,6 +19,7 @@ pub mod problem;
 pub mod reference;
 pub mod reference_bwd;
 pub mod reference_fwd;
+pub mod reference_varlen;
 pub mod registry;
 pub mod rmsnorm;
 pub mod rotary;
