@@ -19,7 +19,7 @@ use crate::attn_score::Logits;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32, I32};
 use kittens_ir::{
-    Access, Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, Rounding, Schedule,
+    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, Rounding, Schedule,
 };
 use kittens_tile::{BaseShape, Layout};
 
@@ -38,11 +38,8 @@ pub struct VarlenConfig {
     pub logits: Logits,
 }
 
-/// Parameter order: `batch, heads, heads_kv, total_q, total_k, max_seqlen_q, max_seqlen_k`; tensors
-/// `q, k, v` (bf16, read), `o` (bf16, `[total_q, heads, d]`), `lse` (f32 `[heads, total_q]`, natural
-/// log, FlashAttention's `softmax_lse` layout for varlen; `−∞` for a query that keeps no key),
-/// `cu_seqlens_q`, `cu_seqlens_k` (i32 `[batch + 1]`).
-pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
+/// Refuses what the varlen programs do not take, naming the argument.
+pub(crate) fn check(cfg: &VarlenConfig) -> Result<(), KernelError> {
     cfg.logits.check()?;
     if cfg.logits.softcap.is_some() {
         return Err(KernelError::Config(
@@ -55,22 +52,90 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             cfg.dim
         )));
     }
+    Ok(())
+}
+
+/// The parameters every varlen program declares, in this order.
+pub(crate) struct Batch {
+    pub batch: Expr,
+    pub heads: Expr,
+    pub heads_kv: Expr,
+    pub total_q: Expr,
+    pub total_k: Expr,
+    pub max_q: Expr,
+    pub max_k: Expr,
+}
+
+impl Batch {
+    pub(crate) fn declare(k: &mut KernelBuilder) -> Batch {
+        let [batch, heads, heads_kv, total_q, total_k, max_q, max_k] = [
+            "batch",
+            "heads",
+            "heads_kv",
+            "total_q",
+            "total_k",
+            "max_seqlen_q",
+            "max_seqlen_k",
+        ]
+        .map(|n| k.param(n));
+        Batch {
+            batch,
+            heads,
+            heads_kv,
+            total_q,
+            total_k,
+            max_q,
+            max_k,
+        }
+    }
+}
+
+/// The `cu_seqlens_q` and `cu_seqlens_k` tensors (i32 `[batch + 1]`).
+pub(crate) fn offsets(k: &mut KernelBuilder, batch: &Expr) -> (GlobalId, GlobalId) {
+    let mut cu = |name: &str| k.global(name, I32, &[("b", batch + 1)], Access::Read);
+    (cu("cu_seqlens_q"), cu("cu_seqlens_k"))
+}
+
+/// Sequence `b`'s rows in the packed tensors, read from the offsets in device memory.
+pub(crate) struct Seq {
+    pub start_q: Expr,
+    pub end_q: Expr,
+    pub start_k: Expr,
+    pub end_k: Expr,
+}
+
+impl Seq {
+    pub(crate) fn of(cu_q: GlobalId, cu_k: GlobalId, b: &Expr) -> Seq {
+        Seq {
+            start_q: Expr::elem(cu_q, b.clone()),
+            end_q: Expr::elem(cu_q, b + 1),
+            start_k: Expr::elem(cu_k, b.clone()),
+            end_k: Expr::elem(cu_k, b + 1),
+        }
+    }
+}
+
+/// Parameter order: `batch, heads, heads_kv, total_q, total_k, max_seqlen_q, max_seqlen_k`; tensors
+/// `q, k, v` (bf16, read), `o` (bf16, `[total_q, heads, d]`), `lse` (f32 `[heads, total_q]`, natural
+/// log, FlashAttention's `softmax_lse` layout for varlen; `−∞` for a query that keeps no key),
+/// `cu_seqlens_q`, `cu_seqlens_k` (i32 `[batch + 1]`).
+pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
+    check(cfg)?;
     let name = if cfg.causal {
         "attn_varlen_fwd_causal"
     } else {
         "attn_varlen_fwd"
     };
     let mut k = KernelBuilder::new(name, Schedule::Plain { waves: 1 });
-    let [batch, heads, heads_kv, total_q, total_k, max_q, max_k] = [
-        "batch",
-        "heads",
-        "heads_kv",
-        "total_q",
-        "total_k",
-        "max_seqlen_q",
-        "max_seqlen_k",
-    ]
-    .map(|n| k.param(n));
+    let Batch {
+        batch,
+        heads,
+        heads_kv,
+        total_q,
+        total_k,
+        max_q,
+        max_k,
+    } = Batch::declare(&mut k);
     let d = Expr::c(i64::from(cfg.dim));
     let packed = |k: &mut KernelBuilder, name: &str, total: &Expr, h: &Expr, access| {
         let dims = [("s", total.clone()), ("h", h.clone()), ("d", d.clone())];
@@ -82,10 +147,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let o = packed(&mut k, "o", &total_q, &heads, Access::Write);
     let lse_dims = [("h", heads.clone()), ("s", total_q.clone())];
     let lse = k.global("lse", F32, &lse_dims, Access::Write);
-    let cu =
-        |k: &mut KernelBuilder, name: &str| k.global(name, I32, &[("b", &batch + 1)], Access::Read);
-    let (cu_q, cu_k) = (cu(&mut k, "cu_seqlens_q"), cu(&mut k, "cu_seqlens_k"));
-
+    let (cu_q, cu_k) = offsets(&mut k, &batch);
     k.grid(
         vec![
             batch.clone(),
@@ -96,8 +158,12 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     );
     let (b, h, qb) = (k.block(0), k.block(1), k.block(2));
     let hk = &h / (&heads / heads_kv.clone());
-    let (start_q, end_q) = (Expr::elem(cu_q, b.clone()), Expr::elem(cu_q, &b + 1));
-    let (start_k, end_k) = (Expr::elem(cu_k, b.clone()), Expr::elem(cu_k, &b + 1));
+    let Seq {
+        start_q,
+        end_q,
+        start_k,
+        end_k,
+    } = Seq::of(cu_q, cu_k, &b);
     let (len_q, len_k) = (&end_q - start_q.clone(), &end_k - start_k.clone());
     for g in [q, o] {
         k.clip(g, 0, end_q.clone());

@@ -135,3 +135,78 @@ pub fn forward_bf16_baseline(q: &[f32], k: &[f32], v: &[f32], sh: &VarlenShape) 
     }
     o
 }
+
+/// Gradients `(dq, dk, dv)` of varlen attention (layouts of `q`, `k`, `v`) for the upstream gradient
+/// `d_o`, each sequence on its own: `P = softmax(S·scale)` over its kept keys, `dV = Pᵀ·dO`,
+/// `dS = P ∘ (dO·Vᵀ − δ)` with `δ = rowsum(dO ∘ O)`, `dQ = dS·K·scale`, `dK = dSᵀ·Q·scale`, the heads
+/// of a GQA group summed into their KV head. With `low` the plain-bf16 baseline instead: scores and
+/// sums rounded to f32, `P` and `dS` rounded to bf16 before they multiply, the gradients rounded to
+/// bf16 (sums are formed in f64 before rounding, which makes the baseline slightly more accurate
+/// than f32 accumulation, so a rule judged against it is stricter, not looser).
+pub fn backward(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_o: &[f32],
+    sh: &VarlenShape,
+    low: bool,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let f32r = |x: f64| if low { x as f32 as f64 } else { x };
+    let bf = |x: f64| {
+        if low {
+            round(x as f32, DType::Bf16, Rounding::Rtne) as f64
+        } else {
+            x
+        }
+    };
+    let (mut dq, mut dk, mut dv) = (vec![0.0; q.len()], vec![0.0; k.len()], vec![0.0; v.len()]);
+    let dd = sh.dim;
+    let dot = |a: &[f32], ia: usize, b: &[f32], ib: usize| -> f64 {
+        (0..dd).map(|x| a[ia + x] as f64 * b[ib + x] as f64).sum()
+    };
+    for (b, r) in sh.rows() {
+        let i = r - sh.cu_q[b];
+        for h in 0..sh.heads {
+            let hk = sh.kv_head(h);
+            let keys: Vec<usize> = sh.keys(b, i).map(|j| sh.cu_k[b] + j).collect();
+            if keys.is_empty() {
+                continue;
+            }
+            let (qi, oi) = (sh.q_at(r, h, 0), sh.q_at(r, h, 0));
+            let s: Vec<f64> = keys
+                .iter()
+                .map(|&kr| f32r(dot(q, qi, k, sh.k_at(kr, hk, 0)) * sh.scale))
+                .collect();
+            let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let e: Vec<f64> = s.iter().map(|x| f32r((x - mx).exp())).collect();
+            let sum: f64 = f32r(e.iter().sum());
+            let p: Vec<f64> = e.iter().map(|x| f32r(x / sum)).collect();
+            // O and δ from the same P (the forward's output).
+            let mut o = vec![0.0; dd];
+            for (x, ox) in o.iter_mut().enumerate() {
+                let acc: f64 = keys
+                    .iter()
+                    .zip(&p)
+                    .map(|(&kr, pj)| bf(*pj) * v[sh.k_at(kr, hk, x)] as f64)
+                    .sum();
+                *ox = bf(acc);
+            }
+            let delta = f32r((0..dd).map(|x| d_o[oi + x] as f64 * o[x]).sum());
+            for (&kr, pj) in keys.iter().zip(&p) {
+                let dp = f32r(dot(d_o, oi, v, sh.k_at(kr, hk, 0)));
+                let ds = bf(f32r(pj * (dp - delta) * sh.scale));
+                for x in 0..dd {
+                    dv[sh.k_at(kr, hk, x)] += bf(*pj) * d_o[oi + x] as f64;
+                    dq[qi + x] += ds * k[sh.k_at(kr, hk, x)] as f64;
+                    dk[sh.k_at(kr, hk, x)] += ds * q[qi + x] as f64;
+                }
+            }
+        }
+    }
+    for g in [&mut dq, &mut dk, &mut dv] {
+        for x in g.iter_mut() {
+            *x = bf(f32r(*x));
+        }
+    }
+    (dq, dk, dv)
+}

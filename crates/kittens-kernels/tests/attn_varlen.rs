@@ -9,7 +9,7 @@ use kittens_ir::numerics::{round, Rounding};
 use kittens_kernels::attn_score::Logits;
 use kittens_kernels::attn_varlen::{build, VarlenConfig};
 use kittens_kernels::reference::{check_rule, compare, RULE_FLOOR};
-use kittens_kernels::reference_varlen::{forward, forward_bf16_baseline, VarlenShape};
+use kittens_kernels::reference_varlen::{backward, forward, forward_bf16_baseline, VarlenShape};
 
 /// Uniform values in [-a, a) from a 64-bit LCG (Knuth's MMIX constants), rounded to bf16.
 fn random(seed: &mut u64, n: usize, a: f32) -> Vec<f32> {
@@ -202,4 +202,122 @@ fn bad_configurations_are_refused_by_name() {
     .unwrap_err()
     .to_string();
     assert!(e.contains("softcap"), "{e}");
+}
+
+/// The backward on lengths `lens_q`/`lens_k`: the kernel's f32 gradients against the f64 reference,
+/// judged by the rule against the plain-bf16 baseline. O and lse come from the f64 forward (rounded
+/// as the forward stores them), as a training step hands them over.
+#[allow(clippy::too_many_arguments)]
+fn check_bwd(
+    lens_q: &[usize],
+    lens_k: &[usize],
+    heads: usize,
+    heads_kv: usize,
+    dim: u32,
+    causal: bool,
+    seed: u64,
+) {
+    let cfg = VarlenConfig {
+        dim,
+        causal,
+        logits: Logits::default(),
+    };
+    let kernel = kittens_kernels::attn_varlen_bwd::build(&cfg).expect("the varlen backward builds");
+    let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
+    let (total_q, total_k) = (cu_q[lens_q.len()] + PAD, cu_k[lens_k.len()] + PAD);
+    let d = dim as usize;
+    let mut s = seed;
+    let q = random(&mut s, total_q * heads * d, 2.0);
+    let k = random(&mut s, total_k * heads_kv * d, 2.0);
+    let v = random(&mut s, total_k * heads_kv * d, 1.0);
+    let d_o = random(&mut s, total_q * heads * d, 1.0);
+    let sh = VarlenShape {
+        heads,
+        heads_kv,
+        dim: d,
+        cu_q: cu_q.clone(),
+        cu_k: cu_k.clone(),
+        causal,
+        scale: f64::from(cfg.logits.scale(dim)),
+    };
+    let (o, lse) = forward(&q, &k, &v, &sh);
+    let o: Vec<f32> = o
+        .iter()
+        .map(|&x| round(x as f32, Bf16, Rounding::Rtne))
+        .collect();
+    let lse: Vec<f32> = lse.iter().map(|&x| x as f32).collect();
+    let want = backward(&q, &k, &v, &d_o, &sh, false);
+    let base = backward(&q, &k, &v, &d_o, &sh, true);
+    let as_f32 = |c: &[usize]| c.iter().map(|&x| x as f32).collect::<Vec<_>>();
+    let mut tensors = vec![
+        q,
+        k,
+        v,
+        o,
+        d_o,
+        lse,
+        vec![0.0; total_q * heads * d],
+        vec![0.0; total_k * heads_kv * d],
+        vec![0.0; total_k * heads_kv * d],
+        as_f32(&cu_q),
+        as_f32(&cu_k),
+    ];
+    let max = |l: &[usize]| l.iter().copied().max().unwrap_or(0).max(1) as i64;
+    let params = [
+        lens_q.len() as i64,
+        heads as i64,
+        heads_kv as i64,
+        total_q as i64,
+        total_k as i64,
+        max(lens_q),
+        max(lens_k),
+    ];
+    interp::run(&kernel, &params, &mut tensors).expect("the interpreter runs it");
+    let what = format!(
+        "bwd lens_q {lens_q:?} lens_k {lens_k:?} H{heads}/{heads_kv} D{dim} causal {causal}"
+    );
+    let (rq, rk) = (
+        cu_q[lens_q.len()] * heads * d,
+        cu_k[lens_k.len()] * heads_kv * d,
+    );
+    for (name, got, want, base, n) in [
+        ("dq", &tensors[6], &want.0, &base.0, rq),
+        ("dk", &tensors[7], &want.1, &base.1, rk),
+        ("dv", &tensors[8], &want.2, &base.2, rk),
+    ] {
+        assert!(
+            got[n..].iter().all(|&x| x == 0.0),
+            "{what}: {name} written past the last sequence"
+        );
+        let base32: Vec<f32> = base[..n].iter().map(|&x| x as f32).collect();
+        let (ours, b) = (compare(&got[..n], &want[..n]), compare(&base32, &want[..n]));
+        for (m, o, bb) in [
+            ("rel_err", ours.rel_err, b.rel_err),
+            ("max_rel", ours.max_rel, b.max_rel),
+        ] {
+            let v = check_rule(o, bb, RULE_FLOOR);
+            assert!(
+                v.passed,
+                "{what}: {name} {m} {o:.3e} over the rule's bound {:.3e} (bf16 baseline {bb:.3e})",
+                v.bound
+            );
+        }
+        eprintln!(
+            "{what}: {name} rel_err {:.3e} (bf16 {:.3e}) max_rel {:.3e} (bf16 {:.3e})",
+            ours.rel_err, b.rel_err, ours.max_rel, b.max_rel
+        );
+    }
+}
+
+#[test]
+fn varlen_backward_matches_f64_d64() {
+    let lens = [1, 17, 0, 130, 75];
+    check_bwd(&lens, &lens, 2, 1, 64, false, 11);
+    check_bwd(&lens, &lens, 2, 1, 64, true, 12);
+    check_bwd(&[45, 3, 70], &[20, 33, 0], 4, 2, 64, true, 13);
+}
+
+#[test]
+fn varlen_backward_matches_f64_d128() {
+    check_bwd(&[1, 17, 0, 130], &[1, 17, 0, 130], 2, 2, 128, true, 14);
 }
