@@ -548,6 +548,11 @@ def __getattr__(name: str):
         from .flash_attn import flash_attn_func
 
         return flash_attn_func
+    if name == "flash_attn_varlen_func":
+        # FlashAttention's packed variable-length interface (kittens.varlen), loaded on first use.
+        from .varlen import flash_attn_varlen_func
+
+        return flash_attn_varlen_func
     if name in ("tile", "compile"):
         # The tile language (kittens.tile), imported on first use.
         import importlib

@@ -14,6 +14,7 @@ pub mod attn_varlen;
 pub mod attn_varlen_bwd;
 pub mod budget;
 pub mod exec;
+pub mod exec_varlen;
 pub mod gemm;
 pub mod layernorm;
 pub mod problem;
