@@ -76,6 +76,13 @@ impl Packed {
                 }
             }
             let last = *cu.last().unwrap_or(&0);
+            // The interpreter holds every tensor as f32, exact for integers up to 2^24.
+            if last > 1 << 24 {
+                return Err(problem(format!(
+                    "{name}: ends at {last}; the CPU interpreter takes packed batches of at most \
+                     2^24 rows"
+                )));
+            }
             if last as usize > total {
                 return Err(problem(format!(
                     "{name}: ends at {last}, past the packed tensor's {total} rows"
