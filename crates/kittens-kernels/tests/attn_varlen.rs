@@ -321,3 +321,28 @@ fn varlen_backward_matches_f64_d64() {
 fn varlen_backward_matches_f64_d128() {
     check_bwd(&[1, 17, 0, 130], &[1, 17, 0, 130], 2, 2, 128, true, 14);
 }
+
+/// The GPU lowerings do not emit index reads yet: each refuses the varlen kernels by name rather
+/// than lowering them without their offsets.
+#[test]
+fn gpu_lowerings_refuse_the_varlen_kernels_for_now() {
+    use kittens_hw::Target;
+    let cfg = VarlenConfig {
+        dim: 64,
+        causal: true,
+        logits: Logits::default(),
+    };
+    let fwd = build(&cfg).unwrap();
+    let bwd = kittens_kernels::attn_varlen_bwd::build(&cfg).unwrap();
+    for kernel in [&fwd, &bwd] {
+        for target in [Target::Gfx942, Target::Gfx950, Target::Sm90a] {
+            let e = kittens_codegen::lower(kernel, target)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&kernel.name) && e.contains("does not lower that yet"),
+                "{target:?}: {e}"
+            );
+        }
+    }
+}
