@@ -556,6 +556,11 @@ def __getattr__(name: str):
         from .loss import linear_cross_entropy
 
         return linear_cross_entropy
+    if name == "flash_attn_varlen_func":
+        # FlashAttention's packed variable-length interface (kittens.varlen), loaded on first use.
+        from .varlen import flash_attn_varlen_func
+
+        return flash_attn_varlen_func
     if name in ("tile", "compile"):
         # The tile language (kittens.tile), imported on first use.
         import importlib

@@ -27,7 +27,7 @@ import math
 import numbers
 from typing import Any, Optional, Tuple
 
-__all__ = ["flash_attn_func"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func"]
 
 
 def _check_window(window_size: Any) -> Tuple[int, int]:
@@ -110,3 +110,12 @@ def flash_attn_func(
         **extra,
     )
     return out.transpose(1, 2)
+
+
+def __getattr__(name: str):
+    if name == "flash_attn_varlen_func":
+        # The packed variable-length interface lives in kittens.varlen.
+        from .varlen import flash_attn_varlen_func
+
+        return flash_attn_varlen_func
+    raise AttributeError(f"module 'kittens.flash_attn' has no attribute {name!r}")

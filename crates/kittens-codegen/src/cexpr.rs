@@ -78,6 +78,15 @@ pub fn expr_in(k: &Kernel, e: &Expr, n: &CNames) -> String {
         Expr::Block(i) => format!("blk{i}"),
         Expr::Wave => n.wave.to_string(),
         Expr::Round => n.round.to_string(),
+        // The global's pointer as the strip lowering names it; `crate::lower` refuses kernels with
+        // index reads until every lowering declares that pointer (`Kernel::reads_indices`).
+        Expr::Elem(g, i) => format!(
+            "((const int*)g_{})[{}]",
+            k.globals
+                .get(g.0 as usize)
+                .map_or_else(|| format!("{}", g.0), |d| ident(&d.name)),
+            expr_in(k, i, n)
+        ),
         Expr::Bin(op, a, b) => {
             let (a, b) = (expr_in(k, a, n), expr_in(k, b, n));
             match op {

@@ -22,10 +22,13 @@ pub enum DType {
     /// fp8 with 4 exponent and 3 mantissa bits, bias 8, no infinities and no negative zero (E4M3FNUZ,
     /// gfx942's fp8).
     Fp8E4m3Fnuz,
+    /// 32-bit signed integer: index tensors (a packed batch's `cu_seqlens`) read by
+    /// `kittens_ir::Expr::Elem`, never a tile's element type. Not in [`DType::ALL`] (the float types).
+    I32,
 }
 
 #[derive(Debug, Error, PartialEq, Eq)]
-#[error("unknown dtype `{0}`; known: f32, bf16, f16, fp8e4m3 (or fp8), fp8e5m2, fp8e4m3fnuz")]
+#[error("unknown dtype `{0}`; known: f32, bf16, f16, fp8e4m3 (or fp8), fp8e5m2, fp8e4m3fnuz, i32")]
 pub struct UnknownDType(pub String);
 
 impl DType {
@@ -41,7 +44,7 @@ impl DType {
     /// Storage size of one element in bytes.
     pub fn bytes(self) -> u32 {
         match self {
-            DType::F32 => 4,
+            DType::F32 | DType::I32 => 4,
             DType::Bf16 | DType::F16 => 2,
             DType::Fp8E4m3 | DType::Fp8E5m2 | DType::Fp8E4m3Fnuz => 1,
         }
@@ -61,6 +64,7 @@ impl DType {
             DType::Fp8E4m3 => "fp8e4m3",
             DType::Fp8E5m2 => "fp8e5m2",
             DType::Fp8E4m3Fnuz => "fp8e4m3fnuz",
+            DType::I32 => "i32",
         }
     }
 
@@ -72,6 +76,7 @@ impl DType {
             DType::F16 => 10,
             DType::Fp8E4m3 | DType::Fp8E4m3Fnuz => 3,
             DType::Fp8E5m2 => 2,
+            DType::I32 => 31,
         }
     }
 
@@ -84,6 +89,7 @@ impl DType {
             DType::Fp8E4m3 => 448.0,
             DType::Fp8E5m2 => 57344.0,
             DType::Fp8E4m3Fnuz => 240.0,
+            DType::I32 => i32::MAX as f64,
         }
     }
 
@@ -108,6 +114,7 @@ impl std::str::FromStr for DType {
             "fp8" | "fp8e4m3" | "e4m3" | "f8e4m3" => Ok(DType::Fp8E4m3),
             "fp8e5m2" | "e5m2" | "f8e5m2" => Ok(DType::Fp8E5m2),
             "fp8e4m3fnuz" | "e4m3fnuz" | "f8e4m3fnuz" => Ok(DType::Fp8E4m3Fnuz),
+            "i32" | "int32" => Ok(DType::I32),
             _ => Err(UnknownDType(s.to_string())),
         }
     }

@@ -125,6 +125,7 @@ impl KernelBuilder {
             strides,
             access,
             slot_fill: SlotFill::Tma,
+            clip: None,
         });
         GlobalId(self.k.globals.len() as u32 - 1)
     }
@@ -132,6 +133,12 @@ impl KernelBuilder {
     /// How a target with a choice fills ring slots from global `g` ([`SlotFill`]; TMA by default).
     pub fn slot_fill(&mut self, g: GlobalId, fill: SlotFill) {
         self.k.globals[g.0 as usize].slot_fill = fill;
+    }
+
+    /// Global `g` ends at `end` along dimension `dim` for each block ([`crate::Clip`]): a packed
+    /// batch's sequence end, so that rows of the next sequence are neither read nor written.
+    pub fn clip(&mut self, g: GlobalId, dim: u8, end: Expr) {
+        self.k.globals[g.0 as usize].clip = Some(crate::Clip { dim, end });
     }
 
     /// A densely packed row-major global tensor (last dimension contiguous).

@@ -5,7 +5,13 @@
 //! remap) and the wave id. A lowering prints them as C++ integer expressions; the interpreter evaluates
 //! them per wave. Division and remainder are floor operations on non-negative operands (all indices
 //! are); `CeilDiv` is spelled out because tile counts need it everywhere.
+//!
+//! One expression reads memory: [`Expr::Elem`], an element of a declared `i32` global (a packed
+//! batch's `cu_seqlens`, FlashAttention's varlen interface). The interpreter evaluates it from the
+//! tensor ([`Expr::eval_in`]); host-side evaluators without the data ([`Expr::eval`]) see it as
+//! unknown (`None`); the lowerings print it as a scalar load.
 
+use crate::ir::GlobalId;
 use serde::{Deserialize, Serialize};
 
 /// A run-time integer parameter of the kernel (a problem size), by position in [`crate::Kernel::params`].
@@ -48,6 +54,19 @@ pub enum Expr {
     /// overlaps this tile's work.
     Round,
     Bin(BinOp, Box<Expr>, Box<Expr>),
+    /// Element `index` (along dimension 0) of the `i32` global tensor: a value the kernel reads
+    /// from device memory (a sequence's start in a packed batch). Outside the tensor it reads 0, as
+    /// every global read does. Data-dependent: the analyses treat it as unknown, so a kernel keeps
+    /// it out of loop bounds, shared-memory indices and wave conditions (the validator says so).
+    Elem(GlobalId, Box<Expr>),
+}
+
+/// Reads element `i` of an `i32` global for [`Expr::Elem`]; `None` where the value is unknown.
+pub type ReadElem<'a> = &'a dyn Fn(GlobalId, i64) -> Option<i64>;
+
+/// The reader of evaluators that have no tensor data: every [`Expr::Elem`] is unknown.
+pub fn no_memory(_: GlobalId, _: i64) -> Option<i64> {
+    None
 }
 
 /// A boolean over expressions, for conditionals on the wave or warpgroup and on loop counters.
@@ -114,8 +133,14 @@ impl Expr {
         Cond::Le(self.clone(), b.into())
     }
 
-    /// The value under `env`; `None` on division by zero or an out-of-range id.
+    /// The value under `env`; `None` on division by zero, an out-of-range id or a read of memory
+    /// ([`Expr::Elem`], unknown here: see [`Expr::eval_in`]).
     pub fn eval(&self, env: &Env) -> Option<i64> {
+        self.eval_in(env, &no_memory)
+    }
+
+    /// The value under `env`, reading [`Expr::Elem`]'s elements with `read`.
+    pub fn eval_in(&self, env: &Env, read: ReadElem) -> Option<i64> {
         match self {
             Expr::Const(v) => Some(*v),
             Expr::Param(p) => env.params.get(p.0 as usize).copied(),
@@ -124,8 +149,23 @@ impl Expr {
             Expr::Wave => Some(env.wave),
             // Host-side evaluation runs one tile per block.
             Expr::Round => Some(0),
-            Expr::Bin(op, a, b) => eval_bin(*op, a.eval(env)?, b.eval(env)?),
+            Expr::Bin(op, a, b) => eval_bin(*op, a.eval_in(env, read)?, b.eval_in(env, read)?),
+            Expr::Elem(g, i) => read(*g, i.eval_in(env, read)?),
         }
+    }
+
+    /// Whether the expression reads memory (contains an [`Expr::Elem`]).
+    pub fn reads_memory(&self) -> bool {
+        match self {
+            Expr::Elem(..) => true,
+            Expr::Bin(_, a, b) => a.reads_memory() || b.reads_memory(),
+            _ => false,
+        }
+    }
+
+    /// An element of the `i32` global `g` ([`Expr::Elem`]).
+    pub fn elem(g: GlobalId, index: impl Into<Expr>) -> Expr {
+        Expr::Elem(g, Box::new(index.into()))
     }
 
     /// Whether the expression reads grid coordinate `i` (`Expr::Block(i)`).
@@ -133,6 +173,7 @@ impl Expr {
         match self {
             Expr::Block(j) => *j == i,
             Expr::Bin(_, a, b) => a.reads_block(i) || b.reads_block(i),
+            Expr::Elem(_, x) => x.reads_block(i),
             _ => false,
         }
     }
@@ -142,6 +183,7 @@ impl Expr {
         match self {
             Expr::Param(j) => *j == i,
             Expr::Bin(_, a, b) => a.reads_param(i) || b.reads_param(i),
+            Expr::Elem(_, x) => x.reads_param(i),
             _ => false,
         }
     }
@@ -176,15 +218,30 @@ fn eval_bin(op: BinOp, a: i64, b: i64) -> Option<i64> {
 
 impl Cond {
     pub fn eval(&self, env: &Env) -> Option<bool> {
+        self.eval_in(env, &no_memory)
+    }
+    /// The value under `env`, reading [`Expr::Elem`]'s elements with `read`.
+    pub fn eval_in(&self, env: &Env, read: ReadElem) -> Option<bool> {
+        let e = |x: &Expr| x.eval_in(env, read);
         Some(match self {
-            Cond::Eq(a, b) => a.eval(env)? == b.eval(env)?,
-            Cond::Ne(a, b) => a.eval(env)? != b.eval(env)?,
-            Cond::Lt(a, b) => a.eval(env)? < b.eval(env)?,
-            Cond::Le(a, b) => a.eval(env)? <= b.eval(env)?,
-            Cond::And(a, b) => a.eval(env)? && b.eval(env)?,
-            Cond::Or(a, b) => a.eval(env)? || b.eval(env)?,
-            Cond::Not(a) => !a.eval(env)?,
+            Cond::Eq(a, b) => e(a)? == e(b)?,
+            Cond::Ne(a, b) => e(a)? != e(b)?,
+            Cond::Lt(a, b) => e(a)? < e(b)?,
+            Cond::Le(a, b) => e(a)? <= e(b)?,
+            Cond::And(a, b) => a.eval_in(env, read)? && b.eval_in(env, read)?,
+            Cond::Or(a, b) => a.eval_in(env, read)? || b.eval_in(env, read)?,
+            Cond::Not(a) => !a.eval_in(env, read)?,
         })
+    }
+    /// Whether the condition reads memory ([`Expr::Elem`]).
+    pub fn reads_memory(&self) -> bool {
+        match self {
+            Cond::Eq(a, b) | Cond::Ne(a, b) | Cond::Lt(a, b) | Cond::Le(a, b) => {
+                a.reads_memory() || b.reads_memory()
+            }
+            Cond::And(a, b) | Cond::Or(a, b) => a.reads_memory() || b.reads_memory(),
+            Cond::Not(a) => a.reads_memory(),
+        }
     }
     pub fn and(self, b: Cond) -> Cond {
         Cond::And(Box::new(self), Box::new(b))
@@ -292,6 +349,7 @@ impl Expr {
             Expr::Block(i) => write!(f, "block[{i}]"),
             Expr::Wave => write!(f, "wave"),
             Expr::Round => write!(f, "round"),
+            Expr::Elem(g, i) => write!(f, "g{}[{}]", g.0, sub(i)),
             Expr::Bin(op, a, b) => {
                 let (a, b) = (sub(a), sub(b));
                 let s = match op {

@@ -62,6 +62,21 @@ pub struct GlobalDecl {
     /// How a target with a choice fills shared ring slots from this tensor (`load_async`); the
     /// interpreter and the AMD lowerings ignore it: the values loaded are the same either way.
     pub slot_fill: SlotFill,
+    /// Where this tensor ends for the block reading it ([`Clip`]): a packed batch's sequence end.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clip: Option<Clip>,
+}
+
+/// A per-block end of one dimension of a global: every access treats coordinates of `dim` at or past
+/// `end` (an expression of the block's coordinates, typically an [`Expr::Elem`] of `cu_seqlens`) as
+/// outside the tensor — reads give zero, stores and atomic adds are dropped — exactly as past the
+/// tensor's edge. It is what keeps a block of a packed (varlen) batch from reading the next sequence's
+/// rows into its softmax and from writing over them: the next sequence lives right there, where TMA's
+/// clipping at the tensor's edge does not help.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Clip {
+    pub dim: u8,
+    pub end: Expr,
 }
 
 /// How the sm_90a lowering fills a shared ring slot from a global tensor. Both write the same
@@ -686,6 +701,14 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// Whether the kernel reads indices from memory: an `i32` index tensor for [`crate::Expr::Elem`]
+    /// or a per-block [`Clip`] (FlashAttention's varlen batches). Lowerings that do not emit these
+    /// yet refuse such a kernel rather than drop the reads.
+    pub fn reads_indices(&self) -> bool {
+        self.globals
+            .iter()
+            .any(|g| g.dtype == DType::I32 || g.clip.is_some())
+    }
     pub fn reg(&self, r: RegId) -> &RegDecl {
         &self.regs[r.0 as usize]
     }

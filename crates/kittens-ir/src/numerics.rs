@@ -118,7 +118,7 @@ impl Format {
         };
         use Special::{Fn, Fnuz, Ieee};
         match dtype {
-            DType::F32 => None,
+            DType::F32 | DType::I32 => None,
             DType::Bf16 => Some(f(8, 7, 127, Ieee, 0x7fc0)),
             DType::F16 => Some(f(5, 10, 15, Ieee, 0x7e00)),
             // OCP 8-bit Floating Point Specification (2023): E4M3 bias 7, NaN S.1111.111; E5M2 bias 15, IEEE-like.
@@ -302,6 +302,10 @@ fn pow2(k: i32) -> f64 {
 /// Rounds `x` to the nearest value of `dtype` under `mode` and returns that value as f32 (every value of
 /// the narrow formats is exactly representable in f32). `F32` is returned unchanged.
 pub fn round(x: f32, dtype: DType, mode: Rounding) -> f32 {
+    if dtype == DType::I32 {
+        // Index tensors hold integers; the interpreter keeps them as f32, exact below 2^24.
+        return x.round();
+    }
     match Format::of(dtype) {
         None => x,
         Some(f) => f.decode(f.encode(x, mode)),
@@ -310,6 +314,9 @@ pub fn round(x: f32, dtype: DType, mode: Rounding) -> f32 {
 
 /// The storage bits of `x` rounded to `dtype` under `mode`, in the low `dtype.bits()` bits.
 pub fn to_bits(x: f32, dtype: DType, mode: Rounding) -> u32 {
+    if dtype == DType::I32 {
+        return (x.round() as i32) as u32;
+    }
     match Format::of(dtype) {
         None => x.to_bits(),
         Some(f) => f.encode(x, mode),
@@ -318,6 +325,9 @@ pub fn to_bits(x: f32, dtype: DType, mode: Rounding) -> u32 {
 
 /// The value of the storage pattern `bits` of `dtype`; bits above `dtype.bits()` are ignored.
 pub fn from_bits(bits: u32, dtype: DType) -> f32 {
+    if dtype == DType::I32 {
+        return bits as i32 as f32;
+    }
     match Format::of(dtype) {
         None => f32::from_bits(bits),
         Some(f) => f.decode(bits & ((1 << dtype.bits()) - 1)),

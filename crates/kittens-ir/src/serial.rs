@@ -15,6 +15,7 @@
 use crate::error::BuildError;
 use crate::expr::{Cond, Expr};
 use crate::ir::*;
+use kittens_hw::dtype::DType;
 use kittens_tile::{RegTile, SharedTile, Swizzle, XorTerm};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
@@ -152,10 +153,14 @@ fn label(what: &str, s: &str) -> Result<(), BuildError> {
     }
 }
 
-struct Ids {
+#[derive(Clone, Copy)]
+struct Ids<'a> {
     params: usize,
     vars: usize,
     grid: usize,
+    /// Per global: whether [`Expr::Elem`] may read it (an `i32` tensor); empty where no expression
+    /// may read memory (shapes, strides, grid extents: evaluated before any block runs).
+    index: &'a [bool],
 }
 
 fn expr(ids: &Ids, where_: &dyn Fn() -> String, e: &Expr) -> Result<(), BuildError> {
@@ -180,6 +185,17 @@ fn expr(ids: &Ids, where_: &dyn Fn() -> String, e: &Expr) -> Result<(), BuildErr
         Expr::Bin(_, a, b) => {
             expr(ids, where_, a)?;
             expr(ids, where_, b)
+        }
+        Expr::Elem(g, i) => {
+            if !ids.index.get(g.0 as usize).copied().unwrap_or(false) {
+                return Err(bad(format!(
+                    "{}: an index read of global id {} (it must be an i32 global, read where a \
+                     block runs: not in a shape, stride or grid extent)",
+                    where_(),
+                    g.0
+                )));
+            }
+            expr(ids, where_, i)
         }
         _ => Ok(()),
     }
@@ -384,10 +400,12 @@ pub fn check_structure(k: &Kernel) -> Result<(), BuildError> {
     for v in &k.vars {
         ident("loop variable", &v.name)?;
     }
+    let index: Vec<bool> = k.globals.iter().map(|g| g.dtype == DType::I32).collect();
     let ids = Ids {
         params: k.params.len(),
         vars: k.vars.len(),
         grid: k.grid.extents.len(),
+        index: &index,
     };
     // Grid.
     if k.grid.extents.is_empty() || k.grid.extents.len() > MAX_GRID_DIMS {
@@ -402,6 +420,7 @@ pub fn check_structure(k: &Kernel) -> Result<(), BuildError> {
             &Ids {
                 vars: 0,
                 grid: 0,
+                index: &[],
                 ..ids
             },
             &at,
@@ -459,11 +478,22 @@ pub fn check_structure(k: &Kernel) -> Result<(), BuildError> {
                 &Ids {
                     vars: 0,
                     grid: 0,
+                    index: &[],
                     ..ids
                 },
                 &at,
                 e,
             )?;
+        }
+        if let Some(c) = &g.clip {
+            if c.dim as usize >= n {
+                return Err(bad(format!(
+                    "global `{}`: a clip of dimension {} (it has {n})",
+                    g.name, c.dim
+                )));
+            }
+            // A clip is evaluated per block, outside any loop.
+            expr(&Ids { vars: 0, ..ids }, &at, &c.end)?;
         }
     }
     // Shared buffers.

@@ -25,7 +25,7 @@ impl Reference {
             DType::Fp8E4m3 => (4, 3, 7, false),
             DType::Fp8E5m2 => (5, 2, 15, true),
             // FNUZ is checked against ml_dtypes in tests/fp8_vectors.rs.
-            DType::F32 | DType::Fp8E4m3Fnuz => unreachable!(),
+            DType::F32 | DType::Fp8E4m3Fnuz | DType::I32 => unreachable!(),
         };
         let mut values = vec![];
         let top_exp = if has_inf {

@@ -13,6 +13,7 @@ mod tile;
 mod tile_body;
 mod tile_expr;
 mod tile_program;
+mod varlen;
 mod view;
 mod view_mem;
 
@@ -492,6 +493,8 @@ fn _kittens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(matmul, m)?)?;
     m.add_function(wrap_pyfunction!(attention, m)?)?;
     m.add_function(wrap_pyfunction!(attention_backward_cpu, m)?)?;
+    m.add_function(wrap_pyfunction!(varlen::attention_varlen_cpu, m)?)?;
+    m.add_function(wrap_pyfunction!(varlen::attention_varlen_backward_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(layernorm, m)?)?;
     m.add_function(wrap_pyfunction!(rotary, m)?)?;
     m.add_function(wrap_pyfunction!(set_verbose, m)?)?;

@@ -563,6 +563,7 @@ fn reads_wave(e: &Expr) -> bool {
     match e {
         Expr::Wave => true,
         Expr::Bin(_, a, b) => reads_wave(a) || reads_wave(b),
+        Expr::Elem(_, i) => reads_wave(i),
         _ => false,
     }
 }

@@ -410,6 +410,7 @@ pub fn c_elem(d: DType) -> &'static str {
         DType::F32 => "float",
         DType::Bf16 | DType::F16 => "unsigned short",
         DType::Fp8E4m3 | DType::Fp8E5m2 | DType::Fp8E4m3Fnuz => "unsigned char",
+        DType::I32 => "int",
     }
 }
 

@@ -65,6 +65,7 @@ fn periodic(e: &Expr, var: VarId, p: i64) -> bool {
             _ => periodic(a, var, p) && periodic(b, var, p),
         },
         Expr::Bin(_, a, b) => periodic(a, var, p) && periodic(b, var, p),
+        Expr::Elem(_, i) => periodic(i, var, p),
     }
 }
 

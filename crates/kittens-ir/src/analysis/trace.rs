@@ -641,6 +641,7 @@ fn mentions_wave(e: &Expr) -> bool {
     match e {
         Expr::Wave => true,
         Expr::Bin(_, a, b) => mentions_wave(a) || mentions_wave(b),
+        Expr::Elem(_, i) => mentions_wave(i),
         _ => false,
     }
 }

@@ -141,10 +141,36 @@ impl<'a> Block<'a> {
             block: self.coords,
             wave: w as i64,
         };
-        e.eval(&env).ok_or_else(|| InterpError::Eval {
-            what: format!("index on wave {w}"),
-            expr: e.to_string(),
-        })
+        e.eval_in(&env, &|g, i| self.elem(g, i))
+            .ok_or_else(|| InterpError::Eval {
+                what: format!("index on wave {w}"),
+                expr: e.to_string(),
+            })
+    }
+
+    /// Element `i` along dimension 0 of the `i32` global `g` ([`Expr::Elem`]): 0 outside the tensor,
+    /// `None` (an evaluation error) where `g` is not an `i32` tensor or its shape does not evaluate.
+    fn elem(&self, g: GlobalId, i: i64) -> Option<i64> {
+        let d = self.k.globals.get(g.0 as usize)?;
+        if d.dtype != DType::I32 {
+            return None;
+        }
+        let env = Env {
+            params: self.params,
+            vars: &[],
+            block: &[],
+            wave: 0,
+        };
+        let n = d.dims.first()?.eval(&env)?;
+        if !(0..n).contains(&i) {
+            return Some(0);
+        }
+        let stride = d.strides.first()?.eval(&env)?;
+        let x = *self
+            .inputs
+            .get(g.0 as usize)?
+            .get(usize::try_from(i * stride).ok()?)?;
+        Some(x as i64)
     }
 
     /// Runs every wave to its next barrier, releases the barrier, until all waves are done. Barriers
@@ -257,7 +283,8 @@ impl<'a> Block<'a> {
                         block: self.coords,
                         wave: w as i64,
                     };
-                    let c = cond.eval(&env).ok_or_else(|| InterpError::Eval {
+                    let c = cond.eval_in(&env, &|g, i| self.elem(g, i));
+                    let c = c.ok_or_else(|| InterpError::Eval {
                         what: "condition".into(),
                         expr: format!("{cond:?}"),
                     })?;
@@ -278,11 +305,17 @@ impl<'a> Block<'a> {
             .iter()
             .map(|e| self.eval(w, e))
             .collect::<Result<_, _>>()?;
-        let dims: Vec<i64> = g
+        let mut dims: Vec<i64> = g
             .dims
             .iter()
             .map(|e| self.eval(w, e))
             .collect::<Result<_, _>>()?;
+        if let Some(c) = &g.clip {
+            let end = self.eval(w, &c.end)?;
+            if let Some(d) = dims.get_mut(c.dim as usize) {
+                *d = (*d).min(end.max(0));
+            }
+        }
         let strides: Vec<i64> = g
             .strides
             .iter()

@@ -1,0 +1,228 @@
+//! Variable-length attention forward (FlashAttention's `flash_attn_varlen_func`): the batch's sequences
+//! packed one after another, `q [total_q, heads, d]`, `k, v [total_k, heads_kv, d]`, sequence `b`'s
+//! queries at rows `cu_seqlens_q[b] .. cu_seqlens_q[b + 1]` and its keys at `cu_seqlens_k[b] ..
+//! cu_seqlens_k[b + 1]` (`i32` tensors of `batch + 1` offsets). Each block reads its sequence's
+//! offsets from device memory ([`kittens_ir::Expr::Elem`]) and clips the packed tensors at its
+//! sequence's end ([`kittens_ir::Clip`]), so the next sequence's rows are neither read into its
+//! softmax nor written; the grid and the key loop are sized from `max_seqlen_q` / `max_seqlen_k`
+//! (parameters, as FlashAttention's `max_seqlen_*`: no host read of the device lengths), blocks past
+//! their sequence's end store nothing and key blocks past it are masked whole.
+//!
+//! The program is the online softmax of FlashAttention-2 §3.1 on one wave (S = Q·Kᵀ in f32, the scale
+//! inside the `exp2`, P rounded to bf16 for P·V), causal aligned bottom-right per sequence
+//! (FlashAttention's convention), grouped-query heads (query head `h` reads KV head
+//! `h / (heads / heads_kv)`). It runs on the CPU interpreter; the lowerings refuse index reads for
+//! now (`kittens_codegen::LowerError::IndexReads`).
+
+use crate::attn_fwd::{AttnConfig, Softmax};
+use crate::attn_score::Logits;
+use crate::KernelError;
+use kittens_hw::dtype::DType::{Bf16, F32, I32};
+use kittens_ir::{
+    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, Rounding, Schedule,
+};
+use kittens_tile::{BaseShape, Layout};
+
+/// Queries per block (one wave).
+pub const BLOCK_Q: u32 = 32;
+/// Keys per step of the key loop.
+pub const BLOCK_K: u32 = 32;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VarlenConfig {
+    /// Head dimension (a multiple of 32).
+    pub dim: u32,
+    /// Causal, aligned bottom-right in each sequence (query `i` keeps keys `j ≤ i + len_k − len_q`).
+    pub causal: bool,
+    /// The softmax scale (`None`: `1/√d`); a soft cap is refused (not built for varlen yet).
+    pub logits: Logits,
+}
+
+/// Refuses what the varlen programs do not take, naming the argument.
+pub(crate) fn check(cfg: &VarlenConfig) -> Result<(), KernelError> {
+    cfg.logits.check()?;
+    if cfg.logits.softcap.is_some() {
+        return Err(KernelError::Config(
+            "softcap: varlen attention does not take a soft cap yet".into(),
+        ));
+    }
+    if cfg.dim == 0 || !cfg.dim.is_multiple_of(32) || cfg.dim > 256 {
+        return Err(KernelError::Config(format!(
+            "head dim: varlen attention takes multiples of 32 up to 256, got {}",
+            cfg.dim
+        )));
+    }
+    Ok(())
+}
+
+/// The parameters every varlen program declares, in this order.
+pub(crate) struct Batch {
+    pub batch: Expr,
+    pub heads: Expr,
+    pub heads_kv: Expr,
+    pub total_q: Expr,
+    pub total_k: Expr,
+    pub max_q: Expr,
+    pub max_k: Expr,
+}
+
+impl Batch {
+    pub(crate) fn declare(k: &mut KernelBuilder) -> Batch {
+        let [batch, heads, heads_kv, total_q, total_k, max_q, max_k] = [
+            "batch",
+            "heads",
+            "heads_kv",
+            "total_q",
+            "total_k",
+            "max_seqlen_q",
+            "max_seqlen_k",
+        ]
+        .map(|n| k.param(n));
+        Batch {
+            batch,
+            heads,
+            heads_kv,
+            total_q,
+            total_k,
+            max_q,
+            max_k,
+        }
+    }
+}
+
+/// The `cu_seqlens_q` and `cu_seqlens_k` tensors (i32 `[batch + 1]`).
+pub(crate) fn offsets(k: &mut KernelBuilder, batch: &Expr) -> (GlobalId, GlobalId) {
+    let mut cu = |name: &str| k.global(name, I32, &[("b", batch + 1)], Access::Read);
+    (cu("cu_seqlens_q"), cu("cu_seqlens_k"))
+}
+
+/// Sequence `b`'s rows in the packed tensors, read from the offsets in device memory.
+pub(crate) struct Seq {
+    pub start_q: Expr,
+    pub end_q: Expr,
+    pub start_k: Expr,
+    pub end_k: Expr,
+}
+
+impl Seq {
+    pub(crate) fn of(cu_q: GlobalId, cu_k: GlobalId, b: &Expr) -> Seq {
+        Seq {
+            start_q: Expr::elem(cu_q, b.clone()),
+            end_q: Expr::elem(cu_q, b + 1),
+            start_k: Expr::elem(cu_k, b.clone()),
+            end_k: Expr::elem(cu_k, b + 1),
+        }
+    }
+}
+
+/// Parameter order: `batch, heads, heads_kv, total_q, total_k, max_seqlen_q, max_seqlen_k`; tensors
+/// `q, k, v` (bf16, read), `o` (bf16, `[total_q, heads, d]`), `lse` (f32 `[heads, total_q]`, natural
+/// log, FlashAttention's `softmax_lse` layout for varlen; `−∞` for a query that keeps no key),
+/// `cu_seqlens_q`, `cu_seqlens_k` (i32 `[batch + 1]`).
+pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
+    check(cfg)?;
+    let name = if cfg.causal {
+        "attn_varlen_fwd_causal"
+    } else {
+        "attn_varlen_fwd"
+    };
+    let mut k = KernelBuilder::new(name, Schedule::Plain { waves: 1 });
+    let Batch {
+        batch,
+        heads,
+        heads_kv,
+        total_q,
+        total_k,
+        max_q,
+        max_k,
+    } = Batch::declare(&mut k);
+    let d = Expr::c(i64::from(cfg.dim));
+    let packed = |k: &mut KernelBuilder, name: &str, total: &Expr, h: &Expr, access| {
+        let dims = [("s", total.clone()), ("h", h.clone()), ("d", d.clone())];
+        k.global(name, Bf16, &dims, access)
+    };
+    let q = packed(&mut k, "q", &total_q, &heads, Access::Read);
+    let kk = packed(&mut k, "k", &total_k, &heads_kv, Access::Read);
+    let v = packed(&mut k, "v", &total_k, &heads_kv, Access::Read);
+    let o = packed(&mut k, "o", &total_q, &heads, Access::Write);
+    let lse_dims = [("h", heads.clone()), ("s", total_q.clone())];
+    let lse = k.global("lse", F32, &lse_dims, Access::Write);
+    let (cu_q, cu_k) = offsets(&mut k, &batch);
+    k.grid(
+        vec![
+            batch.clone(),
+            heads.clone(),
+            max_q.ceil_div(i64::from(BLOCK_Q)),
+        ],
+        GridOrder::RowMajor,
+    );
+    let (b, h, qb) = (k.block(0), k.block(1), k.block(2));
+    let hk = &h / (&heads / heads_kv.clone());
+    let Seq {
+        start_q,
+        end_q,
+        start_k,
+        end_k,
+    } = Seq::of(cu_q, cu_k, &b);
+    let (len_q, len_k) = (&end_q - start_q.clone(), &end_k - start_k.clone());
+    for g in [q, o] {
+        k.clip(g, 0, end_q.clone());
+    }
+    k.clip(lse, 1, end_q);
+    for g in [kk, v] {
+        k.clip(g, 0, end_k.clone());
+    }
+
+    let (bq, bk, dim) = (BLOCK_Q, BLOCK_K, cfg.dim);
+    let q_r = k.tile("q", Bf16, bq, dim, Layout::Row, BaseShape::S16X32);
+    let k_r = k.tile("k", Bf16, bk, dim, Layout::Row, BaseShape::S16X32);
+    let v_r = k.tile("v", Bf16, bk, dim, Layout::Col, BaseShape::S32X16);
+    let s = k.tile("s", F32, bq, bk, Layout::Row, BaseShape::S16X16);
+    let p = k.tile("p", Bf16, bq, bk, Layout::Row, BaseShape::S16X32);
+    let acc = k.tile("acc", F32, bq, dim, Layout::Row, BaseShape::S16X16);
+    let out = k.tile("out", Bf16, bq, dim, Layout::Row, BaseShape::S16X16);
+    let attn = AttnConfig {
+        dim,
+        logits: cfg.logits,
+        ..AttnConfig::default()
+    };
+    let mut sm = Softmax::declare(&mut k, s, Axis::Rows, &attn);
+    // Bottom-right causal with more queries than keys, an empty key sequence, or query rows past the
+    // sequence's end keep no key: their running max stays −∞.
+    sm.floor = true;
+    let lse_r = k.row_vec("lse", s, F32);
+
+    let q0 = &qb * i64::from(bq);
+    let view = |k: &KernelBuilder, g, row: Expr, head: &Expr, rows| {
+        k.gview(g, vec![row, head.clone(), Expr::c(0)], 0, 2, rows, dim)
+    };
+    k.load_global(q_r, view(&k, q, &start_q + q0.clone(), &h, bq));
+    k.neg_infty(sm.max);
+    k.zero(sm.norm);
+    k.zero(acc);
+    let tiles_k = max_k.ceil_div(i64::from(bk));
+    k.for_range("kv", Expr::c(0), tiles_k, |k, j| {
+        let k0 = &j * i64::from(bk);
+        k.load_global(k_r, view(k, kk, &start_k + k0.clone(), &hk, bk));
+        k.load_global(v_r, view(k, v, &start_k + k0.clone(), &hk, bk));
+        k.zero(s);
+        k.mma_abt(s, q_r, k_r, s);
+        let inf = f32::NEG_INFINITY;
+        k.mask(s, MaskRule::ColsBelow(len_k.clone()), &q0, &k0, inf);
+        if cfg.causal {
+            let offset = &len_k - len_q.clone();
+            k.mask(s, MaskRule::Causal { offset }, &q0, &k0, inf);
+        }
+        sm.step(k, s);
+        k.mul_row(acc, acc, sm.scale);
+        k.convert(p, s, Rounding::Rtne);
+        k.mma_ab(acc, p, v_r, acc);
+    });
+    sm.inv_norm(&mut k, sm.scale);
+    k.mul_row(acc, acc, sm.scale);
+    k.convert(out, acc, Rounding::Rtne);
+    k.store(view(&k, o, &start_q + q0.clone(), &h, bq), out);
+    sm.lse(&mut k, lse_r);
+    k.store(k.gview(lse, vec![h, &start_q + q0], 1, 0, bq, 1), lse_r);
+    Ok(k.finish()?)
+}

@@ -1,0 +1,178 @@
+//! Variable-length attention backward (FlashAttention-2 §3.2 on packed sequences,
+//! [`crate::attn_varlen`]'s layout): one block per (sequence, query head, key block) walks the query
+//! blocks of its sequence, recomputes `P = exp(S·scale − lse)` from the forward's log-sum-exp, and
+//! accumulates `dV += Pᵀ·dO`, `dK += dSᵀ·Q·scale` for its keys and `dQ += dS·K·scale` for each query
+//! block, with `dS = P ∘ (dP − δ)`, `dP = dO·Vᵀ`, `δ = rowsum(dO ∘ O)`. `dq`, `dk`, `dv` are f32 and
+//! accumulated with atomic adds (the caller zeroes them): several key blocks add into a query's `dq`,
+//! and the query heads of a GQA group into their KV head's `dk`, `dv`. The per-block clip of each
+//! packed tensor at its sequence's end drops what would spill into the next sequence; the loops are
+//! sized from `max_seqlen_q/k`. CPU interpreter only for now (the lowerings refuse index reads).
+
+use crate::attn_varlen::{offsets, Batch, Seq, VarlenConfig, BLOCK_K, BLOCK_Q};
+use crate::KernelError;
+use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_ir::{Access, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, Rounding, Schedule};
+use kittens_tile::{BaseShape, Layout};
+
+/// Parameter order as the forward's; tensors `q, k, v, o, do` (bf16, read), `lse` (f32 `[heads,
+/// total_q]`, read), `dq` (f32 `[total_q, heads, d]`), `dk`, `dv` (f32 `[total_k, heads_kv, d]`),
+/// `cu_seqlens_q`, `cu_seqlens_k`.
+pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
+    crate::attn_varlen::check(cfg)?;
+    let name = if cfg.causal {
+        "attn_varlen_bwd_causal"
+    } else {
+        "attn_varlen_bwd"
+    };
+    let mut k = KernelBuilder::new(name, Schedule::Plain { waves: 1 });
+    let n = Batch::declare(&mut k);
+    let d = Expr::c(i64::from(cfg.dim));
+    let packed = |k: &mut KernelBuilder, name: &str, queries: bool, dtype, access| {
+        let (total, h) = if queries {
+            (&n.total_q, &n.heads)
+        } else {
+            (&n.total_k, &n.heads_kv)
+        };
+        let dims = [("s", total.clone()), ("h", h.clone()), ("d", d.clone())];
+        k.global(name, dtype, &dims, access)
+    };
+    let q = packed(&mut k, "q", true, Bf16, Access::Read);
+    let kk = packed(&mut k, "k", false, Bf16, Access::Read);
+    let v = packed(&mut k, "v", false, Bf16, Access::Read);
+    let o = packed(&mut k, "o", true, Bf16, Access::Read);
+    let d_o = packed(&mut k, "do", true, Bf16, Access::Read);
+    let lse_dims = [("h", n.heads.clone()), ("s", n.total_q.clone())];
+    let lse = k.global("lse", F32, &lse_dims, Access::Read);
+    let dq = packed(&mut k, "dq", true, F32, Access::Write);
+    let dk = packed(&mut k, "dk", false, F32, Access::Write);
+    let dv = packed(&mut k, "dv", false, F32, Access::Write);
+    let (cu_q, cu_k) = offsets(&mut k, &n.batch);
+
+    let (bq, bk, dim) = (BLOCK_Q, BLOCK_K, cfg.dim);
+    k.grid(
+        vec![
+            n.batch.clone(),
+            n.heads.clone(),
+            n.max_k.ceil_div(i64::from(bk)),
+        ],
+        GridOrder::RowMajor,
+    );
+    let (b, h, kb) = (k.block(0), k.block(1), k.block(2));
+    let hk = &h / (&n.heads / n.heads_kv.clone());
+    let sq = Seq::of(cu_q, cu_k, &b);
+    let (len_q, len_k) = (
+        &sq.end_q - sq.start_q.clone(),
+        &sq.end_k - sq.start_k.clone(),
+    );
+    for g in [q, o, d_o, dq] {
+        k.clip(g, 0, sq.end_q.clone());
+    }
+    k.clip(lse, 1, sq.end_q.clone());
+    for g in [kk, v, dk, dv] {
+        k.clip(g, 0, sq.end_k.clone());
+    }
+
+    let tile = |k: &mut KernelBuilder, name: &str, dt, rows, cols, layout, base| {
+        k.tile(name, dt, rows, cols, layout, base)
+    };
+    const S16X16: BaseShape = BaseShape::S16X16;
+    const S16X32: BaseShape = BaseShape::S16X32;
+    const S32X16: BaseShape = BaseShape::S32X16;
+    use Layout::{Col, Row};
+    let k_row = tile(&mut k, "k", Bf16, bk, dim, Row, S16X32);
+    let k_col = tile(&mut k, "k_col", Bf16, bk, dim, Col, S32X16);
+    let v_row = tile(&mut k, "v", Bf16, bk, dim, Row, S16X32);
+    let q_row = tile(&mut k, "q", Bf16, bq, dim, Row, S16X32);
+    let q_col = tile(&mut k, "q_col", Bf16, bq, dim, Col, S32X16);
+    let do_row = tile(&mut k, "do", Bf16, bq, dim, Row, S16X32);
+    let do_col = tile(&mut k, "do_col", Bf16, bq, dim, Col, S32X16);
+    let o_row = tile(&mut k, "o", Bf16, bq, dim, Row, S16X16);
+    let od = tile(&mut k, "od", F32, bq, dim, Row, S16X16);
+    let s = tile(&mut k, "s", F32, bq, bk, Row, S16X16);
+    let dp = tile(&mut k, "dp", F32, bq, bk, Row, S16X16);
+    let p_col = tile(&mut k, "p_col", Bf16, bq, bk, Col, S32X16);
+    let ds_row = tile(&mut k, "ds", Bf16, bq, bk, Row, S16X32);
+    let ds_col = tile(&mut k, "ds_col", Bf16, bq, bk, Col, S32X16);
+    let dq_acc = tile(&mut k, "dq", F32, bq, dim, Row, S16X16);
+    let dk_acc = tile(&mut k, "dk", F32, bk, dim, Row, S16X16);
+    let dv_acc = tile(&mut k, "dv", F32, bk, dim, Row, S16X16);
+    let lse_r = k.row_vec("lse", s, F32);
+    let delta = k.row_vec("delta", s, F32);
+
+    let scale = cfg.logits.scale(dim);
+    let c = std::f32::consts::LOG2_E * scale;
+    let k0 = &kb * i64::from(bk);
+    let kv_view = |k: &KernelBuilder, g| {
+        let origin = vec![&sq.start_k + k0.clone(), hk.clone(), Expr::c(0)];
+        k.gview(g, origin, 0, 2, bk, dim)
+    };
+    for (t, g) in [(k_row, kk), (k_col, kk), (v_row, v)] {
+        let view = kv_view(&k, g);
+        k.load_global(t, view);
+    }
+    k.zero(dk_acc);
+    k.zero(dv_acc);
+    k.for_range("qb", Expr::c(0), n.max_q.ceil_div(i64::from(bq)), |k, i| {
+        let q0 = &i * i64::from(bq);
+        let row = &sq.start_q + q0.clone();
+        let q_view = |k: &KernelBuilder, g| {
+            k.gview(g, vec![row.clone(), h.clone(), Expr::c(0)], 0, 2, bq, dim)
+        };
+        for (t, g) in [
+            (q_row, q),
+            (q_col, q),
+            (do_row, d_o),
+            (do_col, d_o),
+            (o_row, o),
+        ] {
+            let view = q_view(k, g);
+            k.load_global(t, view);
+        }
+        k.load_global(
+            lse_r,
+            k.gview(lse, vec![h.clone(), row.clone()], 1, 0, bq, 1),
+        );
+        // A query that kept no key has lse −∞ and only masked (−∞) scores: a floor far below any
+        // real lse (halved so that the `log2 e` factor stays finite) keeps its P at exp2(−∞) = 0
+        // instead of −∞ − (−∞) = NaN.
+        k.max(lse_r, lse_r, f32::MIN / 2.0);
+        k.mul(lse_r, lse_r, std::f32::consts::LOG2_E);
+        // δ = rowsum(dO ∘ O).
+        k.mul(od, do_row, o_row);
+        k.row_sum(delta, od);
+        // P = exp2(S·c − lse·log2 e), masked as the forward.
+        k.zero(s);
+        k.mma_abt(s, q_row, k_row, s);
+        let inf = f32::NEG_INFINITY;
+        k.mask(s, MaskRule::ColsBelow(len_k.clone()), &q0, &k0, inf);
+        if cfg.causal {
+            let offset = &len_k - len_q.clone();
+            k.mask(s, MaskRule::Causal { offset }, &q0, &k0, inf);
+        }
+        k.mul(s, s, c);
+        k.sub_row(s, s, lse_r);
+        k.exp2(s, s);
+        // dV += Pᵀ·dO.
+        k.convert(p_col, s, Rounding::Rtne);
+        k.mma_atb(dv_acc, p_col, do_col, dv_acc);
+        // dS = P ∘ (dO·Vᵀ − δ)·scale.
+        k.zero(dp);
+        k.mma_abt(dp, do_row, v_row, dp);
+        k.sub_row(dp, dp, delta);
+        k.mul(dp, dp, s);
+        k.mul(dp, dp, scale);
+        k.convert(ds_row, dp, Rounding::Rtne);
+        k.convert(ds_col, dp, Rounding::Rtne);
+        // dK += dSᵀ·Q; dQ += dS·K.
+        k.mma_atb(dk_acc, ds_col, q_col, dk_acc);
+        k.zero(dq_acc);
+        k.mma_ab(dq_acc, ds_row, k_col, dq_acc);
+        let view = q_view(k, dq);
+        k.atomic_add(view, dq_acc);
+    });
+    let view = kv_view(&k, dk);
+    k.atomic_add(view, dk_acc);
+    let view = kv_view(&k, dv);
+    k.atomic_add(view, dv_acc);
+    Ok(k.finish()?)
+}

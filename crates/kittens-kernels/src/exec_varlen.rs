@@ -1,0 +1,201 @@
+//! Running the varlen attention programs ([`crate::attn_varlen`], [`crate::attn_varlen_bwd`]) on the
+//! CPU interpreter on the caller's packed tensors. The offsets are on the host here, so they are
+//! checked (each argument named): `cu_seqlens_*` of `batch + 1` entries, starting at 0, never
+//! decreasing, within the packed tensors; `max_seqlen_*` at least every sequence's length (a smaller
+//! one would leave rows uncomputed). A device caller cannot check these without reading the offsets
+//! back (a synchronisation), which is why FlashAttention trusts them; so does a CUDA path.
+
+use crate::attn_varlen::VarlenConfig;
+use crate::KernelError;
+use kittens_ir::interp;
+
+/// A packed batch's sizes and offsets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Packed {
+    pub heads: usize,
+    pub heads_kv: usize,
+    pub cu_q: Vec<i64>,
+    pub cu_k: Vec<i64>,
+    pub max_q: usize,
+    pub max_k: usize,
+}
+
+fn problem(msg: String) -> KernelError {
+    KernelError::Problem(msg)
+}
+
+impl Packed {
+    /// Checks the offsets against the packed tensors' rows and returns the kernels' parameters.
+    fn params(&self, total_q: usize, total_k: usize) -> Result<[i64; 7], KernelError> {
+        if self.heads == 0 || self.heads_kv == 0 || !self.heads.is_multiple_of(self.heads_kv) {
+            return Err(problem(format!(
+                "heads: {} query heads must be a positive multiple of the {} KV heads",
+                self.heads, self.heads_kv
+            )));
+        }
+        if self.cu_q.len() != self.cu_k.len() || self.cu_q.len() < 2 {
+            return Err(problem(format!(
+                "cu_seqlens_q, cu_seqlens_k: both need batch + 1 >= 2 entries, got {} and {}",
+                self.cu_q.len(),
+                self.cu_k.len()
+            )));
+        }
+        for (name, cu, total, max, max_name) in [
+            (
+                "cu_seqlens_q",
+                &self.cu_q,
+                total_q,
+                self.max_q,
+                "max_seqlen_q",
+            ),
+            (
+                "cu_seqlens_k",
+                &self.cu_k,
+                total_k,
+                self.max_k,
+                "max_seqlen_k",
+            ),
+        ] {
+            if cu[0] != 0 {
+                return Err(problem(format!("{name}: must start at 0, got {}", cu[0])));
+            }
+            for (b, w) in cu.windows(2).enumerate() {
+                if w[1] < w[0] {
+                    return Err(problem(format!(
+                        "{name}: must not decrease, got {} then {} at entries {b}, {}",
+                        w[0],
+                        w[1],
+                        b + 1
+                    )));
+                }
+                if (w[1] - w[0]) as usize > max {
+                    return Err(problem(format!(
+                        "{max_name}: {max}, but sequence {b} has {} rows ({name})",
+                        w[1] - w[0]
+                    )));
+                }
+            }
+            let last = *cu.last().unwrap_or(&0);
+            // The interpreter holds every tensor as f32, exact for integers up to 2^24.
+            if last > 1 << 24 {
+                return Err(problem(format!(
+                    "{name}: ends at {last}; the CPU interpreter takes packed batches of at most \
+                     2^24 rows"
+                )));
+            }
+            if last as usize > total {
+                return Err(problem(format!(
+                    "{name}: ends at {last}, past the packed tensor's {total} rows"
+                )));
+            }
+        }
+        Ok([
+            (self.cu_q.len() - 1) as i64,
+            self.heads as i64,
+            self.heads_kv as i64,
+            total_q as i64,
+            total_k as i64,
+            self.max_q.max(1) as i64,
+            self.max_k.max(1) as i64,
+        ])
+    }
+    fn offsets(&self) -> [Vec<f32>; 2] {
+        [&self.cu_q, &self.cu_k].map(|c| c.iter().map(|&x| x as f32).collect())
+    }
+}
+
+fn rows(what: &str, len: usize, heads: usize, dim: usize) -> Result<usize, KernelError> {
+    let per = heads * dim;
+    if per == 0 || !len.is_multiple_of(per) {
+        return Err(problem(format!(
+            "{what}: {len} elements is not a whole number of rows of {heads} heads x {dim}"
+        )));
+    }
+    Ok(len / per)
+}
+
+/// `(o, lse)`: `o` like `q` (`[total_q, heads, d]`), `lse` `[heads, total_q]`; rows outside every
+/// sequence are 0 in `o` and `lse`.
+pub fn forward(
+    cfg: &VarlenConfig,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    p: &Packed,
+) -> Result<(Vec<f32>, Vec<f32>), KernelError> {
+    let d = cfg.dim as usize;
+    let total_q = rows("q", q.len(), p.heads, d)?;
+    let total_k = rows("k", k.len(), p.heads_kv, d)?;
+    if v.len() != k.len() {
+        return Err(problem(format!(
+            "v: {} elements, k has {}",
+            v.len(),
+            k.len()
+        )));
+    }
+    let params = p.params(total_q, total_k)?;
+    let kernel = crate::attn_varlen::build(cfg)?;
+    let [cq, ck] = p.offsets();
+    let mut t = vec![
+        q.to_vec(),
+        k.to_vec(),
+        v.to_vec(),
+        vec![0.0; q.len()],
+        vec![0.0; p.heads * total_q],
+        cq,
+        ck,
+    ];
+    interp::run(&kernel, &params, &mut t)?;
+    let lse = t.swap_remove(4);
+    let o = t.swap_remove(3);
+    Ok((o, lse))
+}
+
+/// `[dq, dk, dv]` (f32, layouts of `q`, `k`, `v`) from the forward's `o` and `lse` and the upstream
+/// gradient `d_o`.
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    cfg: &VarlenConfig,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &[f32],
+    d_o: &[f32],
+    lse: &[f32],
+    p: &Packed,
+) -> Result<[Vec<f32>; 3], KernelError> {
+    let d = cfg.dim as usize;
+    let total_q = rows("q", q.len(), p.heads, d)?;
+    let total_k = rows("k", k.len(), p.heads_kv, d)?;
+    for (name, t, want) in [
+        ("v", v.len(), k.len()),
+        ("out", o.len(), q.len()),
+        ("grad_out", d_o.len(), q.len()),
+        ("lse", lse.len(), p.heads * total_q),
+    ] {
+        if t != want {
+            return Err(problem(format!("{name}: {t} elements, want {want}")));
+        }
+    }
+    let params = p.params(total_q, total_k)?;
+    let kernel = crate::attn_varlen_bwd::build(cfg)?;
+    let [cq, ck] = p.offsets();
+    let mut t = vec![
+        q.to_vec(),
+        k.to_vec(),
+        v.to_vec(),
+        o.to_vec(),
+        d_o.to_vec(),
+        lse.to_vec(),
+        vec![0.0; q.len()],
+        vec![0.0; k.len()],
+        vec![0.0; v.len()],
+        cq,
+        ck,
+    ];
+    interp::run(&kernel, &params, &mut t)?;
+    let dv = t.swap_remove(8);
+    let dk = t.swap_remove(7);
+    let dq = t.swap_remove(6);
+    Ok([dq, dk, dv])
+}

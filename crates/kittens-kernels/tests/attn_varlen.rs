@@ -1,0 +1,348 @@
+//! Variable-length attention forward on the CPU interpreter against the f64 per-sequence reference,
+//! judged by FlashAttention's rule (at most 2x the plain bf16 computation's error + 2^-12) at odd
+//! lengths, an empty sequence, GQA, causal bottom-right and not, head dims 64 and 128. The packed
+//! tensors have padding rows after the last sequence; the output there must stay untouched.
+
+use kittens_hw::dtype::DType::Bf16;
+use kittens_ir::interp;
+use kittens_ir::numerics::{round, Rounding};
+use kittens_kernels::attn_score::Logits;
+use kittens_kernels::attn_varlen::{build, VarlenConfig};
+use kittens_kernels::reference::{check_rule, compare, RULE_FLOOR};
+use kittens_kernels::reference_varlen::{backward, forward, forward_bf16_baseline, VarlenShape};
+
+/// Uniform values in [-a, a) from a 64-bit LCG (Knuth's MMIX constants), rounded to bf16.
+fn random(seed: &mut u64, n: usize, a: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let u = (*seed >> 40) as f32 / (1u64 << 24) as f32;
+            round((2.0 * u - 1.0) * a, Bf16, Rounding::Rtne)
+        })
+        .collect()
+}
+
+fn offsets(lens: &[usize]) -> Vec<usize> {
+    let mut cu = vec![0];
+    for l in lens {
+        cu.push(cu.last().unwrap() + l);
+    }
+    cu
+}
+
+const PAD: usize = 3;
+// Exactly representable in bf16 (`o`) and f32 (`lse`).
+const SENTINEL: f32 = 12288.0;
+
+#[allow(clippy::too_many_arguments)]
+fn check(
+    lens_q: &[usize],
+    lens_k: &[usize],
+    heads: usize,
+    heads_kv: usize,
+    dim: u32,
+    causal: bool,
+    scale: Option<f32>,
+    seed: u64,
+) {
+    let cfg = VarlenConfig {
+        dim,
+        causal,
+        logits: Logits {
+            scale,
+            softcap: None,
+        },
+    };
+    let kernel = build(&cfg).expect("the varlen kernel builds");
+    let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
+    let (total_q, total_k) = (cu_q[lens_q.len()] + PAD, cu_k[lens_k.len()] + PAD);
+    let d = dim as usize;
+    let mut s = seed;
+    // Scores of order a few units: large enough that the softmax is not flat.
+    let q = random(&mut s, total_q * heads * d, 2.0);
+    let k = random(&mut s, total_k * heads_kv * d, 2.0);
+    let v = random(&mut s, total_k * heads_kv * d, 1.0);
+    let sh = VarlenShape {
+        heads,
+        heads_kv,
+        dim: d,
+        cu_q: cu_q.clone(),
+        cu_k: cu_k.clone(),
+        causal,
+        scale: f64::from(cfg.logits.scale(dim)),
+    };
+    let (want_o, want_lse) = forward(&q, &k, &v, &sh);
+    let base = forward_bf16_baseline(&q, &k, &v, &sh);
+    let as_f32 = |c: &[usize]| c.iter().map(|&x| x as f32).collect::<Vec<_>>();
+    let mut tensors = vec![
+        q,
+        k,
+        v,
+        vec![SENTINEL; total_q * heads * d],
+        vec![SENTINEL; heads * total_q],
+        as_f32(&cu_q),
+        as_f32(&cu_k),
+    ];
+    let max = |l: &[usize]| l.iter().copied().max().unwrap_or(0).max(1) as i64;
+    let params = [
+        lens_q.len() as i64,
+        heads as i64,
+        heads_kv as i64,
+        total_q as i64,
+        total_k as i64,
+        max(lens_q),
+        max(lens_k),
+    ];
+    interp::run(&kernel, &params, &mut tensors).expect("the interpreter runs it");
+    let what = format!("lens_q {lens_q:?} lens_k {lens_k:?} H{heads}/{heads_kv} D{dim} causal {causal} scale {scale:?}");
+    // Padding rows: nobody's, never written.
+    let real = cu_q[lens_q.len()];
+    assert!(
+        tensors[3][real * heads * d..]
+            .iter()
+            .all(|&x| x == SENTINEL),
+        "{what}: o written past the last sequence"
+    );
+    for h in 0..heads {
+        assert!(
+            tensors[4][h * total_q + real..(h + 1) * total_q]
+                .iter()
+                .all(|&x| x == SENTINEL),
+            "{what}: lse written past the last sequence"
+        );
+    }
+    let n = real * heads * d;
+    let (ours, baseline) = (
+        compare(&tensors[3][..n], &want_o[..n]),
+        compare(&base[..n], &want_o[..n]),
+    );
+    for (name, o, b) in [
+        ("rel_err", ours.rel_err, baseline.rel_err),
+        ("max_rel", ours.max_rel, baseline.max_rel),
+    ] {
+        let v = check_rule(o, b, RULE_FLOOR);
+        assert!(
+            v.passed,
+            "{what}: output {name} {o:.3e} over the rule's bound {:.3e} (bf16 baseline {b:.3e})",
+            v.bound
+        );
+    }
+    // The log-sum-exp is f32 arithmetic throughout (no bf16 step), so a fixed f32-level tolerance.
+    for h in 0..heads {
+        for r in 0..real {
+            let (got, want) = (
+                tensors[4][h * total_q + r] as f64,
+                want_lse[h * total_q + r],
+            );
+            let ok = if want.is_finite() {
+                (got - want).abs() <= 1e-5 * (1.0 + want.abs())
+            } else {
+                got == want
+            };
+            assert!(ok, "{what}: lse[{h}, {r}] = {got}, want {want}");
+        }
+    }
+    eprintln!(
+        "{what}: rel_err {:.3e} (bf16 {:.3e}), max_rel {:.3e} (bf16 {:.3e})",
+        ours.rel_err, baseline.rel_err, ours.max_rel, baseline.max_rel
+    );
+}
+
+#[test]
+fn varlen_forward_matches_f64_d64() {
+    let lens = [1, 17, 0, 130, 300];
+    check(&lens, &lens, 2, 1, 64, false, None, 1);
+    check(&lens, &lens, 2, 1, 64, true, None, 2);
+}
+
+#[test]
+fn varlen_forward_different_q_and_k_lengths_causal_bottom_right() {
+    // More queries than keys (rows that keep no key), fewer, and an empty key sequence.
+    check(
+        &[45, 3, 70, 9],
+        &[20, 33, 0, 64],
+        4,
+        2,
+        64,
+        true,
+        Some(0.3),
+        3,
+    );
+    check(&[45, 3, 70, 9], &[20, 33, 0, 64], 4, 2, 64, false, None, 4);
+}
+
+#[test]
+fn varlen_forward_matches_f64_d128() {
+    let lens = [1, 17, 0, 130, 300];
+    check(&lens, &lens, 3, 3, 128, true, None, 5);
+    check(&[33, 65], &[100, 7], 4, 1, 128, false, None, 6);
+}
+
+#[test]
+fn bad_configurations_are_refused_by_name() {
+    let e = build(&VarlenConfig {
+        dim: 48,
+        causal: false,
+        logits: Logits::default(),
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("head dim") && e.contains("48"), "{e}");
+    let capped = Logits {
+        scale: None,
+        softcap: Some(30.0),
+    };
+    let e = build(&VarlenConfig {
+        dim: 64,
+        causal: false,
+        logits: capped,
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("softcap"), "{e}");
+}
+
+/// The backward on lengths `lens_q`/`lens_k`: the kernel's f32 gradients against the f64 reference,
+/// judged by the rule against the plain-bf16 baseline. O and lse come from the f64 forward (rounded
+/// as the forward stores them), as a training step hands them over.
+#[allow(clippy::too_many_arguments)]
+fn check_bwd(
+    lens_q: &[usize],
+    lens_k: &[usize],
+    heads: usize,
+    heads_kv: usize,
+    dim: u32,
+    causal: bool,
+    seed: u64,
+) {
+    let cfg = VarlenConfig {
+        dim,
+        causal,
+        logits: Logits::default(),
+    };
+    let kernel = kittens_kernels::attn_varlen_bwd::build(&cfg).expect("the varlen backward builds");
+    let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
+    let (total_q, total_k) = (cu_q[lens_q.len()] + PAD, cu_k[lens_k.len()] + PAD);
+    let d = dim as usize;
+    let mut s = seed;
+    let q = random(&mut s, total_q * heads * d, 2.0);
+    let k = random(&mut s, total_k * heads_kv * d, 2.0);
+    let v = random(&mut s, total_k * heads_kv * d, 1.0);
+    let d_o = random(&mut s, total_q * heads * d, 1.0);
+    let sh = VarlenShape {
+        heads,
+        heads_kv,
+        dim: d,
+        cu_q: cu_q.clone(),
+        cu_k: cu_k.clone(),
+        causal,
+        scale: f64::from(cfg.logits.scale(dim)),
+    };
+    let (o, lse) = forward(&q, &k, &v, &sh);
+    let o: Vec<f32> = o
+        .iter()
+        .map(|&x| round(x as f32, Bf16, Rounding::Rtne))
+        .collect();
+    let lse: Vec<f32> = lse.iter().map(|&x| x as f32).collect();
+    let want = backward(&q, &k, &v, &d_o, &sh, false);
+    let base = backward(&q, &k, &v, &d_o, &sh, true);
+    let as_f32 = |c: &[usize]| c.iter().map(|&x| x as f32).collect::<Vec<_>>();
+    let mut tensors = vec![
+        q,
+        k,
+        v,
+        o,
+        d_o,
+        lse,
+        vec![0.0; total_q * heads * d],
+        vec![0.0; total_k * heads_kv * d],
+        vec![0.0; total_k * heads_kv * d],
+        as_f32(&cu_q),
+        as_f32(&cu_k),
+    ];
+    let max = |l: &[usize]| l.iter().copied().max().unwrap_or(0).max(1) as i64;
+    let params = [
+        lens_q.len() as i64,
+        heads as i64,
+        heads_kv as i64,
+        total_q as i64,
+        total_k as i64,
+        max(lens_q),
+        max(lens_k),
+    ];
+    interp::run(&kernel, &params, &mut tensors).expect("the interpreter runs it");
+    let what = format!(
+        "bwd lens_q {lens_q:?} lens_k {lens_k:?} H{heads}/{heads_kv} D{dim} causal {causal}"
+    );
+    let (rq, rk) = (
+        cu_q[lens_q.len()] * heads * d,
+        cu_k[lens_k.len()] * heads_kv * d,
+    );
+    for (name, got, want, base, n) in [
+        ("dq", &tensors[6], &want.0, &base.0, rq),
+        ("dk", &tensors[7], &want.1, &base.1, rk),
+        ("dv", &tensors[8], &want.2, &base.2, rk),
+    ] {
+        assert!(
+            got[n..].iter().all(|&x| x == 0.0),
+            "{what}: {name} written past the last sequence"
+        );
+        let base32: Vec<f32> = base[..n].iter().map(|&x| x as f32).collect();
+        let (ours, b) = (compare(&got[..n], &want[..n]), compare(&base32, &want[..n]));
+        for (m, o, bb) in [
+            ("rel_err", ours.rel_err, b.rel_err),
+            ("max_rel", ours.max_rel, b.max_rel),
+        ] {
+            let v = check_rule(o, bb, RULE_FLOOR);
+            assert!(
+                v.passed,
+                "{what}: {name} {m} {o:.3e} over the rule's bound {:.3e} (bf16 baseline {bb:.3e})",
+                v.bound
+            );
+        }
+        eprintln!(
+            "{what}: {name} rel_err {:.3e} (bf16 {:.3e}) max_rel {:.3e} (bf16 {:.3e})",
+            ours.rel_err, b.rel_err, ours.max_rel, b.max_rel
+        );
+    }
+}
+
+#[test]
+fn varlen_backward_matches_f64_d64() {
+    let lens = [1, 17, 0, 130, 75];
+    check_bwd(&lens, &lens, 2, 1, 64, false, 11);
+    check_bwd(&lens, &lens, 2, 1, 64, true, 12);
+    check_bwd(&[45, 3, 70], &[20, 33, 0], 4, 2, 64, true, 13);
+}
+
+#[test]
+fn varlen_backward_matches_f64_d128() {
+    check_bwd(&[1, 17, 0, 130], &[1, 17, 0, 130], 2, 2, 128, true, 14);
+}
+
+/// The GPU lowerings do not emit index reads yet: each refuses the varlen kernels by name rather
+/// than lowering them without their offsets.
+#[test]
+fn gpu_lowerings_refuse_the_varlen_kernels_for_now() {
+    use kittens_hw::Target;
+    let cfg = VarlenConfig {
+        dim: 64,
+        causal: true,
+        logits: Logits::default(),
+    };
+    let fwd = build(&cfg).unwrap();
+    let bwd = kittens_kernels::attn_varlen_bwd::build(&cfg).unwrap();
+    for kernel in [&fwd, &bwd] {
+        for target in [Target::Gfx942, Target::Gfx950, Target::Sm90a] {
+            let e = kittens_codegen::lower(kernel, target)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains(&kernel.name) && e.contains("does not lower that yet"),
+                "{target:?}: {e}"
+            );
+        }
+    }
+}

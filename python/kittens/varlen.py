@@ -1,0 +1,166 @@
+"""FlashAttention's ``flash_attn_varlen_func`` (packed variable-length batches) as torch.library ops.
+
+q (total_q, nheads, headdim), k and v (total_k, nheads_k, headdim), bfloat16, sequence ``b``'s rows
+``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` (int32 tensors of batch + 1 offsets, starting at 0), causal
+aligned bottom-right in each sequence. The kernels (kittens_kernels::attn_varlen, attn_varlen_bwd) read
+the offsets from the tensors themselves; ``max_seqlen_q/k`` (Python ints, as FlashAttention takes them)
+size the grid, so nothing is read back from the device.
+
+Where it runs: the CPU interpreter (the ops ``kittens::attention_varlen`` and
+``kittens::attention_varlen_backward``, with ``register_fake`` and autograd, so ``torch.compile(fullgraph=True)``
+traces them without a graph break). CUDA is NOT reached yet: the sm_90a lowering does not emit the
+index reads (kittens_codegen ``LowerError::IndexReads``), and a CUDA tensor raises NotImplementedError
+naming that. On the CPU the offsets are checked (start at 0, never decrease, within the tensors,
+``max_seqlen`` at least every length): each error names the argument.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from typing import Any, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _kittens
+
+__all__ = ["flash_attn_varlen_func"]
+
+
+def _f32_bytes(t: Tensor) -> bytes:
+    return t.detach().to(torch.float32).contiguous().cpu().numpy().tobytes()
+
+
+def _from_bytes(b: bytes, shape, dtype=torch.float32) -> Tensor:
+    return torch.frombuffer(bytearray(b), dtype=torch.float32).reshape(shape).to(dtype)
+
+
+def _sizes(q: Tensor, k: Tensor, max_q: int, max_k: int):
+    return (int(q.shape[1]), int(k.shape[1]), int(q.shape[2]), int(max_q), int(max_k))
+
+
+def _offsets(cu_q: Tensor, cu_k: Tensor):
+    return ([int(x) for x in cu_q.tolist()], [int(x) for x in cu_k.tolist()])
+
+
+def _not_on_cuda(*ts: Tensor) -> None:
+    if any(t.is_cuda for t in ts):
+        raise NotImplementedError(
+            "kittens.flash_attn_varlen_func on CUDA: the sm_90a lowering does not emit the kernel's reads "
+            "of cu_seqlens yet (kittens_codegen LowerError::IndexReads); only the CPU interpreter runs it"
+        )
+
+
+@torch.library.custom_op("kittens::attention_varlen", mutates_args=())
+def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                     max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
+                     scale: Optional[float] = None) -> Tuple[Tensor, Tensor]:
+    """``(out, lse)``: out like q (bfloat16), lse float32 (nheads, total_q) in natural-log units of the
+    scaled logits (``-inf`` where a query keeps no key; 0 on rows outside every sequence)."""
+    _not_on_cuda(q, k, v)
+    o, lse = _kittens.attention_varlen_cpu(
+        [_f32_bytes(t) for t in (q, k, v)], _offsets(cu_seqlens_q, cu_seqlens_k),
+        _sizes(q, k, max_seqlen_q, max_seqlen_k), bool(causal), None if scale is None else float(scale),
+    )
+    return _from_bytes(o, q.shape, q.dtype), _from_bytes(lse, (q.shape[1], q.shape[0]))
+
+
+@attention_varlen.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, scale=None):
+    return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op("kittens::attention_varlen_backward", mutates_args=())
+def attention_varlen_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+                              cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int,
+                              max_seqlen_k: int, causal: bool = False,
+                              scale: Optional[float] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(dq, dk, dv)`` of :func:`attention_varlen` in the dtypes of q, k, v."""
+    _not_on_cuda(q, k, v)
+    dq, dk, dv = _kittens.attention_varlen_backward_cpu(
+        [_f32_bytes(t) for t in (q, k, v, out, grad_out, lse)], _offsets(cu_seqlens_q, cu_seqlens_k),
+        _sizes(q, k, max_seqlen_q, max_seqlen_k), bool(causal), None if scale is None else float(scale),
+    )
+    return tuple(_from_bytes(g, t.shape, t.dtype) for g, t in ((dq, q), (dk, k), (dv, v)))
+
+
+@attention_varlen_backward.register_fake
+def _(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
+      scale=None):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.max_q, ctx.max_k, ctx.causal, ctx.scale = max_q, max_k, causal, scale
+    ctx.mark_non_differentiable(lse)
+
+
+def _grad(ctx, grad_out, grad_lse):
+    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    if grad_out is None:
+        grad_out = torch.zeros_like(out)
+    dq, dk, dv = torch.ops.kittens.attention_varlen_backward(
+        grad_out.to(q.dtype), q, k, v, out, lse, cu_q, cu_k, ctx.max_q, ctx.max_k, ctx.causal, ctx.scale)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+attention_varlen.register_autograd(_grad, setup_context=_setup)
+
+
+def flash_attn_varlen_func(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    max_seqlen_q: int,
+    max_seqlen_k: int,
+    dropout_p: float = 0.0,
+    softmax_scale: Optional[float] = None,
+    causal: bool = False,
+    window_size: Tuple[int, int] = (-1, -1),
+    softcap: float = 0.0,
+    alibi_slopes: Any = None,
+    deterministic: bool = False,
+    return_attn_probs: bool = False,
+    block_table: Any = None,
+) -> Tensor:
+    """FlashAttention's ``flash_attn_varlen_func`` (module documentation): returns the output
+    (total_q, nheads, headdim). Not supported, each a clear error: dropout, a window, a soft cap,
+    ALiBi, the attention probabilities, a paged ``block_table``."""
+    if dropout_p != 0.0:
+        raise NotImplementedError(f"dropout_p={dropout_p!r}: kittens attention has no dropout (use 0.0)")
+    if tuple(window_size) != (-1, -1):
+        raise NotImplementedError(f"window_size={tuple(window_size)!r}: varlen attention has no window yet")
+    if softcap != 0.0:
+        raise NotImplementedError(f"softcap={softcap!r}: varlen attention has no soft cap yet (use 0.0)")
+    if alibi_slopes is not None:
+        raise NotImplementedError("alibi_slopes: kittens attention has no ALiBi bias (pass None)")
+    if return_attn_probs:
+        raise NotImplementedError("return_attn_probs=True: kittens attention does not return probabilities")
+    if block_table is not None:
+        raise NotImplementedError("block_table: paged KV caches are not supported by varlen attention yet")
+    if softmax_scale is not None and (
+        isinstance(softmax_scale, bool) or not isinstance(softmax_scale, numbers.Real)
+        or not (math.isfinite(softmax_scale) and softmax_scale > 0)
+    ):
+        raise ValueError(f"softmax_scale={softmax_scale!r}: must be None (1/sqrt(headdim)) or finite and positive")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if t.dim() != 3:
+            raise ValueError(f"{name} must be 3-d (total, nheads, headdim), got shape {tuple(t.shape)}")
+        if t.dtype != torch.bfloat16:
+            raise TypeError(f"{name} must be bfloat16, got {t.dtype}")
+    for name, t in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k)):
+        if t.dim() != 1 or t.dtype != torch.int32:
+            raise ValueError(f"{name} must be a 1-d int32 tensor (batch + 1 offsets), got {t.dtype} "
+                             f"of shape {tuple(t.shape)}")
+    for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
+        if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 0:
+            raise ValueError(f"{name}={m!r}: must be a Python int >= 0 (no device read is made to find it)")
+    out, _ = torch.ops.kittens.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                                                int(max_seqlen_k), bool(causal), softmax_scale)
+    return out

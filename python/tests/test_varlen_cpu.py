@@ -1,0 +1,96 @@
+"""kittens.flash_attn_varlen_func on the CPU interpreter against float64 per-sequence attention,
+judged by FlashAttention's rule (error at most 2x the plain bfloat16 computation's + 2^-12): forward,
+backward through autograd, torch.compile(fullgraph=True), and bad input."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import kittens  # noqa: E402
+from kittens import flash_attn_varlen_func  # noqa: E402
+
+FLOOR = 2.0 ** -12
+
+
+def _packed(lens_q, lens_k, heads, heads_kv, dim, seed):
+    g = torch.Generator().manual_seed(seed)
+    tq, tk = sum(lens_q), sum(lens_k)
+    q = (torch.rand(tq, heads, dim, generator=g) * 4 - 2).bfloat16()
+    k = (torch.rand(tk, heads_kv, dim, generator=g) * 4 - 2).bfloat16()
+    v = (torch.rand(tk, heads_kv, dim, generator=g) * 2 - 1).bfloat16()
+    cu = lambda ls: torch.tensor([0] + list(torch.tensor(ls).cumsum(0).tolist()), dtype=torch.int32)  # noqa: E731
+    return q, k, v, cu(lens_q), cu(lens_k)
+
+
+def _reference(q, k, v, lens_q, lens_k, causal, dtype):
+    """Per-sequence dense attention in `dtype` (float64: the reference; bfloat16: the baseline)."""
+    outs, heads, heads_kv = [], q.shape[1], k.shape[1]
+    oq = ok = 0
+    for lq, lk in zip(lens_q, lens_k):
+        qs = q[oq:oq + lq].to(dtype).transpose(0, 1)
+        ks = k[ok:ok + lk].to(dtype).transpose(0, 1).repeat_interleave(heads // heads_kv, 0)
+        vs = v[ok:ok + lk].to(dtype).transpose(0, 1).repeat_interleave(heads // heads_kv, 0)
+        s = (qs @ ks.transpose(1, 2)) / q.shape[2] ** 0.5
+        if causal:
+            i = torch.arange(lq).unsqueeze(1)
+            j = torch.arange(lk).unsqueeze(0)
+            s = s.masked_fill(j > i + lk - lq, float("-inf"))
+        p = torch.softmax(s.float() if dtype == torch.bfloat16 else s, dim=-1).to(dtype)
+        p = torch.nan_to_num(p, nan=0.0)  # rows with no key: output 0
+        outs.append((p @ vs).transpose(0, 1))
+        oq, ok = oq + lq, ok + lk
+    return torch.cat(outs)
+
+
+def _err(x, ref):
+    return ((x.double() - ref).norm() / ref.norm()).item()
+
+
+CASES = [
+    ([1, 17, 0, 130, 30], [1, 17, 0, 130, 30], 2, 1, 64, True),
+    ([1, 17, 0, 130, 30], [1, 17, 0, 130, 30], 2, 2, 64, False),
+    ([45, 3, 20], [20, 33, 0], 4, 2, 128, True),
+]
+
+
+@pytest.mark.parametrize("lens_q,lens_k,heads,heads_kv,dim,causal", CASES)
+def test_forward_and_backward_match_float64(lens_q, lens_k, heads, heads_kv, dim, causal):
+    q, k, v, cu_q, cu_k = _packed(lens_q, lens_k, heads, heads_kv, dim, seed=len(lens_q) + dim)
+    qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
+    out = flash_attn_varlen_func(qs, ks, vs, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal)
+    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    ref = _reference(q64, k64, v64, lens_q, lens_k, causal, torch.float64)
+    base = _reference(q, k, v, lens_q, lens_k, causal, torch.bfloat16)
+    e, eb = _err(out, ref.detach()), _err(base, ref.detach())
+    assert e <= 2 * eb + FLOOR, f"output error {e:.3e}, bf16 baseline {eb:.3e}"
+    g = torch.rand(out.shape, generator=torch.Generator().manual_seed(7)).bfloat16() - 0.5
+    out.backward(g)
+    ref.backward(g.double())
+    qb, kb, vb = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    _reference(qb, kb, vb, lens_q, lens_k, causal, torch.bfloat16).backward(g)
+    for name, ours, want, bl in (("dq", qs, q64, qb), ("dk", ks, k64, kb), ("dv", vs, v64, vb)):
+        e, eb = _err(ours.grad, want.grad), _err(bl.grad, want.grad)
+        assert e <= 2 * eb + FLOOR, f"{name} error {e:.3e}, bf16 baseline {eb:.3e}"
+
+
+def test_compiles_fullgraph():
+    lens = [5, 0, 40]
+    q, k, v, cu_q, cu_k = _packed(lens, lens, 2, 1, 64, seed=3)
+    f = torch.compile(lambda *a: flash_attn_varlen_func(*a, causal=True), fullgraph=True)
+    out = f(q, k, v, cu_q, cu_k, 40, 40)
+    eager = flash_attn_varlen_func(q, k, v, cu_q, cu_k, 40, 40, causal=True)
+    assert torch.equal(out, eager)
+
+
+def test_bad_offsets_name_the_argument():
+    q, k, v, cu_q, cu_k = _packed([4, 6], [4, 6], 2, 2, 64, seed=5)
+    with pytest.raises(ValueError, match="cu_seqlens_q: must not decrease"):
+        flash_attn_varlen_func(q, k, v, torch.tensor([0, 7, 3], dtype=torch.int32), cu_k, 7, 6)
+    with pytest.raises(ValueError, match="max_seqlen_k: 4"):
+        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 6, 4)
+    with pytest.raises(ValueError, match="cu_seqlens_k: ends at 20"):
+        flash_attn_varlen_func(q, k, v, cu_q, torch.tensor([0, 4, 20], dtype=torch.int32), 6, 16)
+    with pytest.raises(ValueError, match="int32"):
+        flash_attn_varlen_func(q, k, v, cu_q.long(), cu_k, 6, 6)
+    with pytest.raises(NotImplementedError, match="block_table"):
+        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 6, 6, block_table=torch.zeros(1))
