@@ -249,7 +249,7 @@ fn kernel_flags(kernel: &str) -> &'static [&'static str] {
         "gemm_bf16" | "gemm_fp8" => GEMM,
         "attn_fwd" => ATTN_FWD,
         "attn_bwd" => ATTN_BWD,
-        "layernorm" => LAYERNORM,
+        "layernorm" | "layernorm_bwd" => LAYERNORM,
         "rotary" | "rotary_bwd" => ROTARY,
         "rmsnorm" | "rmsnorm_bwd" => RMSNORM,
         "swiglu" | "swiglu_bwd" => SWIGLU,
