@@ -21,8 +21,14 @@ use super::LayerNormConfig;
 use crate::rmsnorm::{sum_partials, Frame, ROW_STEPS};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Access, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, Schedule};
+use kittens_ir::{Access, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, RegId, Schedule};
 use kittens_tile::{BaseShape, Layout};
+
+/// The longest row on 32-lane waves (NVIDIA): past it a lane holds 16 values of each strip, and the
+/// five row-long values the backward needs at once (x̂, dy, a product, the two partial sums) do not
+/// fit the 128 registers a 512-thread block leaves a thread (NVRTC spilled at D = 5128). Longer rows
+/// need the partial sums out of registers (shared memory), which is not done yet.
+pub const MAX_DIM_32_LANES: u32 = 4096;
 
 /// Rows of the scratches `dw_partial` and `db_partial` for `rows` rows (one per row group of a block of
 /// the first launch).
@@ -37,7 +43,7 @@ pub fn parts_at(cfg: &LayerNormConfig, rows: usize) -> Option<usize> {
 /// residual's), `x`, `residual` (bf16 `[rows, D]`), `weight` (bf16 `[D]`), then the outputs `dx`,
 /// `dresidual` (bf16 `[rows, D]`), `dw_partial` and `db_partial` (f32 `[D, parts]`, [`parts_at`]).
 pub fn build_bwd(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
-    cfg.check()?;
+    check(cfg)?;
     let dim = cfg.dim;
     let mut k = KernelBuilder::new(
         &format!("layernorm_bwd_d{dim}"),
@@ -88,11 +94,21 @@ pub fn build_bwd(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
     let strip = |k: &mut KernelBuilder, n: &str| {
         k.tile(n, F32, 1, cfg.slice(), Layout::Row, BaseShape::STRIP)
     };
-    let [h, g, t, acc_w, acc_b] = ["x_hat", "g", "t", "dw", "db"].map(|n| strip(&mut k, n));
-    let keep = (cfg.p > 0.0).then(|| strip(&mut k, "keep"));
+    // Four strips, as rmsnorm's backward holds: at 16 values per lane (D > 4096 on NVIDIA) a fifth
+    // and sixth (a temporary, the mask) made NVRTC spill. So the mask is drawn twice rather than
+    // held, `dy` is read twice (the second time from cache), and the sums reuse the strips.
+    let [h, g, acc_w, acc_b] = ["x_hat", "g", "dw", "db"].map(|n| strip(&mut k, n));
     let wv = k.col_vec("weight", h, Bf16);
     let [mean, inv, c1, c2] = ["mean", "rstd", "mean_g", "mean_gx"].map(|n| k.row_vec(n, h, F32));
     let inv_d = 1.0 / dim as f32;
+    // keep = [uniform ≥ p] / (1 − p), the forward's draw at stream index row·D + col.
+    let draw_keep = |k: &mut KernelBuilder, dst: RegId, row: &Expr| {
+        let at = row.clone() * d.clone() + f.col0.clone();
+        k.random(dst, seed.clone(), offset.clone(), at, d.clone());
+        k.ge(dst, dst, cfg.p);
+        k.mul(dst, dst, 1.0 / (1.0 - cfg.p));
+    };
+    let dropout = cfg.p > 0.0;
     k.zero(acc_w);
     k.zero(acc_b);
     k.for_range("step", 0, steps, |k, s| {
@@ -100,15 +116,12 @@ pub fn build_bwd(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
         let row = (k.block(0) * steps + s) * rpb + f.local.clone();
         // h = residual + keep·x, the forward's sum.
         k.load_global(h, f.view(k, x, &row));
-        if let Some(keep) = keep {
-            let at = row.clone() * d.clone() + f.col0.clone();
-            k.random(keep, seed, offset, at, d.clone());
-            k.ge(keep, keep, cfg.p);
-            k.mul(keep, keep, 1.0 / (1.0 - cfg.p));
-            k.mul(h, h, keep);
+        if dropout {
+            draw_keep(k, g, &row);
+            k.mul(h, h, g);
         }
-        k.load_global(t, f.view(k, res, &row));
-        k.add(h, h, t);
+        k.load_global(g, f.view(k, res, &row));
+        k.add(h, h, g);
         // x̂ = (h − mean) · rstd; columns past D (the strip rounded up) must not count once centred.
         k.row_sum(mean, h);
         f.total(k, mean, 0);
@@ -121,39 +134,41 @@ pub fn build_bwd(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
             f.col0.clone(),
             0.0,
         );
-        k.mul(t, h, h);
-        k.row_sum(inv, t);
+        k.mul(g, h, h);
+        k.row_sum(inv, g);
         f.total(k, inv, 1);
         k.mul(inv, inv, inv_d);
         k.add(inv, inv, cfg.eps);
         k.rsqrt(inv, inv);
         k.mul_row(h, h, inv);
-        // The partials of dbias and dweight.
+        // The partials of dbias and dweight, and mean(g·x̂) = mean(w · dy·x̂). The weight is read
+        // again for every row (from L2), as rmsnorm's backward does, rather than held across the loop.
         k.load_global(g, f.view(k, dy, &row));
         k.add(acc_b, acc_b, g);
-        k.mul(t, g, h);
-        k.add(acc_w, acc_w, t);
-        // dh = rstd · (g − mean(g) − x̂ · mean(g·x̂)) + dh_out, with g = dy · weight. The weight is
-        // read again for every row (from L2), as rmsnorm's backward does, rather than held across
-        // the loop.
+        k.mul(g, g, h);
+        k.add(acc_w, acc_w, g);
         k.load_global(wv, f.view(k, w, &row));
         k.mul_col(g, g, wv);
-        k.row_sum(c1, g);
-        f.total(k, c1, 2);
-        k.mul(c1, c1, inv_d);
-        k.mul(t, g, h);
-        k.row_sum(c2, t);
-        f.total(k, c2, 3);
+        k.row_sum(c2, g);
+        f.total(k, c2, 2);
         k.mul(c2, c2, inv_d);
-        k.mul_row(t, h, c2);
-        k.sub(g, g, t);
+        // g = dy · w and its mean.
+        k.load_global(g, f.view(k, dy, &row));
+        k.mul_col(g, g, wv);
+        k.row_sum(c1, g);
+        f.total(k, c1, 3);
+        k.mul(c1, c1, inv_d);
+        // dh = rstd · (g − mean(g) − x̂ · mean(g·x̂)) + dh_out.
         k.sub_row(g, g, c1);
+        k.mul_row(h, h, c2);
+        k.sub(g, g, h);
         k.mul_row(g, g, inv);
-        k.load_global(t, f.view(k, dh_out, &row));
-        k.add(g, g, t);
+        k.load_global(h, f.view(k, dh_out, &row));
+        k.add(g, g, h);
         k.store(f.view(k, dres, &row), g);
-        if let Some(keep) = keep {
-            k.mul(g, g, keep);
+        if dropout {
+            draw_keep(k, h, &row);
+            k.mul(g, g, h);
         }
         k.store(f.view(k, dx, &row), g);
     });
@@ -167,7 +182,7 @@ pub fn build_bwd(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
 /// db_partial[j, p]`. Parameter `rows` (the first launch's); tensors `dw_partial`, `db_partial` (f32
 /// `[D, parts]`) and the outputs `dweight`, `dbias` (bf16 `[D]`).
 pub fn build_dweight(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
-    cfg.check()?;
+    check(cfg)?;
     sum_partials(
         &format!("layernorm_dweight_d{}", cfg.dim),
         cfg.dim,
@@ -175,4 +190,17 @@ pub fn build_dweight(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
         cfg.rows_per_block(),
         &[("dw_partial", "dweight"), ("db_partial", "dbias")],
     )
+}
+
+/// The forward's checks and [`MAX_DIM_32_LANES`].
+pub(crate) fn check(cfg: &LayerNormConfig) -> Result<(), KernelError> {
+    cfg.check()?;
+    if cfg.lanes == 32 && cfg.dim > MAX_DIM_32_LANES {
+        return Err(KernelError::Config(format!(
+            "layernorm_bwd: row length D = {} is over {MAX_DIM_32_LANES} on 32-lane waves (sm_90a; \
+             AMD's 64-lane waves take up to 8192)",
+            cfg.dim
+        )));
+    }
+    Ok(())
 }

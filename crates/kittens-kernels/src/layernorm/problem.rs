@@ -41,6 +41,20 @@ pub fn config(p: &Problem, target: Target) -> LayerNormConfig {
     }
 }
 
+/// The backward's configuration on `target`: the forward's, except that the interpreter runs rows
+/// over [`super::bwd::MAX_DIM_32_LANES`] on 64-lane waves (as AMD does; 32-lane waves refuse them).
+pub fn bwd_config(p: &Problem, target: Target) -> LayerNormConfig {
+    let cfg = config(p, target);
+    if target.gpu().is_none() && cfg.dim > super::bwd::MAX_DIM_32_LANES {
+        let base = LayerNormConfig::new(cfg.dim, cfg.p, 64);
+        return LayerNormConfig {
+            eps: cfg.eps,
+            ..base
+        };
+    }
+    cfg
+}
+
 /// A 64-bit seed or offset as the kernel's two 32-bit word parameters `[low, high]`, each the word's
 /// bit pattern as a signed 32-bit value (what a device launch passes).
 pub fn words(v: u64) -> [i64; 2] {
@@ -134,8 +148,8 @@ impl KernelProblem for LayerNormBwdProblem {
             "layernorm_bwd",
             &[("rows", p.norm.rows), ("dim", p.norm.dim)],
         )?;
-        let cfg = config(p, target);
-        cfg.check()?;
+        let cfg = bwd_config(p, target);
+        super::bwd::check(&cfg)?;
         let (rows, d) = (p.norm.rows, p.norm.dim);
         let what = format!("layernorm_bwd at rows={rows} dim={d}");
         let scratch = scratch_len(&cfg, p)?;
@@ -160,13 +174,13 @@ impl KernelProblem for LayerNormBwdProblem {
     }
 
     fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
-        build_bwd(&config(p, target))
+        build_bwd(&bwd_config(p, target))
     }
 
     /// `dx`, `dresidual` and the scratches, then `dweight` and `dbias` from the scratches (passed by
     /// name).
     fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
-        let cfg = config(p, target);
+        let cfg = bwd_config(p, target);
         let l = &plan.launch;
         let scratch = scratch_len(&cfg, p)?;
         Ok(vec![
@@ -190,7 +204,7 @@ impl KernelProblem for LayerNormBwdProblem {
     }
 
     fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
-        let eps = f64::from(config(p, Target::Cpu).eps);
+        let eps = f64::from(bwd_config(p, Target::Cpu).eps);
         Reference {
             values: reference::layernorm_backward(
                 &inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4], &p.norm, eps,
