@@ -346,6 +346,53 @@ def _prepare_layernorm(key, x, residual, weight, bias, p, eps):
     return _prepare(key, "layernorm", problem, tensors, dev, free=free)
 
 
+def layernorm_backward(dy, dh, x, residual, weight, p: float, seed: int, offset: int, eps: float):
+    """``(dx, dresidual, dweight, dbias)`` of :func:`layernorm` on CUDA from ``dy`` and ``dh``, the
+    gradients of its two planes (registry ``layernorm_bwd``: ``h``, its statistics and the dropout mask
+    recomputed from x, residual, seed and offset; two launches, the per-block partial sums of dweight
+    and dbias are scratch)."""
+    # A string tag: the integer tags are the other ops' (a key must never match another op's).
+    key = ("layernorm_bwd", dy.shape, dy.stride(), dh.stride(), x.shape, x.stride(), residual.stride(),
+           weight.shape, weight.stride(), dy.dtype, dh.dtype, x.dtype, residual.dtype, weight.dtype,
+           x.device, dy.device, dh.device, residual.device, weight.device, p, eps)
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_layernorm_backward(key, dy, dh, x, residual, weight, p, eps)
+    dx, dres = _empty_like(x), _empty_like(x)
+    dw = torch.empty(weight.shape, dtype=_BF16, device=x.device)
+    db = torch.empty(weight.shape, dtype=_BF16, device=x.device)
+    if rec[0] is None:
+        return dx, dres, dw.zero_(), db.zero_()
+    s0, s1 = _words(seed)
+    o0, o1 = _words(offset)
+    ptrs = tuple(t.data_ptr() for t in (dy, dh, x, residual, weight, dx, dres, dw, db))
+    _launch(rec, ptrs, x.get_device(), free=(s0, s1, o0, o1), device_obj=x.device)
+    return dx, dres, dw, db
+
+
+def _prepare_layernorm_backward(key, dy, dh, x, residual, weight, p, eps):
+    ts = dict(dy=dy, dh=dh, x=x, residual=residual, weight=weight)
+    _bf16s(**ts)
+    dev = _same_device(**ts)
+    _dense(**ts)
+    for name, t in ts.items():
+        if name != "weight" and t.shape != x.shape:
+            raise ValueError(f"{name} {tuple(t.shape)} must have x's shape {tuple(x.shape)}")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout p = {p} must be in [0, 1)")
+    rows, d = _rows_of(x, weight)
+    if rows == 0 or d == 0:
+        return _store(key, (None, (0, ()), None))
+    m = ((rows, d), (d, 1))
+    tensors = [_spec(n, *m) for n in ("dy", "dh", "x", "residual")]
+    tensors.append(_spec("weight", (rows, d), (0, 1)))
+    tensors += [_spec(n, *m) for n in ("dx", "dresidual")]
+    tensors += [_spec(n, (d, 1), (1, 1)) for n in ("dweight", "dbias")]
+    problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps)}
+    free = ("seed_lo", "seed_hi", "offset_lo", "offset_hi")
+    return _prepare(key, "layernorm_bwd", problem, tensors, dev, free=free)
+
+
 # -- rotary --------------------------------------------------------------------------------------------
 
 

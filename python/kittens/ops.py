@@ -9,16 +9,16 @@ strides without running it, for ``torch.compile`` and FakeTensor tracing) and an
 ``kittens::attention(q, k, v, ...)``       ``(out, lse)`` (attention forward kernel)
 ``kittens::attention_backward(...)``       ``(dq, dk, dv)`` (attention backward kernel)
 ``kittens::layernorm(x, residual, ...)``   ``(2, ..., D)``: the normed rows and the new residual
-``kittens::layernorm_backward(...)``       ``(dx, dresidual, dweight, dbias)``: PyTorch ops for now
+``kittens::layernorm_backward(...)``       ``(dx, dresidual, dweight, dbias)`` (layernorm backward kernel)
 ``kittens::rotary(q, cos, sin, ...)``      the rotated q (rotary kernel); backward = the same kernel
 =========================================  ===============================================================
 
 What is interim here (each says so where it is done):
 
-* ``layernorm_backward`` is a composite of PyTorch ops (float32, recomputing ``h``, its statistics and
-  the dropout mask from the saved inputs) until a layernorm backward kernel exists; the mask is drawn
-  by :func:`dropout_keep`, the kernels' Philox 4x32-10 stream written in integer torch ops (same bits as
-  the kernel: the tests check it against the forward kernel's mask).
+* ``layernorm_backward`` on CPU tensors is a composite of PyTorch ops (float32, recomputing ``h``, its
+  statistics and the dropout mask from the saved inputs; CUDA runs the ``layernorm_bwd`` kernel); the
+  mask is drawn by :func:`dropout_keep`, the kernels' Philox 4x32-10 stream written in integer torch ops
+  (same bits as the kernel: the tests check it against the forward kernel's mask).
 * matmul's ``dB = Aᵀ·dC`` reads a transposed operand the GEMM does not read in place: one operand (the
   smaller of ``a`` and ``dC``) is copied ``.contiguous()`` until the GEMM reads A transposed.
 * attention's ``lse`` gradient (``return_lse=True`` under autograd) costs one more run of the backward
@@ -362,6 +362,11 @@ def _layernorm_grad(ctx, grad):
 layernorm.register_autograd(_layernorm_grad, setup_context=_layernorm_setup)
 
 
+# The longest row the layernorm_bwd kernel takes on sm_90a (kittens_kernels::layernorm::bwd::MAX_DIM_32_LANES:
+# longer rows would spill); longer rows take the composite below.
+_LAYERNORM_BWD_MAX_D = 4096
+
+
 @torch.library.custom_op("kittens::layernorm_backward", mutates_args=())
 def layernorm_backward(grad: Tensor, x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor,
                        p: float = 0.0, seed: int = 0, offset: int = 0,
@@ -369,10 +374,16 @@ def layernorm_backward(grad: Tensor, x: Tensor, residual: Tensor, weight: Tensor
     """``(dx, dresidual, dweight, dbias)`` of :func:`layernorm` for ``grad`` of its ``(2, ..., D)``
     output (plane 0 the normed rows' gradient, plane 1 the new residual's).
 
-    Interim: PyTorch ops in float32 until the layernorm backward kernel exists. It recomputes the
-    kernel's float32 ``h`` (the dropout mask drawn again from ``seed`` and ``offset`` by
-    :func:`dropout_keep`), its mean and ``1/sqrt(var + eps)``, and takes LayerNorm's gradient.
+    CUDA: the ``layernorm_bwd`` kernel (``h``, its statistics and the dropout mask recomputed from
+    ``x``, ``residual``, ``seed`` and ``offset``; a gradient plane that is not dense is copied first)
+    for rows up to ``_LAYERNORM_BWD_MAX_D`` long. CPU, and longer rows on CUDA (interim): PyTorch ops
+    in float32 that recompute the kernel's float32 ``h`` (the dropout mask drawn again by
+    :func:`dropout_keep`), its mean and ``1/sqrt(var + eps)``, and take LayerNorm's gradient.
     """
+    if x.is_cuda and x.shape[-1] <= _LAYERNORM_BWD_MAX_D:
+        g = grad.reshape((2,) + tuple(x.shape))
+        return _dispatch.layernorm_backward(g[0].contiguous(), g[1].contiguous(), x, residual, weight,
+                                            float(p), seed, offset, float(eps))
     d = x.shape[-1]
     f32 = torch.float32
     xs = x.reshape(-1, d).to(f32)

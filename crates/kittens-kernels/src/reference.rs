@@ -367,26 +367,13 @@ pub fn layernorm(
     sh: &crate::problem::NormShape,
     eps: f64,
 ) -> Vec<f64> {
-    use kittens_ir::philox;
     let (rows, d) = (sh.rows, sh.dim);
     let mut out = vec![0.0; 2 * rows * d];
-    let scale = 1.0 / (1.0 - f64::from(sh.p));
     for r in 0..rows {
         let h: Vec<f64> = (0..d)
             .map(|j| {
                 let i = r * d + j;
-                let xv = f64::from(x[i]);
-                let dropped = if sh.p > 0.0 {
-                    let u = philox::uniform(philox::stream(sh.dropout_seed, sh.offset, i as u64));
-                    if u >= sh.p {
-                        xv * scale
-                    } else {
-                        0.0
-                    }
-                } else {
-                    xv
-                };
-                f64::from(residual[i]) + dropped
+                f64::from(residual[i]) + f64::from(x[i]) * dropout_keep(sh, i)
             })
             .collect();
         let mean = h.iter().sum::<f64>() / d as f64;
@@ -398,6 +385,62 @@ pub fn layernorm(
         }
     }
     out
+}
+
+/// The dropout factor of element `i` (stream index `row·dim + col`): `1/(1 − p)` where its Philox
+/// uniform is `≥ p`, else 0; 1 without dropout.
+fn dropout_keep(sh: &crate::problem::NormShape, i: usize) -> f64 {
+    use kittens_ir::philox;
+    if sh.p <= 0.0 {
+        return 1.0;
+    }
+    let u = philox::uniform(philox::stream(sh.dropout_seed, sh.offset, i as u64));
+    if u >= sh.p {
+        1.0 / (1.0 - f64::from(sh.p))
+    } else {
+        0.0
+    }
+}
+
+/// The backward of [`layernorm`] in f64 (`crate::layernorm::bwd`), from the gradients `dy` of the
+/// normalised rows and `dh` of the new residual: returns `[dx; dresidual; dweight; dbias]`.
+#[allow(clippy::too_many_arguments)]
+pub fn layernorm_backward(
+    dy: &[f32],
+    dh: &[f32],
+    x: &[f32],
+    residual: &[f32],
+    weight: &[f32],
+    sh: &crate::problem::NormShape,
+    eps: f64,
+) -> Vec<f64> {
+    let (rows, d) = (sh.rows, sh.dim);
+    let mut dx = vec![0.0; rows * d];
+    let mut dres = vec![0.0; rows * d];
+    let (mut dw, mut db) = (vec![0.0; d], vec![0.0; d]);
+    for r in 0..rows {
+        let at = |j: usize| r * d + j;
+        let h: Vec<f64> = (0..d)
+            .map(|j| f64::from(residual[at(j)]) + f64::from(x[at(j)]) * dropout_keep(sh, at(j)))
+            .collect();
+        let mean = h.iter().sum::<f64>() / d as f64;
+        let var = h.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / d as f64;
+        let inv = 1.0 / (var + eps).sqrt();
+        let hat: Vec<f64> = h.iter().map(|v| (v - mean) * inv).collect();
+        let g: Vec<f64> = (0..d)
+            .map(|j| f64::from(dy[at(j)]) * f64::from(weight[j]))
+            .collect();
+        let c1 = g.iter().sum::<f64>() / d as f64;
+        let c2 = g.iter().zip(&hat).map(|(a, b)| a * b).sum::<f64>() / d as f64;
+        for j in 0..d {
+            let v = inv * (g[j] - c1 - hat[j] * c2) + f64::from(dh[at(j)]);
+            dres[at(j)] = v;
+            dx[at(j)] = v * dropout_keep(sh, at(j));
+            dw[j] += f64::from(dy[at(j)]) * hat[j];
+            db[j] += f64::from(dy[at(j)]);
+        }
+    }
+    [dx, dres, dw, db].concat()
 }
 
 /// Rotary embedding in f64 (`crate::rotary`): `x` of shape `sh` (its layout; `heads` heads), tables

@@ -590,6 +590,32 @@ const RMSNORM_BWD: KernelEntry = KernelEntry {
     problem: &rmsnorm::problem::RmsNormBwdProblem,
 };
 
+const LAYERNORM_BWD: KernelEntry = KernelEntry {
+    name: "layernorm_bwd",
+    about: "layernorm's backward: dx, dresidual from dy, dh, x, residual, weight, the dropout mask \
+            drawn again and the statistics recomputed; dweight and dbias summed over rows in a \
+            second launch from per-wave f32 partials",
+    targets: plain_targets!(
+        "plain, rows split over waves, 16 rows per wave; then the dweight launch",
+        "plain, rows split over waves, 16 rows per wave; then the dweight launch (variant `dweight`)"
+    ),
+    build_default: || {
+        layernorm::bwd::build_bwd(&layernorm::LayerNormConfig::new(1000, 0.1, 32))
+    },
+    build_gpu: |gpu| {
+        layernorm::bwd::build_bwd(&layernorm::LayerNormConfig::for_gpu(gpu, NORM_DIM, 0.1))
+    },
+    variants: &[Variant {
+        name: "dweight",
+        about: "the backward's second launch: dweight and dbias from the first launch's partial sums",
+        targets: GPU_TARGETS,
+    }],
+    build_variant: |gpu, _| {
+        layernorm::bwd::build_dweight(&layernorm::LayerNormConfig::for_gpu(gpu, NORM_DIM, 0.1))
+    },
+    problem: &layernorm::problem::LayerNormBwdProblem,
+};
+
 /// SwiGLU's variant: gate and up as the halves of one tensor.
 const SWIGLU_VARIANTS: &[Variant] = &[Variant {
     name: "packed",
@@ -654,12 +680,13 @@ const CROSS_ENTROPY: KernelEntry = KernelEntry {
 };
 
 /// Every kernel of the suite, in the order `kittens list` prints them.
-pub static ALL: [KernelEntry; 12] = [
+pub static ALL: [KernelEntry; 13] = [
     GEMM_BF16,
     GEMM_FP8,
     ATTN_FWD,
     ATTN_BWD,
     LAYERNORM,
+    LAYERNORM_BWD,
     ROTARY,
     RMSNORM,
     RMSNORM_BWD,

@@ -60,6 +60,7 @@ fn every_sm90a_registry_kernel_compiles_through_the_one_function() {
             "attn_fwd",
             "attn_bwd",
             "layernorm",
+            "layernorm_bwd",
             "rotary",
             "rmsnorm",
             "rmsnorm_bwd",

@@ -1,4 +1,4 @@
-//! `rmsnorm`, `rmsnorm_bwd`, `swiglu`, `swiglu_bwd` (and `rotary_bwd`) on the GPU targets, every configuration the
+//! `rmsnorm`, `rmsnorm_bwd`, `swiglu`, `swiglu_bwd` (and `rotary_bwd`, `layernorm_bwd`) on the GPU targets, every configuration the
 //! registry builds (the defaults and the variants: the backward's `dweight` launch, SwiGLU's packed
 //! form): gfx942 and gfx950 compile with zero spills (gfx942 also with Debian's clang-19), sm_90a
 //! through NVRTC with zero spills; the lowered HIP on the host emulation and the code objects on the
@@ -14,15 +14,16 @@ use amd_common::{assert_compiles_without_spills, clang_for};
 use kittens_hw::Target;
 use kittens_kernels::problem::{NormShape, Problem};
 use kittens_kernels::registry::KernelEntry;
-use kittens_kernels::rmsnorm;
+use kittens_kernels::{layernorm, rmsnorm};
 use kittens_runtime::runner::{run, Backend, HipEmu, IsaEmu};
 
-const NAMES: [&str; 5] = [
+const NAMES: [&str; 6] = [
     "rmsnorm",
     "rmsnorm_bwd",
     "swiglu",
     "swiglu_bwd",
     "rotary_bwd",
+    "layernorm_bwd",
 ];
 const AMD: [Target; 2] = [Target::Gfx950, Target::Gfx942];
 
@@ -58,6 +59,16 @@ fn builds(e: &KernelEntry, t: Target) -> Vec<(String, kittens_ir::Kernel)> {
                     rmsnorm::build_dweight(&cfg(true)).unwrap(),
                 ));
             }
+            // 32-lane waves take rows up to MAX_DIM_32_LANES (checked below).
+            "layernorm_bwd" if gpu.wave_width == 64 || dim <= layernorm::bwd::MAX_DIM_32_LANES => {
+                let cfg = |p| layernorm::LayerNormConfig::for_gpu(gpu, dim, p);
+                for p in [0.0, 0.1] {
+                    let k = layernorm::bwd::build_bwd(&cfg(p)).unwrap();
+                    v.push((label(&format!("p={p}")), k));
+                }
+                let k = layernorm::bwd::build_dweight(&cfg(0.1)).unwrap();
+                v.push((label("dweight"), k));
+            }
             _ => {}
         }
     }
@@ -72,6 +83,17 @@ fn amd_builds_compile_without_spills() {
                 assert_compiles_without_spills(&k, t, &format!("{name} {label}"));
             }
         }
+    }
+}
+
+/// The layernorm's backward refuses rows it would spill on (32-lane waves past 4096), naming the limit.
+#[test]
+fn sm90a_layernorm_backward_refuses_long_rows() {
+    let gpu = Target::Sm90a.gpu().unwrap();
+    for dim in [4104, 5128, 8192] {
+        let cfg = layernorm::LayerNormConfig::for_gpu(gpu, dim, 0.1);
+        let e = layernorm::bwd::build_bwd(&cfg).unwrap_err().to_string();
+        assert!(e.contains(&format!("D = {dim} is over 4096")), "{e}");
     }
 }
 
@@ -102,8 +124,9 @@ fn sm90a_builds_compile_without_spills() {
 
 /// Odd shapes for the runs on an emulator: `(rows, D or F, residual, packed)`. On the AMD targets
 /// (64 lanes) D = 1000 and 776 put two rows in a block (and the backward's scratch two rows per
-/// block), D = 3080 splits a row over 8 waves.
-const CASES: [(&str, usize, usize, bool, bool); 8] = [
+/// block), D = 3080 splits a row over 8 waves. The layernorm's backward runs with the default 10%
+/// dropout (the mask drawn again on the device).
+const CASES: [(&str, usize, usize, bool, bool); 10] = [
     ("rmsnorm", 37, 1000, true, false),
     ("rmsnorm", 5, 3080, false, false),
     ("rmsnorm_bwd", 37, 1000, true, false),
@@ -112,6 +135,8 @@ const CASES: [(&str, usize, usize, bool, bool); 8] = [
     ("swiglu", 3, 2824, false, true),
     ("swiglu_bwd", 7, 1000, false, true),
     ("swiglu_bwd", 3, 2824, false, false),
+    ("layernorm_bwd", 37, 1000, false, false),
+    ("layernorm_bwd", 21, 3080, false, false),
 ];
 
 fn problem(rows: usize, dim: usize, residual: bool, packed: bool) -> Problem {

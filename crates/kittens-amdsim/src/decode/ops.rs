@@ -199,6 +199,7 @@ table! {
     Smem 0x01 SLoadDwordx2 "s_load_dwordx2" [2, 2, 0, 0] Both;
     Smem 0x02 SLoadDwordx4 "s_load_dwordx4" [4, 2, 0, 0] Both;
     Smem 0x03 SLoadDwordx8 "s_load_dwordx8" [8, 2, 0, 0] Both;
+    Smem 0x04 SLoadDwordx16 "s_load_dwordx16" [16, 2, 0, 0] Both;
 
     Vop2 0x00 VCndmaskB32 "v_cndmask_b32" [1, 1, 1, 2] Both;
     Vop2 0x01 VAddF32 "v_add_f32" [1, 1, 1, 0] Both;
@@ -328,6 +329,7 @@ table! {
     Vop3 0x28c VMbcntLoU32B32 "v_mbcnt_lo_u32_b32" [1, 1, 1, 0] Both;
     Vop3 0x28d VMbcntHiU32B32 "v_mbcnt_hi_u32_b32" [1, 1, 1, 0] Both;
     Vop3 0x28f VLshlrevB64 "v_lshlrev_b64" [2, 1, 2, 0] Both;
+    Vop3 0x290 VLshrrevB64 "v_lshrrev_b64" [2, 1, 2, 0] Both;
 
     Vop3p 0x2d VMfmaF32_16x16x128F8f6f4 "v_mfma_f32_16x16x128_f8f6f4" [4, 8, 8, 4] G950;
     Vop3p 0x30 VPkFmaF32 "v_pk_fma_f32" [2, 2, 2, 2] Both;

@@ -342,9 +342,12 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
         }),
         // CDNA3 ISA guide, V_ALIGNBIT_B32: the low dword of {S0, S1} >> S2[4:0].
         VAlignbitB32 => from_fn(|l| (((a[l] as u64) << 32 | b[l] as u64) >> (c[l] & 31)) as u32),
-        VLshlrevB64 => {
+        VLshlrevB64 | VLshrrevB64 => {
             let x = w.v64(i, i.src[1])?;
-            let r: [u64; LANES] = from_fn(|l| x[l] << (a[l] & 63));
+            let r: [u64; LANES] = match i.op {
+                VLshlrevB64 => from_fn(|l| x[l] << (a[l] & 63)),
+                _ => from_fn(|l| x[l] >> (a[l] & 63)),
+            };
             let d = Wave::vreg(i, i.dst)?;
             w.write_v64(d, &r);
             return Ok(());

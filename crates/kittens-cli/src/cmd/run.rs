@@ -260,7 +260,7 @@ fn kernel_flags(kernel: &str) -> &'static [&'static str] {
         "cross_entropy" => CROSS_ENTROPY,
         "attn_fwd" => ATTN_FWD,
         "attn_bwd" => ATTN_BWD,
-        "layernorm" => LAYERNORM,
+        "layernorm" | "layernorm_bwd" => LAYERNORM,
         "rotary" | "rotary_bwd" => ROTARY,
         "rmsnorm" | "rmsnorm_bwd" => RMSNORM,
         "swiglu" | "swiglu_bwd" => SWIGLU,

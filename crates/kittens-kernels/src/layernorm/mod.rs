@@ -19,7 +19,10 @@
 //!
 //! Both outputs are one tensor `out[2, rows, D]`: plane 0 the normalised rows, plane 1 the new residual
 //! (one allocation; the caller gets two views).
+//!
+//! The backward ([`bwd`]) recomputes `h` and the statistics and draws the mask again.
 
+pub mod bwd;
 pub mod problem;
 
 use crate::KernelError;
@@ -88,7 +91,7 @@ impl LayerNormConfig {
         self.waves / self.waves_per_row
     }
 
-    fn check(&self) -> Result<(), KernelError> {
+    pub(crate) fn check(&self) -> Result<(), KernelError> {
         let bad = |m: String| Err(KernelError::Config(format!("layernorm: {m}")));
         if !DIMS.contains(&self.dim) || !self.dim.is_multiple_of(8) {
             return bad(format!(

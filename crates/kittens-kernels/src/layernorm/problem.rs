@@ -1,11 +1,18 @@
-//! `layernorm` at a problem's sizes: parameters `rows, seed_lo, seed_hi, offset_lo, offset_hi`, inputs `x`, `residual` (rows × D),
-//! `weight`, `bias` (D), output `out[2, rows, D]`; the f64 reference with the mask drawn from the Philox
-//! stream, and a fixed tolerance.
+//! `layernorm` and `layernorm_bwd` at a problem's sizes: parameters `rows, seed_lo, seed_hi,
+//! offset_lo, offset_hi`; the f64 references with the mask drawn from the Philox stream, and a fixed
+//! tolerance.
+//!
+//! * `layernorm`: inputs `x`, `residual` (rows × D), `weight`, `bias` (D), output `out[2, rows, D]`.
+//! * `layernorm_bwd`: inputs `dy`, `dh` (the gradients of the two output planes), `x`, `residual`
+//!   (rows × D), `weight` (D); outputs `dx`, `dresidual` (rows × D), `dweight`, `dbias` (D), in two
+//!   launches ([`super::bwd::build_bwd`] writes `dx`, `dresidual` and the scratches,
+//!   [`super::bwd::build_dweight`] sums them).
 
+use super::bwd::{build_bwd, build_dweight, parts_at};
 use super::{build, LayerNormConfig};
 use crate::budget;
 use crate::problem::{
-    elements, param, positive, KernelProblem, Launch, Plan, Problem, Reference, STORE_BYTES,
+    elements, param, positive, KernelProblem, Launch, Plan, Problem, Reference, Stage, STORE_BYTES,
 };
 use crate::reference::{self, Tolerance};
 use crate::KernelError;
@@ -34,6 +41,20 @@ pub fn config(p: &Problem, target: Target) -> LayerNormConfig {
     }
 }
 
+/// The backward's configuration on `target`: the forward's, except that the interpreter runs rows
+/// over [`super::bwd::MAX_DIM_32_LANES`] on 64-lane waves (as AMD does; 32-lane waves refuse them).
+pub fn bwd_config(p: &Problem, target: Target) -> LayerNormConfig {
+    let cfg = config(p, target);
+    if target.gpu().is_none() && cfg.dim > super::bwd::MAX_DIM_32_LANES {
+        let base = LayerNormConfig::new(cfg.dim, cfg.p, 64);
+        return LayerNormConfig {
+            eps: cfg.eps,
+            ..base
+        };
+    }
+    cfg
+}
+
 /// A 64-bit seed or offset as the kernel's two 32-bit word parameters `[low, high]`, each the word's
 /// bit pattern as a signed 32-bit value (what a device launch passes).
 pub fn words(v: u64) -> [i64; 2] {
@@ -43,16 +64,25 @@ pub fn words(v: u64) -> [i64; 2] {
     ]
 }
 
+/// The backward's problem definition (registry `layernorm_bwd`).
+#[derive(Debug)]
+pub struct LayerNormBwdProblem;
+
+/// The parameters both directions take: `rows`, then the seed's and the offset's words.
+fn params(p: &Problem) -> Result<Vec<i64>, KernelError> {
+    Ok([param("rows", p.norm.rows)?]
+        .into_iter()
+        .chain(words(p.norm.dropout_seed))
+        .chain(words(p.norm.offset))
+        .collect())
+}
+
 impl KernelProblem for LayerNormProblem {
     fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
         let (rows, d) = (p.norm.rows, p.norm.dim);
         let m = elements("x", &[rows, d])?;
         Ok(Launch {
-            params: [param("rows", rows)?]
-                .into_iter()
-                .chain(words(p.norm.dropout_seed))
-                .chain(words(p.norm.offset))
-                .collect(),
+            params: params(p)?,
             inputs: vec![m, m, d, d],
             outputs: vec![elements("out", &[2, rows, d])?],
         })
@@ -100,4 +130,103 @@ impl KernelProblem for LayerNormProblem {
     fn tolerance(&self) -> Tolerance {
         Tolerance::Fixed(TOLERANCE)
     }
+}
+
+impl KernelProblem for LayerNormBwdProblem {
+    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
+        let (rows, d) = (p.norm.rows, p.norm.dim);
+        let m = elements("dy", &[rows, d])?;
+        Ok(Launch {
+            params: params(p)?,
+            inputs: vec![m, m, m, m, d],
+            outputs: vec![m, m, d, d],
+        })
+    }
+
+    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+        positive(
+            "layernorm_bwd",
+            &[("rows", p.norm.rows), ("dim", p.norm.dim)],
+        )?;
+        let cfg = bwd_config(p, target);
+        super::bwd::check(&cfg)?;
+        let (rows, d) = (p.norm.rows, p.norm.dim);
+        let what = format!("layernorm_bwd at rows={rows} dim={d}");
+        let scratch = scratch_len(&cfg, p)?;
+        let m = budget::product(&[rows as u64, d as u64]);
+        let bytes = budget::sum(&[
+            // four inputs and their snapshot
+            m.and_then(|x| x.checked_mul(4 * 2 * 4)),
+            // dx and dresidual: values, pending stores, f64 reference
+            m.and_then(|x| x.checked_mul(2 * (4 + STORE_BYTES + 8))),
+            // the two scratches (values, pending stores, read back)
+            (scratch as u64).checked_mul(2 * (4 + STORE_BYTES + 4)),
+        ]);
+        budget::check_host_bytes(&what, bytes)?;
+        Ok(Plan {
+            launch: self.launch(p)?,
+            what,
+            work: m,
+            shape: serde_json::json!({
+                "norm": p.norm, "config": cfg, "partials": [d, parts_at(&cfg, rows)],
+            }),
+        })
+    }
+
+    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+        build_bwd(&bwd_config(p, target))
+    }
+
+    /// `dx`, `dresidual` and the scratches, then `dweight` and `dbias` from the scratches (passed by
+    /// name).
+    fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+        let cfg = bwd_config(p, target);
+        let l = &plan.launch;
+        let scratch = scratch_len(&cfg, p)?;
+        Ok(vec![
+            Stage {
+                kernel: build_bwd(&cfg)?,
+                launch: Launch {
+                    params: l.params.clone(),
+                    inputs: l.inputs.clone(),
+                    outputs: vec![l.outputs[0], l.outputs[1], scratch, scratch],
+                },
+            },
+            Stage {
+                kernel: build_dweight(&cfg)?,
+                launch: Launch {
+                    params: l.params[..1].to_vec(),
+                    inputs: vec![scratch, scratch],
+                    outputs: vec![l.outputs[2], l.outputs[3]],
+                },
+            },
+        ])
+    }
+
+    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+        let eps = f64::from(bwd_config(p, Target::Cpu).eps);
+        Reference {
+            values: reference::layernorm_backward(
+                &inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4], &p.norm, eps,
+            ),
+            baseline: None,
+            max_abs_logit: None,
+        }
+    }
+
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Fixed(TOLERANCE)
+    }
+}
+
+/// Elements of each scratch of the backward (`D × parts`).
+fn scratch_len(cfg: &LayerNormConfig, p: &Problem) -> Result<usize, KernelError> {
+    parts_at(cfg, p.norm.rows)
+        .and_then(|n| n.checked_mul(p.norm.dim))
+        .ok_or_else(|| {
+            KernelError::Problem(format!(
+                "layernorm_bwd at rows={}: the scratch overflows",
+                p.norm.rows
+            ))
+        })
 }

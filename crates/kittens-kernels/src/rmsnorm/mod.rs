@@ -125,11 +125,12 @@ impl RmsNormConfig {
 }
 
 /// A wave's place in a row-wise program: its row within the block, its part of the row, the first
-/// column of its strip; and the block's ring of partial sums when rows are split.
-struct Frame {
-    local: Expr,
+/// column of its strip; and the block's ring of partial sums when rows are split. The layernorm's
+/// backward (`crate::layernorm::bwd`) shares it.
+pub(crate) struct Frame {
+    pub(crate) local: Expr,
     part: Expr,
-    col0: Expr,
+    pub(crate) col0: Expr,
     cols: u32,
     parts: u32,
     partials: Option<kittens_ir::SharedId>,
@@ -137,35 +138,44 @@ struct Frame {
 
 impl Frame {
     fn new(k: &mut KernelBuilder, cfg: &RmsNormConfig, slots: u32) -> Self {
-        let w_row = cfg.waves_per_row;
+        let (w_row, rows) = (cfg.waves_per_row, cfg.rows_per_block());
+        Self::split(k, w_row, rows, cfg.slice(), slots)
+    }
+
+    /// Rows of `cols`-column strips split over `w_row` waves, `rows` rows per block, `slots` ring
+    /// slots of partial sums.
+    pub(crate) fn split(
+        k: &mut KernelBuilder,
+        w_row: u32,
+        rows: u32,
+        cols: u32,
+        slots: u32,
+    ) -> Self {
         let part = k.wave() % i64::from(w_row);
-        let partials = (w_row > 1).then(|| {
-            k.shared(
-                "partials",
-                F32,
-                cfg.rows_per_block(),
-                w_row,
-                Swizzle::None,
-                slots,
-            )
-        });
+        let partials =
+            (w_row > 1).then(|| k.shared("partials", F32, rows, w_row, Swizzle::None, slots));
         Frame {
             local: k.wave() / i64::from(w_row),
-            col0: part.clone() * i64::from(cfg.slice()),
+            col0: part.clone() * i64::from(cols),
             part,
-            cols: cfg.slice(),
+            cols,
             parts: w_row,
             partials,
         }
     }
 
     /// The `1 × cols` strip of row `row` this wave holds, of tensor `g`.
-    fn view(&self, k: &KernelBuilder, g: GlobalId, row: &Expr) -> kittens_ir::GlobalView {
+    pub(crate) fn view(
+        &self,
+        k: &KernelBuilder,
+        g: GlobalId,
+        row: &Expr,
+    ) -> kittens_ir::GlobalView {
         k.gview(g, vec![row.clone(), self.col0.clone()], 0, 1, 1, self.cols)
     }
 
     /// `v` (this wave's partial sum of its row) becomes the row's total, through ring slot `slot`.
-    fn total(&self, k: &mut KernelBuilder, v: RegId, slot: i64) {
+    pub(crate) fn total(&self, k: &mut KernelBuilder, v: RegId, slot: i64) {
         if let Some(buf) = self.partials {
             k.row_sum_across_waves(
                 v,
@@ -326,34 +336,63 @@ pub fn build_bwd(cfg: &RmsNormConfig) -> Result<Kernel, KernelError> {
 
 /// The backward's second launch: `dweight[j] = Σ_p dw_partial[j, p]`. Parameter `rows` (the first
 /// launch's: the scratch's width follows from it); tensors `dw_partial` (f32 `[D, parts]`) and the
-/// output `dweight` (bf16 `[D]`). Each wave sums [`DW_ROWS`] rows of the scratch, `lanes × 8` columns
-/// a step.
+/// output `dweight` (bf16 `[D]`).
 pub fn build_dweight(cfg: &RmsNormConfig) -> Result<Kernel, KernelError> {
     cfg.check()?;
-    let dim = i64::from(cfg.dim);
+    let rpb = cfg.rows_per_block();
+    sum_partials(
+        &format!("rmsnorm_dweight_d{}", cfg.dim),
+        cfg.dim,
+        cfg.lanes,
+        rpb,
+        &[("dw_partial", "dweight")],
+    )
+}
+
+/// A kernel summing the rows of transposed partial sums: for each `(scratch, out)` pair,
+/// `out[j] = Σ_p scratch[j, p]` (f32 `[dim, parts]` in, bf16 `[dim]` out), `parts` as
+/// [`RmsNormConfig::parts`] gives it for blocks of `rows_per_block` rows. Parameter `rows`; tensors
+/// the scratches, then the outputs. Each wave sums [`DW_ROWS`] rows of each scratch, `lanes × 8`
+/// columns a step.
+pub(crate) fn sum_partials(
+    name: &str,
+    dim: u32,
+    lanes: u32,
+    rows_per_block: u32,
+    pairs: &[(&str, &str)],
+) -> Result<Kernel, KernelError> {
+    let dim = i64::from(dim);
     let waves = 4;
-    let mut k = KernelBuilder::new(
-        &format!("rmsnorm_dweight_d{dim}"),
-        Schedule::Plain { waves },
-    );
+    let mut k = KernelBuilder::new(name, Schedule::Plain { waves });
     let rows = k.param("rows");
-    let parts = cfg.parts(&rows);
+    let rpb = i64::from(rows_per_block);
+    let parts = rows.ceil_div(rpb * i64::from(ROW_STEPS)) * rpb;
     let d = Expr::c(dim);
-    let dw = k.global(
-        "dw_partial",
-        F32,
-        &[("col", d.clone()), ("part", parts.clone())],
-        Access::Read,
-    );
-    let out = k.global(
-        "dweight",
-        Bf16,
-        &[("col", d), ("one", Expr::c(1))],
-        Access::Write,
-    );
+    let scratch: Vec<GlobalId> = pairs
+        .iter()
+        .map(|(s, _)| {
+            k.global(
+                s,
+                F32,
+                &[("col", d.clone()), ("part", parts.clone())],
+                Access::Read,
+            )
+        })
+        .collect();
+    let outs: Vec<GlobalId> = pairs
+        .iter()
+        .map(|(_, o)| {
+            k.global(
+                o,
+                Bf16,
+                &[("col", d.clone()), ("one", Expr::c(1))],
+                Access::Write,
+            )
+        })
+        .collect();
     let per_block = i64::from(waves * DW_ROWS);
     k.grid(vec![Expr::c(dim).ceil_div(per_block)], GridOrder::RowMajor);
-    let step = cfg.lanes * 8;
+    let step = lanes * 8;
     let t = k.tile(
         "partials",
         F32,
@@ -364,15 +403,20 @@ pub fn build_dweight(cfg: &RmsNormConfig) -> Result<Kernel, KernelError> {
     );
     let acc = k.row_vec("dweight", t, F32);
     let row0 = k.block(0) * per_block + k.wave() * i64::from(DW_ROWS);
-    k.zero(acc);
-    k.for_range("step", 0, parts.ceil_div(i64::from(step)), |k, s| {
-        let col = s * i64::from(step);
-        k.load_global(t, k.gview(dw, vec![row0.clone(), col], 0, 1, DW_ROWS, step));
-        k.row_sum_acc(acc, t, acc);
-    });
-    k.store(
-        k.gview(out, vec![row0.clone(), Expr::c(0)], 0, 1, DW_ROWS, 1),
-        acc,
-    );
+    for (&src, &out) in scratch.iter().zip(&outs) {
+        k.zero(acc);
+        k.for_range("step", 0, parts.ceil_div(i64::from(step)), |k, s| {
+            let col = s * i64::from(step);
+            k.load_global(
+                t,
+                k.gview(src, vec![row0.clone(), col], 0, 1, DW_ROWS, step),
+            );
+            k.row_sum_acc(acc, t, acc);
+        });
+        k.store(
+            k.gview(out, vec![row0.clone(), Expr::c(0)], 0, 1, DW_ROWS, 1),
+            acc,
+        );
+    }
     Ok(k.finish()?)
 }

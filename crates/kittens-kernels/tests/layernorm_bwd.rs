@@ -1,0 +1,164 @@
+//! `layernorm_bwd` on the CPU interpreter against its f64 reference at odd shapes (rows that fill no
+//! block and no loop of 16 rows, row lengths that are not whole strips: 1000, 3080, or split over
+//! several waves: 3080, 8192), with and without dropout (the mask drawn again must be the forward's:
+//! a flipped bit moves `dx` by a whole `dh/(1 − p)`), on 32- and 64-lane configurations; inputs of ±4.
+//! The f64 reference itself is checked against central differences of the forward's f64 reference.
+
+use kittens_hw::Target;
+use kittens_kernels::by_name;
+use kittens_kernels::layernorm::{bwd, LayerNormConfig};
+use kittens_kernels::problem::{Launch, NormShape, Problem, Stage};
+use kittens_kernels::reference;
+
+mod common;
+use common::{check_with, problem};
+
+fn with_p(rows: usize, dim: usize, p: f32) -> Problem {
+    let base = problem(rows, dim);
+    Problem {
+        norm: NormShape { p, ..base.norm },
+        ..base
+    }
+}
+
+#[test]
+fn layernorm_backward_at_odd_shapes() {
+    for (rows, dim) in [(37, 1000), (37, 768), (5, 3080), (3, 8192)] {
+        for p in [0.0, 0.1, 0.5] {
+            check_with("layernorm_bwd", &with_p(rows, dim, p), None);
+        }
+    }
+    // Many rows: several blocks of 16-row loops, the scratches wider than one 256-column step.
+    check_with("layernorm_bwd", &with_p(1029, 776, 0.25), None);
+}
+
+/// The 64-lane (AMD) configurations on the interpreter: two rows per block at D = 768 and 1000, so
+/// the scratches have two rows per block.
+#[test]
+fn layernorm_backward_with_two_rows_per_block() {
+    for dim in [768u32, 1000] {
+        let cfg = LayerNormConfig::new(dim, 0.1, 64);
+        assert_eq!(cfg.rows_per_block(), 2, "{dim}");
+        let p = with_p(45, dim as usize, 0.1);
+        let l = by_name("layernorm_bwd")
+            .unwrap()
+            .problem()
+            .launch(&p)
+            .unwrap();
+        let scratch = bwd::parts_at(&cfg, 45).unwrap() * dim as usize;
+        let stages = vec![
+            Stage {
+                kernel: bwd::build_bwd(&cfg).unwrap(),
+                launch: Launch {
+                    outputs: vec![l.outputs[0], l.outputs[1], scratch, scratch],
+                    ..l.clone()
+                },
+            },
+            Stage {
+                kernel: bwd::build_dweight(&cfg).unwrap(),
+                launch: Launch {
+                    params: l.params[..1].to_vec(),
+                    inputs: vec![scratch, scratch],
+                    outputs: vec![l.outputs[2], l.outputs[3]],
+                },
+            },
+        ];
+        check_with("layernorm_bwd", &p, Some(stages));
+    }
+}
+
+/// The analytic f64 backward is the f64 forward's derivative: central differences of the loss
+/// `Σ dy·out + Σ dh·h` (both forward planes) at a few coordinates of `x`, `residual`, `weight` and
+/// `bias`, with dropout so that dropped and kept elements of `x` both appear.
+#[test]
+fn backward_reference_matches_finite_differences() {
+    let (rows, dim, eps) = (3usize, 24usize, 1e-5);
+    let sh = NormShape {
+        rows,
+        dim,
+        p: 0.3,
+        ..NormShape::default()
+    };
+    // Multiples of 2^-10, so that a step of 2^-10 is exact in f32.
+    let val =
+        |i: usize, s: f32| (((i * 7919 % 1000) as f32 / 500.0 - 1.0) * s * 1024.0).round() / 1024.0;
+    let x: Vec<f32> = (0..rows * dim).map(|i| val(i, 2.0)).collect();
+    let res: Vec<f32> = (0..rows * dim).map(|i| val(i + 11, 1.0)).collect();
+    let w: Vec<f32> = (0..dim).map(|i| val(i + 333, 1.5)).collect();
+    let b: Vec<f32> = (0..dim).map(|i| val(i + 444, 0.5)).collect();
+    let dy: Vec<f32> = (0..rows * dim).map(|i| val(i + 77, 1.0)).collect();
+    let dh: Vec<f32> = (0..rows * dim).map(|i| val(i + 555, 1.0)).collect();
+    let loss = |x: &[f32], res: &[f32], w: &[f32], b: &[f32]| -> f64 {
+        let out = reference::layernorm(x, res, w, b, &sh, eps);
+        let g: Vec<f32> = dy.iter().chain(&dh).copied().collect();
+        out.iter().zip(&g).map(|(o, &g)| o * f64::from(g)).sum()
+    };
+    let grads = reference::layernorm_backward(&dy, &dh, &x, &res, &w, &sh, eps);
+    let m = rows * dim;
+    let (dx, rest) = grads.split_at(m);
+    let (dres, rest) = rest.split_at(m);
+    let (dw, db) = rest.split_at(dim);
+    let step = 1.0 / 1024.0;
+    let fd = |which: usize, i: usize| {
+        let mut args = [x.clone(), res.clone(), w.clone(), b.clone()];
+        args[which][i] += step;
+        let up = loss(&args[0], &args[1], &args[2], &args[3]);
+        args[which][i] -= 2.0 * step;
+        let down = loss(&args[0], &args[1], &args[2], &args[3]);
+        (up - down) / (2.0 * f64::from(step))
+    };
+    let mut dropped = 0;
+    for i in 0..m {
+        let (f, a) = (fd(0, i), dx[i]);
+        assert!(
+            (f - a).abs() < 1e-4 * (1.0 + f.abs()),
+            "dx[{i}]: {f} vs {a}"
+        );
+        dropped += usize::from(a == 0.0 && dres[i] != 0.0);
+    }
+    assert!(dropped > 0 && dropped < m, "{dropped} of {m} dropped");
+    for i in [0, 5, dim + 3, m - 1] {
+        let (f, a) = (fd(1, i), dres[i]);
+        assert!(
+            (f - a).abs() < 1e-4 * (1.0 + f.abs()),
+            "dresidual[{i}]: {f} vs {a}"
+        );
+    }
+    for j in [0, 7, dim - 1] {
+        let (f, a) = (fd(2, j), dw[j]);
+        assert!(
+            (f - a).abs() < 1e-4 * (1.0 + f.abs()),
+            "dweight[{j}]: {f} vs {a}"
+        );
+        let (f, a) = (fd(3, j), db[j]);
+        assert!(
+            (f - a).abs() < 1e-4 * (1.0 + f.abs()),
+            "dbias[{j}]: {f} vs {a}"
+        );
+    }
+}
+
+#[test]
+fn bad_sizes_are_refused_with_the_limit() {
+    let def = by_name("layernorm_bwd").unwrap().problem();
+    for dim in [764, 1004, 8200] {
+        let e = def
+            .plan(&problem(2, dim), Target::Cpu)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("multiple of 8 from 768 to 8192") && e.contains(&dim.to_string()),
+            "{e}"
+        );
+    }
+    let e = def
+        .plan(&problem(0, 1024), Target::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("rows must be positive"), "{e}");
+    let e = def
+        .plan(&with_p(2, 1024, 1.0), Target::Cpu)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("dropout p = 1 must be in [0, 1)"), "{e}");
+}
