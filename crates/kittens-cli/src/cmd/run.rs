@@ -658,7 +658,7 @@ fn print_text(r: &RunReport) {
     );
     if let Some(b) = &r.baseline {
         println!(
-            "baseline rel_err {:.3e}, max_rel {:.3e}   (PyTorch-style bf16 attention, same reference)",
+            "baseline rel_err {:.3e}, max_rel {:.3e}   (the same computation done the plain low-precision way, as PyTorch does it; same reference)",
             b.rel_err, b.max_rel
         );
     }
