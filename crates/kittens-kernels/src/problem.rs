@@ -88,6 +88,8 @@ pub struct Problem {
     /// On a GPU target, one of the kernel's named variants (`registry::KernelEntry::variants`, e.g. the
     /// GEMM's `interleave4`) instead of the target's default configuration; `None`: the default.
     pub variant: Option<&'static str>,
+    /// The GEMM's leading dimensions (operands that are slices of bigger matrices); `None`: dense rows.
+    pub gemm_ld: Option<crate::gemm::LeadingDims>,
 }
 
 impl Problem {
@@ -144,6 +146,7 @@ impl Default for Problem {
             input_scale: 1.0,
             tolerance: None,
             variant: None,
+            gemm_ld: None,
         }
     }
 }

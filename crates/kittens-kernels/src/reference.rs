@@ -231,6 +231,11 @@ pub fn compare(out: &[f32], reference: &[f64]) -> ErrorReport {
         if !r.is_finite() && o as f64 == r {
             continue;
         }
+        // A NaN reference entry is a position the kernel must not write (a gap between the rows of a
+        // strided output): the run's NaN poison must still be there; anything else is an error.
+        if r.is_nan() && o.is_nan() {
+            continue;
+        }
         let d = (o as f64 - r).abs();
         d2 += d * d;
         r2 += r * r;
