@@ -1,6 +1,6 @@
 //! The Hopper GEMM with A transposed (stored `K × M`: wgmma's transpose-A immediate), B either way and
 //! leading-dimension strides, lowered for sm_90a and compiled by NVRTC without spills or serialised
-//! wgmmas, for every block height (A's slot of one, two and four 64-column atoms) and through the
+//! wgmmas, for every block height (A's slot of one, two and four 64-column atoms), in clusters, and through the
 //! registry problem with split-K (the reduction writing a strided C). The strides reach the tensor
 //! maps as parameters: the map geometry at given `lda, ldb, ldc` is checked too.
 
@@ -20,20 +20,23 @@ fn every_operand_order_compiles_for_sm_90a() {
     ensure_nvrtc();
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let cache = fresh_cache("gemm-layouts");
-    let tiles = [(128, 256), (64, 128), (256, 128)];
+    // Block rows x columns, and thread-block clusters (B multicast to row tiles in pairs, as the
+    // registry picks where B's rows straddle 128-byte lines).
+    let tiles = [(128, 256, 1), (64, 128, 1), (256, 128, 1), (128, 192, 2)];
     for (a, b) in [
         (ALayout::Km, BLayout::Kn),
         (ALayout::Km, BLayout::Nk),
         (ALayout::Mk, BLayout::Kn),
     ] {
-        for (rows, cols) in tiles {
+        for (rows, cols, cluster) in tiles {
             let cfg = GemmConfig {
                 a_layout: a,
                 b_layout: b,
                 strided: true,
+                cluster,
                 ..HopperTile { rows, cols }.config(h100)
             };
-            let what = format!("{a:?} {b:?} {rows}x{cols}");
+            let what = format!("{a:?} {b:?} {rows}x{cols} cluster {cluster}");
             let k = build(&cfg).unwrap_or_else(|e| panic!("{what}: {e}"));
             let l =
                 kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{what}: {e}"));
