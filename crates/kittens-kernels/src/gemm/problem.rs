@@ -229,12 +229,14 @@ impl GemmProblem {
                      ({rows} x {cols} as stored)"
                 )));
             }
-            out[i] = rows
-                .saturating_sub(1)
-                .checked_mul(ld)
-                .and_then(|x| x.checked_add(cols))
-                .filter(|_| rows > 0)
-                .map_or_else(|| elements(t, &[rows, ld]), Ok)?;
+            // An empty operand spans nothing; else its last row ends `(rows - 1) · ld + cols` in.
+            out[i] = match rows {
+                0 => 0,
+                r => (r - 1)
+                    .checked_mul(ld)
+                    .and_then(|x| x.checked_add(cols))
+                    .map_or_else(|| elements(t, &[r, ld]), Ok)?,
+            };
         }
         Ok(out)
     }
