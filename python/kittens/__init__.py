@@ -146,7 +146,8 @@ def matmul(a: Any, b: Any, *, out: Any = None):
     (sm_90a); any M, N, K. One documented copy remains, on CUDA only: where a leading dimension or N
     is no multiple of 8 elements, or an operand starts off a 16-byte boundary (TMA's rows and
     addresses are 16-byte multiples), the operands go through padded copies. The block of C per
-    thread block is chosen per shape.
+    thread block is chosen per shape. ``out=`` may likewise be a row-major slice of a bigger matrix
+    (rows any distance apart), written in place.
 
     CUDA calls are enqueued on the current torch stream and return at once; they allocate nothing but
     the output (none with ``out=``) and, for padded shapes, stream-ordered scratch, and synchronise

@@ -110,14 +110,13 @@ def matmul(a, b, out=None):
     (:func:`kittens._arrays.matmul_operand`); ``out``: the (M, N) row-major output to write (else a
     new one)."""
 
-    key = (0, a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
+    ldc = None if out is None else _out_rows(out, a, b)  # None: dense (N)
+    key = (0, a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device(), ldc)
     rec = _HANDLES.get(key)
     if rec is None:
-        rec = _prepare_matmul(key, a, b)
+        rec = _prepare_matmul(key, a, b, ldc)
     mode = rec[2]
     m, n = a.shape[0], b.shape[1]
-    if out is not None:
-        _check_out("out", out, (m, n), (n, 1), _BF16, a)
     if mode is not None:
         return _into(out, mode(a, b))
     pa, pb = a.data_ptr(), b.data_ptr()
@@ -132,6 +131,25 @@ def matmul(a, b, out=None):
     else:
         rec[0].launch((pa, pb, out.data_ptr()), _raw_stream(key[7]))
     return out
+
+
+def _out_rows(out, a, b):
+    """``out``'s row stride when it is a row-major (M, N) slice of a bigger matrix's rows (written in
+    place), None when dense; anything else is refused, naming what is needed (after the operands'
+    own checks when they are not 2-D)."""
+    if a.dim() != 2 or b.dim() != 2:
+        return None  # refused by _prepare_matmul, which names them
+    m, n, like = a.shape[0], b.shape[1], a
+    s = out.stride() if out.dim() == 2 else ()
+    if out.dtype != _BF16 or tuple(out.shape) != (m, n) or out.device != like.device or not (
+        m <= 1 or n == 0 or (s[1] == 1 or n == 1) and s[0] >= n
+    ):
+        raise ValueError(
+            f"out must be a {_BF16} tensor of shape {(m, n)} on {like.device}, row-major with rows at least "
+            f"{n} elements apart (strides (ldc, 1)); got {out.dtype} {tuple(out.shape)} strides {out.stride()} "
+            f"on {out.device}"
+        )
+    return None if m <= 1 or n == 0 or s[0] == n else s[0]
 
 
 def _into(out, result):
@@ -172,7 +190,7 @@ def _matmul_padded(a, b):
     return matmul(ap, bp.t())[:, :n].contiguous()
 
 
-def _prepare_matmul(key, a, b):
+def _prepare_matmul(key, a, b, ldc=None):
     _bf16s(a=a, b=b)
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"kittens.matmul takes 2-D arrays, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
@@ -191,14 +209,15 @@ def _prepare_matmul(key, a, b):
                 f"apart (a slice of a bigger matrix), or the transpose of a row-major ({c}, {r}) array with "
                 f"rows >= {r} apart; got strides {t.stride()}")
     (a_km, lda), (b_nk, ldb) = la, lb
-    if lda % 8 or ldb % 8 or n % 8:
+    ldc = n if ldc is None else ldc
+    if lda % 8 or ldb % 8 or ldc % 8 or n % 8:
         return _store(key, (None, (0, ()), _matmul_padded))
     a_spec = _spec("a", (k, m) if a_km else (m, k), (lda, 1))
     b_spec = _spec("b", (n, k) if b_nk else (k, n), (ldb, 1))
     problem = {"m": m, "n": n, "k": k, "b_kn": not b_nk, "a_km": a_km}
-    if (lda, ldb) != (m if a_km else k, k if b_nk else n):
-        problem["ld"] = (lda, ldb, n)  # slices of bigger matrices: the kernel takes the strides
-    return _prepare(key, "gemm_bf16", problem, (a_spec, b_spec, _spec("c", (m, n), (n, 1))), dev)
+    if (lda, ldb, ldc) != (m if a_km else k, k if b_nk else n, n):
+        problem["ld"] = (lda, ldb, ldc)  # slices of bigger matrices: the kernel takes the strides
+    return _prepare(key, "gemm_bf16", problem, (a_spec, b_spec, _spec("c", (m, n), (ldc, 1))), dev)
 
 
 # -- attention forward ---------------------------------------------------------------------------------

@@ -73,6 +73,16 @@ def test_matmul_prepares_transposed_and_sliced_operands_in_place(monkeypatch):
         assert (problem["a_km"], problem["b_kn"], problem.get("ld")) == (a_km, b_kn, ld)
         assert tensors == [("a", list(a_decl[0]), list(a_decl[1])), ("b", list(b_decl[0]), list(b_decl[1])),
                            ("c", [m, n], [n, 1])]
+    # out a slice of a bigger matrix's rows: C declared with its row stride.
+    out = meta(m, 72)[:, 16 : 16 + n]
+    ldc = _dispatch._out_rows(out, meta(m, k), meta(k, n))
+    assert ldc == 72 and _dispatch._out_rows(meta(m, n), meta(m, k), meta(k, n)) is None
+    seen.clear()
+    _dispatch._prepare_matmul(("probe", "out"), meta(m, k), meta(k, n), ldc)
+    (_, problem, tensors), = seen
+    assert problem["ld"] == (k, n, 72) and tensors[2] == ("c", [m, n], [72, 1])
+    with pytest.raises(ValueError, match="out must be .* row-major with rows at least 16"):
+        _dispatch._out_rows(meta(m, 2 * n)[:, ::2], meta(m, k), meta(k, n))
     seen.clear()
     rec = _dispatch._prepare_matmul(("probe", "odd"), meta(m, 30)[:, :k], meta(k, n))
     assert not seen and rec[2] is _dispatch._matmul_padded  # lda 30: rows off 16 bytes

@@ -128,3 +128,20 @@ def test_rows_tma_cannot_address_take_the_documented_copy():
     b = randn(328, 136, seed=5)
     c = kittens.matmul(a, b)
     check_rule(c, a @ b, a.double() @ b.double(), "lda 330")
+
+
+@pytest.mark.parametrize("m,k,n", [(200, 328, 136), (16, 4104, 1032)])
+def test_out_slice_written_in_place(m, k, n, no_copies):
+    """out a column block of a bigger matrix (rows n + 40 apart; split-K's reduction at 16 rows): the
+    kernel's C carries ``ldc`` and writes only out's elements."""
+    a, b = view(m, k, "t", seed=6), view(k, n, "row", seed=7)
+    big = torch.full((m + 2, n + 40), float("nan"), device="cuda", dtype=BF)
+    out = big[1 : m + 1, 8 : n + 8]
+    assert kittens.matmul(a, b, out=out) is out
+    torch.cuda.synchronize()
+    (problem,) = no_copies
+    assert problem["ld"] == (m, n, n + 40), problem
+    check_rule(out, a @ b, a.double() @ b.double(), f"{m}x{k}x{n} out slice")
+    rest = big.clone()
+    rest[1 : m + 1, 8 : n + 8] = 0
+    assert torch.isnan(rest).sum().item() == big.numel() - m * n

@@ -131,3 +131,18 @@ def test_neither_dimension_contiguous_is_refused_by_name():
         kittens.matmul(a, rand(K, N, seed=9))
     with pytest.raises(ValueError, match="b must have one dimension contiguous"):
         kittens.matmul(rand(M, K, seed=10), rand(K, 2 * N, seed=9)[:, ::2])
+
+
+def test_out_may_be_a_slice_of_a_bigger_matrix():
+    """out row-major with rows 40 elements apart (e.g. a column block of a fused buffer): written in
+    place, the rest of the bigger matrix untouched; strides with no contiguous row are refused."""
+    a, b = view(M, K, "t", seed=11), view(K, N, "slice", seed=12)
+    big = torch.full((M + 3, N + 40), float("nan"), dtype=BF)
+    out = big[1 : M + 1, 8 : N + 8]
+    assert kittens.matmul(a, b, out=out) is out
+    check_rule(out, a @ b, a.double() @ b.double(), "out slice")
+    rest = big.clone()
+    rest[1 : M + 1, 8 : N + 8] = 0
+    assert torch.isnan(rest).sum() == big.numel() - M * N, "only out's elements are written"
+    with pytest.raises(ValueError, match="out must be row-major with rows at least"):
+        kittens.matmul(a, b, out=big[:, ::2][:M, :N])

@@ -71,8 +71,10 @@ pub unsafe fn matmul(p: &Matmul) -> Result<(), ApiError> {
     // operand's strides are its layout and leading dimension); guaranteed live by the caller.
     let (a, b) = unsafe { (read_bf16(p.a, sa), read_bf16(p.b, sb)) };
     let c = exec::gemm_stored(&a, &b, (p.m, p.n, p.k), &p.ops).map_err(kernel_error)?;
-    // SAFETY: as above; `out` is disjoint from the inputs (checked).
-    unsafe { write_bf16(p.c, &c) };
+    for (i, row) in c.chunks(p.n.max(1)).enumerate() {
+        // SAFETY: as above; `out`'s rows are `ldc` elements apart (checked), disjoint from the inputs.
+        unsafe { write_bf16(p.c + (i * p.ldc * 2) as u64, row) };
+    }
     Ok(())
 }
 

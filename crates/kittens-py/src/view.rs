@@ -221,8 +221,8 @@ pub(crate) fn ndim(v: &View, n: usize, what: &str) -> Result<(), ApiError> {
     }
 }
 
-/// A checked `a @ b`: C = `out` (M×N row-major); A = `a` (M×K) and B = `b` (K×N) each as its strides
-/// store it ([`operand`]), read in place.
+/// A checked `a @ b`: C = `out` (M×N row-major, rows `ldc` apart); A = `a` (M×K) and B = `b` (K×N) each
+/// as its strides store it ([`operand`]), read in place.
 #[derive(Debug, Clone, Copy)]
 pub struct Matmul {
     pub device: Device,
@@ -234,6 +234,8 @@ pub struct Matmul {
     pub k: usize,
     /// How `a` and `b` are stored, as the GEMM kernel reads them.
     pub ops: GemmOperands,
+    /// Elements between `out`'s rows (N when dense).
+    pub ldc: usize,
 }
 
 /// How a matmul operand seen as `rows × cols` is stored: `(false, ld)` row-major with its rows `ld`
@@ -297,12 +299,15 @@ pub fn matmul(a: &View, b: &View, out: &View) -> Result<Matmul, ApiError> {
     let (a_t, lda) = layout(a, m, k)?;
     // b (K, N) transposed is a (N, K) row-major array: the GEMM's B as `N × K`; row-major b is `K × N`.
     let (b_t, ldb) = layout(b, k, n)?;
-    if !out.strides_are(&[n, 1]) {
-        return Err(ApiError::Value(format!(
-            "out must be row-major and contiguous (strides ({n}, 1)), got strides {:?}",
+    // out row-major with rows `ldc ≥ N` apart (a slice of a bigger matrix's rows, written in place).
+    let ldc = match operand(out, m, n) {
+        Some((false, ldc)) => ldc,
+        _ => return Err(ApiError::Value(format!(
+            "out must be row-major with rows at least {n} elements apart (strides (ldc, 1), ldc ≥ \
+                 {n}), got strides {:?}",
             out.strides
-        )));
-    }
+        ))),
+    };
     disjoint(out, &[a, b])?;
     let dense = [if a_t { m } else { k }, if b_t { k } else { n }];
     Ok(Matmul {
@@ -318,6 +323,7 @@ pub fn matmul(a: &View, b: &View, out: &View) -> Result<Matmul, ApiError> {
             b_layout: if b_t { BLayout::Nk } else { BLayout::Kn },
             ld: ([lda, ldb] != dense).then_some([lda, ldb]),
         },
+        ldc,
     })
 }
 
