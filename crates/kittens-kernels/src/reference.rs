@@ -478,6 +478,17 @@ pub fn rotary(x: &[f32], cos: &[f32], sin: &[f32], sh: &AttnShape, interleaved: 
 mod tests {
     use super::*;
 
+    /// A NaN reference entry marks a position the kernel must not write: the NaN poison left there
+    /// counts as nothing, any value written there fails the comparison.
+    #[test]
+    fn nan_reference_entries_must_stay_unwritten() {
+        let reference = [f64::NAN, 2.0, f64::NAN, 4.0];
+        let e = compare(&[f32::NAN, 2.0, f32::NAN, 4.0], &reference);
+        assert_eq!((e.rel_err, e.max_rel), (0.0, 0.0));
+        let e = compare(&[f32::NAN, 2.0, 0.0, 4.0], &reference);
+        assert!(e.rel_err.is_nan() && e.max_rel.is_infinite(), "{e:?}");
+    }
+
     /// With one key the softmax is 1, so the output is that key's value row.
     #[test]
     fn attention_single_key_returns_value() {

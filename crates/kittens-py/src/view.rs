@@ -302,11 +302,13 @@ pub fn matmul(a: &View, b: &View, out: &View) -> Result<Matmul, ApiError> {
     // out row-major with rows `ldc ≥ N` apart (a slice of a bigger matrix's rows, written in place).
     let ldc = match operand(out, m, n) {
         Some((false, ldc)) => ldc,
-        _ => return Err(ApiError::Value(format!(
+        _ => {
+            return Err(ApiError::Value(format!(
             "out must be row-major with rows at least {n} elements apart (strides (ldc, 1), ldc ≥ \
                  {n}), got strides {:?}",
             out.strides
-        ))),
+        )))
+        }
     };
     disjoint(out, &[a, b])?;
     let dense = [if a_t { m } else { k }, if b_t { k } else { n }];
