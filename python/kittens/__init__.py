@@ -109,9 +109,8 @@ def _torch_op(*xs) -> bool:
 
 
 def _eager(*xs) -> bool:
-    """Eager (not traced by torch.compile) and no input needs a gradient: then a torch call runs the op's
-    body directly (``kittens.ops.<op>_eager``), skipping the custom op's dispatch, which costs more than
-    the kernel's launch at the sizes models call it."""
+    """Eager (not traced by torch.compile) and no input needs a gradient (the attention call without the
+    log-sum-exp output, which no op has; every other call chooses through ``kittens.ops.call``)."""
     torch = sys.modules["torch"]
     if torch.compiler.is_compiling():
         return False
@@ -139,14 +138,16 @@ def _grad_needed(*xs) -> bool:
 def matmul(a: Any, b: Any, *, out: Any = None):
     """``a @ b`` for 2-D bfloat16 arrays, fp32 accumulation, bf16 output (M, N).
 
-    ``a`` must be row-major contiguous (M, K). ``b`` may be ``w.T`` for a contiguous ``w`` of shape
-    (N, K) (strides (1, K), a linear layer: ``kittens.matmul(x, weight.T)``, the kernel computes
-    ``A·Wᵀ``) or a row-major contiguous (K, N) array (the kernel reads B N-major, ``A·B``). Both run
-    without any copy. A transposed ``a`` or a strided slice would need a copy and is refused with a
-    ValueError. On CUDA the GPU must be a Hopper (sm_90a);
-    any M, N, K: where N or K is no multiple of 8 (TMA rows are 16-byte multiples) the operands go
-    through padded copies in stream-ordered scratch, and the block of C per thread block is chosen per
-    shape.
+    ``a`` (M, K) and ``b`` (K, N) are each read in place in either major order and with any
+    leading-dimension stride: row-major with rows any distance apart (a slice of a bigger matrix), or
+    the transpose of a row-major array (``x.T``, ``weight.T`` of a linear layer, or a slice of one; the
+    kernel reads A M-major and B N-major from shared memory, wgmma's transpose bits). Strides with
+    neither dimension contiguous are refused with a ValueError. On CUDA the GPU must be a Hopper
+    (sm_90a); any M, N, K. One documented copy remains, on CUDA only: where a leading dimension or N
+    is no multiple of 8 elements, or an operand starts off a 16-byte boundary (TMA's rows and
+    addresses are 16-byte multiples), the operands go through padded copies. The block of C per
+    thread block is chosen per shape. ``out=`` may likewise be a row-major slice of a bigger matrix
+    (rows any distance apart), written in place.
 
     CUDA calls are enqueued on the current torch stream and return at once; they allocate nothing but
     the output (none with ``out=``) and, for padded shapes, stream-ordered scratch, and synchronise
@@ -154,14 +155,12 @@ def matmul(a: Any, b: Any, *, out: Any = None):
     CUDA graph.
 
     Torch tensors go through ``torch.ops.kittens.matmul``, whose backward runs the same GEMM:
-    ``dA = dC·Bᵀ`` in place, ``dB = Aᵀ·dC`` through one transposed copy (of ``a`` or of ``dC``, the
-    smaller) until the GEMM reads A transposed. ``out=`` writes outside autograd: with an input that
+    ``dA = dC·Bᵀ`` and ``dB = Aᵀ·dC``, both reading their operands in place (``b.T`` and ``a.T`` as
+    transposed operands, no copy). ``out=`` writes outside autograd: with an input that
     requires grad it is a RuntimeError.
     """
     if out is None and _torch_op(a, b):
-        if _eager(a, b):
-            return _OPS.matmul_eager(a, b)
-        return sys.modules["torch"].ops.kittens.matmul(a, b)
+        return _OPS.call("matmul", a, b)
     _no_autograd_with_out("matmul with out= or a non-torch argument", a, b)
     return _matmul(a, b, out)
 
@@ -284,9 +283,8 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
             o = _OPS.attention_no_lse(q, k, v, bool(causal), causal_align == "bottom_right")
             if o is not None:
                 return o
-        op = _OPS.attention_eager if _eager(q, k, v) else sys.modules["torch"].ops.kittens.attention
-        o, lse = op(
-            q, k, v, bool(causal), None if scale is None else float(scale), causal_align == "bottom_right",
+        o, lse = _OPS.call(
+            "attention", q, k, v, bool(causal), None if scale is None else float(scale), causal_align == "bottom_right",
             bool(return_lse), softcap, window, deterministic,
         )
         return (o, lse) if return_lse else o
@@ -383,9 +381,8 @@ def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, see
     if out is None and _torch_op(x, residual, weight, bias):
         if not 0.0 <= float(p) < 1.0:
             raise ValueError(f"dropout p = {p} must be in [0, 1)")
-        op = _OPS.layernorm_eager if _eager(x, residual, weight, bias) else sys.modules["torch"].ops.kittens.layernorm
-        both = op(
-            x, residual, weight, bias, float(p), _OPS.seed_arg(seed), _OPS.seed_arg(offset), float(eps)
+        both = _OPS.call(
+            "layernorm", x, residual, weight, bias, float(p), _OPS.seed_arg(seed), _OPS.seed_arg(offset), float(eps)
         )
         return both[0], both[1]
     _no_autograd_with_out("layernorm with out= or a non-torch argument", x, residual, weight, bias)
@@ -508,9 +505,7 @@ def rotary(
     elif positions is not None:
         raise ValueError("rotary: positions apply to computed tables only (cos and sin were given)")
     if out is None and not inplace and _torch_op(q, cos, sin):
-        if _eager(q, cos, sin):
-            return _OPS.rotary_eager(q, cos, sin, bool(interleaved))
-        return sys.modules["torch"].ops.kittens.rotary(q, cos, sin, bool(interleaved))
+        return _OPS.call("rotary", q, cos, sin, bool(interleaved))
     _no_autograd_with_out("rotary with out=, inplace=True or a non-torch argument", q, cos, sin)
     Q, C, S = adapt(q, "q"), adapt(cos, "cos"), adapt(sin, "sin")
     if inplace:

@@ -29,8 +29,8 @@ pub enum ArgValue {
     Int(i128),
     Float(f64),
     Text(String),
-    /// Two integers (a sliding window's `(left, right)`).
-    Pair(i64, i64),
+    /// A tuple of integers (a sliding window's `(left, right)`, the GEMM's leading dimensions).
+    Ints(Vec<i64>),
     /// Explicitly unset (Python's `None`): an optional setting's default.
     None,
 }
@@ -242,12 +242,33 @@ impl NamedArgs {
             None | Some(ArgValue::None) => return Ok(None),
             Some(ArgValue::Text(t)) => t.clone(),
             Some(ArgValue::Int(i)) => i.to_string(),
-            Some(ArgValue::Pair(a, b)) => format!("{a},{b}"),
+            Some(ArgValue::Ints(v)) => v
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
             Some(v) => return Err(Self::wrong(name, "a name or a number", v)),
         };
         text.parse()
             .map(Some)
             .map_err(|e| KernelError::Problem(format!("`{name}` {text:?}: {e}")))
+    }
+
+    /// `N` sizes given as a tuple (`None` when not given or `None`).
+    pub fn sizes<const N: usize>(&self, name: &str) -> Result<Option<[usize; N]>, KernelError> {
+        let want = || format!("{N} sizes (integers from 0)");
+        match self.get(name) {
+            None | Some(ArgValue::None) => Ok(None),
+            Some(v @ ArgValue::Ints(xs)) => {
+                let sizes: Option<Vec<usize>> =
+                    xs.iter().map(|&x| usize::try_from(x).ok()).collect();
+                sizes
+                    .and_then(|s| <[usize; N]>::try_from(s).ok())
+                    .map(Some)
+                    .ok_or_else(|| Self::wrong(name, &want(), v))
+            }
+            Some(v) => Err(Self::wrong(name, &want(), v)),
+        }
     }
 
     /// A text, `default` when not given.

@@ -77,7 +77,7 @@ impl Handle {
     }
 }
 
-/// The problem dict as named arguments (bool, int, float, str, None, or a pair of ints), the
+/// The problem dict as named arguments (bool, int, float, str, None, or a tuple of ints), the
 /// registry entry's own problem type reading them (`KernelEntry::problem`); a name the kernel does not
 /// read, or a value of the wrong kind, is a ValueError naming it.
 fn named_args(d: &Bound<'_, PyDict>) -> PyResult<NamedArgs> {
@@ -94,11 +94,11 @@ fn named_args(d: &Bound<'_, PyDict>) -> PyResult<NamedArgs> {
             ArgValue::Float(x)
         } else if let Ok(t) = v.extract::<String>() {
             ArgValue::Text(t)
-        } else if let Ok((l, r)) = v.extract::<(i64, i64)>() {
-            ArgValue::Pair(l, r)
+        } else if let Ok(xs) = v.extract::<Vec<i64>>() {
+            ArgValue::Ints(xs)
         } else {
             return Err(PyValueError::new_err(format!(
-                "problem field {key:?}: {} is not a bool, int, float, str, None or pair of ints",
+                "problem field {key:?}: {} is not a bool, int, float, str, None or tuple of ints",
                 v.repr()?
             )));
         };

@@ -423,7 +423,7 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<NamedArgs> {
         .with("input_scale", a.input_scale)
         .with("tolerance", a.tolerance);
     if let Some(w) = a.window {
-        p.set("window", ArgValue::Pair(w.left, w.right));
+        p.set("window", ArgValue::Ints(vec![w.left, w.right]));
     }
     if let Some(k) = a.k_step {
         p.set("k_step", k);
