@@ -1,7 +1,8 @@
 """kittens.tile on an H100/H200: the Python-built RMSNorm and SwiGLU (python/examples) launched on CUDA
 tensors through the prepared-call path, against the CPU interpreter (bit for bit) and against torch
 (FlashAttention's rule vs float64), repeated calls reusing the prepared launch, and named errors; the
-row sum (a loop with a conditional on its variable) likewise; a loop of calls prepared once, its host
+row sum (a loop with a conditional on its variable) and a plain-schedule GEMM with mma (mma.sync
+on Hopper) likewise, and the kittens_ir crate's 16x16 example; a loop of calls prepared once, its host
 time per call printed next to torch's for the same work (run with -s to see it).
 
 Skips without a CUDA device of compute capability 9.0 (CI has none); the lead runs it on the GPU.
@@ -19,6 +20,7 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0)
 import kittens  # noqa: E402
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "examples"))
+from matmul import matmul  # noqa: E402
 from rmsnorm import EPS, rmsnorm  # noqa: E402
 from row_sum import row_sum  # noqa: E402
 from swiglu import swiglu  # noqa: E402
@@ -139,3 +141,48 @@ def test_a_loop_of_calls_prepares_once_and_costs_a_lookup():
     print(f"\nhost time per call: kittens.tile swiglu {ours * 1e6:.1f} us, "
           f"torch silu(g)*u {theirs * 1e6:.1f} us ({n} calls, {rows}x{f})")
     assert ours < 3 * theirs + 10e-6, (ours, theirs)
+
+
+@pytest.mark.parametrize("m,n,k", [(37, 45, 100), (257, 130, 1000), (16, 16, 32)])
+def test_plain_matmul_mma_cuda(m, n, k):
+    """A plain tile program with mma (python/examples/matmul.py) on sm_90a: mma.sync per warp."""
+    kern = kittens.compile(matmul())
+    a, b = rand(m, k, scale=2, seed=7), rand(k, n, scale=2, seed=8)
+    c = torch.full((m, n), float("nan"), dtype=torch.float32, device="cuda")
+    kern({"a": a, "b": b, "c": c}, m=m, n=n, k=k)
+    torch.cuda.synchronize()
+    cpu = torch.from_numpy(kern.run({"a": a.cpu(), "b": b.cpu()}, m=m, n=n, k=k)["c"])
+    # The f32 sums' order differs (the tensor cores' vs the interpreter's K order): apart by at most
+    # 2^-20 of the sum of |a||b| per element (f32 steps are 2^-24 each, K terms).
+    bound = (a.float().abs() @ b.float().abs()).cpu() * 2.0**-20
+    assert ((c.cpu() - cpu).abs() <= bound).all(), "CUDA differs from the interpreter"
+    ref = a.double() @ b.double()
+    rule(c, ref, (a @ b).float())
+
+
+def test_doc_example_exp2_cuda():
+    """The kittens_ir crate's own example (one wave, a 16x16 f32 tile, plain schedule) on sm_90a."""
+    from kittens import tile
+
+    k = tile.Builder("exp2", waves=1)
+    n = k.param("n")
+    x = k.global_("x", "f32", [("r", n), ("c", n)], "read")
+    y = k.global_("y", "f32", [("r", n), ("c", n)], "write")
+    t = k.tile("t", "f32", 16, 16, "row", "16x16")
+    k.load_global(t, k.gview(x, [0, 0], 0, 1, 16, 16))
+    k.exp2(t, t)
+    k.store(k.gview(y, [0, 0], 0, 1, 16, 16), t)
+    kern = kittens.compile(k.finish())
+    g = torch.Generator().manual_seed(9)
+    xs = (torch.rand(37, 37, generator=g) * 8 - 4).cuda()
+    ys = torch.zeros(37, 37, device="cuda")
+    kern({"x": xs, "y": ys}, n=37)
+    torch.cuda.synchronize()
+    cpu = torch.from_numpy(kern.run({"x": xs.cpu()}, n=37)["y"])
+    # CUDA's exp2f is within 2 ulp (CUDA C++ Programming Guide, "Mathematical Functions"); Rust's
+    # f32::exp2 on the interpreter is correctly rounded or nearly.
+    got = ys[:16, :16].cpu()
+    assert ((got - cpu[:16, :16]).abs() <= cpu[:16, :16].abs() * 2.0**-21).all()
+    assert (ys[16:] == 0).all() and (ys[:, 16:] == 0).all(), "stored outside the 16x16 tile"
+    x16 = xs[:16, :16]
+    rule(ys[:16, :16], torch.exp2(x16.double()), torch.exp2(x16.to(BF)).float())

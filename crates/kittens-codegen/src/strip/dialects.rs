@@ -52,6 +52,7 @@ pub const CUDA: Dialect = Dialect {
     prologue: "",
     inf: "__int_as_float(0x7f800000)",
     nan: "__int_as_float(0x7fc00000)",
+    wave_sync: "__syncwarp();",
 };
 
 /// HIP C++ for an AMD target (no ROCm headers: the kittens prelude, then the `ks::` helpers): waves of
@@ -97,5 +98,6 @@ pub fn hip(arch: Arch) -> Dialect {
         prologue: "#pragma clang fp contract(off)",
         inf: "__builtin_inff()",
         nan: "__builtin_nanf(\"\")",
+        wave_sync: "",
     }
 }

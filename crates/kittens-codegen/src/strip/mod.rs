@@ -38,6 +38,7 @@ mod dialects;
 mod dist;
 mod global;
 mod memory;
+mod mma;
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
 pub use dialects::{hip, CUDA};
 use dist::{dist, Dist};
@@ -96,7 +97,14 @@ pub struct Dialect {
     pub prologue: &'static str,
     pub inf: &'static str,
     pub nan: &'static str,
+    /// A statement ordering the shared-memory accesses of a wave's lanes (CUDA: `__syncwarp()`;
+    /// empty where a wave runs in lockstep).
+    pub wave_sync: &'static str,
 }
+
+/// Static `__shared__` bytes a kernel may declare (CUDA C++ Programming Guide, "Shared Memory": more
+/// needs dynamic shared memory and an opt-in).
+const STATIC_SHARED: u32 = 48 * 1024;
 
 /// True when `k` is a program this lowering takes: plain schedule, strip registers only.
 pub fn is_strip_program(k: &Kernel) -> bool {
@@ -113,6 +121,8 @@ struct Emit<'k> {
     d: Dialect,
     out: String,
     depth: usize,
+    /// Bytes of one wave's `mma` scratch (`mma.rs`).
+    mma_stride: u32,
 }
 
 impl Emit<'_> {
@@ -318,8 +328,8 @@ impl Emit<'_> {
         match op {
             Op::LoadGlobal { dst, src } => self.global_loads(&[(vec![*dst], src.clone())])?,
             Op::StoreGlobal { dst, src, rounding } => self.global_store(&[*src], dst, *rounding)?,
-            Op::LoadShared { dst, src } => self.shared(*dst, src, true)?,
-            Op::StoreShared { dst, src, .. } => self.shared(*src, dst, false)?,
+            Op::LoadShared { dst, src } => self.shared(*dst, src, None)?,
+            Op::StoreShared { dst, src, rounding } => self.shared(*src, dst, Some(*rounding))?,
             Op::Map { dst, f, args, .. } => {
                 let dt = self.k.reg(*dst).dtype();
                 self.elementwise(*dst, |me, d| {
@@ -438,15 +448,20 @@ impl Emit<'_> {
                 ));
                 self.close_slots(d);
             }
+            Op::LoadAsync { dst, src, scope } => self.load_async(dst, src, *scope)?,
+            Op::Mma { form, d, a, b, c } => self.mma(*form, *d, a, b, *c)?,
             Op::Barrier { scope } => match scope {
                 Scope::Block => self.line(format!("{};", self.d.barrier)),
-                // Registers are per lane: nothing orders within a wave.
-                Scope::Wave => {}
+                // Registers are per lane; shared memory one lane wrote is another's after a wave
+                // barrier.
+                Scope::Wave => self.line(self.d.wave_sync),
                 Scope::WarpGroup | Scope::Consumers => {
                     return unsupported("warpgroup or consumer barriers in a strip program")
                 }
             },
-            Op::Wait { .. } | Op::Priority(_) | Op::Hint(_) | Op::SetMaxRegs { .. } => {}
+            // Copies land at issue (`mma.rs`); a wait orders the wave's lanes' shared accesses.
+            Op::Wait { .. } => self.line(self.d.wave_sync),
+            Op::Priority(_) | Op::Hint(_) | Op::SetMaxRegs { .. } => {}
             other => return unsupported(format!("`{}` in a strip program", other.name())),
         }
         Ok(())
@@ -596,15 +611,36 @@ pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
     if !is_strip_program(k) {
         return unsupported("a plain-schedule program whose registers are not all strips");
     }
+    lower_any(k, d)
+}
+
+/// Lowers any plain-schedule program for sm_90a: its register tiles distributed as strips whatever
+/// their base shape (the AMD fragment), `mma` on the warp's tensor cores and asynchronous copies
+/// done at issue (`mma.rs`). Correct first: the schedules that target Hopper's fast paths are the
+/// producer/consumer ones.
+pub fn lower_plain(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
+    if !matches!(k.schedule, kittens_ir::Schedule::Plain { .. }) {
+        return unsupported(format!(
+            "the {} schedule (a plain program, or producer/consumer through the Hopper lowering)",
+            k.schedule.name()
+        ));
+    }
+    mma::plain_registers(k)?;
+    lower_any(k, d)
+}
+
+fn lower_any(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
     if k.grid.remap != GridOrder::RowMajor {
         return unsupported(format!("grid order {:?} in a strip program", k.grid.remap));
     }
     let lanes = d.lanes;
+    let mma_stride = mma::mma_scratch_per_wave(k);
     let mut e = Emit {
         k,
         d,
         out: String::new(),
         depth: 1,
+        mma_stride,
     };
     if !d.prologue.is_empty() {
         e.line(d.prologue);
@@ -628,13 +664,26 @@ pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         d.thread, d.thread
     ));
     for s in &k.shared {
-        if s.tile.dtype != DType::F32 {
-            return unsupported("shared buffers of other than f32 in a strip program");
-        }
+        let ty = e.storage(s.tile.dtype)?;
         e.line(format!(
-            "__shared__ float kt_sh_{}[{}];",
+            "__shared__ {ty} kt_sh_{}[{}];",
             ident(&s.name),
             s.count * s.tile.rows * s.tile.cols
+        ));
+    }
+    let scratch = mma_stride * k.waves;
+    if scratch > 0 {
+        e.line(format!(
+            "__shared__ __align__(16) unsigned char kt_mma[{scratch}];"
+        ));
+    }
+    let shared_bytes = k.shared_bytes() + scratch;
+    if shared_bytes > STATIC_SHARED {
+        return unsupported(format!(
+            "{shared_bytes} bytes of static shared memory (buffers {} + mma scratch {scratch} for {} \
+             waves), over the {STATIC_SHARED} a kernel declares statically: use smaller tiles",
+            k.shared_bytes(),
+            k.waves
         ));
     }
     for (i, _) in k.regs.iter().enumerate() {
@@ -681,7 +730,7 @@ pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         source: src,
         entry: name,
         threads,
-        shared_bytes: k.shared_bytes(),
+        shared_bytes,
         shared_alloc: SharedAlloc::Static,
         grid: GridRule::PerTile,
         cluster: 1,
