@@ -186,3 +186,43 @@ def test_doc_example_exp2_cuda():
     assert (ys[16:] == 0).all() and (ys[:, 16:] == 0).all(), "stored outside the 16x16 tile"
     x16 = xs[:16, :16]
     rule(ys[:16, :16], torch.exp2(x16.double()), torch.exp2(x16.to(BF)).float())
+
+
+def test_bf16_registers_at_16_bits_cuda():
+    """bf16 register tiles kept at 16 bits on sm_90a (two per 32-bit register, f32 math per element):
+    o = silu(g) * u in bf16, then o / rowsum(o), against the interpreter (one bf16 step: the row sums'
+    order differs) and f64."""
+    from kittens import tile
+
+    f = 1024
+    k = tile.Builder("swiglu_bf16_regs", waves=4)
+    rows = k.param("rows")
+    x = k.global_("x", "bf16", [("row", rows), ("col", 2 * f)], "read")
+    out = k.global_("out", "bf16", [("row", rows), ("col", f)], "write")
+    k.grid([rows.ceil_div(4)], "row_major")
+    row = k.block(0) * 4 + k.wave()
+    g, u = k.tile("g", "bf16", 1, f, "row", "strip"), k.tile("u", "bf16", 1, f, "row", "strip")
+    t, o = k.tile("t", "f32", 1, f, "row", "strip"), k.tile("o", "bf16", 1, f, "row", "strip")
+    s = k.row_vec("sum", o, "f32")
+    k.load_global(g, k.gview(x, [row, 0], 0, 1, 1, f))
+    k.load_global(u, k.gview(x, [row, f], 0, 1, 1, f))
+    k.silu(t, g)
+    k.mul(o, t, u)
+    k.row_sum(s, o)
+    k.div_row(o, o, s)
+    k.store(k.gview(out, [row, 0], 0, 1, 1, f), o)
+    kern = kittens.compile(k.finish())
+    assert "ks::bf16_regs<32>" in kern.report("sm_90a")["source"]
+    n = 37
+    xs = (rand(n, 2 * f, scale=4, seed=11).float().abs() + 0.5).to(BF)  # positive: no tiny row sums
+    y = torch.full((n, f), float("nan"), dtype=BF, device="cuda")
+    kern({"x": xs, "out": y}, rows=n)
+    torch.cuda.synchronize()
+    cpu = torch.from_numpy(kern.run({"x": xs.cpu()}, rows=n)["out"])
+    step = cpu.abs().clamp_min(1e-30) * 2.0**-7
+    assert ((y.float().cpu() - cpu).abs() <= step).all(), "CUDA differs from the interpreter by > 1 bf16 step"
+    g64, u64 = xs[:, :f].double(), xs[:, f:].double()
+    o64 = torch.nn.functional.silu(g64) * u64
+    gb, ub = xs[:, :f], xs[:, f:]
+    ob = torch.nn.functional.silu(gb) * ub
+    rule(y, o64 / o64.sum(1, keepdim=True), ob / ob.sum(1, keepdim=True))

@@ -137,3 +137,69 @@ fn what_mma_sync_cannot_take_is_refused_by_name() {
         "{e}"
     );
 }
+
+/// SwiGLU whose bf16 result is normalised by its row sum (`o = silu(g)·u`, `out = o / Σ o`, one row
+/// of `f` per wave), all tiles bf16 but the f32 `silu`: `o` is live across the row reduction, where a
+/// register kept at 16 bits costs half.
+fn swiglu_bf16_regs(f: u32) -> Kernel {
+    let mut k = KernelBuilder::new(
+        &format!("swiglu_bf16_regs_f{f}"),
+        Schedule::Plain { waves: 4 },
+    );
+    let rows = k.param("rows");
+    let x = k.global(
+        "x",
+        Bf16,
+        &[("row", rows.clone()), ("col", Expr::c(2 * i64::from(f)))],
+        Access::Read,
+    );
+    let out = k.global(
+        "out",
+        Bf16,
+        &[("row", rows.clone()), ("col", Expr::c(i64::from(f)))],
+        Access::Write,
+    );
+    k.grid(vec![rows.ceil_div(4)], GridOrder::RowMajor);
+    let row = k.block(0) * 4 + k.wave();
+    let g = k.tile("g", Bf16, 1, f, Layout::Row, BaseShape::STRIP);
+    let u = k.tile("u", Bf16, 1, f, Layout::Row, BaseShape::STRIP);
+    let t = k.tile("t", F32, 1, f, Layout::Row, BaseShape::STRIP);
+    let o = k.tile("o", Bf16, 1, f, Layout::Row, BaseShape::STRIP);
+    k.load_global(g, k.gview(x, vec![row.clone(), Expr::c(0)], 0, 1, 1, f));
+    k.load_global(
+        u,
+        k.gview(x, vec![row.clone(), Expr::c(i64::from(f))], 0, 1, 1, f),
+    );
+    let sum = k.row_vec("sum", o, F32);
+    k.silu(t, g);
+    k.mul(o, t, u);
+    k.row_sum(sum, o);
+    k.div_row(o, o, sum);
+    k.store(k.gview(out, vec![row, Expr::c(0)], 0, 1, 1, f), o);
+    k.finish().unwrap()
+}
+
+/// bf16 registers at 16 bits (`ks::bf16_regs`) against the same kernel with every element a
+/// `float`: fewer registers from NVRTC, no spills either way.
+#[test]
+fn bf16_registers_kept_at_16_bits_take_fewer_registers() {
+    ensure_nvrtc();
+    let cache = fresh_cache("bf16-regs");
+    let k = swiglu_bf16_regs(1024);
+    let floats = kittens_codegen::strip::Dialect {
+        bf16_regs: false,
+        ..kittens_codegen::strip::CUDA
+    };
+    let mut regs = vec![];
+    for d in [kittens_codegen::strip::CUDA, floats] {
+        let l = kittens_codegen::strip::lower_plain(&k, d).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(l.source.contains("ks::bf16_regs<32> r0_g"), d.bf16_regs);
+        let r = compile_clean(&l, &cache, &k.name);
+        eprintln!(
+            "{} (bf16_regs: {}): {} registers",
+            k.name, d.bf16_regs, r.registers
+        );
+        regs.push(r.registers);
+    }
+    assert!(regs[0] < regs[1], "16-bit {} vs f32 {}", regs[0], regs[1]);
+}

@@ -97,6 +97,9 @@ pub struct Dialect {
     pub prologue: &'static str,
     pub inf: &'static str,
     pub nan: &'static str,
+    /// Whether bf16 registers are kept at 16 bits (`ks::bf16_regs`, bf16_regs.h: two per 32-bit
+    /// register, f32 arithmetic per element); else every register element is a `float`.
+    pub bf16_regs: bool,
     /// A statement ordering the shared-memory accesses of a wave's lanes (CUDA: `__syncwarp()`;
     /// empty where a wave runs in lockstep).
     pub wave_sync: &'static str,
@@ -147,6 +150,10 @@ impl Emit<'_> {
     }
     fn e(&self, x: &Expr) -> String {
         format!("((long long){})", cexpr::expr_in(self.k, x, &self.d.names))
+    }
+    /// Whether register `r` is kept at 16 bits ([`Dialect::bf16_regs`]).
+    fn packed(&self, r: RegId) -> bool {
+        self.d.bf16_regs && self.k.reg(r).dtype() == DType::Bf16
     }
     fn r(&self, r: RegId) -> String {
         format!("r{}_{}", r.0, ident(&self.k.reg(r).name))
@@ -304,9 +311,12 @@ impl Emit<'_> {
         })
     }
 
+    /// `dst = body` per element: an f32 value, or with `bits` a bf16 bit pattern for a register kept
+    /// at 16 bits.
     fn elementwise(
         &mut self,
         dst: RegId,
+        bits: bool,
         body: impl Fn(&Self, Dist) -> Result<String, StripError>,
     ) -> Result<(), StripError> {
         let d = self.dist(dst);
@@ -318,7 +328,11 @@ impl Emit<'_> {
             d.v()
         ));
         self.depth += 1;
-        self.line(format!("{r}[kt_s * {} + kt_e_i] = {e};", d.v()));
+        if bits {
+            self.line(format!("{r}[kt_s * {} + kt_e_i].set_bits({e});", d.v()));
+        } else {
+            self.line(format!("{r}[kt_s * {} + kt_e_i] = {e};", d.v()));
+        }
         self.depth -= 1;
         self.line("}");
         Ok(())
@@ -330,23 +344,35 @@ impl Emit<'_> {
             Op::StoreGlobal { dst, src, rounding } => self.global_store(&[*src], dst, *rounding)?,
             Op::LoadShared { dst, src } => self.shared(*dst, src, None)?,
             Op::StoreShared { dst, src, rounding } => self.shared(*src, dst, Some(*rounding))?,
-            Op::Map { dst, f, args, .. } => {
+            Op::Map {
+                dst,
+                f,
+                args,
+                rounding,
+            } => {
                 let dt = self.k.reg(*dst).dtype();
-                self.elementwise(*dst, |me, d| {
+                let packed = self.packed(*dst);
+                self.elementwise(*dst, packed, |me, d| {
                     let a: Vec<String> = args
                         .iter()
                         .map(|a| me.arg(a, d))
                         .collect::<Result<_, _>>()?;
                     let x = me.apply(*f, &a)?;
-                    // Registers hold f32; a bf16 register holds bf16 values.
+                    // Registers read as f32; a bf16 register holds bf16 values, rounded as the op says.
                     Ok(match dt {
                         DType::F32 => x,
-                        DType::Bf16 => format!("ks::bf16_to_f32(ks::f32_to_bf16({x}))"),
+                        DType::Bf16 if packed => memory::from_f32(DType::Bf16, &x, *rounding),
+                        DType::Bf16 => format!(
+                            "ks::bf16_to_f32({})",
+                            memory::from_f32(DType::Bf16, &x, *rounding)
+                        ),
                         other => return unsupported(format!("{other:?} registers")),
                     })
                 })?
             }
-            Op::Fill { dst, value } => self.elementwise(*dst, |me, _| Ok(me.fconst(*value)))?,
+            Op::Fill { dst, value } => {
+                self.elementwise(*dst, false, |me, _| Ok(me.fconst(*value)))?
+            }
             Op::Mask {
                 dst,
                 rule,
@@ -420,6 +446,13 @@ impl Emit<'_> {
                 let (i0, rs) = (self.e(index0), self.e(row_stride));
                 let r = self.r(*dst);
                 let v = d.v();
+                // Four uniforms into elements `4·kt_g ..` of the slot (through f32 temporaries into
+                // a register kept at 16 bits).
+                let four = if self.packed(*dst) {
+                    format!("{{ float kt_u[4]; ks::uniform4(kt_u, (unsigned long long)(kt_i0 >> 2) + kt_g, {key}); for (int kt_q = 0; kt_q < 4; ++kt_q) {r}[kt_s * {v} + 4 * kt_g + kt_q] = kt_u[kt_q]; }}")
+                } else {
+                    format!("ks::uniform4(&{r}[kt_s * {v} + 4 * kt_g], (unsigned long long)(kt_i0 >> 2) + kt_g, {key});")
+                };
                 self.open_slots(d);
                 self.line(format!(
                     "const long long kt_i0 = {i0} + kt_row * {rs} + kt_col;"
@@ -431,7 +464,7 @@ impl Emit<'_> {
                     v.is_multiple_of(4) && multiple_of(index0, 4) && multiple_of(row_stride, 4);
                 if aligned {
                     self.line(format!(
-                        "#pragma unroll\nfor (int kt_g = 0; kt_g < {}; ++kt_g) ks::uniform4(&{r}[kt_s * {v} + 4 * kt_g], (unsigned long long)(kt_i0 >> 2) + kt_g, {key});",
+                        "#pragma unroll\nfor (int kt_g = 0; kt_g < {}; ++kt_g) {four}",
                         v / 4
                     ));
                     self.close_slots(d);
@@ -439,7 +472,7 @@ impl Emit<'_> {
                 }
                 if v.is_multiple_of(4) {
                     self.line(format!(
-                        "if ((kt_i0 & 3) == 0) {{\n#pragma unroll\n    for (int kt_g = 0; kt_g < {}; ++kt_g) ks::uniform4(&{r}[kt_s * {v} + 4 * kt_g], (unsigned long long)(kt_i0 >> 2) + kt_g, {key});\n}} else",
+                        "if ((kt_i0 & 3) == 0) {{\n#pragma unroll\n    for (int kt_g = 0; kt_g < {}; ++kt_g) {four}\n}} else",
                         v / 4
                     ));
                 }
@@ -689,7 +722,11 @@ fn lower_any(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
     for (i, _) in k.regs.iter().enumerate() {
         let r = RegId(i as u32);
         let n = e.dist(r).len();
-        e.line(format!("float {}[{n}];", e.r(r)));
+        if e.packed(r) {
+            e.line(format!("ks::bf16_regs<{n}> {} = {{}};", e.r(r)));
+        } else {
+            e.line(format!("float {}[{n}];", e.r(r)));
+        }
     }
     e.body(&k.body)?;
     let body = std::mem::take(&mut e.out);
