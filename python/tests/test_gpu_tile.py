@@ -226,3 +226,55 @@ def test_bf16_registers_at_16_bits_cuda():
     gb, ub = xs[:, :f], xs[:, f:]
     ob = torch.nn.functional.silu(gb) * ub
     rule(y, o64 / o64.sum(1, keepdim=True), ob / ob.sum(1, keepdim=True))
+
+
+def test_row_split_rmsnorm_cuda():
+    """The rmsnorm configured by its row length alone (tile.row_split: one program for 32- and 64-lane
+    waves) on sm_90a, against the interpreter (one bf16 step) and f64."""
+    from kittens import tile
+
+    dim = 4096
+    w, cols = tile.row_split(dim, 32, 4)
+    assert (w, cols) == (4, 1024)
+    kern = kittens.compile(rmsnorm(dim, w))
+    rows = 37
+    x, wt = rand(rows, dim, scale=3, seed=12), rand(dim, scale=2, seed=13)
+    y = torch.full((rows, dim), float("nan"), dtype=BF, device="cuda")
+    kern({"x": x, "w": wt.expand(rows, dim), "y": y}, rows=rows)
+    torch.cuda.synchronize()
+    cpu = torch.from_numpy(kern.run({"x": x.cpu(), "w": wt.cpu()}, rows=rows)["y"])
+    step = cpu.abs().clamp_min(1e-30) * 2.0**-7
+    assert ((y.float().cpu() - cpu).abs() <= step).all()
+    x64, w64 = x.double(), wt.double()
+    ref = x64 * torch.rsqrt(x64.pow(2).mean(-1, keepdim=True) + EPS) * w64
+    rule(y, ref, x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + EPS) * wt)
+
+
+def test_mask_random_convert_cuda():
+    """kittens.tile's mask, random and convert (RTZ into a bf16 register) on sm_90a: bit for bit the
+    interpreter's (no summation: every backend rounds each op once)."""
+    from kittens import tile
+
+    k = tile.Builder("mask_random_convert", waves=1)
+    n = k.param("n")
+    x = k.global_("x", "f32", [("r", n), ("c", 64)], "read")
+    y = k.global_("y", "f32", [("r", n), ("c", 64)], "write")
+    k.grid([n.ceil_div(16)], "row_major")
+    r0 = k.block(0) * 16
+    t = k.tile("t", "f32", 16, 64, "row", "strip")
+    u = k.tile("u", "f32", 16, 64, "row", "strip")
+    b = k.tile("b", "bf16", 16, 64, "row", "strip")
+    k.load_global(t, k.gview(x, [r0, 0], 0, 1, 16, 64))
+    k.random(u, (1234, 5), (6, 0), r0 * 64, 64)
+    k.add(t, t, u)
+    k.mask(t, "causal", r0, 0, -1.0, offset=3)
+    k.convert(b, t, "rtz")
+    k.store(k.gview(y, [r0, 0], 0, 1, 16, 64), b)
+    kern = kittens.compile(k.finish())
+    g = torch.Generator().manual_seed(14)
+    xs = (torch.rand(45, 64, generator=g) * 8 - 4).cuda()
+    ys = torch.full((45, 64), float("nan"), device="cuda")
+    kern({"x": xs, "y": ys}, n=45)
+    torch.cuda.synchronize()
+    cpu = torch.from_numpy(kern.run({"x": xs.cpu()}, n=45)["y"])
+    assert torch.equal(ys.cpu(), cpu), "CUDA differs from the interpreter"
