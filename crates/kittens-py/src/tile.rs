@@ -473,8 +473,10 @@ impl Builder {
         Ok(self.tile_of(id, name))
     }
 
-    /// `count` shared tiles `rows × cols` (no swizzle from Python for now).
-    #[pyo3(signature = (name, dtype, rows, cols, count = 1))]
+    /// `count` shared tiles `rows × cols`, unswizzled or with `swizzle=(bits, base, shift)`: the XOR
+    /// swizzle of `kittens_tile::Swizzle::Xor` (NVIDIA's 128-byte mode is `(3, 4, 3)`); a swizzle the
+    /// tile layer refuses is a build error naming the buffer.
+    #[pyo3(signature = (name, dtype, rows, cols, count = 1, swizzle = None))]
     fn shared(
         &mut self,
         name: &str,
@@ -482,9 +484,15 @@ impl Builder {
         rows: u32,
         cols: u32,
         count: u32,
+        swizzle: Option<(u32, u32, u32)>,
     ) -> PyResult<Shared> {
         let dt = self::dtype(&format!("shared `{name}`"), dtype)?;
-        let id = self.b()?.shared(name, dt, rows, cols, Swizzle::None, count);
+        let sw = swizzle.map_or(Swizzle::None, |(bits, base, shift)| Swizzle::Xor {
+            bits,
+            base,
+            shift,
+        });
+        let id = self.b()?.shared(name, dt, rows, cols, sw, count);
         Ok(Shared {
             id,
             owner: self.owner,
