@@ -10,106 +10,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use kittens_hw::dtype::DType;
-use kittens_ir::{
-    Access, Expr, GlobalId, GlobalView, GridOrder, KernelBuilder, RegId, SharedId, SharedView,
-};
+use kittens_ir::{Expr, GlobalView, GridOrder, KernelBuilder, RegId, SharedView};
 use kittens_tile::{BaseShape, Layout, Swizzle};
 
 use crate::tile_body::{restore, run_body, take};
+use crate::tile_decl::{access, dtype, parse};
+pub use crate::tile_decl::{ArgIn, GView, Global, SView, Shared, Tile};
 use crate::tile_expr::{ex, ExprIn, PyCond, PyExpr};
 use crate::tile_program::Program;
 
 /// Builders are numbered so that an id made by one is refused by another (its index would name
 /// some other tile there, or none).
 static BUILDERS: AtomicU64 = AtomicU64::new(1);
-
-/// A global tensor declared by `Builder.global_`.
-#[pyclass(frozen, module = "kittens._kittens")]
-pub struct Global {
-    id: GlobalId,
-    owner: u64,
-    #[pyo3(get)]
-    name: String,
-}
-
-/// A register tile or vector declared by `Builder.tile`, `row_vec` or `col_vec`.
-#[pyclass(frozen, module = "kittens._kittens")]
-pub struct Tile {
-    id: RegId,
-    owner: u64,
-    #[pyo3(get)]
-    name: String,
-}
-
-/// A shared-memory ring declared by `Builder.shared`.
-#[pyclass(frozen, module = "kittens._kittens")]
-pub struct Shared {
-    id: SharedId,
-    owner: u64,
-    #[pyo3(get)]
-    name: String,
-}
-
-/// A window of a global tensor (`Builder.gview`).
-#[pyclass(frozen, module = "kittens._kittens")]
-pub struct GView {
-    v: GlobalView,
-    owner: u64,
-}
-
-/// A window of one slot of a shared ring (`Builder.smem`, then `.sub`).
-#[pyclass(frozen, module = "kittens._kittens")]
-pub struct SView {
-    v: SharedView,
-    owner: u64,
-}
-
-#[pymethods]
-impl SView {
-    /// The `(ti, tj)`-th `rows × cols` sub-tile of this view (`SharedView::sub`).
-    fn sub(&self, rows: u32, cols: u32, ti: ExprIn, tj: ExprIn) -> SView {
-        SView {
-            v: self.v.sub(rows, cols, ti.expr(), tj.expr()),
-            owner: self.owner,
-        }
-    }
-}
-
-/// A tile or a scalar operand of an elementwise op.
-#[derive(FromPyObject)]
-pub enum ArgIn<'py> {
-    T(PyRef<'py, Tile>),
-    S(f32),
-}
-
-fn parse<T>(what: &str, s: &str, table: &[(&str, T)]) -> PyResult<T>
-where
-    T: Copy,
-{
-    table
-        .iter()
-        .find(|(n, _)| *n == s)
-        .map(|(_, v)| *v)
-        .ok_or_else(|| {
-            let names: Vec<&str> = table.iter().map(|(n, _)| *n).collect();
-            PyValueError::new_err(format!("{what}: {s:?} is not one of {names:?}"))
-        })
-}
-
-fn dtype(what: &str, s: &str) -> PyResult<DType> {
-    s.parse::<DType>()
-        .map_err(|e| PyValueError::new_err(format!("{what}: {e}")))
-}
-
-fn access(what: &str, s: &str) -> PyResult<Access> {
-    use Access::*;
-    parse(
-        what,
-        s,
-        &[("read", Read), ("write", Write), ("read_write", ReadWrite)],
-    )
-}
 
 /// The tile language's kernel builder (see the module documentation). After `finish()` it is spent.
 #[pyclass(module = "kittens._kittens")]
