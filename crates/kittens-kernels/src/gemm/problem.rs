@@ -311,10 +311,26 @@ impl GemmProblem {
     /// Elements each of A, B and C spans (`(rows - 1) · ld + cols`), after checking that every
     /// leading dimension is at least its stored row.
     fn spans(&self) -> Result<[usize; 3], KernelError> {
+        let spans = self.spans_or_overflow()?;
+        let mut out = [0; 3];
+        for (i, ((t, (rows, _)), ld)) in ["A", "B", "C"]
+            .iter()
+            .zip(Self::stored(self))
+            .zip(Self::lds(self))
+            .enumerate()
+        {
+            out[i] = spans[i].map_or_else(|| elements(t, &[rows, ld]), Ok)?;
+        }
+        Ok(out)
+    }
+
+    /// [`Self::spans`] with a span past the address space `None` (the budget names it as more than
+    /// 2^64 bytes); a leading dimension shorter than its row is still an error.
+    fn spans_or_overflow(&self) -> Result<[Option<usize>; 3], KernelError> {
         let p = self;
         let name = self.kind.name();
         let lds = Self::lds(p);
-        let mut out = [0; 3];
+        let mut out = [Some(0); 3];
         for (i, ((t, (rows, cols)), ld)) in ["A", "B", "C"]
             .iter()
             .zip(Self::stored(p))
@@ -330,11 +346,8 @@ impl GemmProblem {
             }
             // An empty operand spans nothing; else its last row ends `(rows - 1) · ld + cols` in.
             out[i] = match rows {
-                0 => 0,
-                r => (r - 1)
-                    .checked_mul(ld)
-                    .and_then(|x| x.checked_add(cols))
-                    .map_or_else(|| elements(t, &[r, ld]), Ok)?,
+                0 => Some(0),
+                r => (r - 1).checked_mul(ld).and_then(|x| x.checked_add(cols)),
             };
         }
         Ok(out)
@@ -461,7 +474,7 @@ impl KernelProblem for GemmProblem {
         } else {
             Some(0)
         };
-        let [sa, sb, sc] = self.spans()?.map(|x| Some(x as u64));
+        let [sa, sb, sc] = self.spans_or_overflow()?.map(|x| x.map(|x| x as u64));
         let inputs = budget::sum(&[sa, sb, scales]);
         let output = sc;
         let bytes = budget::sum(&[
