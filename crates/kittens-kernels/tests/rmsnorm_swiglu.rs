@@ -73,17 +73,18 @@ fn rmsnorm_with_two_rows_per_block() {
             .problem()
             .launch(&p)
             .unwrap();
-        let scratch = cfg.parts_at(45).unwrap() * dim as usize;
+        let lp = rmsnorm::RowLoop::for_target(kittens_hw::Target::Cpu);
+        let scratch = lp.parts_at(45, cfg.rows_per_block()).unwrap() * dim as usize;
         let bwd = vec![
             Stage {
-                kernel: rmsnorm::build_bwd(&cfg).unwrap(),
+                kernel: rmsnorm::build_bwd(&cfg, &lp).unwrap(),
                 launch: kittens_kernels::problem::Launch {
                     outputs: vec![l.outputs[0], scratch],
                     ..l.clone()
                 },
             },
             Stage {
-                kernel: rmsnorm::build_dweight(&cfg).unwrap(),
+                kernel: rmsnorm::build_dweight(&cfg, &lp).unwrap(),
                 launch: kittens_kernels::problem::Launch {
                     params: l.params.clone(),
                     inputs: vec![scratch],
