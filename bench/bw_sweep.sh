@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The row kernels' bandwidth on one Hopper GPU (issues 33 and 35): the norm backwards at several row loops
-# (KITTENS_NORM_BWD: blocks of the first launch, waves per row), then the Python benches against torch eager
+# (KITTENS_NORM_BWD: blocks of the first launch, waves per row) and SwiGLU at other block shapes
+# (KITTENS_SWIGLU), then the Python benches against torch eager
 # and torch.compile (layernorm --backward, rmsnorm, swiglu) and where the fused loss's time goes per chunk
 # size (lce --lce-chunks). Run from the repository root after `cargo build --release -p kittens-cli` and
 # `pip install ./python`; about 8 minutes. OUT=dir picks the folder (log.txt plus JSON).
@@ -41,6 +42,17 @@ if has sweep; then
               "rmsnorm_bwd --rows 16384 --hidden 3080" "rmsnorm_bwd --rows 4096 --hidden 768"; do
     echo "== $args" | tee -a "$LOG"
     timeout 120 "$K" run $args --backend cuda --time 30 2>&1 | grep -E "^(launch|timed|passed|check)|rror" | tee -a "$LOG"
+  done
+fi
+if has sweep; then
+  # SwiGLU forward and backward (packed, Llama-3-8B's F) at other block shapes (KITTENS_SWIGLU). Bytes:
+  # forward 3·rows·F·2, backward 5·rows·F·2.
+  for v in "" chunks=2 chunks=4 waves=8 waves=8,chunks=2 waves=2,chunks=4; do
+    for what in swiglu swiglu_bwd; do
+      echo "== KITTENS_SWIGLU=$v $what --rows 8192 --hidden 14336 --packed" | tee -a "$LOG"
+      KITTENS_SWIGLU="$v" timeout 120 "$K" run $what --rows 8192 --hidden 14336 --packed --backend cuda --time 30 2>&1 \
+        | grep -E "^(launch|timed|passed)|rror" | tee -a "$LOG"
+    done
   done
 fi
 PY="python3 -m kittens.bench"

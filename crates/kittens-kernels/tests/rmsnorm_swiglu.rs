@@ -110,6 +110,37 @@ fn swiglu_forward_and_backward_at_odd_shapes() {
     }
 }
 
+/// Other block shapes (more chunks per lane, more or fewer waves per block), as `KITTENS_SWIGLU` selects
+/// them for a measurement: the same check against f64 at widths no strip divides.
+#[test]
+fn swiglu_with_any_block_shape() {
+    for (waves, chunks) in [(4, 2), (2, 4), (8, 1), (1, 2)] {
+        for (rows, f) in [(5usize, 1000usize), (3, 2824)] {
+            for packed in [false, true] {
+                let p = Problem {
+                    packed,
+                    ..problem(rows, f)
+                };
+                let cfg = SwigluConfig::new(f as u32, packed, 32)
+                    .tuned(&format!("waves={waves},chunks={chunks}"))
+                    .unwrap();
+                for (name, k) in [
+                    ("swiglu", swiglu::build(&cfg).unwrap()),
+                    ("swiglu_bwd", swiglu::build_bwd(&cfg).unwrap()),
+                ] {
+                    let launch = by_name(name).unwrap().problem().launch(&p).unwrap();
+                    check_with(name, &p, Some(vec![Stage { kernel: k, launch }]));
+                }
+            }
+        }
+    }
+    let e = SwigluConfig::new(1000, false, 32)
+        .tuned("chunks=3")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("KITTENS_SWIGLU = \"chunks=3\""), "{e}");
+}
+
 /// The packed form reads the same numbers as the split one: `x = [gate | up]` row by row gives the
 /// split run's output bit for bit.
 #[test]
