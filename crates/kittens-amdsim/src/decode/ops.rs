@@ -330,6 +330,7 @@ table! {
     Vop3 0x28d VMbcntHiU32B32 "v_mbcnt_hi_u32_b32" [1, 1, 1, 0] Both;
     Vop3 0x28f VLshlrevB64 "v_lshlrev_b64" [2, 1, 2, 0] Both;
     Vop3 0x290 VLshrrevB64 "v_lshrrev_b64" [2, 1, 2, 0] Both;
+    Vop3 0x291 VAshrrevI64 "v_ashrrev_i64" [2, 1, 2, 0] Both;
 
     Vop3p 0x2d VMfmaF32_16x16x128F8f6f4 "v_mfma_f32_16x16x128_f8f6f4" [4, 8, 8, 4] G950;
     Vop3p 0x30 VPkFmaF32 "v_pk_fma_f32" [2, 2, 2, 2] Both;

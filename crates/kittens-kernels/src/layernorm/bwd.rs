@@ -198,9 +198,8 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             k.mul(r, g, hc);
             sum_chunks(k, c2, c, r);
         }
-        f.total(k, c1, 2);
+        f.totals(k, &[(c1, 2), (c2, 3)]);
         k.mul(c1, c1, inv_d);
-        f.total(k, c2, 3);
         k.mul(c2, c2, inv_d);
         // dh = rstd · (g − mean(g) − x̂ · mean(g·x̂)) + dh_out; dresidual = dh, dx = keep · dh.
         for c in 0..nc {

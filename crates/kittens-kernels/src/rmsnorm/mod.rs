@@ -273,6 +273,14 @@ impl Frame {
         }
     }
 
+    /// [`Self::total`] of several values at one barrier, each through its own ring slot.
+    pub(crate) fn totals(&self, k: &mut KernelBuilder, vs: &[(RegId, i64)]) {
+        if let Some(buf) = self.partials {
+            let vs: Vec<(RegId, Expr)> = vs.iter().map(|&(v, s)| (v, Expr::c(s))).collect();
+            k.row_sums_across_waves(&vs, buf, self.local.clone(), self.part.clone(), self.parts);
+        }
+    }
+
     /// `inv = 1 / √(Σ sq / D + eps)` from this wave's squares `sq` (the block-wide sum in slot 0).
     fn rstd(&self, k: &mut KernelBuilder, inv: RegId, sq: RegId, cfg: &RmsNormConfig) {
         k.row_sum(inv, sq);
