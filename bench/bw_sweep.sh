@@ -29,17 +29,17 @@ if has sweep; then
   # (median ms, and the same bytes copied). Bytes a backward must move: layernorm 6·rows·D·2,
   # rmsnorm (residual) 4·rows·D·2.
   for v in "" blocks=132 blocks=528 blocks=1056 waves_per_row=8 waves_per_row=8,blocks=528; do
-    for args in "layernorm_bwd --rows 4133 --hidden 4096 --p 0.1" "layernorm_bwd --rows 16384 --hidden 4096 --p 0" \
-                "rmsnorm_bwd --rows 16384 --hidden 4096"; do
+    for args in "layernorm_bwd --rows 4133 --hidden 4096 --p 0.1" "layernorm_bwd --rows 4133 --hidden 4096 --p 0" \
+                "rmsnorm_bwd --rows 8192 --hidden 4096"; do
       echo "== KITTENS_NORM_BWD=$v $args" | tee -a "$LOG"
       KITTENS_NORM_BWD="$v" timeout 120 "$K" run $args --backend cuda --time 30 2>&1 \
         | grep -E "^(launch|timed|passed)|rror" | tee -a "$LOG"
     done
   done
-  for args in "layernorm_bwd --rows 4133 --hidden 4096 --p 0" "layernorm_bwd --rows 4133 --hidden 8192 --p 0" \
+  for args in "layernorm_bwd --rows 2048 --hidden 8192 --p 0" \
               "layernorm_bwd --rows 4133 --hidden 5128 --p 0" "layernorm_bwd --rows 37 --hidden 1000 --p 0.1" \
-              "layernorm_bwd --rows 8 --hidden 5128 --p 0.1" "rmsnorm_bwd --rows 16384 --hidden 8192" \
-              "rmsnorm_bwd --rows 16384 --hidden 3080" "rmsnorm_bwd --rows 4096 --hidden 768"; do
+              "layernorm_bwd --rows 8 --hidden 5128 --p 0.1" "rmsnorm_bwd --rows 4096 --hidden 8192" \
+              "rmsnorm_bwd --rows 8192 --hidden 3080" "rmsnorm_bwd --rows 4096 --hidden 768"; do
     echo "== $args" | tee -a "$LOG"
     timeout 120 "$K" run $args --backend cuda --time 30 2>&1 | grep -E "^(launch|timed|passed|check)|rror" | tee -a "$LOG"
   done
@@ -49,8 +49,8 @@ if has sweep; then
   # forward 3·rows·F·2, backward 5·rows·F·2.
   for v in "" chunks=2 chunks=4 waves=8 waves=8,chunks=2 waves=2,chunks=4; do
     for what in swiglu swiglu_bwd; do
-      echo "== KITTENS_SWIGLU=$v $what --rows 8192 --hidden 14336 --packed" | tee -a "$LOG"
-      KITTENS_SWIGLU="$v" timeout 120 "$K" run $what --rows 8192 --hidden 14336 --packed --backend cuda --time 30 2>&1 \
+      echo "== KITTENS_SWIGLU=$v $what --rows 4096 --hidden 14336 --packed" | tee -a "$LOG"
+      KITTENS_SWIGLU="$v" timeout 120 "$K" run $what --rows 4096 --hidden 14336 --packed --backend cuda --time 30 2>&1 \
         | grep -E "^(launch|timed|passed)|rror" | tee -a "$LOG"
     done
   done

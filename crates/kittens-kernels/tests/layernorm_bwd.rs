@@ -92,7 +92,7 @@ fn layernorm_backward_with_two_rows_per_block() {
         let cfg = LayerNormConfig::new(dim, 0.1, 64);
         assert_eq!(cfg.rows_per_block(), 2, "{dim}");
         let p = with_p(45, dim as usize, 0.1);
-        let stages = stages(&cfg, &RowLoop::for_target(Target::Cpu), &p);
+        let stages = stages(&cfg, &RowLoop::for_target(Target::Cpu, cfg.waves), &p);
         check_with("layernorm_bwd", &p, Some(stages));
     }
 }

@@ -73,7 +73,7 @@ fn rmsnorm_with_two_rows_per_block() {
             .problem()
             .launch(&p)
             .unwrap();
-        let lp = rmsnorm::RowLoop::for_target(kittens_hw::Target::Cpu);
+        let lp = rmsnorm::RowLoop::for_target(kittens_hw::Target::Cpu, cfg.waves);
         let scratch = lp.parts_at(45, cfg.rows_per_block()).unwrap() * dim as usize;
         let bwd = vec![
             Stage {

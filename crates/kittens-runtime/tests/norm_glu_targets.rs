@@ -44,9 +44,9 @@ fn builds(e: &KernelEntry, t: Target) -> Vec<(String, kittens_ir::Kernel)> {
         ));
     }
     let gpu = t.gpu().unwrap();
-    let lp = RowLoop::for_target(t);
     for dim in [768, 3080, 5128, 8192] {
         let cfg = |residual| rmsnorm::RmsNormConfig::for_gpu(gpu, dim, residual);
+        let lp = RowLoop::for_target(t, cfg(true).waves);
         let label = |what: &str| format!("D{dim} {what}");
         match e.name {
             "rmsnorm" => {

@@ -45,7 +45,6 @@ pub fn config(p: &Problem, target: Target) -> LayerNormConfig {
 /// The backward's configuration on `target` (the forward's) and how its first launch walks the rows
 /// (with [`crate::rmsnorm::ROW_LOOP_VAR`]'s override for a measurement).
 pub fn bwd_config(p: &Problem, target: Target) -> Result<(LayerNormConfig, RowLoop), KernelError> {
-    let lp = RowLoop::from_env(target)?;
     let mut cfg = config(p, target);
     // The interpreter runs what 32-lane waves refuse (dropout past 4096) on 64-lane waves, as AMD does.
     if target.gpu().is_none() && cfg.p > 0.0 && cfg.dim > super::bwd::MAX_DIM_32_LANES_DROPOUT {
@@ -54,9 +53,11 @@ pub fn bwd_config(p: &Problem, target: Target) -> Result<(LayerNormConfig, RowLo
             ..LayerNormConfig::new(cfg.dim, cfg.p, 64)
         };
     }
+    let mut lp = RowLoop::from_env(target, cfg.waves)?;
     if let Some(w) = lp.waves_per_row {
         cfg.waves_per_row = w;
         cfg.waves = 4.max(w);
+        lp = RowLoop::from_env(target, cfg.waves)?;
     }
     Ok((cfg, lp))
 }

@@ -55,32 +55,34 @@ pub struct RowLoop {
 }
 
 impl RowLoop {
-    /// Two blocks per SM / CU of the target's GPU; 5 on the CPU interpreter (so that a test's few
-    /// dozen rows make every block loop, with a partial last round).
-    pub fn for_target(target: Target) -> Self {
-        Self::for_gpu(target.gpu())
+    /// As many blocks as fill the target's SMs / CUs once with 16 waves each (the measured best on an
+    /// H200 for the layernorm backward at D = 4096: one 512-thread block per SM, against two or four),
+    /// so that blocks of `waves` waves get `16 / waves` per SM; 5 on the CPU interpreter (so that a
+    /// test's few dozen rows make every block loop, with a partial last round).
+    pub fn for_target(target: Target, waves: u32) -> Self {
+        Self::for_gpu(target.gpu(), waves)
     }
 
     /// [`Self::for_target`] for a GPU (`None`: the CPU interpreter).
-    pub fn for_gpu(gpu: Option<&Gpu>) -> Self {
+    pub fn for_gpu(gpu: Option<&Gpu>, waves: u32) -> Self {
         RowLoop {
-            blocks: gpu.map_or(5, |g| 2 * g.compute_units),
+            blocks: gpu.map_or(5, |g| g.compute_units * (16 / waves.max(1)).max(1)),
             waves_per_row: None,
         }
     }
 
     /// [`Self::for_target`] with what [`ROW_LOOP_VAR`] sets; an error naming the variable where it
     /// holds anything else.
-    pub fn from_env(target: Target) -> Result<Self, KernelError> {
+    pub fn from_env(target: Target, waves: u32) -> Result<Self, KernelError> {
         match std::env::var(ROW_LOOP_VAR) {
-            Ok(v) => Self::parse(target, &v),
-            Err(_) => Ok(Self::for_target(target)),
+            Ok(v) => Self::parse(target, waves, &v),
+            Err(_) => Ok(Self::for_target(target, waves)),
         }
     }
 
     /// [`Self::for_target`] with the settings `v` (the form of [`ROW_LOOP_VAR`]).
-    pub fn parse(target: Target, v: &str) -> Result<Self, KernelError> {
-        let mut lp = Self::for_target(target);
+    pub fn parse(target: Target, waves: u32, v: &str) -> Result<Self, KernelError> {
+        let mut lp = Self::for_target(target, waves);
         let bad = || {
             KernelError::Config(format!(
                 "{ROW_LOOP_VAR} = {v:?}: expected blocks=N (N > 0) and/or waves_per_row=W (1, 2, 4, \

@@ -45,11 +45,12 @@ pub fn config(p: &Problem, target: Target) -> RmsNormConfig {
 /// The backward's configuration on `target` and how its first launch walks the rows (with
 /// [`super::ROW_LOOP_VAR`]'s override for a measurement).
 pub fn bwd_config(p: &Problem, target: Target) -> Result<(RmsNormConfig, RowLoop), KernelError> {
-    let lp = RowLoop::from_env(target)?;
     let mut cfg = config(p, target);
+    let mut lp = RowLoop::from_env(target, cfg.waves)?;
     if let Some(w) = lp.waves_per_row {
         cfg.waves_per_row = w;
         cfg.waves = 4.max(w);
+        lp = RowLoop::from_env(target, cfg.waves)?;
     }
     Ok((cfg, lp))
 }
