@@ -28,7 +28,7 @@ if has sweep; then
   # Each line: the variant, then the launches (blocks, threads, registers, spills) and the timed call
   # (median ms, and the same bytes copied). Bytes a backward must move: layernorm 6·rows·D·2,
   # rmsnorm (residual) 4·rows·D·2.
-  for v in "" blocks=132 blocks=528 blocks=1056 waves_per_row=8 waves_per_row=8,blocks=528; do
+  for v in "" blocks=66 blocks=264 waves_per_row=8 waves_per_row=8,blocks=264; do
     for args in "layernorm_bwd --rows 4133 --hidden 4096 --p 0.1" "layernorm_bwd --rows 4133 --hidden 4096 --p 0" \
                 "rmsnorm_bwd --rows 8192 --hidden 4096"; do
       echo "== KITTENS_NORM_BWD=$v $args" | tee -a "$LOG"
