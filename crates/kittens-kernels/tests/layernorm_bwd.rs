@@ -7,19 +7,15 @@
 use kittens_hw::Target;
 use kittens_kernels::by_name;
 use kittens_kernels::layernorm::{bwd, LayerNormConfig};
-use kittens_kernels::problem::{Launch, NormShape, Problem, Stage};
+use kittens_kernels::problem::{Launch, NamedArgs, NormShape, Stage};
 use kittens_kernels::reference;
 use kittens_kernels::rmsnorm::RowLoop;
 
 mod common;
-use common::{check_with, problem};
+use common::{check_with, plan_error, problem};
 
-fn with_p(rows: usize, dim: usize, p: f32) -> Problem {
-    let base = problem(rows, dim);
-    Problem {
-        norm: NormShape { p, ..base.norm },
-        ..base
-    }
+fn with_p(rows: usize, dim: usize, p: f32) -> NamedArgs {
+    problem(rows, dim).with("p", p)
 }
 
 #[test]
@@ -53,18 +49,19 @@ fn layernorm_backward_with_any_grid() {
                 waves_per_row: None,
             };
             let p = with_p(45, dim as usize, p);
-            check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p)));
+            check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));
         }
     }
 }
 
-fn stages(cfg: &LayerNormConfig, lp: &RowLoop, p: &Problem) -> Vec<Stage> {
+fn stages(cfg: &LayerNormConfig, lp: &RowLoop, p: &NamedArgs, rows: usize) -> Vec<Stage> {
     let l = by_name("layernorm_bwd")
         .unwrap()
-        .problem()
-        .launch(p)
+        .problem(p)
+        .unwrap()
+        .launch()
         .unwrap();
-    let scratch = bwd::parts_at(cfg, lp, p.norm.rows).unwrap() * p.norm.dim;
+    let scratch = bwd::parts_at(cfg, lp, rows).unwrap() * cfg.dim as usize;
     vec![
         Stage {
             kernel: bwd::build_bwd(cfg, lp).unwrap(),
@@ -92,7 +89,7 @@ fn layernorm_backward_with_two_rows_per_block() {
         let cfg = LayerNormConfig::new(dim, 0.1, 64);
         assert_eq!(cfg.rows_per_block(), 2, "{dim}");
         let p = with_p(45, dim as usize, 0.1);
-        let stages = stages(&cfg, &RowLoop::for_target(Target::Cpu, cfg.waves), &p);
+        let stages = stages(&cfg, &RowLoop::for_target(Target::Cpu, cfg.waves), &p, 45);
         check_with("layernorm_bwd", &p, Some(stages));
     }
 }
@@ -170,25 +167,15 @@ fn backward_reference_matches_finite_differences() {
 
 #[test]
 fn bad_sizes_are_refused_with_the_limit() {
-    let def = by_name("layernorm_bwd").unwrap().problem();
     for dim in [764, 1004, 8200] {
-        let e = def
-            .plan(&problem(2, dim), Target::Cpu)
-            .unwrap_err()
-            .to_string();
+        let e = plan_error("layernorm_bwd", &problem(2, dim));
         assert!(
             e.contains("multiple of 8 from 768 to 8192") && e.contains(&dim.to_string()),
             "{e}"
         );
     }
-    let e = def
-        .plan(&problem(0, 1024), Target::Cpu)
-        .unwrap_err()
-        .to_string();
+    let e = plan_error("layernorm_bwd", &problem(0, 1024));
     assert!(e.contains("rows must be positive"), "{e}");
-    let e = def
-        .plan(&with_p(2, 1024, 1.0), Target::Cpu)
-        .unwrap_err()
-        .to_string();
+    let e = plan_error("layernorm_bwd", &with_p(2, 1024, 1.0));
     assert!(e.contains("dropout p = 1 must be in [0, 1)"), "{e}");
 }
