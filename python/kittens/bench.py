@@ -8,7 +8,8 @@ kittens against PyTorch's own kernels on the same tensors, in one process.
 * overhead: per-call time of a loop of calls, host included, against PyTorch's op (``kittens.bench_overhead``).
 * layernorm, rotary: against PyTorch eager and ``torch.compile`` of the same expression, in GB/s and as
   a fraction of the copy bandwidth measured in the same run (``kittens.bench_mem``); rmsnorm and swiglu
-  the same, forward and backward (``kittens.bench_norms``).
+  the same, forward and backward (``kittens.bench_norms``); ``layernorm --backward`` the fused
+  dropout-residual-layernorm's backward (``kittens.bench_lnbwd``).
 * lce: the fused linear + cross-entropy against matmul + ``F.cross_entropy``, forward and backward: time
   and peak memory (``kittens.bench_norms``).
 * model: a Hugging Face Llama trained and generating with and without
@@ -373,11 +374,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--glu-shapes", default="8192x14336,16384x11008,4096x2824", help="swiglu: ROWSxF,...")
     p.add_argument("--lce-shapes", default="8192x4096x128256,8192x2048x32000,4096x768x50257",
                    help="lce: NxHxV,...")
+    p.add_argument("--lce-chunks", default=None,
+                   help="lce: time the fused pass and its parts (logits GEMM, kernel, d_hidden GEMM, d_weight "
+                        "addmm_) at these chunk sizes, e.g. default,512,1024 (kittens.bench_lce_parts)")
     p.add_argument("--calls", type=int, default=300, help="overhead: calls per timed loop (at least 200)")
     p.add_argument("--rounds", type=int, default=7, help="overhead: timed loops per side")
     p.add_argument("--ln-shapes", default="16x4096x2048,4x4096x8192,16x4096x768",
                    help="layernorm: BxNxD (rows = B*N)")
     p.add_argument("--p", type=float, default=0.1, help="layernorm: dropout of the extra p > 0 row (0: none)")
+    p.add_argument("--ln-bwd-shapes", default="4133x4096,16384x4096,16384x3080,16384x8192,4096x768",
+                   help="layernorm --backward: ROWSxD,...")
     p.add_argument("--rope-shapes", default="16x16x4096x128,16x16x8192x128,16x32x4096x64",
                    help="rotary: BxHxNxD")
     p.add_argument("--sizes", default="2048,4096,8192,16384", help="gemm: square sizes M=N=K")
@@ -398,7 +404,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "(kittens.bench_attn_opts)")
     p.add_argument("--opt-seq", type=int, default=4096, help="attn --options: the sequence length")
     p.add_argument("--backward", action="store_true",
-                   help="attn: the backward against SDPA's cuDNN and flash backends (kittens.bench_bwd)")
+                   help="attn: the backward against SDPA's cuDNN and flash backends (kittens.bench_bwd); "
+                        "layernorm: the backward against torch eager and torch.compile (kittens.bench_lnbwd)")
     p.add_argument("--bwd-form", choices=["auto", "two", "atomic", "both"], default="auto",
                    help="attn --backward: our launches: auto (the library's choice per head dim), two (query then "
                         "key blocks), FlashAttention-3's atomic three (dQ added in f32 by the key blocks), or both "
@@ -415,6 +422,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args.ln_shapes = [tuple(int(x) for x in c.split("x")) for c in args.ln_shapes.split(",") if c]
     args.rope_shapes = [tuple(int(x) for x in c.split("x")) for c in args.rope_shapes.split(",") if c]
     args.norm_shapes = [tuple(int(x) for x in c.split("x")) for c in args.norm_shapes.split(",") if c]
+    args.ln_bwd_shapes = [tuple(int(x) for x in c.split("x")) for c in args.ln_bwd_shapes.split(",") if c]
     args.glu_shapes = [tuple(int(x) for x in c.split("x")) for c in args.glu_shapes.split(",") if c]
     args.lce_shapes = [tuple(int(x) for x in c.split("x")) for c in args.lce_shapes.split(",") if c]
     args.seqs = [int(s) for s in args.seqs.split(",") if s]
@@ -554,6 +562,11 @@ def main_mem(torch, kittens, args) -> int:
     elif args.what == "swiglu":
         rows = bench_norms.bench_swiglu(torch, kittens, args, copy_gbs)
         title = "SwiGLU (bf16, packed), forward and backward: kittens vs torch eager and torch.compile"
+    elif args.what == "layernorm" and args.backward:
+        from . import bench_lnbwd
+
+        rows = bench_lnbwd.bench_layernorm_backward(torch, kittens, args, copy_gbs)
+        title = "dropout + residual + layernorm backward (bf16): kittens vs torch eager and torch.compile"
     elif args.what == "layernorm":
         rows = bench_mem.bench_layernorm(torch, kittens, args, copy_gbs)
         title = "dropout + residual + layernorm (bf16): kittens vs torch eager and torch.compile"
@@ -586,6 +599,18 @@ def main_lce(torch, kittens, args) -> int:
     """Fused linear + cross-entropy against matmul + F.cross_entropy: time and peak memory."""
     from . import bench_norms
 
+    if args.lce_chunks:
+        from . import bench_lce_parts
+
+        rows = bench_lce_parts.lce_parts(torch, kittens, args)
+        report = _header(torch, kittens, args)
+        report.update({"rows": rows, "method": bench_lce_parts.__doc__})
+        print(f"{report['device']}, torch {torch.__version__}, commit {report['commit']}, {report['date']}")
+        bench_lce_parts.print_parts(rows)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(report, f, indent=2)
+        return 0
     rows = bench_norms.bench_lce(torch, kittens, args)
     report = _header(torch, kittens, args)
     report.update({"rows": rows, "rule": "loss on 256 rows: rel_err(ours, f64) <= 2 * rel_err(torch bf16, f64) "

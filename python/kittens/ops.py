@@ -402,8 +402,9 @@ def _layernorm_grad(ctx, grad):
 _autograd("layernorm", layernorm, _layernorm_grad, _layernorm_setup)
 
 
-# The longest row the layernorm_bwd kernel takes on sm_90a (kittens_kernels::layernorm::bwd::MAX_DIM_32_LANES:
-# longer rows would spill); longer rows take the composite below.
+# The longest row the layernorm_bwd kernel takes on sm_90a with dropout
+# (kittens_kernels::layernorm::bwd::MAX_DIM_32_LANES_DROPOUT: longer rows would spill); without dropout it
+# takes every row length the forward does. Longer rows with dropout take the composite below.
 _LAYERNORM_BWD_MAX_D = 4096
 
 
@@ -416,11 +417,12 @@ def layernorm_backward(grad: Tensor, x: Tensor, residual: Tensor, weight: Tensor
 
     CUDA: the ``layernorm_bwd`` kernel (``h``, its statistics and the dropout mask recomputed from
     ``x``, ``residual``, ``seed`` and ``offset``; a gradient plane that is not dense is copied first)
-    for rows up to ``_LAYERNORM_BWD_MAX_D`` long. CPU, and longer rows on CUDA (interim): PyTorch ops
+    (rows up to ``_LAYERNORM_BWD_MAX_D`` long with dropout, any length without). CPU, and longer rows
+    with dropout on CUDA (interim): PyTorch ops
     in float32 that recompute the kernel's float32 ``h`` (the dropout mask drawn again by
     :func:`dropout_keep`), its mean and ``1/sqrt(var + eps)``, and take LayerNorm's gradient.
     """
-    if x.is_cuda and x.shape[-1] <= _LAYERNORM_BWD_MAX_D:
+    if x.is_cuda and (p == 0.0 or x.shape[-1] <= _LAYERNORM_BWD_MAX_D):
         g = grad.reshape((2,) + tuple(x.shape))
         return _dispatch.layernorm_backward(g[0].contiguous(), g[1].contiguous(), x, residual, weight,
                                             float(p), seed, offset, float(eps))

@@ -672,6 +672,20 @@ impl KernelBuilder {
         self.row_reduce_across_waves(ReduceOp::Max, v, buf, index, row, part, parts);
     }
 
+    /// [`Self::row_sum_across_waves`] of several values at one barrier: each `(v, index)` becomes its
+    /// row's total through buffer `index` of ring `buf` (distinct buffers), every partial stored before
+    /// the block meets once. The rule for reusing a buffer is [`Self::row_sum_across_waves`]'s.
+    pub fn row_sums_across_waves(
+        &mut self,
+        vs: &[(RegId, Expr)],
+        buf: SharedId,
+        row: impl Into<Expr>,
+        part: impl Into<Expr>,
+        parts: u32,
+    ) {
+        self.reduce_across_waves(ReduceOp::Sum, vs, buf, row.into(), part.into(), parts);
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn row_reduce_across_waves(
         &mut self,
@@ -683,32 +697,50 @@ impl KernelBuilder {
         part: impl Into<Expr>,
         parts: u32,
     ) {
-        let base = format!("{}_{}", self.reg_name(v), self.k.regs.len());
-        let one = self.tile(
-            &format!("{base}_partial"),
-            DType::F32,
-            1,
-            1,
-            Layout::Row,
-            BaseShape::STRIP,
-        );
-        let all = self.tile(
-            &format!("{base}_partials"),
-            DType::F32,
-            1,
-            parts,
-            Layout::Row,
-            BaseShape::STRIP,
-        );
-        let row = row.into();
-        let slot = self.smem(buf, index);
-        self.copy(one, v);
-        self.store_shared(slot.sub(1, 1, row.clone(), part), one);
+        let vs = [(v, index.into())];
+        self.reduce_across_waves(op, &vs, buf, row.into(), part.into(), parts);
+    }
+
+    fn reduce_across_waves(
+        &mut self,
+        op: ReduceOp,
+        vs: &[(RegId, Expr)],
+        buf: SharedId,
+        row: Expr,
+        part: Expr,
+        parts: u32,
+    ) {
+        let mut alls = Vec::with_capacity(vs.len());
+        for (v, index) in vs {
+            let base = format!("{}_{}", self.reg_name(*v), self.k.regs.len());
+            let one = self.tile(
+                &format!("{base}_partial"),
+                DType::F32,
+                1,
+                1,
+                Layout::Row,
+                BaseShape::STRIP,
+            );
+            let all = self.tile(
+                &format!("{base}_partials"),
+                DType::F32,
+                1,
+                parts,
+                Layout::Row,
+                BaseShape::STRIP,
+            );
+            let slot = self.smem(buf, index.clone());
+            self.copy(one, *v);
+            self.store_shared(slot.sub(1, 1, row.clone(), part.clone()), one);
+            alls.push((all, slot));
+        }
         self.wait_shared(0);
         self.barrier();
-        self.load(all, slot.sub(1, parts, row, 0));
-        self.wait_shared(0);
-        self.reduce(Axis::Rows, op, v, all, None);
+        for ((v, _), (all, slot)) in vs.iter().zip(alls) {
+            self.load(all, slot.sub(1, parts, row.clone(), 0));
+            self.wait_shared(0);
+            self.reduce(Axis::Rows, op, *v, all, None);
+        }
     }
 
     fn reg_name(&self, r: RegId) -> String {

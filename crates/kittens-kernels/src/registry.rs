@@ -581,18 +581,25 @@ const RMSNORM_BWD: KernelEntry = KernelEntry {
     about: "rmsnorm's backward: dx (= dresidual) from dy, r, weight and the new residual's gradient, \
             rstd recomputed; dweight summed over rows in a second launch from per-wave f32 partials",
     targets: plain_targets!(
-        "plain, rows split over waves, 16 rows per wave; then the dweight launch",
-        "plain, rows split over waves, 16 rows per wave; then the dweight launch (variant `dweight`)"
+        "plain, rows split over waves, one 16-wave block per SM or CU (more when smaller) looping over the rows; then the dweight launch",
+        "plain, rows split over waves, one 16-wave block per SM or CU (more when smaller) looping over the rows; then the dweight launch (variant `dweight`)"
     ),
-    build_default: || rmsnorm::build_bwd(&rmsnorm::RmsNormConfig::new(1000, true, 32)),
-    build_gpu: |gpu| rmsnorm::build_bwd(&rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true)),
+    build_default: || {
+        let cfg = rmsnorm::RmsNormConfig::new(1000, true, 32);
+        rmsnorm::build_bwd(&cfg, &rmsnorm::RowLoop::for_gpu(None, cfg.waves))
+    },
+    build_gpu: |gpu| {
+        let cfg = rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true);
+        rmsnorm::build_bwd(&cfg, &rmsnorm::RowLoop::for_gpu(Some(gpu), cfg.waves))
+    },
     variants: &[Variant {
         name: "dweight",
         about: "the backward's second launch: dweight from the first launch's partial sums",
         targets: GPU_TARGETS,
     }],
     build_variant: |gpu, _| {
-        rmsnorm::build_dweight(&rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true))
+        let cfg = rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true);
+        rmsnorm::build_dweight(&cfg, &rmsnorm::RowLoop::for_gpu(Some(gpu), cfg.waves))
     },
     parse: rmsnorm::problem::parse_bwd,
 };
@@ -603,14 +610,16 @@ const LAYERNORM_BWD: KernelEntry = KernelEntry {
             drawn again and the statistics recomputed; dweight and dbias summed over rows in a \
             second launch from per-wave f32 partials",
     targets: plain_targets!(
-        "plain, rows split over waves, 16 rows per wave; then the dweight launch",
-        "plain, rows split over waves, 16 rows per wave; then the dweight launch (variant `dweight`)"
+        "plain, rows split over waves, one 16-wave block per SM or CU (more when smaller) looping over the rows; then the dweight launch",
+        "plain, rows split over waves, one 16-wave block per SM or CU (more when smaller) looping over the rows; then the dweight launch (variant `dweight`)"
     ),
     build_default: || {
-        layernorm::bwd::build_bwd(&layernorm::LayerNormConfig::new(1000, 0.1, 32))
+        let cfg = layernorm::LayerNormConfig::new(1000, 0.1, 32);
+        layernorm::bwd::build_bwd(&cfg, &rmsnorm::RowLoop::for_gpu(None, cfg.waves))
     },
     build_gpu: |gpu| {
-        layernorm::bwd::build_bwd(&layernorm::LayerNormConfig::for_gpu(gpu, NORM_DIM, 0.1))
+        let cfg = layernorm::LayerNormConfig::for_gpu(gpu, NORM_DIM, 0.1);
+        layernorm::bwd::build_bwd(&cfg, &rmsnorm::RowLoop::for_gpu(Some(gpu), cfg.waves))
     },
     variants: &[Variant {
         name: "dweight",
@@ -618,7 +627,8 @@ const LAYERNORM_BWD: KernelEntry = KernelEntry {
         targets: GPU_TARGETS,
     }],
     build_variant: |gpu, _| {
-        layernorm::bwd::build_dweight(&layernorm::LayerNormConfig::for_gpu(gpu, NORM_DIM, 0.1))
+        let cfg = layernorm::LayerNormConfig::for_gpu(gpu, NORM_DIM, 0.1);
+        layernorm::bwd::build_dweight(&cfg, &rmsnorm::RowLoop::for_gpu(Some(gpu), cfg.waves))
     },
     parse: layernorm::problem::parse_bwd,
 };

@@ -4,10 +4,12 @@
 //! a flipped bit moves `dx` by a whole `dh/(1 − p)`), on 32- and 64-lane configurations; inputs of ±4.
 //! The f64 reference itself is checked against central differences of the forward's f64 reference.
 
+use kittens_hw::Target;
 use kittens_kernels::by_name;
 use kittens_kernels::layernorm::{bwd, LayerNormConfig};
 use kittens_kernels::problem::{Launch, NamedArgs, NormShape, Stage};
 use kittens_kernels::reference;
+use kittens_kernels::rmsnorm::RowLoop;
 
 mod common;
 use common::{check_with, plan_error, problem};
@@ -23,8 +25,60 @@ fn layernorm_backward_at_odd_shapes() {
             check_with("layernorm_bwd", &with_p(rows, dim, p), None);
         }
     }
-    // Many rows: several blocks of 16-row loops, the scratches wider than one 256-column step.
+    // Many rows: every block loops over ~200 rows; rows past 4096 on 32 lanes (a wave's share in two
+    // chunks, walked twice) over several steps.
     check_with("layernorm_bwd", &with_p(1029, 776, 0.25), None);
+    for dim in [5128, 8192] {
+        for p in [0.0, 0.1] {
+            check_with("layernorm_bwd", &with_p(23, dim, p), None);
+        }
+    }
+}
+
+/// Grids of 1, 2, 7 and 64 blocks over 45 rows (every block visiting 45 rows down to one, the last
+/// round partial), 32 lanes with one and two chunks per wave (the latter without dropout, as sm_90a
+/// takes it), 64 lanes with two rows per block.
+#[test]
+fn layernorm_backward_with_any_grid() {
+    for (dim, lanes, p) in [(1000u32, 32u32, 0.1), (5128, 32, 0.0), (768, 64, 0.1)] {
+        let cfg = LayerNormConfig::new(dim, p, lanes);
+        assert_eq!(bwd::chunks(&cfg), 1 + u32::from(dim > 4096), "{dim}");
+        for blocks in [1, 2, 7, 64] {
+            let lp = RowLoop {
+                blocks,
+                waves_per_row: None,
+            };
+            let p = with_p(45, dim as usize, p);
+            check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));
+        }
+    }
+}
+
+fn stages(cfg: &LayerNormConfig, lp: &RowLoop, p: &NamedArgs, rows: usize) -> Vec<Stage> {
+    let l = by_name("layernorm_bwd")
+        .unwrap()
+        .problem(p)
+        .unwrap()
+        .launch()
+        .unwrap();
+    let scratch = bwd::parts_at(cfg, lp, rows).unwrap() * cfg.dim as usize;
+    vec![
+        Stage {
+            kernel: bwd::build_bwd(cfg, lp).unwrap(),
+            launch: Launch {
+                outputs: vec![l.outputs[0], l.outputs[1], scratch, scratch],
+                ..l.clone()
+            },
+        },
+        Stage {
+            kernel: bwd::build_dweight(cfg, lp).unwrap(),
+            launch: Launch {
+                params: l.params[..1].to_vec(),
+                inputs: vec![scratch, scratch],
+                outputs: vec![l.outputs[2], l.outputs[3]],
+            },
+        },
+    ]
 }
 
 /// The 64-lane (AMD) configurations on the interpreter: two rows per block at D = 768 and 1000, so
@@ -35,30 +89,7 @@ fn layernorm_backward_with_two_rows_per_block() {
         let cfg = LayerNormConfig::new(dim, 0.1, 64);
         assert_eq!(cfg.rows_per_block(), 2, "{dim}");
         let p = with_p(45, dim as usize, 0.1);
-        let l = by_name("layernorm_bwd")
-            .unwrap()
-            .problem(&p)
-            .unwrap()
-            .launch()
-            .unwrap();
-        let scratch = bwd::parts_at(&cfg, 45).unwrap() * dim as usize;
-        let stages = vec![
-            Stage {
-                kernel: bwd::build_bwd(&cfg).unwrap(),
-                launch: Launch {
-                    outputs: vec![l.outputs[0], l.outputs[1], scratch, scratch],
-                    ..l.clone()
-                },
-            },
-            Stage {
-                kernel: bwd::build_dweight(&cfg).unwrap(),
-                launch: Launch {
-                    params: l.params[..1].to_vec(),
-                    inputs: vec![scratch, scratch],
-                    outputs: vec![l.outputs[2], l.outputs[3]],
-                },
-            },
-        ];
+        let stages = stages(&cfg, &RowLoop::for_target(Target::Cpu, cfg.waves), &p, 45);
         check_with("layernorm_bwd", &p, Some(stages));
     }
 }

@@ -69,17 +69,18 @@ fn rmsnorm_with_two_rows_per_block() {
             .unwrap()
             .launch()
             .unwrap();
-        let scratch = cfg.parts_at(45).unwrap() * dim as usize;
+        let lp = rmsnorm::RowLoop::for_target(kittens_hw::Target::Cpu, cfg.waves);
+        let scratch = lp.parts_at(45, cfg.rows_per_block()).unwrap() * dim as usize;
         let bwd = vec![
             Stage {
-                kernel: rmsnorm::build_bwd(&cfg).unwrap(),
+                kernel: rmsnorm::build_bwd(&cfg, &lp).unwrap(),
                 launch: kittens_kernels::problem::Launch {
                     outputs: vec![l.outputs[0], scratch],
                     ..l.clone()
                 },
             },
             Stage {
-                kernel: rmsnorm::build_dweight(&cfg).unwrap(),
+                kernel: rmsnorm::build_dweight(&cfg, &lp).unwrap(),
                 launch: kittens_kernels::problem::Launch {
                     params: l.params.clone(),
                     inputs: vec![scratch],
@@ -100,6 +101,39 @@ fn swiglu_forward_and_backward_at_odd_shapes() {
             check("swiglu_bwd", &p);
         }
     }
+}
+
+/// Other block shapes (more chunks per lane, more or fewer waves per block), as `KITTENS_SWIGLU` selects
+/// them for a measurement: the same check against f64 at widths no strip divides.
+#[test]
+fn swiglu_with_any_block_shape() {
+    for (waves, chunks) in [(4, 2), (2, 4), (8, 1), (1, 2)] {
+        for (rows, f) in [(5usize, 1000usize), (3, 2824)] {
+            for packed in [false, true] {
+                let p = problem(rows, f).with("packed", packed);
+                let cfg = SwigluConfig::new(f as u32, packed, 32)
+                    .tuned(&format!("waves={waves},chunks={chunks}"))
+                    .unwrap();
+                for (name, k) in [
+                    ("swiglu", swiglu::build(&cfg).unwrap()),
+                    ("swiglu_bwd", swiglu::build_bwd(&cfg).unwrap()),
+                ] {
+                    let launch = by_name(name)
+                        .unwrap()
+                        .problem(&p)
+                        .unwrap()
+                        .launch()
+                        .unwrap();
+                    check_with(name, &p, Some(vec![Stage { kernel: k, launch }]));
+                }
+            }
+        }
+    }
+    let e = SwigluConfig::new(1000, false, 32)
+        .tuned("chunks=3")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("KITTENS_SWIGLU = \"chunks=3\""), "{e}");
 }
 
 /// The packed form reads the same numbers as the split one: `x = [gate | up]` row by row gives the

@@ -330,6 +330,7 @@ table! {
     Vop3 0x28d VMbcntHiU32B32 "v_mbcnt_hi_u32_b32" [1, 1, 1, 0] Both;
     Vop3 0x28f VLshlrevB64 "v_lshlrev_b64" [2, 1, 2, 0] Both;
     Vop3 0x290 VLshrrevB64 "v_lshrrev_b64" [2, 1, 2, 0] Both;
+    Vop3 0x291 VAshrrevI64 "v_ashrrev_i64" [2, 1, 2, 0] Both;
 
     Vop3p 0x2d VMfmaF32_16x16x128F8f6f4 "v_mfma_f32_16x16x128_f8f6f4" [4, 8, 8, 4] G950;
     Vop3p 0x30 VPkFmaF32 "v_pk_fma_f32" [2, 2, 2, 2] Both;
@@ -345,6 +346,7 @@ table! {
     Vop3p 0x73 VMfmaF32_16x16x32Fp8Fp8 "v_mfma_f32_16x16x32_fp8_fp8" [4, 2, 2, 4] Both;
 
     Ds 0x0d DsWriteB32 "ds_write_b32" [0, 1, 1, 0] Both;
+    Ds 0x0e DsWrite2B32 "ds_write2_b32" [0, 1, 1, 1] Both;
     Ds 0x1e DsWriteB8 "ds_write_b8" [0, 1, 1, 0] Both;
     Ds 0x1f DsWriteB16 "ds_write_b16" [0, 1, 1, 0] Both;
     Ds 0x36 DsReadB32 "ds_read_b32" [1, 1, 0, 0] Both;
@@ -353,6 +355,7 @@ table! {
     Ds 0x3e DsPermuteB32 "ds_permute_b32" [1, 1, 1, 0] Both;
     Ds 0x3f DsBpermuteB32 "ds_bpermute_b32" [1, 1, 1, 0] Both;
     Ds 0x4d DsWriteB64 "ds_write_b64" [0, 1, 2, 0] Both;
+    Ds 0x4e DsWrite2B64 "ds_write2_b64" [0, 1, 2, 2] Both;
     Ds 0x76 DsReadB64 "ds_read_b64" [2, 1, 0, 0] Both;
     Ds 0x77 DsRead2B64 "ds_read2_b64" [4, 1, 0, 0] Both;
     Ds 0xdf DsWriteB128 "ds_write_b128" [0, 1, 4, 0] Both;

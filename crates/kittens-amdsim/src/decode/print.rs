@@ -217,7 +217,7 @@ pub(super) fn text(i: &Instr) -> String {
                     );
                 }
             }
-            if name.starts_with("ds_read2") {
+            if name.starts_with("ds_read2") || name.starts_with("ds_write2") {
                 // Two 8-bit offsets in units of the element, each printed where not zero.
                 for (k, off) in [i.imm & 0xff, (i.imm >> 8) & 0xff].into_iter().enumerate() {
                     if off != 0 {

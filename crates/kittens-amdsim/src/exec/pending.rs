@@ -74,6 +74,14 @@ pub enum Effect {
         addr: Box<[u32; LANES]>,
         data: Vec<[u32; LANES]>,
     },
+    /// `ds_write2_b32` / `ds_write2_b64`: data0 at the first address, data1 at the second (one
+    /// instruction, one count of the LDS counter).
+    LdsStore2 {
+        bytes: u32,
+        exec: u64,
+        addr: [Box<[u32; LANES]>; 2],
+        data: [Vec<[u32; LANES]>; 2],
+    },
     /// A value computed at issue (ds_bpermute) written to VGPR `dst` when it lands.
     VgprWrite {
         dst: usize,
@@ -143,7 +151,10 @@ pub fn poison(effect: &Effect, w: &mut Wave) {
                 w.sgpr[r] = POISON;
             }
         }
-        Effect::GlobalStore { .. } | Effect::GlobalToLds { .. } | Effect::LdsStore { .. } => {}
+        Effect::GlobalStore { .. }
+        | Effect::GlobalToLds { .. }
+        | Effect::LdsStore { .. }
+        | Effect::LdsStore2 { .. } => {}
     }
 }
 
@@ -246,6 +257,18 @@ pub fn land(p: Pending, w: &mut Wave, mem: &mut Memory, lds: &mut Lds) -> Result
             for l in (0..LANES).filter(|l| exec >> l & 1 == 1) {
                 lds.write(addr[l], &lane_bytes(&data, l, bytes))
                     .map_err(at)?;
+            }
+        }
+        Effect::LdsStore2 {
+            bytes,
+            exec,
+            addr,
+            data,
+        } => {
+            for (a, d) in addr.iter().zip(&data) {
+                for l in (0..LANES).filter(|l| exec >> l & 1 == 1) {
+                    lds.write(a[l], &lane_bytes(d, l, bytes)).map_err(at)?;
+                }
             }
         }
         Effect::VgprWrite { dst, exec, value } => {

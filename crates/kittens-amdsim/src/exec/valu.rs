@@ -342,10 +342,12 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
         }),
         // CDNA3 ISA guide, V_ALIGNBIT_B32: the low dword of {S0, S1} >> S2[4:0].
         VAlignbitB32 => from_fn(|l| (((a[l] as u64) << 32 | b[l] as u64) >> (c[l] & 31)) as u32),
-        VLshlrevB64 | VLshrrevB64 => {
+        // V_ASHRREV_I64: S1 >> S0[5:0], the sign bit shifted in.
+        VLshlrevB64 | VLshrrevB64 | VAshrrevI64 => {
             let x = w.v64(i, i.src[1])?;
             let r: [u64; LANES] = match i.op {
                 VLshlrevB64 => from_fn(|l| x[l] << (a[l] & 63)),
+                VAshrrevI64 => from_fn(|l| ((x[l] as i64) >> (a[l] & 63)) as u64),
                 _ => from_fn(|l| x[l] >> (a[l] & 63)),
             };
             let d = Wave::vreg(i, i.dst)?;

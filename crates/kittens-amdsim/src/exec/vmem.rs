@@ -102,6 +102,24 @@ pub(super) fn ds(g: &mut Group, wv: usize, i: &Instr) -> Result<(), ExecError> {
                 addr: [at(i.imm & 0xff), at((i.imm >> 8) & 0xff)],
             }
         }
+        // Two elements at 8-bit offsets in units of the element (CDNA3 ISA guide: DS_WRITE2_B32,
+        // DS_WRITE2_B64), data0 to the first, data1 to the second.
+        Op::DsWrite2B32 | Op::DsWrite2B64 => {
+            let unit = if i.op == Op::DsWrite2B64 { 8 } else { 4 };
+            let at = |off: i32| -> Box<[u32; LANES]> {
+                Box::new(from_fn(|l| base[l].wrapping_add((off as u32) * unit)))
+            };
+            let n = unit as usize / 4;
+            let data = |k: usize| -> Result<Vec<[u32; LANES]>, ExecError> {
+                Ok(regs(w, Wave::data_reg(i, i.src[1 + k])?, n))
+            };
+            Effect::LdsStore2 {
+                bytes: unit,
+                exec,
+                addr: [at(i.imm & 0xff), at((i.imm >> 8) & 0xff)],
+                data: [data(0)?, data(1)?],
+            }
+        }
         Op::DsReadB64TrB16 => Effect::LdsLoadTrB16 {
             dst: Wave::data_reg(i, i.dst)?,
             exec,

@@ -12,37 +12,47 @@
 //! `residual` (the row is in registers anyway), and the dropout mask is drawn again from the same
 //! Philox stream (`kittens_ir::philox`, keyed by `seed` and `offset`, index `row·D + col`), as
 //! FlashAttention's dropout backward regenerates its mask. The layout and the two launches are
-//! rmsnorm's backward's (`crate::rmsnorm`): each wave holds its share of a row in strips, visits
-//! [`ROW_STEPS`] rows and writes its f32 partials of `dweight` and `dbias` to transposed scratches
+//! rmsnorm's backward's (`crate::rmsnorm`): each wave holds its share of a row in strips (walked in
+//! [`chunks`] of one 16-byte chunk per lane), a grid of a few blocks per SM loops over the rows
+//! ([`RowLoop`], as Apex's and Liger-Kernel's layernorm backwards do) with each wave keeping its
+//! partial sums of `dweight` and `dbias` in registers, and writes them to transposed scratches
 //! (`[D, parts]`), which the second launch ([`build_dweight`]) sums by rows (FlashAttention-2 §3.2's
 //! split reduction).
 
 use super::LayerNormConfig;
-use crate::rmsnorm::{sum_partials, Frame, ROW_STEPS};
+use crate::rmsnorm::{sum_partials, Frame, RowLoop};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Access, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, RegId, Schedule};
+use kittens_ir::{
+    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, RegId, Schedule,
+};
 use kittens_tile::{BaseShape, Layout};
 
-/// The longest row on 32-lane waves (NVIDIA): past it a lane holds 16 values of each strip, and the
-/// five row-long values the backward needs at once (x̂, dy, a product, the two partial sums) do not
-/// fit the 128 registers a 512-thread block leaves a thread (NVRTC spilled at D = 5128). Longer rows
-/// need the partial sums out of registers (shared memory), which is not done yet.
-pub const MAX_DIM_32_LANES: u32 = 4096;
+/// The most row chunks (one 16-byte chunk of each tensor per lane, [`chunks`]) a wave's share of a
+/// row is walked in: two on 32-lane waves at D = 8192 (16 waves of 512 columns).
+pub const MAX_CHUNKS: u32 = 2;
+
+/// Chunks of `lanes × 8` columns in one wave's share of a row. A share of one chunk is held whole
+/// (every input loaded once, in one run of loads, the mask drawn once); a longer share keeps only its
+/// `x̂` and the partial sums across the row and reads `dy`, `weight` again (from cache) and draws the
+/// mask again for the outputs, which keeps a lane's live values under the 128 registers a 512-thread
+/// block leaves it on NVIDIA.
+pub fn chunks(cfg: &LayerNormConfig) -> u32 {
+    cfg.slice() / (cfg.lanes * 8)
+}
 
 /// Rows of the scratches `dw_partial` and `db_partial` for `rows` rows (one per row group of a block of
 /// the first launch).
-pub fn parts_at(cfg: &LayerNormConfig, rows: usize) -> Option<usize> {
-    let rpb = cfg.rows_per_block() as usize;
-    rows.div_ceil(rpb.checked_mul(ROW_STEPS as usize)?)
-        .checked_mul(rpb)
+pub fn parts_at(cfg: &LayerNormConfig, lp: &RowLoop, rows: usize) -> Option<usize> {
+    lp.parts_at(rows, cfg.rows_per_block())
 }
 
 /// The backward's first launch. Parameters `rows, seed_lo, seed_hi, offset_lo, offset_hi` (the
 /// forward's); tensors in launch order: `dy` (the normalised rows' gradient), `dh` (the new
 /// residual's), `x`, `residual` (bf16 `[rows, D]`), `weight` (bf16 `[D]`), then the outputs `dx`,
 /// `dresidual` (bf16 `[rows, D]`), `dw_partial` and `db_partial` (f32 `[D, parts]`, [`parts_at`]).
-pub fn build_bwd(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
+/// The rows are walked as `lp` says.
+pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelError> {
     check(cfg)?;
     let dim = cfg.dim;
     let mut k = KernelBuilder::new(
@@ -68,9 +78,8 @@ pub fn build_bwd(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
     );
     let dx = k.global("dx", Bf16, &m, Access::Write);
     let dres = k.global("dresidual", Bf16, &m, Access::Write);
-    let rpb = i64::from(cfg.rows_per_block());
-    let steps = i64::from(ROW_STEPS);
-    let parts = rows.ceil_div(rpb * steps) * rpb;
+    let rpb = cfg.rows_per_block();
+    let parts = lp.parts(&rows, rpb);
     let scratch = |k: &mut KernelBuilder, name: &str| {
         k.global_strided(
             name,
@@ -82,125 +91,192 @@ pub fn build_bwd(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
     };
     let dw = scratch(&mut k, "dw_partial");
     let db = scratch(&mut k, "db_partial");
-    k.grid(vec![rows.ceil_div(rpb * steps)], GridOrder::RowMajor);
-    let f = Frame::split(
-        &mut k,
-        cfg.waves_per_row,
-        cfg.rows_per_block(),
-        cfg.slice(),
-        4,
-    );
+    k.grid(vec![lp.grid(&rows, rpb)], GridOrder::RowMajor);
+    let nc = chunks(cfg);
+    let cw = cfg.lanes * 8;
+    let f = Frame::split(&mut k, cfg.waves_per_row, rpb, cfg.slice(), 4);
 
-    let strip = |k: &mut KernelBuilder, n: &str| {
-        k.tile(n, F32, 1, cfg.slice(), Layout::Row, BaseShape::STRIP)
+    let strip =
+        |k: &mut KernelBuilder, n: &str| k.tile(n, F32, 1, cw, Layout::Row, BaseShape::STRIP);
+    let per_chunk = |k: &mut KernelBuilder, n: &str| -> Vec<RegId> {
+        (0..nc).map(|c| strip(k, &format!("{n}{c}"))).collect()
     };
-    // Four strips, as rmsnorm's backward holds: at 16 values per lane (D > 4096 on NVIDIA) a fifth
-    // and sixth (a temporary, the mask) made NVRTC spill. So the mask is drawn twice rather than
-    // held, `dy` is read twice (the second time from cache), and the sums reuse the strips.
-    let [h, g, acc_w, acc_b] = ["x_hat", "g", "dw", "db"].map(|n| strip(&mut k, n));
-    let wv = k.col_vec("weight", h, Bf16);
-    let [mean, inv, c1, c2] = ["mean", "rstd", "mean_g", "mean_gx"].map(|n| k.row_vec(n, h, F32));
+    // Across the row: x̂ and the partial sums of dweight and dbias, per chunk.
+    let h = per_chunk(&mut k, "x_hat");
+    let acc_w = per_chunk(&mut k, "dw");
+    let acc_b = per_chunk(&mut k, "db");
+    // One chunk at a time.
+    let [g, r, dyt, dht, keep] = ["g", "r", "dy", "dh", "keep"].map(|n| strip(&mut k, n));
+    let wv = k.col_vec("weight", g, Bf16);
+    let [mean, inv, c1, c2, part] =
+        ["mean", "rstd", "mean_g", "mean_gx", "part"].map(|n| k.row_vec(n, g, F32));
     let inv_d = 1.0 / dim as f32;
-    // keep = [uniform ≥ p] / (1 − p), the forward's draw at stream index row·D + col.
-    let draw_keep = |k: &mut KernelBuilder, dst: RegId, row: &Expr| {
-        let at = row.clone() * d.clone() + f.col0.clone();
-        k.random(dst, seed.clone(), offset.clone(), at, d.clone());
-        k.ge(dst, dst, cfg.p);
-        k.mul(dst, dst, 1.0 / (1.0 - cfg.p));
-    };
     let dropout = cfg.p > 0.0;
-    k.zero(acc_w);
-    k.zero(acc_b);
-    k.for_range("step", 0, steps, |k, s| {
-        // Rows past the end read zero: dy = 0 there, so they add nothing to the partials.
-        let row = (k.block(0) * steps + s) * rpb + f.local.clone();
-        // h = residual + keep·x, the forward's sum.
-        k.load_global(h, f.view(k, x, &row));
-        if dropout {
-            draw_keep(k, g, &row);
-            k.mul(h, h, g);
+    let col0 = |c: u32| f.col0.clone() + i64::from(c * cw);
+    let view = |k: &KernelBuilder, g: GlobalId, row: &Expr, c: u32| {
+        k.gview(g, vec![row.clone(), col0(c)], 0, 1, 1, cw)
+    };
+    // keep = [uniform ≥ p] / (1 − p), the forward's draw at stream index row·D + col.
+    let draw_keep = |k: &mut KernelBuilder, row: &Expr, c: u32| {
+        let at = row.clone() * d.clone() + col0(c);
+        k.random(keep, seed.clone(), offset.clone(), at, d.clone());
+        k.ge(keep, keep, cfg.p);
+        k.mul(keep, keep, 1.0 / (1.0 - cfg.p));
+    };
+    // Σ over the chunks of the row sums of `src` (into `dst`, this wave's partial).
+    let sum_chunks = |k: &mut KernelBuilder, dst: RegId, c: u32, src: RegId| {
+        if c == 0 {
+            k.row_sum(dst, src);
+        } else {
+            k.row_sum(part, src);
+            k.add(dst, dst, part);
         }
-        k.load_global(g, f.view(k, res, &row));
-        k.add(h, h, g);
+    };
+    for c in 0..nc as usize {
+        k.zero(acc_w[c]);
+        k.zero(acc_b[c]);
+    }
+    k.for_range("step", 0, lp.steps(&rows, rpb), |k, s| {
+        // Rows past the end read zero: dy = 0 there, so they add nothing to the partials.
+        let row = lp.row(k, &rows, rpb, &s, &f.local);
+        // h = residual + keep·x, the forward's sum. A one-chunk share loads every input in one run
+        // (all in flight at once); a longer one x and residual, chunk by chunk.
+        let hold = nc == 1;
+        if hold {
+            k.load_global(h[0], view(k, x, &row, 0));
+            k.load_global(r, view(k, res, &row, 0));
+            k.load_global(dyt, view(k, dy, &row, 0));
+            k.load_global(dht, view(k, dh_out, &row, 0));
+            k.load_global(wv, view(k, w, &row, 0));
+        }
+        for c in 0..nc {
+            let hc = h[c as usize];
+            if !hold {
+                k.load_global(hc, view(k, x, &row, c));
+                k.load_global(r, view(k, res, &row, c));
+            }
+            if dropout {
+                draw_keep(k, &row, c);
+                k.mul(hc, hc, keep);
+            }
+            k.add(hc, hc, r);
+            sum_chunks(k, mean, c, hc);
+        }
         // x̂ = (h − mean) · rstd; columns past D (the strip rounded up) must not count once centred.
-        k.row_sum(mean, h);
         f.total(k, mean, 0);
         k.mul(mean, mean, inv_d);
-        k.sub_row(h, h, mean);
-        k.mask(
-            h,
-            MaskRule::ColsBelow(d.clone()),
-            row.clone(),
-            f.col0.clone(),
-            0.0,
-        );
-        k.mul(g, h, h);
-        k.row_sum(inv, g);
+        for c in 0..nc {
+            let hc = h[c as usize];
+            k.sub_row(hc, hc, mean);
+            k.mask(
+                hc,
+                MaskRule::ColsBelow(d.clone()),
+                row.clone(),
+                col0(c),
+                0.0,
+            );
+            k.mul(r, hc, hc);
+            sum_chunks(k, inv, c, r);
+        }
         f.total(k, inv, 1);
         k.mul(inv, inv, inv_d);
         k.add(inv, inv, cfg.eps);
         k.rsqrt(inv, inv);
-        k.mul_row(h, h, inv);
-        // The partials of dbias and dweight, and mean(g·x̂) = mean(w · dy·x̂). The weight is read
-        // again for every row (from L2), as rmsnorm's backward does, rather than held across the loop.
-        k.load_global(g, f.view(k, dy, &row));
-        k.add(acc_b, acc_b, g);
-        k.mul(g, g, h);
-        k.add(acc_w, acc_w, g);
-        k.load_global(wv, f.view(k, w, &row));
-        k.mul_col(g, g, wv);
-        k.row_sum(c2, g);
-        f.total(k, c2, 2);
-        k.mul(c2, c2, inv_d);
-        // g = dy · w and its mean.
-        k.load_global(g, f.view(k, dy, &row));
-        k.mul_col(g, g, wv);
-        k.row_sum(c1, g);
-        f.total(k, c1, 3);
-        k.mul(c1, c1, inv_d);
-        // dh = rstd · (g − mean(g) − x̂ · mean(g·x̂)) + dh_out.
-        k.sub_row(g, g, c1);
-        k.mul_row(h, h, c2);
-        k.sub(g, g, h);
-        k.mul_row(g, g, inv);
-        k.load_global(h, f.view(k, dh_out, &row));
-        k.add(g, g, h);
-        k.store(f.view(k, dres, &row), g);
-        if dropout {
-            draw_keep(k, h, &row);
-            k.mul(g, g, h);
+        // The partials of dbias and dweight; g = dy · w, mean(g) and mean(g · x̂).
+        for c in 0..nc {
+            let (hc, ci) = (h[c as usize], c as usize);
+            k.mul_row(hc, hc, inv);
+            if !hold {
+                k.load_global(dyt, view(k, dy, &row, c));
+                k.load_global(wv, view(k, w, &row, c));
+            }
+            k.add(acc_b[ci], acc_b[ci], dyt);
+            k.mul(r, dyt, hc);
+            k.add(acc_w[ci], acc_w[ci], r);
+            k.mul_col(g, dyt, wv);
+            sum_chunks(k, c1, c, g);
+            k.mul(r, g, hc);
+            sum_chunks(k, c2, c, r);
         }
-        k.store(f.view(k, dx, &row), g);
+        f.totals(k, &[(c1, 2), (c2, 3)]);
+        k.mul(c1, c1, inv_d);
+        k.mul(c2, c2, inv_d);
+        // dh = rstd · (g − mean(g) − x̂ · mean(g·x̂)) + dh_out; dresidual = dh, dx = keep · dh.
+        for c in 0..nc {
+            let hc = h[c as usize];
+            if !hold {
+                k.load_global(dyt, view(k, dy, &row, c));
+                k.load_global(wv, view(k, w, &row, c));
+                k.load_global(dht, view(k, dh_out, &row, c));
+                k.mul_col(g, dyt, wv);
+            }
+            k.sub_row(g, g, c1);
+            k.mul_row(hc, hc, c2);
+            k.sub(g, g, hc);
+            k.mul_row(g, g, inv);
+            k.add(g, g, dht);
+            k.store(view(k, dres, &row, c), g);
+            if dropout {
+                if !hold {
+                    draw_keep(k, &row, c);
+                }
+                k.mul(g, g, keep);
+            }
+            k.store(view(k, dx, &row, c), g);
+        }
     });
-    let part_row = k.block(0) * rpb + f.local.clone();
-    k.store(f.view(&k, dw, &part_row), acc_w);
-    k.store(f.view(&k, db, &part_row), acc_b);
+    let part_row = k.block(0) * i64::from(rpb) + f.local.clone();
+    for c in 0..nc {
+        k.store(view(&k, dw, &part_row, c), acc_w[c as usize]);
+        k.store(view(&k, db, &part_row, c), acc_b[c as usize]);
+    }
     Ok(k.finish()?)
 }
 
 /// The backward's second launch: `dweight[j] = Σ_p dw_partial[j, p]` and `dbias[j] = Σ_p
 /// db_partial[j, p]`. Parameter `rows` (the first launch's); tensors `dw_partial`, `db_partial` (f32
 /// `[D, parts]`) and the outputs `dweight`, `dbias` (bf16 `[D]`).
-pub fn build_dweight(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
+pub fn build_dweight(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelError> {
     check(cfg)?;
     sum_partials(
         &format!("layernorm_dweight_d{}", cfg.dim),
         cfg.dim,
         cfg.lanes,
         cfg.rows_per_block(),
+        lp,
         &[("dw_partial", "dweight"), ("db_partial", "dbias")],
     )
 }
 
-/// The forward's checks and [`MAX_DIM_32_LANES`].
+/// The forward's checks, [`MAX_CHUNKS`], and no dropout where a 32-lane wave's share takes two
+/// chunks: NVRTC keeps both chunks' masks (and `dy`) live across the row's sums rather than drawing
+/// them again, past the 128 registers a 512-thread block leaves a thread (spills at D = 5128).
 pub(crate) fn check(cfg: &LayerNormConfig) -> Result<(), KernelError> {
     cfg.check()?;
-    if cfg.lanes == 32 && cfg.dim > MAX_DIM_32_LANES {
-        return Err(KernelError::Config(format!(
-            "layernorm_bwd: row length D = {} is over {MAX_DIM_32_LANES} on 32-lane waves (sm_90a; \
-             AMD's 64-lane waves take up to 8192)",
+    let nc = chunks(cfg);
+    let refuse = |why: String| {
+        Err(KernelError::Config(format!(
+            "layernorm_bwd: row length D = {} {why}",
             cfg.dim
-        )));
+        )))
+    };
+    if nc > MAX_CHUNKS {
+        return refuse(format!(
+            "takes {nc} chunks of {} columns per wave on {} waves of {} lanes (at most {MAX_CHUNKS})",
+            cfg.lanes * 8,
+            cfg.waves_per_row,
+            cfg.lanes
+        ));
+    }
+    if nc > 1 && cfg.lanes == 32 && cfg.p > 0.0 {
+        return refuse(format!(
+            "is over {} on 32-lane waves (sm_90a) with dropout p = {} (p = 0 takes up to 8192; AMD's \
+             64-lane waves take up to 8192 with dropout)",
+            MAX_DIM_32_LANES_DROPOUT, cfg.p
+        ));
     }
     Ok(())
 }
+
+/// The longest row the backward takes with dropout on 32-lane waves (one chunk per lane of 16 waves).
+pub const MAX_DIM_32_LANES_DROPOUT: u32 = 4096;

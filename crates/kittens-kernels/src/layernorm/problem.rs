@@ -16,6 +16,7 @@ use crate::problem::{
     RunSettings, Stage, STORE_BYTES,
 };
 use crate::reference::{self, Tolerance};
+use crate::rmsnorm::RowLoop;
 use crate::KernelError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
@@ -82,18 +83,27 @@ pub fn config(p: &LayerNormProblem, target: Target) -> LayerNormConfig {
     }
 }
 
-/// The backward's configuration on `target`: the forward's, except that the interpreter runs rows
-/// over [`super::bwd::MAX_DIM_32_LANES`] on 64-lane waves (as AMD does; 32-lane waves refuse them).
-pub fn bwd_config(p: &LayerNormProblem, target: Target) -> LayerNormConfig {
-    let cfg = config(p, target);
-    if target.gpu().is_none() && cfg.dim > super::bwd::MAX_DIM_32_LANES {
-        let base = LayerNormConfig::new(cfg.dim, cfg.p, 64);
-        return LayerNormConfig {
+/// The backward's configuration on `target` (the forward's) and how its first launch walks the rows
+/// (with [`crate::rmsnorm::ROW_LOOP_VAR`]'s override for a measurement).
+pub fn bwd_config(
+    p: &LayerNormProblem,
+    target: Target,
+) -> Result<(LayerNormConfig, RowLoop), KernelError> {
+    let mut cfg = config(p, target);
+    // The interpreter runs what 32-lane waves refuse (dropout past 4096) on 64-lane waves, as AMD does.
+    if target.gpu().is_none() && cfg.p > 0.0 && cfg.dim > super::bwd::MAX_DIM_32_LANES_DROPOUT {
+        cfg = LayerNormConfig {
             eps: cfg.eps,
-            ..base
+            ..LayerNormConfig::new(cfg.dim, cfg.p, 64)
         };
     }
-    cfg
+    let mut lp = RowLoop::from_env(target, cfg.waves)?;
+    if let Some(w) = lp.waves_per_row {
+        cfg.waves_per_row = w;
+        cfg.waves = 4.max(w);
+        lp = RowLoop::from_env(target, cfg.waves)?;
+    }
+    Ok((cfg, lp))
 }
 
 /// A 64-bit seed or offset as the kernel's two 32-bit word parameters `[low, high]`, each the word's
@@ -207,11 +217,11 @@ impl KernelProblem for LayerNormBwdProblem {
             "layernorm_bwd",
             &[("rows", p.norm.rows), ("dim", p.norm.dim)],
         )?;
-        let cfg = bwd_config(p, target);
+        let (cfg, lp) = bwd_config(p, target)?;
         super::bwd::check(&cfg)?;
         let (rows, d) = (p.norm.rows, p.norm.dim);
         let what = format!("layernorm_bwd at rows={rows} dim={d}");
-        let scratch = scratch_len(&cfg, p)?;
+        let scratch = scratch_len(&cfg, &lp, p)?;
         let m = budget::product(&[rows as u64, d as u64]);
         let bytes = budget::sum(&[
             // four inputs and their snapshot
@@ -227,26 +237,27 @@ impl KernelProblem for LayerNormBwdProblem {
             what,
             work: m,
             shape: serde_json::json!({
-                "norm": p.norm, "config": cfg, "partials": [d, parts_at(&cfg, rows)],
+                "norm": p.norm, "config": cfg, "row_loop": lp,
+                "partials": [d, parts_at(&cfg, &lp, rows)],
             }),
         })
     }
 
     fn build(&self, target: Target) -> Result<Kernel, KernelError> {
-        let p = &self.0;
-        build_bwd(&bwd_config(p, target))
+        let (cfg, lp) = bwd_config(&self.0, target)?;
+        build_bwd(&cfg, &lp)
     }
 
     /// `dx`, `dresidual` and the scratches, then `dweight` and `dbias` from the scratches (passed by
     /// name).
     fn stages(&self, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
         let p = &self.0;
-        let cfg = bwd_config(p, target);
+        let (cfg, lp) = bwd_config(p, target)?;
         let l = &plan.launch;
-        let scratch = scratch_len(&cfg, p)?;
+        let scratch = scratch_len(&cfg, &lp, p)?;
         Ok(vec![
             Stage {
-                kernel: build_bwd(&cfg)?,
+                kernel: build_bwd(&cfg, &lp)?,
                 launch: Launch {
                     params: l.params.clone(),
                     inputs: l.inputs.clone(),
@@ -254,7 +265,7 @@ impl KernelProblem for LayerNormBwdProblem {
                 },
             },
             Stage {
-                kernel: build_dweight(&cfg)?,
+                kernel: build_dweight(&cfg, &lp)?,
                 launch: Launch {
                     params: l.params[..1].to_vec(),
                     inputs: vec![scratch, scratch],
@@ -266,7 +277,7 @@ impl KernelProblem for LayerNormBwdProblem {
 
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
         let p = &self.0;
-        let eps = f64::from(bwd_config(p, Target::Cpu).eps);
+        let eps = f64::from(config(p, Target::Cpu).eps);
         Reference {
             values: reference::layernorm_backward(
                 &inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4], &p.norm, eps,
@@ -282,8 +293,12 @@ impl KernelProblem for LayerNormBwdProblem {
 }
 
 /// Elements of each scratch of the backward (`D × parts`).
-fn scratch_len(cfg: &LayerNormConfig, p: &LayerNormProblem) -> Result<usize, KernelError> {
-    parts_at(cfg, p.norm.rows)
+fn scratch_len(
+    cfg: &LayerNormConfig,
+    lp: &RowLoop,
+    p: &LayerNormProblem,
+) -> Result<usize, KernelError> {
+    parts_at(cfg, lp, p.norm.rows)
         .and_then(|n| n.checked_mul(p.norm.dim))
         .ok_or_else(|| {
             KernelError::Problem(format!(

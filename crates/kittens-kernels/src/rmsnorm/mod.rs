@@ -19,8 +19,9 @@
 //! The backward recomputes `rstd` from `r`: the row is in registers anyway, so it costs one row sum
 //! and no memory traffic, and the forward writes no statistics. `dweight` sums over every row, across
 //! blocks, in two launches (as FlashAttention-2's backward splits its reduction, §3.2): the first
-//! ([`build_bwd`]) has each wave accumulate `dy · r̂` over the [`ROW_STEPS`] rows it visits and write
-//! its f32 partial to a scratch tensor `dw_partial`, stored transposed (`[D, parts]`); the second
+//! ([`build_bwd`]) has each wave accumulate `dy · r̂` over every row it visits (a grid of a few blocks
+//! per SM looping over the rows, [`RowLoop`]) and write its f32 partial to a scratch tensor
+//! `dw_partial`, stored transposed (`[D, parts]`); the second
 //! ([`build_dweight`]) sums each row of the transposed scratch (a row reduction, which the strip
 //! lowering has) and rounds it to bf16.
 
@@ -29,15 +30,115 @@ pub mod problem;
 use crate::layernorm::{strip_cols, waves_per_row, DIMS};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_hw::Gpu;
+use kittens_hw::{Gpu, Target};
 use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId, Schedule};
 use kittens_tile::{BaseShape, Layout, Swizzle};
 
-/// Rows each wave of the backward's first launch visits (its `dy · r̂` partial covers them all): the
-/// scratch holds one row per `ROW_STEPS` rows of the problem.
-pub const ROW_STEPS: u32 = 16;
 /// Rows of `D` one wave of the second launch sums (a `DW_ROWS × lanes·8` strip per step).
 pub const DW_ROWS: u32 = 4;
+
+/// The environment variable that overrides [`RowLoop`] for a measurement: `blocks=N` and/or
+/// `waves_per_row=W`, comma-separated (e.g. `KITTENS_NORM_BWD=blocks=132,waves_per_row=8`).
+pub const ROW_LOOP_VAR: &str = "KITTENS_NORM_BWD";
+
+/// How the first launch of a row-wise backward (`rmsnorm_bwd`, `layernorm_bwd`) walks its rows, as
+/// Apex's and Liger-Kernel's layernorm backwards do: a grid of at most `blocks` blocks (a few per SM),
+/// block `b` visiting the row groups `b, b + grid, b + 2·grid, …` and keeping its share of the
+/// `dweight` partial sums in registers across all of them, so the second launch sums only
+/// `grid × rows_per_block` partial rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RowLoop {
+    /// The most blocks of the first launch.
+    pub blocks: u32,
+    /// Waves sharing one row, where a measurement overrides [`waves_per_row`]'s choice.
+    pub waves_per_row: Option<u32>,
+}
+
+impl RowLoop {
+    /// As many blocks as fill the target's SMs / CUs once with 16 waves each (the measured best on an
+    /// H200 for the layernorm backward at D = 4096: one 512-thread block per SM, against two or four),
+    /// so that blocks of `waves` waves get `16 / waves` per SM; 5 on the CPU interpreter (so that a
+    /// test's few dozen rows make every block loop, with a partial last round).
+    pub fn for_target(target: Target, waves: u32) -> Self {
+        Self::for_gpu(target.gpu(), waves)
+    }
+
+    /// [`Self::for_target`] for a GPU (`None`: the CPU interpreter).
+    pub fn for_gpu(gpu: Option<&Gpu>, waves: u32) -> Self {
+        RowLoop {
+            blocks: gpu.map_or(5, |g| g.compute_units * (16 / waves.max(1)).max(1)),
+            waves_per_row: None,
+        }
+    }
+
+    /// [`Self::for_target`] with what [`ROW_LOOP_VAR`] sets; an error naming the variable where it
+    /// holds anything else.
+    pub fn from_env(target: Target, waves: u32) -> Result<Self, KernelError> {
+        match std::env::var(ROW_LOOP_VAR) {
+            Ok(v) => Self::parse(target, waves, &v),
+            Err(_) => Ok(Self::for_target(target, waves)),
+        }
+    }
+
+    /// [`Self::for_target`] with the settings `v` (the form of [`ROW_LOOP_VAR`]).
+    pub fn parse(target: Target, waves: u32, v: &str) -> Result<Self, KernelError> {
+        let mut lp = Self::for_target(target, waves);
+        let bad = || {
+            KernelError::Config(format!(
+                "{ROW_LOOP_VAR} = {v:?}: expected blocks=N (N > 0) and/or waves_per_row=W (1, 2, 4, \
+                 8, 16 or 32), comma-separated"
+            ))
+        };
+        for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, val) = item.split_once('=').ok_or_else(bad)?;
+            let n: u32 = val.trim().parse().map_err(|_| bad())?;
+            match key.trim() {
+                "blocks" if n > 0 => lp.blocks = n,
+                "waves_per_row" if matches!(n, 1 | 2 | 4 | 8 | 16 | 32) => {
+                    lp.waves_per_row = Some(n)
+                }
+                _ => return Err(bad()),
+            }
+        }
+        Ok(lp)
+    }
+
+    /// Row groups each block visits, for `rows` rows and `rpb` rows per block: as few as spread the
+    /// groups over at most `blocks` blocks.
+    pub fn steps(&self, rows: &Expr, rpb: u32) -> Expr {
+        rows.ceil_div(i64::from(rpb) * i64::from(self.blocks))
+    }
+
+    /// Blocks of the first launch (at most `blocks`; no block without a row).
+    pub fn grid(&self, rows: &Expr, rpb: u32) -> Expr {
+        rows.ceil_div(self.steps(rows, rpb) * i64::from(rpb))
+    }
+
+    /// Rows of the scratch of partial sums: one per row group of a block.
+    pub fn parts(&self, rows: &Expr, rpb: u32) -> Expr {
+        self.grid(rows, rpb) * i64::from(rpb)
+    }
+
+    /// [`Self::parts`] at a concrete row count (`None` on overflow).
+    pub fn parts_at(&self, rows: usize, rpb: u32) -> Option<usize> {
+        let rpb = rpb as usize;
+        let steps = rows.div_ceil(rpb.checked_mul(self.blocks as usize)?);
+        rows.div_ceil(steps.checked_mul(rpb)?.max(1))
+            .checked_mul(rpb)
+    }
+
+    /// The row that wave-row `local` of this block holds at step `s`.
+    pub(crate) fn row(
+        &self,
+        k: &KernelBuilder,
+        rows: &Expr,
+        rpb: u32,
+        s: &Expr,
+        local: &Expr,
+    ) -> Expr {
+        (s.clone() * self.grid(rows, rpb) + k.block(0)) * i64::from(rpb) + local.clone()
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct RmsNormConfig {
@@ -82,20 +183,6 @@ impl RmsNormConfig {
     /// Rows one block holds at a time.
     pub fn rows_per_block(&self) -> u32 {
         self.waves / self.waves_per_row
-    }
-
-    /// Rows of the backward's scratch `dw_partial` for `rows` rows: one per row group of a block of
-    /// the first launch.
-    pub fn parts(&self, rows: &Expr) -> Expr {
-        let rpb = i64::from(self.rows_per_block());
-        rows.ceil_div(rpb * i64::from(ROW_STEPS)) * rpb
-    }
-
-    /// [`Self::parts`] at a concrete row count (`None` on overflow).
-    pub fn parts_at(&self, rows: usize) -> Option<usize> {
-        let rpb = self.rows_per_block() as usize;
-        rows.div_ceil(rpb.checked_mul(ROW_STEPS as usize)?)
-            .checked_mul(rpb)
     }
 
     pub(crate) fn check(&self) -> Result<(), KernelError> {
@@ -188,6 +275,14 @@ impl Frame {
         }
     }
 
+    /// [`Self::total`] of several values at one barrier, each through its own ring slot.
+    pub(crate) fn totals(&self, k: &mut KernelBuilder, vs: &[(RegId, i64)]) {
+        if let Some(buf) = self.partials {
+            let vs: Vec<(RegId, Expr)> = vs.iter().map(|&(v, s)| (v, Expr::c(s))).collect();
+            k.row_sums_across_waves(&vs, buf, self.local.clone(), self.part.clone(), self.parts);
+        }
+    }
+
     /// `inv = 1 / √(Σ sq / D + eps)` from this wave's squares `sq` (the block-wide sum in slot 0).
     fn rstd(&self, k: &mut KernelBuilder, inv: RegId, sq: RegId, cfg: &RmsNormConfig) {
         k.row_sum(inv, sq);
@@ -266,9 +361,9 @@ pub fn build(cfg: &RmsNormConfig) -> Result<Kernel, KernelError> {
 /// The backward's first launch. Parameter `rows`; tensors in launch order: `dy`, `r` (the forward's
 /// `residual_out`, or `x` without a residual), `weight`, `dresidual_out` (with a residual: the
 /// gradient reaching the new residual), then the outputs `dx` (bf16 `[rows, D]`: the gradient of `x`
-/// and of `residual` alike) and `dw_partial` (f32, [`RmsNormConfig::parts`] rows of `D`, stored
-/// transposed for [`build_dweight`]).
-pub fn build_bwd(cfg: &RmsNormConfig) -> Result<Kernel, KernelError> {
+/// and of `residual` alike) and `dw_partial` (f32, [`RowLoop::parts`] rows of `D`, stored transposed
+/// for [`build_dweight`]). The rows are walked as `lp` says.
+pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelError> {
     cfg.check()?;
     let dim = cfg.dim;
     let mut k = KernelBuilder::new(
@@ -284,7 +379,8 @@ pub fn build_bwd(cfg: &RmsNormConfig) -> Result<Kernel, KernelError> {
         .residual
         .then(|| k.global("dresidual_out", Bf16, &m, Access::Read));
     let dx = k.global("dx", Bf16, &m, Access::Write);
-    let parts = cfg.parts(&rows);
+    let rpb = cfg.rows_per_block();
+    let parts = lp.parts(&rows, rpb);
     let dw = k.global_strided(
         "dw_partial",
         F32,
@@ -292,29 +388,31 @@ pub fn build_bwd(cfg: &RmsNormConfig) -> Result<Kernel, KernelError> {
         vec![Expr::c(1), parts],
         Access::Write,
     );
-    let (rpb, steps) = (i64::from(cfg.rows_per_block()), i64::from(ROW_STEPS));
-    k.grid(vec![rows.ceil_div(rpb * steps)], GridOrder::RowMajor);
+    k.grid(vec![lp.grid(&rows, rpb)], GridOrder::RowMajor);
     let f = Frame::new(&mut k, cfg, 2);
 
     let [h, g, t, acc] = ["r_hat", "g", "t", "dw"].map(|n| strip(&mut k, n, cfg));
+    let d_out = cfg.residual.then(|| strip(&mut k, "dr_out", cfg));
     let wv = k.col_vec("weight", h, Bf16);
     let inv = k.row_vec("rstd", h, F32);
     let dot = k.row_vec("dot", h, F32);
     k.zero(acc);
-    k.for_range("step", 0, steps, |k, s| {
+    k.for_range("step", 0, lp.steps(&rows, rpb), |k, s| {
         // Rows past the end read zero: r̂ = 0 and dy = 0 there, so they add nothing to `dw`.
-        let row = (k.block(0) * steps + s) * rpb + f.local.clone();
+        let row = lp.row(k, &rows, rpb, &s, &f.local);
+        // Every input of the row in one run of loads (all in flight at once).
         k.load_global(h, f.view(k, r, &row));
         k.load_global(g, f.view(k, dy, &row));
+        k.load_global(wv, f.view(k, w, &row));
+        if let (Some(src), Some(d_out)) = (dres, d_out) {
+            k.load_global(d_out, f.view(k, src, &row));
+        }
         k.mul(t, h, h);
         f.rstd(k, inv, t, cfg);
         k.mul_row(h, h, inv);
         k.mul(t, g, h);
         k.add(acc, acc, t);
-        // dr = rstd · (w·dy − r̂ · mean(w·dy·r̂)); the mean's block-wide sum in slot 1. The weight
-        // is read again for every row (from L2) rather than held across the loop, where NVRTC
-        // spilled at D = 4096 (64 registers, 4 spill stores; 80 and none so).
-        k.load_global(wv, f.view(k, w, &row));
+        // dr = rstd · (w·dy − r̂ · mean(w·dy·r̂)); the mean's block-wide sum in slot 1.
         k.mul_col(g, g, wv);
         k.mul(t, g, h);
         k.row_sum(dot, t);
@@ -323,13 +421,12 @@ pub fn build_bwd(cfg: &RmsNormConfig) -> Result<Kernel, KernelError> {
         k.mul_row(t, h, dot);
         k.sub(g, g, t);
         k.mul_row(g, g, inv);
-        if let Some(dres) = dres {
-            k.load_global(t, f.view(k, dres, &row));
-            k.add(g, g, t);
+        if let Some(d_out) = d_out {
+            k.add(g, g, d_out);
         }
         k.store(f.view(k, dx, &row), g);
     });
-    let part_row = k.block(0) * rpb + f.local.clone();
+    let part_row = k.block(0) * i64::from(rpb) + f.local.clone();
     k.store(f.view(&k, dw, &part_row), acc);
     Ok(k.finish()?)
 }
@@ -337,21 +434,21 @@ pub fn build_bwd(cfg: &RmsNormConfig) -> Result<Kernel, KernelError> {
 /// The backward's second launch: `dweight[j] = Σ_p dw_partial[j, p]`. Parameter `rows` (the first
 /// launch's: the scratch's width follows from it); tensors `dw_partial` (f32 `[D, parts]`) and the
 /// output `dweight` (bf16 `[D]`).
-pub fn build_dweight(cfg: &RmsNormConfig) -> Result<Kernel, KernelError> {
+pub fn build_dweight(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelError> {
     cfg.check()?;
-    let rpb = cfg.rows_per_block();
     sum_partials(
         &format!("rmsnorm_dweight_d{}", cfg.dim),
         cfg.dim,
         cfg.lanes,
-        rpb,
+        cfg.rows_per_block(),
+        lp,
         &[("dw_partial", "dweight")],
     )
 }
 
 /// A kernel summing the rows of transposed partial sums: for each `(scratch, out)` pair,
 /// `out[j] = Σ_p scratch[j, p]` (f32 `[dim, parts]` in, bf16 `[dim]` out), `parts` as
-/// [`RmsNormConfig::parts`] gives it for blocks of `rows_per_block` rows. Parameter `rows`; tensors
+/// [`RowLoop::parts`] gives it for blocks of `rows_per_block` rows. Parameter `rows`; tensors
 /// the scratches, then the outputs. Each wave sums [`DW_ROWS`] rows of each scratch, `lanes × 8`
 /// columns a step.
 pub(crate) fn sum_partials(
@@ -359,14 +456,14 @@ pub(crate) fn sum_partials(
     dim: u32,
     lanes: u32,
     rows_per_block: u32,
+    lp: &RowLoop,
     pairs: &[(&str, &str)],
 ) -> Result<Kernel, KernelError> {
     let dim = i64::from(dim);
     let waves = 4;
     let mut k = KernelBuilder::new(name, Schedule::Plain { waves });
     let rows = k.param("rows");
-    let rpb = i64::from(rows_per_block);
-    let parts = rows.ceil_div(rpb * i64::from(ROW_STEPS)) * rpb;
+    let parts = lp.parts(&rows, rows_per_block);
     let d = Expr::c(dim);
     let scratch: Vec<GlobalId> = pairs
         .iter()

@@ -9,7 +9,7 @@
 //!
 //! The f64 references, and a fixed tolerance (each output one bf16 rounding of f32 arithmetic).
 
-use super::{build, build_bwd, build_dweight, RmsNormConfig};
+use super::{build, build_bwd, build_dweight, RmsNormConfig, RowLoop};
 use crate::budget;
 use crate::problem::{
     elements, param, positive, KernelProblem, Launch, NamedArgs, Plan, Reference, RunSettings,
@@ -86,6 +86,22 @@ pub fn config(p: &RmsNormProblem, target: Target) -> RmsNormConfig {
         eps: p.eps.unwrap_or(base.eps),
         ..base
     }
+}
+
+/// The backward's configuration on `target` and how its first launch walks the rows (with
+/// [`super::ROW_LOOP_VAR`]'s override for a measurement).
+pub fn bwd_config(
+    p: &RmsNormProblem,
+    target: Target,
+) -> Result<(RmsNormConfig, RowLoop), KernelError> {
+    let mut cfg = config(p, target);
+    let mut lp = RowLoop::from_env(target, cfg.waves)?;
+    if let Some(w) = lp.waves_per_row {
+        cfg.waves_per_row = w;
+        cfg.waves = 4.max(w);
+        lp = RowLoop::from_env(target, cfg.waves)?;
+    }
+    Ok((cfg, lp))
 }
 
 /// Validates the sizes and the configuration and returns `(rows, dim, rows × dim)`.
@@ -209,10 +225,11 @@ impl KernelProblem for RmsNormBwdProblem {
     fn plan(&self, target: Target) -> Result<Plan, KernelError> {
         let p = &self.0;
         let (rows, d, m) = sizes(p, target, "rmsnorm_bwd")?;
-        let cfg = config(p, target);
+        let (cfg, lp) = bwd_config(p, target)?;
+        cfg.check()?;
         let what = format!("rmsnorm_bwd at rows={rows} dim={d}");
-        let parts = cfg
-            .parts_at(rows)
+        let parts = lp
+            .parts_at(rows, cfg.rows_per_block())
             .and_then(|n| n.checked_mul(d))
             .ok_or_else(|| KernelError::Problem(format!("{what}: the scratch overflows")))?;
         // Inputs, dx and the scratch (under m / 16 more).
@@ -224,29 +241,29 @@ impl KernelProblem for RmsNormBwdProblem {
             work: Some(m as u64),
             shape: serde_json::json!({
                 "rows": rows, "dim": d, "residual": p.residual,
-                "config": cfg, "dw_partial": [d, cfg.parts_at(rows)],
+                "config": cfg, "row_loop": lp, "dw_partial": [d, parts / d],
             }),
         })
     }
 
     fn build(&self, target: Target) -> Result<Kernel, KernelError> {
-        let p = &self.0;
-        build_bwd(&config(p, target))
+        let (cfg, lp) = bwd_config(&self.0, target)?;
+        build_bwd(&cfg, &lp)
     }
 
     /// `dx` and the scratch `dw_partial`, then `dweight` from the scratch (passed by name).
     fn stages(&self, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
         let p = &self.0;
-        let cfg = config(p, target);
+        let (cfg, lp) = bwd_config(p, target)?;
         let l = &plan.launch;
         let d = p.dim;
-        let scratch = cfg
-            .parts_at(p.rows)
+        let scratch = lp
+            .parts_at(p.rows, cfg.rows_per_block())
             .and_then(|n| n.checked_mul(d))
             .ok_or_else(|| KernelError::Problem("rmsnorm_bwd: the scratch overflows".into()))?;
         Ok(vec![
             Stage {
-                kernel: build_bwd(&cfg)?,
+                kernel: build_bwd(&cfg, &lp)?,
                 launch: Launch {
                     params: l.params.clone(),
                     inputs: l.inputs.clone(),
@@ -254,7 +271,7 @@ impl KernelProblem for RmsNormBwdProblem {
                 },
             },
             Stage {
-                kernel: build_dweight(&cfg)?,
+                kernel: build_dweight(&cfg, &lp)?,
                 launch: Launch {
                     params: l.params.clone(),
                     inputs: vec![scratch],

@@ -37,7 +37,14 @@ pub struct SwigluConfig {
     pub lanes: u32,
     /// Waves per block, side by side along a row.
     pub waves: u32,
+    /// 16-byte chunks of each tensor per lane: a wave's strip is `lanes × 8 × chunks` columns, its
+    /// loads all in flight at once.
+    pub chunks: u32,
 }
+
+/// The environment variable that overrides the block shape for a measurement: `waves=N` (1 to 16)
+/// and/or `chunks=C` (1, 2 or 4), comma-separated (e.g. `KITTENS_SWIGLU=waves=8,chunks=2`).
+pub const TUNE_VAR: &str = "KITTENS_SWIGLU";
 
 impl SwigluConfig {
     pub fn new(f: u32, packed: bool, lanes: u32) -> Self {
@@ -46,7 +53,28 @@ impl SwigluConfig {
             packed,
             lanes,
             waves: 4,
+            chunks: 1,
         }
+    }
+
+    /// This configuration with the settings `v` (the form of [`TUNE_VAR`]).
+    pub fn tuned(mut self, v: &str) -> Result<Self, KernelError> {
+        let bad = || {
+            KernelError::Config(format!(
+                "{TUNE_VAR} = {v:?}: expected waves=N (1 to 16) and/or chunks=C (1, 2 or 4), \
+                 comma-separated"
+            ))
+        };
+        for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, val) = item.split_once('=').ok_or_else(bad)?;
+            let n: u32 = val.trim().parse().map_err(|_| bad())?;
+            match key.trim() {
+                "waves" if (1..=16).contains(&n) => self.waves = n,
+                "chunks" if matches!(n, 1 | 2 | 4) => self.chunks = n,
+                _ => return Err(bad()),
+            }
+        }
+        Ok(self)
     }
 
     /// As configured for `gpu` (its wave width).
@@ -56,7 +84,7 @@ impl SwigluConfig {
 
     /// Columns of one wave's strip.
     pub fn strip(&self) -> u32 {
-        self.lanes * 8
+        self.lanes * 8 * self.chunks
     }
 
     fn check(&self) -> Result<(), KernelError> {
@@ -72,8 +100,8 @@ impl SwigluConfig {
         if !matches!(self.lanes, 32 | 64) {
             return bad(format!("{} lanes per wave (32 or 64)", self.lanes));
         }
-        if self.waves == 0 {
-            return bad("waves per block must be positive".into());
+        if self.waves == 0 || self.chunks == 0 {
+            return bad("waves per block and chunks per lane must be positive".into());
         }
         Ok(())
     }

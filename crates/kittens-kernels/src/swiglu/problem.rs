@@ -84,6 +84,15 @@ pub fn config(p: &SwigluProblem, target: Target) -> SwigluConfig {
     SwigluConfig::new(f, p.packed, target.gpu().map_or(32, |g| g.wave_width))
 }
 
+/// [`config`] with what [`super::TUNE_VAR`] sets for a measurement; an error naming the variable where
+/// it holds anything else.
+pub fn tuned_config(p: &SwigluProblem, target: Target) -> Result<SwigluConfig, KernelError> {
+    match std::env::var(super::TUNE_VAR) {
+        Ok(v) => config(p, target).tuned(&v),
+        Err(_) => Ok(config(p, target)),
+    }
+}
+
 impl KernelProblem for SwigluProblem {
     fn kernel(&self) -> &'static str {
         self.name()
@@ -133,14 +142,13 @@ impl KernelProblem for SwigluProblem {
             what,
             work: m,
             shape: serde_json::json!({
-                "rows": rows, "f": f, "packed": p.packed, "config": config(p, target),
+                "rows": rows, "f": f, "packed": p.packed, "config": tuned_config(p, target)?,
             }),
         })
     }
 
     fn build(&self, target: Target) -> Result<Kernel, KernelError> {
-        let p = self;
-        let cfg = config(p, target);
+        let cfg = tuned_config(self, target)?;
         if self.backward {
             build_bwd(&cfg)
         } else {

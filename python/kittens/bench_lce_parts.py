@@ -1,0 +1,108 @@
+"""``python -m kittens.bench lce --lce-chunks default,512,1024``: where the fused linear + cross-entropy's time
+goes, per chunk size. For each shape and each chunk size (``default``: Liger's rows / ceil(V / H)):
+
+* the whole fused pass (``kittens.linear_cross_entropy`` forward and backward) and its peak memory above
+  the inputs, against the unfused ``matmul + F.cross_entropy`` (time);
+* its parts, each timed on its own over the same chunks and summed: the logits GEMM (``hidden_chunk @
+  weight.T``), the ``cross_entropy`` kernel (in place on a chunk of logits), the ``d_hidden`` GEMM
+  (``dlogits @ weight``) and ``d_weight.addmm_(dlogits.T, hidden_chunk)``.
+
+The GEMMs' share grows where a chunk is short: ``d_hidden``'s output is one chunk of rows by H (few output
+tiles for the SMs unless split over K), and ``addmm_`` reads and writes all of ``d_weight`` once per chunk.
+Timing: CUDA events, warm-up, median (``kittens.bench.time_many``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import List
+
+
+def _chunks(spec: str, n: int, h: int, v: int) -> List[int]:
+    from .loss import default_chunk_rows
+
+    out = []
+    for c in spec.split(","):
+        c = c.strip()
+        if c:
+            out.append(default_chunk_rows(n, h, v) if c == "default" else int(c))
+    return out
+
+
+def lce_parts(torch, kittens, args) -> List[dict]:
+    from .bench import time_many
+    from .loss import _labels_for_kernel, _mm, cross_entropy_
+
+    F = torch.nn.functional
+    rows = []
+    iters = max(5, args.iters // 10)
+    for n, h, v in args.lce_shapes:
+        gen = torch.Generator(device="cuda").manual_seed(v)
+        hid = torch.randn(n, h, device="cuda", generator=gen).to(torch.bfloat16).requires_grad_()
+        w = (torch.randn(v, h, device="cuda", generator=gen) / math.sqrt(h) * 4).to(torch.bfloat16).requires_grad_()
+        y = torch.randint(0, v, (n,), device="cuda", generator=gen)
+        y[::17] = -100
+
+        def unfused(i=0):
+            hid.grad = w.grad = None
+            F.cross_entropy(hid @ w.T, y).backward()
+
+        t_unfused = time_many(torch, {"unfused": unfused}, 1, args.warmup, iters)["unfused"]
+        for chunk in _chunks(args.lce_chunks, n, h, v):
+            chunk = -(-chunk // 8) * 8
+
+            def fused(i=0):
+                hid.grad = w.grad = None
+                kittens.linear_cross_entropy(hid, w, y, chunk_rows=chunk).backward()
+
+            fused()
+            torch.cuda.synchronize()
+            hid.grad = w.grad = None
+            base = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+            fused()
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated() - base
+            t_fused = time_many(torch, {"fused": fused}, 1, args.warmup, iters)["fused"]
+            # The parts on the first chunk (and on the last, shorter one where the rows do not divide).
+            hd, wd = hid.detach(), w.detach()
+            lab = _labels_for_kernel(y, -100, v)
+            scale = torch.full((1,), 1.0 / n, dtype=torch.float32, device="cuda")
+            dwt = torch.zeros_like(wd)
+            parts = {"logits_gemm": 0.0, "ce_kernel": 0.0, "d_hidden_gemm": 0.0, "d_weight_addmm": 0.0}
+            full, rest = divmod(n, chunk)
+            for rws, count in ((chunk, full), (rest, 1)):
+                if rws == 0 or count == 0:
+                    continue
+                hc = hd[:rws]
+                logits = _mm(hc, wd.t())
+                dh = torch.empty_like(hc)
+                t = time_many(torch, {
+                    "logits_gemm": lambda i: _mm(hc, wd.t(), out=logits),
+                    "ce_kernel": lambda i: cross_entropy_(logits, lab[:rws], scale, 0.0),
+                    "d_hidden_gemm": lambda i: _mm(logits, wd, out=dh),
+                    "d_weight_addmm": lambda i: dwt.addmm_(logits.t(), hc),
+                }, 1, args.warmup, iters)
+                for k in parts:
+                    parts[k] += count * t[k]
+            rows.append({
+                "shape": f"lce N {n} H {h} V {v}", "chunk_rows": chunk, "chunks": -(-n // chunk),
+                "fused_ms": t_fused, "unfused_ms": t_unfused, "vs_unfused": t_unfused / t_fused,
+                "fused_peak_mib": peak / 2**20, "logits_mib": n * v * 2 / 2**20,
+                "fused_peak_of_logits": peak / (n * v * 2),
+                **{f"{k}_ms": t for k, t in parts.items()},
+                "parts_sum_ms": sum(parts.values()),
+            })
+            dwt = None
+        hid = w = None
+        torch.cuda.empty_cache()
+    return rows
+
+
+def print_parts(rows: List[dict]) -> None:
+    print(f"{'shape':<28} {'chunk':>6} {'fused':>7} {'unfused':>8} {'speed':>6} {'peak/logits':>11} "
+          f"{'logits':>7} {'CE':>6} {'d_hid':>7} {'d_w':>7} (ms)")
+    for r in rows:
+        print(f"{r['shape']:<28} {r['chunk_rows']:>6} {r['fused_ms']:>7.2f} {r['unfused_ms']:>8.2f} "
+              f"{r['vs_unfused']:>5.2f}x {r['fused_peak_of_logits']:>11.3f} {r['logits_gemm_ms']:>7.2f} "
+              f"{r['ce_kernel_ms']:>6.2f} {r['d_hidden_gemm_ms']:>7.2f} {r['d_weight_addmm_ms']:>7.2f}")
