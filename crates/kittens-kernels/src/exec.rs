@@ -287,6 +287,45 @@ pub fn attention_lse_with(
     Ok((all, lse.then_some(rest)))
 }
 
+/// [`attention_lse_with`] on strided tensors (`crate::attn_strides`): `q`, `k`, `v` are the spans of
+/// tensors of strides `st.q`, `st.k`, `st.v` (first element to last), read in place by the strided
+/// program; returns O's span (its elements at strides `st.o`, 0 between them) and the log-sum-exp
+/// (f32 `[b, h, s]`, contiguous).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_strided(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: &BwdShape,
+    st: &crate::attn_strides::AttnStrides,
+    causal: Causal,
+    lse: bool,
+    opts: &AttnOptions,
+) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
+    check_head_dim(sh.dim, "attn_fwd")?;
+    let p = Problem {
+        attn_strides: Some(*st),
+        ..attn_problem(sh, causal, lse, opts)
+    };
+    p.check_attn_options()?;
+    let launch = AttnProblem.launch(&p)?;
+    check_lens(&launch, &[("Q", q), ("K", k), ("V", v)])?;
+    let o_len = launch.outputs[0];
+    if sh.batch * sh.heads * sh.seq_q * sh.dim == 0 {
+        return Ok((vec![0.0; o_len], lse.then(Vec::new)));
+    }
+    if sh.seq_kv == 0 {
+        return Err(KernelError::Problem(format!(
+            "attention of {} queries over no keys (the softmax of an empty row is undefined)",
+            sh.seq_q
+        )));
+    }
+    within_budget(&AttnProblem, &p)?;
+    let mut all = run_on(&AttnProblem, &p, launch, &[("Q", q), ("K", k), ("V", v)])?;
+    let rest = all.split_off(o_len.min(all.len()));
+    Ok((all, lse.then_some(rest)))
+}
+
 /// `LayerNorm(residual + dropout(x))·weight + bias` through `layernorm` (`crate::layernorm`): `x` and
 /// `residual` are `rows × dim` row-major, `weight` and `bias` `dim`; returns `[out; new residual]`
 /// (`2 × rows × dim`). Dropout with `norm.p` keyed by `norm.dropout_seed` and `norm.offset`.

@@ -88,6 +88,9 @@ pub struct Problem {
     /// On a GPU target, one of the kernel's named variants (`registry::KernelEntry::variants`, e.g. the
     /// GEMM's `interleave4`) instead of the target's default configuration; `None`: the default.
     pub variant: Option<&'static str>,
+    /// Attention: each tensor's own `[b, h, s]` strides (a caller's views, read in place by the strided
+    /// programs, `crate::attn_strides`); `None`: every tensor dense in `attn.layout`.
+    pub attn_strides: Option<crate::attn_strides::AttnStrides>,
 }
 
 impl Problem {
@@ -144,6 +147,7 @@ impl Default for Problem {
             input_scale: 1.0,
             tolerance: None,
             variant: None,
+            attn_strides: None,
         }
     }
 }

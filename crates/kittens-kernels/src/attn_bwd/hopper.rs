@@ -35,7 +35,7 @@
 //! dK and dQ get their scale on the f32 accumulators before the bf16 store.
 
 use super::{BwdConfig, BwdTurns, Causal};
-use crate::attn_fwd::strides;
+use crate::attn_strides::tensor_strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -126,13 +126,8 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
             ("s", s.clone()),
             ("d", dim.clone()),
         ];
-        k.global_strided(
-            name,
-            Bf16,
-            &dims,
-            strides(cfg.layout, h, s, &dim),
-            Access::Read,
-        )
+        let st = tensor_strides(k, cfg.strided, cfg.layout, name, (h, s, &dim));
+        k.global_strided(name, Bf16, &dims, st, Access::Read)
     };
     let q = tensor(k, "q", &heads, &seq_q);
     let kg = tensor(k, "k", &heads_kv, &seq_kv);
@@ -298,7 +293,9 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
             ("s", seq.clone()),
             ("d", dim.clone()),
         ];
-        let st = strides(cfg.layout, heads, seq, &dim);
+        // dQ's f32 accumulator is the call's scratch: dense whatever the caller's strides.
+        let own = cfg.strided && name != "dq_acc";
+        let st = tensor_strides(k, own, cfg.layout, name, (heads, seq, &dim));
         k.global_strided(name, dtype, &dims, st, access)
     };
     let (kv_heads, kv_seq) = (&io.heads_kv, &io.seq_kv);
@@ -606,7 +603,13 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         ("s", io.seq_q.clone()),
         ("d", dim.clone()),
     ];
-    let st = strides(cfg.layout, &io.heads, &io.seq_q, &dim);
+    let st = tensor_strides(
+        &mut k,
+        cfg.strided,
+        cfg.layout,
+        "dq",
+        (&io.heads, &io.seq_q, &dim),
+    );
     let dq_g = k.global_strided("dq", Bf16, &dims, st, Access::Write);
     let n_qb = io.seq_q.ceil_div(i64::from(BLOCK));
     // The query blocks of one head adjacent (they share its K and V in L2), the last first (the

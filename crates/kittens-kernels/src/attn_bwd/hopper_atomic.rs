@@ -14,7 +14,7 @@
 //! `[batch, heads, ⌈seq_q / (ROWS·WAVES)⌉]`. Rows past `seq_q` read nothing and write nothing.
 
 use super::BwdConfig;
-use crate::attn_fwd::strides;
+use crate::attn_strides::tensor_strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, Schedule};
@@ -78,7 +78,10 @@ impl Strip {
             ("s", self.seq_q.clone()),
             ("d", self.dim.clone()),
         ];
-        let st = strides(cfg.layout, &self.heads, &self.seq_q, &self.dim);
+        // dQ's f32 accumulator is the call's scratch: dense whatever the caller's strides.
+        let own = cfg.strided && name != "dq_acc";
+        let shape = (&self.heads, &self.seq_q, &self.dim);
+        let st = tensor_strides(&mut self.k, own, cfg.layout, name, shape);
         self.k.global_strided(name, dt, &dims, st, a)
     }
 

@@ -218,6 +218,10 @@ pub struct BwdConfig {
     /// A sliding window ([`Window`], bottom-right aligned): its keys masked on every program, and
     /// the steps wholly outside it skipped.
     pub window: Option<Window>,
+    /// Q, K, V, O, dO, dQ, dK, dV each in its own strides, kernel parameters
+    /// ([`crate::attn_strides::tensor_strides`]) instead of `layout`'s; the log-sum-exp, D and the f32
+    /// dQ accumulator stay dense (`layout`'s).
+    pub strided: bool,
 }
 
 /// The products of a Hopper key-block step taken in turns by the consumer warpgroups
@@ -255,6 +259,7 @@ impl Default for BwdConfig {
             turns: BwdTurns::None,
             logits: Logits::default(),
             window: None,
+            strided: false,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! backward (`crate::reference_bwd`).
 
 use super::{build, BwdConfig, BwdShape, Causal};
+use crate::attn_strides;
 use crate::budget;
 use crate::problem::{
     draw_operands, elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem,
@@ -19,6 +20,20 @@ use kittens_hw::Target;
 use kittens_ir::numerics::{round, Rounding};
 use kittens_ir::Kernel;
 use rand::rngs::SmallRng;
+
+/// Every parameter a launch of `p` may take, by name: the sizes (`l.params`' first five) and, for a
+/// strided problem, each tensor's strides.
+fn named_values(p: &Problem, l: &Launch) -> Result<Vec<(String, i64)>, KernelError> {
+    let mut values: Vec<(String, i64)> = ["batch", "heads", "heads_kv", "seq_q", "seq_kv"]
+        .into_iter()
+        .map(String::from)
+        .zip(l.params.iter().copied())
+        .collect();
+    if let Some(st) = &p.attn_strides {
+        values.extend(st.params()?);
+    }
+    Ok(values)
+}
 
 /// The problem definition the registry hands out for `attn_bwd`.
 #[derive(Debug)]
@@ -103,6 +118,7 @@ fn config(p: &Problem, target: Target) -> Result<BwdConfig, KernelError> {
         layout: p.attn.layout,
         logits: p.logits,
         window: p.window,
+        strided: p.attn_strides.is_some(),
         ..tiles
     })
 }
@@ -116,19 +132,48 @@ impl KernelProblem for BwdProblem {
                 sh.heads_kv, sh.heads
             )));
         }
-        let q = elements("Q", &[sh.batch, sh.heads, sh.seq_q, sh.dim])?;
-        let kv = elements("K", &[sh.batch, sh.heads_kv, sh.seq_kv, sh.dim])?;
+        let q_shape = [sh.batch, sh.heads, sh.seq_q, sh.dim];
+        let kv_shape = [sh.batch, sh.heads_kv, sh.seq_kv, sh.dim];
         let lse = elements("lse", &[sh.batch, sh.heads, sh.seq_q])?;
+        let mut params = vec![
+            param("batch", sh.batch)?,
+            param("heads", sh.heads)?,
+            param("heads_kv", sh.heads_kv)?,
+            param("seq_q", sh.seq_q)?,
+            param("seq_kv", sh.seq_kv)?,
+        ];
+        // Dense tensors hold their elements; strided ones the span from the first to the last, and
+        // the strided program takes each one's strides after the sizes, in `attn_strides::TENSORS`
+        // order (its declaration order).
+        let [q, k, v, o, d_o, dq, dk, dv] = match &p.attn_strides {
+            None => {
+                let (q, kv) = (elements("Q", &q_shape)?, elements("K", &kv_shape)?);
+                [q, kv, kv, q, q, q, kv, kv]
+            }
+            Some(st) => {
+                let mut spans = [0; 8];
+                for (i, name) in attn_strides::TENSORS.into_iter().enumerate() {
+                    let shape = if matches!(name, "k" | "v" | "dk" | "dv") {
+                        kv_shape
+                    } else {
+                        q_shape
+                    };
+                    let t = st.of(name).unwrap_or_default();
+                    if name.starts_with('d') && name != "do" {
+                        attn_strides::check_no_overlap(name, shape, t)?;
+                    }
+                    spans[i] = attn_strides::span(shape, t)?;
+                    for x in t {
+                        params.push(param(name, x)?);
+                    }
+                }
+                spans
+            }
+        };
         Ok(Launch {
-            params: vec![
-                param("batch", sh.batch)?,
-                param("heads", sh.heads)?,
-                param("heads_kv", sh.heads_kv)?,
-                param("seq_q", sh.seq_q)?,
-                param("seq_kv", sh.seq_kv)?,
-            ],
-            inputs: vec![q, kv, kv, q, q, lse],
-            outputs: vec![q, kv, kv],
+            params,
+            inputs: vec![q, k, v, o, d_o, lse],
+            outputs: vec![dq, dk, dv],
         })
     }
 
@@ -226,22 +271,25 @@ impl KernelProblem for BwdProblem {
             }]),
             Some([HopperQ, HopperKv]) => {
                 let l = &plan.launch;
-                let [q, kv, lse] = [l.inputs[0], l.inputs[1], l.inputs[5]];
+                let [q, k, v, o, d_o, lse] = [0, 1, 2, 3, 4, 5].map(|i| l.inputs[i]);
+                let [dq, dk, dv] = [0, 1, 2].map(|i| l.outputs[i]);
+                let values = named_values(p, l)?;
                 let stage = |schedule, inputs, outputs| -> Result<Stage, KernelError> {
+                    let kernel = build(&BwdConfig { schedule, ..cfg })?;
                     Ok(Stage {
-                        kernel: build(&BwdConfig { schedule, ..cfg })?,
                         launch: Launch {
-                            params: l.params.clone(),
+                            params: attn_strides::named_params(&kernel, &values)?,
                             inputs,
                             outputs,
                         },
+                        kernel,
                     })
                 };
                 Ok(vec![
                     // q, k, v, o, do, lse in; delta, dq out.
-                    stage(HopperQ, vec![q, kv, kv, q, q, lse], vec![lse, q])?,
+                    stage(HopperQ, vec![q, k, v, o, d_o, lse], vec![lse, dq])?,
                     // q, k, v, do, lse, delta in; dk, dv out.
-                    stage(HopperKv, vec![q, kv, kv, q, lse, lse], vec![kv, kv])?,
+                    stage(HopperKv, vec![q, k, v, d_o, lse, lse], vec![dk, dv])?,
                 ])
             }
             Some([HopperAtomicPre, HopperAtomicKv, HopperAtomicDq]) => {
@@ -250,25 +298,32 @@ impl KernelProblem for BwdProblem {
                 // written by the key blocks (a launch the runner's inputs-then-outputs cannot
                 // express; it refuses it, a prepared call passes the accumulator by name).
                 let l = &plan.launch;
-                let [q, kv, lse] = [l.inputs[0], l.inputs[1], l.inputs[5]];
+                let [q, k, v, o, d_o, lse] = [0, 1, 2, 3, 4, 5].map(|i| l.inputs[i]);
+                let [dq, dk, dv] = [0, 1, 2].map(|i| l.outputs[i]);
+                let acc = elements(
+                    "dq_acc",
+                    &[p.attn.batch, p.attn.heads, p.attn.seq, p.attn.dim],
+                )?;
+                let values = named_values(p, l)?;
                 let stage = |schedule, inputs, outputs| -> Result<Stage, KernelError> {
+                    let kernel = build(&BwdConfig { schedule, ..cfg })?;
                     Ok(Stage {
-                        kernel: build(&BwdConfig { schedule, ..cfg })?,
                         launch: Launch {
-                            params: l.params.clone(),
+                            params: attn_strides::named_params(&kernel, &values)?,
                             inputs,
                             outputs,
                         },
+                        kernel,
                     })
                 };
                 Ok(vec![
-                    stage(HopperAtomicPre, vec![q, q], vec![lse, q])?,
+                    stage(HopperAtomicPre, vec![o, d_o], vec![lse, acc])?,
                     stage(
                         HopperAtomicKv,
-                        vec![q, kv, kv, q, lse, lse, q],
-                        vec![kv, kv],
+                        vec![q, k, v, d_o, lse, lse, acc],
+                        vec![dk, dv],
                     )?,
-                    stage(HopperAtomicDq, vec![q], vec![q])?,
+                    stage(HopperAtomicDq, vec![acc], vec![dq])?,
                 ])
             }
             Some(other) => Err(KernelError::Config(format!(

@@ -24,7 +24,7 @@
 
 use super::key_block::KeyBlock;
 use super::{name, BwdConfig, BwdSchedule};
-use crate::attn_fwd::strides;
+use crate::attn_strides::tensor_strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -67,7 +67,8 @@ fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> Io {
             ("s", s.clone()),
             ("d", dim.clone()),
         ];
-        k.global_strided(name, Bf16, &dims, strides(cfg.layout, h, s, &dim), access)
+        let st = tensor_strides(k, cfg.strided, cfg.layout, name, (h, s, &dim));
+        k.global_strided(name, Bf16, &dims, st, access)
     };
     let q = tensor(k, "q", &heads, &seq_q, Access::Read);
     let kg = tensor(k, "k", &heads_kv, &seq_kv, Access::Read);

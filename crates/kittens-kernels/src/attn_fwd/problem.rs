@@ -4,6 +4,7 @@
 use super::split::{self, SplitShape};
 use super::{build, AttnConfig, AttnLayout, AttnSchedule};
 use crate::attn_bwd::{BwdShape, Causal};
+use crate::attn_strides;
 use crate::budget;
 use crate::problem::{
     elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem, Reference, Stage,
@@ -114,6 +115,7 @@ fn tiles(p: &Problem, target: Target) -> AttnConfig {
         logits: p.logits,
         window: p.window,
         rounding: p.attn_cfg.rounding,
+        strided: p.attn_strides.is_some(),
         ..tiles
     };
     match target.gpu() {
@@ -172,21 +174,52 @@ impl KernelProblem for AttnProblem {
                 sh.heads_kv, sh.heads
             )));
         }
-        let q = elements("Q", &[sh.batch, sh.heads, sh.seq, sh.dim])?;
-        let kv = elements("K", &[sh.batch, sh.heads_kv, seq_kv, sh.dim])?;
-        let mut outputs = vec![q];
+        let q_shape = [sh.batch, sh.heads, sh.seq, sh.dim];
+        let kv_shape = [sh.batch, sh.heads_kv, seq_kv, sh.dim];
+        let mut params = vec![
+            param("batch", sh.batch)?,
+            param("heads", sh.heads)?,
+            param("heads_kv", sh.heads_kv)?,
+            param("seq", sh.seq)?,
+            param("seq_kv", seq_kv)?,
+        ];
+        // Dense tensors hold their elements; strided ones the span from the first to the last, and
+        // the strided program takes each tensor's strides after the sizes, in q, k, v, o order.
+        let [q, k, v, o] = match &p.attn_strides {
+            None => {
+                let (q, kv) = (elements("Q", &q_shape)?, elements("K", &kv_shape)?);
+                [q, kv, kv, q]
+            }
+            Some(st) => {
+                attn_strides::check_no_overlap("o", q_shape, st.o)?;
+                let mut spans = [0; 4];
+                for (i, (name, shape)) in [
+                    ("q", q_shape),
+                    ("k", kv_shape),
+                    ("v", kv_shape),
+                    ("o", q_shape),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    let t = st.of(name).unwrap_or_default();
+                    spans[i] = attn_strides::span(shape, t)?;
+                    params.extend(
+                        t.iter()
+                            .map(|&x| param(name, x))
+                            .collect::<Result<Vec<_>, _>>()?,
+                    );
+                }
+                spans
+            }
+        };
+        let mut outputs = vec![o];
         if p.lse {
             outputs.push(elements("lse", &[sh.batch, sh.heads, sh.seq])?);
         }
         Ok(Launch {
-            params: vec![
-                param("batch", sh.batch)?,
-                param("heads", sh.heads)?,
-                param("heads_kv", sh.heads_kv)?,
-                param("seq", sh.seq)?,
-                param("seq_kv", seq_kv)?,
-            ],
-            inputs: vec![q, kv, kv],
+            params,
+            inputs: vec![q, k, v],
             outputs,
         })
     }
@@ -283,20 +316,28 @@ impl KernelProblem for AttnProblem {
         }
         let (a, g) = (p.attn, cfg.kv_splits as usize);
         let rows = elements("lse", &[a.batch, a.heads, a.seq])?;
+        let q_len = elements("o_partial", &[a.batch, a.heads, a.seq, a.dim])?;
         let parts = vec![
-            elements("o_partial", &[g, plan.launch.outputs[0]])?,
+            elements("o_partial", &[g, q_len])?,
             elements("lse_partial", &[g, rows])?,
         ];
+        // Each launch's parameters by name: the split kernel takes no `o`, the merge no q, k, v.
+        let mut values: Vec<(String, i64)> = ["batch", "heads", "heads_kv", "seq", "seq_kv"]
+            .into_iter()
+            .map(String::from)
+            .zip(plan.launch.params.iter().copied())
+            .collect();
+        if let Some(st) = &p.attn_strides {
+            values.extend(st.params()?);
+        }
+        let merge_kernel = split::build_merge(&cfg)?;
         let merge = Launch {
-            params: vec![
-                param("batch", a.batch)?,
-                param("heads", a.heads)?,
-                param("seq", a.seq)?,
-            ],
+            params: attn_strides::named_params(&merge_kernel, &values)?,
             inputs: parts.clone(),
             outputs: plan.launch.outputs.clone(),
         };
         let split = Launch {
+            params: attn_strides::named_params(&kernel, &values)?,
             outputs: parts,
             ..plan.launch.clone()
         };
@@ -306,7 +347,7 @@ impl KernelProblem for AttnProblem {
                 launch: split,
             },
             Stage {
-                kernel: split::build_merge(&cfg)?,
+                kernel: merge_kernel,
                 launch: merge,
             },
         ])
@@ -314,6 +355,9 @@ impl KernelProblem for AttnProblem {
 
     /// O, then (with `p.lse`) the log-sum-exp, each judged by the rule on its own.
     fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+        if let Some(st) = p.attn_strides {
+            return strided_reference(self, p, &st, inputs);
+        }
         let [q, k, v] = [&inputs[0], &inputs[1], &inputs[2]];
         let (bsh, causal) = (bwd_shape(p), causal(p));
         let v_t;
@@ -345,4 +389,58 @@ impl KernelProblem for AttnProblem {
     fn tolerance(&self) -> Tolerance {
         Tolerance::Rule
     }
+}
+
+/// The reference of a strided problem: its inputs gathered into dense `[b, h, s, d]`, the dense
+/// problem's reference, O scattered back into O's strides (what the program leaves between its rows
+/// is 0 here, as the runner's zeroed outputs hold it).
+fn strided_reference(
+    def: &AttnProblem,
+    p: &Problem,
+    st: &attn_strides::AttnStrides,
+    inputs: &[Vec<f32>],
+) -> Reference {
+    let sh = bwd_shape(p);
+    let q_shape = [sh.batch, sh.heads, sh.seq_q, sh.dim];
+    let kv_shape = [sh.batch, sh.heads_kv, sh.seq_kv, sh.dim];
+    let dense = Problem {
+        attn_strides: None,
+        attn: crate::reference::AttnShape {
+            layout: AttnLayout::Bhsd,
+            ..p.attn
+        },
+        ..*p
+    };
+    let gathered = [
+        attn_strides::gather(&inputs[0], q_shape, st.q),
+        attn_strides::gather(&inputs[1], kv_shape, st.k),
+        attn_strides::gather(&inputs[2], kv_shape, st.v),
+    ];
+    let r = def.reference(&dense, &gathered);
+    let n = q_shape.iter().product::<usize>();
+    Reference {
+        values: with_scattered_o(&r.values, n, q_shape, st.o),
+        baseline: r
+            .baseline
+            .as_deref()
+            .map(|b| with_scattered_o(b, n, q_shape, st.o)),
+        max_abs_logit: r.max_abs_logit,
+    }
+}
+
+/// `all` (a dense O of `n` elements, then the rest) with O scattered into strides `st`.
+fn with_scattered_o<T: Copy + Default>(
+    all: &[T],
+    n: usize,
+    shape: [usize; 4],
+    st: [usize; 3],
+) -> Vec<T> {
+    let [_, nh, ns, nd] = shape;
+    let mut out = vec![T::default(); attn_strides::span(shape, st).unwrap_or(0)];
+    for (i, &x) in all[..n].iter().enumerate() {
+        let at = [i / (nd * ns * nh), i / (nd * ns) % nh, i / nd % ns, i % nd];
+        out[attn_strides::offset(st, at)] = x;
+    }
+    out.extend_from_slice(&all[n..]);
+    out
 }
