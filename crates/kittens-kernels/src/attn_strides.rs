@@ -175,6 +175,18 @@ pub fn gather(data: &[f32], shape: [usize; 4], st: [usize; 3]) -> Vec<f32> {
     out
 }
 
+/// `dense` (`[b, h, s, d]` order) placed at strides `st` in a buffer of the tensor's span; the
+/// elements between its rows `T::default()`.
+pub fn scatter<T: Copy + Default>(dense: &[T], shape: [usize; 4], st: [usize; 3]) -> Vec<T> {
+    let [_, nh, ns, nd] = shape;
+    let mut out = vec![T::default(); span(shape, st).unwrap_or(0)];
+    for (i, &x) in dense.iter().enumerate() {
+        let at = [i / (nd * ns * nh), i / (nd * ns) % nh, i / nd % ns, i % nd];
+        out[offset(st, at)] = x;
+    }
+    out
+}
+
 /// Refuses a written tensor whose elements overlap (two indices at one address: a race between the
 /// blocks that write them), naming it and its strides.
 pub fn check_no_overlap(name: &str, shape: [usize; 4], st: [usize; 3]) -> Result<(), KernelError> {

@@ -93,6 +93,17 @@ pub fn variant(base: BwdConfig, name: &str) -> Result<BwdConfig, KernelError> {
 /// The configuration a run builds: the target GPU's tiles (the defaults on the CPU), or the
 /// variant `p.variant` names of them, with `p`'s head dimension, mask and layout.
 fn config(p: &Problem, target: Target) -> Result<BwdConfig, KernelError> {
+    if p.attn_strides.is_some() && target.gpu().is_some_and(|g| g.arch.is_amd()) {
+        // Measured: the plain program with 24 stride parameters spills 5 SGPRs on gfx950.
+        return Err(KernelError::NotForTarget {
+            kernel: "attn_bwd",
+            target,
+            why: "tensors in their own strides (attn_strides): the program's 24 stride parameters \
+                  spill scalar registers on CDNA; give q, k, v, out, grad_out and the gradients in \
+                  one dense layout"
+                .into(),
+        });
+    }
     let tiles = match target.gpu() {
         Some(gpu) => BwdConfig::for_gpu(gpu),
         None => BwdConfig::default(),
@@ -344,13 +355,23 @@ impl KernelProblem for BwdProblem {
         let sh = shape(p);
         let lens = &launch.inputs;
         let qkv = draw_operands(p, kernel, &lens[..3], rng);
-        let d_o = draw_operands(p, kernel, &lens[..1], rng).remove(0);
+        let d_o = draw_operands(p, kernel, &lens[4..5], rng).remove(0);
         let opts = p.attn_options();
-        let f = reference_bwd::forward_with(&qkv[0], &qkv[1], &qkv[2], &sh, causal(p), &opts);
-        let o =
+        // A strided problem's forward reads the drawn spans gathered, and its O goes to O's strides.
+        let dense = |i: usize, t: &[f32]| match &p.attn_strides {
+            Some(_) => strided::gather(p, i, t),
+            None => t.to_vec(),
+        };
+        let [q_d, k_d, v_d] = [0, 1, 2].map(|i| dense(i, &qkv[i]));
+        let f = reference_bwd::forward_with(&q_d, &k_d, &v_d, &sh, causal(p), &opts);
+        let o: Vec<f32> =
             f.o.iter()
                 .map(|&x| round(x as f32, DType::Bf16, Rounding::Rtne))
                 .collect();
+        let o = match &p.attn_strides {
+            Some(_) => strided::scatter(p, 3, &o),
+            None => o,
+        };
         let lse = f.lse.iter().map(|&x| x as f32).collect();
         let [q, k, v]: [Vec<f32>; 3] = qkv.try_into().unwrap_or_default();
         vec![q, k, v, o, d_o, lse]
@@ -358,14 +379,41 @@ impl KernelProblem for BwdProblem {
 
     fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
         let (sh, c) = (shape(p), causal(p));
-        let [q, k, v, _, d_o] = [0, 1, 2, 3, 4].map(|i| inputs[i].as_slice());
+        let dense = |i: usize| match &p.attn_strides {
+            Some(_) => strided::gather(p, i, &inputs[i]),
+            None => inputs[i].clone(),
+        };
+        let [q, k, v, d_o] = [0, 1, 2, 4].map(dense);
+        let (q, k, v, d_o) = (q.as_slice(), k.as_slice(), v.as_slice(), d_o.as_slice());
         let lg = &p.attn_options();
         let g = reference_bwd::backward_with(q, k, v, d_o, &sh, c, lg);
         let base = reference_bwd::backward_bf16_baseline_with(q, k, v, d_o, &sh, c, lg);
         let logit = reference_bwd::forward_with(q, k, v, &sh, c, lg).max_abs_logit;
+        // A strided problem's gradients go to their strides (only gap-free ones can be judged: the
+        // runners poison outputs with NaN; `tests/attn_strides.rs` checks gapped ones).
+        let (values, baseline) = match &p.attn_strides {
+            None => ([g.dq, g.dk, g.dv].concat(), base.concat()),
+            Some(_) => {
+                let [dq, dk, dv] = base;
+                (
+                    [
+                        strided::scatter(p, 5, &g.dq),
+                        strided::scatter(p, 6, &g.dk),
+                        strided::scatter(p, 7, &g.dv),
+                    ]
+                    .concat(),
+                    [
+                        strided::scatter(p, 5, &dq),
+                        strided::scatter(p, 6, &dk),
+                        strided::scatter(p, 7, &dv),
+                    ]
+                    .concat(),
+                )
+            }
+        };
         Reference {
-            values: [g.dq, g.dk, g.dv].concat(),
-            baseline: Some(base.concat()),
+            values,
+            baseline: Some(baseline),
             max_abs_logit: Some(logit),
         }
     }
@@ -373,5 +421,33 @@ impl KernelProblem for BwdProblem {
     /// The test rule per gradient, against the bf16 backward.
     fn tolerance(&self) -> Tolerance {
         Tolerance::Rule
+    }
+}
+
+/// A strided problem's tensors (`attn_strides::TENSORS[i]`) between their spans and dense
+/// `[b, h, s, d]`, for the draw and the reference.
+mod strided {
+    use crate::attn_strides::{self, TENSORS};
+    use crate::problem::Problem;
+
+    fn shape(p: &Problem, i: usize) -> ([usize; 4], [usize; 3]) {
+        let sh = super::shape(p);
+        let heads = if matches!(TENSORS[i], "k" | "v" | "dk" | "dv") {
+            (sh.heads_kv, sh.seq_kv)
+        } else {
+            (sh.heads, sh.seq_q)
+        };
+        let st = p.attn_strides.unwrap_or_default().of(TENSORS[i]);
+        ([sh.batch, heads.0, heads.1, sh.dim], st.unwrap_or_default())
+    }
+
+    pub fn gather(p: &Problem, i: usize, t: &[f32]) -> Vec<f32> {
+        let (shape, st) = shape(p, i);
+        attn_strides::gather(t, shape, st)
+    }
+
+    pub fn scatter<T: Copy + Default>(p: &Problem, i: usize, t: &[T]) -> Vec<T> {
+        let (shape, st) = shape(p, i);
+        attn_strides::scatter(t, shape, st)
     }
 }
