@@ -82,11 +82,6 @@ def _form(form, dim, softcap=None):
     return form
 
 
-def _bshd(*ts):
-    """True when every tensor is a (B, N, H, D) buffer seen as (B, H, N, D) (and not also dense BHSD)."""
-    return all(t.transpose(1, 2).is_contiguous() for t in ts) and not all(t.is_contiguous() for t in ts)
-
-
 def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, form=None, *, bottom_right=False,
                        softcap=None, window=None):
     """Gradients ``(dq, dk, dv)`` of ``out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)``
@@ -96,8 +91,8 @@ def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, fo
     ``kittens.attention(..., return_lse=True)`` returns, but ``+inf`` for a query that keeps no key).
     ``causal`` masks keys after each query, top-left, or bottom-right with ``bottom_right`` (query i
     keeps keys j <= i + N_kv - N, the forward's ``causal_align="bottom_right"``). Any finite positive ``scale`` (default ``1/sqrt(D)``), ``softcap`` and ``window`` as the forward took them. The gradients come back in q's (and k's) memory
-    order: (B, H, N, D) or (B, N, H, D) seen through ``.transpose(1, 2)``; other strides are copied to
-    (B, H, N, D) first. On CUDA the head dim must be 64 or 128. ``form``: ``"auto"``, ``"two"`` or
+    order: (B, H, N, D) or (B, N, H, D) seen through ``.transpose(1, 2)``, else (B, H, N, D); on CUDA
+    every input is read in place in any strides with the head dim contiguous. On CUDA the head dim must be 64 or 128. ``form``: ``"auto"``, ``"two"`` or
     ``"atomic"`` launches (module docstring); ``None`` takes ``KITTENS_ATTN_BWD``, else ``"auto"``.
     """
     b, h, hk, n, nk, d = _check(q, k, v, out, grad_out, lse, scale)
@@ -113,21 +108,13 @@ def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, fo
 
 
 def _cuda(q, k, v, out, grad_out, lse, causal, shape, atomic, bottom_right=False, opts=(None, None, None)):
-    """The CUDA launches through the one prepared-call path (``kittens._dispatch``); tensors in neither
-    dense layout, or in two, are copied into one first."""
+    """The CUDA launches through the one prepared-call path (``kittens._dispatch``): every tensor read in
+    place in its own strides (the head dim contiguous)."""
     from . import _dispatch
 
-    bshd = _bshd(q, k, v, grad_out)
-
-    def order(t):
-        if bshd:
-            return t if t.transpose(1, 2).is_contiguous() else t.transpose(1, 2).contiguous().transpose(1, 2)
-        return t if t.is_contiguous() else t.contiguous()
-
-    qq, kk, vv, oo, go = (order(t) for t in (q, k, v, out, grad_out))
     lse32 = lse.to(_torch().float32).contiguous()
     named = tuple((n, x) for n, x in zip(("scale", "softcap", "window"), opts) if x is not None)
-    return _dispatch.attention_backward(qq, kk, vv, oo, go, lse32, causal, bool(bottom_right and causal), atomic,
+    return _dispatch.attention_backward(q, k, v, out, grad_out, lse32, causal, bool(bottom_right and causal), atomic,
                                         named)
 
 

@@ -24,8 +24,6 @@ What is interim here (each says so where it is done):
 * attention's ``lse`` gradient (``return_lse=True`` under autograd) costs one more run of the backward
   kernel (dS = dlse * P taken from a backward over ones and zeros, see :func:`_lse_grad`), until the
   backward kernel takes ``delta - dlse`` as an input.
-* attention with q, k, v in different layouts: the kernels read one layout for all four arrays, so the
-  odd ones out are copied into q's layout (head dim contiguous is all the op needs).
 
 Each op takes ``bfloat16`` CPU or CUDA tensors, like the public functions (:func:`kittens.matmul` etc.,
 which call these ops on torch tensors). The ops are defined with ``torch.library.custom_op``. Its
@@ -81,19 +79,12 @@ def _in_layout(t: Tensor, layout: str) -> Tensor:
     return t.contiguous()
 
 
-def _pick_layout(q: Tensor, k: Tensor, v: Tensor) -> str:
-    """The layout the attention kernels run in for these inputs: one of q's if q has one (k and v's
-    where they share it, so nothing is copied), else k and v's common one, else (B, H, N, D)."""
-    lq, lk, lv = _layouts(q), _layouts(k), _layouts(v)
-    for cand in ("bhsd", "bshd"):
-        if cand in lq and cand in lk and cand in lv:
-            return cand
-    if lq:
-        return lq[0]
-    for cand in ("bhsd", "bshd"):
-        if cand in lk and cand in lv:
-            return cand
-    return "bhsd"
+def _layout_like(t: Tensor) -> str:
+    """The layout of a new attention tensor made like ``t`` (the forward's output like q, each gradient
+    like its input): t's own dense layout where it has one, else (B, H, N, D); as the kernels' calls
+    allocate it (``kittens._dispatch._layout_like``, the CPU path's ``kittens._attn_order``)."""
+    lt = _layouts(t)
+    return "bshd" if "bshd" in lt and "bhsd" not in lt else "bhsd"
 
 
 def _empty(shape: Sequence[int], layout: str, like: Tensor, dtype=torch.bfloat16) -> Tensor:
@@ -180,29 +171,23 @@ def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale
     """``(out, lse)``: attention of q (B, H, N, D) over k, v (B, H_kv, N_kv, D) and the float32
     log-sum-exp (B, H, N) of every query's scaled logits (``-inf`` where a query keeps no key).
 
-    q, k, v may each be in its own layout: the kernel reads one, so the op copies the odd ones out into
-    q's (interim; the output takes it too). ``lse_grad``: whether ``lse`` is differentiable (the
+    q, k, v may each be in its own strides, the head dim contiguous (FlashAttention's rule): all read in
+    place, no copy (``kittens_kernels::attn_strides``); the output is new in q's dense layout where q
+    has one, else (B, H, N, D). ``lse_grad``: whether ``lse`` is differentiable (the
     public ``kittens.attention(..., return_lse=True)``); otherwise it carries no gradient, and the
     backward skips its term. ``deterministic``: the backward's dQ is the launches' own pass (bitwise
     reproducible), never the atomic adds (FlashAttention's ``deterministic=True``)."""
     # The kernels take the scale, soft cap and window themselves (kittens_kernels::attn_score).
     opts = _attn_opts(scale, softcap, window)
     if q.is_cuda:
-        r = _dispatch.attention(q, k, v, bool(causal), bool(bottom_right), opts=opts)
-        if r is not None:
-            return r
-    layout = _pick_layout(q, k, v)
-    q, k, v = (_in_layout(t, layout) for t in (q, k, v))
-    if q.is_cuda:
-        return _dispatch.attention(q, k, v, bool(causal), bool(bottom_right), opts=opts)  # one layout now
-    out = _empty(q.shape, layout, q)
+        return _dispatch.attention(q, k, v, bool(causal), bool(bottom_right), opts=opts)
+    out = _empty(q.shape, _layout_like(q), q)
     return _attention(q, k, v, causal, scale, out, True, "bottom_right" if bottom_right else "top_left",
                       softcap, window)
 
 
 def attention_no_lse(q: Tensor, k: Tensor, v: Tensor, causal: bool, bottom_right: bool) -> Optional[Tensor]:
-    """Eager CUDA attention without the log-sum-exp output (nothing to differentiate, none wanted), or
-    None when q, k, v are not in one dense layout."""
+    """Eager CUDA attention without the log-sum-exp output (nothing to differentiate, none wanted)."""
     r = _dispatch.attention(q, k, v, causal, bottom_right, need_lse=False)
     return None if r is None else r[0]
 
@@ -217,9 +202,8 @@ def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False, sof
         _bf16(name, t)
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D (B, H, N, D), got shape {tuple(t.shape)}")
-    layout = _pick_layout(q, k, v)
     b, h, n, _ = q.shape
-    return _empty(q.shape, layout, q), q.new_empty((b, h, n), dtype=torch.float32)
+    return _empty(q.shape, _layout_like(q), q), q.new_empty((b, h, n), dtype=torch.float32)
 
 
 def _attention_setup(ctx, inputs, output):
@@ -271,13 +255,6 @@ def _lse_grad(grad_lse, q, k, v, lse, causal, scale, bottom_right, softcap=None,
 attention.register_autograd(_attention_grad, setup_context=_attention_setup)
 
 
-def _bwd_layout(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -> str:
-    """The layout of the backward's gradients: (B, N, H, D) seen as (B, H, N, D) when every input is
-    in it (the CUDA kernel then reads them in place), else dense (B, H, N, D)."""
-    return "bshd" if all("bshd" in _layouts(t) for t in (q, k, v, grad_out)) and not all(
-        "bhsd" in _layouts(t) for t in (q, k, v, grad_out)) else "bhsd"
-
-
 @torch.library.custom_op("kittens::attention_backward", mutates_args=())
 def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                        causal: bool = False, scale: Optional[float] = None,
@@ -285,25 +262,23 @@ def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: T
                        window: Optional[List[int]] = None,
                        deterministic: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
     """``(dq, dk, dv)`` of :func:`attention` from its output and log-sum-exp, by the attention
-    backward kernel (dK and dV summed over each KV head's query heads); any strides (copied where the
-    kernel needs them); gradients in (B, N, H, D) order when all of q, k, v and grad_out are, else
-    dense (B, H, N, D). ``deterministic``: the two-launch form on CUDA (dQ a pass of its own, bitwise
+    backward kernel (dK and dV summed over each KV head's query heads); q, k, v, out, grad_out in any
+    strides with the head dim contiguous (read in place on CUDA); each gradient new in its input's dense
+    layout, else (B, H, N, D). ``deterministic``: the two-launch form on CUDA (dQ a pass of its own, bitwise
     reproducible), whatever ``KITTENS_ATTN_BWD`` says."""
     from ._backward import attention_backward as run
 
-    layout = _bwd_layout(q, k, v, grad_out)
     # A query that keeps no key has lse = -inf from the forward; the backward takes +inf there (P = 0).
     lse = torch.where(lse == float("-inf"), torch.full_like(lse, float("inf")), lse)
     dq, dk, dv = run(q, k, v, out, grad_out, lse, causal, scale, "two" if deterministic else None,
                      bottom_right=bottom_right, softcap=softcap, window=window)
-    return tuple(_in_layout(t, layout) for t in (dq, dk, dv))
+    return tuple(_in_layout(g, _layout_like(t)) for g, t in zip((dq, dk, dv), (q, k, v)))
 
 
 @attention_backward.register_fake
 def _(grad_out, q, k, v, out, lse, causal=False, scale=None, bottom_right=False, softcap=None, window=None,
       deterministic=False):
-    layout = _bwd_layout(q, k, v, grad_out)
-    return tuple(_empty(t.shape, layout, q) for t in (q, k, v))
+    return tuple(_empty(t.shape, _layout_like(t), q) for t in (q, k, v))
 
 
 def _attention_backward_setup(ctx, inputs, output):

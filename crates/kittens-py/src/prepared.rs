@@ -112,6 +112,32 @@ fn problem_from(
                     }
                 }
             }
+            // Attention tensors each in its own strides: name -> (batch, head, seq) strides in
+            // elements (`kittens_kernels::attn_strides`); a tensor not named keeps zeros (unused).
+            "strides" => {
+                let mut st = kittens_kernels::attn_strides::AttnStrides::default();
+                let given: std::collections::HashMap<String, [usize; 3]> = v.extract()?;
+                for (name, s) in given {
+                    let slot = match name.as_str() {
+                        "q" => &mut st.q,
+                        "k" => &mut st.k,
+                        "v" => &mut st.v,
+                        "o" => &mut st.o,
+                        "do" => &mut st.d_o,
+                        "dq" => &mut st.dq,
+                        "dk" => &mut st.dk,
+                        "dv" => &mut st.dv,
+                        other => {
+                            return Err(PyValueError::new_err(format!(
+                                "strides of {other:?}: the attention's tensors are {:?}",
+                                kittens_kernels::attn_strides::TENSORS
+                            )))
+                        }
+                    };
+                    *slot = s;
+                }
+                p.attn_strides = Some(st);
+            }
             "causal" => p.causal = flag()?,
             "bottom_right" => p.bottom_right = flag()?,
             "lse" => p.lse = flag()?,
