@@ -252,8 +252,9 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     stream-ordered scratch. Like :func:`matmul`, CUDA calls allocate nothing else and synchronise
     nothing. The autograd of ``torch.ops.kittens.attention`` runs the attention backward kernel
     (``torch.ops.kittens.attention_backward``) on the saved output and log-sum-exp, for either causal
-    alignment and any scale; with ``return_lse=True`` the lse's gradient too (one more backward run,
-    for now). ``out=`` writes outside autograd: with an input that requires grad it is a RuntimeError.
+    alignment and any scale; with ``return_lse=True`` the lse's gradient too, folded into the same
+    backward run's preprocessing (``D = rowsum(dO∘O) − dlse``, as FlashAttention does for ring
+    attention). ``out=`` writes outside autograd: with an input that requires grad it is a RuntimeError.
     """
     if not isinstance(causal, bool) and type(causal).__name__ != "bool_":  # numpy's bool too
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")

@@ -480,27 +480,31 @@ def _prepare_rotary(key, q, cos, sin, interleaved):
 # -- attention backward --------------------------------------------------------------------------------
 
 
-def attention_backward(q, k, v, out, grad_out, lse, causal: bool, bottom_right: bool, atomic: bool, opts=()):
+def attention_backward(q, k, v, out, grad_out, lse, causal: bool, bottom_right: bool, atomic: bool, opts=(),
+                       dlse=None):
     """``(dq, dk, dv)`` on CUDA: q, k, v, out, grad_out in any strides with the head dim contiguous, read
     in place (all dense in one layout: the dense kernels; else the strided ones); lse float32 (B, H, N)
     contiguous. dq, dk, dv come new in q's, k's and v's dense layouts (else (B, H, N, D)). ``atomic``:
     FlashAttention-3's three launches (the key blocks add dQ into a float32 accumulator), else the
     deterministic two (query blocks, key blocks). The launches' D and accumulator are scratch of this
-    call."""
+    call. ``dlse``: the log-sum-exp's gradient (float32 (B, H, N) contiguous), folded into the launches'
+    preprocessing (D = rowsum(dO∘O) − dlse)."""
     key = (4, q.shape, q.stride(), k.shape, k.stride(), v.stride(), out.stride(), grad_out.stride(),
            lse.stride(), q.dtype, k.dtype, v.dtype, out.dtype, grad_out.dtype, lse.dtype, q.get_device(),
-           causal, bottom_right, atomic, opts)
+           causal, bottom_right, atomic, opts, None if dlse is None else (dlse.dtype, dlse.stride()))
     rec = _HANDLES.get(key)
     if rec is None:
-        rec = _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic, opts)
+        rec = _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic, opts,
+                                          dlse)
     lq, lk, lv = rec[2]
     dq, dk, dv = _new_in_layout(q, lq), _new_in_layout(k, lk), _new_in_layout(v, lv)
-    ptrs = tuple(t.data_ptr() for t in (q, k, v, out, grad_out, lse, dq, dk, dv))
+    ins = (q, k, v, out, grad_out, lse) + (() if dlse is None else (dlse,))
+    ptrs = tuple(t.data_ptr() for t in ins + (dq, dk, dv))
     _launch(rec, ptrs, key[15], device_obj=q.device)
     return dq, dk, dv
 
 
-def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic, opts=()):
+def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic, opts=(), dlse=None):
     _bf16s(q=q, k=k, v=v, out=out, grad_out=grad_out)
     dev = _same_device(q=q, k=k, v=v, out=out, grad_out=grad_out, lse=lse)
     b, h, n, d = q.shape
@@ -517,13 +521,17 @@ def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom
         raise ValueError(f"lse must be a contiguous float32 (B, H, N) = ({b}, {h}, {n}) tensor")
     problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d,
                "layout": layout or "bhsd", "causal": bool(causal), "bottom_right": bool(bottom_right),
-               "variant": "atomic" if atomic else "dq", **dict(opts)}
-    lse_spec = _spec("lse", (b, h, n), (h * n, n, 1), "float32")
+               "variant": "atomic" if atomic else "dq", "lse": dlse is not None, **dict(opts)}
+    if dlse is not None and (dlse.dtype != torch.float32 or tuple(dlse.shape) != (b, h, n) or not dlse.is_contiguous()):
+        raise ValueError(f"dlse must be a contiguous float32 (B, H, N) = ({b}, {h}, {n}) tensor")
+    # The log-sum-exp, and its gradient when the forward's lse had one (folded into D by the kernels).
+    lse_spec = (_spec("lse", (b, h, n), (h * n, n, 1), "float32"),) + (
+        () if dlse is None else (_spec("dlse", (b, h, n), (h * n, n, 1), "float32"),))
     if layout is not None:
         qs, ks = _layout_strides(q.shape, layout), _layout_strides(k.shape, layout)
         tensors = (
             _spec("q", q.shape, qs), _spec("k", k.shape, ks), _spec("v", v.shape, ks),
-            _spec("o", q.shape, qs), _spec("do", q.shape, qs), lse_spec,
+            _spec("o", q.shape, qs), _spec("do", q.shape, qs), *lse_spec,
             _spec("dq", q.shape, qs), _spec("dk", k.shape, ks), _spec("dv", v.shape, ks),
         )
         return _prepare(key, "attn_bwd", problem, tensors, dev, extra=(layout, layout, layout))
@@ -535,7 +543,7 @@ def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom
     specs = [(name, shape, attn_strides(arg, shape, st)) for name, arg, shape, st in given] + [
         (name, shape, attn_strides(name, shape, st)) for name, shape, st in made]
     problem["strides"] = {name: tuple(st[:3]) for name, _, st in specs}
-    tensors = tuple(_spec(*s) for s in specs[:5]) + (lse_spec,) + tuple(_spec(*s) for s in specs[5:])
+    tensors = tuple(_spec(*s) for s in specs[:5]) + lse_spec + tuple(_spec(*s) for s in specs[5:])
     return _prepare(key, "attn_bwd", problem, tensors, dev, extra=grads)
 
 

@@ -21,9 +21,6 @@ What is interim here (each says so where it is done):
   (same bits as the kernel: the tests check it against the forward kernel's mask).
 * matmul's ``dB = Aᵀ·dC`` reads a transposed operand the GEMM does not read in place: one operand (the
   smaller of ``a`` and ``dC``) is copied ``.contiguous()`` until the GEMM reads A transposed.
-* attention's ``lse`` gradient (``return_lse=True`` under autograd) costs one more run of the backward
-  kernel (dS = dlse * P taken from a backward over ones and zeros, see :func:`_lse_grad`), until the
-  backward kernel takes ``delta - dlse`` as an input.
 
 Each op takes ``bfloat16`` CPU or CUDA tensors, like the public functions (:func:`kittens.matmul` etc.,
 which call these ops on torch tensors through :func:`call`: eager calls skip the custom op's Python
@@ -268,36 +265,14 @@ def _attention_grad(ctx, grad_out, grad_lse):
     q, k, v, out, lse = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
+    # With return_lse the lse's gradient rides in the same backward run: its preprocessing takes
+    # D = rowsum(dO∘O) − dlse (FlashAttention's fold for ring attention; d lse_i / d s_ij = P_ij).
+    dlse = grad_lse.to(torch.float32).contiguous() if ctx.lse_grad and grad_lse is not None else None
     dq, dk, dv = call(
-        "attention_backward", grad_out.to(torch.bfloat16), q, k, v, out, lse, ctx.causal, ctx.scale, ctx.bottom_right, ctx.softcap,
-        ctx.window, ctx.deterministic,
+        "attention_backward", grad_out.to(torch.bfloat16), q, k, v, out, lse, ctx.causal, ctx.scale,
+        ctx.bottom_right, ctx.softcap, ctx.window, ctx.deterministic, dlse,
     )
-    if ctx.lse_grad and grad_lse is not None:
-        dq2, dk2 = _lse_grad(grad_lse, q, k, v, lse, ctx.causal, ctx.scale, ctx.bottom_right, ctx.softcap,
-                             ctx.window, ctx.deterministic)
-        dq, dk = dq + dq2, dk + dk2
     return dq, dk, dv, None, None, None, None, None, None, None
-
-
-def _lse_grad(grad_lse, q, k, v, lse, causal, scale, bottom_right, softcap=None, window=None,
-              deterministic=False):
-    """The gradients of ``sum(grad_lse * lse)`` for q and k, by the attention backward kernel.
-
-    ``d lse_i / d s_ij = P_ij`` (the softmax), so the logits' gradient is ``dS = grad_lse_i * P_ij``.
-    The backward kernel computes ``dS = P * (dO·Vᵀ - rowsum(dO * O))``: with V all ones, O all zeros
-    and dO holding grad_lse in its first two columns (a bf16 pair ``hi + lo`` that sums to grad_lse
-    within float32's precision) that is ``P * grad_lse``, and its dQ and dK are the terms to add.
-    Interim: one more backward run; a kernel taking ``delta - dlse`` would fold it in for free.
-    """
-    g = grad_lse.to(torch.float32)
-    hi = g.to(torch.bfloat16)
-    lo = (g - hi.to(torch.float32)).to(torch.bfloat16)
-    zeros = torch.zeros_like(q)  # O, and dO's other columns (q's layout, so nothing more is copied)
-    d_o = torch.cat([hi.unsqueeze(-1), lo.unsqueeze(-1), zeros[..., 2:]], dim=-1)
-    ones = torch.ones_like(k)
-    dq, dk, _ = call("attention_backward", d_o, q, k, ones, zeros, lse, causal, scale, bottom_right,
-                                                     softcap, window, deterministic)
-    return dq, dk
 
 
 _autograd("attention", attention, _attention_grad, _attention_setup)
@@ -308,24 +283,26 @@ def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: T
                        causal: bool = False, scale: Optional[float] = None,
                        bottom_right: bool = False, softcap: Optional[float] = None,
                        window: Optional[List[int]] = None,
-                       deterministic: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+                       deterministic: bool = False,
+                       grad_lse: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """``(dq, dk, dv)`` of :func:`attention` from its output and log-sum-exp, by the attention
     backward kernel (dK and dV summed over each KV head's query heads); q, k, v, out, grad_out in any
     strides with the head dim contiguous (read in place on CUDA); each gradient new in its input's dense
     layout, else (B, H, N, D). ``deterministic``: the two-launch form on CUDA (dQ a pass of its own, bitwise
-    reproducible), whatever ``KITTENS_ATTN_BWD`` says."""
+    reproducible), whatever ``KITTENS_ATTN_BWD`` says. ``grad_lse``: the gradient of the forward's
+    log-sum-exp (float32 (B, H, N)), folded into the kernel's preprocessing (D = rowsum(dO∘O) − dlse)."""
     from ._backward import attention_backward as run
 
     # A query that keeps no key has lse = -inf from the forward; the backward takes +inf there (P = 0).
     lse = torch.where(lse == float("-inf"), torch.full_like(lse, float("inf")), lse)
     dq, dk, dv = run(q, k, v, out, grad_out, lse, causal, scale, "two" if deterministic else None,
-                     bottom_right=bottom_right, softcap=softcap, window=window)
+                     bottom_right=bottom_right, softcap=softcap, window=window, dlse=grad_lse)
     return tuple(_in_layout(g, _layout_like(t)) for g, t in zip((dq, dk, dv), (q, k, v)))
 
 
 @attention_backward.register_fake
 def _(grad_out, q, k, v, out, lse, causal=False, scale=None, bottom_right=False, softcap=None, window=None,
-      deterministic=False):
+      deterministic=False, grad_lse=None):
     return tuple(_empty(t.shape, _layout_like(t), q) for t in (q, k, v))
 
 

@@ -418,11 +418,32 @@ pub fn attention_bwd_with(
     causal: Causal,
     opts: &AttnOptions,
 ) -> Result<[Vec<f32>; 3], KernelError> {
+    attention_bwd_dlse(q, k, v, o, d_o, lse, None, sh, causal, opts)
+}
+
+/// [`attention_bwd_with`] with the log-sum-exp's gradient `dlse` (f32 `[b, h, s_q]`; `None`: the
+/// program without it) folded into the one run's preprocessing (`BwdConfig::dlse`).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_bwd_dlse(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &[f32],
+    d_o: &[f32],
+    lse: &[f32],
+    dlse: Option<&[f32]>,
+    sh: &BwdShape,
+    causal: Causal,
+    opts: &AttnOptions,
+) -> Result<[Vec<f32>; 3], KernelError> {
     check_head_dim(sh.dim, "attn_bwd")?;
-    let p = attn_shape_problem(sh, causal, opts);
+    let p = Problem {
+        lse: dlse.is_some(),
+        ..attn_shape_problem(sh, causal, opts)
+    };
     p.check_attn_options()?;
     let launch = BwdProblem.launch(&p)?;
-    let inputs = [
+    let mut inputs = vec![
         ("Q", q),
         ("K", k),
         ("V", v),
@@ -430,6 +451,7 @@ pub fn attention_bwd_with(
         ("dO", d_o),
         ("lse", lse),
     ];
+    inputs.extend(dlse.map(|d| ("dlse", d)));
     check_lens(&launch, &inputs)?;
     let lens = launch.outputs.clone();
     let all = if launch.output_len() == 0 {

@@ -154,7 +154,13 @@ unsafe fn attention_strided(
     ];
     let [sq, sk, sv] = spans.map(|s| s.map_err(kernel_error));
     // SAFETY: each span lies in its array (checked); live per the caller.
-    let (q, k, v) = unsafe { (read_bf16(p.q, sq?), read_bf16(p.k, sk?), read_bf16(p.v, sv?)) };
+    let (q, k, v) = unsafe {
+        (
+            read_bf16(p.q, sq?),
+            read_bf16(p.k, sk?),
+            read_bf16(p.v, sv?),
+        )
+    };
     let (o, lse) = exec::attention_strided(&q, &k, &v, sh, st, causal, p.lse.is_some(), opts)
         .map_err(kernel_error)?;
     let [_, nh, ns, nd] = q_shape;

@@ -466,15 +466,12 @@ pub(crate) fn attn_tensor_strides(t: &View) -> Result<[usize; 3], ApiError> {
         return Err(bad("the head dim (last) must be contiguous, stride 1"));
     }
     let mut st = [0usize; 3];
-    for i in 0..3 {
-        st[i] = match usize::try_from(t.strides[i]) {
-            Ok(s) => s,
-            Err(_) if t.shape[i] <= 1 => 0,
+    for (i, s) in st.iter_mut().enumerate() {
+        *s = match usize::try_from(t.strides[i]) {
+            _ if t.shape[i] <= 1 => 0,
+            Ok(x) => x,
             Err(_) => return Err(bad("negative strides are not read in place")),
         };
-        if t.shape[i] <= 1 {
-            st[i] = 0;
-        }
     }
     Ok(st)
 }

@@ -8,7 +8,8 @@
 //!   all judged by the rule at odd lengths;
 //! - sm_90a: every launch compiled by NVRTC without spills (NVRTC runs without a GPU);
 //! - gfx942/gfx950: the forward compiled without spills and run on the ISA emulator; the backward
-//!   refused by name (its 24 stride parameters spill scalar registers there).
+//!   refused by name (its 24 stride parameters spill scalar registers there); the dense backward with
+//!   the lse's gradient folded in compiled and run on the ISA emulator.
 //!
 //! Inputs are Q, K, V sliced out of one fused `(B, N, H + 2·H_kv, D)` projection; outputs are dense in
 //! a permuted order (the runners poison outputs with NaN, so an output with gaps cannot be judged
@@ -110,6 +111,27 @@ fn strided_attention_on_the_interpreter() {
     }
 }
 
+/// The lse's gradient folded into the backward's preprocessing (`BwdConfig::dlse`, the problem's
+/// `lse`): the one-launch program and Hopper's query/key launches on the interpreter, dense and
+/// strided, against the f64 backward with the lse term (`reference_bwd::backward_dlse`).
+#[test]
+fn lse_gradient_folded_on_the_interpreter() {
+    for strided in [false, true] {
+        for variant in [None, Some("dq")] {
+            let base = fused(2, 1, 83, 64);
+            let p = Problem {
+                variant,
+                causal: true,
+                lse: true,
+                attn_strides: base.attn_strides.filter(|_| strided),
+                ..base
+            };
+            let what = format!("bwd dlse {variant:?} strided {strided}");
+            assert_passes("attn_bwd", &p, &Interpreter, &what);
+        }
+    }
+}
+
 #[test]
 fn strided_attention_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
@@ -139,10 +161,30 @@ fn strided_attention_compiles_for_sm_90a_without_spills() {
             ),
             (
                 "attn_bwd",
-                "atomic",
+                "two, dlse",
+                Problem {
+                    variant: Some("dq"),
+                    lse: true,
+                    ..base
+                },
+            ),
+            (
+                "attn_bwd",
+                "atomic, dlse",
                 Problem {
                     variant: Some("atomic"),
                     causal: true,
+                    lse: true,
+                    ..base
+                },
+            ),
+            (
+                "attn_bwd",
+                "atomic, dlse, dense",
+                Problem {
+                    variant: Some("atomic"),
+                    lse: true,
+                    attn_strides: None,
                     ..base
                 },
             ),
@@ -154,7 +196,8 @@ fn strided_attention_compiles_for_sm_90a_without_spills() {
                 .unwrap_or_else(|e| panic!("{name} {what}: {e}"));
             for stage in def.stages(&p, Target::Sm90a, &plan).unwrap() {
                 assert!(
-                    stage.kernel.params.iter().any(|x| x.name.ends_with("_ss")),
+                    p.attn_strides.is_none()
+                        || stage.kernel.params.iter().any(|x| x.name.ends_with("_ss")),
                     "{name} {what}: {} takes no stride parameters",
                     stage.kernel.name
                 );
@@ -166,8 +209,8 @@ fn strided_attention_compiles_for_sm_90a_without_spills() {
             }
         }
     }
-    // Per head dim: 1 + 1 + 2 forward launches, 2 + 3 backward.
-    assert_eq!(n, 18);
+    // Per head dim: 1 + 1 + 2 forward launches, 2 + 2 + 3 + 3 backward.
+    assert_eq!(n, 28);
 }
 
 #[test]
@@ -187,6 +230,19 @@ fn strided_attention_on_amd() {
             &p,
             &emu,
             &format!("attn_fwd {t} strided, ISA emulator"),
+        );
+        // The lse's gradient folded into the dense backward's preprocessing: compiled and run.
+        let dense = Problem {
+            attn_strides: None,
+            ..p
+        };
+        let k = entry("attn_bwd").problem().build(&dense, t).unwrap();
+        assert_compiles_without_spills(&k, t, &format!("attn_bwd {t} dlse"));
+        assert_passes(
+            "attn_bwd",
+            &dense,
+            &emu,
+            &format!("attn_bwd {t} dlse, ISA emulator"),
         );
         let e = entry("attn_bwd")
             .problem()

@@ -222,6 +222,11 @@ pub struct BwdConfig {
     /// ([`crate::attn_strides::tensor_strides`]) instead of `layout`'s; the log-sum-exp, D and the f32
     /// dQ accumulator stay dense (`layout`'s).
     pub strided: bool,
+    /// The forward's log-sum-exp was an output with a gradient (`kittens.attention(...,
+    /// return_lse=True)` under autograd): an f32 input `dlse [b, h, s_q]` folded into the
+    /// preprocessing, `D = rowsum(dO∘O) − dlse` (as FlashAttention's ring attention does; `d lse_i /
+    /// d S_ij = P_ij`, so the lse's term adds `dlse_i·P_ij` to dS), at no other cost.
+    pub dlse: bool,
 }
 
 /// The products of a Hopper key-block step taken in turns by the consumer warpgroups
@@ -260,6 +265,7 @@ impl Default for BwdConfig {
             logits: Logits::default(),
             window: None,
             strided: false,
+            dlse: false,
         }
     }
 }

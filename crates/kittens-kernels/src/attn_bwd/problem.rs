@@ -130,6 +130,7 @@ fn config(p: &Problem, target: Target) -> Result<BwdConfig, KernelError> {
         logits: p.logits,
         window: p.window,
         strided: p.attn_strides.is_some(),
+        dlse: p.lse,
         ..tiles
     })
 }
@@ -181,9 +182,15 @@ impl KernelProblem for BwdProblem {
                 spans
             }
         };
+        // With `p.lse` (the forward's log-sum-exp an output with a gradient) the lse's gradient
+        // `dlse` follows it (`BwdConfig::dlse`).
+        let mut inputs = vec![q, k, v, o, d_o, lse];
+        if p.lse {
+            inputs.push(lse);
+        }
         Ok(Launch {
             params,
-            inputs: vec![q, k, v, o, d_o, lse],
+            inputs,
             outputs: vec![dq, dk, dv],
         })
     }
@@ -296,9 +303,14 @@ impl KernelProblem for BwdProblem {
                         kernel,
                     })
                 };
+                let dlse = &l.inputs[6..];
                 Ok(vec![
-                    // q, k, v, o, do, lse in; delta, dq out.
-                    stage(HopperQ, vec![q, k, v, o, d_o, lse], vec![lse, dq])?,
+                    // q, k, v, o, do, lse (, dlse) in; delta, dq out.
+                    stage(
+                        HopperQ,
+                        [&[q, k, v, o, d_o, lse][..], dlse].concat(),
+                        vec![lse, dq],
+                    )?,
                     // q, k, v, do, lse, delta in; dk, dv out.
                     stage(HopperKv, vec![q, k, v, d_o, lse, lse], vec![dk, dv])?,
                 ])
@@ -327,8 +339,13 @@ impl KernelProblem for BwdProblem {
                         kernel,
                     })
                 };
+                let dlse = &l.inputs[6..];
                 Ok(vec![
-                    stage(HopperAtomicPre, vec![o, d_o], vec![lse, acc])?,
+                    stage(
+                        HopperAtomicPre,
+                        [&[o, d_o][..], dlse].concat(),
+                        vec![lse, acc],
+                    )?,
                     stage(
                         HopperAtomicKv,
                         vec![q, k, v, d_o, lse, lse, acc],
@@ -374,7 +391,11 @@ impl KernelProblem for BwdProblem {
         };
         let lse = f.lse.iter().map(|&x| x as f32).collect();
         let [q, k, v]: [Vec<f32>; 3] = qkv.try_into().unwrap_or_default();
-        vec![q, k, v, o, d_o, lse]
+        let mut all = vec![q, k, v, o, d_o, lse];
+        if p.lse {
+            all.push(draw_operands(p, kernel, &lens[6..7], rng).remove(0));
+        }
+        all
     }
 
     fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
@@ -386,8 +407,9 @@ impl KernelProblem for BwdProblem {
         let [q, k, v, d_o] = [0, 1, 2, 4].map(dense);
         let (q, k, v, d_o) = (q.as_slice(), k.as_slice(), v.as_slice(), d_o.as_slice());
         let lg = &p.attn_options();
-        let g = reference_bwd::backward_with(q, k, v, d_o, &sh, c, lg);
-        let base = reference_bwd::backward_bf16_baseline_with(q, k, v, d_o, &sh, c, lg);
+        let dlse = inputs.get(6).filter(|_| p.lse).map(Vec::as_slice);
+        let g = reference_bwd::backward_dlse(q, k, v, d_o, dlse, &sh, c, lg);
+        let base = reference_bwd::backward_bf16_baseline_dlse(q, k, v, d_o, dlse, &sh, c, lg);
         let logit = reference_bwd::forward_with(q, k, v, &sh, c, lg).max_abs_logit;
         // A strided problem's gradients go to their strides (only gap-free ones can be judged: the
         // runners poison outputs with NaN; `tests/attn_strides.rs` checks gapped ones).
