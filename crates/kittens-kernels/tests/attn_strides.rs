@@ -6,6 +6,9 @@
 //! - Q, K, V sliced out of one fused `(B, N, H + 2·H_kv, D)` projection (row stride `(H + 2·H_kv)·D`);
 //! - a Hugging Face-style call: Q a transposed `(B, N, H, D)` buffer, K and V dense `(B, H_kv, N_kv, D)`,
 //!   O (and the gradients) in padded buffers whose gaps must stay untouched.
+//!
+//! The backward also takes the log-sum-exp's gradient (`BwdConfig::dlse`), against the f64 backward
+//! with the lse term (`reference_bwd::backward_dlse`).
 
 use kittens_hw::dtype::DType::Bf16;
 use kittens_hw::Target;
@@ -126,6 +129,8 @@ fn check(c: &Case, seed: u64) {
         random(&mut s, nkv, 1.0),
         random(&mut s, nq, 1.0),
     );
+    // The log-sum-exp's gradient (the problem's `lse` on the backward): folded into D.
+    let dlse = random(&mut s, sh.lse_len(), 1.0);
     let p = problem(c);
 
     // Forward: q, k, v in their strides (sentinels between their rows: read, never used), o written.
@@ -174,13 +179,16 @@ fn check(c: &Case, seed: u64) {
         scatter(&o, q_shape, c.st.o),
         scatter(&d_o, q_shape, c.st.d_o),
         lse,
+        dlse.clone(),
         vec![SENTINEL; span(q_shape, c.st.dq).unwrap()],
         vec![SENTINEL; span(kv_shape, c.st.dk).unwrap()],
         vec![SENTINEL; span(kv_shape, c.st.dv).unwrap()],
     ];
     interp::run(&kernel, &launch.params, &mut t).expect("the interpreter runs the backward");
-    let g = reference_bwd::backward_with(&q, &k, &v, &d_o, &sh, c.causal, &opts);
-    let base = reference_bwd::backward_bf16_baseline_with(&q, &k, &v, &d_o, &sh, c.causal, &opts);
+    let dl = Some(dlse.as_slice());
+    let g = reference_bwd::backward_dlse(&q, &k, &v, &d_o, dl, &sh, c.causal, &opts);
+    let base =
+        reference_bwd::backward_bf16_baseline_dlse(&q, &k, &v, &d_o, dl, &sh, c.causal, &opts);
     for (i, (name, shape, st, want)) in [
         ("dq", q_shape, c.st.dq, &g.dq),
         ("dk", kv_shape, c.st.dk, &g.dk),
@@ -190,12 +198,12 @@ fn check(c: &Case, seed: u64) {
     .enumerate()
     {
         assert!(
-            gaps_untouched(&t[6 + i], shape, st),
+            gaps_untouched(&t[7 + i], shape, st),
             "{what}: {name} written outside its elements"
         );
         judge(
             &format!("{what} backward {name}"),
-            &gather(&t[6 + i], shape, st),
+            &gather(&t[7 + i], shape, st),
             want,
             &base[i],
         );
