@@ -1,8 +1,9 @@
 //! Attention backward: the gradients dQ, dK, dV of `O = softmax(Q·Kᵀ/√d)·V` from Q, K, V, the
 //! forward's O and log-sum-exp, and the output gradient dO (FlashAttention-2 §3.2, Algorithm 2; the
 //! f64 definition is `crate::reference_bwd`). MHA and grouped-query heads (dK and dV summed over the
-//! query heads of a group), causal or not (top-left or bottom-right alignment), BSHD or BHSD tensors,
-//! query and key lengths that differ.
+//! query heads of a group), causal or not (top-left or bottom-right alignment), BSHD or BHSD tensors
+//! or each in its own strides ([`BwdConfig::strided`]), query and key lengths that differ, and the
+//! log-sum-exp's own gradient folded into D ([`BwdConfig::dlse`]).
 //!
 //! The program ([`schedule`]) is one launch with two kinds of blocks:
 //!

@@ -1,7 +1,8 @@
 //! Attention forward `O = softmax(Q·Kᵀ·scale)·V` (any scale, `1/√d` by default; optionally soft-capped
 //! logits, [`crate::attn_score`]) with online softmax (HipKittens E.3, MI300X-attn §3), causal or
 //! not, grouped-query heads (GQA: query head `h` reads KV head `h / (heads / heads_kv)`), BSHD or BHSD
-//! tensors (same logical `[b, h, s, d]` view, different strides — no copies). One kernel with a schedule
+//! tensors (same logical `[b, h, s, d]` view, different strides — no copies), or each tensor in its own
+//! strides given as kernel parameters ([`AttnConfig::strided`], `crate::attn_strides`). One kernel with a schedule
 //! per target:
 //!
 //! - [`AttnSchedule::PingPong8`] ([`ping_pong`]): the 8-wave ping-pong of HipKittens Appendix E.3, the
