@@ -335,4 +335,19 @@ fn overlapping_output_is_refused() {
         .expect_err("a dk whose rows overlap its heads")
         .to_string();
     assert!(e.contains("dk: strides") && e.contains("overlap"), "{e}");
+    // MI300X-attn's kernel reads V pre-transposed: it takes no caller strides, and says so.
+    let p = Problem {
+        variant: Some("seed001"),
+        ..problem(&Case {
+            name: "mi300x",
+            sh,
+            st: dense,
+            causal: Causal::No,
+        })
+    };
+    let e = AttnProblem
+        .build(&p, Target::Cpu)
+        .expect_err("seed001 with strides")
+        .to_string();
+    assert!(e.contains("mi300x") && e.contains("strides"), "{e}");
 }
