@@ -10,7 +10,7 @@
 use crate::attn_bwd::{problem::BwdProblem, BwdShape, Causal};
 use crate::attn_fwd::{problem::AttnProblem, AttnConfig};
 use crate::attn_score::AttnOptions;
-use crate::gemm::{problem::GemmProblem, GemmConfig};
+use crate::gemm::{problem::GemmProblem, ALayout, BLayout, GemmConfig, GemmSchedule, LeadingDims};
 use crate::problem::{KernelProblem, Launch, Problem};
 use crate::reference::AttnShape;
 use crate::KernelError;
@@ -81,36 +81,61 @@ fn run_kernel(
     Ok(interpret(kernel, &launch.params, tensors, &launch.outputs)?.0)
 }
 
-/// The GEMM problem [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true) runs.
-fn gemm_problem(m: usize, n: usize, k: usize, kn: bool) -> Problem {
-    use crate::gemm::{BLayout, GemmSchedule};
-    let gemm = match kn {
-        false => GemmConfig::default(),
-        true => GemmConfig {
+/// How the operands of [`gemm_stored`] are stored: A `M × K` or `K × M`, B `N × K` or `K × N`, each
+/// row-major with its rows `ld` elements apart (`ld: None`: dense rows); C is written dense.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GemmOperands {
+    pub a_layout: ALayout,
+    pub b_layout: BLayout,
+    /// Leading dimensions of A and B (C's is N).
+    pub ld: Option<[usize; 2]>,
+}
+
+/// The GEMM problem [`gemm_stored`] runs: dense `A·Bᵀ` on the seed's tiles and schedule; any other
+/// layout on the Hopper producer/consumer program with 128×128 blocks, which reads each in place.
+fn gemm_problem(m: usize, n: usize, k: usize, ops: &GemmOperands) -> Problem {
+    let plain = ops.a_layout == ALayout::Mk && ops.b_layout == BLayout::Nk && ops.ld.is_none();
+    let gemm = if plain {
+        GemmConfig::default()
+    } else {
+        GemmConfig {
             schedule: GemmSchedule::ProducerConsumer,
             block: 128,
             block_rows: 128,
-            b_layout: BLayout::Kn,
+            a_layout: ops.a_layout,
+            b_layout: ops.b_layout,
             ..GemmConfig::default()
-        },
+        }
     };
     Problem {
         m,
         n,
         k,
         gemm,
+        gemm_ld: ops.ld.map(|[a, b]| LeadingDims { a, b, c: n }),
         ..Problem::default()
     }
 }
 
-/// Whether [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true) at these sizes is within the run
-/// budget, checked before the caller reads its arrays (an empty problem always is).
-pub fn gemm_budget(m: usize, n: usize, k: usize, kn: bool) -> Result<(), KernelError> {
-    let p = gemm_problem(m, n, k, kn);
+/// Whether [`gemm_stored`] at these sizes is within the run budget (and its leading dimensions cover
+/// the stored rows), checked before the caller reads its arrays (an empty problem always is).
+pub fn gemm_budget(m: usize, n: usize, k: usize, ops: &GemmOperands) -> Result<(), KernelError> {
+    let p = gemm_problem(m, n, k, ops);
     if GemmProblem::BF16.launch(&p)?.output_len() == 0 || k == 0 {
         return Ok(());
     }
     within_budget(&GemmProblem::BF16, &p)
+}
+
+/// Elements A and B span as `ops` stores them (what [`gemm_stored`] takes).
+pub fn gemm_spans(
+    m: usize,
+    n: usize,
+    k: usize,
+    ops: &GemmOperands,
+) -> Result<[usize; 2], KernelError> {
+    let launch = GemmProblem::BF16.launch(&gemm_problem(m, n, k, ops))?;
+    Ok([launch.inputs[0], launch.inputs[1]])
 }
 
 /// `C = A·Bᵀ` through `gemm_bf16` (HipKittens Appendix E.1 tiles, the ping-pong schedule): A is
@@ -123,7 +148,7 @@ pub fn gemm_abt(
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>, KernelError> {
-    gemm(a, b, (m, n, k), false)
+    gemm_stored(a, b, (m, n, k), &GemmOperands::default())
 }
 
 /// `C = A·B` through `gemm_bf16` with B stored `k × n` row-major (`BLayout::Kn`: the Hopper
@@ -136,17 +161,24 @@ pub fn gemm_ab(
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>, KernelError> {
-    gemm(a, b, (m, n, k), true)
+    let ops = GemmOperands {
+        b_layout: BLayout::Kn,
+        ..GemmOperands::default()
+    };
+    gemm_stored(a, b, (m, n, k), &ops)
 }
 
-/// [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true).
-fn gemm(
+/// The `m × n` product of A and B stored as `ops` says (each read in place by the kernel: transposed
+/// operands and leading dimensions are the kernel's own, [`GemmOperands`]); `a` and `b` hold the
+/// elements each spans ([`gemm_spans`]). Returns C dense, `m × n` row-major. Empty problems as in
+/// [`gemm_abt`].
+pub fn gemm_stored(
     a: &[f32],
     b: &[f32],
     (m, n, k): (usize, usize, usize),
-    kn: bool,
+    ops: &GemmOperands,
 ) -> Result<Vec<f32>, KernelError> {
-    let p = gemm_problem(m, n, k, kn);
+    let p = gemm_problem(m, n, k, ops);
     let launch = GemmProblem::BF16.launch(&p)?;
     let empty = launch.output_len() == 0 || k == 0;
     if !empty {
@@ -155,7 +187,7 @@ fn gemm(
     let inputs = [("A", a), ("B", b)];
     check_lens(&launch, &inputs)?;
     if empty {
-        return Ok(vec![0.0; launch.output_len()]);
+        return Ok(vec![0.0; m * n]);
     }
     run_on(&GemmProblem::BF16, &p, launch, &inputs)
 }
@@ -493,20 +525,27 @@ mod tests {
     #[test]
     fn gemm_over_the_work_budget_is_refused_before_anything_runs() {
         let n = 4096;
+        let kn = GemmOperands {
+            b_layout: BLayout::Kn,
+            ..GemmOperands::default()
+        };
         for e in [
             gemm_abt(&[], &[], n, n, n).map(|_| ()),
             gemm_ab(&[], &[], n, n, n).map(|_| ()),
-            gemm_budget(n, n, n, false),
-            gemm_budget(n, n, n, true),
+            gemm_budget(n, n, n, &GemmOperands::default()),
+            gemm_budget(n, n, n, &kn),
         ] {
             let e = e.unwrap_err();
             assert!(matches!(e, KernelError::OverBudget { .. }), "{e}");
             assert!(e.to_string().contains("(2^34"), "{e}");
         }
-        let e = gemm_budget(16384, 16384, 16384, false).unwrap_err();
+        let e = gemm_budget(16384, 16384, 16384, &GemmOperands::default()).unwrap_err();
         assert!(e.to_string().contains("4.0 GiB"), "{e}");
-        assert!(gemm_budget(256, 256, 256, false).is_ok());
-        assert!(gemm_budget(0, 1 << 20, 1 << 20, false).is_ok(), "empty");
+        assert!(gemm_budget(256, 256, 256, &GemmOperands::default()).is_ok());
+        assert!(
+            gemm_budget(0, 1 << 20, 1 << 20, &GemmOperands::default()).is_ok(),
+            "empty"
+        );
     }
 
     #[test]

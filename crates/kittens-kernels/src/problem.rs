@@ -91,6 +91,8 @@ pub struct Problem {
     /// Attention: each tensor's own `[b, h, s]` strides (a caller's views, read in place by the strided
     /// programs, `crate::attn_strides`); `None`: every tensor dense in `attn.layout`.
     pub attn_strides: Option<crate::attn_strides::AttnStrides>,
+    /// The GEMM's leading dimensions (operands that are slices of bigger matrices); `None`: dense rows.
+    pub gemm_ld: Option<crate::gemm::LeadingDims>,
 }
 
 impl Problem {
@@ -148,6 +150,7 @@ impl Default for Problem {
             tolerance: None,
             variant: None,
             attn_strides: None,
+            gemm_ld: None,
         }
     }
 }

@@ -18,7 +18,7 @@ use kittens_hw::dtype::DType;
 use kittens_hw::Target;
 use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::gemm::BLayout;
+use kittens_kernels::gemm::{ALayout, BLayout, LeadingDims};
 use kittens_kernels::problem::Problem;
 use kittens_runtime::cuda::caller::KernelLoad;
 use kittens_runtime::cuda::dispatch::{Prepared, TensorSpec};
@@ -95,6 +95,11 @@ fn problem_from(
             "n" => p.n = size()?,
             "k" => p.k = size()?,
             "b_kn" => p.gemm.b_layout = if flag()? { BLayout::Kn } else { BLayout::Nk },
+            "a_km" => p.gemm.a_layout = if flag()? { ALayout::Km } else { ALayout::Mk },
+            "ld" => {
+                let (a, b, c) = v.extract::<(usize, usize, usize)>()?;
+                p.gemm_ld = Some(LeadingDims { a, b, c });
+            }
             "batch" => p.attn.batch = size()?,
             "heads" => p.attn.heads = size()?,
             "heads_kv" => p.attn.heads_kv = size()?,

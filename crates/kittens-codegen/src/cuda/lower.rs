@@ -143,6 +143,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         wgmma_n: BTreeSet::new(),
         wgmma_tb: BTreeSet::new(),
         wgmma_ta_tb: BTreeSet::new(),
+        wgmma_ta: BTreeSet::new(),
         wgmma_rs: BTreeSet::new(),
         wgmma_rs_split: BTreeSet::new(),
         groups: Vec::new(),
@@ -203,6 +204,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     if !e.wgmma_rs.is_empty()
         || !e.wgmma_tb.is_empty()
         || !e.wgmma_ta_tb.is_empty()
+        || !e.wgmma_ta.is_empty()
         || !e.wgmma_rs_split.is_empty()
     {
         src.push_str("namespace kt {\n");
@@ -214,6 +216,9 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         }
         for &n in &e.wgmma_ta_tb {
             src.push_str(&super::wgmma_wrapper_ta_tb(n));
+        }
+        for &n in &e.wgmma_ta {
+            src.push_str(&super::wgmma_wrapper_ta(n));
         }
         for &(n, tb) in &e.wgmma_rs_split {
             src.push_str(&super::wgmma_rs_wrapper_split(n, tb));
@@ -278,6 +283,8 @@ pub(super) struct Emit<'k> {
     pub(super) wgmma_tb: BTreeSet<u32>,
     /// The same with A M-major too (`mma_atb`): bf16 only.
     pub(super) wgmma_ta_tb: BTreeSet<u32>,
+    /// The same with A M-major and B K-major (`mma_atbt`): bf16 only.
+    pub(super) wgmma_ta: BTreeSet<u32>,
     /// Register-A wgmma wrappers used: (N, B transposed).
     pub(super) wgmma_rs: BTreeSet<(u32, bool)>,
     /// Register-A wgmma wrappers with D split over two accumulators (`lower_mma.rs`, fused pairs).

@@ -4,7 +4,7 @@
 //! per tensor, m and n per row/column), output C (m×n); the f64 reference `A·Bᵀ` with the scales
 //! applied in f64, and a fixed tolerance.
 
-use super::{build, shapes, split_k, BLayout, GemmConfig, GemmTypes, Scales};
+use super::{build, shapes, split_k, ALayout, BLayout, GemmConfig, GemmTypes, Scales};
 use crate::budget;
 use crate::problem::{
     draw_operands, elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem,
@@ -87,7 +87,20 @@ impl GemmProblem {
     /// is gemm_bf16's) its tiles with this kernel's types, the K step rounded up to whole operand base
     /// tiles (gemm_bf16's 64 becomes 128 for OCP fp8); the GPU's own configuration elsewhere, or
     /// the GPU's configuration of the variant `p.variant` names ([`VARIANTS`]).
+    ///
+    /// Every target's configuration takes the problem's operand layouts (`p.gemm.a_layout`,
+    /// `p.gemm.b_layout`; a schedule that cannot read one refuses it by name) and is strided exactly
+    /// when the problem has leading dimensions (`p.gemm_ld`).
     pub fn config(&self, p: &Problem, target: Target) -> Result<GemmConfig, KernelError> {
+        Ok(GemmConfig {
+            a_layout: p.gemm.a_layout,
+            b_layout: p.gemm.b_layout,
+            strided: p.gemm_ld.is_some(),
+            ..self.config_for(p, target)?
+        })
+    }
+
+    fn config_for(&self, p: &Problem, target: Target) -> Result<GemmConfig, KernelError> {
         match target.gpu() {
             Some(gpu) => {
                 let base = (self.for_gpu)(gpu);
@@ -149,7 +162,7 @@ impl GemmProblem {
             cfg.k_step,
             elem,
         );
-        let b_row_bytes = elem * if cfg.b_layout == BLayout::Kn { n } else { k };
+        let b_row_bytes = elem * Self::lds(p)[1] as u64;
         let cluster = if bf16
             && split == 1
             && cfg.block_rows >= 128
@@ -176,14 +189,134 @@ impl GemmProblem {
         })
     }
 
+    /// Rows and columns of A, B and C as stored ([`ALayout`], [`BLayout`]).
+    pub fn stored(p: &Problem) -> [(usize, usize); 3] {
+        let a = match p.gemm.a_layout {
+            ALayout::Mk => (p.m, p.k),
+            ALayout::Km => (p.k, p.m),
+        };
+        let b = match p.gemm.b_layout {
+            BLayout::Nk => (p.n, p.k),
+            BLayout::Kn => (p.k, p.n),
+        };
+        [a, b, (p.m, p.n)]
+    }
+
+    /// Elements between stored rows of A, B and C: `p.gemm_ld`, or each stored row's length.
+    pub fn lds(p: &Problem) -> [usize; 3] {
+        match p.gemm_ld {
+            Some(l) => [l.a, l.b, l.c],
+            None => Self::stored(p).map(|(_, cols)| cols),
+        }
+    }
+
+    /// Elements each of A, B and C spans (`(rows - 1) · ld + cols`), after checking that every
+    /// leading dimension is at least its stored row.
+    fn spans(&self, p: &Problem) -> Result<[usize; 3], KernelError> {
+        let name = self.name;
+        let lds = Self::lds(p);
+        let mut out = [0; 3];
+        for (i, ((t, (rows, cols)), ld)) in ["A", "B", "C"]
+            .iter()
+            .zip(Self::stored(p))
+            .zip(lds)
+            .enumerate()
+        {
+            let lead = ["lda", "ldb", "ldc"][i];
+            if ld < cols {
+                return Err(KernelError::Problem(format!(
+                    "{name}: {lead} {ld} is less than the {cols} elements of a stored row of {t} \
+                     ({rows} x {cols} as stored)"
+                )));
+            }
+            // An empty operand spans nothing; else its last row ends `(rows - 1) · ld + cols` in.
+            out[i] = match rows {
+                0 => 0,
+                r => (r - 1)
+                    .checked_mul(ld)
+                    .and_then(|x| x.checked_add(cols))
+                    .map_or_else(|| elements(t, &[r, ld]), Ok)?,
+            };
+        }
+        Ok(out)
+    }
+
     fn launch_for(&self, p: &Problem, types: &GemmTypes) -> Result<Launch, KernelError> {
-        let mut inputs = vec![elements("A", &[p.m, p.k])?, elements("B", &[p.n, p.k])?];
+        let [a, b, c] = self.spans(p)?;
+        let mut inputs = vec![a, b];
         inputs.extend(Self::scale_lens(p, types).into_iter().flatten());
+        let mut params = vec![param("m", p.m)?, param("n", p.n)?, param("k", p.k)?];
+        if p.gemm_ld.is_some() {
+            for (name, ld) in ["lda", "ldb", "ldc"].into_iter().zip(Self::lds(p)) {
+                params.push(param(name, ld)?);
+            }
+        }
         Ok(Launch {
-            params: vec![param("m", p.m)?, param("n", p.n)?, param("k", p.k)?],
+            params,
             inputs,
-            outputs: vec![elements("C", &[p.m, p.n])?],
+            outputs: vec![c],
         })
+    }
+
+    /// On sm_90a every operand row must start 16 bytes after the previous one (TMA's global strides,
+    /// CUDA driver API `cuTensorMapEncodeTiled`).
+    fn check_tma_strides(&self, p: &Problem, types: &GemmTypes) -> Result<(), KernelError> {
+        let elems = [
+            types.input.bytes(),
+            types.input.bytes(),
+            types.output.bytes(),
+        ];
+        for ((lead, ld), elem) in ["lda", "ldb", "ldc"].iter().zip(Self::lds(p)).zip(elems) {
+            let bytes = ld as u64 * u64::from(elem);
+            if ld > 1 && !bytes.is_multiple_of(16) {
+                return Err(KernelError::Problem(format!(
+                    "{}: {lead} {ld} ({bytes} bytes): the Hopper kernel's TMA copies need rows a \
+                     multiple of 16 bytes apart ({} elements of {elem} bytes)",
+                    self.name,
+                    16 / elem
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl GemmProblem {
+    /// The f64 product `A·Bᵀ` (M × N, dense) of operands stored as `p` says (layouts, leading
+    /// dimensions): each is gathered into a dense `M × K` / `N × K` copy first.
+    fn product(p: &Problem, a: &[f32], b: &[f32]) -> Vec<f64> {
+        let [lda, ldb, _] = Self::lds(p);
+        let gather = |x: &[f32], rows: usize, ld: usize, transposed: bool| -> Vec<f32> {
+            let mut out = Vec::with_capacity(rows * p.k);
+            for r in 0..rows {
+                for c in 0..p.k {
+                    out.push(if transposed {
+                        x[c * ld + r]
+                    } else {
+                        x[r * ld + c]
+                    });
+                }
+            }
+            out
+        };
+        let a = gather(a, p.m, lda, p.gemm.a_layout == ALayout::Km);
+        let b = gather(b, p.n, ldb, p.gemm.b_layout == BLayout::Kn);
+        reference::gemm_abt(&a, &b, p.m, p.n, p.k)
+    }
+
+    /// The dense `M × N` result placed in C's span: row `i` at `i · ldc`; the gaps between rows NaN,
+    /// which only an output the kernel left unwritten (the runs' NaN poison) matches
+    /// ([`reference::compare`]).
+    fn place_c(p: &Problem, dense: Vec<f64>) -> Vec<f64> {
+        let ldc = Self::lds(p)[2];
+        if ldc == p.n || p.m == 0 {
+            return dense;
+        }
+        let mut out = vec![f64::NAN; (p.m - 1) * ldc + p.n];
+        for (i, row) in dense.chunks(p.n).enumerate() {
+            out[i * ldc..i * ldc + p.n].copy_from_slice(row);
+        }
+        out
     }
 }
 
@@ -199,6 +332,9 @@ impl KernelProblem for GemmProblem {
         positive(name, &[("m", p.m), ("n", p.n), ("k", p.k)])?;
         let cfg = self.config(p, target)?;
         let types = cfg.types;
+        if target == Target::Sm90a {
+            self.check_tma_strides(p, &types)?;
+        }
         // Random operands in [-s, s) must stay finite and not all flush to zero in the operand format.
         let max = types.input.max_finite();
         if f64::from(p.input_scale.abs()) > max {
@@ -216,8 +352,9 @@ impl KernelProblem for GemmProblem {
         } else {
             Some(0)
         };
-        let inputs = budget::sum(&[budget::product(&[m, k]), budget::product(&[n, k]), scales]);
-        let output = budget::product(&[m, n]);
+        let [sa, sb, sc] = self.spans(p)?.map(|x| Some(x as u64));
+        let inputs = budget::sum(&[sa, sb, scales]);
+        let output = sc;
         let bytes = budget::sum(&[
             // the inputs and their snapshot
             inputs.and_then(|x| x.checked_mul(2 * 4)),
@@ -233,6 +370,13 @@ impl KernelProblem for GemmProblem {
         let mut shape = serde_json::json!({
             "m": p.m, "n": p.n, "k": p.k, "block": cfg.block, "k_step": cfg.k_step,
         });
+        if cfg.a_layout != ALayout::Mk || cfg.b_layout != BLayout::Nk {
+            shape["a_layout"] = serde_json::json!(cfg.a_layout);
+            shape["b_layout"] = serde_json::json!(cfg.b_layout);
+        }
+        if let Some(ld) = p.gemm_ld {
+            shape["ld"] = serde_json::json!(ld);
+        }
         if types != GemmTypes::BF16 {
             shape["input"] = types.input.name().into();
             shape["output"] = types.output.name().into();
@@ -262,8 +406,12 @@ impl KernelProblem for GemmProblem {
             }]);
         }
         let lanes = target.gpu().map_or(32, |g| g.wave_width);
-        let reduce = split_k::build_reduce(cfg.split_k, cfg.types.output, lanes)?;
+        let reduce = split_k::build_reduce_into(cfg.split_k, cfg.types.output, lanes, cfg.strided)?;
         let partial = elements(split_k::PARTIAL, &[cfg.split_k as usize, p.m, p.n])?;
+        let mut reduce_params = vec![param("m", p.m)?, param("n", p.n)?];
+        if cfg.strided {
+            reduce_params.push(param("ldc", Self::lds(p)[2])?);
+        }
         Ok(vec![
             Stage {
                 kernel: gemm,
@@ -275,7 +423,7 @@ impl KernelProblem for GemmProblem {
             Stage {
                 kernel: reduce,
                 launch: Launch {
-                    params: vec![param("m", p.m)?, param("n", p.n)?],
+                    params: reduce_params,
                     inputs: vec![partial],
                     outputs: plan.launch.outputs.clone(),
                 },
@@ -301,7 +449,7 @@ impl KernelProblem for GemmProblem {
     /// The scale layout is read from the scale tensors' lengths (the plan sized them): one element
     /// each is per-tensor, which at m = n = 1 is also what per-row/column means.
     fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
-        let mut values = reference::gemm_abt(&inputs[0], &inputs[1], p.m, p.n, p.k);
+        let mut values = Self::product(p, &inputs[0], &inputs[1]);
         if let [_, _, sa, sb] = inputs {
             let mode = if sa.len() == 1 && sb.len() == 1 {
                 Scales::PerTensor
@@ -310,6 +458,7 @@ impl KernelProblem for GemmProblem {
             };
             reference::scale_rows_cols(&mut values, p.n, mode, sa, sb);
         }
+        let values = Self::place_c(p, values);
         Reference {
             values,
             baseline: None,

@@ -1,6 +1,7 @@
 //! What the tests of the row-wise kernels with several launches share (`rmsnorm_swiglu.rs`,
 //! `layernorm_bwd.rs`): a problem at odd sizes, the stages run on the interpreter, each output judged
 //! element by element against the f64 reference.
+#![allow(dead_code)]
 
 use kittens_hw::Target;
 use kittens_kernels::exec::interpret;
@@ -28,7 +29,7 @@ pub fn problem(rows: usize, dim: usize) -> Problem {
 
 /// Runs the stages on the interpreter, each launch's inputs by name from the tensors before it;
 /// returns the outputs no later launch reads (in launch order), and the drawn inputs.
-fn run_stages(stages: &[Stage], inputs: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>, KernelError> {
+pub fn run_stages(stages: &[Stage], inputs: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>, KernelError> {
     let mut pool: Vec<(String, Vec<f32>, bool)> = stages[0]
         .kernel
         .globals
