@@ -315,7 +315,7 @@ def _prepare_attention(key, q, k, v, causal, bottom_right, need_lse=True, opts=(
         # Each tensor in its own strides (the strided program), checked and normalised here.
         specs = [(name, t.shape, attn_strides(name, t.shape, t.stride()))
                  for name, t in (("q", q), ("k", k), ("v", v))] + [("o", q.shape, attn_strides("out", q.shape, o_strides))]
-        problem["strides"] = {name: tuple(st[:3]) for name, _, st in specs}
+        problem.update({f"{name}_strides": tuple(st[:3]) for name, _, st in specs})
     tensors = tuple(_spec(*s) for s in specs) + (
         (_spec("lse", (b, h, n), (h * n, n, 1), "float32"),) if need_lse else ())
     return _prepare(key, "attn_fwd", problem, tensors, dev, extra=layout if dense else new_out)
@@ -549,7 +549,7 @@ def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom
         raise ValueError(f"lse must be a contiguous float32 (B, H, N) = ({b}, {h}, {n}) tensor")
     problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d,
                "layout": layout or "bhsd", "causal": bool(causal), "bottom_right": bool(bottom_right),
-               "variant": "atomic" if atomic else "dq", "lse": dlse is not None, **dict(opts)}
+               "variant": "atomic" if atomic else "dq", "dlse": dlse is not None, **dict(opts)}
     if dlse is not None and (dlse.dtype != torch.float32 or tuple(dlse.shape) != (b, h, n) or not dlse.is_contiguous()):
         raise ValueError(f"dlse must be a contiguous float32 (B, H, N) = ({b}, {h}, {n}) tensor")
     # The log-sum-exp, and its gradient when the forward's lse had one (folded into D by the kernels).
@@ -570,7 +570,7 @@ def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom
     made = [(name, t.shape, _layout_strides(t.shape, lay)) for name, t, lay in zip(("dq", "dk", "dv"), (q, k, v), grads)]
     specs = [(name, shape, attn_strides(arg, shape, st)) for name, arg, shape, st in given] + [
         (name, shape, attn_strides(name, shape, st)) for name, shape, st in made]
-    problem["strides"] = {name: tuple(st[:3]) for name, _, st in specs}
+    problem.update({f"{name}_strides": tuple(st[:3]) for name, _, st in specs})
     tensors = tuple(_spec(*s) for s in specs[:5]) + lse_spec + tuple(_spec(*s) for s in specs[5:])
     return _prepare(key, "attn_bwd", problem, tensors, dev, extra=grads)
 

@@ -55,6 +55,30 @@ impl AttnStrides {
         })
     }
 
+    /// The strides a problem's arguments name: `{tensor}_strides` (three sizes: batch, head, sequence
+    /// strides in elements) for any of [`TENSORS`]; `None` when none is named (dense tensors).
+    pub fn from_args(a: &crate::problem::NamedArgs) -> Result<Option<AttnStrides>, KernelError> {
+        let mut st = AttnStrides::default();
+        let mut any = false;
+        for t in TENSORS {
+            if let Some(v) = a.sizes::<3>(&format!("{t}_strides"))? {
+                any = true;
+                let slot = match t {
+                    "q" => &mut st.q,
+                    "k" => &mut st.k,
+                    "v" => &mut st.v,
+                    "o" => &mut st.o,
+                    "do" => &mut st.d_o,
+                    "dq" => &mut st.dq,
+                    "dk" => &mut st.dk,
+                    _ => &mut st.dv,
+                };
+                *slot = v;
+            }
+        }
+        Ok(any.then_some(st))
+    }
+
     /// Every stride parameter and its value, for [`named_params`].
     pub fn params(&self) -> Result<Vec<(String, i64)>, KernelError> {
         let mut out = Vec::new();

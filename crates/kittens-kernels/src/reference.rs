@@ -43,7 +43,47 @@ pub struct AttnShape {
     pub layout: AttnLayout,
 }
 
+impl Default for AttnShape {
+    /// 1 × 4 query heads (2 key/value heads) × 256 × 64, BSHD.
+    fn default() -> Self {
+        AttnShape {
+            batch: 1,
+            heads: 4,
+            heads_kv: 2,
+            seq: 256,
+            dim: 64,
+            layout: AttnLayout::Bshd,
+        }
+    }
+}
+
 impl AttnShape {
+    /// The shape `a` names (`batch`, `heads`, `heads_kv`, `seq`, `dim`, `layout` = `"bshd"` or
+    /// `"bhsd"`), `default`'s sizes for the others.
+    pub fn from_args(
+        a: &crate::problem::NamedArgs,
+        default: AttnShape,
+    ) -> Result<AttnShape, crate::KernelError> {
+        let layout = match a.text_or("layout", None)?.as_deref() {
+            None => default.layout,
+            Some("bshd") => AttnLayout::Bshd,
+            Some("bhsd") => AttnLayout::Bhsd,
+            Some(other) => {
+                return Err(crate::KernelError::Problem(format!(
+                    "`layout` {other:?}: \"bshd\" or \"bhsd\""
+                )))
+            }
+        };
+        Ok(AttnShape {
+            batch: a.size_or("batch", default.batch)?,
+            heads: a.size_or("heads", default.heads)?,
+            heads_kv: a.size_or("heads_kv", default.heads_kv)?,
+            seq: a.size_or("seq", default.seq)?,
+            dim: a.size_or("dim", default.dim)?,
+            layout,
+        })
+    }
+
     /// Element offset of `[b, h, s, d]` in a tensor with `nh` heads.
     pub fn offset(&self, nh: usize, b: usize, h: usize, s: usize, d: usize) -> usize {
         match self.layout {

@@ -1,10 +1,10 @@
 //! The kernel registry: every kernel of the suite, the targets it lowers to and, for each, the schedule
 //! it is built with there and how far it has got, and its problem definition (how it runs at a
 //! problem's sizes: `crate::problem::KernelProblem`). The CLI, the runtime and the tests reach kernels
-//! through it (`registry::by_name(name)?.build_for(target)`, `.problem()`); error messages and
+//! through it (`registry::by_name(name)?.build_for(target)`, `.problem(&args)`); error messages and
 //! `kittens list` are generated from it.
 
-use crate::problem::KernelProblem;
+use crate::problem::{KernelProblem, NamedArgs};
 use crate::{
     attn_bwd, attn_fwd, cross_entropy, gemm, layernorm, rmsnorm, rotary, swiglu, KernelError,
 };
@@ -83,9 +83,10 @@ pub struct KernelEntry {
     /// The configuration for one GPU model.
     #[serde(skip)]
     pub build_gpu: fn(&Gpu) -> Result<Kernel, KernelError>,
-    /// How it runs at a problem's sizes (launch, inputs, reference, tolerance).
+    /// Its problem (its own type, [`KernelProblem`]: launch, inputs, reference, tolerance) parsed
+    /// from named arguments; names it does not know are left unread ([`NamedArgs::unread`]).
     #[serde(skip)]
-    pub problem: &'static dyn KernelProblem,
+    pub parse: fn(&NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError>,
 }
 
 impl KernelEntry {
@@ -167,9 +168,15 @@ impl KernelEntry {
         (self.build_default)()
     }
 
-    /// How the kernel runs at a problem's sizes: launch, budget, reference, tolerance.
-    pub fn problem(&self) -> &'static dyn KernelProblem {
-        self.problem
+    /// The kernel's problem at the sizes and settings `args` name (its defaults for the others):
+    /// launch, budget, reference, tolerance.
+    pub fn problem(&self, args: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+        (self.parse)(args)
+    }
+
+    /// The kernel's problem at its default sizes.
+    pub fn default_problem(&self) -> Result<Box<dyn KernelProblem>, KernelError> {
+        self.problem(&NamedArgs::new())
     }
 }
 
@@ -229,7 +236,7 @@ const GEMM_BF16: KernelEntry = KernelEntry {
     },
     build_default: || gemm::build(&gemm::GemmConfig::default()),
     build_gpu: |gpu| gemm::build(&gemm::GemmConfig::for_gpu(gpu)),
-    problem: &gemm::problem::GemmProblem::BF16,
+    parse: gemm::problem::parse_bf16,
 };
 
 const GEMM_FP8: KernelEntry = KernelEntry {
@@ -267,7 +274,7 @@ const GEMM_FP8: KernelEntry = KernelEntry {
     },
     build_default: || gemm::build(&gemm::GemmConfig::fp8_default()),
     build_gpu: |gpu| gemm::build(&gemm::GemmConfig::fp8_for_gpu(gpu)),
-    problem: &gemm::problem::GemmProblem::FP8,
+    parse: gemm::problem::parse_fp8,
 };
 
 /// The attention's variants on CDNA: its causal kernel (a separate code object, `kittens run
@@ -326,7 +333,7 @@ const ATTN_FWD: KernelEntry = KernelEntry {
     // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`); Hopper gets
     // the producer/consumer program.
     build_gpu: |gpu| attn_fwd::build(&attn_fwd::AttnConfig::for_gpu(gpu)),
-    problem: &attn_fwd::problem::AttnProblem,
+    parse: attn_fwd::problem::parse,
 };
 
 const ATTN_BWD: KernelEntry = KernelEntry {
@@ -389,7 +396,7 @@ const ATTN_BWD: KernelEntry = KernelEntry {
         },
     ],
     build_variant: attn_bwd_variant,
-    problem: &attn_bwd::problem::BwdProblem,
+    parse: attn_bwd::problem::parse,
 };
 
 const LAYERNORM: KernelEntry = KernelEntry {
@@ -425,7 +432,7 @@ const LAYERNORM: KernelEntry = KernelEntry {
     build_gpu: |gpu| layernorm::build(&layernorm::LayerNormConfig::for_gpu(gpu, 2048, 0.1)),
     variants: &[],
     build_variant: no_variants,
-    problem: &layernorm::problem::LayerNormProblem,
+    parse: layernorm::problem::parse,
 };
 
 const ROTARY: KernelEntry = KernelEntry {
@@ -473,7 +480,7 @@ const ROTARY: KernelEntry = KernelEntry {
     },
     variants: &[],
     build_variant: no_variants,
-    problem: &rotary::problem::RotaryProblem,
+    parse: rotary::problem::parse,
 };
 
 const ROTARY_BWD: KernelEntry = KernelEntry {
@@ -516,7 +523,7 @@ const ROTARY_BWD: KernelEntry = KernelEntry {
     },
     variants: &[],
     build_variant: no_variants,
-    problem: &rotary::problem::RotaryBwdProblem,
+    parse: rotary::problem::parse_bwd,
 };
 
 /// The row-wise memory-bound kernels' four targets: one schedule on all of them.
@@ -566,7 +573,7 @@ const RMSNORM: KernelEntry = KernelEntry {
     build_gpu: |gpu| rmsnorm::build(&rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true)),
     variants: &[],
     build_variant: no_variants,
-    problem: &rmsnorm::problem::RmsNormProblem,
+    parse: rmsnorm::problem::parse,
 };
 
 const RMSNORM_BWD: KernelEntry = KernelEntry {
@@ -587,7 +594,7 @@ const RMSNORM_BWD: KernelEntry = KernelEntry {
     build_variant: |gpu, _| {
         rmsnorm::build_dweight(&rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true))
     },
-    problem: &rmsnorm::problem::RmsNormBwdProblem,
+    parse: rmsnorm::problem::parse_bwd,
 };
 
 const LAYERNORM_BWD: KernelEntry = KernelEntry {
@@ -613,7 +620,7 @@ const LAYERNORM_BWD: KernelEntry = KernelEntry {
     build_variant: |gpu, _| {
         layernorm::bwd::build_dweight(&layernorm::LayerNormConfig::for_gpu(gpu, NORM_DIM, 0.1))
     },
-    problem: &layernorm::problem::LayerNormBwdProblem,
+    parse: layernorm::problem::parse_bwd,
 };
 
 /// SwiGLU's variant: gate and up as the halves of one tensor.
@@ -636,7 +643,7 @@ const SWIGLU: KernelEntry = KernelEntry {
     build_gpu: |gpu| swiglu::build(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, false)),
     variants: SWIGLU_VARIANTS,
     build_variant: |gpu, _| swiglu::build(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, true)),
-    problem: &swiglu::problem::SwigluProblem::FORWARD,
+    parse: swiglu::problem::parse,
 };
 
 const SWIGLU_BWD: KernelEntry = KernelEntry {
@@ -651,7 +658,7 @@ const SWIGLU_BWD: KernelEntry = KernelEntry {
     build_gpu: |gpu| swiglu::build_bwd(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, false)),
     variants: SWIGLU_VARIANTS,
     build_variant: |gpu, _| swiglu::build_bwd(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, true)),
-    problem: &swiglu::problem::SwigluProblem::BACKWARD,
+    parse: swiglu::problem::parse_bwd,
 };
 
 const CROSS_ENTROPY: KernelEntry = KernelEntry {
@@ -676,7 +683,7 @@ const CROSS_ENTROPY: KernelEntry = KernelEntry {
     build_variant: |gpu, _| {
         cross_entropy::build(&cross_entropy::CrossEntropyConfig::for_gpu(gpu, true, 0.0))
     },
-    problem: &cross_entropy::problem::CrossEntropyProblem,
+    parse: cross_entropy::problem::parse,
 };
 
 /// Every kernel of the suite, in the order `kittens list` prints them.
@@ -845,13 +852,12 @@ mod tests {
     /// are its launch's inputs and outputs, and each output is a written tensor.
     #[test]
     fn problems_build_the_registered_kernel() {
-        let p = crate::problem::Problem::default();
         for e in &ALL {
-            let def = e.problem();
+            let p = e.default_problem().unwrap();
             for plan in e.targets.iter().filter(|t| t.status.available()) {
                 let t = plan.target;
-                let k = def
-                    .build(&p, t)
+                let k = p
+                    .build(t)
                     .unwrap_or_else(|err| panic!("{} {t}: {err}", e.name));
                 assert!(
                     k.name.starts_with(e.name),
@@ -866,8 +872,8 @@ mod tests {
                 );
                 // Every launch of the run (one, or the stages of a several-launch run such as the
                 // Hopper backward's query and key blocks) matches its kernel.
-                let plan = def.plan(&p, t).unwrap();
-                for st in def.stages(&p, t, &plan).unwrap() {
+                let plan = p.plan(t).unwrap();
+                for st in p.stages(t, &plan).unwrap() {
                     let (launch, k) = (&st.launch, &st.kernel);
                     let what = format!("{} {t} {}", e.name, k.name);
                     assert_eq!(launch.params.len(), k.params.len(), "{what}");

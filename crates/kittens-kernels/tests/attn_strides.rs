@@ -20,7 +20,7 @@ use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::attn_score::AttnOptions;
 use kittens_kernels::attn_strides::{gather, offset, span, AttnStrides};
-use kittens_kernels::problem::{KernelProblem, Problem};
+use kittens_kernels::problem::{KernelProblem, RunSettings};
 use kittens_kernels::reference::{check_rule, compare, AttnShape, RULE_FLOOR};
 use kittens_kernels::{reference_bwd, reference_fwd};
 
@@ -47,9 +47,10 @@ struct Case {
     causal: Causal,
 }
 
-fn problem(c: &Case) -> Problem {
+/// The forward's problem of `c` (with the log-sum-exp output).
+fn problem(c: &Case) -> AttnProblem {
     let sh = &c.sh;
-    Problem {
+    AttnProblem {
         attn: AttnShape {
             batch: sh.batch,
             heads: sh.heads,
@@ -63,7 +64,17 @@ fn problem(c: &Case) -> Problem {
         bottom_right: c.causal == Causal::BottomRight,
         lse: true,
         attn_strides: Some(c.st),
-        ..Problem::default()
+        ..AttnProblem::default()
+    }
+}
+
+/// The backward's problem of `c` (with the log-sum-exp's gradient folded in).
+fn bwd_problem(c: &Case) -> BwdProblem {
+    let f = problem(c);
+    BwdProblem {
+        attn_strides: f.attn_strides,
+        dlse: true,
+        ..BwdProblem::with(f.args())
     }
 }
 
@@ -134,10 +145,8 @@ fn check(c: &Case, seed: u64) {
     let p = problem(c);
 
     // Forward: q, k, v in their strides (sentinels between their rows: read, never used), o written.
-    let kernel = AttnProblem
-        .build(&p, Target::Cpu)
-        .expect("the strided forward builds");
-    let launch = AttnProblem.launch(&p).expect("its launch");
+    let kernel = p.build(Target::Cpu).expect("the strided forward builds");
+    let launch = p.launch().expect("its launch");
     let mut t = vec![
         scatter(&q, q_shape, c.st.q),
         scatter(&k, kv_shape, c.st.k),
@@ -168,10 +177,9 @@ fn check(c: &Case, seed: u64) {
             .map(|&x| round(x as f32, Bf16, Rounding::Rtne))
             .collect();
     let lse: Vec<f32> = f.lse.iter().map(|&x| x as f32).collect();
-    let kernel = BwdProblem
-        .build(&p, Target::Cpu)
-        .expect("the strided backward builds");
-    let launch = BwdProblem.launch(&p).expect("its launch");
+    let pb = bwd_problem(c);
+    let kernel = pb.build(Target::Cpu).expect("the strided backward builds");
+    let launch = pb.launch().expect("its launch");
     let mut t = vec![
         scatter(&q, q_shape, c.st.q),
         scatter(&k, kv_shape, c.st.k),
@@ -312,8 +320,8 @@ fn overlapping_output_is_refused() {
         st,
         causal: Causal::No,
     });
-    let e = AttnProblem
-        .launch(&p)
+    let e = p
+        .launch()
         .expect_err("an o whose heads share rows")
         .to_string();
     assert!(
@@ -324,20 +332,23 @@ fn overlapping_output_is_refused() {
         dk: [h * n * d, d, d],
         ..dense
     };
-    let p = problem(&Case {
+    let p = bwd_problem(&Case {
         name: "overlap",
         sh,
         st,
         causal: Causal::No,
     });
-    let e = BwdProblem
-        .launch(&p)
+    let e = p
+        .launch()
         .expect_err("a dk whose rows overlap its heads")
         .to_string();
     assert!(e.contains("dk: strides") && e.contains("overlap"), "{e}");
     // MI300X-attn's kernel reads V pre-transposed: it takes no caller strides, and says so.
-    let p = Problem {
-        variant: Some("seed001"),
+    let p = AttnProblem {
+        run: RunSettings {
+            variant: Some("seed001"),
+            ..RunSettings::default()
+        },
         ..problem(&Case {
             name: "mi300x",
             sh,
@@ -345,8 +356,8 @@ fn overlapping_output_is_refused() {
             causal: Causal::No,
         })
     };
-    let e = AttnProblem
-        .build(&p, Target::Cpu)
+    let e = p
+        .build(Target::Cpu)
         .expect_err("seed001 with strides")
         .to_string();
     assert!(e.contains("mi300x") && e.contains("strides"), "{e}");

@@ -12,10 +12,11 @@ mod common;
 use kittens_hw::dtype::DType;
 use kittens_hw::Target;
 use kittens_ir::numerics::{round, Rounding};
+use kittens_kernels::gemm::problem::GemmKind;
 use kittens_kernels::gemm::problem::GemmProblem;
 use kittens_kernels::gemm::shapes::HopperTile;
 use kittens_kernels::gemm::{build, ALayout, BLayout, GemmConfig, GemmTypes, LeadingDims};
-use kittens_kernels::problem::{KernelProblem, Problem};
+use kittens_kernels::problem::KernelProblem;
 use kittens_kernels::reference::compare;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -35,7 +36,7 @@ struct Case {
     split_k: u32,
 }
 
-fn problem(c: &Case) -> Problem {
+fn problem(c: &Case) -> GemmProblem {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let tile = HopperTile {
         rows: c.rows,
@@ -47,15 +48,12 @@ fn problem(c: &Case) -> Problem {
         split_k: c.split_k,
         ..tile.config(h100)
     };
-    let mut p = Problem {
-        m: c.m,
-        n: c.n,
-        k: c.k,
+    let mut p = GemmProblem {
         gemm,
-        seed: (c.m * 131 + c.n * 17 + c.k) as u64 + c.rows as u64,
-        ..Problem::default()
+        ..GemmProblem::new(GemmKind::Bf16, c.m, c.n, c.k)
     };
-    p.gemm_ld = c.pad.map(|[pa, pb, pc]| {
+    p.run.seed = (c.m * 131 + c.n * 17 + c.k) as u64 + c.rows as u64;
+    p.ld = c.pad.map(|[pa, pb, pc]| {
         let [(_, a), (_, b), (_, cc)] = GemmProblem::stored(&p);
         LeadingDims {
             a: a + pa,
@@ -69,20 +67,19 @@ fn problem(c: &Case) -> Problem {
 /// Runs the case's launches on the interpreter; returns (our rel_err, the bf16-rounded product's).
 fn run(c: &Case) -> (f64, f64) {
     let p = problem(c);
-    let def = &GemmProblem::BF16;
     let what = format!(
         "{}x{}x{} A {:?} B {:?} ld {:?} rows {} split {}",
-        c.m, c.n, c.k, c.a, c.b, p.gemm_ld, c.rows, c.split_k
+        c.m, c.n, c.k, c.a, c.b, p.ld, c.rows, c.split_k
     );
-    let plan = def
-        .plan(&p, Target::Cpu)
+    let plan = p
+        .plan(Target::Cpu)
         .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let stages = def.stages(&p, Target::Cpu, &plan).unwrap();
+    let stages = p.stages(Target::Cpu, &plan).unwrap();
     assert_eq!(stages.len(), if c.split_k > 1 { 2 } else { 1 }, "{what}");
-    let mut rng = SmallRng::seed_from_u64(p.seed);
-    let inputs = def.draw(&p, &stages[0].kernel, &plan.launch, &mut rng);
+    let mut rng = SmallRng::seed_from_u64(p.run.seed);
+    let inputs = p.draw(&stages[0].kernel, &plan.launch, &mut rng);
     let out = common::run_stages(&stages, inputs.clone()).unwrap_or_else(|e| panic!("{what}: {e}"));
-    let reference = def.reference(&p, &inputs).values;
+    let reference = p.reference(&inputs).values;
     assert_eq!(out.len(), 1, "{what}");
     assert_eq!(out[0].len(), reference.len(), "{what}");
     let ours = compare(&out[0], &reference);
@@ -172,26 +169,20 @@ fn bad_layouts_are_refused_by_name() {
         rows: 64,
         split_k: 1,
     });
-    p.gemm_ld = Some(LeadingDims {
+    p.ld = Some(LeadingDims {
         a: 63,
         b: 64,
         c: 64,
     });
-    let e = GemmProblem::BF16
-        .plan(&p, Target::Cpu)
-        .unwrap_err()
-        .to_string();
+    let e = p.plan(Target::Cpu).unwrap_err().to_string();
     assert!(e.contains("lda 63") && e.contains("64 elements"), "{e}");
     // Hopper's TMA needs rows 16 bytes apart.
-    p.gemm_ld = Some(LeadingDims {
+    p.ld = Some(LeadingDims {
         a: 68,
         b: 64,
         c: 64,
     });
-    let e = GemmProblem::BF16
-        .plan(&p, Target::Sm90a)
-        .unwrap_err()
-        .to_string();
+    let e = p.plan(Target::Sm90a).unwrap_err().to_string();
     assert!(e.contains("lda 68") && e.contains("16 bytes"), "{e}");
     let ping_pong = GemmConfig {
         a_layout: ALayout::Km,

@@ -23,21 +23,23 @@ mod cuda_common;
 use amd_common::{assert_compiles_without_spills, clang_for};
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
+use kittens_kernels::attn_bwd::problem::BwdProblem;
+use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
 use kittens_kernels::attn_strides::AttnStrides;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::{KernelProblem, RunSettings};
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{self, Interpreter, IsaEmu};
 
 /// A fused-projection problem: Q, K, V read at row stride `(H + 2·H_kv)·D`, O, dO, dQ in
 /// `(B, N, H, D)` order, dK, dV dense `(B, H_kv, N, D)`.
-fn fused(heads: usize, heads_kv: usize, seq: usize, dim: usize) -> Problem {
+fn fused(heads: usize, heads_kv: usize, seq: usize, dim: usize) -> AttnProblem {
     let w = (heads + 2 * heads_kv) * dim;
     let fused = [seq * w, dim, w];
     let bshd = [seq * heads * dim, dim, heads * dim];
     let bhsd = [heads_kv * seq * dim, seq * dim, dim];
-    Problem {
+    AttnProblem {
         attn: AttnShape {
             batch: 2,
             heads,
@@ -56,9 +58,22 @@ fn fused(heads: usize, heads_kv: usize, seq: usize, dim: usize) -> Problem {
             dk: bhsd,
             dv: bhsd,
         }),
-        input_scale: 2.0,
-        seed: 5,
-        ..Problem::default()
+        run: RunSettings {
+            input_scale: 2.0,
+            seed: 5,
+            ..RunSettings::default()
+        },
+        ..AttnProblem::default()
+    }
+}
+
+/// The backward of the forward problem `f`, with `variant` and (with `dlse`) the lse's gradient.
+fn bwd(f: &AttnProblem, variant: Option<&'static str>, dlse: bool) -> BwdProblem {
+    BwdProblem {
+        attn_strides: f.attn_strides,
+        dlse,
+        run: RunSettings { variant, ..f.run },
+        ..BwdProblem::with(f.args())
     }
 }
 
@@ -66,7 +81,7 @@ fn entry(name: &str) -> &'static kittens_kernels::registry::KernelEntry {
     kittens_kernels::by_name(name).unwrap()
 }
 
-fn assert_passes(name: &str, p: &Problem, backend: &dyn runner::Backend, what: &str) {
+fn assert_passes(name: &str, p: &dyn KernelProblem, backend: &dyn runner::Backend, what: &str) {
     let r = runner::run(entry(name), p, backend).unwrap_or_else(|e| panic!("{what}: {e}"));
     for o in &r.outputs {
         eprintln!("{what}: {} {:?} baseline {:?}", o.name, o.error, o.baseline);
@@ -86,13 +101,11 @@ fn strided_attention_on_the_interpreter() {
         (AttnConfig::for_gpu(h100), "producer/consumer"),
     ] {
         for splits in [1, 3] {
-            let p = Problem {
-                attn_cfg: tiles,
-                lse: true,
-                causal: true,
-                kv_splits: KvSplits::Fixed(splits),
-                ..fused(4, 2, 77, 64)
-            };
+            let mut p = fused(4, 2, 77, 64);
+            p.attn_cfg = tiles;
+            p.lse = true;
+            p.causal = true;
+            p.kv_splits = KvSplits::Fixed(splits);
             assert_passes(
                 "attn_fwd",
                 &p,
@@ -102,32 +115,31 @@ fn strided_attention_on_the_interpreter() {
         }
     }
     for variant in [None, Some("dq")] {
-        let p = Problem {
-            variant,
-            causal: true,
-            ..fused(4, 2, 77, 64)
-        };
-        assert_passes("attn_bwd", &p, &Interpreter, &format!("bwd {variant:?}"));
+        let mut f = fused(4, 2, 77, 64);
+        f.causal = true;
+        assert_passes(
+            "attn_bwd",
+            &bwd(&f, variant, false),
+            &Interpreter,
+            &format!("bwd {variant:?}"),
+        );
     }
 }
 
 /// The lse's gradient folded into the backward's preprocessing (`BwdConfig::dlse`, the problem's
-/// `lse`): the one-launch program and Hopper's query/key launches on the interpreter, dense and
+/// `dlse`): the one-launch program and Hopper's query/key launches on the interpreter, dense and
 /// strided, against the f64 backward with the lse term (`reference_bwd::backward_dlse`).
 #[test]
 fn lse_gradient_folded_on_the_interpreter() {
     for strided in [false, true] {
         for variant in [None, Some("dq")] {
-            let base = fused(2, 1, 83, 64);
-            let p = Problem {
-                variant,
-                causal: true,
-                lse: true,
-                attn_strides: base.attn_strides.filter(|_| strided),
-                ..base
-            };
+            let mut f = fused(2, 1, 83, 64);
+            f.causal = true;
+            if !strided {
+                f.attn_strides = None;
+            }
             let what = format!("bwd dlse {variant:?} strided {strided}");
-            assert_passes("attn_bwd", &p, &Interpreter, &what);
+            assert_passes("attn_bwd", &bwd(&f, variant, true), &Interpreter, &what);
         }
     }
 }
@@ -139,71 +151,43 @@ fn strided_attention_compiles_for_sm_90a_without_spills() {
     let mut n = 0;
     for dim in [64, 128] {
         let base = fused(4, 2, 300, dim);
-        let cases = [
-            ("attn_fwd", "plain", base),
-            ("attn_fwd", "lse", Problem { lse: true, ..base }),
+        let mut lse = base;
+        lse.lse = true;
+        let mut split = lse;
+        split.kv_splits = KvSplits::Fixed(3);
+        let mut causal = base;
+        causal.causal = true;
+        let mut dense = base;
+        dense.attn_strides = None;
+        let cases: Vec<(&str, Box<dyn KernelProblem>)> = vec![
+            ("fwd plain", Box::new(base)),
+            ("fwd lse", Box::new(lse)),
+            ("fwd split 3", Box::new(split)),
+            ("bwd two", Box::new(bwd(&base, Some("dq"), false))),
+            ("bwd two, dlse", Box::new(bwd(&base, Some("dq"), true))),
             (
-                "attn_fwd",
-                "split 3",
-                Problem {
-                    lse: true,
-                    kv_splits: KvSplits::Fixed(3),
-                    ..base
-                },
+                "bwd atomic, dlse",
+                Box::new(bwd(&causal, Some("atomic"), true)),
             ),
             (
-                "attn_bwd",
-                "two",
-                Problem {
-                    variant: Some("dq"),
-                    ..base
-                },
-            ),
-            (
-                "attn_bwd",
-                "two, dlse",
-                Problem {
-                    variant: Some("dq"),
-                    lse: true,
-                    ..base
-                },
-            ),
-            (
-                "attn_bwd",
-                "atomic, dlse",
-                Problem {
-                    variant: Some("atomic"),
-                    causal: true,
-                    lse: true,
-                    ..base
-                },
-            ),
-            (
-                "attn_bwd",
-                "atomic, dlse, dense",
-                Problem {
-                    variant: Some("atomic"),
-                    lse: true,
-                    attn_strides: None,
-                    ..base
-                },
+                "bwd atomic, dlse, dense",
+                Box::new(bwd(&dense, Some("atomic"), true)),
             ),
         ];
-        for (name, what, p) in cases {
-            let def = entry(name).problem();
-            let plan = def
-                .plan(&p, Target::Sm90a)
-                .unwrap_or_else(|e| panic!("{name} {what}: {e}"));
-            for stage in def.stages(&p, Target::Sm90a, &plan).unwrap() {
+        for (what, p) in cases {
+            let plan = p
+                .plan(Target::Sm90a)
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            for stage in p.stages(Target::Sm90a, &plan).unwrap() {
                 assert!(
-                    p.attn_strides.is_none()
+                    what.ends_with("dense")
                         || stage.kernel.params.iter().any(|x| x.name.ends_with("_ss")),
-                    "{name} {what}: {} takes no stride parameters",
+                    "{what}: {} takes no stride parameters",
                     stage.kernel.name
                 );
                 let l = kittens_codegen::lower(&stage.kernel, Target::Sm90a)
-                    .unwrap_or_else(|e| panic!("{name} {what} D{dim}: {e}"));
-                let r = compile_clean(&l, &cache, &format!("{name} {what} D{dim}"));
+                    .unwrap_or_else(|e| panic!("{what} D{dim}: {e}"));
+                let r = compile_clean(&l, &cache, &format!("{what} D{dim}"));
                 eprintln!("{} {what} D{dim}: {r:?}", l.entry);
                 n += 1;
             }
@@ -217,12 +201,10 @@ fn strided_attention_compiles_for_sm_90a_without_spills() {
 fn strided_attention_on_amd() {
     for t in [Target::Gfx950, Target::Gfx942] {
         clang_for(t.arch().unwrap());
-        let p = Problem {
-            causal: true,
-            lse: true,
-            ..fused(2, 1, 150, 64)
-        };
-        let k = entry("attn_fwd").problem().build(&p, t).unwrap();
+        let mut p = fused(2, 1, 150, 64);
+        p.causal = true;
+        p.lse = true;
+        let k = p.build(t).unwrap();
         assert_compiles_without_spills(&k, t, &format!("attn_fwd {t} strided"));
         let emu = IsaEmu::new(t).unwrap();
         assert_passes(
@@ -232,23 +214,18 @@ fn strided_attention_on_amd() {
             &format!("attn_fwd {t} strided, ISA emulator"),
         );
         // The lse's gradient folded into the dense backward's preprocessing: compiled and run.
-        let dense = Problem {
-            attn_strides: None,
-            ..p
-        };
-        let k = entry("attn_bwd").problem().build(&dense, t).unwrap();
+        let mut dense = p;
+        dense.attn_strides = None;
+        let b = bwd(&dense, None, true);
+        let k = b.build(t).unwrap();
         assert_compiles_without_spills(&k, t, &format!("attn_bwd {t} dlse"));
         assert_passes(
             "attn_bwd",
-            &dense,
+            &b,
             &emu,
             &format!("attn_bwd {t} dlse, ISA emulator"),
         );
-        let e = entry("attn_bwd")
-            .problem()
-            .build(&p, t)
-            .unwrap_err()
-            .to_string();
+        let e = bwd(&p, None, false).build(t).unwrap_err().to_string();
         assert!(
             e.contains("attn_bwd") && e.contains("strides") && e.contains(&t.to_string()),
             "{e}"

@@ -9,10 +9,10 @@ mod cuda_common;
 
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
-use kittens_kernels::gemm::problem::GemmProblem;
+use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
 use kittens_kernels::gemm::shapes::HopperTile;
 use kittens_kernels::gemm::{build, ALayout, BLayout, GemmConfig, LeadingDims};
-use kittens_kernels::problem::{KernelProblem, Problem};
+use kittens_kernels::problem::KernelProblem;
 use kittens_runtime::cuda::args::map_geometry;
 
 #[test]
@@ -73,23 +73,17 @@ fn every_operand_order_compiles_for_sm_90a() {
 fn strided_split_k_through_the_registry_compiles() {
     ensure_nvrtc();
     let cache = fresh_cache("gemm-layouts-split");
-    let mut p = Problem {
-        m: 64,
-        n: 512,
-        k: 8192,
-        sms: Some(132),
-        ..Problem::default()
-    };
+    let mut p = GemmProblem::new(GemmKind::Bf16, 64, 512, 8192);
+    p.run.sms = Some(132);
     p.gemm.a_layout = ALayout::Km;
     p.gemm.b_layout = BLayout::Kn;
-    p.gemm_ld = Some(LeadingDims {
+    p.ld = Some(LeadingDims {
         a: 128,
         b: 1024,
         c: 520,
     });
-    let def = &GemmProblem::BF16;
-    let plan = def.plan(&p, Target::Sm90a).unwrap();
-    let stages = def.stages(&p, Target::Sm90a, &plan).unwrap();
+    let plan = p.plan(Target::Sm90a).unwrap();
+    let stages = p.stages(Target::Sm90a, &plan).unwrap();
     assert_eq!(stages.len(), 2, "split-K and its reduction");
     assert_eq!(plan.launch.params, [64, 512, 8192, 128, 1024, 520]);
     assert_eq!(stages[1].launch.params, [64, 512, 520]);

@@ -4,11 +4,11 @@
 //! per tensor, m and n per row/column), output C (m×n); the f64 reference `A·Bᵀ` with the scales
 //! applied in f64, and a fixed tolerance.
 
-use super::{build, shapes, split_k, ALayout, BLayout, GemmConfig, GemmTypes, Scales};
+use super::{build, shapes, split_k, ALayout, BLayout, GemmConfig, GemmTypes, LeadingDims, Scales};
 use crate::budget;
 use crate::problem::{
-    draw_operands, elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem,
-    Reference, Stage, STORE_BYTES,
+    draw_operands, elements, param, positive, round_up, KernelProblem, Launch, NamedArgs, Plan,
+    Reference, RunSettings, Stage, STORE_BYTES,
 };
 use crate::reference::{self, Tolerance};
 use crate::KernelError;
@@ -32,7 +32,7 @@ pub const SCALE_RANGE: std::ops::Range<f32> = 0.5..2.0;
 /// The name of the 4-wave interleave variant (HipKittens §3.3.2) of a GPU configuration.
 pub const INTERLEAVE4: &str = "interleave4";
 
-/// The GEMM's named variants of a GPU target's configuration (`Problem::variant`).
+/// The GEMM's named variants of a GPU target's configuration (`RunSettings::variant`).
 pub const VARIANTS: &[&str] = &[INTERLEAVE4];
 
 /// `base`, a GPU's configuration of the GEMM, turned into its variant `name` ([`VARIANTS`]).
@@ -51,36 +51,131 @@ pub fn variant(
     }
 }
 
-/// The problem definition the registry hands out for one of the GEMM's element types.
-#[derive(Debug)]
-pub struct GemmProblem {
-    /// The registry name, `types.kernel_name()`.
-    name: &'static str,
+/// Which of the GEMM's registry kernels a problem runs: the same tile program with bf16 or fp8 types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmKind {
+    /// `gemm_bf16`: bf16 in and out, no scales.
+    Bf16,
+    /// `gemm_fp8`: OCP e4m3 operands and per-tensor scales on the CPU (gfx950's format), the target's
+    /// fp8 format on a GPU (`GemmConfig::fp8_for_gpu`).
+    Fp8,
+}
+
+impl GemmKind {
+    /// The registry name.
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmKind::Bf16 => "gemm_bf16",
+            GemmKind::Fp8 => "gemm_fp8",
+        }
+    }
+
     /// The types a CPU run builds unless the problem's own `gemm.types` are of this kernel.
-    types: GemmTypes,
+    pub fn types(self) -> GemmTypes {
+        match self {
+            GemmKind::Bf16 => GemmTypes::BF16,
+            GemmKind::Fp8 => GemmTypes {
+                input: DType::Fp8E4m3,
+                output: DType::Bf16,
+                scales: Some(Scales::PerTensor),
+            },
+        }
+    }
+
     /// The configuration for a GPU target.
-    for_gpu: fn(&kittens_hw::Gpu) -> GemmConfig,
+    pub fn for_gpu(self, gpu: &kittens_hw::Gpu) -> GemmConfig {
+        match self {
+            GemmKind::Bf16 => GemmConfig::for_gpu(gpu),
+            GemmKind::Fp8 => GemmConfig::fp8_for_gpu(gpu),
+        }
+    }
+}
+
+/// A GEMM problem: `C[m, n] = A[m, k]·B[n, k]ᵀ` for one of the element types, with the CPU
+/// interpreter's tiles (`gemm`: block, K step, schedule, and B's layout on every target).
+#[derive(Debug, Clone, Copy)]
+pub struct GemmProblem {
+    pub kind: GemmKind,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub gemm: GemmConfig,
+    /// Leading dimensions (operands that are slices of bigger matrices); `None`: dense rows.
+    pub ld: Option<LeadingDims>,
+    pub run: RunSettings,
+}
+
+impl Default for GemmProblem {
+    /// `gemm_bf16` at 256 × 256 × 192.
+    fn default() -> Self {
+        GemmProblem::new(GemmKind::Bf16, 256, 256, 192)
+    }
+}
+
+/// The registry's parser of `gemm_bf16`'s problem.
+pub fn parse_bf16(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(GemmProblem::from_args(GemmKind::Bf16, a)?))
+}
+
+/// The registry's parser of `gemm_fp8`'s problem.
+pub fn parse_fp8(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(GemmProblem::from_args(GemmKind::Fp8, a)?))
 }
 
 impl GemmProblem {
-    /// `gemm_bf16`: bf16 in and out, no scales.
-    pub const BF16: GemmProblem = GemmProblem {
-        name: "gemm_bf16",
-        types: GemmTypes::BF16,
-        for_gpu: GemmConfig::for_gpu,
-    };
+    /// `kind` at the default sizes (256 × 256 × 192).
+    pub fn of(kind: GemmKind) -> GemmProblem {
+        GemmProblem::new(kind, 256, 256, 192)
+    }
 
-    /// `gemm_fp8`: OCP e4m3 operands and per-tensor scales on the CPU (gfx950's format), the target's
-    /// fp8 format on a GPU (`GemmConfig::fp8_for_gpu`).
-    pub const FP8: GemmProblem = GemmProblem {
-        name: "gemm_fp8",
-        types: GemmTypes {
-            input: DType::Fp8E4m3,
-            output: DType::Bf16,
-            scales: Some(Scales::PerTensor),
-        },
-        for_gpu: GemmConfig::fp8_for_gpu,
-    };
+    /// `kind` at `m × n × k` with its default CPU configuration.
+    pub fn new(kind: GemmKind, m: usize, n: usize, k: usize) -> GemmProblem {
+        let gemm = match kind {
+            GemmKind::Bf16 => GemmConfig::default(),
+            GemmKind::Fp8 => GemmConfig::fp8_default(),
+        };
+        GemmProblem {
+            kind,
+            m,
+            n,
+            k,
+            gemm,
+            ld: None,
+            run: RunSettings::default(),
+        }
+    }
+
+    /// The problem `a` names: `m`, `n`, `k`, `b_kn` (B stored `K × N`), `a_km` (A stored `K × M`),
+    /// `ld` (the leading dimensions `(lda, ldb, ldc)`), the CPU tiles `block`,
+    /// `k_step`, `schedule` (`pingpong`, `interleave`, `ws`), and the run settings.
+    pub fn from_args(kind: GemmKind, a: &NamedArgs) -> Result<GemmProblem, KernelError> {
+        let mut p = GemmProblem::new(kind, 256, 256, 192);
+        p.m = a.size_or("m", p.m)?;
+        p.n = a.size_or("n", p.n)?;
+        p.k = a.size_or("k", p.k)?;
+        if a.flag_or("b_kn", false)? {
+            p.gemm.b_layout = BLayout::Kn;
+        }
+        if a.flag_or("a_km", false)? {
+            p.gemm.a_layout = ALayout::Km;
+        }
+        p.ld = a.sizes("ld")?.map(|[a, b, c]| LeadingDims { a, b, c });
+        p.gemm.block = a.u32_or("block", p.gemm.block)?;
+        p.gemm.k_step = a.u32_or("k_step", p.gemm.k_step)?;
+        p.gemm.schedule = match a.text_or("schedule", None)?.as_deref() {
+            None => p.gemm.schedule,
+            Some("pingpong" | "pingpong8") => super::GemmSchedule::PingPong8,
+            Some("interleave" | "interleave4") => super::GemmSchedule::Interleave4,
+            Some("ws") => super::GemmSchedule::ProducerConsumer,
+            Some(other) => {
+                return Err(KernelError::Config(format!(
+                    "`schedule` {other:?}: pingpong, interleave or ws"
+                )))
+            }
+        };
+        p.run = RunSettings::from_args(a, VARIANTS)?;
+        Ok(p)
+    }
 
     /// The configuration a run on `target` builds: `p.gemm` on the CPU when its types name this kernel
     /// (e.g. fp8 with per-row scales); otherwise (`p.gemm` is another kernel's, as `Problem::default`
@@ -90,31 +185,33 @@ impl GemmProblem {
     ///
     /// Every target's configuration takes the problem's operand layouts (`p.gemm.a_layout`,
     /// `p.gemm.b_layout`; a schedule that cannot read one refuses it by name) and is strided exactly
-    /// when the problem has leading dimensions (`p.gemm_ld`).
-    pub fn config(&self, p: &Problem, target: Target) -> Result<GemmConfig, KernelError> {
+    /// when the problem has leading dimensions (`p.ld`).
+    pub fn config(&self, target: Target) -> Result<GemmConfig, KernelError> {
+        let p = self;
         Ok(GemmConfig {
             a_layout: p.gemm.a_layout,
             b_layout: p.gemm.b_layout,
-            strided: p.gemm_ld.is_some(),
-            ..self.config_for(p, target)?
+            strided: p.ld.is_some(),
+            ..self.config_for(target)?
         })
     }
 
-    fn config_for(&self, p: &Problem, target: Target) -> Result<GemmConfig, KernelError> {
+    fn config_for(&self, target: Target) -> Result<GemmConfig, KernelError> {
+        let p = self;
         match target.gpu() {
             Some(gpu) => {
-                let base = (self.for_gpu)(gpu);
-                match p.variant {
-                    None if target == Target::Sm90a => Ok(self.hopper(p, gpu, base)),
+                let base = self.kind.for_gpu(gpu);
+                match p.run.variant {
+                    None if target == Target::Sm90a => Ok(self.hopper(gpu, base)),
                     None => Ok(base),
                     Some(v) => variant(base, gpu, v),
                 }
             }
-            None if p.gemm.types.kernel_name() == self.name => Ok(p.gemm),
+            None if p.gemm.types.kernel_name() == self.kind.name() => Ok(p.gemm),
             None => {
-                let kb = self.types.operand_base().cols;
+                let kb = self.kind.types().operand_base().cols;
                 Ok(GemmConfig {
-                    types: self.types,
+                    types: self.kind.types(),
                     k_step: p.gemm.k_step.checked_next_multiple_of(kb).unwrap_or(kb),
                     ..p.gemm
                 })
@@ -135,10 +232,11 @@ impl GemmProblem {
     ///   two lines (not for 64-row blocks, nor with split-K; docs/performance.md, "gemm_bf16").
     ///
     /// B is read as the problem stores it (a linear layer's `w` or a row-major `b`, both in place).
-    fn hopper(&self, p: &Problem, gpu: &kittens_hw::Gpu, base: GemmConfig) -> GemmConfig {
+    fn hopper(&self, gpu: &kittens_hw::Gpu, base: GemmConfig) -> GemmConfig {
+        let p = self;
         let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
-        let sms = p.device_model(gpu).compute_units;
-        let bf16 = self.types == GemmTypes::BF16;
+        let sms = p.run.device_model(gpu).compute_units;
+        let bf16 = self.kind.types() == GemmTypes::BF16;
         let cfg = if bf16 {
             GemmConfig {
                 b_layout: p.gemm.b_layout,
@@ -182,7 +280,7 @@ impl GemmProblem {
     }
 
     /// Element counts of `scale_a` and `scale_b`, if the types have scales.
-    fn scale_lens(p: &Problem, types: &GemmTypes) -> Option<[usize; 2]> {
+    fn scale_lens(p: &GemmProblem, types: &GemmTypes) -> Option<[usize; 2]> {
         types.scales.map(|s| match s {
             Scales::PerTensor => [1, 1],
             Scales::PerRowCol => [p.m, p.n],
@@ -190,7 +288,7 @@ impl GemmProblem {
     }
 
     /// Rows and columns of A, B and C as stored ([`ALayout`], [`BLayout`]).
-    pub fn stored(p: &Problem) -> [(usize, usize); 3] {
+    pub fn stored(p: &GemmProblem) -> [(usize, usize); 3] {
         let a = match p.gemm.a_layout {
             ALayout::Mk => (p.m, p.k),
             ALayout::Km => (p.k, p.m),
@@ -202,9 +300,9 @@ impl GemmProblem {
         [a, b, (p.m, p.n)]
     }
 
-    /// Elements between stored rows of A, B and C: `p.gemm_ld`, or each stored row's length.
-    pub fn lds(p: &Problem) -> [usize; 3] {
-        match p.gemm_ld {
+    /// Elements between stored rows of A, B and C: `p.ld`, or each stored row's length.
+    pub fn lds(p: &GemmProblem) -> [usize; 3] {
+        match p.ld {
             Some(l) => [l.a, l.b, l.c],
             None => Self::stored(p).map(|(_, cols)| cols),
         }
@@ -212,8 +310,9 @@ impl GemmProblem {
 
     /// Elements each of A, B and C spans (`(rows - 1) · ld + cols`), after checking that every
     /// leading dimension is at least its stored row.
-    fn spans(&self, p: &Problem) -> Result<[usize; 3], KernelError> {
-        let name = self.name;
+    fn spans(&self) -> Result<[usize; 3], KernelError> {
+        let p = self;
+        let name = self.kind.name();
         let lds = Self::lds(p);
         let mut out = [0; 3];
         for (i, ((t, (rows, cols)), ld)) in ["A", "B", "C"]
@@ -241,12 +340,13 @@ impl GemmProblem {
         Ok(out)
     }
 
-    fn launch_for(&self, p: &Problem, types: &GemmTypes) -> Result<Launch, KernelError> {
-        let [a, b, c] = self.spans(p)?;
+    fn launch_for(&self, types: &GemmTypes) -> Result<Launch, KernelError> {
+        let p = self;
+        let [a, b, c] = self.spans()?;
         let mut inputs = vec![a, b];
         inputs.extend(Self::scale_lens(p, types).into_iter().flatten());
         let mut params = vec![param("m", p.m)?, param("n", p.n)?, param("k", p.k)?];
-        if p.gemm_ld.is_some() {
+        if p.ld.is_some() {
             for (name, ld) in ["lda", "ldb", "ldc"].into_iter().zip(Self::lds(p)) {
                 params.push(param(name, ld)?);
             }
@@ -260,19 +360,19 @@ impl GemmProblem {
 
     /// On sm_90a every operand row must start 16 bytes after the previous one (TMA's global strides,
     /// CUDA driver API `cuTensorMapEncodeTiled`).
-    fn check_tma_strides(&self, p: &Problem, types: &GemmTypes) -> Result<(), KernelError> {
+    fn check_tma_strides(&self, types: &GemmTypes) -> Result<(), KernelError> {
         let elems = [
             types.input.bytes(),
             types.input.bytes(),
             types.output.bytes(),
         ];
-        for ((lead, ld), elem) in ["lda", "ldb", "ldc"].iter().zip(Self::lds(p)).zip(elems) {
+        for ((lead, ld), elem) in ["lda", "ldb", "ldc"].iter().zip(Self::lds(self)).zip(elems) {
             let bytes = ld as u64 * u64::from(elem);
             if ld > 1 && !bytes.is_multiple_of(16) {
                 return Err(KernelError::Problem(format!(
                     "{}: {lead} {ld} ({bytes} bytes): the Hopper kernel's TMA copies need rows a \
                      multiple of 16 bytes apart ({} elements of {elem} bytes)",
-                    self.name,
+                    self.kind.name(),
                     16 / elem
                 )));
             }
@@ -284,7 +384,7 @@ impl GemmProblem {
 impl GemmProblem {
     /// The f64 product `A·Bᵀ` (M × N, dense) of operands stored as `p` says (layouts, leading
     /// dimensions): each is gathered into a dense `M × K` / `N × K` copy first.
-    fn product(p: &Problem, a: &[f32], b: &[f32]) -> Vec<f64> {
+    fn product(p: &GemmProblem, a: &[f32], b: &[f32]) -> Vec<f64> {
         let [lda, ldb, _] = Self::lds(p);
         let gather = |x: &[f32], rows: usize, ld: usize, transposed: bool| -> Vec<f32> {
             let mut out = Vec::with_capacity(rows * p.k);
@@ -307,7 +407,7 @@ impl GemmProblem {
     /// The dense `M × N` result placed in C's span: row `i` at `i · ldc`; the gaps between rows NaN,
     /// which only an output the kernel left unwritten (the runs' NaN poison) matches
     /// ([`reference::compare`]).
-    fn place_c(p: &Problem, dense: Vec<f64>) -> Vec<f64> {
+    fn place_c(p: &GemmProblem, dense: Vec<f64>) -> Vec<f64> {
         let ldc = Self::lds(p)[2];
         if ldc == p.n || p.m == 0 {
             return dense;
@@ -321,26 +421,35 @@ impl GemmProblem {
 }
 
 impl KernelProblem for GemmProblem {
-    /// The launch of the CPU configuration; on a GPU target the scale layout may differ, so the runner
-    /// uses [`KernelProblem::plan`]'s.
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
-        self.launch_for(p, &self.config(p, Target::Cpu)?.types)
+    fn kernel(&self) -> &'static str {
+        self.kind.name()
     }
 
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
-        let name = self.name;
+    fn settings(&self) -> &RunSettings {
+        &self.run
+    }
+
+    /// The launch of the CPU configuration; on a GPU target the scale layout may differ, so the runner
+    /// uses [`KernelProblem::plan`]'s.
+    fn launch(&self) -> Result<Launch, KernelError> {
+        self.launch_for(&self.config(Target::Cpu)?.types)
+    }
+
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let p = self;
+        let name = self.kind.name();
         positive(name, &[("m", p.m), ("n", p.n), ("k", p.k)])?;
-        let cfg = self.config(p, target)?;
+        let cfg = self.config(target)?;
         let types = cfg.types;
         if target == Target::Sm90a {
-            self.check_tma_strides(p, &types)?;
+            self.check_tma_strides(&types)?;
         }
         // Random operands in [-s, s) must stay finite and not all flush to zero in the operand format.
         let max = types.input.max_finite();
-        if f64::from(p.input_scale.abs()) > max {
+        if f64::from(p.run.input_scale.abs()) > max {
             return Err(KernelError::Problem(format!(
                 "{name}: input scale {} exceeds {max}, the largest finite {}",
-                p.input_scale, types.input
+                p.run.input_scale, types.input
             )));
         }
         let (block, k_step) = (u64::from(cfg.block), u64::from(cfg.k_step));
@@ -352,7 +461,7 @@ impl KernelProblem for GemmProblem {
         } else {
             Some(0)
         };
-        let [sa, sb, sc] = self.spans(p)?.map(|x| Some(x as u64));
+        let [sa, sb, sc] = self.spans()?.map(|x| Some(x as u64));
         let inputs = budget::sum(&[sa, sb, scales]);
         let output = sc;
         let bytes = budget::sum(&[
@@ -374,7 +483,7 @@ impl KernelProblem for GemmProblem {
             shape["a_layout"] = serde_json::json!(cfg.a_layout);
             shape["b_layout"] = serde_json::json!(cfg.b_layout);
         }
-        if let Some(ld) = p.gemm_ld {
+        if let Some(ld) = p.ld {
             shape["ld"] = serde_json::json!(ld);
         }
         if types != GemmTypes::BF16 {
@@ -383,21 +492,22 @@ impl KernelProblem for GemmProblem {
             shape["scales"] = types.scales.map(|s| format!("{s:?}")).into();
         }
         Ok(Plan {
-            launch: self.launch_for(p, &types)?,
+            launch: self.launch_for(&types)?,
             what,
             work,
             shape,
         })
     }
 
-    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
-        build(&self.config(p, target)?)
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        build(&self.config(target)?)
     }
 
     /// With split-K (`GemmConfig::split_k` > 1): the GEMM writing its slices' f32 partial sums
     /// (`split_k::PARTIAL`, `[split_k, m, n]`), then the reduction adding them into C.
-    fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
-        let cfg = self.config(p, target)?;
+    fn stages(&self, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+        let p = self;
+        let cfg = self.config(target)?;
         let gemm = build(&cfg)?;
         if cfg.split_k <= 1 {
             return Ok(vec![Stage {
@@ -432,14 +542,9 @@ impl KernelProblem for GemmProblem {
     }
 
     /// A and B in their dtype ([`draw_operands`]); the scales uniform in [`SCALE_RANGE`].
-    fn draw(
-        &self,
-        p: &Problem,
-        kernel: &Kernel,
-        launch: &Launch,
-        rng: &mut SmallRng,
-    ) -> Vec<Vec<f32>> {
-        let mut inputs = draw_operands(p, kernel, &launch.inputs[..2], rng);
+    fn draw(&self, kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
+        let p = self;
+        let mut inputs = draw_operands(p.run.input_scale, kernel, &launch.inputs[..2], rng);
         for &len in &launch.inputs[2..] {
             inputs.push((0..len).map(|_| rng.gen_range(SCALE_RANGE)).collect());
         }
@@ -448,7 +553,8 @@ impl KernelProblem for GemmProblem {
 
     /// The scale layout is read from the scale tensors' lengths (the plan sized them): one element
     /// each is per-tensor, which at m = n = 1 is also what per-row/column means.
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = self;
         let mut values = Self::product(p, &inputs[0], &inputs[1]);
         if let [_, _, sa, sb] = inputs {
             let mode = if sa.len() == 1 && sb.len() == 1 {
@@ -474,19 +580,19 @@ impl KernelProblem for GemmProblem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::problem::KernelProblem;
+
+    /// `kind` at `m × n × k` on a 132-SM device.
+    fn at(kind: GemmKind, m: usize, n: usize, k: usize) -> GemmProblem {
+        let mut p = GemmProblem::new(kind, m, n, k);
+        p.run.sms = Some(132);
+        p
+    }
 
     fn hopper(m: usize, n: usize, k: usize) -> (GemmConfig, usize) {
-        let p = Problem {
-            m,
-            n,
-            k,
-            sms: Some(132),
-            ..Problem::default()
-        };
-        let cfg = GemmProblem::BF16.config(&p, Target::Sm90a).unwrap();
-        let plan = GemmProblem::BF16.plan(&p, Target::Sm90a).unwrap();
-        let stages = GemmProblem::BF16.stages(&p, Target::Sm90a, &plan).unwrap();
+        let p = at(GemmKind::Bf16, m, n, k);
+        let cfg = p.config(Target::Sm90a).unwrap();
+        let plan = p.plan(Target::Sm90a).unwrap();
+        let stages = p.stages(Target::Sm90a, &plan).unwrap();
         (cfg, stages.len())
     }
 
@@ -502,40 +608,19 @@ mod tests {
         let (off_lines, launches) = hopper(3000, 3000, 3000);
         assert_eq!((off_lines.split_k, off_lines.cluster, launches), (1, 2, 1));
         // B stored K × N: N decides B's rows.
-        let p = Problem {
-            m: 3000,
-            n: 3000,
-            k: 3072,
-            sms: Some(132),
-            gemm: GemmConfig {
-                b_layout: BLayout::Kn,
-                ..GemmConfig::default()
-            },
-            ..Problem::default()
-        };
-        let kn = GemmProblem::BF16.config(&p, Target::Sm90a).unwrap();
+        let mut p = at(GemmKind::Bf16, 3000, 3000, 3072);
+        p.gemm.b_layout = BLayout::Kn;
+        let kn = p.config(Target::Sm90a).unwrap();
         assert_eq!((kn.b_layout, kn.cluster), (BLayout::Kn, 2));
         // fp8 at a decode step's 16 rows: 64-row blocks, split.
-        let p = Problem {
-            m: 16,
-            n: 4096,
-            k: 14336,
-            sms: Some(132),
-            ..Problem::default()
-        };
-        let fp8 = GemmProblem::FP8.config(&p, Target::Sm90a).unwrap();
+        let fp8 = at(GemmKind::Fp8, 16, 4096, 14336)
+            .config(Target::Sm90a)
+            .unwrap();
         assert!(fp8.block_rows == 64 && fp8.split_k > 1, "{fp8:?}");
         // fp8 at 256 rows: 64-row blocks where they fill the SMs once and K is short, else 128.
         let fp8_at = |m, n, k| {
-            let p = Problem {
-                m,
-                n,
-                k,
-                sms: Some(132),
-                ..Problem::default()
-            };
-            GemmProblem::FP8
-                .config(&p, Target::Sm90a)
+            at(GemmKind::Fp8, m, n, k)
+                .config(Target::Sm90a)
                 .unwrap()
                 .block_rows
         };
