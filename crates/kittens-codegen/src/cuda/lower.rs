@@ -1,4 +1,5 @@
-//! Lowering a tile-IR kernel with the producer/consumer schedule to CUDA C++ for sm_90a.
+//! Lowering a tile-IR kernel with the producer/consumer schedule to CUDA C++ for sm_90a (a plain
+//! program goes through the strip emitter: `crate::strip::lower_plain`).
 //!
 //! The IR's execution model (docs/ir.md): every wave (here: warp) runs the body; register tiles are per
 //! wave; an async load names the shared ring slot it writes; a `barrier` orders everything before it in
@@ -99,13 +100,15 @@ impl TmaMap {
 /// the stored tensor's when the accumulator store goes through TMA), globals, parameters).
 pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     kittens_ir::analysis::verify(k)?;
-    if crate::strip::is_strip_program(k) {
-        return crate::strip::lower_strip(k, crate::strip::CUDA)
+    // A plain program (strips, or any register tiles with `mma.sync`) goes through the strip
+    // emitter; the ping-pong and interleave schedules are AMD's.
+    if matches!(k.schedule, Schedule::Plain { .. }) {
+        return crate::strip::lower_plain(k, crate::strip::CUDA)
             .map_err(|e| CudaLowerError::Unsupported(e.0));
     }
     let Schedule::ProducerConsumer { producers, .. } = k.schedule else {
         return unsupported(format!(
-            "the {} schedule (only producer/consumer targets Hopper)",
+            "the {} schedule (Hopper takes plain and producer/consumer programs)",
             k.schedule.name()
         ));
     };
