@@ -13,8 +13,8 @@ position embedding, for bfloat16 arrays:
 * layouts are read in place or refused (no hidden copies): see :func:`matmul` and :func:`attention`;
 * torch tensors go through ``torch.library`` custom ops (``torch.ops.kittens.*``, :mod:`kittens.ops`):
   every kernel has an autograd formula and a fake implementation, so ``loss.backward()`` reaches every
-  input and ``torch.compile(fullgraph=True)`` traces through them. Under the ops, attention takes q, k
-  and v each in its own layout (the odd ones out copied, for now) and any ``scale``.
+  input and ``torch.compile(fullgraph=True)`` traces through them. Attention takes q, k, v, out each in
+  its own strides (head dim contiguous), read in place, and any ``scale``.
 
 ``kittens.set_verbose(True)`` (or ``KITTENS_VERBOSE=1``) reports on stderr when a GPU kernel is compiled
 (NVRTC, on first use per process; later processes read the disk cache) and how long CPU calls take.
@@ -222,12 +222,12 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     """``F.scaled_dot_product_attention(q, k, v, is_causal=causal)`` for bfloat16 q (B, H, N, D) and
     k, v (B, H_kv, N_kv, D); grouped-query attention when H_kv divides H (as ``enable_gqa=True``).
 
-    The kernel reads all four arrays dense in one memory order: (B, H, N, D), or (B, N, H, D) seen
-    through ``.transpose(1, 2)`` (the usual projection output); the output takes q's order. Torch
-    tensors go through ``torch.ops.kittens.attention``, which takes q, k and v each in its own layout
-    (e.g. a Hugging Face model's transposed q with dense k and v) and copies the odd ones out into q's
-    order (for now: the no-copy form is kernel work); numpy and DLPack arrays, and ``out=``, must all be
-    in one order. The head dim must be
+    q, k, v (and ``out=``) may each be in its own strides, the head dim contiguous (FlashAttention's
+    rule): a Hugging Face model's transposed q beside dense k and v, or q, k, v sliced out of one fused
+    projection, are all read in place, no copy (on CUDA every stride but the head dim's a multiple of 8
+    elements, 16 bytes, for the tensor maps; a ValueError naming the tensor and stride otherwise). A new
+    output takes q's dense order, (B, H, N, D) or (B, N, H, D) seen through ``.transpose(1, 2)``, else
+    (B, H, N, D). Torch tensors go through ``torch.ops.kittens.attention``. The head dim must be
     a multiple of 32 from 32 to 256. Queries and keys may differ in number (N_kv >= 1; decoding is
     N = 1). ``causal`` masks keys after each query, aligned as ``causal_align`` says: ``"top_left"``
     (PyTorch's ``is_causal``: query i keeps keys j <= i) or ``"bottom_right"`` (FlashAttention's: query
@@ -254,8 +254,9 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     stream-ordered scratch. Like :func:`matmul`, CUDA calls allocate nothing else and synchronise
     nothing. The autograd of ``torch.ops.kittens.attention`` runs the attention backward kernel
     (``torch.ops.kittens.attention_backward``) on the saved output and log-sum-exp, for either causal
-    alignment and any scale; with ``return_lse=True`` the lse's gradient too (one more backward run,
-    for now). ``out=`` writes outside autograd: with an input that requires grad it is a RuntimeError.
+    alignment and any scale; with ``return_lse=True`` the lse's gradient too, folded into the same
+    backward run's preprocessing (``D = rowsum(dO∘O) − dlse``, as FlashAttention does for ring
+    attention). ``out=`` writes outside autograd: with an input that requires grad it is a RuntimeError.
     """
     if not isinstance(causal, bool) and type(causal).__name__ != "bool_":  # numpy's bool too
         raise TypeError(f"causal must be a bool, got {type(causal).__name__}")
@@ -321,9 +322,6 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
         lse = Q.obj.new_empty(tuple(Q.shape[:3]), dtype=f32) if return_lse else None
         r = dispatch.attention(Q.obj, K.obj, V.obj, bool(causal), causal_align == "bottom_right", out=o, lse=lse,
                                opts=_attn_opts(scale, softcap, window))
-        if r is None:
-            raise ValueError("q, k, v and out must all be dense in one layout, (B, H, N, D) or (B, N, H, D) "
-                             "seen through .transpose(1, 2)")
         if not return_lse:
             return _result(Q, r[0])
         return _result(Q, r[0]), _result(Q, lse)

@@ -247,21 +247,19 @@ def _is_layout(t, name: str) -> bool:
 
 
 def attention(q, k, v, causal: bool, bottom_right: bool, out=None, lse=None, need_lse: bool = True, opts=()):
-    """``(out, lse)`` of the attention forward on CUDA, or None when q, k, v are not all in one dense
-    layout (the op's body then copies the odd ones out and calls again). ``out`` takes q's layout;
+    """``(out, lse)`` of the attention forward on CUDA. q, k, v (and ``out=``) in any strides with the head
+    dim contiguous, read in place: all dense in one layout run the dense kernels, others the strided
+    ones (``kittens_kernels::attn_strides``). A new ``out`` takes q's dense layout, else (B, H, N, D);
     ``lse`` is float32 (B, H, N)."""
     key = (1, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
-           q.get_device(), k.get_device(), v.get_device(), causal, bottom_right, need_lse, opts)
+           q.get_device(), k.get_device(), v.get_device(), causal, bottom_right, need_lse, opts,
+           None if out is None else (out.shape, out.stride(), out.dtype, out.device))
     rec = _HANDLES.get(key)
     if rec is None:
-        rec = _prepare_attention(key, q, k, v, causal, bottom_right, need_lse, opts)
-    if rec[2] is None:
-        return None  # q, k, v not in one dense layout: the op copies them into one first
+        rec = _prepare_attention(key, q, k, v, causal, bottom_right, need_lse, opts, out)
     b, h, n, d = q.shape
     if out is None:
         out = _new_in_layout(q, rec[2])
-    else:
-        _check_out("out", out, q.shape, _layout_strides(q.shape, rec[2]), _BF16, q)
     if not need_lse:  # the kernel without the log-sum-exp output (an eager call that does not want it)
         _launch(rec, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()), key[10], device_obj=q.device)
         return out, None
@@ -286,7 +284,7 @@ def _new_in_layout(q, layout: str):
     return torch.empty((b, h, n, d), dtype=_BF16, device=q.device)
 
 
-def _prepare_attention(key, q, k, v, causal, bottom_right, need_lse=True, opts=()):
+def _prepare_attention(key, q, k, v, causal, bottom_right, need_lse=True, opts=(), out=None):
     _bf16s(q=q, k=k, v=v)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 4:
@@ -298,20 +296,58 @@ def _prepare_attention(key, q, k, v, causal, bottom_right, need_lse=True, opts=(
         raise ValueError(f"head dim {d}: the attention forward on CUDA (sm_90a) takes 64, 128, 192 or 256")
     if nk == 0 and n > 0:
         raise ValueError("k and v have no keys (N_kv = 0): attention over nothing is undefined")
+    new_out = _layout_like(q)  # a new output's layout
+    if out is not None:
+        if out.dtype != _BF16 or tuple(out.shape) != tuple(q.shape) or out.device != q.device:
+            raise ValueError(f"out must be a bfloat16 tensor of q's shape {tuple(q.shape)} on {q.device}; got "
+                             f"{out.dtype} {tuple(out.shape)} on {out.device}")
+    o_strides = out.stride() if out is not None else _layout_strides(q.shape, new_out)
     layout = _dense_layout(q, k, v)
-    if layout is None:
-        return _store(key, (None, (0, ()), None))
-    o_strides = _layout_strides(q.shape, layout)
-    problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d, "layout": layout,
+    dense = layout is not None and (out is None or _is_layout(out, layout))
+    problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d,
+               "layout": layout if dense else "bhsd",
                "causal": bool(causal), "bottom_right": bool(bottom_right), "lse": bool(need_lse),
                "kv_splits": "auto", **dict(opts)}  # opts: scale, softcap, window (kittens_kernels::attn_score)
-    tensors = (
-        _spec("q", q.shape, q.stride()),
-        _spec("k", k.shape, k.stride()),
-        _spec("v", v.shape, v.stride()),
-        _spec("o", q.shape, o_strides),
-    ) + ((_spec("lse", (b, h, n), (h * n, n, 1), "float32"),) if need_lse else ())
-    return _prepare(key, "attn_fwd", problem, tensors, dev, extra=layout)
+    if dense:
+        specs = [("q", q.shape, q.stride()), ("k", k.shape, k.stride()), ("v", v.shape, v.stride()),
+                 ("o", q.shape, _layout_strides(q.shape, layout))]
+    else:
+        # Each tensor in its own strides (the strided program), checked and normalised here.
+        specs = [(name, t.shape, attn_strides(name, t.shape, t.stride()))
+                 for name, t in (("q", q), ("k", k), ("v", v))] + [("o", q.shape, attn_strides("out", q.shape, o_strides))]
+        problem.update({f"{name}_strides": tuple(st[:3]) for name, _, st in specs})
+    tensors = tuple(_spec(*s) for s in specs) + (
+        (_spec("lse", (b, h, n), (h * n, n, 1), "float32"),) if need_lse else ())
+    return _prepare(key, "attn_fwd", problem, tensors, dev, extra=layout if dense else new_out)
+
+
+def _layout_like(t) -> str:
+    """The dense attention layout of a new tensor made like ``t``: t's own where it has one, else
+    (B, H, N, D)."""
+    return "bshd" if _is_layout(t, "bshd") and not _is_layout(t, "bhsd") else "bhsd"
+
+
+def attn_strides(name: str, shape, strides):
+    """A 4-D (B, H, N, D) attention tensor's strides as the strided programs read them in place: the
+    head dim contiguous (FlashAttention's rule) and every other stride a multiple of 8 elements (16 bytes:
+    the sm_90a kernels' TMA tensor maps need it); a dimension of one element takes a stride that is
+    (it is never stepped along). Anything else is a ValueError naming the tensor and the stride."""
+    shape, st = [int(x) for x in shape], [int(x) for x in strides]
+    if shape[3] > 1 and st[3] != 1:
+        raise ValueError(f"kittens.attention: {name} strides {tuple(st)}: the head dim (last) must be contiguous "
+                         "(stride 1); the kernels read each row of D elements in place")
+    reach = max([s * n for s, n in zip(st[:3], shape[:3]) if n > 1] + [shape[3]])
+    out = []
+    for i, axis in enumerate(("batch", "head", "sequence")):
+        if shape[i] <= 1:
+            out.append(-(-reach // 8) * 8)
+            continue
+        if st[i] <= 0 or st[i] % 8:
+            raise ValueError(f"kittens.attention: {name} strides {tuple(st)}: the {axis} stride {st[i]} is not a "
+                             "positive multiple of 8 elements (16 bytes), which the sm_90a kernels' tensor maps "
+                             "(TMA) need; pass a view with aligned rows (or .contiguous() it)")
+        out.append(st[i])
+    return (out[0], out[1], out[2], 1)
 
 
 # -- layernorm -----------------------------------------------------------------------------------------
@@ -472,25 +508,31 @@ def _prepare_rotary(key, q, cos, sin, interleaved):
 # -- attention backward --------------------------------------------------------------------------------
 
 
-def attention_backward(q, k, v, out, grad_out, lse, causal: bool, bottom_right: bool, atomic: bool, opts=()):
-    """``(dq, dk, dv)`` on CUDA: q, k, v, out, grad_out dense in one layout (the caller copies others
-    first), lse float32 (B, H, N) contiguous. ``atomic``: FlashAttention-3's three launches (the key
-    blocks add dQ into a float32 accumulator), else the deterministic two (query blocks, key blocks).
-    The launches' D and accumulator are scratch of this call."""
+def attention_backward(q, k, v, out, grad_out, lse, causal: bool, bottom_right: bool, atomic: bool, opts=(),
+                       dlse=None):
+    """``(dq, dk, dv)`` on CUDA: q, k, v, out, grad_out in any strides with the head dim contiguous, read
+    in place (all dense in one layout: the dense kernels; else the strided ones); lse float32 (B, H, N)
+    contiguous. dq, dk, dv come new in q's, k's and v's dense layouts (else (B, H, N, D)). ``atomic``:
+    FlashAttention-3's three launches (the key blocks add dQ into a float32 accumulator), else the
+    deterministic two (query blocks, key blocks). The launches' D and accumulator are scratch of this
+    call. ``dlse``: the log-sum-exp's gradient (float32 (B, H, N) contiguous), folded into the launches'
+    preprocessing (D = rowsum(dO∘O) − dlse)."""
     key = (4, q.shape, q.stride(), k.shape, k.stride(), v.stride(), out.stride(), grad_out.stride(),
            lse.stride(), q.dtype, k.dtype, v.dtype, out.dtype, grad_out.dtype, lse.dtype, q.get_device(),
-           causal, bottom_right, atomic, opts)
+           causal, bottom_right, atomic, opts, None if dlse is None else (dlse.dtype, dlse.stride()))
     rec = _HANDLES.get(key)
     if rec is None:
-        rec = _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic, opts)
-    dq = _new_in_layout(q, rec[2])
-    dk, dv = _new_in_layout(k, rec[2]), _new_in_layout(v, rec[2])
-    ptrs = tuple(t.data_ptr() for t in (q, k, v, out, grad_out, lse, dq, dk, dv))
+        rec = _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic, opts,
+                                          dlse)
+    lq, lk, lv = rec[2]
+    dq, dk, dv = _new_in_layout(q, lq), _new_in_layout(k, lk), _new_in_layout(v, lv)
+    ins = (q, k, v, out, grad_out, lse) + (() if dlse is None else (dlse,))
+    ptrs = tuple(t.data_ptr() for t in ins + (dq, dk, dv))
     _launch(rec, ptrs, key[15], device_obj=q.device)
     return dq, dk, dv
 
 
-def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic, opts=()):
+def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom_right, atomic, opts=(), dlse=None):
     _bf16s(q=q, k=k, v=v, out=out, grad_out=grad_out)
     dev = _same_device(q=q, k=k, v=v, out=out, grad_out=grad_out, lse=lse)
     b, h, n, d = q.shape
@@ -503,21 +545,34 @@ def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom
         if all(_is_layout(t, name) for t in (q, k, v, out, grad_out)):
             layout = name
             break
-    if layout is None:
-        raise ValueError("q, k, v, out and grad_out must be dense in one layout (B, H, N, D) or (B, N, H, D)")
     if lse.dtype != torch.float32 or tuple(lse.shape) != (b, h, n) or not lse.is_contiguous():
         raise ValueError(f"lse must be a contiguous float32 (B, H, N) = ({b}, {h}, {n}) tensor")
-    problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d, "layout": layout,
-               "causal": bool(causal), "bottom_right": bool(bottom_right),
-               "variant": "atomic" if atomic else "dq", **dict(opts)}
-    qs, ks = _layout_strides(q.shape, layout), _layout_strides(k.shape, layout)
-    tensors = (
-        _spec("q", q.shape, qs), _spec("k", k.shape, ks), _spec("v", v.shape, ks),
-        _spec("o", q.shape, qs), _spec("do", q.shape, qs),
-        _spec("lse", (b, h, n), (h * n, n, 1), "float32"),
-        _spec("dq", q.shape, qs), _spec("dk", k.shape, ks), _spec("dv", v.shape, ks),
-    )
-    return _prepare(key, "attn_bwd", problem, tensors, dev, extra=layout)
+    problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d,
+               "layout": layout or "bhsd", "causal": bool(causal), "bottom_right": bool(bottom_right),
+               "variant": "atomic" if atomic else "dq", "dlse": dlse is not None, **dict(opts)}
+    if dlse is not None and (dlse.dtype != torch.float32 or tuple(dlse.shape) != (b, h, n) or not dlse.is_contiguous()):
+        raise ValueError(f"dlse must be a contiguous float32 (B, H, N) = ({b}, {h}, {n}) tensor")
+    # The log-sum-exp, and its gradient when the forward's lse had one (folded into D by the kernels).
+    lse_spec = (_spec("lse", (b, h, n), (h * n, n, 1), "float32"),) + (
+        () if dlse is None else (_spec("dlse", (b, h, n), (h * n, n, 1), "float32"),))
+    if layout is not None:
+        qs, ks = _layout_strides(q.shape, layout), _layout_strides(k.shape, layout)
+        tensors = (
+            _spec("q", q.shape, qs), _spec("k", k.shape, ks), _spec("v", v.shape, ks),
+            _spec("o", q.shape, qs), _spec("do", q.shape, qs), *lse_spec,
+            _spec("dq", q.shape, qs), _spec("dk", k.shape, ks), _spec("dv", v.shape, ks),
+        )
+        return _prepare(key, "attn_bwd", problem, tensors, dev, extra=(layout, layout, layout))
+    # Each tensor in its own strides (the strided programs); the gradients new in q's, k's, v's layouts.
+    grads = tuple(_layout_like(t) for t in (q, k, v))
+    given = [("q", "q", q.shape, q.stride()), ("k", "k", k.shape, k.stride()), ("v", "v", v.shape, v.stride()),
+             ("o", "out", q.shape, out.stride()), ("do", "grad_out", q.shape, grad_out.stride())]
+    made = [(name, t.shape, _layout_strides(t.shape, lay)) for name, t, lay in zip(("dq", "dk", "dv"), (q, k, v), grads)]
+    specs = [(name, shape, attn_strides(arg, shape, st)) for name, arg, shape, st in given] + [
+        (name, shape, attn_strides(name, shape, st)) for name, shape, st in made]
+    problem.update({f"{name}_strides": tuple(st[:3]) for name, _, st in specs})
+    tensors = tuple(_spec(*s) for s in specs[:5]) + lse_spec + tuple(_spec(*s) for s in specs[5:])
+    return _prepare(key, "attn_bwd", problem, tensors, dev, extra=grads)
 
 
 # -- rmsnorm, swiglu -----------------------------------------------------------------------------------

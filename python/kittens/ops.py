@@ -19,11 +19,6 @@ What is interim here (each says so where it is done):
   statistics and the dropout mask from the saved inputs; CUDA runs the ``layernorm_bwd`` kernel); the
   mask is drawn by :func:`dropout_keep`, the kernels' Philox 4x32-10 stream written in integer torch ops
   (same bits as the kernel: the tests check it against the forward kernel's mask).
-* attention's ``lse`` gradient (``return_lse=True`` under autograd) costs one more run of the backward
-  kernel (dS = dlse * P taken from a backward over ones and zeros, see :func:`_lse_grad`), until the
-  backward kernel takes ``delta - dlse`` as an input.
-* attention with q, k, v in different layouts: the kernels read one layout for all four arrays, so the
-  odd ones out are copied into q's layout (head dim contiguous is all the op needs).
 
 Each op takes ``bfloat16`` CPU or CUDA tensors, like the public functions (:func:`kittens.matmul` etc.,
 which call these ops on torch tensors through :func:`call`: eager calls skip the custom op's Python
@@ -75,19 +70,12 @@ def _in_layout(t: Tensor, layout: str) -> Tensor:
     return t.contiguous()
 
 
-def _pick_layout(q: Tensor, k: Tensor, v: Tensor) -> str:
-    """The layout the attention kernels run in for these inputs: one of q's if q has one (k and v's
-    where they share it, so nothing is copied), else k and v's common one, else (B, H, N, D)."""
-    lq, lk, lv = _layouts(q), _layouts(k), _layouts(v)
-    for cand in ("bhsd", "bshd"):
-        if cand in lq and cand in lk and cand in lv:
-            return cand
-    if lq:
-        return lq[0]
-    for cand in ("bhsd", "bshd"):
-        if cand in lk and cand in lv:
-            return cand
-    return "bhsd"
+def _layout_like(t: Tensor) -> str:
+    """The layout of a new attention tensor made like ``t`` (the forward's output like q, each gradient
+    like its input): t's own dense layout where it has one, else (B, H, N, D); as the kernels' calls
+    allocate it (``kittens._dispatch._layout_like``, the CPU path's ``kittens._attn_order``)."""
+    lt = _layouts(t)
+    return "bshd" if "bshd" in lt and "bhsd" not in lt else "bhsd"
 
 
 def _empty(shape: Sequence[int], layout: str, like: Tensor, dtype=torch.bfloat16) -> Tensor:
@@ -220,29 +208,23 @@ def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale
     """``(out, lse)``: attention of q (B, H, N, D) over k, v (B, H_kv, N_kv, D) and the float32
     log-sum-exp (B, H, N) of every query's scaled logits (``-inf`` where a query keeps no key).
 
-    q, k, v may each be in its own layout: the kernel reads one, so the op copies the odd ones out into
-    q's (interim; the output takes it too). ``lse_grad``: whether ``lse`` is differentiable (the
+    q, k, v may each be in its own strides, the head dim contiguous (FlashAttention's rule): all read in
+    place, no copy (``kittens_kernels::attn_strides``); the output is new in q's dense layout where q
+    has one, else (B, H, N, D). ``lse_grad``: whether ``lse`` is differentiable (the
     public ``kittens.attention(..., return_lse=True)``); otherwise it carries no gradient, and the
     backward skips its term. ``deterministic``: the backward's dQ is the launches' own pass (bitwise
     reproducible), never the atomic adds (FlashAttention's ``deterministic=True``)."""
     # The kernels take the scale, soft cap and window themselves (kittens_kernels::attn_score).
     opts = _attn_opts(scale, softcap, window)
     if q.is_cuda:
-        r = _dispatch.attention(q, k, v, bool(causal), bool(bottom_right), opts=opts)
-        if r is not None:
-            return r
-    layout = _pick_layout(q, k, v)
-    q, k, v = (_in_layout(t, layout) for t in (q, k, v))
-    if q.is_cuda:
-        return _dispatch.attention(q, k, v, bool(causal), bool(bottom_right), opts=opts)  # one layout now
-    out = _empty(q.shape, layout, q)
+        return _dispatch.attention(q, k, v, bool(causal), bool(bottom_right), opts=opts)
+    out = _empty(q.shape, _layout_like(q), q)
     return _attention(q, k, v, causal, scale, out, True, "bottom_right" if bottom_right else "top_left",
                       softcap, window)
 
 
 def attention_no_lse(q: Tensor, k: Tensor, v: Tensor, causal: bool, bottom_right: bool) -> Optional[Tensor]:
-    """Eager CUDA attention without the log-sum-exp output (nothing to differentiate, none wanted), or
-    None when q, k, v are not in one dense layout."""
+    """Eager CUDA attention without the log-sum-exp output (nothing to differentiate, none wanted)."""
     r = _dispatch.attention(q, k, v, causal, bottom_right, need_lse=False)
     return None if r is None else r[0]
 
@@ -257,9 +239,8 @@ def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False, sof
         _bf16(name, t)
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D (B, H, N, D), got shape {tuple(t.shape)}")
-    layout = _pick_layout(q, k, v)
     b, h, n, _ = q.shape
-    return _empty(q.shape, layout, q), q.new_empty((b, h, n), dtype=torch.float32)
+    return _empty(q.shape, _layout_like(q), q), q.new_empty((b, h, n), dtype=torch.float32)
 
 
 def _attention_setup(ctx, inputs, output):
@@ -276,46 +257,17 @@ def _attention_grad(ctx, grad_out, grad_lse):
     q, k, v, out, lse = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
+    # With return_lse the lse's gradient rides in the same backward run: its preprocessing takes
+    # D = rowsum(dO∘O) − dlse (FlashAttention's fold for ring attention; d lse_i / d s_ij = P_ij).
+    dlse = grad_lse.to(torch.float32).contiguous() if ctx.lse_grad and grad_lse is not None else None
     dq, dk, dv = call(
-        "attention_backward", grad_out.to(torch.bfloat16), q, k, v, out, lse, ctx.causal, ctx.scale, ctx.bottom_right, ctx.softcap,
-        ctx.window, ctx.deterministic,
+        "attention_backward", grad_out.to(torch.bfloat16), q, k, v, out, lse, ctx.causal, ctx.scale,
+        ctx.bottom_right, ctx.softcap, ctx.window, ctx.deterministic, dlse,
     )
-    if ctx.lse_grad and grad_lse is not None:
-        dq2, dk2 = _lse_grad(grad_lse, q, k, v, lse, ctx.causal, ctx.scale, ctx.bottom_right, ctx.softcap,
-                             ctx.window, ctx.deterministic)
-        dq, dk = dq + dq2, dk + dk2
     return dq, dk, dv, None, None, None, None, None, None, None
 
 
-def _lse_grad(grad_lse, q, k, v, lse, causal, scale, bottom_right, softcap=None, window=None,
-              deterministic=False):
-    """The gradients of ``sum(grad_lse * lse)`` for q and k, by the attention backward kernel.
-
-    ``d lse_i / d s_ij = P_ij`` (the softmax), so the logits' gradient is ``dS = grad_lse_i * P_ij``.
-    The backward kernel computes ``dS = P * (dO·Vᵀ - rowsum(dO * O))``: with V all ones, O all zeros
-    and dO holding grad_lse in its first two columns (a bf16 pair ``hi + lo`` that sums to grad_lse
-    within float32's precision) that is ``P * grad_lse``, and its dQ and dK are the terms to add.
-    Interim: one more backward run; a kernel taking ``delta - dlse`` would fold it in for free.
-    """
-    g = grad_lse.to(torch.float32)
-    hi = g.to(torch.bfloat16)
-    lo = (g - hi.to(torch.float32)).to(torch.bfloat16)
-    zeros = torch.zeros_like(q)  # O, and dO's other columns (q's layout, so nothing more is copied)
-    d_o = torch.cat([hi.unsqueeze(-1), lo.unsqueeze(-1), zeros[..., 2:]], dim=-1)
-    ones = torch.ones_like(k)
-    dq, dk, _ = call("attention_backward", d_o, q, k, ones, zeros, lse, causal, scale, bottom_right,
-                                                     softcap, window, deterministic)
-    return dq, dk
-
-
 _autograd("attention", attention, _attention_grad, _attention_setup)
-
-
-def _bwd_layout(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -> str:
-    """The layout of the backward's gradients: (B, N, H, D) seen as (B, H, N, D) when every input is
-    in it (the CUDA kernel then reads them in place), else dense (B, H, N, D)."""
-    return "bshd" if all("bshd" in _layouts(t) for t in (q, k, v, grad_out)) and not all(
-        "bhsd" in _layouts(t) for t in (q, k, v, grad_out)) else "bhsd"
 
 
 @_op("attention_backward")
@@ -323,27 +275,27 @@ def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: T
                        causal: bool = False, scale: Optional[float] = None,
                        bottom_right: bool = False, softcap: Optional[float] = None,
                        window: Optional[List[int]] = None,
-                       deterministic: bool = False) -> Tuple[Tensor, Tensor, Tensor]:
+                       deterministic: bool = False,
+                       grad_lse: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """``(dq, dk, dv)`` of :func:`attention` from its output and log-sum-exp, by the attention
-    backward kernel (dK and dV summed over each KV head's query heads); any strides (copied where the
-    kernel needs them); gradients in (B, N, H, D) order when all of q, k, v and grad_out are, else
-    dense (B, H, N, D). ``deterministic``: the two-launch form on CUDA (dQ a pass of its own, bitwise
-    reproducible), whatever ``KITTENS_ATTN_BWD`` says."""
+    backward kernel (dK and dV summed over each KV head's query heads); q, k, v, out, grad_out in any
+    strides with the head dim contiguous (read in place on CUDA); each gradient new in its input's dense
+    layout, else (B, H, N, D). ``deterministic``: the two-launch form on CUDA (dQ a pass of its own, bitwise
+    reproducible), whatever ``KITTENS_ATTN_BWD`` says. ``grad_lse``: the gradient of the forward's
+    log-sum-exp (float32 (B, H, N)), folded into the kernel's preprocessing (D = rowsum(dO∘O) − dlse)."""
     from ._backward import attention_backward as run
 
-    layout = _bwd_layout(q, k, v, grad_out)
     # A query that keeps no key has lse = -inf from the forward; the backward takes +inf there (P = 0).
     lse = torch.where(lse == float("-inf"), torch.full_like(lse, float("inf")), lse)
     dq, dk, dv = run(q, k, v, out, grad_out, lse, causal, scale, "two" if deterministic else None,
-                     bottom_right=bottom_right, softcap=softcap, window=window)
-    return tuple(_in_layout(t, layout) for t in (dq, dk, dv))
+                     bottom_right=bottom_right, softcap=softcap, window=window, dlse=grad_lse)
+    return tuple(_in_layout(g, _layout_like(t)) for g, t in zip((dq, dk, dv), (q, k, v)))
 
 
 @attention_backward.register_fake
 def _(grad_out, q, k, v, out, lse, causal=False, scale=None, bottom_right=False, softcap=None, window=None,
-      deterministic=False):
-    layout = _bwd_layout(q, k, v, grad_out)
-    return tuple(_empty(t.shape, layout, q) for t in (q, k, v))
+      deterministic=False, grad_lse=None):
+    return tuple(_empty(t.shape, _layout_like(t), q) for t in (q, k, v))
 
 
 def _attention_backward_setup(ctx, inputs, output):

@@ -315,6 +315,45 @@ pub fn attention_lse_with(
     Ok((all, lse.then_some(rest)))
 }
 
+/// [`attention_lse_with`] on strided tensors (`crate::attn_strides`): `q`, `k`, `v` are the spans of
+/// tensors of strides `st.q`, `st.k`, `st.v` (first element to last), read in place by the strided
+/// program; returns O's span (its elements at strides `st.o`, 0 between them) and the log-sum-exp
+/// (f32 `[b, h, s]`, contiguous).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_strided(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: &BwdShape,
+    st: &crate::attn_strides::AttnStrides,
+    causal: Causal,
+    lse: bool,
+    opts: &AttnOptions,
+) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
+    check_head_dim(sh.dim, "attn_fwd")?;
+    let p = AttnProblem {
+        attn_strides: Some(*st),
+        ..attn_problem(sh, causal, lse, opts)
+    };
+    p.attn_options().check()?;
+    let launch = p.launch()?;
+    check_lens(&launch, &[("Q", q), ("K", k), ("V", v)])?;
+    let o_len = launch.outputs[0];
+    if sh.batch * sh.heads * sh.seq_q * sh.dim == 0 {
+        return Ok((vec![0.0; o_len], lse.then(Vec::new)));
+    }
+    if sh.seq_kv == 0 {
+        return Err(KernelError::Problem(format!(
+            "attention of {} queries over no keys (the softmax of an empty row is undefined)",
+            sh.seq_q
+        )));
+    }
+    within_budget(&p)?;
+    let mut all = run_on(&p, launch, &[("Q", q), ("K", k), ("V", v)])?;
+    let rest = all.split_off(o_len.min(all.len()));
+    Ok((all, lse.then_some(rest)))
+}
+
 /// `LayerNorm(residual + dropout(x))·weight + bias` through `layernorm` (`crate::layernorm`): `x` and
 /// `residual` are `rows × dim` row-major, `weight` and `bias` `dim`; returns `[out; new residual]`
 /// (`2 × rows × dim`). Dropout with `norm.p` keyed by `norm.dropout_seed` and `norm.offset`.
@@ -407,11 +446,32 @@ pub fn attention_bwd_with(
     causal: Causal,
     opts: &AttnOptions,
 ) -> Result<[Vec<f32>; 3], KernelError> {
+    attention_bwd_dlse(q, k, v, o, d_o, lse, None, sh, causal, opts)
+}
+
+/// [`attention_bwd_with`] with the log-sum-exp's gradient `dlse` (f32 `[b, h, s_q]`; `None`: the
+/// program without it) folded into the one run's preprocessing (`BwdConfig::dlse`).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_bwd_dlse(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &[f32],
+    d_o: &[f32],
+    lse: &[f32],
+    dlse: Option<&[f32]>,
+    sh: &BwdShape,
+    causal: Causal,
+    opts: &AttnOptions,
+) -> Result<[Vec<f32>; 3], KernelError> {
     check_head_dim(sh.dim, "attn_bwd")?;
-    let p = BwdProblem::with(attn_shape(sh, causal, opts));
+    let p = BwdProblem {
+        dlse: dlse.is_some(),
+        ..BwdProblem::with(attn_shape(sh, causal, opts))
+    };
     p.attn_options().check()?;
     let launch = p.launch()?;
-    let inputs = [
+    let mut inputs = vec![
         ("Q", q),
         ("K", k),
         ("V", v),
@@ -419,6 +479,7 @@ pub fn attention_bwd_with(
         ("dO", d_o),
         ("lse", lse),
     ];
+    inputs.extend(dlse.map(|d| ("dlse", d)));
     check_lens(&launch, &inputs)?;
     let lens = launch.outputs.clone();
     let all = if launch.output_len() == 0 {

@@ -134,6 +134,22 @@ pub fn backward_with(
     causal: Causal,
     opts: &AttnOptions,
 ) -> Grads {
+    backward_dlse(q, k, v, d_o, None, sh, causal, opts)
+}
+
+/// [`backward_with`] with the log-sum-exp's gradient `dlse` (f32 `[b, h, s_q]`, `None`: 0) as well:
+/// `d lse_i / d S_ij = P_ij`, so `dS_ij = P_ij·(dP_ij − D_i + dlse_i)`.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_dlse(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_o: &[f32],
+    dlse: Option<&[f32]>,
+    sh: &BwdShape,
+    causal: Causal,
+    opts: &AttnOptions,
+) -> Grads {
     let lg = &opts.logits;
     let mut dot = vec![0.0; sh.seq_kv];
     let (mut dq, mut dk, mut dv) = (
@@ -160,7 +176,8 @@ pub fn backward_with(
                         .map(|x| doi(x) * v[sh.kv_at(b, hk, j, x)] as f64)
                         .sum();
                 }
-                let d: f64 = p.iter().zip(dp.iter()).map(|(a, b)| a * b).sum();
+                let d: f64 = p.iter().zip(dp.iter()).map(|(a, b)| a * b).sum::<f64>()
+                    - dlse.map_or(0.0, |l| f64::from(l[(b * sh.heads + h) * sh.seq_q + i]));
                 for (t, j) in keys.enumerate() {
                     let ds = p[t] * (dp[t] - d) * lg.grad_f64(dot[t], sh.dim);
                     for x in 0..sh.dim {
@@ -214,6 +231,22 @@ pub fn backward_bf16_baseline_with(
     causal: Causal,
     opts: &AttnOptions,
 ) -> [Vec<f32>; 3] {
+    backward_bf16_baseline_dlse(q, k, v, d_o, None, sh, causal, opts)
+}
+
+/// [`backward_bf16_baseline_with`] with the log-sum-exp's gradient `dlse` (f32 `[b, h, s_q]`) taken
+/// off the softmax backward's row sum in f32, as autograd adds the lse's term to dS.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_bf16_baseline_dlse(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_o: &[f32],
+    dlse: Option<&[f32]>,
+    sh: &BwdShape,
+    causal: Causal,
+    opts: &AttnOptions,
+) -> [Vec<f32>; 3] {
     let lg = &opts.logits;
     let bf16 = |x: f32| round(x, DType::Bf16, Rounding::Rtne);
     let scale = lg.scale(sh.dim as u32);
@@ -254,7 +287,8 @@ pub fn backward_bf16_baseline_with(
                 for j in keys.clone() {
                     drow[j] = bf16((0..dd).fold(0.0f32, |a, x| a + dov(i, x) * v[kv(j, x)]));
                 }
-                let dsum = keys.clone().fold(0.0f32, |a, j| a + row[j] * drow[j]);
+                let dsum = keys.clone().fold(0.0f32, |a, j| a + row[j] * drow[j])
+                    - dlse.map_or(0.0, |l| l[(b * sh.heads + h) * sq + i]);
                 for j in keys {
                     drow[j] = bf16(row[j] * (drow[j] - dsum) * cap_grad[i * skv + j]);
                 }

@@ -104,6 +104,10 @@ pub unsafe fn attention(
         dim: p.dim,
         layout: p.layout,
     };
+    if let Some(st) = &p.strides {
+        // SAFETY: as this function's.
+        return unsafe { attention_strided(p, &sh, st, causal, opts) };
+    }
     exec::attention_budget(&sh, causal, p.lse.is_some()).map_err(kernel_error)?;
     // SAFETY: dense arrays of these sizes, checked by `view::attention`; live per the caller.
     let (q, k, v) = unsafe {
@@ -120,6 +124,58 @@ pub unsafe fn attention(
     if let (Some(ptr), Some(lse)) = (p.lse, lse) {
         if !lse.is_empty() {
             // SAFETY: a contiguous f32 (B, H, N) array (checked), 4-byte aligned (above).
+            let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut f32, lse.len()) };
+            dst.copy_from_slice(&lse);
+        }
+    }
+    Ok(())
+}
+
+/// [`attention`] of tensors each in its own strides: the strided program reads the spans of q, k, v
+/// and only O's own elements are written back (whatever lies between them is the caller's).
+///
+/// # Safety
+/// As [`attention`]'s; the spans were checked by `crate::view::attention`.
+unsafe fn attention_strided(
+    p: &Attention,
+    sh: &BwdShape,
+    st: &kittens_kernels::attn_strides::AttnStrides,
+    causal: Causal,
+    opts: &kittens_kernels::attn_score::AttnOptions,
+) -> Result<(), ApiError> {
+    use kittens_kernels::attn_strides::{offset, span};
+    let q_shape = [sh.batch, sh.heads, sh.seq_q, sh.dim];
+    let kv_shape = [sh.batch, sh.heads_kv, sh.seq_kv, sh.dim];
+    let spans = [
+        span(q_shape, st.q),
+        span(kv_shape, st.k),
+        span(kv_shape, st.v),
+    ];
+    let [sq, sk, sv] = spans.map(|s| s.map_err(kernel_error));
+    // SAFETY: each span lies in its array (checked); live per the caller.
+    let (q, k, v) = unsafe {
+        (
+            read_bf16(p.q, sq?),
+            read_bf16(p.k, sk?),
+            read_bf16(p.v, sv?),
+        )
+    };
+    let (o, lse) = exec::attention_strided(&q, &k, &v, sh, st, causal, p.lse.is_some(), opts)
+        .map_err(kernel_error)?;
+    let [_, nh, ns, nd] = q_shape;
+    for bi in 0..sh.batch {
+        for hi in 0..nh {
+            for si in 0..ns {
+                let at = offset(st.o, [bi, hi, si, 0]);
+                // SAFETY: one row of O's own elements (checked not to overlap each other or the
+                // inputs), 2-byte aligned (above).
+                unsafe { write_bf16(p.o + 2 * at as u64, &o[at..at + nd]) };
+            }
+        }
+    }
+    if let (Some(ptr), Some(lse)) = (p.lse, lse) {
+        if !lse.is_empty() {
+            // SAFETY: a contiguous f32 (B, H, N) array (checked), 4-byte aligned (checked above).
             let dst = unsafe { std::slice::from_raw_parts_mut(ptr as *mut f32, lse.len()) };
             dst.copy_from_slice(&lse);
         }

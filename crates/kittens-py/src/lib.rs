@@ -391,8 +391,11 @@ fn attn_options(
     Ok(AttnOptions { logits, window })
 }
 
+/// The attention backward on the CPU interpreter: `arrays` are f32 q, k, v, o, do, lse in dense
+/// (B, H, N, D) order (bytes); `dlse`, the log-sum-exp's gradient (f32 (B, H, N)), folded into the
+/// one run's preprocessing when given.
 #[pyfunction]
-#[pyo3(signature = (arrays, shape, causal, bottom_right=false, scale=None, softcap=None, window=None))]
+#[pyo3(signature = (arrays, shape, causal, bottom_right=false, scale=None, softcap=None, window=None, dlse=None))]
 #[allow(clippy::too_many_arguments)]
 fn attention_backward_cpu<'py>(
     py: Python<'py>,
@@ -403,6 +406,7 @@ fn attention_backward_cpu<'py>(
     scale: Option<f64>,
     softcap: Option<f64>,
     window: Option<(i64, i64)>,
+    dlse: Option<Vec<u8>>,
 ) -> PyResult<(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
@@ -426,6 +430,7 @@ fn attention_backward_cpu<'py>(
             .collect()
     };
     let [q, k, v, o, d_o, lse] = arrays.map(|a| floats(&a));
+    let dlse = dlse.map(|a| floats(&a));
     let opts = attn_options(scale, softcap, window)?;
     let causal = match (causal, bottom_right) {
         (false, _) => Causal::No,
@@ -434,8 +439,17 @@ fn attention_backward_cpu<'py>(
     };
     let grads = interruptible(py, move || {
         let t = std::time::Instant::now();
-        let g = kittens_kernels::exec::attention_bwd_with(
-            &q, &k, &v, &o, &d_o, &lse, &sh, causal, &opts,
+        let g = kittens_kernels::exec::attention_bwd_dlse(
+            &q,
+            &k,
+            &v,
+            &o,
+            &d_o,
+            &lse,
+            dlse.as_deref(),
+            &sh,
+            causal,
+            &opts,
         )
         .map_err(|e| match host::kernel_error(e) {
             ApiError::Interrupted => ApiError::Interrupted,

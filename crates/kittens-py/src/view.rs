@@ -6,6 +6,7 @@
 //! on CPU arrays runs unchanged on CUDA tensors, and nothing is ever copied behind the caller's back.
 
 use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::attn_strides::AttnStrides;
 use kittens_kernels::exec::GemmOperands;
 use kittens_kernels::exec::ATTN_DIMS;
 use kittens_kernels::gemm::{ALayout, BLayout};
@@ -346,6 +347,8 @@ pub struct Attention {
     pub seq_kv: usize,
     pub dim: usize,
     pub layout: AttnLayout,
+    /// Each tensor's own strides when the four are not dense in one layout (`layout` then unused).
+    pub strides: Option<AttnStrides>,
 }
 
 /// Dense strides of logical (B, H, N, D) in `layout`.
@@ -436,25 +439,34 @@ pub fn attention(
         disjoint(l, &[q, k, v, out])?;
     }
     let device = same_device(&[q, k, v, out])?;
-    let layout = [AttnLayout::Bshd, AttnLayout::Bhsd]
-        .into_iter()
-        .find(|&l| {
-            [q, k, v, out]
-                .iter()
-                .all(|t| t.strides_are(&attn_strides(l, &t.shape)))
-        })
-        .ok_or_else(|| {
-            let describe = |t: &View| format!("{} strides {:?}", t.name, t.strides);
-            ApiError::Value(format!(
-                "q, k, v and out must all be dense in one layout, (B, H, N, D) strides or the transpose \
-                 of a (B, N, H, D) tensor (q.transpose(1, 2)); got {}, {}, {}, {}",
-                describe(q),
-                describe(k),
-                describe(v),
-                describe(out)
-            ))
-        })?;
-    disjoint(out, &[q, k, v])?;
+    // One dense layout for all four: the dense programs; otherwise each in its own strides (the
+    // strided programs, `kittens_kernels::attn_strides`), the head dim contiguous.
+    let layout = [AttnLayout::Bshd, AttnLayout::Bhsd].into_iter().find(|&l| {
+        [q, k, v, out]
+            .iter()
+            .all(|t| t.strides_are(&attn_strides(l, &t.shape)))
+    });
+    let strides = match layout {
+        Some(_) => {
+            disjoint(out, &[q, k, v])?;
+            None
+        }
+        None => {
+            let [sq, sk, sv, so] = [q, k, v, out].map(attn_tensor_strides);
+            let st = AttnStrides {
+                q: sq?,
+                k: sk?,
+                v: sv?,
+                o: so?,
+                ..AttnStrides::default()
+            };
+            let o_shape = [b, h, n, d];
+            kittens_kernels::attn_strides::check_no_overlap("out", o_shape, st.o)
+                .map_err(|e| ApiError::Value(e.to_string()))?;
+            disjoint_spans(out, &[q, k, v])?;
+            Some(st)
+        }
+    };
     Ok(Attention {
         device,
         q: q.ptr,
@@ -468,6 +480,55 @@ pub fn attention(
         seq: n,
         seq_kv: n_kv,
         dim: d,
-        layout,
+        layout: layout.unwrap_or(AttnLayout::Bhsd),
+        strides,
     })
+}
+
+/// The `[b, h, s]` strides of a 4-D attention tensor that the strided programs read in place: the head
+/// dim contiguous (FlashAttention's rule) and no negative stride; else an error naming the tensor
+/// and its strides. A dimension of one element takes any stride (it is never stepped along).
+pub(crate) fn attn_tensor_strides(t: &View) -> Result<[usize; 3], ApiError> {
+    let bad = |why: &str| {
+        ApiError::Value(format!(
+            "{} strides {:?} (elements, for shape {}): {why}",
+            t.name,
+            t.strides,
+            t.dims()
+        ))
+    };
+    if t.shape[3] > 1 && t.strides[3] != 1 {
+        return Err(bad("the head dim (last) must be contiguous, stride 1"));
+    }
+    let mut st = [0usize; 3];
+    for (i, s) in st.iter_mut().enumerate() {
+        *s = match usize::try_from(t.strides[i]) {
+            _ if t.shape[i] <= 1 => 0,
+            Ok(x) => x,
+            Err(_) => return Err(bad("negative strides are not read in place")),
+        };
+    }
+    Ok(st)
+}
+
+/// [`disjoint`] for strided tensors: the byte ranges from each first element to its last.
+fn disjoint_spans(out: &View, inputs: &[&View]) -> Result<(), ApiError> {
+    let range = |v: &View| -> Result<(u64, u64), ApiError> {
+        let st = attn_tensor_strides(v)?;
+        let shape = [v.shape[0], v.shape[1], v.shape[2], v.shape[3]];
+        let n = kittens_kernels::attn_strides::span(shape, st)
+            .map_err(|e| ApiError::Value(e.to_string()))?;
+        Ok((v.ptr, v.ptr.saturating_add(n as u64 * v.elem)))
+    };
+    let (o0, o1) = range(out)?;
+    for v in inputs {
+        let (i0, i1) = range(v)?;
+        if !(out.planned || v.planned) && o0 < i1 && i0 < o1 && o0 < o1 && i0 < i1 {
+            return Err(ApiError::Value(format!(
+                "{} overlaps {} in memory; pass a separate output array",
+                out.name, v.name
+            )));
+        }
+    }
+    Ok(())
 }

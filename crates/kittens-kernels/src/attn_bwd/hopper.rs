@@ -35,7 +35,7 @@
 //! dK and dQ get their scale on the f32 accumulators before the bf16 store.
 
 use super::{BwdConfig, BwdTurns, Causal};
-use crate::attn_fwd::strides;
+use crate::attn_strides::tensor_strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -107,6 +107,8 @@ struct Io {
     /// O (the query blocks, which compute D from it).
     o: Option<GlobalId>,
     lse: GlobalId,
+    /// The log-sum-exp's gradient (the query blocks with [`BwdConfig::dlse`]).
+    dlse: Option<GlobalId>,
     delta: GlobalId,
 }
 
@@ -126,13 +128,8 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
             ("s", s.clone()),
             ("d", dim.clone()),
         ];
-        k.global_strided(
-            name,
-            Bf16,
-            &dims,
-            strides(cfg.layout, h, s, &dim),
-            Access::Read,
-        )
+        let st = tensor_strides(k, cfg.strided, cfg.layout, name, (h, s, &dim));
+        k.global_strided(name, Bf16, &dims, st, Access::Read)
     };
     let q = tensor(k, "q", &heads, &seq_q);
     let kg = tensor(k, "k", &heads_kv, &seq_kv);
@@ -168,6 +165,8 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
         k.global_strided(name, F32, &dims, st, Access::Read)
     };
     let lse = stats(k, "lse");
+    // The lse's gradient, read by the query blocks' preprocessing only ([`BwdConfig::dlse`]).
+    let dlse = (query_blocks && cfg.dlse).then(|| stats(k, "dlse"));
     let delta = if query_blocks {
         let dims = [
             ("b", batch.clone()),
@@ -191,6 +190,7 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
         d_o,
         o,
         lse,
+        dlse,
         delta,
     }
 }
@@ -298,7 +298,9 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
             ("s", seq.clone()),
             ("d", dim.clone()),
         ];
-        let st = strides(cfg.layout, heads, seq, &dim);
+        // dQ's f32 accumulator is the call's scratch: dense whatever the caller's strides.
+        let own = cfg.strided && name != "dq_acc";
+        let st = tensor_strides(k, own, cfg.layout, name, (heads, seq, &dim));
         k.global_strided(name, dtype, &dims, st, access)
     };
     let (kv_heads, kv_seq) = (&io.heads_kv, &io.seq_kv);
@@ -606,7 +608,13 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         ("s", io.seq_q.clone()),
         ("d", dim.clone()),
     ];
-    let st = strides(cfg.layout, &io.heads, &io.seq_q, &dim);
+    let st = tensor_strides(
+        &mut k,
+        cfg.strided,
+        cfg.layout,
+        "dq",
+        (&io.heads, &io.seq_q, &dim),
+    );
     let dq_g = k.global_strided("dq", Bf16, &dims, st, Access::Write);
     let n_qb = io.seq_q.ceil_div(i64::from(BLOCK));
     // The query blocks of one head adjacent (they share its K and V in L2), the last first (the
@@ -634,6 +642,7 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     let do_f = k.tile("do_f", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
     let d_r = k.row_vec("d_r", o_f, F32);
     let l_r = k.row_vec("l_r", o_f, F32);
+    let dl_r = io.dlse.map(|_| k.row_vec("dl_r", o_f, F32));
     let o_g =
         io.o.ok_or_else(|| KernelError::Config("attn_bwd: the query blocks read O".into()))?;
     let dq_r: Vec<RegId> = (0..halves)
@@ -711,6 +720,14 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                 k.load_global(do_f, view(k, io.d_o, &b, &h, q0.clone(), col, 16));
                 k.mul(o_f, o_f, do_f);
                 k.reduce(Axis::Rows, ReduceOp::Sum, d_r, o_f, (i > 0).then_some(d_r));
+            }
+            // Less the lse's gradient (FlashAttention's fold for ring attention): D − dlse is what
+            // dS takes when the log-sum-exp is an output with a gradient of its own.
+            if let (Some(g), Some(dl_r)) = (io.dlse, dl_r) {
+                let origin = vec![b.clone(), h.clone(), q0.clone(), Expr::c(0)];
+                k.load_global(o_f, k.gview(g, origin, 2, 3, 16, COLS));
+                k.reduce(Axis::Rows, ReduceOp::Max, dl_r, o_f, None);
+                k.sub(d_r, d_r, dl_r);
             }
             let d_dst = k.gview(
                 io.delta,

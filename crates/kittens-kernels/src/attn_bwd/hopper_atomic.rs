@@ -14,10 +14,12 @@
 //! `[batch, heads, ⌈seq_q / (ROWS·WAVES)⌉]`. Rows past `seq_q` read nothing and write nothing.
 
 use super::BwdConfig;
-use crate::attn_fwd::strides;
+use crate::attn_strides::tensor_strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, Schedule};
+use kittens_ir::{
+    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, ReduceOp, Schedule,
+};
 use kittens_tile::{BaseShape, Layout};
 
 /// Queries per wave: at head dimension 128, 4 × 128 bf16 are two 16-byte chunks per lane.
@@ -78,7 +80,10 @@ impl Strip {
             ("s", self.seq_q.clone()),
             ("d", self.dim.clone()),
         ];
-        let st = strides(cfg.layout, &self.heads, &self.seq_q, &self.dim);
+        // dQ's f32 accumulator is the call's scratch: dense whatever the caller's strides.
+        let own = cfg.strided && name != "dq_acc";
+        let shape = (&self.heads, &self.seq_q, &self.dim);
+        let st = tensor_strides(&mut self.k, own, cfg.layout, name, shape);
         self.k.global_strided(name, dt, &dims, st, a)
     }
 
@@ -108,6 +113,22 @@ pub(super) fn build_pre(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     )?;
     let o = st.tensor(cfg, "o", Bf16, Access::Read);
     let d_o = st.tensor(cfg, "do", Bf16, Access::Read);
+    // The lse's gradient ([`BwdConfig::dlse`]) as `[b, h, s_q, d]` with a zero stride along `d`.
+    let dlse = cfg.dlse.then(|| {
+        let dims = [
+            ("b", st.batch.clone()),
+            ("h", st.heads.clone()),
+            ("s", st.seq_q.clone()),
+            ("d", st.dim.clone()),
+        ];
+        let strides = vec![
+            &st.heads * st.seq_q.clone(),
+            st.seq_q.clone(),
+            Expr::c(1),
+            Expr::c(0),
+        ];
+        st.k.global_strided("dlse", F32, &dims, strides, Access::Read)
+    });
     let dims = [
         ("b", st.batch.clone()),
         ("h", st.heads.clone()),
@@ -126,11 +147,18 @@ pub(super) fn build_pre(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     );
     let d_r = st.k.row_vec("d_r", prod, F32);
     let (ov, dov, accv) = (st.rows(o, d), st.rows(d_o, d), st.rows(acc, d));
+    let dl = dlse.map(|g| (st.k.row_vec("dl_r", prod, F32), st.rows(g, d)));
     let k = &mut st.k;
     k.load_global(o_t, ov);
     k.load_global(do_t, dov);
     k.mul(prod, o_t, do_t);
     k.row_sum(d_r, prod);
+    if let Some((dl_r, view)) = dl {
+        // D − dlse: the lse's gradient folded into the preprocessing.
+        k.load_global(prod, view);
+        k.reduce(Axis::Rows, ReduceOp::Max, dl_r, prod, None);
+        k.sub(d_r, d_r, dl_r);
+    }
     let origin = vec![k.block(0), k.block(1), st.q0.clone()];
     let dv = k.gview(delta, origin, 2, 1, ROWS, 1);
     k.store(dv, d_r);

@@ -53,6 +53,8 @@ pub(super) struct KeyBlock<'a> {
     lse_t: RegId,
     lse_c: RegId,
     d_c: RegId,
+    /// The lse's gradient of a step's queries ([`BwdConfig::dlse`]).
+    dl_c: Option<RegId>,
     do_ch: RegId,
     o_ch: RegId,
     prod: RegId,
@@ -121,6 +123,7 @@ impl<'a> KeyBlock<'a> {
         let lse_t = k.tile("lse_t", F32, LSE_ROWS, qs, Layout::Col, BaseShape::S16X16);
         let lse_c = k.col_vec("lse_c", s_t, F32);
         let d_c = k.col_vec("d_c", s_t, F32);
+        let dl_c = x.cfg.dlse.then(|| k.col_vec("dl_c", s_t, F32));
         let do_ch = k.tile("do_ch", Bf16, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
         let o_ch = k.tile("o_ch", Bf16, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
         let prod = k.tile("prod", F32, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
@@ -178,6 +181,7 @@ impl<'a> KeyBlock<'a> {
             lse_t,
             lse_c,
             d_c,
+            dl_c,
             do_ch,
             o_ch,
             prod,
@@ -290,6 +294,9 @@ impl<'a> KeyBlock<'a> {
         let (h, q0) = (self.head_of(t), self.q0_of(t));
         let qs = self.x.cfg.key_step;
         self.x.load_lse(k, self.lse_t, self.lse_c, &h, &q0, qs);
+        // D (from [`Self::delta`], which every loop runs first) less the lse's gradient.
+        let dl = (self.lse_t, self.dl_c, self.d_c);
+        self.x.fold_dlse(k, dl, &h, &q0, qs);
     }
 
     /// `Sᵀ = K·Qᵀ` and `dPᵀ = V·dOᵀ` of step `t`, the scores masked past the queries and, when

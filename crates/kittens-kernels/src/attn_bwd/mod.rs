@@ -1,8 +1,9 @@
 //! Attention backward: the gradients dQ, dK, dV of `O = softmax(Q·Kᵀ/√d)·V` from Q, K, V, the
 //! forward's O and log-sum-exp, and the output gradient dO (FlashAttention-2 §3.2, Algorithm 2; the
 //! f64 definition is `crate::reference_bwd`). MHA and grouped-query heads (dK and dV summed over the
-//! query heads of a group), causal or not (top-left or bottom-right alignment), BSHD or BHSD tensors,
-//! query and key lengths that differ.
+//! query heads of a group), causal or not (top-left or bottom-right alignment), BSHD or BHSD tensors
+//! or each in its own strides ([`BwdConfig::strided`]), query and key lengths that differ, and the
+//! log-sum-exp's own gradient folded into D ([`BwdConfig::dlse`]).
 //!
 //! The program ([`schedule`]) is one launch with two kinds of blocks:
 //!
@@ -218,6 +219,15 @@ pub struct BwdConfig {
     /// A sliding window ([`Window`], bottom-right aligned): its keys masked on every program, and
     /// the steps wholly outside it skipped.
     pub window: Option<Window>,
+    /// Q, K, V, O, dO, dQ, dK, dV each in its own strides, kernel parameters
+    /// ([`crate::attn_strides::tensor_strides`]) instead of `layout`'s; the log-sum-exp, D and the f32
+    /// dQ accumulator stay dense (`layout`'s).
+    pub strided: bool,
+    /// The forward's log-sum-exp was an output with a gradient (`kittens.attention(...,
+    /// return_lse=True)` under autograd): an f32 input `dlse [b, h, s_q]` folded into the
+    /// preprocessing, `D = rowsum(dO∘O) − dlse` (as FlashAttention's ring attention does; `d lse_i /
+    /// d S_ij = P_ij`, so the lse's term adds `dlse_i·P_ij` to dS), at no other cost.
+    pub dlse: bool,
 }
 
 /// The products of a Hopper key-block step taken in turns by the consumer warpgroups
@@ -255,6 +265,8 @@ impl Default for BwdConfig {
             turns: BwdTurns::None,
             logits: Logits::default(),
             window: None,
+            strided: false,
+            dlse: false,
         }
     }
 }

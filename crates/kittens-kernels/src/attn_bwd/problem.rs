@@ -7,6 +7,7 @@
 
 use super::{build, BwdConfig, BwdShape, Causal};
 use crate::attn_score::{AttnArgs, AttnOptions, Logits, Window};
+use crate::attn_strides::{self, AttnStrides};
 use crate::budget;
 use crate::problem::{
     draw_operands, elements, param, positive, round_up, KernelProblem, Launch, NamedArgs, Plan,
@@ -21,6 +22,20 @@ use kittens_ir::numerics::{round, Rounding};
 use kittens_ir::Kernel;
 use rand::rngs::SmallRng;
 
+/// Every parameter a launch of `p` may take, by name: the sizes (`l.params`' first five) and, for a
+/// strided problem, each tensor's strides.
+fn named_values(p: &BwdProblem, l: &Launch) -> Result<Vec<(String, i64)>, KernelError> {
+    let mut values: Vec<(String, i64)> = ["batch", "heads", "heads_kv", "seq_q", "seq_kv"]
+        .into_iter()
+        .map(String::from)
+        .zip(l.params.iter().copied())
+        .collect();
+    if let Some(st) = &p.attn_strides {
+        values.extend(st.params()?);
+    }
+    Ok(values)
+}
+
 /// An `attn_bwd` problem: the attention's shape, keys, mask, logits and window ([`AttnArgs`]).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct BwdProblem {
@@ -33,6 +48,11 @@ pub struct BwdProblem {
     pub logits: Logits,
     pub window: Option<Window>,
     pub run: RunSettings,
+    /// Each tensor's own `[b, h, s]` strides (`crate::attn_strides`); `None`: dense in `attn.layout`.
+    pub attn_strides: Option<AttnStrides>,
+    /// The forward's log-sum-exp had a gradient of its own: an f32 input `dlse [b, h, s_q]` after
+    /// `lse`, folded into the preprocessing ([`super::BwdConfig::dlse`]).
+    pub dlse: bool,
 }
 
 impl BwdProblem {
@@ -46,6 +66,8 @@ impl BwdProblem {
             logits: a.logits,
             window: a.window,
             run: RunSettings::default(),
+            attn_strides: None,
+            dlse: false,
         }
     }
 
@@ -53,6 +75,8 @@ impl BwdProblem {
     pub fn from_args(a: &NamedArgs) -> Result<BwdProblem, KernelError> {
         Ok(BwdProblem {
             run: RunSettings::from_args(a, &[INTERLEAVE4, PINGPONG8, DQ, ATOMIC])?,
+            attn_strides: AttnStrides::from_args(a)?,
+            dlse: a.flag_or("dlse", false)?,
             ..BwdProblem::with(AttnArgs::from_args(a)?)
         })
     }
@@ -137,6 +161,17 @@ pub fn variant(base: BwdConfig, name: &str) -> Result<BwdConfig, KernelError> {
 /// The configuration a run builds: the target GPU's tiles (the defaults on the CPU), or the
 /// variant `p.run.variant` names of them, with `p`'s head dimension, mask and layout.
 fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
+    if p.attn_strides.is_some() && target.gpu().is_some_and(|g| g.arch.is_amd()) {
+        // Measured: the plain program with 24 stride parameters spills 5 SGPRs on gfx950.
+        return Err(KernelError::NotForTarget {
+            kernel: "attn_bwd",
+            target,
+            why: "tensors in their own strides (attn_strides): the program's 24 stride parameters \
+                  spill scalar registers on CDNA; give q, k, v, out, grad_out and the gradients in \
+                  one dense layout"
+                .into(),
+        });
+    }
     let tiles = match target.gpu() {
         Some(gpu) => BwdConfig::for_gpu(gpu),
         None => BwdConfig::default(),
@@ -162,6 +197,8 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         layout: p.attn.layout,
         logits: p.logits,
         window: p.window,
+        strided: p.attn_strides.is_some(),
+        dlse: p.dlse,
         ..tiles
     })
 }
@@ -184,19 +221,54 @@ impl KernelProblem for BwdProblem {
                 sh.heads_kv, sh.heads
             )));
         }
-        let q = elements("Q", &[sh.batch, sh.heads, sh.seq_q, sh.dim])?;
-        let kv = elements("K", &[sh.batch, sh.heads_kv, sh.seq_kv, sh.dim])?;
+        let q_shape = [sh.batch, sh.heads, sh.seq_q, sh.dim];
+        let kv_shape = [sh.batch, sh.heads_kv, sh.seq_kv, sh.dim];
         let lse = elements("lse", &[sh.batch, sh.heads, sh.seq_q])?;
+        let mut params = vec![
+            param("batch", sh.batch)?,
+            param("heads", sh.heads)?,
+            param("heads_kv", sh.heads_kv)?,
+            param("seq_q", sh.seq_q)?,
+            param("seq_kv", sh.seq_kv)?,
+        ];
+        // Dense tensors hold their elements; strided ones the span from the first to the last, and
+        // the strided program takes each one's strides after the sizes, in `attn_strides::TENSORS`
+        // order (its declaration order).
+        let [q, k, v, o, d_o, dq, dk, dv] = match &p.attn_strides {
+            None => {
+                let (q, kv) = (elements("Q", &q_shape)?, elements("K", &kv_shape)?);
+                [q, kv, kv, q, q, q, kv, kv]
+            }
+            Some(st) => {
+                let mut spans = [0; 8];
+                for (i, name) in attn_strides::TENSORS.into_iter().enumerate() {
+                    let shape = if matches!(name, "k" | "v" | "dk" | "dv") {
+                        kv_shape
+                    } else {
+                        q_shape
+                    };
+                    let t = st.of(name).unwrap_or_default();
+                    if name.starts_with('d') && name != "do" {
+                        attn_strides::check_no_overlap(name, shape, t)?;
+                    }
+                    spans[i] = attn_strides::span(shape, t)?;
+                    for x in t {
+                        params.push(param(name, x)?);
+                    }
+                }
+                spans
+            }
+        };
+        // With `p.dlse` (the forward's log-sum-exp an output with a gradient) the lse's gradient
+        // `dlse` follows it (`BwdConfig::dlse`).
+        let mut inputs = vec![q, k, v, o, d_o, lse];
+        if p.dlse {
+            inputs.push(lse);
+        }
         Ok(Launch {
-            params: vec![
-                param("batch", sh.batch)?,
-                param("heads", sh.heads)?,
-                param("heads_kv", sh.heads_kv)?,
-                param("seq_q", sh.seq_q)?,
-                param("seq_kv", sh.seq_kv)?,
-            ],
-            inputs: vec![q, kv, kv, q, q, lse],
-            outputs: vec![q, kv, kv],
+            params,
+            inputs,
+            outputs: vec![dq, dk, dv],
         })
     }
 
@@ -297,22 +369,30 @@ impl KernelProblem for BwdProblem {
             }]),
             Some([HopperQ, HopperKv]) => {
                 let l = &plan.launch;
-                let [q, kv, lse] = [l.inputs[0], l.inputs[1], l.inputs[5]];
+                let [q, k, v, o, d_o, lse] = [0, 1, 2, 3, 4, 5].map(|i| l.inputs[i]);
+                let [dq, dk, dv] = [0, 1, 2].map(|i| l.outputs[i]);
+                let values = named_values(p, l)?;
                 let stage = |schedule, inputs, outputs| -> Result<Stage, KernelError> {
+                    let kernel = build(&BwdConfig { schedule, ..cfg })?;
                     Ok(Stage {
-                        kernel: build(&BwdConfig { schedule, ..cfg })?,
                         launch: Launch {
-                            params: l.params.clone(),
+                            params: attn_strides::named_params(&kernel, &values)?,
                             inputs,
                             outputs,
                         },
+                        kernel,
                     })
                 };
+                let dlse = &l.inputs[6..];
                 Ok(vec![
-                    // q, k, v, o, do, lse in; delta, dq out.
-                    stage(HopperQ, vec![q, kv, kv, q, q, lse], vec![lse, q])?,
+                    // q, k, v, o, do, lse (, dlse) in; delta, dq out.
+                    stage(
+                        HopperQ,
+                        [&[q, k, v, o, d_o, lse][..], dlse].concat(),
+                        vec![lse, dq],
+                    )?,
                     // q, k, v, do, lse, delta in; dk, dv out.
-                    stage(HopperKv, vec![q, kv, kv, q, lse, lse], vec![kv, kv])?,
+                    stage(HopperKv, vec![q, k, v, d_o, lse, lse], vec![dk, dv])?,
                 ])
             }
             Some([HopperAtomicPre, HopperAtomicKv, HopperAtomicDq]) => {
@@ -321,25 +401,37 @@ impl KernelProblem for BwdProblem {
                 // written by the key blocks (a launch the runner's inputs-then-outputs cannot
                 // express; it refuses it, a prepared call passes the accumulator by name).
                 let l = &plan.launch;
-                let [q, kv, lse] = [l.inputs[0], l.inputs[1], l.inputs[5]];
+                let [q, k, v, o, d_o, lse] = [0, 1, 2, 3, 4, 5].map(|i| l.inputs[i]);
+                let [dq, dk, dv] = [0, 1, 2].map(|i| l.outputs[i]);
+                let acc = elements(
+                    "dq_acc",
+                    &[p.attn.batch, p.attn.heads, p.attn.seq, p.attn.dim],
+                )?;
+                let values = named_values(p, l)?;
                 let stage = |schedule, inputs, outputs| -> Result<Stage, KernelError> {
+                    let kernel = build(&BwdConfig { schedule, ..cfg })?;
                     Ok(Stage {
-                        kernel: build(&BwdConfig { schedule, ..cfg })?,
                         launch: Launch {
-                            params: l.params.clone(),
+                            params: attn_strides::named_params(&kernel, &values)?,
                             inputs,
                             outputs,
                         },
+                        kernel,
                     })
                 };
+                let dlse = &l.inputs[6..];
                 Ok(vec![
-                    stage(HopperAtomicPre, vec![q, q], vec![lse, q])?,
+                    stage(
+                        HopperAtomicPre,
+                        [&[o, d_o][..], dlse].concat(),
+                        vec![lse, acc],
+                    )?,
                     stage(
                         HopperAtomicKv,
-                        vec![q, kv, kv, q, lse, lse, q],
-                        vec![kv, kv],
+                        vec![q, k, v, d_o, lse, lse, acc],
+                        vec![dk, dv],
                     )?,
-                    stage(HopperAtomicDq, vec![q], vec![q])?,
+                    stage(HopperAtomicDq, vec![acc], vec![dq])?,
                 ])
             }
             Some(other) => Err(KernelError::Config(format!(
@@ -355,29 +447,71 @@ impl KernelProblem for BwdProblem {
         let sh = shape(p);
         let lens = &launch.inputs;
         let qkv = draw_operands(p.run.input_scale, kernel, &lens[..3], rng);
-        let d_o = draw_operands(p.run.input_scale, kernel, &lens[..1], rng).remove(0);
+        let d_o = draw_operands(p.run.input_scale, kernel, &lens[4..5], rng).remove(0);
         let opts = p.attn_options();
-        let f = reference_bwd::forward_with(&qkv[0], &qkv[1], &qkv[2], &sh, causal(p), &opts);
-        let o =
+        // A strided problem's forward reads the drawn spans gathered, and its O goes to O's strides.
+        let dense = |i: usize, t: &[f32]| match &p.attn_strides {
+            Some(_) => strided::gather(p, i, t),
+            None => t.to_vec(),
+        };
+        let [q_d, k_d, v_d] = [0, 1, 2].map(|i| dense(i, &qkv[i]));
+        let f = reference_bwd::forward_with(&q_d, &k_d, &v_d, &sh, causal(p), &opts);
+        let o: Vec<f32> =
             f.o.iter()
                 .map(|&x| round(x as f32, DType::Bf16, Rounding::Rtne))
                 .collect();
+        let o = match &p.attn_strides {
+            Some(_) => strided::scatter(p, 3, &o),
+            None => o,
+        };
         let lse = f.lse.iter().map(|&x| x as f32).collect();
         let [q, k, v]: [Vec<f32>; 3] = qkv.try_into().unwrap_or_default();
-        vec![q, k, v, o, d_o, lse]
+        let mut all = vec![q, k, v, o, d_o, lse];
+        if p.dlse {
+            all.push(draw_operands(p.run.input_scale, kernel, &lens[6..7], rng).remove(0));
+        }
+        all
     }
 
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
         let p = self;
         let (sh, c) = (shape(p), causal(p));
-        let [q, k, v, _, d_o] = [0, 1, 2, 3, 4].map(|i| inputs[i].as_slice());
+        let dense = |i: usize| match &p.attn_strides {
+            Some(_) => strided::gather(p, i, &inputs[i]),
+            None => inputs[i].clone(),
+        };
+        let [q, k, v, d_o] = [0, 1, 2, 4].map(dense);
+        let (q, k, v, d_o) = (q.as_slice(), k.as_slice(), v.as_slice(), d_o.as_slice());
         let lg = &p.attn_options();
-        let g = reference_bwd::backward_with(q, k, v, d_o, &sh, c, lg);
-        let base = reference_bwd::backward_bf16_baseline_with(q, k, v, d_o, &sh, c, lg);
+        let dlse = inputs.get(6).filter(|_| p.dlse).map(Vec::as_slice);
+        let g = reference_bwd::backward_dlse(q, k, v, d_o, dlse, &sh, c, lg);
+        let base = reference_bwd::backward_bf16_baseline_dlse(q, k, v, d_o, dlse, &sh, c, lg);
         let logit = reference_bwd::forward_with(q, k, v, &sh, c, lg).max_abs_logit;
+        // A strided problem's gradients go to their strides (only gap-free ones can be judged: the
+        // runners poison outputs with NaN; `tests/attn_strides.rs` checks gapped ones).
+        let (values, baseline) = match &p.attn_strides {
+            None => ([g.dq, g.dk, g.dv].concat(), base.concat()),
+            Some(_) => {
+                let [dq, dk, dv] = base;
+                (
+                    [
+                        strided::scatter(p, 5, &g.dq),
+                        strided::scatter(p, 6, &g.dk),
+                        strided::scatter(p, 7, &g.dv),
+                    ]
+                    .concat(),
+                    [
+                        strided::scatter(p, 5, &dq),
+                        strided::scatter(p, 6, &dk),
+                        strided::scatter(p, 7, &dv),
+                    ]
+                    .concat(),
+                )
+            }
+        };
         Reference {
-            values: [g.dq, g.dk, g.dv].concat(),
-            baseline: Some(base.concat()),
+            values,
+            baseline: Some(baseline),
             max_abs_logit: Some(logit),
         }
     }
@@ -385,5 +519,33 @@ impl KernelProblem for BwdProblem {
     /// The test rule per gradient, against the bf16 backward.
     fn tolerance(&self) -> Tolerance {
         Tolerance::Rule
+    }
+}
+
+/// A strided problem's tensors (`attn_strides::TENSORS[i]`) between their spans and dense
+/// `[b, h, s, d]`, for the draw and the reference.
+mod strided {
+    use super::BwdProblem as Problem;
+    use crate::attn_strides::{self, TENSORS};
+
+    fn shape(p: &Problem, i: usize) -> ([usize; 4], [usize; 3]) {
+        let sh = super::shape(p);
+        let heads = if matches!(TENSORS[i], "k" | "v" | "dk" | "dv") {
+            (sh.heads_kv, sh.seq_kv)
+        } else {
+            (sh.heads, sh.seq_q)
+        };
+        let st = p.attn_strides.unwrap_or_default().of(TENSORS[i]);
+        ([sh.batch, heads.0, heads.1, sh.dim], st.unwrap_or_default())
+    }
+
+    pub fn gather(p: &Problem, i: usize, t: &[f32]) -> Vec<f32> {
+        let (shape, st) = shape(p, i);
+        attn_strides::gather(t, shape, st)
+    }
+
+    pub fn scatter<T: Copy + Default>(p: &Problem, i: usize, t: &[T]) -> Vec<T> {
+        let (shape, st) = shape(p, i);
+        attn_strides::scatter(t, shape, st)
     }
 }

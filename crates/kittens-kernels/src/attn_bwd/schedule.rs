@@ -24,7 +24,7 @@
 
 use super::key_block::KeyBlock;
 use super::{name, BwdConfig, BwdSchedule};
-use crate::attn_fwd::strides;
+use crate::attn_strides::tensor_strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -51,6 +51,8 @@ pub(super) struct Io {
     pub o: GlobalId,
     pub d_o: GlobalId,
     pub lse: GlobalId,
+    /// The log-sum-exp's gradient ([`BwdConfig::dlse`]), read like `lse`.
+    pub dlse: Option<GlobalId>,
     pub dq: GlobalId,
     pub dk: GlobalId,
     pub dv: GlobalId,
@@ -67,7 +69,8 @@ fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> Io {
             ("s", s.clone()),
             ("d", dim.clone()),
         ];
-        k.global_strided(name, Bf16, &dims, strides(cfg.layout, h, s, &dim), access)
+        let st = tensor_strides(k, cfg.strided, cfg.layout, name, (h, s, &dim));
+        k.global_strided(name, Bf16, &dims, st, access)
     };
     let q = tensor(k, "q", &heads, &seq_q, Access::Read);
     let kg = tensor(k, "k", &heads_kv, &seq_kv, Access::Read);
@@ -75,23 +78,27 @@ fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> Io {
     let o = tensor(k, "o", &heads, &seq_q, Access::Read);
     let d_o = tensor(k, "do", &heads, &seq_q, Access::Read);
     // `[b, h, s]` contiguous, seen as `[b, h, r, s]` with a zero stride along `r`.
-    let lse = k.global_strided(
-        "lse",
-        F32,
-        &[
-            ("b", batch.clone()),
-            ("h", heads.clone()),
-            ("r", Expr::c(i64::from(LSE_ROWS))),
-            ("s", seq_q.clone()),
-        ],
-        vec![
-            &heads * seq_q.clone(),
-            seq_q.clone(),
-            Expr::c(0),
-            Expr::c(1),
-        ],
-        Access::Read,
-    );
+    let stat = |k: &mut KernelBuilder, name: &str| {
+        k.global_strided(
+            name,
+            F32,
+            &[
+                ("b", batch.clone()),
+                ("h", heads.clone()),
+                ("r", Expr::c(i64::from(LSE_ROWS))),
+                ("s", seq_q.clone()),
+            ],
+            vec![
+                &heads * seq_q.clone(),
+                seq_q.clone(),
+                Expr::c(0),
+                Expr::c(1),
+            ],
+            Access::Read,
+        )
+    };
+    let lse = stat(k, "lse");
+    let dlse = cfg.dlse.then(|| stat(k, "dlse"));
     let dq = tensor(k, "dq", &heads, &seq_q, Access::Write);
     let dk = tensor(k, "dk", &heads_kv, &seq_kv, Access::Write);
     let dv = tensor(k, "dv", &heads_kv, &seq_kv, Access::Write);
@@ -107,6 +114,7 @@ fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> Io {
         o,
         d_o,
         lse,
+        dlse,
         dq,
         dk,
         dv,
@@ -175,6 +183,33 @@ impl Ctx {
         k.load_global(lse_t, view);
         k.reduce(Axis::Cols, ReduceOp::Max, lse_c, lse_t, None);
         k.mul(lse_c, lse_c, std::f32::consts::LOG2_E);
+    }
+
+    /// With [`BwdConfig::dlse`]: `d_c −= dlse` of the same `n` queries (the preprocessing's fold, after
+    /// `d_c` holds `rowsum(dO∘O)`), through `lse_t` as scratch into `dl_c`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn fold_dlse(
+        &self,
+        k: &mut KernelBuilder,
+        (lse_t, dl_c, d_c): (RegId, Option<RegId>, RegId),
+        h: &Expr,
+        q0: &Expr,
+        n: u32,
+    ) {
+        let (Some(g), Some(dl_c)) = (self.io.dlse, dl_c) else {
+            return;
+        };
+        let view = k.gview(
+            g,
+            vec![self.b.clone(), h.clone(), Expr::c(0), q0.clone()],
+            2,
+            3,
+            LSE_ROWS,
+            n,
+        );
+        k.load_global(lse_t, view);
+        k.reduce(Axis::Cols, ReduceOp::Max, dl_c, lse_t, None);
+        k.sub(d_c, d_c, dl_c);
     }
 
     /// `Pᵀ = exp(Sᵀ·scale − lse)` in place on the f32 scores (masked entries are −∞ and become 0),
@@ -351,6 +386,8 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
     k.reduce(Axis::Rows, ReduceOp::Sum, d_r, o_f, None);
     k.copy(d_c, d_r);
     x.load_lse(k, lse_t, lse_c, &h, &q0, qr);
+    let dl_c = cfg.dlse.then(|| k.col_vec("qdl_c", s_t, F32));
+    x.fold_dlse(k, (lse_t, dl_c, d_c), &h, &q0, qr);
     k.zero(dq_t);
     k.wait_async(0);
     k.barrier();

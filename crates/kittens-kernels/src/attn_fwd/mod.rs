@@ -1,7 +1,8 @@
 //! Attention forward `O = softmax(Q·Kᵀ·scale)·V` (any scale, `1/√d` by default; optionally soft-capped
 //! logits, [`crate::attn_score`]) with online softmax (HipKittens E.3, MI300X-attn §3), causal or
 //! not, grouped-query heads (GQA: query head `h` reads KV head `h / (heads / heads_kv)`), BSHD or BHSD
-//! tensors (same logical `[b, h, s, d]` view, different strides — no copies). One kernel with a schedule
+//! tensors (same logical `[b, h, s, d]` view, different strides — no copies), or each tensor in its own
+//! strides given as kernel parameters ([`AttnConfig::strided`], `crate::attn_strides`). One kernel with a schedule
 //! per target:
 //!
 //! - [`AttnSchedule::PingPong8`] ([`ping_pong`]): the 8-wave ping-pong of HipKittens Appendix E.3, the
@@ -26,6 +27,7 @@ mod producer_consumer;
 pub mod split;
 
 use crate::attn_score::{min_offset, Logits, Window};
+use crate::attn_strides::tensor_strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16};
 use kittens_ir::{
@@ -105,6 +107,10 @@ pub struct AttnConfig {
     pub logits: Logits,
     /// A sliding window ([`Window`], bottom-right aligned), its sides constants of the kernel.
     pub window: Option<Window>,
+    /// Q, K, V and O each in its own strides, given as kernel parameters
+    /// ([`crate::attn_strides::tensor_strides`]) instead of `layout`'s: one kernel for any layout a
+    /// caller hands over, the head dimension contiguous.
+    pub strided: bool,
 }
 
 impl Default for AttnConfig {
@@ -131,6 +137,7 @@ impl Default for AttnConfig {
             kv_splits: 1,
             logits: Logits::default(),
             window: None,
+            strided: false,
         }
     }
 }
@@ -239,7 +246,7 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
     let [batch, heads, heads_kv, seq, seq_kv] =
         ["batch", "heads", "heads_kv", "seq", "seq_kv"].map(|n| k.param(n));
     let dim = Expr::c(i64::from(cfg.dim));
-    let mut tensor = |name: &str, h: &Expr, s: &Expr, access, strides: Vec<Expr>| -> GlobalId {
+    let tensor = |k: &mut KernelBuilder, name: &str, h: &Expr, s: &Expr, access, strides| {
         let dims = [
             ("b", batch.clone()),
             ("h", h.clone()),
@@ -248,15 +255,13 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
         ];
         k.global_strided(name, Bf16, &dims, strides, access)
     };
-    let st = |h: &Expr, s: &Expr| strides(cfg.layout, h, s, &dim);
-    let q = tensor("q", &heads, &seq, Access::Read, st(&heads, &seq));
-    let kv_k = tensor(
-        "k",
-        &heads_kv,
-        &seq_kv,
-        Access::Read,
-        st(&heads_kv, &seq_kv),
-    );
+    let st = |k: &mut KernelBuilder, name: &str, h: &Expr, s: &Expr| {
+        tensor_strides(k, cfg.strided, cfg.layout, name, (h, s, &dim))
+    };
+    let q_st = st(k, "q", &heads, &seq);
+    let q = tensor(k, "q", &heads, &seq, Access::Read, q_st);
+    let k_st = st(k, "k", &heads_kv, &seq_kv);
+    let kv_k = tensor(k, "k", &heads_kv, &seq_kv, Access::Read, k_st);
     let v_strides = if cfg.v_transposed {
         // The logical `[b, h, s, d]` view of a `[b, h_kv, d, s]` buffer.
         vec![
@@ -266,9 +271,9 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
             seq_kv.clone(),
         ]
     } else {
-        st(&heads_kv, &seq_kv)
+        st(k, "v", &heads_kv, &seq_kv)
     };
-    let kv_v = tensor("v", &heads_kv, &seq_kv, Access::Read, v_strides);
+    let kv_v = tensor(k, "v", &heads_kv, &seq_kv, Access::Read, v_strides);
     let (o, lse) = if cfg.kv_splits > 1 {
         let (o, lse) = split::declare_partials(
             k,
@@ -279,7 +284,8 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
         );
         (o, Some(lse))
     } else {
-        let o = tensor("o", &heads, &seq, Access::Write, st(&heads, &seq));
+        let o_st = st(k, "o", &heads, &seq);
+        let o = tensor(k, "o", &heads, &seq, Access::Write, o_st);
         let lse = cfg.lse.then(|| {
             let dims = [
                 ("b", batch.clone()),
@@ -354,6 +360,13 @@ pub fn strides(layout: AttnLayout, heads: &Expr, seq: &Expr, dim: &Expr) -> Vec<
 /// Parameter order: `batch, heads, heads_kv, seq, seq_kv`; tensors `q, k, v, o` (and `lse`).
 pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     cfg.logits.check()?;
+    if cfg.v_transposed && cfg.strided {
+        return Err(KernelError::Config(
+            "attn_fwd: the mi300x schedule reads V pre-transposed ([b, h_kv, d, s]); it takes no \
+             caller strides (strided Q, K, V, O run the ping-pong or producer/consumer schedules)"
+                .into(),
+        ));
+    }
     if cfg.v_transposed && cfg.schedule != AttnSchedule::Mi300x {
         return Err(KernelError::Config(format!(
             "attn_fwd: V given transposed is read by the mi300x schedule only, not {:?}",
@@ -384,10 +397,15 @@ fn name(cfg: &AttnConfig) -> String {
         None => mask.to_string(),
     };
     // A split kernel always writes its partial log-sum-exps; `lse` is the merge's business.
-    match (cfg.kv_splits, cfg.lse) {
+    let name = match (cfg.kv_splits, cfg.lse) {
         (0 | 1, false) => format!("{base}{mask}"),
         (0 | 1, true) => format!("{base}{mask}_lse"),
         (g, _) => format!("{base}{mask}_split{g}"),
+    };
+    if cfg.strided {
+        format!("{name}_strided")
+    } else {
+        name
     }
 }
 

@@ -5,6 +5,7 @@ use super::split::{self, KvSplits, SplitShape};
 use super::{build, AttnConfig, AttnLayout, AttnSchedule};
 use crate::attn_bwd::{BwdShape, Causal};
 use crate::attn_score::{AttnArgs, AttnOptions, Logits, Window};
+use crate::attn_strides::{self, AttnStrides};
 use crate::budget;
 use crate::problem::{
     elements, param, positive, round_up, KernelProblem, Launch, NamedArgs, Plan, Reference,
@@ -37,6 +38,9 @@ pub struct AttnProblem {
     pub kv_splits: KvSplits,
     pub attn_cfg: AttnConfig,
     pub run: RunSettings,
+    /// Each tensor's own `[b, h, s]` strides (a caller's views, read in place by the strided
+    /// programs, `crate::attn_strides`); `None`: every tensor dense in `attn.layout`.
+    pub attn_strides: Option<AttnStrides>,
 }
 
 impl Default for AttnProblem {
@@ -64,6 +68,7 @@ impl AttnProblem {
                 ..AttnConfig::default()
             },
             run: RunSettings::default(),
+            attn_strides: None,
         }
     }
 
@@ -76,6 +81,7 @@ impl AttnProblem {
         p.attn_cfg.q_rows = a.u32_or("q_rows", p.attn_cfg.q_rows)?;
         p.attn_cfg.kv_block = a.u32_or("kv_block", p.attn_cfg.kv_block)?;
         p.run = RunSettings::from_args(a, &[CAUSAL, SEED001])?;
+        p.attn_strides = AttnStrides::from_args(a)?;
         Ok(p)
     }
 
@@ -200,6 +206,7 @@ fn tiles(p: &AttnProblem, target: Target) -> AttnConfig {
         logits: p.logits,
         window: p.window,
         rounding: p.attn_cfg.rounding,
+        strided: p.attn_strides.is_some(),
         ..tiles
     };
     match target.gpu() {
@@ -267,21 +274,52 @@ impl KernelProblem for AttnProblem {
                 sh.heads_kv, sh.heads
             )));
         }
-        let q = elements("Q", &[sh.batch, sh.heads, sh.seq, sh.dim])?;
-        let kv = elements("K", &[sh.batch, sh.heads_kv, seq_kv, sh.dim])?;
-        let mut outputs = vec![q];
+        let q_shape = [sh.batch, sh.heads, sh.seq, sh.dim];
+        let kv_shape = [sh.batch, sh.heads_kv, seq_kv, sh.dim];
+        let mut params = vec![
+            param("batch", sh.batch)?,
+            param("heads", sh.heads)?,
+            param("heads_kv", sh.heads_kv)?,
+            param("seq", sh.seq)?,
+            param("seq_kv", seq_kv)?,
+        ];
+        // Dense tensors hold their elements; strided ones the span from the first to the last, and
+        // the strided program takes each tensor's strides after the sizes, in q, k, v, o order.
+        let [q, k, v, o] = match &p.attn_strides {
+            None => {
+                let (q, kv) = (elements("Q", &q_shape)?, elements("K", &kv_shape)?);
+                [q, kv, kv, q]
+            }
+            Some(st) => {
+                attn_strides::check_no_overlap("o", q_shape, st.o)?;
+                let mut spans = [0; 4];
+                for (i, (name, shape)) in [
+                    ("q", q_shape),
+                    ("k", kv_shape),
+                    ("v", kv_shape),
+                    ("o", q_shape),
+                ]
+                .into_iter()
+                .enumerate()
+                {
+                    let t = st.of(name).unwrap_or_default();
+                    spans[i] = attn_strides::span(shape, t)?;
+                    params.extend(
+                        t.iter()
+                            .map(|&x| param(name, x))
+                            .collect::<Result<Vec<_>, _>>()?,
+                    );
+                }
+                spans
+            }
+        };
+        let mut outputs = vec![o];
         if p.lse {
             outputs.push(elements("lse", &[sh.batch, sh.heads, sh.seq])?);
         }
         Ok(Launch {
-            params: vec![
-                param("batch", sh.batch)?,
-                param("heads", sh.heads)?,
-                param("heads_kv", sh.heads_kv)?,
-                param("seq", sh.seq)?,
-                param("seq_kv", seq_kv)?,
-            ],
-            inputs: vec![q, kv, kv],
+            params,
+            inputs: vec![q, k, v],
             outputs,
         })
     }
@@ -381,20 +419,28 @@ impl KernelProblem for AttnProblem {
         }
         let (a, g) = (p.attn, cfg.kv_splits as usize);
         let rows = elements("lse", &[a.batch, a.heads, a.seq])?;
+        let q_len = elements("o_partial", &[a.batch, a.heads, a.seq, a.dim])?;
         let parts = vec![
-            elements("o_partial", &[g, plan.launch.outputs[0]])?,
+            elements("o_partial", &[g, q_len])?,
             elements("lse_partial", &[g, rows])?,
         ];
+        // Each launch's parameters by name: the split kernel takes no `o`, the merge no q, k, v.
+        let mut values: Vec<(String, i64)> = ["batch", "heads", "heads_kv", "seq", "seq_kv"]
+            .into_iter()
+            .map(String::from)
+            .zip(plan.launch.params.iter().copied())
+            .collect();
+        if let Some(st) = &p.attn_strides {
+            values.extend(st.params()?);
+        }
+        let merge_kernel = split::build_merge(&cfg)?;
         let merge = Launch {
-            params: vec![
-                param("batch", a.batch)?,
-                param("heads", a.heads)?,
-                param("seq", a.seq)?,
-            ],
+            params: attn_strides::named_params(&merge_kernel, &values)?,
             inputs: parts.clone(),
             outputs: plan.launch.outputs.clone(),
         };
         let split = Launch {
+            params: attn_strides::named_params(&kernel, &values)?,
             outputs: parts,
             ..plan.launch.clone()
         };
@@ -404,7 +450,7 @@ impl KernelProblem for AttnProblem {
                 launch: split,
             },
             Stage {
-                kernel: split::build_merge(&cfg)?,
+                kernel: merge_kernel,
                 launch: merge,
             },
         ])
@@ -413,6 +459,9 @@ impl KernelProblem for AttnProblem {
     /// O, then (with `p.lse`) the log-sum-exp, each judged by the rule on its own.
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
         let p = self;
+        if let Some(st) = p.attn_strides {
+            return strided_reference(p, &st, inputs);
+        }
         let [q, k, v] = [&inputs[0], &inputs[1], &inputs[2]];
         let (bsh, causal) = (bwd_shape(p), causal(p));
         let v_t;
@@ -443,5 +492,42 @@ impl KernelProblem for AttnProblem {
     /// bound either fails good kernels at large logits or passes bad ones at small.
     fn tolerance(&self) -> Tolerance {
         Tolerance::Rule
+    }
+}
+
+/// The reference of a strided problem: its inputs gathered into dense `[b, h, s, d]`, the dense
+/// problem's reference, O scattered back into O's strides. Only an O without gaps between its rows
+/// can be judged so (the runners poison outputs with NaN; `tests/attn_strides.rs` checks gapped ones
+/// on the interpreter).
+fn strided_reference(p: &AttnProblem, st: &AttnStrides, inputs: &[Vec<f32>]) -> Reference {
+    let sh = bwd_shape(p);
+    let q_shape = [sh.batch, sh.heads, sh.seq_q, sh.dim];
+    let kv_shape = [sh.batch, sh.heads_kv, sh.seq_kv, sh.dim];
+    let dense = AttnProblem {
+        attn_strides: None,
+        attn: AttnShape {
+            layout: AttnLayout::Bhsd,
+            ..p.attn
+        },
+        ..*p
+    };
+    let gathered = [
+        attn_strides::gather(&inputs[0], q_shape, st.q),
+        attn_strides::gather(&inputs[1], kv_shape, st.k),
+        attn_strides::gather(&inputs[2], kv_shape, st.v),
+    ];
+    let r = dense.reference(&gathered);
+    let n = q_shape.iter().product::<usize>();
+    fn with_o<T: Copy + Default>(all: &[T], n: usize, shape: [usize; 4], st: [usize; 3]) -> Vec<T> {
+        [
+            attn_strides::scatter(&all[..n], shape, st),
+            all[n..].to_vec(),
+        ]
+        .concat()
+    }
+    Reference {
+        values: with_o(&r.values, n, q_shape, st.o),
+        baseline: r.baseline.as_deref().map(|b| with_o(b, n, q_shape, st.o)),
+        max_abs_logit: r.max_abs_logit,
     }
 }

@@ -25,6 +25,7 @@
 //! and a GPU by the tail planner's model (`kittens_grid::tail`, [`SplitScope::Every`]).
 
 use super::{AttnConfig, AttnSchedule, Io};
+use crate::attn_strides::tensor_strides;
 use crate::KernelError;
 use kittens_grid::tail::{plan_tail, SplitScope, TailInput, TailModel, TailPlan};
 use kittens_hw::dtype::DType::{Bf16, F32};
@@ -201,8 +202,9 @@ pub fn build_merge(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         )));
     }
     let lse_name = if cfg.lse { "_lse" } else { "" };
+    let strided = if cfg.strided { "_strided" } else { "" };
     let mut k = KernelBuilder::new(
-        &format!("attn_fwd_merge{g}{lse_name}"),
+        &format!("attn_fwd_merge{g}{lse_name}{strided}"),
         Schedule::Plain { waves: MERGE_WAVES },
     );
     let [batch, heads, seq] = ["batch", "heads", "seq"].map(|n| k.param(n));
@@ -215,7 +217,7 @@ pub fn build_merge(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         ("s", seq.clone()),
         ("d", dim.clone()),
     ];
-    let strides = super::strides(cfg.layout, &heads, &seq, &dim);
+    let strides = tensor_strides(&mut k, cfg.strided, cfg.layout, "o", (&heads, &seq, &dim));
     let o = k.global_strided("o", Bf16, &dims, strides, Access::Write);
     let lse = cfg
         .lse
