@@ -96,6 +96,52 @@ pub(crate) fn offsets(k: &mut KernelBuilder, batch: &Expr) -> (GlobalId, GlobalI
     (cu("cu_seqlens_q"), cu("cu_seqlens_k"))
 }
 
+/// The forward's tensors, declared in this order: `q, k, v` (bf16, read), `o` (bf16), `lse` (f32
+/// `[heads, total_q]`), `cu_seqlens_q`, `cu_seqlens_k` (i32 `[batch + 1]`).
+pub(crate) struct Tensors {
+    pub q: GlobalId,
+    pub k: GlobalId,
+    pub v: GlobalId,
+    pub o: GlobalId,
+    pub lse: GlobalId,
+    pub cu_q: GlobalId,
+    pub cu_k: GlobalId,
+}
+
+impl Tensors {
+    pub(crate) fn declare(k: &mut KernelBuilder, sizes: &Batch, dim: u32) -> Tensors {
+        let Batch {
+            batch,
+            heads,
+            heads_kv,
+            total_q,
+            total_k,
+            ..
+        } = sizes;
+        let d = Expr::c(i64::from(dim));
+        let mut packed = |name: &str, total: &Expr, h: &Expr, access| {
+            let dims = [("s", total.clone()), ("h", h.clone()), ("d", d.clone())];
+            k.global(name, Bf16, &dims, access)
+        };
+        let q = packed("q", total_q, heads, Access::Read);
+        let kk = packed("k", total_k, heads_kv, Access::Read);
+        let v = packed("v", total_k, heads_kv, Access::Read);
+        let o = packed("o", total_q, heads, Access::Write);
+        let lse_dims = [("h", heads.clone()), ("s", total_q.clone())];
+        let lse = k.global("lse", F32, &lse_dims, Access::Write);
+        let (cu_q, cu_k) = offsets(k, batch);
+        Tensors {
+            q,
+            k: kk,
+            v,
+            o,
+            lse,
+            cu_q,
+            cu_k,
+        }
+    }
+}
+
 /// Sequence `b`'s rows in the packed tensors, read from the offsets in device memory.
 pub(crate) struct Seq {
     pub start_q: Expr,
@@ -127,27 +173,24 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         "attn_varlen_fwd"
     };
     let mut k = KernelBuilder::new(name, Schedule::Plain { waves: 1 });
+    let sizes = Batch::declare(&mut k);
+    let Tensors {
+        q,
+        k: kk,
+        v,
+        o,
+        lse,
+        cu_q,
+        cu_k,
+    } = Tensors::declare(&mut k, &sizes, cfg.dim);
     let Batch {
         batch,
         heads,
         heads_kv,
-        total_q,
-        total_k,
         max_q,
         max_k,
-    } = Batch::declare(&mut k);
-    let d = Expr::c(i64::from(cfg.dim));
-    let packed = |k: &mut KernelBuilder, name: &str, total: &Expr, h: &Expr, access| {
-        let dims = [("s", total.clone()), ("h", h.clone()), ("d", d.clone())];
-        k.global(name, Bf16, &dims, access)
-    };
-    let q = packed(&mut k, "q", &total_q, &heads, Access::Read);
-    let kk = packed(&mut k, "k", &total_k, &heads_kv, Access::Read);
-    let v = packed(&mut k, "v", &total_k, &heads_kv, Access::Read);
-    let o = packed(&mut k, "o", &total_q, &heads, Access::Write);
-    let lse_dims = [("h", heads.clone()), ("s", total_q.clone())];
-    let lse = k.global("lse", F32, &lse_dims, Access::Write);
-    let (cu_q, cu_k) = offsets(&mut k, &batch);
+        ..
+    } = sizes;
     k.grid(
         vec![
             batch.clone(),

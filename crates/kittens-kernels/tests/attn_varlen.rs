@@ -36,8 +36,27 @@ const PAD: usize = 3;
 // Exactly representable in bf16 (`o`) and f32 (`lse`).
 const SENTINEL: f32 = 12288.0;
 
+type Builder = fn(&VarlenConfig) -> Result<kittens_ir::Kernel, kittens_kernels::KernelError>;
+
 #[allow(clippy::too_many_arguments)]
 fn check(
+    lens_q: &[usize],
+    lens_k: &[usize],
+    heads: usize,
+    heads_kv: usize,
+    dim: u32,
+    causal: bool,
+    scale: Option<f32>,
+    seed: u64,
+) {
+    check_with(
+        build, lens_q, lens_k, heads, heads_kv, dim, causal, scale, seed,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_with(
+    builder: Builder,
     lens_q: &[usize],
     lens_k: &[usize],
     heads: usize,
@@ -55,7 +74,7 @@ fn check(
             softcap: None,
         },
     };
-    let kernel = build(&cfg).expect("the varlen kernel builds");
+    let kernel = builder(&cfg).expect("the varlen kernel builds");
     let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
     let (total_q, total_k) = (cu_q[lens_q.len()] + PAD, cu_k[lens_k.len()] + PAD);
     let d = dim as usize;
@@ -96,7 +115,7 @@ fn check(
         max(lens_k),
     ];
     interp::run(&kernel, &params, &mut tensors).expect("the interpreter runs it");
-    let what = format!("lens_q {lens_q:?} lens_k {lens_k:?} H{heads}/{heads_kv} D{dim} causal {causal} scale {scale:?}");
+    let what = format!("{} lens_q {lens_q:?} lens_k {lens_k:?} H{heads}/{heads_kv} D{dim} causal {causal} scale {scale:?}", kernel.name);
     // Padding rows: nobody's, never written.
     let real = cu_q[lens_q.len()];
     assert!(
@@ -322,10 +341,25 @@ fn varlen_backward_matches_f64_d128() {
     check_bwd(&[1, 17, 0, 130], &[1, 17, 0, 130], 2, 2, 128, true, 14);
 }
 
-/// The GPU lowerings do not emit index reads yet: each refuses the varlen kernels by name rather
-/// than lowering them without their offsets.
+/// The sm_90a program (`attn_varlen_hopper`: 128-query blocks, 128- or 64-key blocks, cp.async fills
+/// clipped at the sequence's end, bounds-checked stores) on the interpreter, at lengths that cross
+/// its tiles: 0, 1, one past a block, more than two blocks; rows with no key; GQA.
 #[test]
-fn gpu_lowerings_refuse_the_varlen_kernels_for_now() {
+fn hopper_varlen_forward_matches_f64() {
+    let hopper: Builder = kittens_kernels::attn_varlen_hopper::build;
+    let lens = [1, 129, 0, 300, 64];
+    check_with(hopper, &lens, &lens, 2, 1, 64, true, None, 21);
+    check_with(hopper, &lens, &lens, 2, 1, 64, false, None, 22);
+    let (lq, lk) = ([45, 3, 200, 9], [20, 150, 0, 64]);
+    check_with(hopper, &lq, &lk, 4, 2, 128, true, Some(0.3), 23);
+    check_with(hopper, &[70, 1], &[33, 190], 2, 1, 192, false, None, 24);
+}
+
+/// The AMD lowerings do not emit index reads yet: each refuses the varlen kernels by name rather
+/// than lowering them without their offsets. sm_90a lowers the Hopper program (not the one-wave
+/// interpreter programs).
+#[test]
+fn amd_lowerings_refuse_the_varlen_kernels_sm90a_lowers_the_hopper_one() {
     use kittens_hw::Target;
     let cfg = VarlenConfig {
         dim: 64,
@@ -335,7 +369,7 @@ fn gpu_lowerings_refuse_the_varlen_kernels_for_now() {
     let fwd = build(&cfg).unwrap();
     let bwd = kittens_kernels::attn_varlen_bwd::build(&cfg).unwrap();
     for kernel in [&fwd, &bwd] {
-        for target in [Target::Gfx942, Target::Gfx950, Target::Sm90a] {
+        for target in [Target::Gfx942, Target::Gfx950] {
             let e = kittens_codegen::lower(kernel, target)
                 .unwrap_err()
                 .to_string();
@@ -344,5 +378,15 @@ fn gpu_lowerings_refuse_the_varlen_kernels_for_now() {
                 "{target:?}: {e}"
             );
         }
+        // The one-wave programs: over the register budget or of the wrong schedule.
+        assert!(kittens_codegen::lower(kernel, Target::Sm90a).is_err());
     }
+    let hopper = kittens_kernels::attn_varlen_hopper::build(&cfg).unwrap();
+    let l = kittens_codegen::lower(&hopper, Target::Sm90a).expect("sm_90a lowers it");
+    // No tensor maps: a TMA box would cross a sequence's end; cp.async and direct stores clip.
+    assert!(!l
+        .args
+        .iter()
+        .any(|a| matches!(a, kittens_codegen::KernelArg::TensorMap(_))));
+    assert!(l.source.contains("g_cu_seqlens_q") && l.source.contains("cp.async"));
 }

@@ -100,6 +100,9 @@ impl TmaMap {
 pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     kittens_ir::analysis::verify(k)?;
     if crate::strip::is_strip_program(k) {
+        if k.reads_indices() {
+            return unsupported("index reads (Expr::Elem, per-block clips) in a strip program");
+        }
         return crate::strip::lower_strip(k, crate::strip::CUDA)
             .map_err(|e| CudaLowerError::Unsupported(e.0));
     }
@@ -367,6 +370,18 @@ impl Emit<'_> {
     }
     pub(super) fn cond(&self, c: &Cond) -> String {
         cexpr::cond_in(self.k, c, &cexpr::CUDA)
+    }
+
+    /// The extent of dimension `dim` of global `g` as this block sees it: the declared size, or with
+    /// a per-block clip on that dimension (`kittens_ir::Clip`: a varlen sequence's end, read from
+    /// device memory) the smaller of the two, so that every bounds-checked load and store stops at
+    /// the sequence's end and the next sequence's rows are neither read nor written.
+    pub(super) fn extent(&self, g: &kittens_ir::GlobalDecl, dim: usize) -> String {
+        let d = self.ex(&g.dims[dim]);
+        match &g.clip {
+            Some(c) if c.dim as usize == dim => format!("min({d}, {})", self.ex(&c.end)),
+            _ => d,
+        }
     }
 
     pub(super) fn stmts(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {
