@@ -96,8 +96,9 @@ pub(crate) fn offsets(k: &mut KernelBuilder, batch: &Expr) -> (GlobalId, GlobalI
     (cu("cu_seqlens_q"), cu("cu_seqlens_k"))
 }
 
-/// The forward's tensors, declared in this order: `q, k, v` (bf16, read), `o` (bf16), `lse` (f32
-/// `[heads, total_q]`), `cu_seqlens_q`, `cu_seqlens_k` (i32 `[batch + 1]`).
+/// The forward's tensors, declared in this order (inputs before outputs, as the runner takes them):
+/// `q, k, v` (bf16), `cu_seqlens_q`, `cu_seqlens_k` (i32 `[batch + 1]`), `o` (bf16), `lse` (f32
+/// `[heads, total_q]`).
 pub(crate) struct Tensors {
     pub q: GlobalId,
     pub k: GlobalId,
@@ -126,10 +127,14 @@ impl Tensors {
         let q = packed("q", total_q, heads, Access::Read);
         let kk = packed("k", total_k, heads_kv, Access::Read);
         let v = packed("v", total_k, heads_kv, Access::Read);
+        let (cu_q, cu_k) = offsets(k, batch);
+        let mut packed = |name: &str, total: &Expr, h: &Expr, access| {
+            let dims = [("s", total.clone()), ("h", h.clone()), ("d", d.clone())];
+            k.global(name, Bf16, &dims, access)
+        };
         let o = packed("o", total_q, heads, Access::Write);
         let lse_dims = [("h", heads.clone()), ("s", total_q.clone())];
         let lse = k.global("lse", F32, &lse_dims, Access::Write);
-        let (cu_q, cu_k) = offsets(k, batch);
         Tensors {
             q,
             k: kk,
@@ -162,9 +167,9 @@ impl Seq {
 }
 
 /// Parameter order: `batch, heads, heads_kv, total_q, total_k, max_seqlen_q, max_seqlen_k`; tensors
-/// `q, k, v` (bf16, read), `o` (bf16, `[total_q, heads, d]`), `lse` (f32 `[heads, total_q]`, natural
-/// log, FlashAttention's `softmax_lse` layout for varlen; `−∞` for a query that keeps no key),
-/// `cu_seqlens_q`, `cu_seqlens_k` (i32 `[batch + 1]`).
+/// `q, k, v` (bf16, read), `cu_seqlens_q`, `cu_seqlens_k` (i32 `[batch + 1]`), `o` (bf16,
+/// `[total_q, heads, d]`), `lse` (f32 `[heads, total_q]`, natural log, FlashAttention's
+/// `softmax_lse` layout for varlen; `−∞` for a query that keeps no key).
 pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     check(cfg)?;
     let name = if cfg.causal {

@@ -140,14 +140,14 @@ pub fn forward(
         q.to_vec(),
         k.to_vec(),
         v.to_vec(),
-        vec![0.0; q.len()],
-        vec![0.0; p.heads * total_q],
         cq,
         ck,
+        vec![0.0; q.len()],
+        vec![0.0; p.heads * total_q],
     ];
     interp::run(&kernel, &params, &mut t)?;
-    let lse = t.swap_remove(4);
-    let o = t.swap_remove(3);
+    let lse = t.swap_remove(6);
+    let o = t.swap_remove(5);
     Ok((o, lse))
 }
 

@@ -88,6 +88,9 @@ pub struct Problem {
     /// On a GPU target, one of the kernel's named variants (`registry::KernelEntry::variants`, e.g. the
     /// GEMM's `interleave4`) instead of the target's default configuration; `None`: the default.
     pub variant: Option<&'static str>,
+    /// Varlen attention (`attn_varlen`): the packed tensors' rows `(total_q, total_k)` when a caller
+    /// gives its own (Python); `None`: the sum of the lengths a random-input run draws.
+    pub varlen_total: Option<(usize, usize)>,
 }
 
 impl Problem {
@@ -144,6 +147,7 @@ impl Default for Problem {
             input_scale: 1.0,
             tolerance: None,
             variant: None,
+            varlen_total: None,
         }
     }
 }

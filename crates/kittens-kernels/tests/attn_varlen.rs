@@ -99,10 +99,10 @@ fn check_with(
         q,
         k,
         v,
-        vec![SENTINEL; total_q * heads * d],
-        vec![SENTINEL; heads * total_q],
         as_f32(&cu_q),
         as_f32(&cu_k),
+        vec![SENTINEL; total_q * heads * d],
+        vec![SENTINEL; heads * total_q],
     ];
     let max = |l: &[usize]| l.iter().copied().max().unwrap_or(0).max(1) as i64;
     let params = [
@@ -119,14 +119,14 @@ fn check_with(
     // Padding rows: nobody's, never written.
     let real = cu_q[lens_q.len()];
     assert!(
-        tensors[3][real * heads * d..]
+        tensors[5][real * heads * d..]
             .iter()
             .all(|&x| x == SENTINEL),
         "{what}: o written past the last sequence"
     );
     for h in 0..heads {
         assert!(
-            tensors[4][h * total_q + real..(h + 1) * total_q]
+            tensors[6][h * total_q + real..(h + 1) * total_q]
                 .iter()
                 .all(|&x| x == SENTINEL),
             "{what}: lse written past the last sequence"
@@ -134,7 +134,7 @@ fn check_with(
     }
     let n = real * heads * d;
     let (ours, baseline) = (
-        compare(&tensors[3][..n], &want_o[..n]),
+        compare(&tensors[5][..n], &want_o[..n]),
         compare(&base[..n], &want_o[..n]),
     );
     for (name, o, b) in [
@@ -152,7 +152,7 @@ fn check_with(
     for h in 0..heads {
         for r in 0..real {
             let (got, want) = (
-                tensors[4][h * total_q + r] as f64,
+                tensors[6][h * total_q + r] as f64,
                 want_lse[h * total_q + r],
             );
             let ok = if want.is_finite() {

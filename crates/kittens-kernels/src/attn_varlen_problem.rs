@@ -1,0 +1,227 @@
+//! `attn_varlen` at a problem's sizes: `batch` sequences of at most `seq` queries and `seq_kv` keys
+//! (the kernel's `max_seqlen_q`, `max_seqlen_k`), `heads` / `heads_kv` heads of `dim`, causal
+//! bottom-right or not, any softmax scale. A random-input run draws the lengths from the seed
+//! ([`lengths`]: the longest, 1, 0 and random ones, so tiles cross sequence ends), packs them without
+//! gaps (every row of `o` and `lse` belongs to a sequence, so a row the kernel leaves unwritten —
+//! the runner poisons outputs with NaN — fails the comparison), and judges `o` and `lse` by
+//! FlashAttention's rule against the per-sequence f64 reference ([`crate::reference_varlen`]).
+//!
+//! Inputs in launch order: `q, k, v` (bf16), `cu_seqlens_q`, `cu_seqlens_k` (i32 offsets, held as
+//! exact f32 integers); outputs `o`, `lse`. A caller with its own tensors (Python) gives the packed
+//! rows in [`Problem::varlen_total`].
+
+use crate::attn_fwd::AttnLayout;
+use crate::attn_varlen::VarlenConfig;
+use crate::budget;
+use crate::problem::{
+    draw_operands, elements, param, positive, KernelProblem, Launch, Plan, Problem, Reference,
+    STORE_BYTES,
+};
+use crate::reference::Tolerance;
+use crate::reference_varlen::{forward, forward_bf16_baseline_lse, VarlenShape};
+use crate::KernelError;
+use kittens_hw::Target;
+use kittens_ir::Kernel;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// The problem definition the registry hands out for `attn_varlen`.
+#[derive(Debug)]
+pub struct VarlenProblem;
+
+/// The sequence lengths of a random-input run, `(queries, keys)` per sequence, from `p.seed`:
+/// sequence 0 the longest (`seq`, `seq_kv`), 1 a single row, 2 empty, the rest uniform in
+/// `0..=max` (each with its own draw for the keys).
+pub fn lengths(p: &Problem) -> Vec<(usize, usize)> {
+    let (mq, mk) = (p.attn.seq, p.seq_kv.unwrap_or(p.attn.seq));
+    let mut rng = SmallRng::seed_from_u64(p.seed ^ 0x7661_726c_656e);
+    (0..p.attn.batch)
+        .map(|b| match b {
+            0 => (mq, mk),
+            1 => (1.min(mq), 1.min(mk)),
+            2 => (0, 0),
+            _ => (rng.gen_range(0..=mq), rng.gen_range(0..=mk)),
+        })
+        .collect()
+}
+
+fn offsets(lens: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut cu = vec![0];
+    for l in lens {
+        cu.push(cu.last().copied().unwrap_or(0) + l);
+    }
+    cu
+}
+
+/// The configuration of `p` (head dim, causal, scale; a soft cap is refused by the build).
+pub fn config(p: &Problem) -> VarlenConfig {
+    VarlenConfig {
+        dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
+        causal: p.causal,
+        logits: p.logits,
+    }
+}
+
+/// The program for `target`: the warp-specialised one on sm_90a, the one-wave one on the CPU.
+pub fn build_for(cfg: &VarlenConfig, target: Target) -> Result<Kernel, KernelError> {
+    match target {
+        Target::Sm90a => crate::attn_varlen_hopper::build(cfg),
+        Target::Cpu => crate::attn_varlen::build(cfg),
+        other => Err(KernelError::NotForTarget {
+            kernel: "attn_varlen",
+            target: other,
+            why: "the AMD lowerings do not emit index reads (cu_seqlens) yet".into(),
+        }),
+    }
+}
+
+/// `(total_q, total_k)`: the caller's, or the drawn lengths' sums.
+fn totals(p: &Problem) -> (usize, usize) {
+    p.varlen_total.unwrap_or_else(|| {
+        let l = lengths(p);
+        (l.iter().map(|x| x.0).sum(), l.iter().map(|x| x.1).sum())
+    })
+}
+
+impl KernelProblem for VarlenProblem {
+    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
+        let a = p.attn;
+        if a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv) {
+            return Err(KernelError::Problem(format!(
+                "attn_varlen: heads_kv {} must divide heads {}",
+                a.heads_kv, a.heads
+            )));
+        }
+        let (tq, tk) = totals(p);
+        let q = elements("q", &[tq, a.heads, a.dim])?;
+        let kv = elements("k", &[tk, a.heads_kv, a.dim])?;
+        let cu = a.batch.checked_add(1).ok_or_else(|| {
+            KernelError::Problem(format!("attn_varlen: batch {} overflows", a.batch))
+        })?;
+        Ok(Launch {
+            params: vec![
+                param("batch", a.batch)?,
+                param("heads", a.heads)?,
+                param("heads_kv", a.heads_kv)?,
+                param("total_q", tq)?,
+                param("total_k", tk)?,
+                // At least 1: a grid extent or trip count of 0 is an empty launch the analyses refuse.
+                param("max_seqlen_q", a.seq.max(1))?,
+                param("max_seqlen_k", p.seq_kv.unwrap_or(a.seq).max(1))?,
+            ],
+            inputs: vec![q, kv, kv, cu, cu],
+            outputs: vec![q, elements("lse", &[a.heads, tq])?],
+        })
+    }
+
+    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+        let (a, mk) = (p.attn, p.seq_kv.unwrap_or(p.attn.seq));
+        let name = "attn_varlen";
+        positive(
+            name,
+            &[
+                ("batch", a.batch),
+                ("heads", a.heads),
+                ("heads_kv", a.heads_kv),
+                ("seq (max_seqlen_q)", a.seq),
+                ("seq_kv (max_seqlen_k)", mk),
+                ("dim", a.dim),
+            ],
+        )?;
+        if a.layout != AttnLayout::Bshd {
+            return Err(KernelError::Problem(format!(
+                "{name}: the packed layout is [total, heads, dim] (bshd), got {:?}",
+                a.layout
+            )));
+        }
+        p.check_attn_options()?;
+        if p.window.is_some() || p.lse || p.bottom_right {
+            return Err(KernelError::Problem(format!(
+                "{name}: takes no window, and always writes lse with bottom-right causal (no --window, --lse, --bottom-right)"
+            )));
+        }
+        build_for(&config(p), target)?; // refuses what the target's program does not take, by name
+        let launch = self.launch(p)?;
+        let (tq, tk) = totals(p);
+        let u = |x: usize| x as u64;
+        let q = budget::product(&[u(tq), u(a.heads), u(a.dim)]);
+        let kv = budget::product(&[u(tk), u(a.heads_kv), u(a.dim)]);
+        let bytes = budget::sum(&[
+            budget::sum(&[q, kv, kv]).and_then(|x| x.checked_mul(2 * 4)),
+            q.and_then(|x| x.checked_mul(4 + STORE_BYTES + 8 + 4)),
+        ]);
+        let what = format!(
+            "{name} at batch={} heads={} heads_kv={} max_seqlen_q={} max_seqlen_k={mk} dim={} \
+             (total_q={tq}, total_k={tk})",
+            a.batch, a.heads, a.heads_kv, a.seq, a.dim
+        );
+        budget::check_host_bytes(&what, bytes)?;
+        // The multiply-adds of Q·Kᵀ and P·V over the kept (sequence-local) score blocks.
+        let work = lengths(p)
+            .iter()
+            .try_fold(0u64, |acc, &(lq, lk)| {
+                budget::product(&[u(lq), u(lk), u(a.heads), u(a.dim), 2])
+                    .and_then(|w| acc.checked_add(w))
+            });
+        Ok(Plan {
+            launch,
+            what,
+            work,
+            shape: serde_json::json!({
+                "attn": a, "max_seqlen_k": mk, "causal_bottom_right": p.causal,
+                "lengths": lengths(p), "total_q": tq, "total_k": tk,
+                "scale": p.logits.scale(config(p).dim),
+            }),
+        })
+    }
+
+    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+        build_for(&config(p), target)
+    }
+
+    /// `q, k, v` uniform (scaled) bf16; the offsets of [`lengths`].
+    fn draw(
+        &self,
+        p: &Problem,
+        kernel: &Kernel,
+        launch: &Launch,
+        rng: &mut SmallRng,
+    ) -> Vec<Vec<f32>> {
+        let mut inputs = draw_operands(p, kernel, &launch.inputs[..3], rng);
+        let l = lengths(p);
+        for cu in [
+            offsets(l.iter().map(|x| x.0)),
+            offsets(l.iter().map(|x| x.1)),
+        ] {
+            inputs.push(cu.iter().map(|&x| x as f32).collect());
+        }
+        inputs
+    }
+
+    /// `o` then `lse`, per sequence in f64; the baseline in plain bf16 (f32 sums).
+    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+        let cu = |i: usize| inputs[i].iter().map(|&x| x as usize).collect::<Vec<_>>();
+        let cfg = config(p);
+        let sh = VarlenShape {
+            heads: p.attn.heads,
+            heads_kv: p.attn.heads_kv,
+            dim: p.attn.dim,
+            cu_q: cu(3),
+            cu_k: cu(4),
+            causal: p.causal,
+            scale: f64::from(cfg.logits.scale(cfg.dim)),
+        };
+        let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
+        let (o, lse) = forward(q, k, v, &sh);
+        let (ob, lseb) = forward_bf16_baseline_lse(q, k, v, &sh);
+        Reference {
+            values: [o, lse].concat(),
+            baseline: Some([ob, lseb].concat()),
+            max_abs_logit: None,
+        }
+    }
+
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Rule
+    }
+}
