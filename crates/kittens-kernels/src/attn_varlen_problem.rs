@@ -157,12 +157,10 @@ impl KernelProblem for VarlenProblem {
         );
         budget::check_host_bytes(&what, bytes)?;
         // The multiply-adds of Q·Kᵀ and P·V over the kept (sequence-local) score blocks.
-        let work = lengths(p)
-            .iter()
-            .try_fold(0u64, |acc, &(lq, lk)| {
-                budget::product(&[u(lq), u(lk), u(a.heads), u(a.dim), 2])
-                    .and_then(|w| acc.checked_add(w))
-            });
+        let work = lengths(p).iter().try_fold(0u64, |acc, &(lq, lk)| {
+            budget::product(&[u(lq), u(lk), u(a.heads), u(a.dim), 2])
+                .and_then(|w| acc.checked_add(w))
+        });
         Ok(Plan {
             launch,
             what,

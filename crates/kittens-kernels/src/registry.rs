@@ -6,7 +6,8 @@
 
 use crate::problem::KernelProblem;
 use crate::{
-    attn_bwd, attn_fwd, attn_varlen, attn_varlen_problem, cross_entropy, gemm, layernorm, rmsnorm, rotary, swiglu, KernelError,
+    attn_bwd, attn_fwd, attn_varlen, attn_varlen_problem, cross_entropy, gemm, layernorm, rmsnorm,
+    rotary, swiglu, KernelError,
 };
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;

@@ -144,6 +144,9 @@ fn problem_from(
             "packed" => p.packed = flag()?,
             "smoothing" => p.cross_entropy.smoothing = v.extract()?,
             "f32_logits" => p.cross_entropy.f32_logits = flag()?,
+            // attn_varlen: the packed tensors' rows (`seq`, `seq_kv` are max_seqlen_q, max_seqlen_k).
+            "total_q" => p.varlen_total = Some((size()?, p.varlen_total.map_or(0, |t| t.1))),
+            "total_k" => p.varlen_total = Some((p.varlen_total.map_or(0, |t| t.0), size()?)),
             "variant" => {
                 let name: String = v.extract()?;
                 let known = entry.variants.iter().find(|x| x.name == name);
@@ -183,6 +186,8 @@ pub(crate) fn dtype(name: &str, s: &str) -> PyResult<DType> {
         "bfloat16" => Ok(DType::Bf16),
         "float32" => Ok(DType::F32),
         "float16" => Ok(DType::F16),
+        // Index tensors (varlen offsets, `cu_seqlens_*`).
+        "int32" => Ok(DType::I32),
         other => Err(PyValueError::new_err(format!(
             "{name}: dtype {other} is not one the kernels take"
         ))),
