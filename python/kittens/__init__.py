@@ -109,9 +109,8 @@ def _torch_op(*xs) -> bool:
 
 
 def _eager(*xs) -> bool:
-    """Eager (not traced by torch.compile) and no input needs a gradient: then a torch call runs the op's
-    body directly (``kittens.ops.<op>_eager``), skipping the custom op's dispatch, which costs more than
-    the kernel's launch at the sizes models call it."""
+    """Eager (not traced by torch.compile) and no input needs a gradient (the attention call without the
+    log-sum-exp output, which no op has; every other call chooses through ``kittens.ops.call``)."""
     torch = sys.modules["torch"]
     if torch.compiler.is_compiling():
         return False
@@ -159,9 +158,7 @@ def matmul(a: Any, b: Any, *, out: Any = None):
     requires grad it is a RuntimeError.
     """
     if out is None and _torch_op(a, b):
-        if _eager(a, b):
-            return _OPS.matmul_eager(a, b)
-        return sys.modules["torch"].ops.kittens.matmul(a, b)
+        return _OPS.call("matmul", a, b)
     _no_autograd_with_out("matmul with out= or a non-torch argument", a, b)
     return _matmul(a, b, out)
 
@@ -284,9 +281,8 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
             o = _OPS.attention_no_lse(q, k, v, bool(causal), causal_align == "bottom_right")
             if o is not None:
                 return o
-        op = _OPS.attention_eager if _eager(q, k, v) else sys.modules["torch"].ops.kittens.attention
-        o, lse = op(
-            q, k, v, bool(causal), None if scale is None else float(scale), causal_align == "bottom_right",
+        o, lse = _OPS.call(
+            "attention", q, k, v, bool(causal), None if scale is None else float(scale), causal_align == "bottom_right",
             bool(return_lse), softcap, window, deterministic,
         )
         return (o, lse) if return_lse else o
@@ -383,9 +379,8 @@ def layernorm(x: Any, residual: Any, weight: Any, bias: Any, p: float = 0.0, see
     if out is None and _torch_op(x, residual, weight, bias):
         if not 0.0 <= float(p) < 1.0:
             raise ValueError(f"dropout p = {p} must be in [0, 1)")
-        op = _OPS.layernorm_eager if _eager(x, residual, weight, bias) else sys.modules["torch"].ops.kittens.layernorm
-        both = op(
-            x, residual, weight, bias, float(p), _OPS.seed_arg(seed), _OPS.seed_arg(offset), float(eps)
+        both = _OPS.call(
+            "layernorm", x, residual, weight, bias, float(p), _OPS.seed_arg(seed), _OPS.seed_arg(offset), float(eps)
         )
         return both[0], both[1]
     _no_autograd_with_out("layernorm with out= or a non-torch argument", x, residual, weight, bias)
@@ -508,9 +503,7 @@ def rotary(
     elif positions is not None:
         raise ValueError("rotary: positions apply to computed tables only (cos and sin were given)")
     if out is None and not inplace and _torch_op(q, cos, sin):
-        if _eager(q, cos, sin):
-            return _OPS.rotary_eager(q, cos, sin, bool(interleaved))
-        return sys.modules["torch"].ops.kittens.rotary(q, cos, sin, bool(interleaved))
+        return _OPS.call("rotary", q, cos, sin, bool(interleaved))
     _no_autograd_with_out("rotary with out=, inplace=True or a non-torch argument", q, cos, sin)
     Q, C, S = adapt(q, "q"), adapt(cos, "cos"), adapt(sin, "sin")
     if inplace:

@@ -65,12 +65,7 @@ def cross_entropy_eager(logits: Tensor, labels: Tensor, scale: Tensor, smoothing
     return torch.from_numpy(out["loss"]).reshape(rows)
 
 
-cross_entropy_ = torch.library.custom_op("kittens::cross_entropy_", mutates_args=("logits",))(cross_entropy_eager)
-
-
-@cross_entropy_.register_fake
-def _(logits, labels, scale, smoothing=0.0):
-    return logits.new_empty((logits.shape[0],), dtype=torch.float32)
+# ``kittens::cross_entropy_``, the op of this body, is defined in kittens/ops.py with the others.
 
 
 # -- the chunked loss ----------------------------------------------------------------------------------
@@ -118,11 +113,13 @@ def _forward_and_grads(hidden, weight, labels, ignore_index, smoothing, scale, c
     dh = torch.empty_like(hidden) if need_dh else None
     dw = torch.zeros_like(weight) if need_dw else None
     wt = weight.t()
+    from . import ops
+
     for s in range(0, rows, chunk):
         e = min(rows, s + chunk)
         hc = hidden[s:e]
         logits = _mm(hc, wt)
-        loss[s:e] = cross_entropy_(logits, lab[s:e], scale, smoothing)
+        loss[s:e] = ops.call("cross_entropy_", logits, lab[s:e], scale, smoothing)
         if dh is not None:
             _mm(logits, weight, out=dh[s:e])
         if dw is not None:

@@ -5,9 +5,9 @@ module                   counterpart (same parameters, state-dict)   kernel
 =======================  ==========================================  ==========================================
 :class:`Linear`          ``torch.nn.Linear`` (a subclass)            ``kittens.matmul`` (GEMM), bias in PyTorch
 :class:`LayerNorm`       ``torch.nn.LayerNorm`` (a subclass)         ``kittens.layernorm`` (residual add fused)
-:class:`RMSNorm`         ``torch.nn.RMSNorm`` (a subclass)           ``kittens.ops.rmsnorm`` once it exists
+:class:`RMSNorm`         ``torch.nn.RMSNorm`` (a subclass)           ``kittens.ops.rmsnorm`` (residual add fused)
 :class:`RotaryEmbedding` Hugging Face's ``LlamaRotaryEmbedding``     ``kittens.rotary`` (GPT-NeoX halves)
-:class:`SwiGLU`          Hugging Face's ``LlamaMLP`` (gate/up/down)  ``kittens.ops.swiglu`` once it exists
+:class:`SwiGLU`          Hugging Face's ``LlamaMLP`` (gate/up/down)  ``kittens.ops.swiglu``, projections Linear
 :class:`Attention`       Hugging Face's ``LlamaAttention`` (q/k/v/o) ``kittens.attention`` (MHA/GQA, causal)
 =======================  ==========================================  ==========================================
 
@@ -19,12 +19,6 @@ except under ``torch.autocast(dtype=torch.bfloat16)``, where every module comput
 too, which PyTorch's autocast runs in float32). Shape limits are the kernels' (``docs/python.md``): matmul
 any shape (CPU: at most 2^34 multiply-adds a call), layernorm D a multiple of 8 from 768 to 8192,
 rotary D a multiple of 16 from 16 to 512, attention head dims 32 to 256 in steps of 32 (CUDA: 64, 128).
-
-RMSNorm and SwiGLU have no kernel yet (another change is writing them): these modules call
-``kittens.ops.rmsnorm`` / ``kittens.ops.swiglu`` only if the attribute exists, and otherwise run PyTorch
-with the one-time warning "no kernel yet". The expected signatures, like the layernorm's:
-``rmsnorm(x, residual, weight, eps) -> (y, h)`` (or a ``(2, ..., D)`` tensor holding both) and
-``swiglu(gate, up) -> silu(gate) * up``.
 
 Warnings are issued in eager mode; under ``torch.compile`` the same choice is made without one.
 """
@@ -166,13 +160,11 @@ class LayerNorm(nn.LayerNorm):
 def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, residual: Optional[Tensor] = None,
              hf_order: bool = False):
     """RMSNorm of the last dimension of ``h = x`` (or ``residual + x``, then ``(y, h)`` is returned):
-    ``kittens.ops.rmsnorm`` when it exists and takes the case, else PyTorch (``F.rms_norm``; with
+    ``kittens.ops.rmsnorm`` when it takes the case, else PyTorch (``F.rms_norm``; with
     ``hf_order`` in Hugging Face Llama's order: float32 statistics, the normed rows cast to x's dtype,
     then times weight)."""
     # On CUDA the rmsnorm kernel: D a multiple of 8 from 768 to 8192 (the CPU op takes any D).
     why = _why(x) or (_norm_shape_why((x.shape[-1],)) if x.is_cuda else None)
-    if why is None and not hasattr(_ops, "rmsnorm"):
-        why = "no kernel yet (kittens.ops.rmsnorm)"
     if why is not None:
         fallback("RMSNorm", why)
         h = x if residual is None else residual + x
@@ -186,15 +178,15 @@ def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, residual: Optional
     xb = x.to(BF16).contiguous()
     r = torch.zeros_like(xb) if residual is None else residual.to(BF16).contiguous()
     w = weight.to(BF16) if weight is not None else xb.new_ones(x.shape[-1])
-    out = _ops.rmsnorm(xb, r, w, eps)
+    out = _ops.call("rmsnorm", xb, r, w, eps)
     return out[0] if residual is None else (out[0], out[1])
 
 
 class RMSNorm(nn.RMSNorm):
     """``torch.nn.RMSNorm``; ``forward(x, residual)`` returns ``(RMSNorm(residual + x), residual + x)``.
 
-    The kernel is ``kittens.ops.rmsnorm`` when it exists (see the module's doc); until then PyTorch with the
-    one-time warning "no kernel yet" (:func:`rms_norm`). Only a 1-D ``normalized_shape`` goes to the kernel.
+    The kernel is ``kittens.ops.rmsnorm`` where it takes the case (:func:`rms_norm`), else PyTorch with a
+    one-time warning naming why. Only a 1-D ``normalized_shape`` goes to the kernel.
     """
 
     def forward(self, x: Tensor, residual: Optional[Tensor] = None):
@@ -283,16 +275,14 @@ class RotaryEmbedding(nn.Module):
 
 
 def swiglu(gate: Tensor, up: Tensor) -> Tensor:
-    """``silu(gate) * up``: ``kittens.ops.swiglu`` when it exists and takes the case, else PyTorch."""
+    """``silu(gate) * up``: ``kittens.ops.swiglu`` when it takes the case, else PyTorch."""
     why = device_why(gate) or dtype_why(gate.dtype) or dtype_why(up.dtype)
     if why is None and gate.is_cuda and gate.shape[-1] % 8:
         why = f"intermediate size {gate.shape[-1]}: the kernel on CUDA takes a multiple of 8"
-    if why is None and not hasattr(_ops, "swiglu"):
-        why = "no kernel yet (kittens.ops.swiglu)"
     if why is not None:
         fallback("SwiGLU", why)
         return F.silu(gate) * up
-    return _ops.swiglu(gate, up)
+    return _ops.call("swiglu", gate, up)
 
 
 class SwiGLU(nn.Module):

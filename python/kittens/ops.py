@@ -28,19 +28,14 @@ What is interim here (each says so where it is done):
   odd ones out are copied into q's layout (head dim contiguous is all the op needs).
 
 Each op takes ``bfloat16`` CPU or CUDA tensors, like the public functions (:func:`kittens.matmul` etc.,
-which call these ops on torch tensors). The ops are defined with ``torch.library.custom_op``. Its
-Python dispatch costs time on every eager call: measured on the 2-core dev machine (torch 2.15, CPU,
-heavily loaded, so read the ratios), a trivial op took 25 us through ``custom_op`` (41 us with an input
-that requires grad) against 6 us as a plain Python call and 9 us through ``torch.library.define`` /
-``impl``. Beside a GPU launch of a small kernel (decoding) that is not negligible; defining the same
-schemas with ``define``/``impl`` (``register_fake`` and ``register_autograd`` work on those too) is the
-change to make if it shows. Under ``torch.compile`` the cost is gone (the graph calls the kernels).
+which call these ops on torch tensors through :func:`call`: eager calls skip the custom op's Python
+dispatch, see there).
 """
 
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import torch
 from torch import Tensor
@@ -114,9 +109,62 @@ def seed_arg(x: int) -> int:
     return x - 2**64 if x >= 2**63 else x
 
 
-# Each op's body is also callable as ``<op>_eager``: ``kittens.<op>`` calls it directly in eager mode when
-# no input needs a gradient (the custom op's dispatch costs tens of microseconds a call; what it buys,
-# tracing and autograd, is needed then only), and through the op otherwise.
+# -- one operator, called three ways --------------------------------------------------------------------
+# Each kernel is a ``torch.library`` custom op (what torch.compile traces, with the fake and the autograd
+# formula below it). Its Python dispatch costs tens of microseconds a call in eager mode (more with an
+# input that requires grad) — more than a small kernel's launch, and a model makes hundreds of such calls
+# a step. So an eager call goes around it (:func:`call`): without a gradient to take, straight to the
+# op's body; with one, through a ``torch.autograd.Function`` made from the op's own body, setup and
+# backward formula (one formula, two registrations). Traced calls (torch.compile, FakeTensor) take the op.
+
+_BODIES: Dict[str, Callable] = {}
+_FUNCTIONS: Dict[str, type] = {}
+_PLAIN = (Tensor, torch.nn.Parameter)
+
+
+def _op(name: str, mutates: Tuple[str, ...] = ()):
+    """Decorator: ``kittens::<name>`` defined with the decorated function as its body (kept for
+    :func:`call`); ``mutates``: the arguments it writes in place."""
+
+    def define(body: Callable):
+        _BODIES[name] = body
+        return torch.library.custom_op(f"kittens::{name}", mutates_args=mutates)(body)
+
+    return define
+
+
+def _autograd(name: str, op, grad: Callable, setup: Callable) -> None:
+    """``op.register_autograd(grad, setup_context=setup)`` and the same formula as the autograd.Function
+    eager calls of ``name`` use. Its forward takes ``ctx`` and calls ``setup`` itself: a Function with a
+    ``setup_context`` binds its arguments through ``inspect.signature`` on every call (tens of
+    microseconds, the cost this avoids)."""
+    op.register_autograd(grad, setup_context=setup)
+    body = _BODIES[name]
+
+    def forward(ctx, *args):
+        out = body(*args)
+        setup(ctx, args, out)
+        return out
+
+    _FUNCTIONS[name] = type(f"{name}_function", (torch.autograd.Function,), {
+        "forward": staticmethod(forward),
+        "backward": staticmethod(grad),
+    })
+
+
+def call(name: str, *args):
+    """``torch.ops.kittens.<name>(*args)`` at the least cost the call allows (positional arguments, as
+    the schema orders them): the op when traced, else the body, or the autograd.Function when an input
+    requires grad."""
+    if not torch.compiler.is_compiling() and all(type(a) in _PLAIN for a in args if isinstance(a, Tensor)):
+        if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
+            return _FUNCTIONS[name].apply(*args)
+        return _BODIES[name](*args)
+    return getattr(torch.ops.kittens, name)(*args)
+
+
+# Each op's body is also callable as ``<op>_eager`` (the benchmarks time it alone); ``kittens.<op>`` calls
+# the op through :func:`call`.
 
 # -- matmul --------------------------------------------------------------------------------------------
 
@@ -129,7 +177,7 @@ def matmul_eager(a: Tensor, b: Tensor) -> Tensor:
     return _matmul(a, b, None)
 
 
-matmul = torch.library.custom_op("kittens::matmul", mutates_args=())(matmul_eager)
+matmul = _op("matmul")(matmul_eager)
 
 
 @matmul.register_fake
@@ -153,7 +201,7 @@ def _matmul_backward(ctx, grad):
     da = db = None
     if ctx.needs_input_grad[0]:
         # dA = dC·Bᵀ: Bᵀ of a row-major b is the ``w.T`` form, of b = w.T the row-major w: both in place.
-        da = torch.ops.kittens.matmul(grad, b.t())
+        da = call("matmul", grad, b.t())
     if ctx.needs_input_grad[1]:
         # dB = Aᵀ·dC. The GEMM reads its first operand row-major only, so one transposed operand is
         # copied (interim, until the GEMM reads A transposed): Aᵀ (K x M) for dB directly, or dCᵀ (N x M)
@@ -162,13 +210,13 @@ def _matmul_backward(ctx, grad):
         n = b.shape[1]
         b_is_wt = b.stride(0) == 1 and b.stride(1) != 1
         if n < k or (n == k and b_is_wt):
-            db = torch.ops.kittens.matmul(grad.t().contiguous(), a).t()
+            db = call("matmul", grad.t().contiguous(), a).t()
         else:
-            db = torch.ops.kittens.matmul(a.t().contiguous(), grad)
+            db = call("matmul", a.t().contiguous(), grad)
     return da, db
 
 
-matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
+_autograd("matmul", matmul, _matmul_backward, _matmul_setup)
 
 
 # -- attention -----------------------------------------------------------------------------------------
@@ -207,7 +255,7 @@ def attention_no_lse(q: Tensor, k: Tensor, v: Tensor, causal: bool, bottom_right
     return None if r is None else r[0]
 
 
-attention = torch.library.custom_op("kittens::attention", mutates_args=())(attention_eager)
+attention = _op("attention")(attention_eager)
 
 
 @attention.register_fake
@@ -236,8 +284,8 @@ def _attention_grad(ctx, grad_out, grad_lse):
     q, k, v, out, lse = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    dq, dk, dv = torch.ops.kittens.attention_backward(
-        grad_out.to(torch.bfloat16), q, k, v, out, lse, ctx.causal, ctx.scale, ctx.bottom_right, ctx.softcap,
+    dq, dk, dv = call(
+        "attention_backward", grad_out.to(torch.bfloat16), q, k, v, out, lse, ctx.causal, ctx.scale, ctx.bottom_right, ctx.softcap,
         ctx.window, ctx.deterministic,
     )
     if ctx.lse_grad and grad_lse is not None:
@@ -263,12 +311,12 @@ def _lse_grad(grad_lse, q, k, v, lse, causal, scale, bottom_right, softcap=None,
     zeros = torch.zeros_like(q)  # O, and dO's other columns (q's layout, so nothing more is copied)
     d_o = torch.cat([hi.unsqueeze(-1), lo.unsqueeze(-1), zeros[..., 2:]], dim=-1)
     ones = torch.ones_like(k)
-    dq, dk, _ = torch.ops.kittens.attention_backward(d_o, q, k, ones, zeros, lse, causal, scale, bottom_right,
+    dq, dk, _ = call("attention_backward", d_o, q, k, ones, zeros, lse, causal, scale, bottom_right,
                                                      softcap, window, deterministic)
     return dq, dk
 
 
-attention.register_autograd(_attention_grad, setup_context=_attention_setup)
+_autograd("attention", attention, _attention_grad, _attention_setup)
 
 
 def _bwd_layout(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -> str:
@@ -278,7 +326,7 @@ def _bwd_layout(q: Tensor, k: Tensor, v: Tensor, grad_out: Tensor) -> str:
         "bhsd" in _layouts(t) for t in (q, k, v, grad_out)) else "bhsd"
 
 
-@torch.library.custom_op("kittens::attention_backward", mutates_args=())
+@_op("attention_backward")
 def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                        causal: bool = False, scale: Optional[float] = None,
                        bottom_right: bool = False, softcap: Optional[float] = None,
@@ -317,7 +365,7 @@ def _attention_backward_grad(ctx, *grads):
     )
 
 
-attention_backward.register_autograd(_attention_backward_grad, setup_context=_attention_backward_setup)
+_autograd("attention_backward", attention_backward, _attention_backward_grad, _attention_backward_setup)
 
 
 # -- layernorm -----------------------------------------------------------------------------------------
@@ -336,7 +384,7 @@ def layernorm_eager(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, p
     return both
 
 
-layernorm = torch.library.custom_op("kittens::layernorm", mutates_args=())(layernorm_eager)
+layernorm = _op("layernorm")(layernorm_eager)
 
 
 @layernorm.register_fake
@@ -354,12 +402,12 @@ def _layernorm_setup(ctx, inputs, output):
 
 def _layernorm_grad(ctx, grad):
     x, residual, weight, bias = ctx.saved_tensors
-    grads = torch.ops.kittens.layernorm_backward(grad, x, residual, weight, bias, ctx.p, ctx.seed,
+    grads = call("layernorm_backward", grad, x, residual, weight, bias, ctx.p, ctx.seed,
                                                  ctx.offset, ctx.eps)
     return tuple(grads) + (None, None, None, None)
 
 
-layernorm.register_autograd(_layernorm_grad, setup_context=_layernorm_setup)
+_autograd("layernorm", layernorm, _layernorm_grad, _layernorm_setup)
 
 
 # The longest row the layernorm_bwd kernel takes on sm_90a (kittens_kernels::layernorm::bwd::MAX_DIM_32_LANES:
@@ -367,7 +415,7 @@ layernorm.register_autograd(_layernorm_grad, setup_context=_layernorm_setup)
 _LAYERNORM_BWD_MAX_D = 4096
 
 
-@torch.library.custom_op("kittens::layernorm_backward", mutates_args=())
+@_op("layernorm_backward")
 def layernorm_backward(grad: Tensor, x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor,
                        p: float = 0.0, seed: int = 0, offset: int = 0,
                        eps: float = 1e-5) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -428,7 +476,7 @@ def _layernorm_backward_grad(ctx, *grads):
                        "kittens.layernorm is not implemented)")
 
 
-layernorm_backward.register_autograd(_layernorm_backward_grad, setup_context=_layernorm_backward_setup)
+_autograd("layernorm_backward", layernorm_backward, _layernorm_backward_grad, _layernorm_backward_setup)
 
 
 # The kernels' dropout stream (kittens_ir::philox): element e of the stream keyed by (seed, offset) is word
@@ -509,7 +557,7 @@ def rotary_eager(q: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False)
     return out
 
 
-rotary = torch.library.custom_op("kittens::rotary", mutates_args=())(rotary_eager)
+rotary = _op("rotary")(rotary_eager)
 
 
 @rotary.register_fake
@@ -539,7 +587,7 @@ def _rotary_grad(ctx, grad):
     dq = dcos = dsin = None
     if ctx.needs_input_grad[0]:
         # The rotation's transpose is the rotation by -angle: the same kernel with -sin (exact).
-        dq = torch.ops.kittens.rotary(grad, cos, -sin, ctx.interleaved)
+        dq = call("rotary", grad, cos, -sin, ctx.interleaved)
     if ctx.needs_input_grad[1] or ctx.needs_input_grad[2]:
         # The tables' gradients, PyTorch ops in float32 (y0 = x0 c - x1 s, y1 = x1 c + x0 s), summed over
         # batch and heads.
@@ -552,7 +600,7 @@ def _rotary_grad(ctx, grad):
     return dq, dcos, dsin, None
 
 
-rotary.register_autograd(_rotary_grad, setup_context=_rotary_setup)
+_autograd("rotary", rotary, _rotary_grad, _rotary_setup)
 
 
 # -- rmsnorm -------------------------------------------------------------------------------------------
@@ -576,7 +624,7 @@ def rmsnorm_eager(x: Tensor, residual: Optional[Tensor], weight: Tensor, eps: fl
     return _rms_cpu(hf, weight, eps), hf.to(torch.bfloat16)
 
 
-rmsnorm = torch.library.custom_op("kittens::rmsnorm", mutates_args=())(rmsnorm_eager)
+rmsnorm = _op("rmsnorm")(rmsnorm_eager)
 
 
 @rmsnorm.register_fake
@@ -598,15 +646,15 @@ def _rmsnorm_grad(ctx, grad_y, grad_h):
     h, weight = ctx.saved_tensors
     if grad_y is None:
         grad_y = torch.zeros_like(h)
-    dx, dweight = torch.ops.kittens.rmsnorm_backward(grad_y.contiguous(), h, weight,
+    dx, dweight = call("rmsnorm_backward", grad_y.contiguous(), h, weight,
                                                      None if grad_h is None else grad_h.contiguous(), ctx.eps)
     return dx, (dx if ctx.has_residual else None), dweight, None
 
 
-rmsnorm.register_autograd(_rmsnorm_grad, setup_context=_rmsnorm_setup)
+_autograd("rmsnorm", rmsnorm, _rmsnorm_grad, _rmsnorm_setup)
 
 
-@torch.library.custom_op("kittens::rmsnorm_backward", mutates_args=())
+@_op("rmsnorm_backward")
 def rmsnorm_backward(grad: Tensor, h: Tensor, weight: Tensor, grad_h: Optional[Tensor],
                      eps: float = 1e-6) -> Tuple[Tensor, Tensor]:
     """``(dx, dweight)`` of :func:`rmsnorm`: ``dx = rstd * (w*dy - h_hat * mean(w*dy*h_hat)) + grad_h`` (also
@@ -638,8 +686,7 @@ def _no_double_backward(name: str):
     return grad
 
 
-rmsnorm_backward.register_autograd(_no_double_backward("rmsnorm_backward"),
-                                   setup_context=lambda ctx, inputs, output: None)
+_autograd("rmsnorm_backward", rmsnorm_backward, _no_double_backward("rmsnorm_backward"), lambda ctx, inputs, output: None)
 
 
 # -- swiglu --------------------------------------------------------------------------------------------
@@ -657,7 +704,7 @@ def swiglu_eager(gate: Tensor, up: Tensor) -> Tensor:
     return (torch.nn.functional.silu(g) * up.to(torch.float32)).to(torch.bfloat16)
 
 
-swiglu = torch.library.custom_op("kittens::swiglu", mutates_args=())(swiglu_eager)
+swiglu = _op("swiglu")(swiglu_eager)
 
 
 @swiglu.register_fake
@@ -673,14 +720,14 @@ def _swiglu_setup(ctx, inputs, output):
 
 def _swiglu_grad(ctx, grad):
     gate, up = ctx.saved_tensors
-    dgate, dup = torch.ops.kittens.swiglu_backward(grad.contiguous(), gate, up)
+    dgate, dup = call("swiglu_backward", grad.contiguous(), gate, up)
     return dgate, dup
 
 
-swiglu.register_autograd(_swiglu_grad, setup_context=_swiglu_setup)
+_autograd("swiglu", swiglu, _swiglu_grad, _swiglu_setup)
 
 
-@torch.library.custom_op("kittens::swiglu_backward", mutates_args=())
+@_op("swiglu_backward")
 def swiglu_backward(grad: Tensor, gate: Tensor, up: Tensor) -> Tuple[Tensor, Tensor]:
     """``(dgate, dup)`` of :func:`swiglu`: ``dgate = grad * up * silu'(gate)``, ``dup = grad * silu(gate)``
     (two separate tensors: packed inputs are copied to contiguous ones, since outputs of one op may not
@@ -700,12 +747,18 @@ def _(grad, gate, up):
             torch.empty(up.shape, dtype=torch.bfloat16, device=up.device))
 
 
-swiglu_backward.register_autograd(_no_double_backward("swiglu_backward"),
-                                  setup_context=lambda ctx, inputs, output: None)
+_autograd("swiglu_backward", swiglu_backward, _no_double_backward("swiglu_backward"), lambda ctx, inputs, output: None)
 
 
 # -- cross-entropy -------------------------------------------------------------------------------------
-# ``kittens::cross_entropy_`` (the per-chunk kernel, in place over the logits) and the fused linear +
-# cross-entropy built on it live in kittens/loss.py.
+# ``kittens::cross_entropy_``: the per-chunk kernel, in place over the logits; its body and the fused
+# linear + cross-entropy built on it live in kittens/loss.py.
 
-from .loss import cross_entropy_, linear_cross_entropy  # noqa: E402
+from .loss import cross_entropy_eager, linear_cross_entropy  # noqa: E402
+
+cross_entropy_ = _op("cross_entropy_", mutates=("logits",))(cross_entropy_eager)
+
+
+@cross_entropy_.register_fake
+def _(logits, labels, scale, smoothing=0.0):
+    return logits.new_empty((logits.shape[0],), dtype=torch.float32)

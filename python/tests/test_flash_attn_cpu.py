@@ -190,3 +190,22 @@ def test_deterministic_reaches_the_backward_form():
         assert torch.equal(a, b)
     with pytest.raises(TypeError, match="deterministic"):
         flash_attn_func(q, k, v, deterministic=1)
+
+
+@pytest.mark.parametrize("causal,window", [(True, None), (True, (7, 0)), (False, (5, 3)), (False, None)])
+def test_bench_options_reference_over_last_rows(causal, window):
+    """`kittens.bench attn --options` checks the last rows of a square problem against a reference built
+    over those rows alone: with the bottom-right alignment it keeps the same pairs (and ALiBi distances)
+    as the whole problem does for them (the first rows would not: a causal check then failed)."""
+    from kittens import bench_attn_opts as bo
+
+    n, r, h = 40, 9, 2
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(1, h, n, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    slopes = torch.tensor([0.5, 0.25], dtype=torch.float64)
+    whole = bo.reference(torch, q, k, v, causal, window=window, slopes=slopes)
+    last = bo.reference(torch, q[:, :, n - r:], k, v, causal, window=window, slopes=slopes)
+    assert torch.allclose(last, whole[:, :, n - r:], rtol=0, atol=1e-12)
+    first = bo.reference(torch, q[:, :, :r], k, v, causal, window=window, slopes=slopes)
+    if causal or window is not None:  # the first rows need the whole problem's alignment: the old check's bug
+        assert not torch.allclose(first, whole[:, :, :r], rtol=0, atol=1e-6)

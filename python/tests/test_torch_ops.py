@@ -410,3 +410,64 @@ def test_compile_rotary_with_computed_tables():
     assert torch.equal(tc, cos) and torch.equal(ts, sin)
     compiled = torch.compile(lambda q: kittens.rotary(q), fullgraph=True, backend="aot_eager")
     assert torch.equal(compiled(q), kittens.rotary(q))
+
+
+class _OpNames(torch.utils._python_dispatch.TorchDispatchMode):
+    """The names of the operators dispatched while active (a kittens custom op shows as kittens.<op>)."""
+
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _eager_cases():
+    x = rand(2, 5, 7, 64, seed=60)
+    k, v = rand(2, 5, 9, 64, seed=61), rand(2, 5, 9, 64, seed=62)
+    cos, sin = (t.to(BF) for t in ops.rotary_tables(7, 64))
+    rows, w, b = rand(37, 768, seed=63), rand(768, seed=64), rand(768, seed=65)
+    return {
+        "matmul": ((rand(37, 72, seed=66), rand(72, 40, seed=67)), lambda o: o),
+        "attention": ((x, k, v, True, None, True, True, None, None, False), lambda o: o[0].float().sum() + o[1].sum()),
+        "layernorm": ((rows, rand(37, 768, seed=68), w, b, 0.25, 7, 3, 1e-5), lambda o: o),
+        "rotary": ((x, cos, sin, False), lambda o: o),
+        "rmsnorm": ((rows, rand(37, 768, seed=69), w, 1e-6), lambda o: o[0].float().sum() + o[1].float().sum()),
+        "swiglu": ((rand(37, 80, seed=70), rand(37, 80, seed=71)), lambda o: o),
+    }
+
+
+@pytest.mark.parametrize("name", list(_eager_cases()))
+def test_eager_calls_skip_the_dispatch_and_match_the_op(name):
+    """kittens.ops.call in eager mode runs the op's body (no input needing grad) or its autograd.Function
+    (one does) without the custom op's dispatch, with the same values and gradients as the op itself."""
+    args, reduce = _eager_cases()[name]
+    leaves = lambda: [a.detach().requires_grad_() if isinstance(a, torch.Tensor) else a for a in args]  # noqa: E731
+
+    def run(fn):
+        xs = leaves()
+        with _OpNames() as seen:
+            out = fn(*xs)
+            loss = reduce(out)
+            loss = loss.float().sum() if loss.dim() else loss
+            loss.backward()
+        grads = [a.grad for a in xs if isinstance(a, torch.Tensor)]
+        outs = out if isinstance(out, tuple) else (out,)
+        return [o.detach() for o in outs], grads, seen.names
+
+    o1, g1, via_op = run(getattr(torch.ops.kittens, name))
+    o2, g2, eager = run(lambda *xs: ops.call(name, *xs))
+    assert any(n.startswith(f"kittens.{name}") for n in via_op), via_op[:5]
+    assert not any(n.startswith("kittens.") for n in eager), [n for n in eager if n.startswith("kittens.")]
+    for a, b in zip(o1, o2):
+        assert torch.equal(a, b)
+    assert len(g1) == len(g2) and all(g is not None for g in g2)
+    for a, b in zip(g1, g2):
+        assert torch.equal(a, b)
+    with torch.no_grad(), _OpNames() as seen:
+        again = ops.call(name, *args)
+    assert not any(n.startswith("kittens.") for n in seen.names)
+    for a, b in zip(o1, again if isinstance(again, tuple) else (again,)):
+        assert torch.equal(a, b)

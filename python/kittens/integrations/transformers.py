@@ -194,14 +194,22 @@ def _loss_why(model) -> Optional[str]:
     return None
 
 
+# transformers renamed the models' ``past_key_values`` keyword (and output field) ``cache`` during 5.x (5.17
+# has the old name, 5.24 the new): the name the installed version takes, set by :func:`apply`.
+_CACHE = "cache"
+
+
 def _causal_lm_forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, inputs_embeds=None,
                        labels=None, use_cache=None, logits_to_keep=0, **kwargs):
     """LlamaForCausalLM.forward (transformers 5.x) with the LM head and the loss fused
     (:func:`kittens.linear_cross_entropy`) when it trains on labels: then the output has the loss and no
-    logits (the point is not to make them, as Liger's). Otherwise transformers' own forward."""
+    logits (the point is not to make them, as Liger's). Otherwise transformers' own forward. The fourth
+    argument is the cache under either name (:data:`_CACHE`)."""
     base = type(self).__mro__[1].forward
+    if cache is not None:
+        kwargs[_CACHE] = cache
     if labels is None or not (self.training and torch.is_grad_enabled()):
-        return base(self, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+        return base(self, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache, logits_to_keep=logits_to_keep,
                     **kwargs)
     weight = self.lm_head.weight
@@ -211,12 +219,12 @@ def _causal_lm_forward(self, input_ids=None, attention_mask=None, position_ids=N
     why = knn.dtype_why(dt)
     if why is not None:
         knn.fallback("loss (transformers)", why)
-        return base(self, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+        return base(self, input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                     inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache, logits_to_keep=logits_to_keep,
                     **kwargs)
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
-    out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, cache=cache,
+    out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                      inputs_embeds=inputs_embeds, use_cache=use_cache, **kwargs)
     hidden = out.last_hidden_state
     shift = kwargs.get("shift_labels")
@@ -225,8 +233,8 @@ def _causal_lm_forward(self, input_ids=None, attention_mask=None, position_ids=N
     with torch.autocast(hidden.device.type, enabled=False):
         loss = kittens.linear_cross_entropy(hidden.to(dt), weight.to(dt), shift.to(hidden.device), ignore_index=-100,
                                             num_items_in_batch=kwargs.get("num_items_in_batch"))
-    return CausalLMOutputWithPast(loss=loss, logits=None, cache=getattr(out, "cache", None),
-                                  hidden_states=out.hidden_states, attentions=out.attentions)
+    return CausalLMOutputWithPast(loss=loss, logits=None, hidden_states=out.hidden_states, attentions=out.attentions,
+                                  **{_CACHE: getattr(out, _CACHE, None)})
 
 
 # -- apply ---------------------------------------------------------------------------------------------
@@ -264,6 +272,8 @@ def apply(model: nn.Module, *, attention: bool = True, norms: bool = True, rotar
     report: Dict[str, List[str]] = {k: [] for k in ("attention", "norm", "rotary", "mlp", "linear", "loss",
                                                     "kept")}
     top = type(model)
+    global _CACHE
+    _CACHE = "cache" if "cache" in inspect.signature(llama.LlamaForCausalLM.forward).parameters else "past_key_values"
     if loss and not getattr(top, "_kittens", False) and _code(top.forward) == _code(llama.LlamaForCausalLM.forward):
         why = _loss_why(model)
         if why is None:

@@ -1,10 +1,12 @@
 //! `kittens demo`: the main job. With an NVIDIA driver it checks every kernel on the GPU through the
-//! generic CUDA runner and times each against its baseline (`gpu`); without one it runs the suite on the CPU backend, compiles it for every target and prints
+//! generic CUDA runner and times each against its baseline (`gpu`), then trains a small model on them
+//! against Hugging Face's modules (`model`, when the Python package is installed); without one it runs the suite on the CPU backend, compiles it for every target and prints
 //! the hardware analysis. Each part is a [`Section`] that prints as it goes (progress on stderr) and
 //! contributes one key to the `--json` document.
 
 mod analysis;
 mod gpu;
+mod model;
 mod suite;
 mod targets;
 
@@ -70,6 +72,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
                 "gpu",
                 "The kernel suite on the GPU: checked against f64, timed against its baseline",
                 gpu::run,
+            ));
+            parts.push((
+                "model",
+                "A Llama-style model training on kittens vs Hugging Face (python -m kittens.bench model)",
+                model::run,
             ));
         }
         Err(why) => {
