@@ -747,7 +747,8 @@ def _prepare_cross_entropy(key, logits, labels, scale, smoothing):
 # -- varlen attention ----------------------------------------------------------------------------------
 
 
-def attention_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, causal: bool, scale, out=None, lse=None):
+def attention_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, causal: bool, scale, out=None, lse=None,
+                     seqused_k=None):
     """``(out, lse)`` of the packed variable-length attention forward on CUDA (registry ``attn_varlen``,
     the sm_90a program ``kittens_kernels::attn_varlen_hopper``): q (total_q, H, D), k and v
     (total_k, H_kv, D), dense, bfloat16; cu_q, cu_k int32 (B + 1,) offsets that the kernel reads on the
@@ -755,10 +756,11 @@ def attention_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, causal: bool, 
     every sequence are never written (zeros when this call allocates them)."""
     key = (10, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), cu_q.shape, cu_k.shape,
            cu_q.dtype, cu_k.dtype, q.device, k.device, v.device, cu_q.device, cu_k.device, int(max_q),
-           int(max_k), bool(causal), scale)
+           int(max_k), bool(causal), scale,
+           None if seqused_k is None else (seqused_k.shape, seqused_k.dtype, seqused_k.device))
     rec = _HANDLES.get(key)
     if rec is None:
-        rec = _prepare_varlen(key, q, k, v, cu_q, cu_k, int(max_q), int(max_k), bool(causal), scale)
+        rec = _prepare_varlen(key, q, k, v, cu_q, cu_k, int(max_q), int(max_k), bool(causal), scale, seqused_k)
     total_q, h, _ = q.shape
     if out is None:
         out = torch.zeros_like(q)
@@ -769,14 +771,23 @@ def attention_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, causal: bool, 
     else:
         _check_out("lse", lse, (h, total_q), (total_q, 1), torch.float32, q)
     if rec[0] is not None:
-        ptrs = tuple(t.data_ptr() for t in (q, k, v, cu_q, cu_k, out, lse))
+        used = () if seqused_k is None else (seqused_k,)
+        ptrs = tuple(t.data_ptr() for t in (q, k, v, cu_q, cu_k, *used, out, lse))
         _launch(rec, ptrs, q.get_device(), device_obj=q.device)
     return out, lse
 
 
-def _prepare_varlen(key, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
+def _prepare_varlen(key, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, seqused_k=None):
     _bf16s(q=q, k=k, v=v)
     dev = _same_device(q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    used = ()
+    if seqused_k is not None:
+        _same_device(q=q, seqused_k=seqused_k)
+        if seqused_k.dtype != torch.int32 or tuple(seqused_k.shape) != (cu_k.shape[0] - 1,) or (
+                seqused_k.numel() > 1 and seqused_k.stride(0) != 1):
+            raise ValueError(f"seqused_k must be a dense int32 tensor of shape ({cu_k.shape[0] - 1},), got "
+                             f"{seqused_k.dtype} of shape {tuple(seqused_k.shape)}")
+        used = (_spec("seqused_k", seqused_k.shape, (1,), "int32"),)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.dim() != 3:
             raise ValueError(f"{name} must be 3-d (total, nheads, headdim), got shape {tuple(t.shape)}")
@@ -801,11 +812,13 @@ def _prepare_varlen(key, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale):
         return _store(key, (None, (0, ()), None))  # nothing to compute: the zeros are the answer
     problem = {"batch": batch, "heads": h, "heads_kv": hk, "seq": max(max_q, 1), "seq_kv": max(max_k, 1),
                "dim": d, "causal": causal, "scale": scale, "total_q": total_q, "total_k": total_k}
+    if used:
+        problem["variant"] = "seqused_k"
     # Dense (checked above), so the declared strides; torch may report others on dims of size 1.
     packed = (h * d, d, 1), (hk * d, d, 1)
     tensors = (
         _spec("q", q.shape, packed[0]), _spec("k", k.shape, packed[1]), _spec("v", v.shape, packed[1]),
         _spec("cu_seqlens_q", cu_q.shape, (1,), "int32"), _spec("cu_seqlens_k", cu_k.shape, (1,), "int32"),
-        _spec("o", q.shape, packed[0]), _spec("lse", (h, total_q), (total_q, 1), "float32"),
+        *used, _spec("o", q.shape, packed[0]), _spec("lse", (h, total_q), (total_q, 1), "float32"),
     )
     return _prepare(key, "attn_varlen", problem, tensors, dev)

@@ -108,24 +108,28 @@ def _backward_torch(grad_out, q, k, v, out, lse, cu_q, cu_k, causal, scale, bloc
 @torch.library.custom_op("kittens::attention_varlen", mutates_args=())
 def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                      max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
-                     scale: Optional[float] = None) -> Tuple[Tensor, Tensor]:
+                     scale: Optional[float] = None, seqused_k: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """``(out, lse)``: out like q (bfloat16), lse float32 (nheads, total_q) in natural-log units of the
-    scaled logits (``-inf`` where a query keeps no key; 0 on rows outside every sequence)."""
+    scaled logits (``-inf`` where a query keeps no key; 0 on rows outside every sequence).
+    ``seqused_k`` (int32 (batch,)): sequence b keeps only the first ``seqused_k[b]`` keys from
+    ``cu_seqlens_k[b]`` (FlashAttention's; a KV cache's lengths). Forward only."""
     if q.is_cuda:
         from . import _dispatch
 
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # the packed layouts (a copy only if not)
         return _dispatch.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                                          bool(causal), None if scale is None else float(scale))
+                                          bool(causal), None if scale is None else float(scale),
+                                          seqused_k=seqused_k)
     o, lse = _kittens.attention_varlen_cpu(
         [_f32_bytes(t) for t in (q, k, v)], _offsets(cu_seqlens_q, cu_seqlens_k),
         _sizes(q, k, max_seqlen_q, max_seqlen_k), bool(causal), None if scale is None else float(scale),
+        None if seqused_k is None else [int(x) for x in seqused_k.tolist()],
     )
     return _from_bytes(o, q.shape, q.dtype), _from_bytes(lse, (q.shape[1], q.shape[0]))
 
 
 @attention_varlen.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, scale=None):
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, scale=None, seqused_k=None):
     return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
@@ -151,7 +155,8 @@ def _(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
 
 
 def _setup(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale = inputs
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, seqused_k = inputs
+    ctx.seqused = seqused_k is not None
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
     ctx.max_q, ctx.max_k, ctx.causal, ctx.scale = max_q, max_k, causal, scale
@@ -159,12 +164,14 @@ def _setup(ctx, inputs, output):
 
 
 def _grad(ctx, grad_out, grad_lse):
+    if ctx.seqused:
+        raise NotImplementedError("seqused_k (a KV cache): kittens' varlen attention is forward only there")
     q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     dq, dk, dv = torch.ops.kittens.attention_varlen_backward(
         grad_out.to(q.dtype), q, k, v, out, lse, cu_q, cu_k, ctx.max_q, ctx.max_k, ctx.causal, ctx.scale)
-    return dq, dk, dv, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 attention_varlen.register_autograd(_grad, setup_context=_setup)

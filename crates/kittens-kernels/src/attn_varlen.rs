@@ -36,6 +36,11 @@ pub struct VarlenConfig {
     pub causal: bool,
     /// The softmax scale (`None`: `1/√d`); a soft cap is refused (not built for varlen yet).
     pub logits: Logits,
+    /// FlashAttention's `seqused_k`: sequence `b` keeps only the first `seqused_k[b]` of its key rows
+    /// `cu_seqlens_k[b] ..` (an i32 `[batch]` tensor read on the device; the forward only). A KV cache
+    /// of fixed capacity per sequence is this form: `cu_seqlens_k = b · capacity`, `seqused_k` the
+    /// cache's lengths (`flash_attn_with_kvcache`).
+    pub seqused_k: bool,
 }
 
 /// Refuses what the varlen programs do not take, naming the argument.
@@ -107,10 +112,13 @@ pub(crate) struct Tensors {
     pub lse: GlobalId,
     pub cu_q: GlobalId,
     pub cu_k: GlobalId,
+    /// `seqused_k` (i32 `[batch]`, declared after `cu_seqlens_k`) with [`VarlenConfig::seqused_k`].
+    pub used_k: Option<GlobalId>,
 }
 
 impl Tensors {
-    pub(crate) fn declare(k: &mut KernelBuilder, sizes: &Batch, dim: u32) -> Tensors {
+    pub(crate) fn declare(k: &mut KernelBuilder, sizes: &Batch, cfg: &VarlenConfig) -> Tensors {
+        let dim = cfg.dim;
         let Batch {
             batch,
             heads,
@@ -128,6 +136,9 @@ impl Tensors {
         let kk = packed("k", total_k, heads_kv, Access::Read);
         let v = packed("v", total_k, heads_kv, Access::Read);
         let (cu_q, cu_k) = offsets(k, batch);
+        let used_k = cfg
+            .seqused_k
+            .then(|| k.global("seqused_k", I32, &[("b", batch.clone())], Access::Read));
         let mut packed = |name: &str, total: &Expr, h: &Expr, access| {
             let dims = [("s", total.clone()), ("h", h.clone()), ("d", d.clone())];
             k.global(name, Bf16, &dims, access)
@@ -143,6 +154,7 @@ impl Tensors {
             lse,
             cu_q,
             cu_k,
+            used_k,
         }
     }
 }
@@ -157,11 +169,24 @@ pub(crate) struct Seq {
 
 impl Seq {
     pub(crate) fn of(cu_q: GlobalId, cu_k: GlobalId, b: &Expr) -> Seq {
+        Seq::with_used(cu_q, cu_k, None, b)
+    }
+    /// With `seqused_k`, the keys end `seqused_k[b]` rows after their start.
+    pub(crate) fn with_used(
+        cu_q: GlobalId,
+        cu_k: GlobalId,
+        used_k: Option<GlobalId>,
+        b: &Expr,
+    ) -> Seq {
+        let start_k = Expr::elem(cu_k, b.clone());
         Seq {
             start_q: Expr::elem(cu_q, b.clone()),
             end_q: Expr::elem(cu_q, b + 1),
-            start_k: Expr::elem(cu_k, b.clone()),
-            end_k: Expr::elem(cu_k, b + 1),
+            end_k: match used_k {
+                Some(u) => &start_k + Expr::elem(u, b.clone()),
+                None => Expr::elem(cu_k, b + 1),
+            },
+            start_k,
         }
     }
 }
@@ -187,7 +212,8 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         lse,
         cu_q,
         cu_k,
-    } = Tensors::declare(&mut k, &sizes, cfg.dim);
+        used_k,
+    } = Tensors::declare(&mut k, &sizes, cfg);
     let Batch {
         batch,
         heads,
@@ -211,7 +237,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         end_q,
         start_k,
         end_k,
-    } = Seq::of(cu_q, cu_k, &b);
+    } = Seq::with_used(cu_q, cu_k, used_k, &b);
     let (len_q, len_k) = (&end_q - start_q.clone(), &end_k - start_k.clone());
     for g in [q, o] {
         k.clip(g, 0, end_q.clone());

@@ -76,7 +76,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     };
     let mut k = KernelBuilder::new(name, sched);
     let sizes = Batch::declare(&mut k);
-    let t = Tensors::declare(&mut k, &sizes, dim);
+    let t = Tensors::declare(&mut k, &sizes, cfg);
     let Batch {
         batch,
         heads,
@@ -103,7 +103,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         end_q,
         start_k,
         end_k,
-    } = Seq::of(t.cu_q, t.cu_k, &b);
+    } = Seq::with_used(t.cu_q, t.cu_k, t.used_k, &b);
     let (len_q, len_k) = (&end_q - start_q.clone(), &end_k - start_k.clone());
     for g in [t.q, t.o] {
         k.clip(g, 0, end_q.clone());

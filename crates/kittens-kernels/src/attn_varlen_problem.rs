@@ -59,8 +59,12 @@ pub fn config(p: &Problem) -> VarlenConfig {
         dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
         causal: p.causal,
         logits: p.logits,
+        seqused_k: p.variant == Some(SEQUSED_K),
     }
 }
+
+/// The variant with FlashAttention's `seqused_k` (a KV cache's lengths; `flash_attn_with_kvcache`).
+pub const SEQUSED_K: &str = "seqused_k";
 
 /// The program for `target`: the warp-specialised one on sm_90a, the one-wave one on the CPU.
 pub fn build_for(cfg: &VarlenConfig, target: Target) -> Result<Kernel, KernelError> {
@@ -109,7 +113,11 @@ impl KernelProblem for VarlenProblem {
                 param("max_seqlen_q", a.seq.max(1))?,
                 param("max_seqlen_k", p.seq_kv.unwrap_or(a.seq).max(1))?,
             ],
-            inputs: vec![q, kv, kv, cu, cu],
+            inputs: if p.variant == Some(SEQUSED_K) {
+                vec![q, kv, kv, cu, cu, a.batch]
+            } else {
+                vec![q, kv, kv, cu, cu]
+            },
             outputs: vec![q, elements("lse", &[a.heads, tq])?],
         })
     }
@@ -135,6 +143,12 @@ impl KernelProblem for VarlenProblem {
             )));
         }
         p.check_attn_options()?;
+        if p.variant.is_some() {
+            return Err(KernelError::Problem(format!(
+                "{name}: the seqused_k variant runs on the caller's tensors only (Python's \
+                 flash_attn_with_kvcache), not on the runner's random inputs"
+            )));
+        }
         if p.window.is_some() || p.lse || p.bottom_right {
             return Err(KernelError::Problem(format!(
                 "{name}: takes no window, and always writes lse with bottom-right causal (no --window, --lse, --bottom-right)"

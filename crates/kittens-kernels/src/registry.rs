@@ -360,8 +360,22 @@ const ATTN_VARLEN: KernelEntry = KernelEntry {
             status: Status::Interpreted,
         },
     ],
-    variants: &[],
-    build_variant: no_variants,
+    variants: &[Variant {
+        name: attn_varlen_problem::SEQUSED_K,
+        about: "FlashAttention's seqused_k: each sequence keeps the first seqused_k[b] of its key \
+                rows (a KV cache's lengths, flash_attn_with_kvcache)",
+        targets: &[Target::Sm90a],
+    }],
+    build_variant: |gpu, v| {
+        let p = crate::problem::Problem {
+            variant: (v == attn_varlen_problem::SEQUSED_K).then_some(attn_varlen_problem::SEQUSED_K),
+            ..Default::default()
+        };
+        if p.variant.is_none() {
+            return no_variants(gpu, v);
+        }
+        attn_varlen_problem::build_for(&attn_varlen_problem::config(&p), Target::from(gpu.arch))
+    },
     build_default: || attn_varlen::build(&attn_varlen_problem::config(&Default::default())),
     build_gpu: |gpu| {
         attn_varlen_problem::build_for(

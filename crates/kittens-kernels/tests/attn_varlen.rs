@@ -73,6 +73,7 @@ fn check_with(
             scale,
             softcap: None,
         },
+        seqused_k: false,
     };
     let kernel = builder(&cfg).expect("the varlen kernel builds");
     let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
@@ -205,6 +206,7 @@ fn bad_configurations_are_refused_by_name() {
         dim: 48,
         causal: false,
         logits: Logits::default(),
+        seqused_k: false,
     })
     .unwrap_err()
     .to_string();
@@ -217,6 +219,7 @@ fn bad_configurations_are_refused_by_name() {
         dim: 64,
         causal: false,
         logits: capped,
+        seqused_k: false,
     })
     .unwrap_err()
     .to_string();
@@ -240,6 +243,7 @@ fn check_bwd(
         dim,
         causal,
         logits: Logits::default(),
+        seqused_k: false,
     };
     let kernel = kittens_kernels::attn_varlen_bwd::build(&cfg).expect("the varlen backward builds");
     let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
@@ -365,6 +369,7 @@ fn amd_lowerings_refuse_the_varlen_kernels_sm90a_lowers_the_hopper_one() {
         dim: 64,
         causal: true,
         logits: Logits::default(),
+        seqused_k: false,
     };
     let fwd = build(&cfg).unwrap();
     let bwd = kittens_kernels::attn_varlen_bwd::build(&cfg).unwrap();
@@ -389,4 +394,86 @@ fn amd_lowerings_refuse_the_varlen_kernels_sm90a_lowers_the_hopper_one() {
         .iter()
         .any(|a| matches!(a, kittens_codegen::KernelArg::TensorMap(_))));
     assert!(l.source.contains("g_cu_seqlens_q") && l.source.contains("cp.async"));
+}
+
+/// `seqused_k` (a KV cache of fixed capacity per sequence: keys start at `b · capacity` and sequence
+/// `b` uses the first `used[b]`) in both programs on the interpreter, against the f64 reference of
+/// the same keys packed without gaps. The unused cache rows hold NaN: a read of them that reached
+/// the output would show.
+#[test]
+fn seqused_k_keeps_each_sequences_first_keys_in_both_programs() {
+    use kittens_kernels::exec_varlen::{forward_with, Packed};
+    let (heads, heads_kv, dim, cap) = (4usize, 2usize, 64u32, 150usize);
+    let (lens_q, used) = ([1usize, 3, 130, 0, 17], [0usize, 1, 149, 5, 150]);
+    let d = dim as usize;
+    let mut s = 31;
+    let cu_q = offsets(&lens_q);
+    let q = random(&mut s, cu_q[lens_q.len()] * heads * d, 2.0);
+    let mut k = random(&mut s, lens_q.len() * cap * heads_kv * d, 2.0);
+    let mut v = random(&mut s, lens_q.len() * cap * heads_kv * d, 1.0);
+    let row = heads_kv * d;
+    for (b, &u) in used.iter().enumerate() {
+        for r in b * cap + u..(b + 1) * cap {
+            k[r * row..(r + 1) * row].fill(f32::NAN);
+            v[r * row..(r + 1) * row].fill(f32::NAN);
+        }
+    }
+    // The reference's keys: each sequence's used rows, packed.
+    let pack = |t: &[f32]| -> Vec<f32> {
+        used.iter()
+            .enumerate()
+            .flat_map(|(b, &u)| t[b * cap * row..(b * cap + u) * row].to_vec())
+            .collect()
+    };
+    for causal in [false, true] {
+        let cfg = VarlenConfig {
+            dim,
+            causal,
+            logits: Logits::default(),
+            seqused_k: true,
+        };
+        let sh = VarlenShape {
+            heads,
+            heads_kv,
+            dim: d,
+            cu_q: cu_q.clone(),
+            cu_k: offsets(&used),
+            causal,
+            scale: f64::from(cfg.logits.scale(dim)),
+        };
+        let (kp, vp) = (pack(&k), pack(&v));
+        let (want, _) = forward(&q, &kp, &vp, &sh);
+        let base = forward_bf16_baseline(&q, &kp, &vp, &sh);
+        let packed = Packed {
+            heads,
+            heads_kv,
+            cu_q: cu_q.iter().map(|&x| x as i64).collect(),
+            cu_k: (0..=lens_q.len()).map(|b| (b * cap) as i64).collect(),
+            max_q: 130,
+            max_k: cap,
+            used_k: Some(used.iter().map(|&x| x as i64).collect()),
+        };
+        for kernel in [
+            build(&cfg).unwrap(),
+            kittens_kernels::attn_varlen_hopper::build(&cfg).unwrap(),
+        ] {
+            let (o, _) = forward_with(&kernel, &cfg, &q, &k, &v, &packed).unwrap();
+            assert!(
+                o.iter().all(|x| x.is_finite()),
+                "{}: NaN from unused rows",
+                kernel.name
+            );
+            let (ours, bl) = (compare(&o, &want), compare(&base, &want));
+            let r = check_rule(ours.rel_err, bl.rel_err, RULE_FLOOR);
+            assert!(
+                r.passed,
+                "{} causal {causal}: {:.3e} vs bf16 {:.3e}",
+                kernel.name, ours.rel_err, bl.rel_err
+            );
+            eprintln!(
+                "seqused_k {} causal {causal}: rel_err {:.3e} (bf16 {:.3e})",
+                kernel.name, ours.rel_err, bl.rel_err
+            );
+        }
+    }
 }

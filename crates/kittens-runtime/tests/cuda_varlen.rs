@@ -15,12 +15,20 @@ use kittens_kernels::attn_varlen::VarlenConfig;
 #[test]
 fn varlen_forward_compiles_for_sm90a_without_spills() {
     ensure_nvrtc();
-    for dim in [64, 128, 192, 256] {
+    for (dim, seqused_k) in [
+        (64, false),
+        (128, false),
+        (192, false),
+        (256, false),
+        (64, true),
+        (128, true),
+    ] {
         for causal in [false, true] {
             let cfg = VarlenConfig {
                 dim,
                 causal,
                 logits: Logits::default(),
+                seqused_k,
             };
             let k = kittens_kernels::attn_varlen_hopper::build(&cfg).unwrap();
             let l = kittens_codegen::lower(&k, Target::Sm90a)
