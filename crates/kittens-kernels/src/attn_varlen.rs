@@ -11,8 +11,10 @@
 //! The program is the online softmax of FlashAttention-2 §3.1 on one wave (S = Q·Kᵀ in f32, the scale
 //! inside the `exp2`, P rounded to bf16 for P·V), causal aligned bottom-right per sequence
 //! (FlashAttention's convention), grouped-query heads (query head `h` reads KV head
-//! `h / (heads / heads_kv)`). It runs on the CPU interpreter; the lowerings refuse index reads for
-//! now (`kittens_codegen::LowerError::IndexReads`).
+//! `h / (heads / heads_kv)`). It runs on the CPU interpreter (one wave, over the register budget of
+//! a GPU); sm_90a runs the warp-specialised program of the same tensors and meaning,
+//! [`crate::attn_varlen_hopper`]; the AMD lowerings refuse index reads
+//! (`kittens_codegen::LowerError::IndexReads`).
 
 use crate::attn_fwd::{AttnConfig, Softmax};
 use crate::attn_score::Logits;
