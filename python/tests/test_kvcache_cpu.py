@@ -47,7 +47,7 @@ def make_case(lens, sn, sq, h, hk, d, page, capacity, seed, device="cpu"):
         vc[table.long()] = logical_v.reshape(b, per, page, hk, d)
 
         def logical(cache):
-            return cache[table.long()].reshape(b, capacity, hk, d)
+            return cache[table.long().to(cache.device)].reshape(b, capacity, hk, d)
     seqlens = torch.tensor(lens, dtype=torch.int32)
     mv = lambda t: None if t is None else t.to(device)  # noqa: E731
     return (q.to(device), kc.to(device), vc.to(device), mv(k), mv(v), seqlens.to(device), mv(table), logical,
