@@ -25,5 +25,6 @@ echo "== examples (docs/writing-kernels.md)"
 cargo run --release -p kittens-kernels --example rmsnorm 2>&1
 cargo run --release -p kittens-kernels --example swiglu 2>&1
 cargo run --release -p kittens-kernels --example row_sum 2>&1
+cargo run --release -p kittens-kernels --example matmul 2>&1
 echo "== python package"
 bash scripts/test-python.sh

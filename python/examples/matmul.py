@@ -2,7 +2,8 @@
 all three sizes run-time parameters. Each one-wave block computes one 16 x 16 tile of c, accumulating
 16 x 32 by 32 x 16 matrix-instruction tiles along K in a loop: each step copies its tiles of a and b
 global -> shared asynchronously, waits, and loads them into registers (reads past the edges are zero).
-It lowers for gfx942/gfx950; sm_90a takes producer/consumer programs only (docs/writing-kernels.md)."""
+It lowers for gfx942/gfx950 (MFMA) and sm_90a (mma.sync per warp; docs/writing-kernels.md).
+crates/kittens-kernels/examples/matmul.rs builds the same kernel in Rust."""
 from kittens import tile
 
 BM, BN, BK = 16, 16, 32

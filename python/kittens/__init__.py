@@ -138,14 +138,16 @@ def _grad_needed(*xs) -> bool:
 def matmul(a: Any, b: Any, *, out: Any = None):
     """``a @ b`` for 2-D bfloat16 arrays, fp32 accumulation, bf16 output (M, N).
 
-    ``a`` must be row-major contiguous (M, K). ``b`` may be ``w.T`` for a contiguous ``w`` of shape
-    (N, K) (strides (1, K), a linear layer: ``kittens.matmul(x, weight.T)``, the kernel computes
-    ``A·Wᵀ``) or a row-major contiguous (K, N) array (the kernel reads B N-major, ``A·B``). Both run
-    without any copy. A transposed ``a`` or a strided slice would need a copy and is refused with a
-    ValueError. On CUDA the GPU must be a Hopper (sm_90a);
-    any M, N, K: where N or K is no multiple of 8 (TMA rows are 16-byte multiples) the operands go
-    through padded copies in stream-ordered scratch, and the block of C per thread block is chosen per
-    shape.
+    ``a`` (M, K) and ``b`` (K, N) are each read in place in either major order and with any
+    leading-dimension stride: row-major with rows any distance apart (a slice of a bigger matrix), or
+    the transpose of a row-major array (``x.T``, ``weight.T`` of a linear layer, or a slice of one; the
+    kernel reads A M-major and B N-major from shared memory, wgmma's transpose bits). Strides with
+    neither dimension contiguous are refused with a ValueError. On CUDA the GPU must be a Hopper
+    (sm_90a); any M, N, K. One documented copy remains, on CUDA only: where a leading dimension or N
+    is no multiple of 8 elements, or an operand starts off a 16-byte boundary (TMA's rows and
+    addresses are 16-byte multiples), the operands go through padded copies. The block of C per
+    thread block is chosen per shape. ``out=`` may likewise be a row-major slice of a bigger matrix
+    (rows any distance apart), written in place.
 
     CUDA calls are enqueued on the current torch stream and return at once; they allocate nothing but
     the output (none with ``out=``) and, for padded shapes, stream-ordered scratch, and synchronise
@@ -153,8 +155,8 @@ def matmul(a: Any, b: Any, *, out: Any = None):
     CUDA graph.
 
     Torch tensors go through ``torch.ops.kittens.matmul``, whose backward runs the same GEMM:
-    ``dA = dC·Bᵀ`` in place, ``dB = Aᵀ·dC`` through one transposed copy (of ``a`` or of ``dC``, the
-    smaller) until the GEMM reads A transposed. ``out=`` writes outside autograd: with an input that
+    ``dA = dC·Bᵀ`` and ``dB = Aᵀ·dC``, both reading their operands in place (``b.T`` and ``a.T`` as
+    transposed operands, no copy). ``out=`` writes outside autograd: with an input that
     requires grad it is a RuntimeError.
     """
     if out is None and _torch_op(a, b):

@@ -255,3 +255,28 @@ def _inverse(order: Tuple[int, ...]) -> Tuple[int, ...]:
     for i, o in enumerate(order):
         inv[o] = i
     return tuple(inv)
+
+
+def matmul_operand(shape, strides) -> Optional[Tuple[bool, int]]:
+    """How a matmul operand of 2-D ``shape`` (rows, cols) is stored, as the GEMM kernel reads it in
+    place: ``(False, ld)`` row-major with rows ``ld ≥ cols`` elements apart (a slice of a bigger
+    matrix), ``(True, ld)`` the transpose of a row-major (cols, rows) array with rows ``ld ≥ rows``
+    apart (``x.T``, or a slice of one); ``None`` for any other strides. The CPU path's check
+    (``view::operand`` in the extension module) takes the same rule."""
+    rows, cols = (int(x) for x in shape)
+    s0, s1 = (int(x) for x in strides)
+    if rows == 0 or cols == 0:
+        return False, cols
+
+    def lead(n, s, c):
+        return c if n <= 1 else (s if s >= c else None)
+
+    if cols <= 1 or s1 == 1:
+        ld = lead(rows, s0, cols)
+        if ld is not None:
+            return False, ld
+    if rows <= 1 or s0 == 1:
+        ld = lead(cols, s1, rows)
+        if ld is not None:
+            return True, ld
+    return None

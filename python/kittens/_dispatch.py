@@ -22,6 +22,7 @@ from typing import Dict, Tuple
 import torch
 
 from . import _kittens
+from ._arrays import matmul_operand
 
 _BF16 = torch.bfloat16
 _HANDLES: Dict[tuple, tuple] = {}
@@ -104,21 +105,22 @@ def _check_out(name: str, out, shape, strides, dtype, like) -> None:
 
 
 def matmul(a, b, out=None):
-    """``a @ b`` on CUDA: a (M, K) row-major, b (K, N) row-major or ``w.T`` of a row-major (N, K) w;
-    ``out``: the (M, N) row-major output to write (else a new one)."""
+    """``a @ b`` on CUDA: a (M, K) and b (K, N) each row-major or the transpose of a row-major array,
+    with any leading-dimension stride (a slice of a bigger matrix), read in place
+    (:func:`kittens._arrays.matmul_operand`); ``out``: the (M, N) row-major output to write (else a
+    new one)."""
 
-    key = (0, a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
+    ldc = None if out is None else _out_rows(out, a, b)  # None: dense (N)
+    key = (0, a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device(), ldc)
     rec = _HANDLES.get(key)
     if rec is None:
-        rec = _prepare_matmul(key, a, b)
+        rec = _prepare_matmul(key, a, b, ldc)
     mode = rec[2]
     m, n = a.shape[0], b.shape[1]
-    if out is not None:
-        _check_out("out", out, (m, n), (n, 1), _BF16, a)
     if mode is not None:
         return _into(out, mode(a, b))
     pa, pb = a.data_ptr(), b.data_ptr()
-    if (pa | pb) & 15:  # a view off a 16-byte boundary: TMA and the vector loads need one
+    if (pa | pb) & 15:  # a view off a 16-byte boundary: TMA's global addresses need one
         return _into(out, _matmul_copied(a, b))
     if out is None:
         out = torch.empty((m, n), dtype=_BF16, device=a.device)
@@ -131,6 +133,25 @@ def matmul(a, b, out=None):
     return out
 
 
+def _out_rows(out, a, b):
+    """``out``'s row stride when it is a row-major (M, N) slice of a bigger matrix's rows (written in
+    place), None when dense; anything else is refused, naming what is needed (after the operands'
+    own checks when they are not 2-D)."""
+    if a.dim() != 2 or b.dim() != 2:
+        return None  # refused by _prepare_matmul, which names them
+    m, n, like = a.shape[0], b.shape[1], a
+    s = out.stride() if out.dim() == 2 else ()
+    if out.dtype != _BF16 or tuple(out.shape) != (m, n) or out.device != like.device or not (
+        m <= 1 or n == 0 or (s[1] == 1 or n == 1) and s[0] >= n
+    ):
+        raise ValueError(
+            f"out must be a {_BF16} tensor of shape {(m, n)} on {like.device}, row-major with rows at least "
+            f"{n} elements apart (strides (ldc, 1)); got {out.dtype} {tuple(out.shape)} strides {out.stride()} "
+            f"on {out.device}"
+        )
+    return None if m <= 1 or n == 0 or s[0] == n else s[0]
+
+
 def _into(out, result):
     if out is None:
         return result
@@ -139,10 +160,13 @@ def _into(out, result):
 
 
 def _matmul_copied(a, b):
-    b_kn = b.stride(1) == 1
-    a = a.clone()
-    b = b.clone() if b_kn else b.t().clone().t()
-    return matmul(a, b)
+    """An operand whose first element is off a 16-byte boundary (TMA's global addresses are 16-byte
+    aligned): that operand copied into a fresh row-major array (the documented copy)."""
+
+    def fresh(t):
+        return t.clone(memory_format=torch.contiguous_format) if t.data_ptr() & 15 else t
+
+    return matmul(fresh(a), fresh(b))
 
 
 def _matmul_empty(a, b):
@@ -153,8 +177,9 @@ def _matmul_empty(a, b):
 
 
 def _matmul_padded(a, b):
-    """K or N no multiple of 8 (TMA rows are 16-byte multiples): the operands padded with zeros to
-    whole 8s (copies, for now), the result cut back."""
+    """Rows TMA cannot address (a leading dimension, K or N no multiple of 8 elements: TMA's rows are
+    16-byte multiples): the operands copied, zero-padded to whole 8s, into the layouts the kernel reads,
+    and the result cut back (the documented copy)."""
     m, k = a.shape
     n = b.shape[1]
     kp, np_ = -(-k // 8) * 8, -(-n // 8) * 8
@@ -165,7 +190,7 @@ def _matmul_padded(a, b):
     return matmul(ap, bp.t())[:, :n].contiguous()
 
 
-def _prepare_matmul(key, a, b):
+def _prepare_matmul(key, a, b, ldc=None):
     _bf16s(a=a, b=b)
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"kittens.matmul takes 2-D arrays, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
@@ -176,20 +201,23 @@ def _prepare_matmul(key, a, b):
     dev = _same_device(a=a, b=b)
     if m == 0 or n == 0 or k == 0:
         return _store(key, (None, (0, ()), _matmul_empty))
-    if not ((m <= 1 or a.stride(0) == k) and (k <= 1 or a.stride(1) == 1)):
-        raise ValueError(f"a must be row-major (M, K) with no gaps: strides {a.stride()}, need ({k}, 1) "
-                         "(a transposed or sliced a needs .contiguous())")
-    b_kn = b.stride(1) == 1 and (b.stride(0) == n or k == 1)
-    b_w = b.stride(0) == 1 and (b.stride(1) == k or n == 1)
-    if not (b_kn or b_w):
-        raise ValueError(f"b must be a row-major (K, N) array or w.T of a row-major (N, K) w: strides {b.stride()}")
-    if k % 8 or n % 8:
+    la, lb = matmul_operand(a.shape, a.stride()), matmul_operand(b.shape, b.stride())
+    for name, t, lay, (r, c) in (("a", a, la, (m, k)), ("b", b, lb, (k, n))):
+        if lay is None:
+            raise ValueError(
+                f"{name} must have one dimension contiguous: row-major ({r}, {c}) with rows any distance >= {c} "
+                f"apart (a slice of a bigger matrix), or the transpose of a row-major ({c}, {r}) array with "
+                f"rows >= {r} apart; got strides {t.stride()}")
+    (a_km, lda), (b_nk, ldb) = la, lb
+    ldc = n if ldc is None else ldc
+    if lda % 8 or ldb % 8 or ldc % 8 or n % 8:
         return _store(key, (None, (0, ()), _matmul_padded))
-    a_spec = _spec("a", (m, k), (k, 1))
-    kn = b_kn and not (b_w and n == 1)
-    b_spec = _spec("b", (k, n), (n, 1)) if kn else _spec("b", (n, k), (k, 1))
-    problem = {"m": m, "n": n, "k": k, "b_kn": kn}
-    return _prepare(key, "gemm_bf16", problem, (a_spec, b_spec, _spec("c", (m, n), (n, 1))), dev)
+    a_spec = _spec("a", (k, m) if a_km else (m, k), (lda, 1))
+    b_spec = _spec("b", (n, k) if b_nk else (k, n), (ldb, 1))
+    problem = {"m": m, "n": n, "k": k, "b_kn": not b_nk, "a_km": a_km}
+    if (lda, ldb, ldc) != (m if a_km else k, k if b_nk else n, n):
+        problem["ld"] = (lda, ldb, ldc)  # slices of bigger matrices: the kernel takes the strides
+    return _prepare(key, "gemm_bf16", problem, (a_spec, b_spec, _spec("c", (m, n), (ldc, 1))), dev)
 
 
 # -- attention forward ---------------------------------------------------------------------------------

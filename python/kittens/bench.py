@@ -1,7 +1,8 @@
 """``python -m kittens.bench gemm|attn|layernorm|rotary|rmsnorm|swiglu|lce|overhead|model [--json F] [--plot F.png]``:
 kittens against PyTorch's own kernels on the same tensors, in one process.
 
-* gemm: ``kittens.matmul(a, w.T)`` against ``torch.matmul(a, w.T)`` (cuBLAS).
+* gemm: ``kittens.matmul(a, w.T)`` against ``torch.matmul(a, w.T)`` (cuBLAS); ``--order`` stores A
+  and B otherwise (``a.T``, row-major ``b``), both sides reading the same views.
 * attn: ``kittens.attention`` against ``F.scaled_dot_product_attention`` (cuDNN / FlashAttention);
   ``--options``: soft cap, sliding window, ALiBi and head dims (``kittens.bench_attn_opts``).
 * overhead: per-call time of a loop of calls, host included, against PyTorch's op (``kittens.bench_overhead``).
@@ -157,47 +158,63 @@ def _l2_bytes(torch) -> int:
     return int(getattr(props, "L2_cache_size", 50 * 2**20))
 
 
-def check_gemm(torch, kittens, m, n, k) -> dict:
+def gemm_operands(torch, m, n, k, g, order):
+    """The stored operands of ``a @ b`` in ``order`` (``--order``: A stored ``mk`` or ``km``, B ``nk``
+    (a linear layer's ``w``, ``b = w.T``) or ``kn``), and how to view them as (M, K) and (K, N)."""
+    a_order, b_order = order.split(",")
+
+    def stored(rows, cols):
+        return torch.randn(rows, cols, device="cuda", generator=g).to(torch.bfloat16)
+
+    a = stored(m, k) if a_order == "mk" else stored(k, m)
+    b = stored(n, k) if b_order == "nk" else stored(k, n)
+
+    def views(x, y):
+        return (x if a_order == "mk" else x.T), (y.T if b_order == "nk" else y)
+
+    return a, b, views
+
+
+def check_gemm(torch, kittens, m, n, k, order="mk,nk") -> dict:
     """A correctness-only shape (partial tiles, one K step, ...): all of C against float64."""
     g = torch.Generator(device="cuda").manual_seed(m * 7 + n * 3 + k)
-    a = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-    w = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
+    x, y, views = gemm_operands(torch, m, n, k, g, order)
+    a, b = views(x, y)
     ours = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
-    kittens.matmul(a, w.T, out=ours)
+    kittens.matmul(a, b, out=ours)
     row = {"shape": f"{m}x{n}x{k}", "m": m, "n": n, "k": k, "ours_ms": None, "torch_ms": None,
            "ours_tflops": None, "torch_tflops": None, "ratio": None}
-    row.update(compare(torch, ours, torch.matmul(a, w.T), a.double() @ w.double().T))
+    row.update(compare(torch, ours, torch.matmul(a, b), a.double() @ b.double()))
     return row
 
 
 def bench_gemm(torch, kittens, args) -> List[dict]:
-    rows = [check_gemm(torch, kittens, *c) for c in args.checks]
+    rows = [check_gemm(torch, kittens, *c, order=args.order) for c in args.checks]
     l2 = _l2_bytes(torch)
     for size in args.sizes:
         m = n = k = size
         g = torch.Generator(device="cuda").manual_seed(size)
-        a0 = torch.randn(m, k, device="cuda", generator=g).to(torch.bfloat16)
-        w0 = torch.randn(n, k, device="cuda", generator=g).to(torch.bfloat16)
+        a0, w0, views = gemm_operands(torch, m, n, k, g, args.order)
         copies = max(2, math.ceil(L2_MULTIPLE * l2 / ((m + n) * k * 2)))
-        a = [a0] + [a0.clone() for _ in range(copies - 1)]
-        w = [w0] + [w0.clone() for _ in range(copies - 1)]
+        ops = [views(a0, w0)] + [views(a0.clone(), w0.clone()) for _ in range(copies - 1)]
         c_ours = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
         c_theirs = torch.empty_like(c_ours)
-        kittens.matmul(a0, w0.T, out=c_ours)
-        torch.matmul(a0, w0.T, out=c_theirs)
+        kittens.matmul(*ops[0], out=c_ours)
+        torch.matmul(*ops[0], out=c_theirs)
         torch.cuda.synchronize()
+        a_v, b_v = ops[0]
         if m * n <= 4096 * 4096:
-            ours_s, theirs_s, ref = c_ours, c_theirs, a0.double() @ w0.double().T
+            ours_s, theirs_s, ref = c_ours, c_theirs, a_v.double() @ b_v.double()
         else:
             rows_idx = torch.randperm(m, device="cuda", generator=g)[:256]
             ours_s, theirs_s = c_ours[rows_idx], c_theirs[rows_idx]
-            ref = a0[rows_idx].double() @ w0.double().T
+            ref = a_v[rows_idx].double() @ b_v.double()
         check = compare(torch, ours_s, theirs_s, ref)
         del ref
         t_ours, t_theirs = time_pair(
             torch,
-            lambda i: kittens.matmul(a[i], w[i].T, out=c_ours),
-            lambda i: torch.matmul(a[i], w[i].T, out=c_theirs),
+            lambda i: kittens.matmul(*ops[i], out=c_ours),
+            lambda i: torch.matmul(*ops[i], out=c_theirs),
             copies, args.warmup, args.iters, args.timing,
         )
         flop = 2.0 * m * n * k
@@ -207,7 +224,7 @@ def bench_gemm(torch, kittens, args) -> List[dict]:
             "ours_tflops": flop / t_ours / 1e9, "torch_tflops": flop / t_theirs / 1e9,
             "ratio": t_theirs / t_ours, "input_copies": copies, **check,
         })
-        a = w = None  # free the copies before the next size allocates its own
+        ops = None  # free the copies before the next size allocates its own
         torch.cuda.empty_cache()
     return rows
 
@@ -364,6 +381,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--rope-shapes", default="16x16x4096x128,16x16x8192x128,16x32x4096x64",
                    help="rotary: BxHxNxD")
     p.add_argument("--sizes", default="2048,4096,8192,16384", help="gemm: square sizes M=N=K")
+    p.add_argument("--order", default="mk,nk", choices=["mk,nk", "mk,kn", "km,kn", "km,nk"],
+                   help="gemm: how A and B are stored (A mk or km = a.T; B nk = w, b = w.T, or kn): the "
+                        "backward's dA = dC·Bᵀ is mk,nk or mk,kn, its dB = Aᵀ·dC km,kn")
     p.add_argument("--checks", default="1000x1032x520,129x264x72,128x256x64,1x8x8,256x8x8192",
                    help="gemm: correctness-only shapes MxNxK (untimed), or 'none'")
     p.add_argument("--seqs", default="1024,2048,4096,8192", help="attn: sequence lengths")

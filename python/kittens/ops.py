@@ -19,8 +19,6 @@ What is interim here (each says so where it is done):
   statistics and the dropout mask from the saved inputs; CUDA runs the ``layernorm_bwd`` kernel); the
   mask is drawn by :func:`dropout_keep`, the kernels' Philox 4x32-10 stream written in integer torch ops
   (same bits as the kernel: the tests check it against the forward kernel's mask).
-* matmul's ``dB = Aᵀ·dC`` reads a transposed operand the GEMM does not read in place: one operand (the
-  smaller of ``a`` and ``dC``) is copied ``.contiguous()`` until the GEMM reads A transposed.
 * attention's ``lse`` gradient (``return_lse=True`` under autograd) costs one more run of the backward
   kernel (dS = dlse * P taken from a backward over ones and zeros, see :func:`_lse_grad`), until the
   backward kernel takes ``delta - dlse`` as an input.
@@ -41,6 +39,7 @@ import torch
 from torch import Tensor
 
 from . import _attention, _attn_opts, _matmul
+from ._arrays import matmul_operand
 
 if torch.cuda.is_available():
     from . import _dispatch
@@ -170,8 +169,8 @@ def call(name: str, *args):
 
 
 def matmul_eager(a: Tensor, b: Tensor) -> Tensor:
-    """``a @ b`` through the GEMM kernel: a row-major (M, K); b row-major (K, N) or ``w.T`` of a
-    row-major (N, K) ``w`` (both read in place; other strides are refused, see kittens.matmul)."""
+    """``a @ b`` through the GEMM kernel: a (M, K) and b (K, N) each row-major or transposed, with any
+    leading-dimension stride (read in place; other strides are refused, see kittens.matmul)."""
     if a.is_cuda:
         return _dispatch.matmul(a, b)
     return _matmul(a, b, None)
@@ -197,22 +196,15 @@ def _matmul_setup(ctx, inputs, output):
 
 def _matmul_backward(ctx, grad):
     a, b = ctx.saved_tensors
-    grad = grad.contiguous()  # the GEMM reads dC row-major (a copy only where autograd hands other strides)
+    if matmul_operand(grad.shape, grad.stride()) is None:
+        grad = grad.contiguous()  # e.g. the zero strides of an expanded gradient: no layout to read
     da = db = None
     if ctx.needs_input_grad[0]:
-        # dA = dC·Bᵀ: Bᵀ of a row-major b is the ``w.T`` form, of b = w.T the row-major w: both in place.
+        # dA = dC·Bᵀ: ``b.t()`` is read in place whatever b's order (row-major, ``w.T``, a slice).
         da = call("matmul", grad, b.t())
     if ctx.needs_input_grad[1]:
-        # dB = Aᵀ·dC. The GEMM reads its first operand row-major only, so one transposed operand is
-        # copied (interim, until the GEMM reads A transposed): Aᵀ (K x M) for dB directly, or dCᵀ (N x M)
-        # for dBᵀ = dCᵀ·A; the smaller copy, and on a tie the form whose result has b's memory order.
-        m, k = a.shape
-        n = b.shape[1]
-        b_is_wt = b.stride(0) == 1 and b.stride(1) != 1
-        if n < k or (n == k and b_is_wt):
-            db = call("matmul", grad.t().contiguous(), a).t()
-        else:
-            db = call("matmul", a.t().contiguous(), grad)
+        # dB = Aᵀ·dC: ``a.t()`` is read in place (the GEMM reads A stored transposed).
+        db = call("matmul", a.t(), grad)
     return da, db
 
 

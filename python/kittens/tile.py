@@ -31,6 +31,7 @@ Program = _kittens.Program
 Tile = _kittens.Tile
 Global = _kittens.Global
 Shared = _kittens.Shared
+row_split = _kittens.row_split
 
 # Configurations a kernel keeps prepared; past it its table starts over, so its memory is bounded.
 _MAX_KEYS = 256
@@ -52,7 +53,7 @@ def _stream(device: int) -> int:
     return int(torch.cuda.current_stream(device).cuda_stream)
 
 
-__all__ = ["Builder", "Expr", "Cond", "Program", "Tile", "Global", "Shared", "Kernel", "compile"]
+__all__ = ["Builder", "Expr", "Cond", "Program", "Tile", "Global", "Shared", "Kernel", "compile", "row_split"]
 
 
 def _numpy(a: Any) -> Any:

@@ -35,12 +35,57 @@ def test_matmul_limits():
         _dispatch.matmul(meta(8, 8, dtype=torch.float32), meta(8, 8))
     with pytest.raises(ValueError, match=r"a @ b"):
         _dispatch.matmul(meta(8, 16), meta(8, 8))
-    with pytest.raises(ValueError, match="b must be a row-major"):
+    with pytest.raises(ValueError, match=r"b must have one dimension contiguous.*strides \(32, 2\)"):
         _dispatch.matmul(meta(8, 16), meta(16, 32)[:, ::2])
-    with pytest.raises(ValueError, match="a must be row-major"):
-        _dispatch.matmul(meta(16, 8).t(), meta(16, 8))
+    with pytest.raises(ValueError, match="a must have one dimension contiguous"):
+        _dispatch.matmul(meta(8, 32)[:, ::2], meta(16, 8))
     with pytest.raises(ValueError, match="different devices"):
         _dispatch.matmul(meta(8, 8), torch.empty(8, 8, dtype=BF))
+
+
+def test_matmul_prepares_transposed_and_sliced_operands_in_place(monkeypatch):
+    """What the CUDA path hands the kernel for each layout: the tensors as the GEMM declares them (A
+    stored (M, K) or (K, M), B (N, K) or (K, N), each row ``ld`` elements apart) and the problem that
+    selects them; only rows TMA cannot address (a leading dimension or N no multiple of 8) take the
+    padded copy."""
+    seen = []
+
+    def prepare(key, entry, problem, tensors, device, free=(), extra=None):
+        seen.append((entry, problem, [t[:3] for t in tensors]))
+        return _dispatch._store(key, (None, (0, ()), None))
+
+    monkeypatch.setattr(_dispatch, "_prepare", prepare)
+    m, k, n = 40, 24, 16
+    cases = [
+        # a, b, the problem's layout flags and leading dimensions, the declared a and b
+        (meta(m, k), meta(k, n), (False, True, None), ((m, k), (k, 1)), ((k, n), (n, 1))),
+        (meta(k, m).t(), meta(n, k).t(), (True, False, None), ((k, m), (m, 1)), ((n, k), (k, 1))),
+        (meta(k, 64)[:, 8 : 8 + m].t(), meta(k, 48)[:, :n], (True, True, (64, 48, n)), ((k, m), (64, 1)),
+         ((k, n), (48, 1))),
+        (meta(m, 32)[:, :k], meta(n, 40)[:, 16 : 16 + k].t(), (False, False, (32, 40, n)), ((m, k), (32, 1)),
+         ((n, k), (40, 1))),
+    ]
+    for a, b, (a_km, b_kn, ld), a_decl, b_decl in cases:
+        seen.clear()
+        _dispatch._prepare_matmul(("probe", len(cases), a.stride(), b.stride()), a, b)
+        (entry, problem, tensors), = seen
+        assert entry == "gemm_bf16"
+        assert (problem["a_km"], problem["b_kn"], problem.get("ld")) == (a_km, b_kn, ld)
+        assert tensors == [("a", list(a_decl[0]), list(a_decl[1])), ("b", list(b_decl[0]), list(b_decl[1])),
+                           ("c", [m, n], [n, 1])]
+    # out a slice of a bigger matrix's rows: C declared with its row stride.
+    out = meta(m, 72)[:, 16 : 16 + n]
+    ldc = _dispatch._out_rows(out, meta(m, k), meta(k, n))
+    assert ldc == 72 and _dispatch._out_rows(meta(m, n), meta(m, k), meta(k, n)) is None
+    seen.clear()
+    _dispatch._prepare_matmul(("probe", "out"), meta(m, k), meta(k, n), ldc)
+    (_, problem, tensors), = seen
+    assert problem["ld"] == (k, n, 72) and tensors[2] == ("c", [m, n], [72, 1])
+    with pytest.raises(ValueError, match="out must be .* row-major with rows at least 16"):
+        _dispatch._out_rows(meta(m, 2 * n)[:, ::2], meta(m, k), meta(k, n))
+    seen.clear()
+    rec = _dispatch._prepare_matmul(("probe", "odd"), meta(m, 30)[:, :k], meta(k, n))
+    assert not seen and rec[2] is _dispatch._matmul_padded  # lda 30: rows off 16 bytes
 
 
 def test_layernorm_and_rotary_limits():

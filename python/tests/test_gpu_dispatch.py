@@ -46,10 +46,13 @@ def test_matmul(m, n, k, form):
 
 def test_matmul_misaligned_view_and_empty():
     big = rand(65, 264, seed=3)
-    a = big[:, 1:257]  # row stride 264 for 256 columns: not dense
     w = rand(128, 256, seed=4)
-    with pytest.raises(ValueError, match="row-major"):
-        kittens.matmul(a, w.t())  # strided rows are refused (a copy would hide the cost)
+    a = big[:, 8:264]  # row stride 264 for 256 columns: read in place (a leading dimension)
+    rule(kittens.matmul(a, w.t()), a.double() @ w.t().double(), a @ w.t())
+    a = big[:, 1:257]  # the same off a 16-byte boundary: TMA cannot address it, the documented copy
+    rule(kittens.matmul(a, w.t()), a.double() @ w.t().double(), a @ w.t())
+    with pytest.raises(ValueError, match="one dimension contiguous"):
+        kittens.matmul(big[:64, ::2][:, :128].t(), w.t()[:64])  # neither dimension contiguous
     a = big.reshape(-1)[1:1 + 64 * 256].view(64, 256)  # dense, base off alignment
     out = kittens.matmul(a, w.t())
     rule(out, a.double() @ w.t().double(), a @ w.t())

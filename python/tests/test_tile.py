@@ -18,6 +18,7 @@ from kittens import tile
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "python" / "examples"))
+from matmul import matmul  # noqa: E402
 from rmsnorm import EPS, rmsnorm  # noqa: E402
 from row_sum import row_sum  # noqa: E402
 from swiglu import swiglu  # noqa: E402
@@ -42,6 +43,7 @@ def rust_kernel_json(example: str, name: str) -> dict:
     ("rmsnorm", lambda: rmsnorm(1024, 1), "rmsnorm_d1024_w1"),
     ("swiglu", lambda: swiglu(1024), "swiglu_f1024"),
     ("row_sum", lambda: row_sum(256), "row_sum_s256"),  # a loop and a conditional on its variable
+    ("matmul", matmul, "matmul_16x16x32"),  # async copies, shared tiles, mma in a loop
 ])
 def test_same_ir_as_rust(example, build, name):
     p = build()

@@ -13,7 +13,8 @@
 //! - [`philox`]: Philox 4x32-10, the counter-based generator of the `random` op (dropout masks);
 //! - [`interp`]: the CPU interpreter, the `cpu` backend and the test oracle;
 //! - [`print`]: the kernel listing (`Display for Kernel`);
-//! - [`serial`]: kernels as files (JSON), read back through the structure checks and [`validate`].
+//! - [`serial`]: kernels as files (JSON), read back through the structure checks and [`validate`];
+//! - [`strips`]: how a row is split over waves as strips, for one wave width or every target's.
 //!
 //! A kernel in brief (a one-wave `y = exp2(x)` over a 16×16 tile):
 //!
@@ -50,6 +51,7 @@ pub mod print;
 pub mod regs;
 pub mod schedule;
 pub mod serial;
+pub mod strips;
 pub mod validate;
 pub mod walk;
 

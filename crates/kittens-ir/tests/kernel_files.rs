@@ -4,7 +4,6 @@
 use kittens_hw::Target;
 use kittens_ir::serial::{from_json, to_json, LoadError};
 use kittens_ir::Kernel;
-use kittens_kernels::problem::{KernelProblem, Problem};
 use kittens_kernels::registry::ALL;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -47,14 +46,13 @@ fn every_registry_kernel_round_trips_on_every_target() {
 #[test]
 fn registry_kernels_read_back_interpret_to_the_same_bits() {
     for e in &ALL {
-        let def: &dyn KernelProblem = e.problem();
-        let p = Problem::default();
-        let plan = def.plan(&p, Target::Cpu).unwrap();
-        let stages = def.stages(&p, Target::Cpu, &plan).unwrap();
+        let p = e.default_problem().unwrap();
+        let plan = p.plan(Target::Cpu).unwrap();
+        let stages = p.stages(Target::Cpu, &plan).unwrap();
         let st = &stages[0];
         let back = round_trip(&st.kernel, e.name);
         let mut rng = SmallRng::seed_from_u64(7);
-        let inputs = def.draw(&p, &st.kernel, &st.launch, &mut rng);
+        let inputs = p.draw(&st.kernel, &st.launch, &mut rng);
         let run = |k: &Kernel| {
             kittens_kernels::exec::interpret(
                 k,

@@ -140,5 +140,16 @@ fn main() {
     common::lowering_report(&k);
     assert!(common::lowering_report(&rmsnorm(4096, 1)).len() < 3);
     common::lowering_report(&rmsnorm(4096, 2));
+    // One configuration for every target: the row length alone, the split over waves derived for
+    // every wave width at once (at most 32 values per lane on NVIDIA's 32-lane warps, so 16 on AMD's
+    // 64-lane wavefronts): the same program lowers for gfx942, gfx950 and sm_90a.
+    let s = kittens_ir::strips::RowSplit::any_width(4096, 32, 4);
+    println!("RowSplit::any_width(4096, 32, 4) = {s:?}");
+    let one = rmsnorm(4096, s.waves_per_row);
+    assert_eq!(
+        common::lowering_report(&one).len(),
+        3,
+        "one program, every target"
+    );
     common::write_kernel_file(&k);
 }

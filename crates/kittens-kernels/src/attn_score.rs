@@ -237,6 +237,12 @@ pub struct AttnOptions {
 }
 
 impl AttnOptions {
+    /// Refuses a softmax scale, soft cap or window out of range, naming it.
+    pub fn check(&self) -> Result<(), KernelError> {
+        self.logits.check()?;
+        self.window.map_or(Ok(()), |w| w.check())
+    }
+
     /// The keys query `i` keeps (of `seq_kv`, with `seq_q` queries) under `causal` and the window:
     /// a range, empty when none.
     pub fn keys(&self, causal: Causal, seq_q: usize, seq_kv: usize, i: usize) -> Range<usize> {
@@ -271,5 +277,37 @@ impl std::str::FromStr for Window {
                 "window: `{s}` is not `left,right` (two integers, -1 for an unbounded side)"
             )),
         }
+    }
+}
+
+/// What every attention problem names (`attn_fwd::problem::AttnProblem`,
+/// `attn_bwd::problem::BwdProblem`), read from named arguments in one place: the shape, the keys when
+/// they differ from the queries, the mask, the logits and the window.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct AttnArgs {
+    pub attn: crate::reference::AttnShape,
+    pub seq_kv: Option<usize>,
+    pub causal: bool,
+    pub bottom_right: bool,
+    pub logits: Logits,
+    pub window: Option<Window>,
+}
+
+impl AttnArgs {
+    /// `batch`, `heads`, `heads_kv`, `seq`, `seq_kv`, `dim`, `layout`, `causal`, `bottom_right`,
+    /// `scale`, `softcap`, `window` (`(left, right)` or `"left,right"`).
+    pub fn from_args(a: &crate::problem::NamedArgs) -> Result<AttnArgs, KernelError> {
+        let d = AttnArgs::default();
+        Ok(AttnArgs {
+            attn: crate::reference::AttnShape::from_args(a, d.attn)?,
+            seq_kv: a.opt_size_or("seq_kv", None)?,
+            causal: a.flag_or("causal", false)?,
+            bottom_right: a.flag_or("bottom_right", false)?,
+            logits: Logits {
+                scale: a.opt_f32_or("scale", None)?,
+                softcap: a.opt_f32_or("softcap", None)?,
+            },
+            window: a.opt_parse("window")?,
+        })
     }
 }

@@ -8,16 +8,17 @@
 //!
 //! Inputs in launch order: `q, k, v` (bf16), `cu_seqlens_q`, `cu_seqlens_k` (i32 offsets, held as
 //! exact f32 integers); outputs `o`, `lse`. A caller with its own tensors (Python) gives the packed
-//! rows in [`Problem::varlen_total`].
+//! rows as `total_q` and `total_k` ([`VarlenProblem::varlen_total`]).
 
 use crate::attn_fwd::AttnLayout;
+use crate::attn_score::{AttnArgs, Logits};
 use crate::attn_varlen::VarlenConfig;
 use crate::budget;
 use crate::problem::{
-    draw_operands, elements, param, positive, KernelProblem, Launch, Plan, Problem, Reference,
-    STORE_BYTES,
+    draw_operands, elements, param, positive, KernelProblem, Launch, NamedArgs, Plan, Reference,
+    RunSettings, STORE_BYTES,
 };
-use crate::reference::Tolerance;
+use crate::reference::{AttnShape, Tolerance};
 use crate::reference_varlen::{forward, forward_bf16_baseline_lse, VarlenShape};
 use crate::KernelError;
 use kittens_hw::Target;
@@ -25,16 +26,99 @@ use kittens_ir::Kernel;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-/// The problem definition the registry hands out for `attn_varlen`.
-#[derive(Debug)]
-pub struct VarlenProblem;
+/// An `attn_varlen` problem: the attention's shape (`attn.seq`, `seq_kv`: `max_seqlen_q`,
+/// `max_seqlen_k`; the layout is the packed `[total, heads, dim]`), the causal mask (always
+/// bottom-right per sequence), the logits, and the packed tensors' rows when a caller gives its own.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VarlenProblem {
+    pub attn: AttnShape,
+    /// `max_seqlen_k` when it differs from `max_seqlen_q` (`attn.seq`).
+    pub seq_kv: Option<usize>,
+    pub causal: bool,
+    /// The softmax scale (`None`: `1/√d`); a soft cap is refused by the build.
+    pub logits: Logits,
+    /// The packed tensors' rows `(total_q, total_k)` when a caller gives its own (Python); `None`:
+    /// the sum of the lengths a random-input run draws.
+    pub varlen_total: Option<(usize, usize)>,
+    pub run: RunSettings,
+}
 
-/// The sequence lengths of a random-input run, `(queries, keys)` per sequence, from `p.seed`:
+impl Default for VarlenProblem {
+    /// The default attention shape ([`AttnShape::default`]), no mask, the drawn lengths.
+    fn default() -> Self {
+        let a = AttnArgs::default();
+        VarlenProblem {
+            attn: a.attn,
+            seq_kv: a.seq_kv,
+            causal: a.causal,
+            logits: a.logits,
+            varlen_total: None,
+            run: RunSettings::default(),
+        }
+    }
+}
+
+impl VarlenProblem {
+    /// The problem `a` names: the attention's names ([`AttnArgs::from_args`]: `batch`, `heads`,
+    /// `heads_kv`, `seq`, `seq_kv`, `dim`, `causal`, `scale`, `softcap`; a layout other than `bshd`,
+    /// a bottom-right flag, a window or `lse` are refused: the packed layout, the bottom-right causal
+    /// mask and the `lse` output are this kernel's own), `total_q` and `total_k` (both or neither),
+    /// and the run settings (variant `seqused_k`).
+    pub fn from_args(a: &NamedArgs) -> Result<VarlenProblem, KernelError> {
+        let args = AttnArgs::from_args(a)?;
+        let name = "attn_varlen";
+        if args.attn.layout != AttnLayout::Bshd {
+            return Err(KernelError::Problem(format!(
+                "{name}: the packed layout is [total, heads, dim] (bshd), got {:?}",
+                args.attn.layout
+            )));
+        }
+        if args.window.is_some() || args.bottom_right || a.flag_or("lse", false)? {
+            return Err(KernelError::Problem(format!(
+                "{name}: takes no window, and always writes lse with bottom-right causal (no window, \
+                 lse, bottom_right)"
+            )));
+        }
+        let varlen_total = match (
+            a.opt_size_or("total_q", None)?,
+            a.opt_size_or("total_k", None)?,
+        ) {
+            (Some(q), Some(k)) => Some((q, k)),
+            (None, None) => None,
+            (q, _) => {
+                return Err(KernelError::Problem(format!(
+                    "{name}: total_q and total_k come together; got only {}",
+                    if q.is_some() { "total_q" } else { "total_k" }
+                )))
+            }
+        };
+        Ok(VarlenProblem {
+            attn: args.attn,
+            seq_kv: args.seq_kv,
+            causal: args.causal,
+            logits: args.logits,
+            varlen_total,
+            run: RunSettings::from_args(a, &[SEQUSED_K])?,
+        })
+    }
+
+    /// `max_seqlen_k`.
+    fn max_k(&self) -> usize {
+        self.seq_kv.unwrap_or(self.attn.seq)
+    }
+}
+
+/// The registry's parser of `attn_varlen`'s problem.
+pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(VarlenProblem::from_args(a)?))
+}
+
+/// The sequence lengths of a random-input run, `(queries, keys)` per sequence, from the seed:
 /// sequence 0 the longest (`seq`, `seq_kv`), 1 a single row, 2 empty, the rest uniform in
 /// `0..=max` (each with its own draw for the keys).
-pub fn lengths(p: &Problem) -> Vec<(usize, usize)> {
-    let (mq, mk) = (p.attn.seq, p.seq_kv.unwrap_or(p.attn.seq));
-    let mut rng = SmallRng::seed_from_u64(p.seed ^ 0x7661_726c_656e);
+pub fn lengths(p: &VarlenProblem) -> Vec<(usize, usize)> {
+    let (mq, mk) = (p.attn.seq, p.max_k());
+    let mut rng = SmallRng::seed_from_u64(p.run.seed ^ 0x7661_726c_656e);
     (0..p.attn.batch)
         .map(|b| match b {
             0 => (mq, mk),
@@ -54,12 +138,12 @@ fn offsets(lens: impl Iterator<Item = usize>) -> Vec<usize> {
 }
 
 /// The configuration of `p` (head dim, causal, scale; a soft cap is refused by the build).
-pub fn config(p: &Problem) -> VarlenConfig {
+pub fn config(p: &VarlenProblem) -> VarlenConfig {
     VarlenConfig {
         dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
         causal: p.causal,
         logits: p.logits,
-        seqused_k: p.variant == Some(SEQUSED_K),
+        seqused_k: p.run.variant == Some(SEQUSED_K),
     }
 }
 
@@ -76,7 +160,7 @@ pub fn build_for(cfg: &VarlenConfig, target: Target) -> Result<Kernel, KernelErr
 }
 
 /// `(total_q, total_k)`: the caller's, or the drawn lengths' sums.
-fn totals(p: &Problem) -> (usize, usize) {
+fn totals(p: &VarlenProblem) -> (usize, usize) {
     p.varlen_total.unwrap_or_else(|| {
         let l = lengths(p);
         (l.iter().map(|x| x.0).sum(), l.iter().map(|x| x.1).sum())
@@ -84,8 +168,16 @@ fn totals(p: &Problem) -> (usize, usize) {
 }
 
 impl KernelProblem for VarlenProblem {
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
-        let a = p.attn;
+    fn kernel(&self) -> &'static str {
+        "attn_varlen"
+    }
+
+    fn settings(&self) -> &RunSettings {
+        &self.run
+    }
+
+    fn launch(&self) -> Result<Launch, KernelError> {
+        let (p, a) = (self, self.attn);
         if a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv) {
             return Err(KernelError::Problem(format!(
                 "attn_varlen: heads_kv {} must divide heads {}",
@@ -107,9 +199,9 @@ impl KernelProblem for VarlenProblem {
                 param("total_k", tk)?,
                 // At least 1: a grid extent or trip count of 0 is an empty launch the analyses refuse.
                 param("max_seqlen_q", a.seq.max(1))?,
-                param("max_seqlen_k", p.seq_kv.unwrap_or(a.seq).max(1))?,
+                param("max_seqlen_k", p.max_k().max(1))?,
             ],
-            inputs: if p.variant == Some(SEQUSED_K) {
+            inputs: if p.run.variant == Some(SEQUSED_K) {
                 vec![q, kv, kv, cu, cu, a.batch]
             } else {
                 vec![q, kv, kv, cu, cu]
@@ -118,8 +210,8 @@ impl KernelProblem for VarlenProblem {
         })
     }
 
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
-        let (a, mk) = (p.attn, p.seq_kv.unwrap_or(p.attn.seq));
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let (p, a, mk) = (self, self.attn, self.max_k());
         let name = "attn_varlen";
         positive(
             name,
@@ -138,20 +230,15 @@ impl KernelProblem for VarlenProblem {
                 a.layout
             )));
         }
-        p.check_attn_options()?;
-        if p.variant.is_some() {
+        p.logits.check()?;
+        if p.run.variant.is_some() {
             return Err(KernelError::Problem(format!(
                 "{name}: the seqused_k variant runs on the caller's tensors only (Python's \
                  flash_attn_with_kvcache), not on the runner's random inputs"
             )));
         }
-        if p.window.is_some() || p.lse || p.bottom_right {
-            return Err(KernelError::Problem(format!(
-                "{name}: takes no window, and always writes lse with bottom-right causal (no --window, --lse, --bottom-right)"
-            )));
-        }
         build_for(&config(p), target)?; // refuses what the target's program does not take, by name
-        let launch = self.launch(p)?;
+        let launch = self.launch()?;
         let (tq, tk) = totals(p);
         let u = |x: usize| x as u64;
         let q = budget::product(&[u(tq), u(a.heads), u(a.dim)]);
@@ -183,20 +270,14 @@ impl KernelProblem for VarlenProblem {
         })
     }
 
-    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
-        build_for(&config(p), target)
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        build_for(&config(self), target)
     }
 
     /// `q, k, v` uniform (scaled) bf16; the offsets of [`lengths`].
-    fn draw(
-        &self,
-        p: &Problem,
-        kernel: &Kernel,
-        launch: &Launch,
-        rng: &mut SmallRng,
-    ) -> Vec<Vec<f32>> {
-        let mut inputs = draw_operands(p, kernel, &launch.inputs[..3], rng);
-        let l = lengths(p);
+    fn draw(&self, kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
+        let mut inputs = draw_operands(self.run.input_scale, kernel, &launch.inputs[..3], rng);
+        let l = lengths(self);
         for cu in [
             offsets(l.iter().map(|x| x.0)),
             offsets(l.iter().map(|x| x.1)),
@@ -207,7 +288,8 @@ impl KernelProblem for VarlenProblem {
     }
 
     /// `o` then `lse`, per sequence in f64; the baseline in plain bf16 (f32 sums).
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = self;
         let cu = |i: usize| inputs[i].iter().map(|&x| x as usize).collect::<Vec<_>>();
         let cfg = config(p);
         let sh = VarlenShape {

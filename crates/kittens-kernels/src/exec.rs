@@ -9,9 +9,10 @@
 
 use crate::attn_bwd::{problem::BwdProblem, BwdShape, Causal};
 use crate::attn_fwd::{problem::AttnProblem, AttnConfig};
-use crate::attn_score::AttnOptions;
-use crate::gemm::{problem::GemmProblem, GemmConfig};
-use crate::problem::{KernelProblem, Launch, Problem};
+use crate::attn_score::{AttnArgs, AttnOptions};
+use crate::gemm::problem::{GemmKind, GemmProblem};
+use crate::gemm::{ALayout, BLayout, GemmConfig, GemmSchedule, LeadingDims};
+use crate::problem::{KernelProblem, Launch};
 use crate::reference::AttnShape;
 use crate::KernelError;
 use kittens_hw::Target;
@@ -56,19 +57,18 @@ fn check_lens(launch: &Launch, inputs: &[(&str, &[f32])]) -> Result<(), KernelEr
 /// The CLI's limits for a run of `p` (`KernelProblem::plan` on the CPU: sizes, host bytes, and
 /// [`crate::budget::INTERPRETER_WORK`]), so that a call on the caller's arrays is refused where
 /// `kittens run` would be instead of running for hours. Empty problems are answered before this.
-fn within_budget(def: &dyn KernelProblem, p: &Problem) -> Result<(), KernelError> {
-    let plan = def.plan(p, Target::Cpu)?;
+fn within_budget(p: &dyn KernelProblem) -> Result<(), KernelError> {
+    let plan = p.plan(Target::Cpu)?;
     crate::budget::check_work(&plan.what, plan.work, crate::budget::INTERPRETER_WORK)
 }
 
-/// Runs `def`'s kernel for `p` on the interpreter on the caller's (checked) tensors.
+/// Runs `p`'s kernel on the interpreter on the caller's (checked) tensors.
 fn run_on(
-    def: &dyn KernelProblem,
-    p: &Problem,
+    p: &dyn KernelProblem,
     launch: Launch,
     inputs: &[(&str, &[f32])],
 ) -> Result<Vec<f32>, KernelError> {
-    run_kernel(&def.build(p, Target::Cpu)?, &launch, inputs)
+    run_kernel(&p.build(Target::Cpu)?, &launch, inputs)
 }
 
 /// Runs a built kernel on the interpreter on the caller's (checked) tensors.
@@ -81,36 +81,58 @@ fn run_kernel(
     Ok(interpret(kernel, &launch.params, tensors, &launch.outputs)?.0)
 }
 
-/// The GEMM problem [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true) runs.
-fn gemm_problem(m: usize, n: usize, k: usize, kn: bool) -> Problem {
-    use crate::gemm::{BLayout, GemmSchedule};
-    let gemm = match kn {
-        false => GemmConfig::default(),
-        true => GemmConfig {
+/// How the operands of [`gemm_stored`] are stored: A `M × K` or `K × M`, B `N × K` or `K × N`, each
+/// row-major with its rows `ld` elements apart (`ld: None`: dense rows); C is written dense.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GemmOperands {
+    pub a_layout: ALayout,
+    pub b_layout: BLayout,
+    /// Leading dimensions of A and B (C's is N).
+    pub ld: Option<[usize; 2]>,
+}
+
+/// The GEMM problem [`gemm_stored`] runs: dense `A·Bᵀ` on the seed's tiles and schedule; any other
+/// layout on the Hopper producer/consumer program with 128×128 blocks, which reads each in place.
+fn gemm_problem(m: usize, n: usize, k: usize, ops: &GemmOperands) -> GemmProblem {
+    let plain = ops.a_layout == ALayout::Mk && ops.b_layout == BLayout::Nk && ops.ld.is_none();
+    let gemm = if plain {
+        GemmConfig::default()
+    } else {
+        GemmConfig {
             schedule: GemmSchedule::ProducerConsumer,
             block: 128,
             block_rows: 128,
-            b_layout: BLayout::Kn,
+            a_layout: ops.a_layout,
+            b_layout: ops.b_layout,
             ..GemmConfig::default()
-        },
+        }
     };
-    Problem {
-        m,
-        n,
-        k,
+    GemmProblem {
         gemm,
-        ..Problem::default()
+        ld: ops.ld.map(|[a, b]| LeadingDims { a, b, c: n }),
+        ..GemmProblem::new(GemmKind::Bf16, m, n, k)
     }
 }
 
-/// Whether [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true) at these sizes is within the run
-/// budget, checked before the caller reads its arrays (an empty problem always is).
-pub fn gemm_budget(m: usize, n: usize, k: usize, kn: bool) -> Result<(), KernelError> {
-    let p = gemm_problem(m, n, k, kn);
-    if GemmProblem::BF16.launch(&p)?.output_len() == 0 || k == 0 {
+/// Whether [`gemm_stored`] at these sizes is within the run budget (and its leading dimensions cover
+/// the stored rows), checked before the caller reads its arrays (an empty problem always is).
+pub fn gemm_budget(m: usize, n: usize, k: usize, ops: &GemmOperands) -> Result<(), KernelError> {
+    let p = gemm_problem(m, n, k, ops);
+    if p.launch()?.output_len() == 0 || k == 0 {
         return Ok(());
     }
-    within_budget(&GemmProblem::BF16, &p)
+    within_budget(&p)
+}
+
+/// Elements A and B span as `ops` stores them (what [`gemm_stored`] takes).
+pub fn gemm_spans(
+    m: usize,
+    n: usize,
+    k: usize,
+    ops: &GemmOperands,
+) -> Result<[usize; 2], KernelError> {
+    let launch = gemm_problem(m, n, k, ops).launch()?;
+    Ok([launch.inputs[0], launch.inputs[1]])
 }
 
 /// `C = A·Bᵀ` through `gemm_bf16` (HipKittens Appendix E.1 tiles, the ping-pong schedule): A is
@@ -123,7 +145,7 @@ pub fn gemm_abt(
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>, KernelError> {
-    gemm(a, b, (m, n, k), false)
+    gemm_stored(a, b, (m, n, k), &GemmOperands::default())
 }
 
 /// `C = A·B` through `gemm_bf16` with B stored `k × n` row-major (`BLayout::Kn`: the Hopper
@@ -136,28 +158,35 @@ pub fn gemm_ab(
     n: usize,
     k: usize,
 ) -> Result<Vec<f32>, KernelError> {
-    gemm(a, b, (m, n, k), true)
+    let ops = GemmOperands {
+        b_layout: BLayout::Kn,
+        ..GemmOperands::default()
+    };
+    gemm_stored(a, b, (m, n, k), &ops)
 }
 
-/// [`gemm_abt`] (`kn` false) or [`gemm_ab`] (`kn` true).
-fn gemm(
+/// The `m × n` product of A and B stored as `ops` says (each read in place by the kernel: transposed
+/// operands and leading dimensions are the kernel's own, [`GemmOperands`]); `a` and `b` hold the
+/// elements each spans ([`gemm_spans`]). Returns C dense, `m × n` row-major. Empty problems as in
+/// [`gemm_abt`].
+pub fn gemm_stored(
     a: &[f32],
     b: &[f32],
     (m, n, k): (usize, usize, usize),
-    kn: bool,
+    ops: &GemmOperands,
 ) -> Result<Vec<f32>, KernelError> {
-    let p = gemm_problem(m, n, k, kn);
-    let launch = GemmProblem::BF16.launch(&p)?;
+    let p = gemm_problem(m, n, k, ops);
+    let launch = p.launch()?;
     let empty = launch.output_len() == 0 || k == 0;
     if !empty {
-        within_budget(&GemmProblem::BF16, &p)?;
+        within_budget(&p)?;
     }
     let inputs = [("A", a), ("B", b)];
     check_lens(&launch, &inputs)?;
     if empty {
-        return Ok(vec![0.0; launch.output_len()]);
+        return Ok(vec![0.0; m * n]);
     }
-    run_on(&GemmProblem::BF16, &p, launch, &inputs)
+    run_on(&p, launch, &inputs)
 }
 
 /// Head dimensions `attention` accepts: `attn_fwd` tiles the head dimension in 32-column steps, and 256
@@ -189,8 +218,8 @@ pub fn attention(
 
 /// The attention problem at `sh` with `causal`'s mask and the options `opts`, as
 /// [`attention_bwd_with`] runs it.
-fn attn_shape_problem(sh: &BwdShape, causal: Causal, opts: &AttnOptions) -> Problem {
-    Problem {
+fn attn_shape(sh: &BwdShape, causal: Causal, opts: &AttnOptions) -> AttnArgs {
+    AttnArgs {
         attn: AttnShape {
             batch: sh.batch,
             heads: sh.heads,
@@ -204,16 +233,15 @@ fn attn_shape_problem(sh: &BwdShape, causal: Causal, opts: &AttnOptions) -> Prob
         bottom_right: causal == Causal::BottomRight,
         logits: opts.logits,
         window: opts.window,
-        ..Problem::default()
     }
 }
 
-/// The problem [`attention_lse_with`] runs: [`attn_shape_problem`] with the forward's tiles.
-fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool, opts: &AttnOptions) -> Problem {
-    Problem {
+/// The problem [`attention_lse_with`] runs: [`attn_shape`] with the forward's tiles.
+fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool, opts: &AttnOptions) -> AttnProblem {
+    AttnProblem {
         lse,
         attn_cfg: AttnConfig::default(),
-        ..attn_shape_problem(sh, causal, opts)
+        ..AttnProblem::with(attn_shape(sh, causal, opts))
     }
 }
 
@@ -233,10 +261,10 @@ fn check_head_dim(dim: usize, kernel: &str) -> Result<(), KernelError> {
 /// arrays (an empty problem always is).
 pub fn attention_budget(sh: &BwdShape, causal: Causal, lse: bool) -> Result<(), KernelError> {
     let p = attn_problem(sh, causal, lse, &AttnOptions::default());
-    if AttnProblem.launch(&p)?.output_len() == 0 || sh.seq_kv == 0 {
+    if p.launch()?.output_len() == 0 || sh.seq_kv == 0 {
         return Ok(());
     }
-    within_budget(&AttnProblem, &p)
+    within_budget(&p)
 }
 
 /// [`attention`] at `sh.seq_q` queries and `sh.seq_kv` keys with either causal alignment, and with
@@ -267,8 +295,8 @@ pub fn attention_lse_with(
 ) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
     check_head_dim(sh.dim, "attn_fwd")?;
     let p = attn_problem(sh, causal, lse, opts);
-    p.check_attn_options()?;
-    let launch = AttnProblem.launch(&p)?;
+    p.attn_options().check()?;
+    let launch = p.launch()?;
     let inputs = [("Q", q), ("K", k), ("V", v)];
     check_lens(&launch, &inputs)?;
     let lens = launch.outputs.clone();
@@ -281,8 +309,8 @@ pub fn attention_lse_with(
             sh.seq_q
         )));
     }
-    within_budget(&AttnProblem, &p)?;
-    let mut all = run_on(&AttnProblem, &p, launch, &inputs)?;
+    within_budget(&p)?;
+    let mut all = run_on(&p, launch, &inputs)?;
     let rest = all.split_off(lens[0].min(all.len()));
     Ok((all, lse.then_some(rest)))
 }
@@ -299,16 +327,16 @@ pub fn layernorm(
     eps: f32,
 ) -> Result<Vec<f32>, KernelError> {
     use crate::layernorm::{problem::LayerNormProblem, LayerNormConfig};
-    let p = Problem {
+    let p = LayerNormProblem {
         norm: *norm,
-        ..Problem::default()
+        ..LayerNormProblem::default()
     };
     let dim = u32::try_from(norm.dim).unwrap_or(u32::MAX);
     let kernel = crate::layernorm::build(&LayerNormConfig {
         eps,
         ..LayerNormConfig::new(dim, norm.p, 32)
     })?;
-    let launch = LayerNormProblem.launch(&p)?;
+    let launch = p.launch()?;
     let inputs = [
         ("x", x),
         ("residual", residual),
@@ -319,7 +347,7 @@ pub fn layernorm(
     if launch.output_len() == 0 {
         return Ok(Vec::new());
     }
-    within_budget(&crate::layernorm::problem::LayerNormProblem, &p)?;
+    within_budget(&p)?;
     run_kernel(&kernel, &launch, &inputs)
 }
 
@@ -333,19 +361,19 @@ pub fn rotary(
     interleaved: bool,
 ) -> Result<Vec<f32>, KernelError> {
     use crate::rotary::problem::RotaryProblem;
-    let p = Problem {
+    let p = RotaryProblem {
         attn: *sh,
         interleaved,
-        ..Problem::default()
+        ..RotaryProblem::default()
     };
-    let launch = RotaryProblem.launch(&p)?;
+    let launch = p.launch()?;
     let inputs = [("x", x), ("cos", cos), ("sin", sin)];
     check_lens(&launch, &inputs)?;
     if launch.output_len() == 0 {
         return Ok(Vec::new());
     }
-    within_budget(&RotaryProblem, &p)?;
-    run_on(&RotaryProblem, &p, launch, &inputs)
+    within_budget(&p)?;
+    run_on(&p, launch, &inputs)
 }
 
 /// The gradients of [`attention`] through `attn_bwd`: from Q, K, V, the forward's O and log-sum-exp
@@ -380,9 +408,9 @@ pub fn attention_bwd_with(
     opts: &AttnOptions,
 ) -> Result<[Vec<f32>; 3], KernelError> {
     check_head_dim(sh.dim, "attn_bwd")?;
-    let p = attn_shape_problem(sh, causal, opts);
-    p.check_attn_options()?;
-    let launch = BwdProblem.launch(&p)?;
+    let p = BwdProblem::with(attn_shape(sh, causal, opts));
+    p.attn_options().check()?;
+    let launch = p.launch()?;
     let inputs = [
         ("Q", q),
         ("K", k),
@@ -396,8 +424,8 @@ pub fn attention_bwd_with(
     let all = if launch.output_len() == 0 {
         Vec::new()
     } else {
-        within_budget(&BwdProblem, &p)?;
-        run_on(&BwdProblem, &p, launch, &inputs)?
+        within_budget(&p)?;
+        run_on(&p, launch, &inputs)?
     };
     let (dq, rest) = all.split_at(lens[0].min(all.len()));
     let (dk, dv) = rest.split_at(lens[1].min(rest.len()));
@@ -432,20 +460,27 @@ mod tests {
     #[test]
     fn gemm_over_the_work_budget_is_refused_before_anything_runs() {
         let n = 4096;
+        let kn = GemmOperands {
+            b_layout: BLayout::Kn,
+            ..GemmOperands::default()
+        };
         for e in [
             gemm_abt(&[], &[], n, n, n).map(|_| ()),
             gemm_ab(&[], &[], n, n, n).map(|_| ()),
-            gemm_budget(n, n, n, false),
-            gemm_budget(n, n, n, true),
+            gemm_budget(n, n, n, &GemmOperands::default()),
+            gemm_budget(n, n, n, &kn),
         ] {
             let e = e.unwrap_err();
             assert!(matches!(e, KernelError::OverBudget { .. }), "{e}");
             assert!(e.to_string().contains("(2^34"), "{e}");
         }
-        let e = gemm_budget(16384, 16384, 16384, false).unwrap_err();
+        let e = gemm_budget(16384, 16384, 16384, &GemmOperands::default()).unwrap_err();
         assert!(e.to_string().contains("4.0 GiB"), "{e}");
-        assert!(gemm_budget(256, 256, 256, false).is_ok());
-        assert!(gemm_budget(0, 1 << 20, 1 << 20, false).is_ok(), "empty");
+        assert!(gemm_budget(256, 256, 256, &GemmOperands::default()).is_ok());
+        assert!(
+            gemm_budget(0, 1 << 20, 1 << 20, &GemmOperands::default()).is_ok(),
+            "empty"
+        );
     }
 
     #[test]

@@ -1,17 +1,17 @@
-//! A kernel's problem: the sizes and settings of one run on random inputs ([`Problem`]), and what each
-//! kernel knows about running at them ([`KernelProblem`]: its launch parameters and tensors, its
-//! configuration per target, its size budget, its f64 reference and how its error is judged).
+//! A kernel's problem: the sizes and settings of one run on random inputs, each kernel's own type
+//! (`gemm::problem::GemmProblem`, `attn_fwd::problem::AttnProblem`, ...), and what it knows about
+//! running at them ([`KernelProblem`]: its launch parameters and tensors, its configuration per target,
+//! its size budget, its f64 reference and how its error is judged).
 //!
-//! Each kernel implements [`KernelProblem`] beside its own code (`gemm::problem`,
-//! `attn_fwd::problem`) and the registry hands it out (`KernelEntry::problem`). The runner that draws
-//! the inputs, executes them on a backend and judges the output is `kittens_runtime::runner`; the
-//! Python package's path on the caller's own inputs is [`crate::exec`]. Neither names a kernel.
+//! Shared code never names a kernel's problem type: the CLI's flags and the Python package's dict are
+//! a [`NamedArgs`] (name → value), and the registry entry parses its kernel's problem from it
+//! (`KernelEntry::problem`). Adding a kernel adds its own problem type and edits no shared struct. The
+//! settings every run has (seed, input scale, tolerance, variant, the device's SM count) are
+//! [`RunSettings`]. The runner that draws the inputs, executes them on a backend and judges the output
+//! is `kittens_runtime::runner`; the Python package's path on the caller's own inputs is
+//! [`crate::exec`].
 
-use crate::attn_fwd::split::KvSplits;
-use crate::attn_fwd::{AttnConfig, AttnLayout};
-use crate::attn_score::{AttnOptions, Logits, Window};
-use crate::gemm::GemmConfig;
-use crate::reference::{AttnShape, Tolerance};
+use crate::reference::Tolerance;
 use crate::KernelError;
 use kittens_hw::dtype::DType;
 use kittens_hw::Target;
@@ -19,66 +19,277 @@ use kittens_ir::numerics::{round, Rounding};
 use kittens_ir::Kernel;
 use rand::rngs::SmallRng;
 use rand::Rng;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 
-impl Problem {
-    /// The model of `gpu` a configuration is chosen for: the catalog's, with the device's
-    /// multiprocessor count where the problem names one ([`Problem::sms`]; an H200 is not an H100).
-    pub fn device_model(&self, gpu: &kittens_hw::Gpu) -> kittens_hw::Gpu {
-        let mut g = gpu.clone();
-        if let Some(n) = self.sms.filter(|&n| n > 0) {
-            g.compute_units = n;
+/// One value of a [`NamedArgs`]: what a command-line flag or a Python value is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ArgValue {
+    Bool(bool),
+    Int(i128),
+    Float(f64),
+    Text(String),
+    /// A tuple of integers (a sliding window's `(left, right)`, the GEMM's leading dimensions).
+    Ints(Vec<i64>),
+    /// Explicitly unset (Python's `None`): an optional setting's default.
+    None,
+}
+
+macro_rules! int_value {
+    ($($t:ty),*) => {$(
+        impl From<$t> for ArgValue {
+            fn from(v: $t) -> ArgValue {
+                ArgValue::Int(i128::from(v))
+            }
         }
-        g
+    )*};
+}
+int_value!(u8, u16, u32, u64, i8, i16, i32, i64);
+
+impl From<usize> for ArgValue {
+    fn from(v: usize) -> ArgValue {
+        ArgValue::Int(v as i128)
+    }
+}
+impl From<bool> for ArgValue {
+    fn from(v: bool) -> ArgValue {
+        ArgValue::Bool(v)
+    }
+}
+impl From<f32> for ArgValue {
+    fn from(v: f32) -> ArgValue {
+        ArgValue::Float(f64::from(v))
+    }
+}
+impl From<f64> for ArgValue {
+    fn from(v: f64) -> ArgValue {
+        ArgValue::Float(v)
+    }
+}
+impl From<&str> for ArgValue {
+    fn from(v: &str) -> ArgValue {
+        ArgValue::Text(v.to_string())
+    }
+}
+impl From<String> for ArgValue {
+    fn from(v: String) -> ArgValue {
+        ArgValue::Text(v)
+    }
+}
+impl<T: Into<ArgValue>> From<Option<T>> for ArgValue {
+    fn from(v: Option<T>) -> ArgValue {
+        v.map_or(ArgValue::None, Into::into)
     }
 }
 
-/// Problem sizes and tile choices for one run. A kernel reads the fields it needs; on a GPU target the
-/// tiles are the target's (`GemmConfig::for_gpu`), not `gemm` / `attn_cfg`.
+/// A problem's settings by name, as a caller gives them: `kittens run`'s flags, the Python package's
+/// problem dict. A kernel's problem type reads the names it knows ([`KernelProblem`]'s parsers, e.g.
+/// `LayerNormProblem::from_args`); each read is recorded, so that a caller can refuse the names no
+/// kernel read ([`NamedArgs::unread`]) instead of ignoring them.
+#[derive(Debug, Clone, Default)]
+pub struct NamedArgs {
+    values: BTreeMap<String, ArgValue>,
+    read: RefCell<BTreeSet<String>>,
+}
+
+impl NamedArgs {
+    pub fn new() -> NamedArgs {
+        NamedArgs::default()
+    }
+
+    /// Sets `name` to `v` (replacing an earlier value).
+    pub fn set(&mut self, name: &str, v: impl Into<ArgValue>) -> &mut NamedArgs {
+        self.values.insert(name.to_string(), v.into());
+        self
+    }
+
+    /// `self` with `name` set to `v`.
+    pub fn with(mut self, name: &str, v: impl Into<ArgValue>) -> NamedArgs {
+        self.set(name, v);
+        self
+    }
+
+    /// The value of `name`, if given (and records the read).
+    pub fn get(&self, name: &str) -> Option<&ArgValue> {
+        let v = self.values.get(name)?;
+        self.read.borrow_mut().insert(name.to_string());
+        Some(v)
+    }
+
+    /// The names given that no parser has read, in order.
+    pub fn unread(&self) -> Vec<String> {
+        let read = self.read.borrow();
+        self.values
+            .keys()
+            .filter(|k| !read.contains(*k))
+            .cloned()
+            .collect()
+    }
+
+    fn wrong(name: &str, want: &str, got: &ArgValue) -> KernelError {
+        KernelError::Problem(format!("`{name}`: expected {want}, got {got:?}"))
+    }
+
+    /// An integer in `T`'s range (a text is parsed), `default` when not given.
+    fn int<T: TryFrom<i128> + std::str::FromStr>(
+        &self,
+        name: &str,
+        want: &str,
+        default: T,
+    ) -> Result<T, KernelError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(ArgValue::Int(i)) => {
+                T::try_from(*i).map_err(|_| Self::wrong(name, want, &ArgValue::Int(*i)))
+            }
+            Some(v @ ArgValue::Text(t)) => t.trim().parse().map_err(|_| Self::wrong(name, want, v)),
+            Some(v) => Err(Self::wrong(name, want, v)),
+        }
+    }
+
+    /// A size (non-negative integer), `default` when not given.
+    pub fn size_or(&self, name: &str, default: usize) -> Result<usize, KernelError> {
+        self.int(name, "a size (an integer from 0)", default)
+    }
+
+    /// A 32-bit unsigned integer, `default` when not given.
+    pub fn u32_or(&self, name: &str, default: u32) -> Result<u32, KernelError> {
+        self.int(name, "an integer from 0 to 2^32 - 1", default)
+    }
+
+    /// A 64-bit unsigned integer, `default` when not given.
+    pub fn u64_or(&self, name: &str, default: u64) -> Result<u64, KernelError> {
+        self.int(name, "an integer from 0 to 2^64 - 1", default)
+    }
+
+    /// An optional size: `default` when not given, `None` for an explicit `None`.
+    pub fn opt_size_or(
+        &self,
+        name: &str,
+        default: Option<usize>,
+    ) -> Result<Option<usize>, KernelError> {
+        match self.get(name) {
+            Some(ArgValue::None) => Ok(None),
+            Some(_) => self.size_or(name, 0).map(Some),
+            None => Ok(default),
+        }
+    }
+
+    /// A flag, `default` when not given.
+    pub fn flag_or(&self, name: &str, default: bool) -> Result<bool, KernelError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(ArgValue::Bool(b)) => Ok(*b),
+            Some(v) => Err(Self::wrong(name, "true or false", v)),
+        }
+    }
+
+    /// A number (an integer is taken as one), `default` when not given.
+    pub fn f64_or(&self, name: &str, default: f64) -> Result<f64, KernelError> {
+        match self.get(name) {
+            None => Ok(default),
+            Some(ArgValue::Float(x)) => Ok(*x),
+            Some(ArgValue::Int(i)) => Ok(*i as f64),
+            Some(v @ ArgValue::Text(t)) => t
+                .trim()
+                .parse()
+                .map_err(|_| Self::wrong(name, "a number", v)),
+            Some(v) => Err(Self::wrong(name, "a number", v)),
+        }
+    }
+
+    /// A number as f32, `default` when not given.
+    pub fn f32_or(&self, name: &str, default: f32) -> Result<f32, KernelError> {
+        self.f64_or(name, f64::from(default)).map(|x| x as f32)
+    }
+
+    /// An optional number: `default` when not given, `None` for an explicit `None`.
+    pub fn opt_f32_or(&self, name: &str, default: Option<f32>) -> Result<Option<f32>, KernelError> {
+        match self.get(name) {
+            Some(ArgValue::None) => Ok(None),
+            Some(_) => self.f32_or(name, 0.0).map(Some),
+            None => Ok(default),
+        }
+    }
+
+    /// An optional f64: `default` when not given, `None` for an explicit `None`.
+    pub fn opt_f64_or(&self, name: &str, default: Option<f64>) -> Result<Option<f64>, KernelError> {
+        match self.get(name) {
+            Some(ArgValue::None) => Ok(None),
+            Some(_) => self.f64_or(name, 0.0).map(Some),
+            None => Ok(default),
+        }
+    }
+
+    /// A value of a type with a text form (`FromStr`: a layout, a key split, a window): a text or an
+    /// integer parsed by it, `default` when not given.
+    pub fn parse_or<T>(&self, name: &str, default: T) -> Result<T, KernelError>
+    where
+        T: std::str::FromStr,
+        T::Err: std::fmt::Display,
+    {
+        Ok(self.opt_parse(name)?.unwrap_or(default))
+    }
+
+    /// An optional value of a type with a text form (a window): `None` when not given or `None`,
+    /// else as [`Self::parse_or`] (a pair `(a, b)` is read as the text `a,b`).
+    pub fn opt_parse<T>(&self, name: &str) -> Result<Option<T>, KernelError>
+    where
+        T: std::str::FromStr,
+        T::Err: std::fmt::Display,
+    {
+        let text = match self.get(name) {
+            None | Some(ArgValue::None) => return Ok(None),
+            Some(ArgValue::Text(t)) => t.clone(),
+            Some(ArgValue::Int(i)) => i.to_string(),
+            Some(ArgValue::Ints(v)) => v
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+            Some(v) => return Err(Self::wrong(name, "a name or a number", v)),
+        };
+        text.parse()
+            .map(Some)
+            .map_err(|e| KernelError::Problem(format!("`{name}` {text:?}: {e}")))
+    }
+
+    /// `N` sizes given as a tuple (`None` when not given or `None`).
+    pub fn sizes<const N: usize>(&self, name: &str) -> Result<Option<[usize; N]>, KernelError> {
+        let want = || format!("{N} sizes (integers from 0)");
+        match self.get(name) {
+            None | Some(ArgValue::None) => Ok(None),
+            Some(v @ ArgValue::Ints(xs)) => {
+                let sizes: Option<Vec<usize>> =
+                    xs.iter().map(|&x| usize::try_from(x).ok()).collect();
+                sizes
+                    .and_then(|s| <[usize; N]>::try_from(s).ok())
+                    .map(Some)
+                    .ok_or_else(|| Self::wrong(name, &want(), v))
+            }
+            Some(v) => Err(Self::wrong(name, &want(), v)),
+        }
+    }
+
+    /// A text, `default` when not given.
+    pub fn text_or(
+        &self,
+        name: &str,
+        default: Option<&str>,
+    ) -> Result<Option<String>, KernelError> {
+        match self.get(name) {
+            None => Ok(default.map(str::to_string)),
+            Some(ArgValue::None) => Ok(None),
+            Some(ArgValue::Text(t)) => Ok(Some(t.clone())),
+            Some(v) => Err(Self::wrong(name, "a name", v)),
+        }
+    }
+}
+
+/// The settings of a run that every kernel has: not sizes, but how its inputs are drawn and its error
+/// judged, which configuration it runs and for which device.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Problem {
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-    pub attn: AttnShape,
-    /// Keys of the attention when they differ from the queries (`attn.seq`).
-    pub seq_kv: Option<usize>,
-    pub causal: bool,
-    /// Causal mask aligned bottom-right (key `j ≤ i + seq_kv − seq_q`) instead of top-left.
-    pub bottom_right: bool,
-    /// The attention forward also writes the log-sum-exp of every query row (a second output).
-    pub lse: bool,
-    /// Attention: the softmax scale and soft cap (`None`s: `1/√d`, no cap).
-    pub logits: Logits,
-    /// Attention: a sliding window (bottom-right aligned, `crate::attn_score::Window`).
-    pub window: Option<Window>,
-    /// The attention forward's key split (`attn_fwd::split`): 1 part (the default, the plain
-    /// kernel), a fixed count, or the planner's choice for the GPU the run is configured for.
-    pub kv_splits: KvSplits,
-    pub gemm: GemmConfig,
-    /// Tile sizes of the attention kernel on the CPU; `dim` is taken from `attn.dim`.
-    pub attn_cfg: AttnConfig,
-    /// Layernorm: rows, row length, dropout.
-    pub norm: NormShape,
-    /// Rotary: the interleaved (GPT-J) pairing instead of half rotation (GPT-NeoX); the shape is
-    /// `attn`'s (`heads` heads of `dim`, `seq` positions, `layout`).
-    pub interleaved: bool,
-    /// RMSNorm (`rmsnorm`, `rmsnorm_bwd`; rows and row length are `norm.rows`, `norm.dim`): add a
-    /// residual first and write the sum out as the new residual (the default); `false`: normalise
-    /// `x` alone.
-    pub residual: bool,
-    /// SwiGLU (`swiglu`, `swiglu_bwd`; `norm.rows` rows of `F = norm.dim`): gate and up are the two
-    /// halves of one `[rows, 2F]` tensor (gate first) instead of two `[rows, F]` tensors.
-    pub packed: bool,
-    /// Layernorm, RMSNorm: the epsilon added to the variance or mean square (`None`: the kernel's
-    /// default, 1e-5 for the layernorm, 1e-6 for the RMSNorm).
-    pub eps: Option<f32>,
-    /// On a GPU target, the multiprocessor count of the device the run is for (what the runtime read
-    /// from the device it opened), where the configuration depends on it (the GEMM's block per shape,
-    /// the attention's key split); `None`: the catalog GPU's.
-    pub sms: Option<u32>,
-    /// Cross-entropy (`cross_entropy`; `norm.rows` rows of `V = norm.dim` logits): label smoothing
-    /// and the logits' dtype.
-    pub cross_entropy: crate::cross_entropy::problem::CrossEntropyOptions,
+pub struct RunSettings {
     pub seed: u64,
     /// The random inputs (uniform in [-1, 1)) are multiplied by this before rounding to bf16; large
     /// scales give attention large logits (`8` at head dimension 64 gives logits of about ±64).
@@ -88,67 +299,63 @@ pub struct Problem {
     /// On a GPU target, one of the kernel's named variants (`registry::KernelEntry::variants`, e.g. the
     /// GEMM's `interleave4`) instead of the target's default configuration; `None`: the default.
     pub variant: Option<&'static str>,
-    /// Varlen attention (`attn_varlen`): the packed tensors' rows `(total_q, total_k)` when a caller
-    /// gives its own (Python); `None`: the sum of the lengths a random-input run draws.
-    pub varlen_total: Option<(usize, usize)>,
+    /// On a GPU target, the multiprocessor count of the device the run is for (what the runtime read
+    /// from the device it opened), where the configuration depends on it (the GEMM's block per shape,
+    /// the attention's key split); `None`: the catalog GPU's.
+    pub sms: Option<u32>,
 }
 
-impl Problem {
-    /// The attention's logits and window, as the references take them.
-    pub fn attn_options(&self) -> AttnOptions {
-        AttnOptions {
-            logits: self.logits,
-            window: self.window,
-        }
-    }
-
-    /// Refuses a softmax scale, soft cap or window out of range, naming it.
-    pub fn check_attn_options(&self) -> Result<(), KernelError> {
-        self.logits.check()?;
-        self.window.map_or(Ok(()), |w| w.check())
-    }
-}
-
-impl Default for Problem {
+impl Default for RunSettings {
     fn default() -> Self {
-        Problem {
-            m: 256,
-            n: 256,
-            k: 192,
-            attn: AttnShape {
-                batch: 1,
-                heads: 4,
-                heads_kv: 2,
-                seq: 256,
-                dim: 64,
-                layout: AttnLayout::Bshd,
-            },
-            seq_kv: None,
-            causal: false,
-            bottom_right: false,
-            lse: false,
-            logits: Logits::default(),
-            window: None,
-            kv_splits: KvSplits::Fixed(1),
-            gemm: GemmConfig::default(),
-            attn_cfg: AttnConfig {
-                q_rows: 16,
-                kv_block: 32,
-                ..AttnConfig::default()
-            },
-            norm: NormShape::default(),
-            interleaved: false,
-            residual: true,
-            packed: false,
-            eps: None,
-            sms: None,
-            cross_entropy: Default::default(),
+        RunSettings {
             seed: 0,
             input_scale: 1.0,
             tolerance: None,
             variant: None,
-            varlen_total: None,
+            sms: None,
         }
+    }
+}
+
+impl RunSettings {
+    /// The settings named in `a` (`seed`, `input_scale`, `tolerance`, `variant`, `sms`); `variant`
+    /// must be one of `variants` (the kernel's own).
+    pub fn from_args(a: &NamedArgs, variants: &[&'static str]) -> Result<RunSettings, KernelError> {
+        let d = RunSettings::default();
+        let variant = match a.text_or("variant", None)? {
+            None => None,
+            Some(v) => Some(*variants.iter().find(|x| **x == v).ok_or_else(|| {
+                KernelError::Config(format!(
+                    "no variant `{v}`; variants: {}",
+                    if variants.is_empty() {
+                        "none".to_string()
+                    } else {
+                        variants.join(", ")
+                    }
+                ))
+            })?),
+        };
+        let sms = match a.get("sms") {
+            None | Some(ArgValue::None) => None,
+            Some(_) => Some(a.u32_or("sms", 0)?),
+        };
+        Ok(RunSettings {
+            seed: a.u64_or("seed", d.seed)?,
+            input_scale: a.f32_or("input_scale", d.input_scale)?,
+            tolerance: a.opt_f64_or("tolerance", d.tolerance)?,
+            variant,
+            sms,
+        })
+    }
+
+    /// The model of `gpu` a configuration is chosen for: the catalog's, with the device's
+    /// multiprocessor count where the settings name one ([`RunSettings::sms`]; an H200 is not an H100).
+    pub fn device_model(&self, gpu: &kittens_hw::Gpu) -> kittens_hw::Gpu {
+        let mut g = gpu.clone();
+        if let Some(n) = self.sms.filter(|&n| n > 0) {
+            g.compute_units = n;
+        }
+        g
     }
 }
 
@@ -226,26 +433,35 @@ pub struct Reference {
     pub max_abs_logit: Option<f64>,
 }
 
-/// Everything a kernel knows about running at a problem's sizes. Implementations must check every
-/// size with checked arithmetic before anything is built or allocated.
-pub trait KernelProblem: Sync + std::fmt::Debug {
-    /// Parameters and tensor sizes at `p` (zero sizes allowed; overflow and inconsistent shapes are
+/// A kernel's problem: its sizes and settings, and everything the kernel knows about running at them.
+/// Each kernel implements it on its own type, beside its code; the registry parses it from named
+/// arguments (`KernelEntry::problem`). Implementations must check every size with checked arithmetic
+/// before anything is built or allocated.
+pub trait KernelProblem: Send + Sync + std::fmt::Debug {
+    /// The registry name of the kernel this problem runs.
+    fn kernel(&self) -> &'static str;
+
+    /// The run's settings (seed, input scale, tolerance, variant, device).
+    fn settings(&self) -> &RunSettings;
+
+    /// Parameters and tensor sizes (zero sizes allowed; overflow and inconsistent shapes are
     /// errors). No budget: the caller-input path ([`crate::exec`]) uses it too.
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError>;
+    fn launch(&self) -> Result<Launch, KernelError>;
 
-    /// Validates `p` for a random-input run on `target`: sizes positive (an empty problem would pass
-    /// with zero error), tile sides and host bytes within [`crate::budget`]; then the launch.
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError>;
+    /// Validates the problem for a random-input run on `target`: sizes positive (an empty problem
+    /// would pass with zero error), tile sides and host bytes within [`crate::budget`]; then the launch.
+    fn plan(&self, target: Target) -> Result<Plan, KernelError>;
 
-    /// The kernel a run of `p` on `target` executes: `p`'s tiles on the CPU, the target GPU's
-    /// configuration elsewhere (with `p`'s shape-bound settings, e.g. attention's head dimension).
-    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError>;
+    /// The kernel a run on `target` executes: the problem's tiles on the CPU, the target GPU's
+    /// configuration elsewhere (with the problem's shape-bound settings, e.g. attention's head
+    /// dimension).
+    fn build(&self, target: Target) -> Result<Kernel, KernelError>;
 
-    /// The launches of a run of `p` on `target` at `plan`, in order ([`Stage`]). Default: the one
-    /// kernel of [`Self::build`] at the plan's launch.
-    fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+    /// The launches of a run on `target` at `plan`, in order ([`Stage`]). Default: the one kernel of
+    /// [`Self::build`] at the plan's launch.
+    fn stages(&self, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
         Ok(vec![Stage {
-            kernel: self.build(p, target)?,
+            kernel: self.build(target)?,
             launch: plan.launch.clone(),
         }])
     }
@@ -253,18 +469,12 @@ pub trait KernelProblem: Sync + std::fmt::Debug {
     /// The random inputs of a run of `kernel` (as [`Self::build`] made it) at `launch`, in
     /// [`Launch::inputs`] order. By default each is uniform in `[-input_scale, input_scale)` rounded to
     /// its tensor's dtype ([`draw_operands`]); a kernel with other inputs (the GEMM's scales) says so.
-    fn draw(
-        &self,
-        p: &Problem,
-        kernel: &Kernel,
-        launch: &Launch,
-        rng: &mut SmallRng,
-    ) -> Vec<Vec<f32>> {
-        draw_operands(p, kernel, &launch.inputs, rng)
+    fn draw(&self, kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
+        draw_operands(self.settings().input_scale, kernel, &launch.inputs, rng)
     }
 
-    /// The f64 reference (and baseline) of `p` on `inputs`, in [`Launch::inputs`] order.
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference;
+    /// The f64 reference (and baseline) on `inputs`, in [`Launch::inputs`] order.
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference;
 
     /// How the error is judged when the run gives no `--tolerance`.
     fn tolerance(&self) -> Tolerance;
@@ -274,14 +484,14 @@ pub trait KernelProblem: Sync + std::fmt::Debug {
 /// dtype of `kernel`'s i-th tensor (inputs are declared first, in launch order), so the reference
 /// sees exactly what the kernel stores.
 pub fn draw_operands(
-    p: &Problem,
+    input_scale: f32,
     kernel: &Kernel,
     lens: &[usize],
     rng: &mut SmallRng,
 ) -> Vec<Vec<f32>> {
     lens.iter()
         .zip(&kernel.globals)
-        .map(|(&len, g)| random_scaled(rng, len, g.dtype, p.input_scale))
+        .map(|(&len, g)| random_scaled(rng, len, g.dtype, input_scale))
         .collect()
 }
 

@@ -1,10 +1,10 @@
 //! The kernel registry: every kernel of the suite, the targets it lowers to and, for each, the schedule
 //! it is built with there and how far it has got, and its problem definition (how it runs at a
 //! problem's sizes: `crate::problem::KernelProblem`). The CLI, the runtime and the tests reach kernels
-//! through it (`registry::by_name(name)?.build_for(target)`, `.problem()`); error messages and
+//! through it (`registry::by_name(name)?.build_for(target)`, `.problem(&args)`); error messages and
 //! `kittens list` are generated from it.
 
-use crate::problem::KernelProblem;
+use crate::problem::{KernelProblem, NamedArgs};
 use crate::{
     attn_bwd, attn_fwd, attn_varlen, attn_varlen_problem, cross_entropy, gemm, layernorm, rmsnorm,
     rotary, swiglu, KernelError,
@@ -84,9 +84,10 @@ pub struct KernelEntry {
     /// The configuration for one GPU model.
     #[serde(skip)]
     pub build_gpu: fn(&Gpu) -> Result<Kernel, KernelError>,
-    /// How it runs at a problem's sizes (launch, inputs, reference, tolerance).
+    /// Its problem (its own type, [`KernelProblem`]: launch, inputs, reference, tolerance) parsed
+    /// from named arguments; names it does not know are left unread ([`NamedArgs::unread`]).
     #[serde(skip)]
-    pub problem: &'static dyn KernelProblem,
+    pub parse: fn(&NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError>,
 }
 
 impl KernelEntry {
@@ -168,9 +169,15 @@ impl KernelEntry {
         (self.build_default)()
     }
 
-    /// How the kernel runs at a problem's sizes: launch, budget, reference, tolerance.
-    pub fn problem(&self) -> &'static dyn KernelProblem {
-        self.problem
+    /// The kernel's problem at the sizes and settings `args` name (its defaults for the others):
+    /// launch, budget, reference, tolerance.
+    pub fn problem(&self, args: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+        (self.parse)(args)
+    }
+
+    /// The kernel's problem at its default sizes.
+    pub fn default_problem(&self) -> Result<Box<dyn KernelProblem>, KernelError> {
+        self.problem(&NamedArgs::new())
     }
 }
 
@@ -230,7 +237,7 @@ const GEMM_BF16: KernelEntry = KernelEntry {
     },
     build_default: || gemm::build(&gemm::GemmConfig::default()),
     build_gpu: |gpu| gemm::build(&gemm::GemmConfig::for_gpu(gpu)),
-    problem: &gemm::problem::GemmProblem::BF16,
+    parse: gemm::problem::parse_bf16,
 };
 
 const GEMM_FP8: KernelEntry = KernelEntry {
@@ -268,7 +275,7 @@ const GEMM_FP8: KernelEntry = KernelEntry {
     },
     build_default: || gemm::build(&gemm::GemmConfig::fp8_default()),
     build_gpu: |gpu| gemm::build(&gemm::GemmConfig::fp8_for_gpu(gpu)),
-    problem: &gemm::problem::GemmProblem::FP8,
+    parse: gemm::problem::parse_fp8,
 };
 
 /// The attention's variants on CDNA: its causal kernel (a separate code object, `kittens run
@@ -327,7 +334,7 @@ const ATTN_FWD: KernelEntry = KernelEntry {
     // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`); Hopper gets
     // the producer/consumer program.
     build_gpu: |gpu| attn_fwd::build(&attn_fwd::AttnConfig::for_gpu(gpu)),
-    problem: &attn_fwd::problem::AttnProblem,
+    parse: attn_fwd::problem::parse,
 };
 
 const ATTN_VARLEN: KernelEntry = KernelEntry {
@@ -367,13 +374,16 @@ const ATTN_VARLEN: KernelEntry = KernelEntry {
         targets: &[Target::Sm90a],
     }],
     build_variant: |gpu, v| {
-        let p = crate::problem::Problem {
-            variant: (v == attn_varlen_problem::SEQUSED_K).then_some(attn_varlen_problem::SEQUSED_K),
-            ..Default::default()
-        };
-        if p.variant.is_none() {
+        if v != attn_varlen_problem::SEQUSED_K {
             return no_variants(gpu, v);
         }
+        let p = attn_varlen_problem::VarlenProblem {
+            run: crate::problem::RunSettings {
+                variant: Some(attn_varlen_problem::SEQUSED_K),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
         attn_varlen_problem::build_for(&attn_varlen_problem::config(&p), Target::from(gpu.arch))
     },
     build_default: || attn_varlen::build(&attn_varlen_problem::config(&Default::default())),
@@ -383,7 +393,7 @@ const ATTN_VARLEN: KernelEntry = KernelEntry {
             Target::from(gpu.arch),
         )
     },
-    problem: &attn_varlen_problem::VarlenProblem,
+    parse: attn_varlen_problem::parse,
 };
 
 const ATTN_BWD: KernelEntry = KernelEntry {
@@ -446,7 +456,7 @@ const ATTN_BWD: KernelEntry = KernelEntry {
         },
     ],
     build_variant: attn_bwd_variant,
-    problem: &attn_bwd::problem::BwdProblem,
+    parse: attn_bwd::problem::parse,
 };
 
 const LAYERNORM: KernelEntry = KernelEntry {
@@ -482,7 +492,7 @@ const LAYERNORM: KernelEntry = KernelEntry {
     build_gpu: |gpu| layernorm::build(&layernorm::LayerNormConfig::for_gpu(gpu, 2048, 0.1)),
     variants: &[],
     build_variant: no_variants,
-    problem: &layernorm::problem::LayerNormProblem,
+    parse: layernorm::problem::parse,
 };
 
 const ROTARY: KernelEntry = KernelEntry {
@@ -530,7 +540,7 @@ const ROTARY: KernelEntry = KernelEntry {
     },
     variants: &[],
     build_variant: no_variants,
-    problem: &rotary::problem::RotaryProblem,
+    parse: rotary::problem::parse,
 };
 
 const ROTARY_BWD: KernelEntry = KernelEntry {
@@ -573,7 +583,7 @@ const ROTARY_BWD: KernelEntry = KernelEntry {
     },
     variants: &[],
     build_variant: no_variants,
-    problem: &rotary::problem::RotaryBwdProblem,
+    parse: rotary::problem::parse_bwd,
 };
 
 /// The row-wise memory-bound kernels' four targets: one schedule on all of them.
@@ -623,7 +633,7 @@ const RMSNORM: KernelEntry = KernelEntry {
     build_gpu: |gpu| rmsnorm::build(&rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true)),
     variants: &[],
     build_variant: no_variants,
-    problem: &rmsnorm::problem::RmsNormProblem,
+    parse: rmsnorm::problem::parse,
 };
 
 const RMSNORM_BWD: KernelEntry = KernelEntry {
@@ -644,7 +654,7 @@ const RMSNORM_BWD: KernelEntry = KernelEntry {
     build_variant: |gpu, _| {
         rmsnorm::build_dweight(&rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true))
     },
-    problem: &rmsnorm::problem::RmsNormBwdProblem,
+    parse: rmsnorm::problem::parse_bwd,
 };
 
 const LAYERNORM_BWD: KernelEntry = KernelEntry {
@@ -670,7 +680,7 @@ const LAYERNORM_BWD: KernelEntry = KernelEntry {
     build_variant: |gpu, _| {
         layernorm::bwd::build_dweight(&layernorm::LayerNormConfig::for_gpu(gpu, NORM_DIM, 0.1))
     },
-    problem: &layernorm::problem::LayerNormBwdProblem,
+    parse: layernorm::problem::parse_bwd,
 };
 
 /// SwiGLU's variant: gate and up as the halves of one tensor.
@@ -693,7 +703,7 @@ const SWIGLU: KernelEntry = KernelEntry {
     build_gpu: |gpu| swiglu::build(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, false)),
     variants: SWIGLU_VARIANTS,
     build_variant: |gpu, _| swiglu::build(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, true)),
-    problem: &swiglu::problem::SwigluProblem::FORWARD,
+    parse: swiglu::problem::parse,
 };
 
 const SWIGLU_BWD: KernelEntry = KernelEntry {
@@ -708,7 +718,7 @@ const SWIGLU_BWD: KernelEntry = KernelEntry {
     build_gpu: |gpu| swiglu::build_bwd(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, false)),
     variants: SWIGLU_VARIANTS,
     build_variant: |gpu, _| swiglu::build_bwd(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, true)),
-    problem: &swiglu::problem::SwigluProblem::BACKWARD,
+    parse: swiglu::problem::parse_bwd,
 };
 
 const CROSS_ENTROPY: KernelEntry = KernelEntry {
@@ -733,7 +743,7 @@ const CROSS_ENTROPY: KernelEntry = KernelEntry {
     build_variant: |gpu, _| {
         cross_entropy::build(&cross_entropy::CrossEntropyConfig::for_gpu(gpu, true, 0.0))
     },
-    problem: &cross_entropy::problem::CrossEntropyProblem,
+    parse: cross_entropy::problem::parse,
 };
 
 /// Every kernel of the suite, in the order `kittens list` prints them.
@@ -903,13 +913,12 @@ mod tests {
     /// are its launch's inputs and outputs, and each output is a written tensor.
     #[test]
     fn problems_build_the_registered_kernel() {
-        let p = crate::problem::Problem::default();
         for e in &ALL {
-            let def = e.problem();
+            let p = e.default_problem().unwrap();
             for plan in e.targets.iter().filter(|t| t.status.available()) {
                 let t = plan.target;
-                let k = def
-                    .build(&p, t)
+                let k = p
+                    .build(t)
                     .unwrap_or_else(|err| panic!("{} {t}: {err}", e.name));
                 assert!(
                     k.name.starts_with(e.name),
@@ -924,8 +933,8 @@ mod tests {
                 );
                 // Every launch of the run (one, or the stages of a several-launch run such as the
                 // Hopper backward's query and key blocks) matches its kernel.
-                let plan = def.plan(&p, t).unwrap();
-                for st in def.stages(&p, t, &plan).unwrap() {
+                let plan = p.plan(t).unwrap();
+                for st in p.stages(t, &plan).unwrap() {
                     let (launch, k) = (&st.launch, &st.kernel);
                     let what = format!("{} {t} {}", e.name, k.name);
                     assert_eq!(launch.params.len(), k.params.len(), "{what}");

@@ -8,7 +8,7 @@ use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
 use kittens_kernels::attn_fwd::{build, problem::AttnProblem, AttnConfig, AttnLayout};
 use kittens_kernels::exec::interpret;
-use kittens_kernels::problem::{random, KernelProblem, Problem};
+use kittens_kernels::problem::{random, KernelProblem};
 use kittens_kernels::reference::AttnShape;
 use rand::{rngs::SmallRng, SeedableRng};
 
@@ -18,9 +18,9 @@ fn ulp(x: f32) -> f32 {
     f32::from_bits(b + 0x1_0000) - f32::from_bits(b)
 }
 
-fn outputs(cfg: AttnConfig, p: &Problem, inputs: &[Vec<f32>]) -> Vec<f32> {
+fn outputs(cfg: AttnConfig, p: &AttnProblem, inputs: &[Vec<f32>]) -> Vec<f32> {
     let k = build(&cfg).unwrap();
-    let launch = AttnProblem.launch(p).unwrap();
+    let launch = p.launch().unwrap();
     interpret(&k, &launch.params, inputs.to_vec(), &launch.outputs)
         .unwrap()
         .0
@@ -30,7 +30,7 @@ fn outputs(cfg: AttnConfig, p: &Problem, inputs: &[Vec<f32>]) -> Vec<f32> {
 fn rtz_and_rtna_round_the_same_values_as_rtne() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     for (cfg, causal) in [
-        (Problem::default().attn_cfg, true),
+        (AttnProblem::default().attn_cfg, true),
         (
             AttnConfig {
                 kv_block: 64,
@@ -39,7 +39,7 @@ fn rtz_and_rtna_round_the_same_values_as_rtne() {
             false,
         ),
     ] {
-        let p = Problem {
+        let p = AttnProblem {
             attn: AttnShape {
                 batch: 1,
                 heads: 2,
@@ -49,9 +49,9 @@ fn rtz_and_rtna_round_the_same_values_as_rtne() {
                 layout: AttnLayout::Bshd,
             },
             causal,
-            ..Problem::default()
+            ..AttnProblem::default()
         };
-        let launch = AttnProblem.launch(&p).unwrap();
+        let launch = p.launch().unwrap();
         let mut rng = SmallRng::seed_from_u64(5);
         let inputs: Vec<Vec<f32>> = launch
             .inputs

@@ -6,49 +6,46 @@
 //! non-finite loss; bad sizes are refused naming the limit.
 
 use kittens_hw::Target;
-use kittens_kernels::by_name;
-use kittens_kernels::cross_entropy::problem::CrossEntropyOptions;
+use kittens_kernels::cross_entropy::problem::{CrossEntropyOptions, CrossEntropyProblem};
 use kittens_kernels::cross_entropy::{self, CrossEntropyConfig};
 use kittens_kernels::exec::interpret;
-use kittens_kernels::problem::{NormShape, Problem};
+use kittens_kernels::problem::{KernelProblem, RunSettings};
 use kittens_kernels::reference::{compare, judge, Tolerance};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
-fn problem(rows: usize, vocab: usize, opts: CrossEntropyOptions) -> Problem {
-    Problem {
-        norm: NormShape {
-            rows,
-            dim: vocab,
-            ..NormShape::default()
+fn problem(rows: usize, vocab: usize, opts: CrossEntropyOptions) -> CrossEntropyProblem {
+    CrossEntropyProblem {
+        rows,
+        vocab,
+        options: opts,
+        run: RunSettings {
+            seed: rows as u64 * 131 + vocab as u64,
+            input_scale: 12.0,
+            ..RunSettings::default()
         },
-        cross_entropy: opts,
-        seed: rows as u64 * 131 + vocab as u64,
-        input_scale: 12.0,
-        ..Problem::default()
     }
 }
 
 /// Runs `cross_entropy` at `p` (with `cfg`'s program, or the problem's own) and judges both outputs;
 /// returns the gradient's and the loss's `rel_err`.
-fn check(p: &Problem, cfg: Option<CrossEntropyConfig>) -> [f64; 2] {
+fn check(p: &CrossEntropyProblem, cfg: Option<CrossEntropyConfig>) -> [f64; 2] {
     check_drawn(p, cfg, |_| {})
 }
 
 /// [`check`] with the drawn inputs changed by `edit` first.
 fn check_drawn(
-    p: &Problem,
+    p: &CrossEntropyProblem,
     cfg: Option<CrossEntropyConfig>,
     edit: impl Fn(&mut Vec<Vec<f32>>),
 ) -> [f64; 2] {
-    let def = by_name("cross_entropy").unwrap().problem();
-    let plan = def.plan(p, Target::Cpu).unwrap();
+    let plan = p.plan(Target::Cpu).unwrap();
     let kernel = match cfg {
         Some(c) => cross_entropy::build(&c).unwrap(),
-        None => def.build(p, Target::Cpu).unwrap(),
+        None => p.build(Target::Cpu).unwrap(),
     };
-    let mut rng = SmallRng::seed_from_u64(p.seed);
-    let mut inputs = def.draw(p, &kernel, &plan.launch, &mut rng);
+    let mut rng = SmallRng::seed_from_u64(p.run.seed);
+    let mut inputs = p.draw(&kernel, &plan.launch, &mut rng);
     edit(&mut inputs);
     assert!(inputs[1].iter().any(|&l| l < 0.0), "some row ignored");
     let (out, _) = interpret(
@@ -58,7 +55,7 @@ fn check_drawn(
         &plan.launch.outputs,
     )
     .unwrap();
-    let r = def.reference(p, &inputs);
+    let r = p.reference(&inputs);
     let m = plan.launch.outputs[0];
     let mut errs = [0.0; 2];
     for (i, (name, range)) in [("grad", 0..m), ("loss", m..out.len())]
@@ -66,10 +63,7 @@ fn check_drawn(
         .enumerate()
     {
         let e = compare(&out[range.clone()], &r.values[range.clone()]);
-        let what = format!(
-            "{name} rows {} vocab {} {:?}",
-            p.norm.rows, p.norm.dim, p.cross_entropy
-        );
+        let what = format!("{name} rows {} vocab {} {:?}", p.rows, p.vocab, p.options);
         let b = r.baseline.as_ref().expect("a baseline");
         let be = compare(&b[range.clone()], &r.values[range]);
         eprintln!("{what}: ours {e:?}\n    baseline {be:?}");
@@ -146,11 +140,10 @@ fn wide_waves() {
 #[test]
 fn bad_labels_are_not_silent() {
     let p = problem(4, 1000, CrossEntropyOptions::default());
-    let def = by_name("cross_entropy").unwrap().problem();
-    let plan = def.plan(&p, Target::Cpu).unwrap();
-    let kernel = def.build(&p, Target::Cpu).unwrap();
+    let plan = p.plan(Target::Cpu).unwrap();
+    let kernel = p.build(Target::Cpu).unwrap();
     let mut rng = SmallRng::seed_from_u64(7);
-    let mut inputs = def.draw(&p, &kernel, &plan.launch, &mut rng);
+    let mut inputs = p.draw(&kernel, &plan.launch, &mut rng);
     inputs[1] = vec![3.0, 1000.0, 2.5, -1.0];
     let (out, _) = interpret(
         &kernel,
@@ -168,28 +161,21 @@ fn bad_labels_are_not_silent() {
 
 #[test]
 fn bad_sizes_are_refused_with_the_limit() {
-    let def = by_name("cross_entropy").unwrap().problem();
-    let msg = def
-        .plan(&problem(3, 1, CrossEntropyOptions::default()), Target::Cpu)
+    let msg = problem(3, 1, CrossEntropyOptions::default())
+        .plan(Target::Cpu)
         .unwrap_err()
         .to_string();
     assert!(
         msg.contains("vocabulary size 1") && msg.contains("16777216"),
         "{msg}"
     );
-    let msg = def
-        .plan(
-            &problem(3, (1 << 24) + 1, CrossEntropyOptions::default()),
-            Target::Cpu,
-        )
+    let msg = problem(3, (1 << 24) + 1, CrossEntropyOptions::default())
+        .plan(Target::Cpu)
         .unwrap_err()
         .to_string();
     assert!(msg.contains("16777217"), "{msg}");
-    let msg = def
-        .plan(
-            &problem(0, 100, CrossEntropyOptions::default()),
-            Target::Cpu,
-        )
+    let msg = problem(0, 100, CrossEntropyOptions::default())
+        .plan(Target::Cpu)
         .unwrap_err()
         .to_string();
     assert!(msg.contains("rows must be positive"), "{msg}");
@@ -197,8 +183,8 @@ fn bad_sizes_are_refused_with_the_limit() {
         smoothing: 1.0,
         f32_logits: false,
     };
-    let msg = def
-        .plan(&problem(3, 100, bad), Target::Cpu)
+    let msg = problem(3, 100, bad)
+        .plan(Target::Cpu)
         .unwrap_err()
         .to_string();
     assert!(

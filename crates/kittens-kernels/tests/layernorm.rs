@@ -5,9 +5,10 @@
 
 use kittens_hw::Target;
 use kittens_kernels::exec::interpret;
-use kittens_kernels::problem::{NormShape, Problem};
+use kittens_kernels::layernorm::problem::LayerNormProblem;
+use kittens_kernels::problem::{KernelProblem, NormShape, RunSettings};
 use kittens_kernels::reference::compare;
-use kittens_kernels::{by_name, KernelError};
+use kittens_kernels::KernelError;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
@@ -18,23 +19,25 @@ struct Run {
 }
 
 fn run(norm: NormShape) -> Result<Run, KernelError> {
-    let p = Problem {
+    let p = LayerNormProblem {
         norm,
-        seed: norm.rows as u64 * 7 + norm.dim as u64,
-        ..Problem::default()
+        eps: None,
+        run: RunSettings {
+            seed: norm.rows as u64 * 7 + norm.dim as u64,
+            ..RunSettings::default()
+        },
     };
-    let def = by_name("layernorm")?.problem();
-    let plan = def.plan(&p, Target::Cpu)?;
-    let kernel = def.build(&p, Target::Cpu)?;
-    let mut rng = SmallRng::seed_from_u64(p.seed);
-    let inputs = def.draw(&p, &kernel, &plan.launch, &mut rng);
+    let plan = p.plan(Target::Cpu)?;
+    let kernel = p.build(Target::Cpu)?;
+    let mut rng = SmallRng::seed_from_u64(p.run.seed);
+    let inputs = p.draw(&kernel, &plan.launch, &mut rng);
     let (out, _) = interpret(
         &kernel,
         &plan.launch.params,
         inputs.clone(),
         &plan.launch.outputs,
     )?;
-    let reference = def.reference(&p, &inputs).values;
+    let reference = p.reference(&inputs).values;
     Ok(Run {
         out,
         reference,

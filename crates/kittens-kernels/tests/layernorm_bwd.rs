@@ -4,21 +4,16 @@
 //! a flipped bit moves `dx` by a whole `dh/(1 − p)`), on 32- and 64-lane configurations; inputs of ±4.
 //! The f64 reference itself is checked against central differences of the forward's f64 reference.
 
-use kittens_hw::Target;
 use kittens_kernels::by_name;
 use kittens_kernels::layernorm::{bwd, LayerNormConfig};
-use kittens_kernels::problem::{Launch, NormShape, Problem, Stage};
+use kittens_kernels::problem::{Launch, NamedArgs, NormShape, Stage};
 use kittens_kernels::reference;
 
 mod common;
-use common::{check_with, problem};
+use common::{check_with, plan_error, problem};
 
-fn with_p(rows: usize, dim: usize, p: f32) -> Problem {
-    let base = problem(rows, dim);
-    Problem {
-        norm: NormShape { p, ..base.norm },
-        ..base
-    }
+fn with_p(rows: usize, dim: usize, p: f32) -> NamedArgs {
+    problem(rows, dim).with("p", p)
 }
 
 #[test]
@@ -42,8 +37,9 @@ fn layernorm_backward_with_two_rows_per_block() {
         let p = with_p(45, dim as usize, 0.1);
         let l = by_name("layernorm_bwd")
             .unwrap()
-            .problem()
-            .launch(&p)
+            .problem(&p)
+            .unwrap()
+            .launch()
             .unwrap();
         let scratch = bwd::parts_at(&cfg, 45).unwrap() * dim as usize;
         let stages = vec![
@@ -140,25 +136,15 @@ fn backward_reference_matches_finite_differences() {
 
 #[test]
 fn bad_sizes_are_refused_with_the_limit() {
-    let def = by_name("layernorm_bwd").unwrap().problem();
     for dim in [764, 1004, 8200] {
-        let e = def
-            .plan(&problem(2, dim), Target::Cpu)
-            .unwrap_err()
-            .to_string();
+        let e = plan_error("layernorm_bwd", &problem(2, dim));
         assert!(
             e.contains("multiple of 8 from 768 to 8192") && e.contains(&dim.to_string()),
             "{e}"
         );
     }
-    let e = def
-        .plan(&problem(0, 1024), Target::Cpu)
-        .unwrap_err()
-        .to_string();
+    let e = plan_error("layernorm_bwd", &problem(0, 1024));
     assert!(e.contains("rows must be positive"), "{e}");
-    let e = def
-        .plan(&with_p(2, 1024, 1.0), Target::Cpu)
-        .unwrap_err()
-        .to_string();
+    let e = plan_error("layernorm_bwd", &with_p(2, 1024, 1.0));
     assert!(e.contains("dropout p = 1 must be in [0, 1)"), "{e}");
 }

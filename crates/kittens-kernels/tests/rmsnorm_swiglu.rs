@@ -5,19 +5,18 @@
 //! sigmoid's tails are exercised. Every output element is one bf16 rounding of f32 arithmetic, so each
 //! is judged element by element: `max_rel` within two bf16 steps of the largest reference value.
 
-use kittens_hw::Target;
 use kittens_kernels::by_name;
 use kittens_kernels::exec::interpret;
-use kittens_kernels::problem::{Problem, Stage};
+use kittens_kernels::problem::{NamedArgs, Stage};
 use kittens_kernels::rmsnorm::{self, RmsNormConfig};
 use kittens_kernels::swiglu::{self, SwigluConfig};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
 mod common;
-use common::{check_with, problem};
+use common::{check_with, plan_error, problem};
 
-fn check(name: &str, p: &Problem) -> Vec<f64> {
+fn check(name: &str, p: &NamedArgs) -> Vec<f64> {
     check_with(name, p, None)
 }
 
@@ -27,13 +26,7 @@ const NORM_SHAPES: [(usize, usize); 5] = [(37, 1000), (5, 768), (19, 3080), (3, 
 fn rmsnorm_forward_at_odd_shapes() {
     for (rows, dim) in NORM_SHAPES {
         for residual in [true, false] {
-            check(
-                "rmsnorm",
-                &Problem {
-                    residual,
-                    ..problem(rows, dim)
-                },
-            );
+            check("rmsnorm", &problem(rows, dim).with("residual", residual));
         }
     }
 }
@@ -44,10 +37,7 @@ fn rmsnorm_backward_at_odd_shapes() {
         for residual in [true, false] {
             check(
                 "rmsnorm_bwd",
-                &Problem {
-                    residual,
-                    ..problem(rows, dim)
-                },
+                &problem(rows, dim).with("residual", residual),
             );
         }
     }
@@ -65,13 +55,19 @@ fn rmsnorm_with_two_rows_per_block() {
         let p = problem(45, dim as usize);
         let fwd = vec![Stage {
             kernel: rmsnorm::build(&cfg).unwrap(),
-            launch: by_name("rmsnorm").unwrap().problem().launch(&p).unwrap(),
+            launch: by_name("rmsnorm")
+                .unwrap()
+                .problem(&p)
+                .unwrap()
+                .launch()
+                .unwrap(),
         }];
         check_with("rmsnorm", &p, Some(fwd));
         let l = by_name("rmsnorm_bwd")
             .unwrap()
-            .problem()
-            .launch(&p)
+            .problem(&p)
+            .unwrap()
+            .launch()
             .unwrap();
         let scratch = cfg.parts_at(45).unwrap() * dim as usize;
         let bwd = vec![
@@ -99,10 +95,7 @@ fn rmsnorm_with_two_rows_per_block() {
 fn swiglu_forward_and_backward_at_odd_shapes() {
     for (rows, f) in [(37, 1000), (5, 2816), (3, 11008), (2, 14344), (9, 8)] {
         for packed in [false, true] {
-            let p = Problem {
-                packed,
-                ..problem(rows, f)
-            };
+            let p = problem(rows, f).with("packed", packed);
             check("swiglu", &p);
             check("swiglu_bwd", &p);
         }
@@ -158,44 +151,21 @@ fn packed_swiglu_is_the_split_one() {
 fn bad_sizes_are_refused_with_the_limit() {
     for name in ["rmsnorm", "rmsnorm_bwd"] {
         for dim in [764, 1004, 8200] {
-            let e = by_name(name)
-                .unwrap()
-                .problem()
-                .plan(&problem(2, dim), Target::Cpu)
-                .unwrap_err()
-                .to_string();
+            let e = plan_error(name, &problem(2, dim));
             assert!(
                 e.contains("multiple of 8 from 768 to 8192") && e.contains(&dim.to_string()),
                 "{e}"
             );
         }
-        let e = by_name(name)
-            .unwrap()
-            .problem()
-            .plan(&problem(0, 1024), Target::Cpu)
-            .unwrap_err()
-            .to_string();
+        let e = plan_error(name, &problem(0, 1024));
         assert!(e.contains("rows must be positive"), "{e}");
-        let p = Problem {
-            eps: Some(-1.0),
-            ..problem(2, 1024)
-        };
-        let e = by_name(name)
-            .unwrap()
-            .problem()
-            .plan(&p, Target::Cpu)
-            .unwrap_err()
-            .to_string();
+        let p = problem(2, 1024).with("eps", -1.0f32);
+        let e = plan_error(name, &p);
         assert!(e.contains("eps = -1 must be positive"), "{e}");
     }
     for name in ["swiglu", "swiglu_bwd"] {
         for f in [12, 1001, 131_080] {
-            let e = by_name(name)
-                .unwrap()
-                .problem()
-                .plan(&problem(2, f), Target::Cpu)
-                .unwrap_err()
-                .to_string();
+            let e = plan_error(name, &problem(2, f));
             assert!(
                 e.contains("multiple of 8 from 8 to 131072") && e.contains(&f.to_string()),
                 "{e}"

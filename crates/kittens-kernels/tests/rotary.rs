@@ -3,10 +3,10 @@
 
 use kittens_hw::Target;
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::by_name;
 use kittens_kernels::exec::interpret;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::{KernelProblem, RunSettings};
 use kittens_kernels::reference::{compare, AttnShape};
+use kittens_kernels::rotary::problem::{RotaryBwdProblem, RotaryProblem};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
@@ -22,17 +22,16 @@ fn run_named(
     sh: AttnShape,
     interleaved: bool,
 ) -> Result<kittens_kernels::reference::ErrorReport, String> {
-    let p = Problem {
-        attn: sh,
-        interleaved,
-        seed: (sh.seq * 13 + sh.dim) as u64,
-        ..Problem::default()
+    let fwd = rotary_at(sh, interleaved, (sh.seq * 13 + sh.dim) as u64);
+    let p: Box<dyn KernelProblem> = match name {
+        "rotary" => Box::new(fwd),
+        "rotary_bwd" => Box::new(RotaryBwdProblem(fwd)),
+        other => return Err(format!("not a rotary kernel: {other}")),
     };
-    let def = by_name(name).map_err(|e| e.to_string())?.problem();
-    let plan = def.plan(&p, Target::Cpu).map_err(|e| e.to_string())?;
-    let kernel = def.build(&p, Target::Cpu).map_err(|e| e.to_string())?;
-    let mut rng = SmallRng::seed_from_u64(p.seed);
-    let inputs = def.draw(&p, &kernel, &plan.launch, &mut rng);
+    let plan = p.plan(Target::Cpu).map_err(|e| e.to_string())?;
+    let kernel = p.build(Target::Cpu).map_err(|e| e.to_string())?;
+    let mut rng = SmallRng::seed_from_u64(p.settings().seed);
+    let inputs = p.draw(&kernel, &plan.launch, &mut rng);
     let (out, _) = interpret(
         &kernel,
         &plan.launch.params,
@@ -40,7 +39,19 @@ fn run_named(
         &plan.launch.outputs,
     )
     .map_err(|e| e.to_string())?;
-    Ok(compare(&out, &def.reference(&p, &inputs).values))
+    Ok(compare(&out, &p.reference(&inputs).values))
+}
+
+/// The rotary problem at `sh` with the inputs of `seed`.
+fn rotary_at(sh: AttnShape, interleaved: bool, seed: u64) -> RotaryProblem {
+    RotaryProblem {
+        attn: sh,
+        interleaved,
+        run: RunSettings {
+            seed,
+            ..RunSettings::default()
+        },
+    }
 }
 
 #[test]
@@ -117,17 +128,11 @@ fn both_arrangements_at_odd_shapes() {
                     waves: 2,
                     ..RotaryConfig::new(dim as u32, layout, interleaved)
                 };
-                let p = Problem {
-                    attn: sh,
-                    interleaved,
-                    seed: (seq * 7 + dim) as u64,
-                    ..Problem::default()
-                };
-                let def = by_name("rotary").unwrap().problem();
-                let plan = def.plan(&p, Target::Cpu).unwrap();
+                let p = rotary_at(sh, interleaved, (seq * 7 + dim) as u64);
+                let plan = p.plan(Target::Cpu).unwrap();
                 let kernel = build(&cfg).unwrap();
-                let mut rng = SmallRng::seed_from_u64(p.seed);
-                let inputs = def.draw(&p, &kernel, &plan.launch, &mut rng);
+                let mut rng = SmallRng::seed_from_u64(p.run.seed);
+                let inputs = p.draw(&kernel, &plan.launch, &mut rng);
                 let (out, _) = interpret(
                     &kernel,
                     &plan.launch.params,
@@ -135,7 +140,7 @@ fn both_arrangements_at_odd_shapes() {
                     &plan.launch.outputs,
                 )
                 .unwrap();
-                let e = compare(&out, &def.reference(&p, &inputs).values);
+                let e = compare(&out, &p.reference(&inputs).values);
                 assert!(
                     e.max_rel < 1.0 / 256.0 && e.rel_err > 0.0,
                     "{cfg:?} {sh:?}: {e:?}"
@@ -191,30 +196,25 @@ fn backward_at_odd_shapes() {
 /// so the gradient of `Σ dy · rotary(x)` with respect to `x` is `rotary_bwd(dy)`.
 #[test]
 fn backward_reference_is_the_adjoint() {
-    let p = Problem {
-        attn: AttnShape {
-            batch: 1,
-            heads: 2,
-            heads_kv: 2,
-            seq: 7,
-            dim: 32,
-            layout: AttnLayout::Bshd,
-        },
-        ..Problem::default()
+    let sh = AttnShape {
+        batch: 1,
+        heads: 2,
+        heads_kv: 2,
+        seq: 7,
+        dim: 32,
+        layout: AttnLayout::Bshd,
     };
     for interleaved in [false, true] {
-        let p = Problem { interleaved, ..p };
-        let (fwd, bwd) = (by_name("rotary").unwrap(), by_name("rotary_bwd").unwrap());
-        let kernel = fwd.problem().build(&p, Target::Cpu).unwrap();
-        let launch = fwd.problem().launch(&p).unwrap();
+        let fwd = rotary_at(sh, interleaved, 0);
+        let kernel = fwd.build(Target::Cpu).unwrap();
+        let launch = fwd.launch().unwrap();
         let mut rng = SmallRng::seed_from_u64(9);
-        let ins = fwd.problem().draw(&p, &kernel, &launch, &mut rng);
-        let ys = fwd.problem().draw(&p, &kernel, &launch, &mut rng);
+        let ins = fwd.draw(&kernel, &launch, &mut rng);
+        let ys = fwd.draw(&kernel, &launch, &mut rng);
         let (x, y) = (&ins[0], &ys[0]);
-        let rx = fwd.problem().reference(&p, &ins).values;
-        let rty = bwd
-            .problem()
-            .reference(&p, &[y.clone(), ins[1].clone(), ins[2].clone()])
+        let rx = fwd.reference(&ins).values;
+        let rty = RotaryBwdProblem(fwd)
+            .reference(&[y.clone(), ins[1].clone(), ins[2].clone()])
             .values;
         let dot =
             |a: &[f64], b: &[f32]| -> f64 { a.iter().zip(b).map(|(a, &b)| a * f64::from(b)).sum() };

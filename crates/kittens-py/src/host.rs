@@ -3,7 +3,6 @@
 
 use kittens_kernels::attn_bwd::{BwdShape, Causal};
 use kittens_kernels::exec;
-use kittens_kernels::gemm::BLayout;
 use kittens_kernels::reference::AttnShape;
 
 use crate::view::{ApiError, Attention, Matmul};
@@ -66,16 +65,16 @@ fn aligned(ptrs: &[(&str, u64)]) -> Result<(), ApiError> {
 pub unsafe fn matmul(p: &Matmul) -> Result<(), ApiError> {
     aligned(&[("a", p.a), ("b", p.b), ("out", p.c)])?;
     // The budget before the arrays are read (copied to f32): a refused size allocates nothing.
-    exec::gemm_budget(p.m, p.n, p.k, p.b_layout == BLayout::Kn).map_err(kernel_error)?;
-    // SAFETY: dense arrays of these sizes, checked by `view::matmul`; guaranteed live by the caller.
-    let (a, b) = unsafe { (read_bf16(p.a, p.m * p.k), read_bf16(p.b, p.n * p.k)) };
-    let c = match p.b_layout {
-        BLayout::Nk => exec::gemm_abt(&a, &b, p.m, p.n, p.k),
-        BLayout::Kn => exec::gemm_ab(&a, &b, p.m, p.n, p.k),
+    exec::gemm_budget(p.m, p.n, p.k, &p.ops).map_err(kernel_error)?;
+    let [sa, sb] = exec::gemm_spans(p.m, p.n, p.k, &p.ops).map_err(kernel_error)?;
+    // SAFETY: arrays spanning these elements from their first (checked by `view::matmul`: each
+    // operand's strides are its layout and leading dimension); guaranteed live by the caller.
+    let (a, b) = unsafe { (read_bf16(p.a, sa), read_bf16(p.b, sb)) };
+    let c = exec::gemm_stored(&a, &b, (p.m, p.n, p.k), &p.ops).map_err(kernel_error)?;
+    for (i, row) in c.chunks(p.n.max(1)).enumerate() {
+        // SAFETY: as above; `out`'s rows are `ldc` elements apart (checked), disjoint from the inputs.
+        unsafe { write_bf16(p.c + (i * p.ldc * 2) as u64, row) };
     }
-    .map_err(kernel_error)?;
-    // SAFETY: as above; `out` is disjoint from the inputs (checked).
-    unsafe { write_bf16(p.c, &c) };
     Ok(())
 }
 

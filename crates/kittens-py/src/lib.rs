@@ -11,6 +11,7 @@ mod host;
 mod prepared;
 mod tile;
 mod tile_body;
+mod tile_decl;
 mod tile_expr;
 mod tile_program;
 mod varlen;

@@ -12,14 +12,11 @@ use std::sync::Arc;
 
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyBool, PyDict};
 
 use kittens_hw::dtype::DType;
 use kittens_hw::Target;
-use kittens_kernels::attn_fwd::split::KvSplits;
-use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::gemm::BLayout;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::{ArgValue, KernelProblem, NamedArgs};
 use kittens_runtime::cuda::caller::KernelLoad;
 use kittens_runtime::cuda::dispatch::{Prepared, TensorSpec};
 
@@ -80,90 +77,50 @@ impl Handle {
     }
 }
 
-/// The problem fields Python may set, by name; anything else is a ValueError naming it.
-fn problem_from(
-    entry: &kittens_kernels::registry::KernelEntry,
-    d: &Bound<'_, PyDict>,
-) -> PyResult<Problem> {
-    let mut p = Problem::default();
+/// The problem dict as named arguments (bool, int, float, str, None, or a tuple of ints), the
+/// registry entry's own problem type reading them (`KernelEntry::problem`); a name the kernel does not
+/// read, or a value of the wrong kind, is a ValueError naming it.
+fn named_args(d: &Bound<'_, PyDict>) -> PyResult<NamedArgs> {
+    let mut a = NamedArgs::new();
     for (k, v) in d.iter() {
         let key: String = k.extract()?;
-        let size = || -> PyResult<usize> { v.extract() };
-        let flag = || -> PyResult<bool> { v.extract() };
-        match key.as_str() {
-            "m" => p.m = size()?,
-            "n" => p.n = size()?,
-            "k" => p.k = size()?,
-            "b_kn" => p.gemm.b_layout = if flag()? { BLayout::Kn } else { BLayout::Nk },
-            "batch" => p.attn.batch = size()?,
-            "heads" => p.attn.heads = size()?,
-            "heads_kv" => p.attn.heads_kv = size()?,
-            "seq" => p.attn.seq = size()?,
-            "seq_kv" => p.seq_kv = Some(size()?),
-            "dim" => p.attn.dim = size()?,
-            "layout" => {
-                p.attn.layout = match v.extract::<String>()?.as_str() {
-                    "bshd" => AttnLayout::Bshd,
-                    "bhsd" => AttnLayout::Bhsd,
-                    other => {
-                        return Err(PyValueError::new_err(format!(
-                            "layout {other:?}: \"bshd\" or \"bhsd\""
-                        )))
-                    }
-                }
-            }
-            "causal" => p.causal = flag()?,
-            "bottom_right" => p.bottom_right = flag()?,
-            "lse" => p.lse = flag()?,
-            // The attention's options (`kittens_kernels::attn_score`), checked by the plan.
-            "scale" => p.logits.scale = v.extract::<Option<f32>>()?,
-            "softcap" => p.logits.softcap = v.extract::<Option<f32>>()?,
-            "window" => {
-                p.window = match v.extract::<Option<(i64, i64)>>()? {
-                    None => None,
-                    Some((l, r)) => Some(
-                        kittens_kernels::attn_score::Window::new(l, r)
-                            .map_err(|e| PyValueError::new_err(e.to_string()))?,
-                    ),
-                }
-            }
-            "kv_splits" => {
-                p.kv_splits = match v.extract::<u32>() {
-                    Ok(n) => KvSplits::Fixed(n),
-                    Err(_) => KvSplits::Auto,
-                }
-            }
-            "rows" => p.norm.rows = size()?,
-            "norm_dim" => p.norm.dim = size()?,
-            "p" => p.norm.p = v.extract()?,
-            "dropout_seed" => p.norm.dropout_seed = v.extract()?,
-            "offset" => p.norm.offset = v.extract()?,
-            "eps" => p.eps = Some(v.extract()?),
-            "interleaved" => p.interleaved = flag()?,
-            "residual" => p.residual = flag()?,
-            "packed" => p.packed = flag()?,
-            "smoothing" => p.cross_entropy.smoothing = v.extract()?,
-            "f32_logits" => p.cross_entropy.f32_logits = flag()?,
-            // attn_varlen: the packed tensors' rows (`seq`, `seq_kv` are max_seqlen_q, max_seqlen_k).
-            "total_q" => p.varlen_total = Some((size()?, p.varlen_total.map_or(0, |t| t.1))),
-            "total_k" => p.varlen_total = Some((p.varlen_total.map_or(0, |t| t.0), size()?)),
-            "variant" => {
-                let name: String = v.extract()?;
-                let known = entry.variants.iter().find(|x| x.name == name);
-                p.variant = Some(known.map(|x| x.name).ok_or_else(|| {
-                    PyValueError::new_err(format!(
-                        "{} has no variant {name:?} (it has {:?})",
-                        entry.name,
-                        entry.variants.iter().map(|x| x.name).collect::<Vec<_>>()
-                    ))
-                })?);
-            }
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "unknown problem field {other:?}"
-                )))
-            }
-        }
+        let value = if v.is_none() {
+            ArgValue::None
+        } else if v.is_instance_of::<PyBool>() {
+            ArgValue::Bool(v.extract()?)
+        } else if let Ok(i) = v.extract::<i128>() {
+            ArgValue::Int(i)
+        } else if let Ok(x) = v.extract::<f64>() {
+            ArgValue::Float(x)
+        } else if let Ok(t) = v.extract::<String>() {
+            ArgValue::Text(t)
+        } else if let Ok(xs) = v.extract::<Vec<i64>>() {
+            ArgValue::Ints(xs)
+        } else {
+            return Err(PyValueError::new_err(format!(
+                "problem field {key:?}: {} is not a bool, int, float, str, None or tuple of ints",
+                v.repr()?
+            )));
+        };
+        a.set(&key, value);
+    }
+    Ok(a)
+}
+
+/// Registry entry `entry`'s problem at the dict's settings (and `extra`'s).
+fn problem_from(
+    entry: &kittens_kernels::registry::KernelEntry,
+    a: &NamedArgs,
+) -> PyResult<Box<dyn KernelProblem>> {
+    let p = entry
+        .problem(a)
+        .map_err(|e| PyValueError::new_err(format!("{}: {e}", entry.name)))?;
+    let unread = a.unread();
+    if !unread.is_empty() {
+        return Err(PyValueError::new_err(format!(
+            "unknown problem field(s) {unread:?} for {}",
+            entry.name
+        )));
     }
     Ok(p)
 }
@@ -207,10 +164,9 @@ pub fn registry_program(
     problem: &Bound<'_, PyDict>,
 ) -> PyResult<crate::tile_program::Program> {
     let e = kittens_kernels::by_name(entry).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let p = problem_from(e, problem)?;
-    let k = e
-        .problem()
-        .build(&p, Target::Cpu)
+    let p = problem_from(e, &named_args(problem)?)?;
+    let k = p
+        .build(Target::Cpu)
         .map_err(|err| PyValueError::new_err(format!("{entry}: {err}")))?;
     Ok(crate::tile_program::Program::new(k))
 }
@@ -225,13 +181,15 @@ pub fn prepare(
     device: i32,
 ) -> PyResult<(Handle, Vec<String>)> {
     let e = kittens_kernels::by_name(entry).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let mut p = problem_from(e, problem)?;
+    let mut a = named_args(problem)?;
     // The configuration is chosen for the device the call runs on (its SM count), not the catalog's.
-    p.sms = Some(
+    a.set(
+        "sms",
         kittens_runtime::cuda::dispatch::device_sms(device).map_err(|e| {
             PyRuntimeError::new_err(format!("kittens.{entry}: CUDA device {device}: {e}"))
         })?,
     );
+    let p = problem_from(e, &a)?;
     let specs = tensors
         .into_iter()
         .map(|(name, shape, strides, dt)| {
@@ -248,7 +206,7 @@ pub fn prepare(
             "{entry} has no sm_90a (Hopper) kernel"
         )));
     }
-    let stages = kittens_runtime::cuda::dispatch::registry_stages(e, &p)
+    let stages = kittens_runtime::cuda::dispatch::registry_stages(e, p.as_ref())
         .map_err(|err| PyValueError::new_err(format!("{entry}: {err}")))?;
     let r = py.detach(|| {
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

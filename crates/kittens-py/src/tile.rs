@@ -10,106 +10,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use kittens_hw::dtype::DType;
-use kittens_ir::{
-    Access, Expr, GlobalId, GlobalView, GridOrder, KernelBuilder, RegId, SharedId, SharedView,
-};
+use kittens_ir::{Expr, GlobalView, GridOrder, KernelBuilder, RegId, SharedView};
 use kittens_tile::{BaseShape, Layout, Swizzle};
 
 use crate::tile_body::{restore, run_body, take};
+use crate::tile_decl::{access, dtype, parse};
+pub use crate::tile_decl::{ArgIn, GView, Global, SView, Shared, Tile};
 use crate::tile_expr::{ex, ExprIn, PyCond, PyExpr};
 use crate::tile_program::Program;
 
 /// Builders are numbered so that an id made by one is refused by another (its index would name
 /// some other tile there, or none).
 static BUILDERS: AtomicU64 = AtomicU64::new(1);
-
-/// A global tensor declared by `Builder.global_`.
-#[pyclass(frozen, module = "kittens._kittens")]
-pub struct Global {
-    id: GlobalId,
-    owner: u64,
-    #[pyo3(get)]
-    name: String,
-}
-
-/// A register tile or vector declared by `Builder.tile`, `row_vec` or `col_vec`.
-#[pyclass(frozen, module = "kittens._kittens")]
-pub struct Tile {
-    id: RegId,
-    owner: u64,
-    #[pyo3(get)]
-    name: String,
-}
-
-/// A shared-memory ring declared by `Builder.shared`.
-#[pyclass(frozen, module = "kittens._kittens")]
-pub struct Shared {
-    id: SharedId,
-    owner: u64,
-    #[pyo3(get)]
-    name: String,
-}
-
-/// A window of a global tensor (`Builder.gview`).
-#[pyclass(frozen, module = "kittens._kittens")]
-pub struct GView {
-    v: GlobalView,
-    owner: u64,
-}
-
-/// A window of one slot of a shared ring (`Builder.smem`, then `.sub`).
-#[pyclass(frozen, module = "kittens._kittens")]
-pub struct SView {
-    v: SharedView,
-    owner: u64,
-}
-
-#[pymethods]
-impl SView {
-    /// The `(ti, tj)`-th `rows × cols` sub-tile of this view (`SharedView::sub`).
-    fn sub(&self, rows: u32, cols: u32, ti: ExprIn, tj: ExprIn) -> SView {
-        SView {
-            v: self.v.sub(rows, cols, ti.expr(), tj.expr()),
-            owner: self.owner,
-        }
-    }
-}
-
-/// A tile or a scalar operand of an elementwise op.
-#[derive(FromPyObject)]
-pub enum ArgIn<'py> {
-    T(PyRef<'py, Tile>),
-    S(f32),
-}
-
-fn parse<T>(what: &str, s: &str, table: &[(&str, T)]) -> PyResult<T>
-where
-    T: Copy,
-{
-    table
-        .iter()
-        .find(|(n, _)| *n == s)
-        .map(|(_, v)| *v)
-        .ok_or_else(|| {
-            let names: Vec<&str> = table.iter().map(|(n, _)| *n).collect();
-            PyValueError::new_err(format!("{what}: {s:?} is not one of {names:?}"))
-        })
-}
-
-fn dtype(what: &str, s: &str) -> PyResult<DType> {
-    s.parse::<DType>()
-        .map_err(|e| PyValueError::new_err(format!("{what}: {e}")))
-}
-
-fn access(what: &str, s: &str) -> PyResult<Access> {
-    use Access::*;
-    parse(
-        what,
-        s,
-        &[("read", Read), ("write", Write), ("read_write", ReadWrite)],
-    )
-}
 
 /// The tile language's kernel builder (see the module documentation). After `finish()` it is spent.
 #[pyclass(module = "kittens._kittens")]
@@ -473,8 +385,10 @@ impl Builder {
         Ok(self.tile_of(id, name))
     }
 
-    /// `count` shared tiles `rows × cols` (no swizzle from Python for now).
-    #[pyo3(signature = (name, dtype, rows, cols, count = 1))]
+    /// `count` shared tiles `rows × cols`, unswizzled or with `swizzle=(bits, base, shift)`: the XOR
+    /// swizzle of `kittens_tile::Swizzle::Xor` (NVIDIA's 128-byte mode is `(3, 4, 3)`); a swizzle the
+    /// tile layer refuses is a build error naming the buffer.
+    #[pyo3(signature = (name, dtype, rows, cols, count = 1, swizzle = None))]
     fn shared(
         &mut self,
         name: &str,
@@ -482,9 +396,15 @@ impl Builder {
         rows: u32,
         cols: u32,
         count: u32,
+        swizzle: Option<(u32, u32, u32)>,
     ) -> PyResult<Shared> {
         let dt = self::dtype(&format!("shared `{name}`"), dtype)?;
-        let id = self.b()?.shared(name, dt, rows, cols, Swizzle::None, count);
+        let sw = swizzle.map_or(Swizzle::None, |(bits, base, shift)| Swizzle::Xor {
+            bits,
+            base,
+            shift,
+        });
+        let id = self.b()?.shared(name, dt, rows, cols, sw, count);
         Ok(Shared {
             id,
             owner: self.owner,
@@ -822,6 +742,118 @@ impl Builder {
         Ok(())
     }
 
+    /// `mask(dst, rule, row0, col0, value, offset=0, limit=None)`: elements of `dst` (at tile
+    /// coordinates `row0 + i`, `col0 + j`) outside the rule's region set to `value`. Rules: "causal"
+    /// (keep `col <= row + offset`), "causal_t", "window_start" (keep `col >= row + offset`),
+    /// "window_start_t", "cols_below" (keep `col < limit`), "rows_below" (keep `row < limit`).
+    #[pyo3(signature = (dst, rule, row0, col0, value, offset = None, limit = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn mask(
+        &mut self,
+        dst: PyRef<Tile>,
+        rule: &str,
+        row0: ExprIn,
+        col0: ExprIn,
+        value: f32,
+        offset: Option<ExprIn>,
+        limit: Option<ExprIn>,
+    ) -> PyResult<()> {
+        use kittens_ir::MaskRule as M;
+        let d = self.reg("mask", &dst)?;
+        let needs = |what: &str, v: Option<ExprIn>| {
+            v.map(ExprIn::expr).ok_or_else(|| {
+                PyValueError::new_err(format!("mask `{}`: rule {rule:?} needs `{what}`", dst.name))
+            })
+        };
+        let off = offset.map_or(Expr::c(0), ExprIn::expr);
+        let rule = match rule {
+            "causal" => M::Causal { offset: off },
+            "causal_t" => M::CausalT { offset: off },
+            "window_start" => M::WindowStart { offset: off },
+            "window_start_t" => M::WindowStartT { offset: off },
+            "cols_below" => M::ColsBelow(needs("limit", limit)?),
+            "rows_below" => M::RowsBelow(needs("limit", limit)?),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "mask `{}`: rule {other:?} is not one of [\"causal\", \"causal_t\", \"window_start\", \"window_start_t\", \"cols_below\", \"rows_below\"]",
+                    dst.name
+                )))
+            }
+        };
+        self.b()?.mask(d, rule, row0.expr(), col0.expr(), value);
+        Ok(())
+    }
+
+    /// `convert(dst, src, rounding="rtne")`: `src` copied into `dst`'s dtype, rounded as named
+    /// ("rtne", "rtna", "rtz").
+    #[pyo3(signature = (dst, src, rounding = "rtne"))]
+    fn convert(&mut self, dst: PyRef<Tile>, src: PyRef<Tile>, rounding: &str) -> PyResult<()> {
+        use kittens_ir::Rounding as R;
+        let r = parse(
+            &format!("convert `{}`: rounding", dst.name),
+            rounding,
+            &[("rtne", R::Rtne), ("rtna", R::Rtna), ("rtz", R::Rtz)],
+        )?;
+        let (d, s) = (self.reg("convert", &dst)?, self.reg("convert", &src)?);
+        self.b()?.convert(d, s, r);
+        Ok(())
+    }
+
+    /// `random(dst, seed, offset, index0, row_stride)`: uniforms in [0, 1) from the Philox stream keyed
+    /// by `seed` and `offset` (each `(low, high)` 32-bit words), element `(i, j)` drawing stream index
+    /// `index0 + i·row_stride + j` (the dropout mask's generator).
+    fn random(
+        &mut self,
+        dst: PyRef<Tile>,
+        seed: (ExprIn, ExprIn),
+        offset: (ExprIn, ExprIn),
+        index0: ExprIn,
+        row_stride: ExprIn,
+    ) -> PyResult<()> {
+        let d = self.reg("random", &dst)?;
+        self.b()?.random(
+            d,
+            [seed.0.expr(), seed.1.expr()],
+            [offset.0.expr(), offset.1.expr()],
+            index0.expr(),
+            row_stride.expr(),
+        );
+        Ok(())
+    }
+
+    /// `atomic_add(dst, src)`: `dst += src` element by element into a writable f32 tensor, atomic
+    /// per element (several blocks may add into one tensor).
+    fn atomic_add(&mut self, dst: PyRef<GView>, src: PyRef<Tile>) -> PyResult<()> {
+        let (d, s) = (self.gv("atomic_add", &dst)?, self.reg("atomic_add", &src)?);
+        self.b()?.atomic_add(d, s);
+        Ok(())
+    }
+
+    /// `sched(kind, mma, other, groups)`: a compiler scheduling hint ("pairs": `mma` matrix ops then
+    /// `other` other ops; "mma_reads": then shared reads; "mma_exp": then exponentials), `groups`
+    /// times; no semantics.
+    fn sched(&mut self, kind: &str, mma: u32, other: u32, groups: u32) -> PyResult<()> {
+        let k = self.b()?;
+        match kind {
+            "pairs" => k.sched_pairs(mma, other, groups),
+            "mma_reads" => k.sched_mma_reads(mma, other, groups),
+            "mma_exp" => k.sched_mma_exp(mma, other, groups),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "sched: kind {other:?} is not one of [\"pairs\", \"mma_reads\", \"mma_exp\"]"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    /// `cluster_rows(n)`: run `n` (1, 2 or 4) consecutive row tiles as one thread-block cluster on
+    /// Hopper (their shared loads multicast); no effect on values.
+    fn cluster_rows(&mut self, n: u32) -> PyResult<()> {
+        self.b()?.cluster_rows(n);
+        Ok(())
+    }
+
     /// Expands the schedule, validates every op (the Rust `KernelBuilder::finish`) and returns the
     /// [`Program`]; a build error is a ValueError with the Rust message.
     fn finish(&mut self) -> PyResult<Program> {
@@ -849,8 +881,24 @@ impl Builder {
     }
 }
 
+/// `row_split(dim, per_lane=8, max_waves=16)`: `(waves_per_row, cols)`, a row of `dim` split over
+/// waves as strips for every target's wave width at once (`kittens_ir::strips::RowSplit::any_width`),
+/// so that a program configured by its row length alone lowers for NVIDIA and AMD.
+#[pyfunction]
+#[pyo3(signature = (dim, per_lane = 8, max_waves = 16))]
+fn row_split(dim: u32, per_lane: u32, max_waves: u32) -> PyResult<(u32, u32)> {
+    if dim == 0 || per_lane == 0 || max_waves == 0 {
+        return Err(PyValueError::new_err(format!(
+            "row_split: dim = {dim}, per_lane = {per_lane}, max_waves = {max_waves}: each must be at least 1"
+        )));
+    }
+    let s = kittens_ir::strips::RowSplit::any_width(dim, per_lane, max_waves);
+    Ok((s.waves_per_row, s.cols))
+}
+
 /// Registers the tile language's classes in the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(row_split, m)?)?;
     m.add_class::<PyExpr>()?;
     m.add_class::<PyCond>()?;
     m.add_class::<Builder>()?;

@@ -6,8 +6,9 @@
 //! on CPU arrays runs unchanged on CUDA tensors, and nothing is ever copied behind the caller's back.
 
 use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::exec::GemmOperands;
 use kittens_kernels::exec::ATTN_DIMS;
-use kittens_kernels::gemm::BLayout;
+use kittens_kernels::gemm::{ALayout, BLayout};
 
 /// Errors that become Python exceptions of the matching type.
 #[derive(Debug, thiserror::Error)]
@@ -220,8 +221,8 @@ pub(crate) fn ndim(v: &View, n: usize, what: &str) -> Result<(), ApiError> {
     }
 }
 
-/// A checked `a @ b`: `C = A·Bᵀ` with A = `a` (M×K row-major) and Bᵀ = `b` (K×N, stored as an N×K
-/// row-major matrix, i.e. `b = w.T` for a contiguous `w`), C = `out` (M×N row-major).
+/// A checked `a @ b`: C = `out` (M×N row-major, rows `ldc` apart); A = `a` (M×K) and B = `b` (K×N) each
+/// as its strides store it ([`operand`]), read in place.
 #[derive(Debug, Clone, Copy)]
 pub struct Matmul {
     pub device: Device,
@@ -231,9 +232,38 @@ pub struct Matmul {
     pub m: usize,
     pub n: usize,
     pub k: usize,
-    /// `Nk`: b is `w.T` of a contiguous (N, K) `w`; `Kn`: b is a row-major (K, N) array. Both are read
-    /// in place.
-    pub b_layout: BLayout,
+    /// How `a` and `b` are stored, as the GEMM kernel reads them.
+    pub ops: GemmOperands,
+    /// Elements between `out`'s rows (N when dense).
+    pub ldc: usize,
+}
+
+/// How a matmul operand seen as `rows × cols` is stored: `(false, ld)` row-major with its rows `ld`
+/// elements apart (a slice of a bigger row-major matrix), `(true, ld)` as the transpose of a
+/// row-major `cols × rows` array with rows `ld` apart (`x.T`, or a slice of one); `None` for any other
+/// strides (neither dimension contiguous, negative or overlapping strides).
+pub fn operand(v: &View, rows: usize, cols: usize) -> Option<(bool, usize)> {
+    if rows == 0 || cols == 0 {
+        return Some((false, cols));
+    }
+    let st = |i: usize| usize::try_from(v.strides[i]).ok();
+    let (s0, s1) = (st(0)?, st(1)?);
+    let lead = |n: usize, s: usize, cols: usize| {
+        if n <= 1 {
+            Some(cols)
+        } else {
+            (s >= cols).then_some(s)
+        }
+    };
+    if cols <= 1 || s1 == 1 {
+        if let Some(ld) = lead(rows, s0, cols) {
+            return Some((false, ld));
+        }
+    }
+    if rows <= 1 || s0 == 1 {
+        return lead(cols, s1, rows).map(|ld| (true, ld));
+    }
+    None
 }
 
 pub fn matmul(a: &View, b: &View, out: &View) -> Result<Matmul, ApiError> {
@@ -255,33 +285,33 @@ pub fn matmul(a: &View, b: &View, out: &View) -> Result<Matmul, ApiError> {
         )));
     }
     let device = same_device(&[a, b, out])?;
-    if !a.strides_are(&[k, 1]) {
-        return Err(ApiError::Value(format!(
-            "a must be row-major and contiguous (strides ({k}, 1)), got strides {:?}; the kernel reads \
-             it in place and kittens makes no hidden copies: pass a contiguous copy",
-            a.strides
-        )));
-    }
-    // b = w.T of a contiguous (N, K) w, or b itself row-major (K, N): the kernel reads either.
-    let b_layout = if b.strides_are(&[1, k]) {
-        BLayout::Nk
-    } else if b.strides_are(&[n, 1]) {
-        BLayout::Kn
-    } else {
-        return Err(ApiError::Value(format!(
-            "b must be a row-major (K, N) array (strides ({n}, 1)) or the transpose of a contiguous \
-             (N, K) matrix (b = w.T, strides (1, {k})), got strides {:?}; the kernel reads either in \
-             place and kittens makes no hidden copies: pass a contiguous copy",
-            b.strides
-        )));
+    let layout = |v: &View, rows, cols| {
+        operand(v, rows, cols).ok_or_else(|| {
+            ApiError::Value(format!(
+                "{} must have one dimension contiguous: row-major ({rows}, {cols}) with rows any \
+                 distance ≥ {cols} apart (a slice of a bigger matrix), or the transpose of a row-major \
+                 ({cols}, {rows}) array with rows ≥ {rows} apart; got strides {:?}. The kernel reads \
+                 either in place and kittens makes no hidden copies",
+                v.name, v.strides
+            ))
+        })
     };
-    if !out.strides_are(&[n, 1]) {
-        return Err(ApiError::Value(format!(
-            "out must be row-major and contiguous (strides ({n}, 1)), got strides {:?}",
+    let (a_t, lda) = layout(a, m, k)?;
+    // b (K, N) transposed is a (N, K) row-major array: the GEMM's B as `N × K`; row-major b is `K × N`.
+    let (b_t, ldb) = layout(b, k, n)?;
+    // out row-major with rows `ldc ≥ N` apart (a slice of a bigger matrix's rows, written in place).
+    let ldc = match operand(out, m, n) {
+        Some((false, ldc)) => ldc,
+        _ => {
+            return Err(ApiError::Value(format!(
+            "out must be row-major with rows at least {n} elements apart (strides (ldc, 1), ldc ≥ \
+                 {n}), got strides {:?}",
             out.strides
-        )));
-    }
+        )))
+        }
+    };
     disjoint(out, &[a, b])?;
+    let dense = [if a_t { m } else { k }, if b_t { k } else { n }];
     Ok(Matmul {
         device,
         a: a.ptr,
@@ -290,7 +320,12 @@ pub fn matmul(a: &View, b: &View, out: &View) -> Result<Matmul, ApiError> {
         m,
         n,
         k,
-        b_layout,
+        ops: GemmOperands {
+            a_layout: if a_t { ALayout::Km } else { ALayout::Mk },
+            b_layout: if b_t { BLayout::Nk } else { BLayout::Kn },
+            ld: ([lda, ldb] != dense).then_some([lda, ldb]),
+        },
+        ldc,
     })
 }
 

@@ -10,9 +10,11 @@ mod amd_common;
 use amd_common::{clang_for, debian_clang19};
 use kittens_codegen::hip::{bf16_mfma_opcode, lower};
 use kittens_hw::{Arch, Target};
+use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_bwd::BwdConfig;
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::KernelProblem;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::amd::{analyze, CodeObjectReport};
 use kittens_runtime::runner::{run, HipEmu};
@@ -87,7 +89,7 @@ fn gfx942_backward_builds_with_debian_clang19() {
 }
 
 /// One run on the host emulation of `target`, every gradient judged by the rule.
-fn emulate(target: Target, p: &Problem) {
+fn emulate(target: Target, p: &dyn KernelProblem) {
     let entry = kittens_kernels::by_name("attn_bwd").unwrap();
     let emu = HipEmu::new(target).unwrap();
     let r = run(entry, p, &emu).unwrap_or_else(|e| panic!("{target}: {e}"));
@@ -108,8 +110,14 @@ fn emulate(target: Target, p: &Problem) {
     assert!(r.passed);
 }
 
-fn problem(heads: usize, seq_q: usize, seq_kv: usize, dim: usize, causal: Option<bool>) -> Problem {
-    Problem {
+fn problem(
+    heads: usize,
+    seq_q: usize,
+    seq_kv: usize,
+    dim: usize,
+    causal: Option<bool>,
+) -> BwdProblem {
+    BwdProblem {
         attn: AttnShape {
             batch: 1,
             heads,
@@ -125,9 +133,12 @@ fn problem(heads: usize, seq_q: usize, seq_kv: usize, dim: usize, causal: Option
         seq_kv: Some(seq_kv),
         causal: causal.is_some(),
         bottom_right: causal == Some(true),
-        input_scale: 8.0,
-        seed: (seq_q * 7 + seq_kv) as u64,
-        ..Problem::default()
+        run: RunSettings {
+            input_scale: 8.0,
+            seed: (seq_q * 7 + seq_kv) as u64,
+            ..RunSettings::default()
+        },
+        ..BwdProblem::default()
     }
 }
 

@@ -19,9 +19,10 @@ mod amd_common;
 
 use amd_common::{clang_for, debian_clang19};
 use kittens_hw::{Arch, Target};
+use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_bwd::{build, problem::variant, BwdConfig, Causal};
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::amd::{analyze, AmdgpuClang, CodeObjectReport};
 use kittens_runtime::runner::{run, Backend, HipEmu, IsaEmu};
@@ -181,8 +182,8 @@ fn problem(
     (seq_q, seq_kv): (usize, usize),
     dim: usize,
     causal: Option<bool>,
-) -> Problem {
-    Problem {
+) -> BwdProblem {
+    BwdProblem {
         attn: AttnShape {
             batch: 1,
             heads,
@@ -198,22 +199,25 @@ fn problem(
         seq_kv: Some(seq_kv),
         causal: causal.is_some(),
         bottom_right: causal == Some(true),
-        input_scale: 8.0,
-        seed: (seq_q * 7 + seq_kv + dim) as u64,
-        variant: Some(v),
-        ..Problem::default()
+        run: RunSettings {
+            input_scale: 8.0,
+            seed: (seq_q * 7 + seq_kv + dim) as u64,
+            variant: Some(v),
+            ..RunSettings::default()
+        },
+        ..BwdProblem::default()
     }
 }
 
 /// Runs `p` on `backend`: every gradient passes the rule against the f64 gradients, with an error
 /// above zero, at logits past ±64.
-fn passes(backend: &dyn Backend, p: &Problem) {
+fn passes(backend: &dyn Backend, p: &BwdProblem) {
     let entry = kittens_kernels::by_name("attn_bwd").unwrap();
-    let r = run(entry, p, backend).unwrap_or_else(|e| panic!("{:?}: {e}", p.variant));
+    let r = run(entry, p, backend).unwrap_or_else(|e| panic!("{:?}: {e}", p.run.variant));
     for o in &r.outputs {
         eprintln!(
             "{} {:?} {}: {} {:?} baseline {:?}",
-            r.kernel, p.variant, r.shape, o.name, o.error, o.baseline
+            r.kernel, p.run.variant, r.shape, o.name, o.error, o.baseline
         );
     }
     assert_eq!(r.outputs.len(), 3);
@@ -228,16 +232,16 @@ fn passes(backend: &dyn Backend, p: &Problem) {
 /// The problems: GQA without a mask at D64 with more queries than keys; causal top-left at D128 with
 /// more queries than keys; causal bottom-right at D64 (more keys than queries, GQA) and at D128 (MHA
 /// of three heads).
-fn gqa_d64(v: &'static str) -> Problem {
+fn gqa_d64(v: &'static str) -> BwdProblem {
     problem(v, (4, 2), (77, 45), 64, None)
 }
-fn top_left_d128(v: &'static str) -> Problem {
+fn top_left_d128(v: &'static str) -> BwdProblem {
     problem(v, (2, 1), (77, 45), 128, Some(false))
 }
-fn bottom_right_d64(v: &'static str) -> Problem {
+fn bottom_right_d64(v: &'static str) -> BwdProblem {
     problem(v, (2, 2), (45, 70), 64, Some(true))
 }
-fn bottom_right_d128(v: &'static str) -> Problem {
+fn bottom_right_d128(v: &'static str) -> BwdProblem {
     problem(v, (3, 1), (45, 77), 128, Some(true))
 }
 
@@ -276,7 +280,7 @@ fn pingpong8_on_hip_emu_gfx942() {
 /// The code objects on the ISA emulator (loads landing late in random order, registers poisoned
 /// until they land): GQA at D64 on every target, and one causal kernel, each alignment on one target
 /// per variant.
-fn on_isa_emu(target: Target, problems: &[Problem]) {
+fn on_isa_emu(target: Target, problems: &[BwdProblem]) {
     clang_for(target.arch().unwrap());
     let emu = IsaEmu::new(target).unwrap();
     for p in problems {

@@ -10,9 +10,10 @@ mod amd_common;
 mod attn_options;
 
 use amd_common::clang_for;
-use attn_options::options;
+use attn_options::{options, problem};
 use kittens_hw::Target;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::attn_score::AttnArgs;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::amd::analyze;
 use kittens_runtime::runner::{run, IsaEmu};
@@ -20,15 +21,14 @@ use kittens_runtime::runner::{run, IsaEmu};
 #[test]
 fn attention_with_options_compiles_without_spills() {
     for kernel in ["attn_fwd", "attn_bwd"] {
-        let entry = kittens_kernels::by_name(kernel).unwrap();
         for t in [Target::Gfx950, Target::Gfx942] {
             let arch = t.arch().unwrap();
             let clang = clang_for(arch);
-            for (what, p) in options() {
+            for (what, a) in options() {
                 for dim in [64, 128] {
-                    let mut p = p;
-                    p.attn.dim = dim;
-                    let k = entry.problem.build(&p, t).unwrap();
+                    let mut a = a;
+                    a.attn.dim = dim;
+                    let k = problem(kernel, a, RunSettings::default()).build(t).unwrap();
                     let l = kittens_codegen::lower(&k, t).unwrap();
                     let out = clang
                         .compile(&l.source, arch)
@@ -63,22 +63,27 @@ fn attention_with_options_on_the_isa_emulator() {
         for t in [Target::Gfx950, Target::Gfx942] {
             clang_for(t.arch().unwrap());
             let emu = IsaEmu::new(t).unwrap();
-            for (what, p) in options() {
-                let p = Problem {
+            for (what, a) in options() {
+                let a = AttnArgs {
                     attn: AttnShape {
                         batch: 1,
                         heads: 2,
                         heads_kv: 1,
                         seq: 150,
                         dim: 64,
-                        ..p.attn
+                        ..a.attn
                     },
                     seq_kv: Some(133),
+                    ..a
+                };
+                let run_settings = RunSettings {
                     input_scale: 4.0,
                     seed: 9,
-                    ..p
+                    ..RunSettings::default()
                 };
-                let r = run(entry, &p, &emu).unwrap_or_else(|e| panic!("{kernel} {t} {what}: {e}"));
+                let p = problem(kernel, a, run_settings);
+                let r = run(entry, p.as_ref(), &emu)
+                    .unwrap_or_else(|e| panic!("{kernel} {t} {what}: {e}"));
                 for o in &r.outputs {
                     eprintln!("{kernel} {t} {what}: {} {:?}", o.name, o.error);
                 }

@@ -10,8 +10,9 @@
 mod amd_common;
 
 use kittens_hw::{Arch, Target};
+use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{run, HipEmu};
 
@@ -24,7 +25,7 @@ fn gfx950_attention_with_64_key_blocks_is_right_at_odd_lengths() {
         (257, true, AttnLayout::Bhsd),
         (65, true, AttnLayout::Bshd),
     ] {
-        let p = Problem {
+        let p = AttnProblem {
             attn: AttnShape {
                 batch: 1,
                 heads: 2,
@@ -34,9 +35,12 @@ fn gfx950_attention_with_64_key_blocks_is_right_at_odd_lengths() {
                 layout,
             },
             causal,
-            input_scale: 4.0,
-            seed: seq as u64,
-            ..Problem::default()
+            run: RunSettings {
+                input_scale: 4.0,
+                seed: seq as u64,
+                ..RunSettings::default()
+            },
+            ..AttnProblem::default()
         };
         let r = run(entry, &p, &emu).unwrap_or_else(|e| panic!("seq {seq}: {e}"));
         assert_eq!(r.shape["kv_block"], 64, "{:?}", r.shape);

@@ -14,10 +14,11 @@ mod amd_common;
 use amd_common::clang_for;
 use kittens_hw::Target;
 use kittens_ir::Rounding;
+use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::problem::SEED001;
 use kittens_kernels::attn_fwd::split::{build_merge, KvSplits};
 use kittens_kernels::attn_fwd::{build, AttnConfig, AttnLayout};
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::amd::analyze;
 use kittens_runtime::runner::{self, Backend, HipEmu, IsaEmu};
@@ -37,9 +38,9 @@ type Case = (
 /// The registry's configuration for the target (`None`), or MI300X-attn's (`Some(SEED001)`).
 type Variant = Option<&'static str>;
 
-fn problem(c: &Case, rounding: Rounding, variant: Variant) -> Problem {
+fn problem(c: &Case, rounding: Rounding, variant: Variant) -> AttnProblem {
     let &(heads, heads_kv, seq, seq_kv, dim, mask, parts, layout) = c;
-    let mut p = Problem {
+    let mut p = AttnProblem {
         attn: AttnShape {
             batch: 1,
             heads,
@@ -53,10 +54,13 @@ fn problem(c: &Case, rounding: Rounding, variant: Variant) -> Problem {
         bottom_right: mask == Some(true),
         lse: true,
         kv_splits: KvSplits::Fixed(parts),
-        input_scale: 8.0,
-        seed: (seq * 31 + seq_kv * 7 + dim) as u64,
-        variant,
-        ..Problem::default()
+        run: RunSettings {
+            input_scale: 8.0,
+            seed: (seq * 31 + seq_kv * 7 + dim) as u64,
+            variant,
+            ..RunSettings::default()
+        },
+        ..AttnProblem::default()
     };
     p.attn_cfg.rounding = rounding;
     p

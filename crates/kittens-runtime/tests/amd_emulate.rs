@@ -213,18 +213,22 @@ fn check_attention(
     causal: bool,
     shapes: &[kittens_kernels::reference::AttnShape],
 ) -> Vec<kittens_runtime::runner::RunReport> {
-    use kittens_kernels::problem::Problem;
+    use kittens_kernels::attn_fwd::problem::AttnProblem;
+    use kittens_kernels::problem::RunSettings;
     use kittens_runtime::runner::{run, HipEmu};
     let entry = kittens_kernels::by_name("attn_fwd").unwrap();
     let emu = HipEmu::new(target).unwrap();
     let mut reports = Vec::new();
     for sh in shapes {
-        let p = Problem {
+        let p = AttnProblem {
             attn: *sh,
             causal,
-            input_scale: 8.0,
-            seed: (sh.seq * 7 + sh.heads) as u64,
-            ..Problem::default()
+            run: RunSettings {
+                input_scale: 8.0,
+                seed: (sh.seq * 7 + sh.heads) as u64,
+                ..RunSettings::default()
+            },
+            ..AttnProblem::default()
         };
         let r = run(entry, &p, &emu).unwrap_or_else(|e| panic!("{target} {sh:?}: {e}"));
         eprintln!(
@@ -325,18 +329,22 @@ fn lowered_attention_odd_sequences_both_paths() {
 /// runs them: the registry kernel as configured for each target's GPU, judged by the kernel's tolerance.
 #[test]
 fn registry_gemm_ragged_shapes_on_the_runner() {
-    use kittens_kernels::problem::Problem;
+    use kittens_kernels::gemm::problem::GemmProblem;
+    use kittens_kernels::problem::RunSettings;
     use kittens_runtime::runner::{run, HipEmu};
     let entry = kittens_kernels::by_name("gemm_bf16").unwrap();
     for target in [Target::Gfx950, Target::Gfx942] {
         let emu = HipEmu::new(target).unwrap();
         for (m, n, k) in [(64, 64, 68), (64, 64, 3), (1, 1, 1), (77, 33, 5)] {
-            let p = Problem {
+            let p = GemmProblem {
                 m,
                 n,
                 k,
-                seed: (m + n + k) as u64,
-                ..Problem::default()
+                run: RunSettings {
+                    seed: (m + n + k) as u64,
+                    ..RunSettings::default()
+                },
+                ..GemmProblem::default()
             };
             let r = run(entry, &p, &emu).unwrap_or_else(|e| panic!("{target} {m}x{n}x{k}: {e}"));
             assert!(r.passed, "{target} {m}x{n}x{k}: {r:?}");

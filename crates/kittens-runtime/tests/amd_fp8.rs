@@ -12,8 +12,9 @@ use amd_common::{clang_for, debian_clang19};
 use kittens_codegen::hip::lower;
 use kittens_hw::dtype::DType;
 use kittens_hw::Arch;
+use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
 use kittens_kernels::gemm::{build, GemmConfig, Staging};
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::RunSettings;
 use kittens_runtime::amd::{analyze, CodeObjectReport};
 use kittens_runtime::runner::{self, HipEmu};
 
@@ -106,12 +107,15 @@ fn gemm_fp8_runs_right_on_the_emulation() {
     for target in [kittens_hw::Target::Gfx950, kittens_hw::Target::Gfx942] {
         let (emu, gpu) = (HipEmu::new(target).unwrap(), target);
         for (m, n, k) in [(200, 136, 300), (264, 40, 40)] {
-            let p = Problem {
+            let p = GemmProblem {
                 m,
                 n,
                 k,
-                seed: (m + n + k) as u64,
-                ..Problem::default()
+                run: RunSettings {
+                    seed: (m + n + k) as u64,
+                    ..RunSettings::default()
+                },
+                ..GemmProblem::of(GemmKind::Fp8)
             };
             let r = runner::run(entry, &p, &emu).unwrap();
             assert_eq!(r.kernel, "gemm_fp8");

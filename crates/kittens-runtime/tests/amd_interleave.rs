@@ -9,7 +9,8 @@ mod amd_common;
 use amd_common::clang_for;
 use kittens_codegen::hip::lower;
 use kittens_hw::{Arch, Target};
-use kittens_kernels::problem::Problem;
+use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
+use kittens_kernels::problem::RunSettings;
 use kittens_runtime::amd::{analyze, CodeObjectReport};
 use kittens_runtime::runner::{run, HipEmu};
 
@@ -79,14 +80,21 @@ fn interleave_is_right_at_ragged_shapes_on_the_emulation() {
     let emu = HipEmu::new(Target::Gfx950).unwrap();
     for name in ["gemm_bf16", "gemm_fp8"] {
         let entry = kittens_kernels::by_name(name).unwrap();
+        let kind = match name {
+            "gemm_fp8" => GemmKind::Fp8,
+            _ => GemmKind::Bf16,
+        };
         for (m, n, k) in [(77, 33, 5), (200, 136, 300), (257, 64, 131)] {
-            let p = Problem {
+            let p = GemmProblem {
                 m,
                 n,
                 k,
-                seed: (m * 3 + n + k) as u64,
-                variant: Some("interleave4"),
-                ..Problem::default()
+                run: RunSettings {
+                    seed: (m * 3 + n + k) as u64,
+                    variant: Some("interleave4"),
+                    ..RunSettings::default()
+                },
+                ..GemmProblem::of(kind)
             };
             let r = run(entry, &p, &emu).unwrap_or_else(|e| panic!("{name} {m}x{n}x{k}: {e}"));
             assert!(r.passed, "{name} {m}x{n}x{k}: {r:?}");

@@ -6,15 +6,26 @@
 mod amd_common;
 
 use kittens_hw::{Arch, Target};
+use kittens_kernels::attn_bwd::problem::BwdProblem;
+use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::problem::{NormShape, Problem};
+use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
+use kittens_kernels::layernorm::problem::LayerNormProblem;
+use kittens_kernels::problem::KernelProblem;
+use kittens_kernels::problem::NormShape;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::AttnShape;
+use kittens_kernels::rotary::problem::RotaryProblem;
 use kittens_runtime::runner::{run, IsaEmu};
 use serde_json::Value;
 
 /// Run a registry kernel's code object for `target` at problem `p`; it must pass the kernel's rule
 /// and have issued MFMAs.
-fn run_on(kernel: &str, target: Target, p: &Problem) -> kittens_runtime::runner::RunReport {
+fn run_on(
+    kernel: &str,
+    target: Target,
+    p: &dyn KernelProblem,
+) -> kittens_runtime::runner::RunReport {
     let r = run_checked(kernel, target, p);
     let stats = &r.dynamic.as_ref().unwrap()["stats"];
     assert!(stats["instructions"]["mfma"].as_u64().unwrap() > 0);
@@ -23,7 +34,11 @@ fn run_on(kernel: &str, target: Target, p: &Problem) -> kittens_runtime::runner:
 
 /// Run a registry kernel's code object for `target` at problem `p`; it must pass the kernel's rule
 /// (every output's check) and have waited on memory.
-fn run_checked(kernel: &str, target: Target, p: &Problem) -> kittens_runtime::runner::RunReport {
+fn run_checked(
+    kernel: &str,
+    target: Target,
+    p: &dyn KernelProblem,
+) -> kittens_runtime::runner::RunReport {
     amd_common::clang_for(target.arch().unwrap());
     let entry = kittens_kernels::by_name(kernel).unwrap();
     let emu = IsaEmu::new(target).unwrap();
@@ -44,23 +59,27 @@ fn run_checked(kernel: &str, target: Target, p: &Problem) -> kittens_runtime::ru
     r
 }
 
-fn gemm(m: usize, n: usize, k: usize) -> Problem {
-    Problem {
-        m,
-        n,
-        k,
-        seed: (m + n + k) as u64,
-        ..Problem::default()
-    }
+fn gemm(m: usize, n: usize, k: usize) -> GemmProblem {
+    gemm_as(GemmKind::Bf16, m, n, k)
+}
+
+/// [`gemm`] for either element type.
+fn gemm_as(kind: GemmKind, m: usize, n: usize, k: usize) -> GemmProblem {
+    let mut p = GemmProblem::new(kind, m, n, k);
+    p.run.seed = (m + n + k) as u64;
+    p
 }
 
 /// Attention at a ragged length with GQA; `causal` masks.
-fn attn(seq: usize, dim: usize, causal: bool) -> Problem {
-    let mut p = Problem {
+fn attn(seq: usize, dim: usize, causal: bool) -> AttnProblem {
+    let mut p = AttnProblem {
         causal,
-        input_scale: 4.0,
-        seed: seq as u64,
-        ..Problem::default()
+        run: RunSettings {
+            input_scale: 4.0,
+            seed: seq as u64,
+            ..RunSettings::default()
+        },
+        ..AttnProblem::default()
     };
     p.attn.batch = 1;
     p.attn.heads = 2;
@@ -150,7 +169,7 @@ fn gemm_bf16_code_objects_over_several_blocks() {
 /// `ds_read_b128` while the bank model had no instruction for it and its tiles kept no swizzle.
 fn gemm_fp8_code_objects_at_a_ragged_shape() {
     for t in [Target::Gfx950, Target::Gfx942] {
-        let r = run_on("gemm_fp8", t, &gemm(72, 40, 200));
+        let r = run_on("gemm_fp8", t, &gemm_as(GemmKind::Fp8, 72, 40, 200));
         assert_conflict_free(&r, t, 8);
     }
 }
@@ -167,10 +186,10 @@ fn attn_fwd_code_objects_at_ragged_lengths() {
 /// LDS straight into AGPRs (`ds_read_b128 a[..]`), which the emulator must land in the AGPR file.
 #[test]
 fn interleave4_gemm_code_objects_gfx950() {
-    for kernel in ["gemm_bf16", "gemm_fp8"] {
-        let mut p = gemm(72, 40, 200);
-        p.variant = Some("interleave4");
-        let r = run_on(kernel, Target::Gfx950, &p);
+    for kind in [GemmKind::Bf16, GemmKind::Fp8] {
+        let mut p = gemm_as(kind, 72, 40, 200);
+        p.run.variant = Some("interleave4");
+        let r = run_on(kind.name(), Target::Gfx950, &p);
         assert_eq!(r.shape["schedule"], "4-wave interleave");
         assert_conflict_free(&r, Target::Gfx950, 8);
     }
@@ -181,7 +200,7 @@ fn interleave4_gemm_code_objects_gfx950() {
 /// `lgkmcnt(0)` before it) the second row's upper half read a partial before it had landed.
 #[test]
 fn layernorm_and_rotary_code_objects_at_ragged_shapes() {
-    let norm = Problem {
+    let norm = LayerNormProblem {
         norm: NormShape {
             rows: 5,
             dim: 1000,
@@ -189,10 +208,13 @@ fn layernorm_and_rotary_code_objects_at_ragged_shapes() {
             dropout_seed: 0x1234_5678_9abc,
             offset: 3 << 33 | 7,
         },
-        seed: 5,
-        ..Problem::default()
+        run: RunSettings {
+            seed: 5,
+            ..RunSettings::default()
+        },
+        ..LayerNormProblem::default()
     };
-    let rope = |batch, heads, seq, dim, layout, interleaved| Problem {
+    let rope = |batch, heads, seq, dim, layout, interleaved| RotaryProblem {
         attn: AttnShape {
             batch,
             heads,
@@ -202,8 +224,10 @@ fn layernorm_and_rotary_code_objects_at_ragged_shapes() {
             layout,
         },
         interleaved,
-        seed: 11,
-        ..Problem::default()
+        run: RunSettings {
+            seed: 11,
+            ..RunSettings::default()
+        },
     };
     for t in [Target::Gfx950, Target::Gfx942] {
         run_checked("layernorm", t, &norm);
@@ -223,16 +247,20 @@ fn layernorm_and_rotary_code_objects_at_ragged_shapes() {
 fn attn_bwd_code_objects(target: Target) {
     let mut gqa = attn(53, 64, false);
     gqa.seq_kv = Some(70);
-    gqa.input_scale = 8.0;
     let mut causal = attn(45, 64, true);
     causal.seq_kv = Some(37);
-    causal.input_scale = 8.0;
     let mut bottom_right = attn(45, 128, true);
     bottom_right.seq_kv = Some(77);
     bottom_right.attn.heads_kv = 2;
     bottom_right.bottom_right = true;
-    bottom_right.input_scale = 8.0;
     for p in [gqa, causal, bottom_right] {
+        let p = BwdProblem {
+            run: RunSettings {
+                input_scale: 8.0,
+                ..p.run
+            },
+            ..BwdProblem::with(p.args())
+        };
         let r = run_on("attn_bwd", target, &p);
         assert_eq!(r.outputs.len(), 3);
     }
@@ -269,7 +297,7 @@ fn word_at(code: &[u8], at: usize) -> u32 {
 /// real gfx950 code object so it no longer waits on `counter` (its field set to the maximum: VM_CNT
 /// bits 3:0 and 15:14, LGKM_CNT bits 11:8, CDNA3 ISA guide S_WAITCNT). Loads then land after their
 /// consumers read the registers or LDS, and the result is wrong under seeds that pass unpatched.
-fn weakened_wait_is_caught(kernel: &str, p: &Problem, mask: u32) {
+fn weakened_wait_is_caught(kernel: &str, p: &dyn KernelProblem, mask: u32) {
     use std::sync::Arc;
     let target = Target::Gfx950;
     amd_common::clang_for(Arch::Cdna4);
@@ -278,7 +306,7 @@ fn weakened_wait_is_caught(kernel: &str, p: &Problem, mask: u32) {
     let good = run(entry, p, &emu).unwrap();
     assert!(good.passed, "{:?}", good.failures());
     // The compiled bytes, to pick a wait that waits on this counter.
-    let k = entry.problem().build(p, target).unwrap();
+    let k = p.build(target).unwrap();
     let lowered = kittens_codegen::lower(&k, target).unwrap();
     let co = amd_common::clang_for(Arch::Cdna4)
         .compile(&lowered.source, Arch::Cdna4)

@@ -297,14 +297,17 @@ fn decoder_agrees_with_llvm_objdump_19_on_gfx942() {
 /// `global_store_dwordx3` of MI300X-attn's split kernel, a gfx942 configuration).
 #[test]
 fn decoder_agrees_with_llvm_listing_on_problem_built_code_objects() {
+    use kittens_kernels::attn_bwd::problem::BwdProblem;
+    use kittens_kernels::attn_fwd::problem::AttnProblem;
     use kittens_kernels::attn_fwd::AttnLayout;
-    use kittens_kernels::problem::Problem;
+    use kittens_kernels::problem::{KernelProblem, RunSettings};
+    use kittens_kernels::rotary::problem::RotaryProblem;
     let attn = |seq: usize, seq_kv: usize, dim: usize, causal: bool, bottom_right: bool| {
-        let mut p = Problem {
+        let mut p = AttnProblem {
             causal,
             bottom_right,
             seq_kv: Some(seq_kv),
-            ..Problem::default()
+            ..AttnProblem::default()
         };
         p.attn.heads = 2;
         p.attn.heads_kv = 1;
@@ -313,9 +316,9 @@ fn decoder_agrees_with_llvm_listing_on_problem_built_code_objects() {
         p
     };
     let rope = |dim: usize, layout: AttnLayout, interleaved: bool| {
-        let mut p = Problem {
+        let mut p = RotaryProblem {
             interleaved,
-            ..Problem::default()
+            ..RotaryProblem::default()
         };
         p.attn.dim = dim;
         p.attn.layout = layout;
@@ -323,38 +326,43 @@ fn decoder_agrees_with_llvm_listing_on_problem_built_code_objects() {
     };
     let mut fwd_causal = attn(150, 150, 64, true, false);
     fwd_causal.seq_kv = None;
-    let fwd_split = Problem {
+    let fwd_split = AttnProblem {
         lse: true,
         kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Fixed(3),
         ..attn(77, 63, 64, true, true)
     };
-    let seed001_split = Problem {
+    let seed001_split = AttnProblem {
         lse: true,
         kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Fixed(4),
-        variant: Some(kittens_kernels::attn_fwd::problem::SEED001),
+        run: RunSettings {
+            variant: Some(kittens_kernels::attn_fwd::problem::SEED001),
+            ..attn(77, 63, 64, true, true).run
+        },
         ..attn(77, 63, 64, true, true)
     };
-    let cases: Vec<(&str, Problem)> = vec![
-        ("attn_fwd", fwd_causal),
-        ("attn_fwd", fwd_split),
-        ("attn_fwd", seed001_split),
-        ("attn_bwd", attn(53, 70, 64, false, false)),
-        ("attn_bwd", attn(45, 37, 64, true, false)),
-        ("attn_bwd", attn(45, 77, 128, true, true)),
-        ("rotary", rope(64, AttnLayout::Bshd, false)),
-        ("rotary", rope(128, AttnLayout::Bhsd, true)),
+    let bwd = |p: AttnProblem| BwdProblem::with(p.args());
+    let cases: Vec<Box<dyn KernelProblem>> = vec![
+        Box::new(fwd_causal),
+        Box::new(fwd_split),
+        Box::new(seed001_split),
+        Box::new(bwd(attn(53, 70, 64, false, false))),
+        Box::new(bwd(attn(45, 37, 64, true, false))),
+        Box::new(bwd(attn(45, 77, 128, true, true))),
+        Box::new(rope(64, AttnLayout::Bshd, false)),
+        Box::new(rope(128, AttnLayout::Bhsd, true)),
     ];
     let mut seen = std::collections::HashSet::new();
     let mut checked = 0;
     for target in [Target::Gfx942, Target::Gfx950] {
         let arch = target.arch().unwrap();
         // A named variant only on its targets (`seed001`: gfx942).
-        let on_target = |p: &&(&str, Problem)| p.1.variant.is_none() || target == Target::Gfx942;
-        for (name, p) in cases.iter().filter(on_target) {
-            let entry = kittens_kernels::by_name(name).unwrap();
-            let plan = entry.problem().plan(p, target).unwrap();
+        let on_target =
+            |p: &dyn KernelProblem| p.settings().variant.is_none() || target == Target::Gfx942;
+        for p in cases.iter().filter(|p| on_target(p.as_ref())) {
+            let entry = kittens_kernels::by_name(p.kernel()).unwrap();
+            let plan = p.plan(target).unwrap();
             // Every launch of the problem (a split attention's kernel and merge).
-            for stage in entry.problem().stages(p, target, &plan).unwrap() {
+            for stage in p.stages(target, &plan).unwrap() {
                 let k = stage.kernel;
                 // Problems that build the same source (a runtime-only difference) are checked once.
                 let source = kittens_codegen::lower(&k, target).unwrap().source;
@@ -363,12 +371,9 @@ fn decoder_agrees_with_llvm_listing_on_problem_built_code_objects() {
                 }
                 let n = check_kernel(entry, &k, target, arch);
                 eprintln!(
-                    "{} dim {} causal {} bottom-right {} interleaved {} {}: {n} instructions agree",
+                    "{} {} {}: {n} instructions agree",
                     k.name,
-                    p.attn.dim,
-                    p.causal,
-                    p.bottom_right,
-                    p.interleaved,
+                    plan.shape,
                     arch.target()
                 );
                 checked += 1;

@@ -9,8 +9,9 @@ mod amd_common;
 
 use kittens_hw::{Arch, Target};
 use kittens_ir::Rounding;
+use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::{self, AttnConfig, AttnLayout};
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::RunSettings;
 use kittens_runtime::amd::{analyze, AmdgpuClang};
 use kittens_runtime::runner::{run, Backend, HipEmu, Interpreter, IsaEmu, RunReport};
 
@@ -41,16 +42,19 @@ const PLAIN: Case = Case {
     rounding: Rounding::Rtne,
 };
 
-fn problem(c: &Case) -> Problem {
-    let mut p = Problem {
+fn problem(c: &Case) -> AttnProblem {
+    let mut p = AttnProblem {
         causal: c.causal,
         bottom_right: c.bottom_right,
         lse: c.lse,
         seq_kv: Some(c.seq_kv),
-        input_scale: if c.dim == 128 { 11.0 } else { 8.0 },
-        seed: (c.seq * 31 + c.seq_kv) as u64,
-        variant: Some("seed001"),
-        ..Problem::default()
+        run: RunSettings {
+            input_scale: if c.dim == 128 { 11.0 } else { 8.0 },
+            seed: (c.seq * 31 + c.seq_kv) as u64,
+            variant: Some("seed001"),
+            ..RunSettings::default()
+        },
+        ..AttnProblem::default()
     };
     p.attn.batch = 1;
     p.attn.heads = c.heads;

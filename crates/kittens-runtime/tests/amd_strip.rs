@@ -10,8 +10,12 @@ mod amd_common;
 use amd_common::{clang_for, debian_clang19};
 use kittens_hw::{Arch, Target};
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::problem::{NormShape, Problem};
+use kittens_kernels::layernorm::problem::LayerNormProblem;
+use kittens_kernels::problem::KernelProblem;
+use kittens_kernels::problem::NormShape;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::{compare, AttnShape};
+use kittens_kernels::rotary::problem::RotaryProblem;
 use kittens_runtime::amd::analyze;
 use kittens_runtime::runner::{self, Backend, HipEmu, Interpreter, Job};
 use rand::rngs::SmallRng;
@@ -89,25 +93,23 @@ fn interleaved_rotary_moves_pairs_as_16_byte_vectors_on_gfx950() {
 }
 
 /// Runs `name` at `p` on the emulation of `t` and on the interpreter, on the same inputs.
-fn both(name: &str, p: &Problem, t: Target) -> (Vec<f32>, Vec<f32>, Vec<f64>) {
-    let def = kittens_kernels::by_name(name).unwrap().problem();
-    both_built(name, p, t, def.build(p, t).unwrap())
+fn both(name: &str, p: &dyn KernelProblem, t: Target) -> (Vec<f32>, Vec<f32>, Vec<f64>) {
+    both_built(name, p, t, p.build(t).unwrap())
 }
 
 /// As [`both`], with `ke` (a configuration of the problem's program) on the emulation.
 fn both_built(
     name: &str,
-    p: &Problem,
+    p: &dyn KernelProblem,
     t: Target,
     ke: kittens_ir::Kernel,
 ) -> (Vec<f32>, Vec<f32>, Vec<f64>) {
     let e = kittens_kernels::by_name(name).unwrap();
-    let def = e.problem();
     let emu = HipEmu::new(t).unwrap();
     let plan = runner::validate(e, p, &emu).unwrap();
-    let ki = def.build(p, Target::Cpu).unwrap();
-    let mut rng = SmallRng::seed_from_u64(p.seed);
-    let inputs = def.draw(p, &ke, &plan.launch, &mut rng);
+    let ki = p.build(Target::Cpu).unwrap();
+    let mut rng = SmallRng::seed_from_u64(p.settings().seed);
+    let inputs = p.draw(&ke, &plan.launch, &mut rng);
     let job = |kernel| Job {
         kernel,
         launch: &plan.launch,
@@ -115,7 +117,7 @@ fn both_built(
     };
     let a = emu.execute(&job(&ke)).unwrap().output;
     let b = Interpreter.execute(&job(&ki)).unwrap().output;
-    (a, b, def.reference(p, &inputs).values)
+    (a, b, p.reference(&inputs).values)
 }
 
 #[test]
@@ -129,10 +131,13 @@ fn layernorm_on_the_emulation_draws_the_interpreters_mask() {
             dropout_seed: 0xfeed_beef_0123_4567 ^ dim as u64,
             offset: 7 << 33 | 5,
         };
-        let prob = Problem {
+        let prob = LayerNormProblem {
             norm,
-            seed: dim as u64,
-            ..Problem::default()
+            run: RunSettings {
+                seed: dim as u64,
+                ..RunSettings::default()
+            },
+            ..LayerNormProblem::default()
         };
         for t in TARGETS {
             let (emu, interp, reference) = both("layernorm", &prob, t);
@@ -158,7 +163,7 @@ fn rotary_on_the_emulation_matches_the_reference() {
         (AttnLayout::Bhsd, true, (2, 2, 9, 128)),
         (AttnLayout::Bshd, true, (1, 1, 70, 32)),
     ] {
-        let p = Problem {
+        let p = RotaryProblem {
             attn: AttnShape {
                 batch,
                 heads,
@@ -168,8 +173,10 @@ fn rotary_on_the_emulation_matches_the_reference() {
                 layout,
             },
             interleaved,
-            seed: 11,
-            ..Problem::default()
+            run: RunSettings {
+                seed: 11,
+                ..RunSettings::default()
+            },
         };
         for t in TARGETS {
             let (emu, interp, reference) = both("rotary", &p, t);
@@ -195,7 +202,7 @@ fn rotary_arrangements_on_the_emulation_match_the_interpreter() {
     ] {
         for layout in [AttnLayout::Bshd, AttnLayout::Bhsd] {
             for interleaved in [false, true] {
-                let p = Problem {
+                let p = RotaryProblem {
                     attn: AttnShape {
                         batch,
                         heads,
@@ -205,8 +212,10 @@ fn rotary_arrangements_on_the_emulation_match_the_interpreter() {
                         layout,
                     },
                     interleaved,
-                    seed: 5 + dim as u64,
-                    ..Problem::default()
+                    run: RunSettings {
+                        seed: 5 + dim as u64,
+                        ..RunSettings::default()
+                    },
                 };
                 let cfg = RotaryConfig {
                     along,

@@ -13,8 +13,9 @@ mod cuda_common;
 use amd_common::{assert_compiles_without_spills, clang_for};
 use kittens_hw::Target;
 use kittens_kernels::cross_entropy::problem::CrossEntropyOptions;
+use kittens_kernels::cross_entropy::problem::CrossEntropyProblem;
 use kittens_kernels::cross_entropy::{build, CrossEntropyConfig};
-use kittens_kernels::problem::{NormShape, Problem};
+use kittens_kernels::problem::RunSettings;
 use kittens_runtime::runner::{run, Backend, HipEmu, IsaEmu};
 
 const AMD: [Target; 2] = [Target::Gfx950, Target::Gfx942];
@@ -66,19 +67,18 @@ const CASES: [(usize, usize, f32, bool); 3] = [
 
 fn run_all(backend: &dyn Backend) {
     for (rows, vocab, smoothing, f32_logits) in CASES {
-        let p = Problem {
-            norm: NormShape {
-                rows,
-                dim: vocab,
-                ..NormShape::default()
-            },
-            cross_entropy: CrossEntropyOptions {
+        let p = CrossEntropyProblem {
+            rows,
+            vocab,
+            options: CrossEntropyOptions {
                 smoothing,
                 f32_logits,
             },
-            seed: 23 + rows as u64,
-            input_scale: 12.0,
-            ..Problem::default()
+            run: RunSettings {
+                seed: 23 + rows as u64,
+                input_scale: 12.0,
+                ..RunSettings::default()
+            },
         };
         let e = kittens_kernels::by_name("cross_entropy").unwrap();
         let r = run(e, &p, backend).unwrap_or_else(|e| panic!("{}: {e}", backend.about().name));

@@ -12,22 +12,22 @@ mod cuda_common;
 use attn_options::options;
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
+use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_bwd::BwdConfig;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::attn_fwd::problem::AttnProblem;
+use kittens_kernels::problem::{KernelProblem, RunSettings};
 
 #[test]
 fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
     let cache = fresh_cache("attn-features-fwd");
-    let entry = kittens_kernels::by_name("attn_fwd").unwrap();
     let mut n = 0;
-    for (what, p) in options() {
+    for (what, a) in options() {
         for dim in [64, 128] {
-            let mut p = p;
+            let mut p = AttnProblem::with(a);
             p.attn.dim = dim;
-            let k = entry
-                .problem
-                .build(&p, Target::Sm90a)
+            let k = p
+                .build(Target::Sm90a)
                 .unwrap_or_else(|e| panic!("{what} D{dim}: {e}"));
             let l = kittens_codegen::lower(&k, Target::Sm90a)
                 .unwrap_or_else(|e| panic!("{what} D{dim}: {e}"));
@@ -51,24 +51,23 @@ fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
 fn attn_fwd_head_dims_192_and_256_compile_for_sm_90a_without_spills() {
     ensure_nvrtc();
     let cache = fresh_cache("attn-features-dims");
-    let entry = kittens_kernels::by_name("attn_fwd").unwrap();
-    let all = options().pop().expect("the all-options case").1;
+    let all = AttnProblem::with(options().pop().expect("the all-options case").1);
     for dim in [192, 256] {
         let cases = [
-            ("dense", Problem::default()),
+            ("dense", AttnProblem::default()),
             (
                 "lse",
-                Problem {
+                AttnProblem {
                     lse: true,
-                    ..Problem::default()
+                    ..AttnProblem::default()
                 },
             ),
             (
                 "split 3",
-                Problem {
+                AttnProblem {
                     lse: true,
                     kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Fixed(3),
-                    ..Problem::default()
+                    ..AttnProblem::default()
                 },
             ),
             ("all, causal", all),
@@ -76,13 +75,8 @@ fn attn_fwd_head_dims_192_and_256_compile_for_sm_90a_without_spills() {
         for (what, mut p) in cases {
             p.attn.dim = dim;
             let what = format!("{what} D{dim}");
-            for stage in entry
-                .problem
-                .stages(
-                    &p,
-                    Target::Sm90a,
-                    &entry.problem.plan(&p, Target::Sm90a).unwrap(),
-                )
+            for stage in p
+                .stages(Target::Sm90a, &p.plan(Target::Sm90a).unwrap())
                 .unwrap_or_else(|e| panic!("{what}: {e}"))
             {
                 let l = kittens_codegen::lower(&stage.kernel, Target::Sm90a)
@@ -101,16 +95,18 @@ fn attn_fwd_head_dims_192_and_256_compile_for_sm_90a_without_spills() {
 fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
     let cache = fresh_cache("attn-features-bwd");
-    let entry = kittens_kernels::by_name("attn_bwd").unwrap();
     let mut n = 0;
-    for (what, p) in options() {
+    for (what, a) in options() {
         for dim in [64, 128] {
-            let mut p = p;
+            let mut p = BwdProblem::with(a);
             p.attn.dim = dim;
             for variant in [Some("dq"), None, Some("atomic")] {
-                let p = Problem { variant, ..p };
+                let p = BwdProblem {
+                    run: RunSettings { variant, ..p.run },
+                    ..p
+                };
                 let what = format!("{what} D{dim} {variant:?}");
-                let k = entry.problem.build(&p, Target::Sm90a);
+                let k = p.build(Target::Sm90a);
                 if variant == Some("atomic") && dim == 128 && p.logits.softcap.is_some() {
                     // Refused by name: too few registers for the atomic form with a cap.
                     let err = k.unwrap_err().to_string();

@@ -29,6 +29,10 @@ fn every_sm90a_registry_kernel_compiles_through_the_one_function() {
             e.name, image.report
         );
         assert!(!image.cubin.is_empty(), "{}", e.name);
+        eprintln!(
+            "{}: {} registers, {} B shared",
+            e.name, image.report.registers, image.report.shared_bytes
+        );
         // Every argument names a declared global or parameter, and every global is reached (by
         // address or through a tensor map).
         for a in &l.args {

@@ -12,8 +12,9 @@ mod cuda_common;
 
 use amd_common::{assert_compiles_without_spills, clang_for};
 use kittens_hw::Target;
-use kittens_kernels::problem::{NormShape, Problem};
+use kittens_kernels::problem::{NamedArgs, RunSettings};
 use kittens_kernels::registry::KernelEntry;
+use kittens_kernels::rotary::problem::{RotaryBwdProblem, RotaryProblem};
 use kittens_kernels::{layernorm, rmsnorm};
 use kittens_runtime::runner::{run, Backend, HipEmu, IsaEmu};
 
@@ -139,25 +140,33 @@ const CASES: [(&str, usize, usize, bool, bool); 10] = [
     ("layernorm_bwd", 21, 3080, false, false),
 ];
 
-fn problem(rows: usize, dim: usize, residual: bool, packed: bool) -> Problem {
-    Problem {
-        norm: NormShape {
-            rows,
-            dim,
-            ..NormShape::default()
-        },
-        residual,
-        packed,
-        seed: 17 + rows as u64,
-        input_scale: 4.0,
-        ..Problem::default()
+/// The row-wise kernel `name`'s problem at `rows` rows of `dim` (`residual` for the RMSNorms,
+/// `packed` for the SwiGLUs).
+fn problem(
+    name: &str,
+    rows: usize,
+    dim: usize,
+    residual: bool,
+    packed: bool,
+) -> Box<dyn kittens_kernels::problem::KernelProblem> {
+    let mut a = NamedArgs::new()
+        .with("rows", rows)
+        .with("norm_dim", dim)
+        .with("seed", 17 + rows as u64)
+        .with("input_scale", 4.0f32);
+    if name.starts_with("rmsnorm") {
+        a.set("residual", residual);
     }
+    if name.starts_with("swiglu") {
+        a.set("packed", packed);
+    }
+    entry(name).problem(&a).unwrap()
 }
 
 fn run_all(backend: &dyn Backend, cases: &[(&str, usize, usize, bool, bool)]) {
     for &(name, rows, dim, residual, packed) in cases {
-        let p = problem(rows, dim, residual, packed);
-        let r = run(entry(name), &p, backend)
+        let p = problem(name, rows, dim, residual, packed);
+        let r = run(entry(name), p.as_ref(), backend)
             .unwrap_or_else(|e| panic!("{name} {}: {e}", backend.about().name));
         for o in &r.outputs {
             eprintln!(
@@ -206,7 +215,7 @@ fn rotary_backward_on_the_emulators() {
                 (AttnLayout::Bshd, false, 3, 37, 64),
                 (AttnLayout::Bhsd, true, 2, 9, 96),
             ] {
-                let p = Problem {
+                let p = RotaryBwdProblem(RotaryProblem {
                     attn: AttnShape {
                         batch: 1,
                         heads,
@@ -216,9 +225,11 @@ fn rotary_backward_on_the_emulators() {
                         layout,
                     },
                     interleaved,
-                    seed: 23,
-                    ..Problem::default()
-                };
+                    run: RunSettings {
+                        seed: 23,
+                        ..RunSettings::default()
+                    },
+                });
                 let r = run(entry("rotary_bwd"), &p, b.as_ref()).unwrap();
                 eprintln!(
                     "rotary_bwd {} {t} {}: rel_err {:.3e}",

@@ -3,8 +3,9 @@
 //! error against the same reference, plus a floor), at odd lengths, with query and key lengths that
 //! differ both ways, and with logits past ±64.
 
+use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{self, About, Backend, Execution, Interpreter, Job, RunError};
 
@@ -20,8 +21,8 @@ struct Case {
     scale: f32,
 }
 
-fn problem(c: &Case) -> Problem {
-    Problem {
+fn problem(c: &Case) -> BwdProblem {
+    BwdProblem {
         attn: AttnShape {
             batch: 1,
             heads: c.heads,
@@ -33,9 +34,12 @@ fn problem(c: &Case) -> Problem {
         seq_kv: Some(c.seq_kv),
         causal: c.causal.is_some(),
         bottom_right: c.causal == Some(true),
-        input_scale: c.scale,
-        seed: (c.seq_q * 131 + c.seq_kv) as u64,
-        ..Problem::default()
+        run: RunSettings {
+            input_scale: c.scale,
+            seed: (c.seq_q * 131 + c.seq_kv) as u64,
+            ..RunSettings::default()
+        },
+        ..BwdProblem::default()
     }
 }
 
@@ -51,8 +55,11 @@ fn check(c: &Case) {
 
 /// [`check`] of a named variant of the kernel (`None`: the default program).
 fn check_variant(c: &Case, variant: Option<&'static str>) {
-    let p = Problem {
-        variant,
+    let p = BwdProblem {
+        run: RunSettings {
+            variant,
+            ..problem(c).run
+        },
         ..problem(c)
     };
     let r = runner::run(entry(), &p, &Interpreter).unwrap();
@@ -276,13 +283,13 @@ fn bad_problems_are_refused() {
         e.to_string().contains("heads_kv 2 must divide heads 3"),
         "{e}"
     );
-    let p = Problem {
+    let p = BwdProblem {
         seq_kv: Some(0),
         ..problem(&Case { heads_kv: 1, ..c })
     };
     let e = runner::validate(entry(), &p, &Interpreter).unwrap_err();
     assert!(e.to_string().contains("seq_kv must be positive"), "{e}");
-    let p = Problem {
+    let p = BwdProblem {
         attn: AttnShape { dim: 48, ..p.attn },
         seq_kv: None,
         ..p

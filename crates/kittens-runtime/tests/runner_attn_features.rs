@@ -7,10 +7,13 @@
 //! use the option (judged against the default's reference they fail), the window's key blocks
 //! are skipped (fewer ops executed), and bad values are refused naming the argument.
 
+use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_bwd::{BwdShape, Causal};
+use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
 use kittens_kernels::attn_score::{AttnOptions, Logits, Window};
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::KernelProblem;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::AttnShape;
 use kittens_kernels::{exec, reference_fwd};
 use kittens_runtime::runner::{self, Interpreter};
@@ -46,8 +49,8 @@ fn case(seq_q: usize, seq_kv: usize) -> Case {
     }
 }
 
-fn problem(c: &Case) -> Problem {
-    Problem {
+fn problem(c: &Case) -> AttnProblem {
+    AttnProblem {
         attn: AttnShape {
             batch: 1,
             heads: c.heads,
@@ -61,9 +64,12 @@ fn problem(c: &Case) -> Problem {
         bottom_right: c.causal == Some(true),
         logits: c.logits,
         window: c.window.map(|(l, r)| Window::new(l, r).unwrap()),
-        input_scale: c.input_scale,
-        seed: (c.seq_q * 1009 + c.seq_kv * 7 + c.dim) as u64,
-        ..Problem::default()
+        run: RunSettings {
+            input_scale: c.input_scale,
+            seed: (c.seq_q * 1009 + c.seq_kv * 7 + c.dim) as u64,
+            ..RunSettings::default()
+        },
+        ..AttnProblem::default()
     }
 }
 
@@ -172,9 +178,22 @@ fn what(c: &Case, program: &str) -> String {
     )
 }
 
+/// `p`'s attention as registry kernel `kernel`'s problem (`attn_fwd`'s own, or `attn_bwd`'s with
+/// the same shape, mask, options and run settings).
+fn as_kernel(kernel: &str, p: AttnProblem) -> Box<dyn KernelProblem> {
+    match kernel {
+        "attn_fwd" => Box::new(p),
+        "attn_bwd" => Box::new(BwdProblem {
+            run: p.run,
+            ..BwdProblem::with(p.args())
+        }),
+        other => panic!("not an attention kernel: {other}"),
+    }
+}
+
 /// Runs attention forward on `p` and asserts every output (O and the log-sum-exp) passes.
 fn check_fwd(c: &Case, cfg: AttnConfig, program: &str) {
-    let p = Problem {
+    let p = AttnProblem {
         attn_cfg: cfg,
         lse: true,
         ..problem(c)
@@ -191,13 +210,17 @@ fn check_fwd(c: &Case, cfg: AttnConfig, program: &str) {
 
 /// Runs the backward (`variant`: one of its CDNA key-block schedules) and asserts dQ, dK, dV pass.
 fn check_bwd(c: &Case, variant: Option<&'static str>) {
-    let p = Problem {
-        variant,
+    let p = AttnProblem {
+        run: RunSettings {
+            variant,
+            ..problem(c).run
+        },
         ..problem(c)
     };
+    let p = as_kernel("attn_bwd", p);
     let entry = kittens_kernels::by_name("attn_bwd").unwrap();
     let program = format!("bwd {variant:?}");
-    let r = runner::run(entry, &p, &Interpreter)
+    let r = runner::run(entry, p.as_ref(), &Interpreter)
         .unwrap_or_else(|e| panic!("{}: {e}", what(c, &program)));
     let names: Vec<&str> = r.outputs.iter().map(|o| o.name.as_str()).collect();
     assert_eq!(names, ["dq", "dk", "dv"], "{}", what(c, &program));
@@ -210,7 +233,7 @@ fn check_bwd(c: &Case, variant: Option<&'static str>) {
 #[test]
 fn forward_amd_ping_pong() {
     for c in cases() {
-        check_fwd(&c, Problem::default().attn_cfg, "ping-pong");
+        check_fwd(&c, AttnProblem::default().attn_cfg, "ping-pong");
     }
 }
 
@@ -231,14 +254,17 @@ fn forward_mi300x_and_key_split() {
     let entry = kittens_kernels::by_name("attn_fwd").unwrap();
     for c in cases() {
         // MI300X-attn's program (V given transposed), then the ping-pong cut into 3 key parts.
-        let p = Problem {
-            variant: Some("seed001"),
+        let p = AttnProblem {
             lse: true,
+            run: RunSettings {
+                variant: Some("seed001"),
+                ..problem(&c).run
+            },
             ..problem(&c)
         };
         let r = runner::run(entry, &p, &Interpreter).unwrap();
         assert!(r.passed, "{}: {:?}", what(&c, "mi300x"), r.failures());
-        let p = Problem {
+        let p = AttnProblem {
             kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Fixed(3),
             lse: true,
             ..problem(&c)
@@ -324,16 +350,15 @@ fn windows_skip_key_blocks() {
             heads_kv: 1,
             ..case(1024, 1024)
         };
-        let p = Problem {
+        let p = AttnProblem {
             window,
             ..problem(&c)
         };
-        let e = kittens_kernels::by_name(kernel).unwrap();
-        let def = e.problem;
-        let kernel = def.build(&p, kittens_hw::Target::Cpu).unwrap();
-        let launch = def.launch(&p).unwrap();
+        let p = as_kernel(kernel, p);
+        let kernel = p.build(kittens_hw::Target::Cpu).unwrap();
+        let launch = p.launch().unwrap();
         let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(1);
-        let inputs = def.draw(&p, &kernel, &launch, &mut rng);
+        let inputs = p.draw(&kernel, &launch, &mut rng);
         let (_, stats) = exec::interpret(&kernel, &launch.params, inputs, &launch.outputs).unwrap();
         stats.wave_ops
     };
@@ -360,24 +385,28 @@ fn bad_options_are_refused_by_name() {
         (softcap(f32::INFINITY), "softcap"),
     ];
     for (logits, name) in bad {
-        let p = Problem {
+        let p = AttnProblem {
             logits,
             ..problem(&case(64, 64))
         };
         for e in [entry, bwd] {
-            let err = runner::run(e, &p, &Interpreter).unwrap_err().to_string();
+            let err = runner::run(e, as_kernel(e.name, p).as_ref(), &Interpreter)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains(name), "{logits:?}: {err}");
         }
     }
     for (l, r) in [(-2, 0), (0, -5), (i64::MIN, 3)] {
         let err = Window::new(l, r).unwrap_err().to_string();
         assert!(err.contains("window") && err.contains("-1"), "{err}");
-        let p = Problem {
+        let p = AttnProblem {
             window: Some(Window { left: l, right: r }),
             ..problem(&case(64, 64))
         };
         for e in [entry, bwd] {
-            let err = runner::run(e, &p, &Interpreter).unwrap_err().to_string();
+            let err = runner::run(e, as_kernel(e.name, p).as_ref(), &Interpreter)
+                .unwrap_err()
+                .to_string();
             assert!(err.contains("window"), "({l}, {r}): {err}");
         }
     }
@@ -385,19 +414,28 @@ fn bad_options_are_refused_by_name() {
     assert!(err.contains("left,right"), "{err}");
     // The Hopper backward's atomic form has too few registers for a soft cap at head dim 128:
     // refused by name; the two-launch form takes it.
-    let mut p = Problem {
+    let base = problem(&case(64, 64));
+    let mut p = BwdProblem {
         logits: softcap(5.0),
-        variant: Some("atomic"),
-        ..problem(&case(64, 64))
+        run: RunSettings {
+            variant: Some("atomic"),
+            ..base.run
+        },
+        ..BwdProblem::with(base.args())
     };
     p.attn.dim = 128;
     let sm90 = kittens_hw::Target::Sm90a;
-    let err = bwd.problem.build(&p, sm90).unwrap_err().to_string();
+    let err = p.build(sm90).unwrap_err().to_string();
     assert!(err.contains("softcap") && err.contains("atomic"), "{err}");
-    assert!(bwd
-        .problem
-        .build(&Problem { variant: None, ..p }, sm90)
-        .is_ok());
+    assert!(BwdProblem {
+        run: RunSettings {
+            variant: None,
+            ..p.run
+        },
+        ..p
+    }
+    .build(sm90)
+    .is_ok());
 }
 
 /// Head dims beyond 64 and 128 (32, 96, 192, 256: FlashAttention-3's set and the smallest) with
@@ -419,7 +457,7 @@ fn head_dims_32_to_256_with_every_option() {
             input_scale: 2.0,
             ..case(77, 90)
         };
-        check_fwd(&c, Problem::default().attn_cfg, "ping-pong");
+        check_fwd(&c, AttnProblem::default().attn_cfg, "ping-pong");
         check_bwd(&c, None);
     }
 }
@@ -458,10 +496,8 @@ fn hopper_forward_head_dims_192_and_256() {
         check_fwd(&all, cfg, "producer/consumer");
         let mut p = problem(&dense);
         p.attn.dim = dim as usize;
-        let bwd = kittens_kernels::by_name("attn_bwd").unwrap();
-        let err = bwd
-            .problem
-            .build(&p, kittens_hw::Target::Sm90a)
+        let err = as_kernel("attn_bwd", p)
+            .build(kittens_hw::Target::Sm90a)
             .unwrap_err()
             .to_string();
         assert!(err.contains("64 or 128") && err.contains("240"), "{err}");

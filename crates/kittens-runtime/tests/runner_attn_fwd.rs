@@ -4,8 +4,9 @@
 //! Hopper program (producer/consumer), at odd lengths, GQA, both layouts, causal and not, and logits
 //! past ±64.
 
+use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{self, Interpreter};
 
@@ -25,7 +26,7 @@ fn entry() -> &'static kittens_kernels::registry::KernelEntry {
 /// Runs `c` with the log-sum-exp on the interpreter with the tiles `cfg` at input scale `scale` and
 /// asserts both outputs pass; returns the largest |logit| the inputs reached.
 fn check(c: &Case, cfg: AttnConfig, scale: f32) -> f64 {
-    let p = Problem {
+    let p = AttnProblem {
         attn: AttnShape {
             batch: 2,
             heads: c.heads,
@@ -37,9 +38,12 @@ fn check(c: &Case, cfg: AttnConfig, scale: f32) -> f64 {
         causal: c.causal,
         lse: true,
         attn_cfg: cfg,
-        input_scale: scale,
-        seed: (c.seq * 7 + c.dim) as u64,
-        ..Problem::default()
+        run: RunSettings {
+            input_scale: scale,
+            seed: (c.seq * 7 + c.dim) as u64,
+            ..RunSettings::default()
+        },
+        ..AttnProblem::default()
     };
     let r = runner::run(entry(), &p, &Interpreter).unwrap();
     let what = format!(
@@ -96,7 +100,7 @@ fn cases() -> Vec<Case> {
 
 #[test]
 fn lse_amd_ping_pong() {
-    let cfg = Problem::default().attn_cfg;
+    let cfg = AttnProblem::default().attn_cfg;
     for c in cases() {
         check(&c, cfg, 1.0);
         let logit = check(&c, cfg, 8.0);
@@ -135,7 +139,7 @@ fn lse_hip_emulated() {
     for target in [Target::Gfx950, Target::Gfx942] {
         let emu = HipEmu::new(target).unwrap();
         for causal in [false, true] {
-            let p = Problem {
+            let p = AttnProblem {
                 attn: AttnShape {
                     batch: 1,
                     heads: 2,
@@ -146,9 +150,12 @@ fn lse_hip_emulated() {
                 },
                 causal,
                 lse: true,
-                input_scale: 8.0,
-                seed: 11,
-                ..Problem::default()
+                run: RunSettings {
+                    input_scale: 8.0,
+                    seed: 11,
+                    ..RunSettings::default()
+                },
+                ..AttnProblem::default()
             };
             let r = runner::run(entry(), &p, &emu).unwrap_or_else(|e| panic!("{target}: {e}"));
             let names: Vec<&str> = r.outputs.iter().map(|o| o.name.as_str()).collect();
@@ -168,7 +175,7 @@ fn lengths_that_differ_and_both_alignments() {
         kv_block: 64,
         ..AttnConfig::for_gpu(h100)
     };
-    let amd = Problem::default().attn_cfg;
+    let amd = AttnProblem::default().attn_cfg;
     for (seq_q, seq_kv) in [
         (1, 77),
         (3, 200),
@@ -179,7 +186,7 @@ fn lengths_that_differ_and_both_alignments() {
     ] {
         for causal in [None, Some(false), Some(true)] {
             for (cfg, dim) in [(hopper, 64), (amd, 64), (hopper, 128)] {
-                let p = Problem {
+                let p = AttnProblem {
                     attn: AttnShape {
                         batch: 1,
                         heads: 4,
@@ -193,9 +200,12 @@ fn lengths_that_differ_and_both_alignments() {
                     bottom_right: causal == Some(true),
                     lse: true,
                     attn_cfg: cfg,
-                    input_scale: 8.0,
-                    seed: (seq_q * 1000 + seq_kv) as u64,
-                    ..Problem::default()
+                    run: RunSettings {
+                        input_scale: 8.0,
+                        seed: (seq_q * 1000 + seq_kv) as u64,
+                        ..RunSettings::default()
+                    },
+                    ..AttnProblem::default()
                 };
                 let r = runner::run(entry(), &p, &Interpreter).unwrap();
                 let what = format!(
@@ -219,13 +229,13 @@ fn every_output_rounding_passes_against_its_own_baseline() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     for rounding in [Rounding::Rtne, Rounding::Rtna, Rounding::Rtz] {
         for cfg in [
-            Problem::default().attn_cfg,
+            AttnProblem::default().attn_cfg,
             AttnConfig {
                 kv_block: 64,
                 ..AttnConfig::for_gpu(h100)
             },
         ] {
-            let p = Problem {
+            let p = AttnProblem {
                 attn: AttnShape {
                     batch: 2,
                     heads: 4,
@@ -236,9 +246,12 @@ fn every_output_rounding_passes_against_its_own_baseline() {
                 },
                 causal: true,
                 attn_cfg: AttnConfig { rounding, ..cfg },
-                input_scale: 8.0,
-                seed: 9,
-                ..Problem::default()
+                run: RunSettings {
+                    input_scale: 8.0,
+                    seed: 9,
+                    ..RunSettings::default()
+                },
+                ..AttnProblem::default()
             };
             let r = runner::run(entry(), &p, &Interpreter).unwrap();
             assert!(

@@ -9,10 +9,12 @@
 
 use kittens_hw::Target;
 use kittens_ir::Rounding;
+use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::problem::SEED001;
 use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::KernelProblem;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{self, Interpreter, RunReport};
 
@@ -39,8 +41,8 @@ fn case(heads: usize, heads_kv: usize, seq: usize, seq_kv: usize, dim: usize) ->
     }
 }
 
-fn problem(c: &Case, cfg: AttnConfig, layout: AttnLayout) -> Problem {
-    Problem {
+fn problem(c: &Case, cfg: AttnConfig, layout: AttnLayout) -> AttnProblem {
+    AttnProblem {
         attn: AttnShape {
             batch: 1,
             heads: c.heads,
@@ -55,10 +57,13 @@ fn problem(c: &Case, cfg: AttnConfig, layout: AttnLayout) -> Problem {
         lse: true,
         kv_splits: KvSplits::Fixed(c.splits),
         attn_cfg: cfg,
-        // Inputs to ±8: logits past ±64 at both head dimensions.
-        input_scale: 8.0,
-        seed: (c.seq * 31 + c.seq_kv * 7 + c.dim + c.splits as usize) as u64,
-        ..Problem::default()
+        run: RunSettings {
+            // Inputs to ±8: logits past ±64 at both head dimensions.
+            input_scale: 8.0,
+            seed: (c.seq * 31 + c.seq_kv * 7 + c.dim + c.splits as usize) as u64,
+            ..RunSettings::default()
+        },
+        ..AttnProblem::default()
     }
 }
 
@@ -72,7 +77,7 @@ fn check(c: &Case, cfg: AttnConfig, layout: AttnLayout) {
 }
 
 /// Runs problem `p` of case `c` and asserts both outputs pass the rule; the report.
-fn judge(c: &Case, p: &Problem, layout: AttnLayout) -> RunReport {
+fn judge(c: &Case, p: &dyn KernelProblem, layout: AttnLayout) -> RunReport {
     let r = runner::run(entry(), p, &Interpreter).unwrap();
     let what = format!("{} {c:?} {layout:?}", r.shape["program"]);
     assert_eq!(r.shape["kv_splits"], c.splits, "{what}");
@@ -119,7 +124,7 @@ fn split_case(
 
 /// The CPU configuration of the AMD program: 8 waves of 16 queries, 32-key blocks.
 fn ping_pong() -> AttnConfig {
-    Problem::default().attn_cfg
+    AttnProblem::default().attn_cfg
 }
 
 /// The Hopper program as configured for the H100: 128 queries, 128-key blocks.
@@ -192,8 +197,11 @@ fn seed001_split_passes_the_rule() {
             rounding,
             ..ping_pong()
         };
-        let p = Problem {
-            variant: Some(SEED001),
+        let p = AttnProblem {
+            run: RunSettings {
+                variant: Some(SEED001),
+                ..problem(&c, cfg, layout).run
+            },
             ..problem(&c, cfg, layout)
         };
         let r = judge(&c, &p, layout);
@@ -254,7 +262,7 @@ fn the_merge_rounds_as_configured() {
 #[test]
 fn auto_splits_decoding_and_not_a_full_grid() {
     let plan = |heads, seq, seq_kv, cfg: AttnConfig, target| {
-        let p = Problem {
+        let p = AttnProblem {
             attn: AttnShape {
                 batch: 1,
                 heads,
@@ -266,9 +274,9 @@ fn auto_splits_decoding_and_not_a_full_grid() {
             seq_kv: Some(seq_kv),
             kv_splits: KvSplits::Auto,
             attn_cfg: cfg,
-            ..Problem::default()
+            ..AttnProblem::default()
         };
-        let plan = entry().problem().plan(&p, target).unwrap();
+        let plan = p.plan(target).unwrap();
         plan.shape["kv_splits"].as_u64().unwrap()
     };
     let pc = producer_consumer();

@@ -1,13 +1,16 @@
 //! The two example kernels on the CPU interpreter (the runner's `cpu` backend) against f64 references,
 //! on random inputs of several shapes including ones that are not multiples of the tile.
 
+use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::gemm::problem::GemmProblem;
 use kittens_kernels::gemm::GemmConfig;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::KernelProblem;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{self, Interpreter, RunReport};
 
-fn run(name: &str, p: &Problem) -> Result<RunReport, runner::RunError> {
+fn run(name: &str, p: &dyn KernelProblem) -> Result<RunReport, runner::RunError> {
     runner::run(kittens_kernels::by_name(name)?, p, &Interpreter)
 }
 
@@ -19,13 +22,16 @@ const TOL: f64 = 1e-2;
 fn gemm(m: usize, n: usize, k: usize, gemm: GemmConfig) -> f64 {
     let r = run(
         "gemm_bf16",
-        &Problem {
+        &GemmProblem {
             m,
             n,
             k,
             gemm,
-            seed: (m * 31 + n * 7 + k) as u64,
-            ..Problem::default()
+            run: RunSettings {
+                seed: (m * 31 + n * 7 + k) as u64,
+                ..RunSettings::default()
+            },
+            ..GemmProblem::default()
         },
     )
     .unwrap();
@@ -55,9 +61,12 @@ fn gemm_seed_tiles() {
 /// Runs the attention and judges it by the test rule (`reference::check_rule`: at most 2x the error of
 /// PyTorch-style bf16 attention against the same f64 reference, plus a floor) on `rel_err` and
 /// `max_rel`; at `scale` 8 and head dim 64 the logits must reach ±64.
-fn attn_at(p: Problem, scale: f32) {
-    let p = Problem {
-        input_scale: scale,
+fn attn_at(p: AttnProblem, scale: f32) {
+    let p = AttnProblem {
+        run: RunSettings {
+            input_scale: scale,
+            ..p.run
+        },
         ..p
     };
     let r = run("attn_fwd", &p).unwrap();
@@ -88,11 +97,14 @@ fn attn(batch: usize, heads: usize, heads_kv: usize, seq: usize, layout: AttnLay
         dim: 64,
         layout,
     };
-    let p = Problem {
+    let p = AttnProblem {
         attn,
         causal,
-        seed: seq as u64,
-        ..Problem::default()
+        run: RunSettings {
+            seed: seq as u64,
+            ..RunSettings::default()
+        },
+        ..AttnProblem::default()
     };
     for scale in [1.0, 8.0] {
         attn_at(p, scale);
@@ -126,12 +138,15 @@ fn attention_seed_tiles() {
         layout: AttnLayout::Bhsd,
     };
     for causal in [false, true] {
-        let p = Problem {
+        let p = AttnProblem {
             attn,
             causal,
             attn_cfg: AttnConfig::default(),
-            seed: 9,
-            ..Problem::default()
+            run: RunSettings {
+                seed: 9,
+                ..RunSettings::default()
+            },
+            ..AttnProblem::default()
         };
         for scale in [1.0, 8.0] {
             attn_at(p, scale);
@@ -143,9 +158,12 @@ fn attention_seed_tiles() {
 /// `passed` says so.
 #[test]
 fn attention_out_of_tolerance_fails() {
-    let p = Problem {
-        tolerance: Some(1e-6),
-        ..Problem::default()
+    let p = AttnProblem {
+        run: RunSettings {
+            tolerance: Some(1e-6),
+            ..RunSettings::default()
+        },
+        ..AttnProblem::default()
     };
     let r = run("attn_fwd", &p).unwrap();
     assert!(!r.passed && r.tolerance == 1e-6, "{r:?}");
@@ -225,7 +243,7 @@ fn attention_producer_consumer() {
         };
         // The key loop rotated (P·V of block j−1 beside the softmax of block j) and not.
         for overlap in [true, false] {
-            let p = Problem {
+            let p = AttnProblem {
                 attn,
                 causal,
                 // The causal ones with the warpgroups' turns on Q·Kᵀ (compute clusters; same
@@ -236,8 +254,11 @@ fn attention_producer_consumer() {
                     overlap,
                     ..cfg
                 },
-                seed: seq as u64 + dim as u64,
-                ..Problem::default()
+                run: RunSettings {
+                    seed: seq as u64 + dim as u64,
+                    ..RunSettings::default()
+                },
+                ..AttnProblem::default()
             };
             for scale in [1.0, 8.0] {
                 attn_at(p, scale);
@@ -312,13 +333,16 @@ fn gemm_split_k_stages() {
             split_k: split,
             ..GemmConfig::small()
         };
-        let p = Problem {
+        let p = GemmProblem {
             m,
             n,
             k,
             gemm: cfg,
-            seed: (m * 31 + n * 7 + k) as u64,
-            ..Problem::default()
+            run: RunSettings {
+                seed: (m * 31 + n * 7 + k) as u64,
+                ..RunSettings::default()
+            },
+            ..GemmProblem::default()
         };
         let r = run("gemm_bf16", &p).unwrap();
         assert_eq!(r.then.len(), 1, "{m}x{n}x{k}/k{split}: {:?}", r.then);

@@ -3,11 +3,13 @@
 //! layouts and both output dtypes, at shapes that are not multiples of the tile.
 
 use kittens_hw::dtype::DType;
+use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
 use kittens_kernels::gemm::{GemmConfig, GemmSchedule, GemmTypes, Scales, Staging};
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::KernelProblem;
+use kittens_kernels::problem::RunSettings;
 use kittens_runtime::runner::{self, Interpreter, RunReport};
 
-fn run(name: &str, p: &Problem) -> Result<RunReport, runner::RunError> {
+fn run(name: &str, p: &dyn KernelProblem) -> Result<RunReport, runner::RunError> {
     runner::run(kittens_kernels::by_name(name)?, p, &Interpreter)
 }
 
@@ -15,13 +17,16 @@ fn run(name: &str, p: &Problem) -> Result<RunReport, runner::RunError> {
 fn fp8(m: usize, n: usize, k: usize, cfg: GemmConfig) -> f64 {
     let r = run(
         "gemm_fp8",
-        &Problem {
+        &GemmProblem {
             m,
             n,
             k,
             gemm: cfg,
-            seed: (m * 31 + n * 7 + k) as u64,
-            ..Problem::default()
+            run: RunSettings {
+                seed: (m * 31 + n * 7 + k) as u64,
+                ..RunSettings::default()
+            },
+            ..GemmProblem::of(GemmKind::Fp8)
         },
     )
     .unwrap_or_else(|e| panic!("gemm_fp8 {m}x{n}x{k} {cfg:?}: {e}"));
@@ -124,20 +129,26 @@ fn k_step_must_hold_whole_fp8_base_tiles() {
 /// run is refused, naming the limit.
 #[test]
 fn input_scale_past_the_fp8_range_is_refused() {
-    let p = Problem {
+    let p = GemmProblem {
         m: 40,
         n: 24,
         k: 36,
-        input_scale: 500.0,
         gemm: GemmConfig::fp8_default(),
-        ..Problem::default()
+        run: RunSettings {
+            input_scale: 500.0,
+            ..RunSettings::default()
+        },
+        ..GemmProblem::of(GemmKind::Fp8)
     };
     let err = run("gemm_fp8", &p).unwrap_err().to_string();
     assert!(err.contains("exceeds 448"), "{err}");
     let ok = run(
         "gemm_fp8",
-        &Problem {
-            input_scale: 400.0,
+        &GemmProblem {
+            run: RunSettings {
+                input_scale: 400.0,
+                ..p.run
+            },
             ..p
         },
     )

@@ -79,8 +79,8 @@ const CPU_SHAPE: (usize, usize, usize) = (192, 320, 200);
 /// `gemm_bf16` that the sm_90a lowering compiles) on the CPU backend, the tile-language interpreter, and
 /// report its error against the f64 reference. No timing: the interpreter says nothing about speed.
 fn no_gpu(e: &CudaError, json: Option<&str>) -> anyhow::Result<()> {
+    use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
     use kittens_kernels::gemm::GemmConfig;
-    use kittens_kernels::problem::Problem;
     use kittens_runtime::runner::{run, Interpreter};
     let msg = format!(
         "no NVIDIA GPU: {e}. Falling back to the CPU backend (the tile-language interpreter): \
@@ -88,14 +88,11 @@ fn no_gpu(e: &CudaError, json: Option<&str>) -> anyhow::Result<()> {
     );
     let h100 = Target::Sm90a.gpu().context("GPU catalog")?;
     let (m, n, k) = CPU_SHAPE;
-    let p = Problem {
-        m,
-        n,
-        k,
+    let mut p = GemmProblem {
         gemm: GemmConfig::for_gpu(h100),
-        seed: 1,
-        ..Problem::default()
+        ..GemmProblem::new(GemmKind::Bf16, m, n, k)
     };
+    p.run.seed = 1;
     let entry = kittens_kernels::by_name("gemm_bf16")?;
     let r = run(entry, &p, &Interpreter).context("gemm_bf16 on the CPU backend")?;
     let passed = r.passed;

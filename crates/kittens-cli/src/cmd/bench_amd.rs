@@ -76,16 +76,11 @@ fn report(r: &AmdGemmReport, json: Option<&str>) -> anyhow::Result<()> {
 
 /// No ROCm (or no AMD GPU): say so, then run the same code object on the ISA emulator.
 fn no_rocm(e: &HipError, target: Target, json: Option<&str>) -> anyhow::Result<()> {
-    use kittens_kernels::problem::Problem;
+    use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
     use kittens_runtime::runner::{run, IsaEmu};
     let (m, n, k) = EMU_SHAPE;
-    let p = Problem {
-        m,
-        n,
-        k,
-        seed: 1,
-        ..Problem::default()
-    };
+    let mut p = GemmProblem::new(GemmKind::Bf16, m, n, k);
+    p.run.seed = 1;
     let entry = kittens_kernels::by_name("gemm_bf16")?;
     let r = run(entry, &p, &IsaEmu::new(target)?).context("gemm_bf16 on the ISA emulator")?;
     let doc = serde_json::json!({

@@ -6,9 +6,10 @@
 use anyhow::{bail, Context};
 use kittens_ir::Rounding;
 use kittens_kernels::attn_bwd::Causal;
+use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::cuda::attn::{default_cases, run_attn_bench, AttnBenchOptions};
 use kittens_runtime::runner::{self, CudaGpu, RunReport, Timed};
@@ -104,19 +105,22 @@ struct Check {
 }
 
 impl Check {
-    fn problem(&self, sms: Option<u32>) -> Problem {
-        let mut p = Problem {
+    fn problem(&self, sms: Option<u32>) -> AttnProblem {
+        let mut p = AttnProblem {
             attn: self.shape,
             seq_kv: Some(self.seq_kv),
             causal: self.causal != Causal::No,
             bottom_right: self.causal == Causal::BottomRight,
             lse: true,
             kv_splits: self.kv_splits,
-            sms,
-            input_scale: 8.0,
-            seed: (self.shape.seq * 131 + self.seq_kv * 7 + self.shape.dim + self.shape.heads)
-                as u64,
-            ..Problem::default()
+            run: RunSettings {
+                sms,
+                input_scale: 8.0,
+                seed: (self.shape.seq * 131 + self.seq_kv * 7 + self.shape.dim + self.shape.heads)
+                    as u64,
+                ..RunSettings::default()
+            },
+            ..AttnProblem::default()
         };
         p.attn_cfg.rounding = self.rounding;
         p

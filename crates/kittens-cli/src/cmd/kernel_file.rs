@@ -16,7 +16,9 @@ use anyhow::{bail, Context, Result};
 use kittens_hw::{Gpu, Target};
 use kittens_ir::analysis::{analyze_launch, Options};
 use kittens_ir::{Access, Kernel};
-use kittens_kernels::problem::{KernelProblem, Launch, Plan, Problem, Reference, Stage};
+use kittens_kernels::problem::{
+    KernelProblem, Launch, NamedArgs, Plan, Reference, RunSettings, Stage,
+};
 use kittens_kernels::reference::Tolerance;
 use kittens_kernels::registry::{KernelEntry, Status, TargetPlan};
 use kittens_kernels::KernelError;
@@ -50,7 +52,7 @@ static PLACEHOLDER: KernelEntry = KernelEntry {
     build_variant: kittens_kernels::registry::no_variants,
     build_default: || Err(KernelError::Config("no kernel named".into())),
     build_gpu: |_| Err(KernelError::Config("no kernel named".into())),
-    problem: &NoReference,
+    parse: no_reference,
 };
 
 /// Every target a kernel file is offered for: whether it fits is what lowering checks.
@@ -111,7 +113,7 @@ fn leak(s: String) -> &'static str {
 fn entry(
     path: &Path,
     name: Option<&'static str>,
-    problem: &'static dyn KernelProblem,
+    parse: fn(&NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError>,
 ) -> Result<&'static KernelEntry> {
     let kernel = load(path)?;
     let name = name.unwrap_or_else(|| leak(kernel.name.clone()));
@@ -126,7 +128,7 @@ fn entry(
         build_variant: kittens_kernels::registry::no_variants,
         build_default: loaded,
         build_gpu: |_: &Gpu| loaded(),
-        problem,
+        parse,
     })))
 }
 
@@ -141,7 +143,7 @@ impl KernelFile {
                 "give a registry name ({}) or --kernel-file, not both",
                 named.name
             ),
-            (Some(p), false) => entry(p, None, &NoReference),
+            (Some(p), false) => entry(p, None, no_reference),
         }
     }
 }
@@ -194,21 +196,35 @@ impl RunFile {
             Some(name) => {
                 let judge = kittens_kernels::by_name(name)
                     .with_context(|| format!("--reference {name}"))?;
-                let problem: &'static FileProblem = Box::leak(Box::new(FileProblem {
-                    inner: judge.problem(),
-                    judge: judge.name,
-                }));
-                entry(path, Some(judge.name), problem).map(ForRun::Entry)
+                if JUDGE.set(judge).is_err() {
+                    bail!("one --reference per command");
+                }
+                entry(path, Some(judge.name), judged).map(ForRun::Entry)
             }
         }
     }
+}
+
+/// The registry kernel judging this process's kernel file (`--reference NAME`).
+static JUDGE: OnceLock<&'static KernelEntry> = OnceLock::new();
+
+/// The problem of a kernel file judged by [`JUDGE`]: the judge's problem at `a`, running the file's
+/// kernel.
+fn judged(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    let judge = JUDGE
+        .get()
+        .ok_or_else(|| KernelError::Problem("no --reference kernel".into()))?;
+    Ok(Box::new(FileProblem {
+        inner: judge.problem(a)?,
+        judge: judge.name,
+    }))
 }
 
 /// A kernel file judged by a registry kernel's problem: the sizes, inputs, reference and tolerance
 /// are the registry kernel's, the kernel run is the file's.
 #[derive(Debug)]
 struct FileProblem {
-    inner: &'static dyn KernelProblem,
+    inner: Box<dyn KernelProblem>,
     judge: &'static str,
 }
 
@@ -235,34 +251,34 @@ impl FileProblem {
 }
 
 impl KernelProblem for FileProblem {
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
-        self.inner.launch(p)
+    fn kernel(&self) -> &'static str {
+        self.inner.kernel()
     }
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
-        let plan = self.inner.plan(p, target)?;
+    fn settings(&self) -> &RunSettings {
+        self.inner.settings()
+    }
+    fn launch(&self) -> Result<Launch, KernelError> {
+        self.inner.launch()
+    }
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let plan = self.inner.plan(target)?;
         self.fits(&plan.launch)?;
         Ok(plan)
     }
-    fn build(&self, _: &Problem, _: Target) -> Result<Kernel, KernelError> {
+    fn build(&self, _: Target) -> Result<Kernel, KernelError> {
         loaded()
     }
-    fn stages(&self, _: &Problem, _: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+    fn stages(&self, _: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
         Ok(vec![Stage {
             kernel: self.fits(&plan.launch)?,
             launch: plan.launch.clone(),
         }])
     }
-    fn draw(
-        &self,
-        p: &Problem,
-        kernel: &Kernel,
-        launch: &Launch,
-        rng: &mut SmallRng,
-    ) -> Vec<Vec<f32>> {
-        self.inner.draw(p, kernel, launch, rng)
+    fn draw(&self, kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
+        self.inner.draw(kernel, launch, rng)
     }
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
-        self.inner.reference(p, inputs)
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        self.inner.reference(inputs)
     }
     fn tolerance(&self) -> Tolerance {
         self.inner.tolerance()
@@ -271,33 +287,12 @@ impl KernelProblem for FileProblem {
 
 /// The problem of a kernel with no reference: never reached through the runner (`run` takes the
 /// unreferenced path), an error if it is.
-#[derive(Debug)]
-struct NoReference;
-
-impl KernelProblem for NoReference {
-    fn launch(&self, _: &Problem) -> Result<Launch, KernelError> {
-        Err(KernelError::Problem(
-            "a kernel file without --reference has no problem sizes; `kittens run --kernel-file` \
-             runs it at its -p parameters"
-                .into(),
-        ))
-    }
-    fn plan(&self, p: &Problem, _: Target) -> Result<Plan, KernelError> {
-        self.launch(p).map(|_| unreachable!())
-    }
-    fn build(&self, _: &Problem, _: Target) -> Result<Kernel, KernelError> {
-        loaded()
-    }
-    fn reference(&self, _: &Problem, _: &[Vec<f32>]) -> Reference {
-        Reference {
-            values: vec![],
-            baseline: None,
-            max_abs_logit: None,
-        }
-    }
-    fn tolerance(&self) -> Tolerance {
-        Tolerance::Fixed(0.0)
-    }
+fn no_reference(_: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Err(KernelError::Problem(
+        "a kernel file without --reference has no problem sizes; `kittens run --kernel-file` \
+         runs it at its -p parameters"
+            .into(),
+    ))
 }
 
 /// One output of an unreferenced run.

@@ -8,9 +8,8 @@
 use super::flags::{AttnLayoutArg, BackendArg, ScheduleArg};
 use anyhow::{bail, Context};
 use kittens_hw::Target;
-use kittens_kernels::attn_score::Logits;
-use kittens_kernels::gemm::GemmConfig;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::attn_fwd::split::KvSplits;
+use kittens_kernels::problem::{ArgValue, KernelProblem, NamedArgs};
 use kittens_kernels::registry::KernelEntry;
 use kittens_runtime::runner::{
     self, Backend, CudaGpu, HipEmu, HipGpu, Interpreter, IsaEmu, RunReport,
@@ -339,7 +338,7 @@ fn check_flags(a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
+pub(crate) fn problem(a: &Args) -> anyhow::Result<NamedArgs> {
     // An empty problem would "pass" with zero error: refuse it instead.
     let dims = [
         ("--m", a.m),
@@ -375,7 +374,7 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     if a.lse && a.kernel.name != "attn_fwd" {
         bail!("--lse applies to attn_fwd only, not {}", a.kernel.name);
     }
-    let one = kittens_kernels::attn_fwd::split::KvSplits::Fixed(1);
+    let one = KvSplits::Fixed(1);
     if a.kv_splits != one && a.kernel.name != "attn_fwd" {
         bail!(
             "--kv-splits applies to attn_fwd only, not {}",
@@ -387,54 +386,66 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<Problem> {
     {
         bail!("--heads-kv {} must divide --heads {}", a.heads_kv, a.heads);
     }
-    let mut p = Problem {
-        m: a.m,
-        n: a.n,
-        k: a.k,
-        causal: a.causal,
-        bottom_right: a.bottom_right,
-        seq_kv: a.seq_kv,
-        lse: a.lse,
-        logits: Logits {
-            scale: a.softmax_scale,
-            softcap: a.softcap,
-        },
-        window: a.window,
-        kv_splits: a.kv_splits,
-        seed: a.seed,
-        input_scale: a.input_scale,
-        tolerance: a.tolerance,
-        ..Problem::default()
+    // The problem by name; the kernel's own problem type reads the names it knows
+    // (`KernelEntry::problem`), and `check_flags` refused the flags it does not.
+    let layout = match a.layout {
+        AttnLayoutArg::Bshd => "bshd",
+        AttnLayoutArg::Bhsd => "bhsd",
     };
-    // gemm_fp8 runs its own CPU configuration (OCP e4m3, K step 128: one 16x16x128 MFMA's K), so an
-    // explicit --k-step that does not fit it is refused rather than rounded.
-    if a.kernel.name == "gemm_fp8" {
-        p.gemm = GemmConfig::fp8_default();
+    let schedule = match a.schedule.unwrap_or(ScheduleArg::Pingpong) {
+        ScheduleArg::Pingpong => "pingpong",
+        ScheduleArg::Interleave => "interleave",
+        ScheduleArg::Ws => "ws",
+    };
+    let kv_splits: ArgValue = match a.kv_splits {
+        KvSplits::Auto => "auto".into(),
+        KvSplits::Fixed(g) => g.into(),
+    };
+    let norm_dim = if a.kernel.name == "cross_entropy" {
+        a.vocab
+    } else {
+        a.hidden
+    };
+    let mut p = NamedArgs::new()
+        .with("m", a.m)
+        .with("n", a.n)
+        .with("k", a.k)
+        .with("block", a.block)
+        .with("schedule", schedule)
+        .with("batch", a.batch)
+        .with("heads", a.heads)
+        .with("heads_kv", a.heads_kv)
+        .with("seq", a.seq)
+        .with("seq_kv", a.seq_kv)
+        .with("dim", a.dim)
+        .with("layout", layout)
+        .with("causal", a.causal)
+        .with("bottom_right", a.bottom_right)
+        .with("lse", a.lse)
+        .with("scale", a.softmax_scale)
+        .with("softcap", a.softcap)
+        .with("kv_splits", kv_splits)
+        .with("q_rows", a.q_rows)
+        .with("kv_block", a.kv_block)
+        .with("rows", a.rows)
+        .with("norm_dim", norm_dim)
+        .with("p", a.p)
+        .with("dropout_seed", a.dropout_seed)
+        .with("offset", a.offset)
+        .with("interleaved", a.interleaved)
+        .with("residual", !a.no_residual)
+        .with("eps", a.eps)
+        .with("packed", a.packed)
+        .with("smoothing", a.smoothing)
+        .with("f32_logits", a.f32_logits)
+        .with("seed", a.seed)
+        .with("input_scale", a.input_scale)
+        .with("tolerance", a.tolerance);
+    if let Some(w) = a.window {
+        p.set("window", ArgValue::Ints(vec![w.left, w.right]));
     }
-    p.gemm.block = a.block;
-    p.gemm.schedule = a.schedule.unwrap_or(ScheduleArg::Pingpong).into();
-    p.gemm.k_step = a.k_step.unwrap_or(p.gemm.k_step);
-    p.attn.batch = a.batch;
-    p.attn.heads = a.heads;
-    p.attn.heads_kv = a.heads_kv;
-    p.attn.seq = a.seq;
-    p.attn.dim = a.dim;
-    p.attn.layout = a.layout.into();
-    p.attn_cfg.q_rows = a.q_rows;
-    p.attn_cfg.kv_block = a.kv_block;
-    p.norm.rows = a.rows;
-    p.norm.dim = a.hidden;
-    p.norm.p = a.p;
-    p.norm.dropout_seed = a.dropout_seed;
-    p.norm.offset = a.offset;
-    p.interleaved = a.interleaved;
-    p.residual = !a.no_residual;
-    p.eps = a.eps;
-    p.packed = a.packed;
-    if a.kernel.name == "cross_entropy" {
-        p.norm.dim = a.vocab;
-        p.cross_entropy.smoothing = a.smoothing;
-        p.cross_entropy.f32_logits = a.f32_logits;
+    if let Some(k) = a.k_step {
+        p.set("k_step", k);
     }
     Ok(p)
 }
@@ -572,24 +583,30 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         bail!("--host-loop takes 1 to 1000000 calls");
     }
     check_flags(&args)?;
-    let mut p = problem(&args)?;
-    p.variant = variant(&args)?;
+    let mut named = problem(&args)?;
+    let variant = variant(&args)?;
     // On the interpreter the GEMMs' `interleave4` variant is their 4-wave schedule (what `--schedule
     // interleave` runs there); the registry variant itself configures a GPU target.
     if args.backend == BackendArg::Cpu
         && matches!(entry.name, "gemm_bf16" | "gemm_fp8")
-        && p.variant == Some(kittens_kernels::gemm::problem::INTERLEAVE4)
+        && variant == Some(kittens_kernels::gemm::problem::INTERLEAVE4)
     {
-        p.gemm.schedule = ScheduleArg::Interleave.into();
-        p.variant = None;
+        named.set("schedule", "interleave");
+    } else if let Some(v) = variant {
+        named.set("variant", v);
     }
     let backend = backend(&args)?;
     if args.backend == BackendArg::Cuda {
         // The configuration is chosen for the GPU that runs it (its SM count), not the catalog's;
         // without a usable device the run itself says why, naming the backend.
         let ordinal = i32::try_from(args.device.unwrap_or(0)).context("--device")?;
-        p.sms = kittens_runtime::cuda::dispatch::device_sms(ordinal).ok();
+        named.set(
+            "sms",
+            kittens_runtime::cuda::dispatch::device_sms(ordinal).ok(),
+        );
     }
+    let p = entry.problem(&named)?;
+    let p = p.as_ref();
     let target = backend.about().target;
     if args.ir && target != Target::Cpu {
         bail!("--ir prints the interpreter's kernel; use `kittens compile --emit hip` for the HIP");
@@ -601,15 +618,15 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         (t, BackendArg::Cuda) => format!("for {t} on an NVIDIA GPU"),
         (t, _) => format!("for {t} on the HIP emulation"),
     };
-    let r = runner::run(entry, &p, backend.as_ref())
+    let r = runner::run(entry, p, backend.as_ref())
         .with_context(|| format!("running `{}` {on}", entry.name))?;
     let ir = if args.ir {
-        Some(entry.problem().build(&p, target)?.to_string())
+        Some(p.build(target)?.to_string())
     } else {
         None
     };
     let host = match args.host_loop {
-        Some(calls) if r.passed => Some(host_loop(entry, &p, args.device.unwrap_or(0), calls)?),
+        Some(calls) if r.passed => Some(host_loop(entry, p, args.device.unwrap_or(0), calls)?),
         _ => None,
     };
     if args.json {
@@ -784,7 +801,7 @@ fn print_text(r: &RunReport) {
 /// [`kittens_runtime::cuda::dispatch::host_loop`] over `entry`'s launches at `p` on the device.
 fn host_loop(
     entry: &KernelEntry,
-    p: &Problem,
+    p: &dyn KernelProblem,
     device: usize,
     calls: usize,
 ) -> anyhow::Result<kittens_runtime::cuda::dispatch::HostLoop> {

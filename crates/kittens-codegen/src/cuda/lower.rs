@@ -1,4 +1,5 @@
-//! Lowering a tile-IR kernel with the producer/consumer schedule to CUDA C++ for sm_90a.
+//! Lowering a tile-IR kernel with the producer/consumer schedule to CUDA C++ for sm_90a (a plain
+//! program goes through the strip emitter: `crate::strip::lower_plain`).
 //!
 //! The IR's execution model (docs/ir.md): every wave (here: warp) runs the body; register tiles are per
 //! wave; an async load names the shared ring slot it writes; a `barrier` orders everything before it in
@@ -99,16 +100,18 @@ impl TmaMap {
 /// the stored tensor's when the accumulator store goes through TMA), globals, parameters).
 pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     kittens_ir::analysis::verify(k)?;
-    if crate::strip::is_strip_program(k) {
+    // A plain program (strips, or any register tiles with `mma.sync`) goes through the strip
+    // emitter; the ping-pong and interleave schedules are AMD's.
+    if matches!(k.schedule, Schedule::Plain { .. }) {
         if k.reads_indices() {
-            return unsupported("index reads (Expr::Elem, per-block clips) in a strip program");
+            return unsupported("index reads (Expr::Elem, per-block clips) in a plain program");
         }
-        return crate::strip::lower_strip(k, crate::strip::CUDA)
+        return crate::strip::lower_plain(k, crate::strip::CUDA)
             .map_err(|e| CudaLowerError::Unsupported(e.0));
     }
     let Schedule::ProducerConsumer { producers, .. } = k.schedule else {
         return unsupported(format!(
-            "the {} schedule (only producer/consumer targets Hopper)",
+            "the {} schedule (Hopper takes plain and producer/consumer programs)",
             k.schedule.name()
         ));
     };
@@ -146,6 +149,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         wgmma_n: BTreeSet::new(),
         wgmma_tb: BTreeSet::new(),
         wgmma_ta_tb: BTreeSet::new(),
+        wgmma_ta: BTreeSet::new(),
         wgmma_rs: BTreeSet::new(),
         wgmma_rs_split: BTreeSet::new(),
         groups: Vec::new(),
@@ -206,6 +210,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     if !e.wgmma_rs.is_empty()
         || !e.wgmma_tb.is_empty()
         || !e.wgmma_ta_tb.is_empty()
+        || !e.wgmma_ta.is_empty()
         || !e.wgmma_rs_split.is_empty()
     {
         src.push_str("namespace kt {\n");
@@ -217,6 +222,9 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         }
         for &n in &e.wgmma_ta_tb {
             src.push_str(&super::wgmma_wrapper_ta_tb(n));
+        }
+        for &n in &e.wgmma_ta {
+            src.push_str(&super::wgmma_wrapper_ta(n));
         }
         for &(n, tb) in &e.wgmma_rs_split {
             src.push_str(&super::wgmma_rs_wrapper_split(n, tb));
@@ -281,6 +289,8 @@ pub(super) struct Emit<'k> {
     pub(super) wgmma_tb: BTreeSet<u32>,
     /// The same with A M-major too (`mma_atb`): bf16 only.
     pub(super) wgmma_ta_tb: BTreeSet<u32>,
+    /// The same with A M-major and B K-major (`mma_atbt`): bf16 only.
+    pub(super) wgmma_ta: BTreeSet<u32>,
     /// Register-A wgmma wrappers used: (N, B transposed).
     pub(super) wgmma_rs: BTreeSet<(u32, bool)>,
     /// Register-A wgmma wrappers with D split over two accumulators (`lower_mma.rs`, fused pairs).

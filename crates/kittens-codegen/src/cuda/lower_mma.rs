@@ -53,17 +53,12 @@ impl Emit<'_> {
             return unsupported("mma with a register operand (wgmma SS form only)");
         };
         // B is `N × K` (K-major, `mma_abt`) or `K × N` (N-major, `mma_ab`: wgmma's transposed B);
-        // `mma_atb` reads A as `K × M` too (M-major: the transposed-A immediate).
+        // `mma_atb` and `mma_atbt` read A as `K × M` (M-major: the transposed-A immediate).
         let (m_major, n_major) = match form {
             MmaForm::Abt => (false, false),
             MmaForm::Ab => (false, true),
             MmaForm::Atb => (true, true),
-            f => {
-                return unsupported(format!(
-                    "{} (A K-major, B either way; or both MN-major)",
-                    f.name()
-                ))
-            }
+            MmaForm::Atbt => (true, false),
         };
         let (acc, _) = self.acc(d);
         let n = self.k.reg(d).shape().1;
@@ -89,9 +84,9 @@ impl Emit<'_> {
             }
         };
         // fp8 wgmma has no transpose immediates: both operands must be K-major (PTX ISA §9.7.15.5.1).
-        if n_major && input != WgmmaInput::Bf16 {
+        if (n_major || m_major) && input != WgmmaInput::Bf16 {
             return unsupported(format!(
-                "{} with {:?} operands: fp8 wgmma reads K-major operands only (B as N x K, mma_abt)",
+                "{} with {:?} operands: fp8 wgmma reads K-major operands only (A as M x K, B as N x K, mma_abt)",
                 form.name(),
                 sa.tile.dtype
             ));
@@ -118,12 +113,21 @@ impl Emit<'_> {
             }
         };
         // M-major A (bf16): one 128-byte-swizzled atom of 64 columns holds the warpgroup's 64 rows of
-        // M; a K step moves `ik` rows of 128 bytes, as N-major B's does.
+        // M (a tile of more columns is kept as column atoms, `column_atoms`, and the warpgroup's
+        // slices must start on one); a K step moves `ik` rows of 128 bytes, as N-major B's does.
         let da = if m_major {
             let t = &sa.tile;
-            if t.swizzle != kittens_tile::Swizzle::NV_128B || t.cols * t.dtype.bytes() != 128 {
+            let atoms = column_atoms(t).unwrap_or(1);
+            if t.swizzle != kittens_tile::Swizzle::NV_128B
+                || t.cols * t.dtype.bytes() != 128 * atoms
+            {
                 return unsupported(
-                    "M-major A other than a 128-byte swizzled tile of 64 bf16 columns",
+                    "M-major A other than 128-byte swizzled atoms of 64 bf16 columns",
+                );
+            }
+            if atoms > 1 && !self.slices_start_atoms(av) {
+                return unsupported(
+                    "M-major A whose warpgroup's 64 columns do not start a 64-column atom",
                 );
             }
             format!("kt::desc_mnmajor_sw128(a0 + %o, {}u)", t.rows * 128)
@@ -166,9 +170,12 @@ impl Emit<'_> {
         } else {
             (format!("{}(b0 + %o)", desc(&sb.tile)?), 32)
         };
-        let wrapper = if m_major {
+        let wrapper = if m_major && n_major {
             self.wgmma_ta_tb.insert(n);
             WgmmaInput::Bf16.wrapper_name_ta_tb(n)
+        } else if m_major {
+            self.wgmma_ta.insert(n);
+            WgmmaInput::Bf16.wrapper_name_ta(n)
         } else if n_major {
             self.wgmma_tb.insert(n);
             WgmmaInput::Bf16.wrapper_name_tb(n)
@@ -188,9 +195,13 @@ impl Emit<'_> {
                 ));
             }
         }
+        let a0 = if m_major {
+            self.atom_addr(av, "kt_wave0")
+        } else {
+            self.smem_addr(av, "kt_wave0")
+        };
         self.line(format!(
-            "const u32 a0 = {}, b0 = {};",
-            self.smem_addr(av, "kt_wave0"),
+            "const u32 a0 = {a0}, b0 = {};",
             self.smem_addr(bv, "kt_wave0")
         ));
         // A and B filled together share the slot's barrier: one wait. A tile the consumer stores
@@ -524,6 +535,36 @@ impl Emit<'_> {
     /// unless the program has consumers barriers: the schedule analysis has then shown every wave's
     /// slice ordered after its writers, and a `wgmma` reads the union of its four waves' slices only
     /// once all four have issued it.
+    /// Whether every consumer warpgroup's first wave views `av` (M-major A) from a column that
+    /// starts a 64-column atom.
+    fn slices_start_atoms(&self, av: &SharedView) -> bool {
+        (0..self.k.waves)
+            .step_by(4)
+            .filter(|w0| w0 / 4 >= self.producers)
+            .all(|w0| self.at_origin(&av.col0, w0).is_some_and(|c| c % 64 == 0))
+    }
+
+    /// The shared address of view `v`'s origin in a tile kept as 128-byte column atoms (64 bf16
+    /// columns each, `column_atoms`): atom `col0 / 64` lies `rows × 128` bytes per atom into the slot.
+    /// A tile of one atom gives [`Emit::smem_addr`]'s address.
+    fn atom_addr(&self, v: &SharedView, wave: &str) -> String {
+        let s = self.k.shared_decl(v.buf);
+        if column_atoms(&s.tile).is_none() {
+            return self.smem_addr(v, wave);
+        }
+        let per = 128 / s.tile.dtype.bytes();
+        let col = self.ex_with(&v.col0, wave);
+        format!(
+            "(kt_smem + {}u + (u32)({}) * {}u + ((u32)({col}) / {per}u) * {}u + (u32)({}) * 128u + ((u32)({col}) % {per}u) * {}u)",
+            self.offsets[v.buf.0 as usize],
+            self.ex_with(&v.index, wave),
+            s.tile.bytes(),
+            s.tile.rows * 128,
+            self.ex_with(&v.row0, wave),
+            s.tile.dtype.bytes()
+        )
+    }
+
     fn check_slices(
         &self,
         av: &SharedView,

@@ -61,6 +61,10 @@ impl WgmmaInput {
     pub fn wrapper_name_ta_tb(self, n: u32) -> String {
         format!("{}_ta_tb", self.wrapper_name(n))
     }
+    /// The wrapper's C++ name for a given N with A M-major and B K-major ([`wgmma_wrapper_ta`]).
+    pub fn wrapper_name_ta(self, n: u32) -> String {
+        format!("{}_ta", self.wrapper_name(n))
+    }
 }
 
 /// The valid N of a dense wgmma: multiples of 8 up to 256 (PTX ISA, wgmma shapes table).
@@ -87,6 +91,12 @@ pub fn wgmma_wrapper_ta_tb(n: u32) -> String {
     ss_wrapper(WgmmaInput::Bf16, n, true, true)
 }
 
+/// The same with A M-major and B K-major (`_ta`: the transpose-A immediate only; bf16 only): `C = Aᵀ·Bᵀ`
+/// with A stored `K × M` and B `N × K` (a GEMM reading a transposed A against a linear layer's weight).
+pub fn wgmma_wrapper_ta(n: u32) -> String {
+    ss_wrapper(WgmmaInput::Bf16, n, true, false)
+}
+
 fn ss_wrapper(input: WgmmaInput, n: u32, trans_a: bool, trans_b: bool) -> String {
     assert!(
         valid_wgmma_n(n),
@@ -101,7 +111,8 @@ fn ss_wrapper(input: WgmmaInput, n: u32, trans_a: bool, trans_b: bool) -> String
         WgmmaInput::Fp8E4m3 => ", 1, 1".to_string(),
     };
     let name = match (trans_a, trans_b) {
-        (true, _) => input.wrapper_name_ta_tb(n),
+        (true, true) => input.wrapper_name_ta_tb(n),
+        (true, false) => input.wrapper_name_ta(n),
         (false, true) => input.wrapper_name_tb(n),
         (false, false) => input.wrapper_name(n),
     };
@@ -229,6 +240,12 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("%64, %65, p, 1, 1, 0, 1;"), "{t}");
+        let ta = wgmma_wrapper_ta(64);
+        assert!(
+            ta.contains("wgmma_m64n64k16_bf16_ss_ta(float (&d)[32]")
+                && ta.contains("p, 1, 1, 1, 0;"),
+            "{ta}"
+        );
     }
     #[test]
     fn register_a_wrapper_lists_a_fragment_then_descriptor() {

@@ -9,7 +9,10 @@ use kittens_hw::{dtype::DType, Arch, Target};
 pub const CUDA: Dialect = Dialect {
     target: Target::Sm90a,
     lanes: 32,
-    prelude: include_str!("prelude_cuda.cuh"),
+    prelude: concat!(
+        include_str!("prelude_cuda.cuh"),
+        include_str!("bf16_regs.h")
+    ),
     names: cexpr::CUDA,
     thread: "threadIdx.x",
     block: "blockIdx.x",
@@ -52,6 +55,8 @@ pub const CUDA: Dialect = Dialect {
     prologue: "",
     inf: "__int_as_float(0x7f800000)",
     nan: "__int_as_float(0x7fc00000)",
+    wave_sync: "__syncwarp();",
+    bf16_regs: true,
 };
 
 /// HIP C++ for an AMD target (no ROCm headers: the kittens prelude, then the `ks::` helpers): waves of
@@ -97,5 +102,8 @@ pub fn hip(arch: Arch) -> Dialect {
         prologue: "#pragma clang fp contract(off)",
         inf: "__builtin_inff()",
         nan: "__builtin_nanf(\"\")",
+        wave_sync: "",
+        // VGPRs could pack too; the AMD strip kernels are left as the ISA emulator knows them.
+        bf16_regs: false,
     }
 }

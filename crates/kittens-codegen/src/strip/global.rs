@@ -13,6 +13,7 @@
 //! phases every load of the run is in flight at once, and only the raw words (half the registers of
 //! bf16 values in f32) live between the phases.
 
+use kittens_hw::dtype::DType;
 use kittens_ir::{GlobalView, RegId, Rounding};
 
 use super::memory::{from_f32, to_f32, ViewC};
@@ -28,6 +29,8 @@ struct Access {
     ty: &'static str,
     /// The vector type and how many vectors one chunk takes, when the chunk is contiguous.
     vec: Option<(&'static str, u32)>,
+    /// bf16 registers kept at 16 bits and a bf16 tensor: elements move as bits.
+    bits: bool,
 }
 
 impl Access {
@@ -45,6 +48,14 @@ impl Access {
     }
     fn elem(&self, j: usize, e: &str) -> String {
         format!("{}[kt_s * {} + {e}]", self.regs[j], self.d.v())
+    }
+    /// Element `e` of member `j` as the tensor's dtype, rounded as `rounding` says.
+    fn stored(&self, j: usize, e: &str, rounding: Rounding) -> String {
+        if self.bits {
+            format!("{}.bits()", self.elem(j, e))
+        } else {
+            from_f32(self.vc.dtype, &self.elem(j, e), rounding)
+        }
     }
 }
 
@@ -70,7 +81,9 @@ impl Emit<'_> {
             b if b >= 16 && b.is_multiple_of(16) => Some((self.d.vec16, b / 16)),
             _ => None,
         };
+        let bits = vc.dtype == DType::Bf16 && regs.iter().all(|r| self.packed(*r));
         Ok(Access {
+            bits,
             regs: regs.iter().map(|r| self.r(*r)).collect(),
             d,
             vc,
@@ -127,7 +140,7 @@ impl Emit<'_> {
             self.line(format!(
                 "if (kt_ok) {}[kt_o + {j}] = {};",
                 a.vc.ptr,
-                from_f32(a.vc.dtype, &a.elem(j, "kt_e_i"), rounding)
+                a.stored(j, "kt_e_i", rounding)
             ));
         }
         self.depth -= 1;
@@ -212,7 +225,7 @@ impl Emit<'_> {
                 self.line(format!(
                     "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {}; ++kt_e_i) kt_e[kt_e_i * {m} + {j}] = {};",
                     a.d.v(),
-                    from_f32(a.vc.dtype, &a.elem(j, "kt_e_i"), rounding)
+                    a.stored(j, "kt_e_i", rounding)
                 ));
             }
             for p in 0..pieces {
@@ -324,11 +337,15 @@ impl Emit<'_> {
                 ty = a.ty
             ));
             for j in 0..a.regs.len() {
+                let raw = format!("kt_e[kt_e_i * {} + {j}]", a.m());
+                let set = if a.bits {
+                    format!("{}.set_bits({raw})", a.elem(j, "kt_e_i"))
+                } else {
+                    format!("{} = {}", a.elem(j, "kt_e_i"), to_f32(a.vc.dtype, &raw))
+                };
                 self.line(format!(
-                    "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {}; ++kt_e_i) {} = {};",
+                    "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {}; ++kt_e_i) {set};",
                     a.d.v(),
-                    a.elem(j, "kt_e_i"),
-                    to_f32(a.vc.dtype, &format!("kt_e[kt_e_i * {} + {j}]", a.m()))
                 ));
             }
             self.depth -= 1;

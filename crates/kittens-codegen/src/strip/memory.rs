@@ -87,36 +87,44 @@ impl Emit<'_> {
         pair_dim.then(|| (regs, first.clone(), load))
     }
 
+    /// A register moved from (`store: None`) or to a shared view (`store: Some(rounding)`).
     pub(super) fn shared(
         &mut self,
         reg: RegId,
         v: &SharedView,
-        load: bool,
+        store: Option<Rounding>,
     ) -> Result<(), StripError> {
         let d = self.dist(reg);
         if matches!(d, Dist::Replicated { .. }) {
             return unsupported("a row vector moved to or from shared memory");
         }
-        let s = self.k.shared_decl(v.buf);
-        let (rows, cols) = (s.tile.rows, s.tile.cols);
-        let name = format!("kt_sh_{}", ident(&s.name));
-        let at = format!(
-            "({} * {} + ({} + kt_row) * {cols} + {} + kt_col + kt_e_i)",
-            self.e(&v.index),
-            rows * cols,
-            self.e(&v.row0),
-            self.e(&v.col0)
-        );
+        let sdt = self.k.shared_decl(v.buf).tile.dtype;
+        let rdt = self.k.reg(reg).dtype();
+        let name = self.shared_name(v);
+        let at = self.shared_at(v, "kt_row", "kt_col + kt_e_i");
         let r = self.r(reg);
         self.open_slots(d);
         let elem = format!("{r}[kt_s * {} + kt_e_i]", d.v());
-        let stmt = if load {
-            format!("{elem} = {name}[{at}];")
-        } else if d.grouped() {
-            // Every group of lanes holds the whole vector: the first writes it.
-            format!("if (kt_lane < {}) {name}[{at}] = {elem};", d.chunks())
-        } else {
-            format!("{name}[{at}] = {elem};")
+        // Registers hold f32 (a bf16 register bf16 values); memory holds its dtype.
+        let stmt = match store {
+            None => {
+                let x = to_f32(sdt, &format!("{name}[{at}]"));
+                let x = if rdt == DType::Bf16 && sdt != DType::Bf16 {
+                    format!("ks::bf16_to_f32(ks::f32_to_bf16({x}))")
+                } else {
+                    x
+                };
+                format!("{elem} = {x};")
+            }
+            Some(rounding) => {
+                let x = from_f32(sdt, &elem, rounding);
+                if d.grouped() {
+                    // Every group of lanes holds the whole vector: the first writes it.
+                    format!("if (kt_lane < {}) {name}[{at}] = {x};", d.chunks())
+                } else {
+                    format!("{name}[{at}] = {x};")
+                }
+            }
         };
         self.line(format!(
             "#pragma unroll\nfor (int kt_e_i = 0; kt_e_i < {}; ++kt_e_i) {stmt}",

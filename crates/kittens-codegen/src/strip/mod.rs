@@ -38,6 +38,7 @@ mod dialects;
 mod dist;
 mod global;
 mod memory;
+mod mma;
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
 pub use dialects::{hip, CUDA};
 use dist::{dist, Dist};
@@ -96,7 +97,17 @@ pub struct Dialect {
     pub prologue: &'static str,
     pub inf: &'static str,
     pub nan: &'static str,
+    /// Whether bf16 registers are kept at 16 bits (`ks::bf16_regs`, bf16_regs.h: two per 32-bit
+    /// register, f32 arithmetic per element); else every register element is a `float`.
+    pub bf16_regs: bool,
+    /// A statement ordering the shared-memory accesses of a wave's lanes (CUDA: `__syncwarp()`;
+    /// empty where a wave runs in lockstep).
+    pub wave_sync: &'static str,
 }
+
+/// Static `__shared__` bytes a kernel may declare (CUDA C++ Programming Guide, "Shared Memory": more
+/// needs dynamic shared memory and an opt-in).
+const STATIC_SHARED: u32 = 48 * 1024;
 
 /// True when `k` is a program this lowering takes: plain schedule, strip registers only.
 pub fn is_strip_program(k: &Kernel) -> bool {
@@ -113,6 +124,8 @@ struct Emit<'k> {
     d: Dialect,
     out: String,
     depth: usize,
+    /// Bytes of one wave's `mma` scratch (`mma.rs`).
+    mma_stride: u32,
 }
 
 impl Emit<'_> {
@@ -137,6 +150,10 @@ impl Emit<'_> {
     }
     fn e(&self, x: &Expr) -> String {
         format!("((long long){})", cexpr::expr_in(self.k, x, &self.d.names))
+    }
+    /// Whether register `r` is kept at 16 bits ([`Dialect::bf16_regs`]).
+    fn packed(&self, r: RegId) -> bool {
+        self.d.bf16_regs && self.k.reg(r).dtype() == DType::Bf16
     }
     fn r(&self, r: RegId) -> String {
         format!("r{}_{}", r.0, ident(&self.k.reg(r).name))
@@ -294,9 +311,12 @@ impl Emit<'_> {
         })
     }
 
+    /// `dst = body` per element: an f32 value, or with `bits` a bf16 bit pattern for a register kept
+    /// at 16 bits.
     fn elementwise(
         &mut self,
         dst: RegId,
+        bits: bool,
         body: impl Fn(&Self, Dist) -> Result<String, StripError>,
     ) -> Result<(), StripError> {
         let d = self.dist(dst);
@@ -308,7 +328,11 @@ impl Emit<'_> {
             d.v()
         ));
         self.depth += 1;
-        self.line(format!("{r}[kt_s * {} + kt_e_i] = {e};", d.v()));
+        if bits {
+            self.line(format!("{r}[kt_s * {} + kt_e_i].set_bits({e});", d.v()));
+        } else {
+            self.line(format!("{r}[kt_s * {} + kt_e_i] = {e};", d.v()));
+        }
         self.depth -= 1;
         self.line("}");
         Ok(())
@@ -318,25 +342,37 @@ impl Emit<'_> {
         match op {
             Op::LoadGlobal { dst, src } => self.global_loads(&[(vec![*dst], src.clone())])?,
             Op::StoreGlobal { dst, src, rounding } => self.global_store(&[*src], dst, *rounding)?,
-            Op::LoadShared { dst, src } => self.shared(*dst, src, true)?,
-            Op::StoreShared { dst, src, .. } => self.shared(*src, dst, false)?,
-            Op::Map { dst, f, args, .. } => {
+            Op::LoadShared { dst, src } => self.shared(*dst, src, None)?,
+            Op::StoreShared { dst, src, rounding } => self.shared(*src, dst, Some(*rounding))?,
+            Op::Map {
+                dst,
+                f,
+                args,
+                rounding,
+            } => {
                 let dt = self.k.reg(*dst).dtype();
-                self.elementwise(*dst, |me, d| {
+                let packed = self.packed(*dst);
+                self.elementwise(*dst, packed, |me, d| {
                     let a: Vec<String> = args
                         .iter()
                         .map(|a| me.arg(a, d))
                         .collect::<Result<_, _>>()?;
                     let x = me.apply(*f, &a)?;
-                    // Registers hold f32; a bf16 register holds bf16 values.
+                    // Registers read as f32; a bf16 register holds bf16 values, rounded as the op says.
                     Ok(match dt {
                         DType::F32 => x,
-                        DType::Bf16 => format!("ks::bf16_to_f32(ks::f32_to_bf16({x}))"),
+                        DType::Bf16 if packed => memory::from_f32(DType::Bf16, &x, *rounding),
+                        DType::Bf16 => format!(
+                            "ks::bf16_to_f32({})",
+                            memory::from_f32(DType::Bf16, &x, *rounding)
+                        ),
                         other => return unsupported(format!("{other:?} registers")),
                     })
                 })?
             }
-            Op::Fill { dst, value } => self.elementwise(*dst, |me, _| Ok(me.fconst(*value)))?,
+            Op::Fill { dst, value } => {
+                self.elementwise(*dst, false, |me, _| Ok(me.fconst(*value)))?
+            }
             Op::Mask {
                 dst,
                 rule,
@@ -410,6 +446,13 @@ impl Emit<'_> {
                 let (i0, rs) = (self.e(index0), self.e(row_stride));
                 let r = self.r(*dst);
                 let v = d.v();
+                // Four uniforms into elements `4·kt_g ..` of the slot (through f32 temporaries into
+                // a register kept at 16 bits).
+                let four = if self.packed(*dst) {
+                    format!("{{ float kt_u[4]; ks::uniform4(kt_u, (unsigned long long)(kt_i0 >> 2) + kt_g, {key}); for (int kt_q = 0; kt_q < 4; ++kt_q) {r}[kt_s * {v} + 4 * kt_g + kt_q] = kt_u[kt_q]; }}")
+                } else {
+                    format!("ks::uniform4(&{r}[kt_s * {v} + 4 * kt_g], (unsigned long long)(kt_i0 >> 2) + kt_g, {key});")
+                };
                 self.open_slots(d);
                 self.line(format!(
                     "const long long kt_i0 = {i0} + kt_row * {rs} + kt_col;"
@@ -421,7 +464,7 @@ impl Emit<'_> {
                     v.is_multiple_of(4) && multiple_of(index0, 4) && multiple_of(row_stride, 4);
                 if aligned {
                     self.line(format!(
-                        "#pragma unroll\nfor (int kt_g = 0; kt_g < {}; ++kt_g) ks::uniform4(&{r}[kt_s * {v} + 4 * kt_g], (unsigned long long)(kt_i0 >> 2) + kt_g, {key});",
+                        "#pragma unroll\nfor (int kt_g = 0; kt_g < {}; ++kt_g) {four}",
                         v / 4
                     ));
                     self.close_slots(d);
@@ -429,7 +472,7 @@ impl Emit<'_> {
                 }
                 if v.is_multiple_of(4) {
                     self.line(format!(
-                        "if ((kt_i0 & 3) == 0) {{\n#pragma unroll\n    for (int kt_g = 0; kt_g < {}; ++kt_g) ks::uniform4(&{r}[kt_s * {v} + 4 * kt_g], (unsigned long long)(kt_i0 >> 2) + kt_g, {key});\n}} else",
+                        "if ((kt_i0 & 3) == 0) {{\n#pragma unroll\n    for (int kt_g = 0; kt_g < {}; ++kt_g) {four}\n}} else",
                         v / 4
                     ));
                 }
@@ -438,15 +481,20 @@ impl Emit<'_> {
                 ));
                 self.close_slots(d);
             }
+            Op::LoadAsync { dst, src, scope } => self.load_async(dst, src, *scope)?,
+            Op::Mma { form, d, a, b, c } => self.mma(*form, *d, a, b, *c)?,
             Op::Barrier { scope } => match scope {
                 Scope::Block => self.line(format!("{};", self.d.barrier)),
-                // Registers are per lane: nothing orders within a wave.
-                Scope::Wave => {}
+                // Registers are per lane; shared memory one lane wrote is another's after a wave
+                // barrier.
+                Scope::Wave => self.line(self.d.wave_sync),
                 Scope::WarpGroup | Scope::Consumers => {
                     return unsupported("warpgroup or consumer barriers in a strip program")
                 }
             },
-            Op::Wait { .. } | Op::Priority(_) | Op::Hint(_) | Op::SetMaxRegs { .. } => {}
+            // Copies land at issue (`mma.rs`); a wait orders the wave's lanes' shared accesses.
+            Op::Wait { .. } => self.line(self.d.wave_sync),
+            Op::Priority(_) | Op::Hint(_) | Op::SetMaxRegs { .. } => {}
             other => return unsupported(format!("`{}` in a strip program", other.name())),
         }
         Ok(())
@@ -596,15 +644,36 @@ pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
     if !is_strip_program(k) {
         return unsupported("a plain-schedule program whose registers are not all strips");
     }
+    lower_any(k, d)
+}
+
+/// Lowers any plain-schedule program for sm_90a: its register tiles distributed as strips whatever
+/// their base shape (the AMD fragment), `mma` on the warp's tensor cores and asynchronous copies
+/// done at issue (`mma.rs`). Correct first: the schedules that target Hopper's fast paths are the
+/// producer/consumer ones.
+pub fn lower_plain(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
+    if !matches!(k.schedule, kittens_ir::Schedule::Plain { .. }) {
+        return unsupported(format!(
+            "the {} schedule (a plain program, or producer/consumer through the Hopper lowering)",
+            k.schedule.name()
+        ));
+    }
+    mma::plain_registers(k)?;
+    lower_any(k, d)
+}
+
+fn lower_any(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
     if k.grid.remap != GridOrder::RowMajor {
         return unsupported(format!("grid order {:?} in a strip program", k.grid.remap));
     }
     let lanes = d.lanes;
+    let mma_stride = mma::mma_scratch_per_wave(k);
     let mut e = Emit {
         k,
         d,
         out: String::new(),
         depth: 1,
+        mma_stride,
     };
     if !d.prologue.is_empty() {
         e.line(d.prologue);
@@ -628,19 +697,36 @@ pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         d.thread, d.thread
     ));
     for s in &k.shared {
-        if s.tile.dtype != DType::F32 {
-            return unsupported("shared buffers of other than f32 in a strip program");
-        }
+        let ty = e.storage(s.tile.dtype)?;
         e.line(format!(
-            "__shared__ float kt_sh_{}[{}];",
+            "__shared__ {ty} kt_sh_{}[{}];",
             ident(&s.name),
             s.count * s.tile.rows * s.tile.cols
+        ));
+    }
+    let scratch = mma_stride * k.waves;
+    if scratch > 0 {
+        e.line(format!(
+            "__shared__ __align__(16) unsigned char kt_mma[{scratch}];"
+        ));
+    }
+    let shared_bytes = k.shared_bytes() + scratch;
+    if shared_bytes > STATIC_SHARED {
+        return unsupported(format!(
+            "{shared_bytes} bytes of static shared memory (buffers {} + mma scratch {scratch} for {} \
+             waves), over the {STATIC_SHARED} a kernel declares statically: use smaller tiles",
+            k.shared_bytes(),
+            k.waves
         ));
     }
     for (i, _) in k.regs.iter().enumerate() {
         let r = RegId(i as u32);
         let n = e.dist(r).len();
-        e.line(format!("float {}[{n}];", e.r(r)));
+        if e.packed(r) {
+            e.line(format!("ks::bf16_regs<{n}> {} = {{}};", e.r(r)));
+        } else {
+            e.line(format!("float {}[{n}];", e.r(r)));
+        }
     }
     e.body(&k.body)?;
     let body = std::mem::take(&mut e.out);
@@ -681,7 +767,7 @@ pub fn lower_strip(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         source: src,
         entry: name,
         threads,
-        shared_bytes: k.shared_bytes(),
+        shared_bytes,
         shared_alloc: SharedAlloc::Static,
         grid: GridRule::PerTile,
         cluster: 1,

@@ -56,3 +56,15 @@ __device__ __forceinline__ float uniform1(u64 e, u32 s0, u32 s1, u32 o0, u32 o1)
 }
 
 } // namespace ks
+
+namespace ks {
+// D += A·B for one warp: mma.sync m16n8k16, bf16 inputs, f32 accumulators (PTX ISA §9.7.14.5.8,
+// "Matrix Fragments for mma.m16n8k16"): a0..a3 two bf16 each of A's 16×16 rows (g, g+8) and columns
+// (2t, 2t+8), b0..b1 of B's column g at rows 2t and 2t+8, c the 16×8 accumulator's (g, 2t..2t+1) and
+// (g+8, 2t..2t+1), with g = lane/4 and t = lane%4.
+__device__ __forceinline__ void mma_m16n8k16_bf16(float (&c)[4], u32 a0, u32 a1, u32 a2, u32 a3, u32 b0, u32 b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+} // namespace ks

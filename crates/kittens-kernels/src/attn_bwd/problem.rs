@@ -6,12 +6,13 @@
 //! backward (`crate::reference_bwd`).
 
 use super::{build, BwdConfig, BwdShape, Causal};
+use crate::attn_score::{AttnArgs, AttnOptions, Logits, Window};
 use crate::budget;
 use crate::problem::{
-    draw_operands, elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem,
-    Reference, Stage, STORE_BYTES,
+    draw_operands, elements, param, positive, round_up, KernelProblem, Launch, NamedArgs, Plan,
+    Reference, RunSettings, Stage, STORE_BYTES,
 };
-use crate::reference::Tolerance;
+use crate::reference::{AttnShape, Tolerance};
 use crate::reference_bwd;
 use crate::KernelError;
 use kittens_hw::dtype::DType;
@@ -20,12 +21,70 @@ use kittens_ir::numerics::{round, Rounding};
 use kittens_ir::Kernel;
 use rand::rngs::SmallRng;
 
-/// The problem definition the registry hands out for `attn_bwd`.
-#[derive(Debug)]
-pub struct BwdProblem;
+/// An `attn_bwd` problem: the attention's shape, keys, mask, logits and window ([`AttnArgs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BwdProblem {
+    pub attn: AttnShape,
+    /// Keys when they differ from the queries (`attn.seq`).
+    pub seq_kv: Option<usize>,
+    pub causal: bool,
+    /// Causal mask aligned bottom-right instead of top-left.
+    pub bottom_right: bool,
+    pub logits: Logits,
+    pub window: Option<Window>,
+    pub run: RunSettings,
+}
+
+impl BwdProblem {
+    /// The problem of `a`'s shape and mask, with the default run settings.
+    pub fn with(a: AttnArgs) -> BwdProblem {
+        BwdProblem {
+            attn: a.attn,
+            seq_kv: a.seq_kv,
+            causal: a.causal,
+            bottom_right: a.bottom_right,
+            logits: a.logits,
+            window: a.window,
+            run: RunSettings::default(),
+        }
+    }
+
+    /// The problem `a` names: the attention's ([`AttnArgs::from_args`]) and the run settings.
+    pub fn from_args(a: &NamedArgs) -> Result<BwdProblem, KernelError> {
+        Ok(BwdProblem {
+            run: RunSettings::from_args(a, &[INTERLEAVE4, PINGPONG8, DQ, ATOMIC])?,
+            ..BwdProblem::with(AttnArgs::from_args(a)?)
+        })
+    }
+
+    /// The attention's shape, keys, mask, logits and window (what every attention problem names).
+    pub fn args(&self) -> AttnArgs {
+        AttnArgs {
+            attn: self.attn,
+            seq_kv: self.seq_kv,
+            causal: self.causal,
+            bottom_right: self.bottom_right,
+            logits: self.logits,
+            window: self.window,
+        }
+    }
+
+    /// The logits and window, as the references take them.
+    pub fn attn_options(&self) -> AttnOptions {
+        AttnOptions {
+            logits: self.logits,
+            window: self.window,
+        }
+    }
+}
+
+/// The registry's parser of `attn_bwd`'s problem.
+pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(BwdProblem::from_args(a)?))
+}
 
 /// The shape of `p`: the attention shape with `seq_kv` keys (as many as queries unless given).
-pub fn shape(p: &Problem) -> BwdShape {
+pub fn shape(p: &BwdProblem) -> BwdShape {
     let a = p.attn;
     BwdShape {
         batch: a.batch,
@@ -39,7 +98,7 @@ pub fn shape(p: &Problem) -> BwdShape {
 }
 
 /// The mask `p` asks for.
-pub fn causal(p: &Problem) -> Causal {
+pub fn causal(p: &BwdProblem) -> Causal {
     match (p.causal, p.bottom_right) {
         (false, _) => Causal::No,
         (true, false) => Causal::TopLeft,
@@ -76,13 +135,13 @@ pub fn variant(base: BwdConfig, name: &str) -> Result<BwdConfig, KernelError> {
 }
 
 /// The configuration a run builds: the target GPU's tiles (the defaults on the CPU), or the
-/// variant `p.variant` names of them, with `p`'s head dimension, mask and layout.
-fn config(p: &Problem, target: Target) -> Result<BwdConfig, KernelError> {
+/// variant `p.run.variant` names of them, with `p`'s head dimension, mask and layout.
+fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
     let tiles = match target.gpu() {
         Some(gpu) => BwdConfig::for_gpu(gpu),
         None => BwdConfig::default(),
     };
-    let tiles = match p.variant {
+    let tiles = match p.run.variant {
         Some(v) => variant(tiles, v)?,
         // gfx942's plain program at head dim 64 with a soft cap, a window and a causal mask at once
         // needs 256 VGPRs + 2 AGPRs and spills 13 SGPRs into VGPR lanes; the 4-wave interleave
@@ -108,7 +167,16 @@ fn config(p: &Problem, target: Target) -> Result<BwdConfig, KernelError> {
 }
 
 impl KernelProblem for BwdProblem {
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
+    fn kernel(&self) -> &'static str {
+        "attn_bwd"
+    }
+
+    fn settings(&self) -> &RunSettings {
+        &self.run
+    }
+
+    fn launch(&self) -> Result<Launch, KernelError> {
+        let p = self;
         let sh = shape(p);
         if sh.heads_kv == 0 || !sh.heads.is_multiple_of(sh.heads_kv) {
             return Err(KernelError::Problem(format!(
@@ -132,7 +200,8 @@ impl KernelProblem for BwdProblem {
         })
     }
 
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let p = self;
         let (name, sh) = ("attn_bwd", shape(p));
         positive(
             name,
@@ -146,9 +215,9 @@ impl KernelProblem for BwdProblem {
             ],
         )?;
         if !sh.heads.is_multiple_of(sh.heads_kv) {
-            self.launch(p)?;
+            self.launch()?;
         }
-        p.check_attn_options()?;
+        p.attn_options().check()?;
         let cfg = config(p, target)?;
         let u = |x: usize| x as u64;
         let (b, h, hk, sq, skv, d) = (
@@ -191,7 +260,7 @@ impl KernelProblem for BwdProblem {
             .and_then(|(a, c)| a.checked_add(c));
         // On Hopper the backward is several launches (`stages`); the plan's launch is the run's: the
         // drawn inputs in, dQ, dK and dV out.
-        let launch = self.launch(p)?;
+        let launch = self.launch()?;
         Ok(Plan {
             launch,
             what,
@@ -207,14 +276,16 @@ impl KernelProblem for BwdProblem {
         })
     }
 
-    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        let p = self;
         build(&config(p, target)?)
     }
 
     /// One launch, except for the Hopper programs: the query blocks (dQ, and D for the next launch),
     /// then the key blocks (dK, dV), the tensors passed by name (FlashAttention-2 §3.2's split). The
     /// `dq` variant names the first of them and runs the same two.
-    fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+    fn stages(&self, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+        let p = self;
         use super::BwdSchedule::{
             HopperAtomicDq, HopperAtomicKv, HopperAtomicPre, HopperKv, HopperQ,
         };
@@ -279,17 +350,12 @@ impl KernelProblem for BwdProblem {
 
     /// Q, K, V and dO uniform in `[-input_scale, input_scale)` (bf16); O and the log-sum-exp from the
     /// f64 forward at those Q, K, V.
-    fn draw(
-        &self,
-        p: &Problem,
-        kernel: &Kernel,
-        launch: &Launch,
-        rng: &mut SmallRng,
-    ) -> Vec<Vec<f32>> {
+    fn draw(&self, kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
+        let p = self;
         let sh = shape(p);
         let lens = &launch.inputs;
-        let qkv = draw_operands(p, kernel, &lens[..3], rng);
-        let d_o = draw_operands(p, kernel, &lens[..1], rng).remove(0);
+        let qkv = draw_operands(p.run.input_scale, kernel, &lens[..3], rng);
+        let d_o = draw_operands(p.run.input_scale, kernel, &lens[..1], rng).remove(0);
         let opts = p.attn_options();
         let f = reference_bwd::forward_with(&qkv[0], &qkv[1], &qkv[2], &sh, causal(p), &opts);
         let o =
@@ -301,7 +367,8 @@ impl KernelProblem for BwdProblem {
         vec![q, k, v, o, d_o, lse]
     }
 
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = self;
         let (sh, c) = (shape(p), causal(p));
         let [q, k, v, _, d_o] = [0, 1, 2, 3, 4].map(|i| inputs[i].as_slice());
         let lg = &p.attn_options();

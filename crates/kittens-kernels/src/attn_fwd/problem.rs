@@ -1,23 +1,109 @@
 //! `attn_fwd` at a problem's sizes: parameters `batch, heads, heads_kv, seq, seq_kv`, inputs Q, K, V and outputs
 //! O (and the log-sum-exp) in the problem's layout, the f64 reference, the PyTorch-style bf16 baseline and the test rule.
 
-use super::split::{self, SplitShape};
+use super::split::{self, KvSplits, SplitShape};
 use super::{build, AttnConfig, AttnLayout, AttnSchedule};
 use crate::attn_bwd::{BwdShape, Causal};
+use crate::attn_score::{AttnArgs, AttnOptions, Logits, Window};
 use crate::budget;
 use crate::problem::{
-    elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem, Reference, Stage,
-    STORE_BYTES,
+    elements, param, positive, round_up, KernelProblem, Launch, NamedArgs, Plan, Reference,
+    RunSettings, Stage, STORE_BYTES,
 };
-use crate::reference::Tolerance;
+use crate::reference::{AttnShape, Tolerance};
 use crate::reference_fwd;
 use crate::KernelError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
 
-/// The problem definition the registry hands out for `attn_fwd`.
-#[derive(Debug)]
-pub struct AttnProblem;
+/// An `attn_fwd` problem: the attention's shape, keys, mask, logits and window ([`AttnArgs`]); the
+/// log-sum-exp output, the key split (`split`: 1 part, the plain kernel; a fixed count; or the
+/// planner's choice for the GPU the run is configured for) and the CPU interpreter's tiles
+/// (`attn_cfg`; `dim` is taken from `attn.dim`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnProblem {
+    pub attn: AttnShape,
+    /// Keys when they differ from the queries (`attn.seq`).
+    pub seq_kv: Option<usize>,
+    pub causal: bool,
+    /// Causal mask aligned bottom-right (key `j ≤ i + seq_kv − seq_q`) instead of top-left.
+    pub bottom_right: bool,
+    /// Also write the log-sum-exp of every query row (a second output).
+    pub lse: bool,
+    /// The softmax scale and soft cap (`None`s: `1/√d`, no cap).
+    pub logits: Logits,
+    /// A sliding window (bottom-right aligned, `crate::attn_score::Window`).
+    pub window: Option<Window>,
+    pub kv_splits: KvSplits,
+    pub attn_cfg: AttnConfig,
+    pub run: RunSettings,
+}
+
+impl Default for AttnProblem {
+    /// The default shape ([`AttnShape::default`]), no mask, unsplit, 16-query, 32-key tiles.
+    fn default() -> Self {
+        AttnProblem::with(AttnArgs::default())
+    }
+}
+
+impl AttnProblem {
+    /// The problem of `a`'s shape and mask, with the defaults for the rest.
+    pub fn with(a: AttnArgs) -> AttnProblem {
+        AttnProblem {
+            attn: a.attn,
+            seq_kv: a.seq_kv,
+            causal: a.causal,
+            bottom_right: a.bottom_right,
+            lse: false,
+            logits: a.logits,
+            window: a.window,
+            kv_splits: KvSplits::Fixed(1),
+            attn_cfg: AttnConfig {
+                q_rows: 16,
+                kv_block: 32,
+                ..AttnConfig::default()
+            },
+            run: RunSettings::default(),
+        }
+    }
+
+    /// The problem `a` names: the attention's ([`AttnArgs::from_args`]), `lse`, `kv_splits`
+    /// (`"auto"` or a count), the CPU tiles `q_rows` and `kv_block`, and the run settings.
+    pub fn from_args(a: &NamedArgs) -> Result<AttnProblem, KernelError> {
+        let mut p = AttnProblem::with(AttnArgs::from_args(a)?);
+        p.lse = a.flag_or("lse", false)?;
+        p.kv_splits = a.parse_or("kv_splits", p.kv_splits)?;
+        p.attn_cfg.q_rows = a.u32_or("q_rows", p.attn_cfg.q_rows)?;
+        p.attn_cfg.kv_block = a.u32_or("kv_block", p.attn_cfg.kv_block)?;
+        p.run = RunSettings::from_args(a, &[CAUSAL, SEED001])?;
+        Ok(p)
+    }
+
+    /// The attention's shape, keys, mask, logits and window (what every attention problem names).
+    pub fn args(&self) -> AttnArgs {
+        AttnArgs {
+            attn: self.attn,
+            seq_kv: self.seq_kv,
+            causal: self.causal,
+            bottom_right: self.bottom_right,
+            logits: self.logits,
+            window: self.window,
+        }
+    }
+
+    /// The logits and window, as the references take them.
+    pub fn attn_options(&self) -> AttnOptions {
+        AttnOptions {
+            logits: self.logits,
+            window: self.window,
+        }
+    }
+}
+
+/// The registry's parser of `attn_fwd`'s problem.
+pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(AttnProblem::from_args(a)?))
+}
 
 /// The name of the causal variant (the registry's, for `kittens compile --schedule causal`).
 pub const CAUSAL: &str = "causal";
@@ -42,8 +128,8 @@ pub fn variant(base: AttnConfig, name: &str) -> Result<AttnConfig, KernelError> 
 
 /// A run's variant must agree with its problem: `causal` only with `p.causal` (what `--causal`
 /// already builds); `seed001` with any mask; an unknown one is refused rather than ignored.
-fn no_variant(p: &Problem) -> Result<(), KernelError> {
-    match p.variant {
+fn no_variant(p: &AttnProblem) -> Result<(), KernelError> {
+    match p.run.variant {
         None | Some(SEED001) => Ok(()),
         Some(CAUSAL) if p.causal => Ok(()),
         Some(CAUSAL) => Err(KernelError::Config(
@@ -57,7 +143,7 @@ fn no_variant(p: &Problem) -> Result<(), KernelError> {
 /// (the registry's for both CDNA targets) elsewhere, MI300X-attn's with the `seed001` variant (on
 /// every target, so that the interpreter runs it too); head dimension, causality, layout and key split
 /// from `p` ([`splits`]).
-fn config(p: &Problem, target: Target) -> Result<AttnConfig, KernelError> {
+fn config(p: &AttnProblem, target: Target) -> Result<AttnConfig, KernelError> {
     let cfg = tiles(p, target);
     let (kv_splits, _) = splits(p, target, &cfg)?;
     Ok(AttnConfig { kv_splits, ..cfg })
@@ -76,7 +162,7 @@ fn split_gpu(cfg: &AttnConfig, target: Target) -> Option<&'static kittens_hw::Gp
 /// The key split of `p` with configuration `cfg` on `target`, and the planner's reason when `p`
 /// leaves it to the planner (`--kv-splits auto`).
 fn splits(
-    p: &Problem,
+    p: &AttnProblem,
     target: Target,
     cfg: &AttnConfig,
 ) -> Result<(u32, Option<String>), KernelError> {
@@ -88,19 +174,19 @@ fn splits(
         seq_kv: bwd_shape(p).seq_kv as u64,
     };
     match split_gpu(cfg, target) {
-        Some(gpu) => split::resolve(p.kv_splits, &p.device_model(gpu), cfg, shape),
+        Some(gpu) => split::resolve(p.kv_splits, &p.run.device_model(gpu), cfg, shape),
         None => Ok((1, None)),
     }
 }
 
 /// The key parts a run of `p` on `target` uses (1: unsplit), as [`KernelProblem::stages`] launches them.
-pub fn kv_parts(p: &Problem, target: Target) -> Result<u32, KernelError> {
+pub fn kv_parts(p: &AttnProblem, target: Target) -> Result<u32, KernelError> {
     Ok(config(p, target)?.kv_splits.max(1))
 }
 
 /// [`config`] without the key split.
-fn tiles(p: &Problem, target: Target) -> AttnConfig {
-    let tiles = match (p.variant, target.gpu()) {
+fn tiles(p: &AttnProblem, target: Target) -> AttnConfig {
+    let tiles = match (p.run.variant, target.gpu()) {
         (Some(SEED001), _) => AttnConfig::default().mi300x(),
         (_, Some(gpu)) => AttnConfig::for_gpu(gpu),
         (_, None) => p.attn_cfg,
@@ -142,7 +228,7 @@ fn v_in_layout(v: &[f32], shape: &BwdShape) -> Vec<f32> {
 }
 
 /// The problem's lengths as the general references take them.
-fn bwd_shape(p: &Problem) -> BwdShape {
+fn bwd_shape(p: &AttnProblem) -> BwdShape {
     let a = p.attn;
     BwdShape {
         batch: a.batch,
@@ -155,7 +241,7 @@ fn bwd_shape(p: &Problem) -> BwdShape {
     }
 }
 
-fn causal(p: &Problem) -> Causal {
+fn causal(p: &AttnProblem) -> Causal {
     match (p.causal, p.bottom_right) {
         (false, _) => Causal::No,
         (true, false) => Causal::TopLeft,
@@ -164,7 +250,16 @@ fn causal(p: &Problem) -> Causal {
 }
 
 impl KernelProblem for AttnProblem {
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
+    fn kernel(&self) -> &'static str {
+        "attn_fwd"
+    }
+
+    fn settings(&self) -> &RunSettings {
+        &self.run
+    }
+
+    fn launch(&self) -> Result<Launch, KernelError> {
+        let p = self;
         let (sh, seq_kv) = (p.attn, bwd_shape(p).seq_kv);
         if sh.heads_kv == 0 || !sh.heads.is_multiple_of(sh.heads_kv) {
             return Err(KernelError::Problem(format!(
@@ -191,7 +286,8 @@ impl KernelProblem for AttnProblem {
         })
     }
 
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let p = self;
         let (name, sh, seq_kv) = ("attn_fwd", p.attn, bwd_shape(p).seq_kv);
         positive(
             name,
@@ -206,10 +302,10 @@ impl KernelProblem for AttnProblem {
         )?;
         if !sh.heads.is_multiple_of(sh.heads_kv) {
             // The launch refuses it too; say it before the budget does.
-            self.launch(p)?;
+            self.launch()?;
         }
         no_variant(p)?;
-        p.check_attn_options()?;
+        p.attn_options().check()?;
         let cfg = tiles(p, target);
         let (g, why) = splits(p, target, &cfg)?;
         let u = |x: usize| x as u64;
@@ -249,7 +345,7 @@ impl KernelProblem for AttnProblem {
             .zip(round_up(skv, kv).and_then(|pk| pk.checked_add(parts)))
             .and_then(|(pq, pk)| budget::product(&[b, h, pq, pk, d, 2]));
         Ok(Plan {
-            launch: self.launch(p)?,
+            launch: self.launch()?,
             what,
             work,
             shape: serde_json::json!({
@@ -264,14 +360,16 @@ impl KernelProblem for AttnProblem {
 
     /// The attention kernel; with a key split, the split kernel (the merge is [`Self::stages`]'s
     /// second launch).
-    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        let p = self;
         no_variant(p)?;
         build(&config(p, target)?)
     }
 
     /// With a key split of `G` parts: the split kernel writing `G` planes of partial outputs and
     /// log-sum-exps, then the merge reading them and writing O (and the log-sum-exp).
-    fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+    fn stages(&self, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+        let p = self;
         no_variant(p)?;
         let cfg = config(p, target)?;
         let kernel = build(&cfg)?;
@@ -313,7 +411,8 @@ impl KernelProblem for AttnProblem {
     }
 
     /// O, then (with `p.lse`) the log-sum-exp, each judged by the rule on its own.
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = self;
         let [q, k, v] = [&inputs[0], &inputs[1], &inputs[2]];
         let (bsh, causal) = (bwd_shape(p), causal(p));
         let v_t;

@@ -1,5 +1,5 @@
-//! `cross_entropy` at a problem's sizes: `norm.rows` rows of `V = norm.dim` logits, the options in
-//! `Problem::cross_entropy` (label smoothing, f32 logits); parameters `rows`, `vocab`.
+//! `cross_entropy` at a problem's sizes: `rows` rows of `V = vocab` logits, the options (label
+//! smoothing, f32 logits); parameters `rows`, `vocab`.
 //!
 //! Inputs `logits`, `labels`, `cols`, `scale`; outputs `grad`, `loss`. The random inputs are logits
 //! uniform in `±input_scale`, labels uniform over the vocabulary with about one row in eight ignored,
@@ -9,7 +9,8 @@
 use super::{build, CrossEntropyConfig, VOCAB};
 use crate::budget;
 use crate::problem::{
-    param, positive, random_scaled, KernelProblem, Launch, Plan, Problem, Reference, STORE_BYTES,
+    param, positive, random_scaled, KernelProblem, Launch, NamedArgs, Plan, Reference, RunSettings,
+    STORE_BYTES,
 };
 use crate::reference::Tolerance;
 use crate::KernelError;
@@ -19,7 +20,7 @@ use kittens_ir::Kernel;
 use rand::rngs::SmallRng;
 use rand::Rng;
 
-/// The cross-entropy's settings in a [`Problem`].
+/// The cross-entropy's settings in a [`CrossEntropyProblem`].
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
 pub struct CrossEntropyOptions {
     /// Label smoothing ε in `[0, 1)`.
@@ -28,19 +29,58 @@ pub struct CrossEntropyOptions {
     pub f32_logits: bool,
 }
 
-/// The problem definition (registry `cross_entropy`).
-#[derive(Debug)]
-pub struct CrossEntropyProblem;
+/// A `cross_entropy` problem: `rows` rows of `vocab` logits, and its options.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CrossEntropyProblem {
+    pub rows: usize,
+    pub vocab: usize,
+    pub options: CrossEntropyOptions,
+    pub run: RunSettings,
+}
+
+impl Default for CrossEntropyProblem {
+    /// Odd sizes: 37 rows of 1000 logits.
+    fn default() -> Self {
+        CrossEntropyProblem {
+            rows: 37,
+            vocab: 1000,
+            options: CrossEntropyOptions::default(),
+            run: RunSettings::default(),
+        }
+    }
+}
+
+impl CrossEntropyProblem {
+    /// The problem `a` names: `rows`, `norm_dim` (the vocabulary), `smoothing`, `f32_logits` (and the
+    /// run settings).
+    pub fn from_args(a: &NamedArgs) -> Result<CrossEntropyProblem, KernelError> {
+        let d = CrossEntropyProblem::default();
+        Ok(CrossEntropyProblem {
+            rows: a.size_or("rows", d.rows)?,
+            vocab: a.size_or("norm_dim", d.vocab)?,
+            options: CrossEntropyOptions {
+                smoothing: a.f32_or("smoothing", d.options.smoothing)?,
+                f32_logits: a.flag_or("f32_logits", d.options.f32_logits)?,
+            },
+            run: RunSettings::from_args(a, &[])?,
+        })
+    }
+}
+
+/// The registry's parser of `cross_entropy`'s problem.
+pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(CrossEntropyProblem::from_args(a)?))
+}
 
 /// The configuration a run on `target` builds: the target's wave width (32 lanes on the CPU).
-pub fn config(p: &Problem, target: Target) -> CrossEntropyConfig {
-    let o = p.cross_entropy;
+pub fn config(p: &CrossEntropyProblem, target: Target) -> CrossEntropyConfig {
+    let o = p.options;
     let lanes = target.gpu().map_or(32, |g| g.wave_width);
     CrossEntropyConfig::new(o.f32_logits, o.smoothing, lanes)
 }
 
-fn sizes(p: &Problem) -> Result<(usize, usize), KernelError> {
-    let (rows, v) = (p.norm.rows, p.norm.dim);
+fn sizes(p: &CrossEntropyProblem) -> Result<(usize, usize), KernelError> {
+    let (rows, v) = (p.rows, p.vocab);
     if !u32::try_from(v).is_ok_and(|v| VOCAB.contains(&v)) {
         return Err(KernelError::Problem(format!(
             "cross_entropy: vocabulary size {v} must be from {} to {} (labels are f32)",
@@ -52,7 +92,16 @@ fn sizes(p: &Problem) -> Result<(usize, usize), KernelError> {
 }
 
 impl KernelProblem for CrossEntropyProblem {
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
+    fn kernel(&self) -> &'static str {
+        "cross_entropy"
+    }
+
+    fn settings(&self) -> &RunSettings {
+        &self.run
+    }
+
+    fn launch(&self) -> Result<Launch, KernelError> {
+        let p = self;
         let (rows, v) = sizes(p)?;
         let m = crate::problem::elements("logits", &[rows, v])?;
         Ok(Launch {
@@ -62,15 +111,13 @@ impl KernelProblem for CrossEntropyProblem {
         })
     }
 
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
-        positive(
-            "cross_entropy",
-            &[("rows", p.norm.rows), ("vocab", p.norm.dim)],
-        )?;
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let p = self;
+        positive("cross_entropy", &[("rows", p.rows), ("vocab", p.vocab)])?;
         let cfg = config(p, target);
         cfg.check()?;
-        let launch = self.launch(p)?;
-        let (rows, v) = (p.norm.rows, p.norm.dim);
+        let launch = self.launch()?;
+        let (rows, v) = (p.rows, p.vocab);
         let what = format!("cross_entropy at rows={rows} vocab={v}");
         let m = launch.inputs[0] as u64;
         // The logits and their snapshot, the gradient (value, pending store, reference, baseline).
@@ -81,18 +128,20 @@ impl KernelProblem for CrossEntropyProblem {
             // Two passes over the row, a few operations per element each.
             work: m.checked_mul(2),
             shape: serde_json::json!({
-                "rows": rows, "vocab": v, "options": p.cross_entropy, "config": cfg,
+                "rows": rows, "vocab": v, "options": p.options, "config": cfg,
             }),
         })
     }
 
-    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        let p = self;
         build(&config(p, target))
     }
 
-    fn draw(&self, p: &Problem, k: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
-        let (rows, v) = (p.norm.rows, p.norm.dim);
-        let logits = random_scaled(rng, launch.inputs[0], k.globals[0].dtype, p.input_scale);
+    fn draw(&self, k: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
+        let p = self;
+        let (rows, v) = (p.rows, p.vocab);
+        let logits = random_scaled(rng, launch.inputs[0], k.globals[0].dtype, p.run.input_scale);
         let labels: Vec<f32> = (0..rows)
             .map(|_| match rng.gen_range(0..8) {
                 0 => -1.0,
@@ -104,12 +153,10 @@ impl KernelProblem for CrossEntropyProblem {
         vec![logits, labels, cols, vec![1.0 / kept as f32]]
     }
 
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
-        let v = p.norm.dim;
-        let (eps, scale) = (
-            f64::from(p.cross_entropy.smoothing),
-            f64::from(inputs[3][0]),
-        );
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = self;
+        let v = p.vocab;
+        let (eps, scale) = (f64::from(p.options.smoothing), f64::from(inputs[3][0]));
         let (grad, loss) = reference(&inputs[0], &inputs[1], v, eps, scale);
         let dtype = config(p, Target::Cpu).dtype();
         let (g, l) = baseline(&inputs[0], &inputs[1], v, eps as f32, inputs[3][0], dtype);

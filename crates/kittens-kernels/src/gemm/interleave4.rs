@@ -51,7 +51,7 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (half, q) = (bs / 2, bs / 4); // half-block rows; per-wave accumulator rows = cols
     let (dt, base) = (cfg.types.input, cfg.types.operand_base());
     let mut k = KernelBuilder::new(cfg.types.kernel_name(), Schedule::Interleave4);
-    let decl = declare(&mut k, bs, bs, cfg.remap, &cfg.types, cfg.b_layout, 1);
+    let decl = declare(&mut k, cfg, bs, bs);
     let (kd, [a, b, _]) = (decl.kd.clone(), decl.g);
     let tile = || SharedTile::new(dt, half, ks);
     let ops = Ops {

@@ -150,6 +150,31 @@ pub enum BLayout {
     Kn,
 }
 
+/// How A is stored: the GEMM reads A as `M × K` with K contiguous, or as the transpose of a row-major
+/// `K × M` buffer (M contiguous: the backward's `dB = Aᵀ·dC` reads the forward's A so), in place either
+/// way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ALayout {
+    /// A is `M × K` (K contiguous).
+    #[default]
+    Mk,
+    /// A is stored `K × M` (M contiguous). The producer/consumer schedule only, bf16 only: its `wgmma`
+    /// reads A M-major from shared memory (the transpose-A immediate, PTX ISA §9.7.15.5.1), which fp8
+    /// `wgmma` does not have; the AMD schedules' MFMAs take K-major register operands.
+    Km,
+}
+
+/// Leading dimensions of a GEMM whose operands are slices of bigger row-major matrices: elements between
+/// consecutive stored rows of A (`M × K`, or `K × M` with [`ALayout::Km`]), B (`N × K`, or `K × N`) and C.
+/// Each is at least its stored row's length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct LeadingDims {
+    pub a: usize,
+    pub b: usize,
+    pub c: usize,
+}
+
 /// Tile sizes; the defaults are HipKittens E.1's (256×256 block, K step 64).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GemmConfig {
@@ -164,6 +189,12 @@ pub struct GemmConfig {
     pub stages: u32,
     /// How B is stored.
     pub b_layout: BLayout,
+    /// How A is stored.
+    pub a_layout: ALayout,
+    /// Whether the rows of A, B and C are `lda`, `ldb`, `ldc` elements apart (kernel parameters after
+    /// `m, n, k`: operands that are slices of bigger matrices, read and written in place) rather than
+    /// dense (the stored row's length).
+    pub strided: bool,
     /// K per pipeline step (`K_STEP`); a multiple of 32.
     pub k_step: u32,
     pub remap: GridOrder,
@@ -201,6 +232,8 @@ impl Default for GemmConfig {
             block_rows: 128,
             stages: 3,
             b_layout: BLayout::Nk,
+            a_layout: ALayout::Mk,
+            strided: false,
             k_step: 64,
             remap: GridOrder::XcdSwizzle {
                 xcds: 8,
@@ -386,8 +419,10 @@ pub(crate) struct Decl {
     pub split: Option<Expr>,
 }
 
-/// Declares `m, n, k`, the tensors `a` (M×K), `b` (N×K, or K×N with [`BLayout::Kn`]), the f32 scales `scale_a`, `scale_b` when
-/// `types` has them, and `c` (M×N), in that order and in `types`' dtypes, and a grid of `bm × bn` tiles.
+/// Declares `m, n, k` (and `lda, ldb, ldc` with [`GemmConfig::strided`]), the tensors `a` (M×K, or
+/// K×M with [`ALayout::Km`]), `b` (N×K, or K×N with [`BLayout::Kn`]), the f32 scales `scale_a`,
+/// `scale_b` when the types have them, and `c` (M×N), in that order and in the configured dtypes, and
+/// a grid of `bm × bn` tiles. Each operand's rows are its leading dimension apart, or dense.
 ///
 /// Each scale is declared with C's logical shape (M×N) and strides that make it broadcast: `(0, 0)` for
 /// a per-tensor scale (one element serves every position), `(1, 0)` for one per row of A, `(0, 1)` for
@@ -396,24 +431,27 @@ pub(crate) struct Decl {
 /// With `split_k > 1` the output is `c_partial[split_k, M, N]` in f32 instead of C (each K slice's
 /// scaled partial sums, added by [`split_k::build_reduce`]) and the grid gains a third extent, the K
 /// slice, fastest in the launch order (the slices of one block of C run side by side).
-pub(crate) fn declare(
-    k: &mut KernelBuilder,
-    bm: u32,
-    bn: u32,
-    remap: GridOrder,
-    types: &GemmTypes,
-    b_layout: BLayout,
-    split_k: u32,
-) -> Decl {
+pub(crate) fn declare(k: &mut KernelBuilder, cfg: &GemmConfig, bm: u32, bn: u32) -> Decl {
+    let (types, split_k) = (&cfg.types, cfg.split_k);
     let (m, n, kd) = (k.param("m"), k.param("n"), k.param("k"));
-    let mut mat = |name, dt, r: &Expr, c: &Expr, acc| {
-        k.global(name, dt, &[("r", r.clone()), ("c", c.clone())], acc)
+    // Leading dimensions: parameters when strided, else each stored row's length.
+    let lds = cfg
+        .strided
+        .then(|| ["lda", "ldb", "ldc"].map(|name| k.param(name)));
+    let ld = |i: usize, dense: &Expr| lds.as_ref().map_or_else(|| dense.clone(), |l| l[i].clone());
+    let mut mat = |name, dt, (r, c): (&Expr, &Expr), ld: Expr, acc| {
+        let dims = [("r", r.clone()), ("c", c.clone())];
+        k.global_strided(name, dt, &dims, vec![ld, Expr::c(1)], acc)
     };
-    let a = mat("a", types.input, &m, &kd, Access::Read);
-    let b = match b_layout {
-        BLayout::Nk => mat("b", types.input, &n, &kd, Access::Read),
-        BLayout::Kn => mat("b", types.input, &kd, &n, Access::Read),
+    let a = match cfg.a_layout {
+        ALayout::Mk => mat("a", types.input, (&m, &kd), ld(0, &kd), Access::Read),
+        ALayout::Km => mat("a", types.input, (&kd, &m), ld(0, &m), Access::Read),
     };
+    let b = match cfg.b_layout {
+        BLayout::Nk => mat("b", types.input, (&n, &kd), ld(1, &kd), Access::Read),
+        BLayout::Kn => mat("b", types.input, (&kd, &n), ld(1, &n), Access::Read),
+    };
+    let ldc = ld(2, &n);
     let scales = types.scales.map(|mode| {
         let (sa, sb) = match mode {
             Scales::PerTensor => ([0, 0], [0, 0]),
@@ -439,10 +477,11 @@ pub(crate) fn declare(
         (c, Some(k.block(2)), GridOrder::RowMajor)
     } else {
         let dims = [("r", m.clone()), ("c", n.clone())];
+        let strides = vec![ldc, Expr::c(1)];
         (
-            k.global("c", types.output, &dims, Access::Write),
+            k.global_strided("c", types.output, &dims, strides, Access::Write),
             None,
-            remap,
+            cfg.remap,
         )
     };
     let g = [a, b, c];
@@ -492,6 +531,14 @@ pub fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     if cfg.b_layout == BLayout::Kn && cfg.schedule != GemmSchedule::ProducerConsumer {
         return Err(KernelError::Config(format!(
             "gemm_bf16: B as K x N is built for the producer/consumer schedule, not {:?}",
+            cfg.schedule
+        )));
+    }
+    if cfg.a_layout == ALayout::Km && cfg.schedule != GemmSchedule::ProducerConsumer {
+        return Err(KernelError::Config(format!(
+            "{}: A stored K x M (transposed) is built for the producer/consumer schedule, not {:?} \
+             (its MFMAs read K-major register operands)",
+            cfg.types.kernel_name(),
             cfg.schedule
         )));
     }

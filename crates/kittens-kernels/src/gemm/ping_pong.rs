@@ -42,7 +42,7 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (hm, hn) = (bs / 4, bs / 8); // per-wave accumulator rows and cols
     let (dt, base) = (cfg.types.input, cfg.types.operand_base());
     let mut k = KernelBuilder::new(cfg.types.kernel_name(), Schedule::PingPong8);
-    let decl = declare(&mut k, bs, bs, cfg.remap, &cfg.types, cfg.b_layout, 1);
+    let decl = declare(&mut k, cfg, bs, bs);
     let (kd, g) = (decl.kd.clone(), decl.g);
     let ops = Operands::new(&mut k, cfg, g)?;
     let a_r = k.tile("a_r", dt, hm, ks, Row, base);

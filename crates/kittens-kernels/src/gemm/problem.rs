@@ -4,11 +4,11 @@
 //! per tensor, m and n per row/column), output C (m×n); the f64 reference `A·Bᵀ` with the scales
 //! applied in f64, and a fixed tolerance.
 
-use super::{build, shapes, split_k, BLayout, GemmConfig, GemmTypes, Scales};
+use super::{build, shapes, split_k, ALayout, BLayout, GemmConfig, GemmTypes, LeadingDims, Scales};
 use crate::budget;
 use crate::problem::{
-    draw_operands, elements, param, positive, round_up, KernelProblem, Launch, Plan, Problem,
-    Reference, Stage, STORE_BYTES,
+    draw_operands, elements, param, positive, round_up, KernelProblem, Launch, NamedArgs, Plan,
+    Reference, RunSettings, Stage, STORE_BYTES,
 };
 use crate::reference::{self, Tolerance};
 use crate::KernelError;
@@ -32,7 +32,7 @@ pub const SCALE_RANGE: std::ops::Range<f32> = 0.5..2.0;
 /// The name of the 4-wave interleave variant (HipKittens §3.3.2) of a GPU configuration.
 pub const INTERLEAVE4: &str = "interleave4";
 
-/// The GEMM's named variants of a GPU target's configuration (`Problem::variant`).
+/// The GEMM's named variants of a GPU target's configuration (`RunSettings::variant`).
 pub const VARIANTS: &[&str] = &[INTERLEAVE4];
 
 /// `base`, a GPU's configuration of the GEMM, turned into its variant `name` ([`VARIANTS`]).
@@ -51,57 +51,167 @@ pub fn variant(
     }
 }
 
-/// The problem definition the registry hands out for one of the GEMM's element types.
-#[derive(Debug)]
-pub struct GemmProblem {
-    /// The registry name, `types.kernel_name()`.
-    name: &'static str,
+/// Which of the GEMM's registry kernels a problem runs: the same tile program with bf16 or fp8 types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GemmKind {
+    /// `gemm_bf16`: bf16 in and out, no scales.
+    Bf16,
+    /// `gemm_fp8`: OCP e4m3 operands and per-tensor scales on the CPU (gfx950's format), the target's
+    /// fp8 format on a GPU (`GemmConfig::fp8_for_gpu`).
+    Fp8,
+}
+
+impl GemmKind {
+    /// The registry name.
+    pub fn name(self) -> &'static str {
+        match self {
+            GemmKind::Bf16 => "gemm_bf16",
+            GemmKind::Fp8 => "gemm_fp8",
+        }
+    }
+
     /// The types a CPU run builds unless the problem's own `gemm.types` are of this kernel.
-    types: GemmTypes,
+    pub fn types(self) -> GemmTypes {
+        match self {
+            GemmKind::Bf16 => GemmTypes::BF16,
+            GemmKind::Fp8 => GemmTypes {
+                input: DType::Fp8E4m3,
+                output: DType::Bf16,
+                scales: Some(Scales::PerTensor),
+            },
+        }
+    }
+
     /// The configuration for a GPU target.
-    for_gpu: fn(&kittens_hw::Gpu) -> GemmConfig,
+    pub fn for_gpu(self, gpu: &kittens_hw::Gpu) -> GemmConfig {
+        match self {
+            GemmKind::Bf16 => GemmConfig::for_gpu(gpu),
+            GemmKind::Fp8 => GemmConfig::fp8_for_gpu(gpu),
+        }
+    }
+}
+
+/// A GEMM problem: `C[m, n] = A[m, k]·B[n, k]ᵀ` for one of the element types, with the CPU
+/// interpreter's tiles (`gemm`: block, K step, schedule, and B's layout on every target).
+#[derive(Debug, Clone, Copy)]
+pub struct GemmProblem {
+    pub kind: GemmKind,
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub gemm: GemmConfig,
+    /// Leading dimensions (operands that are slices of bigger matrices); `None`: dense rows.
+    pub ld: Option<LeadingDims>,
+    pub run: RunSettings,
+}
+
+impl Default for GemmProblem {
+    /// `gemm_bf16` at 256 × 256 × 192.
+    fn default() -> Self {
+        GemmProblem::new(GemmKind::Bf16, 256, 256, 192)
+    }
+}
+
+/// The registry's parser of `gemm_bf16`'s problem.
+pub fn parse_bf16(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(GemmProblem::from_args(GemmKind::Bf16, a)?))
+}
+
+/// The registry's parser of `gemm_fp8`'s problem.
+pub fn parse_fp8(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(GemmProblem::from_args(GemmKind::Fp8, a)?))
 }
 
 impl GemmProblem {
-    /// `gemm_bf16`: bf16 in and out, no scales.
-    pub const BF16: GemmProblem = GemmProblem {
-        name: "gemm_bf16",
-        types: GemmTypes::BF16,
-        for_gpu: GemmConfig::for_gpu,
-    };
+    /// `kind` at the default sizes (256 × 256 × 192).
+    pub fn of(kind: GemmKind) -> GemmProblem {
+        GemmProblem::new(kind, 256, 256, 192)
+    }
 
-    /// `gemm_fp8`: OCP e4m3 operands and per-tensor scales on the CPU (gfx950's format), the target's
-    /// fp8 format on a GPU (`GemmConfig::fp8_for_gpu`).
-    pub const FP8: GemmProblem = GemmProblem {
-        name: "gemm_fp8",
-        types: GemmTypes {
-            input: DType::Fp8E4m3,
-            output: DType::Bf16,
-            scales: Some(Scales::PerTensor),
-        },
-        for_gpu: GemmConfig::fp8_for_gpu,
-    };
+    /// `kind` at `m × n × k` with its default CPU configuration.
+    pub fn new(kind: GemmKind, m: usize, n: usize, k: usize) -> GemmProblem {
+        let gemm = match kind {
+            GemmKind::Bf16 => GemmConfig::default(),
+            GemmKind::Fp8 => GemmConfig::fp8_default(),
+        };
+        GemmProblem {
+            kind,
+            m,
+            n,
+            k,
+            gemm,
+            ld: None,
+            run: RunSettings::default(),
+        }
+    }
+
+    /// The problem `a` names: `m`, `n`, `k`, `b_kn` (B stored `K × N`), `a_km` (A stored `K × M`),
+    /// `ld` (the leading dimensions `(lda, ldb, ldc)`), the CPU tiles `block`,
+    /// `k_step`, `schedule` (`pingpong`, `interleave`, `ws`), and the run settings.
+    pub fn from_args(kind: GemmKind, a: &NamedArgs) -> Result<GemmProblem, KernelError> {
+        let mut p = GemmProblem::new(kind, 256, 256, 192);
+        p.m = a.size_or("m", p.m)?;
+        p.n = a.size_or("n", p.n)?;
+        p.k = a.size_or("k", p.k)?;
+        if a.flag_or("b_kn", false)? {
+            p.gemm.b_layout = BLayout::Kn;
+        }
+        if a.flag_or("a_km", false)? {
+            p.gemm.a_layout = ALayout::Km;
+        }
+        p.ld = a.sizes("ld")?.map(|[a, b, c]| LeadingDims { a, b, c });
+        p.gemm.block = a.u32_or("block", p.gemm.block)?;
+        p.gemm.k_step = a.u32_or("k_step", p.gemm.k_step)?;
+        p.gemm.schedule = match a.text_or("schedule", None)?.as_deref() {
+            None => p.gemm.schedule,
+            Some("pingpong" | "pingpong8") => super::GemmSchedule::PingPong8,
+            Some("interleave" | "interleave4") => super::GemmSchedule::Interleave4,
+            Some("ws") => super::GemmSchedule::ProducerConsumer,
+            Some(other) => {
+                return Err(KernelError::Config(format!(
+                    "`schedule` {other:?}: pingpong, interleave or ws"
+                )))
+            }
+        };
+        p.run = RunSettings::from_args(a, VARIANTS)?;
+        Ok(p)
+    }
 
     /// The configuration a run on `target` builds: `p.gemm` on the CPU when its types name this kernel
     /// (e.g. fp8 with per-row scales); otherwise (`p.gemm` is another kernel's, as `Problem::default`
     /// is gemm_bf16's) its tiles with this kernel's types, the K step rounded up to whole operand base
     /// tiles (gemm_bf16's 64 becomes 128 for OCP fp8); the GPU's own configuration elsewhere, or
     /// the GPU's configuration of the variant `p.variant` names ([`VARIANTS`]).
-    pub fn config(&self, p: &Problem, target: Target) -> Result<GemmConfig, KernelError> {
+    ///
+    /// Every target's configuration takes the problem's operand layouts (`p.gemm.a_layout`,
+    /// `p.gemm.b_layout`; a schedule that cannot read one refuses it by name) and is strided exactly
+    /// when the problem has leading dimensions (`p.ld`).
+    pub fn config(&self, target: Target) -> Result<GemmConfig, KernelError> {
+        let p = self;
+        Ok(GemmConfig {
+            a_layout: p.gemm.a_layout,
+            b_layout: p.gemm.b_layout,
+            strided: p.ld.is_some(),
+            ..self.config_for(target)?
+        })
+    }
+
+    fn config_for(&self, target: Target) -> Result<GemmConfig, KernelError> {
+        let p = self;
         match target.gpu() {
             Some(gpu) => {
-                let base = (self.for_gpu)(gpu);
-                match p.variant {
-                    None if target == Target::Sm90a => Ok(self.hopper(p, gpu, base)),
+                let base = self.kind.for_gpu(gpu);
+                match p.run.variant {
+                    None if target == Target::Sm90a => Ok(self.hopper(gpu, base)),
                     None => Ok(base),
                     Some(v) => variant(base, gpu, v),
                 }
             }
-            None if p.gemm.types.kernel_name() == self.name => Ok(p.gemm),
+            None if p.gemm.types.kernel_name() == self.kind.name() => Ok(p.gemm),
             None => {
-                let kb = self.types.operand_base().cols;
+                let kb = self.kind.types().operand_base().cols;
                 Ok(GemmConfig {
-                    types: self.types,
+                    types: self.kind.types(),
                     k_step: p.gemm.k_step.checked_next_multiple_of(kb).unwrap_or(kb),
                     ..p.gemm
                 })
@@ -122,10 +232,11 @@ impl GemmProblem {
     ///   two lines (not for 64-row blocks, nor with split-K; docs/performance.md, "gemm_bf16").
     ///
     /// B is read as the problem stores it (a linear layer's `w` or a row-major `b`, both in place).
-    fn hopper(&self, p: &Problem, gpu: &kittens_hw::Gpu, base: GemmConfig) -> GemmConfig {
+    fn hopper(&self, gpu: &kittens_hw::Gpu, base: GemmConfig) -> GemmConfig {
+        let p = self;
         let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
-        let sms = p.device_model(gpu).compute_units;
-        let bf16 = self.types == GemmTypes::BF16;
+        let sms = p.run.device_model(gpu).compute_units;
+        let bf16 = self.kind.types() == GemmTypes::BF16;
         let cfg = if bf16 {
             GemmConfig {
                 b_layout: p.gemm.b_layout,
@@ -149,7 +260,7 @@ impl GemmProblem {
             cfg.k_step,
             elem,
         );
-        let b_row_bytes = elem * if cfg.b_layout == BLayout::Kn { n } else { k };
+        let b_row_bytes = elem * Self::lds(p)[1] as u64;
         let cluster = if bf16
             && split == 1
             && cfg.block_rows >= 128
@@ -169,42 +280,176 @@ impl GemmProblem {
     }
 
     /// Element counts of `scale_a` and `scale_b`, if the types have scales.
-    fn scale_lens(p: &Problem, types: &GemmTypes) -> Option<[usize; 2]> {
+    fn scale_lens(p: &GemmProblem, types: &GemmTypes) -> Option<[usize; 2]> {
         types.scales.map(|s| match s {
             Scales::PerTensor => [1, 1],
             Scales::PerRowCol => [p.m, p.n],
         })
     }
 
-    fn launch_for(&self, p: &Problem, types: &GemmTypes) -> Result<Launch, KernelError> {
-        let mut inputs = vec![elements("A", &[p.m, p.k])?, elements("B", &[p.n, p.k])?];
+    /// Rows and columns of A, B and C as stored ([`ALayout`], [`BLayout`]).
+    pub fn stored(p: &GemmProblem) -> [(usize, usize); 3] {
+        let a = match p.gemm.a_layout {
+            ALayout::Mk => (p.m, p.k),
+            ALayout::Km => (p.k, p.m),
+        };
+        let b = match p.gemm.b_layout {
+            BLayout::Nk => (p.n, p.k),
+            BLayout::Kn => (p.k, p.n),
+        };
+        [a, b, (p.m, p.n)]
+    }
+
+    /// Elements between stored rows of A, B and C: `p.ld`, or each stored row's length.
+    pub fn lds(p: &GemmProblem) -> [usize; 3] {
+        match p.ld {
+            Some(l) => [l.a, l.b, l.c],
+            None => Self::stored(p).map(|(_, cols)| cols),
+        }
+    }
+
+    /// Elements each of A, B and C spans (`(rows - 1) · ld + cols`), after checking that every
+    /// leading dimension is at least its stored row.
+    fn spans(&self) -> Result<[usize; 3], KernelError> {
+        let p = self;
+        let name = self.kind.name();
+        let lds = Self::lds(p);
+        let mut out = [0; 3];
+        for (i, ((t, (rows, cols)), ld)) in ["A", "B", "C"]
+            .iter()
+            .zip(Self::stored(p))
+            .zip(lds)
+            .enumerate()
+        {
+            let lead = ["lda", "ldb", "ldc"][i];
+            if ld < cols {
+                return Err(KernelError::Problem(format!(
+                    "{name}: {lead} {ld} is less than the {cols} elements of a stored row of {t} \
+                     ({rows} x {cols} as stored)"
+                )));
+            }
+            // An empty operand spans nothing; else its last row ends `(rows - 1) · ld + cols` in.
+            out[i] = match rows {
+                0 => 0,
+                r => (r - 1)
+                    .checked_mul(ld)
+                    .and_then(|x| x.checked_add(cols))
+                    .map_or_else(|| elements(t, &[r, ld]), Ok)?,
+            };
+        }
+        Ok(out)
+    }
+
+    fn launch_for(&self, types: &GemmTypes) -> Result<Launch, KernelError> {
+        let p = self;
+        let [a, b, c] = self.spans()?;
+        let mut inputs = vec![a, b];
         inputs.extend(Self::scale_lens(p, types).into_iter().flatten());
+        let mut params = vec![param("m", p.m)?, param("n", p.n)?, param("k", p.k)?];
+        if p.ld.is_some() {
+            for (name, ld) in ["lda", "ldb", "ldc"].into_iter().zip(Self::lds(p)) {
+                params.push(param(name, ld)?);
+            }
+        }
         Ok(Launch {
-            params: vec![param("m", p.m)?, param("n", p.n)?, param("k", p.k)?],
+            params,
             inputs,
-            outputs: vec![elements("C", &[p.m, p.n])?],
+            outputs: vec![c],
         })
+    }
+
+    /// On sm_90a every operand row must start 16 bytes after the previous one (TMA's global strides,
+    /// CUDA driver API `cuTensorMapEncodeTiled`).
+    fn check_tma_strides(&self, types: &GemmTypes) -> Result<(), KernelError> {
+        let elems = [
+            types.input.bytes(),
+            types.input.bytes(),
+            types.output.bytes(),
+        ];
+        for ((lead, ld), elem) in ["lda", "ldb", "ldc"].iter().zip(Self::lds(self)).zip(elems) {
+            let bytes = ld as u64 * u64::from(elem);
+            if ld > 1 && !bytes.is_multiple_of(16) {
+                return Err(KernelError::Problem(format!(
+                    "{}: {lead} {ld} ({bytes} bytes): the Hopper kernel's TMA copies need rows a \
+                     multiple of 16 bytes apart ({} elements of {elem} bytes)",
+                    self.kind.name(),
+                    16 / elem
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl GemmProblem {
+    /// The f64 product `A·Bᵀ` (M × N, dense) of operands stored as `p` says (layouts, leading
+    /// dimensions): each is gathered into a dense `M × K` / `N × K` copy first.
+    fn product(p: &GemmProblem, a: &[f32], b: &[f32]) -> Vec<f64> {
+        let [lda, ldb, _] = Self::lds(p);
+        let gather = |x: &[f32], rows: usize, ld: usize, transposed: bool| -> Vec<f32> {
+            let mut out = Vec::with_capacity(rows * p.k);
+            for r in 0..rows {
+                for c in 0..p.k {
+                    out.push(if transposed {
+                        x[c * ld + r]
+                    } else {
+                        x[r * ld + c]
+                    });
+                }
+            }
+            out
+        };
+        let a = gather(a, p.m, lda, p.gemm.a_layout == ALayout::Km);
+        let b = gather(b, p.n, ldb, p.gemm.b_layout == BLayout::Kn);
+        reference::gemm_abt(&a, &b, p.m, p.n, p.k)
+    }
+
+    /// The dense `M × N` result placed in C's span: row `i` at `i · ldc`; the gaps between rows NaN,
+    /// which only an output the kernel left unwritten (the runs' NaN poison) matches
+    /// ([`reference::compare`]).
+    fn place_c(p: &GemmProblem, dense: Vec<f64>) -> Vec<f64> {
+        let ldc = Self::lds(p)[2];
+        if ldc == p.n || p.m == 0 {
+            return dense;
+        }
+        let mut out = vec![f64::NAN; (p.m - 1) * ldc + p.n];
+        for (i, row) in dense.chunks(p.n).enumerate() {
+            out[i * ldc..i * ldc + p.n].copy_from_slice(row);
+        }
+        out
     }
 }
 
 impl KernelProblem for GemmProblem {
-    /// The launch of the CPU configuration; on a GPU target the scale layout may differ, so the runner
-    /// uses [`KernelProblem::plan`]'s.
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
-        self.launch_for(p, &self.config(p, Target::Cpu)?.types)
+    fn kernel(&self) -> &'static str {
+        self.kind.name()
     }
 
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
-        let name = self.name;
+    fn settings(&self) -> &RunSettings {
+        &self.run
+    }
+
+    /// The launch of the CPU configuration; on a GPU target the scale layout may differ, so the runner
+    /// uses [`KernelProblem::plan`]'s.
+    fn launch(&self) -> Result<Launch, KernelError> {
+        self.launch_for(&self.config(Target::Cpu)?.types)
+    }
+
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let p = self;
+        let name = self.kind.name();
         positive(name, &[("m", p.m), ("n", p.n), ("k", p.k)])?;
-        let cfg = self.config(p, target)?;
+        let cfg = self.config(target)?;
         let types = cfg.types;
+        if target == Target::Sm90a {
+            self.check_tma_strides(&types)?;
+        }
         // Random operands in [-s, s) must stay finite and not all flush to zero in the operand format.
         let max = types.input.max_finite();
-        if f64::from(p.input_scale.abs()) > max {
+        if f64::from(p.run.input_scale.abs()) > max {
             return Err(KernelError::Problem(format!(
                 "{name}: input scale {} exceeds {max}, the largest finite {}",
-                p.input_scale, types.input
+                p.run.input_scale, types.input
             )));
         }
         let (block, k_step) = (u64::from(cfg.block), u64::from(cfg.k_step));
@@ -216,8 +461,9 @@ impl KernelProblem for GemmProblem {
         } else {
             Some(0)
         };
-        let inputs = budget::sum(&[budget::product(&[m, k]), budget::product(&[n, k]), scales]);
-        let output = budget::product(&[m, n]);
+        let [sa, sb, sc] = self.spans()?.map(|x| Some(x as u64));
+        let inputs = budget::sum(&[sa, sb, scales]);
+        let output = sc;
         let bytes = budget::sum(&[
             // the inputs and their snapshot
             inputs.and_then(|x| x.checked_mul(2 * 4)),
@@ -233,27 +479,35 @@ impl KernelProblem for GemmProblem {
         let mut shape = serde_json::json!({
             "m": p.m, "n": p.n, "k": p.k, "block": cfg.block, "k_step": cfg.k_step,
         });
+        if cfg.a_layout != ALayout::Mk || cfg.b_layout != BLayout::Nk {
+            shape["a_layout"] = serde_json::json!(cfg.a_layout);
+            shape["b_layout"] = serde_json::json!(cfg.b_layout);
+        }
+        if let Some(ld) = p.ld {
+            shape["ld"] = serde_json::json!(ld);
+        }
         if types != GemmTypes::BF16 {
             shape["input"] = types.input.name().into();
             shape["output"] = types.output.name().into();
             shape["scales"] = types.scales.map(|s| format!("{s:?}")).into();
         }
         Ok(Plan {
-            launch: self.launch_for(p, &types)?,
+            launch: self.launch_for(&types)?,
             what,
             work,
             shape,
         })
     }
 
-    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
-        build(&self.config(p, target)?)
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        build(&self.config(target)?)
     }
 
     /// With split-K (`GemmConfig::split_k` > 1): the GEMM writing its slices' f32 partial sums
     /// (`split_k::PARTIAL`, `[split_k, m, n]`), then the reduction adding them into C.
-    fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
-        let cfg = self.config(p, target)?;
+    fn stages(&self, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+        let p = self;
+        let cfg = self.config(target)?;
         let gemm = build(&cfg)?;
         if cfg.split_k <= 1 {
             return Ok(vec![Stage {
@@ -262,8 +516,12 @@ impl KernelProblem for GemmProblem {
             }]);
         }
         let lanes = target.gpu().map_or(32, |g| g.wave_width);
-        let reduce = split_k::build_reduce(cfg.split_k, cfg.types.output, lanes)?;
+        let reduce = split_k::build_reduce_into(cfg.split_k, cfg.types.output, lanes, cfg.strided)?;
         let partial = elements(split_k::PARTIAL, &[cfg.split_k as usize, p.m, p.n])?;
+        let mut reduce_params = vec![param("m", p.m)?, param("n", p.n)?];
+        if cfg.strided {
+            reduce_params.push(param("ldc", Self::lds(p)[2])?);
+        }
         Ok(vec![
             Stage {
                 kernel: gemm,
@@ -275,7 +533,7 @@ impl KernelProblem for GemmProblem {
             Stage {
                 kernel: reduce,
                 launch: Launch {
-                    params: vec![param("m", p.m)?, param("n", p.n)?],
+                    params: reduce_params,
                     inputs: vec![partial],
                     outputs: plan.launch.outputs.clone(),
                 },
@@ -284,14 +542,9 @@ impl KernelProblem for GemmProblem {
     }
 
     /// A and B in their dtype ([`draw_operands`]); the scales uniform in [`SCALE_RANGE`].
-    fn draw(
-        &self,
-        p: &Problem,
-        kernel: &Kernel,
-        launch: &Launch,
-        rng: &mut SmallRng,
-    ) -> Vec<Vec<f32>> {
-        let mut inputs = draw_operands(p, kernel, &launch.inputs[..2], rng);
+    fn draw(&self, kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
+        let p = self;
+        let mut inputs = draw_operands(p.run.input_scale, kernel, &launch.inputs[..2], rng);
         for &len in &launch.inputs[2..] {
             inputs.push((0..len).map(|_| rng.gen_range(SCALE_RANGE)).collect());
         }
@@ -300,8 +553,9 @@ impl KernelProblem for GemmProblem {
 
     /// The scale layout is read from the scale tensors' lengths (the plan sized them): one element
     /// each is per-tensor, which at m = n = 1 is also what per-row/column means.
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
-        let mut values = reference::gemm_abt(&inputs[0], &inputs[1], p.m, p.n, p.k);
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = self;
+        let mut values = Self::product(p, &inputs[0], &inputs[1]);
         if let [_, _, sa, sb] = inputs {
             let mode = if sa.len() == 1 && sb.len() == 1 {
                 Scales::PerTensor
@@ -310,6 +564,7 @@ impl KernelProblem for GemmProblem {
             };
             reference::scale_rows_cols(&mut values, p.n, mode, sa, sb);
         }
+        let values = Self::place_c(p, values);
         Reference {
             values,
             baseline: None,
@@ -325,19 +580,19 @@ impl KernelProblem for GemmProblem {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::problem::KernelProblem;
+
+    /// `kind` at `m × n × k` on a 132-SM device.
+    fn at(kind: GemmKind, m: usize, n: usize, k: usize) -> GemmProblem {
+        let mut p = GemmProblem::new(kind, m, n, k);
+        p.run.sms = Some(132);
+        p
+    }
 
     fn hopper(m: usize, n: usize, k: usize) -> (GemmConfig, usize) {
-        let p = Problem {
-            m,
-            n,
-            k,
-            sms: Some(132),
-            ..Problem::default()
-        };
-        let cfg = GemmProblem::BF16.config(&p, Target::Sm90a).unwrap();
-        let plan = GemmProblem::BF16.plan(&p, Target::Sm90a).unwrap();
-        let stages = GemmProblem::BF16.stages(&p, Target::Sm90a, &plan).unwrap();
+        let p = at(GemmKind::Bf16, m, n, k);
+        let cfg = p.config(Target::Sm90a).unwrap();
+        let plan = p.plan(Target::Sm90a).unwrap();
+        let stages = p.stages(Target::Sm90a, &plan).unwrap();
         (cfg, stages.len())
     }
 
@@ -353,40 +608,19 @@ mod tests {
         let (off_lines, launches) = hopper(3000, 3000, 3000);
         assert_eq!((off_lines.split_k, off_lines.cluster, launches), (1, 2, 1));
         // B stored K × N: N decides B's rows.
-        let p = Problem {
-            m: 3000,
-            n: 3000,
-            k: 3072,
-            sms: Some(132),
-            gemm: GemmConfig {
-                b_layout: BLayout::Kn,
-                ..GemmConfig::default()
-            },
-            ..Problem::default()
-        };
-        let kn = GemmProblem::BF16.config(&p, Target::Sm90a).unwrap();
+        let mut p = at(GemmKind::Bf16, 3000, 3000, 3072);
+        p.gemm.b_layout = BLayout::Kn;
+        let kn = p.config(Target::Sm90a).unwrap();
         assert_eq!((kn.b_layout, kn.cluster), (BLayout::Kn, 2));
         // fp8 at a decode step's 16 rows: 64-row blocks, split.
-        let p = Problem {
-            m: 16,
-            n: 4096,
-            k: 14336,
-            sms: Some(132),
-            ..Problem::default()
-        };
-        let fp8 = GemmProblem::FP8.config(&p, Target::Sm90a).unwrap();
+        let fp8 = at(GemmKind::Fp8, 16, 4096, 14336)
+            .config(Target::Sm90a)
+            .unwrap();
         assert!(fp8.block_rows == 64 && fp8.split_k > 1, "{fp8:?}");
         // fp8 at 256 rows: 64-row blocks where they fill the SMs once and K is short, else 128.
         let fp8_at = |m, n, k| {
-            let p = Problem {
-                m,
-                n,
-                k,
-                sms: Some(132),
-                ..Problem::default()
-            };
-            GemmProblem::FP8
-                .config(&p, Target::Sm90a)
+            at(GemmKind::Fp8, m, n, k)
+                .config(Target::Sm90a)
                 .unwrap()
                 .block_rows
         };

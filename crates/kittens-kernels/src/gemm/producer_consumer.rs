@@ -22,7 +22,7 @@
 //! ThunderKittens' H100 GEMM (`warpgroup::decrease_registers<40>` / `increase_registers<232>`) with two
 //! consumer warpgroups; with one, nothing to rebalance (every warpgroup keeps the launch's 256).
 
-use super::{declare, store_scaled, BLayout, GemmConfig};
+use super::{declare, store_scaled, ALayout, BLayout, GemmConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;
 use kittens_ir::{Expr, Kernel, KernelBuilder, MmaForm, MmaOperand, Schedule, Scope};
@@ -97,15 +97,7 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
         }
     };
     let mut k = KernelBuilder::new(name, sched);
-    let decl = declare(
-        &mut k,
-        bm,
-        bn,
-        cfg.remap,
-        &cfg.types,
-        cfg.b_layout,
-        cfg.split_k,
-    );
+    let decl = declare(&mut k, cfg, bm, bn);
     if cfg.cluster > 1 && cfg.split_k > 1 {
         return bad(format!(
             "clusters of {} with split_k {} (a cluster pairs row tiles of one K slice)",
@@ -124,25 +116,39 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
         Swizzle::NV_64B
     };
     let stages = i64::from(cfg.stages);
-    let a_s = k.shared_tile("a_s", SharedTile::with_swizzle(dt, bm, ks, swz), cfg.stages);
-    // B's slot as B is stored: `bn × ks` (K contiguous), or `ks × bn` (N contiguous; the Hopper
-    // lowering keeps such a tile as 64-column atoms in the 128-byte swizzle, one TMA box each).
-    let kn = cfg.b_layout == BLayout::Kn;
+    // Each operand's slot as it is stored: A `bm × ks` (K contiguous) or `ks × bm` (M contiguous), B
+    // `bn × ks` or `ks × bn`. An MN-contiguous slot is kept by the Hopper lowering as 64-column atoms in
+    // the 128-byte swizzle, one TMA box each, which `wgmma` reads MN-major (bf16 only: fp8 `wgmma`
+    // reads K-major operands only, PTX ISA §9.7.15.5.1).
+    let (km, kn) = (cfg.a_layout == ALayout::Km, cfg.b_layout == BLayout::Kn);
+    if km && dt.bytes() != 2 {
+        return bad(format!(
+            "A stored K x M (transposed) needs bf16 operands, got {dt}: fp8 wgmma reads K-major operands only"
+        ));
+    }
     if kn && (dt.bytes() != 2 || bn % 64 != 0) {
         return bad(format!(
             "B as K x N needs bf16 operands and a block width that is a multiple of 64, got {dt} and {bn}"
         ));
     }
+    let a_tile = if km {
+        SharedTile::with_swizzle(dt, ks, bm, Swizzle::NV_128B)
+    } else {
+        SharedTile::with_swizzle(dt, bm, ks, swz)
+    };
+    let a_s = k.shared_tile("a_s", a_tile, cfg.stages);
     let b_tile = if kn {
         SharedTile::with_swizzle(dt, ks, bn, Swizzle::NV_128B)
     } else {
         SharedTile::with_swizzle(dt, bn, ks, swz)
     };
     let b_s = k.shared_tile("b_s", b_tile, cfg.stages);
-    let (b_rows, b_cols, form) = if kn {
-        (ks, bn, MmaForm::Ab)
-    } else {
-        (bn, ks, MmaForm::Abt)
+    let (b_rows, b_cols) = if kn { (ks, bn) } else { (bn, ks) };
+    let form = match (km, kn) {
+        (false, false) => MmaForm::Abt,
+        (false, true) => MmaForm::Ab,
+        (true, true) => MmaForm::Atb,
+        (true, false) => MmaForm::Atbt,
     };
     let f32_tile = |k: &mut KernelBuilder, name: &str| {
         k.tile(name, F32, 16, bn, Layout::Row, BaseShape::S16X16)
@@ -189,7 +195,11 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
         k.barrier(); // K step t has landed
         let b_v = MmaOperand::Shared(k.smem(b_s, t % stages));
         for (h, &acc) in accs.iter().enumerate() {
-            let a_v = k.smem(a_s, t % stages).sub(16, ks, slice(h as u32), 0);
+            let a_v = if km {
+                k.smem(a_s, t % stages).sub(ks, 16, 0, slice(h as u32))
+            } else {
+                k.smem(a_s, t % stages).sub(16, ks, slice(h as u32), 0)
+            };
             let c = (!fresh).then_some(acc);
             k.mma(form, acc, MmaOperand::Shared(a_v), b_v.clone(), c);
         }
@@ -199,11 +209,12 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             k.for_range("t", 0, &steps, |k, t| {
                 let slot = &t % stages;
                 let kt = &first + &t;
-                k.load_async_by(
-                    Scope::WarpGroup,
-                    k.smem(a_s, slot.clone()),
-                    k.gtile(a, bm, ks, &row, &kt),
-                );
+                let a_g = if km {
+                    k.gtile(a, ks, bm, &kt, &row)
+                } else {
+                    k.gtile(a, bm, ks, &row, &kt)
+                };
+                k.load_async_by(Scope::WarpGroup, k.smem(a_s, slot.clone()), a_g);
                 let b_g = if kn {
                     k.gtile(b, b_rows, b_cols, &kt, &col)
                 } else {

@@ -31,6 +31,17 @@ const REDUCE_WAVES: u32 = 4;
 /// [`PARTIAL`] (`split_k × m × n` f32), output `c` (`m × n` in `output`, bf16 or f32). Each wave sums
 /// `8 × lanes` columns of one row (8 per lane) over the planes, in plane order.
 pub fn build_reduce(split_k: u32, output: DType, lanes: u32) -> Result<Kernel, KernelError> {
+    build_reduce_into(split_k, output, lanes, false)
+}
+
+/// [`build_reduce`], with C's rows `ldc` elements apart (a parameter after `m, n`) when `strided`: the
+/// reduction of a GEMM whose C is a slice of a bigger matrix ([`super::GemmConfig::strided`]).
+pub fn build_reduce_into(
+    split_k: u32,
+    output: DType,
+    lanes: u32,
+    strided: bool,
+) -> Result<Kernel, KernelError> {
     let bad = |why: String| {
         Err(KernelError::Config(format!(
             "gemm split-K reduction: {why}"
@@ -59,10 +70,12 @@ pub fn build_reduce(split_k: u32, output: DType, lanes: u32) -> Result<Kernel, K
         ("c", n.clone()),
     ];
     let part = k.global(PARTIAL, F32, &planes, Access::Read);
-    let c = k.global(
+    let ldc = if strided { k.param("ldc") } else { n.clone() };
+    let c = k.global_strided(
         "c",
         output,
         &[("r", m.clone()), ("c", n.clone())],
+        vec![ldc, Expr::c(1)],
         Access::Write,
     );
     k.grid(

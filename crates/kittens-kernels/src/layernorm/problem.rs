@@ -12,7 +12,8 @@ use super::bwd::{build_bwd, build_dweight, parts_at};
 use super::{build, LayerNormConfig};
 use crate::budget;
 use crate::problem::{
-    elements, param, positive, KernelProblem, Launch, Plan, Problem, Reference, Stage, STORE_BYTES,
+    elements, param, positive, KernelProblem, Launch, NamedArgs, NormShape, Plan, Reference,
+    RunSettings, Stage, STORE_BYTES,
 };
 use crate::reference::{self, Tolerance};
 use crate::KernelError;
@@ -24,12 +25,52 @@ use kittens_ir::Kernel;
 /// order 0.1 to 1.
 pub const TOLERANCE: f64 = 1e-2;
 
-/// The problem definition the registry hands out for `layernorm`.
-#[derive(Debug)]
-pub struct LayerNormProblem;
+/// A `layernorm` problem: its rows, row length and dropout, and the epsilon added to the variance
+/// (`None`: the kernel's default, 1e-5).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LayerNormProblem {
+    pub norm: NormShape,
+    pub eps: Option<f32>,
+    pub run: RunSettings,
+}
+
+/// A `layernorm_bwd` problem: the forward's sizes and settings.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct LayerNormBwdProblem(pub LayerNormProblem);
+
+impl LayerNormProblem {
+    /// The problem `a` names: `rows`, `norm_dim`, `p`, `dropout_seed`, `offset`, `eps` (and the run
+    /// settings); the others default.
+    pub fn from_args(a: &NamedArgs) -> Result<LayerNormProblem, KernelError> {
+        let d = NormShape::default();
+        Ok(LayerNormProblem {
+            norm: NormShape {
+                rows: a.size_or("rows", d.rows)?,
+                dim: a.size_or("norm_dim", d.dim)?,
+                p: a.f32_or("p", d.p)?,
+                dropout_seed: a.u64_or("dropout_seed", d.dropout_seed)?,
+                offset: a.u64_or("offset", d.offset)?,
+            },
+            eps: a.opt_f32_or("eps", None)?,
+            run: RunSettings::from_args(a, &[])?,
+        })
+    }
+}
+
+/// The registry's parser of `layernorm`'s problem.
+pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(LayerNormProblem::from_args(a)?))
+}
+
+/// The registry's parser of `layernorm_bwd`'s problem.
+pub fn parse_bwd(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(LayerNormBwdProblem(LayerNormProblem::from_args(
+        a,
+    )?)))
+}
 
 /// The configuration a run on `target` builds: the target's wave width (32 lanes on the CPU).
-pub fn config(p: &Problem, target: Target) -> LayerNormConfig {
+pub fn config(p: &LayerNormProblem, target: Target) -> LayerNormConfig {
     let dim = u32::try_from(p.norm.dim).unwrap_or(u32::MAX);
     let base = match target.gpu() {
         Some(gpu) => LayerNormConfig::for_gpu(gpu, dim, p.norm.p),
@@ -43,7 +84,7 @@ pub fn config(p: &Problem, target: Target) -> LayerNormConfig {
 
 /// The backward's configuration on `target`: the forward's, except that the interpreter runs rows
 /// over [`super::bwd::MAX_DIM_32_LANES`] on 64-lane waves (as AMD does; 32-lane waves refuse them).
-pub fn bwd_config(p: &Problem, target: Target) -> LayerNormConfig {
+pub fn bwd_config(p: &LayerNormProblem, target: Target) -> LayerNormConfig {
     let cfg = config(p, target);
     if target.gpu().is_none() && cfg.dim > super::bwd::MAX_DIM_32_LANES {
         let base = LayerNormConfig::new(cfg.dim, cfg.p, 64);
@@ -64,12 +105,8 @@ pub fn words(v: u64) -> [i64; 2] {
     ]
 }
 
-/// The backward's problem definition (registry `layernorm_bwd`).
-#[derive(Debug)]
-pub struct LayerNormBwdProblem;
-
 /// The parameters both directions take: `rows`, then the seed's and the offset's words.
-fn params(p: &Problem) -> Result<Vec<i64>, KernelError> {
+fn params(p: &LayerNormProblem) -> Result<Vec<i64>, KernelError> {
     Ok([param("rows", p.norm.rows)?]
         .into_iter()
         .chain(words(p.norm.dropout_seed))
@@ -78,7 +115,16 @@ fn params(p: &Problem) -> Result<Vec<i64>, KernelError> {
 }
 
 impl KernelProblem for LayerNormProblem {
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
+    fn kernel(&self) -> &'static str {
+        "layernorm"
+    }
+
+    fn settings(&self) -> &RunSettings {
+        &self.run
+    }
+
+    fn launch(&self) -> Result<Launch, KernelError> {
+        let p = self;
         let (rows, d) = (p.norm.rows, p.norm.dim);
         let m = elements("x", &[rows, d])?;
         Ok(Launch {
@@ -88,7 +134,8 @@ impl KernelProblem for LayerNormProblem {
         })
     }
 
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let p = self;
         let name = "layernorm";
         positive(name, &[("rows", p.norm.rows), ("dim", p.norm.dim)])?;
         // The configuration's checks (D range and multiple of 8, p) before any size is used.
@@ -104,7 +151,7 @@ impl KernelProblem for LayerNormProblem {
         let what = format!("layernorm at rows={rows} dim={d}");
         budget::check_host_bytes(&what, bytes)?;
         Ok(Plan {
-            launch: self.launch(p)?,
+            launch: self.launch()?,
             what,
             // Memory-bound: count one unit of work per element read.
             work: m,
@@ -112,11 +159,13 @@ impl KernelProblem for LayerNormProblem {
         })
     }
 
-    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        let p = self;
         build(&config(p, target))
     }
 
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = self;
         let eps = f64::from(config(p, Target::Cpu).eps);
         Reference {
             values: reference::layernorm(
@@ -133,7 +182,16 @@ impl KernelProblem for LayerNormProblem {
 }
 
 impl KernelProblem for LayerNormBwdProblem {
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
+    fn kernel(&self) -> &'static str {
+        "layernorm_bwd"
+    }
+
+    fn settings(&self) -> &RunSettings {
+        &self.0.run
+    }
+
+    fn launch(&self) -> Result<Launch, KernelError> {
+        let p = &self.0;
         let (rows, d) = (p.norm.rows, p.norm.dim);
         let m = elements("dy", &[rows, d])?;
         Ok(Launch {
@@ -143,7 +201,8 @@ impl KernelProblem for LayerNormBwdProblem {
         })
     }
 
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let p = &self.0;
         positive(
             "layernorm_bwd",
             &[("rows", p.norm.rows), ("dim", p.norm.dim)],
@@ -164,7 +223,7 @@ impl KernelProblem for LayerNormBwdProblem {
         ]);
         budget::check_host_bytes(&what, bytes)?;
         Ok(Plan {
-            launch: self.launch(p)?,
+            launch: self.launch()?,
             what,
             work: m,
             shape: serde_json::json!({
@@ -173,13 +232,15 @@ impl KernelProblem for LayerNormBwdProblem {
         })
     }
 
-    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        let p = &self.0;
         build_bwd(&bwd_config(p, target))
     }
 
     /// `dx`, `dresidual` and the scratches, then `dweight` and `dbias` from the scratches (passed by
     /// name).
-    fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+    fn stages(&self, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+        let p = &self.0;
         let cfg = bwd_config(p, target);
         let l = &plan.launch;
         let scratch = scratch_len(&cfg, p)?;
@@ -203,7 +264,8 @@ impl KernelProblem for LayerNormBwdProblem {
         ])
     }
 
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = &self.0;
         let eps = f64::from(bwd_config(p, Target::Cpu).eps);
         Reference {
             values: reference::layernorm_backward(
@@ -220,7 +282,7 @@ impl KernelProblem for LayerNormBwdProblem {
 }
 
 /// Elements of each scratch of the backward (`D × parts`).
-fn scratch_len(cfg: &LayerNormConfig, p: &Problem) -> Result<usize, KernelError> {
+fn scratch_len(cfg: &LayerNormConfig, p: &LayerNormProblem) -> Result<usize, KernelError> {
     parts_at(cfg, p.norm.rows)
         .and_then(|n| n.checked_mul(p.norm.dim))
         .ok_or_else(|| {

@@ -1,4 +1,4 @@
-//! `rmsnorm` and `rmsnorm_bwd` at a problem's sizes: `norm.rows` rows of `norm.dim`, `residual`,
+//! `rmsnorm` and `rmsnorm_bwd` at a problem's sizes: `rows` rows of `dim`, `residual`,
 //! `eps` (`None`: 1e-6); parameter `rows`.
 //!
 //! * `rmsnorm`: inputs `x`, `residual` (with a residual), `weight`; outputs `y`, `residual_out` (with
@@ -12,7 +12,8 @@
 use super::{build, build_bwd, build_dweight, RmsNormConfig};
 use crate::budget;
 use crate::problem::{
-    elements, param, positive, KernelProblem, Launch, Plan, Problem, Reference, Stage, STORE_BYTES,
+    elements, param, positive, KernelProblem, Launch, NamedArgs, Plan, Reference, RunSettings,
+    Stage, STORE_BYTES,
 };
 use crate::reference::Tolerance;
 use crate::KernelError;
@@ -23,17 +24,62 @@ use kittens_ir::Kernel;
 /// wrong statistic, column or row gives errors of order 0.1 to 1.
 pub const TOLERANCE: f64 = 1e-2;
 
-/// The forward's problem definition (registry `rmsnorm`).
-#[derive(Debug)]
-pub struct RmsNormProblem;
+/// An `rmsnorm` problem: `rows` rows of `dim`; `residual`: add a residual first and write the sum
+/// out as the new residual (the default), else normalise `x` alone; `eps` added to the mean square
+/// (`None`: the kernel's default, 1e-6).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RmsNormProblem {
+    pub rows: usize,
+    pub dim: usize,
+    pub residual: bool,
+    pub eps: Option<f32>,
+    pub run: RunSettings,
+}
 
-/// The backward's problem definition (registry `rmsnorm_bwd`).
-#[derive(Debug)]
-pub struct RmsNormBwdProblem;
+impl Default for RmsNormProblem {
+    /// Odd sizes: 37 rows of 1000 (not a multiple of a wave's 256-column strip), with a residual.
+    fn default() -> Self {
+        RmsNormProblem {
+            rows: 37,
+            dim: 1000,
+            residual: true,
+            eps: None,
+            run: RunSettings::default(),
+        }
+    }
+}
+
+/// An `rmsnorm_bwd` problem: the forward's sizes and settings.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RmsNormBwdProblem(pub RmsNormProblem);
+
+impl RmsNormProblem {
+    /// The problem `a` names: `rows`, `norm_dim`, `residual`, `eps` (and the run settings).
+    pub fn from_args(a: &NamedArgs) -> Result<RmsNormProblem, KernelError> {
+        let d = RmsNormProblem::default();
+        Ok(RmsNormProblem {
+            rows: a.size_or("rows", d.rows)?,
+            dim: a.size_or("norm_dim", d.dim)?,
+            residual: a.flag_or("residual", d.residual)?,
+            eps: a.opt_f32_or("eps", d.eps)?,
+            run: RunSettings::from_args(a, &[])?,
+        })
+    }
+}
+
+/// The registry's parser of `rmsnorm`'s problem.
+pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(RmsNormProblem::from_args(a)?))
+}
+
+/// The registry's parser of `rmsnorm_bwd`'s problem.
+pub fn parse_bwd(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(RmsNormBwdProblem(RmsNormProblem::from_args(a)?)))
+}
 
 /// The configuration a run on `target` builds: the target's wave width (32 lanes on the CPU).
-pub fn config(p: &Problem, target: Target) -> RmsNormConfig {
-    let dim = u32::try_from(p.norm.dim).unwrap_or(u32::MAX);
+pub fn config(p: &RmsNormProblem, target: Target) -> RmsNormConfig {
+    let dim = u32::try_from(p.dim).unwrap_or(u32::MAX);
     let lanes = target.gpu().map_or(32, |g| g.wave_width);
     let base = RmsNormConfig::new(dim, p.residual, lanes);
     RmsNormConfig {
@@ -43,10 +89,14 @@ pub fn config(p: &Problem, target: Target) -> RmsNormConfig {
 }
 
 /// Validates the sizes and the configuration and returns `(rows, dim, rows × dim)`.
-fn sizes(p: &Problem, target: Target, name: &str) -> Result<(usize, usize, usize), KernelError> {
-    positive(name, &[("rows", p.norm.rows), ("dim", p.norm.dim)])?;
+fn sizes(
+    p: &RmsNormProblem,
+    target: Target,
+    name: &str,
+) -> Result<(usize, usize, usize), KernelError> {
+    positive(name, &[("rows", p.rows), ("dim", p.dim)])?;
     config(p, target).check()?;
-    let (rows, d) = (p.norm.rows, p.norm.dim);
+    let (rows, d) = (p.rows, p.dim);
     Ok((rows, d, elements("x", &[rows, d])?))
 }
 
@@ -64,8 +114,17 @@ fn check_bytes(what: &str, m: usize, tensors: u64, outs: u64) -> Result<(), Kern
 }
 
 impl KernelProblem for RmsNormProblem {
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
-        let (rows, d) = (p.norm.rows, p.norm.dim);
+    fn kernel(&self) -> &'static str {
+        "rmsnorm"
+    }
+
+    fn settings(&self) -> &RunSettings {
+        &self.run
+    }
+
+    fn launch(&self) -> Result<Launch, KernelError> {
+        let p = self;
+        let (rows, d) = (p.rows, p.dim);
         let m = elements("x", &[rows, d])?;
         let n = if p.residual { 2 } else { 1 };
         let mut inputs = vec![m; n];
@@ -77,13 +136,14 @@ impl KernelProblem for RmsNormProblem {
         })
     }
 
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let p = self;
         let (rows, d, m) = sizes(p, target, "rmsnorm")?;
         let what = format!("rmsnorm at rows={rows} dim={d}");
         let n = if p.residual { 2 } else { 1 };
         check_bytes(&what, m, n, n)?;
         Ok(Plan {
-            launch: self.launch(p)?,
+            launch: self.launch()?,
             what,
             work: Some(m as u64),
             shape: serde_json::json!({
@@ -93,18 +153,20 @@ impl KernelProblem for RmsNormProblem {
         })
     }
 
-    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        let p = self;
         build(&config(p, target))
     }
 
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = self;
         let (x, res) = match p.residual {
             true => (&inputs[0], Some(&inputs[1][..])),
             false => (&inputs[0], None),
         };
         let w = &inputs[inputs.len() - 1];
         let r = residual_sum(x, res);
-        let mut values = forward(&r, w, p.norm.dim, f64::from(config(p, Target::Cpu).eps));
+        let mut values = forward(&r, w, p.dim, f64::from(config(p, Target::Cpu).eps));
         if p.residual {
             values.extend(r);
         }
@@ -121,8 +183,17 @@ impl KernelProblem for RmsNormProblem {
 }
 
 impl KernelProblem for RmsNormBwdProblem {
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
-        let (rows, d) = (p.norm.rows, p.norm.dim);
+    fn kernel(&self) -> &'static str {
+        "rmsnorm_bwd"
+    }
+
+    fn settings(&self) -> &RunSettings {
+        &self.0.run
+    }
+
+    fn launch(&self) -> Result<Launch, KernelError> {
+        let p = &self.0;
+        let (rows, d) = (p.rows, p.dim);
         let m = elements("dy", &[rows, d])?;
         let mut inputs = vec![m, m, d];
         if p.residual {
@@ -135,7 +206,8 @@ impl KernelProblem for RmsNormBwdProblem {
         })
     }
 
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let p = &self.0;
         let (rows, d, m) = sizes(p, target, "rmsnorm_bwd")?;
         let cfg = config(p, target);
         let what = format!("rmsnorm_bwd at rows={rows} dim={d}");
@@ -147,7 +219,7 @@ impl KernelProblem for RmsNormBwdProblem {
         check_bytes(&what, m, 3 + u64::from(p.residual), 2)?;
         budget::check_host_bytes(&what, (parts as u64).checked_mul(4 + STORE_BYTES + 4))?;
         Ok(Plan {
-            launch: self.launch(p)?,
+            launch: self.launch()?,
             what,
             work: Some(m as u64),
             shape: serde_json::json!({
@@ -157,17 +229,19 @@ impl KernelProblem for RmsNormBwdProblem {
         })
     }
 
-    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        let p = &self.0;
         build_bwd(&config(p, target))
     }
 
     /// `dx` and the scratch `dw_partial`, then `dweight` from the scratch (passed by name).
-    fn stages(&self, p: &Problem, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+    fn stages(&self, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
+        let p = &self.0;
         let cfg = config(p, target);
         let l = &plan.launch;
-        let d = p.norm.dim;
+        let d = p.dim;
         let scratch = cfg
-            .parts_at(p.norm.rows)
+            .parts_at(p.rows)
             .and_then(|n| n.checked_mul(d))
             .ok_or_else(|| KernelError::Problem("rmsnorm_bwd: the scratch overflows".into()))?;
         Ok(vec![
@@ -190,14 +264,15 @@ impl KernelProblem for RmsNormBwdProblem {
         ])
     }
 
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = &self.0;
         let dres = p.residual.then(|| &inputs[3][..]);
         let (dx, dw) = backward(
             &inputs[0],
             &inputs[1],
             &inputs[2],
             dres,
-            p.norm.dim,
+            p.dim,
             f64::from(config(p, Target::Cpu).eps),
         );
         Reference {

@@ -5,9 +5,10 @@
 use super::{build, RotaryConfig};
 use crate::budget;
 use crate::problem::{
-    elements, param, positive, KernelProblem, Launch, Plan, Problem, Reference, STORE_BYTES,
+    elements, param, positive, KernelProblem, Launch, NamedArgs, Plan, Reference, RunSettings,
+    STORE_BYTES,
 };
-use crate::reference::{self, Tolerance};
+use crate::reference::{self, AttnShape, Tolerance};
 use crate::KernelError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
@@ -16,17 +17,44 @@ use kittens_ir::Kernel;
 /// a wrong pairing or table row gives errors of order 1.
 pub const TOLERANCE: f64 = 1e-2;
 
-/// The problem definition the registry hands out for `rotary`.
-#[derive(Debug)]
-pub struct RotaryProblem;
+/// A `rotary` problem: `heads` heads of `dim` at `seq` positions in `layout` (`heads_kv` unused), and
+/// the interleaved (GPT-J) pairing instead of half rotation (GPT-NeoX).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RotaryProblem {
+    pub attn: AttnShape,
+    pub interleaved: bool,
+    pub run: RunSettings,
+}
 
-/// The backward's (`rotary_bwd`): the same tensors as the forward's, `dy` for `x` and `dx` for `out`,
+/// A `rotary_bwd` problem: the same tensors as the forward's, `dy` for `x` and `dx` for `out`,
 /// rotated by −θ.
-#[derive(Debug)]
-pub struct RotaryBwdProblem;
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct RotaryBwdProblem(pub RotaryProblem);
+
+impl RotaryProblem {
+    /// The problem `a` names: `batch`, `heads`, `seq`, `dim`, `layout`, `interleaved` (and the run
+    /// settings).
+    pub fn from_args(a: &NamedArgs) -> Result<RotaryProblem, KernelError> {
+        Ok(RotaryProblem {
+            attn: AttnShape::from_args(a, AttnShape::default())?,
+            interleaved: a.flag_or("interleaved", false)?,
+            run: RunSettings::from_args(a, &[])?,
+        })
+    }
+}
+
+/// The registry's parser of `rotary`'s problem.
+pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(RotaryProblem::from_args(a)?))
+}
+
+/// The registry's parser of `rotary_bwd`'s problem.
+pub fn parse_bwd(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(RotaryBwdProblem(RotaryProblem::from_args(a)?)))
+}
 
 /// The configuration of a run (the same on every target: the program has no target-specific tiles).
-pub fn config(p: &Problem) -> RotaryConfig {
+pub fn config(p: &RotaryProblem) -> RotaryConfig {
     RotaryConfig::new(
         u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
         p.attn.layout,
@@ -35,19 +63,30 @@ pub fn config(p: &Problem) -> RotaryConfig {
 }
 
 impl KernelProblem for RotaryBwdProblem {
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
-        RotaryProblem.launch(p)
+    fn kernel(&self) -> &'static str {
+        "rotary_bwd"
     }
 
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
-        let plan = RotaryProblem.plan(p, target)?;
+    fn settings(&self) -> &RunSettings {
+        &self.0.run
+    }
+
+    fn launch(&self) -> Result<Launch, KernelError> {
+        let p = &self.0;
+        p.launch()
+    }
+
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let p = &self.0;
+        let plan = p.plan(target)?;
         Ok(Plan {
             what: plan.what.replacen("rotary", "rotary_bwd", 1),
             ..plan
         })
     }
 
-    fn build(&self, p: &Problem, _target: Target) -> Result<Kernel, KernelError> {
+    fn build(&self, _target: Target) -> Result<Kernel, KernelError> {
+        let p = &self.0;
         build(&RotaryConfig {
             inverse: true,
             ..config(p)
@@ -55,9 +94,10 @@ impl KernelProblem for RotaryBwdProblem {
     }
 
     /// The forward's reference with the sine table negated: the rotation by −θ.
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = &self.0;
         let neg: Vec<f32> = inputs[2].iter().map(|v| -v).collect();
-        RotaryProblem.reference(p, &[inputs[0].clone(), inputs[1].clone(), neg])
+        p.reference(&[inputs[0].clone(), inputs[1].clone(), neg])
     }
 
     fn tolerance(&self) -> Tolerance {
@@ -66,7 +106,16 @@ impl KernelProblem for RotaryBwdProblem {
 }
 
 impl KernelProblem for RotaryProblem {
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
+    fn kernel(&self) -> &'static str {
+        "rotary"
+    }
+
+    fn settings(&self) -> &RunSettings {
+        &self.run
+    }
+
+    fn launch(&self) -> Result<Launch, KernelError> {
+        let p = self;
         let sh = p.attn;
         let x = elements("x", &[sh.batch, sh.heads, sh.seq, sh.dim])?;
         let table = elements("cos", &[sh.seq, sh.dim / 2])?;
@@ -81,7 +130,8 @@ impl KernelProblem for RotaryProblem {
         })
     }
 
-    fn plan(&self, p: &Problem, _target: Target) -> Result<Plan, KernelError> {
+    fn plan(&self, _target: Target) -> Result<Plan, KernelError> {
+        let p = self;
         let sh = p.attn;
         positive(
             "rotary",
@@ -105,7 +155,7 @@ impl KernelProblem for RotaryProblem {
         );
         budget::check_host_bytes(&what, bytes)?;
         Ok(Plan {
-            launch: self.launch(p)?,
+            launch: self.launch()?,
             what,
             work: x,
             shape: serde_json::json!({
@@ -115,11 +165,13 @@ impl KernelProblem for RotaryProblem {
         })
     }
 
-    fn build(&self, p: &Problem, _target: Target) -> Result<Kernel, KernelError> {
+    fn build(&self, _target: Target) -> Result<Kernel, KernelError> {
+        let p = self;
         build(&config(p))
     }
 
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = self;
         Reference {
             values: reference::rotary(&inputs[0], &inputs[1], &inputs[2], &p.attn, p.interleaved),
             baseline: None,

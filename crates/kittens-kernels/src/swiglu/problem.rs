@@ -1,4 +1,4 @@
-//! `swiglu` and `swiglu_bwd` at a problem's sizes: `norm.rows` rows of `F = norm.dim`, `packed`;
+//! `swiglu` and `swiglu_bwd` at a problem's sizes: `rows` rows of `F = dim`, `packed`;
 //! parameter `rows`.
 //!
 //! * `swiglu`: inputs `gate`, `up` (`[rows, F]` each) or, packed, `x` (`[rows, 2F]`); output `out`.
@@ -10,7 +10,8 @@
 use super::{build, build_bwd, SwigluConfig};
 use crate::budget;
 use crate::problem::{
-    elements, param, positive, KernelProblem, Launch, Plan, Problem, Reference, STORE_BYTES,
+    elements, param, positive, KernelProblem, Launch, NamedArgs, Plan, Reference, RunSettings,
+    STORE_BYTES,
 };
 use crate::reference::Tolerance;
 use crate::KernelError;
@@ -21,16 +22,52 @@ use kittens_ir::Kernel;
 /// the device's exponential; a wrong half or column gives errors of order 1.
 pub const TOLERANCE: f64 = 1e-2;
 
-/// The problem definitions the registry hands out: the forward (`swiglu`) and the backward
-/// (`swiglu_bwd`).
-#[derive(Debug)]
+/// A `swiglu` or `swiglu_bwd` problem: `rows` rows of `F = dim`; `packed`: gate and up are the two
+/// halves of one `[rows, 2F]` tensor (gate first) instead of two `[rows, F]` tensors.
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SwigluProblem {
     pub backward: bool,
+    pub rows: usize,
+    pub dim: usize,
+    pub packed: bool,
+    pub run: RunSettings,
+}
+
+impl Default for SwigluProblem {
+    /// The forward at odd sizes: 37 rows of 1000.
+    fn default() -> Self {
+        SwigluProblem {
+            backward: false,
+            rows: 37,
+            dim: 1000,
+            packed: false,
+            run: RunSettings::default(),
+        }
+    }
+}
+
+/// The registry's parser of `swiglu`'s problem.
+pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(SwigluProblem::from_args(a, false)?))
+}
+
+/// The registry's parser of `swiglu_bwd`'s problem.
+pub fn parse_bwd(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(SwigluProblem::from_args(a, true)?))
 }
 
 impl SwigluProblem {
-    pub const FORWARD: SwigluProblem = SwigluProblem { backward: false };
-    pub const BACKWARD: SwigluProblem = SwigluProblem { backward: true };
+    /// The problem `a` names: `rows`, `norm_dim` (F), `packed` (and the run settings).
+    pub fn from_args(a: &NamedArgs, backward: bool) -> Result<SwigluProblem, KernelError> {
+        let d = SwigluProblem::default();
+        Ok(SwigluProblem {
+            backward,
+            rows: a.size_or("rows", d.rows)?,
+            dim: a.size_or("norm_dim", d.dim)?,
+            packed: a.flag_or("packed", d.packed)?,
+            run: RunSettings::from_args(a, &[])?,
+        })
+    }
 
     fn name(&self) -> &'static str {
         if self.backward {
@@ -42,16 +79,25 @@ impl SwigluProblem {
 }
 
 /// The configuration a run on `target` builds: the target's wave width (32 lanes on the CPU).
-pub fn config(p: &Problem, target: Target) -> SwigluConfig {
-    let f = u32::try_from(p.norm.dim).unwrap_or(u32::MAX);
+pub fn config(p: &SwigluProblem, target: Target) -> SwigluConfig {
+    let f = u32::try_from(p.dim).unwrap_or(u32::MAX);
     SwigluConfig::new(f, p.packed, target.gpu().map_or(32, |g| g.wave_width))
 }
 
 impl KernelProblem for SwigluProblem {
-    fn launch(&self, p: &Problem) -> Result<Launch, KernelError> {
-        let m = elements("gate", &[p.norm.rows, p.norm.dim])?;
+    fn kernel(&self) -> &'static str {
+        self.name()
+    }
+
+    fn settings(&self) -> &RunSettings {
+        &self.run
+    }
+
+    fn launch(&self) -> Result<Launch, KernelError> {
+        let p = self;
+        let m = elements("gate", &[p.rows, p.dim])?;
         let pair = if p.packed {
-            vec![elements("x", &[p.norm.rows, 2, p.norm.dim])?]
+            vec![elements("x", &[p.rows, 2, p.dim])?]
         } else {
             vec![m, m]
         };
@@ -61,17 +107,18 @@ impl KernelProblem for SwigluProblem {
             (pair, vec![m])
         };
         Ok(Launch {
-            params: vec![param("rows", p.norm.rows)?],
+            params: vec![param("rows", p.rows)?],
             inputs,
             outputs,
         })
     }
 
-    fn plan(&self, p: &Problem, target: Target) -> Result<Plan, KernelError> {
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let p = self;
         let name = self.name();
-        positive(name, &[("rows", p.norm.rows), ("dim", p.norm.dim)])?;
-        self.build(p, target)?;
-        let (rows, f) = (p.norm.rows, p.norm.dim);
+        positive(name, &[("rows", p.rows), ("dim", p.dim)])?;
+        self.build(target)?;
+        let (rows, f) = (p.rows, p.dim);
         let what = format!("{name} at rows={rows} F={f}");
         let m = budget::product(&[rows as u64, f as u64]);
         // Forward: 2 inputs, 1 output; backward: 3 inputs, 2 outputs (of `rows × F` each).
@@ -82,7 +129,7 @@ impl KernelProblem for SwigluProblem {
         ]);
         budget::check_host_bytes(&what, bytes)?;
         Ok(Plan {
-            launch: self.launch(p)?,
+            launch: self.launch()?,
             what,
             work: m,
             shape: serde_json::json!({
@@ -91,7 +138,8 @@ impl KernelProblem for SwigluProblem {
         })
     }
 
-    fn build(&self, p: &Problem, target: Target) -> Result<Kernel, KernelError> {
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        let p = self;
         let cfg = config(p, target);
         if self.backward {
             build_bwd(&cfg)
@@ -100,8 +148,9 @@ impl KernelProblem for SwigluProblem {
         }
     }
 
-    fn reference(&self, p: &Problem, inputs: &[Vec<f32>]) -> Reference {
-        let f = p.norm.dim;
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = self;
+        let f = p.dim;
         let at = usize::from(self.backward);
         let (gate, up) = split(&inputs[at..], f, p.packed);
         let values = if self.backward {

@@ -1,10 +1,11 @@
 //! What the tests of the row-wise kernels with several launches share (`rmsnorm_swiglu.rs`,
 //! `layernorm_bwd.rs`): a problem at odd sizes, the stages run on the interpreter, each output judged
 //! element by element against the f64 reference.
+#![allow(dead_code)]
 
 use kittens_hw::Target;
 use kittens_kernels::exec::interpret;
-use kittens_kernels::problem::{NormShape, Problem, Stage};
+use kittens_kernels::problem::{NamedArgs, Stage};
 use kittens_kernels::reference::compare;
 use kittens_kernels::{by_name, KernelError};
 use rand::rngs::SmallRng;
@@ -13,22 +14,26 @@ use rand::SeedableRng;
 /// bf16's unit roundoff.
 const BF16_STEP: f64 = 1.0 / 256.0;
 
-pub fn problem(rows: usize, dim: usize) -> Problem {
-    Problem {
-        norm: NormShape {
-            rows,
-            dim,
-            ..NormShape::default()
-        },
-        seed: rows as u64 * 31 + dim as u64,
-        input_scale: 4.0,
-        ..Problem::default()
+/// A row-wise kernel's problem at `rows` rows of `dim`, by name (each kernel reads its own).
+pub fn problem(rows: usize, dim: usize) -> NamedArgs {
+    NamedArgs::new()
+        .with("rows", rows)
+        .with("norm_dim", dim)
+        .with("seed", rows as u64 * 31 + dim as u64)
+        .with("input_scale", 4.0f32)
+}
+
+/// The error of planning registry kernel `name` at `args` on the CPU (parsing or planning).
+pub fn plan_error(name: &str, args: &NamedArgs) -> String {
+    match by_name(name).unwrap().problem(args) {
+        Ok(p) => p.plan(Target::Cpu).unwrap_err().to_string(),
+        Err(e) => e.to_string(),
     }
 }
 
 /// Runs the stages on the interpreter, each launch's inputs by name from the tensors before it;
 /// returns the outputs no later launch reads (in launch order), and the drawn inputs.
-fn run_stages(stages: &[Stage], inputs: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>, KernelError> {
+pub fn run_stages(stages: &[Stage], inputs: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>, KernelError> {
     let mut pool: Vec<(String, Vec<f32>, bool)> = stages[0]
         .kernel
         .globals
@@ -60,16 +65,17 @@ fn run_stages(stages: &[Stage], inputs: Vec<Vec<f32>>) -> Result<Vec<Vec<f32>>, 
 
 /// Runs registry kernel `name` at `p` on the interpreter (with the configuration `stages` builds, or
 /// the problem's own) and compares each output with the f64 reference.
-pub fn check_with(name: &str, p: &Problem, stages: Option<Vec<Stage>>) -> Vec<f64> {
-    let def = by_name(name).unwrap().problem();
-    let plan = def
-        .plan(p, Target::Cpu)
+pub fn check_with(name: &str, args: &NamedArgs, stages: Option<Vec<Stage>>) -> Vec<f64> {
+    let p = by_name(name).unwrap().problem(args).unwrap();
+    let plan = p
+        .plan(Target::Cpu)
         .unwrap_or_else(|e| panic!("{name}: {e}"));
-    let stages = stages.unwrap_or_else(|| def.stages(p, Target::Cpu, &plan).unwrap());
-    let mut rng = SmallRng::seed_from_u64(p.seed);
-    let inputs = def.draw(p, &stages[0].kernel, &plan.launch, &mut rng);
+    let stages = stages.unwrap_or_else(|| p.stages(Target::Cpu, &plan).unwrap());
+    let mut rng = SmallRng::seed_from_u64(p.settings().seed);
+    let inputs = p.draw(&stages[0].kernel, &plan.launch, &mut rng);
     let outs = run_stages(&stages, inputs.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
-    let reference = def.reference(p, &inputs).values;
+    let reference = p.reference(&inputs).values;
+    let size = |n: &str| args.size_or(n, 0).unwrap();
     assert_eq!(outs.len(), plan.launch.outputs.len(), "{name}");
     let mut at = 0;
     let mut errs = Vec::new();
@@ -77,7 +83,11 @@ pub fn check_with(name: &str, p: &Problem, stages: Option<Vec<Stage>>) -> Vec<f6
         assert_eq!(o.len(), n);
         let e = compare(o, &reference[at..at + n]);
         at += n;
-        let what = format!("{name} output {i} rows {} dim {}", p.norm.rows, p.norm.dim);
+        let what = format!(
+            "{name} output {i} rows {} dim {}",
+            size("rows"),
+            size("norm_dim")
+        );
         eprintln!("{what}: {e:?}");
         assert!(
             e.rel_err < 1e-2 && e.max_rel < 2.0 * BF16_STEP,

@@ -12,7 +12,8 @@ use crate::runner::{Job, RunError};
 use kittens_amdsim::kernarg::pack;
 use kittens_hw::Target;
 use kittens_ir::numerics::from_bytes;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
+use kittens_kernels::problem::KernelProblem;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 
@@ -91,25 +92,17 @@ pub fn run_amd_gemm_bench(
 ) -> Result<AmdGemmReport, AmdBenchError> {
     let rt = HipRuntime::load()?;
     let vendor = VendorGemm::load(&rt)?;
-    let entry = kittens_kernels::by_name("gemm_bf16")?;
     let arch = target.arch().ok_or(RunError::NotAmd(target))?;
     let mut rows = Vec::new();
     for &(m, n, k) in shapes {
-        let p = Problem {
-            m,
-            n,
-            k,
-            seed: (m ^ n ^ k) as u64,
-            ..Problem::default()
-        };
-        let def = entry.problem();
-        let plan = def.plan(&p, target)?;
-        let kernel = def.build(&p, target)?;
-        let inputs = def.draw(
-            &p,
+        let mut p = GemmProblem::new(GemmKind::Bf16, m, n, k);
+        p.run.seed = (m ^ n ^ k) as u64;
+        let plan = p.plan(target)?;
+        let kernel = p.build(target)?;
+        let inputs = p.draw(
             &kernel,
             &plan.launch,
-            &mut SmallRng::seed_from_u64(p.seed),
+            &mut SmallRng::seed_from_u64(p.run.seed),
         );
         let job = Job {
             kernel: &kernel,

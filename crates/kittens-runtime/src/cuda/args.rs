@@ -168,15 +168,15 @@ impl PackedArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kittens_kernels::attn_fwd::problem::AttnProblem;
     use kittens_kernels::attn_fwd::split::KvSplits;
     use kittens_kernels::attn_fwd::AttnLayout;
-    use kittens_kernels::problem::Problem;
     use kittens_kernels::reference::AttnShape;
 
     /// The registry's attention for sm_90a at B2 H6/2 N77 (causal, unsplit), lowered, and its
     /// parameters by name.
     fn lowered(dim: usize, layout: AttnLayout) -> (Lowered, Vec<(String, i64)>) {
-        let p = Problem {
+        let p = AttnProblem {
             attn: AttnShape {
                 batch: 2,
                 heads: 6,
@@ -187,7 +187,7 @@ mod tests {
             },
             causal: true,
             kv_splits: KvSplits::Fixed(1),
-            ..Problem::default()
+            ..AttnProblem::default()
         };
         let entry = kittens_kernels::registry::by_name("attn_fwd").unwrap();
         let st = crate::cuda::dispatch::registry_stages(entry, &p).unwrap();

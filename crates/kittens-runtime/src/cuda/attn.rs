@@ -8,9 +8,10 @@
 
 use kittens_hw::Target;
 use kittens_kernels::attn_fwd::problem::kv_parts;
+use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::{self, AttnShape, ErrorReport, Verdict};
 use serde::Serialize;
 
@@ -72,14 +73,17 @@ pub struct AttnBenchReport {
 }
 
 /// The case as the registry's problem on a device of `sms` SMs (the key split planned for it).
-pub fn problem(case: &AttnCase, sms: u32) -> Problem {
-    Problem {
+pub fn problem(case: &AttnCase, sms: u32) -> AttnProblem {
+    AttnProblem {
         attn: case.shape,
         causal: case.causal,
         kv_splits: case.kv_splits,
-        sms: Some(sms),
-        input_scale: case.input_scale,
-        ..Problem::default()
+        run: RunSettings {
+            sms: Some(sms),
+            input_scale: case.input_scale,
+            ..RunSettings::default()
+        },
+        ..AttnProblem::default()
     }
 }
 

@@ -41,8 +41,7 @@ use super::gemm_pad::{self, CopyKernel, Mat, OperandLoads, PadPlan};
 use super::limits::gemm_abt_dims;
 use super::{invalid, CudaError};
 use kittens_ir::SlotFill;
-use kittens_kernels::gemm::problem::GemmProblem;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
 
 /// Which blocks each shape runs.
 #[derive(Clone, Debug, PartialEq)]
@@ -280,7 +279,7 @@ impl Runner<'_> {
 
     /// The registry's launches of `gemm_bf16` at `p` prepared on this run's device (the kernels
     /// compiled and loaded once per configuration, `super::dispatch`).
-    fn registry_call(&self, p: &Problem) -> Result<Rc<Ours>, CudaError> {
+    fn registry_call(&self, p: &GemmProblem) -> Result<Rc<Ours>, CudaError> {
         let entry = kittens_kernels::registry::by_name("gemm_bf16").map_err(invalid)?;
         let stages = registry_stages(entry, p).map_err(invalid)?;
         let call = DeviceCall::new(self.dev, &stages)?;
@@ -328,7 +327,7 @@ impl Runner<'_> {
     /// cuda`): no measurement option set and operands TMA reads in place. `None`: the run measures
     /// blocks, loads, clusters or splits of its own, or the shape needs padded copies, through this
     /// benchmark's own launcher (`super::gemm_kernel`).
-    fn registry_problem(&self, (m, n, k): Shape) -> Option<Problem> {
+    fn registry_problem(&self, (m, n, k): Shape) -> Option<GemmProblem> {
         let o = self.opts;
         let measuring = o.tiles != TileChoice::Auto
             || o.loads != [OperandLoads::Auto]
@@ -339,17 +338,10 @@ impl Runner<'_> {
         if measuring || PadPlan::of(&a, &b, &c).any() {
             return None;
         }
-        Some(Problem {
-            m,
-            n,
-            k,
-            gemm: kittens_kernels::gemm::GemmConfig {
-                b_layout: o.b_layout,
-                ..Default::default()
-            },
-            sms: Some(self.dev.multiprocessors),
-            ..Problem::default()
-        })
+        let mut p = GemmProblem::new(GemmKind::Bf16, m, n, k);
+        p.gemm.b_layout = o.b_layout;
+        p.run.sms = Some(self.dev.multiprocessors);
+        Some(p)
     }
 
     /// The rows of one shape: one per block it runs; a shape that cannot run gives error rows.
@@ -358,7 +350,7 @@ impl Runner<'_> {
         let sms = self.dev.multiprocessors;
         let chosen = shapes::choose(self.gpu, sms, m as u64, n as u64, k as u64);
         if let Some(p) = self.registry_problem(shape) {
-            let cfg = match GemmProblem::BF16.config(&p, kittens_hw::Target::Sm90a) {
+            let cfg = match p.config(kittens_hw::Target::Sm90a) {
                 Ok(c) => c,
                 Err(e) => return vec![GemmBenchRow::error(shape, &invalid(e))],
             };

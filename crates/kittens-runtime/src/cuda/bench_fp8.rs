@@ -39,8 +39,7 @@ use super::driver::{Device, DeviceBuffer, Event, Stream, Swizzle, TensorMap};
 use super::gemm_kernel::GemmKernel;
 use super::gemm_pad::PadPlan;
 use super::{invalid, CudaError};
-use kittens_kernels::gemm::problem::GemmProblem;
-use kittens_kernels::problem::Problem;
+use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
 
 /// The per-tensor scales of every run: not powers of two, so a scale applied twice or not at all
 /// shows in the error.
@@ -245,15 +244,9 @@ impl Runner<'_> {
         let (m, n, k) = shape;
         let chosen = match self.cfg {
             None => {
-                let p = Problem {
-                    m,
-                    n,
-                    k,
-                    sms: Some(self.dev.multiprocessors),
-                    ..Problem::default()
-                };
-                GemmProblem::FP8
-                    .config(&p, kittens_hw::Target::Sm90a)
+                let mut p = GemmProblem::new(GemmKind::Fp8, m, n, k);
+                p.run.sms = Some(self.dev.multiprocessors);
+                p.config(kittens_hw::Target::Sm90a)
                     .map_err(invalid)
                     .and_then(|cfg| Ok((cfg, cfg.split_k, self.registry_call(&p)?)))
             }
@@ -289,7 +282,7 @@ impl Runner<'_> {
     }
 
     /// The registry's launches of `gemm_fp8` at `p` prepared on this run's device.
-    fn registry_call(&self, p: &Problem) -> Result<Ours, CudaError> {
+    fn registry_call(&self, p: &GemmProblem) -> Result<Ours, CudaError> {
         let entry = kittens_kernels::registry::by_name("gemm_fp8").map_err(invalid)?;
         let stages = registry_stages(entry, p).map_err(invalid)?;
         Ok(Ours::Registry(DeviceCall::new(self.dev, &stages)?))

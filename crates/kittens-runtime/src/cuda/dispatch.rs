@@ -112,7 +112,7 @@ unsafe impl Send for Prepared {}
 unsafe impl Sync for Prepared {}
 
 /// The multiprocessor count of CUDA device `ordinal` (asked once per process): what a configuration
-/// chosen per device reads ([`kittens_kernels::problem::Problem::sms`]).
+/// chosen per device reads ([`kittens_kernels::problem::RunSettings::sms`]).
 pub fn device_sms(ordinal: i32) -> Result<u32, CudaError> {
     in_context(ordinal, || multiprocessors(ordinal))
 }
@@ -658,17 +658,15 @@ mod tests;
 /// runner's random inputs and f64 reference, not a launch on the caller's memory).
 pub fn registry_stages(
     entry: &kittens_kernels::registry::KernelEntry,
-    p: &kittens_kernels::problem::Problem,
+    p: &dyn kittens_kernels::problem::KernelProblem,
 ) -> Result<Vec<StageSpec>, kittens_kernels::KernelError> {
-    let kp = entry.problem();
     let plan = kittens_kernels::problem::Plan {
-        launch: kp.launch(p)?,
+        launch: p.launch()?,
         what: entry.name.to_string(),
         work: None,
         shape: serde_json::Value::Null,
     };
-    Ok(kp
-        .stages(p, Target::Sm90a, &plan)?
+    Ok(p.stages(Target::Sm90a, &plan)?
         .into_iter()
         .map(|s| StageSpec {
             params: s

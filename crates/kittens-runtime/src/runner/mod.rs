@@ -41,7 +41,7 @@ use crate::amd::emulate::EmuError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
 use kittens_kernels::budget::{self, WorkLimit};
-use kittens_kernels::problem::{Launch, Problem, Stage};
+use kittens_kernels::problem::{KernelProblem, Launch, Stage};
 use kittens_kernels::reference::{compare, judge, Check, ErrorReport};
 use kittens_kernels::registry::KernelEntry;
 use kittens_kernels::KernelError;
@@ -278,27 +278,37 @@ impl RunReport {
 /// Checks `p`'s run settings and sizes for `entry` on `backend` without building or allocating.
 pub fn validate(
     entry: &KernelEntry,
-    p: &Problem,
+    p: &dyn KernelProblem,
     backend: &dyn Backend,
 ) -> Result<kittens_kernels::problem::Plan, RunError> {
-    budget::check_input_scale(p.input_scale)?;
-    if let Some(t) = p.tolerance.filter(|t| !(t.is_finite() && *t > 0.0)) {
+    if p.kernel() != entry.name {
+        return Err(RunError::Kernel(kittens_kernels::KernelError::Problem(
+            format!("a `{}` problem given to run `{}`", p.kernel(), entry.name),
+        )));
+    }
+    let s = p.settings();
+    budget::check_input_scale(s.input_scale)?;
+    if let Some(t) = s.tolerance.filter(|t| !(t.is_finite() && *t > 0.0)) {
         return Err(RunError::Tolerance(t));
     }
     let about = backend.about();
-    let plan = entry.problem().plan(p, about.target)?;
+    let plan = p.plan(about.target)?;
     budget::check_work(&plan.what, plan.work, about.work)?;
     Ok(plan)
 }
 
 /// Runs `entry` at `p` on `backend` and judges it (see the module documentation for the order).
-pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<RunReport, RunError> {
+pub fn run(
+    entry: &KernelEntry,
+    p: &dyn KernelProblem,
+    backend: &dyn Backend,
+) -> Result<RunReport, RunError> {
     let plan = validate(entry, p, backend)?;
-    let (def, about) = (entry.problem(), backend.about());
-    let stages = def.stages(p, about.target, &plan)?;
+    let (about, settings) = (backend.about(), p.settings());
+    let stages = p.stages(about.target, &plan)?;
     let kernel = &stages[0].kernel;
-    let mut rng = SmallRng::seed_from_u64(p.seed);
-    let inputs = def.draw(p, kernel, &plan.launch, &mut rng);
+    let mut rng = SmallRng::seed_from_u64(settings.seed);
+    let inputs = p.draw(kernel, &plan.launch, &mut rng);
     let (run, names) = execute_stages(backend, &stages, &inputs)?;
     if run.output.len() != plan.launch.output_len() {
         return Err(RunError::Output {
@@ -308,14 +318,14 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
         });
     }
     let r0 = Instant::now();
-    let reference = def.reference(p, &inputs);
+    let reference = p.reference(&inputs);
     let (outputs, error, baseline, checks) = judge_outputs(
         &names,
         &plan.launch,
         &run.output,
         &reference,
-        def.tolerance(),
-        p.tolerance,
+        p.tolerance(),
+        settings.tolerance,
     );
     let mut shape = plan.shape;
     shape["schedule"] = kernel.schedule.name().into();
@@ -332,7 +342,7 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
         passed: checks.iter().all(|c| c.verdict.passed),
         tolerance: checks[0].verdict.bound,
         checks,
-        input_scale: p.input_scale,
+        input_scale: settings.input_scale,
         max_abs_logit: reference.max_abs_logit,
         blocks: run.blocks,
         waves_per_block: run.waves_per_block,
@@ -349,14 +359,14 @@ pub fn run(entry: &KernelEntry, p: &Problem, backend: &dyn Backend) -> Result<Ru
 /// host longer than the GPU by orders of magnitude. What the backend measured is in its `dynamic`.
 pub fn time(
     entry: &KernelEntry,
-    p: &Problem,
+    p: &dyn KernelProblem,
     backend: &dyn Backend,
 ) -> Result<(Execution, Vec<String>), RunError> {
     let plan = validate(entry, p, backend)?;
-    let stages = entry.problem().stages(p, backend.about().target, &plan)?;
-    let mut rng = SmallRng::seed_from_u64(p.seed);
+    let stages = p.stages(backend.about().target, &plan)?;
+    let mut rng = SmallRng::seed_from_u64(p.settings().seed);
     let inputs = kittens_kernels::problem::draw_operands(
-        p,
+        p.settings().input_scale,
         &stages[0].kernel,
         &plan.launch.inputs,
         &mut rng,
@@ -532,13 +542,12 @@ mod tests {
         }
     }
 
-    fn small_gemm() -> Problem {
-        Problem {
-            m: 40,
-            n: 24,
-            k: 36,
+    use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
+
+    fn small_gemm() -> GemmProblem {
+        GemmProblem {
             gemm: kittens_kernels::gemm::GemmConfig::small(),
-            ..Problem::default()
+            ..GemmProblem::new(GemmKind::Bf16, 40, 24, 36)
         }
     }
 
@@ -565,21 +574,17 @@ mod tests {
     #[test]
     fn settings_are_checked_before_anything_runs() {
         for t in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            let p = Problem {
-                tolerance: Some(t),
-                ..small_gemm()
-            };
+            let mut p = small_gemm();
+            p.run.tolerance = Some(t);
             assert!(matches!(
                 validate(gemm(), &p, &Interpreter),
                 Err(RunError::Tolerance(_))
             ));
         }
-        let p = Problem {
-            input_scale: f32::NAN,
-            ..small_gemm()
-        };
+        let mut p = small_gemm();
+        p.run.input_scale = f32::NAN;
         assert!(validate(gemm(), &p, &Interpreter).is_err());
-        let p = Problem {
+        let p = GemmProblem {
             m: 0,
             ..small_gemm()
         };
@@ -590,12 +595,7 @@ mod tests {
     /// Each backend's work limit applies: a problem the interpreter may run is over the emulation's.
     #[test]
     fn work_is_checked_against_the_backends_limit() {
-        let p = Problem {
-            m: 2048,
-            n: 2048,
-            k: 1024,
-            ..Problem::default()
-        };
+        let p = GemmProblem::new(GemmKind::Bf16, 2048, 2048, 1024);
         assert!(validate(gemm(), &p, &Interpreter).is_ok());
         let emu = HipEmu::new(Target::Gfx950).unwrap();
         let e = validate(gemm(), &p, &emu).unwrap_err().to_string();

@@ -7,11 +7,8 @@
 
 use super::Section;
 use kittens_hw::Target;
-use kittens_kernels::attn_fwd::split::KvSplits;
 use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::gemm::GemmConfig;
-use kittens_kernels::problem::{NormShape, Problem};
-use kittens_kernels::reference::AttnShape;
+use kittens_kernels::problem::NamedArgs;
 use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, Timing};
 use kittens_runtime::cuda::bench_fp8::run_fp8_bench;
 use kittens_runtime::cuda::CudaError;
@@ -24,44 +21,35 @@ pub fn probe() -> Result<String, CudaError> {
     Ok(kittens_runtime::cuda::driver::Device::open(0)?.name.clone())
 }
 
-fn attn(b: usize, h: usize, hkv: usize, n: usize, d: usize, layout: AttnLayout) -> Problem {
-    Problem {
-        attn: AttnShape {
-            batch: b,
-            heads: h,
-            heads_kv: hkv,
-            seq: n,
-            dim: d,
-            layout,
-        },
-        ..Problem::default()
-    }
+/// An attention (or rotary) problem by name: `b × n` positions of `h` query heads (`hkv` key/value
+/// heads) of `d` in `layout`.
+fn attn(b: usize, h: usize, hkv: usize, n: usize, d: usize, layout: AttnLayout) -> NamedArgs {
+    let layout = match layout {
+        AttnLayout::Bshd => "bshd",
+        AttnLayout::Bhsd => "bhsd",
+    };
+    NamedArgs::new()
+        .with("batch", b)
+        .with("heads", h)
+        .with("heads_kv", hkv)
+        .with("seq", n)
+        .with("dim", d)
+        .with("layout", layout)
 }
 
-fn norm(rows: usize, dim: usize, p: f32) -> Problem {
-    Problem {
-        norm: NormShape {
-            rows,
-            dim,
-            p,
-            ..NormShape::default()
-        },
-        ..Problem::default()
-    }
+fn norm(rows: usize, dim: usize, p: f32) -> NamedArgs {
+    NamedArgs::new()
+        .with("rows", rows)
+        .with("norm_dim", dim)
+        .with("p", p)
 }
 
-fn gemm(m: usize, n: usize, k: usize) -> Problem {
-    Problem {
-        m,
-        n,
-        k,
-        gemm: GemmConfig::default(),
-        ..Problem::default()
-    }
+fn gemm(m: usize, n: usize, k: usize) -> NamedArgs {
+    NamedArgs::new().with("m", m).with("n", n).with("k", k)
 }
 
 /// Odd shapes (partial tiles, GQA, both masks and alignments, key split, both layouts) per kernel.
-fn checks() -> Vec<(&'static str, String, Problem)> {
+fn checks() -> Vec<(&'static str, String, NamedArgs)> {
     use AttnLayout::{Bhsd, Bshd};
     let mut v = vec![
         ("gemm_bf16", "1000x776x1032".into(), gemm(1000, 776, 1032)),
@@ -74,31 +62,25 @@ fn checks() -> Vec<(&'static str, String, Problem)> {
         (
             "attn_fwd",
             "B1 H4/1 N45 Nkv301 D128 causal bottom-right, lse".into(),
-            Problem {
-                seq_kv: Some(301),
-                causal: true,
-                bottom_right: true,
-                lse: true,
-                ..attn(1, 4, 1, 45, 128, Bshd)
-            },
+            attn(1, 4, 1, 45, 128, Bshd)
+                .with("seq_kv", 301usize)
+                .with("causal", true)
+                .with("bottom_right", true)
+                .with("lse", true),
         ),
         (
             "attn_fwd",
             "decode B1 H4/2 N1 Nkv3001 D128 BHSD, key split auto".into(),
-            Problem {
-                seq_kv: Some(3001),
-                kv_splits: KvSplits::Auto,
-                ..attn(1, 4, 2, 1, 128, Bhsd)
-            },
+            attn(1, 4, 2, 1, 128, Bhsd)
+                .with("seq_kv", 3001usize)
+                .with("kv_splits", "auto"),
         ),
         (
             "attn_bwd",
             "B1 H4/2 N45 Nkv37 D64 causal".into(),
-            Problem {
-                seq_kv: Some(37),
-                causal: true,
-                ..attn(1, 4, 2, 45, 64, Bshd)
-            },
+            attn(1, 4, 2, 45, 64, Bshd)
+                .with("seq_kv", 37usize)
+                .with("causal", true),
         ),
         (
             "attn_bwd",
@@ -109,10 +91,7 @@ fn checks() -> Vec<(&'static str, String, Problem)> {
         (
             "rotary",
             "B2 H3 N45 D128 BHSD GPT-J".into(),
-            Problem {
-                interleaved: true,
-                ..attn(2, 3, 3, 45, 128, Bhsd)
-            },
+            attn(2, 3, 3, 45, 128, Bhsd).with("interleaved", true),
         ),
     ];
     v.push((
@@ -133,11 +112,16 @@ struct Line {
 }
 
 /// Attention FLOPs: `4·B·H·N·Nkv·D` forward (halved when causal), 2.5× that backward.
-fn attn_flops(p: &Problem, backward: bool) -> f64 {
-    let a = p.attn;
-    let nkv = p.seq_kv.unwrap_or(a.seq);
-    let f = 4.0 * (a.batch * a.heads * a.seq * nkv * a.dim) as f64;
-    let f = if p.causal { f / 2.0 } else { f };
+fn attn_flops(p: &NamedArgs, backward: bool) -> f64 {
+    let size = |name| p.size_or(name, 0).unwrap_or(0);
+    let seq = size("seq");
+    let nkv = p.size_or("seq_kv", seq).unwrap_or(seq);
+    let f = 4.0 * (size("batch") * size("heads") * seq * nkv * size("dim")) as f64;
+    let f = if p.flag_or("causal", false).unwrap_or(false) {
+        f / 2.0
+    } else {
+        f
+    };
     if backward {
         2.5 * f
     } else {
@@ -183,13 +167,16 @@ pub fn run(s: &mut Section) -> anyhow::Result<Value> {
     // Configured for the GPU that runs them (its SM count), not the catalog's.
     let sms = kittens_runtime::cuda::dispatch::device_sms(0)?;
     for (_, _, p) in cases.iter_mut() {
-        p.sms = Some(sms);
+        p.set("sms", sms);
     }
     for (i, (name, shape, p)) in cases.iter().enumerate() {
         eprintln!("  [{}/{}] checking {name} {shape} ...", i + 1, cases.len());
         let entry = kittens_kernels::by_name(name)?;
         let started = Instant::now();
-        let r = runner::run(entry, p, &CudaGpu::new(0));
+        let r = entry
+            .problem(p)
+            .map_err(runner::RunError::Kernel)
+            .and_then(|p| runner::run(entry, p.as_ref(), &CudaGpu::new(0)));
         if let Ok(r) = &r {
             // The first run of a kernel compiles it (NVRTC; later processes read the disk cache).
             eprintln!(
@@ -274,10 +261,7 @@ pub fn run(s: &mut Section) -> anyhow::Result<Value> {
         (
             "attn_fwd",
             "B4 H16 N4096 D128 causal",
-            Problem {
-                causal: true,
-                ..attn(4, 16, 16, 4096, 128, bshd)
-            },
+            attn(4, 16, 16, 4096, 128, bshd).with("causal", true),
         ),
         (
             "attn_bwd",
@@ -292,7 +276,8 @@ pub fn run(s: &mut Section) -> anyhow::Result<Value> {
         ),
     ];
     for (name, shape, p) in &timed_cases {
-        let (e, _) = runner::time(kittens_kernels::by_name(name)?, p, &timed)?;
+        let entry = kittens_kernels::by_name(name)?;
+        let (e, _) = runner::time(entry, entry.problem(p)?.as_ref(), &timed)?;
         let (ms, copy_ms, bytes) = stage_times(&e.dynamic);
         let (figure, ratio, baseline) = if name.starts_with("attn") {
             let tf = attn_flops(p, *name == "attn_bwd") / ms / 1e9;
