@@ -554,6 +554,11 @@ def __getattr__(name: str):
         from .varlen import flash_attn_varlen_func
 
         return flash_attn_varlen_func
+    if name == "flash_attn_with_kvcache":
+        # FlashAttention's decoding with a KV cache (kittens.kvcache), loaded on first use.
+        from .kvcache import flash_attn_with_kvcache
+
+        return flash_attn_with_kvcache
     if name in ("tile", "compile"):
         # The tile language (kittens.tile), imported on first use.
         import importlib

@@ -27,7 +27,7 @@ import math
 import numbers
 from typing import Any, Optional, Tuple
 
-__all__ = ["flash_attn_func", "flash_attn_varlen_func"]
+__all__ = ["flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache"]
 
 
 def _check_window(window_size: Any) -> Tuple[int, int]:
@@ -118,4 +118,8 @@ def __getattr__(name: str):
         from .varlen import flash_attn_varlen_func
 
         return flash_attn_varlen_func
+    if name == "flash_attn_with_kvcache":
+        from .kvcache import flash_attn_with_kvcache
+
+        return flash_attn_with_kvcache
     raise AttributeError(f"module 'kittens.flash_attn' has no attribute {name!r}")

@@ -2,18 +2,26 @@
 
 q (total_q, nheads, headdim), k and v (total_k, nheads_k, headdim), bfloat16, sequence ``b``'s rows
 ``cu_seqlens_q[b]:cu_seqlens_q[b + 1]`` (int32 tensors of batch + 1 offsets, starting at 0), causal
-aligned bottom-right in each sequence. The kernels (kittens_kernels::attn_varlen, attn_varlen_bwd) read
-the offsets from the tensors themselves; ``max_seqlen_q/k`` (Python ints, as FlashAttention takes them)
-size the grid, so nothing is read back from the device.
+aligned bottom-right in each sequence. The kernels read the offsets from the tensors themselves;
+``max_seqlen_q/k`` (Python ints, as FlashAttention takes them) size the grid, so nothing is read back
+from the device.
 
-Where it runs: the CPU interpreter (the ops ``kittens::attention_varlen`` and
-``kittens::attention_varlen_backward``, with ``register_fake`` and autograd, so ``torch.compile(fullgraph=True)``
-traces them without a graph break). CUDA is NOT reached yet: the sm_90a lowering does not emit the
-index reads (kittens_codegen ``LowerError::IndexReads``), and a CUDA tensor raises NotImplementedError
-naming that. On the CPU the offsets are checked (start at 0, never decrease, within the tensors,
-``max_seqlen`` at least every length): each error names the argument.
+Where it runs (the ops ``kittens::attention_varlen`` and ``kittens::attention_varlen_backward``, with
+``register_fake`` and autograd, so ``torch.compile(fullgraph=True)`` traces them without a graph break):
+
+- forward: CUDA (sm_90a) through the registry kernel ``attn_varlen`` (``kittens_kernels::attn_varlen_hopper``,
+  ``_dispatch.attention_varlen``); the CPU interpreter (``kittens_kernels::attn_varlen``) on CPU tensors;
+- backward: the CPU interpreter (``kittens_kernels::attn_varlen_bwd``) on CPU tensors; on CUDA a PyTorch
+  composition (:func:`_backward_torch`: f32, the packed batch masked by sequence, in query chunks), NOT a
+  kittens kernel — the varlen backward has no sm_90a program yet.
+
+Checks: on the CPU the offsets are checked (start at 0, never decrease, within the tensors, ``max_seqlen``
+at least every length), each error naming the argument. On CUDA those checks would need a device read (a
+synchronisation), so, as in FlashAttention, they are skipped: offsets past the tensors are clipped by the
+kernel (rows past ``total`` are neither read nor written), a ``max_seqlen`` below a sequence's length
+leaves that sequence's later rows unwritten (zero), and decreasing or negative offsets are the caller's
+error (undefined result). Shapes, dtypes, devices and the head dim are checked without a device read.
 """
-
 from __future__ import annotations
 
 import math
@@ -44,30 +52,84 @@ def _offsets(cu_q: Tensor, cu_k: Tensor):
     return ([int(x) for x in cu_q.tolist()], [int(x) for x in cu_k.tolist()])
 
 
-def _not_on_cuda(*ts: Tensor) -> None:
-    if any(t.is_cuda for t in ts):
-        raise NotImplementedError(
-            "kittens.flash_attn_varlen_func on CUDA: the sm_90a lowering does not emit the kernel's reads "
-            "of cu_seqlens yet (kittens_codegen LowerError::IndexReads); only the CPU interpreter runs it"
-        )
+def _scale(q: Tensor, scale: Optional[float]) -> float:
+    return 1.0 / math.sqrt(q.shape[2]) if scale is None else float(scale)
+
+
+def _segments(cu: Tensor, total: int):
+    """Per packed row (on the device, no host read): its sequence, its position in it, the sequence's
+    length; rows past the last offset get sequence ``batch`` (nobody's)."""
+    rows = torch.arange(total, device=cu.device, dtype=torch.int64)
+    cu = cu.to(torch.int64)
+    seq = torch.searchsorted(cu[1:], rows, right=True)
+    at = seq.clamp(max=cu.numel() - 2)
+    return seq, rows - cu[at], cu[at + 1] - cu[at]
+
+
+def _backward_torch(grad_out, q, k, v, out, lse, cu_q, cu_k, causal, scale, block_elems: int = 1 << 26):
+    """dq, dk, dv of varlen attention as a PyTorch composition in f32 (FlashAttention-2 §3.2's
+    equations on the packed batch, a query row keeping the keys of its own sequence, bottom-right
+    causal): P from the forward's lse, dV = Pᵀ·dO, dS = P∘(dO·Vᵀ − rowsum(dO∘O)), dQ = dS·K·scale,
+    dK = dSᵀ·Q·scale, GQA heads summed into their KV head. Queries go in chunks of a fixed size
+    (from the shapes only), so the score block is at most about ``block_elems``; no host read."""
+    total_q, h, d = q.shape
+    total_k, hk, _ = k.shape
+    g = h // hk
+    sc = _scale(q, scale)
+    f = torch.float32
+    qf, kf, vf = q.to(f), k.to(f).repeat_interleave(g, dim=1), v.to(f).repeat_interleave(g, dim=1)
+    do, of = grad_out.to(f), out.to(f)
+    dq = torch.zeros_like(qf)
+    dk = torch.zeros((total_k, h, d), dtype=f, device=q.device)
+    dv = torch.zeros_like(dk)
+    batch = cu_q.numel() - 1
+    sq, pq, lq = _segments(cu_q, total_q)
+    sk, pk, lk = _segments(cu_k, total_k)
+    chunk = max(1, block_elems // max(1, h * total_k))
+    for r0 in range(0, total_q, chunk):
+        r = slice(r0, min(total_q, r0 + chunk))
+        keep = (sq[r, None] == sk[None, :]) & (sq[r, None] < batch)
+        if causal:
+            keep &= pk[None, :] <= pq[r, None] + lk[None, :] - lq[r, None]
+        s = torch.einsum("ihd,jhd->hij", qf[r], kf) * sc
+        lse_r = lse[:, r].to(f)
+        p = torch.where(keep[None] & torch.isfinite(lse_r)[..., None], torch.exp(s - lse_r[..., None]), 0.0)
+        dv += torch.einsum("hij,ihd->jhd", p, do[r])
+        dp = torch.einsum("ihd,jhd->hij", do[r], vf)
+        delta = (do[r] * of[r]).sum(-1).transpose(0, 1)
+        ds = p * (dp - delta[..., None])
+        dq[r] = torch.einsum("hij,jhd->ihd", ds, kf) * sc
+        dk += torch.einsum("hij,ihd->jhd", ds, qf[r]) * sc
+    dk = dk.view(total_k, hk, g, d).sum(2)
+    dv = dv.view(total_k, hk, g, d).sum(2)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
 @torch.library.custom_op("kittens::attention_varlen", mutates_args=())
 def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                      max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
-                     scale: Optional[float] = None) -> Tuple[Tensor, Tensor]:
+                     scale: Optional[float] = None, seqused_k: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """``(out, lse)``: out like q (bfloat16), lse float32 (nheads, total_q) in natural-log units of the
-    scaled logits (``-inf`` where a query keeps no key; 0 on rows outside every sequence)."""
-    _not_on_cuda(q, k, v)
+    scaled logits (``-inf`` where a query keeps no key; 0 on rows outside every sequence).
+    ``seqused_k`` (int32 (batch,)): sequence b keeps only the first ``seqused_k[b]`` keys from
+    ``cu_seqlens_k[b]`` (FlashAttention's; a KV cache's lengths). Forward only."""
+    if q.is_cuda:
+        from . import _dispatch
+
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # the packed layouts (a copy only if not)
+        return _dispatch.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                          bool(causal), None if scale is None else float(scale),
+                                          seqused_k=seqused_k)
     o, lse = _kittens.attention_varlen_cpu(
         [_f32_bytes(t) for t in (q, k, v)], _offsets(cu_seqlens_q, cu_seqlens_k),
         _sizes(q, k, max_seqlen_q, max_seqlen_k), bool(causal), None if scale is None else float(scale),
+        None if seqused_k is None else [int(x) for x in seqused_k.tolist()],
     )
     return _from_bytes(o, q.shape, q.dtype), _from_bytes(lse, (q.shape[1], q.shape[0]))
 
 
 @attention_varlen.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, scale=None):
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, scale=None, seqused_k=None):
     return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
@@ -77,7 +139,8 @@ def attention_varlen_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor,
                               max_seqlen_k: int, causal: bool = False,
                               scale: Optional[float] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """``(dq, dk, dv)`` of :func:`attention_varlen` in the dtypes of q, k, v."""
-    _not_on_cuda(q, k, v)
+    if q.is_cuda:
+        return _backward_torch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, scale)
     dq, dk, dv = _kittens.attention_varlen_backward_cpu(
         [_f32_bytes(t) for t in (q, k, v, out, grad_out, lse)], _offsets(cu_seqlens_q, cu_seqlens_k),
         _sizes(q, k, max_seqlen_q, max_seqlen_k), bool(causal), None if scale is None else float(scale),
@@ -92,7 +155,8 @@ def _(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
 
 
 def _setup(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale = inputs
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, seqused_k = inputs
+    ctx.seqused = seqused_k is not None
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
     ctx.max_q, ctx.max_k, ctx.causal, ctx.scale = max_q, max_k, causal, scale
@@ -100,12 +164,14 @@ def _setup(ctx, inputs, output):
 
 
 def _grad(ctx, grad_out, grad_lse):
+    if ctx.seqused:
+        raise NotImplementedError("seqused_k (a KV cache): kittens' varlen attention is forward only there")
     q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     dq, dk, dv = torch.ops.kittens.attention_varlen_backward(
         grad_out.to(q.dtype), q, k, v, out, lse, cu_q, cu_k, ctx.max_q, ctx.max_k, ctx.causal, ctx.scale)
-    return dq, dk, dv, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None
 
 
 attention_varlen.register_autograd(_grad, setup_context=_setup)

@@ -94,3 +94,23 @@ def test_bad_offsets_name_the_argument():
         flash_attn_varlen_func(q, k, v, cu_q.long(), cu_k, 6, 6)
     with pytest.raises(NotImplementedError, match="block_table"):
         flash_attn_varlen_func(q, k, v, cu_q, cu_k, 6, 6, block_table=torch.zeros(1))
+
+
+@pytest.mark.parametrize("lens_q,lens_k,heads,heads_kv,dim,causal", CASES)
+def test_cuda_backward_composition_matches_float64(lens_q, lens_k, heads, heads_kv, dim, causal):
+    """The backward CUDA tensors take (``varlen._backward_torch``, a PyTorch composition), run here on
+    CPU tensors with the forward's out and lse, against float64 autograd by the rule. Its queries go
+    in chunks; a small block size here makes it take several (a few query rows each)."""
+    from kittens.varlen import _backward_torch
+
+    q, k, v, cu_q, cu_k = _packed(lens_q, lens_k, heads, heads_kv, dim, seed=len(lens_q) + dim + 1)
+    out, lse = torch.ops.kittens.attention_varlen(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal, None)
+    g = torch.rand(out.shape, generator=torch.Generator().manual_seed(9)).bfloat16() - 0.5
+    dq, dk, dv = _backward_torch(g, q, k, v, out, lse, cu_q, cu_k, causal, None, block_elems=4000)
+    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    _reference(q64, k64, v64, lens_q, lens_k, causal, torch.float64).backward(g.double())
+    qb, kb, vb = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    _reference(qb, kb, vb, lens_q, lens_k, causal, torch.bfloat16).backward(g)
+    for name, ours, want, bl in (("dq", dq, q64, qb), ("dk", dk, k64, kb), ("dv", dv, v64, vb)):
+        e, eb = _err(ours, want.grad), _err(bl.grad, want.grad)
+        assert e <= 2 * eb + FLOOR, f"{name} error {e:.3e}, bf16 baseline {eb:.3e}"

@@ -78,8 +78,8 @@ pub fn expr_in(k: &Kernel, e: &Expr, n: &CNames) -> String {
         Expr::Block(i) => format!("blk{i}"),
         Expr::Wave => n.wave.to_string(),
         Expr::Round => n.round.to_string(),
-        // The global's pointer as the strip lowering names it; `crate::lower` refuses kernels with
-        // index reads until every lowering declares that pointer (`Kernel::reads_indices`).
+        // The global's pointer as the CUDA lowering names its arguments (`g_<name>`, declared
+        // `const int*` for i32 tensors); the HIP lowerings refuse index reads (`crate::lower`).
         Expr::Elem(g, i) => format!(
             "((const int*)g_{})[{}]",
             k.globals

@@ -11,8 +11,10 @@
 //! The program is the online softmax of FlashAttention-2 §3.1 on one wave (S = Q·Kᵀ in f32, the scale
 //! inside the `exp2`, P rounded to bf16 for P·V), causal aligned bottom-right per sequence
 //! (FlashAttention's convention), grouped-query heads (query head `h` reads KV head
-//! `h / (heads / heads_kv)`). It runs on the CPU interpreter; the lowerings refuse index reads for
-//! now (`kittens_codegen::LowerError::IndexReads`).
+//! `h / (heads / heads_kv)`). It runs on the CPU interpreter (one wave, over the register budget of
+//! a GPU); sm_90a runs the warp-specialised program of the same tensors and meaning,
+//! [`crate::attn_varlen_hopper`]; the AMD lowerings refuse index reads
+//! (`kittens_codegen::LowerError::IndexReads`).
 
 use crate::attn_fwd::{AttnConfig, Softmax};
 use crate::attn_score::Logits;
@@ -36,6 +38,11 @@ pub struct VarlenConfig {
     pub causal: bool,
     /// The softmax scale (`None`: `1/√d`); a soft cap is refused (not built for varlen yet).
     pub logits: Logits,
+    /// FlashAttention's `seqused_k`: sequence `b` keeps only the first `seqused_k[b]` of its key rows
+    /// `cu_seqlens_k[b] ..` (an i32 `[batch]` tensor read on the device; the forward only). A KV cache
+    /// of fixed capacity per sequence is this form: `cu_seqlens_k = b · capacity`, `seqused_k` the
+    /// cache's lengths (`flash_attn_with_kvcache`).
+    pub seqused_k: bool,
 }
 
 /// Refuses what the varlen programs do not take, naming the argument.
@@ -96,6 +103,64 @@ pub(crate) fn offsets(k: &mut KernelBuilder, batch: &Expr) -> (GlobalId, GlobalI
     (cu("cu_seqlens_q"), cu("cu_seqlens_k"))
 }
 
+/// The forward's tensors, declared in this order (inputs before outputs, as the runner takes them):
+/// `q, k, v` (bf16), `cu_seqlens_q`, `cu_seqlens_k` (i32 `[batch + 1]`), `o` (bf16), `lse` (f32
+/// `[heads, total_q]`).
+pub(crate) struct Tensors {
+    pub q: GlobalId,
+    pub k: GlobalId,
+    pub v: GlobalId,
+    pub o: GlobalId,
+    pub lse: GlobalId,
+    pub cu_q: GlobalId,
+    pub cu_k: GlobalId,
+    /// `seqused_k` (i32 `[batch]`, declared after `cu_seqlens_k`) with [`VarlenConfig::seqused_k`].
+    pub used_k: Option<GlobalId>,
+}
+
+impl Tensors {
+    pub(crate) fn declare(k: &mut KernelBuilder, sizes: &Batch, cfg: &VarlenConfig) -> Tensors {
+        let dim = cfg.dim;
+        let Batch {
+            batch,
+            heads,
+            heads_kv,
+            total_q,
+            total_k,
+            ..
+        } = sizes;
+        let d = Expr::c(i64::from(dim));
+        let mut packed = |name: &str, total: &Expr, h: &Expr, access| {
+            let dims = [("s", total.clone()), ("h", h.clone()), ("d", d.clone())];
+            k.global(name, Bf16, &dims, access)
+        };
+        let q = packed("q", total_q, heads, Access::Read);
+        let kk = packed("k", total_k, heads_kv, Access::Read);
+        let v = packed("v", total_k, heads_kv, Access::Read);
+        let (cu_q, cu_k) = offsets(k, batch);
+        let used_k = cfg
+            .seqused_k
+            .then(|| k.global("seqused_k", I32, &[("b", batch.clone())], Access::Read));
+        let mut packed = |name: &str, total: &Expr, h: &Expr, access| {
+            let dims = [("s", total.clone()), ("h", h.clone()), ("d", d.clone())];
+            k.global(name, Bf16, &dims, access)
+        };
+        let o = packed("o", total_q, heads, Access::Write);
+        let lse_dims = [("h", heads.clone()), ("s", total_q.clone())];
+        let lse = k.global("lse", F32, &lse_dims, Access::Write);
+        Tensors {
+            q,
+            k: kk,
+            v,
+            o,
+            lse,
+            cu_q,
+            cu_k,
+            used_k,
+        }
+    }
+}
+
 /// Sequence `b`'s rows in the packed tensors, read from the offsets in device memory.
 pub(crate) struct Seq {
     pub start_q: Expr,
@@ -106,19 +171,32 @@ pub(crate) struct Seq {
 
 impl Seq {
     pub(crate) fn of(cu_q: GlobalId, cu_k: GlobalId, b: &Expr) -> Seq {
+        Seq::with_used(cu_q, cu_k, None, b)
+    }
+    /// With `seqused_k`, the keys end `seqused_k[b]` rows after their start.
+    pub(crate) fn with_used(
+        cu_q: GlobalId,
+        cu_k: GlobalId,
+        used_k: Option<GlobalId>,
+        b: &Expr,
+    ) -> Seq {
+        let start_k = Expr::elem(cu_k, b.clone());
         Seq {
             start_q: Expr::elem(cu_q, b.clone()),
             end_q: Expr::elem(cu_q, b + 1),
-            start_k: Expr::elem(cu_k, b.clone()),
-            end_k: Expr::elem(cu_k, b + 1),
+            end_k: match used_k {
+                Some(u) => &start_k + Expr::elem(u, b.clone()),
+                None => Expr::elem(cu_k, b + 1),
+            },
+            start_k,
         }
     }
 }
 
 /// Parameter order: `batch, heads, heads_kv, total_q, total_k, max_seqlen_q, max_seqlen_k`; tensors
-/// `q, k, v` (bf16, read), `o` (bf16, `[total_q, heads, d]`), `lse` (f32 `[heads, total_q]`, natural
-/// log, FlashAttention's `softmax_lse` layout for varlen; `−∞` for a query that keeps no key),
-/// `cu_seqlens_q`, `cu_seqlens_k` (i32 `[batch + 1]`).
+/// `q, k, v` (bf16, read), `cu_seqlens_q`, `cu_seqlens_k` (i32 `[batch + 1]`), `o` (bf16,
+/// `[total_q, heads, d]`), `lse` (f32 `[heads, total_q]`, natural log, FlashAttention's
+/// `softmax_lse` layout for varlen; `−∞` for a query that keeps no key).
 pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     check(cfg)?;
     let name = if cfg.causal {
@@ -127,27 +205,25 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         "attn_varlen_fwd"
     };
     let mut k = KernelBuilder::new(name, Schedule::Plain { waves: 1 });
+    let sizes = Batch::declare(&mut k);
+    let Tensors {
+        q,
+        k: kk,
+        v,
+        o,
+        lse,
+        cu_q,
+        cu_k,
+        used_k,
+    } = Tensors::declare(&mut k, &sizes, cfg);
     let Batch {
         batch,
         heads,
         heads_kv,
-        total_q,
-        total_k,
         max_q,
         max_k,
-    } = Batch::declare(&mut k);
-    let d = Expr::c(i64::from(cfg.dim));
-    let packed = |k: &mut KernelBuilder, name: &str, total: &Expr, h: &Expr, access| {
-        let dims = [("s", total.clone()), ("h", h.clone()), ("d", d.clone())];
-        k.global(name, Bf16, &dims, access)
-    };
-    let q = packed(&mut k, "q", &total_q, &heads, Access::Read);
-    let kk = packed(&mut k, "k", &total_k, &heads_kv, Access::Read);
-    let v = packed(&mut k, "v", &total_k, &heads_kv, Access::Read);
-    let o = packed(&mut k, "o", &total_q, &heads, Access::Write);
-    let lse_dims = [("h", heads.clone()), ("s", total_q.clone())];
-    let lse = k.global("lse", F32, &lse_dims, Access::Write);
-    let (cu_q, cu_k) = offsets(&mut k, &batch);
+        ..
+    } = sizes;
     k.grid(
         vec![
             batch.clone(),
@@ -163,7 +239,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         end_q,
         start_k,
         end_k,
-    } = Seq::of(cu_q, cu_k, &b);
+    } = Seq::with_used(cu_q, cu_k, used_k, &b);
     let (len_q, len_k) = (&end_q - start_q.clone(), &end_k - start_k.clone());
     for g in [q, o] {
         k.clip(g, 0, end_q.clone());

@@ -19,6 +19,11 @@ use kittens_tile::{BaseShape, Layout};
 /// `cu_seqlens_q`, `cu_seqlens_k`.
 pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     crate::attn_varlen::check(cfg)?;
+    if cfg.seqused_k {
+        return Err(KernelError::Config(
+            "seqused_k: the varlen backward does not take it (a KV cache is forward only)".into(),
+        ));
+    }
     let name = if cfg.causal {
         "attn_varlen_bwd_causal"
     } else {

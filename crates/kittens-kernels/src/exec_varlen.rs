@@ -18,6 +18,9 @@ pub struct Packed {
     pub cu_k: Vec<i64>,
     pub max_q: usize,
     pub max_k: usize,
+    /// `seqused_k` (with [`VarlenConfig::seqused_k`]): sequence `b` keeps `used_k[b]` keys from
+    /// `cu_k[b]`; `cu_k` then only needs to start at 0 and not decrease.
+    pub used_k: Option<Vec<i64>>,
 }
 
 fn problem(msg: String) -> KernelError {
@@ -89,6 +92,25 @@ impl Packed {
                 )));
             }
         }
+        if let Some(used) = &self.used_k {
+            if used.len() + 1 != self.cu_k.len() {
+                return Err(problem(format!(
+                    "seqused_k: {} entries for {} sequences",
+                    used.len(),
+                    self.cu_k.len() - 1
+                )));
+            }
+            for (b, &u) in used.iter().enumerate() {
+                let end = self.cu_k[b].checked_add(u);
+                if u < 0 || u as usize > self.max_k || end.is_none_or(|e| e as usize > total_k) {
+                    return Err(problem(format!(
+                        "seqused_k: sequence {b} uses {u} keys from row {}; it must be 0 to \
+                         max_seqlen_k = {} and end within the {total_k} key rows",
+                        self.cu_k[b], self.max_k
+                    )));
+                }
+            }
+        }
         Ok([
             (self.cu_q.len() - 1) as i64,
             self.heads as i64,
@@ -123,6 +145,19 @@ pub fn forward(
     v: &[f32],
     p: &Packed,
 ) -> Result<(Vec<f32>, Vec<f32>), KernelError> {
+    forward_with(&crate::attn_varlen::build(cfg)?, cfg, q, k, v, p)
+}
+
+/// [`forward`] running `kernel`, a varlen forward program of `cfg` with [`crate::attn_varlen`]'s
+/// tensors and parameters (e.g. the sm_90a program, `crate::attn_varlen_hopper`, on the interpreter).
+pub fn forward_with(
+    kernel: &kittens_ir::Kernel,
+    cfg: &VarlenConfig,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    p: &Packed,
+) -> Result<(Vec<f32>, Vec<f32>), KernelError> {
     let d = cfg.dim as usize;
     let total_q = rows("q", q.len(), p.heads, d)?;
     let total_k = rows("k", k.len(), p.heads_kv, d)?;
@@ -134,20 +169,22 @@ pub fn forward(
         )));
     }
     let params = p.params(total_q, total_k)?;
-    let kernel = crate::attn_varlen::build(cfg)?;
     let [cq, ck] = p.offsets();
-    let mut t = vec![
-        q.to_vec(),
-        k.to_vec(),
-        v.to_vec(),
-        vec![0.0; q.len()],
-        vec![0.0; p.heads * total_q],
-        cq,
-        ck,
-    ];
-    interp::run(&kernel, &params, &mut t)?;
-    let lse = t.swap_remove(4);
-    let o = t.swap_remove(3);
+    if cfg.seqused_k != p.used_k.is_some() {
+        return Err(problem(
+            "seqused_k: given without the configuration's seqused_k, or missing".into(),
+        ));
+    }
+    let mut t = vec![q.to_vec(), k.to_vec(), v.to_vec(), cq, ck];
+    if let Some(u) = &p.used_k {
+        t.push(u.iter().map(|&x| x as f32).collect());
+    }
+    let n_in = t.len();
+    t.push(vec![0.0; q.len()]);
+    t.push(vec![0.0; p.heads * total_q]);
+    interp::run(kernel, &params, &mut t)?;
+    let lse = t.swap_remove(n_in + 1);
+    let o = t.swap_remove(n_in);
     Ok((o, lse))
 }
 

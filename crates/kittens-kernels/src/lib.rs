@@ -13,6 +13,8 @@ pub mod attn_score;
 pub mod attn_strides;
 pub mod attn_varlen;
 pub mod attn_varlen_bwd;
+pub mod attn_varlen_hopper;
+pub mod attn_varlen_problem;
 pub mod budget;
 pub mod cross_entropy;
 pub mod exec;

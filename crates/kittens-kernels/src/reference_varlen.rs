@@ -99,8 +99,21 @@ pub fn forward(q: &[f32], k: &[f32], v: &[f32], sh: &VarlenShape) -> (Vec<f64>, 
 /// The same output in plain bf16 arithmetic (f32 sums, softmax in f32, P rounded to bf16, output
 /// rounded to bf16), as [`crate::reference::attention_bf16_baseline`] computes dense attention.
 pub fn forward_bf16_baseline(q: &[f32], k: &[f32], v: &[f32], sh: &VarlenShape) -> Vec<f32> {
+    forward_bf16_baseline_lse(q, k, v, sh).0
+}
+
+/// [`forward_bf16_baseline`] and its log-sum-exp `[heads, total_q]` in f32 (`max + ln(sum)` of the
+/// f32 scores, `−∞` for a query that keeps no key).
+pub fn forward_bf16_baseline_lse(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: &VarlenShape,
+) -> (Vec<f32>, Vec<f32>) {
     let bf16 = |x: f32| round(x, DType::Bf16, Rounding::Rtne);
+    let total_q = q.len() / (sh.heads * sh.dim).max(1);
     let mut o = vec![0.0f32; q.len()];
+    let mut lse = vec![0.0f32; sh.heads * total_q];
     for (b, r) in sh.rows() {
         let i = r - sh.cu_q[b];
         for h in 0..sh.heads {
@@ -122,6 +135,11 @@ pub fn forward_bf16_baseline(q: &[f32], k: &[f32], v: &[f32], sh: &VarlenShape) 
                 *pj = (*pj - mx).exp();
                 sum += *pj;
             }
+            lse[h * total_q + r] = if p.is_empty() {
+                f32::NEG_INFINITY
+            } else {
+                mx + sum.ln()
+            };
             for pj in &mut p {
                 *pj = bf16(*pj / sum);
             }
@@ -133,7 +151,7 @@ pub fn forward_bf16_baseline(q: &[f32], k: &[f32], v: &[f32], sh: &VarlenShape) 
             }
         }
     }
-    o
+    (o, lse)
 }
 
 /// Gradients `(dq, dk, dv)` of varlen attention (layouts of `q`, `k`, `v`) for the upstream gradient

@@ -6,7 +6,8 @@
 
 use crate::problem::{KernelProblem, NamedArgs};
 use crate::{
-    attn_bwd, attn_fwd, cross_entropy, gemm, layernorm, rmsnorm, rotary, swiglu, KernelError,
+    attn_bwd, attn_fwd, attn_varlen, attn_varlen_problem, cross_entropy, gemm, layernorm, rmsnorm,
+    rotary, swiglu, KernelError,
 };
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
@@ -334,6 +335,65 @@ const ATTN_FWD: KernelEntry = KernelEntry {
     // the producer/consumer program.
     build_gpu: |gpu| attn_fwd::build(&attn_fwd::AttnConfig::for_gpu(gpu)),
     parse: attn_fwd::problem::parse,
+};
+
+const ATTN_VARLEN: KernelEntry = KernelEntry {
+    name: "attn_varlen",
+    about: "variable-length attention forward (FlashAttention's flash_attn_varlen_func): packed \
+            sequences, cu_seqlens read on the device, GQA, causal bottom-right per sequence, o and lse",
+    targets: &[
+        TargetPlan {
+            target: Target::Gfx942,
+            schedule: "plain",
+            status: Status::NotYet {
+                why: "the AMD lowerings do not emit index reads (cu_seqlens) yet",
+            },
+        },
+        TargetPlan {
+            target: Target::Gfx950,
+            schedule: "plain",
+            status: Status::NotYet {
+                why: "the AMD lowerings do not emit index reads (cu_seqlens) yet",
+            },
+        },
+        TargetPlan {
+            target: Target::Sm90a,
+            schedule: "producer/consumer, 1 cp.async warpgroup (fills clipped at each sequence's end) + 2 wgmma warpgroups",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Cpu,
+            schedule: "plain, one wave",
+            status: Status::Interpreted,
+        },
+    ],
+    variants: &[Variant {
+        name: attn_varlen_problem::SEQUSED_K,
+        about: "FlashAttention's seqused_k: each sequence keeps the first seqused_k[b] of its key \
+                rows (a KV cache's lengths, flash_attn_with_kvcache)",
+        targets: &[Target::Sm90a],
+    }],
+    build_variant: |gpu, v| {
+        if v != attn_varlen_problem::SEQUSED_K {
+            return no_variants(gpu, v);
+        }
+        let p = attn_varlen_problem::VarlenProblem {
+            run: crate::problem::RunSettings {
+                variant: Some(attn_varlen_problem::SEQUSED_K),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        attn_varlen_problem::build_for(&attn_varlen_problem::config(&p), Target::from(gpu.arch))
+    },
+    build_default: || attn_varlen::build(&attn_varlen_problem::config(&Default::default())),
+    build_gpu: |gpu| {
+        attn_varlen_problem::build_for(
+            &attn_varlen_problem::config(&Default::default()),
+            Target::from(gpu.arch),
+        )
+    },
+    parse: attn_varlen_problem::parse,
 };
 
 const ATTN_BWD: KernelEntry = KernelEntry {
@@ -697,7 +757,7 @@ const CROSS_ENTROPY: KernelEntry = KernelEntry {
 };
 
 /// Every kernel of the suite, in the order `kittens list` prints them.
-pub static ALL: [KernelEntry; 13] = [
+pub static ALL: [KernelEntry; 14] = [
     GEMM_BF16,
     GEMM_FP8,
     ATTN_FWD,
@@ -711,6 +771,7 @@ pub static ALL: [KernelEntry; 13] = [
     SWIGLU_BWD,
     ROTARY_BWD,
     CROSS_ENTROPY,
+    ATTN_VARLEN,
 ];
 
 /// The registered names, in registry order.

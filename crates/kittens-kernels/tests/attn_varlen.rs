@@ -36,8 +36,27 @@ const PAD: usize = 3;
 // Exactly representable in bf16 (`o`) and f32 (`lse`).
 const SENTINEL: f32 = 12288.0;
 
+type Builder = fn(&VarlenConfig) -> Result<kittens_ir::Kernel, kittens_kernels::KernelError>;
+
 #[allow(clippy::too_many_arguments)]
 fn check(
+    lens_q: &[usize],
+    lens_k: &[usize],
+    heads: usize,
+    heads_kv: usize,
+    dim: u32,
+    causal: bool,
+    scale: Option<f32>,
+    seed: u64,
+) {
+    check_with(
+        build, lens_q, lens_k, heads, heads_kv, dim, causal, scale, seed,
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn check_with(
+    builder: Builder,
     lens_q: &[usize],
     lens_k: &[usize],
     heads: usize,
@@ -54,8 +73,9 @@ fn check(
             scale,
             softcap: None,
         },
+        seqused_k: false,
     };
-    let kernel = build(&cfg).expect("the varlen kernel builds");
+    let kernel = builder(&cfg).expect("the varlen kernel builds");
     let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
     let (total_q, total_k) = (cu_q[lens_q.len()] + PAD, cu_k[lens_k.len()] + PAD);
     let d = dim as usize;
@@ -80,10 +100,10 @@ fn check(
         q,
         k,
         v,
-        vec![SENTINEL; total_q * heads * d],
-        vec![SENTINEL; heads * total_q],
         as_f32(&cu_q),
         as_f32(&cu_k),
+        vec![SENTINEL; total_q * heads * d],
+        vec![SENTINEL; heads * total_q],
     ];
     let max = |l: &[usize]| l.iter().copied().max().unwrap_or(0).max(1) as i64;
     let params = [
@@ -96,18 +116,18 @@ fn check(
         max(lens_k),
     ];
     interp::run(&kernel, &params, &mut tensors).expect("the interpreter runs it");
-    let what = format!("lens_q {lens_q:?} lens_k {lens_k:?} H{heads}/{heads_kv} D{dim} causal {causal} scale {scale:?}");
+    let what = format!("{} lens_q {lens_q:?} lens_k {lens_k:?} H{heads}/{heads_kv} D{dim} causal {causal} scale {scale:?}", kernel.name);
     // Padding rows: nobody's, never written.
     let real = cu_q[lens_q.len()];
     assert!(
-        tensors[3][real * heads * d..]
+        tensors[5][real * heads * d..]
             .iter()
             .all(|&x| x == SENTINEL),
         "{what}: o written past the last sequence"
     );
     for h in 0..heads {
         assert!(
-            tensors[4][h * total_q + real..(h + 1) * total_q]
+            tensors[6][h * total_q + real..(h + 1) * total_q]
                 .iter()
                 .all(|&x| x == SENTINEL),
             "{what}: lse written past the last sequence"
@@ -115,7 +135,7 @@ fn check(
     }
     let n = real * heads * d;
     let (ours, baseline) = (
-        compare(&tensors[3][..n], &want_o[..n]),
+        compare(&tensors[5][..n], &want_o[..n]),
         compare(&base[..n], &want_o[..n]),
     );
     for (name, o, b) in [
@@ -133,7 +153,7 @@ fn check(
     for h in 0..heads {
         for r in 0..real {
             let (got, want) = (
-                tensors[4][h * total_q + r] as f64,
+                tensors[6][h * total_q + r] as f64,
                 want_lse[h * total_q + r],
             );
             let ok = if want.is_finite() {
@@ -186,6 +206,7 @@ fn bad_configurations_are_refused_by_name() {
         dim: 48,
         causal: false,
         logits: Logits::default(),
+        seqused_k: false,
     })
     .unwrap_err()
     .to_string();
@@ -198,6 +219,7 @@ fn bad_configurations_are_refused_by_name() {
         dim: 64,
         causal: false,
         logits: capped,
+        seqused_k: false,
     })
     .unwrap_err()
     .to_string();
@@ -221,6 +243,7 @@ fn check_bwd(
         dim,
         causal,
         logits: Logits::default(),
+        seqused_k: false,
     };
     let kernel = kittens_kernels::attn_varlen_bwd::build(&cfg).expect("the varlen backward builds");
     let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
@@ -322,26 +345,134 @@ fn varlen_backward_matches_f64_d128() {
     check_bwd(&[1, 17, 0, 130], &[1, 17, 0, 130], 2, 2, 128, true, 14);
 }
 
-/// The GPU lowerings do not emit index reads yet: each refuses the varlen kernels by name rather
-/// than lowering them without their offsets.
+/// The sm_90a program (`attn_varlen_hopper`: 128-query blocks, 128- or 64-key blocks, cp.async fills
+/// clipped at the sequence's end, bounds-checked stores) on the interpreter, at lengths that cross
+/// its tiles: 0, 1, one past a block, more than two blocks; rows with no key; GQA.
 #[test]
-fn gpu_lowerings_refuse_the_varlen_kernels_for_now() {
+fn hopper_varlen_forward_matches_f64() {
+    let hopper: Builder = kittens_kernels::attn_varlen_hopper::build;
+    let lens = [1, 129, 0, 300, 64];
+    check_with(hopper, &lens, &lens, 2, 1, 64, true, None, 21);
+    check_with(hopper, &lens, &lens, 2, 1, 64, false, None, 22);
+    let (lq, lk) = ([45, 3, 200, 9], [20, 150, 0, 64]);
+    check_with(hopper, &lq, &lk, 4, 2, 128, true, Some(0.3), 23);
+    check_with(hopper, &[70, 1], &[33, 190], 2, 1, 192, false, None, 24);
+}
+
+/// The AMD lowerings do not emit index reads yet: each refuses the varlen kernels by name rather
+/// than lowering them without their offsets. sm_90a lowers the Hopper program (not the one-wave
+/// interpreter programs).
+#[test]
+fn amd_lowerings_refuse_the_varlen_kernels_sm90a_lowers_the_hopper_one() {
     use kittens_hw::Target;
     let cfg = VarlenConfig {
         dim: 64,
         causal: true,
         logits: Logits::default(),
+        seqused_k: false,
     };
     let fwd = build(&cfg).unwrap();
     let bwd = kittens_kernels::attn_varlen_bwd::build(&cfg).unwrap();
     for kernel in [&fwd, &bwd] {
-        for target in [Target::Gfx942, Target::Gfx950, Target::Sm90a] {
+        for target in [Target::Gfx942, Target::Gfx950] {
             let e = kittens_codegen::lower(kernel, target)
                 .unwrap_err()
                 .to_string();
             assert!(
                 e.contains(&kernel.name) && e.contains("does not lower that yet"),
                 "{target:?}: {e}"
+            );
+        }
+        // The one-wave programs: over the register budget or of the wrong schedule.
+        assert!(kittens_codegen::lower(kernel, Target::Sm90a).is_err());
+    }
+    let hopper = kittens_kernels::attn_varlen_hopper::build(&cfg).unwrap();
+    let l = kittens_codegen::lower(&hopper, Target::Sm90a).expect("sm_90a lowers it");
+    // No tensor maps: a TMA box would cross a sequence's end; cp.async and direct stores clip.
+    assert!(!l
+        .args
+        .iter()
+        .any(|a| matches!(a, kittens_codegen::KernelArg::TensorMap(_))));
+    assert!(l.source.contains("g_cu_seqlens_q") && l.source.contains("cp.async"));
+}
+
+/// `seqused_k` (a KV cache of fixed capacity per sequence: keys start at `b · capacity` and sequence
+/// `b` uses the first `used[b]`) in both programs on the interpreter, against the f64 reference of
+/// the same keys packed without gaps. The unused cache rows hold NaN: a read of them that reached
+/// the output would show.
+#[test]
+fn seqused_k_keeps_each_sequences_first_keys_in_both_programs() {
+    use kittens_kernels::exec_varlen::{forward_with, Packed};
+    let (heads, heads_kv, dim, cap) = (4usize, 2usize, 64u32, 150usize);
+    let (lens_q, used) = ([1usize, 3, 130, 0, 17], [0usize, 1, 149, 5, 150]);
+    let d = dim as usize;
+    let mut s = 31;
+    let cu_q = offsets(&lens_q);
+    let q = random(&mut s, cu_q[lens_q.len()] * heads * d, 2.0);
+    let mut k = random(&mut s, lens_q.len() * cap * heads_kv * d, 2.0);
+    let mut v = random(&mut s, lens_q.len() * cap * heads_kv * d, 1.0);
+    let row = heads_kv * d;
+    for (b, &u) in used.iter().enumerate() {
+        for r in b * cap + u..(b + 1) * cap {
+            k[r * row..(r + 1) * row].fill(f32::NAN);
+            v[r * row..(r + 1) * row].fill(f32::NAN);
+        }
+    }
+    // The reference's keys: each sequence's used rows, packed.
+    let pack = |t: &[f32]| -> Vec<f32> {
+        used.iter()
+            .enumerate()
+            .flat_map(|(b, &u)| t[b * cap * row..(b * cap + u) * row].to_vec())
+            .collect()
+    };
+    for causal in [false, true] {
+        let cfg = VarlenConfig {
+            dim,
+            causal,
+            logits: Logits::default(),
+            seqused_k: true,
+        };
+        let sh = VarlenShape {
+            heads,
+            heads_kv,
+            dim: d,
+            cu_q: cu_q.clone(),
+            cu_k: offsets(&used),
+            causal,
+            scale: f64::from(cfg.logits.scale(dim)),
+        };
+        let (kp, vp) = (pack(&k), pack(&v));
+        let (want, _) = forward(&q, &kp, &vp, &sh);
+        let base = forward_bf16_baseline(&q, &kp, &vp, &sh);
+        let packed = Packed {
+            heads,
+            heads_kv,
+            cu_q: cu_q.iter().map(|&x| x as i64).collect(),
+            cu_k: (0..=lens_q.len()).map(|b| (b * cap) as i64).collect(),
+            max_q: 130,
+            max_k: cap,
+            used_k: Some(used.iter().map(|&x| x as i64).collect()),
+        };
+        for kernel in [
+            build(&cfg).unwrap(),
+            kittens_kernels::attn_varlen_hopper::build(&cfg).unwrap(),
+        ] {
+            let (o, _) = forward_with(&kernel, &cfg, &q, &k, &v, &packed).unwrap();
+            assert!(
+                o.iter().all(|x| x.is_finite()),
+                "{}: NaN from unused rows",
+                kernel.name
+            );
+            let (ours, bl) = (compare(&o, &want), compare(&base, &want));
+            let r = check_rule(ours.rel_err, bl.rel_err, RULE_FLOOR);
+            assert!(
+                r.passed,
+                "{} causal {causal}: {:.3e} vs bf16 {:.3e}",
+                kernel.name, ours.rel_err, bl.rel_err
+            );
+            eprintln!(
+                "seqused_k {} causal {causal}: rel_err {:.3e} (bf16 {:.3e})",
+                kernel.name, ours.rel_err, bl.rel_err
             );
         }
     }

@@ -143,6 +143,8 @@ pub(crate) fn dtype(name: &str, s: &str) -> PyResult<DType> {
         "bfloat16" => Ok(DType::Bf16),
         "float32" => Ok(DType::F32),
         "float16" => Ok(DType::F16),
+        // Index tensors (varlen offsets, `cu_seqlens_*`).
+        "int32" => Ok(DType::I32),
         other => Err(PyValueError::new_err(format!(
             "{name}: dtype {other} is not one the kernels take"
         ))),

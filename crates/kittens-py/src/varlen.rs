@@ -35,6 +35,7 @@ fn setup(
     cu: (Vec<i64>, Vec<i64>),
     causal: bool,
     scale: Option<f64>,
+    used_k: Option<Vec<i64>>,
 ) -> (VarlenConfig, Packed) {
     let (heads, heads_kv, dim, max_q, max_k) = sizes;
     let cfg = VarlenConfig {
@@ -44,6 +45,7 @@ fn setup(
             scale: scale.map(|s| s as f32),
             softcap: None,
         },
+        seqused_k: used_k.is_some(),
     };
     let packed = Packed {
         heads,
@@ -52,13 +54,15 @@ fn setup(
         cu_k: cu.1,
         max_q,
         max_k,
+        used_k,
     };
     (cfg, packed)
 }
 
-/// `(out, lse)` of packed `q, k, v` (float32 bytes of `[total, heads, dim]`).
+/// `(out, lse)` of packed `q, k, v` (float32 bytes of `[total, heads, dim]`); `seqused_k`: the keys
+/// each sequence uses from its `cu_seqlens_k` start (FlashAttention's `seqused_k`, a KV cache's lengths).
 #[pyfunction]
-#[pyo3(signature = (arrays, cu, sizes, causal, scale=None))]
+#[pyo3(signature = (arrays, cu, sizes, causal, scale=None, seqused_k=None))]
 pub(crate) fn attention_varlen_cpu<'py>(
     py: Python<'py>,
     arrays: [Vec<u8>; 3],
@@ -66,8 +70,9 @@ pub(crate) fn attention_varlen_cpu<'py>(
     sizes: Sizes,
     causal: bool,
     scale: Option<f64>,
+    seqused_k: Option<Vec<i64>>,
 ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
-    let (cfg, packed) = setup(sizes, cu, causal, scale);
+    let (cfg, packed) = setup(sizes, cu, causal, scale, seqused_k);
     let [q, k, v] = arrays.map(|a| floats(&a));
     let (o, lse) = interruptible(py, move || {
         let t = std::time::Instant::now();
@@ -97,7 +102,7 @@ pub(crate) fn attention_varlen_backward_cpu<'py>(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
 )> {
-    let (cfg, packed) = setup(sizes, cu, causal, scale);
+    let (cfg, packed) = setup(sizes, cu, causal, scale, None);
     let [q, k, v, o, d_o, lse] = arrays.map(|a| floats(&a));
     let [dq, dk, dv] = interruptible(py, move || {
         exec_varlen::backward(&cfg, &q, &k, &v, &o, &d_o, &lse, &packed)

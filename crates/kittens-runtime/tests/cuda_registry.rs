@@ -71,7 +71,8 @@ fn every_sm90a_registry_kernel_compiles_through_the_one_function() {
             "swiglu",
             "swiglu_bwd",
             "rotary_bwd",
-            "cross_entropy"
+            "cross_entropy",
+            "attn_varlen"
         ]
     );
 }

@@ -247,6 +247,16 @@ fn kernel_flags(kernel: &str) -> &'static [&'static str] {
         "schedule",
         "variant",
     ];
+    const ATTN_VARLEN: &[&str] = &[
+        "batch",
+        "heads",
+        "heads_kv",
+        "seq",
+        "seq_kv",
+        "dim",
+        "causal",
+        "softmax_scale",
+    ];
     const LAYERNORM: &[&str] = &["rows", "hidden", "p", "dropout_seed", "offset", "eps"];
     const ROTARY: &[&str] = &["batch", "heads", "seq", "dim", "layout", "interleaved"];
     const RMSNORM: &[&str] = &["rows", "hidden", "no_residual", "eps"];
@@ -259,6 +269,7 @@ fn kernel_flags(kernel: &str) -> &'static [&'static str] {
         "cross_entropy" => CROSS_ENTROPY,
         "attn_fwd" => ATTN_FWD,
         "attn_bwd" => ATTN_BWD,
+        "attn_varlen" => ATTN_VARLEN,
         "layernorm" | "layernorm_bwd" => LAYERNORM,
         "rotary" | "rotary_bwd" => ROTARY,
         "rmsnorm" | "rmsnorm_bwd" => RMSNORM,
@@ -346,9 +357,17 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<NamedArgs> {
     // Only attention takes its own key length and a bottom-right mask, only the forward writes a
     // log-sum-exp; elsewhere they would be ignored silently.
     let attention = matches!(a.kernel.name, "attn_fwd" | "attn_bwd");
-    if !attention && (a.seq_kv.is_some() || a.bottom_right) {
+    // attn_varlen's --seq / --seq-kv are max_seqlen_q / max_seqlen_k; its causal mask is always
+    // bottom-right (FlashAttention's), so --bottom-right is not its flag.
+    if a.bottom_right && !attention {
         bail!(
-            "--seq-kv and --bottom-right apply to attn_fwd and attn_bwd only; {} takes neither",
+            "--bottom-right applies to attn_fwd and attn_bwd only, not {}",
+            a.kernel.name
+        );
+    }
+    if !attention && a.kernel.name != "attn_varlen" && a.seq_kv.is_some() {
+        bail!(
+            "--seq-kv applies to attn_fwd, attn_bwd and attn_varlen only, not {}",
             a.kernel.name
         );
     }
@@ -362,7 +381,7 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<NamedArgs> {
             a.kernel.name
         );
     }
-    if matches!(a.kernel.name, "attn_fwd" | "attn_bwd")
+    if matches!(a.kernel.name, "attn_fwd" | "attn_bwd" | "attn_varlen")
         && (a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv))
     {
         bail!("--heads-kv {} must divide --heads {}", a.heads_kv, a.heads);

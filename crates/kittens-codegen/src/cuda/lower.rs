@@ -103,6 +103,9 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     // A plain program (strips, or any register tiles with `mma.sync`) goes through the strip
     // emitter; the ping-pong and interleave schedules are AMD's.
     if matches!(k.schedule, Schedule::Plain { .. }) {
+        if k.reads_indices() {
+            return unsupported("index reads (Expr::Elem, per-block clips) in a plain program");
+        }
         return crate::strip::lower_plain(k, crate::strip::CUDA)
             .map_err(|e| CudaLowerError::Unsupported(e.0));
     }
@@ -377,6 +380,18 @@ impl Emit<'_> {
     }
     pub(super) fn cond(&self, c: &Cond) -> String {
         cexpr::cond_in(self.k, c, &cexpr::CUDA)
+    }
+
+    /// The extent of dimension `dim` of global `g` as this block sees it: the declared size, or with
+    /// a per-block clip on that dimension (`kittens_ir::Clip`: a varlen sequence's end, read from
+    /// device memory) the smaller of the two, so that every bounds-checked load and store stops at
+    /// the sequence's end and the next sequence's rows are neither read nor written.
+    pub(super) fn extent(&self, g: &kittens_ir::GlobalDecl, dim: usize) -> String {
+        let d = self.ex(&g.dims[dim]);
+        match &g.clip {
+            Some(c) if c.dim as usize == dim => format!("min({d}, {})", self.ex(&c.end)),
+            _ => d,
+        }
     }
 
     pub(super) fn stmts(&mut self, body: &[Stmt]) -> Result<(), CudaLowerError> {

@@ -77,10 +77,10 @@ impl Emit<'_> {
             "    const unsigned char* kt_base = (const unsigned char*)g_{name} + ({}) * {elem}ll;",
             other.join(" + ")
         ));
+        // The extents stop at a per-block clip (a varlen sequence's end): rows past it read zero.
+        let (rows_end, cols_end) = (self.extent(g, rd), self.extent(g, cd));
         l.push(format!(
-            "    const long long kt_rows = {}, kt_cols = {}, kt_pitch = {}, kt_row0 = {}, kt_col0 = {};",
-            ex(&g.dims[rd]),
-            ex(&g.dims[cd]),
+            "    const long long kt_rows = (long long)({rows_end}), kt_cols = (long long)({cols_end}), kt_pitch = {}, kt_row0 = {}, kt_col0 = {};",
             ex(&g.strides[rd]),
             ex(&src.origin[rd]),
             ex(&src.origin[cd])

@@ -350,7 +350,7 @@ impl Emit<'_> {
             if i == rd || i == cd {
                 continue;
             }
-            let (oe, de) = (self.ex(o), self.ex(&g.dims[i]));
+            let (oe, de) = (self.ex(o), self.extent(g, i));
             base.push(format!(
                 "(long long)({oe}) * (long long)({})",
                 self.ex(&g.strides[i])
@@ -366,8 +366,8 @@ impl Emit<'_> {
             "const int r0 = {} + kt_lane / 4, c0 = {} + 2 * (kt_lane % 4), rows = {}, cols = {};",
             self.ex(&src.origin[rd]),
             self.ex(&src.origin[cd]),
-            self.ex(&g.dims[rd]),
-            self.ex(&g.dims[cd]),
+            self.extent(g, rd),
+            self.extent(g, cd),
         ));
         self.line(format!(
             "const long long rs = (long long)({}), cs = (long long)({});",
@@ -494,7 +494,7 @@ impl Emit<'_> {
         let mut base = Vec::new();
         let mut inside = Vec::new();
         for (i, o) in dst.origin.iter().enumerate() {
-            let (oe, se, de) = (self.ex(o), self.ex(&g.strides[i]), self.ex(&g.dims[i]));
+            let (oe, se, de) = (self.ex(o), self.ex(&g.strides[i]), self.extent(g, i));
             base.push(format!("(long long)({oe}) * (long long)({se})"));
             if i != rd && i != cd {
                 inside.push(format!("({oe}) >= 0 && ({oe}) < ({de})"));
@@ -504,8 +504,8 @@ impl Emit<'_> {
             "const int r0 = {} + kt_lane / 4, c0 = {} + 2 * (kt_lane % 4), rows = {}, cols = {};",
             self.ex(&dst.origin[rd]),
             self.ex(&dst.origin[cd]),
-            self.ex(&g.dims[rd]),
-            self.ex(&g.dims[cd]),
+            self.extent(g, rd),
+            self.extent(g, cd),
         ));
         self.line(format!(
             "const long long base = {}, rs = (long long)({});",
@@ -670,7 +670,7 @@ impl Emit<'_> {
         let mut base = Vec::new();
         let mut inside = Vec::new();
         for (i, o) in dst.origin.iter().enumerate() {
-            let (oe, se, de) = (self.ex(o), self.ex(&g.strides[i]), self.ex(&g.dims[i]));
+            let (oe, se, de) = (self.ex(o), self.ex(&g.strides[i]), self.extent(g, i));
             if i != rd {
                 base.push(format!("(long long)({oe}) * (long long)({se})"));
                 inside.push(format!("({oe}) >= 0 && ({oe}) < ({de})"));
@@ -679,7 +679,7 @@ impl Emit<'_> {
         self.line(format!(
             "const int r0 = {} + kt_lane / 4, rows = {};",
             self.ex(&dst.origin[rd]),
-            self.ex(&g.dims[rd]),
+            self.extent(g, rd),
         ));
         self.line(format!(
             "const long long base = {}, rs = (long long)({});",

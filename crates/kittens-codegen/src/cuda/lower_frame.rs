@@ -183,6 +183,8 @@ pub(super) fn global_ctype(g: &kittens_ir::GlobalDecl) -> Result<&'static str, C
         (DType::F32, false) => "const float*",
         // A row vector stored per query (the attention's log-sum-exp).
         (DType::F32, true) => "float*",
+        // Index tensors (varlen offsets) read by `Expr::Elem`; `cexpr` casts the pointer itself.
+        (DType::I32, false) => "const int*",
         (dt, w) => {
             return unsupported(format!(
                 "global `{}` of {dt:?}{} (bf16 tensors, read-only e4m3 or f32 ones)",

@@ -200,6 +200,15 @@ impl Emit<'_> {
         let s = self.k.shared_decl(dst.buf);
         let g = self.k.global(src.tensor);
         let (rd, cd) = (src.row_dim as usize, src.col_dim as usize);
+        if g.clip.is_some() {
+            // A tensor map clips at the tensor's edge only; a box at a sequence's end would read
+            // the next sequence's rows where the IR reads zeros.
+            return unsupported(format!(
+                "a TMA load of `{}`, which is clipped per block (fill it with cp.async: \
+                 `SlotFill::CpAsync` checks each row against the clip)",
+                g.name
+            ));
+        }
         if g.dims.len() < 2 || g.dims.len() > 5 || rd == cd || g.strides[cd] != Expr::c(1) {
             return unsupported(format!(
                 "load of `{}`: 2 to 5 dimensions with unit stride along the columns",
@@ -341,6 +350,15 @@ impl Emit<'_> {
         op: SlabOp,
     ) -> Result<(), CudaLowerError> {
         let g = self.k.global(dst.tensor);
+        if g.clip.is_some() {
+            // A TMA store of a box crossing the sequence's end would write the next sequence's rows.
+            return unsupported(format!(
+                "a TMA {} into `{}`, which is clipped per block (a tensor of 3 or more dimensions \
+                 takes the bounds-checked direct store)",
+                op.name(),
+                g.name
+            ));
+        }
         let (acc, _) = self.acc(src);
         let n = self.k.reg(src).shape().1;
         let wide = op.box_cols();

@@ -1,0 +1,317 @@
+//! `attn_varlen` at a problem's sizes: `batch` sequences of at most `seq` queries and `seq_kv` keys
+//! (the kernel's `max_seqlen_q`, `max_seqlen_k`), `heads` / `heads_kv` heads of `dim`, causal
+//! bottom-right or not, any softmax scale. A random-input run draws the lengths from the seed
+//! ([`lengths`]: the longest, 1, 0 and random ones, so tiles cross sequence ends), packs them without
+//! gaps (every row of `o` and `lse` belongs to a sequence, so a row the kernel leaves unwritten —
+//! the runner poisons outputs with NaN — fails the comparison), and judges `o` and `lse` by
+//! FlashAttention's rule against the per-sequence f64 reference ([`crate::reference_varlen`]).
+//!
+//! Inputs in launch order: `q, k, v` (bf16), `cu_seqlens_q`, `cu_seqlens_k` (i32 offsets, held as
+//! exact f32 integers); outputs `o`, `lse`. A caller with its own tensors (Python) gives the packed
+//! rows as `total_q` and `total_k` ([`VarlenProblem::varlen_total`]).
+
+use crate::attn_fwd::AttnLayout;
+use crate::attn_score::{AttnArgs, Logits};
+use crate::attn_varlen::VarlenConfig;
+use crate::budget;
+use crate::problem::{
+    draw_operands, elements, param, positive, KernelProblem, Launch, NamedArgs, Plan, Reference,
+    RunSettings, STORE_BYTES,
+};
+use crate::reference::{AttnShape, Tolerance};
+use crate::reference_varlen::{forward, forward_bf16_baseline_lse, VarlenShape};
+use crate::KernelError;
+use kittens_hw::Target;
+use kittens_ir::Kernel;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+/// An `attn_varlen` problem: the attention's shape (`attn.seq`, `seq_kv`: `max_seqlen_q`,
+/// `max_seqlen_k`; the layout is the packed `[total, heads, dim]`), the causal mask (always
+/// bottom-right per sequence), the logits, and the packed tensors' rows when a caller gives its own.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VarlenProblem {
+    pub attn: AttnShape,
+    /// `max_seqlen_k` when it differs from `max_seqlen_q` (`attn.seq`).
+    pub seq_kv: Option<usize>,
+    pub causal: bool,
+    /// The softmax scale (`None`: `1/√d`); a soft cap is refused by the build.
+    pub logits: Logits,
+    /// The packed tensors' rows `(total_q, total_k)` when a caller gives its own (Python); `None`:
+    /// the sum of the lengths a random-input run draws.
+    pub varlen_total: Option<(usize, usize)>,
+    pub run: RunSettings,
+}
+
+impl Default for VarlenProblem {
+    /// The default attention shape ([`AttnShape::default`]), no mask, the drawn lengths.
+    fn default() -> Self {
+        let a = AttnArgs::default();
+        VarlenProblem {
+            attn: a.attn,
+            seq_kv: a.seq_kv,
+            causal: a.causal,
+            logits: a.logits,
+            varlen_total: None,
+            run: RunSettings::default(),
+        }
+    }
+}
+
+impl VarlenProblem {
+    /// The problem `a` names: the attention's names ([`AttnArgs::from_args`]: `batch`, `heads`,
+    /// `heads_kv`, `seq`, `seq_kv`, `dim`, `causal`, `scale`, `softcap`; a layout other than `bshd`,
+    /// a bottom-right flag, a window or `lse` are refused: the packed layout, the bottom-right causal
+    /// mask and the `lse` output are this kernel's own), `total_q` and `total_k` (both or neither),
+    /// and the run settings (variant `seqused_k`).
+    pub fn from_args(a: &NamedArgs) -> Result<VarlenProblem, KernelError> {
+        let args = AttnArgs::from_args(a)?;
+        let name = "attn_varlen";
+        if args.attn.layout != AttnLayout::Bshd {
+            return Err(KernelError::Problem(format!(
+                "{name}: the packed layout is [total, heads, dim] (bshd), got {:?}",
+                args.attn.layout
+            )));
+        }
+        if args.window.is_some() || args.bottom_right || a.flag_or("lse", false)? {
+            return Err(KernelError::Problem(format!(
+                "{name}: takes no window, and always writes lse with bottom-right causal (no window, \
+                 lse, bottom_right)"
+            )));
+        }
+        let varlen_total = match (
+            a.opt_size_or("total_q", None)?,
+            a.opt_size_or("total_k", None)?,
+        ) {
+            (Some(q), Some(k)) => Some((q, k)),
+            (None, None) => None,
+            (q, _) => {
+                return Err(KernelError::Problem(format!(
+                    "{name}: total_q and total_k come together; got only {}",
+                    if q.is_some() { "total_q" } else { "total_k" }
+                )))
+            }
+        };
+        Ok(VarlenProblem {
+            attn: args.attn,
+            seq_kv: args.seq_kv,
+            causal: args.causal,
+            logits: args.logits,
+            varlen_total,
+            run: RunSettings::from_args(a, &[SEQUSED_K])?,
+        })
+    }
+
+    /// `max_seqlen_k`.
+    fn max_k(&self) -> usize {
+        self.seq_kv.unwrap_or(self.attn.seq)
+    }
+}
+
+/// The registry's parser of `attn_varlen`'s problem.
+pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
+    Ok(Box::new(VarlenProblem::from_args(a)?))
+}
+
+/// The sequence lengths of a random-input run, `(queries, keys)` per sequence, from the seed:
+/// sequence 0 the longest (`seq`, `seq_kv`), 1 a single row, 2 empty, the rest uniform in
+/// `0..=max` (each with its own draw for the keys).
+pub fn lengths(p: &VarlenProblem) -> Vec<(usize, usize)> {
+    let (mq, mk) = (p.attn.seq, p.max_k());
+    let mut rng = SmallRng::seed_from_u64(p.run.seed ^ 0x7661_726c_656e);
+    (0..p.attn.batch)
+        .map(|b| match b {
+            0 => (mq, mk),
+            1 => (1.min(mq), 1.min(mk)),
+            2 => (0, 0),
+            _ => (rng.gen_range(0..=mq), rng.gen_range(0..=mk)),
+        })
+        .collect()
+}
+
+fn offsets(lens: impl Iterator<Item = usize>) -> Vec<usize> {
+    let mut cu = vec![0];
+    for l in lens {
+        cu.push(cu.last().copied().unwrap_or(0) + l);
+    }
+    cu
+}
+
+/// The configuration of `p` (head dim, causal, scale; a soft cap is refused by the build).
+pub fn config(p: &VarlenProblem) -> VarlenConfig {
+    VarlenConfig {
+        dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
+        causal: p.causal,
+        logits: p.logits,
+        seqused_k: p.run.variant == Some(SEQUSED_K),
+    }
+}
+
+/// The variant with FlashAttention's `seqused_k` (a KV cache's lengths; `flash_attn_with_kvcache`).
+pub const SEQUSED_K: &str = "seqused_k";
+
+/// The program for `target`: the warp-specialised one on sm_90a, the one-wave one elsewhere (the
+/// CPU's; the AMD lowerings refuse it, `LowerError::IndexReads`, as the registry's plans say).
+pub fn build_for(cfg: &VarlenConfig, target: Target) -> Result<Kernel, KernelError> {
+    match target {
+        Target::Sm90a => crate::attn_varlen_hopper::build(cfg),
+        _ => crate::attn_varlen::build(cfg),
+    }
+}
+
+/// `(total_q, total_k)`: the caller's, or the drawn lengths' sums.
+fn totals(p: &VarlenProblem) -> (usize, usize) {
+    p.varlen_total.unwrap_or_else(|| {
+        let l = lengths(p);
+        (l.iter().map(|x| x.0).sum(), l.iter().map(|x| x.1).sum())
+    })
+}
+
+impl KernelProblem for VarlenProblem {
+    fn kernel(&self) -> &'static str {
+        "attn_varlen"
+    }
+
+    fn settings(&self) -> &RunSettings {
+        &self.run
+    }
+
+    fn launch(&self) -> Result<Launch, KernelError> {
+        let (p, a) = (self, self.attn);
+        if a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv) {
+            return Err(KernelError::Problem(format!(
+                "attn_varlen: heads_kv {} must divide heads {}",
+                a.heads_kv, a.heads
+            )));
+        }
+        let (tq, tk) = totals(p);
+        let q = elements("q", &[tq, a.heads, a.dim])?;
+        let kv = elements("k", &[tk, a.heads_kv, a.dim])?;
+        let cu = a.batch.checked_add(1).ok_or_else(|| {
+            KernelError::Problem(format!("attn_varlen: batch {} overflows", a.batch))
+        })?;
+        Ok(Launch {
+            params: vec![
+                param("batch", a.batch)?,
+                param("heads", a.heads)?,
+                param("heads_kv", a.heads_kv)?,
+                param("total_q", tq)?,
+                param("total_k", tk)?,
+                // At least 1: a grid extent or trip count of 0 is an empty launch the analyses refuse.
+                param("max_seqlen_q", a.seq.max(1))?,
+                param("max_seqlen_k", p.max_k().max(1))?,
+            ],
+            inputs: if p.run.variant == Some(SEQUSED_K) {
+                vec![q, kv, kv, cu, cu, a.batch]
+            } else {
+                vec![q, kv, kv, cu, cu]
+            },
+            outputs: vec![q, elements("lse", &[a.heads, tq])?],
+        })
+    }
+
+    fn plan(&self, target: Target) -> Result<Plan, KernelError> {
+        let (p, a, mk) = (self, self.attn, self.max_k());
+        let name = "attn_varlen";
+        positive(
+            name,
+            &[
+                ("batch", a.batch),
+                ("heads", a.heads),
+                ("heads_kv", a.heads_kv),
+                ("seq (max_seqlen_q)", a.seq),
+                ("seq_kv (max_seqlen_k)", mk),
+                ("dim", a.dim),
+            ],
+        )?;
+        if a.layout != AttnLayout::Bshd {
+            return Err(KernelError::Problem(format!(
+                "{name}: the packed layout is [total, heads, dim] (bshd), got {:?}",
+                a.layout
+            )));
+        }
+        p.logits.check()?;
+        if p.run.variant.is_some() {
+            return Err(KernelError::Problem(format!(
+                "{name}: the seqused_k variant runs on the caller's tensors only (Python's \
+                 flash_attn_with_kvcache), not on the runner's random inputs"
+            )));
+        }
+        build_for(&config(p), target)?; // refuses what the target's program does not take, by name
+        let launch = self.launch()?;
+        let (tq, tk) = totals(p);
+        let u = |x: usize| x as u64;
+        let q = budget::product(&[u(tq), u(a.heads), u(a.dim)]);
+        let kv = budget::product(&[u(tk), u(a.heads_kv), u(a.dim)]);
+        let bytes = budget::sum(&[
+            budget::sum(&[q, kv, kv]).and_then(|x| x.checked_mul(2 * 4)),
+            q.and_then(|x| x.checked_mul(4 + STORE_BYTES + 8 + 4)),
+        ]);
+        let what = format!(
+            "{name} at batch={} heads={} heads_kv={} max_seqlen_q={} max_seqlen_k={mk} dim={} \
+             (total_q={tq}, total_k={tk})",
+            a.batch, a.heads, a.heads_kv, a.seq, a.dim
+        );
+        budget::check_host_bytes(&what, bytes)?;
+        // The multiply-adds of Q·Kᵀ and P·V over the kept (sequence-local) score blocks.
+        let work = lengths(p).iter().try_fold(0u64, |acc, &(lq, lk)| {
+            budget::product(&[u(lq), u(lk), u(a.heads), u(a.dim), 2])
+                .and_then(|w| acc.checked_add(w))
+        });
+        Ok(Plan {
+            launch,
+            what,
+            work,
+            shape: serde_json::json!({
+                "attn": a, "max_seqlen_k": mk, "causal_bottom_right": p.causal,
+                "lengths": lengths(p), "total_q": tq, "total_k": tk,
+                "scale": p.logits.scale(config(p).dim),
+            }),
+        })
+    }
+
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        build_for(&config(self), target)
+    }
+
+    /// `q, k, v` uniform (scaled) bf16; the offsets of [`lengths`].
+    fn draw(&self, kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
+        let mut inputs = draw_operands(self.run.input_scale, kernel, &launch.inputs[..3], rng);
+        let l = lengths(self);
+        for cu in [
+            offsets(l.iter().map(|x| x.0)),
+            offsets(l.iter().map(|x| x.1)),
+        ] {
+            inputs.push(cu.iter().map(|&x| x as f32).collect());
+        }
+        inputs
+    }
+
+    /// `o` then `lse`, per sequence in f64; the baseline in plain bf16 (f32 sums).
+    fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
+        let p = self;
+        let cu = |i: usize| inputs[i].iter().map(|&x| x as usize).collect::<Vec<_>>();
+        let cfg = config(p);
+        let sh = VarlenShape {
+            heads: p.attn.heads,
+            heads_kv: p.attn.heads_kv,
+            dim: p.attn.dim,
+            cu_q: cu(3),
+            cu_k: cu(4),
+            causal: p.causal,
+            scale: f64::from(cfg.logits.scale(cfg.dim)),
+        };
+        let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
+        let (o, lse) = forward(q, k, v, &sh);
+        let (ob, lseb) = forward_bf16_baseline_lse(q, k, v, &sh);
+        Reference {
+            values: [o, lse].concat(),
+            baseline: Some([ob, lseb].concat()),
+            max_abs_logit: None,
+        }
+    }
+
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Rule
+    }
+}
