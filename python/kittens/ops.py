@@ -253,6 +253,14 @@ def _attention_setup(ctx, inputs, output):
         ctx.mark_non_differentiable(lse)
 
 
+def _kernel_readable(t: Tensor) -> bool:
+    """Whether the attention kernels read ``t`` (B, H, N, D) in place (``_dispatch.attn_strides``' rule:
+    the head dim contiguous, every other stride a positive multiple of 8 elements, unit dimensions aside)."""
+    st = t.stride()
+    return (t.shape[-1] <= 1 or st[-1] == 1) and all(
+        n <= 1 or (s > 0 and s % 8 == 0) for s, n in zip(st[:-1], t.shape[:-1]))
+
+
 def _attention_grad(ctx, grad_out, grad_lse):
     q, k, v, out, lse = ctx.saved_tensors
     if grad_out is None:
@@ -260,8 +268,11 @@ def _attention_grad(ctx, grad_out, grad_lse):
     # With return_lse the lse's gradient rides in the same backward run: its preprocessing takes
     # D = rowsum(dO∘O) − dlse (FlashAttention's fold for ring attention; d lse_i / d s_ij = P_ij).
     dlse = grad_lse.to(torch.float32).contiguous() if ctx.lse_grad and grad_lse is not None else None
+    grad_out = grad_out.to(torch.bfloat16)
+    if not _kernel_readable(grad_out):  # autograd's layout (e.g. an expanded one: strides 0): a dense copy
+        grad_out = grad_out.contiguous()
     dq, dk, dv = call(
-        "attention_backward", grad_out.to(torch.bfloat16), q, k, v, out, lse, ctx.causal, ctx.scale,
+        "attention_backward", grad_out, q, k, v, out, lse, ctx.causal, ctx.scale,
         ctx.bottom_right, ctx.softcap, ctx.window, ctx.deterministic, dlse,
     )
     return dq, dk, dv, None, None, None, None, None, None, None

@@ -53,6 +53,8 @@ def test_layernorm_gradients_against_float64(rows, d, p):
     w, b = rand(d, scale=2, seed=3), rand(d, seed=4)
     grad = torch.stack([rand(rows, d, seed=5), rand(rows, d, seed=6)])
     ins = [t.clone().requires_grad_() for t in (x, r, w, b)]
+    for key in [k for k in _dispatch._HANDLES if k[0] == "layernorm_bwd"]:
+        del _dispatch._HANDLES[key]  # so that ran_the_kernel sees this call (the cache key has no p)
     out = ops.layernorm(*ins, p, SEED, OFFSET, eps)
     out.backward(grad)
     # Rows over 4096 with dropout take the PyTorch composite on CUDA (the kernel would spill there).
