@@ -99,6 +99,35 @@ fn checks() -> Vec<(&'static str, String, NamedArgs)> {
         "B2 H3 N45 D64 GPT-NeoX".into(),
         attn(2, 3, 3, 45, 64, Bshd),
     ));
+    let rows = |r: usize, d: usize| NamedArgs::new().with("rows", r).with("norm_dim", d);
+    v.extend([
+        (
+            "attn_varlen",
+            "B6 H4/2 N<=150 Nkv<=90 D64 causal, lengths incl. 0 and 1".into(),
+            attn(6, 4, 2, 150, 64, Bshd)
+                .with("seq_kv", 90usize)
+                .with("causal", true),
+        ),
+        (
+            "rotary_bwd",
+            "B2 H3 N45 D64 GPT-NeoX".into(),
+            attn(2, 3, 3, 45, 64, Bshd),
+        ),
+        ("layernorm_bwd", "37x1000 p=0.1".into(), norm(37, 1000, 0.1)),
+        ("rmsnorm", "37x1000 residual".into(), rows(37, 1000)),
+        ("rmsnorm_bwd", "37x1000 residual".into(), rows(37, 1000)),
+        ("swiglu", "37x1000".into(), rows(37, 1000)),
+        (
+            "swiglu_bwd",
+            "37x1000 packed".into(),
+            rows(37, 1000).with("packed", true),
+        ),
+        (
+            "cross_entropy",
+            "37x50257 smoothing 0.1".into(),
+            rows(37, 50257).with("smoothing", 0.1f32),
+        ),
+    ]);
     v
 }
 
