@@ -22,6 +22,14 @@ fn has_loop(body: &[kittens_ir::Stmt]) -> bool {
 fn every_hot_loop_access_is_conflict_free_on_both_amd_targets() {
     for e in &registry::ALL {
         for arch in [Arch::Cdna3, Arch::Cdna4] {
+            // A kernel the registry says does not lower to this target yet (attn_varlen on CDNA: index
+            // reads) has no program to judge; the registry's own test checks that refusal names why.
+            if !e
+                .plan(Target::from(arch))
+                .is_some_and(|p| p.status.available())
+            {
+                continue;
+            }
             let k = e.build_for(Target::from(arch)).unwrap();
             let plan = banks::plan(&k, arch).unwrap();
             let hot = plan.hot();
