@@ -31,7 +31,8 @@ def _chunks(spec: str, n: int, h: int, v: int) -> List[int]:
 
 def lce_parts(torch, kittens, args) -> List[dict]:
     from .bench import time_many
-    from .loss import _labels_for_kernel, _mm, cross_entropy_
+    from .loss import _labels_for_kernel, _mm
+    from .ops import cross_entropy_
 
     F = torch.nn.functional
     rows = []
