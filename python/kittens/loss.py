@@ -2,14 +2,16 @@
 respect to ``hidden`` and ``weight``, without the full (rows x vocab) logits (Liger-Kernel's
 ``fused_linear_cross_entropy``, docs/references.md).
 
-The rows are taken in chunks. Per chunk: the chunk's logits by a GEMM (the kittens GEMM where it takes
-the shape: bf16, H and V multiples of 8; else PyTorch's), then the ``cross_entropy`` kernel (registry
+The rows are taken in chunks (:func:`default_chunk_rows`: 1/16 of the rows, at least 512). Per chunk: the
+chunk's logits by a GEMM into one reused buffer whose rows are V rounded up to 8 apart (:func:`pitch_of`;
+the kittens GEMM where it takes the shape: bf16, H and V multiples of 8; else PyTorch's), then the ``cross_entropy`` kernel (registry
 ``cross_entropy``: each row's log-sum-exp and loss, and ``scale * (softmax - onehot)`` written over the
 chunk's logits in place), then ``d_hidden_chunk = dlogits @ weight`` (GEMM) and ``d_weight +=
 dlogits.T @ hidden_chunk`` (PyTorch's ``addmm_``: the kittens GEMM reads no transposed first operand and
 does not accumulate). The backward is computed in the forward pass, as Liger does, so the memory beyond
 the inputs and the two gradients is one chunk of logits; the backward multiplies the saved gradients by
-the incoming one. ``d_weight`` accumulates in the weight's dtype (bf16 for a bf16 model, as Liger).
+the incoming one. The whole loop is one op, ``kittens::linear_cross_entropy_forward`` (kittens/ops.py), so
+that ``torch.compile`` calls it rather than tracing it. ``d_weight`` accumulates in the weight's dtype (bf16 for a bf16 model, as Liger).
 
 On the CPU the per-chunk kernel runs on the interpreter (the registry program, ``_kittens.registry_program``)
 and the GEMMs are kittens.matmul's (the interpreter too) for bf16.
@@ -102,18 +104,21 @@ def _mm(a: Tensor, b: Tensor, out: Optional[Tensor] = None) -> Tensor:
 
 #: The fewest rows a chunk takes (where the input has them). Per chunk ``d_weight.addmm_`` reads and writes
 #: all of ``d_weight`` (V x H) once, 4·V·H bytes in bf16, against 2·rows·V·H flops: below ~400 rows that
-#: traffic outlasts the GEMM on an H100/H200 (~1000 dense bf16 TFLOP/s over ~3.4-4.8 TB/s), and the
-#: ``d_hidden`` GEMM (rows x H outputs) has too few tiles for the SMs. 1024 keeps both compute-bound; its
-#: logits (1024 x V bf16: 263 MB at Llama 3's 128256) are 6% of the logits of 16K rows.
-MIN_CHUNK_ROWS = 1024
+#: traffic outlasts the GEMM on an H100/H200 (~1000 dense bf16 TFLOP/s over 3.4-4.8 TB/s), and the
+#: ``d_hidden`` GEMM (rows x H outputs) has too few tiles for the SMs. (Liger's chunk, rows / ceil(V/H),
+#: is 64-256 rows at the vocabularies of GPT-2 and Llama 3.)
+MIN_CHUNK_ROWS = 512
+
+#: The share of all the rows a chunk takes where that is more than :data:`MIN_CHUNK_ROWS`: the memory
+#: beyond the inputs and the gradients (one chunk of logits) is then 1/16 of the logits' (6%).
+CHUNK_SHARE = 16
 
 
 def default_chunk_rows(rows: int, hidden: int, vocab: int) -> int:
-    """Liger's chunk, about as many logits per chunk as hidden values in the whole input (``rows /
-    ceil(V / H)``), raised to :data:`MIN_CHUNK_ROWS`, rounded up to a multiple of 64 and at most
-    ``rows`` (rounded up to 8)."""
-    n = -(-rows // max(1, -(-vocab // max(hidden, 1))))
-    n = -(-max(n, MIN_CHUNK_ROWS) // 64) * 64
+    """Rows per chunk: ``rows / 16`` (:data:`CHUNK_SHARE`) rounded up to 64, at least
+    :data:`MIN_CHUNK_ROWS` and at most ``rows`` (rounded up to 8). ``hidden`` and ``vocab`` do not enter:
+    the d_weight traffic per chunk and the chunk's share of the logits are both set by rows alone."""
+    n = max(-(-rows // (CHUNK_SHARE * 64)) * 64, MIN_CHUNK_ROWS)
     return max(8, min(n, -(-rows // 8) * 8))
 
 
