@@ -64,3 +64,22 @@ def test_issue35_suite_is_what_the_issue_asks():
     for p in parts.values():
         assert set(p["arms"].split(",")) == set(bench_model.ARMS)
         assert p["prompt"] + p["new_tokens"] <= p["seq"]
+
+
+def test_the_demo_model_line_arguments_are_accepted():
+    """`kittens demo`'s model line (crates/kittens-cli/src/cmd/demo/model.rs) runs `python3 -m kittens.bench
+    model <ARGS>`: its arguments parse (without a GPU the run stops at the device check, exit 2, not at
+    argparse's)."""
+    import re
+    import subprocess
+    import sys
+
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "crates", "kittens-cli", "src", "cmd", "demo",
+                       "model.rs")
+    text = open(src).read()
+    body = re.search(r"const ARGS: &\[&str\] = &\[(.*?)\];", text, re.S).group(1)
+    args = re.findall(r'"([^"]*)"', body)
+    assert args[:3] == ["-m", "kittens.bench", "model"] and "--size" in args
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    r = subprocess.run([sys.executable, *args, "--json", os.devnull], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "no CUDA device" in r.stderr and "error:" not in r.stderr, r.stderr
