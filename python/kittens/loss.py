@@ -145,7 +145,7 @@ def _forward_and_grads(hidden, weight, labels, ignore_index, smoothing, scale, c
     lab = _labels_for_kernel(labels, ignore_index, v)
     loss = torch.empty(rows, dtype=torch.float32, device=hidden.device)
     dh = torch.empty_like(hidden) if need_dh else None
-    dw = torch.zeros_like(weight) if need_dw else None
+    dw = (torch.empty_like(weight) if rows else torch.zeros_like(weight)) if need_dw else None
     wt = weight.t()
     buf = torch.empty(min(chunk, rows), pitch_of(v), dtype=hidden.dtype, device=hidden.device)
     from . import ops
@@ -157,7 +157,9 @@ def _forward_and_grads(hidden, weight, labels, ignore_index, smoothing, scale, c
         loss[s:e] = ops.call("cross_entropy_", logits, lab[s:e], scale, smoothing)
         if dh is not None:
             _mm(logits, weight, out=dh[s:e])
-        if dw is not None:
+        if dw is not None and s == 0:
+            torch.mm(logits.t(), hc, out=dw)  # the first chunk writes d_weight: no zero fill, no read
+        elif dw is not None:
             dw.addmm_(logits.t(), hc)
     return loss, dh, dw
 

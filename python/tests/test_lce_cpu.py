@@ -246,3 +246,12 @@ def test_bench_lce_parts_runs_on_the_cpu():
         assert r["fused_ms"] > 0 and r["unfused_ms"] > 0 and r["parts_sum_ms"] > 0, r
         assert all(r[f"{k}_ms"] > 0 for k in ("logits_gemm", "ce_kernel", "d_hidden_gemm", "d_weight_addmm")), r
     bench_lce_parts.print_parts(rows)
+
+
+def test_no_rows_gives_zero_loss_and_gradients():
+    _, wb, _ = case(1, 16, 50, seed=2)
+    h = torch.zeros(0, 16, dtype=torch.bfloat16, requires_grad=True)
+    w = wb.clone().requires_grad_()
+    loss = kittens.linear_cross_entropy(h, w, torch.zeros(0, dtype=torch.long))
+    loss.backward()
+    assert loss.item() == 0 and h.grad.shape == (0, 16) and torch.equal(w.grad, torch.zeros_like(wb))
