@@ -4,14 +4,15 @@ respect to ``hidden`` and ``weight``, without the full (rows x vocab) logits (Li
 
 The rows are taken in chunks (:func:`default_chunk_rows`: 1/16 of the rows, at least 512). Per chunk: the
 chunk's logits by a GEMM into one reused buffer whose rows are V rounded up to 8 apart (:func:`pitch_of`;
-the kittens GEMM where it takes the shape: bf16, H and V multiples of 8; else PyTorch's), then the ``cross_entropy`` kernel (registry
-``cross_entropy``: each row's log-sum-exp and loss, and ``scale * (softmax - onehot)`` written over the
-chunk's logits in place), then ``d_hidden_chunk = dlogits @ weight`` (GEMM) and ``d_weight +=
-dlogits.T @ hidden_chunk`` (PyTorch's ``addmm_``: the kittens GEMM reads no transposed first operand and
-does not accumulate). The backward is computed in the forward pass, as Liger does, so the memory beyond
-the inputs and the two gradients is one chunk of logits; the backward multiplies the saved gradients by
-the incoming one. The whole loop is one op, ``kittens::linear_cross_entropy_forward`` (kittens/ops.py), so
-that ``torch.compile`` calls it rather than tracing it. ``d_weight`` accumulates in the weight's dtype (bf16 for a bf16 model, as Liger).
+the kittens GEMM where it takes the shape: bf16, H and V multiples of 8; else PyTorch's), then the
+``cross_entropy`` kernel (registry ``cross_entropy``: each row's log-sum-exp and loss, and ``scale *
+(softmax - onehot)`` written over the chunk's logits in place), then ``d_hidden_chunk = dlogits @ weight``
+(GEMM) and ``d_weight += dlogits.T @ hidden_chunk`` (PyTorch's ``addmm_``: the kittens GEMM reads no
+transposed first operand and does not accumulate). The backward is computed in the forward pass, as Liger
+does, so the memory beyond the inputs and the two gradients is one chunk of logits; the backward
+multiplies the saved gradients by the incoming one. The whole loop is one op,
+``kittens::linear_cross_entropy_forward`` (kittens/ops.py), so that ``torch.compile`` calls it rather than
+tracing it. ``d_weight`` accumulates in the weight's dtype (bf16 for a bf16 model, as Liger).
 
 On the CPU the per-chunk kernel runs on the interpreter (the registry program, ``_kittens.registry_program``)
 and the GEMMs are kittens.matmul's (the interpreter too) for bf16.
