@@ -31,7 +31,8 @@ pub mod rotary;
 pub mod swiglu;
 
 pub use registry::by_name;
-// The shared attention modules under their former paths, until every import reads `crate::attn`.
+// Former paths (before `attn`), for branches written against them; nothing in the tree uses them.
+#[doc(hidden)]
 pub use attn::{score as attn_score, strides as attn_strides};
 
 use thiserror::Error;

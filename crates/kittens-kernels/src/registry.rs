@@ -6,8 +6,8 @@
 
 use crate::problem::{KernelProblem, NamedArgs};
 use crate::{
-    attn_bwd, attn_fwd, attn_varlen, attn_varlen_problem, cross_entropy, gemm, layernorm, rmsnorm,
-    rotary, swiglu, KernelError,
+    attn, attn_bwd, attn_fwd, attn_varlen, attn_varlen_problem, cross_entropy, gemm, layernorm,
+    rmsnorm, rotary, swiglu, KernelError,
 };
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
@@ -527,14 +527,14 @@ const ROTARY: KernelEntry = KernelEntry {
     build_default: || {
         rotary::build(&rotary::RotaryConfig::new(
             64,
-            attn_fwd::AttnLayout::Bshd,
+            attn::AttnLayout::Bshd,
             false,
         ))
     },
     build_gpu: |_| {
         rotary::build(&rotary::RotaryConfig::new(
             128,
-            attn_fwd::AttnLayout::Bshd,
+            attn::AttnLayout::Bshd,
             false,
         ))
     },
@@ -572,13 +572,13 @@ const ROTARY_BWD: KernelEntry = KernelEntry {
     build_default: || {
         rotary::build(&rotary::RotaryConfig {
             inverse: true,
-            ..rotary::RotaryConfig::new(64, attn_fwd::AttnLayout::Bshd, false)
+            ..rotary::RotaryConfig::new(64, attn::AttnLayout::Bshd, false)
         })
     },
     build_gpu: |_| {
         rotary::build(&rotary::RotaryConfig {
             inverse: true,
-            ..rotary::RotaryConfig::new(128, attn_fwd::AttnLayout::Bshd, false)
+            ..rotary::RotaryConfig::new(128, attn::AttnLayout::Bshd, false)
         })
     },
     variants: &[],
