@@ -28,6 +28,7 @@ pub mod reference_varlen;
 pub mod registry;
 pub mod rmsnorm;
 pub mod rotary;
+pub mod rows;
 pub mod swiglu;
 
 pub use registry::by_name;

@@ -15,9 +15,9 @@ use kittens_hw::Target;
 use kittens_kernels::problem::{NamedArgs, RunSettings};
 use kittens_kernels::registry::KernelEntry;
 use kittens_kernels::rotary::problem::{RotaryBwdProblem, RotaryProblem};
+use kittens_kernels::rows::RowLoop;
 use kittens_kernels::{layernorm, rmsnorm};
 use kittens_runtime::runner::{run, Backend, HipEmu, IsaEmu};
-use rmsnorm::RowLoop;
 
 const NAMES: [&str; 6] = [
     "rmsnorm",
