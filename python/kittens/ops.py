@@ -214,7 +214,7 @@ def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale
     public ``kittens.attention(..., return_lse=True)``); otherwise it carries no gradient, and the
     backward skips its term. ``deterministic``: the backward's dQ is the launches' own pass (bitwise
     reproducible), never the atomic adds (FlashAttention's ``deterministic=True``)."""
-    # The kernels take the scale, soft cap and window themselves (kittens_kernels::attn_score).
+    # The kernels take the scale, soft cap and window themselves (kittens_kernels::attn::score).
     opts = _attn_opts(scale, softcap, window)
     if q.is_cuda:
         return _dispatch.attention(q, k, v, bool(causal), bool(bottom_right), opts=opts)

@@ -24,7 +24,7 @@
 
 use super::key_block::KeyBlock;
 use super::{name, BwdConfig, BwdSchedule};
-use crate::attn_strides::tensor_strides;
+use crate::attn::strides::tensor_strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -214,7 +214,7 @@ impl Ctx {
 
     /// `Pᵀ = exp(Sᵀ·scale − lse)` in place on the f32 scores (masked entries are −∞ and become 0),
     /// and `dSᵀ = Pᵀ∘(dPᵀ − D)` in place on `dp`; `capped`: `s` holds capped logits and `dp`
-    /// already `(dPᵀ − D)` times the cap's derivative (`crate::attn_score::Logits::cap_t_with_grad`).
+    /// already `(dPᵀ − D)` times the cap's derivative (`crate::attn::score::Logits::cap_t_with_grad`).
     pub fn probs_and_ds(
         &self,
         k: &mut KernelBuilder,
