@@ -63,10 +63,7 @@ impl CrossEntropyProblem {
         Ok(CrossEntropyProblem {
             rows: a.size_or("rows", d.rows)?,
             vocab: a.size_or("norm_dim", d.vocab)?,
-            pitch: match a.size_or("pitch", 0)? {
-                0 => None,
-                p => Some(p),
-            },
+            pitch: a.opt_size_or("pitch", d.pitch)?,
             options: CrossEntropyOptions {
                 smoothing: a.f32_or("smoothing", d.options.smoothing)?,
                 f32_logits: a.flag_or("f32_logits", d.options.f32_logits)?,
