@@ -90,6 +90,7 @@ def main(args: argparse.Namespace) -> int:
     ok = True
     for part in parts:
         print(f"== {args.suite}: part {part['name']}", flush=True)
+        torch._dynamo.reset()  # each part compiles afresh (no guards left from the last part's model)
         report, part_ok = run(torch, transformers, _part_args(args, part), dev)
         report["suite"], report["part"] = args.suite, part["name"]
         ok = ok and part_ok
