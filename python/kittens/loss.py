@@ -2,7 +2,7 @@
 respect to ``hidden`` and ``weight``, without the full (rows x vocab) logits (Liger-Kernel's
 ``fused_linear_cross_entropy``, docs/references.md).
 
-The rows are taken in chunks (:func:`default_chunk_rows`: 1/16 of the rows, at least 512). Per chunk: the
+The rows are taken in chunks (:func:`default_chunk_rows`: 1/16 of the rows, at least 1024). Per chunk: the
 chunk's logits by a GEMM into one reused buffer whose rows are V rounded up to 8 apart (:func:`pitch_of`;
 the kittens GEMM where it takes the shape: bf16, H and V multiples of 8; else PyTorch's), then the
 ``cross_entropy`` kernel (registry ``cross_entropy``: each row's log-sum-exp and loss, and ``scale *
@@ -104,14 +104,16 @@ def _mm(a: Tensor, b: Tensor, out: Optional[Tensor] = None) -> Tensor:
 
 
 #: The fewest rows a chunk takes (where the input has them). Per chunk ``d_weight.addmm_`` reads and writes
-#: all of ``d_weight`` (V x H) once, 4·V·H bytes in bf16, against 2·rows·V·H flops: below ~400 rows that
-#: traffic outlasts the GEMM on an H100/H200 (~1000 dense bf16 TFLOP/s over 3.4-4.8 TB/s), and the
-#: ``d_hidden`` GEMM (rows x H outputs) has too few tiles for the SMs. (Liger's chunk, rows / ceil(V/H),
-#: is 64-256 rows at the vocabularies of GPT-2 and Llama 3.)
-MIN_CHUNK_ROWS = 512
+#: all of ``d_weight`` (V x H) once, 4·V·H bytes in bf16, against 2·rows·V·H flops, and the ``d_hidden``
+#: GEMM (rows x H outputs) has few tiles for the SMs. On an H200 (bench lce --lce-chunks, 2026-11-28) the
+#: fused pass against the unfused one was 0.87x at 512 rows, 0.95x at 1024 and 2048 (8192 x 4096 x
+#: 128256); 0.84x, 0.95x, 0.98x at 8192 x 2048 x 32000. (Liger's chunk, rows / ceil(V/H), is 64-256 rows
+#: at the vocabularies of GPT-2 and Llama 3.)
+MIN_CHUNK_ROWS = 1024
 
 #: The share of all the rows a chunk takes where that is more than :data:`MIN_CHUNK_ROWS`: the memory
-#: beyond the inputs and the gradients (one chunk of logits) is then 1/16 of the logits' (6%).
+#: beyond the inputs and the gradients (one chunk of logits) is then 1/16 of the logits' (6%); from
+#: 16384 rows on (a 4 x 4096 batch), below it the floor's 1024 rows.
 CHUNK_SHARE = 16
 
 

@@ -152,15 +152,13 @@ def test_real_vocabularies_by_the_rule(n, h, v, chunk):
 def test_default_chunk_is_a_sixteenth_with_a_row_floor():
     from kittens.loss import CHUNK_SHARE, MIN_CHUNK_ROWS, default_chunk_rows, pitch_of
 
-    assert (CHUNK_SHARE, MIN_CHUNK_ROWS) == (16, 512)
+    assert (CHUNK_SHARE, MIN_CHUNK_ROWS) == (16, 1024)
     # 16384 rows (Llama 1B at batch 4 x 4096): 1/16 is 1024 rows, whatever H and V.
     assert default_chunk_rows(16384, 2048, 128256) == default_chunk_rows(16384, 4096, 32000) == 1024
-    # 1/16 of 8192 is 512 (Liger's rows / ceil(V / H) would be 8192 / 32 = 256 at Llama 3 8B's shape).
-    assert default_chunk_rows(8192, 4096, 128256) == 512
-    # Below 8192 rows the floor: 4096 rows take eight chunks of 512.
-    assert default_chunk_rows(4096, 768, 50257) == 512
-    # 1/16 rounded up to 64 rows: 20000 / 16 = 1250 -> 1280.
-    assert default_chunk_rows(20000, 2048, 128256) == 1280
+    # Below 16384 rows the floor (Liger's rows / ceil(V / H) would be 8192 / 32 = 256 at Llama 3 8B's shape).
+    assert default_chunk_rows(8192, 4096, 128256) == default_chunk_rows(4096, 768, 50257) == 1024
+    # 1/16 rounded up to 64 rows: 40000 / 16 = 2500 -> 2560.
+    assert default_chunk_rows(40000, 2048, 128256) == 2560
     # Never more rows than the input has (rounded to 8).
     assert default_chunk_rows(37, 64, 32000) == 40
     assert pitch_of(50257) == 50264 and pitch_of(32000) == 32000
