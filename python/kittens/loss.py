@@ -81,13 +81,20 @@ def cross_entropy_eager(logits: Tensor, labels: Tensor, scale: Tensor, smoothing
 # -- the chunked loss ----------------------------------------------------------------------------------
 
 
+#: Whether the chunks' logits and d_hidden GEMMs use the kittens GEMM where it takes the shape (else
+#: PyTorch's); ``python -m kittens.bench lce --lce-chunks`` times the fused pass both ways.
+KITTENS_GEMM = True
+
+
 def _mm(a: Tensor, b: Tensor, out: Optional[Tensor] = None) -> Tensor:
-    """``a @ b`` by the kittens GEMM where it reads both in place (bf16, K and N multiples of 8), else
-    PyTorch's (into ``out`` directly where given: ``out`` may be a padded chunk, rows a pitch apart)."""
+    """``a @ b`` by the kittens GEMM where it reads both in place (bf16, K and N multiples of 8) and
+    :data:`KITTENS_GEMM` is set, else PyTorch's (into ``out`` directly where given: ``out`` may be a
+    padded chunk, rows a pitch apart)."""
     from . import ops
 
     k, n = a.shape[1], b.shape[1]
-    if a.dtype == b.dtype == torch.bfloat16 and k % 8 == 0 and n % 8 == 0 and a.is_contiguous():
+    if (KITTENS_GEMM and a.dtype == b.dtype == torch.bfloat16 and k % 8 == 0 and n % 8 == 0
+            and a.is_contiguous()):
         if a.is_cuda and not torch.compiler.is_compiling():
             from . import _dispatch
 
