@@ -115,7 +115,8 @@ def train_arm(torch, transformers, cfg, arm: str, data, args, dev: Device) -> di
     model = make_model(torch, transformers, cfg, arm, args.seed, torch.float32, dev,
                        fused_loss=getattr(args, "fused_loss", True))
     model.train()
-    fwd = torch.compile(model) if arm.endswith("compile") else model
+    mode = getattr(args, "compile_mode", "default")
+    fwd = torch.compile(model, mode=None if mode == "default" else mode) if arm.endswith("compile") else model
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.1, betas=(0.9, 0.95),
                             fused=dev.cuda)
     losses: List[float] = []
@@ -229,6 +230,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--log-every", type=int, default=25)
     p.add_argument("--arms", default=",".join(ARMS))
+    p.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead",
+                                                                  "max-autotune-no-cudagraphs"],
+                   help="torch.compile's mode for both compiled arms (reduce-overhead: CUDA graphs, which take "
+                        "away the host's per-op cost of custom ops as well as PyTorch's)")
     p.add_argument("--prompt", type=int, default=1024, help="inference: prompt length")
     p.add_argument("--new-tokens", type=int, default=128, help="inference: tokens generated")
     p.add_argument("--gen-batch", type=int, default=8, help="inference: sequences at once")
