@@ -294,7 +294,7 @@ pub fn attention_lse_with(
 ) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
     check_head_dim(sh.dim, "attn_fwd")?;
     let p = attn_problem(sh, causal, lse, opts);
-    p.attn_options().check()?;
+    p.args.options().check()?;
     let launch = p.launch()?;
     let inputs = [("Q", q), ("K", k), ("V", v)];
     check_lens(&launch, &inputs)?;
@@ -334,7 +334,7 @@ pub fn attention_strided(
         attn_strides: Some(*st),
         ..attn_problem(sh, causal, lse, opts)
     };
-    p.attn_options().check()?;
+    p.args.options().check()?;
     let launch = p.launch()?;
     check_lens(&launch, &[("Q", q), ("K", k), ("V", v)])?;
     let o_len = launch.outputs[0];
@@ -468,7 +468,7 @@ pub fn attention_bwd_dlse(
         dlse: dlse.is_some(),
         ..BwdProblem::with(attn_shape(sh, causal, opts))
     };
-    p.attn_options().check()?;
+    p.args.options().check()?;
     let launch = p.launch()?;
     let mut inputs = vec![
         ("Q", q),

@@ -16,6 +16,7 @@ use kittens_ir::interp;
 use kittens_ir::numerics::{round, Rounding};
 use kittens_kernels::attn::score::AttnOptions;
 use kittens_kernels::attn::strides::{gather, offset, span, AttnStrides};
+use kittens_kernels::attn::AttnArgs;
 use kittens_kernels::attn::{AttnLayout, AttnShape, BwdShape, Causal};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
@@ -50,17 +51,20 @@ struct Case {
 fn problem(c: &Case) -> AttnProblem {
     let sh = &c.sh;
     AttnProblem {
-        attn: AttnShape {
-            batch: sh.batch,
-            heads: sh.heads,
-            heads_kv: sh.heads_kv,
-            seq: sh.seq_q,
-            dim: sh.dim,
-            layout: AttnLayout::Bhsd,
+        args: AttnArgs {
+            attn: AttnShape {
+                batch: sh.batch,
+                heads: sh.heads,
+                heads_kv: sh.heads_kv,
+                seq: sh.seq_q,
+                dim: sh.dim,
+                layout: AttnLayout::Bhsd,
+            },
+            seq_kv: Some(sh.seq_kv),
+            causal: c.causal != Causal::No,
+            bottom_right: c.causal == Causal::BottomRight,
+            ..Default::default()
         },
-        seq_kv: Some(sh.seq_kv),
-        causal: c.causal != Causal::No,
-        bottom_right: c.causal == Causal::BottomRight,
         lse: true,
         attn_strides: Some(c.st),
         ..AttnProblem::default()
@@ -73,7 +77,7 @@ fn bwd_problem(c: &Case) -> BwdProblem {
     BwdProblem {
         attn_strides: f.attn_strides,
         dlse: true,
-        ..BwdProblem::with(f.args())
+        ..BwdProblem::with(f.args)
     }
 }
 

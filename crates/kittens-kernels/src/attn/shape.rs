@@ -3,6 +3,7 @@
 //! causal mask's alignment ([`Causal`]).
 
 use super::layout::AttnLayout;
+use super::score::{AttnArgs, AttnOptions};
 use crate::problem::NamedArgs;
 use crate::KernelError;
 use kittens_ir::Expr;
@@ -147,5 +148,46 @@ impl BwdShape {
     }
     pub fn lse_len(&self) -> usize {
         self.batch * self.heads * self.seq_q
+    }
+}
+
+/// The lengths and mask every attention problem derives from its [`AttnArgs`] (the arguments
+/// themselves are read in `super::score`, beside the logits and window they carry).
+impl AttnArgs {
+    /// Keys per sequence: `seq_kv`, or as many as queries.
+    pub fn keys(&self) -> usize {
+        self.seq_kv.unwrap_or(self.attn.seq)
+    }
+
+    /// The lengths as the general (backward-shaped) references take them: `seq_q` queries and
+    /// [`Self::keys`] keys.
+    pub fn bwd_shape(&self) -> BwdShape {
+        let a = self.attn;
+        BwdShape {
+            batch: a.batch,
+            heads: a.heads,
+            heads_kv: a.heads_kv,
+            seq_q: a.seq,
+            seq_kv: self.keys(),
+            dim: a.dim,
+            layout: a.layout,
+        }
+    }
+
+    /// The mask asked for.
+    pub fn mask(&self) -> Causal {
+        match (self.causal, self.bottom_right) {
+            (false, _) => Causal::No,
+            (true, false) => Causal::TopLeft,
+            (true, true) => Causal::BottomRight,
+        }
+    }
+
+    /// The logits and window, as the references take them.
+    pub fn options(&self) -> AttnOptions {
+        AttnOptions {
+            logits: self.logits,
+            window: self.window,
+        }
     }
 }
