@@ -223,45 +223,21 @@ pub fn attention(
     sh: &AttnShape,
     causal: bool,
 ) -> Result<Vec<f32>, KernelError> {
-    let sh = BwdShape {
-        batch: sh.batch,
-        heads: sh.heads,
-        heads_kv: sh.heads_kv,
-        seq_q: sh.seq,
-        seq_kv: sh.seq,
-        dim: sh.dim,
-        layout: sh.layout,
-    };
+    let sh = AttnArgs {
+        attn: *sh,
+        ..Default::default()
+    }
+    .bwd_shape();
     let causal = if causal { Causal::TopLeft } else { Causal::No };
     Ok(attention_lse(q, k, v, &sh, causal, false)?.0)
 }
 
-/// The attention problem at `sh` with `causal`'s mask and the options `opts`, as
-/// [`attention_bwd_with`] runs it.
-fn attn_shape(sh: &BwdShape, causal: Causal, opts: &AttnOptions) -> AttnArgs {
-    AttnArgs {
-        attn: AttnShape {
-            batch: sh.batch,
-            heads: sh.heads,
-            heads_kv: sh.heads_kv,
-            seq: sh.seq_q,
-            dim: sh.dim,
-            layout: sh.layout,
-        },
-        seq_kv: Some(sh.seq_kv),
-        causal: causal != Causal::No,
-        bottom_right: causal == Causal::BottomRight,
-        logits: opts.logits,
-        window: opts.window,
-    }
-}
-
-/// The problem [`attention_lse_with`] runs: [`attn_shape`] with the forward's tiles.
+/// The problem [`attention_lse_with`] runs: the call's arguments with the forward's tiles.
 fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool, opts: &AttnOptions) -> AttnProblem {
     AttnProblem {
         lse,
         attn_cfg: AttnConfig::default(),
-        ..AttnProblem::with(attn_shape(sh, causal, opts))
+        ..AttnProblem::with(AttnArgs::of(sh, causal, *opts))
     }
 }
 
@@ -467,7 +443,7 @@ pub fn attention_bwd_dlse(
     check_head_dim(sh.dim, "attn_bwd")?;
     let p = BwdProblem {
         dlse: dlse.is_some(),
-        ..BwdProblem::with(attn_shape(sh, causal, opts))
+        ..BwdProblem::with(AttnArgs::of(sh, causal, *opts))
     };
     p.args.options().check()?;
     let lens = p.launch()?.outputs;

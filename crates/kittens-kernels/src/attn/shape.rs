@@ -154,6 +154,26 @@ impl BwdShape {
 /// The lengths and mask every attention problem derives from its [`AttnArgs`] (the arguments
 /// themselves are read in `super::score`, beside the logits and window they carry).
 impl AttnArgs {
+    /// The arguments of a call at `sh` with the mask `mask` and the logits and window of `opts`
+    /// (what [`Self::bwd_shape`], [`Self::mask`] and [`Self::options`] give back).
+    pub fn of(sh: &BwdShape, mask: Causal, opts: AttnOptions) -> AttnArgs {
+        AttnArgs {
+            attn: AttnShape {
+                batch: sh.batch,
+                heads: sh.heads,
+                heads_kv: sh.heads_kv,
+                seq: sh.seq_q,
+                dim: sh.dim,
+                layout: sh.layout,
+            },
+            seq_kv: Some(sh.seq_kv),
+            causal: mask != Causal::No,
+            bottom_right: mask == Causal::BottomRight,
+            logits: opts.logits,
+            window: opts.window,
+        }
+    }
+
     /// Keys per sequence: `seq_kv`, or as many as queries.
     pub fn keys(&self) -> usize {
         self.seq_kv.unwrap_or(self.attn.seq)
