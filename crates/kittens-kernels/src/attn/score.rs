@@ -300,7 +300,10 @@ impl AttnArgs {
     pub fn from_args(a: &crate::problem::NamedArgs) -> Result<AttnArgs, KernelError> {
         let d = AttnArgs::default();
         Ok(AttnArgs {
-            attn: super::AttnShape::from_args(a, d.attn)?,
+            attn: super::AttnShape {
+                heads_kv: a.size_or("heads_kv", d.attn.heads_kv)?,
+                ..super::AttnShape::from_args(a, d.attn)?
+            },
             seq_kv: a.opt_size_or("seq_kv", None)?,
             causal: a.flag_or("causal", false)?,
             bottom_right: a.flag_or("bottom_right", false)?,

@@ -34,8 +34,9 @@ impl Default for AttnShape {
 }
 
 impl AttnShape {
-    /// The shape `a` names (`batch`, `heads`, `heads_kv`, `seq`, `dim`, `layout` = `"bshd"` or
-    /// `"bhsd"`), `default`'s sizes for the others.
+    /// The shape `a` names (`batch`, `heads`, `seq`, `dim`, `layout` = `"bshd"` or `"bhsd"`),
+    /// `default`'s sizes for the others and for `heads_kv`, which only the attentions read
+    /// ([`AttnArgs::from_args`]: rotary has no key heads).
     pub fn from_args(a: &NamedArgs, default: AttnShape) -> Result<AttnShape, KernelError> {
         let layout = match a.text_or("layout", None)?.as_deref() {
             None => default.layout,
@@ -50,7 +51,7 @@ impl AttnShape {
         Ok(AttnShape {
             batch: a.size_or("batch", default.batch)?,
             heads: a.size_or("heads", default.heads)?,
-            heads_kv: a.size_or("heads_kv", default.heads_kv)?,
+            heads_kv: default.heads_kv,
             seq: a.size_or("seq", default.seq)?,
             dim: a.size_or("dim", default.dim)?,
             layout,
