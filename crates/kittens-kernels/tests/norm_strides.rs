@@ -1,0 +1,93 @@
+//! The row-wise kernels on inputs in any row stride (issue 33: "any strides a model passes"): each
+//! `[rows, D]` input read in place at a row stride past `D` (the slice `x[:, :D]` of a wider tensor),
+//! on the CPU interpreter against the f64 reference of the gathered rows, at odd sizes (37 rows of
+//! 1000, not whole strips); and the clear error of a stride the kernels cannot take.
+
+use kittens_kernels::problem::NamedArgs;
+
+mod common;
+use common::{check_with, plan_error, problem};
+
+/// Row strides past `D = 1000`: a wider tensor's (1024) and an odd multiple of 8 (1096).
+const STRIDES: [usize; 2] = [1024, 1096];
+
+fn strided(rows: usize, dim: usize, tensors: &[(&str, usize)]) -> NamedArgs {
+    tensors.iter().fold(problem(rows, dim), |a, &(t, s)| {
+        a.with(&format!("{t}_row_stride"), s)
+    })
+}
+
+#[test]
+fn rmsnorm_reads_rows_in_place() {
+    for s in STRIDES {
+        for residual in [true, false] {
+            // x strided alone, and x and residual in different strides.
+            let both = strided(37, 1000, &[("x", s), ("residual", 1000 + 8 * 3)]);
+            let x_only = strided(37, 1000, &[("x", s)]);
+            for args in [both, x_only] {
+                check_with("rmsnorm", &args.with("residual", residual), None);
+            }
+        }
+    }
+}
+
+#[test]
+fn rmsnorm_backward_reads_rows_in_place() {
+    for s in STRIDES {
+        for residual in [true, false] {
+            let args = strided(
+                37,
+                1000,
+                &[("dy", s), ("r", 1000 + 8 * 5), ("dresidual_out", s)],
+            );
+            check_with("rmsnorm_bwd", &args.with("residual", residual), None);
+        }
+    }
+}
+
+#[test]
+fn layernorm_reads_rows_in_place() {
+    for s in STRIDES {
+        // Without dropout and with the default 10%: the mask's stream index is the logical
+        // `row·D + col`, whatever the stride.
+        for p in [0.0f32, 0.1] {
+            let args = strided(37, 1000, &[("x", s), ("residual", 1000 + 8 * 3)]);
+            check_with("layernorm", &args.with("p", p), None);
+        }
+    }
+}
+
+#[test]
+fn layernorm_backward_reads_rows_in_place() {
+    for s in STRIDES {
+        for p in [0.0f32, 0.1] {
+            let args = strided(
+                37,
+                1000,
+                &[("dy", s), ("dh", 1000 + 8), ("x", 2000), ("residual", s)],
+            );
+            check_with("layernorm_bwd", &args.with("p", p), None);
+        }
+    }
+}
+
+#[test]
+fn a_row_stride_the_kernels_cannot_take_is_a_clear_error() {
+    let cases = [
+        ("rmsnorm", "x"),
+        ("rmsnorm_bwd", "dy"),
+        ("layernorm", "residual"),
+        ("layernorm_bwd", "dh"),
+    ];
+    for (name, t) in cases {
+        for bad in [996, 1020] {
+            let e = plan_error(name, &strided(37, 1000, &[(t, bad)]));
+            assert!(
+                e.contains(&format!("{t}_row_stride = {bad}"))
+                    && e.contains("multiple of 8")
+                    && e.contains("D = 1000"),
+                "{name}: {e}"
+            );
+        }
+    }
+}
