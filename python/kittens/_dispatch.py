@@ -390,9 +390,7 @@ def _prepare_layernorm(key, x, residual, weight, bias, p, eps):
     d = x.shape[-1]
     if weight.shape != (d,) or bias.shape != (d,):
         raise ValueError(f"weight {tuple(weight.shape)} and bias {tuple(bias.shape)} must be (D,) = ({d},)")
-    for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias)):
-        if not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous (strides {t.stride()})")
+    _dense(weight=weight, bias=bias)
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout p = {p} must be in [0, 1)")
     rows = x.numel() // d if d else 0
@@ -400,8 +398,7 @@ def _prepare_layernorm(key, x, residual, weight, bias, p, eps):
         return _store(key, (None, (0, ()), None))
     problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps)}
     tensors = (
-        _spec("x", (rows, d), (d, 1)),
-        _spec("residual", (rows, d), (d, 1)),
+        *_row_specs(problem, d, rows, x=x, residual=residual),
         _spec("weight", (rows, d), (0, 1)),
         _spec("bias", (rows, d), (0, 1)),
         _spec("out", (2, rows, d), (rows * d, d, 1)),
@@ -438,7 +435,7 @@ def _prepare_layernorm_backward(key, dy, dh, x, residual, weight, p, eps):
     ts = dict(dy=dy, dh=dh, x=x, residual=residual, weight=weight)
     _bf16s(**ts)
     dev = _same_device(**ts)
-    _dense(**ts)
+    _dense(weight=weight)
     for name, t in ts.items():
         if name != "weight" and t.shape != x.shape:
             raise ValueError(f"{name} {tuple(t.shape)} must have x's shape {tuple(x.shape)}")
@@ -448,11 +445,11 @@ def _prepare_layernorm_backward(key, dy, dh, x, residual, weight, p, eps):
     if rows == 0 or d == 0:
         return _store(key, (None, (0, ()), None))
     m = ((rows, d), (d, 1))
-    tensors = [_spec(n, *m) for n in ("dy", "dh", "x", "residual")]
+    problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps)}
+    tensors = _row_specs(problem, d, rows, dy=dy, dh=dh, x=x, residual=residual)
     tensors.append(_spec("weight", (rows, d), (0, 1)))
     tensors += [_spec(n, *m) for n in ("dx", "dresidual")]
     tensors += [_spec(n, (d, 1), (1, 1)) for n in ("dweight", "dbias")]
-    problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps)}
     free = ("seed_lo", "seed_hi", "offset_lo", "offset_hi")
     return _prepare(key, "layernorm_bwd", problem, tensors, dev, free=free)
 
@@ -584,6 +581,50 @@ def _dense(**ts) -> None:
             raise ValueError(f"{name} must be contiguous (strides {t.stride()})")
 
 
+def _row_stride(name: str, t) -> int:
+    """The row stride (elements) of ``t`` read as ``(rows, D)`` rows in place: its last dimension
+    contiguous and its rows evenly spaced (each leading dimension nested in the next, as in a slice
+    ``x[..., :D]`` of a wider tensor). The kernels check the stride itself (a multiple of 8, at least D;
+    ``kittens_kernels::rows::RowStrides``); other layouts are a ValueError naming the tensor."""
+    d = t.shape[-1] if t.dim() else 1
+    rs, span = None, None
+    for n, st in reversed(list(zip(t.shape[:-1], t.stride()[:-1]))):
+        if n == 1:
+            continue
+        if rs is None:
+            rs = st
+        elif st != span:
+            rs = -1
+        span = st * n
+    if (d > 1 and t.stride(-1) != 1) or rs == -1:
+        raise ValueError(f"{name} of shape {tuple(t.shape)} and strides {t.stride()} must be (..., D) rows: "
+                         "the last dimension contiguous and the rows one stride apart")
+    return d if rs is None else rs
+
+
+def rows_in_place(t):
+    """``t`` itself where the row-wise kernels read its rows in place (a row stride that is a multiple of
+    8 elements and at least D, the rule ``kittens_kernels::rows::RowStrides`` checks), else a dense
+    copy (e.g. an expanded gradient's zero stride)."""
+    try:
+        rs = _row_stride("t", t)
+    except ValueError:
+        return t.contiguous()
+    return t if rs % 8 == 0 and rs >= t.shape[-1] else t.contiguous()
+
+
+def _row_specs(problem: dict, d: int, rows: int, **ts):
+    """The ``(rows, D)`` specs of the row-strided tensors ``ts`` in their own row strides; each stride
+    that is not D goes to ``problem`` as ``{name}_row_stride``."""
+    specs = []
+    for name, t in ts.items():
+        rs = _row_stride(name, t)
+        if rs != d:
+            problem[f"{name}_row_stride"] = rs
+        specs.append(_spec(name, (rows, d), (rs, 1)))
+    return specs
+
+
 def _empty_like(x):
     return torch.empty(x.shape, dtype=_BF16, device=x.device)
 
@@ -620,7 +661,7 @@ def _prepare_rmsnorm(key, x, residual, weight, eps):
     ts = dict(x=x, weight=weight) if residual is None else dict(x=x, residual=residual, weight=weight)
     _bf16s(**ts)
     dev = _same_device(**ts)
-    _dense(**ts)
+    _dense(weight=weight)
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"x {tuple(x.shape)} and residual {tuple(residual.shape)} must be (..., D) of one shape")
     rows, d = _rows_of(x, weight)
@@ -629,11 +670,11 @@ def _prepare_rmsnorm(key, x, residual, weight, eps):
         _HANDLES[key] = rec
         return rec
     m = ((rows, d), (d, 1))
-    names = ("x",) if residual is None else ("x", "residual")
     outs = ("y",) if residual is None else ("y", "residual_out")
-    tensors = [_spec(n, *m) for n in names] + [_spec("weight", (rows, d), (0, 1))]
-    tensors += [_spec(n, *m) for n in outs]
     problem = {"rows": rows, "norm_dim": d, "eps": float(eps), "residual": residual is not None}
+    ins = dict(x=x) if residual is None else dict(x=x, residual=residual)
+    tensors = _row_specs(problem, d, rows, **ins) + [_spec("weight", (rows, d), (0, 1))]
+    tensors += [_spec(n, *m) for n in outs]
     return _prepare(key, "rmsnorm", problem, tensors, dev)
 
 
@@ -659,7 +700,7 @@ def _prepare_rmsnorm_backward(key, dy, r, weight, dh, eps):
     ts = dict(dy=dy, r=r, weight=weight) if dh is None else dict(dy=dy, r=r, weight=weight, dh=dh)
     _bf16s(**ts)
     dev = _same_device(**ts)
-    _dense(**ts)
+    _dense(weight=weight)
     for name, t in ts.items():
         if name != "weight" and t.shape != r.shape:
             raise ValueError(f"{name} {tuple(t.shape)} must have h's shape {tuple(r.shape)}")
@@ -669,11 +710,11 @@ def _prepare_rmsnorm_backward(key, dy, r, weight, dh, eps):
         _HANDLES[key] = rec
         return rec
     m = ((rows, d), (d, 1))
-    tensors = [_spec("dy", *m), _spec("r", *m), _spec("weight", (rows, d), (0, 1))]
-    if dh is not None:
-        tensors.append(_spec("dresidual_out", *m))
-    tensors += [_spec("dx", *m), _spec("dweight", (d, 1), (1, 1))]
     problem = {"rows": rows, "norm_dim": d, "eps": float(eps), "residual": dh is not None}
+    tensors = _row_specs(problem, d, rows, dy=dy, r=r) + [_spec("weight", (rows, d), (0, 1))]
+    if dh is not None:
+        tensors += _row_specs(problem, d, rows, dresidual_out=dh)
+    tensors += [_spec("dx", *m), _spec("dweight", (d, 1), (1, 1))]
     return _prepare(key, "rmsnorm_bwd", problem, tensors, dev)
 
 

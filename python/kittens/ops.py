@@ -331,11 +331,13 @@ def layernorm_eager(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, p
     """``(2, ..., D)``: plane 0 ``LayerNorm(h) * weight + bias``, plane 1 ``h = residual + dropout(x, p)``
     (the fused layernorm kernel; ``seed`` and ``offset`` as signed int64, taken mod 2^64)."""
     if x.is_cuda:
-        return _dispatch.layernorm(x, residual, weight, bias, float(p), seed, offset, float(eps))
+        rows = _dispatch.rows_in_place
+        return _dispatch.layernorm(rows(x), rows(residual), weight, bias, float(p), seed, offset, float(eps))
     from . import layernorm as run
 
     both = x.new_empty((2,) + tuple(x.shape))
-    run(x, residual, weight, bias, p, seed % 2**64, offset=offset % 2**64, eps=eps, out=both)
+    # The CPU entry of the extension takes dense rows (only CUDA reads row-strided ones in place).
+    run(x.contiguous(), residual.contiguous(), weight, bias, p, seed % 2**64, offset=offset % 2**64, eps=eps, out=both)
     return both
 
 
@@ -387,7 +389,8 @@ def layernorm_backward(grad: Tensor, x: Tensor, residual: Tensor, weight: Tensor
     """
     if x.is_cuda and (p == 0.0 or x.shape[-1] <= _LAYERNORM_BWD_MAX_D):
         g = grad.reshape((2,) + tuple(x.shape))
-        return _dispatch.layernorm_backward(g[0].contiguous(), g[1].contiguous(), x, residual, weight,
+        rows = _dispatch.rows_in_place
+        return _dispatch.layernorm_backward(rows(g[0]), rows(g[1]), rows(x), rows(residual), weight,
                                             float(p), seed, offset, float(eps))
     d = x.shape[-1]
     f32 = torch.float32
@@ -575,7 +578,8 @@ def rmsnorm_eager(x: Tensor, residual: Optional[Tensor], weight: Tensor, eps: fl
     sqrt(mean(h^2) + eps) * weight`` over the last dimension D (768 to 8192, a multiple of 8 on CUDA),
     bf16 in and out, float32 statistics (the fused residual-add RMSNorm kernel)."""
     if x.is_cuda:
-        y, h = _dispatch.rmsnorm(x, residual, weight, float(eps))
+        rows = _dispatch.rows_in_place
+        y, h = _dispatch.rmsnorm(rows(x), None if residual is None else rows(residual), weight, float(eps))
         return y, (x.clone() if h is None else h)
     hf = x.to(torch.float32) if residual is None else x.to(torch.float32) + residual.to(torch.float32)
     return _rms_cpu(hf, weight, eps), hf.to(torch.bfloat16)
@@ -603,8 +607,8 @@ def _rmsnorm_grad(ctx, grad_y, grad_h):
     h, weight = ctx.saved_tensors
     if grad_y is None:
         grad_y = torch.zeros_like(h)
-    dx, dweight = call("rmsnorm_backward", grad_y.contiguous(), h, weight,
-                                                     None if grad_h is None else grad_h.contiguous(), ctx.eps)
+    # Gradients in row strides are read in place on CUDA; others (e.g. expanded ones) are copied there.
+    dx, dweight = call("rmsnorm_backward", grad_y, h, weight, grad_h, ctx.eps)
     return dx, (dx if ctx.has_residual else None), dweight, None
 
 
@@ -617,7 +621,9 @@ def rmsnorm_backward(grad: Tensor, h: Tensor, weight: Tensor, grad_h: Optional[T
     """``(dx, dweight)`` of :func:`rmsnorm`: ``dx = rstd * (w*dy - h_hat * mean(w*dy*h_hat)) + grad_h`` (also
     the residual's gradient), ``dweight = sum over rows of dy * h_hat``; rstd recomputed from ``h``."""
     if h.is_cuda:
-        return _dispatch.rmsnorm_backward(grad, h, weight, grad_h, float(eps))
+        rows = _dispatch.rows_in_place
+        return _dispatch.rmsnorm_backward(rows(grad), rows(h), weight, None if grad_h is None else rows(grad_h),
+                                          float(eps))
     d = h.shape[-1]
     f32 = torch.float32
     hf = h.reshape(-1, d).to(f32)
