@@ -398,7 +398,17 @@ impl RowStrides {
     /// Each stride at least the row (`dim`) and a multiple of 8 elements; the error names the kernel,
     /// the tensor, its stride and the rule.
     pub fn check(&self, kernel: &str, dim: u32) -> Result<(), KernelError> {
+        self.check_rows_of(kernel, |_| dim)
+    }
+
+    /// [`Self::check`] with each tensor's own row length (`dim_of`: e.g. a packed `[rows, 2F]`).
+    pub fn check_rows_of(
+        &self,
+        kernel: &str,
+        dim_of: impl Fn(&str) -> u32,
+    ) -> Result<(), KernelError> {
         for &(t, s) in self.0.iter().flatten() {
+            let dim = dim_of(t);
             if s < dim || !s.is_multiple_of(8) {
                 return Err(KernelError::Config(format!(
                     "{kernel}: {t}_row_stride = {s} must be a multiple of 8 elements and at least \

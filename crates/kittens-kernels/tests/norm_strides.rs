@@ -78,6 +78,8 @@ fn a_row_stride_the_kernels_cannot_take_is_a_clear_error() {
         ("rmsnorm_bwd", "dy"),
         ("layernorm", "residual"),
         ("layernorm_bwd", "dh"),
+        ("swiglu", "gate"),
+        ("swiglu_bwd", "dy"),
     ];
     for (name, t) in cases {
         for bad in [996, 1020] {
@@ -87,6 +89,24 @@ fn a_row_stride_the_kernels_cannot_take_is_a_clear_error() {
                     && e.contains("multiple of 8")
                     && e.contains("D = 1000"),
                 "{name}: {e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn swiglu_reads_rows_in_place() {
+    for (name, dy) in [("swiglu", None), ("swiglu_bwd", Some(("dy", 2000)))] {
+        // Split gate and up (one a slice of a wider tensor), and the packed halves of a [rows, 2F]
+        // slice of a wider fused projection; the backward's dy at its own stride.
+        let split = [("gate", 1024), ("up", 1096)];
+        let packed = [("x", 2048)];
+        for (ts, is_packed) in [(&split[..], false), (&packed[..], true)] {
+            let ts: Vec<(&str, usize)> = ts.iter().copied().chain(dy).collect();
+            check_with(
+                name,
+                &strided(37, 1000, &ts).with("packed", is_packed),
+                None,
             );
         }
     }

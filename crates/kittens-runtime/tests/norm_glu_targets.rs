@@ -16,7 +16,7 @@ use kittens_kernels::problem::{NamedArgs, RunSettings};
 use kittens_kernels::registry::KernelEntry;
 use kittens_kernels::rotary::problem::{RotaryBwdProblem, RotaryProblem};
 use kittens_kernels::rows::{RowLoop, RowStrides};
-use kittens_kernels::{layernorm, rmsnorm};
+use kittens_kernels::{layernorm, rmsnorm, swiglu};
 use kittens_runtime::runner::{run, Backend, HipEmu, IsaEmu};
 
 const NAMES: [&str; 6] = [
@@ -97,6 +97,27 @@ fn builds(e: &KernelEntry, t: Target) -> Vec<(String, kittens_ir::Kernel)> {
                 v.push((label("dweight"), k));
             }
             _ => {}
+        }
+    }
+    // SwiGLU's inputs in row strides: split (gate a slice of wider rows) and packed (a slice of a
+    // wider fused projection).
+    if matches!(e.name, "swiglu" | "swiglu_bwd") {
+        let f = 2824;
+        for packed in [false, true] {
+            let strides = RowStrides::default()
+                .with("gate", f + 8)
+                .with("up", 2 * f)
+                .with("x", 2 * f + 256)
+                .with("dy", f + 64);
+            let cfg = swiglu::SwigluConfig {
+                strides,
+                ..swiglu::SwigluConfig::for_gpu(gpu, f, packed)
+            };
+            let k = match e.name {
+                "swiglu" => swiglu::build(&cfg),
+                _ => swiglu::build_bwd(&cfg),
+            };
+            v.push((format!("F{f} strided packed={packed}"), k.unwrap()));
         }
     }
     v
