@@ -719,12 +719,16 @@ def _prepare_rmsnorm_backward(key, dy, r, weight, dh, eps):
 
 
 def _packed(gate, up) -> bool:
-    """Gate and up are the two halves of one dense (..., 2F) tensor (a fused projection's output)."""
-    f = gate.shape[-1]
-    return (gate.dim() >= 1 and gate.shape == up.shape and f > 0 and gate.stride(-1) == 1
-            and up.stride(-1) == 1 and up.data_ptr() == gate.data_ptr() + 2 * f
-            and all(s == n * 2 * f for s, n in zip(gate.stride()[:-1], _inner(gate.shape)))
-            and gate.stride() == up.stride())
+    """Gate and up are the two halves of one (..., 2F) tensor whose rows are one stride apart (a fused
+    projection's output, or a slice of a wider one)."""
+    f = gate.shape[-1] if gate.dim() else 0
+    if not (gate.dim() >= 1 and gate.shape == up.shape and f > 0 and gate.stride() == up.stride()
+            and up.data_ptr() == gate.data_ptr() + 2 * f):
+        return False
+    try:
+        return _row_stride("gate", gate) >= 2 * f
+    except ValueError:
+        return False
 
 
 def _inner(shape):
@@ -752,9 +756,11 @@ def swiglu(gate, up):
     return out
 
 
-def swiglu_backward(dy, gate, up):
-    """``(dgate, dup)`` on CUDA (registry ``swiglu_bwd``), gate and up as :func:`swiglu` takes them."""
-    packed = _packed(gate, up)
+def swiglu_backward(dy, gate, up, allow_packed: bool = True):
+    """``(dgate, dup)`` on CUDA (registry ``swiglu_bwd``), gate and up as :func:`swiglu` takes them;
+    ``allow_packed=False``: halves of one tensor are read as two row-strided tensors and the gradients
+    come as two tensors (not views of one)."""
+    packed = allow_packed and _packed(gate, up)
     key = (8, dy.shape, dy.stride(), dy.dtype, gate.shape, gate.stride(), up.stride(), gate.dtype, up.dtype,
            gate.device, packed)
     rec = _HANDLES.get(key)
@@ -781,10 +787,6 @@ def _prepare_swiglu(key, entry, gate, up, dy, packed):
     if gate.shape != up.shape or (dy is not None and dy.shape != gate.shape):
         raise ValueError(f"gate {tuple(gate.shape)}, up {tuple(up.shape)}" +
                          ("" if dy is None else f" and dy {tuple(dy.shape)}") + " must be (..., F) of one shape")
-    if not packed:
-        _dense(**ts)
-    elif dy is not None:
-        _dense(dy=dy)
     f = gate.shape[-1] if gate.dim() else 0
     rows = gate.numel() // f if f else 0
     if rows == 0 or f == 0:
@@ -793,13 +795,19 @@ def _prepare_swiglu(key, entry, gate, up, dy, packed):
         return rec
     m = ((rows, f), (f, 1))
     pair = ((rows, 2, f), (2 * f, f, 1))
-    tensors = [_spec("dy", *m)] if dy is not None else []
-    tensors += [_spec("x", *pair)] if packed else [_spec("gate", *m), _spec("up", *m)]
+    problem = {"rows": rows, "norm_dim": f, "packed": bool(packed)}
+    tensors = _row_specs(problem, f, rows, dy=dy) if dy is not None else []
+    if packed:
+        rs = _row_stride("gate", gate)
+        if rs != 2 * f:
+            problem["x_row_stride"] = rs
+        tensors.append(_spec("x", (rows, 2, f), (rs, f, 1)))
+    else:
+        tensors += _row_specs(problem, f, rows, gate=gate, up=up)
     if dy is None:
         tensors.append(_spec("out", *m))
     else:
         tensors += [_spec("dx", *pair)] if packed else [_spec("dgate", *m), _spec("dup", *m)]
-    problem = {"rows": rows, "norm_dim": f, "packed": bool(packed)}
     return _prepare(key, entry, problem, tensors, dev)
 
 

@@ -657,11 +657,11 @@ _autograd("rmsnorm_backward", rmsnorm_backward, _no_double_backward("rmsnorm_bac
 
 def swiglu_eager(gate: Tensor, up: Tensor) -> Tensor:
     """``silu(gate) * up`` over (..., F) tensors (F a multiple of 8 on CUDA), bf16 in and out, float32
-    inside. On CUDA, gate and up that are the two halves of one dense (..., 2F) tensor are read in place
-    (the packed kernel); other non-contiguous inputs are copied first."""
+    inside. On CUDA, gate and up whose rows are one stride apart (e.g. the two halves of one (..., 2F)
+    tensor, the packed kernel, or slices of wider ones) are read in place; others are copied first."""
     if gate.is_cuda:
         if not _dispatch._packed(gate, up):
-            gate, up = gate.contiguous(), up.contiguous()
+            gate, up = _dispatch.rows_in_place(gate), _dispatch.rows_in_place(up)
         return _dispatch.swiglu(gate, up)
     g = gate.to(torch.float32)
     return (torch.nn.functional.silu(g) * up.to(torch.float32)).to(torch.bfloat16)
@@ -683,7 +683,7 @@ def _swiglu_setup(ctx, inputs, output):
 
 def _swiglu_grad(ctx, grad):
     gate, up = ctx.saved_tensors
-    dgate, dup = call("swiglu_backward", grad.contiguous(), gate, up)
+    dgate, dup = call("swiglu_backward", grad, gate, up)
     return dgate, dup
 
 
@@ -693,10 +693,11 @@ _autograd("swiglu", swiglu, _swiglu_grad, _swiglu_setup)
 @_op("swiglu_backward")
 def swiglu_backward(grad: Tensor, gate: Tensor, up: Tensor) -> Tuple[Tensor, Tensor]:
     """``(dgate, dup)`` of :func:`swiglu`: ``dgate = grad * up * silu'(gate)``, ``dup = grad * silu(gate)``
-    (two separate tensors: packed inputs are copied to contiguous ones, since outputs of one op may not
-    alias each other)."""
+    (two separate tensors, since outputs of one op may not alias each other: packed inputs are read in
+    place as two row-strided tensors)."""
     if gate.is_cuda:
-        return _dispatch.swiglu_backward(grad, gate.contiguous(), up.contiguous())
+        rows = _dispatch.rows_in_place
+        return _dispatch.swiglu_backward(rows(grad), rows(gate), rows(up), allow_packed=False)
     g, u, d = gate.to(torch.float32), up.to(torch.float32), grad.to(torch.float32)
     s = torch.sigmoid(g)
     silu = g * s

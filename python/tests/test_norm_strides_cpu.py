@@ -103,6 +103,38 @@ def test_layernorm_backward_reads_sliced_rows_in_place(recorded):
     check_in_place(call, ["dy", "dh", "x", "residual"], [dy, dh, x, res], run)
 
 
+def test_swiglu_reads_sliced_rows_in_place(recorded):
+    gate, up = sliced(40), sliced(41, 2048)
+    run = lambda: _dispatch.swiglu(gate, up)  # noqa: E731
+    run()
+    (call,) = recorded
+    assert call.entry == "swiglu" and call.problem["packed"] is False
+    check_in_place(call, ["gate", "up"], [gate, up], run)
+
+
+def test_swiglu_packed_halves_of_a_slice_read_in_place(recorded):
+    fused = rand(ROWS, 2 * D + 256, seed=42)[:, : 2 * D]  # a fused gate-and-up projection, sliced
+    gate, up = fused[:, :D], fused[:, D:]
+    with _OpNames() as mode:
+        _dispatch.swiglu(gate, up)
+    assert not [n for n in mode.names if n.startswith(COPIES)]
+    (call,) = recorded
+    assert call.problem["packed"] is True and call.problem["x_row_stride"] == 2 * D + 256
+    assert ("x", [ROWS, 2, D], [2 * D + 256, D, 1], "bfloat16") in call.tensors
+    assert call.launches[-1][0] == gate.data_ptr()
+    # The backward op reads the halves in place as two row-strided tensors (its two gradients may not
+    # alias one tensor).
+    dy = sliced(43)
+    with _OpNames() as mode:
+        _dispatch.swiglu_backward(dy, gate, up, allow_packed=False)
+    assert not [n for n in mode.names if n.startswith(COPIES)]
+    bwd = recorded[-1]
+    assert bwd.entry == "swiglu_bwd" and bwd.problem["packed"] is False
+    for name, t in (("dy", dy), ("gate", gate), ("up", up)):
+        assert bwd.problem[f"{name}_row_stride"] == t.stride(0)
+    assert bwd.launches[-1][:3] == (dy.data_ptr(), gate.data_ptr(), up.data_ptr())
+
+
 def test_dense_rows_name_no_stride(recorded):
     x, w = rand(ROWS, D, seed=17), rand(D, seed=18)
     _dispatch.rmsnorm(x, None, w, 1e-6)
