@@ -111,3 +111,28 @@ def test_layernorm_on_strided_rows(monkeypatch, kind, rows, d):
     rule(out[1], h64.detach(), hp)
     for i in range(4):
         rule(xs[i].grad, ref[i].grad, pl[i].grad, floor=1e-3 * max(1.0, ref[i].grad.abs().max().item()))
+
+
+@pytest.mark.parametrize("kind,rows,f", [("packed", 37, 1000), ("split", 19, 2824), ("packed", 4133, 1376)])
+def test_swiglu_on_strided_rows(monkeypatch, kind, rows, f):
+    seen = Seen(monkeypatch, "swiglu", "swiglu_backward")
+    if kind == "packed":  # the halves of a fused gate-and-up projection, sliced out of wider rows
+        fused = rand(rows, 2 * f + 256, scale=4, seed=20)[:, : 2 * f]
+        gate, up = fused[:, :f], fused[:, f:]
+    else:
+        gate, up = view("slice", rows, f, 21), view("fused", rows, f, 22)
+    dy = view("slice", rows, f, 23)
+    xs = [t.detach().requires_grad_() for t in (gate, up)]
+    y = ops.swiglu(xs[0], xs[1])
+    y.backward(dy)
+    assert seen.saw("swiglu", gate) and seen.saw("swiglu", up), "the views must reach the kernel in place"
+    assert seen.saw("swiglu_backward", gate) and seen.saw("swiglu_backward", up)
+    ref = [t.double().requires_grad_() for t in (gate, up)]
+    y64 = F.silu(ref[0]) * ref[1]
+    y64.backward(dy.double())
+    pl = [t.detach().clone().requires_grad_() for t in (gate, up)]
+    yp = F.silu(pl[0]) * pl[1]
+    yp.backward(dy)
+    rule(y, y64.detach(), yp)
+    for i in range(2):
+        rule(xs[i].grad, ref[i].grad, pl[i].grad, floor=1e-3 * max(1.0, ref[i].grad.abs().max().item()))
