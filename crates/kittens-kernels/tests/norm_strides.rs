@@ -3,7 +3,7 @@
 //! on the CPU interpreter against the f64 reference of the gathered rows, at odd sizes (37 rows of
 //! 1000, not whole strips); and the clear error of a stride the kernels cannot take.
 
-use kittens_kernels::problem::NamedArgs;
+use kittens_kernels::problem::{ArgValue, NamedArgs};
 
 mod common;
 use common::{check_with, plan_error, problem};
@@ -110,4 +110,44 @@ fn swiglu_reads_rows_in_place() {
             );
         }
     }
+}
+
+/// `rotary` (and `rotary_bwd`) with the input in its own `[b, h, s]` strides: a q transposed from
+/// `[b, h, s, d]` memory beside a BSHD output, q sliced out of a fused QKV projection (row stride
+/// `3·H·D`), rows padded past the head dimension; head dimensions 64 (heads along a wave's rows) and
+/// 96 (positions along them); both forms.
+#[test]
+fn rotary_reads_its_input_in_place() {
+    let (b, h, n) = (2usize, 3usize, 37usize);
+    for (d, layout, strides) in [
+        (64, "bshd", [h * n * 64, n * 64, 64]),
+        (64, "bshd", [n * 3 * h * 64, 64, 3 * h * 64]),
+        (96, "bhsd", [h * n * 128, n * 128, 128]),
+        (96, "bshd", [n * 3 * h * 96, 96, 3 * h * 96]),
+    ] {
+        for (name, input) in [("rotary", "x"), ("rotary_bwd", "dy")] {
+            for interleaved in [false, true] {
+                let st = strides.iter().map(|&s| s as i64).collect();
+                let args = NamedArgs::new()
+                    .with("batch", b)
+                    .with("heads", h)
+                    .with("seq", n)
+                    .with("dim", d)
+                    .with("layout", layout)
+                    .with("interleaved", interleaved)
+                    .with("seed", 7 + d as u64)
+                    .with("input_scale", 4.0f32)
+                    .with(&format!("{input}_strides"), ArgValue::Ints(st));
+                check_with(name, &args, None);
+            }
+        }
+    }
+    let bad = NamedArgs::new()
+        .with("dim", 64usize)
+        .with("x_strides", ArgValue::Ints(vec![4096, 68, 204]));
+    let e = plan_error("rotary", &bad);
+    assert!(
+        e.contains("x_strides = [4096, 68, 204]") && e.contains("multiple of 8"),
+        "{e}"
+    );
 }

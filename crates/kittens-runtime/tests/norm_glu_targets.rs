@@ -301,6 +301,7 @@ fn rotary_backward_on_the_emulators() {
                         layout,
                     },
                     interleaved,
+                    x_strides: None,
                     run: RunSettings {
                         seed: 23,
                         ..RunSettings::default()
