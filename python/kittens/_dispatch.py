@@ -474,13 +474,25 @@ def rotary(q, cos, sin, interleaved: bool, out=None):
     return out
 
 
+def rotary_out_layout(q) -> str:
+    """The layout of rotary's output for q: q's own where q is dense in one, else BSHD where q's heads
+    are nearer than its positions (q sliced out of a fused QKV projection), else BHSD."""
+    for name in ("bhsd", "bshd"):
+        if _is_layout(q, name):
+            return name
+    return "bshd" if q.stride(1) < q.stride(2) else "bhsd"
+
+
 def _prepare_rotary(key, q, cos, sin, interleaved):
     _bf16s(q=q, cos=cos, sin=sin)
     if q.dim() != 4:
         raise ValueError(f"q must be 4-D (B, H, N, D), got shape {tuple(q.shape)}")
     dev = _same_device(q=q, cos=cos, sin=sin)
     b, h, n, d = q.shape
-    layout = _layout_of(q)
+    layout = rotary_out_layout(q)
+    strided = not _is_layout(q, layout)
+    if strided and q.stride(3) != 1:
+        raise ValueError(f"q strides {q.stride()}: the head dim must be contiguous")
     if d % 2 or cos.shape != (n, d // 2) or sin.shape != (n, d // 2):
         raise ValueError(f"cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must be (N, D/2) = ({n}, {d // 2})")
     for name, t in (("cos", cos), ("sin", sin)):
@@ -493,6 +505,9 @@ def _prepare_rotary(key, q, cos, sin, interleaved):
     xs = ((b, h, n) + pairs[0], tuple(s[:3]) + pairs[1])
     os_ = (n * h * d, d, h * d, 1) if layout == "bshd" else (h * n * d, n * d, d, 1)
     problem = {"batch": b, "heads": h, "seq": n, "dim": d, "layout": layout, "interleaved": bool(interleaved)}
+    if strided:
+        # Read in place in its own strides (the kernel checks them: multiples of 8).
+        problem["x_strides"] = tuple(s[:3])
     tensors = (
         _spec("x", *xs),
         _spec("cos", (b, h, n, d // 2), (0, 0, d // 2, 1)),

@@ -499,19 +499,24 @@ def rotary_tables(seq: int, dim: int, base: float = 10000.0, positions: Optional
 
 
 def _rotary_layout(q: Tensor) -> str:
-    lq = _layouts(q)
-    return lq[0] if lq else "bhsd"
+    from . import _dispatch as dispatch  # importable without CUDA (the module-level import is CUDA-only)
+
+    return dispatch.rotary_out_layout(q)
 
 
 def rotary_eager(q: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False) -> Tensor:
-    """Rotary embedding of q (B, H, N, D) with tables cos, sin (N, D/2); the output in q's layout (q in
-    neither dense layout is copied to (B, H, N, D) first)."""
+    """Rotary embedding of q (B, H, N, D) with tables cos, sin (N, D/2); the output in q's layout, or for
+    q in neither dense layout in :func:`kittens._dispatch.rotary_out_layout`'s. On CUDA such a q (the head
+    dim contiguous, the other strides multiples of 8: a transposed q, q sliced out of a fused QKV) is read
+    in place; otherwise (and on CPU) it is copied into that layout first."""
     from . import rotary as run
 
     layout = _rotary_layout(q)
-    q = _in_layout(q, layout)
     if q.is_cuda:
+        if q.stride(-1) != 1 or any(st % 8 for st in q.stride()[:3]):
+            q = _in_layout(q, layout)
         return _dispatch.rotary(q, cos.contiguous(), sin.contiguous(), bool(interleaved))
+    q = _in_layout(q, layout)
     out = _empty(q.shape, layout, q)
     run(q, cos.contiguous(), sin.contiguous(), interleaved, out=out)
     return out

@@ -26,7 +26,7 @@ class Recorded:
     def __init__(self, entry, problem, tensors):
         self.entry, self.problem, self.tensors, self.launches = entry, problem, tensors, []
 
-    def launch(self, ptrs, stream, free):
+    def launch(self, ptrs, stream, free=()):
         self.launches.append(tuple(ptrs))
 
 
@@ -36,7 +36,7 @@ def recorded(monkeypatch):
 
     def prepare(key, entry, problem, tensors, device, free=(), extra=None):
         calls.append(Recorded(entry, dict(problem), list(tensors)))
-        return _dispatch._store(key, (calls[-1], (0, ()), None))
+        return _dispatch._store(key, (calls[-1], (0, ()), extra))
 
     monkeypatch.setattr(_dispatch, "_prepare", prepare)
     monkeypatch.setattr(_dispatch, "_raw_stream", lambda device: 0)
@@ -133,6 +133,24 @@ def test_swiglu_packed_halves_of_a_slice_read_in_place(recorded):
     for name, t in (("dy", dy), ("gate", gate), ("up", up)):
         assert bwd.problem[f"{name}_row_stride"] == t.stride(0)
     assert bwd.launches[-1][:3] == (dy.data_ptr(), gate.data_ptr(), up.data_ptr())
+
+
+def test_rotary_reads_q_of_a_fused_projection_in_place(recorded):
+    b, h, n, d = 2, 3, 37, 64
+    qkv = rand(b, n, 3 * h, d, seed=50)
+    q = qkv[:, :, h:2 * h].transpose(1, 2)  # (B, H, N, D): heads 64 apart, positions 3*H*D apart
+    cos, sin = (t.to(torch.bfloat16) for t in ops.rotary_tables(n, d))
+    with _OpNames() as mode:
+        out = _dispatch.rotary(q, cos, sin, False)
+    assert not [nm for nm in mode.names if nm.startswith(COPIES)]
+    (call,) = recorded
+    assert call.entry == "rotary" and call.problem["layout"] == "bshd"
+    assert call.problem["x_strides"] == q.stride()[:3]
+    assert call.tensors[0][2][:3] == list(q.stride()[:3])
+    assert call.launches[-1][0] == q.data_ptr()
+    assert out.shape == q.shape and out.transpose(1, 2).is_contiguous()  # the output dense in BSHD
+    # What the op's fake gives is what the real op returns.
+    assert ops._rotary_layout(q) == "bshd"
 
 
 def test_dense_rows_name_no_stride(recorded):

@@ -99,6 +99,20 @@ fn builds(e: &KernelEntry, t: Target) -> Vec<(String, kittens_ir::Kernel)> {
             _ => {}
         }
     }
+    // rotary_bwd's dy sliced out of a fused QKV projection (3 heads of 128 per position).
+    if e.name == "rotary_bwd" {
+        let cfg = kittens_kernels::rotary::RotaryConfig {
+            inverse: true,
+            x_strides: Some([64 * 3 * 8 * 128, 128, 3 * 8 * 128]),
+            ..kittens_kernels::rotary::RotaryConfig::new(
+                128,
+                kittens_kernels::attn::AttnLayout::Bshd,
+                false,
+            )
+        };
+        let k = kittens_kernels::rotary::build(&cfg).unwrap();
+        v.push(("D128 strided".to_string(), k));
+    }
     // SwiGLU's inputs in row strides: split (gate a slice of wider rows) and packed (a slice of a
     // wider fused projection).
     if matches!(e.name, "swiglu" | "swiglu_bwd") {
