@@ -136,3 +136,35 @@ def test_swiglu_on_strided_rows(monkeypatch, kind, rows, f):
     rule(y, y64.detach(), yp)
     for i in range(2):
         rule(xs[i].grad, ref[i].grad, pl[i].grad, floor=1e-3 * max(1.0, ref[i].grad.abs().max().item()))
+
+
+def rope64(q, cos, sin, interleaved):
+    """The rotation in float64 (q (B, H, N, D); tables (N, D/2))."""
+    c, s = cos.double(), sin.double()
+    if interleaved:
+        x0, x1 = q[..., 0::2], q[..., 1::2]
+        return torch.stack([x0 * c - x1 * s, x1 * c + x0 * s], dim=-1).flatten(-2)
+    half = q.shape[-1] // 2
+    x0, x1 = q[..., :half], q[..., half:]
+    return torch.cat([x0 * c - x1 * s, x1 * c + x0 * s], dim=-1)
+
+
+@pytest.mark.parametrize("b,h,n,d", [(2, 8, 257, 128), (1, 5, 33, 64), (2, 3, 77, 96)])
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_rotary_on_q_of_a_fused_projection(monkeypatch, b, h, n, d, interleaved):
+    seen = Seen(monkeypatch, "rotary")
+    qkv = rand(b, n, 3 * h, d, scale=4, seed=30)
+    q = qkv[:, :, :h].transpose(1, 2)  # (B, H, N, D) in place: heads D apart, positions 3·H·D apart
+    cos, sin = (t.to(BF).cuda() for t in ops.rotary_tables(n, d))
+    qs = q.detach().requires_grad_()
+    y = ops.rotary(qs, cos, sin, interleaved)
+    g = rand(b, h, n, d, seed=31)
+    y.backward(g)
+    assert seen.saw("rotary", q), "q must reach the kernel in place"
+    ref = q.double().requires_grad_()
+    y64 = rope64(ref, cos, sin, interleaved)
+    y64.backward(g.double())
+    pl = q.detach().clone().requires_grad_()
+    yp = rope64(pl, cos.to(BF), sin.to(BF), interleaved).to(BF)  # bf16 inputs, one rounding
+    rule(y, y64.detach(), yp)
+    rule(qs.grad, ref.grad, torch.autograd.grad(rope64(pl, cos, sin, interleaved), pl, g.double())[0].to(BF))
