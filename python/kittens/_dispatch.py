@@ -621,6 +621,8 @@ def rows_in_place(t):
     """``t`` itself where the row-wise kernels read its rows in place (a row stride that is a multiple of
     8 elements and at least D, the rule ``kittens_kernels::rows::RowStrides`` checks), else a dense
     copy (e.g. an expanded gradient's zero stride)."""
+    if t.dim() == 0:
+        return t  # refused later with the op's own message
     try:
         rs = _row_stride("t", t)
     except ValueError:
