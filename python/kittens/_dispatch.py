@@ -390,9 +390,7 @@ def _prepare_layernorm(key, x, residual, weight, bias, p, eps):
     d = x.shape[-1]
     if weight.shape != (d,) or bias.shape != (d,):
         raise ValueError(f"weight {tuple(weight.shape)} and bias {tuple(bias.shape)} must be (D,) = ({d},)")
-    for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias)):
-        if not t.is_contiguous():
-            raise ValueError(f"{name} must be contiguous (strides {t.stride()})")
+    _dense(weight=weight, bias=bias)
     if not 0.0 <= p < 1.0:
         raise ValueError(f"dropout p = {p} must be in [0, 1)")
     rows = x.numel() // d if d else 0
@@ -400,8 +398,7 @@ def _prepare_layernorm(key, x, residual, weight, bias, p, eps):
         return _store(key, (None, (0, ()), None))
     problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps)}
     tensors = (
-        _spec("x", (rows, d), (d, 1)),
-        _spec("residual", (rows, d), (d, 1)),
+        *_row_specs(problem, d, rows, x=x, residual=residual),
         _spec("weight", (rows, d), (0, 1)),
         _spec("bias", (rows, d), (0, 1)),
         _spec("out", (2, rows, d), (rows * d, d, 1)),
@@ -438,7 +435,7 @@ def _prepare_layernorm_backward(key, dy, dh, x, residual, weight, p, eps):
     ts = dict(dy=dy, dh=dh, x=x, residual=residual, weight=weight)
     _bf16s(**ts)
     dev = _same_device(**ts)
-    _dense(**ts)
+    _dense(weight=weight)
     for name, t in ts.items():
         if name != "weight" and t.shape != x.shape:
             raise ValueError(f"{name} {tuple(t.shape)} must have x's shape {tuple(x.shape)}")
@@ -448,11 +445,11 @@ def _prepare_layernorm_backward(key, dy, dh, x, residual, weight, p, eps):
     if rows == 0 or d == 0:
         return _store(key, (None, (0, ()), None))
     m = ((rows, d), (d, 1))
-    tensors = [_spec(n, *m) for n in ("dy", "dh", "x", "residual")]
+    problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps)}
+    tensors = _row_specs(problem, d, rows, dy=dy, dh=dh, x=x, residual=residual)
     tensors.append(_spec("weight", (rows, d), (0, 1)))
     tensors += [_spec(n, *m) for n in ("dx", "dresidual")]
     tensors += [_spec(n, (d, 1), (1, 1)) for n in ("dweight", "dbias")]
-    problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps)}
     free = ("seed_lo", "seed_hi", "offset_lo", "offset_hi")
     return _prepare(key, "layernorm_bwd", problem, tensors, dev, free=free)
 
@@ -477,13 +474,25 @@ def rotary(q, cos, sin, interleaved: bool, out=None):
     return out
 
 
+def rotary_out_layout(q) -> str:
+    """The layout of rotary's output for q: q's own where q is dense in one, else BSHD where q's heads
+    are nearer than its positions (q sliced out of a fused QKV projection), else BHSD."""
+    for name in ("bhsd", "bshd"):
+        if _is_layout(q, name):
+            return name
+    return "bshd" if q.stride(1) < q.stride(2) else "bhsd"
+
+
 def _prepare_rotary(key, q, cos, sin, interleaved):
     _bf16s(q=q, cos=cos, sin=sin)
     if q.dim() != 4:
         raise ValueError(f"q must be 4-D (B, H, N, D), got shape {tuple(q.shape)}")
     dev = _same_device(q=q, cos=cos, sin=sin)
     b, h, n, d = q.shape
-    layout = _layout_of(q)
+    layout = rotary_out_layout(q)
+    strided = not _is_layout(q, layout)
+    if strided and q.stride(3) != 1:
+        raise ValueError(f"q strides {q.stride()}: the head dim must be contiguous")
     if d % 2 or cos.shape != (n, d // 2) or sin.shape != (n, d // 2):
         raise ValueError(f"cos {tuple(cos.shape)} and sin {tuple(sin.shape)} must be (N, D/2) = ({n}, {d // 2})")
     for name, t in (("cos", cos), ("sin", sin)):
@@ -496,6 +505,9 @@ def _prepare_rotary(key, q, cos, sin, interleaved):
     xs = ((b, h, n) + pairs[0], tuple(s[:3]) + pairs[1])
     os_ = (n * h * d, d, h * d, 1) if layout == "bshd" else (h * n * d, n * d, d, 1)
     problem = {"batch": b, "heads": h, "seq": n, "dim": d, "layout": layout, "interleaved": bool(interleaved)}
+    if strided:
+        # Read in place in its own strides (the kernel checks them: multiples of 8).
+        problem["x_strides"] = tuple(s[:3])
     tensors = (
         _spec("x", *xs),
         _spec("cos", (b, h, n, d // 2), (0, 0, d // 2, 1)),
@@ -584,6 +596,52 @@ def _dense(**ts) -> None:
             raise ValueError(f"{name} must be contiguous (strides {t.stride()})")
 
 
+def _row_stride(name: str, t) -> int:
+    """The row stride (elements) of ``t`` read as ``(rows, D)`` rows in place: its last dimension
+    contiguous and its rows evenly spaced (each leading dimension nested in the next, as in a slice
+    ``x[..., :D]`` of a wider tensor). The kernels check the stride itself (a multiple of 8, at least D;
+    ``kittens_kernels::rows::RowStrides``); other layouts are a ValueError naming the tensor."""
+    d = t.shape[-1] if t.dim() else 1
+    rs, span = None, None
+    for n, st in reversed(list(zip(t.shape[:-1], t.stride()[:-1]))):
+        if n == 1:
+            continue
+        if rs is None:
+            rs = st
+        elif st != span:
+            rs = -1
+        span = st * n
+    if (d > 1 and t.stride(-1) != 1) or rs == -1:
+        raise ValueError(f"{name} of shape {tuple(t.shape)} and strides {t.stride()} must be (..., D) rows: "
+                         "the last dimension contiguous and the rows one stride apart")
+    return d if rs is None else rs
+
+
+def rows_in_place(t):
+    """``t`` itself where the row-wise kernels read its rows in place (a row stride that is a multiple of
+    8 elements and at least D, the rule ``kittens_kernels::rows::RowStrides`` checks), else a dense
+    copy (e.g. an expanded gradient's zero stride)."""
+    if t.dim() == 0:
+        return t  # refused later with the op's own message
+    try:
+        rs = _row_stride("t", t)
+    except ValueError:
+        return t.contiguous()
+    return t if rs % 8 == 0 and rs >= t.shape[-1] else t.contiguous()
+
+
+def _row_specs(problem: dict, d: int, rows: int, **ts):
+    """The ``(rows, D)`` specs of the row-strided tensors ``ts`` in their own row strides; each stride
+    that is not D goes to ``problem`` as ``{name}_row_stride``."""
+    specs = []
+    for name, t in ts.items():
+        rs = _row_stride(name, t)
+        if rs != d:
+            problem[f"{name}_row_stride"] = rs
+        specs.append(_spec(name, (rows, d), (rs, 1)))
+    return specs
+
+
 def _empty_like(x):
     return torch.empty(x.shape, dtype=_BF16, device=x.device)
 
@@ -620,7 +678,7 @@ def _prepare_rmsnorm(key, x, residual, weight, eps):
     ts = dict(x=x, weight=weight) if residual is None else dict(x=x, residual=residual, weight=weight)
     _bf16s(**ts)
     dev = _same_device(**ts)
-    _dense(**ts)
+    _dense(weight=weight)
     if residual is not None and residual.shape != x.shape:
         raise ValueError(f"x {tuple(x.shape)} and residual {tuple(residual.shape)} must be (..., D) of one shape")
     rows, d = _rows_of(x, weight)
@@ -629,11 +687,11 @@ def _prepare_rmsnorm(key, x, residual, weight, eps):
         _HANDLES[key] = rec
         return rec
     m = ((rows, d), (d, 1))
-    names = ("x",) if residual is None else ("x", "residual")
     outs = ("y",) if residual is None else ("y", "residual_out")
-    tensors = [_spec(n, *m) for n in names] + [_spec("weight", (rows, d), (0, 1))]
-    tensors += [_spec(n, *m) for n in outs]
     problem = {"rows": rows, "norm_dim": d, "eps": float(eps), "residual": residual is not None}
+    ins = dict(x=x) if residual is None else dict(x=x, residual=residual)
+    tensors = _row_specs(problem, d, rows, **ins) + [_spec("weight", (rows, d), (0, 1))]
+    tensors += [_spec(n, *m) for n in outs]
     return _prepare(key, "rmsnorm", problem, tensors, dev)
 
 
@@ -659,7 +717,7 @@ def _prepare_rmsnorm_backward(key, dy, r, weight, dh, eps):
     ts = dict(dy=dy, r=r, weight=weight) if dh is None else dict(dy=dy, r=r, weight=weight, dh=dh)
     _bf16s(**ts)
     dev = _same_device(**ts)
-    _dense(**ts)
+    _dense(weight=weight)
     for name, t in ts.items():
         if name != "weight" and t.shape != r.shape:
             raise ValueError(f"{name} {tuple(t.shape)} must have h's shape {tuple(r.shape)}")
@@ -669,21 +727,25 @@ def _prepare_rmsnorm_backward(key, dy, r, weight, dh, eps):
         _HANDLES[key] = rec
         return rec
     m = ((rows, d), (d, 1))
-    tensors = [_spec("dy", *m), _spec("r", *m), _spec("weight", (rows, d), (0, 1))]
-    if dh is not None:
-        tensors.append(_spec("dresidual_out", *m))
-    tensors += [_spec("dx", *m), _spec("dweight", (d, 1), (1, 1))]
     problem = {"rows": rows, "norm_dim": d, "eps": float(eps), "residual": dh is not None}
+    tensors = _row_specs(problem, d, rows, dy=dy, r=r) + [_spec("weight", (rows, d), (0, 1))]
+    if dh is not None:
+        tensors += _row_specs(problem, d, rows, dresidual_out=dh)
+    tensors += [_spec("dx", *m), _spec("dweight", (d, 1), (1, 1))]
     return _prepare(key, "rmsnorm_bwd", problem, tensors, dev)
 
 
 def _packed(gate, up) -> bool:
-    """Gate and up are the two halves of one dense (..., 2F) tensor (a fused projection's output)."""
-    f = gate.shape[-1]
-    return (gate.dim() >= 1 and gate.shape == up.shape and f > 0 and gate.stride(-1) == 1
-            and up.stride(-1) == 1 and up.data_ptr() == gate.data_ptr() + 2 * f
-            and all(s == n * 2 * f for s, n in zip(gate.stride()[:-1], _inner(gate.shape)))
-            and gate.stride() == up.stride())
+    """Gate and up are the two halves of one (..., 2F) tensor whose rows are one stride apart (a fused
+    projection's output, or a slice of a wider one)."""
+    f = gate.shape[-1] if gate.dim() else 0
+    if not (gate.dim() >= 1 and gate.shape == up.shape and f > 0 and gate.stride() == up.stride()
+            and up.data_ptr() == gate.data_ptr() + 2 * f):
+        return False
+    try:
+        return _row_stride("gate", gate) >= 2 * f
+    except ValueError:
+        return False
 
 
 def _inner(shape):
@@ -711,9 +773,11 @@ def swiglu(gate, up):
     return out
 
 
-def swiglu_backward(dy, gate, up):
-    """``(dgate, dup)`` on CUDA (registry ``swiglu_bwd``), gate and up as :func:`swiglu` takes them."""
-    packed = _packed(gate, up)
+def swiglu_backward(dy, gate, up, allow_packed: bool = True):
+    """``(dgate, dup)`` on CUDA (registry ``swiglu_bwd``), gate and up as :func:`swiglu` takes them;
+    ``allow_packed=False``: halves of one tensor are read as two row-strided tensors and the gradients
+    come as two tensors (not views of one)."""
+    packed = allow_packed and _packed(gate, up)
     key = (8, dy.shape, dy.stride(), dy.dtype, gate.shape, gate.stride(), up.stride(), gate.dtype, up.dtype,
            gate.device, packed)
     rec = _HANDLES.get(key)
@@ -740,10 +804,6 @@ def _prepare_swiglu(key, entry, gate, up, dy, packed):
     if gate.shape != up.shape or (dy is not None and dy.shape != gate.shape):
         raise ValueError(f"gate {tuple(gate.shape)}, up {tuple(up.shape)}" +
                          ("" if dy is None else f" and dy {tuple(dy.shape)}") + " must be (..., F) of one shape")
-    if not packed:
-        _dense(**ts)
-    elif dy is not None:
-        _dense(dy=dy)
     f = gate.shape[-1] if gate.dim() else 0
     rows = gate.numel() // f if f else 0
     if rows == 0 or f == 0:
@@ -752,13 +812,19 @@ def _prepare_swiglu(key, entry, gate, up, dy, packed):
         return rec
     m = ((rows, f), (f, 1))
     pair = ((rows, 2, f), (2 * f, f, 1))
-    tensors = [_spec("dy", *m)] if dy is not None else []
-    tensors += [_spec("x", *pair)] if packed else [_spec("gate", *m), _spec("up", *m)]
+    problem = {"rows": rows, "norm_dim": f, "packed": bool(packed)}
+    tensors = _row_specs(problem, f, rows, dy=dy) if dy is not None else []
+    if packed:
+        rs = _row_stride("gate", gate)
+        if rs != 2 * f:
+            problem["x_row_stride"] = rs
+        tensors.append(_spec("x", (rows, 2, f), (rs, f, 1)))
+    else:
+        tensors += _row_specs(problem, f, rows, gate=gate, up=up)
     if dy is None:
         tensors.append(_spec("out", *m))
     else:
         tensors += [_spec("dx", *pair)] if packed else [_spec("dgate", *m), _spec("dup", *m)]
-    problem = {"rows": rows, "norm_dim": f, "packed": bool(packed)}
     return _prepare(key, entry, problem, tensors, dev)
 
 

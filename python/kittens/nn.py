@@ -149,8 +149,9 @@ class LayerNorm(nn.LayerNorm):
             y = F.layer_norm(h, self.normalized_shape, self.weight, self.bias, self.eps)
             return y if residual is None else (y, h)
         d = self.normalized_shape[0]
-        xb = x.to(BF16).contiguous()
-        r = torch.zeros_like(xb) if residual is None else residual.to(BF16).contiguous()
+        # Rows in a row stride (e.g. a slice x[..., :D]) are read in place on CUDA.
+        xb = x.to(BF16)
+        r = torch.zeros_like(xb) if residual is None else residual.to(BF16)
         w = self.weight.to(BF16) if self.weight is not None else xb.new_ones(d)
         b = self.bias.to(BF16) if self.bias is not None else xb.new_zeros(d)
         y, h = kittens.layernorm(xb, r, w, b, 0.0, 0, eps=self.eps)
@@ -175,8 +176,9 @@ def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, residual: Optional
         else:
             y = F.rms_norm(h, (h.shape[-1],), weight, eps)
         return y if residual is None else (y, h)
-    xb = x.to(BF16).contiguous()
-    r = torch.zeros_like(xb) if residual is None else residual.to(BF16).contiguous()
+    # Rows in a row stride (e.g. a slice x[..., :D]) are read in place on CUDA.
+    xb = x.to(BF16)
+    r = torch.zeros_like(xb) if residual is None else residual.to(BF16)
     w = weight.to(BF16) if weight is not None else xb.new_ones(x.shape[-1])
     out = _ops.call("rmsnorm", xb, r, w, eps)
     return out[0] if residual is None else (out[0], out[1])

@@ -331,11 +331,13 @@ def layernorm_eager(x: Tensor, residual: Tensor, weight: Tensor, bias: Tensor, p
     """``(2, ..., D)``: plane 0 ``LayerNorm(h) * weight + bias``, plane 1 ``h = residual + dropout(x, p)``
     (the fused layernorm kernel; ``seed`` and ``offset`` as signed int64, taken mod 2^64)."""
     if x.is_cuda:
-        return _dispatch.layernorm(x, residual, weight, bias, float(p), seed, offset, float(eps))
+        rows = _dispatch.rows_in_place
+        return _dispatch.layernorm(rows(x), rows(residual), weight, bias, float(p), seed, offset, float(eps))
     from . import layernorm as run
 
     both = x.new_empty((2,) + tuple(x.shape))
-    run(x, residual, weight, bias, p, seed % 2**64, offset=offset % 2**64, eps=eps, out=both)
+    # The CPU entry of the extension takes dense rows (only CUDA reads row-strided ones in place).
+    run(x.contiguous(), residual.contiguous(), weight, bias, p, seed % 2**64, offset=offset % 2**64, eps=eps, out=both)
     return both
 
 
@@ -387,7 +389,8 @@ def layernorm_backward(grad: Tensor, x: Tensor, residual: Tensor, weight: Tensor
     """
     if x.is_cuda and (p == 0.0 or x.shape[-1] <= _LAYERNORM_BWD_MAX_D):
         g = grad.reshape((2,) + tuple(x.shape))
-        return _dispatch.layernorm_backward(g[0].contiguous(), g[1].contiguous(), x, residual, weight,
+        rows = _dispatch.rows_in_place
+        return _dispatch.layernorm_backward(rows(g[0]), rows(g[1]), rows(x), rows(residual), weight,
                                             float(p), seed, offset, float(eps))
     d = x.shape[-1]
     f32 = torch.float32
@@ -496,19 +499,24 @@ def rotary_tables(seq: int, dim: int, base: float = 10000.0, positions: Optional
 
 
 def _rotary_layout(q: Tensor) -> str:
-    lq = _layouts(q)
-    return lq[0] if lq else "bhsd"
+    from . import _dispatch as dispatch  # importable without CUDA (the module-level import is CUDA-only)
+
+    return dispatch.rotary_out_layout(q)
 
 
 def rotary_eager(q: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False) -> Tensor:
-    """Rotary embedding of q (B, H, N, D) with tables cos, sin (N, D/2); the output in q's layout (q in
-    neither dense layout is copied to (B, H, N, D) first)."""
+    """Rotary embedding of q (B, H, N, D) with tables cos, sin (N, D/2); the output in q's layout, or for
+    q in neither dense layout in :func:`kittens._dispatch.rotary_out_layout`'s. On CUDA such a q (the head
+    dim contiguous, the other strides multiples of 8: a transposed q, q sliced out of a fused QKV) is read
+    in place; otherwise (and on CPU) it is copied into that layout first."""
     from . import rotary as run
 
     layout = _rotary_layout(q)
-    q = _in_layout(q, layout)
     if q.is_cuda:
+        if q.stride(-1) != 1 or any(st % 8 for st in q.stride()[:3]):
+            q = _in_layout(q, layout)
         return _dispatch.rotary(q, cos.contiguous(), sin.contiguous(), bool(interleaved))
+    q = _in_layout(q, layout)
     out = _empty(q.shape, layout, q)
     run(q, cos.contiguous(), sin.contiguous(), interleaved, out=out)
     return out
@@ -575,7 +583,8 @@ def rmsnorm_eager(x: Tensor, residual: Optional[Tensor], weight: Tensor, eps: fl
     sqrt(mean(h^2) + eps) * weight`` over the last dimension D (768 to 8192, a multiple of 8 on CUDA),
     bf16 in and out, float32 statistics (the fused residual-add RMSNorm kernel)."""
     if x.is_cuda:
-        y, h = _dispatch.rmsnorm(x, residual, weight, float(eps))
+        rows = _dispatch.rows_in_place
+        y, h = _dispatch.rmsnorm(rows(x), None if residual is None else rows(residual), weight, float(eps))
         return y, (x.clone() if h is None else h)
     hf = x.to(torch.float32) if residual is None else x.to(torch.float32) + residual.to(torch.float32)
     return _rms_cpu(hf, weight, eps), hf.to(torch.bfloat16)
@@ -603,8 +612,8 @@ def _rmsnorm_grad(ctx, grad_y, grad_h):
     h, weight = ctx.saved_tensors
     if grad_y is None:
         grad_y = torch.zeros_like(h)
-    dx, dweight = call("rmsnorm_backward", grad_y.contiguous(), h, weight,
-                                                     None if grad_h is None else grad_h.contiguous(), ctx.eps)
+    # Gradients in row strides are read in place on CUDA; others (e.g. expanded ones) are copied there.
+    dx, dweight = call("rmsnorm_backward", grad_y, h, weight, grad_h, ctx.eps)
     return dx, (dx if ctx.has_residual else None), dweight, None
 
 
@@ -617,7 +626,9 @@ def rmsnorm_backward(grad: Tensor, h: Tensor, weight: Tensor, grad_h: Optional[T
     """``(dx, dweight)`` of :func:`rmsnorm`: ``dx = rstd * (w*dy - h_hat * mean(w*dy*h_hat)) + grad_h`` (also
     the residual's gradient), ``dweight = sum over rows of dy * h_hat``; rstd recomputed from ``h``."""
     if h.is_cuda:
-        return _dispatch.rmsnorm_backward(grad, h, weight, grad_h, float(eps))
+        rows = _dispatch.rows_in_place
+        return _dispatch.rmsnorm_backward(rows(grad), rows(h), weight, None if grad_h is None else rows(grad_h),
+                                          float(eps))
     d = h.shape[-1]
     f32 = torch.float32
     hf = h.reshape(-1, d).to(f32)
@@ -651,11 +662,11 @@ _autograd("rmsnorm_backward", rmsnorm_backward, _no_double_backward("rmsnorm_bac
 
 def swiglu_eager(gate: Tensor, up: Tensor) -> Tensor:
     """``silu(gate) * up`` over (..., F) tensors (F a multiple of 8 on CUDA), bf16 in and out, float32
-    inside. On CUDA, gate and up that are the two halves of one dense (..., 2F) tensor are read in place
-    (the packed kernel); other non-contiguous inputs are copied first."""
+    inside. On CUDA, gate and up whose rows are one stride apart (e.g. the two halves of one (..., 2F)
+    tensor, the packed kernel, or slices of wider ones) are read in place; others are copied first."""
     if gate.is_cuda:
         if not _dispatch._packed(gate, up):
-            gate, up = gate.contiguous(), up.contiguous()
+            gate, up = _dispatch.rows_in_place(gate), _dispatch.rows_in_place(up)
         return _dispatch.swiglu(gate, up)
     g = gate.to(torch.float32)
     return (torch.nn.functional.silu(g) * up.to(torch.float32)).to(torch.bfloat16)
@@ -677,7 +688,7 @@ def _swiglu_setup(ctx, inputs, output):
 
 def _swiglu_grad(ctx, grad):
     gate, up = ctx.saved_tensors
-    dgate, dup = call("swiglu_backward", grad.contiguous(), gate, up)
+    dgate, dup = call("swiglu_backward", grad, gate, up)
     return dgate, dup
 
 
@@ -687,10 +698,11 @@ _autograd("swiglu", swiglu, _swiglu_grad, _swiglu_setup)
 @_op("swiglu_backward")
 def swiglu_backward(grad: Tensor, gate: Tensor, up: Tensor) -> Tuple[Tensor, Tensor]:
     """``(dgate, dup)`` of :func:`swiglu`: ``dgate = grad * up * silu'(gate)``, ``dup = grad * silu(gate)``
-    (two separate tensors: packed inputs are copied to contiguous ones, since outputs of one op may not
-    alias each other)."""
+    (two separate tensors, since outputs of one op may not alias each other: packed inputs are read in
+    place as two row-strided tensors)."""
     if gate.is_cuda:
-        return _dispatch.swiglu_backward(grad, gate.contiguous(), up.contiguous())
+        rows = _dispatch.rows_in_place
+        return _dispatch.swiglu_backward(rows(grad), rows(gate), rows(up), allow_packed=False)
     g, u, d = gate.to(torch.float32), up.to(torch.float32), grad.to(torch.float32)
     s = torch.sigmoid(g)
     silu = g * s

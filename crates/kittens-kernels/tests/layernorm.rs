@@ -26,6 +26,7 @@ fn run(norm: NormShape) -> Result<Run, KernelError> {
             seed: norm.rows as u64 * 7 + norm.dim as u64,
             ..RunSettings::default()
         },
+        ..LayerNormProblem::default()
     };
     let plan = p.plan(Target::Cpu)?;
     let kernel = p.build(Target::Cpu)?;

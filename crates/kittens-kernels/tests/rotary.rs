@@ -47,6 +47,7 @@ fn rotary_at(sh: AttnShape, interleaved: bool, seed: u64) -> RotaryProblem {
     RotaryProblem {
         attn: sh,
         interleaved,
+        x_strides: None,
         run: RunSettings {
             seed,
             ..RunSettings::default()

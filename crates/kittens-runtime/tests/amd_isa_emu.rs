@@ -227,6 +227,7 @@ fn layernorm_and_rotary_code_objects_at_ragged_shapes() {
             layout,
         },
         interleaved,
+        x_strides: None,
         run: RunSettings {
             seed: 11,
             ..RunSettings::default()

@@ -173,6 +173,7 @@ fn rotary_on_the_emulation_matches_the_reference() {
                 layout,
             },
             interleaved,
+            x_strides: None,
             run: RunSettings {
                 seed: 11,
                 ..RunSettings::default()
@@ -212,6 +213,7 @@ fn rotary_arrangements_on_the_emulation_match_the_interpreter() {
                         layout,
                     },
                     interleaved,
+                    x_strides: None,
                     run: RunSettings {
                         seed: 5 + dim as u64,
                         ..RunSettings::default()

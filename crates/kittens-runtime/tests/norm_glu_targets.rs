@@ -15,8 +15,8 @@ use kittens_hw::Target;
 use kittens_kernels::problem::{NamedArgs, RunSettings};
 use kittens_kernels::registry::KernelEntry;
 use kittens_kernels::rotary::problem::{RotaryBwdProblem, RotaryProblem};
-use kittens_kernels::rows::RowLoop;
-use kittens_kernels::{layernorm, rmsnorm};
+use kittens_kernels::rows::{RowLoop, RowStrides};
+use kittens_kernels::{layernorm, rmsnorm, swiglu};
 use kittens_runtime::runner::{run, Backend, HipEmu, IsaEmu};
 
 const NAMES: [&str; 6] = [
@@ -53,6 +53,13 @@ fn builds(e: &KernelEntry, t: Target) -> Vec<(String, kittens_ir::Kernel)> {
             "rmsnorm" => {
                 v.push((label("residual"), rmsnorm::build(&cfg(true)).unwrap()));
                 v.push((label("plain"), rmsnorm::build(&cfg(false)).unwrap()));
+                let strided = rmsnorm::RmsNormConfig {
+                    strides: RowStrides::default()
+                        .with("x", dim + 256)
+                        .with("residual", 3 * dim),
+                    ..cfg(true)
+                };
+                v.push((label("strided"), rmsnorm::build(&strided).unwrap()));
             }
             "rmsnorm_bwd" => {
                 v.push((
@@ -63,6 +70,14 @@ fn builds(e: &KernelEntry, t: Target) -> Vec<(String, kittens_ir::Kernel)> {
                     label("plain"),
                     rmsnorm::build_bwd(&cfg(false), &lp).unwrap(),
                 ));
+                let strided = rmsnorm::RmsNormConfig {
+                    strides: RowStrides::default()
+                        .with("dy", dim + 8)
+                        .with("r", 2 * dim)
+                        .with("dresidual_out", dim + 64),
+                    ..cfg(true)
+                };
+                v.push((label("strided"), rmsnorm::build_bwd(&strided, &lp).unwrap()));
                 v.push((
                     label("dweight"),
                     rmsnorm::build_dweight(&cfg(true), &lp).unwrap(),
@@ -82,6 +97,41 @@ fn builds(e: &KernelEntry, t: Target) -> Vec<(String, kittens_ir::Kernel)> {
                 v.push((label("dweight"), k));
             }
             _ => {}
+        }
+    }
+    // rotary_bwd's dy sliced out of a fused QKV projection (3 heads of 128 per position).
+    if e.name == "rotary_bwd" {
+        let cfg = kittens_kernels::rotary::RotaryConfig {
+            inverse: true,
+            x_strides: Some([64 * 3 * 8 * 128, 128, 3 * 8 * 128]),
+            ..kittens_kernels::rotary::RotaryConfig::new(
+                128,
+                kittens_kernels::attn::AttnLayout::Bshd,
+                false,
+            )
+        };
+        let k = kittens_kernels::rotary::build(&cfg).unwrap();
+        v.push(("D128 strided".to_string(), k));
+    }
+    // SwiGLU's inputs in row strides: split (gate a slice of wider rows) and packed (a slice of a
+    // wider fused projection).
+    if matches!(e.name, "swiglu" | "swiglu_bwd") {
+        let f = 2824;
+        for packed in [false, true] {
+            let strides = RowStrides::default()
+                .with("gate", f + 8)
+                .with("up", 2 * f)
+                .with("x", 2 * f + 256)
+                .with("dy", f + 64);
+            let cfg = swiglu::SwigluConfig {
+                strides,
+                ..swiglu::SwigluConfig::for_gpu(gpu, f, packed)
+            };
+            let k = match e.name {
+                "swiglu" => swiglu::build(&cfg),
+                _ => swiglu::build_bwd(&cfg),
+            };
+            v.push((format!("F{f} strided packed={packed}"), k.unwrap()));
         }
     }
     v
@@ -198,6 +248,47 @@ fn the_code_objects_match_the_reference_on_the_isa_emulator() {
     }
 }
 
+/// Inputs in row strides past the row (`x[:, :D]` of wider tensors) on the host emulation and the
+/// ISA emulator of gfx942: the AMD lowering's index arithmetic takes the strides as NVIDIA's does.
+#[test]
+fn strided_rows_on_the_amd_emulators() {
+    let t = Target::Gfx942;
+    clang_for(t.gpu().unwrap().arch);
+    let backends: [Box<dyn Backend>; 2] = [
+        Box::new(HipEmu::new(t).unwrap()),
+        Box::new(IsaEmu::new(t).unwrap()),
+    ];
+    let cases: [(&str, &[(&str, usize)]); 2] = [
+        ("rmsnorm", &[("x", 1024), ("residual", 1096)]),
+        (
+            "rmsnorm_bwd",
+            &[("dy", 1096), ("r", 1024), ("dresidual_out", 2000)],
+        ),
+    ];
+    for backend in &backends {
+        for (name, strides) in cases {
+            let a = strides.iter().fold(
+                NamedArgs::new()
+                    .with("rows", 37usize)
+                    .with("norm_dim", 1000usize)
+                    .with("seed", 5u64)
+                    .with("input_scale", 4.0f32),
+                |a, &(n, s)| a.with(&format!("{n}_row_stride"), s),
+            );
+            let p = entry(name).problem(&a).unwrap();
+            let r = run(entry(name), p.as_ref(), backend.as_ref())
+                .unwrap_or_else(|e| panic!("{name} {}: {e}", backend.about().name));
+            eprintln!(
+                "{name} strided {}: rel_err {:.3e}",
+                backend.about().name,
+                r.error.rel_err
+            );
+            assert!(r.passed, "{name} {}: {:?}", r.target, r.failures());
+            assert!(r.error.rel_err > 0.0, "{name}: bf16 rounding must show");
+        }
+    }
+}
+
 /// `rotary_bwd` (rotation by −θ) on both emulators: both forms, both layouts, the heads-along-rows
 /// and positions-along-rows arrangements (head dimensions 64 and 96).
 #[test]
@@ -224,6 +315,7 @@ fn rotary_backward_on_the_emulators() {
                         layout,
                     },
                     interleaved,
+                    x_strides: None,
                     run: RunSettings {
                         seed: 23,
                         ..RunSettings::default()

@@ -64,10 +64,8 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     let offset = [k.param_word("offset_lo"), k.param_word("offset_hi")];
     let d = Expr::c(i64::from(dim));
     let m = [("row", rows.clone()), ("col", d.clone())];
-    let dy = k.global("dy", Bf16, &m, Access::Read);
-    let dh_out = k.global("dh", Bf16, &m, Access::Read);
-    let x = k.global("x", Bf16, &m, Access::Read);
-    let res = k.global("residual", Bf16, &m, Access::Read);
+    let [dy, dh_out, x, res] = ["dy", "dh", "x", "residual"]
+        .map(|t| cfg.strides.global(&mut k, t, &rows, dim, Access::Read));
     // One row read by every row, through a zero row stride.
     let w = k.global_strided(
         "weight",

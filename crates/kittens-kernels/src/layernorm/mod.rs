@@ -25,7 +25,7 @@
 pub mod bwd;
 pub mod problem;
 
-use crate::rows::check_rows;
+use crate::rows::{check_rows, RowStrides};
 use crate::KernelError;
 // Former paths (before `crate::rows`), for branches written against them; nothing in the tree uses them.
 #[doc(hidden)]
@@ -50,6 +50,9 @@ pub struct LayerNormConfig {
     pub waves: u32,
     /// Waves sharing one row (divides `waves`).
     pub waves_per_row: u32,
+    /// The row strides of the `[rows, D]` tensors (by the names [`build`] and [`bwd::build_bwd`]
+    /// give them); dense by default.
+    pub strides: RowStrides,
 }
 
 impl LayerNormConfig {
@@ -65,6 +68,7 @@ impl LayerNormConfig {
             lanes,
             waves: 4.max(waves_per_row),
             waves_per_row,
+            strides: RowStrides::default(),
         }
     }
 
@@ -86,6 +90,7 @@ impl LayerNormConfig {
     pub(crate) fn check(&self) -> Result<(), KernelError> {
         let split = (self.waves, self.waves_per_row);
         check_rows("layernorm", self.dim, self.eps, self.lanes, split)?;
+        self.strides.check("layernorm", self.dim)?;
         if !(0.0..1.0).contains(&self.p) {
             return Err(KernelError::Config(format!(
                 "layernorm: dropout p = {} must be in [0, 1)",
@@ -108,9 +113,10 @@ pub fn build(cfg: &LayerNormConfig) -> Result<Kernel, KernelError> {
     let seed = [k.param_word("seed_lo"), k.param_word("seed_hi")];
     let offset = [k.param_word("offset_lo"), k.param_word("offset_hi")];
     let d = Expr::c(i64::from(dim));
-    let matrix = [("row", rows.clone()), ("col", d.clone())];
-    let x = k.global("x", Bf16, &matrix, Access::Read);
-    let res = k.global("residual", Bf16, &matrix, Access::Read);
+    let x = cfg.strides.global(&mut k, "x", &rows, dim, Access::Read);
+    let res = cfg
+        .strides
+        .global(&mut k, "residual", &rows, dim, Access::Read);
     // Weight and bias are one row, read by every row: a zero row stride broadcasts them.
     let along = |k: &mut KernelBuilder, name: &str| {
         k.global_strided(

@@ -16,7 +16,7 @@ use crate::problem::{
     RunSettings, Stage, STORE_BYTES,
 };
 use crate::reference::{self, Tolerance};
-use crate::rows::RowLoop;
+use crate::rows::{RowLoop, RowStrides};
 use crate::KernelError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
@@ -32,8 +32,16 @@ pub const TOLERANCE: f64 = 1e-2;
 pub struct LayerNormProblem {
     pub norm: NormShape,
     pub eps: Option<f32>,
+    /// The row strides of the inputs ([`FWD_STRIDED`] or [`BWD_STRIDED`]), read in place; dense by
+    /// default.
+    pub strides: RowStrides,
     pub run: RunSettings,
 }
+
+/// The forward's inputs that take a row stride (`{name}_row_stride`).
+pub const FWD_STRIDED: [&str; 2] = ["x", "residual"];
+/// The backward's inputs that take a row stride (`{name}_row_stride`).
+pub const BWD_STRIDED: [&str; 4] = ["dy", "dh", "x", "residual"];
 
 /// A `layernorm_bwd` problem: the forward's sizes and settings.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -41,8 +49,11 @@ pub struct LayerNormBwdProblem(pub LayerNormProblem);
 
 impl LayerNormProblem {
     /// The problem `a` names: `rows`, `norm_dim`, `p`, `dropout_seed`, `offset`, `eps` (and the run
-    /// settings); the others default.
-    pub fn from_args(a: &NamedArgs) -> Result<LayerNormProblem, KernelError> {
+    /// settings), `{t}_row_stride` for each tensor `t` of `strided`; the others default.
+    pub fn from_args(
+        a: &NamedArgs,
+        strided: &[&'static str],
+    ) -> Result<LayerNormProblem, KernelError> {
         let d = NormShape::default();
         Ok(LayerNormProblem {
             norm: NormShape {
@@ -53,20 +64,32 @@ impl LayerNormProblem {
                 offset: a.u64_or("offset", d.offset)?,
             },
             eps: a.opt_f32_or("eps", None)?,
+            strides: RowStrides::from_args(a, strided)?,
             run: RunSettings::from_args(a, &[])?,
         })
+    }
+
+    /// The buffer of `[rows, D]` input `t`: its span in its row stride.
+    fn span(&self, t: &str) -> Result<usize, KernelError> {
+        self.strides.span(t, self.norm.rows, self.norm.dim)
+    }
+
+    /// Input `t` gathered into dense rows.
+    fn dense(&self, t: &str, data: &[f32]) -> Vec<f32> {
+        self.strides.gather(t, data, self.norm.rows, self.norm.dim)
     }
 }
 
 /// The registry's parser of `layernorm`'s problem.
 pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
-    Ok(Box::new(LayerNormProblem::from_args(a)?))
+    Ok(Box::new(LayerNormProblem::from_args(a, &FWD_STRIDED)?))
 }
 
 /// The registry's parser of `layernorm_bwd`'s problem.
 pub fn parse_bwd(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
     Ok(Box::new(LayerNormBwdProblem(LayerNormProblem::from_args(
         a,
+        &BWD_STRIDED,
     )?)))
 }
 
@@ -79,6 +102,7 @@ pub fn config(p: &LayerNormProblem, target: Target) -> LayerNormConfig {
     };
     LayerNormConfig {
         eps: p.eps.unwrap_or(base.eps),
+        strides: p.strides,
         ..base
     }
 }
@@ -94,6 +118,7 @@ pub fn bwd_config(
     if target.gpu().is_none() && cfg.p > 0.0 && cfg.dim > super::bwd::MAX_DIM_32_LANES_DROPOUT {
         cfg = LayerNormConfig {
             eps: cfg.eps,
+            strides: cfg.strides,
             ..LayerNormConfig::new(cfg.dim, cfg.p, 64)
         };
     }
@@ -131,10 +156,10 @@ impl KernelProblem for LayerNormProblem {
     fn launch(&self) -> Result<Launch, KernelError> {
         let p = self;
         let (rows, d) = (p.norm.rows, p.norm.dim);
-        let m = elements("x", &[rows, d])?;
+        elements("x", &[rows, d])?;
         Ok(Launch {
             params: params(p)?,
-            inputs: vec![m, m, d, d],
+            inputs: vec![p.span("x")?, p.span("residual")?, d, d],
             outputs: vec![elements("out", &[2, rows, d])?],
         })
     }
@@ -174,7 +199,12 @@ impl KernelProblem for LayerNormProblem {
         let eps = f64::from(config(p, Target::Cpu).eps);
         Reference {
             values: reference::layernorm(
-                &inputs[0], &inputs[1], &inputs[2], &inputs[3], &p.norm, eps,
+                &p.dense("x", &inputs[0]),
+                &p.dense("residual", &inputs[1]),
+                &inputs[2],
+                &inputs[3],
+                &p.norm,
+                eps,
             ),
             baseline: None,
             max_abs_logit: None,
@@ -201,7 +231,13 @@ impl KernelProblem for LayerNormBwdProblem {
         let m = elements("dy", &[rows, d])?;
         Ok(Launch {
             params: params(p)?,
-            inputs: vec![m, m, m, m, d],
+            inputs: vec![
+                p.span("dy")?,
+                p.span("dh")?,
+                p.span("x")?,
+                p.span("residual")?,
+                d,
+            ],
             outputs: vec![m, m, d, d],
         })
     }
@@ -275,7 +311,13 @@ impl KernelProblem for LayerNormBwdProblem {
         let eps = f64::from(config(p, Target::Cpu).eps);
         Reference {
             values: reference::layernorm_backward(
-                &inputs[0], &inputs[1], &inputs[2], &inputs[3], &inputs[4], &p.norm, eps,
+                &p.dense("dy", &inputs[0]),
+                &p.dense("dh", &inputs[1]),
+                &p.dense("x", &inputs[2]),
+                &p.dense("residual", &inputs[3]),
+                &inputs[4],
+                &p.norm,
+                eps,
             ),
             baseline: None,
             max_abs_logit: None,

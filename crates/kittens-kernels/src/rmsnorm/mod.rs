@@ -27,7 +27,7 @@
 
 pub mod problem;
 
-use crate::rows::{check_rows, strip_cols, sum_partials, waves_per_row, Frame};
+use crate::rows::{check_rows, strip_cols, sum_partials, waves_per_row, Frame, RowStrides};
 use crate::KernelError;
 // Former paths (before `crate::rows`), for branches written against them; nothing in the tree uses them.
 #[doc(hidden)]
@@ -51,6 +51,9 @@ pub struct RmsNormConfig {
     pub waves: u32,
     /// Waves sharing one row (divides `waves`).
     pub waves_per_row: u32,
+    /// The row strides of the `[rows, D]` tensors (by the names [`build`] and [`build_bwd`] give
+    /// them); dense by default.
+    pub strides: RowStrides,
 }
 
 impl RmsNormConfig {
@@ -64,6 +67,7 @@ impl RmsNormConfig {
             lanes,
             waves: 4.max(waves_per_row),
             waves_per_row,
+            strides: RowStrides::default(),
         }
     }
 
@@ -84,7 +88,8 @@ impl RmsNormConfig {
 
     pub(crate) fn check(&self) -> Result<(), KernelError> {
         let split = (self.waves, self.waves_per_row);
-        check_rows("rmsnorm", self.dim, self.eps, self.lanes, split)
+        check_rows("rmsnorm", self.dim, self.eps, self.lanes, split)?;
+        self.strides.check("rmsnorm", self.dim)
     }
 
     /// This wave's [`Frame`], with `slots` ring slots of partial sums.
@@ -101,6 +106,17 @@ fn rstd(f: &Frame, k: &mut KernelBuilder, inv: RegId, sq: RegId, cfg: &RmsNormCo
     k.mul(inv, inv, 1.0 / cfg.dim as f32);
     k.add(inv, inv, cfg.eps);
     k.rsqrt(inv, inv);
+}
+
+/// The `[rows, D]` bf16 tensor `name` in its row stride.
+fn tensor(
+    k: &mut KernelBuilder,
+    cfg: &RmsNormConfig,
+    name: &str,
+    rows: &Expr,
+    access: Access,
+) -> GlobalId {
+    cfg.strides.global(k, name, rows, cfg.dim, access)
 }
 
 fn matrix(rows: &Expr, dim: u32) -> [(&'static str, Expr); 2] {
@@ -133,16 +149,15 @@ pub fn build(cfg: &RmsNormConfig) -> Result<Kernel, KernelError> {
         Schedule::Plain { waves: cfg.waves },
     );
     let rows = k.param("rows");
-    let m = matrix(&rows, dim);
-    let x = k.global("x", Bf16, &m, Access::Read);
+    let x = tensor(&mut k, cfg, "x", &rows, Access::Read);
     let res = cfg
         .residual
-        .then(|| k.global("residual", Bf16, &m, Access::Read));
+        .then(|| tensor(&mut k, cfg, "residual", &rows, Access::Read));
     let w = weight(&mut k, &rows, dim);
-    let y = k.global("y", Bf16, &m, Access::Write);
+    let y = tensor(&mut k, cfg, "y", &rows, Access::Write);
     let res_out = cfg
         .residual
-        .then(|| k.global("residual_out", Bf16, &m, Access::Write));
+        .then(|| tensor(&mut k, cfg, "residual_out", &rows, Access::Write));
     let rpb = i64::from(cfg.rows_per_block());
     k.grid(vec![rows.ceil_div(rpb)], GridOrder::RowMajor);
     let f = cfg.frame(&mut k, 1);
@@ -181,14 +196,13 @@ pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelErro
         Schedule::Plain { waves: cfg.waves },
     );
     let rows = k.param("rows");
-    let m = matrix(&rows, dim);
-    let dy = k.global("dy", Bf16, &m, Access::Read);
-    let r = k.global("r", Bf16, &m, Access::Read);
+    let dy = tensor(&mut k, cfg, "dy", &rows, Access::Read);
+    let r = tensor(&mut k, cfg, "r", &rows, Access::Read);
     let w = weight(&mut k, &rows, dim);
     let dres = cfg
         .residual
-        .then(|| k.global("dresidual_out", Bf16, &m, Access::Read));
-    let dx = k.global("dx", Bf16, &m, Access::Write);
+        .then(|| tensor(&mut k, cfg, "dresidual_out", &rows, Access::Read));
+    let dx = tensor(&mut k, cfg, "dx", &rows, Access::Write);
     let rpb = cfg.rows_per_block();
     let parts = lp.parts(&rows, rpb);
     let dw = k.global_strided(

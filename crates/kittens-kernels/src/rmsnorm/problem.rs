@@ -16,7 +16,7 @@ use crate::problem::{
     Stage, STORE_BYTES,
 };
 use crate::reference::Tolerance;
-use crate::rows::RowLoop;
+use crate::rows::{RowLoop, RowStrides};
 use crate::KernelError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
@@ -34,8 +34,16 @@ pub struct RmsNormProblem {
     pub dim: usize,
     pub residual: bool,
     pub eps: Option<f32>,
+    /// The row strides of the inputs ([`FWD_STRIDED`] or [`BWD_STRIDED`]), read in place; dense by
+    /// default.
+    pub strides: RowStrides,
     pub run: RunSettings,
 }
+
+/// The forward's inputs that take a row stride (`{name}_row_stride`).
+pub const FWD_STRIDED: [&str; 2] = ["x", "residual"];
+/// The backward's inputs that take a row stride (`{name}_row_stride`).
+pub const BWD_STRIDED: [&str; 3] = ["dy", "r", "dresidual_out"];
 
 impl Default for RmsNormProblem {
     /// Odd sizes: 37 rows of 1000 (not a multiple of a wave's 256-column strip), with a residual.
@@ -45,6 +53,7 @@ impl Default for RmsNormProblem {
             dim: 1000,
             residual: true,
             eps: None,
+            strides: RowStrides::default(),
             run: RunSettings::default(),
         }
     }
@@ -55,27 +64,45 @@ impl Default for RmsNormProblem {
 pub struct RmsNormBwdProblem(pub RmsNormProblem);
 
 impl RmsNormProblem {
-    /// The problem `a` names: `rows`, `norm_dim`, `residual`, `eps` (and the run settings).
-    pub fn from_args(a: &NamedArgs) -> Result<RmsNormProblem, KernelError> {
+    /// The problem `a` names: `rows`, `norm_dim`, `residual`, `eps`, `{t}_row_stride` for each
+    /// tensor `t` of `strided` (and the run settings).
+    pub fn from_args(
+        a: &NamedArgs,
+        strided: &[&'static str],
+    ) -> Result<RmsNormProblem, KernelError> {
         let d = RmsNormProblem::default();
         Ok(RmsNormProblem {
             rows: a.size_or("rows", d.rows)?,
             dim: a.size_or("norm_dim", d.dim)?,
             residual: a.flag_or("residual", d.residual)?,
             eps: a.opt_f32_or("eps", d.eps)?,
+            strides: RowStrides::from_args(a, strided)?,
             run: RunSettings::from_args(a, &[])?,
         })
+    }
+
+    /// The buffer of `[rows, D]` input `t`: its span in its row stride.
+    fn span(&self, t: &str) -> Result<usize, KernelError> {
+        self.strides.span(t, self.rows, self.dim)
+    }
+
+    /// Input `t` gathered into dense rows.
+    fn dense(&self, t: &str, data: &[f32]) -> Vec<f32> {
+        self.strides.gather(t, data, self.rows, self.dim)
     }
 }
 
 /// The registry's parser of `rmsnorm`'s problem.
 pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
-    Ok(Box::new(RmsNormProblem::from_args(a)?))
+    Ok(Box::new(RmsNormProblem::from_args(a, &FWD_STRIDED)?))
 }
 
 /// The registry's parser of `rmsnorm_bwd`'s problem.
 pub fn parse_bwd(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
-    Ok(Box::new(RmsNormBwdProblem(RmsNormProblem::from_args(a)?)))
+    Ok(Box::new(RmsNormBwdProblem(RmsNormProblem::from_args(
+        a,
+        &BWD_STRIDED,
+    )?)))
 }
 
 /// The configuration a run on `target` builds: the target's wave width (32 lanes on the CPU).
@@ -85,6 +112,7 @@ pub fn config(p: &RmsNormProblem, target: Target) -> RmsNormConfig {
     let base = RmsNormConfig::new(dim, p.residual, lanes);
     RmsNormConfig {
         eps: p.eps.unwrap_or(base.eps),
+        strides: p.strides,
         ..base
     }
 }
@@ -139,7 +167,10 @@ impl KernelProblem for RmsNormProblem {
         let (rows, d) = (p.rows, p.dim);
         let m = elements("x", &[rows, d])?;
         let n = if p.residual { 2 } else { 1 };
-        let mut inputs = vec![m; n];
+        let mut inputs = FWD_STRIDED[..n]
+            .iter()
+            .map(|t| p.span(t))
+            .collect::<Result<Vec<_>, _>>()?;
         inputs.push(d);
         Ok(Launch {
             params: vec![param("rows", rows)?],
@@ -172,12 +203,10 @@ impl KernelProblem for RmsNormProblem {
 
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
         let p = self;
-        let (x, res) = match p.residual {
-            true => (&inputs[0], Some(&inputs[1][..])),
-            false => (&inputs[0], None),
-        };
+        let x = p.dense("x", &inputs[0]);
+        let res = p.residual.then(|| p.dense("residual", &inputs[1]));
         let w = &inputs[inputs.len() - 1];
-        let r = residual_sum(x, res);
+        let r = residual_sum(&x, res.as_deref());
         let mut values = forward(&r, w, p.dim, f64::from(config(p, Target::Cpu).eps));
         if p.residual {
             values.extend(r);
@@ -207,9 +236,9 @@ impl KernelProblem for RmsNormBwdProblem {
         let p = &self.0;
         let (rows, d) = (p.rows, p.dim);
         let m = elements("dy", &[rows, d])?;
-        let mut inputs = vec![m, m, d];
+        let mut inputs = vec![p.span("dy")?, p.span("r")?, d];
         if p.residual {
-            inputs.push(m);
+            inputs.push(p.span("dresidual_out")?);
         }
         Ok(Launch {
             params: vec![param("rows", rows)?],
@@ -273,12 +302,12 @@ impl KernelProblem for RmsNormBwdProblem {
 
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
         let p = &self.0;
-        let dres = p.residual.then(|| &inputs[3][..]);
+        let dres = p.residual.then(|| p.dense("dresidual_out", &inputs[3]));
         let (dx, dw) = backward(
-            &inputs[0],
-            &inputs[1],
+            &p.dense("dy", &inputs[0]),
+            &p.dense("r", &inputs[1]),
             &inputs[2],
-            dres,
+            dres.as_deref(),
             p.dim,
             f64::from(config(p, Target::Cpu).eps),
         );

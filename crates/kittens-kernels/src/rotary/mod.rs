@@ -58,6 +58,10 @@ pub struct RotaryConfig {
     /// The backward: rotate by −θ (the transpose of the rotation, i.e. the forward with `sin`
     /// negated), reading `dy` and writing `dx`.
     pub inverse: bool,
+    /// The input's own `[b, h, s]` strides (elements, the head dimension contiguous), read in place:
+    /// a transposed q, or q sliced out of a fused QKV projection (as the attention programs take
+    /// them, `crate::attn::strides`); `None`: dense in `layout`. The output is dense in `layout`.
+    pub x_strides: Option<[u32; 3]>,
 }
 
 /// Head dimensions the kernel takes.
@@ -86,6 +90,7 @@ impl RotaryConfig {
             rows: 512u32.checked_div(dim).unwrap_or(1).clamp(1, 64),
             waves: 4,
             inverse: false,
+            x_strides: None,
         }
     }
 
@@ -102,6 +107,15 @@ impl RotaryConfig {
             return Err(KernelError::Config(format!(
                 "rotary: heads along the rows need a power-of-two head dimension (not {})",
                 self.dim
+            )));
+        }
+        if let Some(st) = self
+            .x_strides
+            .filter(|st| st.iter().any(|s| !s.is_multiple_of(8)))
+        {
+            let input = if self.inverse { "dy" } else { "x" };
+            return Err(KernelError::Config(format!(
+                "rotary: {input}_strides = {st:?} must each be a multiple of 8 elements (16-byte rows)"
             )));
         }
         if self.rows == 0 || self.waves == 0 {
@@ -131,8 +145,11 @@ pub fn build(cfg: &RotaryConfig) -> Result<Kernel, KernelError> {
     // A head row as `[2, half]` or `[half, 2]`: (the member's dimension, the column dimension).
     let (member_dim, col_dim) = if cfg.interleaved { (4, 3) } else { (3, 4) };
     let pairs = |k: &mut KernelBuilder, name: &str, access| -> GlobalId {
-        let mut st = strides(cfg.layout, &heads, &seq, &d);
-        st.pop();
+        let mut st = match cfg.x_strides.filter(|_| name == input) {
+            Some(own) => own.map(|s| Expr::c(i64::from(s))).to_vec(),
+            None => strides(cfg.layout, &heads, &seq, &d),
+        };
+        st.truncate(3);
         let (member, col) = if cfg.interleaved {
             (Expr::c(1), Expr::c(2))
         } else {

@@ -24,6 +24,9 @@ pub const TOLERANCE: f64 = 1e-2;
 pub struct RotaryProblem {
     pub attn: AttnShape,
     pub interleaved: bool,
+    /// The input's own `[b, h, s]` strides (`x_strides`, the backward's `dy_strides`), read in place;
+    /// `None`: dense in the layout.
+    pub x_strides: Option<[usize; 3]>,
     pub run: RunSettings,
 }
 
@@ -35,32 +38,65 @@ pub struct RotaryBwdProblem(pub RotaryProblem);
 impl RotaryProblem {
     /// The problem `a` names: `batch`, `heads`, `seq`, `dim`, `layout`, `interleaved` (and the run
     /// settings).
-    pub fn from_args(a: &NamedArgs) -> Result<RotaryProblem, KernelError> {
+    /// `input`: the input's name (`x`, the backward's `dy`), whose strides are `{input}_strides`.
+    pub fn from_args(a: &NamedArgs, input: &str) -> Result<RotaryProblem, KernelError> {
         Ok(RotaryProblem {
             attn: AttnShape::from_args(a, AttnShape::default())?,
             interleaved: a.flag_or("interleaved", false)?,
+            x_strides: a.sizes::<3>(&format!("{input}_strides"))?,
             run: RunSettings::from_args(a, &[])?,
         })
+    }
+
+    /// Elements of the input's buffer: dense, or the span of its own strides.
+    fn input_len(&self) -> Result<usize, KernelError> {
+        let sh = self.attn;
+        let shape = [sh.batch, sh.heads, sh.seq, sh.dim];
+        match self.x_strides {
+            Some(st) => crate::attn::strides::span(shape, st),
+            None => elements("x", &shape),
+        }
+    }
+
+    /// The input `x` in its own strides gathered into the layout's dense order (the reference's).
+    fn dense_input(&self, x: &[f32]) -> Vec<f32> {
+        let Some(st) = self.x_strides else {
+            return x.to_vec();
+        };
+        let sh = self.attn;
+        let mut out = vec![0.0; sh.batch * sh.heads * sh.seq * sh.dim];
+        for b in 0..sh.batch {
+            for h in 0..sh.heads {
+                for s in 0..sh.seq {
+                    let from = crate::attn::strides::offset(st, [b, h, s, 0]);
+                    let to = sh.offset(sh.heads, b, h, s, 0);
+                    out[to..to + sh.dim].copy_from_slice(&x[from..from + sh.dim]);
+                }
+            }
+        }
+        out
     }
 }
 
 /// The registry's parser of `rotary`'s problem.
 pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
-    Ok(Box::new(RotaryProblem::from_args(a)?))
+    Ok(Box::new(RotaryProblem::from_args(a, "x")?))
 }
 
 /// The registry's parser of `rotary_bwd`'s problem.
 pub fn parse_bwd(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
-    Ok(Box::new(RotaryBwdProblem(RotaryProblem::from_args(a)?)))
+    Ok(Box::new(RotaryBwdProblem(RotaryProblem::from_args(
+        a, "dy",
+    )?)))
 }
 
 /// The configuration of a run (the same on every target: the program has no target-specific tiles).
 pub fn config(p: &RotaryProblem) -> RotaryConfig {
-    RotaryConfig::new(
-        u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
-        p.attn.layout,
-        p.interleaved,
-    )
+    let u32_of = |v: usize| u32::try_from(v).unwrap_or(u32::MAX);
+    RotaryConfig {
+        x_strides: p.x_strides.map(|st| st.map(u32_of)),
+        ..RotaryConfig::new(u32_of(p.attn.dim), p.attn.layout, p.interleaved)
+    }
 }
 
 impl KernelProblem for RotaryBwdProblem {
@@ -120,13 +156,14 @@ impl KernelProblem for RotaryProblem {
         let sh = p.attn;
         let x = elements("x", &[sh.batch, sh.heads, sh.seq, sh.dim])?;
         let table = elements("cos", &[sh.seq, sh.dim / 2])?;
+        let input = p.input_len()?;
         Ok(Launch {
             params: vec![
                 param("batch", sh.batch)?,
                 param("heads", sh.heads)?,
                 param("seq", sh.seq)?,
             ],
-            inputs: vec![x, table, table],
+            inputs: vec![input, table, table],
             outputs: vec![x],
         })
     }
@@ -174,7 +211,13 @@ impl KernelProblem for RotaryProblem {
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
         let p = self;
         Reference {
-            values: reference::rotary(&inputs[0], &inputs[1], &inputs[2], &p.attn, p.interleaved),
+            values: reference::rotary(
+                &p.dense_input(&inputs[0]),
+                &inputs[1],
+                &inputs[2],
+                &p.attn,
+                p.interleaved,
+            ),
             baseline: None,
             max_abs_logit: None,
         }

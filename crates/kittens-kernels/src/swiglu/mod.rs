@@ -18,6 +18,7 @@
 
 pub mod problem;
 
+use crate::rows::RowStrides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_hw::Gpu;
@@ -40,6 +41,9 @@ pub struct SwigluConfig {
     /// 16-byte chunks of each tensor per lane: a wave's strip is `lanes × 8 × chunks` columns, its
     /// loads all in flight at once.
     pub chunks: u32,
+    /// The row strides of the inputs (`gate`, `up`, `dy` of `F`; packed `x` of `2F`), read in place;
+    /// dense by default.
+    pub strides: RowStrides,
 }
 
 /// The environment variable that overrides the block shape for a measurement: `waves=N` (1 to 16)
@@ -54,6 +58,7 @@ impl SwigluConfig {
             lanes,
             waves: 4,
             chunks: 1,
+            strides: RowStrides::default(),
         }
     }
 
@@ -103,7 +108,9 @@ impl SwigluConfig {
         if self.waves == 0 || self.chunks == 0 {
             return bad("waves per block and chunks per lane must be positive".into());
         }
-        Ok(())
+        let f = self.f;
+        self.strides
+            .check_rows_of("swiglu", |t| if t == "x" { 2 * f } else { f })
     }
 }
 
@@ -119,6 +126,7 @@ struct Frame {
     rows: Expr,
     f: u32,
     packed: bool,
+    strides: RowStrides,
     row: Expr,
     col0: Expr,
     cols: u32,
@@ -143,6 +151,7 @@ impl Frame {
             rows,
             f: cfg.f,
             packed: cfg.packed,
+            strides: cfg.strides,
             row,
             col0,
             cols: cfg.strip(),
@@ -157,19 +166,23 @@ impl Frame {
         ]
     }
 
-    /// One `[rows, F]` tensor.
+    /// One `[rows, F]` tensor, in its row stride.
     fn single(&self, k: &mut KernelBuilder, name: &str, access: Access) -> GlobalId {
-        k.global(name, Bf16, &self.matrix(self.f), access)
+        self.strides.global(k, name, &self.rows, self.f, access)
     }
 
     /// Gate and up (`names`: the two tensors' names, then the packed tensor's). The packed tensor is
-    /// declared `[rows, 2, F]` (strides `2F, F, 1`: the same memory as `[rows, 2F]`), so that each half
-    /// is bounded on its own and a strip past column F reads zero, not the other half.
+    /// declared `[rows, 2, F]` (strides `S, F, 1`, `S` its row stride, `2F` dense: the same memory as
+    /// `[rows, 2F]`), so that each half is bounded on its own and a strip past column F reads zero, not
+    /// the other half.
     fn pair(&self, k: &mut KernelBuilder, names: [&str; 3], access: Access) -> Pair {
         if self.packed {
             let [row, col] = self.matrix(self.f);
+            let f = i64::from(self.f);
+            let s = self.strides.of(names[2], 2 * self.f as usize) as i64;
             let dims = [row, ("half", Expr::c(2)), col];
-            Pair::Packed(k.global(names[2], Bf16, &dims, access))
+            let st = vec![Expr::c(s), Expr::c(f), Expr::c(1)];
+            Pair::Packed(k.global_strided(names[2], Bf16, &dims, st, access))
         } else {
             Pair::Split(
                 self.single(k, names[0], access),

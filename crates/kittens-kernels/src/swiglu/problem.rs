@@ -14,6 +14,7 @@ use crate::problem::{
     STORE_BYTES,
 };
 use crate::reference::Tolerance;
+use crate::rows::RowStrides;
 use crate::KernelError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
@@ -30,8 +31,16 @@ pub struct SwigluProblem {
     pub rows: usize,
     pub dim: usize,
     pub packed: bool,
+    /// The row strides of the inputs ([`FWD_STRIDED`] or [`BWD_STRIDED`]; packed `x` a row of `2F`),
+    /// read in place; dense by default.
+    pub strides: RowStrides,
     pub run: RunSettings,
 }
+
+/// The forward's inputs that take a row stride (`{name}_row_stride`).
+pub const FWD_STRIDED: [&str; 3] = ["gate", "up", "x"];
+/// The backward's inputs that take a row stride (`{name}_row_stride`).
+pub const BWD_STRIDED: [&str; 4] = ["dy", "gate", "up", "x"];
 
 impl Default for SwigluProblem {
     /// The forward at odd sizes: 37 rows of 1000.
@@ -41,6 +50,7 @@ impl Default for SwigluProblem {
             rows: 37,
             dim: 1000,
             packed: false,
+            strides: RowStrides::default(),
             run: RunSettings::default(),
         }
     }
@@ -65,8 +75,28 @@ impl SwigluProblem {
             rows: a.size_or("rows", d.rows)?,
             dim: a.size_or("norm_dim", d.dim)?,
             packed: a.flag_or("packed", d.packed)?,
+            strides: RowStrides::from_args(a, if backward { &BWD_STRIDED } else { &FWD_STRIDED })?,
             run: RunSettings::from_args(a, &[])?,
         })
+    }
+
+    /// Input `t`'s row length: `2F` for the packed `x`, else `F`.
+    fn row_len(&self, t: &str) -> usize {
+        if t == "x" {
+            2 * self.dim
+        } else {
+            self.dim
+        }
+    }
+
+    /// The buffer of input `t`: its span in its row stride.
+    fn span(&self, t: &str) -> Result<usize, KernelError> {
+        self.strides.span(t, self.rows, self.row_len(t))
+    }
+
+    /// Input `t` gathered into dense rows.
+    fn dense(&self, t: &str, data: &[f32]) -> Vec<f32> {
+        self.strides.gather(t, data, self.rows, self.row_len(t))
     }
 
     fn name(&self) -> &'static str {
@@ -81,7 +111,10 @@ impl SwigluProblem {
 /// The configuration a run on `target` builds: the target's wave width (32 lanes on the CPU).
 pub fn config(p: &SwigluProblem, target: Target) -> SwigluConfig {
     let f = u32::try_from(p.dim).unwrap_or(u32::MAX);
-    SwigluConfig::new(f, p.packed, target.gpu().map_or(32, |g| g.wave_width))
+    SwigluConfig {
+        strides: p.strides,
+        ..SwigluConfig::new(f, p.packed, target.gpu().map_or(32, |g| g.wave_width))
+    }
 }
 
 /// [`config`] with what [`super::TUNE_VAR`] sets for a measurement; an error naming the variable where
@@ -105,15 +138,16 @@ impl KernelProblem for SwigluProblem {
     fn launch(&self) -> Result<Launch, KernelError> {
         let p = self;
         let m = elements("gate", &[p.rows, p.dim])?;
-        let pair = if p.packed {
-            vec![elements("x", &[p.rows, 2, p.dim])?]
+        let x = elements("x", &[p.rows, 2, p.dim])?;
+        let (pair_in, pair_out) = if p.packed {
+            (vec![p.span("x")?], vec![x])
         } else {
-            vec![m, m]
+            (vec![p.span("gate")?, p.span("up")?], vec![m, m])
         };
         let (inputs, outputs) = if self.backward {
-            ([vec![m], pair.clone()].concat(), pair)
+            ([vec![p.span("dy")?], pair_in].concat(), pair_out)
         } else {
-            (pair, vec![m])
+            (pair_in, vec![m])
         };
         Ok(Launch {
             params: vec![param("rows", p.rows)?],
@@ -160,9 +194,15 @@ impl KernelProblem for SwigluProblem {
         let p = self;
         let f = p.dim;
         let at = usize::from(self.backward);
-        let (gate, up) = split(&inputs[at..], f, p.packed);
+        let names: &[&str] = if p.packed { &["x"] } else { &["gate", "up"] };
+        let dense: Vec<Vec<f32>> = names
+            .iter()
+            .zip(&inputs[at..])
+            .map(|(t, data)| p.dense(t, data))
+            .collect();
+        let (gate, up) = split(&dense, f, p.packed);
         let values = if self.backward {
-            let (dg, du) = backward(&inputs[0], &gate, &up);
+            let (dg, du) = backward(&p.dense("dy", &inputs[0]), &gate, &up);
             pack(dg, du, f, p.packed)
         } else {
             forward(&gate, &up)
