@@ -74,7 +74,8 @@ pub(crate) fn check_rows(
 pub const DW_ROWS: u32 = 4;
 
 /// The environment variable that overrides [`RowLoop`] for a measurement: `blocks=N` and/or
-/// `waves_per_row=W`, comma-separated (e.g. `KITTENS_NORM_BWD=blocks=132,waves_per_row=8`).
+/// `waves_per_row=W` and/or `prefetch=0|1`, comma-separated (e.g.
+/// `KITTENS_NORM_BWD=blocks=132,prefetch=0`).
 pub const ROW_LOOP_VAR: &str = "KITTENS_NORM_BWD";
 
 /// How the first launch of a row-wise backward (`rmsnorm_bwd`, `layernorm_bwd`) walks its rows, as
@@ -88,6 +89,11 @@ pub struct RowLoop {
     pub blocks: u32,
     /// Waves sharing one row, where a measurement overrides [`waves_per_row`]'s choice.
     pub waves_per_row: Option<u32>,
+    /// Whether a block issues the loads of its next row before it works on the current one (held as
+    /// raw bf16 words until then), so that with one block per SM one row's DRAM round trip overlaps
+    /// the previous row's block barriers and arithmetic (the software pipelining of Apex's and
+    /// Liger-Kernel's row loops, one row ahead).
+    pub prefetch: bool,
 }
 
 impl RowLoop {
@@ -104,6 +110,7 @@ impl RowLoop {
         RowLoop {
             blocks: gpu.map_or(5, |g| g.compute_units * (16 / waves.max(1)).max(1)),
             waves_per_row: None,
+            prefetch: true,
         }
     }
 
@@ -121,8 +128,8 @@ impl RowLoop {
         let mut lp = Self::for_target(target, waves);
         let bad = || {
             KernelError::Config(format!(
-                "{ROW_LOOP_VAR} = {v:?}: expected blocks=N (N > 0) and/or waves_per_row=W (1, 2, 4, \
-                 8, 16 or 32), comma-separated"
+                "{ROW_LOOP_VAR} = {v:?}: expected blocks=N (N > 0), waves_per_row=W (1, 2, 4, 8, 16 \
+                 or 32) and/or prefetch=P (0 or 1), comma-separated"
             ))
         };
         for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -133,6 +140,7 @@ impl RowLoop {
                 "waves_per_row" if matches!(n, 1 | 2 | 4 | 8 | 16 | 32) => {
                     lp.waves_per_row = Some(n)
                 }
+                "prefetch" if n <= 1 => lp.prefetch = n == 1,
                 _ => return Err(bad()),
             }
         }

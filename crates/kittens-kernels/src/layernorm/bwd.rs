@@ -105,8 +105,22 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     let h = per_chunk(&mut k, "x_hat");
     let acc_w = per_chunk(&mut k, "dw");
     let acc_b = per_chunk(&mut k, "db");
+    // A one-chunk share with `lp.prefetch`: the next row's x, residual, dy and dh are loaded into raw
+    // bf16 words while this row is worked on; dy and dh stay bf16 (read as f32 where used).
+    let hold = nc == 1;
+    let ahead = hold && lp.prefetch;
+    let raw =
+        |k: &mut KernelBuilder, n: &str| k.tile(n, Bf16, 1, cw, Layout::Row, BaseShape::STRIP);
     // One chunk at a time.
-    let [g, r, dyt, dht, keep] = ["g", "r", "dy", "dh", "keep"].map(|n| strip(&mut k, n));
+    let [g, r, keep] = ["g", "r", "keep"].map(|n| strip(&mut k, n));
+    let [dyt, dht] = ["dy", "dh"].map(|n| {
+        if ahead {
+            raw(&mut k, n)
+        } else {
+            strip(&mut k, n)
+        }
+    });
+    let next = ahead.then(|| ["next_x", "next_r", "next_dy", "next_dh"].map(|n| raw(&mut k, n)));
     let wv = k.col_vec("weight", g, Bf16);
     let [mean, inv, c1, c2, part] =
         ["mean", "rstd", "mean_g", "mean_gx", "part"].map(|n| k.row_vec(n, g, F32));
@@ -136,13 +150,31 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
         k.zero(acc_w[c]);
         k.zero(acc_b[c]);
     }
+    // The inputs of a row in one run of loads (all in flight at once), `into` x, residual, dy, dh.
+    let load_row = |k: &mut KernelBuilder, into: [RegId; 4], row: &Expr| {
+        for (t, src) in into.into_iter().zip([x, res, dy, dh_out]) {
+            k.load_global(t, view(k, src, row, 0));
+        }
+    };
+    if let Some(next) = next {
+        // The weight is every row's: loaded once.
+        let row0 = lp.row(&k, &rows, rpb, &Expr::c(0), &f.local);
+        load_row(&mut k, next, &row0);
+        k.load_global(wv, view(&k, w, &row0, 0));
+    }
     k.for_range("step", 0, lp.steps(&rows, rpb), |k, s| {
         // Rows past the end read zero: dy = 0 there, so they add nothing to the partials.
         let row = lp.row(k, &rows, rpb, &s, &f.local);
         // h = residual + keep·x, the forward's sum. A one-chunk share loads every input in one run
-        // (all in flight at once); a longer one x and residual, chunk by chunk.
-        let hold = nc == 1;
-        if hold {
+        // (all in flight at once), or has it from the previous step; a longer one x and residual,
+        // chunk by chunk.
+        if let Some(next) = next {
+            for (t, n) in [h[0], r, dyt, dht].into_iter().zip(next) {
+                k.copy(t, n);
+            }
+            let after = lp.row(k, &rows, rpb, &(s.clone() + 1), &f.local);
+            load_row(k, next, &after);
+        } else if hold {
             k.load_global(h[0], view(k, x, &row, 0));
             k.load_global(r, view(k, res, &row, 0));
             k.load_global(dyt, view(k, dy, &row, 0));
