@@ -105,22 +105,29 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     let h = per_chunk(&mut k, "x_hat");
     let acc_w = per_chunk(&mut k, "dw");
     let acc_b = per_chunk(&mut k, "db");
-    // A one-chunk share with `lp.prefetch`: the next row's x, residual, dy and dh are loaded into raw
-    // bf16 words while this row is worked on; dy and dh stay bf16 (read as f32 where used).
+    // A one-chunk share with `lp.prefetch` (`RowLoop::ahead`): x and residual (level 1) or every
+    // input (level 2) of the next row are loaded into raw bf16 words while this row is worked on;
+    // dy and dh stay bf16 (read as f32 where used).
     let hold = nc == 1;
-    let ahead = hold && lp.prefetch;
+    let ahead = lp.ahead(cfg.slice(), cfg.lanes) as usize;
     let raw =
         |k: &mut KernelBuilder, n: &str| k.tile(n, Bf16, 1, cw, Layout::Row, BaseShape::STRIP);
     // One chunk at a time.
     let [g, r, keep] = ["g", "r", "keep"].map(|n| strip(&mut k, n));
     let [dyt, dht] = ["dy", "dh"].map(|n| {
-        if ahead {
+        if ahead > 0 {
             raw(&mut k, n)
         } else {
             strip(&mut k, n)
         }
     });
-    let next = ahead.then(|| ["next_x", "next_r", "next_dy", "next_dh"].map(|n| raw(&mut k, n)));
+    // (destination this step, source tensor) of each input; the first `n_ahead` through `next`.
+    let inputs = [(h[0], x), (r, res), (dyt, dy), (dht, dh_out)];
+    let n_ahead = [0, 2, 4][ahead.min(2)];
+    let next: Vec<RegId> = ["next_x", "next_r", "next_dy", "next_dh"][..n_ahead]
+        .iter()
+        .map(|n| raw(&mut k, n))
+        .collect();
     let wv = k.col_vec("weight", g, Bf16);
     let [mean, inv, c1, c2, part] =
         ["mean", "rstd", "mean_g", "mean_gx", "part"].map(|n| k.row_vec(n, g, F32));
@@ -150,30 +157,34 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
         k.zero(acc_w[c]);
         k.zero(acc_b[c]);
     }
-    // The inputs of a row in one run of loads (all in flight at once), `into` x, residual, dy, dh.
-    let load_row = |k: &mut KernelBuilder, into: [RegId; 4], row: &Expr| {
-        for (t, src) in into.into_iter().zip([x, res, dy, dh_out]) {
-            k.load_global(t, view(k, src, row, 0));
-        }
+    let load = |k: &mut KernelBuilder, t: RegId, src: GlobalId, row: &Expr| {
+        k.load_global(t, view(k, src, row, 0));
     };
-    if let Some(next) = next {
+    if n_ahead > 0 {
         // The weight is every row's: loaded once.
         let row0 = lp.row(&k, &rows, rpb, &Expr::c(0), &f.local);
-        load_row(&mut k, next, &row0);
-        k.load_global(wv, view(&k, w, &row0, 0));
+        for (&t, &(_, src)) in next.iter().zip(&inputs) {
+            load(&mut k, t, src, &row0);
+        }
+        load(&mut k, wv, w, &row0);
     }
     k.for_range("step", 0, lp.steps(&rows, rpb), |k, s| {
         // Rows past the end read zero: dy = 0 there, so they add nothing to the partials.
         let row = lp.row(k, &rows, rpb, &s, &f.local);
         // h = residual + keep·x, the forward's sum. A one-chunk share loads every input in one run
-        // (all in flight at once), or has it from the previous step; a longer one x and residual,
+        // (all in flight at once), or has some from the previous step; a longer one x and residual,
         // chunk by chunk.
-        if let Some(next) = next {
-            for (t, n) in [h[0], r, dyt, dht].into_iter().zip(next) {
+        if n_ahead > 0 {
+            for (&n, &(t, _)) in next.iter().zip(&inputs) {
                 k.copy(t, n);
             }
+            for &(t, src) in &inputs[n_ahead..] {
+                load(k, t, src, &row);
+            }
             let after = lp.row(k, &rows, rpb, &(s.clone() + 1), &f.local);
-            load_row(k, next, &after);
+            for (&t, &(_, src)) in next.iter().zip(&inputs) {
+                load(k, t, src, &after);
+            }
         } else if hold {
             k.load_global(h[0], view(k, x, &row, 0));
             k.load_global(r, view(k, res, &row, 0));
