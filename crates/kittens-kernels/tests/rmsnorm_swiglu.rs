@@ -70,7 +70,12 @@ fn rmsnorm_with_two_rows_per_block() {
 }
 
 /// The backward's two launches at configuration `cfg` and row loop `lp`, for `rows` rows.
-fn bwd_stages(cfg: &RmsNormConfig, lp: &rmsnorm::RowLoop, p: &NamedArgs, rows: usize) -> Vec<Stage> {
+fn bwd_stages(
+    cfg: &RmsNormConfig,
+    lp: &rmsnorm::RowLoop,
+    p: &NamedArgs,
+    rows: usize,
+) -> Vec<Stage> {
     let l = by_name("rmsnorm_bwd")
         .unwrap()
         .problem(p)

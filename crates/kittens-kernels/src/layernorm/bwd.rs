@@ -206,6 +206,8 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             sum_chunks(k, mean, c, hc);
         }
         // x̂ = (h − mean) · rstd; columns past D (the strip rounded up) must not count once centred.
+        // Σ (h − mean)², mean(g) and mean(g · (h − mean)) meet at one barrier (g = dy · w): mean(g · x̂)
+        // is rstd · mean(g · (h − mean)), so the variance needs no barrier of its own.
         f.total(k, mean, 0);
         k.mul(mean, mean, inv_d);
         for c in 0..nc {
@@ -220,39 +222,36 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             );
             k.mul(r, hc, hc);
             sum_chunks(k, inv, c, r);
+            if !hold {
+                k.load_global(dyt, view(k, dy, &row, c));
+                k.load_global(wv, view(k, w, &row, c));
+            }
+            k.mul_col(g, dyt, wv);
+            sum_chunks(k, c1, c, g);
+            k.mul(r, g, hc);
+            sum_chunks(k, c2, c, r);
         }
-        f.total(k, inv, 1);
+        f.totals(k, &[(inv, 1), (c1, 2), (c2, 3)]);
         k.mul(inv, inv, inv_d);
         k.add(inv, inv, cfg.eps);
         k.rsqrt(inv, inv);
-        // The partials of dbias and dweight; g = dy · w, mean(g) and mean(g · x̂).
+        k.mul(c1, c1, inv_d);
+        k.mul(c2, c2, inv_d);
+        k.mul(c2, c2, inv);
+        // The partials of dbias and dweight; dh = rstd · (g − mean(g) − x̂ · mean(g·x̂)) + dh_out;
+        // dresidual = dh, dx = keep · dh.
         for c in 0..nc {
             let (hc, ci) = (h[c as usize], c as usize);
             k.mul_row(hc, hc, inv);
             if !hold {
                 k.load_global(dyt, view(k, dy, &row, c));
                 k.load_global(wv, view(k, w, &row, c));
+                k.load_global(dht, view(k, dh_out, &row, c));
+                k.mul_col(g, dyt, wv);
             }
             k.add(acc_b[ci], acc_b[ci], dyt);
             k.mul(r, dyt, hc);
             k.add(acc_w[ci], acc_w[ci], r);
-            k.mul_col(g, dyt, wv);
-            sum_chunks(k, c1, c, g);
-            k.mul(r, g, hc);
-            sum_chunks(k, c2, c, r);
-        }
-        f.totals(k, &[(c1, 2), (c2, 3)]);
-        k.mul(c1, c1, inv_d);
-        k.mul(c2, c2, inv_d);
-        // dh = rstd · (g − mean(g) − x̂ · mean(g·x̂)) + dh_out; dresidual = dh, dx = keep · dh.
-        for c in 0..nc {
-            let hc = h[c as usize];
-            if !hold {
-                k.load_global(dyt, view(k, dy, &row, c));
-                k.load_global(wv, view(k, w, &row, c));
-                k.load_global(dht, view(k, dh_out, &row, c));
-                k.mul_col(g, dyt, wv);
-            }
             k.sub_row(g, g, c1);
             k.mul_row(hc, hc, c2);
             k.sub(g, g, hc);
