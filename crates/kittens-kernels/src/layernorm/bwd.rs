@@ -106,10 +106,13 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     let acc_w = per_chunk(&mut k, "dw");
     let acc_b = per_chunk(&mut k, "db");
     // A one-chunk share with `lp.prefetch` (`RowLoop::ahead`): x and residual (level 1) or every
-    // input (level 2) of the next row are loaded into raw bf16 words while this row is worked on;
+    // input (level 2, without dropout) of the next row are loaded into raw bf16 words while this row is worked on;
     // dy and dh stay bf16 (read as f32 where used).
     let hold = nc == 1;
-    let ahead = lp.ahead(cfg.slice(), cfg.lanes) as usize;
+    // With dropout at most level 1: the mask's Philox state leaves no room for every input of the next
+    // row (level 2 spills at D = 3080, p = 0.1 on sm_90a).
+    let cap = if cfg.p > 0.0 { 1 } else { 2 };
+    let ahead = lp.ahead(cfg.slice(), cfg.lanes).min(cap) as usize;
     let raw =
         |k: &mut KernelBuilder, n: &str| k.tile(n, Bf16, 1, cw, Layout::Row, BaseShape::STRIP);
     // One chunk at a time.
@@ -123,7 +126,7 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     });
     // (destination this step, source tensor) of each input; the first `n_ahead` through `next`.
     let inputs = [(h[0], x), (r, res), (dyt, dy), (dht, dh_out)];
-    let n_ahead = [0, 2, 4][ahead.min(2)];
+    let n_ahead = [0, 2, 4][ahead];
     let next: Vec<RegId> = ["next_x", "next_r", "next_dy", "next_dh"][..n_ahead]
         .iter()
         .map(|n| raw(&mut k, n))
