@@ -5,11 +5,12 @@
 # and torch.compile (layernorm --backward, rmsnorm, swiglu) and where the fused loss's time goes per chunk
 # size (lce --lce-chunks). Run from the repository root after `cargo build --release -p kittens-cli` and
 # `pip install ./python`; about 8 minutes. OUT=dir picks the folder (log.txt plus JSON).
-#   PARTS="sweep ln rms lce tests" (default: all)
+#   PARTS="sweep ncu swiglu ln rms lce tests" (default: all); NORM_VARIANTS overrides the KITTENS_NORM_BWD
+#   settings of the sweep ("default": unset).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-bench/results/bw-$(date -u +%Y%m%d-%H%M)}"
-PARTS="${PARTS:-sweep ln rms lce tests}"
+PARTS="${PARTS:-sweep ncu swiglu ln rms lce tests}"
 K="${KITTENS:-target/release/kittens}"
 mkdir -p "$OUT"
 LOG="$OUT/log.txt"
@@ -28,9 +29,11 @@ if has sweep; then
   # Each line: the variant, then the launches (blocks, threads, registers, spills) and the timed call
   # (median ms, and the same bytes copied). Bytes a backward must move: layernorm 6·rows·D·2,
   # rmsnorm (residual) 4·rows·D·2.
-  for v in "" blocks=66 blocks=264 waves_per_row=8 waves_per_row=8,blocks=264; do
-    for args in "layernorm_bwd --rows 4133 --hidden 4096 --p 0.1" "layernorm_bwd --rows 4133 --hidden 4096 --p 0" \
-                "rmsnorm_bwd --rows 8192 --hidden 4096"; do
+  for v in ${NORM_VARIANTS:-prefetch=0 default blocks=264 blocks=66}; do
+    [ "$v" = default ] && v=""
+    for args in "layernorm_bwd --rows 4133 --hidden 4096 --p 0.1" "layernorm_bwd --rows 8192 --hidden 4096 --p 0" \
+                "layernorm_bwd --rows 16384 --hidden 3080 --p 0" "rmsnorm_bwd --rows 8192 --hidden 4096" \
+                "rmsnorm_bwd --rows 16384 --hidden 3080"; do
       echo "== KITTENS_NORM_BWD=$v $args" | tee -a "$LOG"
       KITTENS_NORM_BWD="$v" timeout 120 "$K" run $args --backend cuda --time 30 2>&1 \
         | grep -E "^(launch|timed|passed)|rror" | tee -a "$LOG"
@@ -44,7 +47,18 @@ if has sweep; then
     timeout 120 "$K" run $args --backend cuda --time 30 2>&1 | grep -E "^(launch|timed|passed|check)|rror" | tee -a "$LOG"
   done
 fi
-if has sweep; then
+if has ncu; then
+  # Where the time goes (hardware counters; clocks left alone): throughput, occupancy, stall reasons.
+  for args in "layernorm_bwd --rows 4133 --hidden 4096 --p 0.1" "rmsnorm_bwd --rows 8192 --hidden 4096"; do
+    for v in prefetch=0 prefetch=1; do
+      echo "== ncu KITTENS_NORM_BWD=$v $args" | tee -a "$LOG"
+      KITTENS_NORM_BWD="$v" timeout 180 ncu --clock-control none -k regex:_bwd_d --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+        "$K" run $args --backend cuda 2>&1 | grep -vE "^==PROF==|^  *-+ *$" | tee -a "$LOG" | tail -n 60
+    done
+  done
+fi
+if has swiglu; then
   # SwiGLU forward and backward (packed, Llama-3-8B's F) at other block shapes (KITTENS_SWIGLU). Bytes:
   # forward 3·rows·F·2, backward 5·rows·F·2.
   for v in "" chunks=2 chunks=4 waves=8 waves=8,chunks=2 waves=2,chunks=4; do

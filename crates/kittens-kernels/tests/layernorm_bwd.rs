@@ -36,17 +36,23 @@ fn layernorm_backward_at_odd_shapes() {
 }
 
 /// Grids of 1, 2, 7 and 64 blocks over 45 rows (every block visiting 45 rows down to one, the last
-/// round partial), 32 lanes with one and two chunks per wave (the latter without dropout, as sm_90a
+/// round partial; at every prefetch level, level 2 only without dropout), 32 lanes with one and two chunks per wave (the latter without dropout, as sm_90a
 /// takes it), 64 lanes with two rows per block.
 #[test]
 fn layernorm_backward_with_any_grid() {
-    for (dim, lanes, p) in [(1000u32, 32u32, 0.1), (5128, 32, 0.0), (768, 64, 0.1)] {
+    for (dim, lanes, p) in [
+        (1000u32, 32u32, 0.1),
+        (1000, 32, 0.0),
+        (5128, 32, 0.0),
+        (768, 64, 0.1),
+    ] {
         let cfg = LayerNormConfig::new(dim, p, lanes);
         assert_eq!(bwd::chunks(&cfg), 1 + u32::from(dim > 4096), "{dim}");
-        for blocks in [1, 2, 7, 64] {
+        for (blocks, prefetch) in [(1, 1), (2, 0), (2, 1), (2, 2), (7, 1), (64, 2)] {
             let lp = RowLoop {
                 blocks,
                 waves_per_row: None,
+                prefetch,
             };
             let p = with_p(45, dim as usize, p);
             check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));

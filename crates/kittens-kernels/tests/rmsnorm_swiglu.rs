@@ -63,32 +63,63 @@ fn rmsnorm_with_two_rows_per_block() {
                 .unwrap(),
         }];
         check_with("rmsnorm", &p, Some(fwd));
-        let l = by_name("rmsnorm_bwd")
-            .unwrap()
-            .problem(&p)
-            .unwrap()
-            .launch()
-            .unwrap();
         let lp = rmsnorm::RowLoop::for_target(kittens_hw::Target::Cpu, cfg.waves);
-        let scratch = lp.parts_at(45, cfg.rows_per_block()).unwrap() * dim as usize;
-        let bwd = vec![
-            Stage {
-                kernel: rmsnorm::build_bwd(&cfg, &lp).unwrap(),
-                launch: kittens_kernels::problem::Launch {
-                    outputs: vec![l.outputs[0], scratch],
-                    ..l.clone()
-                },
-            },
-            Stage {
-                kernel: rmsnorm::build_dweight(&cfg, &lp).unwrap(),
-                launch: kittens_kernels::problem::Launch {
-                    params: l.params.clone(),
-                    inputs: vec![scratch],
-                    outputs: vec![dim as usize],
-                },
-            },
-        ];
+        let bwd = bwd_stages(&cfg, &lp, &p, 45);
         check_with("rmsnorm_bwd", &p, Some(bwd));
+    }
+}
+
+/// The backward's two launches at configuration `cfg` and row loop `lp`, for `rows` rows.
+fn bwd_stages(
+    cfg: &RmsNormConfig,
+    lp: &rmsnorm::RowLoop,
+    p: &NamedArgs,
+    rows: usize,
+) -> Vec<Stage> {
+    let l = by_name("rmsnorm_bwd")
+        .unwrap()
+        .problem(p)
+        .unwrap()
+        .launch()
+        .unwrap();
+    let scratch = lp.parts_at(rows, cfg.rows_per_block()).unwrap() * cfg.dim as usize;
+    vec![
+        Stage {
+            kernel: rmsnorm::build_bwd(cfg, lp).unwrap(),
+            launch: kittens_kernels::problem::Launch {
+                outputs: vec![l.outputs[0], scratch],
+                ..l.clone()
+            },
+        },
+        Stage {
+            kernel: rmsnorm::build_dweight(cfg, lp).unwrap(),
+            launch: kittens_kernels::problem::Launch {
+                params: l.params.clone(),
+                inputs: vec![scratch],
+                outputs: vec![cfg.dim as usize],
+            },
+        },
+    ]
+}
+
+/// Every prefetch level (`RowLoop::prefetch`: inputs loaded a row ahead) over grids of 1 and 7
+/// blocks, 45 rows, with and without the residual's gradient; one chunk per lane (D = 1000 on 32
+/// lanes: four waves of 256 columns) and a longer share (D = 5128: levels fall back to 0).
+#[test]
+fn rmsnorm_backward_at_every_prefetch_level() {
+    for dim in [1000u32, 5128] {
+        for residual in [true, false] {
+            let cfg = RmsNormConfig::new(dim, residual, 32);
+            let p = problem(45, dim as usize).with("residual", residual);
+            for (blocks, prefetch) in [(1, 2), (7, 0), (7, 1), (7, 2)] {
+                let lp = rmsnorm::RowLoop {
+                    blocks,
+                    waves_per_row: None,
+                    prefetch,
+                };
+                check_with("rmsnorm_bwd", &p, Some(bwd_stages(&cfg, &lp, &p, 45)));
+            }
+        }
     }
 }
 

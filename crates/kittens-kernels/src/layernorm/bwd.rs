@@ -103,8 +103,32 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     let h = per_chunk(&mut k, "x_hat");
     let acc_w = per_chunk(&mut k, "dw");
     let acc_b = per_chunk(&mut k, "db");
+    // A one-chunk share with `lp.prefetch` (`RowLoop::ahead`): x and residual (level 1) or every
+    // input (level 2, without dropout) of the next row are loaded into raw bf16 words while this row is worked on;
+    // dy and dh stay bf16 (read as f32 where used).
+    let hold = nc == 1;
+    // With dropout at most level 1: the mask's Philox state leaves no room for every input of the next
+    // row (level 2 spills at D = 3080, p = 0.1 on sm_90a).
+    let cap = if cfg.p > 0.0 { 1 } else { 2 };
+    let ahead = lp.ahead(cfg.slice(), cfg.lanes).min(cap) as usize;
+    let raw =
+        |k: &mut KernelBuilder, n: &str| k.tile(n, Bf16, 1, cw, Layout::Row, BaseShape::STRIP);
     // One chunk at a time.
-    let [g, r, dyt, dht, keep] = ["g", "r", "dy", "dh", "keep"].map(|n| strip(&mut k, n));
+    let [g, r, keep] = ["g", "r", "keep"].map(|n| strip(&mut k, n));
+    let [dyt, dht] = ["dy", "dh"].map(|n| {
+        if ahead > 0 {
+            raw(&mut k, n)
+        } else {
+            strip(&mut k, n)
+        }
+    });
+    // (destination this step, source tensor) of each input; the first `n_ahead` through `next`.
+    let inputs = [(h[0], x), (r, res), (dyt, dy), (dht, dh_out)];
+    let n_ahead = [0, 2, 4][ahead];
+    let next: Vec<RegId> = ["next_x", "next_r", "next_dy", "next_dh"][..n_ahead]
+        .iter()
+        .map(|n| raw(&mut k, n))
+        .collect();
     let wv = k.col_vec("weight", g, Bf16);
     let [mean, inv, c1, c2, part] =
         ["mean", "rstd", "mean_g", "mean_gx", "part"].map(|n| k.row_vec(n, g, F32));
@@ -134,13 +158,35 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
         k.zero(acc_w[c]);
         k.zero(acc_b[c]);
     }
+    let load = |k: &mut KernelBuilder, t: RegId, src: GlobalId, row: &Expr| {
+        k.load_global(t, view(k, src, row, 0));
+    };
+    if n_ahead > 0 {
+        // The weight is every row's: loaded once.
+        let row0 = lp.row(&k, &rows, rpb, &Expr::c(0), &f.local);
+        for (&t, &(_, src)) in next.iter().zip(&inputs) {
+            load(&mut k, t, src, &row0);
+        }
+        load(&mut k, wv, w, &row0);
+    }
     k.for_range("step", 0, lp.steps(&rows, rpb), |k, s| {
         // Rows past the end read zero: dy = 0 there, so they add nothing to the partials.
         let row = lp.row(k, &rows, rpb, &s, &f.local);
         // h = residual + keep·x, the forward's sum. A one-chunk share loads every input in one run
-        // (all in flight at once); a longer one x and residual, chunk by chunk.
-        let hold = nc == 1;
-        if hold {
+        // (all in flight at once), or has some from the previous step; a longer one x and residual,
+        // chunk by chunk.
+        if n_ahead > 0 {
+            for (&n, &(t, _)) in next.iter().zip(&inputs) {
+                k.copy(t, n);
+            }
+            for &(t, src) in &inputs[n_ahead..] {
+                load(k, t, src, &row);
+            }
+            let after = lp.row(k, &rows, rpb, &(s.clone() + 1), &f.local);
+            for (&t, &(_, src)) in next.iter().zip(&inputs) {
+                load(k, t, src, &after);
+            }
+        } else if hold {
             k.load_global(h[0], view(k, x, &row, 0));
             k.load_global(r, view(k, res, &row, 0));
             k.load_global(dyt, view(k, dy, &row, 0));
@@ -161,6 +207,8 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             sum_chunks(k, mean, c, hc);
         }
         // x̂ = (h − mean) · rstd; columns past D (the strip rounded up) must not count once centred.
+        // Σ (h − mean)², mean(g) and mean(g · (h − mean)) meet at one barrier (g = dy · w): mean(g · x̂)
+        // is rstd · mean(g · (h − mean)), so the variance needs no barrier of its own.
         f.total(k, mean, 0);
         k.mul(mean, mean, inv_d);
         for c in 0..nc {
@@ -175,39 +223,36 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             );
             k.mul(r, hc, hc);
             sum_chunks(k, inv, c, r);
+            if !hold {
+                k.load_global(dyt, view(k, dy, &row, c));
+                k.load_global(wv, view(k, w, &row, c));
+            }
+            k.mul_col(g, dyt, wv);
+            sum_chunks(k, c1, c, g);
+            k.mul(r, g, hc);
+            sum_chunks(k, c2, c, r);
         }
-        f.total(k, inv, 1);
+        f.totals(k, &[(inv, 1), (c1, 2), (c2, 3)]);
         k.mul(inv, inv, inv_d);
         k.add(inv, inv, cfg.eps);
         k.rsqrt(inv, inv);
-        // The partials of dbias and dweight; g = dy · w, mean(g) and mean(g · x̂).
+        k.mul(c1, c1, inv_d);
+        k.mul(c2, c2, inv_d);
+        k.mul(c2, c2, inv);
+        // The partials of dbias and dweight; dh = rstd · (g − mean(g) − x̂ · mean(g·x̂)) + dh_out;
+        // dresidual = dh, dx = keep · dh.
         for c in 0..nc {
             let (hc, ci) = (h[c as usize], c as usize);
             k.mul_row(hc, hc, inv);
             if !hold {
                 k.load_global(dyt, view(k, dy, &row, c));
                 k.load_global(wv, view(k, w, &row, c));
+                k.load_global(dht, view(k, dh_out, &row, c));
+                k.mul_col(g, dyt, wv);
             }
             k.add(acc_b[ci], acc_b[ci], dyt);
             k.mul(r, dyt, hc);
             k.add(acc_w[ci], acc_w[ci], r);
-            k.mul_col(g, dyt, wv);
-            sum_chunks(k, c1, c, g);
-            k.mul(r, g, hc);
-            sum_chunks(k, c2, c, r);
-        }
-        f.totals(k, &[(c1, 2), (c2, 3)]);
-        k.mul(c1, c1, inv_d);
-        k.mul(c2, c2, inv_d);
-        // dh = rstd · (g − mean(g) − x̂ · mean(g·x̂)) + dh_out; dresidual = dh, dx = keep · dh.
-        for c in 0..nc {
-            let hc = h[c as usize];
-            if !hold {
-                k.load_global(dyt, view(k, dy, &row, c));
-                k.load_global(wv, view(k, w, &row, c));
-                k.load_global(dht, view(k, dh_out, &row, c));
-                k.mul_col(g, dyt, wv);
-            }
             k.sub_row(g, g, c1);
             k.mul_row(hc, hc, c2);
             k.sub(g, g, hc);

@@ -216,20 +216,64 @@ pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelErro
     let f = cfg.frame(&mut k, 2);
 
     let [h, g, t, acc] = ["r_hat", "g", "t", "dw"].map(|n| strip(&mut k, n, cfg));
-    let d_out = cfg.residual.then(|| strip(&mut k, "dr_out", cfg));
+    let raw = |k: &mut KernelBuilder, n: &str| {
+        k.tile(n, Bf16, 1, cfg.slice(), Layout::Row, BaseShape::STRIP)
+    };
+    // With `lp.prefetch` (`RowLoop::ahead`): r (level 1) or every input (level 2) of the next row
+    // loaded into raw bf16 words while this row is worked on; dresidual_out stays bf16 (read as f32
+    // where used).
+    let ahead = lp.ahead(cfg.slice(), cfg.lanes);
+    let d_out = cfg.residual.then(|| {
+        if ahead > 0 {
+            raw(&mut k, "dr_out")
+        } else {
+            strip(&mut k, "dr_out", cfg)
+        }
+    });
+    // (destination this step, source tensor) of each input; the first `n_ahead` through `next`.
+    let mut inputs = vec![(h, r), (g, dy)];
+    if let (Some(t), Some(src)) = (d_out, dres) {
+        inputs.push((t, src));
+    }
+    let n_ahead = match ahead {
+        0 => 0,
+        1 => 1,
+        _ => inputs.len(),
+    };
+    let next: Vec<RegId> = ["next_r", "next_dy", "next_dr_out"][..n_ahead]
+        .iter()
+        .map(|n| raw(&mut k, n))
+        .collect();
     let wv = k.col_vec("weight", h, Bf16);
     let inv = k.row_vec("rstd", h, F32);
     let dot = k.row_vec("dot", h, F32);
     k.zero(acc);
+    if n_ahead > 0 {
+        // The weight is every row's: loaded once.
+        let row0 = lp.row(&k, &rows, rpb, &Expr::c(0), &f.local);
+        for (&t, &(_, src)) in next.iter().zip(&inputs) {
+            k.load_global(t, f.view(&k, src, &row0));
+        }
+        k.load_global(wv, f.view(&k, w, &row0));
+    }
     k.for_range("step", 0, lp.steps(&rows, rpb), |k, s| {
         // Rows past the end read zero: r̂ = 0 and dy = 0 there, so they add nothing to `dw`.
         let row = lp.row(k, &rows, rpb, &s, &f.local);
-        // Every input of the row in one run of loads (all in flight at once).
-        k.load_global(h, f.view(k, r, &row));
-        k.load_global(g, f.view(k, dy, &row));
-        k.load_global(wv, f.view(k, w, &row));
-        if let (Some(src), Some(d_out)) = (dres, d_out) {
-            k.load_global(d_out, f.view(k, src, &row));
+        // Every input of the row in one run of loads (all in flight at once), or some of them from
+        // the previous step.
+        for (&n, &(t, _)) in next.iter().zip(&inputs) {
+            k.copy(t, n);
+        }
+        for &(t, src) in &inputs[n_ahead..] {
+            k.load_global(t, f.view(k, src, &row));
+        }
+        if n_ahead > 0 {
+            let after = lp.row(k, &rows, rpb, &(s.clone() + 1), &f.local);
+            for (&t, &(_, src)) in next.iter().zip(&inputs) {
+                k.load_global(t, f.view(k, src, &after));
+            }
+        } else {
+            k.load_global(wv, f.view(k, w, &row));
         }
         k.mul(t, h, h);
         rstd(&f, k, inv, t, cfg);
