@@ -233,6 +233,7 @@ fn attn_shape(sh: &BwdShape, causal: Causal, opts: &AttnOptions) -> AttnArgs {
         bottom_right: causal == Causal::BottomRight,
         logits: opts.logits,
         window: opts.window,
+        alibi: opts.alibi.is_some(),
     }
 }
 
@@ -295,9 +296,10 @@ pub fn attention_lse_with(
 ) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
     check_head_dim(sh.dim, "attn_fwd")?;
     let p = attn_problem(sh, causal, lse, opts);
-    p.attn_options().check()?;
+    opts.check()?;
     let launch = p.launch()?;
-    let inputs = [("Q", q), ("K", k), ("V", v)];
+    let mut inputs = vec![("Q", q), ("K", k), ("V", v)];
+    inputs.extend(opts.alibi.as_deref().map(|s| ("alibi_slopes", s)));
     check_lens(&launch, &inputs)?;
     let lens = launch.outputs.clone();
     if launch.output_len() == 0 {
@@ -335,9 +337,11 @@ pub fn attention_strided(
         attn_strides: Some(*st),
         ..attn_problem(sh, causal, lse, opts)
     };
-    p.attn_options().check()?;
+    opts.check()?;
     let launch = p.launch()?;
-    check_lens(&launch, &[("Q", q), ("K", k), ("V", v)])?;
+    let mut inputs = vec![("Q", q), ("K", k), ("V", v)];
+    inputs.extend(opts.alibi.as_deref().map(|s| ("alibi_slopes", s)));
+    check_lens(&launch, &inputs)?;
     let o_len = launch.outputs[0];
     if sh.batch * sh.heads * sh.seq_q * sh.dim == 0 {
         return Ok((vec![0.0; o_len], lse.then(Vec::new)));
@@ -349,7 +353,7 @@ pub fn attention_strided(
         )));
     }
     within_budget(&p)?;
-    let mut all = run_on(&p, launch, &[("Q", q), ("K", k), ("V", v)])?;
+    let mut all = run_on(&p, launch, &inputs)?;
     let rest = all.split_off(o_len.min(all.len()));
     Ok((all, lse.then_some(rest)))
 }
@@ -469,7 +473,7 @@ pub fn attention_bwd_dlse(
         dlse: dlse.is_some(),
         ..BwdProblem::with(attn_shape(sh, causal, opts))
     };
-    p.attn_options().check()?;
+    opts.check()?;
     let launch = p.launch()?;
     let mut inputs = vec![
         ("Q", q),
@@ -480,6 +484,7 @@ pub fn attention_bwd_dlse(
         ("lse", lse),
     ];
     inputs.extend(dlse.map(|d| ("dlse", d)));
+    inputs.extend(opts.alibi.as_deref().map(|s| ("alibi_slopes", s)));
     check_lens(&launch, &inputs)?;
     let lens = launch.outputs.clone();
     let all = if launch.output_len() == 0 {

@@ -388,7 +388,11 @@ fn attn_options(
         .map(|(l, r)| Window::new(l, r))
         .transpose()
         .map_err(value)?;
-    Ok(AttnOptions { logits, window })
+    Ok(AttnOptions {
+        logits,
+        window,
+        alibi: None,
+    })
 }
 
 /// The attention backward on the CPU interpreter: `arrays` are f32 q, k, v, o, do, lse in dense

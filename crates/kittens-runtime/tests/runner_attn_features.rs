@@ -319,14 +319,17 @@ fn kernels_use_the_options() {
         AttnOptions {
             logits: scale(0.05),
             window: None,
+            alibi: None,
         },
         AttnOptions {
             logits: softcap(1.0),
             window: None,
+            alibi: None,
         },
         AttnOptions {
             logits: Logits::default(),
             window: Some(Window::new(20, 5).unwrap()),
+            alibi: None,
         },
     ];
     for o in opts {

@@ -35,6 +35,7 @@
 //! dK and dQ get their scale on the f32 accumulators before the bf16 store.
 
 use super::{BwdConfig, BwdTurns, Causal};
+use crate::attn_score::Alibi;
 use crate::attn_strides::tensor_strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
@@ -110,6 +111,44 @@ struct Io {
     /// The log-sum-exp's gradient (the query blocks with [`BwdConfig::dlse`]).
     dlse: Option<GlobalId>,
     delta: GlobalId,
+    /// The ALiBi slopes ([`BwdConfig::alibi`]): the last input of either launch.
+    alibi: Option<Alibi>,
+}
+
+impl Io {
+    /// With ALiBi: head `h` of batch `b`'s slope into `slope`, through the f32 tile `scratch`
+    /// (dead here).
+    fn load_slope(
+        &self,
+        k: &mut KernelBuilder,
+        cfg: &BwdConfig,
+        bh: (&Expr, &Expr),
+        scratch: RegId,
+        slope: Option<RegId>,
+    ) {
+        if let (Some(a), Some(v)) = (&self.alibi, slope) {
+            a.load(k, bh, scratch, v, &cfg.logits, cfg.dim);
+        }
+    }
+
+    /// With ALiBi: the bias on `x`, its element `(i, j)` at query `q + i`, key `kv + j`
+    /// (`transposed`: key `kv + i`, query `q + j`), after any cap.
+    fn alibi(
+        &self,
+        k: &mut KernelBuilder,
+        x: RegId,
+        slope: Option<RegId>,
+        (q, kv): (&Expr, &Expr),
+        transposed: bool,
+    ) {
+        let Some(v) = slope else { return };
+        let q = q + (&self.seq_kv - self.seq_q.clone());
+        if transposed {
+            Alibi::add(k, x, v, kv, &q);
+        } else {
+            Alibi::add(k, x, v, &q, kv);
+        }
+    }
 }
 
 /// Declares the tensors before the gradients. The key blocks (`query_blocks` false) read the
@@ -167,6 +206,9 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
     let lse = stats(k, "lse");
     // The lse's gradient, read by the query blocks' preprocessing only ([`BwdConfig::dlse`]).
     let dlse = (query_blocks && cfg.dlse).then(|| stats(k, "dlse"));
+    // The slopes after the other inputs: before the query blocks' `delta` (written), after the
+    // key blocks' (read).
+    let mut alibi = (query_blocks && cfg.alibi).then(|| Alibi::declare(k, &batch, &heads));
     let delta = if query_blocks {
         let dims = [
             ("b", batch.clone()),
@@ -178,6 +220,9 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
     } else {
         stats(k, "delta")
     };
+    if !query_blocks && cfg.alibi {
+        alibi = Some(Alibi::declare(k, &batch, &heads));
+    }
     Io {
         batch,
         heads,
@@ -192,6 +237,7 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
         lse,
         dlse,
         delta,
+        alibi,
     }
 }
 
@@ -343,6 +389,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
 
     let s = k.tile("s_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
     let dp = k.tile("dp_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+    let slope = cfg.alibi.then(|| k.row_vec("alibi_r", s, F32));
     let p = k.tile("p_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
     let ds = k.tile("ds_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
     let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
@@ -486,6 +533,8 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                     }
                 };
                 if let Some(cap) = cfg.logits.softcap {
+                    // The step's head's ALiBi slope through `s`, before its product.
+                    io.load_slope(k, cfg, (&b, &h), s, slope);
                     product(k, s, true);
                     cfg.logits.tanh(k, s, d);
                     // Capped (`s` holds tanh): P from `dp` used as scratch, then `s` becomes
@@ -497,6 +546,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                     k.mul(dp, dp, -1.0 / cap);
                     k.add(dp, dp, s);
                     k.mul(dp, dp, cap);
+                    io.alibi(k, dp, slope, (&q0, &k0), true);
                     mask(k, dp);
                     k.mul(dp, dp, std::f32::consts::LOG2_E);
                     k.exp2(dp, dp);
@@ -510,10 +560,13 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                     k.mul(dp, dp, s);
                 } else {
                     k.mul(s, s, -1.0 / scale);
+                    // The step's head's ALiBi slope through `dp`, before D lands there.
+                    io.load_slope(k, cfg, (&b, &h), dp, slope);
                     stat(k, io.delta, dp, &t);
                     k.mul(dp, dp, -1.0f32);
                     product(k, s, false);
                     product(k, dp, false);
+                    io.alibi(k, s, slope, (&q0, &k0), true);
                     mask(k, s);
                     probs_and_ds(k, c, s, dp);
                     k.copy(p, s);
@@ -637,6 +690,7 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
 
     let s = k.tile("s", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
     let dp = k.tile("dp", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
+    let slope = cfg.alibi.then(|| k.row_vec("alibi_r", s, F32));
     let ds = k.tile("ds", Bf16, 16, STEP_Q, Layout::Row, BaseShape::S16X32);
     let o_f = k.tile("o_f", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
     let do_f = k.tile("do_f", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
@@ -749,6 +803,7 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
             k.reduce(Axis::Rows, ReduceOp::Max, l_r, o_f, None);
             k.mul(l_r, l_r, std::f32::consts::LOG2_E);
             k.max(l_r, l_r, -f32::MAX);
+            io.load_slope(k, cfg, (&b, &h), s, slope);
             k.for_range("j", 0, &kv_steps, |k, j| {
                 k.barrier(); // key step j has landed
                 let slot = &j % ring;
@@ -790,6 +845,7 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                     // becomes `P·(1 − tanh²)`, and only then is dP computed (both products in
                     // flight beside the cap's arithmetic spilled at D128).
                     k.mul(dp, s, cap);
+                    io.alibi(k, dp, slope, (&q0, &kv0), false);
                     mask(k, dp);
                     k.mul(dp, dp, std::f32::consts::LOG2_E);
                     k.sub_row(dp, dp, l_r);
@@ -802,6 +858,7 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                     k.mul(dp, dp, s);
                 } else {
                     product(k, dp);
+                    io.alibi(k, s, slope, (&q0, &kv0), false);
                     mask(k, s);
                     // P = exp2(S·c − lse·log2 e) and dS = P∘(dP − D), the statistics per row.
                     k.mul(s, s, c);

@@ -10,8 +10,8 @@ use crate::attn_score::{AttnArgs, AttnOptions, Logits, Window};
 use crate::attn_strides::{self, AttnStrides};
 use crate::budget;
 use crate::problem::{
-    draw_operands, elements, param, positive, round_up, KernelProblem, Launch, NamedArgs, Plan,
-    Reference, RunSettings, Stage, STORE_BYTES,
+    draw_operands, elements, param, positive, random_scaled, round_up, KernelProblem, Launch,
+    NamedArgs, Plan, Reference, RunSettings, Stage, STORE_BYTES,
 };
 use crate::reference::{AttnShape, Tolerance};
 use crate::reference_bwd;
@@ -53,6 +53,8 @@ pub struct BwdProblem {
     /// The forward's log-sum-exp had a gradient of its own: an f32 input `dlse [b, h, s_q]` after
     /// `lse`, folded into the preprocessing ([`super::BwdConfig::dlse`]).
     pub dlse: bool,
+    /// ALiBi (`crate::attn_score::Alibi`): an f32 input `alibi [b, h]` of slopes, the last input.
+    pub alibi: bool,
 }
 
 impl BwdProblem {
@@ -68,6 +70,7 @@ impl BwdProblem {
             run: RunSettings::default(),
             attn_strides: None,
             dlse: false,
+            alibi: a.alibi,
         }
     }
 
@@ -90,14 +93,27 @@ impl BwdProblem {
             bottom_right: self.bottom_right,
             logits: self.logits,
             window: self.window,
+            alibi: self.alibi,
         }
     }
 
-    /// The logits and window, as the references take them.
+    /// The logits and window, as the references take them (the ALiBi slopes are an input, added
+    /// where the inputs are known).
     pub fn attn_options(&self) -> AttnOptions {
         AttnOptions {
             logits: self.logits,
             window: self.window,
+            alibi: None,
+        }
+    }
+
+    /// [`Self::attn_options`] with the slopes of `inputs` (the last input with ALiBi).
+    fn options_with(&self, inputs: &[Vec<f32>]) -> AttnOptions {
+        AttnOptions {
+            alibi: self
+                .alibi
+                .then(|| inputs.last().cloned().unwrap_or_default()),
+            ..self.attn_options()
         }
     }
 }
@@ -128,6 +144,13 @@ pub fn causal(p: &BwdProblem) -> Causal {
         (true, false) => Causal::TopLeft,
         (true, true) => Causal::BottomRight,
     }
+}
+
+/// The inputs after the log-sum-exp of the run's launch `l`: the lse's gradient and the ALiBi
+/// slopes, each empty when `p` has none.
+fn extra_inputs<'a>(p: &BwdProblem, l: &'a Launch) -> (&'a [usize], &'a [usize]) {
+    let rest = &l.inputs[6..];
+    rest.split_at(usize::from(p.dlse).min(rest.len()))
 }
 
 /// The 4-wave interleave of the key blocks (`BwdConfig::interleave4`).
@@ -199,6 +222,7 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         window: p.window,
         strided: p.attn_strides.is_some(),
         dlse: p.dlse,
+        alibi: p.alibi,
         ..tiles
     })
 }
@@ -264,6 +288,9 @@ impl KernelProblem for BwdProblem {
         let mut inputs = vec![q, k, v, o, d_o, lse];
         if p.dlse {
             inputs.push(lse);
+        }
+        if p.alibi {
+            inputs.push(elements("alibi", &[sh.batch, sh.heads])?);
         }
         Ok(Launch {
             params,
@@ -383,16 +410,20 @@ impl KernelProblem for BwdProblem {
                         kernel,
                     })
                 };
-                let dlse = &l.inputs[6..];
+                let (dlse, alibi) = extra_inputs(p, l);
                 Ok(vec![
-                    // q, k, v, o, do, lse (, dlse) in; delta, dq out.
+                    // q, k, v, o, do, lse (, dlse) (, alibi) in; delta, dq out.
                     stage(
                         HopperQ,
-                        [&[q, k, v, o, d_o, lse][..], dlse].concat(),
+                        [&[q, k, v, o, d_o, lse][..], dlse, alibi].concat(),
                         vec![lse, dq],
                     )?,
-                    // q, k, v, do, lse, delta in; dk, dv out.
-                    stage(HopperKv, vec![q, k, v, d_o, lse, lse], vec![dk, dv])?,
+                    // q, k, v, do, lse, delta (, alibi) in; dk, dv out.
+                    stage(
+                        HopperKv,
+                        [&[q, k, v, d_o, lse, lse][..], alibi].concat(),
+                        vec![dk, dv],
+                    )?,
                 ])
             }
             Some([HopperAtomicPre, HopperAtomicKv, HopperAtomicDq]) => {
@@ -419,7 +450,7 @@ impl KernelProblem for BwdProblem {
                         kernel,
                     })
                 };
-                let dlse = &l.inputs[6..];
+                let (dlse, alibi) = extra_inputs(p, l);
                 Ok(vec![
                     stage(
                         HopperAtomicPre,
@@ -428,7 +459,7 @@ impl KernelProblem for BwdProblem {
                     )?,
                     stage(
                         HopperAtomicKv,
-                        vec![q, k, v, d_o, lse, lse, acc],
+                        [&[q, k, v, d_o, lse, lse][..], alibi, &[acc]].concat(),
                         vec![dk, dv],
                     )?,
                     stage(HopperAtomicDq, vec![acc], vec![dq])?,
@@ -448,7 +479,14 @@ impl KernelProblem for BwdProblem {
         let lens = &launch.inputs;
         let qkv = draw_operands(p.run.input_scale, kernel, &lens[..3], rng);
         let d_o = draw_operands(p.run.input_scale, kernel, &lens[4..5], rng).remove(0);
-        let opts = p.attn_options();
+        // ALiBi's slopes (f32, any sign: any values run) drawn first, the forward needs them.
+        let alibi = p
+            .alibi
+            .then(|| random_scaled(rng, sh.batch * sh.heads, DType::F32, p.run.input_scale));
+        let opts = AttnOptions {
+            alibi: alibi.clone(),
+            ..p.attn_options()
+        };
         // A strided problem's forward reads the drawn spans gathered, and its O goes to O's strides.
         let dense = |i: usize, t: &[f32]| match &p.attn_strides {
             Some(_) => strided::gather(p, i, t),
@@ -470,6 +508,7 @@ impl KernelProblem for BwdProblem {
         if p.dlse {
             all.push(draw_operands(p.run.input_scale, kernel, &lens[6..7], rng).remove(0));
         }
+        all.extend(alibi);
         all
     }
 
@@ -482,7 +521,7 @@ impl KernelProblem for BwdProblem {
         };
         let [q, k, v, d_o] = [0, 1, 2, 4].map(dense);
         let (q, k, v, d_o) = (q.as_slice(), k.as_slice(), v.as_slice(), d_o.as_slice());
-        let lg = &p.attn_options();
+        let lg = &p.options_with(inputs);
         let dlse = inputs.get(6).filter(|_| p.dlse).map(Vec::as_slice);
         let g = reference_bwd::backward_dlse(q, k, v, d_o, dlse, &sh, c, lg);
         let base = reference_bwd::backward_bf16_baseline_dlse(q, k, v, d_o, dlse, &sh, c, lg);

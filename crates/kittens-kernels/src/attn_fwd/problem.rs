@@ -35,6 +35,8 @@ pub struct AttnProblem {
     pub logits: Logits,
     /// A sliding window (bottom-right aligned, `crate::attn_score::Window`).
     pub window: Option<Window>,
+    /// ALiBi (`crate::attn_score::Alibi`): an f32 input `alibi [b, h]` of slopes after V.
+    pub alibi: bool,
     pub kv_splits: KvSplits,
     pub attn_cfg: AttnConfig,
     pub run: RunSettings,
@@ -61,6 +63,7 @@ impl AttnProblem {
             lse: false,
             logits: a.logits,
             window: a.window,
+            alibi: a.alibi,
             kv_splits: KvSplits::Fixed(1),
             attn_cfg: AttnConfig {
                 q_rows: 16,
@@ -94,14 +97,17 @@ impl AttnProblem {
             bottom_right: self.bottom_right,
             logits: self.logits,
             window: self.window,
+            alibi: self.alibi,
         }
     }
 
-    /// The logits and window, as the references take them.
+    /// The logits and window, as the references take them (the ALiBi slopes are an input: the
+    /// reference adds them, [`KernelProblem::reference`]).
     pub fn attn_options(&self) -> AttnOptions {
         AttnOptions {
             logits: self.logits,
             window: self.window,
+            alibi: None,
         }
     }
 }
@@ -205,6 +211,7 @@ fn tiles(p: &AttnProblem, target: Target) -> AttnConfig {
         lse: p.lse,
         logits: p.logits,
         window: p.window,
+        alibi: p.alibi,
         rounding: p.attn_cfg.rounding,
         strided: p.attn_strides.is_some(),
         ..tiles
@@ -317,9 +324,13 @@ impl KernelProblem for AttnProblem {
         if p.lse {
             outputs.push(elements("lse", &[sh.batch, sh.heads, sh.seq])?);
         }
+        let mut inputs = vec![q, k, v];
+        if p.alibi {
+            inputs.push(elements("alibi", &[sh.batch, sh.heads])?);
+        }
         Ok(Launch {
             params,
-            inputs: vec![q, k, v],
+            inputs,
             outputs,
         })
     }
@@ -392,6 +403,7 @@ impl KernelProblem for AttnProblem {
                 "v_layout": if cfg.v_transposed { "bhds" } else { "as_q" },
                 "kv_splits": g, "kv_splits_asked": p.kv_splits, "kv_split_reason": why,
                 "scale": cfg.logits.scale(cfg.dim), "softcap": cfg.logits.softcap, "window": cfg.window,
+                "alibi": cfg.alibi,
             }),
         })
     }
@@ -471,7 +483,10 @@ impl KernelProblem for AttnProblem {
         } else {
             v
         };
-        let lg = &p.attn_options();
+        let lg = &AttnOptions {
+            alibi: p.alibi.then(|| inputs[3].clone()),
+            ..p.attn_options()
+        };
         let (o, lse, logit) = reference_fwd::forward_with(q, k, v, &bsh, causal, lg);
         let rounding = p.attn_cfg.rounding; // the baseline rounds its output as the kernel does
         let (ob, lseb) =
@@ -511,11 +526,12 @@ fn strided_reference(p: &AttnProblem, st: &AttnStrides, inputs: &[Vec<f32>]) -> 
         },
         ..*p
     };
-    let gathered = [
+    let mut gathered = vec![
         attn_strides::gather(&inputs[0], q_shape, st.q),
         attn_strides::gather(&inputs[1], kv_shape, st.k),
         attn_strides::gather(&inputs[2], kv_shape, st.v),
     ];
+    gathered.extend(inputs.get(3).cloned()); // the ALiBi slopes
     let r = dense.reference(&gathered);
     let n = q_shape.iter().product::<usize>();
     fn with_o<T: Copy + Default>(all: &[T], n: usize, shape: [usize; 4], st: [usize; 3]) -> Vec<T> {

@@ -207,6 +207,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             }
             k.zero(norm);
             k.neg_infty(max_v);
+            let slope = io.alibi_slope(k, cfg, (&b, &h), s);
             // S = Q·Kᵀ of key block `j` over the head dimension, 64 columns at a time.
             let qk = |k: &mut KernelBuilder, j: &Expr| {
                 let slot = j % ring_k as i64;
@@ -230,6 +231,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 let (kv0, inf) = (keys.at(j) * kv as i64, f32::NEG_INFINITY);
                 let kv_end = (keys.at(j) + 1) * kv as i64;
                 cfg.logits.cap(k, s, cfg.dim);
+                io.alibi(k, slope, s, (&q0, &kv0), false);
                 k.if_(keys.limit.lt(&kv_end), |k| {
                     k.mask(s, MaskRule::ColsBelow(keys.limit.clone()), &q0, &kv0, inf)
                 });
