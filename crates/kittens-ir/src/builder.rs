@@ -801,8 +801,8 @@ impl KernelBuilder {
         });
     }
 
-    /// ALiBi's bias ([`Op::Alibi`]): `dst[i][j] += slope[i]·|row0 + i − col0 − j|`, `slope` a row
-    /// vector of `dst`.
+    /// ALiBi's bias ([`Op::Alibi`]): `dst[i][j] += slope·|row0 + i − col0 − j|`, `slope` a row or
+    /// column vector of `dst` broadcast along its axis.
     pub fn alibi(
         &mut self,
         dst: RegId,

@@ -519,8 +519,9 @@ pub enum Op {
         value: f32,
     },
     /// ALiBi's linear bias (Press et al., "Train Short, Test Long"; FlashAttention's `alibi_slopes`):
-    /// `dst[i][j] += slope[i]·|row0 + i − col0 − j|` in f32, `slope` a row vector of `dst` (one
-    /// value per row; an attention holds one slope per block in every entry). The distance is
+    /// `dst[i][j] += slope·|row0 + i − col0 − j|` in f32, `slope` a vector of `dst` broadcast along
+    /// its axis (`slope[i]` for a `Rows` vector, `slope[j]` for a `Cols` one; an attention holds one
+    /// slope per block in every entry, in whichever vector its layout keeps). The distance is
     /// symmetric, so a transposed score tile (keys × queries) takes the same op with the origins
     /// swapped.
     Alibi {

@@ -308,12 +308,13 @@ fn check_alibi(k: &Kernel, dst: RegId, slope: RegId) -> R {
     let v = vec_of(k, slope, "alibi slope")?;
     dtype("alibi destination", DType::F32, t.dtype)?;
     dtype("alibi slope", DType::F32, v.dtype)?;
-    if v.axis != Axis::Rows || v.len != t.rows {
+    let len = if v.axis == Axis::Rows { t.rows } else { t.cols };
+    if v.len != len {
         return Err(invalid(
             "alibi",
             format!(
-                "the slope must be a Rows vector of {}, got {:?} of {}",
-                t.rows, v.axis, v.len
+                "the slope must be a {:?} vector of {len}, got {}",
+                v.axis, v.len
             ),
         ));
     }

@@ -254,8 +254,8 @@ impl Alibi {
         Alibi { tensor }
     }
 
-    /// Head `h` of batch `b`'s slope into `slope`, a row vector of the f32 tile `scratch` (whose
-    /// value is dead here: the score tile before its first product), negated and divided by the
+    /// Head `h` of batch `b`'s slope into `slope`, a vector (of `axis`) of the f32 tile `scratch`
+    /// (whose value is dead here: the score tile before its first product), negated and divided by the
     /// softmax's scale: the tiles hold the logits over that scale (`logits.softmax_scale`, 1
     /// after a cap), so that [`Self::add`] adds `−slope·|i − j|` to the logits.
     pub fn load(
@@ -263,7 +263,7 @@ impl Alibi {
         k: &mut KernelBuilder,
         (b, h): (&Expr, &Expr),
         scratch: RegId,
-        slope: RegId,
+        (slope, axis): (RegId, Axis),
         logits: &Logits,
         dim: u32,
     ) {
@@ -271,11 +271,12 @@ impl Alibi {
         let origin = vec![b.clone(), h.clone(), Expr::c(0), Expr::c(0)];
         let src = k.gview(self.tensor, origin, 2, 3, rows, cols);
         k.load_global(scratch, src);
-        k.reduce(Axis::Rows, ReduceOp::Max, slope, scratch, None);
+        k.reduce(axis, ReduceOp::Max, slope, scratch, None);
         k.mul(slope, slope, -1.0 / logits.softmax_scale(dim));
     }
 
-    /// The bias on the tile `s` whose element `(i, j)` is at `(row0 + i, col0 + j)` of the
+    /// The bias on the tile `s` (`slope` one of its vectors, either axis) whose element `(i, j)` is
+    /// at `(row0 + i, col0 + j)` of the
     /// distance `row − col` (queries per row: `row0` the first query plus `seq_kv − seq_q`, `col0`
     /// the first key; keys per row: the other way round, the distance being symmetric).
     pub fn add(k: &mut KernelBuilder, s: RegId, slope: RegId, row0: &Expr, col0: &Expr) {

@@ -414,3 +414,18 @@ fn windows_skip_steps() {
     eprintln!("{window} wave ops with a (64, 63) window, {dense} without");
     assert!(window * 5 < dense, "{window} vs {dense}");
 }
+
+/// Head dim 96 (128 columns, the last 32 read as zeros and stored nowhere): both forms, both masks,
+/// GQA, odd lengths, with ALiBi and every other option.
+#[test]
+fn head_dim_96() {
+    let sh = shape(4, 2, 150, 133, 96, AttnLayout::Bshd);
+    check_both(sh, Causal::No, 2.0, &AttnOptions::default());
+    let sh = shape(2, 1, 211, 300, 96, AttnLayout::Bhsd);
+    check_both(sh, Causal::BottomRight, 2.0, &AttnOptions::default());
+    let o = AttnOptions {
+        alibi: Some(slopes(2, 5)),
+        ..opts(Some(0.1), None, Some((90, 20)))
+    };
+    check_both(sh, Causal::TopLeft, 2.0, &o);
+}

@@ -37,12 +37,13 @@ fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
                     "{what}: no window mask"
                 );
             }
+            assert_eq!(p.alibi, l.source.contains("// alibi"), "{what}: ALiBi");
             let r = compile_clean(&l, &cache, &format!("{what} D{dim}"));
             eprintln!("{} {what} D{dim}: {r:?}", l.entry);
             n += 1;
         }
     }
-    assert_eq!(n, 8);
+    assert_eq!(n, 10);
 }
 
 /// The forward at head dims 192 and 256 (64-key blocks, `AttnConfig::fit_hopper`): dense, with the
@@ -116,6 +117,7 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
                 let k = k.unwrap_or_else(|e| panic!("{what}: {e}"));
                 let l = kittens_codegen::lower(&k, Target::Sm90a)
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(p.alibi, l.source.contains("// alibi"), "{what}: ALiBi");
                 if p.window.is_some() {
                     let mask = ["col >= row + (", "row >= col + ("];
                     assert!(
@@ -129,7 +131,7 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
             }
         }
     }
-    assert_eq!(n, 22);
+    assert_eq!(n, 28);
     // The configuration the runs build carries each option into the program.
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let plain = kittens_kernels::attn_bwd::build(&BwdConfig::for_gpu(h100)).unwrap();
@@ -137,6 +139,7 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
         let cfg = BwdConfig {
             logits: p.logits,
             window: p.window,
+            alibi: p.alibi,
             ..BwdConfig::for_gpu(h100)
         };
         let k = kittens_kernels::attn_bwd::build(&cfg).unwrap();

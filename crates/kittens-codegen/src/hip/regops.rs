@@ -689,7 +689,11 @@ impl Emitter<'_> {
     ) -> Result<(), LowerError> {
         let (dn, dt, dm) = self.tile_of(dst)?;
         let (sn, sm) = self.vec_of(slope)?;
-        if !self.bcast_ok(&sm, &dt, &dm, Axis::Rows) {
+        let (axis, at) = match self.k.reg(slope).vec().map(|v| v.axis) {
+            Some(Axis::Cols) => (Axis::Cols, "bj"),
+            _ => (Axis::Rows, "bi"),
+        };
+        if !self.bcast_ok(&sm, &dt, &dm, axis) {
             return Err(LowerError::Layout(format!(
                 "alibi slope `{}` does not line up with the lanes of `{}`",
                 self.k.reg(slope).name,
@@ -707,7 +711,7 @@ impl Emitter<'_> {
                 for (s, (ra, ca)) in slots.iter().enumerate() {
                     let e = elem(&dn, epl, "bi", "bj", s as u32);
                     em.line(format!(
-                        "{{ const int r = (int)({r0}) + bi * {} + {}, c = (int)({c0}) + bj * {} + {}; {e} = __builtin_fmaf({sn}[bi], (float)abs(r - c), {e}); }}",
+                        "{{ const int r = (int)({r0}) + bi * {} + {}, c = (int)({c0}) + bj * {} + {}; {e} = __builtin_fmaf({sn}[{at}], (float)__builtin_abs(r - c), {e}); }}",
                         dt.base.rows,
                         affine_c(*ra, dm.group),
                         dt.base.cols,

@@ -745,12 +745,16 @@ impl<'a> Block<'a> {
     ) -> Result<(), InterpError> {
         let (r0, c0) = (self.eval(w, row0)?, self.eval(w, col0)?);
         let cols = self.k.regs[dst.0 as usize].shape().1 as usize;
+        let by_row = self.k.regs[slope.0 as usize]
+            .vec()
+            .is_none_or(|v| v.axis == Axis::Rows);
         let sl = self.waves[w].regs[slope.0 as usize].clone();
         let mut out = self.waves[w].regs[dst.0 as usize].clone();
         for (x, e) in out.iter_mut().enumerate() {
             let (i, j) = (x / cols, x % cols);
             let dist = (r0 + i as i64 - c0 - j as i64).unsigned_abs() as f32;
-            *e = sl[i].mul_add(dist, *e);
+            let s = if by_row { sl[i] } else { sl[j] };
+            *e = s.mul_add(dist, *e);
         }
         self.set_reg(w, dst, out, Rounding::Rtne);
         Ok(())

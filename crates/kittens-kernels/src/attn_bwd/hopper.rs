@@ -35,6 +35,7 @@
 //! dK and dQ get their scale on the f32 accumulators before the bf16 store.
 
 use super::{BwdConfig, BwdTurns, Causal};
+use crate::attn_fwd::padded_dim;
 use crate::attn_score::Alibi;
 use crate::attn_strides::tensor_strides;
 use crate::KernelError;
@@ -66,14 +67,14 @@ fn schedule() -> Schedule {
 }
 
 fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
-    if cfg.dim == 64 || cfg.dim == 128 {
+    if matches!(cfg.dim, 64 | 96 | 128) {
         Ok(())
     } else {
         // Each consumer wave holds dK and dV (2 × dim/64 f32 tiles of 32 registers) beside the
         // scores and dP (64): at 192 that is 256 of the 240 registers a consumer gets.
         let regs = 2 * (cfg.dim / COLS) * 32 + 64;
         Err(KernelError::Config(format!(
-            "attn_bwd (producer/consumer): dim {} must be 64 or 128 (the key blocks' dK, dV, scores \
+            "attn_bwd (producer/consumer): dim {} must be 64, 96 or 128 (the key blocks' dK, dV, scores \
              and dP take {regs} of the {} registers per consumer thread at this dim; 64-column \
              shared tiles)",
             cfg.dim, CONSUMER_REGS
@@ -127,7 +128,7 @@ impl Io {
         slope: Option<RegId>,
     ) {
         if let (Some(a), Some(v)) = (&self.alibi, slope) {
-            a.load(k, bh, scratch, v, &cfg.logits, cfg.dim);
+            a.load(k, bh, scratch, (v, Axis::Rows), &cfg.logits, cfg.dim);
         }
     }
 
@@ -382,10 +383,13 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     } else {
         0
     };
-    let sm = declare_smem(&mut k, d, STEP, extra, ["k_s", "v_s", "q_s", "do_s"]);
+    // Head dim 96 runs on 128 columns, the last 32 read as zeros and stored nowhere (as the forward's
+    // `attn_fwd::producer_consumer` does).
+    let dp = padded_dim(d);
+    let sm = declare_smem(&mut k, dp, STEP, extra, ["k_s", "v_s", "q_s", "do_s"]);
     let [k_s, v_s] = &sm.own;
     let [q_s, do_s] = &sm.ring;
-    let halves = (d / COLS) as usize;
+    let halves = (dp / COLS) as usize;
 
     let s = k.tile("s_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
     let dp = k.tile("dp_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
@@ -683,10 +687,11 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     };
     let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - rank);
     let hk = &h / (&io.heads / io.heads_kv.clone());
-    let sm = declare_smem(&mut k, d, STEP_Q, 0, ["q_s", "do_s", "k_s", "v_s"]);
+    let dp = padded_dim(d);
+    let sm = declare_smem(&mut k, dp, STEP_Q, 0, ["q_s", "do_s", "k_s", "v_s"]);
     let [q_s, do_s] = &sm.own;
     let [k_s, v_s] = &sm.ring;
-    let halves = (d / COLS) as usize;
+    let halves = (dp / COLS) as usize;
 
     let s = k.tile("s", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
     let dp = k.tile("dp", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);

@@ -60,7 +60,7 @@ pub(super) struct KeyBlock<'a> {
     prod: RegId,
     prod_ch: RegId,
     d_r: RegId,
-    /// ALiBi's slope of the step's query head (a row vector of `s_t`).
+    /// ALiBi's slope of the step's query head (a column vector of `s_t`).
     slope: Option<RegId>,
 }
 
@@ -131,7 +131,7 @@ impl<'a> KeyBlock<'a> {
         let prod = k.tile("prod", F32, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
         let prod_ch = k.tile("prod_ch", F32, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
         let d_r = k.row_vec("d_r", prod, F32);
-        let slope = cfg.alibi.then(|| k.row_vec("alibi_r", s_t, F32));
+        let slope = cfg.alibi.then(|| k.col_vec("alibi_c", s_t, F32));
         let dk_r = k.tile("dk_r", F32, kr, d, Layout::Row, cfg.grad_base);
         let dv_r = k.tile("dv_r", F32, kr, d, Layout::Row, cfg.grad_base);
         let offset = cfg.last_key_offset(&io.seq_q, &io.seq_kv);

@@ -220,11 +220,12 @@ impl Ctx {
     /// `Pᵀ = exp(Sᵀ·scale − lse)` in place on the f32 scores (masked entries are −∞ and become 0),
     /// and `dSᵀ = Pᵀ∘(dPᵀ − D)` in place on `dp`; `capped`: `s` holds capped logits and `dp`
     /// already `(dPᵀ − D)` times the cap's derivative (`crate::attn_score::Logits::cap_t_with_grad`).
-    /// With ALiBi: head `h`'s slope into `slope` (a row vector of the transposed score tile `s`,
-    /// one key per row), through `s` itself, dead here.
+    /// With ALiBi: head `h`'s slope into `slope` (a column vector of the transposed score tile
+    /// `s`, one query per column, as the softmax's statistics), through `s` itself, dead here.
     pub fn load_slope(&self, k: &mut KernelBuilder, s: RegId, slope: Option<RegId>, h: &Expr) {
         if let (Some(a), Some(v)) = (&self.io.alibi, slope) {
-            a.load(k, (&self.b, h), s, v, &self.cfg.logits, self.cfg.dim);
+            let (logits, dim) = (&self.cfg.logits, self.cfg.dim);
+            a.load(k, (&self.b, h), s, (v, Axis::Cols), logits, dim);
         }
     }
 
@@ -378,7 +379,7 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
     let d_c = k.col_vec("qd_c", s_t, F32);
     let dq_t = k.tile("dq_t", F32, d, qr, Layout::Col, BaseShape::S16X16);
     let dq_r = k.tile("dq_r", F32, qr, d, Layout::Row, BaseShape::S16X16);
-    let slope = cfg.alibi.then(|| k.row_vec("qalibi_r", s_t, F32));
+    let slope = cfg.alibi.then(|| k.col_vec("qalibi_c", s_t, F32));
 
     let step = i64::from(kvs);
     // Causal: key steps up to the last one the block's last query keeps.

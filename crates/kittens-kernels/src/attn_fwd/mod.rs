@@ -26,6 +26,8 @@ pub mod problem;
 mod producer_consumer;
 pub mod split;
 
+pub use producer_consumer::padded_dim;
+
 use crate::attn_score::{min_offset, Alibi, Logits, Window};
 use crate::attn_strides::tensor_strides;
 use crate::KernelError;
@@ -230,19 +232,22 @@ pub(crate) struct Io {
 }
 
 impl Io {
-    /// With ALiBi: this block's slope (batch `b`, query head `h`) in a new row vector of the f32
-    /// score tile `s`, read through `s` itself (call it where `s` holds nothing: before the key
-    /// loop), ready for [`Self::alibi`].
+    /// With ALiBi: this block's slope (batch `b`, query head `h`) in a new vector of the f32 score
+    /// tile `s` (along `axis`: the one its layout keeps per lane, the softmax's), read through `s`
+    /// itself (call it where `s` holds nothing: before the key loop), ready for [`Self::alibi`].
     pub fn alibi_slope(
         &self,
         k: &mut KernelBuilder,
         cfg: &AttnConfig,
         (b, h): (&Expr, &Expr),
-        s: RegId,
+        (s, axis): (RegId, Axis),
     ) -> Option<RegId> {
         let a = self.alibi.as_ref()?;
-        let v = k.row_vec("alibi_slope", s, DType::F32);
-        a.load(k, (b, h), s, v, &cfg.logits, cfg.dim);
+        let v = match axis {
+            Axis::Rows => k.row_vec("alibi_slope", s, DType::F32),
+            Axis::Cols => k.col_vec("alibi_slope", s, DType::F32),
+        };
+        a.load(k, (b, h), s, (v, axis), &cfg.logits, cfg.dim);
         Some(v)
     }
 

@@ -61,7 +61,7 @@ struct Body<'a> {
     q0: Expr,
     b: Expr,
     hk: Expr,
-    /// ALiBi: the slope (a row vector of the score tiles) and `seq_kv − seq`.
+    /// ALiBi: the slope (a column vector of the score tiles) and `seq_kv − seq`.
     alibi: Option<(RegId, Expr)>,
 }
 
@@ -198,7 +198,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     k.neg_infty(softmax.max);
     let delta = &io.seq_kv - io.seq.clone();
     body.alibi = io
-        .alibi_slope(&mut k, cfg, (&b, &h), att)
+        .alibi_slope(&mut k, cfg, (&b, &h), (att, Axis::Cols))
         .map(|v| (v, delta));
     if ring(cfg) == 3 {
         // Step 1 in flight too; step 0 landed and visible.

@@ -218,7 +218,14 @@ fn tiles(p: &AttnProblem, target: Target) -> AttnConfig {
     };
     match target.gpu() {
         Some(gpu) if gpu.arch.is_amd() && cfg.schedule == AttnSchedule::PingPong8 => {
-            cfg.fit_cdna(gpu)
+            let cfg = cfg.fit_cdna(gpu);
+            // gfx942's two-slot loop at head dim 128 is at 252 of its 256 VGPRs: ALiBi's slope and
+            // distances spilled 6 there (28 bytes of scratch); 16 queries per wave leave room.
+            if cfg.alibi && cfg.kv_block == 32 && cfg.dim > 64 {
+                AttnConfig { q_rows: 16, ..cfg }
+            } else {
+                cfg
+            }
         }
         Some(_) if cfg.schedule == AttnSchedule::ProducerConsumer => cfg.fit_hopper(),
         _ => cfg,
