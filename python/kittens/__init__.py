@@ -251,7 +251,7 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     CPU arrays run on the interpreter. CUDA tensors run ``attn_fwd`` lowered for sm_90a (Hopper) on the
     current torch stream, one compiled kernel per head dim, mask and alignment, memory order and
     log-sum-exp output (compiled or loaded on its first call, cached for the process); there the head
-    dim must be 64, 128, 192 or 256 (the backward: 64 or 128; a ValueError otherwise). Few query rows against many keys (decoding) take
+    dim must be 32, 64, 96, 128, 192 or 256 (the backward: 64, 96 or 128; a ValueError otherwise). Few query rows against many keys (decoding) take
     the key split where it pays on the device's SMs (Flash-Decoding): the keys cut into parts, one
     block each, and a second kernel merging the parts by their log-sum-exp, with the partials in
     stream-ordered scratch. Like :func:`matmul`, CUDA calls allocate nothing else and synchronise

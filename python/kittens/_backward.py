@@ -92,7 +92,7 @@ def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, fo
     ``causal`` masks keys after each query, top-left, or bottom-right with ``bottom_right`` (query i
     keeps keys j <= i + N_kv - N, the forward's ``causal_align="bottom_right"``). Any finite positive ``scale`` (default ``1/sqrt(D)``), ``softcap`` and ``window`` as the forward took them. The gradients come back in q's (and k's) memory
     order: (B, H, N, D) or (B, N, H, D) seen through ``.transpose(1, 2)``, else (B, H, N, D); on CUDA
-    every input is read in place in any strides with the head dim contiguous. On CUDA the head dim must be 64 or 128. ``form``: ``"auto"``, ``"two"`` or
+    every input is read in place in any strides with the head dim contiguous. On CUDA the head dim must be 64, 96 or 128. ``form``: ``"auto"``, ``"two"`` or
     ``"atomic"`` launches (module docstring); ``None`` takes ``KITTENS_ATTN_BWD``, else ``"auto"``.
     ``dlse``: the gradient of the log-sum-exp (float32 (B, H, N)) when it was an output of the forward
     with a gradient; the kernels fold it into their preprocessing, ``D = rowsum(dO∘O) − dlse``.

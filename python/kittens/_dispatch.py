@@ -296,8 +296,8 @@ def _prepare_attention(key, q, k, v, causal, bottom_right, need_lse=True, opts=(
     dev = _same_device(q=q, k=k, v=v)
     b, h, n, d = q.shape
     hk, nk = k.shape[1], k.shape[2]
-    if d not in (64, 128, 192, 256):
-        raise ValueError(f"head dim {d}: the attention forward on CUDA (sm_90a) takes 64, 128, 192 or 256")
+    if d not in (32, 64, 96, 128, 192, 256):
+        raise ValueError(f"head dim {d}: the attention forward on CUDA (sm_90a) takes 32, 64, 96, 128, 192 or 256")
     if nk == 0 and n > 0:
         raise ValueError("k and v have no keys (N_kv = 0): attention over nothing is undefined")
     new_out = _layout_like(q)  # a new output's layout
@@ -546,9 +546,9 @@ def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom
     dev = _same_device(q=q, k=k, v=v, out=out, grad_out=grad_out, lse=lse)
     b, h, n, d = q.shape
     hk, nk = k.shape[1], k.shape[2]
-    if d not in (64, 128):
-        raise ValueError(f"head dim {d}: the attention backward on CUDA (sm_90a) takes 64 or 128 (past 128 its key "
-                         "blocks' dK and dV accumulators exceed the 240 registers of a consumer thread)")
+    if d not in (64, 96, 128):
+        raise ValueError(f"head dim {d}: the attention backward on CUDA (sm_90a) takes 64, 96 or 128 (past 128 its "
+                         "key blocks' dK and dV accumulators exceed the 240 registers of a consumer thread)")
     layout = None
     for name in ("bhsd", "bshd"):
         if all(_is_layout(t, name) for t in (q, k, v, out, grad_out)):
