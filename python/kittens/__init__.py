@@ -271,7 +271,7 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
         raise TypeError(f"causal_align must be a str, one of {_CAUSAL_ALIGN}, got {type(causal_align).__name__}")
     if causal_align not in _CAUSAL_ALIGN:
         raise ValueError(f"causal_align={causal_align!r}: expected one of {_CAUSAL_ALIGN}")
-    # FlashAttention's soft cap and sliding window (kittens_kernels::attn_score): ``softcap`` > 0 caps the
+    # FlashAttention's soft cap and sliding window (kittens_kernels::attn::score): ``softcap`` > 0 caps the
     # logits at ``softcap * tanh(l / softcap)``; ``window=(left, right)`` (-1 unbounded) keeps keys
     # ``i + N_kv - N - left ..= i + N_kv - N + right`` of query i, bottom-right aligned whatever the
     # causal alignment (both masks apply). Bad values are refused by the kernels, naming them.

@@ -3,7 +3,7 @@
 FlashAttention's rule (its ``flash_attn_func`` docstring and test references): one float32 slope per
 head, ``(nheads,)`` or ``(batch, nheads)``; query ``i`` and key ``j`` get ``-slope * |i + N_k - N_q - j|``
 added to their scaled logit (after a soft cap). The kernels read the slopes from a float32 ``(B, H)``
-tensor (``kittens_kernels::attn_score::Alibi``), so any values run without recompiling; a ``(H,)`` tensor
+tensor (``kittens_kernels::attn::score::Alibi``), so any values run without recompiling; a ``(H,)`` tensor
 is broadcast to it here (one small copy on the slopes' device).
 
 Checks, each naming ``alibi_slopes``: a torch tensor, float32, shape ``(H,)`` or ``(B, H)``, on q's device;

@@ -311,7 +311,7 @@ def _prepare_attention(key, q, k, v, causal, bottom_right, need_lse=True, opts=(
     problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": n, "seq_kv": nk, "dim": d,
                "layout": layout if dense else "bhsd",
                "causal": bool(causal), "bottom_right": bool(bottom_right), "lse": bool(need_lse),
-               "kv_splits": "auto", **dict(opts)}  # opts: scale, softcap, window (kittens_kernels::attn_score)
+               "kv_splits": "auto", **dict(opts)}  # opts: scale, softcap, window (kittens_kernels::attn::score)
     if dense:
         specs = [("q", q.shape, q.stride()), ("k", k.shape, k.stride()), ("v", v.shape, v.stride()),
                  ("o", q.shape, _layout_strides(q.shape, layout))]

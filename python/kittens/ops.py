@@ -216,7 +216,7 @@ def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale
     backward skips its term. ``deterministic``: the backward's dQ is the launches' own pass (bitwise
     reproducible), never the atomic adds (FlashAttention's ``deterministic=True``). ``alibi_slopes``:
     ALiBi's float32 slopes, (H,) or (B, H) (``kittens._alibi``; no gradient)."""
-    # The kernels take the scale, soft cap, window and ALiBi slopes themselves (kittens_kernels::attn_score).
+    # The kernels take the scale, soft cap, window and ALiBi slopes themselves (kittens_kernels::attn::score).
     opts = _attn_opts(scale, softcap, window)
     alibi = _alibi.slopes(alibi_slopes, q.shape[0], q.shape[1], q.device)
     if q.is_cuda:

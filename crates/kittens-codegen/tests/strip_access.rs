@@ -5,7 +5,7 @@
 
 use kittens_codegen::lower;
 use kittens_hw::Target;
-use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::attn::AttnLayout;
 use kittens_kernels::layernorm::{self, LayerNormConfig};
 use kittens_kernels::rotary::{self, RotaryConfig, RotaryRows};
 

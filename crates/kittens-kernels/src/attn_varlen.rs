@@ -16,8 +16,7 @@
 //! [`crate::attn_varlen_hopper`]; the AMD lowerings refuse index reads
 //! (`kittens_codegen::LowerError::IndexReads`).
 
-use crate::attn_fwd::{AttnConfig, Softmax};
-use crate::attn_score::Logits;
+use crate::attn::{HeadLogits, Logits, Softmax};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32, I32};
 use kittens_ir::{
@@ -43,6 +42,15 @@ pub struct VarlenConfig {
     /// of fixed capacity per sequence is this form: `cu_seqlens_k = b · capacity`, `seqused_k` the
     /// cache's lengths (`flash_attn_with_kvcache`).
     pub seqused_k: bool,
+}
+
+impl HeadLogits for VarlenConfig {
+    fn logits(&self) -> Logits {
+        self.logits
+    }
+    fn dim(&self) -> u32 {
+        self.dim
+    }
 }
 
 /// Refuses what the varlen programs do not take, naming the argument.
@@ -257,12 +265,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let p = k.tile("p", Bf16, bq, bk, Layout::Row, BaseShape::S16X32);
     let acc = k.tile("acc", F32, bq, dim, Layout::Row, BaseShape::S16X16);
     let out = k.tile("out", Bf16, bq, dim, Layout::Row, BaseShape::S16X16);
-    let attn = AttnConfig {
-        dim,
-        logits: cfg.logits,
-        ..AttnConfig::default()
-    };
-    let mut sm = Softmax::declare(&mut k, s, Axis::Rows, &attn);
+    let mut sm = Softmax::declare(&mut k, s, Axis::Rows, cfg);
     // Bottom-right causal with more queries than keys, an empty key sequence, or query rows past the
     // sequence's end keep no key: their running max stays −∞.
     sm.floor = true;

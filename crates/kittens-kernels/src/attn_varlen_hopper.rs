@@ -22,7 +22,8 @@
 //! Not tuned: no skipping of fully masked key blocks (a data-dependent trip count), no intra-warpgroup
 //! overlap or ping-pong; the dense kernel's schedule knobs stay there.
 
-use crate::attn_fwd::{AttnConfig, Softmax};
+use crate::attn::Softmax;
+use crate::attn_fwd::AttnConfig;
 use crate::attn_varlen::{check, Batch, Seq, Tensors, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};

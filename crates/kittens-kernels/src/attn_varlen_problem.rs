@@ -10,15 +10,15 @@
 //! exact f32 integers); outputs `o`, `lse`. A caller with its own tensors (Python) gives the packed
 //! rows as `total_q` and `total_k` ([`VarlenProblem::varlen_total`]).
 
-use crate::attn_fwd::AttnLayout;
-use crate::attn_score::{AttnArgs, Logits};
+use crate::attn::score::{AttnArgs, Logits};
+use crate::attn::{AttnLayout, AttnShape};
 use crate::attn_varlen::VarlenConfig;
 use crate::budget;
 use crate::problem::{
     draw_operands, elements, param, positive, KernelProblem, Launch, NamedArgs, Plan, Reference,
     RunSettings, STORE_BYTES,
 };
-use crate::reference::{AttnShape, Tolerance};
+use crate::reference::Tolerance;
 use crate::reference_varlen::{forward, forward_bf16_baseline_lse, VarlenShape};
 use crate::KernelError;
 use kittens_hw::Target;

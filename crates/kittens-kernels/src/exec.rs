@@ -7,13 +7,12 @@
 //! bf16 values pass unchanged), laid out as the kernel's globals declare them. The output is bf16-exact
 //! f32. Sizes are checked, with checked arithmetic, before anything is built or allocated.
 
-use crate::attn_bwd::{problem::BwdProblem, BwdShape, Causal};
+use crate::attn::{AttnArgs, AttnOptions, AttnShape, BwdShape, Causal};
+use crate::attn_bwd::problem::BwdProblem;
 use crate::attn_fwd::{problem::AttnProblem, AttnConfig};
-use crate::attn_score::{AttnArgs, AttnOptions};
 use crate::gemm::problem::{GemmKind, GemmProblem};
 use crate::gemm::{ALayout, BLayout, GemmConfig, GemmSchedule, LeadingDims};
 use crate::problem::{KernelProblem, Launch};
-use crate::reference::AttnShape;
 use crate::KernelError;
 use kittens_hw::Target;
 use kittens_ir::interp::{self, RunStats};
@@ -283,7 +282,7 @@ pub fn attention_lse(
 }
 
 /// [`attention_lse`] with the options `opts`: any softmax scale, a soft cap, a sliding window
-/// (`crate::attn_score`; refused with an error naming `scale`, `softcap` or `window` when out of
+/// (`crate::attn::score`; refused with an error naming `scale`, `softcap` or `window` when out of
 /// range).
 pub fn attention_lse_with(
     q: &[f32],
@@ -317,7 +316,7 @@ pub fn attention_lse_with(
     Ok((all, lse.then_some(rest)))
 }
 
-/// [`attention_lse_with`] on strided tensors (`crate::attn_strides`): `q`, `k`, `v` are the spans of
+/// [`attention_lse_with`] on strided tensors (`crate::attn::strides`): `q`, `k`, `v` are the spans of
 /// tensors of strides `st.q`, `st.k`, `st.v` (first element to last), read in place by the strided
 /// program; returns O's span (its elements at strides `st.o`, 0 between them) and the log-sum-exp
 /// (f32 `[b, h, s]`, contiguous).
@@ -327,7 +326,7 @@ pub fn attention_strided(
     k: &[f32],
     v: &[f32],
     sh: &BwdShape,
-    st: &crate::attn_strides::AttnStrides,
+    st: &crate::attn::strides::AttnStrides,
     causal: Causal,
     lse: bool,
     opts: &AttnOptions,
@@ -501,7 +500,7 @@ pub fn attention_bwd_dlse(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attn_fwd::AttnLayout;
+    use crate::attn::AttnLayout;
     use crate::problem::random;
     use crate::reference::{self, compare};
     use kittens_hw::dtype::DType;

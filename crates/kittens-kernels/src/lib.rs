@@ -7,10 +7,9 @@
 //! its targets and problem definition, and is how the CLI, the runtime and the tests reach them. The
 //! runner that executes a problem on random inputs on a backend is `kittens_runtime::runner`.
 
+pub mod attn;
 pub mod attn_bwd;
 pub mod attn_fwd;
-pub mod attn_score;
-pub mod attn_strides;
 pub mod attn_varlen;
 pub mod attn_varlen_bwd;
 pub mod attn_varlen_hopper;
@@ -29,9 +28,13 @@ pub mod reference_varlen;
 pub mod registry;
 pub mod rmsnorm;
 pub mod rotary;
+pub mod rows;
 pub mod swiglu;
 
 pub use registry::by_name;
+// Former paths (before `attn`), for branches written against them; nothing in the tree uses them.
+#[doc(hidden)]
+pub use attn::{score as attn_score, strides as attn_strides};
 
 use thiserror::Error;
 

@@ -2,7 +2,9 @@
 //! PyTorch-style bf16 attention baseline, and the verdicts: the test rule that judges a backend against
 //! a baseline ([`check_rule`], also the GPU GEMM benchmark's), fixed tolerances and [`judge`].
 
-use crate::attn_fwd::AttnLayout;
+// Former path (before `crate::attn`), for branches written against it; nothing in the tree uses it.
+#[doc(hidden)]
+pub use crate::attn::AttnShape;
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
 
@@ -29,73 +31,6 @@ pub fn scale_rows_cols(c: &mut [f64], n: usize, mode: crate::gemm::Scales, sa: &
             Scales::PerRowCol => (x / n, x % n),
         };
         *v *= sa[i] as f64 * sb[j] as f64;
-    }
-}
-
-/// Sizes of an attention problem; Q/O have `heads` heads, K/V `heads_kv` (GQA when fewer).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct AttnShape {
-    pub batch: usize,
-    pub heads: usize,
-    pub heads_kv: usize,
-    pub seq: usize,
-    pub dim: usize,
-    pub layout: AttnLayout,
-}
-
-impl Default for AttnShape {
-    /// 1 × 4 query heads (2 key/value heads) × 256 × 64, BSHD.
-    fn default() -> Self {
-        AttnShape {
-            batch: 1,
-            heads: 4,
-            heads_kv: 2,
-            seq: 256,
-            dim: 64,
-            layout: AttnLayout::Bshd,
-        }
-    }
-}
-
-impl AttnShape {
-    /// The shape `a` names (`batch`, `heads`, `heads_kv`, `seq`, `dim`, `layout` = `"bshd"` or
-    /// `"bhsd"`), `default`'s sizes for the others.
-    pub fn from_args(
-        a: &crate::problem::NamedArgs,
-        default: AttnShape,
-    ) -> Result<AttnShape, crate::KernelError> {
-        let layout = match a.text_or("layout", None)?.as_deref() {
-            None => default.layout,
-            Some("bshd") => AttnLayout::Bshd,
-            Some("bhsd") => AttnLayout::Bhsd,
-            Some(other) => {
-                return Err(crate::KernelError::Problem(format!(
-                    "`layout` {other:?}: \"bshd\" or \"bhsd\""
-                )))
-            }
-        };
-        Ok(AttnShape {
-            batch: a.size_or("batch", default.batch)?,
-            heads: a.size_or("heads", default.heads)?,
-            heads_kv: a.size_or("heads_kv", default.heads_kv)?,
-            seq: a.size_or("seq", default.seq)?,
-            dim: a.size_or("dim", default.dim)?,
-            layout,
-        })
-    }
-
-    /// Element offset of `[b, h, s, d]` in a tensor with `nh` heads.
-    pub fn offset(&self, nh: usize, b: usize, h: usize, s: usize, d: usize) -> usize {
-        match self.layout {
-            AttnLayout::Bshd => ((b * self.seq + s) * nh + h) * self.dim + d,
-            AttnLayout::Bhsd => ((b * nh + h) * self.seq + s) * self.dim + d,
-        }
-    }
-    pub fn len(&self, nh: usize) -> usize {
-        self.batch * nh * self.seq * self.dim
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len(self.heads) == 0
     }
 }
 
@@ -517,6 +452,7 @@ pub fn rotary(x: &[f32], cos: &[f32], sin: &[f32], sh: &AttnShape, interleaved: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::attn::AttnLayout;
 
     /// A NaN reference entry marks a position the kernel must not write: the NaN poison left there
     /// counts as nothing, any value written there fails the comparison.

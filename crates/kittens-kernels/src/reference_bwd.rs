@@ -1,5 +1,5 @@
 //! f64 references of the attention backward (the gradients dQ, dK, dV of `O = softmax(Q·Kᵀ/√d)·V`,
-//! or of any logits `crate::attn_score::Logits` describes: the `_with` forms),
+//! or of any logits `crate::attn::score::Logits` describes: the `_with` forms),
 //! the forward quantities a backward takes as inputs (O and the log-sum-exp), and the PyTorch-style
 //! bf16 backward, the baseline of the test rule (`crate::reference::check_rule`).
 //!
@@ -11,8 +11,8 @@
 //! A query row with no kept key (causal, bottom-right, more queries than keys) has `O = 0`,
 //! `lse = +∞` and contributes nothing.
 
-use crate::attn_bwd::{BwdShape, Causal};
-use crate::attn_score::AttnOptions;
+use crate::attn::score::AttnOptions;
+use crate::attn::{BwdShape, Causal};
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
 use std::ops::Range;
@@ -330,7 +330,7 @@ pub fn backward_bf16_baseline_dlse(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attn_fwd::AttnLayout;
+    use crate::attn::AttnLayout;
 
     fn shape(seq_q: usize, seq_kv: usize, dim: usize) -> BwdShape {
         BwdShape {

@@ -6,8 +6,8 @@
 //! `s_ij = q_i·k_j/√d`; a row that keeps no key (causal aligned bottom-right with more queries than
 //! keys) has `lse = −∞` and an all-zero output row.
 
-use crate::attn_bwd::{BwdShape, Causal};
-use crate::attn_score::AttnOptions;
+use crate::attn::score::AttnOptions;
+use crate::attn::{BwdShape, Causal};
 use crate::reference_bwd;
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
@@ -129,7 +129,7 @@ pub fn forward_bf16_baseline_with(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::attn_fwd::AttnLayout;
+    use crate::attn::AttnLayout;
     use crate::problem::random;
     use rand::{rngs::SmallRng, SeedableRng};
 

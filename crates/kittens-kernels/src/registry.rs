@@ -6,8 +6,8 @@
 
 use crate::problem::{KernelProblem, NamedArgs};
 use crate::{
-    attn_bwd, attn_fwd, attn_varlen, attn_varlen_problem, cross_entropy, gemm, layernorm, rmsnorm,
-    rotary, swiglu, KernelError,
+    attn, attn_bwd, attn_fwd, attn_varlen, attn_varlen_problem, cross_entropy, gemm, layernorm,
+    rmsnorm, rotary, rows, swiglu, KernelError,
 };
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
@@ -527,14 +527,14 @@ const ROTARY: KernelEntry = KernelEntry {
     build_default: || {
         rotary::build(&rotary::RotaryConfig::new(
             64,
-            attn_fwd::AttnLayout::Bshd,
+            attn::AttnLayout::Bshd,
             false,
         ))
     },
     build_gpu: |_| {
         rotary::build(&rotary::RotaryConfig::new(
             128,
-            attn_fwd::AttnLayout::Bshd,
+            attn::AttnLayout::Bshd,
             false,
         ))
     },
@@ -572,13 +572,13 @@ const ROTARY_BWD: KernelEntry = KernelEntry {
     build_default: || {
         rotary::build(&rotary::RotaryConfig {
             inverse: true,
-            ..rotary::RotaryConfig::new(64, attn_fwd::AttnLayout::Bshd, false)
+            ..rotary::RotaryConfig::new(64, attn::AttnLayout::Bshd, false)
         })
     },
     build_gpu: |_| {
         rotary::build(&rotary::RotaryConfig {
             inverse: true,
-            ..rotary::RotaryConfig::new(128, attn_fwd::AttnLayout::Bshd, false)
+            ..rotary::RotaryConfig::new(128, attn::AttnLayout::Bshd, false)
         })
     },
     variants: &[],
@@ -646,11 +646,11 @@ const RMSNORM_BWD: KernelEntry = KernelEntry {
     ),
     build_default: || {
         let cfg = rmsnorm::RmsNormConfig::new(1000, true, 32);
-        rmsnorm::build_bwd(&cfg, &rmsnorm::RowLoop::for_gpu(None, cfg.waves))
+        rmsnorm::build_bwd(&cfg, &rows::RowLoop::for_gpu(None, cfg.waves))
     },
     build_gpu: |gpu| {
         let cfg = rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true);
-        rmsnorm::build_bwd(&cfg, &rmsnorm::RowLoop::for_gpu(Some(gpu), cfg.waves))
+        rmsnorm::build_bwd(&cfg, &rows::RowLoop::for_gpu(Some(gpu), cfg.waves))
     },
     variants: &[Variant {
         name: "dweight",
@@ -659,7 +659,7 @@ const RMSNORM_BWD: KernelEntry = KernelEntry {
     }],
     build_variant: |gpu, _| {
         let cfg = rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true);
-        rmsnorm::build_dweight(&cfg, &rmsnorm::RowLoop::for_gpu(Some(gpu), cfg.waves))
+        rmsnorm::build_dweight(&cfg, &rows::RowLoop::for_gpu(Some(gpu), cfg.waves))
     },
     parse: rmsnorm::problem::parse_bwd,
 };
@@ -675,11 +675,11 @@ const LAYERNORM_BWD: KernelEntry = KernelEntry {
     ),
     build_default: || {
         let cfg = layernorm::LayerNormConfig::new(1000, 0.1, 32);
-        layernorm::bwd::build_bwd(&cfg, &rmsnorm::RowLoop::for_gpu(None, cfg.waves))
+        layernorm::bwd::build_bwd(&cfg, &rows::RowLoop::for_gpu(None, cfg.waves))
     },
     build_gpu: |gpu| {
         let cfg = layernorm::LayerNormConfig::for_gpu(gpu, NORM_DIM, 0.1);
-        layernorm::bwd::build_bwd(&cfg, &rmsnorm::RowLoop::for_gpu(Some(gpu), cfg.waves))
+        layernorm::bwd::build_bwd(&cfg, &rows::RowLoop::for_gpu(Some(gpu), cfg.waves))
     },
     variants: &[Variant {
         name: "dweight",
@@ -688,7 +688,7 @@ const LAYERNORM_BWD: KernelEntry = KernelEntry {
     }],
     build_variant: |gpu, _| {
         let cfg = layernorm::LayerNormConfig::for_gpu(gpu, NORM_DIM, 0.1);
-        layernorm::bwd::build_dweight(&cfg, &rmsnorm::RowLoop::for_gpu(Some(gpu), cfg.waves))
+        layernorm::bwd::build_dweight(&cfg, &rows::RowLoop::for_gpu(Some(gpu), cfg.waves))
     },
     parse: layernorm::problem::parse_bwd,
 };

@@ -4,15 +4,15 @@
 //! lengths that differ, MHA and GQA, both masks and both layouts, head dimensions 64 and 128; and the
 //! FlashAttention-3 form (`BwdSchedule::HopperAtomicPre`, `HopperAtomicKv`, `HopperAtomicDq`: D,
 //! the key blocks adding dQ in f32, the conversion) at the same shapes; and FlashAttention's
-//! options (`kittens_kernels::attn_score`: a scale, a soft cap, a sliding window, each alone and all
+//! options (`kittens_kernels::attn::score`: a scale, a soft cap, a sliding window, each alone and all
 //! together) against the f64 gradients of the same options; ALiBi's slopes (read from a tensor) alone
 //! and with every other option.
 
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
-use kittens_kernels::attn_bwd::{build, delta, BwdConfig, BwdSchedule, BwdShape, Causal};
-use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::attn_score::{AttnOptions, Logits, Window};
+use kittens_kernels::attn::score::{AttnOptions, Logits, Window};
+use kittens_kernels::attn::{AttnLayout, BwdShape, Causal};
+use kittens_kernels::attn_bwd::{build, delta, BwdConfig, BwdSchedule};
 use kittens_kernels::problem::random_scaled;
 use kittens_kernels::reference::{compare, judge, Tolerance};
 use kittens_kernels::reference_bwd;

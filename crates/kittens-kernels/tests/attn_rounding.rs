@@ -6,10 +6,10 @@
 
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
-use kittens_kernels::attn_fwd::{build, problem::AttnProblem, AttnConfig, AttnLayout};
+use kittens_kernels::attn::{AttnLayout, AttnShape};
+use kittens_kernels::attn_fwd::{build, problem::AttnProblem, AttnConfig};
 use kittens_kernels::exec::interpret;
 use kittens_kernels::problem::{random, KernelProblem};
-use kittens_kernels::reference::AttnShape;
 use rand::{rngs::SmallRng, SeedableRng};
 
 /// One bf16 step at `x`'s magnitude.

@@ -1,4 +1,4 @@
-//! Attention forward and backward with every tensor in its own strides (`kittens_kernels::attn_strides`),
+//! Attention forward and backward with every tensor in its own strides (`kittens_kernels::attn::strides`),
 //! read and written in place by the strided programs on the CPU interpreter, against the f64
 //! reference on the same values gathered dense, judged by FlashAttention's rule (at most 2x the plain
 //! bf16 computation's error + 2^-12), at lengths that are not multiples of any tile:
@@ -14,14 +14,13 @@ use kittens_hw::dtype::DType::Bf16;
 use kittens_hw::Target;
 use kittens_ir::interp;
 use kittens_ir::numerics::{round, Rounding};
+use kittens_kernels::attn::score::AttnOptions;
+use kittens_kernels::attn::strides::{gather, offset, span, AttnStrides};
+use kittens_kernels::attn::{AttnLayout, AttnShape, BwdShape, Causal};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
-use kittens_kernels::attn_bwd::{BwdShape, Causal};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
-use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::attn_score::AttnOptions;
-use kittens_kernels::attn_strides::{gather, offset, span, AttnStrides};
 use kittens_kernels::problem::{KernelProblem, RunSettings};
-use kittens_kernels::reference::{check_rule, compare, AttnShape, RULE_FLOOR};
+use kittens_kernels::reference::{check_rule, compare, RULE_FLOOR};
 use kittens_kernels::{reference_bwd, reference_fwd};
 
 /// Uniform values in [-a, a) from a 64-bit LCG (Knuth's MMIX constants), rounded to bf16.

@@ -6,7 +6,7 @@
 use kittens_hw::dtype::DType::Bf16;
 use kittens_ir::interp;
 use kittens_ir::numerics::{round, Rounding};
-use kittens_kernels::attn_score::Logits;
+use kittens_kernels::attn::score::Logits;
 use kittens_kernels::attn_varlen::{build, VarlenConfig};
 use kittens_kernels::reference::{check_rule, compare, RULE_FLOOR};
 use kittens_kernels::reference_varlen::{backward, forward, forward_bf16_baseline, VarlenShape};

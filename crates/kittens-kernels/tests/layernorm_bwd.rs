@@ -9,7 +9,7 @@ use kittens_kernels::by_name;
 use kittens_kernels::layernorm::{bwd, LayerNormConfig};
 use kittens_kernels::problem::{Launch, NamedArgs, NormShape, Stage};
 use kittens_kernels::reference;
-use kittens_kernels::rmsnorm::RowLoop;
+use kittens_kernels::rows::RowLoop;
 
 mod common;
 use common::{check_with, plan_error, problem};

@@ -2,10 +2,10 @@
 //! lengths and head counts that do not fill a block.
 
 use kittens_hw::Target;
-use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::exec::interpret;
 use kittens_kernels::problem::{KernelProblem, RunSettings};
-use kittens_kernels::reference::{compare, AttnShape};
+use kittens_kernels::reference::compare;
 use kittens_kernels::rotary::problem::{RotaryBwdProblem, RotaryProblem};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;

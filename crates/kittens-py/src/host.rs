@@ -1,9 +1,8 @@
 //! The CPU path: bf16 arrays in host memory, read into f32 (exact), run on the interpreter through
 //! `kittens_kernels::exec`, and the bf16 result written into the output array.
 
-use kittens_kernels::attn_bwd::{BwdShape, Causal};
+use kittens_kernels::attn::{AttnShape, BwdShape, Causal};
 use kittens_kernels::exec;
-use kittens_kernels::reference::AttnShape;
 
 use crate::view::{ApiError, Attention, Matmul};
 
@@ -85,7 +84,7 @@ pub unsafe fn matmul(p: &Matmul) -> Result<(), ApiError> {
 pub unsafe fn attention(
     p: &Attention,
     causal: Causal,
-    opts: &kittens_kernels::attn_score::AttnOptions,
+    opts: &kittens_kernels::attn::score::AttnOptions,
 ) -> Result<(), ApiError> {
     aligned(&[("q", p.q), ("k", p.k), ("v", p.v), ("out", p.o)])?;
     if let Some(l) = p.lse {
@@ -139,11 +138,11 @@ pub unsafe fn attention(
 unsafe fn attention_strided(
     p: &Attention,
     sh: &BwdShape,
-    st: &kittens_kernels::attn_strides::AttnStrides,
+    st: &kittens_kernels::attn::strides::AttnStrides,
     causal: Causal,
-    opts: &kittens_kernels::attn_score::AttnOptions,
+    opts: &kittens_kernels::attn::score::AttnOptions,
 ) -> Result<(), ApiError> {
-    use kittens_kernels::attn_strides::{offset, span};
+    use kittens_kernels::attn::strides::{offset, span};
     let q_shape = [sh.batch, sh.heads, sh.seq_q, sh.dim];
     let kv_shape = [sh.batch, sh.heads_kv, sh.seq_kv, sh.dim];
     let spans = [

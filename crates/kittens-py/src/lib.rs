@@ -24,7 +24,7 @@ use pyo3::exceptions::{PyKeyboardInterrupt, PyRuntimeError, PyTypeError, PyValue
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
-use kittens_kernels::attn_bwd::Causal;
+use kittens_kernels::attn::Causal;
 use view::{ApiError, Device, View, ViewArgs};
 
 static VERBOSE: AtomicBool = AtomicBool::new(false);
@@ -371,7 +371,7 @@ fn rotary(
     }
 }
 
-/// The attention's options from the Python arguments (`kittens_kernels::attn_score`), each checked
+/// The attention's options from the Python arguments (`kittens_kernels::attn::score`), each checked
 /// and refused naming it: `scale` and `softcap` finite and positive, `window` sides -1 or more,
 /// ALiBi's slopes (`[batch, heads]` row-major) finite.
 fn attn_options(
@@ -379,8 +379,8 @@ fn attn_options(
     softcap: Option<f64>,
     window: Option<(i64, i64)>,
     alibi: Option<Vec<f32>>,
-) -> PyResult<kittens_kernels::attn_score::AttnOptions> {
-    use kittens_kernels::attn_score::{AttnOptions, Logits, Window};
+) -> PyResult<kittens_kernels::attn::score::AttnOptions> {
+    use kittens_kernels::attn::score::{AttnOptions, Logits, Window};
     let value = |e: kittens_kernels::KernelError| PyValueError::new_err(e.to_string());
     let logits = Logits {
         scale: scale.map(|s| s as f32),
@@ -422,8 +422,7 @@ fn attention_backward_cpu<'py>(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
 )> {
-    use kittens_kernels::attn_bwd::{BwdShape, Causal};
-    use kittens_kernels::attn_fwd::AttnLayout;
+    use kittens_kernels::attn::{AttnLayout, BwdShape, Causal};
     let (batch, heads, heads_kv, seq_q, seq_kv, dim) = shape;
     let sh = BwdShape {
         batch,

@@ -3,7 +3,7 @@
 
 use crate::view::ApiError;
 use crate::{interruptible, say};
-use kittens_kernels::attn_score::Logits;
+use kittens_kernels::attn::score::Logits;
 use kittens_kernels::attn_varlen::VarlenConfig;
 use kittens_kernels::exec_varlen::{self, Packed};
 use pyo3::prelude::*;

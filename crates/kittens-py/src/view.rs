@@ -5,8 +5,8 @@
 //! reads it in place (on the GPU through TMA, which needs dense 16-byte-aligned rows), so code that runs
 //! on CPU arrays runs unchanged on CUDA tensors, and nothing is ever copied behind the caller's back.
 
-use kittens_kernels::attn_fwd::AttnLayout;
-use kittens_kernels::attn_strides::AttnStrides;
+use kittens_kernels::attn::strides::AttnStrides;
+use kittens_kernels::attn::AttnLayout;
 use kittens_kernels::exec::GemmOperands;
 use kittens_kernels::exec::ATTN_DIMS;
 use kittens_kernels::gemm::{ALayout, BLayout};
@@ -412,7 +412,7 @@ pub fn attention(
             ATTN_DIMS.end()
         )));
     }
-    // Any finite positive scale: a constant of the kernel (`kittens_kernels::attn_score::Logits`).
+    // Any finite positive scale: a constant of the kernel (`kittens_kernels::attn::score::Logits`).
     if let Some(s) = scale {
         if !(s.is_finite() && s > 0.0) {
             return Err(ApiError::Value(format!(
@@ -440,7 +440,7 @@ pub fn attention(
     }
     let device = same_device(&[q, k, v, out])?;
     // One dense layout for all four: the dense programs; otherwise each in its own strides (the
-    // strided programs, `kittens_kernels::attn_strides`), the head dim contiguous.
+    // strided programs, `kittens_kernels::attn::strides`), the head dim contiguous.
     let layout = [AttnLayout::Bshd, AttnLayout::Bhsd].into_iter().find(|&l| {
         [q, k, v, out]
             .iter()
@@ -461,7 +461,7 @@ pub fn attention(
                 ..AttnStrides::default()
             };
             let o_shape = [b, h, n, d];
-            kittens_kernels::attn_strides::check_no_overlap("out", o_shape, st.o)
+            kittens_kernels::attn::strides::check_no_overlap("out", o_shape, st.o)
                 .map_err(|e| ApiError::Value(e.to_string()))?;
             disjoint_spans(out, &[q, k, v])?;
             Some(st)
@@ -516,7 +516,7 @@ fn disjoint_spans(out: &View, inputs: &[&View]) -> Result<(), ApiError> {
     let range = |v: &View| -> Result<(u64, u64), ApiError> {
         let st = attn_tensor_strides(v)?;
         let shape = [v.shape[0], v.shape[1], v.shape[2], v.shape[3]];
-        let n = kittens_kernels::attn_strides::span(shape, st)
+        let n = kittens_kernels::attn::strides::span(shape, st)
             .map_err(|e| ApiError::Value(e.to_string()))?;
         Ok((v.ptr, v.ptr.saturating_add(n as u64 * v.elem)))
     };

@@ -2,7 +2,7 @@
 //! both outputs in one `(2, …, D)` array) and `rotary` (logical (B, H, N, D) in one of attention's two
 //! dense layouts, `[N, D/2]` tables). Layouts are read in place or refused, as for the other kernels.
 
-use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::attn::AttnLayout;
 
 use crate::view::{attn_strides, disjoint, ndim, same_device, ApiError, Device, View};
 

@@ -10,12 +10,11 @@ mod amd_common;
 use amd_common::{clang_for, debian_clang19};
 use kittens_codegen::hip::{bf16_mfma_opcode, lower};
 use kittens_hw::{Arch, Target};
+use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_bwd::BwdConfig;
-use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::problem::KernelProblem;
 use kittens_kernels::problem::RunSettings;
-use kittens_kernels::reference::AttnShape;
 use kittens_runtime::amd::{analyze, CodeObjectReport};
 use kittens_runtime::runner::{run, HipEmu};
 

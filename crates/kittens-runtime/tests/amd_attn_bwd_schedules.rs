@@ -19,11 +19,10 @@ mod amd_common;
 
 use amd_common::{clang_for, debian_clang19};
 use kittens_hw::{Arch, Target};
+use kittens_kernels::attn::{AttnLayout, AttnShape, Causal};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
-use kittens_kernels::attn_bwd::{build, problem::variant, BwdConfig, Causal};
-use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::attn_bwd::{build, problem::variant, BwdConfig};
 use kittens_kernels::problem::RunSettings;
-use kittens_kernels::reference::AttnShape;
 use kittens_runtime::amd::{analyze, AmdgpuClang, CodeObjectReport};
 use kittens_runtime::runner::{run, Backend, HipEmu, IsaEmu};
 

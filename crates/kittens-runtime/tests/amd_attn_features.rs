@@ -1,4 +1,4 @@
-//! FlashAttention's options (`kittens_kernels::attn_score`: any softmax scale, a soft cap, a sliding
+//! FlashAttention's options (`kittens_kernels::attn::score`: any softmax scale, a soft cap, a sliding
 //! window) on the CDNA programs, built the way a run builds them (`KernelProblem::build`): compiled
 //! for gfx942 and gfx950 with no spills and no scratch (forward and backward, each option and all
 //! together), and their code objects run on the ISA emulator against the f64 references by the test
@@ -12,9 +12,9 @@ mod attn_options;
 use amd_common::clang_for;
 use attn_options::{options, problem};
 use kittens_hw::Target;
-use kittens_kernels::attn_score::AttnArgs;
+use kittens_kernels::attn::score::AttnArgs;
+use kittens_kernels::attn::AttnShape;
 use kittens_kernels::problem::RunSettings;
-use kittens_kernels::reference::AttnShape;
 use kittens_runtime::amd::analyze;
 use kittens_runtime::runner::{run, IsaEmu};
 

@@ -10,10 +10,9 @@
 mod amd_common;
 
 use kittens_hw::{Arch, Target};
+use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
-use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::problem::RunSettings;
-use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{run, HipEmu};
 
 #[test]

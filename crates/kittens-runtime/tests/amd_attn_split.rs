@@ -14,12 +14,12 @@ mod amd_common;
 use amd_common::clang_for;
 use kittens_hw::Target;
 use kittens_ir::Rounding;
+use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::problem::SEED001;
 use kittens_kernels::attn_fwd::split::{build_merge, KvSplits};
-use kittens_kernels::attn_fwd::{build, AttnConfig, AttnLayout};
+use kittens_kernels::attn_fwd::{build, AttnConfig};
 use kittens_kernels::problem::RunSettings;
-use kittens_kernels::reference::AttnShape;
 use kittens_runtime::amd::analyze;
 use kittens_runtime::runner::{self, Backend, HipEmu, IsaEmu};
 

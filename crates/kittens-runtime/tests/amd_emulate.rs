@@ -211,7 +211,7 @@ fn swizzled_tiles_run_right_on_both_targets() {
 fn check_attention(
     target: kittens_hw::Target,
     causal: bool,
-    shapes: &[kittens_kernels::reference::AttnShape],
+    shapes: &[kittens_kernels::attn::AttnShape],
 ) -> Vec<kittens_runtime::runner::RunReport> {
     use kittens_kernels::attn_fwd::problem::AttnProblem;
     use kittens_kernels::problem::RunSettings;
@@ -249,10 +249,8 @@ fn check_attention(
 
 /// Attention shapes: GQA (4 query heads on 2 KV heads), a sequence that is not a multiple of the
 /// 32-key block nor of the 256-query block, and two query blocks.
-fn attn_shapes(
-    layout: kittens_kernels::attn_fwd::AttnLayout,
-) -> Vec<kittens_kernels::reference::AttnShape> {
-    let sh = |batch, heads, heads_kv, seq| kittens_kernels::reference::AttnShape {
+fn attn_shapes(layout: kittens_kernels::attn::AttnLayout) -> Vec<kittens_kernels::attn::AttnShape> {
+    let sh = |batch, heads, heads_kv, seq| kittens_kernels::attn::AttnShape {
         batch,
         heads,
         heads_kv,
@@ -268,7 +266,7 @@ fn attn_shapes(
 /// target, causal and not, BSHD and BHSD.
 #[test]
 fn lowered_attention_matches_f64_both_paths() {
-    use kittens_kernels::attn_fwd::AttnLayout;
+    use kittens_kernels::attn::AttnLayout;
     for target in [Target::Gfx950, Target::Gfx942] {
         for (causal, layout) in [(false, AttnLayout::Bshd), (true, AttnLayout::Bhsd)] {
             for r in check_attention(target, causal, &attn_shapes(layout)) {
@@ -309,10 +307,10 @@ fn registry_gemm_ragged_shapes_both_targets() {
 /// other than the default, on both targets, causal and not.
 #[test]
 fn lowered_attention_odd_sequences_both_paths() {
-    use kittens_kernels::attn_fwd::AttnLayout;
+    use kittens_kernels::attn::AttnLayout;
     for target in [Target::Gfx950, Target::Gfx942] {
         for (causal, layout) in [(false, AttnLayout::Bshd), (true, AttnLayout::Bhsd)] {
-            let sh = |seq| kittens_kernels::reference::AttnShape {
+            let sh = |seq| kittens_kernels::attn::AttnShape {
                 batch: 1,
                 heads: 2,
                 heads_kv: 1,

@@ -6,15 +6,14 @@
 mod amd_common;
 
 use kittens_hw::{Arch, Target};
+use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
-use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
 use kittens_kernels::layernorm::problem::LayerNormProblem;
 use kittens_kernels::problem::KernelProblem;
 use kittens_kernels::problem::NormShape;
 use kittens_kernels::problem::RunSettings;
-use kittens_kernels::reference::AttnShape;
 use kittens_kernels::rotary::problem::RotaryProblem;
 use kittens_runtime::runner::{run, IsaEmu};
 use serde_json::Value;

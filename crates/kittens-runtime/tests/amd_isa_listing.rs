@@ -297,9 +297,9 @@ fn decoder_agrees_with_llvm_objdump_19_on_gfx942() {
 /// `global_store_dwordx3` of MI300X-attn's split kernel, a gfx942 configuration).
 #[test]
 fn decoder_agrees_with_llvm_listing_on_problem_built_code_objects() {
+    use kittens_kernels::attn::AttnLayout;
     use kittens_kernels::attn_bwd::problem::BwdProblem;
     use kittens_kernels::attn_fwd::problem::AttnProblem;
-    use kittens_kernels::attn_fwd::AttnLayout;
     use kittens_kernels::problem::{KernelProblem, RunSettings};
     use kittens_kernels::rotary::problem::RotaryProblem;
     let attn = |seq: usize, seq_kv: usize, dim: usize, causal: bool, bottom_right: bool| {

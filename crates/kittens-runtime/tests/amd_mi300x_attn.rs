@@ -9,8 +9,9 @@ mod amd_common;
 
 use kittens_hw::{Arch, Target};
 use kittens_ir::Rounding;
+use kittens_kernels::attn::AttnLayout;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
-use kittens_kernels::attn_fwd::{self, AttnConfig, AttnLayout};
+use kittens_kernels::attn_fwd::{self, AttnConfig};
 use kittens_kernels::problem::RunSettings;
 use kittens_runtime::amd::{analyze, AmdgpuClang};
 use kittens_runtime::runner::{run, Backend, HipEmu, Interpreter, IsaEmu, RunReport};

@@ -9,12 +9,12 @@ mod amd_common;
 
 use amd_common::{clang_for, debian_clang19};
 use kittens_hw::{Arch, Target};
-use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::layernorm::problem::LayerNormProblem;
 use kittens_kernels::problem::KernelProblem;
 use kittens_kernels::problem::NormShape;
 use kittens_kernels::problem::RunSettings;
-use kittens_kernels::reference::{compare, AttnShape};
+use kittens_kernels::reference::compare;
 use kittens_kernels::rotary::problem::RotaryProblem;
 use kittens_runtime::amd::analyze;
 use kittens_runtime::runner::{self, Backend, HipEmu, Interpreter, Job};

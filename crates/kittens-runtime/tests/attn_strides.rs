@@ -1,4 +1,4 @@
-//! The strided attention programs (`kittens_kernels::attn_strides`: each tensor's batch, head and
+//! The strided attention programs (`kittens_kernels::attn::strides`: each tensor's batch, head and
 //! sequence strides kernel parameters) on every target, built the way a run builds them
 //! (`KernelProblem::stages` of a problem with `attn_strides`):
 //!
@@ -23,13 +23,13 @@ mod cuda_common;
 use amd_common::{assert_compiles_without_spills, clang_for};
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
+use kittens_kernels::attn::strides::AttnStrides;
+use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::split::KvSplits;
-use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
-use kittens_kernels::attn_strides::AttnStrides;
+use kittens_kernels::attn_fwd::AttnConfig;
 use kittens_kernels::problem::{KernelProblem, RunSettings};
-use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{self, Interpreter, IsaEmu};
 
 /// A fused-projection problem: Q, K, V read at row stride `(H + 2·H_kv)·D`, O, dO, dQ in

@@ -9,8 +9,8 @@ mod cuda_common;
 
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
-use kittens_kernels::attn_bwd::{build, BwdConfig, BwdSchedule, Causal};
-use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::attn::{AttnLayout, Causal};
+use kittens_kernels::attn_bwd::{build, BwdConfig, BwdSchedule};
 
 #[test]
 fn attn_bwd_compiles_for_sm_90a_without_spills() {

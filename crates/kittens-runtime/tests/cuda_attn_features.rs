@@ -1,4 +1,4 @@
-//! FlashAttention's options (`kittens_kernels::attn_score`: any softmax scale, a soft cap, a sliding
+//! FlashAttention's options (`kittens_kernels::attn::score`: any softmax scale, a soft cap, a sliding
 //! window) on the sm_90a programs, built the way a run builds them (`KernelProblem::build`), lowered
 //! and compiled by NVRTC without spills, stack or ptxas performance warnings: the forward and the
 //! Hopper backward's launches with each option and all together at both head dimensions. NVRTC runs

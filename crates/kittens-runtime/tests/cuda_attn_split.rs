@@ -9,8 +9,9 @@ mod cuda_common;
 use cuda_common::{ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
 use kittens_ir::Rounding;
+use kittens_kernels::attn::AttnLayout;
 use kittens_kernels::attn_fwd::split::build_merge;
-use kittens_kernels::attn_fwd::{build, AttnConfig, AttnLayout};
+use kittens_kernels::attn_fwd::{build, AttnConfig};
 use kittens_runtime::cuda::compile_with_cache;
 
 fn h100() -> &'static kittens_hw::Gpu {

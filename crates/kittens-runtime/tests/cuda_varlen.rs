@@ -9,7 +9,7 @@ mod cuda_common;
 
 use cuda_common::ensure_nvrtc;
 use kittens_hw::Target;
-use kittens_kernels::attn_score::Logits;
+use kittens_kernels::attn::score::Logits;
 use kittens_kernels::attn_varlen::VarlenConfig;
 
 #[test]

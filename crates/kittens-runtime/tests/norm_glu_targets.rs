@@ -15,9 +15,9 @@ use kittens_hw::Target;
 use kittens_kernels::problem::{NamedArgs, RunSettings};
 use kittens_kernels::registry::KernelEntry;
 use kittens_kernels::rotary::problem::{RotaryBwdProblem, RotaryProblem};
+use kittens_kernels::rows::RowLoop;
 use kittens_kernels::{layernorm, rmsnorm};
 use kittens_runtime::runner::{run, Backend, HipEmu, IsaEmu};
-use rmsnorm::RowLoop;
 
 const NAMES: [&str; 6] = [
     "rmsnorm",
@@ -202,8 +202,7 @@ fn the_code_objects_match_the_reference_on_the_isa_emulator() {
 /// and positions-along-rows arrangements (head dimensions 64 and 96).
 #[test]
 fn rotary_backward_on_the_emulators() {
-    use kittens_kernels::attn_fwd::AttnLayout;
-    use kittens_kernels::reference::AttnShape;
+    use kittens_kernels::attn::{AttnLayout, AttnShape};
     for t in AMD {
         clang_for(t.gpu().unwrap().arch);
         let backends: [Box<dyn Backend>; 2] = [

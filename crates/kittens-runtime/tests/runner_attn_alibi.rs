@@ -1,4 +1,4 @@
-//! ALiBi (FlashAttention's `alibi_slopes`, `kittens_kernels::attn_score::Alibi`) on the attention
+//! ALiBi (FlashAttention's `alibi_slopes`, `kittens_kernels::attn::score::Alibi`) on the attention
 //! tile programs, on the CPU interpreter (the runner's `cpu` backend) against the f64 references
 //! that add `−slope·|i + N_k − N_q − j|` to each logit: forward (the AMD ping-pong, the Hopper
 //! producer/consumer program, a key split) and backward (the plain, 4-wave interleave and 8-wave
@@ -8,11 +8,11 @@
 //! tensor, any values run). Also: the kernels use the slopes (far from the reference without them),
 //! and bad slopes are refused naming `alibi_slopes`.
 
+use kittens_kernels::attn::score::{AttnOptions, Logits, Window};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_bwd::{BwdShape, Causal};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
-use kittens_kernels::attn_score::{AttnOptions, Logits, Window};
 use kittens_kernels::problem::{KernelProblem, RunSettings};
 use kittens_kernels::reference::AttnShape;
 use kittens_kernels::{exec, reference_fwd};

@@ -3,10 +3,9 @@
 //! error against the same reference, plus a floor), at odd lengths, with query and key lengths that
 //! differ both ways, and with logits past ±64.
 
+use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
-use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::problem::RunSettings;
-use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{self, About, Backend, Execution, Interpreter, Job, RunError};
 
 struct Case {

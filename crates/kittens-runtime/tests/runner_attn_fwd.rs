@@ -4,10 +4,10 @@
 //! Hopper program (producer/consumer), at odd lengths, GQA, both layouts, causal and not, and logits
 //! past ±64.
 
+use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
-use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
+use kittens_kernels::attn_fwd::AttnConfig;
 use kittens_kernels::problem::RunSettings;
-use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{self, Interpreter};
 
 struct Case {

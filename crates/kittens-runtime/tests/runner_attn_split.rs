@@ -9,13 +9,13 @@
 
 use kittens_hw::Target;
 use kittens_ir::Rounding;
+use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::problem::SEED001;
 use kittens_kernels::attn_fwd::split::KvSplits;
-use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
+use kittens_kernels::attn_fwd::AttnConfig;
 use kittens_kernels::problem::KernelProblem;
 use kittens_kernels::problem::RunSettings;
-use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{self, Interpreter, RunReport};
 
 #[derive(Debug, Clone, Copy)]

@@ -1,13 +1,12 @@
 //! The two example kernels on the CPU interpreter (the runner's `cpu` backend) against f64 references,
 //! on random inputs of several shapes including ones that are not multiples of the tile.
 
+use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
-use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::gemm::problem::GemmProblem;
 use kittens_kernels::gemm::GemmConfig;
 use kittens_kernels::problem::KernelProblem;
 use kittens_kernels::problem::RunSettings;
-use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{self, Interpreter, RunReport};
 
 fn run(name: &str, p: &dyn KernelProblem) -> Result<RunReport, runner::RunError> {

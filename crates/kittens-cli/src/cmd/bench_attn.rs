@@ -5,12 +5,10 @@
 
 use anyhow::{bail, Context};
 use kittens_ir::Rounding;
-use kittens_kernels::attn_bwd::Causal;
+use kittens_kernels::attn::{AttnLayout, AttnShape, Causal};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::split::KvSplits;
-use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::problem::RunSettings;
-use kittens_kernels::reference::AttnShape;
 use kittens_runtime::cuda::attn::{default_cases, run_attn_bench, AttnBenchOptions};
 use kittens_runtime::runner::{self, CudaGpu, RunReport, Timed};
 

@@ -6,7 +6,7 @@
 
 use anyhow::{bail, Context};
 use kittens_hw::Target;
-use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::attn::AttnLayout;
 use kittens_kernels::layernorm::{self, LayerNormConfig};
 use kittens_kernels::rotary::{self, RotaryConfig, RotaryRows};
 use kittens_runtime::cuda::bench_mem::{run_strip_sweep, StripCase};

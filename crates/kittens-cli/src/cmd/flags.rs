@@ -4,7 +4,7 @@
 //! keeps the library's aliases.
 
 use anyhow::{anyhow, Context};
-use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::attn::AttnLayout;
 use kittens_kernels::gemm::GemmSchedule;
 
 /// `kittens run --schedule`: the GEMM's schedule.

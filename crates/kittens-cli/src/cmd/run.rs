@@ -109,7 +109,7 @@ pub struct Args {
     /// query i keeps keys i + seq_kv - seq - LEFT ..= i + seq_kv - seq + RIGHT; -1 = unbounded),
     /// attn_fwd and attn_bwd on every target.
     #[arg(long, allow_hyphen_values = true)]
-    pub window: Option<kittens_kernels::attn_score::Window>,
+    pub window: Option<kittens_kernels::attn::score::Window>,
     /// attn_fwd: also write the log-sum-exp of every query row (a second output, judged on its own).
     #[arg(long)]
     pub lse: bool,

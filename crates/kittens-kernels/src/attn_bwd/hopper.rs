@@ -22,7 +22,7 @@
 //! The 64-query steps of the key blocks are what fits 240 registers beside the dK and dV accumulators
 //! (128 would need two more 64-float score tiles).
 //!
-//! A soft cap and a sliding window (`crate::attn_score`) as in the forward's Hopper program. The cap
+//! A soft cap and a sliding window (`crate::attn::score`) as in the forward's Hopper program. The cap
 //! needs the raw scores: a capped step computes `S` from zero, turns it into `tanh`, forms P in the
 //! `dP` tile and `P·(1 − tanh²)` in the score tile, and only then computes `dP` (so three f32 score
 //! tiles are never live at once; the log-sum-exp enters as `(tanh − lse/cap)·cap`). The window's
@@ -31,13 +31,14 @@
 //! query keeps).
 //!
 //! The scale stays on the f32 scores as in the forward (`exp2(s·c − lse·log2 e)`, `c = log2(e)·scale`,
-//! `scale` = `1/√d` unless configured, `crate::attn_score`);
+//! `scale` = `1/√d` unless configured, `crate::attn::score`);
 //! dK and dQ get their scale on the f32 accumulators before the bf16 store.
 
-use super::{BwdConfig, BwdTurns, Causal};
+use super::{BwdConfig, BwdTurns};
+use crate::attn::score::Alibi;
+use crate::attn::strides::tensor_strides;
+use crate::attn::Causal;
 use crate::attn_fwd::padded_dim;
-use crate::attn_score::Alibi;
-use crate::attn_strides::tensor_strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -444,7 +445,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     let k0 = &block0 + &cw * 16; // this wave's first key
     let scale = cfg.logits.scale(d);
     let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
-    // A soft cap needs the raw scores (`crate::attn_score`): `Sᵀ` then starts from zero.
+    // A soft cap needs the raw scores (`crate::attn::score`): `Sᵀ` then starts from zero.
     let capped = cfg.logits.softcap.is_some();
     // The statistics of step `t`'s queries (one per column) start its accumulators: `Sᵀ` from
     // `−lse/scale` (so that `Sᵀ·c` is the exponent `s·c − lse·log2 e`) and `dPᵀ` from `−D` (so that it

@@ -14,7 +14,7 @@
 //! `[batch, heads, ⌈seq_q / (ROWS·WAVES)⌉]`. Rows past `seq_q` read nothing and write nothing.
 
 use super::BwdConfig;
-use crate::attn_strides::tensor_strides;
+use crate::attn::strides::tensor_strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{

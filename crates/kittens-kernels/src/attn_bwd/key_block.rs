@@ -43,7 +43,7 @@ pub(super) struct KeyBlock<'a> {
     do_t: RegId,
     do_c: RegId,
     s_t: RegId,
-    /// Whether the scores are capped (`crate::attn_score::Logits::cap_t_with_grad`).
+    /// Whether the scores are capped (`crate::attn::score::Logits::cap_t_with_grad`).
     capped: bool,
     dp_t: RegId,
     p_b: RegId,

@@ -46,96 +46,14 @@ mod ping_pong;
 pub mod problem;
 mod schedule;
 
-use crate::attn_fwd::AttnLayout;
-use crate::attn_score::{min_offset, Logits, Window};
+use crate::attn::score::{min_offset, Logits, Window};
+use crate::attn::AttnLayout;
+// Former path (before `crate::attn`), for branches written against it; nothing in the tree uses it.
+#[doc(hidden)]
+pub use crate::attn::{BwdShape, Causal};
 use crate::KernelError;
 use kittens_ir::{Expr, Kernel};
 use kittens_tile::BaseShape;
-
-/// Which (query, key) pairs a causal backward keeps: key `j` is kept for query `i` when
-/// `j ≤ i + offset`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Causal {
-    /// Every key.
-    No,
-    /// `offset = 0`: PyTorch's `is_causal` (the mask's top-left corner on the diagonal).
-    TopLeft,
-    /// `offset = seq_kv − seq_q`: the last query sees every key (FlashAttention's convention for
-    /// decoding with a cache).
-    BottomRight,
-}
-
-impl Causal {
-    /// The offset at the given lengths; `None` without a mask.
-    pub fn offset(self, seq_q: usize, seq_kv: usize) -> Option<i64> {
-        match self {
-            Causal::No => None,
-            Causal::TopLeft => Some(0),
-            Causal::BottomRight => Some(seq_kv as i64 - seq_q as i64),
-        }
-    }
-
-    /// The offset as an expression over the kernel's parameters.
-    pub(crate) fn offset_expr(self, seq_q: &Expr, seq_kv: &Expr) -> Option<Expr> {
-        match self {
-            Causal::No => None,
-            Causal::TopLeft => Some(Expr::c(0)),
-            Causal::BottomRight => Some(seq_kv - seq_q.clone()),
-        }
-    }
-}
-
-/// Sizes of a backward problem: Q, O, dO, dQ have `heads` heads of `seq_q` rows; K, V, dK, dV have
-/// `heads_kv` heads of `seq_kv` rows; the log-sum-exp is f32 `[batch, heads, seq_q]`, contiguous.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct BwdShape {
-    pub batch: usize,
-    pub heads: usize,
-    pub heads_kv: usize,
-    pub seq_q: usize,
-    pub seq_kv: usize,
-    pub dim: usize,
-    pub layout: AttnLayout,
-}
-
-impl BwdShape {
-    /// Query heads per KV head.
-    pub fn group(&self) -> usize {
-        (self.heads / self.heads_kv.max(1)).max(1)
-    }
-    /// The KV head query head `h` reads.
-    pub fn kv_head(&self, h: usize) -> usize {
-        h / self.group()
-    }
-    fn at(&self, nh: usize, seq: usize, (b, h, s, x): (usize, usize, usize, usize)) -> usize {
-        match self.layout {
-            AttnLayout::Bshd => ((b * seq + s) * nh + h) * self.dim + x,
-            AttnLayout::Bhsd => ((b * nh + h) * seq + s) * self.dim + x,
-        }
-    }
-    /// Offset of `[b, h, s, x]` in a query-side tensor (Q, O, dO, dQ).
-    pub fn q_at(&self, b: usize, h: usize, s: usize, x: usize) -> usize {
-        self.at(self.heads, self.seq_q, (b, h, s, x))
-    }
-    /// Offset of `[b, h, s, x]` in a key-side tensor (K, V, dK, dV).
-    pub fn kv_at(&self, b: usize, h: usize, s: usize, x: usize) -> usize {
-        self.at(self.heads_kv, self.seq_kv, (b, h, s, x))
-    }
-    /// Offset of `[b, h, s]` in the log-sum-exp.
-    pub fn lse_at(&self, b: usize, h: usize, s: usize) -> usize {
-        (b * self.heads + h) * self.seq_q + s
-    }
-    pub fn q_len(&self) -> usize {
-        self.batch * self.heads * self.seq_q * self.dim
-    }
-    pub fn kv_len(&self) -> usize {
-        self.batch * self.heads_kv * self.seq_kv * self.dim
-    }
-    pub fn lse_len(&self) -> usize {
-        self.batch * self.heads * self.seq_q
-    }
-}
 
 /// Which program the backward is built as.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -220,7 +138,7 @@ pub struct BwdConfig {
     /// the steps wholly outside it skipped.
     pub window: Option<Window>,
     /// Q, K, V, O, dO, dQ, dK, dV each in its own strides, kernel parameters
-    /// ([`crate::attn_strides::tensor_strides`]) instead of `layout`'s; the log-sum-exp, D and the f32
+    /// ([`crate::attn::strides::tensor_strides`]) instead of `layout`'s; the log-sum-exp, D and the f32
     /// dQ accumulator stay dense (`layout`'s).
     pub strided: bool,
     /// The forward's log-sum-exp was an output with a gradient (`kittens.attention(...,
@@ -228,7 +146,7 @@ pub struct BwdConfig {
     /// preprocessing, `D = rowsum(dO∘O) − dlse` (as FlashAttention's ring attention does; `d lse_i /
     /// d S_ij = P_ij`, so the lse's term adds `dlse_i·P_ij` to dS), at no other cost.
     pub dlse: bool,
-    /// ALiBi (`crate::attn_score::Alibi`): an f32 input `alibi [b, h]` of slopes after the other
+    /// ALiBi (`crate::attn::score::Alibi`): an f32 input `alibi [b, h]` of slopes after the other
     /// inputs, each score's logit biased as in the forward (the bias has no gradient of its own).
     pub alibi: bool,
 }

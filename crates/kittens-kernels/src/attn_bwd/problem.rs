@@ -5,15 +5,16 @@
 //! inputs; each gradient is judged separately by the test rule against the PyTorch-style bf16
 //! backward (`crate::reference_bwd`).
 
-use super::{build, BwdConfig, BwdShape, Causal};
-use crate::attn_score::{AttnArgs, AttnOptions, Logits, Window};
-use crate::attn_strides::{self, AttnStrides};
+use super::{build, BwdConfig};
+use crate::attn::score::{AttnArgs, AttnOptions, Logits, Window};
+use crate::attn::strides::{self, AttnStrides};
+use crate::attn::{AttnShape, BwdShape, Causal};
 use crate::budget;
 use crate::problem::{
     draw_operands, elements, param, positive, random_scaled, round_up, KernelProblem, Launch,
     NamedArgs, Plan, Reference, RunSettings, Stage, STORE_BYTES,
 };
-use crate::reference::{AttnShape, Tolerance};
+use crate::reference::Tolerance;
 use crate::reference_bwd;
 use crate::KernelError;
 use kittens_hw::dtype::DType;
@@ -48,12 +49,12 @@ pub struct BwdProblem {
     pub logits: Logits,
     pub window: Option<Window>,
     pub run: RunSettings,
-    /// Each tensor's own `[b, h, s]` strides (`crate::attn_strides`); `None`: dense in `attn.layout`.
+    /// Each tensor's own `[b, h, s]` strides (`crate::attn::strides`); `None`: dense in `attn.layout`.
     pub attn_strides: Option<AttnStrides>,
     /// The forward's log-sum-exp had a gradient of its own: an f32 input `dlse [b, h, s_q]` after
     /// `lse`, folded into the preprocessing ([`super::BwdConfig::dlse`]).
     pub dlse: bool,
-    /// ALiBi (`crate::attn_score::Alibi`): an f32 input `alibi [b, h]` of slopes, the last input.
+    /// ALiBi (`crate::attn::score::Alibi`): an f32 input `alibi [b, h]` of slopes, the last input.
     pub alibi: bool,
 }
 
@@ -256,7 +257,7 @@ impl KernelProblem for BwdProblem {
             param("seq_kv", sh.seq_kv)?,
         ];
         // Dense tensors hold their elements; strided ones the span from the first to the last, and
-        // the strided program takes each one's strides after the sizes, in `attn_strides::TENSORS`
+        // the strided program takes each one's strides after the sizes, in `strides::TENSORS`
         // order (its declaration order).
         let [q, k, v, o, d_o, dq, dk, dv] = match &p.attn_strides {
             None => {
@@ -265,7 +266,7 @@ impl KernelProblem for BwdProblem {
             }
             Some(st) => {
                 let mut spans = [0; 8];
-                for (i, name) in attn_strides::TENSORS.into_iter().enumerate() {
+                for (i, name) in strides::TENSORS.into_iter().enumerate() {
                     let shape = if matches!(name, "k" | "v" | "dk" | "dv") {
                         kv_shape
                     } else {
@@ -273,9 +274,9 @@ impl KernelProblem for BwdProblem {
                     };
                     let t = st.of(name).unwrap_or_default();
                     if name.starts_with('d') && name != "do" {
-                        attn_strides::check_no_overlap(name, shape, t)?;
+                        strides::check_no_overlap(name, shape, t)?;
                     }
-                    spans[i] = attn_strides::span(shape, t)?;
+                    spans[i] = strides::span(shape, t)?;
                     for x in t {
                         params.push(param(name, x)?);
                     }
@@ -403,7 +404,7 @@ impl KernelProblem for BwdProblem {
                     let kernel = build(&BwdConfig { schedule, ..cfg })?;
                     Ok(Stage {
                         launch: Launch {
-                            params: attn_strides::named_params(&kernel, &values)?,
+                            params: strides::named_params(&kernel, &values)?,
                             inputs,
                             outputs,
                         },
@@ -443,7 +444,7 @@ impl KernelProblem for BwdProblem {
                     let kernel = build(&BwdConfig { schedule, ..cfg })?;
                     Ok(Stage {
                         launch: Launch {
-                            params: attn_strides::named_params(&kernel, &values)?,
+                            params: strides::named_params(&kernel, &values)?,
                             inputs,
                             outputs,
                         },
@@ -561,11 +562,11 @@ impl KernelProblem for BwdProblem {
     }
 }
 
-/// A strided problem's tensors (`attn_strides::TENSORS[i]`) between their spans and dense
+/// A strided problem's tensors (`strides::TENSORS[i]`) between their spans and dense
 /// `[b, h, s, d]`, for the draw and the reference.
 mod strided {
     use super::BwdProblem as Problem;
-    use crate::attn_strides::{self, TENSORS};
+    use crate::attn::strides::{self, TENSORS};
 
     fn shape(p: &Problem, i: usize) -> ([usize; 4], [usize; 3]) {
         let sh = super::shape(p);
@@ -580,11 +581,11 @@ mod strided {
 
     pub fn gather(p: &Problem, i: usize, t: &[f32]) -> Vec<f32> {
         let (shape, st) = shape(p, i);
-        attn_strides::gather(t, shape, st)
+        strides::gather(t, shape, st)
     }
 
     pub fn scatter<T: Copy + Default>(p: &Problem, i: usize, t: &[T]) -> Vec<T> {
         let (shape, st) = shape(p, i);
-        attn_strides::scatter(t, shape, st)
+        strides::scatter(t, shape, st)
     }
 }

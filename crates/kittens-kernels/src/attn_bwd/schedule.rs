@@ -24,8 +24,8 @@
 
 use super::key_block::KeyBlock;
 use super::{name, BwdConfig, BwdSchedule};
-use crate::attn_score::Alibi;
-use crate::attn_strides::tensor_strides;
+use crate::attn::score::Alibi;
+use crate::attn::strides::tensor_strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -219,7 +219,7 @@ impl Ctx {
 
     /// `Pᵀ = exp(Sᵀ·scale − lse)` in place on the f32 scores (masked entries are −∞ and become 0),
     /// and `dSᵀ = Pᵀ∘(dPᵀ − D)` in place on `dp`; `capped`: `s` holds capped logits and `dp`
-    /// already `(dPᵀ − D)` times the cap's derivative (`crate::attn_score::Logits::cap_t_with_grad`).
+    /// already `(dPᵀ − D)` times the cap's derivative (`crate::attn::score::Logits::cap_t_with_grad`).
     /// With ALiBi: head `h`'s slope into `slope` (a column vector of the transposed score tile
     /// `s`, one query per column, as the softmax's statistics), through `s` itself, dead here.
     pub fn load_slope(&self, k: &mut KernelBuilder, s: RegId, slope: Option<RegId>, h: &Expr) {

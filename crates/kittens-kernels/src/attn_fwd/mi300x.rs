@@ -33,7 +33,8 @@
 //! `first + j` for the block, the split kernels kept one more scalar across the loop and spilled 2
 //! to 5 SGPRs (clang 22 and 19); this way none does.
 
-use super::{declare_io, split, AttnConfig, Softmax};
+use super::{declare_io, split, AttnConfig};
+use crate::attn::Softmax;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{

@@ -1,8 +1,8 @@
 //! Attention forward `O = softmax(Q·Kᵀ·scale)·V` (any scale, `1/√d` by default; optionally soft-capped
-//! logits, [`crate::attn_score`]) with online softmax (HipKittens E.3, MI300X-attn §3), causal or
+//! logits, [`crate::attn::score`]) with online softmax (HipKittens E.3, MI300X-attn §3), causal or
 //! not, grouped-query heads (GQA: query head `h` reads KV head `h / (heads / heads_kv)`), BSHD or BHSD
 //! tensors (same logical `[b, h, s, d]` view, different strides — no copies), or each tensor in its own
-//! strides given as kernel parameters ([`AttnConfig::strided`], `crate::attn_strides`). One kernel with a schedule
+//! strides given as kernel parameters ([`AttnConfig::strided`], `crate::attn::strides`). One kernel with a schedule
 //! per target:
 //!
 //! - [`AttnSchedule::PingPong8`] ([`ping_pong`]): the 8-wave ping-pong of HipKittens Appendix E.3, the
@@ -28,13 +28,15 @@ pub mod split;
 
 pub use producer_consumer::padded_dim;
 
-use crate::attn_score::{min_offset, Alibi, Logits, Window};
-use crate::attn_strides::tensor_strides;
+use crate::attn::score::{min_offset, Alibi, Logits, Window};
+use crate::attn::strides::tensor_strides;
+use crate::attn::HeadLogits;
+// Former path (before `crate::attn`), for branches written against it; nothing in the tree uses it.
+#[doc(hidden)]
+pub use crate::attn::AttnLayout;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16};
-use kittens_ir::{
-    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, ReduceOp, RegId, Rounding,
-};
+use kittens_ir::{Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId, Rounding};
 
 /// Which schedule the attention is built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -51,21 +53,12 @@ pub enum AttnSchedule {
     Mi300x,
 }
 
-/// Memory order of the `[batch, heads, seq, dim]` tensors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum AttnLayout {
-    /// `[batch, seq, heads, dim]` (PyTorch's usual projection output).
-    Bshd,
-    /// `[batch, heads, seq, dim]`.
-    Bhsd,
-}
-
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttnConfig {
     /// Which schedule the program is written for.
     pub schedule: AttnSchedule,
-    /// Head dimension (a multiple of 32; 64 or 128 for the producer/consumer schedule).
+    /// Head dimension (a multiple of 32; 32, 64, 96, 128, 192 or 256 for the producer/consumer
+    /// schedule).
     pub dim: u32,
     /// Queries per wave (a multiple of 16); a ping-pong block covers `8 × q_rows`. The producer/consumer
     /// schedule has 16 per consumer wave (one `wgmma m64` per warpgroup) and ignores it.
@@ -110,7 +103,7 @@ pub struct AttnConfig {
     /// A sliding window ([`Window`], bottom-right aligned), its sides constants of the kernel.
     pub window: Option<Window>,
     /// Q, K, V and O each in its own strides, given as kernel parameters
-    /// ([`crate::attn_strides::tensor_strides`]) instead of `layout`'s: one kernel for any layout a
+    /// ([`crate::attn::strides::tensor_strides`]) instead of `layout`'s: one kernel for any layout a
     /// caller hands over, the head dimension contiguous.
     pub strided: bool,
     /// ALiBi ([`Alibi`]): the f32 slopes `alibi [b, h]` are an input after V, and each score gets
@@ -389,24 +382,6 @@ pub(crate) fn query_grid(
     [b, h, qb, hk]
 }
 
-/// Logical `[b, h, s, d]` strides (elements) of a tensor with `heads` heads in `layout`.
-pub fn strides(layout: AttnLayout, heads: &Expr, seq: &Expr, dim: &Expr) -> Vec<Expr> {
-    match layout {
-        AttnLayout::Bshd => vec![
-            seq * heads.clone() * dim.clone(),
-            dim.clone(),
-            heads * dim.clone(),
-            Expr::c(1),
-        ],
-        AttnLayout::Bhsd => vec![
-            heads * seq.clone() * dim.clone(),
-            seq * dim.clone(),
-            dim.clone(),
-            Expr::c(1),
-        ],
-    }
-}
-
 /// Parameter order: `batch, heads, heads_kv, seq, seq_kv`; tensors `q, k, v, o` (and `lse`).
 pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     cfg.logits.check()?;
@@ -492,127 +467,11 @@ impl AttnConfig {
     }
 }
 
-/// The online softmax (FlashAttention-2 §3.1) of one query per row (`keys = Axis::Rows`: S = Q·Kᵀ) or
-/// per column (`keys = Axis::Cols`: Sᵀ = K·Qᵀ) of an f32 score tile: its register vectors (the running
-/// max, its value before this block, the max times the scale, the running sum, the correction factor
-/// of this block), the axis that runs over keys, and the scale `c = log2(e)·scale` that turns exp(x·scale)
-/// into exp2(x·c).
-pub(crate) struct Softmax {
-    pub max: RegId,
-    pub max_prev: RegId,
-    pub max_c: RegId,
-    pub norm: RegId,
-    pub scale: RegId,
-    pub keys: Axis,
-    pub c: f32,
-    /// The softmax scale itself (`1/√d` by default, 1 on capped logits): the log-sum-exp is in natural-log units of the scaled logits.
-    pub scale_nat: f32,
-    /// Rows may keep no key ([`AttnConfig::empty_rows`]): the running max is floored at the lowest
-    /// finite f32 and [`Self::inv_norm`] guards the division.
-    pub floor: bool,
-}
-
-impl Softmax {
-    /// Declares the vectors beside the score tile `scores` for the logits of `cfg`: the softmax
-    /// scales what [`Logits::cap`] left in the tile ([`Logits::softmax_scale`]).
-    pub fn declare(k: &mut KernelBuilder, scores: RegId, keys: Axis, cfg: &AttnConfig) -> Softmax {
-        Self::declare_named(k, scores, keys, cfg, "")
+impl HeadLogits for AttnConfig {
+    fn logits(&self) -> Logits {
+        self.logits
     }
-
-    /// [`Self::declare`] with `suffix` on every vector's name: one softmax per score tile when a wave
-    /// holds several (MI300X-attn §5.1's query tiles).
-    pub fn declare_named(
-        k: &mut KernelBuilder,
-        scores: RegId,
-        keys: Axis,
-        cfg: &AttnConfig,
-        suffix: &str,
-    ) -> Softmax {
-        let scale = cfg.logits.softmax_scale(cfg.dim);
-        let mut vec = |name: &str| {
-            let name = format!("{name}{suffix}");
-            match keys {
-                Axis::Rows => k.row_vec(&name, scores, DType::F32),
-                Axis::Cols => k.col_vec(&name, scores, DType::F32),
-            }
-        };
-        Softmax {
-            max: vec("max_v"),
-            max_prev: vec("max_prev"),
-            max_c: vec("max_c"),
-            scale: vec("scale"),
-            norm: vec("norm"),
-            keys,
-            c: std::f32::consts::LOG2_E * scale,
-            scale_nat: scale,
-            floor: false,
-        }
-    }
-
-    /// One K/V block's step on the f32 scores `s` (in place, becoming P): the running max over `keys`
-    /// (the axis that runs over keys: `Axis::Rows` for S = Q·Kᵀ with a query per row, `Axis::Cols` for
-    /// Sᵀ = K·Qᵀ with a query per column), P = exp2(S·c − max·c) (the multiply and subtract contract to
-    /// one FMA; the scale `c` never touches a bf16 operand), the correction exp2((max_prev − max)·c)
-    /// into `scale`, and the running sum rescaled and accumulated. The caller rescales its output
-    /// accumulator by `scale`.
-    pub fn step(&self, k: &mut KernelBuilder, s: RegId) {
-        self.step_p(k, s);
-        self.step_sum(k, s);
-    }
-
-    /// The first part of [`Self::step`]: the running max, P = exp2(S·c − max·c) in place and the
-    /// correction `scale`, all that the output's rescale and the P·V multiply need.
-    pub fn step_p(&self, k: &mut KernelBuilder, s: RegId) {
-        let (keys, c) = (self.keys, self.c);
-        k.copy(self.max_prev, self.max);
-        k.reduce(keys, ReduceOp::Max, self.max, s, Some(self.max));
-        if self.floor {
-            // A row with no kept key so far has max −∞, and `s·c − max·c` would be −∞ − (−∞) = NaN:
-            // the lowest finite f32 instead makes its P exactly 0 and its correction exp2(0) = 1
-            // (FlashAttention-2 substitutes 0 for such a max). No other row is changed. Divided by
-            // `c` where `c > 1` (a large softmax scale, capped logits), so that `max·c` stays finite.
-            k.max(self.max, self.max, f32::MIN / c.max(1.0));
-        }
-        k.mul(self.max_c, self.max, c);
-        k.mul(s, s, c);
-        match keys {
-            Axis::Rows => k.sub_row(s, s, self.max_c),
-            Axis::Cols => k.sub_col(s, s, self.max_c),
-        }
-        k.exp2(s, s);
-        k.sub(self.scale, self.max_prev, self.max);
-        k.mul(self.scale, self.scale, c);
-        k.exp2(self.scale, self.scale);
-    }
-
-    /// The rest of [`Self::step`]: the running sum rescaled and P's sums added. Nothing the P·V
-    /// multiply reads, so a schedule may issue it beside those MFMAs (HipKittens E.3's compute
-    /// clusters interleave the softmax's vector work with the matrix work).
-    pub fn step_sum(&self, k: &mut KernelBuilder, s: RegId) {
-        k.mul(self.norm, self.norm, self.scale);
-        k.reduce(self.keys, ReduceOp::Sum, self.norm, s, Some(self.norm));
-    }
-
-    /// After the last block: `dst = 1 / norm`, the factor of the output's rows. With [`Self::floor`],
-    /// of `max(norm, f32::MIN_POSITIVE)`: a row with no kept key has `norm = 0` and an output of 0,
-    /// which stays 0 instead of `0·∞ = NaN`; every other row has `norm ≥ 1` (its max contributes
-    /// `exp2(0)`).
-    pub fn inv_norm(&self, k: &mut KernelBuilder, dst: RegId) {
-        if self.floor {
-            k.max(dst, self.norm, f32::MIN_POSITIVE);
-            k.div(dst, 1.0f32, dst);
-        } else {
-            k.div(dst, 1.0f32, self.norm);
-        }
-    }
-
-    /// After the last block: the log-sum-exp of each query into `lse` (a vector like `max`),
-    /// `ln Σ_j exp(s_j·scale) = max·scale + ln(norm)`, the running max being of the unscaled scores and the
-    /// running sum relative to it (`max_c` is free after the loop and holds `max·scale`). A query that
-    /// kept no key has `norm = 0`, so `ln 0 = −∞` makes its log-sum-exp `−∞`.
-    pub fn lse(&self, k: &mut KernelBuilder, lse: RegId) {
-        k.log(lse, self.norm);
-        k.mul(self.max_c, self.max, self.scale_nat);
-        k.add(lse, lse, self.max_c);
+    fn dim(&self) -> u32 {
+        self.dim
     }
 }

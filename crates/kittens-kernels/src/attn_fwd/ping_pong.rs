@@ -20,8 +20,9 @@
 //! 0.1 in the exponent, a 6e-2 relative error of the output, where PyTorch-style bf16 attention (f32
 //! scores) has 4e-3. The running max is kept on unscaled scores (`c > 0` preserves the order).
 
-use super::{declare_io, split, AttnConfig, Softmax};
-use crate::attn_score::Alibi;
+use super::{declare_io, split, AttnConfig};
+use crate::attn::score::Alibi;
+use crate::attn::Softmax;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{

@@ -2,16 +2,16 @@
 //! O (and the log-sum-exp) in the problem's layout, the f64 reference, the PyTorch-style bf16 baseline and the test rule.
 
 use super::split::{self, KvSplits, SplitShape};
-use super::{build, AttnConfig, AttnLayout, AttnSchedule};
-use crate::attn_bwd::{BwdShape, Causal};
-use crate::attn_score::{AttnArgs, AttnOptions, Logits, Window};
-use crate::attn_strides::{self, AttnStrides};
+use super::{build, AttnConfig, AttnSchedule};
+use crate::attn::score::{AttnArgs, AttnOptions, Logits, Window};
+use crate::attn::strides::{self, AttnStrides};
+use crate::attn::{AttnLayout, AttnShape, BwdShape, Causal};
 use crate::budget;
 use crate::problem::{
     elements, param, positive, round_up, KernelProblem, Launch, NamedArgs, Plan, Reference,
     RunSettings, Stage, STORE_BYTES,
 };
-use crate::reference::{AttnShape, Tolerance};
+use crate::reference::Tolerance;
 use crate::reference_fwd;
 use crate::KernelError;
 use kittens_hw::Target;
@@ -33,15 +33,15 @@ pub struct AttnProblem {
     pub lse: bool,
     /// The softmax scale and soft cap (`None`s: `1/√d`, no cap).
     pub logits: Logits,
-    /// A sliding window (bottom-right aligned, `crate::attn_score::Window`).
+    /// A sliding window (bottom-right aligned, `crate::attn::score::Window`).
     pub window: Option<Window>,
-    /// ALiBi (`crate::attn_score::Alibi`): an f32 input `alibi [b, h]` of slopes after V.
+    /// ALiBi (`crate::attn::score::Alibi`): an f32 input `alibi [b, h]` of slopes after V.
     pub alibi: bool,
     pub kv_splits: KvSplits,
     pub attn_cfg: AttnConfig,
     pub run: RunSettings,
     /// Each tensor's own `[b, h, s]` strides (a caller's views, read in place by the strided
-    /// programs, `crate::attn_strides`); `None`: every tensor dense in `attn.layout`.
+    /// programs, `crate::attn::strides`); `None`: every tensor dense in `attn.layout`.
     pub attn_strides: Option<AttnStrides>,
 }
 
@@ -305,7 +305,7 @@ impl KernelProblem for AttnProblem {
                 [q, kv, kv, q]
             }
             Some(st) => {
-                attn_strides::check_no_overlap("o", q_shape, st.o)?;
+                strides::check_no_overlap("o", q_shape, st.o)?;
                 let mut spans = [0; 4];
                 for (i, (name, shape)) in [
                     ("q", q_shape),
@@ -317,7 +317,7 @@ impl KernelProblem for AttnProblem {
                 .enumerate()
                 {
                     let t = st.of(name).unwrap_or_default();
-                    spans[i] = attn_strides::span(shape, t)?;
+                    spans[i] = strides::span(shape, t)?;
                     params.extend(
                         t.iter()
                             .map(|&x| param(name, x))
@@ -454,12 +454,12 @@ impl KernelProblem for AttnProblem {
         }
         let merge_kernel = split::build_merge(&cfg)?;
         let merge = Launch {
-            params: attn_strides::named_params(&merge_kernel, &values)?,
+            params: strides::named_params(&merge_kernel, &values)?,
             inputs: parts.clone(),
             outputs: plan.launch.outputs.clone(),
         };
         let split = Launch {
-            params: attn_strides::named_params(&kernel, &values)?,
+            params: strides::named_params(&kernel, &values)?,
             outputs: parts,
             ..plan.launch.clone()
         };
@@ -534,19 +534,15 @@ fn strided_reference(p: &AttnProblem, st: &AttnStrides, inputs: &[Vec<f32>]) -> 
         ..*p
     };
     let mut gathered = vec![
-        attn_strides::gather(&inputs[0], q_shape, st.q),
-        attn_strides::gather(&inputs[1], kv_shape, st.k),
-        attn_strides::gather(&inputs[2], kv_shape, st.v),
+        strides::gather(&inputs[0], q_shape, st.q),
+        strides::gather(&inputs[1], kv_shape, st.k),
+        strides::gather(&inputs[2], kv_shape, st.v),
     ];
     gathered.extend(inputs.get(3).cloned()); // the ALiBi slopes
     let r = dense.reference(&gathered);
     let n = q_shape.iter().product::<usize>();
     fn with_o<T: Copy + Default>(all: &[T], n: usize, shape: [usize; 4], st: [usize; 3]) -> Vec<T> {
-        [
-            attn_strides::scatter(&all[..n], shape, st),
-            all[n..].to_vec(),
-        ]
-        .concat()
+        [strides::scatter(&all[..n], shape, st), all[n..].to_vec()].concat()
     }
     Reference {
         values: with_o(&r.values, n, q_shape, st.o),

@@ -26,7 +26,8 @@
 //! last-first; with a causal mask, paired long with short (`KernelBuilder::pair_long_short`), so
 //! that every block of the persistent grid gets about the same number of key blocks.
 
-use super::{declare_io, split, AttnConfig, Softmax};
+use super::{declare_io, split, AttnConfig};
+use crate::attn::Softmax;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{

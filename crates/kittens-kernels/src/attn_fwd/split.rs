@@ -25,7 +25,7 @@
 //! and a GPU by the tail planner's model (`kittens_grid::tail`, [`SplitScope::Every`]).
 
 use super::{AttnConfig, AttnSchedule, Io};
-use crate::attn_strides::tensor_strides;
+use crate::attn::strides::tensor_strides;
 use crate::KernelError;
 use kittens_grid::tail::{plan_tail, SplitScope, TailInput, TailModel, TailPlan};
 use kittens_hw::dtype::DType::{Bf16, F32};

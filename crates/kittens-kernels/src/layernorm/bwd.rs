@@ -20,7 +20,7 @@
 //! split reduction).
 
 use super::LayerNormConfig;
-use crate::rmsnorm::{sum_partials, Frame, RowLoop};
+use crate::rows::{sum_partials, Frame, RowLoop};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{

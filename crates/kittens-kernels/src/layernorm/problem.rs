@@ -16,7 +16,7 @@ use crate::problem::{
     RunSettings, Stage, STORE_BYTES,
 };
 use crate::reference::{self, Tolerance};
-use crate::rmsnorm::RowLoop;
+use crate::rows::RowLoop;
 use crate::KernelError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
@@ -84,7 +84,7 @@ pub fn config(p: &LayerNormProblem, target: Target) -> LayerNormConfig {
 }
 
 /// The backward's configuration on `target` (the forward's) and how its first launch walks the rows
-/// (with [`crate::rmsnorm::ROW_LOOP_VAR`]'s override for a measurement).
+/// (with [`crate::rows::ROW_LOOP_VAR`]'s override for a measurement).
 pub fn bwd_config(
     p: &LayerNormProblem,
     target: Target,

@@ -9,13 +9,14 @@
 //!
 //! The f64 references, and a fixed tolerance (each output one bf16 rounding of f32 arithmetic).
 
-use super::{build, build_bwd, build_dweight, RmsNormConfig, RowLoop};
+use super::{build, build_bwd, build_dweight, RmsNormConfig};
 use crate::budget;
 use crate::problem::{
     elements, param, positive, KernelProblem, Launch, NamedArgs, Plan, Reference, RunSettings,
     Stage, STORE_BYTES,
 };
 use crate::reference::Tolerance;
+use crate::rows::RowLoop;
 use crate::KernelError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
@@ -89,7 +90,7 @@ pub fn config(p: &RmsNormProblem, target: Target) -> RmsNormConfig {
 }
 
 /// The backward's configuration on `target` and how its first launch walks the rows (with
-/// [`super::ROW_LOOP_VAR`]'s override for a measurement).
+/// [`crate::rows::ROW_LOOP_VAR`]'s override for a measurement).
 pub fn bwd_config(
     p: &RmsNormProblem,
     target: Target,

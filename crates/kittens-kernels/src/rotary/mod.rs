@@ -28,7 +28,7 @@
 
 pub mod problem;
 
-use crate::attn_fwd::{strides, AttnLayout};
+use crate::attn::layout::{strides, AttnLayout};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, Schedule};

@@ -3,12 +3,13 @@
 //! output in `x`'s layout; the f64 reference and a fixed tolerance.
 
 use super::{build, RotaryConfig};
+use crate::attn::AttnShape;
 use crate::budget;
 use crate::problem::{
     elements, param, positive, KernelProblem, Launch, NamedArgs, Plan, Reference, RunSettings,
     STORE_BYTES,
 };
-use crate::reference::{self, AttnShape, Tolerance};
+use crate::reference::{self, Tolerance};
 use crate::KernelError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;

@@ -168,10 +168,9 @@ impl PackedArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kittens_kernels::attn::{AttnLayout, AttnShape};
     use kittens_kernels::attn_fwd::problem::AttnProblem;
     use kittens_kernels::attn_fwd::split::KvSplits;
-    use kittens_kernels::attn_fwd::AttnLayout;
-    use kittens_kernels::reference::AttnShape;
 
     /// The registry's attention for sm_90a at B2 H6/2 N77 (causal, unsplit), lowered, and its
     /// parameters by name.

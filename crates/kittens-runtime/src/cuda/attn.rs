@@ -7,12 +7,12 @@
 //! hand: a configuration the registry does not give is not benchmarked.
 
 use kittens_hw::Target;
+use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_fwd::problem::kv_parts;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::split::KvSplits;
-use kittens_kernels::attn_fwd::AttnLayout;
 use kittens_kernels::problem::RunSettings;
-use kittens_kernels::reference::{self, AttnShape, ErrorReport, Verdict};
+use kittens_kernels::reference::{self, ErrorReport, Verdict};
 use serde::Serialize;
 
 use super::bench::{bf16_to_f32, random_bf16};

@@ -1,9 +1,9 @@
-//! FlashAttention's options (`kittens_kernels::attn_score`) as the lowering tests of every target take
+//! FlashAttention's options (`kittens_kernels::attn::score`) as the lowering tests of every target take
 //! them: each alone, then all together with a bottom-right causal mask (ALiBi among them: its
 //! slopes are an input the run draws).
 #![allow(dead_code)]
 
-use kittens_kernels::attn_score::{AttnArgs, Logits, Window};
+use kittens_kernels::attn::score::{AttnArgs, Logits, Window};
 
 /// `(name, attention settings)` (each kernel's problem takes them, `AttnProblem::with`,
 /// `BwdProblem::with`): a scale, a soft cap, a window whose edges cut 32- and 64-key blocks, and all.

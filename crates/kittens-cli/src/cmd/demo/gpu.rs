@@ -7,7 +7,7 @@
 
 use super::Section;
 use kittens_hw::Target;
-use kittens_kernels::attn_fwd::AttnLayout;
+use kittens_kernels::attn::AttnLayout;
 use kittens_kernels::problem::NamedArgs;
 use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchOptions, Timing};
 use kittens_runtime::cuda::bench_fp8::run_fp8_bench;

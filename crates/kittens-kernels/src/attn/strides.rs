@@ -12,7 +12,7 @@
 //! A problem carries the values ([`AttnStrides`]); a stage's launch takes them by name
 //! ([`named_params`]). The log-sum-exp and the backward's D stay contiguous `[b, h, s]` f32.
 
-use crate::attn_fwd::{strides, AttnLayout};
+use crate::attn::layout::{strides, AttnLayout};
 use crate::KernelError;
 use kittens_ir::{Expr, Kernel, KernelBuilder};
 

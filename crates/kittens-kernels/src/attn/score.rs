@@ -12,7 +12,7 @@
 //! five elementwise ops in place, exact at both ends (`exp2` over- or underflowing gives `±cap`).
 //! A masked score (`−∞`) would become `−cap`, so every schedule applies the cap before its masks.
 
-use crate::attn_bwd::Causal;
+use crate::attn::Causal;
 use crate::KernelError;
 use kittens_hw::dtype::DType;
 use kittens_ir::{Access, Axis, Expr, GlobalId, KernelBuilder, ReduceOp, RegId};
@@ -383,7 +383,7 @@ impl std::str::FromStr for Window {
 /// they differ from the queries, the mask, the logits and the window.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct AttnArgs {
-    pub attn: crate::reference::AttnShape,
+    pub attn: crate::attn::AttnShape,
     pub seq_kv: Option<usize>,
     pub causal: bool,
     pub bottom_right: bool,
@@ -399,7 +399,7 @@ impl AttnArgs {
     pub fn from_args(a: &crate::problem::NamedArgs) -> Result<AttnArgs, KernelError> {
         let d = AttnArgs::default();
         Ok(AttnArgs {
-            attn: crate::reference::AttnShape::from_args(a, d.attn)?,
+            attn: crate::attn::AttnShape::from_args(a, d.attn)?,
             seq_kv: a.opt_size_or("seq_kv", None)?,
             causal: a.flag_or("causal", false)?,
             bottom_right: a.flag_or("bottom_right", false)?,

@@ -1,0 +1,17 @@
+//! What the attention kernels share (`crate::attn_fwd`, `crate::attn_bwd`, `crate::attn_varlen`,
+//! `crate::rotary`) and what the references and the interpreter runs read: the tensors' layout
+//! ([`layout`]) or caller strides ([`strides`]), the call's sizes and mask ([`shape`]), the logits'
+//! scale, cap and window ([`score`]) and the online softmax ([`softmax`]). Kernels share code only
+//! through here, and nothing here imports a kernel.
+
+pub mod layout;
+pub mod score;
+pub mod shape;
+pub(crate) mod softmax;
+pub mod strides;
+
+pub use layout::AttnLayout;
+pub use score::{AttnArgs, AttnOptions, Logits, Window};
+pub use shape::{AttnShape, BwdShape, Causal};
+pub(crate) use softmax::{HeadLogits, Softmax};
+pub use strides::AttnStrides;

@@ -1,0 +1,316 @@
+//! What the row-wise normalisations (`crate::layernorm`, `crate::rmsnorm`, forward and backward) share:
+//! the row lengths they take, how a row is split over waves ([`waves_per_row`], [`strip_cols`], a
+//! wave's [`Frame`]), how a backward's first launch walks its rows ([`RowLoop`]) and the second
+//! launch that sums its `dweight` partials ([`sum_partials`]). Each wave holds its share of a row in
+//! a strip tile (`BaseShape::STRIP`); rows longer than `lanes ×` [`PER_LANE`] are split over waves
+//! whose partial sums meet through shared memory (`KernelBuilder::row_sum_across_waves`).
+
+use crate::KernelError;
+use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_hw::{Gpu, Target};
+use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId, Schedule};
+use kittens_tile::{BaseShape, Layout, Swizzle};
+
+/// Row lengths the row-wise kernels take (the issue of the suite: hidden sizes of 768 to 8192).
+pub const DIMS: std::ops::RangeInclusive<u32> = 768..=8192;
+/// Values per lane a wave holds of a row before the row is split over more waves: one 16-byte chunk
+/// of each tensor, as `torch.compile`'s persistent reduction does (one row per block, 8 values per
+/// thread). Measured on the H100 (docs/performance.md, "layernorm and rotary"; at D = 2048,
+/// loads of a run issued before any is converted): 8 values per lane 0.99 of the copy bandwidth at
+/// p = 0 and 0.94 at p = 0.1 (32 registers); 16 per lane 0.99 and 1.00 (53-56 registers); 32 per lane
+/// 0.98 and 0.90; 64 per lane 0.98 and 0.81.
+pub const PER_LANE: u32 = 8;
+/// The most waves one row is split over (16 × 64 lanes is AMD's 1024-thread block limit).
+pub const MAX_WAVES_PER_ROW: u32 = 16;
+
+/// Waves sharing a row of `dim` on waves of `lanes` lanes: one wave up to `lanes ×` [`PER_LANE`]
+/// columns, else the fewest of 2, 4, 8 or 16 that keep a wave's share under it (16 at most).
+pub fn waves_per_row(dim: u32, lanes: u32) -> u32 {
+    [1, 2, 4, 8, MAX_WAVES_PER_ROW]
+        .into_iter()
+        .find(|w| dim.div_ceil(*w) <= lanes * PER_LANE)
+        .unwrap_or(MAX_WAVES_PER_ROW)
+}
+
+/// Columns of one wave's strip of a row of `dim` split over `waves_per_row` waves: its share rounded up
+/// to whole `lanes × 8` chunks (the strip lowering deals 8-value chunks to the lanes).
+pub fn strip_cols(dim: u32, waves_per_row: u32, lanes: u32) -> u32 {
+    let chunk = lanes * 8;
+    dim.div_ceil(waves_per_row).div_ceil(chunk) * chunk
+}
+
+/// The checks every row-wise configuration shares, its errors prefixed by `kernel`: the row length
+/// (a multiple of 8 in [`DIMS`]), `eps`, the wave width and the waves per row.
+pub(crate) fn check_rows(
+    kernel: &str,
+    dim: u32,
+    eps: f32,
+    lanes: u32,
+    (waves, waves_per_row): (u32, u32),
+) -> Result<(), KernelError> {
+    let bad = |m: String| Err(KernelError::Config(format!("{kernel}: {m}")));
+    if !DIMS.contains(&dim) || !dim.is_multiple_of(8) {
+        return bad(format!(
+            "row length D = {dim} must be a multiple of 8 from {} to {}",
+            DIMS.start(),
+            DIMS.end()
+        ));
+    }
+    if !(eps.is_finite() && eps > 0.0) {
+        return bad(format!("eps = {eps} must be positive"));
+    }
+    if !matches!(lanes, 32 | 64) {
+        return bad(format!("{lanes} lanes per wave (32 or 64)"));
+    }
+    if waves_per_row == 0 || !waves.is_multiple_of(waves_per_row) {
+        return bad(format!(
+            "{waves_per_row} waves per row must divide {waves} waves per block"
+        ));
+    }
+    Ok(())
+}
+
+/// Rows of `D` one wave of the second launch sums (a `DW_ROWS × lanes·8` strip per step).
+pub const DW_ROWS: u32 = 4;
+
+/// The environment variable that overrides [`RowLoop`] for a measurement: `blocks=N` and/or
+/// `waves_per_row=W`, comma-separated (e.g. `KITTENS_NORM_BWD=blocks=132,waves_per_row=8`).
+pub const ROW_LOOP_VAR: &str = "KITTENS_NORM_BWD";
+
+/// How the first launch of a row-wise backward (`rmsnorm_bwd`, `layernorm_bwd`) walks its rows, as
+/// Apex's and Liger-Kernel's layernorm backwards do: a grid of at most `blocks` blocks (a few per SM),
+/// block `b` visiting the row groups `b, b + grid, b + 2·grid, …` and keeping its share of the
+/// `dweight` partial sums in registers across all of them, so the second launch sums only
+/// `grid × rows_per_block` partial rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct RowLoop {
+    /// The most blocks of the first launch.
+    pub blocks: u32,
+    /// Waves sharing one row, where a measurement overrides [`waves_per_row`]'s choice.
+    pub waves_per_row: Option<u32>,
+}
+
+impl RowLoop {
+    /// As many blocks as fill the target's SMs / CUs once with 16 waves each (the measured best on an
+    /// H200 for the layernorm backward at D = 4096: one 512-thread block per SM, against two or four),
+    /// so that blocks of `waves` waves get `16 / waves` per SM; 5 on the CPU interpreter (so that a
+    /// test's few dozen rows make every block loop, with a partial last round).
+    pub fn for_target(target: Target, waves: u32) -> Self {
+        Self::for_gpu(target.gpu(), waves)
+    }
+
+    /// [`Self::for_target`] for a GPU (`None`: the CPU interpreter).
+    pub fn for_gpu(gpu: Option<&Gpu>, waves: u32) -> Self {
+        RowLoop {
+            blocks: gpu.map_or(5, |g| g.compute_units * (16 / waves.max(1)).max(1)),
+            waves_per_row: None,
+        }
+    }
+
+    /// [`Self::for_target`] with what [`ROW_LOOP_VAR`] sets; an error naming the variable where it
+    /// holds anything else.
+    pub fn from_env(target: Target, waves: u32) -> Result<Self, KernelError> {
+        match std::env::var(ROW_LOOP_VAR) {
+            Ok(v) => Self::parse(target, waves, &v),
+            Err(_) => Ok(Self::for_target(target, waves)),
+        }
+    }
+
+    /// [`Self::for_target`] with the settings `v` (the form of [`ROW_LOOP_VAR`]).
+    pub fn parse(target: Target, waves: u32, v: &str) -> Result<Self, KernelError> {
+        let mut lp = Self::for_target(target, waves);
+        let bad = || {
+            KernelError::Config(format!(
+                "{ROW_LOOP_VAR} = {v:?}: expected blocks=N (N > 0) and/or waves_per_row=W (1, 2, 4, \
+                 8, 16 or 32), comma-separated"
+            ))
+        };
+        for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, val) = item.split_once('=').ok_or_else(bad)?;
+            let n: u32 = val.trim().parse().map_err(|_| bad())?;
+            match key.trim() {
+                "blocks" if n > 0 => lp.blocks = n,
+                "waves_per_row" if matches!(n, 1 | 2 | 4 | 8 | 16 | 32) => {
+                    lp.waves_per_row = Some(n)
+                }
+                _ => return Err(bad()),
+            }
+        }
+        Ok(lp)
+    }
+
+    /// Row groups each block visits, for `rows` rows and `rpb` rows per block: as few as spread the
+    /// groups over at most `blocks` blocks.
+    pub fn steps(&self, rows: &Expr, rpb: u32) -> Expr {
+        rows.ceil_div(i64::from(rpb) * i64::from(self.blocks))
+    }
+
+    /// Blocks of the first launch (at most `blocks`; no block without a row).
+    pub fn grid(&self, rows: &Expr, rpb: u32) -> Expr {
+        rows.ceil_div(self.steps(rows, rpb) * i64::from(rpb))
+    }
+
+    /// Rows of the scratch of partial sums: one per row group of a block.
+    pub fn parts(&self, rows: &Expr, rpb: u32) -> Expr {
+        self.grid(rows, rpb) * i64::from(rpb)
+    }
+
+    /// [`Self::parts`] at a concrete row count (`None` on overflow).
+    pub fn parts_at(&self, rows: usize, rpb: u32) -> Option<usize> {
+        let rpb = rpb as usize;
+        let steps = rows.div_ceil(rpb.checked_mul(self.blocks as usize)?);
+        rows.div_ceil(steps.checked_mul(rpb)?.max(1))
+            .checked_mul(rpb)
+    }
+
+    /// The row that wave-row `local` of this block holds at step `s`.
+    pub(crate) fn row(
+        &self,
+        k: &KernelBuilder,
+        rows: &Expr,
+        rpb: u32,
+        s: &Expr,
+        local: &Expr,
+    ) -> Expr {
+        (s.clone() * self.grid(rows, rpb) + k.block(0)) * i64::from(rpb) + local.clone()
+    }
+}
+
+/// A wave's place in a row-wise program: its row within the block, its part of the row, the first
+/// column of its strip; and the block's ring of partial sums when rows are split.
+pub(crate) struct Frame {
+    pub(crate) local: Expr,
+    part: Expr,
+    pub(crate) col0: Expr,
+    cols: u32,
+    parts: u32,
+    partials: Option<kittens_ir::SharedId>,
+}
+
+impl Frame {
+    /// Rows of `cols`-column strips split over `w_row` waves, `rows` rows per block, `slots` ring
+    /// slots of partial sums.
+    pub(crate) fn split(
+        k: &mut KernelBuilder,
+        w_row: u32,
+        rows: u32,
+        cols: u32,
+        slots: u32,
+    ) -> Self {
+        let part = k.wave() % i64::from(w_row);
+        let partials =
+            (w_row > 1).then(|| k.shared("partials", F32, rows, w_row, Swizzle::None, slots));
+        Frame {
+            local: k.wave() / i64::from(w_row),
+            col0: part.clone() * i64::from(cols),
+            part,
+            cols,
+            parts: w_row,
+            partials,
+        }
+    }
+
+    /// The `1 × cols` strip of row `row` this wave holds, of tensor `g`.
+    pub(crate) fn view(
+        &self,
+        k: &KernelBuilder,
+        g: GlobalId,
+        row: &Expr,
+    ) -> kittens_ir::GlobalView {
+        k.gview(g, vec![row.clone(), self.col0.clone()], 0, 1, 1, self.cols)
+    }
+
+    /// `v` (this wave's partial sum of its row) becomes the row's total, through ring slot `slot`.
+    pub(crate) fn total(&self, k: &mut KernelBuilder, v: RegId, slot: i64) {
+        if let Some(buf) = self.partials {
+            k.row_sum_across_waves(
+                v,
+                buf,
+                slot,
+                self.local.clone(),
+                self.part.clone(),
+                self.parts,
+            );
+        }
+    }
+
+    /// [`Self::total`] of several values at one barrier, each through its own ring slot.
+    pub(crate) fn totals(&self, k: &mut KernelBuilder, vs: &[(RegId, i64)]) {
+        if let Some(buf) = self.partials {
+            let vs: Vec<(RegId, Expr)> = vs.iter().map(|&(v, s)| (v, Expr::c(s))).collect();
+            k.row_sums_across_waves(&vs, buf, self.local.clone(), self.part.clone(), self.parts);
+        }
+    }
+}
+
+/// A kernel summing the rows of transposed partial sums: for each `(scratch, out)` pair,
+/// `out[j] = Σ_p scratch[j, p]` (f32 `[dim, parts]` in, bf16 `[dim]` out), `parts` as
+/// [`RowLoop::parts`] gives it for blocks of `rows_per_block` rows. Parameter `rows`; tensors
+/// the scratches, then the outputs. Each wave sums [`DW_ROWS`] rows of each scratch, `lanes × 8`
+/// columns a step.
+pub(crate) fn sum_partials(
+    name: &str,
+    dim: u32,
+    lanes: u32,
+    rows_per_block: u32,
+    lp: &RowLoop,
+    pairs: &[(&str, &str)],
+) -> Result<Kernel, KernelError> {
+    let dim = i64::from(dim);
+    let waves = 4;
+    let mut k = KernelBuilder::new(name, Schedule::Plain { waves });
+    let rows = k.param("rows");
+    let parts = lp.parts(&rows, rows_per_block);
+    let d = Expr::c(dim);
+    let scratch: Vec<GlobalId> = pairs
+        .iter()
+        .map(|(s, _)| {
+            k.global(
+                s,
+                F32,
+                &[("col", d.clone()), ("part", parts.clone())],
+                Access::Read,
+            )
+        })
+        .collect();
+    let outs: Vec<GlobalId> = pairs
+        .iter()
+        .map(|(_, o)| {
+            k.global(
+                o,
+                Bf16,
+                &[("col", d.clone()), ("one", Expr::c(1))],
+                Access::Write,
+            )
+        })
+        .collect();
+    let per_block = i64::from(waves * DW_ROWS);
+    k.grid(vec![Expr::c(dim).ceil_div(per_block)], GridOrder::RowMajor);
+    let step = lanes * 8;
+    let t = k.tile(
+        "partials",
+        F32,
+        DW_ROWS,
+        step,
+        Layout::Row,
+        BaseShape::STRIP,
+    );
+    let acc = k.row_vec("dweight", t, F32);
+    let row0 = k.block(0) * per_block + k.wave() * i64::from(DW_ROWS);
+    for (&src, &out) in scratch.iter().zip(&outs) {
+        k.zero(acc);
+        k.for_range("step", 0, parts.ceil_div(i64::from(step)), |k, s| {
+            let col = s * i64::from(step);
+            k.load_global(
+                t,
+                k.gview(src, vec![row0.clone(), col], 0, 1, DW_ROWS, step),
+            );
+            k.row_sum_acc(acc, t, acc);
+        });
+        k.store(
+            k.gview(out, vec![row0.clone(), Expr::c(0)], 0, 1, DW_ROWS, 1),
+            acc,
+        );
+    }
+    Ok(k.finish()?)
+}
