@@ -502,6 +502,9 @@ fn hopper_forward_head_dims_192_and_256() {
             .build(kittens_hw::Target::Sm90a)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("64, 96 or 128") && err.contains("240"), "{err}");
+        assert!(
+            err.contains("64, 96 or 128") && err.contains("240"),
+            "{err}"
+        );
     }
 }

@@ -1,11 +1,9 @@
-//! The Hopper attention programs at the head dims past the dense 64/128/192/256: the forward at 32
-//! and 96 (tiles padded to 64 and 128 columns, the columns past the head dim read as zeros and
-//! stored nowhere, `attn_fwd::producer_consumer`), and the backward's two launches at 96, on the CPU
-//! interpreter against the f64 references by the test rule, at odd lengths with GQA, with and without
-//! a causal mask and ALiBi.
+//! The Hopper attention forward at head dims 32 and 96 (tiles padded to 64 and 128 columns, the
+//! columns past the head dim read as zeros and stored nowhere, `attn_fwd::producer_consumer`) on the
+//! CPU interpreter against the f64 references by the test rule, at odd lengths with GQA, with and
+//! without a causal mask and ALiBi. (The backward's launches at 96: `kittens-kernels`'
+//! `tests/attn_bwd_hopper.rs`, `head_dim_96`.)
 
-use kittens_kernels::attn_bwd::problem::BwdProblem;
-use kittens_kernels::attn_bwd::BwdConfig;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
 use kittens_kernels::problem::RunSettings;
