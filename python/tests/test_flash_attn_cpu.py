@@ -41,8 +41,11 @@ def reference(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), s
     j = torch.arange(nk).view(1, -1)
     diag = i + nk - nq
     if alibi_slopes is not None:
-        slopes = alibi_slopes.to(s.dtype).expand(b, h).reshape(b, h, 1, 1)
-        s = s - slopes * (diag - j).abs().to(s.dtype)
+        # The bias in float32 (float64 for the exact reference), as FlashAttention's reference adds
+        # its float32 attn_bias: bf16 scores are promoted, the softmax runs in float32.
+        wide = torch.float64 if s.dtype == torch.float64 else torch.float32
+        slopes = alibi_slopes.to(wide).expand(b, h).reshape(b, h, 1, 1)
+        s = s - slopes * (diag - j).abs().to(wide)
     keep = torch.ones(nq, nk, dtype=torch.bool)
     left, right = window_size
     if causal:
@@ -56,7 +59,7 @@ def reference(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), s
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
     e = torch.exp(s - m)
     den = e.sum(-1, keepdim=True)
-    p = e / torch.where(den == 0, torch.ones_like(den), den)
+    p = (e / torch.where(den == 0, torch.ones_like(den), den)).to(vh.dtype)
     return (p @ vh).transpose(1, 2)
 
 
