@@ -265,3 +265,54 @@ fn mi300x_refuses_alibi() {
     let err = p.build(kittens_hw::Target::Cpu).unwrap_err().to_string();
     assert!(err.contains("alibi"), "{err}");
 }
+
+/// The Hopper backward's two launches as a run builds them (`KernelProblem::stages` for sm_90a, what
+/// `kittens run attn_bwd --backend cuda --alibi` executes), on the interpreter: the slopes drawn
+/// with the inputs reach both launches by name, and dQ, dK, dV pass the rule.
+#[test]
+fn hopper_launches_as_a_run_pass_the_slopes_by_name() {
+    use kittens_hw::Target;
+    use kittens_kernels::reference::compare;
+    let c = Case {
+        causal: Some(true),
+        ..case(130, 70)
+    };
+    let p = problem(&c);
+    let p = BwdProblem {
+        run: RunSettings {
+            variant: Some("dq"),
+            ..p.run
+        },
+        ..BwdProblem::with(p.args())
+    };
+    let plan = p.plan(Target::Sm90a).unwrap();
+    let stages = p.stages(Target::Sm90a, &plan).unwrap();
+    assert_eq!(stages.len(), 2);
+    for st in &stages {
+        assert!(
+            st.kernel.globals.iter().any(|g| g.name == "alibi"),
+            "{}",
+            st.kernel.name
+        );
+    }
+    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(11);
+    let inputs = p.draw(&stages[0].kernel, &plan.launch, &mut rng);
+    let (e, names) = runner::execute_stages(&Interpreter, &stages, &inputs).unwrap();
+    assert_eq!(names, ["dq", "dk", "dv"]);
+    let r = p.reference(&inputs);
+    let base = r.baseline.expect("a baseline");
+    let mut at = 0;
+    for (name, &n) in names.iter().zip(&plan.launch.outputs) {
+        let ours = compare(&e.output[at..at + n], &r.values[at..at + n]);
+        let b = compare(&base[at..at + n], &r.values[at..at + n]);
+        eprintln!(
+            "hopper launches {name}: {:.3e} vs bf16 {:.3e}",
+            ours.rel_err, b.rel_err
+        );
+        assert!(
+            ours.rel_err <= 2.0 * b.rel_err + 1e-4,
+            "{name}: {ours:?} vs {b:?}"
+        );
+        at += n;
+    }
+}
