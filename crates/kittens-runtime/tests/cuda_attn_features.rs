@@ -25,19 +25,19 @@ fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
     for (what, a) in options() {
         for dim in [64, 128] {
             let mut p = AttnProblem::with(a);
-            p.attn.dim = dim;
+            p.args.attn.dim = dim;
             let k = p
                 .build(Target::Sm90a)
                 .unwrap_or_else(|e| panic!("{what} D{dim}: {e}"));
             let l = kittens_codegen::lower(&k, Target::Sm90a)
                 .unwrap_or_else(|e| panic!("{what} D{dim}: {e}"));
-            if p.window.is_some() {
+            if p.args.window.is_some() {
                 assert!(
                     l.source.contains("col >= row + ("),
                     "{what}: no window mask"
                 );
             }
-            assert_eq!(p.alibi, l.source.contains("// alibi"), "{what}: ALiBi");
+            assert_eq!(p.args.alibi, l.source.contains("// alibi"), "{what}: ALiBi");
             let r = compile_clean(&l, &cache, &format!("{what} D{dim}"));
             eprintln!("{} {what} D{dim}: {r:?}", l.entry);
             n += 1;
@@ -75,7 +75,7 @@ fn attn_fwd_head_dims_192_and_256_compile_for_sm_90a_without_spills() {
             ("all, causal", all),
         ];
         for (what, mut p) in cases {
-            p.attn.dim = dim;
+            p.args.attn.dim = dim;
             let what = format!("{what} D{dim}");
             for stage in p
                 .stages(Target::Sm90a, &p.plan(Target::Sm90a).unwrap())
@@ -101,7 +101,7 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
     for (what, a) in options() {
         for dim in [64, 96, 128] {
             let mut p = BwdProblem::with(a);
-            p.attn.dim = dim;
+            p.args.attn.dim = dim;
             for variant in [Some("dq"), None, Some("atomic")] {
                 let p = BwdProblem {
                     run: RunSettings { variant, ..p.run },
@@ -109,7 +109,7 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
                 };
                 let what = format!("{what} D{dim} {variant:?}");
                 let k = p.build(Target::Sm90a);
-                if variant == Some("atomic") && dim > 64 && p.logits.softcap.is_some() {
+                if variant == Some("atomic") && dim > 64 && p.args.logits.softcap.is_some() {
                     // Refused by name: too few registers for the atomic form with a cap.
                     let err = k.unwrap_err().to_string();
                     assert!(err.contains("softcap") && err.contains("atomic"), "{err}");
@@ -118,8 +118,8 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
                 let k = k.unwrap_or_else(|e| panic!("{what}: {e}"));
                 let l = kittens_codegen::lower(&k, Target::Sm90a)
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
-                assert_eq!(p.alibi, l.source.contains("// alibi"), "{what}: ALiBi");
-                if p.window.is_some() {
+                assert_eq!(p.args.alibi, l.source.contains("// alibi"), "{what}: ALiBi");
+                if p.args.window.is_some() {
                     let mask = ["col >= row + (", "row >= col + ("];
                     assert!(
                         mask.iter().any(|m| l.source.contains(m)),

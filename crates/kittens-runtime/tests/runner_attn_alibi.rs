@@ -8,7 +8,7 @@
 //! tensor, any values run). Also: the kernels use the slopes (far from the reference without them),
 //! and bad slopes are refused naming `alibi_slopes`.
 
-use kittens_kernels::attn::score::{AttnOptions, Logits, Window};
+use kittens_kernels::attn::score::{AttnArgs, AttnOptions, Logits, Window};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_bwd::{BwdShape, Causal};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
@@ -49,20 +49,22 @@ fn case(seq_q: usize, seq_kv: usize) -> Case {
 
 fn problem(c: &Case) -> AttnProblem {
     AttnProblem {
-        attn: AttnShape {
-            batch: 2,
-            heads: c.heads,
-            heads_kv: c.heads_kv,
-            seq: c.seq_q,
-            dim: c.dim,
-            layout: c.layout,
+        args: AttnArgs {
+            attn: AttnShape {
+                batch: 2,
+                heads: c.heads,
+                heads_kv: c.heads_kv,
+                seq: c.seq_q,
+                dim: c.dim,
+                layout: c.layout,
+            },
+            seq_kv: Some(c.seq_kv),
+            causal: c.causal.is_some(),
+            bottom_right: c.causal == Some(true),
+            logits: c.logits,
+            window: c.window.map(|(l, r)| Window::new(l, r).unwrap()),
+            alibi: true,
         },
-        seq_kv: Some(c.seq_kv),
-        causal: c.causal.is_some(),
-        bottom_right: c.causal == Some(true),
-        logits: c.logits,
-        window: c.window.map(|(l, r)| Window::new(l, r).unwrap()),
-        alibi: true,
         run: RunSettings {
             input_scale: c.input_scale,
             seed: (c.seq_q * 1013 + c.seq_kv * 11 + c.dim) as u64,
@@ -133,9 +135,9 @@ fn check_bwd(c: &Case, variant: Option<&'static str>) {
     let p = problem(c);
     let p = BwdProblem {
         run: RunSettings { variant, ..p.run },
-        ..BwdProblem::with(p.args())
+        ..BwdProblem::with(p.args)
     };
-    assert!(p.alibi);
+    assert!(p.args.alibi);
     let entry = kittens_kernels::by_name("attn_bwd").unwrap();
     let program = format!("bwd {variant:?}");
     let r = runner::run(entry, &p, &Interpreter)
@@ -283,7 +285,7 @@ fn hopper_launches_as_a_run_pass_the_slopes_by_name() {
             variant: Some("dq"),
             ..p.run
         },
-        ..BwdProblem::with(p.args())
+        ..BwdProblem::with(p.args)
     };
     let plan = p.plan(Target::Sm90a).unwrap();
     let stages = p.stages(Target::Sm90a, &plan).unwrap();

@@ -4,6 +4,7 @@
 //! without a causal mask and ALiBi. (The backward's launches at 96: `kittens-kernels`'
 //! `tests/attn_bwd_hopper.rs`, `head_dim_96`.)
 
+use kittens_kernels::attn::score::AttnArgs;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
 use kittens_kernels::problem::RunSettings;
@@ -13,18 +14,21 @@ use kittens_runtime::runner::{self, Interpreter};
 fn problem(dim: usize, seq_q: usize, seq_kv: usize, causal: bool, alibi: bool) -> AttnProblem {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     AttnProblem {
-        attn: AttnShape {
-            batch: 1,
-            heads: 4,
-            heads_kv: 2,
-            seq: seq_q,
-            dim,
-            layout: AttnLayout::Bshd,
+        args: AttnArgs {
+            attn: AttnShape {
+                batch: 1,
+                heads: 4,
+                heads_kv: 2,
+                seq: seq_q,
+                dim,
+                layout: AttnLayout::Bshd,
+            },
+            seq_kv: Some(seq_kv),
+            causal,
+            bottom_right: causal,
+            alibi,
+            ..AttnArgs::default()
         },
-        seq_kv: Some(seq_kv),
-        causal,
-        bottom_right: causal,
-        alibi,
         lse: true,
         attn_cfg: AttnConfig {
             kv_block: 64,
