@@ -218,7 +218,7 @@ _CAUSAL_ALIGN = ("top_left", "bottom_right")
 
 def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[float] = None, *, out: Any = None,
               return_lse: bool = False, causal_align: str = "top_left", softcap: Optional[float] = None,
-              window: Optional[Any] = None, deterministic: bool = False):
+              window: Optional[Any] = None, deterministic: bool = False, alibi_slopes: Optional[Any] = None):
     """``F.scaled_dot_product_attention(q, k, v, is_causal=causal)`` for bfloat16 q (B, H, N, D) and
     k, v (B, H_kv, N_kv, D); grouped-query attention when H_kv divides H (as ``enable_gqa=True``).
 
@@ -239,7 +239,10 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     are constants of the kernel, each value its own compiled kernel. ``deterministic=True`` makes the
     CUDA backward bitwise reproducible: dQ from the query blocks' own pass, never the float32 atomic
     adds that the default takes at head dim 128 (``kittens._backward``). ``kittens.flash_attn.flash_attn_func``
-    is FlashAttention's signature over this.
+    is FlashAttention's signature over this. ``alibi_slopes`` (FlashAttention's ALiBi: a float32 torch
+    tensor (H,) or (B, H) on q's device) adds ``-slope * |i + N_kv - N - j|`` to each scaled logit (after
+    the cap), read by the kernels from the tensor (any values, no recompile; no gradient; ``kittens._alibi``
+    says which checks run where).
 
     ``return_lse=True`` returns ``(out, lse)``: ``lse`` is a new float32 array (B, H, N) on q's device,
     ``lse[b, h, i] = log(sum_j exp(scale * q_i . k_j))`` over the keys query i keeps (natural log;
@@ -248,7 +251,7 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     CPU arrays run on the interpreter. CUDA tensors run ``attn_fwd`` lowered for sm_90a (Hopper) on the
     current torch stream, one compiled kernel per head dim, mask and alignment, memory order and
     log-sum-exp output (compiled or loaded on its first call, cached for the process); there the head
-    dim must be 64, 128, 192 or 256 (the backward: 64 or 128; a ValueError otherwise). Few query rows against many keys (decoding) take
+    dim must be 32, 64, 96, 128, 192 or 256 (the backward: 64, 96 or 128; a ValueError otherwise). Few query rows against many keys (decoding) take
     the key split where it pays on the device's SMs (Flash-Decoding): the keys cut into parts, one
     block each, and a second kernel merging the parts by their log-sum-exp, with the partials in
     stream-ordered scratch. Like :func:`matmul`, CUDA calls allocate nothing else and synchronise
@@ -278,7 +281,8 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
             raise ValueError(f"window={window!r}: a pair (left, right)")
     softcap = None if softcap is None else float(softcap)
     if out is None and _torch_op(q, k, v):
-        if not return_lse and scale is None and softcap is None and window is None and q.is_cuda and _eager(q, k, v):
+        if (not return_lse and scale is None and softcap is None and window is None and alibi_slopes is None
+                and q.is_cuda and _eager(q, k, v)):
             # No gradient and no log-sum-exp wanted: the kernel without that output, when q, k, v share a
             # dense layout (else the op below copies them into one).
             o = _OPS.attention_no_lse(q, k, v, bool(causal), causal_align == "bottom_right")
@@ -286,11 +290,16 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
                 return o
         o, lse = _OPS.call(
             "attention", q, k, v, bool(causal), None if scale is None else float(scale), causal_align == "bottom_right",
-            bool(return_lse), softcap, window, deterministic,
+            bool(return_lse), softcap, window, deterministic, alibi_slopes,
         )
         return (o, lse) if return_lse else o
     _no_autograd_with_out("attention with out= or a non-torch argument", q, k, v)
-    return _attention(q, k, v, causal, scale, out, return_lse, causal_align, softcap, window)
+    if alibi_slopes is not None:
+        from ._alibi import slopes
+
+        Q = adapt(q, "q")
+        alibi_slopes = slopes(alibi_slopes, Q.shape[0], Q.shape[1], Q.obj.device if Q.kind == "torch" else None)
+    return _attention(q, k, v, causal, scale, out, return_lse, causal_align, softcap, window, alibi_slopes)
 
 
 def _new_lse(Q: Array, shape):
@@ -310,8 +319,9 @@ def _attn_opts(scale, softcap, window):
 
 
 def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_left", softcap=None,
-               window=None):
-    """The forward without autograd: ``out``, or ``(out, lse)`` with ``return_lse``."""
+               window=None, alibi=None):
+    """The forward without autograd: ``out``, or ``(out, lse)`` with ``return_lse``; ``alibi``: ALiBi's
+    slopes as ``kittens._alibi.slopes`` made them (float32 (B, H))."""
     Q, K, V = adapt(q, "q"), adapt(k, "k"), adapt(v, "v")
     if len(Q.shape) != 4:
         raise ValueError(f"q must be 4-D (B, H, N, D), got shape {Q.shape}")
@@ -321,16 +331,17 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
         f32 = sys.modules["torch"].float32
         lse = Q.obj.new_empty(tuple(Q.shape[:3]), dtype=f32) if return_lse else None
         r = dispatch.attention(Q.obj, K.obj, V.obj, bool(causal), causal_align == "bottom_right", out=o, lse=lse,
-                               opts=_attn_opts(scale, softcap, window))
+                               opts=_attn_opts(scale, softcap, window), alibi=alibi)
         if not return_lse:
             return _result(Q, r[0])
         return _result(Q, r[0]), _result(Q, lse)
     # The checks (layouts, shapes, scale, mask), before any output is allocated.
     win = None if window is None else (int(window[0]), int(window[1]))
     cap = None if softcap is None else float(softcap)
+    slopes = None if alibi is None else [float(x) for x in alibi.reshape(-1).tolist()]
     _kittens.attention(
         Q.args(), K.args(), V.args(), None, None, bool(causal), causal_align == "bottom_right",
-        None if scale is None else float(scale), softcap=cap, window=win,
+        None if scale is None else float(scale), softcap=cap, window=win, alibi=slopes,
     )
     if out is None:
         out = new_like(Q, Q.shape, _attn_order(Q))
@@ -339,7 +350,7 @@ def _attention(q, k, v, causal, scale, out, return_lse=False, causal_align="top_
     L = adapt(lse, "lse", writable=True).args() if lse is not None else None
     _kittens.attention(
         Q.args(), K.args(), V.args(), O.args(), L, bool(causal), causal_align == "bottom_right",
-        None if scale is None else float(scale), softcap=cap, window=win,
+        None if scale is None else float(scale), softcap=cap, window=win, alibi=slopes,
     )
     if lse is None:
         return _result(Q, out)

@@ -83,7 +83,7 @@ def _form(form, dim, softcap=None):
 
 
 def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, form=None, *, bottom_right=False,
-                       softcap=None, window=None, dlse=None):
+                       softcap=None, window=None, dlse=None, alibi=None):
     """Gradients ``(dq, dk, dv)`` of ``out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)``
     for the output gradient ``grad_out``: bfloat16 q, out, grad_out (B, H, N, D) and k, v
     (B, H_kv, N_kv, D), dK and dV summed over each KV head's query heads; ``lse`` is float32 (B, H, N),
@@ -92,10 +92,11 @@ def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, fo
     ``causal`` masks keys after each query, top-left, or bottom-right with ``bottom_right`` (query i
     keeps keys j <= i + N_kv - N, the forward's ``causal_align="bottom_right"``). Any finite positive ``scale`` (default ``1/sqrt(D)``), ``softcap`` and ``window`` as the forward took them. The gradients come back in q's (and k's) memory
     order: (B, H, N, D) or (B, N, H, D) seen through ``.transpose(1, 2)``, else (B, H, N, D); on CUDA
-    every input is read in place in any strides with the head dim contiguous. On CUDA the head dim must be 64 or 128. ``form``: ``"auto"``, ``"two"`` or
+    every input is read in place in any strides with the head dim contiguous. On CUDA the head dim must be 64, 96 or 128. ``form``: ``"auto"``, ``"two"`` or
     ``"atomic"`` launches (module docstring); ``None`` takes ``KITTENS_ATTN_BWD``, else ``"auto"``.
     ``dlse``: the gradient of the log-sum-exp (float32 (B, H, N)) when it was an output of the forward
     with a gradient; the kernels fold it into their preprocessing, ``D = rowsum(dO∘O) − dlse``.
+    ``alibi``: ALiBi's slopes as the forward took them (float32, (H,) or (B, H), ``kittens._alibi``).
     """
     b, h, hk, n, nk, d = _check(q, k, v, out, grad_out, lse, scale)
     atomic = _form(form, d, softcap) == "atomic"
@@ -107,17 +108,20 @@ def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, fo
                          f"on {q.device}")
     if dlse is not None:
         dlse = dlse.to(_torch().float32).contiguous()
+    from ._alibi import slopes
+
+    alibi = slopes(alibi, b, h, q.device)
     if q.device.type == "cuda":
         return _cuda(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d), atomic, bool(bottom_right),
-                     opts, dlse)
+                     opts, dlse, alibi)
     if q.device.type == "cpu":
         return _cpu(q, k, v, out, grad_out, lse, bool(causal), (b, h, hk, n, nk, d), bool(bottom_right), opts,
-                    dlse)
+                    dlse, alibi)
     raise ValueError(f"kittens._attention_backward runs on CPU and CUDA tensors, got {q.device}")
 
 
 def _cuda(q, k, v, out, grad_out, lse, causal, shape, atomic, bottom_right=False, opts=(None, None, None),
-          dlse=None):
+          dlse=None, alibi=None):
     """The CUDA launches through the one prepared-call path (``kittens._dispatch``): every tensor read in
     place in its own strides (the head dim contiguous)."""
     from . import _dispatch
@@ -125,16 +129,18 @@ def _cuda(q, k, v, out, grad_out, lse, causal, shape, atomic, bottom_right=False
     lse32 = lse.to(_torch().float32).contiguous()
     named = tuple((n, x) for n, x in zip(("scale", "softcap", "window"), opts) if x is not None)
     return _dispatch.attention_backward(q, k, v, out, grad_out, lse32, causal, bool(bottom_right and causal), atomic,
-                                        named, dlse=dlse)
+                                        named, dlse=dlse, alibi=alibi)
 
 
-def _cpu(q, k, v, out, grad_out, lse, causal, shape, bottom_right=False, opts=(None, None, None), dlse=None):
+def _cpu(q, k, v, out, grad_out, lse, causal, shape, bottom_right=False, opts=(None, None, None), dlse=None,
+         alibi=None):
     torch = _torch()
     b, h, hk, n, nk, d = shape
     f32 = lambda t: t.detach().to(torch.float32).contiguous().numpy().tobytes()
     arrays = [f32(q), f32(k), f32(v), f32(out), f32(grad_out), f32(lse)]
     dq, dk, dv = _kittens.attention_backward_cpu(arrays, shape, causal, bool(bottom_right and causal), *opts,
-                                                 dlse=None if dlse is None else f32(dlse))
+                                                 dlse=None if dlse is None else f32(dlse),
+                                                 alibi=None if alibi is None else alibi.reshape(-1).tolist())
     as_t = lambda raw, like: torch.frombuffer(bytearray(raw), dtype=torch.float32).reshape(like.shape).to(
         torch.bfloat16)
     return as_t(dq, q), as_t(dk, k), as_t(dv, v)

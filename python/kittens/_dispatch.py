@@ -246,11 +246,15 @@ def _is_layout(t, name: str) -> bool:
     return all(size <= 1 or st == w for st, w, size in zip(t.stride(), want, (b, h, n, d)))
 
 
-def attention(q, k, v, causal: bool, bottom_right: bool, out=None, lse=None, need_lse: bool = True, opts=()):
+def attention(q, k, v, causal: bool, bottom_right: bool, out=None, lse=None, need_lse: bool = True, opts=(),
+              alibi=None):
     """``(out, lse)`` of the attention forward on CUDA. q, k, v (and ``out=``) in any strides with the head
     dim contiguous, read in place: all dense in one layout run the dense kernels, others the strided
     ones (``kittens_kernels::attn_strides``). A new ``out`` takes q's dense layout, else (B, H, N, D);
-    ``lse`` is float32 (B, H, N)."""
+    ``lse`` is float32 (B, H, N). ``alibi``: ALiBi's slopes, a contiguous float32 (B, H) tensor
+    (``kittens._alibi``), read by the kernel after v."""
+    if alibi is not None:
+        opts = tuple(opts) + (("alibi", True),)
     key = (1, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype,
            q.get_device(), k.get_device(), v.get_device(), causal, bottom_right, need_lse, opts,
            None if out is None else (out.shape, out.stride(), out.dtype, out.device))
@@ -260,15 +264,15 @@ def attention(q, k, v, causal: bool, bottom_right: bool, out=None, lse=None, nee
     b, h, n, d = q.shape
     if out is None:
         out = _new_in_layout(q, rec[2])
+    ins = (q.data_ptr(), k.data_ptr(), v.data_ptr()) + (() if alibi is None else (alibi.data_ptr(),))
     if not need_lse:  # the kernel without the log-sum-exp output (an eager call that does not want it)
-        _launch(rec, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr()), key[10], device_obj=q.device)
+        _launch(rec, ins + (out.data_ptr(),), key[10], device_obj=q.device)
         return out, None
     if lse is None:
         lse = torch.empty((b, h, n), dtype=torch.float32, device=q.device)
     else:
         _check_out("lse", lse, (b, h, n), (h * n, n, 1), torch.float32, q)
-    _launch(rec, (q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), lse.data_ptr()), key[10],
-            device_obj=q.device)
+    _launch(rec, ins + (out.data_ptr(), lse.data_ptr()), key[10], device_obj=q.device)
     return out, lse
 
 
@@ -292,8 +296,8 @@ def _prepare_attention(key, q, k, v, causal, bottom_right, need_lse=True, opts=(
     dev = _same_device(q=q, k=k, v=v)
     b, h, n, d = q.shape
     hk, nk = k.shape[1], k.shape[2]
-    if d not in (64, 128, 192, 256):
-        raise ValueError(f"head dim {d}: the attention forward on CUDA (sm_90a) takes 64, 128, 192 or 256")
+    if d not in (32, 64, 96, 128, 192, 256):
+        raise ValueError(f"head dim {d}: the attention forward on CUDA (sm_90a) takes 32, 64, 96, 128, 192 or 256")
     if nk == 0 and n > 0:
         raise ValueError("k and v have no keys (N_kv = 0): attention over nothing is undefined")
     new_out = _layout_like(q)  # a new output's layout
@@ -316,7 +320,9 @@ def _prepare_attention(key, q, k, v, causal, bottom_right, need_lse=True, opts=(
         specs = [(name, t.shape, attn_strides(name, t.shape, t.stride()))
                  for name, t in (("q", q), ("k", k), ("v", v))] + [("o", q.shape, attn_strides("out", q.shape, o_strides))]
         problem.update({f"{name}_strides": tuple(st[:3]) for name, _, st in specs})
-    tensors = tuple(_spec(*s) for s in specs) + (
+    # ALiBi's slopes (B, H) after v, as the kernel declares them.
+    alibi = (_spec("alibi", (b, h), (h, 1), "float32"),) if problem.get("alibi") else ()
+    tensors = tuple(_spec(*s) for s in specs[:3]) + alibi + tuple(_spec(*s) for s in specs[3:]) + (
         (_spec("lse", (b, h, n), (h * n, n, 1), "float32"),) if need_lse else ())
     return _prepare(key, "attn_fwd", problem, tensors, dev, extra=layout if dense else new_out)
 
@@ -521,14 +527,17 @@ def _prepare_rotary(key, q, cos, sin, interleaved):
 
 
 def attention_backward(q, k, v, out, grad_out, lse, causal: bool, bottom_right: bool, atomic: bool, opts=(),
-                       dlse=None):
+                       dlse=None, alibi=None):
     """``(dq, dk, dv)`` on CUDA: q, k, v, out, grad_out in any strides with the head dim contiguous, read
     in place (all dense in one layout: the dense kernels; else the strided ones); lse float32 (B, H, N)
     contiguous. dq, dk, dv come new in q's, k's and v's dense layouts (else (B, H, N, D)). ``atomic``:
     FlashAttention-3's three launches (the key blocks add dQ into a float32 accumulator), else the
     deterministic two (query blocks, key blocks). The launches' D and accumulator are scratch of this
     call. ``dlse``: the log-sum-exp's gradient (float32 (B, H, N) contiguous), folded into the launches'
-    preprocessing (D = rowsum(dO∘O) − dlse)."""
+    preprocessing (D = rowsum(dO∘O) − dlse). ``alibi``: ALiBi's slopes (float32 (B, H) contiguous), the
+    launches' last input."""
+    if alibi is not None:
+        opts = tuple(opts) + (("alibi", True),)
     key = (4, q.shape, q.stride(), k.shape, k.stride(), v.stride(), out.stride(), grad_out.stride(),
            lse.stride(), q.dtype, k.dtype, v.dtype, out.dtype, grad_out.dtype, lse.dtype, q.get_device(),
            causal, bottom_right, atomic, opts, None if dlse is None else (dlse.dtype, dlse.stride()))
@@ -538,7 +547,7 @@ def attention_backward(q, k, v, out, grad_out, lse, causal: bool, bottom_right: 
                                           dlse)
     lq, lk, lv = rec[2]
     dq, dk, dv = _new_in_layout(q, lq), _new_in_layout(k, lk), _new_in_layout(v, lv)
-    ins = (q, k, v, out, grad_out, lse) + (() if dlse is None else (dlse,))
+    ins = (q, k, v, out, grad_out, lse) + (() if dlse is None else (dlse,)) + (() if alibi is None else (alibi,))
     ptrs = tuple(t.data_ptr() for t in ins + (dq, dk, dv))
     _launch(rec, ptrs, key[15], device_obj=q.device)
     return dq, dk, dv
@@ -549,9 +558,9 @@ def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom
     dev = _same_device(q=q, k=k, v=v, out=out, grad_out=grad_out, lse=lse)
     b, h, n, d = q.shape
     hk, nk = k.shape[1], k.shape[2]
-    if d not in (64, 128):
-        raise ValueError(f"head dim {d}: the attention backward on CUDA (sm_90a) takes 64 or 128 (past 128 its key "
-                         "blocks' dK and dV accumulators exceed the 240 registers of a consumer thread)")
+    if d not in (64, 96, 128):
+        raise ValueError(f"head dim {d}: the attention backward on CUDA (sm_90a) takes 64, 96 or 128 (past 128 its "
+                         "key blocks' dK and dV accumulators exceed the 240 registers of a consumer thread)")
     layout = None
     for name in ("bhsd", "bshd"):
         if all(_is_layout(t, name) for t in (q, k, v, out, grad_out)):
@@ -566,7 +575,8 @@ def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom
         raise ValueError(f"dlse must be a contiguous float32 (B, H, N) = ({b}, {h}, {n}) tensor")
     # The log-sum-exp, and its gradient when the forward's lse had one (folded into D by the kernels).
     lse_spec = (_spec("lse", (b, h, n), (h * n, n, 1), "float32"),) + (
-        () if dlse is None else (_spec("dlse", (b, h, n), (h * n, n, 1), "float32"),))
+        () if dlse is None else (_spec("dlse", (b, h, n), (h * n, n, 1), "float32"),)) + (
+        (_spec("alibi", (b, h), (h, 1), "float32"),) if problem.get("alibi") else ())
     if layout is not None:
         qs, ks = _layout_strides(q.shape, layout), _layout_strides(k.shape, layout)
         tensors = (

@@ -15,10 +15,13 @@ output in FlashAttention's layout, again a view. The mapping:
 * ``softcap`` -> ``softcap=`` when > 0 (logits ``softcap * tanh(logits / softcap)``; 0.0, the
   default, is none);
 * ``deterministic`` -> ``deterministic=`` (the CUDA backward's dQ from a pass of its own, bitwise
-  reproducible; the default takes float32 atomic adds at head dim 128, whose last bits vary).
+  reproducible; the default takes float32 atomic adds at head dim 128, whose last bits vary);
+* ``alibi_slopes`` -> ``alibi_slopes=`` (float32 (nheads,) or (batch, nheads): ``-slope * |i + seqlen_k -
+  seqlen_q - j|`` added to each scaled logit, FlashAttention's bias; under ``causal`` FlashAttention's
+  kernel adds ``slope * j`` instead, the same output).
 
 Not supported (a clear error rather than a silently different result): ``dropout_p > 0``,
-``alibi_slopes``, ``return_attn_probs=True``.
+``return_attn_probs=True``.
 """
 
 from __future__ import annotations
@@ -67,8 +70,6 @@ def flash_attn_func(
 
     if dropout_p != 0.0:
         raise NotImplementedError(f"dropout_p={dropout_p!r}: kittens attention has no dropout (use 0.0)")
-    if alibi_slopes is not None:
-        raise NotImplementedError("alibi_slopes: kittens attention has no ALiBi bias (pass None)")
     if return_attn_probs:
         raise NotImplementedError(
             "return_attn_probs=True: kittens attention does not return the attention probabilities "
@@ -107,6 +108,7 @@ def flash_attn_func(
         scale=softmax_scale,
         causal_align="bottom_right" if causal else "top_left",
         deterministic=deterministic,
+        alibi_slopes=alibi_slopes,
         **extra,
     )
     return out.transpose(1, 2)

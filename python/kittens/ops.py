@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import torch
 from torch import Tensor
 
-from . import _attention, _attn_opts, _matmul
+from . import _alibi, _attention, _attn_opts, _matmul
 from ._arrays import matmul_operand
 
 if torch.cuda.is_available():
@@ -204,7 +204,8 @@ _autograd("matmul", matmul, _matmul_backward, _matmul_setup)
 
 def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale: Optional[float] = None,
               bottom_right: bool = False, lse_grad: bool = False, softcap: Optional[float] = None,
-              window: Optional[List[int]] = None, deterministic: bool = False) -> Tuple[Tensor, Tensor]:
+              window: Optional[List[int]] = None, deterministic: bool = False,
+              alibi_slopes: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """``(out, lse)``: attention of q (B, H, N, D) over k, v (B, H_kv, N_kv, D) and the float32
     log-sum-exp (B, H, N) of every query's scaled logits (``-inf`` where a query keeps no key).
 
@@ -213,14 +214,16 @@ def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale
     has one, else (B, H, N, D). ``lse_grad``: whether ``lse`` is differentiable (the
     public ``kittens.attention(..., return_lse=True)``); otherwise it carries no gradient, and the
     backward skips its term. ``deterministic``: the backward's dQ is the launches' own pass (bitwise
-    reproducible), never the atomic adds (FlashAttention's ``deterministic=True``)."""
-    # The kernels take the scale, soft cap and window themselves (kittens_kernels::attn::score).
+    reproducible), never the atomic adds (FlashAttention's ``deterministic=True``). ``alibi_slopes``:
+    ALiBi's float32 slopes, (H,) or (B, H) (``kittens._alibi``; no gradient)."""
+    # The kernels take the scale, soft cap, window and ALiBi slopes themselves (kittens_kernels::attn::score).
     opts = _attn_opts(scale, softcap, window)
+    alibi = _alibi.slopes(alibi_slopes, q.shape[0], q.shape[1], q.device)
     if q.is_cuda:
-        return _dispatch.attention(q, k, v, bool(causal), bool(bottom_right), opts=opts)
+        return _dispatch.attention(q, k, v, bool(causal), bool(bottom_right), opts=opts, alibi=alibi)
     out = _empty(q.shape, _layout_like(q), q)
     return _attention(q, k, v, causal, scale, out, True, "bottom_right" if bottom_right else "top_left",
-                      softcap, window)
+                      softcap, window, alibi)
 
 
 def attention_no_lse(q: Tensor, k: Tensor, v: Tensor, causal: bool, bottom_right: bool) -> Optional[Tensor]:
@@ -234,7 +237,7 @@ attention = _op("attention")(attention_eager)
 
 @attention.register_fake
 def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False, softcap=None, window=None,
-      deterministic=False):
+      deterministic=False, alibi_slopes=None):
     for name, t in (("q", q), ("k", k), ("v", v)):
         _bf16(name, t)
         if t.dim() != 4:
@@ -244,9 +247,9 @@ def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False, sof
 
 
 def _attention_setup(ctx, inputs, output):
-    q, k, v, causal, scale, bottom_right, lse_grad, softcap, window, deterministic = inputs
+    q, k, v, causal, scale, bottom_right, lse_grad, softcap, window, deterministic, *alibi = inputs
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    ctx.save_for_backward(q, k, v, out, lse, alibi[0] if alibi else None)
     ctx.causal, ctx.scale, ctx.bottom_right, ctx.lse_grad = causal, scale, bottom_right, lse_grad
     ctx.softcap, ctx.window, ctx.deterministic = softcap, window, deterministic
     if not lse_grad:
@@ -262,7 +265,7 @@ def _kernel_readable(t: Tensor) -> bool:
 
 
 def _attention_grad(ctx, grad_out, grad_lse):
-    q, k, v, out, lse = ctx.saved_tensors
+    q, k, v, out, lse, alibi = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     # With return_lse the lse's gradient rides in the same backward run: its preprocessing takes
@@ -273,9 +276,9 @@ def _attention_grad(ctx, grad_out, grad_lse):
         grad_out = grad_out.contiguous()
     dq, dk, dv = call(
         "attention_backward", grad_out, q, k, v, out, lse, ctx.causal, ctx.scale,
-        ctx.bottom_right, ctx.softcap, ctx.window, ctx.deterministic, dlse,
+        ctx.bottom_right, ctx.softcap, ctx.window, ctx.deterministic, dlse, alibi,
     )
-    return dq, dk, dv, None, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 _autograd("attention", attention, _attention_grad, _attention_setup)
@@ -287,7 +290,8 @@ def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: T
                        bottom_right: bool = False, softcap: Optional[float] = None,
                        window: Optional[List[int]] = None,
                        deterministic: bool = False,
-                       grad_lse: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
+                       grad_lse: Optional[Tensor] = None,
+                       alibi_slopes: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """``(dq, dk, dv)`` of :func:`attention` from its output and log-sum-exp, by the attention
     backward kernel (dK and dV summed over each KV head's query heads); q, k, v, out, grad_out in any
     strides with the head dim contiguous (read in place on CUDA); each gradient new in its input's dense
@@ -299,13 +303,14 @@ def attention_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: T
     # A query that keeps no key has lse = -inf from the forward; the backward takes +inf there (P = 0).
     lse = torch.where(lse == float("-inf"), torch.full_like(lse, float("inf")), lse)
     dq, dk, dv = run(q, k, v, out, grad_out, lse, causal, scale, "two" if deterministic else None,
-                     bottom_right=bottom_right, softcap=softcap, window=window, dlse=grad_lse)
+                     bottom_right=bottom_right, softcap=softcap, window=window, dlse=grad_lse,
+                     alibi=alibi_slopes)
     return tuple(_in_layout(g, _layout_like(t)) for g, t in zip((dq, dk, dv), (q, k, v)))
 
 
 @attention_backward.register_fake
 def _(grad_out, q, k, v, out, lse, causal=False, scale=None, bottom_right=False, softcap=None, window=None,
-      deterministic=False, grad_lse=None):
+      deterministic=False, grad_lse=None, alibi_slopes=None):
     return tuple(_empty(t.shape, _layout_like(t), q) for t in (q, k, v))
 
 

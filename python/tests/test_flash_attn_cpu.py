@@ -1,6 +1,6 @@
 """kittens.flash_attn.flash_attn_func (FlashAttention's signature and (B, N, H, D) layout) on torch CPU
 tensors, run on the CPU interpreter, against a float64 torch reference that implements every option
-(softmax_scale, bottom-right causal, window_size, softcap, GQA): outputs and gradients by
+(softmax_scale, bottom-right causal, window_size, softcap, alibi_slopes, GQA): outputs and gradients by
 FlashAttention's rule, our error at most twice the plain bf16 torch computation's plus a floor, at odd
 lengths, with GQA and with windows whose edges fall on and off the kernels' 32-key blocks.
 
@@ -22,9 +22,10 @@ def rand(*shape, gen, scale=1.0):
     return ((torch.rand(*shape, generator=gen, dtype=torch.float32) * 2 - 1) * scale).to(torch.bfloat16)
 
 
-def reference(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0):
+def reference(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
     """FlashAttention's definition in the dtype of q, k, v, (B, N, H, D) layout: logits
-    ``softcap * tanh(scale * q.k / softcap)`` (or ``scale * q.k``), query i keeping keys j with
+    ``softcap * tanh(scale * q.k / softcap)`` (or ``scale * q.k``), plus ALiBi's
+    ``-slope[b, h] * |i + Nk - Nq - j|`` (slopes (H,) or (B, H)), query i keeping keys j with
     ``i + Nk - Nq - left <= j <= i + Nk - Nq + right`` (a side -1: unbounded; causal: right 0), a
     query that keeps no key giving a zero row."""
     b, nq, h, d = q.shape
@@ -39,6 +40,12 @@ def reference(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), s
     i = torch.arange(nq).view(-1, 1)
     j = torch.arange(nk).view(1, -1)
     diag = i + nk - nq
+    if alibi_slopes is not None:
+        # The bias in float32 (float64 for the exact reference), as FlashAttention's reference adds
+        # its float32 attn_bias: bf16 scores are promoted, the softmax runs in float32.
+        wide = torch.float64 if s.dtype == torch.float64 else torch.float32
+        slopes = alibi_slopes.to(wide).expand(b, h).reshape(b, h, 1, 1)
+        s = s - slopes * (diag - j).abs().to(wide)
     keep = torch.ones(nq, nk, dtype=torch.bool)
     left, right = window_size
     if causal:
@@ -52,7 +59,7 @@ def reference(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), s
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
     e = torch.exp(s - m)
     den = e.sum(-1, keepdim=True)
-    p = e / torch.where(den == 0, torch.ones_like(den), den)
+    p = (e / torch.where(den == 0, torch.ones_like(den), den)).to(vh.dtype)
     return (p @ vh).transpose(1, 2)
 
 
@@ -73,6 +80,12 @@ CASES = [
     (70, 101, 4, 2, 64, 4.0, dict(window_size=(17, -1), causal=True)),
     (45, 37, 4, 2, 64, 4.0, dict(window_size=(0, 0))),
     (111, 97, 4, 1, 64, 8.0, dict(window_size=(40, 3), softmax_scale=0.5, softcap=3.0, causal=True)),
+    # ALiBi: "h" draws fresh (H,) slopes, "bh" (B, H) ones of both signs (any values run).
+    (77, 93, 4, 2, 64, 2.0, dict(alibi_slopes="h")),
+    (130, 70, 4, 2, 64, 2.0, dict(alibi_slopes="bh", causal=True)),
+    (93, 150, 2, 1, 32, 4.0, dict(alibi_slopes="h", window_size=(40, 3))),
+    (111, 97, 4, 1, 64, 4.0, dict(alibi_slopes="bh", softmax_scale=0.2, softcap=3.0, window_size=(-1, 20),
+                                  causal=True)),
 ]
 
 
@@ -84,13 +97,18 @@ def _ids(c):
 def test_flash_attn_func_forward_and_backward(case):
     nq, nk, h, hk, d, scale, kw = case
     g = torch.Generator().manual_seed(nq * 1000 + nk)
-    q = rand(1, nq, h, d, gen=g, scale=scale).requires_grad_()
-    k = rand(1, nk, hk, d, gen=g, scale=scale).requires_grad_()
-    v = rand(1, nk, hk, d, gen=g, scale=scale).requires_grad_()
-    do = rand(1, nq, h, d, gen=g)
+    b = 2 if "alibi_slopes" in kw else 1
+    q = rand(b, nq, h, d, gen=g, scale=scale).requires_grad_()
+    k = rand(b, nk, hk, d, gen=g, scale=scale).requires_grad_()
+    v = rand(b, nk, hk, d, gen=g, scale=scale).requires_grad_()
+    do = rand(b, nq, h, d, gen=g)
+    if kw.get("alibi_slopes") == "h":
+        kw = dict(kw, alibi_slopes=torch.rand(h, generator=g) * 0.5)
+    elif kw.get("alibi_slopes") == "bh":
+        kw = dict(kw, alibi_slopes=(torch.rand(b, h, generator=g) * 2 - 1) * 0.5)
 
     out = flash_attn_func(q, k, v, **kw)
-    assert out.shape == (1, nq, h, d) and out.dtype == torch.bfloat16
+    assert out.shape == (b, nq, h, d) and out.dtype == torch.bfloat16
     assert out.is_contiguous(), "the output comes back in FlashAttention's (B, N, H, D) memory order"
     (dq, dk, dv) = torch.autograd.grad(out, (q, k, v), do)
 
@@ -130,7 +148,13 @@ def test_window_and_causal_reference_agree_with_the_definition():
     "kw, err, match",
     [
         (dict(dropout_p=0.1), NotImplementedError, "dropout_p"),
-        (dict(alibi_slopes=torch.zeros(4)), NotImplementedError, "alibi_slopes"),
+        (dict(alibi_slopes=torch.zeros(3)), ValueError, "alibi_slopes"),
+        (dict(alibi_slopes=torch.zeros(2, 4)), ValueError, "alibi_slopes"),
+        (dict(alibi_slopes=torch.zeros(4, dtype=torch.float64)), ValueError, "alibi_slopes"),
+        (dict(alibi_slopes=torch.zeros(4, dtype=torch.bfloat16)), ValueError, "alibi_slopes"),
+        (dict(alibi_slopes=[0.5] * 4), TypeError, "alibi_slopes"),
+        (dict(alibi_slopes=torch.tensor([0.5, float("nan"), 0.1, 0.2])), ValueError, "alibi_slopes"),
+        (dict(alibi_slopes=torch.tensor([0.5, 0.1, float("inf"), 0.2])), ValueError, "alibi_slopes"),
         (dict(return_attn_probs=True), NotImplementedError, "return_attn_probs"),
         (dict(window_size=(-2, 0)), ValueError, "window_size"),
         (dict(window_size=(3, -7)), ValueError, "window_size"),

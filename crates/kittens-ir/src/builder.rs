@@ -205,6 +205,10 @@ impl KernelBuilder {
     pub fn round(&self) -> Expr {
         Expr::Round
     }
+    /// `(rows, cols)` of a declared register (a vector: its length and 1).
+    pub fn reg_shape(&self, r: RegId) -> (u32, u32) {
+        self.k.regs[r.0 as usize].shape()
+    }
     /// The warpgroup (four consecutive waves; the ping-pong half).
     pub fn warpgroup(&self) -> Expr {
         Expr::Wave / 4
@@ -794,6 +798,23 @@ impl KernelBuilder {
             row0: row0.into(),
             col0: col0.into(),
             value,
+        });
+    }
+
+    /// ALiBi's bias ([`Op::Alibi`]): `dst[i][j] += slope·|row0 + i − col0 − j|`, `slope` a row or
+    /// column vector of `dst` broadcast along its axis.
+    pub fn alibi(
+        &mut self,
+        dst: RegId,
+        slope: RegId,
+        row0: impl Into<Expr>,
+        col0: impl Into<Expr>,
+    ) {
+        self.op(Op::Alibi {
+            dst,
+            slope,
+            row0: row0.into(),
+            col0: col0.into(),
         });
     }
 

@@ -518,6 +518,18 @@ pub enum Op {
         #[serde(with = "crate::serial::any_f32")]
         value: f32,
     },
+    /// ALiBi's linear bias (Press et al., "Train Short, Test Long"; FlashAttention's `alibi_slopes`):
+    /// `dst[i][j] += slope·|row0 + i − col0 − j|` in f32, `slope` a vector of `dst` broadcast along
+    /// its axis (`slope[i]` for a `Rows` vector, `slope[j]` for a `Cols` one; an attention holds one
+    /// slope per block in every entry, in whichever vector its layout keeps). The distance is
+    /// symmetric, so a transposed score tile (keys × queries) takes the same op with the origins
+    /// swapped.
+    Alibi {
+        dst: RegId,
+        slope: RegId,
+        row0: Expr,
+        col0: Expr,
+    },
     /// Block until this wave has at most `count` outstanding ops on `queue`.
     Wait {
         queue: WaitQueue,
@@ -558,6 +570,7 @@ impl Op {
             Op::Transpose { .. } => "transpose".into(),
             Op::SwapLayout { .. } => "swap_layout".into(),
             Op::Mask { .. } => "mask".into(),
+            Op::Alibi { .. } => "alibi".into(),
             Op::Wait { queue, count } => format!("wait({queue:?}, {count:?})"),
             Op::Barrier { scope } => format!("barrier({scope:?})"),
             Op::Priority(p) => format!("priority({p})"),

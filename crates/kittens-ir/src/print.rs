@@ -154,6 +154,18 @@ impl Printer<'_> {
                     self.expr(col0)
                 )
             }
+            Op::Alibi {
+                dst,
+                slope,
+                row0,
+                col0,
+            } => format!(
+                "alibi {} += {}·|r - c| at ({}, {})",
+                reg(k, *dst),
+                reg(k, *slope),
+                self.expr(row0),
+                self.expr(col0)
+            ),
             _ => op.name(),
         }
     }

@@ -36,6 +36,7 @@ impl Op {
             }
             Op::Reduce { dst, src, acc, .. } => v.extend([*dst, *src].into_iter().chain(*acc)),
             Op::Transpose { dst, src } | Op::SwapLayout { dst, src } => v.extend([*dst, *src]),
+            Op::Alibi { dst, slope, .. } => v.extend([*dst, *slope]),
             _ => {}
         }
         v

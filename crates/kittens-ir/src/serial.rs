@@ -258,6 +258,7 @@ fn op_exprs(op: &Op) -> Vec<&Expr> {
             };
             vec![r, row0, col0]
         }
+        Op::Alibi { row0, col0, .. } => vec![row0, col0],
         _ => vec![],
     }
 }

@@ -303,6 +303,24 @@ fn check_reduce(k: &Kernel, dst: RegId, src: RegId, axis: Axis, acc: Option<RegI
     Ok(())
 }
 
+fn check_alibi(k: &Kernel, dst: RegId, slope: RegId) -> R {
+    let t = tile(k, dst, "alibi destination")?;
+    let v = vec_of(k, slope, "alibi slope")?;
+    dtype("alibi destination", DType::F32, t.dtype)?;
+    dtype("alibi slope", DType::F32, v.dtype)?;
+    let len = if v.axis == Axis::Rows { t.rows } else { t.cols };
+    if v.len != len {
+        return Err(invalid(
+            "alibi",
+            format!(
+                "the slope must be a {:?} vector of {len}, got {}",
+                v.axis, v.len
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_op(k: &Kernel, op: &Op) -> R {
     match op {
         Op::LoadAsync { dst, src, scope } => {
@@ -384,6 +402,7 @@ fn check_op(k: &Kernel, op: &Op) -> R {
             dtype("random destination", DType::F32, d.dtype())
         }
         Op::Mask { dst, .. } => tile(k, *dst, "mask").map(|_| ()),
+        Op::Alibi { dst, slope, .. } => check_alibi(k, *dst, *slope),
         Op::Transpose { dst, src } | Op::SwapLayout { dst, src } => {
             let (d, s) = (tile(k, *dst, "destination")?, tile(k, *src, "source")?);
             dtype("layout change", s.dtype, d.dtype)?;

@@ -237,7 +237,7 @@ fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool, opts: &AttnOptions) ->
     AttnProblem {
         lse,
         attn_cfg: AttnConfig::default(),
-        ..AttnProblem::with(AttnArgs::of(sh, causal, *opts))
+        ..AttnProblem::with(AttnArgs::of(sh, causal, opts))
     }
 }
 
@@ -289,21 +289,24 @@ pub fn attention_lse_with(
     lse: bool,
     opts: &AttnOptions,
 ) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
-    attention_call(&attn_problem(sh, causal, lse, opts), [q, k, v])
+    attention_call(&attn_problem(sh, causal, lse, opts), [q, k, v], opts)
 }
 
 /// [`attention_lse_with`] or [`attention_strided`] of `p` on the tensors Q, K, V: O (its span, 0
-/// between strided elements) and, with `p.lse`, the log-sum-exp.
+/// between strided elements) and, with `p.lse`, the log-sum-exp. `opts`: the call's options, whose
+/// ALiBi slopes (checked here, then an input after V) `p` only flags.
 fn attention_call(
     p: &AttnProblem,
     [q, k, v]: [&[f32]; 3],
+    opts: &AttnOptions,
 ) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
     let sh = p.args.bwd_shape();
     check_head_dim(sh.dim, "attn_fwd")?;
-    p.args.options().check()?;
+    opts.check()?;
     let launch = p.launch()?;
     let o_len = launch.outputs[0];
-    let inputs = [("Q", q), ("K", k), ("V", v)];
+    let mut inputs = vec![("Q", q), ("K", k), ("V", v)];
+    inputs.extend(opts.alibi.as_deref().map(|s| ("alibi_slopes", s)));
     let no_queries = sh.batch * sh.heads * sh.seq_q * sh.dim == 0;
     if no_queries || sh.seq_kv == 0 {
         check_lens(&launch, &inputs)?;
@@ -339,7 +342,7 @@ pub fn attention_strided(
         attn_strides: Some(*st),
         ..attn_problem(sh, causal, lse, opts)
     };
-    attention_call(&p, [q, k, v])
+    attention_call(&p, [q, k, v], opts)
 }
 
 /// `LayerNorm(residual + dropout(x))·weight + bias` through `layernorm` (`crate::layernorm`): `x` and
@@ -443,9 +446,9 @@ pub fn attention_bwd_dlse(
     check_head_dim(sh.dim, "attn_bwd")?;
     let p = BwdProblem {
         dlse: dlse.is_some(),
-        ..BwdProblem::with(AttnArgs::of(sh, causal, *opts))
+        ..BwdProblem::with(AttnArgs::of(sh, causal, opts))
     };
-    p.args.options().check()?;
+    opts.check()?;
     let lens = p.launch()?.outputs;
     let mut inputs = vec![
         ("Q", q),
@@ -456,6 +459,7 @@ pub fn attention_bwd_dlse(
         ("lse", lse),
     ];
     inputs.extend(dlse.map(|d| ("dlse", d)));
+    inputs.extend(opts.alibi.as_deref().map(|s| ("alibi_slopes", s)));
     let all = call(&p, None, &inputs)?.unwrap_or_default();
     let (dq, rest) = all.split_at(lens[0].min(all.len()));
     let (dk, dv) = rest.split_at(lens[1].min(rest.len()));

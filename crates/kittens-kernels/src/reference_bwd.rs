@@ -92,7 +92,10 @@ pub fn forward_with(
                 let keys = kept(sh, causal, opts, i);
                 let p = &mut p[..keys.len()];
                 dots(q, k, sh, (b, h, i), keys.start, p);
-                p.iter_mut().for_each(|x| *x = opts.logits.f64(*x, sh.dim));
+                for (x, j) in p.iter_mut().zip(keys.clone()) {
+                    let bias = opts.bias((b, h, sh.heads), (sh.seq_q, sh.seq_kv), i, j);
+                    *x = opts.logits.f64(*x, sh.dim) + bias;
+                }
                 max_abs_logit = p.iter().fold(max_abs_logit, |m, x| m.max(x.abs()));
                 lse[sh.lse_at(b, h, i)] = softmax(p);
                 for x in 0..sh.dim {
@@ -166,9 +169,10 @@ pub fn backward_dlse(
                 let n = keys.len();
                 let (p, dp, dot) = (&mut p[..n], &mut dp[..n], &mut dot[..n]);
                 dots(q, k, sh, (b, h, i), keys.start, dot);
-                p.iter_mut()
-                    .zip(dot.iter())
-                    .for_each(|(pj, &x)| *pj = lg.f64(x, sh.dim));
+                for ((pj, &x), j) in p.iter_mut().zip(dot.iter()).zip(keys.clone()) {
+                    let bias = opts.bias((b, h, sh.heads), (sh.seq_q, sh.seq_kv), i, j);
+                    *pj = lg.f64(x, sh.dim) + bias;
+                }
                 softmax(p);
                 let doi = |x| d_o[sh.q_at(b, h, i, x)] as f64;
                 for (dpj, j) in dp.iter_mut().zip(keys.clone()) {
@@ -270,7 +274,8 @@ pub fn backward_bf16_baseline_dlse(
                 row.fill(0.0);
                 for j in keys.clone() {
                     let dot = (0..dd).fold(0.0f32, |a, x| a + qv(i, x) * k[kv(j, x)]);
-                    row[j] = lg.f32(dot, dd);
+                    let bias = opts.bias((b, h, sh.heads), (sq, skv), i, j);
+                    row[j] = lg.f32(dot, dd) + bias as f32;
                     cap_grad[i * skv + j] = lg.grad_f32(dot, dd) / scale;
                 }
                 let kept_row = &mut row[keys.clone()];

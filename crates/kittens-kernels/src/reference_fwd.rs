@@ -102,7 +102,8 @@ pub fn forward_bf16_baseline_with(
                     let dot = (0..sh.dim).fold(0.0f32, |acc, x| {
                         acc + q[sh.q_at(b, h, i, x)] * k[sh.kv_at(b, hk, j, x)]
                     });
-                    *pj = lg.f32(dot, sh.dim);
+                    let bias = opts.bias((b, h, sh.heads), (sh.seq_q, sh.seq_kv), i, j);
+                    *pj = lg.f32(dot, sh.dim) + bias as f32;
                 }
                 let mx = p.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
                 let mut sum = 0.0f32;

@@ -5,7 +5,8 @@
 //! FlashAttention-3 form (`BwdSchedule::HopperAtomicPre`, `HopperAtomicKv`, `HopperAtomicDq`: D,
 //! the key blocks adding dQ in f32, the conversion) at the same shapes; and FlashAttention's
 //! options (`kittens_kernels::attn::score`: a scale, a soft cap, a sliding window, each alone and all
-//! together) against the f64 gradients of the same options.
+//! together) against the f64 gradients of the same options; ALiBi's slopes (read from a tensor) alone
+//! and with every other option.
 
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
@@ -65,8 +66,10 @@ fn check_opts(
         layout: sh.layout,
         logits: opts.logits,
         window: opts.window,
+        alibi: opts.alibi.is_some(),
         ..BwdConfig::default()
     };
+    let slopes = opts.alibi.clone().unwrap_or_default();
     let wave_ops = std::cell::Cell::new(0u64);
     // Tensors by the names the programs declare, in their declaration order.
     let run = |kernel: &kittens_ir::Kernel, named: &[(&str, &Vec<f32>)]| -> Vec<Vec<f32>> {
@@ -107,6 +110,7 @@ fn check_opts(
                 ("do", &d_o),
                 ("lse", &lse),
                 ("delta", d_kernel),
+                ("alibi", &slopes),
                 ("dk", &nan_kv),
                 ("dv", &nan_kv),
                 ("dq_acc", acc),
@@ -155,6 +159,7 @@ fn check_opts(
                 ("do", &d_o),
                 ("o", &o),
                 ("lse", &lse),
+                ("alibi", &slopes),
                 ("delta", &nan_s),
                 ("dq", &nan_q),
             ],
@@ -290,7 +295,43 @@ fn opts(scale: Option<f32>, softcap: Option<f32>, window: Option<(i64, i64)>) ->
     AttnOptions {
         logits: Logits { scale, softcap },
         window: window.map(|(l, r)| Window::new(l, r).unwrap()),
+        alibi: None,
     }
+}
+
+/// ALiBi slopes for `batch × heads`: fresh values of both signs and sizes (any values run: the
+/// kernels read them from a tensor), one per head.
+fn slopes(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    random_scaled(&mut rng, n, DType::F32, 0.5)
+}
+
+/// ALiBi alone at odd lengths (queries ≠ keys, no multiple of the blocks), GQA, head dims 64 and
+/// 128, both layouts; with a causal mask; and with a scale, a soft cap and a window together.
+#[test]
+fn alibi() {
+    let with = |o: AttnOptions, n: usize, seed: u64| AttnOptions {
+        alibi: Some(slopes(n, seed)),
+        ..o
+    };
+    let sh = shape(4, 2, 150, 133, 64, AttnLayout::Bshd);
+    check_both(sh, Causal::No, 2.0, &with(opts(None, None, None), 4, 1));
+    check_both(
+        sh,
+        Causal::BottomRight,
+        2.0,
+        &with(opts(None, None, None), 4, 2),
+    );
+    let sh = shape(4, 1, 70, 201, 128, AttnLayout::Bhsd);
+    check_both(
+        sh,
+        Causal::TopLeft,
+        2.0,
+        &with(opts(Some(0.2), None, None), 4, 3),
+    );
+    let sh = shape(2, 2, 211, 300, 64, AttnLayout::Bhsd);
+    let o = with(opts(Some(0.1), Some(5.0), Some((90, 20))), 2, 4);
+    check_both(sh, Causal::BottomRight, 2.0, &o);
 }
 
 /// [`check_opts`] in both Hopper forms (the atomic one refuses a soft cap past head dimension 64);
@@ -372,4 +413,19 @@ fn windows_skip_steps() {
     );
     eprintln!("{window} wave ops with a (64, 63) window, {dense} without");
     assert!(window * 5 < dense, "{window} vs {dense}");
+}
+
+/// Head dim 96 (128 columns, the last 32 read as zeros and stored nowhere): both forms, both masks,
+/// GQA, odd lengths, with ALiBi and every other option.
+#[test]
+fn head_dim_96() {
+    let sh = shape(4, 2, 150, 133, 96, AttnLayout::Bshd);
+    check_both(sh, Causal::No, 2.0, &AttnOptions::default());
+    let sh = shape(2, 1, 211, 300, 96, AttnLayout::Bhsd);
+    check_both(sh, Causal::BottomRight, 2.0, &AttnOptions::default());
+    let o = AttnOptions {
+        alibi: Some(slopes(2, 5)),
+        ..opts(Some(0.1), None, Some((90, 20)))
+    };
+    check_both(sh, Causal::TopLeft, 2.0, &o);
 }

@@ -53,7 +53,7 @@ fn problem(c: &Case) -> AttnProblem {
         ..c.sh
     };
     AttnProblem {
-        args: AttnArgs::of(&sh, c.causal, Default::default()),
+        args: AttnArgs::of(&sh, c.causal, &Default::default()),
         lse: true,
         attn_strides: Some(c.st),
         ..AttnProblem::default()

@@ -169,7 +169,7 @@ fn matmul(py: Python<'_>, a: ViewArgs, b: ViewArgs, out: Option<ViewArgs>) -> Py
 /// receives the log-sum-exp of every row (f32 (B, H, N)). CPU arrays run on the interpreter; CUDA
 /// arrays go through [`prepared`].
 #[pyfunction]
-#[pyo3(signature = (q, k, v, out, lse, causal, bottom_right, scale, *, softcap=None, window=None))]
+#[pyo3(signature = (q, k, v, out, lse, causal, bottom_right, scale, *, softcap=None, window=None, alibi=None))]
 #[allow(clippy::too_many_arguments)]
 fn attention(
     py: Python<'_>,
@@ -183,8 +183,9 @@ fn attention(
     scale: Option<f64>,
     softcap: Option<f64>,
     window: Option<(i64, i64)>,
+    alibi: Option<Vec<f32>>,
 ) -> PyResult<()> {
-    let opts = attn_options(scale, softcap, window)?;
+    let opts = attn_options(scale, softcap, window, alibi)?;
     let views = [view::view("q", q), view::view("k", k), view::view("v", v)];
     let [q, k, v] = views.map(|r| r.map_err(to_py));
     let (q, k, v) = (q?, k?, v?);
@@ -372,11 +373,13 @@ fn rotary(
 }
 
 /// The attention's options from the Python arguments (`kittens_kernels::attn::score`), each checked
-/// and refused naming it: `scale` and `softcap` finite and positive, `window` sides -1 or more.
+/// and refused naming it: `scale` and `softcap` finite and positive, `window` sides -1 or more,
+/// ALiBi's slopes (`[batch, heads]` row-major) finite.
 fn attn_options(
     scale: Option<f64>,
     softcap: Option<f64>,
     window: Option<(i64, i64)>,
+    alibi: Option<Vec<f32>>,
 ) -> PyResult<kittens_kernels::attn::score::AttnOptions> {
     use kittens_kernels::attn::score::{AttnOptions, Logits, Window};
     let value = |e: kittens_kernels::KernelError| PyValueError::new_err(e.to_string());
@@ -389,14 +392,20 @@ fn attn_options(
         .map(|(l, r)| Window::new(l, r))
         .transpose()
         .map_err(value)?;
-    Ok(AttnOptions { logits, window })
+    let opts = AttnOptions {
+        logits,
+        window,
+        alibi,
+    };
+    opts.check().map_err(value)?;
+    Ok(opts)
 }
 
 /// The attention backward on the CPU interpreter: `arrays` are f32 q, k, v, o, do, lse in dense
 /// (B, H, N, D) order (bytes); `dlse`, the log-sum-exp's gradient (f32 (B, H, N)), folded into the
 /// one run's preprocessing when given.
 #[pyfunction]
-#[pyo3(signature = (arrays, shape, causal, bottom_right=false, scale=None, softcap=None, window=None, dlse=None))]
+#[pyo3(signature = (arrays, shape, causal, bottom_right=false, scale=None, softcap=None, window=None, dlse=None, alibi=None))]
 #[allow(clippy::too_many_arguments)]
 fn attention_backward_cpu<'py>(
     py: Python<'py>,
@@ -408,6 +417,7 @@ fn attention_backward_cpu<'py>(
     softcap: Option<f64>,
     window: Option<(i64, i64)>,
     dlse: Option<Vec<u8>>,
+    alibi: Option<Vec<f32>>,
 ) -> PyResult<(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
@@ -431,7 +441,7 @@ fn attention_backward_cpu<'py>(
     };
     let [q, k, v, o, d_o, lse] = arrays.map(|a| floats(&a));
     let dlse = dlse.map(|a| floats(&a));
-    let opts = attn_options(scale, softcap, window)?;
+    let opts = attn_options(scale, softcap, window, alibi)?;
     let causal = match (causal, bottom_right) {
         (false, _) => Causal::No,
         (true, false) => Causal::TopLeft,

@@ -37,22 +37,24 @@ fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
                     "{what}: no window mask"
                 );
             }
+            assert_eq!(p.args.alibi, l.source.contains("// alibi"), "{what}: ALiBi");
             let r = compile_clean(&l, &cache, &format!("{what} D{dim}"));
             eprintln!("{} {what} D{dim}: {r:?}", l.entry);
             n += 1;
         }
     }
-    assert_eq!(n, 8);
+    assert_eq!(n, 10);
 }
 
-/// The forward at head dims 192 and 256 (64-key blocks, `AttnConfig::fit_hopper`): dense, with the
-/// log-sum-exp, a 3-part key split, and every option with a causal mask.
+/// The forward at head dims 32 and 96 (tiles padded to 64 and 128 columns,
+/// `attn_fwd::padded_dim`) and 192 and 256 (64-key blocks, `AttnConfig::fit_hopper`): dense, with
+/// the log-sum-exp, a 3-part key split, and every option with a causal mask.
 #[test]
 fn attn_fwd_head_dims_192_and_256_compile_for_sm_90a_without_spills() {
     ensure_nvrtc();
     let cache = fresh_cache("attn-features-dims");
     let all = AttnProblem::with(options().pop().expect("the all-options case").1);
-    for dim in [192, 256] {
+    for dim in [32, 96, 192, 256] {
         let cases = [
             ("dense", AttnProblem::default()),
             (
@@ -89,15 +91,15 @@ fn attn_fwd_head_dims_192_and_256_compile_for_sm_90a_without_spills() {
 }
 
 /// The Hopper backward's launches — the query blocks (`dq`), the key blocks (the default) and the
-/// key blocks adding dQ atomically (`atomic`) — with each option and all together, at both head
-/// dimensions; the atomic form refuses a soft cap at head dimension 128.
+/// key blocks adding dQ atomically (`atomic`) — with each option and all together, at head
+/// dimensions 64, 96 and 128; the atomic form refuses a soft cap past 64.
 #[test]
 fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
     let cache = fresh_cache("attn-features-bwd");
     let mut n = 0;
     for (what, a) in options() {
-        for dim in [64, 128] {
+        for dim in [64, 96, 128] {
             let mut p = BwdProblem::with(a);
             p.args.attn.dim = dim;
             for variant in [Some("dq"), None, Some("atomic")] {
@@ -107,7 +109,7 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
                 };
                 let what = format!("{what} D{dim} {variant:?}");
                 let k = p.build(Target::Sm90a);
-                if variant == Some("atomic") && dim == 128 && p.args.logits.softcap.is_some() {
+                if variant == Some("atomic") && dim > 64 && p.args.logits.softcap.is_some() {
                     // Refused by name: too few registers for the atomic form with a cap.
                     let err = k.unwrap_err().to_string();
                     assert!(err.contains("softcap") && err.contains("atomic"), "{err}");
@@ -116,6 +118,7 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
                 let k = k.unwrap_or_else(|e| panic!("{what}: {e}"));
                 let l = kittens_codegen::lower(&k, Target::Sm90a)
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(p.args.alibi, l.source.contains("// alibi"), "{what}: ALiBi");
                 if p.args.window.is_some() {
                     let mask = ["col >= row + (", "row >= col + ("];
                     assert!(
@@ -129,7 +132,7 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
             }
         }
     }
-    assert_eq!(n, 22);
+    assert_eq!(n, 41);
     // The configuration the runs build carries each option into the program.
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let plain = kittens_kernels::attn_bwd::build(&BwdConfig::for_gpu(h100)).unwrap();
@@ -137,6 +140,7 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
         let cfg = BwdConfig {
             logits: p.logits,
             window: p.window,
+            alibi: p.alibi,
             ..BwdConfig::for_gpu(h100)
         };
         let k = kittens_kernels::attn_bwd::build(&cfg).unwrap();

@@ -65,6 +65,7 @@ fn problem(c: &Case) -> AttnProblem {
             bottom_right: c.causal == Some(true),
             logits: c.logits,
             window: c.window.map(|(l, r)| Window::new(l, r).unwrap()),
+            alibi: false,
         },
         run: RunSettings {
             input_scale: c.input_scale,
@@ -321,14 +322,17 @@ fn kernels_use_the_options() {
         AttnOptions {
             logits: scale(0.05),
             window: None,
+            alibi: None,
         },
         AttnOptions {
             logits: softcap(1.0),
             window: None,
+            alibi: None,
         },
         AttnOptions {
             logits: Logits::default(),
             window: Some(Window::new(20, 5).unwrap()),
+            alibi: None,
         },
     ];
     for o in opts {
@@ -496,6 +500,9 @@ fn hopper_forward_head_dims_192_and_256() {
             .build(kittens_hw::Target::Sm90a)
             .unwrap_err()
             .to_string();
-        assert!(err.contains("64 or 128") && err.contains("240"), "{err}");
+        assert!(
+            err.contains("64, 96 or 128") && err.contains("240"),
+            "{err}"
+        );
     }
 }

@@ -110,6 +110,10 @@ pub struct Args {
     /// attn_fwd and attn_bwd on every target.
     #[arg(long, allow_hyphen_values = true)]
     pub window: Option<kittens_kernels::attn::score::Window>,
+    /// Attention: ALiBi (FlashAttention's alibi_slopes), slopes drawn per batch and head as an f32
+    /// input tensor, attn_fwd and attn_bwd on every target.
+    #[arg(long)]
+    pub alibi: bool,
     /// attn_fwd: also write the log-sum-exp of every query row (a second output, judged on its own).
     #[arg(long)]
     pub lse: bool,
@@ -364,6 +368,7 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<NamedArgs> {
         .with("lse", a.lse)
         .with("scale", a.softmax_scale)
         .with("softcap", a.softcap)
+        .with("alibi", a.alibi)
         .with("kv_splits", kv_splits)
         .with("q_rows", a.q_rows)
         .with("kv_block", a.kv_block)

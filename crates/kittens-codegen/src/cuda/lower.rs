@@ -699,7 +699,10 @@ impl Emit<'_> {
                 self.dirty.insert(*dst);
                 self.load_broadcast(*dst, src)
             }
-            (op @ (Op::Map { .. } | Op::Reduce { .. } | Op::Mask { .. }), Role::Consumer) => {
+            (
+                op @ (Op::Map { .. } | Op::Reduce { .. } | Op::Mask { .. } | Op::Alibi { .. }),
+                Role::Consumer,
+            ) => {
                 self.retire_for(&op.regs());
                 self.dirty.extend(op.regs());
                 self.reg_op(op)

@@ -119,6 +119,12 @@ impl Emit<'_> {
                 col0,
                 value,
             } => self.mask(*dst, rule, row0, col0, *value),
+            Op::Alibi {
+                dst,
+                slope,
+                row0,
+                col0,
+            } => self.alibi(*dst, *slope, row0, col0),
             o => unsupported(format!("op `{}` on Hopper register fragments", o.name())),
         }
     }
@@ -288,6 +294,42 @@ impl Emit<'_> {
         );
         self.line("    (void)row; (void)col;");
         self.line(format!("    if (!({keep})) {d}[i] = {};", flit(value)));
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
+        Ok(())
+    }
+
+    /// ALiBi's bias ([`Op::Alibi`]): `dst[r][c] += slope[r]·|r − c|` at global coordinates, the
+    /// fragment's rows and columns as in [`Self::mask`].
+    fn alibi(
+        &mut self,
+        dst: RegId,
+        slope: RegId,
+        row0: &kittens_ir::Expr,
+        col0: &kittens_ir::Expr,
+    ) -> Result<(), CudaLowerError> {
+        let (Frag::Acc(n), Frag::RowVec) = (self.frag(dst)?, self.frag(slope)?) else {
+            return unsupported(
+                "alibi on something other than an fp32 fragment and its row vector",
+            );
+        };
+        let (d, sl) = (self.rname(dst), self.rname(slope));
+        self.line(format!("{{ // alibi {d}"));
+        self.depth += 1;
+        self.line(format!(
+            "const int r0 = {} + kt_lane / 4, c0 = {} + 2 * (kt_lane % 4);",
+            self.ex(row0),
+            self.ex(col0)
+        ));
+        self.line("#pragma unroll");
+        self.line(format!("for (int i = 0; i < {}; ++i) {{", n / 2));
+        self.line(
+            "    const int row = r0 + 8 * ((i >> 1) & 1), col = c0 + 8 * (i >> 2) + (i & 1);",
+        );
+        self.line(format!(
+            "    {d}[i] = fmaf({sl}[(i >> 1) & 1], (float)abs(row - col), {d}[i]);"
+        ));
         self.line("}");
         self.depth -= 1;
         self.line("}");

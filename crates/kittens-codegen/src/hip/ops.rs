@@ -114,6 +114,12 @@ impl Emitter<'_> {
                 col0,
                 value,
             } => self.mask(*dst, rule, row0, col0, *value),
+            Op::Alibi {
+                dst,
+                slope,
+                row0,
+                col0,
+            } => self.alibi(*dst, *slope, row0, col0),
             Op::Wait { queue, count } => {
                 self.wait(*queue, *count);
                 Ok(())

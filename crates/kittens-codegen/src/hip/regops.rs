@@ -677,6 +677,53 @@ impl Emitter<'_> {
     }
 }
 
+impl Emitter<'_> {
+    /// ALiBi's bias ([`kittens_ir::Op::Alibi`]): `dst[r][c] += slope[r]·|r − c|` at global
+    /// `(row0 + i, col0 + j)`, the slope a row vector lined up with `dst`'s lanes.
+    pub(super) fn alibi(
+        &mut self,
+        dst: RegId,
+        slope: RegId,
+        row0: &kittens_ir::Expr,
+        col0: &kittens_ir::Expr,
+    ) -> Result<(), LowerError> {
+        let (dn, dt, dm) = self.tile_of(dst)?;
+        let (sn, sm) = self.vec_of(slope)?;
+        let (axis, at) = match self.k.reg(slope).vec().map(|v| v.axis) {
+            Some(Axis::Cols) => (Axis::Cols, "bj"),
+            _ => (Axis::Rows, "bi"),
+        };
+        if !self.bcast_ok(&sm, &dt, &dm, axis) {
+            return Err(LowerError::Layout(format!(
+                "alibi slope `{}` does not line up with the lanes of `{}`",
+                self.k.reg(slope).name,
+                self.k.reg(dst).name
+            )));
+        }
+        let (r0, c0) = (self.ex(row0), self.ex(col0));
+        let epl = dm.elems_per_lane();
+        let (gr, gc) = dt.base_grid();
+        let slots = dm.slots.clone();
+        self.line("#pragma unroll");
+        self.block(format!("for (int bi = 0; bi < {gr}; ++bi)"), |em| {
+            em.line("#pragma unroll");
+            em.block(format!("for (int bj = 0; bj < {gc}; ++bj)"), |em| {
+                for (s, (ra, ca)) in slots.iter().enumerate() {
+                    let e = elem(&dn, epl, "bi", "bj", s as u32);
+                    em.line(format!(
+                        "{{ const int r = (int)({r0}) + bi * {} + {}, c = (int)({c0}) + bj * {} + {}; {e} = __builtin_fmaf({sn}[{at}], (float)__builtin_abs(r - c), {e}); }}",
+                        dt.base.rows,
+                        affine_c(*ra, dm.group),
+                        dt.base.cols,
+                        affine_c(*ca, dm.group),
+                    ));
+                }
+                Ok(())
+            })
+        })
+    }
+}
+
 /// The lane map of a register vector: that of the tile shape it indexes.
 pub(super) fn vec_map(
     arch: kittens_hw::Arch,

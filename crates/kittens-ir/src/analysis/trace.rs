@@ -521,6 +521,7 @@ fn reg_effects(op: &Op) -> (Vec<RegId>, Vec<RegId>) {
         ),
         Op::Transpose { dst, src } | Op::SwapLayout { dst, src } => (vec![*src], vec![*dst]),
         Op::Mask { dst, .. } => (vec![*dst], vec![*dst]),
+        Op::Alibi { dst, slope, .. } => (vec![*dst, *slope], vec![*dst]),
         Op::Random { dst, .. } => (vec![], vec![*dst]),
         _ => (vec![], vec![]),
     }

@@ -521,6 +521,12 @@ impl<'a> Block<'a> {
                 col0,
                 value,
             } => self.mask(w, *dst, rule, row0, col0, *value),
+            Op::Alibi {
+                dst,
+                slope,
+                row0,
+                col0,
+            } => self.alibi(w, *dst, *slope, row0, col0),
             Op::Barrier { .. } | Op::Priority(_) | Op::Hint(_) | Op::SetMaxRegs { .. } => Ok(()),
         }
     }
@@ -723,6 +729,32 @@ impl<'a> Block<'a> {
                 let word = crate::philox::stream(seed, offset, index);
                 out.push(crate::philox::uniform(word));
             }
+        }
+        self.set_reg(w, dst, out, Rounding::Rtne);
+        Ok(())
+    }
+
+    /// [`Op::Alibi`]: the bias in f32, then rounded to the tile's dtype (f32: exact).
+    fn alibi(
+        &mut self,
+        w: usize,
+        dst: RegId,
+        slope: RegId,
+        row0: &Expr,
+        col0: &Expr,
+    ) -> Result<(), InterpError> {
+        let (r0, c0) = (self.eval(w, row0)?, self.eval(w, col0)?);
+        let cols = self.k.regs[dst.0 as usize].shape().1 as usize;
+        let by_row = self.k.regs[slope.0 as usize]
+            .vec()
+            .is_none_or(|v| v.axis == Axis::Rows);
+        let sl = self.waves[w].regs[slope.0 as usize].clone();
+        let mut out = self.waves[w].regs[dst.0 as usize].clone();
+        for (x, e) in out.iter_mut().enumerate() {
+            let (i, j) = (x / cols, x % cols);
+            let dist = (r0 + i as i64 - c0 - j as i64).unsigned_abs() as f32;
+            let s = if by_row { sl[i] } else { sl[j] };
+            *e = s.mul_add(dist, *e);
         }
         self.set_reg(w, dst, out, Rounding::Rtne);
         Ok(())

@@ -14,7 +14,8 @@
 
 use crate::attn::Causal;
 use crate::KernelError;
-use kittens_ir::{Expr, KernelBuilder, RegId};
+use kittens_hw::dtype::DType;
+use kittens_ir::{Access, Axis, Expr, GlobalId, KernelBuilder, ReduceOp, RegId};
 use std::f32::consts::LOG2_E;
 use std::ops::Range;
 
@@ -220,6 +221,86 @@ impl Window {
     }
 }
 
+/// ALiBi (Press et al., "Train Short, Test Long"; FlashAttention's `alibi_slopes`): query `i` and key
+/// `j` get the bias `−slope·|i + seq_kv − seq_q − j|` added to their scaled logit (after a soft
+/// cap), one slope per batch and head. FlashAttention's kernel adds `slope·j` instead under a causal
+/// mask, the same softmax (a constant per row), its log-sum-exp larger by `slope·(i + seq_kv −
+/// seq_q)`; this form is the one its references and the f64 references here use everywhere.
+///
+/// The slopes are a device tensor, `alibi` (f32 `[b, h]`, contiguous), so any values run without
+/// rebuilding the kernel. A program reads its head's slope once, before its key loop, through a
+/// view whose rows and columns have stride 0 ([`Alibi::declare`], [`Alibi::load`]): every element
+/// of a score-shaped tile holds it, and a row maximum puts it in a row vector of that tile, which
+/// [`kittens_ir::Op::Alibi`] broadcasts.
+pub struct Alibi {
+    /// The slopes tensor.
+    pub tensor: GlobalId,
+}
+
+impl Alibi {
+    /// The extent of the zero-stride dimensions: past any score tile's rows and columns.
+    const SPAN: i64 = 1024;
+
+    /// Declares `alibi`, f32 `[b, h]` read as `[b, h, r, c]` with `r` and `c` of stride 0.
+    pub fn declare(k: &mut KernelBuilder, batch: &Expr, heads: &Expr) -> Alibi {
+        let dims = [
+            ("b", batch.clone()),
+            ("h", heads.clone()),
+            ("r", Expr::c(Self::SPAN)),
+            ("c", Expr::c(Self::SPAN)),
+        ];
+        let strides = vec![heads.clone(), Expr::c(1), Expr::c(0), Expr::c(0)];
+        let tensor = k.global_strided("alibi", DType::F32, &dims, strides, Access::Read);
+        Alibi { tensor }
+    }
+
+    /// Head `h` of batch `b`'s slope into `slope`, a vector (of `axis`) of the f32 tile `scratch`
+    /// (whose value is dead here: the score tile before its first product), negated and divided by the
+    /// softmax's scale: the tiles hold the logits over that scale (`logits.softmax_scale`, 1
+    /// after a cap), so that [`Self::add`] adds `−slope·|i − j|` to the logits.
+    pub fn load(
+        &self,
+        k: &mut KernelBuilder,
+        (b, h): (&Expr, &Expr),
+        scratch: RegId,
+        (slope, axis): (RegId, Axis),
+        logits: &Logits,
+        dim: u32,
+    ) {
+        let (rows, cols) = k.reg_shape(scratch);
+        let origin = vec![b.clone(), h.clone(), Expr::c(0), Expr::c(0)];
+        let src = k.gview(self.tensor, origin, 2, 3, rows, cols);
+        k.load_global(scratch, src);
+        k.reduce(axis, ReduceOp::Max, slope, scratch, None);
+        k.mul(slope, slope, -1.0 / logits.softmax_scale(dim));
+    }
+
+    /// The bias on the tile `s` (`slope` one of its vectors, either axis) whose element `(i, j)` is
+    /// at `(row0 + i, col0 + j)` of the
+    /// distance `row − col` (queries per row: `row0` the first query plus `seq_kv − seq_q`, `col0`
+    /// the first key; keys per row: the other way round, the distance being symmetric).
+    pub fn add(k: &mut KernelBuilder, s: RegId, slope: RegId, row0: &Expr, col0: &Expr) {
+        k.alibi(s, slope, row0.clone(), col0.clone());
+    }
+
+    /// The exact bias of query `i` and key `j` at lengths `seq_q`, `seq_kv`.
+    pub fn f64(slope: f64, seq_q: usize, seq_kv: usize, i: usize, j: usize) -> f64 {
+        let d = (i as i64 + seq_kv as i64 - seq_q as i64 - j as i64).unsigned_abs();
+        -slope * d as f64
+    }
+
+    /// Refuses a slope that is not finite, naming the argument.
+    pub fn check(slopes: &[f32]) -> Result<(), KernelError> {
+        match slopes.iter().position(|s| !s.is_finite()) {
+            Some(i) => Err(KernelError::Problem(format!(
+                "alibi_slopes: every slope must be finite, got {} at index {i}",
+                slopes[i]
+            ))),
+            None => Ok(()),
+        }
+    }
+}
+
 /// The tighter of two "key `j ≤ i + offset`" bounds (`None`: unbounded).
 pub fn min_offset(a: Option<Expr>, b: Option<Expr>) -> Option<Expr> {
     match (a, b) {
@@ -229,18 +310,35 @@ pub fn min_offset(a: Option<Expr>, b: Option<Expr>) -> Option<Expr> {
 }
 
 /// What an attention computes beyond its shape and causal mask, as the references take it: its
-/// logits and its window.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+/// logits, its window and its ALiBi slopes.
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct AttnOptions {
     pub logits: Logits,
     pub window: Option<Window>,
+    /// ALiBi's slopes ([`Alibi`]), `[batch, heads]` row-major; `None`: no bias.
+    pub alibi: Option<Vec<f32>>,
 }
 
 impl AttnOptions {
-    /// Refuses a softmax scale, soft cap or window out of range, naming it.
+    /// Refuses a softmax scale, soft cap, window or ALiBi slope out of range, naming it.
     pub fn check(&self) -> Result<(), KernelError> {
         self.logits.check()?;
-        self.window.map_or(Ok(()), |w| w.check())
+        self.window.map_or(Ok(()), |w| w.check())?;
+        self.alibi.as_deref().map_or(Ok(()), Alibi::check)
+    }
+
+    /// The ALiBi bias of query `i` and key `j` of head `h` (of `heads`) of batch `b` (0 without
+    /// slopes).
+    pub fn bias(
+        &self,
+        (b, h, heads): (usize, usize, usize),
+        seq: (usize, usize),
+        i: usize,
+        j: usize,
+    ) -> f64 {
+        self.alibi.as_deref().map_or(0.0, |s| {
+            Alibi::f64(f64::from(s[b * heads + h]), seq.0, seq.1, i, j)
+        })
     }
 
     /// The keys query `i` keeps (of `seq_kv`, with `seq_q` queries) under `causal` and the window:
@@ -292,11 +390,13 @@ pub struct AttnArgs {
     pub bottom_right: bool,
     pub logits: Logits,
     pub window: Option<Window>,
+    /// ALiBi ([`Alibi`]): the slopes are an input tensor of the run.
+    pub alibi: bool,
 }
 
 impl AttnArgs {
     /// `batch`, `heads`, `heads_kv`, `seq`, `seq_kv`, `dim`, `layout`, `causal`, `bottom_right`,
-    /// `scale`, `softcap`, `window` (`(left, right)` or `"left,right"`).
+    /// `scale`, `softcap`, `window` (`(left, right)` or `"left,right"`), `alibi`.
     pub fn from_args(a: &crate::problem::NamedArgs) -> Result<AttnArgs, KernelError> {
         let d = AttnArgs::default();
         Ok(AttnArgs {
@@ -312,6 +412,7 @@ impl AttnArgs {
                 softcap: a.opt_f32_or("softcap", None)?,
             },
             window: a.opt_parse("window")?,
+            alibi: a.flag_or("alibi", false)?,
         })
     }
 }

@@ -157,7 +157,7 @@ impl BwdShape {
 impl AttnArgs {
     /// The arguments of a call at `sh` with the mask `mask` and the logits and window of `opts`
     /// (what [`Self::bwd_shape`], [`Self::mask`] and [`Self::options`] give back).
-    pub fn of(sh: &BwdShape, mask: Causal, opts: AttnOptions) -> AttnArgs {
+    pub fn of(sh: &BwdShape, mask: Causal, opts: &AttnOptions) -> AttnArgs {
         AttnArgs {
             attn: AttnShape {
                 batch: sh.batch,
@@ -172,6 +172,7 @@ impl AttnArgs {
             bottom_right: mask == Causal::BottomRight,
             logits: opts.logits,
             window: opts.window,
+            alibi: opts.alibi.is_some(),
         }
     }
 
@@ -204,11 +205,22 @@ impl AttnArgs {
         }
     }
 
-    /// The logits and window, as the references take them.
+    /// The logits and window, as the references take them (ALiBi's slopes are an input of the
+    /// run: [`Self::options_with`]).
     pub fn options(&self) -> AttnOptions {
         AttnOptions {
             logits: self.logits,
             window: self.window,
+            alibi: None,
+        }
+    }
+
+    /// [`Self::options`] with ALiBi's slopes, `slopes` (a run's `alibi` input), when the
+    /// arguments ask for ALiBi.
+    pub fn options_with(&self, slopes: Option<&Vec<f32>>) -> AttnOptions {
+        AttnOptions {
+            alibi: self.alibi.then(|| slopes.cloned().unwrap_or_default()),
+            ..self.options()
         }
     }
 }

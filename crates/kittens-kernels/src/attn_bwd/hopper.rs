@@ -35,8 +35,10 @@
 //! dK and dQ get their scale on the f32 accumulators before the bf16 store.
 
 use super::{BwdConfig, BwdTurns};
+use crate::attn::score::Alibi;
 use crate::attn::strides::tensor_strides;
 use crate::attn::Causal;
+use crate::attn_fwd::padded_dim;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -66,14 +68,14 @@ fn schedule() -> Schedule {
 }
 
 fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
-    if cfg.dim == 64 || cfg.dim == 128 {
+    if matches!(cfg.dim, 64 | 96 | 128) {
         Ok(())
     } else {
         // Each consumer wave holds dK and dV (2 × dim/64 f32 tiles of 32 registers) beside the
         // scores and dP (64): at 192 that is 256 of the 240 registers a consumer gets.
         let regs = 2 * (cfg.dim / COLS) * 32 + 64;
         Err(KernelError::Config(format!(
-            "attn_bwd (producer/consumer): dim {} must be 64 or 128 (the key blocks' dK, dV, scores \
+            "attn_bwd (producer/consumer): dim {} must be 64, 96 or 128 (the key blocks' dK, dV, scores \
              and dP take {regs} of the {} registers per consumer thread at this dim; 64-column \
              shared tiles)",
             cfg.dim, CONSUMER_REGS
@@ -111,6 +113,44 @@ struct Io {
     /// The log-sum-exp's gradient (the query blocks with [`BwdConfig::dlse`]).
     dlse: Option<GlobalId>,
     delta: GlobalId,
+    /// The ALiBi slopes ([`BwdConfig::alibi`]): the last input of either launch.
+    alibi: Option<Alibi>,
+}
+
+impl Io {
+    /// With ALiBi: head `h` of batch `b`'s slope into `slope`, through the f32 tile `scratch`
+    /// (dead here).
+    fn load_slope(
+        &self,
+        k: &mut KernelBuilder,
+        cfg: &BwdConfig,
+        bh: (&Expr, &Expr),
+        scratch: RegId,
+        slope: Option<RegId>,
+    ) {
+        if let (Some(a), Some(v)) = (&self.alibi, slope) {
+            a.load(k, bh, scratch, (v, Axis::Rows), &cfg.logits, cfg.dim);
+        }
+    }
+
+    /// With ALiBi: the bias on `x`, its element `(i, j)` at query `q + i`, key `kv + j`
+    /// (`transposed`: key `kv + i`, query `q + j`), after any cap.
+    fn alibi(
+        &self,
+        k: &mut KernelBuilder,
+        x: RegId,
+        slope: Option<RegId>,
+        (q, kv): (&Expr, &Expr),
+        transposed: bool,
+    ) {
+        let Some(v) = slope else { return };
+        let q = q + (&self.seq_kv - self.seq_q.clone());
+        if transposed {
+            Alibi::add(k, x, v, kv, &q);
+        } else {
+            Alibi::add(k, x, v, &q, kv);
+        }
+    }
 }
 
 /// Declares the tensors before the gradients. The key blocks (`query_blocks` false) read the
@@ -168,6 +208,9 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
     let lse = stats(k, "lse");
     // The lse's gradient, read by the query blocks' preprocessing only ([`BwdConfig::dlse`]).
     let dlse = (query_blocks && cfg.dlse).then(|| stats(k, "dlse"));
+    // The slopes after the other inputs: before the query blocks' `delta` (written), after the
+    // key blocks' (read).
+    let mut alibi = (query_blocks && cfg.alibi).then(|| Alibi::declare(k, &batch, &heads));
     let delta = if query_blocks {
         let dims = [
             ("b", batch.clone()),
@@ -179,6 +222,9 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
     } else {
         stats(k, "delta")
     };
+    if !query_blocks && cfg.alibi {
+        alibi = Some(Alibi::declare(k, &batch, &heads));
+    }
     Io {
         batch,
         heads,
@@ -193,6 +239,7 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
         lse,
         dlse,
         delta,
+        alibi,
     }
 }
 
@@ -337,13 +384,17 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     } else {
         0
     };
-    let sm = declare_smem(&mut k, d, STEP, extra, ["k_s", "v_s", "q_s", "do_s"]);
+    // Head dim 96 runs on 128 columns, the last 32 read as zeros and stored nowhere (as the forward's
+    // `attn_fwd::producer_consumer` does).
+    let dp = padded_dim(d);
+    let sm = declare_smem(&mut k, dp, STEP, extra, ["k_s", "v_s", "q_s", "do_s"]);
     let [k_s, v_s] = &sm.own;
     let [q_s, do_s] = &sm.ring;
-    let halves = (d / COLS) as usize;
+    let halves = (dp / COLS) as usize;
 
     let s = k.tile("s_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
     let dp = k.tile("dp_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+    let slope = cfg.alibi.then(|| k.row_vec("alibi_r", s, F32));
     let p = k.tile("p_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
     let ds = k.tile("ds_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
     let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
@@ -487,6 +538,8 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                     }
                 };
                 if let Some(cap) = cfg.logits.softcap {
+                    // The step's head's ALiBi slope through `s`, before its product.
+                    io.load_slope(k, cfg, (&b, &h), s, slope);
                     product(k, s, true);
                     cfg.logits.tanh(k, s, d);
                     // Capped (`s` holds tanh): P from `dp` used as scratch, then `s` becomes
@@ -498,6 +551,7 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                     k.mul(dp, dp, -1.0 / cap);
                     k.add(dp, dp, s);
                     k.mul(dp, dp, cap);
+                    io.alibi(k, dp, slope, (&q0, &k0), true);
                     mask(k, dp);
                     k.mul(dp, dp, std::f32::consts::LOG2_E);
                     k.exp2(dp, dp);
@@ -511,10 +565,13 @@ pub(super) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                     k.mul(dp, dp, s);
                 } else {
                     k.mul(s, s, -1.0 / scale);
+                    // The step's head's ALiBi slope through `dp`, before D lands there.
+                    io.load_slope(k, cfg, (&b, &h), dp, slope);
                     stat(k, io.delta, dp, &t);
                     k.mul(dp, dp, -1.0f32);
                     product(k, s, false);
                     product(k, dp, false);
+                    io.alibi(k, s, slope, (&q0, &k0), true);
                     mask(k, s);
                     probs_and_ds(k, c, s, dp);
                     k.copy(p, s);
@@ -631,13 +688,15 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     };
     let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - rank);
     let hk = &h / (&io.heads / io.heads_kv.clone());
-    let sm = declare_smem(&mut k, d, STEP_Q, 0, ["q_s", "do_s", "k_s", "v_s"]);
+    let dp = padded_dim(d);
+    let sm = declare_smem(&mut k, dp, STEP_Q, 0, ["q_s", "do_s", "k_s", "v_s"]);
     let [q_s, do_s] = &sm.own;
     let [k_s, v_s] = &sm.ring;
-    let halves = (d / COLS) as usize;
+    let halves = (dp / COLS) as usize;
 
     let s = k.tile("s", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
     let dp = k.tile("dp", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
+    let slope = cfg.alibi.then(|| k.row_vec("alibi_r", s, F32));
     let ds = k.tile("ds", Bf16, 16, STEP_Q, Layout::Row, BaseShape::S16X32);
     let o_f = k.tile("o_f", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
     let do_f = k.tile("do_f", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
@@ -750,6 +809,7 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
             k.reduce(Axis::Rows, ReduceOp::Max, l_r, o_f, None);
             k.mul(l_r, l_r, std::f32::consts::LOG2_E);
             k.max(l_r, l_r, -f32::MAX);
+            io.load_slope(k, cfg, (&b, &h), s, slope);
             k.for_range("j", 0, &kv_steps, |k, j| {
                 k.barrier(); // key step j has landed
                 let slot = &j % ring;
@@ -791,6 +851,7 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                     // becomes `P·(1 − tanh²)`, and only then is dP computed (both products in
                     // flight beside the cap's arithmetic spilled at D128).
                     k.mul(dp, s, cap);
+                    io.alibi(k, dp, slope, (&q0, &kv0), false);
                     mask(k, dp);
                     k.mul(dp, dp, std::f32::consts::LOG2_E);
                     k.sub_row(dp, dp, l_r);
@@ -803,6 +864,7 @@ pub(super) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
                     k.mul(dp, dp, s);
                 } else {
                     product(k, dp);
+                    io.alibi(k, s, slope, (&q0, &kv0), false);
                     mask(k, s);
                     // P = exp2(S·c − lse·log2 e) and dS = P∘(dP − D), the statistics per row.
                     k.mul(s, s, c);

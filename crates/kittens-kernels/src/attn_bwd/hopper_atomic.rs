@@ -41,9 +41,9 @@ struct Strip {
 
 impl Strip {
     fn new(cfg: &BwdConfig, name: &str) -> Result<Self, KernelError> {
-        if !(cfg.dim == 64 || cfg.dim == 128) {
+        if !matches!(cfg.dim, 64 | 96 | 128) {
             return Err(KernelError::Config(format!(
-                "attn_bwd (hopper-atomic): dim {} must be 64 or 128",
+                "attn_bwd (hopper-atomic): dim {} must be 64, 96 or 128",
                 cfg.dim
             )));
         }

@@ -60,6 +60,8 @@ pub(super) struct KeyBlock<'a> {
     prod: RegId,
     prod_ch: RegId,
     d_r: RegId,
+    /// ALiBi's slope of the step's query head (a column vector of `s_t`).
+    slope: Option<RegId>,
 }
 
 /// Registers handed out to pinned tiles, in order, from the start of the AGPR file.
@@ -129,6 +131,7 @@ impl<'a> KeyBlock<'a> {
         let prod = k.tile("prod", F32, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
         let prod_ch = k.tile("prod_ch", F32, qs, D_CHUNK, Layout::Row, BaseShape::S16X32);
         let d_r = k.row_vec("d_r", prod, F32);
+        let slope = cfg.alibi.then(|| k.col_vec("alibi_c", s_t, F32));
         let dk_r = k.tile("dk_r", F32, kr, d, Layout::Row, cfg.grad_base);
         let dv_r = k.tile("dv_r", F32, kr, d, Layout::Row, cfg.grad_base);
         let offset = cfg.last_key_offset(&io.seq_q, &io.seq_kv);
@@ -187,6 +190,7 @@ impl<'a> KeyBlock<'a> {
             prod,
             prod_ch,
             d_r,
+            slope,
         }
     }
 
@@ -297,6 +301,8 @@ impl<'a> KeyBlock<'a> {
         // D (from [`Self::delta`], which every loop runs first) less the lse's gradient.
         let dl = (self.lse_t, self.dl_c, self.d_c);
         self.x.fold_dlse(k, dl, &h, &q0, qs);
+        // Every schedule calls this where the score tile is dead (before the step's products).
+        self.x.load_slope(k, self.s_t, self.slope, &h);
     }
 
     /// `Sᵀ = K·Qᵀ` and `dPᵀ = V·dOᵀ` of step `t`, the scores masked past the queries and, when
@@ -325,6 +331,7 @@ impl<'a> KeyBlock<'a> {
         let cfg = &self.x.cfg;
         cfg.logits
             .cap_t_with_grad(k, s_t, cfg.dim, self.dp_t, self.d_c);
+        self.x.alibi(k, s_t, self.slope, &self.k0, &q0);
         k.mask(
             s_t,
             MaskRule::ColsBelow(io.seq_q.clone()),

@@ -146,6 +146,9 @@ pub struct BwdConfig {
     /// preprocessing, `D = rowsum(dO∘O) − dlse` (as FlashAttention's ring attention does; `d lse_i /
     /// d S_ij = P_ij`, so the lse's term adds `dlse_i·P_ij` to dS), at no other cost.
     pub dlse: bool,
+    /// ALiBi (`crate::attn::score::Alibi`): an f32 input `alibi [b, h]` of slopes after the other
+    /// inputs, each score's logit biased as in the forward (the bias has no gradient of its own).
+    pub alibi: bool,
 }
 
 /// The products of a Hopper key-block step taken in turns by the consumer warpgroups
@@ -185,6 +188,7 @@ impl Default for BwdConfig {
             window: None,
             strided: false,
             dlse: false,
+            alibi: false,
         }
     }
 }

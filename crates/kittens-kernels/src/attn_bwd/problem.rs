@@ -10,8 +10,8 @@ use crate::attn::strides::{self, AttnStrides};
 use crate::attn::AttnArgs;
 use crate::budget;
 use crate::problem::{
-    draw_operands, elements, param, positive, round_up, KernelProblem, Launch, NamedArgs, Plan,
-    Reference, RunSettings, Stage, STORE_BYTES,
+    draw_operands, elements, param, positive, random_scaled, round_up, KernelProblem, Launch,
+    NamedArgs, Plan, Reference, RunSettings, Stage, STORE_BYTES,
 };
 use crate::reference::Tolerance;
 use crate::reference_bwd;
@@ -74,6 +74,13 @@ impl BwdProblem {
 /// The registry's parser of `attn_bwd`'s problem.
 pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
     Ok(Box::new(BwdProblem::from_args(a)?))
+}
+
+/// The inputs after the log-sum-exp of the run's launch `l`: the lse's gradient and the ALiBi
+/// slopes, each empty when `p` has none.
+fn extra_inputs<'a>(p: &BwdProblem, l: &'a Launch) -> (&'a [usize], &'a [usize]) {
+    let rest = &l.inputs[6..];
+    rest.split_at(usize::from(p.dlse).min(rest.len()))
 }
 
 /// The 4-wave interleave of the key blocks (`BwdConfig::interleave4`).
@@ -145,6 +152,7 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         window: p.args.window,
         strided: p.attn_strides.is_some(),
         dlse: p.dlse,
+        alibi: p.args.alibi,
         ..tiles
     })
 }
@@ -210,6 +218,10 @@ impl KernelProblem for BwdProblem {
         let mut inputs = vec![q, k, v, o, d_o, lse];
         if p.dlse {
             inputs.push(lse);
+        }
+        // With ALiBi (`args.alibi`) its slopes, f32 `[b, h]`, come last.
+        if p.args.alibi {
+            inputs.push(elements("alibi", &[sh.batch, sh.heads])?);
         }
         Ok(Launch {
             params,
@@ -329,16 +341,20 @@ impl KernelProblem for BwdProblem {
                         kernel,
                     })
                 };
-                let dlse = &l.inputs[6..];
+                let (dlse, alibi) = extra_inputs(p, l);
                 Ok(vec![
-                    // q, k, v, o, do, lse (, dlse) in; delta, dq out.
+                    // q, k, v, o, do, lse (, dlse) (, alibi) in; delta, dq out.
                     stage(
                         HopperQ,
-                        [&[q, k, v, o, d_o, lse][..], dlse].concat(),
+                        [&[q, k, v, o, d_o, lse][..], dlse, alibi].concat(),
                         vec![lse, dq],
                     )?,
-                    // q, k, v, do, lse, delta in; dk, dv out.
-                    stage(HopperKv, vec![q, k, v, d_o, lse, lse], vec![dk, dv])?,
+                    // q, k, v, do, lse, delta (, alibi) in; dk, dv out.
+                    stage(
+                        HopperKv,
+                        [&[q, k, v, d_o, lse, lse][..], alibi].concat(),
+                        vec![dk, dv],
+                    )?,
                 ])
             }
             Some([HopperAtomicPre, HopperAtomicKv, HopperAtomicDq]) => {
@@ -370,7 +386,7 @@ impl KernelProblem for BwdProblem {
                         kernel,
                     })
                 };
-                let dlse = &l.inputs[6..];
+                let (dlse, alibi) = extra_inputs(p, l);
                 Ok(vec![
                     stage(
                         HopperAtomicPre,
@@ -379,7 +395,7 @@ impl KernelProblem for BwdProblem {
                     )?,
                     stage(
                         HopperAtomicKv,
-                        vec![q, k, v, d_o, lse, lse, acc],
+                        [&[q, k, v, d_o, lse, lse][..], alibi, &[acc]].concat(),
                         vec![dk, dv],
                     )?,
                     stage(HopperAtomicDq, vec![acc], vec![dq])?,
@@ -399,7 +415,12 @@ impl KernelProblem for BwdProblem {
         let lens = &launch.inputs;
         let qkv = draw_operands(p.run.input_scale, kernel, &lens[..3], rng);
         let d_o = draw_operands(p.run.input_scale, kernel, &lens[4..5], rng).remove(0);
-        let opts = p.args.options();
+        // ALiBi's slopes (f32, any sign: any values run) drawn first, the forward needs them.
+        let alibi = p
+            .args
+            .alibi
+            .then(|| random_scaled(rng, sh.batch * sh.heads, DType::F32, p.run.input_scale));
+        let opts = p.args.options_with(alibi.as_ref());
         // A strided problem's forward reads the drawn spans gathered, and its O goes to O's strides.
         let dense = |i: usize, t: &[f32]| match &p.attn_strides {
             Some(_) => strided::gather(p, i, t),
@@ -421,6 +442,7 @@ impl KernelProblem for BwdProblem {
         if p.dlse {
             all.push(draw_operands(p.run.input_scale, kernel, &lens[6..7], rng).remove(0));
         }
+        all.extend(alibi);
         all
     }
 
@@ -433,7 +455,7 @@ impl KernelProblem for BwdProblem {
         };
         let [q, k, v, d_o] = [0, 1, 2, 4].map(dense);
         let (q, k, v, d_o) = (q.as_slice(), k.as_slice(), v.as_slice(), d_o.as_slice());
-        let lg = &p.args.options();
+        let lg = &p.args.options_with(inputs.last());
         let dlse = inputs.get(6).filter(|_| p.dlse).map(Vec::as_slice);
         let g = reference_bwd::backward_dlse(q, k, v, d_o, dlse, &sh, c, lg);
         let base = reference_bwd::backward_bf16_baseline_dlse(q, k, v, d_o, dlse, &sh, c, lg);

@@ -24,6 +24,7 @@
 
 use super::key_block::KeyBlock;
 use super::{name, BwdConfig, BwdSchedule};
+use crate::attn::score::Alibi;
 use crate::attn::strides::tensor_strides;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
@@ -53,6 +54,8 @@ pub(super) struct Io {
     pub lse: GlobalId,
     /// The log-sum-exp's gradient ([`BwdConfig::dlse`]), read like `lse`.
     pub dlse: Option<GlobalId>,
+    /// The ALiBi slopes ([`BwdConfig::alibi`]).
+    pub alibi: Option<Alibi>,
     pub dq: GlobalId,
     pub dk: GlobalId,
     pub dv: GlobalId,
@@ -99,6 +102,7 @@ fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> Io {
     };
     let lse = stat(k, "lse");
     let dlse = cfg.dlse.then(|| stat(k, "dlse"));
+    let alibi = cfg.alibi.then(|| Alibi::declare(k, &batch, &heads));
     let dq = tensor(k, "dq", &heads, &seq_q, Access::Write);
     let dk = tensor(k, "dk", &heads_kv, &seq_kv, Access::Write);
     let dv = tensor(k, "dv", &heads_kv, &seq_kv, Access::Write);
@@ -115,6 +119,7 @@ fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> Io {
         d_o,
         lse,
         dlse,
+        alibi,
         dq,
         dk,
         dv,
@@ -215,6 +220,31 @@ impl Ctx {
     /// `Pᵀ = exp(Sᵀ·scale − lse)` in place on the f32 scores (masked entries are −∞ and become 0),
     /// and `dSᵀ = Pᵀ∘(dPᵀ − D)` in place on `dp`; `capped`: `s` holds capped logits and `dp`
     /// already `(dPᵀ − D)` times the cap's derivative (`crate::attn::score::Logits::cap_t_with_grad`).
+    /// With ALiBi: head `h`'s slope into `slope` (a column vector of the transposed score tile
+    /// `s`, one query per column, as the softmax's statistics), through `s` itself, dead here.
+    pub fn load_slope(&self, k: &mut KernelBuilder, s: RegId, slope: Option<RegId>, h: &Expr) {
+        if let (Some(a), Some(v)) = (&self.io.alibi, slope) {
+            let (logits, dim) = (&self.cfg.logits, self.cfg.dim);
+            a.load(k, (&self.b, h), s, (v, Axis::Cols), logits, dim);
+        }
+    }
+
+    /// With ALiBi: the bias on the transposed scores `s` (keys from `k0` per row, queries from
+    /// `q0` per column), after any cap.
+    pub fn alibi(
+        &self,
+        k: &mut KernelBuilder,
+        s: RegId,
+        slope: Option<RegId>,
+        k0: &Expr,
+        q0: &Expr,
+    ) {
+        if let Some(v) = slope {
+            let q = q0 + (&self.io.seq_kv - self.io.seq_q.clone());
+            Alibi::add(k, s, v, k0, &q);
+        }
+    }
+
     pub fn probs_and_ds(
         &self,
         k: &mut KernelBuilder,
@@ -349,6 +379,7 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
     let d_c = k.col_vec("qd_c", s_t, F32);
     let dq_t = k.tile("dq_t", F32, d, qr, Layout::Col, BaseShape::S16X16);
     let dq_r = k.tile("dq_r", F32, qr, d, Layout::Row, BaseShape::S16X16);
+    let slope = cfg.alibi.then(|| k.col_vec("qalibi_c", s_t, F32));
 
     let step = i64::from(kvs);
     // Causal: key steps up to the last one the block's last query keeps.
@@ -388,6 +419,7 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
     x.load_lse(k, lse_t, lse_c, &h, &q0, qr);
     let dl_c = cfg.dlse.then(|| k.col_vec("qdl_c", s_t, F32));
     x.fold_dlse(k, (lse_t, dl_c, d_c), &h, &q0, qr);
+    x.load_slope(k, s_t, slope, &h);
     k.zero(dq_t);
     k.wait_async(0);
     k.barrier();
@@ -407,6 +439,7 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
         k.mma_atb(dp_t, vv_t, do_t, dp_t);
         let inf = f32::NEG_INFINITY;
         let capped = cfg.logits.cap_t_with_grad(k, s_t, d, dp_t, d_c);
+        x.alibi(k, s_t, slope, &kv0, &q0);
         k.mask(s_t, MaskRule::RowsBelow(io.seq_kv.clone()), &kv0, &q0, inf);
         if let Some(off) = cfg.last_key_offset(&io.seq_q, &io.seq_kv) {
             k.mask(s_t, MaskRule::CausalT { offset: off }, &kv0, &q0, inf);

@@ -214,6 +214,13 @@ impl Body<'_> {
 
 /// MI300X-attn's program; parameters and tensors as [`super::build`].
 pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
+    if cfg.alibi {
+        return Err(KernelError::Config(
+            "attn_fwd (mi300x): alibi_slopes are not in MI300X-attn's schedule; the ping-pong \
+             (the default on gfx942 and gfx950) takes them"
+                .into(),
+        ));
+    }
     let (d, qr, kv) = (cfg.dim, cfg.q_rows, cfg.kv_block);
     if d % CHUNK != 0 || qr == 0 || qr % TILE_Q != 0 || kv == 0 || kv % 32 != 0 {
         return Err(KernelError::Config(format!(

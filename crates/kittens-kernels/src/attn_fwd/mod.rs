@@ -26,7 +26,9 @@ pub mod problem;
 mod producer_consumer;
 pub mod split;
 
-use crate::attn::score::{min_offset, Logits, Window};
+pub use producer_consumer::padded_dim;
+
+use crate::attn::score::{min_offset, Alibi, Logits, Window};
 use crate::attn::strides::tensor_strides;
 use crate::attn::HeadLogits;
 // Former path (before `crate::attn`), for branches written against it; nothing in the tree uses it.
@@ -34,7 +36,7 @@ use crate::attn::HeadLogits;
 pub use crate::attn::AttnLayout;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16};
-use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, Rounding};
+use kittens_ir::{Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId, Rounding};
 
 /// Which schedule the attention is built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -55,7 +57,8 @@ pub enum AttnSchedule {
 pub struct AttnConfig {
     /// Which schedule the program is written for.
     pub schedule: AttnSchedule,
-    /// Head dimension (a multiple of 32; 64 or 128 for the producer/consumer schedule).
+    /// Head dimension (a multiple of 32; 32, 64, 96, 128, 192 or 256 for the producer/consumer
+    /// schedule).
     pub dim: u32,
     /// Queries per wave (a multiple of 16); a ping-pong block covers `8 × q_rows`. The producer/consumer
     /// schedule has 16 per consumer wave (one `wgmma m64` per warpgroup) and ignores it.
@@ -103,6 +106,9 @@ pub struct AttnConfig {
     /// ([`crate::attn::strides::tensor_strides`]) instead of `layout`'s: one kernel for any layout a
     /// caller hands over, the head dimension contiguous.
     pub strided: bool,
+    /// ALiBi ([`Alibi`]): the f32 slopes `alibi [b, h]` are an input after V, and each score gets
+    /// `−slope·|i + seq_kv − seq − j|` on its logit.
+    pub alibi: bool,
 }
 
 impl Default for AttnConfig {
@@ -130,6 +136,7 @@ impl Default for AttnConfig {
             logits: Logits::default(),
             window: None,
             strided: false,
+            alibi: false,
         }
     }
 }
@@ -211,8 +218,50 @@ pub(crate) struct Io {
     pub v: GlobalId,
     pub o: GlobalId,
     pub lse: Option<GlobalId>,
+    /// The ALiBi slopes ([`AttnConfig::alibi`]).
+    pub alibi: Option<Alibi>,
     /// With a key split: this block's part (the partial outputs' first coordinate).
     pub split: Option<Expr>,
+}
+
+impl Io {
+    /// With ALiBi: this block's slope (batch `b`, query head `h`) in a new vector of the f32 score
+    /// tile `s` (along `axis`: the one its layout keeps per lane, the softmax's), read through `s`
+    /// itself (call it where `s` holds nothing: before the key loop), ready for [`Self::alibi`].
+    pub fn alibi_slope(
+        &self,
+        k: &mut KernelBuilder,
+        cfg: &AttnConfig,
+        (b, h): (&Expr, &Expr),
+        (s, axis): (RegId, Axis),
+    ) -> Option<RegId> {
+        let a = self.alibi.as_ref()?;
+        let v = match axis {
+            Axis::Rows => k.row_vec("alibi_slope", s, DType::F32),
+            Axis::Cols => k.col_vec("alibi_slope", s, DType::F32),
+        };
+        a.load(k, (b, h), s, (v, axis), &cfg.logits, cfg.dim);
+        Some(v)
+    }
+
+    /// With ALiBi: the bias on the scores `s` whose rows are the queries from `q0` and columns the
+    /// keys from `kv0` (`transposed`: rows the keys, columns the queries), after any cap.
+    pub fn alibi(
+        &self,
+        k: &mut KernelBuilder,
+        slope: Option<RegId>,
+        s: RegId,
+        (q0, kv0): (&Expr, &Expr),
+        transposed: bool,
+    ) {
+        let Some(v) = slope else { return };
+        let q = q0 + (&self.seq_kv - self.seq.clone());
+        if transposed {
+            Alibi::add(k, s, v, kv0, &q);
+        } else {
+            Alibi::add(k, s, v, &q, kv0);
+        }
+    }
 }
 
 impl Io {
@@ -266,6 +315,7 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
         st(k, "v", &heads_kv, &seq_kv)
     };
     let kv_v = tensor(k, "v", &heads_kv, &seq_kv, Access::Read, v_strides);
+    let alibi = cfg.alibi.then(|| Alibi::declare(k, &batch, &heads));
     let (o, lse) = if cfg.kv_splits > 1 {
         let (o, lse) = split::declare_partials(
             k,
@@ -300,6 +350,7 @@ pub(crate) fn declare_io(k: &mut KernelBuilder, cfg: &AttnConfig) -> Io {
         v: kv_v,
         o,
         lse,
+        alibi,
         split: None,
     }
 }
@@ -369,6 +420,11 @@ fn name(cfg: &AttnConfig) -> String {
     let mask = match cfg.window {
         Some(_) => format!("{mask}_window"),
         None => mask.to_string(),
+    };
+    let mask = if cfg.alibi {
+        format!("{mask}_alibi")
+    } else {
+        mask
     };
     // A split kernel always writes its partial log-sum-exps; `lse` is the merge's business.
     let name = match (cfg.kv_splits, cfg.lse) {

@@ -21,6 +21,7 @@
 //! scores) has 4e-3. The running max is kept on unscaled scores (`c > 0` preserves the order).
 
 use super::{declare_io, split, AttnConfig};
+use crate::attn::score::Alibi;
 use crate::attn::Softmax;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
@@ -61,6 +62,8 @@ struct Body<'a> {
     q0: Expr,
     b: Expr,
     hk: Expr,
+    /// ALiBi: the slope (a column vector of the score tiles) and `seq_kv − seq`.
+    alibi: Option<(RegId, Expr)>,
 }
 
 impl Body<'_> {
@@ -94,6 +97,10 @@ impl Body<'_> {
         k.zero(att);
         k.mma_atb(att, k_t, self.q_t, att);
         self.cfg.logits.cap(k, att, self.cfg.dim);
+        if let Some((slope, delta)) = &self.alibi {
+            // Keys per row, queries per column.
+            Alibi::add(k, att, *slope, kv0, &(&self.q0 + delta.clone()));
+        }
         let inf = f32::NEG_INFINITY;
         k.mask(
             att,
@@ -144,7 +151,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let q_rows = (&qb * block_q, (&qb + 1) * block_q - 1);
     let keys = split::KeyRange::new(&io, cfg, &q_rows.0, &q_rows.1);
     let n_kv = keys.count.clone();
-    let body = Body {
+    let mut body = Body {
         cfg,
         k_s,
         v_s,
@@ -158,6 +165,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         q0: q0.clone(),
         b: b.clone(),
         hk,
+        alibi: None,
     };
     // The score tiles: one per block, or one per half-block (module docs).
     let rows = if ring(cfg) == 3 { kv / 2 } else { kv };
@@ -189,6 +197,10 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     k.zero(o_r);
     k.zero(softmax.norm);
     k.neg_infty(softmax.max);
+    let delta = &io.seq_kv - io.seq.clone();
+    body.alibi = io
+        .alibi_slope(&mut k, cfg, (&b, &h), (att, Axis::Cols))
+        .map(|v| (v, delta));
     if ring(cfg) == 3 {
         // Step 1 in flight too; step 0 landed and visible.
         body.prefetch(&mut k, &Expr::c(1), Expr::c(1));

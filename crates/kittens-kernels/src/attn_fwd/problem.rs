@@ -171,13 +171,21 @@ fn tiles(p: &AttnProblem, target: Target) -> AttnConfig {
         lse: p.lse,
         logits: p.args.logits,
         window: p.args.window,
+        alibi: p.args.alibi,
         rounding: p.attn_cfg.rounding,
         strided: p.attn_strides.is_some(),
         ..tiles
     };
     match target.gpu() {
         Some(gpu) if gpu.arch.is_amd() && cfg.schedule == AttnSchedule::PingPong8 => {
-            cfg.fit_cdna(gpu)
+            let cfg = cfg.fit_cdna(gpu);
+            // gfx942's two-slot loop at head dim 128 is at 252 of its 256 VGPRs: ALiBi's slope and
+            // distances spilled 6 there (28 bytes of scratch); 16 queries per wave leave room.
+            if cfg.alibi && cfg.kv_block == 32 && cfg.dim > 64 {
+                AttnConfig { q_rows: 16, ..cfg }
+            } else {
+                cfg
+            }
         }
         Some(_) if cfg.schedule == AttnSchedule::ProducerConsumer => cfg.fit_hopper(),
         _ => cfg,
@@ -257,9 +265,14 @@ impl KernelProblem for AttnProblem {
         if p.lse {
             outputs.push(elements("lse", &[sh.batch, sh.heads, sh.seq])?);
         }
+        let mut inputs = vec![q, k, v];
+        // With ALiBi (`args.alibi`) its slopes, f32 `[b, h]`, after V.
+        if p.args.alibi {
+            inputs.push(elements("alibi", &[sh.batch, sh.heads])?);
+        }
         Ok(Launch {
             params,
-            inputs: vec![q, k, v],
+            inputs,
             outputs,
         })
     }
@@ -332,6 +345,7 @@ impl KernelProblem for AttnProblem {
                 "v_layout": if cfg.v_transposed { "bhds" } else { "as_q" },
                 "kv_splits": g, "kv_splits_asked": p.kv_splits, "kv_split_reason": why,
                 "scale": cfg.logits.scale(cfg.dim), "softcap": cfg.logits.softcap, "window": cfg.window,
+                "alibi": cfg.alibi,
             }),
         })
     }
@@ -411,7 +425,7 @@ impl KernelProblem for AttnProblem {
         } else {
             v
         };
-        let lg = &p.args.options();
+        let lg = &p.args.options_with(inputs.get(3));
         let (o, lse, logit) = reference_fwd::forward_with(q, k, v, &bsh, causal, lg);
         let rounding = p.attn_cfg.rounding; // the baseline rounds its output as the kernel does
         let (ob, lseb) =
@@ -448,11 +462,12 @@ fn strided_reference(p: &AttnProblem, st: &AttnStrides, inputs: &[Vec<f32>]) -> 
         ..*p
     };
     dense.args.attn.layout = AttnLayout::Bhsd;
-    let gathered = [
+    let mut gathered = vec![
         strides::gather(&inputs[0], q_shape, st.q),
         strides::gather(&inputs[1], kv_shape, st.k),
         strides::gather(&inputs[2], kv_shape, st.v),
     ];
+    gathered.extend(inputs.get(3).cloned()); // the ALiBi slopes
     let r = dense.reference(&gathered);
     let n = q_shape.iter().product::<usize>();
     fn with_o<T: Copy + Default>(all: &[T], n: usize, shape: [usize; 4], st: [usize; 3]) -> Vec<T> {

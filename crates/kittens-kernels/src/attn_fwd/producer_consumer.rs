@@ -13,7 +13,11 @@
 //!   memory) and V read from shared memory as a keys × dim (`K × N`) operand (`mma_ab`).
 //!
 //! Shared tiles are 64 columns wide (128 bytes of bf16 per row, the widest TMA/`wgmma` swizzle): a head
-//! dimension of 128 is two rings per tensor, and the output two accumulators of 64 columns.
+//! dimension of 128 is two rings per tensor, and the output two accumulators of 64 columns. Head
+//! dimensions 32 and 96 run as 64 and 128 ([`padded_dim`]): the last tile's columns past the head
+//! dimension are outside the tensors, so TMA fills them with zeros (they add nothing to `Q·Kᵀ` and
+//! give output columns that the stores drop). V's last 32 columns would otherwise need an N-major
+//! `wgmma` operand in the 64-byte swizzle, which the Hopper lowering does not take.
 //!
 //! As in the GEMM's producer/consumer program, the program states the data flow and not the overlap:
 //! the barrier after each load is the hand-off of a slot, and the Hopper lowering turns it into
@@ -70,15 +74,21 @@ impl AttnConfig {
     }
 }
 
+/// The head dimension the tiles cover: `dim` rounded up to whole 64-column tiles (module docs).
+pub fn padded_dim(dim: u32) -> u32 {
+    dim.next_multiple_of(COLS)
+}
+
 pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
-    let (d, kv) = (cfg.dim, cfg.kv_block);
-    if !matches!(d, 64 | 128 | 192 | 256) || kv % 64 != 0 || kv > 256 {
+    let kv = cfg.kv_block;
+    if !matches!(cfg.dim, 32 | 64 | 96 | 128 | 192 | 256) || !kv.is_multiple_of(64) || kv > 256 {
         return Err(KernelError::Config(format!(
-            "attn_fwd (producer/consumer): dim {d} must be 64, 128, 192 or 256 (64-column shared \
-             tiles: 32 and 96 need a 64-byte swizzle the program does not declare), kv_block {kv} \
-             a multiple of 64 up to 256"
+            "attn_fwd (producer/consumer): dim {} must be 32, 64, 96, 128, 192 or 256 (64-column \
+             shared tiles), kv_block {kv} a multiple of 64 up to 256",
+            cfg.dim
         )));
     }
+    let d = padded_dim(cfg.dim);
     if cfg.remap != GridOrder::RowMajor {
         return Err(KernelError::Config(format!(
             "attn_fwd (producer/consumer): grid order {:?} (the program orders its blocks itself)",
@@ -208,6 +218,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             }
             k.zero(norm);
             k.neg_infty(max_v);
+            let slope = io.alibi_slope(k, cfg, (&b, &h), (s, Axis::Rows));
             // S = Q·Kᵀ of key block `j` over the head dimension, 64 columns at a time.
             let qk = |k: &mut KernelBuilder, j: &Expr| {
                 let slot = j % ring_k as i64;
@@ -231,6 +242,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 let (kv0, inf) = (keys.at(j) * kv as i64, f32::NEG_INFINITY);
                 let kv_end = (keys.at(j) + 1) * kv as i64;
                 cfg.logits.cap(k, s, cfg.dim);
+                io.alibi(k, slope, s, (&q0, &kv0), false);
                 k.if_(keys.limit.lt(&kv_end), |k| {
                     k.mask(s, MaskRule::ColsBelow(keys.limit.clone()), &q0, &kv0, inf)
                 });

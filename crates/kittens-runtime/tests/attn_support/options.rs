@@ -1,5 +1,6 @@
 //! FlashAttention's options (`kittens_kernels::attn::score`) as the lowering tests of every target take
-//! them: each alone, then all together with a bottom-right causal mask.
+//! them: each alone, then all together with a bottom-right causal mask (ALiBi among them: its
+//! slopes are an input the run draws).
 #![allow(dead_code)]
 
 use kittens_kernels::attn::score::{AttnArgs, Logits, Window};
@@ -32,12 +33,20 @@ pub fn options() -> Vec<(&'static str, AttnArgs)> {
             },
         ),
         (
+            "alibi",
+            AttnArgs {
+                alibi: true,
+                ..base
+            },
+        ),
+        (
             "all, causal",
             AttnArgs {
                 causal: true,
                 bottom_right: true,
                 logits: logits(Some(0.1), Some(5.0)),
                 window: Some(Window::new(40, -1).unwrap()),
+                alibi: true,
                 ..base
             },
         ),
