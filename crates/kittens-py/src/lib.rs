@@ -10,6 +10,7 @@
 mod host;
 mod prepared;
 mod tile;
+mod tile_args;
 mod tile_body;
 mod tile_decl;
 mod tile_expr;
