@@ -14,7 +14,8 @@ Where it runs (the ops ``kittens::attention_varlen`` and ``kittens::attention_va
   ``_dispatch.attention_varlen``); the CPU interpreter (``kittens_kernels::attn_varlen``) on CPU tensors;
 - backward: the CPU interpreter (``kittens_kernels::attn_varlen_bwd``) on CPU tensors; on CUDA a PyTorch
   composition (:func:`_backward_torch`: f32, the packed batch masked by sequence, in query chunks), NOT a
-  kittens kernel — the varlen backward has no sm_90a program yet.
+  kittens kernel yet: the sm_90a program exists (``kittens_kernels::attn_varlen_bwd_hopper``, checked on
+  the interpreter and compiled by NVRTC) but has no registry entry, so no prepared call reaches it.
 
 Checks: on the CPU the offsets are checked (start at 0, never decrease, within the tensors, ``max_seqlen``
 at least every length), each error naming the argument. On CUDA those checks would need a device read (a
