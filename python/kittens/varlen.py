@@ -7,13 +7,15 @@ aligned bottom-right in each sequence. The kernels read the offsets from the ten
 from the device.
 
 Where it runs (the ops ``kittens::attention_varlen`` and ``kittens::attention_varlen_backward``, with
-``register_fake`` and autograd, so ``torch.compile(fullgraph=True)`` traces them without a graph break):
+``register_fake`` and autograd, defined through ``ops._op`` / ``ops._autograd`` and called through
+``ops.call`` as the other kittens ops, so ``torch.compile(fullgraph=True)`` traces them without a graph break):
 
 - forward: CUDA (sm_90a) through the registry kernel ``attn_varlen`` (``kittens_kernels::attn_varlen_hopper``,
   ``_dispatch.attention_varlen``); the CPU interpreter (``kittens_kernels::attn_varlen``) on CPU tensors;
 - backward: the CPU interpreter (``kittens_kernels::attn_varlen_bwd``) on CPU tensors; on CUDA a PyTorch
   composition (:func:`_backward_torch`: f32, the packed batch masked by sequence, in query chunks), NOT a
-  kittens kernel — the varlen backward has no sm_90a program yet.
+  kittens kernel yet: the sm_90a program exists (``kittens_kernels::attn_varlen_bwd_hopper``, checked on
+  the interpreter and compiled by NVRTC) but has no registry entry, so no prepared call reaches it.
 
 Checks: on the CPU the offsets are checked (start at 0, never decrease, within the tensors, ``max_seqlen``
 at least every length), each error naming the argument. On CUDA those checks would need a device read (a
@@ -32,6 +34,7 @@ import torch
 from torch import Tensor
 
 from . import _kittens
+from .ops import _autograd, _op, call
 
 __all__ = ["flash_attn_varlen_func"]
 
@@ -105,8 +108,7 @@ def _backward_torch(grad_out, q, k, v, out, lse, cu_q, cu_k, causal, scale, bloc
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 
-@torch.library.custom_op("kittens::attention_varlen", mutates_args=())
-def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+def attention_varlen_eager(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                      max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
                      scale: Optional[float] = None, seqused_k: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """``(out, lse)``: out like q (bfloat16), lse float32 (nheads, total_q) in natural-log units of the
@@ -128,13 +130,15 @@ def attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_s
     return _from_bytes(o, q.shape, q.dtype), _from_bytes(lse, (q.shape[1], q.shape[0]))
 
 
+attention_varlen = _op("attention_varlen")(attention_varlen_eager)
+
+
 @attention_varlen.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, scale=None, seqused_k=None):
     return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
-@torch.library.custom_op("kittens::attention_varlen_backward", mutates_args=())
-def attention_varlen_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+def attention_varlen_backward_eager(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                               cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int,
                               max_seqlen_k: int, causal: bool = False,
                               scale: Optional[float] = None) -> Tuple[Tensor, Tensor, Tensor]:
@@ -146,6 +150,9 @@ def attention_varlen_backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor,
         _sizes(q, k, max_seqlen_q, max_seqlen_k), bool(causal), None if scale is None else float(scale),
     )
     return tuple(_from_bytes(g, t.shape, t.dtype) for g, t in ((dq, q), (dk, k), (dv, v)))
+
+
+attention_varlen_backward = _op("attention_varlen_backward")(attention_varlen_backward_eager)
 
 
 @attention_varlen_backward.register_fake
@@ -169,12 +176,16 @@ def _grad(ctx, grad_out, grad_lse):
     q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    dq, dk, dv = torch.ops.kittens.attention_varlen_backward(
-        grad_out.to(q.dtype), q, k, v, out, lse, cu_q, cu_k, ctx.max_q, ctx.max_k, ctx.causal, ctx.scale)
+    args = (grad_out.to(q.dtype), q, k, v, out, lse, cu_q, cu_k, ctx.max_q, ctx.max_k, ctx.causal, ctx.scale)
+    if torch.is_grad_enabled():
+        # create_graph=True: the op itself, whose missing double backward torch reports by name.
+        dq, dk, dv = torch.ops.kittens.attention_varlen_backward(*args)
+    else:
+        dq, dk, dv = call("attention_varlen_backward", *args)
     return dq, dk, dv, None, None, None, None, None, None, None
 
 
-attention_varlen.register_autograd(_grad, setup_context=_setup)
+_autograd("attention_varlen", attention_varlen, _grad, _setup)
 
 
 def flash_attn_varlen_func(
@@ -227,6 +238,6 @@ def flash_attn_varlen_func(
     for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 0:
             raise ValueError(f"{name}={m!r}: must be a Python int >= 0 (no device read is made to find it)")
-    out, _ = torch.ops.kittens.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                                                int(max_seqlen_k), bool(causal), softmax_scale)
+    out, _ = call("attention_varlen", q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
+                  int(max_seqlen_k), bool(causal), softmax_scale, None)
     return out

@@ -73,6 +73,28 @@ def test_forward_and_backward_match_float64(lens_q, lens_k, heads, heads_kv, dim
         assert e <= 2 * eb + FLOOR, f"{name} error {e:.3e}, bf16 baseline {eb:.3e}"
 
 
+def test_ops_are_defined_and_called_through_kittens_ops():
+    """The varlen ops are ``ops._op`` ops (their bodies registered for ``ops.call``'s eager path) with
+    ``ops._autograd``'s formula: an eager call (through the autograd.Function ``call`` makes) and a
+    call of the torch op itself give the same output and gradients."""
+    from kittens import ops, varlen  # noqa: F401  (importing varlen registers its ops)
+
+    assert {"attention_varlen", "attention_varlen_backward"} <= set(ops._BODIES)
+    assert "attention_varlen" in ops._FUNCTIONS
+    lens = [5, 0, 19]
+    q, k, v, cu_q, cu_k = _packed(lens, lens, 2, 1, 64, seed=3)
+    g = torch.rand(q.shape, generator=torch.Generator().manual_seed(4)).bfloat16() - 0.5
+    grads = []
+    for fn in (lambda *a: ops.call("attention_varlen", *a), torch.ops.kittens.attention_varlen):
+        qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
+        out, _ = fn(qs, ks, vs, cu_q, cu_k, max(lens), max(lens), True, None, None)
+        out.backward(g)
+        grads.append((out.detach(), qs.grad, ks.grad, vs.grad))
+    for a, b in zip(*grads):
+        assert torch.equal(a, b)
+    assert grads[0][1].abs().sum() > 0
+
+
 def test_compiles_fullgraph():
     lens = [5, 0, 40]
     q, k, v, cu_q, cu_k = _packed(lens, lens, 2, 1, 64, seed=3)

@@ -201,6 +201,52 @@ impl Seq {
     }
 }
 
+/// One block of a forward program: the grid `[batch, heads, ⌈max_seqlen_q / block_q⌉]`, this block's
+/// query head `h`, query block `qb` and KV head `hk` (GQA: `heads / heads_kv` query
+/// heads per KV head), the sequence's rows, and the packed tensors clipped at its ends so that a
+/// tile crossing an end neither reads nor writes the next sequence.
+pub(crate) struct QueryBlock {
+    pub h: Expr,
+    pub qb: Expr,
+    pub hk: Expr,
+    pub seq: Seq,
+    pub len_q: Expr,
+    pub len_k: Expr,
+}
+
+impl QueryBlock {
+    pub(crate) fn declare(
+        k: &mut KernelBuilder,
+        n: &Batch,
+        t: &Tensors,
+        block_q: u32,
+    ) -> QueryBlock {
+        let blocks = n.max_q.ceil_div(i64::from(block_q));
+        k.grid(
+            vec![n.batch.clone(), n.heads.clone(), blocks],
+            GridOrder::RowMajor,
+        );
+        let (b, h, qb) = (k.block(0), k.block(1), k.block(2));
+        let hk = &h / (&n.heads / n.heads_kv.clone());
+        let seq = Seq::with_used(t.cu_q, t.cu_k, t.used_k, &b);
+        for g in [t.q, t.o] {
+            k.clip(g, 0, seq.end_q.clone());
+        }
+        k.clip(t.lse, 1, seq.end_q.clone());
+        for g in [t.k, t.v] {
+            k.clip(g, 0, seq.end_k.clone());
+        }
+        QueryBlock {
+            len_q: &seq.end_q - seq.start_q.clone(),
+            len_k: &seq.end_k - seq.start_k.clone(),
+            h,
+            qb,
+            hk,
+            seq,
+        }
+    }
+}
+
 /// Parameter order: `batch, heads, heads_kv, total_q, total_k, max_seqlen_q, max_seqlen_k`; tensors
 /// `q, k, v` (bf16, read), `cu_seqlens_q`, `cu_seqlens_k` (i32 `[batch + 1]`), `o` (bf16,
 /// `[total_q, heads, d]`), `lse` (f32 `[heads, total_q]`, natural log, FlashAttention's
@@ -214,48 +260,18 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     };
     let mut k = KernelBuilder::new(name, Schedule::Plain { waves: 1 });
     let sizes = Batch::declare(&mut k);
+    let t = Tensors::declare(&mut k, &sizes, cfg);
+    let blk = QueryBlock::declare(&mut k, &sizes, &t, BLOCK_Q);
+    let (h, hk, start_q, start_k) = (&blk.h, &blk.hk, &blk.seq.start_q, &blk.seq.start_k);
     let Tensors {
         q,
         k: kk,
         v,
         o,
         lse,
-        cu_q,
-        cu_k,
-        used_k,
-    } = Tensors::declare(&mut k, &sizes, cfg);
-    let Batch {
-        batch,
-        heads,
-        heads_kv,
-        max_q,
-        max_k,
         ..
-    } = sizes;
-    k.grid(
-        vec![
-            batch.clone(),
-            heads.clone(),
-            max_q.ceil_div(i64::from(BLOCK_Q)),
-        ],
-        GridOrder::RowMajor,
-    );
-    let (b, h, qb) = (k.block(0), k.block(1), k.block(2));
-    let hk = &h / (&heads / heads_kv.clone());
-    let Seq {
-        start_q,
-        end_q,
-        start_k,
-        end_k,
-    } = Seq::with_used(cu_q, cu_k, used_k, &b);
-    let (len_q, len_k) = (&end_q - start_q.clone(), &end_k - start_k.clone());
-    for g in [q, o] {
-        k.clip(g, 0, end_q.clone());
-    }
-    k.clip(lse, 1, end_q);
-    for g in [kk, v] {
-        k.clip(g, 0, end_k.clone());
-    }
+    } = t;
+    let max_k = sizes.max_k;
 
     let (bq, bk, dim) = (BLOCK_Q, BLOCK_K, cfg.dim);
     let q_r = k.tile("q", Bf16, bq, dim, Layout::Row, BaseShape::S16X32);
@@ -271,25 +287,25 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     sm.floor = true;
     let lse_r = k.row_vec("lse", s, F32);
 
-    let q0 = &qb * i64::from(bq);
+    let q0 = &blk.qb * i64::from(bq);
     let view = |k: &KernelBuilder, g, row: Expr, head: &Expr, rows| {
         k.gview(g, vec![row, head.clone(), Expr::c(0)], 0, 2, rows, dim)
     };
-    k.load_global(q_r, view(&k, q, &start_q + q0.clone(), &h, bq));
+    k.load_global(q_r, view(&k, q, start_q + q0.clone(), h, bq));
     k.neg_infty(sm.max);
     k.zero(sm.norm);
     k.zero(acc);
     let tiles_k = max_k.ceil_div(i64::from(bk));
     k.for_range("kv", Expr::c(0), tiles_k, |k, j| {
         let k0 = &j * i64::from(bk);
-        k.load_global(k_r, view(k, kk, &start_k + k0.clone(), &hk, bk));
-        k.load_global(v_r, view(k, v, &start_k + k0.clone(), &hk, bk));
+        k.load_global(k_r, view(k, kk, start_k + k0.clone(), hk, bk));
+        k.load_global(v_r, view(k, v, start_k + k0.clone(), hk, bk));
         k.zero(s);
         k.mma_abt(s, q_r, k_r, s);
         let inf = f32::NEG_INFINITY;
-        k.mask(s, MaskRule::ColsBelow(len_k.clone()), &q0, &k0, inf);
+        k.mask(s, MaskRule::ColsBelow(blk.len_k.clone()), &q0, &k0, inf);
         if cfg.causal {
-            let offset = &len_k - len_q.clone();
+            let offset = &blk.len_k - blk.len_q.clone();
             k.mask(s, MaskRule::Causal { offset }, &q0, &k0, inf);
         }
         sm.step(k, s);
@@ -300,8 +316,11 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     sm.inv_norm(&mut k, sm.scale);
     k.mul_row(acc, acc, sm.scale);
     k.convert(out, acc, Rounding::Rtne);
-    k.store(view(&k, o, &start_q + q0.clone(), &h, bq), out);
+    k.store(view(&k, o, start_q + q0.clone(), h, bq), out);
     sm.lse(&mut k, lse_r);
-    k.store(k.gview(lse, vec![h, &start_q + q0], 1, 0, bq, 1), lse_r);
+    k.store(
+        k.gview(lse, vec![h.clone(), start_q + q0], 1, 0, bq, 1),
+        lse_r,
+    );
     Ok(k.finish()?)
 }

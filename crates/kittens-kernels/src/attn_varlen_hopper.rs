@@ -23,15 +23,14 @@
 //! overlap or ping-pong; the dense kernel's schedule knobs stay there.
 
 use crate::attn::Softmax;
+use crate::attn_fwd::producer_consumer::HopperTiles;
 use crate::attn_fwd::AttnConfig;
-use crate::attn_varlen::{check, Batch, Seq, Tensors, VarlenConfig};
+use crate::attn_varlen::{check, Batch, QueryBlock, Seq, Tensors, VarlenConfig};
 use crate::KernelError;
-use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_hw::dtype::DType::F32;
 use kittens_ir::{
-    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Schedule, Scope,
-    SlotFill,
+    Axis, Expr, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Schedule, Scope, SlotFill,
 };
-use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Queries per block: two consumer warpgroups × 64.
 pub const BLOCK_Q: u32 = 128;
@@ -78,69 +77,32 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let mut k = KernelBuilder::new(name, sched);
     let sizes = Batch::declare(&mut k);
     let t = Tensors::declare(&mut k, &sizes, cfg);
-    let Batch {
-        batch,
-        heads,
-        heads_kv,
-        max_q,
-        max_k,
-        ..
-    } = sizes;
     for g in [t.q, t.k, t.v] {
         k.slot_fill(g, SlotFill::CpAsync);
     }
-    k.grid(
-        vec![
-            batch.clone(),
-            heads.clone(),
-            max_q.ceil_div(i64::from(BLOCK_Q)),
-        ],
-        GridOrder::RowMajor,
-    );
-    let (b, h, qb) = (k.block(0), k.block(1), k.block(2));
-    let hk = &h / (&heads / heads_kv.clone());
-    let Seq {
-        start_q,
-        end_q,
-        start_k,
-        end_k,
-    } = Seq::with_used(t.cu_q, t.cu_k, t.used_k, &b);
-    let (len_q, len_k) = (&end_q - start_q.clone(), &end_k - start_k.clone());
-    for g in [t.q, t.o] {
-        k.clip(g, 0, end_q.clone());
-    }
-    k.clip(t.lse, 1, end_q);
-    for g in [t.k, t.v] {
-        k.clip(g, 0, end_k.clone());
-    }
+    let QueryBlock {
+        h,
+        qb,
+        hk,
+        seq: Seq {
+            start_q, start_k, ..
+        },
+        len_q,
+        len_k,
+        ..
+    } = QueryBlock::declare(&mut k, &sizes, &t, BLOCK_Q);
+    let max_k = sizes.max_k.clone();
 
     let kv = kv_block(dim);
     let ring = stages(dim, kv);
-    let halves = dim / COLS;
-    let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
-    let q_s: Vec<_> = (0..halves)
-        .map(|i| k.shared_tile(&format!("q_s{i}"), swz(BLOCK_Q), 1))
-        .collect();
-    let k_s: Vec<_> = (0..halves)
-        .map(|i| k.shared_tile(&format!("k_s{i}"), swz(kv), ring))
-        .collect();
-    let v_s: Vec<_> = (0..halves)
-        .map(|i| k.shared_tile(&format!("v_s{i}"), swz(kv), ring))
-        .collect();
-    let s = k.tile("s", F32, 16, kv, Layout::Row, BaseShape::S16X16);
-    let p = k.tile("p", Bf16, 16, kv, Layout::Row, BaseShape::S16X32);
-    let o_r: Vec<_> = (0..halves)
-        .map(|i| {
-            k.tile(
-                &format!("o{i}"),
-                F32,
-                16,
-                COLS,
-                Layout::Row,
-                BaseShape::S16X16,
-            )
-        })
-        .collect();
+    let HopperTiles {
+        q_s,
+        k_s,
+        v_s,
+        s,
+        p,
+        o_r,
+    } = HopperTiles::declare(&mut k, dim, kv, 1, (ring, ring));
     let attn = AttnConfig {
         dim,
         logits: cfg.logits,

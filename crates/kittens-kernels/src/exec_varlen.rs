@@ -188,10 +188,9 @@ pub fn forward_with(
     Ok((o, lse))
 }
 
-/// `[dq, dk, dv]` (f32, layouts of `q`, `k`, `v`) from the forward's `o` and `lse` and the upstream
-/// gradient `d_o`.
+/// The backward's parameters after checking the tensors' sizes against each other and the offsets.
 #[allow(clippy::too_many_arguments)]
-pub fn backward(
+fn backward_params(
     cfg: &VarlenConfig,
     q: &[f32],
     k: &[f32],
@@ -200,7 +199,7 @@ pub fn backward(
     d_o: &[f32],
     lse: &[f32],
     p: &Packed,
-) -> Result<[Vec<f32>; 3], KernelError> {
+) -> Result<[i64; 7], KernelError> {
     let d = cfg.dim as usize;
     let total_q = rows("q", q.len(), p.heads, d)?;
     let total_k = rows("k", k.len(), p.heads_kv, d)?;
@@ -214,7 +213,23 @@ pub fn backward(
             return Err(problem(format!("{name}: {t} elements, want {want}")));
         }
     }
-    let params = p.params(total_q, total_k)?;
+    p.params(total_q, total_k)
+}
+
+/// `[dq, dk, dv]` (f32, layouts of `q`, `k`, `v`) from the forward's `o` and `lse` and the upstream
+/// gradient `d_o`.
+#[allow(clippy::too_many_arguments)]
+pub fn backward(
+    cfg: &VarlenConfig,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &[f32],
+    d_o: &[f32],
+    lse: &[f32],
+    p: &Packed,
+) -> Result<[Vec<f32>; 3], KernelError> {
+    let params = backward_params(cfg, q, k, v, o, d_o, lse, p)?;
     let kernel = crate::attn_varlen_bwd::build(cfg)?;
     let [cq, ck] = p.offsets();
     let mut t = vec![
@@ -234,5 +249,51 @@ pub fn backward(
     let dv = t.swap_remove(8);
     let dk = t.swap_remove(7);
     let dq = t.swap_remove(6);
+    Ok([dq, dk, dv])
+}
+
+/// [`backward`] through the sm_90a program ([`crate::attn_varlen_bwd_hopper`]) on the interpreter,
+/// with what its caller does around it on the device done here: `delta = rowsum(dO∘O)` (f32
+/// products and sum, `[heads, total_q]`) before, `dq = dq_acc · scale` after. dK and dV come out of
+/// the program rounded to bf16.
+#[allow(clippy::too_many_arguments)]
+pub fn backward_sm90(
+    cfg: &VarlenConfig,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    o: &[f32],
+    d_o: &[f32],
+    lse: &[f32],
+    p: &Packed,
+) -> Result<[Vec<f32>; 3], KernelError> {
+    let params = backward_params(cfg, q, k, v, o, d_o, lse, p)?;
+    let kernel = crate::attn_varlen_bwd_hopper::build(cfg)?;
+    let d = cfg.dim as usize;
+    let total_q = q.len() / (p.heads * d);
+    let mut delta = vec![0.0f32; p.heads * total_q];
+    for (r, (o_r, do_r)) in o.chunks(d).zip(d_o.chunks(d)).enumerate() {
+        let (row, h) = (r / p.heads, r % p.heads);
+        delta[h * total_q + row] = o_r.iter().zip(do_r).map(|(a, b)| a * b).sum();
+    }
+    let [cq, ck] = p.offsets();
+    let mut t = vec![
+        q.to_vec(),
+        k.to_vec(),
+        v.to_vec(),
+        d_o.to_vec(),
+        lse.to_vec(),
+        delta,
+        cq,
+        ck,
+        vec![0.0; k.len()],
+        vec![0.0; v.len()],
+        vec![0.0; q.len()],
+    ];
+    interp::run(&kernel, &params, &mut t)?;
+    let scale = cfg.logits.scale(cfg.dim);
+    let dq = t.swap_remove(10).into_iter().map(|x| x * scale).collect();
+    let dv = t.swap_remove(9);
+    let dk = t.swap_remove(8);
     Ok([dq, dk, dv])
 }

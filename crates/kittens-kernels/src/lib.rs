@@ -12,6 +12,7 @@ pub mod attn_bwd;
 pub mod attn_fwd;
 pub mod attn_varlen;
 pub mod attn_varlen_bwd;
+pub mod attn_varlen_bwd_hopper;
 pub mod attn_varlen_hopper;
 pub mod attn_varlen_problem;
 pub mod budget;

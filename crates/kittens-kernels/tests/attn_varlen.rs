@@ -8,6 +8,7 @@ use kittens_ir::interp;
 use kittens_ir::numerics::{round, Rounding};
 use kittens_kernels::attn::score::Logits;
 use kittens_kernels::attn_varlen::{build, VarlenConfig};
+use kittens_kernels::exec_varlen::{backward as plain_bwd, backward_sm90 as sm90_bwd, Packed};
 use kittens_kernels::reference::{check_rule, compare, RULE_FLOOR};
 use kittens_kernels::reference_varlen::{backward, forward, forward_bf16_baseline, VarlenShape};
 
@@ -226,11 +227,23 @@ fn bad_configurations_are_refused_by_name() {
     assert!(e.contains("softcap"), "{e}");
 }
 
+type BwdRunner = fn(
+    &VarlenConfig,
+    &[f32],
+    &[f32],
+    &[f32],
+    &[f32],
+    &[f32],
+    &[f32],
+    &Packed,
+) -> Result<[Vec<f32>; 3], kittens_kernels::KernelError>;
+
 /// The backward on lengths `lens_q`/`lens_k`: the kernel's f32 gradients against the f64 reference,
 /// judged by the rule against the plain-bf16 baseline. O and lse come from the f64 forward (rounded
 /// as the forward stores them), as a training step hands them over.
 #[allow(clippy::too_many_arguments)]
 fn check_bwd(
+    run: BwdRunner,
     lens_q: &[usize],
     lens_k: &[usize],
     heads: usize,
@@ -245,7 +258,6 @@ fn check_bwd(
         logits: Logits::default(),
         seqused_k: false,
     };
-    let kernel = kittens_kernels::attn_varlen_bwd::build(&cfg).expect("the varlen backward builds");
     let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
     let (total_q, total_k) = (cu_q[lens_q.len()] + PAD, cu_k[lens_k.len()] + PAD);
     let d = dim as usize;
@@ -264,38 +276,24 @@ fn check_bwd(
         scale: f64::from(cfg.logits.scale(dim)),
     };
     let (o, lse) = forward(&q, &k, &v, &sh);
+    let (q, k, v, d_o) = (&q[..], &k[..], &v[..], &d_o[..]);
     let o: Vec<f32> = o
         .iter()
         .map(|&x| round(x as f32, Bf16, Rounding::Rtne))
         .collect();
     let lse: Vec<f32> = lse.iter().map(|&x| x as f32).collect();
-    let want = backward(&q, &k, &v, &d_o, &sh, false);
-    let base = backward(&q, &k, &v, &d_o, &sh, true);
-    let as_f32 = |c: &[usize]| c.iter().map(|&x| x as f32).collect::<Vec<_>>();
-    let mut tensors = vec![
-        q,
-        k,
-        v,
-        o,
-        d_o,
-        lse,
-        vec![0.0; total_q * heads * d],
-        vec![0.0; total_k * heads_kv * d],
-        vec![0.0; total_k * heads_kv * d],
-        as_f32(&cu_q),
-        as_f32(&cu_k),
-    ];
-    let max = |l: &[usize]| l.iter().copied().max().unwrap_or(0).max(1) as i64;
-    let params = [
-        lens_q.len() as i64,
-        heads as i64,
-        heads_kv as i64,
-        total_q as i64,
-        total_k as i64,
-        max(lens_q),
-        max(lens_k),
-    ];
-    interp::run(&kernel, &params, &mut tensors).expect("the interpreter runs it");
+    let want = backward(q, k, v, d_o, &sh, false);
+    let base = backward(q, k, v, d_o, &sh, true);
+    let packed = Packed {
+        heads,
+        heads_kv,
+        cu_q: cu_q.iter().map(|&x| x as i64).collect(),
+        cu_k: cu_k.iter().map(|&x| x as i64).collect(),
+        max_q: lens_q.iter().copied().max().unwrap_or(0),
+        max_k: lens_k.iter().copied().max().unwrap_or(0),
+        used_k: None,
+    };
+    let tensors = run(&cfg, q, k, v, &o, d_o, &lse, &packed).expect("the interpreter runs it");
     let what = format!(
         "bwd lens_q {lens_q:?} lens_k {lens_k:?} H{heads}/{heads_kv} D{dim} causal {causal}"
     );
@@ -304,9 +302,9 @@ fn check_bwd(
         cu_k[lens_k.len()] * heads_kv * d,
     );
     for (name, got, want, base, n) in [
-        ("dq", &tensors[6], &want.0, &base.0, rq),
-        ("dk", &tensors[7], &want.1, &base.1, rk),
-        ("dv", &tensors[8], &want.2, &base.2, rk),
+        ("dq", &tensors[0], &want.0, &base.0, rq),
+        ("dk", &tensors[1], &want.1, &base.1, rk),
+        ("dv", &tensors[2], &want.2, &base.2, rk),
     ] {
         assert!(
             got[n..].iter().all(|&x| x == 0.0),
@@ -335,14 +333,44 @@ fn check_bwd(
 #[test]
 fn varlen_backward_matches_f64_d64() {
     let lens = [1, 17, 0, 130, 75];
-    check_bwd(&lens, &lens, 2, 1, 64, false, 11);
-    check_bwd(&lens, &lens, 2, 1, 64, true, 12);
-    check_bwd(&[45, 3, 70], &[20, 33, 0], 4, 2, 64, true, 13);
+    check_bwd(plain_bwd, &lens, &lens, 2, 1, 64, false, 11);
+    check_bwd(plain_bwd, &lens, &lens, 2, 1, 64, true, 12);
+    check_bwd(plain_bwd, &[45, 3, 70], &[20, 33, 0], 4, 2, 64, true, 13);
 }
 
 #[test]
 fn varlen_backward_matches_f64_d128() {
-    check_bwd(&[1, 17, 0, 130], &[1, 17, 0, 130], 2, 2, 128, true, 14);
+    check_bwd(
+        plain_bwd,
+        &[1, 17, 0, 130],
+        &[1, 17, 0, 130],
+        2,
+        2,
+        128,
+        true,
+        14,
+    );
+}
+
+/// The sm_90a backward (`attn_varlen_bwd_hopper`: 128-key blocks, 64-query steps, unclipped TMA
+/// fills whose rows past a sequence are masked, dQ by atomic adds) on the interpreter: lengths 0, 1,
+/// one past a block (129) and more than two blocks (300), rows with no key (bottom-right causal with
+/// more queries than keys, an empty key sequence), GQA; head dims 64 and 128.
+#[test]
+fn hopper_varlen_backward_matches_f64() {
+    let lens = [1, 129, 0, 300, 64];
+    check_bwd(sm90_bwd, &lens, &lens, 2, 1, 64, true, 31);
+    check_bwd(sm90_bwd, &lens, &lens, 2, 1, 64, false, 32);
+    check_bwd(
+        sm90_bwd,
+        &[45, 3, 200, 9],
+        &[20, 150, 0, 64],
+        4,
+        2,
+        128,
+        true,
+        33,
+    );
 }
 
 /// The sm_90a program (`attn_varlen_hopper`: 128-query blocks, 128- or 64-key blocks, cp.async fills
@@ -402,7 +430,7 @@ fn amd_lowerings_refuse_the_varlen_kernels_sm90a_lowers_the_hopper_one() {
 /// the output would show.
 #[test]
 fn seqused_k_keeps_each_sequences_first_keys_in_both_programs() {
-    use kittens_kernels::exec_varlen::{forward_with, Packed};
+    use kittens_kernels::exec_varlen::forward_with;
     let (heads, heads_kv, dim, cap) = (4usize, 2usize, 64u32, 150usize);
     let (lens_q, used) = ([1usize, 3, 130, 0, 17], [0usize, 1, 149, 5, 150]);
     let d = dim as usize;

@@ -1,5 +1,6 @@
-//! The sm_90a varlen attention forward (`kittens_kernels::attn_varlen_hopper`) lowered and compiled by
-//! NVRTC without spills at every head dim it takes, causal and not: the proof available without a GPU
+//! The sm_90a varlen attention forward (`kittens_kernels::attn_varlen_hopper`) and backward
+//! (`kittens_kernels::attn_varlen_bwd_hopper`) lowered and compiled by NVRTC without spills at every
+//! head dim they take, causal and not: the proof available without a GPU
 //! that the index reads (`Expr::Elem`) and the per-block clips lower to valid CUDA. Its numbers are
 //! checked on the interpreter (`kittens-kernels/tests/attn_varlen.rs`) and on the device by
 //! `python/tests/test_gpu_varlen.py`.
@@ -11,6 +12,32 @@ use cuda_common::ensure_nvrtc;
 use kittens_hw::Target;
 use kittens_kernels::attn::score::Logits;
 use kittens_kernels::attn_varlen::VarlenConfig;
+
+/// Lowers and compiles `build(cfg)` for sm_90a; panics on a lowering or NVRTC error or a spill.
+fn compiles_without_spills(build: Builder, cfg: &VarlenConfig) {
+    let what = format!(
+        "D{} causal {} seqused_k {}",
+        cfg.dim, cfg.causal, cfg.seqused_k
+    );
+    let k = build(cfg).unwrap();
+    let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let image =
+        kittens_runtime::cuda::compile(&l.source, &l.entry, "sm_90a", l.dynamic_shared_bytes())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(image.report.spill_stores, 0, "{what}: {:?}", image.report);
+    eprintln!("{} {what}: {:?}", k.name, image.report);
+}
+
+type Builder = fn(&VarlenConfig) -> Result<kittens_ir::Kernel, kittens_kernels::KernelError>;
+
+fn config(dim: u32, causal: bool, seqused_k: bool) -> VarlenConfig {
+    VarlenConfig {
+        dim,
+        causal,
+        logits: Logits::default(),
+        seqused_k,
+    }
+}
 
 #[test]
 fn varlen_forward_compiles_for_sm90a_without_spills() {
@@ -24,28 +51,19 @@ fn varlen_forward_compiles_for_sm90a_without_spills() {
         (128, true),
     ] {
         for causal in [false, true] {
-            let cfg = VarlenConfig {
-                dim,
-                causal,
-                logits: Logits::default(),
-                seqused_k,
-            };
-            let k = kittens_kernels::attn_varlen_hopper::build(&cfg).unwrap();
-            let l = kittens_codegen::lower(&k, Target::Sm90a)
-                .unwrap_or_else(|e| panic!("D{dim} causal {causal}: {e}"));
-            let image = kittens_runtime::cuda::compile(
-                &l.source,
-                &l.entry,
-                "sm_90a",
-                l.dynamic_shared_bytes(),
-            )
-            .unwrap_or_else(|e| panic!("D{dim} causal {causal}: {e}"));
-            assert_eq!(
-                image.report.spill_stores, 0,
-                "D{dim} causal {causal}: {:?}",
-                image.report
-            );
-            eprintln!("{} D{dim}: {:?}", k.name, image.report);
+            let cfg = config(dim, causal, seqused_k);
+            compiles_without_spills(kittens_kernels::attn_varlen_hopper::build, &cfg);
+        }
+    }
+}
+
+#[test]
+fn varlen_backward_compiles_for_sm90a_without_spills() {
+    ensure_nvrtc();
+    for dim in [64, 128] {
+        for causal in [false, true] {
+            let cfg = config(dim, causal, false);
+            compiles_without_spills(kittens_kernels::attn_varlen_bwd_hopper::build, &cfg);
         }
     }
 }

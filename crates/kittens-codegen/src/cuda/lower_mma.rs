@@ -517,15 +517,28 @@ impl Emit<'_> {
     /// `e` for `wave` with every parameter, loop variable and block index at 0: how the per-wave shape
     /// checks compare the views different waves use.
     pub(super) fn at_origin(&self, e: &Expr, wave: u32) -> Option<i64> {
+        self.at_origin_in(e, wave, &kittens_ir::expr::no_memory)
+    }
+
+    /// [`Self::at_origin`] reading [`Expr::Elem`]'s elements with `read`.
+    pub(super) fn at_origin_in(
+        &self,
+        e: &Expr,
+        wave: u32,
+        read: kittens_ir::expr::ReadElem,
+    ) -> Option<i64> {
         let params = vec![0i64; self.k.params.len()];
         let vars = vec![0i64; self.k.vars.len()];
         let block = vec![0i64; self.k.grid.extents.len()];
-        e.eval(&Env {
-            params: &params,
-            vars: &vars,
-            block: &block,
-            wave: wave as i64,
-        })
+        e.eval_in(
+            &Env {
+                params: &params,
+                vars: &vars,
+                block: &block,
+                wave: wave as i64,
+            },
+            read,
+        )
     }
 
     /// Checks, by evaluating the views for the waves of each warpgroup, that A's slices step by 16 rows

@@ -551,24 +551,29 @@ impl Emit<'_> {
 
     /// The four waves of a warpgroup store consecutive 16-row slices at the same columns (evaluated at
     /// block and loop indices 0) and the same other coordinates (which must not read the wave), so
-    /// they form one 64-row box.
+    /// they form one 64-row box. An index read (`Expr::Elem`, a varlen sequence's first row) whose
+    /// index does not read the wave is the same for the four waves: the slices are checked with it
+    /// read as 0 and as 2^20, so that a row offset it scales is not taken for a 16-row step.
     fn check_store_slices(&self, dst: &GlobalView) -> Result<(), CudaLowerError> {
-        let at = |e: &Expr, wave: u32| self.at_origin(e, wave);
         let (rd, cd) = (dst.row_dim as usize, dst.col_dim as usize);
         let others_uniform = dst
             .origin
             .iter()
             .enumerate()
             .all(|(i, e)| i == rd || i == cd || !reads_wave(e));
-        for w0 in (4 * self.producers..self.k.waves).step_by(4) {
-            for i in 0..4u32 {
-                let ok = at(&dst.origin[rd], w0 + i)
-                    .zip(at(&dst.origin[rd], w0))
-                    .is_some_and(|(r, r0)| r == r0 + 16 * i as i64)
-                    && at(&dst.origin[cd], w0 + i).is_some()
-                    && at(&dst.origin[cd], w0 + i) == at(&dst.origin[cd], w0);
-                if !ok || !others_uniform {
-                    return unsupported("a store whose per-wave slices are not one 64-row box");
+        let (zero, far) = (|_, _| Some(0i64), |_, _| Some(1i64 << 20));
+        for read in [&zero as kittens_ir::expr::ReadElem, &far] {
+            let at = |e: &Expr, wave: u32| self.at_origin_in(e, wave, read);
+            for w0 in (4 * self.producers..self.k.waves).step_by(4) {
+                for i in 0..4u32 {
+                    let ok = at(&dst.origin[rd], w0 + i)
+                        .zip(at(&dst.origin[rd], w0))
+                        .is_some_and(|(r, r0)| r == r0 + 16 * i as i64)
+                        && at(&dst.origin[cd], w0 + i).is_some()
+                        && at(&dst.origin[cd], w0 + i) == at(&dst.origin[cd], w0);
+                    if !ok || !others_uniform {
+                        return unsupported("a store whose per-wave slices are not one 64-row box");
+                    }
                 }
             }
         }

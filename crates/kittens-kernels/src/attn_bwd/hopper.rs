@@ -48,17 +48,17 @@ use kittens_ir::{
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Rows of a block: two consumer warpgroups × 64.
-const BLOCK: u32 = 128;
+pub(crate) const BLOCK: u32 = 128;
 /// Queries per streamed slot of a key block.
-const STEP: u32 = 64;
+pub(crate) const STEP: u32 = 64;
 /// Keys per streamed slot of a query block.
 const STEP_Q: u32 = 128;
 /// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
-const COLS: u32 = 64;
+pub(crate) const COLS: u32 = 64;
 /// Registers per thread of a consumer warpgroup (`setmaxnreg`).
 const CONSUMER_REGS: u32 = 240;
 
-fn schedule() -> Schedule {
+pub(crate) fn schedule() -> Schedule {
     Schedule::ProducerConsumer {
         producers: 1,
         consumers: 2,
@@ -245,13 +245,19 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
 
 /// The tile names of one launch: per 64-column half of the head dimension, a block-resident pair of
 /// shared tiles (one slot) and a streamed pair (a ring).
-struct Smem {
-    own: [Vec<kittens_ir::SharedId>; 2],
-    ring: [Vec<kittens_ir::SharedId>; 2],
-    stages: u32,
+pub(crate) struct Smem {
+    pub own: [Vec<kittens_ir::SharedId>; 2],
+    pub ring: [Vec<kittens_ir::SharedId>; 2],
+    pub stages: u32,
 }
 
-fn declare_smem(k: &mut KernelBuilder, dim: u32, step: u32, extra: u32, names: [&str; 4]) -> Smem {
+pub(crate) fn declare_smem(
+    k: &mut KernelBuilder,
+    dim: u32,
+    step: u32,
+    extra: u32,
+    names: [&str; 4],
+) -> Smem {
     let halves = dim / COLS;
     let st = stages(dim, step, extra);
     let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
@@ -270,7 +276,7 @@ fn declare_smem(k: &mut KernelBuilder, dim: u32, step: u32, extra: u32, names: [
 /// The key blocks' score-side work of one step without a cap: `s` holds `S − lse/scale` (scaled by
 /// `c` it is the exponent of P in base 2) and `dp` `dP − D`, both f32; on return `s` holds P and
 /// `dp` dS.
-fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId) {
+pub(crate) fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId) {
     k.mul(s, s, c);
     k.exp2(s, s);
     k.mul(dp, s, dp);

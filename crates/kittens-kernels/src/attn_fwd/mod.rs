@@ -23,7 +23,7 @@
 mod mi300x;
 mod ping_pong;
 pub mod problem;
-mod producer_consumer;
+pub(crate) mod producer_consumer;
 pub mod split;
 
 pub use producer_consumer::padded_dim;

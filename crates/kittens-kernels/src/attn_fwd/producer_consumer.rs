@@ -31,8 +31,8 @@ use crate::attn::Softmax;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding,
-    Schedule, Scope,
+    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, RegId, Rounding,
+    Schedule, Scope, SharedId,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
@@ -40,6 +40,64 @@ use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 pub(super) const BLOCK_Q: u32 = 128;
 /// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
 const COLS: u32 = 64;
+
+/// The tiles of the Hopper forward's block, per 64-column half of the head dimension: Q's shared
+/// tiles (`q_slots` slots of `BLOCK_Q` rows), the K and V rings (`kv` rows each), and each consumer
+/// wave's `16 × kv` scores `s`, their bf16 copy `p` (the next `wgmma`'s register A operand) and its
+/// `16 × 64` output accumulators. The varlen forward (`crate::attn_varlen_hopper`) declares the same.
+pub(crate) struct HopperTiles {
+    pub q_s: Vec<SharedId>,
+    pub k_s: Vec<SharedId>,
+    pub v_s: Vec<SharedId>,
+    pub s: RegId,
+    pub p: RegId,
+    pub o_r: Vec<RegId>,
+}
+
+impl HopperTiles {
+    pub(crate) fn declare(
+        k: &mut KernelBuilder,
+        dim: u32,
+        kv: u32,
+        q_slots: u32,
+        (ring_k, ring_v): (u32, u32),
+    ) -> HopperTiles {
+        let halves = dim / COLS;
+        let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
+        let mut shared = |name: &str, rows, slots| -> Vec<SharedId> {
+            (0..halves)
+                .map(|i| k.shared_tile(&format!("{name}{i}"), swz(rows), slots))
+                .collect()
+        };
+        let (q_s, k_s, v_s) = (
+            shared("q_s", BLOCK_Q, q_slots),
+            shared("k_s", kv, ring_k),
+            shared("v_s", kv, ring_v),
+        );
+        let s = k.tile("s", F32, 16, kv, Layout::Row, BaseShape::S16X16);
+        let p = k.tile("p", Bf16, 16, kv, Layout::Row, BaseShape::S16X32);
+        let o_r = (0..halves)
+            .map(|i| {
+                k.tile(
+                    &format!("o{i}"),
+                    F32,
+                    16,
+                    COLS,
+                    Layout::Row,
+                    BaseShape::S16X16,
+                )
+            })
+            .collect();
+        HopperTiles {
+            q_s,
+            k_s,
+            v_s,
+            s,
+            p,
+            o_r,
+        }
+    }
+}
 
 /// Ring slots for K and for V: as many as fit beside Q in the H100's 227 KiB (2 each at head dim
 /// 128 and 128-key blocks: 32 KiB of Q + 2 × 64 KiB). With `overlap`, P·V of block j runs in
@@ -120,7 +178,6 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     };
     let qb = n_qb - 1 - rank;
 
-    let halves = d / COLS;
     // Q's slots: one, or two used by alternate tiles of the block (`AttnConfig::q_double`).
     let q_slots = if cfg.q_double { 2 } else { 1 };
     let q_slot = if cfg.q_double {
@@ -129,30 +186,14 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         Expr::c(0)
     };
     let (ring_k, ring_v) = stages(d, kv, cfg.overlap, q_slots);
-    let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
-    let q_s: Vec<_> = (0..halves)
-        .map(|i| k.shared_tile(&format!("q_s{i}"), swz(BLOCK_Q), q_slots))
-        .collect();
-    let k_s: Vec<_> = (0..halves)
-        .map(|i| k.shared_tile(&format!("k_s{i}"), swz(kv), ring_k))
-        .collect();
-    let v_s: Vec<_> = (0..halves)
-        .map(|i| k.shared_tile(&format!("v_s{i}"), swz(kv), ring_v))
-        .collect();
-    let s = k.tile("s", F32, 16, kv, Layout::Row, BaseShape::S16X16);
-    let p = k.tile("p", Bf16, 16, kv, Layout::Row, BaseShape::S16X32);
-    let o_r: Vec<_> = (0..halves)
-        .map(|i| {
-            k.tile(
-                &format!("o{i}"),
-                F32,
-                16,
-                COLS,
-                Layout::Row,
-                BaseShape::S16X16,
-            )
-        })
-        .collect();
+    let HopperTiles {
+        q_s,
+        k_s,
+        v_s,
+        s,
+        p,
+        o_r,
+    } = HopperTiles::declare(&mut k, d, kv, q_slots, (ring_k, ring_v));
     let mut softmax = Softmax::declare(&mut k, s, Axis::Rows, cfg);
     softmax.floor = cfg.empty_rows();
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
