@@ -6,8 +6,8 @@
 
 use crate::problem::{KernelProblem, NamedArgs};
 use crate::{
-    attn, attn_bwd, attn_fwd, attn_varlen, attn_varlen_problem, cross_entropy, gemm, layernorm,
-    rmsnorm, rotary, rows, swiglu, KernelError,
+    attn, attn_bwd, attn_fwd, attn_paged, attn_paged_problem, attn_varlen, attn_varlen_problem,
+    cross_entropy, gemm, layernorm, rmsnorm, rotary, rows, swiglu, KernelError,
 };
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
@@ -396,6 +396,45 @@ const ATTN_VARLEN: KernelEntry = KernelEntry {
     parse: attn_varlen_problem::parse,
 };
 
+const ATTN_PAGED: KernelEntry = KernelEntry {
+    name: "attn_paged",
+    about: "decode attention against a paged KV cache read in place (flash_attn_with_kvcache with \
+            block_table): the block table and lengths read on the device per step, GQA, causal \
+            bottom-right, any scale, split-KV with the merge",
+    targets: &[
+        TargetPlan {
+            target: Target::Gfx942,
+            schedule: "plain, one wave",
+            status: Status::NotYet {
+                why: "the AMD lowerings do not emit index reads (block_table) yet",
+            },
+        },
+        TargetPlan {
+            target: Target::Gfx950,
+            schedule: "plain, one wave",
+            status: Status::NotYet {
+                why: "the AMD lowerings do not emit index reads (block_table) yet",
+            },
+        },
+        TargetPlan {
+            target: Target::Sm90a,
+            schedule:
+                "plain, one warp (mma.sync through shared scratch), block table read per step",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Cpu,
+            schedule: "plain, one wave",
+            status: Status::Interpreted,
+        },
+    ],
+    variants: &[],
+    build_variant: no_variants,
+    build_default: || attn_paged::build(&attn_paged_problem::default_config()),
+    build_gpu: |_| attn_paged::build(&attn_paged_problem::default_config()),
+    parse: attn_paged_problem::parse,
+};
+
 const ATTN_BWD: KernelEntry = KernelEntry {
     name: "attn_bwd",
     about: "attention backward (dQ, dK, dV from O, dO and the log-sum-exp), GQA, causal top-left or \
@@ -757,7 +796,7 @@ const CROSS_ENTROPY: KernelEntry = KernelEntry {
 };
 
 /// Every kernel of the suite, in the order `kittens list` prints them.
-pub static ALL: [KernelEntry; 14] = [
+pub static ALL: [KernelEntry; 15] = [
     GEMM_BF16,
     GEMM_FP8,
     ATTN_FWD,
@@ -772,6 +811,7 @@ pub static ALL: [KernelEntry; 14] = [
     ROTARY_BWD,
     CROSS_ENTROPY,
     ATTN_VARLEN,
+    ATTN_PAGED,
 ];
 
 /// The registered names, in registry order.
