@@ -21,8 +21,9 @@
 //! Split-KV (Flash-Decoding): with `splits > 1` each query block's walk is cut into parts, one block
 //! each, writing [`crate::attn_fwd::split`]'s partials, which its merge (`build_merge`) combines.
 //!
-//! Targets: the CPU interpreter. sm_90a refuses plain programs with index reads
-//! (`kittens_codegen::cuda`), the AMD lowerings refuse index reads: the registry marks them not-yet.
+//! Targets: the CPU interpreter. Not yet sm_90a: the plain CUDA lowering refuses index reads, and its
+//! row broadcasts need rows a wave of chunks wide (this program's score rows are 16 keys); the AMD
+//! lowerings refuse index reads. The registry marks them not-yet, naming why.
 
 use crate::attn::{HeadLogits, Logits, Softmax};
 use crate::attn_fwd::split::declare_partials;
@@ -59,11 +60,11 @@ impl HeadLogits for PagedConfig {
     }
 }
 
-/// The key step for `page_size`: 32 where it divides the page, else 16; pages that 16 does not
-/// divide are refused, naming the page size.
+/// The key step for `page_size`: 16 (the step's K and V tiles of one warp stay within sm_90a's
+/// register budget at head dim 128 beside Q and the accumulator); pages that 16 does not divide are
+/// refused, naming the page size.
 pub fn kv_block_for(page_size: usize) -> Result<u32, KernelError> {
     match page_size {
-        p if p > 0 && p % 32 == 0 => Ok(32),
         p if p > 0 && p % 16 == 0 => Ok(16),
         p => Err(KernelError::Problem(format!(
             "page_size: the paged decode kernel reads pages in steps of 16 keys, so the page size \

@@ -92,14 +92,13 @@ impl PagedProblem {
     }
 }
 
-/// The registry's default configuration: head dim 128, page sizes that are multiples of 32, no
-/// mask, no split.
+/// The registry's default configuration: head dim 128, 16 keys a step, no mask, no split.
 pub fn default_config() -> PagedConfig {
     PagedConfig {
         dim: 128,
         causal: false,
         logits: Logits::default(),
-        kv_block: 32,
+        kv_block: 16,
         splits: 1,
     }
 }
@@ -331,4 +330,55 @@ fn reorder<T: Copy>(l: &[T], b: usize, h: usize, sq: usize) -> Vec<T> {
             (0..h).flat_map(move |hh| (0..sq).map(move |i| l[hh * b * sq + bi * sq + i]))
         })
         .collect()
+}
+
+/// `(o, lse)` of `p` on the CPU interpreter on the caller's inputs (`q, k_cache, v_cache` as bf16-exact
+/// f32, `block_table` `[batch · max_blocks]` and `cache_seqlens` `[batch]` as exact f32 integers): the
+/// launches of [`KernelProblem::stages`], the partials passed from the split kernel to the merge.
+/// Sizes are checked against the launch before anything runs.
+pub fn run_cpu(
+    p: &PagedProblem,
+    inputs: Vec<Vec<f32>>,
+) -> Result<(Vec<f32>, Vec<f32>), KernelError> {
+    let launch = p.launch()?;
+    let names = ["q", "k_cache", "v_cache", "block_table", "cache_seqlens"];
+    if inputs.len() != names.len() {
+        return Err(KernelError::Problem(format!(
+            "{NAME}: {} inputs, want {}",
+            inputs.len(),
+            names.len()
+        )));
+    }
+    for ((name, got), want) in names.iter().zip(&inputs).zip(&launch.inputs) {
+        if got.len() != *want {
+            return Err(KernelError::Problem(format!(
+                "{NAME}: {name} has {} elements, want {want}",
+                got.len()
+            )));
+        }
+    }
+    let plan = Plan {
+        launch: launch.clone(),
+        what: NAME.into(),
+        work: None,
+        shape: serde_json::Value::Null,
+    };
+    let mut tensors = inputs;
+    for s in p.stages(Target::Cpu, &plan)? {
+        let n_in = s.launch.inputs.len();
+        let ins = tensors.split_off(tensors.len() - n_in);
+        let (out, _) = crate::exec::interpret(&s.kernel, &s.launch.params, ins, &s.launch.outputs)?;
+        let mut at = 0;
+        tensors = s
+            .launch
+            .outputs
+            .iter()
+            .map(|&n| {
+                at += n;
+                out[at - n..at].to_vec()
+            })
+            .collect();
+    }
+    let lse = tensors.pop().unwrap_or_default();
+    Ok((tensors.pop().unwrap_or_default(), lse))
 }

@@ -315,3 +315,57 @@ fn paged_decode_refuses_what_it_does_not_take() {
     .to_string();
     assert!(e.contains("num_splits") && e.contains("17"), "{e}");
 }
+
+/// The registry's problem: its random run (shuffled pages, the capacity, 1, 0 and random lengths)
+/// through its stages on the interpreter (the split kernel and the merge with `num_splits` 3),
+/// against its reference by the rule.
+#[test]
+fn registry_problem_runs_its_stages_on_the_interpreter() {
+    use kittens_kernels::attn_paged_problem::{run_cpu, PagedProblem};
+    use kittens_kernels::problem::{KernelProblem, NamedArgs};
+    use rand::SeedableRng;
+    for splits in [1usize, 3] {
+        let args = NamedArgs::new()
+            .with("batch", 5usize)
+            .with("heads", 4usize)
+            .with("heads_kv", 1usize)
+            .with("seq", 2usize)
+            .with("dim", 64usize)
+            .with("causal", true)
+            .with("page_size", 16usize)
+            .with("max_blocks", 5usize)
+            .with("num_splits", splits);
+        let p = PagedProblem::from_args(&args).expect("the problem parses");
+        let plan = p.plan(kittens_hw::Target::Cpu).expect("the problem plans");
+        let kernel = p.build(kittens_hw::Target::Cpu).expect("it builds");
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(9);
+        let inputs = p.draw(&kernel, &plan.launch, &mut rng);
+        let r = p.reference(&inputs);
+        let (o, lse) = run_cpu(&p, inputs).expect("the stages run");
+        let n = o.len();
+        let base = r.baseline.expect("a baseline");
+        let (ours, b) = (
+            compare(&o, &r.values[..n]),
+            compare(&base[..n], &r.values[..n]),
+        );
+        let v = check_rule(ours.rel_err, b.rel_err, RULE_FLOOR);
+        assert!(
+            v.passed,
+            "splits {splits}: rel_err {:.3e} (bf16 {:.3e})",
+            ours.rel_err, b.rel_err
+        );
+        for (i, (&got, &want)) in lse.iter().zip(&r.values[n..]).enumerate() {
+            let got = f64::from(got);
+            let ok = if want.is_finite() {
+                (got - want).abs() <= 1e-5 * (1.0 + want.abs())
+            } else {
+                got == want
+            };
+            assert!(ok, "splits {splits}: lse[{i}] = {got}, want {want}");
+        }
+        eprintln!(
+            "{}: rel_err {:.3e} (bf16 {:.3e})",
+            plan.what, ours.rel_err, b.rel_err
+        );
+    }
+}

@@ -103,10 +103,8 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
     // A plain program (strips, or any register tiles with `mma.sync`) goes through the strip
     // emitter; the ping-pong and interleave schedules are AMD's.
     if matches!(k.schedule, Schedule::Plain { .. }) {
-        // Index reads (`Expr::Elem`) are plain C reads of an `int` tensor (`cexpr`); a per-block
-        // clip is not emitted by the strip emitter yet.
-        if k.globals.iter().any(|g| g.clip.is_some()) {
-            return unsupported("per-block clips (kittens_ir::Clip) in a plain program");
+        if k.reads_indices() {
+            return unsupported("index reads (Expr::Elem, per-block clips) in a plain program");
         }
         return crate::strip::lower_plain(k, crate::strip::CUDA)
             .map_err(|e| CudaLowerError::Unsupported(e.0));

@@ -133,9 +133,6 @@ impl Emit<'_> {
         match dt {
             DType::Bf16 | DType::F32 => (self.d.elem)(dt)
                 .ok_or_else(|| StripError(format!("{dt:?} tensors on {}", self.d.target))),
-            // Index tensors for `Expr::Elem` (read by `cexpr`, never into a tile); the AMD lowerings
-            // refuse index reads before this (`crate::lowered`).
-            DType::I32 if self.d.target == Target::Sm90a => Ok("int"),
             other => unsupported(format!(
                 "{other:?} tensors in a strip program (bf16 or f32)"
             )),
