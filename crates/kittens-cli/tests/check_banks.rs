@@ -1,15 +1,11 @@
 //! `kittens check <kernel> --gpu <gpu> --banks [--json]`: every shared access of the hot loop with its
 //! instruction, the solved swizzle and its worst conflict; refused without an AMD GPU.
 
-use serde_json::Value;
-use std::process::{Command, Output};
+mod common;
 
-fn kittens(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kittens"))
-        .args(args)
-        .output()
-        .expect("kittens runs")
-}
+use common::kittens;
+
+use serde_json::Value;
 
 #[test]
 fn banks_json_lists_every_hot_loop_access_conflict_free() {

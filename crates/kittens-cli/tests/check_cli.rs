@@ -1,18 +1,9 @@
 //! `kittens check`: parameters that make an empty problem are an error (not "no hazards"), every
 //! distinct block is analysed, and `--deny-hazards` fails on a removed barrier.
 
-use std::process::{Command, Output};
+mod common;
 
-fn kittens(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kittens"))
-        .args(args)
-        .output()
-        .expect("kittens runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+use common::{kittens, text};
 
 #[test]
 fn empty_problems_are_an_error() {

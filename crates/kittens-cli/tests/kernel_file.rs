@@ -1,23 +1,15 @@
 //! `--kernel-file`: a kernel written as JSON gets the registry kernels' reports from `check`,
 //! `compile` and `run`; a malformed file, a budget overrun and a race are clear errors.
 
+mod common;
+
+use common::{kittens, text};
+
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::serial::to_json;
 use kittens_ir::{Access, Expr, GridOrder, Kernel, KernelBuilder, Op, Schedule};
 use kittens_tile::{BaseShape, Layout, Swizzle};
 use std::path::PathBuf;
-use std::process::{Command, Output};
-
-fn kittens(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kittens"))
-        .args(args)
-        .output()
-        .expect("kittens runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 fn file(name: &str, body: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("kittens-kernel-file-{}", std::process::id()));

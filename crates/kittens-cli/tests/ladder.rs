@@ -2,15 +2,11 @@
 //! spills, carries the target's fp8 MFMA in its hot loop and passes the host emulation against f64;
 //! every step without one says why; no speed is claimed.
 
-use serde_json::Value;
-use std::process::Command;
+mod common;
 
-fn kittens(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kittens"))
-        .args(args)
-        .output()
-        .expect("kittens runs")
-}
+use common::kittens;
+
+use serde_json::Value;
 
 fn ladder(target: &str) -> Value {
     let out = kittens(&["ladder", "gemm_fp8", "--target", target, "--json"]);

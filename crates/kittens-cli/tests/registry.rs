@@ -1,14 +1,9 @@
 //! The commands that take a kernel name take exactly the registry's names, and say from the registry
 //! what exists and what does not lower yet.
 
-use std::process::{Command, Output};
+mod common;
 
-fn kittens(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kittens"))
-        .args(args)
-        .output()
-        .expect("kittens runs")
-}
+use common::kittens;
 
 #[test]
 fn list_json_names_the_kernels_and_their_targets() {

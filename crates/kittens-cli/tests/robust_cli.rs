@@ -1,19 +1,11 @@
 //! Inputs the CLI once accepted with nonsense output (exit 0), panicked on (exit 101) or silently
 //! ignored, each now refused with a message naming what is wrong, or answered correctly.
 
+mod common;
+
+use common::{kittens, text};
+
 use std::process::{Command, Output, Stdio};
-
-fn kittens(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_kittens"))
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .expect("kittens runs")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
 
 /// Exit status `code` (1: our error, 2: clap's usage error) with every `needles` on stderr.
 fn refused_with(code: i32, args: &[&str], needles: &[&str]) {

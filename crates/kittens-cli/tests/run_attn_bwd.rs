@@ -4,15 +4,11 @@
 //! refused; the schedule analysis
 //! finds no hazard in either kind of block.
 
-use serde_json::Value;
-use std::process::Command;
+mod common;
 
-fn kittens(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kittens"))
-        .args(args)
-        .output()
-        .expect("kittens runs")
-}
+use common::kittens;
+
+use serde_json::Value;
 
 #[test]
 fn json_reports_each_gradient() {

@@ -3,8 +3,11 @@
 //! verdicts, budget). The GEMM shape has K = 68, not a multiple
 //! of the 8-element chunk a lane loads: before element-granular ragged edges it reported rel_err 0.25.
 
+mod common;
+
+use common::kittens;
+
 use serde_json::Value;
-use std::process::Command;
 
 /// `kittens run <kernel> --backend hip-emu --target gfx950` and then `rest`.
 const GFX950: [&str; 5] = ["run", "--backend", "hip-emu", "--target", "gfx950"];
@@ -14,13 +17,6 @@ fn emu_args<'a>(kernel: &'a str, rest: &[&'a str]) -> Vec<&'a str> {
     args.insert(1, kernel);
     args.extend_from_slice(rest);
     args
-}
-
-fn kittens(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kittens"))
-        .args(args)
-        .output()
-        .expect("kittens runs")
 }
 
 #[test]

@@ -2,15 +2,11 @@
 //! emulator, with the report of `--backend cpu` plus what the emulator observed (`dynamic`);
 //! `--backend hip` launches the same code object through ROCm, and says so where there is none.
 
-use serde_json::Value;
-use std::process::Command;
+mod common;
 
-fn kittens(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_kittens"))
-        .args(args)
-        .output()
-        .expect("kittens runs")
-}
+use common::kittens;
+
+use serde_json::Value;
 
 #[test]
 fn isa_emu_report_is_the_cpu_report_plus_dynamic_counts() {

@@ -10,8 +10,7 @@
 //! exact f32 integers); outputs `o`, `lse`. A caller with its own tensors (Python) gives the packed
 //! rows as `total_q` and `total_k` ([`VarlenProblem::varlen_total`]).
 
-use crate::attn::score::{AttnArgs, Logits};
-use crate::attn::{AttnLayout, AttnShape};
+use crate::attn::{AttnArgs, AttnLayout};
 use crate::attn_varlen::VarlenConfig;
 use crate::budget;
 use crate::problem::{
@@ -31,12 +30,10 @@ use rand::{Rng, SeedableRng};
 /// bottom-right per sequence), the logits, and the packed tensors' rows when a caller gives its own.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct VarlenProblem {
-    pub attn: AttnShape,
-    /// `max_seqlen_k` when it differs from `max_seqlen_q` (`attn.seq`).
-    pub seq_kv: Option<usize>,
-    pub causal: bool,
-    /// The softmax scale (`None`: `1/√d`); a soft cap is refused by the build.
-    pub logits: Logits,
+    /// The attention's shape (`args.attn.seq` and `args.seq_kv`: `max_seqlen_q`, `max_seqlen_k`),
+    /// causal mask and softmax scale (a soft cap is refused by the build; no window and no
+    /// bottom-right flag: [`VarlenProblem::from_args`] refuses them).
+    pub args: AttnArgs,
     /// The packed tensors' rows `(total_q, total_k)` when a caller gives its own (Python); `None`:
     /// the sum of the lengths a random-input run draws.
     pub varlen_total: Option<(usize, usize)>,
@@ -44,14 +41,10 @@ pub struct VarlenProblem {
 }
 
 impl Default for VarlenProblem {
-    /// The default attention shape ([`AttnShape::default`]), no mask, the drawn lengths.
+    /// The default attention shape ([`crate::attn::AttnShape::default`]), no mask, the drawn lengths.
     fn default() -> Self {
-        let a = AttnArgs::default();
         VarlenProblem {
-            attn: a.attn,
-            seq_kv: a.seq_kv,
-            causal: a.causal,
-            logits: a.logits,
+            args: AttnArgs::default(),
             varlen_total: None,
             run: RunSettings::default(),
         }
@@ -93,18 +86,10 @@ impl VarlenProblem {
             }
         };
         Ok(VarlenProblem {
-            attn: args.attn,
-            seq_kv: args.seq_kv,
-            causal: args.causal,
-            logits: args.logits,
+            args,
             varlen_total,
             run: RunSettings::from_args(a, &[SEQUSED_K])?,
         })
-    }
-
-    /// `max_seqlen_k`.
-    fn max_k(&self) -> usize {
-        self.seq_kv.unwrap_or(self.attn.seq)
     }
 }
 
@@ -117,9 +102,9 @@ pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
 /// sequence 0 the longest (`seq`, `seq_kv`), 1 a single row, 2 empty, the rest uniform in
 /// `0..=max` (each with its own draw for the keys).
 pub fn lengths(p: &VarlenProblem) -> Vec<(usize, usize)> {
-    let (mq, mk) = (p.attn.seq, p.max_k());
+    let (mq, mk) = (p.args.attn.seq, p.args.keys());
     let mut rng = SmallRng::seed_from_u64(p.run.seed ^ 0x7661_726c_656e);
-    (0..p.attn.batch)
+    (0..p.args.attn.batch)
         .map(|b| match b {
             0 => (mq, mk),
             1 => (1.min(mq), 1.min(mk)),
@@ -140,9 +125,9 @@ fn offsets(lens: impl Iterator<Item = usize>) -> Vec<usize> {
 /// The configuration of `p` (head dim, causal, scale; a soft cap is refused by the build).
 pub fn config(p: &VarlenProblem) -> VarlenConfig {
     VarlenConfig {
-        dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
-        causal: p.causal,
-        logits: p.logits,
+        dim: u32::try_from(p.args.attn.dim).unwrap_or(u32::MAX),
+        causal: p.args.causal,
+        logits: p.args.logits,
         seqused_k: p.run.variant == Some(SEQUSED_K),
     }
 }
@@ -177,7 +162,7 @@ impl KernelProblem for VarlenProblem {
     }
 
     fn launch(&self) -> Result<Launch, KernelError> {
-        let (p, a) = (self, self.attn);
+        let (p, a) = (self, self.args.attn);
         if a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv) {
             return Err(KernelError::Problem(format!(
                 "attn_varlen: heads_kv {} must divide heads {}",
@@ -199,7 +184,7 @@ impl KernelProblem for VarlenProblem {
                 param("total_k", tk)?,
                 // At least 1: a grid extent or trip count of 0 is an empty launch the analyses refuse.
                 param("max_seqlen_q", a.seq.max(1))?,
-                param("max_seqlen_k", p.max_k().max(1))?,
+                param("max_seqlen_k", p.args.keys().max(1))?,
             ],
             inputs: if p.run.variant == Some(SEQUSED_K) {
                 vec![q, kv, kv, cu, cu, a.batch]
@@ -211,7 +196,7 @@ impl KernelProblem for VarlenProblem {
     }
 
     fn plan(&self, target: Target) -> Result<Plan, KernelError> {
-        let (p, a, mk) = (self, self.attn, self.max_k());
+        let (p, a, mk) = (self, self.args.attn, self.args.keys());
         let name = "attn_varlen";
         positive(
             name,
@@ -230,7 +215,7 @@ impl KernelProblem for VarlenProblem {
                 a.layout
             )));
         }
-        p.logits.check()?;
+        p.args.logits.check()?;
         if p.run.variant.is_some() {
             return Err(KernelError::Problem(format!(
                 "{name}: the seqused_k variant runs on the caller's tensors only (Python's \
@@ -263,9 +248,9 @@ impl KernelProblem for VarlenProblem {
             what,
             work,
             shape: serde_json::json!({
-                "attn": a, "max_seqlen_k": mk, "causal_bottom_right": p.causal,
+                "attn": a, "max_seqlen_k": mk, "causal_bottom_right": p.args.causal,
                 "lengths": lengths(p), "total_q": tq, "total_k": tk,
-                "scale": p.logits.scale(config(p).dim),
+                "scale": p.args.logits.scale(config(p).dim),
             }),
         })
     }
@@ -293,12 +278,12 @@ impl KernelProblem for VarlenProblem {
         let cu = |i: usize| inputs[i].iter().map(|&x| x as usize).collect::<Vec<_>>();
         let cfg = config(p);
         let sh = VarlenShape {
-            heads: p.attn.heads,
-            heads_kv: p.attn.heads_kv,
-            dim: p.attn.dim,
+            heads: p.args.attn.heads,
+            heads_kv: p.args.attn.heads_kv,
+            dim: p.args.attn.dim,
             cu_q: cu(3),
             cu_k: cu(4),
-            causal: p.causal,
+            causal: p.args.causal,
             scale: f64::from(cfg.logits.scale(cfg.dim)),
         };
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);

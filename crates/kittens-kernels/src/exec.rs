@@ -80,6 +80,27 @@ fn run_kernel(
     Ok(interpret(kernel, &launch.params, tensors, &launch.outputs)?.0)
 }
 
+/// What every call on the caller's tensors does, in this order: their lengths checked against
+/// `p`'s launch, an empty output answered without running (`None`), the run budget, then `kernel`
+/// (`p`'s own build when `None`) on the interpreter. Returns the outputs concatenated.
+fn call(
+    p: &dyn KernelProblem,
+    kernel: Option<&Kernel>,
+    inputs: &[(&str, &[f32])],
+) -> Result<Option<Vec<f32>>, KernelError> {
+    let launch = p.launch()?;
+    check_lens(&launch, inputs)?;
+    if launch.output_len() == 0 {
+        return Ok(None);
+    }
+    within_budget(p)?;
+    match kernel {
+        Some(k) => run_kernel(k, &launch, inputs),
+        None => run_on(p, launch, inputs),
+    }
+    .map(Some)
+}
+
 /// How the operands of [`gemm_stored`] are stored: A `M × K` or `K × M`, B `N × K` or `K × N`, each
 /// row-major with its rows `ld` elements apart (`ld: None`: dense rows); C is written dense.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -202,45 +223,21 @@ pub fn attention(
     sh: &AttnShape,
     causal: bool,
 ) -> Result<Vec<f32>, KernelError> {
-    let sh = BwdShape {
-        batch: sh.batch,
-        heads: sh.heads,
-        heads_kv: sh.heads_kv,
-        seq_q: sh.seq,
-        seq_kv: sh.seq,
-        dim: sh.dim,
-        layout: sh.layout,
-    };
+    let sh = AttnArgs {
+        attn: *sh,
+        ..Default::default()
+    }
+    .bwd_shape();
     let causal = if causal { Causal::TopLeft } else { Causal::No };
     Ok(attention_lse(q, k, v, &sh, causal, false)?.0)
 }
 
-/// The attention problem at `sh` with `causal`'s mask and the options `opts`, as
-/// [`attention_bwd_with`] runs it.
-fn attn_shape(sh: &BwdShape, causal: Causal, opts: &AttnOptions) -> AttnArgs {
-    AttnArgs {
-        attn: AttnShape {
-            batch: sh.batch,
-            heads: sh.heads,
-            heads_kv: sh.heads_kv,
-            seq: sh.seq_q,
-            dim: sh.dim,
-            layout: sh.layout,
-        },
-        seq_kv: Some(sh.seq_kv),
-        causal: causal != Causal::No,
-        bottom_right: causal == Causal::BottomRight,
-        logits: opts.logits,
-        window: opts.window,
-    }
-}
-
-/// The problem [`attention_lse_with`] runs: [`attn_shape`] with the forward's tiles.
+/// The problem [`attention_lse_with`] runs: the call's arguments with the forward's tiles.
 fn attn_problem(sh: &BwdShape, causal: Causal, lse: bool, opts: &AttnOptions) -> AttnProblem {
     AttnProblem {
         lse,
         attn_cfg: AttnConfig::default(),
-        ..AttnProblem::with(attn_shape(sh, causal, opts))
+        ..AttnProblem::with(AttnArgs::of(sh, causal, *opts))
     }
 }
 
@@ -292,26 +289,35 @@ pub fn attention_lse_with(
     lse: bool,
     opts: &AttnOptions,
 ) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
+    attention_call(&attn_problem(sh, causal, lse, opts), [q, k, v])
+}
+
+/// [`attention_lse_with`] or [`attention_strided`] of `p` on the tensors Q, K, V: O (its span, 0
+/// between strided elements) and, with `p.lse`, the log-sum-exp.
+fn attention_call(
+    p: &AttnProblem,
+    [q, k, v]: [&[f32]; 3],
+) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
+    let sh = p.args.bwd_shape();
     check_head_dim(sh.dim, "attn_fwd")?;
-    let p = attn_problem(sh, causal, lse, opts);
-    p.attn_options().check()?;
+    p.args.options().check()?;
     let launch = p.launch()?;
+    let o_len = launch.outputs[0];
     let inputs = [("Q", q), ("K", k), ("V", v)];
-    check_lens(&launch, &inputs)?;
-    let lens = launch.outputs.clone();
-    if launch.output_len() == 0 {
-        return Ok((Vec::new(), lse.then(Vec::new)));
-    }
-    if sh.seq_kv == 0 {
+    let no_queries = sh.batch * sh.heads * sh.seq_q * sh.dim == 0;
+    if no_queries || sh.seq_kv == 0 {
+        check_lens(&launch, &inputs)?;
+        if no_queries {
+            return Ok((vec![0.0; o_len], p.lse.then(Vec::new)));
+        }
         return Err(KernelError::Problem(format!(
             "attention of {} queries over no keys (the softmax of an empty row is undefined)",
             sh.seq_q
         )));
     }
-    within_budget(&p)?;
-    let mut all = run_on(&p, launch, &inputs)?;
-    let rest = all.split_off(lens[0].min(all.len()));
-    Ok((all, lse.then_some(rest)))
+    let mut all = call(p, None, &inputs)?.unwrap_or_default();
+    let rest = all.split_off(o_len.min(all.len()));
+    Ok((all, p.lse.then_some(rest)))
 }
 
 /// [`attention_lse_with`] on strided tensors (`crate::attn::strides`): `q`, `k`, `v` are the spans of
@@ -329,28 +335,11 @@ pub fn attention_strided(
     lse: bool,
     opts: &AttnOptions,
 ) -> Result<(Vec<f32>, Option<Vec<f32>>), KernelError> {
-    check_head_dim(sh.dim, "attn_fwd")?;
     let p = AttnProblem {
         attn_strides: Some(*st),
         ..attn_problem(sh, causal, lse, opts)
     };
-    p.attn_options().check()?;
-    let launch = p.launch()?;
-    check_lens(&launch, &[("Q", q), ("K", k), ("V", v)])?;
-    let o_len = launch.outputs[0];
-    if sh.batch * sh.heads * sh.seq_q * sh.dim == 0 {
-        return Ok((vec![0.0; o_len], lse.then(Vec::new)));
-    }
-    if sh.seq_kv == 0 {
-        return Err(KernelError::Problem(format!(
-            "attention of {} queries over no keys (the softmax of an empty row is undefined)",
-            sh.seq_q
-        )));
-    }
-    within_budget(&p)?;
-    let mut all = run_on(&p, launch, &[("Q", q), ("K", k), ("V", v)])?;
-    let rest = all.split_off(o_len.min(all.len()));
-    Ok((all, lse.then_some(rest)))
+    attention_call(&p, [q, k, v])
 }
 
 /// `LayerNorm(residual + dropout(x))·weight + bias` through `layernorm` (`crate::layernorm`): `x` and
@@ -374,19 +363,13 @@ pub fn layernorm(
         eps,
         ..LayerNormConfig::new(dim, norm.p, 32)
     })?;
-    let launch = p.launch()?;
     let inputs = [
         ("x", x),
         ("residual", residual),
         ("weight", weight),
         ("bias", bias),
     ];
-    check_lens(&launch, &inputs)?;
-    if launch.output_len() == 0 {
-        return Ok(Vec::new());
-    }
-    within_budget(&p)?;
-    run_kernel(&kernel, &launch, &inputs)
+    Ok(call(&p, Some(&kernel), &inputs)?.unwrap_or_default())
 }
 
 /// Rotary embedding through `rotary` (`crate::rotary`): `x` of shape `sh` in its layout, tables `cos`
@@ -404,14 +387,8 @@ pub fn rotary(
         interleaved,
         ..RotaryProblem::default()
     };
-    let launch = p.launch()?;
     let inputs = [("x", x), ("cos", cos), ("sin", sin)];
-    check_lens(&launch, &inputs)?;
-    if launch.output_len() == 0 {
-        return Ok(Vec::new());
-    }
-    within_budget(&p)?;
-    run_on(&p, launch, &inputs)
+    Ok(call(&p, None, &inputs)?.unwrap_or_default())
 }
 
 /// The gradients of [`attention`] through `attn_bwd`: from Q, K, V, the forward's O and log-sum-exp
@@ -466,10 +443,10 @@ pub fn attention_bwd_dlse(
     check_head_dim(sh.dim, "attn_bwd")?;
     let p = BwdProblem {
         dlse: dlse.is_some(),
-        ..BwdProblem::with(attn_shape(sh, causal, opts))
+        ..BwdProblem::with(AttnArgs::of(sh, causal, *opts))
     };
-    p.attn_options().check()?;
-    let launch = p.launch()?;
+    p.args.options().check()?;
+    let lens = p.launch()?.outputs;
     let mut inputs = vec![
         ("Q", q),
         ("K", k),
@@ -479,14 +456,7 @@ pub fn attention_bwd_dlse(
         ("lse", lse),
     ];
     inputs.extend(dlse.map(|d| ("dlse", d)));
-    check_lens(&launch, &inputs)?;
-    let lens = launch.outputs.clone();
-    let all = if launch.output_len() == 0 {
-        Vec::new()
-    } else {
-        within_budget(&p)?;
-        run_on(&p, launch, &inputs)?
-    };
+    let all = call(&p, None, &inputs)?.unwrap_or_default();
     let (dq, rest) = all.split_at(lens[0].min(all.len()));
     let (dk, dv) = rest.split_at(lens[1].min(rest.len()));
     Ok([dq.to_vec(), dk.to_vec(), dv.to_vec()])

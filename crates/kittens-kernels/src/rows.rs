@@ -155,6 +155,33 @@ impl RowLoop {
         self.grid(rows, rpb) * i64::from(rpb)
     }
 
+    /// [`Self::for_target`] with [`ROW_LOOP_VAR`]'s override for a measurement, for a backward whose
+    /// blocks hold `split.0` waves, `split.1` of them per row: a `waves_per_row` override re-splits
+    /// the rows (at least 4 waves a block) and is written back into `split`.
+    pub fn for_split(target: Target, split: (&mut u32, &mut u32)) -> Result<Self, KernelError> {
+        let (waves, waves_per_row) = split;
+        let lp = Self::from_env(target, *waves)?;
+        let Some(w) = lp.waves_per_row else {
+            return Ok(lp);
+        };
+        (*waves_per_row, *waves) = (w, 4.max(w));
+        Self::from_env(target, *waves)
+    }
+
+    /// Elements of a `dim × parts` scratch of partial sums for `rows` rows of blocks of `rpb` rows
+    /// ([`Self::parts_at`]); an error naming `what` when the count overflows.
+    pub fn scratch_len(
+        &self,
+        what: &str,
+        rows: usize,
+        rpb: u32,
+        dim: usize,
+    ) -> Result<usize, KernelError> {
+        self.parts_at(rows, rpb)
+            .and_then(|n| n.checked_mul(dim))
+            .ok_or_else(|| KernelError::Problem(format!("{what}: the scratch overflows")))
+    }
+
     /// [`Self::parts`] at a concrete row count (`None` on overflow).
     pub fn parts_at(&self, rows: usize, rpb: u32) -> Option<usize> {
         let rpb = rpb as usize;

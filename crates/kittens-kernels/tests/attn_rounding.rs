@@ -6,6 +6,7 @@
 
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
+use kittens_kernels::attn::AttnArgs;
 use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_fwd::{build, problem::AttnProblem, AttnConfig};
 use kittens_kernels::exec::interpret;
@@ -40,15 +41,18 @@ fn rtz_and_rtna_round_the_same_values_as_rtne() {
         ),
     ] {
         let p = AttnProblem {
-            attn: AttnShape {
-                batch: 1,
-                heads: 2,
-                heads_kv: 1,
-                seq: 93,
-                dim: 64,
-                layout: AttnLayout::Bshd,
+            args: AttnArgs {
+                attn: AttnShape {
+                    batch: 1,
+                    heads: 2,
+                    heads_kv: 1,
+                    seq: 93,
+                    dim: 64,
+                    layout: AttnLayout::Bshd,
+                },
+                causal,
+                ..Default::default()
             },
-            causal,
             ..AttnProblem::default()
         };
         let launch = p.launch().unwrap();

@@ -16,7 +16,7 @@ use kittens_ir::interp;
 use kittens_ir::numerics::{round, Rounding};
 use kittens_kernels::attn::score::AttnOptions;
 use kittens_kernels::attn::strides::{gather, offset, span, AttnStrides};
-use kittens_kernels::attn::{AttnLayout, AttnShape, BwdShape, Causal};
+use kittens_kernels::attn::{AttnArgs, AttnLayout, BwdShape, Causal};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::problem::{KernelProblem, RunSettings};
@@ -48,19 +48,12 @@ struct Case {
 
 /// The forward's problem of `c` (with the log-sum-exp output).
 fn problem(c: &Case) -> AttnProblem {
-    let sh = &c.sh;
+    let sh = BwdShape {
+        layout: AttnLayout::Bhsd,
+        ..c.sh
+    };
     AttnProblem {
-        attn: AttnShape {
-            batch: sh.batch,
-            heads: sh.heads,
-            heads_kv: sh.heads_kv,
-            seq: sh.seq_q,
-            dim: sh.dim,
-            layout: AttnLayout::Bhsd,
-        },
-        seq_kv: Some(sh.seq_kv),
-        causal: c.causal != Causal::No,
-        bottom_right: c.causal == Causal::BottomRight,
+        args: AttnArgs::of(&sh, c.causal, Default::default()),
         lse: true,
         attn_strides: Some(c.st),
         ..AttnProblem::default()
@@ -73,7 +66,7 @@ fn bwd_problem(c: &Case) -> BwdProblem {
     BwdProblem {
         attn_strides: f.attn_strides,
         dlse: true,
-        ..BwdProblem::with(f.args())
+        ..BwdProblem::with(f.args)
     }
 }
 

@@ -29,12 +29,12 @@ fn attention_schedule_has_no_hazard() {
     }
 }
 
-/// The warp-specialised GEMM: hazard-free, refused on AMD (shared `mma` operands), within H100 budgets.
-#[test]
-fn producer_consumer_gemm_schedule() {
-    use kittens_kernels::gemm::{build, GemmConfig, GemmSchedule};
+/// The GEMM in `schedule`: its small configuration checked hazard-free by the schedule analysis at
+/// 128 × 128 × 160, and its full configuration returned for the target checks.
+fn gemm_hazard_free(schedule: kittens_kernels::gemm::GemmSchedule) -> kittens_ir::Kernel {
+    use kittens_kernels::gemm::{build, GemmConfig};
     let k = build(&GemmConfig {
-        schedule: GemmSchedule::ProducerConsumer,
+        schedule,
         ..GemmConfig::small()
     })
     .unwrap();
@@ -46,12 +46,18 @@ fn producer_consumer_gemm_schedule() {
         },
     )
     .unwrap();
-    assert!(r.hazards.is_empty(), "{:?}", r.hazards);
-    let full = build(&GemmConfig {
-        schedule: GemmSchedule::ProducerConsumer,
+    assert!(r.hazards.is_empty(), "{schedule:?}: {:?}", r.hazards);
+    build(&GemmConfig {
+        schedule,
         ..GemmConfig::default()
     })
-    .unwrap();
+    .unwrap()
+}
+
+/// The warp-specialised GEMM: hazard-free, refused on AMD (shared `mma` operands), within H100 budgets.
+#[test]
+fn producer_consumer_gemm_schedule() {
+    let full = gemm_hazard_free(kittens_kernels::gemm::GemmSchedule::ProducerConsumer);
     let h100 = kittens_ir::check_target(&full, kittens_hw::gpu("h100").unwrap()).unwrap();
     assert_eq!(h100.shared_bytes, 3 * (128 + 256) * 64 * 2);
     assert!(kittens_ir::check_target(&full, kittens_hw::gpu("mi355x").unwrap()).is_err());
@@ -107,26 +113,7 @@ fn attention_fits_cdna() {
 /// The 4-wave interleave GEMM: hazard-free, and one wave per SIMD gets the whole 512-register file.
 #[test]
 fn interleave_gemm_schedule() {
-    use kittens_kernels::gemm::{build, GemmConfig, GemmSchedule};
-    let k = build(&GemmConfig {
-        schedule: GemmSchedule::Interleave4,
-        ..GemmConfig::small()
-    })
-    .unwrap();
-    let r = analyze(
-        &k,
-        &Options {
-            params: vec![128, 128, 32 * 5],
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    assert!(r.hazards.is_empty(), "{:?}", r.hazards);
-    let full = build(&GemmConfig {
-        schedule: GemmSchedule::Interleave4,
-        ..GemmConfig::default()
-    })
-    .unwrap();
+    let full = gemm_hazard_free(kittens_kernels::gemm::GemmSchedule::Interleave4);
     let t = kittens_ir::check_target(&full, kittens_hw::gpu("mi355x").unwrap()).unwrap();
     assert_eq!(t.reg_budget, 512);
     assert!(

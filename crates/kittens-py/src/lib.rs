@@ -11,6 +11,7 @@ mod host;
 mod paged;
 mod prepared;
 mod tile;
+mod tile_args;
 mod tile_body;
 mod tile_decl;
 mod tile_expr;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
-use kittens_ir::{Expr, GlobalView, GridOrder, KernelBuilder, RegId, SharedView};
+use kittens_ir::{Expr, GridOrder, KernelBuilder};
 use kittens_tile::{BaseShape, Layout, Swizzle};
 
 use crate::tile_body::{restore, run_body, take};
@@ -27,95 +27,12 @@ static BUILDERS: AtomicU64 = AtomicU64::new(1);
 #[pyclass(module = "kittens._kittens")]
 pub struct Builder {
     pub(crate) k: Option<KernelBuilder>,
-    owner: u64,
+    pub(crate) owner: u64,
     /// Why it takes no more ops (empty while it does): finished, or a loop or conditional body
     /// raised.
     pub(crate) spent: String,
     /// How many loop or conditional bodies are open (`finish()` is refused inside one).
     pub(crate) depth: u32,
-}
-
-impl Builder {
-    pub(crate) fn b(&mut self) -> PyResult<&mut KernelBuilder> {
-        if !self.spent.is_empty() {
-            return Err(PyValueError::new_err(format!(
-                "this Builder takes no more ops: {}",
-                self.spent
-            )));
-        }
-        self.k
-            .as_mut()
-            .ok_or_else(|| PyValueError::new_err("this Builder takes no more ops"))
-    }
-    fn mine(&self, what: &str, name: &str, owner: u64) -> PyResult<()> {
-        if owner == self.owner {
-            Ok(())
-        } else {
-            Err(PyValueError::new_err(format!(
-                "{what} `{name}` belongs to another Builder"
-            )))
-        }
-    }
-    fn reg(&self, op: &str, t: &Tile) -> PyResult<RegId> {
-        self.mine(&format!("{op}: tile"), &t.name, t.owner)?;
-        Ok(t.id)
-    }
-    fn arg(&self, op: &str, a: ArgIn) -> PyResult<kittens_ir::Arg> {
-        Ok(match a {
-            ArgIn::T(t) => self.reg(op, &t)?.into(),
-            ArgIn::S(v) => v.into(),
-        })
-    }
-    fn gv(&self, op: &str, v: &GView) -> PyResult<GlobalView> {
-        self.mine(&format!("{op}: global view"), "", v.owner)?;
-        Ok(v.v.clone())
-    }
-    fn sv(&self, op: &str, v: &SView) -> PyResult<SharedView> {
-        self.mine(&format!("{op}: shared view"), "", v.owner)?;
-        Ok(v.v.clone())
-    }
-    fn tile_of(&self, id: RegId, name: &str) -> Tile {
-        Tile {
-            id,
-            owner: self.owner,
-            name: name.into(),
-        }
-    }
-    fn binary(
-        &mut self,
-        op: &str,
-        dst: &Tile,
-        a: ArgIn,
-        b: ArgIn,
-        f: fn(&mut KernelBuilder, RegId, kittens_ir::Arg, kittens_ir::Arg),
-    ) -> PyResult<()> {
-        let (d, a, b) = (self.reg(op, dst)?, self.arg(op, a)?, self.arg(op, b)?);
-        f(self.b()?, d, a, b);
-        Ok(())
-    }
-    fn unary(
-        &mut self,
-        op: &str,
-        dst: &Tile,
-        src: &Tile,
-        f: fn(&mut KernelBuilder, RegId, RegId),
-    ) -> PyResult<()> {
-        let (d, s) = (self.reg(op, dst)?, self.reg(op, src)?);
-        f(self.b()?, d, s);
-        Ok(())
-    }
-    fn with_vec(
-        &mut self,
-        op: &str,
-        dst: &Tile,
-        src: &Tile,
-        v: &Tile,
-        f: fn(&mut KernelBuilder, RegId, RegId, RegId),
-    ) -> PyResult<()> {
-        let (d, s, v) = (self.reg(op, dst)?, self.reg(op, src)?, self.reg(op, v)?);
-        f(self.b()?, d, s, v);
-        Ok(())
-    }
 }
 
 #[pymethods]
@@ -595,9 +512,7 @@ impl Builder {
         src: PyRef<Tile>,
         acc: PyRef<Tile>,
     ) -> PyResult<()> {
-        self.with_vec("row_sum_acc", &dst, &src, &acc, |k, d, s, a| {
-            k.row_sum_acc(d, s, a)
-        })
+        self.with_vec("row_sum_acc", &dst, &src, &acc, KernelBuilder::row_sum_acc)
     }
 
     /// `row_max_acc(dst, src, acc)`: `dst[i] = max(acc[i], max_j src[i,j])`.
@@ -607,9 +522,7 @@ impl Builder {
         src: PyRef<Tile>,
         acc: PyRef<Tile>,
     ) -> PyResult<()> {
-        self.with_vec("row_max_acc", &dst, &src, &acc, |k, d, s, a| {
-            k.row_max_acc(d, s, a)
-        })
+        self.with_vec("row_max_acc", &dst, &src, &acc, KernelBuilder::row_max_acc)
     }
 
     /// `col_sum_acc(dst, src, acc)`: `dst[j] = acc[j] + Σ_i src[i,j]`.
@@ -619,9 +532,7 @@ impl Builder {
         src: PyRef<Tile>,
         acc: PyRef<Tile>,
     ) -> PyResult<()> {
-        self.with_vec("col_sum_acc", &dst, &src, &acc, |k, d, s, a| {
-            k.col_sum_acc(d, s, a)
-        })
+        self.with_vec("col_sum_acc", &dst, &src, &acc, KernelBuilder::col_sum_acc)
     }
 
     /// `col_max_acc(dst, src, acc)`: `dst[j] = max(acc[j], max_i src[i,j])`.
@@ -631,9 +542,7 @@ impl Builder {
         src: PyRef<Tile>,
         acc: PyRef<Tile>,
     ) -> PyResult<()> {
-        self.with_vec("col_max_acc", &dst, &src, &acc, |k, d, s, a| {
-            k.col_max_acc(d, s, a)
-        })
+        self.with_vec("col_max_acc", &dst, &src, &acc, KernelBuilder::col_max_acc)
     }
 
     /// `broadcast_row(dst, src)`: the Rust builder's op.
@@ -694,10 +603,7 @@ impl Builder {
         b: PyRef<Tile>,
         c: PyRef<Tile>,
     ) -> PyResult<()> {
-        let r = |t: &Tile| self.reg("mma_ab", t);
-        let (d, a, b, c) = (r(&d)?, r(&a)?, r(&b)?, r(&c)?);
-        self.b()?.mma_ab(d, a, b, c);
-        Ok(())
+        self.mma("mma_ab", [&d, &a, &b, &c], KernelBuilder::mma_ab)
     }
 
     /// `mma_abt(d, a, b, c)`: the matrix multiply-accumulate `d = a·b + c` in this orientation.
@@ -708,10 +614,7 @@ impl Builder {
         b: PyRef<Tile>,
         c: PyRef<Tile>,
     ) -> PyResult<()> {
-        let r = |t: &Tile| self.reg("mma_abt", t);
-        let (d, a, b, c) = (r(&d)?, r(&a)?, r(&b)?, r(&c)?);
-        self.b()?.mma_abt(d, a, b, c);
-        Ok(())
+        self.mma("mma_abt", [&d, &a, &b, &c], KernelBuilder::mma_abt)
     }
 
     /// `mma_atb(d, a, b, c)`: the matrix multiply-accumulate `d = a·b + c` in this orientation.
@@ -722,10 +625,7 @@ impl Builder {
         b: PyRef<Tile>,
         c: PyRef<Tile>,
     ) -> PyResult<()> {
-        let r = |t: &Tile| self.reg("mma_atb", t);
-        let (d, a, b, c) = (r(&d)?, r(&a)?, r(&b)?, r(&c)?);
-        self.b()?.mma_atb(d, a, b, c);
-        Ok(())
+        self.mma("mma_atb", [&d, &a, &b, &c], KernelBuilder::mma_atb)
     }
 
     /// `mma_atbt(d, a, b, c)`: the matrix multiply-accumulate `d = a·b + c` in this orientation.
@@ -736,10 +636,7 @@ impl Builder {
         b: PyRef<Tile>,
         c: PyRef<Tile>,
     ) -> PyResult<()> {
-        let r = |t: &Tile| self.reg("mma_atbt", t);
-        let (d, a, b, c) = (r(&d)?, r(&a)?, r(&b)?, r(&c)?);
-        self.b()?.mma_atbt(d, a, b, c);
-        Ok(())
+        self.mma("mma_atbt", [&d, &a, &b, &c], KernelBuilder::mma_atbt)
     }
 
     /// `mask(dst, rule, row0, col0, value, offset=0, limit=None)`: elements of `dst` (at tile
@@ -881,24 +778,9 @@ impl Builder {
     }
 }
 
-/// `row_split(dim, per_lane=8, max_waves=16)`: `(waves_per_row, cols)`, a row of `dim` split over
-/// waves as strips for every target's wave width at once (`kittens_ir::strips::RowSplit::any_width`),
-/// so that a program configured by its row length alone lowers for NVIDIA and AMD.
-#[pyfunction]
-#[pyo3(signature = (dim, per_lane = 8, max_waves = 16))]
-fn row_split(dim: u32, per_lane: u32, max_waves: u32) -> PyResult<(u32, u32)> {
-    if dim == 0 || per_lane == 0 || max_waves == 0 {
-        return Err(PyValueError::new_err(format!(
-            "row_split: dim = {dim}, per_lane = {per_lane}, max_waves = {max_waves}: each must be at least 1"
-        )));
-    }
-    let s = kittens_ir::strips::RowSplit::any_width(dim, per_lane, max_waves);
-    Ok((s.waves_per_row, s.cols))
-}
-
 /// Registers the tile language's classes in the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_function(wrap_pyfunction!(row_split, m)?)?;
+    m.add_function(wrap_pyfunction!(crate::tile_decl::row_split, m)?)?;
     m.add_class::<PyExpr>()?;
     m.add_class::<PyCond>()?;
     m.add_class::<Builder>()?;

@@ -95,3 +95,18 @@ pub(crate) fn access(what: &str, s: &str) -> PyResult<Access> {
         &[("read", Read), ("write", Write), ("read_write", ReadWrite)],
     )
 }
+
+/// `row_split(dim, per_lane=8, max_waves=16)`: `(waves_per_row, cols)`, a row of `dim` split over
+/// waves as strips for every target's wave width at once (`kittens_ir::strips::RowSplit::any_width`),
+/// so that a program configured by its row length alone lowers for NVIDIA and AMD.
+#[pyfunction]
+#[pyo3(signature = (dim, per_lane = 8, max_waves = 16))]
+pub(crate) fn row_split(dim: u32, per_lane: u32, max_waves: u32) -> PyResult<(u32, u32)> {
+    if dim == 0 || per_lane == 0 || max_waves == 0 {
+        return Err(PyValueError::new_err(format!(
+            "row_split: dim = {dim}, per_lane = {per_lane}, max_waves = {max_waves}: each must be at least 1"
+        )));
+    }
+    let s = kittens_ir::strips::RowSplit::any_width(dim, per_lane, max_waves);
+    Ok((s.waves_per_row, s.cols))
+}

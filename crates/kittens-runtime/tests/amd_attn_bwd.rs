@@ -10,6 +10,7 @@ mod amd_common;
 use amd_common::{clang_for, debian_clang19};
 use kittens_codegen::hip::{bf16_mfma_opcode, lower};
 use kittens_hw::{Arch, Target};
+use kittens_kernels::attn::AttnArgs;
 use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_bwd::BwdConfig;
@@ -117,21 +118,24 @@ fn problem(
     causal: Option<bool>,
 ) -> BwdProblem {
     BwdProblem {
-        attn: AttnShape {
-            batch: 1,
-            heads,
-            heads_kv: 1,
-            seq: seq_q,
-            dim,
-            layout: if dim == 64 {
-                AttnLayout::Bshd
-            } else {
-                AttnLayout::Bhsd
+        args: AttnArgs {
+            attn: AttnShape {
+                batch: 1,
+                heads,
+                heads_kv: 1,
+                seq: seq_q,
+                dim,
+                layout: if dim == 64 {
+                    AttnLayout::Bshd
+                } else {
+                    AttnLayout::Bhsd
+                },
             },
+            seq_kv: Some(seq_kv),
+            causal: causal.is_some(),
+            bottom_right: causal == Some(true),
+            ..Default::default()
         },
-        seq_kv: Some(seq_kv),
-        causal: causal.is_some(),
-        bottom_right: causal == Some(true),
         run: RunSettings {
             input_scale: 8.0,
             seed: (seq_q * 7 + seq_kv) as u64,

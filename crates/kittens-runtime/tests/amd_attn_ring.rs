@@ -10,6 +10,7 @@
 mod amd_common;
 
 use kittens_hw::{Arch, Target};
+use kittens_kernels::attn::AttnArgs;
 use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::problem::RunSettings;
@@ -25,15 +26,18 @@ fn gfx950_attention_with_64_key_blocks_is_right_at_odd_lengths() {
         (65, true, AttnLayout::Bshd),
     ] {
         let p = AttnProblem {
-            attn: AttnShape {
-                batch: 1,
-                heads: 2,
-                heads_kv: 1,
-                seq,
-                dim: 128,
-                layout,
+            args: AttnArgs {
+                attn: AttnShape {
+                    batch: 1,
+                    heads: 2,
+                    heads_kv: 1,
+                    seq,
+                    dim: 128,
+                    layout,
+                },
+                causal,
+                ..Default::default()
             },
-            causal,
             run: RunSettings {
                 input_scale: 4.0,
                 seed: seq as u64,

@@ -14,6 +14,7 @@ mod amd_common;
 use amd_common::clang_for;
 use kittens_hw::Target;
 use kittens_ir::Rounding;
+use kittens_kernels::attn::AttnArgs;
 use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::problem::SEED001;
@@ -41,17 +42,20 @@ type Variant = Option<&'static str>;
 fn problem(c: &Case, rounding: Rounding, variant: Variant) -> AttnProblem {
     let &(heads, heads_kv, seq, seq_kv, dim, mask, parts, layout) = c;
     let mut p = AttnProblem {
-        attn: AttnShape {
-            batch: 1,
-            heads,
-            heads_kv,
-            seq,
-            dim,
-            layout,
+        args: AttnArgs {
+            attn: AttnShape {
+                batch: 1,
+                heads,
+                heads_kv,
+                seq,
+                dim,
+                layout,
+            },
+            seq_kv: Some(seq_kv),
+            causal: mask.is_some(),
+            bottom_right: mask == Some(true),
+            ..Default::default()
         },
-        seq_kv: Some(seq_kv),
-        causal: mask.is_some(),
-        bottom_right: mask == Some(true),
         lse: true,
         kv_splits: KvSplits::Fixed(parts),
         run: RunSettings {

@@ -13,6 +13,7 @@ mod gemm;
 use kittens_codegen::hip::lower;
 use kittens_hw::{Arch, Target};
 use kittens_ir::Kernel;
+use kittens_kernels::attn::AttnArgs;
 use kittens_runtime::amd::emulate::{Emulator, HostTensor};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
 
@@ -221,8 +222,11 @@ fn check_attention(
     let mut reports = Vec::new();
     for sh in shapes {
         let p = AttnProblem {
-            attn: *sh,
-            causal,
+            args: AttnArgs {
+                attn: *sh,
+                causal,
+                ..Default::default()
+            },
             run: RunSettings {
                 input_scale: 8.0,
                 seed: (sh.seq * 7 + sh.heads) as u64,

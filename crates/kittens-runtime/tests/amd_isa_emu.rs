@@ -6,6 +6,7 @@
 mod amd_common;
 
 use kittens_hw::{Arch, Target};
+use kittens_kernels::attn::AttnArgs;
 use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
@@ -72,7 +73,10 @@ fn gemm_as(kind: GemmKind, m: usize, n: usize, k: usize) -> GemmProblem {
 /// Attention at a ragged length with GQA; `causal` masks.
 fn attn(seq: usize, dim: usize, causal: bool) -> AttnProblem {
     let mut p = AttnProblem {
-        causal,
+        args: AttnArgs {
+            causal,
+            ..Default::default()
+        },
         run: RunSettings {
             input_scale: 4.0,
             seed: seq as u64,
@@ -80,11 +84,11 @@ fn attn(seq: usize, dim: usize, causal: bool) -> AttnProblem {
         },
         ..AttnProblem::default()
     };
-    p.attn.batch = 1;
-    p.attn.heads = 2;
-    p.attn.heads_kv = 1;
-    p.attn.seq = seq;
-    p.attn.dim = dim;
+    p.args.attn.batch = 1;
+    p.args.attn.heads = 2;
+    p.args.attn.heads_kv = 1;
+    p.args.attn.seq = seq;
+    p.args.attn.dim = dim;
     p
 }
 
@@ -245,20 +249,20 @@ fn layernorm_and_rotary_code_objects_at_ragged_shapes() {
 /// at D128). The lowering now ties the registers each wait retires to it (`regs_landed`).
 fn attn_bwd_code_objects(target: Target) {
     let mut gqa = attn(53, 64, false);
-    gqa.seq_kv = Some(70);
+    gqa.args.seq_kv = Some(70);
     let mut causal = attn(45, 64, true);
-    causal.seq_kv = Some(37);
+    causal.args.seq_kv = Some(37);
     let mut bottom_right = attn(45, 128, true);
-    bottom_right.seq_kv = Some(77);
-    bottom_right.attn.heads_kv = 2;
-    bottom_right.bottom_right = true;
+    bottom_right.args.seq_kv = Some(77);
+    bottom_right.args.attn.heads_kv = 2;
+    bottom_right.args.bottom_right = true;
     for p in [gqa, causal, bottom_right] {
         let p = BwdProblem {
             run: RunSettings {
                 input_scale: 8.0,
                 ..p.run
             },
-            ..BwdProblem::with(p.args())
+            ..BwdProblem::with(p.args)
         };
         let r = run_on("attn_bwd", target, &p);
         assert_eq!(r.outputs.len(), 3);

@@ -10,6 +10,7 @@ mod amd_common;
 use amd_common::clang_for;
 use kittens_amdsim::{decode_all, Kernel};
 use kittens_hw::{Arch, Target};
+use kittens_kernels::attn::AttnArgs;
 use std::collections::HashMap;
 
 /// One instruction of the listing: its byte offset in the function, text, and bytes (`None` where the
@@ -304,15 +305,18 @@ fn decoder_agrees_with_llvm_listing_on_problem_built_code_objects() {
     use kittens_kernels::rotary::problem::RotaryProblem;
     let attn = |seq: usize, seq_kv: usize, dim: usize, causal: bool, bottom_right: bool| {
         let mut p = AttnProblem {
-            causal,
-            bottom_right,
-            seq_kv: Some(seq_kv),
+            args: AttnArgs {
+                causal,
+                bottom_right,
+                seq_kv: Some(seq_kv),
+                ..Default::default()
+            },
             ..AttnProblem::default()
         };
-        p.attn.heads = 2;
-        p.attn.heads_kv = 1;
-        p.attn.seq = seq;
-        p.attn.dim = dim;
+        p.args.attn.heads = 2;
+        p.args.attn.heads_kv = 1;
+        p.args.attn.seq = seq;
+        p.args.attn.dim = dim;
         p
     };
     let rope = |dim: usize, layout: AttnLayout, interleaved: bool| {
@@ -325,7 +329,7 @@ fn decoder_agrees_with_llvm_listing_on_problem_built_code_objects() {
         p
     };
     let mut fwd_causal = attn(150, 150, 64, true, false);
-    fwd_causal.seq_kv = None;
+    fwd_causal.args.seq_kv = None;
     let fwd_split = AttnProblem {
         lse: true,
         kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Fixed(3),
@@ -340,7 +344,7 @@ fn decoder_agrees_with_llvm_listing_on_problem_built_code_objects() {
         },
         ..attn(77, 63, 64, true, true)
     };
-    let bwd = |p: AttnProblem| BwdProblem::with(p.args());
+    let bwd = |p: AttnProblem| BwdProblem::with(p.args);
     let cases: Vec<Box<dyn KernelProblem>> = vec![
         Box::new(fwd_causal),
         Box::new(fwd_split),

@@ -9,6 +9,7 @@ mod amd_common;
 
 use kittens_hw::{Arch, Target};
 use kittens_ir::Rounding;
+use kittens_kernels::attn::AttnArgs;
 use kittens_kernels::attn::AttnLayout;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::{self, AttnConfig};
@@ -45,10 +46,13 @@ const PLAIN: Case = Case {
 
 fn problem(c: &Case) -> AttnProblem {
     let mut p = AttnProblem {
-        causal: c.causal,
-        bottom_right: c.bottom_right,
+        args: AttnArgs {
+            causal: c.causal,
+            bottom_right: c.bottom_right,
+            seq_kv: Some(c.seq_kv),
+            ..Default::default()
+        },
         lse: c.lse,
-        seq_kv: Some(c.seq_kv),
         run: RunSettings {
             input_scale: if c.dim == 128 { 11.0 } else { 8.0 },
             seed: (c.seq * 31 + c.seq_kv) as u64,
@@ -57,12 +61,12 @@ fn problem(c: &Case) -> AttnProblem {
         },
         ..AttnProblem::default()
     };
-    p.attn.batch = 1;
-    p.attn.heads = c.heads;
-    p.attn.heads_kv = c.heads / 2;
-    p.attn.seq = c.seq;
-    p.attn.dim = c.dim;
-    p.attn.layout = c.layout;
+    p.args.attn.batch = 1;
+    p.args.attn.heads = c.heads;
+    p.args.attn.heads_kv = c.heads / 2;
+    p.args.attn.seq = c.seq;
+    p.args.attn.dim = c.dim;
+    p.args.attn.layout = c.layout;
     p.attn_cfg.rounding = c.rounding;
     p
 }

@@ -24,6 +24,7 @@ use amd_common::{assert_compiles_without_spills, clang_for};
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
 use kittens_kernels::attn::strides::AttnStrides;
+use kittens_kernels::attn::AttnArgs;
 use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
@@ -40,13 +41,16 @@ fn fused(heads: usize, heads_kv: usize, seq: usize, dim: usize) -> AttnProblem {
     let bshd = [seq * heads * dim, dim, heads * dim];
     let bhsd = [heads_kv * seq * dim, seq * dim, dim];
     AttnProblem {
-        attn: AttnShape {
-            batch: 2,
-            heads,
-            heads_kv,
-            seq,
-            dim,
-            layout: AttnLayout::Bhsd,
+        args: AttnArgs {
+            attn: AttnShape {
+                batch: 2,
+                heads,
+                heads_kv,
+                seq,
+                dim,
+                layout: AttnLayout::Bhsd,
+            },
+            ..Default::default()
         },
         attn_strides: Some(AttnStrides {
             q: fused,
@@ -73,7 +77,7 @@ fn bwd(f: &AttnProblem, variant: Option<&'static str>, dlse: bool) -> BwdProblem
         attn_strides: f.attn_strides,
         dlse,
         run: RunSettings { variant, ..f.run },
-        ..BwdProblem::with(f.args())
+        ..BwdProblem::with(f.args)
     }
 }
 
@@ -104,7 +108,7 @@ fn strided_attention_on_the_interpreter() {
             let mut p = fused(4, 2, 77, 64);
             p.attn_cfg = tiles;
             p.lse = true;
-            p.causal = true;
+            p.args.causal = true;
             p.kv_splits = KvSplits::Fixed(splits);
             assert_passes(
                 "attn_fwd",
@@ -116,7 +120,7 @@ fn strided_attention_on_the_interpreter() {
     }
     for variant in [None, Some("dq")] {
         let mut f = fused(4, 2, 77, 64);
-        f.causal = true;
+        f.args.causal = true;
         assert_passes(
             "attn_bwd",
             &bwd(&f, variant, false),
@@ -134,7 +138,7 @@ fn lse_gradient_folded_on_the_interpreter() {
     for strided in [false, true] {
         for variant in [None, Some("dq")] {
             let mut f = fused(2, 1, 83, 64);
-            f.causal = true;
+            f.args.causal = true;
             if !strided {
                 f.attn_strides = None;
             }
@@ -156,7 +160,7 @@ fn strided_attention_compiles_for_sm_90a_without_spills() {
         let mut split = lse;
         split.kv_splits = KvSplits::Fixed(3);
         let mut causal = base;
-        causal.causal = true;
+        causal.args.causal = true;
         let mut dense = base;
         dense.attn_strides = None;
         let cases: Vec<(&str, Box<dyn KernelProblem>)> = vec![
@@ -202,7 +206,7 @@ fn strided_attention_on_amd() {
     for t in [Target::Gfx950, Target::Gfx942] {
         clang_for(t.arch().unwrap());
         let mut p = fused(2, 1, 150, 64);
-        p.causal = true;
+        p.args.causal = true;
         p.lse = true;
         let k = p.build(t).unwrap();
         assert_compiles_without_spills(&k, t, &format!("attn_fwd {t} strided"));

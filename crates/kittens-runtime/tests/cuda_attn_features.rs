@@ -25,13 +25,13 @@ fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
     for (what, a) in options() {
         for dim in [64, 128] {
             let mut p = AttnProblem::with(a);
-            p.attn.dim = dim;
+            p.args.attn.dim = dim;
             let k = p
                 .build(Target::Sm90a)
                 .unwrap_or_else(|e| panic!("{what} D{dim}: {e}"));
             let l = kittens_codegen::lower(&k, Target::Sm90a)
                 .unwrap_or_else(|e| panic!("{what} D{dim}: {e}"));
-            if p.window.is_some() {
+            if p.args.window.is_some() {
                 assert!(
                     l.source.contains("col >= row + ("),
                     "{what}: no window mask"
@@ -73,7 +73,7 @@ fn attn_fwd_head_dims_192_and_256_compile_for_sm_90a_without_spills() {
             ("all, causal", all),
         ];
         for (what, mut p) in cases {
-            p.attn.dim = dim;
+            p.args.attn.dim = dim;
             let what = format!("{what} D{dim}");
             for stage in p
                 .stages(Target::Sm90a, &p.plan(Target::Sm90a).unwrap())
@@ -99,7 +99,7 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
     for (what, a) in options() {
         for dim in [64, 128] {
             let mut p = BwdProblem::with(a);
-            p.attn.dim = dim;
+            p.args.attn.dim = dim;
             for variant in [Some("dq"), None, Some("atomic")] {
                 let p = BwdProblem {
                     run: RunSettings { variant, ..p.run },
@@ -107,7 +107,7 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
                 };
                 let what = format!("{what} D{dim} {variant:?}");
                 let k = p.build(Target::Sm90a);
-                if variant == Some("atomic") && dim == 128 && p.logits.softcap.is_some() {
+                if variant == Some("atomic") && dim == 128 && p.args.logits.softcap.is_some() {
                     // Refused by name: too few registers for the atomic form with a cap.
                     let err = k.unwrap_err().to_string();
                     assert!(err.contains("softcap") && err.contains("atomic"), "{err}");
@@ -116,7 +116,7 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
                 let k = k.unwrap_or_else(|e| panic!("{what}: {e}"));
                 let l = kittens_codegen::lower(&k, Target::Sm90a)
                     .unwrap_or_else(|e| panic!("{what}: {e}"));
-                if p.window.is_some() {
+                if p.args.window.is_some() {
                     let mask = ["col >= row + (", "row >= col + ("];
                     assert!(
                         mask.iter().any(|m| l.source.contains(m)),

@@ -3,7 +3,7 @@
 //! error against the same reference, plus a floor), at odd lengths, with query and key lengths that
 //! differ both ways, and with logits past ±64.
 
-use kittens_kernels::attn::{AttnLayout, AttnShape};
+use kittens_kernels::attn::{AttnArgs, AttnLayout, AttnShape};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::problem::RunSettings;
 use kittens_runtime::runner::{self, About, Backend, Execution, Interpreter, Job, RunError};
@@ -22,17 +22,20 @@ struct Case {
 
 fn problem(c: &Case) -> BwdProblem {
     BwdProblem {
-        attn: AttnShape {
-            batch: 1,
-            heads: c.heads,
-            heads_kv: c.heads_kv,
-            seq: c.seq_q,
-            dim: c.dim,
-            layout: c.layout,
+        args: AttnArgs {
+            attn: AttnShape {
+                batch: 1,
+                heads: c.heads,
+                heads_kv: c.heads_kv,
+                seq: c.seq_q,
+                dim: c.dim,
+                layout: c.layout,
+            },
+            seq_kv: Some(c.seq_kv),
+            causal: c.causal.is_some(),
+            bottom_right: c.causal == Some(true),
+            ..Default::default()
         },
-        seq_kv: Some(c.seq_kv),
-        causal: c.causal.is_some(),
-        bottom_right: c.causal == Some(true),
         run: RunSettings {
             input_scale: c.scale,
             seed: (c.seq_q * 131 + c.seq_kv) as u64,
@@ -282,15 +285,19 @@ fn bad_problems_are_refused() {
         e.to_string().contains("heads_kv 2 must divide heads 3"),
         "{e}"
     );
-    let p = BwdProblem {
-        seq_kv: Some(0),
-        ..problem(&Case { heads_kv: 1, ..c })
-    };
+    let mut p = problem(&Case { heads_kv: 1, ..c });
+    p.args.seq_kv = Some(0);
     let e = runner::validate(entry(), &p, &Interpreter).unwrap_err();
     assert!(e.to_string().contains("seq_kv must be positive"), "{e}");
     let p = BwdProblem {
-        attn: AttnShape { dim: 48, ..p.attn },
-        seq_kv: None,
+        args: AttnArgs {
+            attn: AttnShape {
+                dim: 48,
+                ..p.args.attn
+            },
+            seq_kv: None,
+            ..p.args
+        },
         ..p
     };
     let e = runner::run(entry(), &p, &Interpreter).unwrap_err();

@@ -8,6 +8,7 @@
 //! are skipped (fewer ops executed), and bad values are refused naming the argument.
 
 use kittens_kernels::attn::score::{AttnOptions, Logits, Window};
+use kittens_kernels::attn::AttnArgs;
 use kittens_kernels::attn::{AttnLayout, AttnShape, BwdShape, Causal};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
@@ -50,19 +51,21 @@ fn case(seq_q: usize, seq_kv: usize) -> Case {
 
 fn problem(c: &Case) -> AttnProblem {
     AttnProblem {
-        attn: AttnShape {
-            batch: 1,
-            heads: c.heads,
-            heads_kv: c.heads_kv,
-            seq: c.seq_q,
-            dim: c.dim,
-            layout: c.layout,
+        args: AttnArgs {
+            attn: AttnShape {
+                batch: 1,
+                heads: c.heads,
+                heads_kv: c.heads_kv,
+                seq: c.seq_q,
+                dim: c.dim,
+                layout: c.layout,
+            },
+            seq_kv: Some(c.seq_kv),
+            causal: c.causal.is_some(),
+            bottom_right: c.causal == Some(true),
+            logits: c.logits,
+            window: c.window.map(|(l, r)| Window::new(l, r).unwrap()),
         },
-        seq_kv: Some(c.seq_kv),
-        causal: c.causal.is_some(),
-        bottom_right: c.causal == Some(true),
-        logits: c.logits,
-        window: c.window.map(|(l, r)| Window::new(l, r).unwrap()),
         run: RunSettings {
             input_scale: c.input_scale,
             seed: (c.seq_q * 1009 + c.seq_kv * 7 + c.dim) as u64,
@@ -184,7 +187,7 @@ fn as_kernel(kernel: &str, p: AttnProblem) -> Box<dyn KernelProblem> {
         "attn_fwd" => Box::new(p),
         "attn_bwd" => Box::new(BwdProblem {
             run: p.run,
-            ..BwdProblem::with(p.args())
+            ..BwdProblem::with(p.args)
         }),
         other => panic!("not an attention kernel: {other}"),
     }
@@ -349,10 +352,8 @@ fn windows_skip_key_blocks() {
             heads_kv: 1,
             ..case(1024, 1024)
         };
-        let p = AttnProblem {
-            window,
-            ..problem(&c)
-        };
+        let mut p = problem(&c);
+        p.args.window = window;
         let p = as_kernel(kernel, p);
         let kernel = p.build(kittens_hw::Target::Cpu).unwrap();
         let launch = p.launch().unwrap();
@@ -384,10 +385,8 @@ fn bad_options_are_refused_by_name() {
         (softcap(f32::INFINITY), "softcap"),
     ];
     for (logits, name) in bad {
-        let p = AttnProblem {
-            logits,
-            ..problem(&case(64, 64))
-        };
+        let mut p = problem(&case(64, 64));
+        p.args.logits = logits;
         for e in [entry, bwd] {
             let err = runner::run(e, as_kernel(e.name, p).as_ref(), &Interpreter)
                 .unwrap_err()
@@ -398,10 +397,8 @@ fn bad_options_are_refused_by_name() {
     for (l, r) in [(-2, 0), (0, -5), (i64::MIN, 3)] {
         let err = Window::new(l, r).unwrap_err().to_string();
         assert!(err.contains("window") && err.contains("-1"), "{err}");
-        let p = AttnProblem {
-            window: Some(Window { left: l, right: r }),
-            ..problem(&case(64, 64))
-        };
+        let mut p = problem(&case(64, 64));
+        p.args.window = Some(Window { left: l, right: r });
         for e in [entry, bwd] {
             let err = runner::run(e, as_kernel(e.name, p).as_ref(), &Interpreter)
                 .unwrap_err()
@@ -415,14 +412,14 @@ fn bad_options_are_refused_by_name() {
     // refused by name; the two-launch form takes it.
     let base = problem(&case(64, 64));
     let mut p = BwdProblem {
-        logits: softcap(5.0),
         run: RunSettings {
             variant: Some("atomic"),
             ..base.run
         },
-        ..BwdProblem::with(base.args())
+        ..BwdProblem::with(base.args)
     };
-    p.attn.dim = 128;
+    p.args.logits = softcap(5.0);
+    p.args.attn.dim = 128;
     let sm90 = kittens_hw::Target::Sm90a;
     let err = p.build(sm90).unwrap_err().to_string();
     assert!(err.contains("softcap") && err.contains("atomic"), "{err}");
@@ -494,7 +491,7 @@ fn hopper_forward_head_dims_192_and_256() {
         };
         check_fwd(&all, cfg, "producer/consumer");
         let mut p = problem(&dense);
-        p.attn.dim = dim as usize;
+        p.args.attn.dim = dim as usize;
         let err = as_kernel("attn_bwd", p)
             .build(kittens_hw::Target::Sm90a)
             .unwrap_err()

@@ -4,7 +4,7 @@
 //! Hopper program (producer/consumer), at odd lengths, GQA, both layouts, causal and not, and logits
 //! past ±64.
 
-use kittens_kernels::attn::{AttnLayout, AttnShape};
+use kittens_kernels::attn::{AttnArgs, AttnLayout, AttnShape};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::AttnConfig;
 use kittens_kernels::problem::RunSettings;
@@ -27,15 +27,18 @@ fn entry() -> &'static kittens_kernels::registry::KernelEntry {
 /// asserts both outputs pass; returns the largest |logit| the inputs reached.
 fn check(c: &Case, cfg: AttnConfig, scale: f32) -> f64 {
     let p = AttnProblem {
-        attn: AttnShape {
-            batch: 2,
-            heads: c.heads,
-            heads_kv: c.heads_kv,
-            seq: c.seq,
-            dim: c.dim,
-            layout: c.layout,
+        args: AttnArgs {
+            attn: AttnShape {
+                batch: 2,
+                heads: c.heads,
+                heads_kv: c.heads_kv,
+                seq: c.seq,
+                dim: c.dim,
+                layout: c.layout,
+            },
+            causal: c.causal,
+            ..Default::default()
         },
-        causal: c.causal,
         lse: true,
         attn_cfg: cfg,
         run: RunSettings {
@@ -140,15 +143,18 @@ fn lse_hip_emulated() {
         let emu = HipEmu::new(target).unwrap();
         for causal in [false, true] {
             let p = AttnProblem {
-                attn: AttnShape {
-                    batch: 1,
-                    heads: 2,
-                    heads_kv: 1,
-                    seq: 147,
-                    dim: 64,
-                    layout: AttnLayout::Bshd,
+                args: AttnArgs {
+                    attn: AttnShape {
+                        batch: 1,
+                        heads: 2,
+                        heads_kv: 1,
+                        seq: 147,
+                        dim: 64,
+                        layout: AttnLayout::Bshd,
+                    },
+                    causal,
+                    ..Default::default()
                 },
-                causal,
                 lse: true,
                 run: RunSettings {
                     input_scale: 8.0,
@@ -187,17 +193,20 @@ fn lengths_that_differ_and_both_alignments() {
         for causal in [None, Some(false), Some(true)] {
             for (cfg, dim) in [(hopper, 64), (amd, 64), (hopper, 128)] {
                 let p = AttnProblem {
-                    attn: AttnShape {
-                        batch: 1,
-                        heads: 4,
-                        heads_kv: 2,
-                        seq: seq_q,
-                        dim,
-                        layout: AttnLayout::Bhsd,
+                    args: AttnArgs {
+                        attn: AttnShape {
+                            batch: 1,
+                            heads: 4,
+                            heads_kv: 2,
+                            seq: seq_q,
+                            dim,
+                            layout: AttnLayout::Bhsd,
+                        },
+                        seq_kv: Some(seq_kv),
+                        causal: causal.is_some(),
+                        bottom_right: causal == Some(true),
+                        ..Default::default()
                     },
-                    seq_kv: Some(seq_kv),
-                    causal: causal.is_some(),
-                    bottom_right: causal == Some(true),
                     lse: true,
                     attn_cfg: cfg,
                     run: RunSettings {
@@ -236,15 +245,18 @@ fn every_output_rounding_passes_against_its_own_baseline() {
             },
         ] {
             let p = AttnProblem {
-                attn: AttnShape {
-                    batch: 2,
-                    heads: 4,
-                    heads_kv: 2,
-                    seq: 333,
-                    dim: 128,
-                    layout: AttnLayout::Bshd,
+                args: AttnArgs {
+                    attn: AttnShape {
+                        batch: 2,
+                        heads: 4,
+                        heads_kv: 2,
+                        seq: 333,
+                        dim: 128,
+                        layout: AttnLayout::Bshd,
+                    },
+                    causal: true,
+                    ..Default::default()
                 },
-                causal: true,
                 attn_cfg: AttnConfig { rounding, ..cfg },
                 run: RunSettings {
                     input_scale: 8.0,

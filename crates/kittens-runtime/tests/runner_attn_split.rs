@@ -9,6 +9,7 @@
 
 use kittens_hw::Target;
 use kittens_ir::Rounding;
+use kittens_kernels::attn::AttnArgs;
 use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::problem::SEED001;
@@ -43,17 +44,20 @@ fn case(heads: usize, heads_kv: usize, seq: usize, seq_kv: usize, dim: usize) ->
 
 fn problem(c: &Case, cfg: AttnConfig, layout: AttnLayout) -> AttnProblem {
     AttnProblem {
-        attn: AttnShape {
-            batch: 1,
-            heads: c.heads,
-            heads_kv: c.heads_kv,
-            seq: c.seq,
-            dim: c.dim,
-            layout,
+        args: AttnArgs {
+            attn: AttnShape {
+                batch: 1,
+                heads: c.heads,
+                heads_kv: c.heads_kv,
+                seq: c.seq,
+                dim: c.dim,
+                layout,
+            },
+            seq_kv: Some(c.seq_kv),
+            causal: c.causal.is_some(),
+            bottom_right: c.causal == Some(true),
+            ..Default::default()
         },
-        seq_kv: Some(c.seq_kv),
-        causal: c.causal.is_some(),
-        bottom_right: c.causal == Some(true),
         lse: true,
         kv_splits: KvSplits::Fixed(c.splits),
         attn_cfg: cfg,
@@ -263,15 +267,18 @@ fn the_merge_rounds_as_configured() {
 fn auto_splits_decoding_and_not_a_full_grid() {
     let plan = |heads, seq, seq_kv, cfg: AttnConfig, target| {
         let p = AttnProblem {
-            attn: AttnShape {
-                batch: 1,
-                heads,
-                heads_kv: heads,
-                seq,
-                dim: 128,
-                layout: AttnLayout::Bshd,
+            args: AttnArgs {
+                attn: AttnShape {
+                    batch: 1,
+                    heads,
+                    heads_kv: heads,
+                    seq,
+                    dim: 128,
+                    layout: AttnLayout::Bshd,
+                },
+                seq_kv: Some(seq_kv),
+                ..Default::default()
             },
-            seq_kv: Some(seq_kv),
             kv_splits: KvSplits::Auto,
             attn_cfg: cfg,
             ..AttnProblem::default()

@@ -1,7 +1,7 @@
 //! The two example kernels on the CPU interpreter (the runner's `cpu` backend) against f64 references,
 //! on random inputs of several shapes including ones that are not multiples of the tile.
 
-use kittens_kernels::attn::{AttnLayout, AttnShape};
+use kittens_kernels::attn::{AttnArgs, AttnLayout, AttnShape};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::gemm::problem::GemmProblem;
 use kittens_kernels::gemm::GemmConfig;
@@ -71,7 +71,7 @@ fn attn_at(p: AttnProblem, scale: f32) {
     let r = run("attn_fwd", &p).unwrap();
     let what = format!(
         "attn {:?} causal={} scale {scale}: {:?}, baseline {:?}",
-        p.attn, p.causal, r.error, r.baseline
+        p.args.attn, p.args.causal, r.error, r.baseline
     );
     eprintln!("{what}, max |logit| {:?}", r.max_abs_logit);
     let metrics: Vec<&str> = r.checks.iter().map(|c| c.metric).collect();
@@ -97,8 +97,11 @@ fn attn(batch: usize, heads: usize, heads_kv: usize, seq: usize, layout: AttnLay
         layout,
     };
     let p = AttnProblem {
-        attn,
-        causal,
+        args: AttnArgs {
+            attn,
+            causal,
+            ..Default::default()
+        },
         run: RunSettings {
             seed: seq as u64,
             ..RunSettings::default()
@@ -138,8 +141,11 @@ fn attention_seed_tiles() {
     };
     for causal in [false, true] {
         let p = AttnProblem {
-            attn,
-            causal,
+            args: AttnArgs {
+                attn,
+                causal,
+                ..Default::default()
+            },
             attn_cfg: AttnConfig::default(),
             run: RunSettings {
                 seed: 9,
@@ -243,9 +249,11 @@ fn attention_producer_consumer() {
         // The key loop rotated (P·V of block j−1 beside the softmax of block j) and not.
         for overlap in [true, false] {
             let p = AttnProblem {
-                attn,
-                causal,
-                // The causal ones with the warpgroups' turns on Q·Kᵀ (compute clusters; same
+                args: AttnArgs {
+                    attn,
+                    causal,
+                    ..Default::default()
+                }, // The causal ones with the warpgroups' turns on Q·Kᵀ (compute clusters; same
                 // values).
                 attn_cfg: AttnConfig {
                     kv_block,

@@ -5,6 +5,7 @@
 
 use anyhow::{bail, Context};
 use kittens_ir::Rounding;
+use kittens_kernels::attn::AttnArgs;
 use kittens_kernels::attn::{AttnLayout, AttnShape, Causal};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::split::KvSplits;
@@ -105,10 +106,13 @@ struct Check {
 impl Check {
     fn problem(&self, sms: Option<u32>) -> AttnProblem {
         let mut p = AttnProblem {
-            attn: self.shape,
-            seq_kv: Some(self.seq_kv),
-            causal: self.causal != Causal::No,
-            bottom_right: self.causal == Causal::BottomRight,
+            args: AttnArgs {
+                attn: self.shape,
+                seq_kv: Some(self.seq_kv),
+                causal: self.causal != Causal::No,
+                bottom_right: self.causal == Causal::BottomRight,
+                ..Default::default()
+            },
             lse: true,
             kv_splits: self.kv_splits,
             run: RunSettings {

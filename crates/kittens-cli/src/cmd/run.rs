@@ -144,7 +144,8 @@ pub struct Args {
     /// swiglu, swiglu_bwd: gate and up as the two halves of one [rows, 2F] tensor (gate first).
     #[arg(long)]
     pub packed: bool,
-    /// cross_entropy: vocabulary size V (columns of the logits; --rows rows).
+    /// cross_entropy: vocabulary size V (columns of the logits; --rows rows): its row length, the
+    /// same argument as --hidden (give one).
     #[arg(long, default_value_t = 32000)]
     pub vocab: usize,
     /// cross_entropy: label smoothing in [0, 1).
@@ -208,73 +209,15 @@ pub fn explicit_flags(matches: &clap::ArgMatches) -> Vec<String> {
         .collect()
 }
 
-/// The `run` flags each kernel reads (clap ids); the backend, target, seeds, scale, tolerance and
-/// output flags apply to every kernel.
-fn kernel_flags(kernel: &str) -> &'static [&'static str] {
-    const GEMM: &[&str] = &["m", "n", "k", "block", "k_step", "schedule", "variant"];
-    const ATTN_FWD: &[&str] = &[
-        "batch",
-        "heads",
-        "heads_kv",
-        "seq",
-        "seq_kv",
-        "dim",
-        "causal",
-        "bottom_right",
-        "softmax_scale",
-        "softcap",
-        "window",
-        "lse",
-        "kv_splits",
-        "layout",
-        "q_rows",
-        "kv_block",
-        "variant",
-    ];
-    const ATTN_BWD: &[&str] = &[
-        "batch",
-        "heads",
-        "heads_kv",
-        "seq",
-        "seq_kv",
-        "dim",
-        "causal",
-        "bottom_right",
-        "softmax_scale",
-        "softcap",
-        "window",
-        "layout",
-        "schedule",
-        "variant",
-    ];
-    const ATTN_VARLEN: &[&str] = &[
-        "batch",
-        "heads",
-        "heads_kv",
-        "seq",
-        "seq_kv",
-        "dim",
-        "causal",
-        "softmax_scale",
-    ];
-    const LAYERNORM: &[&str] = &["rows", "hidden", "p", "dropout_seed", "offset", "eps"];
-    const ROTARY: &[&str] = &["batch", "heads", "seq", "dim", "layout", "interleaved"];
-    const RMSNORM: &[&str] = &["rows", "hidden", "no_residual", "eps"];
-    // Their variants configure `kittens compile`; a run takes --packed (the backward's `dweight`
-    // launch always runs after the first).
-    const SWIGLU: &[&str] = &["rows", "hidden", "packed"];
-    const CROSS_ENTROPY: &[&str] = &["rows", "vocab", "smoothing", "f32_logits"];
-    match kernel {
-        "gemm_bf16" | "gemm_fp8" => GEMM,
-        "cross_entropy" => CROSS_ENTROPY,
-        "attn_fwd" => ATTN_FWD,
-        "attn_bwd" => ATTN_BWD,
-        "attn_varlen" => ATTN_VARLEN,
-        "layernorm" | "layernorm_bwd" => LAYERNORM,
-        "rotary" | "rotary_bwd" => ROTARY,
-        "rmsnorm" | "rmsnorm_bwd" => RMSNORM,
-        "swiglu" | "swiglu_bwd" => SWIGLU,
-        _ => &[],
+/// The named argument (`kittens_kernels::problem::NamedArgs`) a kernel flag sets: its clap id,
+/// except where the CLI's word differs from the problems'.
+fn named_arg(flag: &str) -> &str {
+    match flag {
+        "softmax_scale" => "scale",
+        // Two words for one row length: cross_entropy's rows are its vocabulary.
+        "hidden" | "vocab" => "norm_dim",
+        "no_residual" => "residual",
+        other => other,
     }
 }
 
@@ -301,13 +244,31 @@ const COMMON_FLAGS: &[&str] = &[
 /// Tile flags that configure the interpreter's program only (a GPU target builds its GPU's tiles).
 const CPU_TILE_FLAGS: &[&str] = &["block", "k_step", "q_rows", "kv_block"];
 
-/// Refuses a flag given on the command line that the kernel (or the backend) would ignore.
-fn check_flags(a: &Args) -> anyhow::Result<()> {
-    let own = kernel_flags(a.kernel.name);
+/// Refuses a flag given on the command line that the kernel (or the backend) would ignore: a kernel
+/// takes the flags whose named argument its problem reads (`unread`: the names its parser left
+/// unread, `NamedArgs::unread`), and `--schedule` where it names one of the kernel's variants
+/// ([`variant`]); every kernel takes [`COMMON_FLAGS`].
+fn check_flags(a: &Args, unread: &[String]) -> anyhow::Result<()> {
+    let schedules = a
+        .kernel
+        .variants
+        .iter()
+        .any(|v| matches!(v.name, "interleave4" | "pingpong8"));
+    let takes = |f: &str| {
+        COMMON_FLAGS.contains(&f)
+            || !unread.iter().any(|u| u == named_arg(f))
+            || f == "schedule" && schedules
+    };
+    let cmd = <Args as clap::Args>::augment_args(clap::Command::new("run"));
+    let own: Vec<&str> = cmd
+        .get_arguments()
+        .map(|x| x.get_id().as_str())
+        .filter(|f| !COMMON_FLAGS.contains(f) && takes(f))
+        .collect();
     let foreign: Vec<String> = a
         .explicit
         .iter()
-        .filter(|f| !COMMON_FLAGS.contains(&f.as_str()) && !own.contains(&f.as_str()))
+        .filter(|f| !takes(f))
         .map(|f| format!("--{}", f.replace('_', "-")))
         .collect();
     if !foreign.is_empty() {
@@ -354,37 +315,15 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<NamedArgs> {
     if let Some((flag, _)) = dims.into_iter().find(|&(_, v)| v == 0) {
         bail!("{flag} must be positive");
     }
-    // Only attention takes its own key length and a bottom-right mask, only the forward writes a
-    // log-sum-exp; elsewhere they would be ignored silently.
-    let attention = matches!(a.kernel.name, "attn_fwd" | "attn_bwd");
-    // attn_varlen's --seq / --seq-kv are max_seqlen_q / max_seqlen_k; its causal mask is always
-    // bottom-right (FlashAttention's), so --bottom-right is not its flag.
-    if a.bottom_right && !attention {
-        bail!(
-            "--bottom-right applies to attn_fwd and attn_bwd only, not {}",
-            a.kernel.name
-        );
-    }
-    if !attention && a.kernel.name != "attn_varlen" && a.seq_kv.is_some() {
-        bail!(
-            "--seq-kv applies to attn_fwd, attn_bwd and attn_varlen only, not {}",
-            a.kernel.name
-        );
-    }
-    if a.lse && a.kernel.name != "attn_fwd" {
-        bail!("--lse applies to attn_fwd only, not {}", a.kernel.name);
-    }
-    let one = KvSplits::Fixed(1);
-    if a.kv_splits != one && a.kernel.name != "attn_fwd" {
-        bail!(
-            "--kv-splits applies to attn_fwd only, not {}",
-            a.kernel.name
-        );
-    }
-    if matches!(a.kernel.name, "attn_fwd" | "attn_bwd" | "attn_varlen")
-        && (a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv))
-    {
+    // Which flags apply is the kernel's problem's business (`check_flags`); these two say the flags'
+    // names where the problem would name its arguments.
+    let attention = matches!(a.kernel.name, "attn_fwd" | "attn_bwd" | "attn_varlen");
+    if attention && (a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv)) {
         bail!("--heads-kv {} must divide --heads {}", a.heads_kv, a.heads);
+    }
+    let given = |f: &str| a.explicit.iter().any(|e| e == f);
+    if given("hidden") && given("vocab") {
+        bail!("--hidden and --vocab both set the row length; give one");
     }
     // The problem by name; the kernel's own problem type reads the names it knows
     // (`KernelEntry::problem`), and `check_flags` refused the flags it does not.
@@ -401,7 +340,8 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<NamedArgs> {
         KvSplits::Auto => "auto".into(),
         KvSplits::Fixed(g) => g.into(),
     };
-    let norm_dim = if a.kernel.name == "cross_entropy" {
+    // The row length: the flag given, else cross_entropy's vocabulary or the norms' default.
+    let norm_dim = if given("vocab") || !given("hidden") && a.kernel.name == "cross_entropy" {
         a.vocab
     } else {
         a.hidden
@@ -582,8 +522,11 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     {
         bail!("--host-loop takes 1 to 1000000 calls");
     }
-    check_flags(&args)?;
     let mut named = problem(&args)?;
+    // The names the kernel's problem reads, asked of its parser; a problem it refuses says why below.
+    if entry.problem(&named).is_ok() {
+        check_flags(&args, &named.unread())?;
+    }
     let variant = variant(&args)?;
     // On the interpreter the GEMMs' `interleave4` variant is their 4-wave schedule (what `--schedule
     // interleave` runs there); the registry variant itself configures a GPU target.

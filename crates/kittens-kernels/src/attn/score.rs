@@ -281,11 +281,12 @@ impl std::str::FromStr for Window {
 }
 
 /// What every attention problem names (`attn_fwd::problem::AttnProblem`,
-/// `attn_bwd::problem::BwdProblem`), read from named arguments in one place: the shape, the keys when
+/// `attn_bwd::problem::BwdProblem`, `attn_varlen_problem::VarlenProblem` embed it), read from named
+/// arguments in one place: the shape, the keys when
 /// they differ from the queries, the mask, the logits and the window.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct AttnArgs {
-    pub attn: crate::attn::AttnShape,
+    pub attn: super::AttnShape,
     pub seq_kv: Option<usize>,
     pub causal: bool,
     pub bottom_right: bool,
@@ -299,7 +300,10 @@ impl AttnArgs {
     pub fn from_args(a: &crate::problem::NamedArgs) -> Result<AttnArgs, KernelError> {
         let d = AttnArgs::default();
         Ok(AttnArgs {
-            attn: crate::attn::AttnShape::from_args(a, d.attn)?,
+            attn: super::AttnShape {
+                heads_kv: a.size_or("heads_kv", d.attn.heads_kv)?,
+                ..super::AttnShape::from_args(a, d.attn)?
+            },
             seq_kv: a.opt_size_or("seq_kv", None)?,
             causal: a.flag_or("causal", false)?,
             bottom_right: a.flag_or("bottom_right", false)?,

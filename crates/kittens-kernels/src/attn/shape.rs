@@ -3,6 +3,7 @@
 //! causal mask's alignment ([`Causal`]).
 
 use super::layout::AttnLayout;
+use super::score::{AttnArgs, AttnOptions};
 use crate::problem::NamedArgs;
 use crate::KernelError;
 use kittens_ir::Expr;
@@ -33,8 +34,9 @@ impl Default for AttnShape {
 }
 
 impl AttnShape {
-    /// The shape `a` names (`batch`, `heads`, `heads_kv`, `seq`, `dim`, `layout` = `"bshd"` or
-    /// `"bhsd"`), `default`'s sizes for the others.
+    /// The shape `a` names (`batch`, `heads`, `seq`, `dim`, `layout` = `"bshd"` or `"bhsd"`),
+    /// `default`'s sizes for the others and for `heads_kv`, which only the attentions read
+    /// ([`AttnArgs::from_args`]: rotary has no key heads).
     pub fn from_args(a: &NamedArgs, default: AttnShape) -> Result<AttnShape, KernelError> {
         let layout = match a.text_or("layout", None)?.as_deref() {
             None => default.layout,
@@ -49,7 +51,7 @@ impl AttnShape {
         Ok(AttnShape {
             batch: a.size_or("batch", default.batch)?,
             heads: a.size_or("heads", default.heads)?,
-            heads_kv: a.size_or("heads_kv", default.heads_kv)?,
+            heads_kv: default.heads_kv,
             seq: a.size_or("seq", default.seq)?,
             dim: a.size_or("dim", default.dim)?,
             layout,
@@ -147,5 +149,66 @@ impl BwdShape {
     }
     pub fn lse_len(&self) -> usize {
         self.batch * self.heads * self.seq_q
+    }
+}
+
+/// The lengths and mask every attention problem derives from its [`AttnArgs`] (the arguments
+/// themselves are read in `super::score`, beside the logits and window they carry).
+impl AttnArgs {
+    /// The arguments of a call at `sh` with the mask `mask` and the logits and window of `opts`
+    /// (what [`Self::bwd_shape`], [`Self::mask`] and [`Self::options`] give back).
+    pub fn of(sh: &BwdShape, mask: Causal, opts: AttnOptions) -> AttnArgs {
+        AttnArgs {
+            attn: AttnShape {
+                batch: sh.batch,
+                heads: sh.heads,
+                heads_kv: sh.heads_kv,
+                seq: sh.seq_q,
+                dim: sh.dim,
+                layout: sh.layout,
+            },
+            seq_kv: Some(sh.seq_kv),
+            causal: mask != Causal::No,
+            bottom_right: mask == Causal::BottomRight,
+            logits: opts.logits,
+            window: opts.window,
+        }
+    }
+
+    /// Keys per sequence: `seq_kv`, or as many as queries.
+    pub fn keys(&self) -> usize {
+        self.seq_kv.unwrap_or(self.attn.seq)
+    }
+
+    /// The lengths as the general (backward-shaped) references take them: `seq_q` queries and
+    /// [`Self::keys`] keys.
+    pub fn bwd_shape(&self) -> BwdShape {
+        let a = self.attn;
+        BwdShape {
+            batch: a.batch,
+            heads: a.heads,
+            heads_kv: a.heads_kv,
+            seq_q: a.seq,
+            seq_kv: self.keys(),
+            dim: a.dim,
+            layout: a.layout,
+        }
+    }
+
+    /// The mask asked for.
+    pub fn mask(&self) -> Causal {
+        match (self.causal, self.bottom_right) {
+            (false, _) => Causal::No,
+            (true, false) => Causal::TopLeft,
+            (true, true) => Causal::BottomRight,
+        }
+    }
+
+    /// The logits and window, as the references take them.
+    pub fn options(&self) -> AttnOptions {
+        AttnOptions {
+            logits: self.logits,
+            window: self.window,
+        }
     }
 }

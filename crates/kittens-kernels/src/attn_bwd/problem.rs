@@ -6,9 +6,8 @@
 //! backward (`crate::reference_bwd`).
 
 use super::{build, BwdConfig};
-use crate::attn::score::{AttnArgs, AttnOptions, Logits, Window};
 use crate::attn::strides::{self, AttnStrides};
-use crate::attn::{AttnShape, BwdShape, Causal};
+use crate::attn::AttnArgs;
 use crate::budget;
 use crate::problem::{
     draw_operands, elements, param, positive, round_up, KernelProblem, Launch, NamedArgs, Plan,
@@ -40,14 +39,8 @@ fn named_values(p: &BwdProblem, l: &Launch) -> Result<Vec<(String, i64)>, Kernel
 /// An `attn_bwd` problem: the attention's shape, keys, mask, logits and window ([`AttnArgs`]).
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct BwdProblem {
-    pub attn: AttnShape,
-    /// Keys when they differ from the queries (`attn.seq`).
-    pub seq_kv: Option<usize>,
-    pub causal: bool,
-    /// Causal mask aligned bottom-right instead of top-left.
-    pub bottom_right: bool,
-    pub logits: Logits,
-    pub window: Option<Window>,
+    /// The attention's shape, keys, mask, logits and window.
+    pub args: AttnArgs,
     pub run: RunSettings,
     /// Each tensor's own `[b, h, s]` strides (`crate::attn::strides`); `None`: dense in `attn.layout`.
     pub attn_strides: Option<AttnStrides>,
@@ -60,12 +53,7 @@ impl BwdProblem {
     /// The problem of `a`'s shape and mask, with the default run settings.
     pub fn with(a: AttnArgs) -> BwdProblem {
         BwdProblem {
-            attn: a.attn,
-            seq_kv: a.seq_kv,
-            causal: a.causal,
-            bottom_right: a.bottom_right,
-            logits: a.logits,
-            window: a.window,
+            args: a,
             run: RunSettings::default(),
             attn_strides: None,
             dlse: false,
@@ -81,54 +69,11 @@ impl BwdProblem {
             ..BwdProblem::with(AttnArgs::from_args(a)?)
         })
     }
-
-    /// The attention's shape, keys, mask, logits and window (what every attention problem names).
-    pub fn args(&self) -> AttnArgs {
-        AttnArgs {
-            attn: self.attn,
-            seq_kv: self.seq_kv,
-            causal: self.causal,
-            bottom_right: self.bottom_right,
-            logits: self.logits,
-            window: self.window,
-        }
-    }
-
-    /// The logits and window, as the references take them.
-    pub fn attn_options(&self) -> AttnOptions {
-        AttnOptions {
-            logits: self.logits,
-            window: self.window,
-        }
-    }
 }
 
 /// The registry's parser of `attn_bwd`'s problem.
 pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
     Ok(Box::new(BwdProblem::from_args(a)?))
-}
-
-/// The shape of `p`: the attention shape with `seq_kv` keys (as many as queries unless given).
-pub fn shape(p: &BwdProblem) -> BwdShape {
-    let a = p.attn;
-    BwdShape {
-        batch: a.batch,
-        heads: a.heads,
-        heads_kv: a.heads_kv,
-        seq_q: a.seq,
-        seq_kv: p.seq_kv.unwrap_or(a.seq),
-        dim: a.dim,
-        layout: a.layout,
-    }
-}
-
-/// The mask `p` asks for.
-pub fn causal(p: &BwdProblem) -> Causal {
-    match (p.causal, p.bottom_right) {
-        (false, _) => Causal::No,
-        (true, false) => Causal::TopLeft,
-        (true, true) => Causal::BottomRight,
-    }
 }
 
 /// The 4-wave interleave of the key blocks (`BwdConfig::interleave4`).
@@ -183,21 +128,21 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         // needs 256 VGPRs + 2 AGPRs and spills 13 SGPRs into VGPR lanes; the 4-wave interleave
         // (K, V, dK, dV in AGPRs) takes it in 160 VGPRs + 96 AGPRs, no spills.
         None if target == Target::Gfx942
-            && p.attn.dim == 64
-            && p.causal
-            && p.logits.softcap.is_some()
-            && p.window.is_some() =>
+            && p.args.attn.dim == 64
+            && p.args.causal
+            && p.args.logits.softcap.is_some()
+            && p.args.window.is_some() =>
         {
             BwdConfig::interleave4(tiles)
         }
         None => tiles,
     };
     Ok(BwdConfig {
-        dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
-        causal: causal(p),
-        layout: p.attn.layout,
-        logits: p.logits,
-        window: p.window,
+        dim: u32::try_from(p.args.attn.dim).unwrap_or(u32::MAX),
+        causal: p.args.mask(),
+        layout: p.args.attn.layout,
+        logits: p.args.logits,
+        window: p.args.window,
         strided: p.attn_strides.is_some(),
         dlse: p.dlse,
         ..tiles
@@ -215,7 +160,7 @@ impl KernelProblem for BwdProblem {
 
     fn launch(&self) -> Result<Launch, KernelError> {
         let p = self;
-        let sh = shape(p);
+        let sh = p.args.bwd_shape();
         if sh.heads_kv == 0 || !sh.heads.is_multiple_of(sh.heads_kv) {
             return Err(KernelError::Problem(format!(
                 "attn_bwd: heads_kv {} must divide heads {} (GQA groups the query heads evenly)",
@@ -275,7 +220,7 @@ impl KernelProblem for BwdProblem {
 
     fn plan(&self, target: Target) -> Result<Plan, KernelError> {
         let p = self;
-        let (name, sh) = ("attn_bwd", shape(p));
+        let (name, sh) = ("attn_bwd", p.args.bwd_shape());
         positive(
             name,
             &[
@@ -290,7 +235,7 @@ impl KernelProblem for BwdProblem {
         if !sh.heads.is_multiple_of(sh.heads_kv) {
             self.launch()?;
         }
-        p.attn_options().check()?;
+        p.args.options().check()?;
         let cfg = config(p, target)?;
         let u = |x: usize| x as u64;
         let (b, h, hk, sq, skv, d) = (
@@ -340,7 +285,7 @@ impl KernelProblem for BwdProblem {
             work,
             shape: serde_json::json!({
                 "batch": sh.batch, "heads": sh.heads, "heads_kv": sh.heads_kv, "seq_q": sh.seq_q,
-                "seq_kv": sh.seq_kv, "dim": sh.dim, "layout": sh.layout, "causal": causal(p),
+                "seq_kv": sh.seq_kv, "dim": sh.dim, "layout": sh.layout, "causal": p.args.mask(),
                 "waves": cfg.waves, "key_rows": cfg.key_rows, "query_rows": cfg.query_rows,
                 "step": cfg.step, "key_step": cfg.key_step,
                 "grad_mfma": format!("{}", cfg.grad_base), "pin_agprs": cfg.pin_agprs,
@@ -406,7 +351,12 @@ impl KernelProblem for BwdProblem {
                 let [dq, dk, dv] = [0, 1, 2].map(|i| l.outputs[i]);
                 let acc = elements(
                     "dq_acc",
-                    &[p.attn.batch, p.attn.heads, p.attn.seq, p.attn.dim],
+                    &[
+                        p.args.attn.batch,
+                        p.args.attn.heads,
+                        p.args.attn.seq,
+                        p.args.attn.dim,
+                    ],
                 )?;
                 let values = named_values(p, l)?;
                 let stage = |schedule, inputs, outputs| -> Result<Stage, KernelError> {
@@ -445,18 +395,18 @@ impl KernelProblem for BwdProblem {
     /// f64 forward at those Q, K, V.
     fn draw(&self, kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
         let p = self;
-        let sh = shape(p);
+        let sh = p.args.bwd_shape();
         let lens = &launch.inputs;
         let qkv = draw_operands(p.run.input_scale, kernel, &lens[..3], rng);
         let d_o = draw_operands(p.run.input_scale, kernel, &lens[4..5], rng).remove(0);
-        let opts = p.attn_options();
+        let opts = p.args.options();
         // A strided problem's forward reads the drawn spans gathered, and its O goes to O's strides.
         let dense = |i: usize, t: &[f32]| match &p.attn_strides {
             Some(_) => strided::gather(p, i, t),
             None => t.to_vec(),
         };
         let [q_d, k_d, v_d] = [0, 1, 2].map(|i| dense(i, &qkv[i]));
-        let f = reference_bwd::forward_with(&q_d, &k_d, &v_d, &sh, causal(p), &opts);
+        let f = reference_bwd::forward_with(&q_d, &k_d, &v_d, &sh, p.args.mask(), &opts);
         let o: Vec<f32> =
             f.o.iter()
                 .map(|&x| round(x as f32, DType::Bf16, Rounding::Rtne))
@@ -476,14 +426,14 @@ impl KernelProblem for BwdProblem {
 
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
         let p = self;
-        let (sh, c) = (shape(p), causal(p));
+        let (sh, c) = (p.args.bwd_shape(), p.args.mask());
         let dense = |i: usize| match &p.attn_strides {
             Some(_) => strided::gather(p, i, &inputs[i]),
             None => inputs[i].clone(),
         };
         let [q, k, v, d_o] = [0, 1, 2, 4].map(dense);
         let (q, k, v, d_o) = (q.as_slice(), k.as_slice(), v.as_slice(), d_o.as_slice());
-        let lg = &p.attn_options();
+        let lg = &p.args.options();
         let dlse = inputs.get(6).filter(|_| p.dlse).map(Vec::as_slice);
         let g = reference_bwd::backward_dlse(q, k, v, d_o, dlse, &sh, c, lg);
         let base = reference_bwd::backward_bf16_baseline_dlse(q, k, v, d_o, dlse, &sh, c, lg);
@@ -530,7 +480,7 @@ mod strided {
     use crate::attn::strides::{self, TENSORS};
 
     fn shape(p: &Problem, i: usize) -> ([usize; 4], [usize; 3]) {
-        let sh = super::shape(p);
+        let sh = p.args.bwd_shape();
         let heads = if matches!(TENSORS[i], "k" | "v" | "dk" | "dv") {
             (sh.heads_kv, sh.seq_kv)
         } else {

@@ -3,9 +3,8 @@
 
 use super::split::{self, KvSplits, SplitShape};
 use super::{build, AttnConfig, AttnSchedule};
-use crate::attn::score::{AttnArgs, AttnOptions, Logits, Window};
 use crate::attn::strides::{self, AttnStrides};
-use crate::attn::{AttnLayout, AttnShape, BwdShape, Causal};
+use crate::attn::{AttnArgs, AttnLayout, BwdShape};
 use crate::budget;
 use crate::problem::{
     elements, param, positive, round_up, KernelProblem, Launch, NamedArgs, Plan, Reference,
@@ -23,18 +22,10 @@ use kittens_ir::Kernel;
 /// (`attn_cfg`; `dim` is taken from `attn.dim`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct AttnProblem {
-    pub attn: AttnShape,
-    /// Keys when they differ from the queries (`attn.seq`).
-    pub seq_kv: Option<usize>,
-    pub causal: bool,
-    /// Causal mask aligned bottom-right (key `j ≤ i + seq_kv − seq_q`) instead of top-left.
-    pub bottom_right: bool,
+    /// The attention's shape, keys, mask, logits and window.
+    pub args: AttnArgs,
     /// Also write the log-sum-exp of every query row (a second output).
     pub lse: bool,
-    /// The softmax scale and soft cap (`None`s: `1/√d`, no cap).
-    pub logits: Logits,
-    /// A sliding window (bottom-right aligned, `crate::attn::score::Window`).
-    pub window: Option<Window>,
     pub kv_splits: KvSplits,
     pub attn_cfg: AttnConfig,
     pub run: RunSettings,
@@ -44,7 +35,7 @@ pub struct AttnProblem {
 }
 
 impl Default for AttnProblem {
-    /// The default shape ([`AttnShape::default`]), no mask, unsplit, 16-query, 32-key tiles.
+    /// The default shape ([`crate::attn::AttnShape::default`]), no mask, unsplit, 16-query, 32-key tiles.
     fn default() -> Self {
         AttnProblem::with(AttnArgs::default())
     }
@@ -54,13 +45,8 @@ impl AttnProblem {
     /// The problem of `a`'s shape and mask, with the defaults for the rest.
     pub fn with(a: AttnArgs) -> AttnProblem {
         AttnProblem {
-            attn: a.attn,
-            seq_kv: a.seq_kv,
-            causal: a.causal,
-            bottom_right: a.bottom_right,
+            args: a,
             lse: false,
-            logits: a.logits,
-            window: a.window,
             kv_splits: KvSplits::Fixed(1),
             attn_cfg: AttnConfig {
                 q_rows: 16,
@@ -83,26 +69,6 @@ impl AttnProblem {
         p.run = RunSettings::from_args(a, &[CAUSAL, SEED001])?;
         p.attn_strides = AttnStrides::from_args(a)?;
         Ok(p)
-    }
-
-    /// The attention's shape, keys, mask, logits and window (what every attention problem names).
-    pub fn args(&self) -> AttnArgs {
-        AttnArgs {
-            attn: self.attn,
-            seq_kv: self.seq_kv,
-            causal: self.causal,
-            bottom_right: self.bottom_right,
-            logits: self.logits,
-            window: self.window,
-        }
-    }
-
-    /// The logits and window, as the references take them.
-    pub fn attn_options(&self) -> AttnOptions {
-        AttnOptions {
-            logits: self.logits,
-            window: self.window,
-        }
     }
 }
 
@@ -137,7 +103,7 @@ pub fn variant(base: AttnConfig, name: &str) -> Result<AttnConfig, KernelError> 
 fn no_variant(p: &AttnProblem) -> Result<(), KernelError> {
     match p.run.variant {
         None | Some(SEED001) => Ok(()),
-        Some(CAUSAL) if p.causal => Ok(()),
+        Some(CAUSAL) if p.args.causal => Ok(()),
         Some(CAUSAL) => Err(KernelError::Config(
             "attn_fwd: the `causal` variant runs with the causal mask (--causal)".into(),
         )),
@@ -172,12 +138,12 @@ fn splits(
     target: Target,
     cfg: &AttnConfig,
 ) -> Result<(u32, Option<String>), KernelError> {
-    let a = p.attn;
+    let a = p.args.attn;
     let shape = SplitShape {
         batch: a.batch as u64,
         heads: a.heads as u64,
         seq: a.seq as u64,
-        seq_kv: bwd_shape(p).seq_kv as u64,
+        seq_kv: p.args.bwd_shape().seq_kv as u64,
     };
     match split_gpu(cfg, target) {
         Some(gpu) => split::resolve(p.kv_splits, &p.run.device_model(gpu), cfg, shape),
@@ -198,13 +164,13 @@ fn tiles(p: &AttnProblem, target: Target) -> AttnConfig {
         (_, None) => p.attn_cfg,
     };
     let cfg = AttnConfig {
-        dim: u32::try_from(p.attn.dim).unwrap_or(u32::MAX),
-        causal: p.causal,
-        bottom_right: p.causal && p.bottom_right,
-        layout: p.attn.layout,
+        dim: u32::try_from(p.args.attn.dim).unwrap_or(u32::MAX),
+        causal: p.args.causal,
+        bottom_right: p.args.causal && p.args.bottom_right,
+        layout: p.args.attn.layout,
         lse: p.lse,
-        logits: p.logits,
-        window: p.window,
+        logits: p.args.logits,
+        window: p.args.window,
         rounding: p.attn_cfg.rounding,
         strided: p.attn_strides.is_some(),
         ..tiles
@@ -222,38 +188,12 @@ fn tiles(p: &AttnProblem, target: Target) -> AttnConfig {
 /// `[b, h_kv, d, s]`) is given it that way, and the references read it in `shape.layout`.
 fn v_in_layout(v: &[f32], shape: &BwdShape) -> Vec<f32> {
     let (h, s, d) = (shape.heads_kv, shape.seq_kv, shape.dim);
-    let at = |bi: usize, hi: usize, si: usize, di: usize| match shape.layout {
-        AttnLayout::Bshd => ((bi * s + si) * h + hi) * d + di,
-        AttnLayout::Bhsd => ((bi * h + hi) * s + si) * d + di,
-    };
     let mut out = vec![0.0; v.len()];
     for (i, &x) in v.iter().enumerate() {
         let (si, di, hi, bi) = (i % s, i / s % d, i / (s * d) % h, i / (s * d * h));
-        out[at(bi, hi, si, di)] = x;
+        out[shape.layout.offset((h, s, d), (bi, hi, si, di))] = x;
     }
     out
-}
-
-/// The problem's lengths as the general references take them.
-fn bwd_shape(p: &AttnProblem) -> BwdShape {
-    let a = p.attn;
-    BwdShape {
-        batch: a.batch,
-        heads: a.heads,
-        heads_kv: a.heads_kv,
-        seq_q: a.seq,
-        seq_kv: p.seq_kv.unwrap_or(a.seq),
-        dim: a.dim,
-        layout: a.layout,
-    }
-}
-
-fn causal(p: &AttnProblem) -> Causal {
-    match (p.causal, p.bottom_right) {
-        (false, _) => Causal::No,
-        (true, false) => Causal::TopLeft,
-        (true, true) => Causal::BottomRight,
-    }
 }
 
 impl KernelProblem for AttnProblem {
@@ -267,7 +207,7 @@ impl KernelProblem for AttnProblem {
 
     fn launch(&self) -> Result<Launch, KernelError> {
         let p = self;
-        let (sh, seq_kv) = (p.attn, bwd_shape(p).seq_kv);
+        let (sh, seq_kv) = (p.args.attn, p.args.bwd_shape().seq_kv);
         if sh.heads_kv == 0 || !sh.heads.is_multiple_of(sh.heads_kv) {
             return Err(KernelError::Problem(format!(
                 "attn_fwd: heads_kv {} must divide heads {} (GQA groups the query heads evenly)",
@@ -326,7 +266,7 @@ impl KernelProblem for AttnProblem {
 
     fn plan(&self, target: Target) -> Result<Plan, KernelError> {
         let p = self;
-        let (name, sh, seq_kv) = ("attn_fwd", p.attn, bwd_shape(p).seq_kv);
+        let (name, sh, seq_kv) = ("attn_fwd", p.args.attn, p.args.bwd_shape().seq_kv);
         positive(
             name,
             &[
@@ -343,7 +283,7 @@ impl KernelProblem for AttnProblem {
             self.launch()?;
         }
         no_variant(p)?;
-        p.attn_options().check()?;
+        p.args.options().check()?;
         let cfg = tiles(p, target);
         let (g, why) = splits(p, target, &cfg)?;
         let u = |x: usize| x as u64;
@@ -387,7 +327,7 @@ impl KernelProblem for AttnProblem {
             what,
             work,
             shape: serde_json::json!({
-                "attn": sh, "seq_kv": skv, "causal": causal(p), "lse": p.lse,
+                "attn": sh, "seq_kv": skv, "causal": p.args.mask(), "lse": p.lse,
                 "q_rows": cfg.q_rows, "kv_block": cfg.kv_block, "program": cfg.schedule,
                 "v_layout": if cfg.v_transposed { "bhds" } else { "as_q" },
                 "kv_splits": g, "kv_splits_asked": p.kv_splits, "kv_split_reason": why,
@@ -417,7 +357,7 @@ impl KernelProblem for AttnProblem {
                 launch: plan.launch.clone(),
             }]);
         }
-        let (a, g) = (p.attn, cfg.kv_splits as usize);
+        let (a, g) = (p.args.attn, cfg.kv_splits as usize);
         let rows = elements("lse", &[a.batch, a.heads, a.seq])?;
         let q_len = elements("o_partial", &[a.batch, a.heads, a.seq, a.dim])?;
         let parts = vec![
@@ -463,7 +403,7 @@ impl KernelProblem for AttnProblem {
             return strided_reference(p, &st, inputs);
         }
         let [q, k, v] = [&inputs[0], &inputs[1], &inputs[2]];
-        let (bsh, causal) = (bwd_shape(p), causal(p));
+        let (bsh, causal) = (p.args.bwd_shape(), p.args.mask());
         let v_t;
         let v = if tiles(p, Target::Cpu).v_transposed {
             v_t = v_in_layout(v, &bsh);
@@ -471,7 +411,7 @@ impl KernelProblem for AttnProblem {
         } else {
             v
         };
-        let lg = &p.attn_options();
+        let lg = &p.args.options();
         let (o, lse, logit) = reference_fwd::forward_with(q, k, v, &bsh, causal, lg);
         let rounding = p.attn_cfg.rounding; // the baseline rounds its output as the kernel does
         let (ob, lseb) =
@@ -500,17 +440,14 @@ impl KernelProblem for AttnProblem {
 /// can be judged so (the runners poison outputs with NaN; `tests/attn_strides.rs` checks gapped ones
 /// on the interpreter).
 fn strided_reference(p: &AttnProblem, st: &AttnStrides, inputs: &[Vec<f32>]) -> Reference {
-    let sh = bwd_shape(p);
+    let sh = p.args.bwd_shape();
     let q_shape = [sh.batch, sh.heads, sh.seq_q, sh.dim];
     let kv_shape = [sh.batch, sh.heads_kv, sh.seq_kv, sh.dim];
-    let dense = AttnProblem {
+    let mut dense = AttnProblem {
         attn_strides: None,
-        attn: AttnShape {
-            layout: AttnLayout::Bhsd,
-            ..p.attn
-        },
         ..*p
     };
+    dense.args.attn.layout = AttnLayout::Bhsd;
     let gathered = [
         strides::gather(&inputs[0], q_shape, st.q),
         strides::gather(&inputs[1], kv_shape, st.k),

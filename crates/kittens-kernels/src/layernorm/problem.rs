@@ -97,12 +97,7 @@ pub fn bwd_config(
             ..LayerNormConfig::new(cfg.dim, cfg.p, 64)
         };
     }
-    let mut lp = RowLoop::from_env(target, cfg.waves)?;
-    if let Some(w) = lp.waves_per_row {
-        cfg.waves_per_row = w;
-        cfg.waves = 4.max(w);
-        lp = RowLoop::from_env(target, cfg.waves)?;
-    }
+    let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?;
     Ok((cfg, lp))
 }
 
@@ -298,12 +293,6 @@ fn scratch_len(
     lp: &RowLoop,
     p: &LayerNormProblem,
 ) -> Result<usize, KernelError> {
-    parts_at(cfg, lp, p.norm.rows)
-        .and_then(|n| n.checked_mul(p.norm.dim))
-        .ok_or_else(|| {
-            KernelError::Problem(format!(
-                "layernorm_bwd at rows={}: the scratch overflows",
-                p.norm.rows
-            ))
-        })
+    let what = format!("layernorm_bwd at rows={}", p.norm.rows);
+    lp.scratch_len(&what, p.norm.rows, cfg.rows_per_block(), p.norm.dim)
 }

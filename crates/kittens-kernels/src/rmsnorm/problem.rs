@@ -96,12 +96,7 @@ pub fn bwd_config(
     target: Target,
 ) -> Result<(RmsNormConfig, RowLoop), KernelError> {
     let mut cfg = config(p, target);
-    let mut lp = RowLoop::from_env(target, cfg.waves)?;
-    if let Some(w) = lp.waves_per_row {
-        cfg.waves_per_row = w;
-        cfg.waves = 4.max(w);
-        lp = RowLoop::from_env(target, cfg.waves)?;
-    }
+    let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?;
     Ok((cfg, lp))
 }
 
@@ -229,10 +224,7 @@ impl KernelProblem for RmsNormBwdProblem {
         let (cfg, lp) = bwd_config(p, target)?;
         cfg.check()?;
         let what = format!("rmsnorm_bwd at rows={rows} dim={d}");
-        let parts = lp
-            .parts_at(rows, cfg.rows_per_block())
-            .and_then(|n| n.checked_mul(d))
-            .ok_or_else(|| KernelError::Problem(format!("{what}: the scratch overflows")))?;
+        let parts = lp.scratch_len(&what, rows, cfg.rows_per_block(), d)?;
         // Inputs, dx and the scratch (under m / 16 more).
         check_bytes(&what, m, 3 + u64::from(p.residual), 2)?;
         budget::check_host_bytes(&what, (parts as u64).checked_mul(4 + STORE_BYTES + 4))?;
@@ -258,10 +250,7 @@ impl KernelProblem for RmsNormBwdProblem {
         let (cfg, lp) = bwd_config(p, target)?;
         let l = &plan.launch;
         let d = p.dim;
-        let scratch = lp
-            .parts_at(p.rows, cfg.rows_per_block())
-            .and_then(|n| n.checked_mul(d))
-            .ok_or_else(|| KernelError::Problem("rmsnorm_bwd: the scratch overflows".into()))?;
+        let scratch = lp.scratch_len("rmsnorm_bwd", p.rows, cfg.rows_per_block(), d)?;
         Ok(vec![
             Stage {
                 kernel: build_bwd(&cfg, &lp)?,

@@ -168,7 +168,7 @@ impl PackedArgs {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kittens_kernels::attn::{AttnLayout, AttnShape};
+    use kittens_kernels::attn::{AttnArgs, AttnLayout, AttnShape};
     use kittens_kernels::attn_fwd::problem::AttnProblem;
     use kittens_kernels::attn_fwd::split::KvSplits;
 
@@ -176,15 +176,18 @@ mod tests {
     /// parameters by name.
     fn lowered(dim: usize, layout: AttnLayout) -> (Lowered, Vec<(String, i64)>) {
         let p = AttnProblem {
-            attn: AttnShape {
-                batch: 2,
-                heads: 6,
-                heads_kv: 2,
-                seq: 77,
-                dim,
-                layout,
+            args: AttnArgs {
+                attn: AttnShape {
+                    batch: 2,
+                    heads: 6,
+                    heads_kv: 2,
+                    seq: 77,
+                    dim,
+                    layout,
+                },
+                causal: true,
+                ..Default::default()
             },
-            causal: true,
             kv_splits: KvSplits::Fixed(1),
             ..AttnProblem::default()
         };

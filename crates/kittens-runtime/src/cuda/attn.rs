@@ -7,6 +7,7 @@
 //! hand: a configuration the registry does not give is not benchmarked.
 
 use kittens_hw::Target;
+use kittens_kernels::attn::AttnArgs;
 use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_fwd::problem::kv_parts;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
@@ -75,8 +76,11 @@ pub struct AttnBenchReport {
 /// The case as the registry's problem on a device of `sms` SMs (the key split planned for it).
 pub fn problem(case: &AttnCase, sms: u32) -> AttnProblem {
     AttnProblem {
-        attn: case.shape,
-        causal: case.causal,
+        args: AttnArgs {
+            attn: case.shape,
+            causal: case.causal,
+            ..Default::default()
+        },
         kv_splits: case.kv_splits,
         run: RunSettings {
             sms: Some(sms),
