@@ -175,3 +175,13 @@ def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match="nheads_k"):
         flash_attn_with_kvcache(q[:, :, :1].repeat(1, 1, 3, 1), kc.repeat(1, 1, 2, 1), vc.repeat(1, 1, 2, 1),
                                 cache_seqlens=seqlens, block_table=table)
+
+
+def test_paged_bench_module_imports_and_its_shapes_are_valid():
+    """``python -m kittens.bench attn --paged`` (GPU only): its module imports and every shape's cache is whole
+    pages of a size the paged path takes."""
+    from kittens import bench_paged
+    from kittens.kvcache import PAGE_MULTIPLE
+
+    for b, h, hk, cap, page, d in bench_paged.SHAPES:
+        assert cap % page == 0 and page % PAGE_MULTIPLE == 0 and h % hk == 0, (b, h, hk, cap, page, d)

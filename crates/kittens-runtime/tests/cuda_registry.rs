@@ -24,7 +24,10 @@ fn every_sm90a_registry_kernel_compiles_through_the_one_function() {
             let err = lower_entry(e, Target::Sm90a, None)
                 .err()
                 .unwrap_or_else(|| panic!("{}: marked not yet, but it lowers", e.name));
-            assert!(err.to_string().contains("sm_90a") || err.to_string().contains("sm90"), "{err}");
+            assert!(
+                err.to_string().contains("sm_90a") || err.to_string().contains("sm90"),
+                "{err}"
+            );
             continue;
         }
         let l = lower_entry(e, Target::Sm90a, None).unwrap_or_else(|err| panic!("{err}"));
