@@ -112,7 +112,7 @@ pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
 /// key, 2 none, the rest uniform in `0..=capacity`.
 pub fn lengths(p: &PagedProblem) -> Vec<usize> {
     let cap = p.max_blocks * p.page_size;
-    let mut rng = SmallRng::seed_from_u64(p.run.seed ^ 0x7061_6765_64);
+    let mut rng = SmallRng::seed_from_u64(p.run.seed ^ 0x70_6167_6564);
     (0..p.attn.batch)
         .map(|b| match b {
             0 => cap,
