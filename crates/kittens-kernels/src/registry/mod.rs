@@ -5,12 +5,14 @@
 //! `kittens list` are generated from it.
 
 use crate::problem::{KernelProblem, NamedArgs};
+mod paged;
 use crate::{
-    attn, attn_bwd, attn_fwd, attn_paged, attn_paged_problem, attn_varlen, attn_varlen_problem,
-    cross_entropy, gemm, layernorm, rmsnorm, rotary, rows, swiglu, KernelError,
+    attn, attn_bwd, attn_fwd, attn_varlen, attn_varlen_problem, cross_entropy, gemm, layernorm,
+    rmsnorm, rotary, rows, swiglu, KernelError,
 };
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
+use paged::ATTN_PAGED;
 use serde::Serialize;
 
 /// How far a kernel has got on one target.
@@ -394,49 +396,6 @@ const ATTN_VARLEN: KernelEntry = KernelEntry {
         )
     },
     parse: attn_varlen_problem::parse,
-};
-
-const ATTN_PAGED: KernelEntry = KernelEntry {
-    name: "attn_paged",
-    about: "decode attention against a paged KV cache read in place (flash_attn_with_kvcache with \
-            block_table): the block table and lengths read on the device per step, GQA, causal \
-            bottom-right, any scale, split-KV with the merge",
-    targets: &[
-        TargetPlan {
-            target: Target::Gfx942,
-            schedule: "plain, one wave",
-            status: Status::NotYet {
-                why: "the AMD lowerings do not emit index reads (block_table) yet",
-            },
-        },
-        TargetPlan {
-            target: Target::Gfx950,
-            schedule: "plain, one wave",
-            status: Status::NotYet {
-                why: "the AMD lowerings do not emit index reads (block_table) yet",
-            },
-        },
-        TargetPlan {
-            target: Target::Sm90a,
-            schedule:
-                "plain, one warp",
-            status: Status::NotYet {
-                why: "the plain CUDA lowering refuses index reads (block_table), and its row broadcasts \
-                      need score rows a wave of chunks wide (16 keys a step here); a producer/consumer \
-                      program as attn_varlen_hopper's is the way",
-            },
-        },
-        TargetPlan {
-            target: Target::Cpu,
-            schedule: "plain, one wave",
-            status: Status::Interpreted,
-        },
-    ],
-    variants: &[],
-    build_variant: no_variants,
-    build_default: || attn_paged::build(&attn_paged_problem::default_config()),
-    build_gpu: |_| attn_paged::build(&attn_paged_problem::default_config()),
-    parse: attn_paged_problem::parse,
 };
 
 const ATTN_BWD: KernelEntry = KernelEntry {
