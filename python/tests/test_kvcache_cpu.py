@@ -185,3 +185,11 @@ def test_paged_bench_module_imports_and_its_shapes_are_valid():
 
     for b, h, hk, cap, page, d in bench_paged.SHAPES:
         assert cap % page == 0 and page % PAGE_MULTIPLE == 0 and h % hk == 0, (b, h, hk, cap, page, d)
+
+
+def test_opcheck_attention_paged():
+    """``kittens::attention_paged`` passes ``torch.library.opcheck`` (schema, fake tensor, dispatch)."""
+    from kittens import ops  # noqa: F401  (registers the op)
+
+    q, kc, vc, _, _, seqlens, table, *_ = make_case([5, 20], 0, 2, 2, 1, 64, 16, 32, seed=6)
+    torch.library.opcheck(torch.ops.kittens.attention_paged.default, (q, kc, vc, table, seqlens, True, None, 2))
