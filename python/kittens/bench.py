@@ -403,6 +403,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                    help="attn: FlashAttention's options (softcap, window, alibi, head dims) against PyTorch "
                         "(kittens.bench_attn_opts)")
     p.add_argument("--opt-seq", type=int, default=4096, help="attn --options: the sequence length")
+    p.add_argument("--paged", action="store_true",
+                   help="attn: decoding against a paged KV cache (flash_attn_with_kvcache with block_table) "
+                        "vs SDPA on the gathered cache, gather not timed for SDPA (kittens.bench_paged)")
     p.add_argument("--backward", action="store_true",
                    help="attn: the backward against SDPA's cuDNN and flash backends (kittens.bench_bwd); "
                         "layernorm: the backward against torch eager and torch.compile (kittens.bench_lnbwd)")
@@ -450,6 +453,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         return main_overhead(torch, kittens, args)
     if args.what == "attn" and args.backward:
         return main_backward(torch, kittens, args)
+    if args.what == "attn" and args.paged:
+        from . import bench_paged
+
+        return bench_paged.main_paged(torch, kittens, args)
     if args.what == "attn" and args.options:
         from . import bench_attn_opts
 

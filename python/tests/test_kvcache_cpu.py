@@ -54,7 +54,7 @@ def make_case(lens, sn, sq, h, hk, d, page, capacity, seed, device="cpu"):
             logical_k, logical_v)
 
 
-def reference(q, logical_k, logical_v, k, v, lens, causal, dtype):
+def reference(q, logical_k, logical_v, k, v, lens, causal, dtype, scale=None):
     """Per sequence: keys = its first lens[b] cache rows then the new ones; out (b, sq, h, d), lse."""
     b, sq, h, d = q.shape
     hk = logical_k.shape[2]
@@ -67,7 +67,7 @@ def reference(q, logical_k, logical_v, k, v, lens, causal, dtype):
         vs = vs.to(dtype).transpose(0, 1).repeat_interleave(h // hk, 0)
         qs = q[i].to(dtype).transpose(0, 1)
         nk = ks.shape[1]
-        s = (qs @ ks.transpose(1, 2)) / d ** 0.5
+        s = (qs @ ks.transpose(1, 2)) * (d ** -0.5 if scale is None else scale)
         if causal:
             ii, jj = torch.arange(sq)[:, None], torch.arange(nk)[None, :]
             s = s.masked_fill(jj > ii + nk - sq, float("-inf"))
@@ -92,15 +92,15 @@ CASES = [
 ]
 
 
-def run_case(case, device):
+def run_case(case, device, scale=None, num_splits=0):
     lens, sn, sq, h, hk, d, page, cap, causal = case
     q, kc, vc, k, v, seqlens, table, logical, lk, lv = make_case(lens, sn, sq, h, hk, d, page, cap, seed=sum(lens) + sn,
                                                                  device=device)
     out, lse = flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, block_table=table, causal=causal,
-                                       return_softmax_lse=True)
+                                       softmax_scale=scale, num_splits=num_splits, return_softmax_lse=True)
     qc, kn, vn = q.cpu(), None if k is None else k.cpu(), None if v is None else v.cpu()
-    ref, ref_lse = reference(qc, lk, lv, kn, vn, lens, causal, torch.float64)
-    base, _ = reference(qc, lk, lv, kn, vn, lens, causal, torch.bfloat16)
+    ref, ref_lse = reference(qc, lk, lv, kn, vn, lens, causal, torch.float64, scale)
+    base, _ = reference(qc, lk, lv, kn, vn, lens, causal, torch.bfloat16, scale)
     assert torch.isfinite(out).all(), "NaN from stale cache rows reached the output"
     e, eb = _err(out.cpu(), ref), _err(base, ref)
     assert e <= 2 * eb + FLOOR, f"out error {e:.3e}, bf16 baseline {eb:.3e}"
@@ -116,9 +116,47 @@ def run_case(case, device):
     return e, eb
 
 
-@pytest.mark.parametrize("case", CASES)
+# The paged kernel (``attn_paged``) reading the pages in place: page sizes 16, 48 and 256 that do not divide
+# the lengths 1, 37, 300 and 1000, a shuffled block table, several queries with causal bottom-right.
+PAGED_CASES = [
+    ([1, 37, 300, 999], 1, 1, 4, 2, 64, 256, 1024, False),
+    ([1, 37, 300, 0], 0, 3, 3, 1, 64, 16, 320, True),
+    ([37, 100], 2, 2, 4, 4, 128, 48, 144, True),
+]
+
+
+@pytest.mark.parametrize("case", CASES + PAGED_CASES)
 def test_matches_float64(case):
     run_case(case, "cpu")
+
+
+@pytest.mark.parametrize("num_splits", [2, 5])
+def test_paged_split_kv_and_scale(num_splits):
+    e, eb = run_case(([300, 1, 37, 0], 1, 2, 4, 2, 64, 16, 320, True), "cpu", scale=0.3, num_splits=num_splits)
+    assert e <= 2 * eb + FLOOR
+
+
+def test_paged_refuses_a_page_size_the_kernel_cannot_step():
+    q, kc, vc, k, v, seqlens, table, *_ = make_case([5, 9], 1, 1, 2, 1, 64, 8, 32, seed=2)
+    with pytest.raises(ValueError, match="page_size.*multiple of 16, got 8"):
+        flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, block_table=table)
+
+
+def test_paged_reads_the_cache_in_place(monkeypatch):
+    """The paged path calls the ``attention_paged`` op on the cache itself (no gathered copy)."""
+    from kittens import ops
+
+    seen = []
+    body = ops._BODIES["attention_paged"]
+
+    def spy(q, k_cache, v_cache, *rest):
+        seen.append((k_cache.data_ptr(), v_cache.data_ptr()))
+        return body(q, k_cache, v_cache, *rest)
+
+    monkeypatch.setitem(ops._BODIES, "attention_paged", spy)
+    q, kc, vc, k, v, seqlens, table, *_ = make_case([5, 20], 1, 1, 2, 1, 64, 16, 32, seed=4)
+    flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, block_table=table)
+    assert seen == [(kc.data_ptr(), vc.data_ptr())]
 
 
 def test_bad_input_names_the_argument():
@@ -137,3 +175,21 @@ def test_bad_input_names_the_argument():
     with pytest.raises(ValueError, match="nheads_k"):
         flash_attn_with_kvcache(q[:, :, :1].repeat(1, 1, 3, 1), kc.repeat(1, 1, 2, 1), vc.repeat(1, 1, 2, 1),
                                 cache_seqlens=seqlens, block_table=table)
+
+
+def test_paged_bench_module_imports_and_its_shapes_are_valid():
+    """``python -m kittens.bench attn --paged`` (GPU only): its module imports and every shape's cache is whole
+    pages of a size the paged path takes."""
+    from kittens import bench_paged
+    from kittens.kvcache import PAGE_MULTIPLE
+
+    for b, h, hk, cap, page, d in bench_paged.SHAPES:
+        assert cap % page == 0 and page % PAGE_MULTIPLE == 0 and h % hk == 0, (b, h, hk, cap, page, d)
+
+
+def test_opcheck_attention_paged():
+    """``kittens::attention_paged`` passes ``torch.library.opcheck`` (schema, fake tensor, dispatch)."""
+    from kittens import ops  # noqa: F401  (registers the op)
+
+    q, kc, vc, _, _, seqlens, table, *_ = make_case([5, 20], 0, 2, 2, 1, 64, 16, 32, seed=6)
+    torch.library.opcheck(torch.ops.kittens.attention_paged.default, (q, kc, vc, table, seqlens, True, None, 2))

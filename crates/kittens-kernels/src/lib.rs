@@ -10,6 +10,8 @@
 pub mod attn;
 pub mod attn_bwd;
 pub mod attn_fwd;
+pub mod attn_paged;
+pub mod attn_paged_problem;
 pub mod attn_varlen;
 pub mod attn_varlen_bwd;
 pub mod attn_varlen_bwd_hopper;

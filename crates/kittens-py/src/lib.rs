@@ -8,6 +8,7 @@
 //! No GPU library is linked: the CUDA driver and NVRTC are opened at run time by `kittens-runtime`.
 
 mod host;
+mod paged;
 mod prepared;
 mod tile;
 mod tile_args;
@@ -519,6 +520,7 @@ fn _kittens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(attention, m)?)?;
     m.add_function(wrap_pyfunction!(attention_backward_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(varlen::attention_varlen_cpu, m)?)?;
+    m.add_function(wrap_pyfunction!(paged::attention_paged_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(varlen::attention_varlen_backward_cpu, m)?)?;
     m.add_function(wrap_pyfunction!(layernorm, m)?)?;
     m.add_function(wrap_pyfunction!(rotary, m)?)?;

@@ -19,6 +19,17 @@ fn every_sm90a_registry_kernel_compiles_through_the_one_function() {
         if !e.targets.iter().any(|t| t.target == Target::Sm90a) {
             continue;
         }
+        // A kernel the registry marks not yet for sm_90a (attn_paged): its refusal names why.
+        if !e.plan(Target::Sm90a).is_some_and(|p| p.status.available()) {
+            let err = lower_entry(e, Target::Sm90a, None)
+                .err()
+                .unwrap_or_else(|| panic!("{}: marked not yet, but it lowers", e.name));
+            assert!(
+                err.to_string().contains("sm_90a") || err.to_string().contains("sm90"),
+                "{err}"
+            );
+            continue;
+        }
         let l = lower_entry(e, Target::Sm90a, None).unwrap_or_else(|err| panic!("{err}"));
         let image =
             kittens_runtime::cuda::compile(&l.source, &l.entry, "sm_90a", l.dynamic_shared_bytes())

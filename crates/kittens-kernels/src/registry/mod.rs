@@ -5,12 +5,14 @@
 //! `kittens list` are generated from it.
 
 use crate::problem::{KernelProblem, NamedArgs};
+mod paged;
 use crate::{
     attn, attn_bwd, attn_fwd, attn_varlen, attn_varlen_problem, cross_entropy, gemm, layernorm,
     rmsnorm, rotary, rows, swiglu, KernelError,
 };
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
+use paged::ATTN_PAGED;
 use serde::Serialize;
 
 /// How far a kernel has got on one target.
@@ -757,7 +759,7 @@ const CROSS_ENTROPY: KernelEntry = KernelEntry {
 };
 
 /// Every kernel of the suite, in the order `kittens list` prints them.
-pub static ALL: [KernelEntry; 14] = [
+pub static ALL: [KernelEntry; 15] = [
     GEMM_BF16,
     GEMM_FP8,
     ATTN_FWD,
@@ -772,6 +774,7 @@ pub static ALL: [KernelEntry; 14] = [
     ROTARY_BWD,
     CROSS_ENTROPY,
     ATTN_VARLEN,
+    ATTN_PAGED,
 ];
 
 /// The registered names, in registry order.

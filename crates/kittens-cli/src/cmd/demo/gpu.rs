@@ -187,7 +187,7 @@ pub fn run(s: &mut Section) -> anyhow::Result<Value> {
     ));
     let registry_gpu: Vec<&str> = kittens_kernels::registry::ALL
         .iter()
-        .filter(|e| e.targets.iter().any(|t| t.target == Target::Sm90a))
+        .filter(|e| e.plan(Target::Sm90a).is_some_and(|p| p.status.available()))
         .map(|e| e.name)
         .collect();
     let mut checked = Vec::new();

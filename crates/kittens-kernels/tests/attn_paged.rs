@@ -1,0 +1,371 @@
+//! Paged-KV-cache decode attention on the CPU interpreter against the f64 per-sequence reference
+//! (the cache's pages gathered in sequence order by the test, then `reference_varlen::forward`),
+//! judged by FlashAttention's rule (at most 2x the plain bf16 computation's error + 2^-12): page sizes
+//! that do not divide the lengths (16, 48, 256 with lengths 1, 37, 300, 1000, and 0), a shuffled block
+//! table, GQA, causal bottom-right with several queries, any scale, split-KV with the merge. Cache rows
+//! that no sequence holds are NaN: a kernel that reads them into its sum fails.
+
+use kittens_hw::dtype::DType::Bf16;
+use kittens_ir::interp;
+use kittens_ir::numerics::{round, Rounding};
+use kittens_kernels::attn::score::Logits;
+use kittens_kernels::attn::AttnLayout;
+use kittens_kernels::attn_fwd::{split::build_merge, AttnConfig};
+use kittens_kernels::attn_paged::{build, kv_block_for, PagedConfig};
+use kittens_kernels::reference::{check_rule, compare, RULE_FLOOR};
+use kittens_kernels::reference_varlen::{forward, forward_bf16_baseline, VarlenShape};
+
+/// Uniform values in [-a, a) from a 64-bit LCG (Knuth's MMIX constants), rounded to bf16.
+fn random(seed: &mut u64, n: usize, a: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            *seed = next(seed);
+            let u = (*seed >> 40) as f32 / (1u64 << 24) as f32;
+            round((2.0 * u - 1.0) * a, Bf16, Rounding::Rtne)
+        })
+        .collect()
+}
+
+fn next(seed: &u64) -> u64 {
+    seed.wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407)
+}
+
+// Cache rows no sequence holds (past each length, spare pages): a read of one into a sum fails.
+const STALE: f32 = f32::NAN;
+
+struct Case {
+    lens: Vec<usize>,
+    seq_q: usize,
+    heads: usize,
+    heads_kv: usize,
+    dim: u32,
+    page: usize,
+    causal: bool,
+    scale: Option<f32>,
+    splits: u32,
+    seed: u64,
+}
+
+fn check(c: &Case) {
+    let (b, d, hk, h, sq, page) = (
+        c.lens.len(),
+        c.dim as usize,
+        c.heads_kv,
+        c.heads,
+        c.seq_q,
+        c.page,
+    );
+    let max_blocks = c
+        .lens
+        .iter()
+        .map(|l| l.div_ceil(page))
+        .max()
+        .unwrap()
+        .max(1)
+        + 1;
+    // Pages of every sequence, then two spare pages, in a shuffled order.
+    let needed: usize = c.lens.iter().map(|l| l.div_ceil(page)).sum();
+    let num_blocks = needed + 2;
+    let mut order: Vec<usize> = (0..num_blocks).collect();
+    let mut s = c.seed;
+    for i in (1..num_blocks).rev() {
+        s = next(&s);
+        order.swap(i, (s >> 33) as usize % (i + 1));
+    }
+    let mut table = vec![0usize; b * max_blocks];
+    let mut used = 0;
+    for (bi, l) in c.lens.iter().enumerate() {
+        for p in 0..max_blocks {
+            // Entries past the sequence's pages point at a spare page (any in-range value is legal).
+            table[bi * max_blocks + p] = if p < l.div_ceil(page) {
+                used += 1;
+                order[used - 1]
+            } else {
+                order[num_blocks - 1]
+            };
+        }
+    }
+    let row = page * hk * d;
+    let mut kc = vec![STALE; num_blocks * row];
+    let mut vc = vec![STALE; num_blocks * row];
+    // The packed keys of each sequence (for the reference), written into the cache's pages.
+    let total: usize = c.lens.iter().sum();
+    let kp = random(&mut s, total * hk * d, 2.0);
+    let vp = random(&mut s, total * hk * d, 1.0);
+    let mut off = 0;
+    for (bi, &l) in c.lens.iter().enumerate() {
+        for j in 0..l {
+            let blk = table[bi * max_blocks + j / page];
+            let at = (blk * page + j % page) * hk * d;
+            let src = (off + j) * hk * d;
+            kc[at..at + hk * d].copy_from_slice(&kp[src..src + hk * d]);
+            vc[at..at + hk * d].copy_from_slice(&vp[src..src + hk * d]);
+        }
+        off += l;
+    }
+    let q = random(&mut s, b * sq * h * d, 2.0);
+    let mut cu_k = vec![0];
+    for l in &c.lens {
+        cu_k.push(cu_k.last().unwrap() + l);
+    }
+    let sh = VarlenShape {
+        heads: h,
+        heads_kv: hk,
+        dim: d,
+        cu_q: (0..=b).map(|i| i * sq).collect(),
+        cu_k,
+        causal: c.causal,
+        scale: f64::from(Logits::scale(
+            &Logits {
+                scale: c.scale,
+                softcap: None,
+            },
+            c.dim,
+        )),
+    };
+    let (want_o, want_lse) = forward(&q, &kp, &vp, &sh);
+    let base = forward_bf16_baseline(&q, &kp, &vp, &sh);
+
+    let kv_block = kv_block_for(page).expect("a page size the kernel takes");
+    let cfg = PagedConfig {
+        dim: c.dim,
+        causal: c.causal,
+        logits: Logits {
+            scale: c.scale,
+            softcap: None,
+        },
+        kv_block,
+        splits: c.splits,
+    };
+    let kernel = build(&cfg).expect("the paged kernel builds");
+    let params = [b, h, hk, sq, num_blocks, page, max_blocks].map(|x| x as i64);
+    let table_f: Vec<f32> = table.iter().map(|&x| x as f32).collect();
+    let lens_f: Vec<f32> = c.lens.iter().map(|&x| x as f32).collect();
+    let n_o = b * sq * h * d;
+    let (o, lse) = if c.splits == 1 {
+        let mut t = vec![
+            q,
+            kc,
+            vc,
+            table_f,
+            lens_f,
+            vec![0.0; n_o],
+            vec![0.0; b * h * sq],
+        ];
+        interp::run(&kernel, &params, &mut t).expect("the interpreter runs it");
+        (t[5].clone(), t[6].clone())
+    } else {
+        let g = c.splits as usize;
+        let mut t = vec![
+            q,
+            kc,
+            vc,
+            table_f,
+            lens_f,
+            vec![0.0; g * n_o],
+            vec![0.0; g * b * h * sq],
+        ];
+        interp::run(&kernel, &params, &mut t).expect("the interpreter runs it");
+        let merge = build_merge(&AttnConfig {
+            dim: c.dim,
+            layout: AttnLayout::Bshd,
+            lse: true,
+            kv_splits: c.splits,
+            ..AttnConfig::default()
+        })
+        .expect("the merge builds");
+        let mut m = vec![
+            t[5].clone(),
+            t[6].clone(),
+            vec![0.0; n_o],
+            vec![0.0; b * h * sq],
+        ];
+        interp::run(&merge, &[b as i64, h as i64, sq as i64], &mut m).expect("the merge runs");
+        (m[2].clone(), m[3].clone())
+    };
+    let what = format!(
+        "{} lens {:?} seq_q {sq} H{h}/{hk} D{d} page {page} causal {} scale {:?} splits {}",
+        kernel.name, c.lens, c.causal, c.scale, c.splits
+    );
+    let (ours, baseline) = (compare(&o, &want_o), compare(&base, &want_o));
+    for (name, e, be) in [
+        ("rel_err", ours.rel_err, baseline.rel_err),
+        ("max_rel", ours.max_rel, baseline.max_rel),
+    ] {
+        let v = check_rule(e, be, RULE_FLOOR);
+        assert!(
+            v.passed,
+            "{what}: output {name} {e:.3e} over the rule's bound {:.3e} (bf16 baseline {be:.3e})",
+            v.bound
+        );
+    }
+    // lse: ours [b, h, sq]; the reference's [h, total_q] with row bi·sq + i.
+    for bi in 0..b {
+        for hh in 0..h {
+            for i in 0..sq {
+                let got = f64::from(lse[(bi * h + hh) * sq + i]);
+                let want = want_lse[hh * b * sq + bi * sq + i];
+                let ok = if want.is_finite() {
+                    (got - want).abs() <= 1e-5 * (1.0 + want.abs())
+                } else {
+                    got == want
+                };
+                assert!(ok, "{what}: lse[{bi}, {hh}, {i}] = {got}, want {want}");
+            }
+        }
+    }
+    eprintln!(
+        "{what}: rel_err {:.3e} (bf16 {:.3e}), max_rel {:.3e} (bf16 {:.3e})",
+        ours.rel_err, baseline.rel_err, ours.max_rel, baseline.max_rel
+    );
+}
+
+fn case(lens: &[usize], page: usize) -> Case {
+    Case {
+        lens: lens.to_vec(),
+        seq_q: 1,
+        heads: 4,
+        heads_kv: 2,
+        dim: 64,
+        page,
+        causal: false,
+        scale: None,
+        splits: 1,
+        seed: 1,
+    }
+}
+
+#[test]
+fn paged_decode_page16_odd_lengths_gqa() {
+    check(&case(&[1, 37, 300, 0], 16));
+}
+
+#[test]
+fn paged_decode_page256_and_48() {
+    check(&Case {
+        seed: 2,
+        ..case(&[1000, 37, 1], 256)
+    });
+    check(&Case {
+        seed: 3,
+        scale: Some(0.3),
+        ..case(&[300, 1, 37], 48)
+    });
+}
+
+#[test]
+fn paged_decode_causal_bottom_right_several_queries() {
+    // Four new queries per sequence: a sequence of 1 key leaves three rows keeping no key.
+    check(&Case {
+        seq_q: 4,
+        causal: true,
+        heads: 3,
+        heads_kv: 1,
+        seed: 4,
+        ..case(&[37, 1, 300], 16)
+    });
+    check(&Case {
+        seq_q: 19,
+        causal: true,
+        dim: 128,
+        seed: 5,
+        ..case(&[300, 20], 32)
+    });
+}
+
+#[test]
+fn paged_decode_split_kv_merged() {
+    check(&Case {
+        splits: 4,
+        seed: 6,
+        ..case(&[1000, 1, 37, 0], 16)
+    });
+    check(&Case {
+        splits: 3,
+        seq_q: 3,
+        causal: true,
+        seed: 7,
+        ..case(&[300, 2], 64)
+    });
+}
+
+#[test]
+fn paged_decode_refuses_what_it_does_not_take() {
+    let e = kv_block_for(24).unwrap_err().to_string();
+    assert!(e.contains("page_size") && e.contains("24"), "{e}");
+    let cfg = PagedConfig {
+        dim: 64,
+        causal: false,
+        logits: Logits {
+            scale: None,
+            softcap: Some(30.0),
+        },
+        kv_block: 16,
+        splits: 1,
+    };
+    let e = build(&cfg).unwrap_err().to_string();
+    assert!(e.contains("softcap"), "{e}");
+    let e = build(&PagedConfig {
+        logits: Logits::default(),
+        splits: 17,
+        ..cfg
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("num_splits") && e.contains("17"), "{e}");
+}
+
+/// The registry's problem: its random run (shuffled pages, the capacity, 1, 0 and random lengths)
+/// through its stages on the interpreter (the split kernel and the merge with `num_splits` 3),
+/// against its reference by the rule.
+#[test]
+fn registry_problem_runs_its_stages_on_the_interpreter() {
+    use kittens_kernels::attn_paged_problem::{run_cpu, PagedProblem};
+    use kittens_kernels::problem::{KernelProblem, NamedArgs};
+    use rand::SeedableRng;
+    for splits in [1usize, 3] {
+        let args = NamedArgs::new()
+            .with("batch", 5usize)
+            .with("heads", 4usize)
+            .with("heads_kv", 1usize)
+            .with("seq", 2usize)
+            .with("dim", 64usize)
+            .with("causal", true)
+            .with("page_size", 16usize)
+            .with("max_blocks", 5usize)
+            .with("num_splits", splits);
+        let p = PagedProblem::from_args(&args).expect("the problem parses");
+        let plan = p.plan(kittens_hw::Target::Cpu).expect("the problem plans");
+        let kernel = p.build(kittens_hw::Target::Cpu).expect("it builds");
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(9);
+        let inputs = p.draw(&kernel, &plan.launch, &mut rng);
+        let r = p.reference(&inputs);
+        let (o, lse) = run_cpu(&p, inputs).expect("the stages run");
+        let n = o.len();
+        let base = r.baseline.expect("a baseline");
+        let (ours, b) = (
+            compare(&o, &r.values[..n]),
+            compare(&base[..n], &r.values[..n]),
+        );
+        let v = check_rule(ours.rel_err, b.rel_err, RULE_FLOOR);
+        assert!(
+            v.passed,
+            "splits {splits}: rel_err {:.3e} (bf16 {:.3e})",
+            ours.rel_err, b.rel_err
+        );
+        for (i, (&got, &want)) in lse.iter().zip(&r.values[n..]).enumerate() {
+            let got = f64::from(got);
+            let ok = if want.is_finite() {
+                (got - want).abs() <= 1e-5 * (1.0 + want.abs())
+            } else {
+                got == want
+            };
+            assert!(ok, "splits {splits}: lse[{i}] = {got}, want {want}");
+        }
+        eprintln!(
+            "{}: rel_err {:.3e} (bf16 {:.3e})",
+            plan.what, ours.rel_err, b.rel_err
+        );
+    }
+}
