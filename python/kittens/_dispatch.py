@@ -778,7 +778,8 @@ def _column_indices(vocab: int, device) -> "torch.Tensor":
 
 
 def cross_entropy_(logits, labels, scale, smoothing: float):
-    """The per-row loss (float32 (R,)) of ``logits`` (R, V), bf16 or float32, dense, and its gradient
+    """The per-row loss (float32 (R,)) of ``logits`` (R, V), bf16 or float32, rows any pitch apart (column
+    stride 1; a pitch that is a multiple of 8 lets an odd V move in vectors), and its gradient
     ``scale * (softmax - (1-ε)·onehot - ε/V)`` written over ``logits`` in place (registry
     ``cross_entropy``). ``labels``: float32 (R,), a class index or negative (the row ignored: loss and
     gradient 0); ``scale``: a float32 tensor of one element (no host synchronisation)."""
@@ -806,7 +807,11 @@ def _prepare_cross_entropy(key, logits, labels, scale, smoothing):
         raise TypeError("labels must be float32 (R,) and scale one float32 value")
     if logits.dim() != 2 or tuple(labels.shape) != (logits.shape[0],):
         raise ValueError(f"logits {tuple(logits.shape)} must be (R, V) and labels {tuple(labels.shape)} (R,)")
-    _dense(logits=logits, labels=labels)
+    _dense(labels=labels)
+    pitch = logits.stride(0) if logits.shape[0] > 1 else logits.shape[1]
+    if logits.shape[1] > 1 and logits.stride(1) != 1 or pitch < logits.shape[1]:
+        raise ValueError(f"logits strides {logits.stride()}: the columns must be adjacent (stride 1) and the "
+                         f"rows at least V = {logits.shape[1]} apart")
     if not 0.0 <= smoothing < 1.0:
         raise ValueError(f"label_smoothing = {smoothing} must be in [0, 1)")
     rows, v = logits.shape
@@ -815,14 +820,14 @@ def _prepare_cross_entropy(key, logits, labels, scale, smoothing):
     if rows == 0:
         return _store(key, (None, (0, ()), None))
     dt = "float32" if logits.dtype == torch.float32 else "bfloat16"
-    m = ((rows, v), (v, 1))
+    m = ((rows, v), (pitch, 1))
     one = ((rows, 1), (1, 1))
     tensors = (
         _spec("logits", *m, dt), _spec("labels", *one, "float32"),
         _spec("cols", (rows, v), (0, 1), "float32"), _spec("scale", (rows, 1), (0, 0), "float32"),
         _spec("grad", *m, dt), _spec("loss", *one, "float32"),
     )
-    problem = {"rows": rows, "norm_dim": v, "smoothing": float(smoothing),
+    problem = {"rows": rows, "norm_dim": v, "pitch": pitch, "smoothing": float(smoothing),
                "f32_logits": logits.dtype == torch.float32}
     return _prepare(key, "cross_entropy", problem, tensors, dev)
 

@@ -2,7 +2,9 @@
 goes, per chunk size. For each shape and each chunk size (``default``: Liger's rows / ceil(V / H)):
 
 * the whole fused pass (``kittens.linear_cross_entropy`` forward and backward) and its peak memory above
-  the inputs, against the unfused ``matmul + F.cross_entropy`` (time);
+  the inputs, against the unfused ``matmul + F.cross_entropy`` (time and peak); ``extra``: the fused
+  pass's peak beyond the inputs and the two gradients (the chunk of logits and small things), as a
+  fraction of the logits (N x V bf16);
 * its parts, each timed on its own over the same chunks and summed: the logits GEMM (``hidden_chunk @
   weight.T``), the ``cross_entropy`` kernel (in place on a chunk of logits), the ``d_hidden`` GEMM
   (``dlogits @ weight``) and ``d_weight.addmm_(dlogits.T, hidden_chunk)``.
@@ -29,25 +31,46 @@ def _chunks(spec: str, n: int, h: int, v: int) -> List[int]:
     return out
 
 
-def lce_parts(torch, kittens, args) -> List[dict]:
-    from .bench import time_many
-    from .loss import _labels_for_kernel, _mm, cross_entropy_
+def _peak(torch, fn, device: str) -> float:
+    """Bytes allocated at ``fn``'s peak beyond what was allocated before it (CUDA; NaN elsewhere)."""
+    if device != "cuda":
+        fn()
+        return float("nan")
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return float(torch.cuda.max_memory_allocated() - base)
 
+
+def lce_parts(torch, kittens, args, device: str = "cuda", timer=None) -> List[dict]:
+    """The rows of the table. ``device``/``timer``: the CPU smoke test's (tests/test_lce_cpu.py) in place
+    of CUDA and ``kittens.bench.time_many``."""
+    from .loss import _labels_for_kernel, _mm, pitch_of
+    from .ops import cross_entropy_
+
+    if timer is None:
+        from .bench import time_many as timer
     F = torch.nn.functional
     rows = []
     iters = max(5, args.iters // 10)
     for n, h, v in args.lce_shapes:
-        gen = torch.Generator(device="cuda").manual_seed(v)
-        hid = torch.randn(n, h, device="cuda", generator=gen).to(torch.bfloat16).requires_grad_()
-        w = (torch.randn(v, h, device="cuda", generator=gen) / math.sqrt(h) * 4).to(torch.bfloat16).requires_grad_()
-        y = torch.randint(0, v, (n,), device="cuda", generator=gen)
+        gen = torch.Generator(device=device).manual_seed(v)
+        hid = torch.randn(n, h, device=device, generator=gen).to(torch.bfloat16).requires_grad_()
+        w = (torch.randn(v, h, device=device, generator=gen) / math.sqrt(h) * 4).to(torch.bfloat16).requires_grad_()
+        y = torch.randint(0, v, (n,), device=device, generator=gen)
         y[::17] = -100
 
         def unfused(i=0):
             hid.grad = w.grad = None
             F.cross_entropy(hid @ w.T, y).backward()
 
-        t_unfused = time_many(torch, {"unfused": unfused}, 1, args.warmup, iters)["unfused"]
+        unfused()
+        hid.grad = w.grad = None
+        grads_bytes = (n * h + v * h) * 2
+        peak_unfused = _peak(torch, unfused, device)
+        t_unfused = timer(torch, {"unfused": unfused}, 1, args.warmup, iters)["unfused"]
         for chunk in _chunks(args.lce_chunks, n, h, v):
             chunk = -(-chunk // 8) * 8
 
@@ -56,18 +79,13 @@ def lce_parts(torch, kittens, args) -> List[dict]:
                 kittens.linear_cross_entropy(hid, w, y, chunk_rows=chunk).backward()
 
             fused()
-            torch.cuda.synchronize()
             hid.grad = w.grad = None
-            base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-            fused()
-            torch.cuda.synchronize()
-            peak = torch.cuda.max_memory_allocated() - base
-            t_fused = time_many(torch, {"fused": fused}, 1, args.warmup, iters)["fused"]
+            peak = _peak(torch, fused, device)
+            t_fused = timer(torch, {"fused": fused}, 1, args.warmup, iters)["fused"]
             # The parts on the first chunk (and on the last, shorter one where the rows do not divide).
             hd, wd = hid.detach(), w.detach()
             lab = _labels_for_kernel(y, -100, v)
-            scale = torch.full((1,), 1.0 / n, dtype=torch.float32, device="cuda")
+            scale = torch.full((1,), 1.0 / n, dtype=torch.float32, device=device)
             dwt = torch.zeros_like(wd)
             parts = {"logits_gemm": 0.0, "ce_kernel": 0.0, "d_hidden_gemm": 0.0, "d_weight_addmm": 0.0}
             full, rest = divmod(n, chunk)
@@ -75,9 +93,9 @@ def lce_parts(torch, kittens, args) -> List[dict]:
                 if rws == 0 or count == 0:
                     continue
                 hc = hd[:rws]
-                logits = _mm(hc, wd.t())
+                logits = _mm(hc, wd.t(), out=torch.empty(rws, pitch_of(v), dtype=hc.dtype, device=device)[:, :v])
                 dh = torch.empty_like(hc)
-                t = time_many(torch, {
+                t = timer(torch, {
                     "logits_gemm": lambda i: _mm(hc, wd.t(), out=logits),
                     "ce_kernel": lambda i: cross_entropy_(logits, lab[:rws], scale, 0.0),
                     "d_hidden_gemm": lambda i: _mm(logits, wd, out=dh),
@@ -88,21 +106,24 @@ def lce_parts(torch, kittens, args) -> List[dict]:
             rows.append({
                 "shape": f"lce N {n} H {h} V {v}", "chunk_rows": chunk, "chunks": -(-n // chunk),
                 "fused_ms": t_fused, "unfused_ms": t_unfused, "vs_unfused": t_unfused / t_fused,
-                "fused_peak_mib": peak / 2**20, "logits_mib": n * v * 2 / 2**20,
-                "fused_peak_of_logits": peak / (n * v * 2),
+                "fused_peak_mib": peak / 2**20, "unfused_peak_mib": peak_unfused / 2**20,
+                "logits_mib": n * v * 2 / 2**20, "fused_peak_of_logits": peak / (n * v * 2),
+                "fused_extra_of_logits": (peak - grads_bytes) / (n * v * 2), "chunk_of_logits": min(chunk, n) / n,
                 **{f"{k}_ms": t for k, t in parts.items()},
                 "parts_sum_ms": sum(parts.values()),
             })
             dwt = None
         hid = w = None
-        torch.cuda.empty_cache()
+        if device == "cuda":
+            torch.cuda.empty_cache()
     return rows
 
 
 def print_parts(rows: List[dict]) -> None:
     print(f"{'shape':<28} {'chunk':>6} {'fused':>7} {'unfused':>8} {'speed':>6} {'peak/logits':>11} "
-          f"{'logits':>7} {'CE':>6} {'d_hid':>7} {'d_w':>7} (ms)")
+          f"{'extra':>6} {'logits':>7} {'CE':>6} {'d_hid':>7} {'d_w':>7} (ms)")
     for r in rows:
         print(f"{r['shape']:<28} {r['chunk_rows']:>6} {r['fused_ms']:>7.2f} {r['unfused_ms']:>8.2f} "
-              f"{r['vs_unfused']:>5.2f}x {r['fused_peak_of_logits']:>11.3f} {r['logits_gemm_ms']:>7.2f} "
+              f"{r['vs_unfused']:>5.2f}x {r['fused_peak_of_logits']:>11.3f} {r['fused_extra_of_logits']:>6.3f} "
+              f"{r['logits_gemm_ms']:>7.2f} "
               f"{r['ce_kernel_ms']:>6.2f} {r['d_hidden_gemm_ms']:>7.2f} {r['d_weight_addmm_ms']:>7.2f}")

@@ -35,6 +35,8 @@ SIZES = {
     "125m": (768, 12, 12, 4, 2048, 32000),
     "350m": (1024, 24, 16, 8, 2816, 32000),
     "1b": (2048, 16, 32, 8, 8192, 128256),
+    # The CPU smoke test's (tests/test_bench_model_suite.py): every code path on the interpreter in seconds.
+    "micro": (64, 1, 2, 1, 96, 300),
 }
 ARMS = ("hf", "hf-compile", "kittens", "kittens-compile")
 # The issue's sizes by name: the ~1B model (untied 128256-token embeddings: about 1.2B parameters) at
@@ -196,7 +198,7 @@ def plot(report: dict, path: str) -> None:
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.5))
     train = {k: v for k, v in report["training"].items() if v.get("ran")}
     for k, v in train.items():
-        ax.plot(v["losses"], label=f"{k} ({v['tokens_per_s'] or 0:,.0f} tok/s, {v['peak_gib']:.1f} GiB)", lw=1)
+        ax.plot(v["losses"], label=f"{k} ({v['tokens_per_s'] or 0:,.0f} tok/s, {v['peak_gib'] or 0:.1f} GiB)", lw=1)
     ax.set_xlabel("step")
     ax.set_ylabel("training loss")
     ax.set_title(f"Llama {report['config']['size']}, seq {report['config']['seq']}, batch "
@@ -237,7 +239,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--json", help="write the results here")
     p.add_argument("--plot", help="write the loss curves and tokens/s (PNG) here")
     p.add_argument("--curves", help="write the loss curves alone (JSON: arm -> loss per step) here")
+    p.add_argument("--suite", help="run a named suite of configurations (kittens.bench_model_suite: issue35 = "
+                                   "the issue's figures at 125M and 1B) into --out, then write its README")
+    p.add_argument("--parts", help="--suite: only these of its parts (comma-separated names); the README "
+                                   "covers every part whose JSON is in --out")
+    p.add_argument("--out", default="bench/results/model-suite", help="--suite: the results folder")
+    p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
+                   help="cpu: the tests' smoke run on the interpreter (no memory figures)")
     args = p.parse_args(argv)
+    if args.suite:
+        from . import bench_model_suite
+
+        return bench_model_suite.main(args)
     preset = PRESETS.get(args.preset, {})
     for k, default in (("size", "125m"), ("seq", 2048), ("batch", 8)):
         if getattr(args, k) is None:
@@ -258,23 +271,41 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("kittens.bench model: no CUDA device (torch sees none); this benchmark runs on a GPU only",
               file=sys.stderr)
         return 2
+    report, ok = run(torch, transformers, args, Device(torch, "cuda"))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(report, f, indent=1)
+    if args.plot and any(v.get("ran") for v in report["training"].values()):
+        plot(report, args.plot)
+    if args.curves:
+        with open(args.curves, "w") as f:
+            json.dump({"config": report["config"], "device": report["device"], "commit": report["commit"],
+                       "date": report["date"], "losses": {k: v["losses"] for k, v in report["training"].items()
+                                                          if v.get("ran")}}, f, indent=1)
+    return 0 if ok else 1
+
+
+def run(torch, transformers, args, dev: Device):
+    """``(report, ok)``: the training arms ``args.arms`` and (unless ``args.no_infer``) the inference arms
+    at ``args.size``/``seq``/``batch`` on ``dev``; ``ok`` as :func:`summarize` says."""
     import kittens
 
     from .bench import _commit
     from .train_demo import load_text
 
+    arms = [a for a in args.arms.split(",") if a]
     text, source = load_text(args.text)
     data = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
     cfg = llama_config(transformers, args.size, args.seq)
     n_params = sum(v for v in [cfg.vocab_size * cfg.hidden_size * 2] + [
         cfg.num_hidden_layers * (cfg.hidden_size * cfg.head_dim * (2 * cfg.num_attention_heads + 2 *
                                  cfg.num_key_value_heads) + 3 * cfg.hidden_size * cfg.intermediate_size)])
-    dev = Device(torch, "cuda")
     report = {
-        "what": "model", "commit": _commit(), "device": torch.cuda.get_device_name(),
+        "what": "model", "commit": _commit(),
+        "device": torch.cuda.get_device_name() if dev.cuda else "cpu (the interpreter)",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__, "transformers": transformers.__version__, "kittens": kittens.__version__,
-        "config": {k: v for k, v in vars(args).items() if k not in ("json", "plot")},
+        "config": {k: v for k, v in vars(args).items() if k not in ("json", "plot", "out", "suite", "parts")},
         "model": {"params": n_params, **{k: getattr(cfg, k) for k in (
             "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
             "intermediate_size", "vocab_size")}},
@@ -292,17 +323,24 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(f"  inference: {arm}")
             report["inference"][arm] = _guarded(infer_arm, torch, transformers, cfg, arm, data, args, dev)
     ok = summarize(report, args)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(report, f, indent=1)
-    if args.plot and any(v.get("ran") for v in report["training"].values()):
-        plot(report, args.plot)
-    if args.curves:
-        with open(args.curves, "w") as f:
-            json.dump({"config": report["config"], "device": report["device"], "commit": report["commit"],
-                       "date": report["date"], "losses": {k: v["losses"] for k, v in report["training"].items()
-                                                          if v.get("ran")}}, f, indent=1)
-    return 0 if ok else 1
+    return report, ok
+
+
+def curve_gaps(training: dict, skip: int) -> dict:
+    """Per arm beside ``hf``: the mean and largest ``|loss - hf's loss|`` over the steps after ``skip``
+    (the learning-rate warm-up). ``hf-compile``'s gap is the bf16 noise bound the others are read against:
+    the same model and the same math, only PyTorch's fused kernels rounding differently."""
+    hf = training.get("hf", {})
+    out = {}
+    if not hf.get("ran"):
+        return out
+    for k, v in training.items():
+        if k == "hf" or not v.get("ran"):
+            continue
+        gaps = [abs(a - b) for a, b in zip(v["losses"][skip:], hf["losses"][skip:])]
+        if gaps:
+            out[k] = {"mean_abs_gap": sum(gaps) / len(gaps), "max_abs_gap": max(gaps), "steps": len(gaps)}
+    return out
 
 
 def summarize(report: dict, args) -> bool:
@@ -318,7 +356,12 @@ def summarize(report: dict, args) -> bool:
             continue
         tail = v["losses"][-20:]
         v["final_loss"] = sum(tail) / len(tail)
-        print(f"{k:>16} {v['tokens_per_s'] or float('nan'):>10,.0f} {v['peak_gib']:>9.2f} {v['final_loss']:>11.4f}")
+        peak = float("nan") if v["peak_gib"] is None else v["peak_gib"]
+        print(f"{k:>16} {v['tokens_per_s'] or float('nan'):>10,.0f} {peak:>9.2f} {v['final_loss']:>11.4f}")
+    report["curves"] = curve_gaps(tr, getattr(args, "warmup", 0))
+    for k, g in report["curves"].items():
+        print(f"  loss curve {k} vs hf: mean |gap| {g['mean_abs_gap']:.4f}, max {g['max_abs_gap']:.4f} over "
+              f"{g['steps']} steps")
     goals = {}
 
     def ratio(a, b, key):

@@ -41,7 +41,7 @@ if torch.cuda.is_available():
 
 __all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "rotary",
            "dropout_keep", "seed_arg", "rotary_tables", "rmsnorm", "rmsnorm_backward", "swiglu",
-           "swiglu_backward", "cross_entropy_", "linear_cross_entropy"]
+           "swiglu_backward", "cross_entropy_", "linear_cross_entropy", "linear_cross_entropy_forward"]
 
 
 # -- helpers shared by the real and the fake implementations -------------------------------------------
@@ -719,3 +719,47 @@ cross_entropy_ = _op("cross_entropy_", mutates=("logits",))(cross_entropy_eager)
 @cross_entropy_.register_fake
 def _(logits, labels, scale, smoothing=0.0):
     return logits.new_empty((logits.shape[0],), dtype=torch.float32)
+
+
+# ``kittens::linear_cross_entropy_forward``: the whole chunked loss as one op (body kittens/loss.py's
+# ``lce_forward``), so that torch.compile calls it as it is instead of unrolling its chunk loop into the
+# graph. It returns the loss and both gradients (computed in the forward, as Liger's); the backward scales
+# them by the incoming gradient.
+from .loss import lce_forward  # noqa: E402
+
+linear_cross_entropy_forward = _op("linear_cross_entropy_forward")(lce_forward)
+
+
+@linear_cross_entropy_forward.register_fake
+def _(hidden, weight, labels, scale, ignore_index, smoothing, chunk, need_dh, need_dw):
+    empty = hidden.new_empty((0,))
+    return (hidden.new_empty((), dtype=torch.float32), hidden.new_empty(hidden.shape) if need_dh else empty,
+            weight.new_empty(weight.shape) if need_dw else empty)
+
+
+def _lce_setup(ctx, inputs, output):
+    _, dh, dw = output
+    ctx.mark_non_differentiable(dh, dw)
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(dh, dw)
+
+
+def _lce_grad(ctx, grad, _dh_grad=None, _dw_grad=None):
+    # Eager: in place (as Liger's), since a scaled copy would hold a second weight-sized gradient at the
+    # peak; a second backward (retain_graph) would scale them twice, and autograd's version check on the
+    # saved tensors refuses it ("modified by an inplace operation"). Traced (torch.compile): out of place,
+    # the compiler reuses the buffer.
+    dh, dw = ctx.saved_tensors
+    g = grad.to(torch.float32)
+    eager = type(dh) in _PLAIN and type(g) in _PLAIN
+
+    def scaled(t, needed):
+        if not needed:
+            return None
+        return t.mul_(g) if eager else (t * g).to(t.dtype)
+
+    return (scaled(dh, ctx.needs_input_grad[0]), scaled(dw, ctx.needs_input_grad[1]),
+            None, None, None, None, None, None, None)
+
+
+_autograd("linear_cross_entropy_forward", linear_cross_entropy_forward, _lce_grad, _lce_setup)

@@ -61,6 +61,25 @@ def test_chunk_kernel_against_float64(v, dtype):
     assert rel(logits, p) <= (2 ** -8 if dtype == BF else 1e-5), rel(logits, p)
 
 
+@pytest.mark.parametrize("v,pitch", [(50257, 50264), (1000, 1003)])
+def test_chunk_kernel_on_padded_rows(v, pitch):
+    """Rows a pitch apart (the fused loss's chunk buffer for an odd vocabulary): the same values as dense
+    rows, and the gaps between the rows untouched."""
+    g = torch.Generator().manual_seed(pitch)
+    x = (torch.randn(37, v, generator=g) * 6).to(BF).cuda()
+    labels = torch.randint(0, v, (37,), generator=g).float().cuda()
+    labels[3] = -1
+    scale = torch.tensor([1 / 36.0], device="cuda")
+    buf = torch.full((37, pitch), 7.0, dtype=BF, device="cuda")
+    padded = buf[:, :v]
+    padded.copy_(x)
+    dense = x.clone()
+    loss_p = ops.cross_entropy_(padded, labels, scale)
+    loss_d = ops.cross_entropy_(dense, labels, scale)
+    assert torch.equal(loss_p, loss_d) and torch.equal(padded, dense)
+    assert bool((buf[:, v:] == 7.0).all())
+
+
 @pytest.mark.parametrize("n,h,v", [(1000, 768, 50257), (2048, 2048, 32000), (777, 4096, 128256)])
 def test_loss_and_gradients_by_the_rule(n, h, v):
     hid, w, y = case(n, h, v, seed=n)
@@ -94,7 +113,7 @@ def _median_ms(fn, reps=10):
     return sorted(times)[len(times) // 2]
 
 
-@pytest.mark.parametrize("n,h,v", [(8192, 4096, 128256), (8192, 2048, 32000)])
+@pytest.mark.parametrize("n,h,v", [(8192, 4096, 128256), (8192, 2048, 32000), (8192, 768, 50257)])
 def test_memory_and_time_against_unfused(n, h, v):
     hid, w, y = case(n, h, v, seed=1)
     hid.requires_grad_()
@@ -125,3 +144,21 @@ def test_memory_and_time_against_unfused(n, h, v):
     # Beyond the two gradients (which both paths hold): one chunk of logits, a few percent of all of them.
     grads = hid.numel() * 2 + w.numel() * 2
     assert peaks["fused"] - grads <= 0.1 * logits, peaks
+
+
+def test_compiled_loss_matches_eager():
+    """torch.compile (inductor) calls the loss as one op: same loss and gradients as the eager call."""
+    hid, w, y = case(1000, 768, 50257, seed=3)
+
+    def run(fn):
+        a, b = hid.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        loss = fn(a, b)
+        loss.backward()
+        return loss.detach(), a.grad, b.grad
+
+    def fn(a, b):
+        return kittens.linear_cross_entropy(a, b, y)
+
+    torch._dynamo.reset()
+    for name, got, want in zip(("loss", "d_hidden", "d_weight"), run(torch.compile(fn)), run(fn)):
+        assert torch.equal(got, want), name

@@ -2,7 +2,7 @@
 //! PyTorch's computation on bf16 logits (`cross_entropy::problem::baseline`): 37 rows (no power of
 //! two), vocabularies of 1000 (less than one block step), 32000, 50257 (odd: no row starts on a
 //! 16-byte boundary) and 128256 (Llama 3), logits of ±12 (softmax probabilities down to e^-24),
-//! about one row in eight ignored; label smoothing; f32 logits; 64-lane waves. Bad labels give a
+//! about one row in eight ignored; label smoothing; f32 logits; 64-lane waves; rows padded to a pitch. Bad labels give a
 //! non-finite loss; bad sizes are refused naming the limit.
 
 use kittens_hw::Target;
@@ -18,6 +18,7 @@ fn problem(rows: usize, vocab: usize, opts: CrossEntropyOptions) -> CrossEntropy
     CrossEntropyProblem {
         rows,
         vocab,
+        pitch: None,
         options: opts,
         run: RunSettings {
             seed: rows as u64 * 131 + vocab as u64,
@@ -126,6 +127,24 @@ fn a_rising_row_rescales_every_step() {
         }
     };
     check_drawn(&p, None, ramp);
+}
+
+/// Rows a pitch apart (the fused loss's padded chunks: GPT-2's 50257 at a pitch of 50264, and an odd
+/// pitch): the gaps between the rows stay unwritten (NaN reference entries), every row as if dense.
+#[test]
+fn padded_rows() {
+    for (v, pitch) in [(50257, 50264), (1000, 1003)] {
+        let mut p = problem(37, v, CrossEntropyOptions::default());
+        p.pitch = Some(pitch);
+        check(&p, None);
+    }
+    let mut p = problem(3, 100, CrossEntropyOptions::default());
+    p.pitch = Some(99);
+    let msg = p.plan(Target::Cpu).unwrap_err().to_string();
+    assert!(
+        msg.contains("pitch 99") && msg.contains("vocabulary size 100"),
+        "{msg}"
+    );
 }
 
 /// AMD's configuration (64 lanes, 4 waves of 2048 columns) on the interpreter.

@@ -58,18 +58,21 @@ fn sm90a_builds_compile_without_spills() {
     }
 }
 
-/// `(rows, vocab, smoothing, f32 logits)`: AMD's block step is 8192 columns.
-const CASES: [(usize, usize, f32, bool); 3] = [
-    (7, 1000, 0.0, false),
-    (5, 20011, 0.1, false),
-    (3, 9001, 0.0, true),
+/// `(rows, vocab, pitch, smoothing, f32 logits)`: AMD's block step is 8192 columns; an odd vocabulary
+/// padded to a pitch of a multiple of 8 (as the fused loss pads it).
+const CASES: [(usize, usize, Option<usize>, f32, bool); 4] = [
+    (7, 1000, None, 0.0, false),
+    (5, 20011, None, 0.1, false),
+    (3, 9001, None, 0.0, true),
+    (6, 20011, Some(20016), 0.0, false),
 ];
 
 fn run_all(backend: &dyn Backend) {
-    for (rows, vocab, smoothing, f32_logits) in CASES {
+    for (rows, vocab, pitch, smoothing, f32_logits) in CASES {
         let p = CrossEntropyProblem {
             rows,
             vocab,
+            pitch,
             options: CrossEntropyOptions {
                 smoothing,
                 f32_logits,

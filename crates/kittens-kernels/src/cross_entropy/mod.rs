@@ -111,10 +111,12 @@ impl CrossEntropyConfig {
     }
 }
 
-/// The kernel. Parameters `rows`, `vocab`; tensors in launch order: `logits` (`[rows, vocab]`, bf16 or
-/// f32), `labels` (f32 `[rows]`), `cols` (f32 `[vocab]`: `0, 1, 2, …`), `scale` (f32, one value: the
+/// The kernel. Parameters `rows`, `vocab`, `pitch` (elements from one row of `logits` and `grad` to the
+/// next, at least `vocab`: a pitch that is a multiple of 8 starts every row on a 16-byte boundary, so a
+/// vocabulary like GPT-2's 50257 still moves in vectors); tensors in launch order: `logits` (`[rows,
+/// vocab]` at that pitch, bf16 or f32), `labels` (f32 `[rows]`), `cols` (f32 `[vocab]`: `0, 1, 2, …`), `scale` (f32, one value: the
 /// gradient's factor, `1 / n` for the mean over `n` rows); then the outputs `grad` (`[rows, vocab]`,
-/// the logits' dtype; may be the logits' own buffer) and `loss` (f32 `[rows]`, unscaled).
+/// the logits' dtype and pitch; may be the logits' own buffer) and `loss` (f32 `[rows]`, unscaled).
 pub fn build(cfg: &CrossEntropyConfig) -> Result<Kernel, KernelError> {
     cfg.check()?;
     let (w, eps) = (cfg.waves, cfg.smoothing);
@@ -127,10 +129,12 @@ pub fn build(cfg: &CrossEntropyConfig) -> Result<Kernel, KernelError> {
     let mut k = KernelBuilder::new(&name, Schedule::Plain { waves: w });
     let rows = k.param("rows");
     let vocab = k.param("vocab");
+    let pitch = k.param("pitch");
     let (zero, one) = (Expr::c(0), Expr::c(1));
     let m = [("row", rows.clone()), ("col", vocab.clone())];
     let per_row = [("row", rows.clone()), ("one", one.clone())];
-    let logits = k.global("logits", dt, &m, Access::Read);
+    let pitched = vec![pitch, one.clone()];
+    let logits = k.global_strided("logits", dt, &m, pitched.clone(), Access::Read);
     let labels = k.global("labels", F32, &per_row, Access::Read);
     let cols = k.global_strided("cols", F32, &m, vec![zero.clone(), one], Access::Read);
     let scale = k.global_strided(
@@ -140,7 +144,7 @@ pub fn build(cfg: &CrossEntropyConfig) -> Result<Kernel, KernelError> {
         vec![zero.clone(), zero.clone()],
         Access::Read,
     );
-    let grad = k.global("grad", dt, &m, Access::Write);
+    let grad = k.global_strided("grad", dt, &m, pitched, Access::Write);
     let loss = k.global("loss", F32, &per_row, Access::Write);
     k.grid(vec![rows.clone()], GridOrder::RowMajor);
 

@@ -1,10 +1,11 @@
-//! `cross_entropy` at a problem's sizes: `rows` rows of `V = vocab` logits, the options (label
-//! smoothing, f32 logits); parameters `rows`, `vocab`.
+//! `cross_entropy` at a problem's sizes: `rows` rows of `V = vocab` logits `pitch` elements apart, the
+//! options (label smoothing, f32 logits); parameters `rows`, `vocab`, `pitch`.
 //!
 //! Inputs `logits`, `labels`, `cols`, `scale`; outputs `grad`, `loss`. The random inputs are logits
 //! uniform in `±input_scale`, labels uniform over the vocabulary with about one row in eight ignored,
 //! the column indices, and `scale = 1 / (rows not ignored)` (the mean's factor). Judged by the test
-//! rule against PyTorch's computation on bf16 logits ([`baseline`]).
+//! rule against PyTorch's computation on bf16 logits ([`baseline`]); with a pitch past `vocab` the
+//! gaps between the rows must stay unwritten.
 
 use super::{build, CrossEntropyConfig, VOCAB};
 use crate::budget;
@@ -34,6 +35,9 @@ pub struct CrossEntropyOptions {
 pub struct CrossEntropyProblem {
     pub rows: usize,
     pub vocab: usize,
+    /// Elements from one row of the logits (and the gradient) to the next; `None`: `vocab` (dense).
+    /// The fused loss pads an odd vocabulary's rows to a multiple of 8 so that they move in vectors.
+    pub pitch: Option<usize>,
     pub options: CrossEntropyOptions,
     pub run: RunSettings,
 }
@@ -44,6 +48,7 @@ impl Default for CrossEntropyProblem {
         CrossEntropyProblem {
             rows: 37,
             vocab: 1000,
+            pitch: None,
             options: CrossEntropyOptions::default(),
             run: RunSettings::default(),
         }
@@ -51,13 +56,14 @@ impl Default for CrossEntropyProblem {
 }
 
 impl CrossEntropyProblem {
-    /// The problem `a` names: `rows`, `norm_dim` (the vocabulary), `smoothing`, `f32_logits` (and the
-    /// run settings).
+    /// The problem `a` names: `rows`, `norm_dim` (the vocabulary), `pitch` (default: the vocabulary),
+    /// `smoothing`, `f32_logits` (and the run settings).
     pub fn from_args(a: &NamedArgs) -> Result<CrossEntropyProblem, KernelError> {
         let d = CrossEntropyProblem::default();
         Ok(CrossEntropyProblem {
             rows: a.size_or("rows", d.rows)?,
             vocab: a.size_or("norm_dim", d.vocab)?,
+            pitch: a.opt_size_or("pitch", d.pitch)?,
             options: CrossEntropyOptions {
                 smoothing: a.f32_or("smoothing", d.options.smoothing)?,
                 f32_logits: a.flag_or("f32_logits", d.options.f32_logits)?,
@@ -79,8 +85,15 @@ pub fn config(p: &CrossEntropyProblem, target: Target) -> CrossEntropyConfig {
     CrossEntropyConfig::new(o.f32_logits, o.smoothing, lanes)
 }
 
-fn sizes(p: &CrossEntropyProblem) -> Result<(usize, usize), KernelError> {
+/// `(rows, vocab, pitch)`, checked.
+fn sizes(p: &CrossEntropyProblem) -> Result<(usize, usize, usize), KernelError> {
     let (rows, v) = (p.rows, p.vocab);
+    let pitch = p.pitch.unwrap_or(v);
+    if pitch < v {
+        return Err(KernelError::Problem(format!(
+            "cross_entropy: pitch {pitch} must be at least the vocabulary size {v}"
+        )));
+    }
     if !u32::try_from(v).is_ok_and(|v| VOCAB.contains(&v)) {
         return Err(KernelError::Problem(format!(
             "cross_entropy: vocabulary size {v} must be from {} to {} (labels are f32)",
@@ -88,7 +101,17 @@ fn sizes(p: &CrossEntropyProblem) -> Result<(usize, usize), KernelError> {
             VOCAB.end()
         )));
     }
-    Ok((rows, v))
+    Ok((rows, v, pitch))
+}
+
+/// Elements the `[rows, vocab]` logits span at `pitch`.
+fn span(rows: usize, v: usize, pitch: usize) -> Result<usize, KernelError> {
+    let last = crate::problem::elements("logits", &[rows.saturating_sub(1), pitch])?;
+    last.checked_add(v).ok_or_else(|| {
+        KernelError::Problem(format!(
+            "cross_entropy: {rows} rows of pitch {pitch} overflow"
+        ))
+    })
 }
 
 impl KernelProblem for CrossEntropyProblem {
@@ -102,10 +125,15 @@ impl KernelProblem for CrossEntropyProblem {
 
     fn launch(&self) -> Result<Launch, KernelError> {
         let p = self;
-        let (rows, v) = sizes(p)?;
-        let m = crate::problem::elements("logits", &[rows, v])?;
+        let (rows, v, pitch) = sizes(p)?;
+        crate::problem::elements("logits", &[rows, v])?;
+        let m = span(rows, v, pitch)?;
         Ok(Launch {
-            params: vec![param("rows", rows)?, param("vocab", v)?],
+            params: vec![
+                param("rows", rows)?,
+                param("vocab", v)?,
+                param("pitch", pitch)?,
+            ],
             inputs: vec![m, rows, v, 1],
             outputs: vec![m, rows],
         })
@@ -117,8 +145,8 @@ impl KernelProblem for CrossEntropyProblem {
         let cfg = config(p, target);
         cfg.check()?;
         let launch = self.launch()?;
-        let (rows, v) = (p.rows, p.vocab);
-        let what = format!("cross_entropy at rows={rows} vocab={v}");
+        let (rows, v, pitch) = sizes(p)?;
+        let what = format!("cross_entropy at rows={rows} vocab={v} pitch={pitch}");
         let m = launch.inputs[0] as u64;
         // The logits and their snapshot, the gradient (value, pending store, reference, baseline).
         budget::check_host_bytes(&what, m.checked_mul(2 * 4 + 4 + STORE_BYTES + 8 + 4))?;
@@ -128,7 +156,7 @@ impl KernelProblem for CrossEntropyProblem {
             // Two passes over the row, a few operations per element each.
             work: m.checked_mul(2),
             shape: serde_json::json!({
-                "rows": rows, "vocab": v, "options": p.options, "config": cfg,
+                "rows": rows, "vocab": v, "pitch": pitch, "options": p.options, "config": cfg,
             }),
         })
     }
@@ -155,14 +183,24 @@ impl KernelProblem for CrossEntropyProblem {
 
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
         let p = self;
-        let v = p.vocab;
+        let (v, pitch) = (p.vocab, p.pitch.unwrap_or(p.vocab));
         let (eps, scale) = (f64::from(p.options.smoothing), f64::from(inputs[3][0]));
-        let (grad, loss) = reference(&inputs[0], &inputs[1], v, eps, scale);
+        let x = dense_rows(&inputs[0], p.rows, v, pitch);
+        let (grad, loss) = reference(&x, &inputs[1], v, eps, scale);
         let dtype = config(p, Target::Cpu).dtype();
-        let (g, l) = baseline(&inputs[0], &inputs[1], v, eps as f32, inputs[3][0], dtype);
+        let (g, l) = baseline(&x, &inputs[1], v, eps as f32, inputs[3][0], dtype);
+        let n = inputs[0].len();
         Reference {
-            values: grad.into_iter().chain(loss).collect(),
-            baseline: Some(g.into_iter().chain(l).collect()),
+            values: pitched_rows(&grad, v, pitch, n, f64::NAN)
+                .into_iter()
+                .chain(loss)
+                .collect(),
+            baseline: Some(
+                pitched_rows(&g, v, pitch, n, f32::NAN)
+                    .into_iter()
+                    .chain(l)
+                    .collect(),
+            ),
             max_abs_logit: None,
         }
     }
@@ -170,6 +208,24 @@ impl KernelProblem for CrossEntropyProblem {
     fn tolerance(&self) -> Tolerance {
         Tolerance::Rule
     }
+}
+
+/// The first `v` of every `pitch` elements of `x`'s `rows` rows, back to back.
+fn dense_rows(x: &[f32], rows: usize, v: usize, pitch: usize) -> Vec<f32> {
+    (0..rows)
+        .flat_map(|r| &x[r * pitch..r * pitch + v])
+        .copied()
+        .collect()
+}
+
+/// Rows of `v` values laid out `pitch` apart over `n` elements, `gap` between them (a NaN reference
+/// entry: a position the kernel must leave unwritten).
+fn pitched_rows<T: Copy>(dense: &[T], v: usize, pitch: usize, n: usize, gap: T) -> Vec<T> {
+    let mut out = vec![gap; n];
+    for (r, row) in dense.chunks(v).enumerate() {
+        out[r * pitch..r * pitch + v].copy_from_slice(row);
+    }
+    out
 }
 
 /// The f64 computation: `(grad, loss)` per the module documentation of [`super`], rows of `v` logits.

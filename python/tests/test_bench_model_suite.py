@@ -1,0 +1,85 @@
+"""``python -m kittens.bench model --suite`` (kittens.bench_model_suite) end to end on the CPU: the ``tiny``
+suite (a one-layer Llama on the interpreter, HF and kittens arms, a few steps, inference through
+``model.generate``) writes its JSON (device, date, commit, the per-step losses), the plot and a README whose
+figures are the JSON's; bad suite and part names are refused naming them.
+
+torch and transformers are required in CI (KITTENS_REQUIRE_TORCH=1).
+"""
+
+import json
+import os
+
+import pytest
+
+if os.environ.get("KITTENS_REQUIRE_TORCH") == "1" or os.environ.get("CI") == "true":
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+else:
+    pytest.importorskip("torch", reason="torch is not installed")
+    pytest.importorskip("transformers", reason="transformers is not installed")
+
+from kittens import bench_model, bench_model_suite  # noqa: E402
+
+
+def test_tiny_suite_writes_json_plot_and_readme(tmp_path, capsys):
+    out = tmp_path / "results"
+    rc = bench_model.main(["--suite", "tiny", "--device", "cpu", "--out", str(out)])
+    assert rc == 0, capsys.readouterr().out[-3000:]
+    report = json.loads((out / "micro.json").read_text())
+    assert report["suite"] == "tiny" and report["part"] == "micro"
+    assert report["device"].startswith("cpu") and report["commit"] and report["date"][:2] == "20"
+    tr = report["training"]
+    assert set(tr) == {"hf", "kittens"} and all(v["ran"] for v in tr.values())
+    assert all(len(v["losses"]) == 4 and v["tokens_per_s"] > 0 for v in tr.values())
+    # Same init, same batches: the first step's losses agree to bf16 rounding.
+    assert abs(tr["hf"]["losses"][0] - tr["kittens"]["losses"][0]) < 2e-2
+    gap = report["curves"]["kittens"]
+    assert gap["steps"] == 2 and 0 <= gap["mean_abs_gap"] <= gap["max_abs_gap"]
+    inf = report["inference"]
+    assert all(inf[a]["ran"] and inf[a]["decode_tokens_per_s"] > 0 for a in ("hf", "kittens"))
+    assert (out / "micro.png").stat().st_size > 10_000
+    readme = (out / "README.md").read_text()
+    assert f"commit `{report['commit']}`" in readme
+    assert f"| kittens | {tr['kittens']['tokens_per_s']:,.0f} |" in readme
+    assert f"{gap['mean_abs_gap']:.4f} / {gap['max_abs_gap']:.4f}" in readme
+    assert f"| hf | {inf['hf']['prefill_tokens_per_s']:,.0f} | {inf['hf']['decode_tokens_per_s']:,.0f} |" in readme
+    # The README covers every part present: another part's JSON in the folder shows up in it.
+    other = dict(report, part="125m-2k")
+    (out / "125m-2k.json").write_text(json.dumps(other))
+    text = bench_model_suite.readme(bench_model_suite.load(str(out)), "tiny")
+    assert text.index("## 125m-2k") < text.index("## micro")  # the issue35 suite's order first
+
+
+def test_bad_names_are_refused(tmp_path, capsys):
+    assert bench_model.main(["--suite", "nope", "--device", "cpu", "--out", str(tmp_path)]) == 2
+    assert "unknown suite 'nope'" in capsys.readouterr().err
+    assert bench_model.main(["--suite", "issue35", "--parts", "2b", "--device", "cpu", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no part '2b'" in err and "125m-2k, 1b-4k" in err
+
+
+def test_issue35_suite_is_what_the_issue_asks():
+    parts = {p["name"]: p for p in bench_model_suite.SUITES["issue35"]}
+    assert parts["125m-2k"]["steps"] == 200 and parts["1b-4k"]["seq"] == 4096
+    for p in parts.values():
+        assert set(p["arms"].split(",")) == set(bench_model.ARMS)
+        assert p["prompt"] + p["new_tokens"] <= p["seq"]
+
+
+def test_the_demo_model_line_arguments_are_accepted():
+    """`kittens demo`'s model line (crates/kittens-cli/src/cmd/demo/model.rs) runs `python3 -m kittens.bench
+    model <ARGS>`: its arguments parse (without a GPU the run stops at the device check, exit 2, not at
+    argparse's)."""
+    import re
+    import subprocess
+    import sys
+
+    src = os.path.join(os.path.dirname(__file__), "..", "..", "crates", "kittens-cli", "src", "cmd", "demo",
+                       "model.rs")
+    text = open(src).read()
+    body = re.search(r"const ARGS: &\[&str\] = &\[(.*?)\];", text, re.S).group(1)
+    args = re.findall(r'"([^"]*)"', body)
+    assert args[:3] == ["-m", "kittens.bench", "model"] and "--size" in args
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
+    r = subprocess.run([sys.executable, *args, "--json", os.devnull], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and "no CUDA device" in r.stderr and "error:" not in r.stderr, r.stderr
