@@ -353,7 +353,7 @@ pub fn layernorm(
     residual: &[f32],
     weight: &[f32],
     bias: &[f32],
-    norm: &crate::problem::NormShape,
+    norm: &crate::rows::NormShape,
     eps: f32,
 ) -> Result<Vec<f32>, KernelError> {
     use crate::layernorm::{problem::LayerNormProblem, LayerNormConfig};

@@ -359,29 +359,9 @@ impl RunSettings {
     }
 }
 
-/// A layernorm problem: `rows` rows of `dim` values, dropout with probability `p` keyed by
-/// `dropout_seed` and `offset` (the Philox key and counter words, `kittens_ir::philox`).
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct NormShape {
-    pub rows: usize,
-    pub dim: usize,
-    pub p: f32,
-    pub dropout_seed: u64,
-    pub offset: u64,
-}
-
-impl Default for NormShape {
-    /// Odd sizes: 37 rows of 1000 (not a multiple of a wave's 256-column strip), 10% dropout.
-    fn default() -> Self {
-        NormShape {
-            rows: 37,
-            dim: 1000,
-            p: 0.1,
-            dropout_seed: 0x5eed_0000_0000_2a2a,
-            offset: 3,
-        }
-    }
-}
+// Former path (before `crate::rows`), for branches written against it; nothing in the tree uses it.
+#[doc(hidden)]
+pub use crate::rows::NormShape;
 
 /// How a kernel is launched at a problem's sizes: its parameters, the element count of each input
 /// tensor (in declaration order) and of each output tensor; the outputs are declared after the

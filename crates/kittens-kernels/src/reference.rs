@@ -21,19 +21,6 @@ pub fn gemm_abt(a: &[f32], b: &[f32], m: usize, n: usize, k: usize) -> Vec<f64> 
     c
 }
 
-/// Applies an FP8 GEMM's scales to its f64 product `c` (M×N row-major, `n` columns) in f64:
-/// `c[i][j] *= sa·sb` per tensor, `sa[i]·sb[j]` per row of A and row of B.
-pub fn scale_rows_cols(c: &mut [f64], n: usize, mode: crate::gemm::Scales, sa: &[f32], sb: &[f32]) {
-    use crate::gemm::Scales;
-    for (x, v) in c.iter_mut().enumerate() {
-        let (i, j) = match mode {
-            Scales::PerTensor => (0, 0),
-            Scales::PerRowCol => (x / n, x % n),
-        };
-        *v *= sa[i] as f64 * sb[j] as f64;
-    }
-}
-
 /// `softmax(Q·Kᵀ/√d)·V` in f64 per (batch, head), query head `h` using KV head `h / (heads/heads_kv)`;
 /// `causal` keeps key `j ≤` query `i` (PyTorch's top-left `is_causal`). Output in Q's layout.
 pub fn attention(q: &[f32], k: &[f32], v: &[f32], sh: &AttnShape, causal: bool) -> Vec<f64> {
@@ -344,7 +331,7 @@ pub fn layernorm(
     residual: &[f32],
     weight: &[f32],
     bias: &[f32],
-    sh: &crate::problem::NormShape,
+    sh: &crate::rows::NormShape,
     eps: f64,
 ) -> Vec<f64> {
     let (rows, d) = (sh.rows, sh.dim);
@@ -369,7 +356,7 @@ pub fn layernorm(
 
 /// The dropout factor of element `i` (stream index `row·dim + col`): `1/(1 − p)` where its Philox
 /// uniform is `≥ p`, else 0; 1 without dropout.
-fn dropout_keep(sh: &crate::problem::NormShape, i: usize) -> f64 {
+fn dropout_keep(sh: &crate::rows::NormShape, i: usize) -> f64 {
     use kittens_ir::philox;
     if sh.p <= 0.0 {
         return 1.0;
@@ -391,7 +378,7 @@ pub fn layernorm_backward(
     x: &[f32],
     residual: &[f32],
     weight: &[f32],
-    sh: &crate::problem::NormShape,
+    sh: &crate::rows::NormShape,
     eps: f64,
 ) -> Vec<f64> {
     let (rows, d) = (sh.rows, sh.dim);

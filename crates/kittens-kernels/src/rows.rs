@@ -13,6 +13,30 @@ use kittens_tile::{BaseShape, Layout, Swizzle};
 
 /// Row lengths the row-wise kernels take (the issue of the suite: hidden sizes of 768 to 8192).
 pub const DIMS: std::ops::RangeInclusive<u32> = 768..=8192;
+/// A layernorm problem: `rows` rows of `dim` values, dropout with probability `p` keyed by
+/// `dropout_seed` and `offset` (the Philox key and counter words, `kittens_ir::philox`).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct NormShape {
+    pub rows: usize,
+    pub dim: usize,
+    pub p: f32,
+    pub dropout_seed: u64,
+    pub offset: u64,
+}
+
+impl Default for NormShape {
+    /// Odd sizes: 37 rows of 1000 (not a multiple of a wave's 256-column strip), 10% dropout.
+    fn default() -> Self {
+        NormShape {
+            rows: 37,
+            dim: 1000,
+            p: 0.1,
+            dropout_seed: 0x5eed_0000_0000_2a2a,
+            offset: 3,
+        }
+    }
+}
+
 /// Values per lane a wave holds of a row before the row is split over more waves: one 16-byte chunk
 /// of each tensor, as `torch.compile`'s persistent reduction does (one row per block, 8 values per
 /// thread). Measured on the H100 (docs/performance.md, "layernorm and rotary"; at D = 2048,

@@ -182,7 +182,7 @@ fn per_row_col_scales_and_f32_output_on_the_emulation() {
             .map(|w| f32::from_le_bytes([w[0], w[1], w[2], w[3]]))
             .collect();
         let mut r = reference::gemm_abt(&a, &b, m, n, k);
-        reference::scale_rows_cols(&mut r, n, Scales::PerRowCol, &sa, &sb);
+        kittens_kernels::gemm::problem::scale_rows_cols(&mut r, n, Scales::PerRowCol, &sa, &sb);
         let e = reference::compare(&out, &r);
         eprintln!("{gpu}: {e:?}");
         assert!(e.rel_err < 1e-5, "{gpu}: {e:?}");

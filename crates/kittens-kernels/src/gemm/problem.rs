@@ -575,7 +575,7 @@ impl KernelProblem for GemmProblem {
             } else {
                 Scales::PerRowCol
             };
-            reference::scale_rows_cols(&mut values, p.n, mode, sa, sb);
+            scale_rows_cols(&mut values, p.n, mode, sa, sb);
         }
         let values = Self::place_c(p, values);
         Reference {
@@ -587,6 +587,18 @@ impl KernelProblem for GemmProblem {
 
     fn tolerance(&self) -> Tolerance {
         Tolerance::Fixed(TOLERANCE)
+    }
+}
+
+/// Applies an FP8 GEMM's scales to its f64 product `c` (M×N row-major, `n` columns) in f64:
+/// `c[i][j] *= sa·sb` per tensor, `sa[i]·sb[j]` per row of A and row of B.
+pub fn scale_rows_cols(c: &mut [f64], n: usize, mode: Scales, sa: &[f32], sb: &[f32]) {
+    for (x, v) in c.iter_mut().enumerate() {
+        let (i, j) = match mode {
+            Scales::PerTensor => (0, 0),
+            Scales::PerRowCol => (x / n, x % n),
+        };
+        *v *= sa[i] as f64 * sb[j] as f64;
     }
 }
 

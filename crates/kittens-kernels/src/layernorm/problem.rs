@@ -12,11 +12,11 @@ use super::bwd::{build_bwd, build_dweight, parts_at};
 use super::{build, LayerNormConfig};
 use crate::budget;
 use crate::problem::{
-    elements, param, positive, KernelProblem, Launch, NamedArgs, NormShape, Plan, Reference,
-    RunSettings, Stage, STORE_BYTES,
+    elements, param, positive, KernelProblem, Launch, NamedArgs, Plan, Reference, RunSettings,
+    Stage, STORE_BYTES,
 };
 use crate::reference::{self, Tolerance};
-use crate::rows::{RowLoop, RowStrides};
+use crate::rows::{NormShape, RowLoop, RowStrides};
 use crate::KernelError;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
