@@ -248,7 +248,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                                    "the issue's figures at 125M and 1B) into --out, then write its README")
     p.add_argument("--parts", help="--suite: only these of its parts (comma-separated names); the README "
                                    "covers every part whose JSON is in --out")
-    p.add_argument("--out", default="bench/results/model-suite", help="--suite: the results folder")
+    p.add_argument("--out", default="bench/results/model", help="--suite: the results folder")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"],
                    help="cpu: the tests' smoke run on the interpreter (no memory figures)")
     args = p.parse_args(argv)
