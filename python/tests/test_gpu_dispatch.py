@@ -17,19 +17,9 @@ import torch.nn.functional as F  # noqa: E402
 import kittens  # noqa: E402
 from kittens import _dispatch  # noqa: E402
 
-BF = torch.bfloat16
+from gpu_rule import BF, rand, rule  # noqa: E402
 
 
-def rand(*shape, scale=1.0, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return ((torch.rand(*shape, generator=g) * 2 - 1) * scale).to(BF).cuda()
-
-
-def rule(ours, ref64, plain, floor=1e-3):
-    """FlashAttention's rule: our error against float64 at most twice the plain bf16 computation's."""
-    e_ours = (ours.double() - ref64).abs().max().item()
-    e_plain = (plain.double() - ref64).abs().max().item()
-    assert e_ours <= 2 * e_plain + floor, (e_ours, e_plain)
 
 
 @pytest.mark.parametrize("m,n,k", [(1000, 776, 1032), (256, 256, 256), (77, 1000, 1024), (5, 13, 7), (300, 24, 40)])
