@@ -35,9 +35,6 @@ pub mod rows;
 pub mod swiglu;
 
 pub use registry::by_name;
-// Former paths (before `attn`), for branches written against them; nothing in the tree uses them.
-#[doc(hidden)]
-pub use attn::{score as attn_score, strides as attn_strides};
 
 use thiserror::Error;
 

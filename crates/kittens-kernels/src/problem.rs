@@ -359,10 +359,6 @@ impl RunSettings {
     }
 }
 
-// Former path (before `crate::rows`), for branches written against it; nothing in the tree uses it.
-#[doc(hidden)]
-pub use crate::rows::NormShape;
-
 /// How a kernel is launched at a problem's sizes: its parameters, the element count of each input
 /// tensor (in declaration order) and of each output tensor; the outputs are declared after the
 /// inputs (most kernels have one; the attention backward has dQ, dK, dV).

@@ -6,8 +6,9 @@
 use kittens_hw::Target;
 use kittens_kernels::exec::interpret;
 use kittens_kernels::layernorm::problem::LayerNormProblem;
-use kittens_kernels::problem::{KernelProblem, NormShape, RunSettings};
+use kittens_kernels::problem::{KernelProblem, RunSettings};
 use kittens_kernels::reference::compare;
+use kittens_kernels::rows::NormShape;
 use kittens_kernels::KernelError;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;

@@ -7,9 +7,9 @@
 use kittens_hw::Target;
 use kittens_kernels::by_name;
 use kittens_kernels::layernorm::{bwd, LayerNormConfig};
-use kittens_kernels::problem::{Launch, NamedArgs, NormShape, Stage};
+use kittens_kernels::problem::{Launch, NamedArgs, Stage};
 use kittens_kernels::reference;
-use kittens_kernels::rows::RowLoop;
+use kittens_kernels::rows::{NormShape, RowLoop};
 
 mod common;
 use common::{check_with, plan_error, problem};

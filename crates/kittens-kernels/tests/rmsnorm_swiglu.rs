@@ -63,7 +63,7 @@ fn rmsnorm_with_two_rows_per_block() {
                 .unwrap(),
         }];
         check_with("rmsnorm", &p, Some(fwd));
-        let lp = rmsnorm::RowLoop::for_target(kittens_hw::Target::Cpu, cfg.waves);
+        let lp = kittens_kernels::rows::RowLoop::for_target(kittens_hw::Target::Cpu, cfg.waves);
         let bwd = bwd_stages(&cfg, &lp, &p, 45);
         check_with("rmsnorm_bwd", &p, Some(bwd));
     }
@@ -72,7 +72,7 @@ fn rmsnorm_with_two_rows_per_block() {
 /// The backward's two launches at configuration `cfg` and row loop `lp`, for `rows` rows.
 fn bwd_stages(
     cfg: &RmsNormConfig,
-    lp: &rmsnorm::RowLoop,
+    lp: &kittens_kernels::rows::RowLoop,
     p: &NamedArgs,
     rows: usize,
 ) -> Vec<Stage> {
@@ -112,7 +112,7 @@ fn rmsnorm_backward_at_every_prefetch_level() {
             let cfg = RmsNormConfig::new(dim, residual, 32);
             let p = problem(45, dim as usize).with("residual", residual);
             for (blocks, prefetch) in [(1, 2), (7, 0), (7, 1), (7, 2)] {
-                let lp = rmsnorm::RowLoop {
+                let lp = kittens_kernels::rows::RowLoop {
                     blocks,
                     waves_per_row: None,
                     prefetch,

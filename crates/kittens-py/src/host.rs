@@ -188,7 +188,7 @@ unsafe fn attention_strided(
 /// The addresses in `p` must be live host arrays of the checked shapes (`crate::view_mem::layernorm`).
 pub unsafe fn layernorm(
     p: &crate::view_mem::LayerNorm,
-    norm: &kittens_kernels::problem::NormShape,
+    norm: &kittens_kernels::rows::NormShape,
     eps: f32,
 ) -> Result<(), ApiError> {
     aligned(&[

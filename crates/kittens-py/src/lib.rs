@@ -291,7 +291,7 @@ fn layernorm(
         }
     };
     let call = view_mem::layernorm(&x, &r, &w, &b, &o).map_err(to_py)?;
-    let norm = kittens_kernels::problem::NormShape {
+    let norm = kittens_kernels::rows::NormShape {
         rows: call.rows,
         dim: call.dim,
         p,

@@ -13,9 +13,9 @@ use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
 use kittens_kernels::layernorm::problem::LayerNormProblem;
 use kittens_kernels::problem::KernelProblem;
-use kittens_kernels::problem::NormShape;
 use kittens_kernels::problem::RunSettings;
 use kittens_kernels::rotary::problem::RotaryProblem;
+use kittens_kernels::rows::NormShape;
 use kittens_runtime::runner::{run, IsaEmu};
 use serde_json::Value;
 

@@ -9,10 +9,11 @@
 //! and bad slopes are refused naming `alibi_slopes`.
 
 use kittens_kernels::attn::score::{AttnArgs, AttnOptions, Logits, Window};
+use kittens_kernels::attn::AttnLayout;
+use kittens_kernels::attn::{BwdShape, Causal};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
-use kittens_kernels::attn_bwd::{BwdShape, Causal};
 use kittens_kernels::attn_fwd::problem::AttnProblem;
-use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
+use kittens_kernels::attn_fwd::AttnConfig;
 use kittens_kernels::problem::{KernelProblem, RunSettings};
 use kittens_kernels::reference::AttnShape;
 use kittens_kernels::{exec, reference_fwd};

@@ -5,8 +5,9 @@
 //! `tests/attn_bwd_hopper.rs`, `head_dim_96`.)
 
 use kittens_kernels::attn::score::AttnArgs;
+use kittens_kernels::attn::AttnLayout;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
-use kittens_kernels::attn_fwd::{AttnConfig, AttnLayout};
+use kittens_kernels::attn_fwd::AttnConfig;
 use kittens_kernels::problem::RunSettings;
 use kittens_kernels::reference::AttnShape;
 use kittens_runtime::runner::{self, Interpreter};

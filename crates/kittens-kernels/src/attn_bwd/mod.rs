@@ -48,9 +48,7 @@ mod schedule;
 
 use crate::attn::score::{min_offset, Logits, Window};
 use crate::attn::AttnLayout;
-// Former path (before `crate::attn`), for branches written against it; nothing in the tree uses it.
-#[doc(hidden)]
-pub use crate::attn::{BwdShape, Causal};
+use crate::attn::{BwdShape, Causal};
 use crate::KernelError;
 use kittens_ir::{Expr, Kernel};
 use kittens_tile::BaseShape;

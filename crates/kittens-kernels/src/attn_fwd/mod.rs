@@ -30,10 +30,8 @@ pub use producer_consumer::padded_dim;
 
 use crate::attn::score::{min_offset, Alibi, Logits, Window};
 use crate::attn::strides::tensor_strides;
+use crate::attn::AttnLayout;
 use crate::attn::HeadLogits;
-// Former path (before `crate::attn`), for branches written against it; nothing in the tree uses it.
-#[doc(hidden)]
-pub use crate::attn::AttnLayout;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16};
 use kittens_ir::{Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId, Rounding};

@@ -27,11 +27,9 @@
 
 pub mod problem;
 
+use crate::rows::RowLoop;
 use crate::rows::{check_rows, strip_cols, sum_partials, waves_per_row, Frame, RowStrides};
 use crate::KernelError;
-// Former paths (before `crate::rows`), for branches written against them; nothing in the tree uses them.
-#[doc(hidden)]
-pub use crate::rows::{RowLoop, DW_ROWS, ROW_LOOP_VAR};
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_hw::Gpu;
 use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId, Schedule};
