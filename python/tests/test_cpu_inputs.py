@@ -155,7 +155,8 @@ def test_the_cpu_path_takes_the_clis_work_budget():
 
 def test_ctrl_c_interrupts_a_long_cpu_run():
     rng = np.random.default_rng(9)
-    a, b = rand(rng, 1024, 1024), rand(rng, 1024, 1024)  # about 10 s on the interpreter
+    # 2048³: several seconds on the interpreter (1024³ now takes ~0.6 s, which raced the 0.5 s timer)
+    a, b = rand(rng, 2048, 2048), rand(rng, 2048, 2048)
     timer = threading.Timer(0.5, _thread.interrupt_main)
     t = time.perf_counter()
     timer.start()
