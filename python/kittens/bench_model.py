@@ -342,7 +342,10 @@ def run(torch, transformers, args, dev: Device):
     if not args.no_train:
         for arm in arms:
             print(f"  training: {arm}")
-            report["training"][arm] = _guarded(train_arm, torch, transformers, cfg, arm, data, args, dev)
+            r = report["training"][arm] = _guarded(train_arm, torch, transformers, cfg, arm, data, args, dev)
+            if r.get("ran"):  # each arm's figures as soon as it ends (a run cut short keeps them)
+                print(f"  {arm}: {r['tokens_per_s'] or 0:,.0f} tokens/s, step {r['step_ms']:.1f} ms, host "
+                      f"{r['host_ms']:.1f} ms, peak {r['peak_gib'] or 0:.2f} GiB", flush=True)
     if not args.no_infer:
         for arm in ("hf", "kittens"):
             print(f"  inference: {arm}")
