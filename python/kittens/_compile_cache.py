@@ -52,12 +52,15 @@ def build_tag() -> str:
     return _TAG
 
 
-def install() -> str:
+def install() -> Optional[str]:
     """Append :func:`build_tag` to ``torch.compiler.config.cache_key_tag`` (once; a tag of another kittens
-    build in it is replaced); returns the setting's new value."""
+    build in it is replaced); returns the setting's new value (None on a torch without the setting)."""
     import torch
 
+    config = getattr(torch.compiler, "config", None)
+    if config is None or not isinstance(getattr(config, "cache_key_tag", None), str):
+        return None
     ours = build_tag()
-    parts = [p for p in torch.compiler.config.cache_key_tag.split("|") if p and not p.startswith("kittens-")]
-    torch.compiler.config.cache_key_tag = "|".join(parts + [ours])
-    return torch.compiler.config.cache_key_tag
+    parts = [p for p in config.cache_key_tag.split("|") if p and not p.startswith("kittens-")]
+    config.cache_key_tag = "|".join(parts + [ours])
+    return config.cache_key_tag

@@ -108,6 +108,22 @@ def test_compiled_step_is_kittens_kernels_once(monkeypatch, mask_skip):
         torch.testing.assert_close(p.grad, q.grad, rtol=2e-2, atol=2e-3 * q.grad.abs().max().item(), msg=name)
 
 
+def test_dynamic_shapes_one_graph_for_two_lengths():
+    """dynamic=True: two sequence lengths share one graph (no size specialised by the kittens code, e.g.
+    an int() of a SymInt), attention on the kernel (the mask decision holds for symbolic sizes)."""
+    torch._dynamo.reset()
+    model = tiny_llama()
+    kt.apply(model)
+    graphs = Graphs()
+    compiled = torch.compile(model, fullgraph=True, dynamic=True, backend=graphs.backend)
+    gen = torch.Generator().manual_seed(6)
+    for n in (24, 40):
+        step(compiled, torch.randint(0, 97, (2, n), generator=gen))
+    assert len(graphs.forward) == 1, [dict(f) for f in graphs.forward]
+    assert graphs.forward[0]["kittens.attention.default"] == 1
+    assert not [k for k in graphs.forward[0] if "scaled_dot_product" in k]
+
+
 def test_plain_causal_mask_is_left_to_the_kernel_and_others_are_not():
     import transformers.masking_utils as mu
 

@@ -110,9 +110,10 @@ def _plain_causal(kw: dict) -> bool:
         q, q_offset = kw["cache_position"].shape[0], None
     else:
         return False
-    if not isinstance(kv, int) or not isinstance(q, int) or not isinstance(kv_offset, int) or kv_offset != 0:
+    size = (int, torch.SymInt)  # SymInt: torch.compile(dynamic=True)'s sizes (the comparisons become guards)
+    if not isinstance(kv, size) or not isinstance(q, size) or not isinstance(kv_offset, size) or kv_offset != 0:
         return False
-    return kv == q or (isinstance(q_offset, int) and q_offset + q == kv)
+    return bool(kv == q) or (isinstance(q_offset, size) and bool(q_offset + q == kv))
 
 
 def causal_mask(*args, **kwargs):
