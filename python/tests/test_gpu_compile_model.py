@@ -38,8 +38,9 @@ def step(model, x, graphs):
     with torch.autocast("cuda", dtype=torch.bfloat16):
         loss = model(input_ids=x, labels=x).loss
     loss.backward()
-    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-    model.zero_grad(set_to_none=True)
+    module = getattr(model, "_orig_mod", model)  # a compiled model's parameters under their own names
+    grads = {n: p.grad.detach().clone() for n, p in module.named_parameters()}
+    module.zero_grad(set_to_none=True)
     return loss.detach().clone(), grads
 
 
