@@ -4,7 +4,9 @@ download) trained and run in one process with Hugging Face's own modules and wit
 
 * training, each arm from the same initial weights on the same batches (fp32 master weights, AdamW,
   ``torch.autocast(bfloat16)``): ``hf`` (SDPA attention), ``hf-compile`` (``torch.compile`` of it),
-  ``kittens`` and ``kittens-compile``; tokens/s over the steps after ``--skip-timing``, peak memory of
+  ``kittens`` and ``kittens-compile`` (and, when named in ``--arms``, ``hf-compile-ro`` and
+  ``kittens-compile-ro``: ``mode="reduce-overhead"``, CUDA graphs); tokens/s over the steps after
+  ``--skip-timing``, the median step time and the host's time to enqueue a step, peak memory of
   each step (``torch.cuda.max_memory_allocated``, reset before the step), the loss curve (``--plot``);
 * inference in bfloat16, SDPA vs kittens: prefill tokens/s (one forward over the prompt, filling the KV
   cache) and decode tokens/s (``model.generate`` greedy with the KV cache, minus the prefill's time).
@@ -160,7 +162,8 @@ def train_arm(torch, transformers, cfg, arm: str, data, args, dev: Device) -> di
     peak = max(peaks[args.skip_timing:] or peaks) if dev.cuda else None
     return {"ran": True, "tokens_per_s": tps, "peak_gib": peak, "compile_mode": mode if compiled else None,
             "host_ms": 1e3 * _median(host_s[args.skip_timing:] or host_s),
-            "step_ms": 1e3 * _median(step_s[args.skip_timing:] or step_s), "peak_gib_per_step": peaks, "step_s": step_s, "host_s": host_s, "losses": losses}
+            "step_ms": 1e3 * _median(step_s[args.skip_timing:] or step_s), "peak_gib_per_step": peaks,
+            "step_s": step_s, "host_s": host_s, "losses": losses}
 
 
 def _median(xs: List[float]) -> float:

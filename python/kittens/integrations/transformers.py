@@ -100,8 +100,9 @@ def _plain_causal(kw: dict) -> bool:
     skips: the mask tensor would then send kittens' attention to the SDPA fallback."""
     from transformers.masking_utils import causal_mask_function
 
-    if (kw.get("attention_mask") is not None or kw.get("mask_function", causal_mask_function) is not causal_mask_function
-            or not kw.get("allow_is_causal_skip", True) or kw.get("local_size") is not None):
+    plain = kw.get("mask_function", causal_mask_function) is causal_mask_function
+    if (not plain or kw.get("attention_mask") is not None or not kw.get("allow_is_causal_skip", True)
+            or kw.get("local_size") is not None):
         return False
     kv, kv_offset = kw.get("kv_length"), kw.get("kv_offset", 0)
     if "q_length" in kw:
