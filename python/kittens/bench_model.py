@@ -131,7 +131,26 @@ def train_arm(torch, transformers, cfg, arm: str, data, args, dev: Device) -> di
     peaks: List[float] = []
     step_s: List[float] = []
     host_s: List[float] = []
+    # kittens arms on CUDA: whether the first two steps reached the attention kernel (its CUDA entry, which
+    # the op's body looks up per call) — under torch.compile a fallback to SDPA is silent.
+    watch = arm.startswith("kittens") and dev.cuda
+    attn_calls: List[int] = []
+    if watch:
+        from kittens import _dispatch
+
+        real_attention = _dispatch.attention
+
+        def counted(*a, **kw):
+            attn_calls.append(1)
+            return real_attention(*a, **kw)
+
+        _dispatch.attention = counted
     for step, x in enumerate(batches(torch, data, args, dev)):
+        if watch and step == 2:
+            _dispatch.attention = real_attention
+            if not attn_calls:
+                print(f"    {arm}: the attention kernel was not called in the first two steps (SDPA fallback)",
+                      flush=True)
         lr = args.lr * min(1.0, (step + 1) / args.warmup)
         for g in opt.param_groups:
             g["lr"] = lr
@@ -155,12 +174,15 @@ def train_arm(torch, transformers, cfg, arm: str, data, args, dev: Device) -> di
         peaks.append(dev.peak_gib())
         if step % args.log_every == 0 or step == args.steps - 1:
             print(f"    {arm} step {step:4d}  loss {losses[-1]:.4f}  {step_s[-1] * 1e3:.0f} ms", flush=True)
+    if watch:
+        _dispatch.attention = real_attention
     timed = step_s[args.skip_timing:]
     tps = args.batch * args.seq * len(timed) / sum(timed) if timed else None
     del model, fwd, opt
     dev.free()
     peak = max(peaks[args.skip_timing:] or peaks) if dev.cuda else None
     return {"ran": True, "tokens_per_s": tps, "peak_gib": peak, "compile_mode": mode if compiled else None,
+            "attention_kernel_calls_first_steps": len(attn_calls) if watch else None,
             "host_ms": 1e3 * _median(host_s[args.skip_timing:] or host_s),
             "step_ms": 1e3 * _median(step_s[args.skip_timing:] or step_s), "peak_gib_per_step": peaks,
             "step_s": step_s, "host_s": host_s, "losses": losses}
