@@ -8,52 +8,20 @@
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
 
+#[path = "cuda_support/ptx.rs"]
+mod ptx;
+
 use cuda_common::ensure_nvrtc;
 use kittens_codegen::{lower, Lowered};
 use kittens_hw::Target;
 use kittens_kernels::gemm::{build, BLayout, GemmConfig};
-use std::collections::HashMap;
+use ptx::mbarrier_counts;
 
 fn compiled(cfg: &GemmConfig) -> (Lowered, String) {
     ensure_nvrtc();
     let l = lower(&build(cfg).expect("builds"), Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
     let ptx = kittens_runtime::cuda::ptx(&l.source, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
     (l, ptx)
-}
-
-/// The value of each `mbarrier` instruction's count operand (`opcode` e.g. `mbarrier.init`), resolved
-/// through the last constant moved into its register.
-fn mbarrier_counts(ptx: &str, opcode: &str) -> Vec<u64> {
-    let mut consts: HashMap<&str, u64> = HashMap::new();
-    let mut out = Vec::new();
-    for line in ptx.lines().map(str::trim) {
-        let Some((op, rest)) = line.split_once(char::is_whitespace) else {
-            continue;
-        };
-        let operands: Vec<&str> = rest
-            .trim_end_matches(';')
-            .split(',')
-            .map(str::trim)
-            .collect();
-        if op.starts_with(opcode) {
-            let last = *operands.last().unwrap();
-            let v = last
-                .parse()
-                .ok()
-                .or_else(|| consts.get(last).copied())
-                .unwrap_or_else(|| panic!("`{line}`: the count is not a constant"));
-            out.push(v);
-        } else if let Some(dst) = operands.first().filter(|d| d.starts_with('%')) {
-            match (
-                op.starts_with("mov."),
-                operands.get(1).map(|s| s.parse::<u64>()),
-            ) {
-                (true, Some(Ok(v))) => consts.insert(dst, v),
-                _ => consts.remove(dst),
-            };
-        }
-    }
-    out
 }
 
 /// Each `wgmma.mma_async`'s shape-and-type suffix (`m64n256k16.f32.bf16.bf16`) and whether B is

@@ -13,7 +13,7 @@ use cuda_common::ensure_nvrtc;
 use kittens_codegen::lower;
 use kittens_hw::Target;
 use kittens_kernels::attn_bwd::{build, BwdConfig, BwdSchedule};
-use ptx::{f32_loads, insts, step_loop, Inst};
+use ptx::{f32_loads, step_loop, stream, Inst};
 
 fn compiled(cfg: &BwdConfig) -> String {
     ensure_nvrtc();
@@ -41,7 +41,7 @@ fn attn_bwd_statistics_are_read_once_per_value() {
         });
         let loads = match schedule {
             BwdSchedule::HopperKv => f32_loads(&step_loop(&ptx)),
-            _ => f32_loads(&insts(&ptx).into_iter().map(|(_, i)| i).collect::<Vec<_>>()),
+            _ => f32_loads(&stream(&ptx)),
         };
         assert!(
             (distinct..=2 * 2 * distinct).contains(&loads),

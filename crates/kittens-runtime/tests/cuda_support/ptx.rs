@@ -2,6 +2,8 @@
 //! (wgmma, its waits, global f32 loads, TMA reductions), and finding its loops from their back edges.
 #![allow(dead_code)]
 
+use std::collections::HashMap;
+
 /// One instruction of interest, in program order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Inst {
@@ -15,15 +17,16 @@ pub enum Inst {
     LoadF32,
     /// A TMA reduction into global memory (`cp.reduce.async.bulk.tensor`).
     Reduce,
+    /// `wgmma.commit_group`.
+    Commit,
     /// Anything else.
     Other,
 }
 
 fn inst(line: &str) -> Inst {
-    let Some((op, rest)) = line.split_once(char::is_whitespace) else {
-        return Inst::Other;
-    };
-    let rest = rest.trim().trim_end_matches(';');
+    // An instruction without operands (`wgmma.commit_group.sync.aligned;`) is its opcode alone.
+    let (op, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    let (op, rest) = (op.trim_end_matches(';'), rest.trim().trim_end_matches(';'));
     if let Some(shape) = op.strip_prefix("wgmma.mma_async.sync.aligned.") {
         let (_, imm) = rest.rsplit_once(", p").expect("a scale-d predicate");
         let imm = imm.split(',').filter_map(|s| s.trim().parse().ok());
@@ -37,27 +40,49 @@ fn inst(line: &str) -> Inst {
         Inst::LoadF32
     } else if op.starts_with("cp.reduce.async.bulk.tensor") {
         Inst::Reduce
+    } else if op.starts_with("wgmma.commit_group") {
+        Inst::Commit
     } else {
         Inst::Other
     }
 }
 
-/// The PTX's instructions (labels and directives left out; a predicated instruction counts).
+/// NVRTC's PTX of a lowered kernel.
+pub fn of(l: &kittens_codegen::Lowered) -> String {
+    kittens_runtime::cuda::ptx(&l.source, "sm_90a").unwrap_or_else(|e| panic!("{}: {e}", l.entry))
+}
+
+/// Each line as an instruction, its guard predicate (`@%p1`) left off.
+fn lines(ptx: &str) -> impl Iterator<Item = &str> {
+    ptx.lines().map(|l| {
+        let l = l.trim();
+        match l.strip_prefix('@') {
+            Some(p) => p
+                .split_once(char::is_whitespace)
+                .map_or("", |(_, r)| r.trim()),
+            None => l,
+        }
+    })
+}
+
+/// How many instructions start with `prefix` (an opcode, or an opcode and its first operands).
+pub fn count(ptx: &str, prefix: &str) -> usize {
+    lines(ptx).filter(|l| l.starts_with(prefix)).count()
+}
+
+/// The PTX's instructions with their line numbers (labels and directives left out; a predicated
+/// instruction counts).
 pub fn insts(ptx: &str) -> Vec<(usize, Inst)> {
-    ptx.lines()
+    lines(ptx)
         .enumerate()
-        .map(|(i, l)| {
-            let l = l.trim();
-            let l = match l.strip_prefix('@') {
-                Some(p) => p
-                    .split_once(char::is_whitespace)
-                    .map_or("", |(_, r)| r.trim()),
-                None => l,
-            };
-            (i, inst(l))
-        })
+        .map(|(i, l)| (i, inst(l)))
         .filter(|(_, i)| *i != Inst::Other)
         .collect()
+}
+
+/// The instructions alone, in program order.
+pub fn stream(ptx: &str) -> Vec<Inst> {
+    insts(ptx).into_iter().map(|(_, i)| i).collect()
 }
 
 /// Every loop as the line range from its head label to its back edge (a branch to a label above it).
@@ -107,4 +132,39 @@ pub fn step_loop(ptx: &str) -> Vec<Inst> {
 /// How many 4-byte float loads from global memory `v` holds.
 pub fn f32_loads(v: &[Inst]) -> usize {
     v.iter().filter(|x| **x == Inst::LoadF32).count()
+}
+
+/// The value of each `mbarrier` instruction's count operand (`opcode` e.g. `mbarrier.init`), resolved
+/// through the last constant moved into its register.
+pub fn mbarrier_counts(ptx: &str, opcode: &str) -> Vec<u64> {
+    let mut consts: HashMap<&str, u64> = HashMap::new();
+    let mut out = Vec::new();
+    for line in ptx.lines().map(str::trim) {
+        let Some((op, rest)) = line.split_once(char::is_whitespace) else {
+            continue;
+        };
+        let operands: Vec<&str> = rest
+            .trim_end_matches(';')
+            .split(',')
+            .map(str::trim)
+            .collect();
+        if op.starts_with(opcode) {
+            let last = *operands.last().unwrap();
+            let v = last
+                .parse()
+                .ok()
+                .or_else(|| consts.get(last).copied())
+                .unwrap_or_else(|| panic!("`{line}`: the count is not a constant"));
+            out.push(v);
+        } else if let Some(dst) = operands.first().filter(|d| d.starts_with('%')) {
+            match (
+                op.starts_with("mov."),
+                operands.get(1).map(|s| s.parse::<u64>()),
+            ) {
+                (true, Some(Ok(v))) => consts.insert(dst, v),
+                _ => consts.remove(dst),
+            };
+        }
+    }
+    out
 }
