@@ -134,12 +134,12 @@ pub fn f32_loads(v: &[Inst]) -> usize {
     v.iter().filter(|x| **x == Inst::LoadF32).count()
 }
 
-/// The value of each `mbarrier` instruction's count operand (`opcode` e.g. `mbarrier.init`), resolved
-/// through the last constant moved into its register.
-pub fn mbarrier_counts(ptx: &str, opcode: &str) -> Vec<u64> {
+/// The operands of each instruction starting with `opcode`, each constant one resolved (an immediate,
+/// or a register whose last write was a `mov` of a constant), `None` otherwise.
+pub fn constant_operands(ptx: &str, opcode: &str) -> Vec<Vec<Option<u64>>> {
     let mut consts: HashMap<&str, u64> = HashMap::new();
     let mut out = Vec::new();
-    for line in ptx.lines().map(str::trim) {
+    for line in lines(ptx) {
         let Some((op, rest)) = line.split_once(char::is_whitespace) else {
             continue;
         };
@@ -149,13 +149,8 @@ pub fn mbarrier_counts(ptx: &str, opcode: &str) -> Vec<u64> {
             .map(str::trim)
             .collect();
         if op.starts_with(opcode) {
-            let last = *operands.last().unwrap();
-            let v = last
-                .parse()
-                .ok()
-                .or_else(|| consts.get(last).copied())
-                .unwrap_or_else(|| panic!("`{line}`: the count is not a constant"));
-            out.push(v);
+            let value = |o: &&str| o.parse().ok().or_else(|| consts.get(*o).copied());
+            out.push(operands.iter().map(value).collect());
         } else if let Some(dst) = operands.first().filter(|d| d.starts_with('%')) {
             match (
                 op.starts_with("mov."),
@@ -167,4 +162,25 @@ pub fn mbarrier_counts(ptx: &str, opcode: &str) -> Vec<u64> {
         }
     }
     out
+}
+
+/// The value of each `mbarrier` instruction's count operand (`opcode` e.g. `mbarrier.init`): its last
+/// operand, which must be a constant.
+pub fn mbarrier_counts(ptx: &str, opcode: &str) -> Vec<u64> {
+    constant_operands(ptx, opcode)
+        .into_iter()
+        .map(|ops| {
+            ops.last()
+                .copied()
+                .flatten()
+                .unwrap_or_else(|| panic!("`{opcode}`: the count is not a constant"))
+        })
+        .collect()
+}
+
+/// Whether `v` holds a wgmma with these immediates after its predicate (`[1, 1, ta, tb]` for bf16 from
+/// shared memory, `[1, 1, tb]` for bf16 with A from registers).
+pub fn has_wgmma(v: &[Inst], imm: &[u32]) -> bool {
+    v.iter()
+        .any(|i| matches!(i, Inst::Wgmma { imm: m, .. } if m == imm))
 }
