@@ -441,15 +441,24 @@ fn every_gemm_block_shape_compiles_in_clusters_of_two_and_four() {
                 "{what}: {maps:?}"
             );
             let src = &l.source;
+            let code = ptx::of(&l);
+            // B's boxes multicast to every block of the cluster (CTA mask of c bits), A's loaded
+            // by each block alone.
             let boxes = if kn { tile.cols as usize / 64 } else { 1 };
-            let mask = format!("(unsigned short){});", (1 << c) - 1);
-            assert_eq!(
-                src.matches("kt::tma_load_2d_multicast(").count(),
-                boxes,
-                "{what}"
+            let load =
+                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes";
+            let multicast = format!("{load}.multicast::cluster");
+            let masks = ptx::constant_operands(&code, &multicast);
+            assert_eq!(masks.len(), boxes, "{what}");
+            let all = Some((1u64 << c) - 1);
+            assert!(
+                masks.iter().all(|m| m.last() == Some(&all)),
+                "{what}: {masks:?}"
             );
-            assert_eq!(src.matches(&mask).count(), boxes, "{what}");
-            assert_eq!(src.matches("&tma0, KT_FULL(slot)").count(), 1, "{what}");
+            assert_eq!(ptx::count(&code, load) - boxes, 1, "{what}: A's load");
+            // Kept as text (each block's share of B: its offset and coordinates by the cluster
+            // rank), the producer's tail, the release to block r and the tile loop below: they
+            // are runtime values and branches in the PTX, and only an sm_90a GPU runs them.
             let share = b_box.0 * 128;
             assert!(
                 src.contains(&format!("kt_crank * {share}u, &tma1"))
@@ -458,7 +467,8 @@ fn every_gemm_block_shape_compiles_in_clusters_of_two_and_four() {
             );
             // One cluster barrier after the setup; at the end the producer waits until every
             // block's consumers have released its slots (no barrier).
-            assert_eq!(src.matches("kt::cluster_sync();").count(), 1, "{what}");
+            assert_eq!(ptx::count(&code, "barrier.cluster.arrive"), 1, "{what}");
+            assert_eq!(ptx::count(&code, "barrier.cluster.wait"), 1, "{what}");
             assert!(
                 src.contains("if ((kt_filled >> i) & 1u) kt::mbarrier_wait(KT_EMPTY(i), ((kt_ppar >> i) & 1u) ^ 1u);"),
                 "{what}"
@@ -468,10 +478,8 @@ fn every_gemm_block_shape_compiles_in_clusters_of_two_and_four() {
             )));
             // Each `empty` barrier counts the consumer warps of every block of the cluster.
             let warps = 4 * tile.consumers() * c;
-            assert!(
-                src.contains(&format!("kt::mbarrier_init(KT_EMPTY(i), {warps});")),
-                "{what}"
-            );
+            let inits = ptx::mbarrier_counts(&code, "mbarrier.init");
+            assert!(inits.contains(&(warps as u64)), "{what}: {inits:?}");
             assert!(
                 src.contains(&format!("kt_tile = blockIdx.x / {c}u"))
                     && src.contains(&format!("blk0 = {c} * blk0 + (int)kt_crank;")),
@@ -525,12 +533,14 @@ fn deeper_rings_store_c_box_by_box() {
                 let path = format!("{dir}/gemm_{tile}_{b_layout:?}_s{stages}.cu");
                 std::fs::write(path, &l.source).expect("dump");
             }
+            // Each box waits until all but the last `bufs - 1` stores have read their slab.
+            let wait = format!("cp.async.bulk.wait_group.read {};", bufs - 1);
+            assert!(ptx::count(&ptx::of(&l), &wait) > 0, "{tile}: no `{wait}`");
+            // Kept as text: the box loop and its slab rotation are runtime addresses in the PTX.
             let boxes = tile.cols / 32;
             assert!(
                 l.source
                     .contains(&format!("for (u32 j = 0; j < {boxes}u; ++j) {{"))
-                    && l.source
-                        .contains(&format!("kt::tma_store_wait_read<{}>()", bufs - 1))
                     && l.source.contains(&format!("slab + (j % {bufs}u) * 4096u")),
                 "{tile}: no box-by-box store"
             );
