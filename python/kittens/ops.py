@@ -160,6 +160,10 @@ def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False, sof
 
 def _attention_setup(ctx, inputs, output):
     q, k, v, causal, scale, bottom_right, lse_grad, softcap, window, deterministic, *alibi = inputs
+    if alibi and alibi[0] is not None and alibi[0].requires_grad:
+        # No silent gradient drop (issue 33): the backward has no term for the slopes.
+        raise RuntimeError("alibi_slopes requires grad, but kittens' attention has no gradient for the ALiBi "
+                           "slopes (a fixed bias, as in FlashAttention); pass alibi_slopes.detach()")
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, alibi[0] if alibi else None)
     ctx.causal, ctx.scale, ctx.bottom_right, ctx.lse_grad = causal, scale, bottom_right, lse_grad

@@ -137,3 +137,20 @@ def test_opcheck_loss_ops():
     w = (torch.rand(300, 64, generator=g) * 0.2 - 0.1).to(BF).requires_grad_()
     lab = torch.tensor([1, 2, -100, 299, 0, 5, 7])
     torch.library.opcheck(K.linear_cross_entropy_forward.default, (h, w, lab, scale, -100, 0.0, 4, True, True))
+
+
+def test_alibi_slopes_requiring_grad_raise():
+    """Issue 33's "no silent gradient drop": the attention backward has no gradient for ALiBi's slopes, so
+    slopes that require grad are refused by name (they were dropped: their .grad stayed None); detached
+    slopes run."""
+    q, k, v = (rand(1, 2, 5, 32, seed=s).requires_grad_() for s in (20, 21, 22))
+    slopes = torch.tensor([0.5, 0.25], requires_grad=True)
+    with pytest.raises(RuntimeError, match="alibi_slopes"):
+        kittens.attention(q, k, v, causal=True, alibi_slopes=slopes)
+    compiled = torch.compile(lambda q, k, v, s: kittens.attention(q, k, v, causal=True, alibi_slopes=s),
+                             fullgraph=True, backend="aot_eager")
+    with pytest.raises(Exception, match="alibi_slopes"):
+        compiled(q, k, v, slopes)
+    o = kittens.attention(q, k, v, causal=True, alibi_slopes=slopes.detach())
+    o.float().sum().backward()
+    assert all(t.grad is not None for t in (q, k, v))
