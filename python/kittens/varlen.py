@@ -12,17 +12,22 @@ Where it runs (the ops ``kittens::attention_varlen`` and ``kittens::attention_va
 
 - forward: CUDA (sm_90a) through the registry kernel ``attn_varlen`` (``kittens_kernels::attn_varlen_hopper``,
   ``_dispatch.attention_varlen``); the CPU interpreter (``kittens_kernels::attn_varlen``) on CPU tensors;
-- backward: the CPU interpreter (``kittens_kernels::attn_varlen_bwd``) on CPU tensors; on CUDA a PyTorch
-  composition (:func:`_backward_torch`: f32, the packed batch masked by sequence, in query chunks), NOT a
-  kittens kernel yet: the sm_90a program exists (``kittens_kernels::attn_varlen_bwd_hopper``, checked on
-  the interpreter and compiled by NVRTC) but has no registry entry, so no prepared call reaches it.
+- backward: CUDA (sm_90a, head dims 64 and 128) through the registry kernel ``attn_varlen_bwd``
+  (``_dispatch.attention_varlen_backward``: FlashAttention-3's three launches, the key blocks
+  ``kittens_kernels::attn_varlen_bwd_hopper`` adding dQ in float32, so its last bits vary from run to
+  run); at head dims 192 and 256, which those key blocks do not take (their dK and dV accumulators
+  beside the scores exceed a consumer thread's registers), a PyTorch composition
+  (:func:`_backward_torch`: f32, the packed batch masked by sequence, in query chunks, no host read);
+  the CPU interpreter (``kittens_kernels::attn_varlen_bwd``: key blocks, then query blocks) on CPU
+  tensors.
 
 Checks: on the CPU the offsets are checked (start at 0, never decrease, within the tensors, ``max_seqlen``
 at least every length), each error naming the argument. On CUDA those checks would need a device read (a
 synchronisation), so, as in FlashAttention, they are skipped: offsets past the tensors are clipped by the
 kernel (rows past ``total`` are neither read nor written), a ``max_seqlen`` below a sequence's length
-leaves that sequence's later rows unwritten (zero), and decreasing or negative offsets are the caller's
-error (undefined result). Shapes, dtypes, devices and the head dim are checked without a device read.
+leaves that sequence's later rows unwritten (zero; in the backward, their gradients 0), and decreasing or
+negative offsets are the caller's error (undefined result). Shapes, dtypes, devices and the head dim are
+checked without a device read.
 """
 from __future__ import annotations
 
@@ -55,10 +60,6 @@ def _offsets(cu_q: Tensor, cu_k: Tensor):
     return ([int(x) for x in cu_q.tolist()], [int(x) for x in cu_k.tolist()])
 
 
-def _scale(q: Tensor, scale: Optional[float]) -> float:
-    return 1.0 / math.sqrt(q.shape[2]) if scale is None else float(scale)
-
-
 def _segments(cu: Tensor, total: int):
     """Per packed row (on the device, no host read): its sequence, its position in it, the sequence's
     length; rows past the last offset get sequence ``batch`` (nobody's)."""
@@ -70,15 +71,16 @@ def _segments(cu: Tensor, total: int):
 
 
 def _backward_torch(grad_out, q, k, v, out, lse, cu_q, cu_k, causal, scale, block_elems: int = 1 << 26):
-    """dq, dk, dv of varlen attention as a PyTorch composition in f32 (FlashAttention-2 §3.2's
-    equations on the packed batch, a query row keeping the keys of its own sequence, bottom-right
+    """dq, dk, dv of varlen attention as a PyTorch composition in f32, for CUDA tensors at head dims
+    the sm_90a backward does not take (192, 256) and as the GPU tests' second reference
+    (FlashAttention-2 §3.2's equations on the packed batch, a query row keeping the keys of its own sequence, bottom-right
     causal): P from the forward's lse, dV = Pᵀ·dO, dS = P∘(dO·Vᵀ − rowsum(dO∘O)), dQ = dS·K·scale,
     dK = dSᵀ·Q·scale, GQA heads summed into their KV head. Queries go in chunks of a fixed size
     (from the shapes only), so the score block is at most about ``block_elems``; no host read."""
     total_q, h, d = q.shape
     total_k, hk, _ = k.shape
     g = h // hk
-    sc = _scale(q, scale)
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     f = torch.float32
     qf, kf, vf = q.to(f), k.to(f).repeat_interleave(g, dim=1), v.to(f).repeat_interleave(g, dim=1)
     do, of = grad_out.to(f), out.to(f)
@@ -143,8 +145,14 @@ def attention_varlen_backward_eager(grad_out: Tensor, q: Tensor, k: Tensor, v: T
                               max_seqlen_k: int, causal: bool = False,
                               scale: Optional[float] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """``(dq, dk, dv)`` of :func:`attention_varlen` in the dtypes of q, k, v."""
-    if q.is_cuda:
+    if q.is_cuda and q.shape[2] > 128:
         return _backward_torch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, scale)
+    if q.is_cuda:
+        from . import _dispatch
+
+        c = [t.contiguous() for t in (grad_out, q, k, v, out, lse)]  # the packed layouts (a copy only if not)
+        return _dispatch.attention_varlen_backward(*c, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                   bool(causal), None if scale is None else float(scale))
     dq, dk, dv = _kittens.attention_varlen_backward_cpu(
         [_f32_bytes(t) for t in (q, k, v, out, grad_out, lse)], _offsets(cu_seqlens_q, cu_seqlens_k),
         _sizes(q, k, max_seqlen_q, max_seqlen_k), bool(causal), None if scale is None else float(scale),

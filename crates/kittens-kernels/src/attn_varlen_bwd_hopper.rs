@@ -38,8 +38,9 @@ use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Parameters as the forward's; tensors `q, k, v, do` (bf16, read), `lse`, `delta` (f32 `[heads,
 /// total_q]`, read), `cu_seqlens_q`, `cu_seqlens_k`, then `dk`, `dv` (bf16, `[total_k, heads_kv, d]`,
-/// written) and `dq_acc` (f32, `[total_q, heads, d]`, zeroed before the launch, accumulated).
-/// Grid `[batch, heads_kv, ⌈max_seqlen_k / 128⌉]`. Head dims 64 and 128.
+/// written) and `dq_acc` (f32, `[total_q, heads, d]`, zeroed before the launch, accumulated). The
+/// packed tensors are declared head-major, `[heads, total, d]` with strides `[d, heads·d, 1]` (the
+/// same memory). Grid `[batch, heads_kv, ⌈max_seqlen_k / 128⌉]`. Head dims 64 and 128.
 pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     check(cfg)?;
     if cfg.seqused_k {
@@ -68,8 +69,13 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         } else {
             (&n.total_k, &n.heads_kv)
         };
-        let dims = [("s", total.clone()), ("h", h.clone()), ("d", dim.clone())];
-        k.global(name, dtype, &dims, access)
+        // `[h, s, d]` over the packed `[s, h, d]` memory: the dense programs' BSHD declaration at
+        // batch 1, so that the strip passes of the dense atomic form (`attn_bwd::hopper_atomic`)
+        // read `do` and the dQ accumulator as this program does (a prepared call checks a shared
+        // tensor's dimensions in order).
+        let dims = [("h", h.clone()), ("s", total.clone()), ("d", dim.clone())];
+        let strides = vec![dim.clone(), h * dim.clone(), Expr::c(1)];
+        k.global_strided(name, dtype, &dims, strides, access)
     };
     let q = packed(&mut k, "q", true, Bf16, Access::Read);
     let kk = packed(&mut k, "k", false, Bf16, Access::Read);
@@ -108,7 +114,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         &sq.end_k - sq.start_k.clone(),
     );
     for g in [dk_g, dv_g] {
-        k.clip(g, 0, sq.end_k.clone());
+        k.clip(g, 1, sq.end_k.clone());
     }
     let group = &n.heads / n.heads_kv.clone();
     // dSᵀ (BLOCK × STEP bf16, two slots) and each consumer warpgroup's staging of its dQ share for
@@ -150,8 +156,8 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
     // `rows × 64` of head `h` of packed tensor `g` from packed row `row`, columns from `col0`.
     let view = |k: &KernelBuilder, g: GlobalId, row: Expr, h: &Expr, col0: u32, rows| {
-        let at = vec![row, h.clone(), Expr::c(i64::from(col0))];
-        k.gview(g, at, 0, 2, rows, COLS)
+        let at = vec![h.clone(), row, Expr::c(i64::from(col0))];
+        k.gview(g, at, 1, 2, rows, COLS)
     };
     // Step `t`'s statistics (one query per column) start the score accumulators, as in the dense
     // program: `Sᵀ` from `−lse/scale`, `dPᵀ` from `−D`.
@@ -246,8 +252,8 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
                     };
                     k.if_else(g.eq(0), |k| dq_mma(k, k_s[0]), |k| dq_mma(k, k_s[1]));
                     grad(k, &dk_r, ds, q_s);
-                    let at = vec![q_row, h.clone(), &g * i64::from(COLS)];
-                    k.atomic_add(k.gview(dq_g, at, 0, 2, 16, COLS), dq_p);
+                    let at = vec![h.clone(), q_row, &g * i64::from(COLS)];
+                    k.atomic_add(k.gview(dq_g, at, 1, 2, 16, COLS), dq_p);
                 } else {
                     // Head dimension 64: each warpgroup adds its own 64 keys' share.
                     grad(k, &dk_r, ds, q_s);

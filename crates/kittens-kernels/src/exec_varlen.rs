@@ -229,27 +229,21 @@ pub fn backward(
     lse: &[f32],
     p: &Packed,
 ) -> Result<[Vec<f32>; 3], KernelError> {
+    use crate::attn_varlen_bwd::{build, Part};
     let params = backward_params(cfg, q, k, v, o, d_o, lse, p)?;
-    let kernel = crate::attn_varlen_bwd::build(cfg)?;
     let [cq, ck] = p.offsets();
-    let mut t = vec![
-        q.to_vec(),
-        k.to_vec(),
-        v.to_vec(),
-        o.to_vec(),
-        d_o.to_vec(),
-        lse.to_vec(),
-        vec![0.0; q.len()],
-        vec![0.0; k.len()],
-        vec![0.0; v.len()],
-        cq,
-        ck,
-    ];
-    interp::run(&kernel, &params, &mut t)?;
-    let dv = t.swap_remove(8);
-    let dk = t.swap_remove(7);
-    let dq = t.swap_remove(6);
-    Ok([dq, dk, dv])
+    let inputs = [q, k, v, o, d_o, lse].map(<[f32]>::to_vec);
+    let run = |part, outputs: &[usize]| -> Result<Vec<Vec<f32>>, KernelError> {
+        let mut t: Vec<Vec<f32>> = inputs.to_vec();
+        t.extend([cq.clone(), ck.clone()]);
+        t.extend(outputs.iter().map(|&n| vec![0.0; n]));
+        interp::run(&build(cfg, part)?, &params, &mut t)?;
+        Ok(t.split_off(8))
+    };
+    let mut kv = run(Part::Keys, &[k.len(), v.len()])?;
+    let dq = run(Part::Queries, &[q.len()])?.remove(0);
+    let dv = kv.remove(1);
+    Ok([dq, kv.remove(0), dv])
 }
 
 /// [`backward`] through the sm_90a program ([`crate::attn_varlen_bwd_hopper`]) on the interpreter,

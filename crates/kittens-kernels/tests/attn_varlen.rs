@@ -400,8 +400,10 @@ fn amd_lowerings_refuse_the_varlen_kernels_sm90a_lowers_the_hopper_one() {
         seqused_k: false,
     };
     let fwd = build(&cfg).unwrap();
-    let bwd = kittens_kernels::attn_varlen_bwd::build(&cfg).unwrap();
-    for kernel in [&fwd, &bwd] {
+    use kittens_kernels::attn_varlen_bwd::Part;
+    let bwd = kittens_kernels::attn_varlen_bwd::build(&cfg, Part::Keys).unwrap();
+    let bwd_q = kittens_kernels::attn_varlen_bwd::build(&cfg, Part::Queries).unwrap();
+    for kernel in [&fwd, &bwd, &bwd_q] {
         for target in [Target::Gfx942, Target::Gfx950] {
             let e = kittens_codegen::lower(kernel, target)
                 .unwrap_err()
