@@ -13,10 +13,13 @@
 //! would spill into the next sequence; the loops are sized from `max_seqlen_q/k`. CPU interpreter
 //! only (the lowerings refuse index reads; sm_90a has [`crate::attn_varlen_bwd_hopper`]).
 
-use crate::attn_varlen::{offsets, Batch, Seq, VarlenConfig, BLOCK_K, BLOCK_Q};
+use crate::attn::score::Alibi;
+use crate::attn_varlen::{alibi_add, offsets, Batch, Seq, VarlenConfig, BLOCK_K, BLOCK_Q};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Access, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, Rounding, Schedule};
+use kittens_ir::{
+    Access, Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, Rounding, Schedule,
+};
 use kittens_tile::{BaseShape, Layout};
 
 /// Which gradients a program computes.
@@ -29,7 +32,8 @@ pub enum Part {
 }
 
 /// Parameter order as the forward's; tensors `q, k, v, o, do` (bf16, read), `lse` (f32 `[heads,
-/// total_q]`, read), `cu_seqlens_q`, `cu_seqlens_k`, then [`Part::Keys`]: `dk`, `dv` (f32
+/// total_q]`, read), `cu_seqlens_q`, `cu_seqlens_k`, with ALiBi `alibi` (f32 `[batch, heads]`),
+/// then [`Part::Keys`]: `dk`, `dv` (f32
 /// `[total_k, heads_kv, d]`), or [`Part::Queries`]: `dq` (f32 `[total_q, heads, d]`) — the outputs
 /// in the order the sm_90a launches finish them (`crate::attn_varlen_bwd_problem`).
 pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
@@ -65,6 +69,9 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
     let lse_dims = [("h", n.heads.clone()), ("s", n.total_q.clone())];
     let lse = k.global("lse", F32, &lse_dims, Access::Read);
     let (cu_q, cu_k) = offsets(&mut k, &n.batch);
+    let alibi = cfg
+        .alibi
+        .then(|| Alibi::declare(&mut k, &n.batch, &n.heads));
     let outs = match part {
         Part::Keys => vec![
             packed(&mut k, "dk", false, F32, Access::Write),
@@ -122,6 +129,13 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
     let dp = tile(&mut k, "dp", F32, bq, bk, Row, S16X16);
     let lse_r = k.row_vec("lse", s, F32);
     let delta = k.row_vec("delta", s, F32);
+    let slope = alibi.as_ref().map(|_| k.row_vec("alibi_slope", s, F32));
+    // With ALiBi: head `h`'s slope through `s` (dead between steps).
+    let load_slope = |k: &mut KernelBuilder, h: &Expr| {
+        if let (Some(a), Some(v)) = (&alibi, slope) {
+            a.load(k, (&b, h), s, (v, Axis::Rows), &cfg.logits, dim);
+        }
+    };
 
     let scale = cfg.logits.scale(dim);
     let c = std::f32::consts::LOG2_E * scale;
@@ -154,8 +168,12 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
         // P = exp2(S·c − lse·log2 e), masked as the forward.
         k.zero(s);
         k.mma_abt(s, q_row, k_row, s);
+        alibi_add(k, slope, s, (q0, k0), (&len_q, &len_k), false);
+        // Keys past the sequence, and queries past it (their clipped rows read 0, but a negative
+        // ALiBi slope would still lift them to exp2(+large)).
         let inf = f32::NEG_INFINITY;
         k.mask(s, MaskRule::ColsBelow(len_k.clone()), q0, k0, inf);
+        k.mask(s, MaskRule::RowsBelow(len_q.clone()), q0, k0, inf);
         if cfg.causal {
             let offset = &len_k - len_q.clone();
             k.mask(s, MaskRule::Causal { offset }, q0, k0, inf);
@@ -195,6 +213,7 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
                 let h = &head * group.clone() + &t / per_head.clone();
                 let q0 = &t % per_head.clone() * i64::from(bq);
                 load_queries(k, &q0, &h);
+                load_slope(k, &h);
                 for (tc, g) in [(q_col, q), (do_col, d_o)] {
                     let view = q_view(k, g, &q0, &h);
                     k.load_global(tc, view);
@@ -218,6 +237,7 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
             let q0 = &blk * i64::from(bq);
             let hk = &head / group.clone();
             load_queries(&mut k, &q0, &head);
+            load_slope(&mut k, &head);
             k.zero(dq_acc);
             k.for_range("j", Expr::c(0), n.max_k.ceil_div(i64::from(bk)), |k, j| {
                 let k0 = &j * i64::from(bk);

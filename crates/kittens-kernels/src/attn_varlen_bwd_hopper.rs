@@ -24,20 +24,24 @@
 //!   rows past it belong to the next sequence.
 //!
 //! Not done: no skipping of query steps wholly above the causal diagonal (their bounds would be
-//! data-dependent), no soft cap or window (the varlen forward has neither).
+//! data-dependent), no soft cap or window (the varlen forward has neither). ALiBi
+//! ([`VarlenConfig::alibi`]) as the dense program: the step's head's slope loaded through `dp`
+//! before D lands there, the bias added to `Sᵀ` before the masks.
 
+use crate::attn::score::Alibi;
 use crate::attn_bwd::hopper::{declare_smem, probs_and_ds, schedule, BLOCK, COLS, STEP};
-use crate::attn_varlen::{check, offsets, Batch, Seq, VarlenConfig};
+use crate::attn_varlen::{alibi_add, check, offsets, Batch, Seq, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, RegId,
-    Scope,
+    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand,
+    RegId, Scope,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Parameters as the forward's; tensors `q, k, v, do` (bf16, read), `lse`, `delta` (f32 `[heads,
-/// total_q]`, read), `cu_seqlens_q`, `cu_seqlens_k`, then `dk`, `dv` (bf16, `[total_k, heads_kv, d]`,
+/// total_q]`, read), `cu_seqlens_q`, `cu_seqlens_k`, with ALiBi `alibi` (f32 `[batch, heads]`), then
+/// `dk`, `dv` (bf16, `[total_k, heads_kv, d]`,
 /// written) and `dq_acc` (f32, `[total_q, heads, d]`, zeroed before the launch, accumulated). The
 /// packed tensors are declared head-major, `[heads, total, d]` with strides `[d, heads·d, 1]` (the
 /// same memory). Grid `[batch, heads_kv, ⌈max_seqlen_k / 128⌉]`. Head dims 64 and 128.
@@ -95,6 +99,9 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let lse = stats(&mut k, "lse");
     let delta = stats(&mut k, "delta");
     let (cu_q, cu_k) = offsets(&mut k, &n.batch);
+    let alibi = cfg
+        .alibi
+        .then(|| Alibi::declare(&mut k, &n.batch, &n.heads));
     let dk_g = packed(&mut k, "dk", false, Bf16, Access::Write);
     let dv_g = packed(&mut k, "dv", false, Bf16, Access::Write);
     let dq_g = packed(&mut k, "dq_acc", true, F32, Access::ReadWrite);
@@ -126,6 +133,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let halves = (d / COLS) as usize;
     let s = k.tile("s_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
     let dp = k.tile("dp_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+    let slope = alibi.as_ref().map(|_| k.row_vec("alibi_r", s, F32));
     let p = k.tile("p_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
     let ds = k.tile("ds_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
     let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
@@ -210,12 +218,17 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
                     }
                 };
                 k.mul(s, s, -1.0 / scale);
+                // The step's head's ALiBi slope through `dp`, before D lands there.
+                if let (Some(a), Some(v)) = (&alibi, slope) {
+                    a.load(k, (&b, &h), dp, (v, Axis::Rows), &cfg.logits, d);
+                }
                 stat(k, delta, dp, &t);
                 k.mul(dp, dp, -1.0f32);
                 product(k, s);
                 product(k, dp);
                 // Keys (rows) past the key sequence, queries (columns) past the query sequence,
                 // and the bottom-right causal diagonal, on every step.
+                alibi_add(k, slope, s, (&q0, &k0), (&len_q, &len_k), true);
                 let inf = f32::NEG_INFINITY;
                 k.mask(s, MaskRule::ColsBelow(len_q.clone()), &k0, &q0, inf);
                 k.mask(s, MaskRule::RowsBelow(len_k.clone()), &k0, &q0, inf);

@@ -3,7 +3,7 @@
 //! Python package reach its programs through the registry like any kernel.
 //!
 //! Inputs in run order: `q, k, v, o, do` (bf16), `lse` (f32 `[heads, total_q]`), `cu_seqlens_q`,
-//! `cu_seqlens_k`; outputs `dk, dv, dq` (in the order the sm_90a launches finish them). O and the
+//! `cu_seqlens_k`, with ALiBi (`alibi`) its slopes (f32 `[batch, heads]`); outputs `dk, dv, dq` (in the order the sm_90a launches finish them). O and the
 //! log-sum-exp are the f64 forward's at the drawn Q, K, V (O rounded to bf16, the lse to f32: what a
 //! forward hands its backward); each gradient is judged by FlashAttention's rule against the
 //! per-sequence f64 backward and its plain-bf16 baseline ([`crate::reference_varlen::backward`]).
@@ -28,7 +28,7 @@ use crate::problem::{
     STORE_BYTES,
 };
 use crate::reference::Tolerance;
-use crate::reference_varlen::{backward, forward};
+use crate::reference_varlen::{backward_alibi, forward_alibi};
 use crate::KernelError;
 use kittens_hw::dtype::DType;
 use kittens_hw::Target;
@@ -99,7 +99,7 @@ impl KernelProblem for VarlenBwdProblem {
         let [q, kv, cu, lse] = p.sizes(NAME)?;
         Ok(Launch {
             params: p.params()?,
-            inputs: vec![q, kv, kv, q, q, lse, cu, cu],
+            inputs: [&[q, kv, kv, q, q, lse, cu, cu][..], &p.slopes_len()?].concat(),
             outputs: vec![kv, kv, q],
         })
     }
@@ -185,12 +185,12 @@ impl KernelProblem for VarlenBwdProblem {
                 vec![o, d_o],
                 vec![lse, q],
             ),
-            // q, k, v, do, lse, delta, the offsets in; dk, dv out, dq_acc added to (declared
-            // last: the pass before wrote it, the pass after reads it).
+            // q, k, v, do, lse, delta, the offsets (, the slopes) in; dk, dv out, dq_acc added
+            // to (declared last: the pass before wrote it, the pass after reads it).
             stage(
                 self.build(target)?,
                 l.params.clone(),
-                vec![q, k, v, d_o, lse, lse, cu_q, cu_k],
+                [&[q, k, v, d_o, lse, lse, cu_q, cu_k][..], &l.inputs[8..]].concat(),
                 vec![dk, dv, q],
             ),
             stage(
@@ -203,7 +203,8 @@ impl KernelProblem for VarlenBwdProblem {
     }
 
     fn input_names(&self, _target: Target) -> Option<Vec<String>> {
-        Some(INPUTS.iter().map(|s| s.to_string()).collect())
+        let alibi = self.fwd.args.alibi.then_some("alibi");
+        Some(INPUTS.iter().chain(&alibi).map(|s| s.to_string()).collect())
     }
 
     /// Q, K, V and dO uniform in `[-input_scale, input_scale)` (bf16); O and the log-sum-exp from
@@ -215,21 +216,26 @@ impl KernelProblem for VarlenBwdProblem {
         let [q, k, v, d_o] =
             [l[0], l[1], l[2], l[4]].map(|n| random_scaled(rng, n, DType::Bf16, scale));
         let [cu_q, cu_k] = p.drawn_offsets();
-        let (o, lse) = forward(&q, &k, &v, &p.reference_shape(&cu_q, &cu_k));
+        let slopes = p.draw_slopes(rng);
+        let sh = p.reference_shape(&cu_q, &cu_k);
+        let (o, lse) = forward_alibi(&q, &k, &v, &sh, slopes.as_deref());
         let o = o
             .iter()
             .map(|&x| round(x as f32, DType::Bf16, Rounding::Rtne))
             .collect();
         let lse = lse.iter().map(|&x| x as f32).collect();
-        vec![q, k, v, o, d_o, lse, cu_q, cu_k]
+        let mut all = vec![q, k, v, o, d_o, lse, cu_q, cu_k];
+        all.extend(slopes);
+        all
     }
 
     /// `dk, dv, dq` per sequence in f64; the baseline in plain bf16.
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
         let sh = self.fwd.reference_shape(&inputs[6], &inputs[7]);
         let (q, k, v, d_o) = (&inputs[0], &inputs[1], &inputs[2], &inputs[4]);
-        let (dq, dk, dv) = backward(q, k, v, d_o, &sh, false);
-        let (bq, bk, bv) = backward(q, k, v, d_o, &sh, true);
+        let slopes = self.fwd.slopes(inputs);
+        let (dq, dk, dv) = backward_alibi(q, k, v, d_o, &sh, false, slopes);
+        let (bq, bk, bv) = backward_alibi(q, k, v, d_o, &sh, true, slopes);
         let f32s = |x: Vec<f64>| x.into_iter().map(|y| y as f32).collect::<Vec<_>>();
         Reference {
             values: [dk, dv, dq].concat(),

@@ -14,12 +14,13 @@ use crate::attn::{AttnArgs, AttnLayout};
 use crate::attn_varlen::VarlenConfig;
 use crate::budget;
 use crate::problem::{
-    draw_operands, elements, param, positive, KernelProblem, Launch, NamedArgs, Plan, Reference,
-    RunSettings, STORE_BYTES,
+    draw_operands, elements, param, positive, random_scaled, KernelProblem, Launch, NamedArgs,
+    Plan, Reference, RunSettings, STORE_BYTES,
 };
 use crate::reference::Tolerance;
-use crate::reference_varlen::{forward, forward_bf16_baseline_lse, VarlenShape};
+use crate::reference_varlen::{forward_alibi, forward_bf16_baseline_alibi, VarlenShape};
 use crate::KernelError;
+use kittens_hw::dtype::DType;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
 use rand::rngs::SmallRng;
@@ -31,8 +32,9 @@ use rand::{Rng, SeedableRng};
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct VarlenProblem {
     /// The attention's shape (`args.attn.seq` and `args.seq_kv`: `max_seqlen_q`, `max_seqlen_k`),
-    /// causal mask and softmax scale (a soft cap is refused by the build; no window and no
-    /// bottom-right flag: [`VarlenProblem::from_args`] refuses them).
+    /// causal mask, softmax scale and ALiBi (`args.alibi`: the slopes an input after the offsets; a
+    /// soft cap is refused by the build; no window and no bottom-right flag:
+    /// [`VarlenProblem::from_args`] refuses them).
     pub args: AttnArgs,
     /// The packed tensors' rows `(total_q, total_k)` when a caller gives its own (Python); `None`:
     /// the sum of the lengths a random-input run draws.
@@ -170,6 +172,27 @@ impl VarlenProblem {
         .map(|cu| cu.iter().map(|&x| x as f32).collect())
     }
 
+    /// With ALiBi, the slopes' elements (`[batch, heads]`, the last input).
+    pub(crate) fn slopes_len(&self) -> Result<Vec<usize>, KernelError> {
+        let a = self.args.attn;
+        Ok(match self.args.alibi {
+            true => vec![elements("alibi", &[a.batch, a.heads])?],
+            false => Vec::new(),
+        })
+    }
+
+    /// With ALiBi, random slopes (f32, any sign: any values run), the run's last input.
+    pub(crate) fn draw_slopes(&self, rng: &mut SmallRng) -> Option<Vec<f32>> {
+        let a = self.args.attn;
+        let n = a.batch * a.heads;
+        (self.args.alibi).then(|| random_scaled(rng, n, DType::F32, self.run.input_scale))
+    }
+
+    /// With ALiBi, the slopes among a run's `inputs` (the last).
+    pub(crate) fn slopes<'a>(&self, inputs: &'a [Vec<f32>]) -> Option<&'a [f32]> {
+        inputs.last().filter(|_| self.args.alibi).map(Vec::as_slice)
+    }
+
     /// The references' shape at the offsets `cu_q`, `cu_k` (a run's inputs).
     pub(crate) fn reference_shape(&self, cu_q: &[f32], cu_k: &[f32]) -> VarlenShape {
         let cu = |c: &[f32]| c.iter().map(|&x| x as usize).collect::<Vec<_>>();
@@ -262,6 +285,7 @@ pub fn config(p: &VarlenProblem) -> VarlenConfig {
         causal: p.args.causal,
         logits: p.args.logits,
         seqused_k: p.run.variant == Some(SEQUSED_K),
+        alibi: p.args.alibi,
     }
 }
 
@@ -299,11 +323,15 @@ impl KernelProblem for VarlenProblem {
         let [q, kv, cu, lse] = p.sizes("attn_varlen")?;
         Ok(Launch {
             params: p.params()?,
-            inputs: if p.run.variant == Some(SEQUSED_K) {
-                vec![q, kv, kv, cu, cu, a.batch]
-            } else {
-                vec![q, kv, kv, cu, cu]
-            },
+            inputs: [
+                vec![q, kv, kv, cu, cu],
+                (p.run.variant == Some(SEQUSED_K))
+                    .then_some(a.batch)
+                    .into_iter()
+                    .collect(),
+                p.slopes_len()?,
+            ]
+            .concat(),
             outputs: vec![q, lse],
         })
     }
@@ -346,6 +374,7 @@ impl KernelProblem for VarlenProblem {
     fn draw(&self, kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
         let mut inputs = draw_operands(self.run.input_scale, kernel, &launch.inputs[..3], rng);
         inputs.extend(self.drawn_offsets());
+        inputs.extend(self.draw_slopes(rng));
         inputs
     }
 
@@ -353,8 +382,9 @@ impl KernelProblem for VarlenProblem {
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
         let sh = self.reference_shape(&inputs[3], &inputs[4]);
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
-        let (o, lse) = forward(q, k, v, &sh);
-        let (ob, lseb) = forward_bf16_baseline_lse(q, k, v, &sh);
+        let slopes = self.slopes(inputs);
+        let (o, lse) = forward_alibi(q, k, v, &sh, slopes);
+        let (ob, lseb) = forward_bf16_baseline_alibi(q, k, v, &sh, slopes);
         Reference {
             values: [o, lse].concat(),
             baseline: Some([ob, lseb].concat()),

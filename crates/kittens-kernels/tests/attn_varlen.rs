@@ -75,6 +75,7 @@ fn check_with(
             softcap: None,
         },
         seqused_k: false,
+        alibi: false,
     };
     let kernel = builder(&cfg).expect("the varlen kernel builds");
     let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
@@ -208,6 +209,7 @@ fn bad_configurations_are_refused_by_name() {
         causal: false,
         logits: Logits::default(),
         seqused_k: false,
+        alibi: false,
     })
     .unwrap_err()
     .to_string();
@@ -221,6 +223,7 @@ fn bad_configurations_are_refused_by_name() {
         causal: false,
         logits: capped,
         seqused_k: false,
+        alibi: false,
     })
     .unwrap_err()
     .to_string();
@@ -257,6 +260,7 @@ fn check_bwd(
         causal,
         logits: Logits::default(),
         seqused_k: false,
+        alibi: false,
     };
     let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
     let (total_q, total_k) = (cu_q[lens_q.len()] + PAD, cu_k[lens_k.len()] + PAD);
@@ -292,6 +296,7 @@ fn check_bwd(
         max_q: lens_q.iter().copied().max().unwrap_or(0),
         max_k: lens_k.iter().copied().max().unwrap_or(0),
         used_k: None,
+        alibi: None,
     };
     let tensors = run(&cfg, q, k, v, &o, d_o, &lse, &packed).expect("the interpreter runs it");
     let what = format!(
@@ -398,6 +403,7 @@ fn amd_lowerings_refuse_the_varlen_kernels_sm90a_lowers_the_hopper_one() {
         causal: true,
         logits: Logits::default(),
         seqused_k: false,
+        alibi: false,
     };
     let fwd = build(&cfg).unwrap();
     use kittens_kernels::attn_varlen_bwd::Part;
@@ -461,6 +467,7 @@ fn seqused_k_keeps_each_sequences_first_keys_in_both_programs() {
             causal,
             logits: Logits::default(),
             seqused_k: true,
+            alibi: false,
         };
         let sh = VarlenShape {
             heads,
@@ -482,6 +489,7 @@ fn seqused_k_keeps_each_sequences_first_keys_in_both_programs() {
             max_q: 130,
             max_k: cap,
             used_k: Some(used.iter().map(|&x| x as i64).collect()),
+            alibi: None,
         };
         for kernel in [
             build(&cfg).unwrap(),

@@ -46,6 +46,7 @@ fn setup(
             softcap: None,
         },
         seqused_k: used_k.is_some(),
+        alibi: false,
     };
     let packed = Packed {
         heads,
@@ -55,6 +56,7 @@ fn setup(
         max_q,
         max_k,
         used_k,
+        alibi: None,
     };
     (cfg, packed)
 }

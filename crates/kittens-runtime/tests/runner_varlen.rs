@@ -1,10 +1,12 @@
-//! `attn_varlen_bwd` through the runner: the CPU program (`cpu` backend), and the sm_90a launches
+//! The varlen attention through the runner. `attn_varlen_bwd`: the CPU programs (`cpu` backend), and
+//! the sm_90a launches
 //! exactly as the registry hands them to a prepared call (the dense strip pass for D over the packed
 //! rows at batch 1, the varlen key blocks adding into the f32 dQ accumulator, the dQ conversion),
 //! run here on the interpreter by a backend that passes the tensors between them by name as the
 //! `cuda` backend's one prepared call does — each gradient judged by FlashAttention's rule against
 //! the per-sequence f64 backward, at lengths the runner draws (the longest, 1, 0, random ones), GQA,
-//! causal bottom-right and not, head dims 64 and 128.
+//! causal bottom-right and not, head dims 64 and 128. With ALiBi, the forward (`attn_varlen`) and
+//! the backward, both programs of each, against the f64 references that add the bias.
 
 use kittens_hw::Target;
 use kittens_ir::Access;
@@ -13,6 +15,10 @@ use kittens_runtime::runner::{self, About, Backend, Execution, Interpreter, Job,
 
 fn entry() -> &'static kittens_kernels::registry::KernelEntry {
     kittens_kernels::by_name("attn_varlen_bwd").unwrap()
+}
+
+fn forward() -> &'static kittens_kernels::registry::KernelEntry {
+    kittens_kernels::by_name("attn_varlen").unwrap()
 }
 
 fn args(batch: usize, heads: (usize, usize), seq: (usize, usize), dim: usize) -> NamedArgs {
@@ -108,10 +114,20 @@ impl Backend for Sm90aOnInterpreter {
 }
 
 fn check(backend: &dyn Backend, a: &NamedArgs, what: &str) {
-    let p = entry().problem(a).unwrap();
-    let r = runner::run(entry(), p.as_ref(), backend).unwrap_or_else(|e| panic!("{what}: {e}"));
+    check_entry(entry(), backend, a, what, &["dk", "dv", "dq"]);
+}
+
+fn check_entry(
+    e: &'static kittens_kernels::registry::KernelEntry,
+    backend: &dyn Backend,
+    a: &NamedArgs,
+    what: &str,
+    outputs: &[&str],
+) {
+    let p = e.problem(a).unwrap();
+    let r = runner::run(e, p.as_ref(), backend).unwrap_or_else(|e| panic!("{what}: {e}"));
     let names: Vec<&str> = r.outputs.iter().map(|o| o.name.as_str()).collect();
-    assert_eq!(names, ["dk", "dv", "dq"], "{what}");
+    assert_eq!(names, outputs, "{what}");
     for o in &r.outputs {
         eprintln!(
             "{what} [{}]: {} rel_err {:.3e} (bf16 {:.3e})",
@@ -177,4 +193,25 @@ fn bad_problems_are_refused_by_name() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("seqused_k"), "{err}");
+}
+
+/// ALiBi (slopes drawn per sequence and head, any sign) in the forward and the backward, on the CPU
+/// programs and the sm_90a ones (on the interpreter), at lengths that cross the tiles, with GQA, causal
+/// and not; the slopes at scale 0.5 make the bias reach tens over the longer sequences.
+#[test]
+fn alibi_in_both_directions_passes_the_rule() {
+    for (causal, heads, seq, dim) in [
+        (true, (4, 2), (150, 131), 64),
+        (false, (2, 1), (70, 129), 128),
+    ] {
+        let a = args(4, heads, seq, dim)
+            .with("causal", causal)
+            .with("alibi", true)
+            .with("input_scale", 0.5f32);
+        let what = format!("alibi H{heads:?} N{seq:?} D{dim} causal {causal}");
+        check_entry(forward(), &Interpreter, &a, &what, &["o", "lse"]);
+        check_entry(forward(), &Sm90aOnInterpreter, &a, &what, &["o", "lse"]);
+        check(&Interpreter, &a, &what);
+        check(&Sm90aOnInterpreter, &a, &what);
+    }
 }
