@@ -44,6 +44,18 @@ def attention_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, causal: bool, 
     return out, lse
 
 
+def _check_offsets(cu_q, cu_k):
+    """The offsets' layout (their values stay on the device: the module documentation of
+    ``kittens.varlen`` says which checks that skips)."""
+    for name, t in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
+        if t.dim() != 1 or t.dtype != torch.int32 or (t.numel() > 1 and t.stride(0) != 1):
+            raise ValueError(f"{name} must be a dense 1-d int32 tensor (batch + 1 offsets), got {t.dtype} "
+                             f"of shape {tuple(t.shape)}")
+    if cu_q.shape != cu_k.shape or cu_q.shape[0] < 1:
+        raise ValueError(f"cu_seqlens_q {tuple(cu_q.shape)} and cu_seqlens_k {tuple(cu_k.shape)} must both "
+                         "hold batch + 1 >= 1 offsets")
+
+
 def _alibi_key(alibi):
     return None if alibi is None else (alibi.shape, alibi.stride(), alibi.dtype, alibi.device)
 
@@ -77,13 +89,7 @@ def _prepare_varlen(key, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, sequs
         if t.dim() != 3:
             raise ValueError(f"{name} must be 3-d (total, nheads, headdim), got shape {tuple(t.shape)}")
     _dense(q=q, k=k, v=v)
-    for name, t in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
-        if t.dim() != 1 or t.dtype != torch.int32 or (t.numel() > 1 and t.stride(0) != 1):
-            raise ValueError(f"{name} must be a dense 1-d int32 tensor (batch + 1 offsets), got {t.dtype} "
-                             f"of shape {tuple(t.shape)}")
-    if cu_q.shape != cu_k.shape or cu_q.shape[0] < 1:
-        raise ValueError(f"cu_seqlens_q {tuple(cu_q.shape)} and cu_seqlens_k {tuple(cu_k.shape)} must both "
-                         "hold batch + 1 >= 1 offsets")
+    _check_offsets(cu_q, cu_k)
     total_q, h, d = q.shape
     total_k, hk, dk = k.shape
     if tuple(v.shape) != tuple(k.shape) or dk != d:
@@ -155,13 +161,7 @@ def _prepare_varlen_backward(key, grad_out, q, k, v, out, lse, cu_q, cu_k, max_q
     if lse.dtype != torch.float32 or tuple(lse.shape) != (h, total_q):
         raise ValueError(f"lse must be a float32 (nheads, total_q) = ({h}, {total_q}) tensor, got {lse.dtype} "
                          f"{tuple(lse.shape)}")
-    for name, t in (("cu_seqlens_q", cu_q), ("cu_seqlens_k", cu_k)):
-        if t.dim() != 1 or t.dtype != torch.int32 or (t.numel() > 1 and t.stride(0) != 1):
-            raise ValueError(f"{name} must be a dense 1-d int32 tensor (batch + 1 offsets), got {t.dtype} "
-                             f"of shape {tuple(t.shape)}")
-    if cu_q.shape != cu_k.shape or cu_q.shape[0] < 1:
-        raise ValueError(f"cu_seqlens_q {tuple(cu_q.shape)} and cu_seqlens_k {tuple(cu_k.shape)} must both "
-                         "hold batch + 1 >= 1 offsets")
+    _check_offsets(cu_q, cu_k)
     if hk == 0 or h % hk:
         raise ValueError(f"nheads_k = {hk} must divide nheads = {h}")
     if d not in (64, 128):
