@@ -27,6 +27,7 @@ dispatch, see there).
 
 from __future__ import annotations
 
+import sys
 from typing import List, Optional, Tuple
 
 import torch
@@ -520,6 +521,9 @@ def _rmsnorm_setup(ctx, inputs, output):
     x, residual, weight, eps = inputs
     ctx.has_residual, ctx.eps = residual is not None, eps
     ctx.save_for_backward(output[1], weight)
+    # An output nobody used (h, for a norm without a residual) gets None, not a tensor of zeros for the
+    # backward kernel to read.
+    ctx.set_materialize_grads(False)
 
 
 def _rmsnorm_grad(ctx, grad_y, grad_h):
@@ -723,3 +727,15 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Te
 @attention_paged.register_fake
 def _(q, k_cache, v_cache, block_table, cache_seqlens, causal=False, scale=None, num_splits=1):
     return torch.empty_like(q), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+# ``kittens._torch_op`` reads this module from the package's ``_OPS``: set it here, once imported, so that a
+# trace (torch.compile) never sees ``_OPS`` unset and guards on it (which recompiled the graph on its
+# second call, after the trace's own import had set it).
+sys.modules[__package__]._OPS = sys.modules[__name__]
+
+# torch.compile's on-disk caches do not see the fakes above change between kittens builds: key them on the
+# build (kittens/_compile_cache.py says why).
+from . import _compile_cache  # noqa: E402
+
+_compile_cache.install()
