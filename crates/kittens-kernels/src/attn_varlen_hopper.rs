@@ -24,7 +24,6 @@
 
 use crate::attn::Softmax;
 use crate::attn_fwd::producer_consumer::HopperTiles;
-use crate::attn_fwd::AttnConfig;
 use crate::attn_varlen::{
     alibi_add, alibi_slope, check, Batch, QueryBlock, Seq, Tensors, VarlenConfig,
 };
@@ -105,12 +104,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         p,
         o_r,
     } = HopperTiles::declare(&mut k, dim, kv, 1, (ring, ring));
-    let attn = AttnConfig {
-        dim,
-        logits: cfg.logits,
-        ..AttnConfig::default()
-    };
-    let mut softmax = Softmax::declare(&mut k, s, Axis::Rows, &attn);
+    let mut softmax = Softmax::declare(&mut k, s, Axis::Rows, cfg);
     softmax.floor = true;
     let inv_norm = k.row_vec("inv_norm", s, F32);
     let lse_v = k.row_vec("lse_v", s, F32);

@@ -24,7 +24,7 @@
 //! `G = 1` is the unsplit kernel itself: no partials, no merge. [`choose`] picks `G` for a shape
 //! and a GPU by the tail planner's model (`kittens_grid::tail`, [`SplitScope::Every`]).
 
-use super::{AttnConfig, AttnSchedule, Io};
+use super::{AttnConfig, Io};
 use crate::attn::strides::tensor_strides;
 use crate::KernelError;
 use kittens_grid::tail::{plan_tail, SplitScope, TailInput, TailModel, TailPlan};
@@ -292,16 +292,6 @@ pub fn build_merge(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         k.store(k.gview(lse, vec![b, h, row], 2, 1, 1, 1), lse_v);
     }
     Ok(k.finish()?)
-}
-
-impl AttnConfig {
-    /// Query rows one block of this configuration computes.
-    pub fn block_rows(&self) -> u32 {
-        match self.schedule {
-            AttnSchedule::PingPong8 | AttnSchedule::Mi300x => 8 * self.q_rows,
-            AttnSchedule::ProducerConsumer => super::producer_consumer::BLOCK_Q,
-        }
-    }
 }
 
 /// The attention shape [`choose`] plans for.
