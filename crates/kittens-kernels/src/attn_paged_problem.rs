@@ -71,12 +71,14 @@ impl PagedProblem {
         })
     }
 
-    fn config(&self) -> Result<PagedConfig, KernelError> {
+    /// The program's configuration for `target` (its key step: [`kv_block_for`]).
+    pub fn config(&self, target: Target) -> Result<PagedConfig, KernelError> {
+        let dim = u32::try_from(self.attn.dim).unwrap_or(u32::MAX);
         Ok(PagedConfig {
-            dim: u32::try_from(self.attn.dim).unwrap_or(u32::MAX),
+            dim,
             causal: self.causal,
             logits: self.logits,
-            kv_block: kv_block_for(self.page_size)?,
+            kv_block: kv_block_for(self.page_size, dim, target)?,
             splits: self.splits,
         })
     }
@@ -100,6 +102,15 @@ pub fn default_config() -> PagedConfig {
         logits: Logits::default(),
         kv_block: 16,
         splits: 1,
+    }
+}
+
+/// The program for `target`: sm_90a's warp-specialised one ([`crate::attn_paged_hopper`]), the
+/// one-wave program elsewhere (the interpreter's); both take the same tensors and parameters.
+pub fn build_for(cfg: &PagedConfig, target: Target) -> Result<Kernel, KernelError> {
+    match target {
+        Target::Sm90a => crate::attn_paged_hopper::build(cfg),
+        _ => build(cfg),
     }
 }
 
@@ -140,7 +151,7 @@ impl KernelProblem for PagedProblem {
                 a.heads_kv, a.heads
             )));
         }
-        kv_block_for(self.page_size)?;
+        kv_block_for(self.page_size, 16, Target::Cpu)?;
         let q = elements("q", &[a.batch, a.seq, a.heads, a.dim])?;
         let kv = elements(
             "k_cache",
@@ -221,14 +232,14 @@ impl KernelProblem for PagedProblem {
         })
     }
 
-    fn build(&self, _target: Target) -> Result<Kernel, KernelError> {
-        build(&self.config()?)
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        build_for(&self.config(target)?, target)
     }
 
     /// The split kernel writing the partials (scratch) and the merge, with `num_splits > 1`.
     fn stages(&self, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
         let kernel = self.build(target)?;
-        let cfg = self.config()?;
+        let cfg = self.config(target)?;
         if cfg.splits <= 1 {
             return Ok(vec![Stage {
                 kernel,
