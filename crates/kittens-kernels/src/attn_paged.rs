@@ -227,7 +227,12 @@ pub(crate) struct Walk {
 }
 
 impl Walk {
-    pub(crate) fn declare(k: &mut KernelBuilder, io: &PagedIo, cfg: &PagedConfig, block_q: u32) -> Walk {
+    pub(crate) fn declare(
+        k: &mut KernelBuilder,
+        io: &PagedIo,
+        cfg: &PagedConfig,
+        block_q: u32,
+    ) -> Walk {
         let g = i64::from(cfg.splits);
         let extents = vec![
             io.batch.clone(),

@@ -6,12 +6,12 @@
 //! that no sequence holds are NaN: a kernel that reads them into its sum fails.
 
 use kittens_hw::dtype::DType::Bf16;
+use kittens_hw::Target;
 use kittens_ir::interp;
 use kittens_ir::numerics::{round, Rounding};
 use kittens_kernels::attn::score::Logits;
 use kittens_kernels::attn::AttnLayout;
 use kittens_kernels::attn_fwd::{split::build_merge, AttnConfig};
-use kittens_hw::Target;
 use kittens_kernels::attn_paged::{build, kv_block_for, PagedConfig};
 use kittens_kernels::attn_paged_problem::build_for;
 use kittens_kernels::reference::{check_rule, compare, RULE_FLOOR};
