@@ -25,6 +25,7 @@
 //! row broadcasts need rows a wave of chunks wide (this program's score rows are 16 keys); the AMD
 //! lowerings refuse index reads. The registry marks them not-yet, naming why.
 
+use crate::attn::key_step::{KeyMasks, WaveStep};
 use crate::attn::{HeadLogits, Logits, Softmax};
 use crate::attn_fwd::split::declare_partials;
 use crate::KernelError;
@@ -331,6 +332,18 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
     k.neg_infty(sm.max);
     k.zero(sm.norm);
     k.zero(acc);
+    let step = WaveStep {
+        q: q_r,
+        k: k_r,
+        v: v_r,
+        s,
+        p,
+        acc,
+    };
+    let masks = KeyMasks {
+        end: w.limit.clone(),
+        causal: cfg.causal.then(|| w.causal_offset(&io)),
+    };
     k.for_range("kv", Expr::c(0), w.count.clone(), |k, j| {
         let k0 = w.key(&j);
         let origin = w.page_origin(&io, &k0, Expr::c(0));
@@ -339,18 +352,7 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
         // V rows past the length zeroed: stale cache rows (NaN in an uninitialised cache) cannot
         // leak through `0 · NaN`.
         k.mask(v_r, MaskRule::RowsBelow(w.limit.clone()), &k0, 0, 0.0);
-        k.zero(s);
-        k.mma_abt(s, q_r, k_r, s);
-        let inf = f32::NEG_INFINITY;
-        k.mask(s, MaskRule::ColsBelow(w.limit.clone()), &q0, &k0, inf);
-        if cfg.causal {
-            let offset = w.causal_offset(&io);
-            k.mask(s, MaskRule::Causal { offset }, &q0, &k0, inf);
-        }
-        sm.step(k, s);
-        k.mul_row(acc, acc, sm.scale);
-        k.convert(p, s, Rounding::Rtne);
-        k.mma_ab(acc, p, v_r, acc);
+        step.step(k, &sm, &masks, &q0, &k0);
     });
     sm.inv_norm(&mut k, sm.scale);
     k.mul_row(acc, acc, sm.scale);

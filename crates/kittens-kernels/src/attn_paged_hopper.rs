@@ -26,14 +26,13 @@
 //! FlashAttention-3's `pack_gqa` does), and fully masked steps past the length are walked, not
 //! skipped (a data-dependent trip count).
 
+use crate::attn::key_step::{KeyMasks, SharedStep};
 use crate::attn::Softmax;
 use crate::attn_fwd::producer_consumer::HopperTiles;
 use crate::attn_paged::{check, name, PagedConfig, PagedIo, Walk};
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;
-use kittens_ir::{
-    Axis, Expr, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Schedule, Scope, SlotFill,
-};
+use kittens_ir::{Axis, Expr, Kernel, KernelBuilder, Schedule, Scope, SlotFill};
 
 /// Queries per block: one consumer warpgroup.
 pub const BLOCK_Q: u32 = 64;
@@ -92,6 +91,19 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
     let q_blk = &w.qb * i64::from(BLOCK_Q);
     let cw = k.wave() - 4; // consumer wave, 0..4
     let q0 = &q_blk + &cw * 16; // this wave's first query
+    let step = SharedStep {
+        wave: cw,
+        q_s: &q_s,
+        k_s: &k_s,
+        v_s: &v_s,
+        s,
+        p,
+        o: &o_r,
+    };
+    let masks = KeyMasks {
+        end: w.limit.clone(),
+        causal: cfg.causal.then(|| w.causal_offset(&io)),
+    };
     k.roles(
         |k| {
             for (i, &qs) in q_s.iter().enumerate() {
@@ -130,29 +142,14 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
             k.neg_infty(softmax.max);
             k.for_range("j", 0, &w.count, |k, j| {
                 k.barrier(); // key block j has landed
-                let slot = &j % i64::from(ring);
-                // S = Q·Kᵀ over the head dimension, 64 columns at a time.
-                for (i, (&qs, &ks)) in q_s.iter().zip(&k_s).enumerate() {
-                    let a = MmaOperand::Shared(k.smem(qs, 0).sub(16, COLS, &cw, 0));
-                    let bk = MmaOperand::Shared(k.smem(ks, slot.clone()));
-                    k.mma(MmaForm::Abt, s, a, bk, (i > 0).then_some(s));
-                }
-                let (k0, inf) = (w.key(&j), f32::NEG_INFINITY);
-                k.mask(s, MaskRule::ColsBelow(w.limit.clone()), &q0, &k0, inf);
-                if cfg.causal {
-                    let offset = w.causal_offset(&io);
-                    k.mask(s, MaskRule::Causal { offset }, &q0, &k0, inf);
-                }
-                softmax.step(k, s);
-                // P to bf16 in registers (the accumulator fragment is the A operand's).
-                k.copy(p, s);
-                for &or in &o_r {
-                    k.mul_row(or, or, softmax.scale);
-                }
-                for (&or, &vs) in o_r.iter().zip(&v_s) {
-                    let bv = MmaOperand::Shared(k.smem(vs, slot.clone()));
-                    k.mma(MmaForm::Ab, or, MmaOperand::Reg(p), bv, Some(or));
-                }
+                step.step(
+                    k,
+                    &softmax,
+                    &masks,
+                    &(&j % i64::from(ring)),
+                    &q0,
+                    &w.key(&j),
+                );
             });
             softmax.inv_norm(k, inv_norm);
             for &or in &o_r {

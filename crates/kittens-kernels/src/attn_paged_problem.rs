@@ -10,7 +10,7 @@
 //! exact f32 integers); outputs `o`, `lse`.
 
 use crate::attn::score::{AttnArgs, Logits};
-use crate::attn::{strides, AttnLayout, AttnShape};
+use crate::attn::{AttnLayout, AttnShape};
 use crate::attn_fwd::{split, AttnConfig};
 use crate::attn_paged::{build, kv_block_for, PagedConfig};
 use crate::problem::{
@@ -246,36 +246,24 @@ impl KernelProblem for PagedProblem {
                 launch: plan.launch.clone(),
             }]);
         }
-        let (a, g) = (self.attn, cfg.splits as usize);
-        let rows = elements("lse", &[a.batch, a.heads, a.seq])?;
-        let parts = vec![
-            elements("o_partial", &[g, rows, a.dim])?,
-            elements("lse_partial", &[g, rows])?,
-        ];
-        let merge_kernel = split::build_merge(&self.merge_config(&cfg))?;
-        let values: Vec<(String, i64)> = [("batch", a.batch), ("heads", a.heads), ("seq", a.seq)]
+        // Each launch's parameters by name: the split kernel's as the problem's launch gives them,
+        // the merge's `batch, heads, seq`.
+        let a = self.attn;
+        let mut values: Vec<(String, i64)> = kernel
+            .params
             .iter()
-            .map(|&(n, v)| Ok((n.to_string(), param(n, v)?)))
-            .collect::<Result<_, KernelError>>()?;
-        let merge = Launch {
-            params: strides::named_params(&merge_kernel, &values)?,
-            inputs: parts.clone(),
-            outputs: plan.launch.outputs.clone(),
-        };
-        let split = Launch {
-            outputs: parts,
-            ..plan.launch.clone()
-        };
-        Ok(vec![
-            Stage {
-                kernel,
-                launch: split,
-            },
-            Stage {
-                kernel: merge_kernel,
-                launch: merge,
-            },
-        ])
+            .map(|p| p.name.clone())
+            .zip(plan.launch.params.iter().copied())
+            .collect();
+        values.push(("seq".into(), param("seq", a.seq)?));
+        let rows = [a.batch, a.heads, a.seq, a.dim];
+        split::stages(
+            kernel,
+            &self.merge_config(&cfg),
+            &plan.launch,
+            &values,
+            rows,
+        )
     }
 
     /// `q`, the caches uniform (scaled) bf16; each sequence's pages distinct, shuffled; [`lengths`].
