@@ -134,23 +134,7 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
             });
         },
         |k| {
-            k.barrier(); // Q has landed
-            for &or in &o_r {
-                k.zero(or);
-            }
-            k.zero(softmax.norm);
-            k.neg_infty(softmax.max);
-            k.for_range("j", 0, &w.count, |k, j| {
-                k.barrier(); // key block j has landed
-                step.step(
-                    k,
-                    &softmax,
-                    &masks,
-                    &(&j % i64::from(ring)),
-                    &q0,
-                    &w.key(&j),
-                );
-            });
+            step.walk(k, &softmax, &masks, &w.count, ring, &q0, |j| w.key(j));
             softmax.inv_norm(k, inv_norm);
             for &or in &o_r {
                 k.mul_row(or, or, inv_norm);

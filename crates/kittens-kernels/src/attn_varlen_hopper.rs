@@ -165,23 +165,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             });
         },
         |k| {
-            k.barrier(); // Q has landed
-            for &or in &o_r {
-                k.zero(or);
-            }
-            k.zero(softmax.norm);
-            k.neg_infty(softmax.max);
-            k.for_range("j", 0, &n_kv, |k, j| {
-                k.barrier(); // key block j has landed
-                step.step(
-                    k,
-                    &softmax,
-                    &masks,
-                    &(&j % i64::from(ring)),
-                    &q0,
-                    &(&j * i64::from(kv)),
-                );
-            });
+            step.walk(k, &softmax, &masks, &n_kv, ring, &q0, |j| j * i64::from(kv));
             softmax.inv_norm(k, inv_norm);
             let row = &start_q + q0.clone();
             for (i, &or) in o_r.iter().enumerate() {

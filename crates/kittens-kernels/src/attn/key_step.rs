@@ -116,4 +116,31 @@ impl SharedStep<'_> {
             k.mma(MmaForm::Ab, o, MmaOperand::Reg(self.p), b, Some(o));
         }
     }
+
+    /// The consumer's whole walk: after the block barrier that hands over Q, the accumulators and the
+    /// softmax's running max and sum start empty, then `count` key blocks, block `j` in ring slot
+    /// `j % ring` (each behind the barrier that hands it over), its first key `key(j)`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn walk(
+        &self,
+        k: &mut KernelBuilder,
+        sm: &Softmax,
+        masks: &KeyMasks,
+        count: &Expr,
+        ring: u32,
+        q0: &Expr,
+        key: impl Fn(&Expr) -> Expr,
+    ) {
+        k.barrier(); // Q has landed
+        for &o in self.o {
+            k.zero(o);
+        }
+        k.zero(sm.norm);
+        k.neg_infty(sm.max);
+        k.for_range("j", 0, count, |k, j| {
+            k.barrier(); // key block j has landed
+            let slot = &j % i64::from(ring);
+            self.step(k, sm, masks, &slot, q0, &key(&j));
+        });
+    }
 }
