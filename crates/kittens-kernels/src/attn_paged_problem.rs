@@ -45,7 +45,7 @@ impl PagedProblem {
     /// The attention's names ([`AttnArgs::from_args`]; `seq` is the new queries per sequence; a
     /// layout other than `bshd`, `seq_kv`, a window or a top-left causal flag are refused), then
     /// `page_size` (default 16), `max_blocks` (default `⌈seq_kv / page_size⌉`, 4 pages without),
-    /// `num_blocks` (default `batch · max_blocks`), `num_splits` (default 1).
+    /// `num_blocks` (default `batch · max_blocks`), `num_splits` or `kv_splits` (default 1).
     pub fn from_args(a: &NamedArgs) -> Result<PagedProblem, KernelError> {
         let args = AttnArgs::from_args(a)?;
         if args.attn.layout != AttnLayout::Bshd || args.window.is_some() {
@@ -53,12 +53,14 @@ impl PagedProblem {
                 "{NAME}: q is (batch, seq, heads, dim) (bshd) and takes no window"
             )));
         }
-        let page_size = a.size_or("page_size", 16)?;
-        let max_blocks = a.size_or(
-            "max_blocks",
-            args.seq_kv.map_or(4, |s| s.div_ceil(page_size.max(1))),
-        )?;
-        let num_blocks = a.size_or("num_blocks", args.attn.batch * max_blocks)?;
+        // Each size or `None` (the CLI's flag not given) for its default.
+        let page_size = a.opt_size_or("page_size", None)?.unwrap_or(16);
+        let max_blocks = a
+            .opt_size_or("max_blocks", None)?
+            .unwrap_or_else(|| args.seq_kv.map_or(4, |s| s.div_ceil(page_size.max(1))));
+        let num_blocks = a
+            .opt_size_or("num_blocks", None)?
+            .unwrap_or(args.attn.batch * max_blocks);
         Ok(PagedProblem {
             attn: args.attn,
             causal: args.causal,
@@ -66,7 +68,12 @@ impl PagedProblem {
             num_blocks,
             page_size,
             max_blocks,
-            splits: a.u32_or("num_splits", 1)?,
+            // `num_splits` (FlashAttention's name, Python's), or the CLI's `kv_splits` (a count:
+            // the tail planner's `auto` is attn_fwd's).
+            splits: match a.get("num_splits") {
+                Some(_) => a.u32_or("num_splits", 1)?,
+                None => a.u32_or("kv_splits", 1)?,
+            },
             run: RunSettings::from_args(a, &[])?,
         })
     }
