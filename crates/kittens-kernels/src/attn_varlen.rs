@@ -16,13 +16,13 @@
 //! [`crate::attn_varlen_hopper`]; the AMD lowerings refuse index reads
 //! (`kittens_codegen::LowerError::IndexReads`).
 
+use crate::attn::key_step::{KeyMasks, WaveStep};
 use crate::attn::score::Alibi;
 use crate::attn::{HeadLogits, Logits, Softmax};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32, I32};
 use kittens_ir::{
-    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, RegId, Rounding,
-    Schedule,
+    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId, Rounding, Schedule,
 };
 use kittens_tile::{BaseShape, Layout};
 
@@ -343,25 +343,25 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     k.neg_infty(sm.max);
     k.zero(sm.norm);
     k.zero(acc);
+    let step = WaveStep {
+        q: q_r,
+        k: k_r,
+        v: v_r,
+        s,
+        p,
+        acc,
+    };
+    let masks = KeyMasks {
+        end: blk.len_k.clone(),
+        causal: cfg.causal.then(|| &blk.len_k - blk.len_q.clone()),
+        alibi: slope.map(|v| (v, &blk.len_k - blk.len_q.clone())),
+    };
     let tiles_k = max_k.ceil_div(i64::from(bk));
     k.for_range("kv", Expr::c(0), tiles_k, |k, j| {
         let k0 = &j * i64::from(bk);
         k.load_global(k_r, view(k, kk, start_k + k0.clone(), hk, bk));
         k.load_global(v_r, view(k, v, start_k + k0.clone(), hk, bk));
-        k.zero(s);
-        k.mma_abt(s, q_r, k_r, s);
-        let lens = (&blk.len_q, &blk.len_k);
-        alibi_add(k, slope, s, (&q0, &k0), lens, false);
-        let inf = f32::NEG_INFINITY;
-        k.mask(s, MaskRule::ColsBelow(blk.len_k.clone()), &q0, &k0, inf);
-        if cfg.causal {
-            let offset = &blk.len_k - blk.len_q.clone();
-            k.mask(s, MaskRule::Causal { offset }, &q0, &k0, inf);
-        }
-        sm.step(k, s);
-        k.mul_row(acc, acc, sm.scale);
-        k.convert(p, s, Rounding::Rtne);
-        k.mma_ab(acc, p, v_r, acc);
+        step.step(k, &sm, &masks, &q0, &k0);
     });
     sm.inv_norm(&mut k, sm.scale);
     k.mul_row(acc, acc, sm.scale);

@@ -11,6 +11,7 @@ pub mod attn;
 pub mod attn_bwd;
 pub mod attn_fwd;
 pub mod attn_paged;
+pub mod attn_paged_hopper;
 pub mod attn_paged_problem;
 pub mod attn_varlen;
 pub mod attn_varlen_bwd;
