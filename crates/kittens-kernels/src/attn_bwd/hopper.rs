@@ -34,6 +34,8 @@
 //! `scale` = `1/√d` unless configured, `crate::attn::score`);
 //! dK and dQ get their scale on the f32 accumulators before the bf16 store.
 
+pub(super) mod wide;
+
 use super::{BwdConfig, BwdTurns};
 use crate::attn::score::Alibi;
 use crate::attn::strides::tensor_strides;

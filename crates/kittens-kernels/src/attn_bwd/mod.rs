@@ -343,6 +343,11 @@ pub fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         BwdSchedule::Plain | BwdSchedule::Interleave4 | BwdSchedule::PingPong8 => {
             schedule::build(cfg)
         }
+        // Head dims past 128: the key blocks of 64 keys (`hopper::wide`).
+        BwdSchedule::HopperKv if hopper::wide::takes(cfg) => hopper::wide::build_kv(cfg, false),
+        BwdSchedule::HopperAtomicKv if hopper::wide::takes(cfg) => {
+            hopper::wide::build_kv(cfg, true)
+        }
         BwdSchedule::HopperKv => hopper::build_kv(cfg, false),
         BwdSchedule::HopperQ => hopper::build_q(cfg),
         BwdSchedule::HopperAtomicPre => hopper_atomic::build_pre(cfg),

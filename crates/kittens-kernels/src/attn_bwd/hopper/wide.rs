@@ -1,0 +1,383 @@
+//! The Hopper key blocks at head dimensions 192 and 256 (FlashAttention-3's backward at its widest
+//! head dims: 64 × 64 tiles, the score tiles exchanged through shared memory, each warpgroup holding
+//! part of the head dimension of dK and dV).
+//!
+//! At 128 keys per block ([`super`]) each consumer wave holds 16 keys of dK and dV over the whole
+//! head dimension: `dim` f32 registers per thread, 192 or 256 of the 240 before any score. Here a
+//! block owns 64 keys, and the two consumer warpgroups split each 64-query step's work twice:
+//!
+//! - the scores by queries: warpgroup `g` computes `Sᵀ = K·Qᵀ` and `dPᵀ = V·dOᵀ` for all 64 keys and
+//!   its 32 queries (`wgmma m64n32`, K and the slot's rows `32g..` from shared memory), and from them
+//!   `Pᵀ` and `dSᵀ` as in [`super`], stored as bf16 into its 32 columns of two shared `64 × 64` tiles;
+//! - the gradients by head-dimension columns: after a consumers barrier, warpgroup `g` adds
+//!   `dV += Pᵀ·dO` and `dK += dSᵀ·Q` (A and B from shared memory) for its 64-column tiles `g, g + 2`
+//!   of the head dimension (at 192 warpgroup 1 takes one tile, warpgroup 0 two): at most 4 f32
+//!   tiles of 32 registers per thread.
+//!
+//! With `atomic_dq` (the FlashAttention-3 form, [`super::super::hopper_atomic`] before and after)
+//! each warpgroup also adds `dQ += dS·K` for its column tiles over the step's 64 queries: `dSᵀ` read
+//! back transposed from the same shared tile, K from the block's own, one 16 × 64 f32 share at a
+//! time through [`kittens_ir::Op::AtomicAdd`].
+//!
+//! One exchange tile each for `Pᵀ` and `dSᵀ` (two slots would not fit beside two ring slots of Q
+//! and dO at 256): a consumers barrier before the store (the other warpgroup's products of the
+//! last step have read it) and one after (both halves stored).
+
+use super::{declare_inputs, probs_and_ds, turn, view, COLS, CONSUMER_REGS};
+use crate::attn::Causal;
+use crate::attn_bwd::{BwdConfig, BwdTurns};
+use crate::attn_fwd::padded_dim;
+use crate::KernelError;
+use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_ir::{
+    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, RegId,
+    Scope, SharedId,
+};
+use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
+
+/// Keys per block (one `m64` per warpgroup, both warpgroups on the same keys).
+const BLOCK: u32 = 64;
+/// Queries per streamed step; each warpgroup's scores take half.
+const STEP: u32 = 64;
+const HALF: u32 = STEP / 2;
+/// Shared memory for the ring, the barriers and the 1024-byte alignment of the base.
+const SHARED: u32 = 225 * 1024;
+/// The smallest f32 staging of a warpgroup's TMA reduction (64 rows × 16 columns).
+const REDUCE_BOX: u32 = 64 * 16 * 4;
+
+/// Whether the Hopper backward builds `cfg` here: the head dims past 128.
+pub(crate) fn takes(cfg: &BwdConfig) -> bool {
+    cfg.dim > 128
+}
+
+fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
+    if matches!(cfg.dim, 192 | 256) {
+        Ok(())
+    } else {
+        Err(KernelError::Config(format!(
+            "attn_bwd (producer/consumer, 64-key blocks): dim {} must be 192 or 256 (64-column \
+             tiles split between two consumer warpgroups of {CONSUMER_REGS} registers)",
+            cfg.dim
+        )))
+    }
+}
+
+/// The column tiles of the head dimension that warpgroup `g` accumulates: `g, g + 2, …`.
+fn tiles_of(g: usize, halves: usize) -> Vec<usize> {
+    (g..halves).step_by(2).collect()
+}
+
+/// `f(k, a, tile)` for each accumulator slot `a` and the tile warpgroup `g` (an expression, 0 or 1)
+/// holds there: warpgroup-uniform branches, so that each `wgmma` names its shared tiles statically.
+fn per_tile(
+    k: &mut KernelBuilder,
+    g: &Expr,
+    halves: usize,
+    f: &dyn Fn(&mut KernelBuilder, usize, usize),
+) {
+    let (t0, t1) = (tiles_of(0, halves), tiles_of(1, halves));
+    for (a, &tile0) in t0.iter().enumerate() {
+        match t1.get(a) {
+            Some(&tile1) => k.if_else(g.eq(0), |k| f(k, a, tile0), |k| f(k, a, tile1)),
+            None => k.if_(g.eq(0), |k| f(k, a, tile0)),
+        }
+    }
+}
+
+/// Ring slots of the streamed pair beside the block's own pair and `extra` bytes.
+fn stages(dim: u32, extra: u32) -> Result<u32, KernelError> {
+    let own = 2 * BLOCK * dim * 2 + extra;
+    let per_step = 2 * STEP * dim * 2;
+    let n = SHARED.saturating_sub(own) / per_step;
+    if n < 2 {
+        return Err(KernelError::Config(format!(
+            "attn_bwd (64-key blocks): dim {dim} leaves room for {n} ring slots of Q and dO \
+             ({per_step} bytes each) beside {own} bytes of K, V and exchange tiles; 2 needed"
+        )));
+    }
+    Ok(n.min(4))
+}
+
+/// The key blocks at head dims 192 and 256: `dk, dv` (bf16, written) after the inputs, and with
+/// `atomic_dq` `dq_acc` (f32, added to). Grid `[batch, heads_kv, key blocks]`.
+pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, KernelError> {
+    check(cfg)?;
+    let d = cfg.dim;
+    let name = if atomic_dq {
+        crate::attn_bwd::name_atomic(cfg)
+    } else {
+        crate::attn_bwd::name(cfg).to_string()
+    };
+    let mut k = KernelBuilder::new(&name, super::schedule());
+    let io = declare_inputs(&mut k, cfg, false);
+    let dim = Expr::c(i64::from(d));
+    let global = |k: &mut KernelBuilder, name: &str, heads: &Expr, seq: &Expr, dtype, access| {
+        let dims = [
+            ("b", io.batch.clone()),
+            ("h", heads.clone()),
+            ("s", seq.clone()),
+            ("d", dim.clone()),
+        ];
+        // dQ's f32 accumulator is the call's scratch: dense whatever the caller's strides.
+        let own = cfg.strided && name != "dq_acc";
+        let st = crate::attn::strides::tensor_strides(k, own, cfg.layout, name, (heads, seq, &dim));
+        k.global_strided(name, dtype, &dims, st, access)
+    };
+    let (kv_heads, kv_seq) = (&io.heads_kv, &io.seq_kv);
+    let dk_g = global(&mut k, "dk", kv_heads, kv_seq, Bf16, Access::Write);
+    let dv_g = global(&mut k, "dv", kv_heads, kv_seq, Bf16, Access::Write);
+    let dq_acc: Option<GlobalId> = atomic_dq.then(|| {
+        let (h, s) = (&io.heads, &io.seq_q);
+        global(&mut k, "dq_acc", h, s, F32, Access::ReadWrite)
+    });
+    let n_kb = io.seq_kv.ceil_div(i64::from(BLOCK));
+    k.grid(
+        vec![io.batch.clone(), io.heads_kv.clone(), n_kb.clone()],
+        GridOrder::RowMajor,
+    );
+    let kb = if cfg.causal == Causal::No {
+        k.block(2)
+    } else {
+        k.pair_long_short(&k.block(2), &n_kb)
+    };
+    let (b, hk) = (k.block(0), k.block(1));
+    let group = &io.heads / io.heads_kv.clone();
+
+    // Shared memory: K and V (the block's), Q and dO (a ring of steps), Pᵀ and dSᵀ (exchanged).
+    let halves = (padded_dim(d) / COLS) as usize;
+    let exchange = 2 * BLOCK * STEP * 2 + if atomic_dq { 2 * REDUCE_BOX } else { 0 };
+    let st = stages(d, exchange)?;
+    let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
+    let mut tiles = |name: &str, rows, slots| -> Vec<SharedId> {
+        (0..halves)
+            .map(|i| k.shared_tile(&format!("{name}{i}"), swz(rows), slots))
+            .collect()
+    };
+    let (k_s, v_s) = (tiles("k_s", BLOCK, 1), tiles("v_s", BLOCK, 1));
+    let (q_s, do_s) = (tiles("q_s", STEP, st), tiles("do_s", STEP, st));
+    let p_s = k.shared_tile("p_s", swz(BLOCK), 1);
+    let ds_s = k.shared_tile("ds_s", swz(BLOCK), 1);
+
+    let s = k.tile("s_t", F32, 16, HALF, Layout::Row, BaseShape::S16X16);
+    let dp = k.tile("dp_t", F32, 16, HALF, Layout::Row, BaseShape::S16X16);
+    let slope = cfg.alibi.then(|| k.row_vec("alibi_r", s, F32));
+    let p = k.tile("p_t", Bf16, 16, HALF, Layout::Row, BaseShape::S16X32);
+    let ds = k.tile("ds_t", Bf16, 16, HALF, Layout::Row, BaseShape::S16X32);
+    let slots = tiles_of(0, halves).len();
+    let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
+        (0..slots)
+            .map(|a| {
+                k.tile(
+                    &format!("{name}{a}"),
+                    F32,
+                    16,
+                    COLS,
+                    Layout::Row,
+                    BaseShape::S16X16,
+                )
+            })
+            .collect()
+    };
+    let (dk_r, dv_r) = (acc(&mut k, "dk"), acc(&mut k, "dv"));
+    let dq_p = atomic_dq.then(|| k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16));
+
+    // The walk over (query head of the group, query step), as in `super::build_kv`.
+    let block0 = &kb * i64::from(BLOCK);
+    let step = i64::from(STEP);
+    let n_q = io.seq_q.ceil_div(step);
+    let offset = cfg.last_key_offset(&io.seq_q, &io.seq_kv);
+    let first = match &offset {
+        Some(off) => (&block0 - off.clone()).max(0) / step,
+        None => Expr::c(0),
+    };
+    let start = cfg.first_key_offset(&io.seq_q, &io.seq_kv);
+    let end = match &start {
+        Some(st) => {
+            let last = &block0 + i64::from(BLOCK - 1) - st.clone();
+            n_q.clone().min(last / step + 1).max(0)
+        }
+        None => n_q.clone(),
+    };
+    let steps = &end - first.clone();
+    let per_head = steps.max(1);
+    let total = group.clone() * steps.max(0);
+    let head_of = |t: &Expr| &hk * group.clone() + t / per_head.clone();
+    let q0_of = |t: &Expr| (first.clone() + t % per_head.clone()) * step;
+    let ring = i64::from(st);
+    let cw = k.wave() - 4; // consumer wave, 0..8
+    let (g, wq) = (&cw / 4, &cw % 4); // warpgroup, wave in it
+    let k0 = &block0 + &wq * 16; // this wave's first key
+    let scale = cfg.logits.scale(d);
+    let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
+    // Step `t`'s statistics for this warpgroup's 32 queries (one per column), as `super` reads them.
+    let stat = |k: &mut KernelBuilder, src: GlobalId, dst: RegId, t: &Expr| {
+        let origin = vec![
+            b.clone(),
+            head_of(t),
+            Expr::c(0),
+            q0_of(t) + &g * i64::from(HALF),
+        ];
+        let v = k.gview(src, origin, 2, 3, 16, HALF);
+        k.load_global(dst, v);
+    };
+    k.roles(
+        |k| {
+            for (own, src) in [(&k_s, io.k), (&v_s, io.v)] {
+                for (i, &t) in own.iter().enumerate() {
+                    let v = view(k, src, &b, &hk, block0.clone(), i as u32 * COLS, BLOCK);
+                    k.load_async_by(Scope::WarpGroup, k.smem(t, 0), v);
+                }
+            }
+            k.wait_async(0);
+            k.barrier(); // K and V to the consumers
+            k.for_range("t", 0, &total, |k, t| {
+                let slot = &t % ring;
+                let (h, q0) = (head_of(&t), q0_of(&t));
+                for (ring_tiles, src) in [(&q_s, io.q), (&do_s, io.d_o)] {
+                    for (i, &ts) in ring_tiles.iter().enumerate() {
+                        let v = view(k, src, &b, &h, q0.clone(), i as u32 * COLS, STEP);
+                        k.load_async_by(Scope::WarpGroup, k.smem(ts, slot.clone()), v);
+                    }
+                }
+                k.wait_async(0);
+                k.barrier(); // query step t to the consumers
+            });
+        },
+        |k| {
+            k.barrier(); // K and V have landed
+            for &r in dk_r.iter().chain(&dv_r) {
+                k.zero(r);
+            }
+            k.for_range("t", 0, &total, |k, t| {
+                k.barrier(); // query step t has landed
+                let slot = &t % ring;
+                let (h, q0) = (head_of(&t), q0_of(&t));
+                let qg = &q0 + &g * i64::from(HALF); // this warpgroup's first query
+                                                     // `Sᵀ = K·Qᵀ` or `dPᵀ (+)= V·dOᵀ` for this warpgroup's 32 queries, 64 columns of
+                                                     // the head dimension at a time.
+                let product = |k: &mut KernelBuilder, dst: RegId, from_zero: bool| {
+                    let (own, streamed) = if dst == s {
+                        (&k_s, &q_s)
+                    } else {
+                        (&v_s, &do_s)
+                    };
+                    let on = cfg.turns != BwdTurns::None && dst == s;
+                    turn(k, on, "Sᵀ", &|k| {
+                        for (i, (&a, &bt)) in own.iter().zip(streamed.iter()).enumerate() {
+                            let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &wq, 0));
+                            let bt = k.smem(bt, slot.clone()).sub(HALF, COLS, &g, 0);
+                            let acc = !(from_zero && i == 0);
+                            k.mma(
+                                MmaForm::Abt,
+                                dst,
+                                a,
+                                MmaOperand::Shared(bt),
+                                acc.then_some(dst),
+                            );
+                        }
+                    });
+                };
+                let mask = |k: &mut KernelBuilder, x: RegId| {
+                    let inf = f32::NEG_INFINITY;
+                    k.if_(io.seq_q.lt(&(&qg + i64::from(HALF))), |k| {
+                        k.mask(x, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &qg, inf)
+                    });
+                    if atomic_dq {
+                        // Keys past the end would add `dS·0` to dQ: zero only while dS is finite.
+                        k.if_(io.seq_kv.lt(&(&block0 + i64::from(BLOCK))), |k| {
+                            k.mask(x, MaskRule::RowsBelow(io.seq_kv.clone()), &k0, &qg, inf)
+                        });
+                    }
+                    if let Some(off) = &offset {
+                        let last_key = &block0 + i64::from(BLOCK - 1);
+                        k.if_((&qg + off.clone()).lt(&last_key), |k| {
+                            let offset = off.clone();
+                            k.mask(x, MaskRule::CausalT { offset }, &k0, &qg, inf)
+                        });
+                    }
+                    if let Some(st) = &start {
+                        let q_last = &qg + i64::from(HALF - 1) + st.clone();
+                        k.if_(block0.lt(&q_last), |k| {
+                            let offset = st.clone();
+                            k.mask(x, MaskRule::WindowStartT { offset }, &k0, &qg, inf)
+                        });
+                    }
+                };
+                if let Some(cap) = cfg.logits.softcap {
+                    // As `super::build_kv`: `s` holds tanh, P forms in `dp`, then `s` becomes
+                    // `Pᵀ·(1 − tanh²)` before `dPᵀ` is computed.
+                    io.load_slope(k, cfg, (&b, &h), s, slope);
+                    product(k, s, true);
+                    cfg.logits.tanh(k, s, d);
+                    stat(k, io.lse, dp, &t);
+                    k.mul(dp, dp, -1.0 / cap);
+                    k.add(dp, dp, s);
+                    k.mul(dp, dp, cap);
+                    io.alibi(k, dp, slope, (&qg, &k0), true);
+                    mask(k, dp);
+                    k.mul(dp, dp, std::f32::consts::LOG2_E);
+                    k.exp2(dp, dp);
+                    k.copy(p, dp);
+                    k.mul(s, s, s);
+                    k.sub(s, 1.0f32, s);
+                    k.mul(s, s, dp);
+                    stat(k, io.delta, dp, &t);
+                    k.mul(dp, dp, -1.0f32);
+                    product(k, dp, false);
+                    k.mul(dp, dp, s);
+                } else {
+                    // `Sᵀ` from `−lse/scale` and `dPᵀ` from `−D` (`super::build_kv`).
+                    stat(k, io.lse, s, &t);
+                    k.mul(s, s, -1.0 / scale);
+                    io.load_slope(k, cfg, (&b, &h), dp, slope);
+                    stat(k, io.delta, dp, &t);
+                    k.mul(dp, dp, -1.0f32);
+                    product(k, s, false);
+                    product(k, dp, false);
+                    io.alibi(k, s, slope, (&qg, &k0), true);
+                    mask(k, s);
+                    probs_and_ds(k, c, s, dp);
+                    k.copy(p, s);
+                }
+                k.copy(ds, dp);
+                // This warpgroup's 32 queries of Pᵀ and dSᵀ into the exchange tiles, once the last
+                // step's products of both warpgroups have read them.
+                k.barrier_by(Scope::Consumers);
+                k.store_shared(k.smem(p_s, 0).sub(16, HALF, &wq, &g), p);
+                k.store_shared(k.smem(ds_s, 0).sub(16, HALF, &wq, &g), ds);
+                k.wait_shared(0);
+                k.barrier_by(Scope::Consumers); // both halves stored
+                                                // dV += Pᵀ·dO and dK += dSᵀ·Q over the step's 64 queries, this warpgroup's column
+                                                // tiles (A and B from shared memory); then dQ += dS·K in the atomic form.
+                let on = cfg.turns == BwdTurns::Both;
+                per_tile(k, &g, halves, &|k, a, tile| {
+                    turn(k, on, "dV, dK", &|k| {
+                        for (r, x, streamed) in [(dv_r[a], p_s, &do_s), (dk_r[a], ds_s, &q_s)] {
+                            let x = MmaOperand::Shared(k.smem(x, 0).sub(16, STEP, &wq, 0));
+                            let bt = MmaOperand::Shared(k.smem(streamed[tile], slot.clone()));
+                            k.mma(MmaForm::Ab, r, x, bt, Some(r));
+                        }
+                    });
+                });
+                if let (Some(dq_g), Some(dq_p)) = (dq_acc, dq_p) {
+                    let q_w = &q0 + &wq * 16;
+                    per_tile(k, &g, halves, &|k, _, tile| {
+                        // dSᵀ read as `K × M` (keys × this wave's 16 queries), K as `K × N`.
+                        let a = MmaOperand::Shared(k.smem(ds_s, 0).sub(BLOCK, 16, 0, &wq));
+                        let bt = MmaOperand::Shared(k.smem(k_s[tile], 0));
+                        k.mma(MmaForm::Atb, dq_p, a, bt, None);
+                        let col = tile as u32 * COLS;
+                        k.atomic_add(view(k, dq_g, &b, &h, q_w.clone(), col, 16), dq_p);
+                    });
+                }
+            });
+            per_tile(k, &g, halves, &|k, a, tile| {
+                k.mul(dk_r[a], dk_r[a], scale);
+                let col = tile as u32 * COLS;
+                k.store(view(k, dk_g, &b, &hk, k0.clone(), col, 16), dk_r[a]);
+                k.store(view(k, dv_g, &b, &hk, k0.clone(), col, 16), dv_r[a]);
+            });
+        },
+    );
+    Ok(k.finish()?)
+}
