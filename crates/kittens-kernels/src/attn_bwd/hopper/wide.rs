@@ -67,20 +67,20 @@ fn tiles_of(g: usize, halves: usize) -> Vec<usize> {
     (g..halves).step_by(2).collect()
 }
 
-/// `f(k, a, tile)` for each accumulator slot `a` and the tile warpgroup `g` (an expression, 0 or 1)
-/// holds there: warpgroup-uniform branches, so that each `wgmma` names its shared tiles statically.
-fn per_tile(
+/// `f(k, tile)` for the tile warpgroup `g` (an expression, 0 or 1) holds in accumulator slot `a`:
+/// warpgroup-uniform branches, so that each `wgmma` names its shared tiles statically.
+fn per_slot(
     k: &mut KernelBuilder,
     g: &Expr,
     halves: usize,
-    f: &dyn Fn(&mut KernelBuilder, usize, usize),
+    a: usize,
+    f: &dyn Fn(&mut KernelBuilder, usize),
 ) {
-    let (t0, t1) = (tiles_of(0, halves), tiles_of(1, halves));
-    for (a, &tile0) in t0.iter().enumerate() {
-        match t1.get(a) {
-            Some(&tile1) => k.if_else(g.eq(0), |k| f(k, a, tile0), |k| f(k, a, tile1)),
-            None => k.if_(g.eq(0), |k| f(k, a, tile0)),
-        }
+    let (tile0, tile1) = (2 * a, 2 * a + 1);
+    if tile1 < halves {
+        k.if_else(g.eq(0), |k| f(k, tile0), |k| f(k, tile1));
+    } else {
+        k.if_(g.eq(0), |k| f(k, tile0));
     }
 }
 
@@ -179,6 +179,7 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
             .collect()
     };
     let (dk_r, dv_r) = (acc(&mut k, "dk"), acc(&mut k, "dv"));
+    // The atomic form's dQ share of one column tile.
     let dq_p = atomic_dq.then(|| k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16));
 
     // The walk over (query head of the group, query step), as in `super::build_kv`.
@@ -277,9 +278,12 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                         }
                     });
                 };
+                // The scores masked (origin: this warpgroup's queries), each rule only where the
+                // step reaches it; the conditions are the whole step's (the same for both
+                // warpgroups: ptxas serialises `wgmma` after branches it cannot prove uniform).
                 let mask = |k: &mut KernelBuilder, x: RegId| {
-                    let inf = f32::NEG_INFINITY;
-                    k.if_(io.seq_q.lt(&(&qg + i64::from(HALF))), |k| {
+                    let (inf, q_end) = (f32::NEG_INFINITY, &q0 + step);
+                    k.if_(io.seq_q.lt(&q_end), |k| {
                         k.mask(x, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &qg, inf)
                     });
                     if atomic_dq {
@@ -290,13 +294,13 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                     }
                     if let Some(off) = &offset {
                         let last_key = &block0 + i64::from(BLOCK - 1);
-                        k.if_((&qg + off.clone()).lt(&last_key), |k| {
+                        k.if_((&q0 + off.clone()).lt(&last_key), |k| {
                             let offset = off.clone();
                             k.mask(x, MaskRule::CausalT { offset }, &k0, &qg, inf)
                         });
                     }
                     if let Some(st) = &start {
-                        let q_last = &qg + i64::from(HALF - 1) + st.clone();
+                        let q_last = &q0 + (step - 1) + st.clone();
                         k.if_(block0.lt(&q_last), |k| {
                             let offset = st.clone();
                             k.mask(x, MaskRule::WindowStartT { offset }, &k0, &qg, inf)
@@ -349,34 +353,44 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 k.barrier_by(Scope::Consumers); // both halves stored
                                                 // dV += Pᵀ·dO and dK += dSᵀ·Q over the step's 64 queries, this warpgroup's column
                                                 // tiles (A and B from shared memory); then dQ += dS·K in the atomic form.
-                let on = cfg.turns == BwdTurns::Both;
-                per_tile(k, &g, halves, &|k, a, tile| {
-                    turn(k, on, "dV, dK", &|k| {
+                for a in 0..slots {
+                    per_slot(k, &g, halves, a, &|k, tile| {
                         for (r, x, streamed) in [(dv_r[a], p_s, &do_s), (dk_r[a], ds_s, &q_s)] {
                             let x = MmaOperand::Shared(k.smem(x, 0).sub(16, STEP, &wq, 0));
                             let bt = MmaOperand::Shared(k.smem(streamed[tile], slot.clone()));
                             k.mma(MmaForm::Ab, r, x, bt, Some(r));
                         }
                     });
-                });
+                }
                 if let (Some(dq_g), Some(dq_p)) = (dq_acc, dq_p) {
+                    // dSᵀ read as `K × M` (keys × this wave's 16 queries), K as `K × N`; the add
+                    // outside the branch (at 192 warpgroup 1's second add falls past the head
+                    // dimension and adds nothing).
                     let q_w = &q0 + &wq * 16;
-                    per_tile(k, &g, halves, &|k, _, tile| {
-                        // dSᵀ read as `K × M` (keys × this wave's 16 queries), K as `K × N`.
-                        let a = MmaOperand::Shared(k.smem(ds_s, 0).sub(BLOCK, 16, 0, &wq));
-                        let bt = MmaOperand::Shared(k.smem(k_s[tile], 0));
-                        k.mma(MmaForm::Atb, dq_p, a, bt, None);
-                        let col = tile as u32 * COLS;
-                        k.atomic_add(view(k, dq_g, &b, &h, q_w.clone(), col, 16), dq_p);
-                    });
+                    for a in 0..slots {
+                        per_slot(k, &g, halves, a, &|k, tile| {
+                            let x = MmaOperand::Shared(k.smem(ds_s, 0).sub(BLOCK, 16, 0, &wq));
+                            let bt = MmaOperand::Shared(k.smem(k_s[tile], 0));
+                            k.mma(MmaForm::Atb, dq_p, x, bt, None);
+                        });
+                        let col = (&g + 2 * a as i64) * i64::from(COLS);
+                        let origin = vec![b.clone(), h.clone(), q_w.clone(), col];
+                        k.atomic_add(k.gview(dq_g, origin, 2, 3, 16, COLS), dq_p);
+                    }
                 }
             });
-            per_tile(k, &g, halves, &|k, a, tile| {
-                k.mul(dk_r[a], dk_r[a], scale);
-                let col = tile as u32 * COLS;
-                k.store(view(k, dk_g, &b, &hk, k0.clone(), col, 16), dk_r[a]);
-                k.store(view(k, dv_g, &b, &hk, k0.clone(), col, 16), dv_r[a]);
-            });
+            // Slot `a` holds tile `2a + g` (at 192, warpgroup 1's second slot is tile 3: past the
+            // head dimension, stored nowhere). No branch on the warpgroup reads the accumulators
+            // here: ptxas serialised every `wgmma` of the kernel (C7520, "WG.AR in divergent path")
+            // when these stores and dQ's adds sat in such branches.
+            for (a, (&dkr, &dvr)) in dk_r.iter().zip(&dv_r).enumerate() {
+                k.mul(dkr, dkr, scale);
+                let col = (&g + 2 * a as i64) * i64::from(COLS);
+                for (dst, r) in [(dk_g, dkr), (dv_g, dvr)] {
+                    let origin = vec![b.clone(), hk.clone(), k0.clone(), col.clone()];
+                    k.store(k.gview(dst, origin, 2, 3, 16, COLS), r);
+                }
+            }
         },
     );
     Ok(k.finish()?)
