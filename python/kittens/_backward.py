@@ -11,6 +11,8 @@ CUDA tensors run ``attn_bwd``'s Hopper launches on the current torch stream, in 
   instead of seven; the accumulator (4 bytes per element of Q) is the runtime's stream-ordered
   scratch, and dQ's last bits vary from run to run with the order of the f32 additions.
 
+At head dims 192 and 256 only ``"atomic"`` exists (``attn_bwd``'s 64-key blocks; the query blocks of
+``"two"`` exceed the registers there): ``"auto"`` takes it and ``"two"`` is a ValueError.
 ``"auto"`` (the default) is ``"atomic"`` at head dim 128, where it measured 1.05-1.07x the two
 launches on the H100 (docs/performance.md, "attn_bwd"), and ``"two"`` at head dim 64, where its
 1.01-1.04x in one run was within the run-to-run spread (timed interleaved later: 0.98-1.01, 0.999 over

@@ -54,7 +54,7 @@ def test_matmul_prepares_transposed_and_sliced_operands_in_place(monkeypatch):
         seen.append((entry, problem, [t[:3] for t in tensors]))
         return _dispatch._store(key, (None, (0, ()), None))
 
-    monkeypatch.setattr(_dispatch, "_prepare", prepare)
+    monkeypatch.setattr(_dispatch._core, "_prepare", prepare)
     m, k, n = 40, 24, 16
     cases = [
         # a, b, the problem's layout flags and leading dimensions, the declared a and b

@@ -493,3 +493,19 @@ fn head_dims_192_256_options() {
         }
     }
 }
+
+/// Head dim 32 (64 columns, the last 32 read as zeros and stored nowhere, as 96 on 128): both
+/// forms, both causal alignments, GQA, odd lengths, and with ALiBi, a scale and a window.
+#[test]
+fn head_dim_32() {
+    let sh = shape(4, 2, 150, 133, 32, AttnLayout::Bshd);
+    check_both(sh, Causal::No, 2.0, &AttnOptions::default());
+    let sh = shape(2, 1, 211, 300, 32, AttnLayout::Bhsd);
+    check_both(sh, Causal::BottomRight, 2.0, &AttnOptions::default());
+    let o = AttnOptions {
+        alibi: Some(slopes(2, 9)),
+        ..opts(Some(0.3), None, Some((90, 20)))
+    };
+    check_both(sh, Causal::TopLeft, 2.0, &o);
+    check_both(sh, Causal::No, 4.0, &opts(None, Some(5.0), None));
+}

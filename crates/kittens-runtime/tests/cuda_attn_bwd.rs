@@ -203,3 +203,44 @@ fn attn_bwd_wide_head_dims_compile_for_sm_90a_without_spills() {
     }
     assert_eq!(n, 2 * (6 + 1 + 2 + 6 + 1 + 2));
 }
+
+/// Head dim 32 (the 64-column programs with the last 32 columns read as zeros): both Hopper forms'
+/// launches, every mask — no spills, no serialised `wgmma`.
+#[test]
+fn attn_bwd_head_dim_32_compiles_for_sm_90a_without_spills() {
+    ensure_nvrtc();
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let cache = fresh_cache("lowered-attn-bwd-32");
+    let mut n = 0;
+    for schedule in [
+        BwdSchedule::HopperQ,
+        BwdSchedule::HopperKv,
+        BwdSchedule::HopperAtomicPre,
+        BwdSchedule::HopperAtomicKv,
+        BwdSchedule::HopperAtomicDq,
+    ] {
+        for causal in [Causal::No, Causal::TopLeft, Causal::BottomRight] {
+            let pass = matches!(
+                schedule,
+                BwdSchedule::HopperAtomicPre | BwdSchedule::HopperAtomicDq
+            );
+            if pass && causal != Causal::No {
+                continue;
+            }
+            let cfg = BwdConfig {
+                schedule,
+                dim: 32,
+                causal,
+                layout: AttnLayout::Bshd,
+                ..BwdConfig::for_gpu(h100)
+            };
+            let k = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+            let l = kittens_codegen::lower(&k, Target::Sm90a)
+                .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+            let r = compile_clean(&l, &cache, &format!("{cfg:?}"));
+            eprintln!("{} 32 {causal:?}: {r:?}", l.entry);
+            n += 1;
+        }
+    }
+    assert_eq!(n, 11);
+}
