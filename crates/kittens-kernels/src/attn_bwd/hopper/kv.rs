@@ -143,7 +143,17 @@ pub(in crate::attn_bwd) fn build_kv(
     let cw = k.wave() - 4; // consumer wave, 0..8
     let k0 = &block0 + &cw * 16; // this wave's first key
     let scale = cfg.logits.scale(d);
-    let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
+    let key_step = KeyStep {
+        cfg,
+        io: &io,
+        offset: &offset,
+        start: &start,
+        block0: &block0,
+        block: BLOCK,
+        step,
+        atomic_dq,
+    };
+    let regs = StepRegs { s, dp, p, slope };
     // A soft cap needs the raw scores (`crate::attn::score`): `Sᵀ` then starts from zero.
     let capped = cfg.logits.softcap.is_some();
     // The statistics of step `t`'s queries (one per column) start its accumulators: `Sᵀ` from
@@ -206,75 +216,10 @@ pub(in crate::attn_bwd) fn build_kv(
                         }
                     });
                 };
-                // The scores `x` masked: past the queries (and in the atomic form past the keys),
-                // by the causal mask and the window, each only where the step reaches it.
-                let mask = |k: &mut KernelBuilder, x: RegId| {
-                    let (inf, q_end) = (f32::NEG_INFINITY, &q0 + step);
-                    k.if_(io.seq_q.lt(&q_end), |k| {
-                        k.mask(x, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &q0, inf)
-                    });
-                    if atomic_dq {
-                        // Keys past the end would add `dS·0` to dQ: zero only while dS is finite.
-                        k.if_(io.seq_kv.lt(&(&block0 + i64::from(BLOCK))), |k| {
-                            k.mask(x, MaskRule::RowsBelow(io.seq_kv.clone()), &k0, &q0, inf)
-                        });
-                    }
-                    if let Some(off) = &offset {
-                        // Only where the step reaches below the diagonal of the block's last key.
-                        let last_key = &block0 + i64::from(BLOCK - 1);
-                        k.if_((&q0 + off.clone()).lt(&last_key), |k| {
-                            let offset = off.clone();
-                            k.mask(x, MaskRule::CausalT { offset }, &k0, &q0, inf)
-                        });
-                    }
-                    if let Some(st) = &start {
-                        // Only where the step's last query keeps no key below the block's first.
-                        let q_last = &q0 + (step - 1) + st.clone();
-                        k.if_(block0.lt(&q_last), |k| {
-                            let offset = st.clone();
-                            k.mask(x, MaskRule::WindowStartT { offset }, &k0, &q0, inf)
-                        });
-                    }
-                };
-                if let Some(cap) = cfg.logits.softcap {
-                    // The step's head's ALiBi slope through `s`, before its product.
-                    io.load_slope(k, cfg, (&b, &h), s, slope);
-                    product(k, s, true);
-                    cfg.logits.tanh(k, s, d);
-                    // Capped (`s` holds tanh): P from `dp` used as scratch, then `s` becomes
-                    // `Pᵀ·(1 − tanh²)` and only then is `dPᵀ` computed, so that no third score
-                    // tile is live (a tile of the log-sum-exp beside both spilled at D128).
-                    // `(t − lse/cap)·cap`: a query without keys (lse ±∞, every key masked) stays
-                    // at −∞.
-                    stat(k, io.lse, dp, &t);
-                    k.mul(dp, dp, -1.0 / cap);
-                    k.add(dp, dp, s);
-                    k.mul(dp, dp, cap);
-                    io.alibi(k, dp, slope, (&q0, &k0), true);
-                    mask(k, dp);
-                    k.mul(dp, dp, std::f32::consts::LOG2_E);
-                    k.exp2(dp, dp);
-                    k.copy(p, dp);
-                    k.mul(s, s, s);
-                    k.sub(s, 1.0f32, s);
-                    k.mul(s, s, dp);
-                    stat(k, io.delta, dp, &t);
-                    k.mul(dp, dp, -1.0f32);
-                    product(k, dp, false);
-                    k.mul(dp, dp, s);
-                } else {
-                    k.mul(s, s, -1.0 / scale);
-                    // The step's head's ALiBi slope through `dp`, before D lands there.
-                    io.load_slope(k, cfg, (&b, &h), dp, slope);
-                    stat(k, io.delta, dp, &t);
-                    k.mul(dp, dp, -1.0f32);
-                    product(k, s, false);
-                    product(k, dp, false);
-                    io.alibi(k, s, slope, (&q0, &k0), true);
-                    mask(k, s);
-                    probs_and_ds(k, c, s, dp);
-                    k.copy(p, s);
-                }
+                let (ctx, bht) = (&key_step, (&b, &h, &t));
+                ctx.probs(k, &regs, bht, &q0, (&k0, &q0), &product, &|k, g, dst, t| {
+                    stat(k, g, dst, t)
+                });
                 k.copy(ds, dp);
                 // The next step's log-sum-exp into the free score tile, landing behind dV and dK
                 // (in the atomic form after dQ: live through it, it spilled).

@@ -283,6 +283,124 @@ pub(crate) fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId) {
     k.mul(dp, s, dp);
 }
 
+/// What a key-block step's score-side work needs of its program ([`kv`] and [`wide`]): the masks'
+/// offsets and the block's keys.
+struct KeyStep<'a> {
+    cfg: &'a BwdConfig,
+    io: &'a Io,
+    /// The last and first key's offsets (`BwdConfig::last_key_offset`, `first_key_offset`).
+    offset: &'a Option<Expr>,
+    start: &'a Option<Expr>,
+    /// The block's first key, its keys, the queries of a step.
+    block0: &'a Expr,
+    block: u32,
+    step: i64,
+    /// Also mask the keys past the end (the atomic form adds `dS·K` to dQ).
+    atomic_dq: bool,
+}
+
+/// The registers of a step: `Sᵀ` and `dPᵀ` (f32), `Pᵀ` (bf16), ALiBi's slope.
+struct StepRegs {
+    s: RegId,
+    dp: RegId,
+    p: RegId,
+    slope: Option<RegId>,
+}
+
+impl KeyStep<'_> {
+    /// The transposed scores `x` (keys × queries, origin key `k0`, query `qc`) masked: past the
+    /// queries (and in the atomic form past the keys), by the causal mask and the window, each only
+    /// where the step (from query `q0`) reaches it — conditions the same for every wave.
+    fn mask(&self, k: &mut KernelBuilder, x: RegId, q0: &Expr, (k0, qc): (&Expr, &Expr)) {
+        let (io, block0, step) = (self.io, self.block0, self.step);
+        let (inf, q_end) = (f32::NEG_INFINITY, q0 + step);
+        k.if_(io.seq_q.lt(&q_end), |k| {
+            k.mask(x, MaskRule::ColsBelow(io.seq_q.clone()), k0, qc, inf)
+        });
+        if self.atomic_dq {
+            // Keys past the end would add `dS·0` to dQ: zero only while dS is finite.
+            k.if_(io.seq_kv.lt(&(block0 + i64::from(self.block))), |k| {
+                k.mask(x, MaskRule::RowsBelow(io.seq_kv.clone()), k0, qc, inf)
+            });
+        }
+        if let Some(off) = self.offset {
+            // Only where the step reaches below the diagonal of the block's last key.
+            let last_key = block0 + i64::from(self.block - 1);
+            k.if_((q0 + off.clone()).lt(&last_key), |k| {
+                let offset = off.clone();
+                k.mask(x, MaskRule::CausalT { offset }, k0, qc, inf)
+            });
+        }
+        if let Some(st) = self.start {
+            // Only where the step's last query keeps no key below the block's first.
+            let q_last = q0 + (step - 1) + st.clone();
+            k.if_(block0.lt(&q_last), |k| {
+                let offset = st.clone();
+                k.mask(x, MaskRule::WindowStartT { offset }, k0, qc, inf)
+            });
+        }
+    }
+
+    /// `Pᵀ` (in `r.p`, bf16) and `dSᵀ` (in `r.dp`, f32) of step `t` (head `h` of batch `b`, query
+    /// step from `q0`, the tile's origin `(k0, qc)`), from `product(k, dst, from_zero)` (`Sᵀ` into
+    /// `r.s`, `dPᵀ` into `r.dp`) and `stat(k, tensor, dst, t)` (step `t`'s statistics, one per
+    /// column). Without a cap `r.s` holds the step's log-sum-exp on entry (loaded by the caller a
+    /// step ahead). With one, `Sᵀ` is computed from zero and turned into tanh, P formed in `r.dp`
+    /// as scratch, then `r.s` becomes `Pᵀ·(1 − tanh²)` and only then is `dPᵀ` computed, so that no
+    /// third score tile is live (a tile of the log-sum-exp beside both spilled at D128);
+    /// `(t − lse/cap)·cap`: a query without keys (lse ±∞, every key masked) stays at −∞.
+    #[allow(clippy::too_many_arguments)]
+    fn probs(
+        &self,
+        k: &mut KernelBuilder,
+        r: &StepRegs,
+        (b, h, t): (&Expr, &Expr, &Expr),
+        q0: &Expr,
+        (k0, qc): (&Expr, &Expr),
+        product: &dyn Fn(&mut KernelBuilder, RegId, bool),
+        stat: &dyn Fn(&mut KernelBuilder, GlobalId, RegId, &Expr),
+    ) {
+        let (cfg, io, d) = (self.cfg, self.io, self.cfg.dim);
+        let (s, dp, p, slope) = (r.s, r.dp, r.p, r.slope);
+        if let Some(cap) = cfg.logits.softcap {
+            // The step's head's ALiBi slope through `s`, before its product.
+            io.load_slope(k, cfg, (b, h), s, slope);
+            product(k, s, true);
+            cfg.logits.tanh(k, s, d);
+            stat(k, io.lse, dp, t);
+            k.mul(dp, dp, -1.0 / cap);
+            k.add(dp, dp, s);
+            k.mul(dp, dp, cap);
+            io.alibi(k, dp, slope, (qc, k0), true);
+            self.mask(k, dp, q0, (k0, qc));
+            k.mul(dp, dp, std::f32::consts::LOG2_E);
+            k.exp2(dp, dp);
+            k.copy(p, dp);
+            k.mul(s, s, s);
+            k.sub(s, 1.0f32, s);
+            k.mul(s, s, dp);
+            stat(k, io.delta, dp, t);
+            k.mul(dp, dp, -1.0f32);
+            product(k, dp, false);
+            k.mul(dp, dp, s);
+        } else {
+            // `Sᵀ` from `−lse/scale` and `dPᵀ` from `−D`: the statistics start the accumulators.
+            k.mul(s, s, -1.0 / cfg.logits.scale(d));
+            // The step's head's ALiBi slope through `dp`, before D lands there.
+            io.load_slope(k, cfg, (b, h), dp, slope);
+            stat(k, io.delta, dp, t);
+            k.mul(dp, dp, -1.0f32);
+            product(k, s, false);
+            product(k, dp, false);
+            io.alibi(k, s, slope, (qc, k0), true);
+            self.mask(k, s, q0, (k0, qc));
+            let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
+            probs_and_ds(k, c, s, dp);
+            k.copy(p, s);
+        }
+    }
+}
+
 /// `f`'s products as a warpgroup's turn on the tensor cores ([`BwdConfig::turns`]) when `on`, else
 /// as they come.
 fn turn(k: &mut KernelBuilder, on: bool, label: &str, f: &dyn Fn(&mut KernelBuilder)) {

@@ -23,15 +23,15 @@
 //! and dO at 256): a consumers barrier before the store (the other warpgroup's products of the
 //! last step have read it) and one after (both halves stored).
 
-use super::{declare_inputs, probs_and_ds, turn, view, COLS, CONSUMER_REGS};
+use super::{declare_inputs, turn, view, KeyStep, StepRegs, COLS, CONSUMER_REGS};
 use crate::attn::Causal;
 use crate::attn_bwd::{BwdConfig, BwdTurns};
 use crate::attn_fwd::padded_dim;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, RegId,
-    Scope, SharedId,
+    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MmaForm, MmaOperand, RegId, Scope,
+    SharedId,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
@@ -209,7 +209,18 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     let (g, wq) = (&cw / 4, &cw % 4); // warpgroup, wave in it
     let k0 = &block0 + &wq * 16; // this wave's first key
     let scale = cfg.logits.scale(d);
-    let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
+    let capped = cfg.logits.softcap.is_some();
+    let key_step = KeyStep {
+        cfg,
+        io: &io,
+        offset: &offset,
+        start: &start,
+        block0: &block0,
+        block: BLOCK,
+        step,
+        atomic_dq,
+    };
+    let regs = StepRegs { s, dp, p, slope };
     // Step `t`'s statistics for this warpgroup's 32 queries (one per column), as `super` reads them.
     let stat = |k: &mut KernelBuilder, src: GlobalId, dst: RegId, t: &Expr| {
         let origin = vec![
@@ -249,6 +260,9 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
             for &r in dk_r.iter().chain(&dv_r) {
                 k.zero(r);
             }
+            if !capped {
+                stat(k, io.lse, s, &Expr::c(0));
+            }
             k.for_range("t", 0, &total, |k, t| {
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
@@ -278,71 +292,10 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                         }
                     });
                 };
-                // The scores masked (origin: this warpgroup's queries), each rule only where the
-                // step reaches it; the conditions are the whole step's (the same for both
-                // warpgroups: ptxas serialises `wgmma` after branches it cannot prove uniform).
-                let mask = |k: &mut KernelBuilder, x: RegId| {
-                    let (inf, q_end) = (f32::NEG_INFINITY, &q0 + step);
-                    k.if_(io.seq_q.lt(&q_end), |k| {
-                        k.mask(x, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &qg, inf)
-                    });
-                    if atomic_dq {
-                        // Keys past the end would add `dS·0` to dQ: zero only while dS is finite.
-                        k.if_(io.seq_kv.lt(&(&block0 + i64::from(BLOCK))), |k| {
-                            k.mask(x, MaskRule::RowsBelow(io.seq_kv.clone()), &k0, &qg, inf)
-                        });
-                    }
-                    if let Some(off) = &offset {
-                        let last_key = &block0 + i64::from(BLOCK - 1);
-                        k.if_((&q0 + off.clone()).lt(&last_key), |k| {
-                            let offset = off.clone();
-                            k.mask(x, MaskRule::CausalT { offset }, &k0, &qg, inf)
-                        });
-                    }
-                    if let Some(st) = &start {
-                        let q_last = &q0 + (step - 1) + st.clone();
-                        k.if_(block0.lt(&q_last), |k| {
-                            let offset = st.clone();
-                            k.mask(x, MaskRule::WindowStartT { offset }, &k0, &qg, inf)
-                        });
-                    }
-                };
-                if let Some(cap) = cfg.logits.softcap {
-                    // As `super::build_kv`: `s` holds tanh, P forms in `dp`, then `s` becomes
-                    // `Pᵀ·(1 − tanh²)` before `dPᵀ` is computed.
-                    io.load_slope(k, cfg, (&b, &h), s, slope);
-                    product(k, s, true);
-                    cfg.logits.tanh(k, s, d);
-                    stat(k, io.lse, dp, &t);
-                    k.mul(dp, dp, -1.0 / cap);
-                    k.add(dp, dp, s);
-                    k.mul(dp, dp, cap);
-                    io.alibi(k, dp, slope, (&qg, &k0), true);
-                    mask(k, dp);
-                    k.mul(dp, dp, std::f32::consts::LOG2_E);
-                    k.exp2(dp, dp);
-                    k.copy(p, dp);
-                    k.mul(s, s, s);
-                    k.sub(s, 1.0f32, s);
-                    k.mul(s, s, dp);
-                    stat(k, io.delta, dp, &t);
-                    k.mul(dp, dp, -1.0f32);
-                    product(k, dp, false);
-                    k.mul(dp, dp, s);
-                } else {
-                    // `Sᵀ` from `−lse/scale` and `dPᵀ` from `−D` (`super::build_kv`).
-                    stat(k, io.lse, s, &t);
-                    k.mul(s, s, -1.0 / scale);
-                    io.load_slope(k, cfg, (&b, &h), dp, slope);
-                    stat(k, io.delta, dp, &t);
-                    k.mul(dp, dp, -1.0f32);
-                    product(k, s, false);
-                    product(k, dp, false);
-                    io.alibi(k, s, slope, (&qg, &k0), true);
-                    mask(k, s);
-                    probs_and_ds(k, c, s, dp);
-                    k.copy(p, s);
-                }
+                let bht = (&b, &h, &t);
+                key_step.probs(k, &regs, bht, &q0, (&k0, &qg), &product, &|k, g, dst, t| {
+                    stat(k, g, dst, t)
+                });
                 k.copy(ds, dp);
                 // This warpgroup's 32 queries of Pᵀ and dSᵀ into the exchange tiles, once the last
                 // step's products of both warpgroups have read them.
@@ -377,6 +330,10 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                         let origin = vec![b.clone(), h.clone(), q_w.clone(), col];
                         k.atomic_add(k.gview(dq_g, origin, 2, 3, 16, COLS), dq_p);
                     }
+                }
+                // The next step's log-sum-exp into the free score tile (`KeyStep::probs`).
+                if !capped {
+                    stat(k, io.lse, s, &(&t + 1));
                 }
             });
             // Slot `a` holds tile `2a + g` (at 192, warpgroup 1's second slot is tile 3: past the
