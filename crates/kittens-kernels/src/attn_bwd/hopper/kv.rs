@@ -75,7 +75,6 @@ pub(in crate::attn_bwd) fn build_kv(
         k.pair_long_short(&k.block(2), &n_kb)
     };
     let (b, hk) = (k.block(0), k.block(1));
-    let group = &io.heads / io.heads_kv.clone();
     // The atomic form also holds dSᵀ (BLOCK × STEP bf16) and, on Hopper, each consumer
     // warpgroup's staging of its dQ share for the TMA reduction (64 × COLS f32).
     let extra = if atomic_dq {
@@ -115,30 +114,10 @@ pub(in crate::attn_bwd) fn build_kv(
 
     let block0 = &kb * i64::from(BLOCK);
     let step = i64::from(STEP);
-    let n_q = io.seq_q.ceil_div(step);
-    // Causal (or a window's right side): the first query step that keeps any key of the block
-    // (key j ≥ block0 needs i ≥ j − offset).
-    let offset = cfg.last_key_offset(&io.seq_q, &io.seq_kv);
-    let first = match &offset {
-        Some(off) => (&block0 - off.clone()).max(0) / step,
-        None => Expr::c(0),
-    };
-    // A window's left side: the query step after the last that keeps any key of the block (key j
-    // needs i ≤ j − start).
-    let start = cfg.first_key_offset(&io.seq_q, &io.seq_kv);
-    let end = match &start {
-        Some(st) => {
-            let last = &block0 + i64::from(BLOCK - 1) - st.clone();
-            n_q.clone().min(last / step + 1).max(0)
-        }
-        None => n_q.clone(),
-    };
-    // One pipeline over every (query head of the group, query step) pair, as in the AMD program.
-    let steps = &end - first.clone();
-    let per_head = steps.max(1);
-    let total = group.clone() * steps.max(0);
-    let head_of = |t: &Expr| &hk * group.clone() + t / per_head.clone();
-    let q0_of = |t: &Expr| (first.clone() + t % per_head.clone()) * step;
+    let walk = QueryWalk::new(cfg, &io, (&block0, BLOCK), &hk, step);
+    let (offset, start, total) = (&walk.offset, &walk.start, &walk.total);
+    let head_of = |t: &Expr| walk.head_of(t);
+    let q0_of = |t: &Expr| walk.q0_of(t);
     let ring = i64::from(sm.stages);
     let cw = k.wave() - 4; // consumer wave, 0..8
     let k0 = &block0 + &cw * 16; // this wave's first key
@@ -146,8 +125,8 @@ pub(in crate::attn_bwd) fn build_kv(
     let key_step = KeyStep {
         cfg,
         io: &io,
-        offset: &offset,
-        start: &start,
+        offset,
+        start,
         block0: &block0,
         block: BLOCK,
         step,
@@ -177,7 +156,7 @@ pub(in crate::attn_bwd) fn build_kv(
             }
             k.wait_async(0);
             k.barrier(); // K and V to the consumers
-            k.for_range("t", 0, &total, |k, t| {
+            k.for_range("t", 0, total, |k, t| {
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
                 for (tiles, g) in [(q_s, io.q), (do_s, io.d_o)] {
@@ -198,7 +177,7 @@ pub(in crate::attn_bwd) fn build_kv(
             if !capped {
                 stat(k, io.lse, s, &Expr::c(0));
             }
-            k.for_range("t", 0, &total, |k, t| {
+            k.for_range("t", 0, total, |k, t| {
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));

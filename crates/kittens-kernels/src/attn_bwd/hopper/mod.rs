@@ -283,6 +283,66 @@ pub(crate) fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId) {
     k.mul(dp, s, dp);
 }
 
+/// A key block's walk over every (query head of the group, query step) pair, as in the AMD program,
+/// skipping the steps the causal mask or the window leaves without any of the block's keys.
+struct QueryWalk {
+    /// The last and first key's offsets (`BwdConfig::last_key_offset`, `first_key_offset`).
+    offset: Option<Expr>,
+    start: Option<Expr>,
+    /// The first query step walked, the steps per head (at least 1), the pairs in all.
+    first: Expr,
+    per_head: Expr,
+    total: Expr,
+    /// The block's KV head times the group (the first query head).
+    head0: Expr,
+    step: i64,
+}
+
+impl QueryWalk {
+    /// The walk of the block of `block` keys from `block0` of KV head `hk` in `step`-query steps.
+    fn new(cfg: &BwdConfig, io: &Io, (block0, block): (&Expr, u32), hk: &Expr, step: i64) -> Self {
+        let group = &io.heads / io.heads_kv.clone();
+        let n_q = io.seq_q.ceil_div(step);
+        // Causal (or a window's right side): the first query step that keeps any key of the block
+        // (key j ≥ block0 needs i ≥ j − offset).
+        let offset = cfg.last_key_offset(&io.seq_q, &io.seq_kv);
+        let first = match &offset {
+            Some(off) => (block0 - off.clone()).max(0) / step,
+            None => Expr::c(0),
+        };
+        // A window's left side: the query step after the last that keeps any key of the block
+        // (key j needs i ≤ j − start).
+        let start = cfg.first_key_offset(&io.seq_q, &io.seq_kv);
+        let end = match &start {
+            Some(st) => {
+                let last = block0 + i64::from(block - 1) - st.clone();
+                n_q.clone().min(last / step + 1).max(0)
+            }
+            None => n_q,
+        };
+        let steps = &end - first.clone();
+        QueryWalk {
+            offset,
+            start,
+            first,
+            per_head: steps.max(1),
+            total: &group * steps.max(0),
+            head0: hk * group,
+            step,
+        }
+    }
+
+    /// Pair `t`'s query head.
+    fn head_of(&self, t: &Expr) -> Expr {
+        &self.head0 + t / self.per_head.clone()
+    }
+
+    /// Pair `t`'s first query.
+    fn q0_of(&self, t: &Expr) -> Expr {
+        (self.first.clone() + t % self.per_head.clone()) * self.step
+    }
+}
+
 /// What a key-block step's score-side work needs of its program ([`kv`] and [`wide`]): the masks'
 /// offsets and the block's keys.
 struct KeyStep<'a> {

@@ -23,7 +23,7 @@
 //! and dO at 256): a consumers barrier before the store (the other warpgroup's products of the
 //! last step have read it) and one after (both halves stored).
 
-use super::{declare_inputs, turn, view, KeyStep, StepRegs, COLS, CONSUMER_REGS};
+use super::{declare_inputs, turn, view, KeyStep, QueryWalk, StepRegs, COLS, CONSUMER_REGS};
 use crate::attn::Causal;
 use crate::attn_bwd::{BwdConfig, BwdTurns};
 use crate::attn_fwd::padded_dim;
@@ -141,7 +141,6 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
         k.pair_long_short(&k.block(2), &n_kb)
     };
     let (b, hk) = (k.block(0), k.block(1));
-    let group = &io.heads / io.heads_kv.clone();
 
     // Shared memory: K and V (the block's), Q and dO (a ring of steps), Pᵀ and dSᵀ (exchanged).
     let halves = (padded_dim(d) / COLS) as usize;
@@ -185,25 +184,10 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     // The walk over (query head of the group, query step), as in `super::build_kv`.
     let block0 = &kb * i64::from(BLOCK);
     let step = i64::from(STEP);
-    let n_q = io.seq_q.ceil_div(step);
-    let offset = cfg.last_key_offset(&io.seq_q, &io.seq_kv);
-    let first = match &offset {
-        Some(off) => (&block0 - off.clone()).max(0) / step,
-        None => Expr::c(0),
-    };
-    let start = cfg.first_key_offset(&io.seq_q, &io.seq_kv);
-    let end = match &start {
-        Some(st) => {
-            let last = &block0 + i64::from(BLOCK - 1) - st.clone();
-            n_q.clone().min(last / step + 1).max(0)
-        }
-        None => n_q.clone(),
-    };
-    let steps = &end - first.clone();
-    let per_head = steps.max(1);
-    let total = group.clone() * steps.max(0);
-    let head_of = |t: &Expr| &hk * group.clone() + t / per_head.clone();
-    let q0_of = |t: &Expr| (first.clone() + t % per_head.clone()) * step;
+    let walk = QueryWalk::new(cfg, &io, (&block0, BLOCK), &hk, step);
+    let (offset, start, total) = (&walk.offset, &walk.start, &walk.total);
+    let head_of = |t: &Expr| walk.head_of(t);
+    let q0_of = |t: &Expr| walk.q0_of(t);
     let ring = i64::from(st);
     let cw = k.wave() - 4; // consumer wave, 0..8
     let (g, wq) = (&cw / 4, &cw % 4); // warpgroup, wave in it
@@ -213,8 +197,8 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     let key_step = KeyStep {
         cfg,
         io: &io,
-        offset: &offset,
-        start: &start,
+        offset,
+        start,
         block0: &block0,
         block: BLOCK,
         step,
@@ -242,7 +226,7 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
             }
             k.wait_async(0);
             k.barrier(); // K and V to the consumers
-            k.for_range("t", 0, &total, |k, t| {
+            k.for_range("t", 0, total, |k, t| {
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
                 for (ring_tiles, src) in [(&q_s, io.q), (&do_s, io.d_o)] {
@@ -263,7 +247,7 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
             if !capped {
                 stat(k, io.lse, s, &Expr::c(0));
             }
-            k.for_range("t", 0, &total, |k, t| {
+            k.for_range("t", 0, total, |k, t| {
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
