@@ -27,12 +27,13 @@ dispatch, see there).
 
 from __future__ import annotations
 
+import sys
 from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from . import _alibi, _attention, _attn_opts, _matmul
+from . import _alibi, _attention, _attn_opts, _matmul, _opchecks
 from ._arrays import matmul_operand
 # The op machinery (varlen.py and the tests use it from here).
 from ._opcall import (  # noqa: F401
@@ -82,7 +83,9 @@ def _(a, b):
     _bf16("b", b)
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"kittens.matmul takes 2-D arrays, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
-    torch._check(a.shape[1] == b.shape[0], lambda: f"a @ b: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    # A ValueError, as the real op's (``torch._check_value`` also takes symbolic sizes).
+    torch._check_value(a.shape[1] == b.shape[0], lambda: f"a @ b: a is {tuple(a.shape)} (M, K) but b is "
+                       f"{tuple(b.shape)}: b needs K = {a.shape[1]} rows")
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
@@ -151,12 +154,17 @@ def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False, sof
         _bf16(name, t)
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D (B, H, N, D), got shape {tuple(t.shape)}")
+    _opchecks.attention_args(q, k, v, causal, scale, bottom_right, softcap, window)
     b, h, n, _ = q.shape
     return _empty(q.shape, _layout_like(q), q), q.new_empty((b, h, n), dtype=torch.float32)
 
 
 def _attention_setup(ctx, inputs, output):
     q, k, v, causal, scale, bottom_right, lse_grad, softcap, window, deterministic, *alibi = inputs
+    if alibi and alibi[0] is not None and alibi[0].requires_grad:
+        # No silent gradient drop (issue 33): the backward has no term for the slopes.
+        raise RuntimeError("alibi_slopes requires grad, but kittens' attention has no gradient for the ALiBi "
+                           "slopes (a fixed bias, as in FlashAttention); pass alibi_slopes.detach()")
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, alibi[0] if alibi else None)
     ctx.causal, ctx.scale, ctx.bottom_right, ctx.lse_grad = causal, scale, bottom_right, lse_grad
@@ -262,6 +270,7 @@ layernorm = _op("layernorm")(layernorm_eager)
 def _(x, residual, weight, bias, p=0.0, seed=0, offset=0, eps=1e-5):
     for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias)):
         _bf16(name, t)
+    _opchecks.dropout_p(p)
     return x.new_empty((2,) + tuple(x.shape))
 
 
@@ -445,6 +454,7 @@ def _(q, cos, sin, interleaved=False):
         _bf16(name, t)
     if q.dim() != 4:
         raise ValueError(f"q must be 4-D (B, H, N, D), got shape {tuple(q.shape)}")
+    _opchecks.rotary_dim(q)
     return _empty(q.shape, _rotary_layout(q), q)
 
 
@@ -496,6 +506,7 @@ def rmsnorm_eager(x: Tensor, residual: Optional[Tensor], weight: Tensor, eps: fl
     """``(y, h)``: ``h = x + residual`` (a copy of ``x`` when ``residual`` is None), ``y = h /
     sqrt(mean(h^2) + eps) * weight`` over the last dimension D (768 to 8192, a multiple of 8 on CUDA),
     bf16 in and out, float32 statistics (the fused residual-add RMSNorm kernel)."""
+    _opchecks.rmsnorm_args(x, residual, weight)
     if x.is_cuda:
         rows = _dispatch.rows_in_place
         y, h = _dispatch.rmsnorm(rows(x), None if residual is None else rows(residual), weight, float(eps))
@@ -509,10 +520,7 @@ rmsnorm = _op("rmsnorm")(rmsnorm_eager)
 
 @rmsnorm.register_fake
 def _(x, residual, weight, eps=1e-6):
-    _bf16("x", x)
-    _bf16("weight", weight)
-    if residual is not None:
-        _bf16("residual", residual)
+    _opchecks.rmsnorm_args(x, residual, weight)
     return x.new_empty(x.shape), x.new_empty(x.shape)
 
 
@@ -520,6 +528,9 @@ def _rmsnorm_setup(ctx, inputs, output):
     x, residual, weight, eps = inputs
     ctx.has_residual, ctx.eps = residual is not None, eps
     ctx.save_for_backward(output[1], weight)
+    # An output nobody used (h, for a norm without a residual) gets None, not a tensor of zeros for the
+    # backward kernel to read.
+    ctx.set_materialize_grads(False)
 
 
 def _rmsnorm_grad(ctx, grad_y, grad_h):
@@ -539,6 +550,7 @@ def rmsnorm_backward(grad: Tensor, h: Tensor, weight: Tensor, grad_h: Optional[T
                      eps: float = 1e-6) -> Tuple[Tensor, Tensor]:
     """``(dx, dweight)`` of :func:`rmsnorm`: ``dx = rstd * (w*dy - h_hat * mean(w*dy*h_hat)) + grad_h`` (also
     the residual's gradient), ``dweight = sum over rows of dy * h_hat``; rstd recomputed from ``h``."""
+    _opchecks.rmsnorm_backward_args(grad, h, weight, grad_h)
     if h.is_cuda:
         rows = _dispatch.rows_in_place
         return _dispatch.rmsnorm_backward(rows(grad), rows(h), weight, None if grad_h is None else rows(grad_h),
@@ -558,6 +570,7 @@ def rmsnorm_backward(grad: Tensor, h: Tensor, weight: Tensor, grad_h: Optional[T
 
 @rmsnorm_backward.register_fake
 def _(grad, h, weight, grad_h, eps=1e-6):
+    _opchecks.rmsnorm_backward_args(grad, h, weight, grad_h)
     return torch.empty_like(h, memory_format=torch.contiguous_format), torch.empty_like(weight)
 
 
@@ -578,6 +591,7 @@ def swiglu_eager(gate: Tensor, up: Tensor) -> Tensor:
     """``silu(gate) * up`` over (..., F) tensors (F a multiple of 8 on CUDA), bf16 in and out, float32
     inside. On CUDA, gate and up whose rows are one stride apart (e.g. the two halves of one (..., 2F)
     tensor, the packed kernel, or slices of wider ones) are read in place; others are copied first."""
+    _opchecks.swiglu_args(gate, up)
     if gate.is_cuda:
         if not _dispatch._packed(gate, up):
             gate, up = _dispatch.rows_in_place(gate), _dispatch.rows_in_place(up)
@@ -591,8 +605,7 @@ swiglu = _op("swiglu")(swiglu_eager)
 
 @swiglu.register_fake
 def _(gate, up):
-    _bf16("gate", gate)
-    _bf16("up", up)
+    _opchecks.swiglu_args(gate, up)
     return torch.empty(gate.shape, dtype=torch.bfloat16, device=gate.device)
 
 
@@ -614,6 +627,7 @@ def swiglu_backward(grad: Tensor, gate: Tensor, up: Tensor) -> Tuple[Tensor, Ten
     """``(dgate, dup)`` of :func:`swiglu`: ``dgate = grad * up * silu'(gate)``, ``dup = grad * silu(gate)``
     (two separate tensors, since outputs of one op may not alias each other: packed inputs are read in
     place as two row-strided tensors)."""
+    _opchecks.swiglu_args(gate, up, grad)
     if gate.is_cuda:
         rows = _dispatch.rows_in_place
         return _dispatch.swiglu_backward(rows(grad), rows(gate), rows(up), allow_packed=False)
@@ -626,6 +640,7 @@ def swiglu_backward(grad: Tensor, gate: Tensor, up: Tensor) -> Tuple[Tensor, Ten
 
 @swiglu_backward.register_fake
 def _(grad, gate, up):
+    _opchecks.swiglu_args(gate, up, grad)
     return (torch.empty(gate.shape, dtype=torch.bfloat16, device=gate.device),
             torch.empty(up.shape, dtype=torch.bfloat16, device=up.device))
 
@@ -723,3 +738,15 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Te
 @attention_paged.register_fake
 def _(q, k_cache, v_cache, block_table, cache_seqlens, causal=False, scale=None, num_splits=1):
     return torch.empty_like(q), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+# ``kittens._torch_op`` reads this module from the package's ``_OPS``: set it here, once imported, so that a
+# trace (torch.compile) never sees ``_OPS`` unset and guards on it (which recompiled the graph on its
+# second call, after the trace's own import had set it).
+sys.modules[__package__]._OPS = sys.modules[__name__]
+
+# torch.compile's on-disk caches do not see the fakes above change between kittens builds: key them on the
+# build (kittens/_compile_cache.py says why).
+from . import _compile_cache  # noqa: E402
+
+_compile_cache.install()

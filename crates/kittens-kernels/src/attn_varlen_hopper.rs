@@ -25,7 +25,9 @@
 use crate::attn::Softmax;
 use crate::attn_fwd::producer_consumer::HopperTiles;
 use crate::attn_fwd::AttnConfig;
-use crate::attn_varlen::{check, Batch, QueryBlock, Seq, Tensors, VarlenConfig};
+use crate::attn_varlen::{
+    alibi_add, alibi_slope, check, Batch, QueryBlock, Seq, Tensors, VarlenConfig,
+};
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;
 use kittens_ir::{
@@ -153,6 +155,8 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             });
         },
         |k| {
+            let b = k.block(0);
+            let slope = alibi_slope(k, t.alibi.as_ref(), cfg, (&b, &h), s);
             k.barrier(); // Q has landed
             for &or in &o_r {
                 k.zero(or);
@@ -169,6 +173,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
                     k.mma(MmaForm::Abt, s, a, bk, (i > 0).then_some(s));
                 }
                 let (kv0, inf) = (&j * i64::from(kv), f32::NEG_INFINITY);
+                alibi_add(k, slope, s, (&q0, &kv0), (&len_q, &len_k), false);
                 k.mask(s, MaskRule::ColsBelow(len_k.clone()), &q0, &kv0, inf);
                 if cfg.causal {
                     let offset = &len_k - len_q.clone();

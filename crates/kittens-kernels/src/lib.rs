@@ -15,6 +15,7 @@ pub mod attn_paged_problem;
 pub mod attn_varlen;
 pub mod attn_varlen_bwd;
 pub mod attn_varlen_bwd_hopper;
+pub mod attn_varlen_bwd_problem;
 pub mod attn_varlen_hopper;
 pub mod attn_varlen_problem;
 pub mod budget;

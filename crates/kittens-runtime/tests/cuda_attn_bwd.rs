@@ -6,6 +6,8 @@
 
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
+#[path = "cuda_support/ptx.rs"]
+mod ptx;
 
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
@@ -35,15 +37,24 @@ fn attn_bwd_compiles_for_sm_90a_without_spills() {
                     let k = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
                     let l = kittens_codegen::lower(&k, Target::Sm90a)
                         .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
-                    for needle in [
-                        "kt::tma_load_4d(",
-                        "_bf16_ss(",
-                        "_bf16_rs_tb",
-                        "setmaxnreg_inc<240>",
-                        "setmaxnreg_dec<24>",
+                    let code = ptx::of(&l);
+                    for op in [
+                        "cp.async.bulk.tensor.4d.shared::cluster.global",
+                        "setmaxnreg.inc.sync.aligned.u32 240",
+                        "setmaxnreg.dec.sync.aligned.u32 24",
                     ] {
-                        assert!(l.source.contains(needle), "{cfg:?} lacks {needle}");
+                        assert!(ptx::count(&code, op) > 0, "{cfg:?} lacks {op}");
                     }
+                    // wgmma from shared memory (both K-major) and with A from registers, B N-major.
+                    let wgmmas = ptx::stream(&code);
+                    assert!(
+                        ptx::has_wgmma(&wgmmas, &[1, 1, 0, 0]),
+                        "{cfg:?}: no ss wgmma"
+                    );
+                    assert!(
+                        ptx::has_wgmma(&wgmmas, &[1, 1, 1]),
+                        "{cfg:?}: no rs_tb wgmma"
+                    );
                     // No spills or stack, the H100's shared memory, no C75xx warning.
                     let r = compile_clean(&l, &cache, &format!("{cfg:?}"));
                     eprintln!("{} {dim} {causal:?} {layout:?}: {r:?}", l.entry);
@@ -87,20 +98,27 @@ fn attn_bwd_atomic_dq_compiles_for_sm_90a_without_spills() {
                 let l = kittens_codegen::lower(&k, Target::Sm90a)
                     .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
                 if !pass {
-                    for needle in [
-                        "kt::tma_reduce_add_4d(",
-                        "kt::st_shared_v2_f32(",
-                        "_bf16_ss_ta_tb(",
-                        "kt::st_shared_b32(",
-                        "kt::fence_proxy_async(); // the stores above",
-                        "_bf16_rs_tb",
+                    let code = ptx::of(&l);
+                    for op in [
+                        "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add",
+                        "st.shared.v2.f32",
+                        "st.shared.b32",
                     ] {
-                        assert!(l.source.contains(needle), "{cfg:?} lacks {needle}");
+                        assert!(ptx::count(&code, op) > 0, "{cfg:?} lacks {op}");
                     }
+                    // dQ = dSᵀ·K with both operands transposed; dV, dK with A from registers.
+                    let wgmmas = ptx::stream(&code);
+                    assert!(ptx::has_wgmma(&wgmmas, &[1, 1, 1, 1]), "{cfg:?}: no ta_tb");
+                    assert!(ptx::has_wgmma(&wgmmas, &[1, 1, 1]), "{cfg:?}: no rs_tb");
                     // Head dimension 128: both warpgroups' dSᵀ through the consumers barrier (the
                     // ID after the three warpgroups' own, 256 threads).
-                    let consumers = l.source.contains("kt::named_barrier(7, 256);");
+                    let consumers = ptx::constant_operands(&code, "bar.sync")
+                        .contains(&vec![Some(7), Some(256)]);
                     assert_eq!(consumers, dim == 128, "{cfg:?}");
+                    // Kept as text: the fence also precedes C's stores, so its place is the property.
+                    assert!(l
+                        .source
+                        .contains("kt::fence_proxy_async(); // the stores above"));
                 }
                 // No spills (the TMA reductions hold no per-element addresses; the per-element `red`
                 // version spilled 4 words at head dimension 128), no stack, the H100's shared memory,

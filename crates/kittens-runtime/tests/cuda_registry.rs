@@ -83,7 +83,8 @@ fn every_sm90a_registry_kernel_compiles_through_the_one_function() {
             "swiglu_bwd",
             "rotary_bwd",
             "cross_entropy",
-            "attn_varlen"
+            "attn_varlen",
+            "attn_varlen_bwd"
         ]
     );
 }

@@ -40,4 +40,4 @@ from ._rows import (  # noqa: F401
     swiglu,
     swiglu_backward,
 )
-from ._varlen import attention_varlen  # noqa: F401
+from ._varlen import attention_varlen, attention_varlen_backward  # noqa: F401

@@ -3,8 +3,6 @@ swiglu (each with its backward) and the fused cross-entropy."""
 
 from __future__ import annotations
 
-from typing import Dict
-
 import torch
 
 from . import _core
@@ -354,17 +352,12 @@ def _prepare_swiglu(key, entry, gate, up, dy, packed):
 
 # -- cross-entropy -------------------------------------------------------------------------------------
 
-_COLS: Dict[tuple, "torch.Tensor"] = {}
-
-
 def _column_indices(vocab: int, device) -> "torch.Tensor":
     """``0, 1, …, V-1`` as float32 on ``device`` (the kernel's ``cols``: the tile language has no column
-    index), made once per (V, device)."""
-    key = (vocab, str(device))
-    t = _COLS.get(key)
-    if t is None:
-        t = _COLS[key] = torch.arange(vocab, dtype=torch.float32, device=device)
-    return t
+    index), made per call (one small launch): a tensor cached across calls could be made inside a CUDA
+    graph's private memory pool (torch.compile's reduce-overhead warm-up and capture allocate there) and
+    outlive it, or be captured unwritten."""
+    return torch.arange(vocab, dtype=torch.float32, device=device)
 
 
 def cross_entropy_(logits, labels, scale, smoothing: float):

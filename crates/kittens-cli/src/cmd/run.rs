@@ -321,7 +321,10 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<NamedArgs> {
     }
     // Which flags apply is the kernel's problem's business (`check_flags`); these two say the flags'
     // names where the problem would name its arguments.
-    let attention = matches!(a.kernel.name, "attn_fwd" | "attn_bwd" | "attn_varlen");
+    let attention = matches!(
+        a.kernel.name,
+        "attn_fwd" | "attn_bwd" | "attn_varlen" | "attn_varlen_bwd"
+    );
     if attention && (a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv)) {
         bail!("--heads-kv {} must divide --heads {}", a.heads_kv, a.heads);
     }
