@@ -329,8 +329,8 @@ def attention_why(q: Tensor, k: Tensor, v: Tensor) -> Optional[str]:
         if t.dtype != BF16:
             return f"{name} has dtype {t.dtype}: the attention kernel takes bfloat16"
     d = q.shape[-1]
-    if q.device.type == "cuda" and d not in (64, 96, 128):
-        return f"head dim {d}: the CUDA attention kernel takes 64, 96 or 128"
+    if q.device.type == "cuda" and d not in (32, 64, 96, 128, 192, 256):
+        return f"head dim {d}: the CUDA attention kernels take 32, 64, 96, 128, 192 or 256"
     if d % 32 or not 32 <= d <= 256:
         return f"head dim {d}: the attention kernel takes multiples of 32 from 32 to 256"
     if q.shape[1] % k.shape[1]:

@@ -120,6 +120,27 @@ fn split_blocks(p: &BwdProblem, target: Target) -> bool {
 /// The configuration a run builds: the target GPU's tiles (the defaults on the CPU), or the
 /// variant `p.run.variant` names of them, with `p`'s head dimension, mask and layout.
 fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
+    // The CDNA program's head dims (amd_attn_bwd_head_dims.rs in kittens-runtime): its three rings
+    // of 32-row steps outgrow gfx942's 64 KiB of LDS past 128 (72 KiB at 192), and at 256 gfx950's
+    // compiler spills 96 VGPRs (dK, dV, K and V of 16 keys per wave take 192 of the 256 per lane).
+    let amd_limit = match target {
+        Target::Gfx942 => Some((
+            128,
+            "its rings need 72 KiB of LDS at 192, gfx942 has 64 KiB",
+        )),
+        Target::Gfx950 => Some((
+            192,
+            "at 256 the compiler spills 96 VGPRs of the 256 per lane",
+        )),
+        _ => None,
+    };
+    if let Some((max, why)) = amd_limit.filter(|(max, _)| p.args.attn.dim > *max) {
+        return Err(KernelError::NotForTarget {
+            kernel: "attn_bwd",
+            target,
+            why: format!("head dim {} past {max}: {why}", p.args.attn.dim),
+        });
+    }
     let tiles = match target.gpu() {
         Some(gpu) => BwdConfig::for_gpu(gpu),
         None => BwdConfig::default(),
@@ -141,6 +162,11 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
                 || p.attn_strides.is_some()) =>
         {
             BwdConfig::interleave4(tiles)
+        }
+        // Head dims past 128 on Hopper: the atomic form (the 64-key blocks add dQ), the only one
+        // there (the query blocks of the two-launch form take up to 128).
+        None if target.gpu().is_some_and(|g| !g.arch.is_amd()) && p.args.attn.dim > 128 => {
+            variant(tiles, ATOMIC)?
         }
         None => tiles,
     };

@@ -75,7 +75,6 @@ pub(in crate::attn_bwd) fn build_kv(
         k.pair_long_short(&k.block(2), &n_kb)
     };
     let (b, hk) = (k.block(0), k.block(1));
-    let group = &io.heads / io.heads_kv.clone();
     // The atomic form also holds dSᵀ (BLOCK × STEP bf16) and, on Hopper, each consumer
     // warpgroup's staging of its dQ share for the TMA reduction (64 × COLS f32).
     let extra = if atomic_dq {
@@ -115,35 +114,25 @@ pub(in crate::attn_bwd) fn build_kv(
 
     let block0 = &kb * i64::from(BLOCK);
     let step = i64::from(STEP);
-    let n_q = io.seq_q.ceil_div(step);
-    // Causal (or a window's right side): the first query step that keeps any key of the block
-    // (key j ≥ block0 needs i ≥ j − offset).
-    let offset = cfg.last_key_offset(&io.seq_q, &io.seq_kv);
-    let first = match &offset {
-        Some(off) => (&block0 - off.clone()).max(0) / step,
-        None => Expr::c(0),
-    };
-    // A window's left side: the query step after the last that keeps any key of the block (key j
-    // needs i ≤ j − start).
-    let start = cfg.first_key_offset(&io.seq_q, &io.seq_kv);
-    let end = match &start {
-        Some(st) => {
-            let last = &block0 + i64::from(BLOCK - 1) - st.clone();
-            n_q.clone().min(last / step + 1).max(0)
-        }
-        None => n_q.clone(),
-    };
-    // One pipeline over every (query head of the group, query step) pair, as in the AMD program.
-    let steps = &end - first.clone();
-    let per_head = steps.max(1);
-    let total = group.clone() * steps.max(0);
-    let head_of = |t: &Expr| &hk * group.clone() + t / per_head.clone();
-    let q0_of = |t: &Expr| (first.clone() + t % per_head.clone()) * step;
+    let walk = QueryWalk::new(cfg, &io, (&block0, BLOCK), &hk, step);
+    let (offset, start, total) = (&walk.offset, &walk.start, &walk.total);
+    let head_of = |t: &Expr| walk.head_of(t);
+    let q0_of = |t: &Expr| walk.q0_of(t);
     let ring = i64::from(sm.stages);
     let cw = k.wave() - 4; // consumer wave, 0..8
     let k0 = &block0 + &cw * 16; // this wave's first key
     let scale = cfg.logits.scale(d);
-    let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
+    let key_step = KeyStep {
+        cfg,
+        io: &io,
+        offset,
+        start,
+        block0: &block0,
+        block: BLOCK,
+        step,
+        atomic_dq,
+    };
+    let regs = StepRegs { s, dp, p, slope };
     // A soft cap needs the raw scores (`crate::attn::score`): `Sᵀ` then starts from zero.
     let capped = cfg.logits.softcap.is_some();
     // The statistics of step `t`'s queries (one per column) start its accumulators: `Sᵀ` from
@@ -167,7 +156,7 @@ pub(in crate::attn_bwd) fn build_kv(
             }
             k.wait_async(0);
             k.barrier(); // K and V to the consumers
-            k.for_range("t", 0, &total, |k, t| {
+            k.for_range("t", 0, total, |k, t| {
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
                 for (tiles, g) in [(q_s, io.q), (do_s, io.d_o)] {
@@ -188,7 +177,7 @@ pub(in crate::attn_bwd) fn build_kv(
             if !capped {
                 stat(k, io.lse, s, &Expr::c(0));
             }
-            k.for_range("t", 0, &total, |k, t| {
+            k.for_range("t", 0, total, |k, t| {
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
@@ -206,75 +195,10 @@ pub(in crate::attn_bwd) fn build_kv(
                         }
                     });
                 };
-                // The scores `x` masked: past the queries (and in the atomic form past the keys),
-                // by the causal mask and the window, each only where the step reaches it.
-                let mask = |k: &mut KernelBuilder, x: RegId| {
-                    let (inf, q_end) = (f32::NEG_INFINITY, &q0 + step);
-                    k.if_(io.seq_q.lt(&q_end), |k| {
-                        k.mask(x, MaskRule::ColsBelow(io.seq_q.clone()), &k0, &q0, inf)
-                    });
-                    if atomic_dq {
-                        // Keys past the end would add `dS·0` to dQ: zero only while dS is finite.
-                        k.if_(io.seq_kv.lt(&(&block0 + i64::from(BLOCK))), |k| {
-                            k.mask(x, MaskRule::RowsBelow(io.seq_kv.clone()), &k0, &q0, inf)
-                        });
-                    }
-                    if let Some(off) = &offset {
-                        // Only where the step reaches below the diagonal of the block's last key.
-                        let last_key = &block0 + i64::from(BLOCK - 1);
-                        k.if_((&q0 + off.clone()).lt(&last_key), |k| {
-                            let offset = off.clone();
-                            k.mask(x, MaskRule::CausalT { offset }, &k0, &q0, inf)
-                        });
-                    }
-                    if let Some(st) = &start {
-                        // Only where the step's last query keeps no key below the block's first.
-                        let q_last = &q0 + (step - 1) + st.clone();
-                        k.if_(block0.lt(&q_last), |k| {
-                            let offset = st.clone();
-                            k.mask(x, MaskRule::WindowStartT { offset }, &k0, &q0, inf)
-                        });
-                    }
-                };
-                if let Some(cap) = cfg.logits.softcap {
-                    // The step's head's ALiBi slope through `s`, before its product.
-                    io.load_slope(k, cfg, (&b, &h), s, slope);
-                    product(k, s, true);
-                    cfg.logits.tanh(k, s, d);
-                    // Capped (`s` holds tanh): P from `dp` used as scratch, then `s` becomes
-                    // `Pᵀ·(1 − tanh²)` and only then is `dPᵀ` computed, so that no third score
-                    // tile is live (a tile of the log-sum-exp beside both spilled at D128).
-                    // `(t − lse/cap)·cap`: a query without keys (lse ±∞, every key masked) stays
-                    // at −∞.
-                    stat(k, io.lse, dp, &t);
-                    k.mul(dp, dp, -1.0 / cap);
-                    k.add(dp, dp, s);
-                    k.mul(dp, dp, cap);
-                    io.alibi(k, dp, slope, (&q0, &k0), true);
-                    mask(k, dp);
-                    k.mul(dp, dp, std::f32::consts::LOG2_E);
-                    k.exp2(dp, dp);
-                    k.copy(p, dp);
-                    k.mul(s, s, s);
-                    k.sub(s, 1.0f32, s);
-                    k.mul(s, s, dp);
-                    stat(k, io.delta, dp, &t);
-                    k.mul(dp, dp, -1.0f32);
-                    product(k, dp, false);
-                    k.mul(dp, dp, s);
-                } else {
-                    k.mul(s, s, -1.0 / scale);
-                    // The step's head's ALiBi slope through `dp`, before D lands there.
-                    io.load_slope(k, cfg, (&b, &h), dp, slope);
-                    stat(k, io.delta, dp, &t);
-                    k.mul(dp, dp, -1.0f32);
-                    product(k, s, false);
-                    product(k, dp, false);
-                    io.alibi(k, s, slope, (&q0, &k0), true);
-                    mask(k, s);
-                    probs_and_ds(k, c, s, dp);
-                    k.copy(p, s);
-                }
+                let (ctx, bht) = (&key_step, (&b, &h, &t));
+                ctx.probs(k, &regs, bht, &q0, (&k0, &q0), &product, &|k, g, dst, t| {
+                    stat(k, g, dst, t)
+                });
                 k.copy(ds, dp);
                 // The next step's log-sum-exp into the free score tile, landing behind dV and dK
                 // (in the atomic form after dQ: live through it, it spilled).

@@ -68,16 +68,17 @@ pub(crate) fn schedule() -> Schedule {
 }
 
 fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
-    if matches!(cfg.dim, 64 | 96 | 128) {
+    // 32 and 96 run on 64 and 128 columns (the padding read as zeros, stored nowhere).
+    if matches!(cfg.dim, 32 | 64 | 96 | 128) {
         Ok(())
     } else {
         // Each consumer wave holds dK and dV (2 × dim/64 f32 tiles of 32 registers) beside the
         // scores and dP (64): at 192 that is 256 of the 240 registers a consumer gets.
-        let regs = 2 * (cfg.dim / COLS) * 32 + 64;
+        let regs = 2 * (padded_dim(cfg.dim) / COLS) * 32 + 64;
         Err(KernelError::Config(format!(
-            "attn_bwd (producer/consumer): dim {} must be 64, 96 or 128 (the key blocks' dK, dV, scores \
-             and dP take {regs} of the {} registers per consumer thread at this dim; 64-column \
-             shared tiles)",
+            "attn_bwd (producer/consumer): dim {} must be 32, 64, 96 or 128 (the key blocks' dK, dV, \
+             scores and dP take {regs} of the {} registers per consumer thread at this dim; 64-column \
+             shared tiles; 192 and 256: the 64-key blocks, atomic form)",
             cfg.dim, CONSUMER_REGS
         )))
     }
@@ -282,6 +283,184 @@ pub(crate) fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId) {
     k.mul(dp, s, dp);
 }
 
+/// A key block's walk over every (query head of the group, query step) pair, as in the AMD program,
+/// skipping the steps the causal mask or the window leaves without any of the block's keys.
+struct QueryWalk {
+    /// The last and first key's offsets (`BwdConfig::last_key_offset`, `first_key_offset`).
+    offset: Option<Expr>,
+    start: Option<Expr>,
+    /// The first query step walked, the steps per head (at least 1), the pairs in all.
+    first: Expr,
+    per_head: Expr,
+    total: Expr,
+    /// The block's KV head times the group (the first query head).
+    head0: Expr,
+    step: i64,
+}
+
+impl QueryWalk {
+    /// The walk of the block of `block` keys from `block0` of KV head `hk` in `step`-query steps.
+    fn new(cfg: &BwdConfig, io: &Io, (block0, block): (&Expr, u32), hk: &Expr, step: i64) -> Self {
+        let group = &io.heads / io.heads_kv.clone();
+        let n_q = io.seq_q.ceil_div(step);
+        // Causal (or a window's right side): the first query step that keeps any key of the block
+        // (key j ≥ block0 needs i ≥ j − offset).
+        let offset = cfg.last_key_offset(&io.seq_q, &io.seq_kv);
+        let first = match &offset {
+            Some(off) => (block0 - off.clone()).max(0) / step,
+            None => Expr::c(0),
+        };
+        // A window's left side: the query step after the last that keeps any key of the block
+        // (key j needs i ≤ j − start).
+        let start = cfg.first_key_offset(&io.seq_q, &io.seq_kv);
+        let end = match &start {
+            Some(st) => {
+                let last = block0 + i64::from(block - 1) - st.clone();
+                n_q.clone().min(last / step + 1).max(0)
+            }
+            None => n_q,
+        };
+        let steps = &end - first.clone();
+        QueryWalk {
+            offset,
+            start,
+            first,
+            per_head: steps.max(1),
+            total: &group * steps.max(0),
+            head0: hk * group,
+            step,
+        }
+    }
+
+    /// Pair `t`'s query head.
+    fn head_of(&self, t: &Expr) -> Expr {
+        &self.head0 + t / self.per_head.clone()
+    }
+
+    /// Pair `t`'s first query.
+    fn q0_of(&self, t: &Expr) -> Expr {
+        (self.first.clone() + t % self.per_head.clone()) * self.step
+    }
+}
+
+/// What a key-block step's score-side work needs of its program ([`kv`] and [`wide`]): the masks'
+/// offsets and the block's keys.
+struct KeyStep<'a> {
+    cfg: &'a BwdConfig,
+    io: &'a Io,
+    /// The last and first key's offsets (`BwdConfig::last_key_offset`, `first_key_offset`).
+    offset: &'a Option<Expr>,
+    start: &'a Option<Expr>,
+    /// The block's first key, its keys, the queries of a step.
+    block0: &'a Expr,
+    block: u32,
+    step: i64,
+    /// Also mask the keys past the end (the atomic form adds `dS·K` to dQ).
+    atomic_dq: bool,
+}
+
+/// The registers of a step: `Sᵀ` and `dPᵀ` (f32), `Pᵀ` (bf16), ALiBi's slope.
+struct StepRegs {
+    s: RegId,
+    dp: RegId,
+    p: RegId,
+    slope: Option<RegId>,
+}
+
+impl KeyStep<'_> {
+    /// The transposed scores `x` (keys × queries, origin key `k0`, query `qc`) masked: past the
+    /// queries (and in the atomic form past the keys), by the causal mask and the window, each only
+    /// where the step (from query `q0`) reaches it — conditions the same for every wave.
+    fn mask(&self, k: &mut KernelBuilder, x: RegId, q0: &Expr, (k0, qc): (&Expr, &Expr)) {
+        let (io, block0, step) = (self.io, self.block0, self.step);
+        let (inf, q_end) = (f32::NEG_INFINITY, q0 + step);
+        k.if_(io.seq_q.lt(&q_end), |k| {
+            k.mask(x, MaskRule::ColsBelow(io.seq_q.clone()), k0, qc, inf)
+        });
+        if self.atomic_dq {
+            // Keys past the end would add `dS·0` to dQ: zero only while dS is finite.
+            k.if_(io.seq_kv.lt(&(block0 + i64::from(self.block))), |k| {
+                k.mask(x, MaskRule::RowsBelow(io.seq_kv.clone()), k0, qc, inf)
+            });
+        }
+        if let Some(off) = self.offset {
+            // Only where the step reaches below the diagonal of the block's last key.
+            let last_key = block0 + i64::from(self.block - 1);
+            k.if_((q0 + off.clone()).lt(&last_key), |k| {
+                let offset = off.clone();
+                k.mask(x, MaskRule::CausalT { offset }, k0, qc, inf)
+            });
+        }
+        if let Some(st) = self.start {
+            // Only where the step's last query keeps no key below the block's first.
+            let q_last = q0 + (step - 1) + st.clone();
+            k.if_(block0.lt(&q_last), |k| {
+                let offset = st.clone();
+                k.mask(x, MaskRule::WindowStartT { offset }, k0, qc, inf)
+            });
+        }
+    }
+
+    /// `Pᵀ` (in `r.p`, bf16) and `dSᵀ` (in `r.dp`, f32) of step `t` (head `h` of batch `b`, query
+    /// step from `q0`, the tile's origin `(k0, qc)`), from `product(k, dst, from_zero)` (`Sᵀ` into
+    /// `r.s`, `dPᵀ` into `r.dp`) and `stat(k, tensor, dst, t)` (step `t`'s statistics, one per
+    /// column). Without a cap `r.s` holds the step's log-sum-exp on entry (loaded by the caller a
+    /// step ahead). With one, `Sᵀ` is computed from zero and turned into tanh, P formed in `r.dp`
+    /// as scratch, then `r.s` becomes `Pᵀ·(1 − tanh²)` and only then is `dPᵀ` computed, so that no
+    /// third score tile is live (a tile of the log-sum-exp beside both spilled at D128);
+    /// `(t − lse/cap)·cap`: a query without keys (lse ±∞, every key masked) stays at −∞.
+    #[allow(clippy::too_many_arguments)]
+    fn probs(
+        &self,
+        k: &mut KernelBuilder,
+        r: &StepRegs,
+        (b, h, t): (&Expr, &Expr, &Expr),
+        q0: &Expr,
+        (k0, qc): (&Expr, &Expr),
+        product: &dyn Fn(&mut KernelBuilder, RegId, bool),
+        stat: &dyn Fn(&mut KernelBuilder, GlobalId, RegId, &Expr),
+    ) {
+        let (cfg, io, d) = (self.cfg, self.io, self.cfg.dim);
+        let (s, dp, p, slope) = (r.s, r.dp, r.p, r.slope);
+        if let Some(cap) = cfg.logits.softcap {
+            // The step's head's ALiBi slope through `s`, before its product.
+            io.load_slope(k, cfg, (b, h), s, slope);
+            product(k, s, true);
+            cfg.logits.tanh(k, s, d);
+            stat(k, io.lse, dp, t);
+            k.mul(dp, dp, -1.0 / cap);
+            k.add(dp, dp, s);
+            k.mul(dp, dp, cap);
+            io.alibi(k, dp, slope, (qc, k0), true);
+            self.mask(k, dp, q0, (k0, qc));
+            k.mul(dp, dp, std::f32::consts::LOG2_E);
+            k.exp2(dp, dp);
+            k.copy(p, dp);
+            k.mul(s, s, s);
+            k.sub(s, 1.0f32, s);
+            k.mul(s, s, dp);
+            stat(k, io.delta, dp, t);
+            k.mul(dp, dp, -1.0f32);
+            product(k, dp, false);
+            k.mul(dp, dp, s);
+        } else {
+            // `Sᵀ` from `−lse/scale` and `dPᵀ` from `−D`: the statistics start the accumulators.
+            k.mul(s, s, -1.0 / cfg.logits.scale(d));
+            // The step's head's ALiBi slope through `dp`, before D lands there.
+            io.load_slope(k, cfg, (b, h), dp, slope);
+            stat(k, io.delta, dp, t);
+            k.mul(dp, dp, -1.0f32);
+            product(k, s, false);
+            product(k, dp, false);
+            io.alibi(k, s, slope, (qc, k0), true);
+            self.mask(k, s, q0, (k0, qc));
+            let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
+            probs_and_ds(k, c, s, dp);
+            k.copy(p, s);
+        }
+    }
+}
+
 /// `f`'s products as a warpgroup's turn on the tensor cores ([`BwdConfig::turns`]) when `on`, else
 /// as they come.
 fn turn(k: &mut KernelBuilder, on: bool, label: &str, f: &dyn Fn(&mut KernelBuilder)) {
@@ -314,6 +493,7 @@ fn view(
 
 mod kv;
 mod q;
+pub(super) mod wide;
 
 pub(super) use kv::build_kv;
 pub(super) use q::build_q;
