@@ -56,7 +56,10 @@ def _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, causal,
         _spec("v_cache", v_cache.shape, (page * hk * d, hk * d, d, 1)),
         _spec("block_table", (b * mb,), (1,), "int32"),
         _spec("cache_seqlens", (b,), (1,), "int32"),
-        _spec("o", q.shape, (sq * h * d, h * d, d, 1)),
+        # Split, only the merge writes `o` and declares it (b, h, s, d) over the same (B, Nq, H, D)
+        # memory; unsplit, the decode kernel declares it (b, s, h, d).
+        _spec("o", (b, h, sq, d), (sq * h * d, d, h * d, 1)) if num_splits > 1
+        else _spec("o", q.shape, (sq * h * d, h * d, d, 1)),
         _spec("lse", (b, h, sq), (h * sq, sq, 1), "float32"),
     )
     return _core._prepare(key, "attn_paged", problem, tensors, dev)
