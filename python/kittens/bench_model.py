@@ -12,7 +12,8 @@ download) trained and run in one process with Hugging Face's own modules and wit
   cache) and decode tokens/s (``model.generate`` greedy with the KV cache, minus the prefill's time).
 
 The kittens arms train with the fused linear + cross-entropy (``apply``'s default; ``--no-fused-loss``
-keeps transformers' loss). ``--preset 1b-4k`` is the ~1B model at sequence 4096; ``--curves F.json``
+keeps transformers' loss). ``--profile N`` runs N more steps per arm under ``torch.profiler`` and prints
+where the GPU's and the host's time go. ``--preset 1b-4k`` is the ~1B model at sequence 4096; ``--curves F.json``
 writes the loss curves alone, ``--json`` everything, ``--plot`` the curves and tokens/s.
 
 The text is kittens.train_demo's (the repository's own; tokens are bytes, so ids < 256 of the vocabulary).
@@ -145,6 +146,20 @@ def train_arm(torch, transformers, cfg, arm: str, data, args, dev: Device) -> di
             return real_attention(*a, **kw)
 
         _dispatch.attention = counted
+    def one_step(x):
+        if graphs:
+            torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs are free to reuse
+        with torch.autocast(dev.kind, dtype=torch.bfloat16):
+            # The model's default use_cache (a DynamicCache): with use_cache=False, transformers cannot rule
+            # out packed sequences in position_ids under torch.compile and builds a mask tensor, which
+            # sends both compiled arms' attention off the causal fast paths.
+            loss = fwd(input_ids=x, labels=x).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+
     for step, x in enumerate(batches(torch, data, args, dev)):
         if watch and step == 2:
             _dispatch.attention = real_attention
@@ -157,17 +172,7 @@ def train_arm(torch, transformers, cfg, arm: str, data, args, dev: Device) -> di
         dev.reset_peak()
         dev.sync()
         t0 = time.perf_counter()
-        if graphs:
-            torch.compiler.cudagraph_mark_step_begin()  # the last step's graph outputs are free to reuse
-        with torch.autocast(dev.kind, dtype=torch.bfloat16):
-            # The model's default use_cache (a DynamicCache): with use_cache=False, transformers cannot rule
-            # out packed sequences in position_ids under torch.compile and builds a mask tensor, which
-            # sends both compiled arms' attention off the causal fast paths.
-            loss = fwd(input_ids=x, labels=x).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        loss = one_step(x)
         host_s.append(time.perf_counter() - t0)  # the host's time to enqueue the step (nothing waited on)
         losses.append(loss.item())  # synchronises
         step_s.append(time.perf_counter() - t0)
@@ -176,6 +181,7 @@ def train_arm(torch, transformers, cfg, arm: str, data, args, dev: Device) -> di
             print(f"    {arm} step {step:4d}  loss {losses[-1]:.4f}  {step_s[-1] * 1e3:.0f} ms", flush=True)
     if watch:
         _dispatch.attention = real_attention
+    profiled = profile_steps(torch, arm, one_step, x, getattr(args, "profile", 0), dev)
     timed = step_s[args.skip_timing:]
     tps = args.batch * args.seq * len(timed) / sum(timed) if timed else None
     del model, fwd, opt
@@ -185,7 +191,34 @@ def train_arm(torch, transformers, cfg, arm: str, data, args, dev: Device) -> di
             "attention_kernel_calls_first_steps": len(attn_calls) if watch else None,
             "host_ms": 1e3 * _median(host_s[args.skip_timing:] or host_s),
             "step_ms": 1e3 * _median(step_s[args.skip_timing:] or step_s), "peak_gib_per_step": peaks,
-            "step_s": step_s, "host_s": host_s, "losses": losses}
+            "step_s": step_s, "host_s": host_s, "losses": losses, "profile": profiled}
+
+
+def profile_steps(torch, arm: str, one_step, x, steps: int, dev: Device) -> Optional[dict]:
+    """``--profile N``: N more training steps of the arm after the timed ones (not timed themselves) under
+    ``torch.profiler``; prints the ops by self CUDA time (where the GPU's step goes) and by self CPU time
+    (the host's per-op cost, which bounds a small model's step: see ``host_ms``). Returns the top ops of
+    each table (name, calls, microseconds), or None when ``steps`` is 0."""
+    if steps <= 0:
+        return None
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.cuda else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            one_step(x)
+        dev.sync()
+    events = prof.key_averages()
+    out = {"steps": steps}
+    for key, attr in (("self_cuda_time_total", "self_device_time_total"), ("self_cpu_time_total",
+                                                                            "self_cpu_time_total")):
+        if key.startswith("self_cuda") and not dev.cuda:
+            continue
+        print(f"    {arm}: {steps} profiled steps by {key}", flush=True)
+        print(events.table(sort_by=key, row_limit=22, max_name_column_width=70), flush=True)
+        top = sorted(events, key=lambda e: getattr(e, attr, 0), reverse=True)[:22]
+        out[key] = [{"op": e.key, "calls": e.count, "us": getattr(e, attr, 0)} for e in top]
+    return out
 
 
 def _median(xs: List[float]) -> float:
@@ -283,6 +316,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--new-tokens", type=int, default=128, help="inference: tokens generated")
     p.add_argument("--gen-batch", type=int, default=8, help="inference: sequences at once")
     p.add_argument("--repeats", type=int, default=3, help="inference: timed runs (median)")
+    p.add_argument("--profile", type=int, default=0, metavar="N",
+                   help="after each training arm's steps, N more under torch.profiler: the ops by self CUDA "
+                        "time and by self CPU (host) time, printed and in the JSON")
     p.add_argument("--no-train", action="store_true")
     p.add_argument("--no-infer", action="store_true")
     p.add_argument("--text", help="train on this file instead of the repository's own text")

@@ -91,3 +91,30 @@ def test_the_demo_model_line_arguments_are_accepted():
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="")
     r = subprocess.run([sys.executable, *args, "--json", os.devnull], capture_output=True, text=True, env=env)
     assert r.returncode == 2 and "no CUDA device" in r.stderr and "error:" not in r.stderr, r.stderr
+
+
+def test_profile_runs_more_steps_under_the_profiler(capsys):
+    """``--profile N``: N steps after the timed ones under torch.profiler, its tables printed and its top
+    ops in the arm's record (on the CPU only the host table); the timed steps are unchanged."""
+    import argparse
+
+    import torch
+    import transformers
+
+    args = argparse.Namespace(size="micro", seq=32, batch=2, steps=3, skip_timing=1, lr=3e-4, warmup=2, seed=0,
+                              log_every=10, profile=2, fused_loss=True, compile_mode="default")
+    cfg = bench_model.llama_config(transformers, "micro", args.seq)
+    data = torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(1))
+    r = bench_model.train_arm(torch, transformers, cfg, "hf", data, args, bench_model.Device(torch, "cpu"))
+    assert len(r["losses"]) == 3 and len(r["step_s"]) == 3
+    prof = r["profile"]
+    assert prof["steps"] == 2 and "self_cuda_time_total" not in prof
+    top = prof["self_cpu_time_total"]
+    assert len(top) > 5 and all(e["calls"] >= 1 for e in top)
+    assert [e["us"] for e in top] == sorted((e["us"] for e in top), reverse=True) and top[0]["us"] > 0
+    # The profiled steps ran the model: its matrix products are among the costliest host ops.
+    assert any("mm" in e["op"] for e in top), [e["op"] for e in top]
+    assert "hf: 2 profiled steps by self_cpu_time_total" in capsys.readouterr().out
+    args.profile = 0
+    assert bench_model.train_arm(torch, transformers, cfg, "hf", data, args,
+                                 bench_model.Device(torch, "cpu"))["profile"] is None

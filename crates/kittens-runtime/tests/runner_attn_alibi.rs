@@ -8,71 +8,33 @@
 //! tensor, any values run). Also: the kernels use the slopes (far from the reference without them),
 //! and bad slopes are refused naming `alibi_slopes`.
 
-use kittens_kernels::attn::score::{AttnArgs, AttnOptions, Logits, Window};
+#[path = "attn_support/interp.rs"]
+mod interp;
+
+use interp::{draw_qkv, rel_err, what, Case};
+use kittens_kernels::attn::score::{AttnOptions, Logits};
 use kittens_kernels::attn::AttnLayout;
 use kittens_kernels::attn::{BwdShape, Causal};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::AttnConfig;
 use kittens_kernels::problem::{KernelProblem, RunSettings};
-use kittens_kernels::reference::AttnShape;
 use kittens_kernels::{exec, reference_fwd};
 use kittens_runtime::runner::{self, Interpreter};
 
-#[derive(Clone, Copy)]
-struct Case {
-    seq_q: usize,
-    seq_kv: usize,
-    heads: usize,
-    heads_kv: usize,
-    dim: usize,
-    layout: AttnLayout,
-    causal: Option<bool>,
-    logits: Logits,
-    window: Option<(i64, i64)>,
-    input_scale: f32,
-}
-
+/// Batch 2 with ALiBi slopes, inputs scaled by 2.
 fn case(seq_q: usize, seq_kv: usize) -> Case {
     Case {
-        seq_q,
-        seq_kv,
-        heads: 4,
-        heads_kv: 2,
-        dim: 64,
-        layout: AttnLayout::Bshd,
-        causal: None,
-        logits: Logits::default(),
-        window: None,
+        batch: 2,
+        alibi: true,
         input_scale: 2.0,
+        ..interp::case(seq_q, seq_kv)
     }
 }
 
+/// The case's problem, its inputs seeded by its sizes.
 fn problem(c: &Case) -> AttnProblem {
-    AttnProblem {
-        args: AttnArgs {
-            attn: AttnShape {
-                batch: 2,
-                heads: c.heads,
-                heads_kv: c.heads_kv,
-                seq: c.seq_q,
-                dim: c.dim,
-                layout: c.layout,
-            },
-            seq_kv: Some(c.seq_kv),
-            causal: c.causal.is_some(),
-            bottom_right: c.causal == Some(true),
-            logits: c.logits,
-            window: c.window.map(|(l, r)| Window::new(l, r).unwrap()),
-            alibi: true,
-        },
-        run: RunSettings {
-            input_scale: c.input_scale,
-            seed: (c.seq_q * 1013 + c.seq_kv * 11 + c.dim) as u64,
-            ..RunSettings::default()
-        },
-        ..AttnProblem::default()
-    }
+    c.problem((c.seq_q * 1013 + c.seq_kv * 11 + c.dim) as u64)
 }
 
 /// ALiBi alone and with each other option, at odd lengths.
@@ -108,13 +70,6 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn what(c: &Case, program: &str) -> String {
-    format!(
-        "{program} H{}/{} Nq{} Nkv{} D{} {:?} causal {:?} {:?} window {:?}",
-        c.heads, c.heads_kv, c.seq_q, c.seq_kv, c.dim, c.layout, c.causal, c.logits, c.window
-    )
-}
-
 fn check_fwd(c: &Case, cfg: AttnConfig, splits: u32, program: &str) {
     let p = AttnProblem {
         attn_cfg: cfg,
@@ -122,32 +77,15 @@ fn check_fwd(c: &Case, cfg: AttnConfig, splits: u32, program: &str) {
         kv_splits: kittens_kernels::attn_fwd::split::KvSplits::Fixed(splits),
         ..problem(c)
     };
-    let entry = kittens_kernels::by_name("attn_fwd").unwrap();
-    let r = runner::run(entry, &p, &Interpreter)
-        .unwrap_or_else(|e| panic!("{}: {e}", what(c, program)));
-    for o in &r.outputs {
-        eprintln!("{}: {} {:?}", what(c, program), o.name, o.error);
-    }
+    let r = interp::check_fwd(c, &p, program);
     assert_eq!(r.outputs.len(), 2, "{}", what(c, program));
-    assert!(r.passed, "{}: {:?}", what(c, program), r.failures());
 }
 
+/// The backward's dQ, dK, dV (the shared check asserts there are exactly those three) pass.
 fn check_bwd(c: &Case, variant: Option<&'static str>) {
     let p = problem(c);
-    let p = BwdProblem {
-        run: RunSettings { variant, ..p.run },
-        ..BwdProblem::with(p.args)
-    };
     assert!(p.args.alibi);
-    let entry = kittens_kernels::by_name("attn_bwd").unwrap();
-    let program = format!("bwd {variant:?}");
-    let r = runner::run(entry, &p, &Interpreter)
-        .unwrap_or_else(|e| panic!("{}: {e}", what(c, &program)));
-    for o in &r.outputs {
-        eprintln!("{}: {} {:?}", what(c, &program), o.name, o.error);
-    }
-    assert_eq!(r.outputs.len(), 3, "{}", what(c, &program));
-    assert!(r.passed, "{}: {:?}", what(c, &program), r.failures());
+    interp::check_bwd(c, p, variant);
 }
 
 #[test]
@@ -194,19 +132,8 @@ fn kernels_use_the_slopes() {
         dim: 64,
         layout: AttnLayout::Bshd,
     };
-    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(9);
-    let bf16 = kittens_hw::dtype::DType::Bf16;
-    let draw = |rng: &mut _, n| kittens_kernels::problem::random_scaled(rng, n, bf16, 2.0);
-    let (q, k, v) = (
-        draw(&mut rng, sh.q_len()),
-        draw(&mut rng, sh.kv_len()),
-        draw(&mut rng, sh.kv_len()),
-    );
-    let rel = |a: &[f32], b: &[f64]| {
-        let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - y).powi(2)).sum();
-        let den: f64 = b.iter().map(|y| y * y).sum();
-        (num / den).sqrt()
-    };
+    let (q, k, v) = draw_qkv(&sh, 9, 2.0);
+    let rel = rel_err;
     let o = AttnOptions {
         alibi: Some(vec![0.5, 0.125, 0.25, 0.0625]),
         ..AttnOptions::default()

@@ -7,9 +7,12 @@
 //! use the option (judged against the default's reference they fail), the window's key blocks
 //! are skipped (fewer ops executed), and bad values are refused naming the argument.
 
+#[path = "attn_support/interp.rs"]
+mod interp;
+
+use interp::{as_kernel, case, draw_qkv, rel_err, what, Case};
 use kittens_kernels::attn::score::{AttnOptions, Logits, Window};
-use kittens_kernels::attn::AttnArgs;
-use kittens_kernels::attn::{AttnLayout, AttnShape, BwdShape, Causal};
+use kittens_kernels::attn::{AttnLayout, BwdShape, Causal};
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_fwd::problem::AttnProblem;
 use kittens_kernels::attn_fwd::AttnConfig;
@@ -18,62 +21,9 @@ use kittens_kernels::problem::RunSettings;
 use kittens_kernels::{exec, reference_fwd};
 use kittens_runtime::runner::{self, Interpreter};
 
-/// One problem: lengths, heads, the mask and the options.
-#[derive(Clone, Copy)]
-struct Case {
-    seq_q: usize,
-    seq_kv: usize,
-    heads: usize,
-    heads_kv: usize,
-    dim: usize,
-    layout: AttnLayout,
-    /// `None`: no causal mask; `Some(bottom_right)`.
-    causal: Option<bool>,
-    logits: Logits,
-    window: Option<(i64, i64)>,
-    input_scale: f32,
-}
-
-fn case(seq_q: usize, seq_kv: usize) -> Case {
-    Case {
-        seq_q,
-        seq_kv,
-        heads: 4,
-        heads_kv: 2,
-        dim: 64,
-        layout: AttnLayout::Bshd,
-        causal: None,
-        logits: Logits::default(),
-        window: None,
-        input_scale: 4.0,
-    }
-}
-
+/// The case's problem, its inputs seeded by its sizes.
 fn problem(c: &Case) -> AttnProblem {
-    AttnProblem {
-        args: AttnArgs {
-            attn: AttnShape {
-                batch: 1,
-                heads: c.heads,
-                heads_kv: c.heads_kv,
-                seq: c.seq_q,
-                dim: c.dim,
-                layout: c.layout,
-            },
-            seq_kv: Some(c.seq_kv),
-            causal: c.causal.is_some(),
-            bottom_right: c.causal == Some(true),
-            logits: c.logits,
-            window: c.window.map(|(l, r)| Window::new(l, r).unwrap()),
-            alibi: false,
-        },
-        run: RunSettings {
-            input_scale: c.input_scale,
-            seed: (c.seq_q * 1009 + c.seq_kv * 7 + c.dim) as u64,
-            ..RunSettings::default()
-        },
-        ..AttnProblem::default()
-    }
+    c.problem((c.seq_q * 1009 + c.seq_kv * 7 + c.dim) as u64)
 }
 
 fn scale(s: f32) -> Logits {
@@ -165,35 +115,6 @@ fn cases() -> Vec<Case> {
     ]
 }
 
-fn what(c: &Case, program: &str) -> String {
-    format!(
-        "{program} H{}/{} Nq{} Nkv{} D{} {:?} causal {:?} {:?} window {:?} x{}",
-        c.heads,
-        c.heads_kv,
-        c.seq_q,
-        c.seq_kv,
-        c.dim,
-        c.layout,
-        c.causal,
-        c.logits,
-        c.window,
-        c.input_scale
-    )
-}
-
-/// `p`'s attention as registry kernel `kernel`'s problem (`attn_fwd`'s own, or `attn_bwd`'s with
-/// the same shape, mask, options and run settings).
-fn as_kernel(kernel: &str, p: AttnProblem) -> Box<dyn KernelProblem> {
-    match kernel {
-        "attn_fwd" => Box::new(p),
-        "attn_bwd" => Box::new(BwdProblem {
-            run: p.run,
-            ..BwdProblem::with(p.args)
-        }),
-        other => panic!("not an attention kernel: {other}"),
-    }
-}
-
 /// Runs attention forward on `p` and asserts every output (O and the log-sum-exp) passes.
 fn check_fwd(c: &Case, cfg: AttnConfig, program: &str) {
     let p = AttnProblem {
@@ -201,36 +122,13 @@ fn check_fwd(c: &Case, cfg: AttnConfig, program: &str) {
         lse: true,
         ..problem(c)
     };
-    let entry = kittens_kernels::by_name("attn_fwd").unwrap();
-    let r = runner::run(entry, &p, &Interpreter)
-        .unwrap_or_else(|e| panic!("{}: {e}", what(c, program)));
+    let r = interp::check_fwd(c, &p, program);
     assert_eq!(r.checks.len(), 4, "{}", what(c, program));
-    for o in &r.outputs {
-        eprintln!("{}: {} {:?}", what(c, program), o.name, o.error);
-    }
-    assert!(r.passed, "{}: {:?}", what(c, program), r.failures());
 }
 
 /// Runs the backward (`variant`: one of its CDNA key-block schedules) and asserts dQ, dK, dV pass.
 fn check_bwd(c: &Case, variant: Option<&'static str>) {
-    let p = AttnProblem {
-        run: RunSettings {
-            variant,
-            ..problem(c).run
-        },
-        ..problem(c)
-    };
-    let p = as_kernel("attn_bwd", p);
-    let entry = kittens_kernels::by_name("attn_bwd").unwrap();
-    let program = format!("bwd {variant:?}");
-    let r = runner::run(entry, p.as_ref(), &Interpreter)
-        .unwrap_or_else(|e| panic!("{}: {e}", what(c, &program)));
-    let names: Vec<&str> = r.outputs.iter().map(|o| o.name.as_str()).collect();
-    assert_eq!(names, ["dq", "dk", "dv"], "{}", what(c, &program));
-    for o in &r.outputs {
-        eprintln!("{}: {} {:?}", what(c, &program), o.name, o.error);
-    }
-    assert!(r.passed, "{}: {:?}", what(c, &program), r.failures());
+    interp::check_bwd(c, problem(c), variant);
 }
 
 #[test]
@@ -305,19 +203,8 @@ fn kernels_use_the_options() {
         dim: 64,
         layout: AttnLayout::Bshd,
     };
-    let mut rng = <rand::rngs::SmallRng as rand::SeedableRng>::seed_from_u64(5);
-    let bf16 = kittens_hw::dtype::DType::Bf16;
-    let draw = |rng: &mut _, n| kittens_kernels::problem::random_scaled(rng, n, bf16, 4.0);
-    let (q, k, v) = (
-        draw(&mut rng, sh.q_len()),
-        draw(&mut rng, sh.kv_len()),
-        draw(&mut rng, sh.kv_len()),
-    );
-    let rel = |a: &[f32], b: &[f64]| {
-        let num: f64 = a.iter().zip(b).map(|(x, y)| (*x as f64 - y).powi(2)).sum();
-        let den: f64 = b.iter().map(|y| y * y).sum();
-        (num / den).sqrt()
-    };
+    let (q, k, v) = draw_qkv(&sh, 5, 4.0);
+    let rel = rel_err;
     let opts = [
         AttnOptions {
             logits: scale(0.05),

@@ -258,16 +258,20 @@ const COMMON_FLAGS: &[&str] = &[
 /// Tile flags that configure the interpreter's program only (a GPU target builds its GPU's tiles).
 const CPU_TILE_FLAGS: &[&str] = &["block", "k_step", "q_rows", "kv_block"];
 
+/// Whether the kernel has variants that `--schedule` names (`interleave4`, `pingpong8`).
+fn has_schedule_variants(a: &Args) -> bool {
+    a.kernel
+        .variants
+        .iter()
+        .any(|v| matches!(v.name, "interleave4" | "pingpong8"))
+}
+
 /// Refuses a flag given on the command line that the kernel (or the backend) would ignore: a kernel
 /// takes the flags whose named argument its problem reads (`unread`: the names its parser left
 /// unread, `NamedArgs::unread`), and `--schedule` where it names one of the kernel's variants
 /// ([`variant`]); every kernel takes [`COMMON_FLAGS`].
 fn check_flags(a: &Args, unread: &[String]) -> anyhow::Result<()> {
-    let schedules = a
-        .kernel
-        .variants
-        .iter()
-        .any(|v| matches!(v.name, "interleave4" | "pingpong8"));
+    let schedules = has_schedule_variants(a);
     let takes = |f: &str| {
         COMMON_FLAGS.contains(&f)
             || !unread.iter().any(|u| u == named_arg(f))
@@ -331,11 +335,7 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<NamedArgs> {
     }
     // Which flags apply is the kernel's problem's business (`check_flags`); these two say the flags'
     // names where the problem would name its arguments.
-    let attention = matches!(
-        a.kernel.name,
-        "attn_fwd" | "attn_bwd" | "attn_varlen" | "attn_varlen_bwd" | "attn_paged"
-    );
-    if attention && (a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv)) {
+    if a.kernel.reads("heads_kv", 1) && (a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv)) {
         bail!("--heads-kv {} must divide --heads {}", a.heads_kv, a.heads);
     }
     let given = |f: &str| a.explicit.iter().any(|e| e == f);
@@ -424,8 +424,10 @@ fn variant(a: &Args) -> anyhow::Result<Option<&'static str>> {
     let Some(schedule) = a.schedule else {
         return Ok(None);
     };
-    let gemm = matches!(a.kernel.name, "gemm_bf16" | "gemm_fp8");
-    if !gemm && a.kernel.name != "attn_bwd" {
+    // The GEMMs' problem takes the schedule by name (the interpreter runs either); a kernel with
+    // schedule variants (attn_bwd) runs them as variants, on the interpreter too.
+    let gemm = a.kernel.reads("schedule", "pingpong");
+    if !gemm && !has_schedule_variants(a) {
         bail!(
             "--schedule applies to the GEMMs and attn_bwd, not {} (its variants: --variant)",
             a.kernel.name
@@ -446,9 +448,7 @@ fn variant(a: &Args) -> anyhow::Result<Option<&'static str>> {
     };
     let found = a.kernel.variants.iter().any(|v| v.name == name);
     match found {
-        true if a.backend != BackendArg::Cpu || a.kernel.name == "attn_bwd" => {
-            named_variant(a, name).map(Some)
-        }
+        true if a.backend != BackendArg::Cpu || !gemm => named_variant(a, name).map(Some),
         true => Ok(None),
         false if schedule == ScheduleArg::Pingpong || a.backend == BackendArg::Cpu => Ok(None),
         false => named_variant(a, name).map(Some),
@@ -552,7 +552,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     // On the interpreter the GEMMs' `interleave4` variant is their 4-wave schedule (what `--schedule
     // interleave` runs there); the registry variant itself configures a GPU target.
     if args.backend == BackendArg::Cpu
-        && matches!(entry.name, "gemm_bf16" | "gemm_fp8")
+        && entry.reads("schedule", "pingpong")
         && variant == Some(kittens_kernels::gemm::problem::INTERLEAVE4)
     {
         named.set("schedule", "interleave");

@@ -25,7 +25,8 @@ pub enum Status {
     Interpreted,
     /// Lowers, and the generated source compiles with a real compiler (no device measured it).
     Compiles,
-    /// Lowers, compiles and was measured on the device; `evidence` is where the results are.
+    /// Lowers, compiles and was measured on the device; `evidence` is the docs section with the
+    /// figures (`docs/performance.md#...`), which cites its results folder.
     Measured { evidence: &'static str },
     /// Does not lower to this target yet, and why.
     NotYet { why: &'static str },
@@ -183,6 +184,15 @@ impl KernelEntry {
     pub fn default_problem(&self) -> Result<Box<dyn KernelProblem>, KernelError> {
         self.problem(&NamedArgs::new())
     }
+
+    /// Whether the kernel's problem takes the named argument `name` (its parser reads it when given
+    /// `v` alone at the default sizes): how a caller (`kittens run`'s flags) learns what a kernel
+    /// takes from the kernel itself, with no list of kernel names.
+    pub fn reads(&self, name: &str, v: impl Into<crate::problem::ArgValue>) -> bool {
+        let args = NamedArgs::new().with(name, v);
+        let _ = self.problem(&args);
+        args.unread().is_empty()
+    }
 }
 
 /// `attn_bwd`'s variants: the AMD schedules of the key blocks, and the Hopper query-block launch.
@@ -225,7 +235,7 @@ const GEMM_BF16: KernelEntry = KernelEntry {
             target: Target::Sm90a,
             schedule: "producer/consumer, 1 TMA warpgroup + 2 wgmma warpgroups",
             status: Status::Measured {
-                evidence: "bench/results/gemm_bf16",
+                evidence: "docs/performance.md#gemm_bf16-sm_90a",
             },
         },
         TargetPlan {
@@ -263,7 +273,7 @@ const GEMM_FP8: KernelEntry = KernelEntry {
             target: Target::Sm90a,
             schedule: "producer/consumer, 1 TMA warpgroup + 2 wgmma warpgroups, e4m3 (wgmma k32), K step 128",
             status: Status::Measured {
-                evidence: "bench/results/gemm_fp8",
+                evidence: "docs/performance.md#gemm_fp8-sm_90a",
             },
         },
         TargetPlan {
@@ -318,7 +328,7 @@ const ATTN_FWD: KernelEntry = KernelEntry {
             target: Target::Sm90a,
             schedule: "producer/consumer, 1 TMA warpgroup + 2 wgmma warpgroups (P from registers)",
             status: Status::Measured {
-                evidence: "bench/results/attn_fwd",
+                evidence: "docs/performance.md#attn_fwd-sm_90a",
             },
         },
         TargetPlan {
@@ -422,7 +432,7 @@ const ATTN_BWD: KernelEntry = KernelEntry {
                        variant `dq`; the variant `atomic` adds dQ from the key blocks \
                        (FlashAttention-3's form, the Python default at head dim 128)",
             status: Status::Measured {
-                evidence: "bench/results/attn_bwd",
+                evidence: "docs/performance.md#attn_bwd-sm_90a",
             },
         },
         TargetPlan {
@@ -483,7 +493,7 @@ const LAYERNORM: KernelEntry = KernelEntry {
             target: Target::Sm90a,
             schedule: "plain, one 16-byte chunk per lane: a D = 2048 row over 8 warps",
             status: Status::Measured {
-                evidence: "bench/results/layernorm",
+                evidence: "docs/performance.md#layernorm-and-rotary-sm_90a",
             },
         },
         TargetPlan {
@@ -499,35 +509,40 @@ const LAYERNORM: KernelEntry = KernelEntry {
     parse: layernorm::problem::parse,
 };
 
+/// The rotary kernels' plans (the forward and its backward are one program, `RotaryConfig::inverse`):
+/// heads of one position per wave or warp, the table row broadcast; `sm90a` is the status there.
+const fn rotary_plans(sm90a: Status) -> [TargetPlan; 4] {
+    const WAVE: &str = "plain, heads of one position per wave (the table row broadcast)";
+    const fn plan(target: Target, schedule: &'static str, status: Status) -> TargetPlan {
+        TargetPlan {
+            target,
+            schedule,
+            status,
+        }
+    }
+    [
+        plan(Target::Gfx942, WAVE, Status::Compiles),
+        plan(Target::Gfx950, WAVE, Status::Compiles),
+        plan(
+            Target::Sm90a,
+            "plain, heads of one position per warp (the table row broadcast)",
+            sm90a,
+        ),
+        plan(Target::Cpu, WAVE, Status::Interpreted),
+    ]
+}
+
+const ROTARY_PLANS: [TargetPlan; 4] = rotary_plans(Status::Measured {
+    evidence: "docs/performance.md#layernorm-and-rotary-sm_90a",
+});
+const ROTARY_BWD_PLANS: [TargetPlan; 4] = rotary_plans(Status::Compiles);
+
 const ROTARY: KernelEntry = KernelEntry {
     name: "rotary",
     about:
         "rotary position embedding on q or k, BSHD/BHSD, half rotation (GPT-NeoX) or interleaved \
             (GPT-J), cos/sin tables given (HipKittens Fig. 9)",
-    targets: &[
-        TargetPlan {
-            target: Target::Gfx942,
-            schedule: "plain, heads of one position per wave (the table row broadcast)",
-            status: Status::Compiles,
-        },
-        TargetPlan {
-            target: Target::Gfx950,
-            schedule: "plain, heads of one position per wave (the table row broadcast)",
-            status: Status::Compiles,
-        },
-        TargetPlan {
-            target: Target::Sm90a,
-            schedule: "plain, heads of one position per warp (the table row broadcast)",
-            status: Status::Measured {
-                evidence: "bench/results/rotary",
-            },
-        },
-        TargetPlan {
-            target: Target::Cpu,
-            schedule: "plain, heads of one position per wave (the table row broadcast)",
-            status: Status::Interpreted,
-        },
-    ],
+    targets: &ROTARY_PLANS,
     build_default: || {
         rotary::build(&rotary::RotaryConfig::new(
             64,
@@ -551,28 +566,7 @@ const ROTARY_BWD: KernelEntry = KernelEntry {
     name: "rotary_bwd",
     about: "rotary's backward: dx = dy rotated by -theta (rotary with the sine negated), same \
             layouts and forms",
-    targets: &[
-        TargetPlan {
-            target: Target::Gfx942,
-            schedule: "plain, heads of one position per wave (the table row broadcast)",
-            status: Status::Compiles,
-        },
-        TargetPlan {
-            target: Target::Gfx950,
-            schedule: "plain, heads of one position per wave (the table row broadcast)",
-            status: Status::Compiles,
-        },
-        TargetPlan {
-            target: Target::Sm90a,
-            schedule: "plain, heads of one position per warp (the table row broadcast)",
-            status: Status::Compiles,
-        },
-        TargetPlan {
-            target: Target::Cpu,
-            schedule: "plain, heads of one position per wave (the table row broadcast)",
-            status: Status::Interpreted,
-        },
-    ],
+    targets: &ROTARY_BWD_PLANS,
     build_default: || {
         rotary::build(&rotary::RotaryConfig {
             inverse: true,

@@ -1,7 +1,7 @@
 //! The model line of the GPU demo: a Llama-style model (about 125M parameters, random weights) trained a
 //! few steps with Hugging Face's own modules and with kittens' (`kittens.integrations.transformers.apply`)
 //! from the same weights on the same batches, in one Python process. It is the Python package's
-//! benchmark (`python -m kittens.bench model --suite issue35`, which `bench/results/model` comes from) run small, so
+//! benchmark (`python -m kittens.bench model --suite issue35`; docs/performance.md, "In a model") run small, so
 //! the demo shows what a user sees inside a model beside the per-kernel lines.
 //!
 //! It needs `python3` with torch, transformers and the kittens package (`pip install './python[hf]'`);
