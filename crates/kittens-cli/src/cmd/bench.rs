@@ -9,7 +9,7 @@ use kittens_hw::Target;
 use kittens_runtime::cuda::bench::{run_gemm_bench, GemmBenchReport};
 use kittens_runtime::cuda::CudaError;
 
-use super::bench_args::{failed_rows, options, print_table, utc_now, Args};
+use super::bench_args::{emit_json, failed_rows, options, print_table, utc_now, Args};
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     match a.target {
@@ -55,17 +55,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         Err(e) => return Err(e).context("GEMM benchmark on the GPU"),
     };
     let doc = document(&report);
-    match a.json.as_deref() {
-        Some("-") => println!("{}", serde_json::to_string_pretty(&doc)?),
-        Some(path) => {
-            std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
-                .with_context(|| format!("writing {path}"))?;
-            print_table(&report);
-            if let Some(png) = &a.plot {
-                plot(path, png);
-            }
+    if emit_json(a.json.as_deref(), &doc)? {
+        print_table(&report);
+        if let (Some(path), Some(png)) = (a.json.as_deref(), &a.plot) {
+            plot(path, png);
         }
-        None => print_table(&report),
     }
     // Every row ran (or said why not) before this: one bad shape costs its row, not the run.
     failed_rows(&report, "GEMM")
@@ -101,24 +95,17 @@ fn no_gpu(e: &CudaError, json: Option<&str>) -> anyhow::Result<()> {
         "reason": e.to_string(),
         "fallback": { "backend": "cpu", "passed": passed, "run": r },
     });
-    match json {
-        Some("-") => println!("{}", serde_json::to_string_pretty(&doc)?),
-        other => {
-            if let Some(path) = other {
-                std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
-                    .with_context(|| format!("writing {path}"))?;
-            }
-            println!("{msg}");
-            println!(
-                "  gemm_bf16 {m}x{n}x{k} (producer/consumer tile program, {} blocks x {} waves): \
-                 relative error vs f64 {:.2e} (max {:.2e}) — {}",
-                r.blocks,
-                r.waves_per_block,
-                r.error.rel_err,
-                r.error.max_rel,
-                if passed { "ok" } else { "FAIL" }
-            );
-        }
+    if emit_json(json, &doc)? {
+        println!("{msg}");
+        println!(
+            "  gemm_bf16 {m}x{n}x{k} (producer/consumer tile program, {} blocks x {} waves): \
+             relative error vs f64 {:.2e} (max {:.2e}) — {}",
+            r.blocks,
+            r.waves_per_block,
+            r.error.rel_err,
+            r.error.max_rel,
+            if passed { "ok" } else { "FAIL" }
+        );
     }
     if !passed {
         bail!(

@@ -3,7 +3,7 @@
 //! says so ("no ROCm runtime found (libamdhip64.so)") and runs the same code object on the ISA
 //! emulator at a small ragged shape instead: numerics only, no speed.
 
-use super::bench_args::{utc_now, Args};
+use super::bench_args::{emit_json, utc_now, Args};
 use anyhow::{bail, Context};
 use kittens_hw::Target;
 use kittens_runtime::amd::bench::{run_amd_gemm_bench, AmdBenchError, AmdGemmReport};
@@ -88,20 +88,13 @@ fn no_rocm(e: &HipError, target: Target, json: Option<&str>) -> anyhow::Result<(
         "reason": e.to_string(),
         "fallback": { "backend": "isa-emu", "passed": r.passed, "run": r },
     });
-    match json {
-        Some("-") => println!("{}", serde_json::to_string_pretty(&doc)?),
-        other => {
-            if let Some(path) = other {
-                std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
-                    .with_context(|| format!("writing {path}"))?;
-            }
-            println!("{e}. No AMD GPU to time on: running the same code object on the ISA emulator instead (numerics only, no speed).");
-            println!(
-                "  gemm_bf16 {m}x{n}x{k} for {target} on isa-emu: relative error vs f64 {:.2e} — {}",
-                r.error.rel_err,
-                if r.passed { "ok" } else { "FAIL" }
-            );
-        }
+    if emit_json(json, &doc)? {
+        println!("{e}. No AMD GPU to time on: running the same code object on the ISA emulator instead (numerics only, no speed).");
+        println!(
+            "  gemm_bf16 {m}x{n}x{k} for {target} on isa-emu: relative error vs f64 {:.2e} — {}",
+            r.error.rel_err,
+            if r.passed { "ok" } else { "FAIL" }
+        );
     }
     if !r.passed {
         bail!(

@@ -356,6 +356,24 @@ pub(crate) fn print_table(r: &GemmBenchReport) {
     }
 }
 
+/// `--json`: `-` prints the document on stdout (and nothing else follows), a path writes it there.
+/// Returns whether the human-readable report is still to be printed (not when stdout held the JSON).
+pub fn emit_json(json: Option<&str>, doc: &serde_json::Value) -> anyhow::Result<bool> {
+    use anyhow::Context;
+    match json {
+        Some("-") => {
+            println!("{}", serde_json::to_string_pretty(doc)?);
+            Ok(false)
+        }
+        Some(path) => {
+            std::fs::write(path, serde_json::to_string_pretty(doc)? + "\n")
+                .with_context(|| format!("writing {path}"))?;
+            Ok(true)
+        }
+        None => Ok(true),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -9,7 +9,7 @@ use kittens_runtime::cuda::bench::TileChoice;
 use kittens_runtime::cuda::bench_fp8::{run_fp8_bench, Fp8BenchReport, CHECKS};
 use kittens_runtime::cuda::CudaError;
 
-use super::bench_args::{failed_rows, options, print_table, utc_now, Args, BLayoutArg};
+use super::bench_args::{emit_json, failed_rows, options, print_table, utc_now, Args, BLayoutArg};
 
 /// The measured configuration: `None` (no `--block`, `--promote` or `--window`), the registry's, as
 /// every caller runs it; else the registry's Hopper one with those changes, checked by lowering it
@@ -78,14 +78,8 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
         Err(e) => return Err(e).context("FP8 GEMM benchmark on the GPU"),
     };
     let doc = document(&report);
-    match a.json.as_deref() {
-        Some("-") => println!("{}", serde_json::to_string_pretty(&doc)?),
-        Some(path) => {
-            std::fs::write(path, serde_json::to_string_pretty(&doc)? + "\n")
-                .with_context(|| format!("writing {path}"))?;
-            print(&report);
-        }
-        None => print(&report),
+    if emit_json(a.json.as_deref(), &doc)? {
+        print(&report);
     }
     failed_rows(&report.gemm, "FP8 GEMM")
 }
