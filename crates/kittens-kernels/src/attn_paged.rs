@@ -26,7 +26,7 @@
 //! lowerings refuse index reads. The registry marks them not-yet, naming why.
 
 use crate::attn::key_step::{KeyMasks, WaveStep};
-use crate::attn::{HeadLogits, Logits, Softmax};
+use crate::attn::{HeadLogits, Logits, Softmax, Staged};
 use crate::attn_fwd::split::declare_partials;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32, I32};
@@ -316,6 +316,7 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
     let q_r = k.tile("q", Bf16, bq, dim, Layout::Row, BaseShape::S16X32);
     let k_r = k.tile("k", Bf16, bk, dim, Layout::Row, BaseShape::S16X32);
     let v_r = k.tile("v", Bf16, bk, dim, Layout::Col, BaseShape::S16X16);
+    let v_s = Staged::declare(&mut k, "v_s", v_r, Bf16, (bk, dim));
     let s = k.tile("s", F32, bq, bk, Layout::Row, BaseShape::S16X16);
     let p = k.tile("p", Bf16, bq, bk, Layout::Row, BaseShape::S16X16);
     let acc = k.tile("acc", F32, bq, dim, Layout::Row, BaseShape::S16X16);
@@ -349,7 +350,7 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
         let k0 = w.key(&j);
         let origin = w.page_origin(&io, &k0, Expr::c(0));
         k.load_global(k_r, k.gview(io.k_cache, origin.clone(), 1, 3, bk, dim));
-        k.load_global(v_r, k.gview(io.v_cache, origin, 1, 3, bk, dim));
+        v_s.load(k, k.gview(io.v_cache, origin, 1, 3, bk, dim));
         // V rows past the length zeroed: stale cache rows (NaN in an uninitialised cache) cannot
         // leak through `0 · NaN`.
         k.mask(v_r, MaskRule::RowsBelow(w.limit.clone()), &k0, 0, 0.0);

@@ -14,16 +14,12 @@ pub(super) const ATTN_PAGED: KernelEntry = KernelEntry {
         TargetPlan {
             target: Target::Gfx942,
             schedule: "plain, one wave",
-            status: Status::NotYet {
-                why: "the AMD lowerings do not emit index reads (block_table) yet",
-            },
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Gfx950,
             schedule: "plain, one wave",
-            status: Status::NotYet {
-                why: "the AMD lowerings do not emit index reads (block_table) yet",
-            },
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Sm90a,
