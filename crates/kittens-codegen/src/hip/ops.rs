@@ -452,6 +452,21 @@ impl Emitter<'_> {
         let (amap, abase, kr) = view(self.map(*a)?, &at, ta);
         let (bmap, bbase, _) = view(self.map(*b)?, &bt, tb);
         let plan = mfma_for_abt(self.arch, at.dtype, (abase, &amap), (bbase, &bmap), dt.base)?;
+        // An accumulator that holds the MFMA's result transposed takes it with the operands swapped.
+        let Some(swap) = plan.d_transposed(&self.map(d)?, &amap, &bmap) else {
+            return Err(LowerError::Layout(format!(
+                "{} into `{dn}`: its lane map holds neither the result of {} nor its transpose",
+                form.name(),
+                plan.instr.name
+            )));
+        };
+        let order = |a: String, b: String| {
+            if swap {
+                format!("{b}, {a}")
+            } else {
+                format!("{a}, {b}")
+            }
+        };
         let ix = |tr: bool, mn: &str, k: &str| {
             if tr {
                 format!("[{k}][{mn}]")
@@ -482,6 +497,12 @@ impl Emitter<'_> {
             self.line(format!("for (int i = 0; i < {mr}; ++i) for (int j = 0; j < {nr}; ++j) {dn}[i][j] = {cn}[i][j];"));
         }
         if [&dt, &at, &bt].iter().any(|t| t.pin.is_some()) {
+            if swap {
+                return Err(LowerError::Unsupported(format!(
+                    "{} into the pinned `{dn}` holding the MFMA's result transposed",
+                    form.name()
+                )));
+            }
             let dmap = self.map(d)?;
             let ops = super::pinned::AbtOperands {
                 d: (&dn, &dt, dmap.elems_per_lane()),
@@ -515,7 +536,7 @@ impl Emitter<'_> {
                         part(&format!("{an}{ai0}"), 0),
                         part(&format!("{bn}{bj0}"), 0),
                     );
-                    em.line(format!("{dn}[i][j] = {f}_zero({a0}, {b0});"));
+                    em.line(format!("{dn}[i][j] = {f}_zero({});", order(a0, b0)));
                 }
                 em.line("#pragma unroll");
                 em.block(format!("for (int kk = 0; kk < {kr}; ++kk)"), |em| {
@@ -529,7 +550,7 @@ impl Emitter<'_> {
                         } else {
                             ""
                         };
-                        em.line(format!("{skip}{f}{acc}({av}, {bv}, {dn}[i][j]);"));
+                        em.line(format!("{skip}{f}{acc}({}, {dn}[i][j]);", order(av, bv)));
                     }
                     Ok(())
                 })
