@@ -439,7 +439,7 @@ impl Emitter<'_> {
     /// (it tracks these loads and waits for them at their first use: the register double buffer of
     /// HipKittens E.1 on MI325X). Chunks past the tensor's edge read as zero.
     pub(super) fn load_global(&mut self, r: RegId, src: &GlobalView) -> Result<(), LowerError> {
-        let (name, tile) = self.reg(r);
+        let (name, tile) = self.reg(r)?;
         let dst = name.clone();
         let map = self.map(r)?;
         let epl = map.elems_per_lane();
@@ -595,7 +595,7 @@ impl Emitter<'_> {
     /// zero outside the tensor: the GEMM's scales, read once after the K loop as tiles shaped like the
     /// accumulator from tensors whose zero strides broadcast one value per tensor, row or column.
     fn load_global_elements(&mut self, r: RegId, src: &GlobalView) -> Result<(), LowerError> {
-        let (name, tile) = self.reg(r);
+        let (name, tile) = self.reg(r)?;
         let map = self.map(r)?;
         let tensor = self.tensor_args(src);
         let (gr, gc) = tile.base_grid();
@@ -648,7 +648,7 @@ impl Emitter<'_> {
         r: RegId,
         rounding: Rounding,
     ) -> Result<(), LowerError> {
-        let (name, tile) = self.reg(r);
+        let (name, tile) = self.reg(r)?;
         let map = self.map(r)?;
         let out = self.k.global(dst.tensor).dtype;
         let convert = match (tile.dtype, out, rounding) {
