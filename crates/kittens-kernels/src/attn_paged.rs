@@ -21,9 +21,10 @@
 //! Split-KV (Flash-Decoding): with `splits > 1` each query block's walk is cut into parts, one block
 //! each, writing [`crate::attn_fwd::split`]'s partials, which its merge (`build_merge`) combines.
 //!
-//! Targets: the CPU interpreter. Not yet sm_90a: the plain CUDA lowering refuses index reads, and its
-//! row broadcasts need rows a wave of chunks wide (this program's score rows are 16 keys); the AMD
-//! lowerings refuse index reads. The registry marks them not-yet, naming why.
+//! Targets: the CPU interpreter and gfx942 (V staged through LDS, [`crate::attn::Staged`];
+//! crates/kittens-runtime/tests/amd_index_reads.rs). Not sm_90a: the plain CUDA lowering refuses index
+//! reads (sm_90a runs `attn_paged_hopper`); not yet gfx950, whose MFMA table has no 16×16×16 form for
+//! the 16-key P·V. The registry names why.
 
 use crate::attn::key_step::{KeyMasks, WaveStep};
 use crate::attn::{HeadLogits, Logits, Softmax, Staged};

@@ -13,8 +13,8 @@
 //! (FlashAttention's convention), grouped-query heads (query head `h` reads KV head
 //! `h / (heads / heads_kv)`). It runs on the CPU interpreter (one wave, over the register budget of
 //! a GPU); sm_90a runs the warp-specialised program of the same tensors and meaning,
-//! [`crate::attn_varlen_hopper`]; the AMD lowerings refuse index reads
-//! (`kittens_codegen::LowerError::IndexReads`).
+//! [`crate::attn_varlen_hopper`]; gfx942 and gfx950 lower this program (V staged through LDS,
+//! [`crate::attn::Staged`]; crates/kittens-runtime/tests/amd_index_reads.rs).
 
 use crate::attn::key_step::{KeyMasks, WaveStep};
 use crate::attn::score::Alibi;
