@@ -78,8 +78,8 @@ pub fn expr_in(k: &Kernel, e: &Expr, n: &CNames) -> String {
         Expr::Block(i) => format!("blk{i}"),
         Expr::Wave => n.wave.to_string(),
         Expr::Round => n.round.to_string(),
-        // The global's pointer as the CUDA lowering names its arguments (`g_<name>`, declared
-        // `const int*` for i32 tensors); the HIP lowerings refuse index reads (`crate::lower`).
+        // The global's pointer as both lowerings name their arguments (`g_<name>`, declared
+        // `const int*` for i32 tensors): a uniform index makes it one scalar load on AMD.
         Expr::Elem(g, i) => format!(
             "((const int*)g_{})[{}]",
             k.globals

@@ -18,14 +18,6 @@ pub enum LowerError {
     /// The target has no source form (the CPU runs the tile IR on the interpreter).
     #[error("{0} has no generated source: the interpreter runs the tile program itself")]
     NoSource(Target),
-    /// The kernel reads indices from memory (`kittens_ir::Expr::Elem`, a per-block `Clip`: a varlen
-    /// batch), which the AMD lowerings do not emit yet (sm_90a does: bounds-checked `cp.async` fills
-    /// and direct stores stop at the clip).
-    #[error(
-        "`{kernel}` reads indices from device memory (an i32 index tensor or a per-block clip: a \
-         variable-length batch); {target} does not lower that yet: run it on the CPU interpreter or sm_90a"
-    )]
-    IndexReads { kernel: String, target: Target },
     /// The register estimate (`kittens_ir::validate::reg_peak`) is over the target's per-wave budget:
     /// the compiler would spill. Names the estimate, the budget and the registers live at the peak.
     #[error(
@@ -231,12 +223,6 @@ impl Lowered {
 /// shared memory is over the target's is refused with the estimate, the budget and what costs most,
 /// before a compiler spills it.
 pub fn lower(k: &Kernel, target: Target) -> Result<Lowered, LowerError> {
-    if k.reads_indices() && target.language() != Language::Cuda {
-        return Err(LowerError::IndexReads {
-            kernel: k.name.clone(),
-            target,
-        });
-    }
     if target.gpu().is_some() {
         check_budgets(k, target)?;
     }

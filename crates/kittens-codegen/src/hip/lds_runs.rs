@@ -20,7 +20,7 @@ impl Emitter<'_> {
         store: bool,
         len: usize,
     ) -> Result<(), LowerError> {
-        let (name, tile) = self.reg(r);
+        let (name, tile) = self.reg(r)?;
         let map = self.map(r)?;
         let sd = self.k.shared_decl(view.buf).clone();
         let e = sd.tile.dtype.bytes();

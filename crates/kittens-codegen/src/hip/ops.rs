@@ -198,17 +198,18 @@ impl Emitter<'_> {
             .ok_or_else(|| LowerError::Unsupported(format!("register {} has no lane map", r.0)))
     }
 
-    pub(super) fn reg(&self, r: RegId) -> (String, kittens_tile::RegTile) {
+    /// Register tile `r`'s C name and shape; a vector where an op needs a tile is refused by name.
+    pub(super) fn reg(&self, r: RegId) -> Result<(String, kittens_tile::RegTile), LowerError> {
         let d = self.k.reg(r);
-        (
-            format!("r_{}", ident(&d.name)),
-            *d.tile().expect("maps exist only for tiles"),
-        )
+        let t = d.tile().ok_or_else(|| {
+            LowerError::Unsupported(format!("`{}` (a vector) where the op takes a tile", d.name))
+        })?;
+        Ok((format!("r_{}", ident(&d.name)), *t))
     }
 
     /// `ds_read` (`store == false`) or `ds_write` of a row-layout register tile to/from a shared view.
     fn lds_access(&mut self, r: RegId, view: &SharedView, store: bool) -> Result<(), LowerError> {
-        let (name, tile) = self.reg(r);
+        let (name, tile) = self.reg(r)?;
         let map = self.map(r)?;
         let sd = self.k.shared_decl(view.buf).clone();
         let e = sd.tile.dtype.bytes();
@@ -341,7 +342,7 @@ impl Emitter<'_> {
     /// tile: the transposed operand of `mma_atb`): one 16-bit (32-bit) LDS read per element at its
     /// swizzled address, through the compiler (which tracks the wait).
     fn lds_read_elements(&mut self, r: RegId, view: &SharedView) -> Result<(), LowerError> {
-        let (name, tile) = self.reg(r);
+        let (name, tile) = self.reg(r)?;
         let map = self.map(r)?;
         let sd = self.k.shared_decl(view.buf).clone();
         let e = sd.tile.dtype.bytes();
@@ -437,7 +438,7 @@ impl Emitter<'_> {
                 form.name()
             )));
         };
-        let ((dn, dt), (an, at), (bn, bt)) = (self.reg(d), self.reg(*a), self.reg(*b));
+        let ((dn, dt), (an, at), (bn, bt)) = (self.reg(d)?, self.reg(*a)?, self.reg(*b)?);
         // Every form runs as A·Bᵀ on row views: a transposed operand (A stored K×M, B stored K×N) is
         // read through its transposed lane map, its base tiles indexed `[k][m]`.
         let (ta, tb) = (form.a_transposed(), !form.b_transposed());
@@ -452,6 +453,21 @@ impl Emitter<'_> {
         let (amap, abase, kr) = view(self.map(*a)?, &at, ta);
         let (bmap, bbase, _) = view(self.map(*b)?, &bt, tb);
         let plan = mfma_for_abt(self.arch, at.dtype, (abase, &amap), (bbase, &bmap), dt.base)?;
+        // An accumulator that holds the MFMA's result transposed takes it with the operands swapped.
+        let Some(swap) = plan.d_transposed(&self.map(d)?, &amap, &bmap) else {
+            return Err(LowerError::Layout(format!(
+                "{} into `{dn}`: its lane map holds neither the result of {} nor its transpose",
+                form.name(),
+                plan.instr.name
+            )));
+        };
+        let order = |a: String, b: String| {
+            if swap {
+                format!("{b}, {a}")
+            } else {
+                format!("{a}, {b}")
+            }
+        };
         let ix = |tr: bool, mn: &str, k: &str| {
             if tr {
                 format!("[{k}][{mn}]")
@@ -478,10 +494,16 @@ impl Emitter<'_> {
             }
         };
         if let Some(c) = c.filter(|c| *c != d) {
-            let (cn, _) = self.reg(c);
+            let (cn, _) = self.reg(c)?;
             self.line(format!("for (int i = 0; i < {mr}; ++i) for (int j = 0; j < {nr}; ++j) {dn}[i][j] = {cn}[i][j];"));
         }
         if [&dt, &at, &bt].iter().any(|t| t.pin.is_some()) {
+            if swap {
+                return Err(LowerError::Unsupported(format!(
+                    "{} into the pinned `{dn}` holding the MFMA's result transposed",
+                    form.name()
+                )));
+            }
             let dmap = self.map(d)?;
             let ops = super::pinned::AbtOperands {
                 d: (&dn, &dt, dmap.elems_per_lane()),
@@ -515,7 +537,7 @@ impl Emitter<'_> {
                         part(&format!("{an}{ai0}"), 0),
                         part(&format!("{bn}{bj0}"), 0),
                     );
-                    em.line(format!("{dn}[i][j] = {f}_zero({a0}, {b0});"));
+                    em.line(format!("{dn}[i][j] = {f}_zero({});", order(a0, b0)));
                 }
                 em.line("#pragma unroll");
                 em.block(format!("for (int kk = 0; kk < {kr}; ++kk)"), |em| {
@@ -529,7 +551,7 @@ impl Emitter<'_> {
                         } else {
                             ""
                         };
-                        em.line(format!("{skip}{f}{acc}({av}, {bv}, {dn}[i][j]);"));
+                        em.line(format!("{skip}{f}{acc}({}, {dn}[i][j]);", order(av, bv)));
                     }
                     Ok(())
                 })
@@ -538,7 +560,7 @@ impl Emitter<'_> {
     }
 
     fn fill(&mut self, r: RegId, value: f32) -> Result<(), LowerError> {
-        let (name, tile) = self.reg(r);
+        let (name, tile) = self.reg(r)?;
         let n = self.map(r)?.elems_per_lane();
         let lit = match tile.dtype {
             DType::F32 => format!("{value:?}f"),

@@ -142,7 +142,10 @@ impl Emitter<'_> {
             return;
         };
         if t.pin.is_some_and(|p| p.file == RegFile::Agpr) {
-            let ((name, _), (gr, gc)) = (self.reg(dst), t.base_grid());
+            let (name, (gr, gc)) = (
+                format!("r_{}", crate::cexpr::ident(&self.k.reg(dst).name)),
+                t.base_grid(),
+            );
             for tile in super::lower::base_tiles(&name, gr, gc) {
                 self.line(format!("KITTENS_IN_AGPRS({tile});"));
             }

@@ -10,10 +10,12 @@ pub mod layout;
 pub mod score;
 pub mod shape;
 pub(crate) mod softmax;
+pub(crate) mod staged;
 pub mod strides;
 
 pub use layout::AttnLayout;
 pub use score::{AttnArgs, AttnOptions, Logits, Window};
 pub use shape::{AttnShape, BwdShape, Causal};
 pub(crate) use softmax::{HeadLogits, Softmax};
+pub(crate) use staged::Staged;
 pub use strides::AttnStrides;

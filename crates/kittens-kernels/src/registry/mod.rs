@@ -359,16 +359,12 @@ const ATTN_VARLEN: KernelEntry = KernelEntry {
         TargetPlan {
             target: Target::Gfx942,
             schedule: "plain",
-            status: Status::NotYet {
-                why: "the AMD lowerings do not emit index reads (cu_seqlens) yet",
-            },
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Gfx950,
             schedule: "plain",
-            status: Status::NotYet {
-                why: "the AMD lowerings do not emit index reads (cu_seqlens) yet",
-            },
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Sm90a,

@@ -5,8 +5,9 @@ use super::{no_variants, KernelEntry, Status, TargetPlan};
 use crate::{attn_varlen_bwd, attn_varlen_bwd_problem, attn_varlen_problem};
 use kittens_hw::Target;
 
-const NO_INDEX_READS: Status = Status::NotYet {
-    why: "the AMD lowerings do not emit index reads (cu_seqlens) yet",
+const VECTOR_LOADS: Status = Status::NotYet {
+    why: "its one-wave programs load the lse (and D) from global memory straight into register \
+          vectors, which the HIP lowering does not take yet (the forward, attn_varlen, lowers)",
 };
 
 pub(super) const ATTN_VARLEN_BWD: KernelEntry = KernelEntry {
@@ -18,12 +19,12 @@ pub(super) const ATTN_VARLEN_BWD: KernelEntry = KernelEntry {
         TargetPlan {
             target: Target::Gfx942,
             schedule: "plain",
-            status: NO_INDEX_READS,
+            status: VECTOR_LOADS,
         },
         TargetPlan {
             target: Target::Gfx950,
             schedule: "plain",
-            status: NO_INDEX_READS,
+            status: VECTOR_LOADS,
         },
         TargetPlan {
             target: Target::Sm90a,
