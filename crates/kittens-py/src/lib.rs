@@ -13,6 +13,7 @@ mod prepared;
 mod tile;
 mod tile_args;
 mod tile_body;
+mod tile_builder;
 mod tile_decl;
 mod tile_expr;
 mod tile_program;
