@@ -31,10 +31,11 @@ pub mod launch;
 pub mod libs;
 pub mod limits;
 pub mod nvrtc;
+mod strip_kernel;
 
 pub use cache::{CacheError, KernelCache};
-pub use driver::{Device, DeviceBuffer, Event, Function, Module, Stream, TensorMap};
 pub use compiled::{CudaCompileReport, CudaModuleImage};
+pub use driver::{Device, DeviceBuffer, Event, Function, Module, Stream, TensorMap};
 pub use nvrtc::{compile, compile_with_cache, nvrtc, parse_ptxas_log, ptx, NvrtcInfo};
 
 /// Everything that can go wrong between CUDA source and a timed launch.
