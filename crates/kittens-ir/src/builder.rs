@@ -66,6 +66,7 @@ impl KernelBuilder {
                 remap: GridOrder::RowMajor,
                 paired: false,
                 cluster: 1,
+                resident: 1,
             },
             body: vec![],
         };
@@ -158,12 +159,25 @@ impl KernelBuilder {
 
     /// The launch grid: `∏ extents` blocks, coordinates from `remap`.
     pub fn grid(&mut self, extents: Vec<Expr>, remap: GridOrder) {
+        let resident = self.k.grid.resident;
         self.k.grid = Grid {
             extents,
             remap,
             paired: false,
             cluster: 1,
+            resident,
         };
+    }
+
+    /// Asks for `n` blocks resident per SM at once ([`crate::Grid::resident`]; 1 to 32).
+    pub fn resident_blocks(&mut self, n: u32) {
+        if !(1..=32).contains(&n) {
+            self.fail(BuildError::Structure(format!(
+                "{n} resident blocks per SM (1 to 32)"
+            )));
+            return;
+        }
+        self.k.grid.resident = n;
     }
 
     /// Runs consecutive row tiles (grid extent 0) in thread-block clusters of `n` (1, 2 or 4): their

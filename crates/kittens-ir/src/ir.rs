@@ -695,6 +695,16 @@ pub struct Grid {
     /// each block fetch its share of the rows and multicast it to all. Nothing else changes: the interpreter and the AMD
     /// lowerings, which run a block per tile, ignore it.
     pub cluster: u32,
+    /// Blocks the program asks to have resident on one SM at once (1: no ask): sm_90a's lowering
+    /// caps each thread's registers so that this many blocks fit (`__launch_bounds__(threads,
+    /// resident)`, CUDA C++ Programming Guide, "Launch Bounds"), so that a row-wise loop keeps
+    /// several rows in flight per SM. The interpreter and the AMD lowerings ignore it.
+    #[serde(default = "one")]
+    pub resident: u32,
+}
+
+fn one() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -116,6 +116,7 @@ fn rmsnorm_backward_at_every_prefetch_level() {
                     blocks,
                     waves_per_row: None,
                     prefetch,
+                    resident: 1,
                 };
                 check_with("rmsnorm_bwd", &p, Some(bwd_stages(&cfg, &lp, &p, 45)));
             }

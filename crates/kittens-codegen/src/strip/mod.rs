@@ -64,8 +64,9 @@ pub struct Dialect {
     /// Thread index in the block, block index in the grid (C expressions).
     pub thread: &'static str,
     pub block: &'static str,
-    /// `extern "C"` kernel attributes before the name, given threads per block.
-    pub launch: fn(u32) -> String,
+    /// `extern "C"` kernel attributes before the name, given threads per block and the blocks asked
+    /// to be resident per SM (`kittens_ir::Grid::resident`).
+    pub launch: fn(u32, u32) -> String,
     /// The first statement of every kernel body (CUDA: wait for the grid before, where launched as
     /// its programmatic dependent).
     pub entry_prologue: &'static str,
@@ -748,7 +749,7 @@ fn lower_any(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
          extern \"C\" __global__ {}\n{name}({}) {{\n{}{body}}}\n",
         d.prelude,
         k.name,
-        (d.launch)(threads),
+        (d.launch)(threads, k.grid.resident),
         args.join(", "),
         d.entry_prologue
     );

@@ -107,6 +107,18 @@ pub fn config(p: &LayerNormProblem, target: Target) -> LayerNormConfig {
     }
 }
 
+/// The forward's configuration: [`config`], split as [`crate::rows::FWD_SPLIT_VAR`] says for a
+/// measurement.
+pub fn fwd_config(p: &LayerNormProblem, target: Target) -> Result<LayerNormConfig, KernelError> {
+    let cfg = config(p, target);
+    let w = crate::rows::waves_per_row_at(cfg.dim, cfg.lanes, crate::rows::fwd_per_lane()?);
+    Ok(LayerNormConfig {
+        waves_per_row: w,
+        waves: crate::rows::block_waves(w),
+        ..cfg
+    })
+}
+
 /// The backward's configuration on `target` (the forward's) and how its first launch walks the rows
 /// (with [`crate::rows::ROW_LOOP_VAR`]'s override for a measurement).
 pub fn bwd_config(
@@ -169,7 +181,7 @@ impl KernelProblem for LayerNormProblem {
         let name = "layernorm";
         positive(name, &[("rows", p.norm.rows), ("dim", p.norm.dim)])?;
         // The configuration's checks (D range and multiple of 8, p) before any size is used.
-        build(&config(p, target))?;
+        build(&fwd_config(p, target)?)?;
         let (rows, d) = (p.norm.rows as u64, p.norm.dim as u64);
         let m = budget::product(&[rows, d]);
         let bytes = budget::sum(&[
@@ -185,13 +197,13 @@ impl KernelProblem for LayerNormProblem {
             what,
             // Memory-bound: count one unit of work per element read.
             work: m,
-            shape: serde_json::json!({ "norm": p.norm, "config": config(p, target) }),
+            shape: serde_json::json!({ "norm": p.norm, "config": fwd_config(p, target)? }),
         })
     }
 
     fn build(&self, target: Target) -> Result<Kernel, KernelError> {
         let p = self;
-        build(&config(p, target))
+        build(&fwd_config(p, target)?)
     }
 
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {

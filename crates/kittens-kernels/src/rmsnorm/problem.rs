@@ -117,6 +117,18 @@ pub fn config(p: &RmsNormProblem, target: Target) -> RmsNormConfig {
     }
 }
 
+/// The forward's configuration: [`config`], split as [`crate::rows::FWD_SPLIT_VAR`] says for a
+/// measurement.
+pub fn fwd_config(p: &RmsNormProblem, target: Target) -> Result<RmsNormConfig, KernelError> {
+    let cfg = config(p, target);
+    let w = crate::rows::waves_per_row_at(cfg.dim, cfg.lanes, crate::rows::fwd_per_lane()?);
+    Ok(RmsNormConfig {
+        waves_per_row: w,
+        waves: crate::rows::block_waves(w),
+        ..cfg
+    })
+}
+
 /// The backward's configuration on `target` and how its first launch walks the rows (with
 /// [`crate::rows::ROW_LOOP_VAR`]'s override for a measurement).
 pub fn bwd_config(
@@ -191,14 +203,14 @@ impl KernelProblem for RmsNormProblem {
             work: Some(m as u64),
             shape: serde_json::json!({
                 "rows": rows, "dim": d, "residual": p.residual,
-                "config": config(p, target),
+                "config": fwd_config(p, target)?,
             }),
         })
     }
 
     fn build(&self, target: Target) -> Result<Kernel, KernelError> {
         let p = self;
-        build(&config(p, target))
+        build(&fwd_config(p, target)?)
     }
 
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
