@@ -5,7 +5,9 @@
 # the same bytes (`kittens run --time`), one Nsight Compute reading of the layernorm backward, then the
 # Python benches against torch eager and torch.compile. Everything goes to $OUT/norms (log.txt, JSON).
 #   VARIANTS (default "prefetch=0 prefetch=1 prefetch=2"; "default" leaves KITTENS_NORM_BWD unset), PYB
-#   (the benches), NCU=0 skips ncu, EXTRA=0 the checks at other shapes.
+#   (the benches), NCU=0 skips ncu, EXTRA=0 the checks at other shapes, FWD (e.g. "per_lane=8
+#   per_lane=16": the forwards at each KITTENS_NORM_FWD split), TESTS=1 the GPU pytest files of the norms
+#   first.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export W=$PWD/wheels
@@ -16,10 +18,23 @@ K=target/release/kittens
 S=$(date +%s)
 t() { echo "=== [$(( $(date +%s) - S ))s] $*" | tee -a "$LOG"; }
 { cat commit.txt; nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader; } | tee -a "$LOG"
+if [ "${TESTS:-0}" = 1 ]; then
+  KITTENS_REQUIRE_TORCH=1 timeout 100 python3 -m pytest -q -x python/tests/test_gpu_norms.py \
+    python/tests/test_gpu_layernorm_bwd.py python/tests/test_gpu_norm_strides.py 2>&1 | tail -n 6 | tee -a "$LOG"
+  t tests
+fi
+for v in ${FWD:-}; do
+  for args in "rmsnorm --rows 16384 --hidden 3080" "rmsnorm --rows 4096 --hidden 768" "rmsnorm --rows 16384 --hidden 4096" \
+              "layernorm --rows 16384 --hidden 768 --p 0" "layernorm --rows 16384 --hidden 3080 --p 0"; do
+    echo "== KITTENS_NORM_FWD=$v $args" | tee -a "$LOG"
+    KITTENS_NORM_FWD="$v" timeout 60 $K run $args --backend cuda --time 30 2>&1 | grep -E "^(launch|timed|passed)|rror" | tee -a "$LOG"
+  done
+done
 for v in ${VARIANTS:-prefetch=0 prefetch=1 prefetch=2}; do
   [ "$v" = default ] && v=""
   for args in "layernorm_bwd --rows 4133 --hidden 4096 --p 0.1" "layernorm_bwd --rows 8192 --hidden 4096 --p 0" \
-              "layernorm_bwd --rows 8192 --hidden 3080 --p 0" "rmsnorm_bwd --rows 8192 --hidden 4096"; do
+              "layernorm_bwd --rows 8192 --hidden 3080 --p 0" "rmsnorm_bwd --rows 8192 --hidden 4096" \
+              "rmsnorm_bwd --rows 8192 --hidden 3080"; do
     echo "== KITTENS_NORM_BWD=$v $args" | tee -a "$LOG"
     KITTENS_NORM_BWD="$v" timeout 60 $K run $args --backend cuda --time 30 2>&1 | grep -E "^(launch|timed|passed)|rror" | tee -a "$LOG"
   done
