@@ -9,8 +9,10 @@
 #
 # PARTS picks what runs (default: all, in this order): gemm_bf16 gemm_fp8 attn_fwd attn_bwd layernorm
 # rotary norms lce tests; `model` (python -m kittens.bench model: a Llama trained and generating, HF vs
-# kittens, about 10 minutes) and `model1b` (the ~1B Llama at sequence 4096, 200 steps) run when named. Each part has a timeout and the script goes on when one fails; the folder's log.txt
-# keeps what each printed. Copy the parts worth keeping into bench/results/<kernel>/ and update its README.
+# kittens, about 10 minutes), `model1b` (the ~1B Llama at sequence 4096, 200 steps) and `rowbw` (the row
+# kernels' bandwidth under each row loop and block shape, with Nsight Compute; about 8 minutes) run when
+# named. Each part has a timeout and the script goes on when one fails; the folder's log.txt keeps what
+# each printed. Copy the parts worth keeping into bench/results/<kernel>/ and update its README.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-bench/results/run-$(date -u +%Y-%m-%d)}"
@@ -82,10 +84,54 @@ if has norms; then
   D="$OUT/norms"; mkdir -p "$D"
   step 300 $PY rmsnorm --iters 30 --json "$D/rmsnorm.json" --plot "$D/rmsnorm.png"
   step 300 $PY swiglu --iters 30 --json "$D/swiglu.json" --plot "$D/swiglu.png"
+  step 400 $PY layernorm --backward --iters 30 --json "$D/layernorm_bwd.json"
+fi
+if has rowbw; then
+  # The row kernels against a copy of the same bytes (`kittens run --time`; bench/results/norms): each
+  # norm backward under each row loop (KITTENS_NORM_BWD, ROWBW_VARIANTS; "default" leaves it empty) and
+  # SwiGLU under each block shape (KITTENS_SWIGLU, SWIGLU_VARIANTS), then Nsight Compute (clocks left
+  # alone) on ROWBW_NCU at each of NCU_VARIANTS; NCU=0 skips it. Bytes moved: layernorm backward
+  # 6·rows·D·2, rmsnorm backward (residual) 4·rows·D·2, SwiGLU forward 3·rows·F·2, backward 5·rows·F·2.
+  D="$OUT/rowbw"; mkdir -p "$D"
+  timed() { # timed VAR=VALUE KERNEL ARGS...: one checked, timed run; its launch and timing lines
+    echo "== $*" | tee -a "$D/log.txt"
+    env "$1" timeout 120 "$K" run "${@:2}" --backend cuda --time 30 2>&1 \
+      | grep -E "^(launch|timed|passed|check)|rror" | tee -a "$D/log.txt"
+  }
+  for v in ${ROWBW_VARIANTS:-default prefetch=0 prefetch=1 prefetch=2}; do
+    [ "$v" = default ] && v=""
+    for args in "layernorm_bwd --rows 4133 --hidden 4096 --p 0.1" "layernorm_bwd --rows 8192 --hidden 4096 --p 0" \
+                "layernorm_bwd --rows 16384 --hidden 3080 --p 0" "rmsnorm_bwd --rows 8192 --hidden 4096" \
+                "rmsnorm_bwd --rows 16384 --hidden 3080"; do
+      timed "KITTENS_NORM_BWD=$v" $args
+    done
+  done
+  for args in "layernorm_bwd --rows 2048 --hidden 8192 --p 0" "layernorm_bwd --rows 37 --hidden 1000 --p 0.1" \
+              "layernorm_bwd --rows 8 --hidden 5128 --p 0.1" "rmsnorm_bwd --rows 4096 --hidden 768"; do
+    timed "KITTENS_NORM_BWD=" $args
+  done
+  for v in ${SWIGLU_VARIANTS:-default chunks=2 chunks=4 waves=8 waves=8,chunks=2 waves=2,chunks=4}; do
+    [ "$v" = default ] && v=""
+    for what in swiglu swiglu_bwd; do
+      timed "KITTENS_SWIGLU=$v" $what --rows 4096 --hidden 14336 --packed
+    done
+  done
+  if [ "${NCU:-1}" = 1 ]; then
+    ROWBW_NCU=${ROWBW_NCU:-layernorm_bwd --rows 8192 --hidden 4096 --p 0}
+    for v in ${NCU_VARIANTS:-default}; do
+      [ "$v" = default ] && v=""
+      echo "== ncu KITTENS_NORM_BWD=$v $ROWBW_NCU" | tee -a "$D/log.txt"
+      KITTENS_NORM_BWD="$v" timeout 180 ncu --clock-control none -k regex:_bwd_d --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats \
+        --section MemoryWorkloadAnalysis "$K" run $ROWBW_NCU --backend cuda 2>&1 \
+        | grep -vE "^==PROF==|^  *-+ *$" | tee -a "$D/log.txt" | tail -n 60
+    done
+  fi
 fi
 if has lce; then
   D="$OUT/lce"; mkdir -p "$D"
   step 600 $PY lce --json "$D/lce.json"
+  step 500 $PY lce --lce-chunks default,512,1024,2048 --json "$D/chunks.json"
   step 600 python3 -m pytest -q -rs -s python/tests/test_gpu_lce.py
 fi
 if has model1b; then
@@ -100,7 +146,7 @@ fi
 if has tests; then
   # The GPU tests of the Python package: every kernel on CUDA against the CPU interpreter and float64.
   step 400 python3 -m pytest -q -rs python/tests/test_gpu.py python/tests/test_gpu_backward.py \
-    python/tests/test_gpu_norms.py
+    python/tests/test_gpu_norms.py python/tests/test_gpu_layernorm_bwd.py
 fi
 nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv,noheader | tee -a "$OUT/gpu.txt"
 echo "results in $OUT"

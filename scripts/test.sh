@@ -22,9 +22,9 @@ bash scripts/install-nvrtc.sh
 echo "== cargo test --workspace --release"
 cargo test --workspace --release 2>&1
 echo "== examples (docs/writing-kernels.md)"
-cargo run --release -p kittens-kernels --example rmsnorm 2>&1
-cargo run --release -p kittens-kernels --example swiglu 2>&1
-cargo run --release -p kittens-kernels --example row_sum 2>&1
-cargo run --release -p kittens-kernels --example matmul 2>&1
+cargo run --release -p kittens-runtime --example rmsnorm 2>&1
+cargo run --release -p kittens-runtime --example swiglu 2>&1
+cargo run --release -p kittens-runtime --example row_sum 2>&1
+cargo run --release -p kittens-runtime --example matmul 2>&1
 echo "== python package"
 bash scripts/test-python.sh

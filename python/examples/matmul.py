@@ -3,7 +3,7 @@ all three sizes run-time parameters. Each one-wave block computes one 16 x 16 ti
 16 x 32 by 32 x 16 matrix-instruction tiles along K in a loop: each step copies its tiles of a and b
 global -> shared asynchronously, waits, and loads them into registers (reads past the edges are zero).
 It lowers for gfx942/gfx950 (MFMA) and sm_90a (mma.sync per warp; docs/writing-kernels.md).
-crates/kittens-kernels/examples/matmul.rs builds the same kernel in Rust."""
+crates/kittens-runtime/examples/matmul.rs builds the same kernel in Rust."""
 from kittens import tile
 
 BM, BN, BK = 16, 16, 32

@@ -1,4 +1,4 @@
-"""RMSNorm in the Python tile language, the same kernel as crates/kittens-kernels/examples/rmsnorm.rs:
+"""RMSNorm in the Python tile language, the same kernel as crates/kittens-runtime/examples/rmsnorm.rs:
 y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + eps) * w, bf16 in and out, f32 inside. `waves_per_row` waves
 share a row (a strip slice each); with several, their partial sums meet in shared memory."""
 from kittens import tile

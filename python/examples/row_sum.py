@@ -1,4 +1,4 @@
-"""A row sum with a loop, the same kernel as crates/kittens-kernels/examples/row_sum.rs: y[r] = sum of
+"""A row sum with a loop, the same kernel as crates/kittens-runtime/examples/row_sum.rs: y[r] = sum of
 x[r, :], for x of rows x cols (both run-time parameters). One wave per row walks it in strips of `step`
 columns; the first strip starts the sum and later ones add to it (a conditional on the loop variable).
 Columns past `cols` read zero, so the last strip may overhang the row."""

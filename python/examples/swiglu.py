@@ -1,4 +1,4 @@
-"""SwiGLU in the Python tile language, the same kernel as crates/kittens-kernels/examples/swiglu.rs:
+"""SwiGLU in the Python tile language, the same kernel as crates/kittens-runtime/examples/swiglu.rs:
 out[r, j] = silu(g[r, j]) * u[r, j], g and u the two halves of each row of x ([rows, 2F], gate first),
 silu(v) = v * sigmoid(v), the language's silu op. One wave per row, 4 rows per block."""
 from kittens import tile

@@ -251,7 +251,8 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
     CPU arrays run on the interpreter. CUDA tensors run ``attn_fwd`` lowered for sm_90a (Hopper) on the
     current torch stream, one compiled kernel per head dim, mask and alignment, memory order and
     log-sum-exp output (compiled or loaded on its first call, cached for the process); there the head
-    dim must be 32, 64, 96, 128, 192 or 256 (the backward: 64, 96 or 128; a ValueError otherwise). Few query rows against many keys (decoding) take
+    dim must be 32, 64, 96, 128, 192 or 256 (the backward too; at 192 and 256 only its atomic form, so
+    ``deterministic=True`` is a ValueError there). Few query rows against many keys (decoding) take
     the key split where it pays on the device's SMs (Flash-Decoding): the keys cut into parts, one
     block each, and a second kernel merging the parts by their log-sum-exp, with the partials in
     stream-ordered scratch. Like :func:`matmul`, CUDA calls allocate nothing else and synchronise
@@ -361,7 +362,8 @@ def _attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, *
     """Gradients ``(dq, dk, dv)`` of :func:`attention` from its output ``out`` and log-sum-exp ``lse``
     (float32 (B, H, N)) for the output gradient ``grad_out``; torch tensors. Private but stable: the
     entry the autograd function uses (see ``kittens._backward.attention_backward``). ``form``
-    (``"auto"``, the default: ``"atomic"`` at head dim 128, else ``"two"``; ``"two"`` is deterministic;
+    (``"auto"``, the default: ``"atomic"`` at head dims 128, 192 and 256, else ``"two"``; ``"two"`` is
+    deterministic and takes head dims up to 128;
     ``None`` reads ``KITTENS_ATTN_BWD`` once) picks the CUDA launches."""
     from ._backward import attention_backward
 

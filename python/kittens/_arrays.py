@@ -263,8 +263,10 @@ def matmul_operand(shape, strides) -> Optional[Tuple[bool, int]]:
     matrix), ``(True, ld)`` the transpose of a row-major (cols, rows) array with rows ``ld ≥ rows``
     apart (``x.T``, or a slice of one); ``None`` for any other strides. The CPU path's check
     (``view::operand`` in the extension module) takes the same rule."""
-    rows, cols = (int(x) for x in shape)
-    s0, s1 = (int(x) for x in strides)
+    # Compared, never converted with int(): under torch.compile(dynamic=True) the sizes are SymInts, and
+    # int() would specialise the graph to this call's sizes (a recompile per sequence length).
+    rows, cols = shape
+    s0, s1 = strides
     if rows == 0 or cols == 0:
         return False, cols
 

@@ -9,7 +9,8 @@ kittens against PyTorch's own kernels on the same tensors, in one process.
 * layernorm, rotary: against PyTorch eager and ``torch.compile`` of the same expression, in GB/s and as
   a fraction of the copy bandwidth measured in the same run (``kittens.bench_mem``); rmsnorm and swiglu
   the same, forward and backward (``kittens.bench_norms``); ``layernorm --backward`` the fused
-  dropout-residual-layernorm's backward (``kittens.bench_lnbwd``).
+  dropout-residual-layernorm's backward (``kittens.bench_lnbwd``); ``rotary --backward`` each shape's
+  backward beside its forward, against torch eager's and torch.compile's backward, in one process.
 * lce: the fused linear + cross-entropy against matmul + ``F.cross_entropy``, forward and backward: time
   and peak memory (``kittens.bench_norms``).
 * model: a Hugging Face Llama trained and generating with and without
@@ -408,7 +409,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                         "vs SDPA on the gathered cache, gather not timed for SDPA (kittens.bench_paged)")
     p.add_argument("--backward", action="store_true",
                    help="attn: the backward against SDPA's cuDNN and flash backends (kittens.bench_bwd); "
-                        "layernorm: the backward against torch eager and torch.compile (kittens.bench_lnbwd)")
+                        "layernorm: the backward against torch eager and torch.compile (kittens.bench_lnbwd); "
+                        "rotary: each shape's backward beside its forward, against torch eager's and "
+                        "torch.compile's backward and our own forward (kittens.bench_mem)")
     p.add_argument("--bwd-form", choices=["auto", "two", "atomic", "both"], default="auto",
                    help="attn --backward: our launches: auto (the library's choice per head dim), two (query then "
                         "key blocks), FlashAttention-3's atomic three (dQ added in f32 by the key blocks), or both "
@@ -579,7 +582,8 @@ def main_mem(torch, kittens, args) -> int:
         title = "dropout + residual + layernorm (bf16): kittens vs torch eager and torch.compile"
     else:
         rows = bench_mem.bench_rotary(torch, kittens, args, copy_gbs)
-        title = "rotary embedding (bf16, GPT-NeoX): kittens vs torch eager and torch.compile"
+        title = ("rotary embedding (bf16, GPT-NeoX)" + (", forward and backward" if args.backward else "")
+                 + ": kittens vs torch eager and torch.compile")
     report = _header(torch, kittens, args)
     report.update({
         "timing": "interleaved (ours, eager, compiled)",

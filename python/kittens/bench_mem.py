@@ -9,7 +9,8 @@ device's copy bandwidth measured in the same run.
 * rotary: GPT-NeoX rotary embedding of q (B, H, N, D) stored as (B, N, H, D), tables (N, D/2); torch's
   expression is the usual ``q * cos + rotate_half(q) * sin``. At the first shape also GPT-J (pairs
   ``(2i, 2i + 1)``: torch's expression splits even and odd elements and interleaves the results) and
-  GPT-NeoX on a dense (B, H, N, D) tensor.
+  GPT-NeoX on a dense (B, H, N, D) tensor. ``rotary --backward`` adds each shape's backward (dq from the
+  output gradient) against torch eager's and torch.compile's backward and against our own forward.
 
 Bandwidth: bytes a kernel must move (each input read once, each output written once) over its median
 time; ``copy`` is ``dst.copy_(src)`` of a 1 GiB buffer (read + write), the device's practical peak.
@@ -131,19 +132,22 @@ def dropout_row(torch, kittens, expr, compiled, xs, rs, w, b, args, copies, per,
 
 def bench_rotary(torch, kittens, args, copy_gbs: float) -> List[dict]:
     """GPT-NeoX in (B, N, H, D) storage at every shape; at the first shape also GPT-J (interleaved
-    pairs) in the same storage and GPT-NeoX in dense (B, H, N, D)."""
+    pairs) in the same storage and GPT-NeoX in dense (B, H, N, D). With ``--backward``, each shape's
+    backward row follows its forward's (:func:`rotary_backward_row`)."""
     rows = []
     for i, shape in enumerate(args.rope_shapes):
         variants = [(False, False)] + ([(True, False), (False, True)] if i == 0 else [])
         for interleaved, bhsd in variants:
             rows.append(rotary_row(torch, kittens, args, copy_gbs, shape, interleaved, bhsd))
             torch.cuda.empty_cache()
+            if getattr(args, "backward", False):
+                rows.append(rotary_backward_row(torch, kittens, args, copy_gbs, shape, interleaved, bhsd))
+                torch.cuda.empty_cache()
     return rows
 
 
-def rotary_row(torch, kittens, args, copy_gbs, shape, interleaved: bool, bhsd: bool) -> dict:
-    bsz, h, n, d = shape
-    l2 = _l2_bytes(torch)
+def _rope_exprs(torch):
+    """torch's GPT-NeoX and GPT-J expressions of the rotation (tables (N, D/2))."""
 
     def rotate_half(x):
         x1, x2 = x.chunk(2, dim=-1)
@@ -158,7 +162,63 @@ def rotary_row(torch, kittens, args, copy_gbs, shape, interleaved: bool, bhsd: b
         x0, x1 = q[..., 0::2], q[..., 1::2]
         return torch.stack((x0 * cos - x1 * sin, x1 * cos + x0 * sin), -1).flatten(-2)
 
-    expr = gptj if interleaved else neox
+    return neox, gptj
+
+
+def rotary_backward_row(torch, kittens, args, copy_gbs, shape, interleaved: bool, bhsd: bool) -> dict:
+    """The rotary backward (dq from the output gradient, as autograd runs it: kittens' is the forward
+    kernel with -sin) against torch eager's and torch.compile's backward of the same expression, and
+    against our own forward on the same tensors, all in this process. Each side's graph is built once
+    per input copy outside the timing (``retain_graph``), so a timed call is the backward alone; the
+    tables take no gradient. Bytes: dO read and dq written once, the tables read once (the forward's)."""
+    bsz, h, n, d = shape
+    l2 = _l2_bytes(torch)
+    expr = _rope_exprs(torch)[1 if interleaved else 0]
+    compiled = torch.compile(expr, dynamic=False)
+    g = torch.Generator(device="cuda").manual_seed(n + d + 1)
+
+    def mk():
+        if bhsd:
+            return torch.randn(bsz, h, n, d, device="cuda", generator=g).to(torch.bfloat16)
+        return torch.randn(bsz, n, h, d, device="cuda", generator=g).to(torch.bfloat16).transpose(1, 2)
+
+    ang = torch.rand(n, d // 2, device="cuda", generator=g, dtype=torch.float64) * 6.283
+    cos, sin = ang.cos().to(torch.bfloat16), ang.sin().to(torch.bfloat16)
+    per = bsz * h * n * d * 2
+    copies = max(2, math.ceil(L2_MULTIPLE * l2 / per))
+    qs = [mk().requires_grad_() for _ in range(copies)]
+    dos = [mk() for _ in range(copies)]
+    graphs = {name: [f(q, cos, sin) for q in qs] for name, f in
+              (("ours", lambda q, c, s: kittens.rotary(q, c, s, interleaved=interleaved)),
+               ("eager", expr), ("compiled", compiled))}
+
+    def bwd(name):
+        return lambda i: torch.autograd.grad(graphs[name][i], qs[i], dos[i], retain_graph=True)[0]
+
+    out, fwd_in = torch.empty_like(qs[0]), [q.detach() for q in qs]
+    dq, dq_eager = bwd("ours")(0), bwd("eager")(0)
+    sel = (slice(0, 1), slice(None), slice(0, 256))
+    ref = expr(dos[0][sel].double(), cos[:256].double(), -sin[:256].double())  # the inverse rotation
+    check = _judge(torch, dq[sel], dq_eager[sel], ref)
+    times = time_many(torch, {
+        "ours": bwd("ours"),
+        "ours_fwd": lambda i: kittens.rotary(fwd_in[i], cos, sin, interleaved=interleaved, out=out),
+        "eager": bwd("eager"),
+        "compiled": bwd("compiled"),
+    }, copies, args.warmup, args.iters)
+    name = f"B{bsz} H{h} N{n} D{d}" + (" GPT-J" if interleaved else "") + (" BHSD" if bhsd else "") + " backward"
+    row = _row(name, 2 * per + 2 * n * d, times, copy_gbs)
+    row.update(check)
+    row.update({"interleaved": interleaved, "layout": "bhsd" if bhsd else "bshd", "backward": True,
+                "bwd_vs_fwd": times["ours_fwd"] / times["ours"]})
+    return row
+
+
+def rotary_row(torch, kittens, args, copy_gbs, shape, interleaved: bool, bhsd: bool) -> dict:
+    bsz, h, n, d = shape
+    l2 = _l2_bytes(torch)
+
+    expr = _rope_exprs(torch)[1 if interleaved else 0]
     compiled = torch.compile(expr, dynamic=False)
     g = torch.Generator(device="cuda").manual_seed(n + d)
     if bhsd:
@@ -200,6 +260,8 @@ def print_rows(rows: List[dict], copy_gbs: float) -> None:
         else:
             check = (f"{'ok' if r['passed'] else 'FAILED'}: dropped {r['dropped_fraction']:.4f}, residual "
                      f"{'=' if r['residual_matches_cpu_interpreter'] else '!='} CPU interpreter")
+        if "bwd_vs_fwd" in r:
+            check += f"; our forward {r['ours_fwd_gbs']:.0f} GB/s, backward/forward speed {r['bwd_vs_fwd']:.2f}"
         print(f"{r['shape']:<26} {r['ours_gbs']:10.0f} {r['eager_gbs']:8.0f} {r['compiled_gbs']:9.0f} "
               f"{r['ours_of_copy']:10.2f} {r['vs_compiled']:12.2f}  {check}")
 

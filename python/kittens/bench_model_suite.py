@@ -6,8 +6,9 @@ tokens/s and peak memory per arm), and ``README.md`` made from every ``*.json`` 
 Parts of ``issue35`` (about 7 minutes on one H200; ``--parts`` runs some of them, e.g. one per command
 where a command's time is limited, and the README then covers all the parts whose JSON is present):
 
-* ``125m-2k``: the ~125M Llama at sequence 2048, batch 8, **200 steps** for the loss curves, the four
-  training arms (HF eager with SDPA, HF + ``torch.compile``, kittens eager, kittens compiled), and
+* ``125m-2k``: the ~125M Llama at sequence 2048, batch 8, **200 steps** for the loss curves, the six
+  training arms (HF eager with SDPA, HF + ``torch.compile``, kittens eager, kittens compiled, and both
+  compiled with ``mode="reduce-overhead"``, CUDA graphs: the ``-ro`` arms), and
   inference (prefill of 8 prompts of 1024 tokens, then 128 greedy tokens through ``model.generate``);
 * ``1b-4k``: the ~1.2B Llama (Llama 3's 128256-token vocabulary, untied) at sequence 4096, batch 4,
   **16 steps** (6 untimed: compilation, allocator) — throughput and peak memory only, since 200 steps of
@@ -36,7 +37,8 @@ INFER_125M = {"prompt": 1024, "new_tokens": 128, "gen_batch": 8, "repeats": 3}
 SUITES = {
     "issue35": [
         {"name": "125m-2k", "size": "125m", "seq": 2048, "batch": 8, "steps": 200, "skip_timing": 20,
-         "warmup": 20, "arms": "hf,hf-compile,kittens,kittens-compile", **INFER_125M},
+         "warmup": 20, "arms": "hf,hf-compile,kittens,kittens-compile,hf-compile-ro,kittens-compile-ro",
+         **INFER_125M},
         {"name": "1b-4k", "size": "1b", "seq": 4096, "batch": 4, "steps": 16, "skip_timing": 6, "warmup": 4,
          "arms": "hf,hf-compile,kittens,kittens-compile", "prompt": 3968, "new_tokens": 128, "gen_batch": 4,
          "repeats": 2},
@@ -164,7 +166,10 @@ def readme(reports: List[dict], suite: str) -> str:
              "same seeded initial weights, same batches, fp32 master weights with `torch.autocast(bfloat16)`, "
              "AdamW; tokens/s over the steps after the untimed ones; peak = `torch.cuda.max_memory_allocated` "
              "per step (reset before each), the largest over the timed steps. The loss curves' gap to HF "
-             "eager is read against HF + torch.compile's (the bf16 noise bound: same math, other kernels).", ""]
+             "eager is read against HF + torch.compile's (the bf16 noise bound: same math, other kernels). "
+             "step ms / host ms: medians over the timed steps of the whole step and of the host's time to "
+             "enqueue it (nothing waited on; host ms near step ms: the step is bound by the host's per-op "
+             "cost). Runs before the host figures (no such columns in their JSON) show '-'.", ""]
     for r in reports:
         c, m = r["config"], r["model"]
         lines += [f"## {r['part']}: Llama {c['size']} ({m['params'] / 1e6:.0f}M parameters), sequence {c['seq']}, "
@@ -172,18 +177,20 @@ def readme(reports: List[dict], suite: str) -> str:
                   f"`python -m kittens.bench model --suite {r['suite']} --parts {r['part']}`", "",
                   f"{r['device']}, {r['date']}, commit `{r['commit']}`, torch {r['torch']}, transformers "
                   f"{r['transformers']}. Plot: [{r['part']}.png]({r['part']}.png).", "",
-                  "| arm | tokens/s | vs hf | peak GiB | mean loss, last 20 steps | loss gap to hf (mean / max) |",
-                  "|---|---:|---:|---:|---:|---:|"]
+                  "| arm | tokens/s | vs hf | peak GiB | step ms | host ms | mean loss, last 20 steps | "
+                  "loss gap to hf (mean / max) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
         tr = r["training"]
         base = tr.get("hf", {}).get("tokens_per_s") if tr.get("hf", {}).get("ran") else None
         for k, v in tr.items():
             if not v.get("ran"):
-                lines.append(f"| {k} | failed: {v.get('error', '')[:120]} | | | | |")
+                lines.append(f"| {k} | failed: {v.get('error', '')[:120]} | | | | | | |")
                 continue
             g = r.get("curves", {}).get(k)
             gap = "-" if g is None else f"{g['mean_abs_gap']:.4f} / {g['max_abs_gap']:.4f}"
             vs = v["tokens_per_s"] / base if base and v["tokens_per_s"] else None
             lines.append(f"| {k} | {_f(v['tokens_per_s'], ',.0f')} | {_f(vs, '.3f')} | {_f(v['peak_gib'], '.1f')} | "
+                         f"{_f(v.get('step_ms'), '.1f')} | {_f(v.get('host_ms'), '.1f')} | "
                          f"{_f(v.get('final_loss'), '.4f')} | {gap} |")
         inf = r.get("inference", {})
         if inf:

@@ -7,14 +7,15 @@ headdim); ``cache_seqlens`` (an int or int32 (batch,)) the keys each sequence ho
 as FlashAttention does) and attended to. Causal is bottom-right (query i keeps keys j <= i + seqlen_k -
 seqlen_q). Returns out like q (and with ``return_softmax_lse`` the lse float32 (batch, nheads, seqlen_q)).
 
-How it runs. A paged cache (``block_table``) on CPU tensors: the paged decode kernel (registry
-``attn_paged``, ``ops.attention_paged``, the CPU interpreter) reads the pages in place: each block of 16
-query rows walks its sequence's pages through the block table, read by the kernel (no gather), keys at or
-past ``cache_seqlens + seqlen_new`` masked; split-KV (``num_splits``, default 1 on CPU) then the merge. The
-page size must be a multiple of 16 (``PAGE_MULTIPLE``, checked on every device). On CUDA the registry marks
-``attn_paged`` not yet for sm_90a, so a paged cache is first gathered through ``block_table`` by torch
-(``k_cache[block_table]``, a copy of the batch's pages) and runs as a dense one. A dense cache (and that
-gathered one): the varlen forward with FlashAttention's ``seqused_k`` (registry ``attn_varlen``, variant
+How it runs. A paged cache (``block_table``): the paged decode kernel (registry ``attn_paged``,
+``ops.attention_paged``) reads the pages in place, on every device: each block walks its sequence's pages
+through the block table, read by the kernel on the device (no gather, no host read), keys at or past
+``cache_seqlens + seqlen_new`` masked; split-KV (``num_splits``) then the merge. On CUDA that is the sm_90a
+program ``kittens_kernels::attn_paged_hopper`` (64 query rows per block, pages streamed by a cp.async
+warpgroup, key blocks of the largest of 128/64/32/16 keys that divides the page size) through the generic
+registry path (``_dispatch.attention_paged``); on CPU tensors the interpreter (16 query rows per block,
+16-key steps). The page size must be a multiple of 16 (``PAGE_MULTIPLE``, checked on every device). A dense
+cache: the varlen forward with FlashAttention's ``seqused_k`` (registry ``attn_varlen``, variant
 ``seqused_k``): the queries are packed (batch·seqlen_q rows, ``cu_seqlens_q = b·seqlen_q``), the cache is
 one packed tensor with ``cu_seqlens_k = b·capacity`` and ``seqused_k = cache_seqlens + seqlen_new``, all
 made on the device. The append of new k/v is torch's indexed assignment, in place, before the kernel runs.
@@ -23,10 +24,11 @@ Bad input: shapes, dtypes, devices, the head dim, the page size and the unsuppor
 everywhere, without a device read. ``cache_seqlens`` beyond the capacity (after the append) and
 ``block_table`` entries outside ``[0, num_blocks)`` are checked on CPU tensors only: on CUDA each would need
 a device read (a synchronisation), so, as in FlashAttention, they are the caller's to keep in range (on
-CUDA an out-of-range page makes torch's gather or the append's scatter raise a device-side assert). The
-paged kernel itself never reads outside the cache whatever the table holds: it holds each length to the
-table's capacity, each table index to the sequence's last page and each page number to ``[0, num_blocks)``
-(a bad entry gives wrong values for that sequence, not a fault).
+CUDA an out-of-range page or length makes the append's scatter, when new k/v are given, raise a
+device-side assert). The paged kernel itself never reads outside the cache whatever the table holds: it
+holds each length to the table's capacity, each table index to the sequence's last page and each page
+number to ``[0, num_blocks)`` (a bad entry gives wrong values for that sequence, not a fault). On CUDA the
+paged kernel takes head dims 64, 128, 192 and 256 (checked here, naming q's headdim).
 """
 
 from __future__ import annotations
@@ -38,22 +40,34 @@ from torch import Tensor
 
 __all__ = ["flash_attn_with_kvcache"]
 
-# Keys per step of the paged kernel (``kittens_kernels::attn_paged::kv_block_for``): a page holds whole steps.
+# Keys per step of the paged kernel on CPU (``kittens_kernels::attn_paged::kv_block_for``): a page holds
+# whole steps.
 PAGE_MULTIPLE = 16
 # The most key parts of the split-KV form (``kittens_kernels::attn_fwd::split::MAX_KV_SPLITS``).
 MAX_SPLITS = 16
 # Blocks that fill an H100/H200 once (132 SMs): the automatic split aims at this many.
 _SMS = 132
+# Query rows per block of the sm_90a program (``kittens_kernels::attn_paged_hopper::BLOCK_Q``) and of the
+# interpreter's (``kittens_kernels::attn_paged::BLOCK_Q``).
+_BLOCK_Q_CUDA, _BLOCK_Q_CPU = 64, 16
+
+
+def _kv_block(page: int, d: int, cuda: bool) -> int:
+    """Keys per step (``kv_block_for``): on sm_90a the largest of 128, 64, 32, 16 dividing the page (64 at
+    most past head dim 128); 16 on the interpreter."""
+    if not cuda:
+        return PAGE_MULTIPLE
+    return next(kv for kv in (128, 64, 32, 16) if kv <= (64 if d > 128 else 128) and page % kv == 0)
 
 
 def _splits(num_splits: int, b: int, h: int, sq: int, steps: int, cuda: bool) -> int:
-    """FlashAttention's ``num_splits``: the count given (at most 16, at most one per 16-key step), or for 0
-    on CUDA enough parts that the batch's query blocks (16 rows each) fill the SMs; 1 on CPU."""
+    """FlashAttention's ``num_splits``: the count given (at most 16, at most one per key step), or for 0
+    on CUDA enough parts that the batch's query blocks fill the SMs; 1 on CPU."""
     if num_splits > 0:
         return min(int(num_splits), MAX_SPLITS, max(steps, 1))
     if not cuda:
         return 1
-    blocks = max(b * h * -(-sq // 16), 1)
+    blocks = max(b * h * -(-sq // _BLOCK_Q_CUDA), 1)
     return max(1, min(MAX_SPLITS, -(-_SMS // blocks), max(steps, 1)))
 
 
@@ -61,8 +75,8 @@ def _paged(q, k_cache, v_cache, block_table, seqlens, causal, scale, num_splits,
     """The paged cache read in place by the ``attn_paged`` kernel (``ops.attention_paged``)."""
     from . import ops
 
-    b, sq, h, _ = q.shape
-    steps = block_table.shape[1] * k_cache.shape[1] // PAGE_MULTIPLE
+    b, sq, h, d = q.shape
+    steps = block_table.shape[1] * k_cache.shape[1] // _kv_block(k_cache.shape[1], d, q.is_cuda)
     g = _splits(num_splits, b, h, sq, steps, q.is_cuda)
     out, lse = ops.call("attention_paged", q.contiguous(), k_cache, v_cache, block_table.contiguous(), seqlens,
                         bool(causal), None if scale is None else float(scale), g)
@@ -131,6 +145,8 @@ def flash_attn_with_kvcache(
             raise ValueError(f"page_size: the paged decode kernel reads pages in steps of {PAGE_MULTIPLE} keys, "
                              f"so k_cache's page size (dim 1) must be a multiple of {PAGE_MULTIPLE}, got "
                              f"{k_cache.shape[1]}")
+        if q.is_cuda and d not in (64, 128, 192, 256):
+            raise ValueError(f"headdim {d}: the paged decode kernel on CUDA (sm_90a) takes 64, 128, 192 or 256")
         if block_table.shape[0] != b:
             raise ValueError(f"block_table has {block_table.shape[0]} rows for a batch of {b}")
         page = k_cache.shape[1]
@@ -180,13 +196,10 @@ def flash_attn_with_kvcache(
             blk = block_table.to(torch.int64).gather(1, pos // page)
             k_cache[blk, pos % page] = k
             v_cache[blk, pos % page] = v
-    if block_table is not None and not q.is_cuda:
+    if block_table is not None:
         return _paged(q, k_cache, v_cache, block_table, (used + sn).to(torch.int32), causal, softmax_scale,
                       num_splits, return_softmax_lse)
-    if block_table is None:
-        kc, vc = k_cache[:b], v_cache[:b]
-    else:  # CUDA, until attn_paged lowers for sm_90a: the pages gathered by torch
-        kc, vc = k_cache[block_table.to(torch.int64)], v_cache[block_table.to(torch.int64)]  # (b, blocks, page, hk, d)
+    kc, vc = k_cache[:b], v_cache[:b]
     kc = kc.reshape(b * capacity, hk, d)
     vc = vc.reshape(b * capacity, hk, d)
     cu_q = torch.arange(b + 1, device=dev, dtype=torch.int32) * sq

@@ -177,8 +177,9 @@ def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, residual: Optional
             y = F.rms_norm(h, (h.shape[-1],), weight, eps)
         return y if residual is None else (y, h)
     # Rows in a row stride (e.g. a slice x[..., :D]) are read in place on CUDA.
+    # Without a residual the op gets None (the kernel then reads x alone), not a tensor of zeros to add.
     xb = x.to(BF16)
-    r = torch.zeros_like(xb) if residual is None else residual.to(BF16)
+    r = None if residual is None else residual.to(BF16)
     w = weight.to(BF16) if weight is not None else xb.new_ones(x.shape[-1])
     out = _ops.call("rmsnorm", xb, r, w, eps)
     return out[0] if residual is None else (out[0], out[1])
@@ -328,8 +329,8 @@ def attention_why(q: Tensor, k: Tensor, v: Tensor) -> Optional[str]:
         if t.dtype != BF16:
             return f"{name} has dtype {t.dtype}: the attention kernel takes bfloat16"
     d = q.shape[-1]
-    if q.device.type == "cuda" and d not in (64, 96, 128):
-        return f"head dim {d}: the CUDA attention kernel takes 64, 96 or 128"
+    if q.device.type == "cuda" and d not in (32, 64, 96, 128, 192, 256):
+        return f"head dim {d}: the CUDA attention kernels take 32, 64, 96, 128, 192 or 256"
     if d % 32 or not 32 <= d <= 256:
         return f"head dim {d}: the attention kernel takes multiples of 32 from 32 to 256"
     if q.shape[1] % k.shape[1]:

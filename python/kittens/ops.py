@@ -27,14 +27,30 @@ dispatch, see there).
 
 from __future__ import annotations
 
-import math
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+import sys
+from typing import List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
-from . import _alibi, _attention, _attn_opts, _matmul
+from . import _alibi, _attention, _attn_opts, _matmul, _opchecks
 from ._arrays import matmul_operand
+# The op machinery (varlen.py and the tests use it from here).
+from ._opcall import (  # noqa: F401
+    _BODIES,
+    _BSHD,
+    _FUNCTIONS,
+    _PLAIN,
+    _autograd,
+    _bf16,
+    _empty,
+    _in_layout,
+    _layout_like,
+    _layouts,
+    _op,
+    call,
+    seed_arg,
+)
 
 if torch.cuda.is_available():
     from . import _dispatch
@@ -42,112 +58,6 @@ if torch.cuda.is_available():
 __all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "rotary",
            "dropout_keep", "seed_arg", "rotary_tables", "rmsnorm", "rmsnorm_backward", "swiglu",
            "swiglu_backward", "cross_entropy_", "linear_cross_entropy", "linear_cross_entropy_forward"]
-
-
-# -- helpers shared by the real and the fake implementations -------------------------------------------
-
-_BSHD = (0, 2, 1, 3)
-
-
-def _layouts(t: Tensor) -> Tuple[str, ...]:
-    """The dense layouts of attention a 4-D tensor is in: "bhsd" (dense (B, H, N, D)) and/or "bshd"
-    (a (B, N, H, D) buffer seen through ``.transpose(1, 2)``); size-1 dimensions match any stride."""
-    b, h, n, d = t.shape
-    s = t.stride()
-    got = []
-    for name, want in (("bhsd", (h * n * d, n * d, d, 1)), ("bshd", (n * h * d, d, h * d, 1))):
-        if all(size <= 1 or st == w for st, w, size in zip(s, want, (b, h, n, d))):
-            got.append(name)
-    return tuple(got)
-
-
-def _in_layout(t: Tensor, layout: str) -> Tensor:
-    """``t`` itself if it is dense in ``layout``, else a copy that is."""
-    if layout in _layouts(t):
-        return t
-    if layout == "bshd":
-        return t.transpose(1, 2).contiguous().transpose(1, 2)
-    return t.contiguous()
-
-
-def _layout_like(t: Tensor) -> str:
-    """The layout of a new attention tensor made like ``t`` (the forward's output like q, each gradient
-    like its input): t's own dense layout where it has one, else (B, H, N, D); as the kernels' calls
-    allocate it (``kittens._dispatch._layout_like``, the CPU path's ``kittens._attn_order``)."""
-    lt = _layouts(t)
-    return "bshd" if "bshd" in lt and "bhsd" not in lt else "bhsd"
-
-
-def _empty(shape: Sequence[int], layout: str, like: Tensor, dtype=torch.bfloat16) -> Tensor:
-    if layout == "bshd":
-        b, h, n, d = shape
-        return like.new_empty((b, n, h, d), dtype=dtype).transpose(1, 2)
-    return like.new_empty(tuple(shape), dtype=dtype)
-
-
-def _bf16(name: str, t: Tensor) -> None:
-    if t.dtype != torch.bfloat16:
-        raise TypeError(f"{name} has dtype {t.dtype}; kittens' kernels take bfloat16")
-
-
-def seed_arg(x: int) -> int:
-    """A 64-bit seed or counter as the signed int64 the op schemas carry (the ops take it back mod 2^64)."""
-    x = int(x) % 2**64
-    return x - 2**64 if x >= 2**63 else x
-
-
-# -- one operator, called three ways --------------------------------------------------------------------
-# Each kernel is a ``torch.library`` custom op (what torch.compile traces, with the fake and the autograd
-# formula below it). Its Python dispatch costs tens of microseconds a call in eager mode (more with an
-# input that requires grad) — more than a small kernel's launch, and a model makes hundreds of such calls
-# a step. So an eager call goes around it (:func:`call`): without a gradient to take, straight to the
-# op's body; with one, through a ``torch.autograd.Function`` made from the op's own body, setup and
-# backward formula (one formula, two registrations). Traced calls (torch.compile, FakeTensor) take the op.
-
-_BODIES: Dict[str, Callable] = {}
-_FUNCTIONS: Dict[str, type] = {}
-_PLAIN = (Tensor, torch.nn.Parameter)
-
-
-def _op(name: str, mutates: Tuple[str, ...] = ()):
-    """Decorator: ``kittens::<name>`` defined with the decorated function as its body (kept for
-    :func:`call`); ``mutates``: the arguments it writes in place."""
-
-    def define(body: Callable):
-        _BODIES[name] = body
-        return torch.library.custom_op(f"kittens::{name}", mutates_args=mutates)(body)
-
-    return define
-
-
-def _autograd(name: str, op, grad: Callable, setup: Callable) -> None:
-    """``op.register_autograd(grad, setup_context=setup)`` and the same formula as the autograd.Function
-    eager calls of ``name`` use. Its forward takes ``ctx`` and calls ``setup`` itself: a Function with a
-    ``setup_context`` binds its arguments through ``inspect.signature`` on every call (tens of
-    microseconds, the cost this avoids)."""
-    op.register_autograd(grad, setup_context=setup)
-    body = _BODIES[name]
-
-    def forward(ctx, *args):
-        out = body(*args)
-        setup(ctx, args, out)
-        return out
-
-    _FUNCTIONS[name] = type(f"{name}_function", (torch.autograd.Function,), {
-        "forward": staticmethod(forward),
-        "backward": staticmethod(grad),
-    })
-
-
-def call(name: str, *args):
-    """``torch.ops.kittens.<name>(*args)`` at the least cost the call allows (positional arguments, as
-    the schema orders them): the op when traced, else the body, or the autograd.Function when an input
-    requires grad."""
-    if not torch.compiler.is_compiling() and all(type(a) in _PLAIN for a in args if isinstance(a, Tensor)):
-        if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
-            return _FUNCTIONS[name].apply(*args)
-        return _BODIES[name](*args)
-    return getattr(torch.ops.kittens, name)(*args)
 
 
 # Each op's body is also callable as ``<op>_eager`` (the benchmarks time it alone); ``kittens.<op>`` calls
@@ -173,7 +83,9 @@ def _(a, b):
     _bf16("b", b)
     if a.dim() != 2 or b.dim() != 2:
         raise ValueError(f"kittens.matmul takes 2-D arrays, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
-    torch._check(a.shape[1] == b.shape[0], lambda: f"a @ b: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    # A ValueError, as the real op's (``torch._check_value`` also takes symbolic sizes).
+    torch._check_value(a.shape[1] == b.shape[0], lambda: f"a @ b: a is {tuple(a.shape)} (M, K) but b is "
+                       f"{tuple(b.shape)}: b needs K = {a.shape[1]} rows")
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
@@ -242,12 +154,17 @@ def _(q, k, v, causal=False, scale=None, bottom_right=False, lse_grad=False, sof
         _bf16(name, t)
         if t.dim() != 4:
             raise ValueError(f"{name} must be 4-D (B, H, N, D), got shape {tuple(t.shape)}")
+    _opchecks.attention_args(q, k, v, causal, scale, bottom_right, softcap, window)
     b, h, n, _ = q.shape
     return _empty(q.shape, _layout_like(q), q), q.new_empty((b, h, n), dtype=torch.float32)
 
 
 def _attention_setup(ctx, inputs, output):
     q, k, v, causal, scale, bottom_right, lse_grad, softcap, window, deterministic, *alibi = inputs
+    if alibi and alibi[0] is not None and alibi[0].requires_grad:
+        # No silent gradient drop (issue 33): the backward has no term for the slopes.
+        raise RuntimeError("alibi_slopes requires grad, but kittens' attention has no gradient for the ALiBi "
+                           "slopes (a fixed bias, as in FlashAttention); pass alibi_slopes.detach()")
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, alibi[0] if alibi else None)
     ctx.causal, ctx.scale, ctx.bottom_right, ctx.lse_grad = causal, scale, bottom_right, lse_grad
@@ -353,6 +270,7 @@ layernorm = _op("layernorm")(layernorm_eager)
 def _(x, residual, weight, bias, p=0.0, seed=0, offset=0, eps=1e-5):
     for name, t in (("x", x), ("residual", residual), ("weight", weight), ("bias", bias)):
         _bf16(name, t)
+    _opchecks.dropout_p(p)
     return x.new_empty((2,) + tuple(x.shape))
 
 
@@ -536,6 +454,7 @@ def _(q, cos, sin, interleaved=False):
         _bf16(name, t)
     if q.dim() != 4:
         raise ValueError(f"q must be 4-D (B, H, N, D), got shape {tuple(q.shape)}")
+    _opchecks.rotary_dim(q)
     return _empty(q.shape, _rotary_layout(q), q)
 
 
@@ -587,6 +506,7 @@ def rmsnorm_eager(x: Tensor, residual: Optional[Tensor], weight: Tensor, eps: fl
     """``(y, h)``: ``h = x + residual`` (a copy of ``x`` when ``residual`` is None), ``y = h /
     sqrt(mean(h^2) + eps) * weight`` over the last dimension D (768 to 8192, a multiple of 8 on CUDA),
     bf16 in and out, float32 statistics (the fused residual-add RMSNorm kernel)."""
+    _opchecks.rmsnorm_args(x, residual, weight)
     if x.is_cuda:
         rows = _dispatch.rows_in_place
         y, h = _dispatch.rmsnorm(rows(x), None if residual is None else rows(residual), weight, float(eps))
@@ -600,10 +520,7 @@ rmsnorm = _op("rmsnorm")(rmsnorm_eager)
 
 @rmsnorm.register_fake
 def _(x, residual, weight, eps=1e-6):
-    _bf16("x", x)
-    _bf16("weight", weight)
-    if residual is not None:
-        _bf16("residual", residual)
+    _opchecks.rmsnorm_args(x, residual, weight)
     return x.new_empty(x.shape), x.new_empty(x.shape)
 
 
@@ -611,6 +528,9 @@ def _rmsnorm_setup(ctx, inputs, output):
     x, residual, weight, eps = inputs
     ctx.has_residual, ctx.eps = residual is not None, eps
     ctx.save_for_backward(output[1], weight)
+    # An output nobody used (h, for a norm without a residual) gets None, not a tensor of zeros for the
+    # backward kernel to read.
+    ctx.set_materialize_grads(False)
 
 
 def _rmsnorm_grad(ctx, grad_y, grad_h):
@@ -630,6 +550,7 @@ def rmsnorm_backward(grad: Tensor, h: Tensor, weight: Tensor, grad_h: Optional[T
                      eps: float = 1e-6) -> Tuple[Tensor, Tensor]:
     """``(dx, dweight)`` of :func:`rmsnorm`: ``dx = rstd * (w*dy - h_hat * mean(w*dy*h_hat)) + grad_h`` (also
     the residual's gradient), ``dweight = sum over rows of dy * h_hat``; rstd recomputed from ``h``."""
+    _opchecks.rmsnorm_backward_args(grad, h, weight, grad_h)
     if h.is_cuda:
         rows = _dispatch.rows_in_place
         return _dispatch.rmsnorm_backward(rows(grad), rows(h), weight, None if grad_h is None else rows(grad_h),
@@ -649,6 +570,7 @@ def rmsnorm_backward(grad: Tensor, h: Tensor, weight: Tensor, grad_h: Optional[T
 
 @rmsnorm_backward.register_fake
 def _(grad, h, weight, grad_h, eps=1e-6):
+    _opchecks.rmsnorm_backward_args(grad, h, weight, grad_h)
     return torch.empty_like(h, memory_format=torch.contiguous_format), torch.empty_like(weight)
 
 
@@ -669,6 +591,7 @@ def swiglu_eager(gate: Tensor, up: Tensor) -> Tensor:
     """``silu(gate) * up`` over (..., F) tensors (F a multiple of 8 on CUDA), bf16 in and out, float32
     inside. On CUDA, gate and up whose rows are one stride apart (e.g. the two halves of one (..., 2F)
     tensor, the packed kernel, or slices of wider ones) are read in place; others are copied first."""
+    _opchecks.swiglu_args(gate, up)
     if gate.is_cuda:
         if not _dispatch._packed(gate, up):
             gate, up = _dispatch.rows_in_place(gate), _dispatch.rows_in_place(up)
@@ -682,8 +605,7 @@ swiglu = _op("swiglu")(swiglu_eager)
 
 @swiglu.register_fake
 def _(gate, up):
-    _bf16("gate", gate)
-    _bf16("up", up)
+    _opchecks.swiglu_args(gate, up)
     return torch.empty(gate.shape, dtype=torch.bfloat16, device=gate.device)
 
 
@@ -705,6 +627,7 @@ def swiglu_backward(grad: Tensor, gate: Tensor, up: Tensor) -> Tuple[Tensor, Ten
     """``(dgate, dup)`` of :func:`swiglu`: ``dgate = grad * up * silu'(gate)``, ``dup = grad * silu(gate)``
     (two separate tensors, since outputs of one op may not alias each other: packed inputs are read in
     place as two row-strided tensors)."""
+    _opchecks.swiglu_args(gate, up, grad)
     if gate.is_cuda:
         rows = _dispatch.rows_in_place
         return _dispatch.swiglu_backward(rows(grad), rows(gate), rows(up), allow_packed=False)
@@ -717,6 +640,7 @@ def swiglu_backward(grad: Tensor, gate: Tensor, up: Tensor) -> Tuple[Tensor, Ten
 
 @swiglu_backward.register_fake
 def _(grad, gate, up):
+    _opchecks.swiglu_args(gate, up, grad)
     return (torch.empty(gate.shape, dtype=torch.bfloat16, device=gate.device),
             torch.empty(up.shape, dtype=torch.bfloat16, device=up.device))
 
@@ -814,3 +738,15 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Te
 @attention_paged.register_fake
 def _(q, k_cache, v_cache, block_table, cache_seqlens, causal=False, scale=None, num_splits=1):
     return torch.empty_like(q), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+
+# ``kittens._torch_op`` reads this module from the package's ``_OPS``: set it here, once imported, so that a
+# trace (torch.compile) never sees ``_OPS`` unset and guards on it (which recompiled the graph on its
+# second call, after the trace's own import had set it).
+sys.modules[__package__]._OPS = sys.modules[__name__]
+
+# torch.compile's on-disk caches do not see the fakes above change between kittens builds: key them on the
+# build (kittens/_compile_cache.py says why).
+from . import _compile_cache  # noqa: E402
+
+_compile_cache.install()

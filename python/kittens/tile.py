@@ -75,7 +75,7 @@ class Kernel:
             raise TypeError(f"kittens.compile takes a tile Program (Builder.finish()), got {type(program).__name__}")
         self.program = program
         self._names = tuple(n for n, _, _ in program.tensors)
-        # Prepared launches by configuration (``_key``), as python/kittens/_dispatch.py keeps the ops'.
+        # Prepared launches by configuration (``_key``), as python/kittens/_dispatch/ keeps the ops'.
         self._handles: Dict[tuple, Any] = {}
 
     @property

@@ -12,17 +12,22 @@ Where it runs (the ops ``kittens::attention_varlen`` and ``kittens::attention_va
 
 - forward: CUDA (sm_90a) through the registry kernel ``attn_varlen`` (``kittens_kernels::attn_varlen_hopper``,
   ``_dispatch.attention_varlen``); the CPU interpreter (``kittens_kernels::attn_varlen``) on CPU tensors;
-- backward: the CPU interpreter (``kittens_kernels::attn_varlen_bwd``) on CPU tensors; on CUDA a PyTorch
-  composition (:func:`_backward_torch`: f32, the packed batch masked by sequence, in query chunks), NOT a
-  kittens kernel yet: the sm_90a program exists (``kittens_kernels::attn_varlen_bwd_hopper``, checked on
-  the interpreter and compiled by NVRTC) but has no registry entry, so no prepared call reaches it.
+- backward: CUDA (sm_90a, head dims 64 and 128) through the registry kernel ``attn_varlen_bwd``
+  (``_dispatch.attention_varlen_backward``: FlashAttention-3's three launches, the key blocks
+  ``kittens_kernels::attn_varlen_bwd_hopper`` adding dQ in float32, so its last bits vary from run to
+  run); at head dims 192 and 256, which those key blocks do not take (their dK and dV accumulators
+  beside the scores exceed a consumer thread's registers), a PyTorch composition
+  (:func:`_backward_torch`: f32, the packed batch masked by sequence, in query chunks, no host read);
+  the CPU interpreter (``kittens_kernels::attn_varlen_bwd``: key blocks, then query blocks) on CPU
+  tensors.
 
 Checks: on the CPU the offsets are checked (start at 0, never decrease, within the tensors, ``max_seqlen``
 at least every length), each error naming the argument. On CUDA those checks would need a device read (a
 synchronisation), so, as in FlashAttention, they are skipped: offsets past the tensors are clipped by the
 kernel (rows past ``total`` are neither read nor written), a ``max_seqlen`` below a sequence's length
-leaves that sequence's later rows unwritten (zero), and decreasing or negative offsets are the caller's
-error (undefined result). Shapes, dtypes, devices and the head dim are checked without a device read.
+leaves that sequence's later rows unwritten (zero; in the backward, their gradients 0), and decreasing or
+negative offsets are the caller's error (undefined result). Shapes, dtypes, devices and the head dim are
+checked without a device read.
 """
 from __future__ import annotations
 
@@ -55,8 +60,8 @@ def _offsets(cu_q: Tensor, cu_k: Tensor):
     return ([int(x) for x in cu_q.tolist()], [int(x) for x in cu_k.tolist()])
 
 
-def _scale(q: Tensor, scale: Optional[float]) -> float:
-    return 1.0 / math.sqrt(q.shape[2]) if scale is None else float(scale)
+def _slopes(alibi: Optional[Tensor]):
+    return None if alibi is None else [float(x) for x in alibi.detach().float().flatten().tolist()]
 
 
 def _segments(cu: Tensor, total: int):
@@ -69,16 +74,18 @@ def _segments(cu: Tensor, total: int):
     return seq, rows - cu[at], cu[at + 1] - cu[at]
 
 
-def _backward_torch(grad_out, q, k, v, out, lse, cu_q, cu_k, causal, scale, block_elems: int = 1 << 26):
-    """dq, dk, dv of varlen attention as a PyTorch composition in f32 (FlashAttention-2 §3.2's
-    equations on the packed batch, a query row keeping the keys of its own sequence, bottom-right
+def _backward_torch(grad_out, q, k, v, out, lse, cu_q, cu_k, causal, scale, block_elems: int = 1 << 26,
+                    alibi=None):
+    """dq, dk, dv of varlen attention as a PyTorch composition in f32, for CUDA tensors at head dims
+    the sm_90a backward does not take (192, 256) and as the GPU tests' second reference
+    (FlashAttention-2 §3.2's equations on the packed batch, a query row keeping the keys of its own sequence, bottom-right
     causal): P from the forward's lse, dV = Pᵀ·dO, dS = P∘(dO·Vᵀ − rowsum(dO∘O)), dQ = dS·K·scale,
     dK = dSᵀ·Q·scale, GQA heads summed into their KV head. Queries go in chunks of a fixed size
     (from the shapes only), so the score block is at most about ``block_elems``; no host read."""
     total_q, h, d = q.shape
     total_k, hk, _ = k.shape
     g = h // hk
-    sc = _scale(q, scale)
+    sc = 1.0 / math.sqrt(d) if scale is None else float(scale)
     f = torch.float32
     qf, kf, vf = q.to(f), k.to(f).repeat_interleave(g, dim=1), v.to(f).repeat_interleave(g, dim=1)
     do, of = grad_out.to(f), out.to(f)
@@ -95,6 +102,10 @@ def _backward_torch(grad_out, q, k, v, out, lse, cu_q, cu_k, causal, scale, bloc
         if causal:
             keep &= pk[None, :] <= pq[r, None] + lk[None, :] - lq[r, None]
         s = torch.einsum("ihd,jhd->hij", qf[r], kf) * sc
+        if alibi is not None:  # −slope·|i + len_k − len_q − j| per row's sequence and head
+            slope = alibi.to(f)[sq[r].clamp(max=batch - 1)].transpose(0, 1)  # (h, rows)
+            dist = (pq[r, None] + lk[None, :] - lq[r, None] - pk[None, :]).abs().to(f)
+            s = s - slope[..., None] * dist[None]
         lse_r = lse[:, r].to(f)
         p = torch.where(keep[None] & torch.isfinite(lse_r)[..., None], torch.exp(s - lse_r[..., None]), 0.0)
         dv += torch.einsum("hij,ihd->jhd", p, do[r])
@@ -110,22 +121,24 @@ def _backward_torch(grad_out, q, k, v, out, lse, cu_q, cu_k, causal, scale, bloc
 
 def attention_varlen_eager(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                      max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
-                     scale: Optional[float] = None, seqused_k: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                     scale: Optional[float] = None, seqused_k: Optional[Tensor] = None,
+                     alibi_slopes: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """``(out, lse)``: out like q (bfloat16), lse float32 (nheads, total_q) in natural-log units of the
     scaled logits (``-inf`` where a query keeps no key; 0 on rows outside every sequence).
     ``seqused_k`` (int32 (batch,)): sequence b keeps only the first ``seqused_k[b]`` keys from
-    ``cu_seqlens_k[b]`` (FlashAttention's; a KV cache's lengths). Forward only."""
+    ``cu_seqlens_k[b]`` (FlashAttention's; a KV cache's lengths). Forward only. ``alibi_slopes``:
+    float32 (batch, nheads), ``−slope·|i + len_k − len_q − j|`` on the scaled logits."""
     if q.is_cuda:
         from . import _dispatch
 
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # the packed layouts (a copy only if not)
         return _dispatch.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                           bool(causal), None if scale is None else float(scale),
-                                          seqused_k=seqused_k)
+                                          seqused_k=seqused_k, alibi=alibi_slopes)
     o, lse = _kittens.attention_varlen_cpu(
         [_f32_bytes(t) for t in (q, k, v)], _offsets(cu_seqlens_q, cu_seqlens_k),
         _sizes(q, k, max_seqlen_q, max_seqlen_k), bool(causal), None if scale is None else float(scale),
-        None if seqused_k is None else [int(x) for x in seqused_k.tolist()],
+        None if seqused_k is None else [int(x) for x in seqused_k.tolist()], _slopes(alibi_slopes),
     )
     return _from_bytes(o, q.shape, q.dtype), _from_bytes(lse, (q.shape[1], q.shape[0]))
 
@@ -134,20 +147,31 @@ attention_varlen = _op("attention_varlen")(attention_varlen_eager)
 
 
 @attention_varlen.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, scale=None, seqused_k=None):
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, scale=None, seqused_k=None,
+      alibi_slopes=None):
     return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
 def attention_varlen_backward_eager(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
                               cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int,
                               max_seqlen_k: int, causal: bool = False,
-                              scale: Optional[float] = None) -> Tuple[Tensor, Tensor, Tensor]:
+                              scale: Optional[float] = None,
+                              alibi_slopes: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
     """``(dq, dk, dv)`` of :func:`attention_varlen` in the dtypes of q, k, v."""
+    if q.is_cuda and q.shape[2] > 128:
+        return _backward_torch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, scale,
+                               alibi=alibi_slopes)
     if q.is_cuda:
-        return _backward_torch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, scale)
+        from . import _dispatch
+
+        c = [t.contiguous() for t in (grad_out, q, k, v, out, lse)]  # the packed layouts (a copy only if not)
+        return _dispatch.attention_varlen_backward(*c, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                                   bool(causal), None if scale is None else float(scale),
+                                                   alibi=alibi_slopes)
     dq, dk, dv = _kittens.attention_varlen_backward_cpu(
         [_f32_bytes(t) for t in (q, k, v, out, grad_out, lse)], _offsets(cu_seqlens_q, cu_seqlens_k),
         _sizes(q, k, max_seqlen_q, max_seqlen_k), bool(causal), None if scale is None else float(scale),
+        _slopes(alibi_slopes),
     )
     return tuple(_from_bytes(g, t.shape, t.dtype) for g, t in ((dq, q), (dk, k), (dv, v)))
 
@@ -157,15 +181,16 @@ attention_varlen_backward = _op("attention_varlen_backward")(attention_varlen_ba
 
 @attention_varlen_backward.register_fake
 def _(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
-      scale=None):
+      scale=None, alibi_slopes=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup(ctx, inputs, output):
-    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, seqused_k = inputs
+    q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, *rest = inputs  # the optional ones as called
+    seqused_k, alibi = (list(rest) + [None, None])[:2]
     ctx.seqused = seqused_k is not None
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k)
+    ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi)
     ctx.max_q, ctx.max_k, ctx.causal, ctx.scale = max_q, max_k, causal, scale
     ctx.mark_non_differentiable(lse)
 
@@ -173,16 +198,17 @@ def _setup(ctx, inputs, output):
 def _grad(ctx, grad_out, grad_lse):
     if ctx.seqused:
         raise NotImplementedError("seqused_k (a KV cache): kittens' varlen attention is forward only there")
-    q, k, v, out, lse, cu_q, cu_k = ctx.saved_tensors
+    q, k, v, out, lse, cu_q, cu_k, alibi = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
-    args = (grad_out.to(q.dtype), q, k, v, out, lse, cu_q, cu_k, ctx.max_q, ctx.max_k, ctx.causal, ctx.scale)
+    args = (grad_out.to(q.dtype), q, k, v, out, lse, cu_q, cu_k, ctx.max_q, ctx.max_k, ctx.causal, ctx.scale,
+            alibi)
     if torch.is_grad_enabled():
         # create_graph=True: the op itself, whose missing double backward torch reports by name.
         dq, dk, dv = torch.ops.kittens.attention_varlen_backward(*args)
     else:
         dq, dk, dv = call("attention_varlen_backward", *args)
-    return dq, dk, dv, None, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None, None
 
 
 _autograd("attention_varlen", attention_varlen, _grad, _setup)
@@ -207,16 +233,16 @@ def flash_attn_varlen_func(
     block_table: Any = None,
 ) -> Tensor:
     """FlashAttention's ``flash_attn_varlen_func`` (module documentation): returns the output
-    (total_q, nheads, headdim). Not supported, each a clear error: dropout, a window, a soft cap,
-    ALiBi, the attention probabilities, a paged ``block_table``."""
+    (total_q, nheads, headdim). ``alibi_slopes``: float32 (nheads,) or (batch, nheads), FlashAttention's
+    ALiBi (``−slope·|i + len_k − len_q − j|`` on the scaled logit of query i and key j of a sequence).
+    Not supported, each a clear error: dropout, a window, a soft cap, the attention probabilities, a
+    paged ``block_table``."""
     if dropout_p != 0.0:
         raise NotImplementedError(f"dropout_p={dropout_p!r}: kittens attention has no dropout (use 0.0)")
     if tuple(window_size) != (-1, -1):
         raise NotImplementedError(f"window_size={tuple(window_size)!r}: varlen attention has no window yet")
     if softcap != 0.0:
         raise NotImplementedError(f"softcap={softcap!r}: varlen attention has no soft cap yet (use 0.0)")
-    if alibi_slopes is not None:
-        raise NotImplementedError("alibi_slopes: kittens attention has no ALiBi bias (pass None)")
     if return_attn_probs:
         raise NotImplementedError("return_attn_probs=True: kittens attention does not return probabilities")
     if block_table is not None:
@@ -238,6 +264,17 @@ def flash_attn_varlen_func(
     for name, m in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
         if isinstance(m, bool) or not isinstance(m, numbers.Integral) or m < 0:
             raise ValueError(f"{name}={m!r}: must be a Python int >= 0 (no device read is made to find it)")
+    slopes = None
+    if alibi_slopes is not None:
+        batch, h = cu_seqlens_q.shape[0] - 1, q.shape[1]
+        if not isinstance(alibi_slopes, Tensor) or alibi_slopes.dtype != torch.float32 or (
+                tuple(alibi_slopes.shape) not in ((h,), (batch, h))):
+            raise ValueError(f"alibi_slopes must be a float32 tensor of shape ({h},) or ({batch}, {h}) (nheads or "
+                             f"batch x nheads), got {getattr(alibi_slopes, 'dtype', type(alibi_slopes))} of shape "
+                             f"{tuple(getattr(alibi_slopes, 'shape', ()))}")
+        if alibi_slopes.device != q.device:
+            raise ValueError(f"alibi_slopes is on {alibi_slopes.device} and q on {q.device}")
+        slopes = alibi_slopes.expand(batch, h).contiguous()  # on the device: no host read
     out, _ = call("attention_varlen", q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                  int(max_seqlen_k), bool(causal), softmax_scale, None)
+                  int(max_seqlen_k), bool(causal), softmax_scale, None, slopes)
     return out

@@ -54,7 +54,7 @@ def test_matmul_prepares_transposed_and_sliced_operands_in_place(monkeypatch):
         seen.append((entry, problem, [t[:3] for t in tensors]))
         return _dispatch._store(key, (None, (0, ()), None))
 
-    monkeypatch.setattr(_dispatch, "_prepare", prepare)
+    monkeypatch.setattr(_dispatch._core, "_prepare", prepare)
     m, k, n = 40, 24, 16
     cases = [
         # a, b, the problem's layout flags and leading dimensions, the declared a and b
@@ -115,3 +115,42 @@ def test_the_handle_table_is_bounded():
     finally:
         _dispatch._HANDLES.clear()
         _dispatch._HANDLES.update(before)
+
+
+def test_varlen_backward_prepares_the_registry_call(monkeypatch):
+    """What the CUDA path hands ``attn_varlen_bwd`` (on meta tensors): the problem, and the tensors as
+    its launches declare them — the packed tensors head-major ``(heads, total, d)`` with strides
+    ``(d, heads·d, 1)``, the offsets, ALiBi's slopes after them, then dq, dk, dv; and the checks that
+    need no device read, each naming the argument."""
+    seen = []
+
+    def prepare(key, entry, problem, tensors, device, free=(), extra=None):
+        seen.append((entry, problem, [t[:3] for t in tensors]))
+        return _dispatch._store(key, (None, (0, ()), None))
+
+    monkeypatch.setattr(_dispatch._core, "_prepare", prepare)
+    tq, tk, h, hk, d, b = 40, 30, 4, 2, 64, 3
+    q, k = meta(tq, h, d), meta(tk, hk, d)
+    lse, cu, slopes = meta(h, tq, dtype=torch.float32), meta(b + 1, dtype=torch.int32), meta(b, h, dtype=torch.float32)
+    dq, dk, dv = _dispatch.attention_varlen_backward(q, q, k, k, q, lse, cu, cu, 20, 15, True, 0.1, alibi=slopes)
+    assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == k.shape
+    entry, problem, specs = seen[-1]
+    assert entry == "attn_varlen_bwd"
+    assert problem == {"batch": b, "heads": h, "heads_kv": hk, "seq": 20, "seq_kv": 15, "dim": d, "causal": True,
+                       "scale": 0.1, "total_q": tq, "total_k": tk, "alibi": True}
+    qs, ks = ([h, tq, d], [d, h * d, 1]), ([hk, tk, d], [d, hk * d, 1])
+    assert specs == [("q", *qs), ("k", *ks), ("v", *ks), ("o", *qs), ("do", *qs), ("lse", [h, tq], [tq, 1]),
+                     ("cu_seqlens_q", [b + 1], [1]), ("cu_seqlens_k", [b + 1], [1]), ("alibi", [b, h], [h, 1]),
+                     ("dq", *qs), ("dk", *ks), ("dv", *ks)]
+    args = [q, q, k, k, q, lse, cu, cu, 20, 15, True, None]
+    for i, value, name in ((5, meta(h, tq), "lse"), (6, meta(b + 1, dtype=torch.int64), "cu_seqlens_q"),
+                           (1, meta(tq, h, 96), "head dim 96|k \\("), (0, meta(tq - 1, h, d), "grad_out")):
+        a = list(args)
+        a[i] = value
+        if i == 1:  # q at head dim 96: k, v, out, grad_out then differ too; the head dim is named first
+            a[0] = a[4] = value
+            a[2] = a[3] = meta(tk, hk, 96)
+        with pytest.raises(ValueError, match=name):
+            _dispatch.attention_varlen_backward(*a)
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        _dispatch.attention_varlen_backward(*args, alibi=meta(h, dtype=torch.float32))

@@ -27,6 +27,12 @@ CASES = [
     (1000, 1000, 4, 4, 128, 2.0, dict(window_size=(128, 0))),
     (700, 513, 4, 1, 64, 2.0, dict(window_size=(100, 37))),
     (555, 777, 2, 1, 128, 4.0, dict(window_size=(90, 20), softmax_scale=0.1, softcap=5.0, causal=True)),
+    # Head dims 192 and 256 (the atomic form only: `deterministic=True` is refused there, below)
+    (301, 245, 4, 2, 192, 2.0, dict(causal=True)),
+    (245, 301, 4, 1, 256, 2.0, dict(causal=True)),
+    (333, 333, 2, 2, 256, 4.0, dict(softcap=5.0)),
+    (555, 777, 4, 2, 192, 4.0, dict(window_size=(90, 20), softmax_scale=0.1, softcap=5.0, causal=True)),
+    (700, 513, 2, 1, 256, 2.0, dict(window_size=(100, 37))),
 ]
 
 
@@ -38,6 +44,8 @@ def _ids(c):
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
 def test_backward_with_options_matches_float64(case, deterministic):
     nq, nk, h, hk, d, scale, kw = case
+    if deterministic and d > 128:
+        pytest.skip("head dims past 128 run the atomic form only (test_deterministic_refused_past_128)")
     g = torch.Generator().manual_seed(nq * 1000 + nk)
     q, k, v = (rand(1, n, hh, d, gen=g, scale=scale) for n, hh in ((nq, h), (nk, hk), (nk, hk)))
     do = rand(1, nq, h, d, gen=g)
@@ -78,8 +86,8 @@ def test_deterministic_backward_is_bit_equal(d, kw):
 @pytest.mark.parametrize("d", [192, 256])
 @pytest.mark.parametrize("kw", [{}, dict(causal=True), dict(softcap=5.0, window_size=(100, 0))], ids=str)
 def test_forward_head_dims_192_and_256(d, kw):
-    """The Hopper forward at head dims 192 and 256 (64-key blocks) against float64; its backward
-    refuses them, naming the register budget."""
+    """The Hopper forward at head dims 192 and 256 (64-key blocks) against float64; the deterministic
+    backward refuses them, naming the form (the default backward at these dims: the CASES above)."""
     g = torch.Generator().manual_seed(d)
     q, k, v = (rand(2, n, hh, d, gen=g, scale=2.0) for n, hh in ((333, 4), (301, 2), (301, 2)))
     out = flash_attn_func(q.cuda(), k.cuda(), v.cuda(), **kw).cpu()
@@ -88,8 +96,8 @@ def test_forward_head_dims_192_and_256(d, kw):
     err, bound = rel_err(out, exact), 2 * rel_err(base, exact) + FLOOR
     assert err <= bound, f"{err:.3e} over 2 x bf16's {rel_err(base, exact):.3e} + {FLOOR}"
     qc = q.cuda().requires_grad_()
-    with pytest.raises(ValueError, match="64, 96 or 128.*registers"):
-        flash_attn_func(qc, k.cuda(), v.cuda(), **kw).float().sum().backward()
+    with pytest.raises(ValueError, match="'atomic' form only"):
+        flash_attn_func(qc, k.cuda(), v.cuda(), deterministic=True, **kw).float().sum().backward()
 
 
 def test_deterministic_must_be_a_bool():
@@ -215,3 +223,12 @@ def test_forward_head_dims_32_and_96(d, kw):
         for name, x, b, r in zip(("out", "dq", "dk", "dv"), ours, base, exact):
             err, bound = rel_err(x.cpu(), r), 2 * rel_err(b, r) + FLOOR
             assert err <= bound, f"{name}: {err:.3e} over 2 x bf16's {rel_err(b, r):.3e} + {FLOOR}"
+
+
+def test_deterministic_refused_past_128():
+    """`deterministic=True` at head dim 256: a ValueError naming the form (the two launches take head
+    dims up to 128), not a kernel error."""
+    q = rand(1, 64, 2, 256, gen=torch.Generator().manual_seed(3)).cuda().requires_grad_()
+    out = flash_attn_func(q, q, q, deterministic=True)
+    with pytest.raises(ValueError, match="'atomic' form only"):
+        out.backward(torch.ones_like(out))

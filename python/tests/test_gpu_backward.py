@@ -1,7 +1,8 @@
 """The attention backward on CUDA torch tensors (``kittens._attention_backward`` and the autograd
 function behind ``kittens.attention``) against float64 autograd, by the FlashAttention rule: each of dQ,
 dK, dV within twice the error of PyTorch's bf16 SDPA backward plus a floor, at odd lengths, MHA and GQA,
-causal and not, both memory orders, head dims 64 and 128.
+causal and not, both memory orders, head dims 64 and 128; head dims 32, 192 and 256 (192/256: the 64-key
+blocks, atomic form only) by the same rule and by ``gpu_rule.rule`` (max error), also through autograd.
 
 Runs on a Hopper GPU (sm_90a) with torch; anywhere else the whole file is skipped with the reason.
 """
@@ -98,8 +99,11 @@ def test_autograd_through_kittens_attention():
 def test_backward_limits_are_value_errors():
     q = make(1, 2, 64, 160, "bhsd", 5)
     lse = torch.zeros(1, 2, 64, device="cuda")
-    with pytest.raises(ValueError, match="64, 96 or 128"):
+    with pytest.raises(ValueError, match="32, 64, 96, 128, 192 or 256"):
         kittens._attention_backward(q, q, q, q, q, lse, False)
+    q = make(1, 2, 64, 256, "bhsd", 7)
+    with pytest.raises(ValueError, match="'atomic' form only"):
+        kittens._attention_backward(q, q, q, q, q, lse, False, form="two")
     q = make(1, 2, 64, 64, "bhsd", 6)
     with pytest.raises(ValueError, match="scale"):
         kittens._attention_backward(q, q, q, q, q, lse, False, -0.5)  # any positive scale; not this
@@ -107,3 +111,51 @@ def test_backward_limits_are_value_errors():
         kittens._attention_backward(q, q, q, q, q, lse[:, :1], False)
     with pytest.raises(ValueError, match="form"):
         kittens._attention_backward(q, q, q, q, q, lse, False, form="three")
+
+
+WIDE_SHAPES = [
+    # (B, H, H_kv, N, D, causal, layout): odd lengths, GQA, both orders
+    (1, 4, 2, 333, 192, True, "bshd"),
+    (2, 2, 2, 131, 256, False, "bhsd"),
+    (1, 4, 1, 517, 256, True, "bshd"),
+    (1, 2, 2, 77, 192, False, "bhsd"),
+    (2, 4, 2, 201, 32, True, "bshd"),
+]
+
+
+@pytest.mark.parametrize("form", ["auto", "atomic"])
+@pytest.mark.parametrize("b,h,hk,n,d,causal,layout", WIDE_SHAPES)
+def test_backward_new_head_dims_match_float64(b, h, hk, n, d, causal, layout, form):
+    """Head dims 32, 192, 256 against float64 autograd and SDPA's bf16 backward (``auto`` is the
+    atomic form at 192 and 256, the two launches at 32)."""
+    from gpu_rule import rule
+
+    seed = n * 5 + d + h
+    q, k, v = make(b, h, n, d, layout, seed), make(b, hk, n, d, layout, seed + 1), make(b, hk, n, d, layout, seed + 2)
+    do = make(b, h, n, d, layout, seed + 3)
+    ref = grads(q, k, v, do, causal, torch.float64)
+    base = grads(q, k, v, do, causal, torch.bfloat16)
+    lse = lse_reference(q, k, causal)
+    ours = kittens._attention_backward(q, k, v, ref[0].to(torch.bfloat16), do, lse, causal, form=form)
+    msg = []
+    for name, x, y, r, like in zip(("dq", "dk", "dv"), ours, base[1:], ref[1:], (q, k, v)):
+        assert x.shape == like.shape and x.dtype == torch.bfloat16 and torch.isfinite(x).all(), name
+        e_o, e_t = rel(x, r), rel(y, r)
+        msg.append(f"{name} {e_o:.2e} <= 2 x {e_t:.2e}")
+        assert e_o <= 2 * e_t + FLOOR, f"{name}: ours {e_o:.3e} vs torch {e_t:.3e}"
+        rule(x, r, y)
+    print(f"B{b} H{h}/{hk} N{n} D{d} causal={causal} {layout} {form}: " + ", ".join(msg))
+
+
+@pytest.mark.parametrize("d", [192, 256])
+def test_autograd_through_kittens_attention_wide(d):
+    """kittens.attention under autograd at head dims 192 and 256: forward and backward kernels, GQA."""
+    q = make(1, 4, 211, d, "bshd", 70 + d).requires_grad_()
+    k, v = (make(1, 2, 211, d, "bshd", 71 + d + i).requires_grad_() for i in range(2))
+    do = make(1, 4, 211, d, "bshd", 79 + d)
+    o = kittens.attention(q, k, v, causal=True)
+    o.backward(do)
+    ref = grads(q, k, v, do, True, torch.float64)
+    base = grads(q, k, v, do, True, torch.bfloat16)
+    for x, y, r in zip((q.grad, k.grad, v.grad), base[1:], ref[1:]):
+        assert rel(x, r) <= 2 * rel(y, r) + FLOOR

@@ -1,7 +1,10 @@
 """kittens.flash_attn_with_kvcache on CUDA (sm_90a): the cases of ``test_kvcache_cpu`` (contiguous and
-paged caches, page size 16 not dividing the lengths, appends, lengths 0 and 1, GQA, causal, NaN in the
-stale cache rows) on the GPU, by FlashAttention's rule against float64; plus a decode step at a larger
-size, and no host synchronisation once prepared.
+paged caches, page sizes 16, 48 and 256 not dividing the lengths, appends, lengths 0 and 1, GQA, causal, NaN
+in the stale cache rows) on the GPU, by FlashAttention's rule against float64; the paged ones run the
+registry kernel ``attn_paged`` (``kittens_kernels::attn_paged_hopper``) on the cache in place (checked),
+with its key blocks of 16, 32, 64 and 128 keys, head dims 64 to 256, split-KV with the merge; against SDPA on
+the gathered cache; plus a decode step at a larger size, no host synchronisation once prepared, and bad
+input named.
 
 Runs on a Hopper GPU (sm_90a) with torch; anywhere else the whole file is skipped with the reason.
 """
@@ -17,6 +20,14 @@ if torch.cuda.get_device_capability() != (9, 0):
 from kittens import flash_attn_with_kvcache  # noqa: E402
 from test_kvcache_cpu import CASES, PAGED_CASES, make_case, run_case  # noqa: E402
 
+# The sm_90a program's other key blocks and head dims: page 32 (32-key blocks) with 19 causal queries, page
+# 64 at head dim 256 (64-key blocks), page 128 at head dim 192 (64), lengths that no page divides.
+SM90_CASES = [
+    ([300, 20, 0], 0, 19, 4, 2, 128, 32, 320, True),
+    ([1000, 1, 0, 77], 1, 1, 8, 2, 256, 64, 1024, False),
+    ([129, 5], 2, 3, 6, 3, 192, 128, 256, True),
+]
+
 BIG = [
     ([1000, 0, 1, 4095, 2048, 77, 3000, 512], 1, 1, 32, 8, 128, None, 4096, True),
     ([1000, 0, 1, 4095, 2048, 77, 3000, 512], 1, 1, 32, 8, 128, 256, 4096, True),
@@ -24,7 +35,7 @@ BIG = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES + PAGED_CASES + BIG)
+@pytest.mark.parametrize("case", CASES + PAGED_CASES + SM90_CASES + BIG)
 def test_matches_float64_on_cuda(case):
     e, eb = run_case(case, "cuda")
     print(f"{case}: out rel_err {e:.3e} (bf16 {eb:.3e})")
@@ -42,9 +53,9 @@ def test_no_host_synchronisation():
 
 
 def test_paged_matches_sdpa_on_the_gathered_cache():
-    """The paged path against PyTorch's SDPA on the pages gathered into a dense cache (every sequence
+    """The paged kernel against PyTorch's SDPA on the pages gathered into a dense cache (every sequence
     full, no mask needed): FlashAttention's rule against float64 with SDPA's bfloat16 error as the
-    baseline. (On CUDA the paged path gathers too until ``attn_paged`` lowers for sm_90a.)"""
+    baseline."""
     b, h, hk, d, page, per = 8, 32, 8, 128, 16, 64
     g = torch.Generator().manual_seed(5)
     nblocks = b * per + 5
@@ -63,3 +74,46 @@ def test_paged_matches_sdpa_on_the_gathered_cache():
     es = ((sdpa.double() - ref).norm() / ref.norm()).item()
     print(f"paged vs f64 {e:.3e}, SDPA vs f64 {es:.3e}")
     assert e <= 2 * es + 2.0 ** -12
+
+
+@pytest.mark.parametrize("num_splits", [1, 3, 16])
+def test_paged_split_kv_and_scale_on_cuda(num_splits):
+    """Split-KV (the partials in scratch, then the merge) at 1, 3 and 16 parts, any scale, GQA, lengths 0
+    and 1 and ones page 16 does not divide."""
+    case = ([300, 1, 37, 0, 999], 1, 2, 4, 2, 128, 16, 1024, True)
+    run_case(case, "cuda", scale=0.3, num_splits=num_splits)
+
+
+def test_paged_reads_the_cache_in_place_on_cuda(monkeypatch):
+    """On CUDA the paged path calls the ``attention_paged`` op (the registry kernel) on the cache itself:
+    no gathered copy."""
+    from kittens import ops
+
+    seen = []
+    body = ops._BODIES["attention_paged"]
+
+    def spy(q, k_cache, v_cache, *rest):
+        seen.append((k_cache.data_ptr(), v_cache.data_ptr(), q.is_cuda))
+        return body(q, k_cache, v_cache, *rest)
+
+    monkeypatch.setitem(ops._BODIES, "attention_paged", spy)
+    q, kc, vc, k, v, seqlens, table, *_ = make_case([5, 20], 1, 1, 2, 1, 64, 16, 32, seed=4, device="cuda")
+    flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, block_table=table)
+    assert seen == [(kc.data_ptr(), vc.data_ptr(), True)]
+
+
+def test_paged_bad_input_on_cuda_names_the_argument():
+    """What is checked without a device read on CUDA: the page size, the head dim the sm_90a kernel takes,
+    the table's dtype and rows. (Entries outside the cache and lengths past the capacity are not checked
+    on CUDA: a device read; the kernel clamps them, see kittens.kvcache.)"""
+    q, kc, vc, k, v, seqlens, table, *_ = make_case([5, 9], 1, 1, 2, 1, 64, 16, 32, seed=2, device="cuda")
+    with pytest.raises(ValueError, match="page_size.*multiple of 16, got 8"):
+        flash_attn_with_kvcache(q, kc.reshape(-1, 8, 1, 64), vc.reshape(-1, 8, 1, 64), cache_seqlens=seqlens,
+                                block_table=table)
+    with pytest.raises(ValueError, match="headdim 96"):
+        flash_attn_with_kvcache(q[..., :48].repeat(1, 1, 1, 2), kc[..., :48].repeat(1, 1, 1, 2),
+                                vc[..., :48].repeat(1, 1, 1, 2), cache_seqlens=seqlens, block_table=table)
+    with pytest.raises(ValueError, match="block_table"):
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table.long())
+    with pytest.raises(ValueError, match="block_table"):
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table[:1])

@@ -48,7 +48,7 @@ FORMS = ["row", "t", "slice", "tslice"]
 def no_copies(monkeypatch):
     """Fails any call that would copy an operand, and records the problems prepared."""
     prepared = []
-    real = _dispatch._prepare
+    real = _dispatch._core._prepare
 
     def spy(key, entry, problem, tensors, device, free=(), extra=None):
         prepared.append(dict(problem))
@@ -57,9 +57,9 @@ def no_copies(monkeypatch):
     def copy(*_):
         raise AssertionError("an operand was copied")
 
-    monkeypatch.setattr(_dispatch, "_prepare", spy)
-    monkeypatch.setattr(_dispatch, "_matmul_padded", copy)
-    monkeypatch.setattr(_dispatch, "_matmul_copied", copy)
+    monkeypatch.setattr(_dispatch._core, "_prepare", spy)
+    monkeypatch.setattr(_dispatch._gemm, "_matmul_padded", copy)
+    monkeypatch.setattr(_dispatch._gemm, "_matmul_copied", copy)
     _dispatch._HANDLES.clear()
     return prepared
 

@@ -152,6 +152,42 @@ def test_rmsnorm_state_dict_and_kernel_call(monkeypatch):
     assert (y2.double() - ref).norm() <= 2 * (base.double() - ref).norm() + 1e-5 * ref.norm()
 
 
+def test_rmsnorm_without_residual_passes_none_and_no_zero_gradient(monkeypatch):
+    """RMSNorm(x) alone: the op gets residual None (no tensor of zeros to read) and its backward gets no
+    gradient for the unused h (None, not zeros); values and gradients as torch.nn.RMSNorm's in float64
+    by the rule (2x the plain bf16 computation's error + a floor)."""
+    theirs = randomize(torch.nn.RMSNorm(96, eps=1e-6), 15)
+    ours = knn.RMSNorm(96, eps=1e-6)
+    ours.load_state_dict(theirs.state_dict())
+    ours = ours.to(BF)
+    x = rand(5, 7, 96, seed=16).to(BF)
+    dy = rand(5, 7, 96, seed=17).to(BF)
+    calls = []
+    real = ops.call
+
+    def spy(name, *args):
+        calls.append((name, tuple(None if a is None else getattr(a, "shape", a) for a in args)))
+        return real(name, *args)
+
+    monkeypatch.setattr(ops, "call", spy)
+    xg = x.clone().requires_grad_()
+    y = ours(xg)
+    y.backward(dy)
+    assert calls[0] == ("rmsnorm", (x.shape, None, (96,), 1e-6))
+    assert calls[1][0] == "rmsnorm_backward" and calls[1][1][3] is None, calls
+    x64 = x.double().requires_grad_()
+    w64 = theirs.weight.detach().double().requires_grad_()
+    y64 = F.rms_norm(x64, (96,), w64, 1e-6)
+    y64.backward(dy.double())
+    xb = x.clone().requires_grad_()
+    wb = theirs.weight.detach().to(BF).requires_grad_()
+    yb = F.rms_norm(xb, (96,), wb, 1e-6)
+    yb.backward(dy)
+    for got, ref, base in ((y, y64, yb), (xg.grad, x64.grad, xb.grad), (ours.weight.grad, w64.grad, wb.grad)):
+        err = (got.double() - ref.detach()).norm()
+        assert err <= 2 * (base.double() - ref.detach()).norm() + 1e-3 * ref.norm(), (err, got.shape)
+
+
 class RefMLP(torch.nn.Module):
     def __init__(self, d, f):
         super().__init__()

@@ -38,8 +38,8 @@ def recorded(monkeypatch):
         calls.append(Recorded(entry, dict(problem), list(tensors)))
         return _dispatch._store(key, (calls[-1], (0, ()), extra))
 
-    monkeypatch.setattr(_dispatch, "_prepare", prepare)
-    monkeypatch.setattr(_dispatch, "_raw_stream", lambda device: 0)
+    monkeypatch.setattr(_dispatch._core, "_prepare", prepare)
+    monkeypatch.setattr(_dispatch._core, "_raw_stream", lambda device: 0)
     _dispatch._HANDLES.clear()
     yield calls
     _dispatch._HANDLES.clear()

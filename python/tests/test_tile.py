@@ -32,7 +32,7 @@ def rust_kernel_json(example: str, name: str) -> dict:
     if shutil.which("cargo") is None or not (ROOT / "Cargo.toml").exists():
         pytest.skip("no cargo or no source checkout: the Rust example cannot run here")
     subprocess.run(
-        ["cargo", "run", "-q", "--release", "-p", "kittens-kernels", "--example", example],
+        ["cargo", "run", "-q", "--release", "-p", "kittens-runtime", "--example", example],
         cwd=ROOT, check=True, stdout=subprocess.DEVNULL,
     )
     path = pathlib.Path(tempfile.gettempdir()) / "kittens-examples" / f"{name}.json"

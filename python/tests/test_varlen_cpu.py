@@ -22,15 +22,19 @@ def _packed(lens_q, lens_k, heads, heads_kv, dim, seed):
     return q, k, v, cu(lens_q), cu(lens_k)
 
 
-def _reference(q, k, v, lens_q, lens_k, causal, dtype):
-    """Per-sequence dense attention in `dtype` (float64: the reference; bfloat16: the baseline)."""
+def _reference(q, k, v, lens_q, lens_k, causal, dtype, slopes=None):
+    """Per-sequence dense attention in `dtype` (float64: the reference; bfloat16: the baseline); with
+    ALiBi's `slopes` (batch, heads) the bias −slope·|i + len_k − len_q − j| on the scaled logits."""
     outs, heads, heads_kv = [], q.shape[1], k.shape[1]
     oq = ok = 0
-    for lq, lk in zip(lens_q, lens_k):
+    for b, (lq, lk) in enumerate(zip(lens_q, lens_k)):
         qs = q[oq:oq + lq].to(dtype).transpose(0, 1)
         ks = k[ok:ok + lk].to(dtype).transpose(0, 1).repeat_interleave(heads // heads_kv, 0)
         vs = v[ok:ok + lk].to(dtype).transpose(0, 1).repeat_interleave(heads // heads_kv, 0)
         s = (qs @ ks.transpose(1, 2)) / q.shape[2] ** 0.5
+        if slopes is not None:
+            dist = (torch.arange(lq)[:, None] + lk - lq - torch.arange(lk)[None, :]).abs()
+            s = s - (slopes[b].to(s.dtype)[:, None, None] * dist.to(s.dtype))
         if causal:
             i = torch.arange(lq).unsqueeze(1)
             j = torch.arange(lk).unsqueeze(0)
@@ -136,3 +140,54 @@ def test_cuda_backward_composition_matches_float64(lens_q, lens_k, heads, heads_
     for name, ours, want, bl in (("dq", dq, q64, qb), ("dk", dk, k64, kb), ("dv", dv, v64, vb)):
         e, eb = _err(ours, want.grad), _err(bl.grad, want.grad)
         assert e <= 2 * eb + FLOOR, f"{name} error {e:.3e}, bf16 baseline {eb:.3e}"
+
+
+ALIBI_CASES = [
+    ([1, 17, 0, 130, 30], [1, 17, 0, 130, 30], 2, 1, 64, True),
+    ([45, 3, 20], [20, 33, 0], 4, 2, 128, False),
+]
+
+
+@pytest.mark.parametrize("lens_q,lens_k,heads,heads_kv,dim,causal", ALIBI_CASES)
+def test_alibi_forward_and_backward_match_float64(lens_q, lens_k, heads, heads_kv, dim, causal):
+    """``alibi_slopes`` (batch, nheads), slopes of both signs, through flash_attn_varlen_func on the CPU
+    interpreter, against the float64 reference that adds the bias; the (nheads,) form equals its
+    broadcast; the PyTorch composition of the backward (``varlen._backward_torch``) with the same
+    slopes against float64 too."""
+    from kittens.varlen import _backward_torch
+
+    q, k, v, cu_q, cu_k = _packed(lens_q, lens_k, heads, heads_kv, dim, seed=len(lens_q) + dim + 5)
+    slopes = (torch.rand(len(lens_q), heads, generator=torch.Generator().manual_seed(2)) - 0.3) * 0.5
+    qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
+    mq, mk = max(lens_q), max(lens_k)
+    out = flash_attn_varlen_func(qs, ks, vs, cu_q, cu_k, mq, mk, causal=causal, alibi_slopes=slopes)
+    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    ref = _reference(q64, k64, v64, lens_q, lens_k, causal, torch.float64, slopes.double())
+    base = _reference(q, k, v, lens_q, lens_k, causal, torch.bfloat16, slopes)
+    e, eb = _err(out, ref.detach()), _err(base, ref.detach())
+    assert e <= 2 * eb + FLOOR, f"output error {e:.3e}, bf16 baseline {eb:.3e}"
+    plain = _reference(q.double(), k.double(), v.double(), lens_q, lens_k, causal, torch.float64)
+    assert _err(plain, ref.detach()) > 10 * (2 * eb + FLOOR), "the slopes change the output"
+    g = torch.rand(out.shape, generator=torch.Generator().manual_seed(7)).bfloat16() - 0.5
+    out.backward(g)
+    ref.backward(g.double())
+    qb, kb, vb = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    _reference(qb, kb, vb, lens_q, lens_k, causal, torch.bfloat16, slopes).backward(g)
+    out_d, lse = torch.ops.kittens.attention_varlen(q, k, v, cu_q, cu_k, mq, mk, causal, None, None, slopes)
+    composed = _backward_torch(g, q, k, v, out_d, lse, cu_q, cu_k, causal, None, block_elems=4000, alibi=slopes)
+    for name, ours, comp, want, bl in (("dq", qs, composed[0], q64, qb), ("dk", ks, composed[1], k64, kb),
+                                       ("dv", vs, composed[2], v64, vb)):
+        e, eb, ec = _err(ours.grad, want.grad), _err(bl.grad, want.grad), _err(comp, want.grad)
+        assert e <= 2 * eb + FLOOR, f"{name} error {e:.3e}, bf16 baseline {eb:.3e}"
+        assert ec <= 2 * eb + FLOOR, f"{name} (torch composition) error {ec:.3e}, bf16 baseline {eb:.3e}"
+    per_head = flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, causal=causal, alibi_slopes=slopes[0])
+    bcast = flash_attn_varlen_func(q, k, v, cu_q, cu_k, mq, mk, causal=causal,
+                                   alibi_slopes=slopes[0].expand(len(lens_q), heads).contiguous())
+    assert torch.equal(per_head, bcast)
+
+
+def test_alibi_bad_slopes_name_the_argument():
+    q, k, v, cu_q, cu_k = _packed([5, 7], [5, 7], 2, 1, 64, seed=1)
+    for bad in (torch.ones(3), torch.ones(2, 2, dtype=torch.float64), torch.tensor([1.0, float("nan")])):
+        with pytest.raises(ValueError, match="alibi_slopes"):
+            flash_attn_varlen_func(q, k, v, cu_q, cu_k, 7, 7, alibi_slopes=bad)

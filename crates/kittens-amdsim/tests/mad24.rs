@@ -1,6 +1,6 @@
 //! The 24-bit multiply-adds (CDNA3 ISA guide, VOP3 opcodes: V_MAD_I32_I24 = 0x1C2, V_MAD_U32_U24 =
 //! 0x1C3), which the compiler emits for the strip kernels' 32-bit index arithmetic, on a
-//! hand-assembled kernel: out[i] = mad24(in[i], in[i], 4·i). Inputs carry bits above bit 23 (which
+//! hand-assembled kernel: out[i] = mad24(in[i], in[i], 4·i); and the 24-bit signed multiply (VOP2). Inputs carry bits above bit 23 (which
 //! both ignore) and, for the signed form, a set bit 23 (a negative 24-bit value). Also `v_log_f32`
 //! (VOP1 0x21), which the attention's log-sum-exp compiles to.
 
@@ -60,6 +60,23 @@ fn v_mad_i32_i24_multiplies_the_sign_extended_low_24_bits() {
         .collect();
     assert!(x.iter().any(|v| v & 1 << 23 != 0));
     assert_eq!(run(0x1c2, &x), want);
+}
+
+/// `v_mul_i32_i24 v3, v2, v2` (VOP2 opcode 6: bits 30:25, vdst 24:17, vsrc1 16:9, src0 8:0), which
+/// gfx942's attention backward at head dim 96 compiles to: the low 32 bits of the product of the
+/// sign-extended low 24 bits.
+#[test]
+fn v_mul_i32_i24_multiplies_the_sign_extended_low_24_bits() {
+    let x = inputs();
+    let want: Vec<u32> = x
+        .iter()
+        .map(|&v| {
+            let low = i64::from(v & 0xff_ffff);
+            let a = if low >= 1 << 23 { low - (1 << 24) } else { low };
+            ((a * a) & 0xffff_ffff) as u32
+        })
+        .collect();
+    assert_eq!(per_lane(&[6 << 25 | 3 << 17 | 2 << 9 | 258], &x), want);
 }
 
 /// `v_log_f32 v3, v2` (VOP1: bits 31:25 = 0x3f, vdst 24:17, opcode 16:9, src0 8:0): log2, exact on the

@@ -27,6 +27,8 @@ fn issued_opcodes(src: &str) -> BTreeSet<String> {
     ops
 }
 
+/// Kept as a text check: the table is what the analyses read the prelude's asm by, so it must list
+/// exactly what the text issues (the other direction, on the compiled code, is amd_prelude.rs).
 #[test]
 fn table_matches_the_prelude_text() {
     let issued = issued_opcodes(PRELUDE);
@@ -49,8 +51,9 @@ fn targets_split_as_the_isa_says() {
     for arch in [Arch::Cdna3, Arch::Cdna4] {
         let op = bf16_mfma_opcode(arch).unwrap();
         assert!(wrapped_opcodes(arch).contains(&op), "{op}");
-        let src = builtin_kernel_source("prelude_smoke", arch).unwrap();
-        assert!(src.starts_with(PRELUDE) && src.contains("void prelude_smoke("));
+        // The built-in kernel (the prelude and `prelude_smoke`) is compiled and its every wrapper
+        // found in the assembly by kittens-runtime tests/amd_prelude.rs.
+        assert!(builtin_kernel_source("prelude_smoke", arch).is_some());
     }
     assert!(builtin_kernel_source("prelude_smoke", Arch::Hopper).is_none());
     assert!(builtin_kernel_source("no_such_kernel", Arch::Cdna4).is_none());

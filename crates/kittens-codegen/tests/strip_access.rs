@@ -2,6 +2,11 @@
 //! the interleaved rotary pair moves as 16-byte vectors (not element by element), the cos/sin row
 //! broadcast across heads is loaded once per lane group, and dropout whose stream indices are
 //! provably aligned draws whole Philox blocks only.
+//!
+//! These stay checks of the emitted text: they are performance properties with no check on a compiler's
+//! output yet (each test says why), and the behaviour they must not change — results equal to the
+//! interpreter's and the f64 reference, the dropout mask bit for bit — is kittens-runtime
+//! tests/amd_strip.rs (HIP emulation) and the interpreter tests.
 
 use kittens_codegen::lower;
 use kittens_hw::Target;
@@ -47,6 +52,7 @@ fn interleaved_rotary_moves_pairs_as_vectors() {
 
 #[test]
 fn rotary_heads_along_rows_broadcast_the_table_row() {
+    // Kept as text: the lane-to-chunk map is a load count per lane, which no compiled check reads.
     let k = rotary::build(&RotaryConfig {
         along: RotaryRows::Heads,
         ..RotaryConfig::new(128, AttnLayout::Bshd, false)
@@ -66,6 +72,7 @@ fn rotary_heads_along_rows_broadcast_the_table_row() {
 
 #[test]
 fn aligned_dropout_draws_whole_philox_blocks() {
+    // Kept as text: a one-value draw computes a whole Philox block too, so only the call tells them apart.
     for dim in [776, 2048, 4104] {
         for (t, _, lanes) in TARGETS {
             let k = layernorm::build(&LayerNormConfig::new(dim, 0.1, lanes)).unwrap();
@@ -78,6 +85,7 @@ fn aligned_dropout_draws_whole_philox_blocks() {
 
 #[test]
 fn a_run_of_loads_is_in_flight_before_any_conversion() {
+    // Kept as text: the compilers reschedule loads, so this is the order the lowering hands them.
     // Rotary loads x's two members and both table rows one after the other: every vector load of
     // the run comes before the first conversion to f32 (a conversion inside a load's own branch
     // made each load wait for the previous one).

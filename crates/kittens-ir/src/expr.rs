@@ -11,7 +11,6 @@
 //! tensor ([`Expr::eval_in`]); host-side evaluators without the data ([`Expr::eval`]) see it as
 //! unknown (`None`); the lowerings print it as a scalar load.
 
-use crate::ir::GlobalId;
 use serde::{Deserialize, Serialize};
 
 /// A run-time integer parameter of the kernel (a problem size), by position in [`crate::Kernel::params`].
@@ -21,6 +20,10 @@ pub struct ParamId(pub u32);
 /// A loop variable, by position in [`crate::Kernel::vars`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct VarId(pub u32);
+
+/// A global tensor, by position in [`crate::Kernel::globals`] (an [`Expr::Elem`] reads one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GlobalId(pub u32);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

@@ -18,11 +18,9 @@ use kittens_hw::dtype::DType;
 use kittens_tile::{BaseShape, Layout, RegTile, SharedTile};
 use serde::{Deserialize, Serialize};
 
+pub use crate::expr::GlobalId;
 pub use crate::numerics::Rounding;
 
-/// A global tensor, by position in [`Kernel::globals`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct GlobalId(pub u32);
 /// A shared-memory buffer (ring of `count` tiles), by position in [`Kernel::shared`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct SharedId(pub u32);

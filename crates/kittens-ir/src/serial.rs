@@ -493,8 +493,10 @@ pub fn check_structure(k: &Kernel) -> Result<(), BuildError> {
                     g.name, c.dim
                 )));
             }
-            // A clip is evaluated per block, outside any loop.
-            expr(&Ids { vars: 0, ..ids }, &at, &c.end)?;
+            // A clip is evaluated at each access (docs/ir.md): it may name the loop variables of
+            // loops around the tensor's accesses (a paged cache's page end per key step); one
+            // named outside its loop is an evaluation error there, not a crash.
+            expr(&ids, &at, &c.end)?;
         }
     }
     // Shared buffers.

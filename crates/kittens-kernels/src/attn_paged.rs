@@ -25,12 +25,14 @@
 //! row broadcasts need rows a wave of chunks wide (this program's score rows are 16 keys); the AMD
 //! lowerings refuse index reads. The registry marks them not-yet, naming why.
 
+use crate::attn::key_step::{KeyMasks, WaveStep};
 use crate::attn::{HeadLogits, Logits, Softmax};
 use crate::attn_fwd::split::declare_partials;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32, I32};
+use kittens_hw::Target;
 use kittens_ir::{
-    Access, Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, Rounding, Schedule,
+    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, Rounding, Schedule,
 };
 use kittens_tile::{BaseShape, Layout};
 
@@ -45,7 +47,7 @@ pub struct PagedConfig {
     pub causal: bool,
     /// The softmax scale (`None`: `1/√d`); a soft cap is refused (not built here yet).
     pub logits: Logits,
-    /// Keys per step: 16 or 32; the page size must be a multiple of it ([`kv_block_for`]).
+    /// Keys per step: 16, 32, 64 or 128; the page size must be a multiple of it ([`kv_block_for`]).
     pub kv_block: u32,
     /// Parts of each query block's key walk (1: no split, `o` and `lse` written directly).
     pub splits: u32,
@@ -60,20 +62,29 @@ impl HeadLogits for PagedConfig {
     }
 }
 
-/// The key step for `page_size`: 16 (the step's K and V tiles of one warp stay within sm_90a's
-/// register budget at head dim 128 beside Q and the accumulator); pages that 16 does not divide are
-/// refused, naming the page size.
-pub fn kv_block_for(page_size: usize) -> Result<u32, KernelError> {
-    match page_size {
-        p if p > 0 && p % 16 == 0 => Ok(16),
-        p => Err(KernelError::Problem(format!(
-            "page_size: the paged decode kernel reads pages in steps of 16 keys, so the page size \
-             must be a positive multiple of 16, got {p}"
-        ))),
+/// The key step for `page_size` on `target`: a step never crosses a page, so it divides the page
+/// size. The interpreter's one-wave program takes 16 (its K and V tiles of one warp); the sm_90a
+/// program the largest of 128, 64, 32, 16 that divides the page (64 at most past head dim 128, as
+/// the dense Hopper forward: the score tile beside 3-4 output accumulators). Pages that 16 does not
+/// divide are refused, naming the page size.
+pub fn kv_block_for(page_size: usize, dim: u32, target: Target) -> Result<u32, KernelError> {
+    if page_size == 0 || !page_size.is_multiple_of(16) {
+        return Err(KernelError::Problem(format!(
+            "page_size: the paged decode kernel reads pages in steps of 16 keys or more, so the \
+             page size must be a positive multiple of 16, got {page_size}"
+        )));
     }
+    if target != Target::Sm90a {
+        return Ok(16);
+    }
+    let most = if dim > 128 { 64 } else { 128 };
+    Ok([128u32, 64, 32, 16]
+        .into_iter()
+        .find(|&kv| kv <= most && page_size.is_multiple_of(kv as usize))
+        .unwrap_or(16))
 }
 
-fn check(cfg: &PagedConfig) -> Result<(), KernelError> {
+pub(crate) fn check(cfg: &PagedConfig) -> Result<(), KernelError> {
     cfg.logits.check()?;
     if cfg.logits.softcap.is_some() {
         return Err(KernelError::Config(
@@ -86,9 +97,9 @@ fn check(cfg: &PagedConfig) -> Result<(), KernelError> {
             cfg.dim
         )));
     }
-    if !matches!(cfg.kv_block, 16 | 32) {
+    if !matches!(cfg.kv_block, 16 | 32 | 64 | 128) {
         return Err(KernelError::Config(format!(
-            "kv_block: 16 or 32 keys per step, got {}",
+            "kv_block: 16, 32, 64 or 128 keys per step, got {}",
             cfg.kv_block
         )));
     }
@@ -102,16 +113,189 @@ fn check(cfg: &PagedConfig) -> Result<(), KernelError> {
     Ok(())
 }
 
-/// Parameters `batch, heads, heads_kv, seq_q, num_blocks, page_size, max_blocks`; tensors `q`
-/// (bf16 `[batch, seq_q, heads, d]`), `k_cache`, `v_cache` (bf16 `[num_blocks, page_size, heads_kv,
-/// d]`), `block_table` (i32 `[batch · max_blocks]`, row-major `[batch, max_blocks]`), `cache_seqlens` (i32 `[batch]`), then without a
-/// split `o` (bf16 like `q`) and `lse` (f32 `[batch, heads, seq_q]`, natural log, `−∞` for a row
-/// that keeps no key), with one the partials `o_partial`, `lse_partial` of
-/// [`crate::attn_fwd::split`] (`seq` = `seq_q`).
-pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
-    check(cfg)?;
-    let name = format!(
-        "attn_paged_fwd{}_kv{}{}",
+/// The paged program's parameters and tensors, declared in this order by both programs (the
+/// interpreter's and [`crate::attn_paged_hopper`]), so that one launch fits either.
+pub(crate) struct PagedIo {
+    pub batch: Expr,
+    pub heads: Expr,
+    pub heads_kv: Expr,
+    pub seq_q: Expr,
+    pub num_blocks: Expr,
+    pub page: Expr,
+    pub max_blocks: Expr,
+    pub q: GlobalId,
+    pub k_cache: GlobalId,
+    pub v_cache: GlobalId,
+    pub table: GlobalId,
+    pub seqlens: GlobalId,
+    /// `o` (bf16 like `q`) or with a split `o_partial`.
+    pub o: GlobalId,
+    /// `lse` (f32 `[batch, heads, seq_q]`) or with a split `lse_partial`.
+    pub lse: GlobalId,
+}
+
+impl PagedIo {
+    /// Parameters `batch, heads, heads_kv, seq_q, num_blocks, page_size, max_blocks`; tensors `q`
+    /// (bf16 `[batch, seq_q, heads, d]`), `k_cache`, `v_cache` (bf16 `[num_blocks, page_size,
+    /// heads_kv, d]`), `block_table` (i32 `[batch · max_blocks]`, row-major `[batch, max_blocks]`),
+    /// `cache_seqlens` (i32 `[batch]`), then without a split `o` (bf16 like `q`) and `lse` (f32
+    /// `[batch, heads, seq_q]`, natural log, `−∞` for a row that keeps no key), with one the
+    /// partials `o_partial`, `lse_partial` of [`crate::attn_fwd::split`] (`seq` = `seq_q`).
+    pub(crate) fn declare(k: &mut KernelBuilder, cfg: &PagedConfig) -> PagedIo {
+        let [batch, heads, heads_kv, seq_q, num_blocks, page, max_blocks] = [
+            "batch",
+            "heads",
+            "heads_kv",
+            "seq_q",
+            "num_blocks",
+            "page_size",
+            "max_blocks",
+        ]
+        .map(|n| k.param(n));
+        let d = Expr::c(i64::from(cfg.dim));
+        let bshd = |h: &Expr| {
+            [
+                ("b", batch.clone()),
+                ("s", seq_q.clone()),
+                ("h", h.clone()),
+                ("d", d.clone()),
+            ]
+        };
+        let q = k.global("q", Bf16, &bshd(&heads), Access::Read);
+        let cache = [
+            ("n", num_blocks.clone()),
+            ("p", page.clone()),
+            ("h", heads_kv.clone()),
+            ("d", d.clone()),
+        ];
+        let k_cache = k.global("k_cache", Bf16, &cache, Access::Read);
+        let v_cache = k.global("v_cache", Bf16, &cache, Access::Read);
+        // One dimension of `batch · max_blocks` entries: an index read (`Expr::Elem`) walks dimension 0.
+        let entries = [("i", &batch * max_blocks.clone())];
+        let table = k.global("block_table", I32, &entries, Access::Read);
+        let seqlens = k.global("cache_seqlens", I32, &[("b", batch.clone())], Access::Read);
+        let (o, lse) = if cfg.splits > 1 {
+            let rows = [&batch, &heads, &seq_q];
+            declare_partials(k, cfg.splits, rows, &d, Access::Write)
+        } else {
+            let o = k.global("o", Bf16, &bshd(&heads), Access::Write);
+            let dims = [
+                ("b", batch.clone()),
+                ("h", heads.clone()),
+                ("s", seq_q.clone()),
+            ];
+            (o, k.global("lse", F32, &dims, Access::Write))
+        };
+        PagedIo {
+            batch,
+            heads,
+            heads_kv,
+            seq_q,
+            num_blocks,
+            page,
+            max_blocks,
+            q,
+            k_cache,
+            v_cache,
+            table,
+            seqlens,
+            o,
+            lse,
+        }
+    }
+}
+
+/// One block's walk over its sequence's pages: the grid `[batch, heads, ⌈seq_q / block_q⌉ ·
+/// splits]`, the block's sequence `b`, query head `h`, KV head `hk`, query block `qb` and part, the
+/// sequence's length, and the part's `count` steps of `kv_block` keys from step `first`.
+pub(crate) struct Walk {
+    pub b: Expr,
+    pub h: Expr,
+    pub hk: Expr,
+    pub qb: Expr,
+    pub part: Expr,
+    /// `cache_seqlens[b]`, held to `0 ..= max_blocks · page_size` (a larger value reads no page
+    /// outside the table).
+    pub len: Expr,
+    last_page: Expr,
+    first: Expr,
+    /// The part's steps, at least one (a part past the end walks one step, all masked: its partial
+    /// is the softmax's floor).
+    pub count: Expr,
+    /// Keys at or past this are masked: the length, or the part's end if sooner.
+    pub limit: Expr,
+    kv: i64,
+}
+
+impl Walk {
+    pub(crate) fn declare(
+        k: &mut KernelBuilder,
+        io: &PagedIo,
+        cfg: &PagedConfig,
+        block_q: u32,
+    ) -> Walk {
+        let g = i64::from(cfg.splits);
+        let extents = vec![
+            io.batch.clone(),
+            io.heads.clone(),
+            io.seq_q.ceil_div(i64::from(block_q)) * g,
+        ];
+        k.grid(extents, GridOrder::RowMajor);
+        let (b, h, t) = (k.block(0), k.block(1), k.block(2));
+        let (qb, part) = (&t / g, t % g);
+        let hk = &h / (&io.heads / io.heads_kv.clone());
+        let len = Expr::elem(io.seqlens, b.clone())
+            .max(Expr::c(0))
+            .min(&io.max_blocks * io.page.clone());
+        let last_page = (&len - 1).max(Expr::c(0)) / io.page.clone();
+        let kv = i64::from(cfg.kv_block);
+        let n = &io.max_blocks * (&io.page / kv);
+        let per = n.ceil_div(g);
+        let first = &part * per.clone();
+        let end = (&first + per).min(n);
+        let count = (&end - first.clone()).max(Expr::c(1));
+        let limit = len.clone().min(end * kv);
+        Walk {
+            b,
+            h,
+            hk,
+            qb,
+            part,
+            len,
+            last_page,
+            first,
+            count,
+            limit,
+            kv,
+        }
+    }
+
+    /// Step `j`'s first key in the sequence.
+    pub(crate) fn key(&self, j: &Expr) -> Expr {
+        (&self.first + j) * self.kv
+    }
+
+    /// The cache origin `[page, row, hk, col]` of the step's keys from key `k0`: the table's entry
+    /// (never past the sequence's last page) read on the device, held inside the cache, so that no
+    /// stale or out-of-range entry is ever followed.
+    pub(crate) fn page_origin(&self, io: &PagedIo, k0: &Expr, col: Expr) -> Vec<Expr> {
+        let entry = (k0 / io.page.clone()).min(self.last_page.clone());
+        let block = Expr::elem(io.table, &self.b * io.max_blocks.clone() + entry)
+            .max(Expr::c(0))
+            .min(&io.num_blocks - 1);
+        vec![block, k0 % io.page.clone(), self.hk.clone(), col]
+    }
+
+    /// The bottom-right causal offset (query `i` keeps keys `j ≤ i + offset`).
+    pub(crate) fn causal_offset(&self, io: &PagedIo) -> Expr {
+        &self.len - io.seq_q.clone()
+    }
+}
+
+/// The kernel's name, from its configuration (`suffix` names a target's program).
+pub(crate) fn name(cfg: &PagedConfig, suffix: &str) -> String {
+    format!(
+        "attn_paged_fwd{}_kv{}{}{suffix}",
         if cfg.causal { "_causal" } else { "" },
         cfg.kv_block,
         if cfg.splits > 1 {
@@ -119,106 +303,16 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
         } else {
             String::new()
         }
-    );
-    let mut k = KernelBuilder::new(&name, Schedule::Plain { waves: 1 });
-    let [batch, heads, heads_kv, seq_q, num_blocks, page, max_blocks] = [
-        "batch",
-        "heads",
-        "heads_kv",
-        "seq_q",
-        "num_blocks",
-        "page_size",
-        "max_blocks",
-    ]
-    .map(|n| k.param(n));
+    )
+}
+
+/// The interpreter's program: [`PagedIo`]'s parameters and tensors, one wave per `BLOCK_Q` queries.
+pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
+    check(cfg)?;
+    let mut k = KernelBuilder::new(&name(cfg, ""), Schedule::Plain { waves: 1 });
+    let io = PagedIo::declare(&mut k, cfg);
+    let w = Walk::declare(&mut k, &io, cfg, BLOCK_Q);
     let (dim, bq, bk) = (cfg.dim, BLOCK_Q, cfg.kv_block);
-    let d = Expr::c(i64::from(dim));
-    let q = k.global(
-        "q",
-        Bf16,
-        &[
-            ("b", batch.clone()),
-            ("s", seq_q.clone()),
-            ("h", heads.clone()),
-            ("d", d.clone()),
-        ],
-        Access::Read,
-    );
-    let mut cache = |name: &str| {
-        let dims = [
-            ("n", num_blocks.clone()),
-            ("p", page.clone()),
-            ("h", heads_kv.clone()),
-            ("d", d.clone()),
-        ];
-        k.global(name, Bf16, &dims, Access::Read)
-    };
-    let (kc, vc) = (cache("k_cache"), cache("v_cache"));
-    // One dimension of `batch · max_blocks` entries: an index read (`Expr::Elem`) walks dimension 0.
-    let table = k.global(
-        "block_table",
-        I32,
-        &[("i", &batch * max_blocks.clone())],
-        Access::Read,
-    );
-    let seqlens = k.global("cache_seqlens", I32, &[("b", batch.clone())], Access::Read);
-    let outputs = if cfg.splits > 1 {
-        let (o, lse) = declare_partials(
-            &mut k,
-            cfg.splits,
-            [&batch, &heads, &seq_q],
-            &d,
-            Access::Write,
-        );
-        (o, lse)
-    } else {
-        let o = k.global(
-            "o",
-            Bf16,
-            &[
-                ("b", batch.clone()),
-                ("s", seq_q.clone()),
-                ("h", heads.clone()),
-                ("d", d.clone()),
-            ],
-            Access::Write,
-        );
-        let dims = [
-            ("b", batch.clone()),
-            ("h", heads.clone()),
-            ("s", seq_q.clone()),
-        ];
-        (o, k.global("lse", F32, &dims, Access::Write))
-    };
-    let g = i64::from(cfg.splits);
-    k.grid(
-        vec![
-            batch.clone(),
-            heads.clone(),
-            seq_q.ceil_div(i64::from(bq)) * g,
-        ],
-        GridOrder::RowMajor,
-    );
-    let (b, h, t) = (k.block(0), k.block(1), k.block(2));
-    let (qb, part) = (&t / g, t % g);
-    let hk = &h / (&heads / heads_kv);
-    let capacity = &max_blocks * page.clone();
-    // The sequence's length, held to the table's capacity (a larger cache_seqlens reads no page
-    // outside the table).
-    let len = Expr::elem(seqlens, b.clone())
-        .max(Expr::c(0))
-        .min(capacity.clone());
-    let last_page = (&len - 1).max(Expr::c(0)) / page.clone();
-
-    // The part's steps: `per` of the `n` steps over the capacity, at least one (a part past the end
-    // walks one step, all masked: its partial is the softmax's floor).
-    let n = &max_blocks * (&page / i64::from(bk));
-    let per = n.ceil_div(g);
-    let first = &part * per.clone();
-    let end = (&first + per).min(n);
-    let count = (&end - first.clone()).max(Expr::c(1));
-    let limit = len.clone().min(end * i64::from(bk));
-
     let q_r = k.tile("q", Bf16, bq, dim, Layout::Row, BaseShape::S16X32);
     let k_r = k.tile("k", Bf16, bk, dim, Layout::Row, BaseShape::S16X32);
     let v_r = k.tile("v", Bf16, bk, dim, Layout::Col, BaseShape::S16X16);
@@ -231,61 +325,50 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
     sm.floor = true;
     let lse_r = k.row_vec("lse", s, F32);
 
-    let q0 = &qb * i64::from(bq);
-    k.load_global(
-        q_r,
-        k.gview(
-            q,
-            vec![b.clone(), q0.clone(), h.clone(), Expr::c(0)],
-            1,
-            3,
-            bq,
-            dim,
-        ),
-    );
+    let (b, h) = (w.b.clone(), w.h.clone());
+    let q0 = &w.qb * i64::from(bq);
+    let at = vec![b.clone(), q0.clone(), h.clone(), Expr::c(0)];
+    k.load_global(q_r, k.gview(io.q, at, 1, 3, bq, dim));
     k.neg_infty(sm.max);
     k.zero(sm.norm);
     k.zero(acc);
-    k.for_range("kv", Expr::c(0), count, |k, j| {
-        let k0 = (&first + j) * i64::from(bk);
-        // The step's page: the table's entry (never past the sequence's last page), held inside
-        // the cache.
-        let entry = (&k0 / page.clone()).min(last_page.clone());
-        let block = Expr::elem(table, &b * max_blocks.clone() + entry)
-            .max(Expr::c(0))
-            .min(&num_blocks - 1);
-        let origin = vec![block, &k0 % page.clone(), hk.clone(), Expr::c(0)];
-        k.load_global(k_r, k.gview(kc, origin.clone(), 1, 3, bk, dim));
-        k.load_global(v_r, k.gview(vc, origin, 1, 3, bk, dim));
-        k.mask(v_r, MaskRule::RowsBelow(limit.clone()), &k0, 0, 0.0);
-        k.zero(s);
-        k.mma_abt(s, q_r, k_r, s);
-        let inf = f32::NEG_INFINITY;
-        k.mask(s, MaskRule::ColsBelow(limit.clone()), &q0, &k0, inf);
-        if cfg.causal {
-            let offset = &len - seq_q.clone();
-            k.mask(s, MaskRule::Causal { offset }, &q0, &k0, inf);
-        }
-        sm.step(k, s);
-        k.mul_row(acc, acc, sm.scale);
-        k.convert(p, s, Rounding::Rtne);
-        k.mma_ab(acc, p, v_r, acc);
+    let step = WaveStep {
+        q: q_r,
+        k: k_r,
+        v: v_r,
+        s,
+        p,
+        acc,
+    };
+    let masks = KeyMasks {
+        end: w.limit.clone(),
+        causal: cfg.causal.then(|| w.causal_offset(&io)),
+        alibi: None,
+    };
+    k.for_range("kv", Expr::c(0), w.count.clone(), |k, j| {
+        let k0 = w.key(&j);
+        let origin = w.page_origin(&io, &k0, Expr::c(0));
+        k.load_global(k_r, k.gview(io.k_cache, origin.clone(), 1, 3, bk, dim));
+        k.load_global(v_r, k.gview(io.v_cache, origin, 1, 3, bk, dim));
+        // V rows past the length zeroed: stale cache rows (NaN in an uninitialised cache) cannot
+        // leak through `0 · NaN`.
+        k.mask(v_r, MaskRule::RowsBelow(w.limit.clone()), &k0, 0, 0.0);
+        step.step(k, &sm, &masks, &q0, &k0);
     });
     sm.inv_norm(&mut k, sm.scale);
     k.mul_row(acc, acc, sm.scale);
     sm.lse(&mut k, lse_r);
-    let (o, lse) = outputs;
     if cfg.splits > 1 {
-        let at = vec![part.clone(), b.clone(), h.clone(), q0.clone(), Expr::c(0)];
-        k.store(k.gview(o, at, 3, 4, bq, dim), acc);
-        let at = vec![part, b, h, q0];
-        k.store(k.gview(lse, at, 3, 0, bq, 1), lse_r);
+        let at = vec![w.part.clone(), b.clone(), h.clone(), q0.clone(), Expr::c(0)];
+        k.store(k.gview(io.o, at, 3, 4, bq, dim), acc);
+        let at = vec![w.part.clone(), b, h, q0];
+        k.store(k.gview(io.lse, at, 3, 0, bq, 1), lse_r);
     } else {
         let out = k.tile("out", Bf16, bq, dim, Layout::Row, BaseShape::S16X16);
         k.convert(out, acc, Rounding::Rtne);
         let at = vec![b.clone(), q0.clone(), h.clone(), Expr::c(0)];
-        k.store(k.gview(o, at, 1, 3, bq, dim), out);
-        k.store(k.gview(lse, vec![b, h, q0], 2, 0, bq, 1), lse_r);
+        k.store(k.gview(io.o, at, 1, 3, bq, dim), out);
+        k.store(k.gview(io.lse, vec![b, h, q0], 2, 0, bq, 1), lse_r);
     }
     Ok(k.finish()?)
 }

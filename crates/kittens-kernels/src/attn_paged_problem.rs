@@ -10,7 +10,7 @@
 //! exact f32 integers); outputs `o`, `lse`.
 
 use crate::attn::score::{AttnArgs, Logits};
-use crate::attn::{strides, AttnLayout, AttnShape};
+use crate::attn::{AttnLayout, AttnShape};
 use crate::attn_fwd::{split, AttnConfig};
 use crate::attn_paged::{build, kv_block_for, PagedConfig};
 use crate::problem::{
@@ -45,7 +45,7 @@ impl PagedProblem {
     /// The attention's names ([`AttnArgs::from_args`]; `seq` is the new queries per sequence; a
     /// layout other than `bshd`, `seq_kv`, a window or a top-left causal flag are refused), then
     /// `page_size` (default 16), `max_blocks` (default `⌈seq_kv / page_size⌉`, 4 pages without),
-    /// `num_blocks` (default `batch · max_blocks`), `num_splits` (default 1).
+    /// `num_blocks` (default `batch · max_blocks`), `num_splits` or `kv_splits` (default 1).
     pub fn from_args(a: &NamedArgs) -> Result<PagedProblem, KernelError> {
         let args = AttnArgs::from_args(a)?;
         if args.attn.layout != AttnLayout::Bshd || args.window.is_some() {
@@ -53,12 +53,14 @@ impl PagedProblem {
                 "{NAME}: q is (batch, seq, heads, dim) (bshd) and takes no window"
             )));
         }
-        let page_size = a.size_or("page_size", 16)?;
-        let max_blocks = a.size_or(
-            "max_blocks",
-            args.seq_kv.map_or(4, |s| s.div_ceil(page_size.max(1))),
-        )?;
-        let num_blocks = a.size_or("num_blocks", args.attn.batch * max_blocks)?;
+        // Each size or `None` (the CLI's flag not given) for its default.
+        let page_size = a.opt_size_or("page_size", None)?.unwrap_or(16);
+        let max_blocks = a
+            .opt_size_or("max_blocks", None)?
+            .unwrap_or_else(|| args.seq_kv.map_or(4, |s| s.div_ceil(page_size.max(1))));
+        let num_blocks = a
+            .opt_size_or("num_blocks", None)?
+            .unwrap_or(args.attn.batch * max_blocks);
         Ok(PagedProblem {
             attn: args.attn,
             causal: args.causal,
@@ -66,17 +68,24 @@ impl PagedProblem {
             num_blocks,
             page_size,
             max_blocks,
-            splits: a.u32_or("num_splits", 1)?,
+            // `num_splits` (FlashAttention's name, Python's), or the CLI's `kv_splits` (a count:
+            // the tail planner's `auto` is attn_fwd's).
+            splits: match a.get("num_splits") {
+                Some(_) => a.u32_or("num_splits", 1)?,
+                None => a.u32_or("kv_splits", 1)?,
+            },
             run: RunSettings::from_args(a, &[])?,
         })
     }
 
-    fn config(&self) -> Result<PagedConfig, KernelError> {
+    /// The program's configuration for `target` (its key step: [`kv_block_for`]).
+    pub fn config(&self, target: Target) -> Result<PagedConfig, KernelError> {
+        let dim = u32::try_from(self.attn.dim).unwrap_or(u32::MAX);
         Ok(PagedConfig {
-            dim: u32::try_from(self.attn.dim).unwrap_or(u32::MAX),
+            dim,
             causal: self.causal,
             logits: self.logits,
-            kv_block: kv_block_for(self.page_size)?,
+            kv_block: kv_block_for(self.page_size, dim, target)?,
             splits: self.splits,
         })
     }
@@ -100,6 +109,15 @@ pub fn default_config() -> PagedConfig {
         logits: Logits::default(),
         kv_block: 16,
         splits: 1,
+    }
+}
+
+/// The program for `target`: sm_90a's warp-specialised one ([`crate::attn_paged_hopper`]), the
+/// one-wave program elsewhere (the interpreter's); both take the same tensors and parameters.
+pub fn build_for(cfg: &PagedConfig, target: Target) -> Result<Kernel, KernelError> {
+    match target {
+        Target::Sm90a => crate::attn_paged_hopper::build(cfg),
+        _ => build(cfg),
     }
 }
 
@@ -140,7 +158,7 @@ impl KernelProblem for PagedProblem {
                 a.heads_kv, a.heads
             )));
         }
-        kv_block_for(self.page_size)?;
+        kv_block_for(self.page_size, 16, Target::Cpu)?;
         let q = elements("q", &[a.batch, a.seq, a.heads, a.dim])?;
         let kv = elements(
             "k_cache",
@@ -221,50 +239,38 @@ impl KernelProblem for PagedProblem {
         })
     }
 
-    fn build(&self, _target: Target) -> Result<Kernel, KernelError> {
-        build(&self.config()?)
+    fn build(&self, target: Target) -> Result<Kernel, KernelError> {
+        build_for(&self.config(target)?, target)
     }
 
     /// The split kernel writing the partials (scratch) and the merge, with `num_splits > 1`.
     fn stages(&self, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
         let kernel = self.build(target)?;
-        let cfg = self.config()?;
+        let cfg = self.config(target)?;
         if cfg.splits <= 1 {
             return Ok(vec![Stage {
                 kernel,
                 launch: plan.launch.clone(),
             }]);
         }
-        let (a, g) = (self.attn, cfg.splits as usize);
-        let rows = elements("lse", &[a.batch, a.heads, a.seq])?;
-        let parts = vec![
-            elements("o_partial", &[g, rows, a.dim])?,
-            elements("lse_partial", &[g, rows])?,
-        ];
-        let merge_kernel = split::build_merge(&self.merge_config(&cfg))?;
-        let values: Vec<(String, i64)> = [("batch", a.batch), ("heads", a.heads), ("seq", a.seq)]
+        // Each launch's parameters by name: the split kernel's as the problem's launch gives them,
+        // the merge's `batch, heads, seq`.
+        let a = self.attn;
+        let mut values: Vec<(String, i64)> = kernel
+            .params
             .iter()
-            .map(|&(n, v)| Ok((n.to_string(), param(n, v)?)))
-            .collect::<Result<_, KernelError>>()?;
-        let merge = Launch {
-            params: strides::named_params(&merge_kernel, &values)?,
-            inputs: parts.clone(),
-            outputs: plan.launch.outputs.clone(),
-        };
-        let split = Launch {
-            outputs: parts,
-            ..plan.launch.clone()
-        };
-        Ok(vec![
-            Stage {
-                kernel,
-                launch: split,
-            },
-            Stage {
-                kernel: merge_kernel,
-                launch: merge,
-            },
-        ])
+            .map(|p| p.name.clone())
+            .zip(plan.launch.params.iter().copied())
+            .collect();
+        values.push(("seq".into(), param("seq", a.seq)?));
+        let rows = [a.batch, a.heads, a.seq, a.dim];
+        split::stages(
+            kernel,
+            &self.merge_config(&cfg),
+            &plan.launch,
+            &values,
+            rows,
+        )
     }
 
     /// `q`, the caches uniform (scaled) bf16; each sequence's pages distinct, shuffled; [`lengths`].

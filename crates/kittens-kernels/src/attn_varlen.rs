@@ -16,11 +16,13 @@
 //! [`crate::attn_varlen_hopper`]; the AMD lowerings refuse index reads
 //! (`kittens_codegen::LowerError::IndexReads`).
 
+use crate::attn::key_step::{KeyMasks, WaveStep};
+use crate::attn::score::Alibi;
 use crate::attn::{HeadLogits, Logits, Softmax};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32, I32};
 use kittens_ir::{
-    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, Rounding, Schedule,
+    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId, Rounding, Schedule,
 };
 use kittens_tile::{BaseShape, Layout};
 
@@ -42,6 +44,10 @@ pub struct VarlenConfig {
     /// of fixed capacity per sequence is this form: `cu_seqlens_k = b · capacity`, `seqused_k` the
     /// cache's lengths (`flash_attn_with_kvcache`).
     pub seqused_k: bool,
+    /// ALiBi (`crate::attn::score::Alibi`): an f32 input `alibi [batch, heads]` of slopes after the
+    /// offsets (and `seqused_k`); query `i` and key `j` of a sequence get `−slope·|i + len_k − len_q
+    /// − j|` on their scaled logit.
+    pub alibi: bool,
 }
 
 impl HeadLogits for VarlenConfig {
@@ -124,6 +130,8 @@ pub(crate) struct Tensors {
     pub cu_k: GlobalId,
     /// `seqused_k` (i32 `[batch]`, declared after `cu_seqlens_k`) with [`VarlenConfig::seqused_k`].
     pub used_k: Option<GlobalId>,
+    /// The slopes (declared after those) with [`VarlenConfig::alibi`].
+    pub alibi: Option<Alibi>,
 }
 
 impl Tensors {
@@ -149,6 +157,7 @@ impl Tensors {
         let used_k = cfg
             .seqused_k
             .then(|| k.global("seqused_k", I32, &[("b", batch.clone())], Access::Read));
+        let alibi = cfg.alibi.then(|| Alibi::declare(k, batch, heads));
         let mut packed = |name: &str, total: &Expr, h: &Expr, access| {
             let dims = [("s", total.clone()), ("h", h.clone()), ("d", d.clone())];
             k.global(name, Bf16, &dims, access)
@@ -165,7 +174,43 @@ impl Tensors {
             cu_q,
             cu_k,
             used_k,
+            alibi,
         }
+    }
+}
+
+/// With ALiBi: the slope of sequence `b`'s head `h` into a row vector of the score tile `s` (loaded
+/// through `s`, whose value is dead here), for [`alibi_add`].
+pub(crate) fn alibi_slope(
+    k: &mut KernelBuilder,
+    alibi: Option<&Alibi>,
+    cfg: &VarlenConfig,
+    (b, h): (&Expr, &Expr),
+    s: RegId,
+) -> Option<RegId> {
+    let a = alibi?;
+    let v = k.row_vec("alibi_slope", s, F32);
+    a.load(k, (b, h), s, (v, Axis::Rows), &cfg.logits, cfg.dim);
+    Some(v)
+}
+
+/// With ALiBi: the bias on the score tile `s` whose rows are the sequence's queries from `q0` and
+/// columns its keys from `k0` (`transposed`: rows the keys, columns the queries), the distance
+/// aligned bottom-right (`len_k − len_q`).
+pub(crate) fn alibi_add(
+    k: &mut KernelBuilder,
+    slope: Option<RegId>,
+    s: RegId,
+    (q0, k0): (&Expr, &Expr),
+    (len_q, len_k): (&Expr, &Expr),
+    transposed: bool,
+) {
+    let Some(v) = slope else { return };
+    let q = q0 + (len_k - len_q.clone());
+    if transposed {
+        Alibi::add(k, s, v, k0, &q);
+    } else {
+        Alibi::add(k, s, v, &q, k0);
     }
 }
 
@@ -270,7 +315,8 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         o,
         lse,
         ..
-    } = t;
+    } = &t;
+    let (q, kk, v, o, lse) = (*q, *kk, *v, *o, *lse);
     let max_k = sizes.max_k;
 
     let (bq, bk, dim) = (BLOCK_Q, BLOCK_K, cfg.dim);
@@ -292,26 +338,30 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         k.gview(g, vec![row, head.clone(), Expr::c(0)], 0, 2, rows, dim)
     };
     k.load_global(q_r, view(&k, q, start_q + q0.clone(), h, bq));
+    let b = k.block(0);
+    let slope = alibi_slope(&mut k, t.alibi.as_ref(), cfg, (&b, h), s);
     k.neg_infty(sm.max);
     k.zero(sm.norm);
     k.zero(acc);
+    let step = WaveStep {
+        q: q_r,
+        k: k_r,
+        v: v_r,
+        s,
+        p,
+        acc,
+    };
+    let masks = KeyMasks {
+        end: blk.len_k.clone(),
+        causal: cfg.causal.then(|| &blk.len_k - blk.len_q.clone()),
+        alibi: slope.map(|v| (v, &blk.len_k - blk.len_q.clone())),
+    };
     let tiles_k = max_k.ceil_div(i64::from(bk));
     k.for_range("kv", Expr::c(0), tiles_k, |k, j| {
         let k0 = &j * i64::from(bk);
         k.load_global(k_r, view(k, kk, start_k + k0.clone(), hk, bk));
         k.load_global(v_r, view(k, v, start_k + k0.clone(), hk, bk));
-        k.zero(s);
-        k.mma_abt(s, q_r, k_r, s);
-        let inf = f32::NEG_INFINITY;
-        k.mask(s, MaskRule::ColsBelow(blk.len_k.clone()), &q0, &k0, inf);
-        if cfg.causal {
-            let offset = &blk.len_k - blk.len_q.clone();
-            k.mask(s, MaskRule::Causal { offset }, &q0, &k0, inf);
-        }
-        sm.step(k, s);
-        k.mul_row(acc, acc, sm.scale);
-        k.convert(p, s, Rounding::Rtne);
-        k.mma_ab(acc, p, v_r, acc);
+        step.step(k, &sm, &masks, &q0, &k0);
     });
     sm.inv_norm(&mut k, sm.scale);
     k.mul_row(acc, acc, sm.scale);

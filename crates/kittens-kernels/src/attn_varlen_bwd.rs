@@ -1,33 +1,53 @@
-//! Variable-length attention backward (FlashAttention-2 §3.2 on packed sequences,
-//! [`crate::attn_varlen`]'s layout): one block per (sequence, query head, key block) walks the query
-//! blocks of its sequence, recomputes `P = exp(S·scale − lse)` from the forward's log-sum-exp, and
-//! accumulates `dV += Pᵀ·dO`, `dK += dSᵀ·Q·scale` for its keys and `dQ += dS·K·scale` for each query
-//! block, with `dS = P ∘ (dP − δ)`, `dP = dO·Vᵀ`, `δ = rowsum(dO ∘ O)`. `dq`, `dk`, `dv` are f32 and
-//! accumulated with atomic adds (the caller zeroes them): several key blocks add into a query's `dq`,
-//! and the query heads of a GQA group into their KV head's `dk`, `dv`. The per-block clip of each
-//! packed tensor at its sequence's end drops what would spill into the next sequence; the loops are
-//! sized from `max_seqlen_q/k`. CPU interpreter only for now (the lowerings refuse index reads).
+//! Variable-length attention backward (FlashAttention-2 §3.2, Algorithm 2's split, on packed
+//! sequences, [`crate::attn_varlen`]'s layout), as two one-wave programs that each write every
+//! gradient element once (so neither needs zeroed outputs):
+//!
+//! - [`Part::Keys`]: one block per (sequence, KV head, key block) walks the query heads of its group
+//!   and the query blocks of its sequence, recomputes `P = exp(S·scale − lse)` from the forward's
+//!   log-sum-exp, and accumulates `dV += Pᵀ·dO`, `dK += dSᵀ·Q·scale` in registers, with
+//!   `dS = P ∘ (dP − δ)`, `dP = dO·Vᵀ`, `δ = rowsum(dO ∘ O)`;
+//! - [`Part::Queries`]: one block per (sequence, query head, query block) walks the key blocks,
+//!   recomputing the same `P` and `dS`, and accumulates `dQ += dS·K·scale`.
+//!
+//! The gradients are f32. The per-block clip of each packed tensor at its sequence's end drops what
+//! would spill into the next sequence; the loops are sized from `max_seqlen_q/k`. CPU interpreter
+//! only (the lowerings refuse index reads; sm_90a has [`crate::attn_varlen_bwd_hopper`]).
 
-use crate::attn_varlen::{offsets, Batch, Seq, VarlenConfig, BLOCK_K, BLOCK_Q};
+use crate::attn::score::Alibi;
+use crate::attn_varlen::{alibi_add, offsets, Batch, Seq, VarlenConfig, BLOCK_K, BLOCK_Q};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Access, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, Rounding, Schedule};
+use kittens_ir::{
+    Access, Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, Rounding, Schedule,
+};
 use kittens_tile::{BaseShape, Layout};
 
+/// Which gradients a program computes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// dK and dV: key blocks, grid `[batch, heads_kv, ⌈max_seqlen_k / 32⌉]`.
+    Keys,
+    /// dQ: query blocks, grid `[batch, heads, ⌈max_seqlen_q / 32⌉]`.
+    Queries,
+}
+
 /// Parameter order as the forward's; tensors `q, k, v, o, do` (bf16, read), `lse` (f32 `[heads,
-/// total_q]`, read), `dq` (f32 `[total_q, heads, d]`), `dk`, `dv` (f32 `[total_k, heads_kv, d]`),
-/// `cu_seqlens_q`, `cu_seqlens_k`.
-pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
+/// total_q]`, read), `cu_seqlens_q`, `cu_seqlens_k`, with ALiBi `alibi` (f32 `[batch, heads]`),
+/// then [`Part::Keys`]: `dk`, `dv` (f32
+/// `[total_k, heads_kv, d]`), or [`Part::Queries`]: `dq` (f32 `[total_q, heads, d]`) — the outputs
+/// in the order the sm_90a launches finish them (`crate::attn_varlen_bwd_problem`).
+pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
     crate::attn_varlen::check(cfg)?;
     if cfg.seqused_k {
         return Err(KernelError::Config(
             "seqused_k: the varlen backward does not take it (a KV cache is forward only)".into(),
         ));
     }
-    let name = if cfg.causal {
-        "attn_varlen_bwd_causal"
-    } else {
-        "attn_varlen_bwd"
+    let name = match (part, cfg.causal) {
+        (Part::Keys, false) => "attn_varlen_bwd_kv",
+        (Part::Keys, true) => "attn_varlen_bwd_kv_causal",
+        (Part::Queries, false) => "attn_varlen_bwd_q",
+        (Part::Queries, true) => "attn_varlen_bwd_q_causal",
     };
     let mut k = KernelBuilder::new(name, Schedule::Plain { waves: 1 });
     let n = Batch::declare(&mut k);
@@ -48,33 +68,48 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let d_o = packed(&mut k, "do", true, Bf16, Access::Read);
     let lse_dims = [("h", n.heads.clone()), ("s", n.total_q.clone())];
     let lse = k.global("lse", F32, &lse_dims, Access::Read);
-    let dq = packed(&mut k, "dq", true, F32, Access::Write);
-    let dk = packed(&mut k, "dk", false, F32, Access::Write);
-    let dv = packed(&mut k, "dv", false, F32, Access::Write);
     let (cu_q, cu_k) = offsets(&mut k, &n.batch);
+    let alibi = cfg
+        .alibi
+        .then(|| Alibi::declare(&mut k, &n.batch, &n.heads));
+    let outs = match part {
+        Part::Keys => vec![
+            packed(&mut k, "dk", false, F32, Access::Write),
+            packed(&mut k, "dv", false, F32, Access::Write),
+        ],
+        Part::Queries => vec![packed(&mut k, "dq", true, F32, Access::Write)],
+    };
 
     let (bq, bk, dim) = (BLOCK_Q, BLOCK_K, cfg.dim);
+    let (heads, blocks) = match part {
+        Part::Keys => (&n.heads_kv, n.max_k.ceil_div(i64::from(bk))),
+        Part::Queries => (&n.heads, n.max_q.ceil_div(i64::from(bq))),
+    };
     k.grid(
-        vec![
-            n.batch.clone(),
-            n.heads.clone(),
-            n.max_k.ceil_div(i64::from(bk)),
-        ],
+        vec![n.batch.clone(), heads.clone(), blocks],
         GridOrder::RowMajor,
     );
-    let (b, h, kb) = (k.block(0), k.block(1), k.block(2));
-    let hk = &h / (&n.heads / n.heads_kv.clone());
+    let (b, head, blk) = (k.block(0), k.block(1), k.block(2));
+    let group = &n.heads / n.heads_kv.clone();
     let sq = Seq::of(cu_q, cu_k, &b);
     let (len_q, len_k) = (
         &sq.end_q - sq.start_q.clone(),
         &sq.end_k - sq.start_k.clone(),
     );
-    for g in [q, o, d_o, dq] {
+    for g in [q, o, d_o] {
         k.clip(g, 0, sq.end_q.clone());
     }
     k.clip(lse, 1, sq.end_q.clone());
-    for g in [kk, v, dk, dv] {
+    for g in [kk, v] {
         k.clip(g, 0, sq.end_k.clone());
+    }
+    for &g in &outs {
+        let end = if part == Part::Keys {
+            &sq.end_k
+        } else {
+            &sq.end_q
+        };
+        k.clip(g, 0, end.clone());
     }
 
     let tile = |k: &mut KernelBuilder, name: &str, dt, rows, cols, layout, base| {
@@ -85,99 +120,136 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     const S32X16: BaseShape = BaseShape::S32X16;
     use Layout::{Col, Row};
     let k_row = tile(&mut k, "k", Bf16, bk, dim, Row, S16X32);
-    let k_col = tile(&mut k, "k_col", Bf16, bk, dim, Col, S32X16);
     let v_row = tile(&mut k, "v", Bf16, bk, dim, Row, S16X32);
     let q_row = tile(&mut k, "q", Bf16, bq, dim, Row, S16X32);
-    let q_col = tile(&mut k, "q_col", Bf16, bq, dim, Col, S32X16);
     let do_row = tile(&mut k, "do", Bf16, bq, dim, Row, S16X32);
-    let do_col = tile(&mut k, "do_col", Bf16, bq, dim, Col, S32X16);
     let o_row = tile(&mut k, "o", Bf16, bq, dim, Row, S16X16);
     let od = tile(&mut k, "od", F32, bq, dim, Row, S16X16);
     let s = tile(&mut k, "s", F32, bq, bk, Row, S16X16);
     let dp = tile(&mut k, "dp", F32, bq, bk, Row, S16X16);
-    let p_col = tile(&mut k, "p_col", Bf16, bq, bk, Col, S32X16);
-    let ds_row = tile(&mut k, "ds", Bf16, bq, bk, Row, S16X32);
-    let ds_col = tile(&mut k, "ds_col", Bf16, bq, bk, Col, S32X16);
-    let dq_acc = tile(&mut k, "dq", F32, bq, dim, Row, S16X16);
-    let dk_acc = tile(&mut k, "dk", F32, bk, dim, Row, S16X16);
-    let dv_acc = tile(&mut k, "dv", F32, bk, dim, Row, S16X16);
     let lse_r = k.row_vec("lse", s, F32);
     let delta = k.row_vec("delta", s, F32);
+    let slope = alibi.as_ref().map(|_| k.row_vec("alibi_slope", s, F32));
+    // With ALiBi: head `h`'s slope through `s` (dead between steps).
+    let load_slope = |k: &mut KernelBuilder, h: &Expr| {
+        if let (Some(a), Some(v)) = (&alibi, slope) {
+            a.load(k, (&b, h), s, (v, Axis::Rows), &cfg.logits, dim);
+        }
+    };
 
     let scale = cfg.logits.scale(dim);
     let c = std::f32::consts::LOG2_E * scale;
-    let k0 = &kb * i64::from(bk);
-    let kv_view = |k: &KernelBuilder, g| {
+    let kv_view = |k: &KernelBuilder, g, k0: &Expr, hk: &Expr| {
         let origin = vec![&sq.start_k + k0.clone(), hk.clone(), Expr::c(0)];
         k.gview(g, origin, 0, 2, bk, dim)
     };
-    for (t, g) in [(k_row, kk), (k_col, kk), (v_row, v)] {
-        let view = kv_view(&k, g);
-        k.load_global(t, view);
-    }
-    k.zero(dk_acc);
-    k.zero(dv_acc);
-    k.for_range("qb", Expr::c(0), n.max_q.ceil_div(i64::from(bq)), |k, i| {
-        let q0 = &i * i64::from(bq);
-        let row = &sq.start_q + q0.clone();
-        let q_view = |k: &KernelBuilder, g| {
-            k.gview(g, vec![row.clone(), h.clone(), Expr::c(0)], 0, 2, bq, dim)
-        };
-        for (t, g) in [
-            (q_row, q),
-            (q_col, q),
-            (do_row, d_o),
-            (do_col, d_o),
-            (o_row, o),
-        ] {
-            let view = q_view(k, g);
+    let q_view = |k: &KernelBuilder, g, q0: &Expr, h: &Expr| {
+        let origin = vec![&sq.start_q + q0.clone(), h.clone(), Expr::c(0)];
+        k.gview(g, origin, 0, 2, bq, dim)
+    };
+    // Query block `q0` of head `h`: its tiles, its lse (in log2 units) and δ = rowsum(dO ∘ O).
+    let load_queries = |k: &mut KernelBuilder, q0: &Expr, h: &Expr| {
+        for (t, g) in [(q_row, q), (do_row, d_o), (o_row, o)] {
+            let view = q_view(k, g, q0, h);
             k.load_global(t, view);
         }
-        k.load_global(
-            lse_r,
-            k.gview(lse, vec![h.clone(), row.clone()], 1, 0, bq, 1),
-        );
+        let row = &sq.start_q + q0.clone();
+        k.load_global(lse_r, k.gview(lse, vec![h.clone(), row], 1, 0, bq, 1));
         // A query that kept no key has lse −∞ and only masked (−∞) scores: a floor far below any
         // real lse (halved so that the `log2 e` factor stays finite) keeps its P at exp2(−∞) = 0
         // instead of −∞ − (−∞) = NaN.
         k.max(lse_r, lse_r, f32::MIN / 2.0);
         k.mul(lse_r, lse_r, std::f32::consts::LOG2_E);
-        // δ = rowsum(dO ∘ O).
         k.mul(od, do_row, o_row);
         k.row_sum(delta, od);
+    };
+    // `P` (in `s`) and `dS·scale` (in `dp`) of query block `q0` against key block `k0`.
+    let probs_and_ds = |k: &mut KernelBuilder, q0: &Expr, k0: &Expr| {
         // P = exp2(S·c − lse·log2 e), masked as the forward.
         k.zero(s);
         k.mma_abt(s, q_row, k_row, s);
+        alibi_add(k, slope, s, (q0, k0), (&len_q, &len_k), false);
+        // Keys past the sequence, and queries past it (their clipped rows read 0, but a negative
+        // ALiBi slope would still lift them to exp2(+large)).
         let inf = f32::NEG_INFINITY;
-        k.mask(s, MaskRule::ColsBelow(len_k.clone()), &q0, &k0, inf);
+        k.mask(s, MaskRule::ColsBelow(len_k.clone()), q0, k0, inf);
+        k.mask(s, MaskRule::RowsBelow(len_q.clone()), q0, k0, inf);
         if cfg.causal {
             let offset = &len_k - len_q.clone();
-            k.mask(s, MaskRule::Causal { offset }, &q0, &k0, inf);
+            k.mask(s, MaskRule::Causal { offset }, q0, k0, inf);
         }
         k.mul(s, s, c);
         k.sub_row(s, s, lse_r);
         k.exp2(s, s);
-        // dV += Pᵀ·dO.
-        k.convert(p_col, s, Rounding::Rtne);
-        k.mma_atb(dv_acc, p_col, do_col, dv_acc);
         // dS = P ∘ (dO·Vᵀ − δ)·scale.
         k.zero(dp);
         k.mma_abt(dp, do_row, v_row, dp);
         k.sub_row(dp, dp, delta);
         k.mul(dp, dp, s);
         k.mul(dp, dp, scale);
-        k.convert(ds_row, dp, Rounding::Rtne);
-        k.convert(ds_col, dp, Rounding::Rtne);
-        // dK += dSᵀ·Q; dQ += dS·K.
-        k.mma_atb(dk_acc, ds_col, q_col, dk_acc);
-        k.zero(dq_acc);
-        k.mma_ab(dq_acc, ds_row, k_col, dq_acc);
-        let view = q_view(k, dq);
-        k.atomic_add(view, dq_acc);
-    });
-    let view = kv_view(&k, dk);
-    k.atomic_add(view, dk_acc);
-    let view = kv_view(&k, dv);
-    k.atomic_add(view, dv_acc);
+    };
+    let load_keys = |k: &mut KernelBuilder, k0: &Expr, hk: &Expr, extra: &[_]| {
+        for &(t, g) in [(k_row, kk), (v_row, v)].iter().chain(extra) {
+            let view = kv_view(k, g, k0, hk);
+            k.load_global(t, view);
+        }
+    };
+    match part {
+        Part::Keys => {
+            let q_col = tile(&mut k, "q_col", Bf16, bq, dim, Col, S32X16);
+            let do_col = tile(&mut k, "do_col", Bf16, bq, dim, Col, S32X16);
+            let p_col = tile(&mut k, "p_col", Bf16, bq, bk, Col, S32X16);
+            let ds_col = tile(&mut k, "ds_col", Bf16, bq, bk, Col, S32X16);
+            let dk_acc = tile(&mut k, "dk", F32, bk, dim, Row, S16X16);
+            let dv_acc = tile(&mut k, "dv", F32, bk, dim, Row, S16X16);
+            let k0 = &blk * i64::from(bk);
+            load_keys(&mut k, &k0, &head, &[]);
+            k.zero(dk_acc);
+            k.zero(dv_acc);
+            // Every (query head of the group, query block) pair.
+            let per_head = n.max_q.ceil_div(i64::from(bq));
+            let steps = group.clone() * per_head.clone();
+            k.for_range("t", Expr::c(0), steps, |k, t| {
+                let h = &head * group.clone() + &t / per_head.clone();
+                let q0 = &t % per_head.clone() * i64::from(bq);
+                load_queries(k, &q0, &h);
+                load_slope(k, &h);
+                for (tc, g) in [(q_col, q), (do_col, d_o)] {
+                    let view = q_view(k, g, &q0, &h);
+                    k.load_global(tc, view);
+                }
+                probs_and_ds(k, &q0, &k0);
+                // dV += Pᵀ·dO; dK += dSᵀ·Q.
+                k.convert(p_col, s, Rounding::Rtne);
+                k.mma_atb(dv_acc, p_col, do_col, dv_acc);
+                k.convert(ds_col, dp, Rounding::Rtne);
+                k.mma_atb(dk_acc, ds_col, q_col, dk_acc);
+            });
+            for (&g, acc) in outs.iter().zip([dk_acc, dv_acc]) {
+                let view = kv_view(&k, g, &k0, &head);
+                k.store(view, acc);
+            }
+        }
+        Part::Queries => {
+            let k_col = tile(&mut k, "k_col", Bf16, bk, dim, Col, S32X16);
+            let ds_row = tile(&mut k, "ds", Bf16, bq, bk, Row, S16X32);
+            let dq_acc = tile(&mut k, "dq", F32, bq, dim, Row, S16X16);
+            let q0 = &blk * i64::from(bq);
+            let hk = &head / group.clone();
+            load_queries(&mut k, &q0, &head);
+            load_slope(&mut k, &head);
+            k.zero(dq_acc);
+            k.for_range("j", Expr::c(0), n.max_k.ceil_div(i64::from(bk)), |k, j| {
+                let k0 = &j * i64::from(bk);
+                load_keys(k, &k0, &hk, &[(k_col, kk)]);
+                probs_and_ds(k, &q0, &k0);
+                // dQ += dS·K.
+                k.convert(ds_row, dp, Rounding::Rtne);
+                k.mma_ab(dq_acc, ds_row, k_col, dq_acc);
+            });
+            let view = q_view(&k, outs[0], &q0, &head);
+            k.store(view, dq_acc);
+        }
+    }
     Ok(k.finish()?)
 }

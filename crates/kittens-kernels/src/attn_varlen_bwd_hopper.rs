@@ -24,22 +24,27 @@
 //!   rows past it belong to the next sequence.
 //!
 //! Not done: no skipping of query steps wholly above the causal diagonal (their bounds would be
-//! data-dependent), no soft cap or window (the varlen forward has neither).
+//! data-dependent), no soft cap or window (the varlen forward has neither). ALiBi
+//! ([`VarlenConfig::alibi`]) as the dense program: the step's head's slope loaded through `dp`
+//! before D lands there, the bias added to `Sᵀ` before the masks.
 
+use crate::attn::score::Alibi;
 use crate::attn_bwd::hopper::{declare_smem, probs_and_ds, schedule, BLOCK, COLS, STEP};
-use crate::attn_varlen::{check, offsets, Batch, Seq, VarlenConfig};
+use crate::attn_varlen::{alibi_add, check, offsets, Batch, Seq, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, RegId,
-    Scope,
+    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand,
+    RegId, Scope,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Parameters as the forward's; tensors `q, k, v, do` (bf16, read), `lse`, `delta` (f32 `[heads,
-/// total_q]`, read), `cu_seqlens_q`, `cu_seqlens_k`, then `dk`, `dv` (bf16, `[total_k, heads_kv, d]`,
-/// written) and `dq_acc` (f32, `[total_q, heads, d]`, zeroed before the launch, accumulated).
-/// Grid `[batch, heads_kv, ⌈max_seqlen_k / 128⌉]`. Head dims 64 and 128.
+/// total_q]`, read), `cu_seqlens_q`, `cu_seqlens_k`, with ALiBi `alibi` (f32 `[batch, heads]`), then
+/// `dk`, `dv` (bf16, `[total_k, heads_kv, d]`,
+/// written) and `dq_acc` (f32, `[total_q, heads, d]`, zeroed before the launch, accumulated). The
+/// packed tensors are declared head-major, `[heads, total, d]` with strides `[d, heads·d, 1]` (the
+/// same memory). Grid `[batch, heads_kv, ⌈max_seqlen_k / 128⌉]`. Head dims 64 and 128.
 pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     check(cfg)?;
     if cfg.seqused_k {
@@ -68,8 +73,13 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         } else {
             (&n.total_k, &n.heads_kv)
         };
-        let dims = [("s", total.clone()), ("h", h.clone()), ("d", dim.clone())];
-        k.global(name, dtype, &dims, access)
+        // `[h, s, d]` over the packed `[s, h, d]` memory: the dense programs' BSHD declaration at
+        // batch 1, so that the strip passes of the dense atomic form (`attn_bwd::hopper_atomic`)
+        // read `do` and the dQ accumulator as this program does (a prepared call checks a shared
+        // tensor's dimensions in order).
+        let dims = [("h", h.clone()), ("s", total.clone()), ("d", dim.clone())];
+        let strides = vec![dim.clone(), h * dim.clone(), Expr::c(1)];
+        k.global_strided(name, dtype, &dims, strides, access)
     };
     let q = packed(&mut k, "q", true, Bf16, Access::Read);
     let kk = packed(&mut k, "k", false, Bf16, Access::Read);
@@ -89,6 +99,9 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let lse = stats(&mut k, "lse");
     let delta = stats(&mut k, "delta");
     let (cu_q, cu_k) = offsets(&mut k, &n.batch);
+    let alibi = cfg
+        .alibi
+        .then(|| Alibi::declare(&mut k, &n.batch, &n.heads));
     let dk_g = packed(&mut k, "dk", false, Bf16, Access::Write);
     let dv_g = packed(&mut k, "dv", false, Bf16, Access::Write);
     let dq_g = packed(&mut k, "dq_acc", true, F32, Access::ReadWrite);
@@ -108,7 +121,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         &sq.end_k - sq.start_k.clone(),
     );
     for g in [dk_g, dv_g] {
-        k.clip(g, 0, sq.end_k.clone());
+        k.clip(g, 1, sq.end_k.clone());
     }
     let group = &n.heads / n.heads_kv.clone();
     // dSᵀ (BLOCK × STEP bf16, two slots) and each consumer warpgroup's staging of its dQ share for
@@ -120,6 +133,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let halves = (d / COLS) as usize;
     let s = k.tile("s_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
     let dp = k.tile("dp_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+    let slope = alibi.as_ref().map(|_| k.row_vec("alibi_r", s, F32));
     let p = k.tile("p_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
     let ds = k.tile("ds_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
     let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
@@ -150,8 +164,8 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
     // `rows × 64` of head `h` of packed tensor `g` from packed row `row`, columns from `col0`.
     let view = |k: &KernelBuilder, g: GlobalId, row: Expr, h: &Expr, col0: u32, rows| {
-        let at = vec![row, h.clone(), Expr::c(i64::from(col0))];
-        k.gview(g, at, 0, 2, rows, COLS)
+        let at = vec![h.clone(), row, Expr::c(i64::from(col0))];
+        k.gview(g, at, 1, 2, rows, COLS)
     };
     // Step `t`'s statistics (one query per column) start the score accumulators, as in the dense
     // program: `Sᵀ` from `−lse/scale`, `dPᵀ` from `−D`.
@@ -204,12 +218,17 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
                     }
                 };
                 k.mul(s, s, -1.0 / scale);
+                // The step's head's ALiBi slope through `dp`, before D lands there.
+                if let (Some(a), Some(v)) = (&alibi, slope) {
+                    a.load(k, (&b, &h), dp, (v, Axis::Rows), &cfg.logits, d);
+                }
                 stat(k, delta, dp, &t);
                 k.mul(dp, dp, -1.0f32);
                 product(k, s);
                 product(k, dp);
                 // Keys (rows) past the key sequence, queries (columns) past the query sequence,
                 // and the bottom-right causal diagonal, on every step.
+                alibi_add(k, slope, s, (&q0, &k0), (&len_q, &len_k), true);
                 let inf = f32::NEG_INFINITY;
                 k.mask(s, MaskRule::ColsBelow(len_q.clone()), &k0, &q0, inf);
                 k.mask(s, MaskRule::RowsBelow(len_k.clone()), &k0, &q0, inf);
@@ -246,8 +265,8 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
                     };
                     k.if_else(g.eq(0), |k| dq_mma(k, k_s[0]), |k| dq_mma(k, k_s[1]));
                     grad(k, &dk_r, ds, q_s);
-                    let at = vec![q_row, h.clone(), &g * i64::from(COLS)];
-                    k.atomic_add(k.gview(dq_g, at, 0, 2, 16, COLS), dq_p);
+                    let at = vec![h.clone(), q_row, &g * i64::from(COLS)];
+                    k.atomic_add(k.gview(dq_g, at, 1, 2, 16, COLS), dq_p);
                 } else {
                     // Head dimension 64: each warpgroup adds its own 64 keys' share.
                     grad(k, &dk_r, ds, q_s);

@@ -22,15 +22,13 @@
 //! Not tuned: no skipping of fully masked key blocks (a data-dependent trip count), no intra-warpgroup
 //! overlap or ping-pong; the dense kernel's schedule knobs stay there.
 
+use crate::attn::key_step::{KeyMasks, SharedStep};
 use crate::attn::Softmax;
 use crate::attn_fwd::producer_consumer::HopperTiles;
-use crate::attn_fwd::AttnConfig;
-use crate::attn_varlen::{check, Batch, QueryBlock, Seq, Tensors, VarlenConfig};
+use crate::attn_varlen::{alibi_slope, check, Batch, QueryBlock, Seq, Tensors, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;
-use kittens_ir::{
-    Axis, Expr, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Schedule, Scope, SlotFill,
-};
+use kittens_ir::{Axis, Expr, Kernel, KernelBuilder, Schedule, Scope, SlotFill};
 
 /// Queries per block: two consumer warpgroups × 64.
 pub const BLOCK_Q: u32 = 128;
@@ -103,12 +101,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         p,
         o_r,
     } = HopperTiles::declare(&mut k, dim, kv, 1, (ring, ring));
-    let attn = AttnConfig {
-        dim,
-        logits: cfg.logits,
-        ..AttnConfig::default()
-    };
-    let mut softmax = Softmax::declare(&mut k, s, Axis::Rows, &attn);
+    let mut softmax = Softmax::declare(&mut k, s, Axis::Rows, cfg);
     softmax.floor = true;
     let inv_norm = k.row_vec("inv_norm", s, F32);
     let lse_v = k.row_vec("lse_v", s, F32);
@@ -122,6 +115,20 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let n_kv = max_k.ceil_div(i64::from(kv));
     let cw = k.wave() - 4; // consumer wave, 0..8
     let q0 = &q_blk + &cw * 16; // this wave's first query, in the sequence
+    let step = SharedStep {
+        wave: cw,
+        q_s: &q_s,
+        k_s: &k_s,
+        v_s: &v_s,
+        s,
+        p,
+        o: &o_r,
+    };
+    let masks = KeyMasks {
+        end: len_k.clone(),
+        causal: cfg.causal.then(|| &len_k - len_q.clone()),
+        alibi: None,
+    };
     k.roles(
         |k| {
             for (i, &qs) in q_s.iter().enumerate() {
@@ -153,38 +160,13 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             });
         },
         |k| {
-            k.barrier(); // Q has landed
-            for &or in &o_r {
-                k.zero(or);
-            }
-            k.zero(softmax.norm);
-            k.neg_infty(softmax.max);
-            k.for_range("j", 0, &n_kv, |k, j| {
-                k.barrier(); // key block j has landed
-                let slot = &j % i64::from(ring);
-                // S = Q·Kᵀ over the head dimension, 64 columns at a time.
-                for (i, (&qs, &ks)) in q_s.iter().zip(&k_s).enumerate() {
-                    let a = MmaOperand::Shared(k.smem(qs, 0).sub(16, COLS, &cw, 0));
-                    let bk = MmaOperand::Shared(k.smem(ks, slot.clone()));
-                    k.mma(MmaForm::Abt, s, a, bk, (i > 0).then_some(s));
-                }
-                let (kv0, inf) = (&j * i64::from(kv), f32::NEG_INFINITY);
-                k.mask(s, MaskRule::ColsBelow(len_k.clone()), &q0, &kv0, inf);
-                if cfg.causal {
-                    let offset = &len_k - len_q.clone();
-                    k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf);
-                }
-                softmax.step(k, s);
-                // P to bf16 in registers (the accumulator fragment is the A operand's).
-                k.copy(p, s);
-                for &or in &o_r {
-                    k.mul_row(or, or, softmax.scale);
-                }
-                for (&or, &vs) in o_r.iter().zip(&v_s) {
-                    let bv = MmaOperand::Shared(k.smem(vs, slot.clone()));
-                    k.mma(MmaForm::Ab, or, MmaOperand::Reg(p), bv, Some(or));
-                }
-            });
+            let b = k.block(0);
+            let slope = alibi_slope(k, t.alibi.as_ref(), cfg, (&b, &h), s);
+            let masks = KeyMasks {
+                alibi: slope.map(|v| (v, &len_k - len_q.clone())),
+                ..masks
+            };
+            step.walk(k, &softmax, &masks, &n_kv, ring, &q0, |j| j * i64::from(kv));
             softmax.inv_norm(k, inv_norm);
             let row = &start_q + q0.clone();
             for (i, &or) in o_r.iter().enumerate() {

@@ -14,12 +14,13 @@ use crate::attn::{AttnArgs, AttnLayout};
 use crate::attn_varlen::VarlenConfig;
 use crate::budget;
 use crate::problem::{
-    draw_operands, elements, param, positive, KernelProblem, Launch, NamedArgs, Plan, Reference,
-    RunSettings, STORE_BYTES,
+    draw_operands, elements, param, positive, random_scaled, KernelProblem, Launch, NamedArgs,
+    Plan, Reference, RunSettings, STORE_BYTES,
 };
 use crate::reference::Tolerance;
-use crate::reference_varlen::{forward, forward_bf16_baseline_lse, VarlenShape};
+use crate::reference_varlen::{forward_alibi, forward_bf16_baseline_alibi, VarlenShape};
 use crate::KernelError;
+use kittens_hw::dtype::DType;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
 use rand::rngs::SmallRng;
@@ -31,8 +32,9 @@ use rand::{Rng, SeedableRng};
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct VarlenProblem {
     /// The attention's shape (`args.attn.seq` and `args.seq_kv`: `max_seqlen_q`, `max_seqlen_k`),
-    /// causal mask and softmax scale (a soft cap is refused by the build; no window and no
-    /// bottom-right flag: [`VarlenProblem::from_args`] refuses them).
+    /// causal mask, softmax scale and ALiBi (`args.alibi`: the slopes an input after the offsets; a
+    /// soft cap is refused by the build; no window and no bottom-right flag:
+    /// [`VarlenProblem::from_args`] refuses them).
     pub args: AttnArgs,
     /// The packed tensors' rows `(total_q, total_k)` when a caller gives its own (Python); `None`:
     /// the sum of the lengths a random-input run draws.
@@ -58,8 +60,16 @@ impl VarlenProblem {
     /// mask and the `lse` output are this kernel's own), `total_q` and `total_k` (both or neither),
     /// and the run settings (variant `seqused_k`).
     pub fn from_args(a: &NamedArgs) -> Result<VarlenProblem, KernelError> {
+        Self::from_args_of("attn_varlen", a, &[SEQUSED_K])
+    }
+
+    /// [`Self::from_args`] for kernel `name` (messages) with its `variants`.
+    pub(crate) fn from_args_of(
+        name: &str,
+        a: &NamedArgs,
+        variants: &[&'static str],
+    ) -> Result<VarlenProblem, KernelError> {
         let args = AttnArgs::from_args(a)?;
-        let name = "attn_varlen";
         if args.attn.layout != AttnLayout::Bshd {
             return Err(KernelError::Problem(format!(
                 "{name}: the packed layout is [total, heads, dim] (bshd), got {:?}",
@@ -88,8 +98,154 @@ impl VarlenProblem {
         Ok(VarlenProblem {
             args,
             varlen_total,
-            run: RunSettings::from_args(a, &[SEQUSED_K])?,
+            run: RunSettings::from_args(a, variants)?,
         })
+    }
+
+    /// The sizes a random-input run needs (each positive), the packed layout and the logits.
+    pub(crate) fn check_sizes(&self, name: &str) -> Result<(), KernelError> {
+        let a = self.args.attn;
+        positive(
+            name,
+            &[
+                ("batch", a.batch),
+                ("heads", a.heads),
+                ("heads_kv", a.heads_kv),
+                ("seq (max_seqlen_q)", a.seq),
+                ("seq_kv (max_seqlen_k)", self.args.keys()),
+                ("dim", a.dim),
+            ],
+        )?;
+        if a.layout != AttnLayout::Bshd {
+            return Err(KernelError::Problem(format!(
+                "{name}: the packed layout is [total, heads, dim] (bshd), got {:?}",
+                a.layout
+            )));
+        }
+        self.args.logits.check()
+    }
+
+    /// The run's sizes in messages.
+    pub(crate) fn what(&self, name: &str) -> String {
+        let a = self.args.attn;
+        let (tq, tk) = totals(self);
+        format!(
+            "{name} at batch={} heads={} heads_kv={} max_seqlen_q={} max_seqlen_k={} dim={} \
+             (total_q={tq}, total_k={tk})",
+            a.batch,
+            a.heads,
+            a.heads_kv,
+            a.seq,
+            self.args.keys(),
+            a.dim
+        )
+    }
+
+    /// The multiply-adds of `products` `lq × lk × dim` products per head over the kept
+    /// (sequence-local) score blocks of the drawn lengths.
+    pub(crate) fn work(&self, products: u64) -> Option<u64> {
+        let a = self.args.attn;
+        let u = |x: usize| x as u64;
+        lengths(self).iter().try_fold(0u64, |acc, &(lq, lk)| {
+            budget::product(&[u(lq), u(lk), u(a.heads), u(a.dim), products])
+                .and_then(|w| acc.checked_add(w))
+        })
+    }
+
+    /// The report's shape.
+    pub(crate) fn shape(&self) -> serde_json::Value {
+        let (tq, tk) = totals(self);
+        serde_json::json!({
+            "attn": self.args.attn, "max_seqlen_k": self.args.keys(),
+            "causal_bottom_right": self.args.causal, "lengths": lengths(self), "total_q": tq,
+            "total_k": tk, "scale": self.args.logits.scale(config(self).dim),
+        })
+    }
+
+    /// `cu_seqlens_q` and `cu_seqlens_k` of the drawn [`lengths`] (exact f32 integers).
+    pub(crate) fn drawn_offsets(&self) -> [Vec<f32>; 2] {
+        let l = lengths(self);
+        [
+            offsets(l.iter().map(|x| x.0)),
+            offsets(l.iter().map(|x| x.1)),
+        ]
+        .map(|cu| cu.iter().map(|&x| x as f32).collect())
+    }
+
+    /// With ALiBi, the slopes' elements (`[batch, heads]`, the last input).
+    pub(crate) fn slopes_len(&self) -> Result<Vec<usize>, KernelError> {
+        let a = self.args.attn;
+        Ok(match self.args.alibi {
+            true => vec![elements("alibi", &[a.batch, a.heads])?],
+            false => Vec::new(),
+        })
+    }
+
+    /// With ALiBi, random slopes (f32, any sign: any values run), the run's last input.
+    pub(crate) fn draw_slopes(&self, rng: &mut SmallRng) -> Option<Vec<f32>> {
+        let a = self.args.attn;
+        let n = a.batch * a.heads;
+        (self.args.alibi).then(|| random_scaled(rng, n, DType::F32, self.run.input_scale))
+    }
+
+    /// With ALiBi, the slopes among a run's `inputs` (the last).
+    pub(crate) fn slopes<'a>(&self, inputs: &'a [Vec<f32>]) -> Option<&'a [f32]> {
+        inputs.last().filter(|_| self.args.alibi).map(Vec::as_slice)
+    }
+
+    /// The references' shape at the offsets `cu_q`, `cu_k` (a run's inputs).
+    pub(crate) fn reference_shape(&self, cu_q: &[f32], cu_k: &[f32]) -> VarlenShape {
+        let cu = |c: &[f32]| c.iter().map(|&x| x as usize).collect::<Vec<_>>();
+        let cfg = config(self);
+        VarlenShape {
+            heads: self.args.attn.heads,
+            heads_kv: self.args.attn.heads_kv,
+            dim: self.args.attn.dim,
+            cu_q: cu(cu_q),
+            cu_k: cu(cu_k),
+            causal: self.args.causal,
+            scale: f64::from(cfg.logits.scale(cfg.dim)),
+        }
+    }
+
+    /// Elements of `q`, of `k` (and `v`), of each `cu_seqlens`, of `lse`; heads that do not group
+    /// evenly or sizes that overflow are errors naming the argument.
+    pub(crate) fn sizes(&self, name: &str) -> Result<[usize; 4], KernelError> {
+        let a = self.args.attn;
+        if a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv) {
+            return Err(KernelError::Problem(format!(
+                "{name}: heads_kv {} must divide heads {}",
+                a.heads_kv, a.heads
+            )));
+        }
+        let (tq, tk) = totals(self);
+        let cu = a
+            .batch
+            .checked_add(1)
+            .ok_or_else(|| KernelError::Problem(format!("{name}: batch {} overflows", a.batch)))?;
+        Ok([
+            elements("q", &[tq, a.heads, a.dim])?,
+            elements("k", &[tk, a.heads_kv, a.dim])?,
+            cu,
+            elements("lse", &[a.heads, tq])?,
+        ])
+    }
+
+    /// The parameters every varlen program takes, in declaration order ([`crate::attn_varlen`]'s
+    /// `Batch`), at the packed tensors' rows `(total_q, total_k)` ([`totals`]).
+    pub(crate) fn params(&self) -> Result<Vec<i64>, KernelError> {
+        let (p, a) = (self, self.args.attn);
+        let (tq, tk) = totals(p);
+        Ok(vec![
+            param("batch", a.batch)?,
+            param("heads", a.heads)?,
+            param("heads_kv", a.heads_kv)?,
+            param("total_q", tq)?,
+            param("total_k", tk)?,
+            // At least 1: a grid extent or trip count of 0 is an empty launch the analyses refuse.
+            param("max_seqlen_q", a.seq.max(1))?,
+            param("max_seqlen_k", p.args.keys().max(1))?,
+        ])
     }
 }
 
@@ -129,6 +285,7 @@ pub fn config(p: &VarlenProblem) -> VarlenConfig {
         causal: p.args.causal,
         logits: p.args.logits,
         seqused_k: p.run.variant == Some(SEQUSED_K),
+        alibi: p.args.alibi,
     }
 }
 
@@ -145,7 +302,7 @@ pub fn build_for(cfg: &VarlenConfig, target: Target) -> Result<Kernel, KernelErr
 }
 
 /// `(total_q, total_k)`: the caller's, or the drawn lengths' sums.
-fn totals(p: &VarlenProblem) -> (usize, usize) {
+pub(crate) fn totals(p: &VarlenProblem) -> (usize, usize) {
     p.varlen_total.unwrap_or_else(|| {
         let l = lengths(p);
         (l.iter().map(|x| x.0).sum(), l.iter().map(|x| x.1).sum())
@@ -163,59 +320,26 @@ impl KernelProblem for VarlenProblem {
 
     fn launch(&self) -> Result<Launch, KernelError> {
         let (p, a) = (self, self.args.attn);
-        if a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv) {
-            return Err(KernelError::Problem(format!(
-                "attn_varlen: heads_kv {} must divide heads {}",
-                a.heads_kv, a.heads
-            )));
-        }
-        let (tq, tk) = totals(p);
-        let q = elements("q", &[tq, a.heads, a.dim])?;
-        let kv = elements("k", &[tk, a.heads_kv, a.dim])?;
-        let cu = a.batch.checked_add(1).ok_or_else(|| {
-            KernelError::Problem(format!("attn_varlen: batch {} overflows", a.batch))
-        })?;
+        let [q, kv, cu, lse] = p.sizes("attn_varlen")?;
         Ok(Launch {
-            params: vec![
-                param("batch", a.batch)?,
-                param("heads", a.heads)?,
-                param("heads_kv", a.heads_kv)?,
-                param("total_q", tq)?,
-                param("total_k", tk)?,
-                // At least 1: a grid extent or trip count of 0 is an empty launch the analyses refuse.
-                param("max_seqlen_q", a.seq.max(1))?,
-                param("max_seqlen_k", p.args.keys().max(1))?,
-            ],
-            inputs: if p.run.variant == Some(SEQUSED_K) {
-                vec![q, kv, kv, cu, cu, a.batch]
-            } else {
-                vec![q, kv, kv, cu, cu]
-            },
-            outputs: vec![q, elements("lse", &[a.heads, tq])?],
+            params: p.params()?,
+            inputs: [
+                vec![q, kv, kv, cu, cu],
+                (p.run.variant == Some(SEQUSED_K))
+                    .then_some(a.batch)
+                    .into_iter()
+                    .collect(),
+                p.slopes_len()?,
+            ]
+            .concat(),
+            outputs: vec![q, lse],
         })
     }
 
     fn plan(&self, target: Target) -> Result<Plan, KernelError> {
-        let (p, a, mk) = (self, self.args.attn, self.args.keys());
+        let (p, a) = (self, self.args.attn);
         let name = "attn_varlen";
-        positive(
-            name,
-            &[
-                ("batch", a.batch),
-                ("heads", a.heads),
-                ("heads_kv", a.heads_kv),
-                ("seq (max_seqlen_q)", a.seq),
-                ("seq_kv (max_seqlen_k)", mk),
-                ("dim", a.dim),
-            ],
-        )?;
-        if a.layout != AttnLayout::Bshd {
-            return Err(KernelError::Problem(format!(
-                "{name}: the packed layout is [total, heads, dim] (bshd), got {:?}",
-                a.layout
-            )));
-        }
-        p.args.logits.check()?;
+        p.check_sizes(name)?;
         if p.run.variant.is_some() {
             return Err(KernelError::Problem(format!(
                 "{name}: the seqused_k variant runs on the caller's tensors only (Python's \
@@ -232,26 +356,13 @@ impl KernelProblem for VarlenProblem {
             budget::sum(&[q, kv, kv]).and_then(|x| x.checked_mul(2 * 4)),
             q.and_then(|x| x.checked_mul(4 + STORE_BYTES + 8 + 4)),
         ]);
-        let what = format!(
-            "{name} at batch={} heads={} heads_kv={} max_seqlen_q={} max_seqlen_k={mk} dim={} \
-             (total_q={tq}, total_k={tk})",
-            a.batch, a.heads, a.heads_kv, a.seq, a.dim
-        );
+        let what = p.what(name);
         budget::check_host_bytes(&what, bytes)?;
-        // The multiply-adds of Q·Kᵀ and P·V over the kept (sequence-local) score blocks.
-        let work = lengths(p).iter().try_fold(0u64, |acc, &(lq, lk)| {
-            budget::product(&[u(lq), u(lk), u(a.heads), u(a.dim), 2])
-                .and_then(|w| acc.checked_add(w))
-        });
         Ok(Plan {
             launch,
             what,
-            work,
-            shape: serde_json::json!({
-                "attn": a, "max_seqlen_k": mk, "causal_bottom_right": p.args.causal,
-                "lengths": lengths(p), "total_q": tq, "total_k": tk,
-                "scale": p.args.logits.scale(config(p).dim),
-            }),
+            work: p.work(2),
+            shape: p.shape(),
         })
     }
 
@@ -262,33 +373,18 @@ impl KernelProblem for VarlenProblem {
     /// `q, k, v` uniform (scaled) bf16; the offsets of [`lengths`].
     fn draw(&self, kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
         let mut inputs = draw_operands(self.run.input_scale, kernel, &launch.inputs[..3], rng);
-        let l = lengths(self);
-        for cu in [
-            offsets(l.iter().map(|x| x.0)),
-            offsets(l.iter().map(|x| x.1)),
-        ] {
-            inputs.push(cu.iter().map(|&x| x as f32).collect());
-        }
+        inputs.extend(self.drawn_offsets());
+        inputs.extend(self.draw_slopes(rng));
         inputs
     }
 
     /// `o` then `lse`, per sequence in f64; the baseline in plain bf16 (f32 sums).
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
-        let p = self;
-        let cu = |i: usize| inputs[i].iter().map(|&x| x as usize).collect::<Vec<_>>();
-        let cfg = config(p);
-        let sh = VarlenShape {
-            heads: p.args.attn.heads,
-            heads_kv: p.args.attn.heads_kv,
-            dim: p.args.attn.dim,
-            cu_q: cu(3),
-            cu_k: cu(4),
-            causal: p.args.causal,
-            scale: f64::from(cfg.logits.scale(cfg.dim)),
-        };
+        let sh = self.reference_shape(&inputs[3], &inputs[4]);
         let (q, k, v) = (&inputs[0], &inputs[1], &inputs[2]);
-        let (o, lse) = forward(q, k, v, &sh);
-        let (ob, lseb) = forward_bf16_baseline_lse(q, k, v, &sh);
+        let slopes = self.slopes(inputs);
+        let (o, lse) = forward_alibi(q, k, v, &sh, slopes);
+        let (ob, lseb) = forward_bf16_baseline_alibi(q, k, v, &sh, slopes);
         Reference {
             values: [o, lse].concat(),
             baseline: Some([ob, lseb].concat()),

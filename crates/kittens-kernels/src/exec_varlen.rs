@@ -21,6 +21,8 @@ pub struct Packed {
     /// `seqused_k` (with [`VarlenConfig::seqused_k`]): sequence `b` keeps `used_k[b]` keys from
     /// `cu_k[b]`; `cu_k` then only needs to start at 0 and not decrease.
     pub used_k: Option<Vec<i64>>,
+    /// ALiBi's slopes `[batch, heads]` (with [`VarlenConfig::alibi`]).
+    pub alibi: Option<Vec<f32>>,
 }
 
 fn problem(msg: String) -> KernelError {
@@ -111,6 +113,16 @@ impl Packed {
                 }
             }
         }
+        if let Some(a) = &self.alibi {
+            let want = (self.cu_q.len() - 1) * self.heads;
+            if a.len() != want {
+                return Err(problem(format!(
+                    "alibi_slopes: {} slopes, want batch x heads = {want}",
+                    a.len()
+                )));
+            }
+            crate::attn::score::Alibi::check(a)?;
+        }
         Ok([
             (self.cu_q.len() - 1) as i64,
             self.heads as i64,
@@ -123,6 +135,15 @@ impl Packed {
     }
     fn offsets(&self) -> [Vec<f32>; 2] {
         [&self.cu_q, &self.cu_k].map(|c| c.iter().map(|&x| x as f32).collect())
+    }
+    /// The tensors after the offsets that `cfg`'s programs declare (the slopes), checked against it.
+    fn after_offsets(&self, cfg: &VarlenConfig) -> Result<Vec<Vec<f32>>, KernelError> {
+        if cfg.alibi != self.alibi.is_some() {
+            return Err(problem(
+                "alibi_slopes: given without the configuration's alibi, or missing".into(),
+            ));
+        }
+        Ok(self.alibi.iter().cloned().collect())
     }
 }
 
@@ -179,6 +200,7 @@ pub fn forward_with(
     if let Some(u) = &p.used_k {
         t.push(u.iter().map(|&x| x as f32).collect());
     }
+    t.extend(p.after_offsets(cfg)?);
     let n_in = t.len();
     t.push(vec![0.0; q.len()]);
     t.push(vec![0.0; p.heads * total_q]);
@@ -229,27 +251,24 @@ pub fn backward(
     lse: &[f32],
     p: &Packed,
 ) -> Result<[Vec<f32>; 3], KernelError> {
+    use crate::attn_varlen_bwd::{build, Part};
     let params = backward_params(cfg, q, k, v, o, d_o, lse, p)?;
-    let kernel = crate::attn_varlen_bwd::build(cfg)?;
     let [cq, ck] = p.offsets();
-    let mut t = vec![
-        q.to_vec(),
-        k.to_vec(),
-        v.to_vec(),
-        o.to_vec(),
-        d_o.to_vec(),
-        lse.to_vec(),
-        vec![0.0; q.len()],
-        vec![0.0; k.len()],
-        vec![0.0; v.len()],
-        cq,
-        ck,
-    ];
-    interp::run(&kernel, &params, &mut t)?;
-    let dv = t.swap_remove(8);
-    let dk = t.swap_remove(7);
-    let dq = t.swap_remove(6);
-    Ok([dq, dk, dv])
+    let slopes = p.after_offsets(cfg)?;
+    let inputs = [q, k, v, o, d_o, lse].map(<[f32]>::to_vec);
+    let run = |part, outputs: &[usize]| -> Result<Vec<Vec<f32>>, KernelError> {
+        let mut t: Vec<Vec<f32>> = inputs.to_vec();
+        t.extend([cq.clone(), ck.clone()]);
+        t.extend(slopes.iter().cloned());
+        let n_in = t.len();
+        t.extend(outputs.iter().map(|&n| vec![0.0; n]));
+        interp::run(&build(cfg, part)?, &params, &mut t)?;
+        Ok(t.split_off(n_in))
+    };
+    let mut kv = run(Part::Keys, &[k.len(), v.len()])?;
+    let dq = run(Part::Queries, &[q.len()])?.remove(0);
+    let dv = kv.remove(1);
+    Ok([dq, kv.remove(0), dv])
 }
 
 /// [`backward`] through the sm_90a program ([`crate::attn_varlen_bwd_hopper`]) on the interpreter,
@@ -286,14 +305,18 @@ pub fn backward_sm90(
         delta,
         cq,
         ck,
-        vec![0.0; k.len()],
-        vec![0.0; v.len()],
-        vec![0.0; q.len()],
     ];
+    t.extend(p.after_offsets(cfg)?);
+    let n_in = t.len();
+    t.extend([vec![0.0; k.len()], vec![0.0; v.len()], vec![0.0; q.len()]]);
     interp::run(&kernel, &params, &mut t)?;
     let scale = cfg.logits.scale(cfg.dim);
-    let dq = t.swap_remove(10).into_iter().map(|x| x * scale).collect();
-    let dv = t.swap_remove(9);
-    let dk = t.swap_remove(8);
+    let dq = t
+        .swap_remove(n_in + 2)
+        .into_iter()
+        .map(|x| x * scale)
+        .collect();
+    let dv = t.swap_remove(n_in + 1);
+    let dk = t.swap_remove(n_in);
     Ok([dq, dk, dv])
 }

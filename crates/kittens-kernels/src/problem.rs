@@ -442,6 +442,14 @@ pub trait KernelProblem: Send + Sync + std::fmt::Debug {
         }])
     }
 
+    /// The names of the run's inputs ([`Launch::inputs`] order) when the first of [`Self::stages`]
+    /// on `target` does not take them all as its first tensors (the varlen backward's sm_90a
+    /// launches open with a pass over O and dO only): the runner then hands each launch its inputs
+    /// by name. `None` (the default): the first launch's first tensors are the run's inputs.
+    fn input_names(&self, _target: Target) -> Option<Vec<String>> {
+        None
+    }
+
     /// The random inputs of a run of `kernel` (as [`Self::build`] made it) at `launch`, in
     /// [`Launch::inputs`] order. By default each is uniform in `[-input_scale, input_scale)` rounded to
     /// its tensor's dtype ([`draw_operands`]); a kernel with other inputs (the GEMM's scales) says so.

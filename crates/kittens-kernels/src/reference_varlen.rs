@@ -51,12 +51,35 @@ impl VarlenShape {
     fn kv_head(&self, h: usize) -> usize {
         h / (self.heads / self.heads_kv.max(1)).max(1)
     }
+    /// ALiBi's bias (`crate::attn::score::Alibi::f64`, `slopes` `[batch, heads]`) of query `i` and key
+    /// `j` (local) of sequence `b`, head `h`; 0 without slopes.
+    fn bias(&self, slopes: Option<&[f32]>, b: usize, h: usize, i: usize, j: usize) -> f64 {
+        slopes.map_or(0.0, |s| {
+            let (lq, lk) = (
+                self.cu_q[b + 1] - self.cu_q[b],
+                self.cu_k[b + 1] - self.cu_k[b],
+            );
+            crate::attn::score::Alibi::f64(f64::from(s[b * self.heads + h]), lq, lk, i, j)
+        })
+    }
 }
 
 /// f64 varlen attention: the output `[total_q, heads, dim]` and the natural-log log-sum-exp
 /// `[heads, total_q]` of the scaled scores (`−∞`, output 0, for a query that keeps no key). Entries of
 /// rows outside every sequence are left 0.
 pub fn forward(q: &[f32], k: &[f32], v: &[f32], sh: &VarlenShape) -> (Vec<f64>, Vec<f64>) {
+    forward_alibi(q, k, v, sh, None)
+}
+
+/// [`forward`] with ALiBi's bias (`slopes` `[batch, heads]`, `crate::attn::score::Alibi`) added to
+/// the scaled logits.
+pub fn forward_alibi(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: &VarlenShape,
+    slopes: Option<&[f32]>,
+) -> (Vec<f64>, Vec<f64>) {
     let total_q = q.len() / (sh.heads * sh.dim);
     let mut o = vec![0.0f64; q.len()];
     let mut lse = vec![0.0f64; sh.heads * total_q];
@@ -72,7 +95,7 @@ pub fn forward(q: &[f32], k: &[f32], v: &[f32], sh: &VarlenShape) -> (Vec<f64>, 
                     let dot: f64 = (0..sh.dim)
                         .map(|x| q[sh.q_at(r, h, x)] as f64 * k[sh.k_at(kr, hk, x)] as f64)
                         .sum();
-                    dot * sh.scale
+                    dot * sh.scale + sh.bias(slopes, b, h, i, j)
                 })
                 .collect();
             let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -110,6 +133,17 @@ pub fn forward_bf16_baseline_lse(
     v: &[f32],
     sh: &VarlenShape,
 ) -> (Vec<f32>, Vec<f32>) {
+    forward_bf16_baseline_alibi(q, k, v, sh, None)
+}
+
+/// [`forward_bf16_baseline_lse`] with ALiBi's bias (f32) on the scaled logits.
+pub fn forward_bf16_baseline_alibi(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    sh: &VarlenShape,
+    slopes: Option<&[f32]>,
+) -> (Vec<f32>, Vec<f32>) {
     let bf16 = |x: f32| round(x, DType::Bf16, Rounding::Rtne);
     let total_q = q.len() / (sh.heads * sh.dim).max(1);
     let mut o = vec![0.0f32; q.len()];
@@ -126,7 +160,7 @@ pub fn forward_bf16_baseline_lse(
                     let dot = (0..sh.dim).fold(0.0f32, |a, x| {
                         a + q[sh.q_at(r, h, x)] * k[sh.k_at(kr, hk, x)]
                     });
-                    dot * sh.scale as f32
+                    dot * sh.scale as f32 + sh.bias(slopes, b, h, i, j) as f32
                 })
                 .collect();
             let mx = p.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
@@ -169,6 +203,20 @@ pub fn backward(
     sh: &VarlenShape,
     low: bool,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    backward_alibi(q, k, v, d_o, sh, low, None)
+}
+
+/// [`backward`] with ALiBi's bias (`slopes` `[batch, heads]`) on the scaled logits (a constant of
+/// the inputs: the gradient formulas are unchanged).
+pub fn backward_alibi(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    d_o: &[f32],
+    sh: &VarlenShape,
+    low: bool,
+    slopes: Option<&[f32]>,
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
     let f32r = |x: f64| if low { x as f32 as f64 } else { x };
     let bf = |x: f64| {
         if low {
@@ -193,7 +241,10 @@ pub fn backward(
             let (qi, oi) = (sh.q_at(r, h, 0), sh.q_at(r, h, 0));
             let s: Vec<f64> = keys
                 .iter()
-                .map(|&kr| f32r(dot(q, qi, k, sh.k_at(kr, hk, 0)) * sh.scale))
+                .map(|&kr| {
+                    let bias = sh.bias(slopes, b, h, i, kr - sh.cu_k[b]);
+                    f32r(dot(q, qi, k, sh.k_at(kr, hk, 0)) * sh.scale + bias)
+                })
                 .collect();
             let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let e: Vec<f64> = s.iter().map(|x| f32r((x - mx).exp())).collect();

@@ -429,3 +429,83 @@ fn head_dim_96() {
     };
     check_both(sh, Causal::TopLeft, 2.0, &o);
 }
+
+/// Head dims 192 and 256 (`attn_bwd::hopper::wide`: 64-key blocks, the scores split by queries and
+/// exchanged through shared memory, dK and dV split by head-dimension tiles between the two
+/// warpgroups): the atomic form at odd lengths (no multiple of the 64-row blocks and steps),
+/// MHA and GQA, no mask and both causal alignments, both layouts.
+#[test]
+fn head_dims_192_256() {
+    for dim in [192, 256] {
+        let none = AttnOptions::default();
+        let sh = shape(4, 2, 150, 133, dim, AttnLayout::Bshd);
+        check_opts(sh, Causal::No, 2.0, None, true, &none);
+        let sh = shape(2, 1, 97, 171, dim, AttnLayout::Bhsd);
+        check_opts(sh, Causal::BottomRight, 2.0, None, true, &none);
+        let sh = shape(3, 3, 171, 97, dim, AttnLayout::Bshd);
+        check_opts(sh, Causal::TopLeft, 2.0, None, true, &none);
+    }
+}
+
+/// Head dims 192 and 256 with FlashAttention's options: a soft cap that bites, a window with
+/// edges inside the 64-row steps, ALiBi, a scale, and all of them at once, GQA and a causal mask;
+/// and queries without keys (bottom-right, more queries than keys).
+#[test]
+fn head_dims_192_256_options() {
+    for dim in [192, 256] {
+        let sh = shape(4, 2, 130, 111, dim, AttnLayout::Bshd);
+        check_opts(
+            sh,
+            Causal::No,
+            4.0,
+            None,
+            true,
+            &opts(None, Some(5.0), None),
+        );
+        check_opts(
+            sh,
+            Causal::No,
+            1.0,
+            None,
+            true,
+            &opts(None, None, Some((40, 9))),
+        );
+        let o = AttnOptions {
+            alibi: Some(slopes(4, 7)),
+            ..opts(Some(0.1), Some(5.0), Some((90, 20)))
+        };
+        check_opts(sh, Causal::BottomRight, 2.0, None, true, &o);
+        let o = AttnOptions {
+            alibi: Some(slopes(4, 8)),
+            ..AttnOptions::default()
+        };
+        check_opts(sh, Causal::TopLeft, 2.0, None, true, &o);
+        let sh = shape(2, 2, 100, 40, dim, AttnLayout::Bhsd);
+        for empty in [None, Some(f32::NEG_INFINITY), Some(f32::INFINITY)] {
+            check_opts(
+                sh,
+                Causal::BottomRight,
+                1.0,
+                empty,
+                true,
+                &AttnOptions::default(),
+            );
+        }
+    }
+}
+
+/// Head dim 32 (64 columns, the last 32 read as zeros and stored nowhere, as 96 on 128): both
+/// forms, both causal alignments, GQA, odd lengths, and with ALiBi, a scale and a window.
+#[test]
+fn head_dim_32() {
+    let sh = shape(4, 2, 150, 133, 32, AttnLayout::Bshd);
+    check_both(sh, Causal::No, 2.0, &AttnOptions::default());
+    let sh = shape(2, 1, 211, 300, 32, AttnLayout::Bhsd);
+    check_both(sh, Causal::BottomRight, 2.0, &AttnOptions::default());
+    let o = AttnOptions {
+        alibi: Some(slopes(2, 9)),
+        ..opts(Some(0.3), None, Some((90, 20)))
+    };
+    check_both(sh, Causal::TopLeft, 2.0, &o);
+    check_both(sh, Causal::No, 4.0, &opts(None, Some(5.0), None));
+}

@@ -6,12 +6,14 @@
 //! that no sequence holds are NaN: a kernel that reads them into its sum fails.
 
 use kittens_hw::dtype::DType::Bf16;
+use kittens_hw::Target;
 use kittens_ir::interp;
 use kittens_ir::numerics::{round, Rounding};
 use kittens_kernels::attn::score::Logits;
 use kittens_kernels::attn::AttnLayout;
 use kittens_kernels::attn_fwd::{split::build_merge, AttnConfig};
 use kittens_kernels::attn_paged::{build, kv_block_for, PagedConfig};
+use kittens_kernels::attn_paged_problem::build_for;
 use kittens_kernels::reference::{check_rule, compare, RULE_FLOOR};
 use kittens_kernels::reference_varlen::{forward, forward_bf16_baseline, VarlenShape};
 
@@ -45,6 +47,8 @@ struct Case {
     scale: Option<f32>,
     splits: u32,
     seed: u64,
+    /// The program: the interpreter's (`Target::Cpu`) or sm_90a's (`attn_paged_hopper`).
+    target: Target,
 }
 
 fn check(c: &Case) {
@@ -127,7 +131,7 @@ fn check(c: &Case) {
     let (want_o, want_lse) = forward(&q, &kp, &vp, &sh);
     let base = forward_bf16_baseline(&q, &kp, &vp, &sh);
 
-    let kv_block = kv_block_for(page).expect("a page size the kernel takes");
+    let kv_block = kv_block_for(page, c.dim, c.target).expect("a page size the kernel takes");
     let cfg = PagedConfig {
         dim: c.dim,
         causal: c.causal,
@@ -138,7 +142,7 @@ fn check(c: &Case) {
         kv_block,
         splits: c.splits,
     };
-    let kernel = build(&cfg).expect("the paged kernel builds");
+    let kernel = build_for(&cfg, c.target).expect("the paged kernel builds");
     let params = [b, h, hk, sq, num_blocks, page, max_blocks].map(|x| x as i64);
     let table_f: Vec<f32> = table.iter().map(|&x| x as f32).collect();
     let lens_f: Vec<f32> = c.lens.iter().map(|&x| x as f32).collect();
@@ -233,6 +237,7 @@ fn case(lens: &[usize], page: usize) -> Case {
         scale: None,
         splits: 1,
         seed: 1,
+        target: Target::Cpu,
     }
 }
 
@@ -292,7 +297,7 @@ fn paged_decode_split_kv_merged() {
 
 #[test]
 fn paged_decode_refuses_what_it_does_not_take() {
-    let e = kv_block_for(24).unwrap_err().to_string();
+    let e = kv_block_for(24, 64, Target::Cpu).unwrap_err().to_string();
     assert!(e.contains("page_size") && e.contains("24"), "{e}");
     let cfg = PagedConfig {
         dim: 64,
@@ -367,5 +372,82 @@ fn registry_problem_runs_its_stages_on_the_interpreter() {
             "{}: rel_err {:.3e} (bf16 {:.3e})",
             plan.what, ours.rel_err, b.rel_err
         );
+    }
+}
+
+/// The sm_90a program (`attn_paged_hopper`: 64-query blocks, one cp.async producer warpgroup, key
+/// blocks of the largest of 128/64/32/16 dividing the page) on the interpreter: pages of 16 (16-key
+/// blocks), 48 (16) and 256 (128, crossing no page), 64 at head dim 256 (64); lengths 0, 1, 37,
+/// 300, 1000 that no page size divides; GQA; causal bottom-right with several queries; split-KV
+/// with the merge. Stale cache rows are NaN: the per-step clip must keep them out of P·V.
+#[test]
+fn hopper_paged_decode_matches_f64() {
+    let sm90 = |c: Case| Case {
+        target: Target::Sm90a,
+        ..c
+    };
+    check(&sm90(case(&[1, 37, 300, 0], 16)));
+    check(&sm90(Case {
+        seed: 12,
+        dim: 128,
+        heads: 8,
+        heads_kv: 2,
+        ..case(&[1000, 37, 1], 256)
+    }));
+    check(&sm90(Case {
+        seed: 13,
+        scale: Some(0.3),
+        ..case(&[300, 1, 37], 48)
+    }));
+    check(&sm90(Case {
+        seq_q: 19,
+        causal: true,
+        dim: 128,
+        seed: 14,
+        ..case(&[300, 20], 32)
+    }));
+    check(&sm90(Case {
+        splits: 4,
+        seed: 15,
+        ..case(&[1000, 1, 37, 0], 16)
+    }));
+    check(&sm90(Case {
+        splits: 3,
+        seq_q: 3,
+        causal: true,
+        dim: 256,
+        seed: 16,
+        ..case(&[300, 2], 64)
+    }));
+}
+
+/// The sm_90a lowering takes the Hopper program (cp.async fills, the table read on the device, no
+/// tensor maps) and refuses the interpreter's one-wave program; the AMD lowerings refuse both by name
+/// (they emit no index reads yet).
+#[test]
+fn sm90a_lowers_the_hopper_paged_program_amd_refuses() {
+    let cfg = PagedConfig {
+        dim: 128,
+        causal: true,
+        logits: Logits::default(),
+        kv_block: 16,
+        splits: 1,
+    };
+    let hopper = build_for(&cfg, Target::Sm90a).unwrap();
+    let l = kittens_codegen::lower(&hopper, Target::Sm90a).expect("sm_90a lowers it");
+    assert!(!l
+        .args
+        .iter()
+        .any(|a| matches!(a, kittens_codegen::KernelArg::TensorMap(_))));
+    assert!(l.source.contains("g_block_table") && l.source.contains("cp.async"));
+    let plain = build(&cfg).unwrap();
+    assert!(kittens_codegen::lower(&plain, Target::Sm90a).is_err());
+    for target in [Target::Gfx942, Target::Gfx950] {
+        for kernel in [&plain, &hopper] {
+            let e = kittens_codegen::lower(kernel, target)
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&kernel.name), "{target:?}: {e}");
+        }
     }
 }

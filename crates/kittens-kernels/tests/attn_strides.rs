@@ -8,7 +8,9 @@
 //!   O (and the gradients) in padded buffers whose gaps must stay untouched.
 //!
 //! The backward also takes the log-sum-exp's gradient (`BwdConfig::dlse`), against the f64 backward
-//! with the lse term (`reference_bwd::backward_dlse`).
+//! with the lse term (`reference_bwd::backward_dlse`), both as one launch (the CPU's) and as the two
+//! launches CDNA runs strided tensors in (query blocks, then key blocks; gfx942's key loop the 4-wave
+//! interleave), the latter the very kernels the AMD lowering gets, here on the interpreter.
 
 use kittens_hw::dtype::DType::Bf16;
 use kittens_hw::Target;
@@ -105,6 +107,10 @@ fn judge(what: &str, ours: &[f32], want: &[f64], base: &[f32]) {
         ("max_rel", o.max_rel, b.max_rel),
     ] {
         let v = check_rule(e, eb, RULE_FLOOR);
+        eprintln!(
+            "{what}: {name} {e:.3e} (bf16 {eb:.3e}, bound {:.3e})",
+            v.bound
+        );
         assert!(
             v.passed,
             "{what}: {name} {e:.3e} over the rule's bound {:.3e} (bf16 baseline {eb:.3e})",
@@ -185,28 +191,63 @@ fn check(c: &Case, seed: u64) {
         vec![SENTINEL; span(kv_shape, c.st.dv).unwrap()],
     ];
     interp::run(&kernel, &launch.params, &mut t).expect("the interpreter runs the backward");
+    let one_launch = t.split_off(7);
+    // The CDNA form: the query blocks and the key blocks as two launches (gfx942's with the 4-wave
+    // interleave's key loop), each reading the inputs and writing its own outputs, by name.
+    let mut forms = vec![("one launch".to_string(), one_launch)];
+    for target in [Target::Gfx950, Target::Gfx942] {
+        let plan = pb
+            .plan(target)
+            .expect("the strided backward plans for CDNA");
+        let stages = pb.stages(target, &plan).expect("its launches");
+        assert_eq!(stages.len(), 2, "{target}: query and key blocks");
+        let mut out = [c.st.dq, c.st.dk, c.st.dv]
+            .iter()
+            .zip([q_shape, kv_shape, kv_shape])
+            .map(|(&st, shape)| vec![SENTINEL; span(shape, st).unwrap()])
+            .collect::<Vec<_>>();
+        for st in &stages {
+            let names = ["dq", "dk", "dv"];
+            let written: Vec<usize> = st
+                .kernel
+                .globals
+                .iter()
+                .filter_map(|g| names.iter().position(|n| *n == g.name))
+                .collect();
+            let mut bufs = t.clone();
+            bufs.extend(written.iter().map(|&i| out[i].clone()));
+            interp::run(&st.kernel, &st.launch.params, &mut bufs)
+                .unwrap_or_else(|e| panic!("{target} {}: {e}", st.kernel.name));
+            for (j, &i) in written.iter().enumerate() {
+                out[i] = bufs[7 + j].clone();
+            }
+        }
+        forms.push((format!("{target} two launches"), out));
+    }
     let dl = Some(dlse.as_slice());
     let g = reference_bwd::backward_dlse(&q, &k, &v, &d_o, dl, &sh, c.causal, &opts);
     let base =
         reference_bwd::backward_bf16_baseline_dlse(&q, &k, &v, &d_o, dl, &sh, c.causal, &opts);
-    for (i, (name, shape, st, want)) in [
-        ("dq", q_shape, c.st.dq, &g.dq),
-        ("dk", kv_shape, c.st.dk, &g.dk),
-        ("dv", kv_shape, c.st.dv, &g.dv),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        assert!(
-            gaps_untouched(&t[7 + i], shape, st),
-            "{what}: {name} written outside its elements"
-        );
-        judge(
-            &format!("{what} backward {name}"),
-            &gather(&t[7 + i], shape, st),
-            want,
-            &base[i],
-        );
+    for (form, t) in &forms {
+        for (i, (name, shape, st, want)) in [
+            ("dq", q_shape, c.st.dq, &g.dq),
+            ("dk", kv_shape, c.st.dk, &g.dk),
+            ("dv", kv_shape, c.st.dv, &g.dv),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            assert!(
+                gaps_untouched(&t[i], shape, st),
+                "{what} {form}: {name} written outside its elements"
+            );
+            judge(
+                &format!("{what} {form} backward {name}"),
+                &gather(&t[i], shape, st),
+                want,
+                &base[i],
+            );
+        }
     }
 }
 

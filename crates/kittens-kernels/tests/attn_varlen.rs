@@ -39,6 +39,73 @@ const SENTINEL: f32 = 12288.0;
 
 type Builder = fn(&VarlenConfig) -> Result<kittens_ir::Kernel, kittens_kernels::KernelError>;
 
+/// A packed batch drawn for a test: the configuration, offsets (the packed tensors `PAD` rows longer),
+/// random `q, k, v` (scores of order a few units: large enough that the softmax is not flat), the
+/// references' shape, and the seed's state after them.
+struct Drawn {
+    cfg: VarlenConfig,
+    cu_q: Vec<usize>,
+    cu_k: Vec<usize>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    sh: VarlenShape,
+    total_q: usize,
+    total_k: usize,
+    seed: u64,
+}
+
+impl Drawn {
+    fn new(
+        lens_q: &[usize],
+        lens_k: &[usize],
+        (heads, heads_kv): (usize, usize),
+        dim: u32,
+        causal: bool,
+        scale: Option<f32>,
+        seed: u64,
+    ) -> Drawn {
+        let cfg = VarlenConfig {
+            dim,
+            causal,
+            logits: Logits {
+                scale,
+                softcap: None,
+            },
+            seqused_k: false,
+            alibi: false,
+        };
+        let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
+        let (total_q, total_k) = (cu_q[lens_q.len()] + PAD, cu_k[lens_k.len()] + PAD);
+        let d = dim as usize;
+        let mut s = seed;
+        let q = random(&mut s, total_q * heads * d, 2.0);
+        let k = random(&mut s, total_k * heads_kv * d, 2.0);
+        let v = random(&mut s, total_k * heads_kv * d, 1.0);
+        let sh = VarlenShape {
+            heads,
+            heads_kv,
+            dim: d,
+            cu_q: cu_q.clone(),
+            cu_k: cu_k.clone(),
+            causal,
+            scale: f64::from(cfg.logits.scale(dim)),
+        };
+        Drawn {
+            cfg,
+            cu_q,
+            cu_k,
+            q,
+            k,
+            v,
+            sh,
+            total_q,
+            total_k,
+            seed: s,
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn check(
     lens_q: &[usize],
@@ -67,33 +134,20 @@ fn check_with(
     scale: Option<f32>,
     seed: u64,
 ) {
-    let cfg = VarlenConfig {
-        dim,
-        causal,
-        logits: Logits {
-            scale,
-            softcap: None,
-        },
-        seqused_k: false,
-    };
+    let Drawn {
+        cfg,
+        cu_q,
+        cu_k,
+        q,
+        k,
+        v,
+        sh,
+        total_q,
+        total_k,
+        ..
+    } = Drawn::new(lens_q, lens_k, (heads, heads_kv), dim, causal, scale, seed);
     let kernel = builder(&cfg).expect("the varlen kernel builds");
-    let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
-    let (total_q, total_k) = (cu_q[lens_q.len()] + PAD, cu_k[lens_k.len()] + PAD);
     let d = dim as usize;
-    let mut s = seed;
-    // Scores of order a few units: large enough that the softmax is not flat.
-    let q = random(&mut s, total_q * heads * d, 2.0);
-    let k = random(&mut s, total_k * heads_kv * d, 2.0);
-    let v = random(&mut s, total_k * heads_kv * d, 1.0);
-    let sh = VarlenShape {
-        heads,
-        heads_kv,
-        dim: d,
-        cu_q: cu_q.clone(),
-        cu_k: cu_k.clone(),
-        causal,
-        scale: f64::from(cfg.logits.scale(dim)),
-    };
     let (want_o, want_lse) = forward(&q, &k, &v, &sh);
     let base = forward_bf16_baseline(&q, &k, &v, &sh);
     let as_f32 = |c: &[usize]| c.iter().map(|&x| x as f32).collect::<Vec<_>>();
@@ -208,6 +262,7 @@ fn bad_configurations_are_refused_by_name() {
         causal: false,
         logits: Logits::default(),
         seqused_k: false,
+        alibi: false,
     })
     .unwrap_err()
     .to_string();
@@ -221,6 +276,7 @@ fn bad_configurations_are_refused_by_name() {
         causal: false,
         logits: capped,
         seqused_k: false,
+        alibi: false,
     })
     .unwrap_err()
     .to_string();
@@ -252,29 +308,20 @@ fn check_bwd(
     causal: bool,
     seed: u64,
 ) {
-    let cfg = VarlenConfig {
-        dim,
-        causal,
-        logits: Logits::default(),
-        seqused_k: false,
-    };
-    let (cu_q, cu_k) = (offsets(lens_q), offsets(lens_k));
-    let (total_q, total_k) = (cu_q[lens_q.len()] + PAD, cu_k[lens_k.len()] + PAD);
+    let Drawn {
+        cfg,
+        cu_q,
+        cu_k,
+        q,
+        k,
+        v,
+        sh,
+        total_q,
+        mut seed,
+        ..
+    } = Drawn::new(lens_q, lens_k, (heads, heads_kv), dim, causal, None, seed);
     let d = dim as usize;
-    let mut s = seed;
-    let q = random(&mut s, total_q * heads * d, 2.0);
-    let k = random(&mut s, total_k * heads_kv * d, 2.0);
-    let v = random(&mut s, total_k * heads_kv * d, 1.0);
-    let d_o = random(&mut s, total_q * heads * d, 1.0);
-    let sh = VarlenShape {
-        heads,
-        heads_kv,
-        dim: d,
-        cu_q: cu_q.clone(),
-        cu_k: cu_k.clone(),
-        causal,
-        scale: f64::from(cfg.logits.scale(dim)),
-    };
+    let d_o = random(&mut seed, total_q * heads * d, 1.0);
     let (o, lse) = forward(&q, &k, &v, &sh);
     let (q, k, v, d_o) = (&q[..], &k[..], &v[..], &d_o[..]);
     let o: Vec<f32> = o
@@ -292,6 +339,7 @@ fn check_bwd(
         max_q: lens_q.iter().copied().max().unwrap_or(0),
         max_k: lens_k.iter().copied().max().unwrap_or(0),
         used_k: None,
+        alibi: None,
     };
     let tensors = run(&cfg, q, k, v, &o, d_o, &lse, &packed).expect("the interpreter runs it");
     let what = format!(
@@ -398,10 +446,13 @@ fn amd_lowerings_refuse_the_varlen_kernels_sm90a_lowers_the_hopper_one() {
         causal: true,
         logits: Logits::default(),
         seqused_k: false,
+        alibi: false,
     };
     let fwd = build(&cfg).unwrap();
-    let bwd = kittens_kernels::attn_varlen_bwd::build(&cfg).unwrap();
-    for kernel in [&fwd, &bwd] {
+    use kittens_kernels::attn_varlen_bwd::Part;
+    let bwd = kittens_kernels::attn_varlen_bwd::build(&cfg, Part::Keys).unwrap();
+    let bwd_q = kittens_kernels::attn_varlen_bwd::build(&cfg, Part::Queries).unwrap();
+    for kernel in [&fwd, &bwd, &bwd_q] {
         for target in [Target::Gfx942, Target::Gfx950] {
             let e = kittens_codegen::lower(kernel, target)
                 .unwrap_err()
@@ -459,6 +510,7 @@ fn seqused_k_keeps_each_sequences_first_keys_in_both_programs() {
             causal,
             logits: Logits::default(),
             seqused_k: true,
+            alibi: false,
         };
         let sh = VarlenShape {
             heads,
@@ -480,6 +532,7 @@ fn seqused_k_keeps_each_sequences_first_keys_in_both_programs() {
             max_q: 130,
             max_k: cap,
             used_k: Some(used.iter().map(|&x| x as i64).collect()),
+            alibi: None,
         };
         for kernel in [
             build(&cfg).unwrap(),

@@ -5,7 +5,7 @@
 //! (`KernelProblem::stages`, the same launches `kittens run --backend cuda` checks), checks the
 //! caller's tensors (name, shape, strides, dtype) against their declarations, and returns a
 //! [`Handle`]; `Handle.launch(ptrs, stream)` enqueues them. The Python side keys its handles by
-//! everything that went into `prepare` (python/kittens/_dispatch.py), so a loop of calls costs one
+//! everything that went into `prepare` (python/kittens/_dispatch/), so a loop of calls costs one
 //! dictionary lookup, the outputs' allocation and one launch per stage — no per-kernel code here.
 
 use std::sync::Arc;

@@ -36,6 +36,7 @@ fn setup(
     causal: bool,
     scale: Option<f64>,
     used_k: Option<Vec<i64>>,
+    alibi: Option<Vec<f32>>,
 ) -> (VarlenConfig, Packed) {
     let (heads, heads_kv, dim, max_q, max_k) = sizes;
     let cfg = VarlenConfig {
@@ -46,6 +47,7 @@ fn setup(
             softcap: None,
         },
         seqused_k: used_k.is_some(),
+        alibi: alibi.is_some(),
     };
     let packed = Packed {
         heads,
@@ -55,14 +57,17 @@ fn setup(
         max_q,
         max_k,
         used_k,
+        alibi,
     };
     (cfg, packed)
 }
 
 /// `(out, lse)` of packed `q, k, v` (float32 bytes of `[total, heads, dim]`); `seqused_k`: the keys
-/// each sequence uses from its `cu_seqlens_k` start (FlashAttention's `seqused_k`, a KV cache's lengths).
+/// each sequence uses from its `cu_seqlens_k` start (FlashAttention's `seqused_k`, a KV cache's lengths);
+/// `alibi`: ALiBi's slopes, `[batch, heads]` row-major.
 #[pyfunction]
-#[pyo3(signature = (arrays, cu, sizes, causal, scale=None, seqused_k=None))]
+#[pyo3(signature = (arrays, cu, sizes, causal, scale=None, seqused_k=None, alibi=None))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_varlen_cpu<'py>(
     py: Python<'py>,
     arrays: [Vec<u8>; 3],
@@ -71,8 +76,9 @@ pub(crate) fn attention_varlen_cpu<'py>(
     causal: bool,
     scale: Option<f64>,
     seqused_k: Option<Vec<i64>>,
+    alibi: Option<Vec<f32>>,
 ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
-    let (cfg, packed) = setup(sizes, cu, causal, scale, seqused_k);
+    let (cfg, packed) = setup(sizes, cu, causal, scale, seqused_k, alibi);
     let [q, k, v] = arrays.map(|a| floats(&a));
     let (o, lse) = interruptible(py, move || {
         let t = std::time::Instant::now();
@@ -87,9 +93,9 @@ pub(crate) fn attention_varlen_cpu<'py>(
     Ok((bytes(py, &o), bytes(py, &lse)))
 }
 
-/// `(dq, dk, dv)` from `q, k, v, out, grad_out, lse` (float32 bytes).
+/// `(dq, dk, dv)` from `q, k, v, out, grad_out, lse` (float32 bytes); `alibi` as the forward's.
 #[pyfunction]
-#[pyo3(signature = (arrays, cu, sizes, causal, scale=None))]
+#[pyo3(signature = (arrays, cu, sizes, causal, scale=None, alibi=None))]
 pub(crate) fn attention_varlen_backward_cpu<'py>(
     py: Python<'py>,
     arrays: [Vec<u8>; 6],
@@ -97,12 +103,13 @@ pub(crate) fn attention_varlen_backward_cpu<'py>(
     sizes: Sizes,
     causal: bool,
     scale: Option<f64>,
+    alibi: Option<Vec<f32>>,
 ) -> PyResult<(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
 )> {
-    let (cfg, packed) = setup(sizes, cu, causal, scale, None);
+    let (cfg, packed) = setup(sizes, cu, causal, scale, None, alibi);
     let [q, k, v, o, d_o, lse] = arrays.map(|a| floats(&a));
     let [dq, dk, dv] = interruptible(py, move || {
         exec_varlen::backward(&cfg, &q, &k, &v, &o, &d_o, &lse, &packed)

@@ -6,6 +6,8 @@
 
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
+#[path = "cuda_support/ptx.rs"]
+mod ptx;
 
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
@@ -35,15 +37,24 @@ fn attn_bwd_compiles_for_sm_90a_without_spills() {
                     let k = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
                     let l = kittens_codegen::lower(&k, Target::Sm90a)
                         .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
-                    for needle in [
-                        "kt::tma_load_4d(",
-                        "_bf16_ss(",
-                        "_bf16_rs_tb",
-                        "setmaxnreg_inc<240>",
-                        "setmaxnreg_dec<24>",
+                    let code = ptx::of(&l);
+                    for op in [
+                        "cp.async.bulk.tensor.4d.shared::cluster.global",
+                        "setmaxnreg.inc.sync.aligned.u32 240",
+                        "setmaxnreg.dec.sync.aligned.u32 24",
                     ] {
-                        assert!(l.source.contains(needle), "{cfg:?} lacks {needle}");
+                        assert!(ptx::count(&code, op) > 0, "{cfg:?} lacks {op}");
                     }
+                    // wgmma from shared memory (both K-major) and with A from registers, B N-major.
+                    let wgmmas = ptx::stream(&code);
+                    assert!(
+                        ptx::has_wgmma(&wgmmas, &[1, 1, 0, 0]),
+                        "{cfg:?}: no ss wgmma"
+                    );
+                    assert!(
+                        ptx::has_wgmma(&wgmmas, &[1, 1, 1]),
+                        "{cfg:?}: no rs_tb wgmma"
+                    );
                     // No spills or stack, the H100's shared memory, no C75xx warning.
                     let r = compile_clean(&l, &cache, &format!("{cfg:?}"));
                     eprintln!("{} {dim} {causal:?} {layout:?}: {r:?}", l.entry);
@@ -87,20 +98,27 @@ fn attn_bwd_atomic_dq_compiles_for_sm_90a_without_spills() {
                 let l = kittens_codegen::lower(&k, Target::Sm90a)
                     .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
                 if !pass {
-                    for needle in [
-                        "kt::tma_reduce_add_4d(",
-                        "kt::st_shared_v2_f32(",
-                        "_bf16_ss_ta_tb(",
-                        "kt::st_shared_b32(",
-                        "kt::fence_proxy_async(); // the stores above",
-                        "_bf16_rs_tb",
+                    let code = ptx::of(&l);
+                    for op in [
+                        "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add",
+                        "st.shared.v2.f32",
+                        "st.shared.b32",
                     ] {
-                        assert!(l.source.contains(needle), "{cfg:?} lacks {needle}");
+                        assert!(ptx::count(&code, op) > 0, "{cfg:?} lacks {op}");
                     }
+                    // dQ = dSᵀ·K with both operands transposed; dV, dK with A from registers.
+                    let wgmmas = ptx::stream(&code);
+                    assert!(ptx::has_wgmma(&wgmmas, &[1, 1, 1, 1]), "{cfg:?}: no ta_tb");
+                    assert!(ptx::has_wgmma(&wgmmas, &[1, 1, 1]), "{cfg:?}: no rs_tb");
                     // Head dimension 128: both warpgroups' dSᵀ through the consumers barrier (the
                     // ID after the three warpgroups' own, 256 threads).
-                    let consumers = l.source.contains("kt::named_barrier(7, 256);");
+                    let consumers = ptx::constant_operands(&code, "bar.sync")
+                        .contains(&vec![Some(7), Some(256)]);
                     assert_eq!(consumers, dim == 128, "{cfg:?}");
+                    // Kept as text: the fence also precedes C's stores, so its place is the property.
+                    assert!(l
+                        .source
+                        .contains("kt::fence_proxy_async(); // the stores above"));
                 }
                 // No spills (the TMA reductions hold no per-element addresses; the per-element `red`
                 // version spilled 4 words at head dimension 128), no stack, the H100's shared memory,
@@ -112,4 +130,135 @@ fn attn_bwd_atomic_dq_compiles_for_sm_90a_without_spills() {
         }
     }
     assert_eq!(n, 10);
+}
+
+/// Head dims 192 and 256 (kittens-kernels `attn_bwd::hopper::wide`: 64-key blocks whose warpgroups
+/// split the scores by queries, exchange `Pᵀ` and `dSᵀ` through shared memory as 16 × 32 fragments
+/// and split dK, dV (and the atomic form's dQ) by head-dimension tiles): the two-launch key blocks and
+/// the FlashAttention-3 form's three launches, every mask, both layouts, and the options (soft cap,
+/// window, ALiBi, scale) — no spills, no serialised `wgmma`.
+#[test]
+fn attn_bwd_wide_head_dims_compile_for_sm_90a_without_spills() {
+    use kittens_kernels::attn::score::{Logits, Window};
+    ensure_nvrtc();
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let cache = fresh_cache("lowered-attn-bwd-wide");
+    let mut n = 0;
+    let capped = Logits {
+        scale: Some(0.1),
+        softcap: Some(5.0),
+    };
+    for dim in [192, 256] {
+        let mut cfgs = Vec::new();
+        for schedule in [
+            BwdSchedule::HopperKv,
+            BwdSchedule::HopperAtomicPre,
+            BwdSchedule::HopperAtomicKv,
+            BwdSchedule::HopperAtomicDq,
+        ] {
+            for causal in [Causal::No, Causal::TopLeft, Causal::BottomRight] {
+                let kv = matches!(
+                    schedule,
+                    BwdSchedule::HopperKv | BwdSchedule::HopperAtomicKv
+                );
+                if !kv && causal != Causal::No {
+                    continue; // the strip passes know no mask
+                }
+                for layout in [AttnLayout::Bshd, AttnLayout::Bhsd] {
+                    let base = BwdConfig {
+                        schedule,
+                        dim,
+                        causal,
+                        layout,
+                        ..BwdConfig::for_gpu(h100)
+                    };
+                    cfgs.push(base);
+                    if kv && causal == Causal::BottomRight && layout == AttnLayout::Bshd {
+                        // Every option at once.
+                        cfgs.push(BwdConfig {
+                            logits: capped,
+                            window: Some(Window::new(90, 20).unwrap()),
+                            alibi: true,
+                            ..base
+                        });
+                    }
+                }
+            }
+        }
+        for cfg in cfgs {
+            let k = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+            let l = kittens_codegen::lower(&k, Target::Sm90a)
+                .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+            if matches!(
+                cfg.schedule,
+                BwdSchedule::HopperKv | BwdSchedule::HopperAtomicKv
+            ) {
+                let mut needles = vec![
+                    "kt::tma_load_4d(",
+                    "_bf16_ss(",
+                    "_bf16_ss_tb(",
+                    "const u32 c0 = ",
+                    "setmaxnreg_inc<240>",
+                ];
+                if cfg.schedule == BwdSchedule::HopperAtomicKv {
+                    needles.extend(["kt::tma_reduce_add_4d(", "_bf16_ss_ta_tb("]);
+                }
+                for needle in needles {
+                    assert!(l.source.contains(needle), "{cfg:?} lacks {needle}");
+                }
+            }
+            if let Ok(dir) = std::env::var("BWD256_DUMP") {
+                let f = format!(
+                    "{dir}/{:?}-{dim}-{:?}-{:?}-{}.cu",
+                    cfg.schedule, cfg.causal, cfg.layout, cfg.alibi
+                );
+                std::fs::write(f, &l.source).unwrap();
+            }
+            let r = compile_clean(&l, &cache, &format!("{cfg:?}"));
+            eprintln!("{} {dim} {:?} {:?}: {r:?}", l.entry, cfg.causal, cfg.layout);
+            n += 1;
+        }
+    }
+    assert_eq!(n, 2 * (6 + 1 + 2 + 6 + 1 + 2));
+}
+
+/// Head dim 32 (the 64-column programs with the last 32 columns read as zeros): both Hopper forms'
+/// launches, every mask — no spills, no serialised `wgmma`.
+#[test]
+fn attn_bwd_head_dim_32_compiles_for_sm_90a_without_spills() {
+    ensure_nvrtc();
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let cache = fresh_cache("lowered-attn-bwd-32");
+    let mut n = 0;
+    for schedule in [
+        BwdSchedule::HopperQ,
+        BwdSchedule::HopperKv,
+        BwdSchedule::HopperAtomicPre,
+        BwdSchedule::HopperAtomicKv,
+        BwdSchedule::HopperAtomicDq,
+    ] {
+        for causal in [Causal::No, Causal::TopLeft, Causal::BottomRight] {
+            let pass = matches!(
+                schedule,
+                BwdSchedule::HopperAtomicPre | BwdSchedule::HopperAtomicDq
+            );
+            if pass && causal != Causal::No {
+                continue;
+            }
+            let cfg = BwdConfig {
+                schedule,
+                dim: 32,
+                causal,
+                layout: AttnLayout::Bshd,
+                ..BwdConfig::for_gpu(h100)
+            };
+            let k = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+            let l = kittens_codegen::lower(&k, Target::Sm90a)
+                .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+            let r = compile_clean(&l, &cache, &format!("{cfg:?}"));
+            eprintln!("{} 32 {causal:?}: {r:?}", l.entry);
+            n += 1;
+        }
+    }
+    assert_eq!(n, 11);
 }

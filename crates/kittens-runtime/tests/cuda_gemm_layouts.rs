@@ -6,6 +6,8 @@
 
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
+#[path = "cuda_support/ptx.rs"]
+mod ptx;
 
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
@@ -40,15 +42,23 @@ fn every_operand_order_compiles_for_sm_90a() {
             let k = build(&cfg).unwrap_or_else(|e| panic!("{what}: {e}"));
             let l =
                 kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{what}: {e}"));
-            // A's wgmma reads it M-major (the `_ta` wrappers) exactly when it is stored K x M.
-            let ta = match b {
-                BLayout::Kn => "_ss_ta_tb(",
-                BLayout::Nk => "_ss_ta(",
-            };
-            assert_eq!(a == ALayout::Km, l.source.contains(ta), "{what}");
+            // A's wgmma reads it M-major (transpose-A set) exactly when it is stored K x M, B's
+            // N-major exactly when stored K x N.
+            let code = ptx::of(&l);
+            let tb = u32::from(b == BLayout::Kn);
+            let wgmmas = ptx::stream(&code);
+            assert!(
+                ptx::has_wgmma(&wgmmas, &[1, 1, u32::from(a == ALayout::Km), tb]),
+                "{what}"
+            );
+            assert!(
+                !ptx::has_wgmma(&wgmmas, &[1, 1, u32::from(a != ALayout::Km), tb]),
+                "{what}"
+            );
             assert_eq!(l.tma_maps().len(), 3, "{what}");
-            for p in ["int lda", "int ldb", "int ldc"] {
-                assert!(l.source.contains(p), "{what}: no parameter `{p}`");
+            for p in ["lda", "ldb", "ldc"] {
+                let arg = kittens_codegen::KernelArg::Param { name: p.into() };
+                assert!(l.args.contains(&arg), "{what}: no parameter `{p}`");
             }
             // The maps take the strides at launch: A's rows `lda` elements apart.
             let values = [

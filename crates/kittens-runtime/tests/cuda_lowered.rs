@@ -1,9 +1,11 @@
 //! The Hopper `gemm_bf16` tile program (kittens-kernels, producer/consumer schedule) lowered to CUDA
-//! by `kittens_codegen::cuda::lower` compiles with NVRTC for sm_90a without spills, and the generated
-//! code holds the Hopper machinery the schedule implies.
+//! by `kittens_codegen::cuda::lower` compiles with NVRTC for sm_90a without spills, and the compiled
+//! code (NVRTC's PTX) holds the Hopper machinery the schedule implies.
 
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
+#[path = "cuda_support/ptx.rs"]
+mod ptx;
 
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
 use kittens_hw::Target;
@@ -11,6 +13,14 @@ use kittens_ir::SlotFill;
 use kittens_kernels::gemm::shapes::{HopperTile, TILES};
 use kittens_kernels::gemm::{build, BLayout, GemmConfig};
 use kittens_runtime::cuda::compile_with_cache;
+use ptx::Inst;
+
+/// The instruction classes `ptx` must issue, each with what it is for.
+fn assert_issues(ptx: &str, want: &[(&str, &str)], what: &str) {
+    for (op, why) in want {
+        assert!(ptx::count(ptx, op) > 0, "{what}: no `{op}` ({why})");
+    }
+}
 
 #[test]
 fn lowered_gemm_compiles_for_sm_90a() {
@@ -28,17 +38,36 @@ fn lowered_gemm_compiles_for_sm_90a() {
     // lane of every wave of the schedule.
     assert_eq!(l.tma_maps().len(), 3, "{:?}", l.tma_maps());
     assert_eq!(l.threads, 32 * l.ir.waves);
-    for needle in [
-        "setmaxnreg_dec<",
-        "setmaxnreg_inc<",
-        "kt::tma_load_2d(",
-        "kt::wgmma_m64n",
-        "kt::tma_store_2d(",
-        "kt::wgmma_wait<1>()",
-        "kt::mbarrier_wait(KT_EMPTY(slot)",
-    ] {
-        assert!(l.source.contains(needle), "generated source lacks {needle}");
-    }
+    let code = ptx::of(&l);
+    assert_issues(
+        &code,
+        &[
+            (
+                "setmaxnreg.dec.sync.aligned.u32",
+                "the producer's registers",
+            ),
+            (
+                "setmaxnreg.inc.sync.aligned.u32",
+                "the consumers' registers",
+            ),
+            (
+                "cp.async.bulk.tensor.2d.shared::cluster.global",
+                "TMA loads",
+            ),
+            ("wgmma.mma_async", "wgmma"),
+            (
+                "cp.async.bulk.tensor.2d.global.shared::cta",
+                "C's TMA store",
+            ),
+        ],
+        &l.entry,
+    );
+    assert!(
+        ptx::stream(&code).contains(&Inst::Wait(1)),
+        "a chain kept in flight"
+    );
+    // Kept as text: which barrier a wait is on is a runtime address in the PTX too.
+    assert!(l.source.contains("kt::mbarrier_wait(KT_EMPTY(slot)"));
     // A fresh cache: the figures come from this compile, not from a cubin left by an earlier build.
     let cache = fresh_cache("lowered-gemm");
     let image = compile_with_cache(
@@ -160,23 +189,47 @@ fn lowered_attention_compiles_for_sm_90a() {
         }
         // Q, K, V each one 4-d map (one box shape per tensor), O stored directly.
         assert_eq!(l.tma_maps().len(), 3, "{:?}", l.tma_maps());
-        for needle in [
-            "kt::tma_load_4d(",
-            "kt::wgmma_m64n",
-            "_bf16_rs_tb",
-            "kt::desc_mnmajor_sw128(",
-            "kt::pack_bf16x2(",
-            "setmaxnreg_dec<40>",
-            "setmaxnreg_inc<232>",
-            "kt::reg_fence(r_s)",
-            "__shfl_xor_sync",
-        ] {
-            assert!(l.source.contains(needle), "generated source lacks {needle}");
-        }
+        let code = ptx::of(&l);
+        assert_issues(
+            &code,
+            &[
+                (
+                    "cp.async.bulk.tensor.4d.shared::cluster.global",
+                    "4-d TMA loads",
+                ),
+                ("wgmma.mma_async", "wgmma"),
+                ("cvt.rn.bf16x2.f32", "P packed to bf16"),
+                (
+                    "setmaxnreg.dec.sync.aligned.u32 40",
+                    "the producer's 40 registers",
+                ),
+                ("setmaxnreg.inc.sync.aligned.u32 232", "the consumers' 232"),
+                ("shfl.sync.bfly.b32", "row reductions across the quad"),
+            ],
+            &l.entry,
+        );
+        // P·V: A (P) from registers, B (V) N-major: the register-A form with transpose-B set, at
+        // head dimension 128 one N = 128 chain over both halves of V.
+        let pv = |n: u32| {
+            ptx::stream(&code).iter().any(|i| {
+                matches!(i, Inst::Wgmma { shape, imm }
+                    if *shape == format!("m64n{n}k16.f32.bf16.bf16") && *imm == [1, 1, 1])
+            })
+        };
+        assert!(pv(dims[i] / 2) || pv(dims[i]), "{}: no P·V wgmma", l.entry);
+        assert_eq!(
+            pv(128),
+            dims[i] == 128,
+            "the P·V pair fuses exactly at head dimension 128"
+        );
+        // Kept as text: an empty asm (a compiler fence) leaves nothing in the PTX.
+        assert!(l.source.contains("kt::reg_fence(r_s)"));
         let r = &compile_clean(&l, &cache, &l.entry);
         eprintln!("{} ({}): {r:?}", l.entry, k.shared_bytes());
         // K and V share a full/empty barrier pair per slot only when read in the same key step: in
-        // the rotated loop V is read a step later (a shared barrier hung on the H100).
+        // the rotated loop V is read a step later (a shared barrier hung on the H100). Kept as text
+        // (here and the tile loop and Q slot below): the slot each barrier guards is a runtime
+        // address in the PTX, and only an sm_90a GPU runs them.
         let shared_kv = l.source.contains("k -> k_s0, v -> v_s0")
             || l.source
                 .contains("k -> k_s0, k -> k_s1, v -> v_s0, v -> v_s1");
@@ -199,20 +252,14 @@ fn lowered_attention_compiles_for_sm_90a() {
             qd[i],
             "Q slot by the round in kernel {i}"
         );
-        // The log-sum-exp: one f32 store per row from one lane of the row's four.
+        // The log-sum-exp: the kernel's only f32 store to global memory (O is bf16).
         assert_eq!(
-            l.source.contains("// store r_lse_v -> lse"),
+            ptx::count(&code, "st.global.f32") > 0,
             lses[i],
             "log-sum-exp store in kernel {i}"
         );
-        // At head dimension 128, O += P·V is one N = 128 chain over both halves of V.
         assert_eq!(
-            l.source.contains("_bf16_rs_tb_split(r_o0, r_o1,"),
-            dims[i] == 128,
-            "the P·V pair fuses exactly at head dimension 128"
-        );
-        assert_eq!(
-            l.source.contains("kt::named_barrier_arrive("),
+            ptx::count(&code, "bar.arrive") > 0,
             turns[i],
             "the warpgroup turns follow AttnConfig::pingpong (on in the registry's configuration)"
         );
@@ -238,27 +285,36 @@ fn every_gemm_block_shape_compiles_for_sm_90a() {
             (tile.rows, b_box),
             "{tile}: {maps:?}"
         );
-        let b_loads = l.source.matches("&tma1, KT_FULL(slot)").count();
+        let code = ptx::of(&l);
+        // A stage is A's box and B's boxes (one, or one per 64 columns of B stored K × N).
+        let b_loads = if kn { tile.cols as usize / 64 } else { 1 };
         assert_eq!(
-            b_loads,
-            if kn { tile.cols as usize / 64 } else { 1 },
+            ptx::count(&code, "cp.async.bulk.tensor.2d.shared::cluster.global"),
+            1 + b_loads,
             "{tile}"
         );
         assert_eq!(l.threads, 128 * (1 + tile.consumers()), "{tile}");
         assert_eq!(
-            l.source.contains("kt::setmaxnreg_"),
+            ptx::count(&code, "setmaxnreg.") > 0,
             tile.consumers() == 2,
             "{tile}"
         );
-        let chains = l.source.matches("kt::wgmma_commit();").count();
+        // A consumer's K step: one commit group, a chain of m64n{cols}k16 wgmmas (B's transpose
+        // immediate set for K × N), four per 64 rows the warpgroup owns.
+        let step = ptx::step_loop(&code);
+        let chains = step.iter().filter(|i| **i == Inst::Commit).count();
         assert_eq!(chains, 1, "{tile}: one commit group per K step");
-        let tb = if kn { "_ss_tb(r_" } else { "_ss(r_" };
-        let per_step = l
-            .source
-            .matches(&format!("kt::wgmma_m64n{}k16_bf16{tb}", tile.cols))
-            .count();
+        let want = Inst::Wgmma {
+            shape: format!("m64n{}k16.f32.bf16.bf16", tile.cols),
+            imm: vec![1, 1, 0, u32::from(kn)],
+        };
+        let wgmmas: Vec<&Inst> = step
+            .iter()
+            .filter(|i| matches!(i, Inst::Wgmma { .. }))
+            .collect();
+        assert!(wgmmas.iter().all(|i| **i == want), "{tile}: {wgmmas:?}");
         assert_eq!(
-            per_step,
+            wgmmas.len(),
             4 * (tile.rows as usize / (64 * tile.consumers() as usize)),
             "{tile}"
         );
@@ -287,7 +343,20 @@ fn lowered_fp8_gemm_compiles_for_sm_90a() {
     let cache = fresh_cache("lowered-fp8");
     for k in [registry, rowcol] {
         let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
-        assert!(l.source.contains("k32.f32.e4m3.e4m3"));
+        let code = ptx::of(&l);
+        assert_issues(
+            &code,
+            &[("wgmma.mma_async.sync.aligned.m64n", "wgmma")],
+            &l.entry,
+        );
+        assert!(
+            ptx::stream(&code)
+                .iter()
+                .all(|i| !matches!(i, Inst::Wgmma { shape, .. }
+                if !shape.ends_with("k32.f32.e4m3.e4m3"))),
+            "{}: every wgmma takes e4m3",
+            l.entry
+        );
         let r = &compile_clean(&l, &cache, &l.entry);
         eprintln!("{}: {r:?}", l.entry);
     }
@@ -308,28 +377,33 @@ fn every_gemm_block_shape_compiles_with_cp_async_loads() {
         assert_eq!(maps.len(), 1, "{tile}: only C's store map, {maps:?}");
         assert_eq!(l.ir.globals[maps[0].global as usize].name, "c", "{tile}");
         let src = &l.source;
-        assert!(!src.contains("kt::tma_load_"), "{tile}");
-        assert!(!src.contains("if (threadIdx.x % 128 == 0) { // the thread that issues"));
+        let code = ptx::of(&l);
+        // No TMA load; every producer thread copies and arrives once per fill, no expected bytes.
+        assert_eq!(
+            ptx::count(&code, "cp.async.bulk.tensor.2d.shared::cluster.global"),
+            0,
+            "{tile}"
+        );
+        assert!(ptx::count(&code, "cp.async.cg.shared.global") > 0, "{tile}");
+        assert_eq!(
+            ptx::count(&code, "cp.async.mbarrier.arrive.noinc"),
+            1,
+            "{tile}"
+        );
+        assert_eq!(ptx::count(&code, "mbarrier.arrive.expect_tx"), 0, "{tile}");
+        let stages = cfg.stages as usize;
+        let inits = ptx::mbarrier_counts(&code, "mbarrier.init");
+        assert!(
+            inits.iter().filter(|&&n| n == 128).count() >= stages,
+            "{tile}: full barriers expect the 128 producer threads: {inits:?}"
+        );
+        // Kept as text (one copy loop per operand, the thread-per-chunk index, the fence's place):
+        // the unrolled copies and a fence that C's store also issues leave no count in the PTX.
         assert!(
             src.contains("const u32 kt_ptid = threadIdx.x % 128u;"),
             "{tile}"
         );
-        // One copy loop per operand, one arrival per fill, no expected bytes (nothing uses TMA).
         assert_eq!(src.matches("kt::cp_async_16(").count(), 2, "{tile}");
-        assert_eq!(
-            src.matches("kt::cp_async_mbarrier_arrive_noinc(KT_FULL(slot))")
-                .count(),
-            1,
-            "{tile}"
-        );
-        assert!(!src.contains("mbarrier_arrive_expect_tx(KT_FULL"), "{tile}");
-        let stages = cfg.stages;
-        assert!(
-            src.contains(&format!(
-                "for (u32 i = 0u; i < {stages}u; ++i) kt::mbarrier_init(KT_FULL(i), 128);"
-            )),
-            "{tile}: full barriers expect the 128 producer threads"
-        );
         // The consumers fence the generic-proxy copies before their wgmmas read the slot.
         assert!(src.contains("kt::fence_proxy_async(); // cp.async filled the slot"));
         let r = compile_clean(&l, &cache, &format!("{tile} {b_layout:?} cp.async"));
@@ -367,15 +441,24 @@ fn every_gemm_block_shape_compiles_in_clusters_of_two_and_four() {
                 "{what}: {maps:?}"
             );
             let src = &l.source;
+            let code = ptx::of(&l);
+            // B's boxes multicast to every block of the cluster (CTA mask of c bits), A's loaded
+            // by each block alone.
             let boxes = if kn { tile.cols as usize / 64 } else { 1 };
-            let mask = format!("(unsigned short){});", (1 << c) - 1);
-            assert_eq!(
-                src.matches("kt::tma_load_2d_multicast(").count(),
-                boxes,
-                "{what}"
+            let load =
+                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes";
+            let multicast = format!("{load}.multicast::cluster");
+            let masks = ptx::constant_operands(&code, &multicast);
+            assert_eq!(masks.len(), boxes, "{what}");
+            let all = Some((1u64 << c) - 1);
+            assert!(
+                masks.iter().all(|m| m.last() == Some(&all)),
+                "{what}: {masks:?}"
             );
-            assert_eq!(src.matches(&mask).count(), boxes, "{what}");
-            assert_eq!(src.matches("&tma0, KT_FULL(slot)").count(), 1, "{what}");
+            assert_eq!(ptx::count(&code, load) - boxes, 1, "{what}: A's load");
+            // Kept as text (each block's share of B: its offset and coordinates by the cluster
+            // rank), the producer's tail, the release to block r and the tile loop below: they
+            // are runtime values and branches in the PTX, and only an sm_90a GPU runs them.
             let share = b_box.0 * 128;
             assert!(
                 src.contains(&format!("kt_crank * {share}u, &tma1"))
@@ -384,7 +467,8 @@ fn every_gemm_block_shape_compiles_in_clusters_of_two_and_four() {
             );
             // One cluster barrier after the setup; at the end the producer waits until every
             // block's consumers have released its slots (no barrier).
-            assert_eq!(src.matches("kt::cluster_sync();").count(), 1, "{what}");
+            assert_eq!(ptx::count(&code, "barrier.cluster.arrive"), 1, "{what}");
+            assert_eq!(ptx::count(&code, "barrier.cluster.wait"), 1, "{what}");
             assert!(
                 src.contains("if ((kt_filled >> i) & 1u) kt::mbarrier_wait(KT_EMPTY(i), ((kt_ppar >> i) & 1u) ^ 1u);"),
                 "{what}"
@@ -394,10 +478,8 @@ fn every_gemm_block_shape_compiles_in_clusters_of_two_and_four() {
             )));
             // Each `empty` barrier counts the consumer warps of every block of the cluster.
             let warps = 4 * tile.consumers() * c;
-            assert!(
-                src.contains(&format!("kt::mbarrier_init(KT_EMPTY(i), {warps});")),
-                "{what}"
-            );
+            let inits = ptx::mbarrier_counts(&code, "mbarrier.init");
+            assert!(inits.contains(&(warps as u64)), "{what}: {inits:?}");
             assert!(
                 src.contains(&format!("kt_tile = blockIdx.x / {c}u"))
                     && src.contains(&format!("blk0 = {c} * blk0 + (int)kt_crank;")),
@@ -451,12 +533,14 @@ fn deeper_rings_store_c_box_by_box() {
                 let path = format!("{dir}/gemm_{tile}_{b_layout:?}_s{stages}.cu");
                 std::fs::write(path, &l.source).expect("dump");
             }
+            // Each box waits until all but the last `bufs - 1` stores have read their slab.
+            let wait = format!("cp.async.bulk.wait_group.read {};", bufs - 1);
+            assert!(ptx::count(&ptx::of(&l), &wait) > 0, "{tile}: no `{wait}`");
+            // Kept as text: the box loop and its slab rotation are runtime addresses in the PTX.
             let boxes = tile.cols / 32;
             assert!(
                 l.source
                     .contains(&format!("for (u32 j = 0; j < {boxes}u; ++j) {{"))
-                    && l.source
-                        .contains(&format!("kt::tma_store_wait_read<{}>()", bufs - 1))
                     && l.source.contains(&format!("slab + (j % {bufs}u) * 4096u")),
                 "{tile}: no box-by-box store"
             );

@@ -8,52 +8,20 @@
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
 
+#[path = "cuda_support/ptx.rs"]
+mod ptx;
+
 use cuda_common::ensure_nvrtc;
 use kittens_codegen::{lower, Lowered};
 use kittens_hw::Target;
 use kittens_kernels::gemm::{build, BLayout, GemmConfig};
-use std::collections::HashMap;
+use ptx::mbarrier_counts;
 
 fn compiled(cfg: &GemmConfig) -> (Lowered, String) {
     ensure_nvrtc();
     let l = lower(&build(cfg).expect("builds"), Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
     let ptx = kittens_runtime::cuda::ptx(&l.source, "sm_90a").unwrap_or_else(|e| panic!("{e}"));
     (l, ptx)
-}
-
-/// The value of each `mbarrier` instruction's count operand (`opcode` e.g. `mbarrier.init`), resolved
-/// through the last constant moved into its register.
-fn mbarrier_counts(ptx: &str, opcode: &str) -> Vec<u64> {
-    let mut consts: HashMap<&str, u64> = HashMap::new();
-    let mut out = Vec::new();
-    for line in ptx.lines().map(str::trim) {
-        let Some((op, rest)) = line.split_once(char::is_whitespace) else {
-            continue;
-        };
-        let operands: Vec<&str> = rest
-            .trim_end_matches(';')
-            .split(',')
-            .map(str::trim)
-            .collect();
-        if op.starts_with(opcode) {
-            let last = *operands.last().unwrap();
-            let v = last
-                .parse()
-                .ok()
-                .or_else(|| consts.get(last).copied())
-                .unwrap_or_else(|| panic!("`{line}`: the count is not a constant"));
-            out.push(v);
-        } else if let Some(dst) = operands.first().filter(|d| d.starts_with('%')) {
-            match (
-                op.starts_with("mov."),
-                operands.get(1).map(|s| s.parse::<u64>()),
-            ) {
-                (true, Some(Ok(v))) => consts.insert(dst, v),
-                _ => consts.remove(dst),
-            };
-        }
-    }
-    out
 }
 
 /// Each `wgmma.mma_async`'s shape-and-type suffix (`m64n256k16.f32.bf16.bf16`) and whether B is
@@ -170,5 +138,69 @@ fn clustered_gemm_expects_whole_stages() {
     assert_eq!(
         mbarrier_counts(&ptx, "mbarrier.arrive.expect_tx"),
         [(128 + cfg.block as u64) * cfg.k_step as u64 * 2]
+    );
+}
+
+/// The compiled kernel's parameters, in order, as the launch contract (`Lowered::args`) the runtime
+/// packs them: a `CUtensorMap` by value (128 bytes, 64-aligned) per TMA map, a 64-bit pointer per
+/// global tensor, a 32-bit integer per parameter. The FP8 GEMM passes its operands and C by TMA and
+/// by pointer, and its two scales by pointer (read as f32: `fp8_gemm_compiles_to_e4m3_wgmma_...`).
+#[test]
+fn fp8_gemm_entry_takes_the_launch_contracts_arguments() {
+    use kittens_codegen::KernelArg;
+    let gpu = kittens_hw::gpu("h100").expect("catalogued");
+    let (l, ptx) = compiled(&GemmConfig::fp8_for_gpu(gpu));
+    let entry = format!(".entry {}(", l.entry);
+    let params: Vec<&str> = ptx[ptx.find(&entry).expect("the entry") + entry.len()..]
+        .lines()
+        .map(str::trim)
+        .take_while(|l| *l != ")")
+        .filter(|l| !l.is_empty())
+        .collect();
+    let want: Vec<String> = l
+        .args
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let name = format!("{}_param_{i}", l.entry);
+            match a {
+                KernelArg::TensorMap(_) => format!(".param .align 64 .b8 {name}[128]"),
+                KernelArg::Global { .. } => format!(".param .u64 {name}"),
+                KernelArg::Param { .. } => format!(".param .u32 {name}"),
+            }
+        })
+        .collect();
+    let got: Vec<&str> = params.iter().map(|p| p.trim_end_matches(',')).collect();
+    assert_eq!(got, want);
+    let globals: Vec<&str> = l
+        .args
+        .iter()
+        .filter_map(|a| match a {
+            KernelArg::Global { name } => Some(name.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(globals, ["a", "b", "scale_a", "scale_b", "c"]);
+}
+
+/// Per-row / per-column FP8 scales (one per row of A, one per row of B, i.e. column of C) are read once
+/// per distinct value a thread needs — its 2 rows and `block / 4` columns — not once per accumulator
+/// element (`block / 2` per thread, each needing both): with an in-bounds and an edge path, between
+/// one and two loads per distinct value.
+#[test]
+fn fp8_row_and_column_scales_are_read_once_per_value() {
+    use kittens_kernels::gemm::Scales;
+    let gpu = kittens_hw::gpu("h100").expect("catalogued");
+    let mut cfg = GemmConfig::fp8_for_gpu(gpu);
+    cfg.types.scales = Some(Scales::PerRowCol);
+    let (_, ptx) = compiled(&cfg);
+    let loads = ptx
+        .lines()
+        .filter(|s| s.trim().starts_with("ld.global.nc.f32"))
+        .count();
+    let distinct = (2 + cfg.block / 4) as usize;
+    assert!(
+        (distinct..=2 * distinct).contains(&loads),
+        "{loads} f32 loads for {distinct} distinct scales per thread"
     );
 }

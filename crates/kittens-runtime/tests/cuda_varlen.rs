@@ -16,8 +16,8 @@ use kittens_kernels::attn_varlen::VarlenConfig;
 /// Lowers and compiles `build(cfg)` for sm_90a; panics on a lowering or NVRTC error or a spill.
 fn compiles_without_spills(build: Builder, cfg: &VarlenConfig) {
     let what = format!(
-        "D{} causal {} seqused_k {}",
-        cfg.dim, cfg.causal, cfg.seqused_k
+        "D{} causal {} seqused_k {} alibi {}",
+        cfg.dim, cfg.causal, cfg.seqused_k, cfg.alibi
     );
     let k = build(cfg).unwrap();
     let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -36,6 +36,7 @@ fn config(dim: u32, causal: bool, seqused_k: bool) -> VarlenConfig {
         causal,
         logits: Logits::default(),
         seqused_k,
+        alibi: false,
     }
 }
 
@@ -64,6 +65,25 @@ fn varlen_backward_compiles_for_sm90a_without_spills() {
         for causal in [false, true] {
             let cfg = config(dim, causal, false);
             compiles_without_spills(kittens_kernels::attn_varlen_bwd_hopper::build, &cfg);
+        }
+    }
+}
+
+/// With ALiBi (the slopes' tensor, one more row vector per consumer thread): forward at every head
+/// dim, backward at 64 and 128, causal and not, still without spills.
+#[test]
+fn varlen_alibi_compiles_for_sm90a_without_spills() {
+    ensure_nvrtc();
+    for dim in [64, 128, 192, 256] {
+        for causal in [false, true] {
+            let cfg = VarlenConfig {
+                alibi: true,
+                ..config(dim, causal, false)
+            };
+            compiles_without_spills(kittens_kernels::attn_varlen_hopper::build, &cfg);
+            if dim <= 128 {
+                compiles_without_spills(kittens_kernels::attn_varlen_bwd_hopper::build, &cfg);
+            }
         }
     }
 }

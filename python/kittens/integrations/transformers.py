@@ -10,7 +10,8 @@ tied, the state dict keeps its keys and values) — each module's class is swapp
 
 * attention: the function registered as ``"kittens"`` in transformers' ``AttentionInterface``
   (:func:`attention_forward`: ``kittens.attention``, causal aligned bottom-right, MHA and GQA) and
-  ``sdpa_mask`` as its mask function, set as the model's attention implementation (any model whose
+  :func:`causal_mask` as its mask function (no mask tensor for the plain causal mask, also under
+  ``torch.compile``; else ``sdpa_mask``), set as the model's attention implementation (any model whose
   attention goes through the interface: Llama, Mistral, Qwen2, GPT-2, GPT-NeoX, ...). A call the kernel
   cannot take (an explicit mask: padding, or several new queries against a cache; dropout; softcap;
   a sliding window; a head dim the kernel lacks; float32) runs transformers' SDPA function instead;
@@ -88,13 +89,52 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
     return knn.attention(query, key, value, causal=bool(causal), scale=scaling).transpose(1, 2), None
 
 
+def _plain_causal(kw: dict) -> bool:
+    """Whether the mask transformers asks for (its mask interface's keywords) is the causal mask over keys
+    that all hold tokens, aligned bottom-right — the kernel's own causal mask, no mask tensor needed: no
+    padding mask, transformers' plain ``causal_mask_function`` (no sliding window, packed sequences or
+    other deviation: each sets ``allow_is_causal_skip`` False or another function), and every key a real
+    one (as many keys as queries, or an ``int`` offset that ends the queries at the last key; a static
+    cache's longer key buffer is not). Decided from shapes and Python values only, so also under
+    torch.compile, where transformers' own skip does not read a tensor offset and (torch < 2.14) never
+    skips: the mask tensor would then send kittens' attention to the SDPA fallback."""
+    from transformers.masking_utils import causal_mask_function
+
+    plain = kw.get("mask_function", causal_mask_function) is causal_mask_function
+    if (not plain or kw.get("attention_mask") is not None or not kw.get("allow_is_causal_skip", True)
+            or kw.get("local_size") is not None):
+        return False
+    kv, kv_offset = kw.get("kv_length"), kw.get("kv_offset", 0)
+    if "q_length" in kw:
+        q, q_offset = kw["q_length"], kw.get("q_offset", 0)
+    elif kw.get("cache_position") is not None:  # transformers before q_length/q_offset
+        q, q_offset = kw["cache_position"].shape[0], None
+    else:
+        return False
+    size = (int, torch.SymInt)  # SymInt: torch.compile(dynamic=True)'s sizes (the comparisons become guards)
+    if not isinstance(kv, size) or not isinstance(q, size) or not isinstance(kv_offset, size) or kv_offset != 0:
+        return False
+    return bool(kv == q) or (isinstance(q_offset, size) and bool(q_offset + q == kv))
+
+
+def causal_mask(*args, **kwargs):
+    """The ``"kittens"`` attention-mask function: None where the mask is the plain causal one
+    (:func:`_plain_causal`: the kernel applies it), else transformers' ``sdpa_mask`` (whose mask sends the
+    call to SDPA, or None where it finds none needed)."""
+    from transformers.masking_utils import sdpa_mask
+
+    if not args and _plain_causal(kwargs):
+        return None
+    return sdpa_mask(*args, **kwargs)
+
+
 def register() -> None:
     """Register ``"kittens"`` in transformers' attention and attention-mask interfaces (idempotent)."""
     tf = _transformers()
-    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    from transformers.masking_utils import AttentionMaskInterface
 
     tf.AttentionInterface.register(NAME, attention_forward)
-    AttentionMaskInterface.register(NAME, sdpa_mask)
+    AttentionMaskInterface.register(NAME, causal_mask)
 
 
 def _set_attention(model) -> None:

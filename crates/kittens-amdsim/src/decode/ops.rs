@@ -179,6 +179,8 @@ table! {
     Sopc 0x09 SCmpGeU32 "s_cmp_ge_u32" [0, 1, 1, 0] Both;
     Sopc 0x0a SCmpLtU32 "s_cmp_lt_u32" [0, 1, 1, 0] Both;
     Sopc 0x0b SCmpLeU32 "s_cmp_le_u32" [0, 1, 1, 0] Both;
+    Sopc 0x0c SBitcmp0B32 "s_bitcmp0_b32" [0, 1, 1, 0] Both;
+    Sopc 0x0d SBitcmp1B32 "s_bitcmp1_b32" [0, 1, 1, 0] Both;
     Sopc 0x12 SCmpEqU64 "s_cmp_eq_u64" [0, 2, 2, 0] Both;
     Sopc 0x13 SCmpLgU64 "s_cmp_lg_u64" [0, 2, 2, 0] Both;
 
@@ -206,6 +208,7 @@ table! {
     Vop2 0x02 VSubF32 "v_sub_f32" [1, 1, 1, 0] Both;
     Vop2 0x03 VSubrevF32 "v_subrev_f32" [1, 1, 1, 0] Both;
     Vop2 0x05 VMulF32 "v_mul_f32" [1, 1, 1, 0] Both;
+    Vop2 0x06 VMulI32I24 "v_mul_i32_i24" [1, 1, 1, 0] Both;
     Vop2 0x08 VMulU32U24 "v_mul_u32_u24" [1, 1, 1, 0] Both;
     Vop2 0x09 VMulHiU32U24 "v_mul_hi_u32_u24" [1, 1, 1, 0] Both;
     Vop2 0x0a VMinF32 "v_min_f32" [1, 1, 1, 0] Both;

@@ -139,6 +139,9 @@ pub(super) fn exec(w: &mut Wave, i: &Instr) -> Result<(), ExecError> {
         SCmpGeU32 => (None, Some(a(w)? >= b(w)?)),
         SCmpLtU32 => (None, Some(a(w)? < b(w)?)),
         SCmpLeU32 => (None, Some(a(w)? <= b(w)?)),
+        // SCC = bit `S1[4:0]` of S0 is 0 (bitcmp0) or 1 (bitcmp1).
+        SBitcmp0B32 => (None, Some((a(w)? >> (b(w)? & 31)) & 1 == 0)),
+        SBitcmp1B32 => (None, Some((a(w)? >> (b(w)? & 31)) & 1 == 1)),
         SCmpEqU64 => (None, Some(a64(w)? == b64(w)?)),
         SCmpLgU64 => (None, Some(a64(w)? != b64(w)?)),
         _ => return exec64(w, i, a64, b64),

@@ -70,6 +70,8 @@ fn int2(op: Op, a: u32, b: u32, clamp: bool) -> Option<u32> {
         VMulLoU32 => a.wrapping_mul(b),
         // CDNA3 ISA guide, V_MUL_U32_U24: the low 32 bits of the product of the operands' low 24 bits.
         VMulU32U24 => (a & 0xff_ffff).wrapping_mul(b & 0xff_ffff),
+        // V_MUL_I32_I24: the low 32 bits of the product of the operands' low 24 bits, sign-extended.
+        VMulI32I24 => (((a << 8) as i32 >> 8).wrapping_mul((b << 8) as i32 >> 8)) as u32,
         // V_MUL_HI_U32_U24: bits 47..32 of the same 48-bit product (LLVM pairs it with the low half
         // for a 24-bit multiply whose product may pass 32 bits).
         VMulHiU32U24 => ((u64::from(a & 0xff_ffff) * u64::from(b & 0xff_ffff)) >> 32) as u32,

@@ -122,6 +122,16 @@ pub struct Args {
     /// the CPU the GPU of the schedule it runs). 1 is the plain kernel.
     #[arg(long, default_value = "1")]
     pub kv_splits: kittens_kernels::attn_fwd::split::KvSplits,
+    /// attn_paged: keys per page of the paged KV cache (a multiple of 16; default 16).
+    #[arg(long)]
+    pub page_size: Option<usize>,
+    /// attn_paged: block-table entries per sequence (default ceil(seq_kv / page_size), 4 pages
+    /// without --seq-kv); the random run's lengths go up to max_blocks * page_size.
+    #[arg(long)]
+    pub max_blocks: Option<usize>,
+    /// attn_paged: pages in the cache (default and least batch * max_blocks).
+    #[arg(long)]
+    pub num_blocks: Option<usize>,
     /// Attention tensor layout.
     #[arg(long, value_enum, ignore_case = true, default_value_t = AttnLayoutArg::Bshd)]
     pub layout: AttnLayoutArg,
@@ -321,7 +331,10 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<NamedArgs> {
     }
     // Which flags apply is the kernel's problem's business (`check_flags`); these two say the flags'
     // names where the problem would name its arguments.
-    let attention = matches!(a.kernel.name, "attn_fwd" | "attn_bwd" | "attn_varlen");
+    let attention = matches!(
+        a.kernel.name,
+        "attn_fwd" | "attn_bwd" | "attn_varlen" | "attn_varlen_bwd" | "attn_paged"
+    );
     if attention && (a.heads_kv == 0 || !a.heads.is_multiple_of(a.heads_kv)) {
         bail!("--heads-kv {} must divide --heads {}", a.heads_kv, a.heads);
     }
@@ -370,6 +383,9 @@ pub(crate) fn problem(a: &Args) -> anyhow::Result<NamedArgs> {
         .with("softcap", a.softcap)
         .with("alibi", a.alibi)
         .with("kv_splits", kv_splits)
+        .with("page_size", a.page_size)
+        .with("max_blocks", a.max_blocks)
+        .with("num_blocks", a.num_blocks)
         .with("q_rows", a.q_rows)
         .with("kv_block", a.kv_block)
         .with("rows", a.rows)

@@ -13,7 +13,7 @@
 //! two `shfl.xor` steps (1 and 2). Anything else (column vectors, other layouts) is refused.
 
 use kittens_hw::dtype::DType;
-use kittens_ir::{Arg, Axis, GlobalView, MapFn, MaskRule, Op, ReduceOp, RegId, Rounding};
+use kittens_ir::{Arg, Axis, Expr, GlobalView, MapFn, MaskRule, Op, ReduceOp, RegId, Rounding};
 
 use super::lower::{unsupported, CudaLowerError, Emit};
 
@@ -605,6 +605,10 @@ impl Emit<'_> {
     /// 16-byte chunk `i` of the row at chunk `i ^ (row % 8)` (the C-slab store's addressing,
     /// `lower_tma.rs`). The tile must be private to the storing warpgroup (its rows within the
     /// warpgroup's 64): a warpgroup barrier first, so that no wave of it still reads the tile.
+    /// A 16 × 32 fragment goes to columns 0 or 32 (chunk `c0 + i`, `c0` the first column / 8: the
+    /// Hopper backward's 64-key blocks, where each warpgroup holds 32 queries of the scores); with
+    /// consumers barriers in the program (`consumers_exchange`) the rows may be any warpgroup's, the
+    /// schedule analysis having ordered the store after every reader.
     pub(super) fn store_shared_frag(
         &mut self,
         dst: &kittens_ir::SharedView,
@@ -621,12 +625,12 @@ impl Emit<'_> {
         if !swizzled
             || t.dtype != DType::Bf16
             || t.cols != 64
-            || (dst.rows, dst.cols, n) != (16, 64, 64)
+            || !matches!((dst.rows, dst.cols, n), (16, 64, 64) | (16, 32, 32))
             || rounding != Rounding::Rtne
         {
             return unsupported(format!(
-                "store of {}x{} ({:?}) to shared `{}` ({}x{} {:?}): 16 x 64 fragments into bf16 \
-                 tiles of 64 columns under the 128-byte swizzle, RTNE",
+                "store of {}x{} ({:?}) to shared `{}` ({}x{} {:?}): 16 x 64 (or 16 x 32) fragments \
+                 into bf16 tiles of 64 columns under the 128-byte swizzle, RTNE",
                 dst.rows,
                 dst.cols,
                 f,
@@ -639,10 +643,17 @@ impl Emit<'_> {
         // Rows a multiple of 8 (the swizzle's phase is then lane/4) inside the warpgroup's 64 rows.
         for w in 4 * self.producers..self.k.waves {
             let band = i64::from(w / 4 - self.producers) * 64;
+            let rows = if self.consumers_exchange {
+                0..i64::from(t.rows)
+            } else {
+                band..band + 64
+            };
             let ok = self
                 .at_origin(&dst.row0, w)
-                .is_some_and(|r| r % 8 == 0 && (band..band + 64).contains(&r))
-                && self.at_origin(&dst.col0, w) == Some(0);
+                .is_some_and(|r| r % 8 == 0 && rows.contains(&r))
+                && self
+                    .at_origin(&dst.col0, w)
+                    .is_some_and(|c| c >= 0 && c % 8 == 0 && c + i64::from(dst.cols) <= 64);
             if !ok {
                 return unsupported(
                     "a shared store outside the storing warpgroup's 64 rows or not 8-row aligned",
@@ -667,14 +678,29 @@ impl Emit<'_> {
             "{} // the warpgroup's reads retired",
             super::lower::WG_BARRIER
         ));
+        // The row's first chunk: 0 for a fragment at column 0, else the view's column / 8.
+        let at_col0 = dst.col0 == Expr::c(0);
+        let row_start = kittens_ir::SharedView {
+            col0: Expr::c(0),
+            ..dst.clone()
+        };
         self.line(format!(
             "const u32 sw = kt_lane / 4u, base = {} + sw * 128u + (kt_lane % 4u) * 4u;",
-            self.smem_addr(dst, "wave")
+            self.smem_addr(&row_start, "wave")
         ));
+        if !at_col0 {
+            let c0 = self.ex_with(&dst.col0, "wave");
+            self.line(format!("const u32 c0 = (u32)({c0}) / 8u;"));
+        }
         for i in 0..n / 8 {
+            let chunk = if at_col0 {
+                format!("{i}u")
+            } else {
+                format!("(c0 + {i}u)")
+            };
             for h in 0..2 {
                 self.line(format!(
-                    "kt::st_shared_b32(base + {}u + (({i}u ^ sw) << 4), {});",
+                    "kt::st_shared_b32(base + {}u + (({chunk} ^ sw) << 4), {});",
                     h * 1024,
                     pair(i, h)
                 ));

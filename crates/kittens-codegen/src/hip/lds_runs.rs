@@ -100,7 +100,7 @@ impl Emitter<'_> {
         let dests = if store || (self.compiler_scheduled() && bits == "b128") {
             vec![]
         } else {
-            super::ops::base_tiles(&name, gr, gc)
+            super::lower::base_tiles(&name, gr, gc)
         };
         self.lds_op(gr * gc * runs as u32, dests);
         Ok(())

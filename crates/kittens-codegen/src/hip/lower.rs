@@ -414,6 +414,13 @@ pub fn c_elem(d: DType) -> &'static str {
     }
 }
 
+/// Every base tile of register tile `name` (`gr` × `gc` of them) as a C lvalue.
+pub(super) fn base_tiles(name: &str, gr: u32, gc: u32) -> Vec<String> {
+    (0..gr)
+        .flat_map(|i| (0..gc).map(move |j| format!("{name}[{i}][{j}]")))
+        .collect()
+}
+
 /// Prelude vector type of one base tile's per-lane elements.
 pub(super) fn reg_type(d: DType, elems: u32) -> Option<&'static str> {
     Some(match (d, elems) {

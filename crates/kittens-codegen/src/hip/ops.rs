@@ -20,7 +20,7 @@
 //! - `Wait` → `s_waitcnt vmcnt/lgkmcnt` with the IR's op counts turned into instruction counts.
 
 use super::layout::{mfma_for_abt, LaneMap};
-use super::lower::{reg_type, Emitter};
+use super::lower::{base_tiles, reg_type, Emitter};
 use super::LowerError;
 use crate::cexpr::ident;
 use kittens_hw::dtype::DType;
@@ -590,13 +590,6 @@ impl Emitter<'_> {
             self.line("sched_barrier<SCHED_NONE>();");
         }
     }
-}
-
-/// Every base tile of register tile `name` (`gr` × `gc` of them) as a C lvalue.
-pub(super) fn base_tiles(name: &str, gr: u32, gc: u32) -> Vec<String> {
-    (0..gr)
-        .flat_map(|i| (0..gc).map(move |j| format!("{name}[{i}][{j}]")))
-        .collect()
 }
 
 /// The MFMAs the prelude has a compiler-scheduled (`_sched`, builtin) form of.

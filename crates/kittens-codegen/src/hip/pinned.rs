@@ -143,7 +143,7 @@ impl Emitter<'_> {
         };
         if t.pin.is_some_and(|p| p.file == RegFile::Agpr) {
             let ((name, _), (gr, gc)) = (self.reg(dst), t.base_grid());
-            for tile in super::ops::base_tiles(&name, gr, gc) {
+            for tile in super::lower::base_tiles(&name, gr, gc) {
                 self.line(format!("KITTENS_IN_AGPRS({tile});"));
             }
         }

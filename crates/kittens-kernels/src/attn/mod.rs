@@ -1,9 +1,11 @@
 //! What the attention kernels share (`crate::attn_fwd`, `crate::attn_bwd`, `crate::attn_varlen`,
 //! `crate::rotary`) and what the references and the interpreter runs read: the tensors' layout
 //! ([`layout`]) or caller strides ([`strides`]), the call's sizes and mask ([`shape`]), the logits'
-//! scale, cap and window ([`score`]) and the online softmax ([`softmax`]). Kernels share code only
+//! scale, cap and window ([`score`]), the online softmax ([`softmax`]) and the key step of the
+//! varlen and paged forwards ([`key_step`]). Kernels share code only
 //! through here, and nothing here imports a kernel.
 
+pub(crate) mod key_step;
 pub mod layout;
 pub mod score;
 pub mod shape;

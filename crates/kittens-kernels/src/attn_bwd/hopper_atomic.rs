@@ -41,9 +41,9 @@ struct Strip {
 
 impl Strip {
     fn new(cfg: &BwdConfig, name: &str) -> Result<Self, KernelError> {
-        if !matches!(cfg.dim, 64 | 96 | 128) {
+        if !matches!(cfg.dim, 32 | 64 | 96 | 128 | 192 | 256) {
             return Err(KernelError::Config(format!(
-                "attn_bwd (hopper-atomic): dim {} must be 64, 96 or 128",
+                "attn_bwd (hopper-atomic): dim {} must be 32, 64, 96, 128, 192 or 256",
                 cfg.dim
             )));
         }

@@ -382,8 +382,12 @@ impl<'a> KeyBlock<'a> {
         let (x, kr) = (self.x, self.x.cfg.key_rows);
         k.mul(self.dk_t, self.dk_t, x.scale);
         k.transpose(self.dk_r, self.dk_t);
-        k.store(x.view(k, x.io.dk, &x.hk, self.k0.clone(), kr), self.dk_r);
+        if let Some(dk) = x.io.dk {
+            k.store(x.view(k, dk, &x.hk, self.k0.clone(), kr), self.dk_r);
+        }
         k.transpose(self.dv_r, self.dv_t);
-        k.store(x.view(k, x.io.dv, &x.hk, self.k0.clone(), kr), self.dv_r);
+        if let Some(dv) = x.io.dv {
+            k.store(x.view(k, dv, &x.hk, self.k0.clone(), kr), self.dv_r);
+        }
     }
 }

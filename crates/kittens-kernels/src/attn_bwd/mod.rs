@@ -97,6 +97,19 @@ impl BwdSchedule {
     }
 }
 
+/// Which blocks one launch of the CDNA program runs ([`BwdConfig::blocks`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BwdBlocks {
+    /// Key and query blocks in one grid (the kernel's two branches).
+    #[default]
+    Both,
+    /// The key blocks alone (dK, dV): the first half of the two-launch form.
+    Keys,
+    /// The query blocks alone (dQ).
+    Queries,
+}
+
 /// The backward's tiles.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct BwdConfig {
@@ -147,6 +160,12 @@ pub struct BwdConfig {
     /// ALiBi (`crate::attn::score::Alibi`): an f32 input `alibi [b, h]` of slopes after the other
     /// inputs, each score's logit biased as in the forward (the bias has no gradient of its own).
     pub alibi: bool,
+    /// The CDNA program's blocks in one launch, or each kind in its own ([`BwdBlocks`]). Tensors in
+    /// their own strides take two launches there: in one, the compiler runs the structurized branch's
+    /// two halves one after the other, so what the key blocks load at the kernel's start (their
+    /// tensors' pointers, spans and 15 more stride parameters) stays live across the query blocks'
+    /// loop, past the wave's 102 SGPRs at head dim 128 (gfx942: 19 spilled; each launch alone: none).
+    pub blocks: BwdBlocks,
 }
 
 /// The products of a Hopper key-block step taken in turns by the consumer warpgroups
@@ -187,6 +206,7 @@ impl Default for BwdConfig {
             strided: false,
             dlse: false,
             alibi: false,
+            blocks: BwdBlocks::Both,
         }
     }
 }
@@ -313,6 +333,16 @@ fn name(cfg: &BwdConfig) -> &'static str {
     }
 }
 
+/// The CDNA program's name: [`name`], then `_keys` or `_queries` for a launch of one kind of block.
+fn name_blocks(cfg: &BwdConfig) -> String {
+    let kind = match cfg.blocks {
+        BwdBlocks::Both => "",
+        BwdBlocks::Keys => "_keys",
+        BwdBlocks::Queries => "_queries",
+    };
+    format!("{}{kind}", name(cfg))
+}
+
 /// The Hopper query blocks' name.
 fn name_dq(cfg: &BwdConfig) -> &'static str {
     match cfg.causal {
@@ -343,6 +373,19 @@ pub fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         BwdSchedule::Plain | BwdSchedule::Interleave4 | BwdSchedule::PingPong8 => {
             schedule::build(cfg)
         }
+        // Head dims past 128: the key blocks of 64 keys (`hopper::wide`).
+        BwdSchedule::HopperKv if hopper::wide::takes(cfg) => hopper::wide::build_kv(cfg, false),
+        BwdSchedule::HopperAtomicKv if hopper::wide::takes(cfg) => {
+            hopper::wide::build_kv(cfg, true)
+        }
+        BwdSchedule::HopperQ if hopper::wide::takes(cfg) => Err(KernelError::Config(format!(
+            "attn_bwd: the Hopper query blocks (the deterministic two-launch form, variant `{}`) take \
+             head dims up to 128 (their dQ, scores and dP exceed 240 registers per consumer thread \
+             at {}); head dims 192 and 256 run the atomic form (variant `{}`)",
+            problem::DQ,
+            cfg.dim,
+            problem::ATOMIC
+        ))),
         BwdSchedule::HopperKv => hopper::build_kv(cfg, false),
         BwdSchedule::HopperQ => hopper::build_q(cfg),
         BwdSchedule::HopperAtomicPre => hopper_atomic::build_pre(cfg),

@@ -5,7 +5,7 @@
 //! inputs; each gradient is judged separately by the test rule against the PyTorch-style bf16
 //! backward (`crate::reference_bwd`).
 
-use super::{build, BwdConfig};
+use super::{build, BwdBlocks, BwdConfig};
 use crate::attn::strides::{self, AttnStrides};
 use crate::attn::AttnArgs;
 use crate::budget;
@@ -111,18 +111,34 @@ pub fn variant(base: BwdConfig, name: &str) -> Result<BwdConfig, KernelError> {
     }
 }
 
+/// Tensors in their own strides on CDNA: the query blocks and the key blocks as two launches
+/// ([`BwdConfig::blocks`] says why).
+fn split_blocks(p: &BwdProblem, target: Target) -> bool {
+    p.attn_strides.is_some() && target.gpu().is_some_and(|g| g.arch.is_amd())
+}
+
 /// The configuration a run builds: the target GPU's tiles (the defaults on the CPU), or the
 /// variant `p.run.variant` names of them, with `p`'s head dimension, mask and layout.
 fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
-    if p.attn_strides.is_some() && target.gpu().is_some_and(|g| g.arch.is_amd()) {
-        // Measured: the plain program with 24 stride parameters spills 5 SGPRs on gfx950.
+    // The CDNA program's head dims (amd_attn_bwd_head_dims.rs in kittens-runtime): its three rings
+    // of 32-row steps outgrow gfx942's 64 KiB of LDS past 128 (72 KiB at 192), and at 256 gfx950's
+    // compiler spills 96 VGPRs (dK, dV, K and V of 16 keys per wave take 192 of the 256 per lane).
+    let amd_limit = match target {
+        Target::Gfx942 => Some((
+            128,
+            "its rings need 72 KiB of LDS at 192, gfx942 has 64 KiB",
+        )),
+        Target::Gfx950 => Some((
+            192,
+            "at 256 the compiler spills 96 VGPRs of the 256 per lane",
+        )),
+        _ => None,
+    };
+    if let Some((max, why)) = amd_limit.filter(|(max, _)| p.args.attn.dim > *max) {
         return Err(KernelError::NotForTarget {
             kernel: "attn_bwd",
             target,
-            why: "tensors in their own strides (attn_strides): the program's 24 stride parameters \
-                  spill scalar registers on CDNA; give q, k, v, out, grad_out and the gradients in \
-                  one dense layout"
-                .into(),
+            why: format!("head dim {} past {max}: {why}", p.args.attn.dim),
         });
     }
     let tiles = match target.gpu() {
@@ -134,13 +150,23 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         // gfx942's plain program at head dim 64 with a soft cap, a window and a causal mask at once
         // needs 256 VGPRs + 2 AGPRs and spills 13 SGPRs into VGPR lanes; the 4-wave interleave
         // (K, V, dK, dV in AGPRs) takes it in 160 VGPRs + 96 AGPRs, no spills.
+        //
+        // Tensors in their own strides on gfx942: the plain key blocks at head dim 128 spill 6
+        // SGPRs (clang 22; 10 with clang 19) even in their own launch; the interleave's take 87-96,
+        // no spills, at head dims 64 and 128 (tests/attn_strides.rs in kittens-runtime).
         None if target == Target::Gfx942
-            && p.args.attn.dim == 64
-            && p.args.causal
-            && p.args.logits.softcap.is_some()
-            && p.args.window.is_some() =>
+            && ((p.args.attn.dim == 64
+                && p.args.causal
+                && p.args.logits.softcap.is_some()
+                && p.args.window.is_some())
+                || p.attn_strides.is_some()) =>
         {
             BwdConfig::interleave4(tiles)
+        }
+        // Head dims past 128 on Hopper: the atomic form (the 64-key blocks add dQ), the only one
+        // there (the query blocks of the two-launch form take up to 128).
+        None if target.gpu().is_some_and(|g| !g.arch.is_amd()) && p.args.attn.dim > 128 => {
+            variant(tiles, ATOMIC)?
         }
         None => tiles,
     };
@@ -306,9 +332,17 @@ impl KernelProblem for BwdProblem {
         })
     }
 
+    /// The run's kernel; with two launches ([`split_blocks`]), the key blocks'.
     fn build(&self, target: Target) -> Result<Kernel, KernelError> {
         let p = self;
-        build(&config(p, target)?)
+        let cfg = config(p, target)?;
+        match split_blocks(p, target) {
+            true => build(&BwdConfig {
+                blocks: BwdBlocks::Keys,
+                ..cfg
+            }),
+            false => build(&cfg),
+        }
     }
 
     /// One launch, except for the Hopper programs: the query blocks (dQ, and D for the next launch),
@@ -321,6 +355,27 @@ impl KernelProblem for BwdProblem {
         };
         let cfg = config(p, target)?;
         match cfg.schedule.hopper_launches() {
+            None if split_blocks(p, target) => {
+                // The query blocks (dQ), then the key blocks (dK, dV), each reading every input.
+                let l = &plan.launch;
+                let values = named_values(p, l)?;
+                let stage = |blocks, outputs| -> Result<Stage, KernelError> {
+                    let kernel = build(&BwdConfig { blocks, ..cfg })?;
+                    Ok(Stage {
+                        launch: Launch {
+                            params: strides::named_params(&kernel, &values)?,
+                            inputs: l.inputs.clone(),
+                            outputs,
+                        },
+                        kernel,
+                    })
+                };
+                let [dq, dk, dv] = [0, 1, 2].map(|i| l.outputs[i]);
+                Ok(vec![
+                    stage(BwdBlocks::Queries, vec![dq])?,
+                    stage(BwdBlocks::Keys, vec![dk, dv])?,
+                ])
+            }
             None => Ok(vec![Stage {
                 kernel: build(&cfg)?,
                 launch: plan.launch.clone(),

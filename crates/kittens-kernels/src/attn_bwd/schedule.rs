@@ -23,7 +23,7 @@
 //! MFMA lane maps both hold query `i` in the lanes with `lane % 16 = i % 16`.
 
 use super::key_block::KeyBlock;
-use super::{name, BwdConfig, BwdSchedule};
+use super::{name_blocks, BwdBlocks, BwdConfig, BwdSchedule};
 use crate::attn::score::Alibi;
 use crate::attn::strides::tensor_strides;
 use crate::KernelError;
@@ -56,9 +56,10 @@ pub(super) struct Io {
     pub dlse: Option<GlobalId>,
     /// The ALiBi slopes ([`BwdConfig::alibi`]).
     pub alibi: Option<Alibi>,
-    pub dq: GlobalId,
-    pub dk: GlobalId,
-    pub dv: GlobalId,
+    /// The outputs of the blocks the launch runs ([`BwdConfig::blocks`]).
+    pub dq: Option<GlobalId>,
+    pub dk: Option<GlobalId>,
+    pub dv: Option<GlobalId>,
 }
 
 fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> Io {
@@ -103,9 +104,13 @@ fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> Io {
     let lse = stat(k, "lse");
     let dlse = cfg.dlse.then(|| stat(k, "dlse"));
     let alibi = cfg.alibi.then(|| Alibi::declare(k, &batch, &heads));
-    let dq = tensor(k, "dq", &heads, &seq_q, Access::Write);
-    let dk = tensor(k, "dk", &heads_kv, &seq_kv, Access::Write);
-    let dv = tensor(k, "dv", &heads_kv, &seq_kv, Access::Write);
+    let (queries, keys) = (
+        cfg.blocks != BwdBlocks::Keys,
+        cfg.blocks != BwdBlocks::Queries,
+    );
+    let dq = queries.then(|| tensor(k, "dq", &heads, &seq_q, Access::Write));
+    let dk = keys.then(|| tensor(k, "dk", &heads_kv, &seq_kv, Access::Write));
+    let dv = keys.then(|| tensor(k, "dv", &heads_kv, &seq_kv, Access::Write));
     Io {
         batch,
         heads,
@@ -270,7 +275,7 @@ pub(super) fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         BwdSchedule::PingPong8 => Schedule::PingPong8,
         _ => Schedule::Plain { waves: cfg.waves },
     };
-    let mut k = KernelBuilder::new(name(cfg), schedule);
+    let mut k = KernelBuilder::new(&name_blocks(cfg), schedule);
     let io = declare_io(&mut k, cfg);
     let (d, step) = (cfg.dim, cfg.step);
     let key_block = i64::from(cfg.waves * cfg.key_rows);
@@ -278,12 +283,15 @@ pub(super) fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
     let group = &io.heads / io.heads_kv.clone();
     let n_kb = io.seq_kv.ceil_div(key_block);
     let n_qb = io.seq_q.ceil_div(query_block);
+    let blocks = match cfg.blocks {
+        BwdBlocks::Both => &n_kb + group.clone() * n_qb.clone(),
+        BwdBlocks::Keys => n_kb.clone(),
+        // `group` is at least 1 in every problem a launch takes (heads_kv divides heads); the
+        // schedule analysis also samples sizes where it is 0, which would leave the grid empty.
+        BwdBlocks::Queries => group.clone().max(1) * n_qb.clone(),
+    };
     k.grid(
-        vec![
-            io.batch.clone(),
-            io.heads_kv.clone(),
-            &n_kb + group.clone() * n_qb.clone(),
-        ],
+        vec![io.batch.clone(), io.heads_kv.clone(), blocks],
         GridOrder::RowMajor,
     );
     let (b, hk, z) = (k.block(0), k.block(1), k.block(2));
@@ -306,11 +314,15 @@ pub(super) fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         c,
         scale: cfg.logits.scale(d),
     };
-    k.if_else(
-        z.lt(n_kb.clone()),
-        |k| key_block_body(k, &ctx, &z),
-        |k| query_block_body(k, &ctx, &(&z - n_kb.clone()), &n_qb),
-    );
+    match cfg.blocks {
+        BwdBlocks::Both => k.if_else(
+            z.lt(n_kb.clone()),
+            |k| key_block_body(k, &ctx, &z),
+            |k| query_block_body(k, &ctx, &(&z - n_kb.clone()), &n_qb),
+        ),
+        BwdBlocks::Keys => key_block_body(&mut k, &ctx, &z),
+        BwdBlocks::Queries => query_block_body(&mut k, &ctx, &z, &n_qb),
+    }
     Ok(k.finish()?)
 }
 
@@ -457,5 +469,7 @@ fn query_block_body(k: &mut KernelBuilder, x: &Ctx, z: &Expr, n_qb: &Expr) {
     });
     k.mul(dq_t, dq_t, x.scale);
     k.transpose(dq_r, dq_t);
-    k.store(x.view(k, io.dq, &h, q0, qr), dq_r);
+    if let Some(dq) = io.dq {
+        k.store(x.view(k, dq, &h, q0, qr), dq_r);
+    }
 }

@@ -140,6 +140,16 @@ impl Default for AttnConfig {
 }
 
 impl AttnConfig {
+    /// Query rows one block of this configuration computes.
+    pub fn block_rows(&self) -> u32 {
+        match self.schedule {
+            AttnSchedule::PingPong8 | AttnSchedule::Mi300x => 8 * self.q_rows,
+            AttnSchedule::ProducerConsumer => producer_consumer::BLOCK_Q,
+        }
+    }
+}
+
+impl AttnConfig {
     /// The configuration for one GPU: the 8-wave ping-pong with HipKittens E.3's tiles on CDNA, the
     /// producer/consumer schedule with 128-key blocks on Hopper.
     pub fn for_gpu(gpu: &kittens_hw::Gpu) -> Self {

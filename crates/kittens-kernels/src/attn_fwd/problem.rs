@@ -371,13 +371,7 @@ impl KernelProblem for AttnProblem {
                 launch: plan.launch.clone(),
             }]);
         }
-        let (a, g) = (p.args.attn, cfg.kv_splits as usize);
-        let rows = elements("lse", &[a.batch, a.heads, a.seq])?;
-        let q_len = elements("o_partial", &[a.batch, a.heads, a.seq, a.dim])?;
-        let parts = vec![
-            elements("o_partial", &[g, q_len])?,
-            elements("lse_partial", &[g, rows])?,
-        ];
+        let a = p.args.attn;
         // Each launch's parameters by name: the split kernel takes no `o`, the merge no q, k, v.
         let mut values: Vec<(String, i64)> = ["batch", "heads", "heads_kv", "seq", "seq_kv"]
             .into_iter()
@@ -387,27 +381,8 @@ impl KernelProblem for AttnProblem {
         if let Some(st) = &p.attn_strides {
             values.extend(st.params()?);
         }
-        let merge_kernel = split::build_merge(&cfg)?;
-        let merge = Launch {
-            params: strides::named_params(&merge_kernel, &values)?,
-            inputs: parts.clone(),
-            outputs: plan.launch.outputs.clone(),
-        };
-        let split = Launch {
-            params: strides::named_params(&kernel, &values)?,
-            outputs: parts,
-            ..plan.launch.clone()
-        };
-        Ok(vec![
-            Stage {
-                kernel,
-                launch: split,
-            },
-            Stage {
-                kernel: merge_kernel,
-                launch: merge,
-            },
-        ])
+        let rows = [a.batch, a.heads, a.seq, a.dim];
+        split::stages(kernel, &cfg, &plan.launch, &values, rows)
     }
 
     /// O, then (with `p.lse`) the log-sum-exp, each judged by the rule on its own.

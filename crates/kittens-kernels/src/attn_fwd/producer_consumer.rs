@@ -60,6 +60,19 @@ impl HopperTiles {
         dim: u32,
         kv: u32,
         q_slots: u32,
+        rings: (u32, u32),
+    ) -> HopperTiles {
+        HopperTiles::declare_rows(k, dim, kv, BLOCK_Q, q_slots, rings)
+    }
+
+    /// [`HopperTiles::declare`] with Q slots of `block_q` rows (64 per consumer warpgroup); key
+    /// blocks of 16 keys (`kv` 16) take P in 16-column base tiles.
+    pub(crate) fn declare_rows(
+        k: &mut KernelBuilder,
+        dim: u32,
+        kv: u32,
+        block_q: u32,
+        q_slots: u32,
         (ring_k, ring_v): (u32, u32),
     ) -> HopperTiles {
         let halves = dim / COLS;
@@ -70,12 +83,17 @@ impl HopperTiles {
                 .collect()
         };
         let (q_s, k_s, v_s) = (
-            shared("q_s", BLOCK_Q, q_slots),
+            shared("q_s", block_q, q_slots),
             shared("k_s", kv, ring_k),
             shared("v_s", kv, ring_v),
         );
         let s = k.tile("s", F32, 16, kv, Layout::Row, BaseShape::S16X16);
-        let p = k.tile("p", Bf16, 16, kv, Layout::Row, BaseShape::S16X32);
+        let p_base = if kv < 32 {
+            BaseShape::S16X16
+        } else {
+            BaseShape::S16X32
+        };
+        let p = k.tile("p", Bf16, 16, kv, Layout::Row, p_base);
         let o_r = (0..halves)
             .map(|i| {
                 k.tile(

@@ -24,8 +24,9 @@
 //! `G = 1` is the unsplit kernel itself: no partials, no merge. [`choose`] picks `G` for a shape
 //! and a GPU by the tail planner's model (`kittens_grid::tail`, [`SplitScope::Every`]).
 
-use super::{AttnConfig, AttnSchedule, Io};
-use crate::attn::strides::tensor_strides;
+use super::{AttnConfig, Io};
+use crate::attn::strides::{named_params, tensor_strides};
+use crate::problem::{elements, Launch, Stage};
 use crate::KernelError;
 use kittens_grid::tail::{plan_tail, SplitScope, TailInput, TailModel, TailPlan};
 use kittens_hw::dtype::DType::{Bf16, F32};
@@ -104,6 +105,46 @@ pub(crate) fn declare_partials(
     );
     let lse = k.global(LSE_PARTIAL, F32, &[g, b, h, s], access);
     (o, lse)
+}
+
+/// The two launches of a split forward at a problem's `launch` (its inputs, and its outputs the
+/// merge's): `kernel` writing the partials (scratch between the stages, `[batch, heads, seq, dim]`
+/// rows per part) and the merge of `merge_cfg` (`kv_splits` parts), each with its parameters found by
+/// name in `values`.
+pub(crate) fn stages(
+    kernel: Kernel,
+    merge_cfg: &AttnConfig,
+    launch: &Launch,
+    values: &[(String, i64)],
+    [batch, heads, seq, dim]: [usize; 4],
+) -> Result<Vec<Stage>, KernelError> {
+    let g = merge_cfg.kv_splits as usize;
+    let rows = elements(LSE_PARTIAL, &[batch, heads, seq])?;
+    let parts = vec![
+        elements(O_PARTIAL, &[g, rows, dim])?,
+        elements(LSE_PARTIAL, &[g, rows])?,
+    ];
+    let merge_kernel = build_merge(merge_cfg)?;
+    let merge = Launch {
+        params: named_params(&merge_kernel, values)?,
+        inputs: parts.clone(),
+        outputs: launch.outputs.clone(),
+    };
+    let split = Launch {
+        params: named_params(&kernel, values)?,
+        outputs: parts,
+        ..launch.clone()
+    };
+    Ok(vec![
+        Stage {
+            kernel,
+            launch: split,
+        },
+        Stage {
+            kernel: merge_kernel,
+            launch: merge,
+        },
+    ])
 }
 
 /// The query block and the part of a block whose query-block coordinate is `t` (the grid's extent
@@ -292,16 +333,6 @@ pub fn build_merge(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         k.store(k.gview(lse, vec![b, h, row], 2, 1, 1, 1), lse_v);
     }
     Ok(k.finish()?)
-}
-
-impl AttnConfig {
-    /// Query rows one block of this configuration computes.
-    pub fn block_rows(&self) -> u32 {
-        match self.schedule {
-            AttnSchedule::PingPong8 | AttnSchedule::Mi300x => 8 * self.q_rows,
-            AttnSchedule::ProducerConsumer => super::producer_consumer::BLOCK_Q,
-        }
-    }
 }
 
 /// The attention shape [`choose`] plans for.

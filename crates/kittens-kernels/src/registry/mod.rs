@@ -6,6 +6,7 @@
 
 use crate::problem::{KernelProblem, NamedArgs};
 mod paged;
+mod varlen;
 use crate::{
     attn, attn_bwd, attn_fwd, attn_varlen, attn_varlen_problem, cross_entropy, gemm, layernorm,
     rmsnorm, rotary, rows, swiglu, KernelError,
@@ -14,6 +15,7 @@ use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
 use paged::ATTN_PAGED;
 use serde::Serialize;
+use varlen::ATTN_VARLEN_BWD;
 
 /// How far a kernel has got on one target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -759,7 +761,7 @@ const CROSS_ENTROPY: KernelEntry = KernelEntry {
 };
 
 /// Every kernel of the suite, in the order `kittens list` prints them.
-pub static ALL: [KernelEntry; 15] = [
+pub static ALL: [KernelEntry; 16] = [
     GEMM_BF16,
     GEMM_FP8,
     ATTN_FWD,
@@ -774,6 +776,7 @@ pub static ALL: [KernelEntry; 15] = [
     ROTARY_BWD,
     CROSS_ENTROPY,
     ATTN_VARLEN,
+    ATTN_VARLEN_BWD,
     ATTN_PAGED,
 ];
 

@@ -27,13 +27,9 @@ pub(super) const ATTN_PAGED: KernelEntry = KernelEntry {
         },
         TargetPlan {
             target: Target::Sm90a,
-            schedule:
-                "plain, one warp",
-            status: Status::NotYet {
-                why: "the plain CUDA lowering refuses index reads (block_table), and its row broadcasts \
-                      need score rows a wave of chunks wide (16 keys a step here); a producer/consumer \
-                      program as attn_varlen_hopper's is the way",
-            },
+            schedule: "producer/consumer, 1 cp.async warpgroup (pages through block_table, rows \
+                       clipped at the length) + 1 wgmma warpgroup",
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Cpu,
@@ -44,6 +40,11 @@ pub(super) const ATTN_PAGED: KernelEntry = KernelEntry {
     variants: &[],
     build_variant: no_variants,
     build_default: || attn_paged::build(&attn_paged_problem::default_config()),
-    build_gpu: |_| attn_paged::build(&attn_paged_problem::default_config()),
+    build_gpu: |gpu| {
+        attn_paged_problem::build_for(
+            &attn_paged_problem::default_config(),
+            Target::from(gpu.arch),
+        )
+    },
     parse: attn_paged_problem::parse,
 };

@@ -83,11 +83,12 @@ fn call_outputs(stages: &[Stage]) -> Vec<(String, usize)> {
 
 impl CudaGpu {
     /// Runs `stages` as one prepared call (`crate::cuda::dispatch`, what the Python package runs)
-    /// on buffers of their own: the first launch's inputs uploaded by name, outputs poisoned with NaN,
-    /// the tensors passing between launches left on the device.
+    /// on buffers of their own: the run's inputs uploaded by their `names`, outputs poisoned with
+    /// NaN, the tensors passing between launches left on the device.
     fn call(
         &self,
         stages: &[Stage],
+        names: &[String],
         inputs: &[Vec<f32>],
     ) -> Result<(Execution, Vec<String>), RunError> {
         let dev: Rc<Device> = Device::open(self.ordinal).map_err(gpu)?;
@@ -98,7 +99,17 @@ impl CudaGpu {
             )));
         }
         let first = stages.first().ok_or_else(|| gpu("a run with no launch"))?;
-        if inputs.len() != first.launch.inputs.len() || first.kernel.globals.len() < inputs.len() {
+        let own = first
+            .kernel
+            .globals
+            .iter()
+            .take(inputs.len())
+            .map(|g| &g.name);
+        let named = !own.eq(names.iter());
+        if !named
+            && (inputs.len() != first.launch.inputs.len()
+                || first.kernel.globals.len() < inputs.len())
+        {
             return Err(gpu(format!(
                 "the run draws {} inputs but its first launch `{}` takes {}: the runner hands a \
                  run's inputs to its first launch, which this call's launches do not fit (a \
@@ -125,8 +136,15 @@ impl CudaGpu {
         let t0 = Instant::now();
         let mut call = DeviceCall::new(&dev, &specs).map_err(gpu)?;
         let compile_seconds = t0.elapsed().as_secs_f64();
-        for (g, values) in first.kernel.globals.iter().zip(inputs) {
-            call.upload(&g.name, values).map_err(gpu)?;
+        if names.len() != inputs.len() {
+            return Err(gpu(format!(
+                "{} inputs named for {} drawn",
+                names.len(),
+                inputs.len()
+            )));
+        }
+        for (name, values) in names.iter().zip(inputs) {
+            call.upload(name, values).map_err(gpu)?;
         }
         let stream = Stream::new().map_err(gpu)?;
         let t1 = Instant::now();
@@ -210,15 +228,20 @@ impl Backend for CudaGpu {
             kernel: job.kernel.clone(),
             launch: job.launch.clone(),
         };
-        self.call(std::slice::from_ref(&stage), job.inputs)
+        let names: Vec<String> = (job.kernel.globals.iter())
+            .take(job.inputs.len())
+            .map(|g| g.name.clone())
+            .collect();
+        self.call(std::slice::from_ref(&stage), &names, job.inputs)
             .map(|(e, _)| e)
     }
 
     fn execute_call(
         &self,
         stages: &[Stage],
+        names: &[String],
         inputs: &[Vec<f32>],
     ) -> Option<Result<(Execution, Vec<String>), RunError>> {
-        Some(self.call(stages, inputs))
+        Some(self.call(stages, names, inputs))
     }
 }

@@ -126,9 +126,12 @@ pub trait Backend {
     /// keeps them (the CUDA backend: one prepared call, as the Python package runs it), returning
     /// the outputs no later launch reads and their names. `None` (the default): the runner runs the
     /// launches one by one through [`Backend::execute`], passing tensors by name through the host.
+    /// `names` name the `inputs` (the first launch's first tensors unless the problem says otherwise,
+    /// `KernelProblem::input_names`).
     fn execute_call(
         &self,
         _stages: &[Stage],
+        _names: &[String],
         _inputs: &[Vec<f32>],
     ) -> Option<Result<(Execution, Vec<String>), RunError>> {
         None
@@ -309,7 +312,8 @@ pub fn run(
     let kernel = &stages[0].kernel;
     let mut rng = SmallRng::seed_from_u64(settings.seed);
     let inputs = p.draw(kernel, &plan.launch, &mut rng);
-    let (run, names) = execute_stages(backend, &stages, &inputs)?;
+    let given = p.input_names(about.target);
+    let (run, names) = execute_named(backend, &stages, given.as_deref(), &inputs)?;
     if run.output.len() != plan.launch.output_len() {
         return Err(RunError::Output {
             backend: about.name,
@@ -396,7 +400,29 @@ pub fn execute_stages(
     stages: &[Stage],
     inputs: &[Vec<f32>],
 ) -> Result<(Execution, Vec<String>), RunError> {
-    if let Some(done) = backend.execute_call(stages, inputs) {
+    execute_named(backend, stages, None, inputs)
+}
+
+/// [`execute_stages`] with the inputs named by `given` (`None`: the first launch's first tensors,
+/// as there); every launch, the first included, then takes its inputs by name.
+pub fn execute_named(
+    backend: &dyn Backend,
+    stages: &[Stage],
+    given: Option<&[String]>,
+    inputs: &[Vec<f32>],
+) -> Result<(Execution, Vec<String>), RunError> {
+    let first_names = || -> Vec<String> {
+        let globals = stages.first().map_or(&[][..], |s| &s.kernel.globals[..]);
+        globals
+            .iter()
+            .take(inputs.len())
+            .map(|g| g.name.clone())
+            .collect()
+    };
+    let names = given.map_or_else(first_names, <[String]>::to_vec);
+    // By name from the first launch on only when the names are not the first launch's own.
+    let by_name = names != first_names();
+    if let Some(done) = backend.execute_call(stages, &names, inputs) {
         return done;
     }
     let name = backend.about().name;
@@ -446,7 +472,7 @@ pub fn execute_stages(
             .collect();
         Ok((e, outs))
     };
-    if rest.is_empty() {
+    if rest.is_empty() && !by_name {
         let e = backend.execute(&Job {
             kernel: &first.kernel,
             launch: &first.launch,
@@ -456,17 +482,15 @@ pub fn execute_stages(
     }
     // Every tensor so far by name (later writes of a name replace earlier ones), and whether a
     // later launch read it.
-    let mut pool: Vec<(String, Vec<f32>, bool)> = first
-        .kernel
-        .globals
+    let mut pool: Vec<(String, Vec<f32>, bool)> = names
         .iter()
         .zip(inputs)
-        .map(|(g, t)| (g.name.clone(), t.clone(), true))
+        .map(|(n, t)| (n.clone(), t.clone(), true))
         .collect();
     let mut total: Option<Execution> = None;
     let mut dynamic = Vec::new();
     for (i, st) in stages.iter().enumerate() {
-        let ins: Vec<Vec<f32>> = if i == 0 {
+        let ins: Vec<Vec<f32>> = if i == 0 && !by_name {
             Vec::new()
         } else {
             let mut ins = Vec::new();
@@ -489,7 +513,7 @@ pub fn execute_stages(
             }
             ins
         };
-        let (e, outs) = run(st, if i == 0 { inputs } else { &ins })?;
+        let (e, outs) = run(st, if i == 0 && !by_name { inputs } else { &ins })?;
         for (n, o) in output_names(&st.kernel, &st.launch).into_iter().zip(outs) {
             pool.push((n, o, false));
         }

@@ -109,6 +109,13 @@ fn checks() -> Vec<(&'static str, String, NamedArgs)> {
                 .with("causal", true),
         ),
         (
+            "attn_varlen_bwd",
+            "B5 H4/2 N<=150 Nkv<=131 D64 causal, lengths incl. 0 and 1".into(),
+            attn(5, 4, 2, 150, 64, Bshd)
+                .with("seq_kv", 131usize)
+                .with("causal", true),
+        ),
+        (
             "rotary_bwd",
             "B2 H3 N45 D64 GPT-NeoX".into(),
             attn(2, 3, 3, 45, 64, Bshd),

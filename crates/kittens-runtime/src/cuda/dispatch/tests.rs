@@ -150,3 +150,70 @@ fn unknown_caller_tensors_are_refused() {
         .to_string();
     assert!(e.contains("`weights`") && e.contains("no launch"), "{e}");
 }
+
+/// The varlen backward's three sm_90a launches (`attn_varlen_bwd`: the dense strip pass for D and
+/// the zeroed dQ accumulator over the packed rows, the varlen key blocks, the dQ conversion) agree on
+/// every tensor two of them declare — in order, as [`bind`] checks a caller's tensor — so one
+/// caller's `do` (and one scratch `delta`, `dq_acc`) serves all three; and each tensor map of the
+/// key blocks passes the driver's limits at the call's parameters (checked here without a GPU).
+#[test]
+fn varlen_backward_launches_share_their_tensors() {
+    use kittens_kernels::problem::NamedArgs;
+    let entry = kittens_kernels::registry::by_name("attn_varlen_bwd").unwrap();
+    for (dim, causal) in [(64usize, true), (128, false)] {
+        let a = NamedArgs::new()
+            .with("batch", 5usize)
+            .with("heads", 4usize)
+            .with("heads_kv", 2usize)
+            .with("seq", 300usize)
+            .with("seq_kv", 200usize)
+            .with("dim", dim)
+            .with("causal", causal);
+        let p = entry.problem(&a).unwrap();
+        let st = registry_stages(entry, p.as_ref()).unwrap();
+        assert_eq!(st.len(), 3);
+        let layouts = |s: &StageSpec| -> Vec<(String, Vec<(u64, u64)>)> {
+            let ordered = ordered_params(&s.kernel, &s.params).unwrap();
+            (s.kernel.globals.iter())
+                .map(|g| {
+                    let (shape, strides) = declared(&s.kernel, &g.name, &ordered).unwrap();
+                    (g.name.clone(), essential(&shape, &strides))
+                })
+                .collect()
+        };
+        let all: Vec<_> = st.iter().map(layouts).collect();
+        let mut shared = 0;
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                for (name, la) in a {
+                    if let Some((_, lb)) = b.iter().find(|(n, _)| n == name) {
+                        assert_eq!(la, lb, "D{dim}: `{name}` declared differently");
+                        shared += 1;
+                    }
+                }
+            }
+        }
+        // do, delta and dq_acc (pre and key blocks), dq_acc (key blocks and conversion), and
+        // dq_acc (pre and conversion).
+        assert_eq!(shared, 5, "D{dim}: {all:?}");
+        let kv = &st[1];
+        let l = kittens_codegen::lower(&kv.kernel, Target::Sm90a).unwrap();
+        let values: Vec<(&str, i64)> = kv.params.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+        let ordered = ordered_params(&kv.kernel, &kv.params).unwrap();
+        let maps = l.tma_maps();
+        assert!(!maps.is_empty(), "the key blocks' rings are filled by TMA");
+        for t in maps {
+            let g = map_geometry(&l, &t, &values).unwrap();
+            let (shape, strides) = declared(&kv.kernel, &g.tensor, &ordered).unwrap();
+            let elem = g.dtype.bytes() as u64;
+            let span = shape
+                .iter()
+                .zip(&strides)
+                .map(|(&n, &s)| n.saturating_sub(1) * s)
+                .sum::<u64>()
+                + 1;
+            check_tensor_map_nd(&g.dims, &g.strides, &g.boxes, elem, (span * elem) as usize)
+                .unwrap_or_else(|e| panic!("D{dim}: map of `{}`: {e} ({g:?})", g.tensor));
+        }
+    }
+}

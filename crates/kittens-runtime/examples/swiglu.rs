@@ -2,7 +2,7 @@
 //! `g` and `u` are the two halves of each row of `x` (`[rows, 2F]`, gate first) and
 //! `silu(v) = v · sigmoid(v) = v / (1 + e^(−v))`, the language's `silu` op.
 //!
-//! `cargo run --release -p kittens-kernels --example swiglu`: the tile program, the interpreter
+//! `cargo run --release -p kittens-runtime --example swiglu`: the tile program, the interpreter
 //! against f64, the race check, the lowering report for gfx942, gfx950 and sm_90a, the kernel file.
 
 mod common;

@@ -1,7 +1,7 @@
 //! RMSNorm written from scratch (docs/writing-kernels.md walks through it):
 //! `y[r, :] = x[r, :] / sqrt(mean(x[r, :]²) + eps) · w`, bf16 in and out, f32 inside.
 //!
-//! `cargo run --release -p kittens-kernels --example rmsnorm` on any machine: the tile program, the
+//! `cargo run --release -p kittens-runtime --example rmsnorm` on any machine: the tile program, the
 //! CPU interpreter against an f64 reference, the race check, the lowering for gfx942, gfx950 and
 //! sm_90a with the budgets (and the compilers' registers and spills where they are installed), and
 //! the kernel written as a file for `kittens run|check|compile --kernel-file`.

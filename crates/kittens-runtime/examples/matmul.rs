@@ -5,7 +5,7 @@
 //! edges are zero). A plain program: it lowers for gfx942/gfx950 (MFMA) and for sm_90a (`mma.sync`
 //! per warp, `kittens_codegen::strip::lower_plain`).
 //!
-//! `cargo run --release -p kittens-kernels --example matmul`: the tile program, the interpreter
+//! `cargo run --release -p kittens-runtime --example matmul`: the tile program, the interpreter
 //! against f64, the race check, the lowering report for every target, the kernel file
 //! (python/examples/matmul.py builds the same kernel from Python; python/tests/test_tile.py compares
 //! the two files).

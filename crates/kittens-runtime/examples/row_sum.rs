@@ -3,7 +3,7 @@
 //! strip starts the sum (`row_sum`) and the later ones add to it (`row_sum_acc`), a conditional on
 //! the loop variable. Columns past `cols` read zero, so the last strip may overhang the row.
 //!
-//! `cargo run --release -p kittens-kernels --example row_sum`: the tile program, the interpreter
+//! `cargo run --release -p kittens-runtime --example row_sum`: the tile program, the interpreter
 //! against f64, the race check, the lowering report for gfx942, gfx950 and sm_90a, the kernel file
 //! (python/examples/row_sum.py builds the same kernel from Python; python/tests/test_tile.py
 //! compares the two files).

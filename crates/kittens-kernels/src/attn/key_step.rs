@@ -1,0 +1,152 @@
+//! One key block's step of the forward programs that walk a sequence's keys against a length read on
+//! the device — the packed batches (`crate::attn_varlen` and its Hopper form) and the paged cache
+//! (`crate::attn_paged` and its Hopper form): the block's masks (keys at or past the sequence's end,
+//! bottom-right causal), the online softmax step (FlashAttention-2 §3.1, [`Softmax::step`]), the
+//! output rescaled and `P·V` added. Written once for one wave holding Q, K and V in registers
+//! ([`WaveStep`]) and once for a Hopper consumer wave reading Q and the K/V ring slots from shared
+//! memory with `wgmma` ([`SharedStep`], FlashAttention-3's consumer).
+
+use super::Softmax;
+use kittens_ir::{Expr, KernelBuilder, MaskRule, MmaForm, MmaOperand, RegId, Rounding, SharedId};
+
+/// Columns of one shared tile of the Hopper programs: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
+const COLS: u32 = 64;
+
+/// The masks of a key block on its f32 scores: keys at or past `end`, and with `causal` the
+/// bottom-right diagonal (query `i` keeps keys `j ≤ i + offset`); before them, with `alibi`, the
+/// ALiBi bias from a row vector of slopes, the distance shifted by `shift` (`len_k − len_q`: aligned
+/// bottom-right, FlashAttention's convention, [`super::score::Alibi`]).
+pub(crate) struct KeyMasks {
+    pub end: Expr,
+    pub causal: Option<Expr>,
+    pub alibi: Option<(RegId, Expr)>,
+}
+
+impl KeyMasks {
+    /// Masks the scores `s` whose first query is `q0` and first key `k0` to `−∞`.
+    pub(crate) fn apply(&self, k: &mut KernelBuilder, s: RegId, q0: &Expr, k0: &Expr) {
+        if let Some((slope, shift)) = &self.alibi {
+            super::score::Alibi::add(k, s, *slope, &(q0 + shift.clone()), k0);
+        }
+        let inf = f32::NEG_INFINITY;
+        k.mask(s, MaskRule::ColsBelow(self.end.clone()), q0, k0, inf);
+        if let Some(offset) = &self.causal {
+            let rule = MaskRule::Causal {
+                offset: offset.clone(),
+            };
+            k.mask(s, rule, q0, k0, inf);
+        }
+    }
+}
+
+/// One wave's registers: Q, the block's K and V, the scores `s`, their bf16 copy `p` and the output
+/// accumulator `acc`.
+pub(crate) struct WaveStep {
+    pub q: RegId,
+    pub k: RegId,
+    pub v: RegId,
+    pub s: RegId,
+    pub p: RegId,
+    pub acc: RegId,
+}
+
+impl WaveStep {
+    /// `S = Q·Kᵀ` (f32), the masks, the softmax step, `acc` rescaled, `P` rounded to bf16 and `P·V`
+    /// added.
+    pub(crate) fn step(
+        &self,
+        k: &mut KernelBuilder,
+        sm: &Softmax,
+        masks: &KeyMasks,
+        q0: &Expr,
+        k0: &Expr,
+    ) {
+        let WaveStep {
+            q,
+            k: kr,
+            v,
+            s,
+            p,
+            acc,
+        } = *self;
+        k.zero(s);
+        k.mma_abt(s, q, kr, s);
+        masks.apply(k, s, q0, k0);
+        sm.step(k, s);
+        k.mul_row(acc, acc, sm.scale);
+        k.convert(p, s, Rounding::Rtne);
+        k.mma_ab(acc, p, v, acc);
+    }
+}
+
+/// A Hopper consumer wave's operands: Q's 64-column shared tiles (one slot), the K and V rings, the
+/// wave's `16 × kv` scores `s`, their bf16 copy `p` (the next `wgmma`'s register A operand) and its
+/// `16 × 64` output accumulators `o`, and the consumer wave's index `wave` (its 16 rows of Q).
+pub(crate) struct SharedStep<'a> {
+    pub wave: Expr,
+    pub q_s: &'a [SharedId],
+    pub k_s: &'a [SharedId],
+    pub v_s: &'a [SharedId],
+    pub s: RegId,
+    pub p: RegId,
+    pub o: &'a [RegId],
+}
+
+impl SharedStep<'_> {
+    /// The step on ring slot `slot`: `S = Q·Kᵀ` over the
+    /// head dimension 64 columns at a time, the masks, the softmax step, `P` packed to bf16 in
+    /// registers (the accumulator fragment is the A operand's), `O` rescaled and `P·V` added.
+    pub(crate) fn step(
+        &self,
+        k: &mut KernelBuilder,
+        sm: &Softmax,
+        masks: &KeyMasks,
+        slot: &Expr,
+        q0: &Expr,
+        k0: &Expr,
+    ) {
+        let s = self.s;
+        for (i, (&qs, &ks)) in self.q_s.iter().zip(self.k_s).enumerate() {
+            let a = MmaOperand::Shared(k.smem(qs, 0).sub(16, COLS, &self.wave, 0));
+            let b = MmaOperand::Shared(k.smem(ks, slot.clone()));
+            k.mma(MmaForm::Abt, s, a, b, (i > 0).then_some(s));
+        }
+        masks.apply(k, s, q0, k0);
+        sm.step(k, s);
+        k.copy(self.p, s);
+        for &o in self.o {
+            k.mul_row(o, o, sm.scale);
+        }
+        for (&o, &vs) in self.o.iter().zip(self.v_s) {
+            let b = MmaOperand::Shared(k.smem(vs, slot.clone()));
+            k.mma(MmaForm::Ab, o, MmaOperand::Reg(self.p), b, Some(o));
+        }
+    }
+
+    /// The consumer's whole walk: after the block barrier that hands over Q, the accumulators and the
+    /// softmax's running max and sum start empty, then `count` key blocks, block `j` in ring slot
+    /// `j % ring` (each behind the barrier that hands it over), its first key `key(j)`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn walk(
+        &self,
+        k: &mut KernelBuilder,
+        sm: &Softmax,
+        masks: &KeyMasks,
+        count: &Expr,
+        ring: u32,
+        q0: &Expr,
+        key: impl Fn(&Expr) -> Expr,
+    ) {
+        k.barrier(); // Q has landed
+        for &o in self.o {
+            k.zero(o);
+        }
+        k.zero(sm.norm);
+        k.neg_infty(sm.max);
+        k.for_range("j", 0, count, |k, j| {
+            k.barrier(); // key block j has landed
+            let slot = &j % i64::from(ring);
+            self.step(k, sm, masks, &slot, q0, &key(&j));
+        });
+    }
+}

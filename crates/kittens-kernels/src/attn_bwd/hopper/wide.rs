@@ -1,0 +1,338 @@
+//! The Hopper key blocks at head dimensions 192 and 256 (FlashAttention-3's backward at its widest
+//! head dims: 64 × 64 tiles, the score tiles exchanged through shared memory, each warpgroup holding
+//! part of the head dimension of dK and dV).
+//!
+//! At 128 keys per block ([`super`]) each consumer wave holds 16 keys of dK and dV over the whole
+//! head dimension: `dim` f32 registers per thread, 192 or 256 of the 240 before any score. Here a
+//! block owns 64 keys, and the two consumer warpgroups split each 64-query step's work twice:
+//!
+//! - the scores by queries: warpgroup `g` computes `Sᵀ = K·Qᵀ` and `dPᵀ = V·dOᵀ` for all 64 keys and
+//!   its 32 queries (`wgmma m64n32`, K and the slot's rows `32g..` from shared memory), and from them
+//!   `Pᵀ` and `dSᵀ` as in [`super`], stored as bf16 into its 32 columns of two shared `64 × 64` tiles;
+//! - the gradients by head-dimension columns: after a consumers barrier, warpgroup `g` adds
+//!   `dV += Pᵀ·dO` and `dK += dSᵀ·Q` (A and B from shared memory) for its 64-column tiles `g, g + 2`
+//!   of the head dimension (at 192 warpgroup 1 takes one tile, warpgroup 0 two): at most 4 f32
+//!   tiles of 32 registers per thread.
+//!
+//! With `atomic_dq` (the FlashAttention-3 form, [`super::super::hopper_atomic`] before and after)
+//! each warpgroup also adds `dQ += dS·K` for its column tiles over the step's 64 queries: `dSᵀ` read
+//! back transposed from the same shared tile, K from the block's own, one 16 × 64 f32 share at a
+//! time through [`kittens_ir::Op::AtomicAdd`].
+//!
+//! One exchange tile each for `Pᵀ` and `dSᵀ` (two slots would not fit beside two ring slots of Q
+//! and dO at 256): a consumers barrier before the store (the other warpgroup's products of the
+//! last step have read it) and one after (both halves stored).
+
+use super::{declare_inputs, turn, view, KeyStep, QueryWalk, StepRegs, COLS, CONSUMER_REGS};
+use crate::attn::Causal;
+use crate::attn_bwd::{BwdConfig, BwdTurns};
+use crate::attn_fwd::padded_dim;
+use crate::KernelError;
+use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_ir::{
+    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MmaForm, MmaOperand, RegId, Scope,
+    SharedId,
+};
+use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
+
+/// Keys per block (one `m64` per warpgroup, both warpgroups on the same keys).
+const BLOCK: u32 = 64;
+/// Queries per streamed step; each warpgroup's scores take half.
+const STEP: u32 = 64;
+const HALF: u32 = STEP / 2;
+/// Shared memory for the ring, the barriers and the 1024-byte alignment of the base.
+const SHARED: u32 = 225 * 1024;
+/// The smallest f32 staging of a warpgroup's TMA reduction (64 rows × 16 columns).
+const REDUCE_BOX: u32 = 64 * 16 * 4;
+
+/// Whether the Hopper backward builds `cfg` here: the head dims past 128.
+pub(crate) fn takes(cfg: &BwdConfig) -> bool {
+    cfg.dim > 128
+}
+
+fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
+    if matches!(cfg.dim, 192 | 256) {
+        Ok(())
+    } else {
+        Err(KernelError::Config(format!(
+            "attn_bwd (producer/consumer, 64-key blocks): dim {} must be 192 or 256 (64-column \
+             tiles split between two consumer warpgroups of {CONSUMER_REGS} registers)",
+            cfg.dim
+        )))
+    }
+}
+
+/// The column tiles of the head dimension that warpgroup `g` accumulates: `g, g + 2, …`.
+fn tiles_of(g: usize, halves: usize) -> Vec<usize> {
+    (g..halves).step_by(2).collect()
+}
+
+/// `f(k, tile)` for the tile warpgroup `g` (an expression, 0 or 1) holds in accumulator slot `a`:
+/// warpgroup-uniform branches, so that each `wgmma` names its shared tiles statically.
+fn per_slot(
+    k: &mut KernelBuilder,
+    g: &Expr,
+    halves: usize,
+    a: usize,
+    f: &dyn Fn(&mut KernelBuilder, usize),
+) {
+    let (tile0, tile1) = (2 * a, 2 * a + 1);
+    if tile1 < halves {
+        k.if_else(g.eq(0), |k| f(k, tile0), |k| f(k, tile1));
+    } else {
+        k.if_(g.eq(0), |k| f(k, tile0));
+    }
+}
+
+/// Ring slots of the streamed pair beside the block's own pair and `extra` bytes.
+fn stages(dim: u32, extra: u32) -> Result<u32, KernelError> {
+    let own = 2 * BLOCK * dim * 2 + extra;
+    let per_step = 2 * STEP * dim * 2;
+    let n = SHARED.saturating_sub(own) / per_step;
+    if n < 2 {
+        return Err(KernelError::Config(format!(
+            "attn_bwd (64-key blocks): dim {dim} leaves room for {n} ring slots of Q and dO \
+             ({per_step} bytes each) beside {own} bytes of K, V and exchange tiles; 2 needed"
+        )));
+    }
+    Ok(n.min(4))
+}
+
+/// The key blocks at head dims 192 and 256: `dk, dv` (bf16, written) after the inputs, and with
+/// `atomic_dq` `dq_acc` (f32, added to). Grid `[batch, heads_kv, key blocks]`.
+pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, KernelError> {
+    check(cfg)?;
+    let d = cfg.dim;
+    let name = if atomic_dq {
+        crate::attn_bwd::name_atomic(cfg)
+    } else {
+        crate::attn_bwd::name(cfg).to_string()
+    };
+    let mut k = KernelBuilder::new(&name, super::schedule());
+    let io = declare_inputs(&mut k, cfg, false);
+    let dim = Expr::c(i64::from(d));
+    let global = |k: &mut KernelBuilder, name: &str, heads: &Expr, seq: &Expr, dtype, access| {
+        let dims = [
+            ("b", io.batch.clone()),
+            ("h", heads.clone()),
+            ("s", seq.clone()),
+            ("d", dim.clone()),
+        ];
+        // dQ's f32 accumulator is the call's scratch: dense whatever the caller's strides.
+        let own = cfg.strided && name != "dq_acc";
+        let st = crate::attn::strides::tensor_strides(k, own, cfg.layout, name, (heads, seq, &dim));
+        k.global_strided(name, dtype, &dims, st, access)
+    };
+    let (kv_heads, kv_seq) = (&io.heads_kv, &io.seq_kv);
+    let dk_g = global(&mut k, "dk", kv_heads, kv_seq, Bf16, Access::Write);
+    let dv_g = global(&mut k, "dv", kv_heads, kv_seq, Bf16, Access::Write);
+    let dq_acc: Option<GlobalId> = atomic_dq.then(|| {
+        let (h, s) = (&io.heads, &io.seq_q);
+        global(&mut k, "dq_acc", h, s, F32, Access::ReadWrite)
+    });
+    let n_kb = io.seq_kv.ceil_div(i64::from(BLOCK));
+    k.grid(
+        vec![io.batch.clone(), io.heads_kv.clone(), n_kb.clone()],
+        GridOrder::RowMajor,
+    );
+    let kb = if cfg.causal == Causal::No {
+        k.block(2)
+    } else {
+        k.pair_long_short(&k.block(2), &n_kb)
+    };
+    let (b, hk) = (k.block(0), k.block(1));
+
+    // Shared memory: K and V (the block's), Q and dO (a ring of steps), Pᵀ and dSᵀ (exchanged).
+    let halves = (padded_dim(d) / COLS) as usize;
+    let exchange = 2 * BLOCK * STEP * 2 + if atomic_dq { 2 * REDUCE_BOX } else { 0 };
+    let st = stages(d, exchange)?;
+    let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
+    let mut tiles = |name: &str, rows, slots| -> Vec<SharedId> {
+        (0..halves)
+            .map(|i| k.shared_tile(&format!("{name}{i}"), swz(rows), slots))
+            .collect()
+    };
+    let (k_s, v_s) = (tiles("k_s", BLOCK, 1), tiles("v_s", BLOCK, 1));
+    let (q_s, do_s) = (tiles("q_s", STEP, st), tiles("do_s", STEP, st));
+    let p_s = k.shared_tile("p_s", swz(BLOCK), 1);
+    let ds_s = k.shared_tile("ds_s", swz(BLOCK), 1);
+
+    let s = k.tile("s_t", F32, 16, HALF, Layout::Row, BaseShape::S16X16);
+    let dp = k.tile("dp_t", F32, 16, HALF, Layout::Row, BaseShape::S16X16);
+    let slope = cfg.alibi.then(|| k.row_vec("alibi_r", s, F32));
+    let p = k.tile("p_t", Bf16, 16, HALF, Layout::Row, BaseShape::S16X32);
+    let ds = k.tile("ds_t", Bf16, 16, HALF, Layout::Row, BaseShape::S16X32);
+    let slots = tiles_of(0, halves).len();
+    let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
+        (0..slots)
+            .map(|a| {
+                k.tile(
+                    &format!("{name}{a}"),
+                    F32,
+                    16,
+                    COLS,
+                    Layout::Row,
+                    BaseShape::S16X16,
+                )
+            })
+            .collect()
+    };
+    let (dk_r, dv_r) = (acc(&mut k, "dk"), acc(&mut k, "dv"));
+    // The atomic form's dQ share of one column tile.
+    let dq_p = atomic_dq.then(|| k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16));
+
+    // The walk over (query head of the group, query step), as in `super::build_kv`.
+    let block0 = &kb * i64::from(BLOCK);
+    let step = i64::from(STEP);
+    let walk = QueryWalk::new(cfg, &io, (&block0, BLOCK), &hk, step);
+    let (offset, start, total) = (&walk.offset, &walk.start, &walk.total);
+    let head_of = |t: &Expr| walk.head_of(t);
+    let q0_of = |t: &Expr| walk.q0_of(t);
+    let ring = i64::from(st);
+    let cw = k.wave() - 4; // consumer wave, 0..8
+    let (g, wq) = (&cw / 4, &cw % 4); // warpgroup, wave in it
+    let k0 = &block0 + &wq * 16; // this wave's first key
+    let scale = cfg.logits.scale(d);
+    let capped = cfg.logits.softcap.is_some();
+    let key_step = KeyStep {
+        cfg,
+        io: &io,
+        offset,
+        start,
+        block0: &block0,
+        block: BLOCK,
+        step,
+        atomic_dq,
+    };
+    let regs = StepRegs { s, dp, p, slope };
+    // Step `t`'s statistics for this warpgroup's 32 queries (one per column), as `super` reads them.
+    let stat = |k: &mut KernelBuilder, src: GlobalId, dst: RegId, t: &Expr| {
+        let origin = vec![
+            b.clone(),
+            head_of(t),
+            Expr::c(0),
+            q0_of(t) + &g * i64::from(HALF),
+        ];
+        let v = k.gview(src, origin, 2, 3, 16, HALF);
+        k.load_global(dst, v);
+    };
+    k.roles(
+        |k| {
+            for (own, src) in [(&k_s, io.k), (&v_s, io.v)] {
+                for (i, &t) in own.iter().enumerate() {
+                    let v = view(k, src, &b, &hk, block0.clone(), i as u32 * COLS, BLOCK);
+                    k.load_async_by(Scope::WarpGroup, k.smem(t, 0), v);
+                }
+            }
+            k.wait_async(0);
+            k.barrier(); // K and V to the consumers
+            k.for_range("t", 0, total, |k, t| {
+                let slot = &t % ring;
+                let (h, q0) = (head_of(&t), q0_of(&t));
+                for (ring_tiles, src) in [(&q_s, io.q), (&do_s, io.d_o)] {
+                    for (i, &ts) in ring_tiles.iter().enumerate() {
+                        let v = view(k, src, &b, &h, q0.clone(), i as u32 * COLS, STEP);
+                        k.load_async_by(Scope::WarpGroup, k.smem(ts, slot.clone()), v);
+                    }
+                }
+                k.wait_async(0);
+                k.barrier(); // query step t to the consumers
+            });
+        },
+        |k| {
+            k.barrier(); // K and V have landed
+            for &r in dk_r.iter().chain(&dv_r) {
+                k.zero(r);
+            }
+            if !capped {
+                stat(k, io.lse, s, &Expr::c(0));
+            }
+            k.for_range("t", 0, total, |k, t| {
+                k.barrier(); // query step t has landed
+                let slot = &t % ring;
+                let (h, q0) = (head_of(&t), q0_of(&t));
+                let qg = &q0 + &g * i64::from(HALF); // this warpgroup's first query
+                                                     // `Sᵀ = K·Qᵀ` or `dPᵀ (+)= V·dOᵀ` for this warpgroup's 32 queries, 64 columns of
+                                                     // the head dimension at a time.
+                let product = |k: &mut KernelBuilder, dst: RegId, from_zero: bool| {
+                    let (own, streamed) = if dst == s {
+                        (&k_s, &q_s)
+                    } else {
+                        (&v_s, &do_s)
+                    };
+                    let on = cfg.turns != BwdTurns::None && dst == s;
+                    turn(k, on, "Sᵀ", &|k| {
+                        for (i, (&a, &bt)) in own.iter().zip(streamed.iter()).enumerate() {
+                            let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &wq, 0));
+                            let bt = k.smem(bt, slot.clone()).sub(HALF, COLS, &g, 0);
+                            let acc = !(from_zero && i == 0);
+                            k.mma(
+                                MmaForm::Abt,
+                                dst,
+                                a,
+                                MmaOperand::Shared(bt),
+                                acc.then_some(dst),
+                            );
+                        }
+                    });
+                };
+                let bht = (&b, &h, &t);
+                key_step.probs(k, &regs, bht, &q0, (&k0, &qg), &product, &|k, g, dst, t| {
+                    stat(k, g, dst, t)
+                });
+                k.copy(ds, dp);
+                // This warpgroup's 32 queries of Pᵀ and dSᵀ into the exchange tiles, once the last
+                // step's products of both warpgroups have read them.
+                k.barrier_by(Scope::Consumers);
+                k.store_shared(k.smem(p_s, 0).sub(16, HALF, &wq, &g), p);
+                k.store_shared(k.smem(ds_s, 0).sub(16, HALF, &wq, &g), ds);
+                k.wait_shared(0);
+                k.barrier_by(Scope::Consumers); // both halves stored
+                                                // dV += Pᵀ·dO and dK += dSᵀ·Q over the step's 64 queries, this warpgroup's column
+                                                // tiles (A and B from shared memory); then dQ += dS·K in the atomic form.
+                for a in 0..slots {
+                    per_slot(k, &g, halves, a, &|k, tile| {
+                        for (r, x, streamed) in [(dv_r[a], p_s, &do_s), (dk_r[a], ds_s, &q_s)] {
+                            let x = MmaOperand::Shared(k.smem(x, 0).sub(16, STEP, &wq, 0));
+                            let bt = MmaOperand::Shared(k.smem(streamed[tile], slot.clone()));
+                            k.mma(MmaForm::Ab, r, x, bt, Some(r));
+                        }
+                    });
+                }
+                if let (Some(dq_g), Some(dq_p)) = (dq_acc, dq_p) {
+                    // dSᵀ read as `K × M` (keys × this wave's 16 queries), K as `K × N`; the add
+                    // outside the branch (at 192 warpgroup 1's second add falls past the head
+                    // dimension and adds nothing).
+                    let q_w = &q0 + &wq * 16;
+                    for a in 0..slots {
+                        per_slot(k, &g, halves, a, &|k, tile| {
+                            let x = MmaOperand::Shared(k.smem(ds_s, 0).sub(BLOCK, 16, 0, &wq));
+                            let bt = MmaOperand::Shared(k.smem(k_s[tile], 0));
+                            k.mma(MmaForm::Atb, dq_p, x, bt, None);
+                        });
+                        let col = (&g + 2 * a as i64) * i64::from(COLS);
+                        let origin = vec![b.clone(), h.clone(), q_w.clone(), col];
+                        k.atomic_add(k.gview(dq_g, origin, 2, 3, 16, COLS), dq_p);
+                    }
+                }
+                // The next step's log-sum-exp into the free score tile (`KeyStep::probs`).
+                if !capped {
+                    stat(k, io.lse, s, &(&t + 1));
+                }
+            });
+            // Slot `a` holds tile `2a + g` (at 192, warpgroup 1's second slot is tile 3: past the
+            // head dimension, stored nowhere). No branch on the warpgroup reads the accumulators
+            // here: ptxas serialised every `wgmma` of the kernel (C7520, "WG.AR in divergent path")
+            // when these stores and dQ's adds sat in such branches.
+            for (a, (&dkr, &dvr)) in dk_r.iter().zip(&dv_r).enumerate() {
+                k.mul(dkr, dkr, scale);
+                let col = (&g + 2 * a as i64) * i64::from(COLS);
+                for (dst, r) in [(dk_g, dkr), (dv_g, dvr)] {
+                    let origin = vec![b.clone(), hk.clone(), k0.clone(), col.clone()];
+                    k.store(k.gview(dst, origin, 2, 3, 16, COLS), r);
+                }
+            }
+        },
+    );
+    Ok(k.finish()?)
+}

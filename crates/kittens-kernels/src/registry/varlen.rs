@@ -1,0 +1,51 @@
+//! The registry entry of `attn_varlen_bwd` (the variable-length attention backward), in a file of its
+//! own so that the registry's table stays short.
+
+use super::{no_variants, KernelEntry, Status, TargetPlan};
+use crate::{attn_varlen_bwd, attn_varlen_bwd_problem, attn_varlen_problem};
+use kittens_hw::Target;
+
+const NO_INDEX_READS: Status = Status::NotYet {
+    why: "the AMD lowerings do not emit index reads (cu_seqlens) yet",
+};
+
+pub(super) const ATTN_VARLEN_BWD: KernelEntry = KernelEntry {
+    name: "attn_varlen_bwd",
+    about: "variable-length attention backward (flash_attn_varlen_func's): dK, dV, dQ of packed \
+            sequences from O, dO and the lse, cu_seqlens read on the device, GQA, causal \
+            bottom-right per sequence, any scale",
+    targets: &[
+        TargetPlan {
+            target: Target::Gfx942,
+            schedule: "plain",
+            status: NO_INDEX_READS,
+        },
+        TargetPlan {
+            target: Target::Gfx950,
+            schedule: "plain",
+            status: NO_INDEX_READS,
+        },
+        TargetPlan {
+            target: Target::Sm90a,
+            schedule: "producer/consumer key blocks, 1 TMA warpgroup + 2 wgmma warpgroups, dQ \
+                       added in f32 (FlashAttention-3); between plain strip passes for D and the \
+                       dQ conversion",
+            status: Status::Compiles,
+        },
+        TargetPlan {
+            target: Target::Cpu,
+            schedule: "plain, one wave: key blocks (dK, dV), then query blocks (dQ)",
+            status: Status::Interpreted,
+        },
+    ],
+    variants: &[],
+    build_variant: no_variants,
+    build_default: || {
+        let cfg = attn_varlen_problem::config(&Default::default());
+        attn_varlen_bwd::build(&cfg, attn_varlen_bwd::Part::Keys)
+    },
+    build_gpu: |gpu| {
+        attn_varlen_bwd_problem::build_for(&Default::default(), Target::from(gpu.arch))
+    },
+    parse: attn_varlen_bwd_problem::parse,
+};

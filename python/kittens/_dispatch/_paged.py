@@ -1,0 +1,65 @@
+"""Paged KV-cache decode attention through the prepared ``attn_paged`` calls."""
+
+from __future__ import annotations
+
+import torch
+
+from . import _core
+from ._core import _dense, _HANDLES, _bf16s, _launch, _same_device, _spec, _store
+
+
+# -- paged KV-cache decode attention --------------------------------------------------------------------
+
+
+def attention_paged(q, k_cache, v_cache, block_table, cache_seqlens, causal: bool, scale, num_splits: int = 1):
+    """``(out, lse)`` of decode attention against a paged cache on CUDA (registry ``attn_paged``): q
+    (B, Nq, H, D), the caches (num_blocks, page_size, H_kv, D), dense bfloat16; block_table int32
+    (B, max_blocks) and cache_seqlens int32 (B,), dense, read by the kernel on the device."""
+    key = (11, q.shape, k_cache.shape, block_table.shape, q.device, k_cache.device, v_cache.device,
+           block_table.device, cache_seqlens.device, bool(causal), scale, int(num_splits))
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, bool(causal), scale,
+                             int(num_splits))
+    b, sq, h, _ = q.shape
+    out = torch.zeros_like(q)
+    lse = torch.zeros((b, h, sq), dtype=torch.float32, device=q.device)
+    if rec[0] is not None:
+        ptrs = tuple(t.data_ptr() for t in (q, k_cache, v_cache, block_table, cache_seqlens, out, lse))
+        _launch(rec, ptrs, q.get_device(), device_obj=q.device)
+    return out, lse
+
+
+def _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, causal, scale, num_splits):
+    _bf16s(q=q, k_cache=k_cache, v_cache=v_cache)
+    dev = _same_device(q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
+                       cache_seqlens=cache_seqlens)
+    for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dim() != 4:
+            raise ValueError(f"{name} must be 4-d, got shape {tuple(t.shape)}")
+    _dense(q=q, k_cache=k_cache, v_cache=v_cache)
+    b, sq, h, d = q.shape
+    nb, page, hk, _ = k_cache.shape
+    for name, t, shape in (("block_table", block_table, (b, block_table.shape[-1])),
+                           ("cache_seqlens", cache_seqlens, (b,))):
+        if t.dtype != torch.int32 or tuple(t.shape) != shape or not t.is_contiguous():
+            raise ValueError(f"{name} must be a dense int32 tensor of shape {shape}, got {t.dtype} of shape "
+                             f"{tuple(t.shape)}")
+    if b == 0 or sq == 0 or h == 0:
+        return _store(key, (None, (0, ()), None))  # nothing to compute: the zeros are the answer
+    mb = block_table.shape[1]
+    problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": sq, "dim": d, "causal": causal, "scale": scale,
+               "page_size": page, "max_blocks": mb, "num_blocks": nb, "num_splits": num_splits}
+    tensors = (
+        _spec("q", q.shape, (sq * h * d, h * d, d, 1)),
+        _spec("k_cache", k_cache.shape, (page * hk * d, hk * d, d, 1)),
+        _spec("v_cache", v_cache.shape, (page * hk * d, hk * d, d, 1)),
+        _spec("block_table", (b * mb,), (1,), "int32"),
+        _spec("cache_seqlens", (b,), (1,), "int32"),
+        # Split, only the merge writes `o` and declares it (b, h, s, d) over the same (B, Nq, H, D)
+        # memory; unsplit, the decode kernel declares it (b, s, h, d).
+        _spec("o", (b, h, sq, d), (sq * h * d, d, h * d, 1)) if num_splits > 1
+        else _spec("o", q.shape, (sq * h * d, h * d, d, 1)),
+        _spec("lse", (b, h, sq), (h * sq, sq, 1), "float32"),
+    )
+    return _core._prepare(key, "attn_paged", problem, tensors, dev)

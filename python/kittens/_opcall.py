@@ -1,0 +1,117 @@
+"""What every op of :mod:`kittens.ops` is made with: the dense attention layouts the real and the fake
+implementations share, and one ``torch.library`` custom op called three ways (:func:`_op`,
+:func:`_autograd`, :func:`call`)."""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Sequence, Tuple
+
+import torch
+from torch import Tensor
+
+# -- helpers shared by the real and the fake implementations -------------------------------------------
+
+_BSHD = (0, 2, 1, 3)
+
+
+def _layouts(t: Tensor) -> Tuple[str, ...]:
+    """The dense layouts of attention a 4-D tensor is in: "bhsd" (dense (B, H, N, D)) and/or "bshd"
+    (a (B, N, H, D) buffer seen through ``.transpose(1, 2)``); size-1 dimensions match any stride."""
+    b, h, n, d = t.shape
+    s = t.stride()
+    got = []
+    for name, want in (("bhsd", (h * n * d, n * d, d, 1)), ("bshd", (n * h * d, d, h * d, 1))):
+        if all(size <= 1 or st == w for st, w, size in zip(s, want, (b, h, n, d))):
+            got.append(name)
+    return tuple(got)
+
+
+def _in_layout(t: Tensor, layout: str) -> Tensor:
+    """``t`` itself if it is dense in ``layout``, else a copy that is."""
+    if layout in _layouts(t):
+        return t
+    if layout == "bshd":
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    return t.contiguous()
+
+
+def _layout_like(t: Tensor) -> str:
+    """The layout of a new attention tensor made like ``t`` (the forward's output like q, each gradient
+    like its input): t's own dense layout where it has one, else (B, H, N, D); as the kernels' calls
+    allocate it (``kittens._dispatch._layout_like``, the CPU path's ``kittens._attn_order``)."""
+    lt = _layouts(t)
+    return "bshd" if "bshd" in lt and "bhsd" not in lt else "bhsd"
+
+
+def _empty(shape: Sequence[int], layout: str, like: Tensor, dtype=torch.bfloat16) -> Tensor:
+    if layout == "bshd":
+        b, h, n, d = shape
+        return like.new_empty((b, n, h, d), dtype=dtype).transpose(1, 2)
+    return like.new_empty(tuple(shape), dtype=dtype)
+
+
+def _bf16(name: str, t: Tensor) -> None:
+    if t.dtype != torch.bfloat16:
+        raise TypeError(f"{name} has dtype {t.dtype}; kittens' kernels take bfloat16")
+
+
+def seed_arg(x: int) -> int:
+    """A 64-bit seed or counter as the signed int64 the op schemas carry (the ops take it back mod 2^64)."""
+    x = int(x) % 2**64
+    return x - 2**64 if x >= 2**63 else x
+
+
+# -- one operator, called three ways --------------------------------------------------------------------
+# Each kernel is a ``torch.library`` custom op (what torch.compile traces, with the fake and the autograd
+# formula below it). Its Python dispatch costs tens of microseconds a call in eager mode (more with an
+# input that requires grad) — more than a small kernel's launch, and a model makes hundreds of such calls
+# a step. So an eager call goes around it (:func:`call`): without a gradient to take, straight to the
+# op's body; with one, through a ``torch.autograd.Function`` made from the op's own body, setup and
+# backward formula (one formula, two registrations). Traced calls (torch.compile, FakeTensor) take the op.
+
+_BODIES: Dict[str, Callable] = {}
+_FUNCTIONS: Dict[str, type] = {}
+_PLAIN = (Tensor, torch.nn.Parameter)
+
+
+def _op(name: str, mutates: Tuple[str, ...] = ()):
+    """Decorator: ``kittens::<name>`` defined with the decorated function as its body (kept for
+    :func:`call`); ``mutates``: the arguments it writes in place."""
+
+    def define(body: Callable):
+        _BODIES[name] = body
+        return torch.library.custom_op(f"kittens::{name}", mutates_args=mutates)(body)
+
+    return define
+
+
+def _autograd(name: str, op, grad: Callable, setup: Callable) -> None:
+    """``op.register_autograd(grad, setup_context=setup)`` and the same formula as the autograd.Function
+    eager calls of ``name`` use. Its forward takes ``ctx`` and calls ``setup`` itself: a Function with a
+    ``setup_context`` binds its arguments through ``inspect.signature`` on every call (tens of
+    microseconds, the cost this avoids)."""
+    op.register_autograd(grad, setup_context=setup)
+    body = _BODIES[name]
+
+    def forward(ctx, *args):
+        out = body(*args)
+        setup(ctx, args, out)
+        return out
+
+    _FUNCTIONS[name] = type(f"{name}_function", (torch.autograd.Function,), {
+        "forward": staticmethod(forward),
+        "backward": staticmethod(grad),
+    })
+
+
+def call(name: str, *args):
+    """``torch.ops.kittens.<name>(*args)`` at the least cost the call allows (positional arguments, as
+    the schema orders them): the op when traced, else the body, or the autograd.Function when an input
+    requires grad."""
+    if not torch.compiler.is_compiling() and all(type(a) in _PLAIN for a in args if isinstance(a, Tensor)):
+        if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
+            return _FUNCTIONS[name].apply(*args)
+        return _BODIES[name](*args)
+    return getattr(torch.ops.kittens, name)(*args)
+
+
