@@ -156,18 +156,7 @@ pub(in crate::attn_bwd) fn build_kv(
             }
             k.wait_async(0);
             k.barrier(); // K and V to the consumers
-            k.for_range("t", 0, total, |k, t| {
-                let slot = &t % ring;
-                let (h, q0) = (head_of(&t), q0_of(&t));
-                for (tiles, g) in [(q_s, io.q), (do_s, io.d_o)] {
-                    for (i, &ts) in tiles.iter().enumerate() {
-                        let src = view(k, g, &b, &h, q0.clone(), i as u32 * COLS, STEP);
-                        k.load_async_by(Scope::WarpGroup, k.smem(ts, slot.clone()), src);
-                    }
-                }
-                k.wait_async(0);
-                k.barrier(); // query step t to the consumers
-            });
+            walk.stream(k, &io, &b, [q_s, do_s], ring);
         },
         |k| {
             k.barrier(); // K and V have landed

@@ -341,6 +341,31 @@ impl QueryWalk {
     fn q0_of(&self, t: &Expr) -> Expr {
         (self.first.clone() + t % self.per_head.clone()) * self.step
     }
+
+    /// The producer's side of the walk (batch `b`): each pair's `step` queries of Q and dO, 64
+    /// columns a tile, into ring slot `t % ring`, handed to the consumers behind a block barrier.
+    fn stream(
+        &self,
+        k: &mut KernelBuilder,
+        io: &Io,
+        b: &Expr,
+        [q_s, do_s]: [&[kittens_ir::SharedId]; 2],
+        ring: i64,
+    ) {
+        let rows = u32::try_from(self.step).expect("a query step of at most 128 rows");
+        k.for_range("t", 0, &self.total, |k, t| {
+            let slot = &t % ring;
+            let (h, q0) = (self.head_of(&t), self.q0_of(&t));
+            for (tiles, g) in [(q_s, io.q), (do_s, io.d_o)] {
+                for (i, &ts) in tiles.iter().enumerate() {
+                    let src = view(k, g, b, &h, q0.clone(), i as u32 * COLS, rows);
+                    k.load_async_by(Scope::WarpGroup, k.smem(ts, slot.clone()), src);
+                }
+            }
+            k.wait_async(0);
+            k.barrier(); // query step t to the consumers
+        });
+    }
 }
 
 /// What a key-block step's score-side work needs of its program ([`kv`] and [`wide`]): the masks'

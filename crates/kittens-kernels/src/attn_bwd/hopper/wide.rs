@@ -226,18 +226,7 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
             }
             k.wait_async(0);
             k.barrier(); // K and V to the consumers
-            k.for_range("t", 0, total, |k, t| {
-                let slot = &t % ring;
-                let (h, q0) = (head_of(&t), q0_of(&t));
-                for (ring_tiles, src) in [(&q_s, io.q), (&do_s, io.d_o)] {
-                    for (i, &ts) in ring_tiles.iter().enumerate() {
-                        let v = view(k, src, &b, &h, q0.clone(), i as u32 * COLS, STEP);
-                        k.load_async_by(Scope::WarpGroup, k.smem(ts, slot.clone()), v);
-                    }
-                }
-                k.wait_async(0);
-                k.barrier(); // query step t to the consumers
-            });
+            walk.stream(k, &io, &b, [&q_s, &do_s], ring);
         },
         |k| {
             k.barrier(); // K and V have landed
@@ -252,8 +241,9 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
                 let qg = &q0 + &g * i64::from(HALF); // this warpgroup's first query
-                                                     // `Sᵀ = K·Qᵀ` or `dPᵀ (+)= V·dOᵀ` for this warpgroup's 32 queries, 64 columns of
-                                                     // the head dimension at a time.
+
+                // `Sᵀ = K·Qᵀ` or `dPᵀ (+)= V·dOᵀ` for this warpgroup's 32 queries, 64 columns of
+                // the head dimension at a time.
                 let product = |k: &mut KernelBuilder, dst: RegId, from_zero: bool| {
                     let (own, streamed) = if dst == s {
                         (&k_s, &q_s)
