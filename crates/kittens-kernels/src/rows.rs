@@ -161,9 +161,26 @@ pub struct RowLoop {
     /// sm_90a caps the registers so that they fit), each with its own rows in flight and its own
     /// barriers, so that one block's arithmetic and barriers overlap another's loads.
     pub resident: u32,
+    /// Whether the launches' kernels are built for 32-bit offsets (`kittens_ir::Grid::index32`:
+    /// fewer registers on sm_90a), set by [`Self::index32_for`] where the problem's rows fit; the
+    /// launcher refuses a larger tensor by name.
+    pub index32: bool,
 }
 
 impl RowLoop {
+    /// This loop with [`Self::index32`] set where `rows` rows `row_len` elements apart (the widest
+    /// row stride of the problem's tensors) span at most `kittens_ir::INDEX32_MAX_SPAN` elements;
+    /// larger problems keep 64-bit offsets.
+    pub fn index32_for(self, rows: usize, row_len: usize) -> Self {
+        let span = rows
+            .checked_mul(row_len)
+            .and_then(|n| u64::try_from(n).ok());
+        RowLoop {
+            index32: span.is_some_and(|n| n <= kittens_ir::INDEX32_MAX_SPAN),
+            ..self
+        }
+    }
+
     /// As many blocks as fill the target's SMs / CUs once with 16 waves each (the measured best on an
     /// H200 for the layernorm backward at D = 4096: one 512-thread block per SM, against two or four),
     /// so that blocks of `waves` waves get `16 / waves` per SM; 5 on the CPU interpreter (so that a
@@ -183,6 +200,7 @@ impl RowLoop {
                 0
             },
             resident: 1,
+            index32: false,
         }
     }
 
@@ -381,6 +399,9 @@ pub(crate) fn sum_partials(
     let dim = i64::from(dim);
     let waves = 4;
     let mut k = KernelBuilder::new(name, Schedule::Plain { waves });
+    if lp.index32 {
+        k.index32();
+    }
     let rows = k.param("rows");
     let parts = lp.parts(&rows, rows_per_block);
     let d = Expr::c(dim);
@@ -474,6 +495,15 @@ impl RowStrides {
             .expect("at most 4 strided tensors");
         self.0[slot] = Some((t, stride));
         self
+    }
+
+    /// The widest row stride of these tensors for rows of `dim` (dense: `dim`).
+    pub fn widest(&self, dim: usize) -> usize {
+        self.0
+            .iter()
+            .flatten()
+            .map(|&(_, s)| s as usize)
+            .fold(dim, usize::max)
     }
 
     /// Tensor `t`'s row stride for rows of `dim` (dense: `dim`).

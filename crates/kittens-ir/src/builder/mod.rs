@@ -69,6 +69,7 @@ impl KernelBuilder {
                 paired: false,
                 cluster: 1,
                 resident: 1,
+                index32: false,
             },
             body: vec![],
         };
@@ -161,14 +162,21 @@ impl KernelBuilder {
 
     /// The launch grid: `∏ extents` blocks, coordinates from `remap`.
     pub fn grid(&mut self, extents: Vec<Expr>, remap: GridOrder) {
-        let resident = self.k.grid.resident;
+        let (resident, index32) = (self.k.grid.resident, self.k.grid.index32);
         self.k.grid = Grid {
             extents,
             remap,
             paired: false,
             cluster: 1,
             resident,
+            index32,
         };
+    }
+
+    /// Declares that every global spans at most [`crate::INDEX32_MAX_SPAN`] elements at launch
+    /// ([`crate::Grid::index32`]: 32-bit index arithmetic; the launcher checks it).
+    pub fn index32(&mut self) {
+        self.k.grid.index32 = true;
     }
 
     /// Asks for `n` blocks resident per SM at once ([`crate::Grid::resident`]; 1 to 32).

@@ -91,6 +91,9 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     let db = scratch(&mut k, "db_partial");
     k.grid(vec![lp.grid(&rows, rpb)], GridOrder::RowMajor);
     k.resident_blocks(lp.resident);
+    if lp.index32 {
+        k.index32();
+    }
     let nc = chunks(cfg);
     let cw = cfg.lanes * 8;
     let f = Frame::split(&mut k, cfg.waves_per_row, rpb, cfg.slice(), 4);

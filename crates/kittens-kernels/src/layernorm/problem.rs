@@ -134,7 +134,8 @@ pub fn bwd_config(
             ..LayerNormConfig::new(cfg.dim, cfg.p, 64)
         };
     }
-    let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?;
+    let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?
+        .index32_for(p.norm.rows, cfg.strides.widest(cfg.dim as usize));
     Ok((cfg, lp))
 }
 

@@ -212,6 +212,9 @@ pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelErro
     );
     k.grid(vec![lp.grid(&rows, rpb)], GridOrder::RowMajor);
     k.resident_blocks(lp.resident);
+    if lp.index32 {
+        k.index32();
+    }
     let f = cfg.frame(&mut k, 2);
 
     let [h, g, t, acc] = ["r_hat", "g", "t", "dw"].map(|n| strip(&mut k, n, cfg));

@@ -136,7 +136,8 @@ pub fn bwd_config(
     target: Target,
 ) -> Result<(RmsNormConfig, RowLoop), KernelError> {
     let mut cfg = config(p, target);
-    let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?;
+    let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?
+        .index32_for(p.rows, cfg.strides.widest(cfg.dim as usize));
     Ok((cfg, lp))
 }
 
