@@ -242,6 +242,34 @@ impl RowLoop {
         Ok(lp)
     }
 
+    /// This loop with two blocks asked per SM and no prefetch (`resident = 2`, `prefetch = 0`, twice
+    /// the blocks) where sm_90a's register report supports it: 32-lane waves, 32-bit offsets
+    /// ([`Self::index32`]), a wave's share of a row (`slice` columns) one 16-byte chunk per lane, and
+    /// `need` registers (the kernel's at that setting with zero spills, NVRTC's report in
+    /// crates/kittens-runtime/tests/norm_index32.rs) within the cap two blocks of `threads` threads
+    /// leave. On the H200 this setting ran rmsnorm_bwd 16384×3080 at 0.58 of a copy's bandwidth
+    /// against 0.43 at the default, layernorm_bwd 8192×3080 at 1.86× a copy's time against 2.38×
+    /// (bench/results/norms/). Unchanged where [`ROW_LOOP_VAR`] is set (a measurement's own setting).
+    pub fn pair_where_it_fits(self, target: Target, threads: u32, slice: u32, need: u32) -> Self {
+        let Some(gpu) = target.gpu() else {
+            return self;
+        };
+        let one_chunk = gpu.wave_width == 32 && slice <= gpu.wave_width * 8;
+        if std::env::var_os(ROW_LOOP_VAR).is_some() || !one_chunk || !self.index32 {
+            return self;
+        }
+        let cap = gpu.registers_per_cu() / (2 * threads.max(1)) / 8 * 8;
+        if self.resident != 1 || cap < need {
+            return self;
+        }
+        RowLoop {
+            blocks: self.blocks * 2,
+            prefetch: 0,
+            resident: 2,
+            ..self
+        }
+    }
+
     /// [`Self::prefetch`]'s level for a wave's share of `slice` columns on waves of `lanes` lanes:
     /// 0 unless the share is one 16-byte chunk per lane.
     pub fn ahead(&self, slice: u32, lanes: u32) -> u32 {

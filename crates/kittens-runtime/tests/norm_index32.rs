@@ -157,3 +157,49 @@ fn the_launcher_refuses_a_tensor_past_the_32_bit_span_by_name() {
     assert!(err.contains("1073745920 elements"), "{err}");
     assert!(err.contains("32-bit"), "{err}");
 }
+
+/// The backwards' first launch as the registry builds it for 16384 rows (`bwd_config`: 32-bit offsets,
+/// two blocks per SM where `RowLoop::pair_where_it_fits` finds the registers): zero spills on sm_90a,
+/// and the pair taken where the report says it fits (D ≤ 3080 for layernorm, ≤ 4096 for rmsnorm).
+#[test]
+fn the_default_backwards_compile_without_spills() {
+    cuda_common::ensure_nvrtc();
+    if std::env::var_os(kittens_kernels::rows::ROW_LOOP_VAR).is_some() {
+        return; // a measurement's own setting: not the defaults
+    }
+    for dim in DIMS {
+        let cases: [(&str, &str, f32); 3] = [
+            ("layernorm_bwd", "p", 0.0),
+            ("layernorm_bwd", "p", 0.1),
+            ("rmsnorm_bwd", "p", 0.0),
+        ];
+        for (name, key, p) in cases {
+            if p > 0.0 && dim > layernorm::bwd::MAX_DIM_32_LANES_DROPOUT {
+                continue;
+            }
+            let a = kittens_kernels::problem::NamedArgs::new()
+                .with("rows", ROWS)
+                .with("norm_dim", dim as usize)
+                .with(key, p);
+            let e = kittens_kernels::by_name(name).unwrap();
+            let k = e.problem(&a).unwrap().build(Target::Sm90a).unwrap();
+            let (regs, spills) = report(&k);
+            eprintln!(
+                "default {name} D{dim} p={p}: resident {} index32 {} registers {regs} spill stores {spills}",
+                k.grid.resident, k.grid.index32
+            );
+            assert!(k.grid.index32, "{name} D{dim}");
+            assert_eq!(spills, 0, "{name} D{dim} p={p}");
+            let paired = if name == "rmsnorm_bwd" {
+                dim <= 4096
+            } else {
+                dim <= 3080
+            };
+            assert_eq!(
+                k.grid.resident,
+                if paired { 2 } else { 1 },
+                "{name} D{dim} p={p}"
+            );
+        }
+    }
+}

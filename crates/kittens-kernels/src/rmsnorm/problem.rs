@@ -129,6 +129,11 @@ pub fn fwd_config(p: &RmsNormProblem, target: Target) -> Result<RmsNormConfig, K
     })
 }
 
+/// Registers the backward's first launch takes on sm_90a at two blocks per SM without prefetch and
+/// with 32-bit offsets, zero spills (NVRTC, crates/kittens-runtime/tests/norm_index32.rs: 64 at
+/// D = 3080 and 4096).
+const PAIRED_REGISTERS: u32 = 64;
+
 /// The backward's configuration on `target` and how its first launch walks the rows (with
 /// [`crate::rows::ROW_LOOP_VAR`]'s override for a measurement).
 pub fn bwd_config(
@@ -137,7 +142,8 @@ pub fn bwd_config(
 ) -> Result<(RmsNormConfig, RowLoop), KernelError> {
     let mut cfg = config(p, target);
     let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?
-        .index32_for(p.rows, cfg.strides.widest(cfg.dim as usize));
+        .index32_for(p.rows, cfg.strides.widest(cfg.dim as usize))
+        .pair_where_it_fits(target, cfg.waves * cfg.lanes, cfg.slice(), PAIRED_REGISTERS);
     Ok((cfg, lp))
 }
 
