@@ -107,13 +107,16 @@ fn rows_past_the_32_bit_span_keep_64_bit_offsets() {
     assert!(!lp.index32_for(usize::MAX, 4096).index32);
 }
 
+/// A tensor's name, shape and strides (elements).
+type Layout = (String, Vec<u64>, Vec<u64>);
+
 #[test]
 fn the_launcher_refuses_a_tensor_past_the_32_bit_span_by_name() {
     let gpu = Target::Sm90a.gpu().unwrap();
     let cfg = rmsnorm::RmsNormConfig::for_gpu(gpu, 4096, true);
     let k = rmsnorm::build_bwd(&cfg, &row_loop(cfg.waves, 4096, true)).unwrap();
     // The declared layouts at `rows`, as the caller would pass them.
-    let args_at = |rows: i64| -> (Vec<(&str, i64)>, Vec<(String, Vec<u64>, Vec<u64>)>) {
+    let args_at = |rows: i64| -> (Vec<(&str, i64)>, Vec<Layout>) {
         let params: Vec<(&str, i64)> = k
             .params
             .iter()
