@@ -98,6 +98,24 @@ def test_bad_inputs_name_the_argument():
     grad = torch.stack([rand(4, 1000), rand(4, 1000)])
     with pytest.raises(TypeError, match="residual has dtype torch.float32"):
         torch.ops.kittens.layernorm_backward(grad, x, r.float(), w, b, 0.0, 0, 0, 1e-5)
-    with pytest.raises(ValueError, match="x must be contiguous"):
-        xt = rand(1000, 4).t()
-        torch.ops.kittens.layernorm_backward(grad, xt, r, w, b, 0.0, 0, 0, 1e-5)
+
+
+def test_a_transposed_x_gets_the_right_gradients():
+    """x whose last dimension is not contiguous (a transpose): the op reads a dense copy
+    (``_dispatch.rows_in_place``), so the gradients are LayerNorm's, against float64 by the test rule."""
+    rows, d, eps = 37, 1000, 1e-5
+    xt = rand(d, rows, scale=4, seed=13).t()
+    assert xt.stride(-1) != 1
+    r, w, b = rand(rows, d, scale=4, seed=14), rand(d, scale=2, seed=15), rand(d, seed=16)
+    grad = torch.stack([rand(rows, d, seed=17), rand(rows, d, seed=18)])
+    got = torch.ops.kittens.layernorm_backward(grad, xt, r, w, b, 0.0, 0, 0, eps)
+    keep = torch.ones(rows, d, dtype=torch.bool, device=xt.device)
+    ref = [t.double().requires_grad_() for t in (xt, r, w, b)]
+    y64, h64 = forward(*ref, keep, 0.0, eps)
+    (y64 * grad[0].double() + h64 * grad[1].double()).sum().backward()
+    pl = [t.clone().requires_grad_() for t in (xt, r, w, b)]
+    yp, hp = forward(*pl, keep, 0.0, eps)
+    (yp.float() * grad[0].float() + hp.float() * grad[1].float()).sum().backward()
+    for name, g, r64, q in zip(("dx", "dresidual", "dweight", "dbias"), got, ref, pl):
+        assert g.shape == r64.shape and g.dtype == BF, name
+        rule(name, g, r64.grad, q.grad)

@@ -214,3 +214,26 @@ def test_layernorm_op_on_sliced_rows_against_float64():
     base = torch.nn.functional.layer_norm(hb, (D,), w, b, 1e-5)
     check_rule(out[0], base, ref, "layernorm y")
     check_rule(out[1], hb, h, "layernorm h")
+
+
+def test_layernorm_backward_of_a_transposed_x_against_float64():
+    """x whose last dimension is not contiguous: CUDA reads a dense copy (``rows_in_place``), the CPU
+    composite reads it as it is; both give LayerNorm's gradients (the CPU op here, float64 rule)."""
+    xt = rand(D, ROWS, seed=41).t()
+    assert xt.stride(-1) != 1
+    c = _dispatch.rows_in_place(xt)
+    assert c.is_contiguous() and torch.equal(c, xt)
+    res, w, b = rand(ROWS, D, seed=42), rand(D, seed=43), rand(D, seed=44)
+    grad = torch.stack([rand(ROWS, D, seed=45), rand(ROWS, D, seed=46)])
+    got = ops.layernorm_backward(grad, xt, res, w, b, 0.0, 0, 0, 1e-5)
+
+    def grads(dtype):
+        ins = [t.detach().to(dtype).requires_grad_() for t in (xt, res, w, b)]
+        h = ins[0] + ins[1]
+        y = torch.nn.functional.layer_norm(h, (D,), ins[2], ins[3], 1e-5)
+        (y * grad[0].to(dtype) + h * grad[1].to(dtype)).sum().backward()
+        return [t.grad for t in ins]
+
+    for name, g, base, ref in zip(("dx", "dresidual", "dweight", "dbias"), got, grads(torch.bfloat16),
+                                  grads(torch.float64)):
+        check_rule(g, base, ref, f"layernorm_backward {name} of x.t()")

@@ -693,6 +693,27 @@ pub struct Grid {
     /// each block fetch its share of the rows and multicast it to all. Nothing else changes: the interpreter and the AMD
     /// lowerings, which run a block per tile, ignore it.
     pub cluster: u32,
+    /// Blocks the program asks to have resident on one SM at once (1: no ask): sm_90a's lowering
+    /// caps each thread's registers so that this many blocks fit (`__launch_bounds__(threads,
+    /// resident)`, CUDA C++ Programming Guide, "Launch Bounds"), so that a row-wise loop keeps
+    /// several rows in flight per SM. The interpreter and the AMD lowerings ignore it.
+    #[serde(default = "one")]
+    pub resident: u32,
+    /// Whether every element offset of the program fits 32-bit signed arithmetic: each global spans
+    /// at most [`INDEX32_MAX_SPAN`] elements at its launch (the launcher checks, and refuses a larger
+    /// tensor by name). The strip lowering then does its index arithmetic in `int` rather than `long
+    /// long` (fewer registers: a 64-bit offset takes two); the other lowerings ignore it.
+    #[serde(default)]
+    pub index32: bool,
+}
+
+/// The most elements a global of an [`Grid::index32`] program spans: half of `2^31`, so that an
+/// offset computed past a tensor's end for a masked-off row or column (up to a block's rows and a
+/// tile's columns beyond it) still fits.
+pub const INDEX32_MAX_SPAN: u64 = 1 << 30;
+
+fn one() -> u32 {
+    1
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

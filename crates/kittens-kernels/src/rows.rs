@@ -47,13 +47,45 @@ pub const PER_LANE: u32 = 8;
 /// The most waves one row is split over (16 × 64 lanes is AMD's 1024-thread block limit).
 pub const MAX_WAVES_PER_ROW: u32 = 16;
 
-/// Waves sharing a row of `dim` on waves of `lanes` lanes: one wave up to `lanes ×` [`PER_LANE`]
-/// columns, else the fewest of 2, 4, 8 or 16 that keep a wave's share under it (16 at most).
+/// Waves sharing a row of `dim` on waves of `lanes` lanes: the fewest `lanes × 8` chunks per lane
+/// that let at most [`MAX_WAVES_PER_ROW`] waves hold the row, then the fewest waves (any count, not
+/// only powers of two) whose shares of that many chunks cover it, so that few lanes idle past the
+/// row's end (D = 3080 on 32 lanes: 13 waves, 385 of 416 lanes busy, against 16 waves' 512).
 pub fn waves_per_row(dim: u32, lanes: u32) -> u32 {
-    [1, 2, 4, 8, MAX_WAVES_PER_ROW]
-        .into_iter()
-        .find(|w| dim.div_ceil(*w) <= lanes * PER_LANE)
-        .unwrap_or(MAX_WAVES_PER_ROW)
+    waves_per_row_at(dim, lanes, PER_LANE)
+}
+
+/// [`waves_per_row`] with `per_lane` values per lane (a multiple of 8) in place of [`PER_LANE`].
+pub fn waves_per_row_at(dim: u32, lanes: u32, per_lane: u32) -> u32 {
+    let chunk = lanes * per_lane.max(8);
+    let per_wave = dim.div_ceil(chunk * MAX_WAVES_PER_ROW).max(1) * chunk;
+    dim.div_ceil(per_wave).clamp(1, MAX_WAVES_PER_ROW)
+}
+
+/// The environment variable that overrides the forwards' split for a measurement: `per_lane=N`
+/// (8, 16, 24 or 32 values per lane before a row is split over more waves; [`PER_LANE`] by default).
+pub const FWD_SPLIT_VAR: &str = "KITTENS_NORM_FWD";
+
+/// The forwards' values per lane: [`PER_LANE`], or what [`FWD_SPLIT_VAR`] sets; an error naming the
+/// variable where it holds anything else.
+pub fn fwd_per_lane() -> Result<u32, KernelError> {
+    let Ok(v) = std::env::var(FWD_SPLIT_VAR) else {
+        return Ok(PER_LANE);
+    };
+    v.trim()
+        .strip_prefix("per_lane=")
+        .and_then(|n| n.trim().parse().ok())
+        .filter(|n| matches!(n, 8 | 16 | 24 | 32))
+        .ok_or_else(|| {
+            KernelError::Config(format!(
+                "{FWD_SPLIT_VAR} = {v:?}: expected per_lane=N (8, 16, 24 or 32)"
+            ))
+        })
+}
+
+/// Waves of a block whose rows are split over `waves_per_row` waves: at least 4, whole rows.
+pub fn block_waves(waves_per_row: u32) -> u32 {
+    waves_per_row * 4u32.div_ceil(waves_per_row.max(1))
 }
 
 /// Columns of one wave's strip of a row of `dim` split over `waves_per_row` waves: its share rounded up
@@ -97,8 +129,8 @@ pub(crate) fn check_rows(
 /// Rows of `D` one wave of the second launch sums (a `DW_ROWS × lanes·8` strip per step).
 pub const DW_ROWS: u32 = 4;
 
-/// The environment variable that overrides [`RowLoop`] for a measurement: `blocks=N` and/or
-/// `waves_per_row=W` and/or `prefetch=0|1|2`, comma-separated (e.g.
+/// The environment variable that overrides [`RowLoop`] for a measurement: `blocks=N`,
+/// `waves_per_row=W`, `prefetch=0|1|2` and/or `resident=R`, comma-separated (e.g.
 /// `KITTENS_NORM_BWD=blocks=132,prefetch=0`).
 pub const ROW_LOOP_VAR: &str = "KITTENS_NORM_BWD";
 
@@ -125,9 +157,30 @@ pub struct RowLoop {
     /// 0, 1, 2; rmsnorm_bwd 2.24×, 2.02×, 1.62×); 0 on AMD, whose 1024-thread blocks at D = 8192
     /// have no room for it (gfx950 spills).
     pub prefetch: u32,
+    /// Blocks of the first launch asked to be resident per SM at once (`kittens_ir::Grid::resident`:
+    /// sm_90a caps the registers so that they fit), each with its own rows in flight and its own
+    /// barriers, so that one block's arithmetic and barriers overlap another's loads.
+    pub resident: u32,
+    /// Whether the launches' kernels are built for 32-bit offsets (`kittens_ir::Grid::index32`:
+    /// fewer registers on sm_90a), set by [`Self::index32_for`] where the problem's rows fit; the
+    /// launcher refuses a larger tensor by name.
+    pub index32: bool,
 }
 
 impl RowLoop {
+    /// This loop with [`Self::index32`] set where `rows` rows `row_len` elements apart (the widest
+    /// row stride of the problem's tensors) span at most `kittens_ir::INDEX32_MAX_SPAN` elements;
+    /// larger problems keep 64-bit offsets.
+    pub fn index32_for(self, rows: usize, row_len: usize) -> Self {
+        let span = rows
+            .checked_mul(row_len)
+            .and_then(|n| u64::try_from(n).ok());
+        RowLoop {
+            index32: span.is_some_and(|n| n <= kittens_ir::INDEX32_MAX_SPAN),
+            ..self
+        }
+    }
+
     /// As many blocks as fill the target's SMs / CUs once with 16 waves each (the measured best on an
     /// H200 for the layernorm backward at D = 4096: one 512-thread block per SM, against two or four),
     /// so that blocks of `waves` waves get `16 / waves` per SM; 5 on the CPU interpreter (so that a
@@ -146,6 +199,8 @@ impl RowLoop {
             } else {
                 0
             },
+            resident: 1,
+            index32: false,
         }
     }
 
@@ -164,22 +219,55 @@ impl RowLoop {
         let bad = || {
             KernelError::Config(format!(
                 "{ROW_LOOP_VAR} = {v:?}: expected blocks=N (N > 0), waves_per_row=W (1, 2, 4, 8, 16 \
-                 or 32) and/or prefetch=P (0, 1 or 2), comma-separated"
+                 or 32), prefetch=P (0, 1 or 2) and/or resident=R (1 to 8), comma-separated"
             ))
         };
+        let mut blocks_set = false;
         for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (key, val) = item.split_once('=').ok_or_else(bad)?;
             let n: u32 = val.trim().parse().map_err(|_| bad())?;
             match key.trim() {
-                "blocks" if n > 0 => lp.blocks = n,
+                "blocks" if n > 0 => (lp.blocks, blocks_set) = (n, true),
                 "waves_per_row" if matches!(n, 1 | 2 | 4 | 8 | 16 | 32) => {
                     lp.waves_per_row = Some(n)
                 }
                 "prefetch" if n <= 2 => lp.prefetch = n,
+                "resident" if (1..=8).contains(&n) => lp.resident = n,
                 _ => return Err(bad()),
             }
         }
+        if !blocks_set {
+            lp.blocks *= lp.resident;
+        }
         Ok(lp)
+    }
+
+    /// This loop with two blocks asked per SM and no prefetch (`resident = 2`, `prefetch = 0`, twice
+    /// the blocks) where sm_90a's register report supports it: 32-lane waves, 32-bit offsets
+    /// ([`Self::index32`]), a wave's share of a row (`slice` columns) one 16-byte chunk per lane, and
+    /// `need` registers (the kernel's at that setting with zero spills, NVRTC's report in
+    /// crates/kittens-runtime/tests/norm_index32.rs) within the cap two blocks of `threads` threads
+    /// leave. On the H200 this setting ran rmsnorm_bwd 16384×3080 at 0.58 of a copy's bandwidth
+    /// against 0.43 at the default, layernorm_bwd 8192×3080 at 1.86× a copy's time against 2.38×
+    /// (bench/results/norms/). Unchanged where [`ROW_LOOP_VAR`] is set (a measurement's own setting).
+    pub fn pair_where_it_fits(self, target: Target, threads: u32, slice: u32, need: u32) -> Self {
+        let Some(gpu) = target.gpu() else {
+            return self;
+        };
+        let one_chunk = gpu.wave_width == 32 && slice <= gpu.wave_width * 8;
+        if std::env::var_os(ROW_LOOP_VAR).is_some() || !one_chunk || !self.index32 {
+            return self;
+        }
+        let cap = gpu.registers_per_cu() / (2 * threads.max(1)) / 8 * 8;
+        if self.resident != 1 || cap < need {
+            return self;
+        }
+        RowLoop {
+            blocks: self.blocks * 2,
+            prefetch: 0,
+            resident: 2,
+            ..self
+        }
     }
 
     /// [`Self::prefetch`]'s level for a wave's share of `slice` columns on waves of `lanes` lanes:
@@ -217,7 +305,7 @@ impl RowLoop {
         let Some(w) = lp.waves_per_row else {
             return Ok(lp);
         };
-        (*waves_per_row, *waves) = (w, 4.max(w));
+        (*waves_per_row, *waves) = (w, block_waves(w));
         Self::from_env(target, *waves)
     }
 
@@ -339,6 +427,9 @@ pub(crate) fn sum_partials(
     let dim = i64::from(dim);
     let waves = 4;
     let mut k = KernelBuilder::new(name, Schedule::Plain { waves });
+    if lp.index32 {
+        k.index32();
+    }
     let rows = k.param("rows");
     let parts = lp.parts(&rows, rows_per_block);
     let d = Expr::c(dim);
@@ -432,6 +523,15 @@ impl RowStrides {
             .expect("at most 4 strided tensors");
         self.0[slot] = Some((t, stride));
         self
+    }
+
+    /// The widest row stride of these tensors for rows of `dim` (dense: `dim`).
+    pub fn widest(&self, dim: usize) -> usize {
+        self.0
+            .iter()
+            .flatten()
+            .map(|&(_, s)| s as usize)
+            .fold(dim, usize::max)
     }
 
     /// Tensor `t`'s row stride for rows of `dim` (dense: `dim`).

@@ -53,6 +53,8 @@ fn layernorm_backward_with_any_grid() {
                 blocks,
                 waves_per_row: None,
                 prefetch,
+                resident: 1,
+                index32: false,
             };
             let p = with_p(45, dim as usize, p);
             check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));

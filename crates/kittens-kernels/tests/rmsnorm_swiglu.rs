@@ -116,6 +116,8 @@ fn rmsnorm_backward_at_every_prefetch_level() {
                     blocks,
                     waves_per_row: None,
                     prefetch,
+                    resident: 1,
+                    index32: false,
                 };
                 check_with("rmsnorm_bwd", &p, Some(bwd_stages(&cfg, &lp, &p, 45)));
             }

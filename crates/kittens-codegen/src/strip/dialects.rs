@@ -16,7 +16,12 @@ pub const CUDA: Dialect = Dialect {
     names: cexpr::CUDA,
     thread: "threadIdx.x",
     block: "blockIdx.x",
-    launch: |t| format!("void __launch_bounds__({t})"),
+    // A kernel asking for `r > 1` resident blocks per SM (`kittens_ir::Grid::resident`) gets the
+    // minimum-blocks bound, which caps its registers at 65536 / (r · threads).
+    launch: |t, r| match r {
+        0 | 1 => format!("void __launch_bounds__({t})"),
+        _ => format!("void __launch_bounds__({t}, {r})"),
+    },
     // Launched as the programmatic dependent of the kernel before it (the split-K GEMM's
     // reduction), a strip kernel waits for that grid's completion and memory first
     // (`griddepcontrol.wait`, PTX ISA §9.7.13.9); launched plainly, the wait returns at once. The
@@ -73,7 +78,8 @@ pub fn hip(arch: Arch) -> Dialect {
         names: cexpr::HIP,
         thread: "kittens::thread_id()",
         block: "kittens::block_id_x()",
-        launch: |t| format!("KITTENS_LAUNCH_BOUNDS({t}) void"),
+        // `kittens_ir::Grid::resident` is not asked of AMD: its blocks keep their register use.
+        launch: |t, _| format!("KITTENS_LAUNCH_BOUNDS({t}) void"),
         entry_prologue: "",
         entry: ident,
         shfl_xor: |v, m| format!("kittens::shfl_xor_f32<{m}>({v})"),

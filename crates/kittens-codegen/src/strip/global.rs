@@ -99,12 +99,12 @@ impl Emit<'_> {
         self.line("{");
         self.depth += 1;
         self.line(format!(
-            "const bool kt_in = {};\nconst long long kt_base = {};",
+            "const bool kt_in = {};\nconst kt_idx kt_base = {};",
             vc.fixed_in, vc.base
         ));
         self.open_slots(a.d);
         self.line(format!(
-            "const long long kt_gr = {} + kt_row, kt_gc = {} + kt_col;\nconst long long kt_off = kt_base + kt_gr * {} + kt_gc * {};\nconst bool kt_row_in = kt_in && kt_gr >= 0 && kt_gr < {};",
+            "const kt_idx kt_gr = {} + kt_row, kt_gc = {} + kt_col;\nconst kt_idx kt_off = kt_base + kt_gr * {} + kt_gc * {};\nconst bool kt_row_in = kt_in && kt_gr >= 0 && kt_gr < {};",
             vc.row0, vc.col0, vc.rstride, vc.cstride, vc.rows
         ));
     }
@@ -133,7 +133,7 @@ impl Emit<'_> {
         ));
         self.depth += 1;
         self.line(format!(
-            "const bool kt_ok = kt_row_in && kt_gc + kt_e_i >= 0 && kt_gc + kt_e_i < {};\nconst long long kt_o = kt_off + kt_e_i * {};",
+            "const bool kt_ok = kt_row_in && kt_gc + kt_e_i >= 0 && kt_gc + kt_e_i < {};\nconst kt_idx kt_o = kt_off + kt_e_i * {};",
             a.vc.cols, a.vc.cstride
         ));
         for j in 0..a.regs.len() {
@@ -164,7 +164,7 @@ impl Emit<'_> {
         self.line("{");
         self.depth += 1;
         self.line(format!(
-            "const bool kt_in = {};\nconst long long kt_base = {};",
+            "const bool kt_in = {};\nconst kt_idx kt_base = {};",
             vc.fixed_in, vc.base
         ));
         self.line(format!(
@@ -172,7 +172,7 @@ impl Emit<'_> {
         ));
         self.depth += 1;
         self.line(format!(
-            "const long long kt_gr = {} + kt_s, kt_gc = {};\nconst bool kt_ok = kt_in && kt_gr >= 0 && kt_gr < {} && kt_gc >= 0 && kt_gc < {};\nconst long long kt_o = kt_base + kt_gr * {} + kt_gc * {};",
+            "const kt_idx kt_gr = {} + kt_s, kt_gc = {};\nconst bool kt_ok = kt_in && kt_gr >= 0 && kt_gr < {} && kt_gc >= 0 && kt_gc < {};\nconst kt_idx kt_o = kt_base + kt_gr * {} + kt_gc * {};",
             vc.row0, vc.col0, vc.rows, vc.cols, vc.rstride, vc.cstride
         ));
         match load {
@@ -309,7 +309,7 @@ impl Emit<'_> {
             ));
             self.depth += 1;
             self.line(format!(
-                "const bool kt_ok = kt_row_in && kt_gc + kt_e_i >= 0 && kt_gc + kt_e_i < {};\nconst long long kt_o = kt_off + kt_e_i * {};",
+                "const bool kt_ok = kt_row_in && kt_gc + kt_e_i >= 0 && kt_gc + kt_e_i < {};\nconst kt_idx kt_o = kt_off + kt_e_i * {};",
                 a.vc.cols, a.vc.cstride
             ));
             for j in 0..a.regs.len() {

@@ -292,11 +292,11 @@ impl Emit<'_> {
             "const int kt_rank = (int)(wave % {n});\n\
              const int kt_lo = min(kt_rank * {band}, {rows}), kt_hi = min((kt_rank + 1) * {band}, {rows});\n\
              const bool kt_in = {};\n\
-             const long long kt_base = {};\n\
+             const kt_idx kt_base = {};\n\
              for (int kt_x = kt_lo * {cols} + kt_lane; kt_x < kt_hi * {cols}; kt_x += {}) {{\n    \
              const int kt_r = kt_x / {cols}, kt_c = kt_x % {cols};\n    \
-             const long long kt_gr = {} + kt_r, kt_gc = {} + kt_c;\n    \
-             const long long kt_off = kt_base + kt_gr * {} + kt_gc * {};\n    \
+             const kt_idx kt_gr = {} + kt_r, kt_gc = {} + kt_c;\n    \
+             const kt_idx kt_off = kt_base + kt_gr * {} + kt_gc * {};\n    \
              {name}[{at}] = (kt_in && kt_gr >= 0 && kt_gr < {} && kt_gc >= 0 && kt_gc < {}) ? {val} : {zero};\n\
              }}",
             vc.fixed_in,

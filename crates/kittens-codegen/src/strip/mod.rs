@@ -64,8 +64,9 @@ pub struct Dialect {
     /// Thread index in the block, block index in the grid (C expressions).
     pub thread: &'static str,
     pub block: &'static str,
-    /// `extern "C"` kernel attributes before the name, given threads per block.
-    pub launch: fn(u32) -> String,
+    /// `extern "C"` kernel attributes before the name, given threads per block and the blocks asked
+    /// to be resident per SM (`kittens_ir::Grid::resident`).
+    pub launch: fn(u32, u32) -> String,
     /// The first statement of every kernel body (CUDA: wait for the grid before, where launched as
     /// its programmatic dependent).
     pub entry_prologue: &'static str,
@@ -149,7 +150,7 @@ impl Emit<'_> {
         }
     }
     fn e(&self, x: &Expr) -> String {
-        format!("((long long){})", cexpr::expr_in(self.k, x, &self.d.names))
+        format!("((kt_idx){})", cexpr::expr_in(self.k, x, &self.d.names))
     }
     /// Whether register `r` is kept at 16 bits ([`Dialect::bf16_regs`]).
     fn packed(&self, r: RegId) -> bool {
@@ -206,7 +207,7 @@ impl Emit<'_> {
                 } => {
                     let v = cexpr::var_name(self.k, var.0);
                     let (a, b) = (self.e(start), self.e(end));
-                    self.line(format!("for (long long {v} = {a}; {v} < {b}; ++{v}) {{"));
+                    self.line(format!("for (kt_idx {v} = {a}; {v} < {b}; ++{v}) {{"));
                     self.depth += 1;
                     self.body(body)?;
                     self.depth -= 1;
@@ -455,7 +456,7 @@ impl Emit<'_> {
                 };
                 self.open_slots(d);
                 self.line(format!(
-                    "const long long kt_i0 = {i0} + kt_row * {rs} + kt_col;"
+                    "const kt_idx kt_i0 = {i0} + kt_row * {rs} + kt_col;"
                 ));
                 // Chunks start at a multiple of 4 elements when the row's first index and the row
                 // stride are multiples of 4 (then the per-element path is dead code: 4v inlined
@@ -678,10 +679,17 @@ fn lower_any(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
     if !d.prologue.is_empty() {
         e.line(d.prologue);
     }
-    // Parameters as 64-bit values, then the grid coordinates (row-major, last fastest).
+    // Index arithmetic in `kt_idx`: 64-bit, or 32-bit where the program declares that every global
+    // spans at most `kittens_ir::INDEX32_MAX_SPAN` elements (`Grid::index32`, checked at launch): a
+    // 64-bit offset takes two registers and two instructions per add. Parameters as `kt_idx`, then
+    // the grid coordinates (row-major, last fastest).
+    e.line(format!(
+        "typedef {} kt_idx;",
+        if k.grid.index32 { "int" } else { "long long" }
+    ));
     for p in &k.params {
         let n = ident(&p.name);
-        e.line(format!("const long long {n} = (long long)p_{n};"));
+        e.line(format!("const kt_idx {n} = (kt_idx)p_{n};"));
     }
     // The block index splits in 32-bit arithmetic: a launch has fewer than 2^32 blocks, so every
     // extent fits (64-bit division is a long software sequence on both vendors' GPUs).
@@ -689,11 +697,11 @@ fn lower_any(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
     for (i, x) in k.grid.extents.iter().enumerate().rev() {
         let ext = e.e(x);
         e.line(format!(
-            "const long long blk{i} = (long long)(kt_id % (unsigned){ext}); kt_id /= (unsigned){ext};"
+            "const kt_idx blk{i} = (kt_idx)(kt_id % (unsigned){ext}); kt_id /= (unsigned){ext};"
         ));
     }
     e.line(format!(
-        "const long long wave = (long long)({}) / {lanes};\nconst int kt_lane = (int)(({}) % {lanes});",
+        "const kt_idx wave = (kt_idx)({}) / {lanes};\nconst int kt_lane = (int)(({}) % {lanes});",
         d.thread, d.thread
     ));
     for s in &k.shared {
@@ -748,7 +756,7 @@ fn lower_any(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
          extern \"C\" __global__ {}\n{name}({}) {{\n{}{body}}}\n",
         d.prelude,
         k.name,
-        (d.launch)(threads),
+        (d.launch)(threads, k.grid.resident),
         args.join(", "),
         d.entry_prologue
     );

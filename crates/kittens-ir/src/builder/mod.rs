@@ -68,6 +68,8 @@ impl KernelBuilder {
                 remap: GridOrder::RowMajor,
                 paired: false,
                 cluster: 1,
+                resident: 1,
+                index32: false,
             },
             body: vec![],
         };
@@ -160,12 +162,32 @@ impl KernelBuilder {
 
     /// The launch grid: `∏ extents` blocks, coordinates from `remap`.
     pub fn grid(&mut self, extents: Vec<Expr>, remap: GridOrder) {
+        let (resident, index32) = (self.k.grid.resident, self.k.grid.index32);
         self.k.grid = Grid {
             extents,
             remap,
             paired: false,
             cluster: 1,
+            resident,
+            index32,
         };
+    }
+
+    /// Declares that every global spans at most [`crate::INDEX32_MAX_SPAN`] elements at launch
+    /// ([`crate::Grid::index32`]: 32-bit index arithmetic; the launcher checks it).
+    pub fn index32(&mut self) {
+        self.k.grid.index32 = true;
+    }
+
+    /// Asks for `n` blocks resident per SM at once ([`crate::Grid::resident`]; 1 to 32).
+    pub fn resident_blocks(&mut self, n: u32) {
+        if !(1..=32).contains(&n) {
+            self.fail(BuildError::Structure(format!(
+                "{n} resident blocks per SM (1 to 32)"
+            )));
+            return;
+        }
+        self.k.grid.resident = n;
     }
 
     /// Runs consecutive row tiles (grid extent 0) in thread-block clusters of `n` (1, 2 or 4): their

@@ -90,6 +90,10 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     let dw = scratch(&mut k, "dw_partial");
     let db = scratch(&mut k, "db_partial");
     k.grid(vec![lp.grid(&rows, rpb)], GridOrder::RowMajor);
+    k.resident_blocks(lp.resident);
+    if lp.index32 {
+        k.index32();
+    }
     let nc = chunks(cfg);
     let cw = cfg.lanes * 8;
     let f = Frame::split(&mut k, cfg.waves_per_row, rpb, cfg.slice(), 4);
@@ -104,8 +108,8 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     let acc_w = per_chunk(&mut k, "dw");
     let acc_b = per_chunk(&mut k, "db");
     // A one-chunk share with `lp.prefetch` (`RowLoop::ahead`): x and residual (level 1) or every
-    // input (level 2, without dropout) of the next row are loaded into raw bf16 words while this row is worked on;
-    // dy and dh stay bf16 (read as f32 where used).
+    // input (level 2, without dropout) of the next row are loaded into raw bf16 words while this row is worked on.
+    // dy and dh stay bf16 (read as f32 where used): half the registers of f32 strips.
     let hold = nc == 1;
     // With dropout at most level 1: the mask's Philox state leaves no room for every input of the next
     // row (level 2 spills at D = 3080, p = 0.1 on sm_90a).
@@ -115,13 +119,7 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
         |k: &mut KernelBuilder, n: &str| k.tile(n, Bf16, 1, cw, Layout::Row, BaseShape::STRIP);
     // One chunk at a time.
     let [g, r, keep] = ["g", "r", "keep"].map(|n| strip(&mut k, n));
-    let [dyt, dht] = ["dy", "dh"].map(|n| {
-        if ahead > 0 {
-            raw(&mut k, n)
-        } else {
-            strip(&mut k, n)
-        }
-    });
+    let [dyt, dht] = ["dy", "dh"].map(|n| raw(&mut k, n));
     // (destination this step, source tensor) of each input; the first `n_ahead` through `next`.
     let inputs = [(h[0], x), (r, res), (dyt, dy), (dht, dh_out)];
     let n_ahead = [0, 2, 4][ahead];
@@ -248,8 +246,9 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
                 k.load_global(dyt, view(k, dy, &row, c));
                 k.load_global(wv, view(k, w, &row, c));
                 k.load_global(dht, view(k, dh_out, &row, c));
-                k.mul_col(g, dyt, wv);
             }
+            // g again rather than held across the barrier (8 fewer live registers a lane).
+            k.mul_col(g, dyt, wv);
             k.add(acc_b[ci], acc_b[ci], dyt);
             k.mul(r, dyt, hc);
             k.add(acc_w[ci], acc_w[ci], r);

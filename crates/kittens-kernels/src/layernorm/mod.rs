@@ -56,9 +56,8 @@ pub struct LayerNormConfig {
 }
 
 impl LayerNormConfig {
-    /// The configuration for row length `dim` on waves of `lanes` lanes: one wave per row up to
-    /// `lanes ×` [`crate::rows::PER_LANE`] columns, else the fewest of 2, 4, 8 or 16 waves that keep the share
-    /// under it (16 at most).
+    /// The configuration for row length `dim` on waves of `lanes` lanes, split over waves as
+    /// [`crate::rows::waves_per_row`] splits it.
     pub fn new(dim: u32, p: f32, lanes: u32) -> Self {
         let waves_per_row = waves_per_row(dim, lanes);
         LayerNormConfig {
@@ -66,7 +65,7 @@ impl LayerNormConfig {
             p,
             eps: 1e-5,
             lanes,
-            waves: 4.max(waves_per_row),
+            waves: crate::rows::block_waves(waves_per_row),
             waves_per_row,
             strides: RowStrides::default(),
         }

@@ -107,6 +107,23 @@ pub fn config(p: &LayerNormProblem, target: Target) -> LayerNormConfig {
     }
 }
 
+/// The forward's configuration: [`config`], split as [`crate::rows::FWD_SPLIT_VAR`] says for a
+/// measurement.
+pub fn fwd_config(p: &LayerNormProblem, target: Target) -> Result<LayerNormConfig, KernelError> {
+    let cfg = config(p, target);
+    let w = crate::rows::waves_per_row_at(cfg.dim, cfg.lanes, crate::rows::fwd_per_lane()?);
+    Ok(LayerNormConfig {
+        waves_per_row: w,
+        waves: crate::rows::block_waves(w),
+        ..cfg
+    })
+}
+
+/// Registers the backward's first launch takes on sm_90a at two blocks per SM without prefetch and
+/// with 32-bit offsets, zero spills (NVRTC, crates/kittens-runtime/tests/norm_index32.rs: 71 at
+/// D = 3080 without dropout, 72 with; D = 4096 spills at the 64 a 512-thread pair leaves).
+const PAIRED_REGISTERS: u32 = 72;
+
 /// The backward's configuration on `target` (the forward's) and how its first launch walks the rows
 /// (with [`crate::rows::ROW_LOOP_VAR`]'s override for a measurement).
 pub fn bwd_config(
@@ -122,7 +139,9 @@ pub fn bwd_config(
             ..LayerNormConfig::new(cfg.dim, cfg.p, 64)
         };
     }
-    let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?;
+    let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?
+        .index32_for(p.norm.rows, cfg.strides.widest(cfg.dim as usize))
+        .pair_where_it_fits(target, cfg.waves * cfg.lanes, cfg.slice(), PAIRED_REGISTERS);
     Ok((cfg, lp))
 }
 
@@ -169,7 +188,7 @@ impl KernelProblem for LayerNormProblem {
         let name = "layernorm";
         positive(name, &[("rows", p.norm.rows), ("dim", p.norm.dim)])?;
         // The configuration's checks (D range and multiple of 8, p) before any size is used.
-        build(&config(p, target))?;
+        build(&fwd_config(p, target)?)?;
         let (rows, d) = (p.norm.rows as u64, p.norm.dim as u64);
         let m = budget::product(&[rows, d]);
         let bytes = budget::sum(&[
@@ -185,13 +204,13 @@ impl KernelProblem for LayerNormProblem {
             what,
             // Memory-bound: count one unit of work per element read.
             work: m,
-            shape: serde_json::json!({ "norm": p.norm, "config": config(p, target) }),
+            shape: serde_json::json!({ "norm": p.norm, "config": fwd_config(p, target)? }),
         })
     }
 
     fn build(&self, target: Target) -> Result<Kernel, KernelError> {
         let p = self;
-        build(&config(p, target))
+        build(&fwd_config(p, target)?)
     }
 
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {

@@ -63,7 +63,7 @@ impl RmsNormConfig {
             eps: 1e-6,
             residual,
             lanes,
-            waves: 4.max(waves_per_row),
+            waves: crate::rows::block_waves(waves_per_row),
             waves_per_row,
             strides: RowStrides::default(),
         }
@@ -211,6 +211,10 @@ pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelErro
         Access::Write,
     );
     k.grid(vec![lp.grid(&rows, rpb)], GridOrder::RowMajor);
+    k.resident_blocks(lp.resident);
+    if lp.index32 {
+        k.index32();
+    }
     let f = cfg.frame(&mut k, 2);
 
     let [h, g, t, acc] = ["r_hat", "g", "t", "dw"].map(|n| strip(&mut k, n, cfg));

@@ -117,6 +117,23 @@ pub fn config(p: &RmsNormProblem, target: Target) -> RmsNormConfig {
     }
 }
 
+/// The forward's configuration: [`config`], split as [`crate::rows::FWD_SPLIT_VAR`] says for a
+/// measurement.
+pub fn fwd_config(p: &RmsNormProblem, target: Target) -> Result<RmsNormConfig, KernelError> {
+    let cfg = config(p, target);
+    let w = crate::rows::waves_per_row_at(cfg.dim, cfg.lanes, crate::rows::fwd_per_lane()?);
+    Ok(RmsNormConfig {
+        waves_per_row: w,
+        waves: crate::rows::block_waves(w),
+        ..cfg
+    })
+}
+
+/// Registers the backward's first launch takes on sm_90a at two blocks per SM without prefetch and
+/// with 32-bit offsets, zero spills (NVRTC, crates/kittens-runtime/tests/norm_index32.rs: 64 at
+/// D = 3080 and 4096).
+const PAIRED_REGISTERS: u32 = 64;
+
 /// The backward's configuration on `target` and how its first launch walks the rows (with
 /// [`crate::rows::ROW_LOOP_VAR`]'s override for a measurement).
 pub fn bwd_config(
@@ -124,7 +141,9 @@ pub fn bwd_config(
     target: Target,
 ) -> Result<(RmsNormConfig, RowLoop), KernelError> {
     let mut cfg = config(p, target);
-    let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?;
+    let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?
+        .index32_for(p.rows, cfg.strides.widest(cfg.dim as usize))
+        .pair_where_it_fits(target, cfg.waves * cfg.lanes, cfg.slice(), PAIRED_REGISTERS);
     Ok((cfg, lp))
 }
 
@@ -191,14 +210,14 @@ impl KernelProblem for RmsNormProblem {
             work: Some(m as u64),
             shape: serde_json::json!({
                 "rows": rows, "dim": d, "residual": p.residual,
-                "config": config(p, target),
+                "config": fwd_config(p, target)?,
             }),
         })
     }
 
     fn build(&self, target: Target) -> Result<Kernel, KernelError> {
         let p = self;
-        build(&config(p, target))
+        build(&fwd_config(p, target)?)
     }
 
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {

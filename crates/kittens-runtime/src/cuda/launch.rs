@@ -212,6 +212,18 @@ pub fn check_args(
                     .to_string(),
             )
         })?;
+        if ir.grid.index32 && span / elem > kittens_ir::INDEX32_MAX_SPAN {
+            return Err(terr(
+                &g.name,
+                format!(
+                    "its layout spans {} elements, over the {} a kernel built for 32-bit offsets \
+                     addresses (kittens_ir::Grid::index32: build it for this size, which gives the \
+                     64-bit form)",
+                    span / elem,
+                    kittens_ir::INDEX32_MAX_SPAN
+                ),
+            ));
+        }
         if span > 0 && t.ptr % ALIGN != 0 {
             return Err(terr(
                 &g.name,

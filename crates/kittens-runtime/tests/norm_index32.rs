@@ -1,0 +1,208 @@
+//! The norm backwards built for 32-bit offsets (`kittens_ir::Grid::index32`, which
+//! `RowLoop::index32_for` sets where a problem's rows fit): on sm_90a through NVRTC each launch
+//! compiles with zero spills, the row launches with no more registers than their 64-bit form (the table goes to stderr:
+//! `--nocapture`), and the launcher refuses a tensor past `kittens_ir::INDEX32_MAX_SPAN` elements by
+//! name.
+
+#[path = "cuda_support/common.rs"]
+mod cuda_common;
+
+use kittens_hw::Target;
+use kittens_ir::{Env, Kernel, INDEX32_MAX_SPAN};
+use kittens_kernels::rows::RowLoop;
+use kittens_kernels::{layernorm, rmsnorm};
+use kittens_runtime::cuda::launch::{check_args, TensorArg};
+
+const DIMS: [u32; 4] = [768, 3080, 4096, 8192];
+const ROWS: usize = 16384;
+
+/// The row loop of blocks of `waves` waves for 16384 rows of `dim`, with 32-bit offsets or not.
+fn row_loop(waves: u32, dim: u32, index32: bool) -> RowLoop {
+    let lp = RowLoop::for_target(Target::Sm90a, waves).index32_for(ROWS, dim as usize);
+    assert!(lp.index32, "16384 × {dim} fits 32-bit offsets");
+    RowLoop { index32, ..lp }
+}
+
+/// `lp` with `resident` blocks per SM asked for and prefetch level `prefetch` (`None`: the default).
+fn knobs(lp: RowLoop, (resident, prefetch): (u32, Option<u32>)) -> RowLoop {
+    RowLoop {
+        resident,
+        prefetch: prefetch.unwrap_or(lp.prefetch),
+        ..lp
+    }
+}
+
+/// `(label, kernel)` for each launch of the layernorm and rmsnorm backwards at `dim`.
+fn kernels(dim: u32, index32: bool, kn: (u32, Option<u32>)) -> Vec<(String, Kernel)> {
+    let gpu = Target::Sm90a.gpu().unwrap();
+    let mut v = Vec::new();
+    for p in [0.0, 0.1] {
+        if p > 0.0 && dim > layernorm::bwd::MAX_DIM_32_LANES_DROPOUT {
+            continue;
+        }
+        let cfg = layernorm::LayerNormConfig::for_gpu(gpu, dim, p);
+        let lp = knobs(row_loop(cfg.waves, dim, index32), kn);
+        let k = layernorm::bwd::build_bwd(&cfg, &lp).unwrap();
+        v.push((format!("layernorm_bwd D{dim} p={p}"), k));
+        if p == 0.0 {
+            let k = layernorm::bwd::build_dweight(&cfg, &lp).unwrap();
+            v.push((format!("layernorm_bwd D{dim} dweight"), k));
+        }
+    }
+    let cfg = rmsnorm::RmsNormConfig::for_gpu(gpu, dim, true);
+    let lp = knobs(row_loop(cfg.waves, dim, index32), kn);
+    v.push((
+        format!("rmsnorm_bwd D{dim}"),
+        rmsnorm::build_bwd(&cfg, &lp).unwrap(),
+    ));
+    let k = rmsnorm::build_dweight(&cfg, &lp).unwrap();
+    v.push((format!("rmsnorm_bwd D{dim} dweight"), k));
+    v
+}
+
+/// NVRTC's register and spill report of `k` on sm_90a.
+fn report(k: &Kernel) -> (u32, u32) {
+    let l = kittens_codegen::lower(k, Target::Sm90a).unwrap();
+    let image =
+        kittens_runtime::cuda::compile(&l.source, &l.entry, "sm_90a", l.dynamic_shared_bytes())
+            .unwrap_or_else(|e| panic!("{}: {e}", k.name));
+    (image.report.registers, image.report.spill_stores)
+}
+
+/// The settings measured: the default (one block per SM asked for), then two blocks per SM with
+/// prefetch level 0 and at the default level.
+const KNOBS: [(u32, Option<u32>); 3] = [(1, None), (2, Some(0)), (2, None)];
+
+#[test]
+fn index32_backwards_compile_without_spills() {
+    cuda_common::ensure_nvrtc();
+    for kn in KNOBS {
+        for dim in DIMS {
+            for ((label, k64), (_, k32)) in
+                kernels(dim, false, kn).iter().zip(kernels(dim, true, kn))
+            {
+                let l = kittens_codegen::lower(&k32, Target::Sm90a).unwrap();
+                assert!(l.source.contains("typedef int kt_idx;"), "{label}");
+                let (r64, s64) = report(k64);
+                let (r32, s32) = report(&k32);
+                eprintln!(
+                    "{label} resident={} prefetch={:?}: registers 64-bit {r64} (spill stores \
+                     {s64}), 32-bit {r32} ({s32})",
+                    kn.0, kn.1
+                );
+                if kn == KNOBS[0] {
+                    assert_eq!(s32, 0, "{label}: 32-bit spills");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn rows_past_the_32_bit_span_keep_64_bit_offsets() {
+    let lp = RowLoop::for_target(Target::Sm90a, 16);
+    let fits = (INDEX32_MAX_SPAN / 4096) as usize;
+    assert!(lp.index32_for(fits, 4096).index32);
+    assert!(!lp.index32_for(fits + 1, 4096).index32);
+    assert!(!lp.index32_for(usize::MAX, 4096).index32);
+}
+
+/// A tensor's name, shape and strides (elements).
+type Layout = (String, Vec<u64>, Vec<u64>);
+
+#[test]
+fn the_launcher_refuses_a_tensor_past_the_32_bit_span_by_name() {
+    let gpu = Target::Sm90a.gpu().unwrap();
+    let cfg = rmsnorm::RmsNormConfig::for_gpu(gpu, 4096, true);
+    let k = rmsnorm::build_bwd(&cfg, &row_loop(cfg.waves, 4096, true)).unwrap();
+    // The declared layouts at `rows`, as the caller would pass them.
+    let args_at = |rows: i64| -> (Vec<(&str, i64)>, Vec<Layout>) {
+        let params: Vec<(&str, i64)> = k
+            .params
+            .iter()
+            .map(|p| (p.name.as_str(), if p.name == "rows" { rows } else { 0 }))
+            .collect();
+        let values: Vec<i64> = params.iter().map(|p| p.1).collect();
+        let env = Env {
+            params: &values,
+            vars: &[],
+            block: &[],
+            wave: 0,
+        };
+        let ev = |es: &[kittens_ir::Expr]| -> Vec<u64> {
+            es.iter().map(|e| e.eval(&env).unwrap() as u64).collect()
+        };
+        let ts = k
+            .globals
+            .iter()
+            .map(|g| (g.name.clone(), ev(&g.dims), ev(&g.strides)))
+            .collect();
+        (params, ts)
+    };
+    let check = |rows: i64| {
+        let (params, ts) = args_at(rows);
+        let args: Vec<TensorArg> = ts
+            .iter()
+            .zip(&k.globals)
+            .map(|((n, s, st), g)| TensorArg {
+                name: n,
+                ptr: 1 << 20,
+                shape: s,
+                strides: st,
+                dtype: g.dtype,
+            })
+            .collect();
+        check_args(&k, &params, &args).map(|_| ())
+    };
+    let fits = (INDEX32_MAX_SPAN / 4096) as i64;
+    check(fits).unwrap();
+    let err = check(fits + 1).unwrap_err().to_string();
+    assert!(err.contains("1073745920 elements"), "{err}");
+    assert!(err.contains("32-bit"), "{err}");
+}
+
+/// The backwards' first launch as the registry builds it for 16384 rows (`bwd_config`: 32-bit offsets,
+/// two blocks per SM where `RowLoop::pair_where_it_fits` finds the registers): zero spills on sm_90a,
+/// and the pair taken where the report says it fits (D ≤ 3080 for layernorm, ≤ 4096 for rmsnorm).
+#[test]
+fn the_default_backwards_compile_without_spills() {
+    cuda_common::ensure_nvrtc();
+    if std::env::var_os(kittens_kernels::rows::ROW_LOOP_VAR).is_some() {
+        return; // a measurement's own setting: not the defaults
+    }
+    for dim in DIMS {
+        let cases: [(&str, &str, f32); 3] = [
+            ("layernorm_bwd", "p", 0.0),
+            ("layernorm_bwd", "p", 0.1),
+            ("rmsnorm_bwd", "p", 0.0),
+        ];
+        for (name, key, p) in cases {
+            if p > 0.0 && dim > layernorm::bwd::MAX_DIM_32_LANES_DROPOUT {
+                continue;
+            }
+            let a = kittens_kernels::problem::NamedArgs::new()
+                .with("rows", ROWS)
+                .with("norm_dim", dim as usize)
+                .with(key, p);
+            let e = kittens_kernels::by_name(name).unwrap();
+            let k = e.problem(&a).unwrap().build(Target::Sm90a).unwrap();
+            let (regs, spills) = report(&k);
+            eprintln!(
+                "default {name} D{dim} p={p}: resident {} index32 {} registers {regs} spill stores {spills}",
+                k.grid.resident, k.grid.index32
+            );
+            assert!(k.grid.index32, "{name} D{dim}");
+            assert_eq!(spills, 0, "{name} D{dim} p={p}");
+            let paired = if name == "rmsnorm_bwd" {
+                dim <= 4096
+            } else {
+                dim <= 3080
+            };
+            assert_eq!(
+                k.grid.resident,
+                if paired { 2 } else { 1 },
+                "{name} D{dim} p={p}"
+            );
+        }
+    }
+}
