@@ -247,9 +247,9 @@ impl RowLoop {
     /// ([`Self::index32`]), a wave's share of a row (`slice` columns) one 16-byte chunk per lane, and
     /// `need` registers (the kernel's at that setting with zero spills, NVRTC's report in
     /// crates/kittens-runtime/tests/norm_index32.rs) within the cap two blocks of `threads` threads
-    /// leave. On the H200 this setting ran rmsnorm_bwd 16384×3080 at 0.58 of a copy's bandwidth
-    /// against 0.43 at the default, layernorm_bwd 8192×3080 at 1.86× a copy's time against 2.38×
-    /// (bench/results/norms/). Unchanged where [`ROW_LOOP_VAR`] is set (a measurement's own setting).
+    /// leave: two blocks in flight per SM where one block's registers would otherwise hold the SM
+    /// (docs/performance.md, "rmsnorm and swiglu"). Unchanged where [`ROW_LOOP_VAR`] is set (a
+    /// measurement's own setting).
     pub fn pair_where_it_fits(self, target: Target, threads: u32, slice: u32, need: u32) -> Self {
         let Some(gpu) = target.gpu() else {
             return self;

@@ -124,6 +124,11 @@ pub fn fwd_config(p: &LayerNormProblem, target: Target) -> Result<LayerNormConfi
 /// D = 3080 without dropout, 72 with; D = 4096 spills at the 64 a 512-thread pair leaves).
 const PAIRED_REGISTERS: u32 = 72;
 
+/// The narrowest row the backward runs as a pair: below it a block is a few waves (D = 768: 192
+/// threads), several fit an SM unpaired, and the pair only gives up the prefetch — it ran slower on
+/// the H200 (docs/performance.md, "rmsnorm and swiglu").
+const PAIRED_MIN_DIM: u32 = 1024;
+
 /// The backward's configuration on `target` (the forward's) and how its first launch walks the rows
 /// (with [`crate::rows::ROW_LOOP_VAR`]'s override for a measurement).
 pub fn bwd_config(
@@ -140,8 +145,12 @@ pub fn bwd_config(
         };
     }
     let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?
-        .index32_for(p.norm.rows, cfg.strides.widest(cfg.dim as usize))
-        .pair_where_it_fits(target, cfg.waves * cfg.lanes, cfg.slice(), PAIRED_REGISTERS);
+        .index32_for(p.norm.rows, cfg.strides.widest(cfg.dim as usize));
+    let lp = if cfg.dim >= PAIRED_MIN_DIM {
+        lp.pair_where_it_fits(target, cfg.waves * cfg.lanes, cfg.slice(), PAIRED_REGISTERS)
+    } else {
+        lp
+    };
     Ok((cfg, lp))
 }
 
