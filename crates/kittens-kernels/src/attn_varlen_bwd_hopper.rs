@@ -30,7 +30,7 @@
 //! before D lands there, the bias added to `Sᵀ` before the masks.
 
 use crate::attn::hopper::{BLOCK, COLS};
-use crate::attn::hopper_bwd::{declare_smem, probs_and_ds, schedule, STEP};
+use crate::attn::hopper_bwd::{declare_smem, probs_and_ds, schedule, StepTiles, STEP};
 use crate::attn::score::Alibi;
 use crate::attn_varlen::{alibi_add, check, offsets, Batch, Seq, VarlenConfig};
 use crate::KernelError;
@@ -133,20 +133,15 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let [k_s, v_s] = &sm.own;
     let [q_s, do_s] = &sm.ring;
     let halves = (d / COLS) as usize;
-    let s = k.tile("s_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
-    let dp = k.tile("dp_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
-    let slope = alibi.as_ref().map(|_| k.row_vec("alibi_r", s, F32));
-    let p = k.tile("p_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
-    let ds = k.tile("ds_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
-    let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
-        (0..halves)
-            .map(|i| {
-                let n = format!("{name}{i}");
-                k.tile(&n, F32, 16, COLS, Layout::Row, BaseShape::S16X16)
-            })
-            .collect()
-    };
-    let (dk_r, dv_r) = (acc(&mut k, "dk"), acc(&mut k, "dv"));
+    let StepTiles {
+        s,
+        dp,
+        slope,
+        p,
+        ds,
+        dk_r,
+        dv_r,
+    } = StepTiles::declare(&mut k, halves, alibi.is_some());
     let ds_tile = SharedTile::with_swizzle(Bf16, BLOCK, STEP, Swizzle::NV_128B);
     let ds_s = k.shared_tile("ds_s", ds_tile, 2);
     let dq_p = k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16);

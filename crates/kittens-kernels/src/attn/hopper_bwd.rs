@@ -4,9 +4,9 @@
 //! blocks' step from scores to P and dS.
 
 use super::hopper::{BLOCK, COLS};
-use kittens_hw::dtype::DType::Bf16;
+use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{KernelBuilder, RegId, Schedule};
-use kittens_tile::{SharedTile, Swizzle};
+use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Queries per streamed slot of a key block.
 pub(crate) const STEP: u32 = 64;
@@ -72,4 +72,46 @@ pub(crate) fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId) {
     k.mul(s, s, c);
     k.exp2(s, s);
     k.mul(dp, s, dp);
+}
+
+/// A consumer wave's registers in the key blocks' steps of `STEP` queries: the f32 scores `s` and
+/// `dp` (`16 × STEP`, keys × queries), with ALiBi its slope vector `slope`, their bf16 copies `p` and
+/// `ds` (the next `wgmma`s' register A operands) and the dK, dV accumulators (`16 × 64`, one per
+/// 64-column half of the head dimension).
+pub(crate) struct StepTiles {
+    pub s: RegId,
+    pub dp: RegId,
+    pub slope: Option<RegId>,
+    pub p: RegId,
+    pub ds: RegId,
+    pub dk_r: Vec<RegId>,
+    pub dv_r: Vec<RegId>,
+}
+
+impl StepTiles {
+    pub(crate) fn declare(k: &mut KernelBuilder, halves: usize, alibi: bool) -> StepTiles {
+        let s = k.tile("s_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+        let dp = k.tile("dp_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
+        let slope = alibi.then(|| k.row_vec("alibi_r", s, F32));
+        let p = k.tile("p_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
+        let ds = k.tile("ds_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
+        let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
+            (0..halves)
+                .map(|i| {
+                    let n = format!("{name}{i}");
+                    k.tile(&n, F32, 16, COLS, Layout::Row, BaseShape::S16X16)
+                })
+                .collect()
+        };
+        let (dk_r, dv_r) = (acc(k, "dk"), acc(k, "dv"));
+        StepTiles {
+            s,
+            dp,
+            slope,
+            p,
+            ds,
+            dk_r,
+            dv_r,
+        }
+    }
 }

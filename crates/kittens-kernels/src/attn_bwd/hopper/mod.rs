@@ -36,7 +36,9 @@
 
 use super::{BwdConfig, BwdTurns};
 use crate::attn::hopper::{padded_dim, BLOCK, COLS};
-use crate::attn::hopper_bwd::{declare_smem, probs_and_ds, schedule, CONSUMER_REGS, STEP};
+use crate::attn::hopper_bwd::{
+    declare_smem, probs_and_ds, schedule, StepTiles, CONSUMER_REGS, STEP,
+};
 use crate::attn::score::Alibi;
 use crate::attn::strides::tensor_strides;
 use crate::attn::Causal;
@@ -213,6 +215,74 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
         dlse,
         delta,
         alibi,
+    }
+}
+
+/// The start the key blocks' programs share (`kv` up to head dim 128, `wide` past it): the kernel
+/// named for `atomic_dq`, the inputs, `dk, dv` (bf16, written) and with `atomic_dq` `dq_acc` (f32,
+/// added to), the grid `[batch, heads_kv, key blocks]` of `block` keys each and this block's
+/// coordinates.
+struct KeyBlocks {
+    k: KernelBuilder,
+    io: Io,
+    dk_g: GlobalId,
+    dv_g: GlobalId,
+    dq_acc: Option<GlobalId>,
+    b: Expr,
+    hk: Expr,
+    kb: Expr,
+}
+
+fn key_blocks(cfg: &BwdConfig, atomic_dq: bool, block: u32) -> KeyBlocks {
+    let name = if atomic_dq {
+        super::name_atomic(cfg)
+    } else {
+        super::name(cfg).to_string()
+    };
+    let mut k = KernelBuilder::new(&name, schedule());
+    let io = declare_inputs(&mut k, cfg, false);
+    let dim = Expr::c(i64::from(cfg.dim));
+    // A `[b, h, s, d]` tensor of `heads` heads and `seq` rows in the configured layout.
+    let global = |k: &mut KernelBuilder, name: &str, heads: &Expr, seq: &Expr, dtype, access| {
+        let dims = [
+            ("b", io.batch.clone()),
+            ("h", heads.clone()),
+            ("s", seq.clone()),
+            ("d", dim.clone()),
+        ];
+        // dQ's f32 accumulator is the call's scratch: dense whatever the caller's strides.
+        let own = cfg.strided && name != "dq_acc";
+        let st = tensor_strides(k, own, cfg.layout, name, (heads, seq, &dim));
+        k.global_strided(name, dtype, &dims, st, access)
+    };
+    let (kv_heads, kv_seq) = (&io.heads_kv, &io.seq_kv);
+    let dk_g = global(&mut k, "dk", kv_heads, kv_seq, Bf16, Access::Write);
+    let dv_g = global(&mut k, "dv", kv_heads, kv_seq, Bf16, Access::Write);
+    let dq_acc = atomic_dq.then(|| {
+        let (h, s) = (&io.heads, &io.seq_q);
+        global(&mut k, "dq_acc", h, s, F32, Access::ReadWrite)
+    });
+    let n_kb = io.seq_kv.ceil_div(i64::from(block));
+    k.grid(
+        vec![io.batch.clone(), io.heads_kv.clone(), n_kb.clone()],
+        GridOrder::RowMajor,
+    );
+    // Under a causal mask the first key blocks see the most queries: blocks paired long with short.
+    let kb = if cfg.causal == Causal::No {
+        k.block(2)
+    } else {
+        k.pair_long_short(&k.block(2), &n_kb)
+    };
+    let (b, hk) = (k.block(0), k.block(1));
+    KeyBlocks {
+        k,
+        io,
+        dk_g,
+        dv_g,
+        dq_acc,
+        b,
+        hk,
+        kb,
     }
 }
 
