@@ -1,7 +1,7 @@
-//! What the Hopper (sm_90a) attention programs share: 64-column shared tiles in the 128-byte swizzle
-//! (the widest TMA/`wgmma` swizzle), blocks of two consumer warpgroups × 64 rows, the head dimension
-//! padded to whole tiles, and the forward's tiles (`crate::attn_fwd`'s producer/consumer program and
-//! the varlen and paged forwards). The backward's are in [`super::hopper_bwd`].
+//! What the Hopper (sm_90a) attention programs share: 64-column shared tiles in the 128-byte
+//! swizzle (the widest TMA/`wgmma` swizzle), blocks of two consumer warpgroups × 64 rows, the head
+//! dimension padded to whole tiles, and the forward's tiles (`crate::attn_fwd`'s producer/consumer
+//! program and the varlen and paged forwards). The backward's are in [`super::hopper_bwd`].
 
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{KernelBuilder, RegId, SharedId};
@@ -13,7 +13,8 @@ pub(crate) const BLOCK: u32 = 128;
 /// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
 pub(crate) const COLS: u32 = 64;
 
-/// The head dimension the tiles cover: `dim` rounded up to whole 64-column tiles (`crate::attn_fwd`'s producer/consumer module docs say why).
+/// The head dimension the tiles cover: `dim` rounded up to whole 64-column tiles
+/// (`crate::attn_fwd`'s producer/consumer module docs say why).
 pub fn padded_dim(dim: u32) -> u32 {
     dim.next_multiple_of(COLS)
 }
@@ -21,8 +22,8 @@ pub fn padded_dim(dim: u32) -> u32 {
 /// The tiles of the Hopper forward's block, per 64-column half of the head dimension: Q's shared
 /// tiles (`q_slots` slots of `BLOCK` rows), the K and V rings (`kv` rows each), and each consumer
 /// wave's `16 × kv` scores `s`, their bf16 copy `p` (the next `wgmma`'s register A operand) and its
-/// `16 × 64` output accumulators. The varlen and paged forwards (`crate::attn_varlen_hopper`, `crate::attn_paged_hopper`) declare the
-/// same.
+/// `16 × 64` output accumulators. The varlen and paged forwards (`crate::attn_varlen_hopper`,
+/// `crate::attn_paged_hopper`) declare the same.
 pub(crate) struct HopperTiles {
     pub q_s: Vec<SharedId>,
     pub k_s: Vec<SharedId>,

@@ -75,9 +75,9 @@ pub(crate) fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId) {
 }
 
 /// A consumer wave's registers in the key blocks' steps of `STEP` queries: the f32 scores `s` and
-/// `dp` (`16 × STEP`, keys × queries), with ALiBi its slope vector `slope`, their bf16 copies `p` and
-/// `ds` (the next `wgmma`s' register A operands) and the dK, dV accumulators (`16 × 64`, one per
-/// 64-column half of the head dimension).
+/// `dp` (`16 × STEP`, keys × queries), with ALiBi its slope vector `slope`, their bf16 copies `p`
+/// and `ds` (the next `wgmma`s' register A operands) and the dK, dV accumulators (`16 × 64`, one
+/// per 64-column half of the head dimension).
 pub(crate) struct StepTiles {
     pub s: RegId,
     pub dp: RegId,
