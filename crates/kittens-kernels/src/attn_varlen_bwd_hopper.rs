@@ -1,6 +1,7 @@
 //! The variable-length attention backward for Hopper (sm_90a): the key blocks of the dense Hopper
-//! backward's atomic form ([`crate::attn_bwd::hopper`], FlashAttention-3's backward, §3.3) on the
-//! packed tensors of [`crate::attn_varlen`], sharing its schedule, shared tiles and softmax step.
+//! backward's atomic form (`crate::attn_bwd`'s `hopper`, FlashAttention-3's backward, §3.3) on the
+//! packed tensors of [`crate::attn_varlen`], sharing its schedule, shared tiles and softmax step
+//! ([`crate::attn::hopper_bwd`]).
 //!
 //! One block per (sequence, KV head, 128 keys of the sequence) keeps K and V in shared memory and
 //! streams 64-query steps of Q and dO for each query head of the KV head's group, as the dense
@@ -28,8 +29,9 @@
 //! ([`VarlenConfig::alibi`]) as the dense program: the step's head's slope loaded through `dp`
 //! before D lands there, the bias added to `Sᵀ` before the masks.
 
+use crate::attn::hopper::{BLOCK, COLS};
+use crate::attn::hopper_bwd::{declare_smem, probs_and_ds, schedule, StepTiles, STEP};
 use crate::attn::score::Alibi;
-use crate::attn_bwd::hopper::{declare_smem, probs_and_ds, schedule, BLOCK, COLS, STEP};
 use crate::attn_varlen::{alibi_add, check, offsets, Batch, Seq, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
@@ -131,20 +133,15 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let [k_s, v_s] = &sm.own;
     let [q_s, do_s] = &sm.ring;
     let halves = (d / COLS) as usize;
-    let s = k.tile("s_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
-    let dp = k.tile("dp_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
-    let slope = alibi.as_ref().map(|_| k.row_vec("alibi_r", s, F32));
-    let p = k.tile("p_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
-    let ds = k.tile("ds_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
-    let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
-        (0..halves)
-            .map(|i| {
-                let n = format!("{name}{i}");
-                k.tile(&n, F32, 16, COLS, Layout::Row, BaseShape::S16X16)
-            })
-            .collect()
-    };
-    let (dk_r, dv_r) = (acc(&mut k, "dk"), acc(&mut k, "dv"));
+    let StepTiles {
+        s,
+        dp,
+        slope,
+        p,
+        ds,
+        dk_r,
+        dv_r,
+    } = StepTiles::declare(&mut k, halves, alibi.is_some());
     let ds_tile = SharedTile::with_swizzle(Bf16, BLOCK, STEP, Swizzle::NV_128B);
     let ds_s = k.shared_tile("ds_s", ds_tile, 2);
     let dq_p = k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16);

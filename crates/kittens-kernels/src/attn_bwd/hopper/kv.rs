@@ -29,52 +29,16 @@ pub(in crate::attn_bwd) fn build_kv(
         )));
     }
     let d = cfg.dim;
-    let name = if atomic_dq {
-        crate::attn_bwd::name_atomic(cfg)
-    } else {
-        crate::attn_bwd::name(cfg).to_string()
-    };
-    let mut k = KernelBuilder::new(&name, schedule());
-    let io = declare_inputs(&mut k, cfg, false);
-    let dim = Expr::c(i64::from(d));
-    // A `[b, h, s, d]` tensor of `heads` heads and `seq` rows in the configured layout.
-    let global = |k: &mut KernelBuilder, name: &str, heads: &Expr, seq: &Expr, dtype, access| {
-        let dims = [
-            ("b", io.batch.clone()),
-            ("h", heads.clone()),
-            ("s", seq.clone()),
-            ("d", dim.clone()),
-        ];
-        // dQ's f32 accumulator is the call's scratch: dense whatever the caller's strides.
-        let own = cfg.strided && name != "dq_acc";
-        let st = tensor_strides(k, own, cfg.layout, name, (heads, seq, &dim));
-        k.global_strided(name, dtype, &dims, st, access)
-    };
-    let (kv_heads, kv_seq) = (&io.heads_kv, &io.seq_kv);
-    let dk_g = global(&mut k, "dk", kv_heads, kv_seq, Bf16, Access::Write);
-    let dv_g = global(&mut k, "dv", kv_heads, kv_seq, Bf16, Access::Write);
-    let dq_acc = atomic_dq.then(|| {
-        global(
-            &mut k,
-            "dq_acc",
-            &io.heads,
-            &io.seq_q,
-            F32,
-            Access::ReadWrite,
-        )
-    });
-    let n_kb = io.seq_kv.ceil_div(i64::from(BLOCK));
-    k.grid(
-        vec![io.batch.clone(), io.heads_kv.clone(), n_kb.clone()],
-        GridOrder::RowMajor,
-    );
-    // Under a causal mask the first key blocks see the most queries: blocks paired long with short.
-    let kb = if cfg.causal == Causal::No {
-        k.block(2)
-    } else {
-        k.pair_long_short(&k.block(2), &n_kb)
-    };
-    let (b, hk) = (k.block(0), k.block(1));
+    let KeyBlocks {
+        mut k,
+        io,
+        dk_g,
+        dv_g,
+        dq_acc,
+        b,
+        hk,
+        kb,
+    } = key_blocks(cfg, atomic_dq, BLOCK);
     // The atomic form also holds dSᵀ (BLOCK × STEP bf16) and, on Hopper, each consumer
     // warpgroup's staging of its dQ share for the TMA reduction (64 × COLS f32).
     let extra = if atomic_dq {
@@ -90,20 +54,15 @@ pub(in crate::attn_bwd) fn build_kv(
     let [q_s, do_s] = &sm.ring;
     let halves = (dp / COLS) as usize;
 
-    let s = k.tile("s_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
-    let dp = k.tile("dp_t", F32, 16, STEP, Layout::Row, BaseShape::S16X16);
-    let slope = cfg.alibi.then(|| k.row_vec("alibi_r", s, F32));
-    let p = k.tile("p_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
-    let ds = k.tile("ds_t", Bf16, 16, STEP, Layout::Row, BaseShape::S16X32);
-    let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
-        (0..halves)
-            .map(|i| {
-                let n = format!("{name}{i}");
-                k.tile(&n, F32, 16, COLS, Layout::Row, BaseShape::S16X16)
-            })
-            .collect()
-    };
-    let (dk_r, dv_r) = (acc(&mut k, "dk"), acc(&mut k, "dv"));
+    let StepTiles {
+        s,
+        dp,
+        slope,
+        p,
+        ds,
+        dk_r,
+        dv_r,
+    } = StepTiles::declare(&mut k, halves, cfg.alibi);
     // dSᵀ of the block (keys × queries) for the dQ product, and that product's 16 × 64 share.
     let dq_parts = atomic_dq.then(|| {
         let tile = SharedTile::with_swizzle(Bf16, BLOCK, STEP, Swizzle::NV_128B);

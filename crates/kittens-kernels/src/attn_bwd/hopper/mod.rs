@@ -35,37 +35,23 @@
 //! dK and dQ get their scale on the f32 accumulators before the bf16 store.
 
 use super::{BwdConfig, BwdTurns};
+use crate::attn::hopper::{padded_dim, BLOCK, COLS};
+use crate::attn::hopper_bwd::{
+    declare_smem, probs_and_ds, schedule, StepTiles, CONSUMER_REGS, STEP,
+};
 use crate::attn::score::Alibi;
 use crate::attn::strides::tensor_strides;
 use crate::attn::Causal;
-use crate::attn_fwd::padded_dim;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
     Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand,
-    ReduceOp, RegId, Schedule, Scope,
+    ReduceOp, RegId, Scope,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
-/// Rows of a block: two consumer warpgroups × 64.
-pub(crate) const BLOCK: u32 = 128;
-/// Queries per streamed slot of a key block.
-pub(crate) const STEP: u32 = 64;
 /// Keys per streamed slot of a query block.
 const STEP_Q: u32 = 128;
-/// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
-pub(crate) const COLS: u32 = 64;
-/// Registers per thread of a consumer warpgroup (`setmaxnreg`).
-const CONSUMER_REGS: u32 = 240;
-
-pub(crate) fn schedule() -> Schedule {
-    Schedule::ProducerConsumer {
-        producers: 1,
-        consumers: 2,
-        producer_regs: 24,
-        consumer_regs: CONSUMER_REGS,
-    }
-}
 
 fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
     // 32 and 96 run on 64 and 128 columns (the padding read as zeros, stored nowhere).
@@ -82,18 +68,6 @@ fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
             cfg.dim, CONSUMER_REGS
         )))
     }
-}
-
-/// Ring slots for the streamed pair of tensors beside the block's own two (`BLOCK` rows each) and
-/// `extra` bytes of other shared memory: as many as fit the H100's 227 KiB, 2 to 4.
-fn stages(dim: u32, step: u32, extra: u32) -> u32 {
-    let own = 2 * BLOCK * dim * 2 + extra;
-    let per_step = 2 * step * dim * 2;
-    // 227 KiB less 2 KiB for the 1024-byte alignment of the base and the ring barriers.
-    (225 * 1024u32)
-        .saturating_sub(own)
-        .div_euclid(per_step)
-        .clamp(2, 4)
 }
 
 /// Parameters and tensors of both launches, in declaration order: `batch, heads, heads_kv, seq_q,
@@ -244,43 +218,72 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
     }
 }
 
-/// The tile names of one launch: per 64-column half of the head dimension, a block-resident pair of
-/// shared tiles (one slot) and a streamed pair (a ring).
-pub(crate) struct Smem {
-    pub own: [Vec<kittens_ir::SharedId>; 2],
-    pub ring: [Vec<kittens_ir::SharedId>; 2],
-    pub stages: u32,
+/// The start the key blocks' programs share (`kv` up to head dim 128, `wide` past it): the kernel
+/// named for `atomic_dq`, the inputs, `dk, dv` (bf16, written) and with `atomic_dq` `dq_acc` (f32,
+/// added to), the grid `[batch, heads_kv, key blocks]` of `block` keys each and this block's
+/// coordinates.
+struct KeyBlocks {
+    k: KernelBuilder,
+    io: Io,
+    dk_g: GlobalId,
+    dv_g: GlobalId,
+    dq_acc: Option<GlobalId>,
+    b: Expr,
+    hk: Expr,
+    kb: Expr,
 }
 
-pub(crate) fn declare_smem(
-    k: &mut KernelBuilder,
-    dim: u32,
-    step: u32,
-    extra: u32,
-    names: [&str; 4],
-) -> Smem {
-    let halves = dim / COLS;
-    let st = stages(dim, step, extra);
-    let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
-    let mut tiles = |name: &str, rows, slots| -> Vec<kittens_ir::SharedId> {
-        (0..halves)
-            .map(|i| k.shared_tile(&format!("{name}{i}"), swz(rows), slots))
-            .collect()
+fn key_blocks(cfg: &BwdConfig, atomic_dq: bool, block: u32) -> KeyBlocks {
+    let name = if atomic_dq {
+        super::name_atomic(cfg)
+    } else {
+        super::name(cfg).to_string()
     };
-    Smem {
-        own: [tiles(names[0], BLOCK, 1), tiles(names[1], BLOCK, 1)],
-        ring: [tiles(names[2], step, st), tiles(names[3], step, st)],
-        stages: st,
+    let mut k = KernelBuilder::new(&name, schedule());
+    let io = declare_inputs(&mut k, cfg, false);
+    let dim = Expr::c(i64::from(cfg.dim));
+    // A `[b, h, s, d]` tensor of `heads` heads and `seq` rows in the configured layout.
+    let global = |k: &mut KernelBuilder, name: &str, heads: &Expr, seq: &Expr, dtype, access| {
+        let dims = [
+            ("b", io.batch.clone()),
+            ("h", heads.clone()),
+            ("s", seq.clone()),
+            ("d", dim.clone()),
+        ];
+        // dQ's f32 accumulator is the call's scratch: dense whatever the caller's strides.
+        let own = cfg.strided && name != "dq_acc";
+        let st = tensor_strides(k, own, cfg.layout, name, (heads, seq, &dim));
+        k.global_strided(name, dtype, &dims, st, access)
+    };
+    let (kv_heads, kv_seq) = (&io.heads_kv, &io.seq_kv);
+    let dk_g = global(&mut k, "dk", kv_heads, kv_seq, Bf16, Access::Write);
+    let dv_g = global(&mut k, "dv", kv_heads, kv_seq, Bf16, Access::Write);
+    let dq_acc = atomic_dq.then(|| {
+        let (h, s) = (&io.heads, &io.seq_q);
+        global(&mut k, "dq_acc", h, s, F32, Access::ReadWrite)
+    });
+    let n_kb = io.seq_kv.ceil_div(i64::from(block));
+    k.grid(
+        vec![io.batch.clone(), io.heads_kv.clone(), n_kb.clone()],
+        GridOrder::RowMajor,
+    );
+    // Under a causal mask the first key blocks see the most queries: blocks paired long with short.
+    let kb = if cfg.causal == Causal::No {
+        k.block(2)
+    } else {
+        k.pair_long_short(&k.block(2), &n_kb)
+    };
+    let (b, hk) = (k.block(0), k.block(1));
+    KeyBlocks {
+        k,
+        io,
+        dk_g,
+        dv_g,
+        dq_acc,
+        b,
+        hk,
+        kb,
     }
-}
-
-/// The key blocks' score-side work of one step without a cap: `s` holds `S − lse/scale` (scaled by
-/// `c` it is the exponent of P in base 2) and `dp` `dP − D`, both f32; on return `s` holds P and
-/// `dp` dS.
-pub(crate) fn probs_and_ds(k: &mut KernelBuilder, c: f32, s: RegId, dp: RegId) {
-    k.mul(s, s, c);
-    k.exp2(s, s);
-    k.mul(dp, s, dp);
 }
 
 /// A key block's walk over every (query head of the group, query step) pair, as in the AMD program,

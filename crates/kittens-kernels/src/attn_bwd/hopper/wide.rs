@@ -23,15 +23,13 @@
 //! and dO at 256): a consumers barrier before the store (the other warpgroup's products of the
 //! last step have read it) and one after (both halves stored).
 
-use super::{declare_inputs, turn, view, KeyStep, QueryWalk, StepRegs, COLS, CONSUMER_REGS};
-use crate::attn::Causal;
+use super::{key_blocks, turn, view, KeyBlocks, KeyStep, QueryWalk, StepRegs, COLS, CONSUMER_REGS};
+use crate::attn::hopper::padded_dim;
 use crate::attn_bwd::{BwdConfig, BwdTurns};
-use crate::attn_fwd::padded_dim;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MmaForm, MmaOperand, RegId, Scope,
-    SharedId,
+    Expr, GlobalId, Kernel, KernelBuilder, MmaForm, MmaOperand, RegId, Scope, SharedId,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
@@ -103,44 +101,16 @@ fn stages(dim: u32, extra: u32) -> Result<u32, KernelError> {
 pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, KernelError> {
     check(cfg)?;
     let d = cfg.dim;
-    let name = if atomic_dq {
-        crate::attn_bwd::name_atomic(cfg)
-    } else {
-        crate::attn_bwd::name(cfg).to_string()
-    };
-    let mut k = KernelBuilder::new(&name, super::schedule());
-    let io = declare_inputs(&mut k, cfg, false);
-    let dim = Expr::c(i64::from(d));
-    let global = |k: &mut KernelBuilder, name: &str, heads: &Expr, seq: &Expr, dtype, access| {
-        let dims = [
-            ("b", io.batch.clone()),
-            ("h", heads.clone()),
-            ("s", seq.clone()),
-            ("d", dim.clone()),
-        ];
-        // dQ's f32 accumulator is the call's scratch: dense whatever the caller's strides.
-        let own = cfg.strided && name != "dq_acc";
-        let st = crate::attn::strides::tensor_strides(k, own, cfg.layout, name, (heads, seq, &dim));
-        k.global_strided(name, dtype, &dims, st, access)
-    };
-    let (kv_heads, kv_seq) = (&io.heads_kv, &io.seq_kv);
-    let dk_g = global(&mut k, "dk", kv_heads, kv_seq, Bf16, Access::Write);
-    let dv_g = global(&mut k, "dv", kv_heads, kv_seq, Bf16, Access::Write);
-    let dq_acc: Option<GlobalId> = atomic_dq.then(|| {
-        let (h, s) = (&io.heads, &io.seq_q);
-        global(&mut k, "dq_acc", h, s, F32, Access::ReadWrite)
-    });
-    let n_kb = io.seq_kv.ceil_div(i64::from(BLOCK));
-    k.grid(
-        vec![io.batch.clone(), io.heads_kv.clone(), n_kb.clone()],
-        GridOrder::RowMajor,
-    );
-    let kb = if cfg.causal == Causal::No {
-        k.block(2)
-    } else {
-        k.pair_long_short(&k.block(2), &n_kb)
-    };
-    let (b, hk) = (k.block(0), k.block(1));
+    let KeyBlocks {
+        mut k,
+        io,
+        dk_g,
+        dv_g,
+        dq_acc,
+        b,
+        hk,
+        kb,
+    } = key_blocks(cfg, atomic_dq, BLOCK);
 
     // Shared memory: K and V (the block's), Q and dO (a ring of steps), Pᵀ and dSᵀ (exchanged).
     let halves = (padded_dim(d) / COLS) as usize;
