@@ -487,6 +487,10 @@ fn sm90a_lowers_the_hopper_paged_program_gfx942_the_plain_one() {
     assert!(kittens_codegen::lower(&plain, Target::Sm90a).is_err());
     let l = kittens_codegen::lower(&plain, Target::Gfx942).expect("gfx942 lowers it");
     assert!(l.source.contains("((const int*)g_block_table)"));
+    // The ALiBi form: the slopes read through their zero-stride view on gfx942 too.
+    let alibi = build(&PagedConfig { alibi: true, ..cfg }).unwrap();
+    let l = kittens_codegen::lower(&alibi, Target::Gfx942).expect("gfx942 lowers the ALiBi form");
+    assert!(l.source.contains("g_alibi"), "the slopes are read");
     let e = kittens_codegen::lower(&plain, Target::Gfx950).unwrap_err();
     assert!(e.to_string().contains("no gfx950 MFMA"), "{e}");
     for target in [Target::Gfx942, Target::Gfx950] {
