@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import List, Optional
 
-from .bench import FLOOR, _rel, time_many, time_one
+from .bench_timing import FLOOR, _rel, time_many, time_one
 
 ROWS = 256
 

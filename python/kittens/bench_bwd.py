@@ -24,7 +24,7 @@ import math
 from typing import List
 
 from ._backward import _form
-from .bench import FLOOR, _rel, _with_backend, time_many
+from .bench_timing import FLOOR, _rel, _with_backend, time_many
 
 
 def _grads(torch, q, k, v, do, causal, dtype):

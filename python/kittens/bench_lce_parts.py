@@ -14,7 +14,7 @@ goes, per chunk size. For each shape and each chunk size (``default``: Liger's r
 
 The GEMMs' share grows where a chunk is short: ``d_hidden``'s output is one chunk of rows by H (few output
 tiles for the SMs unless split over K), and ``addmm_`` reads and writes all of ``d_weight`` once per chunk.
-Timing: CUDA events, warm-up, median (``kittens.bench.time_many``).
+Timing: CUDA events, warm-up, median (``kittens.bench_timing.time_many``).
 """
 
 from __future__ import annotations
@@ -49,13 +49,13 @@ def _peak(torch, fn, device: str) -> float:
 
 def lce_parts(torch, kittens, args, device: str = "cuda", timer=None) -> List[dict]:
     """The rows of the table. ``device``/``timer``: the CPU smoke test's (tests/test_lce_cpu.py) in place
-    of CUDA and ``kittens.bench.time_many``."""
+    of CUDA and ``kittens.bench_timing.time_many``."""
     from . import loss as loss_mod
     from .loss import _labels_for_kernel, _mm, pitch_of
     from .ops import cross_entropy_
 
     if timer is None:
-        from .bench import time_many as timer
+        from .bench_timing import time_many as timer
     F = torch.nn.functional
     rows = []
     iters = max(5, args.iters // 10)

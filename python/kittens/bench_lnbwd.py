@@ -13,7 +13,7 @@ backward in PyTorch eager and under ``torch.compile``, on the same tensors, in o
 Bandwidth: the bytes the backward must move (four ``[rows, D]`` bf16 tensors read, two written; the
 ``D``-long vectors and the scratch are not counted) over the median time, and that as a fraction of
 ``dst.copy_(src)``'s bandwidth measured in the same run. CUDA events, warm-up, median, the three runs
-interleaved, the inputs rotated over copies spanning 4x the L2 (``kittens.bench.time_many``). Correctness
+interleaved, the inputs rotated over copies spanning 4x the L2 (``kittens.bench_timing.time_many``). Correctness
 on the first 256 rows: our ``dx`` and ``dresidual`` against float64 autograd by the FlashAttention rule
 (at most twice PyTorch eager's bf16 error + 1e-5).
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import List
 
-from .bench import L2_MULTIPLE, _l2_bytes, time_many
+from .bench_timing import L2_MULTIPLE, _l2_bytes, time_many
 from .bench_mem import _judge, _rel, _row
 
 EPS = 1e-5

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import Dict, List
 
-from .bench import L2_MULTIPLE, _l2_bytes, time_many
+from .bench_timing import L2_MULTIPLE, _l2_bytes, time_many
 
 FLOOR = 1e-5
 

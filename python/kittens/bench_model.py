@@ -336,7 +336,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.suite:
         from . import bench_model_suite
 
-        return bench_model_suite.main(args)
+        return bench_model_suite.main(args, Device, run)
     preset = PRESETS.get(args.preset, {})
     for k, default in (("size", "125m"), ("seq", 2048), ("batch", 8)):
         if getattr(args, k) is None:
@@ -376,7 +376,7 @@ def run(torch, transformers, args, dev: Device):
     at ``args.size``/``seq``/``batch`` on ``dev``; ``ok`` as :func:`summarize` says."""
     import kittens
 
-    from .bench import _commit
+    from .bench_timing import _commit
     from .train_demo import load_text
 
     arms = [a for a in args.arms.split(",") if a]

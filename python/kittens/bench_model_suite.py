@@ -61,7 +61,10 @@ def _part_args(base: argparse.Namespace, part: dict) -> argparse.Namespace:
     return args
 
 
-def main(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace, device_cls, run) -> int:
+    """Runs the parts of ``args.suite`` (those ``args.parts`` names, else all) into ``args.out``, each
+    through ``run(torch, transformers, part_args, device_cls(torch, args.device))``: kittens.bench_model's
+    ``run`` and ``Device``, which its ``main`` hands over for ``--suite``."""
     if args.suite not in SUITES:
         print(f"kittens.bench model: unknown suite {args.suite!r}; known: {', '.join(SUITES)}", file=sys.stderr)
         return 2
@@ -81,13 +84,11 @@ def main(args: argparse.Namespace) -> int:
         print(f"kittens.bench model needs torch and transformers (pip install './python[hf]'): {e}",
               file=sys.stderr)
         return 2
-    from .bench_model import Device, run
-
     if args.device == "cuda" and not torch.cuda.is_available():
         print("kittens.bench model: no CUDA device (torch sees none); this benchmark runs on a GPU only",
               file=sys.stderr)
         return 2
-    dev = Device(torch, args.device)
+    dev = device_cls(torch, args.device)
     os.makedirs(args.out, exist_ok=True)
     ok = True
     for part in parts:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from typing import List
 
-from .bench import L2_MULTIPLE, _l2_bytes, time_many
+from .bench_timing import L2_MULTIPLE, _l2_bytes, time_many
 from .bench_mem import _judge, _rel, _row
 
 EPS = 1e-6

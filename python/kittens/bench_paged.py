@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import List
 
-from .bench import FLOOR, _rel, time_many
+from .bench_timing import FLOOR, _rel, time_many
 
 # (batch, heads, heads_kv, capacity, page_size, head dim)
 SHAPES = [(8, 32, 8, 4096, 16, 128), (32, 32, 8, 2048, 256, 128), (1, 32, 8, 32768, 256, 128),

@@ -30,8 +30,8 @@
 
 use crate::attn::key_step::{KeyMasks, WaveStep};
 use crate::attn::score::Alibi;
+use crate::attn::split::{declare_partials, MAX_KV_SPLITS};
 use crate::attn::{HeadLogits, Logits, Softmax, Staged};
-use crate::attn_fwd::split::declare_partials;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32, I32};
 use kittens_hw::Target;
@@ -112,7 +112,7 @@ pub(crate) fn check(cfg: &PagedConfig) -> Result<(), KernelError> {
             cfg.kv_block
         )));
     }
-    let max = crate::attn_fwd::split::MAX_KV_SPLITS;
+    let max = MAX_KV_SPLITS;
     if !(1..=max).contains(&cfg.splits) {
         return Err(KernelError::Config(format!(
             "num_splits: 1 to {max} parts, got {}",

@@ -26,9 +26,9 @@
 //! FlashAttention-3's `pack_gqa` does), and fully masked steps past the length are walked, not
 //! skipped (a data-dependent trip count).
 
+use crate::attn::hopper::HopperTiles;
 use crate::attn::key_step::SharedStep;
 use crate::attn::Softmax;
-use crate::attn_fwd::producer_consumer::HopperTiles;
 use crate::attn_paged::{check, name, PagedConfig, PagedIo, Walk};
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;

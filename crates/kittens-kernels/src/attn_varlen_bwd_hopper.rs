@@ -1,6 +1,7 @@
 //! The variable-length attention backward for Hopper (sm_90a): the key blocks of the dense Hopper
-//! backward's atomic form ([`crate::attn_bwd::hopper`], FlashAttention-3's backward, §3.3) on the
-//! packed tensors of [`crate::attn_varlen`], sharing its schedule, shared tiles and softmax step.
+//! backward's atomic form (`crate::attn_bwd`'s `hopper`, FlashAttention-3's backward, §3.3) on the
+//! packed tensors of [`crate::attn_varlen`], sharing its schedule, shared tiles and softmax step
+//! ([`crate::attn::hopper_bwd`]).
 //!
 //! One block per (sequence, KV head, 128 keys of the sequence) keeps K and V in shared memory and
 //! streams 64-query steps of Q and dO for each query head of the KV head's group, as the dense
@@ -28,8 +29,9 @@
 //! ([`VarlenConfig::alibi`]) as the dense program: the step's head's slope loaded through `dp`
 //! before D lands there, the bias added to `Sᵀ` before the masks.
 
+use crate::attn::hopper::{BLOCK, COLS};
+use crate::attn::hopper_bwd::{declare_smem, probs_and_ds, schedule, STEP};
 use crate::attn::score::Alibi;
-use crate::attn_bwd::hopper::{declare_smem, probs_and_ds, schedule, BLOCK, COLS, STEP};
 use crate::attn_varlen::{alibi_add, check, offsets, Batch, Seq, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};

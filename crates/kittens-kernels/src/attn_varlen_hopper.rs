@@ -22,9 +22,9 @@
 //! Not tuned: no skipping of fully masked key blocks (a data-dependent trip count), no intra-warpgroup
 //! overlap or ping-pong; the dense kernel's schedule knobs stay there.
 
+use crate::attn::hopper::HopperTiles;
 use crate::attn::key_step::{KeyMasks, SharedStep};
 use crate::attn::Softmax;
-use crate::attn_fwd::producer_consumer::HopperTiles;
 use crate::attn_varlen::{alibi_slope, check, Batch, QueryBlock, Seq, Tensors, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;

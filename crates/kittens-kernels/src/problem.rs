@@ -11,7 +11,6 @@
 //! is `kittens_runtime::runner`; the Python package's path on the caller's own inputs is
 //! [`crate::exec`].
 
-use crate::reference::Tolerance;
 use crate::KernelError;
 use kittens_hw::dtype::DType;
 use kittens_hw::Target;
@@ -407,6 +406,17 @@ pub struct Reference {
     pub baseline: Option<Vec<f32>>,
     /// Attention: the largest `|q·k|/√d` of the inputs (`reference::attention_with_logits`).
     pub max_abs_logit: Option<f64>,
+}
+
+/// How a kernel's error is judged when the run gives no tolerance of its own (the reference module's
+/// `judge` applies it).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Tolerance {
+    /// `rel_err` at most this.
+    Fixed(f64),
+    /// The reference module's `check_rule` (with its `RULE_FLOOR`) on `rel_err` and on `max_rel`,
+    /// against the baseline.
+    Rule,
 }
 
 /// A kernel's problem: its sizes and settings, and everything the kernel knows about running at them.

@@ -5,6 +5,8 @@
 // Former path (before `crate::attn`), for branches written against it; nothing in the tree uses it.
 #[doc(hidden)]
 pub use crate::attn::AttnShape;
+// The judge's input; a kernel's problem declares it (`KernelProblem::tolerance`).
+pub use crate::problem::Tolerance;
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
 
@@ -265,15 +267,6 @@ pub fn check_fixed(error: f64, tolerance: f64) -> Verdict {
         bound: tolerance,
         baseline: None,
     }
-}
-
-/// How a kernel's error is judged when the run gives no tolerance of its own.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum Tolerance {
-    /// `rel_err` at most this.
-    Fixed(f64),
-    /// [`check_rule`] (with [`RULE_FLOOR`]) on `rel_err` and on `max_rel`, against the baseline.
-    Rule,
 }
 
 /// One judged error measure.

@@ -13,6 +13,7 @@ mod prepared;
 mod tile;
 mod tile_args;
 mod tile_body;
+mod tile_builder;
 mod tile_decl;
 mod tile_expr;
 mod tile_program;
@@ -513,7 +514,7 @@ fn build_commit() -> (&'static str, Option<bool>) {
 #[pymodule]
 fn _kittens(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(prepared::prepare, m)?)?;
-    m.add_function(wrap_pyfunction!(prepared::registry_program, m)?)?;
+    m.add_function(wrap_pyfunction!(tile_program::registry_program, m)?)?;
     m.add_class::<prepared::Handle>()?;
     tile::register(m)?;
     m.add_function(wrap_pyfunction!(matmul, m)?)?;

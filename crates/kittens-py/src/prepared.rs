@@ -80,7 +80,7 @@ impl Handle {
 /// The problem dict as named arguments (bool, int, float, str, None, or a tuple of ints), the
 /// registry entry's own problem type reading them (`KernelEntry::problem`); a name the kernel does not
 /// read, or a value of the wrong kind, is a ValueError naming it.
-fn named_args(d: &Bound<'_, PyDict>) -> PyResult<NamedArgs> {
+pub(crate) fn named_args(d: &Bound<'_, PyDict>) -> PyResult<NamedArgs> {
     let mut a = NamedArgs::new();
     for (k, v) in d.iter() {
         let key: String = k.extract()?;
@@ -108,7 +108,7 @@ fn named_args(d: &Bound<'_, PyDict>) -> PyResult<NamedArgs> {
 }
 
 /// Registry entry `entry`'s problem at the dict's settings (and `extra`'s).
-fn problem_from(
+pub(crate) fn problem_from(
     entry: &kittens_kernels::registry::KernelEntry,
     a: &NamedArgs,
 ) -> PyResult<Box<dyn KernelProblem>> {
@@ -155,22 +155,6 @@ pub(crate) fn dtype(name: &str, s: &str) -> PyResult<DType> {
 /// with the caller's tensors `(name, shape, strides, dtype)` and the parameters `free` that each launch
 /// passes (a dropout seed; see `Prepared::new`); returns the [`Handle`] and a line per
 /// kernel this call compiled or loaded (empty when all were loaded before).
-/// The kernel registry entry `entry` runs for `problem` on the CPU interpreter (the problem's own
-/// configuration, 32-lane waves), as a tile `Program`: `Program.interpret` runs it on CPU arrays, so a
-/// Python op's CPU path can be the registry kernel itself.
-#[pyfunction]
-pub fn registry_program(
-    entry: &str,
-    problem: &Bound<'_, PyDict>,
-) -> PyResult<crate::tile_program::Program> {
-    let e = kittens_kernels::by_name(entry).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    let p = problem_from(e, &named_args(problem)?)?;
-    let k = p
-        .build(Target::Cpu)
-        .map_err(|err| PyValueError::new_err(format!("{entry}: {err}")))?;
-    Ok(crate::tile_program::Program::new(k))
-}
-
 #[pyfunction]
 pub fn prepare(
     py: Python<'_>,

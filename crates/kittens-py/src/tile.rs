@@ -14,6 +14,7 @@ use kittens_ir::{Expr, GridOrder, KernelBuilder};
 use kittens_tile::{BaseShape, Layout, Swizzle};
 
 use crate::tile_body::{restore, run_body, take};
+use crate::tile_builder::Builder;
 use crate::tile_decl::{access, dtype, parse};
 pub use crate::tile_decl::{ArgIn, GView, Global, SView, Shared, Tile};
 use crate::tile_expr::{ex, ExprIn, PyCond, PyExpr};
@@ -22,18 +23,6 @@ use crate::tile_program::Program;
 /// Builders are numbered so that an id made by one is refused by another (its index would name
 /// some other tile there, or none).
 static BUILDERS: AtomicU64 = AtomicU64::new(1);
-
-/// The tile language's kernel builder (see the module documentation). After `finish()` it is spent.
-#[pyclass(module = "kittens._kittens")]
-pub struct Builder {
-    pub(crate) k: Option<KernelBuilder>,
-    pub(crate) owner: u64,
-    /// Why it takes no more ops (empty while it does): finished, or a loop or conditional body
-    /// raised.
-    pub(crate) spent: String,
-    /// How many loop or conditional bodies are open (`finish()` is refused inside one).
-    pub(crate) depth: u32,
-}
 
 #[pymethods]
 impl Builder {

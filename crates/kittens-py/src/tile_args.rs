@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 
 use kittens_ir::{GlobalView, KernelBuilder, RegId, SharedView};
 
-use crate::tile::Builder;
+use crate::tile_builder::Builder;
 use crate::tile_decl::{ArgIn, GView, SView, Tile};
 
 impl Builder {

@@ -7,7 +7,7 @@ use pyo3::prelude::*;
 
 use kittens_ir::{KernelBuilder, Schedule};
 
-use crate::tile::Builder;
+use crate::tile_builder::Builder;
 
 /// Runs a Python body of a loop or conditional. The Rust builder opens the nested body and hands
 /// its `&mut KernelBuilder` to a closure; the Python body calls methods of the same `Builder`, so

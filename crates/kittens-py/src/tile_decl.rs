@@ -1,5 +1,5 @@
 //! The handles `kittens.tile` hands out (tensors, tiles, shared rings, views: small objects tied to
-//! the [`crate::tile::Builder`] that made them) and the parsing of its string enums.
+//! the [`crate::tile_builder::Builder`] that made them) and the parsing of its string enums.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;

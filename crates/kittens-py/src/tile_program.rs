@@ -15,9 +15,21 @@ use kittens_hw::{Arch, Target};
 use kittens_ir::{Access, Env, Kernel};
 use kittens_runtime::cuda::dispatch::{Prepared, StageSpec, TensorSpec};
 
-use crate::prepared::Handle;
-
+use crate::prepared::{named_args, problem_from, Handle};
 use crate::view::ApiError;
+
+/// The kernel registry entry `entry` runs for `problem` on the CPU interpreter (the problem's own
+/// configuration, 32-lane waves), as a tile `Program`: `Program.interpret` runs it on CPU arrays, so a
+/// Python op's CPU path can be the registry kernel itself.
+#[pyfunction]
+pub fn registry_program(entry: &str, problem: &Bound<'_, PyDict>) -> PyResult<Program> {
+    let e = kittens_kernels::by_name(entry).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let p = problem_from(e, &named_args(problem)?)?;
+    let k = p
+        .build(Target::Cpu)
+        .map_err(|err| PyValueError::new_err(format!("{entry}: {err}")))?;
+    Ok(Program::new(k))
+}
 
 /// A finished kernel (`Builder.finish()`).
 #[pyclass(frozen, module = "kittens._kittens")]

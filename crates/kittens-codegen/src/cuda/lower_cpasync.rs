@@ -14,7 +14,7 @@
 use kittens_ir::{GlobalView, SharedView};
 use kittens_tile::Swizzle;
 
-use super::lower::{unsupported, CudaLowerError, Emit};
+use super::emit::{unsupported, CudaLowerError, Emit};
 
 /// Threads of the producer warpgroup.
 const THREADS: u32 = 128;

@@ -15,7 +15,7 @@
 use kittens_hw::dtype::DType;
 use kittens_ir::{Arg, Axis, Expr, GlobalView, MapFn, MaskRule, Op, ReduceOp, RegId, Rounding};
 
-use super::lower::{unsupported, CudaLowerError, Emit};
+use super::emit::{unsupported, CudaLowerError, Emit};
 
 /// How one register lives in the threads of a warp.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -81,7 +81,7 @@ impl Emit<'_> {
             } else {
                 "float"
             };
-            self.line(format!("{ty} r_{}[{}];", super::lower::cname(r), f.len()));
+            self.line(format!("{ty} r_{}[{}];", super::emit::cname(r), f.len()));
         }
         Ok(())
     }
@@ -130,7 +130,7 @@ impl Emit<'_> {
     }
 
     fn rname(&self, r: RegId) -> String {
-        format!("r_{}", super::lower::cname(self.k.reg(r)))
+        format!("r_{}", super::emit::cname(self.k.reg(r)))
     }
 
     fn unrolled(&mut self, f: Frag, body: String) {
@@ -676,7 +676,7 @@ impl Emit<'_> {
         self.depth += 1;
         self.line(format!(
             "{} // the warpgroup's reads retired",
-            super::lower::WG_BARRIER
+            super::emit::WG_BARRIER
         ));
         // The row's first chunk: 0 for a fragment at column 0, else the view's column / 8.
         let at_col0 = dst.col0 == Expr::c(0);

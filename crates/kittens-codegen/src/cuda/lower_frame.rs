@@ -26,7 +26,7 @@
 use kittens_hw::dtype::DType;
 use kittens_ir::{Cond, Expr, GlobalView, Kernel, Op, SlotFill, Stmt};
 
-use super::lower::{unsupported, CudaLowerError};
+use super::emit::{unsupported, CudaLowerError};
 
 /// What the frame is built from.
 pub(super) struct Frame<'a> {

@@ -8,7 +8,7 @@
 use kittens_ir::{Env, Expr, MmaForm, MmaOperand, Op, RegId, SharedView};
 use kittens_tile::Swizzle;
 
-use super::lower::{cname, unsupported, CudaLowerError, Emit};
+use super::emit::{cname, unsupported, CudaLowerError, Emit};
 use super::lower_tma::{column_atoms, swizzle_bytes};
 use super::WgmmaInput;
 

@@ -4,7 +4,7 @@
 
 use kittens_ir::{ClusterKind, Cond, GridOrder, Kernel, MmaOperand, Op, Scope, Stmt, WaitQueue};
 
-use super::lower::{unsupported, CudaLowerError, Emit, Role};
+use super::emit::{unsupported, CudaLowerError, Emit, Role};
 
 /// The two role bodies of the expanded `Roles` split (each without its leading `set_max_regs`).
 pub(super) struct Roles<'k> {

@@ -12,7 +12,8 @@
 use kittens_hw::dtype::DType;
 use kittens_ir::{Expr, GlobalView, Kernel, Op, RegId, Rounding, Scope, SharedView};
 
-use super::lower::{unsupported, CudaLowerError, Emit, TmaMap};
+use super::emit::{unsupported, CudaLowerError, Emit};
+use crate::lowered::TmaMap;
 use kittens_tile::Swizzle;
 
 /// Rows of a warpgroup's slab: wgmma's M.
@@ -449,12 +450,12 @@ impl Emit<'_> {
             self.line(format!(
                 "    if (j == 0u || j >= {bufs}u) {{ if (threadIdx.x % 128 == 0) {{ if (j == 0u) kt::tma_store_wait_read<0>(); else kt::tma_store_wait_read<{}>(); }} {} }}",
                 bufs - 1,
-                super::lower::WG_BARRIER
+                super::emit::WG_BARRIER
             ));
             self.depth += 1;
         } else {
             l(self, "if (threadIdx.x % 128 == 0) kt::tma_store_wait_read<0>(); // the previous box has left the slab");
-            l(self, super::lower::WG_BARRIER);
+            l(self, super::emit::WG_BARRIER);
         }
         let (i_range, box_of_i) = if piped {
             (
@@ -529,7 +530,7 @@ impl Emit<'_> {
             self,
             "kt::fence_proxy_async(); // generic-proxy writes before the async-proxy (TMA) read",
         );
-        l(self, super::lower::WG_BARRIER);
+        l(self, super::emit::WG_BARRIER);
         if piped {
             self.line(format!(
                 "if (threadIdx.x % 128 == 0) {{ {issue} kt::tma_store_commit(); }}"

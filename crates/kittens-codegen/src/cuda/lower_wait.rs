@@ -12,8 +12,8 @@ use std::collections::BTreeSet;
 
 use kittens_ir::{MmaOperand, Op, RegId, Stmt};
 
-use super::lower::{cname, Emit, Role};
-use super::CudaLowerError;
+use super::emit::CudaLowerError;
+use super::emit::{cname, Emit, Role};
 
 /// Not a register: the marker a group holds when one of its `wgmma`s reads a shared tile the
 /// consumers write themselves (`Emit::owned`), so that a store into such a tile, or a barrier

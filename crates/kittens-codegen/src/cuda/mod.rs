@@ -5,6 +5,7 @@
 //!
 //! The source is compiled at run time with NVRTC (`kittens_runtime::cuda::compile`).
 
+mod emit;
 pub mod lower;
 mod lower_cpasync;
 mod lower_frag;
@@ -14,7 +15,9 @@ mod lower_roles;
 mod lower_tma;
 mod lower_wait;
 
-pub use lower::{lower, CudaLowerError, TmaMap};
+pub use crate::lowered::TmaMap;
+pub use emit::CudaLowerError;
+pub use lower::lower;
 
 /// The hand-written part of the prelude (no CUDA headers needed).
 pub const PRELUDE: &str = include_str!("prelude.cuh");

@@ -694,7 +694,7 @@ impl Emitter<'_> {
 
     /// An f32 register vector to an f32 tensor: a row vector down a `len × 1` view, a column vector
     /// along a `1 × len` one (the attention's log-sum-exp, one value per query). Entry `i·extent +
-    /// coord(lane)` of the vector is the lane's slot `i` ([`super::regops::VecMap`]); the lanes that
+    /// coord(lane)` of the vector is the lane's slot `i` ([`super::reg_maps::VecMap`]); the lanes that
     /// hold the same entry store the same value, each guarded by the tensor's bounds.
     pub(super) fn store_vec(&mut self, dst: &GlobalView, r: RegId) -> Result<(), LowerError> {
         let d = self.k.reg(r);

@@ -12,7 +12,7 @@
 //! [`super::ops`]; lane maps come from [`super::layout`].
 
 use super::layout::{lane_map, LaneMap};
-use super::regops::{scratch_bytes, vec_map, VecMap};
+use super::reg_maps::{scratch_bytes, vec_map, VecMap};
 use super::LowerError;
 use crate::cexpr::{cond, expr, ident, param_name, var_name};
 use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};

@@ -20,6 +20,7 @@ mod lds_tr;
 mod lower;
 mod ops;
 mod pinned;
+mod reg_maps;
 mod regops;
 
 pub use global::check_launch;

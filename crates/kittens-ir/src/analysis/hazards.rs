@@ -1,7 +1,8 @@
 //! Conflicting accesses that no wait or barrier orders, and the largest safe wait counts.
 
+use super::event::{EvKind, Event};
 use super::order::{completions, max_outstanding, Order};
-use super::trace::{EvKind, Event, Traces};
+use super::trace::Traces;
 use crate::ir::{WaitCount, WaitQueue};
 use std::collections::{BTreeMap, HashMap};
 

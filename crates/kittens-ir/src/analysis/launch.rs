@@ -203,7 +203,7 @@ impl Seen {
 
 /// Iteration vectors of a wave renamed by order of first appearance: the analysis only ever asks
 /// whether two events are in the same iteration, so this is all of them it sees.
-fn iteration_ids(wave: &[trace::Event]) -> Vec<u32> {
+fn iteration_ids(wave: &[super::event::Event]) -> Vec<u32> {
     let mut ids: HashMap<&[(crate::expr::VarId, i64)], u32> = HashMap::new();
     wave.iter()
         .map(|e| {

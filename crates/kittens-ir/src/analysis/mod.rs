@@ -25,6 +25,7 @@
 //! [`analyze`] takes one block; [`analyze_launch`] every distinct block of a launch and [`verify`]
 //! representative launches, the check every lowering runs first ([`launch`]).
 
+mod event;
 mod hazards;
 mod launch;
 mod order;

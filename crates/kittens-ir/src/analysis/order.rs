@@ -14,7 +14,7 @@
 //! outstanding loads (`s_barrier` is not `s_waitcnt`), which is why a load must be waited on by its own
 //! wave *before* the barrier that publishes it.
 
-use super::trace::{Domain, EvKind, Event};
+use super::event::{Domain, EvKind, Event};
 use crate::ir::WaitQueue;
 use std::collections::{HashMap, VecDeque};
 

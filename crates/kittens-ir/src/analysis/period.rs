@@ -19,7 +19,7 @@
 //! caller checks that the waves of each barrier domain skipped identical ordinal ranges
 //! ([`Skip`]) and re-traces with the loop in full when they did not.
 
-use super::trace::{Domain, Event};
+use super::event::{Domain, Event};
 use crate::expr::{BinOp, Cond, Expr, VarId};
 use crate::ir::{MmaOperand, Op, SharedView, Stmt};
 use serde::Serialize;

@@ -1,7 +1,8 @@
 //! Naming events for people: op sites, the waves × barrier-interval timeline, and the text report.
 
+use super::event::EvKind;
 use super::order::Order;
-use super::trace::{EvKind, Traces};
+use super::trace::Traces;
 use super::{Hazard, Region, Report, Site, WaitResult};
 use crate::ir::{Kernel, WaitCount, WaitQueue};
 use std::fmt;

@@ -2,14 +2,17 @@
 //! `crate::rotary`) and what the references and the interpreter runs read: the tensors' layout
 //! ([`layout`]) or caller strides ([`strides`]), the call's sizes and mask ([`shape`]), the logits'
 //! scale, cap and window ([`score`]), the online softmax ([`softmax`]) and the key step of the
-//! varlen and paged forwards ([`key_step`]). Kernels share code only
+//! varlen and paged forwards ([`key_step`]), the Hopper programs' tiles ([`hopper`], [`hopper_bwd`]), a key split's partials ([`split`]). Kernels share code only
 //! through here, and nothing here imports a kernel.
 
+pub(crate) mod hopper;
+pub(crate) mod hopper_bwd;
 pub(crate) mod key_step;
 pub mod layout;
 pub mod score;
 pub mod shape;
 pub(crate) mod softmax;
+pub(crate) mod split;
 pub(crate) mod staged;
 pub mod strides;
 

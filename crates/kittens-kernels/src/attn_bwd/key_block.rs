@@ -10,7 +10,7 @@
 //! into 32×16 row tiles instead of 16×32 ones (HipKittens §4: "multiple MFMA instruction shapes
 //! (16 × 16 × 32 and 32 × 32 × 16)").
 
-use super::schedule::{Ctx, D_CHUNK, LSE_ROWS};
+use super::ctx::{Ctx, D_CHUNK, LSE_ROWS};
 use kittens_hw::dtype::DType::{self, Bf16, F32};
 use kittens_ir::{Axis, Expr, KernelBuilder, MaskRule, ReduceOp, RegId, SharedId, SharedView};
 use kittens_tile::{BaseShape, Layout, RegFile, RegTile};

@@ -38,6 +38,7 @@
 //! in the forward (`crate::attn_fwd`); P and dS are rounded to bf16 once, as the operands of the
 //! products that read them; dQ and dK get their `1/√d` on the f32 accumulators.
 
+mod ctx;
 pub(crate) mod hopper;
 mod hopper_atomic;
 mod interleave4;

@@ -26,7 +26,7 @@ pub mod problem;
 pub(crate) mod producer_consumer;
 pub mod split;
 
-pub use producer_consumer::padded_dim;
+pub use crate::attn::hopper::padded_dim;
 
 use crate::attn::score::{min_offset, Alibi, Logits, Window};
 use crate::attn::strides::tensor_strides;
@@ -144,7 +144,7 @@ impl AttnConfig {
     pub fn block_rows(&self) -> u32 {
         match self.schedule {
             AttnSchedule::PingPong8 | AttnSchedule::Mi300x => 8 * self.q_rows,
-            AttnSchedule::ProducerConsumer => producer_consumer::BLOCK_Q,
+            AttnSchedule::ProducerConsumer => crate::attn::hopper::BLOCK,
         }
     }
 }

@@ -27,102 +27,21 @@
 //! that every block of the persistent grid gets about the same number of key blocks.
 
 use super::{declare_io, split, AttnConfig};
+use crate::attn::hopper::{padded_dim, HopperTiles, BLOCK, COLS};
 use crate::attn::Softmax;
 use crate::KernelError;
-use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_hw::dtype::DType::F32;
 use kittens_ir::{
-    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, RegId, Rounding,
-    Schedule, Scope, SharedId,
+    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding,
+    Schedule, Scope,
 };
-use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
-
-/// Queries per block: two consumer warpgroups × 64 ([`AttnConfig::block_rows`]).
-pub(super) const BLOCK_Q: u32 = 128;
-/// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
-const COLS: u32 = 64;
-
-/// The tiles of the Hopper forward's block, per 64-column half of the head dimension: Q's shared
-/// tiles (`q_slots` slots of `BLOCK_Q` rows), the K and V rings (`kv` rows each), and each consumer
-/// wave's `16 × kv` scores `s`, their bf16 copy `p` (the next `wgmma`'s register A operand) and its
-/// `16 × 64` output accumulators. The varlen forward (`crate::attn_varlen_hopper`) declares the same.
-pub(crate) struct HopperTiles {
-    pub q_s: Vec<SharedId>,
-    pub k_s: Vec<SharedId>,
-    pub v_s: Vec<SharedId>,
-    pub s: RegId,
-    pub p: RegId,
-    pub o_r: Vec<RegId>,
-}
-
-impl HopperTiles {
-    pub(crate) fn declare(
-        k: &mut KernelBuilder,
-        dim: u32,
-        kv: u32,
-        q_slots: u32,
-        rings: (u32, u32),
-    ) -> HopperTiles {
-        HopperTiles::declare_rows(k, dim, kv, BLOCK_Q, q_slots, rings)
-    }
-
-    /// [`HopperTiles::declare`] with Q slots of `block_q` rows (64 per consumer warpgroup); key
-    /// blocks of 16 keys (`kv` 16) take P in 16-column base tiles.
-    pub(crate) fn declare_rows(
-        k: &mut KernelBuilder,
-        dim: u32,
-        kv: u32,
-        block_q: u32,
-        q_slots: u32,
-        (ring_k, ring_v): (u32, u32),
-    ) -> HopperTiles {
-        let halves = dim / COLS;
-        let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
-        let mut shared = |name: &str, rows, slots| -> Vec<SharedId> {
-            (0..halves)
-                .map(|i| k.shared_tile(&format!("{name}{i}"), swz(rows), slots))
-                .collect()
-        };
-        let (q_s, k_s, v_s) = (
-            shared("q_s", block_q, q_slots),
-            shared("k_s", kv, ring_k),
-            shared("v_s", kv, ring_v),
-        );
-        let s = k.tile("s", F32, 16, kv, Layout::Row, BaseShape::S16X16);
-        let p_base = if kv < 32 {
-            BaseShape::S16X16
-        } else {
-            BaseShape::S16X32
-        };
-        let p = k.tile("p", Bf16, 16, kv, Layout::Row, p_base);
-        let o_r = (0..halves)
-            .map(|i| {
-                k.tile(
-                    &format!("o{i}"),
-                    F32,
-                    16,
-                    COLS,
-                    Layout::Row,
-                    BaseShape::S16X16,
-                )
-            })
-            .collect();
-        HopperTiles {
-            q_s,
-            k_s,
-            v_s,
-            s,
-            p,
-            o_r,
-        }
-    }
-}
 
 /// Ring slots for K and for V: as many as fit beside Q in the H100's 227 KiB (2 each at head dim
 /// 128 and 128-key blocks: 32 KiB of Q + 2 × 64 KiB). With `overlap`, P·V of block j runs in
 /// iteration j + 1, so V's slot must outlive one more hand-off: V gets at least 3 slots (32 + 2 × 32
 /// + 3 × 32 KiB at head dim 128).
 fn stages(dim: u32, kv: u32, overlap: bool, q_slots: u32) -> (u32, u32) {
-    let q = q_slots * BLOCK_Q * dim * 2;
+    let q = q_slots * BLOCK * dim * 2;
     let per_tensor = kv * dim * 2;
     let budget = 220 * 1024 - q;
     if !overlap {
@@ -148,11 +67,6 @@ impl AttnConfig {
             _ => self,
         }
     }
-}
-
-/// The head dimension the tiles cover: `dim` rounded up to whole 64-column tiles (module docs).
-pub fn padded_dim(dim: u32) -> u32 {
-    dim.next_multiple_of(COLS)
 }
 
 pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
@@ -188,7 +102,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let [b, h, t, hk] = super::query_grid(&mut k, &mut io, cfg, GridOrder::RowMajor);
     // Under a causal mask (and without a key split, whose parts are neighbours) the query blocks
     // are paired long with short: each block of the persistent grid gets about the same work.
-    let n_qb = io.seq.ceil_div(BLOCK_Q as i64);
+    let n_qb = io.seq.ceil_div(BLOCK as i64);
     let rank = if cfg.causal && cfg.kv_splits == 1 {
         k.pair_long_short(&t, &n_qb)
     } else {
@@ -229,11 +143,11 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             COLS,
         )
     };
-    let q_blk = &qb * BLOCK_Q as i64;
+    let q_blk = &qb * BLOCK as i64;
     let offset = cfg.last_key_offset(&io.seq, &io.seq_kv);
     let start = cfg.first_key_offset(&io.seq, &io.seq_kv);
     // This block's key blocks: all its queries need, or its part of them (`super::split`).
-    let keys = split::KeyRange::new(&io, cfg, &q_blk, &(&q_blk + (BLOCK_Q as i64 - 1)));
+    let keys = split::KeyRange::new(&io, cfg, &q_blk, &(&q_blk + (BLOCK as i64 - 1)));
     let n_kv = keys.count.clone();
     let cw = k.wave() - 4; // consumer wave, 0..8
                            // With `pingpong`, each warpgroup's matrix work is a compute cluster: its turn on the tensor
@@ -249,7 +163,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     k.roles(
         |k| {
             for (i, &qs) in q_s.iter().enumerate() {
-                let src = view(k, io.q, &h, q_blk.clone(), i as u32 * COLS, BLOCK_Q);
+                let src = view(k, io.q, &h, q_blk.clone(), i as u32 * COLS, BLOCK);
                 k.load_async_by(Scope::WarpGroup, k.smem(qs, q_slot.clone()), src);
             }
             k.wait_async(0);
@@ -313,8 +227,8 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                     });
                 }
                 if let Some(st) = &start {
-                    // The block's last query keeps keys from `q_blk + BLOCK_Q − 1 + st`.
-                    let last = &q_blk + (BLOCK_Q as i64 - 1) + st.clone();
+                    // The block's last query keeps keys from `q_blk + BLOCK − 1 + st`.
+                    let last = &q_blk + (BLOCK as i64 - 1) + st.clone();
                     k.if_(kv0.lt(&last), |k| {
                         let offset = st.clone();
                         k.mask(s, MaskRule::WindowStart { offset }, &q0, &kv0, inf)

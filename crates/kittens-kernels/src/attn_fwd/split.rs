@@ -25,23 +25,17 @@
 //! and a GPU by the tail planner's model (`kittens_grid::tail`, [`SplitScope::Every`]).
 
 use super::{AttnConfig, Io};
+pub(crate) use crate::attn::split::declare_partials;
+pub use crate::attn::split::{LSE_PARTIAL, MAX_KV_SPLITS, O_PARTIAL};
 use crate::attn::strides::{named_params, tensor_strides};
 use crate::problem::{elements, Launch, Stage};
 use crate::KernelError;
 use kittens_grid::tail::{plan_tail, SplitScope, TailInput, TailModel, TailPlan};
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_hw::Gpu;
-use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, Rounding, Schedule};
+use kittens_ir::{Access, Expr, GridOrder, Kernel, KernelBuilder, Rounding, Schedule};
 use kittens_tile::{BaseShape, Layout};
 
-/// The split kernel's partial outputs, f32 `[G, b, h, s, d]` (each part's output already divided by
-/// its own softmax sum).
-pub const O_PARTIAL: &str = "o_partial";
-/// The split kernel's partial log-sum-exps, f32 `[G, b, h, s]` (`−∞` where a row kept no key of
-/// the part).
-pub const LSE_PARTIAL: &str = "lse_partial";
-/// The most parts: the merge reads every part's log-sum-exp into registers of its own.
-pub const MAX_KV_SPLITS: u32 = 16;
 /// Waves (query rows) per block of the merge.
 const MERGE_WAVES: u32 = 4;
 
@@ -74,37 +68,6 @@ impl std::str::FromStr for KvSplits {
             )),
         }
     }
-}
-
-/// The partial outputs a split kernel writes and its merge reads (`access`), as
-/// [`O_PARTIAL`] and [`LSE_PARTIAL`], contiguous whatever the layout.
-pub(crate) fn declare_partials(
-    k: &mut KernelBuilder,
-    splits: u32,
-    [batch, heads, seq]: [&Expr; 3],
-    dim: &Expr,
-    access: Access,
-) -> (GlobalId, GlobalId) {
-    let g = ("g", Expr::c(i64::from(splits)));
-    let (b, h, s) = (
-        ("b", batch.clone()),
-        ("h", heads.clone()),
-        ("s", seq.clone()),
-    );
-    let o = k.global(
-        O_PARTIAL,
-        F32,
-        &[
-            g.clone(),
-            b.clone(),
-            h.clone(),
-            s.clone(),
-            ("d", dim.clone()),
-        ],
-        access,
-    );
-    let lse = k.global(LSE_PARTIAL, F32, &[g, b, h, s], access);
-    (o, lse)
 }
 
 /// The two launches of a split forward at a problem's `launch` (its inputs, and its outputs the

@@ -34,7 +34,7 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::nvrtc::CudaCompileReport;
+use super::compiled::CudaCompileReport;
 use crate::trust::{self, Role, TrustError};
 
 /// The largest cubin read or written (an sm_90a cubin of ours is well under 1 MiB).

@@ -14,7 +14,7 @@ use cudarc::driver::sys as cu;
 use std::rc::Rc;
 
 use super::driver::{check, Device, Stream};
-use super::gemm_kernel::StripKernel;
+use super::strip_kernel::StripKernel;
 use super::CudaError;
 use kittens_ir::SlotFill;
 use kittens_kernels::gemm::shapes::copies_misaligned;

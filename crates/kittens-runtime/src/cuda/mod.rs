@@ -19,6 +19,7 @@ pub mod bench_shapes;
 pub mod bench_time;
 pub mod cache;
 pub mod caller;
+mod compiled;
 pub mod cublas;
 pub mod cublaslt;
 pub mod device_call;
@@ -30,13 +31,12 @@ pub mod launch;
 pub mod libs;
 pub mod limits;
 pub mod nvrtc;
+mod strip_kernel;
 
 pub use cache::{CacheError, KernelCache};
+pub use compiled::{CudaCompileReport, CudaModuleImage};
 pub use driver::{Device, DeviceBuffer, Event, Function, Module, Stream, TensorMap};
-pub use nvrtc::{
-    compile, compile_with_cache, nvrtc, parse_ptxas_log, ptx, CudaCompileReport, CudaModuleImage,
-    NvrtcInfo,
-};
+pub use nvrtc::{compile, compile_with_cache, nvrtc, parse_ptxas_log, ptx, NvrtcInfo};
 
 /// Everything that can go wrong between CUDA source and a timed launch.
 #[derive(Debug, Clone, thiserror::Error)]

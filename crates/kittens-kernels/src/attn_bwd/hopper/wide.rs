@@ -24,9 +24,9 @@
 //! last step have read it) and one after (both halves stored).
 
 use super::{declare_inputs, turn, view, KeyStep, QueryWalk, StepRegs, COLS, CONSUMER_REGS};
+use crate::attn::hopper::padded_dim;
 use crate::attn::Causal;
 use crate::attn_bwd::{BwdConfig, BwdTurns};
-use crate::attn_fwd::padded_dim;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{

@@ -1,0 +1,96 @@
+//! What the Hopper (sm_90a) attention programs share: 64-column shared tiles in the 128-byte swizzle
+//! (the widest TMA/`wgmma` swizzle), blocks of two consumer warpgroups × 64 rows, the head dimension
+//! padded to whole tiles, and the forward's tiles (`crate::attn_fwd`'s producer/consumer program and
+//! the varlen and paged forwards). The backward's are in [`super::hopper_bwd`].
+
+use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_ir::{KernelBuilder, RegId, SharedId};
+use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
+
+/// Rows of a block: two consumer warpgroups × 64 (the forward's queries per block,
+/// `crate::attn_fwd::AttnConfig::block_rows`; the backward's queries or keys per block).
+pub(crate) const BLOCK: u32 = 128;
+/// Columns of one shared tile: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
+pub(crate) const COLS: u32 = 64;
+
+/// The head dimension the tiles cover: `dim` rounded up to whole 64-column tiles (`crate::attn_fwd`'s producer/consumer module docs say why).
+pub fn padded_dim(dim: u32) -> u32 {
+    dim.next_multiple_of(COLS)
+}
+
+/// The tiles of the Hopper forward's block, per 64-column half of the head dimension: Q's shared
+/// tiles (`q_slots` slots of `BLOCK` rows), the K and V rings (`kv` rows each), and each consumer
+/// wave's `16 × kv` scores `s`, their bf16 copy `p` (the next `wgmma`'s register A operand) and its
+/// `16 × 64` output accumulators. The varlen and paged forwards (`crate::attn_varlen_hopper`, `crate::attn_paged_hopper`) declare the
+/// same.
+pub(crate) struct HopperTiles {
+    pub q_s: Vec<SharedId>,
+    pub k_s: Vec<SharedId>,
+    pub v_s: Vec<SharedId>,
+    pub s: RegId,
+    pub p: RegId,
+    pub o_r: Vec<RegId>,
+}
+
+impl HopperTiles {
+    pub(crate) fn declare(
+        k: &mut KernelBuilder,
+        dim: u32,
+        kv: u32,
+        q_slots: u32,
+        rings: (u32, u32),
+    ) -> HopperTiles {
+        HopperTiles::declare_rows(k, dim, kv, BLOCK, q_slots, rings)
+    }
+
+    /// [`HopperTiles::declare`] with Q slots of `block_q` rows (64 per consumer warpgroup); key
+    /// blocks of 16 keys (`kv` 16) take P in 16-column base tiles.
+    pub(crate) fn declare_rows(
+        k: &mut KernelBuilder,
+        dim: u32,
+        kv: u32,
+        block_q: u32,
+        q_slots: u32,
+        (ring_k, ring_v): (u32, u32),
+    ) -> HopperTiles {
+        let halves = dim / COLS;
+        let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
+        let mut shared = |name: &str, rows, slots| -> Vec<SharedId> {
+            (0..halves)
+                .map(|i| k.shared_tile(&format!("{name}{i}"), swz(rows), slots))
+                .collect()
+        };
+        let (q_s, k_s, v_s) = (
+            shared("q_s", block_q, q_slots),
+            shared("k_s", kv, ring_k),
+            shared("v_s", kv, ring_v),
+        );
+        let s = k.tile("s", F32, 16, kv, Layout::Row, BaseShape::S16X16);
+        let p_base = if kv < 32 {
+            BaseShape::S16X16
+        } else {
+            BaseShape::S16X32
+        };
+        let p = k.tile("p", Bf16, 16, kv, Layout::Row, p_base);
+        let o_r = (0..halves)
+            .map(|i| {
+                k.tile(
+                    &format!("o{i}"),
+                    F32,
+                    16,
+                    COLS,
+                    Layout::Row,
+                    BaseShape::S16X16,
+                )
+            })
+            .collect();
+        HopperTiles {
+            q_s,
+            k_s,
+            v_s,
+            s,
+            p,
+            o_r,
+        }
+    }
+}
