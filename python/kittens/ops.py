@@ -739,7 +739,8 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Te
 
 
 @attention_paged.register_fake
-def _(q, k_cache, v_cache, block_table, cache_seqlens, causal=False, scale=None, num_splits=1, alibi_slopes=None):
+def _(q, k_cache, v_cache, block_table, cache_seqlens, causal=False, scale=None, num_splits=1,
+      alibi_slopes=None):
     _opchecks.alibi_slopes(alibi_slopes, q.shape[0], q.shape[2], q.device)
     return torch.empty_like(q), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 

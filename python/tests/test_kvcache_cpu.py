@@ -3,8 +3,8 @@ sequence's cache rows plus its new keys, by FlashAttention's rule (error at most
 computation's + 2^-12): a contiguous cache and a paged one (page size 16, not dividing the lengths,
 blocks in a shuffled order), cache lengths 0, 1 and odd ones, appends of 1 and 3 keys (checked in the
 cache too), GQA, causal bottom-right, the lse, ALiBi (slopes (nheads,) and (batch, nheads), the bias
-aligned bottom-right on each sequence's length after the append); stale cache rows past each length hold NaN and must not
-reach the output; bad input names the argument."""
+aligned bottom-right on each sequence's length after the append); stale cache rows past each length hold
+NaN and must not reach the output; bad input names the argument."""
 
 import pytest
 
@@ -73,7 +73,8 @@ def reference(q, logical_k, logical_v, k, v, lens, causal, dtype, scale=None, sl
         ii, jj = torch.arange(sq)[:, None], torch.arange(nk)[None, :]
         if slopes is not None:
             dist = (ii + nk - sq - jj).abs().to(torch.float64)
-            s = s + (-slopes[i].double()[:, None, None] * dist).to(s.dtype if dtype != torch.bfloat16 else torch.float32)
+            bias = -slopes[i].double()[:, None, None] * dist
+            s = s + bias.to(torch.float32 if dtype == torch.bfloat16 else s.dtype)
         if causal:
             s = s.masked_fill(jj > ii + nk - sq, float("-inf"))
         lses.append(torch.logsumexp(s.double(), -1))
@@ -181,8 +182,10 @@ def test_alibi_changes_the_output():
 def test_alibi_bad_slopes_name_the_argument(paged):
     q, kc, vc, k, v, seqlens, table, *_ = make_case([5, 9], 1, 1, 2, 1, 64, 16 if paged else None, 32, seed=1)
     kc0 = kc.clone()
-    for bad, what in ((torch.ones(3), "alibi_slopes.*shape"), (torch.ones(2, dtype=torch.float64), "alibi_slopes.*float32"),
-                      (torch.tensor([0.5, float("nan")]), "alibi_slopes.*finite"), ([0.5, 0.5], "alibi_slopes")):
+    for bad, what in ((torch.ones(3), "alibi_slopes.*shape"),
+                      (torch.ones(2, dtype=torch.float64), "alibi_slopes.*float32"),
+                      (torch.tensor([0.5, float("nan")]), "alibi_slopes.*finite"),
+                      ([0.5, 0.5], "alibi_slopes")):
         with pytest.raises((ValueError, TypeError), match=what):
             flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, block_table=table, alibi_slopes=bad)
     assert torch.equal(kc.nan_to_num(), kc0.nan_to_num()), "a refused call must not append to the cache"
