@@ -15,10 +15,9 @@ skipped there, and a NaN or infinite slope gives NaN rows as FlashAttention's ke
 from typing import Any, Optional
 
 
-def slopes(alibi_slopes: Any, batch: int, heads: int, device) -> Optional[Any]:
-    """``alibi_slopes`` as a contiguous float32 ``(batch, heads)`` tensor on ``device`` (``None``: none)."""
-    if alibi_slopes is None:
-        return None
+def check(alibi_slopes: Any, batch: int, heads: int, device) -> None:
+    """The checks that read no slope value (type, dtype, shape, device): what a fake (``torch.compile``'s
+    trace) can check too."""
     import torch
 
     if not isinstance(alibi_slopes, torch.Tensor):
@@ -32,6 +31,16 @@ def slopes(alibi_slopes: Any, batch: int, heads: int, device) -> Optional[Any]:
                          f"({batch}, {heads}), got {tuple(s.shape)}")
     if s.device != device:
         raise ValueError(f"alibi_slopes must be on q's device {device}, got {s.device}")
+
+
+def slopes(alibi_slopes: Any, batch: int, heads: int, device) -> Optional[Any]:
+    """``alibi_slopes`` as a contiguous float32 ``(batch, heads)`` tensor on ``device`` (``None``: none)."""
+    if alibi_slopes is None:
+        return None
+    import torch
+
+    check(alibi_slopes, batch, heads, device)
+    s = alibi_slopes
     if s.device.type == "cpu" and not bool(torch.isfinite(s).all()):
         bad = s[~torch.isfinite(s)][0].item()
         raise ValueError(f"alibi_slopes: every slope must be finite, got {bad}")

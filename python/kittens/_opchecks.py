@@ -109,3 +109,12 @@ def attention_args(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optiona
     if _concrete(d) and q.device.type == "cuda" and d not in _CUDA_ATTN_DIMS:
         raise ValueError(f"head dim {d}: the attention forward on CUDA (sm_90a) takes 32, 64, 96, 128, 192 or 256")
 
+
+
+def alibi_slopes(alibi: Optional[Tensor], batch: int, heads: int, device) -> None:
+    """The fakes' check of ALiBi's slopes: ``kittens._alibi.check`` (type, dtype, shape, device, naming
+    ``alibi_slopes``); the finiteness check reads values, so only the real CPU path makes it."""
+    if alibi is not None and _concrete(batch, heads):
+        from . import _alibi
+
+        _alibi.check(alibi, batch, heads, device)

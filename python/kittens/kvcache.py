@@ -5,7 +5,9 @@ headdim), or paged with ``block_table`` (batch, max_blocks) int32: (num_blocks, 
 headdim); ``cache_seqlens`` (an int or int32 (batch,)) the keys each sequence holds; new k, v
 (batch, seqlen_new, nheads_k, headdim) are written into the cache at ``cache_seqlens`` first (in place,
 as FlashAttention does) and attended to. Causal is bottom-right (query i keeps keys j <= i + seqlen_k -
-seqlen_q). Returns out like q (and with ``return_softmax_lse`` the lse float32 (batch, nheads, seqlen_q)).
+seqlen_q). ``alibi_slopes``: float32 (nheads,) or (batch, nheads), ``-slope * |i + seqlen_k - seqlen_q - j|``
+on the scaled logits, seqlen_k each sequence's length after the append (FlashAttention's rule, bottom-right;
+``kittens._alibi``). Returns out like q (and with ``return_softmax_lse`` the lse float32 (batch, nheads, seqlen_q)).
 
 How it runs. A paged cache (``block_table``): the paged decode kernel (registry ``attn_paged``,
 ``ops.attention_paged``) reads the pages in place, on every device: each block walks its sequence's pages
@@ -71,7 +73,7 @@ def _splits(num_splits: int, b: int, h: int, sq: int, steps: int, cuda: bool) ->
     return max(1, min(MAX_SPLITS, -(-_SMS // blocks), max(steps, 1)))
 
 
-def _paged(q, k_cache, v_cache, block_table, seqlens, causal, scale, num_splits, return_lse):
+def _paged(q, k_cache, v_cache, block_table, seqlens, causal, scale, num_splits, return_lse, slopes=None):
     """The paged cache read in place by the ``attn_paged`` kernel (``ops.attention_paged``)."""
     from . import ops
 
@@ -79,7 +81,7 @@ def _paged(q, k_cache, v_cache, block_table, seqlens, causal, scale, num_splits,
     steps = block_table.shape[1] * k_cache.shape[1] // _kv_block(k_cache.shape[1], d, q.is_cuda)
     g = _splits(num_splits, b, h, sq, steps, q.is_cuda)
     out, lse = ops.call("attention_paged", q.contiguous(), k_cache, v_cache, block_table.contiguous(), seqlens,
-                        bool(causal), None if scale is None else float(scale), g)
+                        bool(causal), None if scale is None else float(scale), g, slopes)
     return (out, lse) if return_lse else out
 
 
@@ -120,7 +122,7 @@ def flash_attn_with_kvcache(
 ):
     """FlashAttention's ``flash_attn_with_kvcache`` (module documentation)."""
     _refuse(rotary_cos=(rotary_cos, None), rotary_sin=(rotary_sin, None), cache_batch_idx=(cache_batch_idx, None),
-            cache_leftpad=(cache_leftpad, None), alibi_slopes=(alibi_slopes, None), softcap=(softcap, 0.0))
+            cache_leftpad=(cache_leftpad, None), softcap=(softcap, 0.0))
     if tuple(window_size) != (-1, -1):
         raise NotImplementedError(f"window_size={tuple(window_size)!r}: not taken with a KV cache (pass (-1, -1))")
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
@@ -135,6 +137,9 @@ def flash_attn_with_kvcache(
     if hk == 0 or h % hk:
         raise ValueError(f"k_cache: nheads_k = {hk} must divide q's nheads = {h}")
     dev = q.device
+    from . import _alibi
+
+    slopes = _alibi.slopes(alibi_slopes, b, h, dev)  # checked before the append mutates the cache
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("block_table", block_table),
                     ("cache_seqlens", cache_seqlens)):
         if isinstance(t, Tensor) and t.device != dev:
@@ -198,7 +203,7 @@ def flash_attn_with_kvcache(
             v_cache[blk, pos % page] = v
     if block_table is not None:
         return _paged(q, k_cache, v_cache, block_table, (used + sn).to(torch.int32), causal, softmax_scale,
-                      num_splits, return_softmax_lse)
+                      num_splits, return_softmax_lse, slopes)
     kc, vc = k_cache[:b], v_cache[:b]
     kc = kc.reshape(b * capacity, hk, d)
     vc = vc.reshape(b * capacity, hk, d)
@@ -208,7 +213,7 @@ def flash_attn_with_kvcache(
     from . import varlen  # noqa: F401  (registers the op)
 
     out, lse = torch.ops.kittens.attention_varlen(q.reshape(b * sq, h, d), kc, vc, cu_q, cu_k, sq, capacity,
-                                                  bool(causal), softmax_scale, seqused)
+                                                  bool(causal), softmax_scale, seqused, slopes)
     out = out.reshape(b, sq, h, d)
     if return_softmax_lse:
         return out, lse.reshape(h, b, sq).transpose(0, 1)

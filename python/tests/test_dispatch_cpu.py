@@ -154,3 +154,29 @@ def test_varlen_backward_prepares_the_registry_call(monkeypatch):
             _dispatch.attention_varlen_backward(*a)
     with pytest.raises(ValueError, match="alibi_slopes"):
         _dispatch.attention_varlen_backward(*args, alibi=meta(h, dtype=torch.float32))
+
+
+def test_paged_alibi_prepares_the_registry_call(monkeypatch):
+    """What the CUDA path hands ``attn_paged`` with ALiBi (on meta tensors): ``"alibi": True`` in the
+    problem and the slopes declared after ``cache_seqlens``, as ``kittens_kernels::attn_paged`` declares
+    them; slopes of the wrong shape named."""
+    seen = []
+
+    def prepare(key, entry, problem, tensors, device, free=(), extra=None):
+        seen.append((entry, problem, [t[:3] for t in tensors]))
+        return _dispatch._store(key, (None, (0, ()), None))
+
+    monkeypatch.setattr(_dispatch._core, "_prepare", prepare)
+    b, sq, h, hk, d, nb, page, mb = 3, 2, 4, 2, 64, 10, 16, 3
+    q, kc = meta(b, sq, h, d), meta(nb, page, hk, d)
+    table, lens = meta(b, mb, dtype=torch.int32), meta(b, dtype=torch.int32)
+    slopes = meta(b, h, dtype=torch.float32)
+    out, lse = _dispatch.attention_paged(q, kc, kc, table, lens, True, None, 1, alibi=slopes)
+    assert out.shape == q.shape and lse.shape == (b, h, sq)
+    entry, problem, specs = seen[-1]
+    assert entry == "attn_paged" and problem["alibi"] is True
+    names = [s[0] for s in specs]
+    assert names == ["q", "k_cache", "v_cache", "block_table", "cache_seqlens", "alibi", "o", "lse"]
+    assert specs[5] == ("alibi", [b, h], [h, 1])
+    with pytest.raises(ValueError, match="alibi_slopes"):
+        _dispatch.attention_paged(q, kc, kc, table, lens, False, None, 1, alibi=meta(h, dtype=torch.float32))

@@ -18,7 +18,7 @@ if torch.cuda.get_device_capability() != (9, 0):
     pytest.skip(f"{torch.cuda.get_device_name()} is not compute capability 9.0 (sm_90a)", allow_module_level=True)
 
 from kittens import flash_attn_with_kvcache  # noqa: E402
-from test_kvcache_cpu import CASES, PAGED_CASES, make_case, run_case  # noqa: E402
+from test_kvcache_cpu import ALIBI_CASES, CASES, PAGED_CASES, make_case, run_case  # noqa: E402
 
 # The sm_90a program's other key blocks and head dims: page 32 (32-key blocks) with 19 causal queries, page
 # 64 at head dim 256 (64-key blocks), page 128 at head dim 192 (64), lengths that no page divides.
@@ -39,6 +39,22 @@ BIG = [
 def test_matches_float64_on_cuda(case):
     e, eb = run_case(case, "cuda")
     print(f"{case}: out rel_err {e:.3e} (bf16 {eb:.3e})")
+
+
+# ALiBi on CUDA: the CPU file's cases plus the sm_90a program's wider key blocks (page 32, 256 at D128, 64
+# at D256) with split-KV.
+SM90_ALIBI_CASES = [
+    (([300, 20, 0], 0, 19, 4, 2, 128, 32, 320, True), "bh", 0),
+    (([1000, 1, 0, 77], 1, 1, 8, 2, 256, 64, 1024, False), "h", 4),
+    (([1000, 0, 1, 4095, 2048, 77, 3000, 512], 1, 1, 32, 8, 128, 256, 4096, True), "h", 0),
+    (([1000, 0, 1, 4095, 2048, 77, 3000, 512], 1, 1, 32, 8, 128, None, 4096, True), "bh", 0),
+]
+
+
+@pytest.mark.parametrize("case,alibi,splits", ALIBI_CASES + SM90_ALIBI_CASES)
+def test_alibi_matches_float64_on_cuda(case, alibi, splits):
+    e, eb = run_case(case, "cuda", num_splits=splits, alibi=alibi)
+    print(f"{case} alibi {alibi} splits {splits}: out rel_err {e:.3e} (bf16 {eb:.3e})")
 
 
 def test_no_host_synchronisation():

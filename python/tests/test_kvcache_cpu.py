@@ -2,8 +2,9 @@
 sequence's cache rows plus its new keys, by FlashAttention's rule (error at most 2x the plain bfloat16
 computation's + 2^-12): a contiguous cache and a paged one (page size 16, not dividing the lengths,
 blocks in a shuffled order), cache lengths 0, 1 and odd ones, appends of 1 and 3 keys (checked in the
-cache too), GQA, causal bottom-right, the lse; stale cache rows past each length hold NaN and must not
-reach the output; bad input names the argument."""
+cache too), GQA, causal bottom-right, the lse, ALiBi (slopes (nheads,) and (batch, nheads), the bias
+aligned bottom-right on each sequence's length after the append); stale cache rows past each length hold
+NaN and must not reach the output; bad input names the argument."""
 
 import pytest
 
@@ -54,8 +55,9 @@ def make_case(lens, sn, sq, h, hk, d, page, capacity, seed, device="cpu"):
             logical_k, logical_v)
 
 
-def reference(q, logical_k, logical_v, k, v, lens, causal, dtype, scale=None):
-    """Per sequence: keys = its first lens[b] cache rows then the new ones; out (b, sq, h, d), lse."""
+def reference(q, logical_k, logical_v, k, v, lens, causal, dtype, scale=None, slopes=None):
+    """Per sequence: keys = its first lens[b] cache rows then the new ones; out (b, sq, h, d), lse. ``slopes``
+    (batch, nheads): ALiBi's ``-slope * |i + nk - sq - j|`` on the scaled logits (FlashAttention's rule)."""
     b, sq, h, d = q.shape
     hk = logical_k.shape[2]
     outs, lses = [], []
@@ -68,8 +70,12 @@ def reference(q, logical_k, logical_v, k, v, lens, causal, dtype, scale=None):
         qs = q[i].to(dtype).transpose(0, 1)
         nk = ks.shape[1]
         s = (qs @ ks.transpose(1, 2)) * (d ** -0.5 if scale is None else scale)
+        ii, jj = torch.arange(sq)[:, None], torch.arange(nk)[None, :]
+        if slopes is not None:
+            dist = (ii + nk - sq - jj).abs().to(torch.float64)
+            bias = -slopes[i].double()[:, None, None] * dist
+            s = s + bias.to(torch.float32 if dtype == torch.bfloat16 else s.dtype)
         if causal:
-            ii, jj = torch.arange(sq)[:, None], torch.arange(nk)[None, :]
             s = s.masked_fill(jj > ii + nk - sq, float("-inf"))
         lses.append(torch.logsumexp(s.double(), -1))
         p = torch.softmax(s.float() if dtype == torch.bfloat16 else s, -1).to(dtype)
@@ -92,15 +98,24 @@ CASES = [
 ]
 
 
-def run_case(case, device, scale=None, num_splits=0):
+def run_case(case, device, scale=None, num_splits=0, alibi=None):
+    """``alibi``: None, ``"h"`` (slopes (nheads,)) or ``"bh"`` ((batch, nheads)), random of either sign."""
     lens, sn, sq, h, hk, d, page, cap, causal = case
     q, kc, vc, k, v, seqlens, table, logical, lk, lv = make_case(lens, sn, sq, h, hk, d, page, cap, seed=sum(lens) + sn,
                                                                  device=device)
+    slopes = full = None
+    if alibi is not None:
+        g = torch.Generator().manual_seed(len(lens) + h)
+        shape = (h,) if alibi == "h" else (len(lens), h)
+        slopes = (torch.rand(*shape, generator=g) - 0.3) * 0.5  # either sign, up to 0.35
+        full = slopes.expand(len(lens), h)
+        slopes = slopes.to(device)
     out, lse = flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, block_table=table, causal=causal,
-                                       softmax_scale=scale, num_splits=num_splits, return_softmax_lse=True)
+                                       softmax_scale=scale, num_splits=num_splits, return_softmax_lse=True,
+                                       alibi_slopes=slopes)
     qc, kn, vn = q.cpu(), None if k is None else k.cpu(), None if v is None else v.cpu()
-    ref, ref_lse = reference(qc, lk, lv, kn, vn, lens, causal, torch.float64, scale)
-    base, _ = reference(qc, lk, lv, kn, vn, lens, causal, torch.bfloat16, scale)
+    ref, ref_lse = reference(qc, lk, lv, kn, vn, lens, causal, torch.float64, scale, full)
+    base, _ = reference(qc, lk, lv, kn, vn, lens, causal, torch.bfloat16, scale, full)
     assert torch.isfinite(out).all(), "NaN from stale cache rows reached the output"
     e, eb = _err(out.cpu(), ref), _err(base, ref)
     assert e <= 2 * eb + FLOOR, f"out error {e:.3e}, bf16 baseline {eb:.3e}"
@@ -134,6 +149,62 @@ def test_matches_float64(case):
 def test_paged_split_kv_and_scale(num_splits):
     e, eb = run_case(([300, 1, 37, 0], 1, 2, 4, 2, 64, 16, 320, True), "cpu", scale=0.3, num_splits=num_splits)
     assert e <= 2 * eb + FLOOR
+
+
+# ALiBi on both paths: a dense cache (the varlen kernel with seqused_k) and paged ones (attn_paged), slopes
+# (nheads,) and (batch, nheads), appends, causal and not, split-KV.
+ALIBI_CASES = [
+    (([5, 0, 61], 3, 3, 4, 1, 64, None, 70, True), "h", 0),
+    (([50, 17, 1], 0, 2, 2, 2, 128, None, 64, False), "bh", 0),
+    (([33, 0, 70, 9], 1, 1, 4, 2, 64, 16, 96, True), "bh", 0),
+    (([1, 37, 300, 0], 0, 3, 3, 1, 64, 16, 320, False), "h", 3),
+    (([37, 100], 2, 2, 4, 4, 128, 48, 144, True), "bh", 2),
+]
+
+
+@pytest.mark.parametrize("case,alibi,splits", ALIBI_CASES)
+def test_alibi_matches_float64(case, alibi, splits):
+    run_case(case, "cpu", num_splits=splits, alibi=alibi)
+
+
+def test_alibi_changes_the_output():
+    """The bias reaches the kernel: the same inputs with and without slopes differ beyond the error bound."""
+    case = ([33, 0, 70, 9], 1, 1, 4, 2, 64, 16, 96, True)
+    outs = []
+    for slopes in (None, torch.full((4,), 0.25)):
+        q, kc, vc, k, v, seqlens, table, *_ = make_case(*case[:8], seed=3)
+        outs.append(flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, block_table=table,
+                                            causal=True, alibi_slopes=slopes).float())
+    assert (outs[0] - outs[1]).norm() > 0.1 * outs[0].norm()
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_alibi_bad_slopes_name_the_argument(paged):
+    q, kc, vc, k, v, seqlens, table, *_ = make_case([5, 9], 1, 1, 2, 1, 64, 16 if paged else None, 32, seed=1)
+    kc0 = kc.clone()
+    for bad, what in ((torch.ones(3), "alibi_slopes.*shape"),
+                      (torch.ones(2, dtype=torch.float64), "alibi_slopes.*float32"),
+                      (torch.tensor([0.5, float("nan")]), "alibi_slopes.*finite"),
+                      ([0.5, 0.5], "alibi_slopes")):
+        with pytest.raises((ValueError, TypeError), match=what):
+            flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, block_table=table, alibi_slopes=bad)
+    assert torch.equal(kc.nan_to_num(), kc0.nan_to_num()), "a refused call must not append to the cache"
+
+
+def test_alibi_fake_refuses_bad_slopes():
+    """``kittens::attention_paged``'s fake (torch.compile's trace) refuses the slopes the real op refuses,
+    naming ``alibi_slopes``; opcheck passes with good ones."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from kittens import ops  # noqa: F401  (registers the op)
+
+    q, kc, vc, _, _, seqlens, table, *_ = make_case([5, 20], 0, 2, 2, 1, 64, 16, 32, seed=6)
+    torch.library.opcheck(torch.ops.kittens.attention_paged.default,
+                          (q, kc, vc, table, seqlens, True, None, 2, torch.tensor([0.1, -0.2])))
+    with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+        fq, fk, fv, ft, fs = (mode.from_tensor(t) for t in (q, kc, vc, table, seqlens))
+        with pytest.raises(ValueError, match="alibi_slopes.*shape"):
+            torch.ops.kittens.attention_paged(fq, fk, fv, ft, fs, True, None, 1, mode.from_tensor(torch.ones(3)))
 
 
 def test_paged_refuses_a_page_size_the_kernel_cannot_step():

@@ -9,7 +9,9 @@
 //! read from the block table in device memory ([`kittens_ir::Expr::Elem`], no gather, no host read),
 //! so a step never crosses a page (the page size is a multiple of `kv_block`). The online softmax is
 //! FlashAttention-2 §3.1 (S = Q·Kᵀ in f32, P rounded to bf16 for P·V); causal is bottom-right (query
-//! `i` keeps keys `j ≤ i + len − seq_q`), GQA reads KV head `h / (heads / heads_kv)`.
+//! `i` keeps keys `j ≤ i + len − seq_q`), GQA reads KV head `h / (heads / heads_kv)`. ALiBi
+//! ([`PagedConfig::alibi`]) adds `−slope·|i + len − seq_q − j|` before the masks, the slopes an f32
+//! device tensor read once per block ([`crate::attn::score::Alibi`]).
 //!
 //! The trip count cannot read device memory (the analyses size loops from parameters), so the walk
 //! covers the table's capacity `max_blocks · page_size` and masks keys at or past the sequence's length;
@@ -27,13 +29,15 @@
 //! the 16-key P·V. The registry names why.
 
 use crate::attn::key_step::{KeyMasks, WaveStep};
+use crate::attn::score::Alibi;
 use crate::attn::split::{declare_partials, MAX_KV_SPLITS};
 use crate::attn::{HeadLogits, Logits, Softmax, Staged};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32, I32};
 use kittens_hw::Target;
 use kittens_ir::{
-    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, Rounding, Schedule,
+    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, RegId, Rounding,
+    Schedule,
 };
 use kittens_tile::{BaseShape, Layout};
 
@@ -52,6 +56,10 @@ pub struct PagedConfig {
     pub kv_block: u32,
     /// Parts of each query block's key walk (1: no split, `o` and `lse` written directly).
     pub splits: u32,
+    /// ALiBi ([`crate::attn::score::Alibi`]): an f32 input `alibi [batch, heads]` of slopes after
+    /// `cache_seqlens`; query `i` and key `j` of sequence `b` get `−slope·|i + len − seq_q − j|` on
+    /// their scaled logit (aligned bottom-right, FlashAttention's `alibi_slopes`).
+    pub alibi: bool,
 }
 
 impl HeadLogits for PagedConfig {
@@ -129,6 +137,8 @@ pub(crate) struct PagedIo {
     pub v_cache: GlobalId,
     pub table: GlobalId,
     pub seqlens: GlobalId,
+    /// The slopes with [`PagedConfig::alibi`].
+    pub alibi: Option<Alibi>,
     /// `o` (bf16 like `q`) or with a split `o_partial`.
     pub o: GlobalId,
     /// `lse` (f32 `[batch, heads, seq_q]`) or with a split `lse_partial`.
@@ -139,7 +149,7 @@ impl PagedIo {
     /// Parameters `batch, heads, heads_kv, seq_q, num_blocks, page_size, max_blocks`; tensors `q`
     /// (bf16 `[batch, seq_q, heads, d]`), `k_cache`, `v_cache` (bf16 `[num_blocks, page_size,
     /// heads_kv, d]`), `block_table` (i32 `[batch · max_blocks]`, row-major `[batch, max_blocks]`),
-    /// `cache_seqlens` (i32 `[batch]`), then without a split `o` (bf16 like `q`) and `lse` (f32
+    /// `cache_seqlens` (i32 `[batch]`), with ALiBi `alibi` (f32 `[batch, heads]`), then without a split `o` (bf16 like `q`) and `lse` (f32
     /// `[batch, heads, seq_q]`, natural log, `−∞` for a row that keeps no key), with one the
     /// partials `o_partial`, `lse_partial` of [`crate::attn_fwd::split`] (`seq` = `seq_q`).
     pub(crate) fn declare(k: &mut KernelBuilder, cfg: &PagedConfig) -> PagedIo {
@@ -175,6 +185,7 @@ impl PagedIo {
         let entries = [("i", &batch * max_blocks.clone())];
         let table = k.global("block_table", I32, &entries, Access::Read);
         let seqlens = k.global("cache_seqlens", I32, &[("b", batch.clone())], Access::Read);
+        let alibi = cfg.alibi.then(|| Alibi::declare(k, &batch, &heads));
         let (o, lse) = if cfg.splits > 1 {
             let rows = [&batch, &heads, &seq_q];
             declare_partials(k, cfg.splits, rows, &d, Access::Write)
@@ -200,6 +211,7 @@ impl PagedIo {
             v_cache,
             table,
             seqlens,
+            alibi,
             o,
             lse,
         }
@@ -287,17 +299,46 @@ impl Walk {
         vec![block, k0 % io.page.clone(), self.hk.clone(), col]
     }
 
-    /// The bottom-right causal offset (query `i` keeps keys `j ≤ i + offset`).
+    /// The bottom-right causal offset (query `i` keeps keys `j ≤ i + offset`), also ALiBi's shift.
     pub(crate) fn causal_offset(&self, io: &PagedIo) -> Expr {
         &self.len - io.seq_q.clone()
+    }
+
+    /// The key masks: the limit, causal bottom-right, and with ALiBi the bias from the block's head's
+    /// slope, loaded into a row vector of the score tile `s` (whose value is dead here).
+    pub(crate) fn masks(
+        &self,
+        k: &mut KernelBuilder,
+        io: &PagedIo,
+        cfg: &PagedConfig,
+        s: RegId,
+    ) -> KeyMasks {
+        let alibi = io.alibi.as_ref().map(|a| {
+            let v = k.row_vec("alibi_slope", s, F32);
+            a.load(
+                k,
+                (&self.b, &self.h),
+                s,
+                (v, Axis::Rows),
+                &cfg.logits,
+                cfg.dim,
+            );
+            (v, self.causal_offset(io))
+        });
+        KeyMasks {
+            end: self.limit.clone(),
+            causal: cfg.causal.then(|| self.causal_offset(io)),
+            alibi,
+        }
     }
 }
 
 /// The kernel's name, from its configuration (`suffix` names a target's program).
 pub(crate) fn name(cfg: &PagedConfig, suffix: &str) -> String {
     format!(
-        "attn_paged_fwd{}_kv{}{}{suffix}",
+        "attn_paged_fwd{}{}_kv{}{}{suffix}",
         if cfg.causal { "_causal" } else { "" },
+        if cfg.alibi { "_alibi" } else { "" },
         cfg.kv_block,
         if cfg.splits > 1 {
             format!("_split{}", cfg.splits)
@@ -342,11 +383,7 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
         p,
         acc,
     };
-    let masks = KeyMasks {
-        end: w.limit.clone(),
-        causal: cfg.causal.then(|| w.causal_offset(&io)),
-        alibi: None,
-    };
+    let masks = w.masks(&mut k, &io, cfg, s);
     k.for_range("kv", Expr::c(0), w.count.clone(), |k, j| {
         let k0 = w.key(&j);
         let origin = w.page_origin(&io, &k0, Expr::c(0));

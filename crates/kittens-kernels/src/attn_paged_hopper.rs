@@ -1,6 +1,6 @@
 //! The paged-KV-cache decode for Hopper (sm_90a): the tensors, parameters and meaning of
 //! [`crate::attn_paged`] (pages read in place through `block_table`, lengths from `cache_seqlens`,
-//! both read on the device; GQA; causal bottom-right; split-KV into the partials of
+//! both read on the device; GQA; causal bottom-right; ALiBi; split-KV into the partials of
 //! [`crate::attn_fwd::split`]), in the warp-specialised form of the varlen Hopper forward
 //! ([`crate::attn_varlen_hopper`], HipKittens §3.3.1, FlashAttention-3's structure): one producer
 //! warpgroup fills Q once and streams the sequence's pages through rings of shared slots, one
@@ -27,7 +27,7 @@
 //! skipped (a data-dependent trip count).
 
 use crate::attn::hopper::HopperTiles;
-use crate::attn::key_step::{KeyMasks, SharedStep};
+use crate::attn::key_step::SharedStep;
 use crate::attn::Softmax;
 use crate::attn_paged::{check, name, PagedConfig, PagedIo, Walk};
 use crate::KernelError;
@@ -100,11 +100,6 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
         p,
         o: &o_r,
     };
-    let masks = KeyMasks {
-        end: w.limit.clone(),
-        causal: cfg.causal.then(|| w.causal_offset(&io)),
-        alibi: None,
-    };
     k.roles(
         |k| {
             for (i, &qs) in q_s.iter().enumerate() {
@@ -135,6 +130,7 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
             });
         },
         |k| {
+            let masks = w.masks(k, &io, cfg, s);
             step.walk(k, &softmax, &masks, &w.count, ring, &q0, |j| w.key(j));
             softmax.inv_norm(k, inv_norm);
             for &or in &o_r {

@@ -7,19 +7,21 @@
 //! FlashAttention's rule against the per-sequence f64 reference on the gathered keys.
 //!
 //! Inputs in launch order: `q, k_cache, v_cache` (bf16), `block_table`, `cache_seqlens` (i32, held as
-//! exact f32 integers); outputs `o`, `lse`.
+//! exact f32 integers), with ALiBi (`alibi`) its slopes (f32 `[batch, heads]`, random of any sign in
+//! a run); outputs `o`, `lse`.
 
 use crate::attn::score::{AttnArgs, Logits};
 use crate::attn::{AttnLayout, AttnShape};
 use crate::attn_fwd::{split, AttnConfig};
 use crate::attn_paged::{build, kv_block_for, PagedConfig};
 use crate::problem::{
-    draw_operands, elements, param, positive, KernelProblem, Launch, NamedArgs, Plan, Reference,
-    RunSettings, Stage,
+    draw_operands, elements, param, positive, random_scaled, KernelProblem, Launch, NamedArgs,
+    Plan, Reference, RunSettings, Stage,
 };
 use crate::reference::Tolerance;
-use crate::reference_varlen::{forward, forward_bf16_baseline_lse, VarlenShape};
+use crate::reference_varlen::{forward_alibi, forward_bf16_baseline_alibi, VarlenShape};
 use crate::KernelError;
+use kittens_hw::dtype::DType;
 use kittens_hw::Target;
 use kittens_ir::Kernel;
 use rand::rngs::SmallRng;
@@ -32,6 +34,8 @@ pub struct PagedProblem {
     pub attn: AttnShape,
     pub causal: bool,
     pub logits: Logits,
+    /// ALiBi's slopes an input ([`PagedConfig::alibi`]).
+    pub alibi: bool,
     pub num_blocks: usize,
     pub page_size: usize,
     pub max_blocks: usize,
@@ -65,6 +69,7 @@ impl PagedProblem {
             attn: args.attn,
             causal: args.causal,
             logits: args.logits,
+            alibi: args.alibi,
             num_blocks,
             page_size,
             max_blocks,
@@ -87,6 +92,7 @@ impl PagedProblem {
             logits: self.logits,
             kv_block: kv_block_for(self.page_size, dim, target)?,
             splits: self.splits,
+            alibi: self.alibi,
         })
     }
 
@@ -109,6 +115,7 @@ pub fn default_config() -> PagedConfig {
         logits: Logits::default(),
         kv_block: 16,
         splits: 1,
+        alibi: false,
     }
 }
 
@@ -164,6 +171,16 @@ impl KernelProblem for PagedProblem {
             "k_cache",
             &[self.num_blocks, self.page_size, a.heads_kv, a.dim],
         )?;
+        let mut inputs = vec![
+            q,
+            kv,
+            kv,
+            elements("block_table", &[a.batch, self.max_blocks])?,
+            a.batch,
+        ];
+        if self.alibi {
+            inputs.push(elements("alibi", &[a.batch, a.heads])?);
+        }
         Ok(Launch {
             params: vec![
                 param("batch", a.batch)?,
@@ -174,13 +191,7 @@ impl KernelProblem for PagedProblem {
                 param("page_size", self.page_size)?,
                 param("max_blocks", self.max_blocks)?,
             ],
-            inputs: vec![
-                q,
-                kv,
-                kv,
-                elements("block_table", &[a.batch, self.max_blocks])?,
-                a.batch,
-            ],
+            inputs,
             outputs: vec![q, elements("lse", &[a.batch, a.heads, a.seq])?],
         })
     }
@@ -219,7 +230,7 @@ impl KernelProblem for PagedProblem {
             launch,
             what: format!(
                 "{NAME} at batch={} heads={} heads_kv={} seq={} dim={} page_size={} max_blocks={} \
-                 num_blocks={} splits={}",
+                 num_blocks={} splits={} alibi={}",
                 a.batch,
                 a.heads,
                 a.heads_kv,
@@ -228,13 +239,14 @@ impl KernelProblem for PagedProblem {
                 p.page_size,
                 p.max_blocks,
                 p.num_blocks,
-                p.splits
+                p.splits,
+                p.alibi
             ),
             work,
             shape: serde_json::json!({
                 "attn": a, "capacity": cap, "page_size": p.page_size, "max_blocks": p.max_blocks,
                 "num_blocks": p.num_blocks, "splits": p.splits, "lengths": lengths(p),
-                "causal_bottom_right": p.causal,
+                "causal_bottom_right": p.causal, "alibi": p.alibi,
             }),
         })
     }
@@ -273,7 +285,8 @@ impl KernelProblem for PagedProblem {
         )
     }
 
-    /// `q`, the caches uniform (scaled) bf16; each sequence's pages distinct, shuffled; [`lengths`].
+    /// `q`, the caches uniform (scaled) bf16; each sequence's pages distinct, shuffled; [`lengths`];
+    /// with ALiBi random slopes (f32, any sign).
     fn draw(&self, kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
         let mut inputs = draw_operands(self.run.input_scale, kernel, &launch.inputs[..3], rng);
         let mut pages: Vec<usize> = (0..self.num_blocks).collect();
@@ -285,6 +298,10 @@ impl KernelProblem for PagedProblem {
                 .collect(),
         );
         inputs.push(lengths(self).iter().map(|&x| x as f32).collect());
+        if self.alibi {
+            let n = self.attn.batch * self.attn.heads;
+            inputs.push(random_scaled(rng, n, DType::F32, self.run.input_scale));
+        }
         inputs
     }
 
@@ -315,8 +332,9 @@ impl KernelProblem for PagedProblem {
             scale: f64::from(self.logits.scale(d as u32)),
         };
         let q = &inputs[0];
-        let (o, lse) = forward(q, &k, &v, &sh);
-        let (ob, lseb) = forward_bf16_baseline_lse(q, &k, &v, &sh);
+        let slopes = inputs.get(5).filter(|_| self.alibi).map(Vec::as_slice);
+        let (o, lse) = forward_alibi(q, &k, &v, &sh, slopes);
+        let (ob, lseb) = forward_bf16_baseline_alibi(q, &k, &v, &sh, slopes);
         Reference {
             values: [o, reorder(&lse, b, h, sq)].concat(),
             baseline: Some([ob, reorder(&lseb, b, h, sq)].concat()),
@@ -339,7 +357,8 @@ fn reorder<T: Copy>(l: &[T], b: usize, h: usize, sq: usize) -> Vec<T> {
 }
 
 /// `(o, lse)` of `p` on the CPU interpreter on the caller's inputs (`q, k_cache, v_cache` as bf16-exact
-/// f32, `block_table` `[batch · max_blocks]` and `cache_seqlens` `[batch]` as exact f32 integers): the
+/// f32, `block_table` `[batch · max_blocks]` and `cache_seqlens` `[batch]` as exact f32 integers, with
+/// ALiBi the slopes `[batch, heads]`, finite, [`crate::attn::score::Alibi::check`]): the
 /// launches of [`KernelProblem::stages`], the partials passed from the split kernel to the merge.
 /// Sizes are checked against the launch before anything runs.
 pub fn run_cpu(
@@ -347,7 +366,15 @@ pub fn run_cpu(
     inputs: Vec<Vec<f32>>,
 ) -> Result<(Vec<f32>, Vec<f32>), KernelError> {
     let launch = p.launch()?;
-    let names = ["q", "k_cache", "v_cache", "block_table", "cache_seqlens"];
+    let names = [
+        "q",
+        "k_cache",
+        "v_cache",
+        "block_table",
+        "cache_seqlens",
+        "alibi",
+    ];
+    let names = &names[..launch.inputs.len()];
     if inputs.len() != names.len() {
         return Err(KernelError::Problem(format!(
             "{NAME}: {} inputs, want {}",
@@ -362,6 +389,9 @@ pub fn run_cpu(
                 got.len()
             )));
         }
+    }
+    if p.alibi {
+        crate::attn::score::Alibi::check(&inputs[5])?;
     }
     let plan = Plan {
         launch: launch.clone(),

@@ -15,7 +15,7 @@ use kittens_kernels::attn_fwd::{split::build_merge, AttnConfig};
 use kittens_kernels::attn_paged::{build, kv_block_for, PagedConfig};
 use kittens_kernels::attn_paged_problem::build_for;
 use kittens_kernels::reference::{check_rule, compare, RULE_FLOOR};
-use kittens_kernels::reference_varlen::{forward, forward_bf16_baseline, VarlenShape};
+use kittens_kernels::reference_varlen::{forward_alibi, forward_bf16_baseline_alibi, VarlenShape};
 
 /// Uniform values in [-a, a) from a 64-bit LCG (Knuth's MMIX constants), rounded to bf16.
 fn random(seed: &mut u64, n: usize, a: f32) -> Vec<f32> {
@@ -46,6 +46,8 @@ struct Case {
     causal: bool,
     scale: Option<f32>,
     splits: u32,
+    /// ALiBi: random slopes `[batch, heads]` of either sign, an input after `cache_seqlens`.
+    alibi: bool,
     seed: u64,
     /// The program: the interpreter's (`Target::Cpu`) or sm_90a's (`attn_paged_hopper`).
     target: Target,
@@ -128,8 +130,10 @@ fn check(c: &Case) {
             c.dim,
         )),
     };
-    let (want_o, want_lse) = forward(&q, &kp, &vp, &sh);
-    let base = forward_bf16_baseline(&q, &kp, &vp, &sh);
+    // Slopes of either sign up to 0.5: a bias of tens to hundreds over a long sequence.
+    let slopes = c.alibi.then(|| random(&mut s, b * h, 0.5));
+    let (want_o, want_lse) = forward_alibi(&q, &kp, &vp, &sh, slopes.as_deref());
+    let base = forward_bf16_baseline_alibi(&q, &kp, &vp, &sh, slopes.as_deref()).0;
 
     let kv_block = kv_block_for(page, c.dim, c.target).expect("a page size the kernel takes");
     let cfg = PagedConfig {
@@ -141,6 +145,7 @@ fn check(c: &Case) {
         },
         kv_block,
         splits: c.splits,
+        alibi: c.alibi,
     };
     let kernel = build_for(&cfg, c.target).expect("the paged kernel builds");
     let params = [b, h, hk, sq, num_blocks, page, max_blocks].map(|x| x as i64);
@@ -148,28 +153,18 @@ fn check(c: &Case) {
     let lens_f: Vec<f32> = c.lens.iter().map(|&x| x as f32).collect();
     let n_o = b * sq * h * d;
     let (o, lse) = if c.splits == 1 {
-        let mut t = vec![
-            q,
-            kc,
-            vc,
-            table_f,
-            lens_f,
-            vec![0.0; n_o],
-            vec![0.0; b * h * sq],
-        ];
+        let mut t = vec![q, kc, vc, table_f, lens_f];
+        t.extend(slopes.clone());
+        let at = t.len();
+        t.extend([vec![0.0; n_o], vec![0.0; b * h * sq]]);
         interp::run(&kernel, &params, &mut t).expect("the interpreter runs it");
-        (t[5].clone(), t[6].clone())
+        (t[at].clone(), t[at + 1].clone())
     } else {
         let g = c.splits as usize;
-        let mut t = vec![
-            q,
-            kc,
-            vc,
-            table_f,
-            lens_f,
-            vec![0.0; g * n_o],
-            vec![0.0; g * b * h * sq],
-        ];
+        let mut t = vec![q, kc, vc, table_f, lens_f];
+        t.extend(slopes.clone());
+        let at = t.len();
+        t.extend([vec![0.0; g * n_o], vec![0.0; g * b * h * sq]]);
         interp::run(&kernel, &params, &mut t).expect("the interpreter runs it");
         let merge = build_merge(&AttnConfig {
             dim: c.dim,
@@ -180,8 +175,8 @@ fn check(c: &Case) {
         })
         .expect("the merge builds");
         let mut m = vec![
-            t[5].clone(),
-            t[6].clone(),
+            t[at].clone(),
+            t[at + 1].clone(),
             vec![0.0; n_o],
             vec![0.0; b * h * sq],
         ];
@@ -189,8 +184,8 @@ fn check(c: &Case) {
         (m[2].clone(), m[3].clone())
     };
     let what = format!(
-        "{} lens {:?} seq_q {sq} H{h}/{hk} D{d} page {page} causal {} scale {:?} splits {}",
-        kernel.name, c.lens, c.causal, c.scale, c.splits
+        "{} lens {:?} seq_q {sq} H{h}/{hk} D{d} page {page} causal {} scale {:?} splits {} alibi {}",
+        kernel.name, c.lens, c.causal, c.scale, c.splits, c.alibi
     );
     let (ours, baseline) = (compare(&o, &want_o), compare(&base, &want_o));
     for (name, e, be) in [
@@ -236,6 +231,7 @@ fn case(lens: &[usize], page: usize) -> Case {
         causal: false,
         scale: None,
         splits: 1,
+        alibi: false,
         seed: 1,
         target: Target::Cpu,
     }
@@ -295,6 +291,45 @@ fn paged_decode_split_kv_merged() {
     });
 }
 
+/// ALiBi with the slopes read on the device: lengths no page size divides (page 16 and 48), GQA, the
+/// bias aligned bottom-right with several queries (causal and not), a split walk merged, and the
+/// sm_90a program on the interpreter.
+#[test]
+fn paged_decode_alibi_matches_f64() {
+    let alibi = |c: Case| Case { alibi: true, ..c };
+    check(&alibi(Case {
+        seed: 21,
+        ..case(&[300, 1, 37, 0], 16)
+    }));
+    check(&alibi(Case {
+        seq_q: 5,
+        causal: true,
+        scale: Some(0.3),
+        seed: 22,
+        ..case(&[100, 37, 3], 48)
+    }));
+    check(&alibi(Case {
+        seq_q: 3,
+        splits: 3,
+        seed: 23,
+        ..case(&[1000, 2, 37], 16)
+    }));
+    check(&alibi(Case {
+        seq_q: 4,
+        causal: true,
+        splits: 2,
+        seed: 24,
+        target: Target::Sm90a,
+        ..case(&[300, 1, 37, 0], 48)
+    }));
+    check(&alibi(Case {
+        seed: 25,
+        dim: 128,
+        target: Target::Sm90a,
+        ..case(&[1000, 37], 256)
+    }));
+}
+
 #[test]
 fn paged_decode_refuses_what_it_does_not_take() {
     let e = kv_block_for(24, 64, Target::Cpu).unwrap_err().to_string();
@@ -308,6 +343,7 @@ fn paged_decode_refuses_what_it_does_not_take() {
         },
         kv_block: 16,
         splits: 1,
+        alibi: false,
     };
     let e = build(&cfg).unwrap_err().to_string();
     assert!(e.contains("softcap"), "{e}");
@@ -329,7 +365,7 @@ fn registry_problem_runs_its_stages_on_the_interpreter() {
     use kittens_kernels::attn_paged_problem::{run_cpu, PagedProblem};
     use kittens_kernels::problem::{KernelProblem, NamedArgs};
     use rand::SeedableRng;
-    for splits in [1usize, 3] {
+    for (splits, alibi) in [(1usize, false), (3, false), (1, true), (3, true)] {
         let args = NamedArgs::new()
             .with("batch", 5usize)
             .with("heads", 4usize)
@@ -339,7 +375,8 @@ fn registry_problem_runs_its_stages_on_the_interpreter() {
             .with("causal", true)
             .with("page_size", 16usize)
             .with("max_blocks", 5usize)
-            .with("num_splits", splits);
+            .with("num_splits", splits)
+            .with("alibi", alibi);
         let p = PagedProblem::from_args(&args).expect("the problem parses");
         let plan = p.plan(kittens_hw::Target::Cpu).expect("the problem plans");
         let kernel = p.build(kittens_hw::Target::Cpu).expect("it builds");
@@ -356,7 +393,7 @@ fn registry_problem_runs_its_stages_on_the_interpreter() {
         let v = check_rule(ours.rel_err, b.rel_err, RULE_FLOOR);
         assert!(
             v.passed,
-            "splits {splits}: rel_err {:.3e} (bf16 {:.3e})",
+            "splits {splits} alibi {alibi}: rel_err {:.3e} (bf16 {:.3e})",
             ours.rel_err, b.rel_err
         );
         for (i, (&got, &want)) in lse.iter().zip(&r.values[n..]).enumerate() {
@@ -366,7 +403,10 @@ fn registry_problem_runs_its_stages_on_the_interpreter() {
             } else {
                 got == want
             };
-            assert!(ok, "splits {splits}: lse[{i}] = {got}, want {want}");
+            assert!(
+                ok,
+                "splits {splits} alibi {alibi}: lse[{i}] = {got}, want {want}"
+            );
         }
         eprintln!(
             "{}: rel_err {:.3e} (bf16 {:.3e})",
@@ -434,6 +474,7 @@ fn sm90a_lowers_the_hopper_paged_program_gfx942_the_plain_one() {
         logits: Logits::default(),
         kv_block: 16,
         splits: 1,
+        alibi: false,
     };
     let hopper = build_for(&cfg, Target::Sm90a).unwrap();
     let l = kittens_codegen::lower(&hopper, Target::Sm90a).expect("sm_90a lowers it");
@@ -446,6 +487,10 @@ fn sm90a_lowers_the_hopper_paged_program_gfx942_the_plain_one() {
     assert!(kittens_codegen::lower(&plain, Target::Sm90a).is_err());
     let l = kittens_codegen::lower(&plain, Target::Gfx942).expect("gfx942 lowers it");
     assert!(l.source.contains("((const int*)g_block_table)"));
+    // The ALiBi form: the slopes read through their zero-stride view on gfx942 too.
+    let alibi = build(&PagedConfig { alibi: true, ..cfg }).unwrap();
+    let l = kittens_codegen::lower(&alibi, Target::Gfx942).expect("gfx942 lowers the ALiBi form");
+    assert!(l.source.contains("g_alibi"), "the slopes are read");
     let e = kittens_codegen::lower(&plain, Target::Gfx950).unwrap_err();
     assert!(e.to_string().contains("no gfx950 MFMA"), "{e}");
     for target in [Target::Gfx942, Target::Gfx950] {

@@ -14,9 +14,10 @@ use pyo3::types::PyBytes;
 type Sizes = (usize, usize, usize, usize, usize, usize, usize, usize);
 
 /// `(out, lse)` (float32 bytes of `[batch, seq_q, heads, dim]` and `[batch, heads, seq_q]`) from
-/// `q, k_cache, v_cache` (float32 bytes), the block table (row-major) and the lengths.
+/// `q, k_cache, v_cache` (float32 bytes), the block table (row-major) and the lengths; with ALiBi
+/// the slopes `[batch, heads]` (row-major; a non-finite one is refused naming `alibi_slopes`).
 #[pyfunction]
-#[pyo3(signature = (arrays, block_table, cache_seqlens, sizes, causal, scale=None, splits=1))]
+#[pyo3(signature = (arrays, block_table, cache_seqlens, sizes, causal, scale=None, splits=1, alibi=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_paged_cpu<'py>(
     py: Python<'py>,
@@ -27,6 +28,7 @@ pub(crate) fn attention_paged_cpu<'py>(
     causal: bool,
     scale: Option<f64>,
     splits: u32,
+    alibi: Option<Vec<f32>>,
 ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
     let (batch, seq, heads, heads_kv, dim, num_blocks, page_size, max_blocks) = sizes;
     let p = PagedProblem {
@@ -39,6 +41,7 @@ pub(crate) fn attention_paged_cpu<'py>(
             layout: AttnLayout::Bshd,
         },
         causal,
+        alibi: alibi.is_some(),
         logits: Logits {
             scale: scale.map(|s| s as f32),
             softcap: None,
@@ -56,7 +59,8 @@ pub(crate) fn attention_paged_cpu<'py>(
     };
     let ints = |v: &[i64]| v.iter().map(|&x| x as f32).collect::<Vec<f32>>();
     let [q, k, v] = arrays.map(|a| floats(&a));
-    let inputs = vec![q, k, v, ints(&block_table), ints(&cache_seqlens)];
+    let mut inputs = vec![q, k, v, ints(&block_table), ints(&cache_seqlens)];
+    inputs.extend(alibi);
     let (o, lse) = interruptible(py, move || {
         let t = std::time::Instant::now();
         let r = run_cpu(&p, inputs).map_err(|e| match crate::host::kernel_error(e) {

@@ -1,6 +1,6 @@
 //! The sm_90a paged-KV-cache decode (`kittens_kernels::attn_paged_hopper`) lowered and compiled by
 //! NVRTC without spills at every head dim and key block it takes, causal and not, with and without a
-//! key split: the proof available without a GPU that the block-table reads (`Expr::Elem` in a
+//! key split, with and without ALiBi: the proof available without a GPU that the block-table reads (`Expr::Elem` in a
 //! `cp.async` fill's origin) and the per-step clip lower to valid CUDA. Its numbers are checked on
 //! the interpreter (`kittens-kernels/tests/attn_paged.rs`) and on the device by
 //! `python/tests/test_gpu_kvcache.py`.
@@ -18,8 +18,15 @@ fn paged_decode_compiles_for_sm90a_without_spills() {
     ensure_nvrtc();
     // Every head dim and key block, each mask and split form at the registry's page 16 and the
     // widest blocks (the most registers).
-    let all = [(false, 1), (true, 1), (false, 4)];
-    let plain = [(false, 1)];
+    // (causal, splits, alibi)
+    let all = [
+        (false, 1, false),
+        (true, 1, false),
+        (false, 4, false),
+        (true, 1, true),
+        (false, 4, true),
+    ];
+    let plain = [(false, 1, false)];
     for (dim, kv, forms) in [
         (64, 128, &all[..]),
         (128, 16, &all[..]),
@@ -30,15 +37,16 @@ fn paged_decode_compiles_for_sm90a_without_spills() {
         (256, 16, &all[..]),
         (256, 64, &all[..]),
     ] {
-        for &(causal, splits) in forms {
+        for &(causal, splits, alibi) in forms {
             let cfg = PagedConfig {
                 dim,
                 causal,
                 logits: Logits::default(),
                 kv_block: kv,
                 splits,
+                alibi,
             };
-            let what = format!("D{dim} kv{kv} causal {causal} splits {splits}");
+            let what = format!("D{dim} kv{kv} causal {causal} splits {splits} alibi {alibi}");
             let k = kittens_kernels::attn_paged_hopper::build(&cfg).unwrap();
             let l =
                 kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -11,26 +11,30 @@ from ._core import _dense, _HANDLES, _bf16s, _launch, _same_device, _spec, _stor
 # -- paged KV-cache decode attention --------------------------------------------------------------------
 
 
-def attention_paged(q, k_cache, v_cache, block_table, cache_seqlens, causal: bool, scale, num_splits: int = 1):
+def attention_paged(q, k_cache, v_cache, block_table, cache_seqlens, causal: bool, scale, num_splits: int = 1,
+                    alibi=None):
     """``(out, lse)`` of decode attention against a paged cache on CUDA (registry ``attn_paged``): q
     (B, Nq, H, D), the caches (num_blocks, page_size, H_kv, D), dense bfloat16; block_table int32
-    (B, max_blocks) and cache_seqlens int32 (B,), dense, read by the kernel on the device."""
+    (B, max_blocks) and cache_seqlens int32 (B,), dense, read by the kernel on the device; ``alibi``
+    ALiBi's slopes, float32 (B, H) dense (``kittens._alibi.slopes``), read on the device too."""
     key = (11, q.shape, k_cache.shape, block_table.shape, q.device, k_cache.device, v_cache.device,
-           block_table.device, cache_seqlens.device, bool(causal), scale, int(num_splits))
+           block_table.device, cache_seqlens.device, bool(causal), scale, int(num_splits),
+           None if alibi is None else (alibi.shape, alibi.stride(), alibi.dtype, alibi.device))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, bool(causal), scale,
-                             int(num_splits))
+                             int(num_splits), alibi)
     b, sq, h, _ = q.shape
     out = torch.zeros_like(q)
     lse = torch.zeros((b, h, sq), dtype=torch.float32, device=q.device)
     if rec[0] is not None:
-        ptrs = tuple(t.data_ptr() for t in (q, k_cache, v_cache, block_table, cache_seqlens, out, lse))
+        slopes = () if alibi is None else (alibi,)
+        ptrs = tuple(t.data_ptr() for t in (q, k_cache, v_cache, block_table, cache_seqlens, *slopes, out, lse))
         _launch(rec, ptrs, q.get_device(), device_obj=q.device)
     return out, lse
 
 
-def _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, causal, scale, num_splits):
+def _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, causal, scale, num_splits, alibi=None):
     _bf16s(q=q, k_cache=k_cache, v_cache=v_cache)
     dev = _same_device(q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
                        cache_seqlens=cache_seqlens)
@@ -50,12 +54,21 @@ def _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, causal,
     mb = block_table.shape[1]
     problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": sq, "dim": d, "causal": causal, "scale": scale,
                "page_size": page, "max_blocks": mb, "num_blocks": nb, "num_splits": num_splits}
+    slopes = ()
+    if alibi is not None:
+        _same_device(q=q, alibi_slopes=alibi)
+        if alibi.dtype != torch.float32 or tuple(alibi.shape) != (b, h) or not alibi.is_contiguous():
+            raise ValueError(f"alibi_slopes must be a dense float32 tensor of shape {(b, h)} (batch, nheads), got "
+                             f"{alibi.dtype} of shape {tuple(alibi.shape)}")
+        problem["alibi"] = True
+        slopes = (_spec("alibi", (b, h), (h, 1), "float32"),)
     tensors = (
         _spec("q", q.shape, (sq * h * d, h * d, d, 1)),
         _spec("k_cache", k_cache.shape, (page * hk * d, hk * d, d, 1)),
         _spec("v_cache", v_cache.shape, (page * hk * d, hk * d, d, 1)),
         _spec("block_table", (b * mb,), (1,), "int32"),
         _spec("cache_seqlens", (b,), (1,), "int32"),
+        *slopes,
         # Split, only the merge writes `o` and declares it (b, h, s, d) over the same (B, Nq, H, D)
         # memory; unsplit, the decode kernel declares it (b, s, h, d).
         _spec("o", (b, h, sq, d), (sq * h * d, d, h * d, 1)) if num_splits > 1
