@@ -2,7 +2,7 @@
 goes, per chunk size. For each shape and each chunk size (``default``: Liger's rows / ceil(V / H)):
 
 * the whole fused pass (``kittens.linear_cross_entropy`` forward and backward), the same with PyTorch's
-  GEMMs in place of the kittens GEMM (``kittens.loss.KITTENS_GEMM = False``), the op's body alone (no
+  GEMMs in place of the kittens GEMM (``kittens._lce.KITTENS_GEMM = False``), the op's body alone (no
   autograd, no backward scaling), and the fused pass's peak memory above
   the inputs, against the unfused ``matmul + F.cross_entropy`` (time and peak); ``extra``: the fused
   pass's peak beyond the inputs and the two gradients (the chunk of logits and small things), as a
@@ -50,8 +50,8 @@ def _peak(torch, fn, device: str) -> float:
 def lce_parts(torch, kittens, args, device: str = "cuda", timer=None) -> List[dict]:
     """The rows of the table. ``device``/``timer``: the CPU smoke test's (tests/test_lce_cpu.py) in place
     of CUDA and ``kittens.bench_timing.time_many``."""
-    from . import loss as loss_mod
-    from .loss import _labels_for_kernel, _mm, pitch_of
+    from . import _lce as loss_mod
+    from ._lce import _labels_for_kernel, _mm, pitch_of
     from .ops import cross_entropy_
 
     if timer is None:

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 import kittens
 
 from . import ops as _ops
+from .loss import linear_cross_entropy
 
 __all__ = ["Linear", "LayerNorm", "RMSNorm", "RotaryEmbedding", "SwiGLU", "Attention", "KVCache",
            "FallbackWarning", "attention", "apply_rotary", "rotate_half", "rms_norm", "swiglu",
@@ -417,9 +418,6 @@ class Attention(nn.Module):
             k, v = cache.append(k, v)
         o = attention(q, k, v, causal=self.causal, scale=self.scaling)
         return self.o_proj(o.transpose(1, 2).reshape(b, n, self.num_heads * self.head_dim))
-
-
-linear_cross_entropy = _ops.linear_cross_entropy
 
 
 class LinearCrossEntropy(nn.Module):

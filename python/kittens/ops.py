@@ -57,7 +57,7 @@ if torch.cuda.is_available():
 
 __all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "rotary",
            "dropout_keep", "seed_arg", "rotary_tables", "rmsnorm", "rmsnorm_backward", "swiglu",
-           "swiglu_backward", "cross_entropy_", "linear_cross_entropy", "linear_cross_entropy_forward"]
+           "swiglu_backward", "cross_entropy_", "linear_cross_entropy_forward"]
 
 
 # Each op's body is also callable as ``<op>_eager`` (the benchmarks time it alone); ``kittens.<op>`` calls
@@ -649,10 +649,10 @@ _autograd("swiglu_backward", swiglu_backward, _no_double_backward("swiglu_backwa
 
 
 # -- cross-entropy -------------------------------------------------------------------------------------
-# ``kittens::cross_entropy_``: the per-chunk kernel, in place over the logits; its body and the fused
-# linear + cross-entropy built on it live in kittens/loss.py.
+# ``kittens::cross_entropy_``: the per-chunk kernel, in place over the logits; its body is kittens/_lce.py's,
+# and the fused linear + cross-entropy built on it (kittens.linear_cross_entropy) kittens/loss.py's.
 
-from .loss import cross_entropy_eager, linear_cross_entropy  # noqa: E402
+from ._lce import cross_entropy_eager, lce_forward  # noqa: E402
 
 cross_entropy_ = _op("cross_entropy_", mutates=("logits",))(cross_entropy_eager)
 
@@ -662,12 +662,10 @@ def _(logits, labels, scale, smoothing=0.0):
     return logits.new_empty((logits.shape[0],), dtype=torch.float32)
 
 
-# ``kittens::linear_cross_entropy_forward``: the whole chunked loss as one op (body kittens/loss.py's
+# ``kittens::linear_cross_entropy_forward``: the whole chunked loss as one op (body kittens/_lce.py's
 # ``lce_forward``), so that torch.compile calls it as it is instead of unrolling its chunk loop into the
 # graph. It returns the loss and both gradients (computed in the forward, as Liger's); the backward scales
 # them by the incoming gradient.
-from .loss import lce_forward  # noqa: E402
-
 linear_cross_entropy_forward = _op("linear_cross_entropy_forward")(lce_forward)
 
 
