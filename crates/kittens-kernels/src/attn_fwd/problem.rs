@@ -385,7 +385,7 @@ impl KernelProblem for AttnProblem {
             values.extend(st.params()?);
         }
         let rows = [a.batch, a.heads, a.seq, a.dim];
-        split::stages(kernel, &cfg, &plan.launch, &values, rows)
+        crate::attn::split::stages(kernel, &cfg.merge(), &plan.launch, &values, rows)
     }
 
     /// O, then (with `p.lse`) the log-sum-exp, each judged by the rule on its own.
