@@ -21,7 +21,7 @@
 //! zeroed before P·V, so stale cache rows (NaN in an uninitialised cache) cannot leak through `0 · NaN`.
 //!
 //! Split-KV (Flash-Decoding): with `splits > 1` each query block's walk is cut into parts, one block
-//! each, writing [`crate::attn_fwd::split`]'s partials, which its merge (`build_merge`) combines.
+//! each, writing the key split's partials (`crate::attn::split`), which its merge (`build_merge`) combines.
 //!
 //! Targets: the CPU interpreter and gfx942 (V staged through LDS, [`crate::attn::Staged`];
 //! crates/kittens-runtime/tests/amd_index_reads.rs). Not sm_90a: the plain CUDA lowering refuses index

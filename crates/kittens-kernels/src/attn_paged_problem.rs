@@ -1,7 +1,7 @@
 //! `attn_paged` at a problem's sizes: `batch` sequences of `seq` new queries against a paged cache of
 //! `num_blocks` pages of `page_size` keys, `max_blocks` table entries per sequence, `heads` /
 //! `heads_kv` heads of `dim`, causal bottom-right or not, any scale, `num_splits` key parts (then the
-//! split kernel and the merge of [`crate::attn_fwd::split`] are two stages, the partials scratch).
+//! split kernel and the merge of the key split (`crate::attn::split`) are two stages, the partials scratch).
 //! A random-input run draws the lengths from the seed ([`lengths`]: the capacity, 1, 0 and random
 //! ones), gives every sequence its own pages in a shuffled order, and judges `o` and `lse` by
 //! FlashAttention's rule against the per-sequence f64 reference on the gathered keys.
@@ -11,8 +11,8 @@
 //! a run); outputs `o`, `lse`.
 
 use crate::attn::score::{AttnArgs, Logits};
+use crate::attn::split::{self, MergeConfig};
 use crate::attn::{AttnLayout, AttnShape};
-use crate::attn_fwd::{split, AttnConfig};
 use crate::attn_paged::{build, kv_block_for, PagedConfig};
 use crate::problem::{
     draw_operands, elements, param, positive, random_scaled, KernelProblem, Launch, NamedArgs,
@@ -23,7 +23,7 @@ use crate::reference_varlen::{forward_alibi, forward_bf16_baseline_alibi, Varlen
 use crate::KernelError;
 use kittens_hw::dtype::DType;
 use kittens_hw::Target;
-use kittens_ir::Kernel;
+use kittens_ir::{Kernel, Rounding};
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
@@ -96,13 +96,14 @@ impl PagedProblem {
         })
     }
 
-    fn merge_config(&self, cfg: &PagedConfig) -> AttnConfig {
-        AttnConfig {
+    fn merge_config(&self, cfg: &PagedConfig) -> MergeConfig {
+        MergeConfig {
+            splits: cfg.splits,
             dim: cfg.dim,
             layout: AttnLayout::Bshd,
+            rounding: Rounding::Rtne,
             lse: true,
-            kv_splits: cfg.splits,
-            ..AttnConfig::default()
+            strided: false,
         }
     }
 }

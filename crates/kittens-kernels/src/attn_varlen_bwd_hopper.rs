@@ -76,7 +76,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             (&n.total_k, &n.heads_kv)
         };
         // `[h, s, d]` over the packed `[s, h, d]` memory: the dense programs' BSHD declaration at
-        // batch 1, so that the strip passes of the dense atomic form (`attn_bwd::hopper_atomic`)
+        // batch 1, so that the strip passes of the dense atomic form (`crate::attn::bwd_strips`)
         // read `do` and the dQ accumulator as this program does (a prepared call checks a shared
         // tensor's dimensions in order).
         let dims = [("h", h.clone()), ("s", total.clone()), ("d", dim.clone())];

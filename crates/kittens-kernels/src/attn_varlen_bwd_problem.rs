@@ -18,8 +18,8 @@
 //! prepared call (the `cuda` backend, Python) runs them, taking the run's inputs by name
 //! ([`KernelProblem::input_names`]).
 
+use crate::attn::bwd_strips::{self, StripConfig};
 use crate::attn::AttnLayout;
-use crate::attn_bwd::{self, BwdConfig, BwdSchedule};
 use crate::attn_varlen_bwd::{self, Part};
 use crate::attn_varlen_problem::{config, totals, VarlenProblem};
 use crate::budget;
@@ -72,16 +72,17 @@ pub fn build_for(p: &VarlenProblem, target: Target) -> Result<Kernel, KernelErro
     }
 }
 
-/// The dense atomic form's strip pass `schedule` (`D` and the zeroed accumulator, or the dQ
-/// conversion) at `p`'s head dimension and scale, over BSHD tensors (the packed rows at batch 1).
-pub fn strip_pass(p: &VarlenProblem, schedule: BwdSchedule) -> Result<Kernel, KernelError> {
+/// The strip passes' configuration at `p`'s head dimension and scale, over BSHD tensors (the packed
+/// rows at batch 1).
+fn strips(p: &VarlenProblem) -> Result<StripConfig, KernelError> {
     let cfg = config(p);
-    attn_bwd::build(&BwdConfig {
-        schedule,
+    cfg.logits.check()?;
+    Ok(StripConfig {
         dim: cfg.dim,
         layout: AttnLayout::Bshd,
+        strided: false,
         logits: cfg.logits,
-        ..BwdConfig::default()
+        dlse: false,
     })
 }
 
@@ -180,7 +181,7 @@ impl KernelProblem for VarlenBwdProblem {
         Ok(vec![
             // o, do in; delta, dq_acc (zeroed) out.
             stage(
-                strip_pass(p, BwdSchedule::HopperAtomicPre)?,
+                bwd_strips::build_pre(&strips(p)?)?,
                 strip.clone(),
                 vec![o, d_o],
                 vec![lse, q],
@@ -193,12 +194,7 @@ impl KernelProblem for VarlenBwdProblem {
                 [&[q, k, v, d_o, lse, lse, cu_q, cu_k][..], &l.inputs[8..]].concat(),
                 vec![dk, dv, q],
             ),
-            stage(
-                strip_pass(p, BwdSchedule::HopperAtomicDq)?,
-                strip,
-                vec![q],
-                vec![dq],
-            ),
+            stage(bwd_strips::build_dq(&strips(p)?)?, strip, vec![q], vec![dq]),
         ])
     }
 

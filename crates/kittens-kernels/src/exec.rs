@@ -394,50 +394,64 @@ pub fn rotary(
     Ok(call(&p, None, &inputs)?.unwrap_or_default())
 }
 
-/// The gradients of [`attention`] through `attn_bwd`: from Q, K, V, the forward's O and log-sum-exp
-/// (f32 `[batch, heads, seq_q]`, natural-log units of the scaled logits, `+∞` for a row with no kept
-/// key) and the output gradient dO, all dense in `sh.layout`; returns dQ, dK, dV (dK and dV summed over
+/// The tensors of an attention backward call (dense [`attention_bwd`], packed
+/// `crate::exec_varlen::backward`): Q, K, V, the forward's O and log-sum-exp, and the output
+/// gradient dO, each as the call's layout gives it.
+#[derive(Debug, Clone, Copy)]
+pub struct BwdTensors<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub o: &'a [f32],
+    pub d_o: &'a [f32],
+    /// f32, natural-log units of the scaled logits, `+∞` for a row with no kept key.
+    pub lse: &'a [f32],
+}
+
+impl<'a> BwdTensors<'a> {
+    /// From the six in call order, `[q, k, v, o, do, lse]` (the order of [`Self::all`]).
+    pub fn new([q, k, v, o, d_o, lse]: [&'a [f32]; 6]) -> Self {
+        BwdTensors {
+            q,
+            k,
+            v,
+            o,
+            d_o,
+            lse,
+        }
+    }
+
+    /// The six in call order, `q, k, v, o, do, lse`.
+    pub fn all(&self) -> [&'a [f32]; 6] {
+        [self.q, self.k, self.v, self.o, self.d_o, self.lse]
+    }
+}
+
+/// The gradients of [`attention`] through `attn_bwd`: from `t` (the forward's log-sum-exp f32
+/// `[batch, heads, seq_q]`), all dense in `sh.layout`; returns dQ, dK, dV (dK and dV summed over
 /// each KV head's query heads). The softmax scale is the kernel's fixed `1/√d`.
-#[allow(clippy::too_many_arguments)]
 pub fn attention_bwd(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    o: &[f32],
-    d_o: &[f32],
-    lse: &[f32],
+    t: BwdTensors,
     sh: &BwdShape,
     causal: Causal,
 ) -> Result<[Vec<f32>; 3], KernelError> {
-    attention_bwd_with(q, k, v, o, d_o, lse, sh, causal, &AttnOptions::default())
+    attention_bwd_with(t, sh, causal, &AttnOptions::default())
 }
 
 /// [`attention_bwd`] with the options `opts` (as the forward that gave `o` and `lse` had them).
-#[allow(clippy::too_many_arguments)]
 pub fn attention_bwd_with(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    o: &[f32],
-    d_o: &[f32],
-    lse: &[f32],
+    t: BwdTensors,
     sh: &BwdShape,
     causal: Causal,
     opts: &AttnOptions,
 ) -> Result<[Vec<f32>; 3], KernelError> {
-    attention_bwd_dlse(q, k, v, o, d_o, lse, None, sh, causal, opts)
+    attention_bwd_dlse(t, None, sh, causal, opts)
 }
 
 /// [`attention_bwd_with`] with the log-sum-exp's gradient `dlse` (f32 `[b, h, s_q]`; `None`: the
 /// program without it) folded into the one run's preprocessing (`BwdConfig::dlse`).
-#[allow(clippy::too_many_arguments)]
 pub fn attention_bwd_dlse(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    o: &[f32],
-    d_o: &[f32],
-    lse: &[f32],
+    t: BwdTensors,
     dlse: Option<&[f32]>,
     sh: &BwdShape,
     causal: Causal,
@@ -450,14 +464,10 @@ pub fn attention_bwd_dlse(
     };
     opts.check()?;
     let lens = p.launch()?.outputs;
-    let mut inputs = vec![
-        ("Q", q),
-        ("K", k),
-        ("V", v),
-        ("O", o),
-        ("dO", d_o),
-        ("lse", lse),
-    ];
+    let mut inputs: Vec<(&str, &[f32])> = ["Q", "K", "V", "O", "dO", "lse"]
+        .into_iter()
+        .zip(t.all())
+        .collect();
     inputs.extend(dlse.map(|d| ("dlse", d)));
     inputs.extend(opts.alibi.as_deref().map(|s| ("alibi_slopes", s)));
     let all = call(&p, None, &inputs)?.unwrap_or_default();
@@ -573,13 +583,18 @@ mod tests {
         };
         let o: Vec<f32> = f.o.iter().map(|&x| bf(x)).collect();
         let lse: Vec<f32> = f.lse.iter().map(|&x| x as f32).collect();
-        let got = attention_bwd(&q, &k, &v, &o, &d_o, &lse, &sh, c).unwrap();
+        let t = BwdTensors::new([&q, &k, &v, &o, &d_o, &lse]);
+        let got = attention_bwd(t, &sh, c).unwrap();
         let want = reference_bwd::backward(&q, &k, &v, &d_o, &sh, c);
         for (g, w) in got.iter().zip([&want.dq, &want.dk, &want.dv]) {
             let e = compare(g, w);
             assert!(e.rel_err > 0.0 && e.rel_err < 1e-2, "{e:?}");
         }
-        let err = attention_bwd(&q, &k, &v, &o, &d_o, &lse[1..], &sh, c).unwrap_err();
+        let short = BwdTensors {
+            lse: &lse[1..],
+            ..t
+        };
+        let err = attention_bwd(short, &sh, c).unwrap_err();
         assert!(err.to_string().contains("lse holds 45"), "{err}");
     }
 

@@ -6,6 +6,7 @@
 //! back (a synchronisation), which is why FlashAttention trusts them; so does a CUDA path.
 
 use crate::attn_varlen::VarlenConfig;
+use crate::exec::BwdTensors;
 use crate::KernelError;
 use kittens_ir::interp;
 
@@ -211,17 +212,19 @@ pub fn forward_with(
 }
 
 /// The backward's parameters after checking the tensors' sizes against each other and the offsets.
-#[allow(clippy::too_many_arguments)]
 fn backward_params(
     cfg: &VarlenConfig,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    o: &[f32],
-    d_o: &[f32],
-    lse: &[f32],
+    t: &BwdTensors,
     p: &Packed,
 ) -> Result<[i64; 7], KernelError> {
+    let BwdTensors {
+        q,
+        k,
+        v,
+        o,
+        d_o,
+        lse,
+    } = *t;
     let d = cfg.dim as usize;
     let total_q = rows("q", q.len(), p.heads, d)?;
     let total_k = rows("k", k.len(), p.heads_kv, d)?;
@@ -240,22 +243,17 @@ fn backward_params(
 
 /// `[dq, dk, dv]` (f32, layouts of `q`, `k`, `v`) from the forward's `o` and `lse` and the upstream
 /// gradient `d_o`.
-#[allow(clippy::too_many_arguments)]
 pub fn backward(
     cfg: &VarlenConfig,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    o: &[f32],
-    d_o: &[f32],
-    lse: &[f32],
+    t: BwdTensors,
     p: &Packed,
 ) -> Result<[Vec<f32>; 3], KernelError> {
     use crate::attn_varlen_bwd::{build, Part};
-    let params = backward_params(cfg, q, k, v, o, d_o, lse, p)?;
+    let params = backward_params(cfg, &t, p)?;
     let [cq, ck] = p.offsets();
     let slopes = p.after_offsets(cfg)?;
-    let inputs = [q, k, v, o, d_o, lse].map(<[f32]>::to_vec);
+    let (q, k, v) = (t.q, t.k, t.v);
+    let inputs = t.all().map(<[f32]>::to_vec);
     let run = |part, outputs: &[usize]| -> Result<Vec<Vec<f32>>, KernelError> {
         let mut t: Vec<Vec<f32>> = inputs.to_vec();
         t.extend([cq.clone(), ck.clone()]);
@@ -275,18 +273,20 @@ pub fn backward(
 /// with what its caller does around it on the device done here: `delta = rowsum(dO∘O)` (f32
 /// products and sum, `[heads, total_q]`) before, `dq = dq_acc · scale` after. dK and dV come out of
 /// the program rounded to bf16.
-#[allow(clippy::too_many_arguments)]
 pub fn backward_sm90(
     cfg: &VarlenConfig,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    o: &[f32],
-    d_o: &[f32],
-    lse: &[f32],
+    t: BwdTensors,
     p: &Packed,
 ) -> Result<[Vec<f32>; 3], KernelError> {
-    let params = backward_params(cfg, q, k, v, o, d_o, lse, p)?;
+    let params = backward_params(cfg, &t, p)?;
+    let BwdTensors {
+        q,
+        k,
+        v,
+        o,
+        d_o,
+        lse,
+    } = t;
     let kernel = crate::attn_varlen_bwd_hopper::build(cfg)?;
     let d = cfg.dim as usize;
     let total_q = q.len() / (p.heads * d);

@@ -11,6 +11,10 @@ use kittens_hw::{Gpu, Target};
 use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId, Schedule};
 use kittens_tile::{BaseShape, Layout, Swizzle};
 
+/// The norms' backward variant naming their second launch (`dweight` from the first launch's
+/// per-wave partial sums) for `kittens compile --schedule dweight`; a run runs both launches.
+pub const DWEIGHT: &str = "dweight";
+
 /// Row lengths the row-wise kernels take (the issue of the suite: hidden sizes of 768 to 8192).
 pub const DIMS: std::ops::RangeInclusive<u32> = 768..=8192;
 /// A layernorm problem: `rows` rows of `dim` values, dropout with probability `p` keyed by

@@ -8,6 +8,7 @@ use kittens_ir::interp;
 use kittens_ir::numerics::{round, Rounding};
 use kittens_kernels::attn::score::Logits;
 use kittens_kernels::attn_varlen::{build, VarlenConfig};
+use kittens_kernels::exec::BwdTensors;
 use kittens_kernels::exec_varlen::{backward as plain_bwd, backward_sm90 as sm90_bwd, Packed};
 use kittens_kernels::reference::{check_rule, compare, RULE_FLOOR};
 use kittens_kernels::reference_varlen::{backward, forward, forward_bf16_baseline, VarlenShape};
@@ -283,16 +284,8 @@ fn bad_configurations_are_refused_by_name() {
     assert!(e.contains("softcap"), "{e}");
 }
 
-type BwdRunner = fn(
-    &VarlenConfig,
-    &[f32],
-    &[f32],
-    &[f32],
-    &[f32],
-    &[f32],
-    &[f32],
-    &Packed,
-) -> Result<[Vec<f32>; 3], kittens_kernels::KernelError>;
+type BwdRunner =
+    fn(&VarlenConfig, BwdTensors, &Packed) -> Result<[Vec<f32>; 3], kittens_kernels::KernelError>;
 
 /// The backward on lengths `lens_q`/`lens_k`: the kernel's f32 gradients against the f64 reference,
 /// judged by the rule against the plain-bf16 baseline. O and lse come from the f64 forward (rounded
@@ -341,7 +334,15 @@ fn check_bwd(
         used_k: None,
         alibi: None,
     };
-    let tensors = run(&cfg, q, k, v, &o, d_o, &lse, &packed).expect("the interpreter runs it");
+    let t = BwdTensors {
+        q,
+        k,
+        v,
+        o: &o,
+        d_o,
+        lse: &lse,
+    };
+    let tensors = run(&cfg, t, &packed).expect("the interpreter runs it");
     let what = format!(
         "bwd lens_q {lens_q:?} lens_k {lens_k:?} H{heads}/{heads_kv} D{dim} causal {causal}"
     );

@@ -451,22 +451,13 @@ fn attention_backward_cpu<'py>(
     };
     let grads = interruptible(py, move || {
         let t = std::time::Instant::now();
-        let g = kittens_kernels::exec::attention_bwd_dlse(
-            &q,
-            &k,
-            &v,
-            &o,
-            &d_o,
-            &lse,
-            dlse.as_deref(),
-            &sh,
-            causal,
-            &opts,
-        )
-        .map_err(|e| match host::kernel_error(e) {
-            ApiError::Interrupted => ApiError::Interrupted,
-            e => ApiError::Value(format!("kittens._attention_backward: {e}")),
-        })?;
+        let tensors = kittens_kernels::exec::BwdTensors::new([&q, &k, &v, &o, &d_o, &lse]);
+        let g =
+            kittens_kernels::exec::attention_bwd_dlse(tensors, dlse.as_deref(), &sh, causal, &opts)
+                .map_err(|e| match host::kernel_error(e) {
+                    ApiError::Interrupted => ApiError::Interrupted,
+                    e => ApiError::Value(format!("kittens._attention_backward: {e}")),
+                })?;
         say(&format!(
             "kittens: attention backward {sh:?} on the CPU interpreter in {:.3} s",
             t.elapsed().as_secs_f64()

@@ -112,8 +112,8 @@ pub(crate) fn attention_varlen_backward_cpu<'py>(
     let (cfg, packed) = setup(sizes, cu, causal, scale, None, alibi);
     let [q, k, v, o, d_o, lse] = arrays.map(|a| floats(&a));
     let [dq, dk, dv] = interruptible(py, move || {
-        exec_varlen::backward(&cfg, &q, &k, &v, &o, &d_o, &lse, &packed)
-            .map_err(value("flash_attn_varlen_func backward"))
+        let t = kittens_kernels::exec::BwdTensors::new([&q, &k, &v, &o, &d_o, &lse]);
+        exec_varlen::backward(&cfg, t, &packed).map_err(value("flash_attn_varlen_func backward"))
     })?;
     Ok((bytes(py, &dq), bytes(py, &dk), bytes(py, &dv)))
 }

@@ -175,7 +175,8 @@ fn bad_slopes_are_refused_by_name() {
             .to_string();
         assert!(err.contains("alibi_slopes"), "{slopes:?}: {err}");
         let lse = vec![0.0f32; sh.lse_len()];
-        let err = exec::attention_bwd_with(&x, &x, &x, &x, &x, &lse, &sh, Causal::No, &o)
+        let t = exec::BwdTensors::new([&x, &x, &x, &x, &x, &lse]);
+        let err = exec::attention_bwd_with(t, &sh, Causal::No, &o)
             .unwrap_err()
             .to_string();
         assert!(err.contains("alibi_slopes"), "{slopes:?}: {err}");

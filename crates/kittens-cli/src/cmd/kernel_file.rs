@@ -13,14 +13,14 @@
 //! never wrote shows) and their range, beside the schedule analysis's verdict.
 
 use anyhow::{bail, Context, Result};
-use kittens_hw::{Gpu, Target};
+use kittens_hw::Target;
 use kittens_ir::analysis::{analyze_launch, Options};
 use kittens_ir::{Access, Kernel};
 use kittens_kernels::problem::{
     KernelProblem, Launch, NamedArgs, Plan, Reference, RunSettings, Stage,
 };
 use kittens_kernels::reference::Tolerance;
-use kittens_kernels::registry::{KernelEntry, Status, TargetPlan};
+use kittens_kernels::registry::{KernelEntry, Status, TargetPlan, DEFAULT_SIZES};
 use kittens_kernels::KernelError;
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -49,10 +49,8 @@ static PLACEHOLDER: KernelEntry = KernelEntry {
     about: "no kernel named",
     targets: &[],
     variants: &[],
-    build_variant: kittens_kernels::registry::no_variants,
-    build_default: || Err(KernelError::Config("no kernel named".into())),
-    build_gpu: |_| Err(KernelError::Config("no kernel named".into())),
-    parse: no_reference,
+    sizes: DEFAULT_SIZES,
+    parse: |_| Err(KernelError::Config("no kernel named".into())),
 };
 
 /// Every target a kernel file is offered for: whether it fits is what lowering checks.
@@ -125,9 +123,7 @@ fn entry(
         about: leak(format!("kernel file {}", path.display())),
         targets: FILE_TARGETS,
         variants: &[],
-        build_variant: kittens_kernels::registry::no_variants,
-        build_default: loaded,
-        build_gpu: |_: &Gpu| loaded(),
+        sizes: DEFAULT_SIZES,
         parse,
     })))
 }
@@ -285,14 +281,54 @@ impl KernelProblem for FileProblem {
     }
 }
 
-/// The problem of a kernel with no reference: never reached through the runner (`run` takes the
-/// unreferenced path), an error if it is.
+/// The problem of a kernel file with no reference: it builds the file's kernel (what `check` and
+/// `compile` take, [`KernelEntry::build_for`]) and has no sizes, so a run through the runner is
+/// refused at its plan (`run` takes the unreferenced path, [`run_unreferenced`]).
 fn no_reference(_: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
-    Err(KernelError::Problem(
-        "a kernel file without --reference has no problem sizes; `kittens run --kernel-file` \
-         runs it at its -p parameters"
-            .into(),
-    ))
+    Ok(Box::new(Unjudged(RunSettings::default())))
+}
+
+/// [`no_reference`]'s problem: the kernel file's kernel, no sizes.
+#[derive(Debug)]
+struct Unjudged(RunSettings);
+
+impl Unjudged {
+    fn no_sizes() -> KernelError {
+        KernelError::Problem(
+            "a kernel file without --reference has no problem sizes; `kittens run --kernel-file` \
+             runs it at its -p parameters"
+                .into(),
+        )
+    }
+}
+
+impl KernelProblem for Unjudged {
+    fn kernel(&self) -> &'static str {
+        NONE_GIVEN
+    }
+    fn settings(&self) -> &RunSettings {
+        &self.0
+    }
+    fn launch(&self) -> Result<Launch, KernelError> {
+        Err(Self::no_sizes())
+    }
+    fn plan(&self, _: Target) -> Result<Plan, KernelError> {
+        Err(Self::no_sizes())
+    }
+    fn build(&self, _: Target) -> Result<Kernel, KernelError> {
+        loaded()
+    }
+    /// Never reached: [`Self::plan`] refuses every run first.
+    fn reference(&self, _: &[Vec<f32>]) -> Reference {
+        Reference {
+            values: Vec::new(),
+            baseline: None,
+            max_abs_logit: None,
+        }
+    }
+    fn tolerance(&self) -> Tolerance {
+        Tolerance::Fixed(0.0)
+    }
 }
 
 /// One output of an unreferenced run.

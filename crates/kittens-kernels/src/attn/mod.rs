@@ -3,9 +3,11 @@
 //! tensors' layout ([`layout`]) or caller strides ([`strides`]), the call's sizes and mask
 //! ([`shape`]), the logits' scale, cap and window ([`score`]), the online softmax ([`softmax`]),
 //! the key step of the varlen and paged forwards ([`key_step`]), the Hopper programs' tiles
-//! ([`hopper`], [`hopper_bwd`]) and a key split's partials ([`split`]). Kernels share code only
+//! ([`hopper`], [`hopper_bwd`]), the strip passes around the Hopper backwards' key blocks
+//! ([`bwd_strips`]) and a key split's partials, merge and launches ([`split`]). Kernels share code only
 //! through here, and nothing here imports a kernel.
 
+pub(crate) mod bwd_strips;
 pub(crate) mod hopper;
 pub(crate) mod hopper_bwd;
 pub(crate) mod key_step;

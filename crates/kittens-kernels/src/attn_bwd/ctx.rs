@@ -1,5 +1,5 @@
 //! What the backward's key blocks and query blocks share (`schedule.rs` builds both, `key_block.rs`
-//! holds the key block's steps): the tensors and parameters in declaration order ([`Io`]), the
+//! holds the key block's steps): the tensors and parameters in declaration order ([`PlainIo`]), the
 //! block's batch, KV head and shared rings with the statistics and softmax helpers over them
 //! ([`Ctx`]), and the sizes of the log-sum-exp tile and the `dO∘O` chunks.
 
@@ -14,8 +14,9 @@ pub(super) const LSE_ROWS: u32 = 16;
 /// Columns of one chunk of the `dO∘O` product.
 pub(super) const D_CHUNK: u32 = 32;
 
-/// The tensors and parameters, in declaration order.
-pub(super) struct Io {
+/// The plain program's tensors and parameters (one launch: every input, O included, and the outputs
+/// of its blocks), in declaration order; the Hopper launches declare theirs in `hopper::HopperIo`.
+pub(super) struct PlainIo {
     pub batch: Expr,
     pub heads: Expr,
     pub heads_kv: Expr,
@@ -37,7 +38,7 @@ pub(super) struct Io {
     pub dv: Option<GlobalId>,
 }
 
-pub(super) fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> Io {
+pub(super) fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> PlainIo {
     let [batch, heads, heads_kv, seq_q, seq_kv] =
         ["batch", "heads", "heads_kv", "seq_q", "seq_kv"].map(|n| k.param(n));
     let dim = Expr::c(i64::from(cfg.dim));
@@ -86,7 +87,7 @@ pub(super) fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> Io {
     let dq = queries.then(|| tensor(k, "dq", &heads, &seq_q, Access::Write));
     let dk = keys.then(|| tensor(k, "dk", &heads_kv, &seq_kv, Access::Write));
     let dv = keys.then(|| tensor(k, "dv", &heads_kv, &seq_kv, Access::Write));
-    Io {
+    PlainIo {
         batch,
         heads,
         heads_kv,
@@ -108,7 +109,7 @@ pub(super) fn declare_io(k: &mut KernelBuilder, cfg: &BwdConfig) -> Io {
 
 /// What both kinds of block share: the tensors, the block's batch and KV head, the rings.
 pub(super) struct Ctx {
-    pub io: Io,
+    pub io: PlainIo,
     pub cfg: BwdConfig,
     pub b: Expr,
     pub hk: Expr,

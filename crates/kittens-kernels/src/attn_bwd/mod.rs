@@ -27,7 +27,7 @@
 //!
 //! On Hopper the same algorithm is two warp-specialised launches ([`hopper`]: the query blocks, which
 //! also compute D, then the key blocks), or — FlashAttention-3's choice, to be measured against it —
-//! three ([`hopper_atomic`]): a strip pass for D, the key blocks adding dQ in f32 with atomic adds
+//! three ([`crate::attn::bwd_strips`]): a strip pass for D, the key blocks adding dQ in f32 with atomic adds
 //! (five products per block pair instead of seven, results not bit-reproducible), a strip pass
 //! converting dQ to bf16.
 //!
@@ -40,7 +40,6 @@
 
 mod ctx;
 pub(crate) mod hopper;
-mod hopper_atomic;
 mod interleave4;
 mod key_block;
 mod ping_pong;
@@ -73,7 +72,7 @@ pub enum BwdSchedule {
     /// Hopper, the query blocks (dQ), the second launch of [`BwdSchedule::HopperKv`].
     HopperQ,
     /// Hopper as FlashAttention-3 (§3.3's backward: dQ accumulated in f32 by the key blocks),
-    /// three launches ([`hopper_atomic`]): first this strip program, `D = rowsum(dO∘O)` and the f32
+    /// three launches ([`crate::attn::bwd_strips`]): first this strip program, `D = rowsum(dO∘O)` and the f32
     /// dQ accumulator zeroed;
     HopperAtomicPre,
     /// then the key blocks of [`BwdSchedule::HopperKv`] adding `dS·K` into the accumulator;
@@ -213,6 +212,17 @@ impl Default for BwdConfig {
 }
 
 impl BwdConfig {
+    /// The strip passes' configuration (`crate::attn::bwd_strips`) of this backward's atomic form.
+    pub(crate) fn strips(&self) -> crate::attn::bwd_strips::StripConfig {
+        crate::attn::bwd_strips::StripConfig {
+            dim: self.dim,
+            layout: self.layout,
+            strided: self.strided,
+            logits: self.logits,
+            dlse: self.dlse,
+        }
+    }
+
     /// The configuration for one GPU: the plain program on CDNA, the key blocks of the
     /// warp-specialised one on Hopper (its query blocks are [`BwdSchedule::HopperQ`]), with `Sᵀ` in
     /// turns (+1.5-3% over none, docs/performance.md; turns on the gradients too lost 7%).
@@ -389,9 +399,9 @@ pub fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         ))),
         BwdSchedule::HopperKv => hopper::build_kv(cfg, false),
         BwdSchedule::HopperQ => hopper::build_q(cfg),
-        BwdSchedule::HopperAtomicPre => hopper_atomic::build_pre(cfg),
+        BwdSchedule::HopperAtomicPre => crate::attn::bwd_strips::build_pre(&cfg.strips()),
         BwdSchedule::HopperAtomicKv => hopper::build_kv(cfg, true),
-        BwdSchedule::HopperAtomicDq => hopper_atomic::build_dq(cfg),
+        BwdSchedule::HopperAtomicDq => crate::attn::bwd_strips::build_dq(&cfg.strips()),
     }
 }
 

@@ -67,6 +67,8 @@ impl AttnProblem {
         p.attn_cfg.q_rows = a.u32_or("q_rows", p.attn_cfg.q_rows)?;
         p.attn_cfg.kv_block = a.u32_or("kv_block", p.attn_cfg.kv_block)?;
         p.run = RunSettings::from_args(a, &[CAUSAL, SEED001])?;
+        // The causal variant names the causal kernel: it runs with the causal mask.
+        p.args.causal |= p.run.variant == Some(CAUSAL);
         p.attn_strides = AttnStrides::from_args(a)?;
         Ok(p)
     }
@@ -99,7 +101,8 @@ pub fn variant(base: AttnConfig, name: &str) -> Result<AttnConfig, KernelError> 
 }
 
 /// A run's variant must agree with its problem: `causal` only with `p.causal` (what `--causal`
-/// already builds); `seed001` with any mask; an unknown one is refused rather than ignored.
+/// already builds, and what the variant sets in [`AttnProblem::from_args`]); `seed001` with any
+/// mask; an unknown one is refused rather than ignored.
 fn no_variant(p: &AttnProblem) -> Result<(), KernelError> {
     match p.run.variant {
         None | Some(SEED001) => Ok(()),
@@ -382,7 +385,7 @@ impl KernelProblem for AttnProblem {
             values.extend(st.params()?);
         }
         let rows = [a.batch, a.heads, a.seq, a.dim];
-        split::stages(kernel, &cfg, &plan.launch, &values, rows)
+        crate::attn::split::stages(kernel, &cfg.merge(), &plan.launch, &values, rows)
     }
 
     /// O, then (with `p.lse`) the log-sum-exp, each judged by the rule on its own.

@@ -60,18 +60,23 @@ impl CrossEntropyProblem {
     /// `smoothing`, `f32_logits` (and the run settings).
     pub fn from_args(a: &NamedArgs) -> Result<CrossEntropyProblem, KernelError> {
         let d = CrossEntropyProblem::default();
+        let run = RunSettings::from_args(a, &[F32])?;
         Ok(CrossEntropyProblem {
             rows: a.size_or("rows", d.rows)?,
             vocab: a.size_or("norm_dim", d.vocab)?,
             pitch: a.opt_size_or("pitch", d.pitch)?,
             options: CrossEntropyOptions {
                 smoothing: a.f32_or("smoothing", d.options.smoothing)?,
-                f32_logits: a.flag_or("f32_logits", d.options.f32_logits)?,
+                f32_logits: a.flag_or("f32_logits", d.options.f32_logits)?
+                    || run.variant == Some(F32),
             },
-            run: RunSettings::from_args(a, &[])?,
+            run,
         })
     }
 }
+
+/// The variant of f32 logits (`kittens compile --schedule f32`): the setting `f32_logits`.
+pub const F32: &str = "f32";
 
 /// The registry's parser of `cross_entropy`'s problem.
 pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {

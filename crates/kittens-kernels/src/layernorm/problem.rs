@@ -53,6 +53,7 @@ impl LayerNormProblem {
     pub fn from_args(
         a: &NamedArgs,
         strided: &[&'static str],
+        variants: &[&'static str],
     ) -> Result<LayerNormProblem, KernelError> {
         let d = NormShape::default();
         Ok(LayerNormProblem {
@@ -65,7 +66,7 @@ impl LayerNormProblem {
             },
             eps: a.opt_f32_or("eps", None)?,
             strides: RowStrides::from_args(a, strided)?,
-            run: RunSettings::from_args(a, &[])?,
+            run: RunSettings::from_args(a, variants)?,
         })
     }
 
@@ -82,7 +83,7 @@ impl LayerNormProblem {
 
 /// The registry's parser of `layernorm`'s problem.
 pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
-    Ok(Box::new(LayerNormProblem::from_args(a, &FWD_STRIDED)?))
+    Ok(Box::new(LayerNormProblem::from_args(a, &FWD_STRIDED, &[])?))
 }
 
 /// The registry's parser of `layernorm_bwd`'s problem.
@@ -90,6 +91,7 @@ pub fn parse_bwd(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
     Ok(Box::new(LayerNormBwdProblem(LayerNormProblem::from_args(
         a,
         &BWD_STRIDED,
+        &[crate::rows::DWEIGHT],
     )?)))
 }
 
@@ -304,7 +306,10 @@ impl KernelProblem for LayerNormBwdProblem {
 
     fn build(&self, target: Target) -> Result<Kernel, KernelError> {
         let (cfg, lp) = bwd_config(&self.0, target)?;
-        build_bwd(&cfg, &lp)
+        match self.0.run.variant {
+            Some(crate::rows::DWEIGHT) => build_dweight(&cfg, &lp),
+            _ => build_bwd(&cfg, &lp),
+        }
     }
 
     /// `dx`, `dresidual` and the scratches, then `dweight` and `dbias` from the scratches (passed by

@@ -8,8 +8,8 @@ use crate::problem::{KernelProblem, NamedArgs};
 mod paged;
 mod varlen;
 use crate::{
-    attn, attn_bwd, attn_fwd, attn_varlen, attn_varlen_problem, cross_entropy, gemm, layernorm,
-    rmsnorm, rotary, rows, swiglu, KernelError,
+    attn_bwd, attn_fwd, attn_varlen_problem, cross_entropy, gemm, layernorm, rmsnorm, rotary,
+    swiglu, KernelError,
 };
 use kittens_hw::{Gpu, Target};
 use kittens_ir::Kernel;
@@ -80,15 +80,10 @@ pub struct KernelEntry {
     pub targets: &'static [TargetPlan],
     /// Other configurations than the targets' defaults, by name.
     pub variants: &'static [Variant],
-    /// The kernel in the named variant for a GPU (reached only for names `variants` lists).
+    /// The named arguments the registry's builds give its problem beyond the problem's defaults
+    /// ([`Self::build_for`]: the configuration `kittens compile` and `check` report).
     #[serde(skip)]
-    pub build_variant: fn(&Gpu, &str) -> Result<Kernel, KernelError>,
-    /// The default configuration (the CPU interpreter's).
-    #[serde(skip)]
-    pub build_default: fn() -> Result<Kernel, KernelError>,
-    /// The configuration for one GPU model.
-    #[serde(skip)]
-    pub build_gpu: fn(&Gpu) -> Result<Kernel, KernelError>,
+    pub sizes: BuildSizes,
     /// Its problem (its own type, [`KernelProblem`]: launch, inputs, reference, tolerance) parsed
     /// from named arguments; names it does not know are left unread ([`NamedArgs::unread`]).
     #[serde(skip)]
@@ -101,9 +96,33 @@ impl KernelEntry {
         self.targets.iter().find(|p| p.target == target)
     }
 
-    /// The kernel as built for `target`: the default configuration on the CPU, the configuration for
-    /// the target's GPU (`Target::gpu`) elsewhere. A target the kernel does not lower to yet is an
-    /// error that says why.
+    /// The named arguments of the registry's build for `target` in variant `variant`: the entry's
+    /// [`BuildSizes`] and the variant's name.
+    fn build_args(&self, target: Target, variant: Option<&str>) -> NamedArgs {
+        let sizes = match target {
+            Target::Cpu => self.sizes.cpu,
+            _ => self.sizes.gpu,
+        };
+        let mut a = NamedArgs::new();
+        for &(name, v) in sizes {
+            a.set(name, v);
+        }
+        if let Some(v) = variant {
+            a.set("variant", v);
+        }
+        a
+    }
+
+    /// The one way the registry builds a kernel: its problem at [`Self::build_args`], built for
+    /// `target` ([`KernelProblem::build`]), whether or not the registry's plan lowers it yet.
+    fn build_problem(&self, target: Target, variant: Option<&str>) -> Result<Kernel, KernelError> {
+        self.problem(&self.build_args(target, variant))?
+            .build(target)
+    }
+
+    /// The kernel as built for `target`: its problem at the registry's sizes ([`BuildSizes`]) built
+    /// for the target (the CPU's tiles, the target GPU's configuration elsewhere). A target the
+    /// kernel does not lower to yet is an error that says why.
     pub fn build_for(&self, target: Target) -> Result<Kernel, KernelError> {
         let not_yet = |why: &str| KernelError::NotForTarget {
             kernel: self.name,
@@ -113,16 +132,13 @@ impl KernelEntry {
         match self.plan(target).map(|p| p.status) {
             None => Err(not_yet("the registry lists no plan for this target")),
             Some(Status::NotYet { why }) => Err(not_yet(why)),
-            Some(_) => match target.gpu() {
-                Some(gpu) => (self.build_gpu)(gpu),
-                None => (self.build_default)(),
-            },
+            Some(_) => self.build_problem(target, None),
         }
     }
 
-    /// The kernel as built for `target` in its variant `name` (`None`: [`Self::build_for`]). A name
-    /// the kernel does not have, or a target the variant does not list, is an error naming the valid
-    /// ones.
+    /// The kernel as built for `target` in its variant `name` (`None`: [`Self::build_for`]): its
+    /// problem with the run setting `variant`. A name the kernel does not have, or a target the
+    /// variant does not list, is an error naming the valid ones.
     pub fn build_variant(&self, target: Target, name: Option<&str>) -> Result<Kernel, KernelError> {
         let Some(name) = name else {
             return self.build_for(target);
@@ -142,36 +158,35 @@ impl KernelEntry {
                 known()
             )));
         };
-        match target.gpu() {
-            Some(gpu) if v.targets.contains(&target) => {
-                // The target's plan must be available too (a target not yet lowered stays refused).
-                self.build_for(target)?;
-                (self.build_variant)(gpu, name)
-            }
-            _ => Err(KernelError::NotForTarget {
-                kernel: self.name,
-                target,
-                why: format!(
-                    "the variant `{name}` is built for {}",
-                    v.targets
-                        .iter()
-                        .map(|t| t.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ),
-            }),
+        if v.targets.contains(&target) {
+            // The target's plan must be available too (a target not yet lowered stays refused).
+            self.build_for(target)?;
+            return self.build_problem(target, Some(name));
         }
+        Err(KernelError::NotForTarget {
+            kernel: self.name,
+            target,
+            why: format!(
+                "the variant `{name}` is built for {}",
+                v.targets
+                    .iter()
+                    .map(|t| t.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        })
     }
 
     /// The kernel configured for one GPU model, whether or not its target lowers it yet (the schedule
-    /// analysis and the planners read any model of the catalog).
+    /// analysis and the planners read any model of the catalog): the build for the model's target
+    /// (the catalog's models of one architecture share their configurations).
     pub fn build_for_gpu(&self, gpu: &Gpu) -> Result<Kernel, KernelError> {
-        (self.build_gpu)(gpu)
+        self.build_problem(Target::from(gpu.arch), None)
     }
 
-    /// The default configuration (the paper's shapes), as the CPU interpreter runs it.
+    /// The default configuration, as the CPU interpreter runs it: the build for [`Target::Cpu`].
     pub fn build_default(&self) -> Result<Kernel, KernelError> {
-        (self.build_default)()
+        self.build_problem(Target::Cpu, None)
     }
 
     /// The kernel's problem at the sizes and settings `args` name (its defaults for the others):
@@ -195,19 +210,34 @@ impl KernelEntry {
     }
 }
 
-/// `attn_bwd`'s variants: the AMD schedules of the key blocks, and the Hopper query-block launch.
-fn attn_bwd_variant(gpu: &Gpu, v: &str) -> Result<Kernel, KernelError> {
-    attn_bwd::build(&attn_bwd::problem::variant(
-        attn_bwd::BwdConfig::for_gpu(gpu),
-        v,
-    )?)
+/// The sizes the registry builds a kernel at, beyond its problem's defaults (named arguments of
+/// [`KernelEntry::problem`]): the CPU's (the interpreter's) and every GPU target's. The GPU builds
+/// take the paper's shapes where the configuration depends on one (attention at head dimension 128,
+/// a norm's row at Llama's width); the row-wise kernels whose offsets narrow to 32 bits when the
+/// rows allow ([`crate::rows::RowLoop::index32`]) are built at [`ANY_ROWS`], so that the registry's
+/// kernel serves any row count.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct BuildSizes {
+    pub cpu: &'static [(&'static str, u64)],
+    pub gpu: &'static [(&'static str, u64)],
 }
 
-/// `build_variant` of a kernel without variants: never reached, since [`KernelEntry::build_variant`]
-/// refuses a name its `variants` do not list before calling it.
-pub fn no_variants(_: &Gpu, v: &str) -> Result<Kernel, KernelError> {
-    Err(KernelError::Config(format!("no variant `{v}`")))
-}
+/// Rows past 32-bit offsets at every registered row length (`kittens_ir::INDEX32_MAX_SPAN` is
+/// 2^30 elements; the shortest row built is the CPU's 1000).
+pub const ANY_ROWS: u64 = 1 << 21;
+
+/// The problem's defaults on every target.
+pub const DEFAULT_SIZES: BuildSizes = BuildSizes { cpu: &[], gpu: &[] };
+
+/// Head dimension 128 on every target (the attention kernels' paper shape).
+const HEAD_DIM_128: BuildSizes = BuildSizes {
+    cpu: &[("dim", 128)],
+    gpu: &[("dim", 128)],
+};
+
+/// The GEMMs' GPU builds: a square problem large enough that every target takes its GPU's own
+/// block (`gemm::GemmConfig::for_gpu`; smaller ones may take a smaller block per shape).
+const GEMM_GPU_SIZES: &[(&str, u64)] = &[("m", 8192), ("n", 8192), ("k", 8192)];
 
 /// The GEMMs' variants (both element types: the same tile program).
 const GEMM_VARIANTS: &[Variant] = &[Variant {
@@ -245,12 +275,10 @@ const GEMM_BF16: KernelEntry = KernelEntry {
         },
     ],
     variants: GEMM_VARIANTS,
-    build_variant: |gpu, v| {
-        let base = gemm::GemmConfig::for_gpu(gpu);
-        gemm::build(&gemm::problem::variant(base, gpu, v)?)
+    sizes: BuildSizes {
+        cpu: &[],
+        gpu: GEMM_GPU_SIZES,
     },
-    build_default: || gemm::build(&gemm::GemmConfig::default()),
-    build_gpu: |gpu| gemm::build(&gemm::GemmConfig::for_gpu(gpu)),
     parse: gemm::problem::parse_bf16,
 };
 
@@ -283,12 +311,10 @@ const GEMM_FP8: KernelEntry = KernelEntry {
         },
     ],
     variants: GEMM_VARIANTS,
-    build_variant: |gpu, v| {
-        let base = gemm::GemmConfig::fp8_for_gpu(gpu);
-        gemm::build(&gemm::problem::variant(base, gpu, v)?)
+    sizes: BuildSizes {
+        cpu: &[],
+        gpu: GEMM_GPU_SIZES,
     },
-    build_default: || gemm::build(&gemm::GemmConfig::fp8_default()),
-    build_gpu: |gpu| gemm::build(&gemm::GemmConfig::fp8_for_gpu(gpu)),
     parse: gemm::problem::parse_fp8,
 };
 
@@ -338,16 +364,12 @@ const ATTN_FWD: KernelEntry = KernelEntry {
         },
     ],
     variants: ATTN_FWD_VARIANTS,
-    build_variant: |gpu, v| {
-        attn_fwd::build(&attn_fwd::problem::variant(
-            attn_fwd::AttnConfig::for_gpu(gpu),
-            v,
-        )?)
-    },
-    build_default: || attn_fwd::build(&attn_fwd::AttnConfig::default()),
     // The default tiles fit both CDNA targets (tests/schedules.rs `attention_fits_cdna`); Hopper gets
     // the producer/consumer program.
-    build_gpu: |gpu| attn_fwd::build(&attn_fwd::AttnConfig::for_gpu(gpu)),
+    sizes: BuildSizes {
+        cpu: &[("dim", 128), ("q_rows", 32), ("kv_block", 32)],
+        gpu: &[("dim", 128)],
+    },
     parse: attn_fwd::problem::parse,
 };
 
@@ -383,26 +405,7 @@ const ATTN_VARLEN: KernelEntry = KernelEntry {
                 rows (a KV cache's lengths, flash_attn_with_kvcache)",
         targets: &[Target::Sm90a],
     }],
-    build_variant: |gpu, v| {
-        if v != attn_varlen_problem::SEQUSED_K {
-            return no_variants(gpu, v);
-        }
-        let p = attn_varlen_problem::VarlenProblem {
-            run: crate::problem::RunSettings {
-                variant: Some(attn_varlen_problem::SEQUSED_K),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        attn_varlen_problem::build_for(&attn_varlen_problem::config(&p), Target::from(gpu.arch))
-    },
-    build_default: || attn_varlen::build(&attn_varlen_problem::config(&Default::default())),
-    build_gpu: |gpu| {
-        attn_varlen_problem::build_for(
-            &attn_varlen_problem::config(&Default::default()),
-            Target::from(gpu.arch),
-        )
-    },
+    sizes: DEFAULT_SIZES,
     parse: attn_varlen_problem::parse,
 };
 
@@ -437,8 +440,6 @@ const ATTN_BWD: KernelEntry = KernelEntry {
             status: Status::Interpreted,
         },
     ],
-    build_default: || attn_bwd::build(&attn_bwd::BwdConfig::default()),
-    build_gpu: |gpu| attn_bwd::build(&attn_bwd::BwdConfig::for_gpu(gpu)),
     variants: &[
         Variant {
             name: attn_bwd::problem::INTERLEAVE4,
@@ -465,7 +466,7 @@ const ATTN_BWD: KernelEntry = KernelEntry {
             targets: &[Target::Sm90a],
         },
     ],
-    build_variant: attn_bwd_variant,
+    sizes: HEAD_DIM_128,
     parse: attn_bwd::problem::parse,
 };
 
@@ -498,10 +499,11 @@ const LAYERNORM: KernelEntry = KernelEntry {
             status: Status::Interpreted,
         },
     ],
-    build_default: || layernorm::build(&layernorm::LayerNormConfig::new(1000, 0.1, 32)),
-    build_gpu: |gpu| layernorm::build(&layernorm::LayerNormConfig::for_gpu(gpu, 2048, 0.1)),
     variants: &[],
-    build_variant: no_variants,
+    sizes: BuildSizes {
+        cpu: &[],
+        gpu: &[("norm_dim", 2048)],
+    },
     parse: layernorm::problem::parse,
 };
 
@@ -531,6 +533,11 @@ const fn rotary_plans(sm90a: Status) -> [TargetPlan; 4] {
 const ROTARY_PLANS: [TargetPlan; 4] = rotary_plans(Status::Measured {
     evidence: "docs/performance.md#layernorm-and-rotary-sm_90a",
 });
+/// The rotary kernels' GPU builds at head dimension 128 (the CPU's: the problem's 64).
+const ROTARY_SIZES: BuildSizes = BuildSizes {
+    cpu: &[],
+    gpu: &[("dim", 128)],
+};
 const ROTARY_BWD_PLANS: [TargetPlan; 4] = rotary_plans(Status::Compiles);
 
 const ROTARY: KernelEntry = KernelEntry {
@@ -539,22 +546,8 @@ const ROTARY: KernelEntry = KernelEntry {
         "rotary position embedding on q or k, BSHD/BHSD, half rotation (GPT-NeoX) or interleaved \
             (GPT-J), cos/sin tables given (HipKittens Fig. 9)",
     targets: &ROTARY_PLANS,
-    build_default: || {
-        rotary::build(&rotary::RotaryConfig::new(
-            64,
-            attn::AttnLayout::Bshd,
-            false,
-        ))
-    },
-    build_gpu: |_| {
-        rotary::build(&rotary::RotaryConfig::new(
-            128,
-            attn::AttnLayout::Bshd,
-            false,
-        ))
-    },
     variants: &[],
-    build_variant: no_variants,
+    sizes: ROTARY_SIZES,
     parse: rotary::problem::parse,
 };
 
@@ -563,20 +556,8 @@ const ROTARY_BWD: KernelEntry = KernelEntry {
     about: "rotary's backward: dx = dy rotated by -theta (rotary with the sine negated), same \
             layouts and forms",
     targets: &ROTARY_BWD_PLANS,
-    build_default: || {
-        rotary::build(&rotary::RotaryConfig {
-            inverse: true,
-            ..rotary::RotaryConfig::new(64, attn::AttnLayout::Bshd, false)
-        })
-    },
-    build_gpu: |_| {
-        rotary::build(&rotary::RotaryConfig {
-            inverse: true,
-            ..rotary::RotaryConfig::new(128, attn::AttnLayout::Bshd, false)
-        })
-    },
     variants: &[],
-    build_variant: no_variants,
+    sizes: ROTARY_SIZES,
     parse: rotary::problem::parse_bwd,
 };
 
@@ -609,9 +590,12 @@ macro_rules! plain_targets {
 }
 
 /// Row length of the norms' GPU builds (Llama-2-7B's hidden size).
-const NORM_DIM: u32 = 4096;
+const NORM_DIM: u64 = 4096;
 /// Width F of SwiGLU's GPU builds (Llama-3-8B's intermediate size).
-const SWIGLU_F: u32 = 14336;
+const SWIGLU_SIZES: BuildSizes = BuildSizes {
+    cpu: &[],
+    gpu: &[("norm_dim", 14336)],
+};
 const GPU_TARGETS: &[Target] = &[Target::Gfx942, Target::Gfx950, Target::Sm90a];
 
 const RMSNORM: KernelEntry = KernelEntry {
@@ -623,10 +607,11 @@ const RMSNORM: KernelEntry = KernelEntry {
         "plain, one 16-byte chunk per lane: rows split over waves",
         "plain, one 16-byte chunk per lane: rows split over waves"
     ),
-    build_default: || rmsnorm::build(&rmsnorm::RmsNormConfig::new(1000, true, 32)),
-    build_gpu: |gpu| rmsnorm::build(&rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true)),
     variants: &[],
-    build_variant: no_variants,
+    sizes: BuildSizes {
+        cpu: &[],
+        gpu: &[("norm_dim", NORM_DIM)],
+    },
     parse: rmsnorm::problem::parse,
 };
 
@@ -638,22 +623,14 @@ const RMSNORM_BWD: KernelEntry = KernelEntry {
         "plain, rows split over waves, one 16-wave block per SM or CU (more when smaller) looping over the rows; then the dweight launch",
         "plain, rows split over waves, one 16-wave block per SM or CU (more when smaller) looping over the rows; then the dweight launch (variant `dweight`)"
     ),
-    build_default: || {
-        let cfg = rmsnorm::RmsNormConfig::new(1000, true, 32);
-        rmsnorm::build_bwd(&cfg, &rows::RowLoop::for_gpu(None, cfg.waves))
-    },
-    build_gpu: |gpu| {
-        let cfg = rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true);
-        rmsnorm::build_bwd(&cfg, &rows::RowLoop::for_gpu(Some(gpu), cfg.waves))
-    },
     variants: &[Variant {
         name: "dweight",
         about: "the backward's second launch: dweight from the first launch's partial sums",
         targets: GPU_TARGETS,
     }],
-    build_variant: |gpu, _| {
-        let cfg = rmsnorm::RmsNormConfig::for_gpu(gpu, NORM_DIM, true);
-        rmsnorm::build_dweight(&cfg, &rows::RowLoop::for_gpu(Some(gpu), cfg.waves))
+    sizes: BuildSizes {
+        cpu: &[("rows", ANY_ROWS)],
+        gpu: &[("rows", ANY_ROWS), ("norm_dim", NORM_DIM)],
     },
     parse: rmsnorm::problem::parse_bwd,
 };
@@ -667,22 +644,14 @@ const LAYERNORM_BWD: KernelEntry = KernelEntry {
         "plain, rows split over waves, one 16-wave block per SM or CU (more when smaller) looping over the rows; then the dweight launch",
         "plain, rows split over waves, one 16-wave block per SM or CU (more when smaller) looping over the rows; then the dweight launch (variant `dweight`)"
     ),
-    build_default: || {
-        let cfg = layernorm::LayerNormConfig::new(1000, 0.1, 32);
-        layernorm::bwd::build_bwd(&cfg, &rows::RowLoop::for_gpu(None, cfg.waves))
-    },
-    build_gpu: |gpu| {
-        let cfg = layernorm::LayerNormConfig::for_gpu(gpu, NORM_DIM, 0.1);
-        layernorm::bwd::build_bwd(&cfg, &rows::RowLoop::for_gpu(Some(gpu), cfg.waves))
-    },
     variants: &[Variant {
         name: "dweight",
         about: "the backward's second launch: dweight and dbias from the first launch's partial sums",
         targets: GPU_TARGETS,
     }],
-    build_variant: |gpu, _| {
-        let cfg = layernorm::LayerNormConfig::for_gpu(gpu, NORM_DIM, 0.1);
-        layernorm::bwd::build_dweight(&cfg, &rows::RowLoop::for_gpu(Some(gpu), cfg.waves))
+    sizes: BuildSizes {
+        cpu: &[("rows", ANY_ROWS)],
+        gpu: &[("rows", ANY_ROWS), ("norm_dim", NORM_DIM)],
     },
     parse: layernorm::problem::parse_bwd,
 };
@@ -703,10 +672,8 @@ const SWIGLU: KernelEntry = KernelEntry {
         "plain, one 16-byte chunk per lane, 4 strips of a row per block",
         "plain, one 16-byte chunk per lane, 4 strips of a row per block"
     ),
-    build_default: || swiglu::build(&swiglu::SwigluConfig::new(1000, false, 32)),
-    build_gpu: |gpu| swiglu::build(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, false)),
     variants: SWIGLU_VARIANTS,
-    build_variant: |gpu, _| swiglu::build(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, true)),
+    sizes: SWIGLU_SIZES,
     parse: swiglu::problem::parse,
 };
 
@@ -718,10 +685,8 @@ const SWIGLU_BWD: KernelEntry = KernelEntry {
         "plain, one 16-byte chunk per lane, 4 strips of a row per block",
         "plain, one 16-byte chunk per lane, 4 strips of a row per block"
     ),
-    build_default: || swiglu::build_bwd(&swiglu::SwigluConfig::new(1000, false, 32)),
-    build_gpu: |gpu| swiglu::build_bwd(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, false)),
     variants: SWIGLU_VARIANTS,
-    build_variant: |gpu, _| swiglu::build_bwd(&swiglu::SwigluConfig::for_gpu(gpu, SWIGLU_F, true)),
+    sizes: SWIGLU_SIZES,
     parse: swiglu::problem::parse_bwd,
 };
 
@@ -735,18 +700,12 @@ const CROSS_ENTROPY: KernelEntry = KernelEntry {
         "plain, one row per block, interleaved strips of 2 chunks per lane, two passes",
         "plain, one row per block, interleaved strips of 2 chunks per lane, two passes"
     ),
-    build_default: || cross_entropy::build(&cross_entropy::CrossEntropyConfig::new(false, 0.0, 32)),
-    build_gpu: |gpu| {
-        cross_entropy::build(&cross_entropy::CrossEntropyConfig::for_gpu(gpu, false, 0.0))
-    },
     variants: &[Variant {
         name: "f32",
         about: "float32 logits and gradient",
         targets: GPU_TARGETS,
     }],
-    build_variant: |gpu, _| {
-        cross_entropy::build(&cross_entropy::CrossEntropyConfig::for_gpu(gpu, true, 0.0))
-    },
+    sizes: DEFAULT_SIZES,
     parse: cross_entropy::problem::parse,
 };
 

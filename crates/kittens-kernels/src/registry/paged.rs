@@ -1,8 +1,8 @@
 //! The registry entry of `attn_paged` (decode attention against a paged KV cache), in a file of its own
 //! so that the registry's table stays short.
 
-use super::{no_variants, KernelEntry, Status, TargetPlan};
-use crate::{attn_paged, attn_paged_problem};
+use super::{KernelEntry, Status, TargetPlan};
+use crate::attn_paged_problem;
 use kittens_hw::Target;
 
 pub(super) const ATTN_PAGED: KernelEntry = KernelEntry {
@@ -37,13 +37,6 @@ pub(super) const ATTN_PAGED: KernelEntry = KernelEntry {
         },
     ],
     variants: &[],
-    build_variant: no_variants,
-    build_default: || attn_paged::build(&attn_paged_problem::default_config()),
-    build_gpu: |gpu| {
-        attn_paged_problem::build_for(
-            &attn_paged_problem::default_config(),
-            Target::from(gpu.arch),
-        )
-    },
+    sizes: super::HEAD_DIM_128,
     parse: attn_paged_problem::parse,
 };

@@ -173,3 +173,58 @@ fn problems_build_the_registered_kernel() {
         }
     }
 }
+
+/// The registry builds a kernel one way, through its problem: every size and variant its builds name
+/// is an argument the problem reads (a misspelt one would leave the problem's default and build
+/// another kernel), and where the registry names no size for a target, what `kittens compile` builds
+/// there (`build_for`) is the problem's own build at its default sizes.
+#[test]
+fn builds_go_through_the_problem() {
+    let mut at_defaults = 0;
+    for e in &ALL {
+        for plan in e.targets.iter().filter(|p| p.status.available()) {
+            let t = plan.target;
+            let variants = e.variants.iter().filter(|v| v.targets.contains(&t));
+            for v in std::iter::once(None).chain(variants.map(|v| Some(v.name))) {
+                let a = e.build_args(t, v);
+                let p = e.problem(&a).unwrap();
+                assert_eq!(a.unread(), Vec::<String>::new(), "{} {t} {v:?}", e.name);
+                let built = e.build_variant(t, v).unwrap();
+                assert_eq!(p.build(t).unwrap(), built, "{} {t} {v:?}", e.name);
+            }
+            let sizes = match t {
+                Target::Cpu => e.sizes.cpu,
+                _ => e.sizes.gpu,
+            };
+            if sizes.is_empty() {
+                let p = e.default_problem().unwrap();
+                assert_eq!(
+                    p.build(t).unwrap(),
+                    e.build_for(t).unwrap(),
+                    "{} {t}",
+                    e.name
+                );
+                at_defaults += 1;
+            }
+        }
+    }
+    assert!(
+        at_defaults >= 18,
+        "only {at_defaults} builds at the defaults"
+    );
+}
+
+/// A GPU model's build is its architecture's target's (the catalog's models of one architecture
+/// share their configurations), also where the registry does not lower it yet.
+#[test]
+fn a_gpu_models_build_is_its_targets() {
+    for e in &ALL {
+        for g in kittens_hw::gpu::ALL {
+            let t = Target::from(g.arch);
+            let k = e.build_for_gpu(g).unwrap();
+            if let Ok(for_target) = e.build_for(t) {
+                assert_eq!(k, for_target, "{} {}", e.name, g.name);
+            }
+        }
+    }
+}

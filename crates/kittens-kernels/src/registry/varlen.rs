@@ -1,8 +1,8 @@
 //! The registry entry of `attn_varlen_bwd` (the variable-length attention backward), in a file of its
 //! own so that the registry's table stays short.
 
-use super::{no_variants, KernelEntry, Status, TargetPlan};
-use crate::{attn_varlen_bwd, attn_varlen_bwd_problem, attn_varlen_problem};
+use super::{KernelEntry, Status, TargetPlan, DEFAULT_SIZES};
+use crate::attn_varlen_bwd_problem;
 use kittens_hw::Target;
 
 const VECTOR_LOADS: Status = Status::NotYet {
@@ -40,13 +40,6 @@ pub(super) const ATTN_VARLEN_BWD: KernelEntry = KernelEntry {
         },
     ],
     variants: &[],
-    build_variant: no_variants,
-    build_default: || {
-        let cfg = attn_varlen_problem::config(&Default::default());
-        attn_varlen_bwd::build(&cfg, attn_varlen_bwd::Part::Keys)
-    },
-    build_gpu: |gpu| {
-        attn_varlen_bwd_problem::build_for(&Default::default(), Target::from(gpu.arch))
-    },
+    sizes: DEFAULT_SIZES,
     parse: attn_varlen_bwd_problem::parse,
 };

@@ -69,6 +69,7 @@ impl RmsNormProblem {
     pub fn from_args(
         a: &NamedArgs,
         strided: &[&'static str],
+        variants: &[&'static str],
     ) -> Result<RmsNormProblem, KernelError> {
         let d = RmsNormProblem::default();
         Ok(RmsNormProblem {
@@ -77,7 +78,7 @@ impl RmsNormProblem {
             residual: a.flag_or("residual", d.residual)?,
             eps: a.opt_f32_or("eps", d.eps)?,
             strides: RowStrides::from_args(a, strided)?,
-            run: RunSettings::from_args(a, &[])?,
+            run: RunSettings::from_args(a, variants)?,
         })
     }
 
@@ -94,7 +95,7 @@ impl RmsNormProblem {
 
 /// The registry's parser of `rmsnorm`'s problem.
 pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
-    Ok(Box::new(RmsNormProblem::from_args(a, &FWD_STRIDED)?))
+    Ok(Box::new(RmsNormProblem::from_args(a, &FWD_STRIDED, &[])?))
 }
 
 /// The registry's parser of `rmsnorm_bwd`'s problem.
@@ -102,6 +103,7 @@ pub fn parse_bwd(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
     Ok(Box::new(RmsNormBwdProblem(RmsNormProblem::from_args(
         a,
         &BWD_STRIDED,
+        &[crate::rows::DWEIGHT],
     )?)))
 }
 
@@ -289,7 +291,10 @@ impl KernelProblem for RmsNormBwdProblem {
 
     fn build(&self, target: Target) -> Result<Kernel, KernelError> {
         let (cfg, lp) = bwd_config(&self.0, target)?;
-        build_bwd(&cfg, &lp)
+        match self.0.run.variant {
+            Some(crate::rows::DWEIGHT) => build_dweight(&cfg, &lp),
+            _ => build_bwd(&cfg, &lp),
+        }
     }
 
     /// `dx` and the scratch `dw_partial`, then `dweight` from the scratch (passed by name).

@@ -56,6 +56,9 @@ impl Default for SwigluProblem {
     }
 }
 
+/// The variant of the packed form (`kittens compile --schedule packed`): the setting `packed`.
+pub const PACKED: &str = "packed";
+
 /// The registry's parser of `swiglu`'s problem.
 pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
     Ok(Box::new(SwigluProblem::from_args(a, false)?))
@@ -70,13 +73,14 @@ impl SwigluProblem {
     /// The problem `a` names: `rows`, `norm_dim` (F), `packed` (and the run settings).
     pub fn from_args(a: &NamedArgs, backward: bool) -> Result<SwigluProblem, KernelError> {
         let d = SwigluProblem::default();
+        let run = RunSettings::from_args(a, &[PACKED])?;
         Ok(SwigluProblem {
             backward,
             rows: a.size_or("rows", d.rows)?,
             dim: a.size_or("norm_dim", d.dim)?,
-            packed: a.flag_or("packed", d.packed)?,
+            packed: a.flag_or("packed", d.packed)? || run.variant == Some(PACKED),
             strides: RowStrides::from_args(a, if backward { &BWD_STRIDED } else { &FWD_STRIDED })?,
-            run: RunSettings::from_args(a, &[])?,
+            run,
         })
     }
 

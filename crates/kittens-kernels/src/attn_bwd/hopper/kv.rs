@@ -4,7 +4,7 @@ use super::*;
 
 /// The key blocks: `dk, dv` (bf16, written) after the inputs. Grid `[batch, heads_kv, key blocks]`.
 ///
-/// With `atomic_dq` (FlashAttention-3's backward, [`crate::attn_bwd::hopper_atomic`]) they also write dQ: one
+/// With `atomic_dq` (FlashAttention-3's backward, [`crate::attn::bwd_strips`]) they also write dQ: one
 /// more tensor, `dq_acc` (f32, Q's shape and layout, zeroed before the launch), into which every
 /// step adds its `dS·K` — `dSᵀ` through a 128-byte-swizzled shared tile (each consumer warpgroup
 /// stores its own 64 keys; two slots alternating by step), read back transposed as the A operand of

@@ -70,9 +70,11 @@ fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
     }
 }
 
-/// Parameters and tensors of both launches, in declaration order: `batch, heads, heads_kv, seq_q,
-/// seq_kv`; bf16 `q, k, v, do`, f32 `lse` and `delta` (`[b, h, s_q]`, contiguous), then the outputs.
-struct Io {
+/// Parameters and tensors of both Hopper launches, in declaration order: `batch, heads, heads_kv,
+/// seq_q, seq_kv`; bf16 `q, k, v, do`, f32 `lse` and `delta` (`[b, h, s_q]`, contiguous), then the
+/// outputs. Not the plain program's (`super::ctx::PlainIo`): O only for the query blocks, `delta`
+/// read, the outputs declared per launch.
+struct HopperIo {
     batch: Expr,
     heads: Expr,
     heads_kv: Expr,
@@ -92,7 +94,7 @@ struct Io {
     alibi: Option<Alibi>,
 }
 
-impl Io {
+impl HopperIo {
     /// With ALiBi: head `h` of batch `b`'s slope into `slope`, through the f32 tile `scratch`
     /// (dead here).
     fn load_slope(
@@ -132,7 +134,7 @@ impl Io {
 /// statistics as `[b, h, r, s_q]` with a zero stride along `r` (one query per column). The query
 /// blocks also read O, read the log-sum-exp as `[b, h, s_q, c]` with a zero stride along `c` (one
 /// query per row) and write D, `[b, h, s_q]`.
-fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) -> Io {
+fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) -> HopperIo {
     let stats_by_row = query_blocks;
     let [batch, heads, heads_kv, seq_q, seq_kv] =
         ["batch", "heads", "heads_kv", "seq_q", "seq_kv"].map(|n| k.param(n));
@@ -200,7 +202,7 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
     if !query_blocks && cfg.alibi {
         alibi = Some(Alibi::declare(k, &batch, &heads));
     }
-    Io {
+    HopperIo {
         batch,
         heads,
         heads_kv,
@@ -224,7 +226,7 @@ fn declare_inputs(k: &mut KernelBuilder, cfg: &BwdConfig, query_blocks: bool) ->
 /// coordinates.
 struct KeyBlocks {
     k: KernelBuilder,
-    io: Io,
+    io: HopperIo,
     dk_g: GlobalId,
     dv_g: GlobalId,
     dq_acc: Option<GlobalId>,
@@ -303,7 +305,13 @@ struct QueryWalk {
 
 impl QueryWalk {
     /// The walk of the block of `block` keys from `block0` of KV head `hk` in `step`-query steps.
-    fn new(cfg: &BwdConfig, io: &Io, (block0, block): (&Expr, u32), hk: &Expr, step: i64) -> Self {
+    fn new(
+        cfg: &BwdConfig,
+        io: &HopperIo,
+        (block0, block): (&Expr, u32),
+        hk: &Expr,
+        step: i64,
+    ) -> Self {
         let group = &io.heads / io.heads_kv.clone();
         let n_q = io.seq_q.ceil_div(step);
         // Causal (or a window's right side): the first query step that keeps any key of the block
@@ -350,7 +358,7 @@ impl QueryWalk {
     fn stream(
         &self,
         k: &mut KernelBuilder,
-        io: &Io,
+        io: &HopperIo,
         b: &Expr,
         [q_s, do_s]: [&[kittens_ir::SharedId]; 2],
         ring: i64,
@@ -375,7 +383,7 @@ impl QueryWalk {
 /// offsets and the block's keys.
 struct KeyStep<'a> {
     cfg: &'a BwdConfig,
-    io: &'a Io,
+    io: &'a HopperIo,
     /// The last and first key's offsets (`BwdConfig::last_key_offset`, `first_key_offset`).
     offset: &'a Option<Expr>,
     start: &'a Option<Expr>,

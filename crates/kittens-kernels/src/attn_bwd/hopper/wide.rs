@@ -14,7 +14,7 @@
 //!   of the head dimension (at 192 warpgroup 1 takes one tile, warpgroup 0 two): at most 4 f32
 //!   tiles of 32 registers per thread.
 //!
-//! With `atomic_dq` (the FlashAttention-3 form, [`super::super::hopper_atomic`] before and after)
+//! With `atomic_dq` (the FlashAttention-3 form, [`crate::attn::bwd_strips`] before and after)
 //! each warpgroup also adds `dQ += dS·K` for its column tiles over the step's 64 queries: `dSᵀ` read
 //! back transposed from the same shared tile, K from the block's own, one 16 × 64 f32 share at a
 //! time through [`kittens_ir::Op::AtomicAdd`].

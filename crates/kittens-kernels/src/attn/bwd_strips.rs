@@ -1,26 +1,38 @@
 //! The two strip passes around FlashAttention-3's backward on Hopper (FlashAttention-3 §3.3 and its
-//! backward's preprocessing and dQ conversion kernels; FlashAttention-2 §3.2 for D): the key blocks of
-//! [`super::hopper`] with `atomic_dq` add every step's `dS·K` into an f32 accumulator of Q's shape,
+//! backward's preprocessing and dQ conversion kernels; FlashAttention-2 §3.2 for D), shared by the
+//! dense backward (`crate::attn_bwd`'s atomic form) and the packed one (`crate::attn_varlen_bwd`,
+//! over the packed rows as one sequence): the key blocks of either with `atomic_dq` add every step's
+//! `dS·K` into an f32 accumulator of Q's shape,
 //! so that no query-block launch recomputes `S` and `dP`; these two memory-bound programs go before
 //! and after them:
 //!
 //! - [`build_pre`]: `D = rowsum(dO∘O)` per query (f32 products of the bf16 values, f32 sum: what the
 //!   query blocks of the two-launch form compute) and the accumulator zeroed;
-//! - [`build_dq`]: dQ = the accumulator times `1/√d` (the scale the scores carry, `super::hopper`),
-//!   rounded to bf16.
+//! - [`build_dq`]: dQ = the accumulator times `1/√d` (the scale the scores carry), rounded to bf16.
 //!
 //! Both are strip programs (`BaseShape::STRIP` tiles: plain schedule, any target's strip lowering),
 //! `ROWS` queries per wave, `WAVES` waves per block, one query head per block; grid
 //! `[batch, heads, ⌈seq_q / (ROWS·WAVES)⌉]`. Rows past `seq_q` read nothing and write nothing.
 
-use super::BwdConfig;
-use crate::attn::strides::tensor_strides;
+use super::strides::tensor_strides;
+use super::{AttnLayout, Logits};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
     Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, ReduceOp, Schedule,
 };
 use kittens_tile::{BaseShape, Layout};
+
+/// What the strip passes are built for: head dimension `dim`, Q-shaped tensors in `layout` (caller
+/// strides when `strided`), the logits' scale, and whether the lse's gradient enters D (`dlse`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StripConfig {
+    pub dim: u32,
+    pub layout: AttnLayout,
+    pub strided: bool,
+    pub logits: Logits,
+    pub dlse: bool,
+}
 
 /// Queries per wave: at head dimension 128, 4 × 128 bf16 are two 16-byte chunks per lane.
 const ROWS: u32 = 4;
@@ -40,7 +52,7 @@ struct Strip {
 }
 
 impl Strip {
-    fn new(cfg: &BwdConfig, name: &str) -> Result<Self, KernelError> {
+    fn new(cfg: &StripConfig, name: &str) -> Result<Self, KernelError> {
         if !matches!(cfg.dim, 32 | 64 | 96 | 128 | 192 | 256) {
             return Err(KernelError::Config(format!(
                 "attn_bwd (hopper-atomic): dim {} must be 32, 64, 96, 128, 192 or 256",
@@ -69,7 +81,7 @@ impl Strip {
     /// A tensor of Q's shape in `cfg`'s layout.
     fn tensor(
         &mut self,
-        cfg: &BwdConfig,
+        cfg: &StripConfig,
         name: &str,
         dt: kittens_hw::dtype::DType,
         a: Access,
@@ -106,14 +118,14 @@ impl Strip {
 
 /// `o, do` (bf16, read) → `delta` (f32 `[b, h, s_q]`, contiguous) and `dq_acc` (f32, Q's shape and
 /// layout, zeroed).
-pub(super) fn build_pre(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
+pub(crate) fn build_pre(cfg: &StripConfig) -> Result<Kernel, KernelError> {
     let mut st = Strip::new(
         cfg,
         &format!("attn_bwd_pre_{:?}", cfg.layout).to_lowercase(),
     )?;
     let o = st.tensor(cfg, "o", Bf16, Access::Read);
     let d_o = st.tensor(cfg, "do", Bf16, Access::Read);
-    // The lse's gradient ([`BwdConfig::dlse`]) as `[b, h, s_q, d]` with a zero stride along `d`.
+    // The lse's gradient (`dlse`) as `[b, h, s_q, d]` with a zero stride along `d`.
     let dlse = cfg.dlse.then(|| {
         let dims = [
             ("b", st.batch.clone()),
@@ -168,7 +180,7 @@ pub(super) fn build_pre(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
 }
 
 /// `dq_acc` (f32, read) → `dq` (bf16, Q's shape and layout) = `dq_acc · scale` (`1/√d` by default).
-pub(super) fn build_dq(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
+pub(crate) fn build_dq(cfg: &StripConfig) -> Result<Kernel, KernelError> {
     let mut st = Strip::new(
         cfg,
         &format!("attn_bwd_dq_convert_{:?}", cfg.layout).to_lowercase(),
