@@ -197,7 +197,8 @@ def doc_lengths(total: int) -> List[int]:
 
 def varlen_rows(torch, b: int, n: int, h: int, hk: int, d: int, dev, flex):
     """The varlen rows' arguments for ``row``: ``(name, d, causal, ours, theirs, theirs_name, kept, check)``
-    for B·N tokens, ``kept`` the documents' kept pairs over B (``row`` counts B·H·kept). Ours: ``kittens.flash_attn_varlen_func`` on the packed tokens;
+    for B·N tokens, ``kept`` the documents' kept pairs over B (``row`` counts B·H·kept). Ours:
+    ``kittens.flash_attn_varlen_func`` on the packed tokens;
     theirs: SDPA on the padded documents, and FlexAttention's document mask when ``flex`` is given. The
     check: the last document's rows against float64 by the FlashAttention rule."""
     F = torch.nn.functional
