@@ -91,7 +91,9 @@ def attention_args(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optiona
     """The fake of ``kittens::attention``: on CPU tensors of concrete sizes the very checks the real CPU
     path runs before it allocates (the extension's ``attention`` without an output: shapes, strides,
     head dim, GQA, scale, soft cap, window, mask); otherwise the rules both devices share that need no
-    concrete stride (GQA, scale, head dim: the CUDA kernels take fewer)."""
+    concrete stride (GQA, scale, head dim: the CUDA kernels take fewer), and on CUDA tensors of concrete
+    strides the CUDA op's layout rule (``kittens._dispatch._attn.attn_strides``: the head dim contiguous,
+    the other strides multiples of 8 elements, unless q, k, v are dense in one layout)."""
     sizes = [s for t in (q, k, v) for s in tuple(t.shape) + tuple(t.stride())]
     if q.device.type == "cpu" and _concrete(*sizes):
         from . import _kittens
@@ -108,7 +110,29 @@ def attention_args(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optiona
         raise ValueError(f"scale={scale}: the softmax scale must be finite and positive")
     if _concrete(d) and q.device.type == "cuda" and d not in _CUDA_ATTN_DIMS:
         raise ValueError(f"head dim {d}: the attention forward on CUDA (sm_90a) takes 32, 64, 96, 128, 192 or 256")
+    if q.device.type == "cuda" and _concrete(*sizes):
+        # The CUDA op's layout rule (kittens._dispatch._attn): q, k, v dense in one layout, or each read in
+        # its own strides, the head dim contiguous and every other stride a multiple of 8 elements.
+        from ._dispatch._attn import _dense_layout, attn_strides
 
+        if _dense_layout(q, k, v) is None:
+            for name, t in (("q", q), ("k", k), ("v", v)):
+                attn_strides(name, t.shape, t.stride())
+
+
+
+def softcap_window(softcap: Optional[float], window: Optional[Sequence[int]]) -> None:
+    """The kernels' rule on a soft cap (finite and positive; None for none) and a window (two ints, each
+    -1 or at least 0; ``kittens_kernels::attn::score``), naming the argument: shared by ops whose fakes
+    must refuse what the kernels refuse (``kittens::attention_paged``)."""
+    if softcap is not None and not (math.isfinite(softcap) and softcap > 0):
+        raise ValueError(f"softcap={softcap}: the soft cap must be finite and positive (None for none)")
+    if window is not None:
+        if len(window) != 2 or not all(isinstance(w, int) and not isinstance(w, bool) for w in window):
+            raise ValueError(f"window={window!r}: a pair of ints (left, right)")
+        for side, w in zip(("left", "right"), window):
+            if w < -1:
+                raise ValueError(f"window={tuple(window)}: the {side} side must be -1 (unbounded) or at least 0")
 
 
 def alibi_slopes(alibi: Optional[Tensor], batch: int, heads: int, device) -> None:

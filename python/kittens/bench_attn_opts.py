@@ -10,6 +10,9 @@ kernel (``theirs``):
 * window: SDPA with the window as a boolean ``attn_mask`` (PyTorch's memory-efficient kernel), and
   FlexAttention's block mask when torch has it;
 * alibi: SDPA with the bias as a bf16 ``attn_mask`` (FlashAttention's ``-slope * |i + N_k - N_q - j|``);
+* varlen: ``flash_attn_varlen_func`` on B·N tokens packed as documents of uneven lengths (causal), against
+  SDPA on the documents padded to the longest (a boolean mask hides the padding) and FlexAttention's
+  document mask over the packed tokens when torch has it;
 * head dims 64, 96, 128, 192, 256: the dense forward against SDPA held to cuDNN.
 
 TF/s count the kept (query, key) pairs only (a window keeps few). Correctness on batch 0's last 256
@@ -167,6 +170,8 @@ def bench_attn_options(torch, kittens, args) -> List[dict]:
     row("alibi", d, False, ours, lambda i: F.scaled_dot_product_attention(q, k, v, attn_mask=bias, **gqa),
         "SDPA bf16 bias", n * n,
         checker(lambda: ours(0).transpose(1, 2), q, k, v, False, slopes=slopes), dense)
+    for r in varlen_rows(torch, b, n, h, hk, d, dev, flex):
+        row(*r)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     for dim in (64, 96, 128, 192, 256):
@@ -180,6 +185,66 @@ def bench_attn_options(torch, kittens, args) -> List[dict]:
             kept = n * n // 2 if causal else n * n
             row(f"head dim {dim}", dim, causal, ours, cudnn, "SDPA cuDNN", kept,
                 checker(lambda o=ours: o(0), qd, kd, vd, causal))
+    return rows
+
+
+def doc_lengths(total: int) -> List[int]:
+    """``total`` tokens as documents of uneven lengths (about 11/32, 7/32, ... of the whole, the last
+    taking the rest), none empty."""
+    lens = [max(1, total * w // 32) for w in (11, 7, 5, 4, 3)]
+    return lens + [max(1, total - sum(lens))]
+
+
+def varlen_rows(torch, b: int, n: int, h: int, hk: int, d: int, dev, flex):
+    """The varlen rows' arguments for ``row``: ``(name, d, causal, ours, theirs, theirs_name, kept, check)``
+    for B·N tokens, ``kept`` the documents' kept pairs over B (``row`` counts B·H·kept). Ours:
+    ``kittens.flash_attn_varlen_func`` on the packed tokens;
+    theirs: SDPA on the padded documents, and FlexAttention's document mask when ``flex`` is given. The
+    check: the last document's rows against float64 by the FlashAttention rule."""
+    F = torch.nn.functional
+    from .varlen import flash_attn_varlen_func
+
+    lens = doc_lengths(b * n)
+    total = sum(lens)
+    g = torch.Generator(device=dev).manual_seed(7)
+    mk = lambda hh: torch.randn(total, hh, d, device=dev, generator=g).to(torch.bfloat16)  # noqa: E731
+    q, k, v = mk(h), mk(hk), mk(hk)
+    cu = torch.tensor([0] + lens, device=dev).cumsum(0).to(torch.int32)
+    top = max(lens)
+    ours = lambda i: flash_attn_varlen_func(q, k, v, cu, cu, top, top, causal=True)  # noqa: E731
+    # The documents padded to the longest, (docs, H, top, D); a query keeps keys j <= i inside its document.
+    pad = lambda t: torch.stack([F.pad(t[a:a + m], (0, 0, 0, 0, 0, top - m))  # noqa: E731
+                                 for a, m in zip(cu[:-1].tolist(), lens)]).transpose(1, 2)
+    qp, kp, vp = pad(q), pad(k), pad(v)
+    j = torch.arange(top, device=dev)
+    valid = j.view(1, -1) < torch.tensor(lens, device=dev).view(-1, 1)  # (docs, top) keys present
+    mask = (j.view(-1, 1) >= j.view(1, -1)).view(1, top, top) & valid.view(-1, 1, top)
+    gqa = {"enable_gqa": True} if hk != h else {}
+    sdpa = lambda i: F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask[:, None], **gqa)  # noqa: E731
+    kept = sum(m * (m + 1) // 2 for m in lens) / b
+
+    def check():
+        a, m = int(cu[-2]), lens[-1]
+        sel = lambda t: t[a:a + m].transpose(0, 1)[None]  # noqa: E731  (1, H, m, D)
+        o = ours(0)[a:a + m].transpose(0, 1)[None]
+        exact = reference(torch, sel(q).double(), sel(k).double(), sel(v).double(), True)
+        base = reference(torch, sel(q), sel(k), sel(v), True)
+        e_ours, e_base = _rel(o, exact), _rel(base, exact)
+        return {"rel_err_ours": e_ours, "rel_err_torch": e_base, "bit_identical": False,
+                "rel_err_vs_torch": _rel(o, base.double()), "all_finite": bool(torch.isfinite(o).all()),
+                "passed": bool(torch.isfinite(o).all()) and e_ours <= 2 * e_base + FLOOR}
+
+    name = f"varlen {len(lens)} docs {min(lens)}-{top}"
+    rows = [(name, d, True, ours, sdpa, "SDPA padded bool mask", kept, check)]
+    if flex is not None:
+        fa, block_mask = flex
+        doc = torch.repeat_interleave(torch.arange(len(lens), device=dev), torch.tensor(lens, device=dev))
+        mod = lambda bb, hh, i, jj: (doc[i] == doc[jj]) & (jj <= i)  # noqa: E731
+        bm = block_mask(mod, None, None, total, total, device=dev)
+        qf, kf, vf = (t.transpose(0, 1)[None] for t in (q, k, v))
+        rows.append((name + " vs flex", d, True, ours,
+                     lambda i: fa(qf, kf, vf, block_mask=bm, enable_gqa=hk != h), "flex document mask", kept,
+                     check))
     return rows
 
 

@@ -49,6 +49,15 @@ def _check_window(window_size: Any) -> Tuple[int, int]:
     return int(left), int(right)
 
 
+def _check_softcap(softcap: Any) -> Optional[float]:
+    """FlashAttention's ``softcap``: 0.0 for none (returned as None), else finite and positive."""
+    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
+        raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
+    if not (softcap >= 0.0 and math.isfinite(softcap)):  # NaN too
+        raise ValueError(f"softcap={softcap!r}: must be 0.0 (none) or finite and positive")
+    return float(softcap) if softcap > 0.0 else None
+
+
 def flash_attn_func(
     q: Any,
     k: Any,
@@ -86,10 +95,7 @@ def flash_attn_func(
     if not isinstance(deterministic, bool):
         raise TypeError(f"deterministic must be a bool, got {type(deterministic).__name__}")
     left, right = _check_window(window_size)
-    if isinstance(softcap, bool) or not isinstance(softcap, numbers.Real):
-        raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
-    if not softcap >= 0.0:  # NaN too
-        raise ValueError(f"softcap={softcap!r}: must be 0.0 (none) or positive")
+    cap = _check_softcap(softcap)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if getattr(t, "ndim", None) != 4:
             raise ValueError(
@@ -98,8 +104,8 @@ def flash_attn_func(
     extra = {}
     if (left, right) != (-1, -1):
         extra["window"] = (left, right)
-    if softcap > 0.0:
-        extra["softcap"] = float(softcap)
+    if cap is not None:
+        extra["softcap"] = cap
     out = attention(
         q.transpose(1, 2),
         k.transpose(1, 2),

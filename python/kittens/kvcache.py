@@ -7,7 +7,11 @@ headdim); ``cache_seqlens`` (an int or int32 (batch,)) the keys each sequence ho
 as FlashAttention does) and attended to. Causal is bottom-right (query i keeps keys j <= i + seqlen_k -
 seqlen_q). ``alibi_slopes``: float32 (nheads,) or (batch, nheads), ``-slope * |i + seqlen_k - seqlen_q - j|``
 on the scaled logits, seqlen_k each sequence's length after the append (FlashAttention's rule, bottom-right;
-``kittens._alibi``). Returns out like q (and with ``return_softmax_lse`` the lse float32 (batch, nheads, seqlen_q)).
+``kittens._alibi``). ``softcap`` (> 0): logits ``softcap * tanh(logits / softcap)``, before ALiBi (0.0:
+none). ``window_size=(left, right)``: query i sits at key position ``p = i + seqlen_k - seqlen_q`` (the
+bottom-right diagonal, seqlen_k again after the append) and keeps keys ``p - left ..= p + right`` (-1: that
+side unbounded; with ``causal`` both apply). Returns out like q (and with ``return_softmax_lse`` the lse
+float32 (batch, nheads, seqlen_q)).
 
 How it runs. A paged cache (``block_table``): the paged decode kernel (registry ``attn_paged``,
 ``ops.attention_paged``) reads the pages in place, on every device: each block walks its sequence's pages
@@ -20,7 +24,9 @@ registry path (``_dispatch.attention_paged``); on CPU tensors the interpreter (1
 cache: the varlen forward with FlashAttention's ``seqused_k`` (registry ``attn_varlen``, variant
 ``seqused_k``): the queries are packed (batch·seqlen_q rows, ``cu_seqlens_q = b·seqlen_q``), the cache is
 one packed tensor with ``cu_seqlens_k = b·capacity`` and ``seqused_k = cache_seqlens + seqlen_new``, all
-made on the device. The append of new k/v is torch's indexed assignment, in place, before the kernel runs.
+made on the device; with a soft cap or a window the dense cache is read by the paged kernel instead, as
+one page per sequence (``block_table = arange(batch)``, page size = ``seqlen_cache``, which must then be
+a multiple of 16). The append of new k/v is torch's indexed assignment, in place, before the kernel runs.
 
 Bad input: shapes, dtypes, devices, the head dim, the page size and the unsupported options are checked
 everywhere, without a device read. ``cache_seqlens`` beyond the capacity (after the append) and
@@ -73,7 +79,8 @@ def _splits(num_splits: int, b: int, h: int, sq: int, steps: int, cuda: bool) ->
     return max(1, min(MAX_SPLITS, -(-_SMS // blocks), max(steps, 1)))
 
 
-def _paged(q, k_cache, v_cache, block_table, seqlens, causal, scale, num_splits, return_lse, slopes=None):
+def _paged(q, k_cache, v_cache, block_table, seqlens, causal, scale, num_splits, return_lse, slopes=None,
+           softcap=None, window=None):
     """The paged cache read in place by the ``attn_paged`` kernel (``ops.attention_paged``)."""
     from . import ops
 
@@ -81,7 +88,8 @@ def _paged(q, k_cache, v_cache, block_table, seqlens, causal, scale, num_splits,
     steps = block_table.shape[1] * k_cache.shape[1] // _kv_block(k_cache.shape[1], d, q.is_cuda)
     g = _splits(num_splits, b, h, sq, steps, q.is_cuda)
     out, lse = ops.call("attention_paged", q.contiguous(), k_cache, v_cache, block_table.contiguous(), seqlens,
-                        bool(causal), None if scale is None else float(scale), g, slopes)
+                        bool(causal), None if scale is None else float(scale), g, slopes, softcap,
+                        None if window is None else list(window))
     return (out, lse) if return_lse else out
 
 
@@ -121,10 +129,13 @@ def flash_attn_with_kvcache(
     return_softmax_lse: bool = False,
 ):
     """FlashAttention's ``flash_attn_with_kvcache`` (module documentation)."""
+    from .flash_attn import _check_softcap, _check_window
+
     _refuse(rotary_cos=(rotary_cos, None), rotary_sin=(rotary_sin, None), cache_batch_idx=(cache_batch_idx, None),
-            cache_leftpad=(cache_leftpad, None), softcap=(softcap, 0.0))
-    if tuple(window_size) != (-1, -1):
-        raise NotImplementedError(f"window_size={tuple(window_size)!r}: not taken with a KV cache (pass (-1, -1))")
+            cache_leftpad=(cache_leftpad, None))
+    window = _check_window(window_size)
+    window = None if window == (-1, -1) else window
+    softcap = _check_softcap(softcap)
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         _check(name, t, 4, torch.bfloat16)
     if (k is None) != (v is None):
@@ -160,6 +171,12 @@ def flash_attn_with_kvcache(
         if k_cache.shape[0] < b:
             raise ValueError(f"k_cache holds {k_cache.shape[0]} sequences for a batch of {b}")
         page, capacity = None, k_cache.shape[1]
+        if (softcap is not None or window is not None) and capacity % PAGE_MULTIPLE:
+            raise ValueError(f"seqlen_cache: with softcap or window_size a contiguous cache is read by the paged "
+                             f"decode kernel as one page per sequence, so k_cache's seqlen_cache (dim 1) must be "
+                             f"a multiple of {PAGE_MULTIPLE}, got {capacity} (or pass a block_table)")
+        if (softcap is not None or window is not None) and q.is_cuda and d not in (64, 128, 192, 256):
+            raise ValueError(f"headdim {d}: the paged decode kernel on CUDA (sm_90a) takes 64, 128, 192 or 256")
     sn = 0
     if k is not None:
         for name, t in (("k", k), ("v", v)):
@@ -201,9 +218,12 @@ def flash_attn_with_kvcache(
             blk = block_table.to(torch.int64).gather(1, pos // page)
             k_cache[blk, pos % page] = k
             v_cache[blk, pos % page] = v
+    if block_table is None and (softcap is not None or window is not None):
+        # The contiguous cache as pages of one sequence each: sequence i is page i.
+        block_table = torch.arange(b, device=dev, dtype=torch.int32)[:, None]
     if block_table is not None:
         return _paged(q, k_cache, v_cache, block_table, (used + sn).to(torch.int32), causal, softmax_scale,
-                      num_splits, return_softmax_lse, slopes)
+                      num_splits, return_softmax_lse, slopes, softcap, window)
     kc, vc = k_cache[:b], v_cache[:b]
     kc = kc.reshape(b * capacity, hk, d)
     vc = vc.reshape(b * capacity, hk, d)

@@ -710,19 +710,27 @@ _autograd("linear_cross_entropy_forward", linear_cross_entropy_forward, _lce_gra
 @_op("attention_paged")
 def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, cache_seqlens: Tensor,
                     causal: bool = False, scale: Optional[float] = None,
-                    num_splits: int = 1, alibi_slopes: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                    num_splits: int = 1, alibi_slopes: Optional[Tensor] = None,
+                    softcap: Optional[float] = None, window: Optional[List[int]] = None) -> Tuple[Tensor, Tensor]:
     """``(out, lse)`` of decode attention against a paged KV cache read in place (registry ``attn_paged``,
     ``kittens_kernels::attn_paged``): q (B, Nq, H, D) bfloat16, k_cache and v_cache (num_blocks,
     page_size, H_kv, D) bfloat16, block_table int32 (B, max_blocks), cache_seqlens int32 (B,), all read
     on the device (no gather, no host read on CUDA). Causal is bottom-right. out like q, lse float32
     (B, H, Nq) in natural-log units of the scaled logits (``-inf`` where a query keeps no key).
     ``num_splits`` (1 to 16): parts of the key walk (split-KV, then the merge). ``alibi_slopes``: ALiBi's
-    float32 slopes, (H,) or (B, H) (``kittens._alibi``), aligned bottom-right per sequence."""
+    float32 slopes, (H,) or (B, H) (``kittens._alibi``), aligned bottom-right per sequence. ``softcap``:
+    logits ``softcap * tanh(logits / softcap)`` before ALiBi (None: uncapped). ``window``: ``(left,
+    right)``, query i of sequence b keeping keys within ``[i + len_b - Nq - left, i + len_b - Nq + right]``
+    (FlashAttention's bottom-right window; -1 an unbounded side; None: no window)."""
     b, sq, h, d = q.shape
+    _opchecks.softcap_window(softcap, window)
     alibi = _alibi.slopes(alibi_slopes, b, h, q.device)
+    softcap = None if softcap is None else float(softcap)
+    window = None if window is None else (int(window[0]), int(window[1]))
     if q.is_cuda:
         return _dispatch.attention_paged(q, k_cache, v_cache, block_table, cache_seqlens, bool(causal),
-                                         None if scale is None else float(scale), int(num_splits), alibi=alibi)
+                                         None if scale is None else float(scale), int(num_splits), alibi=alibi,
+                                         softcap=softcap, window=window)
     from . import _kittens
 
     nb, page, hk, _ = k_cache.shape
@@ -731,14 +739,15 @@ def attention_paged(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Te
         f32, [int(x) for x in block_table.reshape(-1).tolist()], [int(x) for x in cache_seqlens.tolist()],
         (b, sq, h, hk, d, nb, page, block_table.shape[1]), bool(causal),
         None if scale is None else float(scale), int(num_splits),
-        None if alibi is None else [float(x) for x in alibi.reshape(-1).tolist()])
+        None if alibi is None else [float(x) for x in alibi.reshape(-1).tolist()], softcap=softcap, window=window)
     out = torch.frombuffer(bytearray(o), dtype=torch.float32).reshape(q.shape).to(q.dtype)
     return out, torch.frombuffer(bytearray(lse), dtype=torch.float32).reshape(b, h, sq)
 
 
 @attention_paged.register_fake
 def _(q, k_cache, v_cache, block_table, cache_seqlens, causal=False, scale=None, num_splits=1,
-      alibi_slopes=None):
+      alibi_slopes=None, softcap=None, window=None):
+    _opchecks.softcap_window(softcap, window)
     _opchecks.alibi_slopes(alibi_slopes, q.shape[0], q.shape[2], q.device)
     return torch.empty_like(q), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
 

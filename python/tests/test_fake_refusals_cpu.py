@@ -154,3 +154,38 @@ def test_alibi_slopes_requiring_grad_raise():
     o = kittens.attention(q, k, v, causal=True, alibi_slopes=slopes.detach())
     o.float().sum().backward()
     assert all(t.grad is not None for t in (q, k, v))
+
+
+def test_cuda_fake_refuses_the_strides_the_cuda_op_refuses():
+    """The CUDA op reads q, k, v in their own strides only with the head dim contiguous and every other stride
+    a multiple of 8 elements (its TMA tensor maps; ``kittens._dispatch._attn.attn_strides``, which the real op
+    runs before it prepares anything, unless q, k, v are dense in one layout). Its fake, on fake CUDA tensors
+    (what torch.compile traces a CUDA graph with; no GPU needed), refuses the same views with the same error,
+    and takes their aligned neighbours."""
+    from kittens._dispatch._attn import attn_strides
+
+    # (q's width before the slice to 32 columns, what the message names): a row stride of 36 or 44 elements
+    # (its head stride, 8 rows, a multiple of 8).
+    for width, what in ((36, "sequence stride 36"), (44, "sequence stride 44")):
+        with FakeTensorMode():
+            q = torch.empty(1, 2, 8, width, device="cuda", dtype=BF)[..., :32]
+            k = torch.empty(1, 2, 7, 32, device="cuda", dtype=BF)
+            shape, stride = tuple(q.shape), tuple(q.stride())
+            with pytest.raises(ValueError, match=what) as fake:
+                K.attention(q, k, k, False, None, False, True)
+        with pytest.raises(ValueError) as real:
+            attn_strides("q", shape, stride)
+        assert str(fake.value) == str(real.value)
+    # A head dim that is not contiguous, on k.
+    with FakeTensorMode():
+        q = torch.empty(1, 2, 5, 32, device="cuda", dtype=BF)
+        k = torch.empty(1, 2, 7, 64, device="cuda", dtype=BF)[..., ::2]
+        with pytest.raises(ValueError, match="k strides.*head dim"):
+            K.attention(q, k, q, False, None, False, True)
+    # Aligned views (row strides of 40 and 96 elements) and dense tensors in two layouts are taken.
+    with FakeTensorMode():
+        q = torch.empty(1, 2, 5, 40, device="cuda", dtype=BF)[..., :32]
+        k = torch.empty(1, 7, 2, 48, device="cuda", dtype=BF)[..., :32].transpose(1, 2)
+        v = torch.empty(1, 2, 7, 32, device="cuda", dtype=BF)
+        o, lse = K.attention(q, k, v, True, 0.3, True, True)
+        assert tuple(o.shape) == (1, 2, 5, 32) and tuple(lse.shape) == (1, 2, 5)

@@ -233,3 +233,37 @@ def test_bench_options_reference_over_last_rows(causal, window):
     first = bo.reference(torch, q[:, :, :r], k, v, causal, window=window, slopes=slopes)
     if causal or window is not None:  # the first rows need the whole problem's alignment: the old check's bug
         assert not torch.allclose(first, whole[:, :, :r], rtol=0, atol=1e-6)
+
+
+def test_bench_options_varlen_rows_agree_with_their_baselines():
+    """`kittens.bench attn --options`' varlen rows on CPU tensors (the timing is CUDA's; what is timed is
+    checked here): the packed documents' output passes the row's own check, SDPA on the padded documents and
+    FlexAttention's document mask compute the same attention (on each document's rows), and the kept pairs
+    are the documents' causal pairs over B."""
+    from kittens import bench_attn_opts as bo
+    from kittens.bench_timing import _rel
+
+    b, n, h, hk, d = 2, 40, 4, 2, 32
+    try:
+        from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+        flex = (flex_attention, create_block_mask)
+    except ImportError:
+        flex = None
+    rows = bo.varlen_rows(torch, b, n, h, hk, d, "cpu", flex)
+    lens = bo.doc_lengths(b * n)
+    assert sum(lens) == b * n and min(lens) > 0 and len(set(lens)) > 2
+    name, dim, causal, ours, sdpa, _, kept, check = rows[0]
+    assert (dim, causal) == (d, True) and kept == sum(m * (m + 1) // 2 for m in lens) / b
+    r = check()
+    assert r["passed"], r
+    o = ours(0).double()
+    padded = sdpa(0).double()  # (docs, H, top, D)
+    starts = [0]
+    for m in lens[:-1]:
+        starts.append(starts[-1] + m)
+    for i, (a, m) in enumerate(zip(starts, lens)):
+        got = o[a:a + m].transpose(0, 1)
+        assert _rel(got, padded[i, :, :m]) < 2e-2, (i, m)
+    if flex is not None:
+        theirs = rows[1][4](0)[0].transpose(0, 1).double()  # (1, H, T, D) -> (T, H, D)
+        assert _rel(o, theirs) < 2e-2

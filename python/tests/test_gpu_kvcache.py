@@ -2,7 +2,9 @@
 paged caches, page sizes 16, 48 and 256 not dividing the lengths, appends, lengths 0 and 1, GQA, causal, NaN
 in the stale cache rows) on the GPU, by FlashAttention's rule against float64; the paged ones run the
 registry kernel ``attn_paged`` (``kittens_kernels::attn_paged_hopper``) on the cache in place (checked),
-with its key blocks of 16, 32, 64 and 128 keys, head dims 64 to 256, split-KV with the merge; against SDPA on
+with its key blocks of 16, 32, 64 and 128 keys, head dims 64 to 256, split-KV with the merge; a soft cap and a
+sliding window (``test_kvcache_cpu``'s cases, then windows cutting inside and at the edges of 128-key and 64-key
+steps, on contiguous caches read as one page per sequence and on paged ones); against SDPA on
 the gathered cache; plus a decode step at a larger size, no host synchronisation once prepared, and bad
 input named.
 
@@ -18,7 +20,7 @@ if torch.cuda.get_device_capability() != (9, 0):
     pytest.skip(f"{torch.cuda.get_device_name()} is not compute capability 9.0 (sm_90a)", allow_module_level=True)
 
 from kittens import flash_attn_with_kvcache  # noqa: E402
-from test_kvcache_cpu import ALIBI_CASES, CASES, PAGED_CASES, make_case, run_case  # noqa: E402
+from test_kvcache_cpu import ALIBI_CASES, CAP_WINDOW_CASES, CASES, PAGED_CASES, make_case, run_case  # noqa: E402
 
 # The sm_90a program's other key blocks and head dims: page 32 (32-key blocks) with 19 causal queries, page
 # 64 at head dim 256 (64-key blocks), page 128 at head dim 192 (64), lengths that no page divides.
@@ -55,6 +57,29 @@ SM90_ALIBI_CASES = [
 def test_alibi_matches_float64_on_cuda(case, alibi, splits):
     e, eb = run_case(case, "cuda", num_splits=splits, alibi=alibi)
     print(f"{case} alibi {alibi} splits {splits}: out rel_err {e:.3e} (bf16 {eb:.3e})")
+
+
+# The sm_90a program's wider key steps with a soft cap and a window: 128-key steps (page 256, contiguous caches of
+# 4096 read as one page each) with windows whose left edge falls mid-step (left 200) and at a step edge (127 +
+# the row), a right side only on a contiguous cache, 64-key steps at head dim 256 and 192, 32-key steps with 19
+# causal queries, split-KV.
+# (case, softcap, window, alibi, num_splits)
+SM90_CAP_WINDOW_CASES = [
+    (([1000, 0, 1, 4095, 2048, 77, 3000, 512], 1, 1, 32, 8, 128, 256, 4096, True), 0.0, (200, 0), None, 0),
+    (([1000, 0, 1, 4095, 2048, 77, 3000, 512], 1, 1, 32, 8, 128, None, 4096, True), 30.0, (127, 0), None, 0),
+    (([1000, 0, 1, 4095, 2048, 77, 3000, 512], 1, 1, 32, 8, 128, None, 4096, False), 0.0, (-1, 7), None, 0),
+    (([1000, 1, 0, 77], 1, 1, 8, 2, 256, 64, 1024, False), 5.0, (63, 0), "h", 4),
+    (([129, 5], 2, 3, 6, 3, 192, 128, 256, True), 2.0, (100, -1), None, 0),
+    (([300, 20, 0], 0, 19, 4, 2, 128, 32, 320, True), 3.0, (40, 0), "bh", 3),
+    (([4000, 33], 1, 4, 8, 8, 64, 256, 4096, False), 0.0, (300, 5), None, 16),
+]
+
+
+@pytest.mark.parametrize("case,softcap,window,alibi,splits", CAP_WINDOW_CASES + SM90_CAP_WINDOW_CASES)
+def test_softcap_and_window_match_float64_on_cuda(case, softcap, window, alibi, splits):
+    e, eb = run_case(case, "cuda", num_splits=splits, alibi=alibi, softcap=softcap, window=window)
+    print(f"{case} softcap {softcap} window {window} alibi {alibi} splits {splits}: out rel_err {e:.3e} "
+          f"(bf16 {eb:.3e})")
 
 
 def test_no_host_synchronisation():

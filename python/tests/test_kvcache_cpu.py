@@ -3,8 +3,10 @@ sequence's cache rows plus its new keys, by FlashAttention's rule (error at most
 computation's + 2^-12): a contiguous cache and a paged one (page size 16, not dividing the lengths,
 blocks in a shuffled order), cache lengths 0, 1 and odd ones, appends of 1 and 3 keys (checked in the
 cache too), GQA, causal bottom-right, the lse, ALiBi (slopes (nheads,) and (batch, nheads), the bias
-aligned bottom-right on each sequence's length after the append); stale cache rows past each length hold
-NaN and must not reach the output; bad input names the argument."""
+aligned bottom-right on each sequence's length after the append), a soft cap and a sliding window (bottom-right:
+query i at key position len + i - seqlen_q after the append; windows cutting at and inside pages and key steps,
+on contiguous and paged caches); stale cache rows past each length hold NaN and must not reach the output; bad
+input names the argument."""
 
 import pytest
 
@@ -55,9 +57,12 @@ def make_case(lens, sn, sq, h, hk, d, page, capacity, seed, device="cpu"):
             logical_k, logical_v)
 
 
-def reference(q, logical_k, logical_v, k, v, lens, causal, dtype, scale=None, slopes=None):
+def reference(q, logical_k, logical_v, k, v, lens, causal, dtype, scale=None, slopes=None, softcap=None,
+              window=None):
     """Per sequence: keys = its first lens[b] cache rows then the new ones; out (b, sq, h, d), lse. ``slopes``
-    (batch, nheads): ALiBi's ``-slope * |i + nk - sq - j|`` on the scaled logits (FlashAttention's rule)."""
+    (batch, nheads): ALiBi's ``-slope * |i + nk - sq - j|`` on the scaled logits (FlashAttention's rule);
+    ``softcap``: ``cap * tanh(logit / cap)`` before the bias (float32 in the bfloat16 baseline); ``window``
+    (left, right): keys ``i + nk - sq - left ..= i + nk - sq + right`` kept (-1: unbounded)."""
     b, sq, h, d = q.shape
     hk = logical_k.shape[2]
     outs, lses = [], []
@@ -71,12 +76,18 @@ def reference(q, logical_k, logical_v, k, v, lens, causal, dtype, scale=None, sl
         nk = ks.shape[1]
         s = (qs @ ks.transpose(1, 2)) * (d ** -0.5 if scale is None else scale)
         ii, jj = torch.arange(sq)[:, None], torch.arange(nk)[None, :]
+        if softcap is not None:
+            s = softcap * torch.tanh((s.float() if dtype == torch.bfloat16 else s) / softcap)
         if slopes is not None:
             dist = (ii + nk - sq - jj).abs().to(torch.float64)
             bias = -slopes[i].double()[:, None, None] * dist
             s = s + bias.to(torch.float32 if dtype == torch.bfloat16 else s.dtype)
         if causal:
             s = s.masked_fill(jj > ii + nk - sq, float("-inf"))
+        if window is not None and window[0] >= 0:
+            s = s.masked_fill(jj < ii + nk - sq - window[0], float("-inf"))
+        if window is not None and window[1] >= 0:
+            s = s.masked_fill(jj > ii + nk - sq + window[1], float("-inf"))
         lses.append(torch.logsumexp(s.double(), -1))
         p = torch.softmax(s.float() if dtype == torch.bfloat16 else s, -1).to(dtype)
         p = torch.nan_to_num(p, nan=0.0)
@@ -98,8 +109,9 @@ CASES = [
 ]
 
 
-def run_case(case, device, scale=None, num_splits=0, alibi=None):
-    """``alibi``: None, ``"h"`` (slopes (nheads,)) or ``"bh"`` ((batch, nheads)), random of either sign."""
+def run_case(case, device, scale=None, num_splits=0, alibi=None, softcap=0.0, window=(-1, -1)):
+    """``alibi``: None, ``"h"`` (slopes (nheads,)) or ``"bh"`` ((batch, nheads)), random of either sign;
+    ``softcap`` and ``window`` as FlashAttention takes them."""
     lens, sn, sq, h, hk, d, page, cap, causal = case
     q, kc, vc, k, v, seqlens, table, logical, lk, lv = make_case(lens, sn, sq, h, hk, d, page, cap, seed=sum(lens) + sn,
                                                                  device=device)
@@ -112,10 +124,11 @@ def run_case(case, device, scale=None, num_splits=0, alibi=None):
         slopes = slopes.to(device)
     out, lse = flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, block_table=table, causal=causal,
                                        softmax_scale=scale, num_splits=num_splits, return_softmax_lse=True,
-                                       alibi_slopes=slopes)
+                                       alibi_slopes=slopes, softcap=softcap, window_size=window)
     qc, kn, vn = q.cpu(), None if k is None else k.cpu(), None if v is None else v.cpu()
-    ref, ref_lse = reference(qc, lk, lv, kn, vn, lens, causal, torch.float64, scale, full)
-    base, _ = reference(qc, lk, lv, kn, vn, lens, causal, torch.bfloat16, scale, full)
+    opts = dict(softcap=softcap or None, window=None if tuple(window) == (-1, -1) else window)
+    ref, ref_lse = reference(qc, lk, lv, kn, vn, lens, causal, torch.float64, scale, full, **opts)
+    base, _ = reference(qc, lk, lv, kn, vn, lens, causal, torch.bfloat16, scale, full, **opts)
     assert torch.isfinite(out).all(), "NaN from stale cache rows reached the output"
     e, eb = _err(out.cpu(), ref), _err(base, ref)
     assert e <= 2 * eb + FLOOR, f"out error {e:.3e}, bf16 baseline {eb:.3e}"
@@ -207,6 +220,68 @@ def test_alibi_fake_refuses_bad_slopes():
             torch.ops.kittens.attention_paged(fq, fk, fv, ft, fs, True, None, 1, mode.from_tensor(torch.ones(3)))
 
 
+# A soft cap and a sliding window (FlashAttention's bottom-right rule after the append): contiguous caches (read
+# as one page per sequence by the paged kernel) and paged ones with page sizes 16 and 48 that do not divide the
+# lengths, GQA, appends, several queries, causal and not; windows whose left edge falls at a page edge (left 47
+# at page 48, 15 + the row at page 16), inside a page and past every sequence; with ALiBi and split-KV.
+# (case, softcap, window, alibi, num_splits)
+CAP_WINDOW_CASES = [
+    (([0, 1, 37, 100], 1, 1, 4, 2, 64, None, 112, True), 2.5, (-1, -1), None, 0),
+    (([5, 0, 61], 3, 3, 4, 1, 64, None, 80, False), 0.0, (20, 1), None, 0),
+    (([33, 0, 70, 9], 1, 1, 4, 2, 64, 16, 96, True), 0.0, (15, 0), None, 0),
+    (([1, 37, 300, 0], 0, 3, 3, 1, 64, 16, 320, False), 4.0, (47, -1), None, 3),
+    (([37, 100], 2, 2, 4, 4, 128, 48, 144, True), 3.0, (47, 0), "bh", 2),
+    (([300, 1, 37], 1, 5, 4, 2, 64, 48, 336, False), 0.0, (-1, 2), "h", 0),
+    (([50, 17, 1], 0, 2, 2, 2, 128, None, 64, True), 1.0, (1000, 1000), "bh", 0),
+]
+
+
+@pytest.mark.parametrize("case,softcap,window,alibi,splits", CAP_WINDOW_CASES)
+def test_softcap_and_window_match_float64(case, softcap, window, alibi, splits):
+    run_case(case, "cpu", num_splits=splits, alibi=alibi, softcap=softcap, window=window)
+
+
+def test_softcap_and_window_change_the_output():
+    """Both reach the kernel: each changes the output beyond the error bound."""
+    case = ([33, 0, 70, 9], 1, 1, 4, 2, 64, 16, 96, True)
+    outs = []
+    for opts in ({}, {"softcap": 0.5}, {"window_size": (8, 0)}):
+        q, kc, vc, k, v, seqlens, table, *_ = make_case(*case[:8], seed=3)
+        outs.append(flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, block_table=table,
+                                            causal=True, **opts).float())
+    for o in outs[1:]:
+        assert (outs[0] - o).norm() > 0.1 * outs[0].norm()
+
+
+def test_contiguous_cache_with_window_refuses_an_odd_capacity():
+    q, kc, vc, k, v, seqlens, *_ = make_case([5, 9], 1, 1, 2, 1, 64, None, 30, seed=1)
+    with pytest.raises(ValueError, match="seqlen_cache.*multiple of 16, got 30"):
+        flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, window_size=(4, 0))
+    with pytest.raises(ValueError, match="seqlen_cache.*multiple of 16, got 30"):
+        flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, softcap=3.0)
+
+
+def test_fake_refuses_the_softcap_and_window_the_op_refuses():
+    """``kittens::attention_paged``'s fake refuses a soft cap and a window the real op refuses, with the same
+    message naming the argument; opcheck passes with good ones."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from kittens import ops  # noqa: F401  (registers the op)
+
+    q, kc, vc, _, _, seqlens, table, *_ = make_case([5, 20], 0, 2, 2, 1, 64, 16, 32, seed=6)
+    torch.library.opcheck(torch.ops.kittens.attention_paged.default,
+                          (q, kc, vc, table, seqlens, True, None, 2, None, 3.0, [9, 0]))
+    for bad, what in (((0.0, None), "softcap"), ((-2.0, None), "softcap"), ((float("nan"), None), "softcap"),
+                      ((None, [-2, 0]), "window.*left"), ((None, [3, -5]), "window.*right"),
+                      ((None, [1, 2, 3]), "window")):
+        with pytest.raises(ValueError, match=what):
+            torch.ops.kittens.attention_paged(q, kc, vc, table, seqlens, True, None, 1, None, *bad)
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fq, fk, fv, ft, fs = (mode.from_tensor(t) for t in (q, kc, vc, table, seqlens))
+            with pytest.raises(ValueError, match=what):
+                torch.ops.kittens.attention_paged(fq, fk, fv, ft, fs, True, None, 1, None, *bad)
+
+
 def test_paged_refuses_a_page_size_the_kernel_cannot_step():
     q, kc, vc, k, v, seqlens, table, *_ = make_case([5, 9], 1, 1, 2, 1, 64, 8, 32, seed=2)
     with pytest.raises(ValueError, match="page_size.*multiple of 16, got 8"):
@@ -241,8 +316,13 @@ def test_bad_input_names_the_argument():
         flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=bad)
     with pytest.raises(ValueError, match="cache_seqlens"):
         flash_attn_with_kvcache(q, kc, vc, cache_seqlens=40, block_table=table)
-    with pytest.raises(NotImplementedError, match="softcap"):
-        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table, softcap=5.0)
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="softcap"):
+            flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table, softcap=bad)
+    with pytest.raises(ValueError, match=r"window_size.*left.*-2"):
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table, window_size=(-2, 0))
+    with pytest.raises(TypeError, match="window_size"):
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table, window_size=4)
     with pytest.raises(ValueError, match="nheads_k"):
         flash_attn_with_kvcache(q[:, :, :1].repeat(1, 1, 3, 1), kc.repeat(1, 1, 2, 1), vc.repeat(1, 1, 2, 1),
                                 cache_seqlens=seqlens, block_table=table)

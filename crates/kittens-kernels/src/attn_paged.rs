@@ -9,9 +9,12 @@
 //! read from the block table in device memory ([`kittens_ir::Expr::Elem`], no gather, no host read),
 //! so a step never crosses a page (the page size is a multiple of `kv_block`). The online softmax is
 //! FlashAttention-2 §3.1 (S = Q·Kᵀ in f32, P rounded to bf16 for P·V); causal is bottom-right (query
-//! `i` keeps keys `j ≤ i + len − seq_q`), GQA reads KV head `h / (heads / heads_kv)`. ALiBi
-//! ([`PagedConfig::alibi`]) adds `−slope·|i + len − seq_q − j|` before the masks, the slopes an f32
-//! device tensor read once per block ([`crate::attn::score::Alibi`]).
+//! `i` keeps keys `j ≤ i + len − seq_q`), GQA reads KV head `h / (heads / heads_kv)`. A soft cap
+//! (`cap·tanh(x·scale/cap)`, [`Logits::cap`]) applies to the raw scores first; ALiBi
+//! ([`PagedConfig::alibi`]) adds `−slope·|i + len − seq_q − j|` after it and before the masks, the
+//! slopes an f32 device tensor read once per block ([`crate::attn::score::Alibi`]) — the order of the
+//! dense forward (`crate::attn_fwd`). A sliding window ([`PagedConfig::window`]) is aligned the same
+//! way (FlashAttention's `window_size` with a KV cache: query `i` at position `len − seq_q + i`).
 //!
 //! The trip count cannot read device memory (the analyses size loops from parameters), so the walk
 //! covers the table's capacity `max_blocks · page_size` and masks keys at or past the sequence's length;
@@ -29,7 +32,7 @@
 //! the 16-key P·V. The registry names why.
 
 use crate::attn::key_step::{KeyMasks, WaveStep};
-use crate::attn::score::Alibi;
+use crate::attn::score::{min_offset, Alibi, Window};
 use crate::attn::split::{declare_partials, MAX_KV_SPLITS};
 use crate::attn::{HeadLogits, Logits, Softmax, Staged};
 use crate::KernelError;
@@ -50,7 +53,8 @@ pub struct PagedConfig {
     pub dim: u32,
     /// Causal, aligned bottom-right (decoding's convention).
     pub causal: bool,
-    /// The softmax scale (`None`: `1/√d`); a soft cap is refused (not built here yet).
+    /// The softmax scale (`None`: `1/√d`) and soft cap (`cap·tanh(x·scale/cap)` on the raw scores
+    /// before ALiBi and the masks, [`Logits::cap`]).
     pub logits: Logits,
     /// Keys per step: 16, 32, 64 or 128; the page size must be a multiple of it ([`kv_block_for`]).
     pub kv_block: u32,
@@ -60,6 +64,11 @@ pub struct PagedConfig {
     /// `cache_seqlens`; query `i` and key `j` of sequence `b` get `−slope·|i + len − seq_q − j|` on
     /// their scaled logit (aligned bottom-right, FlashAttention's `alibi_slopes`).
     pub alibi: bool,
+    /// A sliding window (FlashAttention's `window_size`, [`Window`]), aligned bottom-right per
+    /// sequence: query `i` sits at key position `i + len − seq_q`, keeping keys `j` with
+    /// `i + len − seq_q − left ≤ j ≤ i + len − seq_q + right`. With both sides bounded (or the left
+    /// side and `causal`) a block walks only the key steps its rows' windows reach ([`Walk`]).
+    pub window: Option<Window>,
 }
 
 impl HeadLogits for PagedConfig {
@@ -95,11 +104,7 @@ pub fn kv_block_for(page_size: usize, dim: u32, target: Target) -> Result<u32, K
 
 pub(crate) fn check(cfg: &PagedConfig) -> Result<(), KernelError> {
     cfg.logits.check()?;
-    if cfg.logits.softcap.is_some() {
-        return Err(KernelError::Config(
-            "softcap: the paged decode kernel does not take a soft cap yet".into(),
-        ));
-    }
+    cfg.window.map_or(Ok(()), |w| w.check())?;
     if cfg.dim == 0 || !cfg.dim.is_multiple_of(32) || cfg.dim > 256 {
         return Err(KernelError::Config(format!(
             "head dim: the paged decode kernel takes multiples of 32 up to 256, got {}",
@@ -231,9 +236,11 @@ pub(crate) struct Walk {
     /// outside the table).
     pub len: Expr,
     last_page: Expr,
+    /// The part's first step: the block's first step ([`window_steps`]: 0, or with a window's left
+    /// side the step of its first row's first key) plus the parts before it.
     first: Expr,
     /// The part's steps, at least one (a part past the end walks one step, all masked: its partial
-    /// is the softmax's floor).
+    /// is the softmax's floor); parameters only.
     pub count: Expr,
     /// Keys at or past this are masked: the length, or the part's end if sooner.
     pub limit: Expr,
@@ -263,11 +270,13 @@ impl Walk {
         let last_page = (&len - 1).max(Expr::c(0)) / io.page.clone();
         let kv = i64::from(cfg.kv_block);
         let n = &io.max_blocks * (&io.page / kv);
-        let per = n.ceil_div(g);
-        let first = &part * per.clone();
-        let end = (&first + per).min(n);
-        let count = (&end - first.clone()).max(Expr::c(1));
-        let limit = len.clone().min(end * kv);
+        let (lo, total) = window_steps(cfg, &n, &len, &io.seq_q, &qb, block_q);
+        let per = total.ceil_div(g);
+        let first = &lo + &part * per.clone();
+        // The part's steps relative to `lo` end here: parameters only (a trip count).
+        let end_rel = (&(&part + 1) * per.clone()).min(total);
+        let count = (&end_rel - &part * per).max(Expr::c(1));
+        let limit = len.clone().min((&lo + end_rel) * kv);
         Walk {
             b,
             h,
@@ -325,19 +334,67 @@ impl Walk {
             );
             (v, self.causal_offset(io))
         });
+        let (seq_q, len) = (&io.seq_q, &self.len);
+        let window_end = cfg.window.and_then(|w| w.end_expr(seq_q, len));
         KeyMasks {
             end: self.limit.clone(),
-            causal: cfg.causal.then(|| self.causal_offset(io)),
+            causal: min_offset(cfg.causal.then(|| self.causal_offset(io)), window_end),
+            start: cfg.window.and_then(|w| w.start_expr(seq_q, len)),
+            cap: (cfg.logits, cfg.dim),
             alibi,
         }
     }
 }
 
+/// The key steps of `kv_block` keys that a block of query rows from `qb · block_q` walks under
+/// `cfg`'s window, `(lo, total)`: from the step holding its first row's first key (the window's left
+/// side, held to `0 .. n`; step 0 without one), `total` steps: all `n` of the capacity, or with a
+/// left side and a right bound (the window's right side, the causal diagonal) the most steps that
+/// the block's span of `left + block_q + right` keys can touch — a constant, since a trip count may
+/// not read the lengths on the device ([`Walk`]). Steps past the length are masked, as ever.
+fn window_steps(
+    cfg: &PagedConfig,
+    n: &Expr,
+    len: &Expr,
+    seq_q: &Expr,
+    qb: &Expr,
+    block_q: u32,
+) -> (Expr, Expr) {
+    let kv = i64::from(cfg.kv_block);
+    let Some(w) = cfg.window.filter(|w| w.left >= 0) else {
+        return (Expr::c(0), n.clone());
+    };
+    // Clamped at 0 before dividing: division is a floor only on non-negative operands.
+    let first_key =
+        (qb * i64::from(block_q) + len.clone() - seq_q.clone() - w.left).max(Expr::c(0));
+    let lo = (first_key / kv).min(n - 1);
+    let right = match (w.right >= 0, cfg.causal) {
+        (true, true) => Some(w.right.min(0)),
+        (true, false) => Some(w.right),
+        (false, true) => Some(0),
+        (false, false) => None,
+    };
+    let total = match right {
+        // A span of `w` keys from any key touches at most `(w − 1) / kv + 2` steps.
+        Some(r) => n
+            .clone()
+            .min(Expr::c((w.left + i64::from(block_q) + r - 1) / kv + 2)),
+        None => n.clone(),
+    };
+    (lo, total)
+}
+
 /// The kernel's name, from its configuration (`suffix` names a target's program).
 pub(crate) fn name(cfg: &PagedConfig, suffix: &str) -> String {
     format!(
-        "attn_paged_fwd{}{}_kv{}{}{suffix}",
+        "attn_paged_fwd{}{}{}{}_kv{}{}{suffix}",
         if cfg.causal { "_causal" } else { "" },
+        if cfg.window.is_some() { "_window" } else { "" },
+        if cfg.logits.softcap.is_some() {
+            "_softcap"
+        } else {
+            ""
+        },
         if cfg.alibi { "_alibi" } else { "" },
         cfg.kv_block,
         if cfg.splits > 1 {

@@ -10,7 +10,7 @@
 //! exact f32 integers), with ALiBi (`alibi`) its slopes (f32 `[batch, heads]`, random of any sign in
 //! a run); outputs `o`, `lse`.
 
-use crate::attn::score::{AttnArgs, Logits};
+use crate::attn::score::{AttnArgs, Logits, Window};
 use crate::attn::split::{self, MergeConfig};
 use crate::attn::{AttnLayout, AttnShape};
 use crate::attn_paged::{build, kv_block_for, PagedConfig};
@@ -36,6 +36,8 @@ pub struct PagedProblem {
     pub logits: Logits,
     /// ALiBi's slopes an input ([`PagedConfig::alibi`]).
     pub alibi: bool,
+    /// A sliding window, bottom-right aligned per sequence ([`PagedConfig::window`]).
+    pub window: Option<Window>,
     pub num_blocks: usize,
     pub page_size: usize,
     pub max_blocks: usize,
@@ -46,15 +48,15 @@ pub struct PagedProblem {
 const NAME: &str = "attn_paged";
 
 impl PagedProblem {
-    /// The attention's names ([`AttnArgs::from_args`]; `seq` is the new queries per sequence; a
-    /// layout other than `bshd`, `seq_kv`, a window or a top-left causal flag are refused), then
+    /// The attention's names ([`AttnArgs::from_args`]; `seq` is the new queries per sequence; the
+    /// window and causal mask aligned bottom-right; a layout other than `bshd` is refused), then
     /// `page_size` (default 16), `max_blocks` (default `⌈seq_kv / page_size⌉`, 4 pages without),
     /// `num_blocks` (default `batch · max_blocks`), `num_splits` or `kv_splits` (default 1).
     pub fn from_args(a: &NamedArgs) -> Result<PagedProblem, KernelError> {
         let args = AttnArgs::from_args(a)?;
-        if args.attn.layout != AttnLayout::Bshd || args.window.is_some() {
+        if args.attn.layout != AttnLayout::Bshd {
             return Err(KernelError::Problem(format!(
-                "{NAME}: q is (batch, seq, heads, dim) (bshd) and takes no window"
+                "{NAME}: q is (batch, seq, heads, dim) (bshd)"
             )));
         }
         // Each size or `None` (the CLI's flag not given) for its default.
@@ -70,6 +72,7 @@ impl PagedProblem {
             causal: args.causal,
             logits: args.logits,
             alibi: args.alibi,
+            window: args.window,
             num_blocks,
             page_size,
             max_blocks,
@@ -93,6 +96,7 @@ impl PagedProblem {
             kv_block: kv_block_for(self.page_size, dim, target)?,
             splits: self.splits,
             alibi: self.alibi,
+            window: self.window,
         })
     }
 
@@ -117,6 +121,7 @@ pub fn default_config() -> PagedConfig {
         kv_block: 16,
         splits: 1,
         alibi: false,
+        window: None,
     }
 }
 
@@ -231,7 +236,7 @@ impl KernelProblem for PagedProblem {
             launch,
             what: format!(
                 "{NAME} at batch={} heads={} heads_kv={} seq={} dim={} page_size={} max_blocks={} \
-                 num_blocks={} splits={} alibi={}",
+                 num_blocks={} splits={} alibi={} softcap={:?} window={:?}",
                 a.batch,
                 a.heads,
                 a.heads_kv,
@@ -241,13 +246,16 @@ impl KernelProblem for PagedProblem {
                 p.max_blocks,
                 p.num_blocks,
                 p.splits,
-                p.alibi
+                p.alibi,
+                p.logits.softcap,
+                p.window
             ),
             work,
             shape: serde_json::json!({
                 "attn": a, "capacity": cap, "page_size": p.page_size, "max_blocks": p.max_blocks,
                 "num_blocks": p.num_blocks, "splits": p.splits, "lengths": lengths(p),
                 "causal_bottom_right": p.causal, "alibi": p.alibi,
+                "softcap": p.logits.softcap, "window": p.window,
             }),
         })
     }
@@ -331,6 +339,8 @@ impl KernelProblem for PagedProblem {
             cu_k,
             causal: self.causal,
             scale: f64::from(self.logits.scale(d as u32)),
+            softcap: self.logits.softcap.map(f64::from),
+            window: self.window,
         };
         let q = &inputs[0];
         let slopes = inputs.get(5).filter(|_| self.alibi).map(Vec::as_slice);

@@ -355,6 +355,8 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let masks = KeyMasks {
         end: blk.len_k.clone(),
         causal: cfg.causal.then(|| &blk.len_k - blk.len_q.clone()),
+        start: None,
+        cap: (cfg.logits, cfg.dim),
         alibi: slope.map(|v| (v, &blk.len_k - blk.len_q.clone())),
     };
     let tiles_k = max_k.ceil_div(i64::from(bk));

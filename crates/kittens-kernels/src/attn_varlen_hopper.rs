@@ -127,6 +127,8 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let masks = KeyMasks {
         end: len_k.clone(),
         causal: cfg.causal.then(|| &len_k - len_q.clone()),
+        start: None,
+        cap: (cfg.logits, cfg.dim),
         alibi: None,
     };
     k.roles(

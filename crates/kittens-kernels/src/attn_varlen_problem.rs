@@ -205,6 +205,7 @@ impl VarlenProblem {
             cu_k: cu(cu_k),
             causal: self.args.causal,
             scale: f64::from(cfg.logits.scale(cfg.dim)),
+            ..Default::default()
         }
     }
 

@@ -460,6 +460,14 @@ pub trait KernelProblem: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// The names of the run's outputs ([`Launch::outputs`] order) when the launches of
+    /// [`Self::stages`] on `target` return them in another order (the atomic Hopper backward's last
+    /// launch writes dQ, after dK and dV): the runner then orders them by name. `None` (the
+    /// default): launch order is the run's.
+    fn output_names(&self, _target: Target) -> Option<Vec<String>> {
+        None
+    }
+
     /// The random inputs of a run of `kernel` (as [`Self::build`] made it) at `launch`, in
     /// [`Launch::inputs`] order. By default each is uniform in `[-input_scale, input_scale)` rounded to
     /// its tensor's dtype ([`draw_operands`]); a kernel with other inputs (the GEMM's scales) says so.

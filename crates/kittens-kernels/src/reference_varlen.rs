@@ -3,13 +3,16 @@
 //! FlashAttention's rule, [`crate::reference::check_rule`]). Rows past the last sequence are nobody's:
 //! the references leave them out ([`VarlenShape::rows`]).
 
+use crate::attn::score::Window;
 use kittens_hw::dtype::DType;
 use kittens_ir::numerics::{round, Rounding};
 use std::ops::Range;
 
 /// A packed batch: `q [total_q, heads, dim]`, `k, v [total_k, heads_kv, dim]`, sequence `b`'s rows
-/// `cu_q[b] .. cu_q[b + 1]` and `cu_k[b] .. cu_k[b + 1]`.
-#[derive(Debug, Clone, PartialEq)]
+/// `cu_q[b] .. cu_q[b + 1]` and `cu_k[b] .. cu_k[b + 1]`; with `softcap` the logits
+/// `cap·tanh(x·scale/cap)` (before ALiBi, [`crate::attn::score::Logits`]), with `window` a sliding
+/// window aligned bottom-right per sequence ([`crate::attn::score::Window`]).
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct VarlenShape {
     pub heads: usize,
     pub heads_kv: usize,
@@ -18,25 +21,50 @@ pub struct VarlenShape {
     pub cu_k: Vec<usize>,
     pub causal: bool,
     pub scale: f64,
+    pub softcap: Option<f64>,
+    pub window: Option<Window>,
 }
 
 impl VarlenShape {
     pub fn batch(&self) -> usize {
         self.cu_q.len().saturating_sub(1)
     }
-    /// The query rows of sequence `b` and the keys query `i` (local) of it keeps: all `len_k`, or with
-    /// `causal` those `j ≤ i + len_k − len_q` (bottom-right).
+    /// The keys query `i` (local) of sequence `b` keeps: all `len_k`, or with `causal` those
+    /// `j ≤ i + len_k − len_q` (bottom-right), and with a window those within it (bottom-right).
     pub fn keys(&self, b: usize, i: usize) -> Range<usize> {
         let (lq, lk) = (
             self.cu_q[b + 1] - self.cu_q[b],
             self.cu_k[b + 1] - self.cu_k[b],
         );
-        let end = if self.causal {
-            (i as i64 + lk as i64 - lq as i64 + 1).clamp(0, lk as i64) as usize
-        } else {
-            lk
-        };
-        0..end
+        let (nq, nk, i) = (lq as i64, lk as i64, i as i64);
+        let mut end = nk;
+        let mut start = 0;
+        if self.causal {
+            end = end.min(i + nk - nq + 1);
+        }
+        if let Some(w) = self.window {
+            if let Some(e) = w.end(nq, nk) {
+                end = end.min(i + e + 1);
+            }
+            if let Some(s) = w.start(nq, nk) {
+                start = start.max(i + s);
+            }
+        }
+        let start = start.clamp(0, nk);
+        start as usize..end.clamp(start, nk) as usize
+    }
+    /// The logit of the score `dot` (f64): scaled, then capped.
+    fn logit(&self, dot: f64) -> f64 {
+        let s = dot * self.scale;
+        self.softcap.map_or(s, |c| c * (s / c).tanh())
+    }
+    /// [`Self::logit`] the PyTorch way in f32, for the baseline.
+    fn logit_f32(&self, dot: f32) -> f32 {
+        let s = dot * self.scale as f32;
+        self.softcap.map_or(s, |c| {
+            let c = c as f32;
+            c * (s / c).tanh()
+        })
     }
     /// Every `(b, query row)` pair of the batch.
     pub fn rows(&self) -> impl Iterator<Item = (usize, usize)> + '_ {
@@ -95,7 +123,7 @@ pub fn forward_alibi(
                     let dot: f64 = (0..sh.dim)
                         .map(|x| q[sh.q_at(r, h, x)] as f64 * k[sh.k_at(kr, hk, x)] as f64)
                         .sum();
-                    dot * sh.scale + sh.bias(slopes, b, h, i, j)
+                    sh.logit(dot) + sh.bias(slopes, b, h, i, j)
                 })
                 .collect();
             let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
@@ -160,7 +188,7 @@ pub fn forward_bf16_baseline_alibi(
                     let dot = (0..sh.dim).fold(0.0f32, |a, x| {
                         a + q[sh.q_at(r, h, x)] * k[sh.k_at(kr, hk, x)]
                     });
-                    dot * sh.scale as f32 + sh.bias(slopes, b, h, i, j) as f32
+                    sh.logit_f32(dot) + sh.bias(slopes, b, h, i, j) as f32
                 })
                 .collect();
             let mx = p.iter().cloned().fold(f32::NEG_INFINITY, f32::max);
@@ -217,6 +245,10 @@ pub fn backward_alibi(
     low: bool,
     slopes: Option<&[f32]>,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    assert!(
+        sh.softcap.is_none(),
+        "the varlen backward reference takes no soft cap"
+    );
     let f32r = |x: f64| if low { x as f32 as f64 } else { x };
     let bf = |x: f64| {
         if low {

@@ -9,7 +9,7 @@ use kittens_hw::dtype::DType::Bf16;
 use kittens_hw::Target;
 use kittens_ir::interp;
 use kittens_ir::numerics::{round, Rounding};
-use kittens_kernels::attn::score::Logits;
+use kittens_kernels::attn::score::{Logits, Window};
 use kittens_kernels::attn::AttnLayout;
 use kittens_kernels::attn_fwd::{split::build_merge, AttnConfig};
 use kittens_kernels::attn_paged::{build, kv_block_for, PagedConfig};
@@ -48,6 +48,10 @@ struct Case {
     splits: u32,
     /// ALiBi: random slopes `[batch, heads]` of either sign, an input after `cache_seqlens`.
     alibi: bool,
+    /// The soft cap (`cap·tanh(x·scale/cap)` before ALiBi).
+    softcap: Option<f32>,
+    /// A sliding window `(left, right)`, bottom-right aligned per sequence.
+    window: Option<Window>,
     seed: u64,
     /// The program: the interpreter's (`Target::Cpu`) or sm_90a's (`attn_paged_hopper`).
     target: Target,
@@ -129,6 +133,8 @@ fn check(c: &Case) {
             },
             c.dim,
         )),
+        softcap: c.softcap.map(f64::from),
+        window: c.window,
     };
     // Slopes of either sign up to 0.5: a bias of tens to hundreds over a long sequence.
     let slopes = c.alibi.then(|| random(&mut s, b * h, 0.5));
@@ -141,11 +147,12 @@ fn check(c: &Case) {
         causal: c.causal,
         logits: Logits {
             scale: c.scale,
-            softcap: None,
+            softcap: c.softcap,
         },
         kv_block,
         splits: c.splits,
         alibi: c.alibi,
+        window: c.window,
     };
     let kernel = build_for(&cfg, c.target).expect("the paged kernel builds");
     let params = [b, h, hk, sq, num_blocks, page, max_blocks].map(|x| x as i64);
@@ -184,8 +191,9 @@ fn check(c: &Case) {
         (m[2].clone(), m[3].clone())
     };
     let what = format!(
-        "{} lens {:?} seq_q {sq} H{h}/{hk} D{d} page {page} causal {} scale {:?} splits {} alibi {}",
-        kernel.name, c.lens, c.causal, c.scale, c.splits, c.alibi
+        "{} lens {:?} seq_q {sq} H{h}/{hk} D{d} page {page} causal {} scale {:?} splits {} alibi {} \
+         softcap {:?} window {:?}",
+        kernel.name, c.lens, c.causal, c.scale, c.splits, c.alibi, c.softcap, c.window
     );
     let (ours, baseline) = (compare(&o, &want_o), compare(&base, &want_o));
     for (name, e, be) in [
@@ -232,6 +240,8 @@ fn case(lens: &[usize], page: usize) -> Case {
         scale: None,
         splits: 1,
         alibi: false,
+        softcap: None,
+        window: None,
         seed: 1,
         target: Target::Cpu,
     }
@@ -334,19 +344,34 @@ fn paged_decode_alibi_matches_f64() {
 fn paged_decode_refuses_what_it_does_not_take() {
     let e = kv_block_for(24, 64, Target::Cpu).unwrap_err().to_string();
     assert!(e.contains("page_size") && e.contains("24"), "{e}");
+    // A soft cap must be finite and positive (0 is FlashAttention's "none": no cap at all here).
     let cfg = PagedConfig {
         dim: 64,
         causal: false,
         logits: Logits {
             scale: None,
-            softcap: Some(30.0),
+            softcap: Some(0.0),
         },
         kv_block: 16,
         splits: 1,
         alibi: false,
+        window: None,
     };
-    let e = build(&cfg).unwrap_err().to_string();
-    assert!(e.contains("softcap"), "{e}");
+    for target in [Target::Cpu, Target::Sm90a] {
+        let e = build_for(&cfg, target).unwrap_err().to_string();
+        assert!(e.contains("softcap") && e.contains('0'), "{e}");
+        let e = build_for(
+            &PagedConfig {
+                logits: Logits::default(),
+                window: Some(Window { left: -2, right: 0 }),
+                ..cfg
+            },
+            target,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("window") && e.contains("-2"), "{e}");
+    }
     let e = build(&PagedConfig {
         logits: Logits::default(),
         splits: 17,
@@ -475,6 +500,7 @@ fn sm90a_lowers_the_hopper_paged_program_gfx942_the_plain_one() {
         kv_block: 16,
         splits: 1,
         alibi: false,
+        window: None,
     };
     let hopper = build_for(&cfg, Target::Sm90a).unwrap();
     let l = kittens_codegen::lower(&hopper, Target::Sm90a).expect("sm_90a lowers it");
@@ -496,5 +522,116 @@ fn sm90a_lowers_the_hopper_paged_program_gfx942_the_plain_one() {
     for target in [Target::Gfx942, Target::Gfx950] {
         let e = kittens_codegen::lower(&hopper, target).unwrap_err();
         eprintln!("hopper program on {target:?}: {e}");
+    }
+}
+
+fn window(left: i64, right: i64) -> Option<Window> {
+    Some(Window::new(left, right).expect("a window"))
+}
+
+/// A soft cap (`cap·tanh`, before ALiBi and the masks) against the f64 reference: small caps that
+/// bend most logits (scores up to about ±8 scaled), GQA, page sizes no length divides, causal with
+/// several queries, ALiBi after the cap, a split walk merged; the interpreter's and sm_90a's programs.
+#[test]
+fn paged_decode_softcap_matches_f64() {
+    let cap = |c: Case| Case {
+        softcap: Some(2.5),
+        ..c
+    };
+    for target in [Target::Cpu, Target::Sm90a] {
+        check(&cap(Case {
+            seed: 31,
+            target,
+            ..case(&[300, 1, 37, 0], 16)
+        }));
+        check(&cap(Case {
+            seq_q: 5,
+            causal: true,
+            alibi: true,
+            scale: Some(0.3),
+            seed: 32,
+            target,
+            ..case(&[100, 37, 3], 48)
+        }));
+        check(&cap(Case {
+            seq_q: 3,
+            splits: 3,
+            softcap: Some(7.0),
+            seed: 33,
+            target,
+            ..case(&[1000, 2, 37], 16)
+        }));
+    }
+}
+
+/// A sliding window aligned bottom-right per sequence (query `i` at key position `len − seq_q + i`,
+/// FlashAttention's rule with a KV cache): windows whose edges cut inside pages and key steps and
+/// at their edges, left only, right only, both, with causal, wider than the sequence, several
+/// queries, GQA, ALiBi and a soft cap together, a split walk merged; the interpreter's and sm_90a's
+/// programs (sm_90a's key steps of 128 at page 256 walk a window that starts mid-page).
+#[test]
+fn paged_decode_window_matches_f64() {
+    for target in [Target::Cpu, Target::Sm90a] {
+        let t = |c: Case| Case { target, ..c };
+        // Left side only, cutting a page of 16 mid-way (21 keys: 1 page + 5).
+        check(&t(Case {
+            window: window(20, -1),
+            seed: 41,
+            ..case(&[300, 1, 37, 0], 16)
+        }));
+        // Both sides with several queries, at a page edge (left 47 at page 48) and not.
+        check(&t(Case {
+            seq_q: 5,
+            window: window(47, 2),
+            seed: 42,
+            ..case(&[100, 37, 3, 48], 48)
+        }));
+        // Causal with a left side: the walk skips the steps before the window.
+        check(&t(Case {
+            seq_q: 7,
+            causal: true,
+            window: window(130, 0),
+            seed: 43,
+            ..case(&[1000, 129, 2], 256)
+        }));
+        // Right side only (no left bound: the whole cache walked), causal tighter than it.
+        check(&t(Case {
+            seq_q: 4,
+            causal: true,
+            window: window(-1, 3),
+            seed: 44,
+            ..case(&[300, 5], 16)
+        }));
+        // Everything together, split three ways, a window at a key step's edge (left 15 + the row).
+        check(&t(Case {
+            seq_q: 3,
+            splits: 3,
+            alibi: true,
+            softcap: Some(5.0),
+            window: window(15, 0),
+            seed: 45,
+            dim: 128,
+            heads: 8,
+            heads_kv: 2,
+            ..case(&[1000, 17, 16, 1], 32)
+        }));
+        // A full block of queries (16 rows on the interpreter, 64 on sm_90a) whose windows span
+        // `left + rows` keys from a first key inside a step: the most steps the walk's bound allows.
+        let rows = if target == Target::Cpu { 16 } else { 64 };
+        check(&t(Case {
+            seq_q: rows,
+            causal: true,
+            window: window(rows as i64, 0),
+            seed: 47,
+            ..case(&[300, 101, 37], 64)
+        }));
+        // A window wider than every sequence: the unwindowed answer.
+        check(&t(Case {
+            seq_q: 2,
+            window: window(5000, 5000),
+            splits: 2,
+            seed: 46,
+            ..case(&[300, 1, 0], 64)
+        }));
     }
 }

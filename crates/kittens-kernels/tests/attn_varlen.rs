@@ -91,6 +91,7 @@ impl Drawn {
             cu_k: cu_k.clone(),
             causal,
             scale: f64::from(cfg.logits.scale(dim)),
+            ..Default::default()
         };
         Drawn {
             cfg,
@@ -530,6 +531,7 @@ fn seqused_k_keeps_each_sequences_first_keys_in_both_programs() {
             cu_k: offsets(&used),
             causal,
             scale: f64::from(cfg.logits.scale(dim)),
+            ..Default::default()
         };
         let (kp, vp) = (pack(&k), pack(&v));
         let (want, _) = forward(&q, &kp, &vp, &sh);

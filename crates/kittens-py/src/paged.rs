@@ -3,7 +3,7 @@
 
 use crate::view::ApiError;
 use crate::{interruptible, say};
-use kittens_kernels::attn::score::Logits;
+use kittens_kernels::attn::score::{Logits, Window};
 use kittens_kernels::attn::{AttnLayout, AttnShape};
 use kittens_kernels::attn_paged_problem::{run_cpu, PagedProblem};
 use kittens_kernels::problem::RunSettings;
@@ -15,9 +15,12 @@ type Sizes = (usize, usize, usize, usize, usize, usize, usize, usize);
 
 /// `(out, lse)` (float32 bytes of `[batch, seq_q, heads, dim]` and `[batch, heads, seq_q]`) from
 /// `q, k_cache, v_cache` (float32 bytes), the block table (row-major) and the lengths; with ALiBi
-/// the slopes `[batch, heads]` (row-major; a non-finite one is refused naming `alibi_slopes`).
+/// the slopes `[batch, heads]` (row-major; a non-finite one is refused naming `alibi_slopes`); a soft
+/// cap and a window `(left, right)` aligned bottom-right (refused out of range, naming `softcap` or
+/// `window`).
 #[pyfunction]
-#[pyo3(signature = (arrays, block_table, cache_seqlens, sizes, causal, scale=None, splits=1, alibi=None))]
+#[pyo3(signature = (arrays, block_table, cache_seqlens, sizes, causal, scale=None, splits=1, alibi=None,
+                    softcap=None, window=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_paged_cpu<'py>(
     py: Python<'py>,
@@ -29,8 +32,16 @@ pub(crate) fn attention_paged_cpu<'py>(
     scale: Option<f64>,
     splits: u32,
     alibi: Option<Vec<f32>>,
+    softcap: Option<f64>,
+    window: Option<(i64, i64)>,
 ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
     let (batch, seq, heads, heads_kv, dim, num_blocks, page_size, max_blocks) = sizes;
+    let window = window
+        .map(|(l, r)| Window::new(l, r))
+        .transpose()
+        .map_err(|e| {
+            pyo3::exceptions::PyValueError::new_err(format!("kittens.flash_attn_with_kvcache: {e}"))
+        })?;
     let p = PagedProblem {
         attn: AttnShape {
             batch,
@@ -44,8 +55,9 @@ pub(crate) fn attention_paged_cpu<'py>(
         alibi: alibi.is_some(),
         logits: Logits {
             scale: scale.map(|s| s as f32),
-            softcap: None,
+            softcap: softcap.map(|c| c as f32),
         },
+        window,
         num_blocks,
         page_size,
         max_blocks,

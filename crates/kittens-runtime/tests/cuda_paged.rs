@@ -1,6 +1,6 @@
 //! The sm_90a paged-KV-cache decode (`kittens_kernels::attn_paged_hopper`) lowered and compiled by
 //! NVRTC without spills at every head dim and key block it takes, causal and not, with and without a
-//! key split, with and without ALiBi: the proof available without a GPU that the block-table reads (`Expr::Elem` in a
+//! key split, with and without ALiBi, a soft cap and a sliding window: the proof available without a GPU that the block-table reads (`Expr::Elem` in a
 //! `cp.async` fill's origin) and the per-step clip lower to valid CUDA. Its numbers are checked on
 //! the interpreter (`kittens-kernels/tests/attn_paged.rs`) and on the device by
 //! `python/tests/test_gpu_kvcache.py`.
@@ -10,7 +10,7 @@ mod cuda_common;
 
 use cuda_common::ensure_nvrtc;
 use kittens_hw::Target;
-use kittens_kernels::attn::score::Logits;
+use kittens_kernels::attn::score::{Logits, Window};
 use kittens_kernels::attn_paged::PagedConfig;
 
 #[test]
@@ -18,15 +18,17 @@ fn paged_decode_compiles_for_sm90a_without_spills() {
     ensure_nvrtc();
     // Every head dim and key block, each mask and split form at the registry's page 16 and the
     // widest blocks (the most registers).
-    // (causal, splits, alibi)
+    // (causal, splits, alibi, soft cap and window)
     let all = [
-        (false, 1, false),
-        (true, 1, false),
-        (false, 4, false),
-        (true, 1, true),
-        (false, 4, true),
+        (false, 1, false, false),
+        (true, 1, false, false),
+        (false, 4, false, false),
+        (true, 1, true, false),
+        (false, 4, true, false),
+        (true, 1, true, true),
+        (false, 4, false, true),
     ];
-    let plain = [(false, 1, false)];
+    let plain = [(false, 1, false, false)];
     for (dim, kv, forms) in [
         (64, 128, &all[..]),
         (128, 16, &all[..]),
@@ -37,16 +39,22 @@ fn paged_decode_compiles_for_sm90a_without_spills() {
         (256, 16, &all[..]),
         (256, 64, &all[..]),
     ] {
-        for &(causal, splits, alibi) in forms {
+        for &(causal, splits, alibi, capped) in forms {
             let cfg = PagedConfig {
                 dim,
                 causal,
-                logits: Logits::default(),
+                logits: Logits {
+                    scale: None,
+                    softcap: capped.then_some(30.0),
+                },
                 kv_block: kv,
                 splits,
                 alibi,
+                window: capped.then(|| Window::new(1000, if causal { 0 } else { 7 }).unwrap()),
             };
-            let what = format!("D{dim} kv{kv} causal {causal} splits {splits} alibi {alibi}");
+            let what = format!(
+                "D{dim} kv{kv} causal {causal} splits {splits} alibi {alibi} softcap+window {capped}"
+            );
             let k = kittens_kernels::attn_paged_hopper::build(&cfg).unwrap();
             let l =
                 kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{what}: {e}"));

@@ -12,18 +12,20 @@ from ._core import _dense, _HANDLES, _bf16s, _launch, _same_device, _spec, _stor
 
 
 def attention_paged(q, k_cache, v_cache, block_table, cache_seqlens, causal: bool, scale, num_splits: int = 1,
-                    alibi=None):
+                    alibi=None, softcap=None, window=None):
     """``(out, lse)`` of decode attention against a paged cache on CUDA (registry ``attn_paged``): q
     (B, Nq, H, D), the caches (num_blocks, page_size, H_kv, D), dense bfloat16; block_table int32
     (B, max_blocks) and cache_seqlens int32 (B,), dense, read by the kernel on the device; ``alibi``
-    ALiBi's slopes, float32 (B, H) dense (``kittens._alibi.slopes``), read on the device too."""
+    ALiBi's slopes, float32 (B, H) dense (``kittens._alibi.slopes``), read on the device too; ``softcap``
+    (a float) and ``window`` (``(left, right)``, bottom-right) constants of the kernel, None for none."""
     key = (11, q.shape, k_cache.shape, block_table.shape, q.device, k_cache.device, v_cache.device,
            block_table.device, cache_seqlens.device, bool(causal), scale, int(num_splits),
-           None if alibi is None else (alibi.shape, alibi.stride(), alibi.dtype, alibi.device))
+           None if alibi is None else (alibi.shape, alibi.stride(), alibi.dtype, alibi.device), softcap,
+           None if window is None else tuple(window))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, bool(causal), scale,
-                             int(num_splits), alibi)
+                             int(num_splits), alibi, softcap, window)
     b, sq, h, _ = q.shape
     out = torch.zeros_like(q)
     lse = torch.zeros((b, h, sq), dtype=torch.float32, device=q.device)
@@ -34,7 +36,8 @@ def attention_paged(q, k_cache, v_cache, block_table, cache_seqlens, causal: boo
     return out, lse
 
 
-def _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, causal, scale, num_splits, alibi=None):
+def _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, causal, scale, num_splits, alibi=None,
+                   softcap=None, window=None):
     _bf16s(q=q, k_cache=k_cache, v_cache=v_cache)
     dev = _same_device(q=q, k_cache=k_cache, v_cache=v_cache, block_table=block_table,
                        cache_seqlens=cache_seqlens)
@@ -54,6 +57,10 @@ def _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, causal,
     mb = block_table.shape[1]
     problem = {"batch": b, "heads": h, "heads_kv": hk, "seq": sq, "dim": d, "causal": causal, "scale": scale,
                "page_size": page, "max_blocks": mb, "num_blocks": nb, "num_splits": num_splits}
+    if softcap is not None:
+        problem["softcap"] = float(softcap)
+    if window is not None:
+        problem["window"] = (int(window[0]), int(window[1]))
     slopes = ()
     if alibi is not None:
         _same_device(q=q, alibi_slopes=alibi)

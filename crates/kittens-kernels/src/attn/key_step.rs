@@ -6,25 +6,33 @@
 //! ([`WaveStep`]) and once for a Hopper consumer wave reading Q and the K/V ring slots from shared
 //! memory with `wgmma` ([`SharedStep`], FlashAttention-3's consumer).
 
-use super::Softmax;
+use super::{Logits, Softmax};
 use kittens_ir::{Expr, KernelBuilder, MaskRule, MmaForm, MmaOperand, RegId, Rounding, SharedId};
 
 /// Columns of one shared tile of the Hopper programs: 64 bf16 = 128 bytes, the 128-byte swizzle's row.
 const COLS: u32 = 64;
 
-/// The masks of a key block on its f32 scores: keys at or past `end`, and with `causal` the
-/// bottom-right diagonal (query `i` keeps keys `j ≤ i + offset`); before them, with `alibi`, the
-/// ALiBi bias from a row vector of slopes, the distance shifted by `shift` (`len_k − len_q`: aligned
-/// bottom-right, FlashAttention's convention, [`super::score::Alibi`]).
+/// The masks of a key block on its f32 scores: keys at or past `end`; with `causal` the last key kept
+/// (query `i` keeps keys `j ≤ i + offset`: the bottom-right causal diagonal, a window's right side,
+/// or the tighter of both, [`super::score::min_offset`]); with `start` a window's left side (keys
+/// `j ≥ i + offset`). Before them, with `cap`, the soft cap on the raw scores ([`Logits::cap`]: a
+/// masked `−∞` would become `−cap`), then with `alibi` the ALiBi bias from a row vector of slopes,
+/// the distance shifted by `shift` (`len_k − len_q`: aligned bottom-right, FlashAttention's
+/// convention, [`super::score::Alibi`]).
 pub(crate) struct KeyMasks {
     pub end: Expr,
     pub causal: Option<Expr>,
+    pub start: Option<Expr>,
+    /// The logits and head dim whose soft cap (if any) the scores take first.
+    pub cap: (Logits, u32),
     pub alibi: Option<(RegId, Expr)>,
 }
 
 impl KeyMasks {
     /// Masks the scores `s` whose first query is `q0` and first key `k0` to `−∞`.
     pub(crate) fn apply(&self, k: &mut KernelBuilder, s: RegId, q0: &Expr, k0: &Expr) {
+        let (logits, dim) = self.cap;
+        logits.cap(k, s, dim);
         if let Some((slope, shift)) = &self.alibi {
             super::score::Alibi::add(k, s, *slope, &(q0 + shift.clone()), k0);
         }
@@ -32,6 +40,12 @@ impl KeyMasks {
         k.mask(s, MaskRule::ColsBelow(self.end.clone()), q0, k0, inf);
         if let Some(offset) = &self.causal {
             let rule = MaskRule::Causal {
+                offset: offset.clone(),
+            };
+            k.mask(s, rule, q0, k0, inf);
+        }
+        if let Some(offset) = &self.start {
+            let rule = MaskRule::WindowStart {
                 offset: offset.clone(),
             };
             k.mask(s, rule, q0, k0, inf);

@@ -10,8 +10,8 @@ use crate::attn::strides::{self, AttnStrides};
 use crate::attn::AttnArgs;
 use crate::budget;
 use crate::problem::{
-    draw_operands, elements, param, positive, random_scaled, round_up, KernelProblem, Launch,
-    NamedArgs, Plan, Reference, RunSettings, Stage, STORE_BYTES,
+    elements, param, positive, random_scaled, round_up, KernelProblem, Launch, NamedArgs, Plan,
+    Reference, RunSettings, Stage, STORE_BYTES,
 };
 use crate::reference::Tolerance;
 use crate::reference_bwd;
@@ -415,8 +415,10 @@ impl KernelProblem for BwdProblem {
             Some([HopperAtomicPre, HopperAtomicKv, HopperAtomicDq]) => {
                 // FlashAttention-3 §3.3: D and the zeroed f32 dQ accumulator (`dq_acc`, Q's shape),
                 // the key blocks adding into it, its rounding to bf16 dQ. `dq_acc` is read and
-                // written by the key blocks (a launch the runner's inputs-then-outputs cannot
-                // express; it refuses it, a prepared call passes the accumulator by name).
+                // written by the key blocks, declared after dK and dV: an output of that launch in
+                // the runner's inputs-then-outputs order (the one it was written by before and is
+                // read by after; the per-launch runner refuses such a launch by name, a prepared
+                // call passes the accumulator by name), as `attn_varlen_bwd`'s.
                 let l = &plan.launch;
                 let [q, k, v, o, d_o, lse] = [0, 1, 2, 3, 4, 5].map(|i| l.inputs[i]);
                 let [dq, dk, dv] = [0, 1, 2].map(|i| l.outputs[i]);
@@ -450,8 +452,8 @@ impl KernelProblem for BwdProblem {
                     )?,
                     stage(
                         HopperAtomicKv,
-                        [&[q, k, v, d_o, lse, lse][..], alibi, &[acc]].concat(),
-                        vec![dk, dv],
+                        [&[q, k, v, d_o, lse, lse][..], alibi].concat(),
+                        vec![dk, dv, acc],
                     )?,
                     stage(HopperAtomicDq, vec![acc], vec![dq])?,
                 ])
@@ -462,14 +464,39 @@ impl KernelProblem for BwdProblem {
         }
     }
 
-    /// Q, K, V and dO uniform in `[-input_scale, input_scale)` (bf16); O and the log-sum-exp from the
-    /// f64 forward at those Q, K, V.
-    fn draw(&self, kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
+    /// The run's inputs by name on a target whose first launch does not take them all as its first
+    /// tensors (the atomic Hopper form opens with D's pass over O and dO): `q, k, v, o, do, lse`,
+    /// then `dlse` and `alibi` when given — the names every Hopper launch declares them by. The
+    /// runner then hands each launch its inputs by name.
+    fn input_names(&self, target: Target) -> Option<Vec<String>> {
+        config(self, target).ok()?.schedule.hopper_launches()?;
+        let dlse = self.dlse.then_some("dlse");
+        let alibi = self.args.alibi.then_some("alibi");
+        let names = ["q", "k", "v", "o", "do", "lse"]
+            .iter()
+            .chain(&dlse)
+            .chain(&alibi);
+        Some(names.map(|s| s.to_string()).collect())
+    }
+
+    /// `dq, dk, dv` on a target of the atomic Hopper form, whose launches return dK and dV (the key
+    /// blocks) before dQ (the accumulator's conversion, last).
+    fn output_names(&self, target: Target) -> Option<Vec<String>> {
+        let launches = config(self, target).ok()?.schedule.hopper_launches()?;
+        (launches.len() == 3).then(|| ["dq", "dk", "dv"].map(String::from).to_vec())
+    }
+
+    /// Q, K, V and dO uniform in `[-input_scale, input_scale)` (bf16, whatever the first launch
+    /// declares first: the atomic Hopper form's reads O and dO); O and the log-sum-exp from the f64
+    /// forward at those Q, K, V.
+    fn draw(&self, _kernel: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
         let p = self;
         let sh = p.args.bwd_shape();
         let lens = &launch.inputs;
-        let qkv = draw_operands(p.run.input_scale, kernel, &lens[..3], rng);
-        let d_o = draw_operands(p.run.input_scale, kernel, &lens[4..5], rng).remove(0);
+        let scale = p.run.input_scale;
+        let mut bf16 = |len: usize| random_scaled(rng, len, DType::Bf16, scale);
+        let qkv: Vec<Vec<f32>> = lens[..3].iter().map(|&n| bf16(n)).collect();
+        let d_o = bf16(lens[4]);
         // ALiBi's slopes (f32, any sign: any values run) drawn first, the forward needs them.
         let alibi = p
             .args
@@ -495,7 +522,7 @@ impl KernelProblem for BwdProblem {
         let [q, k, v]: [Vec<f32>; 3] = qkv.try_into().unwrap_or_default();
         let mut all = vec![q, k, v, o, d_o, lse];
         if p.dlse {
-            all.push(draw_operands(p.run.input_scale, kernel, &lens[6..7], rng).remove(0));
+            all.push(random_scaled(rng, lens[6], DType::Bf16, scale));
         }
         all.extend(alibi);
         all

@@ -313,7 +313,10 @@ pub fn run(
     let mut rng = SmallRng::seed_from_u64(settings.seed);
     let inputs = p.draw(kernel, &plan.launch, &mut rng);
     let given = p.input_names(about.target);
-    let (run, names) = execute_named(backend, &stages, given.as_deref(), &inputs)?;
+    let (mut run, mut names) = execute_named(backend, &stages, given.as_deref(), &inputs)?;
+    if let Some(want) = p.output_names(about.target) {
+        (run.output, names) = by_name(&run.output, &names, &want, &plan.launch.outputs)?;
+    }
     if run.output.len() != plan.launch.output_len() {
         return Err(RunError::Output {
             backend: about.name,
@@ -357,9 +360,45 @@ pub fn run(
     })
 }
 
+/// The outputs `out` (the tensors `names`, concatenated) in the order `want` names them, of the
+/// sizes `sizes` (the run's [`Launch::outputs`]); a name missing or a size that does not add up is
+/// an error naming it.
+fn by_name(
+    out: &[f32],
+    names: &[String],
+    want: &[String],
+    sizes: &[usize],
+) -> Result<(Vec<f32>, Vec<String>), RunError> {
+    let missing = |what: String| {
+        RunError::Kernel(kittens_kernels::KernelError::Problem(format!(
+            "the run's outputs {names:?} do not hold {what}"
+        )))
+    };
+    let size_of = |n: &String| want.iter().position(|w| w == n).map(|i| sizes[i]);
+    let (mut at, mut chunks) = (0usize, Vec::new());
+    for n in names {
+        let len = size_of(n).ok_or_else(|| missing(format!("only {want:?}: `{n}` is none")))?;
+        let chunk = out
+            .get(at..at + len)
+            .ok_or_else(|| missing(format!("`{n}` whole")))?;
+        chunks.push((n, chunk));
+        at += len;
+    }
+    let mut ordered = Vec::with_capacity(out.len());
+    for w in want {
+        let (_, c) = chunks
+            .iter()
+            .find(|(n, _)| *n == w)
+            .ok_or_else(|| missing(format!("`{w}`")))?;
+        ordered.extend_from_slice(c);
+    }
+    Ok((ordered, want.to_vec()))
+}
+
 /// Runs `entry` at `p` on `backend` for timing: the same plan and launches as [`run`], on plain
 /// random inputs (uniform in `[-input_scale, input_scale)`, [`kittens_kernels::problem::draw_operands`]:
-/// no f64 forward for the backward's O) and with no reference, which at timing sizes would take the
+/// no f64 forward for the backward's O; by name, each in its declared dtype, where the problem names
+/// its inputs, `KernelProblem::input_names`) and with no reference, which at timing sizes would take the
 /// host longer than the GPU by orders of magnitude. What the backend measured is in its `dynamic`.
 pub fn time(
     entry: &KernelEntry,
@@ -367,15 +406,32 @@ pub fn time(
     backend: &dyn Backend,
 ) -> Result<(Execution, Vec<String>), RunError> {
     let plan = validate(entry, p, backend)?;
-    let stages = p.stages(backend.about().target, &plan)?;
+    let target = backend.about().target;
+    let stages = p.stages(target, &plan)?;
     let mut rng = SmallRng::seed_from_u64(p.settings().seed);
-    let inputs = kittens_kernels::problem::draw_operands(
-        p.settings().input_scale,
-        &stages[0].kernel,
-        &plan.launch.inputs,
-        &mut rng,
-    );
-    execute_stages(backend, &stages, &inputs)
+    let Some(given) = p.input_names(target) else {
+        let inputs = kittens_kernels::problem::draw_operands(
+            p.settings().input_scale,
+            &stages[0].kernel,
+            &plan.launch.inputs,
+            &mut rng,
+        );
+        return execute_stages(backend, &stages, &inputs);
+    };
+    // Inputs by name: each drawn in the dtype of the first launch that declares it.
+    let dtype = |name: &String| {
+        let mut globals = stages.iter().flat_map(|s| s.kernel.globals.iter());
+        globals
+            .find(|g| &g.name == name)
+            .map_or(kittens_hw::dtype::DType::F32, |g| g.dtype)
+    };
+    let scale = p.settings().input_scale;
+    let inputs: Vec<Vec<f32>> = given
+        .iter()
+        .zip(&plan.launch.inputs)
+        .map(|(n, &len)| kittens_kernels::problem::random_scaled(&mut rng, len, dtype(n), scale))
+        .collect();
+    execute_named(backend, &stages, Some(&given), &inputs)
 }
 
 /// The names of `kernel`'s outputs at `launch` (the globals after its inputs).
