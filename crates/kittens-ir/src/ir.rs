@@ -285,6 +285,10 @@ pub enum MapFn {
     /// that a gate costs one exponential and one division, and the tails are exact: `e^(−x)` is
     /// infinite below about −88, where the quotient is −0.
     Silu,
+    /// The hyperbolic tangent (a soft cap's `cap·tanh(x/cap)`, Gemma 2's logits). One op so that each
+    /// target takes its cheapest form: CUDA's is the special function unit's `tanh.approx.f32`
+    /// (PTX ISA; what FlashAttention's soft cap runs), the others `1 − 2/(e^(2x) + 1)`.
+    Tanh,
     /// `1` where `x ≥ y`, else `0` (a mask as a factor: dropout keeps where `uniform ≥ p`).
     Ge,
     /// Copy / convert: the value is rounded to the destination dtype with the op's rounding.
@@ -320,6 +324,7 @@ impl MapFn {
             MapFn::Rsqrt => "rsqrt",
             MapFn::Sigmoid => "sigmoid",
             MapFn::Silu => "silu",
+            MapFn::Tanh => "tanh",
             MapFn::Ge => "ge",
             MapFn::Copy => "copy",
         }

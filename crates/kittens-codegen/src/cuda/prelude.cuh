@@ -282,6 +282,13 @@ __device__ __forceinline__ float exp2_approx(float x) {
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
     return r;
 }
+// tanh(x) by the special function unit, one instruction (PTX ISA tanh.approx.f32, sm_75+: maximum
+// relative error 2^-11, subnormal results flushed; tanh(±inf) = ±1): FlashAttention's soft cap.
+__device__ __forceinline__ float tanh_approx(float x) {
+    float r;
+    asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+}
 // `*p += v` atomically, result unused (PTX ISA §9.7.12.7 red): the f32 reduction into a global
 // accumulator that several blocks add to (the tile IR's `atomic_add`).
 __device__ __forceinline__ void red_add_f32(float* p, float v) {

@@ -92,6 +92,11 @@ fn apply(f: MapFn, a: &[String]) -> String {
             "({} / (1.0f + exp2_f32({} * -1.4426950408889634f)))",
             a[0], a[0]
         ),
+        // 1 − 2/(e^(2x) + 1): exact at both ends (e^(2x) over- or underflowing gives ±1).
+        MapFn::Tanh => format!(
+            "(1.0f - 2.0f / (exp2_f32({} * 2.8853900817779268f) + 1.0f))",
+            a[0]
+        ),
         MapFn::Ge => format!("({} >= {} ? 1.0f : 0.0f)", a[0], a[1]),
         MapFn::Copy => a[0].clone(),
     }

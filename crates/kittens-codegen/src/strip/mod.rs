@@ -621,6 +621,11 @@ impl Emit<'_> {
                 let den = (d.arith)('+', "1.0f", &(d.exp)(&format!("(-{x})")));
                 (d.arith)('/', x, &den)
             }
+            (MapFn::Tanh, [x]) => {
+                // 1 − 2/(e^(2x) + 1): exact at both ends (e^(2x) over- or underflowing gives ±1).
+                let den = (d.arith)('+', &(d.exp)(&format!("(2.0f * {x})")), "1.0f");
+                (d.arith)('-', "1.0f", &(d.arith)('/', "2.0f", &den))
+            }
             (MapFn::Copy, [x]) => x.clone(),
             _ => return unsupported(format!("`{}` with {} arguments", f.name(), a.len())),
         })

@@ -121,6 +121,10 @@ impl KernelBuilder {
     pub fn sigmoid(&mut self, dst: RegId, src: impl Into<Arg>) {
         self.map(dst, MapFn::Sigmoid, vec![src.into()]);
     }
+    /// `dst = tanh(src)` ([`MapFn::Tanh`]).
+    pub fn tanh(&mut self, dst: RegId, src: impl Into<Arg>) {
+        self.map(dst, MapFn::Tanh, vec![src.into()]);
+    }
     /// `dst = src · sigmoid(src)` ([`MapFn::Silu`]).
     pub fn silu(&mut self, dst: RegId, src: impl Into<Arg>) {
         self.map(dst, MapFn::Silu, vec![src.into()]);

@@ -8,8 +8,11 @@
 //! The scale still enters on the f32 scores, never on a bf16 operand (`crate::attn_fwd::ping_pong`'s
 //! docs say why).
 //!
-//! The tile language has no `tanh`: the cap is `cap − 2·cap / (exp2(x·2·scale·log2(e)/cap) + 1)`,
-//! five elementwise ops in place, exact at both ends (`exp2` over- or underflowing gives `±cap`).
+//! The forward's cap is three elementwise ops in place: `x·scale/cap`, the tile language's `tanh`
+//! ([`kittens_ir::MapFn::Tanh`]: on CUDA one special-function instruction, `tanh.approx.f32`, as
+//! FlashAttention's soft cap; elsewhere `1 − 2/(e^(2u) + 1)`), times `cap`. The backward forms
+//! `tanh` from `r = 1/(e^(2u) + 1)` ([`Logits::cap_t_with_grad`], [`Logits::tanh`]): its derivative
+//! `1 − tanh² = 4r(1 − r)` needs `r` to full precision where `tanh` is near ±1.
 //! A masked score (`−∞`) would become `−cap`, so every schedule applies the cap before its masks.
 
 use crate::attn::Causal;
@@ -68,9 +71,9 @@ impl Logits {
     /// a cap: nothing. Apply before any mask (module docs).
     pub fn cap(&self, k: &mut KernelBuilder, s: RegId, dim: u32) {
         let Some(cap) = self.softcap else { return };
-        self.cap_r(k, s, dim, cap);
-        k.mul(s, s, -2.0 * cap);
-        k.add(s, s, cap);
+        k.mul(s, s, self.scale(dim) / cap);
+        k.tanh(s, s);
+        k.mul(s, s, cap);
     }
 
     /// The backward's [`Self::cap`] on a transposed score tile `s` (a query per column) beside its

@@ -149,6 +149,19 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     // This block's key blocks: all its queries need, or its part of them (`super::split`).
     let keys = split::KeyRange::new(&io, cfg, &q_blk, &(&q_blk + (BLOCK as i64 - 1)));
     let n_kv = keys.count.clone();
+    // Block `j`'s ring slot. A window's tiles walk a few key blocks each (3 for 256 keys to the
+    // left), so the tile boundary comes often: counted from 0 in every tile, an odd count puts
+    // the next tile's first K block in the slot of this tile's last, which is released only after
+    // this tile's last P·V, and the consumers wait for that load at every boundary. Counted on
+    // from the tiles before (`round · count`: exact while the tiles of a block walk equally many
+    // blocks, as a window's do away from the sequence's start), the next tile's first loads go
+    // to the slots released first. Any slot order is correct: every slot keeps its own phase.
+    // Without a window the count restarts as before.
+    let ring_base = cfg.window.map(|_| k.round() * n_kv.clone());
+    let ring_slot = |j: &Expr, ring: u32| match &ring_base {
+        Some(base) => (j + base.clone()) % i64::from(ring),
+        None => j % i64::from(ring),
+    };
     let cw = k.wave() - 4; // consumer wave, 0..8
                            // With `pingpong`, each warpgroup's matrix work is a compute cluster: its turn on the tensor
                            // cores, which the Hopper lowering passes between the two consumer warpgroups.
@@ -169,7 +182,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             k.wait_async(0);
             k.barrier(); // Q to the consumers
             k.for_range("j", 0, &n_kv, |k, j| {
-                let (slot_k, slot_v) = (&j % ring_k as i64, &j % ring_v as i64);
+                let (slot_k, slot_v) = (ring_slot(&j, ring_k), ring_slot(&j, ring_v));
                 let s0 = keys.at(&j) * kv as i64;
                 // K's halves, then V's: each tensor's halves share a slot index (one fill each).
                 for (i, &ks) in k_s.iter().enumerate() {
@@ -194,7 +207,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             let slope = io.alibi_slope(k, cfg, (&b, &h), (s, Axis::Rows));
             // S = Q·Kᵀ of key block `j` over the head dimension, 64 columns at a time.
             let qk = |k: &mut KernelBuilder, j: &Expr| {
-                let slot = j % ring_k as i64;
+                let slot = ring_slot(j, ring_k);
                 for (i, (&qs, &ks)) in q_s.iter().zip(&k_s).enumerate() {
                     let a = MmaOperand::Shared(k.smem(qs, q_slot.clone()).sub(16, COLS, &cw, 0));
                     let b = MmaOperand::Shared(k.smem(ks, slot.clone()));
@@ -203,7 +216,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             };
             // O += P·V of key block `j` (P in registers).
             let pv = |k: &mut KernelBuilder, j: &Expr| {
-                let slot = j % ring_v as i64;
+                let slot = ring_slot(j, ring_v);
                 for (&or, &vs) in o_r.iter().zip(&v_s) {
                     let b = MmaOperand::Shared(k.smem(vs, slot.clone()));
                     k.mma(MmaForm::Ab, or, MmaOperand::Reg(p), b, Some(or));

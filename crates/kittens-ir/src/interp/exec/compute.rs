@@ -339,6 +339,7 @@ fn apply(f: MapFn, x: f32, y: f32) -> f32 {
         MapFn::Rsqrt => 1.0 / x.sqrt(),
         MapFn::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         MapFn::Silu => x / (1.0 + (-x).exp()),
+        MapFn::Tanh => x.tanh(),
         MapFn::Ge => f32::from(u8::from(x >= y)),
         MapFn::Copy => x,
     }
