@@ -171,10 +171,10 @@ def flash_attn_with_kvcache(
         if k_cache.shape[0] < b:
             raise ValueError(f"k_cache holds {k_cache.shape[0]} sequences for a batch of {b}")
         page, capacity = None, k_cache.shape[1]
-        if (softcap is not None or window is not None) and capacity % PAGE_MULTIPLE:
+        if (softcap is not None or window is not None) and (capacity == 0 or capacity % PAGE_MULTIPLE):
             raise ValueError(f"seqlen_cache: with softcap or window_size a contiguous cache is read by the paged "
                              f"decode kernel as one page per sequence, so k_cache's seqlen_cache (dim 1) must be "
-                             f"a multiple of {PAGE_MULTIPLE}, got {capacity} (or pass a block_table)")
+                             f"a positive multiple of {PAGE_MULTIPLE}, got {capacity} (or pass a block_table)")
         if (softcap is not None or window is not None) and q.is_cuda and d not in (64, 128, 192, 256):
             raise ValueError(f"headdim {d}: the paged decode kernel on CUDA (sm_90a) takes 64, 128, 192 or 256")
     sn = 0

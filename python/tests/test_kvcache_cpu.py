@@ -259,6 +259,9 @@ def test_contiguous_cache_with_window_refuses_an_odd_capacity():
         flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, window_size=(4, 0))
     with pytest.raises(ValueError, match="seqlen_cache.*multiple of 16, got 30"):
         flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=seqlens, softcap=3.0)
+    q, kc, vc, _, _, seqlens, *_ = make_case([0, 0], 0, 1, 2, 1, 64, None, 0, seed=1)
+    with pytest.raises(ValueError, match="seqlen_cache.*multiple of 16, got 0"):
+        flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, window_size=(4, 0))
 
 
 def test_fake_refuses_the_softcap_and_window_the_op_refuses():

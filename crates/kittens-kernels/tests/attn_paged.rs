@@ -489,7 +489,7 @@ fn hopper_paged_decode_matches_f64() {
 /// The sm_90a lowering takes the Hopper program (cp.async fills, the table read on the device, no
 /// tensor maps) and refuses the interpreter's one-wave program; gfx942 lowers the one-wave program
 /// (the table read through its pointer; crates/kittens-runtime/tests/amd_index_reads.rs compiles and
-/// emulates it), gfx950 refuses it by name (no 16x16x16 MFMA for its 16-key P·V), and both refuse
+/// emulates it; the soft cap and window forms lower too), gfx950 refuses it by name (no 16x16x16 MFMA for its 16-key P·V), and both refuse
 /// the Hopper program.
 #[test]
 fn sm90a_lowers_the_hopper_paged_program_gfx942_the_plain_one() {
@@ -517,6 +517,20 @@ fn sm90a_lowers_the_hopper_paged_program_gfx942_the_plain_one() {
     let alibi = build(&PagedConfig { alibi: true, ..cfg }).unwrap();
     let l = kittens_codegen::lower(&alibi, Target::Gfx942).expect("gfx942 lowers the ALiBi form");
     assert!(l.source.contains("g_alibi"), "the slopes are read");
+    // The soft cap and the window (the shared key masks) lower there too.
+    let capped = build(&PagedConfig {
+        logits: Logits {
+            scale: None,
+            softcap: Some(30.0),
+        },
+        window: Some(Window {
+            left: 100,
+            right: 0,
+        }),
+        ..cfg
+    })
+    .unwrap();
+    kittens_codegen::lower(&capped, Target::Gfx942).expect("gfx942 lowers the soft cap and window");
     let e = kittens_codegen::lower(&plain, Target::Gfx950).unwrap_err();
     assert!(e.to_string().contains("no gfx950 MFMA"), "{e}");
     for target in [Target::Gfx942, Target::Gfx950] {

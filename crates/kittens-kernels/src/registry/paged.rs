@@ -9,7 +9,8 @@ pub(super) const ATTN_PAGED: KernelEntry = KernelEntry {
     name: "attn_paged",
     about: "decode attention against a paged KV cache read in place (flash_attn_with_kvcache with \
             block_table): the block table and lengths read on the device per step, GQA, causal \
-            bottom-right, ALiBi (slopes read on the device), any scale, split-KV with the merge",
+            bottom-right, ALiBi (slopes read on the device), a soft cap, a sliding window \
+            (bottom-right), any scale, split-KV with the merge",
     targets: &[
         TargetPlan {
             target: Target::Gfx942,
