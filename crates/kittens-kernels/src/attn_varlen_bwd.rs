@@ -15,7 +15,7 @@
 //! [`crate::attn_varlen_bwd_hopper`]).
 
 use crate::attn::score::Alibi;
-use crate::attn_varlen::{alibi_add, offsets, Batch, Seq, VarlenConfig, BLOCK_K, BLOCK_Q};
+use crate::attn::varlen::{alibi_add, offsets, Batch, Seq, VarlenConfig, BLOCK_K, BLOCK_Q};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -38,7 +38,7 @@ pub enum Part {
 /// `[total_k, heads_kv, d]`), or [`Part::Queries`]: `dq` (f32 `[total_q, heads, d]`) — the outputs
 /// in the order the sm_90a launches finish them (`crate::attn_varlen_bwd_problem`).
 pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
-    crate::attn_varlen::check(cfg)?;
+    crate::attn::varlen::check(cfg)?;
     if cfg.seqused_k {
         return Err(KernelError::Config(
             "seqused_k: the varlen backward does not take it (a KV cache is forward only)".into(),

@@ -32,7 +32,7 @@
 use crate::attn::hopper::{BLOCK, COLS};
 use crate::attn::hopper_bwd::{declare_smem, probs_and_ds, schedule, StepTiles, STEP};
 use crate::attn::score::Alibi;
-use crate::attn_varlen::{alibi_add, check, offsets, Batch, Seq, VarlenConfig};
+use crate::attn::varlen::{alibi_add, check, offsets, Batch, Seq, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{

@@ -24,8 +24,8 @@
 
 use crate::attn::hopper::HopperTiles;
 use crate::attn::key_step::{KeyMasks, SharedStep};
+use crate::attn::varlen::{alibi_slope, check, Batch, QueryBlock, Seq, Tensors, VarlenConfig};
 use crate::attn::Softmax;
-use crate::attn_varlen::{alibi_slope, check, Batch, QueryBlock, Seq, Tensors, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;
 use kittens_ir::{Axis, Expr, Kernel, KernelBuilder, Schedule, Scope, SlotFill};

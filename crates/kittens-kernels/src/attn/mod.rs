@@ -4,7 +4,8 @@
 //! ([`shape`]), the logits' scale, cap and window ([`score`]), the online softmax ([`softmax`]),
 //! the key step of the varlen and paged forwards ([`key_step`]), the Hopper programs' tiles
 //! ([`hopper`], [`hopper_bwd`]), the strip passes around the Hopper backwards' key blocks
-//! ([`bwd_strips`]) and a key split's partials, merge and launches ([`split`]). Kernels share code only
+//! ([`bwd_strips`]), a key split's partials, merge and launches ([`split`]) and the packed
+//! (variable-length) programs' configuration, offsets and views ([`varlen`]). Kernels share code only
 //! through here, and nothing here imports a kernel.
 
 pub(crate) mod bwd_strips;
@@ -18,6 +19,7 @@ pub(crate) mod softmax;
 pub(crate) mod split;
 pub(crate) mod staged;
 pub mod strides;
+pub(crate) mod varlen;
 
 pub use layout::AttnLayout;
 pub use score::{AttnArgs, AttnOptions, Logits, Window};

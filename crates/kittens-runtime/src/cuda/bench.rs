@@ -128,24 +128,20 @@ const TOLERANCE: f64 = 1e-2;
 
 /// Runs every shape of `opts` on the device, returns the report.
 pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaError> {
-    let dev = Device::open(0)?;
-    if dev.compute_capability != (9, 0) {
-        return Err(CudaError::Invalid(format!(
-            "{} is compute capability {:?}; the Hopper kernel needs 9.0 (sm_90a)",
-            dev.name, dev.compute_capability
-        )));
-    }
+    let dev = open_hopper()?;
     let gpu = kittens_hw::Target::Sm90a
         .gpu()
         .ok_or_else(|| CudaError::Invalid("no sm_90a GPU in the catalog".into()))?;
     let stream = Stream::new()?;
     let cublas = Cublas::new(&stream)?;
     let run = Runner {
-        dev: &dev,
+        bench: BenchRun {
+            dev: &dev,
+            stream: &stream,
+            opts,
+        },
         gpu,
         cublas: &cublas,
-        stream: &stream,
-        opts,
         kernels: RefCell::new(Vec::new()),
         copier: RefCell::new(None),
     };
@@ -218,16 +214,44 @@ pub fn run_gemm_bench(opts: &GemmBenchOptions) -> Result<GemmBenchReport, CudaEr
     })
 }
 
+/// Device 0, which must be a Hopper GPU (compute capability 9.0: the sm_90a kernels).
+pub(super) fn open_hopper() -> Result<Rc<Device>, CudaError> {
+    let dev = Device::open(0)?;
+    if dev.compute_capability != (9, 0) {
+        return Err(CudaError::Invalid(format!(
+            "{} is compute capability {:?}; the Hopper kernel needs 9.0 (sm_90a)",
+            dev.name, dev.compute_capability
+        )));
+    }
+    Ok(dev)
+}
+
+/// What every row of a GEMM benchmark run (this one's and `super::bench_fp8`'s) shares: the device,
+/// the stream and the run's options.
+pub(super) struct BenchRun<'a> {
+    pub dev: &'a Rc<Device>,
+    pub stream: &'a Stream,
+    pub opts: &'a GemmBenchOptions,
+}
+
+impl BenchRun<'_> {
+    /// The registry's launches of `kernel` at `p` prepared on this run's device (the kernels
+    /// compiled and loaded once per configuration, `super::dispatch`).
+    pub fn registry_call(&self, kernel: &str, p: &GemmProblem) -> Result<DeviceCall, CudaError> {
+        let entry = kittens_kernels::registry::by_name(kernel).map_err(invalid)?;
+        let stages = registry_stages(entry, p).map_err(invalid)?;
+        DeviceCall::new(self.dev, &stages)
+    }
+}
+
 /// A block's kernel, or why it could not be compiled and loaded.
 type Loaded = Result<Rc<GemmKernel>, CudaError>;
 
 /// The devices and options every row of a run shares, and the kernels compiled so far.
 struct Runner<'a> {
-    dev: &'a Rc<Device>,
+    bench: BenchRun<'a>,
     gpu: &'static kittens_hw::Gpu,
     cublas: &'a Cublas,
-    stream: &'a Stream,
-    opts: &'a GemmBenchOptions,
     kernels: RefCell<Vec<(Block, Loaded)>>,
     copier: RefCell<Option<Rc<CopyKernel>>>,
 }
@@ -260,8 +284,15 @@ impl Runner<'_> {
             return k.clone();
         }
         let (tile, split, fill, cluster) = block;
-        let k = GemmKernel::prepare(self.dev, tile, self.opts.b_layout, split, fill, cluster)
-            .map(Rc::new);
+        let k = GemmKernel::prepare(
+            self.bench.dev,
+            tile,
+            self.bench.opts.b_layout,
+            split,
+            fill,
+            cluster,
+        )
+        .map(Rc::new);
         if let Ok(k) = &k {
             eprintln!(
                 "  {} ({}, {} stages): {} registers, {} spills, persistent grid of {} blocks",
@@ -280,9 +311,7 @@ impl Runner<'_> {
     /// The registry's launches of `gemm_bf16` at `p` prepared on this run's device (the kernels
     /// compiled and loaded once per configuration, `super::dispatch`).
     fn registry_call(&self, p: &GemmProblem) -> Result<Rc<Ours>, CudaError> {
-        let entry = kittens_kernels::registry::by_name("gemm_bf16").map_err(invalid)?;
-        let stages = registry_stages(entry, p).map_err(invalid)?;
-        let call = DeviceCall::new(self.dev, &stages)?;
+        let call = self.bench.registry_call("gemm_bf16", p)?;
         for k in call.kernels() {
             eprintln!(
                 "  {} (registry): {} registers, {} spills",
@@ -299,7 +328,7 @@ impl Runner<'_> {
         if let Some(c) = self.copier.borrow().as_ref() {
             return Ok(c.clone());
         }
-        let c = Rc::new(CopyKernel::load(self.dev)?);
+        let c = Rc::new(CopyKernel::load(self.bench.dev)?);
         *self.copier.borrow_mut() = Some(c.clone());
         Ok(c)
     }
@@ -310,10 +339,10 @@ impl Runner<'_> {
         if !(n * 2).is_multiple_of(16) {
             return 1;
         }
-        self.opts.split_k.unwrap_or_else(|| {
+        self.bench.opts.split_k.unwrap_or_else(|| {
             split_k::choose(
                 self.gpu,
-                self.dev.multiprocessors,
+                self.bench.dev.multiprocessors,
                 (m as u64, n as u64, k as u64),
                 (tile.rows, tile.cols),
                 64,
@@ -328,7 +357,7 @@ impl Runner<'_> {
     /// blocks, loads, clusters or splits of its own, or the shape needs padded copies, through this
     /// benchmark's own launcher (`super::gemm_kernel`).
     fn registry_problem(&self, (m, n, k): Shape) -> Option<GemmProblem> {
-        let o = self.opts;
+        let o = self.bench.opts;
         let measuring = o.tiles != TileChoice::Auto
             || o.loads != [OperandLoads::Auto]
             || o.clusters.is_some()
@@ -340,14 +369,14 @@ impl Runner<'_> {
         }
         let mut p = GemmProblem::new(GemmKind::Bf16, m, n, k);
         p.gemm.b_layout = o.b_layout;
-        p.run.sms = Some(self.dev.multiprocessors);
+        p.run.sms = Some(self.bench.dev.multiprocessors);
         Some(p)
     }
 
     /// The rows of one shape: one per block it runs; a shape that cannot run gives error rows.
     fn shape_rows(&self, shape: Shape, seed: u64, timed: bool) -> Vec<GemmBenchRow> {
         let (m, n, k) = shape;
-        let sms = self.dev.multiprocessors;
+        let sms = self.bench.dev.multiprocessors;
         let chosen = shapes::choose(self.gpu, sms, m as u64, n as u64, k as u64);
         if let Some(p) = self.registry_problem(shape) {
             let cfg = match p.config(kittens_hw::Target::Sm90a) {
@@ -375,7 +404,7 @@ impl Runner<'_> {
                     }]
                 });
         }
-        let tiles = match &self.opts.tiles {
+        let tiles = match &self.bench.opts.tiles {
             TileChoice::Auto => vec![chosen],
             TileChoice::Each(list) => list.clone(),
         };
@@ -392,11 +421,12 @@ impl Runner<'_> {
         let (mut blocks, mut rows, mut refused) = (Vec::new(), Vec::new(), Vec::new());
         for &t in &tiles {
             // No `--clusters`: the cluster the loads plan (`PadPlan::auto`).
-            let clusters: Vec<Option<u32>> = match &self.opts.clusters {
+            let clusters: Vec<Option<u32>> = match &self.bench.opts.clusters {
                 Some(list) => list.iter().map(|&c| Some(c)).collect(),
                 None => vec![None],
             };
             for (&loads, &cluster) in self
+                .bench
                 .opts
                 .loads
                 .iter()
@@ -443,7 +473,7 @@ impl Runner<'_> {
 
     /// A, B and C of `shape` at the pointers given, dense (B as `b_layout` stores it).
     fn mats(&self, (m, n, k): Shape, [a, b, c]: [u64; 3]) -> (Mat, Mat, Mat) {
-        let b = if self.opts.b_layout == BLayout::Kn {
+        let b = if self.bench.opts.b_layout == BLayout::Kn {
             Mat::dense(b, k, n)
         } else {
             Mat::dense(b, n, k)
@@ -464,7 +494,7 @@ impl Runner<'_> {
         mut rows: Vec<GemmBenchRow>,
     ) -> Result<Vec<GemmBenchRow>, CudaError> {
         let (m, n, k) = shape;
-        let (dev, stream, opts) = (self.dev, self.stream, self.opts);
+        let (dev, stream, opts) = (self.bench.dev, self.bench.stream, self.bench.opts);
         let kn = opts.b_layout == BLayout::Kn;
         let b_mat = |ptr| self.mats(shape, [0, ptr, 0]).1;
         let cublas = |a: &DeviceBuffer, b: &DeviceBuffer, c: &mut DeviceBuffer| {
@@ -489,7 +519,7 @@ impl Runner<'_> {
             .try_fold(0u64, |acc, (_, mat)| {
                 Ok::<u64, CudaError>(acc.saturating_add(mat.padded_bytes()? as u64))
             })?;
-        let l2 = self.opts.l2_multiple;
+        let l2 = self.bench.opts.l2_multiple;
         let copies = copies_that_fit(dev, "GEMM", shape, timed, l2, pad_bytes)?;
         let inp = make_inputs(dev, shape, seed, copies, random_bf16)?;
         let (mut c_ours, mut c_ref) = (dev.alloc(m * n * 2)?, dev.alloc(m * n * 2)?);

@@ -26,7 +26,8 @@ use kittens_kernels::reference::{check_rule, SPOT_RULE_FLOOR};
 use serde::Serialize;
 
 use super::bench::{
-    summarise, GemmBenchOptions, GemmBenchReport, GemmBenchRow, KernelInfo, RowStatus,
+    open_hopper, summarise, BenchRun, GemmBenchOptions, GemmBenchReport, GemmBenchRow, KernelInfo,
+    RowStatus,
 };
 use super::bench_check::{bf16_to_f32, compare, f32_to_bf16};
 use super::bench_inputs::{copies_that_fit, make_inputs, Inputs};
@@ -34,8 +35,7 @@ use super::bench_shapes::{Shape, ShapeName};
 use super::bench_time::{iterations, time_launches, Launch};
 use super::cublaslt::{Accumulation, CublasLt};
 use super::device_call::DeviceCall;
-use super::dispatch::registry_stages;
-use super::driver::{Device, DeviceBuffer, Event, Stream, Swizzle, TensorMap};
+use super::driver::{DeviceBuffer, Event, Stream, Swizzle, TensorMap};
 use super::gemm_kernel::GemmKernel;
 use super::gemm_pad::PadPlan;
 use super::{invalid, CudaError};
@@ -115,13 +115,7 @@ pub fn run_fp8_bench(
             "gemm_fp8 takes B as N x K only (fp8 wgmma reads K-major operands)".into(),
         ));
     }
-    let dev = Device::open(0)?;
-    if dev.compute_capability != (9, 0) {
-        return Err(CudaError::Invalid(format!(
-            "{} is compute capability {:?}; the Hopper kernel needs 9.0 (sm_90a)",
-            dev.name, dev.compute_capability
-        )));
-    }
+    let dev = open_hopper()?;
     let stream = Stream::new()?;
     let lt = CublasLt::new(&dev)?;
     let mut scales = Vec::new();
@@ -132,12 +126,14 @@ pub fn run_fp8_bench(
     }
     dev.synchronize()?;
     let run = Runner {
-        dev: &dev,
+        bench: BenchRun {
+            dev: &dev,
+            stream: &stream,
+            opts,
+        },
         cfg,
         kernels: RefCell::new(Vec::new()),
         lt: &lt,
-        stream: &stream,
-        opts,
         scales: [&scales[0], &scales[1]],
     };
     let total = opts.shapes.len();
@@ -226,14 +222,12 @@ enum Ours {
 }
 
 struct Runner<'a> {
-    dev: &'a Rc<Device>,
+    bench: BenchRun<'a>,
     /// The measured configuration; `None`: the registry's.
     cfg: Option<&'a GemmConfig>,
     /// The kernel per block height and K slice count (`cfg`'s own first), built on first use.
     kernels: RefCell<Vec<(KernelKey, Rc<GemmKernel>)>>,
     lt: &'a CublasLt,
-    stream: &'a Stream,
-    opts: &'a GemmBenchOptions,
     scales: [&'a DeviceBuffer; 2],
 }
 
@@ -245,7 +239,7 @@ impl Runner<'_> {
         let chosen = match self.cfg {
             None => {
                 let mut p = GemmProblem::new(GemmKind::Fp8, m, n, k);
-                p.run.sms = Some(self.dev.multiprocessors);
+                p.run.sms = Some(self.bench.dev.multiprocessors);
                 p.config(kittens_hw::Target::Sm90a)
                     .map_err(invalid)
                     .and_then(|cfg| Ok((cfg, cfg.split_k, self.registry_call(&p)?)))
@@ -283,9 +277,7 @@ impl Runner<'_> {
 
     /// The registry's launches of `gemm_fp8` at `p` prepared on this run's device.
     fn registry_call(&self, p: &GemmProblem) -> Result<Ours, CudaError> {
-        let entry = kittens_kernels::registry::by_name("gemm_fp8").map_err(invalid)?;
-        let stages = registry_stages(entry, p).map_err(invalid)?;
-        Ok(Ours::Registry(DeviceCall::new(self.dev, &stages)?))
+        Ok(Ours::Registry(self.bench.registry_call("gemm_fp8", p)?))
     }
 
     /// The configuration for `shape`: the run's, with 64-row blocks for `M ≤ 64`
@@ -301,11 +293,11 @@ impl Runner<'_> {
     /// block and K step (fp8: one byte per operand).
     fn split_for(&self, c: &GemmConfig, (m, n, k): Shape) -> u32 {
         let gpu = kittens_hw::Target::Sm90a.gpu();
-        match (self.opts.split_k, gpu) {
+        match (self.bench.opts.split_k, gpu) {
             (Some(s), _) => s,
             (None, Some(gpu)) => split_k::choose(
                 gpu,
-                self.dev.multiprocessors,
+                self.bench.dev.multiprocessors,
                 (m as u64, n as u64, k as u64),
                 (c.block_rows, c.block),
                 c.k_step,
@@ -334,7 +326,12 @@ impl Runner<'_> {
             .map_err(|e| CudaError::Invalid(format!("gemm_fp8 {tile}/k{split}: {e}")))?;
         let lowered = kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
             .map_err(|e| CudaError::Invalid(format!("lowering gemm_fp8 {tile}/k{split}: {e}")))?;
-        let kern = Rc::new(GemmKernel::load(self.dev, lowered, tile, BLayout::Nk)?);
+        let kern = Rc::new(GemmKernel::load(
+            self.bench.dev,
+            lowered,
+            tile,
+            BLayout::Nk,
+        )?);
         eprintln!(
             "  {} ({tile}/k{split}, {} stages): {} registers, {} spills",
             kern.name,
@@ -358,9 +355,9 @@ impl Runner<'_> {
         }
         // The limits count bf16 operands: twice the fp8 bytes, so the host and device need is an upper
         // bound, and twice the L2 multiple gives the fp8 copies the same span.
-        let l2 = 2 * self.opts.l2_multiple;
-        let copies = copies_that_fit(self.dev, "FP8 GEMM", shape, timed, l2, 0)?;
-        let inp = make_inputs(self.dev, shape, seed, copies, random_e4m3)?;
+        let l2 = 2 * self.bench.opts.l2_multiple;
+        let copies = copies_that_fit(self.bench.dev, "FP8 GEMM", shape, timed, l2, 0)?;
+        let inp = make_inputs(self.bench.dev, shape, seed, copies, random_e4m3)?;
         self.measure(kernel, &inp, shape, seed, timed)
     }
 
@@ -372,15 +369,15 @@ impl Runner<'_> {
         seed: u64,
         timed: bool,
     ) -> Result<(GemmBenchRow, Option<FastAccumRow>), CudaError> {
-        let (stream, lt) = (self.stream, self.lt);
-        let mut c_ours = self.dev.alloc(m * n * 2)?;
-        let mut c_ref = self.dev.alloc(m * n * 2)?;
-        let mut c_fast = self.dev.alloc(m * n * 2)?;
+        let (stream, lt) = (self.bench.stream, self.lt);
+        let mut c_ours = self.bench.dev.alloc(m * n * 2)?;
+        let mut c_ref = self.bench.dev.alloc(m * n * 2)?;
+        let mut c_fast = self.bench.dev.alloc(m * n * 2)?;
         // NaN first: an element no launch writes fails the comparison.
         for c in [&mut c_ours, &mut c_ref, &mut c_fast] {
             c.fill_u16(0x7fc0)?;
         }
-        self.dev.synchronize()?;
+        self.bench.dev.synchronize()?;
         // The launcher's A, B and C maps per input copy (the prepared call keeps its own).
         let (maps, c_map) = match kernel {
             Ours::Launcher(kernel) => {
@@ -453,8 +450,9 @@ impl Runner<'_> {
         let cmp = compare(&host[0], &host[1]);
         let fast_vs_default = compare(&host[2], &host[1]).rel_frobenius;
         let (spot_ours, spot_ref, _) =
-            spot_check(inp, &host[0], &host[1], (m, n, k), self.opts, seed);
-        let (_, spot_fast, _) = spot_check(inp, &host[0], &host[2], (m, n, k), self.opts, seed);
+            spot_check(inp, &host[0], &host[1], (m, n, k), self.bench.opts, seed);
+        let (_, spot_fast, _) =
+            spot_check(inp, &host[0], &host[2], (m, n, k), self.bench.opts, seed);
         let differing = host[0].iter().zip(&host[2]).filter(|(x, y)| x != y).count();
 
         let (times, iters) = if timed {
@@ -468,7 +466,7 @@ impl Runner<'_> {
                 stream.synchronize()?;
                 f64::from(e0.elapsed_ms(&e1)?)
             };
-            let o = self.opts;
+            let o = self.bench.opts;
             let iters = iterations(est, o.budget_ms, o.min_iters, o.iters);
             let mut f0 = ours;
             let mut f1 = |i: usize| {
@@ -566,14 +564,15 @@ impl Runner<'_> {
         why: &CudaError,
     ) -> Result<(GemmBenchRow, Option<FastAccumRow>), CudaError> {
         launch(0)?; // into C poisoned with NaN by the caller
-        self.stream.synchronize()?;
+        self.bench.stream.synchronize()?;
         let mut ours = vec![0u16; m * n];
         c_ours.download(&mut ours)?;
         let non_finite = ours
             .iter()
             .filter(|&&h| !bf16_to_f32(h).is_finite())
             .count();
-        let (spot_ours, _, rounding) = spot_check(inp, &ours, &ours, (m, n, k), self.opts, seed);
+        let (spot_ours, _, rounding) =
+            spot_check(inp, &ours, &ours, (m, n, k), self.bench.opts, seed);
         let passed = non_finite == 0 && check_rule(spot_ours, rounding, SPOT_RULE_FLOOR).passed;
         let mut row = GemmBenchRow::error((m, n, k), why);
         row.error = Some(format!(
