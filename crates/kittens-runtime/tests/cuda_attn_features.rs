@@ -41,6 +41,15 @@ fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
                 );
             }
             assert_eq!(p.args.alibi, l.source.contains("// alibi"), "{what}: ALiBi");
+            // The cap is one special-function tanh per score (FlashAttention's form), not a
+            // division; ALiBi's distances convert no integer per element (lower_frag.rs says why).
+            let capped = p.args.logits.softcap.is_some();
+            assert_eq!(
+                capped,
+                l.source.contains("= kt::tanh_approx("),
+                "{what}: cap"
+            );
+            assert!(!l.source.contains("(float)abs("), "{what}: ALiBi's I2F");
             let r = compile_clean(&l, &cache, &format!("{what} D{dim}"));
             eprintln!("{} {what} D{dim}: {r:?}", l.entry);
             n += 1;
