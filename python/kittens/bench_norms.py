@@ -28,6 +28,7 @@ from typing import List
 
 from .bench_timing import L2_MULTIPLE, _l2_bytes, time_many
 from .bench_mem import _judge, _rel, _row
+from . import bench_variants
 
 EPS = 1e-6
 
@@ -97,10 +98,13 @@ def bench_rmsnorm(torch, kittens, args, copy_gbs: float) -> List[dict]:
         yd = hd * torch.rsqrt(hd.pow(2).mean(-1, keepdim=True) + EPS) * w.double()
         (dxd,) = torch.autograd.grad((yd, hd), (hd,), (dys[0][s].double(), dhs[0][s].double()))
         check = _judge(torch, dx[s], dxe[s], dxd)
+        variants = bench_variants.fns(args, lambda i: ops.rmsnorm_backward(dys[i], hs[i], w, dhs[i], EPS))
+        bench_variants.judge_all(check, variants, lambda fn: _judge(torch, fn(0)[0][s], dxe[s], dxd))
         times = time_many(torch, {
             "ours": lambda i: ops.rmsnorm_backward(dys[i], hs[i], w, dhs[i], EPS),
             "eager": lambda i: grad("eager", i),
             "compiled": lambda i: grad("compiled", i),
+            **variants,
         }, copies, args.warmup, args.iters)
         row = _row(f"rmsnorm bwd rows {rws} D {d}", 4 * rws * d * 2, times, copy_gbs)
         row.update(check)

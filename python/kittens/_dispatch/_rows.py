@@ -3,6 +3,8 @@ swiglu (each with its backward) and the fused cross-entropy."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from . import _core
@@ -66,6 +68,11 @@ def _prepare_layernorm(key, x, residual, weight, bias, p, eps):
     return _core._prepare(key, "layernorm", problem, tensors, dev, free=free)
 
 
+# The backwards' row-loop override for a measurement (``kittens_kernels::rows::ROW_LOOP_VAR``), read when
+# a handle is built: part of the backwards' keys, so that one process can time several settings.
+_ROW_LOOP_VAR = "KITTENS_NORM_BWD"
+
+
 def layernorm_backward(dy, dh, x, residual, weight, p: float, seed: int, offset: int, eps: float):
     """``(dx, dresidual, dweight, dbias)`` of :func:`layernorm` on CUDA from ``dy`` and ``dh``, the
     gradients of its two planes (registry ``layernorm_bwd``: ``h``, its statistics and the dropout mask
@@ -74,7 +81,7 @@ def layernorm_backward(dy, dh, x, residual, weight, p: float, seed: int, offset:
     # A string tag: the integer tags are the other ops' (a key must never match another op's).
     key = ("layernorm_bwd", dy.shape, dy.stride(), dh.stride(), x.shape, x.stride(), residual.stride(),
            weight.shape, weight.stride(), dy.dtype, dh.dtype, x.dtype, residual.dtype, weight.dtype,
-           x.device, dy.device, dh.device, residual.device, weight.device, p, eps)
+           x.device, dy.device, dh.device, residual.device, weight.device, p, eps, os.environ.get(_ROW_LOOP_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_layernorm_backward(key, dy, dh, x, residual, weight, p, eps)
@@ -222,7 +229,8 @@ def rmsnorm_backward(dy, r, weight, dh, eps: float):
     gradient of ``h`` (``None``: none, or no residual); ``dx`` is also the residual's gradient
     (registry ``rmsnorm_bwd``: two launches, the per-block partial sums of dweight are scratch)."""
     key = (6, dy.shape, dy.stride(), dy.dtype, r.shape, r.stride(), r.dtype, r.device, weight.shape,
-           weight.stride(), weight.dtype, None if dh is None else (dh.stride(), dh.dtype), eps)
+           weight.stride(), weight.dtype, None if dh is None else (dh.stride(), dh.dtype), eps,
+           os.environ.get(_ROW_LOOP_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_rmsnorm_backward(key, dy, r, weight, dh, eps)
