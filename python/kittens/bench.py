@@ -263,6 +263,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--norm-bwd-variants", default="",
                    help="layernorm --backward, rmsnorm: KITTENS_NORM_BWD settings timed beside the default in the "
                         "same run, ';'-separated (e.g. 'shared_acc=1,resident=2,prefetch=0;blocks=1056')")
+    p.add_argument("--norm-fwd-variants", default="",
+                   help="layernorm, rmsnorm: KITTENS_NORM_FWD settings (per_lane=N) timed beside the default forward "
+                        "in the same run, ';'-separated")
     p.add_argument("--rope-shapes", default="16x16x4096x128,16x16x8192x128,16x32x4096x64",
                    help="rotary: BxHxNxD")
     p.add_argument("--sizes", default="2048,4096,8192,16384", help="gemm: square sizes M=N=K")

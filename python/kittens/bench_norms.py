@@ -68,10 +68,13 @@ def bench_rmsnorm(torch, kittens, args, copy_gbs: float) -> List[dict]:
         hd = xs[0][s].double() + rs[0][s].double()
         yd = hd * torch.rsqrt(hd.pow(2).mean(-1, keepdim=True) + EPS) * w.double()
         check = _judge(torch, y[s], ye[s], yd)
+        variants = bench_variants.fwd_fns(args, lambda i: ops.rmsnorm_eager(xs[i], rs[i], w, EPS))
+        bench_variants.judge_all(check, variants, lambda fn: _judge(torch, fn(0)[0][s], ye[s], yd))
         times = time_many(torch, {
             "ours": lambda i: ops.rmsnorm_eager(xs[i], rs[i], w, EPS),
             "eager": lambda i: expr(xs[i], rs[i], w),
             "compiled": lambda i: compiled(xs[i], rs[i], w),
+            **variants,
         }, copies, args.warmup, args.iters)
         row = _row(f"rmsnorm fwd rows {rws} D {d}", 4 * rws * d * 2, times, copy_gbs)
         row.update(check)

@@ -1,8 +1,9 @@
-"""``--norm-bwd-variants``: the norm backwards (``layernorm --backward``, ``rmsnorm``) timed under several
+"""``--norm-bwd-variants`` (``--norm-fwd-variants``): the norm backwards (forwards) timed under several
 settings of ``KITTENS_NORM_BWD`` (``kittens_kernels::rows::ROW_LOOP_VAR``: blocks, waves per row, prefetch,
-blocks per SM, partial sums in shared memory) beside the default and torch, in one process and one
-interleaved timing, so that a candidate and the default see the same clocks and the same inputs. Each
-setting's result is judged against float64 by the same rule as the default's."""
+blocks per SM, partial sums in shared memory; forwards: ``KITTENS_NORM_FWD=per_lane=N``) beside the
+default and torch, in one process and one interleaved timing, so that a candidate and the default see the
+same clocks and the same inputs. Each setting's result is judged against float64 by the same rule as the
+default's."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 from typing import Callable, Dict, List
 
 VAR = "KITTENS_NORM_BWD"
+FWD_VAR = "KITTENS_NORM_FWD"
 
 
 def parse(spec: str) -> List[str]:
@@ -17,19 +19,19 @@ def parse(spec: str) -> List[str]:
     return [v.strip() for v in (spec or "").split(";") if v.strip()]
 
 
-def under(setting: str, fn: Callable):
-    """``fn`` called with ``KITTENS_NORM_BWD=setting`` (the dispatch keys its handles by the variable)."""
+def under(setting: str, fn: Callable, var: str = VAR):
+    """``fn`` called with ``var=setting`` (the dispatch keys its handles by the variable)."""
 
     def call(*a):
-        old = os.environ.get(VAR)
-        os.environ[VAR] = setting
+        old = os.environ.get(var)
+        os.environ[var] = setting
         try:
             return fn(*a)
         finally:
             if old is None:
-                del os.environ[VAR]
+                del os.environ[var]
             else:
-                os.environ[VAR] = old
+                os.environ[var] = old
 
     return call
 
@@ -37,6 +39,11 @@ def under(setting: str, fn: Callable):
 def fns(args, ours: Callable) -> Dict[str, Callable]:
     """``{"v:SETTING": ours under SETTING}`` for each setting of ``args.norm_bwd_variants``."""
     return {f"v:{v}": under(v, ours) for v in parse(getattr(args, "norm_bwd_variants", ""))}
+
+
+def fwd_fns(args, ours: Callable) -> Dict[str, Callable]:
+    """``{"v:SETTING": ours under KITTENS_NORM_FWD=SETTING}`` for each of ``args.norm_fwd_variants``."""
+    return {f"v:{v}": under(v, ours, FWD_VAR) for v in parse(getattr(args, "norm_fwd_variants", ""))}
 
 
 def judge_all(check: dict, variants: Dict[str, Callable], judge: Callable) -> None:
@@ -69,6 +76,6 @@ def print_variants(rows: List[dict]) -> None:
                              f"{r['ours_ms'] / ms:5.3f}x default  {r['compiled_ms'] / ms:5.3f}x compiled  "
                              f"{'ok' if r.get(name + '_passed') else 'FAILED'}")
     if lines:
-        print(f"\n{VAR} settings beside the default (same run, same inputs):")
+        print(f"\n{VAR} / {FWD_VAR} settings beside the default (same run, same inputs; fwd rows: {FWD_VAR}):")
         for ln in lines:
             print(ln)

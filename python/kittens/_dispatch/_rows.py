@@ -21,11 +21,18 @@ def _words(v: int):
     return (lo - 2**32 if lo >= 2**31 else lo, hi - 2**32 if hi >= 2**31 else hi)
 
 
+# The backwards' row-loop override for a measurement (``kittens_kernels::rows::ROW_LOOP_VAR``), read when
+# a handle is built: part of the backwards' keys, so that one process can time several settings.
+_ROW_LOOP_VAR = "KITTENS_NORM_BWD"
+# The forwards' split override (``kittens_kernels::rows::FWD_SPLIT_VAR``), likewise part of their keys.
+_FWD_SPLIT_VAR = "KITTENS_NORM_FWD"
+
+
 def layernorm(x, residual, weight, bias, p: float, seed: int, offset: int, eps: float, out=None):
     """The fused dropout-residual-layernorm on CUDA: a new (2, ..., D) tensor (normed rows, residual)."""
     key = (2, x.shape, x.stride(), residual.shape, residual.stride(), weight.shape, weight.stride(),
            bias.shape, bias.stride(), x.dtype, residual.dtype, weight.dtype, bias.dtype, x.get_device(),
-           residual.get_device(), weight.get_device(), bias.get_device(), p, eps)
+           residual.get_device(), weight.get_device(), bias.get_device(), p, eps, os.environ.get(_FWD_SPLIT_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_layernorm(key, x, residual, weight, bias, p, eps)
@@ -66,11 +73,6 @@ def _prepare_layernorm(key, x, residual, weight, bias, p, eps):
     )
     free = ("seed_lo", "seed_hi", "offset_lo", "offset_hi")
     return _core._prepare(key, "layernorm", problem, tensors, dev, free=free)
-
-
-# The backwards' row-loop override for a measurement (``kittens_kernels::rows::ROW_LOOP_VAR``), read when
-# a handle is built: part of the backwards' keys, so that one process can time several settings.
-_ROW_LOOP_VAR = "KITTENS_NORM_BWD"
 
 
 def layernorm_backward(dy, dh, x, residual, weight, p: float, seed: int, offset: int, eps: float):
@@ -180,7 +182,7 @@ def rmsnorm(x, residual, weight, eps: float):
     eps) * weight`` (registry ``rmsnorm``)."""
     res = None if residual is None else (residual.shape, residual.stride(), residual.dtype, residual.device)
     key = (5, x.shape, x.stride(), x.dtype, x.device, res, weight.shape, weight.stride(), weight.dtype,
-           weight.device, eps)
+           weight.device, eps, os.environ.get(_FWD_SPLIT_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_rmsnorm(key, x, residual, weight, eps)
