@@ -266,6 +266,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--norm-fwd-variants", default="",
                    help="layernorm, rmsnorm: KITTENS_NORM_FWD settings (per_lane=N) timed beside the default forward "
                         "in the same run, ';'-separated")
+    p.add_argument("--swiglu-variants", default="",
+                   help="swiglu: KITTENS_SWIGLU settings (waves=N,chunks=C) timed beside the default forward and "
+                        "backward in the same run, ';'-separated")
     p.add_argument("--rope-shapes", default="16x16x4096x128,16x16x8192x128,16x32x4096x64",
                    help="rotary: BxHxNxD")
     p.add_argument("--sizes", default="2048,4096,8192,16384", help="gemm: square sizes M=N=K")

@@ -142,10 +142,13 @@ def bench_swiglu(torch, kittens, args, copy_gbs: float) -> List[dict]:
         s = slice(0, 256)
         gd, ud = g0[s].double(), u0[s].double()
         check = _judge(torch, out[s], expr(g0, u0)[s], F.silu(gd) * ud)
+        variants = bench_variants.swiglu_fns(args, lambda i: ops.swiglu_eager(*halves[i]))
+        bench_variants.judge_all(check, variants, lambda fn: _judge(torch, fn(0)[s], expr(g0, u0)[s], F.silu(gd) * ud))
         times = time_many(torch, {
             "ours": lambda i: ops.swiglu_eager(*halves[i]),
             "eager": lambda i: expr(*halves[i]),
             "compiled": lambda i: compiled(*halves[i]),
+            **variants,
         }, copies, args.warmup, args.iters)
         row = _row(f"swiglu fwd rows {rws} F {f} (packed)", 3 * rws * f * 2, times, copy_gbs)
         row.update(check)
@@ -168,10 +171,13 @@ def bench_swiglu(torch, kittens, args, copy_gbs: float) -> List[dict]:
         (dgd,) = torch.autograd.grad(F.silu(gd) * ud, (gd,), dys[0][s].double())
         check = _judge(torch, dg[s], dge[s], dgd)
         check["dup_rel_err"] = _rel(du[s], dys[0][s].double() * F.silu(gd.detach()))
+        variants = bench_variants.swiglu_fns(args, lambda i: _dispatch.swiglu_backward(dys[i], *halves[i]))
+        bench_variants.judge_all(check, variants, lambda fn: _judge(torch, fn(0)[0][s], dge[s], dgd))
         times = time_many(torch, {
             "ours": lambda i: _dispatch.swiglu_backward(dys[i], *halves[i]),
             "eager": lambda i: grad("eager", i),
             "compiled": lambda i: grad("compiled", i),
+            **variants,
         }, copies, args.warmup, args.iters)
         row = _row(f"swiglu bwd rows {rws} F {f} (packed)", 5 * rws * f * 2, times, copy_gbs)
         row.update(check)

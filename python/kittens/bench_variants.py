@@ -1,6 +1,7 @@
 """``--norm-bwd-variants`` (``--norm-fwd-variants``): the norm backwards (forwards) timed under several
 settings of ``KITTENS_NORM_BWD`` (``kittens_kernels::rows::ROW_LOOP_VAR``: blocks, waves per row, prefetch,
-blocks per SM, partial sums in shared memory; forwards: ``KITTENS_NORM_FWD=per_lane=N``) beside the
+blocks per SM, partial sums in shared memory; forwards: ``KITTENS_NORM_FWD=per_lane=N``; ``--swiglu-variants``:
+``KITTENS_SWIGLU=waves=N,chunks=C``) beside the
 default and torch, in one process and one interleaved timing, so that a candidate and the default see the
 same clocks and the same inputs. Each setting's result is judged against float64 by the same rule as the
 default's."""
@@ -12,6 +13,7 @@ from typing import Callable, Dict, List
 
 VAR = "KITTENS_NORM_BWD"
 FWD_VAR = "KITTENS_NORM_FWD"
+SWIGLU_VAR = "KITTENS_SWIGLU"
 
 
 def parse(spec: str) -> List[str]:
@@ -39,6 +41,11 @@ def under(setting: str, fn: Callable, var: str = VAR):
 def fns(args, ours: Callable) -> Dict[str, Callable]:
     """``{"v:SETTING": ours under SETTING}`` for each setting of ``args.norm_bwd_variants``."""
     return {f"v:{v}": under(v, ours) for v in parse(getattr(args, "norm_bwd_variants", ""))}
+
+
+def swiglu_fns(args, ours: Callable) -> Dict[str, Callable]:
+    """``{"v:SETTING": ours under KITTENS_SWIGLU=SETTING}`` for each of ``args.swiglu_variants``."""
+    return {f"v:{v}": under(v, ours, SWIGLU_VAR) for v in parse(getattr(args, "swiglu_variants", ""))}
 
 
 def fwd_fns(args, ours: Callable) -> Dict[str, Callable]:
@@ -76,6 +83,7 @@ def print_variants(rows: List[dict]) -> None:
                              f"{r['ours_ms'] / ms:5.3f}x default  {r['compiled_ms'] / ms:5.3f}x compiled  "
                              f"{'ok' if r.get(name + '_passed') else 'FAILED'}")
     if lines:
-        print(f"\n{VAR} / {FWD_VAR} settings beside the default (same run, same inputs; fwd rows: {FWD_VAR}):")
+        print(f"\nsettings beside the default (same run, same inputs; norm bwd rows: {VAR}, norm fwd rows: "
+              f"{FWD_VAR}, swiglu rows: {SWIGLU_VAR}):")
         for ln in lines:
             print(ln)

@@ -26,6 +26,8 @@ def _words(v: int):
 _ROW_LOOP_VAR = "KITTENS_NORM_BWD"
 # The forwards' split override (``kittens_kernels::rows::FWD_SPLIT_VAR``), likewise part of their keys.
 _FWD_SPLIT_VAR = "KITTENS_NORM_FWD"
+# SwiGLU's block-shape override (``kittens_kernels::swiglu::TUNE_VAR``), likewise.
+_SWIGLU_VAR = "KITTENS_SWIGLU"
 
 
 def layernorm(x, residual, weight, bias, p: float, seed: int, offset: int, eps: float, out=None):
@@ -293,7 +295,8 @@ def swiglu(gate, up):
     """``silu(gate) * up`` on CUDA (registry ``swiglu``): two dense (..., F) tensors, or the two halves of
     one dense (..., 2F) tensor (read in place, the packed form)."""
     packed = _packed(gate, up)
-    key = (7, gate.shape, gate.stride(), up.stride(), gate.dtype, up.dtype, gate.device, up.device, packed)
+    key = (7, gate.shape, gate.stride(), up.stride(), gate.dtype, up.dtype, gate.device, up.device, packed,
+           os.environ.get(_SWIGLU_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_swiglu(key, "swiglu", gate, up, None, packed)
@@ -311,7 +314,7 @@ def swiglu_backward(dy, gate, up, allow_packed: bool = True):
     come as two tensors (not views of one)."""
     packed = allow_packed and _packed(gate, up)
     key = (8, dy.shape, dy.stride(), dy.dtype, gate.shape, gate.stride(), up.stride(), gate.dtype, up.dtype,
-           gate.device, packed)
+           gate.device, packed, os.environ.get(_SWIGLU_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_swiglu(key, "swiglu_bwd", gate, up, dy, packed)
