@@ -63,14 +63,35 @@ pub fn waves_per_row_at(dim: u32, lanes: u32, per_lane: u32) -> u32 {
 }
 
 /// The environment variable that overrides the forwards' split for a measurement: `per_lane=N`
-/// (8, 16, 24 or 32 values per lane before a row is split over more waves; [`PER_LANE`] by default).
+/// (8, 16, 24 or 32 values per lane before a row is split over more waves; [`fwd_per_lane_for`] by
+/// default).
 pub const FWD_SPLIT_VAR: &str = "KITTENS_NORM_FWD";
 
-/// The forwards' values per lane: [`PER_LANE`], or what [`FWD_SPLIT_VAR`] sets; an error naming the
-/// variable where it holds anything else.
-pub fn fwd_per_lane() -> Result<u32, KernelError> {
+/// The widest row a forward holds in one 32-lane wave with [`FwdSplit::OneWaveUpTo1024`] (32 values
+/// per lane).
+pub const ONE_WAVE_MAX_DIM: u32 = 32 * 32;
+
+/// The waves (at [`PER_LANE`]) past which [`FwdSplit::Halved`] halves a row's split: from 2056 to
+/// 3072 the halved layernorm forward (five or six waves of 512 columns) spills on sm_90a.
+pub const HALVED_PAST_WAVES: u32 = 12;
+
+/// How a forward splits its rows over waves beyond [`PER_LANE`]'s rule, as measured per kernel on the
+/// H200 (docs/performance.md, "rmsnorm and swiglu").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FwdSplit {
+    /// 16 values per lane where 8 would split a row over more than [`HALVED_PAST_WAVES`] waves
+    /// (D > 3072 on 32 lanes): half the waves meeting at each cross-wave sum.
+    Halved,
+    /// As [`Self::Halved`], and a row of at most 1024 held by one wave (no cross-wave sum, no
+    /// barrier).
+    OneWaveUpTo1024,
+}
+
+/// The forwards' values per lane for rows of `dim` on waves of `lanes` lanes: what [`FWD_SPLIT_VAR`]
+/// sets, else [`fwd_per_lane_for`]; an error naming the variable where it holds anything else.
+pub fn fwd_per_lane(dim: u32, lanes: u32, split: FwdSplit) -> Result<u32, KernelError> {
     let Ok(v) = std::env::var(FWD_SPLIT_VAR) else {
-        return Ok(PER_LANE);
+        return Ok(fwd_per_lane_for(dim, lanes, split));
     };
     v.trim()
         .strip_prefix("per_lane=")
@@ -81,6 +102,22 @@ pub fn fwd_per_lane() -> Result<u32, KernelError> {
                 "{FWD_SPLIT_VAR} = {v:?}: expected per_lane=N (8, 16, 24 or 32)"
             ))
         })
+}
+
+/// The forwards' default values per lane: on 32-lane waves (the only ones measured) as `split` says,
+/// [`PER_LANE`] elsewhere.
+pub fn fwd_per_lane_for(dim: u32, lanes: u32, split: FwdSplit) -> u32 {
+    if lanes != 32 {
+        return PER_LANE;
+    }
+    if split == FwdSplit::OneWaveUpTo1024 && dim <= ONE_WAVE_MAX_DIM {
+        return dim.div_ceil(lanes).div_ceil(8) * 8;
+    }
+    if dim > lanes * PER_LANE * HALVED_PAST_WAVES {
+        16
+    } else {
+        PER_LANE
+    }
 }
 
 /// Waves of a block whose rows are split over `waves_per_row` waves: at least 4, whole rows.
