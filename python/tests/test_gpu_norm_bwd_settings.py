@@ -19,9 +19,7 @@ import test_gpu_layernorm_bwd as ln  # noqa: E402
 import test_gpu_norms as nm  # noqa: E402
 
 SETTINGS = [
-    "shared_acc=1,resident=2,prefetch=0,late=1",
     "shared_acc=1,resident=2,prefetch=1,late=1",
-    "shared_acc=1,late=1,resident=4,prefetch=0",
     "shared_acc=1,resident=3,prefetch=0",
 ]
 
