@@ -260,6 +260,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--p", type=float, default=0.1, help="layernorm: dropout of the extra p > 0 row (0: none)")
     p.add_argument("--ln-bwd-shapes", default="4133x4096,16384x4096,16384x3080,16384x8192,4096x768",
                    help="layernorm --backward: ROWSxD,...")
+    p.add_argument("--norm-bwd-variants", default="",
+                   help="layernorm --backward, rmsnorm: KITTENS_NORM_BWD settings timed beside the default in the "
+                        "same run, ';'-separated (e.g. 'shared_acc=1,resident=2,prefetch=0;blocks=1056')")
+    p.add_argument("--norm-fwd-variants", default="",
+                   help="layernorm, rmsnorm: KITTENS_NORM_FWD settings (per_lane=N) timed beside the default forward "
+                        "in the same run, ';'-separated")
+    p.add_argument("--swiglu-variants", default="",
+                   help="swiglu: KITTENS_SWIGLU settings (waves=N,chunks=C) timed beside the default forward and "
+                        "backward in the same run, ';'-separated")
     p.add_argument("--rope-shapes", default="16x16x4096x128,16x16x8192x128,16x32x4096x64",
                    help="rotary: BxHxNxD")
     p.add_argument("--sizes", default="2048,4096,8192,16384", help="gemm: square sizes M=N=K")
@@ -438,7 +447,7 @@ def main_mem(torch, kittens, args) -> int:
     """layernorm / rotary: ours, torch eager and torch.compile, and the copy bandwidth, in one run."""
     from . import bench_mem
 
-    from . import bench_norms
+    from . import bench_norms, bench_variants
 
     copy_gbs = bench_mem.copy_bandwidth(torch)
     if args.what == "rmsnorm":
@@ -470,6 +479,7 @@ def main_mem(torch, kittens, args) -> int:
     print(f"{report['device']}, torch {torch.__version__}, commit {report['commit']}, {report['date']}, "
           f"median of {args.iters}")
     bench_mem.print_rows(rows, copy_gbs)
+    bench_variants.print_variants(rows)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(report, f, indent=2)

@@ -25,6 +25,7 @@ from typing import List
 
 from .bench_timing import L2_MULTIPLE, _l2_bytes, time_many
 from .bench_mem import _judge, _rel, _row
+from . import bench_variants
 
 EPS = 1e-5
 SEED, OFFSET = 0x5EED_2A2A_0123_4567, 12345
@@ -91,10 +92,22 @@ def bench_layernorm_backward(torch, kittens, args, copy_gbs: float) -> List[dict
         # dweight and dbias over every row: against PyTorch eager's (both bf16 results of f32 sums).
         check["dweight_rel_diff_vs_torch"] = _rel(dw, e[2].double())
         check["dbias_rel_diff_vs_torch"] = _rel(db, e[3].double())
+        variants = bench_variants.fns(args, ours)
+
+        def judge(fn):
+            vx, vres, vw, vb = fn(0)
+            c = _judge(torch, vx[s], e[0][s], d64[0])
+            c["passed"] = c["passed"] and _judge(torch, vres[s], e[1][s], d64[1])["passed"]
+            # The same sums in another order: within bf16's rounding of PyTorch's.
+            c["passed"] = c["passed"] and max(_rel(vw, e[2].double()), _rel(vb, e[3].double())) < 2e-2
+            return c
+
+        bench_variants.judge_all(check, variants, judge)
         times = time_many(torch, {
             "ours": ours,
             "eager": lambda i: grad("eager", i),
             "compiled": lambda i: grad("compiled", i),
+            **variants,
         }, copies, args.warmup, args.iters)
         row = _row(f"layernorm bwd rows {rows} D {d} p={p}", per, times, copy_gbs)
         row.update(check)

@@ -22,6 +22,7 @@ import math
 from typing import Dict, List
 
 from .bench_timing import L2_MULTIPLE, _l2_bytes, time_many
+from . import bench_variants
 
 FLOOR = 1e-5
 
@@ -88,10 +89,13 @@ def bench_layernorm(torch, kittens, args, copy_gbs: float) -> List[dict]:
         yd = (hd - mu) / torch.sqrt(((hd - mu) ** 2).mean(-1, keepdim=True) + 1e-5) * w.double() + b.double()
         check = _judge(torch, y[sel], ye[sel], yd)
         check["residual_rel_err"] = _rel(h[sel], hd)
+        variants = bench_variants.fwd_fns(args, lambda i: kittens.layernorm(xs[i], rs[i], w, b, p=0.0, out=out))
+        bench_variants.judge_all(check, variants, lambda fn: _judge(torch, fn(0)[0][sel], ye[sel], yd))
         times = time_many(torch, {
             "ours": lambda i: kittens.layernorm(xs[i], rs[i], w, b, p=0.0, out=out),
             "eager": lambda i: expr(xs[i], rs[i], w, b, 0.0),
             "compiled": lambda i: compiled(xs[i], rs[i], w, b, 0.0),
+            **variants,
         }, copies, args.warmup, args.iters)
         row = _row(f"B{bsz} N{n} D{d} p=0", 2 * per, times, copy_gbs)
         row.update(check)

@@ -28,6 +28,7 @@ from typing import List
 
 from .bench_timing import L2_MULTIPLE, _l2_bytes, time_many
 from .bench_mem import _judge, _rel, _row
+from . import bench_variants
 
 EPS = 1e-6
 
@@ -67,10 +68,13 @@ def bench_rmsnorm(torch, kittens, args, copy_gbs: float) -> List[dict]:
         hd = xs[0][s].double() + rs[0][s].double()
         yd = hd * torch.rsqrt(hd.pow(2).mean(-1, keepdim=True) + EPS) * w.double()
         check = _judge(torch, y[s], ye[s], yd)
+        variants = bench_variants.fwd_fns(args, lambda i: ops.rmsnorm_eager(xs[i], rs[i], w, EPS))
+        bench_variants.judge_all(check, variants, lambda fn: _judge(torch, fn(0)[0][s], ye[s], yd))
         times = time_many(torch, {
             "ours": lambda i: ops.rmsnorm_eager(xs[i], rs[i], w, EPS),
             "eager": lambda i: expr(xs[i], rs[i], w),
             "compiled": lambda i: compiled(xs[i], rs[i], w),
+            **variants,
         }, copies, args.warmup, args.iters)
         row = _row(f"rmsnorm fwd rows {rws} D {d}", 4 * rws * d * 2, times, copy_gbs)
         row.update(check)
@@ -97,10 +101,13 @@ def bench_rmsnorm(torch, kittens, args, copy_gbs: float) -> List[dict]:
         yd = hd * torch.rsqrt(hd.pow(2).mean(-1, keepdim=True) + EPS) * w.double()
         (dxd,) = torch.autograd.grad((yd, hd), (hd,), (dys[0][s].double(), dhs[0][s].double()))
         check = _judge(torch, dx[s], dxe[s], dxd)
+        variants = bench_variants.fns(args, lambda i: ops.rmsnorm_backward(dys[i], hs[i], w, dhs[i], EPS))
+        bench_variants.judge_all(check, variants, lambda fn: _judge(torch, fn(0)[0][s], dxe[s], dxd))
         times = time_many(torch, {
             "ours": lambda i: ops.rmsnorm_backward(dys[i], hs[i], w, dhs[i], EPS),
             "eager": lambda i: grad("eager", i),
             "compiled": lambda i: grad("compiled", i),
+            **variants,
         }, copies, args.warmup, args.iters)
         row = _row(f"rmsnorm bwd rows {rws} D {d}", 4 * rws * d * 2, times, copy_gbs)
         row.update(check)
@@ -135,10 +142,13 @@ def bench_swiglu(torch, kittens, args, copy_gbs: float) -> List[dict]:
         s = slice(0, 256)
         gd, ud = g0[s].double(), u0[s].double()
         check = _judge(torch, out[s], expr(g0, u0)[s], F.silu(gd) * ud)
+        variants = bench_variants.swiglu_fns(args, lambda i: ops.swiglu_eager(*halves[i]))
+        bench_variants.judge_all(check, variants, lambda fn: _judge(torch, fn(0)[s], expr(g0, u0)[s], F.silu(gd) * ud))
         times = time_many(torch, {
             "ours": lambda i: ops.swiglu_eager(*halves[i]),
             "eager": lambda i: expr(*halves[i]),
             "compiled": lambda i: compiled(*halves[i]),
+            **variants,
         }, copies, args.warmup, args.iters)
         row = _row(f"swiglu fwd rows {rws} F {f} (packed)", 3 * rws * f * 2, times, copy_gbs)
         row.update(check)
@@ -161,10 +171,13 @@ def bench_swiglu(torch, kittens, args, copy_gbs: float) -> List[dict]:
         (dgd,) = torch.autograd.grad(F.silu(gd) * ud, (gd,), dys[0][s].double())
         check = _judge(torch, dg[s], dge[s], dgd)
         check["dup_rel_err"] = _rel(du[s], dys[0][s].double() * F.silu(gd.detach()))
+        variants = bench_variants.swiglu_fns(args, lambda i: _dispatch.swiglu_backward(dys[i], *halves[i]))
+        bench_variants.judge_all(check, variants, lambda fn: _judge(torch, fn(0)[0][s], dge[s], dgd))
         times = time_many(torch, {
             "ours": lambda i: _dispatch.swiglu_backward(dys[i], *halves[i]),
             "eager": lambda i: grad("eager", i),
             "compiled": lambda i: grad("compiled", i),
+            **variants,
         }, copies, args.warmup, args.iters)
         row = _row(f"swiglu bwd rows {rws} F {f} (packed)", 5 * rws * f * 2, times, copy_gbs)
         row.update(check)

@@ -67,14 +67,35 @@ pub fn waves_per_row_at(dim: u32, lanes: u32, per_lane: u32) -> u32 {
 }
 
 /// The environment variable that overrides the forwards' split for a measurement: `per_lane=N`
-/// (8, 16, 24 or 32 values per lane before a row is split over more waves; [`PER_LANE`] by default).
+/// (8, 16, 24 or 32 values per lane before a row is split over more waves; [`fwd_per_lane_for`] by
+/// default).
 pub const FWD_SPLIT_VAR: &str = "KITTENS_NORM_FWD";
 
-/// The forwards' values per lane: [`PER_LANE`], or what [`FWD_SPLIT_VAR`] sets; an error naming the
-/// variable where it holds anything else.
-pub fn fwd_per_lane() -> Result<u32, KernelError> {
+/// The widest row a forward holds in one 32-lane wave with [`FwdSplit::OneWaveUpTo1024`] (32 values
+/// per lane).
+pub const ONE_WAVE_MAX_DIM: u32 = 32 * 32;
+
+/// The waves (at [`PER_LANE`]) past which [`FwdSplit::Halved`] halves a row's split: from 2056 to
+/// 3072 the halved layernorm forward (five or six waves of 512 columns) spills on sm_90a.
+pub const HALVED_PAST_WAVES: u32 = 12;
+
+/// How a forward splits its rows over waves beyond [`PER_LANE`]'s rule, as measured per kernel on the
+/// H200 (docs/performance.md, "rmsnorm and swiglu").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FwdSplit {
+    /// 16 values per lane where 8 would split a row over more than [`HALVED_PAST_WAVES`] waves
+    /// (D > 3072 on 32 lanes): half the waves meeting at each cross-wave sum.
+    Halved,
+    /// As [`Self::Halved`], and a row of at most 1024 held by one wave (no cross-wave sum, no
+    /// barrier).
+    OneWaveUpTo1024,
+}
+
+/// The forwards' values per lane for rows of `dim` on waves of `lanes` lanes: what [`FWD_SPLIT_VAR`]
+/// sets, else [`fwd_per_lane_for`]; an error naming the variable where it holds anything else.
+pub fn fwd_per_lane(dim: u32, lanes: u32, split: FwdSplit) -> Result<u32, KernelError> {
     let Ok(v) = std::env::var(FWD_SPLIT_VAR) else {
-        return Ok(PER_LANE);
+        return Ok(fwd_per_lane_for(dim, lanes, split));
     };
     v.trim()
         .strip_prefix("per_lane=")
@@ -85,6 +106,22 @@ pub fn fwd_per_lane() -> Result<u32, KernelError> {
                 "{FWD_SPLIT_VAR} = {v:?}: expected per_lane=N (8, 16, 24 or 32)"
             ))
         })
+}
+
+/// The forwards' default values per lane: on 32-lane waves (the only ones measured) as `split` says,
+/// [`PER_LANE`] elsewhere.
+pub fn fwd_per_lane_for(dim: u32, lanes: u32, split: FwdSplit) -> u32 {
+    if lanes != 32 {
+        return PER_LANE;
+    }
+    if split == FwdSplit::OneWaveUpTo1024 && dim <= ONE_WAVE_MAX_DIM {
+        return dim.div_ceil(lanes).div_ceil(8) * 8;
+    }
+    if dim > lanes * PER_LANE * HALVED_PAST_WAVES {
+        16
+    } else {
+        PER_LANE
+    }
 }
 
 /// Waves of a block whose rows are split over `waves_per_row` waves: at least 4, whole rows.
@@ -130,12 +167,16 @@ pub(crate) fn check_rows(
     Ok(())
 }
 
+/// The most bytes of partial sums a block keeps in shared memory ([`RowLoop::shared_acc`]): what
+/// leaves room for the row sums' ring under the 48 KiB a kernel declares statically (sm_90a).
+pub const SHARED_ACC_MAX_BYTES: u32 = 32 * 1024;
+
 /// Rows of `D` one wave of the second launch sums (a `DW_ROWS × lanes·8` strip per step).
 pub const DW_ROWS: u32 = 4;
 
 /// The environment variable that overrides [`RowLoop`] for a measurement: `blocks=N`,
-/// `waves_per_row=W`, `prefetch=0|1|2` and/or `resident=R`, comma-separated (e.g.
-/// `KITTENS_NORM_BWD=blocks=132,prefetch=0`).
+/// `waves_per_row=W`, `prefetch=0|1|2`, `resident=R`, `shared_acc=0|1` and/or `late=0|1`,
+/// comma-separated (e.g. `KITTENS_NORM_BWD=blocks=132,prefetch=0`).
 pub const ROW_LOOP_VAR: &str = "KITTENS_NORM_BWD";
 
 /// How the first launch of a row-wise backward (`rmsnorm_bwd`, `layernorm_bwd`) walks its rows, as
@@ -169,6 +210,17 @@ pub struct RowLoop {
     /// fewer registers on sm_90a), set by [`Self::index32_for`] where the problem's rows fit; the
     /// launcher refuses a larger tensor by name.
     pub index32: bool,
+    /// Whether a lane keeps its partial sums of `dweight` (and `dbias`) in shared memory (its own
+    /// words, read and written back once a row, no barrier) rather than in registers across the
+    /// whole row loop: 8 fewer live registers a lane per chunk and sum, so that two blocks of 16
+    /// waves fit an SM where the register-held sums leave room for one (the register bound of
+    /// issue #33: Liger-Kernel and Apex hold these sums per block, not per lane).
+    pub shared_acc: bool,
+    /// Whether a row's inputs past its first sum (layernorm: `dy`, `weight`, `dh`) are loaded where
+    /// first used, after the row's first barrier, rather than with the first sum's inputs: fewer
+    /// values live across that barrier (the longer shares' order, `crate::layernorm::bwd::chunks`),
+    /// their latency left to the other blocks of the SM ([`Self::resident`]).
+    pub late_loads: bool,
 }
 
 impl RowLoop {
@@ -205,6 +257,8 @@ impl RowLoop {
             },
             resident: 1,
             index32: false,
+            shared_acc: false,
+            late_loads: false,
         }
     }
 
@@ -223,7 +277,8 @@ impl RowLoop {
         let bad = || {
             KernelError::Config(format!(
                 "{ROW_LOOP_VAR} = {v:?}: expected blocks=N (N > 0), waves_per_row=W (1, 2, 4, 8, 16 \
-                 or 32), prefetch=P (0, 1 or 2) and/or resident=R (1 to 8), comma-separated"
+                 or 32), prefetch=P (0, 1 or 2), resident=R (1 to 8), shared_acc=S (0 or 1) and/or \
+                 late=L (0 or 1), comma-separated"
             ))
         };
         let mut blocks_set = false;
@@ -237,6 +292,8 @@ impl RowLoop {
                 }
                 "prefetch" if n <= 2 => lp.prefetch = n,
                 "resident" if (1..=8).contains(&n) => lp.resident = n,
+                "shared_acc" if n <= 1 => lp.shared_acc = n == 1,
+                "late" if n <= 1 => lp.late_loads = n == 1,
                 _ => return Err(bad()),
             }
         }
@@ -272,6 +329,12 @@ impl RowLoop {
             resident: 2,
             ..self
         }
+    }
+
+    /// Whether partial sums of `bytes` per block go to shared memory: [`Self::shared_acc`] where they
+    /// fit in [`SHARED_ACC_MAX_BYTES`] (larger ones stay in registers).
+    pub fn acc_in_shared(&self, bytes: u32) -> bool {
+        self.shared_acc && bytes <= SHARED_ACC_MAX_BYTES
     }
 
     /// [`Self::prefetch`]'s level for a wave's share of `slice` columns on waves of `lanes` lanes:
@@ -411,6 +474,90 @@ impl Frame {
         if let Some(buf) = self.partials {
             let vs: Vec<(RegId, Expr)> = vs.iter().map(|&(v, s)| (v, Expr::c(s))).collect();
             k.row_sums_across_waves(&vs, buf, self.local.clone(), self.part.clone(), self.parts);
+        }
+    }
+}
+
+/// A wave's partial sums across the row loop (`dweight`, `dbias`): `n` strips of `cols` f32 columns,
+/// in registers or, with `shared` ([`RowLoop::acc_in_shared`]), in shared memory (each lane its own words: the
+/// strip lowering reads back what the same lane wrote, so no barrier is needed) through one
+/// transient strip.
+pub(crate) struct Partials {
+    regs: Vec<RegId>,
+    shared: Option<(kittens_ir::SharedId, RegId)>,
+    n: u32,
+}
+
+impl Partials {
+    /// `n` partial strips of `cols` columns named `name0, name1, …` for blocks of `waves` waves.
+    pub(crate) fn new(
+        k: &mut KernelBuilder,
+        name: &str,
+        (n, cols): (u32, u32),
+        waves: u32,
+        shared: bool,
+    ) -> Self {
+        let strip =
+            |k: &mut KernelBuilder, n: &str| k.tile(n, F32, 1, cols, Layout::Row, BaseShape::STRIP);
+        if shared {
+            let buf = k.shared(name, F32, 1, cols, Swizzle::None, waves * n);
+            let t = strip(k, &format!("{name}_t"));
+            Partials {
+                regs: Vec::new(),
+                shared: Some((buf, t)),
+                n,
+            }
+        } else {
+            Partials {
+                regs: (0..n).map(|c| strip(k, &format!("{name}{c}"))).collect(),
+                shared: None,
+                n,
+            }
+        }
+    }
+
+    fn slot(&self, k: &KernelBuilder, buf: kittens_ir::SharedId, c: u32) -> kittens_ir::SharedView {
+        k.smem(buf, k.wave() * i64::from(self.n) + i64::from(c))
+    }
+
+    /// Every partial set to zero.
+    pub(crate) fn zero(&self, k: &mut KernelBuilder) {
+        match self.shared {
+            Some((buf, t)) => {
+                k.zero(t);
+                for c in 0..self.n {
+                    k.store_shared(self.slot(k, buf, c), t);
+                }
+            }
+            None => self.regs.iter().for_each(|&r| k.zero(r)),
+        }
+    }
+
+    /// Partial `c` += `src`.
+    pub(crate) fn add(&self, k: &mut KernelBuilder, c: u32, src: RegId) {
+        match self.shared {
+            Some((buf, t)) => {
+                k.load(t, self.slot(k, buf, c));
+                k.wait_shared(0);
+                k.add(t, t, src);
+                k.store_shared(self.slot(k, buf, c), t);
+            }
+            None => {
+                let r = self.regs[c as usize];
+                k.add(r, r, src);
+            }
+        }
+    }
+
+    /// Partial `c` written to `dst`.
+    pub(crate) fn store(&self, k: &mut KernelBuilder, c: u32, dst: kittens_ir::GlobalView) {
+        match self.shared {
+            Some((buf, t)) => {
+                k.load(t, self.slot(k, buf, c));
+                k.wait_shared(0);
+                k.store(dst, t);
+            }
+            None => k.store(dst, self.regs[c as usize]),
         }
     }
 }

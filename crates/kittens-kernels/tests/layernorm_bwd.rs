@@ -36,7 +36,9 @@ fn layernorm_backward_at_odd_shapes() {
 }
 
 /// Grids of 1, 2, 7 and 64 blocks over 45 rows (every block visiting 45 rows down to one, the last
-/// round partial; at every prefetch level, level 2 only without dropout), 32 lanes with one and two chunks per wave (the latter without dropout, as sm_90a
+/// round partial; at every prefetch level, level 2 only without dropout; the partial sums in
+/// registers and in shared memory, `RowLoop::shared_acc`; a row's later inputs loaded with its first
+/// or where used, `RowLoop::late_loads`), 32 lanes with one and two chunks per wave (the latter without dropout, as sm_90a
 /// takes it), 64 lanes with two rows per block.
 #[test]
 fn layernorm_backward_with_any_grid() {
@@ -48,13 +50,28 @@ fn layernorm_backward_with_any_grid() {
     ] {
         let cfg = LayerNormConfig::new(dim, p, lanes);
         assert_eq!(bwd::chunks(&cfg), 1 + u32::from(dim > 4096), "{dim}");
-        for (blocks, prefetch) in [(1, 1), (2, 0), (2, 1), (2, 2), (7, 1), (64, 2)] {
+        let cases = [
+            (1, 1, false, false),
+            (2, 0, false, false),
+            (2, 1, false, false),
+        ];
+        let more = [
+            (2, 2, false, false),
+            (7, 1, false, false),
+            (64, 2, false, false),
+        ];
+        let shared_late = [(2, 0, true, false), (7, 1, true, false), (2, 0, true, true)];
+        let late = [(7, 1, false, true), (7, 2, true, true)];
+        let all = cases.into_iter().chain(more).chain(shared_late).chain(late);
+        for (blocks, prefetch, shared_acc, late_loads) in all {
             let lp = RowLoop {
                 blocks,
                 waves_per_row: None,
                 prefetch,
                 resident: 1,
                 index32: false,
+                shared_acc,
+                late_loads,
             };
             let p = with_p(45, dim as usize, p);
             check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));

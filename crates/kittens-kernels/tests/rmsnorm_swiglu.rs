@@ -103,7 +103,7 @@ fn bwd_stages(
 }
 
 /// Every prefetch level (`RowLoop::prefetch`: inputs loaded a row ahead) over grids of 1 and 7
-/// blocks, 45 rows, with and without the residual's gradient; one chunk per lane (D = 1000 on 32
+/// blocks (and the partial sums in shared memory, `RowLoop::shared_acc`), 45 rows, with and without the residual's gradient; one chunk per lane (D = 1000 on 32
 /// lanes: four waves of 256 columns) and a longer share (D = 5128: levels fall back to 0).
 #[test]
 fn rmsnorm_backward_at_every_prefetch_level() {
@@ -111,13 +111,16 @@ fn rmsnorm_backward_at_every_prefetch_level() {
         for residual in [true, false] {
             let cfg = RmsNormConfig::new(dim, residual, 32);
             let p = problem(45, dim as usize).with("residual", residual);
-            for (blocks, prefetch) in [(1, 2), (7, 0), (7, 1), (7, 2)] {
+            let cases = [(1, 2, false), (7, 0, false), (7, 1, false), (7, 2, false)];
+            for (blocks, prefetch, shared_acc) in cases.into_iter().chain([(7, 0, true)]) {
                 let lp = kittens_kernels::rows::RowLoop {
                     blocks,
                     waves_per_row: None,
                     prefetch,
                     resident: 1,
                     index32: false,
+                    shared_acc,
+                    late_loads: false,
                 };
                 check_with("rmsnorm_bwd", &p, Some(bwd_stages(&cfg, &lp, &p, 45)));
             }

@@ -333,3 +333,50 @@ fn rotary_backward_on_the_emulators() {
         }
     }
 }
+
+/// The forwards as their problems build them on sm_90a (`fwd_config`: the default split of
+/// `kittens_kernels::rows::fwd_per_lane_for`, one wave per row up to D = 1024 for the layernorm, 16
+/// values per lane past D = 3072) compile with zero spills at the row lengths where the split
+/// changes.
+#[test]
+fn the_forwards_default_splits_compile_without_spills() {
+    cuda_common::ensure_nvrtc();
+    if std::env::var_os(kittens_kernels::rows::FWD_SPLIT_VAR).is_some() {
+        return; // a measurement's own split: not the defaults
+    }
+    for dim in [768usize, 776, 1024, 2056, 2560, 3072, 3080, 4096, 8192] {
+        for (name, key, v) in [
+            ("rmsnorm", "residual", 1.0),
+            ("layernorm", "p", 0.0),
+            ("layernorm", "p", 0.1),
+        ] {
+            let mut a = kittens_kernels::problem::NamedArgs::new()
+                .with("rows", 4133usize)
+                .with("norm_dim", dim);
+            a = if key == "residual" {
+                a.with(key, v > 0.0)
+            } else {
+                a.with(key, v)
+            };
+            let k = entry(name)
+                .problem(&a)
+                .unwrap()
+                .build(Target::Sm90a)
+                .unwrap();
+            let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap();
+            let image = kittens_runtime::cuda::compile(
+                &l.source,
+                &l.entry,
+                "sm_90a",
+                l.dynamic_shared_bytes(),
+            )
+            .unwrap_or_else(|err| panic!("{name} D{dim}: {err}"));
+            eprintln!(
+                "{name} D{dim} {key}={v} waves {}: {:?}",
+                k.schedule.waves(),
+                image.report
+            );
+            assert_eq!(image.report.spill_stores, 0, "{name} D{dim} {key}={v}");
+        }
+    }
+}

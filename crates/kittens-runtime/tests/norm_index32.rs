@@ -23,17 +23,22 @@ fn row_loop(waves: u32, dim: u32, index32: bool) -> RowLoop {
     RowLoop { index32, ..lp }
 }
 
-/// `lp` with `resident` blocks per SM asked for and prefetch level `prefetch` (`None`: the default).
-fn knobs(lp: RowLoop, (resident, prefetch): (u32, Option<u32>)) -> RowLoop {
+/// `lp` with `resident` blocks per SM asked for, prefetch level `prefetch` (`None`: the default)
+/// and the partial sums in shared memory or not (`RowLoop::shared_acc`).
+fn knobs(lp: RowLoop, (resident, prefetch, shared_acc): Knob) -> RowLoop {
     RowLoop {
         resident,
         prefetch: prefetch.unwrap_or(lp.prefetch),
+        shared_acc,
         ..lp
     }
 }
 
+/// Blocks per SM asked for, the prefetch level (`None`: the default), partial sums in shared memory.
+type Knob = (u32, Option<u32>, bool);
+
 /// `(label, kernel)` for each launch of the layernorm and rmsnorm backwards at `dim`.
-fn kernels(dim: u32, index32: bool, kn: (u32, Option<u32>)) -> Vec<(String, Kernel)> {
+fn kernels(dim: u32, index32: bool, kn: Knob) -> Vec<(String, Kernel)> {
     let gpu = Target::Sm90a.gpu().unwrap();
     let mut v = Vec::new();
     for p in [0.0, 0.1] {
@@ -70,8 +75,16 @@ fn report(k: &Kernel) -> (u32, u32) {
 }
 
 /// The settings measured: the default (one block per SM asked for), then two blocks per SM with
-/// prefetch level 0 and at the default level.
-const KNOBS: [(u32, Option<u32>); 3] = [(1, None), (2, Some(0)), (2, None)];
+/// prefetch level 0 and at the default level; then the partial sums in shared memory at one block
+/// per SM and at two with prefetch levels 0 and 1.
+const KNOBS: [Knob; 6] = [
+    (1, None, false),
+    (2, Some(0), false),
+    (2, None, false),
+    (1, None, true),
+    (2, Some(0), true),
+    (2, Some(1), true),
+];
 
 #[test]
 fn index32_backwards_compile_without_spills() {
@@ -86,11 +99,11 @@ fn index32_backwards_compile_without_spills() {
                 let (r64, s64) = report(k64);
                 let (r32, s32) = report(&k32);
                 eprintln!(
-                    "{label} resident={} prefetch={:?}: registers 64-bit {r64} (spill stores \
-                     {s64}), 32-bit {r32} ({s32})",
-                    kn.0, kn.1
+                    "{label} resident={} prefetch={:?} shared_acc={}: registers 64-bit {r64} \
+                     (spill stores {s64}), 32-bit {r32} ({s32})",
+                    kn.0, kn.1, kn.2
                 );
-                if kn == KNOBS[0] {
+                if kn == KNOBS[0] || kn == KNOBS[3] {
                     assert_eq!(s32, 0, "{label}: 32-bit spills");
                 }
             }

@@ -3,6 +3,8 @@ swiglu (each with its backward) and the fused cross-entropy."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from . import _core
@@ -19,11 +21,20 @@ def _words(v: int):
     return (lo - 2**32 if lo >= 2**31 else lo, hi - 2**32 if hi >= 2**31 else hi)
 
 
+# The backwards' row-loop override for a measurement (``kittens_kernels::rows::ROW_LOOP_VAR``), read when
+# a handle is built: part of the backwards' keys, so that one process can time several settings.
+_ROW_LOOP_VAR = "KITTENS_NORM_BWD"
+# The forwards' split override (``kittens_kernels::rows::FWD_SPLIT_VAR``), likewise part of their keys.
+_FWD_SPLIT_VAR = "KITTENS_NORM_FWD"
+# SwiGLU's block-shape override (``kittens_kernels::swiglu::TUNE_VAR``), likewise.
+_SWIGLU_VAR = "KITTENS_SWIGLU"
+
+
 def layernorm(x, residual, weight, bias, p: float, seed: int, offset: int, eps: float, out=None):
     """The fused dropout-residual-layernorm on CUDA: a new (2, ..., D) tensor (normed rows, residual)."""
     key = (2, x.shape, x.stride(), residual.shape, residual.stride(), weight.shape, weight.stride(),
            bias.shape, bias.stride(), x.dtype, residual.dtype, weight.dtype, bias.dtype, x.get_device(),
-           residual.get_device(), weight.get_device(), bias.get_device(), p, eps)
+           residual.get_device(), weight.get_device(), bias.get_device(), p, eps, os.environ.get(_FWD_SPLIT_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_layernorm(key, x, residual, weight, bias, p, eps)
@@ -74,7 +85,7 @@ def layernorm_backward(dy, dh, x, residual, weight, p: float, seed: int, offset:
     # A string tag: the integer tags are the other ops' (a key must never match another op's).
     key = ("layernorm_bwd", dy.shape, dy.stride(), dh.stride(), x.shape, x.stride(), residual.stride(),
            weight.shape, weight.stride(), dy.dtype, dh.dtype, x.dtype, residual.dtype, weight.dtype,
-           x.device, dy.device, dh.device, residual.device, weight.device, p, eps)
+           x.device, dy.device, dh.device, residual.device, weight.device, p, eps, os.environ.get(_ROW_LOOP_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_layernorm_backward(key, dy, dh, x, residual, weight, p, eps)
@@ -173,7 +184,7 @@ def rmsnorm(x, residual, weight, eps: float):
     eps) * weight`` (registry ``rmsnorm``)."""
     res = None if residual is None else (residual.shape, residual.stride(), residual.dtype, residual.device)
     key = (5, x.shape, x.stride(), x.dtype, x.device, res, weight.shape, weight.stride(), weight.dtype,
-           weight.device, eps)
+           weight.device, eps, os.environ.get(_FWD_SPLIT_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_rmsnorm(key, x, residual, weight, eps)
@@ -222,7 +233,8 @@ def rmsnorm_backward(dy, r, weight, dh, eps: float):
     gradient of ``h`` (``None``: none, or no residual); ``dx`` is also the residual's gradient
     (registry ``rmsnorm_bwd``: two launches, the per-block partial sums of dweight are scratch)."""
     key = (6, dy.shape, dy.stride(), dy.dtype, r.shape, r.stride(), r.dtype, r.device, weight.shape,
-           weight.stride(), weight.dtype, None if dh is None else (dh.stride(), dh.dtype), eps)
+           weight.stride(), weight.dtype, None if dh is None else (dh.stride(), dh.dtype), eps,
+           os.environ.get(_ROW_LOOP_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_rmsnorm_backward(key, dy, r, weight, dh, eps)
@@ -283,7 +295,8 @@ def swiglu(gate, up):
     """``silu(gate) * up`` on CUDA (registry ``swiglu``): two dense (..., F) tensors, or the two halves of
     one dense (..., 2F) tensor (read in place, the packed form)."""
     packed = _packed(gate, up)
-    key = (7, gate.shape, gate.stride(), up.stride(), gate.dtype, up.dtype, gate.device, up.device, packed)
+    key = (7, gate.shape, gate.stride(), up.stride(), gate.dtype, up.dtype, gate.device, up.device, packed,
+           os.environ.get(_SWIGLU_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_swiglu(key, "swiglu", gate, up, None, packed)
@@ -301,7 +314,7 @@ def swiglu_backward(dy, gate, up, allow_packed: bool = True):
     come as two tensors (not views of one)."""
     packed = allow_packed and _packed(gate, up)
     key = (8, dy.shape, dy.stride(), dy.dtype, gate.shape, gate.stride(), up.stride(), gate.dtype, up.dtype,
-           gate.device, packed)
+           gate.device, packed, os.environ.get(_SWIGLU_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_swiglu(key, "swiglu_bwd", gate, up, dy, packed)

@@ -20,7 +20,7 @@
 //! split reduction).
 
 use super::LayerNormConfig;
-use crate::rows::{sum_partials, Frame, RowLoop};
+use crate::rows::{sum_partials, Frame, Partials, RowLoop};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -105,15 +105,18 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     };
     // Across the row: x̂ and the partial sums of dweight and dbias, per chunk.
     let h = per_chunk(&mut k, "x_hat");
-    let acc_w = per_chunk(&mut k, "dw");
-    let acc_b = per_chunk(&mut k, "db");
+    let shared_acc = lp.acc_in_shared(2 * cfg.waves * nc * cw * 4);
+    let acc_w = Partials::new(&mut k, "dw", (nc, cw), cfg.waves, shared_acc);
+    let acc_b = Partials::new(&mut k, "db", (nc, cw), cfg.waves, shared_acc);
     // A one-chunk share with `lp.prefetch` (`RowLoop::ahead`): x and residual (level 1) or every
     // input (level 2, without dropout) of the next row are loaded into raw bf16 words while this row is worked on.
     // dy and dh stay bf16 (read as f32 where used): half the registers of f32 strips.
-    let hold = nc == 1;
+    // With `lp.late_loads` a one-chunk share takes the longer shares' order (dy, weight and dh
+    // loaded where used) and at most level 1.
+    let hold = nc == 1 && !lp.late_loads;
     // With dropout at most level 1: the mask's Philox state leaves no room for every input of the next
     // row (level 2 spills at D = 3080, p = 0.1 on sm_90a).
-    let cap = if cfg.p > 0.0 { 1 } else { 2 };
+    let cap = if cfg.p > 0.0 || !hold { 1 } else { 2 };
     let ahead = lp.ahead(cfg.slice(), cfg.lanes).min(cap) as usize;
     let raw =
         |k: &mut KernelBuilder, n: &str| k.tile(n, Bf16, 1, cw, Layout::Row, BaseShape::STRIP);
@@ -152,20 +155,20 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             k.add(dst, dst, part);
         }
     };
-    for c in 0..nc as usize {
-        k.zero(acc_w[c]);
-        k.zero(acc_b[c]);
-    }
+    acc_w.zero(&mut k);
+    acc_b.zero(&mut k);
     let load = |k: &mut KernelBuilder, t: RegId, src: GlobalId, row: &Expr| {
         k.load_global(t, view(k, src, row, 0));
     };
     if n_ahead > 0 {
-        // The weight is every row's: loaded once.
         let row0 = lp.row(&k, &rows, rpb, &Expr::c(0), &f.local);
         for (&t, &(_, src)) in next.iter().zip(&inputs) {
             load(&mut k, t, src, &row0);
         }
-        load(&mut k, wv, w, &row0);
+        if hold {
+            // The weight is every row's: loaded once.
+            load(&mut k, wv, w, &row0);
+        }
     }
     k.for_range("step", 0, lp.steps(&rows, rpb), |k, s| {
         // Rows past the end read zero: dy = 0 there, so they add nothing to the partials.
@@ -177,8 +180,10 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             for (&n, &(t, _)) in next.iter().zip(&inputs) {
                 k.copy(t, n);
             }
-            for &(t, src) in &inputs[n_ahead..] {
-                load(k, t, src, &row);
+            if hold {
+                for &(t, src) in &inputs[n_ahead..] {
+                    load(k, t, src, &row);
+                }
             }
             let after = lp.row(k, &rows, rpb, &(s.clone() + 1), &f.local);
             for (&t, &(_, src)) in next.iter().zip(&inputs) {
@@ -193,7 +198,7 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
         }
         for c in 0..nc {
             let hc = h[c as usize];
-            if !hold {
+            if !hold && n_ahead == 0 {
                 k.load_global(hc, view(k, x, &row, c));
                 k.load_global(r, view(k, res, &row, c));
             }
@@ -240,7 +245,7 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
         // The partials of dbias and dweight; dh = rstd · (g − mean(g) − x̂ · mean(g·x̂)) + dh_out;
         // dresidual = dh, dx = keep · dh.
         for c in 0..nc {
-            let (hc, ci) = (h[c as usize], c as usize);
+            let hc = h[c as usize];
             k.mul_row(hc, hc, inv);
             if !hold {
                 k.load_global(dyt, view(k, dy, &row, c));
@@ -249,9 +254,9 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             }
             // g again rather than held across the barrier (8 fewer live registers a lane).
             k.mul_col(g, dyt, wv);
-            k.add(acc_b[ci], acc_b[ci], dyt);
+            acc_b.add(k, c, dyt);
             k.mul(r, dyt, hc);
-            k.add(acc_w[ci], acc_w[ci], r);
+            acc_w.add(k, c, r);
             k.sub_row(g, g, c1);
             k.mul_row(hc, hc, c2);
             k.sub(g, g, hc);
@@ -269,8 +274,9 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     });
     let part_row = k.block(0) * i64::from(rpb) + f.local.clone();
     for c in 0..nc {
-        k.store(view(&k, dw, &part_row, c), acc_w[c as usize]);
-        k.store(view(&k, db, &part_row, c), acc_b[c as usize]);
+        let (vw, vb) = (view(&k, dw, &part_row, c), view(&k, db, &part_row, c));
+        acc_w.store(&mut k, c, vw);
+        acc_b.store(&mut k, c, vb);
     }
     Ok(k.finish()?)
 }

@@ -27,8 +27,8 @@
 
 pub mod problem;
 
-use crate::rows::RowLoop;
 use crate::rows::{check_rows, strip_cols, sum_partials, waves_per_row, Frame, RowStrides};
+use crate::rows::{Partials, RowLoop};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_hw::Gpu;
@@ -217,7 +217,9 @@ pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelErro
     }
     let f = cfg.frame(&mut k, 2);
 
-    let [h, g, t, acc] = ["r_hat", "g", "t", "dw"].map(|n| strip(&mut k, n, cfg));
+    let [h, g, t] = ["r_hat", "g", "t"].map(|n| strip(&mut k, n, cfg));
+    let shared_acc = lp.acc_in_shared(cfg.waves * cfg.slice() * 4);
+    let acc = Partials::new(&mut k, "dw", (1, cfg.slice()), cfg.waves, shared_acc);
     let raw = |k: &mut KernelBuilder, n: &str| {
         k.tile(n, Bf16, 1, cfg.slice(), Layout::Row, BaseShape::STRIP)
     };
@@ -249,7 +251,7 @@ pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelErro
     let wv = k.col_vec("weight", h, Bf16);
     let inv = k.row_vec("rstd", h, F32);
     let dot = k.row_vec("dot", h, F32);
-    k.zero(acc);
+    acc.zero(&mut k);
     if n_ahead > 0 {
         // The weight is every row's: loaded once.
         let row0 = lp.row(&k, &rows, rpb, &Expr::c(0), &f.local);
@@ -281,7 +283,7 @@ pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelErro
         rstd(&f, k, inv, t, cfg);
         k.mul_row(h, h, inv);
         k.mul(t, g, h);
-        k.add(acc, acc, t);
+        acc.add(k, 0, t);
         // dr = rstd · (w·dy − r̂ · mean(w·dy·r̂)); the mean's block-wide sum in slot 1.
         k.mul_col(g, g, wv);
         k.mul(t, g, h);
@@ -297,7 +299,8 @@ pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelErro
         k.store(f.view(k, dx, &row), g);
     });
     let part_row = k.block(0) * i64::from(rpb) + f.local.clone();
-    k.store(f.view(&k, dw, &part_row), acc);
+    let out = f.view(&k, dw, &part_row);
+    acc.store(&mut k, 0, out);
     Ok(k.finish()?)
 }
 

@@ -119,11 +119,14 @@ pub fn config(p: &RmsNormProblem, target: Target) -> RmsNormConfig {
     }
 }
 
-/// The forward's configuration: [`config`], split as [`crate::rows::FWD_SPLIT_VAR`] says for a
-/// measurement.
+/// The forward's configuration: [`config`], its rows split over waves as
+/// [`crate::rows::fwd_per_lane`] says (the measured default, or [`crate::rows::FWD_SPLIT_VAR`]'s
+/// override for a measurement).
 pub fn fwd_config(p: &RmsNormProblem, target: Target) -> Result<RmsNormConfig, KernelError> {
     let cfg = config(p, target);
-    let w = crate::rows::waves_per_row_at(cfg.dim, cfg.lanes, crate::rows::fwd_per_lane()?);
+    let split = crate::rows::FwdSplit::Halved;
+    let per_lane = crate::rows::fwd_per_lane(cfg.dim, cfg.lanes, split)?;
+    let w = crate::rows::waves_per_row_at(cfg.dim, cfg.lanes, per_lane);
     Ok(RmsNormConfig {
         waves_per_row: w,
         waves: crate::rows::block_waves(w),
