@@ -692,14 +692,12 @@ def _lce_grad(ctx, grad, _dh_grad=None, _dw_grad=None):
     g = grad.to(torch.float32)
     eager = type(dh) in _PLAIN and type(g) in _PLAIN
 
-    need = ctx.needs_input_grad[:2]
-    if eager:
-        # One multi-tensor launch in float arithmetic: the plain ``mul_`` of a bf16 tensor by a float32
-        # device scalar runs an unvectorised kernel (about a quarter of the copy bandwidth on an H200 for
-        # the weight-sized gradient, docs/performance.md#fused-linear--cross-entropy-sm_90a).
-        torch._foreach_mul_([t for t, n in zip((dh, dw), need) if n], g)
-        return (dh if need[0] else None, dw if need[1] else None, None, None, None, None, None, None, None)
-    return ((dh * g).to(dh.dtype) if need[0] else None, (dw * g).to(dw.dtype) if need[1] else None,
+    def scaled(t, needed):
+        if not needed:
+            return None
+        return t.mul_(g) if eager else (t * g).to(t.dtype)
+
+    return (scaled(dh, ctx.needs_input_grad[0]), scaled(dw, ctx.needs_input_grad[1]),
             None, None, None, None, None, None, None)
 
 
