@@ -88,11 +88,11 @@ fn mfma_16x16x16_bf16_is_the_calculators_product_on_gfx950_and_gfx942() {
     }
     for arch in [Arch::Cdna4, Arch::Cdna3] {
         let d = run(arch, &a, &b);
-        for l in 0..64 {
-            for s in 0..4 {
+        for (l, regs) in d.iter().enumerate() {
+            for (s, &got) in regs.iter().enumerate() {
                 let (i, j) = (4 * (l / 16) + s, l % 16);
                 let want: f64 = 2.0 * (0..16).map(|k| am[i][k] * bm[k][j]).sum::<f64>();
-                let got = f64::from(d[l][s]);
+                let got = f64::from(got);
                 // f32 accumulation of 16 products of bf16 values in [-2, 2): well within 1e-4.
                 assert!(
                     (got - want).abs() <= 1e-4 * want.abs().max(1.0),
