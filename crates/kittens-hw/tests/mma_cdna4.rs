@@ -235,3 +235,30 @@ fn register_widths_match_llvm_mc_gfx950() {
         assert_eq!(i.regs_per_lane(Operand::B), width(b), "{name} B");
     }
 }
+
+/// CDNA4 keeps CDNA3's `v_mfma_f32_16x16x16_bf16` (same encoding, VOP3P-MAI opcode 0x61, which
+/// LLVM assembles for gfx950 as for gfx942): its CDNA4 entry is the CDNA3 one (checked against the
+/// AMD Matrix Instruction Calculator in `mma_oracle.rs`) in shape, types and every operand map, and
+/// the name finds each architecture's own entry.
+#[test]
+fn cdna4_keeps_the_cdna3_16x16x16_bf16_form() {
+    use kittens_hw::Arch;
+    let name = "v_mfma_f32_16x16x16_bf16";
+    let c3 = mma::instr_on(name, Arch::Cdna3).unwrap();
+    let c4 = mma::instr_on(name, Arch::Cdna4).unwrap();
+    assert_eq!((c3.arch, c4.arch), (Arch::Cdna3, Arch::Cdna4));
+    assert_eq!((c4.m, c4.n, c4.k), (16, 16, 16));
+    assert_eq!(
+        (c4.a_dtype, c4.b_dtype, c4.acc_dtype, c4.lanes, c4.flops),
+        (c3.a_dtype, c3.b_dtype, c3.acc_dtype, c3.lanes, c3.flops)
+    );
+    for op in [Operand::A, Operand::B, Operand::D] {
+        assert_eq!(sorted(c4.map(op)), sorted(c3.map(op)), "{op}");
+    }
+    // A 16×32 bf16 product still finds the double-rate form first on CDNA4.
+    let first = mma::all()
+        .iter()
+        .find(|i| i.arch == Arch::Cdna4 && i.a_dtype == c4.a_dtype && (i.m, i.n) == (16, 16))
+        .unwrap();
+    assert_eq!(first.name, "v_mfma_f32_16x16x32_bf16");
+}

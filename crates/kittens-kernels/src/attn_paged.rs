@@ -26,10 +26,10 @@
 //! Split-KV (Flash-Decoding): with `splits > 1` each query block's walk is cut into parts, one block
 //! each, writing the key split's partials (`crate::attn::split`), which its merge (`build_merge`) combines.
 //!
-//! Targets: the CPU interpreter and gfx942 (V staged through LDS, [`crate::attn::Staged`];
+//! Targets: the CPU interpreter, gfx942 and gfx950 (V staged through LDS, [`crate::attn::Staged`];
+//! the 16-key P·V on the 16×16×16 bf16 MFMA, which CDNA4 keeps from CDNA3;
 //! crates/kittens-runtime/tests/amd_index_reads.rs). Not sm_90a: the plain CUDA lowering refuses index
-//! reads (sm_90a runs `attn_paged_hopper`); not yet gfx950, whose MFMA table has no 16×16×16 form for
-//! the 16-key P·V. The registry names why.
+//! reads (sm_90a runs `attn_paged_hopper`). The registry names why.
 
 use crate::attn::key_step::{KeyMasks, WaveStep};
 use crate::attn::score::{min_offset, Alibi, Window};

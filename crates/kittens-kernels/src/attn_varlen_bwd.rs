@@ -10,12 +10,13 @@
 //!   recomputing the same `P` and `dS`, and accumulates `dQ += dS·K·scale`.
 //!
 //! The gradients are f32. The per-block clip of each packed tensor at its sequence's end drops what
-//! would spill into the next sequence; the loops are sized from `max_seqlen_q/k`. CPU interpreter
-//! only (the AMD lowerings refuse its global loads of the lse into register vectors; sm_90a has
-//! [`crate::attn_varlen_bwd_hopper`]).
+//! would spill into the next sequence; the loops are sized from `max_seqlen_q/k`. The CPU interpreter
+//! and the CDNA targets (gfx942, gfx950) run these programs; sm_90a has
+//! [`crate::attn_varlen_bwd_hopper`].
 
 use crate::attn::score::Alibi;
 use crate::attn::varlen::{alibi_add, offsets, Batch, Seq, VarlenConfig, BLOCK_K, BLOCK_Q};
+use crate::attn::Staged;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -124,8 +125,10 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
     let v_row = tile(&mut k, "v", Bf16, bk, dim, Row, S16X32);
     let q_row = tile(&mut k, "q", Bf16, bq, dim, Row, S16X32);
     let do_row = tile(&mut k, "do", Bf16, bq, dim, Row, S16X32);
-    let o_row = tile(&mut k, "o", Bf16, bq, dim, Row, S16X16);
-    let od = tile(&mut k, "od", F32, bq, dim, Row, S16X16);
+    // O and dO∘O in dO's lanes (δ's elementwise product needs one layout; 16×32 is a bf16 base
+    // tile on both CDNA targets, HipKittens §3.2.2).
+    let o_row = tile(&mut k, "o", Bf16, bq, dim, Row, S16X32);
+    let od = tile(&mut k, "od", F32, bq, dim, Row, S16X32);
     let s = tile(&mut k, "s", F32, bq, bk, Row, S16X16);
     let dp = tile(&mut k, "dp", F32, bq, bk, Row, S16X16);
     let lse_r = k.row_vec("lse", s, F32);
@@ -189,8 +192,8 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
         k.mul(dp, dp, s);
         k.mul(dp, dp, scale);
     };
-    let load_keys = |k: &mut KernelBuilder, k0: &Expr, hk: &Expr, extra: &[_]| {
-        for &(t, g) in [(k_row, kk), (v_row, v)].iter().chain(extra) {
+    let load_keys = |k: &mut KernelBuilder, k0: &Expr, hk: &Expr| {
+        for (t, g) in [(k_row, kk), (v_row, v)] {
             let view = kv_view(k, g, k0, hk);
             k.load_global(t, view);
         }
@@ -199,12 +202,15 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
         Part::Keys => {
             let q_col = tile(&mut k, "q_col", Bf16, bq, dim, Col, S32X16);
             let do_col = tile(&mut k, "do_col", Bf16, bq, dim, Col, S32X16);
+            // The column-major operands go through LDS (the AMD lowerings read them from there).
+            let q_s = Staged::declare(&mut k, "q_s", q_col, Bf16, (bq, dim));
+            let do_s = Staged::declare(&mut k, "do_s", do_col, Bf16, (bq, dim));
             let p_col = tile(&mut k, "p_col", Bf16, bq, bk, Col, S32X16);
             let ds_col = tile(&mut k, "ds_col", Bf16, bq, bk, Col, S32X16);
             let dk_acc = tile(&mut k, "dk", F32, bk, dim, Row, S16X16);
             let dv_acc = tile(&mut k, "dv", F32, bk, dim, Row, S16X16);
             let k0 = &blk * i64::from(bk);
-            load_keys(&mut k, &k0, &head, &[]);
+            load_keys(&mut k, &k0, &head);
             k.zero(dk_acc);
             k.zero(dv_acc);
             // Every (query head of the group, query block) pair.
@@ -215,11 +221,14 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
                 let q0 = &t % per_head.clone() * i64::from(bq);
                 load_queries(k, &q0, &h);
                 load_slope(k, &h);
-                for (tc, g) in [(q_col, q), (do_col, d_o)] {
-                    let view = q_view(k, g, &q0, &h);
-                    k.load_global(tc, view);
-                }
                 probs_and_ds(k, &q0, &k0);
+                // Q and dO column-major only now, when their row-major tiles are dead: the two
+                // copies are never live together (the CDNA register file holds the step with no
+                // spills).
+                for (tc, g) in [(&q_s, q), (&do_s, d_o)] {
+                    let view = q_view(k, g, &q0, &h);
+                    tc.load(k, view);
+                }
                 // dV += Pᵀ·dO; dK += dSᵀ·Q.
                 k.convert(p_col, s, Rounding::Rtne);
                 k.mma_atb(dv_acc, p_col, do_col, dv_acc);
@@ -233,6 +242,7 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
         }
         Part::Queries => {
             let k_col = tile(&mut k, "k_col", Bf16, bk, dim, Col, S32X16);
+            let k_s = Staged::declare(&mut k, "k_s", k_col, Bf16, (bk, dim));
             let ds_row = tile(&mut k, "ds", Bf16, bq, bk, Row, S16X32);
             let dq_acc = tile(&mut k, "dq", F32, bq, dim, Row, S16X16);
             let q0 = &blk * i64::from(bq);
@@ -242,7 +252,8 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
             k.zero(dq_acc);
             k.for_range("j", Expr::c(0), n.max_k.ceil_div(i64::from(bk)), |k, j| {
                 let k0 = &j * i64::from(bk);
-                load_keys(k, &k0, &hk, &[(k_col, kk)]);
+                load_keys(k, &k0, &hk);
+                k_s.load(k, kv_view(k, kk, &k0, &hk));
                 probs_and_ds(k, &q0, &k0);
                 // dQ += dS·K.
                 k.convert(ds_row, dp, Rounding::Rtne);

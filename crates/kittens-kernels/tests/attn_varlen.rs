@@ -437,12 +437,13 @@ fn hopper_varlen_forward_matches_f64() {
     check_with(hopper, &[70, 1], &[33, 190], 2, 1, 192, false, None, 24);
 }
 
-/// The AMD lowerings lower the one-wave forward (index reads as loads through the offsets'
-/// pointers, clipped rows past each sequence's end; crates/kittens-runtime/tests/amd_index_reads.rs
-/// compiles and emulates it); the backward programs are refused, naming the vector they load from
-/// global memory straight into registers (the lse), which the HIP lowering does not take. sm_90a lowers the Hopper program (not the one-wave interpreter programs).
+/// The AMD lowerings lower the one-wave programs, forward and backward (index reads as loads through
+/// the offsets' pointers, clipped rows past each sequence's end, and in the backward the lse read
+/// into a register vector from the row `cu_seqlens_q` starts the sequence at;
+/// crates/kittens-runtime/tests/amd_index_reads.rs compiles and emulates them). sm_90a lowers the
+/// Hopper program (not the one-wave interpreter programs).
 #[test]
-fn amd_lowers_the_varlen_forward_sm90a_lowers_the_hopper_one() {
+fn amd_lowers_the_varlen_programs_sm90a_lowers_the_hopper_one() {
     use kittens_hw::Target;
     let cfg = VarlenConfig {
         dim: 64,
@@ -455,21 +456,19 @@ fn amd_lowers_the_varlen_forward_sm90a_lowers_the_hopper_one() {
     use kittens_kernels::attn_varlen_bwd::Part;
     let bwd = kittens_kernels::attn_varlen_bwd::build(&cfg, Part::Keys).unwrap();
     let bwd_q = kittens_kernels::attn_varlen_bwd::build(&cfg, Part::Queries).unwrap();
-    for target in [Target::Gfx942, Target::Gfx950] {
-        let l = kittens_codegen::lower(&fwd, target).expect("the AMD lowerings take the forward");
-        assert!(l
-            .source
-            .contains("((const int*)g_cu_seqlens_q)[(blk0 + 1)]"));
-    }
     for kernel in [&fwd, &bwd, &bwd_q] {
-        if kernel.name != fwd.name {
-            for target in [Target::Gfx942, Target::Gfx950] {
-                let e = kittens_codegen::lower(kernel, target)
-                    .unwrap_err()
-                    .to_string();
+        for target in [Target::Gfx942, Target::Gfx950] {
+            let l = kittens_codegen::lower(kernel, target)
+                .unwrap_or_else(|e| panic!("{} {target}: {e}", kernel.name));
+            assert!(l
+                .source
+                .contains("((const int*)g_cu_seqlens_q)[(blk0 + 1)]"));
+            if kernel.name != fwd.name {
+                // The lse: one buffer load per entry of the vector, from a resource at its row.
                 assert!(
-                    e.contains("`lse` (a vector) where the op takes a tile"),
-                    "{e}"
+                    l.source.contains("tile_rsrc_t(g_lse, span_lse,"),
+                    "{}",
+                    kernel.name
                 );
             }
         }

@@ -184,8 +184,8 @@ fn decoder_agrees_with_llvm_listing_on_every_shipped_kernel() {
         }
     }
     assert_eq!(
-        checked, 48,
-        "thirteen kernels on two AMD targets, the varlen forward on both and the paged decode on gfx942, two gfx950 GEMM variants, the causal attention on both, \
+        checked, 51,
+        "thirteen kernels on two AMD targets, the varlen forward and backward and the paged decode on both, two gfx950 GEMM variants, the causal attention on both, \
          the backward's interleave4 and pingpong8 on both, MI300X-attn's configuration on gfx942, \
          the rmsnorm and layernorm backwards' dweight launches, SwiGLU's packed forms and the \
          cross-entropy's f32 form on both"
@@ -289,8 +289,8 @@ fn decoder_agrees_with_llvm_objdump_19_on_gfx942() {
     }
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(
-        checked, 15,
-        "thirteen kernels on gfx942, the varlen forward and the paged decode"
+        checked, 16,
+        "thirteen kernels on gfx942, the varlen forward and backward and the paged decode"
     );
 }
 

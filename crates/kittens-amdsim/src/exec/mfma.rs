@@ -30,10 +30,7 @@ fn element(w: &Wave, r: usize, lane: usize, slot: u32, dt: DType) -> f32 {
 }
 
 pub(super) fn exec(w: &mut Wave, i: &Instr, arch: Arch) -> Result<(), ExecError> {
-    let m = mma::instr(i.op.name())
-        .ok()
-        .filter(|m| m.arch == arch)
-        .ok_or(ExecError::Unimplemented)?;
+    let m = mma::instr_on(i.op.name(), arch).ok_or(ExecError::Unimplemented)?;
     if i.cbsz != 0 || i.abid != 0 || i.blgp != 0 {
         return Err(ExecError::Unimplemented);
     }

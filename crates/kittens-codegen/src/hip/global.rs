@@ -28,11 +28,11 @@ use kittens_ir::{Env, GlobalView, Kernel, Op, RegId, Rounding, Scope, SharedView
 use kittens_tile::Layout;
 
 /// How one element of a global view is addressed from the view's rebased resource (C strings).
-struct ViewAddr {
+pub(super) struct ViewAddr {
     /// Byte offset of the view's origin in its tensor: 64-bit, uniform.
-    origin_bytes: String,
+    pub(super) origin_bytes: String,
     /// Element offset of view element `(row, col)` from the origin: 32-bit.
-    rel: String,
+    pub(super) rel: String,
     /// View row `row` lies inside the tensor.
     row_in: String,
     /// Tensor column of view column `col`.
@@ -44,7 +44,7 @@ struct ViewAddr {
 
 impl ViewAddr {
     /// A run of `w` elements from `(row, col)` lies inside the tensor.
-    fn inside(&self, w: u32) -> String {
+    pub(super) fn inside(&self, w: u32) -> String {
         // `&`, not `&&`: no short-circuit, so the compiler evaluates both bounds without an
         // exec-masked region.
         format!("({} & ({} + {w} <= {}))", self.row_in, self.col, self.cols)
@@ -164,7 +164,7 @@ fn element_load(bytes: u32) -> Result<&'static str, LowerError> {
 }
 
 impl Emitter<'_> {
-    fn view_addr(&self, v: &GlobalView, row: &str, col: &str) -> ViewAddr {
+    pub(super) fn view_addr(&self, v: &GlobalView, row: &str, col: &str) -> ViewAddr {
         let g = self.k.global(v.tensor);
         let (rd, cd) = (v.row_dim as usize, v.col_dim as usize);
         let origin: Vec<String> = v
@@ -201,7 +201,7 @@ impl Emitter<'_> {
     /// clipped along (`kittens_ir::Clip`, a packed batch's sequence end read through `Expr::Elem`)
     /// the smaller of its size and the clip's end, evaluated at the access. Loads past it read 0
     /// (their chunks take `OUT_OF_RANGE`), stores past it are dropped, as docs/ir.md says.
-    fn extent(&self, g: kittens_ir::GlobalId, d: usize) -> String {
+    pub(super) fn extent(&self, g: kittens_ir::GlobalId, d: usize) -> String {
         let g = self.k.global(g);
         match &g.clip {
             Some(c) if c.dim as usize == d => format!(
@@ -214,13 +214,13 @@ impl Emitter<'_> {
     }
 
     /// `g_<name>, span_<name>` of a view's tensor: the arguments `tile_rsrc` takes before the origin.
-    fn tensor_args(&self, v: &GlobalView) -> String {
+    pub(super) fn tensor_args(&self, v: &GlobalView) -> String {
         let n = ident(&self.k.global(v.tensor).name);
         format!("g_{n}, span_{n}")
     }
 
     /// 64-bit element index of view element `(row, col)` in its tensor, and the in-bounds test (stores).
-    fn element_index(
+    pub(super) fn element_index(
         &self,
         v: &GlobalView,
         row: &str,
@@ -690,67 +690,5 @@ impl Emitter<'_> {
                 })
             })
         })
-    }
-
-    /// An f32 register vector to an f32 tensor: a row vector down a `len × 1` view, a column vector
-    /// along a `1 × len` one (the attention's log-sum-exp, one value per query). Entry `i·extent +
-    /// coord(lane)` of the vector is the lane's slot `i` ([`super::reg_maps::VecMap`]); the lanes that
-    /// hold the same entry store the same value, each guarded by the tensor's bounds.
-    pub(super) fn store_vec(&mut self, dst: &GlobalView, r: RegId) -> Result<(), LowerError> {
-        let d = self.k.reg(r);
-        let out = self.k.global(dst.tensor).dtype;
-        let (Some(v), Some(vm)) = (d.vec(), self.vmaps.get(&r.0).cloned()) else {
-            return Err(LowerError::Unsupported(format!(
-                "store of `{}` (no vector map)",
-                d.name
-            )));
-        };
-        if v.dtype != DType::F32 || out != DType::F32 {
-            return Err(LowerError::Unsupported(format!(
-                "store of the {:?} vector `{}` to a {out:?} tensor (f32 to f32 only)",
-                v.dtype, d.name
-            )));
-        }
-        let name = format!("r_{}", ident(&d.name));
-        let gname = format!("g_{}", ident(&self.k.global(dst.tensor).name));
-        let (slot_r, slot_c) = vm.map.slots[0];
-        let g = vm.map.group;
-        let (coord, extent) = if v.axis == kittens_ir::Axis::Rows {
-            (super::regops::affine_c(slot_r, g), vm.base.rows)
-        } else {
-            (super::regops::affine_c(slot_c, g), vm.base.cols)
-        };
-        // The fixed coordinates of the view inside the tensor.
-        let gd = self.k.global(dst.tensor);
-        let fixed: Vec<String> = (0..gd.dims.len())
-            .filter(|&i| i != dst.row_dim as usize && i != dst.col_dim as usize)
-            .map(|i| {
-                let o = self.ex(&dst.origin[i]);
-                format!("({o}) >= 0 && ({o}) < ({})", self.extent(dst.tensor, i))
-            })
-            .collect();
-        let fixed = if fixed.is_empty() {
-            "true".to_string()
-        } else {
-            fixed.join(" && ")
-        };
-        self.line("#pragma unroll");
-        self.block(
-            format!("for (int i = 0; i < {}; ++i)", vm.per_lane()),
-            |em| {
-                em.line(format!("const int e = i * {extent} + {coord};"));
-                let (row, col) = if v.axis == kittens_ir::Axis::Rows {
-                    ("e", "0")
-                } else {
-                    ("0", "e")
-                };
-                let (addr, inb) = em.element_index(dst, row, col, 1);
-                em.line(format!(
-                    "if (e < {} && {fixed} && {inb}) {gname}[{addr}] = {name}[i];",
-                    v.len
-                ));
-                Ok(())
-            },
-        )
     }
 }

@@ -22,6 +22,7 @@ mod ops;
 mod pinned;
 mod reg_maps;
 mod regops;
+mod vec_global;
 
 pub use global::check_launch;
 pub use lower::{c_elem, lower};

@@ -82,6 +82,9 @@ impl Emitter<'_> {
             Op::LoadAsync { dst, src, scope } => self.load_async(dst, src, *scope),
             Op::LoadShared { dst, src } => self.lds_access(*dst, src, false),
             Op::StoreShared { dst, src, .. } => self.lds_access(*src, dst, true),
+            Op::LoadGlobal { dst, src } if self.k.reg(*dst).vec().is_some() => {
+                self.load_vec(*dst, src)
+            }
             Op::LoadGlobal { dst, src } => self.load_global(*dst, src),
             Op::StoreGlobal { dst, src, .. } if self.k.reg(*src).vec().is_some() => {
                 self.store_vec(dst, *src)

@@ -196,8 +196,17 @@ const CDNA4_F8_SRC: &str = "FP8-tutorial step 6 (16x16x128: K chunks 16*(lane>>4
 const OCP: &str =
     "CDNA4 f8f6f4 with both operand formats fp8 E4M3 (OCP FN); scale operands left at 1";
 
-/// CDNA4 (`gfx950`): the double-rate bf16 shapes and the `f8f6f4` shapes with fp8 operands.
-pub(super) const CDNA4: [MmaInstr; 4] = [
+const CDNA4_KEPT_SRC: &str =
+    "CDNA3's instruction kept by CDNA4: the same encoding (VOP3P-MAI opcode 0x61; LLVM assembles \
+     it for gfx950 and gfx942 to the same bytes) and so the same operation and operand layout, \
+     the AMD Matrix Instruction Calculator's CDNA3 map (tests/data/cdna3_mfma_layouts.json). \
+     Cycles: CDNA3's figure, taken as unchanged (no CDNA4 statement of it here)";
+
+/// CDNA4 (`gfx950`): the double-rate bf16 shapes, the `f8f6f4` shapes with fp8 operands, and
+/// CDNA3's 16×16×16 bf16 form, which CDNA4 keeps: the paged decode's 16-key steps multiply P·V
+/// with K = 16. It comes after the 16×16×32 form so that a 16×32 tile's product finds that one
+/// first (one instruction instead of two).
+pub(super) const CDNA4: [MmaInstr; 5] = [
     mfma(
         "v_mfma_f32_16x16x32_bf16",
         Arch::Cdna4,
@@ -237,5 +246,15 @@ pub(super) const CDNA4: [MmaInstr; 4] = [
         64,
         CDNA4_F8_SRC,
         OCP,
+    ),
+    mfma(
+        "v_mfma_f32_16x16x16_bf16",
+        Arch::Cdna4,
+        (16, 16, 16),
+        DType::Bf16,
+        whole(16, 16),
+        16,
+        CDNA4_KEPT_SRC,
+        "",
     ),
 ];

@@ -223,7 +223,17 @@ pub fn all() -> &'static [MmaInstr] {
     &CATALOG
 }
 
-/// Look an instruction up by name (case-insensitive).
+/// The instruction `name` (case-insensitive) as architecture `arch` has it: one name may be listed
+/// for two architectures (CDNA4 keeps CDNA3's `v_mfma_f32_16x16x16_bf16`), each entry with that
+/// architecture's facts.
+pub fn instr_on(name: &str, arch: Arch) -> Option<&'static MmaInstr> {
+    CATALOG
+        .iter()
+        .find(|i| i.arch == arch && i.name.eq_ignore_ascii_case(name))
+}
+
+/// Look an instruction up by name (case-insensitive): the first architecture that lists it (see
+/// [`instr_on`] for one architecture's entry).
 pub fn instr(name: &str) -> Result<&'static MmaInstr, MmaError> {
     CATALOG
         .iter()

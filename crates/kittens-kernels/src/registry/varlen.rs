@@ -5,10 +5,9 @@ use super::{KernelEntry, Status, TargetPlan, DEFAULT_SIZES};
 use crate::attn_varlen_bwd_problem;
 use kittens_hw::Target;
 
-const VECTOR_LOADS: Status = Status::NotYet {
-    why: "its one-wave programs load the lse (and D) from global memory straight into register \
-          vectors, which the HIP lowering does not take yet (the forward, attn_varlen, lowers)",
-};
+/// The CDNA targets run the CPU's two one-wave programs (their lse read straight into a register
+/// vector at the row `cu_seqlens_q` gives).
+const CDNA_SCHEDULE: &str = "plain, one wave: key blocks (dK, dV), then query blocks (dQ)";
 
 pub(super) const ATTN_VARLEN_BWD: KernelEntry = KernelEntry {
     name: "attn_varlen_bwd",
@@ -18,13 +17,13 @@ pub(super) const ATTN_VARLEN_BWD: KernelEntry = KernelEntry {
     targets: &[
         TargetPlan {
             target: Target::Gfx942,
-            schedule: "plain",
-            status: VECTOR_LOADS,
+            schedule: CDNA_SCHEDULE,
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Gfx950,
-            schedule: "plain",
-            status: VECTOR_LOADS,
+            schedule: CDNA_SCHEDULE,
+            status: Status::Compiles,
         },
         TargetPlan {
             target: Target::Sm90a,
@@ -35,7 +34,7 @@ pub(super) const ATTN_VARLEN_BWD: KernelEntry = KernelEntry {
         },
         TargetPlan {
             target: Target::Cpu,
-            schedule: "plain, one wave: key blocks (dK, dV), then query blocks (dQ)",
+            schedule: CDNA_SCHEDULE,
             status: Status::Interpreted,
         },
     ],
