@@ -19,9 +19,9 @@
 //! ([`KernelProblem::input_names`]).
 
 use crate::attn::bwd_strips::{self, StripConfig};
+use crate::attn::varlen_problem::{config, totals, VarlenProblem};
 use crate::attn::AttnLayout;
 use crate::attn_varlen_bwd::{self, Part};
-use crate::attn_varlen_problem::{config, totals, VarlenProblem};
 use crate::budget;
 use crate::problem::{
     param, random_scaled, KernelProblem, Launch, NamedArgs, Plan, Reference, RunSettings, Stage,

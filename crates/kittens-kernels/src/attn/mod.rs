@@ -20,6 +20,7 @@ pub(crate) mod split;
 pub(crate) mod staged;
 pub mod strides;
 pub(crate) mod varlen;
+pub mod varlen_problem;
 
 pub use layout::AttnLayout;
 pub use score::{AttnArgs, AttnOptions, Logits, Window};
