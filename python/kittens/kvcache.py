@@ -129,7 +129,7 @@ def flash_attn_with_kvcache(
     return_softmax_lse: bool = False,
 ):
     """FlashAttention's ``flash_attn_with_kvcache`` (module documentation)."""
-    from .flash_attn import _check_softcap, _check_window
+    from ._fa_args import _check_softcap, _check_window
 
     _refuse(rotary_cos=(rotary_cos, None), rotary_sin=(rotary_sin, None), cache_batch_idx=(cache_batch_idx, None),
             cache_leftpad=(cache_leftpad, None))
