@@ -36,22 +36,8 @@ impl VarlenShape {
             self.cu_q[b + 1] - self.cu_q[b],
             self.cu_k[b + 1] - self.cu_k[b],
         );
-        let (nq, nk, i) = (lq as i64, lk as i64, i as i64);
-        let mut end = nk;
-        let mut start = 0;
-        if self.causal {
-            end = end.min(i + nk - nq + 1);
-        }
-        if let Some(w) = self.window {
-            if let Some(e) = w.end(nq, nk) {
-                end = end.min(i + e + 1);
-            }
-            if let Some(s) = w.start(nq, nk) {
-                start = start.max(i + s);
-            }
-        }
-        let start = start.clamp(0, nk);
-        start as usize..end.clamp(start, nk) as usize
+        let offset = self.causal.then_some(lk as i64 - lq as i64);
+        crate::attn::score::kept_keys(offset, self.window, lq, lk, i)
     }
     /// The logit of the score `dot` (f64): scaled, then capped.
     fn logit(&self, dot: f64) -> f64 {

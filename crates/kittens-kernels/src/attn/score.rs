@@ -347,22 +347,7 @@ impl AttnOptions {
     /// The keys query `i` keeps (of `seq_kv`, with `seq_q` queries) under `causal` and the window:
     /// a range, empty when none.
     pub fn keys(&self, causal: Causal, seq_q: usize, seq_kv: usize, i: usize) -> Range<usize> {
-        let (nq, nk, i) = (seq_q as i64, seq_kv as i64, i as i64);
-        let mut end = nk;
-        let mut start = 0;
-        if let Some(off) = causal.offset(seq_q, seq_kv) {
-            end = end.min(i + off + 1);
-        }
-        if let Some(w) = self.window {
-            if let Some(e) = w.end(nq, nk) {
-                end = end.min(i + e + 1);
-            }
-            if let Some(s) = w.start(nq, nk) {
-                start = start.max(i + s);
-            }
-        }
-        let start = start.clamp(0, nk);
-        start as usize..end.clamp(start, nk) as usize
+        kept_keys(causal.offset(seq_q, seq_kv), self.window, seq_q, seq_kv, i)
     }
 }
 
@@ -418,4 +403,32 @@ impl AttnArgs {
             alibi: a.flag_or("alibi", false)?,
         })
     }
+}
+
+/// The keys query `i` keeps (of `seq_kv`, with `seq_q` queries): `j ≤ i + offset` under a causal mask
+/// (`offset`: [`Causal::offset`]), and within `window` (bottom-right aligned); a range, empty when none.
+/// The one rule the f64 references of the dense and the packed attention share.
+pub fn kept_keys(
+    causal_offset: Option<i64>,
+    window: Option<Window>,
+    seq_q: usize,
+    seq_kv: usize,
+    i: usize,
+) -> Range<usize> {
+    let (nq, nk, i) = (seq_q as i64, seq_kv as i64, i as i64);
+    let mut end = nk;
+    let mut start = 0;
+    if let Some(off) = causal_offset {
+        end = end.min(i + off + 1);
+    }
+    if let Some(w) = window {
+        if let Some(e) = w.end(nq, nk) {
+            end = end.min(i + e + 1);
+        }
+        if let Some(s) = w.start(nq, nk) {
+            start = start.max(i + s);
+        }
+    }
+    let start = start.clamp(0, nk);
+    start as usize..end.clamp(start, nk) as usize
 }
