@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The distributed suite on one host with 2 NVIDIA Hopper GPUs (measured on 2 x H200): the kernels under
-# torch.distributed, ring attention against one GPU, and the demo GPT data parallel (DDP) and context
+# The distributed suite on one host with 2 or more NVIDIA Hopper GPUs (measured on 2 x H200): the kernels
+# under torch.distributed, ring attention against one GPU, and the demo GPT data parallel (DDP) and context
 # parallel (ring attention) against one GPU, written into ONE results folder laid out as
-# bench/results/ring_attention/. Run from the repository root with the Python package installed
-# (`pip install ./python`, or the wheel of scripts/python-gpu-bundle.sh in $CARRY):
+# bench/results/ring_attention/ (2 GPUs) or bench/results/ring_attention/<n>gpu/ (n GPUs). Run from the
+# repository root with the Python package installed (`pip install ./python`, or the wheel of
+# scripts/python-gpu-bundle.sh in $CARRY):
 #
-#   bash bench/run_h200x2.sh                 # about 6 minutes; OUT=dir to choose the folder
+#   bash bench/run_multi_gpu.sh              # about 6 minutes; OUT=dir to choose the folder
 #
+# NPROC: how many GPUs (default: all the machine has). The problems are the same for any NPROC: the ring's
+# and the context-parallel run's sequence is split NPROC ways (strong scaling), DDP keeps 8 rows per rank.
 # PARTS picks what runs (default all): check train large. `large` is a 1.34 G-parameter GPT that one
 # H200 cannot train at 65536 (its out-of-memory is recorded in the JSON, not assumed). The NCCL
 # variables the machine sets (NVLink multicast off) are left alone.
@@ -15,7 +18,10 @@ cd "$(dirname "$0")/.."
 OUT="${OUT:-bench/results/run-$(date -u +%Y-%m-%d)-2gpu}"
 PARTS="${PARTS:-check train large}"
 CARRY="${CARRY:-.carry/python}"
+NPROC="${NPROC:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')}"
+if [ "$NPROC" -lt 2 ]; then echo "run_multi_gpu.sh: needs at least 2 GPUs, this machine has $NPROC" >&2; exit 2; fi
 R="$OUT/ring_attention"
+[ "$NPROC" = 2 ] || R="$R/${NPROC}gpu"
 mkdir -p "$R/logs"
 export PYTHONUNBUFFERED=1
 has() { case " $PARTS " in *" $1 "*) return 0;; *) return 1;; esac; }
@@ -33,7 +39,7 @@ fi
 export KITTENS_CACHE="${KITTENS_CACHE:-/tmp/kittens-cache-$$}"  # fresh: the ranks race to fill it
 { date -u; git rev-parse HEAD; nvidia-smi; nvidia-smi topo -m; env | grep -E '^(NCCL|TORCH_SYMM|NVSHMEM)'; } \
   > "$R/machine.txt" 2>&1
-TR="torchrun --standalone --nproc_per_node=2 -m"
+TR="torchrun --standalone --nproc_per_node=$NPROC -m"
 if has check; then
   stage check 200 $TR kittens.distributed_check --json "$R/check.json"
 fi
