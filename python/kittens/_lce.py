@@ -103,10 +103,15 @@ def pitch_of(vocab: int) -> int:
 
 
 def _labels_for_kernel(labels: Tensor, ignore_index: int, vocab: int) -> Tensor:
-    lab = labels.to(torch.float32)
-    out_of_range = (labels < 0) | (labels >= vocab)
-    lab = torch.where(out_of_range, torch.full_like(lab, _NO_MATCH), lab)
-    return torch.where(labels == ignore_index, torch.full_like(lab, -1.0), lab)
+    """The kernel's float32 labels: -1 for an ignored row, :data:`_NO_MATCH` for any other negative
+    label. A label at or past ``vocab`` stays as it is: as a float32 it is at least ``vocab`` (below 2^24,
+    where every integer is exact; larger ones round to values that are larger still), so no column
+    matches it either. Five launches (the conversion, two comparisons, two scalar ``where``), no
+    full-size constants: this runs in the host time before the first GEMM."""
+    if vocab >= 1 << 24:
+        raise ValueError(f"vocabulary {vocab}: the cross_entropy kernel compares labels as float32, exact below 2^24")
+    lab = torch.where(labels < 0, _NO_MATCH, labels.to(torch.float32))
+    return torch.where(labels == ignore_index, -1.0, lab)
 
 
 def _forward_and_grads(hidden, weight, labels, ignore_index, smoothing, scale, chunk, need_dh, need_dw):
