@@ -121,6 +121,19 @@ def test_bad_arguments_raise_naming_them():
         kittens.linear_cross_entropy(hb, wb[:, :8], y)
 
 
+def test_an_incoming_gradient_outside_bf16_by_the_rule():
+    """The backward scales the saved gradients by the incoming one rounded to bf16 (ops._lce_grad): a
+    gradient of 1/3 (not a bf16 value) still meets the rule against float64 autograd of the same graph."""
+    hb, wb, y = case(37, 72, 1000, seed=11)
+    third = lambda f: (lambda a, b: f(a, b) / 3)  # noqa: E731
+    ours = grads(third(lambda a, b: kittens.linear_cross_entropy(a, b, y, chunk_rows=16)), hb, wb)
+    ref = grads(third(lambda a, b: F.cross_entropy(a @ b.T, y)), hb.double(), wb.double())
+    base = grads(third(lambda a, b: F.cross_entropy(a @ b.T, y)), hb, wb)
+    for name, o, r, b in zip(("loss", "d_hidden", "d_weight"), ours, ref, base):
+        e, eb = rel(o, r), rel(b, r)
+        assert math.isfinite(e) and e <= 2 * eb + FLOOR, f"{name}: ours {e:.3e}, bf16 torch {eb:.3e}"
+
+
 def test_backward_scales_by_the_incoming_gradient_once():
     hb, wb, y = case(37, 72, 1000, seed=9)
     _, h1, w1 = grads(lambda a, b: kittens.linear_cross_entropy(a, b, y), hb, wb)
