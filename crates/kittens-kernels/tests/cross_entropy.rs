@@ -154,6 +154,24 @@ fn wide_waves() {
     check(&p, Some(CrossEntropyConfig::new(false, 0.0, 64)));
 }
 
+/// The block shapes `KITTENS_CE` selects for a measurement (`CrossEntropyConfig::tuned`), on the
+/// interpreter by the same rule; a setting outside the ranges is refused naming the variable.
+#[test]
+fn tuned_block_shapes() {
+    let p = problem(19, 32003, CrossEntropyOptions::default());
+    for v in ["chunks=4", "waves=4,chunks=8", "waves=16,chunks=1"] {
+        let cfg = CrossEntropyConfig::new(false, 0.0, 32).tuned(v).unwrap();
+        check(&p, Some(cfg));
+    }
+    for v in ["chunks=9", "waves=0", "lanes=2", "chunks"] {
+        let msg = CrossEntropyConfig::new(false, 0.0, 32)
+            .tuned(v)
+            .unwrap_err()
+            .to_string();
+        assert!(msg.contains(cross_entropy::TUNE_VAR), "{msg}");
+    }
+}
+
 /// A label past the vocabulary (or not an integer) matches no column: that row's loss is not finite,
 /// the others are unchanged; an ignored row's loss and gradient are zero.
 #[test]

@@ -28,6 +28,7 @@ _ROW_LOOP_VAR = "KITTENS_NORM_BWD"
 _FWD_SPLIT_VAR = "KITTENS_NORM_FWD"
 # SwiGLU's block-shape override (``kittens_kernels::swiglu::TUNE_VAR``), likewise.
 _SWIGLU_VAR = "KITTENS_SWIGLU"
+_CE_VAR = "KITTENS_CE"  # kittens_kernels::cross_entropy::TUNE_VAR: the block shape, for a measurement
 
 
 def layernorm(x, residual, weight, bias, p: float, seed: int, offset: int, eps: float, out=None):
@@ -380,7 +381,7 @@ def cross_entropy_(logits, labels, scale, smoothing: float):
     ``cross_entropy``). ``labels``: float32 (R,), a class index or negative (the row ignored: loss and
     gradient 0); ``scale``: a float32 tensor of one element (no host synchronisation)."""
     key = (9, logits.shape, logits.stride(), logits.dtype, logits.device, labels.stride(), labels.dtype,
-           scale.dtype, float(smoothing))
+           scale.dtype, float(smoothing), os.environ.get(_CE_VAR))
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_cross_entropy(key, logits, labels, scale, smoothing)

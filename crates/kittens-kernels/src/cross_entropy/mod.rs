@@ -53,7 +53,30 @@ pub struct CrossEntropyConfig {
     pub chunks: u32,
 }
 
+/// The environment variable that overrides the block shape for a measurement: `waves=N` (1 to 16)
+/// and/or `chunks=C` (1 to 8), comma-separated (e.g. `KITTENS_CE=waves=4,chunks=4`).
+pub const TUNE_VAR: &str = "KITTENS_CE";
+
 impl CrossEntropyConfig {
+    /// This configuration with the settings `v` (the form of [`TUNE_VAR`]).
+    pub fn tuned(mut self, v: &str) -> Result<Self, KernelError> {
+        let bad = || {
+            KernelError::Config(format!(
+                "{TUNE_VAR} = {v:?}: expected waves=N (1 to 16) and/or chunks=C (1 to 8), comma-separated"
+            ))
+        };
+        for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (key, val) = item.split_once('=').ok_or_else(bad)?;
+            let n: u32 = val.trim().parse().map_err(|_| bad())?;
+            match key.trim() {
+                "waves" if (1..=16).contains(&n) => self.waves = n,
+                "chunks" if (1..=8).contains(&n) => self.chunks = n,
+                _ => return Err(bad()),
+            }
+        }
+        Ok(self)
+    }
+
     /// 256 threads per block, two chunks of 8 per lane: NVIDIA's 8 warps × 512 columns, AMD's 4
     /// waves × 1024 columns per step.
     pub fn new(f32_logits: bool, smoothing: f32, lanes: u32) -> Self {

@@ -90,6 +90,18 @@ pub fn config(p: &CrossEntropyProblem, target: Target) -> CrossEntropyConfig {
     CrossEntropyConfig::new(o.f32_logits, o.smoothing, lanes)
 }
 
+/// [`config`] with what [`super::TUNE_VAR`] sets for a measurement; an error naming the variable where
+/// it holds anything else.
+pub fn tuned_config(
+    p: &CrossEntropyProblem,
+    target: Target,
+) -> Result<CrossEntropyConfig, KernelError> {
+    match std::env::var(super::TUNE_VAR) {
+        Ok(v) => config(p, target).tuned(&v),
+        Err(_) => Ok(config(p, target)),
+    }
+}
+
 /// `(rows, vocab, pitch)`, checked.
 fn sizes(p: &CrossEntropyProblem) -> Result<(usize, usize, usize), KernelError> {
     let (rows, v) = (p.rows, p.vocab);
@@ -147,7 +159,7 @@ impl KernelProblem for CrossEntropyProblem {
     fn plan(&self, target: Target) -> Result<Plan, KernelError> {
         let p = self;
         positive("cross_entropy", &[("rows", p.rows), ("vocab", p.vocab)])?;
-        let cfg = config(p, target);
+        let cfg = tuned_config(p, target)?;
         cfg.check()?;
         let launch = self.launch()?;
         let (rows, v, pitch) = sizes(p)?;
@@ -167,8 +179,7 @@ impl KernelProblem for CrossEntropyProblem {
     }
 
     fn build(&self, target: Target) -> Result<Kernel, KernelError> {
-        let p = self;
-        build(&config(p, target))
+        build(&tuned_config(self, target)?)
     }
 
     fn draw(&self, k: &Kernel, launch: &Launch, rng: &mut SmallRng) -> Vec<Vec<f32>> {
