@@ -51,15 +51,10 @@ pub struct CrossEntropyConfig {
     /// 8-element chunks per lane per step: a wave's strip is `lanes × 8 × chunks` columns (several
     /// loads in flight per lane per step).
     pub chunks: u32,
-    /// The first pass's sums (of the exponentials, the label matches and the label's logit) kept per
-    /// lane in tiles and reduced across the wave once after the pass, instead of a cross-lane sum per
-    /// step each: one reduction per step (the maximum) instead of four, for a tile of registers more
-    /// per sum.
-    pub lane_sums: bool,
 }
 
 /// The environment variable that overrides the block shape for a measurement: `waves=N` (1 to 16)
-/// `chunks=C` (1 to 8) and/or `lane_sums=0|1`, comma-separated (e.g. `KITTENS_CE=waves=4,chunks=4`).
+/// and/or `chunks=C` (1 to 8), comma-separated (e.g. `KITTENS_CE=waves=4,chunks=4`).
 pub const TUNE_VAR: &str = "KITTENS_CE";
 
 impl CrossEntropyConfig {
@@ -67,8 +62,7 @@ impl CrossEntropyConfig {
     pub fn tuned(mut self, v: &str) -> Result<Self, KernelError> {
         let bad = || {
             KernelError::Config(format!(
-                "{TUNE_VAR} = {v:?}: expected waves=N (1 to 16), chunks=C (1 to 8) and/or lane_sums=0|1, \
-                 comma-separated"
+                "{TUNE_VAR} = {v:?}: expected waves=N (1 to 16) and/or chunks=C (1 to 8), comma-separated"
             ))
         };
         for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -77,7 +71,6 @@ impl CrossEntropyConfig {
             match key.trim() {
                 "waves" if (1..=16).contains(&n) => self.waves = n,
                 "chunks" if (1..=8).contains(&n) => self.chunks = n,
-                "lane_sums" if n <= 1 => self.lane_sums = n == 1,
                 _ => return Err(bad()),
             }
         }
@@ -93,7 +86,6 @@ impl CrossEntropyConfig {
             lanes,
             waves: 256 / lanes.max(1),
             chunks: 2,
-            lane_sums: false,
         }
     }
 
@@ -220,50 +212,20 @@ pub fn build(cfg: &CrossEntropyConfig) -> Result<Kernel, KernelError> {
     for v in [sum, xl, found, sx, nv] {
         k.zero(v);
     }
-    // Per-lane sums (`lane_sums`): a tile per row vector, added elementwise each step.
-    let lane = |k: &mut KernelBuilder, n: &str| {
-        let t = k.tile(n, F32, 1, strip, Layout::Row, BaseShape::STRIP);
-        k.zero(t);
-        t
-    };
-    let sums = cfg.lane_sums.then(|| {
-        let smooth = (eps > 0.0).then(|| [lane(&mut k, "row_sum_l"), lane(&mut k, "count_l")]);
-        (
-            [
-                lane(&mut k, "sum_l"),
-                lane(&mut k, "found_l"),
-                lane(&mut k, "label_logit_l"),
-            ],
-            smooth,
-        )
-    });
-    // acc ← acc + Σ src: per lane (`lane_sums`) or across the wave.
-    let acc = |k: &mut KernelBuilder, lanes: Option<RegId>, row: RegId, src: RegId| match lanes {
-        Some(t) => k.add(t, t, src),
-        None => k.row_sum_acc(row, src, row),
-    };
-    let (l_sum, l_found, l_xl) = match sums {
-        Some(([a, b, c], _)) => (Some(a), Some(b), Some(c)),
-        None => (None, None, None),
-    };
-    let (l_sx, l_nv) = match sums {
-        Some((_, Some([a, b]))) => (Some(a), Some(b)),
-        _ => (None, None),
-    };
     k.for_range("pass1", 0, steps.clone(), |k, s| {
         let c = col0(&s);
         k.load_global(x, view(k, logits, c.clone()));
         onehot(k);
         // Columns past V read zero; the label may not match one of them.
         k.mask(hot, MaskRule::ColsBelow(vocab.clone()), 0, c.clone(), 0.0);
-        acc(k, l_found, found, hot);
+        k.row_sum_acc(found, hot, found);
         k.mul(hot, hot, x);
-        acc(k, l_xl, xl, hot);
+        k.row_sum_acc(xl, hot, xl);
         if eps > 0.0 {
-            acc(k, l_sx, sx, x);
+            k.row_sum_acc(sx, x, sx);
             k.fill(hot, 1.0);
             k.mask(hot, MaskRule::ColsBelow(vocab.clone()), 0, c.clone(), 0.0);
-            acc(k, l_nv, nv, hot);
+            k.row_sum_acc(nv, hot, nv);
         }
         k.mask(
             x,
@@ -276,27 +238,13 @@ pub fn build(cfg: &CrossEntropyConfig) -> Result<Kernel, KernelError> {
         // sum ← sum · e^(run − max) + Σ e^(x − max)
         k.sub(tmp, run, mx);
         k.exp(tmp, tmp);
-        match l_sum {
-            Some(t) => k.mul_row(t, t, tmp),
-            None => k.mul(sum, sum, tmp),
-        }
+        k.mul(sum, sum, tmp);
         k.sub_row(x, x, mx);
         k.exp(x, x);
-        acc(k, l_sum, sum, x);
+        k.row_sum_acc(sum, x, sum);
         k.copy(run, mx);
         k.sub(lab, lab, step as f32);
     });
-    for (lanes, row) in [
-        (l_sum, sum),
-        (l_found, found),
-        (l_xl, xl),
-        (l_sx, sx),
-        (l_nv, nv),
-    ] {
-        if let Some(t) = lanes {
-            k.row_sum_acc(row, t, row);
-        }
-    }
 
     // The waves' statistics become the row's (ring slots alternate, see `row_sum_across_waves`).
     let part = k.wave();
