@@ -123,7 +123,8 @@ fn layernorm_backward_with_one_sum_and_a_warp_per_row() {
             ..LayerNormConfig::new(dim, 0.0, 32)
         };
         assert_eq!(bwd::chunks(&cfg), chunks, "{dim}");
-        for (blocks, one_sum, shared_acc) in [(3, false, false), (2, true, true), (1, false, true)] {
+        for (blocks, one_sum, shared_acc) in [(3, false, false), (2, true, true), (1, false, true)]
+        {
             let lp = RowLoop {
                 blocks,
                 waves_per_row: Some(1),
