@@ -342,6 +342,21 @@ impl RowLoop {
         }
     }
 
+    /// This loop with [`Self::one_sum`] set where `on` (a kernel's measured choice at its row length:
+    /// docs/performance.md, "rmsnorm and swiglu"), on 32-lane GPUs and on the CPU interpreter, which
+    /// mirrors them as for [`Self::prefetch`] (AMD keeps two barriers a row: not measured there).
+    /// Unchanged where [`ROW_LOOP_VAR`] is set (a measurement's own setting).
+    pub fn one_sum_where(self, target: Target, on: bool) -> Self {
+        let lanes32 = target.gpu().is_none_or(|g| g.wave_width == 32);
+        if !on || !lanes32 || std::env::var_os(ROW_LOOP_VAR).is_some() {
+            return self;
+        }
+        RowLoop {
+            one_sum: true,
+            ..self
+        }
+    }
+
     /// Whether partial sums of `bytes` per block go to shared memory: [`Self::shared_acc`] where they
     /// fit in [`SHARED_ACC_MAX_BYTES`] (larger ones stay in registers).
     pub fn acc_in_shared(&self, bytes: u32) -> bool {
