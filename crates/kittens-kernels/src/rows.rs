@@ -175,8 +175,8 @@ pub const SHARED_ACC_MAX_BYTES: u32 = 32 * 1024;
 pub const DW_ROWS: u32 = 4;
 
 /// The environment variable that overrides [`RowLoop`] for a measurement: `blocks=N`,
-/// `waves_per_row=W`, `prefetch=0|1|2`, `resident=R`, `shared_acc=0|1` and/or `late=0|1`,
-/// comma-separated (e.g. `KITTENS_NORM_BWD=blocks=132,prefetch=0`).
+/// `waves_per_row=W`, `prefetch=0|1|2`, `resident=R`, `shared_acc=0|1`, `late=0|1` and/or
+/// `one_sum=0|1`, comma-separated (e.g. `KITTENS_NORM_BWD=blocks=132,prefetch=0`).
 pub const ROW_LOOP_VAR: &str = "KITTENS_NORM_BWD";
 
 /// How the first launch of a row-wise backward (`rmsnorm_bwd`, `layernorm_bwd`) walks its rows, as
@@ -221,6 +221,15 @@ pub struct RowLoop {
     /// values live across that barrier (the longer shares' order, `crate::layernorm::bwd::chunks`),
     /// their latency left to the other blocks of the SM ([`Self::resident`]).
     pub late_loads: bool,
+    /// Whether a row's block-wide sums meet at one barrier rather than two: every sum a row needs is
+    /// taken from its inputs before the first exchange (rmsnorm: `Σ r²` and `Σ (w·dy)·r`, since
+    /// `mean(w·dy·r̂) = rstd · mean(w·dy·r)`; layernorm: `Σ h`, `Σ h²`, `Σ g`, `Σ g·h`, the variance
+    /// as `E[h²] − mean²` and `mean(g·(h − mean))` as `E[g·h] − mean·E[g]`), through ring slots that
+    /// alternate with the row's parity so that the next row's partials never overwrite slots
+    /// another wave still reads. Halves the barriers of the row chain that bounds the backwards
+    /// (docs/performance.md, "rmsnorm and swiglu"); the raw second moment loses precision where a
+    /// row's mean dwarfs its spread (as Apex's single-pass variance does).
+    pub one_sum: bool,
 }
 
 impl RowLoop {
@@ -259,6 +268,7 @@ impl RowLoop {
             index32: false,
             shared_acc: false,
             late_loads: false,
+            one_sum: false,
         }
     }
 
@@ -277,8 +287,8 @@ impl RowLoop {
         let bad = || {
             KernelError::Config(format!(
                 "{ROW_LOOP_VAR} = {v:?}: expected blocks=N (N > 0), waves_per_row=W (1, 2, 4, 8, 16 \
-                 or 32), prefetch=P (0, 1 or 2), resident=R (1 to 8), shared_acc=S (0 or 1) and/or \
-                 late=L (0 or 1), comma-separated"
+                 or 32), prefetch=P (0, 1 or 2), resident=R (1 to 8), shared_acc=S (0 or 1), \
+                 late=L (0 or 1) and/or one_sum=O (0 or 1), comma-separated"
             ))
         };
         let mut blocks_set = false;
@@ -294,6 +304,7 @@ impl RowLoop {
                 "resident" if (1..=8).contains(&n) => lp.resident = n,
                 "shared_acc" if n <= 1 => lp.shared_acc = n == 1,
                 "late" if n <= 1 => lp.late_loads = n == 1,
+                "one_sum" if n <= 1 => lp.one_sum = n == 1,
                 _ => return Err(bad()),
             }
         }
@@ -327,6 +338,21 @@ impl RowLoop {
             blocks: self.blocks * 2,
             prefetch: 0,
             resident: 2,
+            ..self
+        }
+    }
+
+    /// This loop with [`Self::one_sum`] set where `on` (a kernel's measured choice at its row length:
+    /// docs/performance.md, "rmsnorm and swiglu"), on 32-lane GPUs and on the CPU interpreter, which
+    /// mirrors them as for [`Self::prefetch`] (AMD keeps two barriers a row: not measured there).
+    /// Unchanged where [`ROW_LOOP_VAR`] is set (a measurement's own setting).
+    pub fn one_sum_where(self, target: Target, on: bool) -> Self {
+        let lanes32 = target.gpu().is_none_or(|g| g.wave_width == 32);
+        if !on || !lanes32 || std::env::var_os(ROW_LOOP_VAR).is_some() {
+            return self;
+        }
+        RowLoop {
+            one_sum: true,
             ..self
         }
     }
@@ -471,9 +497,14 @@ impl Frame {
 
     /// [`Self::total`] of several values at one barrier, each through its own ring slot.
     pub(crate) fn totals(&self, k: &mut KernelBuilder, vs: &[(RegId, i64)]) {
+        let vs: Vec<(RegId, Expr)> = vs.iter().map(|&(v, s)| (v, Expr::c(s))).collect();
+        self.totals_at(k, &vs);
+    }
+
+    /// [`Self::totals`] through ring slots computed at run time ([`RowLoop::one_sum`]'s parity).
+    pub(crate) fn totals_at(&self, k: &mut KernelBuilder, vs: &[(RegId, Expr)]) {
         if let Some(buf) = self.partials {
-            let vs: Vec<(RegId, Expr)> = vs.iter().map(|&(v, s)| (v, Expr::c(s))).collect();
-            k.row_sums_across_waves(&vs, buf, self.local.clone(), self.part.clone(), self.parts);
+            k.row_sums_across_waves(vs, buf, self.local.clone(), self.part.clone(), self.parts);
         }
     }
 }

@@ -72,8 +72,70 @@ fn layernorm_backward_with_any_grid() {
                 index32: false,
                 shared_acc,
                 late_loads,
+                one_sum: false,
             };
             let p = with_p(45, dim as usize, p);
+            check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));
+        }
+    }
+}
+
+/// Every sum of a row at one barrier (`RowLoop::one_sum`: the raw second moment, ring slots by the
+/// row's parity) over grids whose blocks visit many rows (one block: 45 steps, the slots reused 22
+/// times), at the prefetch levels, with partial sums in shared memory and late loads; one and two
+/// chunks per wave, 64 lanes; and a warp per row (`waves_per_row = 1`: no cross-wave sum at all, three
+/// and four chunks per lane at D = 768 and 1000).
+#[test]
+fn layernorm_backward_with_one_sum_and_a_warp_per_row() {
+    let one_sum = [
+        (1, 0, false, false),
+        (2, 1, false, false),
+        (7, 2, false, false),
+        (7, 1, true, false),
+        (2, 0, true, true),
+    ];
+    for (dim, lanes, p) in [
+        (1000u32, 32u32, 0.1),
+        (1000, 32, 0.0),
+        (5128, 32, 0.0),
+        (768, 64, 0.1),
+    ] {
+        let cfg = LayerNormConfig::new(dim, p, lanes);
+        for (blocks, prefetch, shared_acc, late_loads) in one_sum {
+            let lp = RowLoop {
+                blocks,
+                waves_per_row: None,
+                prefetch,
+                resident: 1,
+                index32: false,
+                shared_acc,
+                late_loads,
+                one_sum: true,
+            };
+            let p = with_p(45, dim as usize, p);
+            check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));
+        }
+    }
+    for (dim, chunks) in [(768u32, 3u32), (1000, 4)] {
+        let cfg = LayerNormConfig {
+            waves: 4,
+            waves_per_row: 1,
+            ..LayerNormConfig::new(dim, 0.0, 32)
+        };
+        assert_eq!(bwd::chunks(&cfg), chunks, "{dim}");
+        for (blocks, one_sum, shared_acc) in [(3, false, false), (2, true, true), (1, false, true)]
+        {
+            let lp = RowLoop {
+                blocks,
+                waves_per_row: Some(1),
+                prefetch: 0,
+                resident: 1,
+                index32: false,
+                shared_acc,
+                late_loads: false,
+                one_sum,
+            };
+            let p = with_p(45, dim as usize, 0.0);
             check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));
         }
     }

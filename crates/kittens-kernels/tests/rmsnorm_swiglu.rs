@@ -103,7 +103,8 @@ fn bwd_stages(
 }
 
 /// Every prefetch level (`RowLoop::prefetch`: inputs loaded a row ahead) over grids of 1 and 7
-/// blocks (and the partial sums in shared memory, `RowLoop::shared_acc`), 45 rows, with and without the residual's gradient; one chunk per lane (D = 1000 on 32
+/// blocks (and the partial sums in shared memory, `RowLoop::shared_acc`; both sums of a row at one
+/// barrier, `RowLoop::one_sum`), 45 rows, with and without the residual's gradient; one chunk per lane (D = 1000 on 32
 /// lanes: four waves of 256 columns) and a longer share (D = 5128: levels fall back to 0).
 #[test]
 fn rmsnorm_backward_at_every_prefetch_level() {
@@ -112,7 +113,15 @@ fn rmsnorm_backward_at_every_prefetch_level() {
             let cfg = RmsNormConfig::new(dim, residual, 32);
             let p = problem(45, dim as usize).with("residual", residual);
             let cases = [(1, 2, false), (7, 0, false), (7, 1, false), (7, 2, false)];
-            for (blocks, prefetch, shared_acc) in cases.into_iter().chain([(7, 0, true)]) {
+            let more = [
+                (7, 0, true, false),
+                (1, 0, false, true),
+                (7, 2, false, true),
+            ];
+            let cases = cases.into_iter().map(|(b, p, s)| (b, p, s, false));
+            for (blocks, prefetch, shared_acc, one_sum) in
+                cases.chain(more).chain([(2, 1, true, true)])
+            {
                 let lp = kittens_kernels::rows::RowLoop {
                     blocks,
                     waves_per_row: None,
@@ -121,6 +130,37 @@ fn rmsnorm_backward_at_every_prefetch_level() {
                     index32: false,
                     shared_acc,
                     late_loads: false,
+                    one_sum,
+                };
+                check_with("rmsnorm_bwd", &p, Some(bwd_stages(&cfg, &lp, &p, 45)));
+            }
+        }
+    }
+}
+
+/// A warp per row (`waves_per_row = 1`: four rows a block, no cross-wave sum; a row of 768 or 1000 is
+/// 24 or 32 values a lane), with and without the residual's gradient, over grids whose blocks visit
+/// many rows, the partial sums in registers and in shared memory.
+#[test]
+fn rmsnorm_backward_with_a_warp_per_row() {
+    for dim in [768u32, 1000] {
+        for residual in [true, false] {
+            let cfg = RmsNormConfig {
+                waves: 4,
+                waves_per_row: 1,
+                ..RmsNormConfig::new(dim, residual, 32)
+            };
+            let p = problem(45, dim as usize).with("residual", residual);
+            for (blocks, shared_acc) in [(3, false), (1, true)] {
+                let lp = kittens_kernels::rows::RowLoop {
+                    blocks,
+                    waves_per_row: Some(1),
+                    prefetch: 0,
+                    resident: 1,
+                    index32: false,
+                    shared_acc,
+                    late_loads: false,
+                    one_sum: false,
                 };
                 check_with("rmsnorm_bwd", &p, Some(bwd_stages(&cfg, &lp, &p, 45)));
             }

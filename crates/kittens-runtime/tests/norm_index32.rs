@@ -111,6 +111,50 @@ fn index32_backwards_compile_without_spills() {
     }
 }
 
+/// Every sum of a row at one barrier (`RowLoop::one_sum`), 32-bit offsets, at one block per SM with
+/// the default prefetch and at two without: zero spills at one block per SM; the registers go to stderr
+/// (`--nocapture`: what `RowLoop::pair_where_it_fits` compares).
+#[test]
+fn one_sum_backwards_compile_without_spills() {
+    cuda_common::ensure_nvrtc();
+    for kn in [(1, None, false), (2, Some(0), false)] {
+        for dim in DIMS {
+            for (label, k) in kernels(dim, true, kn) {
+                if label.ends_with("dweight") {
+                    continue;
+                }
+                let k = one_sum(&k, dim, kn, &label);
+                let (r, s) = report(&k);
+                eprintln!(
+                    "{label} one_sum resident={} prefetch={:?}: registers {r} (spill stores {s})",
+                    kn.0, kn.1
+                );
+                if kn.0 == 1 {
+                    assert_eq!(s, 0, "{label}: one_sum spills");
+                }
+            }
+        }
+    }
+}
+
+/// The first launch of `label` (a kernel of [`kernels`]) rebuilt with [`RowLoop::one_sum`].
+fn one_sum(k: &Kernel, dim: u32, kn: Knob, label: &str) -> Kernel {
+    let gpu = Target::Sm90a.gpu().unwrap();
+    let lp = |waves| RowLoop {
+        one_sum: true,
+        ..knobs(row_loop(waves, dim, true), kn)
+    };
+    if label.starts_with("rmsnorm") {
+        let cfg = rmsnorm::RmsNormConfig::for_gpu(gpu, dim, true);
+        return rmsnorm::build_bwd(&cfg, &lp(cfg.waves)).unwrap();
+    }
+    let p = if label.ends_with("p=0.1") { 0.1 } else { 0.0 };
+    let cfg = layernorm::LayerNormConfig::for_gpu(gpu, dim, p);
+    let built = layernorm::bwd::build_bwd(&cfg, &lp(cfg.waves)).unwrap();
+    assert_eq!(built.name, k.name);
+    built
+}
+
 #[test]
 fn rows_past_the_32_bit_span_keep_64_bit_offsets() {
     let lp = RowLoop::for_target(Target::Sm90a, 16);
@@ -176,7 +220,9 @@ fn the_launcher_refuses_a_tensor_past_the_32_bit_span_by_name() {
 
 /// The backwards' first launch as the registry builds it for 16384 rows (`bwd_config`: 32-bit offsets,
 /// two blocks per SM where `RowLoop::pair_where_it_fits` finds the registers): zero spills on sm_90a,
-/// and the pair taken where the report says it fits (1024 ≤ D ≤ 3080 for layernorm, D ≤ 4096 for rmsnorm).
+/// and the pair taken where the report says it fits and it measured faster (1024 ≤ D ≤ 3080 for
+/// layernorm, D ≤ 3080 for rmsnorm); every sum of a row at one barrier from D = 4096 (layernorm) and
+/// at every width (rmsnorm).
 #[test]
 fn the_default_backwards_compile_without_spills() {
     cuda_common::ensure_nvrtc();
@@ -205,9 +251,32 @@ fn the_default_backwards_compile_without_spills() {
                 k.grid.resident, k.grid.index32
             );
             assert!(k.grid.index32, "{name} D{dim}");
+            let one_sum = if name == "rmsnorm_bwd" {
+                let p = rmsnorm::problem::RmsNormProblem {
+                    rows: ROWS,
+                    dim: dim as usize,
+                    ..Default::default()
+                };
+                rmsnorm::problem::bwd_config(&p, Target::Sm90a)
+                    .unwrap()
+                    .1
+                    .one_sum
+            } else {
+                let mut prob = layernorm::problem::LayerNormProblem::default();
+                (prob.norm.rows, prob.norm.dim, prob.norm.p) = (ROWS, dim as usize, p);
+                layernorm::problem::bwd_config(&prob, Target::Sm90a)
+                    .unwrap()
+                    .1
+                    .one_sum
+            };
+            assert_eq!(
+                one_sum,
+                name == "rmsnorm_bwd" || dim >= 4096,
+                "{name} D{dim}"
+            );
             assert_eq!(spills, 0, "{name} D{dim} p={p}");
             let paired = if name == "rmsnorm_bwd" {
-                dim <= 4096
+                dim <= 3080
             } else {
                 (1024..=3080).contains(&dim)
             };

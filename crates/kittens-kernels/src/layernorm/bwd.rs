@@ -96,7 +96,8 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     }
     let nc = chunks(cfg);
     let cw = cfg.lanes * 8;
-    let f = Frame::split(&mut k, cfg.waves_per_row, rpb, cfg.slice(), 4);
+    let slots = if lp.one_sum { 8 } else { 4 };
+    let f = Frame::split(&mut k, cfg.waves_per_row, rpb, cfg.slice(), slots);
 
     let strip =
         |k: &mut KernelBuilder, n: &str| k.tile(n, F32, 1, cw, Layout::Row, BaseShape::STRIP);
@@ -208,40 +209,85 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             }
             k.add(hc, hc, r);
             sum_chunks(k, mean, c, hc);
-        }
-        // x̂ = (h − mean) · rstd; columns past D (the strip rounded up) must not count once centred.
-        // Σ (h − mean)², mean(g) and mean(g · (h − mean)) meet at one barrier (g = dy · w): mean(g · x̂)
-        // is rstd · mean(g · (h − mean)), so the variance needs no barrier of its own.
-        f.total(k, mean, 0);
-        k.mul(mean, mean, inv_d);
-        for c in 0..nc {
-            let hc = h[c as usize];
-            k.sub_row(hc, hc, mean);
-            k.mask(
-                hc,
-                MaskRule::ColsBelow(d.clone()),
-                row.clone(),
-                col0(c),
-                0.0,
-            );
-            k.mul(r, hc, hc);
-            sum_chunks(k, inv, c, r);
-            if !hold {
-                k.load_global(dyt, view(k, dy, &row, c));
-                k.load_global(wv, view(k, w, &row, c));
+            if lp.one_sum {
+                // Σ h², Σ g and Σ g·h beside Σ h (`RowLoop::one_sum`), h not yet centred.
+                k.mul(r, hc, hc);
+                sum_chunks(k, inv, c, r);
+                if !hold {
+                    k.load_global(dyt, view(k, dy, &row, c));
+                    k.load_global(wv, view(k, w, &row, c));
+                }
+                k.mul_col(g, dyt, wv);
+                sum_chunks(k, c1, c, g);
+                k.mul(r, g, hc);
+                sum_chunks(k, c2, c, r);
             }
-            k.mul_col(g, dyt, wv);
-            sum_chunks(k, c1, c, g);
-            k.mul(r, g, hc);
-            sum_chunks(k, c2, c, r);
         }
-        f.totals(k, &[(inv, 1), (c1, 2), (c2, 3)]);
-        k.mul(inv, inv, inv_d);
-        k.add(inv, inv, cfg.eps);
-        k.rsqrt(inv, inv);
-        k.mul(c1, c1, inv_d);
-        k.mul(c2, c2, inv_d);
-        k.mul(c2, c2, inv);
+        if lp.one_sum {
+            // All four sums at one barrier, in slots 0-3 or 4-7 by the row's parity; var = E[h²] −
+            // mean² (kept from going negative by rounding), mean(g·(h − mean)) = E[g·h] − mean·E[g].
+            let base = (s.clone() % 2) * 4;
+            let slots = [(mean, 0), (inv, 1), (c1, 2), (c2, 3)].map(|(v, i)| (v, base.clone() + i));
+            f.totals_at(k, &slots);
+            k.mul(mean, mean, inv_d);
+            k.mul(part, mean, mean);
+            k.mul(inv, inv, inv_d);
+            k.sub(inv, inv, part);
+            k.max(inv, inv, 0.0);
+            k.add(inv, inv, cfg.eps);
+            k.rsqrt(inv, inv);
+            k.mul(c1, c1, inv_d);
+            k.mul(c2, c2, inv_d);
+            k.mul(part, mean, c1);
+            k.sub(c2, c2, part);
+            k.mul(c2, c2, inv);
+            for c in 0..nc {
+                let hc = h[c as usize];
+                k.sub_row(hc, hc, mean);
+                k.mask(
+                    hc,
+                    MaskRule::ColsBelow(d.clone()),
+                    row.clone(),
+                    col0(c),
+                    0.0,
+                );
+            }
+        } else {
+            // x̂ = (h − mean) · rstd; columns past D (the strip rounded up) must not count once
+            // centred. Σ (h − mean)², mean(g) and mean(g · (h − mean)) meet at one barrier
+            // (g = dy · w): mean(g · x̂) is rstd · mean(g · (h − mean)), so the variance needs no
+            // barrier of its own.
+            f.total(k, mean, 0);
+            k.mul(mean, mean, inv_d);
+            for c in 0..nc {
+                let hc = h[c as usize];
+                k.sub_row(hc, hc, mean);
+                k.mask(
+                    hc,
+                    MaskRule::ColsBelow(d.clone()),
+                    row.clone(),
+                    col0(c),
+                    0.0,
+                );
+                k.mul(r, hc, hc);
+                sum_chunks(k, inv, c, r);
+                if !hold {
+                    k.load_global(dyt, view(k, dy, &row, c));
+                    k.load_global(wv, view(k, w, &row, c));
+                }
+                k.mul_col(g, dyt, wv);
+                sum_chunks(k, c1, c, g);
+                k.mul(r, g, hc);
+                sum_chunks(k, c2, c, r);
+            }
+            f.totals(k, &[(inv, 1), (c1, 2), (c2, 3)]);
+            k.mul(inv, inv, inv_d);
+            k.add(inv, inv, cfg.eps);
+            k.rsqrt(inv, inv);
+            k.mul(c1, c1, inv_d);
+            k.mul(c2, c2, inv_d);
+            k.mul(c2, c2, inv);
+        }
         // The partials of dbias and dweight; dh = rstd · (g − mean(g) − x̂ · mean(g·x̂)) + dh_out;
         // dresidual = dh, dx = keep · dh.
         for c in 0..nc {
@@ -308,9 +354,10 @@ pub(crate) fn check(cfg: &LayerNormConfig) -> Result<(), KernelError> {
             cfg.dim
         )))
     };
-    if nc > MAX_CHUNKS {
+    let most = max_chunks(cfg);
+    if nc > most {
         return refuse(format!(
-            "takes {nc} chunks of {} columns per wave on {} waves of {} lanes (at most {MAX_CHUNKS})",
+            "takes {nc} chunks of {} columns per wave on {} waves of {} lanes (at most {most})",
             cfg.lanes * 8,
             cfg.waves_per_row,
             cfg.lanes
@@ -324,6 +371,17 @@ pub(crate) fn check(cfg: &LayerNormConfig) -> Result<(), KernelError> {
         ));
     }
     Ok(())
+}
+
+/// The most chunks a wave's share of a row is walked in: [`MAX_CHUNKS`], or 4 in a block of at most
+/// 128 threads (a warp per row, `waves_per_row=1`, up to D = 1024 on 32 lanes), whose threads may
+/// hold 255 registers each (the x̂ and partial sums of four chunks: 96).
+pub fn max_chunks(cfg: &LayerNormConfig) -> u32 {
+    if cfg.waves * cfg.lanes <= 128 {
+        4
+    } else {
+        MAX_CHUNKS
+    }
 }
 
 /// The longest row the backward takes with dropout on 32-lane waves (one chunk per lane of 16 waves).

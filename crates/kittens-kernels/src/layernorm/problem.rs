@@ -134,6 +134,12 @@ const PAIRED_REGISTERS: u32 = 72;
 /// the H200 (docs/performance.md, "rmsnorm and swiglu").
 const PAIRED_MIN_DIM: u32 = 1024;
 
+/// The narrowest row whose backward takes every sum of a row at one barrier by default
+/// ([`RowLoop::one_sum`]): on the H200 at 16384 rows, 1.02× and 1.07× at D = 4096 and 8192, 1.00× and
+/// 0.99× (paired) at 768 and 3080, where the two-pass variance is kept (docs/performance.md, "rmsnorm and
+/// swiglu").
+const ONE_SUM_MIN_DIM: u32 = 4096;
+
 /// The backward's configuration on `target` (the forward's) and how its first launch walks the rows
 /// (with [`crate::rows::ROW_LOOP_VAR`]'s override for a measurement).
 pub fn bwd_config(
@@ -150,7 +156,8 @@ pub fn bwd_config(
         };
     }
     let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?
-        .index32_for(p.norm.rows, cfg.strides.widest(cfg.dim as usize));
+        .index32_for(p.norm.rows, cfg.strides.widest(cfg.dim as usize))
+        .one_sum_where(target, cfg.dim >= ONE_SUM_MIN_DIM);
     let lp = if cfg.dim >= PAIRED_MIN_DIM {
         lp.pair_where_it_fits(target, cfg.waves * cfg.lanes, cfg.slice(), PAIRED_REGISTERS)
     } else {

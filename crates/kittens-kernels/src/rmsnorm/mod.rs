@@ -215,7 +215,7 @@ pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelErro
     if lp.index32 {
         k.index32();
     }
-    let f = cfg.frame(&mut k, 2);
+    let f = cfg.frame(&mut k, if lp.one_sum { 4 } else { 2 });
 
     let [h, g, t] = ["r_hat", "g", "t"].map(|n| strip(&mut k, n, cfg));
     let shared_acc = lp.acc_in_shared(cfg.waves * cfg.slice() * 4);
@@ -280,16 +280,36 @@ pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelErro
             k.load_global(wv, f.view(k, w, &row));
         }
         k.mul(t, h, h);
-        rstd(&f, k, inv, t, cfg);
-        k.mul_row(h, h, inv);
-        k.mul(t, g, h);
-        acc.add(k, 0, t);
-        // dr = rstd · (w·dy − r̂ · mean(w·dy·r̂)); the mean's block-wide sum in slot 1.
-        k.mul_col(g, g, wv);
-        k.mul(t, g, h);
-        k.row_sum(dot, t);
-        f.total(k, dot, 1);
-        k.mul(dot, dot, 1.0 / dim as f32);
+        if lp.one_sum {
+            // Σ r² and Σ (w·dy)·r at one barrier (`RowLoop::one_sum`), in slots 0-1 or 2-3 by the
+            // row's parity: mean(w·dy·r̂) = rstd · mean(w·dy·r).
+            k.row_sum(inv, t);
+            k.mul_col(t, g, wv);
+            k.mul(t, t, h);
+            k.row_sum(dot, t);
+            let base = (s.clone() % 2) * 2;
+            f.totals_at(k, &[(inv, base.clone()), (dot, base + 1)]);
+            k.mul(inv, inv, 1.0 / dim as f32);
+            k.add(inv, inv, cfg.eps);
+            k.rsqrt(inv, inv);
+            k.mul(dot, dot, inv);
+            k.mul(dot, dot, 1.0 / dim as f32);
+            k.mul_row(h, h, inv);
+            k.mul(t, g, h);
+            acc.add(k, 0, t);
+            k.mul_col(g, g, wv);
+        } else {
+            rstd(&f, k, inv, t, cfg);
+            k.mul_row(h, h, inv);
+            k.mul(t, g, h);
+            acc.add(k, 0, t);
+            // dr = rstd · (w·dy − r̂ · mean(w·dy·r̂)); the mean's block-wide sum in slot 1.
+            k.mul_col(g, g, wv);
+            k.mul(t, g, h);
+            k.row_sum(dot, t);
+            f.total(k, dot, 1);
+            k.mul(dot, dot, 1.0 / dim as f32);
+        }
         k.mul_row(t, h, dot);
         k.sub(g, g, t);
         k.mul_row(g, g, inv);

@@ -139,6 +139,12 @@ pub fn fwd_config(p: &RmsNormProblem, target: Target) -> Result<RmsNormConfig, K
 /// D = 3080 and 4096).
 const PAIRED_REGISTERS: u32 = 64;
 
+/// The widest row whose backward runs as a pair ([`RowLoop::pair_where_it_fits`]) now that it takes
+/// both sums of a row at one barrier ([`RowLoop::one_sum`], the default at every width): on the H200
+/// at 16384 rows, D = 4096 ran 0.72 of the copy bandwidth at one block per SM with prefetch against
+/// 0.68 paired; D = 3080 0.62 paired against 0.48 (docs/performance.md, "rmsnorm and swiglu").
+const PAIRED_MAX_DIM: u32 = 3080;
+
 /// The backward's configuration on `target` and how its first launch walks the rows (with
 /// [`crate::rows::ROW_LOOP_VAR`]'s override for a measurement).
 pub fn bwd_config(
@@ -148,7 +154,12 @@ pub fn bwd_config(
     let mut cfg = config(p, target);
     let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?
         .index32_for(p.rows, cfg.strides.widest(cfg.dim as usize))
-        .pair_where_it_fits(target, cfg.waves * cfg.lanes, cfg.slice(), PAIRED_REGISTERS);
+        .one_sum_where(target, true);
+    let lp = if cfg.dim <= PAIRED_MAX_DIM {
+        lp.pair_where_it_fits(target, cfg.waves * cfg.lanes, cfg.slice(), PAIRED_REGISTERS)
+    } else {
+        lp
+    };
     Ok((cfg, lp))
 }
 
