@@ -187,8 +187,8 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         {
             BwdConfig::interleave4(tiles)
         }
-        // Head dims past 128 on Hopper: the atomic form (the 64-key blocks add dQ), the only one
-        // there (the query blocks of the two-launch form take up to 128).
+        // Head dims past 128 on Hopper: the atomic form (the 64-key blocks add dQ) by default; the
+        // deterministic two launches (variant `dq`) take them too.
         None if target.gpu().is_some_and(|g| !g.arch.is_amd()) && p.args.attn.dim > 128 => {
             variant(tiles, ATOMIC)?
         }
