@@ -11,8 +11,8 @@ CUDA tensors run ``attn_bwd``'s Hopper launches on the current torch stream, in 
   instead of seven; the accumulator (4 bytes per element of Q) is the runtime's stream-ordered
   scratch, and dQ's last bits vary from run to run with the order of the f32 additions.
 
-At head dims 192 and 256 only ``"atomic"`` exists (``attn_bwd``'s 64-key blocks; the query blocks of
-``"two"`` exceed the registers there): ``"auto"`` takes it and ``"two"`` is a ValueError.
+At head dims 192 and 256 both forms run ``attn_bwd``'s 64-key blocks; ``"two"``'s query blocks stream 64
+(192) or 32 (256) keys per step there, and ``"auto"`` takes ``"atomic"``.
 ``"auto"`` (the default) is ``"atomic"`` at head dim 128, where it measured 1.05-1.07x the two
 launches on the H100 (docs/performance.md, "attn_bwd"), and ``"two"`` at head dim 64, where its
 1.01-1.04x in one run was within the run-to-run spread (timed interleaved later: 0.98-1.01, 0.999 over
@@ -70,8 +70,8 @@ _env_form = None
 def _form(form, dim, softcap=None):
     """The launch form for head dim ``dim``: ``form``, else ``KITTENS_ATTN_BWD`` (read on first use), else
     ``"auto"``; ``"auto"`` resolves to ``"atomic"`` at head dim 128 without a soft cap (the atomic
-    key blocks refuse one there: too few registers) and at head dims 192 and 256 (the only form there: ``"two"``
-    is refused), ``"two"`` otherwise."""
+    key blocks refuse one there: too few registers) and at head dims 192 and 256, ``"two"`` otherwise (the
+    deterministic two launches take every head dim)."""
     global _env_form
     if form is None:
         if _env_form is None:
@@ -84,10 +84,6 @@ def _form(form, dim, softcap=None):
         raise ValueError(f"kittens._attention_backward: {where}; the form is 'auto', 'two' or 'atomic'")
     if form == "auto":
         return "atomic" if (dim == 128 and softcap is None) or dim in WIDE else "two"
-    if form == "two" and dim in WIDE:
-        raise ValueError(f"kittens._attention_backward: {where} at head dim {dim}: the deterministic two launches "
-                         f"take head dims up to 128 (their query blocks' dQ, scores and dP exceed a consumer "
-                         f"thread's 240 registers past 128); head dims {WIDE} run the 'atomic' form only")
     return form
 
 
@@ -101,7 +97,7 @@ def attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, fo
     ``causal`` masks keys after each query, top-left, or bottom-right with ``bottom_right`` (query i
     keeps keys j <= i + N_kv - N, the forward's ``causal_align="bottom_right"``). Any finite positive ``scale`` (default ``1/sqrt(D)``), ``softcap`` and ``window`` as the forward took them. The gradients come back in q's (and k's) memory
     order: (B, H, N, D) or (B, N, H, D) seen through ``.transpose(1, 2)``, else (B, H, N, D); on CUDA
-    every input is read in place in any strides with the head dim contiguous. On CUDA the head dim must be 32, 64, 96, 128, 192 or 256 (192 and 256: the atomic form). ``form``: ``"auto"``, ``"two"`` or
+    every input is read in place in any strides with the head dim contiguous. On CUDA the head dim must be 32, 64, 96, 128, 192 or 256. ``form``: ``"auto"``, ``"two"`` or
     ``"atomic"`` launches (module docstring); ``None`` takes ``KITTENS_ATTN_BWD``, else ``"auto"``.
     ``dlse``: the gradient of the log-sum-exp (float32 (B, H, N)) when it was an output of the forward
     with a gradient; the kernels fold it into their preprocessing, ``D = rowsum(dO∘O) − dlse``.

@@ -1,8 +1,8 @@
 """FlashAttention's options on CUDA (sm_90a) through ``kittens.flash_attn.flash_attn_func``: the
 backward with a soft cap and a sliding window (the Hopper launches), checked by FlashAttention's rule
 against the float64 reference of ``test_flash_attn_cpu`` (our error at most twice the plain bf16
-computation's plus a floor); and ``deterministic=True``: two backward runs bit-equal at head dim 128,
-where the default form adds dQ with float32 atomics; ALiBi (`alibi_slopes`) forward and backward against
+computation's plus a floor); and ``deterministic=True``: two backward runs bit-equal at head dims 128,
+192 and 256, where the default form adds dQ with float32 atomics; ALiBi (`alibi_slopes`) forward and backward against
 float64 and against SDPA given the bias as `attn_mask`, new slope values without a recompile, bad slopes
 refused by name.
 
@@ -27,7 +27,7 @@ CASES = [
     (1000, 1000, 4, 4, 128, 2.0, dict(window_size=(128, 0))),
     (700, 513, 4, 1, 64, 2.0, dict(window_size=(100, 37))),
     (555, 777, 2, 1, 128, 4.0, dict(window_size=(90, 20), softmax_scale=0.1, softcap=5.0, causal=True)),
-    # Head dims 192 and 256 (the atomic form only: `deterministic=True` is refused there, below)
+    # Head dims 192 and 256 (the atomic form by default, the two launches with `deterministic=True`)
     (301, 245, 4, 2, 192, 2.0, dict(causal=True)),
     (245, 301, 4, 1, 256, 2.0, dict(causal=True)),
     (333, 333, 2, 2, 256, 4.0, dict(softcap=5.0)),
@@ -44,8 +44,6 @@ def _ids(c):
 @pytest.mark.parametrize("case", CASES, ids=[_ids(c) for c in CASES])
 def test_backward_with_options_matches_float64(case, deterministic):
     nq, nk, h, hk, d, scale, kw = case
-    if deterministic and d > 128:
-        pytest.skip("head dims past 128 run the atomic form only (test_deterministic_refused_past_128)")
     g = torch.Generator().manual_seed(nq * 1000 + nk)
     q, k, v = (rand(1, n, hh, d, gen=g, scale=scale) for n, hh in ((nq, h), (nk, hk), (nk, hk)))
     do = rand(1, nq, h, d, gen=g)
@@ -64,7 +62,8 @@ def test_backward_with_options_matches_float64(case, deterministic):
         assert err <= bound, f"{name}: {err:.3e} over 2 x bf16's {rel_err(b, r):.3e} + {FLOOR}"
 
 
-@pytest.mark.parametrize("d,kw", [(128, {}), (128, dict(causal=True)), (64, dict(window_size=(64, 0)))])
+@pytest.mark.parametrize("d,kw", [(128, {}), (128, dict(causal=True)), (64, dict(window_size=(64, 0))),
+                                  (256, dict(causal=True)), (192, {})])
 def test_deterministic_backward_is_bit_equal(d, kw):
     """Two backward runs with ``deterministic=True`` agree bit for bit (dQ from the query blocks' own
     pass, not the atomic adds the default form takes at head dim 128)."""
@@ -223,12 +222,3 @@ def test_forward_head_dims_32_and_96(d, kw):
         for name, x, b, r in zip(("out", "dq", "dk", "dv"), ours, base, exact):
             err, bound = rel_err(x.cpu(), r), 2 * rel_err(b, r) + FLOOR
             assert err <= bound, f"{name}: {err:.3e} over 2 x bf16's {rel_err(b, r):.3e} + {FLOOR}"
-
-
-def test_deterministic_refused_past_128():
-    """`deterministic=True` at head dim 256: a ValueError naming the form (the two launches take head
-    dims up to 128), not a kernel error."""
-    q = rand(1, 64, 2, 256, gen=torch.Generator().manual_seed(3)).cuda().requires_grad_()
-    out = flash_attn_func(q, q, q, deterministic=True)
-    with pytest.raises(ValueError, match="'atomic' form only"):
-        out.backward(torch.ones_like(out))

@@ -101,9 +101,6 @@ def test_backward_limits_are_value_errors():
     lse = torch.zeros(1, 2, 64, device="cuda")
     with pytest.raises(ValueError, match="32, 64, 96, 128, 192 or 256"):
         kittens._attention_backward(q, q, q, q, q, lse, False)
-    q = make(1, 2, 64, 256, "bhsd", 7)
-    with pytest.raises(ValueError, match="'atomic' form only"):
-        kittens._attention_backward(q, q, q, q, q, lse, False, form="two")
     q = make(1, 2, 64, 64, "bhsd", 6)
     with pytest.raises(ValueError, match="scale"):
         kittens._attention_backward(q, q, q, q, q, lse, False, -0.5)  # any positive scale; not this
@@ -123,11 +120,11 @@ WIDE_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("form", ["auto", "atomic"])
+@pytest.mark.parametrize("form", ["auto", "atomic", "two"])
 @pytest.mark.parametrize("b,h,hk,n,d,causal,layout", WIDE_SHAPES)
 def test_backward_new_head_dims_match_float64(b, h, hk, n, d, causal, layout, form):
     """Head dims 32, 192, 256 against float64 autograd and SDPA's bf16 backward (``auto`` is the
-    atomic form at 192 and 256, the two launches at 32)."""
+    atomic form at 192 and 256, the two launches at 32; ``two`` the deterministic launches at all)."""
     from gpu_rule import rule
 
     seed = n * 5 + d + h

@@ -27,10 +27,21 @@ use kittens_tile::{BaseShape, Layout};
 /// Which gradients a program computes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Part {
-    /// dK and dV: key blocks, grid `[batch, heads_kv, ⌈max_seqlen_k / 32⌉]`.
+    /// dK and dV: key blocks, grid `[batch, heads_kv, ⌈max_seqlen_k / keys⌉]` ([`key_block`]).
     Keys,
     /// dQ: query blocks, grid `[batch, heads, ⌈max_seqlen_q / 32⌉]`.
     Queries,
+}
+
+/// Keys per block of `part` at head dim `dim`: [`BLOCK_K`], but 16 for the key blocks past head
+/// dim 64. Their K, V (bf16), dK and dV (f32) stay in one wave's registers across the query loop: at
+/// 32 keys and dim 128 they take 192 of the 256 VGPRs per lane beside a step's Q, dO, O and scores,
+/// and gfx942's compiler spills SGPRs around them (`tests/amd_index_reads.rs` in kittens-runtime).
+pub fn key_block(part: Part, dim: u32) -> u32 {
+    match part {
+        Part::Keys if dim > 64 => 16,
+        _ => BLOCK_K,
+    }
 }
 
 /// Parameter order as the forward's; tensors `q, k, v, o, do` (bf16, read), `lse` (f32 `[heads,
@@ -82,7 +93,7 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
         Part::Queries => vec![packed(&mut k, "dq", true, F32, Access::Write)],
     };
 
-    let (bq, bk, dim) = (BLOCK_Q, BLOCK_K, cfg.dim);
+    let (bq, bk, dim) = (BLOCK_Q, key_block(part, cfg.dim), cfg.dim);
     let (heads, blocks) = match part {
         Part::Keys => (&n.heads_kv, n.max_k.ceil_div(i64::from(bk))),
         Part::Queries => (&n.heads, n.max_q.ceil_div(i64::from(bq))),

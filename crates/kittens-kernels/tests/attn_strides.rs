@@ -395,3 +395,61 @@ fn overlapping_output_is_refused() {
         .to_string();
     assert!(e.contains("mi300x") && e.contains("strides"), "{e}");
 }
+
+/// gfx942 refuses the strided backward's 8-wave ping-pong (its key launch spills SGPRs) with a typed
+/// error naming the target, the schedule and the head dim; the same problem builds with the default
+/// schedule (the 4-wave interleave) there, and with the ping-pong on gfx950 and on the CPU.
+/// kittens-runtime's tests/attn_strides.rs compiles every schedule that builds without spills.
+#[test]
+fn strided_pingpong8_on_gfx942_is_refused_by_name() {
+    for dim in [64, 128] {
+        let (h, n) = (2, 45);
+        let sh = BwdShape {
+            batch: 1,
+            heads: h,
+            heads_kv: h,
+            seq_q: n,
+            seq_kv: n,
+            dim,
+            layout: AttnLayout::Bhsd,
+        };
+        let c = Case {
+            name: "pingpong8",
+            sh,
+            st: AttnStrides::dense(AttnLayout::Bshd, h, h, n, n, dim),
+            causal: Causal::No,
+        };
+        let with = |variant| BwdProblem {
+            run: RunSettings {
+                variant,
+                ..RunSettings::default()
+            },
+            ..bwd_problem(&c)
+        };
+        let p = with(Some("pingpong8"));
+        let e = p
+            .build(Target::Gfx942)
+            .expect_err("strided pingpong8 on gfx942");
+        assert!(
+            matches!(e, kittens_kernels::KernelError::NotForTarget { .. }),
+            "{e:?}"
+        );
+        let m = e.to_string();
+        for part in [
+            "gfx942",
+            "pingpong8",
+            &format!("head dim {dim}"),
+            "interleave4",
+        ] {
+            assert!(m.contains(part), "`{m}` names no {part}");
+        }
+        for (t, q) in [
+            (Target::Gfx942, with(None)),
+            (Target::Gfx950, with(Some("pingpong8"))),
+            (Target::Cpu, with(Some("pingpong8"))),
+        ] {
+            let stages = q.stages(t, &q.plan(t).unwrap()).unwrap();
+            assert!(!stages.is_empty(), "{t} D{dim}");
+        }
+    }
+}

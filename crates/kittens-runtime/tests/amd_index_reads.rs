@@ -7,7 +7,8 @@
 //! causal bottom-right and not; pages of 32 keys under lengths that are no multiple of them,
 //! three queries per sequence, split-KV in two parts with the merge; and the varlen backward (its key
 //! blocks for dK and dV, then its query blocks for dQ, each reading the lse into a register vector
-//! from the row `cu_seqlens_q` starts its sequence at) on a smaller batch with an empty sequence.
+//! from the row `cu_seqlens_q` starts its sequence at) on a smaller batch with an empty sequence, at
+//! head dims 64 and 128.
 
 #[path = "amd_support/common.rs"]
 mod amd_common;
@@ -33,7 +34,7 @@ fn varlen(causal: bool) -> NamedArgs {
         .with("seed", 36)
 }
 
-fn varlen_bwd(causal: bool) -> NamedArgs {
+fn varlen_bwd(causal: bool, dim: usize) -> NamedArgs {
     // Lengths drawn as the forward's (the longest, 1, 0, then random ones), smaller: the ISA
     // emulator runs both launches of the backward.
     NamedArgs::new()
@@ -42,7 +43,7 @@ fn varlen_bwd(causal: bool) -> NamedArgs {
         .with("heads_kv", 2)
         .with("seq", 71)
         .with("seq_kv", 45)
-        .with("dim", 64)
+        .with("dim", dim)
         .with("causal", causal)
         .with("input_scale", 4.0)
         .with("seed", 38)
@@ -72,7 +73,9 @@ fn cases() -> Vec<(&'static str, Target, NamedArgs)> {
     for t in [Target::Gfx942, Target::Gfx950] {
         for causal in [false, true] {
             v.push(("attn_varlen", t, varlen(causal)));
-            v.push(("attn_varlen_bwd", t, varlen_bwd(causal)));
+            for dim in [64, 128] {
+                v.push(("attn_varlen_bwd", t, varlen_bwd(causal, dim)));
+            }
         }
     }
     for t in [Target::Gfx942, Target::Gfx950] {

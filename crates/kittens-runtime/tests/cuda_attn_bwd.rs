@@ -135,8 +135,9 @@ fn attn_bwd_atomic_dq_compiles_for_sm_90a_without_spills() {
 /// Head dims 192 and 256 (kittens-kernels `attn_bwd::hopper::wide`: 64-key blocks whose warpgroups
 /// split the scores by queries, exchange `Pᵀ` and `dSᵀ` through shared memory as 16 × 32 fragments
 /// and split dK, dV (and the atomic form's dQ) by head-dimension tiles): the two-launch key blocks and
-/// the FlashAttention-3 form's three launches, every mask, both layouts, and the options (soft cap,
-/// window, ALiBi, scale) — no spills, no serialised `wgmma`.
+/// the FlashAttention-3 form's three launches, and the deterministic form's query blocks (32 or 64
+/// keys per streamed step), every mask, both layouts, and the options (soft cap, window, ALiBi,
+/// scale) — no spills, no serialised `wgmma`.
 #[test]
 fn attn_bwd_wide_head_dims_compile_for_sm_90a_without_spills() {
     use kittens_kernels::attn::score::{Logits, Window};
@@ -151,6 +152,7 @@ fn attn_bwd_wide_head_dims_compile_for_sm_90a_without_spills() {
     for dim in [192, 256] {
         let mut cfgs = Vec::new();
         for schedule in [
+            BwdSchedule::HopperQ,
             BwdSchedule::HopperKv,
             BwdSchedule::HopperAtomicPre,
             BwdSchedule::HopperAtomicKv,
@@ -159,7 +161,7 @@ fn attn_bwd_wide_head_dims_compile_for_sm_90a_without_spills() {
             for causal in [Causal::No, Causal::TopLeft, Causal::BottomRight] {
                 let kv = matches!(
                     schedule,
-                    BwdSchedule::HopperKv | BwdSchedule::HopperAtomicKv
+                    BwdSchedule::HopperKv | BwdSchedule::HopperAtomicKv | BwdSchedule::HopperQ
                 );
                 if !kv && causal != Causal::No {
                     continue; // the strip passes know no mask
@@ -219,7 +221,7 @@ fn attn_bwd_wide_head_dims_compile_for_sm_90a_without_spills() {
             n += 1;
         }
     }
-    assert_eq!(n, 2 * (6 + 1 + 2 + 6 + 1 + 2));
+    assert_eq!(n, 2 * (6 + 1 + 6 + 1 + 2 + 6 + 1 + 2));
 }
 
 /// Head dim 32 (the 64-column programs with the last 32 columns read as zeros): both Hopper forms'

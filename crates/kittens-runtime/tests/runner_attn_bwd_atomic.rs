@@ -7,7 +7,7 @@
 //! place of the GPU: the sm_90a programs, the tensors held by name between launches, outputs
 //! poisoned with NaN, the ones no later launch reads returned in launch order (each launch's
 //! tensors in the runner's order: its inputs, then its outputs, the accumulator among the key
-//! blocks' outputs).
+//! blocks' outputs). The deterministic form (variant `dq`, two launches) past 128 runs the same way.
 
 use kittens_hw::Target;
 use kittens_kernels::budget;
@@ -185,6 +185,39 @@ fn atomic_backward_past_head_dim_128_runs_as_a_registry_run() {
             3,
             "D{dim}: dQ, dK and dV judged, got {names:?}"
         );
+        for o in &r.outputs {
+            assert!(o.passed, "D{dim}: {} fails the rule: {:?}", o.name, o.error);
+        }
+        assert!(r.passed, "D{dim}: {:?}", r.checks);
+    }
+}
+
+/// The deterministic two-launch form (variant `dq`: the query blocks write dQ and D, then
+/// `hopper::wide`'s key blocks dK and dV, no atomics) past head dim 128: the query blocks stream 64
+/// keys per step at 192 and 32 at 256 (their ring beside Q and dO in shared memory). 256 causal
+/// bottom-right with queries ≠ keys, 192 with every option: two launches, each gradient judged by
+/// the rule.
+#[test]
+fn deterministic_backward_past_head_dim_128_runs_as_a_registry_run() {
+    let options = [
+        ("variant", ArgValue::from("dq")),
+        ("softcap", ArgValue::from(20.0f64)),
+        ("window", ArgValue::from("30,0")),
+        ("alibi", ArgValue::from(true)),
+    ];
+    for (dim, seq, seq_kv, causal, options) in [
+        (256, 70, 83, true, &options[..1]),
+        (192, 97, 50, true, &options[..]),
+        (192, 65, 40, false, &options[..1]),
+    ] {
+        let r = run(dim, seq, seq_kv, causal, options);
+        assert!(
+            r.kernel.contains("dq") && r.then.len() == 1,
+            "D{dim}: the query blocks then the key blocks, got {} then {:?}",
+            r.kernel,
+            r.then
+        );
+        assert_eq!(r.outputs.len(), 3, "D{dim}: dQ, dK and dV judged");
         for o in &r.outputs {
             assert!(o.passed, "D{dim}: {} fails the rule: {:?}", o.name, o.error);
         }

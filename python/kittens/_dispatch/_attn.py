@@ -246,9 +246,6 @@ def _prepare_attention_backward(key, q, k, v, out, grad_out, lse, causal, bottom
     if d not in (32, 64, 96, 128, 192, 256):
         raise ValueError(f"head dim {d}: the attention backward on CUDA (sm_90a) takes 32, 64, 96, 128, 192 or 256 "
                          "(64-column tiles: 32 and 96 padded to 64 and 128)")
-    if d > 128 and not atomic:
-        raise ValueError(f"head dim {d}: the attention backward on CUDA (sm_90a) takes head dims past 128 in the "
-                         "atomic form only (the deterministic query blocks exceed 240 registers per thread there)")
     layout = None
     for name in ("bhsd", "bshd"):
         if all(_is_layout(t, name) for t in (q, k, v, out, grad_out)):

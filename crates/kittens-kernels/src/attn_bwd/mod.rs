@@ -389,14 +389,6 @@ pub fn build(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
         BwdSchedule::HopperAtomicKv if hopper::wide::takes(cfg) => {
             hopper::wide::build_kv(cfg, true)
         }
-        BwdSchedule::HopperQ if hopper::wide::takes(cfg) => Err(KernelError::Config(format!(
-            "attn_bwd: the Hopper query blocks (the deterministic two-launch form, variant `{}`) take \
-             head dims up to 128 (their dQ, scores and dP exceed 240 registers per consumer thread \
-             at {}); head dims 192 and 256 run the atomic form (variant `{}`)",
-            problem::DQ,
-            cfg.dim,
-            problem::ATOMIC
-        ))),
         BwdSchedule::HopperKv => hopper::build_kv(cfg, false),
         BwdSchedule::HopperQ => hopper::build_q(cfg),
         BwdSchedule::HopperAtomicPre => crate::attn::bwd_strips::build_pre(&cfg.strips()),

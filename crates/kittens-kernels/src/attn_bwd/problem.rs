@@ -117,6 +117,29 @@ fn split_blocks(p: &BwdProblem, target: Target) -> bool {
     p.attn_strides.is_some() && target.gpu().is_some_and(|g| g.arch.is_amd())
 }
 
+/// Refuses, by target, schedule and head dim, the strided CDNA build that spills: gfx942's 8-wave
+/// ping-pong. Its key blocks' launch holds the pointers and 26 size and stride parameters at the
+/// SGPR ceiling (clang-19 spills SGPRs there at head dim 64, clang 22 too at 128), and at 128 two waves per SIMD leave its query blocks 256 registers per lane, which the
+/// strided addressing outgrows (VGPR spills). The default schedule there, the 4-wave interleave,
+/// takes the same problems without spilling (`tests/attn_strides.rs` in kittens-runtime compiles
+/// every schedule of the strided backward on both CDNA targets).
+fn refuse_spilling_strided(p: &BwdProblem, target: Target) -> Result<(), KernelError> {
+    if target == Target::Gfx942 && p.attn_strides.is_some() && p.run.variant == Some(PINGPONG8) {
+        return Err(KernelError::NotForTarget {
+            kernel: "attn_bwd",
+            target,
+            why: format!(
+                "the {PINGPONG8} schedule at head dim {} with tensors in their own strides \
+                 spills (SGPRs in its key blocks: 26 size and stride parameters beside the \
+                 pointers; VGPRs in its query blocks at 128); the default schedule \
+                 ({INTERLEAVE4}) takes them without spilling",
+                p.args.attn.dim
+            ),
+        });
+    }
+    Ok(())
+}
+
 /// The configuration a run builds: the target GPU's tiles (the defaults on the CPU), or the
 /// variant `p.run.variant` names of them, with `p`'s head dimension, mask and layout.
 fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
@@ -141,6 +164,7 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
             why: format!("head dim {} past {max}: {why}", p.args.attn.dim),
         });
     }
+    refuse_spilling_strided(p, target)?;
     let tiles = match target.gpu() {
         Some(gpu) => BwdConfig::for_gpu(gpu),
         None => BwdConfig::default(),
@@ -163,8 +187,8 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         {
             BwdConfig::interleave4(tiles)
         }
-        // Head dims past 128 on Hopper: the atomic form (the 64-key blocks add dQ), the only one
-        // there (the query blocks of the two-launch form take up to 128).
+        // Head dims past 128 on Hopper: the atomic form (the 64-key blocks add dQ) by default; the
+        // deterministic two launches (variant `dq`) take them too.
         None if target.gpu().is_some_and(|g| !g.arch.is_amd()) && p.args.attn.dim > 128 => {
             variant(tiles, ATOMIC)?
         }

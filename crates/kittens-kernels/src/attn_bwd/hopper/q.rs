@@ -2,9 +2,32 @@
 
 use super::*;
 
+/// Keys per streamed step of the query blocks at padded head dim `dp`: [`STEP_Q`] up to 128; past
+/// it the most of 64 and 32 whose two ring slots of K and V fit beside the block's Q and dO in the
+/// 225 KiB of shared memory (192: 96 KiB + 2 × 48 KiB; 256: 128 KiB + 2 × 32 KiB). The narrower
+/// scores and dP (`16 × step` f32 each per wave) also leave dQ (`dp / 2` f32 per thread) within
+/// the 240 registers of a consumer thread: 96 + 64 at 192, 128 + 32 at 256.
+fn step_q(dp: u32) -> u32 {
+    match dp {
+        ..=128 => STEP_Q,
+        129..=192 => 64,
+        _ => 32,
+    }
+}
+
+/// The head dims the query blocks take: the key blocks' ([`check`]) and 192, 256 (whose key blocks
+/// are `super::wide`'s).
+fn check_q(cfg: &BwdConfig) -> Result<(), KernelError> {
+    if matches!(cfg.dim, 192 | 256) {
+        Ok(())
+    } else {
+        check(cfg)
+    }
+}
+
 /// The query blocks: `dq` (bf16, written) after the inputs. Grid `[batch, heads, query blocks]`.
 pub(in crate::attn_bwd) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelError> {
-    check(cfg)?;
+    check_q(cfg)?;
     let d = cfg.dim;
     let mut k = KernelBuilder::new(crate::attn_bwd::name_dq(cfg), schedule());
     let io = declare_inputs(&mut k, cfg, true);
@@ -38,15 +61,16 @@ pub(in crate::attn_bwd) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelErro
     let (b, h, qb) = (k.block(0), k.block(1), n_qb - 1 - rank);
     let hk = &h / (&io.heads / io.heads_kv.clone());
     let dp = padded_dim(d);
-    let sm = declare_smem(&mut k, dp, STEP_Q, 0, ["q_s", "do_s", "k_s", "v_s"]);
+    let step_q = step_q(dp);
+    let sm = declare_smem(&mut k, dp, step_q, 0, ["q_s", "do_s", "k_s", "v_s"]);
     let [q_s, do_s] = &sm.own;
     let [k_s, v_s] = &sm.ring;
     let halves = (dp / COLS) as usize;
 
-    let s = k.tile("s", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
-    let dp = k.tile("dp", F32, 16, STEP_Q, Layout::Row, BaseShape::S16X16);
+    let s = k.tile("s", F32, 16, step_q, Layout::Row, BaseShape::S16X16);
+    let dp = k.tile("dp", F32, 16, step_q, Layout::Row, BaseShape::S16X16);
     let slope = cfg.alibi.then(|| k.row_vec("alibi_r", s, F32));
-    let ds = k.tile("ds", Bf16, 16, STEP_Q, Layout::Row, BaseShape::S16X32);
+    let ds = k.tile("ds", Bf16, 16, step_q, Layout::Row, BaseShape::S16X32);
     let o_f = k.tile("o_f", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
     let do_f = k.tile("do_f", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
     let d_r = k.row_vec("d_r", o_f, F32);
@@ -68,7 +92,7 @@ pub(in crate::attn_bwd) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelErro
         .collect();
 
     let q_blk = &qb * i64::from(BLOCK);
-    let step = i64::from(STEP_Q);
+    let step = i64::from(step_q);
     let offset = cfg.last_key_offset(&io.seq_q, &io.seq_kv);
     // Causal (or a window's right side): key steps up to the last one the block's last query keeps.
     let n_kv = match &offset {
@@ -107,7 +131,7 @@ pub(in crate::attn_bwd) fn build_q(cfg: &BwdConfig) -> Result<Kernel, KernelErro
                 let s0 = (&j0 + j) * step;
                 for (tiles, g) in [(k_s, io.k), (v_s, io.v)] {
                     for (i, &ts) in tiles.iter().enumerate() {
-                        let src = view(k, g, &b, &hk, s0.clone(), i as u32 * COLS, STEP_Q);
+                        let src = view(k, g, &b, &hk, s0.clone(), i as u32 * COLS, step_q);
                         k.load_async_by(Scope::WarpGroup, k.smem(ts, slot.clone()), src);
                     }
                 }
