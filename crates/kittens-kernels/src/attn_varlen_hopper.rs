@@ -5,7 +5,11 @@
 //! warpgroup fills Q once and streams K and V through rings of shared slots, two consumer warpgroups
 //! (64 queries each) run `S = Q·Kᵀ`, the online softmax and `O += P·V` with `wgmma`.
 //!
-//! What varlen changes against the dense program:
+//! The schedule is the dense program's (`crate::attn_fwd`'s producer/consumer module docs, each
+//! step measured there): the key loop rotated and the warpgroups taking turns on the tensor cores
+//! ([`SharedStep::walk_rotated`]), Q double-buffered across a block's tiles, the persistent grid's
+//! tiles visited last-first per head and, with a causal mask, paired long with short. What varlen
+//! changes against it:
 //!
 //! - every tile's origin is `cu_seqlens[b] + offset` (`Expr::Elem`, read per block), and the packed
 //!   tensors are clipped at the sequence's end (`Clip`), so a tile crossing the end must not read the
@@ -13,16 +17,19 @@
 //!   filled with `cp.async` (`SlotFill::CpAsync`), whose per-row source size stops at the clip
 //!   (zero-fill past it), and the outputs go out by bounds-checked direct stores (`o` has three
 //!   dimensions, `lse` is a row vector), each row checked against `min(total, end)`;
-//! - the key loop runs over `ceil(max_seqlen_k / kv)` blocks (a parameter, as FlashAttention's
-//!   `max_seqlen_k`: the analyses need trip counts that do not read device memory), and the masks
-//!   (keys past the sequence's end, the bottom-right causal diagonal) are applied to every block;
+//! - the key loop walks the key blocks this tile needs, read on the device as FlashAttention-3
+//!   does: up to its sequence's last key, under a causal mask up to its last query's diagonal
+//!   (bottom-right in each sequence), at most `⌈max_seqlen_k / kv⌉` (the parameter bounds the
+//!   walk whatever the offsets hold); a tile past its sequence's last query walks one block and
+//!   stores nothing. The schedule analysis reads such a trip count with sequences of every length
+//!   (`kittens_ir::analysis`'s element size). The grid stays `[batch, heads, ⌈max_seqlen_q /
+//!   128⌉]`: the tiles past a shorter sequence's end cost one key block each;
+//! - the masks (keys past the sequence's end, the diagonal) apply only to the key blocks that
+//!   reach them, as in the dense program;
 //! - rows with no key (an empty key sequence, bottom-right causal with more queries than keys) keep a
 //!   floored softmax: output 0, `lse = −∞`.
-//!
-//! Not tuned: no skipping of fully masked key blocks (a data-dependent trip count), no intra-warpgroup
-//! overlap or ping-pong; the dense kernel's schedule knobs stay there.
 
-use crate::attn::hopper::HopperTiles;
+use crate::attn::hopper::{ring_stages, HopperTiles};
 use crate::attn::key_step::{KeyMasks, SharedStep};
 use crate::attn::varlen::{alibi_slope, check, Batch, QueryBlock, Seq, Tensors, VarlenConfig};
 use crate::attn::Softmax;
@@ -43,12 +50,6 @@ fn kv_block(dim: u32) -> u32 {
     } else {
         128
     }
-}
-
-/// Ring slots for K and for V: as many as fit beside Q in 220 KiB, 2 to 4.
-fn stages(dim: u32, kv: u32) -> u32 {
-    let q = BLOCK_Q * dim * 2;
-    ((220 * 1024 - q) / (2 * kv * dim * 2)).clamp(2, 4)
 }
 
 /// The sm_90a varlen forward (see the module documentation): head dims 64, 128, 192, 256.
@@ -80,7 +81,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     }
     let QueryBlock {
         h,
-        qb,
+        qb: tile,
         hk,
         seq: Seq {
             start_q, start_k, ..
@@ -89,10 +90,28 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         len_k,
         ..
     } = QueryBlock::declare(&mut k, &sizes, &t, BLOCK_Q);
-    let max_k = sizes.max_k.clone();
+    // Last-first per head (the longest causal tile first); with a causal mask, paired long with
+    // short over the persistent grid (`KernelBuilder::pair_long_short`), as the dense program.
+    let n_qb = sizes.max_q.ceil_div(i64::from(BLOCK_Q));
+    let rank = if cfg.causal {
+        k.pair_long_short(&tile, &n_qb)
+    } else {
+        tile
+    };
+    let qb = &n_qb - 1 - rank;
 
     let kv = kv_block(dim);
-    let ring = stages(dim, kv);
+    // With `seqused_k` (a KV cache: few queries per sequence) the plain walk, one block after the
+    // other: the rotated one with the extra length read spilled at head dim 128 (ptxas, NVRTC 13.0).
+    let rotated = !cfg.seqused_k;
+    // Q in two slots used by alternate tiles of a block (one at head dim 256: two are 128 KiB).
+    let q_slots = if dim < 256 && rotated { 2 } else { 1 };
+    let q_slot = if q_slots == 2 {
+        k.round() % 2
+    } else {
+        Expr::c(0)
+    };
+    let rings = ring_stages(dim, kv, rotated, q_slots);
     let HopperTiles {
         q_s,
         k_s,
@@ -100,7 +119,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         s,
         p,
         o_r,
-    } = HopperTiles::declare(&mut k, dim, kv, 1, (ring, ring));
+    } = HopperTiles::declare(&mut k, dim, kv, q_slots, rings);
     let mut softmax = Softmax::declare(&mut k, s, Axis::Rows, cfg);
     softmax.floor = true;
     let inv_norm = k.row_vec("inv_norm", s, F32);
@@ -112,7 +131,8 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         k.gview(g, at, 0, 2, rows, COLS)
     };
     let q_blk = &qb * i64::from(BLOCK_Q); // in the sequence
-    let n_kv = max_k.ceil_div(i64::from(kv));
+    let q_last = &q_blk + (i64::from(BLOCK_Q) - 1);
+    let n_kv = key_blocks(cfg, (&len_q, &len_k), &q_blk, &sizes.max_k, kv);
     let cw = k.wave() - 4; // consumer wave, 0..8
     let q0 = &q_blk + &cw * 16; // this wave's first query, in the sequence
     let step = SharedStep {
@@ -131,6 +151,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         cap: (cfg.logits, cfg.dim),
         alibi: None,
     };
+    let (ring_k, ring_v) = rings;
     k.roles(
         |k| {
             for (i, &qs) in q_s.iter().enumerate() {
@@ -142,20 +163,20 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
                     i as u32 * COLS,
                     BLOCK_Q,
                 );
-                k.load_async_by(Scope::WarpGroup, k.smem(qs, 0), src);
+                k.load_async_by(Scope::WarpGroup, k.smem(qs, q_slot.clone()), src);
             }
             k.wait_async(0);
             k.barrier(); // Q to the consumers
             k.for_range("j", 0, &n_kv, |k, j| {
-                let slot = &j % i64::from(ring);
                 let row = &start_k + &j * i64::from(kv);
+                // K's halves, then V's: each tensor's halves share a slot index (one fill each).
                 for (i, &ks) in k_s.iter().enumerate() {
                     let src = view(k, t.k, row.clone(), &hk, i as u32 * COLS, kv);
-                    k.load_async_by(Scope::WarpGroup, k.smem(ks, slot.clone()), src);
+                    k.load_async_by(Scope::WarpGroup, k.smem(ks, &j % i64::from(ring_k)), src);
                 }
                 for (i, &vs) in v_s.iter().enumerate() {
                     let src = view(k, t.v, row.clone(), &hk, i as u32 * COLS, kv);
-                    k.load_async_by(Scope::WarpGroup, k.smem(vs, slot.clone()), src);
+                    k.load_async_by(Scope::WarpGroup, k.smem(vs, &j % i64::from(ring_v)), src);
                 }
                 k.wait_async(0);
                 k.barrier(); // key block j to the consumers
@@ -168,7 +189,18 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
                 alibi: slope.map(|v| (v, &len_k - len_q.clone())),
                 ..masks
             };
-            step.walk(k, &softmax, &masks, &n_kv, ring, &q0, |j| j * i64::from(kv));
+            let mask = |k: &mut KernelBuilder, j: &Expr| {
+                let k0 = j * i64::from(kv);
+                let k_end = (j + 1) * i64::from(kv);
+                masks.apply_needed(k, s, (&q0, &k0), (&q_blk, &q_last), &k_end);
+            };
+            if rotated {
+                step.walk_rotated(k, &softmax, &mask, &n_kv, rings, &q_slot, true);
+            } else {
+                step.walk(k, &softmax, &masks, &n_kv, ring_k, &q0, |j| {
+                    j * i64::from(kv)
+                });
+            }
             softmax.inv_norm(k, inv_norm);
             let row = &start_q + q0.clone();
             for (i, &or) in o_r.iter().enumerate() {
@@ -181,4 +213,29 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         },
     );
     Ok(k.finish()?)
+}
+
+/// The key blocks of `kv` keys the tile of queries `q_blk ..` needs, read on the device: its
+/// sequence's `⌈len_k / kv⌉`, under a causal mask only up to the block holding its last query's
+/// last kept key (`q_blk + 127 + len_k − len_q`, bottom-right), never more than `⌈max_k / kv⌉`;
+/// one block (walked fully masked, stored nowhere) for a tile past its sequence's last query or a
+/// sequence that keeps no key, so that the pipeline runs as usual.
+fn key_blocks(
+    cfg: &VarlenConfig,
+    (len_q, len_k): (&Expr, &Expr),
+    q_blk: &Expr,
+    max_k: &Expr,
+    kv: u32,
+) -> Expr {
+    let kv = i64::from(kv);
+    let all = max_k.ceil_div(kv);
+    let mut n = len_k.ceil_div(kv).min(all.clone());
+    if cfg.causal {
+        // Floor division in the IR, truncation in C: both give at most 0 + 1 below the first key.
+        let last = q_blk + (i64::from(BLOCK_Q) - 1) + (len_k - len_q.clone());
+        n = n.min(last / kv + 1);
+    }
+    // 1 while the tile holds a query of its sequence, else 0.
+    let live = (len_q - q_blk.clone()).max(Expr::c(0)).min(Expr::c(1));
+    n.min(live * all).max(Expr::c(1))
 }
