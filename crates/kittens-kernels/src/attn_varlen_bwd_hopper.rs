@@ -32,7 +32,7 @@
 use crate::attn::hopper::{BLOCK, COLS};
 use crate::attn::hopper_bwd::{declare_smem, probs_and_ds, schedule, StepTiles, STEP};
 use crate::attn::score::Alibi;
-use crate::attn::varlen::{alibi_add, check, offsets, Batch, Seq, VarlenConfig};
+use crate::attn::varlen::{alibi_add, check_backward, offsets, Batch, Seq, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -48,7 +48,7 @@ use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 /// packed tensors are declared head-major, `[heads, total, d]` with strides `[d, heads·d, 1]` (the
 /// same memory). Grid `[batch, heads_kv, ⌈max_seqlen_k / 128⌉]`. Head dims 64 and 128.
 pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
-    check(cfg)?;
+    check_backward(cfg)?;
     if cfg.seqused_k {
         return Err(KernelError::Config(
             "seqused_k: the varlen backward does not take it (a KV cache is forward only)".into(),

@@ -62,18 +62,14 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
              tiles), got {dim}"
         )));
     }
-    let name = if cfg.causal {
-        "attn_varlen_fwd_causal_sm90"
-    } else {
-        "attn_varlen_fwd_sm90"
-    };
+    let name = format!("{}_sm90", cfg.name("attn_varlen_fwd"));
     let sched = Schedule::ProducerConsumer {
         producers: 1,
         consumers: 2,
         producer_regs: 40,
         consumer_regs: 232,
     };
-    let mut k = KernelBuilder::new(name, sched);
+    let mut k = KernelBuilder::new(&name, sched);
     let sizes = Batch::declare(&mut k);
     let t = Tensors::declare(&mut k, &sizes, cfg);
     for g in [t.q, t.k, t.v] {
@@ -132,7 +128,8 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     };
     let q_blk = &qb * i64::from(BLOCK_Q); // in the sequence
     let q_last = &q_blk + (i64::from(BLOCK_Q) - 1);
-    let n_kv = key_blocks(cfg, (&len_q, &len_k), &q_blk, &sizes.max_k, kv);
+    let walk = KeyWalk::new(cfg, (&len_q, &len_k), &q_blk, &sizes.max_k, kv);
+    let n_kv = walk.count.clone();
     let cw = k.wave() - 4; // consumer wave, 0..8
     let q0 = &q_blk + &cw * 16; // this wave's first query, in the sequence
     let step = SharedStep {
@@ -146,8 +143,8 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     };
     let masks = KeyMasks {
         end: len_k.clone(),
-        causal: cfg.causal.then(|| &len_k - len_q.clone()),
-        start: None,
+        causal: cfg.last_key_offset(&len_q, &len_k),
+        start: cfg.first_key_offset(&len_q, &len_k),
         cap: (cfg.logits, cfg.dim),
         alibi: None,
     };
@@ -168,7 +165,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             k.wait_async(0);
             k.barrier(); // Q to the consumers
             k.for_range("j", 0, &n_kv, |k, j| {
-                let row = &start_k + &j * i64::from(kv);
+                let row = &start_k + walk.at(&j) * i64::from(kv);
                 // K's halves, then V's: each tensor's halves share a slot index (one fill each).
                 for (i, &ks) in k_s.iter().enumerate() {
                     let src = view(k, t.k, row.clone(), &hk, i as u32 * COLS, kv);
@@ -190,15 +187,15 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
                 ..masks
             };
             let mask = |k: &mut KernelBuilder, j: &Expr| {
-                let k0 = j * i64::from(kv);
-                let k_end = (j + 1) * i64::from(kv);
+                let k0 = walk.at(j) * i64::from(kv);
+                let k_end = (walk.at(j) + 1) * i64::from(kv);
                 masks.apply_needed(k, s, (&q0, &k0), (&q_blk, &q_last), &k_end);
             };
             if rotated {
                 step.walk_rotated(k, &softmax, &mask, &n_kv, rings, &q_slot, true);
             } else {
                 step.walk(k, &softmax, &masks, &n_kv, ring_k, &q0, |j| {
-                    j * i64::from(kv)
+                    walk.at(j) * i64::from(kv)
                 });
             }
             softmax.inv_norm(k, inv_norm);
@@ -215,27 +212,51 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     Ok(k.finish()?)
 }
 
-/// The key blocks of `kv` keys the tile of queries `q_blk ..` needs, read on the device: its
-/// sequence's `⌈len_k / kv⌉`, under a causal mask only up to the block holding its last query's
-/// last kept key (`q_blk + 127 + len_k − len_q`, bottom-right), never more than `⌈max_k / kv⌉`;
-/// one block (walked fully masked, stored nowhere) for a tile past its sequence's last query or a
-/// sequence that keeps no key, so that the pipeline runs as usual.
-fn key_blocks(
-    cfg: &VarlenConfig,
-    (len_q, len_k): (&Expr, &Expr),
-    q_blk: &Expr,
-    max_k: &Expr,
-    kv: u32,
-) -> Expr {
-    let kv = i64::from(kv);
-    let all = max_k.ceil_div(kv);
-    let mut n = len_k.ceil_div(kv).min(all.clone());
-    if cfg.causal {
-        // Floor division in the IR, truncation in C: both give at most 0 + 1 below the first key.
-        let last = q_blk + (i64::from(BLOCK_Q) - 1) + (len_k - len_q.clone());
-        n = n.min(last / kv + 1);
+/// The key blocks of `kv` keys the tile of queries `q_blk ..` walks, read on the device: `count`
+/// blocks from block `first`.
+struct KeyWalk {
+    first: Expr,
+    count: Expr,
+}
+
+impl KeyWalk {
+    /// Up to its sequence's last key block `⌈len_k / kv⌉`, under a causal mask or a window's right
+    /// side only up to the block holding its last query's last kept key (bottom-right), never past
+    /// `⌈max_k / kv⌉`; with a window's left side from the block holding its first query's first
+    /// kept key. One block (walked fully masked, stored nowhere) for a tile past its sequence's last
+    /// query or one that keeps no key, so that the pipeline runs as usual.
+    fn new(
+        cfg: &VarlenConfig,
+        (len_q, len_k): (&Expr, &Expr),
+        q_blk: &Expr,
+        max_k: &Expr,
+        kv: u32,
+    ) -> KeyWalk {
+        let kv = i64::from(kv);
+        let all = max_k.ceil_div(kv);
+        let mut end = len_k.ceil_div(kv).min(all.clone());
+        if let Some(off) = cfg.last_key_offset(len_q, len_k) {
+            // Floor division in the IR, truncation in C: both give at most 0 + 1 below key 0.
+            let last = q_blk + (i64::from(BLOCK_Q) - 1) + off;
+            end = end.min(last / kv + 1);
+        }
+        // 1 while the tile holds a query of its sequence, else 0.
+        let live = (len_q - q_blk.clone()).max(Expr::c(0)).min(Expr::c(1));
+        let end = end.min(live * all).max(Expr::c(1));
+        let first = match cfg.first_key_offset(len_q, len_k) {
+            // Truncation of a negative start rounds towards 0 where floor goes below: both are
+            // raised to 0.
+            Some(st) => ((q_blk + st) / kv).max(Expr::c(0)).min(&end - 1),
+            None => Expr::c(0),
+        };
+        KeyWalk {
+            count: &end - first.clone(),
+            first,
+        }
     }
-    // 1 while the tile holds a query of its sequence, else 0.
-    let live = (len_q - q_blk.clone()).max(Expr::c(0)).min(Expr::c(1));
-    n.min(live * all).max(Expr::c(1))
+
+    /// The key block of step `j`.
+    fn at(&self, j: &Expr) -> Expr {
+        &self.first + j.clone()
+    }
 }
