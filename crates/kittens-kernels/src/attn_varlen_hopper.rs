@@ -11,12 +11,17 @@
 //! tiles visited last-first per head and, with a causal mask, paired long with short. What varlen
 //! changes against it:
 //!
-//! - every tile's origin is `cu_seqlens[b] + offset` (`Expr::Elem`, read per block), and the packed
-//!   tensors are clipped at the sequence's end (`Clip`), so a tile crossing the end must not read the
-//!   next sequence nor write into it. A TMA box only clips at the tensor's edge, so the ring slots are
-//!   filled with `cp.async` (`SlotFill::CpAsync`), whose per-row source size stops at the clip
-//!   (zero-fill past it), and the outputs go out by bounds-checked direct stores (`o` has three
-//!   dimensions, `lse` is a row vector), each row checked against `min(total, end)`;
+//! - every tile's origin is `cu_seqlens[b] + offset` (`Expr::Elem`, read per block). The loads are
+//!   not clipped (as in the varlen backward, `crate::attn_varlen_hopper`'s sibling
+//!   `crate::attn_varlen_bwd_hopper`): rows past a sequence's end are the next sequence's (or past
+//!   the tensor, zero), every score they meet is masked (keys past `len_k`, the diagonal) or
+//!   belongs to a query row that is never stored, so their `P` is exactly 0 and TMA fills the rings
+//!   as in the dense program. The outputs are clipped at the sequence's end (`Clip`) and go out by
+//!   bounds-checked direct stores (`o` has three dimensions, `lse` is a row vector), each row checked
+//!   against `min(total, end)`. With `seqused_k` (a KV cache, whose rows past the used ones are
+//!   stale, NaN included, and `0·NaN` in P·V would reach O) the inputs are clipped too and the ring
+//!   slots filled with `cp.async` (`SlotFill::CpAsync`), whose per-row source size stops at the clip
+//!   (zero-fill past it);
 //! - the key loop walks the key blocks this tile needs, read on the device as FlashAttention-3
 //!   does: up to its sequence's last key, under a causal mask up to its last query's diagonal
 //!   (bottom-right in each sequence), at most `⌈max_seqlen_k / kv⌉` (the parameter bounds the
@@ -72,8 +77,14 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let mut k = KernelBuilder::new(&name, sched);
     let sizes = Batch::declare(&mut k);
     let t = Tensors::declare(&mut k, &sizes, cfg);
-    for g in [t.q, t.k, t.v] {
-        k.slot_fill(g, SlotFill::CpAsync);
+    // With `seqused_k` (a KV cache) the key rows past a sequence's used ones are stale (anything,
+    // NaN included: `0·NaN` in P·V would reach O), so the inputs are clipped and filled by
+    // `cp.async` (zero past the clip); otherwise they are read unclipped by TMA.
+    let clip_inputs = cfg.seqused_k;
+    if clip_inputs {
+        for g in [t.q, t.k, t.v] {
+            k.slot_fill(g, SlotFill::CpAsync);
+        }
     }
     let QueryBlock {
         h,
@@ -85,7 +96,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         len_q,
         len_k,
         ..
-    } = QueryBlock::declare(&mut k, &sizes, &t, BLOCK_Q);
+    } = QueryBlock::declare_clipped(&mut k, &sizes, &t, BLOCK_Q, clip_inputs);
     // Last-first per head (the longest causal tile first); with a causal mask, paired long with
     // short over the persistent grid (`KernelBuilder::pair_long_short`), as the dense program.
     let n_qb = sizes.max_q.ceil_div(i64::from(BLOCK_Q));
@@ -100,8 +111,14 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     // With `seqused_k` (a KV cache: few queries per sequence) the plain walk, one block after the
     // other: the rotated one with the extra length read spilled at head dim 128 (ptxas, NVRTC 13.0).
     let rotated = !cfg.seqused_k;
-    // Q in two slots used by alternate tiles of a block (one at head dim 256: two are 128 KiB).
-    let q_slots = if dim < 256 && rotated { 2 } else { 1 };
+    // Q in two slots used by alternate tiles of a block (one at head dim 256: two are 128 KiB; one
+    // with both a soft cap and a window, whose two slots spilled 4 bytes at head dim 128, NVRTC 13.0).
+    let q_slots = if dim < 256 && rotated && !(cfg.logits.softcap.is_some() && cfg.window.is_some())
+    {
+        2
+    } else {
+        1
+    };
     let q_slot = if q_slots == 2 {
         k.round() % 2
     } else {

@@ -549,14 +549,28 @@ fn amd_lowers_the_varlen_programs_sm90a_lowers_the_hopper_one() {
         // The one-wave programs: over the register budget or of the wrong schedule.
         assert!(kittens_codegen::lower(kernel, Target::Sm90a).is_err());
     }
+    let maps = |l: &kittens_codegen::Lowered| {
+        l.args
+            .iter()
+            .filter(|a| matches!(a, kittens_codegen::KernelArg::TensorMap(_)))
+            .count()
+    };
+    // Q, K and V read unclipped by TMA (every score of a row past a sequence's end is masked or
+    // never stored); the outputs clipped by direct stores.
     let hopper = kittens_kernels::attn_varlen_hopper::build(&cfg).unwrap();
     let l = kittens_codegen::lower(&hopper, Target::Sm90a).expect("sm_90a lowers it");
-    // No tensor maps: a TMA box would cross a sequence's end; cp.async and direct stores clip.
-    assert!(!l
-        .args
-        .iter()
-        .any(|a| matches!(a, kittens_codegen::KernelArg::TensorMap(_))));
-    assert!(l.source.contains("g_cu_seqlens_q") && l.source.contains("cp.async"));
+    assert!(maps(&l) >= 3, "{:?}", l.args);
+    assert!(l.source.contains("g_cu_seqlens_q") && !l.source.contains("kt::cp_async_16("));
+    // With seqused_k (a KV cache's stale rows past the used ones): no tensor maps, a TMA box would
+    // cross the used rows' end; cp.async and direct stores clip.
+    let used = VarlenConfig {
+        seqused_k: true,
+        ..cfg
+    };
+    let hopper = kittens_kernels::attn_varlen_hopper::build(&used).unwrap();
+    let l = kittens_codegen::lower(&hopper, Target::Sm90a).expect("sm_90a lowers it");
+    assert_eq!(maps(&l), 0, "{:?}", l.args);
+    assert!(l.source.contains("g_cu_seqlens_q") && l.source.contains("kt::cp_async_16("));
 }
 
 /// `seqused_k` (a KV cache of fixed capacity per sequence: keys start at `b · capacity` and sequence

@@ -293,6 +293,21 @@ impl QueryBlock {
         t: &Tensors,
         block_q: u32,
     ) -> QueryBlock {
+        QueryBlock::declare_clipped(k, n, t, block_q, true)
+    }
+
+    /// [`Self::declare`], the inputs `q, k, v` clipped at the sequence's ends only with
+    /// `clip_inputs` (the outputs always are). Unclipped, a tile crossing an end reads the next
+    /// sequence's rows (or zeros past the tensor): a program may do so where every score those rows
+    /// meet is masked, so that their `P` is exactly 0 (`crate::attn_varlen_bwd_hopper` does, and
+    /// `crate::attn_varlen_hopper` without `seqused_k`), and can then fill its rings by TMA.
+    pub(crate) fn declare_clipped(
+        k: &mut KernelBuilder,
+        n: &Batch,
+        t: &Tensors,
+        block_q: u32,
+        clip_inputs: bool,
+    ) -> QueryBlock {
         let blocks = n.max_q.ceil_div(i64::from(block_q));
         k.grid(
             vec![n.batch.clone(), n.heads.clone(), blocks],
@@ -301,12 +316,13 @@ impl QueryBlock {
         let (b, h, qb) = (k.block(0), k.block(1), k.block(2));
         let hk = &h / (&n.heads / n.heads_kv.clone());
         let seq = Seq::with_used(t.cu_q, t.cu_k, t.used_k, &b);
-        for g in [t.q, t.o] {
-            k.clip(g, 0, seq.end_q.clone());
-        }
+        k.clip(t.o, 0, seq.end_q.clone());
         k.clip(t.lse, 1, seq.end_q.clone());
-        for g in [t.k, t.v] {
-            k.clip(g, 0, seq.end_k.clone());
+        if clip_inputs {
+            k.clip(t.q, 0, seq.end_q.clone());
+            for g in [t.k, t.v] {
+                k.clip(g, 0, seq.end_k.clone());
+            }
         }
         QueryBlock {
             len_q: &seq.end_q - seq.start_q.clone(),
