@@ -1,9 +1,9 @@
-"""kittens.flash_attn_varlen_func on CUDA (sm_90a): the forward (also with a soft cap and a sliding window) is the registry kernel ``attn_varlen``
-(``kittens_kernels::attn_varlen_hopper``: offsets read on the device, cp.async fills clipped at each
-sequence's end, bounds-checked stores), the backward the registry kernel ``attn_varlen_bwd`` at head dims 64
-and 128 (FlashAttention-3's three launches: D and the zeroed float32 dQ accumulator, the key blocks
-``kittens_kernels::attn_varlen_bwd_hopper``, the dQ conversion) and a PyTorch composition
-(``varlen._backward_torch``) at 192 and 256.
+"""kittens.flash_attn_varlen_func on CUDA (sm_90a): the forward (also with a soft cap and a sliding window) is
+the registry kernel ``attn_varlen`` (``kittens_kernels::attn_varlen_hopper``: offsets and each tile's key walk
+read on the device, TMA fills read unclipped, bounds-checked stores), the backward the registry kernel
+``attn_varlen_bwd`` at head dims 64 and 128 (FlashAttention-3's three launches: D and the zeroed float32 dQ
+accumulator, the key blocks ``kittens_kernels::attn_varlen_bwd_hopper``, the dQ conversion) and a PyTorch
+composition (``varlen._backward_torch``) at 192 and 256.
 Judged by FlashAttention's rule against float64 per-sequence attention (``test_varlen_cpu._reference``):
 our error at most twice the plain bf16 computation's plus 2^-12, at lengths 0, 1, one past a 128-row
 block and longer, q and k lengths that differ (rows with no key), GQA, causal bottom-right, head dims
