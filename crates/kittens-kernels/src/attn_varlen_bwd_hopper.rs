@@ -15,7 +15,8 @@
 //! What varlen changes against the dense program:
 //!
 //! - tile origins are `cu_seqlens[b] + offset` (`Expr::Elem`, read per block); the query steps run
-//!   over `⌈max_seqlen_q / 64⌉` (a parameter: trip counts read no device memory);
+//!   over `⌈max_seqlen_q / 64⌉` (a parameter; the forward's walk, `crate::attn_varlen_hopper`, now
+//!   reads its trip count on the device, which this loop could too);
 //! - the loads are not clipped: rows past a sequence's end are the next sequence's (or past the
 //!   tensor, zero), and every score they meet is masked (queries past `len_q`, keys past `len_k`,
 //!   the bottom-right causal diagonal, applied on every step), so their P and dS are exactly 0: they
@@ -25,7 +26,8 @@
 //!   rows past it belong to the next sequence.
 //!
 //! Not done: no skipping of query steps wholly above the causal diagonal (their bounds would be
-//! data-dependent), no soft cap or window (the varlen forward has neither). ALiBi
+//! data-dependent), no soft cap or window (the varlen forward has both; this backward refuses them,
+//! `check_backward`). ALiBi
 //! ([`VarlenConfig::alibi`]) as the dense program: the step's head's slope loaded through `dp`
 //! before D lands there, the bias added to `Sᵀ` before the masks.
 

@@ -279,6 +279,9 @@ fn varlen_forward_matches_f64_d128() {
     check(&[33, 65], &[100, 7], 4, 1, 128, false, None, 6);
 }
 
+/// A program, head dim, causal, soft cap and window.
+type OptionCase = (Builder, u32, bool, Option<f32>, Option<Window>);
+
 /// FlashAttention's soft cap and sliding window (bottom-right per sequence) in both forward programs
 /// (the one-wave program and the sm_90a one on the interpreter), alone and together, causal and not:
 /// windows narrower than a key block, cutting inside blocks on both sides, wider than the sequences,
@@ -288,7 +291,7 @@ fn varlen_forward_softcap_and_window_match_f64() {
     let hopper: Builder = kittens_kernels::attn_varlen_hopper::build;
     let (lq, lk) = ([45, 3, 0, 300, 129], [20, 150, 7, 300, 260]);
     let w = |left, right| Some(Window { left, right });
-    let cases: [(Builder, u32, bool, Option<f32>, Option<Window>); 8] = [
+    let cases: [OptionCase; 8] = [
         (build, 64, true, Some(5.0), None),
         (build, 64, false, None, w(20, 3)),
         (build, 64, true, Some(30.0), w(40, -1)),
