@@ -33,12 +33,13 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 import torch
 from torch import Tensor
 
 from . import _kittens
+from ._fa_args import _check_softcap, _check_window
 from .ops import _autograd, _op, call
 
 __all__ = ["flash_attn_varlen_func"]
@@ -122,23 +123,29 @@ def _backward_torch(grad_out, q, k, v, out, lse, cu_q, cu_k, causal, scale, bloc
 def attention_varlen_eager(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                      max_seqlen_q: int, max_seqlen_k: int, causal: bool = False,
                      scale: Optional[float] = None, seqused_k: Optional[Tensor] = None,
-                     alibi_slopes: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                     alibi_slopes: Optional[Tensor] = None, softcap: Optional[float] = None,
+                     window: Optional[List[int]] = None) -> Tuple[Tensor, Tensor]:
     """``(out, lse)``: out like q (bfloat16), lse float32 (nheads, total_q) in natural-log units of the
     scaled logits (``-inf`` where a query keeps no key; 0 on rows outside every sequence).
     ``seqused_k`` (int32 (batch,)): sequence b keeps only the first ``seqused_k[b]`` keys from
     ``cu_seqlens_k[b]`` (FlashAttention's; a KV cache's lengths). Forward only. ``alibi_slopes``:
-    float32 (batch, nheads), ``−slope·|i + len_k − len_q − j|`` on the scaled logits."""
+    float32 (batch, nheads), ``−slope·|i + len_k − len_q − j|`` on the scaled logits. ``softcap``:
+    ``cap·tanh(x / cap)`` on the scaled logits (before ALiBi); ``window``: ``[left, right]``, query i of a
+    sequence keeps keys ``i + len_k − len_q − left ≤ j ≤ i + len_k − len_q + right`` (-1: unbounded side).
+    Both forward only."""
+    win = None if window is None else (int(window[0]), int(window[1]))
     if q.is_cuda:
         from . import _dispatch
 
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # the packed layouts (a copy only if not)
         return _dispatch.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                           bool(causal), None if scale is None else float(scale),
-                                          seqused_k=seqused_k, alibi=alibi_slopes)
+                                          seqused_k=seqused_k, alibi=alibi_slopes, softcap=softcap, window=win)
     o, lse = _kittens.attention_varlen_cpu(
         [_f32_bytes(t) for t in (q, k, v)], _offsets(cu_seqlens_q, cu_seqlens_k),
         _sizes(q, k, max_seqlen_q, max_seqlen_k), bool(causal), None if scale is None else float(scale),
         None if seqused_k is None else [int(x) for x in seqused_k.tolist()], _slopes(alibi_slopes),
+        None if softcap is None else float(softcap), win,
     )
     return _from_bytes(o, q.shape, q.dtype), _from_bytes(lse, (q.shape[1], q.shape[0]))
 
@@ -148,7 +155,7 @@ attention_varlen = _op("attention_varlen")(attention_varlen_eager)
 
 @attention_varlen.register_fake
 def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False, scale=None, seqused_k=None,
-      alibi_slopes=None):
+      alibi_slopes=None, softcap=None, window=None):
     return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
 
 
@@ -187,8 +194,9 @@ def _(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max
 
 def _setup(ctx, inputs, output):
     q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, *rest = inputs  # the optional ones as called
-    seqused_k, alibi = (list(rest) + [None, None])[:2]
+    seqused_k, alibi, softcap, window = (list(rest) + [None] * 4)[:4]
     ctx.seqused = seqused_k is not None
+    ctx.options = [n for n, x in (("softcap", softcap), ("window_size", window)) if x is not None]
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi)
     ctx.max_q, ctx.max_k, ctx.causal, ctx.scale = max_q, max_k, causal, scale
@@ -198,6 +206,8 @@ def _setup(ctx, inputs, output):
 def _grad(ctx, grad_out, grad_lse):
     if ctx.seqused:
         raise NotImplementedError("seqused_k (a KV cache): kittens' varlen attention is forward only there")
+    if ctx.options:
+        raise NotImplementedError(f"{', '.join(ctx.options)}: kittens' varlen attention is forward only with it")
     q, k, v, out, lse, cu_q, cu_k, alibi = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
@@ -208,7 +218,7 @@ def _grad(ctx, grad_out, grad_lse):
         dq, dk, dv = torch.ops.kittens.attention_varlen_backward(*args)
     else:
         dq, dk, dv = call("attention_varlen_backward", *args)
-    return dq, dk, dv, None, None, None, None, None, None, None, None
+    return dq, dk, dv, None, None, None, None, None, None, None, None, None, None
 
 
 _autograd("attention_varlen", attention_varlen, _grad, _setup)
@@ -235,14 +245,15 @@ def flash_attn_varlen_func(
     """FlashAttention's ``flash_attn_varlen_func`` (module documentation): returns the output
     (total_q, nheads, headdim). ``alibi_slopes``: float32 (nheads,) or (batch, nheads), FlashAttention's
     ALiBi (``−slope·|i + len_k − len_q − j|`` on the scaled logit of query i and key j of a sequence).
-    Not supported, each a clear error: dropout, a window, a soft cap, the attention probabilities, a
-    paged ``block_table``."""
+    ``softcap`` (> 0: ``softcap·tanh(x / softcap)`` on the scaled logits) and ``window_size=(left, right)``
+    (aligned bottom-right in each sequence, -1 an unbounded side), as FlashAttention's: forward only (a
+    backward through them is a clear error). Not supported, each a clear error: dropout, the attention
+    probabilities, a paged ``block_table``."""
     if dropout_p != 0.0:
         raise NotImplementedError(f"dropout_p={dropout_p!r}: kittens attention has no dropout (use 0.0)")
-    if tuple(window_size) != (-1, -1):
-        raise NotImplementedError(f"window_size={tuple(window_size)!r}: varlen attention has no window yet")
-    if softcap != 0.0:
-        raise NotImplementedError(f"softcap={softcap!r}: varlen attention has no soft cap yet (use 0.0)")
+    left, right = _check_window(window_size)
+    window = None if (left, right) == (-1, -1) else [left, right]
+    cap = _check_softcap(softcap)
     if return_attn_probs:
         raise NotImplementedError("return_attn_probs=True: kittens attention does not return probabilities")
     if block_table is not None:
@@ -276,5 +287,5 @@ def flash_attn_varlen_func(
             raise ValueError(f"alibi_slopes is on {alibi_slopes.device} and q on {q.device}")
         slopes = alibi_slopes.expand(batch, h).contiguous()  # on the device: no host read
     out, _ = call("attention_varlen", q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q),
-                  int(max_seqlen_k), bool(causal), softmax_scale, None, slopes)
+                  int(max_seqlen_k), bool(causal), softmax_scale, None, slopes, cap, window)
     return out

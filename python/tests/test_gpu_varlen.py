@@ -1,9 +1,9 @@
-"""kittens.flash_attn_varlen_func on CUDA (sm_90a): the forward is the registry kernel ``attn_varlen``
-(``kittens_kernels::attn_varlen_hopper``: offsets read on the device, cp.async fills clipped at each
-sequence's end, bounds-checked stores), the backward the registry kernel ``attn_varlen_bwd`` at head dims 64
-and 128 (FlashAttention-3's three launches: D and the zeroed float32 dQ accumulator, the key blocks
-``kittens_kernels::attn_varlen_bwd_hopper``, the dQ conversion) and a PyTorch composition
-(``varlen._backward_torch``) at 192 and 256.
+"""kittens.flash_attn_varlen_func on CUDA (sm_90a): the forward (also with a soft cap and a sliding window) is
+the registry kernel ``attn_varlen`` (``kittens_kernels::attn_varlen_hopper``: offsets and each tile's key walk
+read on the device, TMA fills read unclipped, bounds-checked stores), the backward the registry kernel
+``attn_varlen_bwd`` at head dims 64 and 128 (FlashAttention-3's three launches: D and the zeroed float32 dQ
+accumulator, the key blocks ``kittens_kernels::attn_varlen_bwd_hopper``, the dQ conversion) and a PyTorch
+composition (``varlen._backward_torch``) at 192 and 256.
 Judged by FlashAttention's rule against float64 per-sequence attention (``test_varlen_cpu._reference``):
 our error at most twice the plain bf16 computation's plus 2^-12, at lengths 0, 1, one past a 128-row
 block and longer, q and k lengths that differ (rows with no key), GQA, causal bottom-right, head dims
@@ -284,3 +284,32 @@ def test_alibi_forward_and_backward_match_float64(case):
         print(f"alibi {case}: {name} rel_err {e:.3e} (bf16 {eb:.3e}, torch composition {ec:.3e})")
         assert e <= 2 * eb + FLOOR, f"{name} error {e:.3e}, bf16 baseline {eb:.3e}"
         assert ec <= 2 * eb + FLOOR, f"{name} (torch composition) error {ec:.3e}, bf16 baseline {eb:.3e}"
+
+
+OPTION_CASES = [
+    # (lens_q, lens_k, heads, heads_kv, dim, causal, softcap, window): windows narrower than a 128-key block,
+    # cutting inside blocks on both sides, wider than the sequences, rows that keep no key, lengths across
+    # the 128-row tiles, every head dim.
+    ([1, 129, 0, 300, 1000], [1, 129, 0, 300, 1000], 4, 2, 64, True, 5.0, (-1, -1)),
+    ([45, 3, 200, 9, 513], [20, 150, 0, 64, 700], 4, 1, 128, False, None, (70, 10)),
+    ([300, 1000], [260, 1000], 4, 2, 128, True, 30.0, (130, -1)),
+    ([70, 1, 255], [33, 190, 256], 2, 1, 192, False, 2.0, (0, 140)),
+    ([130, 17], [300, 1], 2, 2, 256, True, None, (5, 0)),
+]
+
+
+@pytest.mark.parametrize("case", OPTION_CASES, ids=[f"opt{i}" for i in range(len(OPTION_CASES))])
+def test_softcap_and_window_forward_match_float64(case):
+    """flash_attn_varlen_func(softcap=, window_size=) on the sm_90a program (the window's key blocks only
+    walked, the masks where a block reaches them) against the float64 reference with the same options
+    (``test_varlen_cpu._reference``), by the rule."""
+    lens_q, lens_k, h, hk, d, causal, cap, window = case
+    q, k, v, cu_q, cu_k = _packed(lens_q, lens_k, h, hk, d, seed=len(lens_q) * 5 + d)
+    out = flash_attn_varlen_func(q.cuda(), k.cuda(), v.cuda(), cu_q.cuda(), cu_k.cuda(), max(lens_q), max(lens_k),
+                                 causal=causal, softcap=cap or 0.0, window_size=window)
+    opts = dict(softcap=cap, window=window)
+    ref = _reference(q.double(), k.double(), v.double(), lens_q, lens_k, causal, torch.float64, **opts)
+    base = _reference(q, k, v, lens_q, lens_k, causal, torch.bfloat16, **opts)
+    e, eb = _err(out.cpu(), ref), _err(base, ref)
+    print(f"options {case}: out rel_err {e:.3e} (bf16 {eb:.3e})")
+    assert e <= 2 * eb + FLOOR, f"output error {e:.3e}, bf16 baseline {eb:.3e}"

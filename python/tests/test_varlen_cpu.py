@@ -1,6 +1,7 @@
 """kittens.flash_attn_varlen_func on the CPU interpreter against float64 per-sequence attention,
 judged by FlashAttention's rule (error at most 2x the plain bfloat16 computation's + 2^-12): forward,
-backward through autograd, torch.compile(fullgraph=True), and bad input."""
+backward through autograd, a soft cap and sliding windows (forward), torch.compile(fullgraph=True),
+and bad input."""
 
 import pytest
 
@@ -22,9 +23,11 @@ def _packed(lens_q, lens_k, heads, heads_kv, dim, seed):
     return q, k, v, cu(lens_q), cu(lens_k)
 
 
-def _reference(q, k, v, lens_q, lens_k, causal, dtype, slopes=None):
+def _reference(q, k, v, lens_q, lens_k, causal, dtype, slopes=None, softcap=None, window=(-1, -1)):
     """Per-sequence dense attention in `dtype` (float64: the reference; bfloat16: the baseline); with
-    ALiBi's `slopes` (batch, heads) the bias −slope·|i + len_k − len_q − j| on the scaled logits."""
+    ALiBi's `slopes` (batch, heads) the bias −slope·|i + len_k − len_q − j| on the scaled logits, after
+    `softcap`'s cap·tanh(x / cap); a `window` (left, right) keeps keys within left before and right
+    after i + len_k − len_q (FlashAttention's bottom-right alignment, -1 unbounded)."""
     outs, heads, heads_kv = [], q.shape[1], k.shape[1]
     oq = ok = 0
     for b, (lq, lk) in enumerate(zip(lens_q, lens_k)):
@@ -32,6 +35,8 @@ def _reference(q, k, v, lens_q, lens_k, causal, dtype, slopes=None):
         ks = k[ok:ok + lk].to(dtype).transpose(0, 1).repeat_interleave(heads // heads_kv, 0)
         vs = v[ok:ok + lk].to(dtype).transpose(0, 1).repeat_interleave(heads // heads_kv, 0)
         s = (qs @ ks.transpose(1, 2)) / q.shape[2] ** 0.5
+        if softcap is not None:
+            s = softcap * torch.tanh(s / softcap)
         if slopes is not None:
             dist = (torch.arange(lq)[:, None] + lk - lq - torch.arange(lk)[None, :]).abs()
             s = s - (slopes[b].to(s.dtype)[:, None, None] * dist.to(s.dtype))
@@ -39,6 +44,11 @@ def _reference(q, k, v, lens_q, lens_k, causal, dtype, slopes=None):
             i = torch.arange(lq).unsqueeze(1)
             j = torch.arange(lk).unsqueeze(0)
             s = s.masked_fill(j > i + lk - lq, float("-inf"))
+        diag = torch.arange(lq)[:, None] + lk - lq
+        if window[0] >= 0:
+            s = s.masked_fill(torch.arange(lk)[None, :] < diag - window[0], float("-inf"))
+        if window[1] >= 0:
+            s = s.masked_fill(torch.arange(lk)[None, :] > diag + window[1], float("-inf"))
         p = torch.softmax(s.float() if dtype == torch.bfloat16 else s, dim=-1).to(dtype)
         p = torch.nan_to_num(p, nan=0.0)  # rows with no key: output 0
         outs.append((p @ vs).transpose(0, 1))
@@ -75,6 +85,45 @@ def test_forward_and_backward_match_float64(lens_q, lens_k, heads, heads_kv, dim
     for name, ours, want, bl in (("dq", qs, q64, qb), ("dk", ks, k64, kb), ("dv", vs, v64, vb)):
         e, eb = _err(ours.grad, want.grad), _err(bl.grad, want.grad)
         assert e <= 2 * eb + FLOOR, f"{name} error {e:.3e}, bf16 baseline {eb:.3e}"
+
+
+OPTION_CASES = [
+    # (lens_q, lens_k, heads, heads_kv, dim, causal, softcap, window)
+    ([1, 40, 0, 70], [1, 40, 0, 70], 2, 1, 64, True, 5.0, (-1, -1)),
+    ([45, 3, 20], [20, 33, 0], 4, 2, 64, False, None, (10, 3)),
+    ([33, 70], [50, 70], 2, 2, 64, True, 30.0, (40, -1)),
+    ([20, 70], [70, 9], 2, 1, 64, False, 2.0, (0, 0)),
+]
+
+
+@pytest.mark.parametrize("lens_q,lens_k,heads,heads_kv,dim,causal,softcap,window", OPTION_CASES)
+def test_softcap_and_window_forward_match_float64(lens_q, lens_k, heads, heads_kv, dim, causal, softcap, window):
+    """FlashAttention's soft cap and sliding window (aligned bottom-right in each sequence), windows
+    narrower and wider than the sequences, rows that keep no key (output 0)."""
+    q, k, v, cu_q, cu_k = _packed(lens_q, lens_k, heads, heads_kv, dim, seed=len(lens_q) * 3 + dim)
+    out = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+                                 softcap=softcap or 0.0, window_size=window)
+    opts = dict(softcap=softcap, window=window)
+    ref = _reference(q.double(), k.double(), v.double(), lens_q, lens_k, causal, torch.float64, **opts)
+    base = _reference(q, k, v, lens_q, lens_k, causal, torch.bfloat16, **opts)
+    e, eb = _err(out, ref), _err(base, ref)
+    assert e <= 2 * eb + FLOOR, f"output error {e:.3e}, bf16 baseline {eb:.3e}"
+
+
+def test_softcap_and_window_are_forward_only_and_checked():
+    """A backward through a soft cap or a window is a clear error naming the option; a bad window or
+    soft cap is refused naming the argument."""
+    lens = [5, 9]
+    q, k, v, cu_q, cu_k = _packed(lens, lens, 2, 1, 64, seed=8)
+    for opts, name in ((dict(softcap=5.0), "softcap"), (dict(window_size=(3, 0)), "window_size")):
+        qs = q.clone().requires_grad_()
+        out = flash_attn_varlen_func(qs, k, v, cu_q, cu_k, 9, 9, **opts)
+        with pytest.raises(NotImplementedError, match=name):
+            out.sum().backward()
+    with pytest.raises(ValueError, match="window_size"):
+        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 9, 9, window_size=(-2, 0))
+    with pytest.raises(ValueError, match="softcap"):
+        flash_attn_varlen_func(q, k, v, cu_q, cu_k, 9, 9, softcap=-1.0)
 
 
 def test_ops_are_defined_and_called_through_kittens_ops():

@@ -59,8 +59,10 @@ pub enum Expr {
     Bin(BinOp, Box<Expr>, Box<Expr>),
     /// Element `index` (along dimension 0) of the `i32` global tensor: a value the kernel reads
     /// from device memory (a sequence's start in a packed batch). Outside the tensor it reads 0, as
-    /// every global read does. Data-dependent: the analyses treat it as unknown, so a kernel keeps
-    /// it out of loop bounds, shared-memory indices and wave conditions (the validator says so).
+    /// every global read does. Data-dependent: host evaluation sees it as unknown; the schedule
+    /// analysis reads element `i` as `i·E`, offsets of sequences of `E` rows, with `E` enumerated as
+    /// a size (`crate::analysis`'s `elem_value`), so a loop bound or condition may read it (a
+    /// packed sequence's key walk).
     Elem(GlobalId, Box<Expr>),
 }
 

@@ -199,3 +199,31 @@ fn i32_buffers_round_trip_exactly() {
     assert_eq!(&bytes[4..8], &1i32.to_le_bytes());
     assert_eq!(from_bytes(&bytes, I32).unwrap(), v.to_vec());
 }
+
+/// A loop whose trip count reads the offsets (a packed sequence's length in 16-row steps, the varlen
+/// attention's key walk): the schedule analysis reads every `i32` element `i` as `i·E` with `E` one more
+/// size after the parameters, enumerated past the tile size, so `verify` traces every trip count; given
+/// the parameters alone, the bound stays unknown and the analysis says which expression it could not read.
+#[test]
+fn loop_bounds_that_read_elements_are_verified_over_element_sizes() {
+    let mut k = KernelBuilder::new("walk", Schedule::Plain { waves: 2 });
+    let batch = k.param("batch");
+    let cu = k.global("cu", I32, &[("b", &batch + 1)], Access::Read);
+    k.grid(vec![batch.clone()], GridOrder::RowMajor);
+    let b = k.block(0);
+    let len = Expr::elem(cu, &b + 1) - Expr::elem(cu, b.clone());
+    k.for_range("j", 0, len.ceil_div(16), |k, _| k.barrier());
+    let kernel = k.finish().expect("the kernel builds");
+    let sets = analysis::representative_params(&kernel);
+    assert!(sets.iter().all(|s| s.len() == kernel.params.len() + 1));
+    assert!(sets.iter().any(|s| s[1] > 2 * 16), "{sets:?}");
+    analysis::verify(&kernel).expect("every trip count verified");
+    let opts = analysis::Options {
+        params: vec![2],
+        ..Default::default()
+    };
+    let e = analysis::analyze_launch(&kernel, &opts)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("g0["), "{e}");
+}

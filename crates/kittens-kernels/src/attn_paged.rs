@@ -16,7 +16,8 @@
 //! dense forward (`crate::attn_fwd`). A sliding window ([`PagedConfig::window`]) is aligned the same
 //! way (FlashAttention's `window_size` with a KV cache: query `i` at position `len − seq_q + i`).
 //!
-//! The trip count cannot read device memory (the analyses size loops from parameters), so the walk
+//! The trip count reads no device memory (written when the analyses could not read one; they now
+//! can, `kittens_ir::analysis`'s element size, as `crate::attn_varlen_hopper`'s walk does), so the walk
 //! covers the table's capacity `max_blocks · page_size` and masks keys at or past the sequence's length;
 //! a step past the sequence's last page re-reads that page (entry clamped to the length's last page,
 //! and the page index to `0 .. num_blocks`), so no table entry past the sequence, and no page outside

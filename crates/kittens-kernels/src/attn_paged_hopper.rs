@@ -18,8 +18,8 @@
 //!   page, and the `cp.async` fill stops at a per-step clip of the page's rows at the sequence's
 //!   length, so cache rows past it (stale, NaN in an uninitialised cache) land as zeros and cannot
 //!   reach `O` through `0 · NaN` in `P·V`;
-//! - the key loop walks the table's capacity `max_blocks · page_size` (a parameter: the trip count
-//!   may not read device memory) and masks keys at or past the length (or the part's end), as the
+//! - the key loop walks the table's capacity `max_blocks · page_size` (a parameter; a trip count read
+//!   on the device, as `crate::attn_varlen_hopper`'s, is left to do) and masks keys at or past the length (or the part's end), as the
 //!   interpreter's program does. Rows that keep no key get a floored softmax: output 0, `lse = −∞`.
 //!
 //! Not tuned: a block takes one query head (no packing of a GQA group's heads into the 64 rows, as

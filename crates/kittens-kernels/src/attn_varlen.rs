@@ -10,7 +10,8 @@
 //!
 //! The program is the online softmax of FlashAttention-2 §3.1 on one wave (S = Q·Kᵀ in f32, the scale
 //! inside the `exp2`, P rounded to bf16 for P·V), causal aligned bottom-right per sequence
-//! (FlashAttention's convention), grouped-query heads (query head `h` reads KV head
+//! (FlashAttention's convention), a soft cap and a sliding window (bottom-right per sequence, as
+//! the dense forward's, [`crate::attn::score`]), grouped-query heads (query head `h` reads KV head
 //! `h / (heads / heads_kv)`). It runs on the CPU interpreter (one wave, over the register budget of
 //! a GPU); sm_90a runs the warp-specialised program of the same tensors and meaning,
 //! [`crate::attn_varlen_hopper`]; gfx942 and gfx950 lower this program (V staged through LDS,
@@ -31,12 +32,8 @@ use kittens_tile::{BaseShape, Layout};
 /// `softmax_lse` layout for varlen; `−∞` for a query that keeps no key).
 pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     check(cfg)?;
-    let name = if cfg.causal {
-        "attn_varlen_fwd_causal"
-    } else {
-        "attn_varlen_fwd"
-    };
-    let mut k = KernelBuilder::new(name, Schedule::Plain { waves: 1 });
+    let name = cfg.name("attn_varlen_fwd");
+    let mut k = KernelBuilder::new(&name, Schedule::Plain { waves: 1 });
     let sizes = Batch::declare(&mut k);
     let t = Tensors::declare(&mut k, &sizes, cfg);
     let blk = QueryBlock::declare(&mut k, &sizes, &t, BLOCK_Q);
@@ -87,8 +84,8 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     };
     let masks = KeyMasks {
         end: blk.len_k.clone(),
-        causal: cfg.causal.then(|| &blk.len_k - blk.len_q.clone()),
-        start: None,
+        causal: cfg.last_key_offset(&blk.len_q, &blk.len_k),
+        start: cfg.first_key_offset(&blk.len_q, &blk.len_k),
         cap: (cfg.logits, cfg.dim),
         alibi: slope.map(|v| (v, &blk.len_k - blk.len_q.clone())),
     };

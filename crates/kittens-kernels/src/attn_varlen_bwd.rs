@@ -50,7 +50,7 @@ pub fn key_block(part: Part, dim: u32) -> u32 {
 /// `[total_k, heads_kv, d]`), or [`Part::Queries`]: `dq` (f32 `[total_q, heads, d]`) — the outputs
 /// in the order the sm_90a launches finish them (`crate::attn_varlen_bwd_problem`).
 pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
-    crate::attn::varlen::check(cfg)?;
+    crate::attn::varlen::check_backward(cfg)?;
     if cfg.seqused_k {
         return Err(KernelError::Config(
             "seqused_k: the varlen backward does not take it (a KV cache is forward only)".into(),

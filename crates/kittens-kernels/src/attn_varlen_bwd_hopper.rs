@@ -15,7 +15,8 @@
 //! What varlen changes against the dense program:
 //!
 //! - tile origins are `cu_seqlens[b] + offset` (`Expr::Elem`, read per block); the query steps run
-//!   over `⌈max_seqlen_q / 64⌉` (a parameter: trip counts read no device memory);
+//!   over `⌈max_seqlen_q / 64⌉` (a parameter; the forward's walk, `crate::attn_varlen_hopper`, now
+//!   reads its trip count on the device, which this loop could too);
 //! - the loads are not clipped: rows past a sequence's end are the next sequence's (or past the
 //!   tensor, zero), and every score they meet is masked (queries past `len_q`, keys past `len_k`,
 //!   the bottom-right causal diagonal, applied on every step), so their P and dS are exactly 0: they
@@ -25,14 +26,15 @@
 //!   rows past it belong to the next sequence.
 //!
 //! Not done: no skipping of query steps wholly above the causal diagonal (their bounds would be
-//! data-dependent), no soft cap or window (the varlen forward has neither). ALiBi
+//! data-dependent), no soft cap or window (the varlen forward has both; this backward refuses them,
+//! `check_backward`). ALiBi
 //! ([`VarlenConfig::alibi`]) as the dense program: the step's head's slope loaded through `dp`
 //! before D lands there, the bias added to `Sᵀ` before the masks.
 
 use crate::attn::hopper::{BLOCK, COLS};
 use crate::attn::hopper_bwd::{declare_smem, probs_and_ds, schedule, StepTiles, STEP};
 use crate::attn::score::Alibi;
-use crate::attn::varlen::{alibi_add, check, offsets, Batch, Seq, VarlenConfig};
+use crate::attn::varlen::{alibi_add, check_backward, offsets, Batch, Seq, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -48,7 +50,7 @@ use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 /// packed tensors are declared head-major, `[heads, total, d]` with strides `[d, heads·d, 1]` (the
 /// same memory). Grid `[batch, heads_kv, ⌈max_seqlen_k / 128⌉]`. Head dims 64 and 128.
 pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
-    check(cfg)?;
+    check_backward(cfg)?;
     if cfg.seqused_k {
         return Err(KernelError::Config(
             "seqused_k: the varlen backward does not take it (a KV cache is forward only)".into(),

@@ -6,7 +6,7 @@
 use kittens_hw::dtype::DType::Bf16;
 use kittens_ir::interp;
 use kittens_ir::numerics::{round, Rounding};
-use kittens_kernels::attn::score::Logits;
+use kittens_kernels::attn::score::{Logits, Window};
 use kittens_kernels::attn_varlen::{build, VarlenConfig};
 use kittens_kernels::exec::BwdTensors;
 use kittens_kernels::exec_varlen::{backward as plain_bwd, backward_sm90 as sm90_bwd, Packed};
@@ -73,6 +73,7 @@ impl Drawn {
                 scale,
                 softcap: None,
             },
+            window: None,
             seqused_k: false,
             alibi: false,
         };
@@ -136,6 +137,22 @@ fn check_with(
     scale: Option<f32>,
     seed: u64,
 ) {
+    let drawn = Drawn::new(lens_q, lens_k, (heads, heads_kv), dim, causal, scale, seed);
+    check_drawn(builder, drawn, lens_q, lens_k);
+}
+
+/// A soft cap and a window on the drawn batch: both in the configuration and the references.
+fn with_options(mut d: Drawn, softcap: Option<f32>, window: Option<Window>) -> Drawn {
+    d.cfg.logits.softcap = softcap;
+    d.cfg.window = window;
+    d.sh.softcap = softcap.map(f64::from);
+    d.sh.window = window;
+    d
+}
+
+/// Runs `builder`'s program of `drawn` on the interpreter and judges it against the references.
+fn check_drawn(builder: Builder, drawn: Drawn, lens_q: &[usize], lens_k: &[usize]) {
+    let (heads, heads_kv) = (drawn.sh.heads, drawn.sh.heads_kv);
     let Drawn {
         cfg,
         cu_q,
@@ -147,7 +164,8 @@ fn check_with(
         total_q,
         total_k,
         ..
-    } = Drawn::new(lens_q, lens_k, (heads, heads_kv), dim, causal, scale, seed);
+    } = drawn;
+    let (dim, causal, scale) = (cfg.dim, cfg.causal, cfg.logits.scale);
     let kernel = builder(&cfg).expect("the varlen kernel builds");
     let d = dim as usize;
     let (want_o, want_lse) = forward(&q, &k, &v, &sh);
@@ -173,7 +191,11 @@ fn check_with(
         max(lens_k),
     ];
     interp::run(&kernel, &params, &mut tensors).expect("the interpreter runs it");
-    let what = format!("{} lens_q {lens_q:?} lens_k {lens_k:?} H{heads}/{heads_kv} D{dim} causal {causal} scale {scale:?}", kernel.name);
+    let what = format!(
+        "{} lens_q {lens_q:?} lens_k {lens_k:?} H{heads}/{heads_kv} D{dim} causal {causal} scale \
+         {scale:?} softcap {:?} window {:?}",
+        kernel.name, cfg.logits.softcap, cfg.window
+    );
     // Padding rows: nobody's, never written.
     let real = cu_q[lens_q.len()];
     assert!(
@@ -257,12 +279,41 @@ fn varlen_forward_matches_f64_d128() {
     check(&[33, 65], &[100, 7], 4, 1, 128, false, None, 6);
 }
 
+/// A program, head dim, causal, soft cap and window.
+type OptionCase = (Builder, u32, bool, Option<f32>, Option<Window>);
+
+/// FlashAttention's soft cap and sliding window (bottom-right per sequence) in both forward programs
+/// (the one-wave program and the sm_90a one on the interpreter), alone and together, causal and not:
+/// windows narrower than a key block, cutting inside blocks on both sides, wider than the sequences,
+/// a right side before the diagonal (rows that keep no key), at lengths crossing 128-row tiles.
+#[test]
+fn varlen_forward_softcap_and_window_match_f64() {
+    let hopper: Builder = kittens_kernels::attn_varlen_hopper::build;
+    let (lq, lk) = ([45, 3, 0, 300, 129], [20, 150, 7, 300, 260]);
+    let w = |left, right| Some(Window { left, right });
+    let cases: [OptionCase; 8] = [
+        (build, 64, true, Some(5.0), None),
+        (build, 64, false, None, w(20, 3)),
+        (build, 64, true, Some(30.0), w(40, -1)),
+        (build, 64, false, None, w(-1, 0)),
+        (hopper, 64, true, Some(5.0), None),
+        (hopper, 64, false, Some(5.0), w(70, 10)),
+        (hopper, 128, true, None, w(130, -1)),
+        (hopper, 64, false, None, w(0, 140)),
+    ];
+    for (i, (builder, dim, causal, cap, win)) in cases.into_iter().enumerate() {
+        let d = Drawn::new(&lq, &lk, (4, 2), dim, causal, None, 40 + i as u64);
+        check_drawn(builder, with_options(d, cap, win), &lq, &lk);
+    }
+}
+
 #[test]
 fn bad_configurations_are_refused_by_name() {
     let e = build(&VarlenConfig {
         dim: 48,
         causal: false,
         logits: Logits::default(),
+        window: None,
         seqused_k: false,
         alibi: false,
     })
@@ -273,16 +324,41 @@ fn bad_configurations_are_refused_by_name() {
         scale: None,
         softcap: Some(30.0),
     };
-    let e = build(&VarlenConfig {
+    // The forward takes a soft cap and a window (`varlen_forward_softcap_and_window_match_f64`);
+    // the backward programs refuse both, naming them, and the forward a window side below -1.
+    use kittens_kernels::attn_varlen_bwd::Part;
+    let plain = VarlenConfig {
         dim: 64,
         causal: false,
-        logits: capped,
+        logits: Logits::default(),
+        window: None,
         seqused_k: false,
         alibi: false,
-    })
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("softcap"), "{e}");
+    };
+    let capped = VarlenConfig {
+        logits: capped,
+        ..plain
+    };
+    let windowed = VarlenConfig {
+        window: Some(Window { left: 8, right: -1 }),
+        ..plain
+    };
+    for (cfg, what) in [(capped, "softcap"), (windowed, "window")] {
+        let e = kittens_kernels::attn_varlen_bwd::build(&cfg, Part::Keys)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(what), "{e}");
+        let e = kittens_kernels::attn_varlen_bwd_hopper::build(&cfg)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(what), "{e}");
+    }
+    let bad = VarlenConfig {
+        window: Some(Window { left: -2, right: 0 }),
+        ..plain
+    };
+    let e = build(&bad).unwrap_err().to_string();
+    assert!(e.contains("window") && e.contains("-2"), "{e}");
 }
 
 type BwdRunner =
@@ -449,6 +525,7 @@ fn amd_lowers_the_varlen_programs_sm90a_lowers_the_hopper_one() {
         dim: 64,
         causal: true,
         logits: Logits::default(),
+        window: None,
         seqused_k: false,
         alibi: false,
     };
@@ -475,14 +552,28 @@ fn amd_lowers_the_varlen_programs_sm90a_lowers_the_hopper_one() {
         // The one-wave programs: over the register budget or of the wrong schedule.
         assert!(kittens_codegen::lower(kernel, Target::Sm90a).is_err());
     }
+    let maps = |l: &kittens_codegen::Lowered| {
+        l.args
+            .iter()
+            .filter(|a| matches!(a, kittens_codegen::KernelArg::TensorMap(_)))
+            .count()
+    };
+    // Q, K and V read unclipped by TMA (every score of a row past a sequence's end is masked or
+    // never stored); the outputs clipped by direct stores.
     let hopper = kittens_kernels::attn_varlen_hopper::build(&cfg).unwrap();
     let l = kittens_codegen::lower(&hopper, Target::Sm90a).expect("sm_90a lowers it");
-    // No tensor maps: a TMA box would cross a sequence's end; cp.async and direct stores clip.
-    assert!(!l
-        .args
-        .iter()
-        .any(|a| matches!(a, kittens_codegen::KernelArg::TensorMap(_))));
-    assert!(l.source.contains("g_cu_seqlens_q") && l.source.contains("cp.async"));
+    assert!(maps(&l) >= 3, "{:?}", l.args);
+    assert!(l.source.contains("g_cu_seqlens_q") && !l.source.contains("kt::cp_async_16("));
+    // With seqused_k (a KV cache's stale rows past the used ones): no tensor maps, a TMA box would
+    // cross the used rows' end; cp.async and direct stores clip.
+    let used = VarlenConfig {
+        seqused_k: true,
+        ..cfg
+    };
+    let hopper = kittens_kernels::attn_varlen_hopper::build(&used).unwrap();
+    let l = kittens_codegen::lower(&hopper, Target::Sm90a).expect("sm_90a lowers it");
+    assert_eq!(maps(&l), 0, "{:?}", l.args);
+    assert!(l.source.contains("g_cu_seqlens_q") && l.source.contains("kt::cp_async_16("));
 }
 
 /// `seqused_k` (a KV cache of fixed capacity per sequence: keys start at `b · capacity` and sequence
@@ -519,6 +610,7 @@ fn seqused_k_keeps_each_sequences_first_keys_in_both_programs() {
             dim,
             causal,
             logits: Logits::default(),
+            window: None,
             seqused_k: true,
             alibi: false,
         };

@@ -3,7 +3,7 @@
 
 use crate::view::ApiError;
 use crate::{interruptible, say};
-use kittens_kernels::attn::score::Logits;
+use kittens_kernels::attn::score::{Logits, Window};
 use kittens_kernels::attn_varlen::VarlenConfig;
 use kittens_kernels::exec_varlen::{self, Packed};
 use pyo3::prelude::*;
@@ -30,6 +30,9 @@ fn value(what: &'static str) -> impl Fn(kittens_kernels::KernelError) -> ApiErro
 /// `(heads, heads_kv, dim, max_seqlen_q, max_seqlen_k)`.
 type Sizes = (usize, usize, u32, usize, usize);
 
+/// The forward's soft cap and sliding window `(left, right)`, `None` for none.
+type Options = (Option<f64>, Option<(i64, i64)>);
+
 fn setup(
     sizes: Sizes,
     cu: (Vec<i64>, Vec<i64>),
@@ -37,6 +40,7 @@ fn setup(
     scale: Option<f64>,
     used_k: Option<Vec<i64>>,
     alibi: Option<Vec<f32>>,
+    (softcap, window): Options,
 ) -> (VarlenConfig, Packed) {
     let (heads, heads_kv, dim, max_q, max_k) = sizes;
     let cfg = VarlenConfig {
@@ -44,8 +48,10 @@ fn setup(
         causal,
         logits: Logits {
             scale: scale.map(|s| s as f32),
-            softcap: None,
+            softcap: softcap.map(|c| c as f32),
         },
+        // Checked by the build (`window` named in its error).
+        window: window.map(|(left, right)| Window { left, right }),
         seqused_k: used_k.is_some(),
         alibi: alibi.is_some(),
     };
@@ -64,9 +70,11 @@ fn setup(
 
 /// `(out, lse)` of packed `q, k, v` (float32 bytes of `[total, heads, dim]`); `seqused_k`: the keys
 /// each sequence uses from its `cu_seqlens_k` start (FlashAttention's `seqused_k`, a KV cache's lengths);
-/// `alibi`: ALiBi's slopes, `[batch, heads]` row-major.
+/// `alibi`: ALiBi's slopes, `[batch, heads]` row-major; `softcap` and `window` (`(left, right)`, `-1`
+/// unbounded, bottom-right per sequence) as FlashAttention's.
 #[pyfunction]
-#[pyo3(signature = (arrays, cu, sizes, causal, scale=None, seqused_k=None, alibi=None))]
+#[pyo3(signature = (arrays, cu, sizes, causal, scale=None, seqused_k=None, alibi=None, softcap=None,
+    window=None))]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_varlen_cpu<'py>(
     py: Python<'py>,
@@ -77,8 +85,18 @@ pub(crate) fn attention_varlen_cpu<'py>(
     scale: Option<f64>,
     seqused_k: Option<Vec<i64>>,
     alibi: Option<Vec<f32>>,
+    softcap: Option<f64>,
+    window: Option<(i64, i64)>,
 ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
-    let (cfg, packed) = setup(sizes, cu, causal, scale, seqused_k, alibi);
+    let (cfg, packed) = setup(
+        sizes,
+        cu,
+        causal,
+        scale,
+        seqused_k,
+        alibi,
+        (softcap, window),
+    );
     let [q, k, v] = arrays.map(|a| floats(&a));
     let (o, lse) = interruptible(py, move || {
         let t = std::time::Instant::now();
@@ -109,7 +127,7 @@ pub(crate) fn attention_varlen_backward_cpu<'py>(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
 )> {
-    let (cfg, packed) = setup(sizes, cu, causal, scale, None, alibi);
+    let (cfg, packed) = setup(sizes, cu, causal, scale, None, alibi, (None, None));
     let [q, k, v, o, d_o, lse] = arrays.map(|a| floats(&a));
     let [dq, dk, dv] = interruptible(py, move || {
         let t = kittens_kernels::exec::BwdTensors::new([&q, &k, &v, &o, &d_o, &lse]);

@@ -16,8 +16,8 @@ use kittens_kernels::attn_varlen::VarlenConfig;
 /// Lowers and compiles `build(cfg)` for sm_90a; panics on a lowering or NVRTC error or a spill.
 fn compiles_without_spills(build: Builder, cfg: &VarlenConfig) {
     let what = format!(
-        "D{} causal {} seqused_k {} alibi {}",
-        cfg.dim, cfg.causal, cfg.seqused_k, cfg.alibi
+        "D{} causal {} seqused_k {} alibi {} softcap {:?} window {:?}",
+        cfg.dim, cfg.causal, cfg.seqused_k, cfg.alibi, cfg.logits.softcap, cfg.window
     );
     let k = build(cfg).unwrap();
     let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{what}: {e}"));
@@ -35,6 +35,7 @@ fn config(dim: u32, causal: bool, seqused_k: bool) -> VarlenConfig {
         dim,
         causal,
         logits: Logits::default(),
+        window: None,
         seqused_k,
         alibi: false,
     }
@@ -84,6 +85,29 @@ fn varlen_alibi_compiles_for_sm90a_without_spills() {
             if dim <= 128 {
                 compiles_without_spills(kittens_kernels::attn_varlen_bwd_hopper::build, &cfg);
             }
+        }
+    }
+}
+
+/// With a soft cap and a sliding window (the forward only: one `tanh` per score, the window's key
+/// range read on the device), at every head dim, causal and not, still without spills.
+#[test]
+fn varlen_softcap_and_window_compile_for_sm90a_without_spills() {
+    ensure_nvrtc();
+    for dim in [64, 128, 192, 256] {
+        for causal in [false, true] {
+            let cfg = VarlenConfig {
+                logits: Logits {
+                    scale: None,
+                    softcap: Some(30.0),
+                },
+                window: Some(kittens_kernels::attn::score::Window {
+                    left: 256,
+                    right: 0,
+                }),
+                ..config(dim, causal, false)
+            };
+            compiles_without_spills(kittens_kernels::attn_varlen_hopper::build, &cfg);
         }
     }
 }

@@ -12,21 +12,24 @@ from ._core import _dense, _BF16, _HANDLES, _bf16s, _check_out, _launch, _same_d
 
 
 def attention_varlen(q, k, v, cu_q, cu_k, max_q: int, max_k: int, causal: bool, scale, out=None, lse=None,
-                     seqused_k=None, alibi=None):
+                     seqused_k=None, alibi=None, softcap=None, window=None):
     """``(out, lse)`` of the packed variable-length attention forward on CUDA (registry ``attn_varlen``,
     the sm_90a program ``kittens_kernels::attn_varlen_hopper``): q (total_q, H, D), k and v
     (total_k, H_kv, D), dense, bfloat16; cu_q, cu_k int32 (B + 1,) offsets that the kernel reads on the
     device (nothing is read back here). ``out`` like q, ``lse`` float32 (H, total_q): rows outside
-    every sequence are never written (zeros when this call allocates them)."""
+    every sequence are never written (zeros when this call allocates them). ``softcap`` (a float) and
+    ``window`` (``(left, right)``) as ``kittens.varlen.attention_varlen``'s, None for none."""
+    softcap = None if softcap is None else float(softcap)
+    window = None if window is None else (int(window[0]), int(window[1]))
     key = (10, q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), cu_q.shape, cu_k.shape,
            cu_q.dtype, cu_k.dtype, q.device, k.device, v.device, cu_q.device, cu_k.device, int(max_q),
            int(max_k), bool(causal), scale,
            None if seqused_k is None else (seqused_k.shape, seqused_k.dtype, seqused_k.device),
-           _alibi_key(alibi))
+           _alibi_key(alibi), softcap, window)
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_varlen(key, q, k, v, cu_q, cu_k, int(max_q), int(max_k), bool(causal), scale, seqused_k,
-                              alibi)
+                              alibi, softcap, window)
     total_q, h, _ = q.shape
     if out is None:
         out = torch.zeros_like(q)
@@ -74,7 +77,8 @@ def _alibi_spec(problem, alibi, q, cu_q):
     return (_spec("alibi", shape, (shape[1], 1), "float32"),)
 
 
-def _prepare_varlen(key, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, seqused_k=None, alibi=None):
+def _prepare_varlen(key, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, seqused_k=None, alibi=None,
+                    softcap=None, window=None):
     _bf16s(q=q, k=k, v=v)
     dev = _same_device(q=q, k=k, v=v, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
     used = ()
@@ -105,6 +109,10 @@ def _prepare_varlen(key, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, sequs
                "dim": d, "causal": causal, "scale": scale, "total_q": total_q, "total_k": total_k}
     if used:
         problem["variant"] = "seqused_k"
+    if softcap is not None:
+        problem["softcap"] = softcap
+    if window is not None:
+        problem["window"] = window
     slopes = _alibi_spec(problem, alibi, q, cu_q)
     # Dense (checked above), so the declared strides; torch may report others on dims of size 1.
     packed = (h * d, d, 1), (hk * d, d, 1)

@@ -305,7 +305,7 @@ fn block_dims(k: &Kernel) -> BTreeSet<u8> {
 fn units(e: &Expr, out: &mut BTreeSet<i64>) {
     fn sized(e: &Expr) -> bool {
         match e {
-            Expr::Param(_) | Expr::Block(_) => true,
+            Expr::Param(_) | Expr::Block(_) | Expr::Elem(..) => true,
             Expr::Bin(_, a, b) => sized(a) || sized(b),
             _ => false,
         }
@@ -339,7 +339,9 @@ fn units(e: &Expr, out: &mut BTreeSet<i64>) {
 /// none), `h` the default kept head and `P` the ring period: every loop bound `ceil(size / u)` then
 /// takes each trip count from 1 to past `2h + P` (where shortening starts), with the size on, just
 /// below and just above a tile boundary. Several such parameters vary together (all equal) and one at
-/// a time (the others at the middle value); their full product when it has at most 256 sets.
+/// a time (the others at the middle value); their full product when it has at most 256 sets. A kernel
+/// whose traced expressions read elements gets one more value per set, the element size `E` of
+/// `super::elem_value`, enumerated the same way.
 pub fn representative_params(k: &Kernel) -> Vec<Vec<i64>> {
     let dims = block_dims(k);
     let mut used = BTreeSet::new();
@@ -357,6 +359,11 @@ pub fn representative_params(k: &Kernel) -> Vec<Vec<i64>> {
         note(&k.grid.extents[d as usize]);
     }
     used.retain(|&p| p < k.params.len());
+    // Element reads take one more size, `E` (`super::elem_value`), enumerated as a parameter.
+    let extra = usize::from(super::reads_elements(k));
+    if extra == 1 {
+        used.insert(k.params.len());
+    }
     if unit.is_empty() {
         unit.insert(1);
     }
@@ -371,7 +378,7 @@ pub fn representative_params(k: &Kernel) -> Vec<Vec<i64>> {
         .collect();
     values.sort_unstable();
     values.dedup();
-    let base = vec![1i64; k.params.len()];
+    let base = vec![1i64; k.params.len() + extra];
     let used: Vec<usize> = used.into_iter().collect();
     let with = |assign: &[(usize, i64)]| {
         let mut v = base.clone();
@@ -437,12 +444,15 @@ pub fn verify(kernel: &Kernel) -> Result<Verified, ScheduleError> {
     let mut traced = 0;
     for params in &sets {
         let at = |block: &[i64]| {
-            let ps: Vec<String> = kernel
+            let mut ps: Vec<String> = kernel
                 .params
                 .iter()
                 .zip(params)
                 .map(|(p, v)| format!("{}={v}", p.name))
                 .collect();
+            if let Some(e) = params.get(kernel.params.len()) {
+                ps.push(format!("elements i*{e}"));
+            }
             format!("{} block {block:?}", ps.join(" "))
         };
         let opts = Options {

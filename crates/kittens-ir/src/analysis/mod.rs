@@ -246,9 +246,34 @@ pub fn analyze(kernel: &Kernel, opts: &Options) -> Result<Report, AnalysisError>
     Ok(report_of(kernel, &opts, head, &traces, true))
 }
 
-/// The right number of parameters, each a non-empty size.
+/// Whether some expression the trace evaluates (a loop bound, a condition, a shared view's slot,
+/// row or column) reads an `i32` global ([`crate::Expr::Elem`]: a packed batch's offsets).
+pub(crate) fn reads_elements(kernel: &Kernel) -> bool {
+    let reads = std::cell::Cell::new(false);
+    period::for_each_traced(
+        &kernel.body,
+        &mut |e| reads.set(reads.get() || e.reads_memory()),
+        &mut |c| reads.set(reads.get() || c.reads_memory()),
+    );
+    reads.get()
+}
+
+/// Element `i` of any `i32` global as the analysis reads it, for a kernel whose traced expressions
+/// read elements ([`reads_elements`]): `i · E`, `E` the one value after the kernel's parameters in
+/// `params` (none: unknown, and the trace stops with [`AnalysisError::Eval`]). Offsets `b · E` are
+/// a packed batch of sequences of `E` rows each, so a data-dependent trip count (a sequence's
+/// length in key blocks) takes every value the sizes do; [`launch::representative_params`]
+/// enumerates `E` as it does a size.
+pub(crate) fn elem_value(kernel: &Kernel, params: &[i64], i: i64) -> Option<i64> {
+    let e = *params.get(kernel.params.len())?;
+    i.checked_mul(e)
+}
+
+/// The right number of parameters (one more, the element size of [`elem_value`], where the kernel
+/// [`reads_elements`]), each a non-empty size.
 fn check_params(kernel: &Kernel, params: &[i64]) -> Result<(), AnalysisError> {
-    if params.len() != kernel.params.len() {
+    let extra = params.len() == kernel.params.len() + 1 && reads_elements(kernel);
+    if params.len() != kernel.params.len() && !extra {
         return Err(AnalysisError::Params {
             kernel: kernel.name.clone(),
             expected: kernel.params.len(),

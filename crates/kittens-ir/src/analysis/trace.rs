@@ -87,18 +87,26 @@ impl Walker<'_> {
         }
     }
 
+    /// Element `i` of an `i32` global ([`Expr::Elem`]) as the analysis sees it:
+    /// [`super::elem_value`] of the element size after the kernel's parameters, unknown without one.
+    fn read(&self, i: i64) -> Option<i64> {
+        super::elem_value(self.k, self.params, i)
+    }
+
     fn eval(&self, e: &Expr, op: usize) -> Result<i64, AnalysisError> {
-        e.eval(&self.env()).ok_or_else(|| AnalysisError::Eval {
-            op,
-            expr: e.to_string(),
-        })
+        e.eval_in(&self.env(), &|_, i| self.read(i))
+            .ok_or_else(|| AnalysisError::Eval {
+                op,
+                expr: e.to_string(),
+            })
     }
 
     fn cond(&self, c: &Cond, op: usize) -> Result<bool, AnalysisError> {
-        c.eval(&self.env()).ok_or_else(|| AnalysisError::Eval {
-            op,
-            expr: format!("{c:?}"),
-        })
+        c.eval_in(&self.env(), &|_, i| self.read(i))
+            .ok_or_else(|| AnalysisError::Eval {
+                op,
+                expr: format!("{c:?}"),
+            })
     }
 
     /// Walks `body` whose first op has index `idx`; returns the index after it.

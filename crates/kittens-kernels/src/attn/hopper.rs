@@ -19,6 +19,23 @@ pub fn padded_dim(dim: u32) -> u32 {
     dim.next_multiple_of(COLS)
 }
 
+/// Ring slots for K and for V of a forward block of `BLOCK` queries with `q_slots` Q slots, head dim
+/// `dim` (padded) and `kv`-key blocks: as many as fit beside Q in the H100's 227 KiB (2 each at head
+/// dim 128 and 128-key blocks: 32 KiB of Q + 2 × 64 KiB). With `overlap` (the rotated key loop),
+/// P·V of block j runs in iteration j + 1, so V's slot must outlive one more hand-off: V gets at
+/// least 3 slots (32 + 2 × 32 + 3 × 32 KiB at head dim 128).
+pub(crate) fn ring_stages(dim: u32, kv: u32, overlap: bool, q_slots: u32) -> (u32, u32) {
+    let q = q_slots * BLOCK * dim * 2;
+    let per_tensor = kv * dim * 2;
+    let budget = 220 * 1024 - q;
+    if !overlap {
+        let ring = (budget / (2 * per_tensor)).clamp(2, 4);
+        return (ring, ring);
+    }
+    let k_ring = ((budget - per_tensor) / (2 * per_tensor)).clamp(2, 4);
+    (k_ring, k_ring.max(3))
+}
+
 /// The tiles of the Hopper forward's block, per 64-column half of the head dimension: Q's shared
 /// tiles (`q_slots` slots of `BLOCK` rows), the K and V rings (`kv` rows each), and each consumer
 /// wave's `16 × kv` scores `s`, their bf16 copy `p` (the next `wgmma`'s register A operand) and its

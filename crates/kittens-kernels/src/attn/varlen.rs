@@ -3,7 +3,7 @@
 //! parameters and offsets (`cu_seqlens_*` read on the device), a sequence's rows and a query block's
 //! view of them, and the ALiBi slopes. `crate::attn_varlen`'s module docs give the layout.
 
-use super::score::Alibi;
+use super::score::{min_offset, Alibi, Window};
 use super::{HeadLogits, Logits};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32, I32};
@@ -20,8 +20,10 @@ pub struct VarlenConfig {
     pub dim: u32,
     /// Causal, aligned bottom-right in each sequence (query `i` keeps keys `j ≤ i + len_k − len_q`).
     pub causal: bool,
-    /// The softmax scale (`None`: `1/√d`); a soft cap is refused (not built for varlen yet).
+    /// The softmax scale (`None`: `1/√d`) and soft cap ([`Logits`], the forward only).
     pub logits: Logits,
+    /// A sliding window ([`Window`], aligned bottom-right in each sequence; the forward only).
+    pub window: Option<Window>,
     /// FlashAttention's `seqused_k`: sequence `b` keeps only the first `seqused_k[b]` of its key rows
     /// `cu_seqlens_k[b] ..` (an i32 `[batch]` tensor read on the device; the forward only). A KV cache
     /// of fixed capacity per sequence is this form: `cu_seqlens_k = b · capacity`, `seqused_k` the
@@ -42,13 +44,11 @@ impl HeadLogits for VarlenConfig {
     }
 }
 
-/// Refuses what the varlen programs do not take, naming the argument.
+/// Refuses what the varlen forward programs do not take, naming the argument.
 pub(crate) fn check(cfg: &VarlenConfig) -> Result<(), KernelError> {
     cfg.logits.check()?;
-    if cfg.logits.softcap.is_some() {
-        return Err(KernelError::Config(
-            "softcap: varlen attention does not take a soft cap yet".into(),
-        ));
+    if let Some(w) = cfg.window {
+        w.check()?;
     }
     if cfg.dim == 0 || !cfg.dim.is_multiple_of(32) || cfg.dim > 256 {
         return Err(KernelError::Config(format!(
@@ -57,6 +57,50 @@ pub(crate) fn check(cfg: &VarlenConfig) -> Result<(), KernelError> {
         )));
     }
     Ok(())
+}
+
+/// [`check`] for the backward programs, which take no soft cap and no window yet.
+pub(crate) fn check_backward(cfg: &VarlenConfig) -> Result<(), KernelError> {
+    if cfg.logits.softcap.is_some() {
+        return Err(KernelError::Config(
+            "softcap: the varlen backward does not take a soft cap yet".into(),
+        ));
+    }
+    if cfg.window.is_some() {
+        return Err(KernelError::Config(
+            "window: the varlen backward does not take a sliding window yet".into(),
+        ));
+    }
+    check(cfg)
+}
+
+impl VarlenConfig {
+    /// The kernel's name: `base`, then `_causal`, `_softcap`, `_window` for what the program has.
+    pub(crate) fn name(&self, base: &str) -> String {
+        let mut n = base.to_string();
+        for (on, s) in [
+            (self.causal, "_causal"),
+            (self.logits.softcap.is_some(), "_softcap"),
+            (self.window.is_some(), "_window"),
+        ] {
+            if on {
+                n.push_str(s);
+            }
+        }
+        n
+    }
+
+    /// The last key a query of a sequence keeps (`j ≤ i + offset`): the bottom-right causal
+    /// diagonal `len_k − len_q`, the window's right side, or the tighter of both; `None` without.
+    pub(crate) fn last_key_offset(&self, len_q: &Expr, len_k: &Expr) -> Option<Expr> {
+        let causal = self.causal.then(|| len_k - len_q.clone());
+        min_offset(causal, self.window.and_then(|w| w.end_expr(len_q, len_k)))
+    }
+
+    /// The first key a query keeps (`j ≥ i + offset`): the window's left side; `None` without.
+    pub(crate) fn first_key_offset(&self, len_q: &Expr, len_k: &Expr) -> Option<Expr> {
+        self.window.and_then(|w| w.start_expr(len_q, len_k))
+    }
 }
 
 /// The parameters every varlen program declares, in this order.
@@ -249,6 +293,21 @@ impl QueryBlock {
         t: &Tensors,
         block_q: u32,
     ) -> QueryBlock {
+        QueryBlock::declare_clipped(k, n, t, block_q, true)
+    }
+
+    /// [`Self::declare`], the inputs `q, k, v` clipped at the sequence's ends only with
+    /// `clip_inputs` (the outputs always are). Unclipped, a tile crossing an end reads the next
+    /// sequence's rows (or zeros past the tensor): a program may do so where every score those rows
+    /// meet is masked, so that their `P` is exactly 0 (`crate::attn_varlen_bwd_hopper` does, and
+    /// `crate::attn_varlen_hopper` without `seqused_k`), and can then fill its rings by TMA.
+    pub(crate) fn declare_clipped(
+        k: &mut KernelBuilder,
+        n: &Batch,
+        t: &Tensors,
+        block_q: u32,
+        clip_inputs: bool,
+    ) -> QueryBlock {
         let blocks = n.max_q.ceil_div(i64::from(block_q));
         k.grid(
             vec![n.batch.clone(), n.heads.clone(), blocks],
@@ -257,12 +316,13 @@ impl QueryBlock {
         let (b, h, qb) = (k.block(0), k.block(1), k.block(2));
         let hk = &h / (&n.heads / n.heads_kv.clone());
         let seq = Seq::with_used(t.cu_q, t.cu_k, t.used_k, &b);
-        for g in [t.q, t.o] {
-            k.clip(g, 0, seq.end_q.clone());
-        }
+        k.clip(t.o, 0, seq.end_q.clone());
         k.clip(t.lse, 1, seq.end_q.clone());
-        for g in [t.k, t.v] {
-            k.clip(g, 0, seq.end_k.clone());
+        if clip_inputs {
+            k.clip(t.q, 0, seq.end_q.clone());
+            for g in [t.k, t.v] {
+                k.clip(g, 0, seq.end_k.clone());
+            }
         }
         QueryBlock {
             len_q: &seq.end_q - seq.start_q.clone(),

@@ -19,9 +19,9 @@ use rand::{Rng, SeedableRng};
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct VarlenProblem {
     /// The attention's shape (`args.attn.seq` and `args.seq_kv`: `max_seqlen_q`, `max_seqlen_k`),
-    /// causal mask, softmax scale and ALiBi (`args.alibi`: the slopes an input after the offsets; a
-    /// soft cap is refused by the build; no window and no bottom-right flag:
-    /// [`VarlenProblem::from_args`] refuses them).
+    /// causal mask, softmax scale, soft cap, window (both refused by the backward's build) and ALiBi
+    /// (`args.alibi`: the slopes an input after the offsets); no bottom-right flag:
+    /// [`VarlenProblem::from_args`] refuses it).
     pub args: AttnArgs,
     /// The packed tensors' rows `(total_q, total_k)` when a caller gives its own (Python); `None`:
     /// the sum of the lengths a random-input run draws.
@@ -42,9 +42,9 @@ impl Default for VarlenProblem {
 
 impl VarlenProblem {
     /// The problem `a` names: the attention's names ([`AttnArgs::from_args`]: `batch`, `heads`,
-    /// `heads_kv`, `seq`, `seq_kv`, `dim`, `causal`, `scale`, `softcap`; a layout other than `bshd`,
-    /// a bottom-right flag, a window or `lse` are refused: the packed layout, the bottom-right causal
-    /// mask and the `lse` output are this kernel's own), `total_q` and `total_k` (both or neither),
+    /// `heads_kv`, `seq`, `seq_kv`, `dim`, `causal`, `scale`, `softcap`, `window`; a layout other
+    /// than `bshd`, a bottom-right flag or `lse` are refused: the packed layout, the bottom-right
+    /// causal mask and the `lse` output are this kernel's own), `total_q` and `total_k` (both or neither),
     /// and the run settings (variant `seqused_k`).
     pub fn from_args(a: &NamedArgs) -> Result<VarlenProblem, KernelError> {
         Self::from_args_of("attn_varlen", a, &[SEQUSED_K])
@@ -63,10 +63,9 @@ impl VarlenProblem {
                 args.attn.layout
             )));
         }
-        if args.window.is_some() || args.bottom_right || a.flag_or("lse", false)? {
+        if args.bottom_right || a.flag_or("lse", false)? {
             return Err(KernelError::Problem(format!(
-                "{name}: takes no window, and always writes lse with bottom-right causal (no window, \
-                 lse, bottom_right)"
+                "{name}: always writes lse with bottom-right causal (no lse, bottom_right)"
             )));
         }
         let varlen_total = match (
@@ -192,7 +191,8 @@ impl VarlenProblem {
             cu_k: cu(cu_k),
             causal: self.args.causal,
             scale: f64::from(cfg.logits.scale(cfg.dim)),
-            ..Default::default()
+            softcap: cfg.logits.softcap.map(f64::from),
+            window: cfg.window,
         }
     }
 
@@ -262,12 +262,14 @@ fn offsets(lens: impl Iterator<Item = usize>) -> Vec<usize> {
     cu
 }
 
-/// The configuration of `p` (head dim, causal, scale; a soft cap is refused by the build).
+/// The configuration of `p` (head dim, causal, scale, soft cap, window; the backward's build refuses
+/// the last two).
 pub fn config(p: &VarlenProblem) -> VarlenConfig {
     VarlenConfig {
         dim: u32::try_from(p.args.attn.dim).unwrap_or(u32::MAX),
         causal: p.args.causal,
         logits: p.args.logits,
+        window: p.args.window,
         seqused_k: p.run.variant == Some(SEQUSED_K),
         alibi: p.args.alibi,
     }

@@ -27,7 +27,7 @@
 //! that every block of the persistent grid gets about the same number of key blocks.
 
 use super::{declare_io, split, AttnConfig};
-use crate::attn::hopper::{padded_dim, HopperTiles, BLOCK, COLS};
+use crate::attn::hopper::{padded_dim, ring_stages, HopperTiles, BLOCK, COLS};
 use crate::attn::Softmax;
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;
@@ -35,22 +35,6 @@ use kittens_ir::{
     Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding,
     Schedule, Scope,
 };
-
-/// Ring slots for K and for V: as many as fit beside Q in the H100's 227 KiB (2 each at head dim
-/// 128 and 128-key blocks: 32 KiB of Q + 2 × 64 KiB). With `overlap`, P·V of block j runs in
-/// iteration j + 1, so V's slot must outlive one more hand-off: V gets at least 3 slots (32 + 2 × 32
-/// + 3 × 32 KiB at head dim 128).
-fn stages(dim: u32, kv: u32, overlap: bool, q_slots: u32) -> (u32, u32) {
-    let q = q_slots * BLOCK * dim * 2;
-    let per_tensor = kv * dim * 2;
-    let budget = 220 * 1024 - q;
-    if !overlap {
-        let ring = (budget / (2 * per_tensor)).clamp(2, 4);
-        return (ring, ring);
-    }
-    let k_ring = ((budget - per_tensor) / (2 * per_tensor)).clamp(2, 4);
-    (k_ring, k_ring.max(3))
-}
 
 impl AttnConfig {
     /// The Hopper configuration at this head dimension: past 128, 64-key blocks (a 128-key score
@@ -117,7 +101,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     } else {
         Expr::c(0)
     };
-    let (ring_k, ring_v) = stages(d, kv, cfg.overlap, q_slots);
+    let (ring_k, ring_v) = ring_stages(d, kv, cfg.overlap, q_slots);
     let HopperTiles {
         q_s,
         k_s,
