@@ -253,7 +253,9 @@ pub fn for_device(name: &str) -> Option<&'static Gpu> {
         .split(|c: char| !c.is_ascii_alphanumeric())
         .map(str::to_ascii_lowercase)
         .collect();
-    ALL.iter().copied().find(|g| words.iter().any(|w| w == g.name))
+    ALL.iter()
+        .copied()
+        .find(|g| words.iter().any(|w| w == g.name))
 }
 
 impl Gpu {
