@@ -245,6 +245,19 @@ pub fn gpu(name: &str) -> Result<&'static Gpu, UnknownGpu> {
         .ok_or(UnknownGpu(name.to_string()))
 }
 
+/// The catalog GPU a device reports itself as, by the product name its driver gives
+/// (`CU_DEVICE_ATTRIBUTE`'s name: "NVIDIA H200", "NVIDIA H100 80GB HBM3"): the catalog entry whose
+/// short name is a word of it, case-insensitively; `None` for a device the catalog lacks.
+pub fn for_device(name: &str) -> Option<&'static Gpu> {
+    let words: Vec<String> = name
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .map(str::to_ascii_lowercase)
+        .collect();
+    ALL.iter()
+        .copied()
+        .find(|g| words.iter().any(|w| w == g.name))
+}
+
 impl Gpu {
     /// Number of L2 cache instances.
     pub fn l2_instances(&self) -> u32 {
@@ -269,6 +282,16 @@ impl Gpu {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Driver product names find their catalog entry; a device the catalog lacks finds none.
+    #[test]
+    fn devices_find_their_catalog_entry() {
+        let name = |d| for_device(d).map(|g| g.name);
+        assert_eq!(name("NVIDIA H200"), Some("h200"));
+        assert_eq!(name("NVIDIA H100 80GB HBM3"), Some("h100"));
+        assert_eq!(name("AMD Instinct MI300X"), Some("mi300x"));
+        assert_eq!(name("NVIDIA A100-SXM4-80GB"), None);
+    }
 
     #[test]
     fn xcd_geometry_is_consistent() {

@@ -302,6 +302,10 @@ pub struct RunSettings {
     /// from the device it opened), where the configuration depends on it (the GEMM's block per shape,
     /// the attention's key split); `None`: the catalog GPU's.
     pub sms: Option<u32>,
+    /// On a GPU target, the catalog model of the device the run is for (`kittens_hw::gpu::for_device`
+    /// of its product name: an H200 streams at 4.8 TB/s where an H100 streams at 3.35), where the
+    /// configuration depends on it (the GEMM's block and split at a small M); `None`: the target's.
+    pub gpu: Option<&'static kittens_hw::Gpu>,
 }
 
 impl Default for RunSettings {
@@ -312,13 +316,15 @@ impl Default for RunSettings {
             tolerance: None,
             variant: None,
             sms: None,
+            gpu: None,
         }
     }
 }
 
 impl RunSettings {
-    /// The settings named in `a` (`seed`, `input_scale`, `tolerance`, `variant`, `sms`); `variant`
-    /// must be one of `variants` (the kernel's own).
+    /// The settings named in `a` (`seed`, `input_scale`, `tolerance`, `variant`, `sms`, `gpu`: a
+    /// catalog name or a device's product name); `variant` must be one of `variants` (the kernel's
+    /// own).
     pub fn from_args(a: &NamedArgs, variants: &[&'static str]) -> Result<RunSettings, KernelError> {
         let d = RunSettings::default();
         let variant = match a.text_or("variant", None)? {
@@ -338,19 +344,38 @@ impl RunSettings {
             None | Some(ArgValue::None) => None,
             Some(_) => Some(a.u32_or("sms", 0)?),
         };
+        let gpu = match a.text_or("gpu", None)? {
+            None => None,
+            Some(g) => Some(
+                kittens_hw::gpu(&g)
+                    .ok()
+                    .or_else(|| kittens_hw::gpu::for_device(&g))
+                    .ok_or_else(|| {
+                        KernelError::Config(format!(
+                            "`gpu` {g:?}: no catalog GPU of that name; known: {}",
+                            kittens_hw::gpu::ALL.map(|g| g.name).join(", ")
+                        ))
+                    })?,
+            ),
+        };
         Ok(RunSettings {
             seed: a.u64_or("seed", d.seed)?,
             input_scale: a.f32_or("input_scale", d.input_scale)?,
             tolerance: a.opt_f64_or("tolerance", d.tolerance)?,
             variant,
             sms,
+            gpu,
         })
     }
 
-    /// The model of `gpu` a configuration is chosen for: the catalog's, with the device's
-    /// multiprocessor count where the settings name one ([`RunSettings::sms`]; an H200 is not an H100).
+    /// The model of `gpu` a configuration is chosen for: the catalog's (the device's own where the
+    /// settings name one of the same architecture, [`RunSettings::gpu`]), with the device's
+    /// multiprocessor count where the settings name one ([`RunSettings::sms`]).
     pub fn device_model(&self, gpu: &kittens_hw::Gpu) -> kittens_hw::Gpu {
-        let mut g = gpu.clone();
+        let mut g = match self.gpu {
+            Some(d) if d.arch == gpu.arch => d.clone(),
+            _ => gpu.clone(),
+        };
         if let Some(n) = self.sms.filter(|&n| n > 0) {
             g.compute_units = n;
         }

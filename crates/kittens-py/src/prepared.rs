@@ -166,13 +166,19 @@ pub fn prepare(
 ) -> PyResult<(Handle, Vec<String>)> {
     let e = kittens_kernels::by_name(entry).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let mut a = named_args(problem)?;
-    // The configuration is chosen for the device the call runs on (its SM count), not the catalog's.
+    // The configuration is chosen for the device the call runs on (its SM count and model), not the
+    // catalog's.
     a.set(
         "sms",
         kittens_runtime::cuda::dispatch::device_sms(device).map_err(|e| {
             PyRuntimeError::new_err(format!("kittens.{entry}: CUDA device {device}: {e}"))
         })?,
     );
+    if let Some(g) = kittens_runtime::cuda::dispatch::device_gpu(device).map_err(|e| {
+        PyRuntimeError::new_err(format!("kittens.{entry}: CUDA device {device}: {e}"))
+    })? {
+        a.set("gpu", g);
+    }
     let p = problem_from(e, &a)?;
     let specs = tensors
         .into_iter()

@@ -86,20 +86,22 @@ pub struct Args {
     /// layernorm: dropout probability of the sweep.
     #[arg(long, default_value_t = 0.0)]
     pub p: f32,
-    /// gemm_fp8: columns of C per block (a multiple of 64 up to 256; the registry's is 192).
-    #[arg(long)]
-    pub block: Option<u32>,
+    /// gemm_fp8: columns of C per block (a multiple of 64 up to 256; the registry's is 192);
+    /// comma-separated, a row per width.
+    #[arg(long, value_delimiter = ',')]
+    pub block: Vec<u32>,
     /// gemm_fp8: rows of C per block at every shape, 64 (one consumer warpgroup) or 128 (the registry
-    /// takes 64 where M ≤ 64, else 128), the ring as deep as fits.
-    #[arg(long)]
-    pub block_rows: Option<u32>,
+    /// chooses per shape), the ring as deep as fits; comma-separated, a row per height.
+    #[arg(long, value_delimiter = ',')]
+    pub block_rows: Vec<u32>,
     /// gemm_fp8: K steps per wgmma chain before it is added into the fp32 sums (0: one chain over
     /// all of K, no promotion; the registry's is 1).
     #[arg(long)]
     pub promote: Option<u32>,
-    /// GEMMs: K slices per shape (1: no split-K); by default the split-K rule chooses per shape.
-    #[arg(long)]
-    pub split_k: Option<u32>,
+    /// GEMMs: K slices per shape (1: no split-K), comma-separated, a row per count (beside each
+    /// block); by default the split-K rule chooses per shape.
+    #[arg(long, value_delimiter = ',')]
+    pub split_k: Vec<u32>,
     /// gemm_fp8: tile-rows per group of the grid order (the registry's is 16).
     #[arg(long)]
     pub window: Option<u32>,
@@ -203,14 +205,16 @@ pub(crate) fn options(a: &Args) -> anyhow::Result<GemmBenchOptions> {
             TimingArg::Interleaved => Timing::Interleaved,
             TimingArg::Blocked => Timing::Blocked,
         },
-        split_k: match a.split_k {
-            Some(s) if !(1..=kittens_kernels::gemm::split_k::MAX_SPLIT_K).contains(&s) => {
-                anyhow::bail!(
-                    "--split-k {s}: 1 to {}",
-                    kittens_kernels::gemm::split_k::MAX_SPLIT_K
-                )
-            }
-            s => s,
+        split_k: match a
+            .split_k
+            .iter()
+            .find(|s| !(1..=kittens_kernels::gemm::split_k::MAX_SPLIT_K).contains(*s))
+        {
+            Some(s) => anyhow::bail!(
+                "--split-k {s}: 1 to {}",
+                kittens_kernels::gemm::split_k::MAX_SPLIT_K
+            ),
+            None => a.split_k.clone(),
         },
         iters: a.iters.max(1),
         warmup: a.warmup,

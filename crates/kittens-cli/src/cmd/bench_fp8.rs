@@ -11,52 +11,70 @@ use kittens_runtime::cuda::CudaError;
 
 use super::bench_args::{emit_json, failed_rows, options, print_table, utc_now, Args, BLayoutArg};
 
-/// The measured configuration: `None` (no `--block`, `--promote` or `--window`), the registry's, as
-/// every caller runs it; else the registry's Hopper one with those changes, checked by lowering it
-/// here (so a bad block is refused before any GPU is looked for).
-fn config(a: &Args) -> anyhow::Result<Option<GemmConfig>> {
-    if a.block.is_none() && a.promote.is_none() && a.window.is_none() && a.block_rows.is_none() {
-        return Ok(None);
+/// The measured configurations: none (no `--block`, `--block-rows`, `--promote` or `--window`), the
+/// registry's, as every caller runs it; else the registry's Hopper one with those changes, one per
+/// block width and height listed, each checked by lowering it here (so a bad block is refused before
+/// any GPU is looked for).
+fn configs(a: &Args) -> anyhow::Result<Vec<GemmConfig>> {
+    if a.block.is_empty() && a.promote.is_none() && a.window.is_none() && a.block_rows.is_empty() {
+        return Ok(Vec::new());
     }
     let h100 = kittens_hw::Target::Sm90a.gpu().context("GPU catalog")?;
-    let mut cfg = GemmConfig::fp8_for_gpu(h100);
-    if let Some(b) = a.block {
-        cfg.block = b;
-    }
-    if let Some(p) = a.promote {
-        cfg.promote = p;
-    }
-    // The ring stages that fit beside the C slabs (the configuration's 4 are for 192 columns).
-    cfg.stages = match cfg.block {
-        ..=128 => 6,
-        129..=192 => 4,
-        _ => 3,
+    let base = GemmConfig::fp8_for_gpu(h100);
+    let widths: Vec<Option<u32>> = if a.block.is_empty() {
+        vec![None]
+    } else {
+        a.block.iter().copied().map(Some).collect()
     };
-    if let Some(r) = a.block_rows {
-        if !matches!(r, 64 | 128) {
-            bail!("--block-rows {r}: 64 or 128");
+    let heights: Vec<Option<u32>> = if a.block_rows.is_empty() {
+        vec![None]
+    } else {
+        a.block_rows.iter().copied().map(Some).collect()
+    };
+    let mut out = Vec::new();
+    for &r in &heights {
+        for &b in &widths {
+            let mut cfg = base;
+            if let Some(b) = b {
+                cfg.block = b;
+            }
+            if let Some(p) = a.promote {
+                cfg.promote = p;
+            }
+            // The ring stages that fit beside the C slabs (the configuration's 4 are for 192 columns).
+            cfg.stages = match cfg.block {
+                ..=128 => 6,
+                129..=192 => 4,
+                _ => 3,
+            };
+            if let Some(r) = r {
+                if !matches!(r, 64 | 128) {
+                    bail!("--block-rows {r}: 64 or 128");
+                }
+                cfg.block_rows = r;
+                cfg.stages = kittens_kernels::gemm::shapes::HopperTile {
+                    rows: r,
+                    cols: cfg.block,
+                }
+                .stages(h100);
+            }
+            if let Some(w) = a.window {
+                if w == 0 {
+                    bail!("--window must be at least 1");
+                }
+                cfg.remap = kittens_ir::GridOrder::GroupM { window: w };
+            }
+            let k = kittens_kernels::gemm::build(&cfg).context("building gemm_fp8 for sm_90a")?;
+            kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
+                .context("lowering gemm_fp8 for sm_90a")?;
+            out.push(cfg);
         }
-        cfg.block_rows = r;
-        cfg.stages = kittens_kernels::gemm::shapes::HopperTile {
-            rows: r,
-            cols: cfg.block,
-        }
-        .stages(h100);
     }
-    if let Some(w) = a.window {
-        if w == 0 {
-            bail!("--window must be at least 1");
-        }
-        cfg.remap = kittens_ir::GridOrder::GroupM { window: w };
-    }
-    let k = kittens_kernels::gemm::build(&cfg).context("building gemm_fp8 for sm_90a")?;
-    kittens_codegen::lower(&k, kittens_hw::Target::Sm90a)
-        .context("lowering gemm_fp8 for sm_90a")?;
-    Ok(Some(cfg))
+    Ok(out)
 }
 
 pub fn run(a: &Args) -> anyhow::Result<()> {
-    let cfg = config(a)?;
+    let cfgs = configs(a)?;
     let mut opts = options(a)?;
     if opts.tiles != TileChoice::Auto {
         bail!(
@@ -69,7 +87,7 @@ pub fn run(a: &Args) -> anyhow::Result<()> {
     if a.checks == "default" {
         opts.checks = CHECKS.to_vec();
     }
-    let report = match run_fp8_bench(cfg.as_ref(), &opts) {
+    let report = match run_fp8_bench(&cfgs, &opts) {
         Ok(r) => r,
         Err(e @ (CudaError::NoDriver(_) | CudaError::NoDevice(_))) => bail!(
             "no NVIDIA GPU: {e}. The FP8 GEMM's numerics run on the CPU with \

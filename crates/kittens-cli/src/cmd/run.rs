@@ -568,6 +568,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             "sms",
             kittens_runtime::cuda::dispatch::device_sms(ordinal).ok(),
         );
+        if let Ok(Some(g)) = kittens_runtime::cuda::dispatch::device_gpu(ordinal) {
+            named.set("gpu", g);
+        }
     }
     let p = entry.problem(&named)?;
     let p = p.as_ref();

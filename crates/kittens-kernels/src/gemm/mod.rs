@@ -22,6 +22,7 @@ mod ping_pong;
 pub mod problem;
 mod producer_consumer;
 pub mod shapes;
+pub mod small_m;
 pub mod split_k;
 
 use crate::KernelError;

@@ -4,7 +4,9 @@
 //! per tensor, m and n per row/column), output C (m×n); the f64 reference `A·Bᵀ` with the scales
 //! applied in f64, and a fixed tolerance.
 
-use super::{build, shapes, split_k, ALayout, BLayout, GemmConfig, GemmTypes, LeadingDims, Scales};
+use super::{
+    build, shapes, small_m, split_k, ALayout, BLayout, GemmConfig, GemmTypes, LeadingDims, Scales,
+};
 use crate::budget;
 use crate::problem::{
     draw_operands, elements, param, positive, round_up, KernelProblem, Launch, NamedArgs, Plan,
@@ -222,10 +224,11 @@ impl GemmProblem {
     /// The Hopper configuration for `p`'s shape on the device `p` names (its SM count), what every
     /// caller runs (the package, `kittens run --backend cuda`, `kittens bench`):
     ///
-    /// - the block: bf16 the one the shape-aware model picks (`shapes::choose`), fp8 64-row blocks
-    ///   for `m ≤ 64` (`GemmConfig::fp8_for_shape`);
-    /// - split-K where C has too few blocks to fill the SMs (`split_k::choose`; the reduction is
-    ///   [`KernelProblem::stages`]' second launch);
+    /// - the block: bf16 the one the shape-aware model picks (`shapes::choose`); fp8 at most
+    ///   `small_m::MAX_ROWS` rows the block and split the small-M model picks together
+    ///   (`small_m::choose`), else 128×192;
+    /// - split-K where C has too few blocks to fill the SMs (`split_k::choose`, with the streaming
+    ///   figures of the device's model; the reduction is [`KernelProblem::stages`]' second launch);
     /// - bf16 with B's rows off 128-byte lines (K, or N for B stored `K × N`, no multiple of 64) at
     ///   shapes whose operand rows serve enough outputs (`shapes::copies_misaligned`): row tiles in
     ///   clusters of two that multicast each B box, half the L2 requests for the rows that straddle
@@ -235,31 +238,39 @@ impl GemmProblem {
     fn hopper(&self, gpu: &kittens_hw::Gpu, base: GemmConfig) -> GemmConfig {
         let p = self;
         let (m, n, k) = (p.m as u64, p.n as u64, p.k as u64);
-        let sms = p.run.device_model(gpu).compute_units;
+        let model = p.run.device_model(gpu);
+        let sms = model.compute_units;
         let bf16 = self.kind.types() == GemmTypes::BF16;
-        let cfg = if bf16 {
-            GemmConfig {
+        let elem = u64::from(base.types.input.bytes());
+        let (cfg, split) = if bf16 {
+            let cfg = GemmConfig {
                 b_layout: p.gemm.b_layout,
                 ..shapes::config_for(gpu, sms, m, n, k)
-            }
+            };
+            let block = (cfg.block_rows, cfg.block);
+            (
+                cfg,
+                split_k::choose(&model, sms, (m, n, k), block, cfg.k_step, elem),
+            )
+        } else if m <= small_m::MAX_ROWS {
+            // Block and split together, by the small-M model (docs/performance.md, "gemm_fp8").
+            let ((rows, cols), split) = small_m::choose(&model, sms, (m, n, k), base.k_step, elem);
+            let tile = shapes::HopperTile { rows, cols };
+            let cfg = GemmConfig {
+                block_rows: rows,
+                block: cols,
+                stages: tile.stages(gpu),
+                ..base
+            };
+            (cfg, split)
         } else {
-            // 64-row blocks (one consumer warpgroup, a deeper ring) where C in them fills the SMs at
-            // most once without splitting K and K is short: at 128-256 rows they beat 128-row blocks
-            // with split-K there (256×4096×4096 0.66 against 0.47 of cuBLASLt on the H200), and lose
-            // wherever C needs more than one wave of them or K is long (docs/performance.md, fp8).
-            let rows64 = m.div_ceil(64) * n.div_ceil(u64::from(base.block));
-            let small = m <= 256 && rows64 <= u64::from(sms) && k <= 8192;
-            GemmConfig::fp8_for_shape(base, gpu, if small { 64 } else { m })
+            let cfg = GemmConfig::fp8_for_shape(base, gpu, m);
+            let block = (cfg.block_rows, cfg.block);
+            (
+                cfg,
+                split_k::choose(&model, sms, (m, n, k), block, cfg.k_step, elem),
+            )
         };
-        let elem = u64::from(cfg.types.input.bytes());
-        let split = split_k::choose(
-            gpu,
-            sms,
-            (m, n, k),
-            (cfg.block_rows, cfg.block),
-            cfg.k_step,
-            elem,
-        );
         let b_row_bytes = elem * Self::lds(p)[1] as u64;
         let cluster = if bf16
             && split == 1
@@ -642,16 +653,25 @@ mod tests {
             .config(Target::Sm90a)
             .unwrap();
         assert!(fp8.block_rows == 64 && fp8.split_k > 1, "{fp8:?}");
-        // fp8 at 256 rows: 64-row blocks where they fill the SMs once and K is short, else 128.
+        // fp8 up to 256 rows: the small-M model's block and split on the device's model (the H200:
+        // its fit run's best settings), 128×192 above.
         let fp8_at = |m, n, k| {
-            at(GemmKind::Fp8, m, n, k)
-                .config(Target::Sm90a)
-                .unwrap()
-                .block_rows
+            let mut p = at(GemmKind::Fp8, m, n, k);
+            p.run.gpu = kittens_hw::gpu("h200").ok();
+            let c = p.config(Target::Sm90a).unwrap();
+            ((c.block_rows, c.block), c.split_k)
         };
-        assert_eq!(fp8_at(256, 4096, 4096), 64);
-        assert_eq!(fp8_at(256, 4096, 14336), 128);
-        assert_eq!(fp8_at(256, 8192, 8192), 128);
-        assert_eq!(fp8_at(512, 4096, 4096), 128);
+        assert_eq!(fp8_at(16, 4096, 4096), ((64, 64), 1));
+        assert_eq!(fp8_at(64, 4096, 14336), ((64, 64), 2));
+        assert_eq!(fp8_at(256, 8192, 8192), ((128, 128), 1));
+        assert_eq!(fp8_at(512, 4096, 4096), ((128, 192), 1));
+        // The device's model reaches the split rule: an H200 does not split 64 blocks of 64×128 at
+        // 128 rows (its kernel streams at about the H100's rate, and splits cost it more).
+        let bf16_split = |gpu: &str| {
+            let mut p = at(GemmKind::Bf16, 128, 4096, 14336);
+            p.run.gpu = kittens_hw::gpu(gpu).ok();
+            p.config(Target::Sm90a).unwrap().split_k
+        };
+        assert_eq!((bf16_split("h100"), bf16_split("h200")), (2, 1));
     }
 }

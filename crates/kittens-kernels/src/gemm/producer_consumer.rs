@@ -53,8 +53,12 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     if !matches!(bm, 64 | 128 | 256) {
         return bad(format!("block_rows {bm} must be 64, 128 or 256"));
     }
-    if !(2..=8).contains(&cfg.stages) {
-        return bad(format!("stages {} must be 2 to 8", cfg.stages));
+    if !(2..=super::shapes::MAX_STAGES).contains(&cfg.stages) {
+        return bad(format!(
+            "stages {} must be 2 to {}",
+            cfg.stages,
+            super::shapes::MAX_STAGES
+        ));
     }
     if !(1..=MAX_SPLIT_K).contains(&cfg.split_k) {
         return bad(format!(

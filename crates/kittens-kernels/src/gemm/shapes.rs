@@ -50,8 +50,9 @@ impl std::str::FromStr for HopperTile {
 }
 
 /// The blocks the producer/consumer program is built with. 256×256 is missing: 256 fp32 accumulators
-/// per consumer thread do not fit its registers.
-pub const TILES: [HopperTile; 6] = [
+/// per consumer thread do not fit its registers. 64×64 (last) splits a small M's B among twice the
+/// SMs of 64×128 without split-K, with the deepest ring of all.
+pub const TILES: [HopperTile; 7] = [
     HopperTile {
         rows: 128,
         cols: 256,
@@ -76,14 +77,16 @@ pub const TILES: [HopperTile; 6] = [
         rows: 128,
         cols: 192,
     },
+    HopperTile { rows: 64, cols: 64 },
 ];
 
 /// K per pipeline step (64 bf16 = one 128-byte swizzled row).
 const K_STEP: u32 = 64;
 /// Most ring stages. Stages fill the shared memory left beside the C slabs: at 128×256 (three fit)
 /// 3 and 4 measured the same (docs/performance.md), but a 64-row block streams B from DRAM with the tensor
-/// cores mostly idle, and the bytes in flight per SM (stages × stage bytes) bound its rate.
-const MAX_STAGES: u32 = 8;
+/// cores mostly idle, and the bytes in flight per SM (stages × stage bytes) bound its rate. Only
+/// 64×64 blocks (16 KiB stages) fit more than 8 (13 on the H100).
+pub const MAX_STAGES: u32 = 16;
 /// Shared bytes the lowering keeps for mbarriers beside the ring and the C slabs.
 const BARRIER_BYTES: u32 = 1024;
 
@@ -141,7 +144,9 @@ impl HopperTile {
             (256, 128) => 0.99,
             (128, 128) => 0.93,
             (64, 256) => 0.89,
-            _ => 0.59,
+            (64, 128) => 0.59,
+            // Not in the fit run: below 64×128 by bytes per FLOP (0.0313 against 0.0234).
+            _ => 0.44,
         }
     }
 
@@ -227,18 +232,29 @@ pub fn estimate_us(gpu: &Gpu, sms: u32, m: u64, n: u64, k: u64, tile: HopperTile
 
 /// The block for `m × n × k` on `gpu` with `sms` SMs (the device's count, or the catalog's), by the
 /// cost model of [`estimate_us`]. Blocks within 1% of the best tie (a memory-bound small M ties every
-/// block that finishes in one round); a tie goes to the block that computes the least padding (a
-/// 16-row M takes 64-row blocks), then to the earlier in [`TILES`].
+/// block that finishes in one round); a tie goes to the fewest rounds, then to the block that keeps
+/// the most SMs streaming (each SM streams B at a bounded rate: on the H200 16×14336×4096 ran at 0.99
+/// of cuBLAS in 112 blocks of 64×128 and 0.95 in 56 of 64×256), then to the least padding computed
+/// (a 16-row M takes 64-row blocks), then to the earlier in [`TILES`]. 64×64 is measured, not chosen:
+/// 64×128 split matched or beat it at every 16-32-row shape of the fit run.
 pub fn choose(gpu: &Gpu, sms: u32, m: u64, n: u64, k: u64) -> HopperTile {
-    let est: Vec<Estimate> = TILES
+    let est: Vec<Estimate> = TILES[..6]
         .iter()
         .map(|&t| estimate_us(gpu, sms, m, n, k, t))
         .collect();
     let best = est.iter().map(|e| e.us).fold(f64::INFINITY, f64::min);
+    let sms = u64::from(sms.max(1));
     est.iter()
         .enumerate()
         .filter(|(_, e)| e.us <= best * 1.01)
-        .min_by_key(|(i, e)| (e.tile.padded_work(m, n), *i))
+        .min_by_key(|(i, e)| {
+            (
+                e.rounds,
+                std::cmp::Reverse(e.tiles.min(sms)),
+                e.tile.padded_work(m, n),
+                *i,
+            )
+        })
         .map_or(TILES[0], |(_, e)| e.tile)
 }
 

@@ -123,16 +123,31 @@ pub const SM_STREAM_BYTES_PER_S: f64 = 66e9;
 /// Fixed cost of the reduction pass beside its bytes (a second launch), µs.
 pub const REDUCE_LAUNCH_US: f64 = 3.0;
 
+/// The streaming figures of [`estimate_us`] on one GPU model: DRAM bytes per second all SMs reach,
+/// bytes per second one SM streams, and the reduction's fixed cost (µs).
+///
+/// The H100's are [`SM_STREAM_BYTES_PER_S`], [`REDUCE_LAUNCH_US`] and its HBM bandwidth. The H200's
+/// were fitted to a run of every 64-row block split 1, 2 and 4 at M 16-256 of the LLM shapes
+/// (docs/performance.md, "gemm_bf16"): the kernel streams there at about the H100's 3.35 TB/s, not
+/// the H200's 4.8 (the H200's bandwidth in the H100's model split 64 blocks that lost to none), and
+/// a split costs more beside it (128×4096×14336: 0.91 of cuBLAS unsplit, 0.80 split in 2).
+pub fn streaming(gpu: &Gpu) -> (f64, f64, f64) {
+    match gpu.name {
+        "h200" => (3.35e12, 50e9, 8.0),
+        _ => (gpu.hbm_tbps * 1e12, SM_STREAM_BYTES_PER_S, REDUCE_LAUNCH_US),
+    }
+}
+
 /// The model's time of `m × n × k` with blocks `rows × cols`, K step `k_step`, operands of
 /// `elem_bytes` (2: bf16, 1: fp8) and `s` K slices on `sms` SMs of `gpu`, µs: the larger of
 ///
 /// - **compute**: rounds of `⌈blocks·s / sms⌉` units, each `2·rows·cols·(steps per slice)·k_step`
 ///   FLOP at the SM's share of 0.75 of the dense peak (bf16, or fp8 with one-byte operands);
-/// - **streaming**: A and B once and C at 2 bytes per element at the lesser of the HBM bandwidth and
-///   what the busy SMs stream ([`SM_STREAM_BYTES_PER_S`] each);
+/// - **streaming**: A and B once and C at 2 bytes per element at the lesser of the DRAM rate and
+///   what the busy SMs stream (the model's [`streaming`] figures);
 ///
-/// plus, with `s > 1`, the partials written and read back (`2·s·M·N·4` bytes at HBM bandwidth) and
-/// [`REDUCE_LAUNCH_US`].
+/// plus, with `s > 1`, the partials written and read back (`2·s·M·N·4` bytes at the DRAM rate) and
+/// the reduction's fixed cost.
 pub fn estimate_us(
     gpu: &Gpu,
     sms: u32,
@@ -155,11 +170,11 @@ pub fn estimate_us(
     };
     let sm_flops = peak * 1e12 * 0.75 / f64::from(gpu.compute_units.max(1));
     let compute = rounds as f64 * unit_flop / sm_flops;
-    let hbm = gpu.hbm_tbps * 1e12;
+    let (hbm, per_sm, reduce_us) = streaming(gpu);
     let bytes = ((m + n) * k * elem_bytes + m * n * 2) as f64;
-    let stream = bytes / hbm.min(units.min(sms) as f64 * SM_STREAM_BYTES_PER_S);
+    let stream = bytes / hbm.min(units.min(sms) as f64 * per_sm);
     let partials = if s > 1 {
-        (2 * s64 * m * n * 4) as f64 / hbm + REDUCE_LAUNCH_US * 1e-6
+        (2 * s64 * m * n * 4) as f64 / hbm + reduce_us * 1e-6
     } else {
         0.0
     };

@@ -76,9 +76,10 @@ pub struct GemmBenchOptions {
     /// Shapes (M, N, K) checked for correctness only, not timed: partial tiles at every edge.
     pub checks: Vec<Shape>,
     pub timing: Timing,
-    /// K slices per shape: `None` lets `split_k::choose` decide (1 where C's blocks fill the SMs),
-    /// `Some(s)` forces `s` where the shape allows a split (C needs no padded copy).
-    pub split_k: Option<u32>,
+    /// K slices per shape: empty lets `split_k::choose` decide (1 where C's blocks fill the SMs);
+    /// a list times each of its counts (a row per block and count) where the shape allows a split
+    /// (C needs no padded copy), so one run compares splits beside the vendor library.
+    pub split_k: Vec<u32>,
     /// How A and B are read, each entry a row per block (`auto`: B off 128-byte lines in place by
     /// clusters of two, [`OperandLoads::resolve`]); e.g. `auto` and `tma-copy` time two ways in one run.
     pub loads: Vec<OperandLoads>,
@@ -114,7 +115,7 @@ impl Default for GemmBenchOptions {
                 (77, 99, 13),
             ],
             timing: Timing::Interleaved,
-            split_k: None,
+            split_k: Vec::new(),
             loads: vec![OperandLoads::Auto],
             programmatic: true,
             clusters: None,
@@ -323,6 +324,14 @@ impl Runner<'_> {
         Ok(Rc::new(Ours::Registry(call)))
     }
 
+    /// The catalog model of this run's device (`kittens_hw::gpu::for_device`: an H200 is not an
+    /// H100), or the target's where the catalog lacks it: what the split-K rule is fitted to.
+    fn model(&self) -> kittens_hw::Gpu {
+        let mut p = GemmProblem::new(GemmKind::Bf16, 1, 1, 1);
+        p.run.gpu = kittens_hw::gpu::for_device(&self.bench.dev.name);
+        p.run.device_model(self.gpu)
+    }
+
     /// The padded copies' kernel, compiled and loaded on first use.
     fn copy_kernel(&self) -> Result<Rc<CopyKernel>, CudaError> {
         if let Some(c) = self.copier.borrow().as_ref() {
@@ -333,22 +342,23 @@ impl Runner<'_> {
         Ok(c)
     }
 
-    /// K slices for `tile` at `shape`: the option's, or `split_k::choose`'s (bf16, K step 64); 1
-    /// where C goes through a padded copy (the reduction writes a dense C).
-    fn split_for(&self, (m, n, k): Shape, tile: HopperTile) -> u32 {
+    /// K slices for `tile` at `shape`: the option's counts, or `split_k::choose`'s (bf16, K step
+    /// 64); 1 where C goes through a padded copy (the reduction writes a dense C).
+    fn splits_for(&self, (m, n, k): Shape, tile: HopperTile) -> Vec<u32> {
         if !(n * 2).is_multiple_of(16) {
-            return 1;
+            return vec![1];
         }
-        self.bench.opts.split_k.unwrap_or_else(|| {
-            split_k::choose(
-                self.gpu,
-                self.bench.dev.multiprocessors,
-                (m as u64, n as u64, k as u64),
-                (tile.rows, tile.cols),
-                64,
-                2,
-            )
-        })
+        if !self.bench.opts.split_k.is_empty() {
+            return self.bench.opts.split_k.clone();
+        }
+        vec![split_k::choose(
+            &self.model(),
+            self.bench.dev.multiprocessors,
+            (m as u64, n as u64, k as u64),
+            (tile.rows, tile.cols),
+            64,
+            2,
+        )]
     }
 
     /// The registry's configuration of `gemm_bf16` at `shape` on this device, where this run
@@ -361,7 +371,7 @@ impl Runner<'_> {
         let measuring = o.tiles != TileChoice::Auto
             || o.loads != [OperandLoads::Auto]
             || o.clusters.is_some()
-            || o.split_k.is_some()
+            || !o.split_k.is_empty()
             || !o.programmatic;
         let (a, b, c) = self.mats((m, n, k), [0, 0, 0]);
         if measuring || PadPlan::of(&a, &b, &c).any() {
@@ -370,6 +380,7 @@ impl Runner<'_> {
         let mut p = GemmProblem::new(GemmKind::Bf16, m, n, k);
         p.gemm.b_layout = o.b_layout;
         p.run.sms = Some(self.bench.dev.multiprocessors);
+        p.run.gpu = kittens_hw::gpu::for_device(&self.bench.dev.name);
         Some(p)
     }
 
@@ -434,20 +445,22 @@ impl Runner<'_> {
             {
                 match loads.resolve(&a0, &b0, &c0, (m, n), t.rows) {
                     Ok((fill, plan, planned)) => {
-                        let split = self.split_for(shape, t);
-                        let cluster = if split > 1 {
-                            1
-                        } else {
-                            cluster.unwrap_or(planned)
-                        };
-                        let b = (t, split, fill, cluster);
-                        if !blocks.iter().any(|&(x, p)| x == b && p == plan) {
-                            blocks.push((b, plan));
-                            let mut row = base(b);
-                            if let (Some(name), Some(copies)) = (&mut row.tile, loads.copies()) {
-                                name.push_str(copies);
+                        for split in self.splits_for(shape, t) {
+                            let cluster = if split > 1 {
+                                1
+                            } else {
+                                cluster.unwrap_or(planned)
+                            };
+                            let b = (t, split, fill, cluster);
+                            if !blocks.iter().any(|&(x, p)| x == b && p == plan) {
+                                blocks.push((b, plan));
+                                let mut row = base(b);
+                                if let (Some(name), Some(copies)) = (&mut row.tile, loads.copies())
+                                {
+                                    name.push_str(copies);
+                                }
+                                rows.push(row);
                             }
-                            rows.push(row);
                         }
                     }
                     Err(e) => refused.push(GemmBenchRow {

@@ -103,14 +103,15 @@ fn e4m3_table() -> [f64; 256] {
 /// Runs every shape of `opts` against cuBLASLt (B `N × K`: `opts.tiles` and `opts.b_layout` are
 /// the BF16 benchmark's and do not apply) with our FP8 GEMM as every caller runs it — the registry's
 /// launches at the shape (`GemmProblem::config`: 64-row blocks at small M, split-K where C has too
-/// few blocks) as one prepared call (`super::dispatch`) — or, with `cfg` (`GemmConfig::fp8_for_gpu`
-/// with another block, promotion or grid order, for measurement), this benchmark's own launcher of
-/// that configuration (`super::gemm_kernel`).
+/// few blocks) as one prepared call (`super::dispatch`) — or, with `cfgs` (`GemmConfig::fp8_for_gpu`
+/// with other blocks, promotion or grid order, for measurement), this benchmark's own launcher of
+/// each configuration (`super::gemm_kernel`), a row per configuration and K slice count
+/// (`opts.split_k`) on the same inputs.
 pub fn run_fp8_bench(
-    cfg: Option<&GemmConfig>,
+    cfgs: &[GemmConfig],
     opts: &GemmBenchOptions,
 ) -> Result<Fp8BenchReport, CudaError> {
-    if opts.b_layout != BLayout::Nk || cfg.is_some_and(|c| c.b_layout != BLayout::Nk) {
+    if opts.b_layout != BLayout::Nk || cfgs.iter().any(|c| c.b_layout != BLayout::Nk) {
         return Err(CudaError::Invalid(
             "gemm_fp8 takes B as N x K only (fp8 wgmma reads K-major operands)".into(),
         ));
@@ -131,7 +132,7 @@ pub fn run_fp8_bench(
             stream: &stream,
             opts,
         },
-        cfg,
+        cfgs,
         kernels: RefCell::new(Vec::new()),
         lt: &lt,
         scales: [&scales[0], &scales[1]],
@@ -139,49 +140,53 @@ pub fn run_fp8_bench(
     let total = opts.shapes.len();
     let (mut rows, mut fast) = (Vec::new(), Vec::new());
     for (i, &shape) in opts.shapes.iter().enumerate() {
-        let (row, f) = run.row(shape, opts.seed.wrapping_add(i as u64), true);
-        let fast_tf = f.as_ref().map_or(f64::NAN, |f| f.cublaslt_fast_tflops);
-        let fast_ratio = f.as_ref().map_or(f64::NAN, |f| f.ratio);
-        eprintln!(
-            "  [{}/{total}] {:>18}: ours {:7.1} TFLOP/s, cuBLASLt {:7.1} (fast accumulation {:7.1}), ratio {:.3} ({:.3}), err vs cuBLASLt {:.2e}, {} launches, {}",
-            i + 1,
-            ShapeName(shape).to_string(),
-            row.ours_tflops,
-            row.cublas_tflops,
-            fast_tf,
-            row.ratio,
-            fast_ratio,
-            row.rel_err_vs_cublas,
-            row.iters,
-            row.verdict()
-        );
-        rows.push(row);
-        fast.extend(f);
+        for (row, f) in run.rows(shape, opts.seed.wrapping_add(i as u64), true) {
+            let fast_tf = f.as_ref().map_or(f64::NAN, |f| f.cublaslt_fast_tflops);
+            let fast_ratio = f.as_ref().map_or(f64::NAN, |f| f.ratio);
+            eprintln!(
+                "  [{}/{total}] {:>18} {:>16}: ours {:7.1} TFLOP/s, cuBLASLt {:7.1} (fast accumulation {:7.1}), ratio {:.3} ({:.3}), err vs cuBLASLt {:.2e}, {} launches, {}",
+                i + 1,
+                ShapeName(shape).to_string(),
+                row.tile.as_deref().unwrap_or("-"),
+                row.ours_tflops,
+                row.cublas_tflops,
+                fast_tf,
+                row.ratio,
+                fast_ratio,
+                row.rel_err_vs_cublas,
+                row.iters,
+                row.verdict()
+            );
+            rows.push(row);
+            fast.extend(f);
+        }
     }
     let mut checks = Vec::new();
     for (i, &shape) in opts.checks.iter().enumerate() {
-        let (row, _) = run.row(shape, opts.seed ^ (i as u64 + 77), false);
-        eprintln!(
-            "  check {}: err vs cuBLASLt {:.2e}, vs f64 {:.2e} (cuBLASLt {:.2e}), {}",
-            ShapeName(shape),
-            row.rel_err_vs_cublas,
-            row.spot_err_ours,
-            row.spot_err_cublas,
-            row.verdict()
-        );
-        checks.push(row);
+        for (row, _) in run.rows(shape, opts.seed ^ (i as u64 + 77), false) {
+            eprintln!(
+                "  check {} {}: err vs cuBLASLt {:.2e}, vs f64 {:.2e} (cuBLASLt {:.2e}), {}",
+                ShapeName(shape),
+                row.tile.as_deref().unwrap_or("-"),
+                row.rel_err_vs_cublas,
+                row.spot_err_ours,
+                row.spot_err_cublas,
+                row.verdict()
+            );
+            checks.push(row);
+        }
     }
     let summary = summarise(&rows, &checks);
     let kernels = run
         .kernels
         .borrow()
         .iter()
-        .map(|((rows, split), k)| KernelInfo {
+        .map(|((rows, cols, split), k)| KernelInfo {
             tile: format!(
                 "{}/k{split}",
                 HopperTile {
                     rows: *rows,
-                    cols: k.tile.cols
+                    cols: *cols
                 }
             ),
             entry: k.name.clone(),
@@ -211,8 +216,8 @@ pub fn run_fp8_bench(
     })
 }
 
-/// A compiled FP8 kernel's block height and K slices.
-type KernelKey = (u32, u32);
+/// A compiled FP8 kernel's block height and width and K slices.
+type KernelKey = (u32, u32, u32);
 
 /// Our FP8 GEMM of a row: the registry's prepared call, or this benchmark's launcher of one
 /// configuration.
@@ -223,8 +228,8 @@ enum Ours {
 
 struct Runner<'a> {
     bench: BenchRun<'a>,
-    /// The measured configuration; `None`: the registry's.
-    cfg: Option<&'a GemmConfig>,
+    /// The measured configurations; none: the registry's.
+    cfgs: &'a [GemmConfig],
     /// The kernel per block height and K slice count (`cfg`'s own first), built on first use.
     kernels: RefCell<Vec<(KernelKey, Rc<GemmKernel>)>>,
     lt: &'a CublasLt,
@@ -232,47 +237,66 @@ struct Runner<'a> {
 }
 
 impl Runner<'_> {
-    /// One row (and, when timed, its fast-accumulation figures): a shape that cannot run becomes a
-    /// row that says why, and the run goes on.
-    fn row(&self, shape: Shape, seed: u64, timed: bool) -> (GemmBenchRow, Option<FastAccumRow>) {
+    /// The rows of one shape (and, when timed, their fast-accumulation figures): the registry's, or
+    /// one per measured configuration and K slice count, all on the same inputs; a configuration
+    /// that cannot run becomes a row that says why, and the run goes on.
+    fn rows(
+        &self,
+        shape: Shape,
+        seed: u64,
+        timed: bool,
+    ) -> Vec<(GemmBenchRow, Option<FastAccumRow>)> {
         let (m, n, k) = shape;
-        let chosen = match self.cfg {
-            None => {
-                let mut p = GemmProblem::new(GemmKind::Fp8, m, n, k);
-                p.run.sms = Some(self.bench.dev.multiprocessors);
+        let mut chosen: Vec<Result<(GemmConfig, u32, Ours), CudaError>> = Vec::new();
+        if self.cfgs.is_empty() {
+            let mut p = GemmProblem::new(GemmKind::Fp8, m, n, k);
+            p.run.sms = Some(self.bench.dev.multiprocessors);
+            p.run.gpu = kittens_hw::gpu::for_device(&self.bench.dev.name);
+            chosen.push(
                 p.config(kittens_hw::Target::Sm90a)
                     .map_err(invalid)
-                    .and_then(|cfg| Ok((cfg, cfg.split_k, self.registry_call(&p)?)))
+                    .and_then(|cfg| Ok((cfg, cfg.split_k, self.registry_call(&p)?))),
+            );
+        }
+        for base in self.cfgs {
+            let cfg = self.config_for(base, shape);
+            for split in self.splits_for(&cfg, shape) {
+                chosen.push(
+                    self.kernel(&cfg, split)
+                        .map(|kern| (cfg, split, Ours::Launcher(kern))),
+                );
             }
-            Some(base) => {
-                let cfg = self.config_for(base, shape);
-                let split = self.split_for(&cfg, shape);
-                self.kernel(&cfg, split)
-                    .map(|kern| (cfg, split, Ours::Launcher(kern)))
-            }
-        };
-        let (cfg, split, ours) = match chosen {
-            Ok(c) => c,
-            Err(e) => return (GemmBenchRow::error(shape, &e), None),
-        };
-        let (mut row, fast) = self
-            .attempt(&ours, shape, seed, timed)
-            .unwrap_or_else(|e| (GemmBenchRow::error(shape, &e), None));
-        let tile = HopperTile {
-            rows: cfg.block_rows,
-            cols: cfg.block,
-        };
-        row.split_k = split;
-        let name = if split > 1 {
-            format!("{tile}/k{split}")
-        } else {
-            tile.to_string()
-        };
-        row.tile = Some(match ours {
-            Ours::Registry(_) => format!("{name} (registry)"),
-            Ours::Launcher(_) => name,
-        });
-        (row, fast)
+        }
+        let inputs = self.inputs(shape, seed, timed);
+        chosen
+            .into_iter()
+            .map(|c| {
+                let (cfg, split, ours) = match c {
+                    Ok(c) => c,
+                    Err(e) => return (GemmBenchRow::error(shape, &e), None),
+                };
+                let (mut row, fast) = inputs
+                    .as_ref()
+                    .map_err(|e| CudaError::Invalid(e.to_string()))
+                    .and_then(|inp| self.attempt(&ours, inp, shape, seed, timed))
+                    .unwrap_or_else(|e| (GemmBenchRow::error(shape, &e), None));
+                let tile = HopperTile {
+                    rows: cfg.block_rows,
+                    cols: cfg.block,
+                };
+                row.split_k = split;
+                let name = if split > 1 {
+                    format!("{tile}/k{split}")
+                } else {
+                    tile.to_string()
+                };
+                row.tile = Some(match ours {
+                    Ours::Registry(_) => format!("{name} (registry)"),
+                    Ours::Launcher(_) => name,
+                });
+                (row, fast)
+            })
+            .collect()
     }
 
     /// The registry's launches of `gemm_fp8` at `p` prepared on this run's device.
@@ -289,28 +313,31 @@ impl Runner<'_> {
         }
     }
 
-    /// K slices for `shape` with configuration `c`: the option's, or `split_k::choose`'s for its
-    /// block and K step (fp8: one byte per operand).
-    fn split_for(&self, c: &GemmConfig, (m, n, k): Shape) -> u32 {
-        let gpu = kittens_hw::Target::Sm90a.gpu();
-        match (self.bench.opts.split_k, gpu) {
-            (Some(s), _) => s,
-            (None, Some(gpu)) => split_k::choose(
-                gpu,
-                self.bench.dev.multiprocessors,
-                (m as u64, n as u64, k as u64),
-                (c.block_rows, c.block),
-                c.k_step,
-                1,
-            ),
-            (None, None) => 1,
+    /// K slices for `shape` with configuration `c`: the option's counts, or `split_k::choose`'s for
+    /// its block and K step (fp8: one byte per operand).
+    fn splits_for(&self, c: &GemmConfig, (m, n, k): Shape) -> Vec<u32> {
+        if !self.bench.opts.split_k.is_empty() {
+            return self.bench.opts.split_k.clone();
         }
+        let Some(gpu) = kittens_hw::Target::Sm90a.gpu() else {
+            return vec![1];
+        };
+        let mut p = GemmProblem::new(GemmKind::Fp8, 1, 1, 1);
+        p.run.gpu = kittens_hw::gpu::for_device(&self.bench.dev.name);
+        vec![split_k::choose(
+            &p.run.device_model(gpu),
+            self.bench.dev.multiprocessors,
+            (m as u64, n as u64, k as u64),
+            (c.block_rows, c.block),
+            c.k_step,
+            1,
+        )]
     }
 
     /// The kernel of configuration `base` with `split` K slices, built, lowered and loaded on first
     /// use.
     fn kernel(&self, base: &GemmConfig, split: u32) -> Result<Rc<GemmKernel>, CudaError> {
-        let key = (base.block_rows, split);
+        let key = (base.block_rows, base.block, split);
         if let Some((_, k)) = self.kernels.borrow().iter().find(|(s, _)| *s == key) {
             return Ok(k.clone());
         }
@@ -343,9 +370,19 @@ impl Runner<'_> {
         Ok(kern)
     }
 
+    /// The inputs of `shape` (copies enough to exceed the L2 when `timed`).
+    fn inputs(&self, shape: Shape, seed: u64, timed: bool) -> Result<Inputs<u8>, CudaError> {
+        // The limits count bf16 operands: twice the fp8 bytes, so the host and device need is an upper
+        // bound, and twice the L2 multiple gives the fp8 copies the same span.
+        let l2 = 2 * self.bench.opts.l2_multiple;
+        let copies = copies_that_fit(self.bench.dev, "FP8 GEMM", shape, timed, l2, 0)?;
+        make_inputs(self.bench.dev, shape, seed, copies, random_e4m3)
+    }
+
     fn attempt(
         &self,
         kernel: &Ours,
+        inp: &Inputs<u8>,
         shape: Shape,
         seed: u64,
         timed: bool,
@@ -353,12 +390,7 @@ impl Runner<'_> {
         if let Ours::Launcher(kernel) = kernel {
             kernel.check_shape(shape.0, shape.1, shape.2)?;
         }
-        // The limits count bf16 operands: twice the fp8 bytes, so the host and device need is an upper
-        // bound, and twice the L2 multiple gives the fp8 copies the same span.
-        let l2 = 2 * self.bench.opts.l2_multiple;
-        let copies = copies_that_fit(self.bench.dev, "FP8 GEMM", shape, timed, l2, 0)?;
-        let inp = make_inputs(self.bench.dev, shape, seed, copies, random_e4m3)?;
-        self.measure(kernel, &inp, shape, seed, timed)
+        self.measure(kernel, inp, shape, seed, timed)
     }
 
     fn measure(

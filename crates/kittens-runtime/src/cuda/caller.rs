@@ -144,18 +144,9 @@ fn load(ordinal: i32, lower: &dyn Fn() -> Result<Lowered, CudaError>) -> Result<
     let t = Instant::now();
     use cu::CUdevice_attribute as A;
     let mut dev = 0;
-    // SAFETY: out-parameters.
-    let name = unsafe {
-        check(cu::cuDeviceGet(&mut dev, ordinal), "cuDeviceGet")?;
-        let mut name = [0 as std::ffi::c_char; 256];
-        check(
-            cu::cuDeviceGetName(name.as_mut_ptr(), 256, dev),
-            "cuDeviceGetName",
-        )?;
-        std::ffi::CStr::from_ptr(name.as_ptr())
-            .to_string_lossy()
-            .into_owned()
-    };
+    // SAFETY: out-parameter.
+    check(unsafe { cu::cuDeviceGet(&mut dev, ordinal) }, "cuDeviceGet")?;
+    let name = device_name(dev)?;
     let cc = (
         attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?,
         attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?,
@@ -291,6 +282,30 @@ pub(crate) fn check_pointer(
         )));
     }
     Ok(())
+}
+
+/// The product name the driver gives device `dev` ("NVIDIA H200").
+fn device_name(dev: cu::CUdevice) -> Result<String, CudaError> {
+    let mut name = [0 as std::ffi::c_char; 256];
+    // SAFETY: the buffer is 256 bytes, as passed; the driver writes a NUL-terminated name into it.
+    unsafe {
+        check(
+            cu::cuDeviceGetName(name.as_mut_ptr(), 256, dev),
+            "cuDeviceGetName",
+        )?;
+        Ok(std::ffi::CStr::from_ptr(name.as_ptr())
+            .to_string_lossy()
+            .into_owned())
+    }
+}
+
+/// The product name of device `ordinal` (the model a configuration is chosen for, by
+/// `kittens_hw::gpu::for_device`).
+pub(crate) fn product_name(ordinal: i32) -> Result<String, CudaError> {
+    let mut dev = 0;
+    // SAFETY: out-parameter.
+    check(unsafe { cu::cuDeviceGet(&mut dev, ordinal) }, "cuDeviceGet")?;
+    device_name(dev)
 }
 
 /// SMs of device `ordinal` (the shape-aware choice quantises work over them), asked of the driver

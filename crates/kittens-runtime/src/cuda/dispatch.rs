@@ -35,7 +35,9 @@ use kittens_hw::Target;
 use kittens_ir::Kernel;
 
 use super::args::{map_geometry, MapGeometry};
-use super::caller::{check_pointer, in_context, kernel_on, multiprocessors, KernelLoad, Loaded};
+use super::caller::{
+    check_pointer, in_context, kernel_on, multiprocessors, product_name, KernelLoad, Loaded,
+};
 use super::driver::{encode_tiled, launch_raw, MapType};
 use super::launch::{check_args, LaunchError, TensorArg, ALIGN};
 use super::limits::check_tensor_map_nd;
@@ -115,6 +117,14 @@ unsafe impl Sync for Prepared {}
 /// chosen per device reads ([`kittens_kernels::problem::RunSettings::sms`]).
 pub fn device_sms(ordinal: i32) -> Result<u32, CudaError> {
     in_context(ordinal, || multiprocessors(ordinal))
+}
+
+/// The catalog name of CUDA device `ordinal`'s model (`kittens_hw::gpu::for_device` of its product
+/// name), `None` where the catalog lacks it: what a configuration chosen per device model reads
+/// ([`kittens_kernels::problem::RunSettings::gpu`]: an H200 streams faster than an H100).
+pub fn device_gpu(ordinal: i32) -> Result<Option<&'static str>, CudaError> {
+    let name = in_context(ordinal, || product_name(ordinal))?;
+    Ok(kittens_hw::gpu::for_device(&name).map(|g| g.name))
 }
 
 fn ir_key(k: &Kernel) -> String {

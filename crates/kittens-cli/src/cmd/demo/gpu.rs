@@ -202,8 +202,12 @@ pub fn run(s: &mut Section) -> anyhow::Result<Value> {
     let mut cases = checks();
     // Configured for the GPU that runs them (its SM count), not the catalog's.
     let sms = kittens_runtime::cuda::dispatch::device_sms(0)?;
+    let model = kittens_runtime::cuda::dispatch::device_gpu(0)?;
     for (_, _, p) in cases.iter_mut() {
         p.set("sms", sms);
+        if let Some(g) = model {
+            p.set("gpu", g);
+        }
     }
     for (i, (name, shape, p)) in cases.iter().enumerate() {
         eprintln!("  [{}/{}] checking {name} {shape} ...", i + 1, cases.len());
@@ -266,7 +270,7 @@ pub fn run(s: &mut Section) -> anyhow::Result<Value> {
     let h100 = Target::Sm90a
         .gpu()
         .ok_or_else(|| anyhow::anyhow!("no sm_90a GPU in the catalog"))?;
-    let f = run_fp8_bench(None, &opts)?;
+    let f = run_fp8_bench(&[], &opts)?;
     for r in &f.gemm.rows {
         all_correct &= r.passed;
         lines.push(Line {
