@@ -27,12 +27,14 @@ def attention_paged(q, k_cache, v_cache, block_table, cache_seqlens, causal: boo
         rec = _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, bool(causal), scale,
                              int(num_splits), alibi, softcap, window)
     b, sq, h, _ = q.shape
-    out = torch.zeros_like(q)
-    lse = torch.zeros((b, h, sq), dtype=torch.float32, device=q.device)
-    if rec[0] is not None:
-        slopes = () if alibi is None else (alibi,)
-        ptrs = tuple(t.data_ptr() for t in (q, k_cache, v_cache, block_table, cache_seqlens, *slopes, out, lse))
-        _launch(rec, ptrs, q.get_device(), device_obj=q.device)
+    if rec[0] is None:  # nothing to compute: the zeros are the answer
+        return torch.zeros_like(q), torch.zeros((b, h, sq), dtype=torch.float32, device=q.device)
+    # Every row of out and lse is written by the kernel (or the split's merge): no fill launched.
+    out = torch.empty_like(q)
+    lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
+    slopes = () if alibi is None else (alibi,)
+    ptrs = tuple(t.data_ptr() for t in (q, k_cache, v_cache, block_table, cache_seqlens, *slopes, out, lse))
+    _launch(rec, ptrs, q.get_device(), device_obj=q.device)
     return out, lse
 
 
