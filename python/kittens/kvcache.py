@@ -110,14 +110,16 @@ def _paged(q, k_cache, v_cache, block_table, seqlens, causal, scale, num_splits,
     return (out, lse) if return_lse else out
 
 
-def _as_pages(sq: int, d: int, capacity: int, cuda: bool, softcap, window) -> bool:
+def _as_pages(sq: int, d: int, capacity: int, cuda: bool, softcap, window, k_cache, v_cache) -> bool:
     """Whether a contiguous cache is read by the paged kernel as one page per sequence: with a soft cap or a
     window (the varlen kernel takes neither), and for decoding's one query per sequence (the paged kernel's
     GQA packing and key split; the varlen kernel's 128-row blocks hold one row each), where the capacity is a
-    page the kernel steps through and, on CUDA, the head dim one the sm_90a program takes."""
+    page the kernel steps through, the caches are dense (read in place) and, on CUDA, the head dim is one the
+    sm_90a program takes."""
     if softcap is not None or window is not None:
         return True
-    return sq == 1 and capacity > 0 and capacity % PAGE_MULTIPLE == 0 and (not cuda or d in (64, 128, 192, 256))
+    return (sq == 1 and capacity > 0 and capacity % PAGE_MULTIPLE == 0 and (not cuda or d in (64, 128, 192, 256))
+            and k_cache.is_contiguous() and v_cache.is_contiguous())
 
 
 def _refuse(**opts) -> None:
@@ -247,7 +249,7 @@ def flash_attn_with_kvcache(
             v_cache[blk, pos % page] = v
     # Each sequence's keys after the append: the caller's tensor itself without one (no device op).
     seqused = (cache_seqlens.to(torch.int64) + sn).to(torch.int32) if sn else cache_seqlens.contiguous()
-    if block_table is None and _as_pages(sq, d, capacity, q.is_cuda, softcap, window):
+    if block_table is None and _as_pages(sq, d, capacity, q.is_cuda, softcap, window, k_cache, v_cache):
         # The contiguous cache as pages of one sequence each: sequence i is page i.
         block_table = torch.arange(b, device=dev, dtype=torch.int32)[:, None]
     if block_table is not None:
