@@ -191,7 +191,12 @@ impl PagedIo {
         .map(|n| k.param(n));
         let d = Expr::c(i64::from(cfg.dim));
         let (grid_heads, rows) = if cfg.pack_gqa {
-            (heads_kv.clone(), &heads / heads_kv.clone())
+            // At least one row: a launch's heads are a multiple of heads_kv, but the schedule
+            // analysis also samples parameters where they are not.
+            (
+                heads_kv.clone(),
+                (&heads / heads_kv.clone()).max(Expr::c(1)),
+            )
         } else {
             (heads.clone(), seq_q.clone())
         };

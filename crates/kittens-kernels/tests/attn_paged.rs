@@ -582,6 +582,26 @@ fn sm90a_lowers_the_hopper_paged_program_cdna_the_plain_one() {
     assert!(l.source.contains("g_block_table") && l.source.contains("cp.async"));
     let plain = build(&cfg).unwrap();
     assert!(kittens_codegen::lower(&plain, Target::Sm90a).is_err());
+    // GQA packing, split and not: both programs lower (the schedule analysis samples parameters
+    // where heads_kv does not divide heads).
+    for splits in [1, 4] {
+        let packed = PagedConfig {
+            pack_gqa: true,
+            splits,
+            kv_block: 128,
+            ..cfg
+        };
+        let hopper = build_for(&packed, Target::Sm90a).unwrap();
+        kittens_codegen::lower(&hopper, Target::Sm90a).expect("sm_90a lowers the packed program");
+        let plain = build(&PagedConfig {
+            kv_block: 16,
+            ..packed
+        })
+        .unwrap();
+        for target in [Target::Gfx942, Target::Gfx950] {
+            kittens_codegen::lower(&plain, target).expect("CDNA lowers the packed program");
+        }
+    }
     let alibi = build(&PagedConfig { alibi: true, ..cfg }).unwrap();
     for target in [Target::Gfx942, Target::Gfx950] {
         let l = kittens_codegen::lower(&plain, target).expect("CDNA lowers it");

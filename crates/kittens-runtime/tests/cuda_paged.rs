@@ -16,6 +16,25 @@ use kittens_kernels::attn_paged::PagedConfig;
 #[test]
 fn paged_decode_compiles_for_sm90a_without_spills() {
     ensure_nvrtc();
+    // GQA packing (a group's query heads as the block's rows), split and not, causal and not.
+    for (dim, kv, causal, splits) in [
+        (128, 128, true, 1),
+        (128, 128, false, 4),
+        (256, 64, true, 2),
+    ] {
+        let cfg = PagedConfig {
+            dim,
+            causal,
+            logits: Logits::default(),
+            kv_block: kv,
+            splits,
+            alibi: false,
+            window: None,
+            pack_gqa: true,
+        };
+        let what = format!("packed D{dim} kv{kv} causal {causal} splits {splits}");
+        compiles_without_spills(&cfg, &what);
+    }
     // Every head dim and key block, each mask and split form at the registry's page 16 and the
     // widest blocks (the most registers).
     // (causal, splits, alibi, soft cap and window)
@@ -58,25 +77,6 @@ fn paged_decode_compiles_for_sm90a_without_spills() {
             );
             compiles_without_spills(&cfg, &what);
         }
-    }
-    // GQA packing (a group's query heads as the block's rows), split and not, causal and not.
-    for (dim, kv, causal, splits) in [
-        (128, 128, true, 1),
-        (128, 128, false, 4),
-        (256, 64, true, 2),
-    ] {
-        let cfg = PagedConfig {
-            dim,
-            causal,
-            logits: Logits::default(),
-            kv_block: kv,
-            splits,
-            alibi: false,
-            window: None,
-            pack_gqa: true,
-        };
-        let what = format!("packed D{dim} kv{kv} causal {causal} splits {splits}");
-        compiles_without_spills(&cfg, &what);
     }
 }
 
