@@ -26,6 +26,10 @@
 //! Split-KV (Flash-Decoding): with `splits > 1` each query block's walk is cut into parts, one block
 //! each, writing the key split's partials (`crate::attn::split`), which its merge (`build_merge`) combines.
 //!
+//! GQA packing ([`PagedConfig::pack_gqa`], FlashAttention-3's `pack_gqa`): decoding's one query per
+//! sequence would fill one row of a block per query head, each block streaming its group's K and V
+//! again; packed, a block's rows are the group's query heads, so the group's keys are read once.
+//!
 //! Targets: the CPU interpreter, gfx942 and gfx950 (V staged through LDS, [`crate::attn::Staged`];
 //! the 16-key P·V on the 16×16×16 bf16 MFMA, which CDNA4 keeps from CDNA3;
 //! crates/kittens-runtime/tests/amd_index_reads.rs). Not sm_90a: the plain CUDA lowering refuses index

@@ -71,8 +71,16 @@ def _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, causal,
                              f"{alibi.dtype} of shape {tuple(alibi.shape)}")
         problem["alibi"] = True
         slopes = (_spec("alibi", (b, h), (h, 1), "float32"),)
+    from ..kvcache import _packs_gqa
+
+    # With GQA packing (``kittens.kvcache._packs_gqa``) the decode kernel declares q, and unsplit o and lse,
+    # (b, heads_kv, group, ...): the same memory as (b, 1, h, d) and (b, h, 1).
+    packed = _packs_gqa(sq, h, hk, alibi, window)
+    grp = h // hk
+    qo = (_spec("q", (b, hk, grp, d), (h * d, grp * d, d, 1)) if packed
+          else _spec("q", q.shape, (sq * h * d, h * d, d, 1)))
     tensors = (
-        _spec("q", q.shape, (sq * h * d, h * d, d, 1)),
+        qo,
         _spec("k_cache", k_cache.shape, (page * hk * d, hk * d, d, 1)),
         _spec("v_cache", v_cache.shape, (page * hk * d, hk * d, d, 1)),
         _spec("block_table", (b * mb,), (1,), "int32"),
@@ -81,7 +89,9 @@ def _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, causal,
         # Split, only the merge writes `o` and declares it (b, h, s, d) over the same (B, Nq, H, D)
         # memory; unsplit, the decode kernel declares it (b, s, h, d).
         _spec("o", (b, h, sq, d), (sq * h * d, d, h * d, 1)) if num_splits > 1
+        else _spec("o", qo[1], qo[2]) if packed
         else _spec("o", q.shape, (sq * h * d, h * d, d, 1)),
-        _spec("lse", (b, h, sq), (h * sq, sq, 1), "float32"),
+        _spec("lse", (b, hk, grp), (h, grp, 1), "float32") if packed and num_splits <= 1
+        else _spec("lse", (b, h, sq), (h * sq, sq, 1), "float32"),
     )
     return _core._prepare(key, "attn_paged", problem, tensors, dev)
