@@ -6,7 +6,8 @@ is timed from the paged cache, everything it does included. On CUDA ours is the 
 (the sm_90a program ``kittens_kernels::attn_paged_hopper``) reading the pages in place: each row checks, on one
 untimed call, that the ``attention_paged`` op ran on the cache itself (column "in place"). Each row is checked
 against float64 by FlashAttention's rule (SDPA's bfloat16 error as the baseline). Bandwidth: the bytes of K and V
-read once."""
+read once. A contiguous cache (page "None" in ``SHAPES``) is called without a block table: decoding reads it with
+the paged kernel as one page per sequence (``kittens.kvcache``), which "in place" checks too."""
 
 from __future__ import annotations
 
@@ -14,29 +15,36 @@ from typing import List
 
 from .bench_timing import FLOOR, _rel, time_many
 
-# (batch, heads, heads_kv, capacity, page_size, head dim)
-SHAPES = [(8, 32, 8, 4096, 16, 128), (32, 32, 8, 2048, 256, 128), (1, 32, 8, 32768, 256, 128),
-          (64, 16, 16, 1024, 16, 64)]
+# (batch, heads, heads_kv, capacity, page_size or None for a contiguous cache (batch, capacity, heads_kv, d),
+# head dim): decoding at batch 1-16, GQA 32/8 and MHA 32/32, caches of 1k-32k keys, pages of 256 (and 16).
+SHAPES = [(1, 32, 8, 1024, 256, 128), (1, 32, 8, 32768, 256, 128), (4, 32, 8, 8192, 256, 128),
+          (8, 32, 8, 4096, 256, 128), (16, 32, 8, 16384, 256, 128), (1, 32, 32, 8192, 256, 128),
+          (8, 32, 32, 4096, 256, 128), (16, 32, 32, 1024, 256, 128), (8, 32, 8, 4096, 16, 128),
+          (1, 32, 8, 32768, None, 128), (8, 32, 8, 4096, None, 128), (8, 32, 32, 4096, None, 128)]
 
 
-def bench_paged(torch, kittens, args) -> List[dict]:
+def bench_paged(torch, kittens, args, shapes=None) -> List[dict]:
     F = torch.nn.functional
     rows = []
-    for b, h, hk, cap, page, d in SHAPES:
+    for b, h, hk, cap, page, d in shapes or SHAPES:
         g = torch.Generator(device="cuda").manual_seed(cap + b)
-        per = cap // page
+        per = cap // (page or cap)
         nblocks = b * per
         table = torch.randperm(nblocks, device="cuda", generator=g).reshape(b, per).to(torch.int32)
-        kc = torch.randn(nblocks, page, hk, d, device="cuda", generator=g).to(torch.bfloat16)
-        vc = torch.randn(nblocks, page, hk, d, device="cuda", generator=g).to(torch.bfloat16)
+        kc = torch.randn(nblocks, page or cap, hk, d, device="cuda", generator=g).to(torch.bfloat16)
+        vc = torch.randn(nblocks, page or cap, hk, d, device="cuda", generator=g).to(torch.bfloat16)
         q = torch.randn(b, 1, h, d, device="cuda", generator=g).to(torch.bfloat16)
         seqlens = torch.full((b,), cap, dtype=torch.int32, device="cuda")
+        if page is None:  # contiguous: sequence i is row i of the cache
+            table = torch.arange(b, device="cuda", dtype=torch.int32)[:, None]
         kd = kc[table.long()].reshape(b, cap, hk, d).transpose(1, 2)  # gathered once, outside the timing
         vd = vc[table.long()].reshape(b, cap, hk, d).transpose(1, 2)
         qt = q.transpose(1, 2)
         gqa = {"enable_gqa": True} if hk != h else {}
-        def ours(i, q=q, kc=kc, vc=vc, seqlens=seqlens, table=table):
-            return kittens.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, block_table=table)
+        paged = {} if page is None else {"block_table": table}
+
+        def ours(i, q=q, kc=kc, vc=vc, seqlens=seqlens, paged=paged):
+            return kittens.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=seqlens, **paged)
 
         def sdpa(i, qt=qt, kd=kd, vd=vd, gqa=gqa):
             return F.scaled_dot_product_attention(qt, kd, vd, **gqa)
@@ -47,18 +55,22 @@ def bench_paged(torch, kittens, args) -> List[dict]:
             return F.scaled_dot_product_attention(qt, kg, vg, **gqa)
 
         in_place = _runs_in_place(ours, kc, vc)
-        t = time_many(torch, {"ours": ours, "sdpa": sdpa, "sdpa_gather": sdpa_gather}, 1, args.warmup, args.iters,
-                      args.timing)
+        fns = {"ours": ours, "sdpa": sdpa}
+        if page is not None:
+            fns["sdpa_gather"] = sdpa_gather
+        t = time_many(torch, fns, 1, args.warmup, args.iters, args.timing)
         rep = h // hk
         ref = F.scaled_dot_product_attention(qt.double(), kd.double().repeat_interleave(rep, 1),
                                              vd.double().repeat_interleave(rep, 1)).transpose(1, 2)
         e_ours, e_sdpa = _rel(ours(0), ref), _rel(sdpa(0).transpose(1, 2), ref)
         gb = 2 * b * cap * hk * d * 2 / 1e9
-        rows.append({"shape": f"paged decode B{b} H{h}/{hk} cache {cap} page {page} D{d}", "ours_ms": t["ours"],
-                     "sdpa_ms": t["sdpa"], "sdpa_gather_ms": t["sdpa_gather"], "in_place": in_place,
-                     "ratio": t["sdpa"] / t["ours"], "ours_gbs": gb / t["ours"] * 1e3,
+        cache = "contiguous" if page is None else f"page {page}"
+        rows.append({"shape": f"decode B{b} H{h}/{hk} cache {cap} {cache} D{d}", "ours_ms": t["ours"],
+                     "sdpa_ms": t["sdpa"], "sdpa_gather_ms": t.get("sdpa_gather", float("nan")),
+                     "in_place": in_place, "ratio": t["sdpa"] / t["ours"], "ours_gbs": gb / t["ours"] * 1e3,
                      "sdpa_gbs": gb / t["sdpa"] * 1e3, "rel_err_ours": e_ours, "rel_err_sdpa": e_sdpa,
                      "passed": e_ours <= 2 * e_sdpa + FLOOR and in_place})
+        del kc, vc, kd, vd
     return rows
 
 

@@ -24,9 +24,15 @@ registry path (``_dispatch.attention_paged``); on CPU tensors the interpreter (1
 cache: the varlen forward with FlashAttention's ``seqused_k`` (registry ``attn_varlen``, variant
 ``seqused_k``): the queries are packed (batch·seqlen_q rows, ``cu_seqlens_q = b·seqlen_q``), the cache is
 one packed tensor with ``cu_seqlens_k = b·capacity`` and ``seqused_k = cache_seqlens + seqlen_new``, all
-made on the device; with a soft cap or a window the dense cache is read by the paged kernel instead, as
-one page per sequence (``block_table = arange(batch)``, page size = ``seqlen_cache``, which must then be
-a multiple of 16). The append of new k/v is torch's indexed assignment, in place, before the kernel runs.
+made on the device; with a soft cap or a window, and for decoding (seqlen_q 1) where seqlen_cache is a
+multiple of 16 (and on CUDA the head dim one the sm_90a program takes), the dense cache is read by the
+paged kernel instead, as one page per sequence (``block_table = arange(batch)``, page size =
+``seqlen_cache``, which with a soft cap or a window must then be a multiple of 16). The append of new k/v is
+torch's indexed assignment, in place, before the kernel runs.
+
+Decoding (seqlen_q 1, no ALiBi, no window) packs each GQA group's query heads into one block's rows (the
+kernel's ``pack_gqa``: the group's K and V read once); ``num_splits=0`` on CUDA splits each block's key walk
+into as many parts as keep the blocks within one pass over the 132 SMs (``_splits``).
 
 Bad input: shapes, dtypes, devices, the head dim, the page size and the unsupported options are checked
 everywhere, without a device read. ``cache_seqlens`` beyond the capacity (after the append) and
@@ -68,15 +74,24 @@ def _kv_block(page: int, d: int, cuda: bool) -> int:
     return next(kv for kv in (128, 64, 32, 16) if kv <= (64 if d > 128 else 128) and page % kv == 0)
 
 
-def _splits(num_splits: int, b: int, h: int, sq: int, steps: int, cuda: bool) -> int:
+def _packs_gqa(sq: int, h: int, hk: int, slopes, window) -> bool:
+    """Whether the kernel packs a GQA group's query heads into a block's rows
+    (``kittens_kernels::attn_paged_problem::PagedProblem::packs_gqa``): one query, a group of 2 or more, no
+    ALiBi, no window."""
+    return sq == 1 and h > hk and slopes is None and window is None
+
+
+def _splits(num_splits: int, b: int, grid_heads: int, rows: int, steps: int, cuda: bool) -> int:
     """FlashAttention's ``num_splits``: the count given (at most 16, at most one per key step), or for 0
-    on CUDA enough parts that the batch's query blocks fill the SMs; 1 on CPU."""
+    on CUDA as many parts as keep the blocks (``grid_heads`` heads of ``rows`` rows per sequence) within
+    one pass over the SMs (the sm_90a grid is persistent: a block past the SMs' count is a second wave);
+    1 on CPU."""
     if num_splits > 0:
         return min(int(num_splits), MAX_SPLITS, max(steps, 1))
     if not cuda:
         return 1
-    blocks = max(b * h * -(-sq // _BLOCK_Q_CUDA), 1)
-    return max(1, min(MAX_SPLITS, -(-_SMS // blocks), max(steps, 1)))
+    blocks = max(b * grid_heads * -(-rows // _BLOCK_Q_CUDA), 1)
+    return max(1, min(MAX_SPLITS, _SMS // blocks, max(steps, 1)))
 
 
 def _paged(q, k_cache, v_cache, block_table, seqlens, causal, scale, num_splits, return_lse, slopes=None,
@@ -85,12 +100,26 @@ def _paged(q, k_cache, v_cache, block_table, seqlens, causal, scale, num_splits,
     from . import ops
 
     b, sq, h, d = q.shape
+    hk = k_cache.shape[2]
     steps = block_table.shape[1] * k_cache.shape[1] // _kv_block(k_cache.shape[1], d, q.is_cuda)
-    g = _splits(num_splits, b, h, sq, steps, q.is_cuda)
+    grid = (hk, h // hk) if _packs_gqa(sq, h, hk, slopes, window) else (h, sq)
+    g = _splits(num_splits, b, *grid, steps, q.is_cuda)
     out, lse = ops.call("attention_paged", q.contiguous(), k_cache, v_cache, block_table.contiguous(), seqlens,
                         bool(causal), None if scale is None else float(scale), g, slopes, softcap,
                         None if window is None else list(window))
     return (out, lse) if return_lse else out
+
+
+def _as_pages(sq: int, d: int, capacity: int, cuda: bool, softcap, window, k_cache, v_cache) -> bool:
+    """Whether a contiguous cache is read by the paged kernel as one page per sequence: with a soft cap or a
+    window (the varlen kernel takes neither), and for decoding's one query per sequence (the paged kernel's
+    GQA packing and key split; the varlen kernel's 128-row blocks hold one row each), where the capacity is a
+    page the kernel steps through, the caches are dense (read in place) and, on CUDA, the head dim is one the
+    sm_90a program takes."""
+    if softcap is not None or window is not None:
+        return True
+    return (sq == 1 and capacity > 0 and capacity % PAGE_MULTIPLE == 0 and (not cuda or d in (64, 128, 192, 256))
+            and k_cache.is_contiguous() and v_cache.is_contiguous())
 
 
 def _refuse(**opts) -> None:
@@ -207,8 +236,8 @@ def flash_attn_with_kvcache(
                 int(block_table.min()) < 0 or int(block_table.max()) >= k_cache.shape[0]):
             raise ValueError(f"block_table: entries {int(block_table.min())}..{int(block_table.max())} point outside "
                              f"the cache's {k_cache.shape[0]} blocks")
-    used = cache_seqlens.to(torch.int64)
     if sn:  # the append, in place (FlashAttention's semantics)
+        used = cache_seqlens.to(torch.int64)
         pos = used[:, None] + torch.arange(sn, device=dev)
         if block_table is None:
             rows = torch.arange(b, device=dev)[:, None].expand(b, sn)
@@ -218,18 +247,19 @@ def flash_attn_with_kvcache(
             blk = block_table.to(torch.int64).gather(1, pos // page)
             k_cache[blk, pos % page] = k
             v_cache[blk, pos % page] = v
-    if block_table is None and (softcap is not None or window is not None):
+    # Each sequence's keys after the append: the caller's tensor itself without one (no device op).
+    seqused = (cache_seqlens.to(torch.int64) + sn).to(torch.int32) if sn else cache_seqlens.contiguous()
+    if block_table is None and _as_pages(sq, d, capacity, q.is_cuda, softcap, window, k_cache, v_cache):
         # The contiguous cache as pages of one sequence each: sequence i is page i.
         block_table = torch.arange(b, device=dev, dtype=torch.int32)[:, None]
     if block_table is not None:
-        return _paged(q, k_cache, v_cache, block_table, (used + sn).to(torch.int32), causal, softmax_scale,
+        return _paged(q, k_cache, v_cache, block_table, seqused, causal, softmax_scale,
                       num_splits, return_softmax_lse, slopes, softcap, window)
     kc, vc = k_cache[:b], v_cache[:b]
     kc = kc.reshape(b * capacity, hk, d)
     vc = vc.reshape(b * capacity, hk, d)
     cu_q = torch.arange(b + 1, device=dev, dtype=torch.int32) * sq
     cu_k = torch.arange(b + 1, device=dev, dtype=torch.int32) * capacity
-    seqused = (used + sn).to(torch.int32)
     from . import varlen  # noqa: F401  (registers the op)
 
     out, lse = torch.ops.kittens.attention_varlen(q.reshape(b * sq, h, d), kc, vc, cu_q, cu_k, sq, capacity,

@@ -333,11 +333,13 @@ def test_bad_input_names_the_argument():
 
 def test_paged_bench_module_imports_and_its_shapes_are_valid():
     """``python -m kittens.bench attn --paged`` (GPU only): its module imports and every shape's cache is whole
-    pages of a size the paged path takes."""
+    pages of a size the paged path takes; a contiguous one (page None) a capacity the decode route reads as one
+    page."""
     from kittens import bench_paged
     from kittens.kvcache import PAGE_MULTIPLE
 
     for b, h, hk, cap, page, d in bench_paged.SHAPES:
+        page = page or cap
         assert cap % page == 0 and page % PAGE_MULTIPLE == 0 and h % hk == 0, (b, h, hk, cap, page, d)
 
 

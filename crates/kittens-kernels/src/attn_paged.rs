@@ -27,6 +27,10 @@
 //! Split-KV (Flash-Decoding): with `splits > 1` each query block's walk is cut into parts, one block
 //! each, writing the key split's partials (`crate::attn::split`), which its merge (`build_merge`) combines.
 //!
+//! GQA packing ([`PagedConfig::pack_gqa`], FlashAttention-3's `pack_gqa`): decoding's one query per
+//! sequence would fill one row of a block per query head, each block streaming its group's K and V
+//! again; packed, a block's rows are the group's query heads, so the group's keys are read once.
+//!
 //! Targets: the CPU interpreter, gfx942 and gfx950 (V staged through LDS, [`crate::attn::Staged`];
 //! the 16-key P·V on the 16×16×16 bf16 MFMA, which CDNA4 keeps from CDNA3;
 //! crates/kittens-runtime/tests/amd_index_reads.rs). Not sm_90a: the plain CUDA lowering refuses index
@@ -70,6 +74,13 @@ pub struct PagedConfig {
     /// `i + len − seq_q − left ≤ j ≤ i + len − seq_q + right`. With both sides bounded (or the left
     /// side and `causal`) a block walks only the key steps its rows' windows reach ([`Walk`]).
     pub window: Option<Window>,
+    /// GQA packing (FlashAttention-3's `pack_gqa`) for one query per sequence (`seq_q = 1`, the
+    /// caller's to hold): a block takes one KV head and its group's `heads / heads_kv` query heads
+    /// as its rows, so the group's K and V are read once, not once per query head. The rows are
+    /// heads, not queries, so the masks' row index is a head: exact only where every row's keep
+    /// rule is the same (`seq_q = 1`, no window, no ALiBi, refused here; causal bottom-right keeps
+    /// keys `j ≤ r + len − 1` for row `r ≥ 0`, all of the length's, as the one query does).
+    pub pack_gqa: bool,
 }
 
 impl HeadLogits for PagedConfig {
@@ -125,6 +136,13 @@ pub(crate) fn check(cfg: &PagedConfig) -> Result<(), KernelError> {
             cfg.splits
         )));
     }
+    if cfg.pack_gqa && (cfg.alibi || cfg.window.is_some()) {
+        return Err(KernelError::Config(
+            "pack_gqa: a packed block's rows are query heads of one query, so ALiBi (a slope per \
+             head) and a window (a span per query row) are not taken with it"
+                .into(),
+        ));
+    }
     Ok(())
 }
 
@@ -138,6 +156,13 @@ pub(crate) struct PagedIo {
     pub num_blocks: Expr,
     pub page: Expr,
     pub max_blocks: Expr,
+    /// The grid's heads: `heads`, or with [`PagedConfig::pack_gqa`] `heads_kv`.
+    pub grid_heads: Expr,
+    /// A block's rows: `seq_q` queries, or with [`PagedConfig::pack_gqa`] the group's
+    /// `heads / heads_kv` query heads.
+    pub rows: Expr,
+    /// Packed (`q` and `o` viewed `[batch, heads_kv, group, d]`, the same memory at `seq_q = 1`).
+    pub packed: bool,
     pub q: GlobalId,
     pub k_cache: GlobalId,
     pub v_cache: GlobalId,
@@ -170,15 +195,32 @@ impl PagedIo {
         ]
         .map(|n| k.param(n));
         let d = Expr::c(i64::from(cfg.dim));
-        let bshd = |h: &Expr| {
-            [
-                ("b", batch.clone()),
-                ("s", seq_q.clone()),
-                ("h", h.clone()),
-                ("d", d.clone()),
-            ]
+        let (grid_heads, rows) = if cfg.pack_gqa {
+            // At least one row: a launch's heads are a multiple of heads_kv, but the schedule
+            // analysis also samples parameters where they are not.
+            (
+                heads_kv.clone(),
+                (&heads / heads_kv.clone()).max(Expr::c(1)),
+            )
+        } else {
+            (heads.clone(), seq_q.clone())
         };
-        let q = k.global("q", Bf16, &bshd(&heads), Access::Read);
+        // Unpacked `[b, s, h, d]`; packed `[b, hk, g, d]`: at `seq_q = 1` query head `hk·g + r` is
+        // row `r` of KV head `hk`'s block, the caller's `[b, 1, h, d]` memory unchanged.
+        let bshd = [
+            ("b", batch.clone()),
+            ("s", seq_q.clone()),
+            ("h", heads.clone()),
+            ("d", d.clone()),
+        ];
+        let bhgd = [
+            ("b", batch.clone()),
+            ("h", heads_kv.clone()),
+            ("g", rows.clone()),
+            ("d", d.clone()),
+        ];
+        let qo_dims = if cfg.pack_gqa { &bhgd } else { &bshd };
+        let q = k.global("q", Bf16, qo_dims, Access::Read);
         let cache = [
             ("n", num_blocks.clone()),
             ("p", page.clone()),
@@ -192,15 +234,17 @@ impl PagedIo {
         let table = k.global("block_table", I32, &entries, Access::Read);
         let seqlens = k.global("cache_seqlens", I32, &[("b", batch.clone())], Access::Read);
         let alibi = cfg.alibi.then(|| Alibi::declare(k, &batch, &heads));
+        // The partials and `lse` are `[.., b, h, s, ..]`: packed `[.., b, hk, g, ..]`, the same
+        // memory at `seq_q = 1`, so the merge is the unpacked one.
         let (o, lse) = if cfg.splits > 1 {
-            let rows = [&batch, &heads, &seq_q];
+            let rows = [&batch, &grid_heads, &rows];
             declare_partials(k, cfg.splits, rows, &d, Access::Write)
         } else {
-            let o = k.global("o", Bf16, &bshd(&heads), Access::Write);
+            let o = k.global("o", Bf16, qo_dims, Access::Write);
             let dims = [
                 ("b", batch.clone()),
-                ("h", heads.clone()),
-                ("s", seq_q.clone()),
+                ("h", grid_heads.clone()),
+                ("s", rows.clone()),
             ];
             (o, k.global("lse", F32, &dims, Access::Write))
         };
@@ -212,6 +256,9 @@ impl PagedIo {
             num_blocks,
             page,
             max_blocks,
+            grid_heads,
+            rows,
+            packed: cfg.pack_gqa,
             q,
             k_cache,
             v_cache,
@@ -221,6 +268,24 @@ impl PagedIo {
             o,
             lse,
         }
+    }
+
+    /// The `rows × cols` window of `q` or `o` (`g`) at block row `r0` of grid head `h`, column
+    /// `col`: rows along the sequence, or packed along the group.
+    pub(crate) fn qo_view(
+        &self,
+        k: &KernelBuilder,
+        g: GlobalId,
+        (b, h, r0, col): (&Expr, &Expr, &Expr, Expr),
+        rows: u32,
+        cols: u32,
+    ) -> kittens_ir::GlobalView {
+        let (at, row_dim) = if self.packed {
+            (vec![b.clone(), h.clone(), r0.clone(), col], 2)
+        } else {
+            (vec![b.clone(), r0.clone(), h.clone(), col], 1)
+        };
+        k.gview(g, at, row_dim, 3, rows, cols)
     }
 }
 
@@ -258,13 +323,17 @@ impl Walk {
         let g = i64::from(cfg.splits);
         let extents = vec![
             io.batch.clone(),
-            io.heads.clone(),
-            io.seq_q.ceil_div(i64::from(block_q)) * g,
+            io.grid_heads.clone(),
+            io.rows.ceil_div(i64::from(block_q)) * g,
         ];
         k.grid(extents, GridOrder::RowMajor);
         let (b, h, t) = (k.block(0), k.block(1), k.block(2));
         let (qb, part) = (&t / g, t % g);
-        let hk = &h / (&io.heads / io.heads_kv.clone());
+        let hk = if io.packed {
+            h.clone()
+        } else {
+            &h / (&io.heads / io.heads_kv.clone())
+        };
         let len = Expr::elem(io.seqlens, b.clone())
             .max(Expr::c(0))
             .min(&io.max_blocks * io.page.clone());
@@ -388,7 +457,8 @@ fn window_steps(
 /// The kernel's name, from its configuration (`suffix` names a target's program).
 pub(crate) fn name(cfg: &PagedConfig, suffix: &str) -> String {
     format!(
-        "attn_paged_fwd{}{}{}{}_kv{}{}{suffix}",
+        "attn_paged_fwd{}{}{}{}{}_kv{}{}{suffix}",
+        if cfg.pack_gqa { "_packgqa" } else { "" },
         if cfg.causal { "_causal" } else { "" },
         if cfg.window.is_some() { "_window" } else { "" },
         if cfg.logits.softcap.is_some() {
@@ -428,8 +498,8 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
 
     let (b, h) = (w.b.clone(), w.h.clone());
     let q0 = &w.qb * i64::from(bq);
-    let at = vec![b.clone(), q0.clone(), h.clone(), Expr::c(0)];
-    k.load_global(q_r, k.gview(io.q, at, 1, 3, bq, dim));
+    let q_at = (&b, &h, &q0, Expr::c(0));
+    k.load_global(q_r, io.qo_view(&k, io.q, q_at.clone(), bq, dim));
     k.neg_infty(sm.max);
     k.zero(sm.norm);
     k.zero(acc);
@@ -463,8 +533,7 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
     } else {
         let out = k.tile("out", Bf16, bq, dim, Layout::Row, BaseShape::S16X16);
         k.convert(out, acc, Rounding::Rtne);
-        let at = vec![b.clone(), q0.clone(), h.clone(), Expr::c(0)];
-        k.store(k.gview(io.o, at, 1, 3, bq, dim), out);
+        k.store(io.qo_view(&k, io.o, q_at, bq, dim), out);
         k.store(k.gview(io.lse, vec![b, h, q0], 2, 0, bq, 1), lse_r);
     }
     Ok(k.finish()?)

@@ -22,9 +22,10 @@
 //!   on the device, as `crate::attn_varlen_hopper`'s, is left to do) and masks keys at or past the length (or the part's end), as the
 //!   interpreter's program does. Rows that keep no key get a floored softmax: output 0, `lse = −∞`.
 //!
-//! Not tuned: a block takes one query head (no packing of a GQA group's heads into the 64 rows, as
-//! FlashAttention-3's `pack_gqa` does), and fully masked steps past the length are walked, not
-//! skipped (a data-dependent trip count).
+//! With [`PagedConfig::pack_gqa`] (one query per sequence) a block's 64 rows are a GQA group's query
+//! heads, as FlashAttention-3's `pack_gqa`: the group's K and V are streamed once per block instead
+//! of once per query head. Not tuned: fully masked steps past the length are walked, not skipped (a
+//! data-dependent trip count).
 
 use crate::attn::hopper::HopperTiles;
 use crate::attn::key_step::SharedStep;
@@ -103,8 +104,7 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
     k.roles(
         |k| {
             for (i, &qs) in q_s.iter().enumerate() {
-                let at = vec![b.clone(), q_blk.clone(), h.clone(), col(i)];
-                let src = k.gview(io.q, at, 1, 3, BLOCK_Q, COLS);
+                let src = io.qo_view(k, io.q, (&b, &h, &q_blk, col(i)), BLOCK_Q, COLS);
                 k.load_async_by(Scope::WarpGroup, k.smem(qs, 0), src);
             }
             k.wait_async(0);
@@ -146,8 +146,7 @@ pub fn build(cfg: &PagedConfig) -> Result<Kernel, KernelError> {
                 k.store(k.gview(io.lse, at, 3, 0, 16, 1), lse_v);
             } else {
                 for (i, &or) in o_r.iter().enumerate() {
-                    let at = vec![b.clone(), q0.clone(), h.clone(), col(i)];
-                    k.store(k.gview(io.o, at, 1, 3, 16, COLS), or);
+                    k.store(io.qo_view(k, io.o, (&b, &h, &q0, col(i)), 16, COLS), or);
                 }
                 let at = vec![b.clone(), h.clone(), q0.clone()];
                 k.store(k.gview(io.lse, at, 2, 0, 16, 1), lse_v);

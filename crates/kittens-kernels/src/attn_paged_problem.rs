@@ -97,7 +97,16 @@ impl PagedProblem {
             splits: self.splits,
             alibi: self.alibi,
             window: self.window,
+            pack_gqa: self.packs_gqa(),
         })
+    }
+
+    /// Whether the program packs a GQA group's query heads into a block's rows
+    /// ([`PagedConfig::pack_gqa`]): decoding's one query per sequence, a group of two or more, no
+    /// ALiBi and no window.
+    pub fn packs_gqa(&self) -> bool {
+        let a = self.attn;
+        a.seq == 1 && a.heads_kv > 0 && a.heads > a.heads_kv && !self.alibi && self.window.is_none()
     }
 
     fn merge_config(&self, cfg: &PagedConfig) -> MergeConfig {
@@ -122,6 +131,7 @@ pub fn default_config() -> PagedConfig {
         splits: 1,
         alibi: false,
         window: None,
+        pack_gqa: false,
     }
 }
 

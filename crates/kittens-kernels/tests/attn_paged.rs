@@ -55,6 +55,8 @@ struct Case {
     seed: u64,
     /// The program: the interpreter's (`Target::Cpu`) or sm_90a's (`attn_paged_hopper`).
     target: Target,
+    /// A GQA group's query heads packed into a block's rows (`seq_q` 1).
+    pack_gqa: bool,
 }
 
 fn check(c: &Case) {
@@ -153,6 +155,7 @@ fn check(c: &Case) {
         splits: c.splits,
         alibi: c.alibi,
         window: c.window,
+        pack_gqa: c.pack_gqa,
     };
     let kernel = build_for(&cfg, c.target).expect("the paged kernel builds");
     let params = [b, h, hk, sq, num_blocks, page, max_blocks].map(|x| x as i64);
@@ -244,6 +247,56 @@ fn case(lens: &[usize], page: usize) -> Case {
         window: None,
         seed: 1,
         target: Target::Cpu,
+        pack_gqa: false,
+    }
+}
+
+/// GQA packing (one query per sequence, a group's query heads as a block's rows): groups of 4, 5 and
+/// 20 (past the interpreter's 16-row block: two row blocks), 1; causal, a soft cap, scale, split and
+/// merged; the interpreter's program and sm_90a's (64 rows, group rows past it zero-filled and
+/// never stored).
+#[test]
+fn paged_decode_gqa_packed_matches_f64() {
+    let packed = |c: Case| Case {
+        pack_gqa: true,
+        ..c
+    };
+    for target in [Target::Cpu, Target::Sm90a] {
+        check(&packed(Case {
+            heads: 8,
+            heads_kv: 2,
+            causal: true,
+            seed: 41,
+            target,
+            ..case(&[300, 1, 37, 0], 16)
+        }));
+        check(&packed(Case {
+            heads: 10,
+            heads_kv: 2,
+            splits: 3,
+            softcap: Some(20.0),
+            scale: Some(0.3),
+            seed: 42,
+            target,
+            ..case(&[1000, 37, 2], 48)
+        }));
+        check(&packed(Case {
+            heads: 40,
+            heads_kv: 2,
+            dim: 128,
+            splits: 2,
+            causal: true,
+            seed: 43,
+            target,
+            ..case(&[1000, 37], 256)
+        }));
+        check(&packed(Case {
+            heads: 2,
+            heads_kv: 2,
+            seed: 44,
+            target,
+            ..case(&[37, 300], 16)
+        }));
     }
 }
 
@@ -356,6 +409,7 @@ fn paged_decode_refuses_what_it_does_not_take() {
         splits: 1,
         alibi: false,
         window: None,
+        pack_gqa: false,
     };
     for target in [Target::Cpu, Target::Sm90a] {
         let e = build_for(&cfg, target).unwrap_err().to_string();
@@ -371,6 +425,22 @@ fn paged_decode_refuses_what_it_does_not_take() {
         .unwrap_err()
         .to_string();
         assert!(e.contains("window") && e.contains("-2"), "{e}");
+        // Packed rows are heads: ALiBi's per-head slope and a window's per-row span are refused.
+        for alibi in [true, false] {
+            let e = build_for(
+                &PagedConfig {
+                    logits: Logits::default(),
+                    pack_gqa: true,
+                    alibi,
+                    window: (!alibi).then(|| Window::new(64, 0).unwrap()),
+                    ..cfg
+                },
+                target,
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("pack_gqa"), "{e}");
+        }
     }
     let e = build(&PagedConfig {
         logits: Logits::default(),
@@ -501,6 +571,7 @@ fn sm90a_lowers_the_hopper_paged_program_cdna_the_plain_one() {
         splits: 1,
         alibi: false,
         window: None,
+        pack_gqa: false,
     };
     let hopper = build_for(&cfg, Target::Sm90a).unwrap();
     let l = kittens_codegen::lower(&hopper, Target::Sm90a).expect("sm_90a lowers it");
@@ -511,6 +582,26 @@ fn sm90a_lowers_the_hopper_paged_program_cdna_the_plain_one() {
     assert!(l.source.contains("g_block_table") && l.source.contains("cp.async"));
     let plain = build(&cfg).unwrap();
     assert!(kittens_codegen::lower(&plain, Target::Sm90a).is_err());
+    // GQA packing, split and not: both programs lower (the schedule analysis samples parameters
+    // where heads_kv does not divide heads).
+    for splits in [1, 4] {
+        let packed = PagedConfig {
+            pack_gqa: true,
+            splits,
+            kv_block: 128,
+            ..cfg
+        };
+        let hopper = build_for(&packed, Target::Sm90a).unwrap();
+        kittens_codegen::lower(&hopper, Target::Sm90a).expect("sm_90a lowers the packed program");
+        let plain = build(&PagedConfig {
+            kv_block: 16,
+            ..packed
+        })
+        .unwrap();
+        for target in [Target::Gfx942, Target::Gfx950] {
+            kittens_codegen::lower(&plain, target).expect("CDNA lowers the packed program");
+        }
+    }
     let alibi = build(&PagedConfig { alibi: true, ..cfg }).unwrap();
     for target in [Target::Gfx942, Target::Gfx950] {
         let l = kittens_codegen::lower(&plain, target).expect("CDNA lowers it");

@@ -49,14 +49,14 @@ fn varlen_bwd(causal: bool, dim: usize) -> NamedArgs {
         .with("seed", 38)
 }
 
-fn paged(causal: bool, splits: usize) -> NamedArgs {
+fn paged(causal: bool, splits: usize, seq: usize) -> NamedArgs {
     // Pages of 32 keys, 3 per sequence: lengths drawn up to 96, 70 the longest; 3 queries per
-    // sequence (bottom-right causal masks differ per query).
+    // sequence (bottom-right causal masks differ per query), or 1 (decoding: GQA packed).
     NamedArgs::new()
         .with("batch", 3)
         .with("heads", 4)
         .with("heads_kv", 2)
-        .with("seq", 3)
+        .with("seq", seq)
         .with("num_splits", splits)
         .with("seq_kv", 70)
         .with("page_size", 32)
@@ -79,8 +79,8 @@ fn cases() -> Vec<(&'static str, Target, NamedArgs)> {
         }
     }
     for t in [Target::Gfx942, Target::Gfx950] {
-        for (causal, splits) in [(false, 1), (true, 1), (true, 2)] {
-            v.push(("attn_paged", t, paged(causal, splits)));
+        for (causal, splits, seq) in [(false, 1, 3), (true, 1, 3), (true, 2, 3), (true, 2, 1)] {
+            v.push(("attn_paged", t, paged(causal, splits, seq)));
         }
     }
     v

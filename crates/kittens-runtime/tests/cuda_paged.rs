@@ -16,6 +16,25 @@ use kittens_kernels::attn_paged::PagedConfig;
 #[test]
 fn paged_decode_compiles_for_sm90a_without_spills() {
     ensure_nvrtc();
+    // GQA packing (a group's query heads as the block's rows), split and not, causal and not.
+    for (dim, kv, causal, splits) in [
+        (128, 128, true, 1),
+        (128, 128, false, 4),
+        (256, 64, true, 2),
+    ] {
+        let cfg = PagedConfig {
+            dim,
+            causal,
+            logits: Logits::default(),
+            kv_block: kv,
+            splits,
+            alibi: false,
+            window: None,
+            pack_gqa: true,
+        };
+        let what = format!("packed D{dim} kv{kv} causal {causal} splits {splits}");
+        compiles_without_spills(&cfg, &what);
+    }
     // Every head dim and key block, each mask and split form at the registry's page 16 and the
     // widest blocks (the most registers).
     // (causal, splits, alibi, soft cap and window)
@@ -51,22 +70,22 @@ fn paged_decode_compiles_for_sm90a_without_spills() {
                 splits,
                 alibi,
                 window: capped.then(|| Window::new(1000, if causal { 0 } else { 7 }).unwrap()),
+                pack_gqa: false,
             };
             let what = format!(
                 "D{dim} kv{kv} causal {causal} splits {splits} alibi {alibi} softcap+window {capped}"
             );
-            let k = kittens_kernels::attn_paged_hopper::build(&cfg).unwrap();
-            let l =
-                kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{what}: {e}"));
-            let image = kittens_runtime::cuda::compile(
-                &l.source,
-                &l.entry,
-                "sm_90a",
-                l.dynamic_shared_bytes(),
-            )
-            .unwrap_or_else(|e| panic!("{what}: {e}"));
-            assert_eq!(image.report.spill_stores, 0, "{what}: {:?}", image.report);
-            eprintln!("{} {what}: {:?}", k.name, image.report);
+            compiles_without_spills(&cfg, &what);
         }
     }
+}
+
+fn compiles_without_spills(cfg: &PagedConfig, what: &str) {
+    let k = kittens_kernels::attn_paged_hopper::build(cfg).unwrap();
+    let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let image =
+        kittens_runtime::cuda::compile(&l.source, &l.entry, "sm_90a", l.dynamic_shared_bytes())
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(image.report.spill_stores, 0, "{what}: {:?}", image.report);
+    eprintln!("{} {what}: {:?}", k.name, image.report);
 }

@@ -27,12 +27,14 @@ def attention_paged(q, k_cache, v_cache, block_table, cache_seqlens, causal: boo
         rec = _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, bool(causal), scale,
                              int(num_splits), alibi, softcap, window)
     b, sq, h, _ = q.shape
-    out = torch.zeros_like(q)
-    lse = torch.zeros((b, h, sq), dtype=torch.float32, device=q.device)
-    if rec[0] is not None:
-        slopes = () if alibi is None else (alibi,)
-        ptrs = tuple(t.data_ptr() for t in (q, k_cache, v_cache, block_table, cache_seqlens, *slopes, out, lse))
-        _launch(rec, ptrs, q.get_device(), device_obj=q.device)
+    if rec[0] is None:  # nothing to compute: the zeros are the answer
+        return torch.zeros_like(q), torch.zeros((b, h, sq), dtype=torch.float32, device=q.device)
+    # Every row of out and lse is written by the kernel (or the split's merge): no fill launched.
+    out = torch.empty_like(q)
+    lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
+    slopes = () if alibi is None else (alibi,)
+    ptrs = tuple(t.data_ptr() for t in (q, k_cache, v_cache, block_table, cache_seqlens, *slopes, out, lse))
+    _launch(rec, ptrs, q.get_device(), device_obj=q.device)
     return out, lse
 
 
@@ -69,8 +71,16 @@ def _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, causal,
                              f"{alibi.dtype} of shape {tuple(alibi.shape)}")
         problem["alibi"] = True
         slopes = (_spec("alibi", (b, h), (h, 1), "float32"),)
+    from ..kvcache import _packs_gqa
+
+    # With GQA packing (``kittens.kvcache._packs_gqa``) the decode kernel declares q, and unsplit o and lse,
+    # (b, heads_kv, group, ...): the same memory as (b, 1, h, d) and (b, h, 1).
+    packed = _packs_gqa(sq, h, hk, alibi, window)
+    grp = h // hk
+    qo = (_spec("q", (b, hk, grp, d), (h * d, grp * d, d, 1)) if packed
+          else _spec("q", q.shape, (sq * h * d, h * d, d, 1)))
     tensors = (
-        _spec("q", q.shape, (sq * h * d, h * d, d, 1)),
+        qo,
         _spec("k_cache", k_cache.shape, (page * hk * d, hk * d, d, 1)),
         _spec("v_cache", v_cache.shape, (page * hk * d, hk * d, d, 1)),
         _spec("block_table", (b * mb,), (1,), "int32"),
@@ -79,7 +89,9 @@ def _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, causal,
         # Split, only the merge writes `o` and declares it (b, h, s, d) over the same (B, Nq, H, D)
         # memory; unsplit, the decode kernel declares it (b, s, h, d).
         _spec("o", (b, h, sq, d), (sq * h * d, d, h * d, 1)) if num_splits > 1
+        else _spec("o", qo[1], qo[2]) if packed
         else _spec("o", q.shape, (sq * h * d, h * d, d, 1)),
-        _spec("lse", (b, h, sq), (h * sq, sq, 1), "float32"),
+        _spec("lse", (b, hk, grp), (h, grp, 1), "float32") if packed and num_splits <= 1
+        else _spec("lse", (b, h, sq), (h * sq, sq, 1), "float32"),
     )
     return _core._prepare(key, "attn_paged", problem, tensors, dev)

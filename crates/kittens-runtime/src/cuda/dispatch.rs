@@ -439,6 +439,23 @@ fn essential(shape: &[u64], strides: &[u64]) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// The offsets a layout covers, canonical whatever the order or split of its dimensions: the
+/// essential dimensions by decreasing stride, each merged into the one before it where that one's
+/// stride is this one's extent times stride (a contiguous run), e.g. `[G, b, hk, g, d]` and
+/// `[G, b, h, d]` (h = hk·g), both dense, are one run.
+fn offsets_set(shape: &[u64], strides: &[u64]) -> Vec<(u64, u64)> {
+    let mut dims = essential(shape, strides);
+    dims.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(b.0.cmp(&a.0)));
+    let mut out: Vec<(u64, u64)> = Vec::with_capacity(dims.len());
+    for (d, s) in dims {
+        match out.last_mut() {
+            Some(last) if last.1 == d * s => *last = (last.0 * d, s),
+            _ => out.push((d, s)),
+        }
+    }
+    out
+}
+
 /// At most this many free parameters (a dropout seed and counter take four 32-bit words).
 const MAX_FREE: usize = 8;
 
@@ -553,11 +570,10 @@ fn bind(
         } else if index(&g.name)? >= callers {
             // Scratch is the launches' own: two launches may order its dimensions differently (the
             // RMSNorm backward writes dweight partials as `[part, col]` and sums them as `[col,
-            // part]`); the same offsets in any order are the same tensor.
-            let (mut a, mut b) = (essential(&shape, &strides), essential(&t.shape, &t.strides));
-            a.sort_unstable();
-            b.sort_unstable();
-            a == b
+            // part]`) or split one differently (the GQA-packed paged decode writes the key split's
+            // partials as `[.., heads_kv, group, ..]`, its merge reads `[.., heads, 1, ..]`); the
+            // same offsets in any order are the same tensor.
+            offsets_set(&shape, &strides) == offsets_set(&t.shape, &t.strides)
         } else {
             // The caller's: in order (a transposed tensor of a square shape has the same offsets).
             essential(&shape, &strides) == essential(&t.shape, &t.strides)

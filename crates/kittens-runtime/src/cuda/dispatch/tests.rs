@@ -217,3 +217,69 @@ fn varlen_backward_launches_share_their_tensors() {
         }
     }
 }
+
+/// Scratch declared in different orders or splits of its dimensions is one tensor when it covers the
+/// same offsets: the packed decode's `[G, b, hk, g, d]` partials are its merge's `[G, b, h, 1, d]`,
+/// `[part, col]` is `[col, part]` transposed; another set of offsets (rows with a gap) is not.
+#[test]
+fn scratch_offsets_match_across_orders_and_splits() {
+    let dense = |shape: &[u64]| -> Vec<u64> {
+        let mut s = vec![1u64; shape.len()];
+        for i in (0..shape.len().saturating_sub(1)).rev() {
+            s[i] = s[i + 1] * shape[i + 1];
+        }
+        s
+    };
+    let packed = [3u64, 2, 8, 4, 128];
+    let merge = [3u64, 2, 32, 1, 128];
+    assert_eq!(
+        offsets_set(&packed, &dense(&packed)),
+        offsets_set(&merge, &dense(&merge))
+    );
+    assert_eq!(offsets_set(&[5, 7], &[7, 1]), offsets_set(&[7, 5], &[1, 7]));
+    // The same extents with another stride (a gap between rows) differ.
+    assert_ne!(offsets_set(&[5, 7], &[8, 1]), offsets_set(&[5, 7], &[7, 1]));
+    // The partials of 4 parts against those of 2 parts with twice the rows: the same count of
+    // elements, the same offsets (a dense run), so a layout check is by offsets, not by shape.
+    assert_eq!(
+        offsets_set(&[4, 16], &[16, 1]),
+        offsets_set(&[2, 32], &[32, 1])
+    );
+}
+
+/// The GQA-packed paged decode with a key split: the split kernel writes the partials as
+/// `[G, b, heads_kv, group, ..]`, the merge reads them as `[G, b, heads, 1, ..]`; the same offsets.
+#[test]
+fn packed_paged_decode_shares_its_partials_with_the_merge() {
+    use kittens_kernels::problem::NamedArgs;
+    let entry = kittens_kernels::registry::by_name("attn_paged").unwrap();
+    let a = NamedArgs::new()
+        .with("batch", 3usize)
+        .with("heads", 32usize)
+        .with("heads_kv", 8usize)
+        .with("seq", 1usize)
+        .with("dim", 128usize)
+        .with("page_size", 256usize)
+        .with("max_blocks", 4usize)
+        .with("num_splits", 4usize);
+    let p = entry.problem(&a).unwrap();
+    let st = registry_stages(entry, p.as_ref()).unwrap();
+    assert_eq!(st.len(), 2);
+    assert!(
+        st[0].kernel.name.contains("packgqa"),
+        "{}",
+        st[0].kernel.name
+    );
+    for name in ["o_partial", "lse_partial"] {
+        let [a, b] = [&st[0], &st[1]].map(|s| {
+            let ordered = ordered_params(&s.kernel, &s.params).unwrap();
+            let (shape, strides) = declared(&s.kernel, name, &ordered).unwrap();
+            (essential(&shape, &strides), offsets_set(&shape, &strides))
+        });
+        assert_ne!(
+            a.0, b.0,
+            "`{name}`: declared the same way, not a test of the split"
+        );
+        assert_eq!(a.1, b.1, "`{name}`: different offsets");
+    }
+}
