@@ -31,3 +31,11 @@ def _check_softcap(softcap: Any) -> Optional[float]:
     if not (softcap >= 0.0 and math.isfinite(softcap)):  # NaN too
         raise ValueError(f"softcap={softcap!r}: must be 0.0 (none) or finite and positive")
     return float(softcap) if softcap > 0.0 else None
+
+
+def packs_gqa(sq: int, h: int, hk: int, slopes, window) -> bool:
+    """Whether the decode kernel packs a GQA group's query heads into a block's rows
+    (``kittens_kernels::attn_paged_problem::PagedProblem::packs_gqa``): one query, a group of 2 or more, no
+    ALiBi, no window. Here, below both kittens/kvcache.py (the split count) and the CUDA dispatch (the
+    tensors' declared shapes), which ask it the same question."""
+    return sq == 1 and h > hk and slopes is None and window is None

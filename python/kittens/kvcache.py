@@ -52,6 +52,8 @@ from typing import Any, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
+from ._fa_args import packs_gqa
+
 __all__ = ["flash_attn_with_kvcache"]
 
 # Keys per step of the paged kernel on CPU (``kittens_kernels::attn_paged::kv_block_for``): a page holds
@@ -72,13 +74,6 @@ def _kv_block(page: int, d: int, cuda: bool) -> int:
     if not cuda:
         return PAGE_MULTIPLE
     return next(kv for kv in (128, 64, 32, 16) if kv <= (64 if d > 128 else 128) and page % kv == 0)
-
-
-def _packs_gqa(sq: int, h: int, hk: int, slopes, window) -> bool:
-    """Whether the kernel packs a GQA group's query heads into a block's rows
-    (``kittens_kernels::attn_paged_problem::PagedProblem::packs_gqa``): one query, a group of 2 or more, no
-    ALiBi, no window."""
-    return sq == 1 and h > hk and slopes is None and window is None
 
 
 def _splits(num_splits: int, b: int, grid_heads: int, rows: int, steps: int, cuda: bool) -> int:
@@ -102,7 +97,7 @@ def _paged(q, k_cache, v_cache, block_table, seqlens, causal, scale, num_splits,
     b, sq, h, d = q.shape
     hk = k_cache.shape[2]
     steps = block_table.shape[1] * k_cache.shape[1] // _kv_block(k_cache.shape[1], d, q.is_cuda)
-    grid = (hk, h // hk) if _packs_gqa(sq, h, hk, slopes, window) else (h, sq)
+    grid = (hk, h // hk) if packs_gqa(sq, h, hk, slopes, window) else (h, sq)
     g = _splits(num_splits, b, *grid, steps, q.is_cuda)
     out, lse = ops.call("attention_paged", q.contiguous(), k_cache, v_cache, block_table.contiguous(), seqlens,
                         bool(causal), None if scale is None else float(scale), g, slopes, softcap,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from .._fa_args import packs_gqa
 from . import _core
 from ._core import _dense, _HANDLES, _bf16s, _launch, _same_device, _spec, _store
 
@@ -71,11 +72,9 @@ def _prepare_paged(key, q, k_cache, v_cache, block_table, cache_seqlens, causal,
                              f"{alibi.dtype} of shape {tuple(alibi.shape)}")
         problem["alibi"] = True
         slopes = (_spec("alibi", (b, h), (h, 1), "float32"),)
-    from ..kvcache import _packs_gqa
-
-    # With GQA packing (``kittens.kvcache._packs_gqa``) the decode kernel declares q, and unsplit o and lse,
+    # With GQA packing (``kittens._fa_args.packs_gqa``) the decode kernel declares q, and unsplit o and lse,
     # (b, heads_kv, group, ...): the same memory as (b, 1, h, d) and (b, h, 1).
-    packed = _packs_gqa(sq, h, hk, alibi, window)
+    packed = packs_gqa(sq, h, hk, alibi, window)
     grp = h // hk
     qo = (_spec("q", (b, hk, grp, d), (h * d, grp * d, d, 1)) if packed
           else _spec("q", q.shape, (sq * h * d, h * d, d, 1)))
