@@ -382,21 +382,18 @@ fn hopper_forward_head_dims_192_and_256() {
         };
         check_fwd(&all, cfg, "producer/consumer");
         // The backward at these head dims: the atomic form (`attn_bwd::hopper::wide`, run against
-        // f64 in kittens-kernels' attn_bwd_hopper tests) builds by default; the two-launch form's
-        // query blocks exceed the registers and are refused by name.
+        // f64 in kittens-kernels' attn_bwd_hopper tests) builds by default, and the deterministic
+        // two-launch form too (its query blocks stream fewer keys per step past 128: 64 at 192, 32 at
+        // 256; checked against f64 in attn_bwd_hopper and on the H200, bench/results/attn_bwd).
         let mut p = problem(&dense);
         p.args.attn.dim = dim as usize;
         as_kernel("attn_bwd", p)
             .build(kittens_hw::Target::Sm90a)
             .unwrap_or_else(|e| panic!("attn_bwd at D{dim} on sm_90a: {e}"));
         p.run.variant = Some("dq");
-        let err = as_kernel("attn_bwd", p)
+        let k = as_kernel("attn_bwd", p)
             .build(kittens_hw::Target::Sm90a)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("up to 128") && err.contains("240") && err.contains("atomic"),
-            "{err}"
-        );
+            .unwrap_or_else(|e| panic!("attn_bwd variant dq at D{dim} on sm_90a: {e}"));
+        assert_eq!(k.name, "attn_bwd_dq", "the two-launch form's query blocks");
     }
 }
