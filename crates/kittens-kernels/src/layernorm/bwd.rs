@@ -197,6 +197,19 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             k.load_global(dht, view(k, dh_out, &row, 0));
             k.load_global(wv, view(k, w, &row, 0));
         }
+        // Σ h², Σ g and Σ g·h of chunk c (g = dy · w; h centred or not, as the caller decides).
+        let chunk_sums = |k: &mut KernelBuilder, c: u32, hc: RegId| {
+            k.mul(r, hc, hc);
+            sum_chunks(k, inv, c, r);
+            if !hold {
+                k.load_global(dyt, view(k, dy, &row, c));
+                k.load_global(wv, view(k, w, &row, c));
+            }
+            k.mul_col(g, dyt, wv);
+            sum_chunks(k, c1, c, g);
+            k.mul(r, g, hc);
+            sum_chunks(k, c2, c, r);
+        };
         for c in 0..nc {
             let hc = h[c as usize];
             if !hold && n_ahead == 0 {
@@ -211,16 +224,7 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             sum_chunks(k, mean, c, hc);
             if lp.one_sum {
                 // Σ h², Σ g and Σ g·h beside Σ h (`RowLoop::one_sum`), h not yet centred.
-                k.mul(r, hc, hc);
-                sum_chunks(k, inv, c, r);
-                if !hold {
-                    k.load_global(dyt, view(k, dy, &row, c));
-                    k.load_global(wv, view(k, w, &row, c));
-                }
-                k.mul_col(g, dyt, wv);
-                sum_chunks(k, c1, c, g);
-                k.mul(r, g, hc);
-                sum_chunks(k, c2, c, r);
+                chunk_sums(k, c, hc);
             }
         }
         if lp.one_sum {
@@ -269,16 +273,7 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
                     col0(c),
                     0.0,
                 );
-                k.mul(r, hc, hc);
-                sum_chunks(k, inv, c, r);
-                if !hold {
-                    k.load_global(dyt, view(k, dy, &row, c));
-                    k.load_global(wv, view(k, w, &row, c));
-                }
-                k.mul_col(g, dyt, wv);
-                sum_chunks(k, c1, c, g);
-                k.mul(r, g, hc);
-                sum_chunks(k, c2, c, r);
+                chunk_sums(k, c, hc);
             }
             f.totals(k, &[(inv, 1), (c1, 2), (c2, 3)]);
             k.mul(inv, inv, inv_d);
