@@ -346,6 +346,9 @@ impl Emit<'_> {
                     self.stmts(body)?;
                 }
                 Stmt::Staggered { body } => self.stmts(body)?,
+                Stmt::LastArrival { .. } => return unsupported(
+                    "a last-arrival hand-off between blocks (split-K reduced in its own launch)",
+                ),
                 Stmt::Roles { .. } => {
                     return unsupported("unexpanded roles (build the kernel with KernelBuilder)")
                 }

@@ -153,7 +153,9 @@ pub(super) fn check_cluster(k: &Kernel, producer: &[Stmt]) -> Result<(), CudaLow
                 start, end, body, ..
             } => !start.reads_block(0) && !end.reads_block(0) && uniform(body),
             Stmt::If { cond, then, els } => !cond_reads(cond) && uniform(then) && uniform(els),
-            Stmt::Cluster { body, .. } | Stmt::Staggered { body } => uniform(body),
+            Stmt::Cluster { body, .. }
+            | Stmt::Staggered { body }
+            | Stmt::LastArrival { body, .. } => uniform(body),
             Stmt::Op { .. } | Stmt::Roles { .. } => true,
         })
     }
