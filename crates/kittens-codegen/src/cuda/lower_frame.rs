@@ -187,6 +187,8 @@ pub(super) fn global_ctype(g: &kittens_ir::GlobalDecl) -> Result<&'static str, C
         (DType::F32, true) => "float*",
         // Index tensors (varlen offsets) read by `Expr::Elem`; `cexpr` casts the pointer itself.
         (DType::I32, false) => "const int*",
+        // Counters of a last arrival (`Stmt::LastArrival`), incremented atomically.
+        (DType::I32, true) => "int*",
         (dt, w) => {
             return unsupported(format!(
                 "global `{}` of {dt:?}{} (bf16 tensors, read-only e4m3 or f32 ones)",
