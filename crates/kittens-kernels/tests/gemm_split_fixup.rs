@@ -56,17 +56,18 @@ fn both_forms(
     let names: Vec<&str> = one.globals.iter().map(|g| g.name.as_str()).collect();
     assert_eq!(
         names[names.len() - 3..],
-        [PARTIAL, "c", COUNTERS],
+        ["c", PARTIAL, COUNTERS],
         "{names:?}"
     );
     let tiles = m.div_ceil(cfg.block_rows as usize) * n.div_ceil(cfg.block as usize);
     let mut t = inputs.to_vec();
-    t.push(vec![f32::NAN; s * m * n]);
     t.push(vec![f32::NAN; m * n]);
+    t.push(vec![f32::NAN; s * m * n]);
     t.push(vec![0.0; tiles]);
     interp::run(&one, &params, &mut t).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
     let counters = t.pop().expect("counters");
     assert!(counters.iter().all(|&x| x == 0.0), "{counters:?}");
+    t.pop().expect("partials");
     let c_one = t.pop().expect("c");
 
     let two = build(cfg).expect("two-launch gemm");

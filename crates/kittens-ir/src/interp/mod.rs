@@ -270,7 +270,8 @@ fn run_last_arrivals(
 ) -> Result<u64, InterpError> {
     use std::collections::{BTreeMap, HashMap, HashSet};
     // Per counter element: (block position in `all`, expected arrivals, stores released).
-    let mut groups: BTreeMap<(usize, i64), Vec<(usize, i64, usize)>> = BTreeMap::new();
+    type Arrived = Vec<(usize, i64, usize)>;
+    let mut groups: BTreeMap<(usize, i64), Arrived> = BTreeMap::new();
     for (i, w) in all.iter().enumerate() {
         for a in &w.arrivals {
             groups

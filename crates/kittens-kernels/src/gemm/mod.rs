@@ -475,6 +475,18 @@ pub(crate) fn declare(k: &mut KernelBuilder, cfg: &GemmConfig, bm: u32, bn: u32)
     });
     // The output last: inputs first, in the order a caller passes them.
     let mut extents = vec![m.ceil_div(bm as i64), n.ceil_div(bn as i64)];
+    // Reduced by its last blocks, the split GEMM writes C itself: C first (the caller's output), then
+    // the partials and the counters (scratch).
+    let fixed = (split_k > 1 && cfg.last_block_reduces).then(|| {
+        let dims = [("r", m.clone()), ("c", n.clone())];
+        k.global_strided(
+            "c",
+            types.output,
+            &dims,
+            vec![ldc.clone(), Expr::c(1)],
+            Access::Write,
+        )
+    });
     let (c, split, remap) = if split_k > 1 {
         let dims = [
             ("s", Expr::c(i64::from(split_k))),
@@ -498,8 +510,7 @@ pub(crate) fn declare(k: &mut KernelBuilder, cfg: &GemmConfig, bm: u32, bn: u32)
             cfg.remap,
         )
     };
-    let fixup = (split.is_some() && cfg.last_block_reduces)
-        .then(|| split_k::Fixup::declare(k, types.output, (&m, &n), ldc, (bm, bn)));
+    let fixup = fixed.map(|c| split_k::Fixup::declare(k, c, (&m, &n), (bm, bn)));
     let g = [a, b, c];
     k.grid(extents, remap);
     Decl {

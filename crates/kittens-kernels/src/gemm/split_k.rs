@@ -49,16 +49,13 @@ pub struct Fixup {
 }
 
 impl Fixup {
-    /// Declares C and the counters, after the partials.
+    /// Declares the counters (after the partials) of the GEMM writing C (`c`, declared before them).
     pub(crate) fn declare(
         k: &mut KernelBuilder,
-        output: DType,
+        c: GlobalId,
         (m, n): (&Expr, &Expr),
-        ldc: Expr,
         (rows, cols): (u32, u32),
     ) -> Fixup {
-        let dims = [("r", m.clone()), ("c", n.clone())];
-        let c = k.global_strided("c", output, &dims, vec![ldc, Expr::c(1)], Access::Write);
         let tiles_n = n.ceil_div(i64::from(cols));
         let tiles = m.ceil_div(i64::from(rows)) * tiles_n.clone();
         let counter = k.global(COUNTERS, DType::I32, &[("t", tiles)], Access::ReadWrite);
