@@ -228,8 +228,7 @@ impl GemmProblem {
     ///   `small_m::MAX_ROWS` rows the block and split the small-M model picks together
     ///   (`small_m::choose`), else 128×192;
     /// - split-K where C has too few blocks to fill the SMs (`split_k::choose`, with the streaming
-    ///   figures of the device's model), the partials added by the last block of each tile
-    ///   (`GemmConfig::last_block_reduces`: one launch);
+    ///   figures of the device's model; the reduction is [`KernelProblem::stages`]' second launch);
     /// - bf16 with B's rows off 128-byte lines (K, or N for B stored `K × N`, no multiple of 64) at
     ///   shapes whose operand rows serve enough outputs (`shapes::copies_misaligned`): row tiles in
     ///   clusters of two that multicast each B box, half the L2 requests for the rows that straddle
@@ -287,7 +286,6 @@ impl GemmProblem {
         GemmConfig {
             split_k: split,
             cluster,
-            last_block_reduces: split > 1,
             ..cfg
         }
     }
@@ -529,15 +527,13 @@ impl KernelProblem for GemmProblem {
         build(&self.config(target)?)
     }
 
-    /// With split-K (`GemmConfig::split_k` > 1) reduced by a second launch (the CPU's
-    /// configuration): the GEMM writing its slices' f32 partial sums (`split_k::PARTIAL`,
-    /// `[split_k, m, n]`), then the reduction adding them into C. Reduced by the last block of each
-    /// tile (Hopper's), one launch, the partials and counters its scratch.
+    /// With split-K (`GemmConfig::split_k` > 1): the GEMM writing its slices' f32 partial sums
+    /// (`split_k::PARTIAL`, `[split_k, m, n]`), then the reduction adding them into C.
     fn stages(&self, target: Target, plan: &Plan) -> Result<Vec<Stage>, KernelError> {
         let p = self;
         let cfg = self.config(target)?;
         let gemm = build(&cfg)?;
-        if cfg.split_k <= 1 || cfg.last_block_reduces {
+        if cfg.split_k <= 1 {
             return Ok(vec![Stage {
                 kernel: gemm,
                 launch: plan.launch.clone(),
@@ -636,16 +632,13 @@ mod tests {
         (cfg, stages.len())
     }
 
-    /// What every caller runs on Hopper follows the shape: split-K (reduced by the last block of each
-    /// tile, in the one launch) where C has too few blocks for the SMs, clusters of two where B's
-    /// rows start off 128-byte lines, the plain kernel elsewhere.
+    /// What every caller runs on Hopper follows the shape: split-K (and its reduction launch) where C
+    /// has too few blocks for the SMs, clusters of two where B's rows start off 128-byte lines, the
+    /// plain kernel elsewhere.
     #[test]
     fn hopper_configuration_follows_the_shape() {
         let (decode, launches) = hopper(16, 4096, 14336);
-        assert!(
-            decode.split_k > 1 && decode.last_block_reduces && launches == 1,
-            "{decode:?}"
-        );
+        assert!(decode.split_k > 1 && launches == 2, "{decode:?}");
         let (square, launches) = hopper(4096, 4096, 4096);
         assert_eq!((square.split_k, square.cluster, launches), (1, 1, 1));
         let (off_lines, launches) = hopper(3000, 3000, 3000);
