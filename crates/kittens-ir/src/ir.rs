@@ -625,21 +625,13 @@ pub enum Stmt {
         producer: Vec<Stmt>,
         consumer: Vec<Stmt>,
     },
-    /// The last block to arrive runs `body` (split-K's partial sums reduced inside the GEMM's own
-    /// launch, the "fixup" of CUTLASS's stream-K and of FlashAttention's split-KV combine, in place of
-    /// a second launch). The waves of `scope` arrive together on element `index` (dimension 0) of
-    /// `counter`, an `i32` global that is zero at launch: every global store they issued before is
-    /// released, one atomic increment is made (Hopper `atom.acq_rel.gpu`), and the block whose
-    /// increment is the `arrivals`-th resets the element to zero and, having acquired every store the
-    /// other arrivals released, runs `body`; the others skip it. Stores made after an arrival are
-    /// ordered with nothing. The builder puts a barrier over `scope` before the arrival
-    /// ([`crate::KernelBuilder::last_arrival`]).
-    ///
-    /// The CPU interpreter runs every block, records each arrival with the stores released by it, and
-    /// then runs the last one of each counter element (the highest launch id: one order a device may
-    /// take) again, through `body`, over memory holding the released stores of that element's arrivals
-    /// only: a read of another block's result without this hand-off sees the launch's input, not the
-    /// result (`crate::interp`).
+    /// The last block to arrive runs `body` (CUTLASS's stream-K "fixup": split-K's partials reduced
+    /// in the GEMM's own launch). The waves of `scope` arrive on element `index` (dimension 0) of the
+    /// `i32` global `counter`, zero at launch: their earlier global stores are released, one atomic
+    /// increment is made (Hopper `atom.acq_rel.gpu`), and the block making the `arrivals`-th resets
+    /// the element to zero and, having acquired the other arrivals' released stores, runs `body`.
+    /// The interpreter models exactly that hand-off (`crate::interp`); the builder puts a barrier
+    /// over `scope` first ([`crate::KernelBuilder::last_arrival`]).
     LastArrival {
         counter: GlobalId,
         index: Expr,

@@ -12,6 +12,18 @@ use cudarc::driver::sys as cu;
 use super::driver::check;
 use super::CudaError;
 
+/// Whether the tensor `name` of a call of `kernels` is an arrival counter: an `i32` global some launch
+/// both reads and writes.
+pub(crate) fn is_counter(kernels: &[&kittens_ir::Kernel], name: &str) -> bool {
+    kernels.iter().any(|k| {
+        k.globals.iter().any(|g| {
+            g.name == name
+                && g.dtype == kittens_hw::dtype::DType::I32
+                && g.access == kittens_ir::Access::ReadWrite
+        })
+    })
+}
+
 /// The counters of one call: which of its tensors they are and their bytes, and the allocations.
 pub(crate) struct OwnedCounters {
     ordinal: i32,

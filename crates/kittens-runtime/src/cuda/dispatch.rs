@@ -105,8 +105,8 @@ pub struct Prepared {
     free: Vec<String>,
     /// The kernels this preparation loaded on the device (their first use in the process).
     pub loads: Vec<KernelLoad>,
-    /// Scratch the call keeps itself: arrival counters (`super::counters`).
-    counters: super::counters::OwnedCounters,
+    /// Scratch the call keeps itself: arrival counters (`super::counters`; boxed: most calls have none).
+    counters: Box<super::counters::OwnedCounters>,
 }
 
 // SAFETY: the driver handles inside (`Loaded`'s function, the encoded maps) are process-wide objects
@@ -238,16 +238,10 @@ impl Prepared {
             }
             Ok(bound)
         })?;
-        // Scratch `i32` tensors a launch reads and writes: counters the call owns.
+        let kernels: Vec<&Kernel> = stages.iter().map(|s| &s.kernel).collect();
+        let owned = |i: usize| super::counters::is_counter(&kernels, &tensors[i].name);
         let counters = (n_callers..tensors.len())
-            .filter(|&i| {
-                tensors[i].dtype == DType::I32
-                    && stages.iter().any(|s| {
-                        s.kernel.globals.iter().any(|g| {
-                            g.name == tensors[i].name && g.access == kittens_ir::Access::ReadWrite
-                        })
-                    })
-            })
+            .filter(|&i| owned(i))
             .map(|i| (i, spans[i]))
             .collect();
         Ok(Prepared {
@@ -258,7 +252,7 @@ impl Prepared {
             stages: bound,
             free: free.iter().map(|f| f.to_string()).collect(),
             loads,
-            counters: super::counters::OwnedCounters::new(ordinal, counters),
+            counters: Box::new(super::counters::OwnedCounters::new(ordinal, counters)),
         })
     }
 
