@@ -160,9 +160,10 @@ fn n_major_b_is_bf16_only() {
                     1
                 }
                 Stmt::Op { .. } => 0,
-                Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
-                    abt_to_ab(body)
-                }
+                Stmt::For { body, .. }
+                | Stmt::Cluster { body, .. }
+                | Stmt::Staggered { body }
+                | Stmt::LastArrival { body, .. } => abt_to_ab(body),
                 Stmt::If { then, els, .. } => abt_to_ab(then) + abt_to_ab(els),
                 Stmt::Roles { producer, consumer } => abt_to_ab(producer) + abt_to_ab(consumer),
             };

@@ -131,6 +131,7 @@ fn collect(
                 collect(k, then, hot, next, out, fills);
                 collect(k, els, hot, next, out, fills);
             }
+            Stmt::LastArrival { body, .. } => collect(k, body, hot, next, out, fills),
             Stmt::Roles { producer, consumer } => {
                 collect(k, producer, hot, next, out, fills);
                 collect(k, consumer, hot, next, out, fills);

@@ -625,6 +625,20 @@ pub enum Stmt {
         producer: Vec<Stmt>,
         consumer: Vec<Stmt>,
     },
+    /// The last block to arrive runs `body` (CUTLASS's stream-K "fixup": split-K's partials reduced
+    /// in the GEMM's own launch). The waves of `scope` arrive on element `index` (dimension 0) of the
+    /// `i32` global `counter`, zero at launch: their earlier global stores are released, one atomic
+    /// increment is made (Hopper `atom.acq_rel.gpu`), and the block making the `arrivals`-th resets
+    /// the element to zero and, having acquired the other arrivals' released stores, runs `body`.
+    /// The interpreter models exactly that hand-off (`crate::interp`); the builder puts a barrier
+    /// over `scope` first ([`crate::KernelBuilder::last_arrival`]).
+    LastArrival {
+        counter: GlobalId,
+        index: Expr,
+        arrivals: Expr,
+        scope: Scope,
+        body: Vec<Stmt>,
+    },
 }
 
 /// How the kernel's waves share the work (HipKittens §3.3.2; docs/architecture.md principle 2).

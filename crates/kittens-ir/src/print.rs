@@ -212,6 +212,21 @@ impl Printer<'_> {
                     self.body(out, body, depth + 1)?;
                     writeln!(out, "      {pad}}}")?;
                 }
+                Stmt::LastArrival {
+                    counter,
+                    index,
+                    arrivals,
+                    scope,
+                    body,
+                } => {
+                    let name = &self.k.global(*counter).name;
+                    writeln!(
+                        out,
+                        "      {pad}last of {arrivals} arrivals ({scope:?}) on {name}[{index}] {{"
+                    )?;
+                    self.body(out, body, depth + 1)?;
+                    writeln!(out, "      {pad}}}")?;
+                }
                 Stmt::Staggered { body } => {
                     writeln!(out, "      {pad}staggered {{")?;
                     self.body(out, body, depth + 1)?;

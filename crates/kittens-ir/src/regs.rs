@@ -122,6 +122,7 @@ fn walk(
                 walk(then, next, touch, place, inner, false);
                 walk(els, next, touch, place, inner, false);
             }
+            Stmt::LastArrival { body, .. } => walk(body, next, touch, place, inner, false),
             Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
                 walk(body, next, touch, place, inner, every)
             }
@@ -231,9 +232,10 @@ pub fn occupancy(k: &Kernel) -> Vec<Vec<RegId>> {
     fn count(s: &Stmt) -> usize {
         match s {
             Stmt::Op { .. } => 1,
-            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
-                body.iter().map(count).sum()
-            }
+            Stmt::For { body, .. }
+            | Stmt::Cluster { body, .. }
+            | Stmt::Staggered { body }
+            | Stmt::LastArrival { body, .. } => body.iter().map(count).sum(),
             Stmt::If { then, els, .. } => then.iter().chain(els).map(count).sum(),
             Stmt::Roles { producer, consumer } => producer.iter().chain(consumer).map(count).sum(),
         }
@@ -264,6 +266,13 @@ pub fn occupancy(k: &Kernel) -> Vec<Vec<RegId>> {
                     let e = build(els, st + then.iter().map(count).sum::<usize>(), entry, succ);
                     let h = succ.len();
                     succ.push(vec![t, e]);
+                    h
+                }
+                Stmt::LastArrival { body, .. } => {
+                    // Run by the last arrival only: a conditional with nothing on the other side.
+                    let t = build(body, st, entry, succ);
+                    let h = succ.len();
+                    succ.push(vec![t, entry]);
                     h
                 }
                 Stmt::Roles { producer, consumer } => {

@@ -68,6 +68,19 @@ fn expand_body(s: Schedule, body: Vec<Stmt>) -> Result<Vec<Stmt>, BuildError> {
                 then: expand_body(s, then)?,
                 els: expand_body(s, els)?,
             }),
+            Stmt::LastArrival {
+                counter,
+                index,
+                arrivals,
+                scope,
+                body,
+            } => out.push(Stmt::LastArrival {
+                counter,
+                index,
+                arrivals,
+                scope,
+                body: expand_body(s, body)?,
+            }),
             Stmt::Cluster { kind, label, body } => {
                 let body = cluster_end(s, kind, expand_body(s, body)?);
                 out.push(Stmt::Cluster { kind, label, body });

@@ -320,6 +320,25 @@ fn body(ids: &Ids, stmts: &[Stmt], next: &mut usize) -> Result<(), BuildError> {
                 body(ids, b, next)?;
             }
             Stmt::Staggered { body: b } => body(ids, b, next)?,
+            Stmt::LastArrival {
+                counter,
+                index,
+                arrivals,
+                body: b,
+                ..
+            } => {
+                let at = || format!("last arrival before op #{next}");
+                if !ids.index.get(counter.0 as usize).copied().unwrap_or(false) {
+                    return Err(bad(format!(
+                        "{}: counter global id {} (it must be an i32 global)",
+                        at(),
+                        counter.0
+                    )));
+                }
+                expr(ids, &at, index)?;
+                expr(ids, &at, arrivals)?;
+                body(ids, b, next)?;
+            }
             Stmt::Roles { .. } => {
                 return Err(bad(format!(
                     "roles before op #{next}: a kernel's body is stored after schedule expansion, which \

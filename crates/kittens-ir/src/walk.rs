@@ -25,9 +25,10 @@ fn walk<'a>(body: &'a [Stmt], depth: usize, next: &mut usize, f: &mut dyn FnMut(
                 });
                 *next += 1;
             }
-            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
-                walk(body, depth + 1, next, f)
-            }
+            Stmt::For { body, .. }
+            | Stmt::Cluster { body, .. }
+            | Stmt::Staggered { body }
+            | Stmt::LastArrival { body, .. } => walk(body, depth + 1, next, f),
             Stmt::If { then, els, .. } => {
                 walk(then, depth + 1, next, f);
                 walk(els, depth + 1, next, f);
@@ -54,9 +55,10 @@ fn remove(body: &mut Vec<Stmt>, next: &mut usize, target: usize) -> bool {
                 }
                 false
             }
-            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
-                remove(body, next, target)
-            }
+            Stmt::For { body, .. }
+            | Stmt::Cluster { body, .. }
+            | Stmt::Staggered { body }
+            | Stmt::LastArrival { body, .. } => remove(body, next, target),
             Stmt::If { then, els, .. } => remove(then, next, target) || remove(els, next, target),
             Stmt::Roles { producer, consumer } => {
                 remove(producer, next, target) || remove(consumer, next, target)

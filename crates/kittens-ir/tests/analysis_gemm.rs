@@ -39,9 +39,10 @@ fn make_auto(k: &Kernel, pick: &dyn Fn(WaitQueue, usize) -> bool) -> Kernel {
                     }
                     *next += 1;
                 }
-                Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
-                    walk(body, next, pick)
-                }
+                Stmt::For { body, .. }
+                | Stmt::Cluster { body, .. }
+                | Stmt::Staggered { body }
+                | Stmt::LastArrival { body, .. } => walk(body, next, pick),
                 Stmt::If { then, els, .. } => {
                     walk(then, next, pick);
                     walk(els, next, pick);
@@ -79,9 +80,9 @@ fn op_in_cluster(k: &Kernel, label: &str, pred: &dyn Fn(&Op) -> bool) -> Option<
                 Stmt::Cluster { label: l, body, .. } => {
                     walk(body, next, inside || l == label, label, pred, hit)
                 }
-                Stmt::For { body, .. } | Stmt::Staggered { body } => {
-                    walk(body, next, inside, label, pred, hit)
-                }
+                Stmt::For { body, .. }
+                | Stmt::Staggered { body }
+                | Stmt::LastArrival { body, .. } => walk(body, next, inside, label, pred, hit),
                 Stmt::If { then, els, .. } => {
                     walk(then, next, inside, label, pred, hit);
                     walk(els, next, inside, label, pred, hit);

@@ -12,7 +12,9 @@ fn has_loop(body: &[kittens_ir::Stmt]) -> bool {
     body.iter().any(|s| match s {
         Stmt::For { .. } => true,
         Stmt::If { then, els, .. } => has_loop(then) || has_loop(els),
-        Stmt::Cluster { body, .. } | Stmt::Staggered { body } => has_loop(body),
+        Stmt::Cluster { body, .. } | Stmt::Staggered { body } | Stmt::LastArrival { body, .. } => {
+            has_loop(body)
+        }
         Stmt::Roles { producer, consumer } => has_loop(producer) || has_loop(consumer),
         Stmt::Op { .. } => false,
     })

@@ -346,12 +346,64 @@ impl Emit<'_> {
                     self.stmts(body)?;
                 }
                 Stmt::Staggered { body } => self.stmts(body)?,
+                Stmt::LastArrival {
+                    counter,
+                    index,
+                    arrivals,
+                    scope,
+                    body,
+                } => self.last_arrival(*counter, index, arrivals, *scope, body)?,
                 Stmt::Roles { .. } => {
                     return unsupported("unexpanded roles (build the kernel with KernelBuilder)")
                 }
             }
         }
         self.reads_ahead = outer_reads;
+        Ok(())
+    }
+
+    /// A last arrival ([`Stmt::LastArrival`]), in the consumer role over its waves (the barrier over
+    /// them is the op before): the first consumer thread makes the one `atom.acq_rel.gpu` increment,
+    /// which releases every store the consumers made before the barrier (a release is cumulative
+    /// over what the barrier ordered before it) and, in the last block, acquires the other blocks';
+    /// it resets the counter there and hands the verdict to the other threads through shared
+    /// memory and a second barrier, as CUTLASS's stream-K fixup (docs/references.md).
+    fn last_arrival(
+        &mut self,
+        counter: kittens_ir::GlobalId,
+        index: &kittens_ir::Expr,
+        arrivals: &kittens_ir::Expr,
+        scope: Scope,
+        body: &[Stmt],
+    ) -> Result<(), CudaLowerError> {
+        if self.role != Role::Consumer || scope != Scope::Consumers {
+            return unsupported(format!(
+                "a last arrival over {scope:?} outside the consumer role (the consumers' arrival only)"
+            ));
+        }
+        self.settle();
+        self.retire_all();
+        let bar = super::lower_roles::consumers_barrier(self.k.waves, self.consumer_wgs())?;
+        let g = format!("g_{}", ident(&self.k.global(counter).name));
+        let (idx, n) = (self.ex(index), self.ex(arrivals));
+        self.line("{ // last arrival: the tile's last block runs the body");
+        self.depth += 1;
+        self.line("__shared__ int kt_last;");
+        self.line(format!("if (threadIdx.x == {}) {{", 128 * self.producers));
+        self.line(format!("    int* kt_ctr = {g} + ({idx});"));
+        self.line("    int kt_old;");
+        self.line(
+            "    asm volatile(\"atom.acq_rel.gpu.global.add.s32 %0, [%1], 1;\" : \"=r\"(kt_old) : \"l\"(kt_ctr) : \"memory\");",
+        );
+        self.line(format!("    kt_last = kt_old == ({n}) - 1;"));
+        self.line("    if (kt_last) *kt_ctr = 0; // left zero for the next launch");
+        self.line("}");
+        self.line(bar);
+        self.line("if (kt_last) {");
+        self.nested(body)?;
+        self.line("}");
+        self.depth -= 1;
+        self.line("}");
         Ok(())
     }
 

@@ -359,9 +359,13 @@ impl Emit<'_> {
         };
         // bf16 values widen exactly to f32 (the bits shifted up): the attention backward's O and dO
         // read into f32 fragments for D = rowsum(dO∘O).
-        let read = match g.dtype {
-            DType::F32 => "__ldg(%p)",
-            DType::Bf16 => "__uint_as_float((u32)__ldg(%p) << 16)",
+        // A tensor the kernel also writes is read coherently, through the L2 (`ld.global.cg`): the
+        // values may be other blocks' stores of this launch, handed over by a last arrival
+        // (`Stmt::LastArrival`), which the read-only path (`__ldg`, `ld.global.nc`) need not see.
+        let read = match (g.dtype, g.access == kittens_ir::Access::Read) {
+            (DType::F32, true) => "__ldg(%p)",
+            (DType::F32, false) => "__ldcg(%p)",
+            (DType::Bf16, true) => "__uint_as_float((u32)__ldg(%p) << 16)",
             _ => "",
         };
         if read.is_empty() || g.dims.len() < 2 || (src.rows, src.cols) != (16, n) {

@@ -153,7 +153,9 @@ pub(super) fn check_cluster(k: &Kernel, producer: &[Stmt]) -> Result<(), CudaLow
                 start, end, body, ..
             } => !start.reads_block(0) && !end.reads_block(0) && uniform(body),
             Stmt::If { cond, then, els } => !cond_reads(cond) && uniform(then) && uniform(els),
-            Stmt::Cluster { body, .. } | Stmt::Staggered { body } => uniform(body),
+            Stmt::Cluster { body, .. }
+            | Stmt::Staggered { body }
+            | Stmt::LastArrival { body, .. } => uniform(body),
             Stmt::Op { .. } | Stmt::Roles { .. } => true,
         })
     }
@@ -185,6 +187,8 @@ pub(super) fn global_ctype(g: &kittens_ir::GlobalDecl) -> Result<&'static str, C
         (DType::F32, true) => "float*",
         // Index tensors (varlen offsets) read by `Expr::Elem`; `cexpr` casts the pointer itself.
         (DType::I32, false) => "const int*",
+        // Counters of a last arrival (`Stmt::LastArrival`), incremented atomically.
+        (DType::I32, true) => "int*",
         (dt, w) => {
             return unsupported(format!(
                 "global `{}` of {dt:?}{} (bf16 tensors, read-only e4m3 or f32 ones)",

@@ -112,7 +112,9 @@ fn walk(
                 walk(then, guarded, f)?;
                 walk(els, guarded, f)?
             }
-            Stmt::Cluster { body, .. } | Stmt::Staggered { body } => walk(body, guarded, f)?,
+            Stmt::Cluster { body, .. }
+            | Stmt::Staggered { body }
+            | Stmt::LastArrival { body, .. } => walk(body, guarded, f)?,
             Stmt::Roles { .. } => return unsupported("unexpanded roles"),
         }
     }
@@ -166,9 +168,10 @@ fn consumer_reads(body: &[Stmt], out: &mut Vec<Vec<kittens_ir::Expr>>) {
                     }
                 }
             }
-            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
-                consumer_reads(body, out)
-            }
+            Stmt::For { body, .. }
+            | Stmt::Cluster { body, .. }
+            | Stmt::Staggered { body }
+            | Stmt::LastArrival { body, .. } => consumer_reads(body, out),
             Stmt::If { then, els, .. } => {
                 consumer_reads(then, out);
                 consumer_reads(els, out)

@@ -66,9 +66,10 @@ pub(super) fn reads_shared(body: &[Stmt]) -> bool {
             op: Op::Mma { a, b, .. },
             ..
         } => [a, b].iter().any(|o| matches!(o, MmaOperand::Shared(_))),
-        Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
-            reads_shared(body)
-        }
+        Stmt::For { body, .. }
+        | Stmt::Cluster { body, .. }
+        | Stmt::Staggered { body }
+        | Stmt::LastArrival { body, .. } => reads_shared(body),
         Stmt::If { then, els, .. } => reads_shared(then) || reads_shared(els),
         Stmt::Op { .. } | Stmt::Roles { .. } => false,
     })
@@ -79,9 +80,10 @@ pub(super) fn stmt_regs(body: &[Stmt], out: &mut Vec<RegId>) {
     for s in body {
         match s {
             Stmt::Op { op, .. } => out.extend(op.regs()),
-            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
-                stmt_regs(body, out)
-            }
+            Stmt::For { body, .. }
+            | Stmt::Cluster { body, .. }
+            | Stmt::Staggered { body }
+            | Stmt::LastArrival { body, .. } => stmt_regs(body, out),
             Stmt::If { then, els, .. } => {
                 stmt_regs(then, out);
                 stmt_regs(els, out)

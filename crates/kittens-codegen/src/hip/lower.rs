@@ -380,6 +380,9 @@ impl<'k> Emitter<'k> {
             Stmt::Roles { .. } => Err(LowerError::Unsupported(
                 "producer/consumer roles on CDNA".into(),
             )),
+            Stmt::LastArrival { .. } => Err(LowerError::Unsupported(
+                "a last-arrival hand-off between blocks on CDNA".into(),
+            )),
         }
     }
 }
@@ -389,9 +392,10 @@ pub(super) fn kittens_ir_walk(body: &[Stmt], f: &mut dyn FnMut(&Op)) {
     for s in body {
         match s {
             Stmt::Op { op, .. } => f(op),
-            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
-                kittens_ir_walk(body, f)
-            }
+            Stmt::For { body, .. }
+            | Stmt::Cluster { body, .. }
+            | Stmt::Staggered { body }
+            | Stmt::LastArrival { body, .. } => kittens_ir_walk(body, f),
             Stmt::If { then, els, .. } => {
                 kittens_ir_walk(then, f);
                 kittens_ir_walk(els, f);

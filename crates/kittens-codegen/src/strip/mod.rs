@@ -227,6 +227,9 @@ impl Emit<'_> {
                 }
                 Stmt::Cluster { body, .. } | Stmt::Staggered { body } => self.body(body)?,
                 Stmt::Roles { .. } => return unsupported("warp roles in a strip program"),
+                Stmt::LastArrival { .. } => {
+                    return unsupported("a last-arrival hand-off in a strip program")
+                }
             }
         }
         Ok(())

@@ -528,9 +528,10 @@ pub fn apply_auto_waits(kernel: &Kernel, counts: &BTreeMap<usize, u32>) -> Kerne
                     }
                     *next += 1;
                 }
-                Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
-                    walk(body, next, counts)
-                }
+                Stmt::For { body, .. }
+                | Stmt::Cluster { body, .. }
+                | Stmt::Staggered { body }
+                | Stmt::LastArrival { body, .. } => walk(body, next, counts),
                 Stmt::If { then, els, .. } => {
                     walk(then, next, counts);
                     walk(els, next, counts);

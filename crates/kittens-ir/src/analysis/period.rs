@@ -140,7 +140,9 @@ pub(crate) fn for_each_traced(body: &[Stmt], f: &mut dyn FnMut(&Expr), g: &mut d
                 for_each_traced(then, f, g);
                 for_each_traced(els, f, g);
             }
-            Stmt::Cluster { body, .. } | Stmt::Staggered { body } => for_each_traced(body, f, g),
+            Stmt::Cluster { body, .. }
+            | Stmt::Staggered { body }
+            | Stmt::LastArrival { body, .. } => for_each_traced(body, f, g),
             Stmt::Roles { producer, consumer } => {
                 for_each_traced(producer, f, g);
                 for_each_traced(consumer, f, g);

@@ -68,9 +68,10 @@ pub(crate) fn count_ops(body: &[Stmt]) -> usize {
     body.iter()
         .map(|s| match s {
             Stmt::Op { .. } => 1,
-            Stmt::For { body, .. } | Stmt::Cluster { body, .. } | Stmt::Staggered { body } => {
-                count_ops(body)
-            }
+            Stmt::For { body, .. }
+            | Stmt::Cluster { body, .. }
+            | Stmt::Staggered { body }
+            | Stmt::LastArrival { body, .. } => count_ops(body),
             Stmt::If { then, els, .. } => count_ops(then) + count_ops(els),
             Stmt::Roles { producer, consumer } => count_ops(producer) + count_ops(consumer),
         })
@@ -153,6 +154,10 @@ impl Walker<'_> {
                     self.cluster = outer;
                 }
                 Stmt::Staggered { body } => idx = self.walk(body, idx)?,
+                // Traced as the last arrival, which runs the body: its shared-memory effects are
+                // the ones to order (global memory is not traced; the hand-off between blocks is
+                // the interpreter's to model).
+                Stmt::LastArrival { body, .. } => idx = self.walk(body, idx)?,
                 Stmt::Roles { producer, consumer } => {
                     let producers = match self.k.schedule {
                         crate::ir::Schedule::ProducerConsumer { producers, .. } => producers,

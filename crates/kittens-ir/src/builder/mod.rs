@@ -537,6 +537,27 @@ impl KernelBuilder {
             body,
         });
     }
+    /// `f` run by the last of `arrivals` blocks whose waves of `scope` arrive on element `index` of the
+    /// `i32` global `counter` ([`Stmt::LastArrival`]), after a barrier over `scope` (every wave's
+    /// stores issued before the arrival).
+    pub fn last_arrival(
+        &mut self,
+        counter: GlobalId,
+        index: Expr,
+        arrivals: Expr,
+        scope: Scope,
+        f: impl FnOnce(&mut Self),
+    ) {
+        self.barrier_by(scope);
+        let body = self.nested(f);
+        self.push_stmt(Stmt::LastArrival {
+            counter,
+            index,
+            arrivals,
+            scope,
+            body,
+        });
+    }
     /// The region where ping-pong warpgroups run one cluster apart.
     pub fn staggered(&mut self, f: impl FnOnce(&mut Self)) {
         let body = self.nested(f);

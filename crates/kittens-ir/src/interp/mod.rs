@@ -255,6 +255,90 @@ pub fn race_check(k: &Kernel, params: &[i64]) -> Result<(), InterpError> {
     }
 }
 
+/// The counters' hand-off ([`crate::Stmt::LastArrival`]): each counter element must have been zero
+/// at launch and see as many arrivals as the program expects; the last of them (the highest launch
+/// id) runs again, through the body, over the stores its element's arrivals released (its own
+/// included) and the launch's inputs elsewhere, and its writes replace those of its first run.
+/// Returns the wave-ops of the second runs.
+fn run_last_arrivals(
+    k: &Kernel,
+    prog: &program::Program,
+    params: &[i64],
+    inputs: &[&[f32]],
+    extents: &[i64],
+    all: &mut [exec::Writes],
+) -> Result<u64, InterpError> {
+    use std::collections::{BTreeMap, HashMap, HashSet};
+    // Per counter element: (block position in `all`, expected arrivals, stores released).
+    type Arrived = Vec<(usize, i64, usize)>;
+    let mut groups: BTreeMap<(usize, i64), Arrived> = BTreeMap::new();
+    for (i, w) in all.iter().enumerate() {
+        for a in &w.arrivals {
+            groups
+                .entry(a.key)
+                .or_default()
+                .push((i, a.expected, a.released));
+        }
+    }
+    if groups.is_empty() {
+        return Ok(0);
+    }
+    let bad = |detail: String| InterpError::Op {
+        op: "last_arrival".into(),
+        detail,
+    };
+    let mut last: BTreeMap<usize, Vec<(usize, i64)>> = BTreeMap::new();
+    for (&(g, idx), arrived) in &groups {
+        let name = &k.globals[g].name;
+        let stride = eval(&k.globals[g].strides[0], params, "counter stride")?;
+        let at = usize::try_from(idx * stride)
+            .ok()
+            .filter(|&o| o < inputs[g].len())
+            .ok_or_else(|| bad(format!("counter {name}[{idx}] is outside the tensor")))?;
+        if inputs[g][at] != 0.0 {
+            return Err(bad(format!(
+                "counter {name}[{idx}] is {} at launch (it must be zero, as the last arrival leaves it)",
+                inputs[g][at]
+            )));
+        }
+        let want = arrived[0].1;
+        if arrived.iter().any(|a| a.1 != want) || arrived.len() as i64 != want {
+            return Err(bad(format!(
+                "counter {name}[{idx}]: {} blocks arrived where the program expects {want} (no block \
+                 would run the body, or the counter would be left non-zero)",
+                arrived.len()
+            )));
+        }
+        let (pos, ..) = *arrived
+            .iter()
+            .max_by_key(|a| all[a.0].block)
+            .expect("non-empty");
+        last.entry(pos).or_default().push((g, idx));
+    }
+    let mut ops = 0;
+    for (pos, keys) in last {
+        let mut acquired = HashMap::new();
+        for key in &keys {
+            for &(i, _, released) in &groups[key] {
+                for &(g, o, v) in &all[i].stores[..released] {
+                    acquired.insert((g, o), v);
+                }
+            }
+        }
+        let keys: HashSet<(usize, i64)> = keys.into_iter().collect();
+        let id = all[pos].block;
+        let coords = block_coords(k.grid.remap, extents, id)?;
+        let handoff = exec::Handoff {
+            last: Some(&keys),
+            acquired: Some(&acquired),
+        };
+        let (w, n) = exec::run_block(k, prog, params, inputs, &coords, id, handoff)?;
+        all[pos] = w;
+        ops += n;
+    }
+    Ok(ops)
+}
+
 /// [`run`] without the race check: the waves run in the interpreter's one order whatever the
 /// schedule analysis would say (for tests that show what a missing barrier or wait does to the numbers).
 pub fn run_unchecked(
@@ -340,7 +424,15 @@ pub fn run_unchecked(
                             return Err(InterpError::Cancelled);
                         }
                         let coords = block_coords(k.grid.remap, extents, id)?;
-                        let (w, n) = exec::run_block(k, prog, params, inputs, &coords, id)?;
+                        let (w, n) = exec::run_block(
+                            k,
+                            prog,
+                            params,
+                            inputs,
+                            &coords,
+                            id,
+                            exec::Handoff::default(),
+                        )?;
                         out.push(w);
                         ops += n;
                     }
@@ -353,7 +445,6 @@ pub fn run_unchecked(
             .map(|h| h.join().expect("interpreter thread panicked"))
             .collect()
     });
-    drop(copies);
     let mut all = Vec::new();
     let mut wave_ops = 0;
     for r in results {
@@ -362,6 +453,8 @@ pub fn run_unchecked(
         wave_ops += n;
     }
     all.sort_by_key(|w| w.block);
+    wave_ops += run_last_arrivals(k, prog, params, inputs, &extents, &mut all)?;
+    drop(copies);
     for w in all {
         for (g, off, v) in w.stores {
             tensors[g][off] = v;

@@ -3,7 +3,7 @@
 //! waves in different places of the body at the same time).
 
 use crate::expr::{Cond, Expr, VarId};
-use crate::ir::{Op, Stmt};
+use crate::ir::{GlobalId, Op, Stmt};
 
 pub enum Inst<'k> {
     Op(&'k Op),
@@ -31,6 +31,14 @@ pub enum Inst<'k> {
         els: usize,
     },
     Jump(usize),
+    /// The block arrives on element `index` of `counter` ([`Stmt::LastArrival`]; the barrier over
+    /// its scope comes before); jump to `els` (past the body) unless it is the last of `arrivals`.
+    Arrive {
+        counter: GlobalId,
+        index: &'k Expr,
+        arrivals: &'k Expr,
+        els: usize,
+    },
 }
 
 pub struct Program<'k> {
@@ -95,6 +103,23 @@ impl<'k> Program<'k> {
                     self.insts[jump] = Inst::Jump(end);
                 }
                 Stmt::Cluster { body, .. } | Stmt::Staggered { body } => self.emit(body),
+                Stmt::LastArrival {
+                    counter,
+                    index,
+                    arrivals,
+                    body,
+                    ..
+                } => {
+                    let at = self.insts.len();
+                    self.insts.push(Inst::Jump(0));
+                    self.emit(body);
+                    self.insts[at] = Inst::Arrive {
+                        counter: *counter,
+                        index,
+                        arrivals,
+                        els: self.insts.len(),
+                    };
+                }
                 Stmt::Roles { producer, consumer } => {
                     // Only reachable for an unexpanded body; run both sides (a kernel from the builder
                     // never has one).

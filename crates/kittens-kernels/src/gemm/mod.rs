@@ -222,6 +222,11 @@ pub struct GemmConfig {
     /// (1: none, 2 or 4), which on Hopper fetch each B box once per cluster and multicast it
     /// (`kittens_ir::Grid::cluster`; cuBLAS's kernels run in pairs). The AMD schedules ignore it.
     pub cluster: u32,
+    /// With split-K: the last block to finish each tile of C adds the slices' partials into C
+    /// ([`split_k::Fixup`]: a hand-off, `kittens_ir::Stmt::LastArrival`) instead of a second
+    /// launch ([`split_k::build_reduce`]): what a decode-sized GEMM pays for that launch is a few µs
+    /// of 8-20 µs (docs/performance.md, "gemm_bf16").
+    pub last_block_reduces: bool,
 }
 
 impl Default for GemmConfig {
@@ -247,6 +252,7 @@ impl Default for GemmConfig {
             split_k: 1,
             loads: SlotFill::Tma,
             cluster: 1,
+            last_block_reduces: false,
         }
     }
 }
@@ -418,6 +424,8 @@ pub(crate) struct Decl {
     /// With split-K: the block's slice of K (grid coordinate 2), which is also its plane of
     /// `c_partial`.
     pub split: Option<Expr>,
+    /// With [`GemmConfig::last_block_reduces`]: C and the tiles' arrival counters.
+    pub fixup: Option<split_k::Fixup>,
 }
 
 /// Declares `m, n, k` (and `lda, ldb, ldc` with [`GemmConfig::strided`]), the tensors `a` (M×K, or
@@ -467,24 +475,42 @@ pub(crate) fn declare(k: &mut KernelBuilder, cfg: &GemmConfig, bm: u32, bn: u32)
     });
     // The output last: inputs first, in the order a caller passes them.
     let mut extents = vec![m.ceil_div(bm as i64), n.ceil_div(bn as i64)];
+    // Reduced by its last blocks, the split GEMM writes C itself: C first (the caller's output), then
+    // the partials and the counters (scratch).
+    let fixed = (split_k > 1 && cfg.last_block_reduces).then(|| {
+        let dims = [("r", m.clone()), ("c", n.clone())];
+        k.global_strided(
+            "c",
+            types.output,
+            &dims,
+            vec![ldc.clone(), Expr::c(1)],
+            Access::Write,
+        )
+    });
     let (c, split, remap) = if split_k > 1 {
         let dims = [
             ("s", Expr::c(i64::from(split_k))),
             ("r", m.clone()),
             ("c", n.clone()),
         ];
-        let c = k.global(split_k::PARTIAL, F32, &dims, Access::Write);
+        let access = if cfg.last_block_reduces {
+            Access::ReadWrite
+        } else {
+            Access::Write
+        };
+        let c = k.global(split_k::PARTIAL, F32, &dims, access);
         extents.push(Expr::c(i64::from(split_k)));
         (c, Some(k.block(2)), GridOrder::RowMajor)
     } else {
         let dims = [("r", m.clone()), ("c", n.clone())];
-        let strides = vec![ldc, Expr::c(1)];
+        let strides = vec![ldc.clone(), Expr::c(1)];
         (
             k.global_strided("c", types.output, &dims, strides, Access::Write),
             None,
             cfg.remap,
         )
     };
+    let fixup = fixed.map(|c| split_k::Fixup::declare(k, c, (&m, &n), (bm, bn)));
     let g = [a, b, c];
     k.grid(extents, remap);
     Decl {
@@ -492,6 +518,7 @@ pub(crate) fn declare(k: &mut KernelBuilder, cfg: &GemmConfig, bm: u32, bn: u32)
         g,
         scales,
         split,
+        fixup,
     }
 }
 
@@ -547,6 +574,13 @@ pub fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
         return Err(KernelError::Config(format!(
             "gemm_bf16: register staging is built for the ping-pong schedule, not {:?}",
             cfg.schedule
+        )));
+    }
+    if cfg.last_block_reduces && cfg.split_k < 2 {
+        return Err(KernelError::Config(format!(
+            "{}: last_block_reduces needs split_k of at least 2, got {}",
+            cfg.types.kernel_name(),
+            cfg.split_k
         )));
     }
     if cfg.schedule != GemmSchedule::ProducerConsumer && (cfg.split_k != 1 || cfg.promote != 0) {

@@ -253,6 +253,14 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
                 let ti = &row * i64::from(bm / 16) + slice(h as u32);
                 store_scaled(k, &decl, scratch, sum, 16, bn, ti, col.clone());
             }
+            if let Some(fix) = &decl.fixup {
+                let rows: Vec<Expr> = (0..slices)
+                    .map(|h| (&row * i64::from(bm / 16) + slice(h)) * 16)
+                    .collect();
+                let col0 = &col * i64::from(bn);
+                let part = decl.g[2];
+                fix.reduce(k, part, cfg.split_k, (&row, &col), &rows, &col0, bn);
+            }
         },
     );
     Ok(k.finish()?)

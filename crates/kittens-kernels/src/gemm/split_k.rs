@@ -16,13 +16,103 @@
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, F32};
 use kittens_hw::Gpu;
-use kittens_ir::{Access, Expr, GridOrder, Kernel, KernelBuilder, Schedule};
+use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, Schedule, Scope};
 use kittens_tile::{BaseShape, Layout};
 
 pub use super::producer_consumer::MAX_SPLIT_K;
 
 /// The name of the split-K GEMM's output tensor, `[split_k, M, N]` f32.
 pub const PARTIAL: &str = "c_partial";
+
+/// The name of a split-K GEMM's arrival counters when its last block reduces ([`Fixup`]): `i32`, one
+/// per tile of C, zero at launch and left zero.
+pub const COUNTERS: &str = "tile_counters";
+
+/// Columns of C each consumer wave adds per step of the last block's reduction: 16 × 64 f32 is 8
+/// registers per thread for the sum and 8 for the next plane, beside the accumulators still live.
+const FIXUP_COLS: u32 = 64;
+
+/// The split-K GEMM's own reduction ([`super::GemmConfig::last_block_reduces`]): every block stores
+/// its slice's partial tile to its plane of [`PARTIAL`] as before, then the consumer waves arrive on
+/// the tile's counter ([`kittens_ir::Stmt::LastArrival`]); the last of the `split_k` blocks of a tile
+/// adds the tile's planes in plane order, as [`build_reduce`] does (the same sums, bit for bit), and
+/// stores C. The hand-off is CUTLASS's stream-K "fixup" and FlashAttention's split-KV combine in one
+/// launch (docs/references.md): no second launch, and the partials are read back from the L2 by the
+/// SM that finishes last rather than by a strip program.
+pub struct Fixup {
+    /// C (`m × n` in the output dtype, rows `ldc` apart).
+    pub c: GlobalId,
+    /// [`COUNTERS`], `⌈m / rows⌉ · ⌈n / cols⌉` elements.
+    pub counter: GlobalId,
+    /// Tiles of C per row of tiles.
+    pub tiles_n: Expr,
+}
+
+impl Fixup {
+    /// Declares the counters (after the partials) of the GEMM writing C (`c`, declared before them).
+    pub(crate) fn declare(
+        k: &mut KernelBuilder,
+        c: GlobalId,
+        (m, n): (&Expr, &Expr),
+        (rows, cols): (u32, u32),
+    ) -> Fixup {
+        let tiles_n = n.ceil_div(i64::from(cols));
+        let tiles = m.ceil_div(i64::from(rows)) * tiles_n.clone();
+        let counter = k.global(COUNTERS, DType::I32, &[("t", tiles)], Access::ReadWrite);
+        Fixup {
+            c,
+            counter,
+            tiles_n,
+        }
+    }
+
+    /// After the block's partial tile is stored: the consumer waves arrive on tile `(row, col)`'s
+    /// counter, and in the last block each adds the planes of its 16-row slices (rows `slice_rows`,
+    /// `cols` columns from `col0`) and stores them to C.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn reduce(
+        &self,
+        k: &mut KernelBuilder,
+        partial: GlobalId,
+        split_k: u32,
+        (row, col): (&Expr, &Expr),
+        slice_rows: &[Expr],
+        col0: &Expr,
+        cols: u32,
+    ) {
+        let tile = |k: &mut KernelBuilder, name: &str| {
+            k.tile(name, F32, 16, FIXUP_COLS, Layout::Row, BaseShape::S16X16)
+        };
+        let sum = tile(k, "fixup_sum");
+        let next = tile(k, "fixup_next");
+        let index = row * self.tiles_n.clone() + col.clone();
+        let (c, counter) = (self.c, self.counter);
+        k.last_arrival(
+            counter,
+            index,
+            Expr::c(i64::from(split_k)),
+            Scope::Consumers,
+            |k| {
+                for r0 in slice_rows {
+                    for j in (0..cols).step_by(FIXUP_COLS as usize) {
+                        let c0 = col0 + i64::from(j);
+                        let plane = |k: &KernelBuilder, s: u32| {
+                            let origin = vec![Expr::c(i64::from(s)), r0.clone(), c0.clone()];
+                            k.gview(partial, origin, 1, 2, 16, FIXUP_COLS)
+                        };
+                        k.load_global(sum, plane(k, 0));
+                        for s in 1..split_k {
+                            k.load_global(next, plane(k, s));
+                            k.add(sum, sum, next);
+                        }
+                        let dst = k.gview(c, vec![r0.clone(), c0], 0, 1, 16, FIXUP_COLS);
+                        k.store(dst, sum);
+                    }
+                }
+            },
+        );
+    }
+}
 
 /// Waves (rows of C) per block of the reduction.
 const REDUCE_WAVES: u32 = 4;

@@ -343,6 +343,7 @@ impl Runner<'_> {
         }
         let cfg = GemmConfig {
             split_k: split,
+            last_block_reduces: split > 1 && super::gemm_kernel::fixup_knob()?,
             ..*base
         };
         let tile = HopperTile {

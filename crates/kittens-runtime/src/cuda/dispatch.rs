@@ -105,6 +105,8 @@ pub struct Prepared {
     free: Vec<String>,
     /// The kernels this preparation loaded on the device (their first use in the process).
     pub loads: Vec<KernelLoad>,
+    /// Scratch the call keeps itself: arrival counters (`super::counters`; boxed: most calls have none).
+    counters: Box<super::counters::OwnedCounters>,
 }
 
 // SAFETY: the driver handles inside (`Loaded`'s function, the encoded maps) are process-wide objects
@@ -236,6 +238,12 @@ impl Prepared {
             }
             Ok(bound)
         })?;
+        let kernels: Vec<&Kernel> = stages.iter().map(|s| &s.kernel).collect();
+        let owned = |i: usize| super::counters::is_counter(&kernels, &tensors[i].name);
+        let counters = (n_callers..tensors.len())
+            .filter(|&i| owned(i))
+            .map(|i| (i, spans[i]))
+            .collect();
         Ok(Prepared {
             ordinal,
             tensors,
@@ -244,12 +252,22 @@ impl Prepared {
             stages: bound,
             free: free.iter().map(|f| f.to_string()).collect(),
             loads,
+            counters: Box::new(super::counters::OwnedCounters::new(ordinal, counters)),
         })
     }
 
-    /// Bytes of each scratch tensor, in the order [`Prepared::launch`] takes them after the caller's.
+    /// Bytes of each scratch tensor, in the order [`Prepared::launch`] takes them after the caller's
+    /// (0 for the counters the call keeps itself, whose addresses it ignores).
     pub fn scratch_bytes(&self) -> Vec<u64> {
-        self.spans[self.callers..].to_vec()
+        (self.callers..self.spans.len())
+            .map(|i| {
+                if self.counters.owns(i) {
+                    0
+                } else {
+                    self.spans[i]
+                }
+            })
+            .collect()
     }
 
     /// The tensors [`Prepared::launch`] takes addresses of, in order (the caller's, then the scratch).
@@ -288,8 +306,9 @@ impl Prepared {
             .into());
         }
         in_context(self.ordinal, || {
-            for ((t, &p), &span) in self.tensors.iter().zip(ptrs).zip(&self.spans) {
-                if span > 0 {
+            for (i, ((t, &p), &span)) in self.tensors.iter().zip(ptrs).zip(&self.spans).enumerate()
+            {
+                if span > 0 && !self.counters.owns(i) {
                     check_pointer(&t.name, p, span, self.ordinal)?;
                 }
             }
@@ -336,7 +355,10 @@ impl Prepared {
             ))
             .into());
         }
-        for ((t, &p), &span) in self.tensors.iter().zip(ptrs).zip(&self.spans) {
+        for (i, ((t, &p), &span)) in self.tensors.iter().zip(ptrs).zip(&self.spans).enumerate() {
+            if self.counters.owns(i) {
+                continue;
+            }
             if span > 0 && (p == 0 || !p.is_multiple_of(ALIGN) || p.checked_add(span).is_none()) {
                 return Err(LaunchError::Tensor {
                     kernel: self.stages[0].kernel.lowered.ir.name.clone(),
@@ -353,6 +375,9 @@ impl Prepared {
             // and setup overlap the previous kernel's end (the split-K reduction's, the key split's
             // merge), as cuBLAS's split-K does with its reduction.
             let mut after = false;
+            let mut owned = ptrs.to_vec();
+            self.counters.place(stream, &mut owned)?;
+            let ptrs = &owned[..];
             for b in &self.stages {
                 if b.grid == 0 {
                     continue;

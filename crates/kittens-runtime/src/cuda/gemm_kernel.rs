@@ -12,7 +12,7 @@ use kittens_codegen::{KernelArg, Lowered};
 use kittens_hw::dtype::DType;
 use kittens_ir::SlotFill;
 use kittens_kernels::gemm::shapes::HopperTile;
-use kittens_kernels::gemm::split_k::PARTIAL;
+use kittens_kernels::gemm::split_k::{COUNTERS, PARTIAL};
 use kittens_kernels::gemm::{BLayout, GemmConfig};
 
 use super::driver::{encode_bf16, Device, DeviceBuffer, Function, Stream, Swizzle, TensorMap};
@@ -38,6 +38,44 @@ pub struct GemmKernel {
     pub loads: SlotFill,
     /// With split-K: the reduction launched after the kernel, and the partials' scratch.
     pub split: Option<SplitReduce>,
+    /// With split-K reduced by the last block of each tile: the partials' scratch and the counters.
+    pub fixup: Option<FixupScratch>,
+}
+
+/// The scratch of a split-K GEMM whose last block per tile reduces
+/// (`kittens_kernels::gemm::split_k::Fixup`): the f32 partials and the tiles' arrival counters,
+/// zeroed when allocated and left zero by every launch.
+pub struct FixupScratch {
+    partial: std::cell::RefCell<Option<DeviceBuffer>>,
+    counters: std::cell::RefCell<Option<DeviceBuffer>>,
+    dev: Rc<Device>,
+}
+
+impl FixupScratch {
+    /// The partials (`split_k × m × n` f32) and counters (`tiles` i32), allocated or grown here.
+    fn buffers(&self, partial_bytes: usize, tiles: usize) -> Result<(u64, u64), CudaError> {
+        let mut p = self.partial.borrow_mut();
+        if p.as_ref().is_none_or(|b| b.bytes() < partial_bytes) {
+            *p = Some(self.dev.alloc(partial_bytes)?);
+        }
+        let mut c = self.counters.borrow_mut();
+        let bytes = tiles.max(1) * 4;
+        if c.as_ref().is_none_or(|b| b.bytes() < bytes) {
+            let mut b = self.dev.alloc(bytes)?;
+            b.fill_u16(0)?;
+            *c = Some(b);
+        }
+        Ok((
+            p.as_ref().map_or(0, |b| b.ptr()),
+            c.as_ref().map_or(0, |b| b.ptr()),
+        ))
+    }
+}
+
+/// For measurement: `KITTENS_GEMM_FIXUP=1` has the benchmarks' split-K GEMMs reduced by the last
+/// block of each tile (`GemmConfig::last_block_reduces`) instead of by a second launch.
+pub fn fixup_knob() -> Result<bool, CudaError> {
+    Ok(measurement_knob("KITTENS_GEMM_FIXUP")? == Some(1))
 }
 
 /// Which of a GEMM's launches go as programmatic dependents of the kernel before them on the stream
@@ -131,6 +169,7 @@ pub fn lower_tile_loads(
         split_k,
         loads,
         cluster,
+        last_block_reduces: split_k > 1 && fixup_knob()?,
         ..tile.config(gpu)
     };
     // For measurement: `KITTENS_GEMM_WINDOW` rows per group of the grid order (8 by default) and
@@ -176,7 +215,9 @@ pub(crate) fn gemm_maps(l: &Lowered) -> Result<[TmaMap; 3], CudaError> {
     let named = |m: &TmaMap, name: &str| {
         l.ir.globals.get(m.global as usize).map(|g| g.name.as_str()) == Some(name)
     };
-    let split = l.ir.globals.iter().any(|g| g.name == PARTIAL);
+    // (A split-K GEMM reduced by its last blocks stores C through its map.)
+    let split = l.ir.globals.iter().any(|g| g.name == PARTIAL)
+        && !l.ir.globals.iter().any(|g| g.name == "c");
     // Operands filled by `cp.async` have no map: a 64 × 64 box over them stands in, encoded by the
     // launches like the others and never passed to the kernel (`GemmArgs` passes the lowering's).
     let global = |name: &str| l.ir.globals.iter().position(|g| g.name == name);
@@ -270,7 +311,17 @@ impl GemmKernel {
         let resident = function.resident_blocks(dev.multiprocessors, l.threads)?;
         let maps = gemm_maps(&l)?;
         let stages = l.ir.shared.first().map_or(0, |s| s.count);
+        let fixup =
+            l.ir.globals
+                .iter()
+                .any(|g| g.name == COUNTERS)
+                .then(|| FixupScratch {
+                    partial: std::cell::RefCell::new(None),
+                    counters: std::cell::RefCell::new(None),
+                    dev: dev.clone(),
+                });
         let split = match l.ir.globals.iter().find(|g| g.name == PARTIAL) {
+            Some(_) if fixup.is_some() => None,
             Some(g) => {
                 let s = g
                     .dims
@@ -310,6 +361,7 @@ impl GemmKernel {
             },
             lowered: l,
             split,
+            fixup,
         })
     }
 
@@ -427,6 +479,40 @@ impl GemmKernel {
         if let Some(p) = partial {
             named.push((PARTIAL, p));
         }
+        if let Some(f) = &self.fixup {
+            let bytes = |g: &kittens_ir::GlobalDecl| -> Result<usize, CudaError> {
+                let params = [m as i64, n as i64, k as i64];
+                let elems = g
+                    .dims
+                    .iter()
+                    .map(|d| {
+                        d.eval(&kittens_ir::Env {
+                            params: &params,
+                            vars: &[],
+                            block: &[],
+                            wave: 0,
+                        })
+                    })
+                    .try_fold(1usize, |acc, v| {
+                        v.and_then(|v| usize::try_from(v).ok())
+                            .and_then(|v| acc.checked_mul(v))
+                    })
+                    .ok_or_else(|| invalid(format!("extent of `{}`", g.name)))?;
+                elems
+                    .checked_mul(4)
+                    .ok_or_else(|| invalid(format!("`{}` overflows", g.name)))
+            };
+            let find = |name: &str| {
+                l.ir.globals
+                    .iter()
+                    .find(|g| g.name == name)
+                    .ok_or_else(|| invalid(format!("lowered GEMM without `{name}`")))
+            };
+            let tiles = bytes(find(COUNTERS)?)? / 4;
+            let (p, c) = f.buffers(bytes(find(PARTIAL)?)?, tiles)?;
+            named.push((PARTIAL, p));
+            named.push((COUNTERS, c));
+        }
         let mut args = GemmArgs::named(l, maps, &named, [m, n, k])?;
         let mut params = args.pointers();
         let grid = l
@@ -447,6 +533,12 @@ impl GemmKernel {
                 pdl.gemm,
             )?
         };
+        // For measurement: `KITTENS_GEMM_SKIP_REDUCE=1` leaves the split-K reduction out (C is not
+        // written, so the row's check fails): the time of the GEMM's launch alone, the most a
+        // reduction done inside it (by the last block to finish each tile) could leave.
+        if measurement_knob("KITTENS_GEMM_SKIP_REDUCE")? == Some(1) {
+            return Ok(());
+        }
         match (&self.split, partial) {
             (Some(s), Some(p)) => s.launch(stream, p, c, (m, n), pdl.reduce),
             _ => Ok(()),

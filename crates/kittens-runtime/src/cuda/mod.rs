@@ -20,6 +20,7 @@ pub mod bench_time;
 pub mod cache;
 pub mod caller;
 mod compiled;
+mod counters;
 pub mod cublas;
 pub mod cublaslt;
 pub mod device_call;

@@ -13,11 +13,34 @@ use kittens_hw::dtype::DType;
 use std::collections::VecDeque;
 
 /// The global stores of one block, applied by the driver in block order, then its atomic adds
-/// (f32, in program order: [`Op::AtomicAdd`]).
+/// (f32, in program order: [`Op::AtomicAdd`]), and its arrivals on counters ([`Stmt::LastArrival`]).
 pub struct Writes {
     pub block: i64,
     pub stores: Vec<(usize, usize, f32)>,
     pub adds: Vec<(usize, usize, f32)>,
+    pub arrivals: Vec<Arrival>,
+}
+
+/// One arrival of a block on a counter element ([`Stmt::LastArrival`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arrival {
+    /// The counter (global index) and its element.
+    pub key: (usize, i64),
+    /// The arrivals the program expects on the element.
+    pub expected: i64,
+    /// How many of the block's stores (from the first) the arrival released.
+    pub released: usize,
+    /// The instruction arrived at (one arrival per block, instruction and element).
+    pc: usize,
+}
+
+/// What a block sees of the launch's other blocks: in the first run nothing (`last` empty, no
+/// `acquired`); when run again as the last arrival of the elements in `last`, the stores those
+/// elements' arrivals released (`acquired`, over the launch's inputs).
+#[derive(Default, Clone, Copy)]
+pub struct Handoff<'a> {
+    pub last: Option<&'a std::collections::HashSet<(usize, i64)>>,
+    pub acquired: Option<&'a std::collections::HashMap<(usize, usize), f32>>,
 }
 
 /// An async load issued but not yet waited for: shared offsets and the values read at issue.
@@ -53,6 +76,8 @@ struct Block<'a> {
     waves: Vec<Wave>,
     stores: Vec<(usize, usize, f32)>,
     adds: Vec<(usize, usize, f32)>,
+    arrivals: Vec<Arrival>,
+    handoff: Handoff<'a>,
     ops: u64,
 }
 
@@ -79,6 +104,7 @@ pub fn run_block(
     inputs: &[&[f32]],
     coords: &[i64],
     id: i64,
+    handoff: Handoff,
 ) -> Result<(Writes, u64), InterpError> {
     let elems = |what: &str, dims: &[u32]| {
         dims.iter()
@@ -122,6 +148,8 @@ pub fn run_block(
         waves,
         stores: vec![],
         adds: vec![],
+        arrivals: vec![],
+        handoff,
         ops: 0,
     };
     b.run(prog)?;
@@ -130,6 +158,7 @@ pub fn run_block(
             block: id,
             stores: b.stores,
             adds: b.adds,
+            arrivals: b.arrivals,
         },
         b.ops,
     ))
@@ -173,6 +202,15 @@ impl<'a> Block<'a> {
             .get(g.0 as usize)?
             .get(usize::try_from(i * stride).ok()?)?;
         Some(x as i64)
+    }
+
+    /// Element `o` of global `g` as this block sees it: a store another block released to it
+    /// ([`Handoff::acquired`]), else the launch's input.
+    fn read(&self, g: usize, o: usize) -> f32 {
+        self.handoff
+            .acquired
+            .and_then(|a| a.get(&(g, o)).copied())
+            .unwrap_or(self.inputs[g][o])
     }
 
     /// Runs every wave to its next barrier, releases the barrier, until all waves are done. Barriers
@@ -295,6 +333,29 @@ impl<'a> Block<'a> {
                     }
                 }
                 Inst::Jump(t) => self.waves[w].pc = *t,
+                Inst::Arrive {
+                    counter,
+                    index,
+                    arrivals,
+                    els,
+                    ..
+                } => {
+                    let key = (counter.0 as usize, self.eval(w, index)?);
+                    let expected = self.eval(w, arrivals)?;
+                    // The scope's waves arrive together (a barrier over it comes first): the first
+                    // of them to get here records the block's arrival, with every store so far.
+                    if !self.arrivals.iter().any(|a| a.key == key && a.pc == pc) {
+                        self.arrivals.push(Arrival {
+                            key,
+                            expected,
+                            released: self.stores.len(),
+                            pc,
+                        });
+                    }
+                    if !self.handoff.last.is_some_and(|l| l.contains(&key)) {
+                        self.waves[w].pc = *els;
+                    }
+                }
             }
         }
     }
@@ -420,8 +481,11 @@ impl<'a> Block<'a> {
             }
             Op::LoadGlobal { dst, src } => {
                 let offs = self.global_offsets(w, src)?;
-                let t = &self.inputs[src.tensor.0 as usize];
-                let vals = offs.iter().map(|o| o.map_or(0.0, |o| t[o])).collect();
+                let g = src.tensor.0 as usize;
+                let vals = offs
+                    .iter()
+                    .map(|o| o.map_or(0.0, |o| self.read(g, o)))
+                    .collect();
                 self.set_reg(w, *dst, vals, Rounding::Rtne);
                 Ok(())
             }
@@ -479,10 +543,10 @@ impl<'a> Block<'a> {
         );
         let soffs = self.shared_offsets(w, dst)?;
         let goffs = self.global_offsets(w, src)?;
-        let t = &self.inputs[src.tensor.0 as usize];
+        let g = src.tensor.0 as usize;
         let cols = dst.cols as usize;
         let data = (lo * cols..hi * cols)
-            .map(|x| (soffs[x], goffs[x].map_or(0.0, |o| t[o])))
+            .map(|x| (soffs[x], goffs[x].map_or(0.0, |o| self.read(g, o))))
             .collect();
         self.waves[w].pending.push_back(Pending {
             buf: dst.buf.0 as usize,
