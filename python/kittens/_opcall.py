@@ -104,14 +104,23 @@ def _autograd(name: str, op, grad: Callable, setup: Callable) -> None:
     })
 
 
+_compiling = torch.compiler.is_compiling
+
+
 def call(name: str, *args):
     """``torch.ops.kittens.<name>(*args)`` at the least cost the call allows (positional arguments, as
     the schema orders them): the op when traced, else the body, or the autograd.Function when an input
-    requires grad."""
-    if not torch.compiler.is_compiling() and all(type(a) in _PLAIN for a in args if isinstance(a, Tensor)):
-        if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
-            return _FUNCTIONS[name].apply(*args)
-        return _BODIES[name](*args)
-    return getattr(torch.ops.kittens, name)(*args)
+    requires grad. One pass over the arguments (this runs on every eager call of every op)."""
+    if _compiling():
+        return getattr(torch.ops.kittens, name)(*args)
+    grad = False
+    for a in args:
+        if isinstance(a, Tensor):
+            if type(a) not in _PLAIN:  # a tensor subclass (FakeTensor, a wrapper): the op's own dispatch
+                return getattr(torch.ops.kittens, name)(*args)
+            grad = grad or a.requires_grad
+    if grad and torch.is_grad_enabled():
+        return _FUNCTIONS[name].apply(*args)
+    return _BODIES[name](*args)
 
 

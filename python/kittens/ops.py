@@ -38,6 +38,7 @@ from ._arrays import matmul_operand
 # The op machinery (varlen.py and the tests use it from here).
 from ._opcall import (  # noqa: F401
     _BODIES,
+    _compiling,
     _BSHD,
     _FUNCTIONS,
     _PLAIN,
@@ -138,9 +139,11 @@ def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale
                       softcap, window, alibi)
 
 
-def attention_no_lse(q: Tensor, k: Tensor, v: Tensor, causal: bool, bottom_right: bool) -> Optional[Tensor]:
-    """Eager CUDA attention without the log-sum-exp output (nothing to differentiate, none wanted)."""
-    r = _dispatch.attention(q, k, v, causal, bottom_right, need_lse=False)
+def attention_no_lse(q: Tensor, k: Tensor, v: Tensor, causal: bool, bottom_right: bool,
+                     opts: tuple = ()) -> Optional[Tensor]:
+    """Eager CUDA attention without the log-sum-exp output (nothing to differentiate, none wanted);
+    ``opts``: scale, soft cap and window as ``kittens._attn_opts`` makes them."""
+    r = _dispatch.attention(q, k, v, causal, bottom_right, need_lse=False, opts=opts)
     return None if r is None else r[0]
 
 
@@ -432,13 +435,20 @@ def rotary_eager(q: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False)
     q in neither dense layout in :func:`kittens._dispatch.rotary_out_layout`'s. On CUDA such a q (the head
     dim contiguous, the other strides multiples of 8: a transposed q, q sliced out of a fused QKV) is read
     in place; otherwise (and on CPU) it is copied into that layout first."""
+    if q.is_cuda:
+        if q.dim() != 4:
+            raise ValueError(f"q must be 4-D (B, H, N, D), got shape {tuple(q.shape)}")
+        st = q.stride()
+        if st[-1] != 1 or st[0] % 8 or st[1] % 8 or st[2] % 8:
+            q = _in_layout(q, _rotary_layout(q))
+        if not cos.is_contiguous():
+            cos = cos.contiguous()
+        if not sin.is_contiguous():
+            sin = sin.contiguous()
+        return _dispatch.rotary(q, cos, sin, bool(interleaved))
     from . import rotary as run
 
     layout = _rotary_layout(q)
-    if q.is_cuda:
-        if q.stride(-1) != 1 or any(st % 8 for st in q.stride()[:3]):
-            q = _in_layout(q, layout)
-        return _dispatch.rotary(q, cos.contiguous(), sin.contiguous(), bool(interleaved))
     q = _in_layout(q, layout)
     out = _empty(q.shape, layout, q)
     run(q, cos.contiguous(), sin.contiguous(), interleaved, out=out)
@@ -506,16 +516,25 @@ def rmsnorm_eager(x: Tensor, residual: Optional[Tensor], weight: Tensor, eps: fl
     """``(y, h)``: ``h = x + residual`` (a copy of ``x`` when ``residual`` is None), ``y = h /
     sqrt(mean(h^2) + eps) * weight`` over the last dimension D (768 to 8192, a multiple of 8 on CUDA),
     bf16 in and out, float32 statistics (the fused residual-add RMSNorm kernel)."""
-    _opchecks.rmsnorm_args(x, residual, weight)
-    if x.is_cuda:
+    if x.is_cuda:  # checked where the call's key is first prepared (kittens._dispatch._rows)
         rows = _dispatch.rows_in_place
         y, h = _dispatch.rmsnorm(rows(x), None if residual is None else rows(residual), weight, float(eps))
         return y, (x.clone() if h is None else h)
+    _opchecks.rmsnorm_args(x, residual, weight)
     hf = x.to(torch.float32) if residual is None else x.to(torch.float32) + residual.to(torch.float32)
     return _rms_cpu(hf, weight, eps), hf.to(torch.bfloat16)
 
 
 rmsnorm = _op("rmsnorm")(rmsnorm_eager)
+
+
+def rmsnorm_y(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """The normed rows of ``rmsnorm(x, None, weight, eps)`` alone: an eager CUDA call without a gradient to
+    take skips the op's second output (a copy of x, which an op's outputs may not alias); otherwise the op."""
+    if x.is_cuda and not _compiling() and type(x) in _PLAIN and not (
+            torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+        return _dispatch.rmsnorm(_dispatch.rows_in_place(x), None, weight, float(eps))[0]
+    return call("rmsnorm", x, None, weight, eps)[0]
 
 
 @rmsnorm.register_fake
@@ -591,11 +610,12 @@ def swiglu_eager(gate: Tensor, up: Tensor) -> Tensor:
     """``silu(gate) * up`` over (..., F) tensors (F a multiple of 8 on CUDA), bf16 in and out, float32
     inside. On CUDA, gate and up whose rows are one stride apart (e.g. the two halves of one (..., 2F)
     tensor, the packed kernel, or slices of wider ones) are read in place; others are copied first."""
-    _opchecks.swiglu_args(gate, up)
-    if gate.is_cuda:
-        if not _dispatch._packed(gate, up):
+    if gate.is_cuda:  # checked where the call's key is first prepared (kittens._dispatch._rows)
+        packed = _dispatch._packed(gate, up)
+        if not packed:
             gate, up = _dispatch.rows_in_place(gate), _dispatch.rows_in_place(up)
-        return _dispatch.swiglu(gate, up)
+        return _dispatch.swiglu(gate, up, packed)
+    _opchecks.swiglu_args(gate, up)
     g = gate.to(torch.float32)
     return (torch.nn.functional.silu(g) * up.to(torch.float32)).to(torch.bfloat16)
 

@@ -173,12 +173,35 @@ def _conv1d_forward(self, x):
     return (y + self.bias.to(knn.BF16)).view(*x.shape[:-1], self.nf)
 
 
+# The last (cos, sin) pair's half tables: every layer of a forward gets the same position embeddings, so
+# the slices and their dense copies (the kernel reads (N, D/2) tables) are made once per forward, not
+# twice per layer. Kept with the versions of cos and sin (an in-place change makes them again).
+_HALVES: list = [None]
+
+
+def _half_tables(cos, sin, d: int, dtype):
+    """Dense (N, D/2) halves of ``cos[0]`` and ``sin[0]`` (the halves are equal) in ``dtype``, made once
+    per (cos, sin, dtype) in eager mode."""
+    if torch.compiler.is_compiling():  # traced: computed in the graph, nothing kept
+        return cos[0, :, : d // 2].to(dtype).contiguous(), sin[0, :, : d // 2].to(dtype).contiguous()
+    kept = _HALVES[0]
+    if (kept is not None and kept[0] is cos and kept[1] is sin and kept[2] == cos._version
+            and kept[3] == sin._version and kept[4] == dtype):
+        return kept[5], kept[6]
+    c, s = cos[0, :, : d // 2].to(dtype).contiguous(), sin[0, :, : d // 2].to(dtype).contiguous()
+    if not (cos.requires_grad or sin.requires_grad):
+        _HALVES[0] = (cos, sin, cos._version, sin._version, dtype, c, s)
+    return c, s
+
+
 def rotary_pair(q, k, cos, sin):
     """Hugging Face's ``apply_rotary_pos_emb(q, k, cos, sin)`` (cos, sin (B', N, D), the two halves
     equal) through the rotary kernel when B' = 1 (one table for the whole batch), else PyTorch."""
     d = q.shape[-1]
     if cos.dim() == 3 and cos.shape[0] == 1 and cos.shape[-1] == d:
-        c, s = cos[0, :, : d // 2], sin[0, :, : d // 2]
+        # The kernel's dtype when q is bfloat16 (apply_rotary then casts nothing), else the tables' own
+        # (PyTorch's computation, exactly as transformers').
+        c, s = _half_tables(cos, sin, d, knn.BF16 if q.dtype is knn.BF16 else cos.dtype)
         return knn.apply_rotary(q, c, s), knn.apply_rotary(k, c, s)
     knn.fallback("rotary (transformers)", f"cos/sin of shape {tuple(cos.shape)}: sequences at different "
                                           "positions (the kernel takes one table for the batch)")
