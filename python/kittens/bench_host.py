@@ -4,7 +4,8 @@ time of kittens' torch layer per call, with every kernel launch replaced by a no
 What it measures, and only that: the Python between the caller and the extension's launch — the public
 function, ``kittens.ops.call``, the op's body, the prepared-call lookup in ``kittens._dispatch`` (key, table,
 output allocation, addresses) — per public op on the model path (matmul, ``kittens.nn.Linear`` forward and
-forward + backward, RMSNorm, rotary, SwiGLU, attention, the Hugging Face integration's rotary, one patched
+forward + backward, RMSNorm, rotary, SwiGLU, attention, decoding with a KV cache (paged and contiguous),
+the Hugging Face integration's rotary and attention, one patched
 ``LlamaDecoderLayer`` and a whole patched 125M Llama forward). Nothing is compiled and nothing runs on a
 GPU: ``kittens._dispatch._core._prepare`` is replaced by one that stores a handle whose ``launch`` does
 nothing, so the extension's own launch cost (argument conversion, the driver's enqueue, a few µs) is
@@ -124,6 +125,19 @@ def cases(torch, device: str, batch: int = 8, seq: int = 1024) -> List[Tuple[str
         ("swiglu", lambda: _no_grad(torch, knn.swiglu, gate, up)),
         ("nn.attention (causal, GQA)", lambda: _no_grad(torch, knn.attention, q, k, v, True, 0.125)),
     ]
+    # Decoding with a KV cache (FlashAttention's interface): one query per sequence, GQA 32/8, head dim 128,
+    # a paged cache (pages of 256) and a contiguous one, 4096 keys each.
+    from .kvcache import flash_attn_with_kvcache
+
+    qd = t(8, 1, 32, 128)
+    pages = t(8 * 16, 256, 8, 128)
+    table = torch.empty(8, 16, dtype=torch.int32, device=device)
+    dense = t(8, 4096, 8, 128)
+    lens = torch.empty(8, dtype=torch.int32, device=device)
+    out.append(("flash_attn_with_kvcache, paged", lambda: flash_attn_with_kvcache(
+        qd, pages, pages, cache_seqlens=lens, block_table=table)))
+    out.append(("flash_attn_with_kvcache, contiguous", lambda: flash_attn_with_kvcache(
+        qd, dense, dense, cache_seqlens=lens)))
     try:
         import transformers  # noqa: F401
     except ImportError:

@@ -382,6 +382,12 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: Optio
     if why is not None:
         fallback("attention", why)
         return _sdpa(q, k, v, causal, scale)
+    return kernel_attention(q, k, v, causal, scale)
+
+
+def kernel_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float]) -> Tensor:
+    """:func:`attention` once :func:`attention_why` has found nothing against the kernel (callers that asked
+    it themselves, as the transformers integration, skip asking twice)."""
     if not causal:
         return kittens.attention(q, k, v, scale=scale)
     return kittens.attention(q, k, v, causal=True, scale=scale, causal_align="bottom_right")

@@ -86,7 +86,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    return knn.attention(query, key, value, causal=bool(causal), scale=scaling).transpose(1, 2), None
+    return knn.kernel_attention(query, key, value, bool(causal), scaling).transpose(1, 2), None
 
 
 def _plain_causal(kw: dict) -> bool:
@@ -209,12 +209,24 @@ def rotary_pair(q, k, cos, sin):
     return q * c + knn.rotate_half(q) * s, k * c + knn.rotate_half(k) * s
 
 
+_INTERFACES: list = []
+
+
+def _attention_interfaces():
+    """transformers' attention-function table and Llama's eager attention, imported once (an import
+    statement in the forward runs the import machinery on every layer's call)."""
+    if not _INTERFACES:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+        from transformers.models.llama.modeling_llama import eager_attention_forward
+
+        _INTERFACES.extend((ALL_ATTENTION_FUNCTIONS, eager_attention_forward))
+    return _INTERFACES[0], _INTERFACES[1]
+
+
 def _llama_attention_forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None,
                              past_key_values=None, **kwargs):
     """LlamaAttention.forward (transformers 5.x) with :func:`rotary_pair` for the rotary embedding."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    from transformers.models.llama.modeling_llama import eager_attention_forward
-
+    interfaces, eager_attention_forward = _attention_interfaces()
     cache = cache if cache is not None else past_key_values
     input_shape = hidden_states.shape[:-1]
     hidden_shape = (*input_shape, -1, self.head_dim)
@@ -225,7 +237,7 @@ def _llama_attention_forward(self, hidden_states, position_embeddings=None, atte
     q, k = rotary_pair(q, k, cos, sin)
     if cache is not None:
         k, v = cache.update(k, v, self.layer_idx, kwargs=kwargs)
-    interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+    interface = interfaces.get_interface(self.config._attn_implementation, eager_attention_forward)
     out, weights = interface(self, q, k, v, attention_mask, dropout=0.0 if not self.training else
                              self.attention_dropout, scaling=self.scaling, **kwargs)
     out = out.reshape(*input_shape, -1).contiguous()
@@ -372,6 +384,7 @@ def apply(model: nn.Module, *, attention: bool = True, norms: bool = True, rotar
                 report["kept"].append(f"{name} ({cls.__name__}: not a SiLU-gated Llama MLP)")
         elif rotary and all(hasattr(m, a) for a in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim")):
             if _code(cls.forward) == _code(llama.LlamaAttention.forward):
+                _attention_interfaces()  # imported now, not in a traced first call (torch.compile)
                 _swap(m, _llama_attention_forward)
                 report["rotary"].append(name)
             else:
