@@ -72,6 +72,9 @@ def seed_arg(x: int) -> int:
 _BODIES: Dict[str, Callable] = {}
 _FUNCTIONS: Dict[str, type] = {}
 _PLAIN = (Tensor, torch.nn.Parameter)
+# The other argument types of the ops' schemas, told apart by type alone: ``isinstance(x, Tensor)`` of a
+# non-tensor goes through the tensor metaclass' instance check, slower than the rest of the test.
+_SCALARS = frozenset((int, float, bool, str, list, tuple, type(None)))
 
 
 def _op(name: str, mutates: Tuple[str, ...] = ()):
@@ -115,10 +118,12 @@ def call(name: str, *args):
         return getattr(torch.ops.kittens, name)(*args)
     grad = False
     for a in args:
-        if isinstance(a, Tensor):
-            if type(a) not in _PLAIN:  # a tensor subclass (FakeTensor, a wrapper): the op's own dispatch
-                return getattr(torch.ops.kittens, name)(*args)
+        t = type(a)
+        if t in _PLAIN:
             grad = grad or a.requires_grad
+        elif t not in _SCALARS and isinstance(a, Tensor):
+            # A tensor subclass (FakeTensor, a wrapper): the op's own dispatch.
+            return getattr(torch.ops.kittens, name)(*args)
     if grad and torch.is_grad_enabled():
         return _FUNCTIONS[name].apply(*args)
     return _BODIES[name](*args)

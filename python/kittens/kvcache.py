@@ -113,7 +113,7 @@ def _one_page_each(b: int, dev) -> Tensor:
     t = _ROWS.get(key)
     if t is None:
         t = torch.arange(b, device=dev, dtype=torch.int32)[:, None]
-        if not (t.is_cuda and torch.cuda.is_current_stream_capturing()):
+        if not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
             if len(_ROWS) >= 64:  # a few batch sizes at a time; never grows without bound
                 _ROWS.clear()
             _ROWS[key] = t
