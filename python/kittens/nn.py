@@ -99,6 +99,8 @@ _DEVICE_WHY: dict = {}
 def _device_why(x: Tensor) -> Optional[str]:
     """:func:`device_why`, kept per device (every eager call of every module asks; a device's answer never
     changes in a process)."""
+    if torch.compiler.is_compiling():  # traced: asked afresh (a table filled while tracing is a recompile)
+        return device_why(x)
     dev = x.device
     try:
         return _DEVICE_WHY[dev]
@@ -190,14 +192,6 @@ def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, residual: Optional
     then times weight)."""
     # On CUDA the rmsnorm kernel: D a multiple of 8 from 768 to 8192 (the CPU op takes any D).
     why = _why(x) or (_norm_shape_why((x.shape[-1],)) if x.is_cuda else None)
-    if why is None and weight is not None and weight.dtype is BF16 and x.dtype is BF16:
-        # The common case at the least cost: no casts; without a residual and without a gradient to take
-        # on CUDA, the normed rows alone (the op's second output would be a copy of x, unused here).
-        if residual is None:
-            return _ops.rmsnorm_y(x, weight, eps)
-        if residual.dtype is BF16:
-            out = _ops.call("rmsnorm", x, residual, weight, eps)
-            return out[0], out[1]
     if why is not None:
         fallback("RMSNorm", why)
         h = x if residual is None else residual + x
@@ -208,13 +202,18 @@ def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, residual: Optional
         else:
             y = F.rms_norm(h, (h.shape[-1],), weight, eps)
         return y if residual is None else (y, h)
-    # Rows in a row stride (e.g. a slice x[..., :D]) are read in place on CUDA.
-    # Without a residual the op gets None (the kernel then reads x alone), not a tensor of zeros to add.
-    xb = x.to(BF16)
-    r = None if residual is None else residual.to(BF16)
-    w = weight.to(BF16) if weight is not None else xb.new_ones(x.shape[-1])
-    out = _ops.call("rmsnorm", xb, r, w, eps)
-    return out[0] if residual is None else (out[0], out[1])
+    # Rows in a row stride (e.g. a slice x[..., :D]) are read in place on CUDA. A cast only where one is
+    # needed (each is a call into torch even when it returns its input).
+    xb = x if x.dtype is BF16 else x.to(BF16)
+    if weight is None:
+        w = xb.new_ones(x.shape[-1])
+    else:
+        w = weight if weight.dtype is BF16 else weight.to(BF16)
+    if residual is None:
+        # The normed rows alone (rmsnorm_y): rmsnorm's second output would be a copy of x, unused here.
+        return _ops.call("rmsnorm_y", xb, w, eps)
+    out = _ops.call("rmsnorm", xb, residual if residual.dtype is BF16 else residual.to(BF16), w, eps)
+    return out[0], out[1]
 
 
 class RMSNorm(nn.RMSNorm):

@@ -57,7 +57,7 @@ if torch.cuda.is_available():
     from . import _dispatch
 
 __all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "rotary",
-           "dropout_keep", "seed_arg", "rotary_tables", "rmsnorm", "rmsnorm_backward", "swiglu",
+           "dropout_keep", "seed_arg", "rotary_tables", "rmsnorm", "rmsnorm_y", "rmsnorm_backward", "swiglu",
            "swiglu_backward", "cross_entropy_", "linear_cross_entropy_forward"]
 
 
@@ -528,13 +528,36 @@ def rmsnorm_eager(x: Tensor, residual: Optional[Tensor], weight: Tensor, eps: fl
 rmsnorm = _op("rmsnorm")(rmsnorm_eager)
 
 
-def rmsnorm_y(x: Tensor, weight: Tensor, eps: float) -> Tensor:
-    """The normed rows of ``rmsnorm(x, None, weight, eps)`` alone: an eager CUDA call without a gradient to
-    take skips the op's second output (a copy of x, which an op's outputs may not alias); otherwise the op."""
-    if x.is_cuda and not _compiling() and type(x) in _PLAIN and not (
-            torch.is_grad_enabled() and (x.requires_grad or weight.requires_grad)):
+@_op("rmsnorm_y")
+def rmsnorm_y(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
+    """``rmsnorm(x, None, weight, eps)[0]`` alone: the normed rows without the op's second output, which
+    without a residual is a copy of x (an op's outputs may not alias its inputs), made for nothing where
+    the caller keeps only the normed rows (a norm outside a residual add: Hugging Face's order)."""
+    if x.is_cuda:  # checked where the call's key is first prepared (kittens._dispatch._rows)
         return _dispatch.rmsnorm(_dispatch.rows_in_place(x), None, weight, float(eps))[0]
-    return call("rmsnorm", x, None, weight, eps)[0]
+    _opchecks.rmsnorm_args(x, None, weight)
+    return _rms_cpu(x.to(torch.float32), weight, eps)
+
+
+@rmsnorm_y.register_fake
+def _(x, weight, eps=1e-6):
+    _opchecks.rmsnorm_args(x, None, weight)
+    return x.new_empty(x.shape)
+
+
+def _rmsnorm_y_setup(ctx, inputs, output):
+    x, weight, eps = inputs
+    ctx.eps = eps
+    ctx.save_for_backward(x, weight)  # h is x itself
+
+
+def _rmsnorm_y_grad(ctx, grad):
+    x, weight = ctx.saved_tensors
+    dx, dweight = call("rmsnorm_backward", grad, x, weight, None, ctx.eps)
+    return dx, dweight, None
+
+
+_autograd("rmsnorm_y", rmsnorm_y, _rmsnorm_y_grad, _rmsnorm_y_setup)
 
 
 @rmsnorm.register_fake
