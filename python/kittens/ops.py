@@ -67,6 +67,13 @@ __all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_
 # -- matmul --------------------------------------------------------------------------------------------
 
 
+def _no_double_backward(name: str):
+    def grad(ctx, *grads):
+        raise RuntimeError(f"kittens::{name} has no backward (double backward is not implemented)")
+
+    return grad
+
+
 def matmul_eager(a: Tensor, b: Tensor) -> Tensor:
     """``a @ b`` through the GEMM kernel: a (M, K) and b (K, N) each row-major or transposed, with any
     leading-dimension stride (read in place; other strides are refused, see kittens.matmul)."""
@@ -99,17 +106,45 @@ def _matmul_backward(ctx, grad):
     a, b = ctx.saved_tensors
     if matmul_operand(grad.shape, grad.stride()) is None:
         grad = grad.contiguous()  # e.g. the zero strides of an expanded gradient: no layout to read
-    da = db = None
-    if ctx.needs_input_grad[0]:
-        # dA = dC·Bᵀ: ``b.t()`` is read in place whatever b's order (row-major, ``w.T``, a slice).
-        da = call("matmul", grad, b.t())
-    if ctx.needs_input_grad[1]:
-        # dB = Aᵀ·dC: ``a.t()`` is read in place (the GEMM reads A stored transposed).
-        db = call("matmul", a.t(), grad)
-    return da, db
+    need_a, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if torch.is_grad_enabled():
+        # create_graph=True: each product through the differentiable op (a double backward reaches it).
+        da = call("matmul", grad, b.t()) if need_a else None
+        db = call("matmul", a.t(), grad) if need_b else None
+        return da, db
+    # Both products in one op call: a traced backward (torch.compile) dispatches once per matmul, not twice.
+    da, db = call("matmul_backward", grad, a, b, need_a, need_b)
+    return (da if need_a else None), (db if need_b else None)
 
 
 _autograd("matmul", matmul, _matmul_backward, _matmul_setup)
+
+
+@_op("matmul_backward")
+def matmul_backward(grad: Tensor, a: Tensor, b: Tensor, need_a: bool = True,
+                    need_b: bool = True) -> Tuple[Tensor, Tensor]:
+    """``(da, db)`` of :func:`matmul` for ``grad`` of its output: ``da = grad·bᵀ`` and ``db = aᵀ·grad``, each
+    through the GEMM with its operands read in place (``b.t()`` and ``a.t()`` are transposed views); a
+    gradient not asked for (``need_a``/``need_b`` False) comes back as an empty (0-element) tensor."""
+    # dA = dC·Bᵀ: ``b.t()`` is read in place whatever b's order (row-major, ``w.T``, a slice); dB = Aᵀ·dC:
+    # ``a.t()`` likewise (the GEMM reads A stored transposed).
+    da = matmul_eager(grad, b.t()) if need_a else grad.new_empty((0,))
+    db = matmul_eager(a.t(), grad) if need_b else grad.new_empty((0,))
+    return da, db
+
+
+@matmul_backward.register_fake
+def _(grad, a, b, need_a=True, need_b=True):
+    for name, t in (("grad", grad), ("a", a), ("b", b)):
+        _bf16(name, t)
+        if t.dim() != 2:
+            raise ValueError(f"kittens.matmul's backward takes 2-D arrays, got {name} of shape {tuple(t.shape)}")
+    return (grad.new_empty((grad.shape[0], b.shape[0])) if need_a else grad.new_empty((0,)),
+            grad.new_empty((a.shape[1], grad.shape[1])) if need_b else grad.new_empty((0,)))
+
+
+_autograd("matmul_backward", matmul_backward, _no_double_backward("matmul_backward"),
+          lambda ctx, inputs, output: None)
 
 
 # -- attention -----------------------------------------------------------------------------------------
@@ -365,44 +400,8 @@ def _layernorm_backward_grad(ctx, *grads):
 _autograd("layernorm_backward", layernorm_backward, _layernorm_backward_grad, _layernorm_backward_setup)
 
 
-# The kernels' dropout stream (kittens_ir::philox): element e of the stream keyed by (seed, offset) is word
-# e mod 4 of Philox 4x32-10 at counter [e/4 lo, e/4 hi, offset lo, offset hi], key [seed lo, seed hi]; its
-# uniform is the word's top 24 bits times 2^-24, kept where it is >= p (compared in float32).
-_M0, _M1, _W0, _W1, _MASK = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85, 0xFFFFFFFF
-
-
-def _mulhilo(m: int, a: Tensor) -> Tuple[Tensor, Tensor]:
-    """The high and low 32-bit halves of ``m * a`` (32-bit unsigned values held in int64) without
-    overflowing int64: m split into 16-bit halves, each partial product below 2^48."""
-    lo_p = a * (m & 0xFFFF)
-    hi_p = a * (m >> 16)
-    lo = (lo_p + ((hi_p & 0xFFFF) << 16)) & _MASK
-    hi = (hi_p + (lo_p >> 16)) >> 16
-    return hi, lo
-
-
-def dropout_keep(rows: int, dim: int, p: float, seed: int, offset: int, device=None) -> Tensor:
-    """The layernorm kernel's dropout mask, ``(rows, dim)`` bool (True: kept), drawn with integer torch
-    ops on ``device`` (the same bits as the kernels' Philox 4x32-10; any seed and offset, taken mod
-    2^64)."""
-    n = rows * dim
-    seed, offset = int(seed) % 2**64, int(offset) % 2**64
-    groups = torch.arange((n + 3) // 4, dtype=torch.int64, device=device)
-    c0 = groups & _MASK
-    c1 = groups >> 32
-    c2 = torch.full_like(groups, offset & _MASK)
-    c3 = torch.full_like(groups, offset >> 32)
-    k0, k1 = seed & _MASK, seed >> 32
-    for r in range(10):
-        if r > 0:
-            k0, k1 = (k0 + _W0) & _MASK, (k1 + _W1) & _MASK
-        hi0, lo0 = _mulhilo(_M0, c0)
-        hi1, lo1 = _mulhilo(_M1, c2)
-        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-    words = torch.stack([c0, c1, c2, c3], dim=-1).reshape(-1)[:n]
-    u = (words >> 8).to(torch.float32) * (1.0 / 16777216.0)
-    p32 = torch.tensor(p, dtype=torch.float32).item()  # the kernels compare in float32
-    return (u >= p32).reshape(rows, dim)
+# The kernels' dropout stream in torch ops (layernorm_backward's composite draws the mask with it).
+from ._philox import dropout_keep  # noqa: E402
 
 
 # -- rotary --------------------------------------------------------------------------------------------
@@ -614,13 +613,6 @@ def rmsnorm_backward(grad: Tensor, h: Tensor, weight: Tensor, grad_h: Optional[T
 def _(grad, h, weight, grad_h, eps=1e-6):
     _opchecks.rmsnorm_backward_args(grad, h, weight, grad_h)
     return torch.empty_like(h, memory_format=torch.contiguous_format), torch.empty_like(weight)
-
-
-def _no_double_backward(name: str):
-    def grad(ctx, *grads):
-        raise RuntimeError(f"kittens::{name} has no backward (double backward is not implemented)")
-
-    return grad
 
 
 _autograd("rmsnorm_backward", rmsnorm_backward, _no_double_backward("rmsnorm_backward"), lambda ctx, inputs, output: None)
