@@ -38,7 +38,6 @@ from ._arrays import matmul_operand
 # The op machinery (varlen.py and the tests use it from here).
 from ._opcall import (  # noqa: F401
     _BODIES,
-    _compiling,
     _BSHD,
     _FUNCTIONS,
     _PLAIN,
