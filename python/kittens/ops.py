@@ -5,7 +5,7 @@ strides without running it, for ``torch.compile`` and FakeTensor tracing) and an
 ``torch.compile(fullgraph=True)`` traces through them and every differentiable input gets a gradient:
 
 =========================================  ===============================================================
-``kittens::matmul(a, b)``                  ``a @ b`` (GEMM kernel); backward through the same op
+``kittens::matmul(a, b)``                  ``a @ b`` (GEMM kernel); backward ``kittens::matmul_backward``
 ``kittens::attention(q, k, v, ...)``       ``(out, lse)`` (attention forward kernel)
 ``kittens::attention_backward(...)``       ``(dq, dk, dv)`` (attention backward kernel)
 ``kittens::layernorm(x, residual, ...)``   ``(2, ..., D)``: the normed rows and the new residual
