@@ -99,8 +99,11 @@ def _torch_op(*xs) -> bool:
     custom op (:mod:`kittens.ops`: autograd, ``torch.compile``), which this registers on first use."""
     global _OPS
     torch = sys.modules.get("torch")
-    if torch is None or not all(isinstance(x, torch.Tensor) for x in xs):
+    if torch is None:
         return False
+    for x in xs:  # a loop, not all(<generator>): every call of every op asks
+        if not isinstance(x, torch.Tensor):
+            return False
     if _OPS is None:
         from . import ops
 
@@ -282,11 +285,11 @@ def attention(q: Any, k: Any, v: Any, causal: bool = False, scale: Optional[floa
             raise ValueError(f"window={window!r}: a pair (left, right)")
     softcap = None if softcap is None else float(softcap)
     if out is None and _torch_op(q, k, v):
-        if (not return_lse and scale is None and softcap is None and window is None and alibi_slopes is None
-                and q.is_cuda and _eager(q, k, v)):
-            # No gradient and no log-sum-exp wanted: the kernel without that output, when q, k, v share a
-            # dense layout (else the op below copies them into one).
-            o = _OPS.attention_no_lse(q, k, v, bool(causal), causal_align == "bottom_right")
+        if not return_lse and alibi_slopes is None and q.is_cuda and _eager(q, k, v):
+            # No gradient and no log-sum-exp wanted: the kernel without that output (the options checked
+            # where the call's key is prepared, as the op's).
+            opts = _attn_opts(None if scale is None else float(scale), softcap, window)
+            o = _OPS.attention_no_lse(q, k, v, bool(causal), causal_align == "bottom_right", opts)
             if o is not None:
                 return o
         o, lse = _OPS.call(

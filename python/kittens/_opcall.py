@@ -72,6 +72,9 @@ def seed_arg(x: int) -> int:
 _BODIES: Dict[str, Callable] = {}
 _FUNCTIONS: Dict[str, type] = {}
 _PLAIN = (Tensor, torch.nn.Parameter)
+# The other argument types of the ops' schemas, told apart by type alone: ``isinstance(x, Tensor)`` of a
+# non-tensor goes through the tensor metaclass' instance check, slower than the rest of the test.
+_SCALARS = frozenset((int, float, bool, str, list, tuple, type(None)))
 
 
 def _op(name: str, mutates: Tuple[str, ...] = ()):
@@ -104,14 +107,25 @@ def _autograd(name: str, op, grad: Callable, setup: Callable) -> None:
     })
 
 
+_compiling = torch.compiler.is_compiling
+
+
 def call(name: str, *args):
     """``torch.ops.kittens.<name>(*args)`` at the least cost the call allows (positional arguments, as
     the schema orders them): the op when traced, else the body, or the autograd.Function when an input
-    requires grad."""
-    if not torch.compiler.is_compiling() and all(type(a) in _PLAIN for a in args if isinstance(a, Tensor)):
-        if torch.is_grad_enabled() and any(isinstance(a, Tensor) and a.requires_grad for a in args):
-            return _FUNCTIONS[name].apply(*args)
-        return _BODIES[name](*args)
-    return getattr(torch.ops.kittens, name)(*args)
+    requires grad. One pass over the arguments (this runs on every eager call of every op)."""
+    if _compiling():
+        return getattr(torch.ops.kittens, name)(*args)
+    grad = False
+    for a in args:
+        t = type(a)
+        if t in _PLAIN:
+            grad = grad or a.requires_grad
+        elif t not in _SCALARS and isinstance(a, Tensor):
+            # A tensor subclass (FakeTensor, a wrapper): the op's own dispatch.
+            return getattr(torch.ops.kittens, name)(*args)
+    if grad and torch.is_grad_enabled():
+        return _FUNCTIONS[name].apply(*args)
+    return _BODIES[name](*args)
 
 

@@ -13,6 +13,8 @@ kittens against PyTorch's own kernels on the same tensors, in one process.
   backward beside its forward, against torch eager's and torch.compile's backward, in one process.
 * lce: the fused linear + cross-entropy against matmul + ``F.cross_entropy``, forward and backward: time
   and peak memory (``kittens.bench_norms``).
+* host: the Python layer's own time per call with the launches replaced by no-ops, on any machine
+  (``kittens.bench_host``, its own options: ``host --help``).
 * model: a Hugging Face Llama trained and generating with and without
   ``kittens.integrations.transformers.apply`` (``kittens.bench_model``, its own options: ``model --help``).
 
@@ -242,6 +244,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         from . import bench_model
 
         return bench_model.main(argv[1:])
+    if argv[:1] == ["host"]:  # the Python layer's own time per call, launches no-ops (kittens.bench_host)
+        from . import bench_host
+
+        return bench_host.main(argv[1:])
     p = argparse.ArgumentParser(prog="python -m kittens.bench", description=__doc__.split("\n\n")[0])
     p.add_argument("what", choices=["gemm", "attn", "layernorm", "rotary", "rmsnorm", "swiglu", "lce", "overhead",
                                     "model"])

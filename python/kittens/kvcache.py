@@ -89,19 +89,53 @@ def _splits(num_splits: int, b: int, grid_heads: int, rows: int, steps: int, cud
     return max(1, min(MAX_SPLITS, _SMS // blocks, max(steps, 1)))
 
 
+_OPS: list = []
+
+
+def _ops():
+    """kittens.ops, imported once (an import statement runs the import machinery on every call)."""
+    if not _OPS:
+        from . import ops
+
+        _OPS.append(ops)
+    return _OPS[0]
+
+
+# One page per sequence (``block_table = arange(batch)``) per (batch, device): made once outside CUDA graph
+# capture (a tensor made while capturing is only written when the graph replays), kept for later calls.
+_ROWS: dict = {}
+
+
+def _one_page_each(b: int, dev) -> Tensor:
+    if torch.compiler.is_compiling():  # traced: made in the graph, nothing kept
+        return torch.arange(b, device=dev, dtype=torch.int32)[:, None]
+    key = (b, dev)
+    t = _ROWS.get(key)
+    if t is None:
+        t = torch.arange(b, device=dev, dtype=torch.int32)[:, None]
+        if not (dev.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+            if len(_ROWS) >= 64:  # a few batch sizes at a time; never grows without bound
+                _ROWS.clear()
+            _ROWS[key] = t
+    return t
+
+
 def _paged(q, k_cache, v_cache, block_table, seqlens, causal, scale, num_splits, return_lse, slopes=None,
            softcap=None, window=None):
     """The paged cache read in place by the ``attn_paged`` kernel (``ops.attention_paged``)."""
-    from . import ops
-
     b, sq, h, d = q.shape
     hk = k_cache.shape[2]
-    steps = block_table.shape[1] * k_cache.shape[1] // _kv_block(k_cache.shape[1], d, q.is_cuda)
+    cuda = q.is_cuda
+    steps = block_table.shape[1] * k_cache.shape[1] // _kv_block(k_cache.shape[1], d, cuda)
     grid = (hk, h // hk) if packs_gqa(sq, h, hk, slopes, window) else (h, sq)
-    g = _splits(num_splits, b, *grid, steps, q.is_cuda)
-    out, lse = ops.call("attention_paged", q.contiguous(), k_cache, v_cache, block_table.contiguous(), seqlens,
-                        bool(causal), None if scale is None else float(scale), g, slopes, softcap,
-                        None if window is None else list(window))
+    g = _splits(num_splits, b, *grid, steps, cuda)
+    if not q.is_contiguous():
+        q = q.contiguous()
+    if not block_table.is_contiguous():
+        block_table = block_table.contiguous()
+    out, lse = _ops().call("attention_paged", q, k_cache, v_cache, block_table, seqlens, bool(causal),
+                           None if scale is None else float(scale), g, slopes, softcap,
+                           None if window is None else list(window))
     return (out, lse) if return_lse else out
 
 
@@ -243,10 +277,13 @@ def flash_attn_with_kvcache(
             k_cache[blk, pos % page] = k
             v_cache[blk, pos % page] = v
     # Each sequence's keys after the append: the caller's tensor itself without one (no device op).
-    seqused = (cache_seqlens.to(torch.int64) + sn).to(torch.int32) if sn else cache_seqlens.contiguous()
+    if sn:
+        seqused = (cache_seqlens.to(torch.int64) + sn).to(torch.int32)
+    else:
+        seqused = cache_seqlens if cache_seqlens.is_contiguous() else cache_seqlens.contiguous()
     if block_table is None and _as_pages(sq, d, capacity, q.is_cuda, softcap, window, k_cache, v_cache):
         # The contiguous cache as pages of one sequence each: sequence i is page i.
-        block_table = torch.arange(b, device=dev, dtype=torch.int32)[:, None]
+        block_table = _one_page_each(b, dev)
     if block_table is not None:
         return _paged(q, k_cache, v_cache, block_table, seqused, causal, softmax_scale,
                       num_splits, return_softmax_lse, slopes, softcap, window)

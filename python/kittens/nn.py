@@ -93,8 +93,28 @@ def dtype_why(dt: torch.dtype) -> Optional[str]:
             "torch.autocast(dtype=torch.bfloat16))")
 
 
+_DEVICE_WHY: dict = {}
+
+
+def _device_why(x: Tensor) -> Optional[str]:
+    """:func:`device_why`, kept per device (every eager call of every module asks; a device's answer never
+    changes in a process)."""
+    if torch.compiler.is_compiling():  # traced: asked afresh (a table filled while tracing is a recompile)
+        return device_why(x)
+    dev = x.device
+    try:
+        return _DEVICE_WHY[dev]
+    except KeyError:
+        why = _DEVICE_WHY[dev] = device_why(x)
+        return why
+
+
 def _why(x: Tensor) -> Optional[str]:
-    return device_why(x) or dtype_why(compute_dtype(x))
+    why = _device_why(x)
+    if why is not None:
+        return why
+    # A bfloat16 x computes in bfloat16 with or without autocast; only another dtype asks autocast.
+    return None if x.dtype is BF16 else dtype_why(compute_dtype(x))
 
 
 # -- Linear --------------------------------------------------------------------------------------------
@@ -106,21 +126,26 @@ class Linear(nn.Linear):
     def forward(self, x: Tensor) -> Tensor:
         why = _why(x)
         rows = x.numel() // max(self.in_features, 1)
-        if why is None and x.device.type == "cpu" and rows * self.in_features * self.out_features > CPU_MACS:
+        if why is None and not x.is_cuda and rows * self.in_features * self.out_features > CPU_MACS:
             why = f"{rows}x{self.in_features}x{self.out_features} exceeds the CPU interpreter's 2^34 multiply-adds"
         if why is None and self.in_features == 0:
             why = "in_features = 0"
         if why is not None:
             fallback("Linear", why)
             return F.linear(x, self.weight, self.bias)
-        a = x.to(BF16).reshape(rows, self.in_features)
+        # A cast or a copy only where one is needed (each is a call into torch even when it returns its
+        # input).
+        a = (x if x.dtype is BF16 else x.to(BF16)).reshape(rows, self.in_features)
         if not a.is_contiguous():
             a = a.contiguous()
-        w = self.weight.to(BF16)
+        w = self.weight
+        if w.dtype is not BF16:
+            w = w.to(BF16)
         if not w.is_contiguous():
             w = w.contiguous()
-        y = kittens.matmul(a, w.t()).reshape(*x.shape[:-1], self.out_features)
-        return y if self.bias is None else y + self.bias.to(BF16)
+        y = kittens.matmul(a, w.t()).view(*x.shape[:-1], self.out_features)
+        b = self.bias
+        return y if b is None else y + (b if b.dtype is BF16 else b.to(BF16))
 
 
 # -- norms ---------------------------------------------------------------------------------------------
@@ -177,13 +202,18 @@ def rms_norm(x: Tensor, weight: Optional[Tensor], eps: float, residual: Optional
         else:
             y = F.rms_norm(h, (h.shape[-1],), weight, eps)
         return y if residual is None else (y, h)
-    # Rows in a row stride (e.g. a slice x[..., :D]) are read in place on CUDA.
-    # Without a residual the op gets None (the kernel then reads x alone), not a tensor of zeros to add.
-    xb = x.to(BF16)
-    r = None if residual is None else residual.to(BF16)
-    w = weight.to(BF16) if weight is not None else xb.new_ones(x.shape[-1])
-    out = _ops.call("rmsnorm", xb, r, w, eps)
-    return out[0] if residual is None else (out[0], out[1])
+    # Rows in a row stride (e.g. a slice x[..., :D]) are read in place on CUDA. A cast only where one is
+    # needed (each is a call into torch even when it returns its input).
+    xb = x if x.dtype is BF16 else x.to(BF16)
+    if weight is None:
+        w = xb.new_ones(x.shape[-1])
+    else:
+        w = weight if weight.dtype is BF16 else weight.to(BF16)
+    if residual is None:
+        # The normed rows alone (rmsnorm_y): rmsnorm's second output would be a copy of x, unused here.
+        return _ops.call("rmsnorm_y", xb, w, eps)
+    out = _ops.call("rmsnorm", xb, residual if residual.dtype is BF16 else residual.to(BF16), w, eps)
+    return out[0], out[1]
 
 
 class RMSNorm(nn.RMSNorm):
@@ -217,7 +247,7 @@ def apply_rotary(q: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     it takes the case; otherwise PyTorch as Hugging Face's ``apply_rotary_pos_emb`` computes it (tables in
     q's dtype, duplicated over the two halves)."""
     d = q.shape[-1]
-    why = device_why(q) or dtype_why(q.dtype)
+    why = _device_why(q) or dtype_why(q.dtype)
     if why is None and (d % 16 or not 16 <= d <= 512):
         why = f"head dim {d}: the rotary kernel takes a multiple of 16 from 16 to 512"
     if why is not None:
@@ -225,7 +255,9 @@ def apply_rotary(q: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         c = torch.cat((cos, cos), dim=-1).to(q.dtype)
         s = torch.cat((sin, sin), dim=-1).to(q.dtype)
         return q * c + rotate_half(q) * s
-    return kittens.rotary(q, cos.to(BF16), sin.to(BF16))
+    if cos.dtype is not BF16 or sin.dtype is not BF16:
+        cos, sin = cos.to(BF16), sin.to(BF16)
+    return kittens.rotary(q, cos, sin)
 
 
 class RotaryEmbedding(nn.Module):
@@ -280,7 +312,7 @@ class RotaryEmbedding(nn.Module):
 
 def swiglu(gate: Tensor, up: Tensor) -> Tensor:
     """``silu(gate) * up``: ``kittens.ops.swiglu`` when it takes the case, else PyTorch."""
-    why = device_why(gate) or dtype_why(gate.dtype) or dtype_why(up.dtype)
+    why = _device_why(gate) or dtype_why(gate.dtype) or dtype_why(up.dtype)
     if why is None and gate.is_cuda and gate.shape[-1] % 8:
         why = f"intermediate size {gate.shape[-1]}: the kernel on CUDA takes a multiple of 8"
     if why is not None:
@@ -323,7 +355,7 @@ def _sdpa(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float])
 
 def attention_why(q: Tensor, k: Tensor, v: Tensor) -> Optional[str]:
     """Why the attention kernel cannot take q, k, v (None: it can)."""
-    why = device_why(q)
+    why = _device_why(q)
     if why:
         return why
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -349,6 +381,12 @@ def attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = True, scale: Optio
     if why is not None:
         fallback("attention", why)
         return _sdpa(q, k, v, causal, scale)
+    return kernel_attention(q, k, v, causal, scale)
+
+
+def kernel_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool, scale: Optional[float]) -> Tensor:
+    """:func:`attention` once :func:`attention_why` has found nothing against the kernel (callers that asked
+    it themselves, as the transformers integration, skip asking twice)."""
     if not causal:
         return kittens.attention(q, k, v, scale=scale)
     return kittens.attention(q, k, v, causal=True, scale=scale, causal_align="bottom_right")

@@ -5,7 +5,7 @@ strides without running it, for ``torch.compile`` and FakeTensor tracing) and an
 ``torch.compile(fullgraph=True)`` traces through them and every differentiable input gets a gradient:
 
 =========================================  ===============================================================
-``kittens::matmul(a, b)``                  ``a @ b`` (GEMM kernel); backward through the same op
+``kittens::matmul(a, b)``                  ``a @ b`` (GEMM kernel); backward ``kittens::matmul_backward``
 ``kittens::attention(q, k, v, ...)``       ``(out, lse)`` (attention forward kernel)
 ``kittens::attention_backward(...)``       ``(dq, dk, dv)`` (attention backward kernel)
 ``kittens::layernorm(x, residual, ...)``   ``(2, ..., D)``: the normed rows and the new residual
@@ -56,7 +56,7 @@ if torch.cuda.is_available():
     from . import _dispatch
 
 __all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "rotary",
-           "dropout_keep", "seed_arg", "rotary_tables", "rmsnorm", "rmsnorm_backward", "swiglu",
+           "dropout_keep", "seed_arg", "rotary_tables", "rmsnorm", "rmsnorm_y", "rmsnorm_backward", "swiglu",
            "swiglu_backward", "cross_entropy_", "linear_cross_entropy_forward"]
 
 
@@ -64,6 +64,13 @@ __all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_
 # the op through :func:`call`.
 
 # -- matmul --------------------------------------------------------------------------------------------
+
+
+def _no_double_backward(name: str):
+    def grad(ctx, *grads):
+        raise RuntimeError(f"kittens::{name} has no backward (double backward is not implemented)")
+
+    return grad
 
 
 def matmul_eager(a: Tensor, b: Tensor) -> Tensor:
@@ -98,17 +105,45 @@ def _matmul_backward(ctx, grad):
     a, b = ctx.saved_tensors
     if matmul_operand(grad.shape, grad.stride()) is None:
         grad = grad.contiguous()  # e.g. the zero strides of an expanded gradient: no layout to read
-    da = db = None
-    if ctx.needs_input_grad[0]:
-        # dA = dC·Bᵀ: ``b.t()`` is read in place whatever b's order (row-major, ``w.T``, a slice).
-        da = call("matmul", grad, b.t())
-    if ctx.needs_input_grad[1]:
-        # dB = Aᵀ·dC: ``a.t()`` is read in place (the GEMM reads A stored transposed).
-        db = call("matmul", a.t(), grad)
-    return da, db
+    need_a, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if torch.is_grad_enabled():
+        # create_graph=True: each product through the differentiable op (a double backward reaches it).
+        da = call("matmul", grad, b.t()) if need_a else None
+        db = call("matmul", a.t(), grad) if need_b else None
+        return da, db
+    # Both products in one op call: a traced backward (torch.compile) dispatches once per matmul, not twice.
+    da, db = call("matmul_backward", grad, a, b, need_a, need_b)
+    return (da if need_a else None), (db if need_b else None)
 
 
 _autograd("matmul", matmul, _matmul_backward, _matmul_setup)
+
+
+@_op("matmul_backward")
+def matmul_backward(grad: Tensor, a: Tensor, b: Tensor, need_a: bool = True,
+                    need_b: bool = True) -> Tuple[Tensor, Tensor]:
+    """``(da, db)`` of :func:`matmul` for ``grad`` of its output: ``da = grad·bᵀ`` and ``db = aᵀ·grad``, each
+    through the GEMM with its operands read in place (``b.t()`` and ``a.t()`` are transposed views); a
+    gradient not asked for (``need_a``/``need_b`` False) comes back as an empty (0-element) tensor."""
+    # dA = dC·Bᵀ: ``b.t()`` is read in place whatever b's order (row-major, ``w.T``, a slice); dB = Aᵀ·dC:
+    # ``a.t()`` likewise (the GEMM reads A stored transposed).
+    da = matmul_eager(grad, b.t()) if need_a else grad.new_empty((0,))
+    db = matmul_eager(a.t(), grad) if need_b else grad.new_empty((0,))
+    return da, db
+
+
+@matmul_backward.register_fake
+def _(grad, a, b, need_a=True, need_b=True):
+    for name, t in (("grad", grad), ("a", a), ("b", b)):
+        _bf16(name, t)
+        if t.dim() != 2:
+            raise ValueError(f"kittens.matmul's backward takes 2-D arrays, got {name} of shape {tuple(t.shape)}")
+    return (grad.new_empty((grad.shape[0], b.shape[0])) if need_a else grad.new_empty((0,)),
+            grad.new_empty((a.shape[1], grad.shape[1])) if need_b else grad.new_empty((0,)))
+
+
+_autograd("matmul_backward", matmul_backward, _no_double_backward("matmul_backward"),
+          lambda ctx, inputs, output: None)
 
 
 # -- attention -----------------------------------------------------------------------------------------
@@ -138,9 +173,11 @@ def attention_eager(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, scale
                       softcap, window, alibi)
 
 
-def attention_no_lse(q: Tensor, k: Tensor, v: Tensor, causal: bool, bottom_right: bool) -> Optional[Tensor]:
-    """Eager CUDA attention without the log-sum-exp output (nothing to differentiate, none wanted)."""
-    r = _dispatch.attention(q, k, v, causal, bottom_right, need_lse=False)
+def attention_no_lse(q: Tensor, k: Tensor, v: Tensor, causal: bool, bottom_right: bool,
+                     opts: tuple = ()) -> Optional[Tensor]:
+    """Eager CUDA attention without the log-sum-exp output (nothing to differentiate, none wanted);
+    ``opts``: scale, soft cap and window as ``kittens._attn_opts`` makes them."""
+    r = _dispatch.attention(q, k, v, causal, bottom_right, need_lse=False, opts=opts)
     return None if r is None else r[0]
 
 
@@ -362,44 +399,8 @@ def _layernorm_backward_grad(ctx, *grads):
 _autograd("layernorm_backward", layernorm_backward, _layernorm_backward_grad, _layernorm_backward_setup)
 
 
-# The kernels' dropout stream (kittens_ir::philox): element e of the stream keyed by (seed, offset) is word
-# e mod 4 of Philox 4x32-10 at counter [e/4 lo, e/4 hi, offset lo, offset hi], key [seed lo, seed hi]; its
-# uniform is the word's top 24 bits times 2^-24, kept where it is >= p (compared in float32).
-_M0, _M1, _W0, _W1, _MASK = 0xD2511F53, 0xCD9E8D57, 0x9E3779B9, 0xBB67AE85, 0xFFFFFFFF
-
-
-def _mulhilo(m: int, a: Tensor) -> Tuple[Tensor, Tensor]:
-    """The high and low 32-bit halves of ``m * a`` (32-bit unsigned values held in int64) without
-    overflowing int64: m split into 16-bit halves, each partial product below 2^48."""
-    lo_p = a * (m & 0xFFFF)
-    hi_p = a * (m >> 16)
-    lo = (lo_p + ((hi_p & 0xFFFF) << 16)) & _MASK
-    hi = (hi_p + (lo_p >> 16)) >> 16
-    return hi, lo
-
-
-def dropout_keep(rows: int, dim: int, p: float, seed: int, offset: int, device=None) -> Tensor:
-    """The layernorm kernel's dropout mask, ``(rows, dim)`` bool (True: kept), drawn with integer torch
-    ops on ``device`` (the same bits as the kernels' Philox 4x32-10; any seed and offset, taken mod
-    2^64)."""
-    n = rows * dim
-    seed, offset = int(seed) % 2**64, int(offset) % 2**64
-    groups = torch.arange((n + 3) // 4, dtype=torch.int64, device=device)
-    c0 = groups & _MASK
-    c1 = groups >> 32
-    c2 = torch.full_like(groups, offset & _MASK)
-    c3 = torch.full_like(groups, offset >> 32)
-    k0, k1 = seed & _MASK, seed >> 32
-    for r in range(10):
-        if r > 0:
-            k0, k1 = (k0 + _W0) & _MASK, (k1 + _W1) & _MASK
-        hi0, lo0 = _mulhilo(_M0, c0)
-        hi1, lo1 = _mulhilo(_M1, c2)
-        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-    words = torch.stack([c0, c1, c2, c3], dim=-1).reshape(-1)[:n]
-    u = (words >> 8).to(torch.float32) * (1.0 / 16777216.0)
-    p32 = torch.tensor(p, dtype=torch.float32).item()  # the kernels compare in float32
-    return (u >= p32).reshape(rows, dim)
+# The kernels' dropout stream in torch ops (layernorm_backward's composite draws the mask with it).
+from ._philox import dropout_keep  # noqa: E402
 
 
 # -- rotary --------------------------------------------------------------------------------------------
@@ -432,13 +433,20 @@ def rotary_eager(q: Tensor, cos: Tensor, sin: Tensor, interleaved: bool = False)
     q in neither dense layout in :func:`kittens._dispatch.rotary_out_layout`'s. On CUDA such a q (the head
     dim contiguous, the other strides multiples of 8: a transposed q, q sliced out of a fused QKV) is read
     in place; otherwise (and on CPU) it is copied into that layout first."""
+    if q.is_cuda:
+        if q.dim() != 4:
+            raise ValueError(f"q must be 4-D (B, H, N, D), got shape {tuple(q.shape)}")
+        st = q.stride()
+        if st[-1] != 1 or st[0] % 8 or st[1] % 8 or st[2] % 8:
+            q = _in_layout(q, _rotary_layout(q))
+        if not cos.is_contiguous():
+            cos = cos.contiguous()
+        if not sin.is_contiguous():
+            sin = sin.contiguous()
+        return _dispatch.rotary(q, cos, sin, bool(interleaved))
     from . import rotary as run
 
     layout = _rotary_layout(q)
-    if q.is_cuda:
-        if q.stride(-1) != 1 or any(st % 8 for st in q.stride()[:3]):
-            q = _in_layout(q, layout)
-        return _dispatch.rotary(q, cos.contiguous(), sin.contiguous(), bool(interleaved))
     q = _in_layout(q, layout)
     out = _empty(q.shape, layout, q)
     run(q, cos.contiguous(), sin.contiguous(), interleaved, out=out)
@@ -506,16 +514,48 @@ def rmsnorm_eager(x: Tensor, residual: Optional[Tensor], weight: Tensor, eps: fl
     """``(y, h)``: ``h = x + residual`` (a copy of ``x`` when ``residual`` is None), ``y = h /
     sqrt(mean(h^2) + eps) * weight`` over the last dimension D (768 to 8192, a multiple of 8 on CUDA),
     bf16 in and out, float32 statistics (the fused residual-add RMSNorm kernel)."""
-    _opchecks.rmsnorm_args(x, residual, weight)
-    if x.is_cuda:
+    if x.is_cuda:  # checked where the call's key is first prepared (kittens._dispatch._rows)
         rows = _dispatch.rows_in_place
         y, h = _dispatch.rmsnorm(rows(x), None if residual is None else rows(residual), weight, float(eps))
         return y, (x.clone() if h is None else h)
+    _opchecks.rmsnorm_args(x, residual, weight)
     hf = x.to(torch.float32) if residual is None else x.to(torch.float32) + residual.to(torch.float32)
     return _rms_cpu(hf, weight, eps), hf.to(torch.bfloat16)
 
 
 rmsnorm = _op("rmsnorm")(rmsnorm_eager)
+
+
+@_op("rmsnorm_y")
+def rmsnorm_y(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor:
+    """``rmsnorm(x, None, weight, eps)[0]`` alone: the normed rows without the op's second output, which
+    without a residual is a copy of x (an op's outputs may not alias its inputs), made for nothing where
+    the caller keeps only the normed rows (a norm outside a residual add: Hugging Face's order)."""
+    if x.is_cuda:  # checked where the call's key is first prepared (kittens._dispatch._rows)
+        return _dispatch.rmsnorm(_dispatch.rows_in_place(x), None, weight, float(eps))[0]
+    _opchecks.rmsnorm_args(x, None, weight)
+    return _rms_cpu(x.to(torch.float32), weight, eps)
+
+
+@rmsnorm_y.register_fake
+def _(x, weight, eps=1e-6):
+    _opchecks.rmsnorm_args(x, None, weight)
+    return x.new_empty(x.shape)
+
+
+def _rmsnorm_y_setup(ctx, inputs, output):
+    x, weight, eps = inputs
+    ctx.eps = eps
+    ctx.save_for_backward(x, weight)  # h is x itself
+
+
+def _rmsnorm_y_grad(ctx, grad):
+    x, weight = ctx.saved_tensors
+    dx, dweight = call("rmsnorm_backward", grad, x, weight, None, ctx.eps)
+    return dx, dweight, None
+
+
+_autograd("rmsnorm_y", rmsnorm_y, _rmsnorm_y_grad, _rmsnorm_y_setup)
 
 
 @rmsnorm.register_fake
@@ -574,13 +614,6 @@ def _(grad, h, weight, grad_h, eps=1e-6):
     return torch.empty_like(h, memory_format=torch.contiguous_format), torch.empty_like(weight)
 
 
-def _no_double_backward(name: str):
-    def grad(ctx, *grads):
-        raise RuntimeError(f"kittens::{name} has no backward (double backward is not implemented)")
-
-    return grad
-
-
 _autograd("rmsnorm_backward", rmsnorm_backward, _no_double_backward("rmsnorm_backward"), lambda ctx, inputs, output: None)
 
 
@@ -591,11 +624,12 @@ def swiglu_eager(gate: Tensor, up: Tensor) -> Tensor:
     """``silu(gate) * up`` over (..., F) tensors (F a multiple of 8 on CUDA), bf16 in and out, float32
     inside. On CUDA, gate and up whose rows are one stride apart (e.g. the two halves of one (..., 2F)
     tensor, the packed kernel, or slices of wider ones) are read in place; others are copied first."""
-    _opchecks.swiglu_args(gate, up)
-    if gate.is_cuda:
-        if not _dispatch._packed(gate, up):
+    if gate.is_cuda:  # checked where the call's key is first prepared (kittens._dispatch._rows)
+        packed = _dispatch._packed(gate, up)
+        if not packed:
             gate, up = _dispatch.rows_in_place(gate), _dispatch.rows_in_place(up)
-        return _dispatch.swiglu(gate, up)
+        return _dispatch.swiglu(gate, up, packed)
+    _opchecks.swiglu_args(gate, up)
     g = gate.to(torch.float32)
     return (torch.nn.functional.silu(g) * up.to(torch.float32)).to(torch.bfloat16)
 

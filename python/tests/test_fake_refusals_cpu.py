@@ -2,7 +2,7 @@
 below is refused by the op itself (the CPU interpreter path) and by its fake implementation under
 FakeTensorMode (what torch.compile traces with), with the same exception type and a message naming the
 argument; and ``torch.library.opcheck`` on the ops test_torch_ops.py does not cover (rmsnorm, swiglu
-and their backwards).
+and their backwards, rmsnorm_y).
 
 torch is required in CI (scripts/test-python.sh sets KITTENS_REQUIRE_TORCH=1).
 """
@@ -43,6 +43,8 @@ BAD = {
     "rmsnorm weight shape": (K.rmsnorm, lambda: (rand(3, 768), None, rand(700), 1e-6), ValueError, "weight"),
     "rmsnorm residual shape": (K.rmsnorm, lambda: (rand(3, 768), rand(2, 768), rand(768), 1e-6), ValueError,
                                "residual"),
+    "rmsnorm_y x float32": (K.rmsnorm_y, lambda: (rand(3, 768, dtype=F32), rand(768), 1e-6), TypeError, "x"),
+    "rmsnorm_y weight shape": (K.rmsnorm_y, lambda: (rand(3, 768), rand(700), 1e-6), ValueError, "weight"),
     "rmsnorm_backward grad float32": (K.rmsnorm_backward, lambda: (rand(3, 768, dtype=F32), rand(3, 768),
                                                                    rand(768), None, 1e-6), TypeError, "grad"),
     "rmsnorm_backward grad_h shape": (K.rmsnorm_backward, lambda: (rand(3, 768), rand(3, 768), rand(768),
@@ -99,6 +101,7 @@ def test_fakes_take_what_the_ops_take():
     good = [
         (K.rmsnorm, (rand(3, 768), rand(3, 768), rand(768), 1e-6)),
         (K.rmsnorm_backward, (rand(3, 768), rand(3, 768), rand(768), rand(3, 768), 1e-6)),
+        (K.rmsnorm_y, (rand(3, 768), rand(768), 1e-6)),
         (K.swiglu, (rand(3, 80), rand(3, 80))),
         (K.swiglu_backward, (rand(3, 80), rand(3, 80), rand(3, 80))),
         (K.attention, (rand(1, 2, 5, 64)[..., :32], rand(1, 1, 7, 32), rand(1, 7, 1, 32).transpose(1, 2), True,
@@ -119,6 +122,16 @@ def test_opcheck_rmsnorm_and_swiglu():
     x, r, w = rand(3, 776, seed=1), rand(3, 776, seed=2), rand(776, seed=3)
     torch.library.opcheck(K.rmsnorm.default, (x.requires_grad_(), r.requires_grad_(), w.requires_grad_(), 1e-6))
     torch.library.opcheck(K.rmsnorm.default, (rand(2, 768, seed=4), None, rand(768, seed=5), 1e-6))
+    torch.library.opcheck(K.rmsnorm_y.default, (rand(3, 776, seed=12).requires_grad_(), w, 1e-6))
+    # rmsnorm_y is rmsnorm's first output, gradients included
+    xy, wy = rand(3, 776, seed=13).requires_grad_(), rand(776, seed=14).requires_grad_()
+    gy = rand(3, 776, seed=15)
+    K.rmsnorm_y(xy, wy, 1e-6).backward(gy)
+    x2, w2 = xy.detach().clone().requires_grad_(), wy.detach().clone().requires_grad_()
+    y2 = K.rmsnorm(x2, None, w2, 1e-6)[0]
+    y2.backward(gy)
+    assert torch.equal(K.rmsnorm_y(xy, wy, 1e-6), y2)
+    assert torch.equal(xy.grad, x2.grad) and torch.equal(wy.grad, w2.grad)
     g, h = rand(3, 776, seed=6), rand(3, 776, seed=7)
     torch.library.opcheck(K.rmsnorm_backward.default, (g, h, w.detach(), rand(3, 776, seed=8), 1e-6))
     gate, up = rand(5, 88, seed=9).requires_grad_(), rand(5, 88, seed=10).requires_grad_()

@@ -100,3 +100,21 @@ def test_matmul_backward_runs_through_the_gemm():
     assert a.grad is not None and w.grad is not None
     ref = torch.ones(8, 8, dtype=torch.float64) @ w.detach().double()
     assert rel_err(a.grad, ref.numpy()) < 1e-2
+
+
+def test_matmul_backward_op_is_the_two_products():
+    """kittens::matmul_backward (one dispatch for dA and dB, the traced backward's) against the two matmul
+    calls it stands for, bit for bit; an unrequested gradient is empty; a double backward (create_graph)
+    still reaches the differentiable matmul; opcheck on the op."""
+    g = torch.Generator().manual_seed(5)
+    grad, a, w = rand(9, 24, gen=g), rand(9, 40, gen=g), rand(24, 40, gen=g)
+    da, db = torch.ops.kittens.matmul_backward(grad, a, w.T, True, True)
+    assert torch.equal(da, kittens.matmul(grad, w)) and torch.equal(db, kittens.matmul(a.T, grad))
+    da, db = torch.ops.kittens.matmul_backward(grad, a, w.T, False, True)
+    assert da.numel() == 0 and torch.equal(db, kittens.matmul(a.T, grad))
+    torch.library.opcheck(torch.ops.kittens.matmul_backward.default, (grad, a, w.T, True, False))
+    x = a.detach().requires_grad_()
+    (gx,) = torch.autograd.grad(kittens.matmul(x, w.T).float().square().sum(), x, create_graph=True)
+    assert gx.requires_grad
+    gx.float().sum().backward()
+    assert x.grad is not None

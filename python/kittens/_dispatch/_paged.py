@@ -31,7 +31,7 @@ def attention_paged(q, k_cache, v_cache, block_table, cache_seqlens, causal: boo
     if rec[0] is None:  # nothing to compute: the zeros are the answer
         return torch.zeros_like(q), torch.zeros((b, h, sq), dtype=torch.float32, device=q.device)
     # Every row of out and lse is written by the kernel (or the split's merge): no fill launched.
-    out = torch.empty_like(q)
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)  # q is dense (checked where prepared)
     lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
     slopes = () if alibi is None else (alibi,)
     ptrs = tuple(t.data_ptr() for t in (q, k_cache, v_cache, block_table, cache_seqlens, *slopes, out, lse))

@@ -155,8 +155,8 @@ def rows_in_place(t):
     """``t`` itself where the row-wise kernels read its rows in place (a row stride that is a multiple of
     8 elements and at least D, the rule ``kittens_kernels::rows::RowStrides`` checks), else a dense
     copy (e.g. an expanded gradient's zero stride)."""
-    if t.dim() == 0:
-        return t  # refused later with the op's own message
+    if t.is_contiguous() or t.dim() == 0:
+        return t  # dense rows (D apart; the kernels check D), or refused later with the op's own message
     try:
         rs = _row_stride("t", t)
     except ValueError:
@@ -292,10 +292,12 @@ def _inner(shape):
     return list(reversed(out))
 
 
-def swiglu(gate, up):
+def swiglu(gate, up, packed=None):
     """``silu(gate) * up`` on CUDA (registry ``swiglu``): two dense (..., F) tensors, or the two halves of
-    one dense (..., 2F) tensor (read in place, the packed form)."""
-    packed = _packed(gate, up)
+    one dense (..., 2F) tensor (read in place, the packed form); ``packed``: :func:`_packed`'s answer when
+    the caller has it."""
+    if packed is None:
+        packed = _packed(gate, up)
     key = (7, gate.shape, gate.stride(), up.stride(), gate.dtype, up.dtype, gate.device, up.device, packed,
            os.environ.get(_SWIGLU_VAR))
     rec = _HANDLES.get(key)

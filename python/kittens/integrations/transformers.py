@@ -86,7 +86,7 @@ def attention_forward(module, query, key, value, attention_mask, dropout: float 
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       is_causal=is_causal, **kwargs)
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    return knn.attention(query, key, value, causal=bool(causal), scale=scaling).transpose(1, 2), None
+    return knn.kernel_attention(query, key, value, bool(causal), scaling).transpose(1, 2), None
 
 
 def _plain_causal(kw: dict) -> bool:
@@ -173,12 +173,35 @@ def _conv1d_forward(self, x):
     return (y + self.bias.to(knn.BF16)).view(*x.shape[:-1], self.nf)
 
 
+# The last (cos, sin) pair's half tables: every layer of a forward gets the same position embeddings, so
+# the slices and their dense copies (the kernel reads (N, D/2) tables) are made once per forward, not
+# twice per layer. Kept with the versions of cos and sin (an in-place change makes them again).
+_HALVES: list = [None]
+
+
+def _half_tables(cos, sin, d: int, dtype):
+    """Dense (N, D/2) halves of ``cos[0]`` and ``sin[0]`` (the halves are equal) in ``dtype``, made once
+    per (cos, sin, dtype) in eager mode."""
+    if torch.compiler.is_compiling():  # traced: computed in the graph, nothing kept
+        return cos[0, :, : d // 2].to(dtype).contiguous(), sin[0, :, : d // 2].to(dtype).contiguous()
+    kept = _HALVES[0]
+    if (kept is not None and kept[0] is cos and kept[1] is sin and kept[2] == cos._version
+            and kept[3] == sin._version and kept[4] == dtype):
+        return kept[5], kept[6]
+    c, s = cos[0, :, : d // 2].to(dtype).contiguous(), sin[0, :, : d // 2].to(dtype).contiguous()
+    if not (cos.requires_grad or sin.requires_grad):
+        _HALVES[0] = (cos, sin, cos._version, sin._version, dtype, c, s)
+    return c, s
+
+
 def rotary_pair(q, k, cos, sin):
     """Hugging Face's ``apply_rotary_pos_emb(q, k, cos, sin)`` (cos, sin (B', N, D), the two halves
     equal) through the rotary kernel when B' = 1 (one table for the whole batch), else PyTorch."""
     d = q.shape[-1]
     if cos.dim() == 3 and cos.shape[0] == 1 and cos.shape[-1] == d:
-        c, s = cos[0, :, : d // 2], sin[0, :, : d // 2]
+        # The kernel's dtype when q is bfloat16 (apply_rotary then casts nothing), else the tables' own
+        # (PyTorch's computation, exactly as transformers').
+        c, s = _half_tables(cos, sin, d, knn.BF16 if q.dtype is knn.BF16 else cos.dtype)
         return knn.apply_rotary(q, c, s), knn.apply_rotary(k, c, s)
     knn.fallback("rotary (transformers)", f"cos/sin of shape {tuple(cos.shape)}: sequences at different "
                                           "positions (the kernel takes one table for the batch)")
@@ -186,12 +209,24 @@ def rotary_pair(q, k, cos, sin):
     return q * c + knn.rotate_half(q) * s, k * c + knn.rotate_half(k) * s
 
 
+_INTERFACES: list = []
+
+
+def _attention_interfaces():
+    """transformers' attention-function table and Llama's eager attention, imported once (an import
+    statement in the forward runs the import machinery on every layer's call)."""
+    if not _INTERFACES:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+        from transformers.models.llama.modeling_llama import eager_attention_forward
+
+        _INTERFACES.extend((ALL_ATTENTION_FUNCTIONS, eager_attention_forward))
+    return _INTERFACES[0], _INTERFACES[1]
+
+
 def _llama_attention_forward(self, hidden_states, position_embeddings=None, attention_mask=None, cache=None,
                              past_key_values=None, **kwargs):
     """LlamaAttention.forward (transformers 5.x) with :func:`rotary_pair` for the rotary embedding."""
-    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
-    from transformers.models.llama.modeling_llama import eager_attention_forward
-
+    interfaces, eager_attention_forward = _attention_interfaces()
     cache = cache if cache is not None else past_key_values
     input_shape = hidden_states.shape[:-1]
     hidden_shape = (*input_shape, -1, self.head_dim)
@@ -202,7 +237,7 @@ def _llama_attention_forward(self, hidden_states, position_embeddings=None, atte
     q, k = rotary_pair(q, k, cos, sin)
     if cache is not None:
         k, v = cache.update(k, v, self.layer_idx, kwargs=kwargs)
-    interface = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+    interface = interfaces.get_interface(self.config._attn_implementation, eager_attention_forward)
     out, weights = interface(self, q, k, v, attention_mask, dropout=0.0 if not self.training else
                              self.attention_dropout, scaling=self.scaling, **kwargs)
     out = out.reshape(*input_shape, -1).contiguous()
@@ -349,6 +384,7 @@ def apply(model: nn.Module, *, attention: bool = True, norms: bool = True, rotar
                 report["kept"].append(f"{name} ({cls.__name__}: not a SiLU-gated Llama MLP)")
         elif rotary and all(hasattr(m, a) for a in ("q_proj", "k_proj", "v_proj", "o_proj", "head_dim")):
             if _code(cls.forward) == _code(llama.LlamaAttention.forward):
+                _attention_interfaces()  # imported now, not in a traced first call (torch.compile)
                 _swap(m, _llama_attention_forward)
                 report["rotary"].append(name)
             else:
