@@ -9,6 +9,11 @@
 //! - [`Part::Queries`]: one block per (sequence, query head, query block) walks the key blocks,
 //!   recomputing the same `P` and `dS`, and accumulates `dQ += dS·K·scale`.
 //!
+//! A soft cap and a sliding window as the forward's (`crate::attn::score`): the cap's logits
+//! `cap·tanh(S·scale/cap)` before the masks and its derivative `1 − tanh²` on dS (one more score
+//! tile); the window's sides masked bottom-right in each sequence (every block still walks all of
+//! its sequence's blocks: a score outside the window has P exactly 0).
+//!
 //! The gradients are f32. The per-block clip of each packed tensor at its sequence's end drops what
 //! would spill into the next sequence; the loops are sized from `max_seqlen_q/k`. The CPU interpreter
 //! and the CDNA targets (gfx942, gfx950) run these programs; sm_90a has
@@ -50,19 +55,17 @@ pub fn key_block(part: Part, dim: u32) -> u32 {
 /// `[total_k, heads_kv, d]`), or [`Part::Queries`]: `dq` (f32 `[total_q, heads, d]`) — the outputs
 /// in the order the sm_90a launches finish them (`crate::attn_varlen_bwd_problem`).
 pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
-    crate::attn::varlen::check_backward(cfg)?;
+    crate::attn::varlen::check(cfg)?;
     if cfg.seqused_k {
         return Err(KernelError::Config(
             "seqused_k: the varlen backward does not take it (a KV cache is forward only)".into(),
         ));
     }
-    let name = match (part, cfg.causal) {
-        (Part::Keys, false) => "attn_varlen_bwd_kv",
-        (Part::Keys, true) => "attn_varlen_bwd_kv_causal",
-        (Part::Queries, false) => "attn_varlen_bwd_q",
-        (Part::Queries, true) => "attn_varlen_bwd_q_causal",
-    };
-    let mut k = KernelBuilder::new(name, Schedule::Plain { waves: 1 });
+    let name = cfg.name(match part {
+        Part::Keys => "attn_varlen_bwd_kv",
+        Part::Queries => "attn_varlen_bwd_q",
+    });
+    let mut k = KernelBuilder::new(&name, Schedule::Plain { waves: 1 });
     let n = Batch::declare(&mut k);
     let d = Expr::c(i64::from(cfg.dim));
     let packed = |k: &mut KernelBuilder, name: &str, queries: bool, dtype, access| {
@@ -145,6 +148,11 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
     let lse_r = k.row_vec("lse", s, F32);
     let delta = k.row_vec("delta", s, F32);
     let slope = alibi.as_ref().map(|_| k.row_vec("alibi_slope", s, F32));
+    // With a soft cap: the cap's derivative `1 − tanh²` of each score (the chain rule on dS).
+    let grad = cfg
+        .logits
+        .softcap
+        .map(|_| tile(&mut k, "cap_grad", F32, bq, bk, Row, S16X16));
     // With ALiBi: head `h`'s slope through `s` (dead between steps).
     let load_slope = |k: &mut KernelBuilder, h: &Expr| {
         if let (Some(a), Some(v)) = (&alibi, slope) {
@@ -153,7 +161,12 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
     };
 
     let scale = cfg.logits.scale(dim);
-    let c = std::f32::consts::LOG2_E * scale;
+    // The exponent's factor: the scale on raw scores, 1 on capped logits.
+    let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(dim);
+    let (last_key, first_key) = (
+        cfg.last_key_offset(&len_q, &len_k),
+        cfg.first_key_offset(&len_q, &len_k),
+    );
     let kv_view = |k: &KernelBuilder, g, k0: &Expr, hk: &Expr| {
         let origin = vec![&sq.start_k + k0.clone(), hk.clone(), Expr::c(0)];
         k.gview(g, origin, 0, 2, bk, dim)
@@ -178,30 +191,45 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
         k.mul(od, do_row, o_row);
         k.row_sum(delta, od);
     };
-    // `P` (in `s`) and `dS·scale` (in `dp`) of query block `q0` against key block `k0`.
+    // `P` (in `s`) and `dS·scale` (in `dp`; with a cap times its derivative) of query block `q0`
+    // against key block `k0`.
     let probs_and_ds = |k: &mut KernelBuilder, q0: &Expr, k0: &Expr| {
         // P = exp2(S·c − lse·log2 e), masked as the forward.
         k.zero(s);
         k.mma_abt(s, q_row, k_row, s);
+        if let (Some(g), Some(cap)) = (grad, cfg.logits.softcap) {
+            // The logits `cap·tanh(S·scale/cap)` (`crate::attn::score`) and `1 − tanh²`.
+            k.copy(g, s);
+            cfg.logits.tanh(k, g, dim);
+            k.mul(s, g, cap);
+            k.mul(g, g, g);
+            k.sub(g, 1.0f32, g);
+        }
         alibi_add(k, slope, s, (q0, k0), (&len_q, &len_k), false);
         // Keys past the sequence, and queries past it (their clipped rows read 0, but a negative
-        // ALiBi slope would still lift them to exp2(+large)).
+        // ALiBi slope would still lift them to exp2(+large)); the causal mask and the window,
+        // bottom-right in the sequence, after the cap (module docs of `crate::attn::score`).
         let inf = f32::NEG_INFINITY;
         k.mask(s, MaskRule::ColsBelow(len_k.clone()), q0, k0, inf);
         k.mask(s, MaskRule::RowsBelow(len_q.clone()), q0, k0, inf);
-        if cfg.causal {
-            let offset = &len_k - len_q.clone();
+        if let Some(offset) = last_key.clone() {
             k.mask(s, MaskRule::Causal { offset }, q0, k0, inf);
+        }
+        if let Some(offset) = first_key.clone() {
+            k.mask(s, MaskRule::WindowStart { offset }, q0, k0, inf);
         }
         k.mul(s, s, c);
         k.sub_row(s, s, lse_r);
         k.exp2(s, s);
-        // dS = P ∘ (dO·Vᵀ − δ)·scale.
+        // dS = P ∘ (dO·Vᵀ − δ)·scale (· (1 − tanh²) with a cap).
         k.zero(dp);
         k.mma_abt(dp, do_row, v_row, dp);
         k.sub_row(dp, dp, delta);
         k.mul(dp, dp, s);
         k.mul(dp, dp, scale);
+        if let Some(g) = grad {
+            k.mul(dp, dp, g);
+        }
     };
     let load_keys = |k: &mut KernelBuilder, k0: &Expr, hk: &Expr| {
         for (t, g) in [(k_row, kk), (v_row, v)] {

@@ -20,9 +20,9 @@ pub struct VarlenConfig {
     pub dim: u32,
     /// Causal, aligned bottom-right in each sequence (query `i` keeps keys `j ≤ i + len_k − len_q`).
     pub causal: bool,
-    /// The softmax scale (`None`: `1/√d`) and soft cap ([`Logits`], the forward only).
+    /// The softmax scale (`None`: `1/√d`) and soft cap ([`Logits`]).
     pub logits: Logits,
-    /// A sliding window ([`Window`], aligned bottom-right in each sequence; the forward only).
+    /// A sliding window ([`Window`], aligned bottom-right in each sequence).
     pub window: Option<Window>,
     /// FlashAttention's `seqused_k`: sequence `b` keeps only the first `seqused_k[b]` of its key rows
     /// `cu_seqlens_k[b] ..` (an i32 `[batch]` tensor read on the device; the forward only). A KV cache
@@ -57,21 +57,6 @@ pub(crate) fn check(cfg: &VarlenConfig) -> Result<(), KernelError> {
         )));
     }
     Ok(())
-}
-
-/// [`check`] for the backward programs, which take no soft cap and no window yet.
-pub(crate) fn check_backward(cfg: &VarlenConfig) -> Result<(), KernelError> {
-    if cfg.logits.softcap.is_some() {
-        return Err(KernelError::Config(
-            "softcap: the varlen backward does not take a soft cap yet".into(),
-        ));
-    }
-    if cfg.window.is_some() {
-        return Err(KernelError::Config(
-            "window: the varlen backward does not take a sliding window yet".into(),
-        ));
-    }
-    check(cfg)
 }
 
 impl VarlenConfig {
