@@ -119,6 +119,11 @@ def test_softcap_and_window_forward_and_backward_match_float64(lens_q, lens_k, h
     qb, kb, vb = (t.detach().clone().requires_grad_() for t in (q, k, v))
     _reference(qb, kb, vb, lens_q, lens_k, causal, torch.bfloat16, **opts).backward(g)
     for name, ours, want, bl in (("dq", qs, q64, qb), ("dk", ks, k64, kb), ("dv", vs, v64, vb)):
+        if want.grad.abs().max() < 1e-9:
+            # Every query keeps at most one key (a window (0, 0)): P is 1 or 0, dS = P∘(dP − D) is 0,
+            # and so are dq and dk (up to rounding); no relative error to take.
+            assert ours.grad.abs().max() <= FLOOR, f"{name} of a one-key window: {ours.grad.abs().max():.3e}"
+            continue
         e, eb = _err(ours.grad, want.grad), _err(bl.grad, want.grad)
         print(f"{name}: rel_err {e:.3e} (bf16 {eb:.3e})")
         assert e <= 2 * eb + FLOOR, f"{name} error {e:.3e}, bf16 baseline {eb:.3e}"

@@ -34,19 +34,36 @@ use kittens_tile::{BaseShape, Layout};
 pub enum Part {
     /// dK and dV: key blocks, grid `[batch, heads_kv, ⌈max_seqlen_k / keys⌉]` ([`key_block`]).
     Keys,
-    /// dQ: query blocks, grid `[batch, heads, ⌈max_seqlen_q / 32⌉]`.
+    /// dQ: query blocks, grid `[batch, heads, ⌈max_seqlen_q / queries⌉]` ([`query_block`]).
     Queries,
 }
 
-/// Keys per block of `part` at head dim `dim`: [`BLOCK_K`], but 16 for the key blocks past head
-/// dim 64. Their K, V (bf16), dK and dV (f32) stay in one wave's registers across the query loop: at
-/// 32 keys and dim 128 they take 192 of the 256 VGPRs per lane beside a step's Q, dO, O and scores,
-/// and gfx942's compiler spills SGPRs around them (`tests/amd_index_reads.rs` in kittens-runtime).
-pub fn key_block(part: Part, dim: u32) -> u32 {
+/// Keys per block of `part` for `cfg`: [`BLOCK_K`], but 16 for the key blocks past head dim 64 or
+/// with a soft cap or a window. Their K, V (bf16), dK and dV (f32) stay in one wave's registers
+/// across the query loop: at 32 keys and dim 128 they take 192 of the 256 VGPRs per lane beside a
+/// step's Q, dO, O and scores, and gfx942's compiler spills SGPRs around them; at dim 64 the cap's
+/// derivative tile and the window's bounds made gfx950's spill 29 SGPRs (`tests/amd_index_reads.rs`
+/// in kittens-runtime).
+pub fn key_block(part: Part, cfg: &VarlenConfig) -> u32 {
     match part {
-        Part::Keys if dim > 64 => 16,
+        Part::Keys if cfg.dim > 64 || options(cfg) => 16,
         _ => BLOCK_K,
     }
+}
+
+/// Queries per block of `part` for `cfg`: [`BLOCK_Q`], but 16 for the query blocks with a soft cap
+/// or a window: at 32, gfx950's query blocks spilled 4 SGPRs with both (`tests/amd_index_reads.rs`
+/// in kittens-runtime). The key blocks' column-major Q takes 32-row bases.
+pub fn query_block(part: Part, cfg: &VarlenConfig) -> u32 {
+    match part {
+        Part::Queries if options(cfg) => 16,
+        _ => BLOCK_Q,
+    }
+}
+
+/// Whether `cfg` has a soft cap or a window (more registers and scalars per step).
+fn options(cfg: &VarlenConfig) -> bool {
+    cfg.logits.softcap.is_some() || cfg.window.is_some()
 }
 
 /// Parameter order as the forward's; tensors `q, k, v, o, do` (bf16, read), `lse` (f32 `[heads,
@@ -96,7 +113,7 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
         Part::Queries => vec![packed(&mut k, "dq", true, F32, Access::Write)],
     };
 
-    let (bq, bk, dim) = (BLOCK_Q, key_block(part, cfg.dim), cfg.dim);
+    let (bq, bk, dim) = (query_block(part, cfg), key_block(part, cfg), cfg.dim);
     let (heads, blocks) = match part {
         Part::Keys => (&n.heads_kv, n.max_k.ceil_div(i64::from(bk))),
         Part::Queries => (&n.heads, n.max_q.ceil_div(i64::from(bq))),
@@ -206,12 +223,19 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
             k.sub(g, 1.0f32, g);
         }
         alibi_add(k, slope, s, (q0, k0), (&len_q, &len_k), false);
-        // Keys past the sequence, and queries past it (their clipped rows read 0, but a negative
-        // ALiBi slope would still lift them to exp2(+large)); the causal mask and the window,
-        // bottom-right in the sequence, after the cap (module docs of `crate::attn::score`).
+        // What the gradients sum over past the sequence: the queries past it in the key blocks,
+        // the keys past it in the query blocks (their clipped rows read 0, but a negative ALiBi
+        // slope would still lift them to exp2(+large)). The other side's rows past the end only
+        // reach gradient rows that are never stored (no product sums over them), and masking them
+        // too took the SGPR that gfx950's query blocks spilled with a cap and a window. Then the
+        // causal mask and the window, bottom-right in the sequence, after the cap (module docs of
+        // `crate::attn::score`).
         let inf = f32::NEG_INFINITY;
-        k.mask(s, MaskRule::ColsBelow(len_k.clone()), q0, k0, inf);
-        k.mask(s, MaskRule::RowsBelow(len_q.clone()), q0, k0, inf);
+        let past = match part {
+            Part::Keys => MaskRule::RowsBelow(len_q.clone()),
+            Part::Queries => MaskRule::ColsBelow(len_k.clone()),
+        };
+        k.mask(s, past, q0, k0, inf);
         if let Some(offset) = last_key.clone() {
             k.mask(s, MaskRule::Causal { offset }, q0, k0, inf);
         }

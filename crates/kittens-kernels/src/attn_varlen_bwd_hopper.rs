@@ -15,8 +15,9 @@
 //! What varlen changes against the dense program:
 //!
 //! - tile origins are `cu_seqlens[b] + offset` (`Expr::Elem`, read per block); the query steps run
-//!   over `⌈max_seqlen_q / 64⌉` (a parameter; the forward's walk, `crate::attn_varlen_hopper`, now
-//!   reads its trip count on the device, which this loop could too);
+//!   over the sequence's own (`⌈len_q / 64⌉`), from the first the causal diagonal or the window
+//!   lets reach the block's keys to the last, bounds read on the device
+//!   ([`crate::attn::varlen::KeyWalk`]);
 //! - the loads are not clipped: rows past a sequence's end are the next sequence's (or past the
 //!   tensor, zero), and every score they meet is masked (queries past `len_q`, keys past `len_k`,
 //!   the bottom-right causal diagonal, applied on every step), so their P and dS are exactly 0: they
@@ -25,8 +26,7 @@
 //! - dK and dV are clipped at the key sequence's end (bounds-checked direct stores): the block's
 //!   rows past it belong to the next sequence.
 //!
-//! Not done: no skipping of query steps wholly above the causal diagonal or outside a window (their
-//! bounds would be data-dependent; their scores are all masked, their P exactly 0). ALiBi
+//! ALiBi
 //! ([`VarlenConfig::alibi`]), a soft cap and a sliding window as the dense program
 //! ([`crate::attn::hopper_bwd::step_probs`]): the bias after the cap, the window's sides masked
 //! bottom-right in each sequence beside the causal diagonal.
@@ -38,7 +38,7 @@
 use crate::attn::hopper::{BLOCK, COLS};
 use crate::attn::hopper_bwd::{declare_smem, schedule, step_probs, StepFns, StepTiles, STEP};
 use crate::attn::score::Alibi;
-use crate::attn::varlen::{alibi_add, check, offsets, Batch, Seq, VarlenConfig};
+use crate::attn::varlen::{alibi_add, check, offsets, Batch, KeyWalk, Seq, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -154,12 +154,12 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
 
     let block0 = &kb * i64::from(BLOCK); // in the key sequence
     let step = i64::from(STEP);
-    // One pipeline over every (query head of the group, query step) pair.
-    let n_q = n.max_q.ceil_div(step);
-    let per_head = n_q.max(1);
-    let total = group.clone() * n_q;
-    let head_of = |t: &Expr| &hk * group.clone() + t / per_head.clone();
-    let q0_of = |t: &Expr| t % per_head.clone() * step; // in the query sequence
+    // One pipeline over the (query head of the group, query step) pairs that reach the block.
+    let lens = (&len_q, &len_k);
+    let walk = KeyWalk::new(cfg, lens, (&block0, BLOCK), (&hk, &group), step);
+    let total = &walk.total;
+    let head_of = |t: &Expr| walk.head_of(t);
+    let q0_of = |t: &Expr| walk.q0_of(t); // in the query sequence
     let ring = i64::from(sm.stages);
     let cw = k.wave() - 4; // consumer wave, 0..8
     let k0 = &block0 + &cw * 16; // this wave's first key, in the sequence
@@ -192,7 +192,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             }
             k.wait_async(0);
             k.barrier(); // K and V to the consumers
-            k.for_range("t", 0, &total, |k, t| {
+            k.for_range("t", 0, total, |k, t| {
                 let slot = &t % ring;
                 let (h, row) = (head_of(&t), &sq.start_q + q0_of(&t));
                 for (tiles, g) in [(q_s, q), (do_s, d_o)] {
@@ -213,7 +213,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             if !capped {
                 stat(k, lse, s, &Expr::c(0));
             }
-            k.for_range("t", 0, &total, |k, t| {
+            k.for_range("t", 0, total, |k, t| {
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));

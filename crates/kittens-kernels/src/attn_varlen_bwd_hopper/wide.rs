@@ -22,7 +22,7 @@ use crate::attn::hopper_bwd::{
     per_slot, schedule, step_probs, tiles_of, wide_stages, StepFns, REDUCE_BOX, WIDE_BLOCK,
 };
 use crate::attn::score::Alibi;
-use crate::attn::varlen::{offsets, Batch, Seq, VarlenConfig};
+use crate::attn::varlen::{offsets, Batch, KeyWalk, Seq, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -141,14 +141,14 @@ pub(super) fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let (dk_r, dv_r) = (acc(&mut k, "dk"), acc(&mut k, "dv"));
     let dq_p = k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
 
-    // One pipeline over every (query head of the group, query step) pair, as in [`super`].
+    // One pipeline over the (query head of the group, query step) pairs that reach the block.
     let block0 = &kb * i64::from(BLOCK); // in the key sequence
     let step = i64::from(STEP);
-    let n_q = n.max_q.ceil_div(step);
-    let per_head = n_q.max(1);
-    let total = group.clone() * n_q;
-    let head_of = |t: &Expr| &hk * group.clone() + t / per_head.clone();
-    let q0_of = |t: &Expr| t % per_head.clone() * step; // in the query sequence
+    let lens = (&len_q, &len_k);
+    let walk = KeyWalk::new(cfg, lens, (&block0, BLOCK), (&hk, &group), step);
+    let total = &walk.total;
+    let head_of = |t: &Expr| walk.head_of(t);
+    let q0_of = |t: &Expr| walk.q0_of(t); // in the query sequence
     let ring = i64::from(st);
     let cw = k.wave() - 4; // consumer wave, 0..8
     let (g, wq) = (&cw / 4, &cw % 4); // warpgroup, wave in it
@@ -181,7 +181,7 @@ pub(super) fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             }
             k.wait_async(0);
             k.barrier(); // K and V to the consumers
-            k.for_range("t", 0, &total, |k, t| {
+            k.for_range("t", 0, total, |k, t| {
                 let slot = &t % ring;
                 let (h, row) = (head_of(&t), &sq.start_q + q0_of(&t));
                 for (tiles, src) in [(&q_s, q), (&do_s, d_o)] {
@@ -202,7 +202,7 @@ pub(super) fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             if !capped {
                 stat(k, lse, s, &Expr::c(0));
             }
-            k.for_range("t", 0, &total, |k, t| {
+            k.for_range("t", 0, total, |k, t| {
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
