@@ -12,14 +12,13 @@ Where it runs (the ops ``kittens::attention_varlen`` and ``kittens::attention_va
 
 - forward: CUDA (sm_90a) through the registry kernel ``attn_varlen`` (``kittens_kernels::attn_varlen_hopper``,
   ``_dispatch.attention_varlen``); the CPU interpreter (``kittens_kernels::attn_varlen``) on CPU tensors;
-- backward: CUDA (sm_90a, head dims 64 and 128) through the registry kernel ``attn_varlen_bwd``
+- backward: CUDA (sm_90a, head dims 64-256) through the registry kernel ``attn_varlen_bwd``
   (``_dispatch.attention_varlen_backward``: FlashAttention-3's three launches, the key blocks
   ``kittens_kernels::attn_varlen_bwd_hopper`` adding dQ in float32, so its last bits vary from run to
-  run); at head dims 192 and 256, which those key blocks do not take (their dK and dV accumulators
-  beside the scores exceed a consumer thread's registers), a PyTorch composition
-  (:func:`_backward_torch`: f32, the packed batch masked by sequence, in query chunks, no host read);
-  the CPU interpreter (``kittens_kernels::attn_varlen_bwd``: key blocks, then query blocks) on CPU
-  tensors.
+  run; 128-key blocks at head dims 64 and 128, 64-key blocks at 192 and 256 and at 128 with a soft
+  cap); the CPU interpreter (``kittens_kernels::attn_varlen_bwd``: key blocks, then query blocks) on
+  CPU tensors. Both take ALiBi, a soft cap and a sliding window; :func:`_backward_torch` (a PyTorch
+  composition, f32) is the GPU tests' second reference.
 
 Checks: on the CPU the offsets are checked (start at 0, never decrease, within the tensors, ``max_seqlen``
 at least every length), each error naming the argument. On CUDA those checks would need a device read (a
@@ -132,7 +131,7 @@ def attention_varlen_eager(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
     float32 (batch, nheads), ``−slope·|i + len_k − len_q − j|`` on the scaled logits. ``softcap``:
     ``cap·tanh(x / cap)`` on the scaled logits (before ALiBi); ``window``: ``[left, right]``, query i of a
     sequence keeps keys ``i + len_k − len_q − left ≤ j ≤ i + len_k − len_q + right`` (-1: unbounded side).
-    Both forward only."""
+    Both with their backward."""
     win = None if window is None else (int(window[0]), int(window[1]))
     if q.is_cuda:
         from . import _dispatch
@@ -163,22 +162,23 @@ def attention_varlen_backward_eager(grad_out: Tensor, q: Tensor, k: Tensor, v: T
                               cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int,
                               max_seqlen_k: int, causal: bool = False,
                               scale: Optional[float] = None,
-                              alibi_slopes: Optional[Tensor] = None) -> Tuple[Tensor, Tensor, Tensor]:
-    """``(dq, dk, dv)`` of :func:`attention_varlen` in the dtypes of q, k, v."""
-    if q.is_cuda and q.shape[2] > 128:
-        return _backward_torch(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, causal, scale,
-                               alibi=alibi_slopes)
+                              alibi_slopes: Optional[Tensor] = None, softcap: Optional[float] = None,
+                              window: Optional[List[int]] = None) -> Tuple[Tensor, Tensor, Tensor]:
+    """``(dq, dk, dv)`` of :func:`attention_varlen` in the dtypes of q, k, v (``softcap`` and ``window``
+    as the forward's)."""
+    win = None if window is None else (int(window[0]), int(window[1]))
+    cap = None if softcap is None else float(softcap)
     if q.is_cuda:
         from . import _dispatch
 
         c = [t.contiguous() for t in (grad_out, q, k, v, out, lse)]  # the packed layouts (a copy only if not)
         return _dispatch.attention_varlen_backward(*c, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                                    bool(causal), None if scale is None else float(scale),
-                                                   alibi=alibi_slopes)
+                                                   alibi=alibi_slopes, softcap=cap, window=win)
     dq, dk, dv = _kittens.attention_varlen_backward_cpu(
         [_f32_bytes(t) for t in (q, k, v, out, grad_out, lse)], _offsets(cu_seqlens_q, cu_seqlens_k),
         _sizes(q, k, max_seqlen_q, max_seqlen_k), bool(causal), None if scale is None else float(scale),
-        _slopes(alibi_slopes),
+        _slopes(alibi_slopes), cap, win,
     )
     return tuple(_from_bytes(g, t.shape, t.dtype) for g, t in ((dq, q), (dk, k), (dv, v)))
 
@@ -188,7 +188,7 @@ attention_varlen_backward = _op("attention_varlen_backward")(attention_varlen_ba
 
 @attention_varlen_backward.register_fake
 def _(grad_out, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=False,
-      scale=None, alibi_slopes=None):
+      scale=None, alibi_slopes=None, softcap=None, window=None):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -196,7 +196,7 @@ def _setup(ctx, inputs, output):
     q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, *rest = inputs  # the optional ones as called
     seqused_k, alibi, softcap, window = (list(rest) + [None] * 4)[:4]
     ctx.seqused = seqused_k is not None
-    ctx.options = [n for n, x in (("softcap", softcap), ("window_size", window)) if x is not None]
+    ctx.softcap, ctx.window = softcap, window
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse, cu_q, cu_k, alibi)
     ctx.max_q, ctx.max_k, ctx.causal, ctx.scale = max_q, max_k, causal, scale
@@ -206,13 +206,11 @@ def _setup(ctx, inputs, output):
 def _grad(ctx, grad_out, grad_lse):
     if ctx.seqused:
         raise NotImplementedError("seqused_k (a KV cache): kittens' varlen attention is forward only there")
-    if ctx.options:
-        raise NotImplementedError(f"{', '.join(ctx.options)}: kittens' varlen attention is forward only with it")
     q, k, v, out, lse, cu_q, cu_k, alibi = ctx.saved_tensors
     if grad_out is None:
         grad_out = torch.zeros_like(out)
     args = (grad_out.to(q.dtype), q, k, v, out, lse, cu_q, cu_k, ctx.max_q, ctx.max_k, ctx.causal, ctx.scale,
-            alibi)
+            alibi, ctx.softcap, ctx.window)
     if torch.is_grad_enabled():
         # create_graph=True: the op itself, whose missing double backward torch reports by name.
         dq, dk, dv = torch.ops.kittens.attention_varlen_backward(*args)
@@ -246,9 +244,9 @@ def flash_attn_varlen_func(
     (total_q, nheads, headdim). ``alibi_slopes``: float32 (nheads,) or (batch, nheads), FlashAttention's
     ALiBi (``−slope·|i + len_k − len_q − j|`` on the scaled logit of query i and key j of a sequence).
     ``softcap`` (> 0: ``softcap·tanh(x / softcap)`` on the scaled logits) and ``window_size=(left, right)``
-    (aligned bottom-right in each sequence, -1 an unbounded side), as FlashAttention's: forward only (a
-    backward through them is a clear error). Not supported, each a clear error: dropout, the attention
-    probabilities, a paged ``block_table``."""
+    (aligned bottom-right in each sequence, -1 an unbounded side), as FlashAttention's, with their
+    backward. Not supported, each a clear error: dropout, the attention probabilities, a paged
+    ``block_table``."""
     if dropout_p != 0.0:
         raise NotImplementedError(f"dropout_p={dropout_p!r}: kittens attention has no dropout (use 0.0)")
     left, right = _check_window(window_size)

@@ -1,9 +1,10 @@
 """kittens.flash_attn_varlen_func on CUDA (sm_90a): the forward (also with a soft cap and a sliding window) is
 the registry kernel ``attn_varlen`` (``kittens_kernels::attn_varlen_hopper``: offsets and each tile's key walk
-read on the device, TMA fills read unclipped, bounds-checked stores), the backward the registry kernel
-``attn_varlen_bwd`` at head dims 64 and 128 (FlashAttention-3's three launches: D and the zeroed float32 dQ
-accumulator, the key blocks ``kittens_kernels::attn_varlen_bwd_hopper``, the dQ conversion) and a PyTorch
-composition (``varlen._backward_torch``) at 192 and 256.
+read on the device, TMA fills read unclipped, bounds-checked stores), the backward (also with a soft cap and a
+sliding window) the registry kernel ``attn_varlen_bwd`` at every head dim (FlashAttention-3's three launches:
+D and the zeroed float32 dQ accumulator, the key blocks ``kittens_kernels::attn_varlen_bwd_hopper``, 128 keys
+at head dims 64 and 128, 64 at 192 and 256 and at 128 with a soft cap, the dQ conversion); the PyTorch
+composition of the same equations (``varlen._backward_torch``) is a second reference.
 Judged by FlashAttention's rule against float64 per-sequence attention (``test_varlen_cpu._reference``):
 our error at most twice the plain bf16 computation's plus 2^-12, at lengths 0, 1, one past a 128-row
 block and longer, q and k lengths that differ (rows with no key), GQA, causal bottom-right, head dims
@@ -131,6 +132,9 @@ BWD_CASES = [
     ([45, 3, 200, 9, 0, 513], [20, 150, 0, 64, 7, 700], 4, 4, 128, True, None),
     ([45, 3, 200, 9, 0, 513], [20, 150, 0, 64, 7, 700], 6, 2, 128, False, 0.05),
     ([255, 2], [0, 383], 2, 1, 64, True, 0.3),
+    # The 64-key blocks: one past a block and a step, an empty sequence, rows with no key.
+    ([70, 1, 0, 255, 65], [33, 190, 7, 256, 64], 4, 2, 192, True, None),
+    ([130, 17, 0], [300, 1, 65], 2, 2, 256, False, 0.05),
 ]
 
 
@@ -242,8 +246,8 @@ def test_backward_bad_input_names_the_argument():
 
 
 ALIBI_CASES = [
-    # (lens_q, lens_k, heads, heads_kv, dim, causal): both backward paths (the kernel at 64/128, the torch
-    # composition at 192), lengths across the tiles, an empty sequence, GQA.
+    # (lens_q, lens_k, heads, heads_kv, dim, causal): both key blocks of the backward (128 keys at 64 and 128,
+    # 64 at 192), lengths across the tiles, an empty sequence, GQA.
     ([1, 129, 0, 300, 77], [1, 129, 0, 300, 200], 4, 2, 64, True),
     ([45, 3, 200, 9, 0], [20, 150, 0, 64, 7], 4, 4, 128, False),
     ([70, 1, 255], [33, 190, 256], 2, 1, 192, True),
@@ -299,17 +303,30 @@ OPTION_CASES = [
 
 
 @pytest.mark.parametrize("case", OPTION_CASES, ids=[f"opt{i}" for i in range(len(OPTION_CASES))])
-def test_softcap_and_window_forward_match_float64(case):
-    """flash_attn_varlen_func(softcap=, window_size=) on the sm_90a program (the window's key blocks only
-    walked, the masks where a block reaches them) against the float64 reference with the same options
-    (``test_varlen_cpu._reference``), by the rule."""
+def test_softcap_and_window_forward_and_backward_match_float64(case):
+    """flash_attn_varlen_func(softcap=, window_size=) on the sm_90a programs (the forward's window key blocks
+    only walked, the masks where a block reaches them; the backward's key blocks masking every step)
+    against the float64 reference with the same options (``test_varlen_cpu._reference``), by the rule:
+    the output and, through autograd, dq, dk, dv (also by gpu_rule's max-abs form)."""
     lens_q, lens_k, h, hk, d, causal, cap, window = case
     q, k, v, cu_q, cu_k = _packed(lens_q, lens_k, h, hk, d, seed=len(lens_q) * 5 + d)
-    out = flash_attn_varlen_func(q.cuda(), k.cuda(), v.cuda(), cu_q.cuda(), cu_k.cuda(), max(lens_q), max(lens_k),
+    qc, kc, vc = (t.cuda().requires_grad_() for t in (q, k, v))
+    out = flash_attn_varlen_func(qc, kc, vc, cu_q.cuda(), cu_k.cuda(), max(lens_q), max(lens_k),
                                  causal=causal, softcap=cap or 0.0, window_size=window)
     opts = dict(softcap=cap, window=window)
-    ref = _reference(q.double(), k.double(), v.double(), lens_q, lens_k, causal, torch.float64, **opts)
+    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    ref = _reference(q64, k64, v64, lens_q, lens_k, causal, torch.float64, **opts)
     base = _reference(q, k, v, lens_q, lens_k, causal, torch.bfloat16, **opts)
-    e, eb = _err(out.cpu(), ref), _err(base, ref)
+    e, eb = _err(out.detach().cpu(), ref.detach()), _err(base, ref.detach())
     print(f"options {case}: out rel_err {e:.3e} (bf16 {eb:.3e})")
     assert e <= 2 * eb + FLOOR, f"output error {e:.3e}, bf16 baseline {eb:.3e}"
+    g = torch.rand(out.shape, generator=torch.Generator().manual_seed(7)).bfloat16() - 0.5
+    out.backward(g.cuda())
+    ref.backward(g.double())
+    qb, kb, vb = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    _reference(qb, kb, vb, lens_q, lens_k, causal, torch.bfloat16, **opts).backward(g)
+    for name, ours, want, bl in (("dq", qc, q64, qb), ("dk", kc, k64, kb), ("dv", vc, v64, vb)):
+        e, eb = _err(ours.grad.cpu(), want.grad), _err(bl.grad, want.grad)
+        print(f"options {case}: {name} rel_err {e:.3e} (bf16 {eb:.3e})")
+        assert e <= 2 * eb + FLOOR, f"{name} error {e:.3e}, bf16 baseline {eb:.3e}"
+        rule(ours.grad.cpu(), want.grad, bl.grad)

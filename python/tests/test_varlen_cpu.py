@@ -1,7 +1,7 @@
 """kittens.flash_attn_varlen_func on the CPU interpreter against float64 per-sequence attention,
 judged by FlashAttention's rule (error at most 2x the plain bfloat16 computation's + 2^-12): forward,
-backward through autograd, a soft cap and sliding windows (forward), torch.compile(fullgraph=True),
-and bad input."""
+backward through autograd, a soft cap and sliding windows (forward and backward),
+torch.compile(fullgraph=True), and bad input."""
 
 import pytest
 
@@ -93,33 +93,59 @@ OPTION_CASES = [
     ([45, 3, 20], [20, 33, 0], 4, 2, 64, False, None, (10, 3)),
     ([33, 70], [50, 70], 2, 2, 64, True, 30.0, (40, -1)),
     ([20, 70], [70, 9], 2, 1, 64, False, 2.0, (0, 0)),
+    ([45, 0, 37], [20, 9, 70], 4, 2, 128, True, 5.0, (20, -1)),
 ]
 
 
 @pytest.mark.parametrize("lens_q,lens_k,heads,heads_kv,dim,causal,softcap,window", OPTION_CASES)
-def test_softcap_and_window_forward_match_float64(lens_q, lens_k, heads, heads_kv, dim, causal, softcap, window):
+def test_softcap_and_window_forward_and_backward_match_float64(lens_q, lens_k, heads, heads_kv, dim, causal,
+                                                               softcap, window):
     """FlashAttention's soft cap and sliding window (aligned bottom-right in each sequence), windows
-    narrower and wider than the sequences, rows that keep no key (output 0)."""
+    narrower and wider than the sequences and cutting inside the kernels' blocks, rows that keep no key
+    (output 0, gradients 0), an empty sequence, GQA: the output and, through autograd, dq, dk, dv."""
     q, k, v, cu_q, cu_k = _packed(lens_q, lens_k, heads, heads_kv, dim, seed=len(lens_q) * 3 + dim)
-    out = flash_attn_varlen_func(q, k, v, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
+    qs, ks, vs = (t.clone().requires_grad_() for t in (q, k, v))
+    out = flash_attn_varlen_func(qs, ks, vs, cu_q, cu_k, max(lens_q), max(lens_k), causal=causal,
                                  softcap=softcap or 0.0, window_size=window)
     opts = dict(softcap=softcap, window=window)
-    ref = _reference(q.double(), k.double(), v.double(), lens_q, lens_k, causal, torch.float64, **opts)
+    q64, k64, v64 = (t.double().requires_grad_() for t in (q, k, v))
+    ref = _reference(q64, k64, v64, lens_q, lens_k, causal, torch.float64, **opts)
     base = _reference(q, k, v, lens_q, lens_k, causal, torch.bfloat16, **opts)
-    e, eb = _err(out, ref), _err(base, ref)
+    e, eb = _err(out, ref.detach()), _err(base, ref.detach())
     assert e <= 2 * eb + FLOOR, f"output error {e:.3e}, bf16 baseline {eb:.3e}"
+    g = torch.rand(out.shape, generator=torch.Generator().manual_seed(9)).bfloat16() - 0.5
+    out.backward(g)
+    ref.backward(g.double())
+    qb, kb, vb = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    _reference(qb, kb, vb, lens_q, lens_k, causal, torch.bfloat16, **opts).backward(g)
+    for name, ours, want, bl in (("dq", qs, q64, qb), ("dk", ks, k64, kb), ("dv", vs, v64, vb)):
+        if want.grad.abs().max() < 1e-9:
+            # Every query keeps at most one key (a window (0, 0)): P is 1 or 0, dS = P∘(dP − D) is 0,
+            # and so are dq and dk (up to rounding); no relative error to take.
+            assert ours.grad.abs().max() <= FLOOR, f"{name} of a one-key window: {ours.grad.abs().max():.3e}"
+            continue
+        e, eb = _err(ours.grad, want.grad), _err(bl.grad, want.grad)
+        print(f"{name}: rel_err {e:.3e} (bf16 {eb:.3e})")
+        assert e <= 2 * eb + FLOOR, f"{name} error {e:.3e}, bf16 baseline {eb:.3e}"
 
 
-def test_softcap_and_window_are_forward_only_and_checked():
-    """A backward through a soft cap or a window is a clear error naming the option; a bad window or
-    soft cap is refused naming the argument."""
+def test_softcap_and_window_reach_the_backward_and_are_checked():
+    """A backward through a soft cap or a window runs with the option (its gradients differ from the
+    plain attention's: the option reached the backward); a bad window or soft cap is refused naming
+    the argument."""
     lens = [5, 9]
     q, k, v, cu_q, cu_k = _packed(lens, lens, 2, 1, 64, seed=8)
-    for opts, name in ((dict(softcap=5.0), "softcap"), (dict(window_size=(3, 0)), "window_size")):
+
+    def dq(**opts):
         qs = q.clone().requires_grad_()
-        out = flash_attn_varlen_func(qs, k, v, cu_q, cu_k, 9, 9, **opts)
-        with pytest.raises(NotImplementedError, match=name):
-            out.sum().backward()
+        flash_attn_varlen_func(qs, k, v, cu_q, cu_k, 9, 9, **opts).float().pow(2).sum().backward()
+        return qs.grad.double()
+
+    plain = dq()
+    for opts in (dict(softcap=1.0), dict(window_size=(3, 0))):
+        g = dq(**opts)
+        assert torch.isfinite(g).all(), opts
+        assert _err(g, plain) > 0.05, f"{opts}: the backward ignored the option"
     with pytest.raises(ValueError, match="window_size"):
         flash_attn_varlen_func(q, k, v, cu_q, cu_k, 9, 9, window_size=(-2, 0))
     with pytest.raises(ValueError, match="softcap"):
@@ -173,8 +199,9 @@ def test_bad_offsets_name_the_argument():
 
 @pytest.mark.parametrize("lens_q,lens_k,heads,heads_kv,dim,causal", CASES)
 def test_cuda_backward_composition_matches_float64(lens_q, lens_k, heads, heads_kv, dim, causal):
-    """The backward CUDA tensors take (``varlen._backward_torch``, a PyTorch composition), run here on
-    CPU tensors with the forward's out and lse, against float64 autograd by the rule. Its queries go
+    """The PyTorch composition of the backward (``varlen._backward_torch``, the GPU tests' second
+    reference beside float64), run here on CPU tensors with the forward's out and lse, against float64
+    autograd by the rule. Its queries go
     in chunks; a small block size here makes it take several (a few query rows each)."""
     from kittens.varlen import _backward_torch
 

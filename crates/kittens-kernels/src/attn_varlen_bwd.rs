@@ -9,6 +9,11 @@
 //! - [`Part::Queries`]: one block per (sequence, query head, query block) walks the key blocks,
 //!   recomputing the same `P` and `dS`, and accumulates `dQ += dS·K·scale`.
 //!
+//! A soft cap and a sliding window as the forward's (`crate::attn::score`): the cap's logits
+//! `cap·tanh(S·scale/cap)` before the masks and its derivative `1 − tanh²` on dS (one more score
+//! tile); the window's sides masked bottom-right in each sequence (every block still walks all of
+//! its sequence's blocks: a score outside the window has P exactly 0).
+//!
 //! The gradients are f32. The per-block clip of each packed tensor at its sequence's end drops what
 //! would spill into the next sequence; the loops are sized from `max_seqlen_q/k`. The CPU interpreter
 //! and the CDNA targets (gfx942, gfx950) run these programs; sm_90a has
@@ -29,19 +34,36 @@ use kittens_tile::{BaseShape, Layout};
 pub enum Part {
     /// dK and dV: key blocks, grid `[batch, heads_kv, ⌈max_seqlen_k / keys⌉]` ([`key_block`]).
     Keys,
-    /// dQ: query blocks, grid `[batch, heads, ⌈max_seqlen_q / 32⌉]`.
+    /// dQ: query blocks, grid `[batch, heads, ⌈max_seqlen_q / queries⌉]` ([`query_block`]).
     Queries,
 }
 
-/// Keys per block of `part` at head dim `dim`: [`BLOCK_K`], but 16 for the key blocks past head
-/// dim 64. Their K, V (bf16), dK and dV (f32) stay in one wave's registers across the query loop: at
-/// 32 keys and dim 128 they take 192 of the 256 VGPRs per lane beside a step's Q, dO, O and scores,
-/// and gfx942's compiler spills SGPRs around them (`tests/amd_index_reads.rs` in kittens-runtime).
-pub fn key_block(part: Part, dim: u32) -> u32 {
+/// Keys per block of `part` for `cfg`: [`BLOCK_K`], but 16 for the key blocks past head dim 64 or
+/// with a soft cap or a window. Their K, V (bf16), dK and dV (f32) stay in one wave's registers
+/// across the query loop: at 32 keys and dim 128 they take 192 of the 256 VGPRs per lane beside a
+/// step's Q, dO, O and scores, and gfx942's compiler spills SGPRs around them; at dim 64 the cap's
+/// derivative tile and the window's bounds made gfx950's spill 29 SGPRs (`tests/amd_index_reads.rs`
+/// in kittens-runtime).
+pub fn key_block(part: Part, cfg: &VarlenConfig) -> u32 {
     match part {
-        Part::Keys if dim > 64 => 16,
+        Part::Keys if cfg.dim > 64 || options(cfg) => 16,
         _ => BLOCK_K,
     }
+}
+
+/// Queries per block of `part` for `cfg`: [`BLOCK_Q`], but 16 for the query blocks with a soft cap
+/// or a window: at 32, gfx950's query blocks spilled 4 SGPRs with both (`tests/amd_index_reads.rs`
+/// in kittens-runtime). The key blocks' column-major Q takes 32-row bases.
+pub fn query_block(part: Part, cfg: &VarlenConfig) -> u32 {
+    match part {
+        Part::Queries if options(cfg) => 16,
+        _ => BLOCK_Q,
+    }
+}
+
+/// Whether `cfg` has a soft cap or a window (more registers and scalars per step).
+fn options(cfg: &VarlenConfig) -> bool {
+    cfg.logits.softcap.is_some() || cfg.window.is_some()
 }
 
 /// Parameter order as the forward's; tensors `q, k, v, o, do` (bf16, read), `lse` (f32 `[heads,
@@ -50,19 +72,17 @@ pub fn key_block(part: Part, dim: u32) -> u32 {
 /// `[total_k, heads_kv, d]`), or [`Part::Queries`]: `dq` (f32 `[total_q, heads, d]`) — the outputs
 /// in the order the sm_90a launches finish them (`crate::attn_varlen_bwd_problem`).
 pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
-    crate::attn::varlen::check_backward(cfg)?;
+    crate::attn::varlen::check(cfg)?;
     if cfg.seqused_k {
         return Err(KernelError::Config(
             "seqused_k: the varlen backward does not take it (a KV cache is forward only)".into(),
         ));
     }
-    let name = match (part, cfg.causal) {
-        (Part::Keys, false) => "attn_varlen_bwd_kv",
-        (Part::Keys, true) => "attn_varlen_bwd_kv_causal",
-        (Part::Queries, false) => "attn_varlen_bwd_q",
-        (Part::Queries, true) => "attn_varlen_bwd_q_causal",
-    };
-    let mut k = KernelBuilder::new(name, Schedule::Plain { waves: 1 });
+    let name = cfg.name(match part {
+        Part::Keys => "attn_varlen_bwd_kv",
+        Part::Queries => "attn_varlen_bwd_q",
+    });
+    let mut k = KernelBuilder::new(&name, Schedule::Plain { waves: 1 });
     let n = Batch::declare(&mut k);
     let d = Expr::c(i64::from(cfg.dim));
     let packed = |k: &mut KernelBuilder, name: &str, queries: bool, dtype, access| {
@@ -93,7 +113,7 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
         Part::Queries => vec![packed(&mut k, "dq", true, F32, Access::Write)],
     };
 
-    let (bq, bk, dim) = (BLOCK_Q, key_block(part, cfg.dim), cfg.dim);
+    let (bq, bk, dim) = (query_block(part, cfg), key_block(part, cfg), cfg.dim);
     let (heads, blocks) = match part {
         Part::Keys => (&n.heads_kv, n.max_k.ceil_div(i64::from(bk))),
         Part::Queries => (&n.heads, n.max_q.ceil_div(i64::from(bq))),
@@ -145,6 +165,11 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
     let lse_r = k.row_vec("lse", s, F32);
     let delta = k.row_vec("delta", s, F32);
     let slope = alibi.as_ref().map(|_| k.row_vec("alibi_slope", s, F32));
+    // With a soft cap: the cap's derivative `1 − tanh²` of each score (the chain rule on dS).
+    let grad = cfg
+        .logits
+        .softcap
+        .map(|_| tile(&mut k, "cap_grad", F32, bq, bk, Row, S16X16));
     // With ALiBi: head `h`'s slope through `s` (dead between steps).
     let load_slope = |k: &mut KernelBuilder, h: &Expr| {
         if let (Some(a), Some(v)) = (&alibi, slope) {
@@ -153,7 +178,12 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
     };
 
     let scale = cfg.logits.scale(dim);
-    let c = std::f32::consts::LOG2_E * scale;
+    // The exponent's factor: the scale on raw scores, 1 on capped logits.
+    let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(dim);
+    let (last_key, first_key) = (
+        cfg.last_key_offset(&len_q, &len_k),
+        cfg.first_key_offset(&len_q, &len_k),
+    );
     let kv_view = |k: &KernelBuilder, g, k0: &Expr, hk: &Expr| {
         let origin = vec![&sq.start_k + k0.clone(), hk.clone(), Expr::c(0)];
         k.gview(g, origin, 0, 2, bk, dim)
@@ -178,30 +208,52 @@ pub fn build(cfg: &VarlenConfig, part: Part) -> Result<Kernel, KernelError> {
         k.mul(od, do_row, o_row);
         k.row_sum(delta, od);
     };
-    // `P` (in `s`) and `dS·scale` (in `dp`) of query block `q0` against key block `k0`.
+    // `P` (in `s`) and `dS·scale` (in `dp`; with a cap times its derivative) of query block `q0`
+    // against key block `k0`.
     let probs_and_ds = |k: &mut KernelBuilder, q0: &Expr, k0: &Expr| {
         // P = exp2(S·c − lse·log2 e), masked as the forward.
         k.zero(s);
         k.mma_abt(s, q_row, k_row, s);
+        if let (Some(g), Some(cap)) = (grad, cfg.logits.softcap) {
+            // The logits `cap·tanh(S·scale/cap)` (`crate::attn::score`) and `1 − tanh²`.
+            k.copy(g, s);
+            cfg.logits.tanh(k, g, dim);
+            k.mul(s, g, cap);
+            k.mul(g, g, g);
+            k.sub(g, 1.0f32, g);
+        }
         alibi_add(k, slope, s, (q0, k0), (&len_q, &len_k), false);
-        // Keys past the sequence, and queries past it (their clipped rows read 0, but a negative
-        // ALiBi slope would still lift them to exp2(+large)).
+        // What the gradients sum over past the sequence: the queries past it in the key blocks,
+        // the keys past it in the query blocks (their clipped rows read 0, but a negative ALiBi
+        // slope would still lift them to exp2(+large)). The other side's rows past the end only
+        // reach gradient rows that are never stored (no product sums over them), and masking them
+        // too took the SGPR that gfx950's query blocks spilled with a cap and a window. Then the
+        // causal mask and the window, bottom-right in the sequence, after the cap (module docs of
+        // `crate::attn::score`).
         let inf = f32::NEG_INFINITY;
-        k.mask(s, MaskRule::ColsBelow(len_k.clone()), q0, k0, inf);
-        k.mask(s, MaskRule::RowsBelow(len_q.clone()), q0, k0, inf);
-        if cfg.causal {
-            let offset = &len_k - len_q.clone();
+        let past = match part {
+            Part::Keys => MaskRule::RowsBelow(len_q.clone()),
+            Part::Queries => MaskRule::ColsBelow(len_k.clone()),
+        };
+        k.mask(s, past, q0, k0, inf);
+        if let Some(offset) = last_key.clone() {
             k.mask(s, MaskRule::Causal { offset }, q0, k0, inf);
+        }
+        if let Some(offset) = first_key.clone() {
+            k.mask(s, MaskRule::WindowStart { offset }, q0, k0, inf);
         }
         k.mul(s, s, c);
         k.sub_row(s, s, lse_r);
         k.exp2(s, s);
-        // dS = P ∘ (dO·Vᵀ − δ)·scale.
+        // dS = P ∘ (dO·Vᵀ − δ)·scale (· (1 − tanh²) with a cap).
         k.zero(dp);
         k.mma_abt(dp, do_row, v_row, dp);
         k.sub_row(dp, dp, delta);
         k.mul(dp, dp, s);
         k.mul(dp, dp, scale);
+        if let Some(g) = grad {
+            k.mul(dp, dp, g);
+        }
     };
     let load_keys = |k: &mut KernelBuilder, k0: &Expr, hk: &Expr| {
         for (t, g) in [(k_row, kk), (v_row, v)] {

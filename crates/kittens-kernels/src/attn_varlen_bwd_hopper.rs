@@ -15,8 +15,9 @@
 //! What varlen changes against the dense program:
 //!
 //! - tile origins are `cu_seqlens[b] + offset` (`Expr::Elem`, read per block); the query steps run
-//!   over `⌈max_seqlen_q / 64⌉` (a parameter; the forward's walk, `crate::attn_varlen_hopper`, now
-//!   reads its trip count on the device, which this loop could too);
+//!   over the sequence's own (`⌈len_q / 64⌉`), from the first the causal diagonal or the window
+//!   lets reach the block's keys to the last, bounds read on the device
+//!   ([`crate::attn::varlen::KeyWalk`]);
 //! - the loads are not clipped: rows past a sequence's end are the next sequence's (or past the
 //!   tensor, zero), and every score they meet is masked (queries past `len_q`, keys past `len_k`,
 //!   the bottom-right causal diagonal, applied on every step), so their P and dS are exactly 0: they
@@ -25,16 +26,19 @@
 //! - dK and dV are clipped at the key sequence's end (bounds-checked direct stores): the block's
 //!   rows past it belong to the next sequence.
 //!
-//! Not done: no skipping of query steps wholly above the causal diagonal (their bounds would be
-//! data-dependent), no soft cap or window (the varlen forward has both; this backward refuses them,
-//! `check_backward`). ALiBi
-//! ([`VarlenConfig::alibi`]) as the dense program: the step's head's slope loaded through `dp`
-//! before D lands there, the bias added to `Sᵀ` before the masks.
+//! ALiBi
+//! ([`VarlenConfig::alibi`]), a soft cap and a sliding window as the dense program
+//! ([`crate::attn::hopper_bwd::step_probs`]): the bias after the cap, the window's sides masked
+//! bottom-right in each sequence beside the causal diagonal.
+//!
+//! Head dims 192 and 256, and 128 with a soft cap (whose capped step at 128-key blocks leaves too
+//! few of the 240 consumer registers beside the f32 dQ share, as in the dense atomic form), run the
+//! 64-key blocks of [`wide`].
 
 use crate::attn::hopper::{BLOCK, COLS};
-use crate::attn::hopper_bwd::{declare_smem, probs_and_ds, schedule, StepTiles, STEP};
+use crate::attn::hopper_bwd::{declare_smem, schedule, step_probs, StepFns, StepTiles, STEP};
 use crate::attn::score::Alibi;
-use crate::attn::varlen::{alibi_add, check_backward, offsets, Batch, Seq, VarlenConfig};
+use crate::attn::varlen::{alibi_add, check, offsets, Batch, KeyWalk, Seq, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -48,27 +52,27 @@ use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 /// `dk`, `dv` (bf16, `[total_k, heads_kv, d]`,
 /// written) and `dq_acc` (f32, `[total_q, heads, d]`, zeroed before the launch, accumulated). The
 /// packed tensors are declared head-major, `[heads, total, d]` with strides `[d, heads·d, 1]` (the
-/// same memory). Grid `[batch, heads_kv, ⌈max_seqlen_k / 128⌉]`. Head dims 64 and 128.
+/// same memory). Grid `[batch, heads_kv, ⌈max_seqlen_k / 128⌉]` at head dims 64 and 128, `[batch,
+/// heads_kv, ⌈max_seqlen_k / 64⌉]` where [`wide`] builds it.
 pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
-    check_backward(cfg)?;
+    check(cfg)?;
     if cfg.seqused_k {
         return Err(KernelError::Config(
             "seqused_k: the varlen backward does not take it (a KV cache is forward only)".into(),
         ));
     }
     let d = cfg.dim;
+    if wide::takes(cfg) {
+        return wide::build(cfg);
+    }
     if !matches!(d, 64 | 128) {
         return Err(KernelError::Config(format!(
-            "head dim: the sm_90a varlen backward takes 64 or 128 (the dense Hopper backward's \
-             key blocks: dK, dV, scores and dP in 240 registers per consumer thread), got {d}"
+            "head dim: the sm_90a varlen backward takes 64, 128, 192 or 256 (64-column tiles of \
+             the head dimension in the key blocks), got {d}"
         )));
     }
-    let name = if cfg.causal {
-        "attn_varlen_bwd_causal_sm90"
-    } else {
-        "attn_varlen_bwd_sm90"
-    };
-    let mut k = KernelBuilder::new(name, schedule());
+    let name = cfg.name("attn_varlen_bwd") + "_sm90";
+    let mut k = KernelBuilder::new(&name, schedule());
     let n = Batch::declare(&mut k);
     let dim = Expr::c(i64::from(d));
     let packed = |k: &mut KernelBuilder, name: &str, queries: bool, dtype, access| {
@@ -150,17 +154,21 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
 
     let block0 = &kb * i64::from(BLOCK); // in the key sequence
     let step = i64::from(STEP);
-    // One pipeline over every (query head of the group, query step) pair.
-    let n_q = n.max_q.ceil_div(step);
-    let per_head = n_q.max(1);
-    let total = group.clone() * n_q;
-    let head_of = |t: &Expr| &hk * group.clone() + t / per_head.clone();
-    let q0_of = |t: &Expr| t % per_head.clone() * step; // in the query sequence
+    // One pipeline over the (query head of the group, query step) pairs that reach the block.
+    let lens = (&len_q, &len_k);
+    let walk = KeyWalk::new(cfg, lens, (&block0, BLOCK), (&hk, &group), step);
+    let total = &walk.total;
+    let head_of = |t: &Expr| walk.head_of(t);
+    let q0_of = |t: &Expr| walk.q0_of(t); // in the query sequence
     let ring = i64::from(sm.stages);
     let cw = k.wave() - 4; // consumer wave, 0..8
     let k0 = &block0 + &cw * 16; // this wave's first key, in the sequence
     let scale = cfg.logits.scale(d);
-    let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
+    let capped = cfg.logits.softcap.is_some();
+    let (last_key, first_key) = (
+        cfg.last_key_offset(&len_q, &len_k),
+        cfg.first_key_offset(&len_q, &len_k),
+    );
     // `rows × 64` of head `h` of packed tensor `g` from packed row `row`, columns from `col0`.
     let view = |k: &KernelBuilder, g: GlobalId, row: Expr, h: &Expr, col0: u32, rows| {
         let at = vec![h.clone(), row, Expr::c(i64::from(col0))];
@@ -184,7 +192,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             }
             k.wait_async(0);
             k.barrier(); // K and V to the consumers
-            k.for_range("t", 0, &total, |k, t| {
+            k.for_range("t", 0, total, |k, t| {
                 let slot = &t % ring;
                 let (h, row) = (head_of(&t), &sq.start_q + q0_of(&t));
                 for (tiles, g) in [(q_s, q), (do_s, d_o)] {
@@ -202,41 +210,38 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             for &r in dk_r.iter().chain(&dv_r) {
                 k.zero(r);
             }
-            stat(k, lse, s, &Expr::c(0));
-            k.for_range("t", 0, &total, |k, t| {
+            if !capped {
+                stat(k, lse, s, &Expr::c(0));
+            }
+            k.for_range("t", 0, total, |k, t| {
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
                 // `Sᵀ += K·Qᵀ` or `dPᵀ += V·dOᵀ` over the head dimension, 64 columns at a time.
-                let product = |k: &mut KernelBuilder, dst: RegId| {
+                let product = |k: &mut KernelBuilder, dst: RegId, from_zero: bool| {
                     let (own, streamed) = if dst == s { (k_s, q_s) } else { (v_s, do_s) };
-                    for (&a, &bt) in own.iter().zip(streamed) {
+                    for (i, (&a, &bt)) in own.iter().zip(streamed).enumerate() {
                         let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &cw, 0));
                         let bt = MmaOperand::Shared(k.smem(bt, slot.clone()));
-                        k.mma(MmaForm::Abt, dst, a, bt, Some(dst));
+                        let acc = !(from_zero && i == 0);
+                        k.mma(MmaForm::Abt, dst, a, bt, acc.then_some(dst));
                     }
                 };
-                k.mul(s, s, -1.0 / scale);
-                // The step's head's ALiBi slope through `dp`, before D lands there.
-                if let (Some(a), Some(v)) = (&alibi, slope) {
-                    a.load(k, (&b, &h), dp, (v, Axis::Rows), &cfg.logits, d);
-                }
-                stat(k, delta, dp, &t);
-                k.mul(dp, dp, -1.0f32);
-                product(k, s);
-                product(k, dp);
-                // Keys (rows) past the key sequence, queries (columns) past the query sequence,
-                // and the bottom-right causal diagonal, on every step.
-                alibi_add(k, slope, s, (&q0, &k0), (&len_q, &len_k), true);
-                let inf = f32::NEG_INFINITY;
-                k.mask(s, MaskRule::ColsBelow(len_q.clone()), &k0, &q0, inf);
-                k.mask(s, MaskRule::RowsBelow(len_k.clone()), &k0, &q0, inf);
-                if cfg.causal {
-                    let offset = &len_k - len_q.clone();
-                    k.mask(s, MaskRule::CausalT { offset }, &k0, &q0, inf);
-                }
-                probs_and_ds(k, c, s, dp);
-                k.copy(p, s);
+                let fns = StepFns {
+                    product: &product,
+                    lse: &|k, dst| stat(k, lse, dst, &t),
+                    delta: &|k, dst| stat(k, delta, dst, &t),
+                    slope: &|k, scratch| {
+                        if let (Some(a), Some(v)) = (&alibi, slope) {
+                            a.load(k, (&b, &h), scratch, (v, Axis::Rows), &cfg.logits, d);
+                        }
+                    },
+                    bias_and_masks: &|k, x| {
+                        let masks = (&last_key, &first_key);
+                        bias_and_masks(k, x, slope, masks, (&q0, &k0), (&len_q, &len_k));
+                    },
+                };
+                step_probs(k, (&cfg.logits, d), (s, dp, p), &fns);
                 k.copy(ds, dp);
                 // This warpgroup's 64 keys of dSᵀ to shared memory for dQ (slots alternating by
                 // step), stored before dV and dK so that their products run behind the store.
@@ -276,7 +281,9 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
                     k.mma(MmaForm::Atb, dq_p, a, bt, None);
                     k.atomic_add(view(k, dq_g, q_row, &h, 0, 16), dq_p);
                 }
-                stat(k, lse, s, &(&t + 1));
+                if !capped {
+                    stat(k, lse, s, &(&t + 1));
+                }
             });
             let row = &sq.start_k + k0.clone();
             for (i, (&dkr, &dvr)) in dk_r.iter().zip(&dv_r).enumerate() {
@@ -289,3 +296,30 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     );
     Ok(k.finish()?)
 }
+
+/// A varlen key block's bias and masks on the transposed logits `x` (keys × queries, origin key
+/// `k0` and query `q0` of the sequence), on every step: ALiBi's bias, then keys (rows) past the key
+/// sequence, queries (columns) past the query sequence (the unclipped loads' rows of the next
+/// sequence), the causal diagonal or the window's right side (`last_key`) and the window's left
+/// side (`first_key`), bottom-right in the sequence.
+fn bias_and_masks(
+    k: &mut KernelBuilder,
+    x: RegId,
+    slope: Option<RegId>,
+    (last_key, first_key): (&Option<Expr>, &Option<Expr>),
+    (q0, k0): (&Expr, &Expr),
+    (len_q, len_k): (&Expr, &Expr),
+) {
+    alibi_add(k, slope, x, (q0, k0), (len_q, len_k), true);
+    let inf = f32::NEG_INFINITY;
+    k.mask(x, MaskRule::ColsBelow(len_q.clone()), k0, q0, inf);
+    k.mask(x, MaskRule::RowsBelow(len_k.clone()), k0, q0, inf);
+    if let Some(offset) = last_key.clone() {
+        k.mask(x, MaskRule::CausalT { offset }, k0, q0, inf);
+    }
+    if let Some(offset) = first_key.clone() {
+        k.mask(x, MaskRule::WindowStartT { offset }, k0, q0, inf);
+    }
+}
+
+mod wide;

@@ -221,7 +221,9 @@ pub fn backward(
 }
 
 /// [`backward`] with ALiBi's bias (`slopes` `[batch, heads]`) on the scaled logits (a constant of
-/// the inputs: the gradient formulas are unchanged).
+/// the inputs: the gradient formulas are unchanged). The shape's soft cap and window apply as in
+/// [`forward_alibi`]: `dS` carries the cap's derivative `scale·(1 − tanh²)` in place of the scale,
+/// and a query's masked keys take no part.
 pub fn backward_alibi(
     q: &[f32],
     k: &[f32],
@@ -231,10 +233,6 @@ pub fn backward_alibi(
     low: bool,
     slopes: Option<&[f32]>,
 ) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
-    assert!(
-        sh.softcap.is_none(),
-        "the varlen backward reference takes no soft cap"
-    );
     let f32r = |x: f64| if low { x as f32 as f64 } else { x };
     let bf = |x: f64| {
         if low {
@@ -257,13 +255,17 @@ pub fn backward_alibi(
                 continue;
             }
             let (qi, oi) = (sh.q_at(r, h, 0), sh.q_at(r, h, 0));
-            let s: Vec<f64> = keys
+            // The logits and each one's derivative in its unscaled score `q·k` (times the
+            // scale, and with a cap `1 − tanh²`: the chain rule through `cap·tanh(x·scale/cap)`).
+            let (s, grad): (Vec<f64>, Vec<f64>) = keys
                 .iter()
                 .map(|&kr| {
                     let bias = sh.bias(slopes, b, h, i, kr - sh.cu_k[b]);
-                    f32r(dot(q, qi, k, sh.k_at(kr, hk, 0)) * sh.scale + bias)
+                    let x = dot(q, qi, k, sh.k_at(kr, hk, 0));
+                    let t = sh.softcap.map_or(0.0, |c| f32r((x * sh.scale / c).tanh()));
+                    (f32r(sh.logit(x) + bias), f32r(sh.scale * (1.0 - t * t)))
                 })
-                .collect();
+                .unzip();
             let mx = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
             let e: Vec<f64> = s.iter().map(|x| f32r((x - mx).exp())).collect();
             let sum: f64 = f32r(e.iter().sum());
@@ -279,9 +281,9 @@ pub fn backward_alibi(
                 *ox = bf(acc);
             }
             let delta = f32r((0..dd).map(|x| d_o[oi + x] as f64 * o[x]).sum());
-            for (&kr, pj) in keys.iter().zip(&p) {
+            for ((&kr, pj), gj) in keys.iter().zip(&p).zip(&grad) {
                 let dp = f32r(dot(d_o, oi, v, sh.k_at(kr, hk, 0)));
-                let ds = bf(f32r(pj * (dp - delta) * sh.scale));
+                let ds = bf(f32r(pj * (dp - delta) * gj));
                 for x in 0..dd {
                     dv[sh.k_at(kr, hk, x)] += bf(*pj) * d_o[oi + x] as f64;
                     dq[qi + x] += ds * k[sh.k_at(kr, hk, x)] as f64;

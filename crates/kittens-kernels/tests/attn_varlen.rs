@@ -324,8 +324,9 @@ fn bad_configurations_are_refused_by_name() {
         scale: None,
         softcap: Some(30.0),
     };
-    // The forward takes a soft cap and a window (`varlen_forward_softcap_and_window_match_f64`);
-    // the backward programs refuse both, naming them, and the forward a window side below -1.
+    // Both directions take a soft cap and a window (`varlen_forward_softcap_and_window_match_f64`,
+    // `varlen_backward_softcap_and_window_match_f64`): the backward programs build them, named for
+    // them; the backward refuses `seqused_k` by name, and the forward a window side below -1.
     use kittens_kernels::attn_varlen_bwd::Part;
     let plain = VarlenConfig {
         dim: 64,
@@ -343,16 +344,29 @@ fn bad_configurations_are_refused_by_name() {
         window: Some(Window { left: 8, right: -1 }),
         ..plain
     };
-    for (cfg, what) in [(capped, "softcap"), (windowed, "window")] {
-        let e = kittens_kernels::attn_varlen_bwd::build(&cfg, Part::Keys)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains(what), "{e}");
-        let e = kittens_kernels::attn_varlen_bwd_hopper::build(&cfg)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains(what), "{e}");
+    for (cfg, what) in [(capped, "_softcap"), (windowed, "_window")] {
+        let one_wave = kittens_kernels::attn_varlen_bwd::build(&cfg, Part::Keys).unwrap();
+        assert!(one_wave.name.contains(what), "{}", one_wave.name);
+        let sm90 = kittens_kernels::attn_varlen_bwd_hopper::build(&cfg).unwrap();
+        assert!(sm90.name.contains(what), "{}", sm90.name);
     }
+    let used = VarlenConfig {
+        seqused_k: true,
+        ..plain
+    };
+    let e = kittens_kernels::attn_varlen_bwd::build(&used, Part::Keys)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("seqused_k"), "{e}");
+    let e = kittens_kernels::attn_varlen_bwd_hopper::build(&used)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("seqused_k"), "{e}");
+    let odd = VarlenConfig { dim: 96, ..plain };
+    let e = kittens_kernels::attn_varlen_bwd_hopper::build(&odd)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("head dim") && e.contains("96"), "{e}");
     let bad = VarlenConfig {
         window: Some(Window { left: -2, right: 0 }),
         ..plain
@@ -360,6 +374,10 @@ fn bad_configurations_are_refused_by_name() {
     let e = build(&bad).unwrap_err().to_string();
     assert!(e.contains("window") && e.contains("-2"), "{e}");
 }
+
+/// A soft cap and a window (`None, None`: neither).
+type Opts = (Option<f32>, Option<Window>);
+const PLAIN: Opts = (None, None);
 
 type BwdRunner =
     fn(&VarlenConfig, BwdTensors, &Packed) -> Result<[Vec<f32>; 3], kittens_kernels::KernelError>;
@@ -376,8 +394,10 @@ fn check_bwd(
     heads_kv: usize,
     dim: u32,
     causal: bool,
+    (softcap, window): Opts,
     seed: u64,
 ) {
+    let drawn = Drawn::new(lens_q, lens_k, (heads, heads_kv), dim, causal, None, seed);
     let Drawn {
         cfg,
         cu_q,
@@ -389,7 +409,7 @@ fn check_bwd(
         total_q,
         mut seed,
         ..
-    } = Drawn::new(lens_q, lens_k, (heads, heads_kv), dim, causal, None, seed);
+    } = with_options(drawn, softcap, window);
     let d = dim as usize;
     let d_o = random(&mut seed, total_q * heads * d, 1.0);
     let (o, lse) = forward(&q, &k, &v, &sh);
@@ -421,7 +441,8 @@ fn check_bwd(
     };
     let tensors = run(&cfg, t, &packed).expect("the interpreter runs it");
     let what = format!(
-        "bwd lens_q {lens_q:?} lens_k {lens_k:?} H{heads}/{heads_kv} D{dim} causal {causal}"
+        "bwd lens_q {lens_q:?} lens_k {lens_k:?} H{heads}/{heads_kv} D{dim} causal {causal} \
+         softcap {softcap:?} window {window:?}"
     );
     let (rq, rk) = (
         cu_q[lens_q.len()] * heads * d,
@@ -459,9 +480,19 @@ fn check_bwd(
 #[test]
 fn varlen_backward_matches_f64_d64() {
     let lens = [1, 17, 0, 130, 75];
-    check_bwd(plain_bwd, &lens, &lens, 2, 1, 64, false, 11);
-    check_bwd(plain_bwd, &lens, &lens, 2, 1, 64, true, 12);
-    check_bwd(plain_bwd, &[45, 3, 70], &[20, 33, 0], 4, 2, 64, true, 13);
+    check_bwd(plain_bwd, &lens, &lens, 2, 1, 64, false, PLAIN, 11);
+    check_bwd(plain_bwd, &lens, &lens, 2, 1, 64, true, PLAIN, 12);
+    check_bwd(
+        plain_bwd,
+        &[45, 3, 70],
+        &[20, 33, 0],
+        4,
+        2,
+        64,
+        true,
+        PLAIN,
+        13,
+    );
 }
 
 #[test]
@@ -474,6 +505,7 @@ fn varlen_backward_matches_f64_d128() {
         2,
         128,
         true,
+        PLAIN,
         14,
     );
 }
@@ -485,8 +517,8 @@ fn varlen_backward_matches_f64_d128() {
 #[test]
 fn hopper_varlen_backward_matches_f64() {
     let lens = [1, 129, 0, 300, 64];
-    check_bwd(sm90_bwd, &lens, &lens, 2, 1, 64, true, 31);
-    check_bwd(sm90_bwd, &lens, &lens, 2, 1, 64, false, 32);
+    check_bwd(sm90_bwd, &lens, &lens, 2, 1, 64, true, PLAIN, 31);
+    check_bwd(sm90_bwd, &lens, &lens, 2, 1, 64, false, PLAIN, 32);
     check_bwd(
         sm90_bwd,
         &[45, 3, 200, 9],
@@ -495,8 +527,65 @@ fn hopper_varlen_backward_matches_f64() {
         2,
         128,
         true,
+        PLAIN,
         33,
     );
+}
+
+/// FlashAttention's soft cap and sliding window in the backward, both programs on the interpreter
+/// (the one-wave programs of the CPU and CDNA, the sm_90a key blocks), alone and together, causal
+/// and not: windows narrower than a key block and cutting inside blocks on both sides, a right side
+/// before the diagonal (queries that keep no key), odd lengths, an empty sequence, GQA.
+#[test]
+fn varlen_backward_softcap_and_window_match_f64() {
+    let (lq, lk) = ([45, 3, 0, 130, 1], [20, 150, 7, 129, 1]);
+    let w = |left, right| Some(Window { left, right });
+    let cases: [(BwdRunner, u32, bool, Opts); 7] = [
+        (plain_bwd, 64, true, (Some(5.0), None)),
+        (plain_bwd, 64, false, (None, w(20, 3))),
+        (plain_bwd, 128, true, (Some(30.0), w(40, -1))),
+        (sm90_bwd, 64, true, (Some(5.0), None)),
+        (sm90_bwd, 64, false, (Some(5.0), w(70, 10))),
+        (sm90_bwd, 128, true, (None, w(130, -1))),
+        (sm90_bwd, 64, false, (None, w(0, 140))),
+    ];
+    for (i, (run, dim, causal, opts)) in cases.into_iter().enumerate() {
+        check_bwd(run, &lq, &lk, 4, 2, dim, causal, opts, 50 + i as u64);
+    }
+}
+
+/// The sm_90a backward's 64-key blocks (`attn_varlen_bwd_hopper`'s `wide`: head dims 192 and 256,
+/// and 128 with a soft cap) on the interpreter: lengths crossing their 64-key blocks and 64-query
+/// steps, an empty sequence, rows with no key, GQA, with a soft cap, a window and both.
+#[test]
+fn hopper_varlen_backward_wide_matches_f64() {
+    let w = |left, right| Some(Window { left, right });
+    check_bwd(
+        sm90_bwd,
+        &[70, 1, 0, 65],
+        &[33, 130, 5, 64],
+        2,
+        1,
+        192,
+        true,
+        PLAIN,
+        61,
+    );
+    check_bwd(sm90_bwd, &[66, 17], &[129, 1], 2, 2, 256, false, PLAIN, 62);
+    let (lq, lk) = ([45, 0, 70], [20, 9, 100]);
+    check_bwd(sm90_bwd, &lq, &lk, 4, 2, 128, true, (Some(5.0), None), 63);
+    check_bwd(
+        sm90_bwd,
+        &lq,
+        &lk,
+        2,
+        1,
+        192,
+        false,
+        (Some(30.0), w(20, 3)),
+        64,
+    );
+    check_bwd(sm90_bwd, &lq, &lk, 2, 2, 256, true, (None, w(40, -1)), 65);
 }
 
 /// The sm_90a program (`attn_varlen_hopper`: 128-query blocks, 128- or 64-key blocks, cp.async fills

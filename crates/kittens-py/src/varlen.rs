@@ -111,9 +111,11 @@ pub(crate) fn attention_varlen_cpu<'py>(
     Ok((bytes(py, &o), bytes(py, &lse)))
 }
 
-/// `(dq, dk, dv)` from `q, k, v, out, grad_out, lse` (float32 bytes); `alibi` as the forward's.
+/// `(dq, dk, dv)` from `q, k, v, out, grad_out, lse` (float32 bytes); `alibi`, `softcap` and
+/// `window` as the forward's.
 #[pyfunction]
-#[pyo3(signature = (arrays, cu, sizes, causal, scale=None, alibi=None))]
+#[pyo3(signature = (arrays, cu, sizes, causal, scale=None, alibi=None, softcap=None, window=None))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn attention_varlen_backward_cpu<'py>(
     py: Python<'py>,
     arrays: [Vec<u8>; 6],
@@ -122,12 +124,15 @@ pub(crate) fn attention_varlen_backward_cpu<'py>(
     causal: bool,
     scale: Option<f64>,
     alibi: Option<Vec<f32>>,
+    softcap: Option<f64>,
+    window: Option<(i64, i64)>,
 ) -> PyResult<(
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
     Bound<'py, PyBytes>,
 )> {
-    let (cfg, packed) = setup(sizes, cu, causal, scale, None, alibi, (None, None));
+    let options = (softcap, window);
+    let (cfg, packed) = setup(sizes, cu, causal, scale, None, alibi, options);
     let [q, k, v, o, d_o, lse] = arrays.map(|a| floats(&a));
     let [dq, dk, dv] = interruptible(py, move || {
         let t = kittens_kernels::exec::BwdTensors::new([&q, &k, &v, &o, &d_o, &lse]);

@@ -8,7 +8,7 @@
 //! three queries per sequence, split-KV in two parts with the merge; and the varlen backward (its key
 //! blocks for dK and dV, then its query blocks for dQ, each reading the lse into a register vector
 //! from the row `cu_seqlens_q` starts its sequence at) on a smaller batch with an empty sequence, at
-//! head dims 64 and 128.
+//! head dims 64 and 128, also with a soft cap and a sliding window.
 
 #[path = "amd_support/common.rs"]
 mod amd_common;
@@ -76,6 +76,14 @@ fn cases() -> Vec<(&'static str, Target, NamedArgs)> {
             for dim in [64, 128] {
                 v.push(("attn_varlen_bwd", t, varlen_bwd(causal, dim)));
             }
+        }
+        // A soft cap (one more score tile: the cap's derivative) and a window cutting inside the
+        // 16- and 32-row blocks on both sides.
+        for dim in [64, 128] {
+            let a = varlen_bwd(true, dim)
+                .with("softcap", 5.0)
+                .with("window", "20,3");
+            v.push(("attn_varlen_bwd", t, a));
         }
     }
     for t in [Target::Gfx942, Target::Gfx950] {

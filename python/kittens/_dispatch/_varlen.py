@@ -125,7 +125,7 @@ def _prepare_varlen(key, q, k, v, cu_q, cu_k, max_q, max_k, causal, scale, sequs
 
 
 def attention_varlen_backward(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q: int, max_k: int, causal: bool,
-                              scale, alibi=None):
+                              scale, alibi=None, softcap=None, window=None):
     """``(dq, dk, dv)`` of the packed variable-length attention on CUDA (registry ``attn_varlen_bwd``:
     FlashAttention-3's three launches, D and the zeroed float32 dQ accumulator over the packed rows,
     the sm_90a key blocks ``kittens_kernels::attn_varlen_bwd_hopper`` adding into it, its conversion
@@ -133,16 +133,18 @@ def attention_varlen_backward(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q: in
     k, v (total_k, H_kv, D) dense bfloat16; lse float32 (H, total_q); cu_q, cu_k int32 (B + 1,) read
     by the kernels on the device (nothing is read back here). Rows of dk, dv outside every sequence
     are 0; dq's are 0 (their accumulator rows get nothing). ``alibi``: ALiBi's slopes, float32
-    (B, H) dense, as the forward's."""
+    (B, H) dense; ``softcap`` (a float) and ``window`` (``(left, right)``): all as the forward's."""
+    softcap = None if softcap is None else float(softcap)
+    window = None if window is None else (int(window[0]), int(window[1]))
     key = (12, q.shape, k.shape, v.shape, out.shape, grad_out.shape, lse.shape, cu_q.shape, cu_k.shape,
            tuple(t.stride() for t in (q, k, v, out, grad_out, lse, cu_q, cu_k)),
            tuple(t.dtype for t in (q, k, v, out, grad_out, lse, cu_q, cu_k)),
            tuple(t.device for t in (q, k, v, out, grad_out, lse, cu_q, cu_k)),
-           int(max_q), int(max_k), bool(causal), scale, _alibi_key(alibi))
+           int(max_q), int(max_k), bool(causal), scale, _alibi_key(alibi), softcap, window)
     rec = _HANDLES.get(key)
     if rec is None:
         rec = _prepare_varlen_backward(key, grad_out, q, k, v, out, lse, cu_q, cu_k, int(max_q), int(max_k),
-                                       bool(causal), scale, alibi)
+                                       bool(causal), scale, alibi, softcap, window)
     dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
     if rec[0] is None:
         return dq.zero_(), dk, dv
@@ -152,7 +154,7 @@ def attention_varlen_backward(grad_out, q, k, v, out, lse, cu_q, cu_k, max_q: in
 
 
 def _prepare_varlen_backward(key, grad_out, q, k, v, out, lse, cu_q, cu_k, max_q, max_k, causal, scale,
-                             alibi=None):
+                             alibi=None, softcap=None, window=None):
     _bf16s(q=q, k=k, v=v, out=out, grad_out=grad_out)
     dev = _same_device(q=q, k=k, v=v, out=out, grad_out=grad_out, lse=lse, cu_seqlens_q=cu_q,
                        cu_seqlens_k=cu_k)
@@ -172,15 +174,19 @@ def _prepare_varlen_backward(key, grad_out, q, k, v, out, lse, cu_q, cu_k, max_q
     _check_offsets(cu_q, cu_k)
     if hk == 0 or h % hk:
         raise ValueError(f"nheads_k = {hk} must divide nheads = {h}")
-    if d not in (64, 128):
-        raise ValueError(f"head dim {d}: the varlen backward on CUDA (sm_90a) takes 64 or 128 (its key blocks' "
-                         "dK and dV accumulators beside the scores in a consumer thread's 240 registers)")
+    if d not in (64, 128, 192, 256):
+        raise ValueError(f"head dim {d}: the varlen backward on CUDA (sm_90a) takes 64, 128, 192 or 256 (64-column "
+                         "tiles of the head dimension in its key blocks)")
     batch = cu_q.shape[0] - 1
     if batch == 0 or total_q == 0 or total_k == 0 or h == 0:
         return _store(key, (None, (0, ()), None))  # no score kept: every gradient is 0
     problem = {"batch": batch, "heads": h, "heads_kv": hk, "seq": max(max_q, 1), "seq_kv": max(max_k, 1),
                "dim": d, "causal": causal, "scale": scale, "total_q": total_q, "total_k": total_k}
     slopes = _alibi_spec(problem, alibi, q, cu_q)
+    if softcap is not None:
+        problem["softcap"] = softcap
+    if window is not None:
+        problem["window"] = window
     # As the kernels declare them: the packed tensors head-major, [heads, total, d] (the dense BSHD
     # declaration at batch 1, which the strip passes around the key blocks share).
     qs, ks = ((h, total_q, d), (d, h * d, 1)), ((hk, total_k, d), (d, hk * d, 1))

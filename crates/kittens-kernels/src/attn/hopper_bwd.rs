@@ -1,11 +1,14 @@
 //! What the Hopper (sm_90a) attention backwards share (`crate::attn_bwd`'s producer/consumer
 //! program and `crate::attn_varlen_bwd_hopper`, FlashAttention-3's backward structure): the
-//! schedule, the shared tiles of a launch (a block-resident pair and a streamed ring) and the key
-//! blocks' step from scores to P and dS.
+//! schedule, the shared tiles of a launch (a block-resident pair and a streamed ring), the key
+//! blocks' step from scores to P and dS ([`step_probs`], with a soft cap or without) and the
+//! 64-key blocks' split of the head dimension between the consumer warpgroups ([`per_slot`]).
 
 use super::hopper::{BLOCK, COLS};
+use super::Logits;
+use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{KernelBuilder, RegId, Schedule};
+use kittens_ir::{Expr, KernelBuilder, RegId, Schedule};
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Queries per streamed slot of a key block.
@@ -114,4 +117,113 @@ impl StepTiles {
             dv_r,
         }
     }
+}
+
+/// What [`step_probs`] asks of its program for one step of a key block: the products, the step's
+/// statistics (one query per column of the transposed score tiles), and the bias and masks.
+pub(crate) struct StepFns<'a> {
+    /// `Sᵀ = K·Qᵀ` into the score tile or `dPᵀ = V·dOᵀ` into `dp`, added to what the tile holds
+    /// unless `from_zero` (`product(k, dst, from_zero)`).
+    pub product: &'a dyn Fn(&mut KernelBuilder, RegId, bool),
+    /// The step's log-sum-exp into a tile.
+    pub lse: &'a dyn Fn(&mut KernelBuilder, RegId),
+    /// The step's `D = rowsum(dO∘O)` into a tile.
+    pub delta: &'a dyn Fn(&mut KernelBuilder, RegId),
+    /// With ALiBi the step's head's slope loaded through the given f32 tile (dead at that point);
+    /// nothing without.
+    pub slope: &'a dyn Fn(&mut KernelBuilder, RegId),
+    /// The bias (ALiBi, after any cap) and the masks (`−∞`) on a tile of logits.
+    pub bias_and_masks: &'a dyn Fn(&mut KernelBuilder, RegId),
+}
+
+/// A key block's step from its scores to `Pᵀ` (in `p`, bf16) and `dSᵀ` (in `dp`, f32; with a cap
+/// times `1 − tanh²`), `s` and `dp` f32 `keys × queries` tiles. Without a cap `s` holds the step's
+/// log-sum-exp on entry (loaded a step ahead by the caller): `Sᵀ` accumulates onto `−lse/scale`
+/// and `dPᵀ` onto `−D`. With one, `Sᵀ` is computed from zero and turned into tanh, P formed in
+/// `dp` as scratch, then `s` becomes `Pᵀ·(1 − tanh²)` and only then is `dPᵀ` computed, so that no
+/// third f32 score tile is live; the logits enter as `(tanh − lse/cap)·cap`: a query without keys
+/// (lse `−∞`, every key masked) stays at `−∞`.
+pub(crate) fn step_probs(
+    k: &mut KernelBuilder,
+    (logits, dim): (&Logits, u32),
+    (s, dp, p): (RegId, RegId, RegId),
+    f: &StepFns,
+) {
+    if let Some(cap) = logits.softcap {
+        (f.slope)(k, s);
+        (f.product)(k, s, true);
+        logits.tanh(k, s, dim);
+        (f.lse)(k, dp);
+        k.mul(dp, dp, -1.0 / cap);
+        k.add(dp, dp, s);
+        k.mul(dp, dp, cap);
+        (f.bias_and_masks)(k, dp);
+        k.mul(dp, dp, std::f32::consts::LOG2_E);
+        k.exp2(dp, dp);
+        k.copy(p, dp);
+        k.mul(s, s, s);
+        k.sub(s, 1.0f32, s);
+        k.mul(s, s, dp);
+        (f.delta)(k, dp);
+        k.mul(dp, dp, -1.0f32);
+        (f.product)(k, dp, false);
+        k.mul(dp, dp, s);
+    } else {
+        k.mul(s, s, -1.0 / logits.scale(dim));
+        // The slope through `dp`, before D lands there.
+        (f.slope)(k, dp);
+        (f.delta)(k, dp);
+        k.mul(dp, dp, -1.0f32);
+        (f.product)(k, s, false);
+        (f.product)(k, dp, false);
+        (f.bias_and_masks)(k, s);
+        let c = std::f32::consts::LOG2_E * logits.softmax_scale(dim);
+        probs_and_ds(k, c, s, dp);
+        k.copy(p, s);
+    }
+}
+
+/// The 64-key blocks' column tiles of the head dimension that consumer warpgroup `g` accumulates:
+/// `g, g + 2, …` of `halves`.
+pub(crate) fn tiles_of(g: usize, halves: usize) -> Vec<usize> {
+    (g..halves).step_by(2).collect()
+}
+
+/// `f(k, tile)` for the tile warpgroup `g` (an expression, 0 or 1) holds in accumulator slot `a`
+/// ([`tiles_of`]): warpgroup-uniform branches, so that each `wgmma` names its shared tiles
+/// statically.
+pub(crate) fn per_slot(
+    k: &mut KernelBuilder,
+    g: &Expr,
+    halves: usize,
+    a: usize,
+    f: &dyn Fn(&mut KernelBuilder, usize),
+) {
+    let (tile0, tile1) = (2 * a, 2 * a + 1);
+    if tile1 < halves {
+        k.if_else(g.eq(0), |k| f(k, tile0), |k| f(k, tile1));
+    } else {
+        k.if_(g.eq(0), |k| f(k, tile0));
+    }
+}
+
+/// Keys per block of the 64-key programs (one `m64` per consumer warpgroup, both on the same keys).
+pub(crate) const WIDE_BLOCK: u32 = 64;
+/// The smallest f32 staging of a warpgroup's TMA reduction (64 rows × 16 columns).
+pub(crate) const REDUCE_BOX: u32 = 64 * 16 * 4;
+
+/// Ring slots of the 64-key programs' streamed pair (64-query steps) beside the block's own pair
+/// and `extra` bytes, in the 225 KiB left beside the barriers and the base's alignment: 2 to 4,
+/// refused by name below 2.
+pub(crate) fn wide_stages(dim: u32, extra: u32) -> Result<u32, KernelError> {
+    let own = 2 * WIDE_BLOCK * dim * 2 + extra;
+    let per_step = 2 * STEP * dim * 2;
+    let n = (225 * 1024u32).saturating_sub(own) / per_step;
+    if n < 2 {
+        return Err(KernelError::Config(format!(
+            "attn backward (64-key blocks): dim {dim} leaves room for {n} ring slots of Q and dO \
+             ({per_step} bytes each) beside {own} bytes of K, V and exchange tiles; 2 needed"
+        )));
+    }
+    Ok(n.min(4))
 }

@@ -20,9 +20,9 @@ pub struct VarlenConfig {
     pub dim: u32,
     /// Causal, aligned bottom-right in each sequence (query `i` keeps keys `j ≤ i + len_k − len_q`).
     pub causal: bool,
-    /// The softmax scale (`None`: `1/√d`) and soft cap ([`Logits`], the forward only).
+    /// The softmax scale (`None`: `1/√d`) and soft cap ([`Logits`]).
     pub logits: Logits,
-    /// A sliding window ([`Window`], aligned bottom-right in each sequence; the forward only).
+    /// A sliding window ([`Window`], aligned bottom-right in each sequence).
     pub window: Option<Window>,
     /// FlashAttention's `seqused_k`: sequence `b` keeps only the first `seqused_k[b]` of its key rows
     /// `cu_seqlens_k[b] ..` (an i32 `[batch]` tensor read on the device; the forward only). A KV cache
@@ -59,21 +59,6 @@ pub(crate) fn check(cfg: &VarlenConfig) -> Result<(), KernelError> {
     Ok(())
 }
 
-/// [`check`] for the backward programs, which take no soft cap and no window yet.
-pub(crate) fn check_backward(cfg: &VarlenConfig) -> Result<(), KernelError> {
-    if cfg.logits.softcap.is_some() {
-        return Err(KernelError::Config(
-            "softcap: the varlen backward does not take a soft cap yet".into(),
-        ));
-    }
-    if cfg.window.is_some() {
-        return Err(KernelError::Config(
-            "window: the varlen backward does not take a sliding window yet".into(),
-        ));
-    }
-    check(cfg)
-}
-
 impl VarlenConfig {
     /// The kernel's name: `base`, then `_causal`, `_softcap`, `_window` for what the program has.
     pub(crate) fn name(&self, base: &str) -> String {
@@ -92,14 +77,85 @@ impl VarlenConfig {
 
     /// The last key a query of a sequence keeps (`j ≤ i + offset`): the bottom-right causal
     /// diagonal `len_k − len_q`, the window's right side, or the tighter of both; `None` without.
+    /// Under the causal mask a window's right side (`right ≥ 0` past the same diagonal) keeps no key
+    /// less, so the diagonal alone bounds it: one offset held by the program, not two and their
+    /// minimum (gfx950's one-wave backward spilled SGPRs with both).
     pub(crate) fn last_key_offset(&self, len_q: &Expr, len_k: &Expr) -> Option<Expr> {
         let causal = self.causal.then(|| len_k - len_q.clone());
-        min_offset(causal, self.window.and_then(|w| w.end_expr(len_q, len_k)))
+        let end = match self.causal {
+            true => None,
+            false => self.window.and_then(|w| w.end_expr(len_q, len_k)),
+        };
+        min_offset(causal, end)
     }
 
     /// The first key a query keeps (`j ≥ i + offset`): the window's left side; `None` without.
     pub(crate) fn first_key_offset(&self, len_q: &Expr, len_k: &Expr) -> Option<Expr> {
         self.window.and_then(|w| w.start_expr(len_q, len_k))
+    }
+}
+
+/// A key block's walk in the sm_90a backwards (`crate::attn_varlen_bwd_hopper`): every pair of (query
+/// head of the KV head's group, query step of the sequence) that can keep a key of the block, in one
+/// loop of `total` pairs. The bounds are read on the device (the sequence's lengths): the query steps
+/// of the sequence only (`⌈len_q / step⌉`, not `max_seqlen_q`'s), from the first that reaches the
+/// block's first key under the causal diagonal or the window's right side to the last that reaches
+/// its last key under the window's left side, none for a block past the key sequence's end. Every
+/// step walked is still masked in full, so a bound that walks a step too many costs time only.
+pub(crate) struct KeyWalk {
+    first: Expr,
+    per_head: Expr,
+    /// The pairs in all.
+    pub total: Expr,
+    head0: Expr,
+    step: i64,
+}
+
+impl KeyWalk {
+    /// The walk of the block of `block` keys from `block0` (in the key sequence) of KV head `hk`
+    /// with `group` query heads per KV head, in `step`-query steps, at the sequence's lengths.
+    pub(crate) fn new(
+        cfg: &VarlenConfig,
+        (len_q, len_k): (&Expr, &Expr),
+        (block0, block): (&Expr, u32),
+        (hk, group): (&Expr, &Expr),
+        step: i64,
+    ) -> KeyWalk {
+        let n_q = len_q.ceil_div(step);
+        // Key j ≥ block0 is kept by queries i ≥ j − offset (offset: `last_key_offset`).
+        let first = match cfg.last_key_offset(len_q, len_k) {
+            Some(off) => (block0 - off).max(0) / step,
+            None => Expr::c(0),
+        };
+        // Key j ≤ block0 + block − 1 is kept by queries i ≤ j − start (start: `first_key_offset`):
+        // the steps up to the one holding that query (none where it is negative).
+        let end = match cfg.first_key_offset(len_q, len_k) {
+            Some(st) => {
+                let last = block0 + (i64::from(block) - 1 + step) - st;
+                n_q.min(last.max(0) / step)
+            }
+            None => n_q,
+        };
+        // 1 for a block that holds keys of the sequence, 0 past its end.
+        let live = (len_k - block0.clone()).max(0).min(1);
+        let steps = (&end - first.clone()).max(0) * live;
+        KeyWalk {
+            first,
+            per_head: steps.max(1),
+            total: group * steps,
+            head0: hk * group.clone(),
+            step,
+        }
+    }
+
+    /// Pair `t`'s query head.
+    pub(crate) fn head_of(&self, t: &Expr) -> Expr {
+        &self.head0 + t / self.per_head.clone()
+    }
+
+    /// Pair `t`'s first query, in the sequence.
+    pub(crate) fn q0_of(&self, t: &Expr) -> Expr {
+        (self.first.clone() + t % self.per_head.clone()) * self.step
     }
 }
 

@@ -37,7 +37,7 @@
 use super::{BwdConfig, BwdTurns};
 use crate::attn::hopper::{padded_dim, BLOCK, COLS};
 use crate::attn::hopper_bwd::{
-    declare_smem, probs_and_ds, schedule, StepTiles, CONSUMER_REGS, STEP,
+    declare_smem, schedule, step_probs, StepFns, StepTiles, CONSUMER_REGS, STEP,
 };
 use crate::attn::score::Alibi;
 use crate::attn::strides::tensor_strides;
@@ -440,11 +440,8 @@ impl KeyStep<'_> {
     /// `Pᵀ` (in `r.p`, bf16) and `dSᵀ` (in `r.dp`, f32) of step `t` (head `h` of batch `b`, query
     /// step from `q0`, the tile's origin `(k0, qc)`), from `product(k, dst, from_zero)` (`Sᵀ` into
     /// `r.s`, `dPᵀ` into `r.dp`) and `stat(k, tensor, dst, t)` (step `t`'s statistics, one per
-    /// column). Without a cap `r.s` holds the step's log-sum-exp on entry (loaded by the caller a
-    /// step ahead). With one, `Sᵀ` is computed from zero and turned into tanh, P formed in `r.dp`
-    /// as scratch, then `r.s` becomes `Pᵀ·(1 − tanh²)` and only then is `dPᵀ` computed, so that no
-    /// third score tile is live (a tile of the log-sum-exp beside both spilled at D128);
-    /// `(t − lse/cap)·cap`: a query without keys (lse ±∞, every key masked) stays at −∞.
+    /// column): [`step_probs`] with this program's bias and masks. Without a cap `r.s` holds the
+    /// step's log-sum-exp on entry (loaded by the caller a step ahead).
     #[allow(clippy::too_many_arguments)]
     fn probs(
         &self,
@@ -456,44 +453,19 @@ impl KeyStep<'_> {
         product: &dyn Fn(&mut KernelBuilder, RegId, bool),
         stat: &dyn Fn(&mut KernelBuilder, GlobalId, RegId, &Expr),
     ) {
-        let (cfg, io, d) = (self.cfg, self.io, self.cfg.dim);
-        let (s, dp, p, slope) = (r.s, r.dp, r.p, r.slope);
-        if let Some(cap) = cfg.logits.softcap {
-            // The step's head's ALiBi slope through `s`, before its product.
-            io.load_slope(k, cfg, (b, h), s, slope);
-            product(k, s, true);
-            cfg.logits.tanh(k, s, d);
-            stat(k, io.lse, dp, t);
-            k.mul(dp, dp, -1.0 / cap);
-            k.add(dp, dp, s);
-            k.mul(dp, dp, cap);
-            io.alibi(k, dp, slope, (qc, k0), true);
-            self.mask(k, dp, q0, (k0, qc));
-            k.mul(dp, dp, std::f32::consts::LOG2_E);
-            k.exp2(dp, dp);
-            k.copy(p, dp);
-            k.mul(s, s, s);
-            k.sub(s, 1.0f32, s);
-            k.mul(s, s, dp);
-            stat(k, io.delta, dp, t);
-            k.mul(dp, dp, -1.0f32);
-            product(k, dp, false);
-            k.mul(dp, dp, s);
-        } else {
-            // `Sᵀ` from `−lse/scale` and `dPᵀ` from `−D`: the statistics start the accumulators.
-            k.mul(s, s, -1.0 / cfg.logits.scale(d));
-            // The step's head's ALiBi slope through `dp`, before D lands there.
-            io.load_slope(k, cfg, (b, h), dp, slope);
-            stat(k, io.delta, dp, t);
-            k.mul(dp, dp, -1.0f32);
-            product(k, s, false);
-            product(k, dp, false);
-            io.alibi(k, s, slope, (qc, k0), true);
-            self.mask(k, s, q0, (k0, qc));
-            let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
-            probs_and_ds(k, c, s, dp);
-            k.copy(p, s);
-        }
+        let (cfg, io) = (self.cfg, self.io);
+        let slope = r.slope;
+        let fns = StepFns {
+            product,
+            lse: &|k, dst| stat(k, io.lse, dst, t),
+            delta: &|k, dst| stat(k, io.delta, dst, t),
+            slope: &|k, scratch| io.load_slope(k, cfg, (b, h), scratch, slope),
+            bias_and_masks: &|k, x| {
+                io.alibi(k, x, slope, (qc, k0), true);
+                self.mask(k, x, q0, (k0, qc));
+            },
+        };
+        step_probs(k, (&cfg.logits, cfg.dim), (r.s, r.dp, r.p), &fns);
     }
 }
 

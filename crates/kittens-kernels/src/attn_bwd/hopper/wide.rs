@@ -25,6 +25,7 @@
 
 use super::{key_blocks, turn, view, KeyBlocks, KeyStep, QueryWalk, StepRegs, COLS, CONSUMER_REGS};
 use crate::attn::hopper::padded_dim;
+use crate::attn::hopper_bwd::{per_slot, tiles_of, wide_stages, REDUCE_BOX, WIDE_BLOCK};
 use crate::attn_bwd::{BwdConfig, BwdTurns};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
@@ -34,14 +35,10 @@ use kittens_ir::{
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Keys per block (one `m64` per warpgroup, both warpgroups on the same keys).
-const BLOCK: u32 = 64;
+const BLOCK: u32 = WIDE_BLOCK;
 /// Queries per streamed step; each warpgroup's scores take half.
 const STEP: u32 = 64;
 const HALF: u32 = STEP / 2;
-/// Shared memory for the ring, the barriers and the 1024-byte alignment of the base.
-const SHARED: u32 = 225 * 1024;
-/// The smallest f32 staging of a warpgroup's TMA reduction (64 rows × 16 columns).
-const REDUCE_BOX: u32 = 64 * 16 * 4;
 
 /// Whether the Hopper backward builds `cfg` here: the head dims past 128.
 pub(crate) fn takes(cfg: &BwdConfig) -> bool {
@@ -58,42 +55,6 @@ fn check(cfg: &BwdConfig) -> Result<(), KernelError> {
             cfg.dim
         )))
     }
-}
-
-/// The column tiles of the head dimension that warpgroup `g` accumulates: `g, g + 2, …`.
-fn tiles_of(g: usize, halves: usize) -> Vec<usize> {
-    (g..halves).step_by(2).collect()
-}
-
-/// `f(k, tile)` for the tile warpgroup `g` (an expression, 0 or 1) holds in accumulator slot `a`:
-/// warpgroup-uniform branches, so that each `wgmma` names its shared tiles statically.
-fn per_slot(
-    k: &mut KernelBuilder,
-    g: &Expr,
-    halves: usize,
-    a: usize,
-    f: &dyn Fn(&mut KernelBuilder, usize),
-) {
-    let (tile0, tile1) = (2 * a, 2 * a + 1);
-    if tile1 < halves {
-        k.if_else(g.eq(0), |k| f(k, tile0), |k| f(k, tile1));
-    } else {
-        k.if_(g.eq(0), |k| f(k, tile0));
-    }
-}
-
-/// Ring slots of the streamed pair beside the block's own pair and `extra` bytes.
-fn stages(dim: u32, extra: u32) -> Result<u32, KernelError> {
-    let own = 2 * BLOCK * dim * 2 + extra;
-    let per_step = 2 * STEP * dim * 2;
-    let n = SHARED.saturating_sub(own) / per_step;
-    if n < 2 {
-        return Err(KernelError::Config(format!(
-            "attn_bwd (64-key blocks): dim {dim} leaves room for {n} ring slots of Q and dO \
-             ({per_step} bytes each) beside {own} bytes of K, V and exchange tiles; 2 needed"
-        )));
-    }
-    Ok(n.min(4))
 }
 
 /// The key blocks at head dims 192 and 256: `dk, dv` (bf16, written) after the inputs, and with
@@ -115,7 +76,7 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     // Shared memory: K and V (the block's), Q and dO (a ring of steps), Pᵀ and dSᵀ (exchanged).
     let halves = (padded_dim(d) / COLS) as usize;
     let exchange = 2 * BLOCK * STEP * 2 + if atomic_dq { 2 * REDUCE_BOX } else { 0 };
-    let st = stages(d, exchange)?;
+    let st = wide_stages(d, exchange)?;
     let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
     let mut tiles = |name: &str, rows, slots| -> Vec<SharedId> {
         (0..halves)
