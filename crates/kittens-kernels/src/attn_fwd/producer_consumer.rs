@@ -93,10 +93,11 @@ impl Width {
         }
     }
 
-    /// The first key and the end of this step's keys in the block starting at key `k0`.
-    fn keys(&self, k0: &Expr, kv: u32) -> (Expr, Expr) {
+    /// The first key and the end of this step's keys in key block `block`.
+    fn keys(&self, block: &Expr, kv: u32) -> (Expr, Expr) {
+        let k0 = block * i64::from(kv);
         match self {
-            Width::Full => (k0.clone(), k0 + i64::from(kv)),
+            Width::Full => (k0, (block + 1) * i64::from(kv)),
             Width::Half(h) => {
                 let a = k0 + h * i64::from(kv / 2);
                 (a.clone(), a + i64::from(kv / 2))
@@ -287,7 +288,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             // stays f32 in the score tile).
             let softmax_block = |k: &mut KernelBuilder, j: &Expr, w: &Width| {
                 let st = w.pick(s, halves.as_ref().map(|x| x.s));
-                let (kv0, kv_end) = w.keys(&(keys.at(j) * kv as i64), kv);
+                let (kv0, kv_end) = w.keys(&keys.at(j), kv);
                 let inf = f32::NEG_INFINITY;
                 cfg.logits.cap(k, st, cfg.dim);
                 io.alibi(k, slope, st, (&q0, &kv0), false);
@@ -327,7 +328,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 // the half's last key at or past the first row's first, its first key at or
                 // before the last row's last.
                 let keeps = |h: i64| {
-                    let (a, end) = Width::Half(Expr::c(h)).keys(&k0, kv);
+                    let (a, end) = Width::Half(Expr::c(h)).keys(&keys.at(j), kv);
                     let mut c = a.lt(&keys.limit);
                     if let Some(sk) = &start {
                         c = c.and((&x.first + sk.clone()).le(&(end - 1)));
