@@ -232,9 +232,8 @@ def test_forward_head_dims_32_and_96(d, kw):
     (333, 333, dict(window_size=(-1, 40))),
 ], ids=str)
 def test_window_forward_at_head_dim_64(nq, nk, kw):
-    """The Hopper forward at head dim 64, where a window walks its keys per consumer warpgroup (64-key
-    steps on the halves of key blocks its rows keep keys of), against float64: windows whose edges cut
-    the halves off their 64-key edges, lengths no multiple of 64, more queries than keys."""
+    """The Hopper forward at head dim 64 with a window, against float64: windows whose edges fall off the
+    64-key edges, lengths no multiple of 64, more queries than keys."""
     g = torch.Generator().manual_seed(nq + nk)
     q, k, v = rand(2, nq, 4, 64, gen=g, scale=2.0), rand(2, nk, 2, 64, gen=g, scale=2.0), rand(2, nk, 2, 64, gen=g)
     out = flash_attn_func(q.cuda(), k.cuda(), v.cuda(), **kw)

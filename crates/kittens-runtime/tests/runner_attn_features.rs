@@ -150,12 +150,11 @@ fn forward_hopper_producer_consumer() {
     }
 }
 
-/// The Hopper forward with the GPU's 128-key blocks at head dim 64, where a window walks its keys
-/// per consumer warpgroup (a 64-key step on the half of a block its 64 rows keep keys of,
-/// `attn_fwd`'s producer/consumer program): every window case, and windows whose edges cut the
-/// halves off their 64-key edges at lengths that are no multiple of 64.
+/// The Hopper forward with the GPU's 128-key blocks (the test above takes 64) at head dim 64: every
+/// window case, and windows whose edges fall off the 64-key edges at lengths that are no multiple
+/// of 64.
 #[test]
-fn forward_hopper_window_halves() {
+fn forward_hopper_window_gpu_blocks() {
     let cfg = AttnConfig::for_gpu(kittens_hw::gpu("h100").expect("catalog"));
     assert_eq!(cfg.kv_block, 128);
     let more = [

@@ -235,30 +235,6 @@ impl Emit<'_> {
         Ok(())
     }
 
-    /// Whether `v` is a band of whole rows of its N-major (`n_major`: K × N, N contiguous) one-atom
-    /// slot that a register-A chain can start at: all 64 columns, its first row a multiple of 16
-    /// inside the slot whatever the run's values (by the expression's form and bounds) and the same
-    /// for the four waves of a warpgroup, so that the descriptor's start is the band's first row,
-    /// exactly where the whole slot's chain would be at that k16 step (attention's P·V over one
-    /// half of a key block).
-    fn k_band(&self, v: &SharedView, n_major: bool) -> bool {
-        let t = &self.k.shared_decl(v.buf).tile;
-        let uniform = (0..self.k.waves / 4).all(|g| {
-            (1..4).all(|i| self.at_origin(&v.row0, 4 * g + i) == self.at_origin(&v.row0, 4 * g))
-        });
-        let inside = matches!(bounds(&v.row0), (Some(lo), Some(hi))
-            if lo >= 0 && hi + i64::from(v.rows) <= i64::from(t.rows));
-        n_major
-            && t.swizzle == kittens_tile::Swizzle::NV_128B
-            && t.cols * t.dtype.bytes() == 128
-            && v.cols == t.cols
-            && self.at_origin(&v.col0, 4) == Some(0)
-            && multiple_of(&v.row0, 16)
-            && inside
-            && uniform
-            && v.rows.is_multiple_of(16)
-    }
-
     /// Waits on the `full` barrier of `v`'s slot (named `name` in the emitted block) unless this epoch
     /// already waited on it (the same ring's barriers, the same slot expression).
     fn wait_full(&mut self, v: &SharedView, name: &str) {
@@ -337,7 +313,7 @@ impl Emit<'_> {
         let whole = (bv.rows, bv.cols) == (sb.tile.rows, sb.tile.cols)
             && self.at_origin(&bv.row0, 4) == Some(0)
             && self.at_origin(&bv.col0, 4) == Some(0);
-        if bk != kk || bn != n || !(whole || self.k_band(bv, trans_b)) || kk % 16 != 0 {
+        if bk != kk || bn != n || !whole || kk % 16 != 0 {
             return unsupported(format!(
                 "register-A mma shapes A 16x{kk}, B {}x{} of a {}x{} slot, D 16x{n}",
                 bv.rows, bv.cols, sb.tile.rows, sb.tile.cols
@@ -454,7 +430,6 @@ impl Emit<'_> {
             (v.rows, v.cols) == (t.rows, t.cols)
                 && self.at_origin(&v.row0, 4) == Some(0)
                 && self.at_origin(&v.col0, 4) == Some(0)
-                || self.k_band(v, true)
         };
         let (o0, o1) = (
             self.offsets[b0.buf.0 as usize],
@@ -465,7 +440,6 @@ impl Emit<'_> {
             && acc(d0, c0).is_some()
             && acc(d0, c0) == acc(d1, c1)
             && b0.index == b1.index
-            && (b0.row0 == b1.row0 && b0.rows == b1.rows)
             && t0.tile == t1.tile
             && t0.count == t1.count
             && t0.tile.swizzle == Swizzle::NV_128B
@@ -477,14 +451,14 @@ impl Emit<'_> {
             && o1 - o0 < 1 << 18
             && self.frag(*d0)? == Frag::Acc(64)
             && self.frag(*d1)? == Frag::Acc(64)
-            && self.frag(*a0)? == Frag::ABf16(b0.rows);
+            && self.frag(*a0)? == Frag::ABf16(t0.tile.rows);
         if !ok {
             return Ok(false);
         }
         if !self.group_open {
             self.settle();
         }
-        let kk = b0.rows;
+        let kk = t0.tile.rows;
         let flag0 = acc(d0, c0) == Some(true);
         self.wgmma_rs_split.insert((128, true));
         let wrapper = format!("{}_split", super::rs_wrapper_name(128, true));
@@ -669,62 +643,5 @@ fn desc_step(base: &str, bytes: u32) -> String {
         base.to_string()
     } else {
         format!("{base} + {}ull", bytes / 16)
-    }
-}
-
-/// Whether `e` is a multiple of `m` for every value of its variables, by its form.
-fn multiple_of(e: &Expr, m: i64) -> bool {
-    use kittens_ir::BinOp::{Add, Max, Min, Mul, Sub};
-    match e {
-        Expr::Const(v) => v % m == 0,
-        Expr::Bin(Mul, a, b) => multiple_of(a, m) || multiple_of(b, m),
-        Expr::Bin(Add | Sub | Min | Max, a, b) => multiple_of(a, m) && multiple_of(b, m),
-        _ => false,
-    }
-}
-
-/// Lower and upper bounds of `e` for every value of its variables, where its form gives them
-/// (constants, sums, products by constants, and the clamps `min` and `max` make).
-fn bounds(e: &Expr) -> (Option<i64>, Option<i64>) {
-    use kittens_ir::BinOp::{Add, Max, Min, Mul, Sub};
-    let both = |x: Option<i64>, y: Option<i64>, f: fn(i64, i64) -> Option<i64>| f(x?, y?);
-    match e {
-        Expr::Const(v) => (Some(*v), Some(*v)),
-        Expr::Bin(op, a, b) => {
-            let ((al, ah), (bl, bh)) = (bounds(a), bounds(b));
-            match op {
-                Add => (
-                    both(al, bl, i64::checked_add),
-                    both(ah, bh, i64::checked_add),
-                ),
-                Sub => (
-                    both(al, bh, i64::checked_sub),
-                    both(ah, bl, i64::checked_sub),
-                ),
-                // A product by a constant `c ≥ 0` keeps the other factor's bounds' order.
-                Mul => match (b.as_const(), a.as_const()) {
-                    (Some(c), _) if c >= 0 => (
-                        al.and_then(|x| x.checked_mul(c)),
-                        ah.and_then(|x| x.checked_mul(c)),
-                    ),
-                    (_, Some(c)) if c >= 0 => (
-                        bl.and_then(|x| x.checked_mul(c)),
-                        bh.and_then(|x| x.checked_mul(c)),
-                    ),
-                    _ => (None, None),
-                },
-                // max(a, b) ≥ either lower bound; at most the larger upper one (both needed).
-                Max => (al.max(bl), both(ah, bh, |x, y| Some(x.max(y)))),
-                Min => (
-                    both(al, bl, |x, y| Some(x.min(y))),
-                    match (ah, bh) {
-                        (Some(x), Some(y)) => Some(x.min(y)),
-                        (x, y) => x.or(y),
-                    },
-                ),
-                _ => (None, None),
-            }
-        }
-        _ => (None, None),
     }
 }

@@ -167,11 +167,6 @@ impl Emit<'_> {
         let (long, short) = if a.len() >= b.len() { (a, b) } else { (b, a) };
         if long[long.len() - short.len()..] == short[..] {
             self.groups = long.clone();
-        } else if a.len() == b.len() {
-            // As many groups in flight on both paths (a branch choosing which tiles one step
-            // writes, attention's half-block steps): a wait for the group at a position retires
-            // whichever path's group sits there, so each position stands for both paths' registers.
-            self.groups = a.iter().zip(b).map(|(x, y)| x | y).collect();
         } else {
             self.unknown = true;
             let mut all = self.groups.clone();

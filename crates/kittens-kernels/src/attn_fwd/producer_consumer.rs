@@ -30,12 +30,11 @@ use super::{declare_io, split, AttnConfig};
 use crate::attn::hopper::{padded_dim, ring_stages, HopperTiles, BLOCK, COLS};
 use crate::attn::Softmax;
 use crate::KernelError;
-use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_hw::dtype::DType::F32;
 use kittens_ir::{
-    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, RegId, Rounding,
-    Schedule, Scope, SharedView,
+    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding,
+    Schedule, Scope,
 };
-use kittens_tile::{BaseShape, Layout};
 
 impl AttnConfig {
     /// The Hopper configuration at this head dimension: past 128, 64-key blocks (a 128-key score
@@ -50,58 +49,6 @@ impl AttnConfig {
                 ..self
             },
             _ => self,
-        }
-    }
-}
-
-/// Query rows of one consumer warpgroup (one `wgmma m64`).
-const HALF_ROWS: i64 = 64;
-
-/// A sliding window's key walk per consumer warpgroup: each warpgroup owns 64 rows of the block, and
-/// a key block of which its rows keep keys in one half only (the window's edges: the left edge
-/// lies 64 rows further left for the first warpgroup's rows, the diagonal 64 keys further right
-/// for the second's) takes a 64-key step on that half (`wgmma n64`, into `s` and `p` here), so
-/// that a window `(L, 0)` costs each row `L + 64` keys instead of the block's `L + 128`. A block's
-/// producer still loads it whole once for both. `first`: the warpgroup's first query row.
-struct Halves {
-    s: RegId,
-    p: RegId,
-    first: Expr,
-}
-
-/// The keys of one step of a warpgroup: a whole key block, or half `h` of it (0: its first
-/// `kv / 2` keys, 1: its last; the same for the warpgroup's four waves), with [`Halves`].
-enum Width {
-    Full,
-    Half(Expr),
-}
-
-impl Width {
-    /// The register tile of this width: `full`, or the half tile.
-    fn pick(&self, full: RegId, half: Option<RegId>) -> RegId {
-        match (self, half) {
-            (Width::Half(_), Some(h)) => h,
-            _ => full,
-        }
-    }
-
-    /// The rows of a `kv`-key slot view `v` this step reads.
-    fn band(&self, v: SharedView, kv: u32) -> SharedView {
-        match self {
-            Width::Full => v,
-            Width::Half(h) => v.sub(kv / 2, COLS, h.clone(), 0),
-        }
-    }
-
-    /// The first key and the end of this step's keys in key block `block`.
-    fn keys(&self, block: &Expr, kv: u32) -> (Expr, Expr) {
-        let k0 = block * i64::from(kv);
-        match self {
-            Width::Full => (k0, (block + 1) * i64::from(kv)),
-            Width::Half(h) => {
-                let a = k0 + h * i64::from(kv / 2);
-                (a.clone(), a + i64::from(kv / 2))
-            }
         }
     }
 }
@@ -210,15 +157,6 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         }
     };
     let q0 = &q_blk + &cw * 16; // this wave's first query
-                                // A window's steps per consumer warpgroup ([`Halves`]): at 128-key blocks, where a half of a
-                                // block is a whole `wgmma` of 64 keys, and at head dims up to 64. At 128 the half tiles' 48
-                                // registers beside the whole ones do not fit the consumer's 232 (ptxas serialised the wgmmas,
-                                // C7512; with the half tiles sharing the whole ones' registers, C7511).
-    let halves = (cfg.window.is_some() && kv == BLOCK && d <= COLS).then(|| Halves {
-        s: k.tile("s_h", F32, 16, kv / 2, Layout::Row, BaseShape::S16X16),
-        p: k.tile("p_h", Bf16, 16, kv / 2, Layout::Row, BaseShape::S16X32),
-        first: &q_blk + (&cw / 4) * HALF_ROWS,
-    });
     k.roles(
         |k| {
             for (i, &qs) in q_s.iter().enumerate() {
@@ -250,135 +188,53 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             }
             k.zero(norm);
             k.neg_infty(max_v);
-            if let Some(x) = &halves {
-                // A value on every path: on a tile of whole-block steps only, the half score tile
-                // was never written, and ptxas (NVRTC 13.0) then serialised every wgmma (C7515,
-                // "non wgmma instructions defining accumulator registers").
-                k.zero(x.s);
-            }
             let slope = io.alibi_slope(k, cfg, (&b, &h), (s, Axis::Rows));
-            // S = Q·Kᵀ of key block `j` over the head dimension, 64 columns at a time: the whole
-            // block, or one half of it ([`Width`]) into the half score tile.
-            let qk = |k: &mut KernelBuilder, j: &Expr, w: &Width| {
+            // S = Q·Kᵀ of key block `j` over the head dimension, 64 columns at a time.
+            let qk = |k: &mut KernelBuilder, j: &Expr| {
                 let slot = ring_slot(j, ring_k);
-                let st = w.pick(s, halves.as_ref().map(|x| x.s));
                 for (i, (&qs, &ks)) in q_s.iter().zip(&k_s).enumerate() {
                     let a = MmaOperand::Shared(k.smem(qs, q_slot.clone()).sub(16, COLS, &cw, 0));
-                    let b = MmaOperand::Shared(w.band(k.smem(ks, slot.clone()), kv));
-                    k.mma(MmaForm::Abt, st, a, b, (i > 0).then_some(st));
+                    let b = MmaOperand::Shared(k.smem(ks, slot.clone()));
+                    k.mma(MmaForm::Abt, s, a, b, (i > 0).then_some(s));
                 }
             };
             // O += P·V of key block `j` (P in registers).
-            let pv = |k: &mut KernelBuilder, j: &Expr, w: &Width| {
+            let pv = |k: &mut KernelBuilder, j: &Expr| {
                 let slot = ring_slot(j, ring_v);
-                let pt = w.pick(p, halves.as_ref().map(|x| x.p));
                 for (&or, &vs) in o_r.iter().zip(&v_s) {
-                    let b = MmaOperand::Shared(w.band(k.smem(vs, slot.clone()), kv));
-                    k.mma(MmaForm::Ab, or, MmaOperand::Reg(pt), b, Some(or));
+                    let b = MmaOperand::Shared(k.smem(vs, slot.clone()));
+                    k.mma(MmaForm::Ab, or, MmaOperand::Reg(p), b, Some(or));
                 }
-            };
-            // The rows whose masks decide: the block's (`q_blk`, its last row) or, with halves, this
-            // warpgroup's 64.
-            let (rows_first, rows_last) = match &halves {
-                Some(x) => (x.first.clone(), &x.first + (HALF_ROWS - 1)),
-                None => (q_blk.clone(), &q_blk + (BLOCK as i64 - 1)),
             };
             // Masks only where key block `j` reaches past the sequence or the diagonal (whole-block
-            // conditions, the same for every wave of the rows above), then the online softmax (P
-            // stays f32 in the score tile).
-            let softmax_block = |k: &mut KernelBuilder, j: &Expr, w: &Width| {
-                let st = w.pick(s, halves.as_ref().map(|x| x.s));
-                let (kv0, kv_end) = w.keys(&keys.at(j), kv);
-                let inf = f32::NEG_INFINITY;
-                cfg.logits.cap(k, st, cfg.dim);
-                io.alibi(k, slope, st, (&q0, &kv0), false);
+            // conditions, the same for every wave), then the online softmax (P stays f32 in `s`).
+            let softmax_block = |k: &mut KernelBuilder, j: &Expr| {
+                let (kv0, inf) = (keys.at(j) * kv as i64, f32::NEG_INFINITY);
+                let kv_end = (keys.at(j) + 1) * kv as i64;
+                cfg.logits.cap(k, s, cfg.dim);
+                io.alibi(k, slope, s, (&q0, &kv0), false);
                 k.if_(keys.limit.lt(&kv_end), |k| {
-                    k.mask(st, MaskRule::ColsBelow(keys.limit.clone()), &q0, &kv0, inf)
+                    k.mask(s, MaskRule::ColsBelow(keys.limit.clone()), &q0, &kv0, inf)
                 });
                 if let Some(off) = &offset {
-                    // The first row keeps keys up to `rows_first + off`.
-                    k.if_((&rows_first + off.clone()).lt(&kv_end - 1), |k| {
+                    // The block's first query keeps keys up to `q_blk + off`.
+                    k.if_((&q_blk + off.clone()).lt(&kv_end - 1), |k| {
                         let offset = off.clone();
-                        k.mask(st, MaskRule::Causal { offset }, &q0, &kv0, inf)
+                        k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
                     });
                 }
-                if let Some(sk) = &start {
-                    // The last row keeps keys from `rows_last + sk`.
-                    k.if_(kv0.lt(&(&rows_last + sk.clone())), |k| {
-                        let offset = sk.clone();
-                        k.mask(st, MaskRule::WindowStart { offset }, &q0, &kv0, inf)
+                if let Some(st) = &start {
+                    // The block's last query keeps keys from `q_blk + BLOCK − 1 + st`.
+                    let last = &q_blk + (BLOCK as i64 - 1) + st.clone();
+                    k.if_(kv0.lt(&last), |k| {
+                        let offset = st.clone();
+                        k.mask(s, MaskRule::WindowStart { offset }, &q0, &kv0, inf)
                     });
                 }
-                softmax.step(k, st);
+                softmax.step(k, s);
             };
             // P to bf16: the accumulator fragment is the A operand's, so a pack in registers.
-            let to_p = |k: &mut KernelBuilder, w: &Width| {
-                let st = w.pick(s, halves.as_ref().map(|x| x.s));
-                k.copy(w.pick(p, halves.as_ref().map(|x| x.p)), st)
-            };
-            // Block `j`'s step for this warpgroup: whether it is whole (a condition), and the
-            // half it takes otherwise. A half step takes the last half where the first holds no
-            // kept key (the window's left edge lies past it: `first + start > k0 + kv/2 − 1`), else
-            // the first; a half no row keeps is masked whole. An integer clamp, so that one branch
-            // with the half as an operand offset covers both.
-            let width = |j: &Expr| -> Option<(kittens_ir::Cond, Width)> {
-                let x = halves.as_ref()?;
-                let k0 = keys.at(j) * kv as i64;
-                // Whether a row of this warpgroup keeps a key of half `h`: a key below the end,
-                // the half's last key at or past the first row's first, its first key at or
-                // before the last row's last.
-                let keeps = |h: i64| {
-                    let (a, end) = Width::Half(Expr::c(h)).keys(&keys.at(j), kv);
-                    let mut c = a.lt(&keys.limit);
-                    if let Some(sk) = &start {
-                        c = c.and((&x.first + sk.clone()).le(&(end - 1)));
-                    }
-                    if let Some(off) = &offset {
-                        c = c.and(a.le(&(&x.first + (HALF_ROWS - 1) + off.clone())));
-                    }
-                    c
-                };
-                let h = match &start {
-                    Some(sk) => (&x.first + sk.clone() - (&k0 + (i64::from(kv / 2) - 1)))
-                        .max(0)
-                        .min(1),
-                    None => Expr::c(0),
-                };
-                Some((keeps(0).and(keeps(1)), Width::Half(h)))
-            };
-            // `f` at block `j`'s width: whole without halves; with them, a warpgroup-uniform branch.
-            let by_width =
-                |k: &mut KernelBuilder, j: &Expr, f: &dyn Fn(&mut KernelBuilder, &Width)| {
-                    match width(j) {
-                        None => f(k, &Width::Full),
-                        Some((whole, half)) => {
-                            k.if_else(whole, |k| f(k, &Width::Full), |k| f(k, &half))
-                        }
-                    }
-                };
-            // `f` at the widths of blocks `i` and `j`: one branch per pair, so that every path is
-            // straight-line code from its products to the softmax as the dense program's (with a
-            // branch around each product instead, ptxas merged the paths' accumulators and
-            // serialised the wgmmas, C7515).
-            let by_widths =
-                |k: &mut KernelBuilder,
-                 (i, j): (&Expr, &Expr),
-                 f: &dyn Fn(&mut KernelBuilder, &Width, &Width)| {
-                    let (Some((wi, hi)), Some((wj, hj))) = (width(i), width(j)) else {
-                        return f(k, &Width::Full, &Width::Full);
-                    };
-                    k.if_else(
-                        wi.clone().and(wj.clone()),
-                        |k| f(k, &Width::Full, &Width::Full),
-                        |k| {
-                            k.if_else(
-                                wi,
-                                |k| f(k, &Width::Full, &hj),
-                                |k| k.if_else(wj, |k| f(k, &hi, &Width::Full), |k| f(k, &hi, &hj)),
-                            )
-                        },
-                    );
-                };
+            let to_p = |k: &mut KernelBuilder| k.copy(p, s);
             let rescale = |k: &mut KernelBuilder| {
                 for &or in &o_r {
                     k.mul_row(or, or, scale);
@@ -394,49 +250,37 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 // cannot hoist it above the softmax (at the end of the softmax it did, SASS of
                 // NVRTC 13.0, and the overlap was gone).
                 k.barrier(); // key block 0 has landed
-                let first = Expr::c(0);
-                by_width(k, &first, &|k, w| {
-                    turn(k, "S = Q·K(0)ᵀ", &|k: &mut KernelBuilder| {
-                        qk(k, &first, w)
-                    });
-                    softmax_block(k, &first, w);
+                turn(k, "S = Q·K(0)ᵀ", &|k: &mut KernelBuilder| {
+                    qk(k, &Expr::c(0))
                 });
+                softmax_block(k, &Expr::c(0));
                 k.for_range("j", 1, &n_kv, |k, j| {
-                    let prev = &j - 1;
                     k.barrier(); // key block j has landed
                     rescale(k); // by block j−1's correction, before its P·V accumulates
-                    by_widths(k, (&prev, &j), &|k, wp, wj| {
-                        to_p(k, wp);
-                        turn(
-                            k,
-                            "S = Q·K(j)ᵀ, O += P·V(j−1)",
-                            &|k: &mut KernelBuilder| {
-                                qk(k, &j, wj);
-                                pv(k, &prev, wp);
-                            },
-                        );
-                        softmax_block(k, &j, wj);
-                    });
+                    to_p(k);
+                    turn(
+                        k,
+                        "S = Q·K(j)ᵀ, O += P·V(j−1)",
+                        &|k: &mut KernelBuilder| {
+                            qk(k, &j);
+                            pv(k, &(&j - 1));
+                        },
+                    );
+                    softmax_block(k, &j);
                 });
-                let last = &n_kv - 1;
                 rescale(k);
-                by_width(k, &last, &|k, w| {
-                    to_p(k, w);
-                    pv(k, &last, w)
-                });
+                to_p(k);
+                pv(k, &(&n_kv - 1));
             } else {
                 k.for_range("j", 0, &n_kv, |k, j| {
                     k.barrier(); // key block j has landed
-                    by_width(k, &j, &|k, w| {
-                        turn(k, "S = Q·Kᵀ", &|k: &mut KernelBuilder| qk(k, &j, w));
-                        // Outside the turn: only Q·Kᵀ is ordered between the warpgroups
-                        // (measured on the H100: a second turn around P·V serialised them,
-                        // docs/performance.md).
-                        softmax_block(k, &j, w);
-                        to_p(k, w);
-                        rescale(k);
-                        pv(k, &j, w);
-                    });
+                    turn(k, "S = Q·Kᵀ", &|k: &mut KernelBuilder| qk(k, &j));
+                    softmax_block(k, &j);
+                    to_p(k);
+                    rescale(k);
+                    // Outside the turn: only Q·Kᵀ is ordered between the warpgroups (measured on
+                    // the H100: a second turn around P·V serialised them, docs/performance.md).
+                    pv(k, &j);
                 });
             }
             // One division per row, then multiplies: a division per element was 64 IEEE divisions
