@@ -150,6 +150,32 @@ fn forward_hopper_producer_consumer() {
     }
 }
 
+/// The Hopper forward with the GPU's 128-key blocks (the test above takes 64) at head dim 64: every
+/// window case, and windows whose edges fall off the 64-key edges at lengths that are no multiple
+/// of 64.
+#[test]
+fn forward_hopper_window_gpu_blocks() {
+    let cfg = AttnConfig::for_gpu(kittens_hw::gpu("h100").expect("catalog"));
+    assert_eq!(cfg.kv_block, 128);
+    let more = [
+        ((100, 0), Some(true), (333, 333)),
+        ((200, 30), None, (300, 260)),
+        ((64, 64), None, (257, 257)),
+    ];
+    let extra = more.into_iter().map(|(w, causal, (q, kv))| Case {
+        window: Some(w),
+        causal,
+        ..case(q, kv)
+    });
+    for c in cases()
+        .into_iter()
+        .filter(|c| c.window.is_some())
+        .chain(extra)
+    {
+        check_fwd(&c, cfg, "producer/consumer, 128-key blocks");
+    }
+}
+
 #[test]
 fn forward_mi300x_and_key_split() {
     let entry = kittens_kernels::by_name("attn_fwd").unwrap();
