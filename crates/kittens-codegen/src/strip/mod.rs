@@ -21,6 +21,7 @@
 //! | `row_sum`/`row_max` | a lane's slots of the row, then an XOR butterfly over the lanes (CUDA `shfl.xor`, AMD `ds_bpermute`) |
 //! | `random` | Philox 4x32-10 (`ks::philox`), one call per 4 elements of an aligned chunk |
 //! | `store`/`load` shared, `barrier` | `__shared__` arrays, the block barrier |
+//! | `load_async`, `wait` | 16-byte `cp.async` per chunk, one commit group per op, `cp.async.wait_group` (sm_90a; AMD: a copy at issue) (`copy.rs`) |
 //!
 //! One block per tile of the grid (`GridRule::PerTile`), row-major coordinates.
 
@@ -34,6 +35,7 @@ use thiserror::Error;
 
 use crate::cexpr::{self, ident, CNames};
 
+mod copy;
 mod dialects;
 mod dist;
 mod global;
@@ -493,8 +495,7 @@ impl Emit<'_> {
                     return unsupported("warpgroup or consumer barriers in a strip program")
                 }
             },
-            // Copies land at issue (`mma.rs`); a wait orders the wave's lanes' shared accesses.
-            Op::Wait { .. } => self.line(self.d.wave_sync),
+            Op::Wait { queue, count } => self.wait(*queue, *count),
             Op::Priority(_) | Op::Hint(_) | Op::SetMaxRegs { .. } => {}
             other => return unsupported(format!("`{}` in a strip program", other.name())),
         }
@@ -709,29 +710,68 @@ fn lower_any(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         "const kt_idx wave = (kt_idx)({}) / {lanes};\nconst int kt_lane = (int)(({}) % {lanes});",
         d.thread, d.thread
     ));
+    let scratch = mma_stride * k.waves;
+    let shared_bytes = k.shared_bytes() + scratch;
+    // sm_90a: over the static limit, the buffers are carved from dynamic shared memory (the launch
+    // opts in to the device's per-block maximum); AMD declares everything statically.
+    let dynamic = d.target == Target::Sm90a && shared_bytes > STATIC_SHARED;
+    let limit = if d.target == Target::Sm90a {
+        d.target
+            .gpu()
+            .map_or(STATIC_SHARED, |g| g.shared_bytes_per_block)
+    } else {
+        STATIC_SHARED
+    };
+    if shared_bytes > limit {
+        return unsupported(format!(
+            "{shared_bytes} bytes of shared memory (buffers {} + mma scratch {scratch} for {} \
+             waves), over the {limit} a block of {} may use: use smaller tiles",
+            k.shared_bytes(),
+            k.waves,
+            d.target
+        ));
+    }
+    if dynamic {
+        e.line("extern __shared__ __align__(16) unsigned char kt_dyn[];");
+    }
+    let mut at = 0u32;
     for s in &k.shared {
         let ty = e.storage(s.tile.dtype)?;
+        let n = s.count * s.tile.rows * s.tile.cols;
+        if dynamic {
+            e.line(format!(
+                "{ty}* const kt_sh_{} = ({ty}*)(kt_dyn + {at});",
+                ident(&s.name)
+            ));
+            at += (n * s.tile.dtype.bytes()).next_multiple_of(16);
+            continue;
+        }
+        // 16-byte aligned on sm_90a: `cp.async` chunks (`copy.rs`).
+        let align = if d.target == Target::Sm90a {
+            "__align__(16) "
+        } else {
+            ""
+        };
         e.line(format!(
-            "__shared__ {ty} kt_sh_{}[{}];",
-            ident(&s.name),
-            s.count * s.tile.rows * s.tile.cols
+            "__shared__ {align}{ty} kt_sh_{}[{n}];",
+            ident(&s.name)
         ));
     }
-    let scratch = mma_stride * k.waves;
     if scratch > 0 {
-        e.line(format!(
-            "__shared__ __align__(16) unsigned char kt_mma[{scratch}];"
-        ));
+        if dynamic {
+            e.line(format!("unsigned char* const kt_mma = kt_dyn + {at};"));
+            at += scratch;
+        } else {
+            e.line(format!(
+                "__shared__ __align__(16) unsigned char kt_mma[{scratch}];"
+            ));
+        }
     }
-    let shared_bytes = k.shared_bytes() + scratch;
-    if shared_bytes > STATIC_SHARED {
-        return unsupported(format!(
-            "{shared_bytes} bytes of static shared memory (buffers {} + mma scratch {scratch} for {} \
-             waves), over the {STATIC_SHARED} a kernel declares statically: use smaller tiles",
-            k.shared_bytes(),
-            k.waves
-        ));
-    }
+    let (shared_bytes, shared_alloc) = if dynamic {
+        (at, SharedAlloc::Dynamic)
+    } else {
+        (shared_bytes, SharedAlloc::Static)
+    };
     for (i, _) in k.regs.iter().enumerate() {
         let r = RegId(i as u32);
         let n = e.dist(r).len();
@@ -781,7 +821,7 @@ fn lower_any(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         entry: name,
         threads,
         shared_bytes,
-        shared_alloc: SharedAlloc::Static,
+        shared_alloc,
         grid: GridRule::PerTile,
         cluster: 1,
         args: kargs,

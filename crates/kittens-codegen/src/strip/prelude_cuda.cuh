@@ -67,4 +67,22 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&c)[4], u32 a0, u32 a1,
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
+
+// ---- per-thread async copies (PTX ISA §9.7.9.25.3 cp.async; strip/copy.rs) ----------------------
+// Shared-window address of a generic pointer (PTX ISA §9.7.9.21 cvta).
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u64 a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (u32)a;
+}
+// 16 bytes global -> shared, of which the first `src_bytes` (0 to 16) are read and the rest zeroed.
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+// Closes this thread's group of the copies issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are in flight.
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
 } // namespace ks
