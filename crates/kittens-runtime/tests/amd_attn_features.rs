@@ -8,6 +8,8 @@
 mod amd_common;
 #[path = "attn_support/options.rs"]
 mod attn_options;
+#[path = "cases_support/parallel.rs"]
+mod parallel;
 
 use amd_common::clang_for;
 use attn_options::{options, problem};
@@ -20,40 +22,45 @@ use kittens_runtime::runner::{run, IsaEmu};
 
 #[test]
 fn attention_with_options_compiles_without_spills() {
+    let mut cases = Vec::new();
     for kernel in ["attn_fwd", "attn_bwd"] {
         for t in [Target::Gfx950, Target::Gfx942] {
-            let arch = t.arch().unwrap();
-            let clang = clang_for(arch);
+            clang_for(t.arch().unwrap()); // installed (if missing) once, before the threads
             for (what, a) in options() {
                 for dim in [64, 128] {
-                    let mut a = a;
-                    a.attn.dim = dim;
-                    let k = problem(kernel, a, RunSettings::default()).build(t).unwrap();
-                    let l = kittens_codegen::lower(&k, t).unwrap();
-                    let out = clang
-                        .compile(&l.source, arch)
-                        .unwrap_or_else(|e| panic!("{kernel} {t} {what} D{dim}: {e}"));
-                    let r = analyze(&out.asm, arch, Some(&l.entry)).unwrap();
-                    eprintln!(
-                        "{kernel} {t} {what} D{dim}: {} VGPR + {} AGPR, spills {}/{}, scratch {}",
-                        r.vgpr, r.agpr, r.vgpr_spill, r.sgpr_spill, r.scratch_bytes
-                    );
-                    if (kernel, t, what, dim) == ("attn_bwd", Target::Gfx942, "all, causal", 64) {
-                        // The plain program spilled 13 SGPRs here: the run takes the 4-wave
-                        // interleave (`attn_bwd::problem::config`).
-                        assert!(l.entry.contains("attn_bwd"), "{}", l.entry);
-                        assert!(r.agpr > 0, "{kernel} {t} {what}: not the interleave: {r:?}");
-                    }
-                    assert_eq!(
-                        (r.vgpr_spill, r.sgpr_spill, r.scratch_bytes),
-                        (0, 0, 0),
-                        "{kernel} {t} {what} D{dim}"
-                    );
-                    assert!(r.within_budget(), "{kernel} {t} {what} D{dim}: {r:?}");
+                    cases.push((kernel, t, what, a, dim));
                 }
             }
         }
     }
+    parallel::each(cases, |(kernel, t, what, a, dim)| {
+        let arch = t.arch().unwrap();
+        let clang = clang_for(arch);
+        let mut a = a;
+        a.attn.dim = dim;
+        let k = problem(kernel, a, RunSettings::default()).build(t).unwrap();
+        let l = kittens_codegen::lower(&k, t).unwrap();
+        let out = clang
+            .compile(&l.source, arch)
+            .unwrap_or_else(|e| panic!("{kernel} {t} {what} D{dim}: {e}"));
+        let r = analyze(&out.asm, arch, Some(&l.entry)).unwrap();
+        eprintln!(
+            "{kernel} {t} {what} D{dim}: {} VGPR + {} AGPR, spills {}/{}, scratch {}",
+            r.vgpr, r.agpr, r.vgpr_spill, r.sgpr_spill, r.scratch_bytes
+        );
+        if (kernel, t, what, dim) == ("attn_bwd", Target::Gfx942, "all, causal", 64) {
+            // The plain program spilled 13 SGPRs here: the run takes the 4-wave
+            // interleave (`attn_bwd::problem::config`).
+            assert!(l.entry.contains("attn_bwd"), "{}", l.entry);
+            assert!(r.agpr > 0, "{kernel} {t} {what}: not the interleave: {r:?}");
+        }
+        assert_eq!(
+            (r.vgpr_spill, r.sgpr_spill, r.scratch_bytes),
+            (0, 0, 0),
+            "{kernel} {t} {what} D{dim}"
+        );
+        assert!(r.within_budget(), "{kernel} {t} {what} D{dim}: {r:?}");
+    });
 }
 
 #[test]

@@ -20,6 +20,8 @@
 mod amd_common;
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
+#[path = "cases_support/parallel.rs"]
+mod parallel;
 
 use amd_common::{assert_compiles_without_spills, clang_for};
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
@@ -154,7 +156,7 @@ fn lse_gradient_folded_on_the_interpreter() {
 fn strided_attention_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
     let cache = fresh_cache("attn-strides");
-    let mut n = 0;
+    let mut lowered = Vec::new();
     for dim in [64, 128] {
         let base = fused(4, 2, 300, dim);
         let mut lse = base;
@@ -193,14 +195,16 @@ fn strided_attention_compiles_for_sm_90a_without_spills() {
                 );
                 let l = kittens_codegen::lower(&stage.kernel, Target::Sm90a)
                     .unwrap_or_else(|e| panic!("{what} D{dim}: {e}"));
-                let r = compile_clean(&l, &cache, &format!("{what} D{dim}"));
-                eprintln!("{} {what} D{dim}: {r:?}", l.entry);
-                n += 1;
+                lowered.push((format!("{what} D{dim}"), l));
             }
         }
     }
     // Per head dim: 1 + 1 + 2 forward launches, 2 + 2 + 3 + 3 backward.
-    assert_eq!(n, 28);
+    assert_eq!(lowered.len(), 28);
+    parallel::each(lowered, |(what, l)| {
+        let r = compile_clean(&l, &cache, &what);
+        eprintln!("{} {what}: {r:?}", l.entry);
+    });
 }
 
 #[test]
@@ -266,7 +270,7 @@ fn strided_attention_on_amd() {
 fn every_strided_backward_schedule_on_amd_compiles_without_spills_or_is_refused() {
     let mut seen = std::collections::HashSet::new();
     let mut refused = Vec::new();
-    let mut built = 0;
+    let mut built = Vec::new();
     for t in [Target::Gfx942, Target::Gfx950] {
         clang_for(t.arch().unwrap());
         for variant in [Some("pingpong8"), None, Some("interleave4")] {
@@ -296,8 +300,7 @@ fn every_strided_backward_schedule_on_amd_compiles_without_spills_or_is_refused(
                         let src = kittens_codegen::lower(&st.kernel, t).unwrap().source;
                         if seen.insert(src) {
                             let label = format!("{} {what} causal {causal}", st.kernel.name);
-                            assert_compiles_without_spills(&st.kernel, t, &label);
-                            built += 1;
+                            built.push((st.kernel, t, label));
                         }
                     }
                 }
@@ -307,5 +310,8 @@ fn every_strided_backward_schedule_on_amd_compiles_without_spills_or_is_refused(
     refused.dedup();
     assert_eq!(refused, ["gfx942 pingpong8 D64", "gfx942 pingpong8 D128"]);
     // gfx950: 3 schedules x 2 dims x 2 masks x 2 launches; gfx942: the interleave's 8.
-    assert_eq!(built, 24 + 8);
+    assert_eq!(built.len(), 24 + 8);
+    parallel::each(built, |(k, t, label)| {
+        assert_compiles_without_spills(&k, t, &label)
+    });
 }

@@ -6,6 +6,8 @@
 
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
+#[path = "cases_support/parallel.rs"]
+mod parallel;
 #[path = "cuda_support/ptx.rs"]
 mod ptx;
 
@@ -144,7 +146,7 @@ fn attn_bwd_wide_head_dims_compile_for_sm_90a_without_spills() {
     ensure_nvrtc();
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let cache = fresh_cache("lowered-attn-bwd-wide");
-    let mut n = 0;
+    let mut lowered = Vec::new();
     let capped = Logits {
         scale: Some(0.1),
         softcap: Some(5.0),
@@ -216,12 +218,17 @@ fn attn_bwd_wide_head_dims_compile_for_sm_90a_without_spills() {
                 );
                 std::fs::write(f, &l.source).unwrap();
             }
-            let r = compile_clean(&l, &cache, &format!("{cfg:?}"));
-            eprintln!("{} {dim} {:?} {:?}: {r:?}", l.entry, cfg.causal, cfg.layout);
-            n += 1;
+            lowered.push((cfg, l));
         }
     }
-    assert_eq!(n, 2 * (6 + 1 + 6 + 1 + 2 + 6 + 1 + 2));
+    assert_eq!(lowered.len(), 2 * (6 + 1 + 6 + 1 + 2 + 6 + 1 + 2));
+    parallel::each(lowered, |(cfg, l)| {
+        let r = compile_clean(&l, &cache, &format!("{cfg:?}"));
+        eprintln!(
+            "{} {} {:?} {:?}: {r:?}",
+            l.entry, cfg.dim, cfg.causal, cfg.layout
+        );
+    });
 }
 
 /// Head dim 32 (the 64-column programs with the last 32 columns read as zeros): both Hopper forms'

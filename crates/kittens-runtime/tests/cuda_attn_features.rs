@@ -8,6 +8,8 @@
 mod attn_options;
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
+#[path = "cases_support/parallel.rs"]
+mod parallel;
 
 use attn_options::options;
 use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
@@ -109,7 +111,7 @@ fn attn_fwd_head_dims_192_and_256_compile_for_sm_90a_without_spills() {
 fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
     let cache = fresh_cache("attn-features-bwd");
-    let mut n = 0;
+    let mut lowered = Vec::new();
     for (what, a) in options() {
         for dim in [64, 96, 128] {
             let mut p = BwdProblem::with(a);
@@ -138,13 +140,15 @@ fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
                         "{what}: no window mask"
                     );
                 }
-                let r = compile_clean(&l, &cache, &what);
-                eprintln!("{} {what}: {r:?}", l.entry);
-                n += 1;
+                lowered.push((what, l));
             }
         }
     }
-    assert_eq!(n, 41);
+    assert_eq!(lowered.len(), 41);
+    parallel::each(lowered, |(what, l)| {
+        let r = compile_clean(&l, &cache, &what);
+        eprintln!("{} {what}: {r:?}", l.entry);
+    });
     // The configuration the runs build carries each option into the program.
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let plain = kittens_kernels::attn_bwd::build(&BwdConfig::for_gpu(h100)).unwrap();

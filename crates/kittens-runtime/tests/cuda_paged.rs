@@ -7,6 +7,8 @@
 
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
+#[path = "cases_support/parallel.rs"]
+mod parallel;
 
 use cuda_common::ensure_nvrtc;
 use kittens_hw::Target;
@@ -16,6 +18,7 @@ use kittens_kernels::attn_paged::PagedConfig;
 #[test]
 fn paged_decode_compiles_for_sm90a_without_spills() {
     ensure_nvrtc();
+    let mut cases = Vec::new();
     // GQA packing (a group's query heads as the block's rows), split and not, causal and not.
     for (dim, kv, causal, splits) in [
         (128, 128, true, 1),
@@ -33,7 +36,7 @@ fn paged_decode_compiles_for_sm90a_without_spills() {
             pack_gqa: true,
         };
         let what = format!("packed D{dim} kv{kv} causal {causal} splits {splits}");
-        compiles_without_spills(&cfg, &what);
+        cases.push((cfg, what));
     }
     // Every head dim and key block, each mask and split form at the registry's page 16 and the
     // widest blocks (the most registers).
@@ -75,9 +78,10 @@ fn paged_decode_compiles_for_sm90a_without_spills() {
             let what = format!(
                 "D{dim} kv{kv} causal {causal} splits {splits} alibi {alibi} softcap+window {capped}"
             );
-            compiles_without_spills(&cfg, &what);
+            cases.push((cfg, what));
         }
     }
+    parallel::each(cases, |(cfg, what)| compiles_without_spills(&cfg, &what));
 }
 
 fn compiles_without_spills(cfg: &PagedConfig, what: &str) {

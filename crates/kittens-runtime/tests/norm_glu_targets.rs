@@ -9,6 +9,8 @@
 mod amd_common;
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
+#[path = "cases_support/parallel.rs"]
+mod parallel;
 
 use amd_common::{assert_compiles_without_spills, clang_for};
 use kittens_hw::Target;
@@ -139,38 +141,42 @@ fn builds(e: &KernelEntry, t: Target) -> Vec<(String, kittens_ir::Kernel)> {
 
 #[test]
 fn amd_builds_compile_without_spills() {
+    let mut cases = Vec::new();
     for name in NAMES {
         for t in AMD {
+            clang_for(t.arch().unwrap()); // installed (if missing) once, before the threads
             for (label, k) in builds(entry(name), t) {
-                assert_compiles_without_spills(&k, t, &format!("{name} {label}"));
+                cases.push((k, t, format!("{name} {label}")));
             }
         }
     }
+    parallel::each(cases, |(k, t, label)| {
+        assert_compiles_without_spills(&k, t, &label)
+    });
 }
 
 #[test]
 fn sm90a_builds_compile_without_spills() {
     cuda_common::ensure_nvrtc();
+    let mut cases = Vec::new();
     for name in NAMES {
-        let e = entry(name);
-        for (label, k) in builds(e, Target::Sm90a) {
-            let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap();
-            let image = kittens_runtime::cuda::compile(
-                &l.source,
-                &l.entry,
-                "sm_90a",
-                l.dynamic_shared_bytes(),
-            )
-            .unwrap_or_else(|err| panic!("{name} {label}: {err}"));
-            eprintln!("{name} {label} sm_90a: {:?}", image.report);
-            assert_eq!(
-                image.report.spill_stores, 0,
-                "{name} {label}: {:?}",
-                image.report
-            );
-            assert!(!image.cubin.is_empty(), "{name} {label}");
+        for (label, k) in builds(entry(name), Target::Sm90a) {
+            cases.push((name, label, k));
         }
     }
+    parallel::each(cases, |(name, label, k)| {
+        let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap();
+        let image =
+            kittens_runtime::cuda::compile(&l.source, &l.entry, "sm_90a", l.dynamic_shared_bytes())
+                .unwrap_or_else(|err| panic!("{name} {label}: {err}"));
+        eprintln!("{name} {label} sm_90a: {:?}", image.report);
+        assert_eq!(
+            image.report.spill_stores, 0,
+            "{name} {label}: {:?}",
+            image.report
+        );
+        assert!(!image.cubin.is_empty(), "{name} {label}");
+    });
 }
 
 /// Odd shapes for the runs on an emulator: `(rows, D or F, residual, packed)`. On the AMD targets

@@ -1,11 +1,14 @@
 //! The norm backwards built for 32-bit offsets (`kittens_ir::Grid::index32`, which
 //! `RowLoop::index32_for` sets where a problem's rows fit): on sm_90a through NVRTC each launch
-//! compiles with zero spills, the row launches with no more registers than their 64-bit form (the table goes to stderr:
-//! `--nocapture`), and the launcher refuses a tensor past `kittens_ir::INDEX32_MAX_SPAN` elements by
+//! compiles with zero spills (the registers of each form go to stderr: `--nocapture`; with
+//! `KITTENS_NORM_TABLE=1` every setting's 64-bit form too, the table `RowLoop::pair_where_it_fits`
+//! was read from), and the launcher refuses a tensor past `kittens_ir::INDEX32_MAX_SPAN` elements by
 //! name.
 
 #[path = "cuda_support/common.rs"]
 mod cuda_common;
+#[path = "cases_support/parallel.rs"]
+mod parallel;
 
 use kittens_hw::Target;
 use kittens_ir::{Env, Kernel, INDEX32_MAX_SPAN};
@@ -86,29 +89,40 @@ const KNOBS: [Knob; 6] = [
     (2, Some(1), true),
 ];
 
+/// Asks for the whole register table: every setting's 64-bit form compiled beside its 32-bit one (a
+/// measurement; the check itself compiles the 64-bit form at the default setting only).
+const TABLE_VAR: &str = "KITTENS_NORM_TABLE";
+
 #[test]
 fn index32_backwards_compile_without_spills() {
     cuda_common::ensure_nvrtc();
+    let table = std::env::var_os(TABLE_VAR).is_some();
+    let mut cases = Vec::new();
     for kn in KNOBS {
         for dim in DIMS {
-            for ((label, k64), (_, k32)) in
-                kernels(dim, false, kn).iter().zip(kernels(dim, true, kn))
+            for ((label, k64), (_, k32)) in kernels(dim, false, kn)
+                .into_iter()
+                .zip(kernels(dim, true, kn))
             {
                 let l = kittens_codegen::lower(&k32, Target::Sm90a).unwrap();
                 assert!(l.source.contains("typedef int kt_idx;"), "{label}");
-                let (r64, s64) = report(k64);
-                let (r32, s32) = report(&k32);
-                eprintln!(
-                    "{label} resident={} prefetch={:?} shared_acc={}: registers 64-bit {r64} \
-                     (spill stores {s64}), 32-bit {r32} ({s32})",
-                    kn.0, kn.1, kn.2
-                );
-                if kn == KNOBS[0] || kn == KNOBS[3] {
-                    assert_eq!(s32, 0, "{label}: 32-bit spills");
-                }
+                let k64 = (table || kn == KNOBS[0]).then_some(k64);
+                cases.push((label, kn, k64, k32));
             }
         }
     }
+    parallel::each(cases, |(label, kn, k64, k32)| {
+        let (r32, s32) = report(&k32);
+        let r64 = k64.map(|k| report(&k));
+        eprintln!(
+            "{label} resident={} prefetch={:?} shared_acc={}: registers 64-bit {r64:?} \
+             (registers, spill stores), 32-bit {r32} ({s32})",
+            kn.0, kn.1, kn.2
+        );
+        if kn == KNOBS[0] || kn == KNOBS[3] {
+            assert_eq!(s32, 0, "{label}: 32-bit spills");
+        }
+    });
 }
 
 /// Every sum of a row at one barrier (`RowLoop::one_sum`), 32-bit offsets, at one block per SM with
@@ -117,24 +131,27 @@ fn index32_backwards_compile_without_spills() {
 #[test]
 fn one_sum_backwards_compile_without_spills() {
     cuda_common::ensure_nvrtc();
+    let mut cases = Vec::new();
     for kn in [(1, None, false), (2, Some(0), false)] {
         for dim in DIMS {
             for (label, k) in kernels(dim, true, kn) {
                 if label.ends_with("dweight") {
                     continue;
                 }
-                let k = one_sum(&k, dim, kn, &label);
-                let (r, s) = report(&k);
-                eprintln!(
-                    "{label} one_sum resident={} prefetch={:?}: registers {r} (spill stores {s})",
-                    kn.0, kn.1
-                );
-                if kn.0 == 1 {
-                    assert_eq!(s, 0, "{label}: one_sum spills");
-                }
+                cases.push((one_sum(&k, dim, kn, &label), label, kn));
             }
         }
     }
+    parallel::each(cases, |(k, label, kn)| {
+        let (r, s) = report(&k);
+        eprintln!(
+            "{label} one_sum resident={} prefetch={:?}: registers {r} (spill stores {s})",
+            kn.0, kn.1
+        );
+        if kn.0 == 1 {
+            assert_eq!(s, 0, "{label}: one_sum spills");
+        }
+    });
 }
 
 /// The next rows' inputs staged in shared memory (`RowLoop::stage`, 16-byte `cp.async`), 32-bit
@@ -279,6 +296,7 @@ fn the_default_backwards_compile_without_spills() {
     if std::env::var_os(kittens_kernels::rows::ROW_LOOP_VAR).is_some() {
         return; // a measurement's own setting: not the defaults
     }
+    let mut compiled = Vec::new();
     for dim in DIMS {
         let cases: [(&str, &str, f32); 3] = [
             ("layernorm_bwd", "p", 0.0),
@@ -295,11 +313,6 @@ fn the_default_backwards_compile_without_spills() {
                 .with(key, p);
             let e = kittens_kernels::by_name(name).unwrap();
             let k = e.problem(&a).unwrap().build(Target::Sm90a).unwrap();
-            let (regs, spills) = report(&k);
-            eprintln!(
-                "default {name} D{dim} p={p}: resident {} index32 {} registers {regs} spill stores {spills}",
-                k.grid.resident, k.grid.index32
-            );
             assert!(k.grid.index32, "{name} D{dim}");
             let one_sum = if name == "rmsnorm_bwd" {
                 let p = rmsnorm::problem::RmsNormProblem {
@@ -324,7 +337,6 @@ fn the_default_backwards_compile_without_spills() {
                 name == "rmsnorm_bwd" || dim >= 4096,
                 "{name} D{dim}"
             );
-            assert_eq!(spills, 0, "{name} D{dim} p={p}");
             let paired = if name == "rmsnorm_bwd" {
                 dim <= 3080
             } else {
@@ -335,6 +347,15 @@ fn the_default_backwards_compile_without_spills() {
                 if paired { 2 } else { 1 },
                 "{name} D{dim} p={p}"
             );
+            compiled.push((format!("default {name} D{dim} p={p}"), k));
         }
     }
+    parallel::each(compiled, |(what, k)| {
+        let (regs, spills) = report(&k);
+        eprintln!(
+            "{what}: resident {} index32 {} registers {regs} spill stores {spills}",
+            k.grid.resident, k.grid.index32
+        );
+        assert_eq!(spills, 0, "{what}");
+    });
 }
