@@ -162,6 +162,7 @@ fn one_sum_backwards_compile_without_spills() {
 fn staged_backwards_compile_without_spills() {
     cuda_common::ensure_nvrtc();
     let gpu = Target::Sm90a.gpu().unwrap();
+    let mut cases = Vec::new();
     for dim in DIMS {
         for (resident, stage) in [(1, 1), (1, 2), (1, 3), (2, 1)] {
             let lp = |waves| RowLoop {
@@ -172,36 +173,41 @@ fn staged_backwards_compile_without_spills() {
                 ..row_loop(waves, dim, true)
             };
             let cfg = rmsnorm::RmsNormConfig::for_gpu(gpu, dim, true);
-            let rms = rmsnorm::build_bwd(&cfg, &lp(cfg.waves)).unwrap();
+            cases.push((
+                rmsnorm::build_bwd(&cfg, &lp(cfg.waves)).unwrap(),
+                stage,
+                resident,
+            ));
             let cfg = layernorm::LayerNormConfig::for_gpu(gpu, dim, 0.0);
             let ln = layernorm::bwd::build_bwd(&cfg, &lp(cfg.waves)).unwrap();
-            for k in [rms, ln] {
-                let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap();
-                for needle in [
-                    "ks::cp_async_16(",
-                    "ks::cp_async_commit();",
-                    "ks::cp_async_wait<",
-                ] {
-                    assert!(
-                        l.source.contains(needle),
-                        "{} stage {stage}: no {needle}",
-                        k.name
-                    );
-                }
-                let (r, spills) = report(&k);
-                eprintln!(
-                    "{} stage={stage} resident={resident}: registers {r} (spill stores {spills}), \
-                     shared {} bytes ({:?})",
-                    k.name, l.shared_bytes, l.shared_alloc
-                );
-                assert_eq!(
-                    spills, 0,
-                    "{} stage {stage} resident {resident}: spills",
-                    k.name
-                );
-            }
+            cases.push((ln, stage, resident));
         }
     }
+    parallel::each(cases, |(k, stage, resident)| {
+        let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap();
+        for needle in [
+            "ks::cp_async_16(",
+            "ks::cp_async_commit();",
+            "ks::cp_async_wait<",
+        ] {
+            assert!(
+                l.source.contains(needle),
+                "{} stage {stage}: no {needle}",
+                k.name
+            );
+        }
+        let (r, spills) = report(&k);
+        eprintln!(
+            "{} stage={stage} resident={resident}: registers {r} (spill stores {spills}), \
+             shared {} bytes ({:?})",
+            k.name, l.shared_bytes, l.shared_alloc
+        );
+        assert_eq!(
+            spills, 0,
+            "{} stage {stage} resident {resident}: spills",
+            k.name
+        );
+    });
 }
 
 /// The first launch of `label` (a kernel of [`kernels`]) rebuilt with [`RowLoop::one_sum`].
