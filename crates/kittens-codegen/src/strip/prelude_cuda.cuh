@@ -1,5 +1,6 @@
 // kittens strip prelude (CUDA): what the lowering of memory-bound (strip-tile) programs needs, no CUDA
-// headers. The HIP twin is prelude_hip.h; both define the same `ks::` functions.
+// headers. The HIP twin is prelude_hip.h; both define the same `ks::` functions but the `cp.async` ones
+// (AMD copies at issue: strip/copy.rs).
 typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef unsigned short bf16_t; // raw bf16 bits; arithmetic happens in fp32
