@@ -148,7 +148,7 @@ impl Emit<'_> {
             && matches!(sdt, DType::Bf16 | DType::F32)
             && !matches!(d, Dist::Replicated { .. })
             && (d.v() * sdt.bytes()).is_multiple_of(16)
-            && !(self.k.reg(reg).dtype() == DType::Bf16 && sdt != DType::Bf16)
+            && (self.k.reg(reg).dtype() != DType::Bf16 || sdt == DType::Bf16)
     }
 
     /// A shared→register load of 16-byte vectors per chunk where the chunk's first element is
