@@ -4,8 +4,10 @@
 use kittens_hw::dtype::DType;
 use kittens_ir::{GlobalView, Op, RegId, Rounding, SharedView};
 
-use super::{unsupported, Dist, Emit, StripError};
+use super::{unsupported, Dist, Emit, StripError, STATIC_SHARED};
 use crate::cexpr::ident;
+use crate::lowered::SharedAlloc;
+use kittens_hw::Target;
 
 impl Emit<'_> {
     /// C expressions of a global view: (pointer, offset of element (row `r`, col `c`) as a function of
@@ -192,6 +194,81 @@ impl Emit<'_> {
         ));
         self.close_slots(d);
         Ok(())
+    }
+}
+
+impl Emit<'_> {
+    /// Declares the kernel's shared buffers and the mma scratch (`scratch` bytes): `__shared__`
+    /// arrays (16-byte aligned on sm_90a, for `cp.async`: `copy.rs`), or on sm_90a past the static
+    /// limit pointers carved from dynamic shared memory (the launch opts in to the device's
+    /// per-block maximum); AMD declares everything statically. Returns the bytes and how they are
+    /// allocated.
+    pub(super) fn declare_shared(
+        &mut self,
+        scratch: u32,
+    ) -> Result<(u32, SharedAlloc), StripError> {
+        let (k, d) = (self.k, self.d);
+        let shared_bytes = k.shared_bytes() + scratch;
+        // sm_90a: over the static limit, the buffers are carved from dynamic shared memory (the launch
+        // opts in to the device's per-block maximum); AMD declares everything statically.
+        let dynamic = d.target == Target::Sm90a && shared_bytes > STATIC_SHARED;
+        let limit = if d.target == Target::Sm90a {
+            d.target
+                .gpu()
+                .map_or(STATIC_SHARED, |g| g.shared_bytes_per_block)
+        } else {
+            STATIC_SHARED
+        };
+        if shared_bytes > limit {
+            return unsupported(format!(
+                "{shared_bytes} bytes of shared memory (buffers {} + mma scratch {scratch} for {} \
+                 waves), over the {limit} a block of {} may use: use smaller tiles",
+                k.shared_bytes(),
+                k.waves,
+                d.target
+            ));
+        }
+        if dynamic {
+            self.line("extern __shared__ __align__(16) unsigned char kt_dyn[];");
+        }
+        let mut at = 0u32;
+        for s in &k.shared {
+            let ty = self.storage(s.tile.dtype)?;
+            let n = s.count * s.tile.rows * s.tile.cols;
+            if dynamic {
+                self.line(format!(
+                    "{ty}* const kt_sh_{} = ({ty}*)(kt_dyn + {at});",
+                    ident(&s.name)
+                ));
+                at += (n * s.tile.dtype.bytes()).next_multiple_of(16);
+                continue;
+            }
+            // 16-byte aligned on sm_90a: `cp.async` chunks (`copy.rs`).
+            let align = if d.target == Target::Sm90a {
+                "__align__(16) "
+            } else {
+                ""
+            };
+            self.line(format!(
+                "__shared__ {align}{ty} kt_sh_{}[{n}];",
+                ident(&s.name)
+            ));
+        }
+        if scratch > 0 {
+            if dynamic {
+                self.line(format!("unsigned char* const kt_mma = kt_dyn + {at};"));
+                at += scratch;
+            } else {
+                self.line(format!(
+                    "__shared__ __align__(16) unsigned char kt_mma[{scratch}];"
+                ));
+            }
+        }
+        Ok(if dynamic {
+            (at, SharedAlloc::Dynamic)
+        } else {
+            (shared_bytes, SharedAlloc::Static)
+        })
     }
 }
 

@@ -41,7 +41,7 @@ mod dist;
 mod global;
 mod memory;
 mod mma;
-use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
+use crate::lowered::{GridRule, KernelArg, Lowered};
 pub use dialects::{hip, CUDA};
 use dist::{dist, Dist};
 
@@ -710,68 +710,7 @@ fn lower_any(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         "const kt_idx wave = (kt_idx)({}) / {lanes};\nconst int kt_lane = (int)(({}) % {lanes});",
         d.thread, d.thread
     ));
-    let scratch = mma_stride * k.waves;
-    let shared_bytes = k.shared_bytes() + scratch;
-    // sm_90a: over the static limit, the buffers are carved from dynamic shared memory (the launch
-    // opts in to the device's per-block maximum); AMD declares everything statically.
-    let dynamic = d.target == Target::Sm90a && shared_bytes > STATIC_SHARED;
-    let limit = if d.target == Target::Sm90a {
-        d.target
-            .gpu()
-            .map_or(STATIC_SHARED, |g| g.shared_bytes_per_block)
-    } else {
-        STATIC_SHARED
-    };
-    if shared_bytes > limit {
-        return unsupported(format!(
-            "{shared_bytes} bytes of shared memory (buffers {} + mma scratch {scratch} for {} \
-             waves), over the {limit} a block of {} may use: use smaller tiles",
-            k.shared_bytes(),
-            k.waves,
-            d.target
-        ));
-    }
-    if dynamic {
-        e.line("extern __shared__ __align__(16) unsigned char kt_dyn[];");
-    }
-    let mut at = 0u32;
-    for s in &k.shared {
-        let ty = e.storage(s.tile.dtype)?;
-        let n = s.count * s.tile.rows * s.tile.cols;
-        if dynamic {
-            e.line(format!(
-                "{ty}* const kt_sh_{} = ({ty}*)(kt_dyn + {at});",
-                ident(&s.name)
-            ));
-            at += (n * s.tile.dtype.bytes()).next_multiple_of(16);
-            continue;
-        }
-        // 16-byte aligned on sm_90a: `cp.async` chunks (`copy.rs`).
-        let align = if d.target == Target::Sm90a {
-            "__align__(16) "
-        } else {
-            ""
-        };
-        e.line(format!(
-            "__shared__ {align}{ty} kt_sh_{}[{n}];",
-            ident(&s.name)
-        ));
-    }
-    if scratch > 0 {
-        if dynamic {
-            e.line(format!("unsigned char* const kt_mma = kt_dyn + {at};"));
-            at += scratch;
-        } else {
-            e.line(format!(
-                "__shared__ __align__(16) unsigned char kt_mma[{scratch}];"
-            ));
-        }
-    }
-    let (shared_bytes, shared_alloc) = if dynamic {
-        (at, SharedAlloc::Dynamic)
-    } else {
-        (shared_bytes, SharedAlloc::Static)
-    };
+    let (shared_bytes, shared_alloc) = e.declare_shared(mma_stride * k.waves)?;
     for (i, _) in k.regs.iter().enumerate() {
         let r = RegId(i as u32);
         let n = e.dist(r).len();
