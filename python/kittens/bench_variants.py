@@ -1,6 +1,7 @@
 """``--norm-bwd-variants`` (``--norm-fwd-variants``): the norm backwards (forwards) timed under several
 settings of ``KITTENS_NORM_BWD`` (``kittens_kernels::rows::ROW_LOOP_VAR``: blocks, waves per row, prefetch,
-blocks per SM, partial sums in shared memory; forwards: ``KITTENS_NORM_FWD=per_lane=N``; ``--swiglu-variants``:
+blocks per SM, partial sums in shared memory, one barrier a row, the next rows' inputs staged in shared
+memory by ``cp.async`` (``stage=N``); forwards: ``KITTENS_NORM_FWD=per_lane=N``; ``--swiglu-variants``:
 ``KITTENS_SWIGLU=waves=N,chunks=C``) beside the
 default and torch, in one process and one interleaved timing, so that a candidate and the default see the
 same clocks and the same inputs. Each setting's result is judged against float64 by the same rule as the

@@ -11,6 +11,11 @@ use kittens_hw::{Gpu, Target};
 use kittens_ir::{Access, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId, Schedule};
 use kittens_tile::{BaseShape, Layout, Swizzle};
 
+mod stage;
+mod strides;
+pub(crate) use stage::Staged;
+pub use strides::RowStrides;
+
 /// The norms' backward variant naming their second launch (`dweight` from the first launch's
 /// per-wave partial sums) for `kittens compile --schedule dweight`; a run runs both launches.
 pub const DWEIGHT: &str = "dweight";
@@ -171,12 +176,16 @@ pub(crate) fn check_rows(
 /// leaves room for the row sums' ring under the 48 KiB a kernel declares statically (sm_90a).
 pub const SHARED_ACC_MAX_BYTES: u32 = 32 * 1024;
 
+/// The most shared memory the staged inputs of one SM's blocks take ([`RowLoop::stage`]): what leaves
+/// room for the row sums' ring and the partial sums under sm_90a's 227 KiB per block.
+pub const STAGE_MAX_BYTES: u32 = 192 * 1024;
+
 /// Rows of `D` one wave of the second launch sums (a `DW_ROWS × lanes·8` strip per step).
 pub const DW_ROWS: u32 = 4;
 
 /// The environment variable that overrides [`RowLoop`] for a measurement: `blocks=N`,
 /// `waves_per_row=W`, `prefetch=0|1|2`, `resident=R`, `shared_acc=0|1`, `late=0|1` and/or
-/// `one_sum=0|1`, comma-separated (e.g. `KITTENS_NORM_BWD=blocks=132,prefetch=0`).
+/// `one_sum=0|1` and/or `stage=0..4`, comma-separated (e.g. `KITTENS_NORM_BWD=blocks=132,prefetch=0`).
 pub const ROW_LOOP_VAR: &str = "KITTENS_NORM_BWD";
 
 /// How the first launch of a row-wise backward (`rmsnorm_bwd`, `layernorm_bwd`) walks its rows, as
@@ -230,6 +239,10 @@ pub struct RowLoop {
     /// (docs/performance.md, "rmsnorm and swiglu"); the raw second moment loses precision where a
     /// row's mean dwarfs its spread (as Apex's single-pass variance does).
     pub one_sum: bool,
+    /// Rows ahead (0: none) whose inputs a wave copies into a ring in shared memory asynchronously
+    /// ([`Staged`]: `cp.async` on sm_90a), in place of [`Self::prefetch`]: bytes in flight without
+    /// registers (issue #33). The depth is cut to what fits [`STAGE_MAX_BYTES`] per SM.
+    pub stage: u32,
 }
 
 impl RowLoop {
@@ -269,6 +282,7 @@ impl RowLoop {
             shared_acc: false,
             late_loads: false,
             one_sum: false,
+            stage: 0,
         }
     }
 
@@ -288,7 +302,7 @@ impl RowLoop {
             KernelError::Config(format!(
                 "{ROW_LOOP_VAR} = {v:?}: expected blocks=N (N > 0), waves_per_row=W (1, 2, 4, 8, 16 \
                  or 32), prefetch=P (0, 1 or 2), resident=R (1 to 8), shared_acc=S (0 or 1), \
-                 late=L (0 or 1) and/or one_sum=O (0 or 1), comma-separated"
+                 late=L (0 or 1), one_sum=O (0 or 1) and/or stage=S (0 to 4), comma-separated"
             ))
         };
         let mut blocks_set = false;
@@ -305,6 +319,7 @@ impl RowLoop {
                 "shared_acc" if n <= 1 => lp.shared_acc = n == 1,
                 "late" if n <= 1 => lp.late_loads = n == 1,
                 "one_sum" if n <= 1 => lp.one_sum = n == 1,
+                "stage" if n <= 4 => lp.stage = n,
                 _ => return Err(bad()),
             }
         }
@@ -363,10 +378,17 @@ impl RowLoop {
         self.shared_acc && bytes <= SHARED_ACC_MAX_BYTES
     }
 
+    /// [`Self::stage`]'s depth for rows whose staged inputs take `bytes` of shared memory per block
+    /// and step: as deep as fits [`STAGE_MAX_BYTES`] shared by [`Self::resident`] blocks (0: none).
+    pub fn stage_depth(&self, bytes: u32) -> u32 {
+        let budget = STAGE_MAX_BYTES / self.resident.max(1);
+        self.stage.min(budget / bytes.max(1))
+    }
+
     /// [`Self::prefetch`]'s level for a wave's share of `slice` columns on waves of `lanes` lanes:
-    /// 0 unless the share is one 16-byte chunk per lane.
+    /// 0 unless the share is one 16-byte chunk per lane, and 0 where the inputs are staged.
     pub fn ahead(&self, slice: u32, lanes: u32) -> u32 {
-        if slice <= lanes * 8 {
+        if slice <= lanes * 8 && self.stage == 0 {
             self.prefetch
         } else {
             0
@@ -666,131 +688,4 @@ pub(crate) fn sum_partials(
         );
     }
     Ok(k.finish()?)
-}
-
-/// The most 2-D tensors of one row-wise kernel that take a row stride.
-const MAX_STRIDED: usize = 4;
-
-/// Row strides (elements between consecutive rows; the row itself contiguous) of a row-wise kernel's
-/// `[rows, D]` tensors, by the name the kernel gives the tensor; a tensor not named is dense (stride
-/// `D`). What a model hands over without a copy: `x[:, :768]` of a `(rows, 1024)` tensor has row
-/// stride 1024. As the attention programs take per-tensor strides (`crate::attn::strides`) and GEMM
-/// its leading dimensions, the kernel reads the rows in place; a stride is a multiple of 8 elements
-/// (16 bytes of bf16, one vector load per lane).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
-pub struct RowStrides([Option<(&'static str, u32)>; MAX_STRIDED]);
-
-impl RowStrides {
-    /// The strides `a` names: `{t}_row_stride` for each tensor `t` of `tensors` (at most 4).
-    pub fn from_args(
-        a: &crate::problem::NamedArgs,
-        tensors: &[&'static str],
-    ) -> Result<Self, KernelError> {
-        let mut st = RowStrides::default();
-        for &t in tensors.iter().take(MAX_STRIDED) {
-            let n = format!("{t}_row_stride");
-            if a.get(&n).is_some() {
-                st = st.with(t, a.u32_or(&n, 0)?);
-            }
-        }
-        Ok(st)
-    }
-
-    /// These strides with tensor `t`'s set to `stride`.
-    pub fn with(mut self, t: &'static str, stride: u32) -> Self {
-        let slot = self
-            .0
-            .iter()
-            .position(|e| e.is_none_or(|(n, _)| n == t))
-            .expect("at most 4 strided tensors");
-        self.0[slot] = Some((t, stride));
-        self
-    }
-
-    /// The widest row stride of these tensors for rows of `dim` (dense: `dim`).
-    pub fn widest(&self, dim: usize) -> usize {
-        self.0
-            .iter()
-            .flatten()
-            .map(|&(_, s)| s as usize)
-            .fold(dim, usize::max)
-    }
-
-    /// Tensor `t`'s row stride for rows of `dim` (dense: `dim`).
-    pub fn of(&self, t: &str, dim: usize) -> usize {
-        self.0
-            .iter()
-            .flatten()
-            .find(|(n, _)| *n == t)
-            .map_or(dim, |&(_, s)| s as usize)
-    }
-
-    /// Whether every tensor is dense at rows of `dim`.
-    pub fn dense(&self, dim: usize) -> bool {
-        self.0.iter().flatten().all(|&(_, s)| s as usize == dim)
-    }
-
-    /// Each stride at least the row (`dim`) and a multiple of 8 elements; the error names the kernel,
-    /// the tensor, its stride and the rule.
-    pub fn check(&self, kernel: &str, dim: u32) -> Result<(), KernelError> {
-        self.check_rows_of(kernel, |_| dim)
-    }
-
-    /// [`Self::check`] with each tensor's own row length (`dim_of`: e.g. a packed `[rows, 2F]`).
-    pub fn check_rows_of(
-        &self,
-        kernel: &str,
-        dim_of: impl Fn(&str) -> u32,
-    ) -> Result<(), KernelError> {
-        for &(t, s) in self.0.iter().flatten() {
-            let dim = dim_of(t);
-            if s < dim || !s.is_multiple_of(8) {
-                return Err(KernelError::Config(format!(
-                    "{kernel}: {t}_row_stride = {s} must be a multiple of 8 elements and at least \
-                     the row length D = {dim}"
-                )));
-            }
-        }
-        Ok(())
-    }
-
-    /// Declares the `[rows, dim]` bf16 tensor `t` in its row stride.
-    pub(crate) fn global(
-        &self,
-        k: &mut KernelBuilder,
-        t: &str,
-        rows: &Expr,
-        dim: u32,
-        access: Access,
-    ) -> GlobalId {
-        let d = i64::from(dim);
-        let s = self.of(t, dim as usize) as i64;
-        k.global_strided(
-            t,
-            Bf16,
-            &[("row", rows.clone()), ("col", Expr::c(d))],
-            vec![Expr::c(s), Expr::c(1)],
-            access,
-        )
-    }
-
-    /// Elements of tensor `t`'s buffer at `rows` rows of `dim`: from its first element to its last.
-    pub fn span(&self, t: &str, rows: usize, dim: usize) -> Result<usize, KernelError> {
-        if rows == 0 {
-            return Ok(0);
-        }
-        (rows - 1)
-            .checked_mul(self.of(t, dim))
-            .and_then(|n| n.checked_add(dim))
-            .ok_or_else(|| KernelError::Problem(format!("{t}: {rows} rows overflow")))
-    }
-
-    /// Tensor `t` (`data`, in its row stride) gathered into dense `[rows, dim]`.
-    pub fn gather(&self, t: &str, data: &[f32], rows: usize, dim: usize) -> Vec<f32> {
-        let s = self.of(t, dim);
-        (0..rows)
-            .flat_map(|r| &data[r * s..r * s + dim])
-            .copied()
-            .collect()
-    }
 }

@@ -73,6 +73,7 @@ fn layernorm_backward_with_any_grid() {
                 shared_acc,
                 late_loads,
                 one_sum: false,
+                stage: 0,
             };
             let p = with_p(45, dim as usize, p);
             check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));
@@ -111,6 +112,7 @@ fn layernorm_backward_with_one_sum_and_a_warp_per_row() {
                 shared_acc,
                 late_loads,
                 one_sum: true,
+                stage: 0,
             };
             let p = with_p(45, dim as usize, p);
             check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));
@@ -134,11 +136,70 @@ fn layernorm_backward_with_one_sum_and_a_warp_per_row() {
                 shared_acc,
                 late_loads: false,
                 one_sum,
+                stage: 0,
             };
             let p = with_p(45, dim as usize, 0.0);
             check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));
         }
     }
+}
+
+/// The next rows' x, residual, dy and dh staged in shared memory (`RowLoop::stage`: asynchronous
+/// copies, a ring 1 to 4 rows deep, read where used), with one and two barriers a row, late loads and
+/// shared partial sums, over grids whose blocks visit many rows; one and two chunks per wave, 64
+/// lanes, and a warp per row (four chunks a lane). The interpreter lands each copy at its wait and
+/// checks the ring's hazards.
+#[test]
+fn layernorm_backward_with_staged_rows() {
+    let cases = [
+        (7, 1, false, false, false),
+        (7, 2, true, false, false),
+        (1, 3, false, false, true),
+        (2, 4, true, true, false),
+    ];
+    for (dim, lanes, p) in [
+        (1000u32, 32u32, 0.1),
+        (1000, 32, 0.0),
+        (5128, 32, 0.0),
+        (768, 64, 0.1),
+    ] {
+        let cfg = LayerNormConfig::new(dim, p, lanes);
+        for (blocks, stage, one_sum, late_loads, shared_acc) in cases {
+            let lp = RowLoop {
+                blocks,
+                stage,
+                one_sum,
+                late_loads,
+                shared_acc,
+                ..RowLoop::for_target(Target::Cpu, cfg.waves)
+            };
+            let k = bwd::build_bwd(&cfg, &lp).unwrap();
+            let ops = k.ops();
+            let copies = ops
+                .iter()
+                .filter(|r| matches!(r.op, kittens_ir::Op::LoadAsync { .. }));
+            assert_eq!(
+                copies.count(),
+                4 * (stage as usize + 1),
+                "D{dim} stage {stage}"
+            );
+            let p = with_p(45, dim as usize, p);
+            check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));
+        }
+    }
+    let cfg = LayerNormConfig {
+        waves: 4,
+        waves_per_row: 1,
+        ..LayerNormConfig::new(1000, 0.0, 32)
+    };
+    let lp = RowLoop {
+        blocks: 3,
+        waves_per_row: Some(1),
+        stage: 2,
+        ..RowLoop::for_target(Target::Cpu, cfg.waves)
+    };
+    let p = with_p(45, 1000, 0.0);
+    check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));
 }
 
 fn stages(cfg: &LayerNormConfig, lp: &RowLoop, p: &NamedArgs, rows: usize) -> Vec<Stage> {

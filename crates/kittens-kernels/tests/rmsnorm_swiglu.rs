@@ -131,11 +131,78 @@ fn rmsnorm_backward_at_every_prefetch_level() {
                     shared_acc,
                     late_loads: false,
                     one_sum,
+                    stage: 0,
                 };
                 check_with("rmsnorm_bwd", &p, Some(bwd_stages(&cfg, &lp, &p, 45)));
             }
         }
     }
+}
+
+/// The next rows' inputs staged in shared memory (`RowLoop::stage`: asynchronous copies, a ring 1 to 4
+/// rows deep) over grids of 1 and 7 blocks, 45 rows, with and without the residual's gradient, one
+/// and two barriers a row; one chunk per lane (D = 1000) and a longer share (D = 5128). The
+/// interpreter lands each copy only at its wait and checks the ring's hazards.
+#[test]
+fn rmsnorm_backward_with_staged_rows() {
+    for dim in [1000u32, 5128] {
+        for residual in [true, false] {
+            let cfg = RmsNormConfig::new(dim, residual, 32);
+            let p = problem(45, dim as usize).with("residual", residual);
+            for (blocks, stage, one_sum) in
+                [(7, 1, false), (7, 2, true), (1, 3, false), (2, 4, true)]
+            {
+                let lp = kittens_kernels::rows::RowLoop {
+                    blocks,
+                    stage,
+                    one_sum,
+                    ..kittens_kernels::rows::RowLoop::for_target(kittens_hw::Target::Cpu, cfg.waves)
+                };
+                let k = rmsnorm::build_bwd(&cfg, &lp).unwrap();
+                let ops = k.ops();
+                let copies = ops
+                    .iter()
+                    .filter(|r| matches!(r.op, kittens_ir::Op::LoadAsync { .. }));
+                assert!(copies.count() > 0, "stage = {stage}: no asynchronous copy");
+                check_with("rmsnorm_bwd", &p, Some(bwd_stages(&cfg, &lp, &p, 45)));
+            }
+        }
+    }
+}
+
+/// The staged ring's wait is what orders each copy before its read: without it (the first wait on
+/// the async queue, inside the row loop, dropped) the interpreter's race check refuses the program.
+#[test]
+fn staged_rows_without_their_wait_are_refused() {
+    let cfg = RmsNormConfig::new(1000, true, 32);
+    let p = problem(45, 1000).with("residual", true);
+    let lp = kittens_kernels::rows::RowLoop {
+        blocks: 7,
+        stage: 2,
+        ..kittens_kernels::rows::RowLoop::for_target(kittens_hw::Target::Cpu, cfg.waves)
+    };
+    let mut stages = bwd_stages(&cfg, &lp, &p, 45);
+    let k = &stages[0].kernel;
+    let wait = k
+        .ops()
+        .iter()
+        .find(|r| {
+            matches!(
+                r.op,
+                kittens_ir::Op::Wait {
+                    queue: kittens_ir::WaitQueue::Async,
+                    ..
+                }
+            )
+        })
+        .map(|r| r.index)
+        .expect("a wait on the copies");
+    stages[0].kernel = k.without_op(wait).unwrap();
+    let plan = by_name("rmsnorm_bwd").unwrap().problem(&p).unwrap();
+    let mut rng = SmallRng::seed_from_u64(1);
+    let inputs = plan.draw(&stages[0].kernel, &stages[0].launch, &mut rng);
+    let err = common::run_stages(&stages, inputs).expect_err("a read before its copy's wait");
+    assert!(err.to_string().contains("racy"), "{err}");
 }
 
 /// A warp per row (`waves_per_row = 1`: four rows a block, no cross-wave sum; a row of 768 or 1000 is
@@ -161,6 +228,7 @@ fn rmsnorm_backward_with_a_warp_per_row() {
                     shared_acc,
                     late_loads: false,
                     one_sum: false,
+                    stage: 0,
                 };
                 check_with("rmsnorm_bwd", &p, Some(bwd_stages(&cfg, &lp, &p, 45)));
             }

@@ -154,6 +154,62 @@ fn one_sum_backwards_compile_without_spills() {
     });
 }
 
+/// The next rows' inputs staged in shared memory (`RowLoop::stage`, 16-byte `cp.async`), 32-bit
+/// offsets, one barrier a row, at one block per SM (depths 1 to 3) and two (depth 1): each first
+/// launch lowers to `cp.async` with its commit groups and waits, and compiles with zero spills at one
+/// block per SM; registers, spills and the ring's shared bytes go to stderr (`--nocapture`).
+#[test]
+fn staged_backwards_compile_without_spills() {
+    cuda_common::ensure_nvrtc();
+    let gpu = Target::Sm90a.gpu().unwrap();
+    let mut cases = Vec::new();
+    for dim in DIMS {
+        for (resident, stage) in [(1, 1), (1, 2), (1, 3), (2, 1)] {
+            let lp = |waves| RowLoop {
+                one_sum: true,
+                stage,
+                resident,
+                blocks: row_loop(waves, dim, true).blocks * resident,
+                ..row_loop(waves, dim, true)
+            };
+            let cfg = rmsnorm::RmsNormConfig::for_gpu(gpu, dim, true);
+            cases.push((
+                rmsnorm::build_bwd(&cfg, &lp(cfg.waves)).unwrap(),
+                stage,
+                resident,
+            ));
+            let cfg = layernorm::LayerNormConfig::for_gpu(gpu, dim, 0.0);
+            let ln = layernorm::bwd::build_bwd(&cfg, &lp(cfg.waves)).unwrap();
+            cases.push((ln, stage, resident));
+        }
+    }
+    parallel::each(cases, |(k, stage, resident)| {
+        let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap();
+        for needle in [
+            "ks::cp_async_16(",
+            "ks::cp_async_commit();",
+            "ks::cp_async_wait<",
+        ] {
+            assert!(
+                l.source.contains(needle),
+                "{} stage {stage}: no {needle}",
+                k.name
+            );
+        }
+        let (r, spills) = report(&k);
+        eprintln!(
+            "{} stage={stage} resident={resident}: registers {r} (spill stores {spills}), \
+             shared {} bytes ({:?})",
+            k.name, l.shared_bytes, l.shared_alloc
+        );
+        // Two blocks per SM cap a thread at 64 registers, which the one-barrier forms overrun from
+        // D 4096 (as without staging): reported, not asserted.
+        if resident == 1 {
+            assert_eq!(spills, 0, "{} stage {stage}: spills", k.name);
+        }
+    });
+}
+
 /// The first launch of `label` (a kernel of [`kernels`]) rebuilt with [`RowLoop::one_sum`].
 fn one_sum(k: &Kernel, dim: u32, kn: Knob, label: &str) -> Kernel {
     let gpu = Target::Sm90a.gpu().unwrap();

@@ -4,8 +4,10 @@
 use kittens_hw::dtype::DType;
 use kittens_ir::{GlobalView, Op, RegId, Rounding, SharedView};
 
-use super::{unsupported, Dist, Emit, StripError};
+use super::{unsupported, Dist, Emit, StripError, STATIC_SHARED};
 use crate::cexpr::ident;
+use crate::lowered::SharedAlloc;
+use kittens_hw::Target;
 
 impl Emit<'_> {
     /// C expressions of a global view: (pointer, offset of element (row `r`, col `c`) as a function of
@@ -103,6 +105,9 @@ impl Emit<'_> {
         let name = self.shared_name(v);
         let at = self.shared_at(v, "kt_row", "kt_col + kt_e_i");
         let r = self.r(reg);
+        if store.is_none() && self.shared_vector_ok(reg, sdt) {
+            return self.shared_load_vectors(reg, v);
+        }
         self.open_slots(d);
         let elem = format!("{r}[kt_s * {} + kt_e_i]", d.v());
         // Registers hold f32 (a bf16 register bf16 values); memory holds its dtype.
@@ -132,6 +137,138 @@ impl Emit<'_> {
         ));
         self.close_slots(d);
         Ok(())
+    }
+}
+
+impl Emit<'_> {
+    /// Whether a shared→register load of `reg` from a buffer of `sdt` moves each chunk as 16-byte
+    /// vectors (sm_90a, whose shared buffers are 16-byte aligned: `ld.shared.v4` in place of one
+    /// 2- or 4-byte load per element; the staged rows of the norm backwards, `copy.rs`).
+    fn shared_vector_ok(&self, reg: RegId, sdt: DType) -> bool {
+        let d = self.dist(reg);
+        self.d.target == kittens_hw::Target::Sm90a
+            && matches!(sdt, DType::Bf16 | DType::F32)
+            && !matches!(d, Dist::Replicated { .. })
+            && (d.v() * sdt.bytes()).is_multiple_of(16)
+            && (self.k.reg(reg).dtype() != DType::Bf16 || sdt == DType::Bf16)
+    }
+
+    /// A shared→register load of 16-byte vectors per chunk where the chunk's first element is
+    /// 16-byte aligned, element by element otherwise; bf16 into a bf16 register moves as bits.
+    fn shared_load_vectors(&mut self, reg: RegId, v: &SharedView) -> Result<(), StripError> {
+        let d = self.dist(reg);
+        let sdt = self.k.shared_decl(v.buf).tile.dtype;
+        let ty = self.storage(sdt)?;
+        let name = self.shared_name(v);
+        let at0 = self.shared_at(v, "kt_row", "kt_col");
+        let r = self.r(reg);
+        let n = d.v();
+        let per = 16 / sdt.bytes();
+        let bits = sdt == DType::Bf16 && self.packed(reg);
+        let set = |e: &str| {
+            let dst = format!("{r}[kt_s * {n} + {e}]");
+            if bits {
+                format!("{dst}.set_bits(kt_e[{e}]);")
+            } else {
+                format!("{dst} = {};", to_f32(sdt, &format!("kt_e[{e}]")))
+            }
+        };
+        self.open_slots(d);
+        self.line(format!(
+            "const int kt_a0 = (int)({at0});
+             if ((kt_a0 & {m}) == 0) {{
+                 uint4 kt_w[{pieces}];
+             #pragma unroll
+                 for (int kt_q = 0; kt_q < {pieces}; ++kt_q) kt_w[kt_q] = *reinterpret_cast<const uint4*>(&{name}[kt_a0 + kt_q * {per}]);
+                 const {ty}* const kt_e = reinterpret_cast<const {ty}*>(kt_w);
+             #pragma unroll
+                 for (int kt_e_i = 0; kt_e_i < {n}; ++kt_e_i) {}
+             }} else {{
+             #pragma unroll
+                 for (int kt_e_i = 0; kt_e_i < {n}; ++kt_e_i) {{ const {ty}* const kt_e = &{name}[kt_a0]; {} }}
+             }}",
+            set("kt_e_i"),
+            set("kt_e_i"),
+            m = per - 1,
+            pieces = n / per,
+        ));
+        self.close_slots(d);
+        Ok(())
+    }
+}
+
+impl Emit<'_> {
+    /// Declares the kernel's shared buffers and the mma scratch (`scratch` bytes): `__shared__`
+    /// arrays (16-byte aligned on sm_90a, for `cp.async`: `copy.rs`), or on sm_90a past the static
+    /// limit pointers carved from dynamic shared memory (the launch opts in to the device's
+    /// per-block maximum); AMD declares everything statically. Returns the bytes and how they are
+    /// allocated.
+    pub(super) fn declare_shared(
+        &mut self,
+        scratch: u32,
+    ) -> Result<(u32, SharedAlloc), StripError> {
+        let (k, d) = (self.k, self.d);
+        let shared_bytes = k.shared_bytes() + scratch;
+        // sm_90a: over the static limit, the buffers are carved from dynamic shared memory (the launch
+        // opts in to the device's per-block maximum); AMD declares everything statically.
+        let dynamic = d.target == Target::Sm90a && shared_bytes > STATIC_SHARED;
+        let limit = if d.target == Target::Sm90a {
+            d.target
+                .gpu()
+                .map_or(STATIC_SHARED, |g| g.shared_bytes_per_block)
+        } else {
+            STATIC_SHARED
+        };
+        if shared_bytes > limit {
+            return unsupported(format!(
+                "{shared_bytes} bytes of shared memory (buffers {} + mma scratch {scratch} for {} \
+                 waves), over the {limit} a block of {} may use: use smaller tiles",
+                k.shared_bytes(),
+                k.waves,
+                d.target
+            ));
+        }
+        if dynamic {
+            self.line("extern __shared__ __align__(16) unsigned char kt_dyn[];");
+        }
+        let mut at = 0u32;
+        for s in &k.shared {
+            let ty = self.storage(s.tile.dtype)?;
+            let n = s.count * s.tile.rows * s.tile.cols;
+            if dynamic {
+                self.line(format!(
+                    "{ty}* const kt_sh_{} = ({ty}*)(kt_dyn + {at});",
+                    ident(&s.name)
+                ));
+                at += (n * s.tile.dtype.bytes()).next_multiple_of(16);
+                continue;
+            }
+            // 16-byte aligned on sm_90a: `cp.async` chunks (`copy.rs`).
+            let align = if d.target == Target::Sm90a {
+                "__align__(16) "
+            } else {
+                ""
+            };
+            self.line(format!(
+                "__shared__ {align}{ty} kt_sh_{}[{n}];",
+                ident(&s.name)
+            ));
+        }
+        if scratch > 0 {
+            if dynamic {
+                self.line(format!("unsigned char* const kt_mma = kt_dyn + {at};"));
+                at += scratch;
+            } else {
+                self.line(format!(
+                    "__shared__ __align__(16) unsigned char kt_mma[{scratch}];"
+                ));
+            }
+        }
+        Ok(if dynamic {
+            (at, SharedAlloc::Dynamic)
+        } else {
+            (shared_bytes, SharedAlloc::Static)
+        })
     }
 }
 

@@ -11,19 +11,13 @@
 //! back into its strip layout. Rows of the bf16 operands are padded by 8 elements, so the eight rows
 //! a fragment read touches start in different banks. A shared operand is regathered the same way.
 //!
-//! A `LoadAsync` is a synchronous copy by the lanes of the issuing wave of its band of rows (the
-//! interpreter's split among the scope's waves, each wave a contiguous band), element by element with
-//! zeros outside the tensor: it has landed at issue, which the IR allows (it may land any time before
-//! the covering wait). Waits and wave barriers are `__syncwarp()`: lanes of one warp read what other
-//! lanes wrote to shared memory.
+//! A `LoadAsync` is lowered in `copy.rs` (16-byte `cp.async` on sm_90a).
 
 use kittens_hw::dtype::DType;
-use kittens_ir::{GlobalView, Kernel, MmaForm, MmaOperand, Op, RegId, RegKind, Scope, SharedView};
+use kittens_ir::{Kernel, MmaForm, MmaOperand, Op, RegId, RegKind, SharedView};
 
-use super::memory::{from_f32, to_f32};
 use super::{unsupported, Emit, StripError};
 use crate::cexpr::ident;
-use kittens_ir::Rounding;
 
 /// Padding of a bf16 scratch row, elements (16 bytes).
 const PAD: u32 = 8;
@@ -256,62 +250,6 @@ impl Emit<'_> {
             self.e(&v.row0),
             self.e(&v.col0)
         )
-    }
-
-    /// A `LoadAsync` done at issue by the issuing wave's lanes over its band of rows (module
-    /// documentation).
-    pub(super) fn load_async(
-        &mut self,
-        dst: &SharedView,
-        src: &GlobalView,
-        scope: Scope,
-    ) -> Result<(), StripError> {
-        let n = scope.waves(self.k.waves);
-        let (rows, cols) = (dst.rows, dst.cols);
-        let band = rows.div_ceil(n);
-        let vc = self.view(src)?;
-        let sdt = self.k.shared_decl(dst.buf).tile.dtype;
-        let raw = format!("{}[kt_off]", vc.ptr);
-        // The same dtype moves as bits; another converts through f32 (RTNE, as the interpreter rounds).
-        let (zero, val) = if sdt == vc.dtype {
-            ("0".to_string(), raw)
-        } else {
-            (
-                from_f32(sdt, "0.0f", Rounding::Rtne),
-                from_f32(sdt, &to_f32(vc.dtype, &raw), Rounding::Rtne),
-            )
-        };
-        let name = self.shared_name(dst);
-        let at = self.shared_at(dst, "kt_r", "kt_c");
-        self.line(format!(
-            "{{ // load_async into `{}`, this wave's band of rows",
-            self.k.shared_decl(dst.buf).name
-        ));
-        self.depth += 1;
-        self.line(format!(
-            "const int kt_rank = (int)(wave % {n});\n\
-             const int kt_lo = min(kt_rank * {band}, {rows}), kt_hi = min((kt_rank + 1) * {band}, {rows});\n\
-             const bool kt_in = {};\n\
-             const kt_idx kt_base = {};\n\
-             for (int kt_x = kt_lo * {cols} + kt_lane; kt_x < kt_hi * {cols}; kt_x += {}) {{\n    \
-             const int kt_r = kt_x / {cols}, kt_c = kt_x % {cols};\n    \
-             const kt_idx kt_gr = {} + kt_r, kt_gc = {} + kt_c;\n    \
-             const kt_idx kt_off = kt_base + kt_gr * {} + kt_gc * {};\n    \
-             {name}[{at}] = (kt_in && kt_gr >= 0 && kt_gr < {} && kt_gc >= 0 && kt_gc < {}) ? {val} : {zero};\n\
-             }}",
-            vc.fixed_in,
-            vc.base,
-            self.d.lanes,
-            vc.row0,
-            vc.col0,
-            vc.rstride,
-            vc.cstride,
-            vc.rows,
-            vc.cols,
-        ));
-        self.depth -= 1;
-        self.line("}");
-        Ok(())
     }
 }
 

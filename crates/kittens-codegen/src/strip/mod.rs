@@ -21,6 +21,7 @@
 //! | `row_sum`/`row_max` | a lane's slots of the row, then an XOR butterfly over the lanes (CUDA `shfl.xor`, AMD `ds_bpermute`) |
 //! | `random` | Philox 4x32-10 (`ks::philox`), one call per 4 elements of an aligned chunk |
 //! | `store`/`load` shared, `barrier` | `__shared__` arrays, the block barrier |
+//! | `load_async`, `wait` | 16-byte `cp.async` per chunk, one commit group per op, `cp.async.wait_group` (sm_90a; AMD: a copy at issue) (`copy.rs`) |
 //!
 //! One block per tile of the grid (`GridRule::PerTile`), row-major coordinates.
 
@@ -34,12 +35,13 @@ use thiserror::Error;
 
 use crate::cexpr::{self, ident, CNames};
 
+mod copy;
 mod dialects;
 mod dist;
 mod global;
 mod memory;
 mod mma;
-use crate::lowered::{GridRule, KernelArg, Lowered, SharedAlloc};
+use crate::lowered::{GridRule, KernelArg, Lowered};
 pub use dialects::{hip, CUDA};
 use dist::{dist, Dist};
 
@@ -496,8 +498,7 @@ impl Emit<'_> {
                     return unsupported("warpgroup or consumer barriers in a strip program")
                 }
             },
-            // Copies land at issue (`mma.rs`); a wait orders the wave's lanes' shared accesses.
-            Op::Wait { .. } => self.line(self.d.wave_sync),
+            Op::Wait { queue, count } => self.wait(*queue, *count),
             Op::Priority(_) | Op::Hint(_) | Op::SetMaxRegs { .. } => {}
             other => return unsupported(format!("`{}` in a strip program", other.name())),
         }
@@ -712,29 +713,7 @@ fn lower_any(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         "const kt_idx wave = (kt_idx)({}) / {lanes};\nconst int kt_lane = (int)(({}) % {lanes});",
         d.thread, d.thread
     ));
-    for s in &k.shared {
-        let ty = e.storage(s.tile.dtype)?;
-        e.line(format!(
-            "__shared__ {ty} kt_sh_{}[{}];",
-            ident(&s.name),
-            s.count * s.tile.rows * s.tile.cols
-        ));
-    }
-    let scratch = mma_stride * k.waves;
-    if scratch > 0 {
-        e.line(format!(
-            "__shared__ __align__(16) unsigned char kt_mma[{scratch}];"
-        ));
-    }
-    let shared_bytes = k.shared_bytes() + scratch;
-    if shared_bytes > STATIC_SHARED {
-        return unsupported(format!(
-            "{shared_bytes} bytes of static shared memory (buffers {} + mma scratch {scratch} for {} \
-             waves), over the {STATIC_SHARED} a kernel declares statically: use smaller tiles",
-            k.shared_bytes(),
-            k.waves
-        ));
-    }
+    let (shared_bytes, shared_alloc) = e.declare_shared(mma_stride * k.waves)?;
     for (i, _) in k.regs.iter().enumerate() {
         let r = RegId(i as u32);
         let n = e.dist(r).len();
@@ -784,7 +763,7 @@ fn lower_any(k: &Kernel, d: Dialect) -> Result<Lowered, StripError> {
         entry: name,
         threads,
         shared_bytes,
-        shared_alloc: SharedAlloc::Static,
+        shared_alloc,
         grid: GridRule::PerTile,
         cluster: 1,
         args: kargs,

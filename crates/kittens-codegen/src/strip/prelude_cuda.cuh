@@ -1,5 +1,6 @@
 // kittens strip prelude (CUDA): what the lowering of memory-bound (strip-tile) programs needs, no CUDA
-// headers. The HIP twin is prelude_hip.h; both define the same `ks::` functions.
+// headers. The HIP twin is prelude_hip.h; both define the same `ks::` functions but the `cp.async` ones
+// (AMD copies at issue: strip/copy.rs).
 typedef unsigned int u32;
 typedef unsigned long long u64;
 typedef unsigned short bf16_t; // raw bf16 bits; arithmetic happens in fp32
@@ -66,5 +67,23 @@ __device__ __forceinline__ void mma_m16n8k16_bf16(float (&c)[4], u32 a0, u32 a1,
     asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+// ---- per-thread async copies (PTX ISA §9.7.9.25.3 cp.async; strip/copy.rs) ----------------------
+// Shared-window address of a generic pointer (PTX ISA §9.7.9.21 cvta).
+__device__ __forceinline__ u32 smem_u32(const void* p) {
+    u64 a;
+    asm("cvta.to.shared.u64 %0, %1;" : "=l"(a) : "l"(p));
+    return (u32)a;
+}
+// 16 bytes global -> shared, of which the first `src_bytes` (0 to 16) are read and the rest zeroed.
+__device__ __forceinline__ void cp_async_16(u32 dst, const void* src, u32 src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+// Closes this thread's group of the copies issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are in flight.
+template <int N> __device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 } // namespace ks

@@ -20,7 +20,7 @@
 //! split reduction).
 
 use super::LayerNormConfig;
-use crate::rows::{sum_partials, Frame, Partials, RowLoop};
+use crate::rows::{sum_partials, Frame, Partials, RowLoop, Staged};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
@@ -156,11 +156,27 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             k.add(dst, dst, part);
         }
     };
+    // With `lp.stage` (`RowLoop::stage`): x, residual, dy and dh of the rows `depth` steps ahead
+    // copied into shared memory asynchronously, read chunk by chunk where used; the weight from
+    // global memory (once, for a one-chunk share).
+    let depth = lp.stage_depth(Staged::bytes(4, (cfg.slice(), cfg.waves), 1));
+    let staged = (depth > 0).then(|| {
+        let srcs = [("x", x), ("residual", res), ("dy", dy), ("dh", dh_out)];
+        Staged::new(&mut k, &srcs, (cfg.slice(), cfg.waves, cw), depth)
+    });
+    let (sx, sr, sdy, sdh) = (0, 1, 2, 3);
     acc_w.zero(&mut k);
     acc_b.zero(&mut k);
     let load = |k: &mut KernelBuilder, t: RegId, src: GlobalId, row: &Expr| {
         k.load_global(t, view(k, src, row, 0));
     };
+    if let Some(st) = &staged {
+        st.prologue(&mut k, &f, lp, (&rows, rpb));
+        if hold {
+            let row0 = lp.row(&k, &rows, rpb, &Expr::c(0), &f.local);
+            load(&mut k, wv, w, &row0);
+        }
+    }
     if n_ahead > 0 {
         let row0 = lp.row(&k, &rows, rpb, &Expr::c(0), &f.local);
         for (&t, &(_, src)) in next.iter().zip(&inputs) {
@@ -190,6 +206,17 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             for (&t, &(_, src)) in next.iter().zip(&inputs) {
                 load(k, t, src, &after);
             }
+        } else if let Some(st) = &staged {
+            st.wait(k);
+            if hold {
+                let (rx, rr) = (st.read(k, (sx, 0), &s, None), st.read(k, (sr, 0), &s, None));
+                st.read(k, (sdy, 0), &s, Some(dyt));
+                st.read(k, (sdh, 0), &s, Some(dht));
+                k.wait_shared(0);
+                k.copy(h[0], rx);
+                k.copy(r, rr);
+                st.refill(k, &f, lp, (&rows, rpb), &s);
+            }
         } else if hold {
             k.load_global(h[0], view(k, x, &row, 0));
             k.load_global(r, view(k, res, &row, 0));
@@ -202,7 +229,13 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             k.mul(r, hc, hc);
             sum_chunks(k, inv, c, r);
             if !hold {
-                k.load_global(dyt, view(k, dy, &row, c));
+                match &staged {
+                    Some(st) => {
+                        st.read(k, (sdy, c), &s, Some(dyt));
+                        k.wait_shared(0);
+                    }
+                    None => k.load_global(dyt, view(k, dy, &row, c)),
+                }
                 k.load_global(wv, view(k, w, &row, c));
             }
             k.mul_col(g, dyt, wv);
@@ -213,8 +246,19 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
         for c in 0..nc {
             let hc = h[c as usize];
             if !hold && n_ahead == 0 {
-                k.load_global(hc, view(k, x, &row, c));
-                k.load_global(r, view(k, res, &row, c));
+                match &staged {
+                    Some(st) => {
+                        let rx = st.read(k, (sx, c), &s, None);
+                        let rr = st.read(k, (sr, c), &s, None);
+                        k.wait_shared(0);
+                        k.copy(hc, rx);
+                        k.copy(r, rr);
+                    }
+                    None => {
+                        k.load_global(hc, view(k, x, &row, c));
+                        k.load_global(r, view(k, res, &row, c));
+                    }
+                }
             }
             if dropout {
                 draw_keep(k, &row, c);
@@ -289,9 +333,19 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             let hc = h[c as usize];
             k.mul_row(hc, hc, inv);
             if !hold {
-                k.load_global(dyt, view(k, dy, &row, c));
-                k.load_global(wv, view(k, w, &row, c));
-                k.load_global(dht, view(k, dh_out, &row, c));
+                match &staged {
+                    Some(st) => {
+                        st.read(k, (sdy, c), &s, Some(dyt));
+                        st.read(k, (sdh, c), &s, Some(dht));
+                        k.wait_shared(0);
+                        k.load_global(wv, view(k, w, &row, c));
+                    }
+                    None => {
+                        k.load_global(dyt, view(k, dy, &row, c));
+                        k.load_global(wv, view(k, w, &row, c));
+                        k.load_global(dht, view(k, dh_out, &row, c));
+                    }
+                }
             }
             // g again rather than held across the barrier (8 fewer live registers a lane).
             k.mul_col(g, dyt, wv);
@@ -312,7 +366,14 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             }
             k.store(view(k, dx, &row, c), g);
         }
+        if let (Some(st), false) = (&staged, hold) {
+            // A longer share read its slots until here.
+            st.refill(k, &f, lp, (&rows, rpb), &s);
+        }
     });
+    if let Some(st) = &staged {
+        st.drain(&mut k);
+    }
     let part_row = k.block(0) * i64::from(rpb) + f.local.clone();
     for c in 0..nc {
         let (vw, vb) = (view(&k, dw, &part_row, c), view(&k, db, &part_row, c));

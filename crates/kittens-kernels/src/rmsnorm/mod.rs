@@ -28,7 +28,7 @@
 pub mod problem;
 
 use crate::rows::{check_rows, strip_cols, sum_partials, waves_per_row, Frame, RowStrides};
-use crate::rows::{Partials, RowLoop};
+use crate::rows::{Partials, RowLoop, Staged};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_hw::Gpu;
@@ -251,7 +251,27 @@ pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelErro
     let wv = k.col_vec("weight", h, Bf16);
     let inv = k.row_vec("rstd", h, F32);
     let dot = k.row_vec("dot", h, F32);
+    // With `lp.stage` (`RowLoop::stage`): every input of the rows `depth` steps ahead copied into
+    // shared memory asynchronously, the weight loaded once.
+    let strip_of = (cfg.slice(), cfg.waves);
+    let depth = lp.stage_depth(Staged::bytes(inputs.len() as u32, strip_of, 1));
+    let strip_of = (cfg.slice(), cfg.waves, cfg.slice());
+    let staged = (depth > 0).then(|| {
+        let names = ["r", "dy", "dr_out"];
+        let srcs: Vec<(&str, GlobalId)> = names
+            .iter()
+            .zip(&inputs)
+            .map(|(&n, &(_, g))| (n, g))
+            .collect();
+        Staged::new(&mut k, &srcs, strip_of, depth)
+    });
+    let dsts: Vec<RegId> = inputs.iter().map(|&(t, _)| t).collect();
     acc.zero(&mut k);
+    if let Some(st) = &staged {
+        st.prologue(&mut k, &f, lp, (&rows, rpb));
+        let row0 = lp.row(&k, &rows, rpb, &Expr::c(0), &f.local);
+        k.load_global(wv, f.view(&k, w, &row0));
+    }
     if n_ahead > 0 {
         // The weight is every row's: loaded once.
         let row0 = lp.row(&k, &rows, rpb, &Expr::c(0), &f.local);
@@ -268,15 +288,19 @@ pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelErro
         for (&n, &(t, _)) in next.iter().zip(&inputs) {
             k.copy(t, n);
         }
-        for &(t, src) in &inputs[n_ahead..] {
-            k.load_global(t, f.view(k, src, &row));
+        if let Some(st) = &staged {
+            st.take(k, &f, lp, (&rows, rpb), &s, &dsts);
+        } else {
+            for &(t, src) in &inputs[n_ahead..] {
+                k.load_global(t, f.view(k, src, &row));
+            }
         }
         if n_ahead > 0 {
             let after = lp.row(k, &rows, rpb, &(s.clone() + 1), &f.local);
             for (&t, &(_, src)) in next.iter().zip(&inputs) {
                 k.load_global(t, f.view(k, src, &after));
             }
-        } else {
+        } else if staged.is_none() {
             k.load_global(wv, f.view(k, w, &row));
         }
         k.mul(t, h, h);
@@ -318,6 +342,9 @@ pub fn build_bwd(cfg: &RmsNormConfig, lp: &RowLoop) -> Result<Kernel, KernelErro
         }
         k.store(f.view(k, dx, &row), g);
     });
+    if let Some(st) = &staged {
+        st.drain(&mut k);
+    }
     let part_row = k.block(0) * i64::from(rpb) + f.local.clone();
     let out = f.view(&k, dw, &part_row);
     acc.store(&mut k, 0, out);
