@@ -180,6 +180,13 @@ pub const SHARED_ACC_MAX_BYTES: u32 = 32 * 1024;
 /// room for the row sums' ring and the partial sums under sm_90a's 227 KiB per block.
 pub const STAGE_MAX_BYTES: u32 = 192 * 1024;
 
+/// Rows ahead a default staged loop copies ([`RowLoop::stage_where`]): two beat one where a lane
+/// holds two chunks of the row (layernorm D 8192: 1.41× against 1.19× the unstaged loop, H200).
+pub const STAGED_DEPTH: u32 = 2;
+
+/// The narrowest row the backwards stage by default ([`RowLoop::stage_where`]).
+pub const STAGED_MIN_DIM: u32 = 4096;
+
 /// Rows of `D` one wave of the second launch sums (a `DW_ROWS × lanes·8` strip per step).
 pub const DW_ROWS: u32 = 4;
 
@@ -368,6 +375,22 @@ impl RowLoop {
         }
         RowLoop {
             one_sum: true,
+            ..self
+        }
+    }
+
+    /// This loop with the next [`STAGED_DEPTH`] rows' inputs staged ([`Self::stage`]) where `on` and the
+    /// lowering has `cp.async` (32-lane GPUs; the CPU interpreter mirrors them, as for
+    /// [`Self::one_sum_where`]; AMD copies synchronously: not measured there). Unchanged where
+    /// [`ROW_LOOP_VAR`] is set. Measured on the H200 (docs/performance.md, "rmsnorm and swiglu": staged
+    /// rows): two rows ahead gain from D 4096 and lose to two blocks per SM at D 3080.
+    pub fn stage_where(self, target: Target, on: bool) -> Self {
+        let lanes32 = target.gpu().is_none_or(|g| g.wave_width == 32);
+        if !on || !lanes32 || std::env::var_os(ROW_LOOP_VAR).is_some() {
+            return self;
+        }
+        RowLoop {
+            stage: STAGED_DEPTH,
             ..self
         }
     }

@@ -320,29 +320,27 @@ fn the_default_backwards_compile_without_spills() {
             let e = kittens_kernels::by_name(name).unwrap();
             let k = e.problem(&a).unwrap().build(Target::Sm90a).unwrap();
             assert!(k.grid.index32, "{name} D{dim}");
-            let one_sum = if name == "rmsnorm_bwd" {
+            let lp = if name == "rmsnorm_bwd" {
                 let p = rmsnorm::problem::RmsNormProblem {
                     rows: ROWS,
                     dim: dim as usize,
                     ..Default::default()
                 };
-                rmsnorm::problem::bwd_config(&p, Target::Sm90a)
-                    .unwrap()
-                    .1
-                    .one_sum
+                rmsnorm::problem::bwd_config(&p, Target::Sm90a).unwrap().1
             } else {
                 let mut prob = layernorm::problem::LayerNormProblem::default();
                 (prob.norm.rows, prob.norm.dim, prob.norm.p) = (ROWS, dim as usize, p);
                 layernorm::problem::bwd_config(&prob, Target::Sm90a)
                     .unwrap()
                     .1
-                    .one_sum
             };
             assert_eq!(
-                one_sum,
+                lp.one_sum,
                 name == "rmsnorm_bwd" || dim >= 4096,
                 "{name} D{dim}"
             );
+            // The next two rows staged by cp.async from D 4096 (both backwards).
+            assert_eq!(lp.stage, if dim >= 4096 { 2 } else { 0 }, "{name} D{dim}");
             let paired = if name == "rmsnorm_bwd" {
                 dim <= 3080
             } else {

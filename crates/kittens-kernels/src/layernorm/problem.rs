@@ -157,7 +157,8 @@ pub fn bwd_config(
     }
     let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?
         .index32_for(p.norm.rows, cfg.strides.widest(cfg.dim as usize))
-        .one_sum_where(target, cfg.dim >= ONE_SUM_MIN_DIM);
+        .one_sum_where(target, cfg.dim >= ONE_SUM_MIN_DIM)
+        .stage_where(target, cfg.dim >= crate::rows::STAGED_MIN_DIM);
     let lp = if cfg.dim >= PAIRED_MIN_DIM {
         lp.pair_where_it_fits(target, cfg.waves * cfg.lanes, cfg.slice(), PAIRED_REGISTERS)
     } else {

@@ -154,7 +154,8 @@ pub fn bwd_config(
     let mut cfg = config(p, target);
     let lp = RowLoop::for_split(target, (&mut cfg.waves, &mut cfg.waves_per_row))?
         .index32_for(p.rows, cfg.strides.widest(cfg.dim as usize))
-        .one_sum_where(target, true);
+        .one_sum_where(target, true)
+        .stage_where(target, cfg.dim >= crate::rows::STAGED_MIN_DIM);
     let lp = if cfg.dim <= PAIRED_MAX_DIM {
         lp.pair_where_it_fits(target, cfg.waves * cfg.lanes, cfg.slice(), PAIRED_REGISTERS)
     } else {
