@@ -56,10 +56,14 @@ fn available_plans_lower_with_a_consistent_contract() {
                 e.name
             );
             // HIP: static LDS, one block per tile; CUDA: dynamic shared memory, persistent grid —
-            // except strip programs (memory-bound), which are static and per tile on every target.
+            // except strip programs (memory-bound), which are per tile on every target and static
+            // unless they declare more than CUDA's static limit (staged norm rows on sm_90a).
             let strip = kittens_codegen::strip::is_strip_program(&k);
             let (alloc, grid) = match t {
                 Target::Sm90a if !strip => (SharedAlloc::Dynamic, GridRule::Persistent),
+                Target::Sm90a if l.shared_bytes > kittens_codegen::strip::STATIC_SHARED => {
+                    (SharedAlloc::Dynamic, GridRule::PerTile)
+                }
                 _ => (SharedAlloc::Static, GridRule::PerTile),
             };
             assert_eq!((l.shared_alloc, l.grid), (alloc, grid), "{} {t}", e.name);

@@ -110,7 +110,7 @@ pub struct Dialect {
 
 /// Static `__shared__` bytes a kernel may declare (CUDA C++ Programming Guide, "Shared Memory": more
 /// needs dynamic shared memory and an opt-in).
-const STATIC_SHARED: u32 = 48 * 1024;
+pub const STATIC_SHARED: u32 = 48 * 1024;
 
 /// True when `k` is a program this lowering takes: plain schedule, strip registers only.
 pub fn is_strip_program(k: &Kernel) -> bool {
