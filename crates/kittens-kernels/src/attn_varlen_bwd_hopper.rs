@@ -73,65 +73,25 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     }
     let name = cfg.name("attn_varlen_bwd") + "_sm90";
     let mut k = KernelBuilder::new(&name, schedule());
-    let n = Batch::declare(&mut k);
-    let dim = Expr::c(i64::from(d));
-    let packed = |k: &mut KernelBuilder, name: &str, queries: bool, dtype, access| {
-        let (total, h) = if queries {
-            (&n.total_q, &n.heads)
-        } else {
-            (&n.total_k, &n.heads_kv)
-        };
-        // `[h, s, d]` over the packed `[s, h, d]` memory: the dense programs' BSHD declaration at
-        // batch 1, so that the strip passes of the dense atomic form (`crate::attn::bwd_strips`)
-        // read `do` and the dQ accumulator as this program does (a prepared call checks a shared
-        // tensor's dimensions in order).
-        let dims = [("h", h.clone()), ("s", total.clone()), ("d", dim.clone())];
-        let strides = vec![dim.clone(), h * dim.clone(), Expr::c(1)];
-        k.global_strided(name, dtype, &dims, strides, access)
-    };
-    let q = packed(&mut k, "q", true, Bf16, Access::Read);
-    let kk = packed(&mut k, "k", false, Bf16, Access::Read);
-    let v = packed(&mut k, "v", false, Bf16, Access::Read);
-    let d_o = packed(&mut k, "do", true, Bf16, Access::Read);
-    // The per-query statistics as `[h, r, s]` with a zero stride along `r`: a `16 × 64` tile of them
-    // holds one query per column, broadcast over the keys' rows (the dense key blocks' reading).
-    let stats = |k: &mut KernelBuilder, name: &str| {
-        let dims = [
-            ("h", n.heads.clone()),
-            ("r", Expr::c(16)),
-            ("s", n.total_q.clone()),
-        ];
-        let strides = vec![n.total_q.clone(), Expr::c(0), Expr::c(1)];
-        k.global_strided(name, F32, &dims, strides, Access::Read)
-    };
-    let lse = stats(&mut k, "lse");
-    let delta = stats(&mut k, "delta");
-    let (cu_q, cu_k) = offsets(&mut k, &n.batch);
-    let alibi = cfg
-        .alibi
-        .then(|| Alibi::declare(&mut k, &n.batch, &n.heads));
-    let dk_g = packed(&mut k, "dk", false, Bf16, Access::Write);
-    let dv_g = packed(&mut k, "dv", false, Bf16, Access::Write);
-    let dq_g = packed(&mut k, "dq_acc", true, F32, Access::ReadWrite);
-
-    k.grid(
-        vec![
-            n.batch.clone(),
-            n.heads_kv.clone(),
-            n.max_k.ceil_div(i64::from(BLOCK)),
-        ],
-        GridOrder::RowMajor,
-    );
-    let (b, hk, kb) = (k.block(0), k.block(1), k.block(2));
-    let sq = Seq::of(cu_q, cu_k, &b);
-    let (len_q, len_k) = (
-        &sq.end_q - sq.start_q.clone(),
-        &sq.end_k - sq.start_k.clone(),
-    );
-    for g in [dk_g, dv_g] {
-        k.clip(g, 1, sq.end_k.clone());
-    }
-    let group = &n.heads / n.heads_kv.clone();
+    let Io {
+        q,
+        kk,
+        v,
+        d_o,
+        lse,
+        delta,
+        alibi,
+        dk_g,
+        dv_g,
+        dq_g,
+        b,
+        hk,
+        kb,
+        sq,
+        len_q,
+        len_k,
+        group,
+    } = Io::declare(&mut k, cfg, BLOCK);
     // dSᵀ (BLOCK × STEP bf16, two slots) and each consumer warpgroup's staging of its dQ share for
     // the TMA reduction (64 × COLS f32), as the dense atomic form.
     let extra = 2 * BLOCK * STEP * 2 + 2 * 64 * COLS * 4;
@@ -295,6 +255,109 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         },
     );
     Ok(k.finish()?)
+}
+
+/// What both key-block forms ([`build`]'s and [`wide`]'s) declare, in the order the runner passes
+/// it: the sizes ([`Batch`]), the packed tensors, the offsets and the outputs, the grid `[batch,
+/// heads_kv, ⌈max_seqlen_k / block⌉]`, and block `(b, hk, kb)`'s sequence bounds.
+struct Io {
+    q: GlobalId,
+    kk: GlobalId,
+    v: GlobalId,
+    d_o: GlobalId,
+    lse: GlobalId,
+    delta: GlobalId,
+    alibi: Option<Alibi>,
+    dk_g: GlobalId,
+    dv_g: GlobalId,
+    dq_g: GlobalId,
+    b: Expr,
+    hk: Expr,
+    kb: Expr,
+    sq: Seq,
+    len_q: Expr,
+    len_k: Expr,
+    /// Query heads per KV head.
+    group: Expr,
+}
+
+impl Io {
+    fn declare(k: &mut KernelBuilder, cfg: &VarlenConfig, block: u32) -> Io {
+        let n = Batch::declare(k);
+        let dim = Expr::c(i64::from(cfg.dim));
+        let packed = |k: &mut KernelBuilder, name: &str, queries: bool, dtype, access| {
+            let (total, h) = if queries {
+                (&n.total_q, &n.heads)
+            } else {
+                (&n.total_k, &n.heads_kv)
+            };
+            // `[h, s, d]` over the packed `[s, h, d]` memory: the dense programs' BSHD declaration
+            // at batch 1, so that the strip passes of the dense atomic form
+            // (`crate::attn::bwd_strips`) read `do` and the dQ accumulator as this program does (a
+            // prepared call checks a shared tensor's dimensions in order).
+            let dims = [("h", h.clone()), ("s", total.clone()), ("d", dim.clone())];
+            let strides = vec![dim.clone(), h * dim.clone(), Expr::c(1)];
+            k.global_strided(name, dtype, &dims, strides, access)
+        };
+        let q = packed(k, "q", true, Bf16, Access::Read);
+        let kk = packed(k, "k", false, Bf16, Access::Read);
+        let v = packed(k, "v", false, Bf16, Access::Read);
+        let d_o = packed(k, "do", true, Bf16, Access::Read);
+        // The per-query statistics as `[h, r, s]` with a zero stride along `r`: a `16 × n` tile of
+        // them holds one query per column, broadcast over the keys' rows (the dense key blocks'
+        // reading).
+        let stats = |k: &mut KernelBuilder, name: &str| {
+            let dims = [
+                ("h", n.heads.clone()),
+                ("r", Expr::c(16)),
+                ("s", n.total_q.clone()),
+            ];
+            let strides = vec![n.total_q.clone(), Expr::c(0), Expr::c(1)];
+            k.global_strided(name, F32, &dims, strides, Access::Read)
+        };
+        let lse = stats(k, "lse");
+        let delta = stats(k, "delta");
+        let (cu_q, cu_k) = offsets(k, &n.batch);
+        let alibi = cfg.alibi.then(|| Alibi::declare(k, &n.batch, &n.heads));
+        let dk_g = packed(k, "dk", false, Bf16, Access::Write);
+        let dv_g = packed(k, "dv", false, Bf16, Access::Write);
+        let dq_g = packed(k, "dq_acc", true, F32, Access::ReadWrite);
+        let blocks = n.max_k.ceil_div(i64::from(block));
+        k.grid(
+            vec![n.batch.clone(), n.heads_kv.clone(), blocks],
+            GridOrder::RowMajor,
+        );
+        let (b, hk, kb) = (k.block(0), k.block(1), k.block(2));
+        let sq = Seq::of(cu_q, cu_k, &b);
+        let (len_q, len_k) = (
+            &sq.end_q - sq.start_q.clone(),
+            &sq.end_k - sq.start_k.clone(),
+        );
+        // The block's rows past its key sequence belong to the next one.
+        for g in [dk_g, dv_g] {
+            k.clip(g, 1, sq.end_k.clone());
+        }
+        let group = &n.heads / n.heads_kv.clone();
+        Io {
+            q,
+            kk,
+            v,
+            d_o,
+            lse,
+            delta,
+            alibi,
+            dk_g,
+            dv_g,
+            dq_g,
+            b,
+            hk,
+            kb,
+            sq,
+            len_q,
+            len_k,
+            group,
+        }
+    }
 }
 
 /// A varlen key block's bias and masks on the transposed logits `x` (keys × queries, origin key

@@ -16,18 +16,16 @@
 //! 192 warpgroup 1's second tile lies past the head dimension and adds nothing), dK and dV are
 //! stored bounds-checked at the key sequence's end.
 
-use super::bias_and_masks;
+use super::{bias_and_masks, Io};
 use crate::attn::hopper::COLS;
 use crate::attn::hopper_bwd::{
     per_slot, schedule, step_probs, tiles_of, wide_stages, StepFns, REDUCE_BOX, WIDE_BLOCK,
 };
-use crate::attn::score::Alibi;
-use crate::attn::varlen::{offsets, Batch, KeyWalk, Seq, VarlenConfig};
+use crate::attn::varlen::{KeyWalk, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MmaForm, MmaOperand, RegId,
-    Scope, SharedId,
+    Axis, Expr, GlobalId, Kernel, KernelBuilder, MmaForm, MmaOperand, RegId, Scope, SharedId,
 };
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
@@ -53,61 +51,25 @@ pub(super) fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     }
     let name = cfg.name("attn_varlen_bwd") + "_wide_sm90";
     let mut k = KernelBuilder::new(&name, schedule());
-    let n = Batch::declare(&mut k);
-    let dim = Expr::c(i64::from(d));
-    // `[h, s, d]` over the packed `[s, h, d]` memory, as [`super`] declares them.
-    let packed = |k: &mut KernelBuilder, name: &str, queries: bool, dtype, access| {
-        let (total, h) = if queries {
-            (&n.total_q, &n.heads)
-        } else {
-            (&n.total_k, &n.heads_kv)
-        };
-        let dims = [("h", h.clone()), ("s", total.clone()), ("d", dim.clone())];
-        let strides = vec![dim.clone(), h * dim.clone(), Expr::c(1)];
-        k.global_strided(name, dtype, &dims, strides, access)
-    };
-    let q = packed(&mut k, "q", true, Bf16, Access::Read);
-    let kk = packed(&mut k, "k", false, Bf16, Access::Read);
-    let v = packed(&mut k, "v", false, Bf16, Access::Read);
-    let d_o = packed(&mut k, "do", true, Bf16, Access::Read);
-    // The per-query statistics as `[h, r, s]`, a zero stride along `r` (one query per column).
-    let stats = |k: &mut KernelBuilder, name: &str| {
-        let dims = [
-            ("h", n.heads.clone()),
-            ("r", Expr::c(16)),
-            ("s", n.total_q.clone()),
-        ];
-        let strides = vec![n.total_q.clone(), Expr::c(0), Expr::c(1)];
-        k.global_strided(name, F32, &dims, strides, Access::Read)
-    };
-    let lse = stats(&mut k, "lse");
-    let delta = stats(&mut k, "delta");
-    let (cu_q, cu_k) = offsets(&mut k, &n.batch);
-    let alibi = cfg
-        .alibi
-        .then(|| Alibi::declare(&mut k, &n.batch, &n.heads));
-    let dk_g = packed(&mut k, "dk", false, Bf16, Access::Write);
-    let dv_g = packed(&mut k, "dv", false, Bf16, Access::Write);
-    let dq_g = packed(&mut k, "dq_acc", true, F32, Access::ReadWrite);
-
-    k.grid(
-        vec![
-            n.batch.clone(),
-            n.heads_kv.clone(),
-            n.max_k.ceil_div(i64::from(BLOCK)),
-        ],
-        GridOrder::RowMajor,
-    );
-    let (b, hk, kb) = (k.block(0), k.block(1), k.block(2));
-    let sq = Seq::of(cu_q, cu_k, &b);
-    let (len_q, len_k) = (
-        &sq.end_q - sq.start_q.clone(),
-        &sq.end_k - sq.start_k.clone(),
-    );
-    for g in [dk_g, dv_g] {
-        k.clip(g, 1, sq.end_k.clone());
-    }
-    let group = &n.heads / n.heads_kv.clone();
+    let Io {
+        q,
+        kk,
+        v,
+        d_o,
+        lse,
+        delta,
+        alibi,
+        dk_g,
+        dv_g,
+        dq_g,
+        b,
+        hk,
+        kb,
+        sq,
+        len_q,
+        len_k,
+        group,
+    } = Io::declare(&mut k, cfg, BLOCK);
 
     // Shared memory: K and V (the block's), Q and dO (a ring of steps), Pᵀ and dSᵀ (exchanged),
     // each warpgroup's staging of its dQ share for the TMA reduction.
