@@ -73,25 +73,10 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     }
     let name = cfg.name("attn_varlen_bwd") + "_sm90";
     let mut k = KernelBuilder::new(&name, schedule());
-    let Io {
-        q,
-        kk,
-        v,
-        d_o,
-        lse,
-        delta,
-        alibi,
-        dk_g,
-        dv_g,
-        dq_g,
-        b,
-        hk,
-        kb,
-        sq,
-        len_q,
-        len_k,
-        group,
-    } = Io::declare(&mut k, cfg, BLOCK);
+    let io = Io::declare(&mut k, cfg, BLOCK);
+    let [q, kk, v, d_o, lse, delta, dk_g, dv_g, dq_g] = io.g;
+    let ((b, hk, kb), (len_q, len_k)) = (io.blk, io.lens);
+    let (alibi, sq, group) = (io.alibi, io.sq, io.group);
     // dSᵀ (BLOCK × STEP bf16, two slots) and each consumer warpgroup's staging of its dQ share for
     // the TMA reduction (64 × COLS f32), as the dense atomic form.
     let extra = 2 * BLOCK * STEP * 2 + 2 * 64 * COLS * 4;
@@ -261,22 +246,14 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
 /// it: the sizes ([`Batch`]), the packed tensors, the offsets and the outputs, the grid `[batch,
 /// heads_kv, ⌈max_seqlen_k / block⌉]`, and block `(b, hk, kb)`'s sequence bounds.
 struct Io {
-    q: GlobalId,
-    kk: GlobalId,
-    v: GlobalId,
-    d_o: GlobalId,
-    lse: GlobalId,
-    delta: GlobalId,
+    /// `q, k, v, do, lse, delta, dk, dv, dq_acc`.
+    g: [GlobalId; 9],
     alibi: Option<Alibi>,
-    dk_g: GlobalId,
-    dv_g: GlobalId,
-    dq_g: GlobalId,
-    b: Expr,
-    hk: Expr,
-    kb: Expr,
+    /// The block's `(b, hk, kb)`: sequence, KV head, key block.
+    blk: (Expr, Expr, Expr),
     sq: Seq,
-    len_q: Expr,
-    len_k: Expr,
+    /// The sequence's query and key lengths.
+    lens: (Expr, Expr),
     /// Query heads per KV head.
     group: Expr,
 }
@@ -339,22 +316,11 @@ impl Io {
         }
         let group = &n.heads / n.heads_kv.clone();
         Io {
-            q,
-            kk,
-            v,
-            d_o,
-            lse,
-            delta,
+            g: [q, kk, v, d_o, lse, delta, dk_g, dv_g, dq_g],
             alibi,
-            dk_g,
-            dv_g,
-            dq_g,
-            b,
-            hk,
-            kb,
+            blk: (b, hk, kb),
             sq,
-            len_q,
-            len_k,
+            lens: (len_q, len_k),
             group,
         }
     }

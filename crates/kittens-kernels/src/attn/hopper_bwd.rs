@@ -8,7 +8,7 @@ use super::hopper::{BLOCK, COLS};
 use super::Logits;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Expr, KernelBuilder, RegId, Schedule};
+use kittens_ir::{Expr, KernelBuilder, RegId, Schedule, SharedId};
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Queries per streamed slot of a key block.
@@ -226,4 +226,79 @@ pub(crate) fn wide_stages(dim: u32, extra: u32) -> Result<u32, KernelError> {
         )));
     }
     Ok(n.min(4))
+}
+
+/// The 64-key programs' tiles: in shared memory K and V (the block's, one tile per 64 columns of the
+/// head dimension), Q and dO (a ring of `stages` steps), and the exchanged `Pᵀ` and `dSᵀ`
+/// (`64 × 64`); a consumer wave's half-step score tiles (`16 × 32`: each consumer warpgroup forms
+/// the scores of its 32 of the step's queries), with ALiBi the slope vector, and the dK, dV
+/// accumulators of its column-tile slots ([`tiles_of`]).
+pub(crate) struct WideTiles {
+    pub k_s: Vec<SharedId>,
+    pub v_s: Vec<SharedId>,
+    pub q_s: Vec<SharedId>,
+    pub do_s: Vec<SharedId>,
+    pub p_s: SharedId,
+    pub ds_s: SharedId,
+    pub s: RegId,
+    pub dp: RegId,
+    pub slope: Option<RegId>,
+    pub p: RegId,
+    pub ds: RegId,
+    /// Column-tile slots per consumer warpgroup.
+    pub slots: usize,
+    pub dk_r: Vec<RegId>,
+    pub dv_r: Vec<RegId>,
+}
+
+impl WideTiles {
+    pub(crate) fn declare(
+        k: &mut KernelBuilder,
+        halves: usize,
+        stages: u32,
+        alibi: bool,
+    ) -> WideTiles {
+        const HALF: u32 = STEP / 2;
+        let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
+        let mut tiles = |name: &str, rows, slots| -> Vec<SharedId> {
+            (0..halves)
+                .map(|i| k.shared_tile(&format!("{name}{i}"), swz(rows), slots))
+                .collect()
+        };
+        let (k_s, v_s) = (tiles("k_s", WIDE_BLOCK, 1), tiles("v_s", WIDE_BLOCK, 1));
+        let (q_s, do_s) = (tiles("q_s", STEP, stages), tiles("do_s", STEP, stages));
+        let p_s = k.shared_tile("p_s", swz(WIDE_BLOCK), 1);
+        let ds_s = k.shared_tile("ds_s", swz(WIDE_BLOCK), 1);
+        let s = k.tile("s_t", F32, 16, HALF, Layout::Row, BaseShape::S16X16);
+        let dp = k.tile("dp_t", F32, 16, HALF, Layout::Row, BaseShape::S16X16);
+        let slope = alibi.then(|| k.row_vec("alibi_r", s, F32));
+        let p = k.tile("p_t", Bf16, 16, HALF, Layout::Row, BaseShape::S16X32);
+        let ds = k.tile("ds_t", Bf16, 16, HALF, Layout::Row, BaseShape::S16X32);
+        let slots = tiles_of(0, halves).len();
+        let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
+            (0..slots)
+                .map(|a| {
+                    let n = format!("{name}{a}");
+                    k.tile(&n, F32, 16, COLS, Layout::Row, BaseShape::S16X16)
+                })
+                .collect()
+        };
+        let (dk_r, dv_r) = (acc(k, "dk"), acc(k, "dv"));
+        WideTiles {
+            k_s,
+            v_s,
+            q_s,
+            do_s,
+            p_s,
+            ds_s,
+            s,
+            dp,
+            slope,
+            p,
+            ds,
+            slots,
+            dk_r,
+            dv_r,
+        }
+    }
 }

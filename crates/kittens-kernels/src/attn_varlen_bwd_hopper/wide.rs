@@ -19,15 +19,13 @@
 use super::{bias_and_masks, Io};
 use crate::attn::hopper::COLS;
 use crate::attn::hopper_bwd::{
-    per_slot, schedule, step_probs, tiles_of, wide_stages, StepFns, REDUCE_BOX, WIDE_BLOCK,
+    per_slot, schedule, step_probs, wide_stages, StepFns, WideTiles, REDUCE_BOX, WIDE_BLOCK,
 };
 use crate::attn::varlen::{KeyWalk, VarlenConfig};
 use crate::KernelError;
-use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{
-    Axis, Expr, GlobalId, Kernel, KernelBuilder, MmaForm, MmaOperand, RegId, Scope, SharedId,
-};
-use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
+use kittens_hw::dtype::DType::F32;
+use kittens_ir::{Axis, Expr, GlobalId, Kernel, KernelBuilder, MmaForm, MmaOperand, RegId, Scope};
+use kittens_tile::{BaseShape, Layout};
 
 /// Keys per block.
 const BLOCK: u32 = WIDE_BLOCK;
@@ -51,56 +49,31 @@ pub(super) fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     }
     let name = cfg.name("attn_varlen_bwd") + "_wide_sm90";
     let mut k = KernelBuilder::new(&name, schedule());
-    let Io {
-        q,
-        kk,
-        v,
-        d_o,
-        lse,
-        delta,
-        alibi,
-        dk_g,
-        dv_g,
-        dq_g,
-        b,
-        hk,
-        kb,
-        sq,
-        len_q,
-        len_k,
-        group,
-    } = Io::declare(&mut k, cfg, BLOCK);
+    let io = Io::declare(&mut k, cfg, BLOCK);
+    let [q, kk, v, d_o, lse, delta, dk_g, dv_g, dq_g] = io.g;
+    let ((b, hk, kb), (len_q, len_k)) = (io.blk, io.lens);
+    let (alibi, sq, group) = (io.alibi, io.sq, io.group);
 
     // Shared memory: K and V (the block's), Q and dO (a ring of steps), Pᵀ and dSᵀ (exchanged),
     // each warpgroup's staging of its dQ share for the TMA reduction.
     let halves = (d / COLS) as usize;
     let st = wide_stages(d, 2 * BLOCK * STEP * 2 + 2 * REDUCE_BOX)?;
-    let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
-    let mut tiles = |name: &str, rows, slots| -> Vec<SharedId> {
-        (0..halves)
-            .map(|i| k.shared_tile(&format!("{name}{i}"), swz(rows), slots))
-            .collect()
-    };
-    let (k_s, v_s) = (tiles("k_s", BLOCK, 1), tiles("v_s", BLOCK, 1));
-    let (q_s, do_s) = (tiles("q_s", STEP, st), tiles("do_s", STEP, st));
-    let p_s = k.shared_tile("p_s", swz(BLOCK), 1);
-    let ds_s = k.shared_tile("ds_s", swz(BLOCK), 1);
-
-    let s = k.tile("s_t", F32, 16, HALF, Layout::Row, BaseShape::S16X16);
-    let dp = k.tile("dp_t", F32, 16, HALF, Layout::Row, BaseShape::S16X16);
-    let slope = cfg.alibi.then(|| k.row_vec("alibi_r", s, F32));
-    let p = k.tile("p_t", Bf16, 16, HALF, Layout::Row, BaseShape::S16X32);
-    let ds = k.tile("ds_t", Bf16, 16, HALF, Layout::Row, BaseShape::S16X32);
-    let slots = tiles_of(0, halves).len();
-    let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
-        (0..slots)
-            .map(|a| {
-                let n = format!("{name}{a}");
-                k.tile(&n, F32, 16, COLS, Layout::Row, BaseShape::S16X16)
-            })
-            .collect()
-    };
-    let (dk_r, dv_r) = (acc(&mut k, "dk"), acc(&mut k, "dv"));
+    let WideTiles {
+        k_s,
+        v_s,
+        q_s,
+        do_s,
+        p_s,
+        ds_s,
+        s,
+        dp,
+        slope,
+        p,
+        ds,
+        slots,
+        dk_r,
+        dv_r,
+    } = WideTiles::declare(&mut k, halves, st, cfg.alibi);
     let dq_p = k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
 
     // One pipeline over the (query head of the group, query step) pairs that reach the block.

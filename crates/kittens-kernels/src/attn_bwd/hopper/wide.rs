@@ -25,14 +25,12 @@
 
 use super::{key_blocks, turn, view, KeyBlocks, KeyStep, QueryWalk, StepRegs, COLS, CONSUMER_REGS};
 use crate::attn::hopper::padded_dim;
-use crate::attn::hopper_bwd::{per_slot, tiles_of, wide_stages, REDUCE_BOX, WIDE_BLOCK};
+use crate::attn::hopper_bwd::{per_slot, wide_stages, WideTiles, REDUCE_BOX, WIDE_BLOCK};
 use crate::attn_bwd::{BwdConfig, BwdTurns};
 use crate::KernelError;
-use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{
-    Expr, GlobalId, Kernel, KernelBuilder, MmaForm, MmaOperand, RegId, Scope, SharedId,
-};
-use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
+use kittens_hw::dtype::DType::F32;
+use kittens_ir::{Expr, GlobalId, Kernel, KernelBuilder, MmaForm, MmaOperand, RegId, Scope};
+use kittens_tile::{BaseShape, Layout};
 
 /// Keys per block (one `m64` per warpgroup, both warpgroups on the same keys).
 const BLOCK: u32 = WIDE_BLOCK;
@@ -77,38 +75,22 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     let halves = (padded_dim(d) / COLS) as usize;
     let exchange = 2 * BLOCK * STEP * 2 + if atomic_dq { 2 * REDUCE_BOX } else { 0 };
     let st = wide_stages(d, exchange)?;
-    let swz = |rows| SharedTile::with_swizzle(Bf16, rows, COLS, Swizzle::NV_128B);
-    let mut tiles = |name: &str, rows, slots| -> Vec<SharedId> {
-        (0..halves)
-            .map(|i| k.shared_tile(&format!("{name}{i}"), swz(rows), slots))
-            .collect()
-    };
-    let (k_s, v_s) = (tiles("k_s", BLOCK, 1), tiles("v_s", BLOCK, 1));
-    let (q_s, do_s) = (tiles("q_s", STEP, st), tiles("do_s", STEP, st));
-    let p_s = k.shared_tile("p_s", swz(BLOCK), 1);
-    let ds_s = k.shared_tile("ds_s", swz(BLOCK), 1);
-
-    let s = k.tile("s_t", F32, 16, HALF, Layout::Row, BaseShape::S16X16);
-    let dp = k.tile("dp_t", F32, 16, HALF, Layout::Row, BaseShape::S16X16);
-    let slope = cfg.alibi.then(|| k.row_vec("alibi_r", s, F32));
-    let p = k.tile("p_t", Bf16, 16, HALF, Layout::Row, BaseShape::S16X32);
-    let ds = k.tile("ds_t", Bf16, 16, HALF, Layout::Row, BaseShape::S16X32);
-    let slots = tiles_of(0, halves).len();
-    let acc = |k: &mut KernelBuilder, name: &str| -> Vec<RegId> {
-        (0..slots)
-            .map(|a| {
-                k.tile(
-                    &format!("{name}{a}"),
-                    F32,
-                    16,
-                    COLS,
-                    Layout::Row,
-                    BaseShape::S16X16,
-                )
-            })
-            .collect()
-    };
-    let (dk_r, dv_r) = (acc(&mut k, "dk"), acc(&mut k, "dv"));
+    let WideTiles {
+        k_s,
+        v_s,
+        q_s,
+        do_s,
+        p_s,
+        ds_s,
+        s,
+        dp,
+        slope,
+        p,
+        ds,
+        slots,
+        dk_r,
+        dv_r,
+    } = WideTiles::declare(&mut k, halves, st, cfg.alibi);
     // The atomic form's dQ share of one column tile.
     let dq_p = atomic_dq.then(|| k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16));
 
