@@ -464,6 +464,15 @@ fn strided_pingpong8_on_gfx942_builds() {
             kittens_ir::Schedule::PingPong8,
             "D{dim}"
         );
+        // The key launch's dK and dV, written only after its loop, read their pointers and strides
+        // at the stores (`kittens_codegen::hip`'s late_args.rs); Q, read in the loop, does not.
+        let src = kittens_codegen::hip::lower(&stages[1].kernel, kittens_hw::Arch::Cdna3)
+            .unwrap()
+            .source;
+        for (name, late) in [("dk", true), ("dv", true), ("q", false)] {
+            let read = format!("g_{name} = kernarg_late<");
+            assert_eq!(src.contains(&read), late, "D{dim}: {read}");
+        }
         for (t, q) in [
             (Target::Gfx942, with(None)),
             (Target::Gfx950, with(Some(PINGPONG8))),

@@ -5,8 +5,8 @@
 //! with the loop's and stays live across the loop in its own SGPR; CDNA3 ISA guide, scalar memory
 //! reads). A tensor in its own strides (`kittens_kernels::attn::strides`) brings three such arguments
 //! and its pointer: the attention backward's key blocks write dK and dV only after their query loop,
-//! and their 2 pointers and 6 strides, live across it, took gfx942's 8-wave ping-pong past the
-//! wave's SGPRs.
+//! and their 2 pointers and 6 strides, held across it, are what put gfx942's 8-wave ping-pong past
+//! the wave's SGPRs (docs/attn_bwd_amd.md).
 //!
 //! So a tensor that (1) has stride parameters of its own (used by no other tensor's sizes or
 //! strides) and (2) is touched only outside loops and after one, has its pointer, its own strides
