@@ -151,3 +151,58 @@ impl LateArgs {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kittens_hw::dtype::DType::Bf16;
+    use kittens_ir::{Access, GridOrder, KernelBuilder, Schedule};
+    use kittens_tile::{BaseShape, Layout};
+
+    /// Only `late`, with a stride of its own and written after the loop, is read late: not `x` (read
+    /// in the loop), `dense` (its stride is the shared `n`), nor `early` (written before the loop).
+    #[test]
+    fn only_an_epilogue_tensor_with_strides_of_its_own_is_read_late() {
+        let mut k = KernelBuilder::new("late_args", Schedule::Plain { waves: 1 });
+        let n = k.param("n");
+        let tensor = |k: &mut KernelBuilder, name: &str, stride: Expr, access| {
+            let dims = [("r", n.clone()), ("c", Expr::c(32))];
+            k.global_strided(name, Bf16, &dims, vec![stride, Expr::c(1)], access)
+        };
+        let x_s = k.param("x_s");
+        let x = tensor(&mut k, "x", x_s, Access::Read);
+        let late_s = k.param("late_s");
+        let late = tensor(&mut k, "late", late_s, Access::Write);
+        let dense = tensor(&mut k, "dense", n.clone(), Access::Write);
+        let early_s = k.param("early_s");
+        let early = tensor(&mut k, "early", early_s, Access::Write);
+        k.grid(vec![Expr::c(1)], GridOrder::RowMajor);
+        let t = k.tile("t", Bf16, 16, 32, Layout::Row, BaseShape::S16X32);
+        let view = |k: &KernelBuilder, g, r0: Expr| k.gview(g, vec![r0, Expr::c(0)], 0, 1, 16, 32);
+        k.load_global(t, view(&k, x, Expr::c(0)));
+        k.store(view(&k, early, Expr::c(0)), t);
+        k.for_range("i", 0, n.ceil_div(16), |k, i| {
+            let v = view(k, x, i * 16);
+            k.load_global(t, v);
+        });
+        k.store(view(&k, late, Expr::c(0)), t);
+        k.store(view(&k, dense, Expr::c(0)), t);
+        let kernel = k.finish().unwrap();
+        let la = LateArgs::of(&kernel);
+        assert_eq!(la.own.keys().copied().collect::<Vec<_>>(), [late.0]);
+        assert_eq!(la.own[&late.0], [2]);
+        let shadows = la.shadows(&kernel, late, "unsigned short*", "0");
+        // 4 globals' pointers (32 bytes), then `late_s`, the third parameter, at 32 + 2·4.
+        assert_eq!(
+            shadows[..2],
+            [
+                "unsigned short* g_late = kernarg_late<unsigned short*>(8); // read here: see \
+                 late_args.rs",
+                "const int late_s = kernarg_late<int>(40);"
+            ]
+        );
+        assert!(la
+            .shadows(&kernel, x, "const unsigned short*", "0")
+            .is_empty());
+    }
+}
