@@ -10,7 +10,8 @@
 //! The backward also takes the log-sum-exp's gradient (`BwdConfig::dlse`), against the f64 backward
 //! with the lse term (`reference_bwd::backward_dlse`), both as one launch (the CPU's) and as the two
 //! launches CDNA runs strided tensors in (query blocks, then key blocks; gfx942's key loop the 4-wave
-//! interleave), the latter the very kernels the AMD lowering gets, here on the interpreter.
+//! interleave by default, and the 8-wave ping-pong as its `pingpong8` variant), the latter the very
+//! kernels the AMD lowering gets, here on the interpreter.
 
 use kittens_hw::dtype::DType::Bf16;
 use kittens_hw::Target;
@@ -195,7 +196,18 @@ fn check(c: &Case, seed: u64) {
     // The CDNA form: the query blocks and the key blocks as two launches (gfx942's with the 4-wave
     // interleave's key loop), each reading the inputs and writing its own outputs, by name.
     let mut forms = vec![("one launch".to_string(), one_launch)];
-    for target in [Target::Gfx950, Target::Gfx942] {
+    let pingpong8 = BwdProblem {
+        run: RunSettings {
+            variant: Some("pingpong8"),
+            ..pb.run
+        },
+        ..pb
+    };
+    for (target, pb) in [
+        (Target::Gfx950, &pb),
+        (Target::Gfx942, &pb),
+        (Target::Gfx942, &pingpong8),
+    ] {
         let plan = pb
             .plan(target)
             .expect("the strided backward plans for CDNA");
@@ -222,7 +234,8 @@ fn check(c: &Case, seed: u64) {
                 out[i] = bufs[7 + j].clone();
             }
         }
-        forms.push((format!("{target} two launches"), out));
+        let schedule = pb.run.variant.unwrap_or("default");
+        forms.push((format!("{target} {schedule} two launches"), out));
     }
     let dl = Some(dlse.as_slice());
     let g = reference_bwd::backward_dlse(&q, &k, &v, &d_o, dl, &sh, c.causal, &opts);
@@ -396,12 +409,14 @@ fn overlapping_output_is_refused() {
     assert!(e.contains("mi300x") && e.contains("strides"), "{e}");
 }
 
-/// gfx942 refuses the strided backward's 8-wave ping-pong (its key launch spills SGPRs) with a typed
-/// error naming the target, the schedule and the head dim; the same problem builds with the default
-/// schedule (the 4-wave interleave) there, and with the ping-pong on gfx950 and on the CPU.
-/// kittens-runtime's tests/attn_strides.rs compiles every schedule that builds without spills.
+/// gfx942 builds the strided backward's 8-wave ping-pong (it refused it while its key launch
+/// spilled SGPRs): the key launch runs the ping-pong's 8 waves, the query launch the ping-pong's 8 at
+/// head dim 64 and the 4-wave interleave's at 128 (`attn_bwd::problem::query_launch`); gfx950 and
+/// the CPU build it as before. kittens-runtime's tests/attn_strides.rs compiles every launch without
+/// spills and runs it on the ISA emulator; `check` above runs it on the interpreter against f64.
 #[test]
-fn strided_pingpong8_on_gfx942_is_refused_by_name() {
+fn strided_pingpong8_on_gfx942_builds() {
+    use kittens_kernels::attn_bwd::problem::PINGPONG8;
     for dim in [64, 128] {
         let (h, n) = (2, 45);
         let sh = BwdShape {
@@ -426,27 +441,42 @@ fn strided_pingpong8_on_gfx942_is_refused_by_name() {
             },
             ..bwd_problem(&c)
         };
-        let p = with(Some("pingpong8"));
-        let e = p
-            .build(Target::Gfx942)
-            .expect_err("strided pingpong8 on gfx942");
-        assert!(
-            matches!(e, kittens_kernels::KernelError::NotForTarget { .. }),
-            "{e:?}"
+        let p = with(Some(PINGPONG8));
+        let t = Target::Gfx942;
+        let stages = p
+            .stages(t, &p.plan(t).unwrap())
+            .unwrap_or_else(|e| panic!("strided pingpong8 on gfx942 D{dim}: {e}"));
+        let waves: Vec<(String, u32)> = stages
+            .iter()
+            .map(|s| (s.kernel.name.clone(), s.kernel.waves))
+            .collect();
+        let query_waves = if dim == 64 { 8 } else { 4 };
+        assert_eq!(
+            waves,
+            [
+                ("attn_bwd_queries".to_string(), query_waves),
+                ("attn_bwd_keys".to_string(), 8)
+            ],
+            "D{dim}"
         );
-        let m = e.to_string();
-        for part in [
-            "gfx942",
-            "pingpong8",
-            &format!("head dim {dim}"),
-            "interleave4",
-        ] {
-            assert!(m.contains(part), "`{m}` names no {part}");
+        assert_eq!(
+            stages[1].kernel.schedule,
+            kittens_ir::Schedule::PingPong8,
+            "D{dim}"
+        );
+        // The key launch's dK and dV, written only after its loop, read their pointers and strides
+        // at the stores (`kittens_codegen::hip`'s late_args.rs); Q, read in the loop, does not.
+        let src = kittens_codegen::hip::lower(&stages[1].kernel, kittens_hw::Arch::Cdna3)
+            .unwrap()
+            .source;
+        for (name, late) in [("dk", true), ("dv", true), ("q", false)] {
+            let read = format!("g_{name} = kernarg_late<");
+            assert_eq!(src.contains(&read), late, "D{dim}: {read}");
         }
         for (t, q) in [
             (Target::Gfx942, with(None)),
-            (Target::Gfx950, with(Some("pingpong8"))),
-            (Target::Cpu, with(Some("pingpong8"))),
+            (Target::Gfx950, with(Some(PINGPONG8))),
+            (Target::Cpu, with(Some(PINGPONG8))),
         ] {
             let stages = q.stages(t, &q.plan(t).unwrap()).unwrap();
             assert!(!stages.is_empty(), "{t} D{dim}");

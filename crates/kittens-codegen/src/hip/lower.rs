@@ -102,6 +102,8 @@ pub(super) struct Emitter<'k> {
     /// the 4-wave interleave, and any kernel that asks for an MFMA interleave pattern
     /// (`SchedHint::Pairs` / `MmaReads` / `MmaExp`), which only a movable MFMA can follow.
     pub compiler_scheduled: bool,
+    /// The tensors whose arguments are read again at their accesses ([`super::late_args`]).
+    late: super::late_args::LateArgs,
 }
 
 impl<'k> Emitter<'k> {
@@ -144,6 +146,7 @@ impl<'k> Emitter<'k> {
             lds_ties: Default::default(),
             has_global_loads,
             compiler_scheduled,
+            late: super::late_args::LateArgs::of(k),
         })
     }
 
@@ -185,14 +188,7 @@ impl<'k> Emitter<'k> {
         let mut args: Vec<String> = k
             .globals
             .iter()
-            .map(|g| {
-                let c = if g.access == Access::Read {
-                    "const "
-                } else {
-                    ""
-                };
-                format!("{c}{}* __restrict__ g_{}", c_elem(g.dtype), ident(&g.name))
-            })
+            .map(|g| format!("{} __restrict__ g_{}", ptr_type(g), ident(&g.name)))
             .collect();
         args.extend((0..k.params.len()).map(|p| format!("int {}", param_name(k, p as u32))));
         self.line(format!(
@@ -294,17 +290,10 @@ impl<'k> Emitter<'k> {
             // Bytes the tensor spans, 64-bit: (1 + Σ (dim - 1) · stride) · element bytes. Each load
             // builds its buffer resource at its tile's origin with what is left of this as the bound
             // (`tile_rsrc`, see super::global).
-            let span: Vec<String> = g
-                .dims
-                .iter()
-                .zip(&g.strides)
-                .map(|(d, s)| format!("((u64)({}) - 1) * (u64)({})", self.ex(d), self.ex(s)))
-                .collect();
             self.line(format!(
-                "const u64 span_{} = (1 + {}) * {};",
+                "const u64 span_{} = {};",
                 ident(&g.name),
-                span.join(" + "),
-                g.dtype.bytes()
+                self.span_init(g)
             ));
         }
         if self.scratch_per_wave > 0 {
@@ -325,6 +314,17 @@ impl<'k> Emitter<'k> {
         }
     }
 
+    /// `(1 + Σ (dim - 1) · stride) · element bytes`, the initializer of `span_<name>`.
+    fn span_init(&self, g: &kittens_ir::GlobalDecl) -> String {
+        let span: Vec<String> = g
+            .dims
+            .iter()
+            .zip(&g.strides)
+            .map(|(d, s)| format!("((u64)({}) - 1) * (u64)({})", self.ex(d), self.ex(s)))
+            .collect();
+        format!("(1 + {}) * {}", span.join(" + "), g.dtype.bytes())
+    }
+
     pub fn stmts(&mut self, body: &[Stmt]) -> Result<(), LowerError> {
         body.iter().try_for_each(|s| self.stmt(s))
     }
@@ -335,7 +335,18 @@ impl<'k> Emitter<'k> {
                 if *implied && matches!(op, Op::Barrier { .. }) {
                     self.line("// implied by the schedule:");
                 }
-                self.op(op)
+                let shadows = super::late_args::op_global(op).map_or_else(Vec::new, |g| {
+                    let decl = &self.k.globals[g.0 as usize];
+                    let span = self.span_init(decl);
+                    self.late.shadows(self.k, g, &ptr_type(decl), &span)
+                });
+                if shadows.is_empty() {
+                    return self.op(op);
+                }
+                self.block("", |e| {
+                    shadows.into_iter().for_each(|l| e.line(l));
+                    e.op(op)
+                })
             }
             Stmt::For {
                 var,
@@ -406,6 +417,16 @@ pub(super) fn kittens_ir_walk(body: &[Stmt], f: &mut dyn FnMut(&Op)) {
             }
         }
     }
+}
+
+/// C pointer type of a global tensor's argument (`const` when the kernel only reads it).
+fn ptr_type(g: &kittens_ir::GlobalDecl) -> String {
+    let c = if g.access == Access::Read {
+        "const "
+    } else {
+        ""
+    };
+    format!("{c}{}*", c_elem(g.dtype))
 }
 
 /// C element type of a global tensor (16-bit floats travel as raw bits).

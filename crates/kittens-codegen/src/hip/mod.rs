@@ -13,6 +13,7 @@ use kittens_hw::Arch;
 
 mod global;
 mod landed;
+mod late_args;
 pub mod layout;
 mod lds_addr;
 mod lds_runs;

@@ -69,6 +69,16 @@ KITTENS_DEV u32 lane_id_here() {
   return l;
 }
 
+// A kernel argument read from the kernarg segment at byte `offset` where it is used (late_args.rs in
+// the lowering): the segment pointer passes through an empty asm, so the compiler can neither hoist
+// the scalar load to the entry nor merge it with the entry's loads of the same argument.
+template <class T> KITTENS_DEV T kernarg_late(u32 offset) {
+  typedef const __attribute__((address_space(4))) unsigned char* kernarg_ptr;
+  kernarg_ptr p = (kernarg_ptr)__builtin_amdgcn_kernarg_segment_ptr();
+  asm volatile("" : "+s"(p));
+  return *(const __attribute__((address_space(4))) T*)(p + offset);
+}
+
 // ---- MFMA ------------------------------------------------------------------------------------------
 // For each matrix instruction, four forms:
 //   NAME(a, b, c)       c += a*b with c tied to one VGPR range ("+v"): no accumulator rename, no copy;

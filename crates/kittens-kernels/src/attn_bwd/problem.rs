@@ -117,27 +117,23 @@ fn split_blocks(p: &BwdProblem, target: Target) -> bool {
     p.attn_strides.is_some() && target.gpu().is_some_and(|g| g.arch.is_amd())
 }
 
-/// Refuses, by target, schedule and head dim, the strided CDNA build that spills: gfx942's 8-wave
-/// ping-pong. Its key blocks' launch holds the pointers and 26 size and stride parameters at the
-/// SGPR ceiling (clang-19 spills SGPRs there at head dim 64, clang 22 too at 128), and at 128 two waves per SIMD leave its query blocks 256 registers per lane, which the
-/// strided addressing outgrows (VGPR spills). The default schedule there, the 4-wave interleave,
-/// takes the same problems without spilling (`tests/attn_strides.rs` in kittens-runtime compiles
-/// every schedule of the strided backward on both CDNA targets).
-fn refuse_spilling_strided(p: &BwdProblem, target: Target) -> Result<(), KernelError> {
-    if target == Target::Gfx942 && p.attn_strides.is_some() && p.run.variant == Some(PINGPONG8) {
-        return Err(KernelError::NotForTarget {
-            kernel: "attn_bwd",
-            target,
-            why: format!(
-                "the {PINGPONG8} schedule at head dim {} with tensors in their own strides \
-                 spills (SGPRs in its key blocks: 26 size and stride parameters beside the \
-                 pointers; VGPRs in its query blocks at 128); the default schedule \
-                 ({INTERLEAVE4}) takes them without spilling",
-                p.args.attn.dim
-            ),
-        });
+/// The query blocks' launch of a strided CDNA backward ([`split_blocks`]) whose key blocks run `cfg`:
+/// `cfg` itself, except gfx942's 8-wave ping-pong at head dims past 64, whose query launch is the
+/// 4-wave interleave's (the default there): the ping-pong is a schedule of the key blocks' loop
+/// (HipKittens §3.3.2), and two waves per SIMD leave the query blocks 256 registers per lane, which
+/// clang 22 outgrows at head dim 128 (gfx942's 16x16x16 MFMAs and `ds_read_u16` column reads hold
+/// more lane addresses than gfx950's: 22-24 VGPRs spilled); one wave per SIMD takes it in 256 VGPRs
+/// and a few AGPRs, no spills (`tests/attn_strides.rs` in kittens-runtime).
+fn query_launch(cfg: BwdConfig, target: Target) -> BwdConfig {
+    let queries = BwdConfig {
+        blocks: BwdBlocks::Queries,
+        ..cfg
+    };
+    if target == Target::Gfx942 && cfg.schedule == super::BwdSchedule::PingPong8 && cfg.dim > 64 {
+        BwdConfig::interleave4(queries)
+    } else {
+        queries
     }
-    Ok(())
 }
 
 /// The configuration a run builds: the target GPU's tiles (the defaults on the CPU), or the
@@ -164,7 +160,6 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
             why: format!("head dim {} past {max}: {why}", p.args.attn.dim),
         });
     }
-    refuse_spilling_strided(p, target)?;
     let tiles = match target.gpu() {
         Some(gpu) => BwdConfig::for_gpu(gpu),
         None => BwdConfig::default(),
@@ -383,8 +378,8 @@ impl KernelProblem for BwdProblem {
                 // The query blocks (dQ), then the key blocks (dK, dV), each reading every input.
                 let l = &plan.launch;
                 let values = named_values(p, l)?;
-                let stage = |blocks, outputs| -> Result<Stage, KernelError> {
-                    let kernel = build(&BwdConfig { blocks, ..cfg })?;
+                let stage = |cfg: BwdConfig, outputs| -> Result<Stage, KernelError> {
+                    let kernel = build(&cfg)?;
                     Ok(Stage {
                         launch: Launch {
                             params: strides::named_params(&kernel, &values)?,
@@ -396,8 +391,14 @@ impl KernelProblem for BwdProblem {
                 };
                 let [dq, dk, dv] = [0, 1, 2].map(|i| l.outputs[i]);
                 Ok(vec![
-                    stage(BwdBlocks::Queries, vec![dq])?,
-                    stage(BwdBlocks::Keys, vec![dk, dv])?,
+                    stage(query_launch(cfg, target), vec![dq])?,
+                    stage(
+                        BwdConfig {
+                            blocks: BwdBlocks::Keys,
+                            ..cfg
+                        },
+                        vec![dk, dv],
+                    )?,
                 ])
             }
             None => Ok(vec![Stage {

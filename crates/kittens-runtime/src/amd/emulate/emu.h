@@ -60,6 +60,14 @@ inline u32 thread_id() { return (u32)emu_tid; }
 inline u32 lane_id() { return (u32)(emu_tid % 64); }
 inline u32 lane_id_here() { return lane_id(); }
 inline u32 block_id_x() { return (u32)emu_bid; }
+// The kernarg segment: the driver lays the explicit arguments out as the device ABI does (the
+// globals' pointers, 8 bytes each, then the 4-byte parameters) for the prelude's `kernarg_late`.
+inline unsigned char emu_kernarg[4096];
+template <class T> inline T kernarg_late(u32 offset) {
+  T v;
+  memcpy(&v, emu_kernarg + offset, sizeof(T));
+  return v;
+}
 inline int imin(int a, int b) { return a < b ? a : b; }
 inline int imax(int a, int b) { return a > b ? a : b; }
 template <int BITS, int BASE, int SHIFT> inline u32 xor_flips(u32 off) {

@@ -31,6 +31,9 @@ pub const EMU_HEADER: &str = include_str!("emu.h");
 
 /// Tensors one emulated launch can register (the header's `TENSORS_MAX`).
 const TENSORS_MAX: usize = 16;
+/// Parameters one emulated launch can take: what the header's 4096-byte `emu_kernarg` holds after
+/// [`TENSORS_MAX`] pointers.
+const PARAMS_MAX: usize = (4096 - 8 * TENSORS_MAX) / 4;
 
 /// What can go wrong building or running an emulated kernel.
 #[derive(Debug, Error)]
@@ -203,6 +206,8 @@ int main(int argc, char** argv) {{
     }}
     kittens::emu_register(T[i], bytes[i], virt != 0);
   }}
+  for (int i = 0; i < {nt}; ++i) memcpy(kittens::emu_kernarg + 8 * i, &T[i], 8);
+  for (int i = 0; i < {np}; ++i) {{ const int v = (int)P[i]; memcpy(kittens::emu_kernarg + 8 * {nt} + 4 * i, &v, 4); }}
   unsigned long long n = 0, id = 0;
   if (fscanf(m, "%llu", &n) != 1) return 2;
   for (unsigned long long b = 0; b < n; ++b) {{
@@ -353,6 +358,9 @@ impl Emulator {
         }
         if tensors.len() > TENSORS_MAX {
             return Err(self.launch_error(format!("more than {TENSORS_MAX} tensors")));
+        }
+        if params.len() > PARAMS_MAX {
+            return Err(self.launch_error(format!("more than {PARAMS_MAX} parameters")));
         }
         if let Some(p) = params.iter().find(|p| i32::try_from(**p).is_err()) {
             return Err(self.launch_error(format!(
