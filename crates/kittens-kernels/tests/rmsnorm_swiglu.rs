@@ -351,3 +351,29 @@ fn bad_sizes_are_refused_with_the_limit() {
         }
     }
 }
+
+/// 32-bit offsets where the rows fit `kittens_ir::INDEX32_MAX_SPAN` elements at the widest row (the
+/// packed `x`'s `2F`), 64-bit past it; and `KITTENS_SWIGLU`'s `index32=0|1` for a measurement.
+#[test]
+fn swiglu_takes_32_bit_offsets_where_its_rows_fit() {
+    use kittens_hw::Target;
+    use kittens_kernels::swiglu::problem::{config, SwigluProblem};
+    let at = |rows: usize, f: usize, packed: bool| SwigluProblem {
+        rows,
+        dim: f,
+        packed,
+        ..SwigluProblem::default()
+    };
+    let max = kittens_ir::INDEX32_MAX_SPAN as usize;
+    for t in [Target::Sm90a, Target::Cpu] {
+        assert!(config(&at(16384, 14336, true), t).index32);
+        // 2F a row: the split form fits where the packed one does not.
+        assert!(config(&at(max / 1024, 1024, false), t).index32);
+        assert!(!config(&at(max / 1024, 1024, true), t).index32);
+        assert!(!config(&at(max / 1024 + 1, 1024, false), t).index32);
+    }
+    let tuned = |v: &str| SwigluConfig::new(1024, false, 32).tuned(v).unwrap();
+    assert!(!swiglu::build(&tuned("index32=0")).unwrap().grid.index32);
+    let cfg = tuned("index32=1");
+    assert!(swiglu::build(&cfg).unwrap().grid.index32);
+}

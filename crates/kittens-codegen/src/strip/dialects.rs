@@ -46,6 +46,13 @@ pub const CUDA: Dialect = Dialect {
     exp2: |x| format!("exp2f({x})"),
     log: |x| format!("logf({x})"),
     rsqrt: |x| format!("rsqrtf({x})"),
+    // The logistic with the approximate exponential and division (CUDA C++ Programming Guide,
+    // "Intrinsic Functions": `__expf` within 2 + ⌊1.173·|x|⌋ ulp, `__fdividef` 2 ulp, a few instructions
+    // where `expf` and the IEEE division take tens): in SwiGLU, which moves 6 bytes per element, those
+    // instructions are a large share of the time. Like `exp`, a transcendental whose bits the
+    // backends do not share; far below the bf16 rounding of the results. At `1 + e^(−x) = ∞` the
+    // division gives 0 (`x` finite), the limit.
+    logistic: Some(|num, x| format!("__fdividef({num}, __fadd_rn(1.0f, __expf(-({x}))))")),
     // The `_rn` intrinsics are never contracted into FMAs (CUDA C++ Programming Guide, "Intrinsic
     // Functions").
     arith: |op, a, b| {
@@ -103,6 +110,7 @@ pub fn hip(arch: Arch) -> Dialect {
         exp2: |x| format!("kittens::exp2_f32({x})"),
         log: |x| format!("(0.6931471805599453f * __builtin_log2f({x}))"),
         rsqrt: |x| format!("(1.0f / __builtin_sqrtf({x}))"),
+        logistic: None,
         arith: |op, a, b| format!("({a} {op} {b})"),
         // clang contracts a·b + c into an FMA in HIP device code by default; the IR rounds each op.
         prologue: "#pragma clang fp contract(off)",

@@ -93,6 +93,10 @@ pub struct Dialect {
     pub log: fn(&str) -> String,
     /// `1/√x` as a C expression of `x`.
     pub rsqrt: fn(&str) -> String,
+    /// `num / (1 + e^(−x))` as a C expression (`sigmoid`: `num` 1, `silu`: `num` x), where the
+    /// dialect has a cheaper form than [`Self::arith`]'s division over [`Self::exp`]; `None`: that
+    /// composition.
+    pub logistic: Option<fn(&str, &str) -> String>,
     /// `a op b` for `op` in `+ - * /`, rounded once as the IR's per-op f32 arithmetic requires (no
     /// contraction into fused multiply-adds, so every backend computes the same bits).
     pub arith: fn(char, &str, &str) -> String,
@@ -617,13 +621,15 @@ impl Emit<'_> {
             (MapFn::Neg, [x]) => format!("(-{x})"),
             (MapFn::Abs, [x]) => format!("{}({x})", d.fabs),
             (MapFn::Rsqrt, [x]) => (d.rsqrt)(x),
-            (MapFn::Sigmoid, [x]) => {
-                let den = (d.arith)('+', "1.0f", &(d.exp)(&format!("(-{x})")));
-                (d.arith)('/', "1.0f", &den)
-            }
-            (MapFn::Silu, [x]) => {
-                let den = (d.arith)('+', "1.0f", &(d.exp)(&format!("(-{x})")));
-                (d.arith)('/', x, &den)
+            (MapFn::Sigmoid | MapFn::Silu, [x]) => {
+                let num = if f == MapFn::Silu { x.as_str() } else { "1.0f" };
+                match d.logistic {
+                    Some(logistic) => logistic(num, x),
+                    None => {
+                        let den = (d.arith)('+', "1.0f", &(d.exp)(&format!("(-{x})")));
+                        (d.arith)('/', num, &den)
+                    }
+                }
             }
             (MapFn::Tanh, [x]) => {
                 // 1 − 2/(e^(2x) + 1): exact at both ends (e^(2x) over- or underflowing gives ±1).

@@ -44,10 +44,16 @@ pub struct SwigluConfig {
     /// The row strides of the inputs (`gate`, `up`, `dy` of `F`; packed `x` of `2F`), read in place;
     /// dense by default.
     pub strides: RowStrides,
+    /// 32-bit offsets (`kittens_ir::Grid::index32`, refused at launch past its span): the strip
+    /// lowering's per-chunk address arithmetic in `int` instead of `long long` on sm_90a, where a
+    /// chunk's few arithmetic instructions are a large share of this memory-bound kernel's.
+    pub index32: bool,
 }
 
 /// The environment variable that overrides the block shape for a measurement: `waves=N` (1 to 16)
-/// and/or `chunks=C` (1, 2 or 4), comma-separated (e.g. `KITTENS_SWIGLU=waves=8,chunks=2`).
+/// `chunks=C` (1, 2 or 4) and/or `index32=0|1` ([`SwigluConfig::index32`]; `1` only where the
+/// problem's span allows it: the launch refuses it past), comma-separated (e.g.
+/// `KITTENS_SWIGLU=waves=8,chunks=2`).
 pub const TUNE_VAR: &str = "KITTENS_SWIGLU";
 
 impl SwigluConfig {
@@ -59,6 +65,7 @@ impl SwigluConfig {
             waves: 4,
             chunks: 1,
             strides: RowStrides::default(),
+            index32: false,
         }
     }
 
@@ -66,8 +73,8 @@ impl SwigluConfig {
     pub fn tuned(mut self, v: &str) -> Result<Self, KernelError> {
         let bad = || {
             KernelError::Config(format!(
-                "{TUNE_VAR} = {v:?}: expected waves=N (1 to 16) and/or chunks=C (1, 2 or 4), \
-                 comma-separated"
+                "{TUNE_VAR} = {v:?}: expected waves=N (1 to 16), chunks=C (1, 2 or 4) and/or \
+                 index32=0|1, comma-separated"
             ))
         };
         for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -76,6 +83,7 @@ impl SwigluConfig {
             match key.trim() {
                 "waves" if (1..=16).contains(&n) => self.waves = n,
                 "chunks" if matches!(n, 1 | 2 | 4) => self.chunks = n,
+                "index32" if n <= 1 => self.index32 = n == 1,
                 _ => return Err(bad()),
             }
         }
@@ -141,6 +149,9 @@ impl Frame {
             &format!("{name}_{kind}_f{}", cfg.f),
             Schedule::Plain { waves: cfg.waves },
         );
+        if cfg.index32 {
+            k.index32();
+        }
         let rows = k.param("rows");
         let per_block = i64::from(cfg.waves * cfg.strip());
         let across = Expr::c(i64::from(cfg.f)).ceil_div(per_block);

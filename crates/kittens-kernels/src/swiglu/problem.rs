@@ -113,10 +113,15 @@ impl SwigluProblem {
 }
 
 /// The configuration a run on `target` builds: the target's wave width (32 lanes on the CPU).
+/// Offsets are 32-bit ([`SwigluConfig::index32`]) where the rows, at the widest row stride of the
+/// problem's tensors, span at most `kittens_ir::INDEX32_MAX_SPAN` elements.
 pub fn config(p: &SwigluProblem, target: Target) -> SwigluConfig {
     let f = u32::try_from(p.dim).unwrap_or(u32::MAX);
+    let row_len = if p.packed { 2 * p.dim } else { p.dim };
+    let span = p.rows.checked_mul(p.strides.widest(row_len));
     SwigluConfig {
         strides: p.strides,
+        index32: span.is_some_and(|n| n as u64 <= kittens_ir::INDEX32_MAX_SPAN),
         ..SwigluConfig::new(f, p.packed, target.gpu().map_or(32, |g| g.wave_width))
     }
 }
