@@ -74,10 +74,12 @@ pub fn default_cache() -> Option<&'static KernelCache> {
 /// A file's stamp: device, inode, size, modification time (s, ns).
 type Stamp = (u64, u64, u64, i64, i64);
 
+/// The identities already read in this process: (program, prefix) -> (stamp, identity).
+type Seen = HashMap<(PathBuf, Vec<String>), (Stamp, String)>;
+
 /// The identity of `tool` (see the module documentation), or `None` when it cannot be read.
 pub fn identity(tool: &Tool) -> Option<String> {
-    static SEEN: OnceLock<Mutex<HashMap<(PathBuf, Vec<String>), (Stamp, String)>>> =
-        OnceLock::new();
+    static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
     let real = std::fs::canonicalize(&tool.program).ok()?;
     let m = std::fs::metadata(&real).ok()?;
     let stamp = (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec());
