@@ -105,7 +105,7 @@ fn truncated_corrupted_or_foreign_entries_are_recompiled() {
             "-S",
             &format!("--offload-arch={}", arch.target()),
         ],
-        &[&clang.clang],
+        &[(&clang.clang.program, &clang.clang.prefix)],
         &src,
     )
     .expect("the compiler's identity is readable");
@@ -179,8 +179,8 @@ fn target_step_and_compiler_are_in_the_key() {
     if let Some(clang19) = debian_clang19() {
         let other: AmdgpuClang = clang19;
         assert_ne!(
-            cached::identity(&other.clang),
-            cached::identity(&zig.clang),
+            cached::identity((&other.clang.program, &other.clang.prefix)),
+            cached::identity((&zig.clang.program, &zig.clang.prefix)),
             "two compilers, two identities"
         );
         let out = other.compile_with_cache(&src, Arch::Cdna3, Some(&cache.c));
@@ -198,10 +198,7 @@ fn an_unreadable_identity_is_no_key() {
     let mut perm = std::fs::metadata(&fake).unwrap().permissions();
     std::os::unix::fs::PermissionsExt::set_mode(&mut perm, 0o700);
     std::fs::set_permissions(&fake, perm).unwrap();
-    let tool = kittens_runtime::amd::toolchain::Tool {
-        program: fake,
-        prefix: Vec::new(),
-    };
-    assert_eq!(cached::identity(&tool), None);
-    assert_eq!(cached::key(Step::Asm, "gfx942", &[], &[&tool], "x"), None);
+    let tool = (fake.as_path(), &[][..]);
+    assert_eq!(cached::identity(tool), None);
+    assert_eq!(cached::key(Step::Asm, "gfx942", &[], &[tool], "x"), None);
 }

@@ -17,13 +17,12 @@
 
 use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::toolchain::Tool;
 use crate::cache::{CacheError, Compiler, KernelCache};
 
 /// One step of a compilation, each an entry of its own.
@@ -77,14 +76,18 @@ type Stamp = (u64, u64, u64, i64, i64);
 /// The identities already read in this process: (program, prefix) -> (stamp, identity).
 type Seen = HashMap<(PathBuf, Vec<String>), (Stamp, String)>;
 
+/// A program as a step runs it: its path and the arguments that make it the tool (`zig` + `clang`).
+pub type Program<'a> = (&'a Path, &'a [String]);
+
 /// The identity of `tool` (see the module documentation), or `None` when it cannot be read.
-pub fn identity(tool: &Tool) -> Option<String> {
+pub fn identity(tool: Program) -> Option<String> {
+    let (program, prefix) = tool;
     static SEEN: OnceLock<Mutex<Seen>> = OnceLock::new();
-    let real = std::fs::canonicalize(&tool.program).ok()?;
+    let real = std::fs::canonicalize(program).ok()?;
     let m = std::fs::metadata(&real).ok()?;
     let stamp = (m.dev(), m.ino(), m.size(), m.mtime(), m.mtime_nsec());
     let seen = SEEN.get_or_init(Default::default);
-    let name = (tool.program.clone(), tool.prefix.clone());
+    let name = (program.to_path_buf(), prefix.to_vec());
     if let Some((s, id)) = seen.lock().ok()?.get(&name) {
         if *s == stamp {
             return Some(id.clone());
@@ -92,8 +95,8 @@ pub fn identity(tool: &Tool) -> Option<String> {
     }
     // Run as the step runs it: a multi-call program (lld) picks its personality by the name it is
     // called by, which resolving links would lose.
-    let out = std::process::Command::new(&tool.program)
-        .args(&tool.prefix)
+    let out = std::process::Command::new(program)
+        .args(prefix)
         .arg("--version")
         .output()
         .ok()?;
@@ -102,9 +105,9 @@ pub fn identity(tool: &Tool) -> Option<String> {
     }
     let id = format!(
         "{} -> {} {:?} {stamp:?}\n{}",
-        tool.program.display(),
+        program.display(),
         real.display(),
-        tool.prefix,
+        prefix,
         String::from_utf8_lossy(&out.stdout)
     );
     seen.lock().ok()?.insert(name, (stamp, id.clone()));
@@ -117,7 +120,7 @@ pub fn key(
     step: Step,
     target: &str,
     flags: &[&str],
-    tools: &[&Tool],
+    tools: &[Program],
     input: &str,
 ) -> Option<String> {
     let mut h = Sha256::new();
@@ -126,7 +129,7 @@ pub fn key(
         h.update(part.as_bytes());
         h.update([0u8]);
     }
-    for t in tools {
+    for &t in tools {
         h.update(identity(t)?.as_bytes());
         h.update([0u8]);
     }

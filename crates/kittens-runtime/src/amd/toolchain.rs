@@ -58,6 +58,11 @@ impl Tool {
         }
     }
 
+    /// The program as [`cached`] names it in a key.
+    fn as_program(&self) -> cached::Program<'_> {
+        (&self.program, &self.prefix)
+    }
+
     fn command(&self) -> Command {
         let mut c = Command::new(&self.program);
         c.args(&self.prefix);
@@ -547,11 +552,11 @@ impl AmdgpuClang {
         input: &str,
         compile: impl FnOnce(&ScratchDir) -> Result<Vec<u8>, AmdError>,
     ) -> Result<(Vec<u8>, bool), AmdError> {
-        let tools: &[&Tool] = match step {
-            Step::CodeObject => &[&self.clang, &self.lld],
-            Step::Asm | Step::EncodingListing => &[&self.clang],
+        let tools: Vec<cached::Program> = match step {
+            Step::CodeObject => vec![self.clang.as_program(), self.lld.as_program()],
+            Step::Asm | Step::EncodingListing => vec![self.clang.as_program()],
         };
-        let keyed = cache.and_then(|c| Some((c, cached::key(step, target, flags, tools, input)?)));
+        let keyed = cache.and_then(|c| Some((c, cached::key(step, target, flags, &tools, input)?)));
         if let Some((c, key)) = &keyed {
             if let Some(bytes) = cached::get(c, key, step, target) {
                 return Ok((bytes, true));

@@ -14,12 +14,20 @@ fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-/// The report the entries of these tests carry: NVRTC's, the richest one.
-type Report = crate::cuda::CudaCompileReport;
+/// The report the entries of these tests carry (a compiler's report is any serde type).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Report {
+    kernel: String,
+    registers: u32,
+    warnings: Vec<String>,
+}
 
 fn report() -> Report {
-    let log = "ptxas info    : Function properties for k\n    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\nptxas info    : Used 32 registers, used 0 barriers\n";
-    crate::cuda::parse_ptxas_log(log, "k").expect("report")
+    Report {
+        kernel: "k".into(),
+        registers: 32,
+        warnings: vec!["none".into()],
+    }
 }
 
 /// A stand-in cubin: an ELF header's magic and `len` bytes of a pattern seeded by `seed`.
