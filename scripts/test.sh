@@ -19,6 +19,12 @@ cargo clippy --workspace --all-targets -- -D warnings 2>&1
 echo "== installing toolchains (idempotent)"
 bash scripts/install-amdgpu-clang.sh
 bash scripts/install-nvrtc.sh
+# One compile cache for this run (crates/kittens-runtime/src/cache): a kernel that several test binaries,
+# the examples and the Python tests compile for one target with one compiler is compiled once per run,
+# and every distinct one is compiled by this run, none taken from an earlier run's cache.
+compile_cache=$(mktemp -d "${TMPDIR:-/tmp}/kittens-compile-cache.XXXXXX")
+trap 'rm -rf "$compile_cache"' EXIT
+export KITTENS_COMPILE_CACHE="$compile_cache"
 echo "== cargo test --workspace --release"
 cargo test --workspace --release 2>&1
 echo "== examples (docs/writing-kernels.md)"

@@ -2,8 +2,9 @@
 ``torch.distributed`` and ring attention on real GPUs.
 
 1. Each rank, on its own device and on a side stream, compiles the same GEMM and attention kernels at
-   the same moment into one shared, fresh disk cache (``KITTENS_CACHE``): every rank must succeed and
-   agree with ``torch.matmul`` / SDPA on its own device; the cache must end with whole entries only.
+   the same moment into one shared, fresh disk cache (``KITTENS_COMPILE_CACHE``, else
+   ``KITTENS_CACHE``): every rank must succeed and agree with ``torch.matmul`` / SDPA on its own
+   device; the cache must end with whole entries only.
 2. :func:`kittens.distributed.ring_attention` forward and backward against attention over the
    concatenated sequence on one GPU, at N = 32768 and an odd N, causal and not, grouped heads, by
    FlashAttention's rule: relative error against float64 at most twice that of single-GPU
@@ -99,7 +100,8 @@ def kernels_under_dist(torch, dist, kittens, rank, dev) -> dict:
 
 
 def cache_state() -> dict:
-    d = os.path.join(os.environ.get("KITTENS_CACHE", ""), "cuda")
+    root = os.environ.get("KITTENS_COMPILE_CACHE") or os.environ.get("KITTENS_CACHE", "")
+    d = os.path.join(root, "cuda")
     names = sorted(os.listdir(d)) if os.path.isdir(d) else []
     return {"dir": d, "cubins": sum(n.endswith(".cubin") for n in names),
             "records": sum(n.endswith(".json") for n in names),

@@ -41,6 +41,7 @@ fn compile_cmd(cwd: &Path, vars: &[(&str, &Path)]) -> Command {
     c.args(["compile", "gemm_bf16", "--target", "sm_90a", "--json"])
         .current_dir(cwd)
         .env_remove("KITTENS_CACHE")
+        .env_remove("KITTENS_COMPILE_CACHE")
         .env_remove("XDG_CACHE_HOME")
         .env_remove("HOME")
         .env("KITTENS_NVRTC", nvrtc_dir());

@@ -9,8 +9,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 /// Every variable that chooses a compiler, a library or the cache.
-const CHOOSERS: [&str; 11] = [
+const CHOOSERS: [&str; 12] = [
     "KITTENS_CACHE",
+    "KITTENS_COMPILE_CACHE",
     "XDG_CACHE_HOME",
     "KITTENS_AMDGPU_CLANG",
     "KITTENS_HOST_CXX",

@@ -5,6 +5,7 @@
 
 pub mod amd;
 pub mod build_info;
+pub mod cache;
 pub mod cuda;
 pub mod kernel;
 pub mod runner;

@@ -24,7 +24,7 @@ mod cuda_common;
 mod parallel;
 
 use amd_common::{assert_compiles_without_spills, clang_for};
-use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
+use cuda_common::{compile_clean, ensure_nvrtc, test_cache};
 use kittens_hw::Target;
 use kittens_kernels::attn::strides::AttnStrides;
 use kittens_kernels::attn::AttnArgs;
@@ -154,7 +154,7 @@ fn lse_gradient_folded_on_the_interpreter() {
 #[test]
 fn strided_attention_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
-    let cache = fresh_cache("attn-strides");
+    let cache = test_cache("attn-strides");
     let mut lowered = Vec::new();
     for dim in [64, 128] {
         let base = fused(4, 2, 300, dim);

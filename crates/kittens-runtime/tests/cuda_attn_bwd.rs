@@ -11,7 +11,7 @@ mod parallel;
 #[path = "cuda_support/ptx.rs"]
 mod ptx;
 
-use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
+use cuda_common::{compile_clean, ensure_nvrtc, test_cache};
 use kittens_hw::Target;
 use kittens_kernels::attn::{AttnLayout, Causal};
 use kittens_kernels::attn_bwd::{build, BwdConfig, BwdSchedule};
@@ -20,7 +20,7 @@ use kittens_kernels::attn_bwd::{build, BwdConfig, BwdSchedule};
 fn attn_bwd_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
     let h100 = kittens_hw::gpu("h100").expect("catalog");
-    let cache = fresh_cache("lowered-attn-bwd");
+    let cache = test_cache("lowered-attn-bwd");
     let mut n = 0;
     for schedule in [BwdSchedule::HopperKv, BwdSchedule::HopperQ] {
         for dim in [64, 128] {
@@ -76,7 +76,7 @@ fn attn_bwd_compiles_for_sm_90a_without_spills() {
 fn attn_bwd_atomic_dq_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
     let h100 = kittens_hw::gpu("h100").expect("catalog");
-    let cache = fresh_cache("lowered-attn-bwd-atomic");
+    let cache = test_cache("lowered-attn-bwd-atomic");
     let mut n = 0;
     for schedule in [
         BwdSchedule::HopperAtomicPre,
@@ -145,7 +145,7 @@ fn attn_bwd_wide_head_dims_compile_for_sm_90a_without_spills() {
     use kittens_kernels::attn::score::{Logits, Window};
     ensure_nvrtc();
     let h100 = kittens_hw::gpu("h100").expect("catalog");
-    let cache = fresh_cache("lowered-attn-bwd-wide");
+    let cache = test_cache("lowered-attn-bwd-wide");
     let mut lowered = Vec::new();
     let capped = Logits {
         scale: Some(0.1),
@@ -237,7 +237,7 @@ fn attn_bwd_wide_head_dims_compile_for_sm_90a_without_spills() {
 fn attn_bwd_head_dim_32_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
     let h100 = kittens_hw::gpu("h100").expect("catalog");
-    let cache = fresh_cache("lowered-attn-bwd-32");
+    let cache = test_cache("lowered-attn-bwd-32");
     let mut n = 0;
     for schedule in [
         BwdSchedule::HopperQ,

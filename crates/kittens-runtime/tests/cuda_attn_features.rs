@@ -12,7 +12,7 @@ mod cuda_common;
 mod parallel;
 
 use attn_options::options;
-use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
+use cuda_common::{compile_clean, ensure_nvrtc, test_cache};
 use kittens_hw::Target;
 use kittens_kernels::attn_bwd::problem::BwdProblem;
 use kittens_kernels::attn_bwd::BwdConfig;
@@ -22,7 +22,7 @@ use kittens_kernels::problem::{KernelProblem, RunSettings};
 #[test]
 fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
-    let cache = fresh_cache("attn-features-fwd");
+    let cache = test_cache("attn-features-fwd");
     let mut n = 0;
     for (what, a) in options() {
         for dim in [64, 128] {
@@ -66,7 +66,7 @@ fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
 #[test]
 fn attn_fwd_head_dims_192_and_256_compile_for_sm_90a_without_spills() {
     ensure_nvrtc();
-    let cache = fresh_cache("attn-features-dims");
+    let cache = test_cache("attn-features-dims");
     let all = AttnProblem::with(options().pop().expect("the all-options case").1);
     for dim in [32, 96, 192, 256] {
         let cases = [
@@ -110,7 +110,7 @@ fn attn_fwd_head_dims_192_and_256_compile_for_sm_90a_without_spills() {
 #[test]
 fn attn_bwd_with_options_compiles_for_sm_90a_without_spills() {
     ensure_nvrtc();
-    let cache = fresh_cache("attn-features-bwd");
+    let cache = test_cache("attn-features-bwd");
     let mut lowered = Vec::new();
     for (what, a) in options() {
         for dim in [64, 96, 128] {

@@ -8,7 +8,7 @@ mod cuda_common;
 #[path = "cuda_support/ptx.rs"]
 mod ptx;
 
-use cuda_common::{ensure_nvrtc, fresh_cache};
+use cuda_common::{ensure_nvrtc, test_cache};
 use kittens_hw::Target;
 use kittens_ir::Rounding;
 use kittens_kernels::attn::AttnLayout;
@@ -67,7 +67,7 @@ fn split_attention_and_merge_compile_for_sm_90a_without_spills() {
         };
         kernels.push((build_merge(&cfg).unwrap_or_else(|e| panic!("{e}")), false));
     }
-    let cache = fresh_cache("attn-split");
+    let cache = test_cache("attn-split");
     for (k, split) in &kernels {
         let l =
             kittens_codegen::lower(k, Target::Sm90a).unwrap_or_else(|e| panic!("{}: {e}", k.name));

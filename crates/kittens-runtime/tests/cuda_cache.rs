@@ -117,7 +117,9 @@ fn two_processes_compile_into_one_fresh_cache_at_once() {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         // Both children create the folder (recursively, at once) and compile.
-        let cache = kittens_runtime::cuda::KernelCache::at(&dir).expect("the cache opens");
+        let cache =
+            kittens_runtime::cuda::KernelCache::at(&dir, kittens_runtime::cuda::Compiler::Nvrtc)
+                .expect("the cache opens");
         let image = compile_in(&cache);
         use std::fmt::Write;
         let mut hex = String::new();
@@ -167,7 +169,9 @@ fn two_processes_compile_into_one_fresh_cache_at_once() {
         })
         .collect();
     assert_eq!(cubins[0], cubins[1], "both processes got the same cubin");
-    let cache = kittens_runtime::cuda::KernelCache::at(&dir).unwrap();
+    let cache =
+        kittens_runtime::cuda::KernelCache::at(&dir, kittens_runtime::cuda::Compiler::Nvrtc)
+            .unwrap();
     let hit = compile_in(&cache);
     assert!(hit.report.cached, "the entry the children left is whole");
     let names: Vec<String> = std::fs::read_dir(&dir)

@@ -9,7 +9,7 @@ mod cuda_common;
 #[path = "cuda_support/ptx.rs"]
 mod ptx;
 
-use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
+use cuda_common::{compile_clean, ensure_nvrtc, test_cache};
 use kittens_hw::Target;
 use kittens_kernels::gemm::problem::{GemmKind, GemmProblem};
 use kittens_kernels::gemm::shapes::HopperTile;
@@ -21,7 +21,7 @@ use kittens_runtime::cuda::args::map_geometry;
 fn every_operand_order_compiles_for_sm_90a() {
     ensure_nvrtc();
     let h100 = kittens_hw::gpu("h100").expect("catalog");
-    let cache = fresh_cache("gemm-layouts");
+    let cache = test_cache("gemm-layouts");
     // Block rows x columns, and thread-block clusters (B multicast to row tiles in pairs, as the
     // registry picks where B's rows straddle 128-byte lines).
     let tiles = [(128, 256, 1), (64, 128, 1), (256, 128, 1), (128, 192, 2)];
@@ -82,7 +82,7 @@ fn every_operand_order_compiles_for_sm_90a() {
 #[test]
 fn strided_split_k_through_the_registry_compiles() {
     ensure_nvrtc();
-    let cache = fresh_cache("gemm-layouts-split");
+    let cache = test_cache("gemm-layouts-split");
     let mut p = GemmProblem::new(GemmKind::Bf16, 64, 512, 8192);
     p.run.sms = Some(132);
     p.gemm.a_layout = ALayout::Km;

@@ -7,7 +7,7 @@ mod cuda_common;
 #[path = "cuda_support/ptx.rs"]
 mod ptx;
 
-use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
+use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache, test_cache};
 use kittens_hw::Target;
 use kittens_ir::SlotFill;
 use kittens_kernels::gemm::shapes::{HopperTile, TILES};
@@ -181,7 +181,7 @@ fn lowered_attention_compiles_for_sm_90a() {
         };
         kernels.push(build(&cfg).unwrap_or_else(|e| panic!("{e}")));
     }
-    let cache = fresh_cache("lowered-attn");
+    let cache = test_cache("lowered-attn");
     for (i, k) in kernels.iter().enumerate() {
         let l = kittens_codegen::lower(k, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
         if let Ok(dir) = std::env::var("KITTENS_DUMP") {
@@ -273,7 +273,7 @@ fn lowered_attention_compiles_for_sm_90a() {
 #[test]
 fn every_gemm_block_shape_compiles_for_sm_90a() {
     ensure_nvrtc();
-    let cache = fresh_cache("gemm-shapes");
+    let cache = test_cache("gemm-shapes");
     for (tile, b_layout) in blocks_and_layouts() {
         let (cfg, l) = lowered_block(tile, b_layout, SlotFill::Tma);
         let kn = b_layout == BLayout::Kn;
@@ -340,7 +340,7 @@ fn lowered_fp8_gemm_compiles_for_sm_90a() {
     let mut rowcol = GemmConfig::fp8_for_gpu(h100);
     rowcol.types.scales = Some(Scales::PerRowCol);
     let rowcol = build(&rowcol).unwrap_or_else(|e| panic!("{e}"));
-    let cache = fresh_cache("lowered-fp8");
+    let cache = test_cache("lowered-fp8");
     for k in [registry, rowcol] {
         let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
         let code = ptx::of(&l);
@@ -370,7 +370,7 @@ fn lowered_fp8_gemm_compiles_for_sm_90a() {
 #[test]
 fn every_gemm_block_shape_compiles_with_cp_async_loads() {
     ensure_nvrtc();
-    let cache = fresh_cache("gemm-cp-async");
+    let cache = test_cache("gemm-cp-async");
     for (tile, b_layout) in blocks_and_layouts() {
         let (cfg, l) = lowered_block(tile, b_layout, SlotFill::CpAsync);
         let maps = l.tma_maps();
@@ -423,7 +423,7 @@ fn every_gemm_block_shape_compiles_with_cp_async_loads() {
 #[test]
 fn every_gemm_block_shape_compiles_in_clusters_of_two_and_four() {
     ensure_nvrtc();
-    let cache = fresh_cache("gemm-clusters");
+    let cache = test_cache("gemm-clusters");
     for (tile, b_layout) in blocks_and_layouts() {
         for c in [2u32, 4] {
             let (_, l) = lowered_cluster(tile, b_layout, SlotFill::Tma, c);
@@ -510,7 +510,7 @@ fn every_gemm_block_shape_compiles_in_clusters_of_two_and_four() {
 #[test]
 fn deeper_rings_store_c_box_by_box() {
     ensure_nvrtc();
-    let cache = fresh_cache("gemm-deep-ring");
+    let cache = test_cache("gemm-deep-ring");
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     // (block, stages, 4 KiB boxes of 32 columns per warpgroup beside the ring): 128×192 at five
     // 40 KiB stages keeps three of its six, 128×256 at four 48 KiB stages four of eight.

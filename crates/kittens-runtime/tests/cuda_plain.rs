@@ -8,7 +8,7 @@ mod cuda_common;
 #[path = "cuda_support/ptx.rs"]
 mod ptx;
 
-use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
+use cuda_common::{compile_clean, ensure_nvrtc, test_cache};
 use kittens_hw::dtype::DType::{self, Bf16, F16, F32};
 use kittens_hw::Target;
 use kittens_ir::{Access, Expr, GridOrder, Kernel, KernelBuilder, MmaForm, MmaOperand, Schedule};
@@ -94,7 +94,7 @@ fn gemm_abt(waves: u32, bn: u32, bk: u32, ad: DType) -> Kernel {
 #[test]
 fn plain_programs_compile_for_sm_90a_without_spills() {
     ensure_nvrtc();
-    let cache = fresh_cache("plain");
+    let cache = test_cache("plain");
     for (k, op) in [
         (exp2_doc_example(), "ex2.approx"),
         (gemm_abt(4, 64, 32, Bf16), "mma.sync.aligned.m16n8k16"),
@@ -186,7 +186,7 @@ fn swiglu_bf16_regs(f: u32) -> Kernel {
 #[test]
 fn bf16_registers_kept_at_16_bits_take_fewer_registers() {
     ensure_nvrtc();
-    let cache = fresh_cache("bf16-regs");
+    let cache = test_cache("bf16-regs");
     let k = swiglu_bf16_regs(1024);
     // Both forms with the IEEE logistic (`silu` as a division over `expf`), whose values live across
     // the slow path's branches: with the dialect's approximate one NVRTC schedules each element's

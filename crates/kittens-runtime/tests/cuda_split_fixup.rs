@@ -9,7 +9,7 @@ mod cuda_common;
 #[path = "cuda_support/ptx.rs"]
 mod ptx;
 
-use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
+use cuda_common::{compile_clean, ensure_nvrtc, test_cache};
 use kittens_hw::Target;
 use kittens_kernels::gemm::shapes::HopperTile;
 use kittens_kernels::gemm::split_k::{COUNTERS, PARTIAL};
@@ -19,7 +19,7 @@ use kittens_kernels::gemm::{build, GemmConfig};
 fn split_gemms_reduced_by_their_last_block_compile_for_sm_90a() {
     ensure_nvrtc();
     let h100 = kittens_hw::gpu("h100").expect("catalog");
-    let cache = fresh_cache("split-fixup");
+    let cache = test_cache("split-fixup");
     let tile = |rows, cols| HopperTile { rows, cols }.config(h100);
     let small_fp8 = GemmConfig::fp8_for_shape(GemmConfig::fp8_for_gpu(h100), h100, 16);
     let configs = [

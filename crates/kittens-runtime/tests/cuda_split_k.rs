@@ -8,7 +8,7 @@ mod cuda_common;
 #[path = "cuda_support/ptx.rs"]
 mod ptx;
 
-use cuda_common::{compile_clean, ensure_nvrtc, fresh_cache};
+use cuda_common::{compile_clean, ensure_nvrtc, test_cache};
 use kittens_hw::dtype::DType;
 use kittens_hw::Target;
 use kittens_kernels::gemm::shapes::HopperTile;
@@ -25,7 +25,7 @@ fn compiles(l: &kittens_codegen::Lowered, cache: &KernelCache) {
 fn split_gemms_and_the_reduction_compile_for_sm_90a() {
     ensure_nvrtc();
     let h100 = kittens_hw::gpu("h100").expect("catalog");
-    let cache = fresh_cache("split-k");
+    let cache = test_cache("split-k");
     let bf16 = GemmConfig {
         split_k: 4,
         ..HopperTile {

@@ -2,7 +2,8 @@
 //!
 //! - [`toolchain`]: find an AMDGPU clang ($KITTENS_AMDGPU_CLANG, ROCm's, PyPI `ziglang`'s in the user's
 //!   toolchain folder, Debian's clang-19 for gfx942; every one checked by [`crate::trust`]), install
-//!   `ziglang` there, and compile HIP source to assembly and a code object;
+//!   `ziglang` there, and compile HIP source to assembly and a code object (each step through the
+//!   compile cache, [`cached`]);
 //! - [`analysis`]: read the AMDHSA metadata and the assembly listing into a [`CodeObjectReport`]
 //!   (registers, spills, scratch, LDS, waves per SIMD, instruction mix of the whole kernel and of the
 //!   hot loop);
@@ -14,6 +15,7 @@
 pub mod analysis;
 pub mod bench;
 pub mod blas;
+pub mod cached;
 pub mod emulate;
 pub mod hip;
 pub mod toolchain;

@@ -12,7 +12,9 @@
 //! from it with the same clang's assembler and `ld.lld -shared`, because zig's clang driver cannot find
 //! a separate `ld.lld` for its own device link.
 
+use super::cached::{self, Step};
 use super::AmdError;
+use crate::cache::KernelCache;
 use crate::trust::files::{read_regular, read_regular_string, write_new, ScratchDir};
 use crate::trust::{self, TrustError};
 use kittens_hw::Arch;
@@ -56,6 +58,11 @@ impl Tool {
         }
     }
 
+    /// The program as [`cached`] names it in a key.
+    fn as_program(&self) -> cached::Program<'_> {
+        (&self.program, &self.prefix)
+    }
+
     fn command(&self) -> Command {
         let mut c = Command::new(&self.program);
         c.args(&self.prefix);
@@ -78,7 +85,24 @@ pub struct CompiledHip {
     pub asm: String,
     /// The linked code object (an AMDGPU ELF shared object, what a HIP runtime would load).
     pub code_object: Vec<u8>,
+    /// Whether both came from the compile cache ([`super::cached`]).
+    pub cached: bool,
 }
+
+/// HIP to assembly (docs/architecture.md §6), then `--offload-arch=<gfx>`, `-o`, the source.
+const HIP_FLAGS: &[&str] = &[
+    "-x",
+    "hip",
+    "--cuda-device-only",
+    "-nogpuinc",
+    "-nogpulib",
+    "-O3",
+    "-S",
+];
+/// clang's assembler, then the target CPU, `-filetype obj|asm`, ...
+const CC1AS_FLAGS: &[&str] = &["-cc1as", "-triple", "amdgcn-amd-amdhsa", "-target-cpu"];
+/// ld.lld for the code object.
+const LLD_FLAGS: &[&str] = &["-shared"];
 
 /// Where to look; [`ToolchainSearch::from_env`] fills it from the environment, tests build their own.
 #[derive(Debug, Clone)]
@@ -403,92 +427,153 @@ impl AmdgpuClang {
             .to_string())
     }
 
-    /// Compile self-contained HIP device source for `arch` into assembly only (no code object).
+    /// Compile self-contained HIP device source for `arch` into assembly only (no code object),
+    /// through the compile cache the environment names ([`cached::default_cache`]).
     pub fn compile_to_asm(&self, source: &str, arch: Arch) -> Result<String, AmdError> {
-        let dir = scratch()?;
-        self.hip_to_asm(&dir, source, arch)
+        self.compile_to_asm_with_cache(source, arch, cached::default_cache())
     }
 
-    /// Compile self-contained HIP device source for `arch` into assembly and a linked code object.
+    /// [`AmdgpuClang::compile_to_asm`] with an explicit cache, or none.
+    pub fn compile_to_asm_with_cache(
+        &self,
+        source: &str,
+        arch: Arch,
+        cache: Option<&KernelCache>,
+    ) -> Result<String, AmdError> {
+        self.hip_to_asm(source, arch, cache).map(|(asm, _)| asm)
+    }
+
+    /// Compile self-contained HIP device source for `arch` into assembly and a linked code object,
+    /// through the compile cache the environment names ([`cached::default_cache`]).
     pub fn compile(&self, source: &str, arch: Arch) -> Result<CompiledHip, AmdError> {
-        let dir = scratch()?;
-        let asm = self.hip_to_asm(&dir, source, arch)?;
-        let (s, o, co) = (
-            dir.join("kernel.s"),
-            dir.join("kernel.o"),
-            dir.join("kernel.hsaco"),
-        );
+        self.compile_with_cache(source, arch, cached::default_cache())
+    }
+
+    /// [`AmdgpuClang::compile`] with an explicit cache, or none.
+    pub fn compile_with_cache(
+        &self,
+        source: &str,
+        arch: Arch,
+        cache: Option<&KernelCache>,
+    ) -> Result<CompiledHip, AmdError> {
         let target = amd_target(arch)?;
-        run(self
-            .clang
-            .command()
-            .args([
-                "-cc1as",
-                "-triple",
-                "amdgcn-amd-amdhsa",
-                "-target-cpu",
-                target,
-                "-filetype",
-                "obj",
-                "-o",
-            ])
-            .arg(&o)
-            .arg(&s))?;
-        run(self.lld.command().args(["-shared", "-o"]).arg(&co).arg(&o))?;
-        let code_object = read_regular(&co, MAX_OUTPUT_BYTES).map_err(|source| AmdError::Io {
-            path: co.clone(),
-            source,
-        })?;
-        Ok(CompiledHip { asm, code_object })
+        let (asm, asm_hit) = self.hip_to_asm(source, arch, cache)?;
+        let flags = [CC1AS_FLAGS, &[target, "-filetype", "obj"], LLD_FLAGS].concat();
+        let (code_object, co_hit) =
+            self.step(cache, Step::CodeObject, target, &flags, &asm, |dir| {
+                let (s, o, co) = (
+                    dir.join("kernel.s"),
+                    dir.join("kernel.o"),
+                    dir.join("kernel.hsaco"),
+                );
+                write_input(&s, &asm)?;
+                run(self
+                    .clang
+                    .command()
+                    .args(CC1AS_FLAGS)
+                    .args([target, "-filetype", "obj", "-o"])
+                    .arg(&o)
+                    .arg(&s))?;
+                run(self
+                    .lld
+                    .command()
+                    .args(LLD_FLAGS)
+                    .arg("-o")
+                    .arg(&co)
+                    .arg(&o))?;
+                read_regular(&co, MAX_OUTPUT_BYTES).map_err(|source| AmdError::Io {
+                    path: co.clone(),
+                    source,
+                })
+            })?;
+        Ok(CompiledHip {
+            asm,
+            code_object,
+            cached: asm_hit && co_hit,
+        })
     }
 
     /// The assembler's own listing of `asm` with every instruction's bytes (`-cc1as -filetype asm
     /// -show-encoding`): LLVM's printer text and its encoder's bytes, the independent reference the
-    /// ISA emulator's decoder is tested against.
+    /// ISA emulator's decoder is tested against. Through the compile cache the environment names.
     pub fn encoding_listing(&self, asm: &str, arch: Arch) -> Result<String, AmdError> {
-        let dir = scratch()?;
         let target = amd_target(arch)?;
-        let (s, out) = (dir.join("kernel.s"), dir.join("listing.s"));
-        write_input(&s, asm)?;
-        run(self
-            .clang
-            .command()
-            .args([
-                "-cc1as",
-                "-triple",
-                "amdgcn-amd-amdhsa",
-                "-target-cpu",
-                target,
-                "-filetype",
-                "asm",
-                "-show-encoding",
-                "-o",
-            ])
-            .arg(&out)
-            .arg(&s))?;
-        read_output(&out)
+        let flags = [CC1AS_FLAGS, &[target, "-filetype", "asm", "-show-encoding"]].concat();
+        let cache = cached::default_cache();
+        let (listing, _) = self.step(cache, Step::EncodingListing, target, &flags, asm, |dir| {
+            let (s, out) = (dir.join("kernel.s"), dir.join("listing.s"));
+            write_input(&s, asm)?;
+            run(self
+                .clang
+                .command()
+                .args(&flags)
+                .arg("-o")
+                .arg(&out)
+                .arg(&s))?;
+            read_output(&out).map(String::into_bytes)
+        })?;
+        Ok(String::from_utf8(listing).expect("a listing is text (Step::accepts)"))
     }
 
-    fn hip_to_asm(&self, dir: &ScratchDir, source: &str, arch: Arch) -> Result<String, AmdError> {
+    /// HIP source to assembly: the text and whether it came from the cache.
+    fn hip_to_asm(
+        &self,
+        source: &str,
+        arch: Arch,
+        cache: Option<&KernelCache>,
+    ) -> Result<(String, bool), AmdError> {
         let target = amd_target(arch)?;
-        let (hip, s) = (dir.join("kernel.hip"), dir.join("kernel.s"));
-        write_input(&hip, source)?;
-        run(self
-            .clang
-            .command()
-            .args([
-                "-x",
-                "hip",
-                "--cuda-device-only",
-                "-nogpuinc",
-                "-nogpulib",
-                "-O3",
-                "-S",
-            ])
-            .arg(format!("--offload-arch={target}"))
-            .arg("-o")
-            .arg(&s)
-            .arg(&hip))?;
-        read_output(&s)
+        let offload = format!("--offload-arch={target}");
+        let flags = [HIP_FLAGS, &[offload.as_str()]].concat();
+        let (asm, hit) = self.step(cache, Step::Asm, target, &flags, source, |dir| {
+            let (hip, s) = (dir.join("kernel.hip"), dir.join("kernel.s"));
+            write_input(&hip, source)?;
+            run(self
+                .clang
+                .command()
+                .args(&flags)
+                .arg("-o")
+                .arg(&s)
+                .arg(&hip))?;
+            read_output(&s).map(String::into_bytes)
+        })?;
+        let asm = String::from_utf8(asm).expect("assembly is text (Step::accepts)");
+        Ok((asm, hit))
+    }
+
+    /// One step: its output from `cache` when there, else `compile` run in a fresh scratch folder and
+    /// its output stored. Returns the output and whether it was a hit.
+    fn step(
+        &self,
+        cache: Option<&KernelCache>,
+        step: Step,
+        target: &str,
+        flags: &[&str],
+        input: &str,
+        compile: impl FnOnce(&ScratchDir) -> Result<Vec<u8>, AmdError>,
+    ) -> Result<(Vec<u8>, bool), AmdError> {
+        let tools: Vec<cached::Program> = match step {
+            Step::CodeObject => vec![self.clang.as_program(), self.lld.as_program()],
+            Step::Asm | Step::EncodingListing => vec![self.clang.as_program()],
+        };
+        let keyed = cache.and_then(|c| Some((c, cached::key(step, target, flags, &tools, input)?)));
+        if let Some((c, key)) = &keyed {
+            if let Some(bytes) = cached::get(c, key, step, target) {
+                return Ok((bytes, true));
+            }
+        }
+        let dir = scratch()?;
+        let bytes = compile(&dir)?;
+        if !step.accepts(&bytes) {
+            return Err(AmdError::ToolFailed {
+                command: format!("{step:?} for {target}"),
+                status: "success".into(),
+                stderr: "the output is not what the step makes (text or an ELF file)".into(),
+            });
+        }
+        if let Some((c, key)) = &keyed {
+            cached::put(c, key, step, target, &bytes);
+        }
+        Ok((bytes, false))
     }
 }

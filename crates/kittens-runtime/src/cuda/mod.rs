@@ -1,5 +1,5 @@
 //! CUDA for NVIDIA Hopper (sm_90a): NVRTC compilation ([`nvrtc`](mod@nvrtc)) with a checked on-disk cache
-//! ([`cache`]), the driver API (devices, buffers, streams, events, launches, tensor maps: [`driver`]),
+//! ([`crate::cache`]), the driver API (devices, buffers, streams, events, launches, tensor maps: [`driver`]),
 //! cuBLAS for reference GEMMs ([`cublas`]) and cuBLASLt for the FP8 one ([`cublaslt`]), the GEMM
 //! benchmarks ([`bench`](mod@bench); [`bench_fp8`] for `gemm_fp8`), judged by the one test rule,
 //! `kittens_kernels::reference::check_rule`. Sizes are checked before they reach the driver ([`limits`]). Every library is
@@ -17,7 +17,6 @@ pub mod bench_mem;
 pub mod bench_report;
 pub mod bench_shapes;
 pub mod bench_time;
-pub mod cache;
 pub mod caller;
 mod compiled;
 mod counters;
@@ -34,7 +33,7 @@ pub mod limits;
 pub mod nvrtc;
 mod strip_kernel;
 
-pub use cache::{CacheError, KernelCache};
+pub use crate::cache::{CacheError, Compiler, KernelCache};
 pub use compiled::{CudaCompileReport, CudaModuleImage};
 pub use driver::{Device, DeviceBuffer, Event, Function, Module, Stream, TensorMap};
 pub use nvrtc::{compile, compile_with_cache, nvrtc, parse_ptxas_log, ptx, NvrtcInfo};

@@ -15,10 +15,10 @@ use cudarc::nvrtc::sys as nv;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::cache::{CacheError, KernelCache};
 use super::compiled::{CudaCompileReport, CudaModuleImage};
 use super::libs::{candidates, open_global, usable, Candidate};
 use super::CudaError;
+use crate::cache::{CacheError, Compiler, KernelCache};
 
 /// Where NVRTC was found and the version it reports.
 #[derive(Debug, Clone, Serialize)]
@@ -189,7 +189,7 @@ fn cache_key(source: &str, kernel: &str, target: &str, opts: &[String], version:
 /// on uncached and the reason is printed once.
 fn default_cache() -> Option<&'static KernelCache> {
     static CACHE: OnceLock<Result<KernelCache, CacheError>> = OnceLock::new();
-    match CACHE.get_or_init(KernelCache::from_env) {
+    match CACHE.get_or_init(|| KernelCache::from_env(Compiler::Nvrtc)) {
         Ok(c) => Some(c),
         Err(e) => {
             static SAID: OnceLock<()> = OnceLock::new();
@@ -249,7 +249,11 @@ pub fn compile_with_cache(
         .zip(version)
         .map(|(c, v)| (c, cache_key(source, kernel, target, &opts, v)));
     if let Some((c, key)) = &keyed {
-        if let Some((cubin, mut report)) = c.get(key) {
+        // A cubin is an ELF file: anything else under the key is a miss.
+        if let Some((cubin, mut report)) = c
+            .get::<CudaCompileReport>(key)
+            .filter(|(cubin, _)| cubin.starts_with(b"\x7fELF"))
+        {
             report.cached = true;
             report.dynamic_shared_bytes = dynamic_shared_bytes;
             return Ok(CudaModuleImage { cubin, report });

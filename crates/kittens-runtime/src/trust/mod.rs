@@ -15,7 +15,8 @@
 //! - the user's cache ([`user_cache`]): `$KITTENS_CACHE` (absolute), else `$XDG_CACHE_HOME/kittens`
 //!   (XDG Base Directory Specification: a relative value is invalid and ignored), else
 //!   `$HOME/.cache/kittens`; created 0700; the install scripts put toolchains in its `toolchains`
-//!   folder ([`toolchains_dir`]) and the NVRTC cache keeps cubins in its `cuda` folder;
+//!   folder ([`toolchains_dir`]) and the compile cache ([`crate::cache`]) keeps NVRTC's cubins in its
+//!   `cuda` folder and the AMDGPU clang's outputs in its `amd` folder;
 //! - the system's standard places (`/opt/rocm`, `/usr/local/cuda`, `PATH`'s absolute entries).
 //!
 //! Never a path fixed at build time (a binary or wheel built in `/tmp/x` would otherwise trust

@@ -1,11 +1,12 @@
 //! Shared by the cuda_* tests: NVRTC (installed into the user's cache by scripts/install-nvrtc.sh when
-//! none is found) and a fresh, empty compile cache per test, so that no test trusts a cubin it did not
-//! compile itself.
+//! none is found) and the compile cache a test compiles through ([`test_cache`]: the environment's, so
+//! that a kernel several tests compile is compiled once per test run; [`fresh_cache`] for the tests of
+//! the cache itself and of a first compile).
 #![allow(dead_code)]
 
 use std::path::PathBuf;
 
-use kittens_runtime::cuda::{nvrtc, KernelCache};
+use kittens_runtime::cuda::{nvrtc, Compiler, KernelCache};
 
 /// Finds NVRTC, installing it first if needed; panics (never skips) when it cannot be had.
 pub fn ensure_nvrtc() {
@@ -30,24 +31,51 @@ pub fn fresh_dir(tag: &str) -> PathBuf {
     dir
 }
 
-/// A compile cache in a fresh folder, removed when dropped: every first compile in it runs NVRTC.
-pub struct FreshCache(KernelCache);
+/// A compile cache a test holds: a fresh folder (removed when dropped) or the environment's (kept).
+pub struct TestCache {
+    cache: KernelCache,
+    fresh: bool,
+}
 
-impl std::ops::Deref for FreshCache {
+impl std::ops::Deref for TestCache {
     type Target = KernelCache;
     fn deref(&self) -> &KernelCache {
-        &self.0
+        &self.cache
     }
 }
 
-impl Drop for FreshCache {
+impl Drop for TestCache {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(self.0.dir());
+        if self.fresh {
+            let _ = std::fs::remove_dir_all(self.cache.dir());
+        }
     }
 }
 
-pub fn fresh_cache(tag: &str) -> FreshCache {
-    FreshCache(KernelCache::at(&fresh_dir(tag)).expect("a private temporary cache folder"))
+/// A compile cache in a fresh folder, removed when dropped: every first compile in it runs NVRTC.
+pub fn fresh_cache(tag: &str) -> TestCache {
+    TestCache {
+        cache: KernelCache::at(&fresh_dir(tag), Compiler::Nvrtc)
+            .expect("a private temporary cache folder"),
+        fresh: true,
+    }
+}
+
+/// The compile cache the environment names (`KITTENS_COMPILE_CACHE`, which scripts/test.sh points at a
+/// folder of its own run, else the user's cache): a kernel that another test compiled with the same
+/// source, options and NVRTC (all in the key, `kittens_runtime::cache`) is a hit with the cubin and
+/// report NVRTC returned then. A fresh folder of `tag`'s when the environment's cannot be used.
+pub fn test_cache(tag: &str) -> TestCache {
+    match KernelCache::from_env(Compiler::Nvrtc) {
+        Ok(cache) => TestCache {
+            cache,
+            fresh: false,
+        },
+        Err(e) => {
+            eprintln!("the environment's compile cache is not used ({e}): a fresh one");
+            fresh_cache(tag)
+        }
+    }
 }
 
 /// Compiles a lowered kernel with NVRTC for sm_90a and checks what every block must satisfy: no spills

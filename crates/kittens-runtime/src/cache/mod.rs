@@ -1,24 +1,32 @@
-//! The on-disk cache of NVRTC output: where it lives, how an entry is written so that concurrent
-//! compilers never see half an entry, and how a read is checked before a cubin is handed to the driver.
+//! The on-disk cache of compiler output, one concept for every compiler the runtime runs: NVRTC's
+//! cubins ([`Compiler::Nvrtc`], `crate::cuda::nvrtc`) and the AMDGPU clang's assembly listings and code
+//! objects ([`Compiler::AmdClang`], `crate::amd::toolchain`). Where it lives, how an entry is written so
+//! that concurrent compilers never see half an entry, and how a read is checked before its bytes are
+//! handed on.
 //!
-//! An entry is two files named by the cache key: `<key>.cubin` (the raw cubin, so that `cuobjdump` can
-//! read it) and `<key>.json` (the compile report, the cubin's length and its SHA-256). Each is written to
-//! a fresh temporary file in the same folder (created exclusively) and renamed into place, which POSIX
-//! makes atomic; the cubin goes first, the record second. A reader accepts an entry only when the cubin
-//! it read has the length and hash the record states, so a truncated, corrupted, foreign or
-//! half-replaced entry is a miss (and is recompiled and replaced), never a cubin passed to
-//! `cuModuleLoadData`.
+//! An entry is two files named by the cache key, which the caller makes from everything that decides
+//! the output (source, target, flags, the compiler's identity): `<key>.<ext>` (the raw output, so
+//! that `cuobjdump` or `llvm-objdump` can read it; `cubin` for NVRTC, `bin` for clang) and
+//! `<key>.json` (the caller's report, the output's length and its SHA-256). Each is written to a fresh
+//! temporary file in the same folder (created exclusively) and renamed into place, which POSIX makes
+//! atomic; the output goes first, the record second. A reader accepts an entry only when the bytes it
+//! read have the length and hash the record states and the record parses as the caller's report
+//! type, so a truncated, corrupted, foreign or half-replaced entry is a miss (and is recompiled and
+//! replaced), never bytes passed to `cuModuleLoadData` or read as a compile report.
 //!
-//! Location: the `cuda` folder of the user's cache ([`crate::trust::user_cache`]: `$KITTENS_CACHE`,
-//! else `$XDG_CACHE_HOME/kittens`, else `$HOME/.cache/kittens`, absolute only). The folder is created
-//! 0700 and checked once, with every folder above it ([`crate::trust::ensure_own_dir`]: this user's,
-//! not writable by group or others), then opened, and every later file operation goes through that
-//! open handle (`openat`, `renameat`, `unlinkat`), so the path cannot be swapped after the check.
-//! Entries are opened with `O_NOFOLLOW | O_NONBLOCK` and must be regular files within a size bound
-//! ([`MAX_CUBIN_BYTES`], [`MAX_RECORD_BYTES`]): a link, a FIFO or a huge file is a miss, never a hang
-//! or an unbounded read. Temporaries older than an hour (a writer that died) are removed when the
-//! cache opens, and the cache is kept under [`max_bytes`] by removing the entries used least recently
-//! (a hit refreshes an entry's modification time).
+//! Location: the compiler's folder ([`Compiler::folder`]) under `$KITTENS_COMPILE_CACHE` when set
+//! (absolute only: `scripts/test.sh` points it at a folder of its own run, so that every distinct
+//! kernel of a test run is compiled once in that run), else the user's cache
+//! ([`crate::trust::user_cache`]: `$KITTENS_CACHE`, else `$XDG_CACHE_HOME/kittens`, else
+//! `$HOME/.cache/kittens`, absolute only). The folder is created 0700 and checked once, with every
+//! folder above it ([`crate::trust::ensure_own_dir`]: this user's, not writable by group or others),
+//! then opened, and every later file operation goes through that open handle (`openat`, `renameat`,
+//! `unlinkat`), so the path cannot be swapped after the check. Entries are opened with
+//! `O_NOFOLLOW | O_NONBLOCK` and must be regular files within a size bound ([`MAX_OUTPUT_BYTES`],
+//! [`MAX_RECORD_BYTES`]): a link, a FIFO or a huge file is a miss, never a hang or an unbounded read.
+//! Temporaries older than an hour (a writer that died) are removed when the cache opens, and the
+//! cache is kept under [`max_bytes`] by removing the entries used least recently (a hit refreshes an
+//! entry's modification time).
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -34,11 +42,13 @@ use rustix::fs::{AtFlags, FileType, Mode, OFlags};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::compiled::CudaCompileReport;
+use serde::de::DeserializeOwned;
+
 use crate::trust::{self, Role, TrustError};
 
-/// The largest cubin read or written (an sm_90a cubin of ours is well under 1 MiB).
-pub const MAX_CUBIN_BYTES: u64 = 64 << 20;
+/// The largest output read or written (an sm_90a cubin of ours is well under 1 MiB, a gfx950
+/// assembly listing a few MiB).
+pub const MAX_OUTPUT_BYTES: u64 = 64 << 20;
 /// The largest record read.
 pub const MAX_RECORD_BYTES: u64 = 1 << 20;
 /// The cache's size bound when `KITTENS_CACHE_MAX_BYTES` is unset.
@@ -57,9 +67,45 @@ pub enum CacheError {
     Io { dir: String, msg: String },
 }
 
-/// Picks the cache root by the location rule from the environment as `var` reports it.
+/// The compilers whose output is cached, each in a folder of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compiler {
+    /// NVRTC: cubins with their ptxas report.
+    Nvrtc,
+    /// The AMDGPU clang (and its assembler and linker): assembly listings and code objects.
+    AmdClang,
+}
+
+impl Compiler {
+    /// The compiler's folder under the cache root.
+    pub fn folder(self) -> &'static str {
+        match self {
+            Compiler::Nvrtc => "cuda",
+            Compiler::AmdClang => "amd",
+        }
+    }
+
+    /// The extension of an entry's output file.
+    pub fn extension(self) -> &'static str {
+        match self {
+            Compiler::Nvrtc => "cubin",
+            Compiler::AmdClang => "bin",
+        }
+    }
+}
+
+/// Picks the cache root by the location rule from the environment as `var` reports it:
+/// `$KITTENS_COMPILE_CACHE` (absolute) when set, else the user's cache.
 pub fn cache_root(var: impl Fn(&str) -> Option<OsString>) -> Result<PathBuf, CacheError> {
-    Ok(trust::user_cache_path(var)?)
+    match var("KITTENS_COMPILE_CACHE").filter(|v| !v.is_empty()) {
+        Some(v) if Path::new(&v).is_absolute() => Ok(PathBuf::from(v)),
+        Some(v) => Err(TrustError::Relative {
+            var: "KITTENS_COMPILE_CACHE".into(),
+            path: v.to_string_lossy().into_owned(),
+        }
+        .into()),
+        None => Ok(trust::user_cache_path(var)?),
+    }
 }
 
 /// The size bound: `KITTENS_CACHE_MAX_BYTES` as `var` reports it, else [`DEFAULT_MAX_BYTES`].
@@ -73,12 +119,12 @@ pub fn max_bytes(var: impl Fn(&str) -> Option<OsString>) -> Result<u64, CacheErr
     }
 }
 
-/// The record stored beside each cubin.
+/// The record stored beside each output.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-struct Record {
-    cubin_len: usize,
-    cubin_sha256: String,
-    report: CudaCompileReport,
+struct Record<R> {
+    output_len: usize,
+    output_sha256: String,
+    report: R,
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -88,12 +134,9 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 
-/// Checks a cubin read from disk against its record: the report when length, hash and ELF magic agree.
-fn validate(cubin: &[u8], r: &Record) -> Option<CudaCompileReport> {
-    (cubin.len() == r.cubin_len
-        && cubin.starts_with(b"\x7fELF")
-        && sha256_hex(cubin) == r.cubin_sha256)
-        .then(|| r.report.clone())
+/// Checks an output read from disk against its record: whether length and hash agree.
+fn validate<R>(output: &[u8], r: &Record<R>) -> bool {
+    output.len() == r.output_len && sha256_hex(output) == r.output_sha256
 }
 
 /// A key names two files in the folder: plain characters only, so it cannot name anything else.
@@ -115,23 +158,29 @@ pub struct KernelCache {
     dir: PathBuf,
     fd: Arc<OwnedFd>,
     max_bytes: u64,
+    compiler: Compiler,
 }
 
 impl KernelCache {
-    /// The cache the environment names (see the module documentation).
-    pub fn from_env() -> Result<KernelCache, CacheError> {
+    /// The cache of `compiler`'s output the environment names (see the module documentation).
+    pub fn from_env(compiler: Compiler) -> Result<KernelCache, CacheError> {
         let var = |v: &str| std::env::var_os(v);
-        KernelCache::with_max_bytes(&cache_root(var)?.join("cuda"), max_bytes(var)?)
+        let dir = cache_root(var)?.join(compiler.folder());
+        KernelCache::with_max_bytes(&dir, compiler, max_bytes(var)?)
     }
 
-    /// A cache in `dir` (absolute), created with mode 0700 when missing, then checked, with the size
-    /// bound the environment names.
-    pub fn at(dir: &Path) -> Result<KernelCache, CacheError> {
-        KernelCache::with_max_bytes(dir, max_bytes(|v| std::env::var_os(v))?)
+    /// A cache of `compiler`'s output in `dir` (absolute), created with mode 0700 when missing, then
+    /// checked, with the size bound the environment names.
+    pub fn at(dir: &Path, compiler: Compiler) -> Result<KernelCache, CacheError> {
+        KernelCache::with_max_bytes(dir, compiler, max_bytes(|v| std::env::var_os(v))?)
     }
 
     /// [`KernelCache::at`] with an explicit size bound.
-    pub fn with_max_bytes(dir: &Path, max_bytes: u64) -> Result<KernelCache, CacheError> {
+    pub fn with_max_bytes(
+        dir: &Path,
+        compiler: Compiler,
+        max_bytes: u64,
+    ) -> Result<KernelCache, CacheError> {
         let real = trust::ensure_own_dir(dir)?;
         let io = |e: std::io::Error| CacheError::Io {
             dir: real.display().to_string(),
@@ -162,6 +211,7 @@ impl KernelCache {
             dir: real,
             fd: Arc::new(fd),
             max_bytes,
+            compiler,
         };
         cache.sweep(None);
         Ok(cache)
@@ -176,14 +226,19 @@ impl KernelCache {
         self.max_bytes
     }
 
-    /// File names of the entry for `key`: (cubin, record).
-    pub fn entry_names(key: &str) -> (String, String) {
-        (format!("{key}.cubin"), format!("{key}.json"))
+    pub fn compiler(&self) -> Compiler {
+        self.compiler
     }
 
-    /// Paths of the entry for `key`: (cubin, record); for tests and messages.
+    /// File names of the entry for `key`: (output, record).
+    pub fn entry_names(&self, key: &str) -> (String, String) {
+        let ext = self.compiler.extension();
+        (format!("{key}.{ext}"), format!("{key}.json"))
+    }
+
+    /// Paths of the entry for `key`: (output, record); for tests and messages.
     pub fn entry_paths(&self, key: &str) -> (PathBuf, PathBuf) {
-        let (c, r) = Self::entry_names(key);
+        let (c, r) = self.entry_names(key);
         (self.dir.join(c), self.dir.join(r))
     }
 
@@ -209,33 +264,35 @@ impl KernelCache {
         (buf.len() as u64 <= max).then_some((f, buf))
     }
 
-    /// The cubin and report stored under `key`, when present and intact. A hit marks the entry as
-    /// recently used.
-    pub fn get(&self, key: &str) -> Option<(Vec<u8>, CudaCompileReport)> {
+    /// The output and report stored under `key`, when present, intact and a report of type `R`. A
+    /// hit marks the entry as recently used.
+    pub fn get<R: DeserializeOwned>(&self, key: &str) -> Option<(Vec<u8>, R)> {
         if !valid_key(key) {
             return None;
         }
-        let (cubin_name, record_name) = Self::entry_names(key);
+        let (output_name, record_name) = self.entry_names(key);
         let (record_file, record) = self.read_entry(&record_name, MAX_RECORD_BYTES)?;
-        let record: Record = serde_json::from_slice(&record).ok()?;
-        if record.cubin_len as u64 > MAX_CUBIN_BYTES {
+        let record: Record<R> = serde_json::from_slice(&record).ok()?;
+        if record.output_len as u64 > MAX_OUTPUT_BYTES {
             return None;
         }
-        let (cubin_file, cubin) = self.read_entry(&cubin_name, record.cubin_len as u64)?;
-        let report = validate(&cubin, &record)?;
+        let (output_file, output) = self.read_entry(&output_name, record.output_len as u64)?;
+        if !validate(&output, &record) {
+            return None;
+        }
         let now = SystemTime::now();
         let _ = record_file.set_modified(now);
-        let _ = cubin_file.set_modified(now);
-        Some((cubin, report))
+        let _ = output_file.set_modified(now);
+        Some((output, record.report))
     }
 
-    /// Stores an entry: cubin first, then its record, each written whole under a temporary name and
-    /// renamed into place; then keeps the cache under its size bound.
-    pub fn put(
+    /// Stores an entry: the output first, then its record, each written whole under a temporary name
+    /// and renamed into place; then keeps the cache under its size bound.
+    pub fn put<R: Serialize>(
         &self,
         key: &str,
-        cubin: &[u8],
-        report: &CudaCompileReport,
+        output: &[u8],
+        report: &R,
     ) -> Result<(), CacheError> {
         let err = |msg: String| CacheError::Io {
             dir: self.dir.display().to_string(),
@@ -244,20 +301,20 @@ impl KernelCache {
         if !valid_key(key) {
             return Err(err(format!("{key:?} is not a cache key")));
         }
-        if cubin.len() as u64 > MAX_CUBIN_BYTES {
+        if output.len() as u64 > MAX_OUTPUT_BYTES {
             return Err(err(format!(
-                "a cubin of {} bytes is over the {MAX_CUBIN_BYTES}-byte bound",
-                cubin.len()
+                "an output of {} bytes is over the {MAX_OUTPUT_BYTES}-byte bound",
+                output.len()
             )));
         }
         let record = Record {
-            cubin_len: cubin.len(),
-            cubin_sha256: sha256_hex(cubin),
-            report: report.clone(),
+            output_len: output.len(),
+            output_sha256: sha256_hex(output),
+            report,
         };
         let json = serde_json::to_vec(&record).map_err(|e| err(e.to_string()))?;
-        let (cubin_name, record_name) = Self::entry_names(key);
-        self.write_atomic(&cubin_name, cubin)?;
+        let (output_name, record_name) = self.entry_names(key);
+        self.write_atomic(&output_name, output)?;
         self.write_atomic(&record_name, &json)?;
         self.sweep(Some(key));
         Ok(())
@@ -324,7 +381,8 @@ impl KernelCache {
                 continue;
             }
             let Some(key) = name
-                .strip_suffix(".cubin")
+                .strip_suffix(self.compiler.extension())
+                .and_then(|n| n.strip_suffix('.'))
                 .or_else(|| name.strip_suffix(".json"))
             else {
                 continue;
@@ -354,15 +412,14 @@ impl KernelCache {
             if total <= self.max_bytes {
                 break;
             }
-            // The record first: a cubin without its record is a miss, never a wrong hit.
-            let (cubin_name, record_name) = Self::entry_names(&key);
+            // The record first: an output without its record is a miss, never a wrong hit.
+            let (output_name, record_name) = self.entry_names(&key);
             let _ = rustix::fs::unlinkat(dir, record_name.as_str(), AtFlags::empty());
-            let _ = rustix::fs::unlinkat(dir, cubin_name.as_str(), AtFlags::empty());
+            let _ = rustix::fs::unlinkat(dir, output_name.as_str(), AtFlags::empty());
             total = total.saturating_sub(bytes);
         }
     }
 }
 
 #[cfg(test)]
-#[path = "cache_tests.rs"]
 mod tests;

@@ -14,9 +14,20 @@ fn chmod(p: &Path, mode: u32) {
     std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
 }
 
-fn report() -> CudaCompileReport {
-    let log = "ptxas info    : Function properties for k\n    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\nptxas info    : Used 32 registers, used 0 barriers\n";
-    super::super::nvrtc::parse_ptxas_log(log, "k").expect("report")
+/// The report the entries of these tests carry (a compiler's report is any serde type).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Report {
+    kernel: String,
+    registers: u32,
+    warnings: Vec<String>,
+}
+
+fn report() -> Report {
+    Report {
+        kernel: "k".into(),
+        registers: 32,
+        warnings: vec!["none".into()],
+    }
 }
 
 /// A stand-in cubin: an ELF header's magic and `len` bytes of a pattern seeded by `seed`.
@@ -41,6 +52,17 @@ fn location_rule_and_size_bound_from_the_environment() {
     );
     let e = cache_root(env(&[("KITTENS_CACHE", ".cache")])).unwrap_err();
     assert!(e.to_string().contains("relative"), "{e}");
+    // The compile caches' own root, when given, comes first; a relative one is refused.
+    assert_eq!(
+        cache_root(env(&[("KITTENS_COMPILE_CACHE", "/run/c"), ("HOME", "/h")])),
+        Ok(PathBuf::from("/run/c"))
+    );
+    let e = cache_root(env(&[("KITTENS_COMPILE_CACHE", "c"), ("HOME", "/h")])).unwrap_err();
+    assert!(e.to_string().contains("KITTENS_COMPILE_CACHE"), "{e}");
+    assert_eq!(
+        cache_root(env(&[("KITTENS_COMPILE_CACHE", ""), ("HOME", "/h")])),
+        Ok(PathBuf::from("/h/.cache/kittens"))
+    );
     assert_eq!(max_bytes(env(&[])), Ok(DEFAULT_MAX_BYTES));
     assert_eq!(
         max_bytes(env(&[("KITTENS_CACHE_MAX_BYTES", "4096")])),
@@ -55,10 +77,10 @@ fn location_rule_and_size_bound_from_the_environment() {
 #[test]
 fn shared_folders_on_disk_are_refused() {
     let (_t, dir) = fresh();
-    KernelCache::at(&dir).expect("a fresh private folder is accepted");
+    KernelCache::at(&dir, Compiler::Nvrtc).expect("a fresh private folder is accepted");
     assert_eq!(std::fs::metadata(&dir).unwrap().mode() & 0o7777, 0o700);
     chmod(&dir, 0o777);
-    let r = KernelCache::at(&dir);
+    let r = KernelCache::at(&dir, Compiler::Nvrtc);
     assert!(
         matches!(
             r,
@@ -71,7 +93,7 @@ fn shared_folders_on_disk_are_refused() {
         .to_string()
         .contains("writable by every user"));
     chmod(&dir, 0o770);
-    let r = KernelCache::at(&dir);
+    let r = KernelCache::at(&dir, Compiler::Nvrtc);
     assert!(
         matches!(
             r,
@@ -82,14 +104,14 @@ fn shared_folders_on_disk_are_refused() {
     // A folder above the cache that others may write: the cache could be swapped, refused too.
     chmod(&dir, 0o700);
     chmod(dir.parent().unwrap(), 0o777);
-    let r = KernelCache::at(&dir);
+    let r = KernelCache::at(&dir, Compiler::Nvrtc);
     assert!(
         matches!(r, Err(CacheError::Untrusted(TrustError::WorldWritable { ref path, .. })) if Path::new(path) == dir.parent().unwrap()),
         "{r:?}"
     );
     chmod(dir.parent().unwrap(), 0o700);
     assert!(matches!(
-        KernelCache::at(Path::new("relative/cache")),
+        KernelCache::at(Path::new("relative/cache"), Compiler::Nvrtc),
         Err(CacheError::Untrusted(TrustError::Relative { .. }))
     ));
 }
@@ -97,41 +119,41 @@ fn shared_folders_on_disk_are_refused() {
 #[test]
 fn truncated_or_corrupted_entries_are_misses() {
     let (_t, dir) = fresh();
-    let cache = KernelCache::at(&dir).unwrap();
+    let cache = KernelCache::at(&dir, Compiler::Nvrtc).unwrap();
     let cubin = fake_cubin(4096, 1);
     cache.put("k1", &cubin, &report()).unwrap();
-    let (got, rep) = cache.get("k1").expect("intact entry hits");
+    let (got, rep) = cache.get::<Report>("k1").expect("intact entry hits");
     assert_eq!((got, rep.registers), (cubin.clone(), 32));
     let (cubin_path, record_path) = cache.entry_paths("k1");
     // Truncated cubin.
     std::fs::write(&cubin_path, &cubin[..1000]).unwrap();
-    assert!(cache.get("k1").is_none());
+    assert!(cache.get::<Report>("k1").is_none());
     // Same length, one flipped byte.
     let mut bad = cubin.clone();
     bad[2000] ^= 1;
     std::fs::write(&cubin_path, &bad).unwrap();
-    assert!(cache.get("k1").is_none());
+    assert!(cache.get::<Report>("k1").is_none());
     // Longer than the record says.
     std::fs::write(&cubin_path, fake_cubin(8192, 1)).unwrap();
-    assert!(cache.get("k1").is_none());
+    assert!(cache.get::<Report>("k1").is_none());
     // Truncated record.
     cache.put("k1", &cubin, &report()).unwrap();
     let rec = std::fs::read(&record_path).unwrap();
     std::fs::write(&record_path, &rec[..rec.len() / 2]).unwrap();
-    assert!(cache.get("k1").is_none());
+    assert!(cache.get::<Report>("k1").is_none());
     // A cubin without its record.
     std::fs::remove_file(&record_path).unwrap();
-    assert!(cache.get("k1").is_none());
+    assert!(cache.get::<Report>("k1").is_none());
     // A recompile replaces the entry.
     cache.put("k1", &cubin, &report()).unwrap();
-    assert_eq!(cache.get("k1").unwrap().0, cubin);
+    assert_eq!(cache.get::<Report>("k1").unwrap().0, cubin);
 }
 
 /// Links, FIFOs and oversized files in place of an entry are misses, read nothing and never block.
 #[test]
 fn foreign_entries_are_never_trusted_and_never_hang() {
     let (t, dir) = fresh();
-    let cache = KernelCache::at(&dir).unwrap();
+    let cache = KernelCache::at(&dir, Compiler::Nvrtc).unwrap();
     let cubin = fake_cubin(4096, 2);
     cache.put("good", &cubin, &report()).unwrap();
     let (good_cubin, good_record) = cache.entry_paths("good");
@@ -140,7 +162,7 @@ fn foreign_entries_are_never_trusted_and_never_hang() {
     let (_, zero_record) = cache.entry_paths("zero");
     std::fs::remove_file(&zero_record).unwrap();
     std::os::unix::fs::symlink("/dev/zero", &zero_record).unwrap();
-    assert!(cache.get("zero").is_none());
+    assert!(cache.get::<Report>("zero").is_none());
     let outside = t.path().join("outside");
     std::fs::create_dir(&outside).unwrap();
     std::fs::copy(&good_record, outside.join("r.json")).unwrap();
@@ -150,7 +172,7 @@ fn foreign_entries_are_never_trusted_and_never_hang() {
     std::fs::remove_file(&linked_cubin).unwrap();
     std::os::unix::fs::symlink(outside.join("c.cubin"), &linked_cubin).unwrap();
     assert!(
-        cache.get("linked").is_none(),
+        cache.get::<Report>("linked").is_none(),
         "a linked cubin is not followed"
     );
     std::fs::remove_file(&linked_cubin).unwrap();
@@ -158,7 +180,7 @@ fn foreign_entries_are_never_trusted_and_never_hang() {
     std::fs::remove_file(&linked_record).unwrap();
     std::os::unix::fs::symlink(outside.join("r.json"), &linked_record).unwrap();
     assert!(
-        cache.get("linked").is_none(),
+        cache.get::<Report>("linked").is_none(),
         "a linked record is not followed"
     );
     // A FIFO as the record: opening it must not wait for a writer.
@@ -170,7 +192,7 @@ fn foreign_entries_are_never_trusted_and_never_hang() {
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
     let (tx, rx) = std::sync::mpsc::channel();
     let reader = cache.clone();
-    std::thread::spawn(move || tx.send(reader.get("fifo").is_none()).unwrap());
+    std::thread::spawn(move || tx.send(reader.get::<Report>("fifo").is_none()).unwrap());
     assert_eq!(
         rx.recv_timeout(Duration::from_secs(10)),
         Ok(true),
@@ -184,14 +206,14 @@ fn foreign_entries_are_never_trusted_and_never_hang() {
         .unwrap()
         .set_len(MAX_RECORD_BYTES + 1)
         .unwrap();
-    assert!(cache.get("good").is_none());
+    assert!(cache.get::<Report>("good").is_none());
     // Keys cannot name other files.
     for key in ["../x", ".hidden", "a/b", ""] {
-        assert!(cache.get(key).is_none());
+        assert!(cache.get::<Report>(key).is_none());
         assert!(cache.put(key, &cubin, &report()).is_err(), "{key:?}");
     }
     // The FIFO and the links in the cache are removed by the next sweep, not kept as entries.
-    drop(KernelCache::at(&dir).unwrap());
+    drop(KernelCache::at(&dir, Compiler::Nvrtc).unwrap());
     assert!(std::fs::symlink_metadata(&fifo_record).is_err());
     assert!(std::fs::symlink_metadata(&zero_record).is_err());
 }
@@ -199,7 +221,7 @@ fn foreign_entries_are_never_trusted_and_never_hang() {
 #[test]
 fn stale_temporaries_are_removed_when_the_cache_opens() {
     let (_t, dir) = fresh();
-    let cache = KernelCache::at(&dir).unwrap();
+    let cache = KernelCache::at(&dir, Compiler::Nvrtc).unwrap();
     let (old, new) = (dir.join(".x.cubin.1.0.tmp"), dir.join(".x.cubin.2.0.tmp"));
     std::fs::write(&old, b"left by a writer that died").unwrap();
     std::fs::write(&new, b"a writer at work").unwrap();
@@ -211,7 +233,7 @@ fn stale_temporaries_are_removed_when_the_cache_opens() {
         .set_modified(two_hours_ago)
         .unwrap();
     drop(cache);
-    KernelCache::at(&dir).unwrap();
+    KernelCache::at(&dir, Compiler::Nvrtc).unwrap();
     assert!(!old.exists(), "a temporary older than an hour is removed");
     assert!(new.exists(), "a fresh one may belong to a writer at work");
 }
@@ -219,7 +241,7 @@ fn stale_temporaries_are_removed_when_the_cache_opens() {
 #[test]
 fn the_size_bound_evicts_the_least_recently_used_entries() {
     let (_t, dir) = fresh();
-    let cache = KernelCache::with_max_bytes(&dir, 10_000).unwrap();
+    let cache = KernelCache::with_max_bytes(&dir, Compiler::Nvrtc, 10_000).unwrap();
     let c = |s| fake_cubin(2500, s);
     let t0 = SystemTime::now() - Duration::from_secs(100);
     for (i, key) in ["a", "b", "c"].iter().enumerate() {
@@ -235,12 +257,12 @@ fn the_size_bound_evicts_the_least_recently_used_entries() {
         }
     }
     // A hit on `a` makes it the most recently used.
-    assert!(cache.get("a").is_some());
+    assert!(cache.get::<Report>("a").is_some());
     // A fourth entry pushes the total over 10 000 bytes: `b`, now the least recently used, goes.
     cache.put("d", &c(3), &report()).unwrap();
     let present: Vec<bool> = ["a", "b", "c", "d"]
         .iter()
-        .map(|k| cache.get(k).is_some())
+        .map(|k| cache.get::<Report>(k).is_some())
         .collect();
     assert_eq!(present, [true, false, true, true]);
     let total: u64 = std::fs::read_dir(&dir)
@@ -255,7 +277,7 @@ fn the_size_bound_evicts_the_least_recently_used_entries() {
 #[test]
 fn concurrent_writers_and_readers_never_see_half_an_entry() {
     let (_t, dir) = fresh();
-    let cache = KernelCache::at(&dir).unwrap();
+    let cache = KernelCache::at(&dir, Compiler::Nvrtc).unwrap();
     let versions: Vec<Vec<u8>> = (0..4).map(|s| fake_cubin(1 << 18, s)).collect();
     std::thread::scope(|s| {
         for v in &versions {
@@ -270,7 +292,7 @@ fn concurrent_writers_and_readers_never_see_half_an_entry() {
             let (cache, versions) = (&cache, &versions);
             s.spawn(move || {
                 for _ in 0..200 {
-                    if let Some((c, _)) = cache.get("shared") {
+                    if let Some((c, _)) = cache.get::<Report>("shared") {
                         assert!(versions.contains(&c), "a read returned a mixed cubin");
                     }
                 }
@@ -279,7 +301,7 @@ fn concurrent_writers_and_readers_never_see_half_an_entry() {
     });
     // Writers of different cubins under one key may leave one writer's cubin beside another's
     // record: that reads as a miss (recompiled and rewritten), never as a mixed cubin.
-    if let Some((c, _)) = cache.get("shared") {
+    if let Some((c, _)) = cache.get::<Report>("shared") {
         assert!(versions.contains(&c));
     }
     // Writers of the same cubin (one key is one source, and NVRTC's output for it) always leave
@@ -294,7 +316,9 @@ fn concurrent_writers_and_readers_never_see_half_an_entry() {
             });
         }
     });
-    let (c, _) = cache.get("same").expect("an entry is there at the end");
+    let (c, _) = cache
+        .get::<Report>("same")
+        .expect("an entry is there at the end");
     assert_eq!(c, versions[0]);
     // No temporary file is left behind.
     let leftovers: Vec<_> = std::fs::read_dir(&dir)
@@ -303,4 +327,32 @@ fn concurrent_writers_and_readers_never_see_half_an_entry() {
         .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+/// An entry whose record holds another report type (another compiler's, or an older format) is a
+/// miss, never a report made up of defaults; each compiler's outputs carry its own extension.
+#[test]
+fn a_record_of_another_report_type_is_a_miss() {
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Other {
+        kind: String,
+    }
+    let (_t, dir) = fresh();
+    let cache = KernelCache::at(&dir, Compiler::AmdClang).unwrap();
+    let text = b"\t.amdgcn_target \"amdgcn-amd-amdhsa--gfx950\"\n".to_vec();
+    cache.put("asm", &text, &report()).unwrap();
+    assert!(cache.get::<Other>("asm").is_none());
+    assert_eq!(cache.get::<Report>("asm").unwrap().0, text);
+    let other = Other { kind: "asm".into() };
+    cache.put("asm", &text, &other).unwrap();
+    assert!(cache.get::<Report>("asm").is_none());
+    assert_eq!(cache.get::<Other>("asm"), Some((text, other)));
+    let (output, record) = cache.entry_paths("asm");
+    assert_eq!(output.extension().unwrap(), "bin");
+    assert_eq!(record.extension().unwrap(), "json");
+    // The size bound counts this compiler's files: the sweep of a tiny bound removes the entry.
+    drop(cache);
+    let tiny = KernelCache::with_max_bytes(&dir, Compiler::AmdClang, 1).unwrap();
+    assert!(tiny.get::<Other>("asm").is_none());
+    assert!(!output.exists() && !record.exists());
 }
