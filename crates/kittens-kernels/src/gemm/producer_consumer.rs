@@ -22,7 +22,7 @@
 //! ThunderKittens' H100 GEMM (`warpgroup::decrease_registers<40>` / `increase_registers<232>`) with two
 //! consumer warpgroups; with one, nothing to rebalance (every warpgroup keeps the launch's 256).
 
-use super::{declare, store_scaled, ALayout, BLayout, GemmConfig};
+use super::{declare, store_scaled, ALayout, BLayout, GemmConfig, Scales};
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;
 use kittens_ir::{Expr, Kernel, KernelBuilder, MmaForm, MmaOperand, Schedule, Scope};
@@ -168,9 +168,16 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     } else {
         accs.clone()
     };
-    // The scales' scratch: a dead chain accumulator when promoted, else a tile of its own.
+    // Per-tensor scales are read before the K loop into a tile of their product, so the loads'
+    // latency overlaps the ring's first fill instead of following the last wgmma: a decode-sized FP8
+    // GEMM is an 8-13 µs problem (docs/performance.md, "gemm_fp8"). The register budget counts that
+    // tile whole (the compiler keeps its one value in one register), so only blocks whose
+    // accumulators leave it room do this. Per-row and per-column scales, and the large 128×192
+    // block's, are read in the epilogue, into a dead chain accumulator when promoted (else a tile of
+    // their own).
+    let early = cfg.types.scales == Some(Scales::PerTensor) && per_thread + bn / 2 <= most;
     let scratch = decl.scales.map(|_| {
-        if promote > 0 {
+        if promote > 0 && !early {
             accs[0]
         } else {
             f32_tile(&mut k, "scale")
@@ -230,6 +237,13 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             });
         },
         |k| {
+            if let (true, Some([sa, sb]), Some(s)) = (early, decl.scales, scratch) {
+                // One scalar each: any tile of the broadcast view reads it.
+                let ti = &row * i64::from(bm / 16) + slice(0);
+                k.load_global(s, k.gtile(sa, 16, bn, ti.clone(), col.clone()));
+                k.load_global(accs[0], k.gtile(sb, 16, bn, ti, col.clone()));
+                k.mul(s, s, accs[0]);
+            }
             for &sum in &sums {
                 k.zero(sum);
             }
@@ -251,7 +265,14 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             }
             for (h, &sum) in sums.iter().enumerate() {
                 let ti = &row * i64::from(bm / 16) + slice(h as u32);
-                store_scaled(k, &decl, scratch, sum, 16, bn, ti, col.clone());
+                let late = match scratch {
+                    Some(s) if early => {
+                        k.mul(sum, sum, s);
+                        None
+                    }
+                    other => other,
+                };
+                store_scaled(k, &decl, late, sum, 16, bn, ti, col.clone());
             }
             if let Some(fix) = &decl.fixup {
                 let rows: Vec<Expr> = (0..slices)
