@@ -161,6 +161,22 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let accs: Vec<_> = (0..slices)
         .map(|h| f32_tile(&mut k, &format!("acc{h}")))
         .collect();
+    // Promoted chains two at a time where a third set of accumulators fits: chain `g + 1` is issued
+    // into the second set before chain `g` is waited for and added, so one wait in two overlaps the
+    // next chain (with one set, every K step waits for its own chain before the next is issued; at
+    // small M that serialises the consumer, docs/performance.md "gemm_fp8"). The sums are added in
+    // the same order either way. The pair is waited for within one iteration: ptxas serialises the
+    // wgmmas (C7514) of a loop whose chains stay in flight across its back edge while the other set
+    // is read.
+    let per_slice = slices * bn / 2;
+    let pipelined = promote > 0 && per_thread + per_slice <= most;
+    let accs_b: Vec<_> = if pipelined {
+        (0..slices)
+            .map(|h| f32_tile(&mut k, &format!("acc{h}b")))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let sums: Vec<_> = if promote > 0 {
         (0..slices)
             .map(|h| f32_tile(&mut k, &format!("sum{h}")))
@@ -175,7 +191,8 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     // accumulators leave it room do this. Per-row and per-column scales, and the large 128×192
     // block's, are read in the epilogue, into a dead chain accumulator when promoted (else a tile of
     // their own).
-    let early = cfg.types.scales == Some(Scales::PerTensor) && per_thread + bn / 2 <= most;
+    let held = per_thread + if pipelined { per_slice } else { 0 };
+    let early = cfg.types.scales == Some(Scales::PerTensor) && held + bn / 2 <= most;
     let scratch = decl.scales.map(|_| {
         if promote > 0 && !early {
             accs[0]
@@ -186,26 +203,28 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (row, col) = (k.block(0), k.block(1));
     let nt = kd.ceil_div(ks as i64);
     // K steps of this block: all of them, or its slice's `⌈nt / split_k⌉` from `first`, in both
-    // cases rounded up to whole chains of `promote` steps (slices must not overlap: the rounding comes
-    // before `first`). Steps past K load zeros (TMA and the interpreter read out-of-range elements as
-    // zero).
+    // cases rounded up to whole chains of `promote` steps, pairs of them when pipelined (slices must
+    // not overlap: the rounding comes before `first`). Steps past K load zeros (TMA and the
+    // interpreter read out-of-range elements as zero).
     let chain = i64::from(promote.max(1));
+    let unit = if pipelined { 2 * chain } else { chain };
     let (steps, first) = match &decl.split {
         Some(s) => {
-            let per = nt.ceil_div(i64::from(cfg.split_k)).ceil_div(chain) * chain;
+            let per = nt.ceil_div(i64::from(cfg.split_k)).ceil_div(unit) * unit;
             (per.clone(), s.clone() * per)
         }
-        None => (nt.ceil_div(chain) * chain, Expr::c(0)),
+        None => (nt.ceil_div(unit) * unit, Expr::c(0)),
     };
     let chains = steps.ceil_div(chain);
     let cw = k.wave() - 4; // consumer wave, 0..waves
                            // Slice `h` of consumer wave `cw`: 16-row block `h·waves + cw` of the block's rows.
     let slice = |h: u32| &cw + i64::from(h * waves);
-    // One K step's multiplies: local step `t` from slot `t % stages`, accumulating unless `fresh`.
-    let multiply = |k: &mut KernelBuilder, t: &Expr, fresh: bool| {
+    // One K step's multiplies into `set`: local step `t` from slot `t % stages`, accumulating unless
+    // `fresh`.
+    let multiply = |k: &mut KernelBuilder, t: &Expr, fresh: bool, set: &[kittens_ir::RegId]| {
         k.barrier(); // K step t has landed
         let b_v = MmaOperand::Shared(k.smem(b_s, t % stages));
-        for (h, &acc) in accs.iter().enumerate() {
+        for (h, &acc) in set.iter().enumerate() {
             let a_v = if km {
                 k.smem(a_s, t % stages).sub(ks, 16, 0, slice(h as u32))
             } else {
@@ -247,20 +266,36 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             for &sum in &sums {
                 k.zero(sum);
             }
+            // A chain of `promote` K steps into `set` starts from zero (wgmma's scale-d off); it is
+            // then added into the f32 sums.
+            let chain_into = |k: &mut KernelBuilder, g: &Expr, set: &[kittens_ir::RegId]| {
+                let t0 = g * chain;
+                multiply(k, &t0, true, set);
+                if chain > 1 {
+                    k.for_range("j", 1, chain, |k, j| multiply(k, &(&t0 + &j), false, set));
+                }
+            };
+            let add_into_sums = |k: &mut KernelBuilder, set: &[kittens_ir::RegId]| {
+                for (&sum, &acc) in sums.iter().zip(set) {
+                    k.add(sum, sum, acc);
+                }
+            };
             if promote == 0 {
-                k.for_range("t", 0, &steps, |k, t| multiply(k, &t, false));
+                k.for_range("t", 0, &steps, |k, t| multiply(k, &t, false, &accs));
+            } else if pipelined {
+                // Chains in pairs (their count is even): both issued, then the first added while
+                // the second runs.
+                k.for_range("p", 0, &chains.ceil_div(2), |k, p| {
+                    let g = &p * 2;
+                    chain_into(k, &g, &accs);
+                    chain_into(k, &(&g + 1), &accs_b);
+                    add_into_sums(k, &accs);
+                    add_into_sums(k, &accs_b);
+                });
             } else {
-                // A chain of `promote` K steps starts from zero (wgmma's scale-d off) and is then
-                // added into the f32 sums.
                 k.for_range("g", 0, &chains, |k, g| {
-                    let t0 = g.clone() * chain;
-                    multiply(k, &t0, true);
-                    if chain > 1 {
-                        k.for_range("j", 1, chain, |k, j| multiply(k, &(&t0 + &j), false));
-                    }
-                    for (&sum, &acc) in sums.iter().zip(&accs) {
-                        k.add(sum, sum, acc);
-                    }
+                    chain_into(k, &g, &accs);
+                    add_into_sums(k, &accs);
                 });
             }
             for (h, &sum) in sums.iter().enumerate() {
