@@ -285,7 +285,7 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             } else if pipelined {
                 // Chains in pairs (their count is even): both issued, then the first added while
                 // the second runs.
-                k.for_range("p", 0, &chains.ceil_div(2), |k, p| {
+                k.for_range("p", 0, chains.ceil_div(2), |k, p| {
                     let g = &p * 2;
                     chain_into(k, &g, &accs);
                     chain_into(k, &(&g + 1), &accs_b);
