@@ -161,22 +161,33 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let accs: Vec<_> = (0..slices)
         .map(|h| f32_tile(&mut k, &format!("acc{h}")))
         .collect();
-    // Promoted chains two at a time where a third set of accumulators fits: chain `g + 1` is issued
-    // into the second set before chain `g` is waited for and added, so one wait in two overlaps the
-    // next chain (with one set, every K step waits for its own chain before the next is issued; at
-    // small M that serialises the consumer, docs/performance.md "gemm_fp8"). The sums are added in
-    // the same order either way. The pair is waited for within one iteration: ptxas serialises the
-    // wgmmas (C7514) of a loop whose chains stay in flight across its back edge while the other set
-    // is read.
+    // Promoted chains issued in groups of up to four where the registers hold that many sets of
+    // accumulators: every chain of the group is issued before the first is waited for and added, so
+    // the waits overlap the group's later chains (with one set, every K step waits for its own chain
+    // before the next is issued; at small M that serialises the consumer, docs/performance.md
+    // "gemm_fp8"). The sums are added in the same order either way. The group is waited for within
+    // one iteration: ptxas serialises the wgmmas (C7514) of a loop whose chains stay in flight across
+    // its back edge while another set is read.
     let per_slice = slices * bn / 2;
-    let pipelined = promote > 0 && per_thread + per_slice <= most;
-    let accs_b: Vec<_> = if pipelined {
-        (0..slices)
-            .map(|h| f32_tile(&mut k, &format!("acc{h}b")))
-            .collect()
+    let group: u32 = if promote == 0 {
+        1
     } else {
-        Vec::new()
+        [4, 2, 1]
+            .into_iter()
+            .find(|g| per_thread + (g - 1) * per_slice <= most)
+            .unwrap_or(1)
     };
+    let sets: Vec<Vec<_>> = (0..group)
+        .map(|g| {
+            if g == 0 {
+                accs.clone()
+            } else {
+                (0..slices)
+                    .map(|h| f32_tile(&mut k, &format!("acc{h}_{g}")))
+                    .collect()
+            }
+        })
+        .collect();
     let sums: Vec<_> = if promote > 0 {
         (0..slices)
             .map(|h| f32_tile(&mut k, &format!("sum{h}")))
@@ -191,7 +202,7 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     // accumulators leave it room do this. Per-row and per-column scales, and the large 128×192
     // block's, are read in the epilogue, into a dead chain accumulator when promoted (else a tile of
     // their own).
-    let held = per_thread + if pipelined { per_slice } else { 0 };
+    let held = per_thread + (group - 1) * per_slice;
     let early = cfg.types.scales == Some(Scales::PerTensor) && held + bn / 2 <= most;
     let scratch = decl.scales.map(|_| {
         if promote > 0 && !early {
@@ -203,11 +214,11 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (row, col) = (k.block(0), k.block(1));
     let nt = kd.ceil_div(ks as i64);
     // K steps of this block: all of them, or its slice's `⌈nt / split_k⌉` from `first`, in both
-    // cases rounded up to whole chains of `promote` steps, pairs of them when pipelined (slices must
+    // cases rounded up to whole groups of chains of `promote` steps (slices must
     // not overlap: the rounding comes before `first`). Steps past K load zeros (TMA and the
     // interpreter read out-of-range elements as zero).
     let chain = i64::from(promote.max(1));
-    let unit = if pipelined { 2 * chain } else { chain };
+    let unit = i64::from(group) * chain;
     let (steps, first) = match &decl.split {
         Some(s) => {
             let per = nt.ceil_div(i64::from(cfg.split_k)).ceil_div(unit) * unit;
@@ -282,15 +293,18 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             };
             if promote == 0 {
                 k.for_range("t", 0, &steps, |k, t| multiply(k, &t, false, &accs));
-            } else if pipelined {
-                // Chains in pairs (their count is even): both issued, then the first added while
-                // the second runs.
-                k.for_range("p", 0, chains.ceil_div(2), |k, p| {
-                    let g = &p * 2;
-                    chain_into(k, &g, &accs);
-                    chain_into(k, &(&g + 1), &accs_b);
-                    add_into_sums(k, &accs);
-                    add_into_sums(k, &accs_b);
+            } else if group > 1 {
+                // Chains in groups (their count is a multiple of the group's): all issued, then
+                // added oldest first, each while the later ones run.
+                let g = i64::from(group);
+                k.for_range("p", 0, chains.ceil_div(g), |k, p| {
+                    let first = &p * g;
+                    for (i, set) in sets.iter().enumerate() {
+                        chain_into(k, &(&first + i as i64), set);
+                    }
+                    for set in &sets {
+                        add_into_sums(k, set);
+                    }
                 });
             } else {
                 k.for_range("g", 0, &chains, |k, g| {
