@@ -64,7 +64,7 @@ pub struct StageSpec {
 /// allocator hands the same addresses back) encodes each map once. A model's decode step calls one
 /// prepared GEMM per shape with every layer's weight (32 or more distinct B addresses), and the
 /// benchmark rotates up to 15 input copies past the L2: a slot that held fewer re-encoded A's and B's
-/// maps on every call, on the host between the launches of a few-µs kernel.
+/// maps on every call (host work, which the H200 bench did not show: docs/performance.md, "gemm_fp8").
 const MAP_CACHE: usize = 64;
 
 /// How each kernel argument is filled at launch.
