@@ -4,7 +4,7 @@
 
 use kittens_hw::dtype::DType;
 use kittens_kernels::exec::interpret;
-use kittens_kernels::gemm::shapes::TILES;
+use kittens_kernels::gemm::shapes::{HopperTile, TILES};
 use kittens_kernels::gemm::split_k::{self, build_reduce, PARTIAL};
 use kittens_kernels::gemm::{build, BLayout, GemmConfig, GemmTypes, Scales};
 use rand::{rngs::SmallRng, Rng, SeedableRng};
@@ -106,14 +106,21 @@ fn split_k_with_b_as_k_by_n() {
     assert!(e < 1e-5, "{e:e}");
 }
 
-/// Promotion every 1 and 3 K steps (chains that end past K load zeros), with and without split-K,
+/// Promotion every 1, 2 and 3 K steps (chains that end past K load zeros), with and without split-K,
 /// in the FP8 GEMM's Hopper configurations (128- and, for a small M, 64-row blocks; e4m3 operands,
-/// per-tensor scales), f32 output.
+/// per-tensor scales), f32 output; the small-M model's narrower blocks run their chains in pairs
+/// (`producer_consumer`: a pair's count of steps rounded up, the extra chain over zeros).
 #[test]
 fn promoted_accumulators_sum_every_chain() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let wide = GemmConfig::fp8_for_gpu(h100);
     let small = GemmConfig::fp8_for_shape(wide, h100, 16);
+    let block = |rows, cols| GemmConfig {
+        block_rows: rows,
+        block: cols,
+        stages: HopperTile { rows, cols }.stages(h100),
+        ..wide
+    };
     let mut rng = SmallRng::seed_from_u64(9);
     for (promote, split, base) in [
         (1, 1, wide),
@@ -121,6 +128,10 @@ fn promoted_accumulators_sum_every_chain() {
         (1, 3, wide),
         (2, 2, wide),
         (1, 4, small),
+        (1, 1, block(64, 64)),
+        (2, 3, block(64, 128)),
+        (1, 3, block(128, 64)),
+        (1, 2, block(128, 128)),
     ] {
         let cfg = GemmConfig {
             promote,

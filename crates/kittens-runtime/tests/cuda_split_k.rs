@@ -84,3 +84,53 @@ fn split_gemms_and_the_reduction_compile_for_sm_90a() {
     assert!(l.tma_maps().is_empty());
     compiles(&l, &cache);
 }
+
+/// Promoted FP8 blocks whose registers hold more sets of accumulators run their chains in groups of 4
+/// or 2 (the group's later chains issued before the first is waited for); the per-tensor scales are
+/// read before the K loop (the loads' latency overlapped with the ring's first fill, not after the last
+/// wgmma) where the budget still leaves room for their tile, else in the epilogue. Each block compiles
+/// without spills and without serialised wgmmas.
+#[test]
+fn fp8_chains_in_groups_and_scales_before_the_k_loop_where_registers_allow() {
+    ensure_nvrtc();
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let cache = fresh_cache("fp8-pairs");
+    // (rows, cols, chains per group, scales before the loop): 2 × 32, 2 × 64 and 2 × 96 floats of
+    // accumulators per thread against the promoted budget of 192.
+    for (rows, cols, group, early) in [
+        (64, 64, 4, true),
+        (64, 128, 2, false),
+        (128, 64, 4, true),
+        (128, 128, 2, false),
+        (128, 192, 1, false),
+    ] {
+        let cfg = GemmConfig {
+            block_rows: rows,
+            block: cols,
+            stages: HopperTile { rows, cols }.stages(h100),
+            ..GemmConfig::fp8_for_gpu(h100)
+        };
+        let k = build(&cfg).unwrap_or_else(|e| panic!("{rows}x{cols}: {e}"));
+        let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
+        if let Ok(dir) = std::env::var("KITTENS_DUMP") {
+            std::fs::write(format!("{dir}/gemm_fp8_{rows}x{cols}.cu"), &l.source).expect("dump");
+        }
+        // Kept as text: the kernel body after the prelude (whose wrappers name the wgmmas too).
+        let body = &l.source[l.source.find("__global__").expect("entry")..];
+        let scale = body.find("__ldg(g_scale_a)").expect("scale load");
+        let mma = body.find("kt::wgmma_m64n").expect("wgmma");
+        assert_eq!(
+            scale < mma,
+            early,
+            "{rows}x{cols}: scales before the K loop"
+        );
+        for g in 1..4 {
+            assert_eq!(
+                body.contains(&format!("e4m3_ss(r_acc0_{g}, ")),
+                g < group,
+                "{rows}x{cols}: chain {g} of a group of {group}"
+            );
+        }
+        compiles(&l, &cache);
+    }
+}

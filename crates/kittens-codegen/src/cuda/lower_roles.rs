@@ -447,7 +447,11 @@ impl Emit<'_> {
         self.role = Role::Consumer;
         self.tile_loop(r.consumer.1)?;
         self.line("kt::wgmma_wait<0>();");
-        self.line("if (threadIdx.x % 128 == 0) kt::tma_store_wait_all();");
+        // A block may leave once its last TMA stores have read their slabs: the grid's completion
+        // covers their writes (the CUDA C++ Programming Guide's TMA store waits with
+        // `cp.async.bulk.wait_group.read` before the kernel returns), and waiting for the writes
+        // themselves put an L2 round trip on every block's tail.
+        self.line("if (threadIdx.x % 128 == 0) kt::tma_store_wait_read<0>();");
         self.role = Role::None;
         self.depth -= 1;
         self.line("}");

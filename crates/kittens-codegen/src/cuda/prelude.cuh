@@ -137,9 +137,6 @@ template <int N> __device__ __forceinline__ void tma_store_wait_read() {
     asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(N) : "memory");
 }
 
-// Full completion (global writes done) of every bulk group of this thread.
-__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
-
 // The same box written into the shared memory of every CTA in `cta_mask` (thread-block cluster), each
 // copy completing on the mbarrier at the same offset in its CTA (PTX ISA, ".multicast::cluster").
 __device__ __forceinline__ void tma_load_2d_multicast(u32 dst, const CUtensorMap* map, u32 bar, int c0, int c1,

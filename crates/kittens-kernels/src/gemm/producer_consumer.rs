@@ -22,7 +22,7 @@
 //! ThunderKittens' H100 GEMM (`warpgroup::decrease_registers<40>` / `increase_registers<232>`) with two
 //! consumer warpgroups; with one, nothing to rebalance (every warpgroup keeps the launch's 256).
 
-use super::{declare, store_scaled, ALayout, BLayout, GemmConfig};
+use super::{declare, store_scaled, ALayout, BLayout, GemmConfig, Scales};
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;
 use kittens_ir::{Expr, Kernel, KernelBuilder, MmaForm, MmaOperand, Schedule, Scope};
@@ -161,6 +161,33 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let accs: Vec<_> = (0..slices)
         .map(|h| f32_tile(&mut k, &format!("acc{h}")))
         .collect();
+    // Promoted chains issued in groups of up to four where the registers hold that many sets of
+    // accumulators: every chain of the group is issued before the first is waited for and added, so
+    // the waits overlap the group's later chains (with one set, every K step waits for its own chain
+    // before the next is issued; at small M that serialises the consumer, docs/performance.md
+    // "gemm_fp8"). The sums are added in the same order either way. The group is waited for within
+    // one iteration: ptxas serialises the wgmmas (C7514) of a loop whose chains stay in flight across
+    // its back edge while another set is read.
+    let per_slice = slices * bn / 2;
+    let group: u32 = if promote == 0 {
+        1
+    } else {
+        [4, 2, 1]
+            .into_iter()
+            .find(|g| per_thread + (g - 1) * per_slice <= most)
+            .unwrap_or(1)
+    };
+    let sets: Vec<Vec<_>> = (0..group)
+        .map(|g| {
+            if g == 0 {
+                accs.clone()
+            } else {
+                (0..slices)
+                    .map(|h| f32_tile(&mut k, &format!("acc{h}_{g}")))
+                    .collect()
+            }
+        })
+        .collect();
     let sums: Vec<_> = if promote > 0 {
         (0..slices)
             .map(|h| f32_tile(&mut k, &format!("sum{h}")))
@@ -168,9 +195,17 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     } else {
         accs.clone()
     };
-    // The scales' scratch: a dead chain accumulator when promoted, else a tile of its own.
+    // Per-tensor scales are read before the K loop into a tile of their product, so the loads'
+    // latency overlaps the ring's first fill instead of following the last wgmma: a decode-sized FP8
+    // GEMM is an 8-13 µs problem (docs/performance.md, "gemm_fp8"). The register budget counts that
+    // tile whole (the compiler keeps its one value in one register), so only blocks whose
+    // accumulators leave it room do this. Per-row and per-column scales, and the large 128×192
+    // block's, are read in the epilogue, into a dead chain accumulator when promoted (else a tile of
+    // their own).
+    let held = per_thread + (group - 1) * per_slice;
+    let early = cfg.types.scales == Some(Scales::PerTensor) && held + bn / 2 <= most;
     let scratch = decl.scales.map(|_| {
-        if promote > 0 {
+        if promote > 0 && !early {
             accs[0]
         } else {
             f32_tile(&mut k, "scale")
@@ -179,26 +214,28 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
     let (row, col) = (k.block(0), k.block(1));
     let nt = kd.ceil_div(ks as i64);
     // K steps of this block: all of them, or its slice's `⌈nt / split_k⌉` from `first`, in both
-    // cases rounded up to whole chains of `promote` steps (slices must not overlap: the rounding comes
-    // before `first`). Steps past K load zeros (TMA and the interpreter read out-of-range elements as
-    // zero).
+    // cases rounded up to whole groups of chains of `promote` steps (slices must
+    // not overlap: the rounding comes before `first`). Steps past K load zeros (TMA and the
+    // interpreter read out-of-range elements as zero).
     let chain = i64::from(promote.max(1));
+    let unit = i64::from(group) * chain;
     let (steps, first) = match &decl.split {
         Some(s) => {
-            let per = nt.ceil_div(i64::from(cfg.split_k)).ceil_div(chain) * chain;
+            let per = nt.ceil_div(i64::from(cfg.split_k)).ceil_div(unit) * unit;
             (per.clone(), s.clone() * per)
         }
-        None => (nt.ceil_div(chain) * chain, Expr::c(0)),
+        None => (nt.ceil_div(unit) * unit, Expr::c(0)),
     };
     let chains = steps.ceil_div(chain);
     let cw = k.wave() - 4; // consumer wave, 0..waves
                            // Slice `h` of consumer wave `cw`: 16-row block `h·waves + cw` of the block's rows.
     let slice = |h: u32| &cw + i64::from(h * waves);
-    // One K step's multiplies: local step `t` from slot `t % stages`, accumulating unless `fresh`.
-    let multiply = |k: &mut KernelBuilder, t: &Expr, fresh: bool| {
+    // One K step's multiplies into `set`: local step `t` from slot `t % stages`, accumulating unless
+    // `fresh`.
+    let multiply = |k: &mut KernelBuilder, t: &Expr, fresh: bool, set: &[kittens_ir::RegId]| {
         k.barrier(); // K step t has landed
         let b_v = MmaOperand::Shared(k.smem(b_s, t % stages));
-        for (h, &acc) in accs.iter().enumerate() {
+        for (h, &acc) in set.iter().enumerate() {
             let a_v = if km {
                 k.smem(a_s, t % stages).sub(ks, 16, 0, slice(h as u32))
             } else {
@@ -230,28 +267,61 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             });
         },
         |k| {
+            if let (true, Some([sa, sb]), Some(s)) = (early, decl.scales, scratch) {
+                // One scalar each: any tile of the broadcast view reads it.
+                let ti = &row * i64::from(bm / 16) + slice(0);
+                k.load_global(s, k.gtile(sa, 16, bn, ti.clone(), col.clone()));
+                k.load_global(accs[0], k.gtile(sb, 16, bn, ti, col.clone()));
+                k.mul(s, s, accs[0]);
+            }
             for &sum in &sums {
                 k.zero(sum);
             }
+            // A chain of `promote` K steps into `set` starts from zero (wgmma's scale-d off); it is
+            // then added into the f32 sums.
+            let chain_into = |k: &mut KernelBuilder, g: &Expr, set: &[kittens_ir::RegId]| {
+                let t0 = g * chain;
+                multiply(k, &t0, true, set);
+                if chain > 1 {
+                    k.for_range("j", 1, chain, |k, j| multiply(k, &(&t0 + &j), false, set));
+                }
+            };
+            let add_into_sums = |k: &mut KernelBuilder, set: &[kittens_ir::RegId]| {
+                for (&sum, &acc) in sums.iter().zip(set) {
+                    k.add(sum, sum, acc);
+                }
+            };
             if promote == 0 {
-                k.for_range("t", 0, &steps, |k, t| multiply(k, &t, false));
+                k.for_range("t", 0, &steps, |k, t| multiply(k, &t, false, &accs));
+            } else if group > 1 {
+                // Chains in groups (their count is a multiple of the group's): all issued, then
+                // added oldest first, each while the later ones run.
+                let g = i64::from(group);
+                k.for_range("p", 0, chains.ceil_div(g), |k, p| {
+                    let first = &p * g;
+                    for (i, set) in sets.iter().enumerate() {
+                        chain_into(k, &(&first + i as i64), set);
+                    }
+                    for set in &sets {
+                        add_into_sums(k, set);
+                    }
+                });
             } else {
-                // A chain of `promote` K steps starts from zero (wgmma's scale-d off) and is then
-                // added into the f32 sums.
                 k.for_range("g", 0, &chains, |k, g| {
-                    let t0 = g.clone() * chain;
-                    multiply(k, &t0, true);
-                    if chain > 1 {
-                        k.for_range("j", 1, chain, |k, j| multiply(k, &(&t0 + &j), false));
-                    }
-                    for (&sum, &acc) in sums.iter().zip(&accs) {
-                        k.add(sum, sum, acc);
-                    }
+                    chain_into(k, &g, &accs);
+                    add_into_sums(k, &accs);
                 });
             }
             for (h, &sum) in sums.iter().enumerate() {
                 let ti = &row * i64::from(bm / 16) + slice(h as u32);
-                store_scaled(k, &decl, scratch, sum, 16, bn, ti, col.clone());
+                let late = match scratch {
+                    Some(s) if early => {
+                        k.mul(sum, sum, s);
+                        None
+                    }
+                    other => other,
+                };
+                store_scaled(k, &decl, late, sum, 16, bn, ti, col.clone());
             }
             if let Some(fix) = &decl.fixup {
                 let rows: Vec<Expr> = (0..slices)

@@ -61,8 +61,11 @@ pub struct StageSpec {
 }
 
 /// Tensor maps kept per map slot: a loop over the same tensors (the usual case; PyTorch's caching
-/// allocator hands the same addresses back) encodes each map once.
-const MAP_CACHE: usize = 8;
+/// allocator hands the same addresses back) encodes each map once. A model's decode step calls one
+/// prepared GEMM per shape with every layer's weight (32 or more distinct B addresses), and the
+/// benchmark rotates up to 15 input copies past the L2: a slot that held fewer re-encoded A's and B's
+/// maps on every call (host work, which the H200 bench did not show: docs/performance.md, "gemm_fp8").
+const MAP_CACHE: usize = 64;
 
 /// How each kernel argument is filled at launch.
 #[derive(Debug, Clone, Copy)]
