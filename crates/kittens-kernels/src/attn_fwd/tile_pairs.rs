@@ -8,14 +8,20 @@
 //! tile A's key blocks and then tile B's as one sequence: the step that issues `Q_B·K(B,0)ᵀ` also
 //! issues A's last `P·V`, and B's first softmax runs while that `P·V` is on the tensor cores; A's
 //! output is normalised and stored after it, before B's second step. So a pair of tiles pays the
-//! loop's fill and drain once. The consumers' per-row statistics restart at B (its first step's
-//! correction is 0 against the `−∞` running max, which also clears the zeroed output's rescale).
+//! loop's fill and drain once. The consumers' per-row statistics restart at B: its first step's
+//! correction is exp2(−∞) = 0 against the reset running max, which clears A's (finite) output in O
+//! at B's next step.
 //!
 //! Q: A's and B's tiles have a shared tile each, both filled once per block (outside the producer's
 //! loops), B's just before B's key blocks, so that the hand-off of B's first key block hands it over
 //! too. The sm_90a lowering gives a slot of such a ring back once the block reads it no more
 //! (`kittens_codegen`'s `retire_all`): A's Q slot goes back at the pair's middle, and the next
 //! pair's Q and first key blocks load while this block computes tile B.
+//!
+//! Where the sequence has an odd number of query tiles, the last pair's tile B lies past the end: it
+//! runs all the same (Q read as zeros, its rows' stores clipped at the sequence's end, as the rows
+//! past the end of a partial tile are), because a branch around B — its loads, the hand-off step
+//! and A's stores — made ptxas serialise every `wgmma` of the kernel (C7515, NVRTC 13.0).
 //!
 //! Ring slots count the pair's key blocks as one sequence (A's `j`, then B's `n_A + j`), continued
 //! from the block's earlier pairs (`round · (n_A + n_B)`), as the one-tile program does for windows.
@@ -26,7 +32,7 @@ use crate::attn::Softmax;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
 use kittens_ir::{
-    Axis, Cond, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding,
+    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding,
     Schedule, Scope, SharedId,
 };
 use kittens_tile::{SharedTile, Swizzle};
@@ -100,7 +106,6 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let n_a = a.keys.count.clone();
     let b_t = tile(&a.q_blk + BLOCK as i64, q_b, n_a.clone());
     let n_b = b_t.keys.count.clone();
-    let b_valid: Cond = (&b_t.q_blk).lt(&io.seq);
     let ring_base = k.round() * (&n_a + n_b.clone());
     let ring_slot = |m: &Expr, ring: u32| (m + ring_base.clone()) % i64::from(ring);
 
@@ -159,10 +164,8 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             k.wait_async(0);
             k.barrier(); // A's Q to the consumers
             load_keys(k, &a);
-            k.if_(b_valid.clone(), |k| {
-                load_q(k, &b_t);
-                load_keys(k, &b_t);
-            });
+            load_q(k, &b_t);
+            load_keys(k, &b_t);
         },
         |k| {
             k.barrier(); // A's Q has landed
@@ -245,8 +248,8 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 }
             };
             // The rest, once the tile's last P·V has retired: O and the log-sum-exp stored.
-            let store_out = |k: &mut KernelBuilder, t: &Tile| {
-                let q0 = &t.q_blk + &cw * 16;
+            let store_out = |k: &mut KernelBuilder, q_blk: &Expr| {
+                let q0 = q_blk + &cw * 16;
                 k.rounding = cfg.rounding;
                 for (i, &or) in o_r.iter().enumerate() {
                     k.mul_row(or, or, inv_norm);
@@ -270,43 +273,30 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             });
             softmax_block(k, &a, &Expr::c(0));
             walk(k, &a);
-            k.if_else(
-                b_valid.clone(),
-                |k| {
-                    k.barrier(); // B's Q and key block 0 have landed
-                    rescale(k);
-                    to_p(k);
-                    turn(
-                        k,
-                        "S = Q_B·K(0)ᵀ, O += P·V(A's last)",
-                        &|k: &mut KernelBuilder| {
-                            qk(k, &b_t, &Expr::c(0));
-                            pv(k, &(&n_a - 1));
-                        },
-                    );
-                    finish_rows(k);
-                    k.neg_infty(max_v);
-                    k.zero(norm);
-                    softmax_block(k, &b_t, &Expr::c(0));
-                    store_out(k, &a);
-                    for &or in &o_r {
-                        k.zero(or);
-                    }
-                    walk(k, &b_t);
-                    rescale(k);
-                    to_p(k);
-                    pv(k, &(&n_a + n_b.clone() - 1));
-                    finish_rows(k);
-                    store_out(k, &b_t);
-                },
-                |k| {
-                    rescale(k);
-                    to_p(k);
+            k.barrier(); // B's Q and key block 0 have landed
+            rescale(k);
+            to_p(k);
+            turn(
+                k,
+                "S = Q_B·K(0)ᵀ, O += P·V(A's last)",
+                &|k: &mut KernelBuilder| {
+                    qk(k, &b_t, &Expr::c(0));
                     pv(k, &(&n_a - 1));
-                    finish_rows(k);
-                    store_out(k, &a);
                 },
             );
+            finish_rows(k);
+            k.neg_infty(max_v);
+            k.zero(norm);
+            softmax_block(k, &b_t, &Expr::c(0));
+            // A's output stays in O: B's first correction, exp2(−∞) = 0 against the reset max,
+            // clears it at B's next step (a zeroing here also made ptxas serialise the `wgmma`s).
+            store_out(k, &a.q_blk);
+            walk(k, &b_t);
+            rescale(k);
+            to_p(k);
+            pv(k, &(&n_a + n_b.clone() - 1));
+            finish_rows(k);
+            store_out(k, &b_t.q_blk);
         },
     );
     Ok(k.finish()?)
