@@ -213,9 +213,10 @@ fn tiles(p: &AttnProblem, target: Target) -> AttnConfig {
 }
 
 /// Where two query tiles per block as one key stream ([`AttnConfig::tile_pairs`]) is the sm_90a
-/// default: nowhere yet (docs/performance.md, "FlashAttention's options", *Window*).
-pub fn pairs_win(_cfg: &AttnConfig) -> bool {
-    false
+/// default: a window bounded on the left, whose tiles walk a few key blocks each (docs/performance.md,
+/// "FlashAttention's options", *Window*, has what it measured).
+pub fn pairs_win(cfg: &AttnConfig) -> bool {
+    cfg.window.is_some_and(|w| w.left >= 0)
 }
 
 /// Whether the tile-pair program takes `cfg` (head dim up to 128, 128-key blocks, dense tensors):
