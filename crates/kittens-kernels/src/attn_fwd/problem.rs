@@ -205,7 +205,10 @@ fn tiles(p: &AttnProblem, target: Target) -> AttnConfig {
         }
         Some(_) if cfg.schedule == AttnSchedule::ProducerConsumer => {
             let cfg = cfg.fit_hopper();
-            let tile_pairs = p.tile_pairs.unwrap_or_else(|| pairs_win(&cfg)) && pairs_fit(&cfg);
+            let tile_pairs = p
+                .tile_pairs
+                .unwrap_or_else(|| pairs_win(&cfg, p.args.attn.seq))
+                && pairs_fit(&cfg);
             AttnConfig { tile_pairs, ..cfg }
         }
         _ => cfg,
@@ -213,10 +216,19 @@ fn tiles(p: &AttnProblem, target: Target) -> AttnConfig {
 }
 
 /// Where two query tiles per block as one key stream ([`AttnConfig::tile_pairs`]) is the sm_90a
-/// default: a window bounded on the left, whose tiles walk a few key blocks each (docs/performance.md,
-/// "FlashAttention's options", *Window*, has what it measured).
-pub fn pairs_win(cfg: &AttnConfig) -> bool {
-    cfg.window.is_some_and(|w| w.left >= 0)
+/// default: what the H200 measured (docs/performance.md, "FlashAttention's options", *Window*) — a
+/// window whose tiles walk at most 3 key blocks of 128 (left side plus right side, the causal mask's
+/// 0 where tighter, at most 256 keys: 1.02× the one-tile program at `(256, 0)`; at 9 blocks 0.95×)
+/// over an even number of query tiles (with an odd number the last pair computes a tile past the
+/// end: 0.78× at 3 tiles).
+pub fn pairs_win(cfg: &AttnConfig, seq: usize) -> bool {
+    let Some(w) = cfg.window else { return false };
+    let right = match (cfg.causal, w.right) {
+        (true, _) => 0,
+        (false, r) => r,
+    };
+    let tiles = seq.div_ceil(crate::attn::hopper::BLOCK as usize);
+    w.left >= 0 && right >= 0 && w.left + right <= 256 && tiles.is_multiple_of(2)
 }
 
 /// Whether the tile-pair program takes `cfg` (head dim up to 128, 128-key blocks, dense tensors):
