@@ -40,7 +40,23 @@ fn kernels() -> Vec<(&'static str, Kernel)> {
         ),
         ("attention", attn(false)),
         ("attention causal", attn(true)),
+        ("attention sm_90a window", hopper_window(false)),
+        ("attention sm_90a window, tile pairs", hopper_window(true)),
     ]
+}
+
+/// The Hopper forward with a causal window of 256 keys, one query tile per block or two as one key
+/// stream (`AttnConfig::tile_pairs`).
+fn hopper_window(tile_pairs: bool) -> Kernel {
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    attn_fwd::build(&AttnConfig {
+        causal: true,
+        bottom_right: true,
+        window: Some(kittens_kernels::attn::score::Window::new(256, 0).unwrap()),
+        tile_pairs,
+        ..AttnConfig::for_gpu(h100)
+    })
+    .unwrap()
 }
 
 #[test]

@@ -60,6 +60,44 @@ fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
     assert_eq!(n, 10);
 }
 
+/// The forward with two query tiles per block as one key stream (`AttnConfig::tile_pairs`): every
+/// option, dense and causal at head dim 128, the window with the log-sum-exp and at head dim 64.
+#[test]
+fn attn_fwd_tile_pairs_compile_for_sm_90a_without_spills() {
+    ensure_nvrtc();
+    let cache = fresh_cache("attn-features-pairs");
+    let base = kittens_kernels::attn::score::AttnArgs::default();
+    let causal = kittens_kernels::attn::score::AttnArgs {
+        causal: true,
+        bottom_right: true,
+        ..base
+    };
+    let mut cases: Vec<(String, usize, AttnProblem)> = options()
+        .into_iter()
+        .chain([("dense", base), ("causal", causal)])
+        .map(|(what, a)| (format!("pairs {what} D128"), 128, AttnProblem::with(a)))
+        .collect();
+    let window = options()[2].1;
+    for (dim, lse) in [(128, true), (64, false)] {
+        let p = AttnProblem {
+            lse,
+            ..AttnProblem::with(window)
+        };
+        cases.push((format!("pairs window D{dim} lse {lse}"), dim, p));
+    }
+    for (what, dim, mut p) in cases {
+        p.args.attn.dim = dim;
+        p.tile_pairs = Some(true);
+        let k = p
+            .build(Target::Sm90a)
+            .unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert!(k.name.ends_with("_pairs"), "{what}: {}", k.name);
+        let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{what}: {e}"));
+        let r = compile_clean(&l, &cache, &what);
+        eprintln!("{} {what}: {r:?}", l.entry);
+    }
+}
+
 /// The forward at head dims 32 and 96 (tiles padded to 64 and 128 columns,
 /// `attn_fwd::padded_dim`) and 192 and 256 (64-key blocks, `AttnConfig::fit_hopper`): dense, with
 /// the log-sum-exp, a 3-part key split, and every option with a causal mask.

@@ -176,6 +176,45 @@ fn forward_hopper_window_gpu_blocks() {
     }
 }
 
+/// The Hopper forward with two query tiles per block walked as one key stream
+/// (`AttnConfig::tile_pairs`): every window case and the 128-key-block ones above, where pairs cut
+/// the walk's edges differently (an odd number of query tiles leaves the last pair one tile; the
+/// second tile's walk starts past the first's), a causal and a dense case with the log-sum-exp.
+#[test]
+fn forward_hopper_tile_pairs() {
+    let cfg = AttnConfig {
+        tile_pairs: true,
+        ..AttnConfig::for_gpu(kittens_hw::gpu("h100").expect("catalog"))
+    };
+    let k = AttnProblem {
+        attn_cfg: cfg,
+        ..problem(&case(300, 300))
+    }
+    .build(kittens_hw::Target::Cpu)
+    .unwrap();
+    assert!(k.name.ends_with("_pairs"), "{}", k.name);
+    let more = [
+        (Some((100, 0)), Some(true), (333, 333)),
+        (Some((200, 30)), None, (300, 260)),
+        (Some((64, 64)), None, (257, 257)),
+        (Some((256, 0)), Some(true), (520, 520)),
+        (None, Some(true), (300, 300)),
+        (None, None, (270, 390)),
+    ];
+    let extra = more.into_iter().map(|(window, causal, (q, kv))| Case {
+        window,
+        causal,
+        ..case(q, kv)
+    });
+    for c in cases()
+        .into_iter()
+        .filter(|c| c.window.is_some())
+        .chain(extra)
+    {
+        check_fwd(&c, cfg, "producer/consumer, tile pairs");
+    }
+}
+
 #[test]
 fn forward_mi300x_and_key_split() {
     let entry = kittens_kernels::by_name("attn_fwd").unwrap();

@@ -69,6 +69,9 @@ pub(super) struct Emit<'k> {
     /// A shared `mma` operand is read later in the role's tile body: a retire outside the loops does
     /// not end the hand-off epoch then.
     pub(super) reads_ahead: bool,
+    /// Per shared ring: an `mma` reads it later in the role's tile body. A tile-resident ring read
+    /// no more goes back at a retire outside the loops even while other rings are read ahead.
+    pub(super) ring_ahead: Vec<bool>,
     /// Registers the consumer's register work touched since the last `wgmma` wait: pinned before
     /// the next wait (`lower_wait.rs`), so that the compiler cannot sink that work below it.
     pub(super) dirty: BTreeSet<RegId>,

@@ -110,6 +110,7 @@ pub fn lower(k: &Kernel) -> Result<Lowered, CudaLowerError> {
         open_group: BTreeSet::new(),
         since_barrier: 0,
         reads_ahead: false,
+        ring_ahead: vec![false; k.shared.len()],
         dirty: BTreeSet::new(),
         unknown: false,
         resident: resident_rings(k, roles.producer.1),
@@ -227,12 +228,15 @@ impl Emit<'_> {
         let mut run: Vec<&Op> = Vec::new();
         let mut fused = false;
         let outer_reads = self.reads_ahead;
+        let outer_rings = self.ring_ahead.clone();
         for (i, s) in body.iter().enumerate() {
             // The second `mma` of a pair emitted as one instruction (`lower_mma.rs`).
             if std::mem::take(&mut fused) {
                 continue;
             }
             self.reads_ahead = outer_reads || super::lower_wait::reads_shared(&body[i + 1..]);
+            self.ring_ahead.clone_from(&outer_rings);
+            super::lower_wait::rings_read(&body[i + 1..], &mut self.ring_ahead);
             // A run of consecutive loads (the producer's only loads, `check_roles`) becomes fills.
             if let Stmt::Op {
                 op: op @ Op::LoadAsync { .. },
@@ -359,6 +363,7 @@ impl Emit<'_> {
             }
         }
         self.reads_ahead = outer_reads;
+        self.ring_ahead = outer_rings;
         Ok(())
     }
 
@@ -501,8 +506,18 @@ impl Emit<'_> {
                 }
                 Ok(())
             }
-            (Op::Fill { .. }, Role::Consumer) => {
-                self.retire_all();
+            (Op::Fill { dst, .. }, Role::Consumer) => {
+                // A register that no `wgmma` writes or reads needs no wait (the running max and
+                // sum restarted beside a `P·V` in flight); an accumulator retires every chain.
+                let mma_reg = self.k.ops().iter().any(|r| {
+                    matches!(r.op, Op::Mma { d, a, .. }
+                        if d == dst || matches!(a, MmaOperand::Reg(x) if x == dst))
+                });
+                if mma_reg || self.unknown {
+                    self.retire_all();
+                } else {
+                    self.dirty.insert(*dst);
+                }
                 self.reg_op(op)
             }
             (Op::Mma { form, d, a, b, c }, Role::Consumer) => {

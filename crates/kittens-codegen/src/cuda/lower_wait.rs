@@ -75,6 +75,33 @@ pub(super) fn reads_shared(body: &[Stmt]) -> bool {
     })
 }
 
+/// Marks in `out` (per shared ring) the rings a shared `mma` operand of `body` reads.
+pub(super) fn rings_read(body: &[Stmt], out: &mut [bool]) {
+    for s in body {
+        match s {
+            Stmt::Op {
+                op: Op::Mma { a, b, .. },
+                ..
+            } => {
+                for o in [a, b] {
+                    if let MmaOperand::Shared(v) = o {
+                        out[v.buf.0 as usize] = true;
+                    }
+                }
+            }
+            Stmt::For { body, .. }
+            | Stmt::Cluster { body, .. }
+            | Stmt::Staggered { body }
+            | Stmt::LastArrival { body, .. } => rings_read(body, out),
+            Stmt::If { then, els, .. } => {
+                rings_read(then, out);
+                rings_read(els, out)
+            }
+            Stmt::Op { .. } | Stmt::Roles { .. } => {}
+        }
+    }
+}
+
 /// The registers the ops of `body` touch, recursively.
 pub(super) fn stmt_regs(body: &[Stmt], out: &mut Vec<RegId>) {
     for s in body {
@@ -283,6 +310,18 @@ impl Emit<'_> {
             self.line("kt_rel |= kt_held; kt_cpar ^= kt_held; kt_held = 0;");
             if self.resident.iter().any(|&r| r) {
                 self.line("kt_rel |= kt_res; kt_cpar ^= kt_res; kt_res = 0;");
+            }
+        } else if self.loops == 0 {
+            // Tile-resident rings the rest of the tile does not read (the tile-pair forward's first
+            // Q) go back now: the producer fills them for the next tile meanwhile.
+            let mask = (0..self.k.shared.len())
+                .filter(|&r| self.resident[r] && !self.ring_ahead[r])
+                .flat_map(|r| (0..self.k.shared[r].count).map(move |i| (r, i)))
+                .fold(0u32, |m, (r, i)| m | 1u32 << (self.bars[r] + i));
+            if mask != 0 {
+                self.line(format!(
+                    "{{ const u32 m = kt_res & {mask:#x}u; kt_rel |= m; kt_cpar ^= m; kt_res &= ~m; }}"
+                ));
             }
         }
         self.line("kt_release(kt_bars, kt_rel); kt_rel = 0;");

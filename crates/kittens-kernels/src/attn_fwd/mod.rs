@@ -25,6 +25,7 @@ mod ping_pong;
 pub mod problem;
 pub(crate) mod producer_consumer;
 pub mod split;
+mod tile_pairs;
 
 pub use crate::attn::hopper::padded_dim;
 
@@ -107,6 +108,10 @@ pub struct AttnConfig {
     /// ALiBi ([`Alibi`]): the f32 slopes `alibi [b, h]` are an input after V, and each score gets
     /// `−slope·|i + seq_kv − seq − j|` on its logit.
     pub alibi: bool,
+    /// Producer/consumer only: two consecutive query tiles of a head per block, their key blocks
+    /// walked as one stream ([`tile_pairs`]), so that a short walk (a sliding window's) pays the
+    /// rotated loop's fill and drain once per pair. Head dims up to 128, 128-key blocks, unsplit.
+    pub tile_pairs: bool,
 }
 
 impl Default for AttnConfig {
@@ -135,6 +140,7 @@ impl Default for AttnConfig {
             window: None,
             strided: false,
             alibi: false,
+            tile_pairs: false,
         }
     }
 }
@@ -408,6 +414,7 @@ pub fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     }
     match cfg.schedule {
         AttnSchedule::PingPong8 => ping_pong::build(cfg),
+        AttnSchedule::ProducerConsumer if cfg.tile_pairs => tile_pairs::build(cfg),
         AttnSchedule::ProducerConsumer => producer_consumer::build(cfg),
         AttnSchedule::Mi300x => mi300x::build(cfg),
     }

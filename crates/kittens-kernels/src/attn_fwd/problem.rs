@@ -32,6 +32,9 @@ pub struct AttnProblem {
     /// Each tensor's own `[b, h, s]` strides (a caller's views, read in place by the strided
     /// programs, `crate::attn::strides`); `None`: every tensor dense in `attn.layout`.
     pub attn_strides: Option<AttnStrides>,
+    /// On sm_90a: two query tiles per block as one key stream ([`AttnConfig::tile_pairs`]) or not,
+    /// whatever [`pairs_win`] says for the problem (`None`); the interpreter runs `attn_cfg`'s.
+    pub tile_pairs: Option<bool>,
 }
 
 impl Default for AttnProblem {
@@ -55,6 +58,7 @@ impl AttnProblem {
             },
             run: RunSettings::default(),
             attn_strides: None,
+            tile_pairs: None,
         }
     }
 
@@ -70,6 +74,9 @@ impl AttnProblem {
         // The causal variant names the causal kernel: it runs with the causal mask.
         p.args.causal |= p.run.variant == Some(CAUSAL);
         p.attn_strides = AttnStrides::from_args(a)?;
+        if a.get("tile_pairs").is_some() {
+            p.tile_pairs = Some(a.flag_or("tile_pairs", false)?);
+        }
         Ok(p)
     }
 }
@@ -121,7 +128,13 @@ fn no_variant(p: &AttnProblem) -> Result<(), KernelError> {
 fn config(p: &AttnProblem, target: Target) -> Result<AttnConfig, KernelError> {
     let cfg = tiles(p, target);
     let (kv_splits, _) = splits(p, target, &cfg)?;
-    Ok(AttnConfig { kv_splits, ..cfg })
+    // A key split's parts are blocks of one tile each.
+    let tile_pairs = cfg.tile_pairs && kv_splits <= 1;
+    Ok(AttnConfig {
+        kv_splits,
+        tile_pairs,
+        ..cfg
+    })
 }
 
 /// The GPU a run's key split is planned for: the target's; on the CPU, the GPU of the target whose
@@ -190,9 +203,38 @@ fn tiles(p: &AttnProblem, target: Target) -> AttnConfig {
                 cfg
             }
         }
-        Some(_) if cfg.schedule == AttnSchedule::ProducerConsumer => cfg.fit_hopper(),
+        Some(_) if cfg.schedule == AttnSchedule::ProducerConsumer => {
+            let cfg = cfg.fit_hopper();
+            let tile_pairs = p
+                .tile_pairs
+                .unwrap_or_else(|| pairs_win(&cfg, p.args.attn.seq))
+                && pairs_fit(&cfg);
+            AttnConfig { tile_pairs, ..cfg }
+        }
         _ => cfg,
     }
+}
+
+/// Where two query tiles per block as one key stream ([`AttnConfig::tile_pairs`]) is the sm_90a
+/// default: what the H200 measured (docs/performance.md, "FlashAttention's options", *Window*) — a
+/// window whose tiles walk at most 3 key blocks of 128 (left side plus right side, the causal mask's
+/// 0 where tighter, at most 256 keys: 1.02× the one-tile program at `(256, 0)`; at 9 blocks 0.95×)
+/// over an even number of query tiles (with an odd number the last pair computes a tile past the
+/// end: 0.78× at 3 tiles).
+pub fn pairs_win(cfg: &AttnConfig, seq: usize) -> bool {
+    let Some(w) = cfg.window else { return false };
+    let right = match (cfg.causal, w.right) {
+        (true, _) => 0,
+        (false, r) => r,
+    };
+    let tiles = seq.div_ceil(crate::attn::hopper::BLOCK as usize);
+    w.left >= 0 && right >= 0 && w.left + right <= 256 && tiles.is_multiple_of(2)
+}
+
+/// Whether the tile-pair program takes `cfg` (head dim up to 128, 128-key blocks, dense tensors):
+/// asked for elsewhere, the one-tile program runs.
+fn pairs_fit(cfg: &AttnConfig) -> bool {
+    cfg.dim <= 128 && cfg.kv_block == 128 && !cfg.strided
 }
 
 /// V in the problem's layout: a kernel that reads V transposed ([`AttnConfig::v_transposed`],
