@@ -93,7 +93,11 @@ def make_model(torch, transformers, cfg, arm: str, seed: int, dtype, dev: Device
     from kittens.integrations.transformers import apply
 
     torch.manual_seed(seed)
-    model = transformers.LlamaForCausalLM(cfg).to(device=dev.kind, dtype=dtype)
+    # Initialised on the device (seeded there: every arm the same weights); a ~1B model's initialisation on
+    # the host took seconds per arm.
+    with torch.device(dev.kind):
+        model = transformers.LlamaForCausalLM(cfg)
+    model = model.to(dtype=dtype)
     if arm.startswith("kittens"):
         import warnings
 
@@ -493,11 +497,12 @@ def run(torch, transformers, args, dev: Device):
     print(f"{report['device']}, torch {torch.__version__}, transformers {transformers.__version__}, commit "
           f"{report['commit']}; Llama {args.size} ({n_params / 1e6:.0f}M parameters), seq {args.seq}, batch "
           f"{args.batch}")
+    def checkpoint(partial):
+        if getattr(args, "json", None):
+            with open(args.json, "w") as f:
+                json.dump(dict(report, training=partial, partial=True), f)
+
     if not args.no_train and getattr(args, "interleave", False):
-        def checkpoint(partial):
-            if getattr(args, "json", None):
-                with open(args.json, "w") as f:
-                    json.dump(dict(report, training=partial, partial=True), f)
 
         report["training"] = train_interleaved(torch, transformers, cfg, arms, data, args, dev, checkpoint)
         for arm, r in report["training"].items():
@@ -512,6 +517,7 @@ def run(torch, transformers, args, dev: Device):
             if r.get("ran"):  # each arm's figures as soon as it ends (a run cut short keeps them)
                 print(f"  {arm}: {r['tokens_per_s'] or 0:,.0f} tokens/s, step {r['step_ms']:.1f} ms, host "
                       f"{r['host_ms']:.1f} ms, peak {r['peak_gib'] or 0:.2f} GiB", flush=True)
+            checkpoint(report["training"])
     if not args.no_infer:
         for arm in ("hf", "kittens"):
             print(f"  inference: {arm}")

@@ -8,12 +8,15 @@ where a command's time is limited, and the README then covers all the parts whos
 
 * ``125m-2k``: the ~125M Llama at sequence 2048, batch 8, **200 steps** for the loss curves, the six
   training arms (HF eager with SDPA, HF + ``torch.compile``, kittens eager, kittens compiled, and both
-  compiled with ``mode="reduce-overhead"``, CUDA graphs: the ``-ro`` arms), and
+  compiled with ``mode="reduce-overhead"``, CUDA graphs: the ``-ro`` arms) interleaved in one process
+  (``--time-budget`` stops them all at the same step where a command's time is limited), and
   inference (prefill of 8 prompts of 1024 tokens, then 128 greedy tokens through ``model.generate``);
 * ``1b-4k``: the ~1.2B Llama (Llama 3's 128256-token vocabulary, untied) at sequence 4096, batch 4,
-  **16 steps** (6 untimed: compilation, allocator) — throughput and peak memory only, since 200 steps of
-  four arms at 1B would take the time of the whole suite several times over; inference with 4 prompts of
-  3968 tokens and 128 new ones (4096 in all).
+  **16 steps** (6 untimed: compilation, allocator), one arm after another — throughput and peak memory
+  only, since 200 steps at 1B would take the time of the whole suite several times over; the arms are
+  HF eager and compiled, kittens eager and compiled, and ``kittens-nofl`` (kittens with transformers' own
+  loss: the fused linear + cross-entropy's memory cut); inference with 4 prompts of 3968 tokens and 128
+  new ones (4096 in all).
 
 The loss curves are honest by construction: every arm starts from the same seeded initial weights
 (fp32 master weights, ``torch.autocast(bfloat16)``), sees the same batches in the same order and the same
@@ -44,7 +47,7 @@ SUITES = {
         # One arm at a time (four ~1.2B models with AdamW state would not fit beside each other's
         # activations); kittens-nofl: transformers' loss, the fused loss's memory cut in the same run.
         {"name": "1b-4k", "size": "1b", "seq": 4096, "batch": 4, "steps": 16, "skip_timing": 6, "warmup": 4,
-         "arms": "hf,hf-compile,kittens,kittens-compile,kittens-compile-ro,kittens-nofl", "interleave": False,
+         "arms": "hf,kittens,kittens-nofl,hf-compile,kittens-compile", "interleave": False,
          "prompt": 3968, "new_tokens": 128, "gen_batch": 4, "repeats": 2},
     ],
     "tiny": [
