@@ -488,12 +488,15 @@ def run(torch, transformers, args, dev: Device):
         "device": torch.cuda.get_device_name() if dev.cuda else "cpu (the interpreter)",
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__, "transformers": transformers.__version__, "kittens": kittens.__version__,
-        "config": {k: v for k, v in vars(args).items() if k not in ("json", "plot", "out", "suite", "parts")},
+        "config": {k: v for k, v in vars(args).items() if k not in ("json", "plot", "out", "suite", "parts",
+                                                                   "suite_part")},
         "model": {"params": n_params, **{k: getattr(cfg, k) for k in (
             "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
             "intermediate_size", "vocab_size")}},
         "text": source, "training": {}, "inference": {},
     }
+    if getattr(args, "suite_part", None):  # the checkpoints too are parts the suite's README can read
+        report["suite"], report["part"] = args.suite_part
     print(f"{report['device']}, torch {torch.__version__}, transformers {transformers.__version__}, commit "
           f"{report['commit']}; Llama {args.size} ({n_params / 1e6:.0f}M parameters), seq {args.seq}, batch "
           f"{args.batch}")
