@@ -93,3 +93,32 @@ def test_tuple_outputs_and_default_arguments():
     gd, ad, bd = g.double(), a.double(), b.double()
     assert rel(da, gd @ bd.t()) < 2e-2 and rel(db, ad.t() @ gd) < 2e-2
     assert da2.numel() == 0 and torch.equal(db, db2)
+
+
+def test_a_compiled_graph_calls_the_body_directly(backend_calls):
+    """torch.compile (AOTAutograd, graphs run as traced): tracing reaches the fake; the compiled forward and
+    backward then call the ops with grad mode off, which take the direct kernel (custom_op's backend
+    wrapper is never reached); values and gradients those of the eager call."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+
+    def f(a, b):
+        return torch.ops.kittens.matmul.default(a, b).float().square().sum()
+
+    compiled = torch.compile(f, backend=aot_autograd(fw_compiler=lambda gm, _: make_boxed_func(gm)),
+                             fullgraph=True)
+    a, b = rand(33, 24, seed=13), rand(24, 40, seed=14)
+    # The first run: tracing, and on some torch versions a dispatch mode of AOTAutograd's that inspects
+    # the custom ops' outputs once (custom_op's path, rightly).
+    compiled(a.clone().requires_grad_(), b.clone().requires_grad_()).backward()
+    backend_calls.clear()
+    ac, bc = a.clone().requires_grad_(), b.clone().requires_grad_()
+    loss = compiled(ac, bc)
+    loss.backward()
+    assert backend_calls == []
+    ae, be = a.clone().requires_grad_(), b.clone().requires_grad_()
+    f(ae, be).backward()
+    assert len(backend_calls) == 1  # the eager call with a gradient to record: custom_op's path
+    assert torch.allclose(loss, f(a, b), rtol=1e-3)
+    assert torch.allclose(ac.grad.float(), ae.grad.float(), rtol=2e-2, atol=1e-2)
+    assert torch.allclose(bc.grad.float(), be.grad.float(), rtol=2e-2, atol=1e-2)
