@@ -113,11 +113,12 @@ def _autograd(name: str, op, grad: Callable, setup: Callable) -> None:
 # off and plain tensors. ``torch.library.custom_op`` answers such a call with four layers of Python before
 # the body: its autograd kernel (which finds no gradient to record and redispatches below autograd), the
 # redispatch, its backend wrapper (a ``torch._disable_dynamo`` wrapper and a per-call check that the output
-# aliases no input) — about 2.5x the body's own host time for a small matmul. The kernel below sits on the
-# per-device autograd keys (AutogradCPU, AutogradCUDA: more specific than custom_op's ``Autograd``, so the
-# dispatcher picks it) and calls the body directly when nothing is traced and no gradient is to be recorded;
-# otherwise it hands the call to custom_op's own autograd kernel (tracing, FakeTensor, functionalization and
-# eager gradients unchanged). Ops that mutate an argument keep custom_op's path (their version counters).
+# aliases no input), more host time than a small op's body (docs/performance.md, "The torch layer's host
+# time"). The kernel below sits on the per-device autograd keys (AutogradCPU, AutogradCUDA: more specific
+# than custom_op's ``Autograd``, so the dispatcher picks it) and calls the body directly when nothing is
+# traced and no gradient is to be recorded; otherwise it hands the call to custom_op's own autograd kernel
+# (tracing, FakeTensor, functionalization and eager gradients unchanged). Ops that mutate an argument keep
+# custom_op's path alone (its ADInplaceOrView kernel bumps their version counters).
 _DIRECT_LIB = None
 # Keys present when the call is traced or seen through a mode: the op must reach its fake and the tracer.
 _TRACED_KEYS = tuple(getattr(torch._C.DispatchKey, k) for k in ("Python", "PythonTLSSnapshot", "Functionalize",
@@ -134,7 +135,7 @@ def _direct_autograd(name: str, op) -> None:
         slow = make_autograd_impl(op._opoverload, op)
     except (ImportError, AttributeError, TypeError):  # another torch's internals: custom_op's path alone
         return
-    if _any_requires_grad is None:
+    if _any_requires_grad is None or op._opoverload._schema.is_mutable:
         return
     body = _BODIES[name]
     traced = _TRACED_KEYS

@@ -93,8 +93,8 @@ def make_model(torch, transformers, cfg, arm: str, seed: int, dtype, dev: Device
     from kittens.integrations.transformers import apply
 
     torch.manual_seed(seed)
-    # Initialised on the device (seeded there: every arm the same weights); a ~1B model's initialisation on
-    # the host took seconds per arm.
+    # Initialised on the device (seeded there: every arm the same weights): a ~1B model's initialisation on
+    # the host is slow, once per arm.
     with torch.device(dev.kind):
         model = transformers.LlamaForCausalLM(cfg)
     model = model.to(dtype=dtype)

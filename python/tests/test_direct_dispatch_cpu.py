@@ -122,3 +122,12 @@ def test_a_compiled_graph_calls_the_body_directly(backend_calls):
     assert torch.allclose(loss, f(a, b), rtol=1e-3)
     assert torch.allclose(ac.grad.float(), ae.grad.float(), rtol=2e-2, atol=1e-2)
     assert torch.allclose(bc.grad.float(), be.grad.float(), rtol=2e-2, atol=1e-2)
+
+
+def test_the_kernel_is_on_the_ops_with_autograd_that_mutate_nothing():
+    has = torch._C._dispatch_has_kernel_for_dispatch_key
+    for name in ("matmul", "matmul_backward", "attention", "rmsnorm", "swiglu", "linear_cross_entropy_forward"):
+        assert has(f"kittens::{name}", "AutogradCPU") and has(f"kittens::{name}", "AutogradCUDA"), name
+    # cross_entropy_ writes its logits in place: custom_op's path alone (version counters).
+    assert ops.cross_entropy_._opoverload._schema.is_mutable
+    assert not has("kittens::cross_entropy_", "AutogradCPU")
