@@ -8,6 +8,9 @@ download) trained and run in one process with Hugging Face's own modules and wit
   ``kittens-compile-ro``: ``mode="reduce-overhead"``, CUDA graphs); tokens/s over the steps after
   ``--skip-timing``, the median step time and the host's time to enqueue a step, peak memory of
   each step (``torch.cuda.max_memory_allocated``, reset before the step), the loss curve (``--plot``);
+  ``kittens-nofl`` keeps transformers' loss (the fused loss's share); ``--interleave`` keeps every arm
+  resident and steps them in turn (one machine drift for all; each arm's own peak, see :class:`_Arm`),
+  ``--time-budget`` stops them all at the same step;
 * inference in bfloat16, SDPA vs kittens: prefill tokens/s (one forward over the prompt, filling the KV
   cache) and decode tokens/s (``model.generate`` greedy with the KV cache, minus the prefill's time).
 
