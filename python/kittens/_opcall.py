@@ -105,6 +105,54 @@ def _autograd(name: str, op, grad: Callable, setup: Callable) -> None:
         "forward": staticmethod(forward),
         "backward": staticmethod(grad),
     })
+    _direct_autograd(name, op)
+
+
+# -- the dispatched call's own cost (compiled graphs) -----------------------------------------------------
+# A compiled graph (torch.compile, AOTAutograd) calls each kittens op through the dispatcher, with grad mode
+# off and plain tensors. ``torch.library.custom_op`` answers such a call with four layers of Python before
+# the body: its autograd kernel (which finds no gradient to record and redispatches below autograd), the
+# redispatch, its backend wrapper (a ``torch._disable_dynamo`` wrapper and a per-call check that the output
+# aliases no input), more host time than a small op's body (docs/performance.md, "The torch layer's host
+# time"). The kernel below sits on the per-device autograd keys (AutogradCPU, AutogradCUDA: more specific
+# than custom_op's ``Autograd``, so the dispatcher picks it) and calls the body directly when nothing is
+# traced and no gradient is to be recorded; otherwise it hands the call to custom_op's own autograd kernel
+# (tracing, FakeTensor, functionalization and eager gradients unchanged). Ops that mutate an argument keep
+# custom_op's path alone (its ADInplaceOrView kernel bumps their version counters).
+_DIRECT_LIB = None
+# Keys present when the call is traced or seen through a mode: the op must reach its fake and the tracer.
+_TRACED_KEYS = tuple(getattr(torch._C.DispatchKey, k) for k in ("Python", "PythonTLSSnapshot", "Functionalize",
+                                                                "PythonDispatcher")
+                     if hasattr(torch._C.DispatchKey, k))
+_any_requires_grad = getattr(torch._C, "_any_requires_grad", None)
+
+
+def _direct_autograd(name: str, op) -> None:
+    global _DIRECT_LIB
+    try:
+        from torch._library.autograd import make_autograd_impl
+
+        slow = make_autograd_impl(op._opoverload, op)
+    except (ImportError, AttributeError, TypeError):  # another torch's internals: custom_op's path alone
+        return
+    if _any_requires_grad is None or op._opoverload._schema.is_mutable:
+        return
+    body = _BODIES[name]
+    traced = _TRACED_KEYS
+    grad_enabled = torch.is_grad_enabled
+
+    def kernel(keyset, *args, **kwargs):
+        for k in traced:
+            if keyset.has(k):
+                return slow(keyset, *args, **kwargs)
+        if grad_enabled() and _any_requires_grad(*args, **kwargs):
+            return slow(keyset, *args, **kwargs)
+        return body(*args, **kwargs)
+
+    if _DIRECT_LIB is None:
+        _DIRECT_LIB = torch.library.Library("kittens", "IMPL")
+    for key in ("AutogradCPU", "AutogradCUDA"):
+        _DIRECT_LIB.impl(name, kernel, key, with_keyset=True)
 
 
 _compiling = torch.compiler.is_compiling

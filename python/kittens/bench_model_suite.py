@@ -8,12 +8,15 @@ where a command's time is limited, and the README then covers all the parts whos
 
 * ``125m-2k``: the ~125M Llama at sequence 2048, batch 8, **200 steps** for the loss curves, the six
   training arms (HF eager with SDPA, HF + ``torch.compile``, kittens eager, kittens compiled, and both
-  compiled with ``mode="reduce-overhead"``, CUDA graphs: the ``-ro`` arms), and
+  compiled with ``mode="reduce-overhead"``, CUDA graphs: the ``-ro`` arms) interleaved in one process
+  (``--time-budget`` stops them all at the same step where a command's time is limited), and
   inference (prefill of 8 prompts of 1024 tokens, then 128 greedy tokens through ``model.generate``);
 * ``1b-4k``: the ~1.2B Llama (Llama 3's 128256-token vocabulary, untied) at sequence 4096, batch 4,
-  **16 steps** (6 untimed: compilation, allocator) — throughput and peak memory only, since 200 steps of
-  four arms at 1B would take the time of the whole suite several times over; inference with 4 prompts of
-  3968 tokens and 128 new ones (4096 in all).
+  **16 steps** (6 untimed: compilation, allocator), one arm after another — throughput and peak memory
+  only, since 200 steps at 1B would take the time of the whole suite several times over; the arms are
+  HF eager and compiled, kittens eager and compiled, and ``kittens-nofl`` (kittens with transformers' own
+  loss: the fused linear + cross-entropy's memory cut); inference with 4 prompts of 3968 tokens and 128
+  new ones (4096 in all).
 
 The loss curves are honest by construction: every arm starts from the same seeded initial weights
 (fp32 master weights, ``torch.autocast(bfloat16)``), sees the same batches in the same order and the same
@@ -36,16 +39,20 @@ from typing import List
 INFER_125M = {"prompt": 1024, "new_tokens": 128, "gen_batch": 8, "repeats": 3}
 SUITES = {
     "issue35": [
+        # Interleaved (every arm resident, stepped in turn): the six arms of a 125M model fit one GPU many
+        # times over, and the machine's drift then falls on all of them alike.
         {"name": "125m-2k", "size": "125m", "seq": 2048, "batch": 8, "steps": 200, "skip_timing": 20,
          "warmup": 20, "arms": "hf,hf-compile,kittens,kittens-compile,hf-compile-ro,kittens-compile-ro",
-         **INFER_125M},
+         "interleave": True, **INFER_125M},
+        # One arm at a time (four ~1.2B models with AdamW state would not fit beside each other's
+        # activations); kittens-nofl: transformers' loss, the fused loss's memory cut in the same run.
         {"name": "1b-4k", "size": "1b", "seq": 4096, "batch": 4, "steps": 16, "skip_timing": 6, "warmup": 4,
-         "arms": "hf,hf-compile,kittens,kittens-compile", "prompt": 3968, "new_tokens": 128, "gen_batch": 4,
-         "repeats": 2},
+         "arms": "hf,kittens,hf-compile,kittens-compile,kittens-nofl", "interleave": False,
+         "prompt": 3968, "new_tokens": 128, "gen_batch": 4, "repeats": 2},
     ],
     "tiny": [
         {"name": "micro", "size": "micro", "seq": 16, "batch": 2, "steps": 4, "skip_timing": 1, "warmup": 2,
-         "arms": "hf,kittens", "prompt": 8, "new_tokens": 4, "gen_batch": 2, "repeats": 1},
+         "arms": "hf,kittens", "interleave": True, "prompt": 8, "new_tokens": 4, "gen_batch": 2, "repeats": 1},
     ],
 }
 
@@ -55,7 +62,12 @@ def _part_args(base: argparse.Namespace, part: dict) -> argparse.Namespace:
     for k, v in part.items():
         if k != "name":
             setattr(args, k, v)
-    args.no_train = args.no_infer = False
+    args.no_train = False
+    args.no_infer = getattr(base, "no_infer", False)
+    # Each part's JSON is also written while it trains (an interleaved part's checkpoints: a run cut
+    # short keeps its steps); the finished report replaces it.
+    args.json = os.path.join(base.out, f"{part['name']}.json")
+    args.suite_part = (base.suite, part["name"])
     args.lr = getattr(base, "lr", 3e-4)
     args.log_every = max(1, part["steps"] // 8)
     return args
@@ -148,8 +160,11 @@ def plot_part(report: dict, path: str) -> None:
     names = list(train)
     tx.bar(names, [train[k]["tokens_per_s"] or 0 for k in names])
     tx.set_ylabel("training tokens/s")
-    mx.bar(names, [train[k]["peak_gib"] or 0 for k in names])
-    mx.set_ylabel("peak memory per step (GiB)")
+    # Over all steps: a CUDA graph's replay allocates nothing, so the -ro arms' timed steps undercount.
+    mx.bar(names, [train[k].get("peak_gib_all_steps") or train[k]["peak_gib"] or 0 for k in names])
+    mx.set_ylabel("peak memory of a step, over all steps (GiB)")
+    for axis in (tx, mx):
+        axis.tick_params(axis="x", labelrotation=20, labelsize=8)
     mx.set_title(f"{report['device']}, {report['date'][:10]}, {report['commit'][:10]}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -158,6 +173,14 @@ def plot_part(report: dict, path: str) -> None:
 
 def _f(x, fmt: str) -> str:
     return "-" if x is None else format(x, fmt)
+
+
+def _steps_run(r: dict) -> str:
+    """The steps the part's arms ran (fewer than asked where a time budget stopped them: said so)."""
+    ran = [len(v["losses"]) for v in r["training"].values() if v.get("ran")]
+    n = max(ran) if ran else 0
+    asked = r["config"]["steps"]
+    return str(asked) if n == asked or not ran else f"{n} of {asked} asked"
 
 
 def readme(reports: List[dict], suite: str) -> str:
@@ -170,27 +193,33 @@ def readme(reports: List[dict], suite: str) -> str:
              "eager is read against HF + torch.compile's (the bf16 noise bound: same math, other kernels). "
              "step ms / host ms: medians over the timed steps of the whole step and of the host's time to "
              "enqueue it (nothing waited on; host ms near step ms: the step is bound by the host's per-op "
-             "cost). Runs before the host figures (no such columns in their JSON) show '-'.", ""]
+             "cost). Runs before the host figures (no such columns in their JSON) show '-'. Interleaved parts: "
+             "every arm resident, stepped in turn on the same batch; an arm's peak is its own (its resident "
+             "memory plus the step's rise, the others' left out). A CUDA graph's replay allocates nothing, so "
+             "the `-ro` arms' timed-step peak undercounts: read their 'all steps' peak (the recording step "
+             "included).", ""]
     for r in reports:
         c, m = r["config"], r["model"]
         lines += [f"## {r['part']}: Llama {c['size']} ({m['params'] / 1e6:.0f}M parameters), sequence {c['seq']}, "
-                  f"batch {c['batch']}, {c['steps']} steps ({c['skip_timing']} untimed)", "",
+                  f"batch {c['batch']}, {_steps_run(r)} steps ({c['skip_timing']} untimed)"
+                  f"{', interleaved' if c.get('interleave') else ''}", "",
                   f"`python -m kittens.bench model --suite {r['suite']} --parts {r['part']}`", "",
                   f"{r['device']}, {r['date']}, commit `{r['commit']}`, torch {r['torch']}, transformers "
                   f"{r['transformers']}. Plot: [{r['part']}.png]({r['part']}.png).", "",
-                  "| arm | tokens/s | vs hf | peak GiB | step ms | host ms | mean loss, last 20 steps | "
-                  "loss gap to hf (mean / max) |",
-                  "|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "| arm | tokens/s | vs hf | peak GiB | peak GiB, all steps | step ms | host ms | "
+                  "mean loss, last 20 steps | loss gap to hf (mean / max) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         tr = r["training"]
         base = tr.get("hf", {}).get("tokens_per_s") if tr.get("hf", {}).get("ran") else None
         for k, v in tr.items():
             if not v.get("ran"):
-                lines.append(f"| {k} | failed: {v.get('error', '')[:120]} | | | | | | |")
+                lines.append(f"| {k} | failed: {v.get('error', '')[:120]} | | | | | | | |")
                 continue
             g = r.get("curves", {}).get(k)
             gap = "-" if g is None else f"{g['mean_abs_gap']:.4f} / {g['max_abs_gap']:.4f}"
             vs = v["tokens_per_s"] / base if base and v["tokens_per_s"] else None
             lines.append(f"| {k} | {_f(v['tokens_per_s'], ',.0f')} | {_f(vs, '.3f')} | {_f(v['peak_gib'], '.1f')} | "
+                         f"{_f(v.get('peak_gib_all_steps'), '.1f')} | "
                          f"{_f(v.get('step_ms'), '.1f')} | {_f(v.get('host_ms'), '.1f')} | "
                          f"{_f(v.get('final_loss'), '.4f')} | {gap} |")
         inf = r.get("inference", {})

@@ -52,7 +52,8 @@ from typing import Any, Optional, Tuple, Union
 import torch
 from torch import Tensor
 
-from ._fa_args import packs_gqa
+from . import _alibi
+from ._fa_args import _check_softcap, _check_window, packs_gqa
 
 __all__ = ["flash_attn_with_kvcache"]
 
@@ -187,13 +188,18 @@ def flash_attn_with_kvcache(
     return_softmax_lse: bool = False,
 ):
     """FlashAttention's ``flash_attn_with_kvcache`` (module documentation)."""
-    from ._fa_args import _check_softcap, _check_window
-
-    _refuse(rotary_cos=(rotary_cos, None), rotary_sin=(rotary_sin, None), cache_batch_idx=(cache_batch_idx, None),
-            cache_leftpad=(cache_leftpad, None))
-    window = _check_window(window_size)
-    window = None if window == (-1, -1) else window
-    softcap = _check_softcap(softcap)
+    # Decoding calls this once per layer and token: the defaults are told apart first, without the checks'
+    # abstract-class tests (``numbers.Integral``) or the refusals' argument tuples.
+    if rotary_cos is not None or rotary_sin is not None or cache_batch_idx is not None or cache_leftpad is not None:
+        _refuse(rotary_cos=(rotary_cos, None), rotary_sin=(rotary_sin, None),
+                cache_batch_idx=(cache_batch_idx, None), cache_leftpad=(cache_leftpad, None))
+    if type(window_size) is tuple and window_size == (-1, -1) and type(window_size[0]) is int \
+            and type(window_size[1]) is int:
+        window = None
+    else:
+        window = _check_window(window_size)
+        window = None if window == (-1, -1) else window
+    softcap = None if type(softcap) is float and softcap == 0.0 else _check_softcap(softcap)
     for name, t in (("q", q), ("k_cache", k_cache), ("v_cache", v_cache)):
         _check(name, t, 4, torch.bfloat16)
     if (k is None) != (v is None):
@@ -206,12 +212,11 @@ def flash_attn_with_kvcache(
     if hk == 0 or h % hk:
         raise ValueError(f"k_cache: nheads_k = {hk} must divide q's nheads = {h}")
     dev = q.device
-    from . import _alibi
-
-    slopes = _alibi.slopes(alibi_slopes, b, h, dev)  # checked before the append mutates the cache
+    # Checked before the append mutates the cache.
+    slopes = None if alibi_slopes is None else _alibi.slopes(alibi_slopes, b, h, dev)
     for name, t in (("k_cache", k_cache), ("v_cache", v_cache), ("k", k), ("v", v), ("block_table", block_table),
                     ("cache_seqlens", cache_seqlens)):
-        if isinstance(t, Tensor) and t.device != dev:
+        if t is not None and type(t) is not int and isinstance(t, Tensor) and t.device != dev:
             raise ValueError(f"{name} is on {t.device}, q on {dev}: all tensors must be on one device")
     if block_table is not None:
         _check("block_table", block_table, 2, torch.int32)

@@ -118,3 +118,30 @@ def test_profile_runs_more_steps_under_the_profiler(capsys):
     args.profile = 0
     assert bench_model.train_arm(torch, transformers, cfg, "hf", data, args,
                                  bench_model.Device(torch, "cpu"))["profile"] is None
+
+
+def test_interleaved_arms_share_steps_and_the_time_budget(capsys):
+    """``--interleave``: every arm stepped in turn on the same batches (their first losses agree to bf16
+    rounding, as one after another); a time budget stops every arm at the same step, and each record says
+    it was interleaved and how many steps it timed; kittens-nofl (transformers' loss) runs beside them."""
+    import argparse
+
+    import torch
+    import transformers
+
+    args = argparse.Namespace(size="micro", seq=16, batch=2, steps=6, skip_timing=1, lr=3e-4, warmup=2, seed=0,
+                              log_every=10, profile=0, fused_loss=True, compile_mode="default", time_budget=0)
+    cfg = bench_model.llama_config(transformers, "micro", args.seq)
+    data = torch.randint(0, 256, (4096,), generator=torch.Generator().manual_seed(1))
+    dev = bench_model.Device(torch, "cpu")
+    arms = ["hf", "kittens", "kittens-nofl"]
+    tr = bench_model.train_interleaved(torch, transformers, cfg, arms, data, args, dev)
+    assert list(tr) == arms and all(v["ran"] and v["interleaved"] for v in tr.values())
+    assert all(len(v["losses"]) == 6 and v["timed_steps"] == 5 for v in tr.values())
+    seq = bench_model.train_arm(torch, transformers, cfg, "kittens", data, args, dev)
+    assert abs(seq["losses"][0] - tr["kittens"]["losses"][0]) < 2e-2
+    assert abs(tr["hf"]["losses"][0] - tr["kittens-nofl"]["losses"][0]) < 2e-2
+    args.time_budget = 1e-9  # past after the first step: one step per arm
+    tr = bench_model.train_interleaved(torch, transformers, cfg, arms, data, args, dev)
+    assert all(len(v["losses"]) == 1 for v in tr.values())
+    assert "time budget" in capsys.readouterr().out
