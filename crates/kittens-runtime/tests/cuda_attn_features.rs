@@ -65,7 +65,7 @@ fn attn_fwd_with_options_compiles_for_sm_90a_without_spills() {
 #[test]
 fn attn_fwd_tile_pairs_compile_for_sm_90a_without_spills() {
     ensure_nvrtc();
-    let cache = fresh_cache("attn-features-pairs");
+    let cache = test_cache("attn-features-pairs");
     let base = kittens_kernels::attn::score::AttnArgs::default();
     let causal = kittens_kernels::attn::score::AttnArgs {
         causal: true,

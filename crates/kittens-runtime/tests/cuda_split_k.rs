@@ -94,7 +94,7 @@ fn split_gemms_and_the_reduction_compile_for_sm_90a() {
 fn fp8_chains_in_groups_and_scales_before_the_k_loop_where_registers_allow() {
     ensure_nvrtc();
     let h100 = kittens_hw::gpu("h100").expect("catalog");
-    let cache = fresh_cache("fp8-pairs");
+    let cache = test_cache("fp8-pairs");
     // (rows, cols, chains per group, scales before the loop): 2 × 32, 2 × 64 and 2 × 96 floats of
     // accumulators per thread against the promoted budget of 192.
     for (rows, cols, group, early) in [
