@@ -142,8 +142,8 @@ def test_errors_name_the_argument():
         kittens.matmul(torch.ones(8, 8, device="cuda"), rand(8, 8, seed=1))
     with pytest.raises(ValueError, match=r"a @ b"):
         kittens.matmul(rand(8, 16, seed=1), rand(8, 8, seed=2))
-    q = rand(1, 2, 64, 96, seed=3)
-    with pytest.raises(ValueError, match="96|head dim|dim"):
+    q = rand(1, 2, 64, 80, seed=3)  # 96 is a head dim the forward takes since issue 36
+    with pytest.raises(ValueError, match="head dim 80"):
         kittens.attention(q, q, q)
 
 
