@@ -85,8 +85,9 @@ def test_deterministic_backward_is_bit_equal(d, kw):
 @pytest.mark.parametrize("d", [192, 256])
 @pytest.mark.parametrize("kw", [{}, dict(causal=True), dict(softcap=5.0, window_size=(100, 0))], ids=str)
 def test_forward_head_dims_192_and_256(d, kw):
-    """The Hopper forward at head dims 192 and 256 (64-key blocks) against float64; the deterministic
-    backward refuses them, naming the form (the default backward at these dims: the CASES above)."""
+    """The Hopper forward at head dims 192 and 256 (64-key blocks) against float64, and the deterministic
+    (two-launch) backward there, which takes these dims since a0b13cf: dq against float64 (the default
+    backward at these dims: the CASES above)."""
     g = torch.Generator().manual_seed(d)
     q, k, v = (rand(2, n, hh, d, gen=g, scale=2.0) for n, hh in ((333, 4), (301, 2), (301, 2)))
     out = flash_attn_func(q.cuda(), k.cuda(), v.cuda(), **kw).cpu()
@@ -94,9 +95,16 @@ def test_forward_head_dims_192_and_256(d, kw):
     base = reference(q, k, v, **kw)
     err, bound = rel_err(out, exact), 2 * rel_err(base, exact) + FLOOR
     assert err <= bound, f"{err:.3e} over 2 x bf16's {rel_err(base, exact):.3e} + {FLOOR}"
+    dout = rand(*out.shape, gen=g)
     qc = q.cuda().requires_grad_()
-    with pytest.raises(ValueError, match="'atomic' form only"):
-        flash_attn_func(qc, k.cuda(), v.cuda(), deterministic=True, **kw).float().sum().backward()
+    flash_attn_func(qc, k.cuda(), v.cuda(), deterministic=True, **kw).backward(dout.cuda())
+    grads = []
+    for t in (q.double(), q):
+        t = t.clone().requires_grad_()
+        reference(t, *(x.to(t.dtype) for x in (k, v)), **kw).backward(dout.to(t.dtype))
+        grads.append(t.grad)
+    err, bound = rel_err(qc.grad.cpu(), grads[0]), 2 * rel_err(grads[1], grads[0]) + FLOOR
+    assert err <= bound, f"dq {err:.3e} over 2 x bf16's {rel_err(grads[1], grads[0]):.3e} + {FLOOR}"
 
 
 def test_deterministic_must_be_a_bool():
