@@ -1,6 +1,15 @@
 // A host (x86-64) stand-in for the kittens HIP prelude, so lowered kernels can run on the CPU: every
-// HIP thread is a host thread, one block at a time. It exists to test the *generated source* (index
-// math, swizzles, lane maps, buffer placement, MFMA operand plumbing) without an AMD GPU.
+// HIP thread is a fiber (its own stack, switched by the block's scheduler on one host thread), one
+// block at a time. It exists to test the *generated source* (index math, swizzles, lane maps, buffer
+// placement, MFMA operand plumbing) without an AMD GPU.
+//
+// Fibers, not host threads: a lane runs until it reaches a barrier (s_barrier, a wave-collective
+// operation) and then yields to the next lane that can run. With a host thread per lane, 256 threads
+// meeting at a barrier every MFMA spent nearly all their time in the kernel's scheduler (futex waits,
+// sched_yield) on a machine with few cores; a fiber switch is a function call. The scheduler sweeps
+// the lanes alternately forwards and backwards, so waves reach the code between two barriers in both
+// orders. A block whose remaining lanes all wait at barriers that no other lane will reach is an
+// emulated hang: it is reported and the run fails, where host threads would wait forever.
 //
 // What it models: LDS as static storage shared by the block's threads; buffer resources (64-bit base,
 // 32-bit bound): an access at or past the bound reads zero, one that straddles it is a fault (hardware
@@ -15,11 +24,12 @@
 // What it does not model: asynchrony (loads land at once, waits are no-ops) — the schedule analysis of
 // kittens-ir checks waits and barriers; timing; AGPRs.
 #pragma once
-#include <barrier>
 #include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <sys/mman.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #define __global__
@@ -45,11 +55,96 @@ typedef u32x2 fp8x8;
 typedef u32x8 fp8x32;
 
 constexpr int WAVES_MAX = 16;
-inline thread_local int emu_tid = 0;
-inline thread_local int emu_bid = 0;
-inline std::barrier<>* emu_block_barrier = nullptr;
+constexpr int LANES_MAX = 64 * WAVES_MAX;
+// The running lane (its fiber) and block.
+inline int emu_tid = 0;
+inline int emu_bid = 0;
+
+[[noreturn]] inline void emu_fail(const char* what) {
+  fprintf(stderr, "emulation error: %s\n", what);
+  fflush(stderr);
+  _exit(3);
+}
+
+// ---- lanes as fibers ------------------------------------------------------------------------------
+// Each lane's stack: 8 MiB reserved (a host thread's default), only the pages it touches are backed,
+// with a guard page below it, so an overflow faults instead of writing into the next lane's stack.
+constexpr size_t EMU_STACK = 8u << 20, EMU_GUARD = 1u << 16;
+struct EmuFiber {
+  ucontext_t ctx;
+  unsigned char* stack;
+  bool ready, done;
+};
+inline EmuFiber emu_fibers[LANES_MAX];
+inline int emu_fiber_count = 0;
+inline ucontext_t emu_scheduler;
+inline void* emu_body = nullptr;
+// Back to the scheduler; returns when this lane is scheduled again.
+inline void emu_yield() {
+  if (swapcontext(&emu_fibers[emu_tid].ctx, &emu_scheduler) != 0) emu_fail("swapcontext failed");
+}
+// A barrier of `expected` lanes: the last to arrive releases the others and goes on; the others
+// yield until released. Arrivals count, so conditional barriers pair up as on hardware.
+struct EmuBarrier {
+  int expected;
+  int arrived = 0;
+  int waiting[LANES_MAX];
+  explicit EmuBarrier(int n) : expected(n) {}
+  void arrive_and_wait() {
+    if (++arrived == expected) {
+      for (int i = 0; i < arrived - 1; ++i) emu_fibers[waiting[i]].ready = true;
+      arrived = 0;
+      return;
+    }
+    waiting[arrived - 1] = emu_tid;
+    emu_fibers[emu_tid].ready = false;
+    emu_yield();
+  }
+};
+inline EmuBarrier* emu_block_barrier = nullptr;
+template <class Body> inline void emu_fiber_main() {
+  (*static_cast<Body*>(emu_body))();
+  emu_fibers[emu_tid].done = true;  // returning resumes the scheduler (uc_link)
+}
+// Runs block `bid`: `threads` lanes, each calling `body`, until every lane has returned.
+template <class Body> inline void emu_run_block(int threads, int bid, Body& body) {
+  if (threads < 1 || threads > LANES_MAX) emu_fail("block size outside 1..1024 lanes");
+  for (int t = emu_fiber_count; t < threads; ++t) {
+    void* m = mmap(nullptr, EMU_STACK + EMU_GUARD, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED || mprotect(m, EMU_GUARD, PROT_NONE) != 0) emu_fail("cannot map a lane's stack");
+    emu_fibers[t].stack = (unsigned char*)m;
+    emu_fiber_count = t + 1;
+  }
+  emu_bid = bid;
+  emu_body = &body;
+  for (int t = 0; t < threads; ++t) {
+    EmuFiber& f = emu_fibers[t];
+    if (getcontext(&f.ctx) != 0) emu_fail("getcontext failed");
+    f.ctx.uc_stack.ss_sp = f.stack + EMU_GUARD;
+    f.ctx.uc_stack.ss_size = EMU_STACK;
+    f.ctx.uc_link = &emu_scheduler;
+    makecontext(&f.ctx, (void (*)())&emu_fiber_main<Body>, 0);
+    f.ready = true;
+    f.done = false;
+  }
+  for (int left = threads, sweep = 0; left > 0; ++sweep) {
+    bool ran = false;
+    for (int i = 0; i < threads; ++i) {
+      const int t = sweep % 2 ? threads - 1 - i : i;
+      EmuFiber& f = emu_fibers[t];
+      if (f.done || !f.ready) continue;
+      emu_tid = t;
+      if (swapcontext(&emu_scheduler, &f.ctx) != 0) emu_fail("swapcontext failed");
+      ran = true;
+      if (f.done) --left;
+    }
+    if (!ran) emu_fail("hang: every lane still running waits at a barrier that no other lane will reach");
+  }
+}
+
 struct EmuWave {
-  std::barrier<> bar{64};
+  EmuBarrier bar{64};
   float a[64][32], b[64][32], c[64][16], x[64];
   const unsigned char* p[64];
 };
@@ -308,8 +403,8 @@ inline void mfma_f32_16x16x16_bf16_sched(b16x4 a, b16x4 b, f32x4& c) { mfma_f32_
 inline void mfma_f32_16x16x32_bf16_sched(b16x8 a, b16x8 b, f32x4& c) { mfma_f32_16x16x32_bf16(a, b, c); }
 inline void mfma_f32_16x16x32_fp8_fp8_sched(fp8x8 a, fp8x8 b, f32x4& c) { mfma_f32_16x16x32_fp8_fp8(a, b, c); }
 inline void mfma_f32_16x16x128_f8f6f4_sched(fp8x32 a, fp8x32 b, f32x4& c) { mfma_f32_16x16x128_f8f6f4(a, b, c); }
-// Lane exchanges and the wave-level ordering point: each lane is a thread, so both synchronise the
-// wave's 64 threads.
+// Lane exchanges and the wave-level ordering point: each lane is a fiber, so both synchronise the
+// wave's 64 lanes.
 inline float exp2_f32(float x) { return exp2f(x); }
 inline void wave_sync() { emu_waves[emu_tid / 64].bar.arrive_and_wait(); }
 template <int M> inline float shfl_xor_f32(float v) {
