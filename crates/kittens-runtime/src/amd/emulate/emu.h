@@ -29,8 +29,10 @@
 #include <cstring>
 #include <cstdio>
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
 
 #define __global__
 #define __device__
@@ -69,20 +71,90 @@ inline int emu_bid = 0;
 // ---- lanes as fibers ------------------------------------------------------------------------------
 // Each lane's stack: 8 MiB reserved (a host thread's default), only the pages it touches are backed,
 // with a guard page below it, so an overflow faults instead of writing into the next lane's stack.
+// A switch saves the callee-saved registers (and the x87/SSE control words) on the old stack and
+// moves to the new one: the System V ABI leaves everything else to the caller, and no signal mask is
+// saved (swapcontext's system call made it most of the emulation's time). Other hosts use ucontext.
 constexpr size_t EMU_STACK = 8u << 20, EMU_GUARD = 1u << 16;
+#if defined(__x86_64__)
+}  // namespace kittens
+extern "C" void kittens_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .p2align 4
+  .type kittens_emu_switch, @function
+kittens_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $16, %rsp
+  stmxcsr 8(%rsp)
+  fnstcw (%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  fldcw (%rsp)
+  ldmxcsr 8(%rsp)
+  addq $16, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size kittens_emu_switch, .-kittens_emu_switch
+)");
+namespace kittens {
+struct EmuContext {
+  void* sp = nullptr;
+};
+inline void emu_switch(EmuContext& from, EmuContext& to) { kittens_emu_switch(&from.sp, to.sp); }
+// A fresh lane's stack, as kittens_emu_switch leaves one: control words, six registers, then the
+// address it returns to (`start`, entered as if called: the slot above it is its return address).
+inline void emu_context_init(EmuContext& c, unsigned char* base, size_t size, void (*start)()) {
+  uintptr_t top = ((uintptr_t)base + size) & ~(uintptr_t)15;
+  u64* sp = (u64*)top;
+  *--sp = 0;                 // `start`'s return address: it never returns
+  *--sp = (u64)start;        // popped by `ret`
+  for (int i = 0; i < 6; ++i) *--sp = 0;  // rbp rbx r12..r15
+  sp -= 2;
+  u32 mxcsr;
+  unsigned short fcw;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fcw));
+  memcpy((unsigned char*)sp + 8, &mxcsr, 4);
+  memcpy((unsigned char*)sp, &fcw, 2);
+  c.sp = sp;
+}
+#else
+struct EmuContext {
+  ucontext_t uc;
+};
+inline void emu_switch(EmuContext& from, EmuContext& to) {
+  if (swapcontext(&from.uc, &to.uc) != 0) emu_fail("swapcontext failed");
+}
+inline void emu_context_init(EmuContext& c, unsigned char* base, size_t size, void (*start)()) {
+  if (getcontext(&c.uc) != 0) emu_fail("getcontext failed");
+  c.uc.uc_stack.ss_sp = base;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, start, 0);
+}
+#endif
 struct EmuFiber {
-  ucontext_t ctx;
+  EmuContext ctx;
   unsigned char* stack;
   bool ready, done;
 };
 inline EmuFiber emu_fibers[LANES_MAX];
 inline int emu_fiber_count = 0;
-inline ucontext_t emu_scheduler;
-inline void* emu_body = nullptr;
+inline EmuContext emu_scheduler;
+inline void (*emu_body)(void*) = nullptr;
+inline void* emu_body_arg = nullptr;
 // Back to the scheduler; returns when this lane is scheduled again.
-inline void emu_yield() {
-  if (swapcontext(&emu_fibers[emu_tid].ctx, &emu_scheduler) != 0) emu_fail("swapcontext failed");
-}
+inline void emu_yield() { emu_switch(emu_fibers[emu_tid].ctx, emu_scheduler); }
 // A barrier of `expected` lanes: the last to arrive releases the others and goes on; the others
 // yield until released. Arrivals count, so conditional barriers pair up as on hardware.
 struct EmuBarrier {
@@ -102,9 +174,12 @@ struct EmuBarrier {
   }
 };
 inline EmuBarrier* emu_block_barrier = nullptr;
-template <class Body> inline void emu_fiber_main() {
-  (*static_cast<Body*>(emu_body))();
-  emu_fibers[emu_tid].done = true;  // returning resumes the scheduler (uc_link)
+// Every lane starts here: runs the kernel, then hands control back for good.
+inline void emu_fiber_start() {
+  emu_body(emu_body_arg);
+  emu_fibers[emu_tid].done = true;
+  emu_yield();
+  emu_fail("a finished lane was resumed");
 }
 // Runs block `bid`: `threads` lanes, each calling `body`, until every lane has returned.
 template <class Body> inline void emu_run_block(int threads, int bid, Body& body) {
@@ -117,14 +192,11 @@ template <class Body> inline void emu_run_block(int threads, int bid, Body& body
     emu_fiber_count = t + 1;
   }
   emu_bid = bid;
-  emu_body = &body;
+  emu_body = [](void* b) { (*static_cast<Body*>(b))(); };
+  emu_body_arg = &body;
   for (int t = 0; t < threads; ++t) {
     EmuFiber& f = emu_fibers[t];
-    if (getcontext(&f.ctx) != 0) emu_fail("getcontext failed");
-    f.ctx.uc_stack.ss_sp = f.stack + EMU_GUARD;
-    f.ctx.uc_stack.ss_size = EMU_STACK;
-    f.ctx.uc_link = &emu_scheduler;
-    makecontext(&f.ctx, (void (*)())&emu_fiber_main<Body>, 0);
+    emu_context_init(f.ctx, f.stack + EMU_GUARD, EMU_STACK, &emu_fiber_start);
     f.ready = true;
     f.done = false;
   }
@@ -135,7 +207,7 @@ template <class Body> inline void emu_run_block(int threads, int bid, Body& body
       EmuFiber& f = emu_fibers[t];
       if (f.done || !f.ready) continue;
       emu_tid = t;
-      if (swapcontext(&emu_scheduler, &f.ctx) != 0) emu_fail("swapcontext failed");
+      emu_switch(emu_scheduler, f.ctx);
       ran = true;
       if (f.done) --left;
     }
