@@ -8,31 +8,47 @@
 mod amd_common;
 
 use amd_common::{clang_for, debian_clang19};
+use kittens_codegen::Lowered;
 use kittens_hw::{Arch, Target};
 use kittens_runtime::amd::{analyze, AmdgpuClang};
+use std::sync::OnceLock;
 
-/// `(kernel, target, variant)` of every AMD configuration the registry builds.
-fn configurations() -> Vec<(&'static str, Target, Option<&'static str>)> {
-    let mut out = Vec::new();
-    for e in kittens_kernels::registry::ALL.iter() {
-        for t in [Target::Gfx950, Target::Gfx942] {
-            if e.build_for(t).is_err() {
-                continue;
-            }
-            out.push((e.name, t, None));
-            for v in e.variants.iter().filter(|v| v.targets.contains(&t)) {
-                out.push((e.name, t, Some(v.name)));
+/// `(kernel, target, variant)` of every AMD configuration the registry builds, with its build lowered
+/// for the target: built and lowered once for both tests (both are pure functions of the
+/// configuration; only the compiler differs between the tests).
+type Configuration = (&'static str, Target, Option<&'static str>, Lowered);
+
+fn configurations() -> &'static [Configuration] {
+    static ALL: OnceLock<Vec<Configuration>> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut out = Vec::new();
+        for e in kittens_kernels::registry::ALL.iter() {
+            for t in [Target::Gfx950, Target::Gfx942] {
+                let Ok(k) = e.build_for(t) else {
+                    continue;
+                };
+                out.push((e.name, t, None, kittens_codegen::lower(&k, t).unwrap()));
+                for v in e.variants.iter().filter(|v| v.targets.contains(&t)) {
+                    let k = e
+                        .build_variant(t, Some(v.name))
+                        .unwrap_or_else(|err| panic!("{} {t} {}: {err}", e.name, v.name));
+                    out.push((
+                        e.name,
+                        t,
+                        Some(v.name),
+                        kittens_codegen::lower(&k, t).unwrap(),
+                    ));
+                }
             }
         }
-    }
-    out
+        out
+    })
 }
 
-fn assert_no_spills(clang: &AmdgpuClang, kernel: &str, t: Target, variant: Option<&str>) {
+fn assert_no_spills(clang: &AmdgpuClang, c: &Configuration) {
+    let (kernel, t, variant, lowered) = c;
+    let (t, variant) = (*t, *variant);
     let arch = t.arch().unwrap();
-    let entry = kittens_kernels::by_name(kernel).unwrap();
-    let k = entry.build_variant(t, variant).unwrap();
-    let lowered = kittens_codegen::lower(&k, t).unwrap();
     let out = clang
         .compile(&lowered.source, arch)
         .unwrap_or_else(|e| panic!("{kernel} {t} {variant:?}: {e}"));
@@ -52,11 +68,12 @@ fn assert_no_spills(clang: &AmdgpuClang, kernel: &str, t: Target, variant: Optio
 #[test]
 fn every_amd_configuration_compiles_without_spills() {
     let all = configurations();
+    let names: Vec<_> = all.iter().map(|(n, t, v, _)| (*n, *t, *v)).collect();
     // Six kernels on both targets, the GEMMs' gfx950 interleave, the causal attention on both.
-    assert!(all.len() >= 16, "{all:?}");
-    assert!(all.contains(&("attn_fwd", Target::Gfx942, Some("causal"))));
-    for (kernel, t, variant) in all {
-        assert_no_spills(&clang_for(t.arch().unwrap()), kernel, t, variant);
+    assert!(all.len() >= 16, "{names:?}");
+    assert!(names.contains(&("attn_fwd", Target::Gfx942, Some("causal"))));
+    for c in all {
+        assert_no_spills(&clang_for(c.1.arch().unwrap()), c);
     }
 }
 
@@ -65,9 +82,9 @@ fn every_gfx942_configuration_compiles_without_spills_with_clang19() {
     let Some(clang) = debian_clang19() else {
         return;
     };
-    for (kernel, t, variant) in configurations() {
-        if t.arch() == Some(Arch::Cdna3) {
-            assert_no_spills(&clang, kernel, t, variant);
+    for c in configurations() {
+        if c.1.arch() == Some(Arch::Cdna3) {
+            assert_no_spills(&clang, c);
         }
     }
 }
