@@ -29,13 +29,16 @@ mod tile_pairs;
 
 pub use crate::attn::hopper::padded_dim;
 
+use crate::attn::hopper;
 use crate::attn::score::{min_offset, Alibi, Logits, Window};
 use crate::attn::strides::tensor_strides;
 use crate::attn::AttnLayout;
 use crate::attn::HeadLogits;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{self, Bf16};
-use kittens_ir::{Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, RegId, Rounding};
+use kittens_ir::{
+    Access, Axis, Expr, GlobalId, GridOrder, Kernel, KernelBuilder, MaskRule, RegId, Rounding,
+};
 
 /// Which schedule the attention is built with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -274,6 +277,44 @@ impl Io {
             Alibi::add(k, s, v, kv0, &q);
         } else {
             Alibi::add(k, s, v, &q, kv0);
+        }
+    }
+
+    /// The Hopper forwards' scores `s` of key block `j` of `keys` (`cfg.kv_block` keys) against the
+    /// 128-query block from `q_blk`, this wave's rows from `q0`: the soft cap, ALiBi (`slope`), and
+    /// masks only where the block reaches past the key sequence, the diagonal or the window's left
+    /// edge (whole-block conditions, the same for every wave). The online softmax step follows.
+    pub(crate) fn score_block(
+        &self,
+        k: &mut KernelBuilder,
+        cfg: &AttnConfig,
+        (s, slope): (RegId, Option<RegId>),
+        keys: &split::KeyRange,
+        (q_blk, q0): (&Expr, &Expr),
+        j: &Expr,
+    ) {
+        let kv = cfg.kv_block;
+        let (kv0, inf) = (keys.at(j) * kv as i64, f32::NEG_INFINITY);
+        let kv_end = (keys.at(j) + 1) * kv as i64;
+        cfg.logits.cap(k, s, cfg.dim);
+        self.alibi(k, slope, s, (q0, &kv0), false);
+        k.if_(keys.limit.lt(&kv_end), |k| {
+            k.mask(s, MaskRule::ColsBelow(keys.limit.clone()), q0, &kv0, inf)
+        });
+        if let Some(off) = cfg.last_key_offset(&self.seq, &self.seq_kv) {
+            // The block's first query keeps keys up to `q_blk + off`.
+            k.if_((q_blk + off.clone()).lt(&kv_end - 1), |k| {
+                let offset = off.clone();
+                k.mask(s, MaskRule::Causal { offset }, q0, &kv0, inf)
+            });
+        }
+        if let Some(st) = cfg.first_key_offset(&self.seq, &self.seq_kv) {
+            // The block's last query keeps keys from `q_blk + BLOCK − 1 + st`.
+            let last = q_blk + (hopper::BLOCK as i64 - 1) + st.clone();
+            k.if_(kv0.lt(&last), |k| {
+                let offset = st.clone();
+                k.mask(s, MaskRule::WindowStart { offset }, q0, &kv0, inf)
+            });
         }
     }
 }

@@ -32,7 +32,7 @@ use crate::attn::hopper::{
 };
 use crate::KernelError;
 use kittens_ir::{
-    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding, Scope,
+    Axis, Expr, GridOrder, Kernel, KernelBuilder, MmaForm, MmaOperand, Rounding, Scope,
 };
 
 impl AttnConfig {
@@ -111,8 +111,6 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
 
     let q_blk = &qb * BLOCK as i64;
-    let offset = cfg.last_key_offset(&io.seq, &io.seq_kv);
-    let start = cfg.first_key_offset(&io.seq, &io.seq_kv);
     // This block's key blocks: all its queries need, or its part of them (`super::split`).
     let keys = split::KeyRange::new(&io, cfg, &q_blk, &(&q_blk + (BLOCK as i64 - 1)));
     let n_kv = keys.count.clone();
@@ -183,28 +181,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             // Masks only where key block `j` reaches past the sequence or the diagonal (whole-block
             // conditions, the same for every wave), then the online softmax (P stays f32 in `s`).
             let softmax_block = |k: &mut KernelBuilder, j: &Expr| {
-                let (kv0, inf) = (keys.at(j) * kv as i64, f32::NEG_INFINITY);
-                let kv_end = (keys.at(j) + 1) * kv as i64;
-                cfg.logits.cap(k, s, cfg.dim);
-                io.alibi(k, slope, s, (&q0, &kv0), false);
-                k.if_(keys.limit.lt(&kv_end), |k| {
-                    k.mask(s, MaskRule::ColsBelow(keys.limit.clone()), &q0, &kv0, inf)
-                });
-                if let Some(off) = &offset {
-                    // The block's first query keeps keys up to `q_blk + off`.
-                    k.if_((&q_blk + off.clone()).lt(&kv_end - 1), |k| {
-                        let offset = off.clone();
-                        k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
-                    });
-                }
-                if let Some(st) = &start {
-                    // The block's last query keeps keys from `q_blk + BLOCK − 1 + st`.
-                    let last = &q_blk + (BLOCK as i64 - 1) + st.clone();
-                    k.if_(kv0.lt(&last), |k| {
-                        let offset = st.clone();
-                        k.mask(s, MaskRule::WindowStart { offset }, &q0, &kv0, inf)
-                    });
-                }
+                io.score_block(k, cfg, (s, slope), &keys, (&q_blk, &q0), j);
                 softmax.step(k, s);
             };
             // P to bf16: the accumulator fragment is the A operand's, so a pack in registers.

@@ -33,8 +33,7 @@ use crate::attn::hopper::{
 use crate::KernelError;
 use kittens_hw::dtype::DType::Bf16;
 use kittens_ir::{
-    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding, Scope,
-    SharedId,
+    Axis, Expr, GridOrder, Kernel, KernelBuilder, MmaForm, MmaOperand, Rounding, Scope, SharedId,
 };
 use kittens_tile::{SharedTile, Swizzle};
 
@@ -111,8 +110,6 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     } = RowStats::declare(&mut k, s, cfg, cfg.empty_rows(), io.lse.is_some());
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
 
-    let offset = cfg.last_key_offset(&io.seq, &io.seq_kv);
-    let start = cfg.first_key_offset(&io.seq, &io.seq_kv);
     let cw = k.wave() - 4; // consumer wave, 0..8
     let load_q = |k: &mut KernelBuilder, t: &Tile| {
         for (i, &qs) in t.q_s.iter().enumerate() {
@@ -172,28 +169,8 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 }
             };
             let softmax_block = |k: &mut KernelBuilder, t: &Tile, j: &Expr| {
-                let (keys, q_blk) = (&t.keys, &t.q_blk);
-                let q0 = q_blk + &cw * 16;
-                let (kv0, inf) = (keys.at(j) * kv as i64, f32::NEG_INFINITY);
-                let kv_end = (keys.at(j) + 1) * kv as i64;
-                cfg.logits.cap(k, s, cfg.dim);
-                io.alibi(k, slope, s, (&q0, &kv0), false);
-                k.if_(keys.limit.lt(&kv_end), |k| {
-                    k.mask(s, MaskRule::ColsBelow(keys.limit.clone()), &q0, &kv0, inf)
-                });
-                if let Some(off) = &offset {
-                    k.if_((q_blk + off.clone()).lt(&kv_end - 1), |k| {
-                        let offset = off.clone();
-                        k.mask(s, MaskRule::Causal { offset }, &q0, &kv0, inf)
-                    });
-                }
-                if let Some(st) = &start {
-                    let last = q_blk + (BLOCK as i64 - 1) + st.clone();
-                    k.if_(kv0.lt(&last), |k| {
-                        let offset = st.clone();
-                        k.mask(s, MaskRule::WindowStart { offset }, &q0, &kv0, inf)
-                    });
-                }
+                let q0 = &t.q_blk + &cw * 16;
+                io.score_block(k, cfg, (s, slope), &t.keys, (&t.q_blk, &q0), j);
                 softmax.step(k, s);
             };
             let to_p = |k: &mut KernelBuilder| k.copy(p, s);
