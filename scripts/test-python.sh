@@ -22,20 +22,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
+source scripts/phases.sh
+trap 'phase_summary "scripts/test-python.sh"' EXIT
 venv=target/python-test-venv
 wheels=target/python-wheels
-echo "== python: fresh virtualenv in $venv"
+phase "python: fresh virtualenv in $venv"
 rm -rf "$venv" "$wheels"
 python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip
-echo "== python: building the wheel (maturin)"
+phase "python: building the wheel (maturin)"
 "$venv/bin/python" -m pip wheel -q --disable-pip-version-check --no-deps -w "$wheels" ./python
 ls "$wheels"
-echo "== python: installing it with numpy, ml_dtypes, pytest"
+phase "python: installing it with numpy, ml_dtypes, pytest"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check "$wheels"/kittens-*.whl pytest
 torch_req=${KITTENS_TORCH:-torch}
 if [ "$torch_req" != none ]; then
-    echo "== python: installing $torch_req from PyPI (with its CUDA wheels: PyPI has no CPU-only one) and"
+    phase "python: installing $torch_req, matplotlib, transformers from PyPI"
+    echo "   (torch with its CUDA wheels: PyPI has no CPU-only one) and"
     echo "   matplotlib (kittens.train_dist's plot, tested in test_ring_torch_cpu.py; 12 s, ~80 MB) and"
     echo "   transformers (test_torch_hf.py, test_nn_hf.py: Hugging Face models on kittens; 38 s, ~155 MB)"
     t0=$SECONDS
@@ -45,7 +48,7 @@ fi
 # The torch tests must run (CI has no GPU, so only test_gpu*.py may skip).
 export KITTENS_REQUIRE_TORCH=1
 so=$("$venv/bin/python" -c 'import kittens._kittens as m; print(m.__file__)')
-echo "== python: $so needs"
+phase "python: $so needs"
 readelf -d "$so" | grep NEEDED
 if readelf -d "$so" | grep NEEDED | grep -Eiq 'cuda|nvrtc|cublas|hip|amdhip|python'; then
     echo "the extension module links a GPU library or libpython" >&2
@@ -57,7 +60,7 @@ if grep -qaF "$root" "$so"; then
     echo "the extension module holds the build path $root" >&2
     exit 1
 fi
-echo "== python: pytest"
+phase "python: pytest"
 # Run from outside python/ so that `import kittens` is the installed wheel, not the source folder.
 cd "$(mktemp -d)"
 "$root/$venv/bin/python" -c 'import kittens, sys; assert "python-test-venv" in kittens.__file__, kittens.__file__'

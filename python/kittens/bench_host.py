@@ -45,11 +45,13 @@ class _NoLaunch:
 def no_launch(torch, device: str):
     """Every kittens CUDA call prepares a :class:`_NoLaunch` handle and launches nothing; ``meta`` tensors
     take the CUDA path. Restores everything on exit."""
-    from . import _dispatch, nn as knn, ops
+    from . import _dispatch, _ops_attention, nn as knn, ops
     from ._dispatch import _core
 
     saved = [(_core, "_prepare", _core._prepare), (_core, "_raw_stream", _core._raw_stream),
-             (ops, "_dispatch", getattr(ops, "_dispatch", None)), (knn, "device_why", knn.device_why)]
+             (ops, "_dispatch", getattr(ops, "_dispatch", None)),
+             (_ops_attention, "_dispatch", getattr(_ops_attention, "_dispatch", None)),
+             (knn, "device_why", knn.device_why)]
     had_is_cuda = "is_cuda" in torch.Tensor.__dict__
     old_is_cuda = torch.Tensor.__dict__.get("is_cuda")
     saved_handles = dict(_core._HANDLES)
@@ -61,7 +63,7 @@ def no_launch(torch, device: str):
     try:
         _core._prepare = prepare
         _core._raw_stream = lambda index: 0
-        ops._dispatch = _dispatch
+        ops._dispatch = _ops_attention._dispatch = _dispatch
         _core._HANDLES.clear()
         if device == "meta":
             torch.Tensor.is_cuda = property(lambda t: t.device.type in ("cuda", "meta"))

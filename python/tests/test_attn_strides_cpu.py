@@ -13,20 +13,8 @@ torch = pytest.importorskip("torch", reason="torch is not installed (the CPU sui
 
 import kittens  # noqa: E402
 from kittens import _kittens  # noqa: E402
+from strided_attn import check_against_float64, views  # noqa: E402
 from test_torch_ops import BF, attention_ref, check_rule, rand  # noqa: E402
-
-
-def views(kind, b, h, hk, n, nk, d, seed):
-    """q, k, v as a model hands them over (see test_gpu_attn_strides.views)."""
-    if kind == "fused":
-        qkv = rand(b, n, h + 2 * hk, d, seed=seed)
-        return (qkv[:, :, :h].transpose(1, 2), qkv[:, :, h:h + hk].transpose(1, 2),
-                qkv[:, :, h + hk:].transpose(1, 2))
-    if kind == "hf":
-        return (rand(b, n, h, d, seed=seed).transpose(1, 2), rand(b, hk, nk, d, seed=seed + 1),
-                rand(b, hk, nk, d, seed=seed + 2))
-    pad = lambda *s: rand(*s[:-1], s[-1] + 16, seed=seed + len(s))[..., : s[-1]]  # noqa: E731
-    return pad(b, h, n, d), pad(b, nk, hk, d).transpose(1, 2), pad(b, hk, nk, d)
 
 
 CASES = [
@@ -61,7 +49,7 @@ class Calls:
 @pytest.mark.parametrize("return_lse", [False, True])
 def test_strided_attention_matches_float64_in_place(case, return_lse, monkeypatch):
     kind, (b, h, hk, n, nk, d), causal, br = case
-    q, k, v = views(kind, b, h, hk, n, nk, d, seed=3)
+    q, k, v = views(rand, kind, b, h, hk, n, nk, d, seed=3)
     assert not q.is_contiguous()
     do = rand(b, h, n, d, seed=9)
     dlse = rand(b, h, n, seed=10).float()
@@ -76,23 +64,12 @@ def test_strided_attention_matches_float64_in_place(case, return_lse, monkeypatc
         loss = loss + (lse.masked_fill(torch.isinf(lse), 0) * dlse).sum()
     loss.backward()
     assert len(calls.bwd) == 1  # the lse's gradient rides in the one backward run
-
-    def ref_fn(dtype):
-        xs = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-        out, l = attention_ref(*xs, causal, None, br)
-        total = (out * do.to(dtype)).sum()
-        if return_lse:
-            total = total + (torch.where(torch.isinf(l), torch.zeros_like(l), l) * dlse.to(dtype)).sum()
-        return out.detach(), torch.autograd.grad(total, xs)
-
-    (o64, g64), (o16, g16) = ref_fn(torch.float64), ref_fn(BF)
-    check_rule(o, o16, o64, "out")
-    for x, y, z, name in zip((qq.grad, kk.grad, vv.grad), g16, g64, "qkv"):
-        check_rule(x, y, z, f"d{name}")
+    grads = (qq.grad, kk.grad, vv.grad)
+    check_against_float64(o, grads, q, k, v, do, dlse, causal, br, return_lse)
 
 
 def test_out_given_in_its_own_strides_is_written_in_place():
-    q, k, v = views("fused", 1, 2, 1, 29, 29, 32, seed=20)
+    q, k, v = views(rand, "fused", 1, 2, 1, 29, 29, 32, seed=20)
     buf = torch.full((1, 29, 2, 32 + 16), 7.0, dtype=BF)
     out = buf[..., :32].transpose(1, 2)
     assert kittens.attention(q, k, v, causal=True, out=out) is out

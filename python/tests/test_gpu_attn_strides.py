@@ -20,27 +20,13 @@ if torch.cuda.get_device_capability() != (9, 0):
 
 import kittens  # noqa: E402
 import kittens._dispatch as dispatch  # noqa: E402
+from strided_attn import check_against_float64, views  # noqa: E402
 from test_torch_ops import BF, attention_ref, check_rule  # noqa: E402
 
 
 def rand(*shape, seed):
     g = torch.Generator().manual_seed(seed)
     return (torch.rand(*shape, generator=g, dtype=torch.float32) * 2 - 1).to(BF).cuda()
-
-
-def views(kind, b, h, hk, n, nk, d, seed):
-    """q, k, v as a model hands them over: ``fused`` slices of one (B, N, H + 2 H_kv, D) projection;
-    ``hf`` q a transposed (B, N, H, D) buffer with k, v dense (B, H_kv, N_kv, D); ``padded`` rows of
-    D + 16 elements (a row stride past the head dim)."""
-    if kind == "fused":
-        qkv = rand(b, n, h + 2 * hk, d, seed=seed)
-        return (qkv[:, :, :h].transpose(1, 2), qkv[:, :, h:h + hk].transpose(1, 2),
-                qkv[:, :, h + hk:].transpose(1, 2))
-    if kind == "hf":
-        return (rand(b, n, h, d, seed=seed).transpose(1, 2), rand(b, hk, nk, d, seed=seed + 1),
-                rand(b, hk, nk, d, seed=seed + 2))
-    pad = lambda *s: rand(*s[:-1], s[-1] + 16, seed=seed + len(s))[..., : s[-1]]  # noqa: E731
-    return pad(b, h, n, d), pad(b, nk, hk, d).transpose(1, 2), pad(b, hk, nk, d)
 
 
 CASES = [
@@ -71,7 +57,7 @@ class Launches:
 @pytest.mark.parametrize("return_lse", [False, True])
 def test_strided_attention_matches_float64_in_place(case, return_lse, monkeypatch):
     kind, (b, h, hk, n, nk, d), causal, br = case
-    q, k, v = views(kind, b, h, hk, n, nk, d, seed=3)
+    q, k, v = views(rand, kind, b, h, hk, n, nk, d, seed=3)
     assert not q.is_contiguous()
     do = rand(b, h, n, d, seed=9)
     dlse = rand(b, h, n, seed=10).float()
@@ -87,23 +73,12 @@ def test_strided_attention_matches_float64_in_place(case, return_lse, monkeypatc
     fwd, bwd = launches.ptrs
     assert fwd[:3] == (q.data_ptr(), k.data_ptr(), v.data_ptr())
     assert bwd[:4] == (q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr())
-
-    def ref_fn(dtype):
-        xs = [t.detach().to(dtype).requires_grad_() for t in (q, k, v)]
-        out, l = attention_ref(*xs, causal, None, br)
-        total = (out * do.to(dtype)).sum()
-        if return_lse:
-            total = total + (torch.where(torch.isinf(l), torch.zeros_like(l), l) * dlse.to(dtype)).sum()
-        return out.detach(), torch.autograd.grad(total, xs)
-
-    (o64, g64), (o16, g16) = ref_fn(torch.float64), ref_fn(BF)
-    check_rule(o, o16, o64, "out")
-    for x, y, z, name in zip((qq.grad, kk.grad, vv.grad), g16, g64, "qkv"):
-        check_rule(x, y, z, f"d{name}")
+    grads = (qq.grad, kk.grad, vv.grad)
+    check_against_float64(o, grads, q, k, v, do, dlse, causal, br, return_lse)
 
 
 def test_out_given_in_its_own_strides_is_written_in_place():
-    q, k, v = views("hf", 1, 4, 2, 129, 129, 64, seed=20)
+    q, k, v = views(rand, "hf", 1, 4, 2, 129, 129, 64, seed=20)
     buf = torch.full((1, 129, 4, 64 + 16), 7.0, dtype=BF, device="cuda")
     out = buf[..., :64].transpose(1, 2)
     r = kittens.attention(q, k, v, causal=True, out=out)

@@ -17,7 +17,22 @@ dist = pytest.importorskip("torch.distributed", reason="torch without torch.dist
 if not dist.is_available() or not dist.is_gloo_available():
     pytest.skip("torch.distributed with gloo is not available", allow_module_level=True)
 
+import multiprocessing  # noqa: E402
+
 import torch.multiprocessing as mp  # noqa: E402
+
+# The rank processes fork from one server process that has imported torch and kittens once: a fresh
+# interpreter per rank (mp.spawn) imported torch again each time, most of this file's time. A fork
+# server, not a plain fork of this process, which has run torch's thread pools (a fork copies them
+# mid-state). Preloading only takes effect before the server starts; later it is a no-op.
+multiprocessing.set_forkserver_preload(["torch", "torch.distributed", "kittens"])
+
+
+def run_ranks(fn, world, *args):
+    """fn(rank, world, init, *args) on `world` processes from the fork server, `init` a file store."""
+    with tempfile.TemporaryDirectory() as tmp:
+        init = "file://" + os.path.join(tmp, "store")
+        mp.start_processes(fn, args=(world, init, *args), nprocs=world, join=True, start_method="forkserver")
 
 
 def ref_block_forward(q, k, v, causal, scale):
@@ -92,9 +107,7 @@ def _rank_main(rank, world, init, n, causal, bshd):
     (2, 64, True, False), (2, 37, True, True), (2, 37, False, False), (3, 50, True, False), (3, 29, False, True),
 ])
 def test_ring_attention_over_gloo_matches_full_attention(world, n, causal, bshd):
-    with tempfile.TemporaryDirectory() as tmp:
-        init = "file://" + os.path.join(tmp, "store")
-        mp.spawn(_rank_main, args=(world, init, n, causal, bshd), nprocs=world, join=True)
+    run_ranks(_rank_main, world, n, causal, bshd)
 
 
 def test_context_and_data_parallel_training_follow_the_single_process_run(tmp_path):
@@ -170,9 +183,7 @@ def test_ring_attention_with_kittens_kernels_on_the_interpreter(n, causal):
     """The default block kernels (kittens.attention with return_lse, kittens._attention_backward) on
     2 gloo ranks, rectangular blocks included (odd n), within the FlashAttention rule of kittens'
     single-process attention and its backward."""
-    with tempfile.TemporaryDirectory() as tmp:
-        init = "file://" + os.path.join(tmp, "store")
-        mp.spawn(_rank_kittens, args=(2, init, n, causal), nprocs=2, join=True)
+    run_ranks(_rank_kittens, 2, n, causal)
 
 
 def test_torch_merge_is_the_numpy_merge_with_empty_rows():

@@ -34,13 +34,13 @@
 //! - rows with no key (an empty key sequence, bottom-right causal with more queries than keys) keep a
 //!   floored softmax: output 0, `lse = −∞`.
 
-use crate::attn::hopper::{ring_stages, HopperTiles};
+use crate::attn::hopper::{forward_schedule, ring_stages, HopperTiles};
 use crate::attn::key_step::{KeyMasks, SharedStep};
 use crate::attn::varlen::{alibi_slope, check, Batch, QueryBlock, Seq, Tensors, VarlenConfig};
 use crate::attn::Softmax;
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;
-use kittens_ir::{Axis, Expr, Kernel, KernelBuilder, Schedule, Scope, SlotFill};
+use kittens_ir::{Axis, Expr, Kernel, KernelBuilder, Scope, SlotFill};
 
 /// Queries per block: two consumer warpgroups × 64.
 pub const BLOCK_Q: u32 = 128;
@@ -68,13 +68,7 @@ pub fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         )));
     }
     let name = format!("{}_sm90", cfg.name("attn_varlen_fwd"));
-    let sched = Schedule::ProducerConsumer {
-        producers: 1,
-        consumers: 2,
-        producer_regs: 40,
-        consumer_regs: 232,
-    };
-    let mut k = KernelBuilder::new(&name, sched);
+    let mut k = KernelBuilder::new(&name, forward_schedule());
     let sizes = Batch::declare(&mut k);
     let t = Tensors::declare(&mut k, &sizes, cfg);
     // With `seqused_k` (a KV cache) the key rows past a sequence's used ones are stale (anything,

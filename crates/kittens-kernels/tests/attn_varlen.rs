@@ -477,37 +477,43 @@ fn check_bwd(
     }
 }
 
+/// One backward case: query and key lengths, `(heads, heads_kv)`, head dim, causal, options, seed.
+type BwdCase<'a> = (
+    &'a [usize],
+    &'a [usize],
+    (usize, usize),
+    u32,
+    bool,
+    Opts,
+    u64,
+);
+
+/// [`check_bwd`] of `run` on each case in turn.
+fn check_bwd_cases(run: BwdRunner, cases: &[BwdCase]) {
+    for &(lens_q, lens_k, (heads, heads_kv), dim, causal, opts, seed) in cases {
+        check_bwd(
+            run, lens_q, lens_k, heads, heads_kv, dim, causal, opts, seed,
+        );
+    }
+}
+
 #[test]
 fn varlen_backward_matches_f64_d64() {
     let lens = [1, 17, 0, 130, 75];
-    check_bwd(plain_bwd, &lens, &lens, 2, 1, 64, false, PLAIN, 11);
-    check_bwd(plain_bwd, &lens, &lens, 2, 1, 64, true, PLAIN, 12);
-    check_bwd(
+    check_bwd_cases(
         plain_bwd,
-        &[45, 3, 70],
-        &[20, 33, 0],
-        4,
-        2,
-        64,
-        true,
-        PLAIN,
-        13,
+        &[
+            (&lens, &lens, (2, 1), 64, false, PLAIN, 11),
+            (&lens, &lens, (2, 1), 64, true, PLAIN, 12),
+            (&[45, 3, 70], &[20, 33, 0], (4, 2), 64, true, PLAIN, 13),
+        ],
     );
 }
 
 #[test]
 fn varlen_backward_matches_f64_d128() {
-    check_bwd(
-        plain_bwd,
-        &[1, 17, 0, 130],
-        &[1, 17, 0, 130],
-        2,
-        2,
-        128,
-        true,
-        PLAIN,
-        14,
-    );
+    let lens = [1, 17, 0, 130];
+    check_bwd_cases(plain_bwd, &[(&lens, &lens, (2, 2), 128, true, PLAIN, 14)]);
 }
 
 /// The sm_90a backward (`attn_varlen_bwd_hopper`: 128-key blocks, 64-query steps, unclipped TMA
@@ -517,18 +523,14 @@ fn varlen_backward_matches_f64_d128() {
 #[test]
 fn hopper_varlen_backward_matches_f64() {
     let lens = [1, 129, 0, 300, 64];
-    check_bwd(sm90_bwd, &lens, &lens, 2, 1, 64, true, PLAIN, 31);
-    check_bwd(sm90_bwd, &lens, &lens, 2, 1, 64, false, PLAIN, 32);
-    check_bwd(
+    let (lq, lk) = ([45, 3, 200, 9], [20, 150, 0, 64]);
+    check_bwd_cases(
         sm90_bwd,
-        &[45, 3, 200, 9],
-        &[20, 150, 0, 64],
-        4,
-        2,
-        128,
-        true,
-        PLAIN,
-        33,
+        &[
+            (&lens, &lens, (2, 1), 64, true, PLAIN, 31),
+            (&lens, &lens, (2, 1), 64, false, PLAIN, 32),
+            (&lq, &lk, (4, 2), 128, true, PLAIN, 33),
+        ],
     );
 }
 
@@ -560,32 +562,25 @@ fn varlen_backward_softcap_and_window_match_f64() {
 #[test]
 fn hopper_varlen_backward_wide_matches_f64() {
     let w = |left, right| Some(Window { left, right });
-    check_bwd(
-        sm90_bwd,
-        &[70, 1, 0, 65],
-        &[33, 130, 5, 64],
-        2,
-        1,
-        192,
-        true,
-        PLAIN,
-        61,
-    );
-    check_bwd(sm90_bwd, &[66, 17], &[129, 1], 2, 2, 256, false, PLAIN, 62);
     let (lq, lk) = ([45, 0, 70], [20, 9, 100]);
-    check_bwd(sm90_bwd, &lq, &lk, 4, 2, 128, true, (Some(5.0), None), 63);
-    check_bwd(
+    check_bwd_cases(
         sm90_bwd,
-        &lq,
-        &lk,
-        2,
-        1,
-        192,
-        false,
-        (Some(30.0), w(20, 3)),
-        64,
+        &[
+            (
+                &[70, 1, 0, 65],
+                &[33, 130, 5, 64],
+                (2, 1),
+                192,
+                true,
+                PLAIN,
+                61,
+            ),
+            (&[66, 17], &[129, 1], (2, 2), 256, false, PLAIN, 62),
+            (&lq, &lk, (4, 2), 128, true, (Some(5.0), None), 63),
+            (&lq, &lk, (2, 1), 192, false, (Some(30.0), w(20, 3)), 64),
+            (&lq, &lk, (2, 2), 256, true, (None, w(40, -1)), 65),
+        ],
     );
-    check_bwd(sm90_bwd, &lq, &lk, 2, 2, 256, true, (None, w(40, -1)), 65);
 }
 
 /// The sm_90a program (`attn_varlen_hopper`: 128-query blocks, 128- or 64-key blocks, cp.async fills

@@ -9,20 +9,26 @@
 //! worst conflict over the accesses, then the sum of their worst conflicts, then the lane addresses
 //! the lowering must keep ([`address_classes`]), then the swizzle's complexity (none, one term, two
 //! terms); the declared swizzle wins a tie.
+//!
+//! The search is a pure function of its inputs and the most expensive part of lowering a kernel; the
+//! same tiles recur across a kernel's variants and between lowering and the bank checks, so answers
+//! are kept per process ([`solve`]).
 
 use crate::{analyze, DType, RegTile, SharedTile, Swizzle, TileError, XorTerm};
 use kittens_hw::lds::DsInstr;
 use serde::Serialize;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 /// One kind of access to the tile: a register tile moved with one shared-memory instruction.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 pub struct TileAccess {
     pub reg: RegTile,
     pub instr: DsInstr,
 }
 
 /// What a swizzle must also satisfy for the code that fills the tile.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize)]
 pub struct Constraints {
     /// Byte runs every swizzle must keep whole and in place relative to each other (a vector fill, e.g.
     /// 16-byte global→LDS loads); 0 or 1: none.
@@ -189,10 +195,44 @@ fn key(sc: &Scored, s: Swizzle, declared: Swizzle) -> (u32, u32, u32, u32) {
     )
 }
 
+/// The inputs of one search.
+type SolveKey = (DType, u32, u32, Swizzle, Vec<TileAccess>, Constraints);
+
+/// Answers kept per process: at most this many, the map is emptied when full (a long-lived process
+/// that lowers ever new tiles stays bounded).
+const SOLVED_MAX: usize = 4096;
+
 /// The swizzle for a `rows × cols` shared tile of `dtype` that serves `accesses` best (module docs).
 /// The declared swizzle is kept when nothing beats it; an error only when no candidate, the declared
-/// one included, can perform every access.
+/// one included, can perform every access. An answer already found in this process for the same
+/// inputs is returned again (the search is deterministic).
 pub fn solve(
+    dtype: DType,
+    rows: u32,
+    cols: u32,
+    declared: Swizzle,
+    accesses: &[TileAccess],
+    c: &Constraints,
+) -> Result<Choice, TileError> {
+    type Solved = HashMap<SolveKey, Result<Choice, TileError>>;
+    static SOLVED: OnceLock<Mutex<Solved>> = OnceLock::new();
+    let solved = SOLVED.get_or_init(Default::default);
+    let key = (dtype, rows, cols, declared, accesses.to_vec(), *c);
+    if let Some(answer) = solved.lock().ok().and_then(|m| m.get(&key).cloned()) {
+        return answer;
+    }
+    let answer = search(dtype, rows, cols, declared, accesses, c);
+    if let Ok(mut m) = solved.lock() {
+        if m.len() >= SOLVED_MAX {
+            m.clear();
+        }
+        m.insert(key, answer.clone());
+    }
+    answer
+}
+
+/// [`solve`]'s search itself.
+fn search(
     dtype: DType,
     rows: u32,
     cols: u32,
@@ -310,6 +350,18 @@ mod tests {
             1
         );
         assert!(is_involution(ch.swizzle, t.bytes()));
+        // A repeated question gets the kept answer, which is the search's; other inputs are not
+        // answered from it.
+        assert_eq!(
+            solve(DType::Bf16, 128, 64, Swizzle::None, &acc, &c),
+            search(DType::Bf16, 128, 64, Swizzle::None, &acc, &c)
+        );
+        assert_eq!(solve(DType::Bf16, 128, 64, Swizzle::None, &acc, &c), Ok(ch));
+        let loose = Constraints::default();
+        assert_eq!(
+            solve(DType::Bf16, 128, 64, Swizzle::None, &acc, &loose),
+            search(DType::Bf16, 128, 64, Swizzle::None, &acc, &loose)
+        );
     }
 
     /// HipKittens D.1's counter-example: a 16×16 tile written with `ds_write_b64` and read as part of a

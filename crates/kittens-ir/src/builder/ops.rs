@@ -58,45 +58,26 @@ impl KernelBuilder {
     pub fn mma(&mut self, form: MmaForm, d: RegId, a: MmaOperand, b: MmaOperand, c: Option<RegId>) {
         self.op(Op::Mma { form, d, a, b, c });
     }
+    /// [`Self::mma`] of register operands, accumulating onto `c`.
+    fn mma_regs(&mut self, form: MmaForm, d: RegId, a: RegId, b: RegId, c: RegId) {
+        let (a, b) = (MmaOperand::Reg(a), MmaOperand::Reg(b));
+        self.mma(form, d, a, b, Some(c));
+    }
     /// `d = a·b + c`.
     pub fn mma_ab(&mut self, d: RegId, a: RegId, b: RegId, c: RegId) {
-        self.mma(
-            MmaForm::Ab,
-            d,
-            MmaOperand::Reg(a),
-            MmaOperand::Reg(b),
-            Some(c),
-        );
+        self.mma_regs(MmaForm::Ab, d, a, b, c);
     }
     /// `d = a·bᵀ + c`.
     pub fn mma_abt(&mut self, d: RegId, a: RegId, b: RegId, c: RegId) {
-        self.mma(
-            MmaForm::Abt,
-            d,
-            MmaOperand::Reg(a),
-            MmaOperand::Reg(b),
-            Some(c),
-        );
+        self.mma_regs(MmaForm::Abt, d, a, b, c);
     }
     /// `d = aᵀ·b + c`.
     pub fn mma_atb(&mut self, d: RegId, a: RegId, b: RegId, c: RegId) {
-        self.mma(
-            MmaForm::Atb,
-            d,
-            MmaOperand::Reg(a),
-            MmaOperand::Reg(b),
-            Some(c),
-        );
+        self.mma_regs(MmaForm::Atb, d, a, b, c);
     }
     /// `d = aᵀ·bᵀ + c`.
     pub fn mma_atbt(&mut self, d: RegId, a: RegId, b: RegId, c: RegId) {
-        self.mma(
-            MmaForm::Atbt,
-            d,
-            MmaOperand::Reg(a),
-            MmaOperand::Reg(b),
-            Some(c),
-        );
+        self.mma_regs(MmaForm::Atbt, d, a, b, c);
     }
 
     pub fn fill(&mut self, dst: RegId, value: f32) {

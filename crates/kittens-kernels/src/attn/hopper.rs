@@ -1,10 +1,13 @@
 //! What the Hopper (sm_90a) attention programs share: 64-column shared tiles in the 128-byte
 //! swizzle (the widest TMA/`wgmma` swizzle), blocks of two consumer warpgroups × 64 rows, the head
 //! dimension padded to whole tiles, and the forward's tiles (`crate::attn_fwd`'s producer/consumer
-//! program and the varlen and paged forwards). The backward's are in [`super::hopper_bwd`].
+//! program and the varlen and paged forwards) with their schedule and row statistics, the tensor
+//! views and the consumer warpgroups' turns on the tensor cores. The backward's are in
+//! [`super::hopper_bwd`].
 
+use super::{HeadLogits, Softmax};
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{KernelBuilder, RegId, SharedId};
+use kittens_ir::{Axis, Expr, GlobalId, GlobalView, KernelBuilder, RegId, Schedule, SharedId};
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Rows of a block: two consumer warpgroups × 64 (the forward's queries per block,
@@ -111,4 +114,76 @@ impl HopperTiles {
             o_r,
         }
     }
+}
+
+/// The forwards' schedule (`crate::attn_fwd`'s programs and the varlen forward): one producer
+/// warpgroup issuing the loads on 40 registers a thread, two consumer warpgroups (`wgmma` and the
+/// softmax) on 232.
+pub(crate) fn forward_schedule() -> Schedule {
+    Schedule::ProducerConsumer {
+        producers: 1,
+        consumers: 2,
+        producer_regs: 40,
+        consumer_regs: 232,
+    }
+}
+
+/// A consumer wave's row statistics beside its [`HopperTiles`]: the online softmax over the rows of
+/// the score tile `s` (`floor`: rows may keep no key, [`Softmax::floor`]), the reciprocal of each
+/// row's final sum and, where the program writes the log-sum-exp, its rows.
+pub(crate) struct RowStats {
+    pub softmax: Softmax,
+    pub inv_norm: RegId,
+    pub lse_v: Option<RegId>,
+}
+
+impl RowStats {
+    pub(crate) fn declare(
+        k: &mut KernelBuilder,
+        s: RegId,
+        cfg: &impl HeadLogits,
+        floor: bool,
+        lse: bool,
+    ) -> RowStats {
+        let mut softmax = Softmax::declare(k, s, Axis::Rows, cfg);
+        softmax.floor = floor;
+        let inv_norm = k.row_vec("inv_norm", s, F32);
+        let lse_v = lse.then(|| k.row_vec("lse_v", s, F32));
+        RowStats {
+            softmax,
+            inv_norm,
+            lse_v,
+        }
+    }
+}
+
+/// `f`'s products as a consumer warpgroup's turn on the tensor cores when `on` (a compute cluster,
+/// which the sm_90a lowering passes between the two consumer warpgroups), else as they come.
+pub(crate) fn turn(k: &mut KernelBuilder, on: bool, label: &str, f: &dyn Fn(&mut KernelBuilder)) {
+    if on {
+        k.compute(label, |k| f(k));
+    } else {
+        f(k);
+    }
+}
+
+/// `rows × 64` of head `h` of a `[b, h, s, d]` tensor `g` from sequence position `s0`, columns
+/// from `col0`.
+pub(crate) fn view(
+    k: &KernelBuilder,
+    g: GlobalId,
+    b: &Expr,
+    h: &Expr,
+    s0: Expr,
+    col0: u32,
+    rows: u32,
+) -> GlobalView {
+    k.gview(
+        g,
+        vec![b.clone(), h.clone(), s0, Expr::c(i64::from(col0))],
+        2,
+        3,
+        rows,
+        COLS,
+    )
 }

@@ -8,7 +8,7 @@ use super::hopper::{BLOCK, COLS};
 use super::Logits;
 use crate::KernelError;
 use kittens_hw::dtype::DType::{Bf16, F32};
-use kittens_ir::{Expr, KernelBuilder, RegId, Schedule, SharedId};
+use kittens_ir::{Expr, KernelBuilder, MmaForm, MmaOperand, RegId, Schedule, Scope, SharedId};
 use kittens_tile::{BaseShape, Layout, SharedTile, Swizzle};
 
 /// Queries per streamed slot of a key block.
@@ -232,7 +232,8 @@ pub(crate) fn wide_stages(dim: u32, extra: u32) -> Result<u32, KernelError> {
 /// head dimension), Q and dO (a ring of `stages` steps), and the exchanged `Pᵀ` and `dSᵀ`
 /// (`64 × 64`); a consumer wave's half-step score tiles (`16 × 32`: each consumer warpgroup forms
 /// the scores of its 32 of the step's queries), with ALiBi the slope vector, and the dK, dV
-/// accumulators of its column-tile slots ([`tiles_of`]).
+/// accumulators of its column-tile slots ([`tiles_of`]); and the steps both 64-key programs take on
+/// them (the dense and the varlen backward differ only in how they address the tensors).
 pub(crate) struct WideTiles {
     pub k_s: Vec<SharedId>,
     pub v_s: Vec<SharedId>,
@@ -245,6 +246,8 @@ pub(crate) struct WideTiles {
     pub slope: Option<RegId>,
     pub p: RegId,
     pub ds: RegId,
+    /// Column tiles of the head dimension (64 columns each).
+    pub halves: usize,
     /// Column-tile slots per consumer warpgroup.
     pub slots: usize,
     pub dk_r: Vec<RegId>,
@@ -296,9 +299,81 @@ impl WideTiles {
             slope,
             p,
             ds,
+            halves,
             slots,
             dk_r,
             dv_r,
         }
+    }
+
+    /// `Sᵀ = K·Qᵀ` (`dst` the score tile [`WideTiles::s`]) or `dPᵀ (+)= V·dOᵀ` (`dst`
+    /// [`WideTiles::dp`]) for wave `wq` of consumer warpgroup `g`: its 16 keys by the warpgroup's 32
+    /// queries of ring slot `slot`, 64 columns of the head dimension at a time, K or V and the
+    /// slot's rows `32g..` from shared memory (`from_zero`: the first product overwrites `dst`).
+    pub(crate) fn product(
+        &self,
+        k: &mut KernelBuilder,
+        dst: RegId,
+        from_zero: bool,
+        slot: &Expr,
+        (g, wq): (&Expr, &Expr),
+    ) {
+        let (own, streamed) = if dst == self.s {
+            (&self.k_s, &self.q_s)
+        } else {
+            (&self.v_s, &self.do_s)
+        };
+        for (i, (&a, &bt)) in own.iter().zip(streamed.iter()).enumerate() {
+            let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, wq, 0));
+            let bt = k.smem(bt, slot.clone()).sub(STEP / 2, COLS, g, 0);
+            let acc = !(from_zero && i == 0);
+            let bt = MmaOperand::Shared(bt);
+            k.mma(MmaForm::Abt, dst, a, bt, acc.then_some(dst));
+        }
+    }
+
+    /// Warpgroup `g`'s 32 queries of `Pᵀ` and `dSᵀ` into the exchange tiles, once the last step's
+    /// products of both warpgroups have read them (a consumers barrier before the stores and one
+    /// after: both halves stored).
+    pub(crate) fn exchange(&self, k: &mut KernelBuilder, (g, wq): (&Expr, &Expr)) {
+        const HALF: u32 = STEP / 2;
+        k.barrier_by(Scope::Consumers);
+        k.store_shared(k.smem(self.p_s, 0).sub(16, HALF, wq, g), self.p);
+        k.store_shared(k.smem(self.ds_s, 0).sub(16, HALF, wq, g), self.ds);
+        k.wait_shared(0);
+        k.barrier_by(Scope::Consumers);
+    }
+
+    /// `dV += Pᵀ·dO` and `dK += dSᵀ·Q` over the step's 64 queries (ring slot `slot`) for warpgroup
+    /// `g`'s column tiles, A and B from shared memory.
+    pub(crate) fn accumulate(&self, k: &mut KernelBuilder, slot: &Expr, (g, wq): (&Expr, &Expr)) {
+        for a in 0..self.slots {
+            per_slot(k, g, self.halves, a, &|k, tile| {
+                for (r, x, streamed) in [
+                    (self.dv_r[a], self.p_s, &self.do_s),
+                    (self.dk_r[a], self.ds_s, &self.q_s),
+                ] {
+                    let x = MmaOperand::Shared(k.smem(x, 0).sub(16, STEP, wq, 0));
+                    let bt = MmaOperand::Shared(k.smem(streamed[tile], slot.clone()));
+                    k.mma(MmaForm::Ab, r, x, bt, Some(r));
+                }
+            });
+        }
+    }
+
+    /// `dq = dS·K` for wave `wq`'s 16 queries and the column tile of accumulator slot `a`:
+    /// `dSᵀ` read back as `K × M` (keys × the wave's queries) from its exchange tile, K as `K × N`.
+    pub(crate) fn dq_share(
+        &self,
+        k: &mut KernelBuilder,
+        dq: RegId,
+        a: usize,
+        (g, wq): (&Expr, &Expr),
+    ) {
+        per_slot(k, g, self.halves, a, &|k, tile| {
+            let x = MmaOperand::Shared(k.smem(self.ds_s, 0).sub(WIDE_BLOCK, 16, 0, wq));
+            let bt = MmaOperand::Shared(k.smem(self.k_s[tile], 0));
+            k.mma(MmaForm::Atb, dq, x, bt, None);
+        });
     }
 }

@@ -27,13 +27,12 @@
 //! that every block of the persistent grid gets about the same number of key blocks.
 
 use super::{declare_io, split, AttnConfig};
-use crate::attn::hopper::{padded_dim, ring_stages, HopperTiles, BLOCK, COLS};
-use crate::attn::Softmax;
+use crate::attn::hopper::{
+    forward_schedule, padded_dim, ring_stages, turn, view, HopperTiles, RowStats, BLOCK, COLS,
+};
 use crate::KernelError;
-use kittens_hw::dtype::DType::F32;
 use kittens_ir::{
-    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding,
-    Schedule, Scope,
+    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding, Scope,
 };
 
 impl AttnConfig {
@@ -69,13 +68,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             cfg.remap
         )));
     }
-    let sched = Schedule::ProducerConsumer {
-        producers: 1,
-        consumers: 2,
-        producer_regs: 40,
-        consumer_regs: 232,
-    };
-    let mut k = KernelBuilder::new(&super::name(cfg), sched);
+    let mut k = KernelBuilder::new(&super::name(cfg), forward_schedule());
     let mut io = declare_io(&mut k, cfg);
     // Launch order: the query blocks of one head next to each other (row-major, last extent fastest),
     // so that the blocks running at once share their head's K and V in L2; inside a head the last
@@ -110,23 +103,13 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         p,
         o_r,
     } = HopperTiles::declare(&mut k, d, kv, q_slots, (ring_k, ring_v));
-    let mut softmax = Softmax::declare(&mut k, s, Axis::Rows, cfg);
-    softmax.floor = cfg.empty_rows();
+    let RowStats {
+        softmax,
+        inv_norm,
+        lse_v,
+    } = RowStats::declare(&mut k, s, cfg, cfg.empty_rows(), io.lse.is_some());
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
-    let inv_norm = k.row_vec("inv_norm", s, F32);
-    let lse_v = io.lse.map(|_| k.row_vec("lse_v", s, F32));
 
-    // `rows × 64` of head `hh` of tensor `g` from sequence position `s0`, columns from `col0`.
-    let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, col0: u32, rows| {
-        k.gview(
-            g,
-            vec![b.clone(), hh.clone(), s0, Expr::c(col0 as i64)],
-            2,
-            3,
-            rows,
-            COLS,
-        )
-    };
     let q_blk = &qb * BLOCK as i64;
     let offset = cfg.last_key_offset(&io.seq, &io.seq_kv);
     let start = cfg.first_key_offset(&io.seq, &io.seq_kv);
@@ -147,20 +130,11 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         None => j % i64::from(ring),
     };
     let cw = k.wave() - 4; // consumer wave, 0..8
-                           // With `pingpong`, each warpgroup's matrix work is a compute cluster: its turn on the tensor
-                           // cores, which the Hopper lowering passes between the two consumer warpgroups.
-    let turn = |k: &mut KernelBuilder, label: &str, f: &dyn Fn(&mut KernelBuilder)| {
-        if cfg.pingpong {
-            k.compute(label, |k| f(k));
-        } else {
-            f(k);
-        }
-    };
     let q0 = &q_blk + &cw * 16; // this wave's first query
     k.roles(
         |k| {
             for (i, &qs) in q_s.iter().enumerate() {
-                let src = view(k, io.q, &h, q_blk.clone(), i as u32 * COLS, BLOCK);
+                let src = view(k, io.q, &b, &h, q_blk.clone(), i as u32 * COLS, BLOCK);
                 k.load_async_by(Scope::WarpGroup, k.smem(qs, q_slot.clone()), src);
             }
             k.wait_async(0);
@@ -170,11 +144,11 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 let s0 = keys.at(&j) * kv as i64;
                 // K's halves, then V's: each tensor's halves share a slot index (one fill each).
                 for (i, &ks) in k_s.iter().enumerate() {
-                    let src = view(k, io.k, &hk, s0.clone(), i as u32 * COLS, kv);
+                    let src = view(k, io.k, &b, &hk, s0.clone(), i as u32 * COLS, kv);
                     k.load_async_by(Scope::WarpGroup, k.smem(ks, slot_k.clone()), src);
                 }
                 for (i, &vs) in v_s.iter().enumerate() {
-                    let src = view(k, io.v, &hk, s0.clone(), i as u32 * COLS, kv);
+                    let src = view(k, io.v, &b, &hk, s0.clone(), i as u32 * COLS, kv);
                     k.load_async_by(Scope::WarpGroup, k.smem(vs, slot_v.clone()), src);
                 }
                 k.wait_async(0);
@@ -250,9 +224,12 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 // cannot hoist it above the softmax (at the end of the softmax it did, SASS of
                 // NVRTC 13.0, and the overlap was gone).
                 k.barrier(); // key block 0 has landed
-                turn(k, "S = Q·K(0)ᵀ", &|k: &mut KernelBuilder| {
-                    qk(k, &Expr::c(0))
-                });
+                turn(
+                    k,
+                    cfg.pingpong,
+                    "S = Q·K(0)ᵀ",
+                    &|k: &mut KernelBuilder| qk(k, &Expr::c(0)),
+                );
                 softmax_block(k, &Expr::c(0));
                 k.for_range("j", 1, &n_kv, |k, j| {
                     k.barrier(); // key block j has landed
@@ -260,6 +237,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                     to_p(k);
                     turn(
                         k,
+                        cfg.pingpong,
                         "S = Q·K(j)ᵀ, O += P·V(j−1)",
                         &|k: &mut KernelBuilder| {
                             qk(k, &j);
@@ -274,7 +252,9 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             } else {
                 k.for_range("j", 0, &n_kv, |k, j| {
                     k.barrier(); // key block j has landed
-                    turn(k, "S = Q·Kᵀ", &|k: &mut KernelBuilder| qk(k, &j));
+                    turn(k, cfg.pingpong, "S = Q·Kᵀ", &|k: &mut KernelBuilder| {
+                        qk(k, &j)
+                    });
                     softmax_block(k, &j);
                     to_p(k);
                     rescale(k);

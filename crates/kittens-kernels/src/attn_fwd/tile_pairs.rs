@@ -27,13 +27,14 @@
 //! from the block's earlier pairs (`round · (n_A + n_B)`), as the one-tile program does for windows.
 
 use super::{declare_io, AttnConfig};
-use crate::attn::hopper::{padded_dim, ring_stages, HopperTiles, BLOCK, COLS};
-use crate::attn::Softmax;
+use crate::attn::hopper::{
+    forward_schedule, padded_dim, ring_stages, turn, view, HopperTiles, RowStats, BLOCK, COLS,
+};
 use crate::KernelError;
-use kittens_hw::dtype::DType::{Bf16, F32};
+use kittens_hw::dtype::DType::Bf16;
 use kittens_ir::{
-    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding,
-    Schedule, Scope, SharedId,
+    Axis, Expr, GridOrder, Kernel, KernelBuilder, MaskRule, MmaForm, MmaOperand, Rounding, Scope,
+    SharedId,
 };
 use kittens_tile::{SharedTile, Swizzle};
 
@@ -58,13 +59,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
         )));
     }
     let d = padded_dim(cfg.dim);
-    let sched = Schedule::ProducerConsumer {
-        producers: 1,
-        consumers: 2,
-        producer_regs: 40,
-        consumer_regs: 232,
-    };
-    let mut k = KernelBuilder::new(&format!("{}_pairs", super::name(cfg)), sched);
+    let mut k = KernelBuilder::new(&format!("{}_pairs", super::name(cfg)), forward_schedule());
     let mut io = declare_io(&mut k, cfg);
     // Pairs of a head next to each other (row-major, last extent fastest): the blocks in flight
     // share their heads' K and V in L2; tiles A = 2p and B = 2p + 1 of pair p.
@@ -109,35 +104,19 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
     let ring_base = k.round() * (&n_a + n_b.clone());
     let ring_slot = |m: &Expr, ring: u32| (m + ring_base.clone()) % i64::from(ring);
 
-    let mut softmax = Softmax::declare(&mut k, s, Axis::Rows, cfg);
-    softmax.floor = cfg.empty_rows();
+    let RowStats {
+        softmax,
+        inv_norm,
+        lse_v,
+    } = RowStats::declare(&mut k, s, cfg, cfg.empty_rows(), io.lse.is_some());
     let (max_v, scale, norm) = (softmax.max, softmax.scale, softmax.norm);
-    let inv_norm = k.row_vec("inv_norm", s, F32);
-    let lse_v = io.lse.map(|_| k.row_vec("lse_v", s, F32));
 
-    let view = |k: &KernelBuilder, g, hh: &Expr, s0: Expr, col0: u32, rows| {
-        k.gview(
-            g,
-            vec![b.clone(), hh.clone(), s0, Expr::c(col0 as i64)],
-            2,
-            3,
-            rows,
-            COLS,
-        )
-    };
     let offset = cfg.last_key_offset(&io.seq, &io.seq_kv);
     let start = cfg.first_key_offset(&io.seq, &io.seq_kv);
     let cw = k.wave() - 4; // consumer wave, 0..8
-    let turn = |k: &mut KernelBuilder, label: &str, f: &dyn Fn(&mut KernelBuilder)| {
-        if cfg.pingpong {
-            k.compute(label, |k| f(k));
-        } else {
-            f(k);
-        }
-    };
     let load_q = |k: &mut KernelBuilder, t: &Tile| {
         for (i, &qs) in t.q_s.iter().enumerate() {
-            let src = view(k, io.q, &h, t.q_blk.clone(), i as u32 * COLS, BLOCK);
+            let src = view(k, io.q, &b, &h, t.q_blk.clone(), i as u32 * COLS, BLOCK);
             k.load_async_by(Scope::WarpGroup, k.smem(qs, Expr::c(0)), src);
         }
     };
@@ -147,11 +126,11 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             let (slot_k, slot_v) = (ring_slot(&m, ring_k), ring_slot(&m, ring_v));
             let s0 = t.keys.at(&j) * kv as i64;
             for (i, &ks) in k_s.iter().enumerate() {
-                let src = view(k, io.k, &hk, s0.clone(), i as u32 * COLS, kv);
+                let src = view(k, io.k, &b, &hk, s0.clone(), i as u32 * COLS, kv);
                 k.load_async_by(Scope::WarpGroup, k.smem(ks, slot_k.clone()), src);
             }
             for (i, &vs) in v_s.iter().enumerate() {
-                let src = view(k, io.v, &hk, s0.clone(), i as u32 * COLS, kv);
+                let src = view(k, io.v, &b, &hk, s0.clone(), i as u32 * COLS, kv);
                 k.load_async_by(Scope::WarpGroup, k.smem(vs, slot_v.clone()), src);
             }
             k.wait_async(0);
@@ -231,6 +210,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                     to_p(k);
                     turn(
                         k,
+                        cfg.pingpong,
                         "S = Q·K(j)ᵀ, O += P·V(j−1)",
                         &|k: &mut KernelBuilder| {
                             qk(k, t, &j);
@@ -268,9 +248,12 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
                 }
             };
             k.barrier(); // A's key block 0 has landed
-            turn(k, "S = Q·K(0)ᵀ", &|k: &mut KernelBuilder| {
-                qk(k, &a, &Expr::c(0))
-            });
+            turn(
+                k,
+                cfg.pingpong,
+                "S = Q·K(0)ᵀ",
+                &|k: &mut KernelBuilder| qk(k, &a, &Expr::c(0)),
+            );
             softmax_block(k, &a, &Expr::c(0));
             walk(k, &a);
             k.barrier(); // B's Q and key block 0 have landed
@@ -278,6 +261,7 @@ pub(super) fn build(cfg: &AttnConfig) -> Result<Kernel, KernelError> {
             to_p(k);
             turn(
                 k,
+                cfg.pingpong,
                 "S = Q_B·K(0)ᵀ, O += P·V(A's last)",
                 &|k: &mut KernelBuilder| {
                     qk(k, &b_t, &Expr::c(0));

@@ -19,12 +19,12 @@
 use super::{bias_and_masks, Io};
 use crate::attn::hopper::COLS;
 use crate::attn::hopper_bwd::{
-    per_slot, schedule, step_probs, wide_stages, StepFns, WideTiles, REDUCE_BOX, WIDE_BLOCK,
+    schedule, step_probs, wide_stages, StepFns, WideTiles, REDUCE_BOX, WIDE_BLOCK,
 };
 use crate::attn::varlen::{KeyWalk, VarlenConfig};
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;
-use kittens_ir::{Axis, Expr, GlobalId, Kernel, KernelBuilder, MmaForm, MmaOperand, RegId, Scope};
+use kittens_ir::{Axis, Expr, GlobalId, Kernel, KernelBuilder, RegId, Scope};
 use kittens_tile::{BaseShape, Layout};
 
 /// Keys per block.
@@ -58,22 +58,8 @@ pub(super) fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     // each warpgroup's staging of its dQ share for the TMA reduction.
     let halves = (d / COLS) as usize;
     let st = wide_stages(d, 2 * BLOCK * STEP * 2 + 2 * REDUCE_BOX)?;
-    let WideTiles {
-        k_s,
-        v_s,
-        q_s,
-        do_s,
-        p_s,
-        ds_s,
-        s,
-        dp,
-        slope,
-        p,
-        ds,
-        slots,
-        dk_r,
-        dv_r,
-    } = WideTiles::declare(&mut k, halves, st, cfg.alibi);
+    let w = WideTiles::declare(&mut k, halves, st, cfg.alibi);
+    let (s, dp, p, ds, slope) = (w.s, w.dp, w.p, w.ds, w.slope);
     let dq_p = k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16);
 
     // One pipeline over the (query head of the group, query step) pairs that reach the block.
@@ -108,7 +94,7 @@ pub(super) fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
     let kv_row = &sq.start_k + block0.clone();
     k.roles(
         |k| {
-            for (own, src) in [(&k_s, kk), (&v_s, v)] {
+            for (own, src) in [(&w.k_s, kk), (&w.v_s, v)] {
                 for (i, &t) in own.iter().enumerate() {
                     let src = view(k, src, kv_row.clone(), &hk, col(i), BLOCK);
                     k.load_async_by(Scope::WarpGroup, k.smem(t, 0), src);
@@ -119,7 +105,7 @@ pub(super) fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             k.for_range("t", 0, total, |k, t| {
                 let slot = &t % ring;
                 let (h, row) = (head_of(&t), &sq.start_q + q0_of(&t));
-                for (tiles, src) in [(&q_s, q), (&do_s, d_o)] {
+                for (tiles, src) in [(&w.q_s, q), (&w.do_s, d_o)] {
                     for (i, &ts) in tiles.iter().enumerate() {
                         let src = view(k, src, row.clone(), &h, col(i), STEP);
                         k.load_async_by(Scope::WarpGroup, k.smem(ts, slot.clone()), src);
@@ -131,7 +117,7 @@ pub(super) fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
         },
         |k| {
             k.barrier(); // K and V have landed
-            for &r in dk_r.iter().chain(&dv_r) {
+            for &r in w.dk_r.iter().chain(&w.dv_r) {
                 k.zero(r);
             }
             if !capped {
@@ -142,21 +128,8 @@ pub(super) fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
                 let qg = &q0 + &g * i64::from(HALF); // this warpgroup's first query
-                                                     // `Sᵀ = K·Qᵀ` or `dPᵀ (+)= V·dOᵀ` for this warpgroup's 32 queries, 64 columns of
-                                                     // the head dimension at a time.
                 let product = |k: &mut KernelBuilder, dst: RegId, from_zero: bool| {
-                    let (own, streamed) = if dst == s {
-                        (&k_s, &q_s)
-                    } else {
-                        (&v_s, &do_s)
-                    };
-                    for (i, (&a, &bt)) in own.iter().zip(streamed.iter()).enumerate() {
-                        let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &wq, 0));
-                        let bt = k.smem(bt, slot.clone()).sub(HALF, COLS, &g, 0);
-                        let acc = !(from_zero && i == 0);
-                        let bt = MmaOperand::Shared(bt);
-                        k.mma(MmaForm::Abt, dst, a, bt, acc.then_some(dst));
-                    }
+                    w.product(k, dst, from_zero, &slot, (&g, &wq));
                 };
                 let fns = StepFns {
                     product: &product,
@@ -174,33 +147,14 @@ pub(super) fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
                 };
                 step_probs(k, (&cfg.logits, d), (s, dp, p), &fns);
                 k.copy(ds, dp);
-                // This warpgroup's 32 queries of Pᵀ and dSᵀ into the exchange tiles, once the last
-                // step's products of both warpgroups have read them.
-                k.barrier_by(Scope::Consumers);
-                k.store_shared(k.smem(p_s, 0).sub(16, HALF, &wq, &g), p);
-                k.store_shared(k.smem(ds_s, 0).sub(16, HALF, &wq, &g), ds);
-                k.wait_shared(0);
-                k.barrier_by(Scope::Consumers); // both halves stored
-                                                // dV += Pᵀ·dO and dK += dSᵀ·Q over the step's 64 queries, this warpgroup's
-                                                // column tiles (A and B from shared memory).
-                for a in 0..slots {
-                    per_slot(k, &g, halves, a, &|k, tile| {
-                        for (r, x, streamed) in [(dv_r[a], p_s, &do_s), (dk_r[a], ds_s, &q_s)] {
-                            let x = MmaOperand::Shared(k.smem(x, 0).sub(16, STEP, &wq, 0));
-                            let bt = MmaOperand::Shared(k.smem(streamed[tile], slot.clone()));
-                            k.mma(MmaForm::Ab, r, x, bt, Some(r));
-                        }
-                    });
-                }
-                // dQ += dS·K: dSᵀ read as `K × M` (keys × this wave's 16 queries), K as `K × N`;
-                // the add outside the warpgroup's branch (module docs).
+                // Pᵀ and dSᵀ exchanged; dV += Pᵀ·dO and dK += dSᵀ·Q over the step's 64 queries,
+                // this warpgroup's column tiles.
+                w.exchange(k, (&g, &wq));
+                w.accumulate(k, &slot, (&g, &wq));
+                // dQ += dS·K, the add outside the warpgroup's branch (module docs).
                 let q_row = &sq.start_q + (&q0 + &wq * 16);
-                for a in 0..slots {
-                    per_slot(k, &g, halves, a, &|k, tile| {
-                        let x = MmaOperand::Shared(k.smem(ds_s, 0).sub(BLOCK, 16, 0, &wq));
-                        let bt = MmaOperand::Shared(k.smem(k_s[tile], 0));
-                        k.mma(MmaForm::Atb, dq_p, x, bt, None);
-                    });
+                for a in 0..w.slots {
+                    w.dq_share(k, dq_p, a, (&g, &wq));
                     let c = (&g + 2 * a as i64) * i64::from(COLS);
                     k.atomic_add(view(k, dq_g, q_row.clone(), &h, c, 16), dq_p);
                 }
@@ -213,7 +167,7 @@ pub(super) fn build(cfg: &VarlenConfig) -> Result<Kernel, KernelError> {
             // head dimension, stored nowhere); no branch on the warpgroup around the stores (the
             // dense program's docs say why).
             let row = &sq.start_k + k0.clone();
-            for (a, (&dkr, &dvr)) in dk_r.iter().zip(&dv_r).enumerate() {
+            for (a, (&dkr, &dvr)) in w.dk_r.iter().zip(&w.dv_r).enumerate() {
                 k.mul(dkr, dkr, scale);
                 let c = (&g + 2 * a as i64) * i64::from(COLS);
                 k.store(view(k, dk_g, row.clone(), &hk, c.clone(), 16), dkr);

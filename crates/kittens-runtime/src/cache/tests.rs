@@ -1,18 +1,5 @@
 use super::*;
-use std::os::unix::fs::PermissionsExt;
-
-fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
-    move |k| {
-        pairs
-            .iter()
-            .find(|(n, _)| *n == k)
-            .map(|(_, v)| OsString::from(v))
-    }
-}
-
-fn chmod(p: &Path, mode: u32) {
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-}
+use crate::trust::test_env::{chmod, env};
 
 /// The report the entries of these tests carry (a compiler's report is any serde type).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

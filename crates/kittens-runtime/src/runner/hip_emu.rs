@@ -12,8 +12,9 @@ use kittens_kernels::budget::WorkLimit;
 use std::sync::Mutex;
 use std::time::Instant;
 
-/// Most multiply-adds one emulated run may do: every HIP thread is a host thread, so the emulation runs
-/// about 10^7 of them per second; 2^31 is a few minutes.
+/// Most multiply-adds one emulated run may do: every HIP thread is emulated on the host (a fiber per
+/// lane, a switch at every barrier), so the emulation runs at most about 10^7 of them per second;
+/// 2^31 is a few minutes.
 pub const EMU_WORK: WorkLimit = WorkLimit {
     macs: 1 << 31,
     executor: "HIP emulation",

@@ -314,4 +314,6 @@ pub fn which_in(program: &Path, path_var: Option<OsString>) -> Option<PathBuf> {
 }
 
 #[cfg(test)]
+pub(crate) mod test_env;
+#[cfg(test)]
 mod tests;

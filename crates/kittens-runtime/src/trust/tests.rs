@@ -1,18 +1,5 @@
+use super::test_env::{chmod, env};
 use super::*;
-use std::os::unix::fs::PermissionsExt;
-
-fn env<'a>(pairs: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<OsString> + 'a {
-    move |k| {
-        pairs
-            .iter()
-            .find(|(n, _)| *n == k)
-            .map(|(_, v)| OsString::from(v))
-    }
-}
-
-fn chmod(p: &Path, mode: u32) {
-    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap();
-}
 
 #[test]
 fn location_rule_order_and_absolute_paths() {

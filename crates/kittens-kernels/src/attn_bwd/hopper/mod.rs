@@ -35,7 +35,7 @@
 //! dK and dQ get their scale on the f32 accumulators before the bf16 store.
 
 use super::{BwdConfig, BwdTurns};
-use crate::attn::hopper::{padded_dim, BLOCK, COLS};
+use crate::attn::hopper::{padded_dim, turn, view, BLOCK, COLS};
 use crate::attn::hopper_bwd::{
     declare_smem, schedule, step_probs, StepFns, StepTiles, CONSUMER_REGS, STEP,
 };
@@ -467,36 +467,6 @@ impl KeyStep<'_> {
         };
         step_probs(k, (&cfg.logits, cfg.dim), (r.s, r.dp, r.p), &fns);
     }
-}
-
-/// `f`'s products as a warpgroup's turn on the tensor cores ([`BwdConfig::turns`]) when `on`, else
-/// as they come.
-fn turn(k: &mut KernelBuilder, on: bool, label: &str, f: &dyn Fn(&mut KernelBuilder)) {
-    if on {
-        k.compute(label, |k| f(k));
-    } else {
-        f(k);
-    }
-}
-
-/// `rows × 64` of head `h` of tensor `g` from sequence position `s0`, columns from `col0`.
-fn view(
-    k: &KernelBuilder,
-    g: GlobalId,
-    b: &Expr,
-    h: &Expr,
-    s0: Expr,
-    col0: u32,
-    rows: u32,
-) -> kittens_ir::GlobalView {
-    k.gview(
-        g,
-        vec![b.clone(), h.clone(), s0, Expr::c(i64::from(col0))],
-        2,
-        3,
-        rows,
-        COLS,
-    )
 }
 
 mod kv;

@@ -25,11 +25,11 @@
 
 use super::{key_blocks, turn, view, KeyBlocks, KeyStep, QueryWalk, StepRegs, COLS, CONSUMER_REGS};
 use crate::attn::hopper::padded_dim;
-use crate::attn::hopper_bwd::{per_slot, wide_stages, WideTiles, REDUCE_BOX, WIDE_BLOCK};
+use crate::attn::hopper_bwd::{wide_stages, WideTiles, REDUCE_BOX, WIDE_BLOCK};
 use crate::attn_bwd::{BwdConfig, BwdTurns};
 use crate::KernelError;
 use kittens_hw::dtype::DType::F32;
-use kittens_ir::{Expr, GlobalId, Kernel, KernelBuilder, MmaForm, MmaOperand, RegId, Scope};
+use kittens_ir::{Expr, GlobalId, Kernel, KernelBuilder, RegId, Scope};
 use kittens_tile::{BaseShape, Layout};
 
 /// Keys per block (one `m64` per warpgroup, both warpgroups on the same keys).
@@ -75,22 +75,8 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     let halves = (padded_dim(d) / COLS) as usize;
     let exchange = 2 * BLOCK * STEP * 2 + if atomic_dq { 2 * REDUCE_BOX } else { 0 };
     let st = wide_stages(d, exchange)?;
-    let WideTiles {
-        k_s,
-        v_s,
-        q_s,
-        do_s,
-        p_s,
-        ds_s,
-        s,
-        dp,
-        slope,
-        p,
-        ds,
-        slots,
-        dk_r,
-        dv_r,
-    } = WideTiles::declare(&mut k, halves, st, cfg.alibi);
+    let w = WideTiles::declare(&mut k, halves, st, cfg.alibi);
+    let (s, dp, p, ds, slope) = (w.s, w.dp, w.p, w.ds, w.slope);
     // The atomic form's dQ share of one column tile.
     let dq_p = atomic_dq.then(|| k.tile("dq_p", F32, 16, COLS, Layout::Row, BaseShape::S16X16));
 
@@ -131,7 +117,7 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
     };
     k.roles(
         |k| {
-            for (own, src) in [(&k_s, io.k), (&v_s, io.v)] {
+            for (own, src) in [(&w.k_s, io.k), (&w.v_s, io.v)] {
                 for (i, &t) in own.iter().enumerate() {
                     let v = view(k, src, &b, &hk, block0.clone(), i as u32 * COLS, BLOCK);
                     k.load_async_by(Scope::WarpGroup, k.smem(t, 0), v);
@@ -139,11 +125,11 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
             }
             k.wait_async(0);
             k.barrier(); // K and V to the consumers
-            walk.stream(k, &io, &b, [&q_s, &do_s], ring);
+            walk.stream(k, &io, &b, [&w.q_s, &w.do_s], ring);
         },
         |k| {
             k.barrier(); // K and V have landed
-            for &r in dk_r.iter().chain(&dv_r) {
+            for &r in w.dk_r.iter().chain(&w.dv_r) {
                 k.zero(r);
             }
             if !capped {
@@ -158,25 +144,9 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                 // `Sᵀ = K·Qᵀ` or `dPᵀ (+)= V·dOᵀ` for this warpgroup's 32 queries, 64 columns of
                 // the head dimension at a time.
                 let product = |k: &mut KernelBuilder, dst: RegId, from_zero: bool| {
-                    let (own, streamed) = if dst == s {
-                        (&k_s, &q_s)
-                    } else {
-                        (&v_s, &do_s)
-                    };
                     let on = cfg.turns != BwdTurns::None && dst == s;
                     turn(k, on, "Sᵀ", &|k| {
-                        for (i, (&a, &bt)) in own.iter().zip(streamed.iter()).enumerate() {
-                            let a = MmaOperand::Shared(k.smem(a, 0).sub(16, COLS, &wq, 0));
-                            let bt = k.smem(bt, slot.clone()).sub(HALF, COLS, &g, 0);
-                            let acc = !(from_zero && i == 0);
-                            k.mma(
-                                MmaForm::Abt,
-                                dst,
-                                a,
-                                MmaOperand::Shared(bt),
-                                acc.then_some(dst),
-                            );
-                        }
+                        w.product(k, dst, from_zero, &slot, (&g, &wq));
                     });
                 };
                 let bht = (&b, &h, &t);
@@ -184,35 +154,16 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
                     stat(k, g, dst, t)
                 });
                 k.copy(ds, dp);
-                // This warpgroup's 32 queries of Pᵀ and dSᵀ into the exchange tiles, once the last
-                // step's products of both warpgroups have read them.
-                k.barrier_by(Scope::Consumers);
-                k.store_shared(k.smem(p_s, 0).sub(16, HALF, &wq, &g), p);
-                k.store_shared(k.smem(ds_s, 0).sub(16, HALF, &wq, &g), ds);
-                k.wait_shared(0);
-                k.barrier_by(Scope::Consumers); // both halves stored
-                                                // dV += Pᵀ·dO and dK += dSᵀ·Q over the step's 64 queries, this warpgroup's column
-                                                // tiles (A and B from shared memory); then dQ += dS·K in the atomic form.
-                for a in 0..slots {
-                    per_slot(k, &g, halves, a, &|k, tile| {
-                        for (r, x, streamed) in [(dv_r[a], p_s, &do_s), (dk_r[a], ds_s, &q_s)] {
-                            let x = MmaOperand::Shared(k.smem(x, 0).sub(16, STEP, &wq, 0));
-                            let bt = MmaOperand::Shared(k.smem(streamed[tile], slot.clone()));
-                            k.mma(MmaForm::Ab, r, x, bt, Some(r));
-                        }
-                    });
-                }
+                // Pᵀ and dSᵀ exchanged; dV += Pᵀ·dO and dK += dSᵀ·Q over the step's 64 queries,
+                // this warpgroup's column tiles; then dQ += dS·K in the atomic form.
+                w.exchange(k, (&g, &wq));
+                w.accumulate(k, &slot, (&g, &wq));
                 if let (Some(dq_g), Some(dq_p)) = (dq_acc, dq_p) {
-                    // dSᵀ read as `K × M` (keys × this wave's 16 queries), K as `K × N`; the add
-                    // outside the branch (at 192 warpgroup 1's second add falls past the head
-                    // dimension and adds nothing).
+                    // The add outside the branch (at 192 warpgroup 1's second add falls past the
+                    // head dimension and adds nothing).
                     let q_w = &q0 + &wq * 16;
-                    for a in 0..slots {
-                        per_slot(k, &g, halves, a, &|k, tile| {
-                            let x = MmaOperand::Shared(k.smem(ds_s, 0).sub(BLOCK, 16, 0, &wq));
-                            let bt = MmaOperand::Shared(k.smem(k_s[tile], 0));
-                            k.mma(MmaForm::Atb, dq_p, x, bt, None);
-                        });
+                    for a in 0..w.slots {
+                        w.dq_share(k, dq_p, a, (&g, &wq));
                         let col = (&g + 2 * a as i64) * i64::from(COLS);
                         let origin = vec![b.clone(), h.clone(), q_w.clone(), col];
                         k.atomic_add(k.gview(dq_g, origin, 2, 3, 16, COLS), dq_p);
@@ -227,7 +178,7 @@ pub(crate) fn build_kv(cfg: &BwdConfig, atomic_dq: bool) -> Result<Kernel, Kerne
             // head dimension, stored nowhere). No branch on the warpgroup reads the accumulators
             // here: ptxas serialised every `wgmma` of the kernel (C7520, "WG.AR in divergent path")
             // when these stores and dQ's adds sat in such branches.
-            for (a, (&dkr, &dvr)) in dk_r.iter().zip(&dv_r).enumerate() {
+            for (a, (&dkr, &dvr)) in w.dk_r.iter().zip(&w.dv_r).enumerate() {
                 k.mul(dkr, dkr, scale);
                 let col = (&g + 2 * a as i64) * i64::from(COLS);
                 for (dst, r) in [(dk_g, dkr), (dv_g, dvr)] {

@@ -1,6 +1,15 @@
 // A host (x86-64) stand-in for the kittens HIP prelude, so lowered kernels can run on the CPU: every
-// HIP thread is a host thread, one block at a time. It exists to test the *generated source* (index
-// math, swizzles, lane maps, buffer placement, MFMA operand plumbing) without an AMD GPU.
+// HIP thread is a fiber (its own stack, switched by the block's scheduler on one host thread), one
+// block at a time. It exists to test the *generated source* (index math, swizzles, lane maps, buffer
+// placement, MFMA operand plumbing) without an AMD GPU.
+//
+// Fibers, not host threads: a lane runs until it reaches a barrier (s_barrier, a wave-collective
+// operation) and then yields to the next lane that can run. With a host thread per lane, 256 threads
+// meeting at a barrier every MFMA spent nearly all their time in the kernel's scheduler (futex waits,
+// sched_yield) on a machine with few cores; a fiber switch is a function call. The scheduler sweeps
+// the lanes alternately forwards and backwards, so waves reach the code between two barriers in both
+// orders. A block whose remaining lanes all wait at barriers that no other lane will reach is an
+// emulated hang: it is reported and the run fails, where host threads would wait forever.
 //
 // What it models: LDS as static storage shared by the block's threads; buffer resources (64-bit base,
 // 32-bit bound): an access at or past the bound reads zero, one that straddles it is a fault (hardware
@@ -15,12 +24,15 @@
 // What it does not model: asynchrony (loads land at once, waits are no-ops) — the schedule analysis of
 // kittens-ir checks waits and barriers; timing; AGPRs.
 #pragma once
-#include <barrier>
 #include <cstdint>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <sys/mman.h>
 #include <unistd.h>
+#if !defined(__x86_64__)
+#include <ucontext.h>
+#endif
 
 #define __global__
 #define __device__
@@ -45,11 +57,166 @@ typedef u32x2 fp8x8;
 typedef u32x8 fp8x32;
 
 constexpr int WAVES_MAX = 16;
-inline thread_local int emu_tid = 0;
-inline thread_local int emu_bid = 0;
-inline std::barrier<>* emu_block_barrier = nullptr;
+constexpr int LANES_MAX = 64 * WAVES_MAX;
+// The running lane (its fiber) and block.
+inline int emu_tid = 0;
+inline int emu_bid = 0;
+
+[[noreturn]] inline void emu_fail(const char* what) {
+  fprintf(stderr, "emulation error: %s\n", what);
+  fflush(stderr);
+  _exit(3);
+}
+
+// ---- lanes as fibers ------------------------------------------------------------------------------
+// Each lane's stack: 8 MiB reserved (a host thread's default), only the pages it touches are backed,
+// with a guard page below it, so an overflow faults instead of writing into the next lane's stack.
+// A switch saves the callee-saved registers (and the x87/SSE control words) on the old stack and
+// moves to the new one: the System V ABI leaves everything else to the caller, and no signal mask is
+// saved (swapcontext's system call made it most of the emulation's time). Other hosts use ucontext.
+constexpr size_t EMU_STACK = 8u << 20, EMU_GUARD = 1u << 16;
+#if defined(__x86_64__)
+}  // namespace kittens
+extern "C" void kittens_emu_switch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .p2align 4
+  .type kittens_emu_switch, @function
+kittens_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $16, %rsp
+  stmxcsr 8(%rsp)
+  fnstcw (%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  fldcw (%rsp)
+  ldmxcsr 8(%rsp)
+  addq $16, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size kittens_emu_switch, .-kittens_emu_switch
+)");
+namespace kittens {
+struct EmuContext {
+  void* sp = nullptr;
+};
+inline void emu_switch(EmuContext& from, EmuContext& to) { kittens_emu_switch(&from.sp, to.sp); }
+// A fresh lane's stack, as kittens_emu_switch leaves one: control words, six registers, then the
+// address it returns to (`start`, entered as if called: the slot above it is its return address).
+inline void emu_context_init(EmuContext& c, unsigned char* base, size_t size, void (*start)()) {
+  uintptr_t top = ((uintptr_t)base + size) & ~(uintptr_t)15;
+  u64* sp = (u64*)top;
+  *--sp = 0;                 // `start`'s return address: it never returns
+  *--sp = (u64)start;        // popped by `ret`
+  for (int i = 0; i < 6; ++i) *--sp = 0;  // rbp rbx r12..r15
+  sp -= 2;
+  u32 mxcsr;
+  unsigned short fcw;
+  asm volatile("stmxcsr %0" : "=m"(mxcsr));
+  asm volatile("fnstcw %0" : "=m"(fcw));
+  memcpy((unsigned char*)sp + 8, &mxcsr, 4);
+  memcpy((unsigned char*)sp, &fcw, 2);
+  c.sp = sp;
+}
+#else
+struct EmuContext {
+  ucontext_t uc;
+};
+inline void emu_switch(EmuContext& from, EmuContext& to) {
+  if (swapcontext(&from.uc, &to.uc) != 0) emu_fail("swapcontext failed");
+}
+inline void emu_context_init(EmuContext& c, unsigned char* base, size_t size, void (*start)()) {
+  if (getcontext(&c.uc) != 0) emu_fail("getcontext failed");
+  c.uc.uc_stack.ss_sp = base;
+  c.uc.uc_stack.ss_size = size;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, start, 0);
+}
+#endif
+struct EmuFiber {
+  EmuContext ctx;
+  unsigned char* stack;
+  bool ready, done;
+};
+inline EmuFiber emu_fibers[LANES_MAX];
+inline int emu_fiber_count = 0;
+inline EmuContext emu_scheduler;
+inline void (*emu_body)(void*) = nullptr;
+inline void* emu_body_arg = nullptr;
+// Back to the scheduler; returns when this lane is scheduled again.
+inline void emu_yield() { emu_switch(emu_fibers[emu_tid].ctx, emu_scheduler); }
+// A barrier of `expected` lanes: the last to arrive releases the others and goes on; the others
+// yield until released. Arrivals count, so conditional barriers pair up as on hardware.
+struct EmuBarrier {
+  int expected;
+  int arrived = 0;
+  int waiting[LANES_MAX];
+  explicit EmuBarrier(int n) : expected(n) {}
+  void arrive_and_wait() {
+    if (++arrived == expected) {
+      for (int i = 0; i < arrived - 1; ++i) emu_fibers[waiting[i]].ready = true;
+      arrived = 0;
+      return;
+    }
+    waiting[arrived - 1] = emu_tid;
+    emu_fibers[emu_tid].ready = false;
+    emu_yield();
+  }
+};
+inline EmuBarrier* emu_block_barrier = nullptr;
+// Every lane starts here: runs the kernel, then hands control back for good.
+inline void emu_fiber_start() {
+  emu_body(emu_body_arg);
+  emu_fibers[emu_tid].done = true;
+  emu_yield();
+  emu_fail("a finished lane was resumed");
+}
+// Runs block `bid`: `threads` lanes, each calling `body`, until every lane has returned.
+template <class Body> inline void emu_run_block(int threads, int bid, Body& body) {
+  if (threads < 1 || threads > LANES_MAX) emu_fail("block size outside 1..1024 lanes");
+  for (int t = emu_fiber_count; t < threads; ++t) {
+    void* m = mmap(nullptr, EMU_STACK + EMU_GUARD, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED || mprotect(m, EMU_GUARD, PROT_NONE) != 0) emu_fail("cannot map a lane's stack");
+    emu_fibers[t].stack = (unsigned char*)m;
+    emu_fiber_count = t + 1;
+  }
+  emu_bid = bid;
+  emu_body = [](void* b) { (*static_cast<Body*>(b))(); };
+  emu_body_arg = &body;
+  for (int t = 0; t < threads; ++t) {
+    EmuFiber& f = emu_fibers[t];
+    emu_context_init(f.ctx, f.stack + EMU_GUARD, EMU_STACK, &emu_fiber_start);
+    f.ready = true;
+    f.done = false;
+  }
+  for (int left = threads, sweep = 0; left > 0; ++sweep) {
+    bool ran = false;
+    for (int i = 0; i < threads; ++i) {
+      const int t = sweep % 2 ? threads - 1 - i : i;
+      EmuFiber& f = emu_fibers[t];
+      if (f.done || !f.ready) continue;
+      emu_tid = t;
+      emu_switch(emu_scheduler, f.ctx);
+      ran = true;
+      if (f.done) --left;
+    }
+    if (!ran) emu_fail("hang: every lane still running waits at a barrier that no other lane will reach");
+  }
+}
+
 struct EmuWave {
-  std::barrier<> bar{64};
+  EmuBarrier bar{64};
   float a[64][32], b[64][32], c[64][16], x[64];
   const unsigned char* p[64];
 };
@@ -308,8 +475,8 @@ inline void mfma_f32_16x16x16_bf16_sched(b16x4 a, b16x4 b, f32x4& c) { mfma_f32_
 inline void mfma_f32_16x16x32_bf16_sched(b16x8 a, b16x8 b, f32x4& c) { mfma_f32_16x16x32_bf16(a, b, c); }
 inline void mfma_f32_16x16x32_fp8_fp8_sched(fp8x8 a, fp8x8 b, f32x4& c) { mfma_f32_16x16x32_fp8_fp8(a, b, c); }
 inline void mfma_f32_16x16x128_f8f6f4_sched(fp8x32 a, fp8x32 b, f32x4& c) { mfma_f32_16x16x128_f8f6f4(a, b, c); }
-// Lane exchanges and the wave-level ordering point: each lane is a thread, so both synchronise the
-// wave's 64 threads.
+// Lane exchanges and the wave-level ordering point: each lane is a fiber, so both synchronise the
+// wave's 64 lanes.
 inline float exp2_f32(float x) { return exp2f(x); }
 inline void wave_sync() { emu_waves[emu_tid / 64].bar.arrive_and_wait(); }
 template <int M> inline float shfl_xor_f32(float v) {

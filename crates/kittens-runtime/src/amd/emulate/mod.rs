@@ -1,5 +1,5 @@
 //! The lowered HIP of a kernel, run on the host: the generated source (prelude stripped) is compiled
-//! for x86-64 against [`EMU_HEADER`], a stand-in for the prelude (threads for lanes, static storage for
+//! for x86-64 against [`EMU_HEADER`], a stand-in for the prelude (fibers for lanes, static storage for
 //! LDS, wave-collective MFMAs on the ISA lane maps, buffer resources with their bounds), and run block by
 //! block on given tensors.
 //!
@@ -152,7 +152,7 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EmuError + '_ {
 }
 
 /// The host `main`: reads `manifest` (parameters, then per tensor `bytes virtual`, then the launch ids),
-/// loads tensor `i` from `t<i>.bin` beside it, runs each block with one host thread per HIP thread, and
+/// loads tensor `i` from `t<i>.bin` beside it, runs each block with one fiber per HIP thread (emu.h), and
 /// writes every writable tensor to `t<i>.out`.
 fn driver(k: &Kernel) -> String {
     let (np, nt) = (k.params.len(), k.globals.len());
@@ -181,7 +181,6 @@ fn driver(k: &Kernel) -> String {
         r#"
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
 int main(int argc, char** argv) {{
   if (argc != 2) return 2;
@@ -212,12 +211,10 @@ int main(int argc, char** argv) {{
   if (fscanf(m, "%llu", &n) != 1) return 2;
   for (unsigned long long b = 0; b < n; ++b) {{
     if (fscanf(m, "%llu", &id) != 1) return 2;
-    std::barrier<> bar({threads});
+    kittens::EmuBarrier bar({threads});
     kittens::emu_block_barrier = &bar;
-    std::vector<std::thread> ts;
-    for (int t = 0; t < {threads}; ++t)
-      ts.emplace_back([&, t] {{ kittens::emu_tid = t; kittens::emu_bid = (int)id; {name}({args}); }});
-    for (auto& t : ts) t.join();
+    auto body = [&] {{ {name}({args}); }};
+    kittens::emu_run_block({threads}, (int)id, body);
   }}
   for (int i : std::vector<int>{{{writable}}}) {{
     const std::string path = dir + "/t" + std::to_string(i) + ".out";

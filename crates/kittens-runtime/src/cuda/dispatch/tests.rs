@@ -1,4 +1,7 @@
+use super::bind::{essential, offsets_set};
 use super::*;
+use crate::cuda::args::map_geometry;
+use crate::cuda::limits::check_tensor_map_nd;
 use kittens_kernels::layernorm::{build, LayerNormConfig};
 
 fn layernorm(dim: u32, p: f32, eps: f32) -> Kernel {
