@@ -68,8 +68,7 @@ if torch.cuda.is_available():
     from . import _dispatch
 
 __all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "layernorm_backward_h",
-           "rotary",
-           "dropout_keep", "seed_arg", "rotary_tables", "rmsnorm", "rmsnorm_y", "rmsnorm_backward", "swiglu",
+           "rotary", "dropout_keep", "seed_arg", "rotary_tables", "rmsnorm", "rmsnorm_y", "rmsnorm_backward", "swiglu",
            "swiglu_backward", "cross_entropy_", "linear_cross_entropy_forward"]
 
 
