@@ -64,6 +64,14 @@ def bench_layernorm_backward(torch, kittens, args, copy_gbs: float) -> List[dict
         def ours(i):
             return _dispatch.layernorm_backward(dys[i], dhs[i], xs[i], rs[i], w, p, SEED, OFFSET, EPS)
 
+        # The backward from the forward's own h (its second plane, which autograd keeps, as
+        # torch.compile's backward reads the h its forward saved): h, dy, dh read, dresidual written (and dx
+        # with dropout; without, dx is dresidual).
+        hs = [_dispatch.layernorm(xs[i], rs[i], w, b, p, SEED, OFFSET, EPS)[1] for i in range(copies)]
+
+        def ours_h(i):
+            return _dispatch.layernorm_backward_h(dys[i], dhs[i], hs[i], w, p, SEED, OFFSET, EPS)
+
         graphs = {}
         for name, f in (("eager", expr), ("compiled", compiled)):
             gs = []
@@ -93,6 +101,8 @@ def bench_layernorm_backward(torch, kittens, args, copy_gbs: float) -> List[dict
         check["dweight_rel_diff_vs_torch"] = _rel(dw, e[2].double())
         check["dbias_rel_diff_vs_torch"] = _rel(db, e[3].double())
         variants = bench_variants.fns(args, ours)
+        variants["from_h"] = ours_h
+        variants.update({f"h:{k[2:]}": f for k, f in bench_variants.fns(args, ours_h).items()})
 
         def judge(fn):
             vx, vres, vw, vb = fn(0)
@@ -111,6 +121,14 @@ def bench_layernorm_backward(torch, kittens, args, copy_gbs: float) -> List[dict
         }, copies, args.warmup, args.iters)
         row = _row(f"layernorm bwd rows {rows} D {d} p={p}", per, times, copy_gbs)
         row.update(check)
+        # The from-h forms against the bytes they must move themselves (not the x form's six tensors).
+        h_bytes = (3 + (2 if p > 0 else 1)) * rows * d * 2
+        row["from_h_bytes"] = h_bytes
+        for k in [k for k in times if k == "from_h" or k.startswith("h:")]:
+            row[f"{k}_own_of_copy"] = h_bytes / times[k] / 1e6 / copy_gbs
+            print(f"  {row['shape']:<40} {k:<34} {row[k + '_own_of_copy']:.3f} of copy (own bytes)  "
+                  f"{times['ours'] / times[k]:.3f}x x-form  {times['compiled'] / times[k]:.3f}x compiled  "
+                  f"{'ok' if check.get(k + '_passed') else 'FAILED'}", flush=True)
         out.append(row)
         xs = rs = dys = dhs = graphs = None
         torch.cuda.empty_cache()

@@ -10,6 +10,7 @@ strides without running it, for ``torch.compile`` and FakeTensor tracing) and an
 ``kittens::attention_backward(...)``       ``(dq, dk, dv)`` (attention backward kernel)
 ``kittens::layernorm(x, residual, ...)``   ``(2, ..., D)``: the normed rows and the new residual
 ``kittens::layernorm_backward(...)``       ``(dx, dresidual, dweight, dbias)`` (layernorm backward kernel)
+``kittens::layernorm_backward_h(...)``     the same from the forward's ``h`` (what the op's autograd uses on CUDA)
 ``kittens::rotary(q, cos, sin, ...)``      the rotated q (rotary kernel); backward = the same kernel
 =========================================  ===============================================================
 
@@ -66,8 +67,8 @@ from ._opcall import (  # noqa: F401
 if torch.cuda.is_available():
     from . import _dispatch
 
-__all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "rotary",
-           "dropout_keep", "seed_arg", "rotary_tables", "rmsnorm", "rmsnorm_y", "rmsnorm_backward", "swiglu",
+__all__ = ["matmul", "attention", "attention_backward", "layernorm", "layernorm_backward", "layernorm_backward_h",
+           "rotary", "dropout_keep", "seed_arg", "rotary_tables", "rmsnorm", "rmsnorm_y", "rmsnorm_backward", "swiglu",
            "swiglu_backward", "cross_entropy_", "linear_cross_entropy_forward"]
 
 
@@ -188,11 +189,25 @@ def _(x, residual, weight, bias, p=0.0, seed=0, offset=0, eps=1e-5):
 
 def _layernorm_setup(ctx, inputs, output):
     x, residual, weight, bias, p, seed, offset, eps = inputs
-    ctx.save_for_backward(x, residual, weight, bias)
+    # Where the kernel takes it, the backward reads h, the output's second plane (kept alive by the caller
+    # anyway: the next residual), in place of x and residual: fewer bytes read and, without dropout, one
+    # gradient written for both (layernorm_backward_h).
+    ctx.from_h = _layernorm_bwd_on_gpu(x, p)
+    if ctx.from_h:
+        ctx.save_for_backward(output[1], weight, bias)
+    else:
+        ctx.save_for_backward(x, residual, weight, bias)
     ctx.p, ctx.seed, ctx.offset, ctx.eps = p, seed, offset, eps
 
 
 def _layernorm_grad(ctx, grad):
+    if ctx.from_h:
+        h, weight, bias = ctx.saved_tensors
+        dx, dres, dw, db = call("layernorm_backward_h", grad, h, weight, bias, ctx.p, ctx.seed, ctx.offset,
+                                ctx.eps)
+        # Without dropout dx is dresidual (the op returns no tensor of its own for it: its outputs may not
+        # alias), as autograd's backward of `residual + x` hands one gradient to both.
+        return (dres if ctx.p == 0.0 else dx), dres, dw, db, None, None, None, None
     x, residual, weight, bias = ctx.saved_tensors
     grads = call("layernorm_backward", grad, x, residual, weight, bias, ctx.p, ctx.seed,
                                                  ctx.offset, ctx.eps)
@@ -206,6 +221,11 @@ _autograd("layernorm", layernorm, _layernorm_grad, _layernorm_setup)
 # (kittens_kernels::layernorm::bwd::MAX_DIM_32_LANES_DROPOUT: longer rows would spill); without dropout it
 # takes every row length the forward does. Longer rows with dropout take the composite below.
 _LAYERNORM_BWD_MAX_D = 4096
+
+
+def _layernorm_bwd_on_gpu(x: Tensor, p: float) -> bool:
+    """Whether the layernorm_bwd kernel takes rows like ``x`` with dropout ``p`` (else the composite)."""
+    return x.is_cuda and (p == 0.0 or x.shape[-1] <= _LAYERNORM_BWD_MAX_D)
 
 
 @_op("layernorm_backward")
@@ -222,7 +242,7 @@ def layernorm_backward(grad: Tensor, x: Tensor, residual: Tensor, weight: Tensor
     in float32 that recompute the kernel's float32 ``h`` (the dropout mask drawn again by
     :func:`dropout_keep`), its mean and ``1/sqrt(var + eps)``, and take LayerNorm's gradient.
     """
-    if x.is_cuda and (p == 0.0 or x.shape[-1] <= _LAYERNORM_BWD_MAX_D):
+    if _layernorm_bwd_on_gpu(x, p):
         g = grad.reshape((2,) + tuple(x.shape))
         rows = _dispatch.rows_in_place
         return _dispatch.layernorm_backward(rows(g[0]), rows(g[1]), rows(x), rows(residual), weight,
@@ -231,13 +251,22 @@ def layernorm_backward(grad: Tensor, x: Tensor, residual: Tensor, weight: Tensor
     f32 = torch.float32
     xs = x.reshape(-1, d).to(f32)
     r = residual.reshape(-1, d).to(f32)
-    g = grad.reshape(2, -1, d).to(f32)
-    dy, dh_out = g[0], g[1]
     keep = None
     if p > 0.0:
         keep = dropout_keep(xs.shape[0], d, p, seed, offset, x.device).to(f32) * (1.0 / (1.0 - p))
         xs = xs * keep
-    h = r + xs
+    dx, dh, dweight, dbias = _layernorm_bwd_cpu(grad, r + xs, keep, weight, bias, eps)
+    return dx.reshape(x.shape), dh.reshape(residual.shape), dweight, dbias
+
+
+def _layernorm_bwd_cpu(grad: Tensor, h: Tensor, keep: Optional[Tensor], weight: Tensor, bias: Tensor,
+                       eps: float) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """LayerNorm's gradient in float32 PyTorch ops from the float32 rows ``h`` (``(rows, D)``) and the
+    scaled dropout mask ``keep`` (or None): ``(dx, dresidual)`` as bf16 ``(rows, D)``, dweight, dbias."""
+    d = h.shape[-1]
+    f32 = torch.float32
+    g = grad.reshape(2, -1, d).to(f32)
+    dy, dh_out = g[0], g[1]
     mean = h.mean(dim=-1, keepdim=True)
     hc = h - mean
     rstd = torch.rsqrt((hc * hc).mean(dim=-1, keepdim=True) + eps)
@@ -250,8 +279,7 @@ def layernorm_backward(grad: Tensor, x: Tensor, residual: Tensor, weight: Tensor
     dh = dh + dh_out
     dx = dh * keep if keep is not None else dh
     bf = torch.bfloat16
-    return (dx.to(bf).reshape(x.shape), dh.to(bf).reshape(residual.shape), dweight.to(weight.dtype),
-            dbias.to(bias.dtype))
+    return dx.to(bf), dh.to(bf), dweight.to(weight.dtype), dbias.to(bias.dtype)
 
 
 @layernorm_backward.register_fake
@@ -272,6 +300,45 @@ def _layernorm_backward_grad(ctx, *grads):
 
 
 _autograd("layernorm_backward", layernorm_backward, _layernorm_backward_grad, _layernorm_backward_setup)
+
+
+@_op("layernorm_backward_h")
+def layernorm_backward_h(grad: Tensor, h: Tensor, weight: Tensor, bias: Tensor, p: float = 0.0, seed: int = 0,
+                         offset: int = 0, eps: float = 1e-5) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(dx, dresidual, dweight, dbias)`` of :func:`layernorm` from ``h``, its output's second plane (the
+    forward's ``residual + dropout(x)``), for ``grad`` of its ``(2, ..., D)`` output. Without dropout ``dx``
+    equals ``dresidual`` and is returned empty (0 elements: an op's outputs may not alias); the caller
+    uses ``dresidual`` for both.
+
+    CUDA: the ``layernorm_bwd`` kernel with ``from_h`` (h, dy, dh read; dresidual written, and dx with
+    dropout; the mask drawn again from ``seed`` and ``offset``), rows up to ``_LAYERNORM_BWD_MAX_D`` long
+    with dropout. CPU and longer rows with dropout: PyTorch ops in float32.
+    """
+    if _layernorm_bwd_on_gpu(h, p):
+        g = grad.reshape((2,) + tuple(h.shape))
+        rows = _dispatch.rows_in_place
+        dx, dres, dw, db = _dispatch.layernorm_backward_h(rows(g[0]), rows(g[1]), rows(h), weight, float(p),
+                                                          seed, offset, float(eps))
+        dres = dres.reshape(h.shape)
+        return (dx.reshape(h.shape) if p > 0.0 else dres.new_empty(0)), dres, dw, db
+    d = h.shape[-1]
+    hf = h.reshape(-1, d).to(torch.float32)
+    keep = None
+    if p > 0.0:
+        keep = dropout_keep(hf.shape[0], d, p, seed, offset, h.device).to(torch.float32) * (1.0 / (1.0 - p))
+    dx, dres, dw, db = _layernorm_bwd_cpu(grad, hf, keep, weight, bias, eps)
+    return (dx.reshape(h.shape) if p > 0.0 else dx.new_empty(0)), dres.reshape(h.shape), dw, db
+
+
+@layernorm_backward_h.register_fake
+def _(grad, h, weight, bias, p=0.0, seed=0, offset=0, eps=1e-5):
+    dres = torch.empty_like(h, memory_format=torch.contiguous_format)
+    return ((torch.empty_like(h, memory_format=torch.contiguous_format) if p > 0.0 else h.new_empty(0)), dres,
+            torch.empty_like(weight, memory_format=torch.contiguous_format),
+            torch.empty_like(bias, memory_format=torch.contiguous_format))
+
+
+_autograd("layernorm_backward_h", layernorm_backward_h, _layernorm_backward_grad, _layernorm_backward_setup)
 
 
 # The kernels' dropout stream in torch ops (layernorm_backward's composite draws the mask with it).

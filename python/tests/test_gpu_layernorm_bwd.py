@@ -41,8 +41,11 @@ def forward(x, r, w, b, keep, p, eps):
     return F.layer_norm(h, (h.shape[-1],), w, b, eps), h
 
 
+KEYS = ("layernorm_bwd", "layernorm_bwd_h")  # the x form's handles, and the h form's (the autograd's on CUDA)
+
+
 def ran_the_kernel(shape):
-    return any(k[0] == "layernorm_bwd" and tuple(k[1]) == tuple(shape) for k in _dispatch._HANDLES)
+    return any(k[0] in KEYS and tuple(k[1]) == tuple(shape) for k in _dispatch._HANDLES)
 
 
 @pytest.mark.parametrize("rows,d", [(37, 1000), (37, 768), (4133, 3080), (3, 4096), (3, 8192), (301, 5128)])
@@ -53,7 +56,7 @@ def test_layernorm_gradients_against_float64(rows, d, p):
     w, b = rand(d, scale=2, seed=3), rand(d, seed=4)
     grad = torch.stack([rand(rows, d, seed=5), rand(rows, d, seed=6)])
     ins = [t.clone().requires_grad_() for t in (x, r, w, b)]
-    for key in [k for k in _dispatch._HANDLES if k[0] == "layernorm_bwd"]:
+    for key in [k for k in _dispatch._HANDLES if k[0] in KEYS]:
         del _dispatch._HANDLES[key]  # so that ran_the_kernel sees this call (the cache key has no p)
     out = ops.layernorm(*ins, p, SEED, OFFSET, eps)
     out.backward(grad)
@@ -86,6 +89,31 @@ def test_the_kernel_matches_the_cpu_composite(p):
         assert g.shape == c.shape and g.dtype == c.dtype, name
         scale = c.float().abs().max().item()
         assert (g.cpu().float() - c.float()).abs().max().item() <= 2 ** -7 * scale, name
+    if p > 0:
+        dropped = ~ops.dropout_keep(rows, d, p, SEED, OFFSET, x.device)
+        assert dropped.any()
+        assert (gpu[0][dropped] == 0).all()
+        assert (gpu[1][dropped] != 0).any()
+
+
+@pytest.mark.parametrize("p", [0.0, 0.25])
+@pytest.mark.parametrize("rows,d", [(45, 1000), (7, 8192)])
+def test_the_h_form_matches_the_cpu_composite(p, rows, d):
+    """``layernorm_backward_h`` (the kernel from the forward's h) and its CPU composite on the same h:
+    without dropout dx is not returned (it is dresidual), with dropout it is zero exactly where the mask
+    drops; rows over 4096 with dropout take the composite on CUDA too."""
+    eps = 1e-5
+    x, r, w, b = rand(rows, d, scale=4, seed=7), rand(rows, d, scale=4, seed=8), rand(d, seed=9), rand(d, seed=10)
+    h = ops.layernorm(x, r, w, b, p, SEED, OFFSET, eps)[1]
+    grad = torch.stack([rand(rows, d, seed=11), rand(rows, d, seed=12)])
+    gpu = torch.ops.kittens.layernorm_backward_h(grad, h, w, b, p, SEED, OFFSET, eps)
+    cpu = torch.ops.kittens.layernorm_backward_h(grad.cpu(), h.cpu(), w.cpu(), b.cpu(), p, SEED, OFFSET, eps)
+    for name, g, c in zip(("dx", "dresidual", "dweight", "dbias"), gpu, cpu):
+        assert g.shape == c.shape and g.dtype == c.dtype, name
+        if c.numel():
+            scale = c.float().abs().max().item()
+            assert (g.cpu().float() - c.float()).abs().max().item() <= 2 ** -7 * scale, name
+    assert (gpu[0].numel() == 0) == (p == 0.0)
     if p > 0:
         dropped = ~ops.dropout_keep(rows, d, p, SEED, OFFSET, x.device)
         assert dropped.any()

@@ -139,6 +139,41 @@ def test_opcheck_layernorm_backward():
     _opcheck(torch.ops.kittens.layernorm_backward.default, (g, x, r, w, b, 0.1, 5, 0, 1e-5))
 
 
+@pytest.mark.parametrize("p", [0.0, 0.1])
+def test_opcheck_layernorm_backward_h(p):
+    h, w, b = rand(2, 768, seed=15), rand(768, seed=17), rand(768, seed=18)
+    g = rand(2, 2, 768, seed=19)
+    _opcheck(torch.ops.kittens.layernorm_backward_h.default, (g, h, w, b, p, 5, 0, 1e-5))
+
+
+@pytest.mark.parametrize("p", [0.0, 0.2])
+def test_layernorm_backward_h_against_float64(p):
+    """The backward from the forward's h: dresidual (and dx = keep·dresidual with dropout; without, dx is
+    not returned: it is dresidual) against float64 autograd of layernorm on the same h, dweight and dbias
+    too; with dropout the mask is the forward's (a flipped bit moves dx by a whole dh/(1 - p))."""
+    rows, d, seed, offset, eps = 37, 776, 11, 5, 1e-5
+    x, r = rand(rows, d, seed=60), rand(rows, d, seed=61)
+    w, b = (1 + rand(d, seed=62).float() * 0.5).to(BF), rand(d, seed=63)
+    g = rand(2, rows, d, seed=64)
+    with torch.no_grad():
+        _, h = kittens.layernorm(x, r, w, b, p, seed, offset=offset)
+    dx, dres, dw, db = torch.ops.kittens.layernorm_backward_h(g, h, w, b, p, seed, offset, eps)
+    leaves = [t.double().requires_grad_() for t in (h, w, b)]
+    y64 = torch.nn.functional.layer_norm(leaves[0], (d,), leaves[1], leaves[2], eps)
+    ref = torch.autograd.grad((y64, leaves[0]), leaves, (g[0].double(), g[1].double()))
+    keep = ops.dropout_keep(rows, d, p, seed, offset).double() / (1 - p) if p > 0 else None
+
+    def rel(a, ref_):
+        return ((a.double() - ref_).norm() / ref_.norm()).item()
+
+    assert rel(dres, ref[0]) < 1e-2
+    assert rel(dw, ref[1]) < 1e-2 and rel(db, ref[2]) < 1e-2
+    if p > 0:
+        assert rel(dx, ref[0] * keep) < 1e-2
+    else:
+        assert dx.numel() == 0
+
+
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_opcheck_rotary(interleaved):
     q = rand(1, 7, 2, 32, seed=20).transpose(1, 2).requires_grad_()

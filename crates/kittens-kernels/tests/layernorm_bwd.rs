@@ -202,6 +202,65 @@ fn layernorm_backward_with_staged_rows() {
     check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));
 }
 
+/// The backward from the forward's `h` (`from_h`: inputs dy, dh, h, weight; without dropout one row
+/// output, dresidual, which is dx too): at odd shapes with and without dropout, and over grids at each
+/// prefetch level, with one barrier a row, staged rows and shared partial sums, one and two chunks per
+/// wave and 64 lanes, against the f64 reference of the same gradients.
+#[test]
+fn layernorm_backward_from_h() {
+    for (rows, dim) in [(37, 1000), (37, 768), (5, 3080), (3, 8192)] {
+        for p in [0.0, 0.1] {
+            check_with(
+                "layernorm_bwd",
+                &with_p(rows, dim, p).with("from_h", true),
+                None,
+            );
+        }
+    }
+    let cases = [
+        // (blocks, prefetch, one_sum, stage, shared_acc)
+        (2, 0, false, 0, false),
+        (7, 1, false, 0, false),
+        (7, 2, true, 0, false),
+        (1, 2, true, 0, true),
+        (7, 0, true, 2, false),
+        (2, 0, false, 1, true),
+    ];
+    for (dim, lanes, p) in [
+        (1000u32, 32u32, 0.1),
+        (1000, 32, 0.0),
+        (5128, 32, 0.0),
+        (768, 64, 0.1),
+    ] {
+        let cfg = LayerNormConfig {
+            from_h: true,
+            ..LayerNormConfig::new(dim, p, lanes)
+        };
+        for (blocks, prefetch, one_sum, stage, shared_acc) in cases {
+            let lp = RowLoop {
+                blocks,
+                prefetch,
+                one_sum,
+                stage,
+                shared_acc,
+                ..RowLoop::for_target(Target::Cpu, cfg.waves)
+            };
+            if stage > 0 {
+                let k = bwd::build_bwd(&cfg, &lp).unwrap();
+                let copies = k
+                    .ops()
+                    .iter()
+                    .filter(|r| matches!(r.op, kittens_ir::Op::LoadAsync { .. }))
+                    .count();
+                // h, dy and dh: three tensors staged, not four.
+                assert_eq!(copies, 3 * (stage as usize + 1), "D{dim} stage {stage}");
+            }
+            let p = with_p(45, dim as usize, p).with("from_h", true);
+            check_with("layernorm_bwd", &p, Some(stages(&cfg, &lp, &p, 45)));
+        }
+    }
+}
+
 fn stages(cfg: &LayerNormConfig, lp: &RowLoop, p: &NamedArgs, rows: usize) -> Vec<Stage> {
     let l = by_name("layernorm_bwd")
         .unwrap()
@@ -210,11 +269,18 @@ fn stages(cfg: &LayerNormConfig, lp: &RowLoop, p: &NamedArgs, rows: usize) -> Ve
         .launch()
         .unwrap();
     let scratch = bwd::parts_at(cfg, lp, rows).unwrap() * cfg.dim as usize;
+    // dx and dresidual (only dresidual from h without dropout), then dweight and dbias.
+    let n = l.outputs.len() - 2;
+    assert_eq!(n, if cfg.from_h && cfg.p == 0.0 { 1 } else { 2 });
     vec![
         Stage {
             kernel: bwd::build_bwd(cfg, lp).unwrap(),
             launch: Launch {
-                outputs: vec![l.outputs[0], l.outputs[1], scratch, scratch],
+                outputs: l.outputs[..n]
+                    .iter()
+                    .copied()
+                    .chain([scratch, scratch])
+                    .collect(),
                 ..l.clone()
             },
         },
@@ -223,7 +289,7 @@ fn stages(cfg: &LayerNormConfig, lp: &RowLoop, p: &NamedArgs, rows: usize) -> Ve
             launch: Launch {
                 params: l.params[..1].to_vec(),
                 inputs: vec![scratch, scratch],
-                outputs: vec![l.outputs[2], l.outputs[3]],
+                outputs: l.outputs[n..].to_vec(),
             },
         },
     ]

@@ -94,6 +94,24 @@ fn builds(e: &KernelEntry, t: Target) -> Vec<(String, kittens_ir::Kernel)> {
                     }
                     let k = layernorm::bwd::build_bwd(&cfg(p), &lp).unwrap();
                     v.push((label(&format!("p={p}")), k));
+                    // From the forward's h (`LayerNormConfig::from_h`), and on 32 lanes as its
+                    // default walks the rows from D 4096 (one barrier a row, two rows staged).
+                    let h = layernorm::LayerNormConfig {
+                        from_h: true,
+                        ..cfg(p)
+                    };
+                    let k = layernorm::bwd::build_bwd(&h, &lp).unwrap();
+                    v.push((label(&format!("from_h p={p}")), k));
+                    if gpu.wave_width == 32 {
+                        let staged = RowLoop {
+                            one_sum: true,
+                            stage: 2,
+                            index32: true,
+                            ..lp
+                        };
+                        let k = layernorm::bwd::build_bwd(&h, &staged).unwrap();
+                        v.push((label(&format!("from_h staged p={p}")), k));
+                    }
                 }
                 let k = layernorm::bwd::build_dweight(&cfg(0.0), &lp).unwrap();
                 v.push((label("dweight"), k));

@@ -34,6 +34,7 @@ from ._rows import (  # noqa: F401
     cross_entropy_,
     layernorm,
     layernorm_backward,
+    layernorm_backward_h,
     rmsnorm,
     rmsnorm_backward,
     rows_in_place,

@@ -125,6 +125,54 @@ def _prepare_layernorm_backward(key, dy, dh, x, residual, weight, p, eps):
     return _core._prepare(key, "layernorm_bwd", problem, tensors, dev, free=free)
 
 
+def layernorm_backward_h(dy, dh, h, weight, p: float, seed: int, offset: int, eps: float):
+    """``(dx, dresidual, dweight, dbias)`` of :func:`layernorm` on CUDA from ``dy``, ``dh`` and ``h``, its
+    second output plane (registry ``layernorm_bwd`` with ``from_h``: the statistics recomputed from h, the
+    dropout mask from seed and offset). Without dropout ``dx`` is ``dresidual`` (one tensor, returned for
+    both, as autograd's own backward of ``residual + x`` does): four ``(rows, D)`` tensors moved, not six."""
+    key = ("layernorm_bwd_h", dy.shape, dy.stride(), dh.stride(), h.shape, h.stride(), weight.shape,
+           weight.stride(), dy.dtype, dh.dtype, h.dtype, weight.dtype, h.device, dy.device, dh.device,
+           weight.device, p, eps, os.environ.get(_ROW_LOOP_VAR))
+    rec = _HANDLES.get(key)
+    if rec is None:
+        rec = _prepare_layernorm_backward_h(key, dy, dh, h, weight, p, eps)
+    dres = _empty_like(h)
+    dx = _empty_like(h) if p > 0.0 else dres
+    dw = torch.empty(weight.shape, dtype=_BF16, device=h.device)
+    db = torch.empty(weight.shape, dtype=_BF16, device=h.device)
+    if rec[0] is None:
+        return dx, dres, dw.zero_(), db.zero_()
+    s0, s1 = _words(seed)
+    o0, o1 = _words(offset)
+    rows_out = (dx, dres) if p > 0.0 else (dres,)
+    ptrs = tuple(t.data_ptr() for t in (dy, dh, h, weight, *rows_out, dw, db))
+    _launch(rec, ptrs, h.get_device(), free=(s0, s1, o0, o1), device_obj=h.device)
+    return dx, dres, dw, db
+
+
+def _prepare_layernorm_backward_h(key, dy, dh, h, weight, p, eps):
+    ts = dict(dy=dy, dh=dh, h=h, weight=weight)
+    _bf16s(**ts)
+    dev = _same_device(**ts)
+    _dense(weight=weight)
+    for name, t in ts.items():
+        if name != "weight" and t.shape != h.shape:
+            raise ValueError(f"{name} {tuple(t.shape)} must have h's shape {tuple(h.shape)}")
+    if not 0.0 <= p < 1.0:
+        raise ValueError(f"dropout p = {p} must be in [0, 1)")
+    rows, d = _rows_of(h, weight)
+    if rows == 0 or d == 0:
+        return _store(key, (None, (0, ()), None))
+    m = ((rows, d), (d, 1))
+    problem = {"rows": rows, "norm_dim": d, "p": float(p), "eps": float(eps), "from_h": True}
+    tensors = _row_specs(problem, d, rows, dy=dy, dh=dh, h=h)
+    tensors.append(_spec("weight", (rows, d), (0, 1)))
+    tensors += [_spec(n, *m) for n in (("dx", "dresidual") if p > 0.0 else ("dresidual",))]
+    tensors += [_spec(n, (d, 1), (1, 1)) for n in ("dweight", "dbias")]
+    free = ("seed_lo", "seed_hi", "offset_lo", "offset_hi")
+    return _core._prepare(key, "layernorm_bwd", problem, tensors, dev, free=free)
+
+
 # -- rmsnorm, swiglu -----------------------------------------------------------------------------------
 
 

@@ -51,12 +51,15 @@ pub fn parts_at(cfg: &LayerNormConfig, lp: &RowLoop, rows: usize) -> Option<usiz
 /// forward's); tensors in launch order: `dy` (the normalised rows' gradient), `dh` (the new
 /// residual's), `x`, `residual` (bf16 `[rows, D]`), `weight` (bf16 `[D]`), then the outputs `dx`,
 /// `dresidual` (bf16 `[rows, D]`), `dw_partial` and `db_partial` (f32 `[D, parts]`, [`parts_at`]).
+/// With [`LayerNormConfig::from_h`] the forward's `h` takes the place of `x` and `residual`, and
+/// without dropout `dx` is not an output (it equals `dresidual`).
 /// The rows are walked as `lp` says.
 pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelError> {
     check(cfg)?;
     let dim = cfg.dim;
+    let form = if cfg.from_h { "_h" } else { "" };
     let mut k = KernelBuilder::new(
-        &format!("layernorm_bwd_d{dim}"),
+        &format!("layernorm_bwd{form}_d{dim}"),
         Schedule::Plain { waves: cfg.waves },
     );
     let rows = k.param("rows");
@@ -64,8 +67,21 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     let offset = [k.param_word("offset_lo"), k.param_word("offset_hi")];
     let d = Expr::c(i64::from(dim));
     let m = [("row", rows.clone()), ("col", d.clone())];
-    let [dy, dh_out, x, res] = ["dy", "dh", "x", "residual"]
-        .map(|t| cfg.strides.global(&mut k, t, &rows, dim, Access::Read));
+    let from_h = cfg.from_h;
+    let [dy, dh_out] =
+        ["dy", "dh"].map(|t| cfg.strides.global(&mut k, t, &rows, dim, Access::Read));
+    // `x` is the forward's h itself where the caller passes it (`LayerNormConfig::from_h`).
+    let x = cfg.strides.global(
+        &mut k,
+        if from_h { "h" } else { "x" },
+        &rows,
+        dim,
+        Access::Read,
+    );
+    let res = (!from_h).then(|| {
+        cfg.strides
+            .global(&mut k, "residual", &rows, dim, Access::Read)
+    });
     // One row read by every row, through a zero row stride.
     let w = k.global_strided(
         "weight",
@@ -74,7 +90,9 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
         vec![Expr::c(0), Expr::c(1)],
         Access::Read,
     );
-    let dx = k.global("dx", Bf16, &m, Access::Write);
+    let dropout = cfg.p > 0.0;
+    // From h without dropout, dx is dresidual: one output.
+    let dx = (!from_h || dropout).then(|| k.global("dx", Bf16, &m, Access::Write));
     let dres = k.global("dresidual", Bf16, &m, Access::Write);
     let rpb = cfg.rows_per_block();
     let parts = lp.parts(&rows, rpb);
@@ -125,17 +143,19 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     let [g, r, keep] = ["g", "r", "keep"].map(|n| strip(&mut k, n));
     let [dyt, dht] = ["dy", "dh"].map(|n| raw(&mut k, n));
     // (destination this step, source tensor) of each input; the first `n_ahead` through `next`.
-    let inputs = [(h[0], x), (r, res), (dyt, dy), (dht, dh_out)];
-    let n_ahead = [0, 2, 4][ahead];
-    let next: Vec<RegId> = ["next_x", "next_r", "next_dy", "next_dh"][..n_ahead]
+    let mut inputs = vec![(h[0], x, "next_x")];
+    inputs.extend(res.map(|res| (r, res, "next_r")));
+    let first = inputs.len();
+    inputs.extend([(dyt, dy, "next_dy"), (dht, dh_out, "next_dh")]);
+    let n_ahead = [0, first, inputs.len()][ahead];
+    let next: Vec<RegId> = inputs[..n_ahead]
         .iter()
-        .map(|n| raw(&mut k, n))
+        .map(|&(_, _, n)| raw(&mut k, n))
         .collect();
     let wv = k.col_vec("weight", g, Bf16);
     let [mean, inv, c1, c2, part] =
         ["mean", "rstd", "mean_g", "mean_gx", "part"].map(|n| k.row_vec(n, g, F32));
     let inv_d = 1.0 / dim as f32;
-    let dropout = cfg.p > 0.0;
     let col0 = |c: u32| f.col0.clone() + i64::from(c * cw);
     let view = |k: &KernelBuilder, g: GlobalId, row: &Expr, c: u32| {
         k.gview(g, vec![row.clone(), col0(c)], 0, 1, 1, cw)
@@ -159,12 +179,16 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     // With `lp.stage` (`RowLoop::stage`): x, residual, dy and dh of the rows `depth` steps ahead
     // copied into shared memory asynchronously, read chunk by chunk where used; the weight from
     // global memory (once, for a one-chunk share).
-    let depth = lp.stage_depth(Staged::bytes(4, (cfg.slice(), cfg.waves), 1));
+    let n_in = if from_h { 3 } else { 4 };
+    let depth = lp.stage_depth(Staged::bytes(n_in, (cfg.slice(), cfg.waves), 1));
     let staged = (depth > 0).then(|| {
-        let srcs = [("x", x), ("residual", res), ("dy", dy), ("dh", dh_out)];
+        let mut srcs = vec![("x", x)];
+        srcs.extend(res.map(|res| ("residual", res)));
+        srcs.extend([("dy", dy), ("dh", dh_out)]);
         Staged::new(&mut k, &srcs, (cfg.slice(), cfg.waves, cw), depth)
     });
-    let (sx, sr, sdy, sdh) = (0, 1, 2, 3);
+    // Ring indices of x (or h), residual, dy, dh.
+    let (sx, sr, sdy, sdh) = if from_h { (0, 0, 1, 2) } else { (0, 1, 2, 3) };
     acc_w.zero(&mut k);
     acc_b.zero(&mut k);
     let load = |k: &mut KernelBuilder, t: RegId, src: GlobalId, row: &Expr| {
@@ -179,7 +203,7 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
     }
     if n_ahead > 0 {
         let row0 = lp.row(&k, &rows, rpb, &Expr::c(0), &f.local);
-        for (&t, &(_, src)) in next.iter().zip(&inputs) {
+        for (&t, &(_, src, _)) in next.iter().zip(&inputs) {
             load(&mut k, t, src, &row0);
         }
         if hold {
@@ -194,32 +218,37 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
         // (all in flight at once), or has some from the previous step; a longer one x and residual,
         // chunk by chunk.
         if n_ahead > 0 {
-            for (&n, &(t, _)) in next.iter().zip(&inputs) {
+            for (&n, &(t, _, _)) in next.iter().zip(&inputs) {
                 k.copy(t, n);
             }
             if hold {
-                for &(t, src) in &inputs[n_ahead..] {
+                for &(t, src, _) in &inputs[n_ahead..] {
                     load(k, t, src, &row);
                 }
             }
             let after = lp.row(k, &rows, rpb, &(s.clone() + 1), &f.local);
-            for (&t, &(_, src)) in next.iter().zip(&inputs) {
+            for (&t, &(_, src, _)) in next.iter().zip(&inputs) {
                 load(k, t, src, &after);
             }
         } else if let Some(st) = &staged {
             st.wait(k);
             if hold {
-                let (rx, rr) = (st.read(k, (sx, 0), &s, None), st.read(k, (sr, 0), &s, None));
+                let rx = st.read(k, (sx, 0), &s, None);
+                let rr = (!from_h).then(|| st.read(k, (sr, 0), &s, None));
                 st.read(k, (sdy, 0), &s, Some(dyt));
                 st.read(k, (sdh, 0), &s, Some(dht));
                 k.wait_shared(0);
                 k.copy(h[0], rx);
-                k.copy(r, rr);
+                if let Some(rr) = rr {
+                    k.copy(r, rr);
+                }
                 st.refill(k, &f, lp, (&rows, rpb), &s);
             }
         } else if hold {
             k.load_global(h[0], view(k, x, &row, 0));
-            k.load_global(r, view(k, res, &row, 0));
+            if let Some(res) = res {
+                k.load_global(r, view(k, res, &row, 0));
+            }
             k.load_global(dyt, view(k, dy, &row, 0));
             k.load_global(dht, view(k, dh_out, &row, 0));
             k.load_global(wv, view(k, w, &row, 0));
@@ -249,22 +278,28 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
                 match &staged {
                     Some(st) => {
                         let rx = st.read(k, (sx, c), &s, None);
-                        let rr = st.read(k, (sr, c), &s, None);
+                        let rr = (!from_h).then(|| st.read(k, (sr, c), &s, None));
                         k.wait_shared(0);
                         k.copy(hc, rx);
-                        k.copy(r, rr);
+                        if let Some(rr) = rr {
+                            k.copy(r, rr);
+                        }
                     }
                     None => {
                         k.load_global(hc, view(k, x, &row, c));
-                        k.load_global(r, view(k, res, &row, c));
+                        if let Some(res) = res {
+                            k.load_global(r, view(k, res, &row, c));
+                        }
                     }
                 }
             }
-            if dropout {
-                draw_keep(k, &row, c);
-                k.mul(hc, hc, keep);
+            if !from_h {
+                if dropout {
+                    draw_keep(k, &row, c);
+                    k.mul(hc, hc, keep);
+                }
+                k.add(hc, hc, r);
             }
-            k.add(hc, hc, r);
             sum_chunks(k, mean, c, hc);
             if lp.one_sum {
                 // Σ h², Σ g and Σ g·h beside Σ h (`RowLoop::one_sum`), h not yet centred.
@@ -359,12 +394,15 @@ pub fn build_bwd(cfg: &LayerNormConfig, lp: &RowLoop) -> Result<Kernel, KernelEr
             k.add(g, g, dht);
             k.store(view(k, dres, &row, c), g);
             if dropout {
-                if !hold {
+                // From h the mask was not drawn for the sum: drawn here.
+                if !hold || from_h {
                     draw_keep(k, &row, c);
                 }
                 k.mul(g, g, keep);
             }
-            k.store(view(k, dx, &row, c), g);
+            if let Some(dx) = dx {
+                k.store(view(k, dx, &row, c), g);
+            }
         }
         if let (Some(st), false) = (&staged, hold) {
             // A longer share read its slots until here.

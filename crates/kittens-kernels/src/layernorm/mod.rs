@@ -53,6 +53,12 @@ pub struct LayerNormConfig {
     /// The row strides of the `[rows, D]` tensors (by the names [`build`] and [`bwd::build_bwd`]
     /// give them); dense by default.
     pub strides: RowStrides,
+    /// The backward only ([`bwd::build_bwd`]): whether it reads the forward's `h` (its second output
+    /// plane, which autograd keeps) in place of `x` and `residual`, and at `p = 0` writes only
+    /// `dresidual` (`dx` is the same tensor there): four `[rows, D]` tensors moved rather than six,
+    /// as `torch.compile`'s backward of the same expression does (docs/performance.md, "layernorm and
+    /// rotary").
+    pub from_h: bool,
 }
 
 impl LayerNormConfig {
@@ -68,6 +74,7 @@ impl LayerNormConfig {
             waves: crate::rows::block_waves(waves_per_row),
             waves_per_row,
             strides: RowStrides::default(),
+            from_h: false,
         }
     }
 

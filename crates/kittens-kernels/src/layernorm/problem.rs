@@ -36,12 +36,18 @@ pub struct LayerNormProblem {
     /// default.
     pub strides: RowStrides,
     pub run: RunSettings,
+    /// The backward reads the forward's `h` in place of `x` and `residual`
+    /// ([`LayerNormConfig::from_h`]; problem argument `from_h`): inputs `dy`, `dh`, `h`, `weight`;
+    /// outputs `dx` (with dropout only: without, it is `dresidual`), `dresidual`, `dweight`, `dbias`.
+    pub from_h: bool,
 }
 
 /// The forward's inputs that take a row stride (`{name}_row_stride`).
 pub const FWD_STRIDED: [&str; 2] = ["x", "residual"];
 /// The backward's inputs that take a row stride (`{name}_row_stride`).
 pub const BWD_STRIDED: [&str; 4] = ["dy", "dh", "x", "residual"];
+/// The backward's inputs that take a row stride when it reads `h` ([`LayerNormProblem::from_h`]).
+pub const BWD_H_STRIDED: [&str; 3] = ["dy", "dh", "h"];
 
 /// A `layernorm_bwd` problem: the forward's sizes and settings.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
@@ -67,6 +73,7 @@ impl LayerNormProblem {
             eps: a.opt_f32_or("eps", None)?,
             strides: RowStrides::from_args(a, strided)?,
             run: RunSettings::from_args(a, variants)?,
+            from_h: false,
         })
     }
 
@@ -88,11 +95,12 @@ pub fn parse(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
 
 /// The registry's parser of `layernorm_bwd`'s problem.
 pub fn parse_bwd(a: &NamedArgs) -> Result<Box<dyn KernelProblem>, KernelError> {
-    Ok(Box::new(LayerNormBwdProblem(LayerNormProblem::from_args(
-        a,
-        &BWD_STRIDED,
-        &[crate::rows::DWEIGHT],
-    )?)))
+    let from_h = a.flag_or("from_h", false)?;
+    let strided: &[&'static str] = if from_h { &BWD_H_STRIDED } else { &BWD_STRIDED };
+    Ok(Box::new(LayerNormBwdProblem(LayerNormProblem {
+        from_h,
+        ..LayerNormProblem::from_args(a, strided, &[crate::rows::DWEIGHT])?
+    })))
 }
 
 /// The configuration a run on `target` builds: the target's wave width (32 lanes on the CPU).
@@ -105,6 +113,7 @@ pub fn config(p: &LayerNormProblem, target: Target) -> LayerNormConfig {
     LayerNormConfig {
         eps: p.eps.unwrap_or(base.eps),
         strides: p.strides,
+        from_h: p.from_h,
         ..base
     }
 }
@@ -152,6 +161,7 @@ pub fn bwd_config(
         cfg = LayerNormConfig {
             eps: cfg.eps,
             strides: cfg.strides,
+            from_h: cfg.from_h,
             ..LayerNormConfig::new(cfg.dim, cfg.p, 64)
         };
     }
@@ -270,16 +280,20 @@ impl KernelProblem for LayerNormBwdProblem {
         let p = &self.0;
         let (rows, d) = (p.norm.rows, p.norm.dim);
         let m = elements("dy", &[rows, d])?;
+        let (inputs, outputs) = if p.from_h {
+            let ins = vec![p.span("dy")?, p.span("dh")?, p.span("h")?, d];
+            let outs = if p.norm.p > 0.0 { vec![m, m] } else { vec![m] };
+            (ins, outs)
+        } else {
+            let ins = ["dy", "dh", "x", "residual"].map(|t| p.span(t));
+            let mut ins = ins.into_iter().collect::<Result<Vec<_>, _>>()?;
+            ins.push(d);
+            (ins, vec![m, m])
+        };
         Ok(Launch {
             params: params(p)?,
-            inputs: vec![
-                p.span("dy")?,
-                p.span("dh")?,
-                p.span("x")?,
-                p.span("residual")?,
-                d,
-            ],
-            outputs: vec![m, m, d, d],
+            inputs,
+            outputs: outputs.into_iter().chain([d, d]).collect(),
         })
     }
 
@@ -330,13 +344,19 @@ impl KernelProblem for LayerNormBwdProblem {
         let (cfg, lp) = bwd_config(p, target)?;
         let l = &plan.launch;
         let scratch = scratch_len(&cfg, &lp, p)?;
+        // The rows' outputs (`dx` and/or `dresidual`), then `dweight` and `dbias`.
+        let n = l.outputs.len() - 2;
         Ok(vec![
             Stage {
                 kernel: build_bwd(&cfg, &lp)?,
                 launch: Launch {
                     params: l.params.clone(),
                     inputs: l.inputs.clone(),
-                    outputs: vec![l.outputs[0], l.outputs[1], scratch, scratch],
+                    outputs: l.outputs[..n]
+                        .iter()
+                        .copied()
+                        .chain([scratch, scratch])
+                        .collect(),
                 },
             },
             Stage {
@@ -344,7 +364,7 @@ impl KernelProblem for LayerNormBwdProblem {
                 launch: Launch {
                     params: l.params[..1].to_vec(),
                     inputs: vec![scratch, scratch],
-                    outputs: vec![l.outputs[2], l.outputs[3]],
+                    outputs: l.outputs[n..].to_vec(),
                 },
             },
         ])
@@ -353,16 +373,21 @@ impl KernelProblem for LayerNormBwdProblem {
     fn reference(&self, inputs: &[Vec<f32>]) -> Reference {
         let p = &self.0;
         let eps = f64::from(config(p, Target::Cpu).eps);
+        let (dy, dh) = (p.dense("dy", &inputs[0]), p.dense("dh", &inputs[1]));
+        let values = if p.from_h {
+            // h = residual + keep·0: the reference's sum is h itself, its dx still keep·dh.
+            let h = p.dense("h", &inputs[2]);
+            let zero = vec![0.0; h.len()];
+            let all = reference::layernorm_backward(&dy, &dh, &zero, &h, &inputs[3], &p.norm, eps);
+            // Without dropout dx is dresidual, not an output of its own.
+            let skip = if p.norm.p > 0.0 { 0 } else { h.len() };
+            all[skip..].to_vec()
+        } else {
+            let (x, r) = (p.dense("x", &inputs[2]), p.dense("residual", &inputs[3]));
+            reference::layernorm_backward(&dy, &dh, &x, &r, &inputs[4], &p.norm, eps)
+        };
         Reference {
-            values: reference::layernorm_backward(
-                &p.dense("dy", &inputs[0]),
-                &p.dense("dh", &inputs[1]),
-                &p.dense("x", &inputs[2]),
-                &p.dense("residual", &inputs[3]),
-                &inputs[4],
-                &p.norm,
-                eps,
-            ),
+            values,
             baseline: None,
             max_abs_logit: None,
         }

@@ -639,7 +639,8 @@ const LAYERNORM_BWD: KernelEntry = KernelEntry {
     name: "layernorm_bwd",
     about: "layernorm's backward: dx, dresidual from dy, dh, x, residual, weight, the dropout mask \
             drawn again and the statistics recomputed; dweight and dbias summed over rows in a \
-            second launch from per-wave f32 partials",
+            second launch from per-wave f32 partials; with from_h=true the forward's h in place of \
+            x and residual, and without dropout dresidual alone (it is dx)",
     targets: plain_targets!(
         "plain, rows split over waves, one 16-wave block per SM or CU (more when smaller) looping over the rows; then the dweight launch",
         "plain, rows split over waves, one 16-wave block per SM or CU (more when smaller) looping over the rows; then the dweight launch (variant `dweight`)"
