@@ -191,6 +191,7 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
     };
     Ok(BwdConfig {
         dim: u32::try_from(p.args.attn.dim).unwrap_or(u32::MAX),
+        hopper_step: hopper_step(tiles.hopper_step)?,
         causal: p.args.mask(),
         layout: p.args.attn.layout,
         logits: p.args.logits,
@@ -201,6 +202,26 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         ..tiles
     })
 }
+
+/// The Hopper key blocks' queries per step ([`BwdConfig::hopper_step`]): `default`, or what
+/// [`STEP_VAR`] sets for a measurement; an error naming the variable where it holds anything else
+/// (the kernel's own check refuses 128 where it does not fit).
+fn hopper_step(default: u32) -> Result<u32, KernelError> {
+    match std::env::var(STEP_VAR) {
+        Err(_) => Ok(default),
+        Ok(v) => match v.trim() {
+            "64" => Ok(64),
+            "128" => Ok(128),
+            other => Err(KernelError::Config(format!(
+                "{STEP_VAR} = {other:?}: the Hopper key blocks take 64 or 128 queries per step"
+            ))),
+        },
+    }
+}
+
+/// The environment variable that sets the Hopper key blocks' queries per step for a measurement
+/// (`64` or `128`, [`BwdConfig::hopper_step`]).
+pub const STEP_VAR: &str = "KITTENS_ATTN_BWD_STEP";
 
 impl KernelProblem for BwdProblem {
     fn kernel(&self) -> &'static str {
@@ -344,7 +365,7 @@ impl KernelProblem for BwdProblem {
                 "batch": sh.batch, "heads": sh.heads, "heads_kv": sh.heads_kv, "seq_q": sh.seq_q,
                 "seq_kv": sh.seq_kv, "dim": sh.dim, "layout": sh.layout, "causal": p.args.mask(),
                 "waves": cfg.waves, "key_rows": cfg.key_rows, "query_rows": cfg.query_rows,
-                "step": cfg.step, "key_step": cfg.key_step,
+                "step": cfg.step, "key_step": cfg.key_step, "hopper_step": cfg.hopper_step,
                 "grad_mfma": format!("{}", cfg.grad_base), "pin_agprs": cfg.pin_agprs,
                 "scale": cfg.logits.scale(cfg.dim), "softcap": cfg.logits.softcap, "window": cfg.window,
             }),

@@ -500,6 +500,7 @@ fn view(
 }
 
 mod kv;
+mod kv_pair;
 mod q;
 pub(super) mod wide;
 
