@@ -164,6 +164,14 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         Some(gpu) => BwdConfig::for_gpu(gpu),
         None => BwdConfig::default(),
     };
+    let dim = u32::try_from(p.args.attn.dim).unwrap_or(u32::MAX);
+    // Hopper key blocks at head dims up to 64: 128-query steps (`hopper::kv_pair`; 1.04-1.07x the
+    // 64-query steps in the two launches, 1.12-1.21x in the atomic form on the H200,
+    // docs/performance.md).
+    let tiles = tuned(BwdConfig {
+        hopper_step: if dim <= 64 { 128 } else { tiles.hopper_step },
+        ..tiles
+    })?;
     let tiles = match p.run.variant {
         Some(v) => variant(tiles, v)?,
         // gfx942's plain program at head dim 64 with a soft cap, a window and a causal mask at once
@@ -190,8 +198,7 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         None => tiles,
     };
     Ok(BwdConfig {
-        dim: u32::try_from(p.args.attn.dim).unwrap_or(u32::MAX),
-        hopper_step: hopper_step(tiles.hopper_step)?,
+        dim,
         causal: p.args.mask(),
         layout: p.args.attn.layout,
         logits: p.args.logits,
@@ -203,25 +210,36 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
     })
 }
 
-/// The Hopper key blocks' queries per step ([`BwdConfig::hopper_step`]): `default`, or what
-/// [`STEP_VAR`] sets for a measurement; an error naming the variable where it holds anything else
-/// (the kernel's own check refuses 128 where it does not fit).
-fn hopper_step(default: u32) -> Result<u32, KernelError> {
-    match std::env::var(STEP_VAR) {
-        Err(_) => Ok(default),
-        Ok(v) => match v.trim() {
-            "64" => Ok(64),
-            "128" => Ok(128),
-            other => Err(KernelError::Config(format!(
-                "{STEP_VAR} = {other:?}: the Hopper key blocks take 64 or 128 queries per step"
-            ))),
-        },
+/// `tiles` with what [`TUNE_VAR`] sets for a measurement (`step=64|128`: the Hopper key blocks'
+/// queries per step, [`BwdConfig::hopper_step`]; `turns=none|scores|both`, [`BwdConfig::turns`]);
+/// an error naming the variable where it holds anything else (the kernel's own check refuses a
+/// step where it does not fit).
+fn tuned(tiles: BwdConfig) -> Result<BwdConfig, KernelError> {
+    let Ok(v) = std::env::var(TUNE_VAR) else {
+        return Ok(tiles);
+    };
+    let mut cfg = tiles;
+    for item in v.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+        match item.split_once('=') {
+            Some(("step", "64")) => cfg.hopper_step = 64,
+            Some(("step", "128")) => cfg.hopper_step = 128,
+            Some(("turns", "none")) => cfg.turns = super::BwdTurns::None,
+            Some(("turns", "scores")) => cfg.turns = super::BwdTurns::Scores,
+            Some(("turns", "both")) => cfg.turns = super::BwdTurns::Both,
+            _ => {
+                return Err(KernelError::Config(format!(
+                    "{TUNE_VAR} = {v:?}: expected step=64|128 and/or turns=none|scores|both, \
+                     comma-separated, not {item:?}"
+                )))
+            }
+        }
     }
+    Ok(cfg)
 }
 
-/// The environment variable that sets the Hopper key blocks' queries per step for a measurement
-/// (`64` or `128`, [`BwdConfig::hopper_step`]).
-pub const STEP_VAR: &str = "KITTENS_ATTN_BWD_STEP";
+/// The environment variable that sets the Hopper backward's key-block tiles for a measurement
+/// ([`tuned`]).
+pub const TUNE_VAR: &str = "KITTENS_ATTN_BWD_TUNE";
 
 impl KernelProblem for BwdProblem {
     fn kernel(&self) -> &'static str {
