@@ -582,7 +582,9 @@ def test_attention_backward_form_choice(monkeypatch):
         assert _backward._form("auto", d, softcap=5.0) == "atomic"
         assert _backward._form("atomic", d) == "atomic"
         assert _backward._form("two", d) == "two"
-    assert _backward._form("auto", 32) == "two"
+    # Head dims 32 and 64: the atomic form (128-query key-block steps, dQ by halves), with a cap too.
+    assert _backward._form("auto", 32) == "atomic"
+    assert _backward._form("auto", 64, softcap=5.0) == "atomic"
 
 
 def test_attention_takes_any_scale_exactly():
