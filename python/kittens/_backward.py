@@ -15,8 +15,8 @@ At head dims 192 and 256 both forms run ``attn_bwd``'s 64-key blocks; ``"two"``'
 (192) or 32 (256) keys per step there, and ``"auto"`` takes ``"atomic"``.
 ``"auto"`` (the default) is ``"atomic"`` at head dim 128, where it measured 1.05-1.07x the two
 launches on the H100 (docs/performance.md, "attn_bwd"), and at head dims 32 and 64, where the key blocks
-take 128-query steps and warpgroup g adds dQ for half g's queries over all 128 keys (1.08-1.14x the two
-launches, themselves in 128-query steps, on the H200); ``"two"`` at head dim 96. The
+take 128-query steps and warpgroup g adds dQ for half g's queries over all 128 keys (faster than the two
+launches there, docs/performance.md); ``"two"`` at head dim 96. The
 form is the ``form=`` argument, else the environment variable ``KITTENS_ATTN_BWD`` (read once), else
 ``"auto"``; ``form="two"`` is the deterministic choice (``kittens.attention(..., deterministic=True)`` and
 ``flash_attn_func(..., deterministic=True)`` take it). Both forms are the registry's ``attn_bwd``

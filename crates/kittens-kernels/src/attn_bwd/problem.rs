@@ -165,9 +165,8 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         None => BwdConfig::default(),
     };
     let dim = u32::try_from(p.args.attn.dim).unwrap_or(u32::MAX);
-    // Hopper key blocks at head dims up to 64: 128-query steps (`hopper::kv_pair`; 1.04-1.07x the
-    // 64-query steps in the two launches, 1.12-1.21x in the atomic form on the H200,
-    // docs/performance.md).
+    // Hopper key blocks at head dims up to 64: 128-query steps (`hopper::kv_pair`), which measured
+    // faster than 64 in both forms (docs/performance.md, "attn_bwd").
     let tiles = tuned(BwdConfig {
         hopper_step: if dim <= 64 { 128 } else { tiles.hopper_step },
         ..tiles
