@@ -184,6 +184,15 @@ pub(in crate::attn_bwd) fn build_kv_pair(
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
+                if !capped {
+                    // The first half's D (and ALiBi's slope, through its tile before D lands there)
+                    // requested before any product, the second's behind the first `Sᵀ`: each load
+                    // issued after a `wgmma` (whose asm orders memory) of its own half put its L2
+                    // latency between two products of the step; both before the first `Sᵀ` kept
+                    // the previous step's dK operands live beside them (4 bytes spilled, atomic).
+                    io.load_slope(k, cfg, (&b, &h), halves[0].dp, slope);
+                    stat(k, io.delta, halves[0].dp, &t, 0);
+                }
                 let ds_slot = &t % 2;
                 // Half j's tile of a ring slot.
                 let rows = |k: &KernelBuilder, tiles: [kittens_ir::SharedId; 2], j: u32| {
@@ -234,12 +243,11 @@ pub(in crate::attn_bwd) fn build_kv_pair(
                     // without a cap, split at the products.
                     for (j, r) in halves.iter().enumerate() {
                         k.mul(r.s, r.s, -1.0 / cfg.logits.scale(d));
-                        if j == 0 {
-                            io.load_slope(k, cfg, (&b, &h), r.dp, slope);
-                        }
-                        stat(k, io.delta, r.dp, &t, j as u32);
-                        k.mul(r.dp, r.dp, -1.0f32);
                         product(k, r.s, false, j as u32);
+                        if j == 0 {
+                            stat(k, io.delta, halves[1].dp, &t, 1);
+                        }
+                        k.mul(r.dp, r.dp, -1.0f32);
                         product(k, r.dp, false, j as u32);
                     }
                     let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
