@@ -9,7 +9,6 @@
 //! warpgroup's 64 keys' share, two reductions per element.
 
 use super::*;
-use crate::attn::hopper_bwd::probs_and_ds;
 
 /// Queries per half of a step.
 const HALF: u32 = STEP;
@@ -184,36 +183,29 @@ pub(in crate::attn_bwd) fn build_kv_pair(
                 k.barrier(); // query step t has landed
                 let slot = &t % ring;
                 let (h, q0) = (head_of(&t), q0_of(&t));
-                if !capped {
-                    // The first half's D (and ALiBi's slope, through its tile before D lands there)
-                    // requested before any product, the second's behind the first `Sᵀ`: each load
-                    // issued after a `wgmma` (whose asm orders memory) of its own half put its L2
-                    // latency between two products of the step; both before the first `Sᵀ` kept
-                    // the previous step's dK operands live beside them (4 bytes spilled, atomic).
-                    io.load_slope(k, cfg, (&b, &h), halves[0].dp, slope);
-                    stat(k, io.delta, halves[0].dp, &t, 0);
-                }
                 let ds_slot = &t % 2;
                 // Half j's tile of a ring slot.
                 let rows = |k: &KernelBuilder, tiles: [kittens_ir::SharedId; 2], j: u32| {
                     k.smem(tiles[j as usize], slot.clone())
                 };
-                // Half j's `Sᵀ = K·Qⱼᵀ` (`from_zero`) or `dPᵀ += V·dOⱼᵀ`.
-                let product = |k: &mut KernelBuilder, dst: RegId, from_zero: bool, j: u32| {
-                    let r = &halves[j as usize];
-                    let (own, streamed) = if dst == r.s { (k_s, q_s) } else { (v_s, do_s) };
-                    let on = cfg.turns != BwdTurns::None && dst == r.s;
-                    turn(k, on, "Sᵀ", &|k| {
-                        let a = MmaOperand::Shared(k.smem(own, 0).sub(16, COLS, &cw, 0));
-                        let bt = MmaOperand::Shared(rows(k, streamed, j));
-                        k.mma(MmaForm::Abt, dst, a, bt, (!from_zero).then_some(dst));
+                for (j, r) in halves.iter().enumerate() {
+                    let j = j as u32;
+                    let qj = &q0 + i64::from(j * HALF);
+                    let regs = StepRegs { slope, ..*r };
+                    let product = |k: &mut KernelBuilder, dst: RegId, from_zero: bool| {
+                        let (own, streamed) = if dst == r.s { (k_s, q_s) } else { (v_s, do_s) };
+                        let on = cfg.turns != BwdTurns::None && dst == r.s;
+                        turn(k, on, "Sᵀ", &|k| {
+                            let a = MmaOperand::Shared(k.smem(own, 0).sub(16, COLS, &cw, 0));
+                            let bt = MmaOperand::Shared(rows(k, streamed, j));
+                            k.mma(MmaForm::Abt, dst, a, bt, (!from_zero).then_some(dst));
+                        });
+                    };
+                    let bht = (&b, &h, &t);
+                    key_step.probs(k, &regs, bht, &qj, (&k0, &qj), &product, &|k, g, dst, t| {
+                        stat(k, g, dst, t, j)
                     });
-                };
-                // Half j's dSᵀ into its bf16 tile, then into the exchange (the atomic form), or
-                // the next step's log-sum-exp of this half into its free score tile, landing
-                // behind the products (in the atomic form after dQ, as `super::kv`'s).
-                let finish = |k: &mut KernelBuilder, j: u32| {
-                    k.copy(ds[j as usize], halves[j as usize].dp);
+                    k.copy(ds[j as usize], r.dp);
                     if let Some((ds_s, _, _)) = dq_parts {
                         // This wave's 16 keys of half j's dSᵀ for the exchange.
                         let dst = k
@@ -221,43 +213,10 @@ pub(in crate::attn_bwd) fn build_kv_pair(
                             .sub(16, HALF, &cw, 0);
                         k.store_shared(dst, ds[j as usize]);
                     } else if !capped {
-                        stat(k, io.lse, halves[j as usize].s, &(&t + 1), j);
-                    }
-                };
-                let q_half = |j: u32| &q0 + i64::from(j * HALF);
-                if capped {
-                    for (j, r) in halves.iter().enumerate() {
-                        let (j, qj) = (j as u32, q_half(j as u32));
-                        let regs = StepRegs { slope, ..*r };
-                        let bht = (&b, &h, &t);
-                        let prod = |k: &mut KernelBuilder, dst, z| product(k, dst, z, j);
-                        key_step.probs(k, &regs, bht, &qj, (&k0, &qj), &prod, &|k, g, dst, t| {
-                            stat(k, g, dst, t, j)
-                        });
-                        finish(k, j);
-                    }
-                } else {
-                    // Both halves' products issued before either half's softmax (FlashAttention-3
-                    // §3.2's overlap within a warpgroup): the tensor cores take the second half's
-                    // `Sᵀ` and `dPᵀ` while the first half's exponentials run. `step_probs`
-                    // without a cap, split at the products.
-                    for (j, r) in halves.iter().enumerate() {
-                        k.mul(r.s, r.s, -1.0 / cfg.logits.scale(d));
-                        product(k, r.s, false, j as u32);
-                        if j == 0 {
-                            stat(k, io.delta, halves[1].dp, &t, 1);
-                        }
-                        k.mul(r.dp, r.dp, -1.0f32);
-                        product(k, r.dp, false, j as u32);
-                    }
-                    let c = std::f32::consts::LOG2_E * cfg.logits.softmax_scale(d);
-                    for (j, r) in halves.iter().enumerate() {
-                        let (j, qj) = (j as u32, q_half(j as u32));
-                        io.alibi(k, r.s, slope, (&qj, &k0), true);
-                        key_step.mask(k, r.s, &qj, (&k0, &qj));
-                        probs_and_ds(k, c, r.s, r.dp);
-                        k.copy(r.p, r.s);
-                        finish(k, j);
+                        // The next step's log-sum-exp of this half into its free score tile,
+                        // landing behind the products (in the atomic form after dQ, as
+                        // `super::kv`'s).
+                        stat(k, io.lse, r.s, &(&t + 1), j);
                     }
                 }
                 if dq_parts.is_some() {
