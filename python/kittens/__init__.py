@@ -365,7 +365,7 @@ def _attention_backward(q, k, v, out, grad_out, lse, causal=False, scale=None, *
     """Gradients ``(dq, dk, dv)`` of :func:`attention` from its output ``out`` and log-sum-exp ``lse``
     (float32 (B, H, N)) for the output gradient ``grad_out``; torch tensors. Private but stable: the
     entry the autograd function uses (see ``kittens._backward.attention_backward``). ``form``
-    (``"auto"``, the default: ``"atomic"`` at head dims 128, 192 and 256, else ``"two"``; ``"two"`` is
+    (``"auto"``, the default: ``"atomic"`` at head dims 32, 64, 128, 192 and 256, else ``"two"``; ``"two"`` is
     deterministic, at every head dim;
     ``None`` reads ``KITTENS_ATTN_BWD`` once) picks the CUDA launches."""
     from ._backward import attention_backward

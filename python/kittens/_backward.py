@@ -14,9 +14,9 @@ CUDA tensors run ``attn_bwd``'s Hopper launches on the current torch stream, in 
 At head dims 192 and 256 both forms run ``attn_bwd``'s 64-key blocks; ``"two"``'s query blocks stream 64
 (192) or 32 (256) keys per step there, and ``"auto"`` takes ``"atomic"``.
 ``"auto"`` (the default) is ``"atomic"`` at head dim 128, where it measured 1.05-1.07x the two
-launches on the H100 (docs/performance.md, "attn_bwd"), and ``"two"`` at head dim 64, where its
-1.01-1.04x in one run was within the run-to-run spread (timed interleaved later: 0.98-1.01, 0.999 over
-N 1024-8192) and the deterministic launches are kept. The
+launches on the H100 (docs/performance.md, "attn_bwd"), and at head dims 32 and 64, where the key blocks
+take 128-query steps and warpgroup g adds dQ for half g's queries over all 128 keys (faster than the two
+launches there, docs/performance.md); ``"two"`` at head dim 96. The
 form is the ``form=`` argument, else the environment variable ``KITTENS_ATTN_BWD`` (read once), else
 ``"auto"``; ``form="two"`` is the deterministic choice (``kittens.attention(..., deterministic=True)`` and
 ``flash_attn_func(..., deterministic=True)`` take it). Both forms are the registry's ``attn_bwd``
@@ -70,8 +70,8 @@ _env_form = None
 def _form(form, dim, softcap=None):
     """The launch form for head dim ``dim``: ``form``, else ``KITTENS_ATTN_BWD`` (read on first use), else
     ``"auto"``; ``"auto"`` resolves to ``"atomic"`` at head dim 128 without a soft cap (the atomic
-    key blocks refuse one there: too few registers) and at head dims 192 and 256, ``"two"`` otherwise (the
-    deterministic two launches take every head dim)."""
+    key blocks refuse one there: too few registers), at head dims 32 and 64 and at 192 and 256, ``"two"``
+    otherwise (the deterministic two launches take every head dim)."""
     global _env_form
     if form is None:
         if _env_form is None:
@@ -83,7 +83,7 @@ def _form(form, dim, softcap=None):
     if form not in FORMS:
         raise ValueError(f"kittens._attention_backward: {where}; the form is 'auto', 'two' or 'atomic'")
     if form == "auto":
-        return "atomic" if (dim == 128 and softcap is None) or dim in WIDE else "two"
+        return "atomic" if (dim == 128 and softcap is None) or dim in WIDE or dim <= 64 else "two"
     return form
 
 

@@ -15,7 +15,7 @@ output in FlashAttention's layout, again a view. The mapping:
 * ``softcap`` -> ``softcap=`` when > 0 (logits ``softcap * tanh(logits / softcap)``; 0.0, the
   default, is none);
 * ``deterministic`` -> ``deterministic=`` (the CUDA backward's dQ from a pass of its own, bitwise
-  reproducible; the default takes float32 atomic adds at head dim 128, whose last bits vary);
+  reproducible; the default takes float32 atomic adds at head dims other than 96, whose last bits vary);
 * ``alibi_slopes`` -> ``alibi_slopes=`` (float32 (nheads,) or (batch, nheads): ``-slope * |i + seqlen_k -
   seqlen_q - j|`` added to each scaled logit, FlashAttention's bias; under ``causal`` FlashAttention's
   kernel adds ``slope * j`` instead, the same output).

@@ -550,7 +550,7 @@ def test_rotary_table_arguments_are_checked():
 
 def test_attention_backward_form_choice(monkeypatch):
     """The backward's launch form: ``form=`` wins, else ``KITTENS_ATTN_BWD`` (read once), else "auto",
-    which is "atomic" at head dim 128 and "two" at 64; anything but "auto", "two" or "atomic" is a
+    which is "atomic" at head dims 32, 64 and 128 and "two" at 96; anything but "auto", "two" or "atomic" is a
     ValueError naming where it came from."""
     from kittens import _backward
 
@@ -561,13 +561,16 @@ def test_attention_backward_form_choice(monkeypatch):
     assert _backward._form(None, 128) == "atomic"  # read once
     assert _backward._form("two", 128) == "two"
     assert _backward._form("auto", 128) == "atomic"
-    assert _backward._form("auto", 64) == "two"
+    assert _backward._form("auto", 64) == "atomic"
+    assert _backward._form("auto", 32) == "atomic"
+    assert _backward._form("auto", 96) == "two"
     with pytest.raises(ValueError, match="form = 'three'.*'auto', 'two' or 'atomic'"):
         _backward._form("three", 128)
     monkeypatch.setattr(_backward, "_env_form", None)
     monkeypatch.delenv("KITTENS_ATTN_BWD")
     assert _backward._form(None, 128) == "atomic"
-    assert _backward._form(None, 64) == "two"
+    assert _backward._form(None, 64) == "atomic"
+    assert _backward._form(None, 96) == "two"
     monkeypatch.setattr(_backward, "_env_form", None)
     monkeypatch.setenv("KITTENS_ATTN_BWD", "fast")
     with pytest.raises(ValueError, match="KITTENS_ATTN_BWD = 'fast'"):
@@ -579,7 +582,9 @@ def test_attention_backward_form_choice(monkeypatch):
         assert _backward._form("auto", d, softcap=5.0) == "atomic"
         assert _backward._form("atomic", d) == "atomic"
         assert _backward._form("two", d) == "two"
-    assert _backward._form("auto", 32) == "two"
+    # Head dims 32 and 64: the atomic form (128-query key-block steps, dQ by halves), with a cap too.
+    assert _backward._form("auto", 32) == "atomic"
+    assert _backward._form("auto", 64, softcap=5.0) == "atomic"
 
 
 def test_attention_takes_any_scale_exactly():

@@ -186,12 +186,15 @@ def test_the_package_exports_it_as_flash_attn_does():
 def test_deterministic_reaches_the_backward_form():
     """``deterministic=True`` asks the backward for the two-launch form (dQ a pass of its own) whatever
     the default; the default takes the atomic form at head dim 128 only without a soft cap (the atomic
-    key blocks refuse one there); on the CPU both give the interpreter's gradients."""
+    key blocks refuse one there), at head dim 64 with one too, and the two launches at 96; on the CPU
+    both give the interpreter's gradients."""
     from kittens import _backward
 
     assert _backward._form("auto", 128) == "atomic"
     assert _backward._form("auto", 128, softcap=5.0) == "two"
-    assert _backward._form("auto", 64) == "two"
+    assert _backward._form("auto", 64) == "atomic"
+    assert _backward._form("auto", 64, softcap=5.0) == "atomic"
+    assert _backward._form("auto", 96) == "two"
     seen = []
     real = _backward.attention_backward
 

@@ -34,8 +34,23 @@ fn check_opts(
     atomic: bool,
     opts: &AttnOptions,
 ) -> u64 {
-    let what =
-        format!("{sh:?} {causal:?} scale {scale} empty rows {empty:?} atomic dQ {atomic} {opts:?}");
+    check_step(sh, causal, scale, empty, atomic, opts, 64)
+}
+
+/// [`check_opts`] with `step` queries per key-block step (`BwdConfig::hopper_step`).
+fn check_step(
+    sh: BwdShape,
+    causal: Causal,
+    scale: f32,
+    empty: Option<f32>,
+    atomic: bool,
+    opts: &AttnOptions,
+    step: u32,
+) -> u64 {
+    let what = format!(
+        "{sh:?} {causal:?} scale {scale} empty rows {empty:?} atomic dQ {atomic} {opts:?} \
+         {step}-query steps"
+    );
     let mut rng = SmallRng::seed_from_u64((sh.seq_q * 977 + sh.seq_kv) as u64);
     let q = random_scaled(&mut rng, sh.q_len(), DType::Bf16, scale);
     let k = random_scaled(&mut rng, sh.kv_len(), DType::Bf16, scale);
@@ -67,6 +82,7 @@ fn check_opts(
         logits: opts.logits,
         window: opts.window,
         alibi: opts.alibi.is_some(),
+        hopper_step: step,
         ..BwdConfig::default()
     };
     let slopes = opts.alibi.clone().unwrap_or_default();
@@ -508,4 +524,101 @@ fn head_dim_32() {
     };
     check_both(sh, Causal::TopLeft, 2.0, &o);
     check_both(sh, Causal::No, 4.0, &opts(None, Some(5.0), None));
+}
+
+/// The key blocks' 128-query steps (`BwdConfig::hopper_step`, head dims up to 64; the atomic form
+/// takes them as two 64-query halves and exchanges dSᵀ by halves): both forms, lengths that end inside a step and inside its second 64 queries, both causal alignments
+/// (blocks paired long with short), GQA, both layouts, queries without keys, large logits, and
+/// FlashAttention's options (a soft cap that bites, windows on and across the 64-query half,
+/// ALiBi) against the f64 gradients; head dim 32 on its 64 columns.
+#[test]
+fn d64_128_query_steps() {
+    let two = |sh, causal, scale, o: &AttnOptions| {
+        for atomic in [false, true] {
+            check_step(sh, causal, scale, None, atomic, o, 128);
+        }
+    };
+    let none = AttnOptions::default();
+    two(
+        shape(1, 1, 150, 133, 64, AttnLayout::Bshd),
+        Causal::No,
+        1.0,
+        &none,
+    );
+    two(
+        shape(1, 1, 300, 300, 64, AttnLayout::Bshd),
+        Causal::TopLeft,
+        1.0,
+        &none,
+    );
+    two(
+        shape(4, 2, 390, 200, 64, AttnLayout::Bhsd),
+        Causal::BottomRight,
+        1.0,
+        &none,
+    );
+    two(
+        shape(1, 1, 77, 90, 64, AttnLayout::Bshd),
+        Causal::No,
+        8.0,
+        &none,
+    );
+    for empty in [None, Some(f32::INFINITY)] {
+        let sh = shape(2, 2, 100, 40, 64, AttnLayout::Bshd);
+        for atomic in [false, true] {
+            check_step(sh, Causal::BottomRight, 1.0, empty, atomic, &none, 128);
+        }
+    }
+    let sh = shape(2, 1, 300, 300, 64, AttnLayout::Bshd);
+    for w in [(64, 63), (100, 30), (50, -1)] {
+        two(sh, Causal::No, 1.0, &opts(None, None, Some(w)));
+    }
+    two(sh, Causal::TopLeft, 4.0, &opts(Some(0.2), Some(5.0), None));
+    let o = AttnOptions {
+        alibi: Some(slopes(2, 11)),
+        ..opts(Some(0.1), Some(5.0), Some((90, 20)))
+    };
+    two(
+        shape(2, 2, 211, 300, 64, AttnLayout::Bhsd),
+        Causal::BottomRight,
+        2.0,
+        &o,
+    );
+    two(
+        shape(4, 2, 150, 133, 32, AttnLayout::Bshd),
+        Causal::TopLeft,
+        2.0,
+        &none,
+    );
+}
+
+/// 128-query steps where they do not fit: past head dim 64 (the scores, dP, dK and dV would take
+/// 256 of the 240 registers per consumer thread), in either form: refused by name.
+#[test]
+fn d64_128_query_steps_refused_where_they_do_not_fit() {
+    for (dim, schedule) in [
+        (128, BwdSchedule::HopperKv),
+        (96, BwdSchedule::HopperKv),
+        (128, BwdSchedule::HopperAtomicKv),
+    ] {
+        let cfg = BwdConfig {
+            schedule,
+            dim,
+            hopper_step: 128,
+            ..BwdConfig::default()
+        };
+        let e = build(&cfg).unwrap_err().to_string();
+        assert!(
+            e.contains("128 queries per step"),
+            "{dim} {schedule:?}: {e}"
+        );
+    }
+    let cfg = BwdConfig {
+        schedule: BwdSchedule::HopperKv,
+        dim: 64,
+        hopper_step: 96,
+        ..BwdConfig::default()
+    };
+    let e = build(&cfg).unwrap_err().to_string();
+    assert!(e.contains("96 queries per step"), "{e}");
 }

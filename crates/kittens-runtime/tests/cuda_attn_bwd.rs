@@ -271,3 +271,58 @@ fn attn_bwd_head_dim_32_compiles_for_sm_90a_without_spills() {
     }
     assert_eq!(n, 11);
 }
+
+/// The key blocks' 128-query steps at head dims 64 (both forms) and 32 (`BwdConfig::hopper_step`):
+/// every mask,
+/// and with a soft cap, a window and ALiBi at once (the step's most registers) — no spills, no
+/// stack, no serialised `wgmma`.
+#[test]
+fn attn_bwd_128_query_steps_compile_for_sm_90a_without_spills() {
+    ensure_nvrtc();
+    let h100 = kittens_hw::gpu("h100").expect("catalog");
+    let cache = test_cache("lowered-attn-bwd-step128");
+    let mut n = 0;
+    let options = kittens_kernels::attn::score::AttnOptions {
+        logits: kittens_kernels::attn::score::Logits {
+            scale: Some(0.1),
+            softcap: Some(5.0),
+        },
+        window: Some(kittens_kernels::attn::score::Window::new(90, 20).expect("a window")),
+        alibi: None,
+    };
+    for (dim, schedule) in [
+        (64, BwdSchedule::HopperKv),
+        (64, BwdSchedule::HopperAtomicKv),
+        (32, BwdSchedule::HopperKv),
+    ] {
+        for causal in [Causal::No, Causal::TopLeft, Causal::BottomRight] {
+            for all_options in [false, true] {
+                let base = BwdConfig {
+                    schedule,
+                    dim,
+                    causal,
+                    layout: AttnLayout::Bshd,
+                    hopper_step: 128,
+                    ..BwdConfig::for_gpu(h100)
+                };
+                let cfg = if all_options {
+                    BwdConfig {
+                        logits: options.logits,
+                        window: options.window,
+                        alibi: true,
+                        ..base
+                    }
+                } else {
+                    base
+                };
+                let k = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+                let l = kittens_codegen::lower(&k, Target::Sm90a)
+                    .unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
+                let r = compile_clean(&l, &cache, &format!("{cfg:?}"));
+                eprintln!("{} {dim} {causal:?} options {all_options}: {r:?}", l.entry);
+                n += 1;
+            }
+        }
+    }
+    assert_eq!(n, 18);
+}

@@ -28,7 +28,7 @@ pub(crate) fn schedule() -> Schedule {
 
 /// Ring slots for the streamed pair of tensors beside the block's own two (`BLOCK` rows each) and
 /// `extra` bytes of other shared memory: as many as fit the H100's 227 KiB, 2 to 4.
-fn stages(dim: u32, step: u32, extra: u32) -> u32 {
+pub(crate) fn stages(dim: u32, step: u32, extra: u32) -> u32 {
     let own = 2 * BLOCK * dim * 2 + extra;
     let per_step = 2 * step * dim * 2;
     // 227 KiB less 2 KiB for the 1024-byte alignment of the base and the ring barriers.

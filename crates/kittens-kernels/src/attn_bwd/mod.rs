@@ -143,6 +143,12 @@ pub struct BwdConfig {
     /// cluster, passed between the two consumer warpgroups by named barriers, FlashAttention-3 §3.1's
     /// warp-specialised ping-pong), so that one warpgroup's softmax runs beside the other's products.
     pub turns: BwdTurns,
+    /// Hopper key blocks up to head dim 128 ([`hopper`]'s `kv`): queries per step of the Q and dO
+    /// ring, 64 or 128. 128 only at head dims up to 64: there the f32 `Sᵀ` and `dPᵀ` of 128 queries
+    /// (64 registers each per consumer thread) fit beside dK and dV of 64 columns (32 each), so
+    /// each step's fixed cost (the ring barrier, the statistics' addresses, the loop) covers twice
+    /// the products; at 128 columns the four tiles would take 256 of the 240 registers.
+    pub hopper_step: u32,
     /// The softmax scale and soft cap ([`Logits`]), constants of the kernel, on every program.
     pub logits: Logits,
     /// A sliding window ([`Window`], bottom-right aligned): its keys masked on every program, and
@@ -201,6 +207,7 @@ impl Default for BwdConfig {
             grad_base: BaseShape::S16X16,
             pin_agprs: false,
             turns: BwdTurns::None,
+            hopper_step: 64,
             logits: Logits::default(),
             window: None,
             strided: false,

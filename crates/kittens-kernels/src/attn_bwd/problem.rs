@@ -164,6 +164,13 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         Some(gpu) => BwdConfig::for_gpu(gpu),
         None => BwdConfig::default(),
     };
+    let dim = u32::try_from(p.args.attn.dim).unwrap_or(u32::MAX);
+    // Hopper key blocks at head dims up to 64: 128-query steps (`hopper::kv_pair`), which measured
+    // faster than 64 in both forms (docs/performance.md, "attn_bwd").
+    let tiles = tuned(BwdConfig {
+        hopper_step: if dim <= 64 { 128 } else { tiles.hopper_step },
+        ..tiles
+    })?;
     let tiles = match p.run.variant {
         Some(v) => variant(tiles, v)?,
         // gfx942's plain program at head dim 64 with a soft cap, a window and a causal mask at once
@@ -190,7 +197,7 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         None => tiles,
     };
     Ok(BwdConfig {
-        dim: u32::try_from(p.args.attn.dim).unwrap_or(u32::MAX),
+        dim,
         causal: p.args.mask(),
         layout: p.args.attn.layout,
         logits: p.args.logits,
@@ -201,6 +208,37 @@ fn config(p: &BwdProblem, target: Target) -> Result<BwdConfig, KernelError> {
         ..tiles
     })
 }
+
+/// `tiles` with what [`TUNE_VAR`] sets for a measurement (`step=64|128`: the Hopper key blocks'
+/// queries per step, [`BwdConfig::hopper_step`]; `turns=none|scores|both`, [`BwdConfig::turns`]);
+/// an error naming the variable where it holds anything else (the kernel's own check refuses a
+/// step where it does not fit).
+fn tuned(tiles: BwdConfig) -> Result<BwdConfig, KernelError> {
+    let Ok(v) = std::env::var(TUNE_VAR) else {
+        return Ok(tiles);
+    };
+    let mut cfg = tiles;
+    for item in v.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+        match item.split_once('=') {
+            Some(("step", "64")) => cfg.hopper_step = 64,
+            Some(("step", "128")) => cfg.hopper_step = 128,
+            Some(("turns", "none")) => cfg.turns = super::BwdTurns::None,
+            Some(("turns", "scores")) => cfg.turns = super::BwdTurns::Scores,
+            Some(("turns", "both")) => cfg.turns = super::BwdTurns::Both,
+            _ => {
+                return Err(KernelError::Config(format!(
+                    "{TUNE_VAR} = {v:?}: expected step=64|128 and/or turns=none|scores|both, \
+                     comma-separated, not {item:?}"
+                )))
+            }
+        }
+    }
+    Ok(cfg)
+}
+
+/// The environment variable that sets the Hopper backward's key-block tiles for a measurement
+/// ([`tuned`]).
+pub const TUNE_VAR: &str = "KITTENS_ATTN_BWD_TUNE";
 
 impl KernelProblem for BwdProblem {
     fn kernel(&self) -> &'static str {
@@ -344,7 +382,7 @@ impl KernelProblem for BwdProblem {
                 "batch": sh.batch, "heads": sh.heads, "heads_kv": sh.heads_kv, "seq_q": sh.seq_q,
                 "seq_kv": sh.seq_kv, "dim": sh.dim, "layout": sh.layout, "causal": p.args.mask(),
                 "waves": cfg.waves, "key_rows": cfg.key_rows, "query_rows": cfg.query_rows,
-                "step": cfg.step, "key_step": cfg.key_step,
+                "step": cfg.step, "key_step": cfg.key_step, "hopper_step": cfg.hopper_step,
                 "grad_mfma": format!("{}", cfg.grad_base), "pin_agprs": cfg.pin_agprs,
                 "scale": cfg.logits.scale(cfg.dim), "softcap": cfg.logits.softcap, "window": cfg.window,
             }),

@@ -29,6 +29,18 @@ pub(in crate::attn_bwd) fn build_kv(
         )));
     }
     let d = cfg.dim;
+    match cfg.hopper_step {
+        STEP => {}
+        // 128-query steps as two 64-query halves (`super::kv_pair`).
+        128 if padded_dim(d) == COLS => return super::kv_pair::build_kv_pair(cfg, atomic_dq),
+        q_step => {
+            return Err(KernelError::Config(format!(
+                "attn_bwd (producer/consumer key blocks): {q_step} queries per step at head dim \
+                 {d}; 64, or 128 at head dims up to 64 (the f32 scores and dP of 128 queries take \
+                 128 of the 240 registers per consumer thread beside dK and dV)"
+            )))
+        }
+    }
     let KeyBlocks {
         mut k,
         io,

@@ -470,6 +470,7 @@ impl KeyStep<'_> {
 }
 
 mod kv;
+mod kv_pair;
 mod q;
 pub(super) mod wide;
 
