@@ -362,7 +362,13 @@ impl Emit<'_> {
         }
         let (acc, _) = self.acc(src);
         let n = self.k.reg(src).shape().1;
-        let wide = op.box_cols();
+        // bf16 stores of 32 columns (a decode-sized GEMM's narrow blocks) take 32-column boxes of
+        // 64-byte rows, as the piped store does; every other accumulator whole 128-byte boxes.
+        let wide = if op == SlabOp::Store && n.is_multiple_of(32) {
+            32
+        } else {
+            op.box_cols()
+        };
         if (dst.rows, dst.cols) != (16, n) || !n.is_multiple_of(wide) {
             return unsupported(format!(
                 "{} of {}x{} into `{}` (16 x a multiple of {wide})",
@@ -378,7 +384,7 @@ impl Emit<'_> {
         // buffers the slab holds (`fit_slab`): bf16 then in boxes of 32 columns (64-byte rows in the
         // 64-byte swizzle), three of which fit beside a five-stage 128×192 ring.
         let piped = slab < WG_ROWS * n * op.dtype().bytes();
-        let narrow = piped && op == SlabOp::Store;
+        let narrow = (piped || !n.is_multiple_of(op.box_cols())) && op == SlabOp::Store;
         let (box_cols, row_bytes) = if narrow { (32, 64) } else { (wide, 128) };
         let box_bytes = WG_ROWS * row_bytes;
         let (boxes, bufs) = (n / box_cols, slab / box_bytes);

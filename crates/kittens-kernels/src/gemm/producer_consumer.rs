@@ -45,9 +45,9 @@ pub(super) fn build(cfg: &GemmConfig) -> Result<Kernel, KernelError> {
             "{name} (producer/consumer): {why}"
         )))
     };
-    if bn % 64 != 0 || bn > 256 || ks % 32 != 0 {
+    if bn % 16 != 0 || bn > 256 || ks % 32 != 0 {
         return bad(format!(
-            "block {bn} must be a multiple of 64 up to 256, k_step {ks} of 32"
+            "block {bn} must be a multiple of 16 up to 256, k_step {ks} of 32"
         ));
     }
     if !matches!(bm, 64 | 128 | 256) {

@@ -14,8 +14,11 @@ use kittens_hw::Gpu;
 pub const MAX_ROWS: u64 = 256;
 
 /// The candidate blocks, rows × columns of C (128 rows only where M > 64: a smaller M computes
-/// mostly padding in them).
-pub const BLOCKS: [(u32, u32); 6] = [
+/// mostly padding in them). 64×32 doubles the blocks that stream B at a decode step's M (128 at
+/// N = 4096, as cuBLASLt's 128 CTAs of 64 columns by 8 rows there); its A rows past M are TMA's
+/// out-of-bounds fill, not DRAM bytes.
+pub const BLOCKS: [(u32, u32); 7] = [
+    (64, 32),
     (64, 64),
     (64, 128),
     (64, 192),
@@ -126,7 +129,9 @@ mod tests {
     fn picks_follow_the_fit_run() {
         let g = kittens_hw::gpu("h200").expect("catalog");
         let pick = |m, n, k| choose(g, 132, (m, n, k), 128, 1);
-        assert_eq!(pick(16, 4096, 4096), ((64, 64), 1));
+        // 64x32: 128 blocks stream B at N = 4096 where 64x64 has 64 (cuBLASLt runs 128 CTAs there).
+        assert_eq!(pick(16, 4096, 4096), ((64, 32), 1));
+        assert_eq!(pick(16, 6144, 4096), ((64, 64), 1));
         assert_eq!(pick(16, 28672, 4096), ((64, 128), 1));
         assert_eq!(pick(64, 4096, 14336), ((64, 64), 2));
         assert_eq!(pick(128, 14336, 4096), ((128, 128), 1));
