@@ -189,3 +189,28 @@ fn hopper_configuration_on_the_interpreter() {
         assert!(e > F32_TOL && e < BF16_TOL, "{m}x{n}x{k} bf16 out: {e:e}");
     }
 }
+
+/// The small-M model's 64×32 block (`gemm::small_m::BLOCKS`: one consumer warpgroup, wgmma n32, its
+/// promoted chains in groups of four) on the interpreter at decode-sized M, ragged in M, N and K:
+/// f32 output exact up to accumulation order, bf16 output within its one rounding.
+#[test]
+fn narrow_small_m_block_on_the_interpreter() {
+    let h100 = kittens_hw::gpu("h100").unwrap();
+    let narrow = kittens_kernels::gemm::shapes::NARROW;
+    let cfg = GemmConfig {
+        block_rows: narrow.rows,
+        block: narrow.cols,
+        stages: narrow.stages(h100),
+        ..GemmConfig::fp8_for_gpu(h100)
+    };
+    let exact = GemmConfig {
+        types: types(DType::Fp8E4m3, DType::F32, Scales::PerTensor),
+        ..cfg
+    };
+    for (m, n, k) in [(17, 200, 300), (5, 40, 48), (33, 72, 1000)] {
+        let e = fp8(m, n, k, exact);
+        assert!(e < F32_TOL, "{m}x{n}x{k}: {e:e}");
+        let e = fp8(m, n, k, cfg);
+        assert!(e > F32_TOL && e < BF16_TOL, "{m}x{n}x{k} bf16 out: {e:e}");
+    }
+}
