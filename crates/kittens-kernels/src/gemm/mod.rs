@@ -181,7 +181,8 @@ pub struct LeadingDims {
 pub struct GemmConfig {
     pub schedule: GemmSchedule,
     /// Rows and columns of C per block (the seed's `BLOCK_SIZE`); a multiple of 128. The
-    /// producer/consumer schedule reads it as the block's columns only (a multiple of 64 up to 256).
+    /// producer/consumer schedule reads it as the block's columns only (a multiple of 16 up to 256; bf16 C
+    /// stored through TMA needs 32 or a multiple of 64).
     pub block: u32,
     /// Rows of C per block in the producer/consumer schedule: 64, 128 or 256 (`producer_consumer`);
     /// the AMD schedules' blocks are square (`block`) and ignore it.
