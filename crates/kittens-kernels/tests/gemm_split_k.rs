@@ -108,7 +108,7 @@ fn split_k_with_b_as_k_by_n() {
 
 /// Promotion every 1, 2 and 3 K steps (chains that end past K load zeros), with and without split-K,
 /// in the FP8 GEMM's Hopper configurations (128- and, for a small M, 64-row blocks; e4m3 operands,
-/// per-tensor scales), f32 output; the small-M model's narrower blocks (64 to 32 columns) run their chains in pairs
+/// per-tensor scales), f32 output; the small-M model's narrower blocks (64, 48 or 32 columns) run their chains in pairs
 /// (`producer_consumer`: a pair's count of steps rounded up, the extra chain over zeros).
 #[test]
 fn promoted_accumulators_sum_every_chain() {
@@ -131,6 +131,7 @@ fn promoted_accumulators_sum_every_chain() {
         (1, 1, block(64, 64)),
         (1, 1, block(64, 32)),
         (1, 2, block(64, 32)),
+        (1, 1, block(64, 48)),
         (2, 3, block(64, 128)),
         (1, 3, block(128, 64)),
         (1, 2, block(128, 128)),

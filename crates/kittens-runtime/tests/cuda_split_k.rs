@@ -103,17 +103,18 @@ fn split_gemms_and_the_reduction_compile_for_sm_90a() {
 /// or 2 (the group's later chains issued before the first is waited for); the per-tensor scales are
 /// read before the K loop (the loads' latency overlapped with the ring's first fill, not after the last
 /// wgmma) where the budget still leaves room for their tile, else in the epilogue. Each block compiles
-/// without spills and without serialised wgmmas; the small-M model's 32-column blocks store C in
-/// 32-column boxes.
+/// without spills and without serialised wgmmas; 32- and 48-column blocks (decode-sized M) store C in
+/// 32- and 16-column boxes.
 #[test]
 fn fp8_chains_in_groups_and_scales_before_the_k_loop_where_registers_allow() {
     ensure_nvrtc();
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let cache = test_cache("fp8-pairs");
-    // (rows, cols, chains per group, scales before the loop): 2 × 16, 2 × 32, 2 × 64 and 2 × 96 floats of
+    // (rows, cols, chains per group, scales before the loop): 2 × 16, 2 × 24, 2 × 32, 2 × 64 and 2 × 96 floats of
     // accumulators per thread against the promoted budget of 192.
     for (rows, cols, group, early) in [
         (64, 32, 4, true),
+        (64, 48, 4, true),
         (64, 64, 4, true),
         (64, 128, 2, false),
         (128, 64, 4, true),
@@ -141,11 +142,17 @@ fn fp8_chains_in_groups_and_scales_before_the_k_loop_where_registers_allow() {
             "{rows}x{cols}: scales before the K loop"
         );
         // C leaves through the slab in 64-byte rows where a block's 32 columns fill no 128-byte
-        // box (`lower_tma`: 32-column boxes, the 64-byte swizzle's pairs of rows 512 bytes apart).
+        // box, in 32-byte rows for 48 (`lower_tma`: 32- and 16-column boxes, the second row half
+        // 512 and 256 bytes on).
         assert_eq!(
             body.contains("h * 512u"),
             cols == 32,
             "{rows}x{cols}: 32-column store boxes"
+        );
+        assert_eq!(
+            body.contains("h * 256u"),
+            cols == 48,
+            "{rows}x{cols}: 16-column store boxes"
         );
         for g in 1..4 {
             assert_eq!(
