@@ -52,16 +52,28 @@ fn split_gemms_and_the_reduction_compile_for_sm_90a() {
         split_k: 2,
         ..GemmConfig::fp8_for_gpu(h100)
     };
+    // A decode step's 16 rows: A in a box of 16 rows (`GemmConfig::a_rows`), unsplit.
+    assert_eq!(fp8_small.a_rows, 16);
+    let fp8_boxed = GemmConfig {
+        a_rows: 16,
+        split_k: 1,
+        ..fp8_narrow
+    };
     for cfg in [
         bf16,
         fp8,
         fp8_small,
         fp8_narrow,
+        fp8_boxed,
         GemmConfig::fp8_for_gpu(h100),
     ] {
         let k = build(&cfg).unwrap_or_else(|e| panic!("{cfg:?}: {e}"));
         let l = kittens_codegen::lower(&k, Target::Sm90a).unwrap_or_else(|e| panic!("{e}"));
         let maps = l.tma_maps();
+        if cfg.a_rows == 16 {
+            // A's box: 16 rows.
+            assert!(maps.iter().any(|m| m.box_rows == 16), "{maps:?}");
+        }
         if cfg.split_k > 1 {
             // A and B only: the partials are stored directly, in f32.
             assert_eq!(maps.len(), 2, "{maps:?}");

@@ -111,6 +111,10 @@ pub struct Args {
     /// fit the L1/shared carveout another kernel ran with, or two blocks per SM).
     #[arg(long, value_delimiter = ',')]
     pub stages: Vec<u32>,
+    /// gemm_fp8, 64-row blocks: `fit` loads A in a box of M's rows where M <= 32 (the registry's),
+    /// `full` in the block's 64 (rows past M filled with zeros by TMA).
+    #[arg(long, value_enum, default_value_t = ABoxArg::Fit)]
+    pub a_box: ABoxArg,
     /// With no value: print one JSON document on stdout. With a file: also write it there.
     #[arg(long, num_args = 0..=1, default_missing_value = "-")]
     pub json: Option<String>,
@@ -133,6 +137,13 @@ pub enum OnOff {
 pub enum BLayoutArg {
     Nk,
     Kn,
+}
+
+/// `--a-box`.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ABoxArg {
+    Fit,
+    Full,
 }
 
 /// `--timing`.

@@ -9,7 +9,9 @@ use kittens_runtime::cuda::bench::TileChoice;
 use kittens_runtime::cuda::bench_fp8::{run_fp8_bench, Fp8BenchReport, CHECKS};
 use kittens_runtime::cuda::CudaError;
 
-use super::bench_args::{emit_json, failed_rows, options, print_table, utc_now, Args, BLayoutArg};
+use super::bench_args::{
+    emit_json, failed_rows, options, print_table, utc_now, ABoxArg, Args, BLayoutArg,
+};
 
 /// The measured configurations: none (no `--block`, `--block-rows`, `--stages`, `--promote` or `--window`), the
 /// registry's, as every caller runs it; else the registry's Hopper one with those changes, one per
@@ -21,6 +23,7 @@ fn configs(a: &Args) -> anyhow::Result<Vec<GemmConfig>> {
         && a.window.is_none()
         && a.block_rows.is_empty()
         && a.stages.is_empty()
+        && a.a_box == ABoxArg::Fit
     {
         return Ok(Vec::new());
     }
@@ -77,6 +80,9 @@ fn configs(a: &Args) -> anyhow::Result<Vec<GemmConfig>> {
                 bail!("--stages {st}: 2 to {most}");
             }
             cfg.stages = st;
+        }
+        if a.a_box == ABoxArg::Full {
+            cfg.a_rows = cfg.block_rows;
         }
         if let Some(w) = a.window {
             if w == 0 {

@@ -216,17 +216,27 @@ impl Emit<'_> {
                 g.name
             ));
         }
-        if (dst.rows, dst.cols) != (s.tile.rows, s.tile.cols)
+        let atoms = column_atoms(&s.tile);
+        // A box may fill the first rows of a slot (whole 8-row swizzle atoms from its start: the
+        // GEMM's A box sized to a decode step's M, `GemmConfig::a_rows`), whose swizzle is then the
+        // whole slot's.
+        let first_rows = dst.rows < s.tile.rows
+            && dst.cols == s.tile.cols
+            && dst.rows.is_multiple_of(8)
+            && dst.row0 == Expr::c(0)
+            && dst.col0 == Expr::c(0)
+            && atoms.is_none()
+            && !super::lower_frame::multicast(self.k, src);
+        if !((dst.rows, dst.cols) == (s.tile.rows, s.tile.cols) || first_rows)
             || (src.rows, src.cols) != (dst.rows, dst.cols)
             || src.rows > 256
             || src.cols > 256
         {
             return unsupported(format!(
-                "load into part of `{}` (one TMA box of at most 256 x 256 fills a whole ring slot)",
+                "load into part of `{}` (one TMA box of at most 256 x 256 fills a whole ring slot,                  or whole 8-row atoms from its start)",
                 s.name
             ));
         }
-        let atoms = column_atoms(&s.tile);
         let (swizzle_bytes, box_cols) = match atoms {
             Some(a) => (128, src.cols / a),
             None => (
@@ -303,7 +313,7 @@ impl Emit<'_> {
                 )
             })
             .collect();
-        Ok((lines, s.tile.bytes()))
+        Ok((lines, dst.rows * dst.cols * s.tile.dtype.bytes()))
     }
 
     /// Stores the warpgroup's 64×N accumulator (the four waves' 16-row slices), rounded to bf16,

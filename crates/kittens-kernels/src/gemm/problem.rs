@@ -260,6 +260,7 @@ impl GemmProblem {
                 block_rows: rows,
                 block: cols,
                 stages: tile.stages(gpu),
+                a_rows: GemmConfig::a_rows_for(rows, m),
                 ..base
             };
             (cfg, split)
@@ -465,6 +466,12 @@ impl KernelProblem for GemmProblem {
         positive(name, &[("m", p.m), ("n", p.n), ("k", p.k)])?;
         let cfg = self.config(target)?;
         let types = cfg.types;
+        if cfg.a_rows != 0 && cfg.a_rows < cfg.block_rows && p.m > cfg.a_rows as usize {
+            return Err(KernelError::Problem(format!(
+                "{name}: m {} is more than the {} rows of A the configuration loads per block (a_rows)",
+                p.m, cfg.a_rows
+            )));
+        }
         if target == Target::Sm90a {
             self.check_tma_strides(&types)?;
         }

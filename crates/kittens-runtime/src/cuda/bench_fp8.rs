@@ -306,9 +306,15 @@ impl Runner<'_> {
 
     /// The configuration for `shape`: the run's, with 64-row blocks for `M ≤ 64`
     /// (`GemmConfig::fp8_for_shape`) unless the run's blocks are narrower than 128 rows already.
+    /// A 64-row block loads A in a box of M's rows (`GemmConfig::a_rows_for`) unless the run asks
+    /// for all 64 (`a_rows` 64).
     fn config_for(&self, base: &GemmConfig, (m, _, _): Shape) -> GemmConfig {
         match kittens_hw::Target::Sm90a.gpu() {
             Some(gpu) if base.block_rows == 128 => GemmConfig::fp8_for_shape(*base, gpu, m as u64),
+            _ if base.block_rows == 64 && base.a_rows == 0 => GemmConfig {
+                a_rows: GemmConfig::a_rows_for(64, m as u64),
+                ..*base
+            },
             _ => *base,
         }
     }
