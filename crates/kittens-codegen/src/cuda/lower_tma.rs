@@ -399,13 +399,12 @@ impl Emit<'_> {
             SlabOp::Store if n.is_multiple_of(wide) && !piped => wide,
             SlabOp::Store if n.is_multiple_of(32) => 32,
             SlabOp::Store if !piped => 16,
-            _ if !piped => wide,
-            _ => {
+            SlabOp::Store => {
                 return unsupported(format!(
-                    "{} of 16x{n} box by box (a multiple of 32 columns)",
-                    op.name()
+                    "store of 16x{n} box by box (a multiple of 32 columns)"
                 ))
             }
+            SlabOp::ReduceAdd => wide,
         };
         let narrow = op == SlabOp::Store && box_cols < wide;
         let row_bytes = box_cols * op.dtype().bytes();
