@@ -25,9 +25,8 @@ pub type Launch<'a> = &'a mut dyn FnMut(usize) -> Result<(), CudaError>;
 
 /// The input copy launch `i` of implementation `w` (of `n`) reads: its own in every round, `i·n + w`.
 /// Interleaved, the implementations of round `i` all reading copy `i` would time each one after the
-/// first with the operands the one before it just brought into the L2: cuBLASLt's FP8 GEMM ran 8.2-8.6 µs
-/// at 16×4096×4096 so, 9.95 µs timed blocked, where ours ran the same either way (docs/performance.md,
-/// "Method").
+/// first with the operands the one before it just brought into the L2 (cuBLASLt's FP8 GEMM timed after
+/// ours gained 15-20% so at a decode step's M; docs/performance.md, "Method").
 fn copy_of(i: usize, w: usize, n: usize) -> usize {
     i.saturating_mul(n).saturating_add(w)
 }
