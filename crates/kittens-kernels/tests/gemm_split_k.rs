@@ -114,7 +114,10 @@ fn split_k_with_b_as_k_by_n() {
 fn promoted_accumulators_sum_every_chain() {
     let h100 = kittens_hw::gpu("h100").expect("catalog");
     let wide = GemmConfig::fp8_for_gpu(h100);
-    let small = GemmConfig::fp8_for_shape(wide, h100, 16);
+    // 64-row blocks with A in whole 64-row boxes: this test's M (136) spans three row tiles, past
+    // what a box of a decode step's rows holds (`GemmConfig::a_rows`; those are `runner_fp8`'s).
+    let small = GemmConfig::fp8_for_shape(wide, h100, 64);
+    assert_eq!((small.block_rows, small.a_rows), (64, 0));
     let block = |rows, cols| GemmConfig {
         block_rows: rows,
         block: cols,
